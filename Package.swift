@@ -1,0 +1,43 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "jobctl",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "jobctl", targets: ["jobctl"]),
+    ],
+    targets: [
+        // MARK: - C libraries (modulemap + typed shim only)
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+
+        // MARK: - Build tooling: migrations/*.sql embedded into the binary
+        .executableTarget(name: "MigrationEmbedder", path: "Sources/MigrationEmbedder"),
+        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["MigrationEmbedder"]),
+
+        // MARK: - Library modules
+        .target(name: "JobModel"),
+        .target(name: "Checksums", dependencies: ["CCrypto"]),
+        .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "Checksums"],
+                plugins: ["EmbedMigrations"]),
+        .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),
+        .target(name: "Storage", dependencies: ["CCurl", "JobModel", "Checksums"]),
+        .target(name: "Tasks", dependencies: ["JobModel", "Storage"]),
+        .target(name: "Worker", dependencies: ["JobModel", "EventStore", "Storage", "Tasks"]),
+        .executableTarget(name: "jobctl", dependencies: ["JobModel", "EventStore", "Manifest", "Storage", "Tasks", "Worker"]),
+
+        // MARK: - Tests
+        .target(name: "TestSupport", dependencies: ["JobModel"], path: "Tests/TestSupport"),
+        .testTarget(name: "JobModelTests", dependencies: ["JobModel", "Checksums"]),
+        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "JobModel", "TestSupport"]),
+        .testTarget(name: "ManifestTests", dependencies: ["Manifest", "JobModel", "TestSupport"]),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "JobModel", "Checksums", "TestSupport"]),
+        .testTarget(name: "TasksTests", dependencies: ["Tasks", "JobModel", "TestSupport"]),
+        .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "JobModel", "TestSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["JobModel", "TestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,60 @@
+import Foundation
+
+/// CRC-32C (Castagnoli), as GCS reports it, computed slicing-by-8 in a streaming fashion.
+public struct CRC32C: Sendable {
+    private static let tables: [[UInt32]] = {
+        var tables = [[UInt32]](repeating: [UInt32](repeating: 0, count: 256), count: 8)
+        for i in 0..<256 {
+            var crc = UInt32(i)
+            for _ in 0..<8 { crc = (crc & 1) != 0 ? (crc >> 1) ^ 0x82F6_3B78 : crc >> 1 }
+            tables[0][i] = crc
+        }
+        for i in 0..<256 {
+            for t in 1..<8 { tables[t][i] = (tables[t - 1][i] >> 8) ^ tables[0][Int(tables[t - 1][i] & 0xFF)] }
+        }
+        return tables
+    }()
+
+    private var state: UInt32 = 0xFFFF_FFFF
+
+    public init() {}
+
+    public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        var crc = state
+        let tables = Self.tables
+        let t0 = tables[0], t1 = tables[1], t2 = tables[2], t3 = tables[3]
+        let t4 = tables[4], t5 = tables[5], t6 = tables[6], t7 = tables[7]
+        var index = 0
+        let count = bytes.count
+        while count - index >= 8 {
+            let low = UInt32(bytes[index]) | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2]) << 16 | UInt32(bytes[index + 3]) << 24
+            let one = crc ^ low
+            crc = t7[Int(one & 0xFF)] ^ t6[Int((one >> 8) & 0xFF)] ^ t5[Int((one >> 16) & 0xFF)] ^ t4[Int(one >> 24)]
+                ^ t3[Int(bytes[index + 4])] ^ t2[Int(bytes[index + 5])] ^ t1[Int(bytes[index + 6])] ^ t0[Int(bytes[index + 7])]
+            index += 8
+        }
+        while index < count {
+            crc = (crc >> 8) ^ t0[Int((crc ^ UInt32(bytes[index])) & 0xFF)]
+            index += 1
+        }
+        state = crc
+    }
+
+    public mutating func update(_ data: Data) {
+        data.withUnsafeBytes { update($0) }
+    }
+
+    public var value: UInt32 { state ^ 0xFFFF_FFFF }
+
+    /// Base64 of the big-endian value, as in GCS's `crc32c` field and `x-goog-hash`.
+    public var base64: String {
+        let v = value
+        return Data([UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)]).base64EncodedString()
+    }
+
+    public static func checksum(_ data: Data) -> UInt32 {
+        var crc = CRC32C()
+        crc.update(data)
+        return crc.value
+    }
+}

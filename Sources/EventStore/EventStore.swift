@@ -1,0 +1,1 @@
+// EventStore module

@@ -1,0 +1,96 @@
+import Foundation
+
+/// An object's metadata as storage reports it (Firebase `StorageMetadata`, GCS object resource).
+public struct StorageObject: Codable, Sendable, Equatable, Hashable {
+    public var bucket: String
+    /// The object's full path.
+    public var name: String
+    public var size: Int64
+    public var contentType: String?
+    public var cacheControl: String?
+    public var contentDisposition: String?
+    public var contentEncoding: String?
+    public var contentLanguage: String?
+    public var customMetadata: [String: String]?
+    /// Base64 MD5, as GCS reports it.
+    public var md5Hash: String?
+    /// Base64 big-endian CRC32C, as GCS reports it.
+    public var crc32c: String?
+    public var generation: String?
+    public var metageneration: String?
+    public var timeCreated: String?
+    public var updated: String?
+    /// Comma-separated Firebase download tokens.
+    public var downloadTokens: String?
+
+    public init(bucket: String, name: String, size: Int64, contentType: String? = nil, cacheControl: String? = nil,
+                contentDisposition: String? = nil, contentEncoding: String? = nil, contentLanguage: String? = nil,
+                customMetadata: [String: String]? = nil, md5Hash: String? = nil, crc32c: String? = nil,
+                generation: String? = nil, metageneration: String? = nil, timeCreated: String? = nil,
+                updated: String? = nil, downloadTokens: String? = nil) {
+        self.bucket = bucket
+        self.name = name
+        self.size = size
+        self.contentType = contentType
+        self.cacheControl = cacheControl
+        self.contentDisposition = contentDisposition
+        self.contentEncoding = contentEncoding
+        self.contentLanguage = contentLanguage
+        self.customMetadata = customMetadata
+        self.md5Hash = md5Hash
+        self.crc32c = crc32c
+        self.generation = generation
+        self.metageneration = metageneration
+        self.timeCreated = timeCreated
+        self.updated = updated
+        self.downloadTokens = downloadTokens
+    }
+}
+
+/// What a finished job produced.
+public struct JobResult: Codable, Sendable, Equatable, Hashable {
+    /// Uploads: the stored object's metadata. Downloads: the source object's metadata when known.
+    public var object: StorageObject?
+    /// download-file: the final local path.
+    public var path: String?
+    /// Bytes transferred.
+    public var size: Int64?
+    /// Base64 MD5 and CRC32C of the bytes, verified end to end where storage reports them.
+    public var md5: String?
+    public var crc32c: String?
+    /// download-memory: the SHA-256 (hex) of the bytes in the content-addressed `blobs` table.
+    public var blob: String?
+    /// download-memory: the bytes in flight from the transfer to the store, which moves them into
+    /// `blobs` and clears this field before the event is written.
+    public var data: Data?
+    /// fetch-url: the download URL.
+    public var url: String?
+
+    public init(object: StorageObject? = nil, path: String? = nil, size: Int64? = nil, md5: String? = nil,
+                crc32c: String? = nil, blob: String? = nil, data: Data? = nil, url: String? = nil) {
+        self.object = object
+        self.path = path
+        self.size = size
+        self.md5 = md5
+        self.crc32c = crc32c
+        self.blob = blob
+        self.data = data
+        self.url = url
+    }
+}
+
+/// Where an interrupted transfer continues from. Persisted in `progress` events.
+public enum ResumePoint: Codable, Sendable, Equatable, Hashable {
+    /// A resumable upload session and the offset the server confirmed.
+    case upload(sessionURI: String, confirmedOffset: Int64, total: Int64?)
+    /// A download: bytes safely written to `tempPath`, pinned to the object's generation or ETag.
+    case download(bytesWritten: Int64, generation: String?, etag: String?, tempPath: String?)
+
+    /// Bytes that need not be sent again.
+    public var bytesDone: Int64 {
+        switch self {
+        case .upload(_, let offset, _): offset
+        case .download(let written, _, _, _): written
+        }
+    }
+}

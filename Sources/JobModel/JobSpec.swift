@@ -1,0 +1,68 @@
+import Foundation
+
+/// Metadata sent with an upload, as in Firebase's `StorageMetadata` (the writable part).
+public struct UploadMetadata: Codable, Sendable, Equatable, Hashable {
+    public var contentType: String?
+    public var cacheControl: String?
+    public var contentDisposition: String?
+    public var contentEncoding: String?
+    public var contentLanguage: String?
+    public var customMetadata: [String: String]?
+
+    public init(contentType: String? = nil, cacheControl: String? = nil, contentDisposition: String? = nil,
+                contentEncoding: String? = nil, contentLanguage: String? = nil, customMetadata: [String: String]? = nil) {
+        self.contentType = contentType
+        self.cacheControl = cacheControl
+        self.contentDisposition = contentDisposition
+        self.contentEncoding = contentEncoding
+        self.contentLanguage = contentLanguage
+        self.customMetadata = customMetadata
+    }
+
+    /// True when no field is set.
+    public var isEmpty: Bool { self == UploadMetadata() }
+}
+
+/// One validated job, as stored in the `submitted` event.
+///
+/// Local paths (`upload-file` source, `download-file` destination) are absolute. References are
+/// canonical strings that `StorageReference(parsing:)` accepts.
+public struct JobSpec: Codable, Sendable, Equatable, Hashable {
+    public var kind: JobKind
+    /// upload-file: absolute local path; downloads and fetch-url: storage reference.
+    public var source: String?
+    /// Uploads: storage reference; download-file: absolute local path.
+    public var destination: String?
+    /// upload-data: the bytes to upload (base64 in JSON).
+    public var data: Data?
+    /// download-memory: the largest object accepted, in bytes.
+    public var maxSize: Int64?
+    /// Uploads: object metadata.
+    public var metadata: UploadMetadata?
+    /// Idempotency key: a second submit with the same key creates no job.
+    public var key: String?
+    /// Higher runs first.
+    public var priority: Int
+    /// Attempts before `retryLimitExceeded`.
+    public var maxAttempts: Int
+    public var queue: String
+
+    public static let defaultMaxSize: Int64 = 1 << 20
+    public static let defaultMaxAttempts = 5
+    public static let defaultQueue = "default"
+
+    public init(kind: JobKind, source: String? = nil, destination: String? = nil, data: Data? = nil,
+                maxSize: Int64? = nil, metadata: UploadMetadata? = nil, key: String? = nil,
+                priority: Int = 0, maxAttempts: Int = JobSpec.defaultMaxAttempts, queue: String = JobSpec.defaultQueue) {
+        self.kind = kind
+        self.source = source
+        self.destination = destination
+        self.data = data
+        self.maxSize = maxSize
+        self.metadata = metadata
+        self.key = key
+        self.priority = priority
+        self.maxAttempts = maxAttempts
+        self.queue = queue
+    }
+}

@@ -1,0 +1,287 @@
+import Foundation
+
+/// A location in storage, modelled on Firebase's `StorageReference`.
+///
+/// Accepted forms:
+/// - `gs://bucket/path`
+/// - `http(s)://HOST/v0/b/BUCKET/o/PERCENT_ENCODED_PATH` (Firebase form, any host so emulators work) → `gs`
+/// - `https://storage.googleapis.com/BUCKET/PATH` → `gs`
+/// - `file:///abs/path` (absolute; bucket is empty) and `file://NAME/path` (a named local bucket)
+/// - any other `http(s)://host[:port]/path[?query]`
+///
+/// Paths normalise as Firebase does: repeated `/` collapse, leading and trailing `/` are trimmed.
+/// `.` and `..` segments are refused (`pathError`) so no reference can climb out of its bucket.
+public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
+    public enum Scheme: String, Sendable, Hashable {
+        case gs, file, http, https
+    }
+
+    public let scheme: Scheme
+    /// gs: the bucket; file: the local bucket name ("" for `file:///`); http(s): `host[:port]`.
+    public let bucket: String
+    /// The normalised, decoded object path; "" at the root.
+    public let fullPath: String
+    /// http(s) only: the query string (without `?`), kept verbatim (signed URLs).
+    public let query: String?
+
+    /// Creates a reference from parts; `path` is normalised. Throws `pathError` for `.`/`..` segments.
+    public init(scheme: Scheme, bucket: String, path: String, query: String? = nil) throws(StorageError) {
+        if scheme != .file && bucket.isEmpty {
+            throw StorageError(.invalidArgument, "the bucket (or host) is empty")
+        }
+        self.scheme = scheme
+        self.bucket = bucket
+        self.fullPath = try Self.normalise(path)
+        self.query = (scheme == .http || scheme == .https) ? query : nil
+    }
+
+    private init(unchecked scheme: Scheme, bucket: String, fullPath: String, query: String?) {
+        self.scheme = scheme
+        self.bucket = bucket
+        self.fullPath = fullPath
+        self.query = query
+    }
+
+    // MARK: - Parsing
+
+    /// Parses any accepted form; throws `invalidArgument` (or `pathError`) with a message that says why.
+    public init(parsing text: String) throws(StorageError) {
+        let input = text.trimmingCharacters(in: .whitespaces)
+        guard let schemeEnd = input.range(of: "://") else {
+            throw StorageError(.invalidArgument, "'\(text)' is not a storage URL: expected gs://, file://, http:// or https://")
+        }
+        let schemeText = input[..<schemeEnd.lowerBound].lowercased()
+        let rest = String(input[schemeEnd.upperBound...])
+        switch schemeText {
+        case "gs":
+            let (bucket, path) = Self.splitAuthority(rest)
+            guard !bucket.isEmpty else { throw StorageError(.invalidArgument, "'\(text)' has no bucket: expected gs://BUCKET/PATH") }
+            try Self.checkBucketName(bucket, in: text)
+            try self.init(scheme: .gs, bucket: bucket, path: try Self.percentDecode(path, in: text))
+        case "file":
+            let (authority, path) = Self.splitAuthority(rest)
+            let bucket = authority.lowercased() == "localhost" ? "" : authority
+            if !bucket.isEmpty { try Self.checkBucketName(bucket, in: text) }
+            try self.init(scheme: .file, bucket: bucket, path: try Self.percentDecode(path, in: text))
+        case "http", "https":
+            try self.init(parsingHTTP: rest, scheme: schemeText == "https" ? .https : .http, original: text)
+        default:
+            throw StorageError(.invalidArgument, "'\(text)' has unknown scheme '\(schemeText)': expected gs, file, http or https")
+        }
+    }
+
+    private init(parsingHTTP rest: String, scheme: Scheme, original: String) throws(StorageError) {
+        var remainder = rest
+        if let hash = remainder.firstIndex(of: "#") { remainder = String(remainder[..<hash]) }
+        var query: String?
+        if let mark = remainder.firstIndex(of: "?") {
+            query = String(remainder[remainder.index(after: mark)...])
+            remainder = String(remainder[..<mark])
+        }
+        let (host, rawPath) = Self.splitAuthority(remainder)
+        guard !host.isEmpty else { throw StorageError(.invalidArgument, "'\(original)' has no host") }
+        if host.contains("@") {
+            throw StorageError(.invalidArgument, "credentials in URLs are refused (they would be logged); use a token instead")
+        }
+        try Self.checkHost(host, in: original)
+        let segments = rawPath.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        // Firebase form: /v0/b/BUCKET/o/ENCODED_PATH on any host.
+        if segments.count >= 3, segments[0] == "v0", segments[1] == "b" {
+            let bucket = try Self.percentDecode(segments[2], in: original)
+            try Self.checkBucketName(bucket, in: original)
+            var path = ""
+            if segments.count >= 4 {
+                guard segments[3] == "o" else {
+                    throw StorageError(.invalidArgument, "'\(original)': a Firebase URL reads /v0/b/BUCKET/o/PATH")
+                }
+                path = try Self.percentDecode(segments.dropFirst(4).joined(separator: "/"), in: original)
+            }
+            try self.init(scheme: .gs, bucket: bucket, path: path)
+            return
+        }
+        // https://storage.googleapis.com/BUCKET/PATH
+        if host.lowercased() == "storage.googleapis.com", let first = segments.first {
+            let bucket = try Self.percentDecode(first, in: original)
+            try Self.checkBucketName(bucket, in: original)
+            let path = try Self.percentDecode(segments.dropFirst().joined(separator: "/"), in: original)
+            try self.init(scheme: .gs, bucket: bucket, path: path)
+            return
+        }
+        let path = try Self.percentDecode(rawPath, in: original)
+        try self.init(scheme: scheme, bucket: host, path: path, query: query)
+    }
+
+    // MARK: - Navigation (as Firebase's StorageReference)
+
+    /// The last path component; "" at the root.
+    public var name: String {
+        fullPath.split(separator: "/").last.map(String.init) ?? ""
+    }
+
+    /// Whether this is the bucket's root (no object can live here).
+    public var isRoot: Bool { fullPath.isEmpty }
+
+    /// The reference one level up; nil at the root.
+    public var parent: StorageReference? {
+        guard !isRoot else { return nil }
+        var parts = fullPath.split(separator: "/")
+        parts.removeLast()
+        return StorageReference(unchecked: scheme, bucket: bucket, fullPath: parts.joined(separator: "/"), query: nil)
+    }
+
+    /// The bucket's root.
+    public var root: StorageReference {
+        StorageReference(unchecked: scheme, bucket: bucket, fullPath: "", query: nil)
+    }
+
+    /// A reference below this one; `path` may hold several components and is normalised.
+    public func child(_ path: String) throws(StorageError) -> StorageReference {
+        let joined = fullPath.isEmpty ? path : fullPath + "/" + path
+        return try StorageReference(scheme: scheme, bucket: bucket, path: joined)
+    }
+
+    /// Throws `invalidArgument` when the reference cannot name an object (the root).
+    public func requireObject(for purpose: String = "this operation") throws(StorageError) {
+        if isRoot {
+            throw StorageError(.invalidArgument, "\(description) is a bucket root; \(purpose) needs an object path")
+        }
+    }
+
+    // MARK: - Rendering
+
+    /// The canonical text: `gs://b/p`, `file://b/p`, `file:///p`, `http(s)://host/p?q`.
+    public var description: String {
+        switch scheme {
+        case .gs:
+            return "gs://\(bucket)/\(Self.percentEncodePath(fullPath))"
+        case .file:
+            return "file://\(bucket)/\(Self.percentEncodePath(fullPath))"
+        case .http, .https:
+            let base = "\(scheme.rawValue)://\(bucket)/\(Self.percentEncodePath(fullPath))"
+            return query.map { "\(base)?\($0)" } ?? base
+        }
+    }
+
+    /// The path with each character outside the unreserved set escaped, `/` included
+    /// (the Firebase and GCS JSON API object-name form: `images%2Fstars.jpg`).
+    public var encodedPath: String { Self.percentEncode(fullPath, keepSlash: false) }
+
+    // MARK: - Helpers
+
+    private static func splitAuthority(_ text: String) -> (String, String) {
+        guard let slash = text.firstIndex(of: "/") else { return (text, "") }
+        return (String(text[..<slash]), String(text[slash...]))
+    }
+
+    static func normalise(_ path: String) throws(StorageError) -> String {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true)
+        for part in parts where part == "." || part == ".." {
+            throw StorageError(.pathError, "path '\(path)' contains a '\(part)' segment, which is not allowed")
+        }
+        if path.contains("\0") { throw StorageError(.pathError, "path contains a NUL character") }
+        return parts.joined(separator: "/")
+    }
+
+    private static func checkBucketName(_ bucket: String, in text: String) throws(StorageError) {
+        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-_."))
+        guard !bucket.isEmpty, bucket.unicodeScalars.allSatisfy({ allowed.contains($0) && $0.isASCII }) else {
+            throw StorageError(.invalidArgument, "'\(text)' has an invalid bucket name '\(bucket)': use letters, digits, '-', '_' and '.'")
+        }
+    }
+
+    private static func checkHost(_ host: String, in text: String) throws(StorageError) {
+        var name = Substring(host)
+        if name.hasPrefix("[") {
+            guard let close = name.firstIndex(of: "]") else {
+                throw StorageError(.invalidArgument, "'\(text)' has a malformed IPv6 host")
+            }
+            name = name[name.index(after: close)...]
+            if name.isEmpty { return }
+            guard name.hasPrefix(":") else { throw StorageError(.invalidArgument, "'\(text)' has a malformed host") }
+            name = name.dropFirst()
+            guard !name.isEmpty, name.allSatisfy(\.isNumber), let port = Int(name), port > 0, port < 65536 else {
+                throw StorageError(.invalidArgument, "'\(text)' has an invalid port")
+            }
+            return
+        }
+        let pieces = name.split(separator: ":", omittingEmptySubsequences: false)
+        guard pieces.count <= 2, !pieces[0].isEmpty,
+              pieces[0].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == ".") }) else {
+            throw StorageError(.invalidArgument, "'\(text)' has an invalid host '\(host)'")
+        }
+        if pieces.count == 2 {
+            guard !pieces[1].isEmpty, pieces[1].allSatisfy(\.isNumber), let port = Int(pieces[1]), port > 0, port < 65536 else {
+                throw StorageError(.invalidArgument, "'\(text)' has an invalid port '\(pieces[1])'")
+            }
+        }
+    }
+
+    /// Decodes `%XX` escapes; throws `invalidArgument` on a malformed escape or invalid UTF-8.
+    public static func percentDecode(_ text: String, in original: String? = nil) throws(StorageError) -> String {
+        guard text.contains("%") else { return text }
+        var bytes: [UInt8] = []
+        var iterator = Array(text.utf8)[...]
+        while let byte = iterator.popFirst() {
+            if byte == UInt8(ascii: "%") {
+                guard iterator.count >= 2,
+                      let high = hexValue(iterator[iterator.startIndex]),
+                      let low = hexValue(iterator[iterator.startIndex + 1]) else {
+                    throw StorageError(.invalidArgument, "'\(original ?? text)' has a malformed percent escape")
+                }
+                bytes.append(high << 4 | low)
+                iterator = iterator.dropFirst(2)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        guard let decoded = String(validating: bytes, as: UTF8.self) else {
+            throw StorageError(.invalidArgument, "'\(original ?? text)' decodes to invalid UTF-8")
+        }
+        return decoded
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    /// Escapes every byte outside `A-Z a-z 0-9 - . _ ~` (and `/` when `keepSlash`).
+    public static func percentEncode(_ text: String, keepSlash: Bool) -> String {
+        var output = ""
+        output.reserveCapacity(text.utf8.count)
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
+                 UInt8(ascii: "_"), UInt8(ascii: "~"):
+                output.unicodeScalars.append(Unicode.Scalar(byte))
+            case UInt8(ascii: "/") where keepSlash:
+                output.append("/")
+            default:
+                let digits = Array("0123456789ABCDEF".utf8)
+                output.append("%")
+                output.unicodeScalars.append(Unicode.Scalar(digits[Int(byte >> 4)]))
+                output.unicodeScalars.append(Unicode.Scalar(digits[Int(byte & 15)]))
+            }
+        }
+        return output
+    }
+
+    private static func percentEncodePath(_ path: String) -> String { percentEncode(path, keepSlash: true) }
+}
+
+extension StorageReference: Codable {
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        try self.init(parsing: text)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}

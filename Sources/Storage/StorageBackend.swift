@@ -1,0 +1,56 @@
+import Foundation
+import JobModel
+import Synchronization
+
+/// What a running transfer reports.
+public enum TransferEvent: Sendable, Equatable {
+    /// Bytes moved so far (may be reported often; the caller coalesces).
+    case progress(bytesDone: Int64, bytesTotal: Int64?)
+    /// A point the transfer can resume from that the server confirmed (upload offset) or that is synced
+    /// to disk (download bytes). The caller persists it before relying on it.
+    case checkpoint(ResumePoint, bytesTotal: Int64?)
+}
+
+/// Why a transfer was asked to stop.
+public enum StopReason: String, Sendable, Equatable, Codable {
+    /// `jobctl pause`: keep the resume point.
+    case pause
+    /// `jobctl cancel`: remove partial local files; the job fails with `cancelled`.
+    case cancel
+    /// The worker is shutting down: keep the resume point and release the lease.
+    case shutdown
+    /// The worker lost its lease: another worker may own the job now; stop writing.
+    case leaseLost
+}
+
+/// A thread-safe stop flag that the transfer checks from curl's progress callback (or between chunks).
+public final class TransferControl: Sendable {
+    private let reason = Mutex<StopReason?>(nil)
+
+    public init() {}
+
+    /// Asks the transfer to stop. The first reason wins.
+    public func stop(_ newReason: StopReason) {
+        reason.withLock { current in
+            if current == nil { current = newReason }
+        }
+    }
+
+    /// The reason a stop was requested, if one was.
+    public var stopReason: StopReason? { reason.withLock { $0 } }
+}
+
+/// How a transfer ended when it did not throw.
+public enum TransferOutcome: Sendable, Equatable {
+    case finished(JobResult)
+    /// Stopped on request; the resume point (if any) is where the next attempt continues.
+    case stopped(StopReason, ResumePoint?)
+}
+
+/// The one interface the task runner uses to run any of the five job kinds.
+public protocol StorageBackend: Sendable {
+    /// Runs `spec`, continuing from `resumePoint` when given. Failures throw a typed `StorageError`
+    /// (its `retryable` flag says whether another attempt may help).
+    func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                 report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome
+}

@@ -1,0 +1,108 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A fresh directory under the system temporary directory, removed by `remove()`.
+public struct TemporaryDirectory: Sendable {
+    public let path: String
+
+    public init(_ label: String = "jobctl-test") throws {
+        let base = FileManager.default.temporaryDirectory.path
+        let path = "\(base)/\(label)-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        self.path = path
+    }
+
+    /// A path inside the directory.
+    public func file(_ name: String) -> String { "\(path)/\(name)" }
+
+    public func remove() {
+        try? FileManager.default.removeItem(atPath: path)
+    }
+}
+
+/// Where the package lives (found from this source file), for the built binary, `.venv` and fixtures.
+public enum PackagePaths {
+    public static var root: String {
+        var url = URL(fileURLWithPath: #filePath)
+        // Tests/TestSupport/TestSupport.swift → package root
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url.path
+    }
+
+    /// The Python virtual environment with the test peers (`make test` creates it).
+    public static var venv: String {
+        ProcessInfo.processInfo.environment["JOBCTL_TEST_VENV"] ?? "\(root)/.venv"
+    }
+
+    /// The built `jobctl` binary: `JOBCTL_BIN`, else the debug build under `.build`.
+    public static var jobctlBinary: String {
+        if let explicit = ProcessInfo.processInfo.environment["JOBCTL_BIN"] { return explicit }
+        let scratch = ProcessInfo.processInfo.environment["JOBCTL_SCRATCH"] ?? "\(root)/.build"
+        return "\(scratch)/debug/jobctl"
+    }
+}
+
+/// The result of running a program to completion.
+public struct ProcessOutput: Sendable {
+    public let status: Int32
+    public let stdout: String
+    public let stderr: String
+}
+
+/// Runs a program with arguments, optional stdin and environment additions, and waits for it.
+@discardableResult
+public func runProcess(_ executable: String, _ arguments: [String], stdin: String? = nil,
+                       environment: [String: String] = [:], currentDirectory: String? = nil) throws -> ProcessOutput {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (key, value) in environment { env[key] = value }
+    process.environment = env
+    if let currentDirectory { process.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
+    let outPipe = Pipe(), errPipe = Pipe(), inPipe = Pipe()
+    process.standardOutput = outPipe
+    process.standardError = errPipe
+    process.standardInput = inPipe
+    try process.run()
+    if let stdin { inPipe.fileHandleForWriting.write(Data(stdin.utf8)) }
+    try inPipe.fileHandleForWriting.close()
+    // Read both pipes concurrently so a chatty child cannot block on a full pipe.
+    let errBox = OutputBox()
+    let group = DispatchGroup()
+    group.enter()
+    DispatchQueue.global().async {
+        errBox.data = errPipe.fileHandleForReading.readDataToEndOfFile()
+        group.leave()
+    }
+    let out = outPipe.fileHandleForReading.readDataToEndOfFile()
+    group.wait()
+    process.waitUntilExit()
+    return ProcessOutput(status: process.terminationStatus,
+                         stdout: String(decoding: out, as: UTF8.self),
+                         stderr: String(decoding: errBox.data, as: UTF8.self))
+}
+
+private final class OutputBox: @unchecked Sendable {
+    var data = Data()
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released; good enough for test servers).
+public func freeLoopbackPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = 0
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+    }
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}

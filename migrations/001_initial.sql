@@ -1,0 +1,2 @@
+-- placeholder, replaced by the event store's schema
+SELECT 1;
