@@ -1,0 +1,30 @@
+import Foundation
+import JobModel
+
+/// The storage backend the worker uses: sends each job to the backend for its remote reference's scheme
+/// (`gs` → GCS JSON API, `file` → local directories, `http(s)` → plain HTTP).
+public struct StorageRouter: StorageBackend {
+    private let gcs: GCSBackend
+    private let local: LocalBackend
+    private let http: HTTPBackend
+
+    public init(configuration: StorageConfiguration) {
+        gcs = GCSBackend(configuration: configuration)
+        local = LocalBackend(configuration: configuration)
+        http = HTTPBackend(configuration: configuration)
+    }
+
+    public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let remote = spec.kind.isUpload ? spec.destination : spec.source
+        guard let remote else {
+            throw StorageError(.invalidArgument, "the \(spec.kind.rawValue) job has no \(spec.kind.isUpload ? "destination" : "source") reference")
+        }
+        let reference = try StorageReference(parsing: remote)
+        switch reference.scheme {
+        case .gs: return try await gcs.perform(spec, resumingFrom: resumePoint, control: control, report: report)
+        case .file: return try await local.perform(spec, resumingFrom: resumePoint, control: control, report: report)
+        case .http, .https: return try await http.perform(spec, resumingFrom: resumePoint, control: control, report: report)
+        }
+    }
+}

@@ -1,0 +1,272 @@
+import EventStore
+import Foundation
+import JobModel
+import Storage
+import Synchronization
+import Tasks
+
+/// How a worker process behaves.
+public struct WorkerConfiguration: Sendable {
+    /// Recorded as the lease owner and event actor: `worker:<host>:<pid>` by default.
+    public var owner: String
+    /// Transfers run at once.
+    public var concurrency: Int
+    /// Queues to take jobs from; nil means every queue.
+    public var queues: [String]?
+    /// How long a claim lasts without a heartbeat.
+    public var leaseMs: Int64
+    /// Exit once no job is queued or running (paused jobs do not hold the worker).
+    public var drain: Bool
+    /// How often an idle worker checks `PRAGMA data_version` for new work and control requests.
+    public var pollIntervalMs: Int64
+    /// Exit within this long after the first SIGTERM/SIGINT.
+    public var shutdownGraceMs: Int64
+
+    public init(owner: String = WorkerConfiguration.defaultOwner(), concurrency: Int = 4, queues: [String]? = nil,
+                leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000) {
+        self.owner = owner
+        self.concurrency = max(1, concurrency)
+        self.queues = queues
+        self.leaseMs = max(1_000, leaseMs)
+        self.drain = drain
+        self.pollIntervalMs = max(1, pollIntervalMs)
+        self.shutdownGraceMs = shutdownGraceMs
+    }
+
+    public static func defaultOwner() -> String {
+        "worker:\(ProcessInfo.processInfo.hostName):\(getpid())"
+    }
+}
+
+/// What a worker did, for the exit summary.
+public struct WorkerSummary: Sendable, Equatable {
+    public var claimed = 0
+    public var succeeded = 0
+    public var failed = 0
+    public var retried = 0
+    public var paused = 0
+    public var cancelled = 0
+    public var released = 0
+    public var abandoned = 0
+    public var groupCommits = 0
+    public var eventsWritten = 0
+}
+
+/// A pool of task runners fed by batched claims, with heartbeats, rescue of expired leases,
+/// cross-process control (pause/cancel reach a running transfer within a poll interval) and graceful
+/// shutdown.
+public final class WorkerPool: Sendable {
+    private struct Running: Sendable {
+        let runner: TaskRunner
+        let token: Int64
+        var stopRequested: StopReason?
+    }
+
+    private struct State: Sendable {
+        var running: [String: Running] = [:]
+        var summary = WorkerSummary()
+        var shuttingDown = false
+        var slotFreed = false
+    }
+
+    public let configuration: WorkerConfiguration
+    private let storeThread: StoreThread
+    private let backend: any StorageBackend
+    private let state = Mutex(State())
+
+    public init(store: EventStore, backend: any StorageBackend, configuration: WorkerConfiguration) {
+        self.configuration = configuration
+        self.storeThread = StoreThread(store: store)
+        self.backend = backend
+    }
+
+    /// Stop claiming; ask every running transfer to pause at its resume point and release its lease.
+    public func beginShutdown() {
+        let runners: [TaskRunner] = state.withLock { state in
+            state.shuttingDown = true
+            return state.running.values.map(\.runner)
+        }
+        for runner in runners {
+            Task { await runner.requestStop(.shutdown) }
+        }
+    }
+
+    public var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
+
+    /// Runs until shutdown (or, with `drain`, until no job is queued or running). Returns what it did.
+    public func run() async throws -> WorkerSummary {
+        let config = configuration
+        var lastDataVersion: Int64 = -1
+        var lastHeartbeat = Clock.nowMs()
+        var lastRescue: Int64 = 0
+        var nextDue: Int64? = nil
+        var shutdownStarted: Int64? = nil
+        // Rescue promptly when a lease can have expired; heartbeat three times per lease.
+        let heartbeatEvery = max(200, config.leaseMs / 3)
+        let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
+
+        while true {
+            let now = Clock.nowMs()
+            let (shuttingDown, runningCount, slotFreed) = state.withLock { state in
+                let freed = state.slotFreed
+                state.slotFreed = false
+                return (state.shuttingDown, state.running.count, freed)
+            }
+            if shuttingDown {
+                if shutdownStarted == nil { shutdownStarted = now }
+                if runningCount == 0 { break }
+                if let started = shutdownStarted, now - started > config.shutdownGraceMs { break }
+                try await Task.sleep(for: .milliseconds(config.pollIntervalMs))
+                continue
+            }
+
+            let version = try await storeThread.call { try $0.dataVersion() }
+            let changed = version != lastDataVersion
+            lastDataVersion = version
+
+            if now - lastRescue >= rescueEvery {
+                lastRescue = now
+                let owner = config.owner
+                _ = try await storeThread.call { try $0.rescueExpired(now: now, actor: owner) }
+            }
+            if now - lastHeartbeat >= heartbeatEvery {
+                lastHeartbeat = now
+                try await heartbeat(now: now)
+            }
+            if changed && runningCount > 0 {
+                try await pollControls()
+            }
+
+            let free = config.concurrency - runningCount
+            let due = nextDue.map { $0 <= now } ?? false
+            if free > 0 && (changed || slotFreed || due || lastRescue == now) {
+                let claimed = try await claim(limit: free, now: now)
+                if claimed < free {
+                    let queues = config.queues
+                    nextDue = try await storeThread.call { try $0.nextRunAfter(queues: queues) }
+                }
+                if claimed > 0 { continue }
+            }
+
+            if config.drain && runningCount == 0 {
+                let queues = config.queues
+                let pending = try await storeThread.call { store -> Bool in
+                    try store.nextRunAfter(queues: queues) != nil
+                }
+                let stillRunning = try await storeThread.call { store -> Int in
+                    try store.counts()[.running] ?? 0
+                }
+                if !pending && stillRunning == 0 { break }
+            }
+            try await Task.sleep(for: .milliseconds(config.pollIntervalMs))
+        }
+        storeThread.stop()
+        var summary = state.withLock { $0.summary }
+        let stats = storeThread.groupCommitStats
+        summary.groupCommits = stats.commits
+        summary.eventsWritten = stats.events
+        return summary
+    }
+
+    // MARK: - Claims
+
+    private func claim(limit: Int, now: Int64) async throws -> Int {
+        let config = configuration
+        let claimed = try await storeThread.call { store in
+            try store.claim(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now)
+        }
+        for job in claimed {
+            start(job)
+        }
+        return claimed.count
+    }
+
+    private func start(_ job: ClaimedJob) {
+        let record = job.record
+        let sink = LeaseSink(storeThread: storeThread, owner: configuration.owner, token: job.token)
+        let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
+                                maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
+                                backend: backend, sink: sink)
+        state.withLock { state in
+            state.running[record.id] = Running(runner: runner, token: job.token)
+            state.summary.claimed += 1
+        }
+        Task {
+            let outcome = await runner.run()
+            self.finished(record.id, outcome: outcome)
+        }
+    }
+
+    private func finished(_ jobID: String, outcome: TaskRunOutcome) {
+        state.withLock { state in
+            state.running[jobID] = nil
+            state.slotFreed = true
+            switch outcome {
+            case .succeeded: state.summary.succeeded += 1
+            case .failed: state.summary.failed += 1
+            case .retryScheduled: state.summary.retried += 1
+            case .paused: state.summary.paused += 1
+            case .cancelled: state.summary.cancelled += 1
+            case .released: state.summary.released += 1
+            case .abandoned: state.summary.abandoned += 1
+            }
+        }
+    }
+
+    // MARK: - Leases and control
+
+    private func heartbeat(now: Int64) async throws {
+        let leases = state.withLock { state in state.running.mapValues(\.token) }
+        guard !leases.isEmpty else { return }
+        let config = configuration
+        let lost = try await storeThread.call { store in
+            try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
+        }
+        for jobID in lost {
+            await stop(jobID, .leaseLost)
+        }
+    }
+
+    /// Another process changed the log: look for pause/cancel requests on our running jobs.
+    private func pollControls() async throws {
+        let ids = state.withLock { state in Array(state.running.keys) }
+        guard !ids.isEmpty else { return }
+        let records = try await storeThread.call { store in try ids.compactMap { try store.job($0) } }
+        for record in records {
+            if record.cancelRequested || record.state == .cancelled {
+                await stop(record.id, .cancel)
+            } else if record.pauseRequested || record.state == .paused {
+                await stop(record.id, .pause)
+            }
+        }
+    }
+
+    private func stop(_ jobID: String, _ reason: StopReason) async {
+        let runner: TaskRunner? = state.withLock { state in
+            guard var entry = state.running[jobID], entry.stopRequested == nil else { return nil }
+            entry.stopRequested = reason
+            state.running[jobID] = entry
+            return entry.runner
+        }
+        await runner?.requestStop(reason)
+    }
+}
+
+/// Persists a task's events through the store thread under the task's lease token (fencing).
+struct LeaseSink: TaskEventSink {
+    let storeThread: StoreThread
+    let owner: String
+    let token: Int64
+
+    func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
+        let pending = PendingEvent(jobID: jobID, type: event.type, actor: owner, leaseToken: token,
+                                   expectedVersion: nil, data: event.data)
+        switch await storeThread.append(pending) {
+        case .success:
+            return
+        case .failure(let error):
+            if case .staleLease = error { throw .staleLease }
+            throw .storage(String(describing: error))
+        }
+    }
+}

@@ -1,0 +1,211 @@
+import Foundation
+
+// MARK: - Command descriptions
+
+/// One option a command accepts: a flag (`valueName == nil`) or an option with a value.
+struct OptionSpec: Sendable {
+    let long: String
+    let short: Character?
+    let valueName: String?
+    let help: String
+    let repeatable: Bool
+
+    init(_ long: String, short: Character? = nil, value valueName: String? = nil, repeatable: Bool = false, help: String) {
+        self.long = long
+        self.short = short
+        self.valueName = valueName
+        self.help = help
+        self.repeatable = repeatable
+    }
+}
+
+/// A positional argument, for help text and arity checks.
+struct ArgumentSpec: Sendable {
+    let name: String
+    let help: String
+    let optional: Bool
+    let variadic: Bool
+
+    init(_ name: String, optional: Bool = false, variadic: Bool = false, help: String) {
+        self.name = name
+        self.help = help
+        self.optional = optional
+        self.variadic = variadic
+    }
+}
+
+/// A subcommand: its help text, what it accepts, and what it runs.
+struct CommandSpec: Sendable {
+    let name: String
+    let abstract: String
+    let arguments: [ArgumentSpec]
+    let options: [OptionSpec]
+    let discussion: String?
+    let run: @Sendable (ParsedArguments, Context) throws -> Int32
+
+    init(name: String, abstract: String, arguments: [ArgumentSpec] = [], options: [OptionSpec] = [],
+         discussion: String? = nil, run: @escaping @Sendable (ParsedArguments, Context) throws -> Int32) {
+        self.name = name
+        self.abstract = abstract
+        self.arguments = arguments
+        self.options = options + Self.globalOptions
+        self.discussion = discussion
+        self.run = run
+    }
+
+    static let globalOptions: [OptionSpec] = [
+        OptionSpec("db", value: "path", help: "The SQLite event log (default: $JOBCTL_DB, else ./jobctl.db)."),
+        OptionSpec("no-color", help: "Never use colours (also: NO_COLOR set, or output not a terminal)."),
+        OptionSpec("help", short: "h", help: "Show help information."),
+    ]
+
+    var usageLine: String {
+        var parts = ["jobctl", name]
+        let ownOptions = options.filter { option in !Self.globalOptions.contains { $0.long == option.long } }
+        if !ownOptions.isEmpty { parts.append("[<options>]") }
+        for argument in arguments {
+            var text = "<\(argument.name)>"
+            if argument.variadic { text += " ..." }
+            if argument.optional { text = "[\(text)]" }
+            parts.append(text)
+        }
+        return parts.joined(separator: " ")
+    }
+
+    var helpText: String {
+        var lines = ["OVERVIEW: \(abstract)", ""]
+        if let discussion { lines += [discussion, ""] }
+        lines += ["USAGE: \(usageLine)", ""]
+        if !arguments.isEmpty {
+            lines.append("ARGUMENTS:")
+            for argument in arguments {
+                lines.append(Self.column("<\(argument.name)>", argument.help))
+            }
+            lines.append("")
+        }
+        lines.append("OPTIONS:")
+        for option in options {
+            var flag = option.short.map { "-\($0), --\(option.long)" } ?? "--\(option.long)"
+            if let value = option.valueName { flag += " <\(value)>" }
+            lines.append(Self.column(flag, option.help))
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    private static func column(_ left: String, _ right: String) -> String {
+        let padded = "  " + left
+        if padded.count < 26 { return padded.padding(toLength: 26, withPad: " ", startingAt: 0) + right }
+        return padded + "\n" + String(repeating: " ", count: 26) + right
+    }
+}
+
+// MARK: - Parsing
+
+/// A usage error: printed as `Error: …` plus the usage line, exit 64.
+struct UsageError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+    init(_ message: String) { self.message = message }
+}
+
+/// The parsed command line of one command.
+struct ParsedArguments: Sendable {
+    var positionals: [String] = []
+    var values: [String: [String]] = [:]
+    var flags: Set<String> = []
+
+    func value(_ name: String) -> String? { values[name]?.last }
+    func all(_ name: String) -> [String] { values[name] ?? [] }
+    func flag(_ name: String) -> Bool { flags.contains(name) }
+
+    /// An integer option, or a usage error naming it.
+    func integer(_ name: String) throws -> Int? {
+        guard let text = value(name) else { return nil }
+        guard let number = Int(text) else { throw UsageError("--\(name) expects an integer, not '\(text)'") }
+        return number
+    }
+
+    /// Parses `arguments` against `spec` (swift-argument-parser conventions: `--opt value`, `--opt=value`,
+    /// `-h`, `--` ends options).
+    static func parse(_ arguments: [String], for spec: CommandSpec) throws -> ParsedArguments {
+        var parsed = ParsedArguments()
+        var index = 0
+        var optionsEnded = false
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if optionsEnded || argument == "-" || !argument.hasPrefix("-") {
+                parsed.positionals.append(argument)
+                continue
+            }
+            if argument == "--" {
+                optionsEnded = true
+                continue
+            }
+            var name: String
+            var inlineValue: String?
+            if argument.hasPrefix("--") {
+                name = String(argument.dropFirst(2))
+                if let equals = name.firstIndex(of: "=") {
+                    inlineValue = String(name[name.index(after: equals)...])
+                    name = String(name[..<equals])
+                }
+            } else {
+                let short = argument.dropFirst()
+                guard short.count == 1, let option = spec.options.first(where: { $0.short == short.first }) else {
+                    throw UsageError("unknown option '\(argument)'")
+                }
+                name = option.long
+            }
+            guard let option = spec.options.first(where: { $0.long == name }) else {
+                let suggestion = spec.options.map(\.long).min { editDistance($0, name) < editDistance($1, name) }
+                let hint = suggestion.flatMap { editDistance($0, name) <= 2 ? " (did you mean '--\($0)'?)" : nil } ?? ""
+                throw UsageError("unknown option '--\(name)'\(hint)")
+            }
+            if option.valueName == nil {
+                if inlineValue != nil { throw UsageError("--\(name) takes no value") }
+                parsed.flags.insert(name)
+                continue
+            }
+            let value: String
+            if let inlineValue {
+                value = inlineValue
+            } else {
+                guard index < arguments.count else { throw UsageError("--\(name) needs a value <\(option.valueName ?? "value")>") }
+                value = arguments[index]
+                index += 1
+            }
+            if !option.repeatable, parsed.values[name] != nil {
+                throw UsageError("--\(name) was given more than once")
+            }
+            parsed.values[name, default: []].append(value)
+        }
+        if parsed.flags.contains("help") { return parsed }
+        let required = spec.arguments.filter { !$0.optional }.count
+        let variadic = spec.arguments.contains { $0.variadic }
+        if parsed.positionals.count < required {
+            let missing = spec.arguments.filter { !$0.optional }[parsed.positionals.count]
+            throw UsageError("missing expected argument '<\(missing.name)>'")
+        }
+        if !variadic, parsed.positionals.count > spec.arguments.count {
+            throw UsageError("unexpected argument '\(parsed.positionals[spec.arguments.count])'")
+        }
+        return parsed
+    }
+}
+
+/// Levenshtein distance, for "did you mean" hints.
+func editDistance(_ a: String, _ b: String) -> Int {
+    let a = Array(a), b = Array(b)
+    if a.isEmpty { return b.count }
+    if b.isEmpty { return a.count }
+    var previous = Array(0...b.count)
+    for i in 1...a.count {
+        var current = [i] + Array(repeating: 0, count: b.count)
+        for j in 1...b.count {
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+        }
+        previous = current
+    }
+    return previous[b.count]
+}

@@ -1,0 +1,106 @@
+import EventStore
+import Foundation
+import JobModel
+
+/// The version printed by `--version`.
+let jobctlVersion = "0.1.0"
+
+/// Finds the command, parses its arguments, runs it, and turns errors into messages and exit codes.
+enum CommandRunner {
+    static let commands: [CommandSpec] = [
+        Commands.submit, Commands.list, Commands.show, Commands.history, Commands.audit,
+        Commands.watch, Commands.result,
+        Commands.pause, Commands.resume, Commands.cancel, Commands.retry,
+        Commands.worker, Commands.replay, Commands.migrate,
+    ]
+
+    static func run(_ arguments: [String]) -> Int32 {
+        guard let first = arguments.first else {
+            emit(overview)
+            return ExitCode.ok
+        }
+        switch first {
+        case "-h", "--help":
+            emit(overview)
+            return ExitCode.ok
+        case "--version", "version":
+            emit("jobctl \(jobctlVersion)")
+            return ExitCode.ok
+        case "help":
+            guard arguments.count > 1 else {
+                emit(overview)
+                return ExitCode.ok
+            }
+            guard let command = commands.first(where: { $0.name == arguments[1] }) else {
+                return usageFailure("unknown command '\(arguments[1])'", usage: "jobctl help <command>")
+            }
+            emit(command.helpText)
+            return ExitCode.ok
+        default:
+            break
+        }
+        guard let command = commands.first(where: { $0.name == first }) else {
+            let suggestion = commands.map(\.name).min { editDistance($0, first) < editDistance($1, first) }
+            let hint = suggestion.flatMap { editDistance($0, first) <= 2 ? " (did you mean '\($0)'?)" : nil } ?? ""
+            return usageFailure("unknown command '\(first)'\(hint)", usage: "jobctl <command> [<options>]  (see 'jobctl --help')")
+        }
+        let parsed: ParsedArguments
+        do {
+            parsed = try ParsedArguments.parse(Array(arguments.dropFirst()), for: command)
+        } catch let error as UsageError {
+            return usageFailure(error.message, usage: command.usageLine + "\n  See 'jobctl help \(command.name)'.")
+        } catch {
+            return usageFailure(String(describing: error), usage: command.usageLine)
+        }
+        if parsed.flag("help") {
+            emit(command.helpText)
+            return ExitCode.ok
+        }
+        let context = Context(arguments: parsed)
+        do {
+            return try command.run(parsed, context)
+        } catch let error as UsageError {
+            return usageFailure(error.message, usage: command.usageLine + "\n  See 'jobctl help \(command.name)'.")
+        } catch let error as CommandFailure {
+            emitError("Error: \(error.message)")
+            return error.exitCode
+        } catch let error as StoreError {
+            emitError("Error: \(error)")
+            return ExitCode.failure
+        } catch {
+            emitError("Error: \(error)")
+            return ExitCode.failure
+        }
+    }
+
+    static func usageFailure(_ message: String, usage: String) -> Int32 {
+        emitError("Error: \(message)\nUsage: \(usage)")
+        return ExitCode.usage
+    }
+
+    static var overview: String {
+        var lines = [
+            "OVERVIEW: jobctl \(jobctlVersion) — a durable, event-sourced queue of file transfers",
+            "",
+            "Jobs (upload a file or data, download to a file or to memory, fetch a download URL) are described",
+            "in YAML manifests, appended to a SQLite event log, and run by worker processes under leases.",
+            "",
+            "USAGE: jobctl <command> [<options>]",
+            "",
+            "COMMANDS:",
+        ]
+        for command in commands {
+            lines.append("  " + command.name.padding(toLength: 10, withPad: " ", startingAt: 0) + command.abstract)
+        }
+        lines += [
+            "",
+            "OPTIONS:",
+            "  --db <path>             The event log (default: $JOBCTL_DB, else ./jobctl.db).",
+            "  --version               Show the version.",
+            "  -h, --help              Show help information.",
+            "",
+            "  See 'jobctl help <command>' for detailed help.",
+        ]
+        return lines.joined(separator: "\n")
+    }
+}

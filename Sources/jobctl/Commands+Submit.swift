@@ -1,0 +1,85 @@
+import EventStore
+import Foundation
+import JobModel
+import Manifest
+
+extension Commands {
+    static let submit = CommandSpec(
+        name: "submit",
+        abstract: "Append the jobs of one or more YAML manifests to the event log.",
+        arguments: [ArgumentSpec("manifest", variadic: true, help: "A manifest file, or - for standard input.")],
+        options: [
+            OptionSpec("json", help: "Print an array of {id, key, kind, created} instead of one id per line."),
+            OptionSpec("dry-run", help: "Validate the manifests and print what would be submitted; store nothing."),
+        ],
+        discussion: """
+        Every manifest is validated before anything is stored: one bad job anywhere submits nothing and
+        prints FILE:LINE:COL: error: lines (exit 65). Jobs whose idempotency key already exists are not
+        created again; their existing id is printed. When submit returns 0 the jobs are on disk.
+        """
+    ) { arguments, context in
+        var specs: [JobSpec] = []
+        var failures: [String] = []
+        var readStdin = false
+        for path in arguments.positionals {
+            let text: String
+            let displayPath: String
+            let baseDirectory: String
+            if path == "-" {
+                guard !readStdin else { throw UsageError("'-' (standard input) can be given only once") }
+                readStdin = true
+                let data = FileHandle.standardInput.readDataToEndOfFile()
+                text = String(decoding: data, as: UTF8.self)
+                displayPath = "<stdin>"
+                baseDirectory = FileManager.default.currentDirectoryPath
+                if String(data: data, encoding: .utf8) == nil {
+                    failures.append("<stdin>:1:1: error: the manifest is not valid UTF-8")
+                    continue
+                }
+            } else {
+                guard let data = FileManager.default.contents(atPath: path) else {
+                    failures.append("\(path): error: cannot read the manifest (\(String(cString: strerror(errno))))")
+                    continue
+                }
+                guard let decoded = String(data: data, encoding: .utf8) else {
+                    failures.append("\(path):1:1: error: the manifest is not valid UTF-8")
+                    continue
+                }
+                text = decoded
+                displayPath = path
+                baseDirectory = URL(fileURLWithPath: path).standardizedFileURL.deletingLastPathComponent().path
+            }
+            switch ManifestParser.parse(text: text, path: displayPath, baseDirectory: baseDirectory) {
+            case .success(let parsed): specs += parsed
+            case .failure(let errors): failures.append(errors.render())
+            }
+        }
+        if !failures.isEmpty {
+            emitError(failures.joined(separator: "\n"))
+            emitError("Error: nothing was submitted")
+            return ExitCode.dataError
+        }
+        if arguments.flag("dry-run") {
+            if arguments.flag("json") {
+                emit(try jsonText(specs))
+            } else {
+                for spec in specs { emit("\(spec.kind.rawValue)  \(spec.source ?? "-") → \(spec.destination ?? "-")") }
+                emit("\(specs.count) job(s) valid; nothing submitted (--dry-run)")
+            }
+            return ExitCode.ok
+        }
+        let store = try context.openStore()
+        let outcomes = try store.submit(specs, actor: context.actor, now: Clock.nowMs())
+        if arguments.flag("json") {
+            struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool }
+            emit(try jsonText(outcomes.map { Row(id: $0.id, key: $0.key, kind: $0.kind.rawValue, created: $0.created) }))
+        } else {
+            for outcome in outcomes { emit(outcome.id) }
+            let existing = outcomes.filter { !$0.created }.count
+            if existing > 0 {
+                emitError("note: \(existing) job(s) already existed with the same key and were not submitted again")
+            }
+        }
+        return ExitCode.ok
+    }
+}

@@ -1,0 +1,262 @@
+import Foundation
+import Synchronization
+import Testing
+import TestSupport
+
+@Suite("jobctl binary") struct CLITests {
+    static let manifest = """
+    defaults:
+      queue: media
+      max_attempts: 3
+    jobs:
+      - kind: upload-data
+        data: "hello, world"
+        destination: file://docs/greeting.txt
+        key: greeting
+        metadata:
+          content_type: text/plain
+          custom_metadata:
+            team: storage
+      - kind: download-memory
+        source: file://docs/greeting.txt
+        max_size: 1KiB
+      - kind: fetch-url
+        source: file://docs/greeting.txt
+    """
+
+    @Test func helpAndVersion() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let help = try workspace.jobctl(["--help"])
+        #expect(help.status == 0)
+        #expect(help.stdout.contains("OVERVIEW:"))
+        #expect(help.stdout.contains("submit"))
+        for command in ["submit", "list", "show", "history", "audit", "replay", "migrate", "worker", "watch", "pause", "resume", "cancel", "retry", "result"] {
+            let output = try workspace.jobctl(["help", command])
+            #expect(output.status == 0, "help \(command)")
+            #expect(output.stdout.contains("USAGE: jobctl \(command)"), "help \(command)")
+            #expect(output.stdout.contains("OPTIONS:"), "help \(command)")
+            let dashH = try workspace.jobctl([command, "-h"])
+            #expect(dashH.stdout == output.stdout, "\(command) -h")
+        }
+        let version = try workspace.jobctl(["--version"])
+        #expect(version.status == 0)
+        #expect(version.stdout.hasPrefix("jobctl "))
+    }
+
+    @Test func usageErrorsExit64() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let unknown = try workspace.jobctl(["frobnicate"])
+        #expect(unknown.status == 64)
+        #expect(unknown.stderr.hasPrefix("Error: unknown command 'frobnicate'"))
+        #expect(unknown.stdout.isEmpty)
+        let typo = try workspace.jobctl(["sumbit", "x.yaml"])
+        #expect(typo.stderr.contains("did you mean 'submit'"))
+        let badOption = try workspace.jobctl(["list", "--stat", "queued"])
+        #expect(badOption.status == 64)
+        #expect(badOption.stderr.contains("unknown option '--stat'"))
+        #expect(badOption.stderr.contains("Usage: jobctl list"))
+        let missing = try workspace.jobctl(["show"])
+        #expect(missing.status == 64)
+        #expect(missing.stderr.contains("missing expected argument '<id>'"))
+        let badState = try workspace.jobctl(["list", "--state=done"])
+        #expect(badState.status == 64)
+        #expect(badState.stderr.contains("unknown state 'done'"))
+        let badLimit = try workspace.jobctl(["list", "--limit", "many"])
+        #expect(badLimit.status == 64)
+    }
+
+    @Test func submitThenInspect() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", Self.manifest)
+        let submitted = try workspace.jobctl(["submit", path])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 3)
+        #expect(ids.allSatisfy { $0.count == 26 })
+
+        // The database file is private to its owner.
+        let mode = try FileManager.default.attributesOfItem(atPath: workspace.database)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+
+        let list = try workspace.jobctl(["list"])
+        #expect(list.status == 0)
+        #expect(list.stdout.contains("ID"))
+        #expect(list.stdout.contains("upload-data"))
+        #expect(list.stdout.contains("queued"))
+        #expect(list.stdout.contains("file://docs/greeting.txt"))
+
+        let listJSON = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(listJSON.count == 3)
+        #expect(Set(listJSON.compactMap { $0["id"] as? String }) == Set(ids))
+        #expect(listJSON.allSatisfy { $0["state"] as? String == "queued" && $0["queue"] as? String == "media" })
+        let filtered = try #require(try workspace.json(["list", "--kind", "fetch-url", "--json"]) as? [[String: Any]])
+        #expect(filtered.count == 1)
+
+        let show = try workspace.jobctl(["show", ids[0]])
+        #expect(show.status == 0)
+        #expect(show.stdout.contains("upload-data"))
+        #expect(show.stdout.contains("greeting"))
+        let shown = try #require(try workspace.json(["show", ids[0], "--json"]) as? [String: Any])
+        #expect(shown["id"] as? String == ids[0])
+        #expect(shown["max_attempts"] as? Int == 3)
+        #expect(shown["key"] as? String == "greeting")
+        // A unique prefix works too.
+        let byPrefix = try #require(try workspace.json(["show", String(ids[1].prefix(20)), "--json"]) as? [String: Any])
+        #expect(byPrefix["id"] as? String == ids[1])
+
+        let history = try #require(try workspace.json(["history", ids[0], "--json"]) as? [[String: Any]])
+        #expect(history.count == 1)
+        #expect(history.first?["type"] as? String == "submitted")
+        #expect(history.first?["version"] as? Int == 1)
+        let historyTable = try workspace.jobctl(["history", ids[0]])
+        #expect(historyTable.stdout.contains("submitted"))
+        #expect(historyTable.stdout.contains("cli:"))
+
+        let audit = try #require(try workspace.json(["audit", "--json"]) as? [[String: Any]])
+        #expect(audit.count == 3)
+        let csv = try workspace.jobctl(["audit", "--csv"])
+        let csvLines = csv.stdout.split(separator: "\n")
+        #expect(csvLines.first?.hasPrefix("id,kind,state,attempts") == true)
+        #expect(csvLines.count == 4)
+        let recent = try #require(try workspace.json(["audit", "--since", "1h", "--json"]) as? [[String: Any]])
+        #expect(recent.count == 3)
+        let future = try #require(try workspace.json(["audit", "--since", "2999-01-01", "--json"]) as? [[String: Any]])
+        #expect(future.isEmpty)
+
+        let verify = try workspace.jobctl(["replay", "--verify"])
+        #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
+        #expect(verify.stdout.contains("projection matches"))
+    }
+
+    @Test func idempotentKeysAcrossSubmits() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", Self.manifest)
+        let first = try #require(try workspace.json(["submit", "--json", path]) as? [[String: Any]])
+        let second = try #require(try workspace.json(["submit", "--json", path]) as? [[String: Any]])
+        #expect(first.filter { $0["created"] as? Bool == true }.count == 3)
+        // The keyed job is not created again and keeps its id; the two unkeyed jobs are new.
+        let keyedFirst = first.first { $0["key"] as? String == "greeting" }
+        let keyedSecond = second.first { $0["key"] as? String == "greeting" }
+        #expect(keyedFirst?["id"] as? String == keyedSecond?["id"] as? String)
+        #expect(keyedSecond?["created"] as? Bool == false)
+        let all = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(all.count == 5)
+    }
+
+    @Test func submitFromStandardInput() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let output = try workspace.jobctl(["submit", "-"], stdin: Self.manifest)
+        #expect(output.status == 0, "\(output.stderr)")
+        #expect(output.stdout.split(separator: "\n").count == 3)
+    }
+
+    @Test func badManifestSubmitsNothing() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let good = try workspace.write("good.yaml", Self.manifest)
+        let bad = try workspace.write("bad.yaml", """
+        jobs:
+          - kind: upload-data
+            data: "x"
+            destination: gs://bucket/ok.txt
+          - kind: download-memory
+            source: gs://bucket/a.txt
+            max_size: lots
+        """)
+        let output = try workspace.jobctl(["submit", good, bad])
+        #expect(output.status == 65)
+        #expect(output.stderr.contains("bad.yaml:7:15: error:"), "\(output.stderr)")
+        #expect(output.stderr.contains("    max_size: lots"))
+        #expect(output.stderr.contains("nothing was submitted"))
+        #expect(output.stdout.isEmpty)
+        // Nothing stored: the good manifest's jobs are not there either.
+        if FileManager.default.fileExists(atPath: workspace.database) {
+            let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+            #expect(jobs.isEmpty)
+        }
+        let missing = try workspace.jobctl(["submit", workspace.directory.file("nope.yaml")])
+        #expect(missing.status == 65)
+        #expect(missing.stderr.contains("nope.yaml: error: cannot read the manifest"))
+    }
+
+    @Test func controlsAndRefusals() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", Self.manifest)
+        let ids = try workspace.jobctl(["submit", path]).stdout.split(separator: "\n").map(String.init)
+        let paused = try workspace.jobctl(["pause", ids[0]])
+        #expect(paused.status == 0)
+        #expect(paused.stdout.contains("paused"))
+        let resumed = try workspace.jobctl(["resume", ids[0]])
+        #expect(resumed.stdout.contains("queued"))
+        let cancelled = try workspace.jobctl(["cancel", ids[1]])
+        #expect(cancelled.stdout.contains("cancelled"))
+        let cancelledJSON = try #require(try workspace.json(["show", ids[1], "--json"]) as? [String: Any])
+        let error = try #require(cancelledJSON["error"] as? [String: Any])
+        #expect(error["name"] as? String == "cancelled")
+        #expect(error["code"] as? Int == -13040)
+        let pauseCancelled = try workspace.jobctl(["pause", ids[1]])
+        #expect(pauseCancelled.status == 1)
+        #expect(pauseCancelled.stderr.contains("Error:"))
+        let retried = try workspace.jobctl(["retry", ids[1]])
+        #expect(retried.status == 0)
+        #expect(retried.stdout.contains("queued"))
+        let retryQueued = try workspace.jobctl(["retry", ids[1]])
+        #expect(retryQueued.status == 1)
+        let unknown = try workspace.jobctl(["show", "ZZZZZZZZZZ"])
+        #expect(unknown.status == 1)
+        #expect(unknown.stderr.hasPrefix("Error:"))
+        let history = try #require(try workspace.json(["history", ids[1], "--json"]) as? [[String: Any]])
+        #expect(history.compactMap { $0["type"] as? String } == ["submitted", "cancelled", "retried"])
+        let result = try workspace.jobctl(["result", ids[0]])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("only succeeded jobs have a result"))
+    }
+
+    @Test func readCommandsOnMissingDatabase() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let output = try workspace.jobctl(["list"])
+        #expect(output.status == 1)
+        #expect(output.stderr.contains("no job database"))
+        #expect(!FileManager.default.fileExists(atPath: workspace.database))
+    }
+
+    /// Several `jobctl submit` processes at once on one file: nothing lost, nothing doubled.
+    @Test func concurrentSubmitProcesses() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let processes = 4
+        let jobsEach = 25
+        var paths: [String] = []
+        for p in 0..<processes {
+            var text = "jobs:\n"
+            for j in 0..<jobsEach {
+                text += "  - {kind: upload-data, data: \"\(p)-\(j)\", destination: \"gs://b/p\(p)/\(j).txt\", key: \"k-\(p)-\(j)\"}\n"
+            }
+            // Every process also submits one shared key: exactly one job may exist for it.
+            text += "  - {kind: upload-data, data: shared, destination: gs://b/shared.txt, key: shared}\n"
+            paths.append(try workspace.write("m\(p).yaml", text))
+        }
+        let outputs = Mutex<[ProcessOutput]>([])
+        DispatchQueue.concurrentPerform(iterations: processes) { index in
+            if let output = try? workspace.jobctl(["submit", "--json", paths[index]]) {
+                outputs.withLock { $0.append(output) }
+            }
+        }
+        let results = outputs.withLock { $0 }
+        #expect(results.count == processes)
+        #expect(results.allSatisfy { $0.status == 0 }, "\(results.map(\.stderr))")
+        let jobs = try #require(try workspace.json(["list", "--limit", "0", "--json"]) as? [[String: Any]])
+        #expect(jobs.count == processes * jobsEach + 1)
+        let keys = jobs.compactMap { $0["key"] as? String }
+        #expect(Set(keys).count == keys.count)
+        let verify = try workspace.jobctl(["replay", "--verify"])
+        #expect(verify.status == 0)
+    }
+}
