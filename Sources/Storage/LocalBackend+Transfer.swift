@@ -175,7 +175,7 @@ final class LocalTransfer {
 
     /// A full disk ends the job, so its temporary file goes to give the space back.
     private func discardOnDiskFull(_ error: StorageError, _ temp: LocalFile) {
-        guard error.message.hasPrefix("disk full") else { return }
+        guard LocalFiles.isDiskFull(error) else { return }
         temp.close()
         LocalFiles.remove(temp.path)
     }

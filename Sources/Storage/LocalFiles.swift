@@ -17,13 +17,21 @@ enum LocalFiles {
         case source, object, destination, other
     }
 
+    /// How every disk-full message starts, so callers can tell that case apart (`isDiskFull`).
+    static let diskFullPrefix = "disk full"
+
+    /// Whether `error` reports a full disk (ENOSPC/EDQUOT): the job cannot continue, so its temp file goes.
+    static func isDiskFull(_ error: StorageError) -> Bool {
+        error.code == .internalError && error.message.hasPrefix(diskFullPrefix)
+    }
+
     /// Maps an errno to a typed error with a remedy.
     static func error(_ code: Int32, _ operation: String, path: String, context: Context = .other) -> StorageError {
         let cause = String(cString: strerror(code))
         switch code {
         case ENOSPC, EDQUOT:
             return StorageError(.internalError,
-                                "disk full while \(operation) '\(path)': free space on that filesystem, then retry the job",
+                                "\(diskFullPrefix) while \(operation) '\(path)': free space on that filesystem, then retry the job",
                                 cause: cause)
         case EACCES, EPERM:
             return StorageError(.unauthorized,

@@ -76,7 +76,7 @@ public final class PartialFile {
         do {
             try file.write(bytes)
         } catch {
-            if error.message.hasPrefix("disk full") { discard() }
+            if LocalFiles.isDiskFull(error) { discard() }
             throw error
         }
         bytesWritten += Int64(bytes.count)
@@ -96,7 +96,7 @@ public final class PartialFile {
         do {
             try file.sync()
         } catch {
-            if error.message.hasPrefix("disk full") { discard() }
+            if LocalFiles.isDiskFull(error) { discard() }
             throw error
         }
     }

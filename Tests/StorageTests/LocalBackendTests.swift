@@ -234,6 +234,22 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(try JSONDecoder().decode(StorageObject.self, from: sidecar).downloadTokens == token)
     }
 
+    @Test func concurrentFetchURLsAgreeOnOneToken() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        _ = try finished(try await run(sandbox.backend(),
+                                       JobSpec(kind: .uploadData, destination: "file://pub/race.txt", data: Data("x".utf8))))
+        let backend = sandbox.backend()
+        let urls = try await withThrowingTaskGroup(of: String?.self) { group in
+            for _ in 0..<8 {
+                group.addTask { try finished(try await run(backend, JobSpec(kind: .fetchURL, source: "file://pub/race.txt"))).url }
+            }
+            return try await group.reduce(into: Set<String?>()) { $0.insert($1) }
+        }
+        #expect(urls.count == 1)
+        #expect(urls.first??.contains("?token=") == true)
+    }
+
     // MARK: - Content types and policy
 
     @Test(arguments: [
