@@ -25,6 +25,9 @@ import Glibc
 ///   file and sidecar are synced and renamed into place and the directory synced. The object and its
 ///   sidecar are two renames: a crash between them leaves the new object with the old sidecar, which
 ///   the next download reports as `nonMatchingChecksum` rather than serving silently.
+///   Each upload is a new generation (metageneration 1, no download tokens). A session whose source
+///   changed size since its resume point is discarded and the upload starts over. A session file left
+///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it.
 /// - Downloads go through `PartialFile` and resume pinned to the object's generation.
 /// - fetch-url returns `file:///<absolute path>?token=<token>`: for local buckets the URL is only
 ///   meaningful on this machine; the token (created once, as Firebase does) is what a download URL
