@@ -1,0 +1,51 @@
+/// Content types inferred from file extensions, as `putFile(from:)` does when no contentType is given.
+public enum ContentTypes {
+    /// The type used when the extension is unknown or missing.
+    public static let fallback = "application/octet-stream"
+
+    /// The content type for `path`'s extension (case-insensitive); `application/octet-stream` when unknown.
+    /// Only the last path component counts, and a leading dot (`.bashrc`) is not an extension.
+    public static func infer(path: String) -> String {
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return fallback }
+        let ext = name[name.index(after: dot)...].lowercased()
+        return table[ext] ?? fallback
+    }
+
+    /// Extension (lower case, no dot) → type.
+    public static let table: [String: String] = [
+        // Images
+        "jpg": "image/jpeg", "jpeg": "image/jpeg", "png": "image/png", "gif": "image/gif", "webp": "image/webp",
+        "svg": "image/svg+xml", "ico": "image/vnd.microsoft.icon", "bmp": "image/bmp", "tif": "image/tiff",
+        "tiff": "image/tiff", "avif": "image/avif", "heic": "image/heic",
+        // Text and web
+        "txt": "text/plain", "html": "text/html", "htm": "text/html", "css": "text/css",
+        "js": "text/javascript", "mjs": "text/javascript", "json": "application/json", "xml": "application/xml",
+        "csv": "text/csv", "md": "text/markdown", "yaml": "application/yaml", "yml": "application/yaml",
+        "ics": "text/calendar", "map": "application/json",
+        // Documents
+        "pdf": "application/pdf", "rtf": "application/rtf", "doc": "application/msword",
+        "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "xls": "application/vnd.ms-excel",
+        "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "ppt": "application/vnd.ms-powerpoint",
+        "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        "odt": "application/vnd.oasis.opendocument.text", "epub": "application/epub+zip",
+        // Archives
+        "zip": "application/zip", "gz": "application/gzip", "tgz": "application/gzip", "tar": "application/x-tar",
+        "bz2": "application/x-bzip2", "7z": "application/x-7z-compressed", "xz": "application/x-xz",
+        "zst": "application/zstd", "rar": "application/vnd.rar",
+        // Audio
+        "mp3": "audio/mpeg", "wav": "audio/wav", "ogg": "audio/ogg", "flac": "audio/flac", "m4a": "audio/mp4",
+        "aac": "audio/aac", "opus": "audio/opus",
+        // Video
+        "mp4": "video/mp4", "mov": "video/quicktime", "avi": "video/x-msvideo", "webm": "video/webm",
+        "mkv": "video/x-matroska", "m4v": "video/mp4", "mpeg": "video/mpeg", "mpg": "video/mpeg",
+        // Fonts
+        "woff": "font/woff", "woff2": "font/woff2", "ttf": "font/ttf", "otf": "font/otf",
+        // Binaries
+        "wasm": "application/wasm", "exe": "application/vnd.microsoft.portable-executable",
+        "dll": "application/vnd.microsoft.portable-executable", "apk": "application/vnd.android.package-archive",
+        "bat": "application/x-msdos-program", "sh": "application/x-sh", "jar": "application/java-archive",
+    ]
+}

@@ -1,0 +1,543 @@
+import Checksums
+import Foundation
+import JobModel
+@testable import Storage
+import Synchronization
+import Testing
+import TestSupport
+
+// MARK: - Helpers
+
+/// A fresh directory with a buckets directory and a backend pointing at it.
+private struct Sandbox {
+    let directory: TemporaryDirectory
+    var buckets: String { directory.file("buckets") }
+
+    init() throws {
+        directory = try TemporaryDirectory("jobctl-local")
+        try FileManager.default.createDirectory(atPath: directory.file("buckets"), withIntermediateDirectories: true)
+    }
+
+    func backend(refusing: Set<String> = [], checkpoint: Int64 = LocalBackend.defaultCheckpointInterval,
+                 buckets: String? = nil) -> LocalBackend {
+        LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets ?? self.buckets,
+                                                         executableUploadPolicy: refusing),
+                     checkpointInterval: checkpoint)
+    }
+
+    func write(_ name: String, _ data: Data) throws -> String {
+        let path = directory.file(name)
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
+                                                withIntermediateDirectories: true)
+        try data.write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// Every file name in `directory` (hidden ones included).
+    func entries(_ directory: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
+    }
+}
+
+/// Records what a transfer reports and optionally stops it at the first checkpoint.
+private final class Recorder: Sendable {
+    private let events = Mutex<[TransferEvent]>([])
+    let control = TransferControl()
+    let stopAtCheckpoint: StopReason?
+
+    init(stopAtCheckpoint: StopReason? = nil) { self.stopAtCheckpoint = stopAtCheckpoint }
+
+    var report: @Sendable (TransferEvent) -> Void {
+        { [self] event in
+            events.withLock { $0.append(event) }
+            if case .checkpoint = event, let reason = stopAtCheckpoint { control.stop(reason) }
+        }
+    }
+
+    var all: [TransferEvent] { events.withLock { $0 } }
+
+    var checkpoints: [ResumePoint] {
+        all.compactMap { if case .checkpoint(let point, _) = $0 { point } else { nil } }
+    }
+
+    var progress: [Int64] {
+        all.compactMap { if case .progress(let done, _) = $0 { done } else { nil } }
+    }
+}
+
+private func randomData(_ count: Int) throws -> Data {
+    let handle = try #require(FileHandle(forReadingAtPath: "/dev/urandom"))
+    defer { try? handle.close() }
+    return handle.readData(ofLength: count)
+}
+
+/// MD5 and CRC32C computed apart from the backend, base64 as GCS reports them.
+private func checksums(_ data: Data) -> (md5: String, crc32c: String) {
+    let crc = CRC32C.checksum(data)
+    let bigEndian = Data([UInt8(crc >> 24), UInt8((crc >> 16) & 0xFF), UInt8((crc >> 8) & 0xFF), UInt8(crc & 0xFF)])
+    return (Data(Digest.md5(data)).base64EncodedString(), bigEndian.base64EncodedString())
+}
+
+private func run(_ backend: LocalBackend, _ spec: JobSpec, from resume: ResumePoint? = nil,
+                 recorder: Recorder = Recorder()) async throws(StorageError) -> TransferOutcome {
+    try await backend.perform(spec, resumingFrom: resume, control: recorder.control, report: recorder.report)
+}
+
+private func finished(_ outcome: TransferOutcome) throws -> JobResult {
+    guard case .finished(let result) = outcome else {
+        Issue.record("expected a finished transfer, got \(outcome)")
+        throw StorageError(.unknown, "not finished")
+    }
+    return result
+}
+
+private func expectError(_ code: StorageErrorCode, _ body: () async throws(StorageError) -> TransferOutcome) async -> StorageError? {
+    do {
+        let outcome = try await body()
+        Issue.record("expected \(code.name), got \(outcome)")
+        return nil
+    } catch {
+        #expect(error.code == code, "\(error)")
+        return error
+    }
+}
+
+// MARK: - The five kinds
+
+@Suite struct LocalBackendTests {
+    @Test func uploadFileStoresBytesChecksumsAndMetadataSidecar() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(3 * 1024 * 1024 + 17)
+        let source = try sandbox.write("in/photo.JPG", bytes)
+        let metadata = UploadMetadata(cacheControl: "public, max-age=60", contentLanguage: "en",
+                                      customMetadata: ["owner": "night-shift"])
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://media/2026/photo.JPG", metadata: metadata)
+        let recorder = Recorder()
+
+        let result = try finished(try await run(sandbox.backend(), spec, recorder: recorder))
+
+        let expected = checksums(bytes)
+        #expect(result.size == Int64(bytes.count))
+        #expect(result.md5 == expected.md5)
+        #expect(result.crc32c == expected.crc32c)
+        let object = try #require(result.object)
+        #expect(object.bucket == "media" && object.name == "2026/photo.JPG")
+        #expect(object.contentType == "image/jpeg")
+        #expect(object.cacheControl == "public, max-age=60" && object.contentLanguage == "en")
+        #expect(object.customMetadata == ["owner": "night-shift"])
+        #expect(object.md5Hash == expected.md5 && object.crc32c == expected.crc32c)
+        #expect(object.generation != nil && object.metageneration == "1" && object.timeCreated != nil)
+        #expect(recorder.progress.last == Int64(bytes.count))
+
+        // An independent tool agrees on the MD5 of the stored file.
+        let stored = sandbox.buckets + "/media/2026/photo.JPG"
+        let md5sum = try runProcess("/usr/bin/md5sum", [stored])
+        let hex = Digest.md5(bytes).map { String(format: "%02x", $0) }.joined()
+        #expect(md5sum.stdout.hasPrefix(hex))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: stored)) == bytes)
+
+        // Sidecar round trip: the JSON beside the object decodes to exactly the reported metadata, and
+        // only the object and its sidecar are left (no temp files).
+        let sidecar = try Data(contentsOf: URL(fileURLWithPath: sandbox.buckets + "/media/2026/.photo.JPG.jobctl-meta.json"))
+        #expect(try JSONDecoder().decode(StorageObject.self, from: sidecar) == object)
+        #expect(sandbox.entries(sandbox.buckets + "/media/2026") == [".photo.JPG.jobctl-meta.json", "photo.JPG"])
+    }
+
+    @Test func uploadDataWithExplicitContentTypeThenDownloadMemoryReturnsItAndTheMetadata() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let backend = sandbox.backend()
+        let bytes = Data("hello, local bucket\n".utf8)
+        let upload = JobSpec(kind: .uploadData, destination: "file://docs/notes/readme.txt", data: bytes,
+                             metadata: UploadMetadata(contentType: "text/x-custom", customMetadata: ["k": "v"]))
+        let uploaded = try finished(try await run(backend, upload))
+        #expect(uploaded.object?.contentType == "text/x-custom")
+
+        let download = JobSpec(kind: .downloadMemory, source: "file://docs/notes/readme.txt", maxSize: 1024)
+        let result = try finished(try await run(sandbox.backend(), download))
+        #expect(result.data == bytes)
+        #expect(result.size == Int64(bytes.count))
+        #expect(result.md5 == checksums(bytes).md5 && result.crc32c == checksums(bytes).crc32c)
+        #expect(result.object == uploaded.object)
+    }
+
+    @Test func uploadDataInfersContentTypeFromTheDestinationName() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let spec = JobSpec(kind: .uploadData, destination: "file://site/index.HTML", data: Data("<p>".utf8))
+        #expect(try finished(try await run(sandbox.backend(), spec)).object?.contentType == "text/html")
+    }
+
+    @Test func downloadFileCreatesParentsAndMatchesChecksums() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(2 * 1024 * 1024 + 5)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/x.bin", data: bytes)))
+        let destination = sandbox.directory.file("out/nested/copy.bin")
+
+        let result = try finished(try await run(sandbox.backend(),
+                                                JobSpec(kind: .downloadFile, source: "file://b/x.bin", destination: destination)))
+
+        #expect(result.path == destination)
+        #expect(result.size == Int64(bytes.count))
+        #expect(result.md5 == checksums(bytes).md5 && result.crc32c == checksums(bytes).crc32c)
+        #expect(result.object?.name == "x.bin")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+        #expect(sandbox.entries(sandbox.directory.file("out/nested")) == ["copy.bin"])
+    }
+
+    @Test func downloadFileOfAnAbsolutePathWithoutSidecar() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = Data("plain file, no sidecar".utf8)
+        let source = try sandbox.write("plain.txt", bytes)
+        let result = try finished(try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://" + source,
+                                                                           destination: sandbox.directory.file("copy.txt"))))
+        #expect(result.md5 == checksums(bytes).md5)
+        #expect(result.object?.bucket == "" && result.object?.contentType == "text/plain")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: sandbox.directory.file("copy.txt"))) == bytes)
+    }
+
+    @Test func downloadMemoryAboveMaxSizeIsRefusedBeforeReading() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = Data(repeating: 7, count: 4096)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/big", data: bytes)))
+        let recorder = Recorder()
+        let error = await expectError(.downloadSizeExceeded) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .downloadMemory, source: "file://b/big", maxSize: 4095), recorder: recorder)
+        }
+        #expect(error?.total == 4096 && error?.maximum == 4095)
+        #expect(recorder.progress.isEmpty)
+    }
+
+    @Test func fetchURLCreatesATokenOnceAndReusesIt() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        _ = try finished(try await run(sandbox.backend(),
+                                       JobSpec(kind: .uploadData, destination: "file://pub/a b.txt", data: Data("x".utf8))))
+        let spec = JobSpec(kind: .fetchURL, source: "file://pub/a b.txt")
+
+        let first = try finished(try await run(sandbox.backend(), spec))
+        let second = try finished(try await run(sandbox.backend(), spec))
+
+        let url = try #require(first.url)
+        let token = try #require(first.object?.downloadTokens)
+        #expect(UUID(uuidString: token) != nil)
+        #expect(url.hasPrefix("file://") && url.hasSuffix("/pub/a%20b.txt?token=" + token))
+        #expect(second.url == url)
+        #expect(second.object?.downloadTokens == token)
+        #expect(first.object?.metageneration == "2" && second.object?.metageneration == "2")
+        // The token is persisted in the sidecar.
+        let sidecar = try Data(contentsOf: URL(fileURLWithPath: sandbox.buckets + "/pub/.a b.txt.jobctl-meta.json"))
+        #expect(try JSONDecoder().decode(StorageObject.self, from: sidecar).downloadTokens == token)
+    }
+
+    @Test func concurrentFetchURLsAgreeOnOneToken() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        _ = try finished(try await run(sandbox.backend(),
+                                       JobSpec(kind: .uploadData, destination: "file://pub/race.txt", data: Data("x".utf8))))
+        let backend = sandbox.backend()
+        let urls = try await withThrowingTaskGroup(of: String?.self) { group in
+            for _ in 0..<8 {
+                group.addTask { try finished(try await run(backend, JobSpec(kind: .fetchURL, source: "file://pub/race.txt"))).url }
+            }
+            return try await group.reduce(into: Set<String?>()) { $0.insert($1) }
+        }
+        #expect(urls.count == 1)
+        #expect(urls.first??.contains("?token=") == true)
+    }
+
+    // MARK: - Content types and policy
+
+    @Test(arguments: [
+        ("a.jpg", "image/jpeg"), ("A.JPEG", "image/jpeg"), ("x/y.png", "image/png"), ("g.GIF", "image/gif"),
+        ("w.webp", "image/webp"), ("s.svg", "image/svg+xml"), ("t.tiff", "image/tiff"), ("t.tif", "image/tiff"),
+        ("r.txt", "text/plain"), ("i.htm", "text/html"), ("s.css", "text/css"), ("m.mjs", "text/javascript"),
+        ("d.json", "application/json"), ("c.csv", "text/csv"), ("p.pdf", "application/pdf"), ("z.zip", "application/zip"),
+        ("a.tar.gz", "application/gzip"), ("m.mp3", "audio/mpeg"), ("v.mp4", "video/mp4"), ("v.MKV", "video/x-matroska"),
+        ("f.woff2", "font/woff2"), ("w.wasm", "application/wasm"), ("c.yml", "application/yaml"),
+        ("d.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+        ("noext", "application/octet-stream"), (".bashrc", "application/octet-stream"),
+        ("x.unknownext", "application/octet-stream"), ("dir.d/file", "application/octet-stream"),
+    ])
+    func contentTypeInference(path: String, type: String) {
+        #expect(ContentTypes.infer(path: path) == type)
+    }
+
+    @Test func executablePolicyRefusesListedBucketsOnly() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let backend = sandbox.backend(refusing: ["locked"])
+        let source = try sandbox.write("setup.EXE", Data("MZ".utf8))
+
+        let error = await expectError(.unauthorized) { () throws(StorageError) in
+            try await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://locked/setup.EXE"))
+        }
+        #expect(error?.message.contains("bucket 'locked' refuses executable uploads (.exe)") == true)
+        #expect(error?.message.contains("JOBCTL_REFUSE_EXECUTABLES") == true)
+        // The source name counts too, whatever the destination is called.
+        _ = await expectError(.unauthorized) { () throws(StorageError) in
+            try await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://locked/renamed.bin"))
+        }
+        _ = await expectError(.unauthorized) { () throws(StorageError) in
+            try await run(backend, JobSpec(kind: .uploadData, destination: "file://locked/lib.Dll", data: Data("x".utf8)))
+        }
+        #expect(!FileManager.default.fileExists(atPath: sandbox.buckets + "/locked/setup.EXE"))
+
+        // Elsewhere it is allowed; with `*` it is refused everywhere.
+        _ = try finished(try await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://open/setup.EXE")))
+        _ = await expectError(.unauthorized) { () throws(StorageError) in
+            try await run(sandbox.backend(refusing: ["*"]), JobSpec(kind: .uploadData, destination: "file://open/app.apk", data: Data()))
+        }
+        _ = try finished(try await run(sandbox.backend(refusing: ["*"]),
+                                       JobSpec(kind: .uploadData, destination: "file://open/notes.txt", data: Data())))
+    }
+
+    @Test func uploadPolicyChecksByValue() throws {
+        let policy = UploadPolicy(refusingExecutablesIn: ["b"])
+        #expect(throws: StorageError.self) { try policy.check(reference: try StorageReference(parsing: "gs://b/x.ipa"), sourceName: nil) }
+        #expect(throws: StorageError.self) { try policy.check(reference: try StorageReference(parsing: "gs://b/x"), sourceName: "run.BAT") }
+        try policy.check(reference: try StorageReference(parsing: "gs://c/x.ipa"), sourceName: nil)
+        try policy.check(reference: try StorageReference(parsing: "gs://b/exe.txt"), sourceName: "exe")
+    }
+
+    // MARK: - Paths
+
+    @Test func symlinkLeavingTheBucketIsRefused() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let outside = sandbox.directory.file("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        _ = try sandbox.write("outside/secret.txt", Data("secret".utf8))
+        try FileManager.default.createDirectory(atPath: sandbox.buckets + "/b", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: sandbox.buckets + "/b/escape", withDestinationPath: outside)
+        let backend = sandbox.backend()
+
+        _ = await expectError(.pathError) { () throws(StorageError) in
+            try await run(backend, JobSpec(kind: .downloadMemory, source: "file://b/escape/secret.txt"))
+        }
+        _ = await expectError(.pathError) { () throws(StorageError) in
+            try await run(backend, JobSpec(kind: .uploadData, destination: "file://b/escape/planted.txt", data: Data("x".utf8)))
+        }
+        _ = await expectError(.pathError) { () throws(StorageError) in
+            try await run(backend, JobSpec(kind: .fetchURL, source: "file://b/escape/secret.txt"))
+        }
+        #expect(sandbox.entries(outside) == ["secret.txt"])
+
+        // A link that stays inside the bucket is fine.
+        try FileManager.default.createDirectory(atPath: sandbox.buckets + "/b/real", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: sandbox.buckets + "/b/alias", withDestinationPath: sandbox.buckets + "/b/real")
+        _ = try finished(try await run(backend, JobSpec(kind: .uploadData, destination: "file://b/alias/ok.txt", data: Data("ok".utf8))))
+        #expect(FileManager.default.fileExists(atPath: sandbox.buckets + "/b/real/ok.txt"))
+    }
+
+    @Test func missingSourceIsAPathErrorNamingIt() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let missing = sandbox.directory.file("nope.bin")
+        let error = await expectError(.pathError) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .uploadFile, source: missing, destination: "file://b/x"))
+        }
+        #expect(error?.message.contains(missing) == true)
+        #expect(error?.retryable == false)
+        _ = await expectError(.invalidArgument) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .uploadFile, source: sandbox.directory.path, destination: "file://b/x"))
+        }
+    }
+
+    @Test func missingObjectAndMissingBucket() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        try FileManager.default.createDirectory(atPath: sandbox.buckets + "/b", withIntermediateDirectories: true)
+        for kind in [JobKind.downloadMemory, .fetchURL] {
+            _ = await expectError(.objectNotFound) { () throws(StorageError) in
+                try await run(sandbox.backend(), JobSpec(kind: kind, source: "file://b/absent.txt"))
+            }
+            _ = await expectError(.bucketNotFound) { () throws(StorageError) in
+                try await run(sandbox.backend(), JobSpec(kind: kind, source: "file://nobucket/absent.txt"))
+            }
+        }
+        let destination = sandbox.directory.file("dl.txt")
+        _ = await expectError(.objectNotFound) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/absent.txt", destination: destination))
+        }
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        #expect(!FileManager.default.fileExists(atPath: sandbox.buckets + "/nobucket"))
+    }
+
+    // MARK: - Pause, resume, cancel
+
+    @Test func pausedUploadResumesOnANewBackendWithoutRereadingThePrefix() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(9 * 1024 * 1024 + 123)
+        let total = Int64(bytes.count)
+        let source = try sandbox.write("big.bin", bytes)
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/dir/big.bin")
+        let first = sandbox.backend(checkpoint: 2 * 1024 * 1024)
+        let pausing = Recorder(stopAtCheckpoint: .pause)
+
+        let stopped = try await run(first, spec, recorder: pausing)
+
+        guard case .stopped(.pause, let point?) = stopped, case .upload(let session, let offset, let recordedTotal) = point else {
+            Issue.record("expected a pause with an upload resume point, got \(stopped)")
+            return
+        }
+        #expect(pausing.checkpoints.first == point)
+        #expect(offset == 2 * 1024 * 1024 && recordedTotal == total)
+        #expect(session.hasPrefix("file-session:"))
+        #expect(!FileManager.default.fileExists(atPath: sandbox.buckets + "/b/dir/big.bin"))
+        #expect(first.statistics.sourceBytesRead < total / 2)
+
+        let second = sandbox.backend(checkpoint: 2 * 1024 * 1024)
+        let resuming = Recorder()
+        let result = try finished(try await run(second, spec, from: point, recorder: resuming))
+
+        #expect(try Data(contentsOf: URL(fileURLWithPath: sandbox.buckets + "/b/dir/big.bin")) == bytes)
+        #expect(result.md5 == checksums(bytes).md5 && result.crc32c == checksums(bytes).crc32c)
+        #expect(second.statistics.sourceBytesRead == total - offset)
+        #expect(resuming.progress.first == offset)
+        #expect(sandbox.entries(sandbox.buckets + "/b/dir") == [".big.bin.jobctl-meta.json", "big.bin"])
+    }
+
+    @Test func uploadResumePointForAChangedSourceStartsOver() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let source = try sandbox.write("f.bin", try randomData(3 * 1024 * 1024))
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/f.bin")
+        let stopped = try await run(sandbox.backend(checkpoint: 1024 * 1024), spec, recorder: Recorder(stopAtCheckpoint: .shutdown))
+        guard case .stopped(.shutdown, let point?) = stopped else { Issue.record("\(stopped)"); return }
+
+        let replaced = try randomData(1024 * 1024 + 1)
+        _ = try sandbox.write("f.bin", replaced)
+        let backend = sandbox.backend()
+        let result = try finished(try await run(backend, spec, from: point))
+        #expect(result.md5 == checksums(replaced).md5)
+        #expect(backend.statistics.sourceBytesRead == Int64(replaced.count))
+        #expect(sandbox.entries(sandbox.buckets + "/b") == [".f.bin.jobctl-meta.json", "f.bin"])
+    }
+
+    @Test func pausedDownloadResumesFromItsPartialFile() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(7 * 1024 * 1024 + 9)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/v.mkv", data: bytes)))
+        let destination = sandbox.directory.file("dl/v.mkv")
+        let spec = JobSpec(kind: .downloadFile, source: "file://b/v.mkv", destination: destination)
+
+        let stopped = try await run(sandbox.backend(checkpoint: 3 * 1024 * 1024), spec, recorder: Recorder(stopAtCheckpoint: .pause))
+
+        guard case .stopped(.pause, let point?) = stopped,
+              case .download(let written, let generation, _, let tempPath?) = point else {
+            Issue.record("expected a paused download with a resume point, got \(stopped)")
+            return
+        }
+        #expect(written == 3 * 1024 * 1024 && generation != nil)
+        #expect(tempPath == PartialFile.tempPath(for: destination))
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        let partialSize = try FileManager.default.attributesOfItem(atPath: tempPath)[.size] as? Int
+        #expect(partialSize == Int(written))
+
+        let resuming = Recorder()
+        let result = try finished(try await run(sandbox.backend(checkpoint: 3 * 1024 * 1024), spec, from: point, recorder: resuming))
+        #expect(resuming.progress.first == written)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+        #expect(result.md5 == checksums(bytes).md5 && result.crc32c == checksums(bytes).crc32c)
+        #expect(!FileManager.default.fileExists(atPath: tempPath))
+    }
+
+    @Test func downloadResumeAfterTheObjectChangedStartsOver() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        _ = try finished(try await run(sandbox.backend(),
+                                       JobSpec(kind: .uploadData, destination: "file://b/o", data: try randomData(3 * 1024 * 1024))))
+        let destination = sandbox.directory.file("o")
+        let spec = JobSpec(kind: .downloadFile, source: "file://b/o", destination: destination)
+        let stopped = try await run(sandbox.backend(checkpoint: 1024 * 1024), spec, recorder: Recorder(stopAtCheckpoint: .pause))
+        guard case .stopped(_, let point?) = stopped else { Issue.record("\(stopped)"); return }
+
+        let replacement = try randomData(2 * 1024 * 1024)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/o", data: replacement)))
+        let resuming = Recorder()
+        let result = try finished(try await run(sandbox.backend(), spec, from: point, recorder: resuming))
+        #expect(resuming.progress.first == 0)
+        #expect(result.md5 == checksums(replacement).md5)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == replacement)
+    }
+
+    @Test func cancelRemovesTemporaryFiles() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(3 * 1024 * 1024)
+        let source = try sandbox.write("src/c.bin", bytes)
+        let backend = sandbox.backend(checkpoint: 1024 * 1024)
+
+        let upload = try await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/c.bin"),
+                                   recorder: Recorder(stopAtCheckpoint: .cancel))
+        #expect(upload == .stopped(.cancel, nil))
+        #expect(sandbox.entries(sandbox.buckets + "/b").isEmpty)
+
+        _ = try finished(try await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/c.bin")))
+        let destination = sandbox.directory.file("dl/c.bin")
+        let download = try await run(backend, JobSpec(kind: .downloadFile, source: "file://b/c.bin", destination: destination),
+                                     recorder: Recorder(stopAtCheckpoint: .cancel))
+        #expect(download == .stopped(.cancel, nil))
+        #expect(sandbox.entries(sandbox.directory.file("dl")).isEmpty)
+    }
+
+    // MARK: - Integrity and failures
+
+    @Test func corruptObjectFailsTheChecksumAndLeavesNoFile() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(1024 * 1024 + 3)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/k.bin", data: bytes)))
+        // Flip one byte of the stored object; the sidecar still describes the original.
+        let stored = sandbox.buckets + "/b/k.bin"
+        var corrupted = bytes
+        corrupted[1000] ^= 0xFF
+        try corrupted.write(to: URL(fileURLWithPath: stored))
+
+        let destination = sandbox.directory.file("dl/k.bin")
+        _ = await expectError(.nonMatchingChecksum) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/k.bin", destination: destination))
+        }
+        #expect(sandbox.entries(sandbox.directory.file("dl")).isEmpty)
+        _ = await expectError(.nonMatchingChecksum) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .downloadMemory, source: "file://b/k.bin", maxSize: 1 << 21))
+        }
+    }
+
+    @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func fullDiskIsATypedErrorAndLeavesNoFinalFile() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let small = sandbox.directory.file("small")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
+        let mount = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", small])
+        try #require(mount.status == 0, "mount failed: \(mount.stderr)")
+        defer { _ = try? runProcess("/bin/umount", [small]) }
+        let bytes = try randomData(2 * 1024 * 1024)
+
+        // Upload into a bucket on the full filesystem.
+        let source = try sandbox.write("two.bin", bytes)
+        let error = await expectError(.internalError) { () throws(StorageError) in
+            try await run(sandbox.backend(buckets: small), JobSpec(kind: .uploadFile, source: source, destination: "file://b/two.bin"))
+        }
+        #expect(error?.message.hasPrefix("disk full") == true)
+        #expect(error?.retryable == false)
+        #expect(sandbox.entries(small + "/b").isEmpty)
+
+        // Download onto the full filesystem.
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/two.bin", data: bytes)))
+        let destination = small + "/dl/two.bin"
+        let downloadError = await expectError(.internalError) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/two.bin", destination: destination))
+        }
+        #expect(downloadError?.message.hasPrefix("disk full") == true)
+        #expect(sandbox.entries(small + "/dl").isEmpty)
+    }
+}
