@@ -116,7 +116,7 @@ extension Commands {
         if arguments.flag("json") && arguments.flag("csv") { throw UsageError("--json and --csv cannot be combined") }
         let now = Clock.nowMs()
         let store = try context.openStore(readOnly: true)
-        let filter = JobFilter(states: try arguments.states(), kinds: try arguments.kinds(), queue: nil, limit: nil,
+        let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(), queue: nil, limit: nil,
                                createdSince: try arguments.time("since", now: now), createdUntil: try arguments.time("until", now: now))
         let rows = try store.jobs(filter: filter).reversed().map(AuditRow.init)
         if arguments.flag("json") {

@@ -17,7 +17,7 @@ extension Commands {
         let limit = try arguments.integer("limit") ?? 50
         guard limit >= 0 else { throw UsageError("--limit must be 0 or more") }
         let store = try context.openStore(readOnly: true)
-        let filter = JobFilter(states: try arguments.states(), kinds: try arguments.kinds(),
+        let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(),
                                queue: arguments.value("queue"), limit: limit == 0 ? nil : limit)
         let jobs = try store.jobs(filter: filter)
         if arguments.flag("json") {
@@ -126,16 +126,25 @@ extension Commands {
         let store = try context.openStore(readOnly: verify)
         let report = try store.replay(verify: verify)
         if arguments.flag("json") {
-            emit(try jsonText(report))
+            struct Difference: Encodable { let job_id: String; let column: String; let stored: String?; let rebuilt: String? }
+            struct View: Encodable {
+                let events: Int; let jobs: Int; let consistent: Bool; let rewritten: Bool
+                let differences: [Difference]; let problems: [String]
+            }
+            emit(try jsonText(View(events: report.eventsRead, jobs: report.jobsRebuilt, consistent: report.isConsistent,
+                                   rewritten: report.rewritten,
+                                   differences: report.differences.map { Difference(job_id: $0.jobID, column: $0.column, stored: $0.stored, rebuilt: $0.rebuilt) },
+                                   problems: report.problems)))
         } else if verify {
             for difference in report.differences {
-                emit("\(difference.jobID)  \(difference.column): stored \(difference.stored) ≠ rebuilt \(difference.rebuilt)")
+                emit("\(difference.jobID)  \(difference.column): stored \(difference.stored ?? "null") ≠ rebuilt \(difference.rebuilt ?? "null")")
             }
-            emit("replayed \(report.events) events into \(report.jobs) jobs: \(report.differences.isEmpty ? "projection matches" : "\(report.differences.count) difference(s)")")
+            for problem in report.problems { emit("problem: \(problem)") }
+            emit("replayed \(report.eventsRead) events into \(report.jobsRebuilt) jobs: \(report.differences.isEmpty ? "projection matches" : "\(report.differences.count) difference(s), \(report.problems.count) problem(s)")")
         } else {
-            emit("replayed \(report.events) events; rebuilt \(report.jobs) jobs")
+            emit("replayed \(report.eventsRead) events; rebuilt \(report.jobsRebuilt) jobs")
         }
-        return verify && !report.differences.isEmpty ? ExitCode.failure : ExitCode.ok
+        return verify && !report.isConsistent ? ExitCode.failure : ExitCode.ok
     }
 
     static let migrate = CommandSpec(

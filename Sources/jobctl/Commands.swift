@@ -28,6 +28,18 @@ extension ParsedArguments {
         }
     }
 
+    /// `--state` as a filter set (nil when not given).
+    func stateSet() throws -> Set<JobState>? {
+        let states = try states()
+        return states.isEmpty ? nil : Set(states)
+    }
+
+    /// `--kind` as a filter set (nil when not given).
+    func kindSet() throws -> Set<JobKind>? {
+        let kinds = try kinds()
+        return kinds.isEmpty ? nil : Set(kinds)
+    }
+
     /// A time option in RFC 3339 or relative form (`1h`).
     func time(_ name: String, now: Int64) throws -> Int64? {
         guard let text = value(name) else { return nil }
@@ -78,5 +90,14 @@ struct ErrorSummary: Encodable {
     enum CodingKeys: String, CodingKey {
         case code, name, message, url, retryable, cause
         case httpStatus = "http_status"
+    }
+}
+
+extension EventStore {
+    /// The job a full id or unique prefix names; a clear error otherwise.
+    func job(resolving text: String) throws -> JobRecord {
+        let id = try resolveID(text)
+        guard let job = try job(id) else { throw StoreError.notFound(text) }
+        return job
     }
 }
