@@ -6,7 +6,8 @@ import Synchronization
 /// stop requests, in the order they happened.
 ///
 /// Posting never blocks on the database or waits for the actor: it appends under a lock and rings a
-/// doorbell whose buffer holds one ring, so a burst of callbacks costs the actor one wake-up. Consecutive
+/// doorbell that remembers one ring, so a burst of callbacks costs the actor one wake-up. The doorbell
+/// ignores task cancellation on purpose: a cancelled `run()` must still see the transfer's outcome. Consecutive
 /// progress reports that the actor has not taken yet collapse into the newest one (it carries the latest
 /// counts); checkpoints, stops and the outcome are never dropped or reordered.
 final class TaskMailbox: Sendable {
@@ -16,12 +17,41 @@ final class TaskMailbox: Sendable {
         case transferEnded(Result<TransferOutcome, StorageError>)
     }
 
-    private let items = Mutex<[Item]>([])
-    let doorbell: AsyncStream<Void>
-    private let ring: AsyncStream<Void>.Continuation
+    private struct Doorbell {
+        var rung = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
 
-    init() {
-        (doorbell, ring) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    private let items = Mutex<[Item]>([])
+    private let doorbell = Mutex(Doorbell())
+
+    init() {}
+
+    private func ring() {
+        let waiter = doorbell.withLock { bell -> CheckedContinuation<Void, Never>? in
+            guard let waiter = bell.waiter else {
+                bell.rung = true
+                return nil
+            }
+            bell.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns after the next ring (at once if one came since the last wait). One waiter at a time.
+    func waitForRing() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ringing = doorbell.withLock { bell -> Bool in
+                if bell.rung {
+                    bell.rung = false
+                    return true
+                }
+                bell.waiter = continuation
+                return false
+            }
+            if ringing { continuation.resume() }
+        }
     }
 
     func post(_ item: Item) {
@@ -32,7 +62,7 @@ final class TaskMailbox: Sendable {
                 items.append(item)
             }
         }
-        ring.yield()
+        ring()
     }
 
     /// Queues the stop and tells the transfer in one critical section, so the stop is always queued
@@ -42,7 +72,7 @@ final class TaskMailbox: Sendable {
             items.append(.stop(reason))
             control.stop(reason)
         }
-        ring.yield()
+        ring()
     }
 
     func take() -> [Item] {
@@ -51,9 +81,5 @@ final class TaskMailbox: Sendable {
             items.removeAll(keepingCapacity: true)
             return taken
         }
-    }
-
-    func close() {
-        ring.finish()
     }
 }

@@ -77,13 +77,11 @@ public actor TaskRunner {
     public func run() async -> TaskRunOutcome {
         precondition(!hasRun, "TaskRunner.run() called twice for job \(jobID)")
         hasRun = true
-        let outcome = await withTaskCancellationHandler {
+        return await withTaskCancellationHandler {
             await runAttempt()
         } onCancel: {
             requestStop(.shutdown)
         }
-        mailbox.close()
-        return outcome
     }
 
     /// The phase of the attempt right now.
@@ -154,11 +152,9 @@ public actor TaskRunner {
             }
         }
         // Checked before waiting: an attempt abandoned before its transfer started gets no more rings.
-        if !isOver {
-            for await _ in mailbox.doorbell {
-                await processMailbox()
-                if isOver { break }
-            }
+        while !isOver {
+            await mailbox.waitForRing()
+            await processMailbox()
         }
         return machine.outcome ?? .abandoned(reason: "the runner stopped before the attempt ended")
     }
