@@ -87,8 +87,9 @@ public actor TaskRunner {
     /// The phase of the attempt right now.
     public var phase: TaskPhase { machine.phase }
 
-    /// A snapshot of the task right now; `status` is the latest observable one (`resume` while running,
-    /// `pause` for paused, released, retry-scheduled or abandoned attempts).
+    /// A snapshot of the task right now. `status` is `progress` while the attempt runs, `success` or
+    /// `failure` (failed, cancelled) once it ended that way, and `pause` when it stopped without an end
+    /// (paused, released, retry scheduled, abandoned): the job will run again.
     public var snapshot: TaskSnapshot {
         let status: ObserverStatus = switch machine.phase {
         case .claimed, .running, .stopping: .progress

@@ -203,6 +203,8 @@ struct TaskRunnerTests {
         #expect(log.snapshots.first?.status == .pause)
         // Pause is not the end of the task: observers stay.
         #expect(await runner.observerCount == 2)
+        let snapshot = await runner.snapshot
+        #expect(snapshot.status == .pause && snapshot.bytesDone == 524_288 && snapshot.fractionCompleted == 0.5)
     }
 
     @Test func cancelPersistsCancelledAndFailsObserversWithCancelled() async throws {
@@ -356,6 +358,14 @@ struct TaskRunnerTests {
         #expect(await runner.observerCount == 1)
         _ = await runner.run()
         #expect(!log.names.isEmpty && log.names.allSatisfy { $0 == "kept" })
+    }
+
+    @Test func fractionCompletedIsZeroWhileTheTotalIsUnknown() {
+        let snapshot = TaskSnapshot(jobID: "j", status: .progress, bytesDone: 10, bytesTotal: nil, spec: spec)
+        #expect(snapshot.fractionCompleted == 0)
+        var done = snapshot
+        done.bytesTotal = 5
+        #expect(done.fractionCompleted == 1) // clamped
     }
 
     @Test func removeAllObserversSilencesEverything() async {
