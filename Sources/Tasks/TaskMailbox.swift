@@ -1,0 +1,85 @@
+import JobModel
+import Storage
+import Synchronization
+
+/// The one way into a running `TaskRunner` from other threads: the transfer's reports and outcome, and
+/// stop requests, in the order they happened.
+///
+/// Posting never blocks on the database or waits for the actor: it appends under a lock and rings a
+/// doorbell that remembers one ring, so a burst of callbacks costs the actor one wake-up. The doorbell
+/// ignores task cancellation on purpose: a cancelled `run()` must still see the transfer's outcome. Consecutive
+/// progress reports that the actor has not taken yet collapse into the newest one (it carries the latest
+/// counts); checkpoints, stops and the outcome are never dropped or reordered.
+final class TaskMailbox: Sendable {
+    enum Item: Sendable {
+        case transfer(TransferEvent)
+        case stop(StopReason)
+        case transferEnded(Result<TransferOutcome, StorageError>)
+    }
+
+    private struct Doorbell {
+        var rung = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let items = Mutex<[Item]>([])
+    private let doorbell = Mutex(Doorbell())
+
+    init() {}
+
+    private func ring() {
+        let waiter = doorbell.withLock { bell -> CheckedContinuation<Void, Never>? in
+            guard let waiter = bell.waiter else {
+                bell.rung = true
+                return nil
+            }
+            bell.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns after the next ring (at once if one came since the last wait). One waiter at a time.
+    func waitForRing() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ringing = doorbell.withLock { bell -> Bool in
+                if bell.rung {
+                    bell.rung = false
+                    return true
+                }
+                bell.waiter = continuation
+                return false
+            }
+            if ringing { continuation.resume() }
+        }
+    }
+
+    func post(_ item: Item) {
+        items.withLock { items in
+            if case .transfer(.progress) = item, case .transfer(.progress)? = items.last {
+                items[items.count - 1] = item
+            } else {
+                items.append(item)
+            }
+        }
+        ring()
+    }
+
+    /// Queues the stop and tells the transfer in one critical section, so the stop is always queued
+    /// before the outcome it causes.
+    func postStop(_ reason: StopReason, control: TransferControl) {
+        items.withLock { items in
+            items.append(.stop(reason))
+            control.stop(reason)
+        }
+        ring()
+    }
+
+    func take() -> [Item] {
+        items.withLock { items in
+            let taken = items
+            items.removeAll(keepingCapacity: true)
+            return taken
+        }
+    }
+}
