@@ -58,7 +58,15 @@ extension EventStore {
                     }
                     outcomes.append(.success(event))
                 } catch {
-                    outcomes.append(.failure(error))
+                    // Refusals are per event. A failure of the file itself, or one after which SQLite
+                    // rolled the whole transaction back, sinks the batch: nothing of it is committed.
+                    switch error {
+                    case .io, .busy:
+                        throw error
+                    default:
+                        guard connection.isInTransaction else { throw error }
+                        outcomes.append(.failure(error))
+                    }
                 }
             }
             return outcomes

@@ -46,33 +46,24 @@ struct SubmitTests {
         let fixture = try StoreFixture("store-concurrent")
         defer { fixture.remove() }
         let path = fixture.path
-        let threads = 4, rounds = 8, perBatch = 4
-        let box = OutcomeBox()
-        let done = DispatchSemaphore(value: 0)
-        for thread in 0..<threads {
-            // Each thread has its own EventStore and so its own SQLite connection: SQLite locks them
-            // against each other exactly as it would separate processes.
-            let worker = Thread {
-                defer { done.signal() }
-                do {
-                    let store = try EventStore(path: path)
-                    for round in 0..<rounds {
-                        var specs = (0..<perBatch).map { uploadSpec(key: "t\(thread)-r\(round)-\($0)") }
-                        specs.append(uploadSpec(key: "shared-r\(round)"))
-                        let outcomes = try store.submit(specs, actor: "cli:t\(thread)", now: Int64(round))
-                        box.add(outcomes)
-                        // A control write per round gives the jobs versions above 1 under contention.
-                        _ = try store.requestPause(id: outcomes[0].id, actor: "cli:t\(thread)", now: Int64(round))
-                        _ = try store.requestResume(id: outcomes[0].id, actor: "cli:t\(thread)", now: Int64(round))
-                    }
-                } catch {
-                    box.fail("\(error)")
+        let threads = 6, rounds = 12, perBatch = 4
+        let outcomes = LockedList<SubmitOutcome>()
+        let failures = onThreads(threads) { thread in
+            let store = try EventStore(path: path)
+            for round in 0..<rounds {
+                var specs = (0..<perBatch).map { uploadSpec(key: "t\(thread)-r\(round)-\($0)") }
+                specs.append(uploadSpec(key: "shared-r\(round)"))
+                let batch = try store.submit(specs, actor: "cli:t\(thread)", now: Int64(round))
+                outcomes.append(contentsOf: batch)
+                // Every thread pauses and resumes its own job and the shared one: versions above 1,
+                // written by read-then-append transactions racing on the same job.
+                for id in [batch[0].id, batch[perBatch].id] {
+                    _ = try store.requestPause(id: id, actor: "cli:t\(thread)", now: Int64(round))
+                    _ = try store.requestResume(id: id, actor: "cli:t\(thread)", now: Int64(round))
                 }
             }
-            worker.start()
         }
-        for _ in 0..<threads { done.wait() }
-        #expect(box.failures.isEmpty)
+        #expect(failures == [])
 
         let store = fixture.store
         let jobs = try store.jobs()
@@ -83,12 +74,12 @@ struct SubmitTests {
         // Every outcome names a stored job; each shared key maps to one id for every thread.
         let ids = Set(jobs.map(\.id))
         var byKey: [String: Set<String>] = [:]
-        for outcome in box.outcomes {
+        for outcome in outcomes.items {
             #expect(ids.contains(outcome.id))
             byKey[outcome.key ?? "", default: []].insert(outcome.id)
         }
         #expect(byKey.values.allSatisfy { $0.count == 1 })
-        #expect(box.outcomes.filter(\.created).count == jobs.count)
+        #expect(outcomes.items.filter(\.created).count == jobs.count)
         // Versions are contiguous per job; seqs are unique; exactly one submitted per job.
         var seqs: Set<Int64> = []
         for job in jobs {
@@ -101,15 +92,4 @@ struct SubmitTests {
         #expect(Int64(seqs.count) == (try store.lastSeq()))
         #expect(try store.replay(verify: true).isConsistent)
     }
-}
-
-private final class OutcomeBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var storedOutcomes: [SubmitOutcome] = []
-    private var storedFailures: [String] = []
-
-    func add(_ outcomes: [SubmitOutcome]) { lock.withLock { storedOutcomes += outcomes } }
-    func fail(_ message: String) { lock.withLock { storedFailures.append(message) } }
-    var outcomes: [SubmitOutcome] { lock.withLock { storedOutcomes } }
-    var failures: [String] { lock.withLock { storedFailures } }
 }
