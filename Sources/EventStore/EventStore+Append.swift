@@ -72,6 +72,17 @@ extension EventStore {
             return outcomes
         }
     }
+
+    /// Appends one event in its own transaction and returns it as stored; throws its refusal
+    /// (`versionConflict`, `staleLease`, `invalidTransition`, `notFound`) or the transaction's failure.
+    @discardableResult
+    public func append(_ event: PendingEvent, now: Int64) throws(StoreError) -> JobEvent {
+        guard let outcome = try append([event], now: now).first else {
+            // append([one]) returns exactly one outcome per event given.
+            throw StoreError.invalidControl("append returned no outcome for job \(event.jobID)")
+        }
+        return try outcome.get()
+    }
 }
 
 // MARK: - Appending inside a transaction

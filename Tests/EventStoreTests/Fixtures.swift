@@ -35,7 +35,7 @@ struct StoreFixture {
     /// Appends one event and returns it, throwing its refusal.
     @discardableResult
     func append(_ pending: PendingEvent, now: Int64 = 2_000) throws -> JobEvent {
-        try store.append([pending], now: now)[0].get()
+        try store.append(pending, now: now)
     }
 
     /// Runs raw SQL on the store's own connection (tests only).
