@@ -120,7 +120,8 @@ extension EventStore {
     }
 
     /// `PRAGMA data_version` of this connection: it changes when another connection commits, so an
-    /// idle worker or a watcher polls it cheaply instead of scanning.
+    /// idle worker or a watcher polls it cheaply instead of scanning. Commits made through this same
+    /// store do not change it (the caller knows about those already).
     ///
     /// See https://www.sqlite.org/pragma.html#pragma_data_version
     public func dataVersion() throws(StoreError) -> Int64 {
