@@ -297,7 +297,7 @@ public struct GCSBackend: StorageBackend {
         let progress = ProgressThrottle(total: total, report: report)
         let start = partial.bytesWritten
         let sink = FileSink(partial: partial, destination: destination, requestedOffset: start,
-                            checkpoint: { written, temp in
+                            checkpoint: { written, temp, _ in
                                 report(.checkpoint(.download(bytesWritten: written, generation: generation, etag: nil,
                                                              tempPath: temp), bytesTotal: total))
                             },

@@ -225,6 +225,12 @@ final class MemorySink: ResponseBodySink {
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        if data.isEmpty, let length = headers["content-length"].flatMap({ Int64($0) }), length > limit {
+            // Refused before reading the body: the server announced more than we accept.
+            throw StorageError(.downloadSizeExceeded,
+                               "the object is \(length) bytes, more than the maximum of \(limit); raise max_size or download it to a file",
+                               url: redactedURL(url), total: length, maximum: limit)
+        }
         if Int64(data.count + bytes.count) > limit {
             throw StorageError(.downloadSizeExceeded,
                                "the object is larger than the maximum of \(limit) bytes; raise max_size or download it to a file",
@@ -247,15 +253,17 @@ final class FileSink: ResponseBodySink {
     private(set) var offset: Int64
     private var lastCheckpoint: Int64
     private let requestedOffset: Int64
-    /// Called after a `sync()` with the durable byte count.
-    private let checkpoint: (Int64, String) -> Void
+    /// Called after a `sync()` with the durable byte count, the temporary path and the response headers.
+    private let checkpoint: (Int64, String, [String: String]) -> Void
+    /// The headers of the response being written (ETag, Last-Modified, Content-Range).
+    private(set) var responseHeaders: [String: String] = [:]
     private let progress: (Int64) -> Void
     /// Bytes between two durable checkpoints.
     static let checkpointInterval: Int64 = 8 * 1024 * 1024
     private(set) var restartedFromZero = false
 
     init(partial: PartialFile, destination: String, requestedOffset: Int64,
-         checkpoint: @escaping (Int64, String) -> Void, progress: @escaping (Int64) -> Void) {
+         checkpoint: @escaping (Int64, String, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
         self.partial = partial
         self.destination = destination
         self.offset = partial.bytesWritten
@@ -286,6 +294,7 @@ final class FileSink: ResponseBodySink {
             lastCheckpoint = 0
             restartedFromZero = true
         }
+        responseHeaders = headers
         try partial.write(bytes)
         checksums.feed(bytes, at: offset)
         offset += Int64(bytes.count)
@@ -293,7 +302,7 @@ final class FileSink: ResponseBodySink {
         if offset - lastCheckpoint >= Self.checkpointInterval {
             try partial.sync()
             lastCheckpoint = offset
-            checkpoint(offset, partial.tempPath)
+            checkpoint(offset, partial.tempPath, headers)
         }
     }
 }
