@@ -80,12 +80,13 @@ public struct ManifestParser: Sendable {
         let bytes = [UInt8](data)
         if let offset = SourceText.firstInvalidUTF8Offset(bytes) {
             let mark = SourceText.mark(atByteOffset: offset, in: bytes[...])
+            let isUTF16 = bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF])
             var message = "the manifest is not valid UTF-8 (byte 0x\(String(bytes[offset], radix: 16, uppercase: true)) at offset \(offset)); save it as UTF-8"
-            if bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF]) {
+            if isUTF16 {
                 message = "the manifest is UTF-16; save it as UTF-8"
             }
             let lineBytes = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
-            let sourceLine = lineBytes.indices.contains(mark.line - 1)
+            let sourceLine = !isUTF16 && lineBytes.indices.contains(mark.line - 1)
                 ? String(decoding: lineBytes[mark.line - 1], as: UTF8.self) : nil
             return .failure(ManifestErrors([ManifestError(code: .invalidEncoding, file: path, line: mark.line,
                                                           column: mark.column, message: message, sourceLine: sourceLine)]))

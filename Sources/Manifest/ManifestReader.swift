@@ -60,6 +60,8 @@ struct FieldSet {
     var queue: Located<String>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
+    /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
+    var misspelled: Set<JobField> = []
 
     /// These fields with `defaults` filling the gaps; metadata merges field by field (custom metadata key by key).
     func merged(over defaults: FieldSet) -> FieldSet {
@@ -122,7 +124,7 @@ struct ManifestReader {
 
     /// The jobs of the document; empty when anything was reported.
     mutating func read(_ root: YAMLNode?) -> [ManifestJob] {
-        let emptyMessage = "the manifest has no jobs; expected 'jobs:' followed by a list of jobs ('- kind: upload-file' …)"
+        let emptyMessage = "the manifest has no jobs; expected 'jobs:' followed by a list of jobs ('- kind: upload-file' ...)"
         guard let root, !Self.isNull(root) else {
             report(.emptyManifest, emptyMessage, at: .start)
             return []
@@ -166,6 +168,7 @@ struct ManifestReader {
     private mutating func readTopLevelMapping(_ pairs: [YAMLPair], at mark: SourceMark, defaults: inout FieldSet) -> [YAMLNode]? {
         var jobsPair: YAMLPair?
         var looksLikeAJob = false
+        var jobsMisspelled = false
         for pair in pairs {
             guard let name = keyName(pair.key) else { continue }
             switch name {
@@ -174,7 +177,7 @@ struct ManifestReader {
             case "defaults":
                 if Self.isNull(pair.value) { continue }
                 guard case .mapping(let defaultPairs, _) = pair.value else {
-                    report(.wrongType, "'defaults' must be a mapping of job fields (queue, priority, max_attempts, …), not \(pair.value.summary)",
+                    report(.wrongType, "'defaults' must be a mapping of job fields (queue, priority, max_attempts, ...), not \(pair.value.summary)",
                            at: pair.value.mark)
                     continue
                 }
@@ -187,11 +190,13 @@ struct ManifestReader {
                     looksLikeAJob = true
                     continue
                 }
+                jobsMisspelled = jobsMisspelled || Self.closest(to: name, among: ["jobs", "defaults"]) == "jobs"
                 report(.unknownKey, "unknown key '\(name)' at the top of the manifest\(Self.suggestion(for: name, among: ["jobs", "defaults"])); expected 'jobs', 'defaults' or an 'x-' extension key",
                        at: pair.key.mark)
             }
         }
         guard let jobsPair else {
+            if jobsMisspelled { return nil }
             let message = looksLikeAJob
                 ? "this looks like a single job; list jobs under 'jobs:', each starting with '- ' (or write a list at the top)"
                 : "the manifest has no 'jobs:'; expected 'jobs:' followed by a list of jobs"
@@ -212,7 +217,7 @@ struct ManifestReader {
             }
             return items
         case .scalar(let scalar) where scalar.isNull:
-            report(.emptyManifest, "'jobs' lists no jobs; a manifest needs at least one job ('- kind: upload-file' …)", at: jobsPair.key.mark)
+            report(.emptyManifest, "'jobs' lists no jobs; a manifest needs at least one job ('- kind: upload-file' ...)", at: jobsPair.key.mark)
             return nil
         case .mapping:
             report(.wrongType, "'jobs' must be a list of jobs, each starting with '- ', not a mapping", at: jobsPair.value.mark)
@@ -233,13 +238,13 @@ struct ManifestReader {
 
     private mutating func readJob(_ node: YAMLNode, defaults: FieldSet) -> ReadJob? {
         guard case .mapping(let pairs, let mark) = node else {
-            report(.wrongType, "a job must be a mapping of fields ('kind: …', 'source: …'), not \(node.summary)", at: node.mark)
+            report(.wrongType, "a job must be a mapping of fields ('kind: ...', 'source: ...'), not \(node.summary)", at: node.mark)
             return nil
         }
         let own = readFields(pairs, inDefaults: false)
         let fields = own.merged(over: defaults)
         guard let kind = fields.kind?.value else {
-            if own.written[.kind] == nil && defaults.written[.kind] == nil {
+            if own.written[.kind] == nil && defaults.written[.kind] == nil && !own.misspelled.contains(.kind) {
                 report(.missingField, "the job has no 'kind'; expected one of \(Self.kindList)", at: mark)
             }
             return nil
@@ -279,7 +284,8 @@ struct ManifestReader {
             case (nil, let base64?):
                 spec.data = base64.value
             case (nil, nil):
-                if own.written[.data] == nil && own.written[.dataBase64] == nil {
+                if own.written[.data] == nil && own.written[.dataBase64] == nil
+                    && !own.misspelled.contains(.data) && !own.misspelled.contains(.dataBase64) {
                     report(.missingField, "the upload-data job has no 'data' (text) or 'data_base64' (bytes as base64)", at: mark)
                 }
             }
@@ -311,7 +317,7 @@ struct ManifestReader {
     private mutating func require(_ field: JobField, in fields: FieldSet, kind: JobKind, at mark: SourceMark,
                                   what: String) -> Located<String>? {
         let value = field == .source ? fields.source : fields.destination
-        if value == nil && fields.written[field] == nil {
+        if value == nil && fields.written[field] == nil && !fields.misspelled.contains(field) {
             report(.missingField, "the \(kind.rawValue) job has no '\(field.rawValue)' (\(what))", at: mark)
         }
         return value
@@ -375,7 +381,7 @@ struct ManifestReader {
             case .file where !reference.bucket.isEmpty:
                 break
             case .file:
-                report(.invalidReference, "fetch-url needs a reference in a bucket (gs://BUCKET/…, a Firebase URL or file://BUCKET/…); '\(text.value)' is a plain local file with no download URL",
+                report(.invalidReference, "fetch-url needs a reference in a bucket (gs://BUCKET/..., a Firebase URL or file://BUCKET/...); '\(text.value)' is a plain local file with no download URL",
                        at: text.valueMark)
                 return nil
             case .http, .https:
@@ -412,7 +418,7 @@ struct ManifestReader {
         } else if path.contains("://") {
             let role = field == .source ? "reads a local 'source' and writes to the 'destination' reference"
                                         : "reads the 'source' reference and writes to a local 'destination'"
-            return fail(&self, "must be a local file path, not the URL '\(path)' (a \(kind.rawValue) job \(role))")
+            return fail(&self, "must be a local file path, not the URL '\(path)' (\(kind == .uploadFile ? "an" : "a") \(kind.rawValue) job \(role))")
         }
         if path.hasPrefix("~") {
             return fail(&self, "'\(path)' starts with '~', which is not expanded; write an absolute path or one relative to the manifest")
@@ -443,8 +449,11 @@ struct ManifestReader {
             guard let name = keyName(pair.key) else { continue }
             guard let field = JobField(rawValue: name) else {
                 let candidates = JobField.allCases.map(\.rawValue)
-                var message = "unknown key '\(name)'\(Self.suggestion(for: name, among: candidates))"
-                if Self.suggestion(for: name, among: candidates).isEmpty {
+                var message = "unknown key '\(name)'"
+                if let suggested = Self.closest(to: name, among: candidates) {
+                    message += " (did you mean '\(suggested)'?)"
+                    JobField(rawValue: suggested).map { _ = fields.misspelled.insert($0) }
+                } else {
                     message += "; a job takes \(candidates.joined(separator: ", "))"
                 }
                 report(.unknownKey, message, at: pair.key.mark)
@@ -520,7 +529,7 @@ struct ManifestReader {
         // Block scalars wrap long base64 over lines; the line breaks are not part of it.
         let compact = String(text.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) })
         guard let data = Data(base64Encoded: compact) else {
-            report(.invalidBase64, "'data_base64' is not valid base64 (A–Z, a–z, 0–9, '+', '/', padded with '=' to a multiple of 4 characters)",
+            report(.invalidBase64, "'data_base64' is not valid base64 (A-Z, a-z, 0-9, '+', '/', padded with '=' to a multiple of 4 characters)",
                    at: pair.value.mark)
             return nil
         }
@@ -669,13 +678,18 @@ struct ManifestReader {
 
     /// ` (did you mean 'x'?)` for the closest candidate within a few edits, or "".
     static func suggestion(for name: String, among candidates: [String]) -> String {
+        closest(to: name, among: candidates).map { " (did you mean '\($0)'?)" } ?? ""
+    }
+
+    /// The candidate `name` was most likely meant to be: the same but for case, `_` and `-`, or the
+    /// nearest within about a third of its length in edits.
+    static func closest(to name: String, among candidates: [String]) -> String? {
         func folded(_ text: String) -> String { text.lowercased().filter { $0 != "_" && $0 != "-" } }
-        if let same = candidates.first(where: { folded($0) == folded(name) }) {
-            return " (did you mean '\(same)'?)"
-        }
-        let scored = candidates.map { ($0, editDistance(folded(name), folded($0))) }
-        guard let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= max(1, best.0.count / 3) else { return "" }
-        return " (did you mean '\(best.0)'?)"
+        if let same = candidates.first(where: { folded($0) == folded(name) }) { return same }
+        // Ties go to the spelling closest as written, so `contentTyp` suggests `contentType`, not `content_type`.
+        let scored = candidates.map { ($0, editDistance(folded(name), folded($0)), editDistance(name, $0)) }
+        guard let best = scored.min(by: { ($0.1, $0.2) < ($1.1, $1.2) }), best.1 <= max(1, best.0.count / 3) else { return nil }
+        return best.0
     }
 
     /// Levenshtein distance over characters.

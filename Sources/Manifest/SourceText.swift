@@ -29,6 +29,14 @@ struct SourceText: Sendable {
         return scalars[index]
     }
 
+    /// Whether nothing but white space follows the mark (libyaml reports unclosed things at the very end).
+    func isBlank(from mark: SourceMark) -> Bool {
+        guard let first = line(mark.line) else { return true }
+        let rest = first.unicodeScalars.dropFirst(max(0, mark.column - 1))
+        guard rest.allSatisfy({ $0.properties.isWhitespace }) else { return false }
+        return lines.dropFirst(mark.line).allSatisfy { $0.allSatisfy(\.isWhitespace) }
+    }
+
     /// The line and column of a UTF-8 byte offset into the text (libyaml reader errors give offsets).
     func mark(atByteOffset offset: Int) -> SourceMark {
         Self.mark(atByteOffset: offset, in: Array(text.utf8)[...])

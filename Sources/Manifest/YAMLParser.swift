@@ -142,7 +142,13 @@ final class YAMLParser {
             message = "tab character here: YAML indents with spaces only (libyaml: \(problem))"
         } else if let context = Self.string(state.context) {
             let contextMark = Self.mark(state.context_mark)
-            message += " (\(context) at line \(contextMark.line), column \(contextMark.column))"
+            if source.isBlank(from: mark) {
+                // The end of the text is no place to look; where the unclosed thing began is.
+                message = "\(problem) \(context) that starts here; is something left unclosed?"
+                mark = contextMark
+            } else {
+                message += " (\(context) at line \(contextMark.line), column \(contextMark.column))"
+            }
         }
         if state.error == YAML_MEMORY_ERROR { mark = .start }
         return YAMLProblem(kind: .syntax, message: message, mark: mark)
