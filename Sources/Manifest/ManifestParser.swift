@@ -34,7 +34,18 @@ public struct ManifestJob: Sendable, Hashable {
 /// ```
 ///
 /// A bare top-level list of jobs is accepted too. Keys are snake_case; inside `metadata` the Firebase
-/// camelCase spellings (`contentType`, `customMetadata`, …) are accepted as well.
+/// camelCase spellings (`contentType`, `customMetadata`, …) are accepted as well. Top-level keys starting
+/// with `x-` are ignored (a place for anchors); aliases and `<<` merge keys are resolved.
+///
+/// Per kind: `upload-file` takes `source` (local path) and `destination` (reference); `upload-data` takes
+/// `data` (text, or `!!binary`) or `data_base64`, and `destination`; `download-file` takes `source`
+/// (reference) and `destination` (local path; ending in `/` means a folder, the object's name is added);
+/// `download-memory` takes `source` and `max_size` (bytes or `512KiB`/`1MiB`/`2MB`; default 1 MiB);
+/// `fetch-url` takes `source` in a bucket (gs://, a Firebase URL, or a named local bucket `file://NAME/`).
+/// Every kind takes `key`, `priority`, `max_attempts` and `queue`; uploads take `metadata`.
+/// Local paths are stored absolute and standardised; references as `StorageReference.description`.
+/// `defaults:` may hold any field but `source`, `destination`, `data`, `data_base64` and `key`; fields
+/// that do not apply to a job's kind (metadata on a download) are skipped for that job.
 ///
 /// Validation goes on after the first problem wherever it can, so one run reports everything; a manifest
 /// with any problem yields no jobs at all.

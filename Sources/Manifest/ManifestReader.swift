@@ -64,13 +64,18 @@ struct FieldSet {
     var misspelled: Set<JobField> = []
 
     /// These fields with `defaults` filling the gaps; metadata merges field by field (custom metadata key by key).
+    /// A field the job wrote with a wrong value is not filled from `defaults`: the job meant its own.
     func merged(over defaults: FieldSet) -> FieldSet {
+        func fill<Value>(_ own: Located<Value>?, _ shared: Located<Value>?, _ field: JobField) -> Located<Value>? {
+            own ?? (written[field] == nil ? shared : nil)
+        }
         var result = self
-        result.kind = kind ?? defaults.kind
-        result.maxSize = maxSize ?? defaults.maxSize
-        result.priority = priority ?? defaults.priority
-        result.maxAttempts = maxAttempts ?? defaults.maxAttempts
-        result.queue = queue ?? defaults.queue
+        result.kind = fill(kind, defaults.kind, .kind)
+        result.maxSize = fill(maxSize, defaults.maxSize, .maxSize)
+        result.priority = fill(priority, defaults.priority, .priority)
+        result.maxAttempts = fill(maxAttempts, defaults.maxAttempts, .maxAttempts)
+        result.queue = fill(queue, defaults.queue, .queue)
+        if written[.metadata] != nil && metadata == nil { return result }
         if let base = defaults.metadata {
             guard var own = metadata else {
                 result.metadata = base
@@ -99,6 +104,8 @@ struct ManifestReader {
     /// Absolute and standardised.
     let baseDirectory: String
     private(set) var errors: [ManifestError] = []
+    /// Idempotency keys seen so far, with the position of the job that used each first.
+    private var idempotencyKeys: [String: SourceMark] = [:]
 
     init(file: String, source: SourceText, baseDirectory: String) {
         self.file = file
@@ -147,18 +154,8 @@ struct ManifestReader {
             return []
         }
         var jobs: [ManifestJob] = []
-        var keys: [String: SourceMark] = [:]
         for node in jobNodes {
             guard let job = readJob(node, defaults: defaults) else { continue }
-            if let key = job.fields.key {
-                if let first = keys[key.value] {
-                    report(.duplicateIdempotencyKey,
-                           "idempotency key '\(key.value)' is already used by the job at line \(first.line); give each job its own key",
-                           at: key.valueMark)
-                    continue
-                }
-                keys[key.value] = job.mark
-            }
             jobs.append(ManifestJob(spec: job.spec, line: job.mark.line, column: job.mark.column))
         }
         return errors.isEmpty ? jobs : []
@@ -232,7 +229,6 @@ struct ManifestReader {
 
     private struct ReadJob {
         var spec: JobSpec
-        var fields: FieldSet
         var mark: SourceMark
     }
 
@@ -243,6 +239,15 @@ struct ManifestReader {
         }
         let own = readFields(pairs, inDefaults: false)
         let fields = own.merged(over: defaults)
+        if let key = own.key {
+            if let first = idempotencyKeys[key.value] {
+                report(.duplicateIdempotencyKey,
+                       "idempotency key '\(key.value)' is already used by the job at line \(first.line); give each job its own key",
+                       at: key.valueMark)
+            } else {
+                idempotencyKeys[key.value] = mark
+            }
+        }
         guard let kind = fields.kind?.value else {
             if own.written[.kind] == nil && defaults.written[.kind] == nil && !own.misspelled.contains(.kind) {
                 report(.missingField, "the job has no 'kind'; expected one of \(Self.kindList)", at: mark)
@@ -310,7 +315,7 @@ struct ManifestReader {
                 reference($0, field: .source, kind: kind, other: nil)
             }
         }
-        return errors.count == errorCount ? ReadJob(spec: spec, fields: own, mark: mark) : nil
+        return errors.count == errorCount ? ReadJob(spec: spec, mark: mark) : nil
     }
 
     /// The field's value, or nil after reporting it missing (unless it was written with a wrong value).
@@ -477,7 +482,12 @@ struct ManifestReader {
             case .destination:
                 fields.destination = located(string(pair, expected: "a local path or storage reference"))
             case .data:
-                fields.data = located(string(pair, expected: "the text to upload").map { Data($0.utf8) })
+                if case .scalar(let scalar) = pair.value, scalar.tag == YAMLScalar.binaryTag {
+                    // `data: !!binary aGk=` is YAML's own way to write bytes.
+                    fields.data = located(readBase64(pair))
+                } else {
+                    fields.data = located(string(pair, expected: "the text to upload").map { Data($0.utf8) })
+                }
             case .dataBase64:
                 fields.dataBase64 = located(readBase64(pair))
             case .maxSize:
@@ -529,7 +539,7 @@ struct ManifestReader {
         // Block scalars wrap long base64 over lines; the line breaks are not part of it.
         let compact = String(text.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) })
         guard let data = Data(base64Encoded: compact) else {
-            report(.invalidBase64, "'data_base64' is not valid base64 (A-Z, a-z, 0-9, '+', '/', padded with '=' to a multiple of 4 characters)",
+            report(.invalidBase64, "'\(keyName(pair.key) ?? "data_base64")' is not valid base64 (A-Z, a-z, 0-9, '+', '/', padded with '=' to a multiple of 4 characters)",
                    at: pair.value.mark)
             return nil
         }

@@ -85,6 +85,7 @@ extension YAMLScalar {
     static let stringTag = "tag:yaml.org,2002:str"
     static let intTag = "tag:yaml.org,2002:int"
     static let nullTag = "tag:yaml.org,2002:null"
+    static let binaryTag = "tag:yaml.org,2002:binary"
 
     /// The type YAML gives this scalar: quoted and block scalars are strings, plain ones are resolved by
     /// their text (YAML 1.1 rules, so `yes` is a boolean — which is why custom metadata values must be quoted).
@@ -116,7 +117,7 @@ extension YAMLScalar {
     /// The integer a plain (or `!!int`) scalar denotes: decimal with optional sign, `0x` hex, `0o` octal;
     /// `_` separators are allowed. Nil for quoted scalars and anything else.
     var integerValue: Int? {
-        guard style == .plain || tag == Self.intTag else { return nil }
+        guard tag == Self.intTag || (tag == nil && style == .plain) else { return nil }
         var text = Substring(value.replacingOccurrences(of: "_", with: ""))
         var negative = false
         if let sign = text.first, sign == "-" || sign == "+" {

@@ -112,6 +112,15 @@ private let malformedCases: [MalformedCase] = [
       source: gs://b/x
       priority: "5"
     """, 3, 13, .wrongType, "not the string '5'"),
+    .init("priority tagged as a string", "- kind: fetch-url\n  source: gs://b/x\n  priority: !!str 5\n", 3, 13, .wrongType, "not the string '5'"),
+    .init("bad !!binary data", "- kind: upload-data\n  data: !!binary '%%%'\n  destination: gs://b/x\n", 2, 9, .invalidBase64, "'data' is not valid base64"),
+    .init("wrong kind does not fall back to the default kind", """
+    defaults: {kind: fetch-url}
+    jobs:
+      - kind: upload
+        data: x
+        destination: gs://b/x
+    """, 3, 11, .unknownKind, "unknown kind 'upload'"),
     .init("data without a value", """
     - kind: upload-data
       data:
@@ -328,6 +337,14 @@ private let malformedCases: [MalformedCase] = [
         let rendered = ManifestErrors(errors).render()
         #expect(rendered.hasSuffix("8 errors generated."))
         #expect(rendered.components(separatedBy: ": error: ").count == 9)
+    }
+
+    @Test func duplicateKeysAreFoundEvenInJobsWithOtherErrors() throws {
+        let errors = try #require(parse("""
+        - {kind: fetch-url, source: gs://b/x, key: k, priority: high}
+        - {kind: fetch-url, source: gs://b/y, key: k}
+        """).errors)
+        #expect(errors.map(\.code) == [.wrongType, .duplicateIdempotencyKey])
     }
 
     @Test func aManifestWithAnyErrorYieldsNoJobs() {

@@ -252,6 +252,21 @@ import TestSupport
         #expect(jobs[1].key == "yes")
     }
 
+    @Test func yamlTags() throws {
+        let jobs = try #require(parse("""
+        - kind: upload-data
+          data: !!binary |
+            aGVs
+            bG8=
+          destination: gs://b/x
+          priority: !!int "5"
+          key: !!str 12
+        """).jobs)
+        #expect(jobs.first?.data == Data("hello".utf8))
+        #expect(jobs.first?.priority == 5)
+        #expect(jobs.first?.key == "12")
+    }
+
     // MARK: - Shipped examples
 
     @Test func demoManifestParses() throws {
