@@ -14,7 +14,22 @@ enum CommandRunner {
         Commands.worker, Commands.replay, Commands.migrate,
     ]
 
-    static func run(_ arguments: [String]) -> Int32 {
+    static func run(_ rawArguments: [String]) -> Int32 {
+        // Global options may come before the command (`jobctl --db x.db list`): move them after it.
+        var globals: [String] = []
+        var rest = rawArguments[...]
+        while let next = rest.first {
+            if next == "--db", rest.count >= 2 {
+                globals += rest.prefix(2)
+                rest = rest.dropFirst(2)
+            } else if next.hasPrefix("--db=") || next == "--no-color" {
+                globals.append(next)
+                rest = rest.dropFirst()
+            } else {
+                break
+            }
+        }
+        let arguments = rest.first.map { [$0] + globals + rest.dropFirst() } ?? globals
         guard let first = arguments.first else {
             emit(overview)
             return ExitCode.ok
