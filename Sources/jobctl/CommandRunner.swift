@@ -42,12 +42,13 @@ enum CommandRunner {
             emit("jobctl \(jobctlVersion)")
             return ExitCode.ok
         case "help":
-            guard arguments.count > 1 else {
+            let topics = rest.dropFirst().filter { !$0.hasPrefix("-") }
+            guard let topic = topics.first else {
                 emit(overview)
                 return ExitCode.ok
             }
-            guard let command = commands.first(where: { $0.name == arguments[1] }) else {
-                return usageFailure("unknown command '\(arguments[1])'", usage: "jobctl help <command>")
+            guard let command = commands.first(where: { $0.name == topic }) else {
+                return usageFailure("unknown command '\(topic)'", usage: "jobctl help <command>")
             }
             emit(command.helpText)
             return ExitCode.ok
