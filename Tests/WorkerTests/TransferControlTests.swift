@@ -1,0 +1,253 @@
+import EventStore
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+
+/// Real worker processes, real nginx and GCS emulator on 127.0.0.1: control from another process,
+/// crashes (SIGKILL), graceful shutdown (SIGTERM) and retries.
+@Suite("worker transfers") struct TransferControlTests {
+    static let mib = 1 << 20
+
+    private func events(_ store: EventStore, _ id: String, _ type: EventType) throws -> [JobEvent] {
+        try store.events(jobID: id).filter { $0.type == type }
+    }
+
+    /// pause, resume and cancel from another process reach a running download within a second; resume
+    /// continues from the bytes already written (a ranged GET), cancel removes the partial file.
+    @Test func pauseResumeAndCancelFromAnotherProcess() throws {
+        let nginx = try WorkerNginx(slowRate: "4m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("control")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: 16 * Self.mib)
+        let kept = directory.file("out/kept.bin")
+        let dropped = directory.file("out/dropped.bin")
+        let ids = try submit("""
+        - {kind: download-file, source: "\(nginx.baseURL)/slow/big.bin", destination: "\(kept)"}
+        - {kind: download-file, source: "\(nginx.baseURL)/slow/big.bin", destination: "\(dropped)"}
+        """, database: database, directory: directory)
+        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "2"], logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        let store = try EventStore(path: database, readOnly: true)
+        let running = try eventually(seconds: 20) {
+            try ids.allSatisfy { id in try store.job(id).map { $0.state == .running && $0.bytesDone > 0 } ?? false }
+        }
+        try #require(running, "transfers did not start: \(worker.log)")
+
+        // Pause one, cancel the other, from this (another) process.
+        #expect(try jobctl(["pause", ids[0]], database: database).status == 0)
+        #expect(try jobctl(["cancel", ids[1]], database: database).status == 0)
+        #expect(try eventually(seconds: 5) { try store.job(ids[0])?.state == .paused })
+        #expect(try eventually(seconds: 5) { try store.job(ids[1])?.state == .cancelled })
+
+        let pauseAsked = try #require(try events(store, ids[0], .pauseRequested).first)
+        let paused = try #require(try events(store, ids[0], .paused).first)
+        #expect(paused.atMs - pauseAsked.atMs < 1000, "pause took \(paused.atMs - pauseAsked.atMs) ms")
+        let cancelAsked = try #require(try events(store, ids[1], .cancelRequested).first)
+        let cancelled = try #require(try events(store, ids[1], .cancelled).first)
+        #expect(cancelled.atMs - cancelAsked.atMs < 1000, "cancel took \(cancelled.atMs - cancelAsked.atMs) ms")
+        #expect(cancelled.data.error?.code == .cancelled)
+
+        // Pause kept its bytes; cancel removed its partial file.
+        let pausedJob = try #require(try store.job(ids[0]))
+        guard case .download(let written, _, _, let tempPath)? = pausedJob.resumePoint else {
+            Issue.record("paused job has no download resume point: \(String(describing: pausedJob.resumePoint))")
+            return
+        }
+        #expect(written > 0)
+        #expect(written < Int64(16 * Self.mib))
+        let temp = try #require(tempPath)
+        #expect(FileManager.default.fileExists(atPath: temp))
+        #expect(!FileManager.default.fileExists(atPath: kept))
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.file("out"))
+        #expect(!leftovers.contains { $0.contains("dropped") }, "cancel left \(leftovers)")
+
+        // Resume continues from the bytes written, not from zero.
+        #expect(try jobctl(["resume", ids[0]], database: database).status == 0)
+        #expect(try eventually(seconds: 30) { try store.job(ids[0])?.state == .succeeded }, "\(worker.log)")
+        let expected = try Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: kept)) == expected)
+        #expect(nginx.accessLog.contains("GET /slow/big.bin 206 range=bytes=\(written)-"), "\(nginx.accessLog)")
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    /// A worker killed with SIGKILL mid-download: another worker rescues the job after the lease expires
+    /// and continues from the last persisted checkpoint.
+    @Test func killedWorkerDownloadIsFinishedByAnother() throws {
+        let nginx = try WorkerNginx(slowRate: "8m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("kill-download")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let size = 32 * Self.mib
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: size)
+        let destination = directory.file("big.bin")
+        let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(destination)\"}\n",
+                                         database: database, directory: directory).first)
+        let first = try JobctlProcess.worker(database: database, ["--lease", "2"], logDirectory: directory.path)
+        let store = try EventStore(path: database, readOnly: true)
+        let checkpointed = try eventually(seconds: 20) { (try store.job(id)?.resumePoint?.bytesDone ?? 0) > 0 }
+        try #require(checkpointed, "no checkpoint persisted: \(first.log)")
+        first.signal(SIGKILL)
+        _ = first.wait(seconds: 5)
+        let persisted = try #require(try store.job(id)?.resumePoint?.bytesDone)
+        #expect(try store.job(id)?.state == .running)
+
+        let second = try JobctlProcess.worker(database: database, ["--lease", "2", "--drain"], logDirectory: directory.path)
+        #expect(second.wait(seconds: 40) == 0, "\(second.log)")
+        let job = try #require(try store.job(id))
+        #expect(job.state == .succeeded)
+        let claims = try events(store, id, .claimed)
+        #expect(claims.count == 2)
+        #expect(Set(claims.compactMap(\.data.leaseOwner)).count == 2)
+        #expect(try events(store, id, .leaseExpired).count == 1)
+        // The second attempt asked only for the bytes after the persisted checkpoint.
+        #expect(nginx.accessLog.contains("GET /slow/big.bin 206 range=bytes=\(persisted)-"), "\(nginx.accessLog)")
+        let expected = try Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == expected)
+        let verify = try jobctl(["replay", "--verify"], database: database)
+        #expect(verify.status == 0, "\(verify.stdout)")
+    }
+
+    /// A worker killed with SIGKILL mid resumable upload: another worker resumes the persisted session
+    /// (one status query) and re-sends at most the chunk that was in flight.
+    @Test func killedWorkerUploadResumesTheSession() throws {
+        let emulator = try WorkerEmulator()
+        defer { emulator.stop() }
+        let directory = try TemporaryDirectory("kill-upload")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let chunk = 1 * Self.mib
+        let size = 24 * Self.mib
+        let source = directory.file("upload.bin")
+        try writePatternFile(source, size: size)
+        let environment = ["STORAGE_EMULATOR_HOST": emulator.endpoint, "JOBCTL_CHUNK_SIZE": "\(chunk)"]
+        let id = try #require(try submit("""
+        - {kind: upload-file, source: "\(source)", destination: "gs://\(emulator.bucket)/big/upload.bin", priority: 5}
+        """, database: database, directory: directory).first)
+        let first = try JobctlProcess.worker(database: database, ["--lease", "2"], environment: environment, logDirectory: directory.path)
+        let store = try EventStore(path: database, readOnly: true)
+        let started = try eventually(seconds: 30) { (try store.job(id)?.resumePoint?.bytesDone ?? 0) >= Int64(chunk) }
+        try #require(started, "no confirmed chunk persisted: \(first.log)")
+        first.signal(SIGKILL)
+        _ = first.wait(seconds: 5)
+        let persisted = try #require(try store.job(id)?.resumePoint?.bytesDone)
+        #expect(persisted < Int64(size), "the upload finished before the kill; the test proves nothing")
+
+        let second = try JobctlProcess.worker(database: database, ["--lease", "2", "--drain"], environment: environment,
+                                              logDirectory: directory.path)
+        #expect(second.wait(seconds: 60) == 0, "\(second.log)")
+        let job = try #require(try store.job(id))
+        #expect(job.state == .succeeded, "\(String(describing: job.error))")
+        let all = try store.events(jobID: id)
+        let secondClaim = try #require(all.lastIndex { $0.type == .claimed })
+        let resumedAt = try #require(all[secondClaim...].first { $0.type == .progress && $0.data.resumePoint != nil }?.data.resumePoint?.bytesDone)
+        // Nothing the server had confirmed and we had persisted is sent again; the server is at most one
+        // chunk ahead of what was persisted (the chunk in flight at the kill).
+        #expect(resumedAt >= persisted, "resumed at \(resumedAt), persisted \(persisted)")
+        #expect(resumedAt - persisted <= Int64(chunk))
+        #expect(job.result?.object?.size == Int64(size))
+
+        // Read the object back through a download job: byte-identical.
+        let copy = directory.file("copy.bin")
+        let downloadID = try #require(try submit("- {kind: download-file, source: \"gs://\(emulator.bucket)/big/upload.bin\", destination: \"\(copy)\"}\n",
+                                                 database: database, directory: directory).first)
+        let third = try JobctlProcess.worker(database: database, ["--drain"], environment: environment, logDirectory: directory.path)
+        #expect(third.wait(seconds: 60) == 0, "\(third.log)")
+        #expect(try store.job(downloadID)?.state == .succeeded)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: copy)) == Data(contentsOf: URL(fileURLWithPath: source)))
+        #expect(try jobctl(["replay", "--verify"], database: database).status == 0)
+    }
+
+    /// SIGTERM: stop claiming, pause the transfer at its resume point, release the lease, exit 0 quickly.
+    @Test func sigtermReleasesAtTheResumePoint() throws {
+        let nginx = try WorkerNginx(slowRate: "4m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("sigterm")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: 12 * Self.mib)
+        let destination = directory.file("big.bin")
+        let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(destination)\"}\n",
+                                         database: database, directory: directory).first)
+        let worker = try JobctlProcess.worker(database: database, logDirectory: directory.path)
+        let store = try EventStore(path: database, readOnly: true)
+        try #require(try eventually(seconds: 20) { (try store.job(id)?.bytesDone ?? 0) > 0 }, "\(worker.log)")
+        let signalled = Date()
+        worker.signal(SIGTERM)
+        let status = worker.wait(seconds: 10)
+        #expect(status == 0, "\(worker.log)")
+        #expect(Date().timeIntervalSince(signalled) < 10)
+        let job = try #require(try store.job(id))
+        #expect(job.state == .queued)
+        #expect(job.leaseOwner == nil)
+        #expect(try store.events(jobID: id).last?.type == .released)
+        let written = try #require(job.resumePoint?.bytesDone)
+        #expect(written > 0)
+
+        let next = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        #expect(next.wait(seconds: 30) == 0, "\(next.log)")
+        #expect(try store.job(id)?.state == .succeeded)
+        #expect(nginx.accessLog.contains("GET /slow/big.bin 206 range=bytes=\(written)-"), "\(nginx.accessLog)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin")))
+    }
+
+    /// 503 + Retry-After is retried no sooner than the server asked; a server that keeps failing ends in
+    /// retryLimitExceeded carrying the last error; 404 fails at once without retries.
+    @Test func retriesHonourRetryAfterAndGiveUp() throws {
+        let nginx = try WorkerNginx(retryAfterSeconds: 2)
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("retries")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try "flaky data".write(toFile: "\(nginx.root)/flaky/data.txt", atomically: true, encoding: .utf8)
+        try nginx.setFlaky(true)
+        let ids = try submit("""
+        - {kind: download-memory, source: "\(nginx.baseURL)/flaky/data.txt", max_attempts: 4, priority: 3}
+        - {kind: download-memory, source: "\(nginx.baseURL)/broken/other.txt", max_attempts: 2, priority: 2}
+        - {kind: download-file, source: "\(nginx.baseURL)/missing.bin", destination: "\(directory.file("missing.bin"))", priority: 1}
+        """, database: database, directory: directory)
+        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "3"], logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        let store = try EventStore(path: database, readOnly: true)
+
+        // 404: objectNotFound at once, one attempt, no retry.
+        #expect(try eventually(seconds: 15) { try store.job(ids[2])?.state == .failed }, "\(worker.log)")
+        let missing = try #require(try store.job(ids[2]))
+        #expect(missing.error?.code == .objectNotFound)
+        #expect(missing.error?.httpStatus == 404)
+        #expect(missing.attempts == 1)
+        #expect(try events(store, ids[2], .attemptFailed).isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: directory.file("missing.bin")))
+
+        // 503 with Retry-After: 2 → retried no sooner than 2 s later.
+        #expect(try eventually(seconds: 15) { try !events(store, ids[0], .attemptFailed).isEmpty })
+        let failure = try #require(try events(store, ids[0], .attemptFailed).first)
+        #expect(failure.data.error?.httpStatus == 503)
+        #expect(failure.data.error?.retryable == true)
+        let retryAt = try #require(failure.data.retryAtMs)
+        #expect(retryAt - failure.atMs >= 2000, "retry scheduled after \(retryAt - failure.atMs) ms")
+        try nginx.setFlaky(false)
+        #expect(try eventually(seconds: 20) { try store.job(ids[0])?.state == .succeeded }, "\(worker.log)")
+        let recovered = try #require(try store.job(ids[0]))
+        #expect(recovered.attempts >= 2)
+        let claims = try events(store, ids[0], .claimed)
+        #expect(claims.count == recovered.attempts)
+        if claims.count >= 2 { #expect(claims[1].atMs >= retryAt) }
+        let bytes = try jobctl(["result", ids[0]], database: database)
+        #expect(bytes.stdout == "flaky data")
+
+        // /broken/ always answers 503: two attempts, then retryLimitExceeded carrying the last error.
+        #expect(try eventually(seconds: 30) { try store.job(ids[1])?.state.isFinal == true }, "\(worker.log)")
+        let exhausted = try #require(try store.job(ids[1]))
+        #expect(exhausted.state == .failed)
+        #expect(exhausted.error?.code == .retryLimitExceeded)
+        #expect(exhausted.error?.httpStatus == 503)
+        #expect(exhausted.error?.message.contains("503") == true || exhausted.error?.cause?.contains("503") == true,
+                "\(String(describing: exhausted.error))")
+        #expect(exhausted.attempts == 2)
+        #expect(try events(store, ids[1], .attemptFailed).count == 1)
+    }
+}
