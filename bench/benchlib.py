@@ -214,7 +214,10 @@ def report(samples_path, meta_path, out_path):
     lines.append(f"# jobctl benchmark results ({meta.get('mode', '?')} run)")
     lines.append("")
     lines.append(f"Run {meta.get('started', '?')} → {meta.get('finished', '?')} by `bench/run.sh{' --quick' if meta.get('mode') == 'quick' else ''}`"
-                 f" on jobctl {meta.get('jobctl_version', '?')} (commit {meta.get('commit', '?')}).")
+                 f" on `{meta.get('jobctl_version', '?')}` (commit {meta.get('commit', '?')}).")
+    if meta.get("runs", "5").isdigit() and int(meta.get("runs", "5")) < 5:
+        lines.append("**Fewer than 5 runs: a trial, not a result.**")
+        lines.append("")
     lines.append(f"{meta.get('runs', '?')} runs per benchmark, jobctl and its peer interleaved in every run; "
                  "cells are medians with (min–max, number of successful runs). MB = 10^6 bytes.")
     lines.append("")
