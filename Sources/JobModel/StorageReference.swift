@@ -52,6 +52,10 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         }
         let schemeText = input[..<schemeEnd.lowerBound].lowercased()
         let rest = String(input[schemeEnd.upperBound...])
+        // Refused before any other check so no message can echo a password back into a log.
+        if rest.prefix(while: { $0 != "/" && $0 != "?" && $0 != "#" }).contains("@") {
+            throw StorageError(.invalidArgument, "credentials in URLs are refused (they would be logged); use a token instead")
+        }
         switch schemeText {
         case "gs":
             let (bucket, path) = Self.splitAuthority(rest)
@@ -86,7 +90,12 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         try Self.checkHost(host, in: original)
         let segments = rawPath.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         // Firebase form: /v0/b/BUCKET/o/ENCODED_PATH on any host.
-        if segments.count >= 3, segments[0] == "v0", segments[1] == "b" {
+        if segments.count >= 2, segments[0] == "v0", segments[1] == "b" {
+            // Read the bucket from the raw path: collapsing `//` would turn `/v0/b//o/x` into bucket `o`.
+            let afterPrefix = rawPath.hasPrefix("/v0/b/") ? rawPath.dropFirst("/v0/b/".count) : ""
+            guard segments.count >= 3, let first = afterPrefix.first, first != "/" else {
+                throw StorageError(.invalidArgument, "'\(original)' has no bucket: a Firebase URL reads /v0/b/BUCKET/o/PATH")
+            }
             let bucket = try Self.percentDecode(segments[2], in: original)
             try Self.checkBucketName(bucket, in: original)
             var path = ""
@@ -184,7 +193,9 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
 
     private static func checkBucketName(_ bucket: String, in text: String) throws(StorageError) {
         let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-_."))
-        guard !bucket.isEmpty, bucket.unicodeScalars.allSatisfy({ allowed.contains($0) && $0.isASCII }) else {
+        // A name of dots only (`.`, `..`) would climb out of a local bucket's directory.
+        guard !bucket.isEmpty, !bucket.allSatisfy({ $0 == "." }),
+              bucket.unicodeScalars.allSatisfy({ allowed.contains($0) && $0.isASCII }) else {
             throw StorageError(.invalidArgument, "'\(text)' has an invalid bucket name '\(bucket)': use letters, digits, '-', '_' and '.'")
         }
     }

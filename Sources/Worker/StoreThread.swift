@@ -110,10 +110,8 @@ final class StoreThread: Sendable {
                 entry.1.resume(returning: results[index])
             }
             stats.withLock { $0.commits += 1; $0.events += appends.count }
-        } catch let error as StoreError {
-            for entry in appends { entry.1.resume(returning: .failure(error)) }
         } catch {
-            for entry in appends { entry.1.resume(returning: .failure(.io(String(describing: error)))) }
+            for entry in appends { entry.1.resume(returning: .failure(error)) }
         }
         appends.removeAll(keepingCapacity: true)
     }

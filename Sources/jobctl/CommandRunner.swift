@@ -14,7 +14,22 @@ enum CommandRunner {
         Commands.worker, Commands.replay, Commands.migrate,
     ]
 
-    static func run(_ arguments: [String]) -> Int32 {
+    static func run(_ rawArguments: [String]) -> Int32 {
+        // Global options may come before the command (`jobctl --db x.db list`): move them after it.
+        var globals: [String] = []
+        var rest = rawArguments[...]
+        while let next = rest.first {
+            if next == "--db", rest.count >= 2 {
+                globals += rest.prefix(2)
+                rest = rest.dropFirst(2)
+            } else if next.hasPrefix("--db=") || next == "--no-color" {
+                globals.append(next)
+                rest = rest.dropFirst()
+            } else {
+                break
+            }
+        }
+        let arguments = rest.first.map { [$0] + globals + rest.dropFirst() } ?? globals
         guard let first = arguments.first else {
             emit(overview)
             return ExitCode.ok
@@ -27,12 +42,13 @@ enum CommandRunner {
             emit("jobctl \(jobctlVersion)")
             return ExitCode.ok
         case "help":
-            guard arguments.count > 1 else {
+            let topics = rest.dropFirst().filter { !$0.hasPrefix("-") }
+            guard let topic = topics.first else {
                 emit(overview)
                 return ExitCode.ok
             }
-            guard let command = commands.first(where: { $0.name == arguments[1] }) else {
-                return usageFailure("unknown command '\(arguments[1])'", usage: "jobctl help <command>")
+            guard let command = commands.first(where: { $0.name == topic }) else {
+                return usageFailure("unknown command '\(topic)'", usage: "jobctl help <command>")
             }
             emit(command.helpText)
             return ExitCode.ok

@@ -115,9 +115,9 @@ extension Commands {
     ) { arguments, context in
         if arguments.flag("json") && arguments.flag("csv") { throw UsageError("--json and --csv cannot be combined") }
         let now = Clock.nowMs()
-        let store = try context.openStore(readOnly: true)
         let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(), queue: nil, limit: nil,
                                createdSince: try arguments.time("since", now: now), createdUntil: try arguments.time("until", now: now))
+        let store = try context.openStore(readOnly: true)
         let rows = try store.jobs(filter: filter).reversed().map(AuditRow.init)
         if arguments.flag("json") {
             emit(try jsonText(Array(rows)))

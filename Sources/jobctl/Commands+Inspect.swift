@@ -16,9 +16,9 @@ extension Commands {
     ) { arguments, context in
         let limit = try arguments.integer("limit") ?? 50
         guard limit >= 0 else { throw UsageError("--limit must be 0 or more") }
-        let store = try context.openStore(readOnly: true)
         let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(),
                                queue: arguments.value("queue"), limit: limit == 0 ? nil : limit)
+        let store = try context.openStore(readOnly: true)
         let jobs = try store.jobs(filter: filter)
         if arguments.flag("json") {
             emit(try jsonText(jobs.map(JobView.init)))

@@ -22,34 +22,25 @@ extension Commands {
         var failures: [String] = []
         var readStdin = false
         for path in arguments.positionals {
-            let text: String
+            let data: Data
             let displayPath: String
             let baseDirectory: String
             if path == "-" {
                 guard !readStdin else { throw UsageError("'-' (standard input) can be given only once") }
                 readStdin = true
-                let data = FileHandle.standardInput.readDataToEndOfFile()
-                text = String(decoding: data, as: UTF8.self)
+                data = FileHandle.standardInput.readDataToEndOfFile()
                 displayPath = "<stdin>"
                 baseDirectory = FileManager.default.currentDirectoryPath
-                if String(data: data, encoding: .utf8) == nil {
-                    failures.append("<stdin>:1:1: error: the manifest is not valid UTF-8")
-                    continue
-                }
             } else {
-                guard let data = FileManager.default.contents(atPath: path) else {
+                guard let contents = FileManager.default.contents(atPath: path) else {
                     failures.append("\(path): error: cannot read the manifest (\(String(cString: strerror(errno))))")
                     continue
                 }
-                guard let decoded = String(data: data, encoding: .utf8) else {
-                    failures.append("\(path):1:1: error: the manifest is not valid UTF-8")
-                    continue
-                }
-                text = decoded
+                data = contents
                 displayPath = path
                 baseDirectory = URL(fileURLWithPath: path).standardizedFileURL.deletingLastPathComponent().path
             }
-            switch ManifestParser.parse(text: text, path: displayPath, baseDirectory: baseDirectory) {
+            switch ManifestParser(baseDirectory: baseDirectory).parse(data: data, path: displayPath) {
             case .success(let parsed): specs += parsed
             case .failure(let errors): failures.append(errors.render())
             }

@@ -243,9 +243,10 @@ import TestSupport
             text += "  - {kind: upload-data, data: shared, destination: gs://b/shared.txt, key: shared}\n"
             paths.append(try workspace.write("m\(p).yaml", text))
         }
+        let manifestPaths = paths
         let outputs = Mutex<[ProcessOutput]>([])
         DispatchQueue.concurrentPerform(iterations: processes) { index in
-            if let output = try? workspace.jobctl(["submit", "--json", paths[index]]) {
+            if let output = try? workspace.jobctl(["submit", "--json", manifestPaths[index]]) {
                 outputs.withLock { $0.append(output) }
             }
         }

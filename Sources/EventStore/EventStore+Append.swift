@@ -1,0 +1,172 @@
+import Checksums
+import Foundation
+import JobModel
+
+/// An event to append: what happened to which job, who says so, and under which guarantees.
+public struct PendingEvent: Sendable, Equatable {
+    /// The job the event belongs to.
+    public var jobID: String
+    /// What happened.
+    public var type: EventType
+    /// Who appends it (`worker:<host>:<pid>`, `cli:<user>`).
+    public var actor: String
+    /// The lease token the appending worker holds: the append is refused (`staleLease`) unless the job
+    /// is running under exactly this token. Nil for appends that are not a worker's (CLI control).
+    public var leaseToken: Int64?
+    /// The version the caller saw: the append is refused (`versionConflict`) unless it is still current.
+    public var expectedVersion: Int?
+    /// The payload.
+    public var data: EventData
+
+    /// Creates a pending event.
+    public init(jobID: String, type: EventType, actor: String, leaseToken: Int64? = nil,
+                expectedVersion: Int? = nil, data: EventData = EventData()) {
+        self.jobID = jobID
+        self.type = type
+        self.actor = actor
+        self.leaseToken = leaseToken
+        self.expectedVersion = expectedVersion
+        self.data = data
+    }
+}
+
+extension EventStore {
+    /// Appends a batch of events in ONE `BEGIN IMMEDIATE` transaction (group commit), each in its own
+    /// savepoint so a refused event does not sink the others.
+    ///
+    /// Per event: the expected version must be current (`versionConflict`); a lease token must still
+    /// hold the running job (`staleLease`, fencing); the event must be possible in the job's state
+    /// (`invalidTransition`). The projection row changes in the same transaction. `result.data` of a
+    /// `succeeded` event moves into `blobs` and is replaced by `result.blob`. `submitted` and `claimed`
+    /// are written only by `submit` and `claim`.
+    ///
+    /// Throws only when the transaction as a whole fails (busy, I/O); the per-event outcomes are in
+    /// the result, in the order given. When it returns, the accepted events are synced to disk.
+    public func append(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
+        guard !events.isEmpty else { return [] }
+        return try writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
+            var outcomes: [Result<JobEvent, StoreError>] = []
+            outcomes.reserveCapacity(events.count)
+            for pending in events {
+                do throws(StoreError) {
+                    guard pending.type != .submitted && pending.type != .claimed else {
+                        throw StoreError.invalidControl(
+                            "'\(pending.type.rawValue)' events are written by submit() and claim(), not append()")
+                    }
+                    let (event, _) = try connection.savepoint { () throws(StoreError) in
+                        try connection.appendEvent(pending, now: now)
+                    }
+                    outcomes.append(.success(event))
+                } catch {
+                    // Refusals are per event. A failure of the file itself, or one after which SQLite
+                    // rolled the whole transaction back, sinks the batch: nothing of it is committed.
+                    switch error {
+                    case .io, .busy:
+                        throw error
+                    default:
+                        guard connection.isInTransaction else { throw error }
+                        outcomes.append(.failure(error))
+                    }
+                }
+            }
+            return outcomes
+        }
+    }
+
+    /// Appends one event in its own transaction and returns it as stored; throws its refusal
+    /// (`versionConflict`, `staleLease`, `invalidTransition`, `notFound`) or the transaction's failure.
+    @discardableResult
+    public func append(_ event: PendingEvent, now: Int64) throws(StoreError) -> JobEvent {
+        guard let outcome = try append([event], now: now).first else {
+            // append([one]) returns exactly one outcome per event given.
+            throw StoreError.invalidControl("append returned no outcome for job \(event.jobID)")
+        }
+        return try outcome.get()
+    }
+}
+
+// MARK: - Appending inside a transaction
+
+extension SQLiteConnection {
+    /// The job's projection row, or nil.
+    func loadJob(_ id: String) throws(StoreError) -> JobRecord? {
+        try first("SELECT \(JobRecord.selectColumns) FROM jobs WHERE id = ?", [.text(id)]) { (row) throws(StoreError) in
+            try JobRecord(row: row)
+        }
+    }
+
+    /// The live lease row of a job: its token and expiry.
+    func leaseRow(_ jobID: String) throws(StoreError) -> (owner: String, token: Int64, expiresAtMs: Int64)? {
+        try first("SELECT owner, token, expires_at_ms FROM leases WHERE job_id = ?", [.text(jobID)]) { row in
+            (row.text(0), row.int64(1), row.int64(2))
+        }
+    }
+
+    /// Checks and appends one event, updating the projection and the lease table. The caller holds
+    /// a write transaction.
+    func appendEvent(_ pending: PendingEvent, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
+        let current = try loadJob(pending.jobID)
+        if pending.type == .submitted {
+            if let current {
+                throw StoreError.invalidTransition(jobID: pending.jobID, state: current.state, event: .submitted)
+            }
+            if let expected = pending.expectedVersion, expected != 0 {
+                throw StoreError.versionConflict(expected: expected, actual: 0)
+            }
+        } else {
+            guard let current else { throw StoreError.notFound(pending.jobID) }
+            if let expected = pending.expectedVersion, expected != current.version {
+                throw StoreError.versionConflict(expected: expected, actual: current.version)
+            }
+            // Fencing. `claimed` carries the new token, so it is checked by claim() instead.
+            if pending.type != .claimed, let token = pending.leaseToken {
+                let lease = try leaseRow(pending.jobID)
+                guard current.state == .running, current.leaseToken == token, lease?.token == token else {
+                    throw StoreError.staleLease(jobID: pending.jobID, token: token)
+                }
+            }
+            guard current.allows(pending.type) else {
+                throw StoreError.invalidTransition(jobID: pending.jobID, state: current.state, event: pending.type)
+            }
+        }
+
+        var data = pending.data
+        if pending.type == .succeeded, var result = data.result, let bytes = result.data {
+            result.blob = try storeBlob(bytes)
+            result.data = nil
+            data.result = result
+        }
+
+        let version = (current?.version ?? 0) + 1
+        try run("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [.text(pending.jobID), .int(version), .text(pending.type.rawValue), .integer(now),
+                 .text(pending.actor), .optional(pending.leaseToken), .text(try StoreJSON.encode(data))])
+        let event = JobEvent(seq: lastInsertRowID, jobID: pending.jobID, version: version, type: pending.type,
+                             atMs: now, actor: pending.actor, leaseToken: pending.leaseToken, data: data)
+
+        let record: JobRecord
+        if var existing = current {
+            existing.apply(event)
+            record = existing
+            try run(JobRecord.updateSQL, Array(try record.rowValues().dropFirst()) + [.text(record.id)])
+        } else {
+            guard let created = JobRecord(submitted: event) else {
+                throw StoreError.invalidControl("a 'submitted' event needs the job's spec")
+            }
+            record = created
+            try run(JobRecord.insertSQL, try record.rowValues())
+        }
+        if record.state != .running {
+            try run("DELETE FROM leases WHERE job_id = ?", [.text(record.id)])
+        }
+        return (event, record)
+    }
+
+    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
+    func storeBlob(_ bytes: Data) throws(StoreError) -> String {
+        let hash = Digest.sha256Hex(bytes)
+        try run("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
+                [.text(hash), .int(bytes.count), .blob(bytes)])
+        return hash
+    }
+}

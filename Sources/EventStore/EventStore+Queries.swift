@@ -1,0 +1,135 @@
+import Foundation
+import JobModel
+
+/// Which jobs `EventStore.jobs(filter:)` lists. Nil fields do not filter.
+public struct JobFilter: Sendable, Equatable {
+    /// Only jobs in these states.
+    public var states: Set<JobState>?
+    /// Only jobs of these kinds.
+    public var kinds: Set<JobKind>?
+    /// Only jobs in this queue.
+    public var queue: String?
+    /// At most this many jobs (newest first).
+    public var limit: Int?
+    /// Submitted at or after this time (ms).
+    public var createdSince: Int64?
+    /// Submitted before this time (ms).
+    public var createdUntil: Int64?
+    /// Finished at or after this time (ms); unfinished jobs are left out when set.
+    public var finishedSince: Int64?
+    /// Finished before this time (ms); unfinished jobs are left out when set.
+    public var finishedUntil: Int64?
+
+    /// Creates a filter; the default lists every job.
+    public init(states: Set<JobState>? = nil, kinds: Set<JobKind>? = nil, queue: String? = nil, limit: Int? = nil,
+                createdSince: Int64? = nil, createdUntil: Int64? = nil,
+                finishedSince: Int64? = nil, finishedUntil: Int64? = nil) {
+        self.states = states
+        self.kinds = kinds
+        self.queue = queue
+        self.limit = limit
+        self.createdSince = createdSince
+        self.createdUntil = createdUntil
+        self.finishedSince = finishedSince
+        self.finishedUntil = finishedUntil
+    }
+}
+
+extension EventStore {
+    /// The job with exactly this id, or nil (see `resolveID` for prefixes).
+    public func job(_ id: String) throws(StoreError) -> JobRecord? {
+        try withConnection { (connection) throws(StoreError) -> JobRecord? in try connection.loadJob(id) }
+    }
+
+    /// Jobs matching `filter`, newest first.
+    public func jobs(filter: JobFilter = JobFilter()) throws(StoreError) -> [JobRecord] {
+        var clauses: [String] = []
+        var values: [SQLiteValue] = []
+        if let states = filter.states {
+            guard !states.isEmpty else { return [] }
+            let sorted = states.map(\.rawValue).sorted()
+            clauses.append("state IN (\(sorted.map { _ in "?" }.joined(separator: ", ")))")
+            values += sorted.map(SQLiteValue.text)
+        }
+        if let kinds = filter.kinds {
+            guard !kinds.isEmpty else { return [] }
+            let sorted = kinds.map(\.rawValue).sorted()
+            clauses.append("kind IN (\(sorted.map { _ in "?" }.joined(separator: ", ")))")
+            values += sorted.map(SQLiteValue.text)
+        }
+        if let queue = filter.queue {
+            clauses.append("queue = ?")
+            values.append(.text(queue))
+        }
+        let bounds: [(String, Int64?)] = [
+            ("created_at_ms >= ?", filter.createdSince), ("created_at_ms < ?", filter.createdUntil),
+            ("finished_at_ms >= ?", filter.finishedSince), ("finished_at_ms < ?", filter.finishedUntil),
+        ]
+        for (clause, bound) in bounds {
+            if let bound {
+                clauses.append(clause)
+                values.append(.integer(bound))
+            }
+        }
+        var sql = "SELECT \(JobRecord.selectColumns) FROM jobs"
+        if !clauses.isEmpty { sql += " WHERE " + clauses.joined(separator: " AND ") }
+        sql += " ORDER BY created_at_ms DESC, seq DESC"
+        if let limit = filter.limit {
+            sql += " LIMIT ?"
+            values.append(.int(max(0, limit)))
+        }
+        let query = sql
+        let parameters = values
+        return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
+            try connection.query(query, parameters) { (row) throws(StoreError) in try JobRecord(row: row) }
+        }
+    }
+
+    /// Every event of a job, oldest first.
+    public func events(jobID: String) throws(StoreError) -> [JobEvent] {
+        try withConnection { (connection) throws(StoreError) -> [JobEvent] in
+            try connection.query("SELECT \(JobEvent.selectColumns) FROM events WHERE job_id = ? ORDER BY version",
+                                 [.text(jobID)]) { (row) throws(StoreError) in try JobEvent(row: row) }
+        }
+    }
+
+    /// Up to `limit` events with `seq > afterSeq`, in log order (audit, watch, tailing).
+    public func events(afterSeq: Int64, limit: Int = 1_000) throws(StoreError) -> [JobEvent] {
+        try withConnection { (connection) throws(StoreError) -> [JobEvent] in
+            try connection.query("SELECT \(JobEvent.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                                 [.integer(afterSeq), .int(max(0, limit))]) { (row) throws(StoreError) in
+                try JobEvent(row: row)
+            }
+        }
+    }
+
+    /// The bytes stored under a SHA-256 (hex, any case), or nil.
+    public func blob(sha256: String) throws(StoreError) -> Data? {
+        try withConnection { (connection) throws(StoreError) -> Data? in
+            try connection.first("SELECT data FROM blobs WHERE sha256 = ?", [.text(sha256.lowercased())]) { row in
+                row.blob(0)
+            }
+        }
+    }
+
+    /// How many jobs are in each state (states without jobs are absent).
+    public func counts() throws(StoreError) -> [JobState: Int] {
+        try withConnection { (connection) throws(StoreError) -> [JobState: Int] in
+            var counts: [JobState: Int] = [:]
+            try connection.forEach("SELECT state, count(*) FROM jobs GROUP BY state") { (row) throws(StoreError) in
+                guard let state = JobState(rawValue: row.text(0)) else {
+                    throw StoreError.corrupt("jobs table holds unknown state '\(row.text(0))'")
+                }
+                counts[state] = row.int(1)
+            }
+            return counts
+        }
+    }
+
+    /// The seq of the newest event; 0 for an empty log.
+    public func lastSeq() throws(StoreError) -> Int64 {
+        try withConnection { (connection) throws(StoreError) -> Int64 in
+            try connection.first("SELECT coalesce(max(seq), 0) FROM events") { row in row.int64(0) } ?? 0
+        }
+    }
+}

@@ -1,0 +1,131 @@
+import Foundation
+import JobModel
+
+/// One column where the stored projection and the fold of the log disagree.
+public struct ReplayDifference: Sendable, Equatable, Hashable, CustomStringConvertible {
+    /// The job.
+    public var jobID: String
+    /// The `jobs` column, or `(row)` when the whole row is missing on one side.
+    public var column: String
+    /// The stored value as text (nil: no stored row).
+    public var stored: String?
+    /// The rebuilt value as text (nil: the log has no such job).
+    public var rebuilt: String?
+
+    /// Creates a difference.
+    public init(jobID: String, column: String, stored: String?, rebuilt: String?) {
+        self.jobID = jobID
+        self.column = column
+        self.stored = stored
+        self.rebuilt = rebuilt
+    }
+
+    /// `JOBID column: stored X, rebuilt Y`.
+    public var description: String {
+        "\(jobID) \(column): stored \(stored ?? "(no row)"), rebuilt \(rebuilt ?? "(no job in the log)")"
+    }
+}
+
+/// What `EventStore.replay(verify:)` found (and did).
+public struct ReplayReport: Sendable, Equatable {
+    /// Events folded.
+    public var eventsRead: Int
+    /// Jobs the fold produced.
+    public var jobsRebuilt: Int
+    /// Columns where the stored projection differs from the fold (computed before any rewrite).
+    public var differences: [ReplayDifference]
+    /// Oddities of the log itself (events before their job's `submitted`, version gaps).
+    public var problems: [String]
+    /// Whether the `jobs` table was rewritten from the fold.
+    public var rewritten: Bool
+
+    /// Whether the projection matched the log exactly and the log had no problems.
+    public var isConsistent: Bool { differences.isEmpty && problems.isEmpty }
+
+    /// Creates a report.
+    public init(eventsRead: Int, jobsRebuilt: Int, differences: [ReplayDifference], problems: [String], rewritten: Bool) {
+        self.eventsRead = eventsRead
+        self.jobsRebuilt = jobsRebuilt
+        self.differences = differences
+        self.problems = problems
+        self.rewritten = rewritten
+    }
+}
+
+extension EventStore {
+    /// Folds every event from seq 1 into job records and compares them with the `jobs` projection.
+    ///
+    /// With `verify`, only reports the differences (works on a read-only store). Without, also
+    /// rewrites the `jobs` table from the fold in one transaction. Leases and blobs are not compared.
+    public func replay(verify: Bool) throws(StoreError) -> ReplayReport {
+        if verify {
+            return try readTransaction { (connection) throws(StoreError) -> ReplayReport in
+                try Self.replay(connection, rewrite: false)
+            }
+        }
+        return try writeTransaction { (connection) throws(StoreError) -> ReplayReport in
+            try Self.replay(connection, rewrite: true)
+        }
+    }
+
+    private static func replay(_ connection: SQLiteConnection, rewrite: Bool) throws(StoreError) -> ReplayReport {
+        var records: [String: JobRecord] = [:]
+        var eventsRead = 0
+        var problems: [String] = []
+        // Streams the log: one event decoded at a time; only the records stay in memory.
+        try connection.forEach("SELECT \(JobEvent.selectColumns) FROM events ORDER BY seq") { (row) throws(StoreError) in
+            let event = try JobEvent(row: row)
+            eventsRead += 1
+            if event.type == .submitted {
+                if records[event.jobID] != nil {
+                    problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted twice")
+                } else if let record = JobRecord(submitted: event) {
+                    records[event.jobID] = record
+                } else {
+                    problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted without a spec")
+                }
+                return
+            }
+            guard var record = records[event.jobID] else {
+                problems.append("event \(event.seq ?? 0) (\(event.type.rawValue)) precedes job \(event.jobID)'s submission")
+                return
+            }
+            if event.version != record.version + 1 {
+                problems.append("event \(event.seq ?? 0): job \(event.jobID) jumps from version \(record.version) to \(event.version)")
+            }
+            record.apply(event)
+            records[event.jobID] = record
+        }
+
+        var stored: [String: [SQLiteValue]] = [:]
+        try connection.forEach("SELECT \(JobRecord.selectColumns) FROM jobs") { row in
+            stored[row.text(0)] = (0..<JobRecord.columns.count).map { row.value($0) }
+        }
+        var differences: [ReplayDifference] = []
+        for id in Set(records.keys).union(stored.keys).sorted() {
+            switch (stored[id], records[id]) {
+            case (let storedRow?, let record?):
+                let rebuiltRow = try record.rowValues()
+                for (index, column) in JobRecord.columns.enumerated() where storedRow[index] != rebuiltRow[index] {
+                    differences.append(ReplayDifference(jobID: id, column: column, stored: storedRow[index].description,
+                                                        rebuilt: rebuiltRow[index].description))
+                }
+            case (nil, _?):
+                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: nil, rebuilt: "present"))
+            case (_?, nil):
+                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: "present", rebuilt: nil))
+            case (nil, nil):
+                break
+            }
+        }
+
+        if rewrite {
+            try connection.run("DELETE FROM jobs")
+            for record in records.values.sorted(by: { $0.seq < $1.seq }) {
+                try connection.run(JobRecord.insertSQL, try record.rowValues())
+            }
+        }
+        return ReplayReport(eventsRead: eventsRead, jobsRebuilt: records.count, differences: differences,
+                            problems: problems, rewritten: rewrite)
+    }
+}

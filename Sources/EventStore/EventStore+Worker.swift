@@ -1,0 +1,154 @@
+import Foundation
+import JobModel
+
+/// A job a worker now holds, with the fencing token its appends must carry.
+public struct ClaimedJob: Sendable, Equatable {
+    /// The job as of its `claimed` event (state running).
+    public var record: JobRecord
+    /// The lease (fencing) token: pass it as `PendingEvent.leaseToken` and to `heartbeat`.
+    public var token: Int64
+
+    /// Creates a claimed job.
+    public init(record: JobRecord, token: Int64) {
+        self.record = record
+        self.token = token
+    }
+}
+
+extension EventStore {
+    /// Claims up to `limit` runnable jobs for `owner` in one IMMEDIATE transaction.
+    ///
+    /// Runnable: queued with `run_after ≤ now`, in `queues` (nil: any queue; empty: none), ordered by
+    /// priority (highest first), run_after, then submission order. Each gets a `claimed` event with a
+    /// fresh token from a global counter (tokens only grow) and a lease row expiring at `now + leaseMs`.
+    /// A queued job whose pause or cancel was requested while it last ran is `paused` or `cancelled`
+    /// here instead of being claimed.
+    public func claim(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) throws(StoreError) -> [ClaimedJob] {
+        guard limit > 0, queues.map({ !$0.isEmpty }) ?? true else { return [] }
+        var sql = "SELECT id FROM jobs WHERE state = 'queued' AND run_after_ms <= ?"
+        if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
+        sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT ?"
+        let queueValues = (queues ?? []).map(SQLiteValue.text)
+        let actor = owner
+        return try writeTransaction { (connection) throws(StoreError) -> [ClaimedJob] in
+            var claimed: [ClaimedJob] = []
+            while claimed.count < limit {
+                let ids = try connection.query(sql, [.integer(now)] + queueValues + [.int(limit - claimed.count)]) { row in
+                    row.text(0)
+                }
+                if ids.isEmpty { break }
+                for id in ids {
+                    guard let job = try connection.loadJob(id) else { continue }
+                    if job.cancelRequested {
+                        let error = StorageError(.cancelled, "cancelled on request before the next attempt")
+                        _ = try connection.appendEvent(PendingEvent(jobID: id, type: .cancelled, actor: actor,
+                                                                    data: EventData(error: error)), now: now)
+                        continue
+                    }
+                    if job.pauseRequested {
+                        _ = try connection.appendEvent(PendingEvent(jobID: id, type: .paused, actor: actor,
+                                                                    data: EventData(reason: "paused on request")), now: now)
+                        continue
+                    }
+                    let token = try connection.nextLeaseToken()
+                    let expiresAt = now + leaseMs
+                    let data = EventData(leaseOwner: owner, leaseExpiresAtMs: expiresAt, attempt: job.attempts + 1)
+                    let (_, record) = try connection.appendEvent(
+                        PendingEvent(jobID: id, type: .claimed, actor: actor, leaseToken: token,
+                                     expectedVersion: job.version, data: data), now: now)
+                    try connection.run(
+                        "INSERT OR REPLACE INTO leases (job_id, owner, token, expires_at_ms) VALUES (?, ?, ?, ?)",
+                        [.text(id), .text(owner), .integer(token), .integer(expiresAt)])
+                    claimed.append(ClaimedJob(record: record, token: token))
+                }
+            }
+            return claimed
+        }
+    }
+
+    /// Extends to `now + leaseMs` every lease in `leases` (job id → token) that `owner` still holds
+    /// (job running under that token). Returns the ids whose lease was lost: the worker must stop them.
+    /// Heartbeats append no events. One transaction for the whole set.
+    public func heartbeat(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) throws(StoreError) -> Set<String> {
+        guard !leases.isEmpty else { return [] }
+        return try writeTransaction { (connection) throws(StoreError) -> Set<String> in
+            var lost: Set<String> = []
+            for (jobID, token) in leases {
+                try connection.run("""
+                    UPDATE leases SET expires_at_ms = ?
+                    WHERE job_id = ? AND token = ? AND owner = ?
+                      AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'running' AND lease_token = ?)
+                    """, [.integer(now + leaseMs), .text(jobID), .integer(token), .text(owner), .text(jobID), .integer(token)])
+                if connection.changes == 0 { lost.insert(jobID) }
+            }
+            return lost
+        }
+    }
+
+    /// Rescues running jobs whose lease expired (or vanished) by `now`: each gets `lease_expired` and goes
+    /// back to the queue at its resume point, or, when its attempts are used up, `failed` with
+    /// `retryLimitExceeded`. Returns the rescued job ids. One transaction.
+    public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] {
+        try writeTransaction { (connection) throws(StoreError) -> [String] in
+            let expired = try connection.query("""
+                SELECT j.id, l.owner, l.expires_at_ms FROM jobs j LEFT JOIN leases l ON l.job_id = j.id
+                WHERE j.state = 'running' AND (l.job_id IS NULL OR l.expires_at_ms <= ?)
+                ORDER BY j.seq
+                """, [.integer(now)]) { row in (row.text(0), row.optionalText(1), row.optionalInt64(2)) }
+            var rescued: [String] = []
+            for (id, owner, expiresAt) in expired {
+                guard let job = try connection.loadJob(id) else { continue }
+                let holder = owner ?? job.leaseOwner ?? "an unknown worker"
+                let when = expiresAt.map { " at \($0)" } ?? ""
+                let pending: PendingEvent
+                if job.attempts >= job.maxAttempts {
+                    let error = StorageError(
+                        .retryLimitExceeded,
+                        "attempt \(job.attempts) of \(job.maxAttempts) ended when its worker (\(holder)) died or lost its lease; "
+                            + "no attempts are left: check the workers' logs, then `jobctl retry \(id)`")
+                    pending = PendingEvent(jobID: id, type: .failed, actor: actor, expectedVersion: job.version,
+                                           data: EventData(error: error, reason: "lease expired\(when)"))
+                } else {
+                    pending = PendingEvent(jobID: id, type: .leaseExpired, actor: actor, expectedVersion: job.version,
+                                           data: EventData(reason: "lease held by \(holder) expired\(when)"))
+                }
+                _ = try connection.appendEvent(pending, now: now)
+                rescued.append(id)
+            }
+            return rescued
+        }
+    }
+
+    /// `PRAGMA data_version` of this connection: it changes when another connection commits, so an
+    /// idle worker or a watcher polls it cheaply instead of scanning. Commits made through this same
+    /// store do not change it (the caller knows about those already).
+    ///
+    /// See https://www.sqlite.org/pragma.html#pragma_data_version
+    public func dataVersion() throws(StoreError) -> Int64 {
+        try withConnection { (connection) throws(StoreError) -> Int64 in
+            try connection.first("PRAGMA data_version") { row in row.int64(0) } ?? 0
+        }
+    }
+
+    /// The earliest `run_after` among queued jobs in `queues` (nil: any queue): when the next retry is due.
+    public func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? {
+        if let queues, queues.isEmpty { return nil }
+        var sql = "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued'"
+        if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
+        let values = (queues ?? []).map(SQLiteValue.text)
+        return try withConnection { (connection) throws(StoreError) -> Int64? in
+            try connection.first(sql, values) { row in row.optionalInt64(0) } ?? nil
+        }
+    }
+}
+
+extension SQLiteConnection {
+    /// The next fencing token; the counter row only grows.
+    func nextLeaseToken() throws(StoreError) -> Int64 {
+        try run("UPDATE lease_counter SET last_token = last_token + 1 WHERE id = 1")
+        guard let token = try first("SELECT last_token FROM lease_counter WHERE id = 1", [], { row in row.int64(0) }) else {
+            throw StoreError.corrupt("the lease_counter row is missing")
+        }
+        return token
+    }
+}

@@ -1,0 +1,89 @@
+import Checksums
+import Foundation
+
+/// Applies the migrations embedded from `migrations/NNN_name.sql`, recording each in `schema_migrations`.
+///
+/// A database whose ledger names a version this binary does not know is refused before anything is written.
+enum Migrator {
+    struct Migration {
+        let version: Int
+        let name: String
+        let sql: String
+        /// SHA-256 (hex) of the SQL text, recorded in the ledger.
+        let checksum: String
+    }
+
+    /// Every migration this binary carries, in version order.
+    static let all: [Migration] = EmbeddedMigrations.all
+        .map { entry in
+            // The plugin wrote this base64 itself from UTF-8 text; it cannot fail to decode.
+            let bytes = Data(base64Encoded: entry.sqlBase64) ?? Data()
+            return Migration(version: entry.version, name: entry.name, sql: String(decoding: bytes, as: UTF8.self),
+                             checksum: Digest.sha256Hex(bytes))
+        }
+        .sorted { $0.version < $1.version }
+
+    /// The newest schema version this binary knows.
+    static var latestVersion: Int { all.last?.version ?? 0 }
+
+    private static let createLedgerSQL = """
+        CREATE TABLE IF NOT EXISTS schema_migrations (
+            version       INTEGER PRIMARY KEY,
+            name          TEXT    NOT NULL,
+            applied_at_ms INTEGER NOT NULL,
+            checksum      TEXT    NOT NULL
+        )
+        """
+
+    /// The versions recorded in the ledger; empty when there is no ledger yet. Reads only.
+    static func appliedVersions(_ connection: SQLiteConnection) throws(StoreError) -> Set<Int> {
+        let hasLedger = try connection.first(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'") { row in
+            row.int(0) > 0
+        } ?? false
+        guard hasLedger else { return [] }
+        return Set(try connection.query("SELECT version FROM schema_migrations") { row in row.int(0) })
+    }
+
+    /// Throws `newerSchema` when the ledger holds a version above `latestVersion`.
+    static func refuseNewer(_ applied: Set<Int>) throws(StoreError) {
+        if let found = applied.max(), found > latestVersion {
+            throw StoreError.newerSchema(found: found, known: latestVersion)
+        }
+    }
+
+    /// Applies pending migrations, each in its own IMMEDIATE transaction; returns the versions applied.
+    ///
+    /// Safe against another process migrating the same file at once: the ledger is re-read inside
+    /// each write transaction.
+    static func migrate(_ connection: SQLiteConnection, now: Int64) throws(StoreError) -> [Int] {
+        let before = try appliedVersions(connection)
+        try refuseNewer(before)
+        guard all.contains(where: { !before.contains($0.version) }) else { return [] }
+        var applied: [Int] = []
+        for migration in all {
+            try connection.run("BEGIN IMMEDIATE")
+            do throws(StoreError) {
+                try connection.execute(createLedgerSQL)
+                let current = try appliedVersions(connection)
+                try refuseNewer(current)
+                if !current.contains(migration.version) {
+                    try connection.execute(migration.sql)
+                    try connection.run(
+                        "INSERT INTO schema_migrations (version, name, applied_at_ms, checksum) VALUES (?, ?, ?, ?)",
+                        [.int(migration.version), .text(migration.name), .integer(now), .text(migration.checksum)])
+                    applied.append(migration.version)
+                }
+                try connection.run("COMMIT")
+            } catch {
+                if connection.isInTransaction { try? connection.run("ROLLBACK") }
+                if case .sqlite(let code, let message, _) = error {
+                    throw StoreError.sqlite(code: code, message: "migration \(migration.version)_\(migration.name) failed: \(message)",
+                                            sql: nil)
+                }
+                throw error
+            }
+        }
+        return applied
+    }
+}

@@ -1,0 +1,338 @@
+import CSQLite
+import Foundation
+
+// The one file that calls libsqlite3. Everything else in the module speaks `SQLiteConnection`,
+// `SQLiteStatement`, `SQLiteRow` and `SQLiteValue`; no unsafe pointer leaves this file.
+
+// MARK: - Values
+
+/// A value bound to a statement parameter or read from a result column.
+///
+/// See https://www.sqlite.org/datatype3.html
+enum SQLiteValue: Equatable, Sendable, CustomStringConvertible {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob(Data)
+
+    static func optional(_ value: String?) -> SQLiteValue { value.map(SQLiteValue.text) ?? .null }
+    static func optional(_ value: Int64?) -> SQLiteValue { value.map(SQLiteValue.integer) ?? .null }
+    static func int(_ value: Int) -> SQLiteValue { .integer(Int64(value)) }
+    static func bool(_ value: Bool) -> SQLiteValue { .integer(value ? 1 : 0) }
+
+    /// Text for reports (`replay --verify` differences).
+    var description: String {
+        switch self {
+        case .null: "NULL"
+        case .integer(let value): String(value)
+        case .real(let value): String(value)
+        case .text(let value): value
+        case .blob(let value): "<\(value.count) bytes>"
+        }
+    }
+}
+
+// MARK: - Connection
+
+/// One `sqlite3*` database connection with a small prepared-statement cache.
+///
+/// Not `Sendable`: a connection belongs to one thread at a time; `EventStore` serialises access
+/// with its lock. Closed in `deinit` with `sqlite3_close_v2`, which also waits for any statement
+/// still alive (https://www.sqlite.org/c3ref/close.html).
+final class SQLiteConnection {
+    private let handle: OpaquePointer
+    private var cache: [String: SQLiteStatement] = [:]
+    let path: String
+
+    /// Opens (and with `create`, creates) the database file.
+    ///
+    /// See https://www.sqlite.org/c3ref/open.html
+    init(path: String, readOnly: Bool, create: Bool) throws(StoreError) {
+        var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_PRIVATECACHE
+        flags |= readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
+        if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
+        var db: OpaquePointer?
+        let code = sqlite3_open_v2(path, &db, flags, nil)
+        guard code == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            sqlite3_close_v2(db)
+            throw StoreError.io("cannot open database '\(path)': \(message); check that the file exists and is readable")
+        }
+        self.handle = db
+        self.path = path
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit {
+        cache.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    // MARK: Return codes
+
+    /// Turns a non-OK return code into a `StoreError` carrying SQLite's message and the SQL.
+    ///
+    /// See https://www.sqlite.org/rescode.html
+    func check(_ code: Int32, sql: String? = nil) throws(StoreError) {
+        guard code != SQLITE_OK && code != SQLITE_ROW && code != SQLITE_DONE else { return }
+        throw Self.error(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+    }
+
+    static func error(code: Int32, message: String, sql: String?) -> StoreError {
+        switch code & 0xFF {
+        case SQLITE_BUSY, SQLITE_LOCKED:
+            return .busy(sql: sql)
+        case SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_READONLY, SQLITE_PERM, SQLITE_NOTADB, SQLITE_CORRUPT:
+            return .io("\(message) (SQLite code \(code))")
+        default:
+            return .sqlite(code: code, message: message, sql: sql)
+        }
+    }
+
+    // MARK: Configuration
+
+    /// How long a writer waits for another connection's lock before `busy`.
+    ///
+    /// See https://www.sqlite.org/c3ref/busy_timeout.html
+    func setBusyTimeout(milliseconds: Int32) throws(StoreError) {
+        try check(sqlite3_busy_timeout(handle, milliseconds))
+    }
+
+    /// Refuses writes that could corrupt the file (`writable_schema`, raw page edits).
+    ///
+    /// See https://www.sqlite.org/c3ref/c_dbconfig_defensive.html
+    func enableDefensive() throws(StoreError) {
+        try check(jobctl_sqlite3_enable_defensive(handle))
+    }
+
+    // MARK: Statements
+
+    /// Runs one or more statements without parameters (migrations, pragmas, transaction control).
+    ///
+    /// See https://www.sqlite.org/c3ref/exec.html
+    func execute(_ sql: String) throws(StoreError) {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        if code != SQLITE_OK {
+            let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(errorMessage)
+            throw Self.error(code: code, message: message, sql: sql)
+        }
+    }
+
+    /// A prepared statement for `sql`, reused across calls; it comes back reset with no bindings.
+    ///
+    /// See https://www.sqlite.org/c3ref/prepare.html
+    func statement(_ sql: String) throws(StoreError) -> SQLiteStatement {
+        if let cached = cache[sql] {
+            cached.reset()
+            return cached
+        }
+        var raw: OpaquePointer?
+        let code = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &raw, nil)
+        guard code == SQLITE_OK, let raw else {
+            throw Self.error(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+        }
+        let statement = SQLiteStatement(handle: raw, database: handle, sql: sql)
+        // A small cache: the store uses a few dozen distinct statements; dynamic IN-lists are the exception.
+        if cache.count >= 128 { cache.removeAll() }
+        cache[sql] = statement
+        return statement
+    }
+
+    /// Runs a statement that returns no rows.
+    func run(_ sql: String, _ values: [SQLiteValue] = []) throws(StoreError) {
+        let statement = try statement(sql)
+        defer { statement.reset() }
+        try statement.bind(values)
+        while try statement.step() {}
+    }
+
+    /// Runs a query and maps every row.
+    func query<T>(_ sql: String, _ values: [SQLiteValue] = [],
+                  _ transform: (SQLiteRow) throws(StoreError) -> T) throws(StoreError) -> [T] {
+        var results: [T] = []
+        try forEach(sql, values) { (row) throws(StoreError) in results.append(try transform(row)) }
+        return results
+    }
+
+    /// Runs a query and hands each row to `body` as it is stepped (streaming).
+    func forEach(_ sql: String, _ values: [SQLiteValue] = [],
+                 _ body: (SQLiteRow) throws(StoreError) -> Void) throws(StoreError) {
+        let statement = try statement(sql)
+        defer { statement.reset() }
+        try statement.bind(values)
+        while try statement.step() {
+            try body(SQLiteRow(statement: statement))
+        }
+    }
+
+    /// The first row mapped, or nil.
+    func first<T>(_ sql: String, _ values: [SQLiteValue] = [],
+                  _ transform: (SQLiteRow) throws(StoreError) -> T) throws(StoreError) -> T? {
+        let statement = try statement(sql)
+        defer { statement.reset() }
+        try statement.bind(values)
+        guard try statement.step() else { return nil }
+        return try transform(SQLiteRow(statement: statement))
+    }
+
+    /// Rows changed by the last INSERT/UPDATE/DELETE. See https://www.sqlite.org/c3ref/changes.html
+    var changes: Int { Int(sqlite3_changes(handle)) }
+
+    /// The rowid of the last INSERT. See https://www.sqlite.org/c3ref/last_insert_rowid.html
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// Whether a transaction is open. See https://www.sqlite.org/c3ref/get_autocommit.html
+    var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+}
+
+// MARK: - Statement
+
+/// One `sqlite3_stmt*`, finalized in `deinit`. Not `Sendable`.
+///
+/// See https://www.sqlite.org/c3ref/stmt.html
+final class SQLiteStatement {
+    private let handle: OpaquePointer
+    /// The owning connection's handle, for error messages; `sqlite3_close_v2` keeps it valid while
+    /// this statement lives.
+    private let database: OpaquePointer
+    let sql: String
+
+    fileprivate init(handle: OpaquePointer, database: OpaquePointer, sql: String) {
+        self.handle = handle
+        self.database = database
+        self.sql = sql
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    /// Resets the statement and clears its bindings.
+    ///
+    /// See https://www.sqlite.org/c3ref/reset.html and https://www.sqlite.org/c3ref/clear_bindings.html
+    func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Binds `values` to parameters 1...n.
+    ///
+    /// See https://www.sqlite.org/c3ref/bind_blob.html
+    func bind(_ values: [SQLiteValue]) throws(StoreError) {
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            let code: Int32
+            switch value {
+            case .null:
+                code = sqlite3_bind_null(handle, index)
+            case .integer(let integer):
+                code = sqlite3_bind_int64(handle, index, integer)
+            case .real(let real):
+                code = sqlite3_bind_double(handle, index, real)
+            case .text(let text):
+                var text = text
+                code = text.withUTF8 { buffer in
+                    buffer.withMemoryRebound(to: CChar.self) { chars in
+                        // An empty buffer may have no base address; "" must still bind as text, not NULL.
+                        guard let base = chars.baseAddress else {
+                            return jobctl_sqlite3_bind_text_transient(handle, index, "", 0)
+                        }
+                        return jobctl_sqlite3_bind_text_transient(handle, index, base, Int32(chars.count))
+                    }
+                }
+            case .blob(let data):
+                code = data.withUnsafeBytes { bytes in
+                    guard let base = bytes.baseAddress, bytes.count > 0 else {
+                        return sqlite3_bind_zeroblob(handle, index, 0)
+                    }
+                    return jobctl_sqlite3_bind_blob_transient(handle, index, base, Int32(bytes.count))
+                }
+            }
+            try check(code)
+        }
+    }
+
+    /// Steps once: true for a row, false when done. The one switch over `sqlite3_step`.
+    ///
+    /// See https://www.sqlite.org/c3ref/step.html
+    func step() throws(StoreError) -> Bool {
+        let code = sqlite3_step(handle)
+        switch code {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            // sqlite3_reset returns the same error; reset now so the statement's locks are released.
+            let message = String(cString: sqlite3_errmsg(database))
+            sqlite3_reset(handle)
+            throw SQLiteConnection.error(code: code, message: message, sql: sql)
+        }
+    }
+
+    private func check(_ code: Int32) throws(StoreError) {
+        guard code != SQLITE_OK else { return }
+        throw SQLiteConnection.error(code: code, message: String(cString: sqlite3_errmsg(database)), sql: sql)
+    }
+
+    // MARK: Columns (https://www.sqlite.org/c3ref/column_blob.html)
+
+    fileprivate func isNull(_ index: Int32) -> Bool {
+        sqlite3_column_type(handle, index) == SQLITE_NULL
+    }
+
+    fileprivate func int64(_ index: Int32) -> Int64 {
+        sqlite3_column_int64(handle, index)
+    }
+
+    fileprivate func double(_ index: Int32) -> Double {
+        sqlite3_column_double(handle, index)
+    }
+
+    fileprivate func text(_ index: Int32) -> String {
+        guard let bytes = sqlite3_column_text(handle, index) else { return "" }
+        let count = Int(sqlite3_column_bytes(handle, index))
+        return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
+    }
+
+    fileprivate func blob(_ index: Int32) -> Data {
+        guard let bytes = sqlite3_column_blob(handle, index) else { return Data() }
+        let count = Int(sqlite3_column_bytes(handle, index))
+        return Data(bytes: bytes, count: count)
+    }
+
+    fileprivate func type(_ index: Int32) -> Int32 {
+        sqlite3_column_type(handle, index)
+    }
+
+    fileprivate var columnCount: Int32 { sqlite3_column_count(handle) }
+}
+
+// MARK: - Row
+
+/// The current row of a stepping statement; valid only inside the closure it is handed to.
+struct SQLiteRow {
+    fileprivate let statement: SQLiteStatement
+
+    var count: Int { Int(statement.columnCount) }
+
+    func isNull(_ index: Int) -> Bool { statement.isNull(Int32(index)) }
+    func int64(_ index: Int) -> Int64 { statement.int64(Int32(index)) }
+    func int(_ index: Int) -> Int { Int(statement.int64(Int32(index))) }
+    func bool(_ index: Int) -> Bool { statement.int64(Int32(index)) != 0 }
+    func text(_ index: Int) -> String { statement.text(Int32(index)) }
+    func blob(_ index: Int) -> Data { statement.blob(Int32(index)) }
+    func optionalText(_ index: Int) -> String? { isNull(index) ? nil : text(index) }
+    func optionalInt64(_ index: Int) -> Int64? { isNull(index) ? nil : int64(index) }
+
+    /// The column as a typed value, for comparisons that must not lose the storage class.
+    func value(_ index: Int) -> SQLiteValue {
+        let column = Int32(index)
+        switch statement.type(column) {
+        case SQLITE_INTEGER: return .integer(statement.int64(column))
+        case SQLITE_FLOAT: return .real(statement.double(column))
+        case SQLITE_TEXT: return .text(statement.text(column))
+        case SQLITE_BLOB: return .blob(statement.blob(column))
+        default: return .null
+        }
+    }
+}

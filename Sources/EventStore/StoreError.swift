@@ -1,0 +1,70 @@
+import JobModel
+
+/// Everything the event store can refuse or fail with. Each description says what happened and what to do.
+public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The database was migrated by a newer jobctl (`found`) than this binary knows (`known`); it was not touched.
+    case newerSchema(found: Int, known: Int)
+    /// A read-only open found a database that still needs migrations (`found` < `known`).
+    case olderSchema(found: Int, known: Int)
+    /// The append named a version (`expected`) that is not the job's current one (`actual`).
+    case versionConflict(expected: Int, actual: Int)
+    /// The append carried lease token `token`, which no longer holds job `jobID` (fencing).
+    case staleLease(jobID: String, token: Int64)
+    /// Event `event` cannot happen to job `jobID` in state `state` (nil: the job does not exist yet).
+    case invalidTransition(jobID: String, state: JobState?, event: EventType)
+    /// A control command (pause, resume, cancel, retry) or API call that makes no sense; the message says why.
+    case invalidControl(String)
+    /// No job with this id (or id prefix).
+    case notFound(String)
+    /// The id prefix matches several jobs.
+    case ambiguous(prefix: String, matches: [String])
+    /// SQLite returned `code` (extended result code) with `message` while running `sql`.
+    case sqlite(code: Int32, message: String, sql: String?)
+    /// Another connection held the write lock past the busy timeout.
+    case busy(sql: String?)
+    /// The file could not be opened, read or written.
+    case io(String)
+    /// A stored row or event could not be decoded, or a value could not be encoded as JSON.
+    case corrupt(String)
+
+    public var description: String {
+        switch self {
+        case .newerSchema(let found, let known):
+            return "the database schema is version \(found) but this jobctl knows only up to \(known); "
+                + "it was left untouched: upgrade jobctl to use it"
+        case .olderSchema(let found, let known):
+            return "the database schema is version \(found) but this jobctl expects \(known); "
+                + "run a write command (e.g. `jobctl submit` or `jobctl worker`) once to migrate it"
+        case .versionConflict(let expected, let actual):
+            return "version conflict: expected the job at version \(expected) but it is at \(actual); "
+                + "someone else changed it first: re-read the job and try again"
+        case .staleLease(let jobID, let token):
+            return "stale lease: token \(token) no longer holds job \(jobID) (it expired and was rescued, "
+                + "or the job left the running state); this worker must stop working on it"
+        case .invalidTransition(let jobID, let state, let event):
+            let where_ = state.map { "it is \($0.rawValue)" } ?? "it does not exist"
+            return "cannot record '\(event.rawValue)' for job \(jobID): \(where_)"
+        case .invalidControl(let message):
+            return message
+        case .notFound(let id):
+            return "no job matches '\(id)'; `jobctl list` shows the jobs there are"
+        case .ambiguous(let prefix, let matches):
+            return "'\(prefix)' matches \(matches.count) jobs (\(matches.prefix(5).joined(separator: ", "))"
+                + "\(matches.count > 5 ? ", …" : "")); give more characters of the id"
+        case .sqlite(let code, let message, let sql):
+            return "SQLite error \(code): \(message)" + (sql.map { " in `\(Self.abbreviate($0))`" } ?? "")
+        case .busy(let sql):
+            return "the database is busy: another process held the write lock past the busy timeout"
+                + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "") + "; try again or raise the busy timeout"
+        case .io(let message):
+            return "database I/O error: \(message)"
+        case .corrupt(let message):
+            return "stored data could not be read or written: \(message); `jobctl replay --verify` checks the log"
+        }
+    }
+
+    private static func abbreviate(_ sql: String) -> String {
+        let flat = sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        return flat.count > 120 ? String(flat.prefix(117)) + "..." : flat
+    }
+}

@@ -1,0 +1,117 @@
+// MARK: - One error
+
+/// One problem in a manifest, at the line and column of the node that is wrong.
+///
+/// Positions follow clang: the value for a wrong value, the key for an unknown or misplaced key, the
+/// job's mapping for a missing field. `render()` prints `FILE:LINE:COL: error: MESSAGE`, the source line
+/// and a caret under the column.
+public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What kind of problem it is; stable, for tests and tools.
+    public enum Code: String, Sendable, Hashable, CaseIterable {
+        /// The file is not valid UTF-8.
+        case invalidEncoding
+        /// libyaml refused the text (indentation, tabs, unclosed quotes, …).
+        case syntax
+        /// Valid YAML this reader refuses: several documents, unknown or recursive aliases, alias bombs, bad merges.
+        case unsupportedYAML
+        /// The same key twice in one mapping.
+        case duplicateKey
+        /// No document, an empty document, or no jobs.
+        case emptyManifest
+        /// The top level is neither a mapping with `jobs:` nor a sequence of jobs.
+        case invalidTopLevel
+        /// A node of the wrong type: a mapping where a string belongs, a string for an integer, …
+        case wrongType
+        /// A key the manifest format does not know.
+        case unknownKey
+        /// A required field is absent.
+        case missingField
+        /// A known field that this kind of job (or `defaults:`) does not take.
+        case fieldNotAllowed
+        /// `kind` is none of the five job kinds.
+        case unknownKind
+        /// A storage reference that `StorageReference(parsing:)` refuses, or one of the wrong sort.
+        case invalidReference
+        /// An upload to (or download of) a bucket root, which names no object.
+        case bucketRoot
+        /// A local path that cannot be used.
+        case invalidPath
+        /// `max_size` is not a positive size.
+        case invalidSize
+        /// A value of the right type but out of range: `max_attempts: 0`, an empty key or queue.
+        case invalidValue
+        /// Two fields that exclude each other, such as `data` and `data_base64`.
+        case conflictingFields
+        /// `data_base64` is not base64.
+        case invalidBase64
+        /// Two jobs of the manifest share an idempotency key.
+        case duplicateIdempotencyKey
+        /// The manifest file could not be read.
+        case unreadable
+    }
+
+    public var code: Code
+    /// The manifest's path as the user named it.
+    public var file: String
+    /// 1-based line and column.
+    public var line: Int
+    public var column: Int
+    /// What is wrong and what is expected instead.
+    public var message: String
+    /// The text of the offending line, for the caret display; nil when unknown.
+    public var sourceLine: String?
+
+    public init(code: Code, file: String, line: Int, column: Int, message: String, sourceLine: String? = nil) {
+        self.code = code
+        self.file = file
+        self.line = line
+        self.column = column
+        self.message = message
+        self.sourceLine = sourceLine
+    }
+
+    /// `FILE:LINE:COL: error: MESSAGE`, the first line of `render()`.
+    public var description: String { "\(file):\(line):\(column): error: \(message)" }
+
+    /// Clang-style text: the diagnostic line, then the source line and a caret under the column.
+    ///
+    /// The caret line repeats the source line's tabs so the caret lines up however tabs are shown.
+    public func render() -> String {
+        guard let sourceLine else { return description }
+        var caret = ""
+        for scalar in sourceLine.unicodeScalars.prefix(max(0, column - 1)) {
+            caret.unicodeScalars.append(scalar == "\t" ? "\t" : " ")
+        }
+        return "\(description)\n\(sourceLine)\n\(caret)^"
+    }
+}
+
+// MARK: - All errors of a manifest
+
+/// Every problem found in one manifest, in source order. A manifest with any problem yields no jobs.
+public struct ManifestErrors: Error, Sendable, Hashable, CustomStringConvertible, RandomAccessCollection {
+    public var errors: [ManifestError]
+
+    public init(_ errors: [ManifestError]) {
+        self.errors = errors
+    }
+
+    public var startIndex: Int { errors.startIndex }
+    public var endIndex: Int { errors.endIndex }
+    public subscript(position: Int) -> ManifestError { errors[position] }
+
+    /// Each error rendered (`render()`), then a count line as clang prints: `2 errors generated.`
+    public func render() -> String {
+        (errors.map { $0.render() } + [summary]).joined(separator: "\n")
+    }
+
+    /// `1 error generated.` / `N errors generated.`
+    public var summary: String {
+        errors.count == 1 ? "1 error generated." : "\(errors.count) errors generated."
+    }
+
+    /// One `FILE:LINE:COL: error: MESSAGE` line per error.
+    public var description: String {
+        errors.map(\.description).joined(separator: "\n")
+    }
+}

@@ -1,0 +1,721 @@
+import Foundation
+import JobModel
+
+// MARK: - Fields
+
+/// The keys a job (or `defaults:`) may hold, as written in YAML.
+enum JobField: String, CaseIterable, Sendable {
+    case kind, source, destination, data
+    case dataBase64 = "data_base64"
+    case maxSize = "max_size"
+    case metadata, key, priority
+    case maxAttempts = "max_attempts"
+    case queue
+
+    /// Fields every kind takes.
+    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue]
+
+    /// Fields that name one job's own data and so cannot be shared through `defaults:`, with the reason.
+    var notADefaultReason: String? {
+        switch self {
+        case .source, .destination: "each job names its own '\(rawValue)'"
+        case .data, .dataBase64: "each job carries its own data"
+        case .key: "idempotency keys must differ from job to job"
+        default: nil
+        }
+    }
+
+    /// The fields a kind takes besides the common ones.
+    static func specific(to kind: JobKind) -> Set<JobField> {
+        switch kind {
+        case .uploadFile: [.source, .destination, .metadata]
+        case .uploadData: [.data, .dataBase64, .destination, .metadata]
+        case .downloadFile: [.source, .destination]
+        case .downloadMemory: [.source, .maxSize]
+        case .fetchURL: [.source]
+        }
+    }
+}
+
+/// A value read from the manifest with where its key and value were written.
+struct Located<Value> {
+    var value: Value
+    var keyMark: SourceMark
+    var valueMark: SourceMark
+}
+
+/// The fields of one job mapping (or of `defaults:`), each already checked on its own.
+/// A field whose value was wrong is absent here but listed in `written`, so it is not also reported missing.
+struct FieldSet {
+    var kind: Located<JobKind>?
+    var source: Located<String>?
+    var destination: Located<String>?
+    var data: Located<Data>?
+    var dataBase64: Located<Data>?
+    var maxSize: Located<Int64>?
+    var metadata: Located<UploadMetadata>?
+    var key: Located<String>?
+    var priority: Located<Int>?
+    var maxAttempts: Located<Int>?
+    var queue: Located<String>?
+    /// Every field written, valid or not, with its key's position.
+    var written: [JobField: SourceMark] = [:]
+    /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
+    var misspelled: Set<JobField> = []
+
+    /// These fields with `defaults` filling the gaps; metadata merges field by field (custom metadata key by key).
+    /// A field the job wrote with a wrong value is not filled from `defaults`: the job meant its own.
+    func merged(over defaults: FieldSet) -> FieldSet {
+        func fill<Value>(_ own: Located<Value>?, _ shared: Located<Value>?, _ field: JobField) -> Located<Value>? {
+            own ?? (written[field] == nil ? shared : nil)
+        }
+        var result = self
+        result.kind = fill(kind, defaults.kind, .kind)
+        result.maxSize = fill(maxSize, defaults.maxSize, .maxSize)
+        result.priority = fill(priority, defaults.priority, .priority)
+        result.maxAttempts = fill(maxAttempts, defaults.maxAttempts, .maxAttempts)
+        result.queue = fill(queue, defaults.queue, .queue)
+        if written[.metadata] != nil && metadata == nil { return result }
+        if let base = defaults.metadata {
+            guard var own = metadata else {
+                result.metadata = base
+                return result
+            }
+            own.value.contentType = own.value.contentType ?? base.value.contentType
+            own.value.cacheControl = own.value.cacheControl ?? base.value.cacheControl
+            own.value.contentDisposition = own.value.contentDisposition ?? base.value.contentDisposition
+            own.value.contentEncoding = own.value.contentEncoding ?? base.value.contentEncoding
+            own.value.contentLanguage = own.value.contentLanguage ?? base.value.contentLanguage
+            if let baseCustom = base.value.customMetadata {
+                own.value.customMetadata = baseCustom.merging(own.value.customMetadata ?? [:]) { _, job in job }
+            }
+            result.metadata = own
+        }
+        return result
+    }
+}
+
+// MARK: - Reader
+
+/// Walks a YAML node tree and turns it into `ManifestJob`s, collecting every problem with its position.
+struct ManifestReader {
+    let file: String
+    let source: SourceText
+    /// Absolute and standardised.
+    let baseDirectory: String
+    private(set) var errors: [ManifestError] = []
+    /// Idempotency keys seen so far, with the position of the job that used each first.
+    private var idempotencyKeys: [String: SourceMark] = [:]
+
+    init(file: String, source: SourceText, baseDirectory: String) {
+        self.file = file
+        self.source = source
+        self.baseDirectory = baseDirectory
+    }
+
+    /// Errors in source order (stable for equal positions), duplicates removed.
+    var sortedErrors: [ManifestError] {
+        var seen: Set<ManifestError> = []
+        let unique = errors.filter { seen.insert($0).inserted }
+        return unique.enumerated()
+            .sorted { ($0.element.line, $0.element.column, $0.offset) < ($1.element.line, $1.element.column, $1.offset) }
+            .map(\.element)
+    }
+
+    mutating func report(_ code: ManifestError.Code, _ message: String, at mark: SourceMark) {
+        errors.append(ManifestError(code: code, file: file, line: mark.line, column: mark.column,
+                                    message: message, sourceLine: source.line(mark.line)))
+    }
+
+    // MARK: - Top level
+
+    /// The jobs of the document; empty when anything was reported.
+    mutating func read(_ root: YAMLNode?) -> [ManifestJob] {
+        let emptyMessage = "the manifest has no jobs; expected 'jobs:' followed by a list of jobs ('- kind: upload-file' ...)"
+        guard let root, !Self.isNull(root) else {
+            report(.emptyManifest, emptyMessage, at: .start)
+            return []
+        }
+        var defaults = FieldSet()
+        let jobNodes: [YAMLNode]
+        switch root {
+        case .sequence(let items, let mark):
+            guard !items.isEmpty else {
+                report(.emptyManifest, emptyMessage, at: mark)
+                return []
+            }
+            jobNodes = items
+        case .mapping(let pairs, let mark):
+            guard let nodes = readTopLevelMapping(pairs, at: mark, defaults: &defaults) else { return [] }
+            jobNodes = nodes
+        case .scalar:
+            report(.invalidTopLevel, "a manifest is a mapping with 'jobs:' (and optional 'defaults:') or a list of jobs, not \(root.summary)",
+                   at: root.mark)
+            return []
+        }
+        var jobs: [ManifestJob] = []
+        for node in jobNodes {
+            guard let job = readJob(node, defaults: defaults) else { continue }
+            jobs.append(ManifestJob(spec: job.spec, line: job.mark.line, column: job.mark.column))
+        }
+        return errors.isEmpty ? jobs : []
+    }
+
+    /// Reads `defaults:` and returns the nodes of `jobs:`, or nil when there is nothing to go on.
+    private mutating func readTopLevelMapping(_ pairs: [YAMLPair], at mark: SourceMark, defaults: inout FieldSet) -> [YAMLNode]? {
+        var jobsPair: YAMLPair?
+        var looksLikeAJob = false
+        var jobsMisspelled = false
+        for pair in pairs {
+            guard let name = keyName(pair.key) else { continue }
+            switch name {
+            case "jobs":
+                jobsPair = pair
+            case "defaults":
+                if Self.isNull(pair.value) { continue }
+                guard case .mapping(let defaultPairs, _) = pair.value else {
+                    report(.wrongType, "'defaults' must be a mapping of job fields (queue, priority, max_attempts, ...), not \(pair.value.summary)",
+                           at: pair.value.mark)
+                    continue
+                }
+                defaults = readFields(defaultPairs, inDefaults: true)
+            case let name where name.hasPrefix("x-"):
+                // Extension keys, as in Compose files: somewhere to keep anchors for `<<: *name`.
+                continue
+            default:
+                if JobField(rawValue: name) != nil {
+                    looksLikeAJob = true
+                    continue
+                }
+                jobsMisspelled = jobsMisspelled || Self.closest(to: name, among: ["jobs", "defaults"]) == "jobs"
+                report(.unknownKey, "unknown key '\(name)' at the top of the manifest\(Self.suggestion(for: name, among: ["jobs", "defaults"])); expected 'jobs', 'defaults' or an 'x-' extension key",
+                       at: pair.key.mark)
+            }
+        }
+        guard let jobsPair else {
+            if jobsMisspelled { return nil }
+            let message = looksLikeAJob
+                ? "this looks like a single job; list jobs under 'jobs:', each starting with '- ' (or write a list at the top)"
+                : "the manifest has no 'jobs:'; expected 'jobs:' followed by a list of jobs"
+            report(looksLikeAJob ? .invalidTopLevel : .missingField, message, at: mark)
+            return nil
+        }
+        if looksLikeAJob {
+            for pair in pairs {
+                guard let name = keyName(pair.key), JobField(rawValue: name) != nil else { continue }
+                report(.unknownKey, "'\(name)' belongs in a job under 'jobs:' (or in 'defaults:'), not at the top of the manifest", at: pair.key.mark)
+            }
+        }
+        switch jobsPair.value {
+        case .sequence(let items, let itemsMark):
+            guard !items.isEmpty else {
+                report(.emptyManifest, "'jobs' is an empty list; a manifest needs at least one job", at: itemsMark)
+                return nil
+            }
+            return items
+        case .scalar(let scalar) where scalar.isNull:
+            report(.emptyManifest, "'jobs' lists no jobs; a manifest needs at least one job ('- kind: upload-file' ...)", at: jobsPair.key.mark)
+            return nil
+        case .mapping:
+            report(.wrongType, "'jobs' must be a list of jobs, each starting with '- ', not a mapping", at: jobsPair.value.mark)
+            return nil
+        case .scalar:
+            report(.wrongType, "'jobs' must be a list of jobs, each starting with '- ', not \(jobsPair.value.summary)", at: jobsPair.value.mark)
+            return nil
+        }
+    }
+
+    // MARK: - Jobs
+
+    private struct ReadJob {
+        var spec: JobSpec
+        var mark: SourceMark
+    }
+
+    private mutating func readJob(_ node: YAMLNode, defaults: FieldSet) -> ReadJob? {
+        guard case .mapping(let pairs, let mark) = node else {
+            report(.wrongType, "a job must be a mapping of fields ('kind: ...', 'source: ...'), not \(node.summary)", at: node.mark)
+            return nil
+        }
+        let own = readFields(pairs, inDefaults: false)
+        let fields = own.merged(over: defaults)
+        if let key = own.key {
+            if let first = idempotencyKeys[key.value] {
+                report(.duplicateIdempotencyKey,
+                       "idempotency key '\(key.value)' is already used by the job at line \(first.line); give each job its own key",
+                       at: key.valueMark)
+            } else {
+                idempotencyKeys[key.value] = mark
+            }
+        }
+        guard let kind = fields.kind?.value else {
+            if own.written[.kind] == nil && defaults.written[.kind] == nil && !own.misspelled.contains(.kind) {
+                report(.missingField, "the job has no 'kind'; expected one of \(Self.kindList)", at: mark)
+            }
+            return nil
+        }
+        let errorCount = errors.count
+
+        // Fields this kind does not take: reported where the job wrote them; defaults that do not apply are skipped.
+        let allowed = JobField.common.union(JobField.specific(to: kind))
+        for (field, keyMark) in own.written where !allowed.contains(field) {
+            report(.fieldNotAllowed, Self.notAllowedMessage(field, for: kind), at: keyMark)
+        }
+
+        var spec = JobSpec(kind: kind)
+        spec.key = own.key?.value
+        spec.priority = fields.priority?.value ?? 0
+        spec.maxAttempts = fields.maxAttempts?.value ?? JobSpec.defaultMaxAttempts
+        spec.queue = fields.queue?.value ?? JobSpec.defaultQueue
+        if kind.isUpload, let metadata = fields.metadata?.value, !metadata.isEmpty {
+            spec.metadata = metadata
+        }
+
+        switch kind {
+        case .uploadFile:
+            spec.source = require(.source, in: own, kind: kind, at: mark, what: "the local file to upload").flatMap {
+                localPath($0, field: .source, kind: kind)
+            }
+            spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the storage reference to upload to").flatMap {
+                reference($0, field: .destination, kind: kind, other: own.source)
+            }
+        case .uploadData:
+            switch (own.data, own.dataBase64) {
+            case (let text?, let base64?):
+                let later = text.keyMark < base64.keyMark ? base64 : text
+                report(.conflictingFields, "'data' and 'data_base64' exclude each other; keep one", at: later.keyMark)
+            case (let text?, nil):
+                spec.data = text.value
+            case (nil, let base64?):
+                spec.data = base64.value
+            case (nil, nil):
+                if own.written[.data] == nil && own.written[.dataBase64] == nil
+                    && !own.misspelled.contains(.data) && !own.misspelled.contains(.dataBase64) {
+                    report(.missingField, "the upload-data job has no 'data' (text) or 'data_base64' (bytes as base64)", at: mark)
+                }
+            }
+            spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the storage reference to upload to").flatMap {
+                reference($0, field: .destination, kind: kind, other: nil)
+            }
+        case .downloadFile:
+            let sourceReference = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to download").flatMap {
+                referenceValue($0, field: .source, kind: kind, other: own.destination)
+            }
+            spec.source = sourceReference?.description
+            spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the local file to write").flatMap {
+                localPath($0, field: .destination, kind: kind, appending: sourceReference?.name)
+            }
+        case .downloadMemory:
+            spec.source = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to download").flatMap {
+                reference($0, field: .source, kind: kind, other: nil)
+            }
+            spec.maxSize = fields.maxSize?.value ?? JobSpec.defaultMaxSize
+        case .fetchURL:
+            spec.source = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to make a download URL for").flatMap {
+                reference($0, field: .source, kind: kind, other: nil)
+            }
+        }
+        return errors.count == errorCount ? ReadJob(spec: spec, mark: mark) : nil
+    }
+
+    /// The field's value, or nil after reporting it missing (unless it was written with a wrong value).
+    private mutating func require(_ field: JobField, in fields: FieldSet, kind: JobKind, at mark: SourceMark,
+                                  what: String) -> Located<String>? {
+        let value = field == .source ? fields.source : fields.destination
+        if value == nil && fields.written[field] == nil && !fields.misspelled.contains(field) {
+            report(.missingField, "the \(kind.rawValue) job has no '\(field.rawValue)' (\(what))", at: mark)
+        }
+        return value
+    }
+
+    private static let kindList = JobKind.allCases.map(\.rawValue).joined(separator: ", ")
+
+    private static func notAllowedMessage(_ field: JobField, for kind: JobKind) -> String {
+        let name = field.rawValue
+        switch field {
+        case .metadata:
+            return "'metadata' is only for uploads; a \(kind.rawValue) job writes no object"
+        case .maxSize:
+            return "'max_size' is only for download-memory jobs, not \(kind.rawValue)"
+        case .data, .dataBase64:
+            return kind == .uploadFile
+                ? "'\(name)' is only for upload-data jobs; an upload-file job reads the file named by 'source'"
+                : "'\(name)' is only for upload-data jobs, not \(kind.rawValue)"
+        case .source:
+            return "an upload-data job takes its bytes from 'data' or 'data_base64', not 'source'"
+        case .destination:
+            return kind == .fetchURL
+                ? "a fetch-url job produces a download URL and takes no 'destination'"
+                : "a download-memory job keeps the bytes in the job store and takes no 'destination' (use download-file to write a file)"
+        default:
+            return "'\(name)' is not allowed in a \(kind.rawValue) job"
+        }
+    }
+
+    // MARK: - References and paths
+
+    /// The canonical text of a storage reference that names an object.
+    private mutating func reference(_ text: Located<String>, field: JobField, kind: JobKind, other: Located<String>?) -> String? {
+        referenceValue(text, field: field, kind: kind, other: other)?.description
+    }
+
+    private mutating func referenceValue(_ text: Located<String>, field: JobField, kind: JobKind,
+                                         other: Located<String>?) -> StorageReference? {
+        let reference: StorageReference
+        do {
+            reference = try StorageReference(parsing: text.value)
+        } catch {
+            var message = "'\(field.rawValue)' is not a valid storage reference: \(error.message)"
+            if !text.value.contains("://"), let other, other.value.contains("://") {
+                message += " (did you swap 'source' and 'destination'?)"
+            }
+            report(.invalidReference, message, at: text.valueMark)
+            return nil
+        }
+        if reference.isRoot {
+            let verb = kind.isUpload ? "an upload needs" : "a \(kind.rawValue) job needs"
+            let example = (try? reference.child("path/file.txt").description) ?? "\(reference)path/file.txt"
+            report(.bucketRoot, "'\(field.rawValue)' \(reference) is a bucket root; \(verb) an object path such as \(example)",
+                   at: text.valueMark)
+            return nil
+        }
+        if kind == .fetchURL {
+            switch reference.scheme {
+            case .gs:
+                break
+            case .file where !reference.bucket.isEmpty:
+                break
+            case .file:
+                report(.invalidReference, "fetch-url needs a reference in a bucket (gs://BUCKET/..., a Firebase URL or file://BUCKET/...); '\(text.value)' is a plain local file with no download URL",
+                       at: text.valueMark)
+                return nil
+            case .http, .https:
+                report(.invalidReference, "fetch-url needs a gs:// or Firebase reference; '\(text.value)' is a plain \(reference.scheme.rawValue) URL, which is already its own download URL",
+                       at: text.valueMark)
+                return nil
+            }
+        }
+        return reference
+    }
+
+    /// An absolute, standardised local path: relative paths start at the base directory; `file:///` URLs are accepted.
+    /// For download-file, a destination ending in `/` is a folder and gets the object's name appended.
+    private mutating func localPath(_ text: Located<String>, field: JobField, kind: JobKind, appending name: String? = nil) -> String? {
+        var path = text.value
+        let fail = { (reader: inout ManifestReader, message: String) -> String? in
+            reader.report(.invalidPath, "'\(field.rawValue)' \(message)", at: text.valueMark)
+            return nil
+        }
+        if path.trimmingCharacters(in: .whitespaces).isEmpty {
+            return fail(&self, "is empty; expected a local file path")
+        }
+        if path.lowercased().hasPrefix("file://") {
+            do {
+                let reference = try StorageReference(parsing: path)
+                guard reference.bucket.isEmpty else {
+                    return fail(&self, "'\(path)' names the local bucket '\(reference.bucket)'; a local path is written plainly or as file:///absolute/path")
+                }
+                path = "/" + reference.fullPath + (path.hasSuffix("/") ? "/" : "")
+            } catch {
+                report(.invalidReference, "'\(field.rawValue)' is not a valid file URL: \(error.message)", at: text.valueMark)
+                return nil
+            }
+        } else if path.contains("://") {
+            let role = field == .source ? "reads a local 'source' and writes to the 'destination' reference"
+                                        : "reads the 'source' reference and writes to a local 'destination'"
+            return fail(&self, "must be a local file path, not the URL '\(path)' (\(kind == .uploadFile ? "an" : "a") \(kind.rawValue) job \(role))")
+        }
+        if path.hasPrefix("~") {
+            return fail(&self, "'\(path)' starts with '~', which is not expanded; write an absolute path or one relative to the manifest")
+        }
+        if path.contains("\0") {
+            return fail(&self, "contains a NUL character")
+        }
+        if path.hasSuffix("/") {
+            guard let name, !name.isEmpty else {
+                return fail(&self, "'\(path)' names a folder; expected a file")
+            }
+            path += name
+        }
+        let absolute = path.hasPrefix("/") ? path : baseDirectory + "/" + path
+        let standardized = LocalPath.standardize(absolute)
+        if standardized == "/" {
+            return fail(&self, "'\(text.value)' names the root folder; expected a file")
+        }
+        return standardized
+    }
+
+    // MARK: - Field values
+
+    /// Reads a job's (or `defaults:`'s) fields, reporting unknown keys and wrong values.
+    mutating func readFields(_ pairs: [YAMLPair], inDefaults: Bool) -> FieldSet {
+        var fields = FieldSet()
+        for pair in pairs {
+            guard let name = keyName(pair.key) else { continue }
+            guard let field = JobField(rawValue: name) else {
+                let candidates = JobField.allCases.map(\.rawValue)
+                var message = "unknown key '\(name)'"
+                if let suggested = Self.closest(to: name, among: candidates) {
+                    message += " (did you mean '\(suggested)'?)"
+                    JobField(rawValue: suggested).map { _ = fields.misspelled.insert($0) }
+                } else {
+                    message += "; a job takes \(candidates.joined(separator: ", "))"
+                }
+                report(.unknownKey, message, at: pair.key.mark)
+                continue
+            }
+            let keyMark = pair.key.mark
+            fields.written[field] = keyMark
+            if inDefaults, let reason = field.notADefaultReason {
+                report(.fieldNotAllowed, "'\(name)' cannot be a default: \(reason)", at: keyMark)
+                continue
+            }
+            let valueMark = Self.isNull(pair.value) ? keyMark : pair.value.mark
+            func located<Value>(_ value: Value?) -> Located<Value>? {
+                value.map { Located(value: $0, keyMark: keyMark, valueMark: valueMark) }
+            }
+            switch field {
+            case .kind:
+                fields.kind = located(readKind(pair))
+            case .source:
+                fields.source = located(string(pair, expected: "a local path or storage reference"))
+            case .destination:
+                fields.destination = located(string(pair, expected: "a local path or storage reference"))
+            case .data:
+                if case .scalar(let scalar) = pair.value, scalar.tag == YAMLScalar.binaryTag {
+                    // `data: !!binary aGk=` is YAML's own way to write bytes.
+                    fields.data = located(readBase64(pair))
+                } else {
+                    fields.data = located(string(pair, expected: "the text to upload").map { Data($0.utf8) })
+                }
+            case .dataBase64:
+                fields.dataBase64 = located(readBase64(pair))
+            case .maxSize:
+                fields.maxSize = located(readSize(pair))
+            case .metadata:
+                fields.metadata = located(readMetadata(pair))
+            case .key:
+                fields.key = located(string(pair, expected: "an idempotency key").flatMap { key in
+                    guard !key.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+                        report(.invalidValue, "'key' must be a non-empty idempotency key", at: valueMark)
+                        return nil
+                    }
+                    return key
+                })
+            case .priority:
+                fields.priority = located(integer(pair, expected: "an integer (higher runs first)"))
+            case .maxAttempts:
+                fields.maxAttempts = located(integer(pair, expected: "an integer of at least 1").flatMap { attempts in
+                    guard attempts >= 1 else {
+                        report(.invalidValue, "'max_attempts' must be at least 1, not \(attempts)", at: valueMark)
+                        return nil
+                    }
+                    return attempts
+                })
+            case .queue:
+                fields.queue = located(string(pair, expected: "a queue name").flatMap { queue in
+                    let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-_.:"))
+                    guard !queue.isEmpty, queue.count <= 64, queue.unicodeScalars.allSatisfy({ $0.isASCII && allowed.contains($0) }) else {
+                        report(.invalidValue, "'queue' must be a name of 1 to 64 letters, digits, '-', '_', '.' or ':', not '\(queue)'", at: valueMark)
+                        return nil
+                    }
+                    return queue
+                })
+            }
+        }
+        return fields
+    }
+
+    private mutating func readKind(_ pair: YAMLPair) -> JobKind? {
+        guard let text = string(pair, expected: "one of \(Self.kindList)") else { return nil }
+        if let kind = JobKind(rawValue: text) { return kind }
+        let suggestion = Self.suggestion(for: text, among: JobKind.allCases.map(\.rawValue))
+        report(.unknownKind, "unknown kind '\(text)'\(suggestion); expected one of \(Self.kindList)", at: pair.value.mark)
+        return nil
+    }
+
+    private mutating func readBase64(_ pair: YAMLPair) -> Data? {
+        guard let text = string(pair, expected: "base64 text") else { return nil }
+        // Block scalars wrap long base64 over lines; the line breaks are not part of it.
+        let compact = String(text.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) })
+        guard let data = Data(base64Encoded: compact) else {
+            report(.invalidBase64, "'\(keyName(pair.key) ?? "data_base64")' is not valid base64 (A-Z, a-z, 0-9, '+', '/', padded with '=' to a multiple of 4 characters)",
+                   at: pair.value.mark)
+            return nil
+        }
+        return data
+    }
+
+    private mutating func readSize(_ pair: YAMLPair) -> Int64? {
+        let expected = "a size like 1048576, 512KiB or 2MB"
+        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
+            report(Self.isNull(pair.value) ? .invalidSize : .wrongType, "'max_size' must be \(expected), not \(pair.value.summary)",
+                   at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        let bytes = scalar.integerValue.map(Int64.init) ?? ByteSize.parse(scalar.value)
+        guard let bytes, bytes > 0 else {
+            report(.invalidSize, "'max_size' must be \(expected), not '\(scalar.value)'", at: scalar.mark)
+            return nil
+        }
+        return bytes
+    }
+
+    // MARK: - Metadata
+
+    /// The metadata keys, snake_case first, then the Firebase spelling.
+    private static let metadataKeys: [(snake: String, camel: String)] = [
+        ("content_type", "contentType"), ("cache_control", "cacheControl"), ("content_disposition", "contentDisposition"),
+        ("content_encoding", "contentEncoding"), ("content_language", "contentLanguage"), ("custom_metadata", "customMetadata"),
+    ]
+
+    private mutating func readMetadata(_ pair: YAMLPair) -> UploadMetadata? {
+        guard case .mapping(let pairs, _) = pair.value else {
+            report(.wrongType, "'metadata' must be a mapping (content_type, cache_control, content_disposition, content_encoding, content_language, custom_metadata), not \(pair.value.summary)",
+                   at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        var metadata = UploadMetadata()
+        var seen: [String: (spelling: String, mark: SourceMark)] = [:]
+        var valid = true
+        for entry in pairs {
+            guard let name = keyName(entry.key) else { valid = false; continue }
+            guard let field = Self.metadataKeys.first(where: { $0.snake == name || $0.camel == name }) else {
+                let candidates = Self.metadataKeys.flatMap { [$0.snake, $0.camel] }
+                let suggestion = Self.suggestion(for: name, among: candidates)
+                report(.unknownKey, "unknown metadata key '\(name)'\(suggestion)\(suggestion.isEmpty ? "; expected \(Self.metadataKeys.map(\.snake).joined(separator: ", "))" : "")",
+                       at: entry.key.mark)
+                valid = false
+                continue
+            }
+            if let first = seen[field.snake] {
+                report(.duplicateKey, "'\(name)' repeats '\(first.spelling)' (line \(first.mark.line)); write the field once", at: entry.key.mark)
+                valid = false
+                continue
+            }
+            seen[field.snake] = (name, entry.key.mark)
+            if field.snake == "custom_metadata" {
+                guard let custom = readCustomMetadata(entry) else { valid = false; continue }
+                metadata.customMetadata = custom
+                continue
+            }
+            guard let value = string(entry, expected: "a string") else { valid = false; continue }
+            switch field.snake {
+            case "content_type":
+                guard value.contains("/"), !value.contains(where: \.isWhitespace) || value.contains(";") else {
+                    report(.invalidValue, "'\(name)' must be a media type like text/plain or image/png, not '\(value)'", at: entry.value.mark)
+                    valid = false
+                    continue
+                }
+                metadata.contentType = value
+            case "cache_control": metadata.cacheControl = value
+            case "content_disposition": metadata.contentDisposition = value
+            case "content_encoding": metadata.contentEncoding = value
+            default: metadata.contentLanguage = value
+            }
+        }
+        return valid ? metadata : nil
+    }
+
+    private mutating func readCustomMetadata(_ pair: YAMLPair) -> [String: String]? {
+        guard case .mapping(let pairs, _) = pair.value else {
+            report(.wrongType, "'\(keyName(pair.key) ?? "custom_metadata")' must be a mapping of names to strings, not \(pair.value.summary)",
+                   at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        var custom: [String: String] = [:]
+        var valid = true
+        for entry in pairs {
+            guard let name = keyName(entry.key) else { valid = false; continue }
+            // Values go to other systems verbatim; `yes` or `1.10` written plainly would be a boolean or a number
+            // to any other YAML reader, so only strings are taken.
+            guard case .scalar(let scalar) = entry.value, scalar.resolvedType == .string else {
+                let hint = if case .scalar(let scalar) = entry.value, !scalar.isNull { "; quote it: \"\(scalar.value)\"" } else { "" }
+                report(.wrongType, "custom metadata value for '\(name)' must be a string, not \(entry.value.summary)\(hint)",
+                       at: Self.isNull(entry.value) ? entry.key.mark : entry.value.mark)
+                valid = false
+                continue
+            }
+            custom[name] = scalar.value
+        }
+        return valid ? custom : nil
+    }
+
+    // MARK: - Scalars
+
+    /// A key's text; reports keys that are collections (YAML allows them, a manifest does not).
+    private mutating func keyName(_ key: YAMLNode) -> String? {
+        guard case .scalar(let scalar) = key else {
+            report(.wrongType, "keys must be names, not \(key.summary)", at: key.mark)
+            return nil
+        }
+        return scalar.value
+    }
+
+    /// A scalar's text as written (so `key: 2024` is the string "2024"); reports null and collections.
+    private mutating func string(_ pair: YAMLPair, expected: String) -> String? {
+        let name = keyName(pair.key) ?? "value"
+        switch pair.value {
+        case .scalar(let scalar) where scalar.isNull:
+            report(.invalidValue, "'\(name)' has no value; expected \(expected)", at: pair.key.mark)
+            return nil
+        case .scalar(let scalar):
+            return scalar.value
+        case .mapping, .sequence:
+            report(.wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)", at: pair.value.mark)
+            return nil
+        }
+    }
+
+    /// A plain integer; quoted numbers are strings and are refused, as are null and collections.
+    private mutating func integer(_ pair: YAMLPair, expected: String) -> Int? {
+        let name = keyName(pair.key) ?? "value"
+        if case .scalar(let scalar) = pair.value, let value = scalar.integerValue {
+            return value
+        }
+        let isNull = Self.isNull(pair.value)
+        report(isNull ? .invalidValue : .wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)",
+               at: isNull ? pair.key.mark : pair.value.mark)
+        return nil
+    }
+
+    static func isNull(_ node: YAMLNode) -> Bool {
+        if case .scalar(let scalar) = node { return scalar.isNull }
+        return false
+    }
+
+    // MARK: - Suggestions
+
+    /// ` (did you mean 'x'?)` for the closest candidate within a few edits, or "".
+    static func suggestion(for name: String, among candidates: [String]) -> String {
+        closest(to: name, among: candidates).map { " (did you mean '\($0)'?)" } ?? ""
+    }
+
+    /// The candidate `name` was most likely meant to be: the same but for case, `_` and `-`, or the
+    /// nearest within about a third of its length in edits.
+    static func closest(to name: String, among candidates: [String]) -> String? {
+        func folded(_ text: String) -> String { text.lowercased().filter { $0 != "_" && $0 != "-" } }
+        if let same = candidates.first(where: { folded($0) == folded(name) }) { return same }
+        // Ties go to the spelling closest as written, so `contentTyp` suggests `contentType`, not `content_type`.
+        let scored = candidates.map { ($0, editDistance(folded(name), folded($0)), editDistance(name, $0)) }
+        guard let best = scored.min(by: { ($0.1, $0.2) < ($1.1, $1.2) }), best.1 <= max(1, best.0.count / 3) else { return nil }
+        return best.0
+    }
+
+    /// Levenshtein distance over characters.
+    static func editDistance(_ lhs: String, _ rhs: String) -> Int {
+        let a = Array(lhs), b = Array(rhs)
+        if a.isEmpty { return b.count }
+        if b.isEmpty { return a.count }
+        var previous = Array(0...b.count)
+        var current = [Int](repeating: 0, count: b.count + 1)
+        for i in 1...a.count {
+            current[0] = i
+            for j in 1...b.count {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            swap(&previous, &current)
+        }
+        return previous[b.count]
+    }
+}

@@ -1,0 +1,143 @@
+// MARK: - Positions
+
+/// A place in the manifest text: 1-based line and column (columns count Unicode scalars, as libyaml does).
+public struct SourceMark: Sendable, Hashable, Comparable, CustomStringConvertible {
+    public var line: Int
+    public var column: Int
+
+    public init(line: Int, column: Int) {
+        self.line = line
+        self.column = column
+    }
+
+    /// The start of the text, where errors about the manifest as a whole point.
+    public static let start = SourceMark(line: 1, column: 1)
+
+    public static func < (lhs: SourceMark, rhs: SourceMark) -> Bool {
+        (lhs.line, lhs.column) < (rhs.line, rhs.column)
+    }
+
+    public var description: String { "\(line):\(column)" }
+}
+
+// MARK: - Node tree
+
+/// How a scalar was written; quoting decides whether `5` is a number or a string.
+enum ScalarStyle: Sendable, Hashable {
+    case plain, singleQuoted, doubleQuoted, literal, folded
+}
+
+/// A scalar as written, before any schema gives it a type.
+struct YAMLScalar: Sendable, Hashable {
+    var value: String
+    var style: ScalarStyle
+    /// The explicit tag, expanded (`!!str` → `tag:yaml.org,2002:str`); nil when none was written.
+    var tag: String?
+    var mark: SourceMark
+}
+
+/// One key/value pair of a mapping, in document order.
+struct YAMLPair: Sendable, Hashable {
+    var key: YAMLNode
+    var value: YAMLNode
+}
+
+/// A YAML document as a tree in which every node knows where it was written.
+///
+/// Aliases are resolved (an alias becomes a copy of its anchor's node, with the anchor's positions),
+/// and `<<` merge keys are applied, so consumers never see either.
+indirect enum YAMLNode: Sendable, Hashable {
+    case scalar(YAMLScalar)
+    case sequence([YAMLNode], SourceMark)
+    case mapping([YAMLPair], SourceMark)
+
+    var mark: SourceMark {
+        switch self {
+        case .scalar(let scalar): scalar.mark
+        case .sequence(_, let mark), .mapping(_, let mark): mark
+        }
+    }
+
+    /// What the node is, for messages: "a mapping", "a sequence", "the number 5", "the string 'x'", "null".
+    var summary: String {
+        switch self {
+        case .mapping: return "a mapping"
+        case .sequence: return "a sequence"
+        case .scalar(let scalar):
+            switch scalar.resolvedType {
+            case .null: return "null"
+            case .bool: return "the boolean \(scalar.value)"
+            case .int, .float: return "the number \(scalar.value)"
+            case .string: return "the string '\(scalar.value)'"
+            }
+        }
+    }
+}
+
+// MARK: - Scalar resolution
+
+extension YAMLScalar {
+    /// The YAML 1.1 core types a plain scalar resolves to.
+    enum ResolvedType: Sendable, Hashable {
+        case null, bool, int, float, string
+    }
+
+    static let stringTag = "tag:yaml.org,2002:str"
+    static let intTag = "tag:yaml.org,2002:int"
+    static let nullTag = "tag:yaml.org,2002:null"
+    static let binaryTag = "tag:yaml.org,2002:binary"
+
+    /// The type YAML gives this scalar: quoted and block scalars are strings, plain ones are resolved by
+    /// their text (YAML 1.1 rules, so `yes` is a boolean — which is why custom metadata values must be quoted).
+    var resolvedType: ResolvedType {
+        switch tag {
+        case Self.stringTag?: return .string
+        case Self.nullTag?: return .null
+        case Self.intTag?: return .int
+        case "tag:yaml.org,2002:bool"?: return .bool
+        case "tag:yaml.org,2002:float"?: return .float
+        case .some: return .string
+        case nil: break
+        }
+        guard style == .plain else { return .string }
+        switch value {
+        case "", "~", "null", "Null", "NULL": return .null
+        case "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes", "YES", "no", "No", "NO",
+             "on", "On", "ON", "off", "Off", "OFF", "y", "Y", "n", "N":
+            return .bool
+        default: break
+        }
+        if integerValue != nil { return .int }
+        if Self.looksLikeFloat(value) { return .float }
+        return .string
+    }
+
+    var isNull: Bool { resolvedType == .null }
+
+    /// The integer a plain (or `!!int`) scalar denotes: decimal with optional sign, `0x` hex, `0o` octal;
+    /// `_` separators are allowed. Nil for quoted scalars and anything else.
+    var integerValue: Int? {
+        guard tag == Self.intTag || (tag == nil && style == .plain) else { return nil }
+        var text = Substring(value.replacingOccurrences(of: "_", with: ""))
+        var negative = false
+        if let sign = text.first, sign == "-" || sign == "+" {
+            negative = sign == "-"
+            text = text.dropFirst()
+        }
+        var radix = 10
+        if text.hasPrefix("0x") { radix = 16; text = text.dropFirst(2) } else if text.hasPrefix("0o") { radix = 8; text = text.dropFirst(2) }
+        guard !text.isEmpty, text.allSatisfy({ $0.isASCII && $0.isHexDigit }), let magnitude = Int(text, radix: radix) else {
+            return nil
+        }
+        return negative ? -magnitude : magnitude
+    }
+
+    private static func looksLikeFloat(_ text: String) -> Bool {
+        let lowered = text.lowercased()
+        if [".inf", "+.inf", "-.inf", ".nan"].contains(lowered) { return true }
+        guard text.contains(where: \.isNumber), text.allSatisfy({ $0.isASCII && ($0.isNumber || "+-.eE_".contains($0)) }) else {
+            return false
+        }
+        return Double(text.replacingOccurrences(of: "_", with: "")) != nil
+    }
+}

@@ -1,0 +1,406 @@
+import CCurl
+import Foundation
+import JobModel
+import Synchronization
+
+// The one file that calls libcurl. Every other file sees `HTTPRequest`, `HTTPResponse`,
+// `RequestBodySource` and `ResponseBodySink` only.
+
+// MARK: - Engine
+
+/// Runs HTTP exchanges on one libcurl multi handle driven by one dedicated thread.
+///
+/// Why this shape:
+/// - A thread per transfer does not scale to a worker running hundreds of jobs, and blocking
+///   `curl_easy_perform` inside Swift concurrency would starve the cooperative pool (2 cores in CI).
+///   One multi handle multiplexes every transfer of the process on one thread that sleeps in
+///   `curl_multi_poll` and is woken by `curl_multi_wakeup` when work is submitted.
+/// - The multi handle owns the connection cache, so consecutive requests to one host (chunks of a
+///   resumable upload, metadata then media) reuse connections even though each exchange gets a
+///   fresh easy handle.
+/// - Callers `await` an exchange; the engine resumes their `CheckedContinuation` when
+///   `curl_multi_info_read` reports the exchange done. Bodies stream through callbacks in both
+///   directions, so memory stays flat whatever the object size.
+/// - Pause and cancel never touch curl from another thread: the progress callback (which libcurl
+///   calls at least once a second, even on a stalled connection) reads `TransferControl.stopReason`
+///   and aborts the exchange from inside curl.
+///
+/// See https://curl.se/libcurl/c/libcurl-multi.html and https://curl.se/libcurl/c/curl_multi_poll.html
+final class CurlEngine: @unchecked Sendable {
+    // @unchecked: `multi` is used only by the engine thread, except `curl_multi_wakeup`, which
+    // libcurl documents as callable from any thread; `pending` is guarded by a mutex.
+
+    /// The process-wide engine.
+    static let shared = CurlEngine()
+
+    private let multi: UnsafeMutableRawPointer
+    private let pending = Mutex<[CurlExchange]>([])
+
+    init() {
+        CurlGlobal.initialise()
+        // curl_multi_init only fails when malloc fails; there is no way to run transfers then.
+        guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
+        self.multi = multi
+        let thread = Thread { [self] in self.run() }
+        thread.name = "jobctl-curl"
+        thread.start()
+    }
+
+    /// Performs one exchange. The body source and sink are driven on the engine thread until the
+    /// exchange completes; the caller must not touch them meanwhile.
+    func perform(_ request: HTTPRequest, source: (any RequestBodySource)? = nil, sink: (any ResponseBodySink)? = nil,
+                 control: TransferControl?, timeouts: CurlTimeouts) async throws(TransferFailure) -> HTTPResponse {
+        let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, timeouts: timeouts)
+        let result: Result<HTTPResponse, TransferFailure> = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                exchange.continuation = continuation
+                pending.withLock { $0.append(exchange) }
+                curl_multi_wakeup(multi)
+            }
+        } onCancel: {
+            exchange.taskCancelled.store(true, ordering: .relaxed)
+            curl_multi_wakeup(multi)
+        }
+        return try result.get()
+    }
+
+    // MARK: The engine thread
+
+    private func run() {
+        var active: [UnsafeMutableRawPointer: CurlExchange] = [:]
+        while true {
+            let submitted = pending.withLock { queue -> [CurlExchange] in
+                defer { queue.removeAll() }
+                return queue
+            }
+            for exchange in submitted {
+                do {
+                    let easy = try exchange.start()
+                    let code = curl_multi_add_handle(multi, easy)
+                    guard code == CURLM_OK else {
+                        exchange.finish(code: CURLE_FAILED_INIT, cause: String(cString: curl_multi_strerror(code)))
+                        continue
+                    }
+                    active[easy] = exchange
+                } catch {
+                    exchange.complete(.failure(error))
+                }
+            }
+            var running: Int32 = 0
+            curl_multi_perform(multi, &running)
+            var remaining: Int32 = 0
+            while let message = curl_multi_info_read(multi, &remaining) {
+                guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+                let code = message.pointee.data.result
+                curl_multi_remove_handle(multi, easy)
+                active.removeValue(forKey: easy)?.finish(code: code, cause: nil)
+            }
+            // Sleeps until a socket is ready, curl's own timer fires, a submission wakes us, or 1 s.
+            curl_multi_poll(multi, nil, 0, 1000, nil)
+        }
+    }
+}
+
+/// `curl_global_init` exactly once per process (https://curl.se/libcurl/c/curl_global_init.html).
+private enum CurlGlobal {
+    private static let initialised: Bool = {
+        curl_global_init(Int(CURL_GLOBAL_ALL)) == CURLE_OK
+    }()
+
+    static func initialise() {
+        // Failure here means libcurl cannot allocate its globals; nothing will work.
+        if !initialised { fatalError("curl_global_init failed") }
+    }
+}
+
+/// Timeouts applied to every exchange (from `StorageConfiguration`).
+struct CurlTimeouts: Sendable {
+    var connect: Int
+    var lowSpeedLimit: Int
+    var stallSeconds: Int
+}
+
+/// Why an exchange did not produce a response.
+enum TransferFailure: Error {
+    /// The `TransferControl` asked to stop (or the Swift task was cancelled: `.cancel`).
+    case stopped(StopReason)
+    case failed(StorageError)
+}
+
+// MARK: - One exchange
+
+/// One request/response on one easy handle. Not `Sendable` in spirit: it is created by the caller,
+/// handed to the engine thread exactly once, and read by the caller again only after the
+/// continuation resumed (which orders all engine-thread writes before the caller's reads).
+private final class CurlExchange: @unchecked Sendable {
+    let request: HTTPRequest
+    let source: (any RequestBodySource)?
+    let sink: (any ResponseBodySink)?
+    let control: TransferControl?
+    let timeouts: CurlTimeouts
+    let taskCancelled = Atomic<Bool>(false)
+    var continuation: CheckedContinuation<Result<HTTPResponse, TransferFailure>, Never>?
+
+    private var easy: UnsafeMutableRawPointer?
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+    private var errorBufferPointer: UnsafeMutablePointer<CChar>
+    private var status = 0
+    private var headers: [String: String] = [:]
+    private var body = Data()
+    /// An error raised by the source or sink (it explains a READ/WRITE/ABORTED curl code).
+    private var bodyError: StorageError?
+    private var stopReason: StopReason?
+    private static let errorBodyLimit = 64 * 1024
+
+    init(request: HTTPRequest, source: (any RequestBodySource)?, sink: (any ResponseBodySink)?,
+         control: TransferControl?, timeouts: CurlTimeouts) {
+        self.request = request
+        self.source = source
+        self.sink = sink
+        self.control = control
+        self.timeouts = timeouts
+        errorBufferPointer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+        errorBufferPointer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+    }
+
+    deinit {
+        if let easy { curl_easy_cleanup(easy) }
+        if let headerList { curl_slist_free_all(headerList) }
+        errorBufferPointer.deallocate()
+    }
+
+    /// Creates and configures the easy handle (engine thread).
+    func start() throws(TransferFailure) -> UnsafeMutableRawPointer {
+        guard let easy = curl_easy_init() else {
+            throw .failed(StorageError(.internalError, "libcurl could not create a handle (out of memory)"))
+        }
+        self.easy = easy
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_URL, request.url))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
+        try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBufferPointer))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, timeouts.connect))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedLimit))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, timeouts.stallSeconds))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1))
+        // Only loopback and the configured endpoints are ever targets; plain HTTP and HTTPS only.
+        try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
+        if request.followRedirects {
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1))
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_MAXREDIRS, 5))
+            try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https"))
+        }
+
+        // Headers. An empty `Expect:` stops curl waiting for a 100-continue the emulator never sends.
+        var lines = request.headers
+        lines.append("Expect:")
+        for line in lines { headerList = curl_slist_append(headerList, line) }
+        try check(jobctl_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList))
+
+        // Method and request body.
+        switch request.method {
+        case "GET":
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_HTTPGET, 1))
+        case "HEAD":
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_NOBODY, 1))
+        default:
+            if request.bodyLength != nil || source != nil {
+                // CURLOPT_UPLOAD streams the body through the read callback; CUSTOMREQUEST renames the
+                // method (POST, PATCH) without changing how the body is sent.
+                try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD, 1))
+                try check(jobctl_curl_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.bodyLength ?? 0)))
+                try check(jobctl_curl_easy_setopt_data_callback(easy, CURLOPT_READFUNCTION, curlRead))
+                try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_READDATA, context))
+            }
+            if request.method != "PUT" || (request.bodyLength == nil && source == nil) {
+                try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
+            }
+        }
+
+        try check(jobctl_curl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, curlWrite))
+        try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context))
+        try check(jobctl_curl_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, curlHeader))
+        try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_NOPROGRESS, 0))
+        try check(jobctl_curl_easy_setopt_xferinfo_callback(easy, curlProgress))
+        try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_XFERINFODATA, context))
+        return easy
+    }
+
+    /// The one place a `CURLcode` from setup is checked.
+    private func check(_ code: CURLcode) throws(TransferFailure) {
+        guard code != CURLE_OK else { return }
+        throw .failed(StorageError(.internalError, "libcurl refused an option: \(String(cString: curl_easy_strerror(code)))",
+                                   url: redactedURL(request.url), cause: String(cString: curl_easy_strerror(code))))
+    }
+
+    // MARK: Callbacks (engine thread)
+
+    /// Request body bytes: https://curl.se/libcurl/c/CURLOPT_READFUNCTION.html
+    func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        if checkStop() { return Int(CURL_READFUNC_ABORT) }
+        guard let source else {
+            // Fixed in-memory body.
+            let body = request.body
+            let offset = bodyOffset
+            let count = min(buffer.count, body.count - offset)
+            guard count > 0 else { return 0 }
+            body.withUnsafeBytes { bytes in
+                buffer.baseAddress?.copyMemory(from: bytes.baseAddress! + offset, byteCount: count)
+            }
+            bodyOffset += count
+            return count
+        }
+        do {
+            return try source.read(into: buffer)
+        } catch {
+            bodyError = error
+            return Int(CURL_READFUNC_ABORT)
+        }
+    }
+
+    private var bodyOffset = 0
+
+    /// Response body bytes: https://curl.se/libcurl/c/CURLOPT_WRITEFUNCTION.html
+    func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if checkStop() { return false }
+        if (200..<300).contains(status), let sink {
+            do {
+                try sink.write(bytes, status: status, headers: headers)
+            } catch {
+                bodyError = error
+                return false
+            }
+        } else if body.count < Self.errorBodyLimit {
+            body.append(contentsOf: bytes.prefix(Self.errorBodyLimit - body.count))
+        }
+        return true
+    }
+
+    /// One header line: https://curl.se/libcurl/c/CURLOPT_HEADERFUNCTION.html
+    func receiveHeader(_ bytes: UnsafeRawBufferPointer) {
+        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        if line.hasPrefix("HTTP/") {
+            // A new response (after a redirect or a 1xx): forget the previous one's headers.
+            let parts = line.split(separator: " ", maxSplits: 2)
+            status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+            headers = [:]
+            return
+        }
+        guard let colon = line.firstIndex(of: ":") else { return }
+        let name = line[..<colon].lowercased()
+        let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        if let existing = headers[name] {
+            headers[name] = existing + "," + value   // x-goog-hash comes once per algorithm
+        } else {
+            headers[name] = value
+        }
+    }
+
+    /// https://curl.se/libcurl/c/CURLOPT_XFERINFOFUNCTION.html — nonzero aborts the exchange.
+    func progressTick() -> Int32 { checkStop() ? 1 : 0 }
+
+    private func checkStop() -> Bool {
+        if stopReason != nil { return true }
+        if let reason = control?.stopReason {
+            stopReason = reason
+        } else if taskCancelled.load(ordering: .relaxed) {
+            stopReason = .cancel
+        }
+        return stopReason != nil
+    }
+
+    // MARK: Completion
+
+    /// Turns the finished easy handle into a result and resumes the caller (engine thread).
+    func finish(code: CURLcode, cause: String?) {
+        if let stopReason, code != CURLE_OK {
+            complete(.failure(.stopped(stopReason)))
+            return
+        }
+        if let bodyError, code != CURLE_OK {
+            complete(.failure(.failed(bodyError)))
+            return
+        }
+        guard code == CURLE_OK else {
+            let detail = String(cString: errorBufferPointer)
+            let text = cause ?? (detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail)
+            complete(.failure(.failed(curlFailure(code: Int(code.rawValue), text: text, url: request.url))))
+            return
+        }
+        var responseCode = 0
+        if let easy {
+            jobctl_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &responseCode)
+        }
+        if responseCode == 0 { responseCode = status }
+        complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url)))
+    }
+
+    func complete(_ result: Result<HTTPResponse, TransferFailure>) {
+        if let easy {
+            curl_easy_cleanup(easy)
+            self.easy = nil
+        }
+        continuation?.resume(returning: result)
+        continuation = nil
+    }
+}
+
+// MARK: - C callbacks: capture-free, recover the exchange from the context pointer
+
+private let curlRead: jobctl_curl_data_callback = { buffer, size, count, context in
+    guard let buffer, let context else { return Int(CURL_READFUNC_ABORT) }
+    let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
+    return exchange.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count))
+}
+
+private let curlWrite: jobctl_curl_data_callback = { buffer, size, count, context in
+    guard let context else { return 0 }
+    let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
+    let total = size * count
+    let accepted = exchange.receiveBody(UnsafeRawBufferPointer(start: buffer, count: total))
+    return accepted ? total : 0
+}
+
+private let curlHeader: jobctl_curl_data_callback = { buffer, size, count, context in
+    guard let context else { return 0 }
+    let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
+    exchange.receiveHeader(UnsafeRawBufferPointer(start: buffer, count: size * count))
+    return size * count
+}
+
+private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, _, _, _ in
+    guard let context else { return 0 }
+    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().progressTick()
+}
+
+// MARK: - Curl error codes
+
+/// Maps a failed `CURLcode` to a storage error: network trouble is retryable, the rest is not.
+private func curlFailure(code: Int, text: String, url: String) -> StorageError {
+    let curlCode = CURLcode(rawValue: UInt32(code))
+    let name = String(cString: curl_easy_strerror(curlCode))
+    let cause = "curl error \(code) (\(name)): \(text)"
+    switch curlCode {
+    case CURLE_COULDNT_CONNECT:
+        return StorageError(.unknown, "could not connect to the server; it may be down — the transfer will be retried",
+                            url: redactedURL(url), retryable: true, cause: cause)
+    case CURLE_OPERATION_TIMEDOUT:
+        return StorageError(.unknown, "the transfer timed out or stalled; it will be retried",
+                            url: redactedURL(url), retryable: true, cause: cause)
+    case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
+        return StorageError(.unknown, "the host name could not be resolved; check the endpoint or DNS",
+                            url: redactedURL(url), retryable: true, cause: cause)
+    case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_HTTP2, CURLE_HTTP2_STREAM,
+         CURLE_SSL_CONNECT_ERROR:
+        return StorageError(.unknown, "the connection failed mid-transfer; it will be retried",
+                            url: redactedURL(url), retryable: true, cause: cause)
+    case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
+        return StorageError(.invalidArgument, "the URL cannot be fetched: \(name)", url: redactedURL(url), cause: cause)
+    case CURLE_PEER_FAILED_VERIFICATION:
+        return StorageError(.unauthorized, "the server's TLS certificate was not trusted", url: redactedURL(url), cause: cause)
+    default:
+        return StorageError(.unknown, "the transfer failed: \(name)", url: redactedURL(url), cause: cause)
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import JobModel
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// MARK: - Secrets in URLs
+
+/// Query parameters whose values are credentials or capabilities and must never reach an error,
+/// a log line or a result.
+private let secretQueryNames: Set<String> = [
+    "token", "access_token", "upload_id", "key", "sig", "signature", "x-goog-signature", "x-goog-credential",
+    "x-amz-signature", "x-amz-credential", "x-amz-security-token", "googleaccessid", "code", "password",
+]
+
+/// `url` with the values of secret query parameters replaced by `REDACTED` and any `user:password@`
+/// removed. Used for every URL placed in a `StorageError`.
+public func redactedURL(_ url: String) -> String {
+    var text = url
+    if let schemeEnd = text.range(of: "://") {
+        let authorityEnd = text[schemeEnd.upperBound...].firstIndex(where: { $0 == "/" || $0 == "?" }) ?? text.endIndex
+        if let at = text[schemeEnd.upperBound..<authorityEnd].lastIndex(of: "@") {
+            text.removeSubrange(schemeEnd.upperBound...at)
+        }
+    }
+    guard let mark = text.firstIndex(of: "?") else { return text }
+    var fragment = ""
+    var query = String(text[text.index(after: mark)...])
+    if let hash = query.firstIndex(of: "#") {
+        fragment = String(query[hash...])
+        query = String(query[..<hash])
+    }
+    let parts = query.split(separator: "&", omittingEmptySubsequences: false).map { part -> String in
+        let pieces = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let name = pieces.first, secretQueryNames.contains(name.lowercased()) else { return String(part) }
+        return "\(name)=REDACTED"
+    }
+    return String(text[..<mark]) + "?" + parts.joined(separator: "&") + fragment
+}
+
+// MARK: - HTTP statuses
+
+/// The server's own message from a JSON error body (`{"error": {"message": …}}`) or a short text body.
+func serverMessage(_ response: HTTPResponse) -> String? {
+    if let json = response.json {
+        if let error = json["error"] as? [String: Any], let message = error["message"] as? String, !message.isEmpty {
+            return message
+        }
+        if let message = json["message"] as? String, !message.isEmpty { return message }
+    }
+    let text = String(decoding: response.body.prefix(300), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    if text.isEmpty || text.hasPrefix("<") { return nil }
+    return text
+}
+
+/// Maps a non-success response to a storage error: 400 invalidArgument, 401 unauthenticated,
+/// 402 quotaExceeded, 403 unauthorized, 404 objectNotFound, 408/429/5xx retryable (with Retry-After).
+func httpError(_ response: HTTPResponse, what: String) -> StorageError {
+    let status = response.status
+    let message = serverMessage(response)
+    let url = redactedURL(response.url)
+    let suffix = message.map { ": \($0)" } ?? ""
+    switch status {
+    case 400:
+        return StorageError(.invalidArgument, "the server rejected the request for \(what) as invalid\(suffix)",
+                            httpStatus: status, url: url, cause: message)
+    case 401:
+        return StorageError(.unauthenticated, "the request for \(what) was not authenticated; provide a valid access token\(suffix)",
+                            httpStatus: status, url: url, cause: message)
+    case 402:
+        return StorageError(.quotaExceeded, "the project's quota is exhausted; upgrade the plan or wait\(suffix)",
+                            httpStatus: status, url: url, cause: message)
+    case 403:
+        return StorageError(.unauthorized, "permission denied for \(what); check the account's access\(suffix)",
+                            httpStatus: status, url: url, cause: message)
+    case 404:
+        return StorageError(.objectNotFound, "\(what) does not exist\(suffix)", httpStatus: status, url: url, cause: message)
+    case 408, 429, 500...599:
+        let retryAfter = response.headers["retry-after"].flatMap { Double($0.trimmingCharacters(in: .whitespaces)) }
+        return StorageError(.unknown, "the server answered \(status) for \(what); the transfer will be retried\(suffix)",
+                            httpStatus: status, url: url, retryable: true, retryAfter: retryAfter, cause: message)
+    default:
+        return StorageError(.unknown, "unexpected HTTP \(status) for \(what)\(suffix)", httpStatus: status, url: url, cause: message)
+    }
+}
+
+// MARK: - Local files
+
+/// Maps an `errno` from a local file operation: missing or forbidden paths are `pathError`, a full
+/// disk is `internalError`; none is retryable (another attempt would fail the same way).
+func posixError(_ code: Int32, operation: String, path: String) -> StorageError {
+    let text = String(cString: strerror(code))
+    switch code {
+    case ENOENT:
+        return StorageError(.pathError, "\(operation) '\(path)': it does not exist", cause: text)
+    case EACCES, EPERM:
+        return StorageError(.pathError, "\(operation) '\(path)': permission denied", cause: text)
+    case EISDIR, ENOTDIR:
+        return StorageError(.pathError, "\(operation) '\(path)': not a regular file path", cause: text)
+    case ENOSPC, EDQUOT:
+        return StorageError(.internalError, "\(operation) '\(path)': the disk is full; free space and retry the job", cause: text)
+    default:
+        return StorageError(.internalError, "\(operation) '\(path)': \(text)", cause: text)
+    }
+}

@@ -1,0 +1,54 @@
+import Foundation
+import JobModel
+
+/// Conversions between the GCS JSON API object resource and `StorageObject` / `UploadMetadata`.
+enum GCSObjectJSON {
+    /// The custom-metadata key Firebase keeps download tokens under.
+    static let downloadTokensKey = "firebaseStorageDownloadTokens"
+
+    /// Decodes an object resource. Numbers may arrive as strings (the API) or numbers (some emulators).
+    static func object(from json: [String: Any]) -> StorageObject? {
+        guard let bucket = json["bucket"] as? String, let name = json["name"] as? String else { return nil }
+        var custom: [String: String] = [:]
+        var tokens: String?
+        if let metadata = json["metadata"] as? [String: Any] {
+            for (key, value) in metadata {
+                guard let text = stringValue(value) else { continue }
+                if key == downloadTokensKey { tokens = text } else { custom[key] = text }
+            }
+        }
+        return StorageObject(
+            bucket: bucket, name: name, size: stringValue(json["size"]).flatMap { Int64($0) } ?? 0,
+            contentType: json["contentType"] as? String, cacheControl: json["cacheControl"] as? String,
+            contentDisposition: json["contentDisposition"] as? String, contentEncoding: json["contentEncoding"] as? String,
+            contentLanguage: json["contentLanguage"] as? String, customMetadata: custom.isEmpty ? nil : custom,
+            md5Hash: json["md5Hash"] as? String, crc32c: json["crc32c"] as? String,
+            generation: stringValue(json["generation"]), metageneration: stringValue(json["metageneration"]),
+            timeCreated: json["timeCreated"] as? String, updated: json["updated"] as? String, downloadTokens: tokens)
+    }
+
+    /// The JSON body that starts an upload: the object's name and writable metadata.
+    static func uploadBody(name: String, contentType: String, metadata: UploadMetadata?) -> Data {
+        var body: [String: Any] = ["name": name, "contentType": contentType]
+        if let value = metadata?.cacheControl { body["cacheControl"] = value }
+        if let value = metadata?.contentDisposition { body["contentDisposition"] = value }
+        if let value = metadata?.contentEncoding { body["contentEncoding"] = value }
+        if let value = metadata?.contentLanguage { body["contentLanguage"] = value }
+        if let custom = metadata?.customMetadata, !custom.isEmpty { body["metadata"] = custom }
+        return encode(body)
+    }
+
+    /// A JSON object as bytes (keys sorted, so requests are reproducible).
+    static func encode(_ object: [String: Any]) -> Data {
+        // Only strings, numbers and nested dictionaries of them are ever passed: serialisation cannot fail.
+        (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+    }
+
+    private static func stringValue(_ value: Any?) -> String? {
+        switch value {
+        case let text as String: text
+        case let number as NSNumber: number.stringValue
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import JobModel
+
+/// Runs transfers against plain `http(s)://` URLs: WebDAV servers, signed URLs, static file servers.
+///
+/// - Downloads resume with `Range` guarded by `If-Range` (the ETag, else Last-Modified), so a changed
+///   file is sent whole (200) and the partial copy restarts from zero instead of being spliced.
+/// - Uploads are a single `PUT`; plain HTTP has no resumable protocol, so an interrupted upload starts
+///   again from byte 0.
+/// - `fetch-url` has no meaning here (the reference already is a URL) and fails with `invalidArgument`.
+public struct HTTPBackend: StorageBackend {
+    public let configuration: StorageConfiguration
+    private let engine: CurlEngine
+
+    public init(configuration: StorageConfiguration) {
+        self.configuration = configuration
+        self.engine = .shared
+    }
+
+    public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        switch spec.kind {
+        case .uploadFile:
+            guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
+            let reference = try httpReference(spec.destination, role: "destination")
+            let source = try UploadSource(path: path)
+            return try await upload(source, to: reference, contentType: spec.metadata?.contentType ?? ContentTypes.infer(path: path),
+                                    control: control, report: report)
+        case .uploadData:
+            guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
+            let reference = try httpReference(spec.destination, role: "destination")
+            return try await upload(UploadSource(data: data), to: reference,
+                                    contentType: spec.metadata?.contentType ?? ContentTypes.infer(path: reference.name),
+                                    control: control, report: report)
+        case .downloadFile:
+            let reference = try httpReference(spec.source, role: "source")
+            guard let destination = spec.destination else {
+                throw StorageError(.invalidArgument, "download-file needs a destination path")
+            }
+            return try await downloadFile(reference, to: destination, resumingFrom: resumePoint, control: control, report: report)
+        case .downloadMemory:
+            let reference = try httpReference(spec.source, role: "source")
+            return try await downloadMemory(reference, maxSize: spec.maxSize ?? JobSpec.defaultMaxSize, control: control, report: report)
+        case .fetchURL:
+            throw StorageError(.invalidArgument, "fetch-url needs a Cloud Storage reference; an http(s) URL already is a download URL",
+                               url: spec.source.map(redactedURL))
+        }
+    }
+
+    // MARK: - Upload
+
+    private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let url = reference.description
+        let checksums = StreamChecksums()
+        let progress = ProgressThrottle(total: source.size, report: report)
+        var request = HTTPRequest(method: "PUT", url: url, headers: ["Content-Type: \(contentType)"])
+        request.bodyLength = source.size
+        let body = UploadRangeBody(source: source, start: 0, end: source.size, checksums: checksums,
+                                   progress: { progress.update($0) })
+        progress.update(0)
+        let response: HTTPResponse
+        do throws(TransferFailure) {
+            response = try await engine.perform(request, source: body, control: control, timeouts: timeouts)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason, nil)   // not resumable: the next attempt starts at 0
+            case .failed(let failure): throw failure
+            }
+        }
+        guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
+        let ours = checksums.finish()
+        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: source.size,
+                                   contentType: contentType, md5Hash: ours.md5, crc32c: ours.crc32c,
+                                   generation: nil, updated: nil)
+        return .finished(JobResult(object: object, size: source.size, md5: ours.md5, crc32c: ours.crc32c))
+    }
+
+    // MARK: - Download to a file
+
+    private func downloadFile(_ reference: StorageReference, to destination: String, resumingFrom resumePoint: ResumePoint?,
+                              control: TransferControl,
+                              report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let url = reference.description
+        // Without a validator a resumed prefix could belong to another version of the file: start over.
+        var resume = resumePoint
+        var validator: String?
+        if case .download(_, _, let etag, _)? = resume, let etag, !etag.isEmpty { validator = etag } else { resume = nil }
+        let partial = try PartialFile(destination: destination, resumeFrom: resume)
+        let start = partial.bytesWritten
+        let progress = ProgressThrottle(total: nil, report: report)
+        let sink = FileSink(partial: partial, destination: destination, requestedOffset: start,
+                            checkpoint: { written, temp, headers in
+                                report(.checkpoint(.download(bytesWritten: written, generation: nil,
+                                                             etag: Self.validator(headers), tempPath: temp),
+                                                   bytesTotal: Self.totalSize(headers, offset: 0)))
+                            },
+                            progress: { progress.update($0) })
+        try sink.hashExistingPrefix()
+
+        var request = HTTPRequest(method: "GET", url: url, followRedirects: true)
+        if start > 0, let validator {
+            request.headers += ["Range: bytes=\(start)-", "If-Range: \(validator)"]
+        }
+        let response: HTTPResponse
+        do throws(TransferFailure) {
+            response = try await engine.perform(request, sink: sink, control: control, timeouts: timeouts)
+        } catch {
+            switch error {
+            case .stopped(let reason):
+                if reason == .cancel {
+                    sink.partial.discard()
+                    return .stopped(.cancel, nil)
+                }
+                try sink.partial.sync()
+                validator = Self.validator(sink.responseHeaders) ?? validator
+                let point = ResumePoint.download(bytesWritten: sink.offset, generation: nil, etag: validator,
+                                                 tempPath: sink.partial.tempPath)
+                report(.checkpoint(point, bytesTotal: nil))
+                return .stopped(reason, point)
+            case .failed(let failure):
+                if !failure.retryable { sink.partial.discard() } else { try? sink.partial.sync() }
+                throw failure
+            }
+        }
+        if response.status == 416 && start > 0 {
+            // Asked past the end: the file shrank. Start again from zero next attempt.
+            sink.partial.discard()
+            throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size; the download will restart",
+                               httpStatus: 416, url: redactedURL(url), retryable: true)
+        }
+        guard response.isSuccess else {
+            if response.status != 404 { try? sink.partial.sync() } else { sink.partial.discard() }
+            throw httpError(response, what: redactedURL(url))
+        }
+        let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
+        if let expected, sink.offset != expected {
+            try? sink.partial.sync()
+            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; it will be resumed",
+                               url: redactedURL(url), retryable: true)
+        }
+        let ours = sink.checksums.finish()
+        let path = try sink.partial.commit()
+        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: sink.offset,
+                                   contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
+        return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c))
+    }
+
+    /// The resume validator: the ETag when strong or weak, else Last-Modified.
+    static func validator(_ headers: [String: String]) -> String? {
+        headers["etag"] ?? headers["last-modified"]
+    }
+
+    /// The full size from `Content-Range: bytes A-B/TOTAL`, else `offset + Content-Length`.
+    static func totalSize(_ headers: [String: String], offset: Int64) -> Int64? {
+        if let range = headers["content-range"], let slash = range.lastIndex(of: "/"),
+           let total = Int64(range[range.index(after: slash)...]) {
+            return total
+        }
+        return headers["content-length"].flatMap { Int64($0) }.map { $0 + offset }
+    }
+
+    // MARK: - Download to memory
+
+    private func downloadMemory(_ reference: StorageReference, maxSize: Int64, control: TransferControl,
+                                report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let url = reference.description
+        let progress = ProgressThrottle(total: nil, report: report)
+        let sink = MemorySink(limit: maxSize, url: url, progress: { progress.update($0) })
+        let response: HTTPResponse
+        do throws(TransferFailure) {
+            response = try await engine.perform(HTTPRequest(method: "GET", url: url, followRedirects: true), sink: sink,
+                                                control: control, timeouts: timeouts)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason, nil)
+            case .failed(let failure): throw failure
+            }
+        }
+        guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
+        let ours = sink.checksums.finish()
+        let data = sink.data
+        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: Int64(data.count),
+                                   contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
+        return .finished(JobResult(object: object, size: Int64(data.count), md5: ours.md5, crc32c: ours.crc32c, data: data))
+    }
+
+    // MARK: - Helpers
+
+    private var timeouts: CurlTimeouts {
+        CurlTimeouts(connect: configuration.connectTimeout, lowSpeedLimit: configuration.lowSpeedLimit,
+                     stallSeconds: configuration.stallTimeout)
+    }
+
+    private func httpReference(_ text: String?, role: String) throws(StorageError) -> StorageReference {
+        guard let text else { throw StorageError(.invalidArgument, "the job has no \(role) URL") }
+        let reference = try StorageReference(parsing: text)
+        guard reference.scheme == .http || reference.scheme == .https else {
+            throw StorageError(.invalidArgument, "\(reference) is not an http(s) URL")
+        }
+        try reference.requireObject(for: "a transfer")
+        return reference
+    }
+}

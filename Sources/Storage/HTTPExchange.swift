@@ -1,0 +1,332 @@
+import Checksums
+import Foundation
+import JobModel
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// MARK: - Requests and responses
+
+/// One HTTP request as plain values; the body is either `body` (small, in memory) or streamed from a
+/// `RequestBodySource` of `bodyLength` bytes.
+struct HTTPRequest: Sendable {
+    var method: String
+    var url: String
+    /// Complete header lines, `Name: value`.
+    var headers: [String] = []
+    var body = Data()
+    /// The body's length when the request has one (`body.count`, or the streamed source's length).
+    var bodyLength: Int64?
+    var followRedirects = false
+
+    init(method: String, url: String, headers: [String] = [], followRedirects: Bool = false) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.followRedirects = followRedirects
+    }
+
+    /// A request with a small in-memory body (JSON metadata).
+    init(method: String, url: String, headers: [String] = [], body: Data) {
+        self.init(method: method, url: url, headers: headers)
+        self.body = body
+        self.bodyLength = Int64(body.count)
+    }
+}
+
+/// A complete response: status, headers (lower-cased names; repeated headers joined by `,`) and the
+/// body when no sink consumed it (JSON, error bodies; capped).
+struct HTTPResponse: Sendable {
+    var status: Int
+    var headers: [String: String]
+    var body: Data
+    /// The request URL (may hold secrets: redact before showing it).
+    var url: String
+
+    var isSuccess: Bool { (200..<300).contains(status) }
+
+    /// The JSON body as a dictionary, when it is one.
+    var json: [String: Any]? {
+        (try? JSONSerialization.jsonObject(with: body)) as? [String: Any]
+    }
+}
+
+/// Produces a request body on the engine thread. Returns 0 at the end.
+protocol RequestBodySource: AnyObject {
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> Int
+}
+
+/// Consumes a 2xx response body on the engine thread; throwing aborts the exchange with that error.
+protocol ResponseBodySink: AnyObject {
+    func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError)
+}
+
+// MARK: - Checksums while streaming
+
+/// MD5 and CRC32C over a byte stream that may revisit a prefix (a chunk re-sent after the server
+/// kept only part of it): bytes at or below `hashedUpTo` are not hashed twice.
+final class StreamChecksums {
+    private var md5 = Digest(.md5)
+    private var crc = CRC32C()
+    private(set) var hashedUpTo: Int64 = 0
+    /// False when a gap made the hashes meaningless (then they are not compared).
+    private(set) var isContiguous = true
+
+    /// Hashes the part of `bytes` (which starts at `offset` in the stream) not hashed yet.
+    func feed(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+        guard offset <= hashedUpTo else {
+            isContiguous = false
+            return
+        }
+        let skip = Int(hashedUpTo - offset)
+        guard skip < bytes.count else { return }
+        let fresh = UnsafeRawBufferPointer(rebasing: bytes[skip...])
+        md5.update(fresh)
+        crc.update(fresh)
+        hashedUpTo += Int64(fresh.count)
+    }
+
+    /// Starts again from byte 0.
+    func reset() {
+        md5 = Digest(.md5)
+        crc = CRC32C()
+        hashedUpTo = 0
+        isContiguous = true
+    }
+
+    /// Base64 MD5 and CRC32C (GCS's encoding). Call once, at the end.
+    func finish() -> (md5: String, crc32c: String) {
+        (Data(md5.finalize()).base64EncodedString(), crc.base64)
+    }
+}
+
+// MARK: - Upload sources
+
+/// The bytes of an upload: a local file read with `pread` (never loaded whole) or inline data.
+final class UploadSource {
+    private enum Storage {
+        case file(descriptor: Int32, path: String)
+        case data(Data)
+    }
+
+    private let storage: Storage
+    let size: Int64
+
+    /// Opens a local file for reading. Missing or unreadable files are `pathError` (not retryable).
+    init(path: String) throws(StorageError) {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw posixError(errno, operation: "cannot open the source file", path: path)
+        }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let code = errno
+            close(descriptor)
+            throw posixError(code, operation: "cannot inspect the source file", path: path)
+        }
+        guard (info.st_mode & S_IFMT) == S_IFREG else {
+            close(descriptor)
+            throw StorageError(.pathError, "the source '\(path)' is not a regular file")
+        }
+        storage = .file(descriptor: descriptor, path: path)
+        size = Int64(info.st_size)
+    }
+
+    init(data: Data) {
+        storage = .data(data)
+        size = Int64(data.count)
+    }
+
+    deinit {
+        if case .file(let descriptor, _) = storage { close(descriptor) }
+    }
+
+    /// Reads up to `buffer.count` bytes at `offset`; 0 at the end.
+    func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> Int {
+        let wanted = Int(min(Int64(buffer.count), max(0, size - offset)))
+        guard wanted > 0, let base = buffer.baseAddress else { return 0 }
+        switch storage {
+        case .file(let descriptor, let path):
+            while true {
+                let count = pread(descriptor, base, wanted, off_t(offset))
+                if count >= 0 {
+                    if count == 0 {
+                        throw StorageError(.pathError, "the source file '\(path)' shrank while it was being uploaded; upload it again once it is stable")
+                    }
+                    return count
+                }
+                if errno == EINTR { continue }
+                throw posixError(errno, operation: "cannot read the source file", path: path)
+            }
+        case .data(let data):
+            data.withUnsafeBytes { bytes in
+                let start = bytes.baseAddress! + Int(offset)   // offset < size == bytes.count
+                base.copyMemory(from: start, byteCount: wanted)
+            }
+            return wanted
+        }
+    }
+
+    /// Hashes bytes `0..<end` into `checksums` (a resumed upload re-hashes what the server already has).
+    func hashPrefix(upTo end: Int64, into checksums: StreamChecksums) throws(StorageError) {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset = checksums.hashedUpTo
+        while offset < end {
+            let slice = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), end - offset))])
+            let count = try read(at: offset, into: slice)
+            checksums.feed(UnsafeRawBufferPointer(rebasing: slice[0..<count]), at: offset)
+            offset += Int64(count)
+        }
+    }
+}
+
+/// Streams `source[start..<end]` as one request body, hashing and reporting progress as it goes.
+final class UploadRangeBody: RequestBodySource {
+    private let source: UploadSource
+    private var offset: Int64
+    private let end: Int64
+    private let checksums: StreamChecksums
+    private let progress: (Int64) -> Void
+
+    init(source: UploadSource, start: Int64, end: Int64, checksums: StreamChecksums, progress: @escaping (Int64) -> Void) {
+        self.source = source
+        self.offset = start
+        self.end = end
+        self.checksums = checksums
+        self.progress = progress
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> Int {
+        guard offset < end else { return 0 }
+        let limited = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), end - offset))])
+        let count = try source.read(at: offset, into: limited)
+        checksums.feed(UnsafeRawBufferPointer(rebasing: limited[0..<count]), at: offset)
+        offset += Int64(count)
+        progress(offset)
+        return count
+    }
+}
+
+// MARK: - Download sinks
+
+/// Collects a response body in memory, refusing to grow past `limit` (download-memory).
+final class MemorySink: ResponseBodySink {
+    private(set) var data = Data()
+    let limit: Int64
+    let checksums = StreamChecksums()
+    private let progress: (Int64) -> Void
+    private let url: String
+
+    init(limit: Int64, url: String, progress: @escaping (Int64) -> Void) {
+        self.limit = limit
+        self.url = url
+        self.progress = progress
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        if data.isEmpty, let length = headers["content-length"].flatMap({ Int64($0) }), length > limit {
+            // Refused before reading the body: the server announced more than we accept.
+            throw StorageError(.downloadSizeExceeded,
+                               "the object is \(length) bytes, more than the maximum of \(limit); raise max_size or download it to a file",
+                               url: redactedURL(url), total: length, maximum: limit)
+        }
+        if Int64(data.count + bytes.count) > limit {
+            throw StorageError(.downloadSizeExceeded,
+                               "the object is larger than the maximum of \(limit) bytes; raise max_size or download it to a file",
+                               url: redactedURL(url), maximum: limit)
+        }
+        checksums.feed(bytes, at: Int64(data.count))
+        data.append(contentsOf: bytes)
+        progress(Int64(data.count))
+    }
+}
+
+/// Writes a response body through a `PartialFile`, hashing, syncing and checkpointing as it goes.
+///
+/// When a ranged request is answered with the whole body (200 instead of 206), the partial file and
+/// the hashes start again from zero.
+final class FileSink: ResponseBodySink {
+    private(set) var partial: PartialFile
+    let destination: String
+    let checksums = StreamChecksums()
+    private(set) var offset: Int64
+    private var lastCheckpoint: Int64
+    private let requestedOffset: Int64
+    /// Called after a `sync()` with the durable byte count, the temporary path and the response headers.
+    private let checkpoint: (Int64, String, [String: String]) -> Void
+    /// The headers of the response being written (ETag, Last-Modified, Content-Range).
+    private(set) var responseHeaders: [String: String] = [:]
+    private let progress: (Int64) -> Void
+    /// Bytes between two durable checkpoints.
+    static let checkpointInterval: Int64 = 8 * 1024 * 1024
+    private(set) var restartedFromZero = false
+
+    init(partial: PartialFile, destination: String, requestedOffset: Int64,
+         checkpoint: @escaping (Int64, String, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
+        self.partial = partial
+        self.destination = destination
+        self.offset = partial.bytesWritten
+        self.lastCheckpoint = partial.bytesWritten
+        self.requestedOffset = requestedOffset
+        self.checkpoint = checkpoint
+        self.progress = progress
+    }
+
+    /// Hashes the bytes already in the partial file (a resumed download).
+    func hashExistingPrefix() throws(StorageError) {
+        guard offset > 0 else { return }
+        var position: Int64 = 0
+        let checksums = self.checksums
+        try partial.readBack { bytes in
+            checksums.feed(bytes, at: position)
+            position += Int64(bytes.count)
+        }
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        if offset == requestedOffset, requestedOffset > 0, status == 200 {
+            // The server ignored Range (or If-Range failed): start over with the full body.
+            partial.discard()
+            partial = try PartialFile(destination: destination, resumeFrom: nil)
+            checksums.reset()
+            offset = 0
+            lastCheckpoint = 0
+            restartedFromZero = true
+        }
+        responseHeaders = headers
+        try partial.write(bytes)
+        checksums.feed(bytes, at: offset)
+        offset += Int64(bytes.count)
+        progress(offset)
+        if offset - lastCheckpoint >= Self.checkpointInterval {
+            try partial.sync()
+            lastCheckpoint = offset
+            checkpoint(offset, partial.tempPath, headers)
+        }
+    }
+}
+
+// MARK: - Progress throttling
+
+/// Forwards progress at most every `step` bytes (and always the final value), so a 1 GiB transfer
+/// reports thousands of events, not millions.
+final class ProgressThrottle {
+    private var lastReported: Int64 = -1
+    private let step: Int64
+    private let total: Int64?
+    private let report: @Sendable (TransferEvent) -> Void
+
+    init(total: Int64?, step: Int64 = 256 * 1024, report: @escaping @Sendable (TransferEvent) -> Void) {
+        self.total = total
+        self.step = step
+        self.report = report
+    }
+
+    func update(_ done: Int64) {
+        if lastReported < 0 || done - lastReported >= step || done == total || done < lastReported {
+            lastReported = done
+            report(.progress(bytesDone: done, bytesTotal: total))
+        }
+    }
+}

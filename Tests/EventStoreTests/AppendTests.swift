@@ -1,0 +1,157 @@
+import Foundation
+import JobModel
+import Testing
+@testable import EventStore
+
+@Suite("Appending events")
+struct AppendTests {
+    @Test("UPDATE and DELETE on events are refused by triggers")
+    func appendOnly() throws {
+        let fixture = try StoreFixture("store-appendonly")
+        defer { fixture.remove() }
+        let id = try fixture.submit()
+        #expect {
+            try fixture.sql("UPDATE events SET actor = 'mallory' WHERE job_id = ?", [.text(id)])
+        } throws: { error in
+            "\(error)".contains("append-only")
+        }
+        #expect {
+            try fixture.sql("DELETE FROM events WHERE job_id = ?", [.text(id)])
+        } throws: { error in
+            "\(error)".contains("append-only")
+        }
+        #expect(throws: StoreError.self) { try fixture.sql("DELETE FROM events") }
+        #expect(try fixture.store.events(jobID: id).map(\.actor) == ["cli:test"])
+    }
+
+    @Test("an expected version that is not current is a version conflict")
+    func versionConflict() throws {
+        let fixture = try StoreFixture("store-version")
+        defer { fixture.remove() }
+        let id = try fixture.submit()
+        let outcomes = try fixture.store.append([
+            PendingEvent(jobID: id, type: .paused, actor: "cli:a", expectedVersion: 1),
+            PendingEvent(jobID: id, type: .resumeRequested, actor: "cli:b", expectedVersion: 1),
+            PendingEvent(jobID: id, type: .resumeRequested, actor: "cli:c", expectedVersion: 2),
+        ], now: 2_000)
+        #expect(try outcomes[0].get().version == 2)
+        #expect(throws: StoreError.versionConflict(expected: 1, actual: 2)) { try outcomes[1].get() }
+        #expect(try outcomes[2].get().version == 3)
+        let events = try fixture.store.events(jobID: id)
+        #expect(events.map(\.version) == [1, 2, 3])
+        #expect(events.map(\.type) == [.submitted, .paused, .resumeRequested])
+        #expect(try fixture.store.job(id)?.state == .queued)
+    }
+
+    @Test("impossible transitions are refused without sinking the rest of the batch")
+    func invalidTransition() throws {
+        let fixture = try StoreFixture("store-transition")
+        defer { fixture.remove() }
+        let cancelledID = try fixture.submit()
+        _ = try fixture.store.requestCancel(id: cancelledID, actor: "cli:test", now: 1_500)
+        let other = try fixture.submit()
+        let outcomes = try fixture.store.append([
+            PendingEvent(jobID: cancelledID, type: .succeeded, actor: "w", data: EventData(result: JobResult(size: 1))),
+            PendingEvent(jobID: other, type: .paused, actor: "cli:test"),
+            PendingEvent(jobID: "01NOSUCHJOB000000000000000", type: .paused, actor: "cli:test"),
+            PendingEvent(jobID: other, type: .claimed, actor: "w"),
+        ], now: 2_000)
+        #expect(throws: StoreError.invalidTransition(jobID: cancelledID, state: .cancelled, event: .succeeded)) {
+            try outcomes[0].get()
+        }
+        #expect(try outcomes[1].get().type == .paused)
+        #expect(throws: StoreError.notFound("01NOSUCHJOB000000000000000")) { try outcomes[2].get() }
+        #expect(throws: StoreError.self) { try outcomes[3].get() }
+        #expect(try fixture.store.job(cancelledID)?.state == .cancelled)
+        #expect(try fixture.store.job(other)?.state == .paused)
+        #expect(try fixture.store.lastSeq() == 4)
+    }
+
+    @Test("a worker whose lease was rescued cannot write; the new holder can")
+    func staleLeaseFencing() throws {
+        let fixture = try StoreFixture("store-fencing")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let first = try fixture.running(now: 1_000, leaseMs: 1_000)
+        let id = first.record.id
+        // The lease holder can write while it holds the lease.
+        try fixture.append(PendingEvent(jobID: id, type: .progress, actor: workerName, leaseToken: first.token,
+                                        data: EventData(bytesDone: 10)), now: 1_500)
+        // Its lease expires and someone rescues the job; another worker claims it.
+        #expect(try store.rescueExpired(now: 2_500, actor: "worker:rescuer") == [id])
+        let second = try #require(try store.claim(owner: "worker:two", queues: nil, limit: 1, leaseMs: 10_000, now: 3_000).first)
+        #expect(second.record.id == id && second.token > first.token)
+
+        let outcomes = try store.append([
+            PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: first.token),
+            PendingEvent(jobID: id, type: .progress, actor: "worker:two", leaseToken: second.token,
+                         data: EventData(bytesDone: 20)),
+        ], now: 3_100)
+        #expect(throws: StoreError.staleLease(jobID: id, token: first.token)) { try outcomes[0].get() }
+        #expect(try outcomes[1].get().leaseToken == second.token)
+        let record = try #require(try store.job(id))
+        #expect(record.state == .running && record.bytesDone == 20 && record.leaseToken == second.token)
+        #expect(record.attempts == 2)
+    }
+
+    @Test("a lease token is refused once the job has left the running state")
+    func staleLeaseAfterPause() throws {
+        let fixture = try StoreFixture("store-fencing-paused")
+        defer { fixture.remove() }
+        let claim = try fixture.running()
+        _ = try fixture.store.requestPause(id: claim.record.id, actor: "cli:test", now: 1_100)
+        try fixture.append(PendingEvent(jobID: claim.record.id, type: .paused, actor: workerName, leaseToken: claim.token),
+                           now: 1_200)
+        #expect(throws: StoreError.staleLease(jobID: claim.record.id, token: claim.token)) {
+            try fixture.append(PendingEvent(jobID: claim.record.id, type: .progress, actor: workerName,
+                                            leaseToken: claim.token), now: 1_300)
+        }
+    }
+
+    @Test("download-memory bytes go to blobs once per content and are referenced by hash")
+    func blobs() throws {
+        let fixture = try StoreFixture("store-blobs")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let bytes = Data("hello, blobs".utf8)
+        var hashes: [String] = []
+        for _ in 0..<2 {
+            let claim = try fixture.running(memorySpec())
+            let event = try fixture.append(PendingEvent(
+                jobID: claim.record.id, type: .succeeded, actor: workerName, leaseToken: claim.token,
+                data: EventData(result: JobResult(size: Int64(bytes.count), data: bytes))))
+            let result = try #require(event.data.result)
+            #expect(result.data == nil)
+            let hash = try #require(result.blob)
+            hashes.append(hash)
+            #expect(try store.job(claim.record.id)?.result == result)
+            // The log holds the reference, never the bytes.
+            let stored = try #require(try store.events(jobID: claim.record.id).last)
+            #expect(stored.data.result?.data == nil && stored.data.result?.blob == hash)
+        }
+        #expect(hashes[0] == hashes[1])
+        #expect(hashes[0] == "686c82473de28c4ad4ff4d46877b13f393904a4a23aa74c6bdda31607cda0207")  // sha256sum of the bytes
+        #expect(try store.blob(sha256: hashes[0]) == bytes)
+        #expect(try store.blob(sha256: hashes[0].uppercased()) == bytes)
+        #expect(try store.blob(sha256: String(repeating: "0", count: 64)) == nil)
+        let count = try store.withConnection { (connection) throws(StoreError) in
+            try connection.first("SELECT count(*) FROM blobs") { row in row.int(0) }
+        }
+        #expect(count == 1)
+        #expect(throws: StoreError.self) { try fixture.sql("UPDATE blobs SET size = 0") }
+    }
+
+    @Test("payloads are stored as JSON with sorted keys")
+    func sortedKeys() throws {
+        let fixture = try StoreFixture("store-json")
+        defer { fixture.remove() }
+        let id = try fixture.submit()
+        let data = try fixture.store.withConnection { (connection) throws(StoreError) in
+            try connection.first("SELECT data FROM events WHERE job_id = ?", [.text(id)]) { row in row.text(0) }
+        }
+        let text = try #require(data)
+        let spec = try #require(text.range(of: "\"spec\""))
+        let version = try #require(text.range(of: "\"v\""))
+        #expect(spec.lowerBound < version.lowerBound)
+    }
+}

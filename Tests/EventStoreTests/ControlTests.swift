@@ -1,0 +1,156 @@
+import Foundation
+import JobModel
+import Testing
+@testable import EventStore
+
+/// Where a job is before a control command.
+enum ControlSetup: String, CaseIterable, Sendable {
+    case queued, running, runningPauseRequested, paused, succeeded, failed, cancelled
+}
+
+enum ControlCommand: String, CaseIterable, Sendable {
+    case pause, resume, cancel, retry
+}
+
+/// What a control command should do.
+enum ControlOutcome: Equatable {
+    /// Appends one event; the job ends in `state` with these flags.
+    case appends(JobState, pauseRequested: Bool = false, cancelRequested: Bool = false)
+    /// Appends nothing; the record comes back unchanged.
+    case noOp
+    /// Refused with `invalidControl`.
+    case refused
+}
+
+@Suite("Control commands")
+struct ControlTests {
+    static func expected(_ setup: ControlSetup, _ command: ControlCommand) -> ControlOutcome {
+        switch (setup, command) {
+        case (.queued, .pause): .appends(.paused)
+        case (.queued, .resume): .noOp
+        case (.queued, .cancel): .appends(.cancelled)
+        case (.running, .pause): .appends(.running, pauseRequested: true)
+        case (.running, .resume): .noOp
+        case (.running, .cancel): .appends(.running, cancelRequested: true)
+        case (.runningPauseRequested, .pause): .noOp
+        case (.runningPauseRequested, .resume): .appends(.running)
+        case (.runningPauseRequested, .cancel): .appends(.running, pauseRequested: true, cancelRequested: true)
+        case (.paused, .pause): .noOp
+        case (.paused, .resume): .appends(.queued)
+        case (.paused, .cancel): .appends(.cancelled)
+        case (.cancelled, .cancel): .noOp
+        case (.failed, .retry), (.cancelled, .retry): .appends(.queued)
+        default: .refused
+        }
+    }
+
+    /// Brings a new job into `setup` and returns its id.
+    static func prepare(_ setup: ControlSetup, in fixture: StoreFixture) throws -> String {
+        let store = fixture.store
+        switch setup {
+        case .queued:
+            return try fixture.submit()
+        case .running:
+            return try fixture.running().record.id
+        case .runningPauseRequested:
+            let id = try fixture.running().record.id
+            _ = try store.requestPause(id: id, actor: "cli:test", now: 1_100)
+            return id
+        case .paused:
+            let id = try fixture.submit()
+            _ = try store.requestPause(id: id, actor: "cli:test", now: 1_100)
+            return id
+        case .succeeded, .failed:
+            let claim = try fixture.running()
+            let data = setup == .succeeded ? EventData(result: JobResult(size: 1))
+                : EventData(error: StorageError(.objectNotFound, "gone", httpStatus: 404))
+            try fixture.append(PendingEvent(jobID: claim.record.id, type: setup == .succeeded ? .succeeded : .failed,
+                                            actor: workerName, leaseToken: claim.token, data: data), now: 1_100)
+            return claim.record.id
+        case .cancelled:
+            let id = try fixture.submit()
+            _ = try store.requestCancel(id: id, actor: "cli:test", now: 1_100)
+            return id
+        }
+    }
+
+    @Test("every state × command", arguments: ControlSetup.allCases, ControlCommand.allCases)
+    func table(setup: ControlSetup, command: ControlCommand) throws {
+        let fixture = try StoreFixture("store-control")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let id = try Self.prepare(setup, in: fixture)
+        let before = try #require(try store.job(id))
+        let expectation = Self.expected(setup, command)
+        // A prefix of the id, in lower case, is accepted too.
+        let handle = String(id.lowercased().prefix(command == .resume ? 26 : 20))
+
+        let run = { () throws -> JobRecord in
+            switch command {
+            case .pause: try store.requestPause(id: handle, actor: "cli:test", now: 5_000)
+            case .resume: try store.requestResume(id: handle, actor: "cli:test", now: 5_000)
+            case .cancel: try store.requestCancel(id: handle, actor: "cli:test", now: 5_000)
+            case .retry: try store.retry(id: handle, actor: "cli:test", now: 5_000)
+            }
+        }
+        switch expectation {
+        case .refused:
+            #expect {
+                _ = try run()
+            } throws: { error in
+                guard case StoreError.invalidControl(let message) = error else { return false }
+                return message.contains(id)
+            }
+            #expect(try store.job(id) == before)
+        case .noOp:
+            let record = try run()
+            #expect(record == before)
+            #expect(try store.job(id) == before)
+        case .appends(let state, let pauseRequested, let cancelRequested):
+            let record = try run()
+            #expect(record.state == state)
+            #expect(record.pauseRequested == pauseRequested)
+            #expect(record.cancelRequested == cancelRequested)
+            #expect(record.version == before.version + 1)
+            #expect(try store.job(id) == record)
+            if state == .cancelled { #expect(record.error?.code == .cancelled) }
+            if command == .retry { #expect(record.attempts == 0 && record.error == nil && record.runAfterMs == 5_000) }
+            if state == .queued { #expect(record.runAfterMs == 5_000) }
+        }
+    }
+
+    @Test("refusals say why")
+    func refusalMessage() throws {
+        let fixture = try StoreFixture("store-control-message")
+        defer { fixture.remove() }
+        let id = try Self.prepare(.succeeded, in: fixture)
+        #expect(throws: StoreError.invalidControl("job \(id) has already succeeded; nothing to pause")) {
+            _ = try fixture.store.requestPause(id: id, actor: "cli:test", now: 2)
+        }
+    }
+
+    @Test("ids resolve from unique prefixes of 6 or more characters, in any case")
+    func resolveID() throws {
+        let fixture = try StoreFixture("store-resolve")
+        defer { fixture.remove() }
+        let store = fixture.store
+        // Submitted in the same millisecond, the ids share their 10-character time prefix.
+        let outcomes = try store.submit([uploadSpec(), uploadSpec()], actor: "cli:test", now: 1_700_000_000_000)
+        let (a, b) = (outcomes[0].id, outcomes[1].id)
+        let common = zip(a, b).prefix { $0 == $1 }.count
+        #expect(common >= 10)
+        #expect(try store.resolveID(a) == a)
+        #expect(try store.resolveID(a.lowercased()) == a)
+        #expect(try store.resolveID(String(a.prefix(common + 1)).lowercased()) == a)
+        #expect(throws: StoreError.ambiguous(prefix: String(a.prefix(8)), matches: [a, b].sorted())) {
+            _ = try store.resolveID(String(a.prefix(8)))
+        }
+        #expect(throws: StoreError.notFound("ZZZZZZZZ")) { _ = try store.resolveID("ZZZZZZZZ") }
+        #expect(throws: StoreError.notFound("not-an-id!")) { _ = try store.resolveID("not-an-id!") }
+        #expect {
+            _ = try store.resolveID(String(a.prefix(5)))
+        } throws: { error in
+            "\(error)".contains("at least 6")
+        }
+    }
+}

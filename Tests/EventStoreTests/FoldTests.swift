@@ -1,0 +1,174 @@
+import Foundation
+import JobModel
+import Testing
+@testable import EventStore
+
+/// The fold as a value: no SQL, one event at a time.
+@Suite("Folding events into a JobRecord")
+struct FoldTests {
+    static let spec = JobSpec(kind: .downloadFile, source: "gs://b/o", destination: "/tmp/o", key: "k1",
+                              priority: 7, maxAttempts: 4, queue: "bulk")
+    static let upload = ResumePoint.upload(sessionURI: "http://127.0.0.1/session", confirmedOffset: 512, total: 1024)
+
+    func event(_ type: EventType, version: Int, at: Int64, token: Int64? = nil, _ data: EventData = EventData()) -> JobEvent {
+        JobEvent(seq: Int64(version * 10), jobID: "JOB", version: version, type: type, atMs: at, actor: "a",
+                 leaseToken: token, data: data)
+    }
+
+    var submitted: JobEvent { event(.submitted, version: 1, at: 100, EventData(spec: Self.spec)) }
+
+    /// A record that was submitted and claimed with token 9.
+    func runningRecord() throws -> JobRecord {
+        try #require(JobRecord.folding([
+            submitted,
+            event(.claimed, version: 2, at: 200, token: 9, EventData(leaseOwner: "w1", leaseExpiresAtMs: 900, attempt: 1)),
+        ]))
+    }
+
+    @Test func submittedQueuesTheJob() throws {
+        let record = try #require(JobRecord.folding([submitted]))
+        #expect(record.state == .queued)
+        #expect(record.runAfterMs == 100 && record.createdAtMs == 100 && record.updatedAtMs == 100)
+        #expect(record.spec == Self.spec && record.key == "k1" && record.kind == .downloadFile)
+        #expect(record.priority == 7 && record.queue == "bulk" && record.maxAttempts == 4)
+        #expect(record.attempts == 0 && record.version == 1 && record.seq == 10)
+        #expect(record.leaseOwner == nil && record.leaseToken == nil)
+    }
+
+    @Test func foldingNeedsSubmittedFirst() {
+        #expect(JobRecord.folding([]) == nil)
+        #expect(JobRecord.folding([event(.claimed, version: 1, at: 1)]) == nil)
+        #expect(JobRecord.folding([event(.submitted, version: 1, at: 1)]) == nil)  // no spec
+    }
+
+    @Test func claimedLeasesAndCountsTheAttempt() throws {
+        var record = try #require(JobRecord.folding([submitted]))
+        record.pauseRequested = true
+        record.cancelRequested = true
+        record.apply(event(.claimed, version: 2, at: 200, token: 9, EventData(leaseOwner: "w1")))
+        #expect(record.state == .running && record.attempts == 1)
+        #expect(record.leaseOwner == "w1" && record.leaseToken == 9)
+        #expect(!record.pauseRequested && !record.cancelRequested)
+        #expect(record.version == 2 && record.updatedAtMs == 200)
+    }
+
+    @Test func startedSetsStartTimeOnce() throws {
+        var record = try runningRecord()
+        record.apply(event(.started, version: 3, at: 300, token: 9))
+        record.apply(event(.started, version: 4, at: 400, token: 9))
+        #expect(record.startedAtMs == 300 && record.state == .running)
+    }
+
+    @Test func progressRecordsBytesAndResumePoint() throws {
+        var record = try runningRecord()
+        record.apply(event(.progress, version: 3, at: 300, token: 9,
+                           EventData(bytesDone: 512, bytesTotal: 1024, resumePoint: Self.upload)))
+        #expect(record.bytesDone == 512 && record.bytesTotal == 1024 && record.resumePoint == Self.upload)
+        record.apply(event(.progress, version: 4, at: 310, token: 9, EventData(bytesDone: 600)))
+        #expect(record.bytesDone == 600 && record.bytesTotal == 1024 && record.resumePoint == Self.upload)
+    }
+
+    @Test func pauseRequestedThenPaused() throws {
+        var record = try runningRecord()
+        record.apply(event(.progress, version: 3, at: 300, EventData(resumePoint: Self.upload)))
+        record.apply(event(.pauseRequested, version: 4, at: 400))
+        #expect(record.pauseRequested && record.state == .running)
+        record.apply(event(.paused, version: 5, at: 500))
+        #expect(record.state == .paused && !record.pauseRequested)
+        #expect(record.leaseOwner == nil && record.leaseToken == nil && record.resumePoint == Self.upload)
+    }
+
+    @Test func resumeRequestedRequeuesAPausedJob() throws {
+        var record = try runningRecord()
+        record.apply(event(.paused, version: 3, at: 300))
+        record.apply(event(.resumeRequested, version: 4, at: 450))
+        #expect(record.state == .queued && record.runAfterMs == 450)
+    }
+
+    @Test func resumeRequestedWithdrawsAPauseRequestWhileRunning() throws {
+        var record = try runningRecord()
+        record.apply(event(.pauseRequested, version: 3, at: 300))
+        record.apply(event(.resumeRequested, version: 4, at: 400))
+        #expect(record.state == .running && !record.pauseRequested && record.leaseToken == 9)
+    }
+
+    @Test func cancelRequestedThenCancelled() throws {
+        var record = try runningRecord()
+        record.apply(event(.cancelRequested, version: 3, at: 300))
+        #expect(record.cancelRequested && record.state == .running)
+        record.apply(event(.cancelled, version: 4, at: 400, EventData(reason: "user")))
+        #expect(record.state == .cancelled && record.finishedAtMs == 400 && record.leaseToken == nil)
+        #expect(record.error?.code == .cancelled && !record.cancelRequested)
+    }
+
+    @Test func cancelledKeepsTheGivenError() throws {
+        var record = try #require(JobRecord.folding([submitted]))
+        record.apply(event(.cancelled, version: 2, at: 300, EventData(error: StorageError(.cancelled, "by bob"))))
+        #expect(record.error == StorageError(.cancelled, "by bob"))
+    }
+
+    @Test func attemptFailedSchedulesARetryAtItsResumePoint() throws {
+        var record = try runningRecord()
+        record.apply(event(.progress, version: 3, at: 300, EventData(bytesDone: 512, resumePoint: Self.upload)))
+        let failure = StorageError(.unknown, "503", httpStatus: 503, retryable: true)
+        record.apply(event(.attemptFailed, version: 4, at: 400, EventData(error: failure, retryAtMs: 5_000)))
+        #expect(record.state == .queued && record.runAfterMs == 5_000 && record.error == failure)
+        #expect(record.leaseToken == nil && record.resumePoint == Self.upload && record.attempts == 1)
+    }
+
+    @Test(arguments: [EventType.leaseExpired, .released])
+    func leaseExpiredAndReleasedRequeue(type: EventType) throws {
+        var record = try runningRecord()
+        record.apply(event(.progress, version: 3, at: 300, EventData(resumePoint: Self.upload)))
+        record.apply(event(type, version: 4, at: 700))
+        #expect(record.state == .queued && record.runAfterMs == 700)
+        #expect(record.leaseOwner == nil && record.leaseToken == nil && record.resumePoint == Self.upload)
+    }
+
+    @Test func succeededStoresTheResult() throws {
+        var record = try runningRecord()
+        let result = JobResult(path: "/tmp/o", size: 3, blob: "abc")
+        record.apply(event(.succeeded, version: 3, at: 800, EventData(result: result)))
+        #expect(record.state == .succeeded && record.result == result && record.finishedAtMs == 800)
+        #expect(record.leaseToken == nil)
+    }
+
+    @Test func failedStoresTheError() throws {
+        var record = try runningRecord()
+        let failure = StorageError(.objectNotFound, "gone", httpStatus: 404)
+        record.apply(event(.failed, version: 3, at: 800, EventData(error: failure)))
+        #expect(record.state == .failed && record.error == failure && record.finishedAtMs == 800)
+        #expect(record.leaseOwner == nil)
+    }
+
+    @Test func retriedReopensAFailedJob() throws {
+        var record = try runningRecord()
+        record.apply(event(.failed, version: 3, at: 800, EventData(error: StorageError(.unknown, "x"))))
+        record.apply(event(.retried, version: 4, at: 900))
+        #expect(record.state == .queued && record.attempts == 0 && record.error == nil)
+        #expect(record.finishedAtMs == nil && record.runAfterMs == 900 && record.version == 4)
+    }
+
+    @Test func aSecondSubmittedIsIgnored() throws {
+        var record = try runningRecord()
+        let before = record
+        record.apply(event(.submitted, version: 3, at: 999, EventData(spec: uploadSpec())))
+        #expect(record == before)
+    }
+
+    @Test("transition table", arguments: JobState.allCases)
+    func allowedEvents(state: JobState) throws {
+        var record = try #require(JobRecord.folding([submitted]))
+        record.state = state
+        let allowed = Set(EventType.allCases.filter { record.allows($0) })
+        let expected: Set<EventType> = switch state {
+        case .queued: [.claimed, .paused, .cancelled]
+        case .running: [.started, .progress, .pauseRequested, .paused, .resumeRequested, .cancelRequested, .cancelled,
+                        .attemptFailed, .leaseExpired, .released, .succeeded, .failed]
+        case .paused: [.resumeRequested, .cancelled]
+        case .succeeded: []
+        case .failed, .cancelled: [.retried]
+        }
+        #expect(allowed == expected)
+    }
+}

@@ -1,0 +1,138 @@
+import Foundation
+import JobModel
+import Testing
+@testable import EventStore
+
+@Suite("Replaying the log")
+struct ReplayTests {
+    /// Jobs in every state, reached through every kind of event.
+    static func populate(_ fixture: StoreFixture) throws -> [String: String] {
+        let store = fixture.store
+        var ids: [String: String] = [:]
+        let specs = [uploadSpec(key: "a"), memorySpec(key: "b"), uploadSpec(priority: 3), uploadSpec(), uploadSpec(),
+                     uploadSpec(), uploadSpec(maxAttempts: 1), uploadSpec()]
+        let outcomes = try store.submit(specs, actor: "cli:test", now: 1_000)
+        ids["queued"] = outcomes[7].id
+        let claims = try store.claim(owner: "w1", queues: nil, limit: 7, leaseMs: 5_000, now: 2_000)
+        let byID = Dictionary(uniqueKeysWithValues: claims.map { ($0.record.id, $0.token) })
+        func token(_ index: Int) -> Int64 { byID[outcomes[index].id] ?? -1 }
+        func pending(_ index: Int, _ type: EventType, _ data: EventData = EventData()) -> PendingEvent {
+            PendingEvent(jobID: outcomes[index].id, type: type, actor: "w1", leaseToken: token(index), data: data)
+        }
+        let point = ResumePoint.upload(sessionURI: "http://127.0.0.1:1/s", confirmedOffset: 256, total: 1024)
+        let results = try store.append([
+            pending(0, .started),
+            pending(0, .progress, EventData(bytesDone: 256, bytesTotal: 1024, resumePoint: point)),
+            pending(0, .succeeded, EventData(result: JobResult(object: StorageObject(bucket: "b", name: "o", size: 1024),
+                                                               size: 1024, md5: "bWQ1"))),
+            pending(1, .started),
+            pending(1, .succeeded, EventData(result: JobResult(size: 5, data: Data("bytes".utf8)))),
+            pending(2, .started),
+            pending(2, .progress, EventData(bytesDone: 256, resumePoint: point)),
+            pending(3, .attemptFailed, EventData(error: StorageError(.unknown, "HTTP 503", httpStatus: 503, retryable: true,
+                                                                      retryAfter: 1.5), retryAtMs: 9_000)),
+            pending(4, .failed, EventData(error: StorageError(.unauthorized, "403", httpStatus: 403))),
+            pending(5, .progress, EventData(bytesDone: 100)),
+        ], now: 3_000)
+        for result in results { _ = try result.get() }
+        ids["succeeded"] = outcomes[0].id
+        ids["blob"] = outcomes[1].id
+        ids["failed"] = outcomes[4].id
+        ids["retrying"] = outcomes[3].id
+
+        // Paused at its resume point, then resumed (queued), then claimed again (running).
+        _ = try store.requestPause(id: outcomes[2].id, actor: "cli:test", now: 3_100)
+        _ = try fixture.append(pending(2, .paused, EventData(resumePoint: point)), now: 3_200)
+        _ = try store.requestResume(id: outcomes[2].id, actor: "cli:test", now: 3_300)
+        ids["resumed"] = outcomes[2].id
+        // Cancelled while running, then retried.
+        _ = try store.requestCancel(id: outcomes[5].id, actor: "cli:test", now: 3_400)
+        _ = try fixture.append(pending(5, .cancelled, EventData(reason: "cancel requested")), now: 3_500)
+        _ = try store.retry(id: outcomes[5].id, actor: "cli:test", now: 3_600)
+        ids["retried"] = outcomes[5].id
+        // Rescued on its only attempt: failed retryLimitExceeded.
+        _ = try store.heartbeat(owner: "w1", leases: [outcomes[2].id: token(2)], leaseMs: 1, now: 3_700)
+        ids["exhausted"] = outcomes[6].id
+        _ = try store.rescueExpired(now: 8_000, actor: "w2")
+        let again = try store.claim(owner: "w3", queues: nil, limit: 10, leaseMs: 5_000, now: 10_000)
+        #expect(!again.isEmpty)
+        _ = try store.requestPause(id: outcomes[7].id, actor: "cli:test", now: 10_100)
+        return ids
+    }
+
+    static func allRows(_ store: EventStore) throws -> [[SQLiteValue]] {
+        try store.withConnection { (connection) throws(StoreError) in
+            try connection.query("SELECT \(JobRecord.selectColumns) FROM jobs ORDER BY id") { row in
+                (0..<JobRecord.columns.count).map { row.value($0) }
+            }
+        }
+    }
+
+    @Test("replay rebuilds the projection byte for byte, reports a corrupted row, and repairs it")
+    func rebuildVerifyRepair() throws {
+        let fixture = try StoreFixture("store-replay")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let ids = try Self.populate(fixture)
+        let states = try store.counts()
+        #expect(states[.succeeded] == 2 && states[.failed] == 2 && (states[.running] ?? 0) >= 1)
+        #expect(try store.job(ids["exhausted"] ?? "")?.error?.code == .retryLimitExceeded)
+        #expect(try store.job(ids["retried"] ?? "")?.state == .running)
+
+        // The stored projection is exactly the fold of the log.
+        let verified = try store.replay(verify: true)
+        #expect(verified.differences == [])
+        #expect(verified.problems == [])
+        let lastSeq = try store.lastSeq()
+        #expect(verified.jobsRebuilt == 8)
+        #expect(Int64(verified.eventsRead) == lastSeq)
+        #expect(!verified.rewritten)
+        for id in ids.values {
+            #expect(JobRecord.folding(try store.events(jobID: id)) == (try store.job(id)))
+        }
+
+        // Rebuilding from scratch gives the same bytes.
+        let original = try Self.allRows(store)
+        let rebuilt = try store.replay(verify: false)
+        #expect(rebuilt.rewritten && rebuilt.differences.isEmpty)
+        #expect(try Self.allRows(store) == original)
+
+        // Corrupt one column of one row behind the store's back.
+        let victim = try #require(ids["resumed"])
+        let truth = try #require(try store.job(victim))
+        try fixture.sql("UPDATE jobs SET bytes_done = 999999 WHERE id = ?", [.text(victim)])
+        let report = try store.replay(verify: true)
+        #expect(report.differences == [ReplayDifference(jobID: victim, column: "bytes_done", stored: "999999",
+                                                        rebuilt: String(truth.bytesDone))])
+        #expect(try store.job(victim)?.bytesDone == 999999)  // verify wrote nothing
+
+        // Without verify, the projection is repaired from the log.
+        let repair = try store.replay(verify: false)
+        #expect(repair.differences.count == 1 && repair.rewritten)
+        #expect(try store.job(victim) == truth)
+        #expect(try store.replay(verify: true).isConsistent)
+        #expect(try Self.allRows(store) == original)
+    }
+
+    @Test("replay notices missing and extra rows")
+    func missingRows() throws {
+        let fixture = try StoreFixture("store-replay-rows")
+        defer { fixture.remove() }
+        let id = try fixture.submit()
+        try fixture.sql("DELETE FROM jobs WHERE id = ?", [.text(id)])
+        #expect(try fixture.store.replay(verify: true).differences
+            == [ReplayDifference(jobID: id, column: "(row)", stored: nil, rebuilt: "present")])
+        _ = try fixture.store.replay(verify: false)
+        #expect(try fixture.store.job(id)?.state == .queued)
+    }
+
+    @Test("a read-only store can verify")
+    func readOnlyVerify() throws {
+        let fixture = try StoreFixture("store-replay-readonly")
+        defer { fixture.remove() }
+        _ = try Self.populate(fixture)
+        let reader = try EventStore(path: fixture.path, readOnly: true)
+        #expect(try reader.replay(verify: true).isConsistent)
+        #expect(throws: StoreError.self) { _ = try reader.replay(verify: false) }
+    }
+}

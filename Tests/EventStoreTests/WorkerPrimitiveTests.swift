@@ -1,0 +1,150 @@
+import Foundation
+import JobModel
+import Testing
+@testable import EventStore
+
+@Suite("Claiming, heartbeats and rescue")
+struct WorkerPrimitiveTests {
+    @Test("claims follow priority, then run_after, then submission order, and skip future and other queues")
+    func claimOrder() throws {
+        let fixture = try StoreFixture("store-claim-order")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let a = try fixture.submit(uploadSpec(priority: 0), now: 1_000)
+        let b = try fixture.submit(uploadSpec(priority: 5), now: 1_100)
+        let c = try fixture.submit(uploadSpec(priority: 5), now: 1_050)
+        let d = try fixture.submit(uploadSpec(priority: 0), now: 900)
+        let e = try fixture.submit(uploadSpec(priority: 0), now: 900)  // same run_after as d, submitted later
+        let future = try fixture.submit(uploadSpec(priority: 9), now: 5_000)
+        let other = try fixture.submit(uploadSpec(priority: 9, queue: "other"), now: 100)
+
+        #expect(try store.nextRunAfter(queues: ["default"]) == 900)
+        #expect(try store.nextRunAfter(queues: nil) == 100)
+        #expect(try store.nextRunAfter(queues: ["none"]) == nil)
+
+        let claims = try store.claim(owner: "w1", queues: ["default"], limit: 10, leaseMs: 30_000, now: 2_000)
+        #expect(claims.map(\.record.id) == [c, b, d, e, a])
+        let tokens = claims.map(\.token)
+        #expect(zip(tokens, tokens.dropFirst()).allSatisfy { $0 < $1 })
+        #expect(claims.allSatisfy { $0.record.state == .running && $0.record.attempts == 1 && $0.record.leaseOwner == "w1" })
+        #expect(claims.allSatisfy { $0.record.leaseToken == $0.token })
+        #expect(try store.job(future)?.state == .queued)
+        #expect(try store.job(other)?.state == .queued)
+        #expect(try store.nextRunAfter(queues: ["default"]) == 5_000)
+
+        let event = try #require(try store.events(jobID: c).last)
+        #expect(event.type == .claimed && event.leaseToken == claims[0].token)
+        #expect(event.data.leaseOwner == "w1" && event.data.leaseExpiresAtMs == 32_000 && event.data.attempt == 1)
+
+        // Tokens keep growing across batches and queues.
+        let later = try store.claim(owner: "w2", queues: nil, limit: 10, leaseMs: 30_000, now: 6_000)
+        #expect(later.map(\.record.id) == [other, future])  // equal priority: earlier run_after first
+        #expect(later.map(\.token).allSatisfy { $0 > tokens.max() ?? 0 })
+        #expect(try store.claim(owner: "w2", queues: nil, limit: 10, leaseMs: 30_000, now: 7_000).isEmpty)
+        #expect(try store.claim(owner: "w2", queues: [], limit: 10, leaseMs: 30_000, now: 7_000).isEmpty)
+    }
+
+    @Test("a batch claim stops at its limit")
+    func claimLimit() throws {
+        let fixture = try StoreFixture("store-claim-limit")
+        defer { fixture.remove() }
+        _ = try fixture.store.submit((0..<5).map { _ in uploadSpec() }, actor: "cli:test", now: 1)
+        #expect(try fixture.store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 10, now: 2).count == 3)
+        #expect(try fixture.store.counts() == [.running: 3, .queued: 2])
+    }
+
+    @Test("heartbeats extend held leases and report lost ones")
+    func heartbeat() throws {
+        let fixture = try StoreFixture("store-heartbeat")
+        defer { fixture.remove() }
+        let store = fixture.store
+        _ = try store.submit([uploadSpec(), uploadSpec()], actor: "cli:test", now: 1_000)
+        let claims = try store.claim(owner: "w1", queues: nil, limit: 2, leaseMs: 1_000, now: 1_000)
+        let (kept, dropped) = (claims[0], claims[1])
+
+        // Only `kept` heartbeats; `dropped` expires and is rescued.
+        #expect(try store.heartbeat(owner: "w1", leases: [kept.record.id: kept.token], leaseMs: 1_000, now: 1_800).isEmpty)
+        #expect(try store.rescueExpired(now: 2_100, actor: "w2") == [dropped.record.id])
+        let leases = [kept.record.id: kept.token, dropped.record.id: dropped.token]
+        #expect(try store.heartbeat(owner: "w1", leases: leases, leaseMs: 1_000, now: 2_200) == [dropped.record.id])
+        // Another owner's heartbeat, or a wrong token, does not hold the lease.
+        #expect(try store.heartbeat(owner: "w9", leases: [kept.record.id: kept.token], leaseMs: 1_000, now: 2_300)
+            == [kept.record.id])
+        #expect(try store.heartbeat(owner: "w1", leases: [kept.record.id: kept.token + 100], leaseMs: 1_000, now: 2_300)
+            == [kept.record.id])
+        let expiry = try store.withConnection { (connection) throws(StoreError) in
+            try connection.leaseRow(kept.record.id)?.expiresAtMs
+        }
+        #expect(expiry == 3_200)
+        #expect(try store.job(kept.record.id)?.state == .running)
+    }
+
+    @Test("an expired lease is rescued back to the queue with its resume point")
+    func rescue() throws {
+        let fixture = try StoreFixture("store-rescue")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let claim = try fixture.running(now: 1_000, leaseMs: 1_000)
+        let id = claim.record.id
+        let point = ResumePoint.download(bytesWritten: 4096, generation: "7", etag: nil, tempPath: "/tmp/x.part")
+        try fixture.append(PendingEvent(jobID: id, type: .progress, actor: workerName, leaseToken: claim.token,
+                                        data: EventData(bytesDone: 4096, bytesTotal: 8192, resumePoint: point)), now: 1_500)
+        #expect(try store.rescueExpired(now: 1_999, actor: "w2").isEmpty)
+        #expect(try store.rescueExpired(now: 2_000, actor: "w2") == [id])
+        let record = try #require(try store.job(id))
+        #expect(record.state == .queued && record.runAfterMs == 2_000)
+        #expect(record.resumePoint == point && record.bytesDone == 4096)
+        #expect(record.leaseOwner == nil && record.leaseToken == nil && record.attempts == 1)
+        #expect(try store.events(jobID: id).last?.type == .leaseExpired)
+        #expect(try store.withConnection { (connection) throws(StoreError) in try connection.leaseRow(id) } == nil)
+        // Rescuing again finds nothing.
+        #expect(try store.rescueExpired(now: 9_000, actor: "w2").isEmpty)
+    }
+
+    @Test("a job whose worker keeps dying fails with retryLimitExceeded once its attempts are used up")
+    func rescueExhausted() throws {
+        let fixture = try StoreFixture("store-rescue-exhausted")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let id = try fixture.submit(uploadSpec(maxAttempts: 2), now: 0)
+        for attempt in 1...2 {
+            let now = Int64(attempt) * 10_000
+            let claims = try store.claim(owner: "w\(attempt)", queues: nil, limit: 1, leaseMs: 1_000, now: now)
+            #expect(claims.first?.record.attempts == attempt)
+            #expect(try store.rescueExpired(now: now + 1_000, actor: "rescuer") == [id])
+        }
+        let record = try #require(try store.job(id))
+        #expect(record.state == .failed && record.error?.code == .retryLimitExceeded)
+        #expect(record.error?.message.contains("lost its lease") == true)
+        #expect(record.finishedAtMs == 21_000)
+        #expect(try store.events(jobID: id).map(\.type)
+            == [.submitted, .claimed, .leaseExpired, .claimed, .failed])
+    }
+
+    @Test("a pause or cancel requested before a rescue is honoured at the next claim")
+    func requestsSurviveRescue() throws {
+        let fixture = try StoreFixture("store-rescue-requests")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let pausing = try fixture.running(now: 1_000, leaseMs: 100).record.id
+        let cancelling = try fixture.running(now: 1_000, leaseMs: 100).record.id
+        _ = try store.requestPause(id: pausing, actor: "cli:test", now: 1_050)
+        _ = try store.requestCancel(id: cancelling, actor: "cli:test", now: 1_050)
+        #expect(Set(try store.rescueExpired(now: 2_000, actor: "w2")) == [pausing, cancelling])
+        #expect(try store.claim(owner: "w2", queues: nil, limit: 5, leaseMs: 100, now: 3_000).isEmpty)
+        #expect(try store.job(pausing)?.state == .paused)
+        #expect(try store.job(cancelling)?.state == .cancelled)
+        #expect(try store.job(cancelling)?.error?.code == .cancelled)
+    }
+
+    @Test("data_version changes when another connection commits")
+    func dataVersion() throws {
+        let fixture = try StoreFixture("store-data-version")
+        defer { fixture.remove() }
+        let watcher = try EventStore(path: fixture.path, readOnly: true)
+        let before = try watcher.dataVersion()
+        #expect(try watcher.dataVersion() == before)
+        try fixture.submit()
+        #expect(try watcher.dataVersion() != before)
+    }
+}

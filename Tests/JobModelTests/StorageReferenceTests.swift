@@ -1,0 +1,227 @@
+import Foundation
+import Testing
+@testable import JobModel
+
+// MARK: - Parsing table
+
+/// One row of the parsing table: an input and either the reference it must produce or the error.
+struct ReferenceCase: Sendable, CustomTestStringConvertible {
+    enum Expected: Sendable {
+        /// scheme, bucket, fullPath, canonical description (and, for http(s), the query).
+        case reference(StorageReference.Scheme, bucket: String, path: String, description: String, query: String? = nil)
+        /// The error code and a fragment of its message.
+        case failure(StorageErrorCode, String)
+    }
+
+    let input: String
+    let expected: Expected
+
+    init(_ input: String, _ expected: Expected) {
+        self.input = input
+        self.expected = expected
+    }
+
+    var testDescription: String { "'\(input)'" }
+}
+
+private let referenceCases: [ReferenceCase] = [
+    // gs://
+    .init("gs://bucket/images/stars.jpg",
+          .reference(.gs, bucket: "bucket", path: "images/stars.jpg", description: "gs://bucket/images/stars.jpg")),
+    .init("gs://bucket", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    .init("gs://bucket/", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    .init("gs://bucket//a///b/", .reference(.gs, bucket: "bucket", path: "a/b", description: "gs://bucket/a/b")),
+    .init("gs://bucket///", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    .init("GS://bucket/x", .reference(.gs, bucket: "bucket", path: "x", description: "gs://bucket/x")),
+    .init("  gs://bucket/x  ", .reference(.gs, bucket: "bucket", path: "x", description: "gs://bucket/x")),
+    .init("gs://my-app.appspot.com/a_b/c~d.txt",
+          .reference(.gs, bucket: "my-app.appspot.com", path: "a_b/c~d.txt", description: "gs://my-app.appspot.com/a_b/c~d.txt")),
+    // Percent-escaping both ways.
+    .init("gs://bucket/images%20stars.jpg",
+          .reference(.gs, bucket: "bucket", path: "images stars.jpg", description: "gs://bucket/images%20stars.jpg")),
+    .init("gs://bucket/images stars.jpg",
+          .reference(.gs, bucket: "bucket", path: "images stars.jpg", description: "gs://bucket/images%20stars.jpg")),
+    .init("gs://bucket/images%2Fstars.jpg",
+          .reference(.gs, bucket: "bucket", path: "images/stars.jpg", description: "gs://bucket/images/stars.jpg")),
+    .init("gs://bucket/caf%C3%A9.txt", .reference(.gs, bucket: "bucket", path: "café.txt", description: "gs://bucket/caf%C3%A9.txt")),
+    .init("gs://bucket/café.txt", .reference(.gs, bucket: "bucket", path: "café.txt", description: "gs://bucket/caf%C3%A9.txt")),
+    .init("gs://bucket/%E2%9C%93/%f0%9f%93%81", .reference(.gs, bucket: "bucket", path: "✓/📁", description: "gs://bucket/%E2%9C%93/%F0%9F%93%81")),
+    .init("gs://bucket/what?.txt", .reference(.gs, bucket: "bucket", path: "what?.txt", description: "gs://bucket/what%3F.txt")),
+    // Firebase form on any host.
+    .init("https://firebasestorage.googleapis.com/v0/b/my-app.appspot.com/o/images%2Fstars.jpg",
+          .reference(.gs, bucket: "my-app.appspot.com", path: "images/stars.jpg", description: "gs://my-app.appspot.com/images/stars.jpg")),
+    .init("https://firebasestorage.googleapis.com/v0/b/b/o/images%20stars.jpg?alt=media&token=0f1e",
+          .reference(.gs, bucket: "b", path: "images stars.jpg", description: "gs://b/images%20stars.jpg")),
+    .init("http://127.0.0.1:9023/v0/b/b/o/a%2Fb.txt", .reference(.gs, bucket: "b", path: "a/b.txt", description: "gs://b/a/b.txt")),
+    .init("http://localhost:9199/v0/b/demo/o/a%2F%2Fb%2F", .reference(.gs, bucket: "demo", path: "a/b", description: "gs://demo/a/b")),
+    .init("https://example.com/v0/b/bucket", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    .init("https://example.com/v0/b/bucket/o/", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    // storage.googleapis.com/BUCKET/PATH
+    .init("https://storage.googleapis.com/my-bucket/dir/file.bin",
+          .reference(.gs, bucket: "my-bucket", path: "dir/file.bin", description: "gs://my-bucket/dir/file.bin")),
+    .init("https://STORAGE.googleapis.com/my-bucket/a%20b", .reference(.gs, bucket: "my-bucket", path: "a b", description: "gs://my-bucket/a%20b")),
+    // file://
+    .init("file:///abs/path/file.txt", .reference(.file, bucket: "", path: "abs/path/file.txt", description: "file:///abs/path/file.txt")),
+    .init("file://demo/hello.txt", .reference(.file, bucket: "demo", path: "hello.txt", description: "file://demo/hello.txt")),
+    .init("file://localhost/abs/x", .reference(.file, bucket: "", path: "abs/x", description: "file:///abs/x")),
+    .init("file:///tmp//x/", .reference(.file, bucket: "", path: "tmp/x", description: "file:///tmp/x")),
+    .init("file://demo/dir%20one/a.json", .reference(.file, bucket: "demo", path: "dir one/a.json", description: "file://demo/dir%20one/a.json")),
+    // Plain http(s): port, query, fragment, IPv6.
+    .init("http://example.com:8080/files/a.txt?sig=1&x=2",
+          .reference(.http, bucket: "example.com:8080", path: "files/a.txt", description: "http://example.com:8080/files/a.txt?sig=1&x=2", query: "sig=1&x=2")),
+    .init("https://example.com/a.txt#section", .reference(.https, bucket: "example.com", path: "a.txt", description: "https://example.com/a.txt")),
+    .init("http://[::1]:8080/x", .reference(.http, bucket: "[::1]:8080", path: "x", description: "http://[::1]:8080/x")),
+    .init("https://example.com", .reference(.https, bucket: "example.com", path: "", description: "https://example.com/")),
+    .init("https://example.com?to=me@example.org",
+          .reference(.https, bucket: "example.com", path: "", description: "https://example.com/?to=me@example.org", query: "to=me@example.org")),
+
+    // MARK: Bad input
+    .init("", .failure(.invalidArgument, "not a storage URL")),
+    .init("bucket/path.txt", .failure(.invalidArgument, "not a storage URL")),
+    .init("gs:/bucket/path", .failure(.invalidArgument, "not a storage URL")),
+    .init("s3://bucket/x", .failure(.invalidArgument, "unknown scheme 's3'")),
+    .init("ftp://host/x", .failure(.invalidArgument, "unknown scheme 'ftp'")),
+    .init("gs://", .failure(.invalidArgument, "no bucket")),
+    .init("gs:///path", .failure(.invalidArgument, "no bucket")),
+    .init("https://h/v0/b//o/x", .failure(.invalidArgument, "no bucket")),
+    .init("https://h/v0/b//o/o/x", .failure(.invalidArgument, "no bucket")),
+    .init("http:///x", .failure(.invalidArgument, "no host")),
+    .init("gs://bucket/%zz", .failure(.invalidArgument, "malformed percent escape")),
+    .init("gs://bucket/abc%", .failure(.invalidArgument, "malformed percent escape")),
+    .init("gs://bucket/%4", .failure(.invalidArgument, "malformed percent escape")),
+    .init("https://h/v0/b/b/o/a%2", .failure(.invalidArgument, "malformed percent escape")),
+    .init("gs://bucket/%FF", .failure(.invalidArgument, "invalid UTF-8")),
+    .init("gs://bucket/a/../b", .failure(.pathError, "'..'")),
+    .init("gs://bucket/./a", .failure(.pathError, "'.'")),
+    .init("https://h/v0/b/b/o/a%2F..%2Fb", .failure(.pathError, "'..'")),
+    .init("file:///tmp/../etc/passwd", .failure(.pathError, "'..'")),
+    .init("gs://bucket/a%00b", .failure(.pathError, "NUL")),
+    .init("https://user:secret@example.com/x", .failure(.invalidArgument, "credentials")),
+    .init("https://token@h/v0/b/b/o/x", .failure(.invalidArgument, "credentials")),
+    .init("gs://user:secret@bucket/x", .failure(.invalidArgument, "credentials")),
+    .init("http://example.com:0/x", .failure(.invalidArgument, "invalid port")),
+    .init("http://example.com:70000/x", .failure(.invalidArgument, "invalid port")),
+    .init("http://example.com:abc/x", .failure(.invalidArgument, "invalid port")),
+    .init("http://example.com:/x", .failure(.invalidArgument, "invalid port")),
+    .init("http://[::1]:99999/x", .failure(.invalidArgument, "invalid port")),
+    .init("http://exa_mple.com/x", .failure(.invalidArgument, "invalid host")),
+    .init("gs://bad bucket/x", .failure(.invalidArgument, "invalid bucket name")),
+    .init("gs://bucket!/x", .failure(.invalidArgument, "invalid bucket name")),
+    .init("https://h/v0/b/b%21/o/x", .failure(.invalidArgument, "invalid bucket name")),
+    .init("file://../etc/passwd", .failure(.invalidArgument, "invalid bucket name")),
+    .init("gs://./x", .failure(.invalidArgument, "invalid bucket name")),
+    .init("https://h/v0/b/b/x/y", .failure(.invalidArgument, "/v0/b/BUCKET/o/PATH")),
+]
+
+@Suite struct StorageReferenceTests {
+    @Test(arguments: referenceCases)
+    func parsing(_ row: ReferenceCase) throws {
+        switch row.expected {
+        case let .reference(scheme, bucket, path, description, query):
+            let reference = try StorageReference(parsing: row.input)
+            #expect(reference.scheme == scheme)
+            #expect(reference.bucket == bucket)
+            #expect(reference.fullPath == path)
+            #expect(reference.query == query)
+            #expect(reference.description == description)
+            // The canonical text parses back to the same reference.
+            #expect(try StorageReference(parsing: reference.description) == reference)
+        case let .failure(code, fragment):
+            let error = #expect(throws: StorageError.self) { try StorageReference(parsing: row.input) }
+            #expect(error?.code == code)
+            #expect(error?.message.contains(fragment) == true, "message: \(error?.message ?? "none")")
+        }
+    }
+
+    @Test func tableIsLargeEnough() {
+        #expect(referenceCases.count >= 40)
+    }
+
+    @Test func credentialsNeverAppearInTheMessage() {
+        let error = #expect(throws: StorageError.self) { try StorageReference(parsing: "https://user:hunter2@example.com/x") }
+        #expect(error?.message.contains("hunter2") == false)
+        let gsError = #expect(throws: StorageError.self) { try StorageReference(parsing: "gs://me:hunter2@bucket/x") }
+        #expect(gsError?.message.contains("hunter2") == false)
+    }
+
+    // MARK: - Navigation
+
+    @Test func childNormalisesAndNests() throws {
+        let root = try StorageReference(parsing: "gs://bucket")
+        let child = try root.child("images//stars.jpg/")
+        #expect(child.fullPath == "images/stars.jpg")
+        #expect(child.description == "gs://bucket/images/stars.jpg")
+        let deeper = try child.parent?.child("moon/craters.png")
+        #expect(deeper?.fullPath == "images/moon/craters.png")
+        #expect(try root.child("").isRoot)
+        let error = #expect(throws: StorageError.self) { try child.child("../../escape") }
+        #expect(error?.code == .pathError)
+    }
+
+    @Test func parentWalksUpToRootThenNil() throws {
+        let reference = try StorageReference(parsing: "gs://bucket/a/b/c.txt")
+        #expect(reference.parent?.fullPath == "a/b")
+        #expect(reference.parent?.parent?.fullPath == "a")
+        let root = reference.parent?.parent?.parent
+        #expect(root?.isRoot == true)
+        #expect(root?.description == "gs://bucket/")
+        #expect(root?.parent == nil)
+    }
+
+    @Test func rootNameAndBucket() throws {
+        let reference = try StorageReference(parsing: "file://demo/reports/2024/summary.json")
+        #expect(reference.root == (try StorageReference(parsing: "file://demo/")))
+        #expect(reference.root.fullPath == "")
+        #expect(reference.root.name == "")
+        #expect(reference.name == "summary.json")
+        #expect(reference.fullPath == "reports/2024/summary.json")
+        #expect(reference.bucket == "demo")
+        #expect(reference.scheme == .file)
+    }
+
+    @Test func encodedPathEscapesSlashesAndSpaces() throws {
+        #expect(try StorageReference(parsing: "gs://b/images/stars.jpg").encodedPath == "images%2Fstars.jpg")
+        #expect(try StorageReference(parsing: "gs://b/images stars.jpg").encodedPath == "images%20stars.jpg")
+        #expect(try StorageReference(parsing: "gs://b/café").encodedPath == "caf%C3%A9")
+        #expect(try StorageReference(parsing: "gs://b").encodedPath == "")
+    }
+
+    @Test func firebaseAndGsFormsAreTheSameReference() throws {
+        let firebase = try StorageReference(parsing: "https://firebasestorage.googleapis.com/v0/b/b/o/images%2Fstars.jpg")
+        let gcs = try StorageReference(parsing: "https://storage.googleapis.com/b/images/stars.jpg")
+        let gs = try StorageReference(parsing: "gs://b/images/stars.jpg")
+        #expect(firebase == gs)
+        #expect(gcs == gs)
+    }
+
+    @Test func requireObjectRefusesTheRoot() throws {
+        let root = try StorageReference(parsing: "gs://bucket/")
+        let error = #expect(throws: StorageError.self) { try root.requireObject(for: "an upload") }
+        #expect(error?.code == .invalidArgument)
+        #expect(error?.message.contains("bucket root") == true)
+        #expect(error?.message.contains("an upload") == true)
+        try StorageReference(parsing: "gs://bucket/x").requireObject()
+    }
+
+    @Test func codableUsesTheCanonicalText() throws {
+        let reference = try StorageReference(parsing: "http://127.0.0.1:9023/v0/b/b/o/a%20b.txt")
+        let data = try JSONEncoder().encode([reference])
+        #expect(String(decoding: data, as: UTF8.self) == #"["gs:\/\/b\/a%20b.txt"]"#)
+        #expect(try JSONDecoder().decode([StorageReference].self, from: data) == [reference])
+    }
+}
+
+@Suite struct ByteSizeTests {
+    @Test(arguments: [
+        ("1048576", Int64(1_048_576)), ("512KiB", 524_288), ("1MiB", 1_048_576), ("2MB", 2_000_000),
+        ("1.5GiB", 1_610_612_736), ("10 B", 10), ("0", 0), ("1K", 1024), ("3KB", 3000),
+    ])
+    func parsesSizes(_ text: String, _ bytes: Int64) {
+        #expect(ByteSize.parse(text) == bytes)
+    }
+
+    @Test(arguments: ["", "lots", "-1", "1.5", "MiB", "1 XiB", "-2MB", "1e3", "99999999TiB"])
+    func refusesNonSizes(_ text: String) {
+        #expect(ByteSize.parse(text) == nil)
+    }
+}

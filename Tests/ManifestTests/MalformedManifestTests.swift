@@ -1,0 +1,376 @@
+import Foundation
+import JobModel
+import Testing
+@testable import Manifest
+
+/// A manifest that must be refused with one error at an exact position.
+struct MalformedCase: Sendable, CustomTestStringConvertible {
+    let name: String
+    let input: [UInt8]
+    let line: Int
+    let column: Int
+    let code: ManifestError.Code
+    let fragment: String
+    /// How many errors the manifest has in all; the first is the one described.
+    let count: Int
+
+    init(_ name: String, _ yaml: String, _ line: Int, _ column: Int, _ code: ManifestError.Code, _ fragment: String, count: Int = 1) {
+        self.init(name, bytes: Array(yaml.utf8), line, column, code, fragment, count: count)
+    }
+
+    init(_ name: String, bytes: [UInt8], _ line: Int, _ column: Int, _ code: ManifestError.Code, _ fragment: String, count: Int = 1) {
+        self.count = count
+        self.name = name
+        self.input = bytes
+        self.line = line
+        self.column = column
+        self.code = code
+        self.fragment = fragment
+    }
+
+    var testDescription: String { name }
+}
+
+private let malformedCases: [MalformedCase] = [
+    // MARK: YAML itself
+    .init("unclosed quote", """
+    jobs:
+      - kind: "upload-file
+
+    """, 2, 11, .syntax, "found unexpected end of stream while scanning a quoted scalar that starts here"),
+    .init("unclosed flow mapping", "- {kind: fetch-url, source: gs://b/x\n", 1, 3, .syntax, "did not find expected ',' or '}' while parsing a flow mapping that starts here"),
+    .init("tab indentation", "jobs:\n  - kind: fetch-url\n\tsource: gs://b/x\n", 3, 1, .syntax, "tab character here: YAML indents with spaces only"),
+    .init("over-indented key", """
+    jobs:
+      - kind: fetch-url
+         source: gs://b/x
+    """, 3, 12, .syntax, "mapping values are not allowed in this context"),
+    .init("duplicate key", """
+    - kind: fetch-url
+      source: gs://b/x
+      source: gs://b/y
+    """, 3, 3, .duplicateKey, "duplicate key 'source' (first written at line 2, column 3)"),
+    .init("alias without anchor", """
+    - kind: fetch-url
+      source: *nowhere
+    """, 2, 11, .unsupportedYAML, "alias '*nowhere' refers to no anchor"),
+    .init("recursive alias", "- &a {kind: fetch-url, source: *a}\n", 1, 32, .unsupportedYAML, "refers to the collection that contains it"),
+    .init("two documents", """
+    - {kind: fetch-url, source: gs://b/x}
+    ---
+    - {kind: fetch-url, source: gs://b/y}
+    """, 2, 1, .unsupportedYAML, "a second one starts here"),
+    .init("not UTF-8", bytes: Array("jobs:\n  - kind: ".utf8) + [0xFF] + Array("\n".utf8), 2, 11, .invalidEncoding,
+          "not valid UTF-8 (byte 0xFF at offset 16)"),
+    .init("UTF-16", bytes: [0xFF, 0xFE, 0x6A, 0x00, 0x6F, 0x00], 1, 1, .invalidEncoding, "UTF-16; save it as UTF-8"),
+    .init("control character", "- kind: fetch\u{01}-url\n", 1, 14, .syntax, "control characters are not allowed"),
+
+    // MARK: Shape of the manifest
+    .init("empty file", "", 1, 1, .emptyManifest, "the manifest has no jobs"),
+    .init("only comments", "# nothing to do\n\n", 1, 1, .emptyManifest, "the manifest has no jobs"),
+    .init("empty jobs list", "jobs: []\n", 1, 7, .emptyManifest, "'jobs' is an empty list"),
+    .init("null jobs", "defaults: {queue: q}\njobs:\n", 2, 1, .emptyManifest, "'jobs' lists no jobs"),
+    .init("no jobs key", "defaults: {queue: q}\n", 1, 1, .missingField, "the manifest has no 'jobs:'"),
+    .init("top-level scalar", "just some text\n", 1, 1, .invalidTopLevel, "not the string 'just some text'"),
+    .init("single job at the top", "kind: fetch-url\nsource: gs://b/x\n", 1, 1, .invalidTopLevel, "this looks like a single job"),
+    .init("misspelled jobs", "job:\n  - {kind: fetch-url, source: gs://b/x}\n", 1, 1, .unknownKey, "unknown key 'job' at the top of the manifest (did you mean 'jobs'?)"),
+    .init("jobs is a mapping", """
+    jobs:
+      kind: fetch-url
+      source: gs://b/x
+    """, 2, 3, .wrongType, "'jobs' must be a list of jobs, each starting with '- ', not a mapping"),
+    .init("job is a scalar", "jobs:\n  - fetch-url gs://b/x\n", 2, 5, .wrongType, "a job must be a mapping of fields ('kind: ...', 'source: ...'), not the string 'fetch-url gs://b/x'"),
+    .init("defaults is a list", "defaults: [queue]\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n", 1, 11, .wrongType, "'defaults' must be a mapping"),
+    .init("key in defaults", """
+    defaults:
+      key: k
+    jobs:
+      - {kind: fetch-url, source: gs://b/x}
+    """, 2, 3, .fieldNotAllowed, "'key' cannot be a default: idempotency keys must differ"),
+
+    // MARK: Keys and types
+    .init("unknown key with suggestion", """
+    jobs:
+      - kind: upload-file
+        source: a.txt
+        destinaton: gs://b/a.txt
+    """, 4, 5, .unknownKey, "unknown key 'destinaton' (did you mean 'destination'?)"),
+    .init("unknown key without suggestion", "- {kind: fetch-url, source: gs://b/x, colour: red}\n", 1, 39, .unknownKey, "unknown key 'colour'; a job takes kind, source"),
+    .init("mapping as a key", "- kind: fetch-url\n  source: gs://b/x\n  ? [a]\n  : b\n", 3, 5, .wrongType, "keys must be names, not a sequence"),
+    .init("source is a mapping", """
+    - kind: download-memory
+      source:
+        bucket: b
+    """, 3, 5, .wrongType, "'source' must be a local path or storage reference, not a mapping"),
+    .init("priority is a word", """
+    - kind: fetch-url
+      source: gs://b/x
+      priority: high
+    """, 3, 13, .wrongType, "'priority' must be an integer (higher runs first), not the string 'high'"),
+    .init("priority is quoted", """
+    - kind: fetch-url
+      source: gs://b/x
+      priority: "5"
+    """, 3, 13, .wrongType, "not the string '5'"),
+    .init("priority tagged as a string", "- kind: fetch-url\n  source: gs://b/x\n  priority: !!str 5\n", 3, 13, .wrongType, "not the string '5'"),
+    .init("bad !!binary data", "- kind: upload-data\n  data: !!binary '%%%'\n  destination: gs://b/x\n", 2, 9, .invalidBase64, "'data' is not valid base64"),
+    .init("wrong kind does not fall back to the default kind", """
+    defaults: {kind: fetch-url}
+    jobs:
+      - kind: upload
+        data: x
+        destination: gs://b/x
+    """, 3, 11, .unknownKind, "unknown kind 'upload'"),
+    .init("data without a value", """
+    - kind: upload-data
+      data:
+      destination: gs://b/x
+    """, 2, 3, .invalidValue, "'data' has no value; expected the text to upload"),
+
+    // MARK: Kinds and required fields
+    .init("missing kind", "- source: gs://b/x\n", 1, 3, .missingField, "the job has no 'kind'; expected one of upload-file, upload-data"),
+    .init("unknown kind", "- kind: downlaod-file\n  source: gs://b/x\n", 1, 9, .unknownKind, "unknown kind 'downlaod-file' (did you mean 'download-file'?)"),
+    .init("missing destination", """
+    jobs:
+      - kind: upload-file
+        source: a.txt
+    """, 2, 5, .missingField, "the upload-file job has no 'destination' (the storage reference to upload to)"),
+    .init("upload-data without data", "- kind: upload-data\n  destination: gs://b/x\n", 1, 3, .missingField, "has no 'data' (text) or 'data_base64'"),
+    .init("max_size on upload-file", """
+    - kind: upload-file
+      source: a.txt
+      destination: gs://b/a.txt
+      max_size: 1MiB
+    """, 4, 3, .fieldNotAllowed, "'max_size' is only for download-memory jobs, not upload-file"),
+    .init("metadata on a download", """
+    - kind: download-file
+      source: gs://b/a.txt
+      destination: a.txt
+      metadata: {content_type: text/plain}
+    """, 4, 3, .fieldNotAllowed, "'metadata' is only for uploads; a download-file job writes no object"),
+    .init("data on upload-file", "- kind: upload-file\n  source: a\n  destination: gs://b/a\n  data: x\n", 4, 3, .fieldNotAllowed,
+          "'data' is only for upload-data jobs; an upload-file job reads the file named by 'source'"),
+    .init("destination on fetch-url", "- kind: fetch-url\n  source: gs://b/x\n  destination: x\n", 3, 3, .fieldNotAllowed,
+          "a fetch-url job produces a download URL and takes no 'destination'"),
+    .init("data and data_base64", """
+    - kind: upload-data
+      data: x
+      data_base64: eA==
+      destination: gs://b/x
+    """, 3, 3, .conflictingFields, "'data' and 'data_base64' exclude each other"),
+
+    // MARK: References and paths
+    .init("unknown scheme", "- kind: fetch-url\n  source: s3://b/x\n", 2, 11, .invalidReference, "unknown scheme 's3'"),
+    .init("malformed escape", "- kind: download-memory\n  source: gs://b/a%zz\n", 2, 11, .invalidReference, "malformed percent escape"),
+    .init("trailing percent", "- kind: download-memory\n  source: 'gs://b/a%'\n", 2, 11, .invalidReference, "malformed percent escape"),
+    .init("no scheme", "- kind: upload-data\n  data: x\n  destination: my-bucket/x.txt\n", 3, 16, .invalidReference,
+          "'destination' is not a valid storage reference: 'my-bucket/x.txt' is not a storage URL"),
+    .init("dot-dot segment", "- kind: download-memory\n  source: gs://b/a/../b\n", 2, 11, .invalidReference, "contains a '..' segment"),
+    .init("credentials in URL", "- kind: download-memory\n  source: https://me:pw@example.com/x\n", 2, 11, .invalidReference, "credentials in URLs are refused"),
+    .init("bad port", "- kind: download-memory\n  source: http://example.com:99999/x\n", 2, 11, .invalidReference, "invalid port"),
+    .init("bad bucket characters", "- kind: download-memory\n  source: gs://my_bucket!/x\n", 2, 11, .invalidReference, "invalid bucket name 'my_bucket!'"),
+    .init("upload to a bucket root", "- kind: upload-data\n  data: x\n  destination: gs://my-bucket/\n", 3, 16, .bucketRoot,
+          "'destination' gs://my-bucket/ is a bucket root; an upload needs an object path such as gs://my-bucket/path/file.txt"),
+    .init("download of a bucket root", "- kind: download-file\n  source: gs://b\n  destination: out.bin\n", 2, 11, .bucketRoot, "is a bucket root"),
+    .init("fetch-url on http", "- kind: fetch-url\n  source: https://example.com/a.txt\n", 2, 11, .invalidReference,
+          "fetch-url needs a gs:// or Firebase reference; 'https://example.com/a.txt' is a plain https URL"),
+    .init("fetch-url on a local file", "- kind: fetch-url\n  source: file:///tmp/a.txt\n", 2, 11, .invalidReference, "is a plain local file with no download URL"),
+    .init("upload-file source is a URL", "- kind: upload-file\n  source: gs://b/a.txt\n  destination: gs://b/copy.txt\n", 2, 11, .invalidPath,
+          "'source' must be a local file path, not the URL 'gs://b/a.txt'"),
+    .init("swapped download", "- kind: download-file\n  source: out/a.txt\n  destination: gs://b/a.txt\n", 2, 11, .invalidReference,
+          "(did you swap 'source' and 'destination'?)", count: 2),
+    .init("local bucket as a local path", "- kind: upload-file\n  source: file://demo/a.txt\n  destination: gs://b/a\n", 2, 11, .invalidPath,
+          "names the local bucket 'demo'"),
+    .init("home directory", "- kind: upload-file\n  source: ~/a.txt\n  destination: gs://b/a\n", 2, 11, .invalidPath, "starts with '~'"),
+
+    // MARK: Values
+    .init("size is a word", """
+    jobs:
+      - kind: download-memory
+        source: gs://b/x
+        max_size: lots
+    """, 4, 15, .invalidSize, "'max_size' must be a size like 1048576, 512KiB or 2MB, not 'lots'"),
+    .init("size is zero", "- {kind: download-memory, source: gs://b/x, max_size: 0}\n", 1, 55, .invalidSize, "not '0'"),
+    .init("size is negative", "- {kind: download-memory, source: gs://b/x, max_size: -1KiB}\n", 1, 55, .invalidSize, "not '-1KiB'"),
+    .init("max_attempts zero", "- kind: fetch-url\n  source: gs://b/x\n  max_attempts: 0\n", 3, 17, .invalidValue, "'max_attempts' must be at least 1, not 0"),
+    .init("max_attempts negative", "- kind: fetch-url\n  source: gs://b/x\n  max_attempts: -2\n", 3, 17, .invalidValue, "at least 1, not -2"),
+    .init("bad base64", "- kind: upload-data\n  data_base64: not base64!\n  destination: gs://b/x\n", 2, 16, .invalidBase64, "'data_base64' is not valid base64"),
+    .init("empty idempotency key", "- kind: fetch-url\n  source: gs://b/x\n  key: \"\"\n", 3, 8, .invalidValue, "'key' must be a non-empty idempotency key"),
+    .init("empty queue", "- kind: fetch-url\n  source: gs://b/x\n  queue: ''\n", 3, 10, .invalidValue, "'queue' must be a name of 1 to 64"),
+    .init("duplicate idempotency key", """
+    - kind: fetch-url
+      source: gs://b/x
+      key: same
+    - kind: fetch-url
+      source: gs://b/y
+      key: same
+    """, 6, 8, .duplicateIdempotencyKey, "idempotency key 'same' is already used by the job at line 1"),
+
+    // MARK: Metadata
+    .init("metadata is a string", "- kind: upload-data\n  data: x\n  destination: gs://b/x\n  metadata: text/plain\n", 4, 13, .wrongType,
+          "'metadata' must be a mapping"),
+    .init("unknown metadata key", "- kind: upload-data\n  data: x\n  destination: gs://b/x\n  metadata:\n    contentTyp: text/plain\n", 5, 5, .unknownKey,
+          "unknown metadata key 'contentTyp' (did you mean 'contentType'?)"),
+    .init("both spellings of a metadata key", """
+    - kind: upload-data
+      data: x
+      destination: gs://b/x
+      metadata:
+        contentType: text/plain
+        content_type: text/html
+    """, 6, 5, .duplicateKey, "'content_type' repeats 'contentType' (line 5)"),
+    .init("content type without a slash", "- kind: upload-data\n  data: x\n  destination: gs://b/x\n  metadata: {content_type: plain}\n", 4, 28, .invalidValue,
+          "must be a media type like text/plain"),
+    .init("custom metadata number", """
+    - kind: upload-data
+      data: x
+      destination: gs://b/x
+      metadata:
+        custom_metadata:
+          version: 3
+    """, 6, 16, .wrongType, "custom metadata value for 'version' must be a string, not the number 3; quote it: \"3\""),
+    .init("custom metadata mapping", """
+    - kind: upload-data
+      data: x
+      destination: gs://b/x
+      metadata:
+        customMetadata:
+          owner: {name: ada}
+    """, 6, 14, .wrongType, "custom metadata value for 'owner' must be a string, not a mapping"),
+    .init("custom metadata is a list", "- kind: upload-data\n  data: x\n  destination: gs://b/x\n  metadata:\n    custom_metadata: [a]\n", 5, 22, .wrongType,
+          "'custom_metadata' must be a mapping of names to strings, not a sequence"),
+]
+
+@Suite struct MalformedManifestTests {
+    @Test(arguments: malformedCases)
+    func refused(_ row: MalformedCase) throws {
+        let result = ManifestParser(baseDirectory: testBase).parse(data: Data(row.input), path: "jobs/bad.yaml")
+        let errors = try #require(result.errors, "accepted: \(result.jobs ?? [])")
+        #expect(errors.count == row.count, "\(errors)")
+        let error = try #require(errors.first)
+        #expect(error.code == row.code, "\(error)")
+        #expect("\(error.line):\(error.column)" == "\(row.line):\(row.column)", "\(error)")
+        #expect(error.message.contains(row.fragment), "\(error)")
+        #expect(error.file == "jobs/bad.yaml")
+        // Rendered: the diagnostic, the source line, a caret under the column.
+        let lines = error.render().split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        #expect(lines.first == "jobs/bad.yaml:\(row.line):\(row.column): error: \(error.message)")
+        if row.input.count > 6 {
+            #expect(lines.count == 3)
+            #expect(lines.last?.unicodeScalars.count == row.column, "\(error.render())")
+            #expect(lines.last?.hasSuffix("^") == true)
+        }
+    }
+
+    @Test func tableCoversEveryErrorCode() {
+        #expect(malformedCases.count >= 25)
+        let covered = Set(malformedCases.map(\.code))
+        #expect(covered == Set(ManifestError.Code.allCases).subtracting([.unreadable]))
+    }
+
+    // MARK: - Rendering
+
+    @Test func renderShowsTheLineAndACaret() throws {
+        let yaml = """
+        jobs:
+          - kind: download-memory
+            source: gs://b/x
+            max_size: lots
+        """
+        let errors = try #require(parse(yaml, path: "jobs/x.yaml").errors)
+        #expect(errors.count == 1)
+        #expect(errors[0].render() == """
+        jobs/x.yaml:4:15: error: 'max_size' must be a size like 1048576, 512KiB or 2MB, not 'lots'
+            max_size: lots
+                      ^
+        """)
+        let all = ManifestErrors(errors).render()
+        #expect(all.hasPrefix("jobs/x.yaml:4:15: error: "))
+        #expect(all.hasSuffix("\n1 error generated."))
+    }
+
+    @Test func caretKeepsTabsAndCountsCharacters() {
+        let error = ManifestError(code: .invalidValue, file: "f.yaml", line: 1, column: 8, message: "m", sourceLine: "\tké: é x")
+        #expect(error.render() == "f.yaml:1:8: error: m\n\tké: é x\n\t      ^")
+        let noSource = ManifestError(code: .unreadable, file: "f.yaml", line: 1, column: 1, message: "gone")
+        #expect(noSource.render() == "f.yaml:1:1: error: gone")
+    }
+
+    @Test func caretUnderAColumnAfterMultibyteText() throws {
+        let errors = try #require(parse("- {kind: fetch-url, source: \"gs://b/é\", priority: très}\n").errors)
+        #expect(errors.map(\.column) == [51])
+        #expect(errors[0].render().hasSuffix("\n" + String(repeating: " ", count: 50) + "^"))
+    }
+
+    // MARK: - Several errors
+
+    @Test func everyProblemIsReportedInSourceOrder() throws {
+        let yaml = """
+        defaults:
+          priorty: 3
+        jobs:
+          - kind: upload-file
+            source: a.txt
+            destination: gs://b/
+          - kind: download-memory
+            source: gs://b/x
+            max_size: lots
+            metadata: {content_type: text/plain}
+          - kind: teleport
+          - just a string
+          - kind: fetch-url
+            source: http://example.com/x
+            max_attempts: 0
+        """
+        let errors = try #require(parse(yaml).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == [
+            "2:3 unknownKey",
+            "6:18 bucketRoot",
+            "9:15 invalidSize",
+            "10:5 fieldNotAllowed",
+            "11:11 unknownKind",
+            "12:5 wrongType",
+            "14:13 invalidReference",
+            "15:19 invalidValue",
+        ])
+        #expect(errors[0].message == "unknown key 'priorty' (did you mean 'priority'?)")
+        let rendered = ManifestErrors(errors).render()
+        #expect(rendered.hasSuffix("8 errors generated."))
+        #expect(rendered.components(separatedBy: ": error: ").count == 9)
+    }
+
+    @Test func duplicateKeysAreFoundEvenInJobsWithOtherErrors() throws {
+        let errors = try #require(parse("""
+        - {kind: fetch-url, source: gs://b/x, key: k, priority: high}
+        - {kind: fetch-url, source: gs://b/y, key: k}
+        """).errors)
+        #expect(errors.map(\.code) == [.wrongType, .duplicateIdempotencyKey])
+    }
+
+    @Test func aManifestWithAnyErrorYieldsNoJobs() {
+        let result = parse("""
+        - {kind: fetch-url, source: gs://b/ok}
+        - {kind: fetch-url, source: gs://b/ok2, priority: x}
+        """)
+        #expect(result.jobs == nil)
+        #expect(result.errors?.count == 1)
+    }
+
+    @Test func aliasBombIsRefused() throws {
+        var yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+        for level in 1...6 {
+            yaml += "a\(level): &a\(level) [" + Array(repeating: "*a\(level - 1)", count: 10).joined(separator: ", ") + "]\n"
+        }
+        yaml += "jobs: *a6\n"
+        let errors = try #require(parse(yaml).errors)
+        #expect(errors.first?.code == .unsupportedYAML)
+        #expect(errors.first?.message.contains("more than 100000 nodes") == true)
+    }
+
+    @Test func editDistanceSuggestions() {
+        #expect(ManifestReader.editDistance("kitten", "sitting") == 3)
+        #expect(ManifestReader.suggestion(for: "maxSize", among: JobField.allCases.map(\.rawValue)) == " (did you mean 'max_size'?)")
+        #expect(ManifestReader.suggestion(for: "prority", among: JobField.allCases.map(\.rawValue)) == " (did you mean 'priority'?)")
+        #expect(ManifestReader.suggestion(for: "colour", among: JobField.allCases.map(\.rawValue)) == "")
+    }
+}

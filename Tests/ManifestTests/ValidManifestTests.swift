@@ -1,0 +1,306 @@
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+@testable import Manifest
+
+@Suite struct ValidManifestTests {
+    @Test func everyKind() throws {
+        let result = parse("""
+        jobs:
+          - kind: upload-file
+            source: photos/a.jpg
+            destination: gs://my-bucket/photos/a.jpg
+            metadata:
+              content_type: image/jpeg
+              cache_control: public, max-age=60
+              content_disposition: inline
+              content_encoding: identity
+              content_language: no
+              custom_metadata:
+                album: "2024"
+                owner: ada
+          - kind: upload-data
+            data: |
+              hello
+              world
+            destination: gs://my-bucket/hello.txt
+          - kind: upload-data
+            data_base64: aGVs
+              bG8=
+            destination: https://firebasestorage.googleapis.com/v0/b/my-bucket/o/b64%2Fhello.bin
+          - kind: download-file
+            source: http://127.0.0.1:9023/v0/b/my-bucket/o/photos%2Fa.jpg
+            destination: ../out/a.jpg
+          - kind: download-memory
+            source: gs://my-bucket/config.json
+            max_size: 512KiB
+          - kind: download-memory
+            source: https://storage.googleapis.com/my-bucket/small.json
+          - kind: fetch-url
+            source: gs://my-bucket/photos/a.jpg
+            key: share-a
+            priority: -3
+            max_attempts: 2
+            queue: links
+        """)
+        let jobs = try #require(result.jobs, "\(result.errors ?? [])")
+        #expect(jobs == [
+            JobSpec(kind: .uploadFile, source: "/srv/manifests/photos/a.jpg", destination: "gs://my-bucket/photos/a.jpg",
+                    metadata: UploadMetadata(contentType: "image/jpeg", cacheControl: "public, max-age=60",
+                                             contentDisposition: "inline", contentEncoding: "identity", contentLanguage: "no",
+                                             customMetadata: ["album": "2024", "owner": "ada"])),
+            JobSpec(kind: .uploadData, destination: "gs://my-bucket/hello.txt", data: Data("hello\nworld\n".utf8)),
+            JobSpec(kind: .uploadData, destination: "gs://my-bucket/b64/hello.bin", data: Data("hello".utf8)),
+            JobSpec(kind: .downloadFile, source: "gs://my-bucket/photos/a.jpg", destination: "/srv/out/a.jpg"),
+            JobSpec(kind: .downloadMemory, source: "gs://my-bucket/config.json", maxSize: 524_288),
+            JobSpec(kind: .downloadMemory, source: "gs://my-bucket/small.json", maxSize: JobSpec.defaultMaxSize),
+            JobSpec(kind: .fetchURL, source: "gs://my-bucket/photos/a.jpg", key: "share-a", priority: -3, maxAttempts: 2, queue: "links"),
+        ])
+    }
+
+    @Test func defaultsMergeAndTheJobWins() throws {
+        let jobs = try #require(parse("""
+        defaults:
+          kind: upload-data
+          queue: nightly
+          priority: 7
+          max_attempts: 9
+          max_size: 2MB
+          metadata:
+            contentType: text/plain
+            cache_control: no-store
+            customMetadata: {team: storage, tier: "1"}
+        jobs:
+          - data: a
+            destination: gs://b/a.txt
+          - data: b
+            destination: gs://b/b.txt
+            queue: urgent
+            priority: 0
+            metadata:
+              content_type: text/markdown
+              custom_metadata: {tier: "2"}
+          - kind: download-memory
+            source: gs://b/a.txt
+          - kind: download-memory
+            source: gs://b/a.txt
+            max_size: 10
+          - kind: fetch-url
+            source: gs://b/a.txt
+            max_attempts: 1
+        """).jobs)
+        #expect(jobs.count == 5)
+        #expect(jobs[0] == JobSpec(kind: .uploadData, destination: "gs://b/a.txt", data: Data("a".utf8),
+                                   metadata: UploadMetadata(contentType: "text/plain", cacheControl: "no-store",
+                                                            customMetadata: ["team": "storage", "tier": "1"]),
+                                   priority: 7, maxAttempts: 9, queue: "nightly"))
+        #expect(jobs[1].queue == "urgent")
+        #expect(jobs[1].priority == 0)
+        #expect(jobs[1].metadata == UploadMetadata(contentType: "text/markdown", cacheControl: "no-store",
+                                                   customMetadata: ["team": "storage", "tier": "2"]))
+        // Defaults that do not apply to a kind (metadata on a download) are skipped, not errors.
+        #expect(jobs[2] == JobSpec(kind: .downloadMemory, source: "gs://b/a.txt", maxSize: 2_000_000, priority: 7, maxAttempts: 9, queue: "nightly"))
+        #expect(jobs[3].maxSize == 10)
+        #expect(jobs[4] == JobSpec(kind: .fetchURL, source: "gs://b/a.txt", priority: 7, maxAttempts: 1, queue: "nightly"))
+    }
+
+    @Test func bareSequenceOfJobs() throws {
+        let jobs = try #require(parse("""
+        - kind: fetch-url
+          source: gs://b/x
+        - {kind: download-memory, source: "gs://b/y", max_size: 1MiB}
+        """).jobs)
+        #expect(jobs == [
+            JobSpec(kind: .fetchURL, source: "gs://b/x"),
+            JobSpec(kind: .downloadMemory, source: "gs://b/y", maxSize: 1_048_576),
+        ])
+    }
+
+    @Test(arguments: [
+        ("1048576", Int64(1_048_576)), ("512KiB", 524_288), ("1MiB", 1_048_576), ("2MB", 2_000_000),
+        ("\"1.5GiB\"", 1_610_612_736), ("'64 KB'", 64_000), ("0x100", 256), ("10_000", 10_000), ("1K", 1024),
+    ])
+    func maxSizeUnits(_ written: String, _ bytes: Int64) throws {
+        let jobs = try #require(parse("- {kind: download-memory, source: gs://b/x, max_size: \(written)}").jobs)
+        #expect(jobs.first?.maxSize == bytes)
+    }
+
+    @Test func localPathsResolveAgainstTheManifestFolder() throws {
+        let jobs = try #require(parse("""
+        - kind: upload-file
+          source: ./data/../data//report.csv
+          destination: file://demo/report.csv
+        - kind: upload-file
+          source: /var/lib/app/export.json
+          destination: file:///var/exports/export.json
+        - kind: upload-file
+          source: file:///var/lib/app/a%20b.txt
+          destination: gs://b/a b.txt
+        - kind: download-file
+          source: gs://b/reports/2024/summary.json
+          destination: downloads/
+        - kind: download-file
+          source: file://demo/report.csv
+          destination: file:///tmp/copy.csv
+        """).jobs)
+        #expect(jobs.map(\.source) == [
+            "/srv/manifests/data/report.csv", "/var/lib/app/export.json", "/var/lib/app/a b.txt",
+            "gs://b/reports/2024/summary.json", "file://demo/report.csv",
+        ])
+        #expect(jobs.map(\.destination) == [
+            "file://demo/report.csv", "file:///var/exports/export.json", "gs://b/a%20b.txt",
+            "/srv/manifests/downloads/summary.json", "/tmp/copy.csv",
+        ])
+    }
+
+    @Test func baseDirectoryDefaultsToTheManifestsFolder() throws {
+        let jobs = try #require(ManifestParser().parse(text: "- {kind: upload-file, source: a.txt, destination: gs://b/a}",
+                                                       path: "jobs/nightly.yaml").jobs)
+        let current = FileManager.default.currentDirectoryPath
+        #expect(jobs.first?.source == LocalPath.standardize(current + "/jobs/a.txt"))
+        let absolute = try #require(ManifestParser().parse(text: "- {kind: upload-file, source: a.txt, destination: gs://b/a}",
+                                                           path: "/etc/jobctl/nightly.yaml").jobs)
+        #expect(absolute.first?.source == "/etc/jobctl/a.txt")
+    }
+
+    @Test func anchorsUnderExtensionKeysAndMergeKeys() throws {
+        // Top-level `x-` keys are ignored, as in Compose files: a place to keep anchors.
+        let jobs = try #require(parse("""
+        x-common: &common
+          kind: upload-data
+          queue: media
+        jobs:
+          - <<: *common
+            data: one
+            destination: gs://b/1
+          - <<: *common
+            queue: other
+            data: two
+            destination: &dest gs://b/2
+          - kind: fetch-url
+            source: *dest
+        """).jobs)
+        #expect(jobs.map(\.kind) == [.uploadData, .uploadData, .fetchURL])
+        #expect(jobs.map(\.queue) == ["media", "other", "default"])
+        #expect(jobs[2].source == "gs://b/2")
+    }
+
+    @Test func aliasesWithinJobs() throws {
+        let jobs = try #require(parse("""
+        defaults: &d
+          queue: media
+        jobs:
+          - &first
+            kind: upload-data
+            data: one
+            destination: gs://b/1
+            key: k1
+          - <<: *first
+            destination: gs://b/2
+            key: k2
+          - kind: fetch-url
+            source: gs://b/1
+            <<: *d
+        """).jobs)
+        #expect(jobs.map(\.destination) == ["gs://b/1", "gs://b/2", nil])
+        #expect(jobs.map(\.queue) == ["media", "media", "media"])
+        #expect(jobs[1].data == Data("one".utf8))
+        #expect(jobs.map(\.key) == ["k1", "k2", nil])
+    }
+
+    @Test func jobsKeepTheirPositions() throws {
+        let jobs = try ManifestParser(baseDirectory: testBase).parseJobs(text: """
+        jobs:
+          - kind: fetch-url
+            source: gs://b/x
+          -   kind: fetch-url
+              source: gs://b/y
+        """, path: "x.yaml").get()
+        #expect(jobs.map { [$0.line, $0.column] } == [[2, 5], [4, 7]])
+    }
+
+    @Test func readsFilesAndBytes() throws {
+        let directory = try TemporaryDirectory("manifest")
+        defer { directory.remove() }
+        let path = directory.file("nightly.yaml")
+        try "\u{FEFF}jobs:\r\n  - {kind: upload-file, source: in/a.txt, destination: gs://b/a}\r\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let jobs = try ManifestParser().parse(contentsOf: path).get()
+        #expect(jobs.first?.source == LocalPath.standardize(directory.path) + "/in/a.txt")
+        let missing = ManifestParser().parse(contentsOf: directory.file("absent.yaml"))
+        #expect(missing.errors?.first?.code == .unreadable)
+        #expect(missing.errors?.first?.message.contains("does not exist") == true)
+    }
+
+    @Test func quotedAndPlainScalarsAsStrings() throws {
+        let jobs = try #require(parse("""
+        - kind: upload-data
+          data: 42
+          destination: "gs://b/the answer.txt"
+          key: 2024-01-01
+          queue: "7"
+        - kind: upload-data
+          data: ""
+          destination: 'gs://b/empty'
+          key: yes
+        """).jobs)
+        #expect(jobs[0].data == Data("42".utf8))
+        #expect(jobs[0].destination == "gs://b/the%20answer.txt")
+        #expect(jobs[0].key == "2024-01-01")
+        #expect(jobs[0].queue == "7")
+        #expect(jobs[1].data == Data())
+        #expect(jobs[1].key == "yes")
+    }
+
+    @Test func yamlTags() throws {
+        let jobs = try #require(parse("""
+        - kind: upload-data
+          data: !!binary |
+            aGVs
+            bG8=
+          destination: gs://b/x
+          priority: !!int "5"
+          key: !!str 12
+        """).jobs)
+        #expect(jobs.first?.data == Data("hello".utf8))
+        #expect(jobs.first?.priority == 5)
+        #expect(jobs.first?.key == "12")
+    }
+
+    // MARK: - Shipped examples
+
+    @Test func demoManifestParses() throws {
+        let folder = PackagePaths.root + "/jobs"
+        let jobs = try ManifestParser().parse(contentsOf: folder + "/demo.yaml").get()
+        #expect(Set(jobs.map(\.kind)) == Set(JobKind.allCases))
+        for job in jobs {
+            for text in [job.source, job.destination].compactMap({ $0 }) where text.contains("://") {
+                let reference = try StorageReference(parsing: text)
+                #expect(reference.scheme == .file && reference.bucket == "demo", "\(text) is not in file://demo/")
+            }
+            if job.kind == .uploadFile, let source = job.source {
+                #expect(source.hasPrefix(LocalPath.standardize(folder) + "/demo-data/"))
+                #expect(FileManager.default.fileExists(atPath: source), "\(source) is missing")
+            }
+        }
+        // Jobs run in priority order: every upload before every download.
+        let uploads = jobs.filter(\.kind.isUpload).map(\.priority)
+        let others = jobs.filter { !$0.kind.isUpload }.map(\.priority)
+        #expect(try #require(uploads.min()) > (try #require(others.max())))
+        // Whatever a download reads, the demo uploads.
+        let written = Set(jobs.filter(\.kind.isUpload).compactMap(\.destination))
+        for job in jobs where !job.kind.isUpload {
+            #expect(written.contains(job.source ?? ""), "\(job.source ?? "nil") is never uploaded")
+        }
+    }
+
+    @Test func gcsExampleParses() throws {
+        let jobs = try ManifestParser().parse(contentsOf: PackagePaths.root + "/jobs/gcs-example.yaml").get()
+        #expect(Set(jobs.map(\.kind)) == Set(JobKind.allCases))
+        for job in jobs {
+            for text in [job.source, job.destination].compactMap({ $0 }) where text.contains("://") {
+                #expect(try StorageReference(parsing: text).bucket == "my-bucket")
+            }
+        }
+    }
+}
