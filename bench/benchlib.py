@@ -247,7 +247,7 @@ def report(samples_path, meta_path, out_path):
     for key, label in (("nproc", "CPUs (nproc)"), ("cpu", "CPU model"), ("memory", "memory"), ("kernel", "kernel"),
                        ("os", "OS"), ("load_start", "load average at start"), ("load_end", "load average at end"),
                        ("swift", "swift"), ("curl", "curl"), ("nginx", "nginx"), ("rclone", "rclone"),
-                       ("huey", "huey"), ("python", "python"), ("sqlite", "SQLite (CLI)")):
+                       ("huey", "huey"), ("python", "python"), ("sqlite", "SQLite")):
         lines.append(f"- {label}: {meta.get(key, '?')}")
     lines.append("")
     lines.append("## Raw samples")

@@ -43,7 +43,7 @@ if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=py
 
 die() { echo "run.sh: $*" >&2; exit 1; }
 [ -x "$JOBCTL" ] || die "no jobctl binary at ${JOBCTL#"$ROOT"/} (build it: swift build -c release --product jobctl, or set JOBCTL_BIN)"
-for tool in curl nginx rclone sqlite3 /usr/bin/time timeout; do
+for tool in curl nginx rclone /usr/bin/time timeout; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "$tool" ] || die "missing $tool (make bench installs it)"
 done
 "$PY" -c 'import huey' 2>/dev/null || die "python has no huey (make venv creates .venv with it)"
@@ -107,7 +107,7 @@ MB=$(awk -v b="$BYTES" 'BEGIN { printf "%.6f", b / 1e6 }')
   echo "rclone=$(rclone version 2>/dev/null | head -1)"
   echo "huey=$("$PY" -c 'import huey; print(huey.__version__)')"
   echo "python=$("$PY" -c 'import sys; print(sys.version.split()[0])')"
-  echo "sqlite=$(sqlite3 --version | cut -d' ' -f1)"
+  echo "sqlite=$(dpkg-query -W -f='${Version}' libsqlite3-0 2>/dev/null || echo unknown) (library jobctl links); $("$PY" -c 'import sqlite3; print(sqlite3.sqlite_version)') (Python's, huey)"
   echo "jobctl_version=$("$JOBCTL" --version 2>/dev/null | head -1 || echo unknown)"
   echo "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } >"$META"
