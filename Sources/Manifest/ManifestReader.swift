@@ -303,7 +303,9 @@ struct ManifestReader {
             }
             spec.source = sourceReference?.description
             spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the local file to write").flatMap {
-                localPath($0, field: .destination, kind: kind, appending: sourceReference?.name)
+                // A folder destination needs the source's name; when the source is wrong that was reported already.
+                sourceReference == nil && $0.value.hasSuffix("/") ? nil
+                    : localPath($0, field: .destination, kind: kind, appending: sourceReference?.name)
             }
         case .downloadMemory:
             spec.source = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to download").flatMap {

@@ -1,23 +1,23 @@
 // MARK: - Positions
 
 /// A place in the manifest text: 1-based line and column (columns count Unicode scalars, as libyaml does).
-public struct SourceMark: Sendable, Hashable, Comparable, CustomStringConvertible {
-    public var line: Int
-    public var column: Int
+struct SourceMark: Sendable, Hashable, Comparable, CustomStringConvertible {
+    var line: Int
+    var column: Int
 
-    public init(line: Int, column: Int) {
+    init(line: Int, column: Int) {
         self.line = line
         self.column = column
     }
 
     /// The start of the text, where errors about the manifest as a whole point.
-    public static let start = SourceMark(line: 1, column: 1)
+    static let start = SourceMark(line: 1, column: 1)
 
-    public static func < (lhs: SourceMark, rhs: SourceMark) -> Bool {
+    static func < (lhs: SourceMark, rhs: SourceMark) -> Bool {
         (lhs.line, lhs.column) < (rhs.line, rhs.column)
     }
 
-    public var description: String { "\(line):\(column)" }
+    var description: String { "\(line):\(column)" }
 }
 
 // MARK: - Node tree

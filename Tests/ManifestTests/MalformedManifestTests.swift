@@ -179,6 +179,8 @@ private let malformedCases: [MalformedCase] = [
           "'source' must be a local file path, not the URL 'gs://b/a.txt'"),
     .init("swapped download", "- kind: download-file\n  source: out/a.txt\n  destination: gs://b/a.txt\n", 2, 11, .invalidReference,
           "(did you swap 'source' and 'destination'?)", count: 2),
+    .init("bad source with a folder destination", "- kind: download-file\n  source: gs://b/%\n  destination: out/\n", 2, 11, .invalidReference,
+          "malformed percent escape"),
     .init("local bucket as a local path", "- kind: upload-file\n  source: file://demo/a.txt\n  destination: gs://b/a\n", 2, 11, .invalidPath,
           "names the local bucket 'demo'"),
     .init("home directory", "- kind: upload-file\n  source: ~/a.txt\n  destination: gs://b/a\n", 2, 11, .invalidPath, "starts with '~'"),
