@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Small helpers for bench/run.sh where bash is awkward.
+
+Subcommands (all output on stdout):
+  freeport                              a free TCP port on 127.0.0.1
+  manifest N DEST_DIR [PREFIX]          a manifest of N tiny upload-data jobs to file://DEST_DIR/PREFIXk.txt
+  transfer-manifest KIND SOURCE DEST    a manifest of one upload-file / download-file job
+  summary-succeeded                     reads `jobctl worker --json` output, prints the succeeded count
+  count-events DB                       rows in the events table of a jobctl database
+  latency ID...                         reads `jobctl history ID --json` files named ID.json in $HISTORY_DIR,
+                                        prints one claimed - submitted latency (ms) per line
+  rss-kib FILE                          "Maximum resident set size" from a `/usr/bin/time -v` report
+  report SAMPLES META OUT               renders the Markdown results from the raw samples
+"""
+import json
+import os
+import socket
+import sqlite3
+import statistics
+import sys
+from datetime import datetime
+
+
+def freeport():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        print(s.getsockname()[1])
+
+
+def yaml_quote(text):
+    return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def manifest(n, dest_dir, prefix="job-"):
+    out = ["jobs:"]
+    for k in range(int(n)):
+        out.append("  - kind: upload-data")
+        out.append(f"    data: {yaml_quote(f'payload {k}')}")
+        out.append(f"    destination: {yaml_quote('file://' + os.path.join(dest_dir, f'{prefix}{k:06d}.txt'))}")
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def transfer_manifest(kind, source, dest):
+    sys.stdout.write(
+        "jobs:\n"
+        f"  - kind: {kind}\n"
+        f"    source: {yaml_quote(source)}\n"
+        f"    destination: {yaml_quote(dest)}\n"
+        "    max_attempts: 1\n"
+    )
+
+
+def summary_succeeded():
+    text = sys.stdin.read().strip()
+    try:
+        # the summary is the last JSON object printed
+        start = text.rfind("{")
+        print(int(json.loads(text[start:]).get("succeeded", -1)))
+    except (ValueError, AttributeError):
+        print(-1)
+
+
+def count_events(db):
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        print(con.execute("select count(*) from events").fetchone()[0])
+    finally:
+        con.close()
+
+
+def parse_time(text):
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000.0
+
+
+def latency(ids):
+    folder = os.environ["HISTORY_DIR"]
+    for job_id in ids:
+        with open(os.path.join(folder, job_id + ".json")) as f:
+            events = json.load(f)
+        submitted = next((e for e in events if e["type"] == "submitted"), None)
+        claimed = next((e for e in events if e["type"] == "claimed"), None)
+        if submitted is None or claimed is None:
+            print(f"{job_id}: no submitted/claimed pair", file=sys.stderr)
+            continue
+        print(f"{parse_time(claimed['time']) - parse_time(submitted['time']):.1f}")
+
+
+def rss_kib(path):
+    with open(path) as f:
+        for line in f:
+            if "Maximum resident set size" in line:
+                print(line.rsplit(":", 1)[1].strip())
+                return
+    print("")
+
+
+# ---------------------------------------------------------------- report
+
+def percentile(values, p):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    k = (len(values) - 1) * p
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def fmt(x, unit=""):
+    if x is None or x != x:
+        return "—"
+    if abs(x) >= 1000:
+        s = f"{x:,.0f}"
+    elif abs(x) >= 100:
+        s = f"{x:.0f}"
+    elif abs(x) >= 10:
+        s = f"{x:.1f}"
+    else:
+        s = f"{x:.2f}"
+    return s + (" " + unit if unit else "")
+
+
+def report(samples_path, meta_path, out_path):
+    samples = {}   # (bench, tool, metric) -> [values]
+    failures = []
+    with open(samples_path) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 4:
+                continue
+            bench, tool, metric, value = parts[:4]
+            if metric == "FAILED":
+                failures.append(f"{bench} / {tool}: {value}")
+                continue
+            try:
+                samples.setdefault((bench, tool, metric), []).append(float(value))
+            except ValueError:
+                pass
+    meta = {}
+    with open(meta_path) as f:
+        for line in f:
+            if "=" in line:
+                k, v = line.rstrip("\n").split("=", 1)
+                meta[k] = v
+
+    def med(bench, tool, metric):
+        v = samples.get((bench, tool, metric))
+        return statistics.median(v) if v else None
+
+    def n(bench, tool, metric):
+        return len(samples.get((bench, tool, metric), []))
+
+    def spread(bench, tool, metric):
+        v = samples.get((bench, tool, metric))
+        if not v:
+            return ""
+        return f"{fmt(min(v))}–{fmt(max(v))}"
+
+    def ratio(a, b):
+        if a is None or b is None or b == 0:
+            return "—"
+        return f"{a / b:.2f}×"
+
+    size = meta.get("size_mib", "?")
+    jobs = meta.get("jobs", "?")
+    rows = []
+
+    def row(what, unit, bench, jm, peer, pm=None, better="higher"):
+        pm = pm or jm
+        j = med(bench, "jobctl", jm)
+        p = med(bench, peer, pm)
+        rows.append("| {} | {} | {} | {} | {} | {} |".format(
+            what,
+            f"{fmt(j, unit)} <sub>({spread(bench, 'jobctl', jm)}, n={n(bench, 'jobctl', jm)})</sub>" if j is not None else "failed / not run",
+            peer,
+            f"{fmt(p, unit)} <sub>({spread(bench, peer, pm)}, n={n(bench, peer, pm)})</sub>" if p is not None else "failed / not run",
+            ratio(j, p),
+            better,
+        ))
+
+    row(f"HTTP download {size} MiB (GET from nginx)", "MB/s", "download", "mbps", "curl")
+    row(f"HTTP download {size} MiB (GET from nginx)", "MB/s", "download", "mbps", "rclone")
+    row(f"HTTP upload {size} MiB (PUT to nginx)", "MB/s", "upload", "mbps", "curl")
+    row(f"HTTP upload {size} MiB (PUT to nginx)", "MB/s", "upload", "mbps", "rclone")
+    row(f"Local upload {size} MiB to file://", "MB/s", "local", "mbps", "cp")
+    row(f"Local upload {size} MiB to file://", "MB/s", "local", "mbps", "cp+fsync")
+    row(f"Enqueue {jobs} jobs", "jobs/s", "enqueue", "jobs_per_s", "huey")
+    row(f"Drain {jobs} jobs", "jobs/s", "drain", "jobs_per_s", "huey")
+    row("Idle pickup latency, median", "ms", "latency", "median_ms", "huey", better="lower")
+    row("Idle pickup latency, p90", "ms", "latency", "p90_ms", "huey", better="lower")
+
+    extra = []
+    for bench, label in (("download", "HTTP download"), ("upload", "HTTP upload"), ("local", "local upload")):
+        v = samples.get((bench, "jobctl", "rss_kib"))
+        if v:
+            extra.append(f"| jobctl worker peak RSS, {label} {size} MiB | {fmt(statistics.median(v) / 1024, 'MiB')} "
+                         f"(max {fmt(max(v) / 1024, 'MiB')}, n={len(v)}) | < 64 MiB |")
+    ev = samples.get(("drain", "jobctl", "events_per_s"))
+    if ev:
+        extra.append(f"| jobctl events written per second while draining | {fmt(statistics.median(ev), 'events/s')} "
+                     f"({spread('drain', 'jobctl', 'events_per_s')}, n={len(ev)}) | — |")
+    epj = samples.get(("drain", "jobctl", "events_per_job"))
+    if epj:
+        extra.append(f"| jobctl events per job (whole history) | {fmt(statistics.median(epj))} | ≥ 3 |")
+    lat = samples.get(("latency", "jobctl", "sample_ms"))
+    if lat:
+        extra.append(f"| jobctl idle pickup, all samples pooled | median {fmt(statistics.median(lat), 'ms')}, "
+                     f"p90 {fmt(percentile(lat, 0.9), 'ms')}, max {fmt(max(lat), 'ms')} (n={len(lat)}) | ≤ 50 ms |")
+    hl = samples.get(("latency", "huey", "sample_ms"))
+    if hl:
+        extra.append(f"| huey idle pickup, all samples pooled | median {fmt(statistics.median(hl), 'ms')}, "
+                     f"p90 {fmt(percentile(hl, 0.9), 'ms')}, max {fmt(max(hl), 'ms')} (n={len(hl)}) | — |")
+
+    lines = []
+    lines.append(f"# jobctl benchmark results ({meta.get('mode', '?')} run)")
+    lines.append("")
+    lines.append(f"Run {meta.get('started', '?')} → {meta.get('finished', '?')} by `bench/run.sh{' --quick' if meta.get('mode') == 'quick' else ''}`"
+                 f" on `{meta.get('jobctl_version', '?')}` (commit {meta.get('commit', '?')}).")
+    if meta.get("runs", "5").isdigit() and int(meta.get("runs", "5")) < 5:
+        lines.append("**Fewer than 5 runs: a trial, not a result.**")
+        lines.append("")
+    lines.append(f"{meta.get('runs', '?')} runs per benchmark, jobctl and its peer interleaved in every run; "
+                 "cells are medians with (min–max, number of successful runs). MB = 10^6 bytes.")
+    lines.append("")
+    lines.append("| benchmark | jobctl | peer | peer result | ratio jobctl/peer | better |")
+    lines.append("|---|---|---|---|---|---|")
+    lines.extend(rows)
+    lines.append("")
+    if extra:
+        lines.append("| jobctl only | result | target |")
+        lines.append("|---|---|---|")
+        lines.extend(extra)
+        lines.append("")
+    if failures:
+        lines.append("## Failures")
+        lines.append("")
+        seen = []
+        for item in failures:
+            if item not in seen:
+                seen.append(item)
+        for item in seen:
+            lines.append(f"- {item}")
+        lines.append("")
+    lines.append("## Machine")
+    lines.append("")
+    lines.append("Shared and noisy: other work may run on the same cores during a run; compare ratios, not absolutes.")
+    lines.append("")
+    for key, label in (("nproc", "CPUs (nproc)"), ("cpu", "CPU model"), ("memory", "memory"), ("kernel", "kernel"),
+                       ("os", "OS"), ("load_start", "load average at start"), ("load_end", "load average at end"),
+                       ("swift", "swift"), ("curl", "curl"), ("nginx", "nginx"), ("rclone", "rclone"),
+                       ("huey", "huey"), ("python", "python"), ("sqlite", "SQLite")):
+        lines.append(f"- {label}: {meta.get(key, '?')}")
+    lines.append("")
+    lines.append("## Raw samples")
+    lines.append("")
+    lines.append("| benchmark | tool | metric | values (run order) |")
+    lines.append("|---|---|---|---|")
+    for (bench, tool, metric), values in samples.items():
+        if metric == "sample_ms":
+            continue
+        lines.append(f"| {bench} | {tool} | {metric} | {', '.join(fmt(v) for v in values)} |")
+    lines.append("")
+    text = "\n".join(lines)
+    with open(out_path, "w") as f:
+        f.write(text)
+    print(text)
+
+
+def main(argv):
+    if not argv:
+        print(__doc__)
+        return 64
+    cmd, args = argv[0], argv[1:]
+    if cmd == "freeport":
+        freeport()
+    elif cmd == "manifest":
+        manifest(*args)
+    elif cmd == "transfer-manifest":
+        transfer_manifest(*args)
+    elif cmd == "summary-succeeded":
+        summary_succeeded()
+    elif cmd == "count-events":
+        count_events(args[0])
+    elif cmd == "latency":
+        latency(args)
+    elif cmd == "rss-kib":
+        rss_kib(args[0])
+    elif cmd == "report":
+        report(*args)
+    else:
+        print(f"unknown subcommand {cmd}", file=sys.stderr)
+        return 64
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
