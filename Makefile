@@ -57,8 +57,12 @@ test: venv
 	swift build --build-tests
 	swift test --skip-build 2>&1 | tee .build/test-output.txt; exit $${PIPESTATUS[0]}
 
+BENCH_PACKAGES := curl rclone time
+
+## Benchmarks against curl, rclone, cp and huey (BENCH_ARGS=--quick for a short run); see BENCHMARKS.md.
 bench: venv release
-	bench/run.sh
+	$(call apt_install,$(BENCH_PACKAGES))
+	bench/run.sh $(BENCH_ARGS)
 
 clean:
 	rm -rf .build var
