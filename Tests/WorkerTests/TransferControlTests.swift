@@ -251,3 +251,95 @@ import TestSupport
         #expect(try events(store, ids[1], .attemptFailed).count == 1)
     }
 }
+
+@Suite("fencing and observing") struct FencingAndWatchTests {
+    /// A worker frozen (SIGSTOP) past its lease loses the job to another worker; when it wakes, the store
+    /// refuses its appends (stale lease token), so the job succeeds exactly once.
+    @Test func frozenWorkerCannotWriteAfterLosingItsLease() throws {
+        let nginx = try WorkerNginx(slowRate: "4m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("fencing")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: 8 << 20)
+        let destination = directory.file("big.bin")
+        let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(destination)\"}\n",
+                                         database: database, directory: directory).first)
+        let frozen = try JobctlProcess.worker(database: database, ["--lease", "1"], logDirectory: directory.path)
+        defer { frozen.signal(SIGKILL) }
+        let store = try EventStore(path: database, readOnly: true)
+        try #require(try eventually(seconds: 20) { (try store.job(id)?.bytesDone ?? 0) > 0 }, "\(frozen.log)")
+        frozen.signal(SIGSTOP)
+        let rescuer = try JobctlProcess.worker(database: database, ["--lease", "1", "--drain"], logDirectory: directory.path)
+        #expect(rescuer.wait(seconds: 40) == 0, "\(rescuer.log)")
+        #expect(try store.job(id)?.state == .succeeded)
+        frozen.signal(SIGCONT)
+        // Give the woken worker time to try to write (its transfer continues until it learns the lease is gone).
+        usleep(3_000_000)
+        frozen.signal(SIGTERM)
+        #expect(frozen.wait(seconds: 10) != nil)
+        let events = try store.events(jobID: id)
+        #expect(events.filter { $0.type == .succeeded }.count == 1)
+        #expect(events.filter { $0.type == .claimed }.count == 2)
+        #expect(events.last?.type == .succeeded, "\(events.map(\.type))")
+        let owners = events.filter { $0.type == .claimed }.compactMap(\.data.leaseOwner)
+        let winner = events.first { $0.type == .succeeded }?.actor
+        #expect(winner == owners.last)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin")))
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    /// `watch` follows a job from another process as JSON lines (output is not a terminal) and exits 0
+    /// on success; `result` prints a memory download's bytes and a fetched URL.
+    @Test func watchAndResult() throws {
+        let directory = try TemporaryDirectory("watch")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let ids = try submit("""
+        - {kind: upload-data, data: "watched bytes", destination: "file://w/a.txt", priority: 2}
+        - {kind: download-memory, source: "file://w/a.txt", max_size: 1KiB, priority: 1}
+        - {kind: fetch-url, source: "file://w/a.txt"}
+        - {kind: download-memory, source: "file://w/a.txt", max_size: 4}
+        """, database: database, directory: directory)
+        let watcher = try JobctlProcess(database: database, arguments: ["watch", ids[0]], logDirectory: directory.path)
+        let failedWatcher = try JobctlProcess(database: database, arguments: ["watch", ids[3], "--on", "failure"], logDirectory: directory.path)
+        usleep(200_000)
+        let worker = try JobctlProcess.worker(database: database, ["--drain", "--concurrency", "1"], logDirectory: directory.path)
+        #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
+        #expect(watcher.wait(seconds: 10) == 0, "\(watcher.log)")
+        let lines = watcher.log.split(separator: "\n").compactMap { line in
+            try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        }
+        let statuses = lines.compactMap { $0["status"] as? String }
+        #expect(statuses.first == "resume", "\(watcher.log)")
+        #expect(statuses.last == "success", "\(watcher.log)")
+        #expect(lines.allSatisfy { $0["job_id"] as? String == ids[0] })
+
+        // The oversized memory download fails with downloadSizeExceeded; its watcher saw only 'failure' and exits 1.
+        #expect(failedWatcher.wait(seconds: 10) == 1, "\(failedWatcher.log)")
+        let failureLines = failedWatcher.log.split(separator: "\n").compactMap { line in
+            try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        }
+        #expect(failureLines.count == 1)
+        #expect(failureLines.first?["status"] as? String == "failure")
+        let store = try EventStore(path: database, readOnly: true)
+        let tooBig = try #require(try store.job(ids[3]))
+        #expect(tooBig.error?.code == .downloadSizeExceeded)
+        #expect(tooBig.error?.total == 13)
+        #expect(tooBig.error?.maximum == 4)
+
+        let bytes = try jobctl(["result", ids[1]], database: database)
+        #expect(bytes.status == 0)
+        #expect(bytes.stdout == "watched bytes")
+        let output = directory.file("copy.txt")
+        #expect(try jobctl(["result", ids[1], "-o", output], database: database).status == 0)
+        #expect(try String(contentsOfFile: output, encoding: .utf8) == "watched bytes")
+        let url = try jobctl(["result", ids[2]], database: database)
+        #expect(url.stdout.hasPrefix("file://"))
+        #expect(url.stdout.contains("token="))
+        let metadata = try jobctl(["result", ids[0]], database: database)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(metadata.stdout.utf8)) as? [String: Any])
+        #expect(object["size"] as? Int == 13)
+        #expect(object["contentType"] as? String == "text/plain")
+    }
+}
