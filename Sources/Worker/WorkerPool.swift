@@ -73,6 +73,7 @@ public final class WorkerPool: Sendable {
     private let storeThread: StoreThread
     private let backend: any StorageBackend
     private let state = Mutex(State())
+    private let wakeup = Wakeup()
 
     public init(store: EventStore, backend: any StorageBackend, configuration: WorkerConfiguration) {
         self.configuration = configuration
@@ -86,6 +87,7 @@ public final class WorkerPool: Sendable {
             state.shuttingDown = true
             return state.running.values.map(\.runner)
         }
+        wakeup.signal()
         for runner in runners {
             Task { await runner.requestStop(.shutdown) }
         }
@@ -116,7 +118,7 @@ public final class WorkerPool: Sendable {
                 if shutdownStarted == nil { shutdownStarted = now }
                 if runningCount == 0 { break }
                 if let started = shutdownStarted, now - started > config.shutdownGraceMs { break }
-                try await Task.sleep(for: .milliseconds(config.pollIntervalMs))
+                await wakeup.wait(milliseconds: config.pollIntervalMs)
                 continue
             }
 
@@ -158,7 +160,7 @@ public final class WorkerPool: Sendable {
                 }
                 if !pending && stillRunning == 0 { break }
             }
-            try await Task.sleep(for: .milliseconds(config.pollIntervalMs))
+            await wakeup.wait(milliseconds: config.pollIntervalMs)
         }
         storeThread.stop()
         var summary = state.withLock { $0.summary }
@@ -211,6 +213,7 @@ public final class WorkerPool: Sendable {
             case .abandoned: state.summary.abandoned += 1
             }
         }
+        wakeup.signal()
     }
 
     // MARK: - Leases and control
