@@ -345,3 +345,96 @@ import TestSupport
         #expect(object["contentType"] as? String == "text/plain")
     }
 }
+
+@Suite("upload control and signals") struct UploadControlTests {
+    /// pause during a resumable upload keeps the session; resume continues from the server-confirmed
+    /// offset (not from zero) and the object arrives whole.
+    @Test func pauseAndResumeAResumableUpload() throws {
+        let emulator = try WorkerEmulator()
+        defer { emulator.stop() }
+        let directory = try TemporaryDirectory("pause-upload")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let chunk = 1 << 20
+        let size = 24 << 20
+        let source = directory.file("upload.bin")
+        try writePatternFile(source, size: size)
+        let environment = ["STORAGE_EMULATOR_HOST": emulator.endpoint, "JOBCTL_CHUNK_SIZE": "\(chunk)"]
+        let id = try #require(try submit("- {kind: upload-file, source: \"\(source)\", destination: \"gs://\(emulator.bucket)/p/upload.bin\"}\n",
+                                         database: database, directory: directory).first)
+        let worker = try JobctlProcess.worker(database: database, environment: environment, logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        let store = try EventStore(path: database, readOnly: true)
+        try #require(try eventually(seconds: 30) { (try store.job(id)?.resumePoint?.bytesDone ?? 0) >= Int64(chunk) }, "\(worker.log)")
+        #expect(try jobctl(["pause", id], database: database).status == 0)
+        #expect(try eventually(seconds: 5) { try store.job(id)?.state == .paused })
+        let paused = try #require(try store.job(id))
+        guard case .upload(let session, let offset, _)? = paused.resumePoint else {
+            Issue.record("no upload resume point after pause: \(String(describing: paused.resumePoint))")
+            return
+        }
+        #expect(!session.isEmpty)
+        #expect(offset > 0)
+        #expect(offset < Int64(size), "the upload finished before the pause; the test proves nothing")
+        let asked = try #require(try store.events(jobID: id).first { $0.type == .pauseRequested })
+        let stopped = try #require(try store.events(jobID: id).first { $0.type == .paused })
+        #expect(stopped.atMs - asked.atMs < 1000)
+
+        #expect(try jobctl(["resume", id], database: database).status == 0)
+        #expect(try eventually(seconds: 60) { try store.job(id)?.state == .succeeded }, "\(worker.log)")
+        let events = try store.events(jobID: id)
+        let resumedClaim = try #require(events.lastIndex { $0.type == .claimed })
+        let firstAfter = try #require(events[resumedClaim...].first { $0.type == .progress && $0.data.resumePoint != nil })
+        #expect((firstAfter.data.resumePoint?.bytesDone ?? 0) >= offset, "restarted below the paused offset")
+        if case .upload(let resumedSession, _, _)? = firstAfter.data.resumePoint {
+            #expect(resumedSession == session, "a new session was started instead of resuming")
+        }
+        #expect(try store.job(id)?.result?.object?.size == Int64(size))
+    }
+
+    /// A second SIGTERM/SIGINT exits at once (exit 130) even while transfers are still stopping. The
+    /// server here accepts the connection and never answers, so the graceful stop cannot finish first.
+    @Test func secondSignalExitsAtOnce() throws {
+        let listener = try SilentListener()
+        defer { listener.close() }
+        let directory = try TemporaryDirectory("second-signal")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let id = try #require(try submit("- {kind: download-memory, source: \"http://127.0.0.1:\(listener.port)/never\"}\n",
+                                         database: database, directory: directory).first)
+        let worker = try JobctlProcess.worker(database: database, logDirectory: directory.path)
+        let store = try EventStore(path: database, readOnly: true)
+        try #require(try eventually(seconds: 20) { try store.events(jobID: id).contains { $0.type == .started } }, "\(worker.log)")
+        worker.signal(SIGINT)
+        #expect(eventually(seconds: 5) { worker.log.contains("again to exit at once") })
+        worker.signal(SIGINT)
+        #expect(worker.wait(seconds: 3) == 130, "\(worker.log)")
+        #expect(worker.log.contains("second signal"))
+    }
+
+    /// `watch --all --exit-when-idle` follows every job's events as JSON lines and exits once idle.
+    @Test func watchAllFollowsEveryJob() throws {
+        let directory = try TemporaryDirectory("watch-all")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        _ = try jobctl(["migrate"], database: database)
+        let watcher = try JobctlProcess(database: database, arguments: ["watch", "--all", "--on", "success"], logDirectory: directory.path)
+        defer { watcher.signal(SIGKILL) }
+        usleep(300_000)
+        let ids = try submit("""
+        - {kind: upload-data, data: one, destination: "file://all/1.txt"}
+        - {kind: upload-data, data: two, destination: "file://all/2.txt"}
+        - {kind: upload-data, data: three, destination: "file://all/3.txt"}
+        """, database: database, directory: directory)
+        let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        #expect(worker.wait(seconds: 30) == 0)
+        #expect(eventually(seconds: 5) { watcher.log.split(separator: "\n").count >= 3 })
+        let lines = watcher.log.split(separator: "\n").compactMap { line in
+            try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        }
+        #expect(Set(lines.compactMap { $0["job_id"] as? String }) == Set(ids))
+        #expect(lines.allSatisfy { $0["status"] as? String == "success" })
+        let idle = try JobctlProcess(database: database, arguments: ["watch", "--all", "--exit-when-idle"], logDirectory: directory.path)
+        #expect(idle.wait(seconds: 5) == 0)
+    }
+}
