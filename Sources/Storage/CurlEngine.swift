@@ -41,8 +41,10 @@ final class CurlEngine: @unchecked Sendable {
         // curl_multi_init only fails when malloc fails; there is no way to run transfers then.
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
         self.multi = multi
-        let thread = Thread { [self] in self.run() }
-        thread.name = "jobctl-curl"
+        let thread = Thread { [self] in
+            Thread.current.name = "jobctl-curl"   // visible in /proc/PID/task/*/comm and debuggers
+            self.run()
+        }
         thread.start()
     }
 
@@ -184,6 +186,10 @@ private final class CurlExchange: @unchecked Sendable {
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedLimit))
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, timeouts.stallSeconds))
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1))
+        // Larger buffers mean fewer callbacks per byte (each one hashes and may write to disk); they
+        // are per exchange and fixed, so memory stays flat.
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 1024 * 1024))
         // Only loopback and the configured endpoints are ever targets; plain HTTP and HTTPS only.
         try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
         if request.followRedirects {

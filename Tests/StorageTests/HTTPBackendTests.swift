@@ -105,6 +105,8 @@ struct HTTPBackendTests {
         let result = try finished(await run(backend, spec, resume: point))
         #expect(result.size == 10 << 20)
         #expect(try fileMD5(destination) == fileMD5(server.root + "/f.bin"))
+        let last = try #require(server.accessLog.split(separator: "\n").last)
+        #expect(last.contains("\" 200 10485760 \"bytes="), "a ranged request answered whole: \(last)")
     }
 
     @Test("404 is objectNotFound; secrets in the query never reach the error")

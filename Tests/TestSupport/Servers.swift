@@ -116,14 +116,16 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
 
     public static let executable = "/usr/sbin/nginx"
 
-    public static func start() throws -> NginxServer {
+    /// Starts nginx; `extraServerConfig` is inserted into the `server` block before `location /`
+    /// (`$ROOT` in it is replaced by the served directory).
+    public static func start(extraServerConfig: String = "") throws -> NginxServer {
         let directory = try TemporaryDirectory("jobctl-nginx")
         try FileManager.default.createDirectory(atPath: directory.file("root"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: directory.file("tmp"), withIntermediateDirectories: true)
-        return try NginxServer(directory: directory)
+        return try NginxServer(directory: directory, extraServerConfig: extraServerConfig)
     }
 
-    private init(directory: TemporaryDirectory) throws {
+    private init(directory: TemporaryDirectory, extraServerConfig: String) throws {
         let port = freeLoopbackPort()
         let dir = directory.path
         let config = """
@@ -134,7 +136,8 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
         error_log \(dir)/error.log;
         events { worker_connections 256; }
         http {
-            access_log \(dir)/access.log;
+            log_format transfers '$remote_addr [$time_local] "$request" $status $body_bytes_sent "$http_range" $connection $connection_requests';
+            access_log \(dir)/access.log transfers;
             client_body_temp_path \(dir)/tmp/body;
             proxy_temp_path \(dir)/tmp/proxy;
             fastcgi_temp_path \(dir)/tmp/fastcgi;
@@ -144,6 +147,7 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
             server {
                 listen 127.0.0.1:\(port);
                 root \(dir)/root;
+                \(extraServerConfig.replacingOccurrences(of: "$ROOT", with: "\(dir)/root"))
                 location / {
                     dav_methods PUT DELETE;
                     create_full_put_path on;
@@ -157,7 +161,8 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
                        port: port, directory: directory, name: "nginx")
     }
 
-    /// The `GET` request lines nginx logged (to count what a resumed download fetched).
+    /// nginx's access log, one request a line:
+    /// `ADDR [TIME] "REQUEST" STATUS BODY_BYTES "RANGE" CONNECTION_ID REQUESTS_ON_CONNECTION`.
     public var accessLog: String { (try? String(contentsOfFile: directory.file("access.log"), encoding: .utf8)) ?? "" }
 }
 
