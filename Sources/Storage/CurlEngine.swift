@@ -33,6 +33,9 @@ final class CurlEngine: @unchecked Sendable {
     /// The process-wide engine.
     static let shared = CurlEngine()
 
+    /// Idle connections kept open for reuse.
+    static let connectionCacheSize = 64
+
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<[CurlExchange]>([])
 
@@ -41,8 +44,14 @@ final class CurlEngine: @unchecked Sendable {
         // curl_multi_init only fails when malloc fails; there is no way to run transfers then.
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
         self.multi = multi
+        // Keep idle connections for reuse even when many hosts are in play: libcurl's default cache
+        // is four per *currently added* handle, so sequential requests interleaved with other
+        // transfers would lose their connection (https://curl.se/libcurl/c/CURLMOPT_MAXCONNECTS.html).
+        jobctl_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, Self.connectionCacheSize)
         let thread = Thread { [self] in
-            Thread.current.name = "jobctl-curl"   // visible in /proc/PID/task/*/comm and debuggers
+            // Named for /proc/PID/task/*/comm, top -H and debuggers.
+            // (/proc/thread-self/comm is the C-free way to name the calling thread on Linux.)
+            try? "jobctl-curl".write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
             self.run()
         }
         thread.start()
