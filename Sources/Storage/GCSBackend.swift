@@ -76,7 +76,7 @@ public struct GCSBackend: StorageBackend {
                 report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: offset, total: total), bytesTotal: total))
             case .finished(let object):
                 try source.hashPrefix(upTo: total, into: checksums)
-                return .finished(try verifiedUploadResult(object, checksums: checksums, reference: reference))
+                return .finished(try await verifiedUploadResult(object, checksums: checksums, reference: reference))
             case .expired:
                 break
             case .stopped(let reason):
@@ -109,7 +109,7 @@ public struct GCSBackend: StorageBackend {
                                                control: control, progress: progress, report: report)
             switch outcome {
             case .finished(let object):
-                return .finished(try verifiedUploadResult(object, checksums: checksums, reference: reference))
+                return .finished(try await verifiedUploadResult(object, checksums: checksums, reference: reference))
             case .stopped(let reason, let confirmed):
                 if reason == .cancel {
                     await cancelUploadSession(uri)
@@ -251,28 +251,28 @@ public struct GCSBackend: StorageBackend {
 
     /// Compares the streamed hashes with the stored object's; a mismatch deletes the object.
     private func verifiedUploadResult(_ json: [String: Any], checksums: StreamChecksums,
-                                      reference: StorageReference) throws(StorageError) -> JobResult {
+                                      reference: StorageReference) async throws(StorageError) -> JobResult {
         guard let object = GCSObjectJSON.object(from: json) else {
             throw StorageError(.unknown, "the upload finished but the object resource could not be read")
         }
         let ours = checksums.finish()
         if checksums.isContiguous && checksums.hashedUpTo == object.size {
             if let md5 = object.md5Hash, md5 != ours.md5 {
-                deleteBadObject(reference, generation: object.generation)
+                await deleteBadObject(reference, generation: object.generation)
                 throw StorageError(.nonMatchingChecksum, "the stored object's MD5 \(md5) differs from the uploaded bytes' \(ours.md5); the object was deleted — upload again")
             }
             if let crc = object.crc32c, crc != ours.crc32c {
-                deleteBadObject(reference, generation: object.generation)
+                await deleteBadObject(reference, generation: object.generation)
                 throw StorageError(.nonMatchingChecksum, "the stored object's CRC32C \(crc) differs from the uploaded bytes' \(ours.crc32c); the object was deleted — upload again")
             }
         }
         return JobResult(object: object, size: object.size, md5: ours.md5, crc32c: ours.crc32c)
     }
 
-    private func deleteBadObject(_ reference: StorageReference, generation: String?) {
+    /// Best effort: a failed delete leaves a bad object that the next upload overwrites.
+    private func deleteBadObject(_ reference: StorageReference, generation: String?) async {
         let url = objectURL(reference) + (generation.map { "?generation=\($0)" } ?? "")
-        let backend = self
-        Task { _ = try? await backend.send(HTTPRequest(method: "DELETE", url: url), control: nil) }
+        _ = try? await send(HTTPRequest(method: "DELETE", url: url), control: nil)
     }
 
     // MARK: - Download to a file
