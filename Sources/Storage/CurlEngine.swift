@@ -98,7 +98,7 @@ final class CurlEngine: @unchecked Sendable {
                 }
             }
             var running: Int32 = 0
-            curl_multi_perform(multi, &running)
+            checkMulti(curl_multi_perform(multi, &running), "curl_multi_perform")
             var remaining: Int32 = 0
             while let message = curl_multi_info_read(multi, &remaining) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
@@ -107,8 +107,16 @@ final class CurlEngine: @unchecked Sendable {
                 active.removeValue(forKey: easy)?.finish(code: code, cause: nil)
             }
             // Sleeps until a socket is ready, curl's own timer fires, a submission wakes us, or 1 s.
-            curl_multi_poll(multi, nil, 0, 1000, nil)
+            checkMulti(curl_multi_poll(multi, nil, 0, 1000, nil), "curl_multi_poll")
         }
+    }
+
+    /// The one place multi-interface codes are checked. They only fail on misuse or out of memory;
+    /// the loop keeps going (each exchange still completes or times out), but never spins hot.
+    private func checkMulti(_ code: CURLMcode, _ call: String) {
+        guard code != CURLM_OK, code != CURLM_CALL_MULTI_PERFORM else { return }
+        FileHandle.standardError.write(Data("jobctl: \(call) failed: \(String(cString: curl_multi_strerror(code)))\n".utf8))
+        usleep(10_000)
     }
 }
 
@@ -154,7 +162,6 @@ private final class CurlExchange: @unchecked Sendable {
 
     private var easy: UnsafeMutableRawPointer?
     private var headerList: UnsafeMutablePointer<curl_slist>?
-    private var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
     private var errorBufferPointer: UnsafeMutablePointer<CChar>
     private var status = 0
     private var headers: [String: String] = [:]
@@ -262,6 +269,7 @@ private final class CurlExchange: @unchecked Sendable {
             let count = min(buffer.count, body.count - offset)
             guard count > 0 else { return 0 }
             body.withUnsafeBytes { bytes in
+                // count > 0 implies a non-empty body, whose base address is never nil.
                 buffer.baseAddress?.copyMemory(from: bytes.baseAddress! + offset, byteCount: count)
             }
             bodyOffset += count

@@ -13,11 +13,13 @@ import JobModel
 /// - MD5 and CRC32C are computed while streaming and compared with the server's; a mismatch fails
 ///   with `nonMatchingChecksum` and the bad copy (remote object or local partial file) is removed.
 public struct GCSBackend: StorageBackend {
+    /// Endpoint, credentials, chunk size and timeouts.
     public let configuration: StorageConfiguration
     private let engine: CurlEngine
     private let tokens: GCSTokenSource
 
-    /// A backend talking to `configuration.gcsEndpoint` with the configured credentials.
+    /// A backend talking to `configuration.gcsEndpoint` with the configured credentials, sharing the
+    /// process-wide curl engine (one thread, one connection cache, for every backend).
     public init(configuration: StorageConfiguration) {
         self.configuration = configuration
         self.engine = .shared

@@ -68,8 +68,18 @@ struct HTTPBackendTests {
         #expect(written >= 4 << 20 && written < total)
         #expect(etag?.isEmpty == false)
 
-        let result = try finished(await run(backend, spec, resume: point))
+        let second = EventRecorder()
+        let result = try finished(await run(backend, spec, resume: point, recorder: second))
         #expect(result.size == total)
+        // A durable checkpoint (after fsync) every 8 MiB, each carrying the validator for the next resume.
+        let checkpoints = second.checkpoints
+        #expect(checkpoints.count == 2, "\(checkpoints)")
+        var previous = written
+        for case .download(let bytes, _, let validator, _) in checkpoints {
+            #expect(bytes - previous >= 8 << 20 && bytes - previous < 9 << 20, "checkpoint gap \(bytes - previous)")
+            #expect(validator == etag)
+            previous = bytes
+        }
         #expect(try fileMD5(destination) == fileMD5(server.root + "/big.bin"))
         // nginx logged the second request as a 206 carrying only the missing bytes.
         let lines = server.accessLog.split(separator: "\n").filter { $0.contains("GET /big.bin") }
