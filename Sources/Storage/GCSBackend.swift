@@ -307,6 +307,7 @@ public struct GCSBackend: StorageBackend {
         try sink.hashExistingPrefix()
         progress.update(start)
 
+        var servedHeaders: [String: String] = [:]
         if start < total {
             var request = HTTPRequest(method: "GET", url: mediaURL(reference, generation: generation))
             if start > 0 { request.headers.append("Range: bytes=\(start)-") }
@@ -315,6 +316,7 @@ public struct GCSBackend: StorageBackend {
                 guard response.isSuccess else {
                     throw TransferFailure.failed(await objectError(response, reference: reference, what: "\(reference)"))
                 }
+                servedHeaders = response.headers
             } catch {
                 switch error {
                 case .stopped(let reason):
@@ -340,13 +342,28 @@ public struct GCSBackend: StorageBackend {
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }
         let ours = sink.checksums.finish()
-        if let failure = checksumMismatch(object: object, md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file") {
+        if let failure = checksumMismatch(object: Self.withServedHashes(object, servedHeaders), md5: ours.md5, crc32c: ours.crc32c,
+                                          what: "downloaded file") {
             sink.partial.discard()
             throw failure
         }
         let path = try sink.partial.commit()
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c))
+    }
+
+    /// Fills hashes the metadata lacked from the media response's `x-goog-hash: crc32c=…,md5=…`, which
+    /// covers the whole object even on a ranged response.
+    static func withServedHashes(_ object: StorageObject, _ headers: [String: String]) -> StorageObject {
+        guard let header = headers["x-goog-hash"] else { return object }
+        var filled = object
+        for item in header.split(separator: ",") {
+            let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard pair.count == 2 else { continue }
+            if pair[0] == "md5", filled.md5Hash == nil { filled.md5Hash = pair[1] }
+            if pair[0] == "crc32c", filled.crc32c == nil { filled.crc32c = pair[1] }
+        }
+        return filled
     }
 
     private func checksumMismatch(object: StorageObject, md5: String, crc32c: String, what: String) -> StorageError? {
@@ -377,11 +394,13 @@ public struct GCSBackend: StorageBackend {
         let url = mediaURL(reference, generation: object.generation)
         let sink = MemorySink(limit: maxSize, url: url, progress: { progress.update($0) })
         progress.update(0)
+        var servedHeaders: [String: String] = [:]
         do throws(TransferFailure) {
             let response = try await send(HTTPRequest(method: "GET", url: url), control: control, sink: sink)
             guard response.isSuccess else {
                 throw TransferFailure.failed(await objectError(response, reference: reference, what: "\(reference)"))
             }
+            servedHeaders = response.headers
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason, nil)   // memory downloads restart from zero
@@ -391,7 +410,8 @@ public struct GCSBackend: StorageBackend {
             }
         }
         let ours = sink.checksums.finish()
-        if let failure = checksumMismatch(object: object, md5: ours.md5, crc32c: ours.crc32c, what: "downloaded data") {
+        if let failure = checksumMismatch(object: Self.withServedHashes(object, servedHeaders), md5: ours.md5, crc32c: ours.crc32c,
+                                          what: "downloaded data") {
             throw failure
         }
         let data = sink.data

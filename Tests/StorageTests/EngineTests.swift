@@ -134,4 +134,40 @@ struct EngineTests {
         #expect(error.cause == "Invalid Credentials")
         #expect(!"\(error) \(error.cause ?? "")".contains("bad-fixed-token"))
     }
+
+    @Test("bytes that disagree with the server's MD5 (metadata or x-goog-hash) fail as nonMatchingChecksum, leaving nothing")
+    func lyingServerHashes() async throws {
+        let server = try NginxServer.start(extraServerConfig: """
+            location /download/storage/v1/b/bkt/o/header.txt {
+                add_header x-goog-hash "crc32c=AAAAAA==,md5=AAAAAAAAAAAAAAAAAAAAAA==" always;
+            }
+            """)
+        defer { server.stop() }
+        let payload = Data("the real bytes".utf8)
+        let metadataDirectory = server.root + "/storage/v1/b/bkt/o"
+        let mediaDirectory = server.root + "/download/storage/v1/b/bkt/o"
+        try FileManager.default.createDirectory(atPath: metadataDirectory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: mediaDirectory, withIntermediateDirectories: true)
+        // metadata.txt: the metadata's md5Hash is wrong. header.txt: no hashes in metadata, a wrong x-goog-hash.
+        let wrongMD5 = hashes(Data("other bytes".utf8)).md5
+        try Data(#"{"bucket":"bkt","name":"metadata.txt","size":"\#(payload.count)","generation":"1","md5Hash":"\#(wrongMD5)"}"#.utf8)
+            .write(to: URL(fileURLWithPath: metadataDirectory + "/metadata.txt"))
+        try Data(#"{"bucket":"bkt","name":"header.txt","size":"\#(payload.count)","generation":"1"}"#.utf8)
+            .write(to: URL(fileURLWithPath: metadataDirectory + "/header.txt"))
+        for name in ["metadata.txt", "header.txt"] {
+            try payload.write(to: URL(fileURLWithPath: mediaDirectory + "/" + name))
+        }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let backend = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: server.baseURL, connectTimeout: 5))
+        for name in ["metadata.txt", "header.txt"] {
+            let destination = directory.file(name)
+            let error = try failure(await run(backend, JobSpec(kind: .downloadFile, source: "gs://bkt/\(name)", destination: destination)))
+            #expect(error.code == .nonMatchingChecksum, "\(name): \(error)")
+            #expect(!FileManager.default.fileExists(atPath: destination))
+            #expect(!FileManager.default.fileExists(atPath: PartialFile.tempPath(for: destination)))
+            let memory = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://bkt/\(name)")))
+            #expect(memory.code == .nonMatchingChecksum, "\(name): \(memory)")
+        }
+    }
 }

@@ -121,6 +121,28 @@ struct GCSBackendTests {
         #expect(downloaded.data == payload)
     }
 
+    @Test("an upload paused before any chunk was confirmed resumes from 0 (the emulator's `bytes=0-0` quirk)")
+    func resumeBeforeFirstChunk() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let payload = patternData(600_000, seed: 8)
+        let spec = JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/early.bin", data: payload)
+        let control = TransferControl()
+        // Stop as soon as the session exists: the first chunk is aborted before the server confirms it.
+        let first = EventRecorder { event in
+            if case .checkpoint = event { control.stop(.shutdown) }
+        }
+        let outcome = try await run(GCSBackend(configuration: emulatorConfiguration(server)), spec, control: control, recorder: first).get()
+        guard case .stopped(.shutdown, let point?) = outcome, case .upload(_, 0, _) = point else {
+            Issue.record("expected a stop at offset 0, got \(outcome)")
+            return
+        }
+        let second = EventRecorder()
+        let result = try finished(await run(GCSBackend(configuration: emulatorConfiguration(server)), spec, resume: point, recorder: second))
+        #expect(result.object?.md5Hash == hashes(payload).md5, "a one-byte offset would corrupt the object")
+        #expect(second.checkpoints.first?.bytesDone == 0)
+    }
+
     @Test("a cancelled upload stops with no resume point")
     func cancelledUpload() async throws {
         let server = try EmulatorServer.start()

@@ -42,6 +42,14 @@ struct HTTPBackendTests {
 
         let memory = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/inline.txt")))
         #expect(memory.data == Data("inline".utf8))
+
+        let recorder = EventRecorder()
+        let refused = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/deep/dir/up.json",
+                                                             maxSize: 1000), recorder: recorder))
+        #expect(refused.code == .downloadSizeExceeded)
+        #expect(refused.total == Int64(payload.count))
+        #expect(refused.maximum == 1000)
+        #expect(recorder.progress.allSatisfy { $0 == 0 })
     }
 
     @Test("an interrupted GET resumes with Range + If-Range and fetches only the rest")
