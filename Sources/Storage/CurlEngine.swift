@@ -33,6 +33,9 @@ final class CurlEngine: @unchecked Sendable {
     /// The process-wide engine.
     static let shared = CurlEngine()
 
+    /// Idle connections kept open for reuse.
+    static let connectionCacheSize = 64
+
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<[CurlExchange]>([])
 
@@ -41,8 +44,16 @@ final class CurlEngine: @unchecked Sendable {
         // curl_multi_init only fails when malloc fails; there is no way to run transfers then.
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
         self.multi = multi
-        let thread = Thread { [self] in self.run() }
-        thread.name = "jobctl-curl"
+        // Keep idle connections for reuse even when many hosts are in play: libcurl's default cache
+        // is four per *currently added* handle, so sequential requests interleaved with other
+        // transfers would lose their connection (https://curl.se/libcurl/c/CURLMOPT_MAXCONNECTS.html).
+        jobctl_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, Self.connectionCacheSize)
+        let thread = Thread { [self] in
+            // Named for /proc/PID/task/*/comm, top -H and debuggers.
+            // (/proc/thread-self/comm is the C-free way to name the calling thread on Linux.)
+            try? "jobctl-curl".write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
+            self.run()
+        }
         thread.start()
     }
 
@@ -87,7 +98,7 @@ final class CurlEngine: @unchecked Sendable {
                 }
             }
             var running: Int32 = 0
-            curl_multi_perform(multi, &running)
+            checkMulti(curl_multi_perform(multi, &running), "curl_multi_perform")
             var remaining: Int32 = 0
             while let message = curl_multi_info_read(multi, &remaining) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
@@ -96,8 +107,16 @@ final class CurlEngine: @unchecked Sendable {
                 active.removeValue(forKey: easy)?.finish(code: code, cause: nil)
             }
             // Sleeps until a socket is ready, curl's own timer fires, a submission wakes us, or 1 s.
-            curl_multi_poll(multi, nil, 0, 1000, nil)
+            checkMulti(curl_multi_poll(multi, nil, 0, 1000, nil), "curl_multi_poll")
         }
+    }
+
+    /// The one place multi-interface codes are checked. They only fail on misuse or out of memory;
+    /// the loop keeps going (each exchange still completes or times out), but never spins hot.
+    private func checkMulti(_ code: CURLMcode, _ call: String) {
+        guard code != CURLM_OK, code != CURLM_CALL_MULTI_PERFORM else { return }
+        FileHandle.standardError.write(Data("jobctl: \(call) failed: \(String(cString: curl_multi_strerror(code)))\n".utf8))
+        usleep(10_000)
     }
 }
 
@@ -143,7 +162,6 @@ private final class CurlExchange: @unchecked Sendable {
 
     private var easy: UnsafeMutableRawPointer?
     private var headerList: UnsafeMutablePointer<curl_slist>?
-    private var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
     private var errorBufferPointer: UnsafeMutablePointer<CChar>
     private var status = 0
     private var headers: [String: String] = [:]
@@ -184,6 +202,10 @@ private final class CurlExchange: @unchecked Sendable {
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedLimit))
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, timeouts.stallSeconds))
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1))
+        // Larger buffers mean fewer callbacks per byte (each one hashes and may write to disk); they
+        // are per exchange and fixed, so memory stays flat.
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 1024 * 1024))
         // Only loopback and the configured endpoints are ever targets; plain HTTP and HTTPS only.
         try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
         if request.followRedirects {
@@ -247,6 +269,7 @@ private final class CurlExchange: @unchecked Sendable {
             let count = min(buffer.count, body.count - offset)
             guard count > 0 else { return 0 }
             body.withUnsafeBytes { bytes in
+                // count > 0 implies a non-empty body, whose base address is never nil.
                 buffer.baseAddress?.copyMemory(from: bytes.baseAddress! + offset, byteCount: count)
             }
             bodyOffset += count

@@ -13,11 +13,13 @@ import JobModel
 /// - MD5 and CRC32C are computed while streaming and compared with the server's; a mismatch fails
 ///   with `nonMatchingChecksum` and the bad copy (remote object or local partial file) is removed.
 public struct GCSBackend: StorageBackend {
+    /// Endpoint, credentials, chunk size and timeouts.
     public let configuration: StorageConfiguration
     private let engine: CurlEngine
     private let tokens: GCSTokenSource
 
-    /// A backend talking to `configuration.gcsEndpoint` with the configured credentials.
+    /// A backend talking to `configuration.gcsEndpoint` with the configured credentials, sharing the
+    /// process-wide curl engine (one thread, one connection cache, for every backend).
     public init(configuration: StorageConfiguration) {
         self.configuration = configuration
         self.engine = .shared
@@ -76,7 +78,7 @@ public struct GCSBackend: StorageBackend {
                 report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: offset, total: total), bytesTotal: total))
             case .finished(let object):
                 try source.hashPrefix(upTo: total, into: checksums)
-                return .finished(try verifiedUploadResult(object, checksums: checksums, reference: reference))
+                return .finished(try await verifiedUploadResult(object, checksums: checksums, reference: reference))
             case .expired:
                 break
             case .stopped(let reason):
@@ -109,7 +111,7 @@ public struct GCSBackend: StorageBackend {
                                                control: control, progress: progress, report: report)
             switch outcome {
             case .finished(let object):
-                return .finished(try verifiedUploadResult(object, checksums: checksums, reference: reference))
+                return .finished(try await verifiedUploadResult(object, checksums: checksums, reference: reference))
             case .stopped(let reason, let confirmed):
                 if reason == .cancel {
                     await cancelUploadSession(uri)
@@ -251,28 +253,28 @@ public struct GCSBackend: StorageBackend {
 
     /// Compares the streamed hashes with the stored object's; a mismatch deletes the object.
     private func verifiedUploadResult(_ json: [String: Any], checksums: StreamChecksums,
-                                      reference: StorageReference) throws(StorageError) -> JobResult {
+                                      reference: StorageReference) async throws(StorageError) -> JobResult {
         guard let object = GCSObjectJSON.object(from: json) else {
             throw StorageError(.unknown, "the upload finished but the object resource could not be read")
         }
         let ours = checksums.finish()
         if checksums.isContiguous && checksums.hashedUpTo == object.size {
             if let md5 = object.md5Hash, md5 != ours.md5 {
-                deleteBadObject(reference, generation: object.generation)
+                await deleteBadObject(reference, generation: object.generation)
                 throw StorageError(.nonMatchingChecksum, "the stored object's MD5 \(md5) differs from the uploaded bytes' \(ours.md5); the object was deleted — upload again")
             }
             if let crc = object.crc32c, crc != ours.crc32c {
-                deleteBadObject(reference, generation: object.generation)
+                await deleteBadObject(reference, generation: object.generation)
                 throw StorageError(.nonMatchingChecksum, "the stored object's CRC32C \(crc) differs from the uploaded bytes' \(ours.crc32c); the object was deleted — upload again")
             }
         }
         return JobResult(object: object, size: object.size, md5: ours.md5, crc32c: ours.crc32c)
     }
 
-    private func deleteBadObject(_ reference: StorageReference, generation: String?) {
+    /// Best effort: a failed delete leaves a bad object that the next upload overwrites.
+    private func deleteBadObject(_ reference: StorageReference, generation: String?) async {
         let url = objectURL(reference) + (generation.map { "?generation=\($0)" } ?? "")
-        let backend = self
-        Task { _ = try? await backend.send(HTTPRequest(method: "DELETE", url: url), control: nil) }
+        _ = try? await send(HTTPRequest(method: "DELETE", url: url), control: nil)
     }
 
     // MARK: - Download to a file
@@ -305,6 +307,7 @@ public struct GCSBackend: StorageBackend {
         try sink.hashExistingPrefix()
         progress.update(start)
 
+        var servedHeaders: [String: String] = [:]
         if start < total {
             var request = HTTPRequest(method: "GET", url: mediaURL(reference, generation: generation))
             if start > 0 { request.headers.append("Range: bytes=\(start)-") }
@@ -313,6 +316,7 @@ public struct GCSBackend: StorageBackend {
                 guard response.isSuccess else {
                     throw TransferFailure.failed(await objectError(response, reference: reference, what: "\(reference)"))
                 }
+                servedHeaders = response.headers
             } catch {
                 switch error {
                 case .stopped(let reason):
@@ -338,13 +342,28 @@ public struct GCSBackend: StorageBackend {
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }
         let ours = sink.checksums.finish()
-        if let failure = checksumMismatch(object: object, md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file") {
+        if let failure = checksumMismatch(object: Self.withServedHashes(object, servedHeaders), md5: ours.md5, crc32c: ours.crc32c,
+                                          what: "downloaded file") {
             sink.partial.discard()
             throw failure
         }
         let path = try sink.partial.commit()
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c))
+    }
+
+    /// Fills hashes the metadata lacked from the media response's `x-goog-hash: crc32c=…,md5=…`, which
+    /// covers the whole object even on a ranged response.
+    static func withServedHashes(_ object: StorageObject, _ headers: [String: String]) -> StorageObject {
+        guard let header = headers["x-goog-hash"] else { return object }
+        var filled = object
+        for item in header.split(separator: ",") {
+            let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard pair.count == 2 else { continue }
+            if pair[0] == "md5", filled.md5Hash == nil { filled.md5Hash = pair[1] }
+            if pair[0] == "crc32c", filled.crc32c == nil { filled.crc32c = pair[1] }
+        }
+        return filled
     }
 
     private func checksumMismatch(object: StorageObject, md5: String, crc32c: String, what: String) -> StorageError? {
@@ -375,11 +394,13 @@ public struct GCSBackend: StorageBackend {
         let url = mediaURL(reference, generation: object.generation)
         let sink = MemorySink(limit: maxSize, url: url, progress: { progress.update($0) })
         progress.update(0)
+        var servedHeaders: [String: String] = [:]
         do throws(TransferFailure) {
             let response = try await send(HTTPRequest(method: "GET", url: url), control: control, sink: sink)
             guard response.isSuccess else {
                 throw TransferFailure.failed(await objectError(response, reference: reference, what: "\(reference)"))
             }
+            servedHeaders = response.headers
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason, nil)   // memory downloads restart from zero
@@ -389,7 +410,8 @@ public struct GCSBackend: StorageBackend {
             }
         }
         let ours = sink.checksums.finish()
-        if let failure = checksumMismatch(object: object, md5: ours.md5, crc32c: ours.crc32c, what: "downloaded data") {
+        if let failure = checksumMismatch(object: Self.withServedHashes(object, servedHeaders), md5: ours.md5, crc32c: ours.crc32c,
+                                          what: "downloaded data") {
             throw failure
         }
         let data = sink.data

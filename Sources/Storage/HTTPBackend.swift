@@ -9,9 +9,11 @@ import JobModel
 ///   again from byte 0.
 /// - `fetch-url` has no meaning here (the reference already is a URL) and fails with `invalidArgument`.
 public struct HTTPBackend: StorageBackend {
+    /// Timeouts (connect, stall) come from here; endpoints and tokens are not used.
     public let configuration: StorageConfiguration
     private let engine: CurlEngine
 
+    /// A backend for `http(s)://` references, sharing the process-wide curl engine.
     public init(configuration: StorageConfiguration) {
         self.configuration = configuration
         self.engine = .shared
@@ -147,12 +149,12 @@ public struct HTTPBackend: StorageBackend {
     }
 
     /// The resume validator: the ETag when strong or weak, else Last-Modified.
-    static func validator(_ headers: [String: String]) -> String? {
+    private static func validator(_ headers: [String: String]) -> String? {
         headers["etag"] ?? headers["last-modified"]
     }
 
     /// The full size from `Content-Range: bytes A-B/TOTAL`, else `offset + Content-Length`.
-    static func totalSize(_ headers: [String: String], offset: Int64) -> Int64? {
+    private static func totalSize(_ headers: [String: String], offset: Int64) -> Int64? {
         if let range = headers["content-range"], let slash = range.lastIndex(of: "/"),
            let total = Int64(range[range.index(after: slash)...]) {
             return total

@@ -261,6 +261,8 @@ final class FileSink: ResponseBodySink {
     /// Bytes between two durable checkpoints.
     static let checkpointInterval: Int64 = 8 * 1024 * 1024
     private(set) var restartedFromZero = false
+    /// Whether any body byte of this response arrived (the 200-instead-of-206 check runs once).
+    private var receivedAny = false
 
     init(partial: PartialFile, destination: String, requestedOffset: Int64,
          checkpoint: @escaping (Int64, String, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
@@ -285,7 +287,8 @@ final class FileSink: ResponseBodySink {
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
-        if offset == requestedOffset, requestedOffset > 0, status == 200 {
+        defer { receivedAny = true }
+        if !receivedAny, requestedOffset > 0, status == 200 {
             // The server ignored Range (or If-Range failed): start over with the full body.
             partial.discard()
             partial = try PartialFile(destination: destination, resumeFrom: nil)

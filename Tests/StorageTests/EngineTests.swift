@@ -1,0 +1,173 @@
+import Foundation
+import JobModel
+import Storage
+import TestSupport
+import Testing
+
+/// The curl engine's promises, observed from outside: connection reuse, many transfers on one thread,
+/// HTTP status mapping, token refresh, no secrets in errors.
+@Suite("Curl engine and error mapping")
+struct EngineTests {
+    private let configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
+
+    @Test("consecutive requests to one host reuse one connection")
+    func connectionReuse() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        for index in 0..<5 {
+            try Data("file \(index)".utf8).write(to: URL(fileURLWithPath: server.root + "/f\(index).txt"))
+        }
+        let backend = HTTPBackend(configuration: configuration)
+        for index in 0..<5 {
+            let result = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/f\(index).txt")))
+            #expect(result.data == Data("file \(index)".utf8))
+        }
+        let lines = server.accessLog.split(separator: "\n").filter { $0.contains("GET /f") }
+        #expect(lines.count == 5)
+        let connections = Set(lines.map { $0.split(separator: " ").dropLast().last.map(String.init) ?? "" })
+        #expect(connections.count == 1, "each request opened a connection: \(lines)")
+        #expect(lines.last?.hasSuffix(" 5") == true, "the fifth request was the connection's fifth: \(lines)")
+    }
+
+    @Test("32 concurrent transfers run on the one engine thread")
+    func manyTransfersOneThread() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let payloads = (0..<32).map { patternData(300_000 + $0, seed: UInt64($0 + 1)) }
+        for (index, payload) in payloads.enumerated() {
+            try payload.write(to: URL(fileURLWithPath: server.root + "/p\(index).bin"))
+        }
+        let backend = HTTPBackend(configuration: configuration)
+        let results = await withTaskGroup(of: (Int, Data?).self) { group in
+            for index in payloads.indices {
+                group.addTask {
+                    let outcome = await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/p\(index).bin", maxSize: 1 << 20))
+                    if case .success(.finished(let result)) = outcome { return (index, result.data) }
+                    return (index, nil)
+                }
+            }
+            var collected: [Int: Data] = [:]
+            for await (index, data) in group { collected[index] = data }
+            return collected
+        }
+        for (index, payload) in payloads.enumerated() {
+            #expect(results[index] == payload, "transfer \(index)")
+        }
+        let engineThreads = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").filter { task in
+            (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8))?.hasPrefix("jobctl-curl") == true
+        }
+        #expect(engineThreads.count == 1)
+    }
+
+    private static let statusLocations = """
+        location = /status/400 { return 400 '{"error":{"code":400,"message":"Invalid bucket name"}}'; }
+        location = /status/401 { return 401; }
+        location = /status/402 { return 402; }
+        location = /status/403 { return 403 '{"error":{"code":403,"message":"caller does not have storage.objects.get access"}}'; }
+        location = /status/500 { return 500; }
+        location = /status/429 { add_header Retry-After 7 always; return 429; }
+        location = /status/503 { add_header Retry-After 12 always; return 503 '{"error":{"message":"backend busy"}}'; }
+        location /storage/v1/ {
+            if ($http_authorization != "Bearer good-token") { return 401 '{"error":{"code":401,"message":"Invalid Credentials"}}'; }
+        }
+        location /download/storage/v1/ {
+            if ($http_authorization != "Bearer good-token") { return 401; }
+        }
+        """
+
+    @Test("HTTP statuses map to Firebase codes, keeping the server's message and Retry-After", arguments: [
+        (400, StorageErrorCode.invalidArgument, false, "Invalid bucket name", nil),
+        (401, .unauthenticated, false, nil, nil),
+        (402, .quotaExceeded, false, nil, nil),
+        (403, .unauthorized, false, "caller does not have storage.objects.get access", nil),
+        (500, .unknown, true, nil, nil),
+        (429, .unknown, true, nil, 7),
+        (503, .unknown, true, "backend busy", 12),
+    ] as [(Int, StorageErrorCode, Bool, String?, Double?)])
+    func statusMapping(status: Int, code: StorageErrorCode, retryable: Bool, message: String?, retryAfter: Double?) async throws {
+        let server = try NginxServer.start(extraServerConfig: Self.statusLocations)
+        defer { server.stop() }
+        let error = try failure(await run(HTTPBackend(configuration: configuration),
+                                          JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/status/\(status)?sig=SECRET")))
+        #expect(error.code == code)
+        #expect(error.httpStatus == status)
+        #expect(error.retryable == retryable)
+        #expect(error.retryAfter == retryAfter)
+        #expect(error.cause == message)
+        if let message { #expect(error.message.contains(message)) }
+        #expect(error.url == "\(server.baseURL)/status/\(status)?sig=REDACTED")
+    }
+
+    @Test("a 401 runs the token command again once, then succeeds; a bad fixed token is unauthenticated")
+    func tokenRefreshOn401() async throws {
+        let server = try NginxServer.start(extraServerConfig: Self.statusLocations)
+        defer { server.stop() }
+        // A GCS-shaped object served statically: metadata JSON and media.
+        let payload = Data("authorised bytes".utf8)
+        let hash = hashes(payload)
+        let metadataDirectory = server.root + "/storage/v1/b/bkt/o"
+        let mediaDirectory = server.root + "/download/storage/v1/b/bkt/o"
+        try FileManager.default.createDirectory(atPath: metadataDirectory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: mediaDirectory, withIntermediateDirectories: true)
+        let resource = """
+            {"bucket":"bkt","name":"obj.txt","size":"\(payload.count)","generation":"1","md5Hash":"\(hash.md5)","crc32c":"\(hash.crc32c)"}
+            """
+        try Data(resource.utf8).write(to: URL(fileURLWithPath: metadataDirectory + "/obj.txt"))
+        try payload.write(to: URL(fileURLWithPath: mediaDirectory + "/obj.txt"))
+
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let marker = directory.file("refreshed")
+        // First run prints a stale token; every later run a good one.
+        let command = "if [ -f '\(marker)' ]; then echo good-token; else touch '\(marker)'; echo stale-token; fi"
+        let refreshing = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: server.baseURL, tokenCommand: command, connectTimeout: 5))
+        let result = try finished(await run(refreshing, JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt")))
+        #expect(result.data == payload)
+        #expect(FileManager.default.fileExists(atPath: marker))
+        let unauthorised = server.accessLog.split(separator: "\n").filter { $0.contains(" 401 ") }
+        #expect(unauthorised.count == 1, "exactly one request was refused before the refresh")
+
+        let fixed = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: server.baseURL, accessToken: "bad-fixed-token", connectTimeout: 5))
+        let error = try failure(await run(fixed, JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt")))
+        #expect(error.code == .unauthenticated)
+        #expect(error.httpStatus == 401)
+        #expect(error.cause == "Invalid Credentials")
+        #expect(!"\(error) \(error.cause ?? "")".contains("bad-fixed-token"))
+    }
+
+    @Test("bytes that disagree with the server's MD5 (metadata or x-goog-hash) fail as nonMatchingChecksum, leaving nothing")
+    func lyingServerHashes() async throws {
+        let server = try NginxServer.start(extraServerConfig: """
+            location /download/storage/v1/b/bkt/o/header.txt {
+                add_header x-goog-hash "crc32c=AAAAAA==,md5=AAAAAAAAAAAAAAAAAAAAAA==" always;
+            }
+            """)
+        defer { server.stop() }
+        let payload = Data("the real bytes".utf8)
+        let metadataDirectory = server.root + "/storage/v1/b/bkt/o"
+        let mediaDirectory = server.root + "/download/storage/v1/b/bkt/o"
+        try FileManager.default.createDirectory(atPath: metadataDirectory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: mediaDirectory, withIntermediateDirectories: true)
+        // metadata.txt: the metadata's md5Hash is wrong. header.txt: no hashes in metadata, a wrong x-goog-hash.
+        let wrongMD5 = hashes(Data("other bytes".utf8)).md5
+        try Data(#"{"bucket":"bkt","name":"metadata.txt","size":"\#(payload.count)","generation":"1","md5Hash":"\#(wrongMD5)"}"#.utf8)
+            .write(to: URL(fileURLWithPath: metadataDirectory + "/metadata.txt"))
+        try Data(#"{"bucket":"bkt","name":"header.txt","size":"\#(payload.count)","generation":"1"}"#.utf8)
+            .write(to: URL(fileURLWithPath: metadataDirectory + "/header.txt"))
+        for name in ["metadata.txt", "header.txt"] {
+            try payload.write(to: URL(fileURLWithPath: mediaDirectory + "/" + name))
+        }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let backend = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: server.baseURL, connectTimeout: 5))
+        for name in ["metadata.txt", "header.txt"] {
+            let destination = directory.file(name)
+            let error = try failure(await run(backend, JobSpec(kind: .downloadFile, source: "gs://bkt/\(name)", destination: destination)))
+            #expect(error.code == .nonMatchingChecksum, "\(name): \(error)")
+            #expect(!FileManager.default.fileExists(atPath: destination))
+            #expect(!FileManager.default.fileExists(atPath: PartialFile.tempPath(for: destination)))
+            let memory = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://bkt/\(name)")))
+            #expect(memory.code == .nonMatchingChecksum, "\(name): \(memory)")
+        }
+    }
+}

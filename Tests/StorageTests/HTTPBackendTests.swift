@@ -1,0 +1,166 @@
+import Foundation
+import JobModel
+import Storage
+import TestSupport
+import Testing
+
+/// HTTPBackend against a real nginx on 127.0.0.1 (GET with Range/If-Range/ETag, WebDAV PUT).
+@Suite("HTTP backend against nginx")
+struct HTTPBackendTests {
+    private func configuration() -> StorageConfiguration {
+        StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
+    }
+
+    @Test("PUT upload then GET download round-trips the bytes and checksums")
+    func putThenGet() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let payload = patternData(700_000, seed: 3)
+        let source = directory.file("up.json")
+        try payload.write(to: URL(fileURLWithPath: source))
+        let backend = HTTPBackend(configuration: configuration())
+
+        let uploaded = try finished(await run(backend, JobSpec(kind: .uploadFile, source: source,
+                                                               destination: "\(server.baseURL)/deep/dir/up.json")))
+        #expect(uploaded.size == Int64(payload.count))
+        #expect(uploaded.md5 == hashes(payload).md5)
+        #expect(uploaded.object?.contentType == "application/json")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: server.root + "/deep/dir/up.json")) == payload)
+
+        let data = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(server.baseURL)/inline.txt",
+                                                           data: Data("inline".utf8))))
+        #expect(data.size == 6)
+
+        let destination = directory.file("down/up.json")
+        let downloaded = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/deep/dir/up.json",
+                                                                 destination: destination)))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+        #expect(downloaded.md5 == hashes(payload).md5)
+        #expect(downloaded.crc32c == hashes(payload).crc32c)
+
+        let memory = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/inline.txt")))
+        #expect(memory.data == Data("inline".utf8))
+
+        let recorder = EventRecorder()
+        let refused = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/deep/dir/up.json",
+                                                             maxSize: 1000), recorder: recorder))
+        #expect(refused.code == .downloadSizeExceeded)
+        #expect(refused.total == Int64(payload.count))
+        #expect(refused.maximum == 1000)
+        #expect(recorder.progress.allSatisfy { $0 == 0 })
+    }
+
+    @Test("an interrupted GET resumes with Range + If-Range and fetches only the rest")
+    func rangedResume() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let total: Int64 = 24 << 20
+        try writePatternFile(server.root + "/big.bin", size: total)
+        let backend = HTTPBackend(configuration: configuration())
+        let destination = directory.file("big.bin")
+        let spec = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/big.bin", destination: destination)
+
+        let control = TransferControl()
+        let first = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 4 << 20 { control.stop(.pause) }
+        }
+        let outcome = try await run(backend, spec, control: control, recorder: first).get()
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, let etag, _) = point else {
+            Issue.record("expected a paused download, got \(outcome)")
+            return
+        }
+        #expect(written >= 4 << 20 && written < total)
+        #expect(etag?.isEmpty == false)
+
+        let second = EventRecorder()
+        let result = try finished(await run(backend, spec, resume: point, recorder: second))
+        #expect(result.size == total)
+        // A durable checkpoint (after fsync) every 8 MiB, each carrying the validator for the next resume.
+        let checkpoints = second.checkpoints
+        #expect(checkpoints.count == 2, "\(checkpoints)")
+        var previous = written
+        for case .download(let bytes, _, let validator, _) in checkpoints {
+            #expect(bytes - previous >= 8 << 20 && bytes - previous < 9 << 20, "checkpoint gap \(bytes - previous)")
+            #expect(validator == etag)
+            previous = bytes
+        }
+        #expect(try fileMD5(destination) == fileMD5(server.root + "/big.bin"))
+        // nginx logged the second request as a 206 carrying only the missing bytes.
+        let lines = server.accessLog.split(separator: "\n").filter { $0.contains("GET /big.bin") }
+        let last = try #require(lines.last)
+        let fields = last.split(separator: "\"")[2].split(separator: " ")   // ` 206 BYTES `
+        #expect(fields.first == "206")
+        let sent = try #require(fields.dropFirst().first.flatMap { Int64($0) })
+        #expect(sent == total - written)
+        #expect(sent < total)
+    }
+
+    @Test("a file changed since the pause is fetched whole (If-Range fails → 200) and still verifies")
+    func changedFileRestarts() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        try writePatternFile(server.root + "/f.bin", size: 16 << 20, seed: 1)
+        let backend = HTTPBackend(configuration: configuration())
+        let destination = directory.file("f.bin")
+        let spec = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/f.bin", destination: destination)
+        let control = TransferControl()
+        let first = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 2 << 20 { control.stop(.pause) }
+        }
+        let outcome = try await run(backend, spec, control: control, recorder: first).get()
+        guard case .stopped(.pause, let point?) = outcome else {
+            Issue.record("expected a paused download, got \(outcome)")
+            return
+        }
+        // Replace the file with different content of another size (hence another ETag).
+        try writePatternFile(server.root + "/f.bin", size: 10 << 20, seed: 2)
+        let result = try finished(await run(backend, spec, resume: point))
+        #expect(result.size == 10 << 20)
+        #expect(try fileMD5(destination) == fileMD5(server.root + "/f.bin"))
+        let last = try #require(server.accessLog.split(separator: "\n").last)
+        #expect(last.contains("\" 200 10485760 \"bytes="), "a ranged request answered whole: \(last)")
+    }
+
+    @Test("404 is objectNotFound; secrets in the query never reach the error")
+    func notFoundAndRedaction() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let backend = HTTPBackend(configuration: configuration())
+        let url = "\(server.baseURL)/missing.bin?token=SECRET1&X-Goog-Signature=SECRET2&upload_id=SECRET3&keep=yes"
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: url)))
+        #expect(error.code == .objectNotFound)
+        #expect(error.httpStatus == 404)
+        #expect(!error.retryable)
+        let shown = "\(error) \(error.url ?? "") \(error.cause ?? "")"
+        #expect(!shown.contains("SECRET"))
+        #expect(error.url == "\(server.baseURL)/missing.bin?token=REDACTED&X-Goog-Signature=REDACTED&upload_id=REDACTED&keep=yes")
+
+        let fetch = try failure(await run(backend, JobSpec(kind: .fetchURL, source: "\(server.baseURL)/x")))
+        #expect(fetch.code == .invalidArgument)
+    }
+
+    @Test("connection refused is retryable")
+    func connectionRefused() async throws {
+        let backend = HTTPBackend(configuration: configuration())
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:\(freeLoopbackPort())/x?access_token=SECRET")))
+        #expect(error.retryable)
+        #expect(error.url?.contains("SECRET") == false)
+    }
+
+    @Test("redactedURL strips query secrets and userinfo", arguments: [
+        ("http://h/p?token=abc", "http://h/p?token=REDACTED"),
+        ("http://h/p?a=1&access_token=abc&b=2", "http://h/p?a=1&access_token=REDACTED&b=2"),
+        ("http://user:pw@h:8/p?upload_id=x#frag", "http://h:8/p?upload_id=REDACTED#frag"),
+        ("https://h/p?X-Amz-Signature=s&X-Amz-Credential=c", "https://h/p?X-Amz-Signature=REDACTED&X-Amz-Credential=REDACTED"),
+        ("http://h/p", "http://h/p"),
+    ])
+    func redaction(input: String, expected: String) {
+        #expect(redactedURL(input) == expected)
+    }
+}

@@ -1,0 +1,76 @@
+import Foundation
+import JobModel
+import Storage
+import TestSupport
+import Testing
+
+/// The official Python client (google-cloud-storage) and this backend read each other's objects.
+@Suite("Interop with the official client")
+struct InteropTests {
+    private static var script: String { "\(PackagePaths.root)/Tests/StorageTests/Fixtures/interop.py" }
+    private static var python: String { "\(PackagePaths.venv)/bin/python" }
+
+    private func peer(_ server: EmulatorServer, _ arguments: [String]) throws -> [String: Any] {
+        guard FileManager.default.isExecutableFile(atPath: Self.python) else {
+            throw TestServerError("the test venv has no python at \(Self.python); create it with google-cloud-storage installed")
+        }
+        let output = try runProcess(Self.python, [Self.script] + arguments,
+                                    environment: ["STORAGE_EMULATOR_HOST": server.baseURL])
+        guard output.status == 0,
+              let json = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any] else {
+            throw TestServerError("interop.py \(arguments.first ?? "") failed (\(output.status)): \(output.stderr.suffix(2000))")
+        }
+        return json
+    }
+
+    @Test("the official client reads back what we uploaded: bytes, md5, crc32c, content type, metadata, token")
+    func officialClientReadsOurs() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server))
+        let payload = patternData(700_000, seed: 77)   // three chunks of 256 KiB
+        let source = directory.file("ours.csv")
+        try payload.write(to: URL(fileURLWithPath: source))
+        let uploaded = try finished(await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "gs://\(server.bucket)/x/ours.csv",
+                                                               metadata: UploadMetadata(cacheControl: "no-cache", customMetadata: ["team": "ops"]))))
+        let fetched = try finished(await run(backend, JobSpec(kind: .fetchURL, source: "gs://\(server.bucket)/x/ours.csv")))
+        let token = try #require(fetched.object?.downloadTokens)
+
+        let readBack = directory.file("read-back.csv")
+        let theirs = try peer(server, ["read", server.bucket, "x/ours.csv", readBack])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: readBack)) == payload)
+        #expect(theirs["md5Hash"] as? String == hashes(payload).md5)
+        #expect(theirs["md5Hash"] as? String == uploaded.md5)
+        #expect(theirs["crc32c"] as? String == uploaded.crc32c)
+        #expect(theirs["contentType"] as? String == "text/csv")
+        #expect(theirs["cacheControl"] as? String == "no-cache", "\(theirs)")
+        let metadata = try #require(theirs["metadata"] as? [String: String])
+        #expect(metadata["team"] == "ops")
+        #expect(metadata["firebaseStorageDownloadTokens"] == token)
+    }
+
+    @Test("we download and verify what the official client uploaded")
+    func weReadTheirs() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let payload = patternData(1_000_003, seed: 99)
+        let source = directory.file("theirs.bin")
+        try payload.write(to: URL(fileURLWithPath: source))
+        let theirs = try peer(server, ["write", server.bucket, "py/theirs.bin", source, "application/x-peer", "origin=python"])
+        #expect(theirs["md5Hash"] as? String == hashes(payload).md5)
+
+        let backend = GCSBackend(configuration: emulatorConfiguration(server))
+        let destination = directory.file("mine.bin")
+        let result = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "gs://\(server.bucket)/py/theirs.bin",
+                                                             destination: destination)))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+        #expect(result.md5 == theirs["md5Hash"] as? String)
+        #expect(result.crc32c == theirs["crc32c"] as? String)
+        #expect(result.object?.contentType == "application/x-peer")
+        #expect(result.object?.customMetadata == ["origin": "python"])
+    }
+}

@@ -1,0 +1,82 @@
+import Checksums
+import Foundation
+import JobModel
+import Storage
+import Synchronization
+import TestSupport
+import Testing
+
+/// Everything a backend reported, for assertions.
+final class EventRecorder: Sendable {
+    private let events = Mutex<[TransferEvent]>([])
+    /// Called with each event after it is recorded (to stop a transfer at a chosen point).
+    private let onEvent: (@Sendable (TransferEvent) -> Void)?
+
+    init(onEvent: (@Sendable (TransferEvent) -> Void)? = nil) {
+        self.onEvent = onEvent
+    }
+
+    var report: @Sendable (TransferEvent) -> Void {
+        { event in
+            self.events.withLock { $0.append(event) }
+            self.onEvent?(event)
+        }
+    }
+
+    var all: [TransferEvent] { events.withLock { $0 } }
+
+    var checkpoints: [ResumePoint] {
+        all.compactMap { if case .checkpoint(let point, _) = $0 { point } else { nil } }
+    }
+
+    var progress: [Int64] {
+        all.compactMap { if case .progress(let done, _) = $0 { done } else { nil } }
+    }
+}
+
+/// A configuration for a test emulator: small chunks so multi-chunk paths run on small files.
+func emulatorConfiguration(_ server: EmulatorServer, chunkSize: Int = 256 * 1024) -> StorageConfiguration {
+    StorageConfiguration(gcsEndpoint: server.baseURL, usesEmulator: true, firebaseEndpoint: server.baseURL,
+                         chunkSize: chunkSize, stallTimeout: 30, connectTimeout: 5)
+}
+
+/// Runs a job and returns its outcome, or the typed error.
+func run(_ backend: any StorageBackend, _ spec: JobSpec, resume: ResumePoint? = nil, control: TransferControl = TransferControl(),
+         recorder: EventRecorder = EventRecorder()) async -> Result<TransferOutcome, StorageError> {
+    do {
+        return .success(try await backend.perform(spec, resumingFrom: resume, control: control, report: recorder.report))
+    } catch {
+        return .failure(error)
+    }
+}
+
+/// The finished result, or a recorded test failure.
+func finished(_ result: Result<TransferOutcome, StorageError>, sourceLocation: SourceLocation = #_sourceLocation) throws -> JobResult {
+    switch result {
+    case .success(.finished(let value)): return value
+    case .success(.stopped(let reason, _)):
+        Issue.record("expected success, the transfer stopped: \(reason)", sourceLocation: sourceLocation)
+    case .failure(let error):
+        Issue.record("expected success, got \(error)", sourceLocation: sourceLocation)
+    }
+    throw TestServerError("transfer did not finish")
+}
+
+/// The error, or a recorded test failure.
+func failure(_ result: Result<TransferOutcome, StorageError>, sourceLocation: SourceLocation = #_sourceLocation) throws -> StorageError {
+    if case .failure(let error) = result { return error }
+    Issue.record("expected an error, got \(result)", sourceLocation: sourceLocation)
+    throw TestServerError("transfer did not fail")
+}
+
+/// Base64 MD5 and CRC32C of bytes, as GCS encodes them.
+func hashes(_ data: Data) -> (md5: String, crc32c: String) {
+    var crc = CRC32C()
+    crc.update(data)
+    return (Data(Digest.md5(data)).base64EncodedString(), crc.base64)
+}
+
+/// Base64 MD5 of a file.
+func fileMD5(_ path: String) throws -> String {
+    Data(Digest.md5(try Data(contentsOf: URL(fileURLWithPath: path)))).base64EncodedString()
+}

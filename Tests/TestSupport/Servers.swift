@@ -1,0 +1,221 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a test server could not be started (missing tool, did not come up).
+public struct TestServerError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Whether something accepts TCP connections on 127.0.0.1:`port`.
+public func loopbackPortAnswers(_ port: Int) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let result = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    return result == 0
+}
+
+/// A child process serving on a loopback port, killed and reaped by `stop()`.
+public class LoopbackServer: @unchecked Sendable {
+    // @unchecked: the process is started in init and only stopped afterwards (once, under a lock).
+    public let port: Int
+    public let directory: TemporaryDirectory
+    private let process: Process
+    private let lock = NSLock()
+    private var stopped = false
+    /// The signal `stop()` sends first.
+    private let stopSignal: Int32
+
+    /// `http://127.0.0.1:PORT`
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    init(executable: String, arguments: [String], port: Int, directory: TemporaryDirectory, name: String,
+         stopSignal: Int32 = SIGTERM) throws {
+        self.stopSignal = stopSignal
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            directory.remove()
+            throw TestServerError("\(name) is not installed at \(executable); the storage tests need it (create the test venv / install it)")
+        }
+        self.port = port
+        self.directory = directory
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let log = FileHandle(forWritingAtPath: directory.file("server.log")) ?? FileHandle.nullDevice
+        process.standardOutput = log
+        process.standardError = log
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(20)
+        while !loopbackPortAnswers(port) {
+            if !process.isRunning || Date() > deadline {
+                let output = (try? String(contentsOfFile: directory.file("server.log"), encoding: .utf8)) ?? ""
+                stop()
+                throw TestServerError("\(name) did not start on port \(port): \(output.suffix(2000))")
+            }
+            usleep(20_000)
+        }
+    }
+
+    /// Stops the server (SIGTERM by default, so nginx's master also stops its workers; SIGKILL after
+    /// 5 s) and reaps it.
+    public func stop(removeFiles: Bool = true) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !stopped else { return }
+        stopped = true
+        if process.isRunning {
+            kill(process.processIdentifier, stopSignal)
+            let deadline = Date().addingTimeInterval(5)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+        process.waitUntilExit()
+        if removeFiles { directory.remove() }
+    }
+
+    deinit { stop() }
+}
+
+/// gcp-storage-emulator from the test venv, with a default bucket, storing under a temporary directory.
+public final class EmulatorServer: LoopbackServer, @unchecked Sendable {
+    public let bucket: String
+
+    /// Starts an emulator on a free port; fails with a clear message when the venv is missing.
+    public static func start(bucket: String = "test-bucket") throws -> EmulatorServer {
+        let directory = try TemporaryDirectory("jobctl-gcs")
+        try FileManager.default.createDirectory(atPath: directory.file("data"), withIntermediateDirectories: true)
+        return try EmulatorServer(bucket: bucket, directory: directory)
+    }
+
+    private init(bucket: String, directory: TemporaryDirectory) throws {
+        self.bucket = bucket
+        let port = freeLoopbackPort()
+        try super.init(executable: "\(PackagePaths.venv)/bin/gcp-storage-emulator",
+                       arguments: ["-d", directory.file("data"), "start", "--host", "127.0.0.1", "--port", "\(port)",
+                                   "--default-bucket", bucket, "-q"],
+                       port: port, directory: directory, name: "gcp-storage-emulator",
+                       // Its HTTP thread ignores SIGTERM; it writes every request to disk before answering.
+                       stopSignal: SIGKILL)
+    }
+}
+
+/// nginx serving (GET with Range/If-Range/ETag) and accepting (WebDAV PUT/DELETE) files under `root`.
+public final class NginxServer: LoopbackServer, @unchecked Sendable {
+    /// The directory served at `/`.
+    public var root: String { directory.file("root") }
+
+    public static let executable = "/usr/sbin/nginx"
+
+    /// Starts nginx; `extraServerConfig` is inserted into the `server` block before `location /`
+    /// (`$ROOT` in it is replaced by the served directory).
+    public static func start(extraServerConfig: String = "") throws -> NginxServer {
+        let directory = try TemporaryDirectory("jobctl-nginx")
+        try FileManager.default.createDirectory(atPath: directory.file("root"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: directory.file("tmp"), withIntermediateDirectories: true)
+        return try NginxServer(directory: directory, extraServerConfig: extraServerConfig)
+    }
+
+    private init(directory: TemporaryDirectory, extraServerConfig: String) throws {
+        let port = freeLoopbackPort()
+        let dir = directory.path
+        let config = """
+        \(getuid() == 0 ? "user root;" : "")
+        daemon off;
+        worker_processes 1;
+        pid \(dir)/nginx.pid;
+        error_log \(dir)/error.log;
+        events { worker_connections 256; }
+        http {
+            log_format transfers '$remote_addr [$time_local] "$request" $status $body_bytes_sent "$http_range" $connection $connection_requests';
+            access_log \(dir)/access.log transfers;
+            client_body_temp_path \(dir)/tmp/body;
+            proxy_temp_path \(dir)/tmp/proxy;
+            fastcgi_temp_path \(dir)/tmp/fastcgi;
+            uwsgi_temp_path \(dir)/tmp/uwsgi;
+            scgi_temp_path \(dir)/tmp/scgi;
+            sendfile on;
+            server {
+                listen 127.0.0.1:\(port);
+                root \(dir)/root;
+                \(extraServerConfig.replacingOccurrences(of: "$ROOT", with: "\(dir)/root"))
+                location / {
+                    dav_methods PUT DELETE;
+                    create_full_put_path on;
+                    client_max_body_size 0;
+                }
+            }
+        }
+        """
+        try config.write(toFile: "\(dir)/nginx.conf", atomically: true, encoding: .utf8)
+        try super.init(executable: Self.executable, arguments: ["-p", dir, "-c", "\(dir)/nginx.conf", "-e", "\(dir)/error.log"],
+                       port: port, directory: directory, name: "nginx")
+    }
+
+    /// nginx's access log, one request a line:
+    /// `ADDR [TIME] "REQUEST" STATUS BODY_BYTES "RANGE" CONNECTION_ID REQUESTS_ON_CONNECTION`.
+    public var accessLog: String { (try? String(contentsOfFile: directory.file("access.log"), encoding: .utf8)) ?? "" }
+}
+
+/// Peak resident memory of this process so far (`VmHWM` in /proc/self/status), in bytes.
+public func peakResidentBytes() -> Int64 {
+    guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+    for line in text.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        let digits = line.split(separator: " ").compactMap { Int64($0) }.first ?? 0
+        return digits * 1024
+    }
+    return 0
+}
+
+/// Current resident memory (`VmRSS`), in bytes.
+public func residentBytes() -> Int64 {
+    guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+    for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+        return (line.split(separator: " ").compactMap { Int64($0) }.first ?? 0) * 1024
+    }
+    return 0
+}
+
+/// Writes `size` bytes of a deterministic, non-repeating-per-block pattern quickly (1 MiB blocks, each
+/// stamped with its index so a misplaced block changes the checksum).
+public func writePatternFile(_ path: String, size: Int64, seed: UInt8 = 7) throws {
+    guard FileManager.default.createFile(atPath: path, contents: nil),
+          let handle = FileHandle(forWritingAtPath: path) else { throw TestServerError("cannot create \(path)") }
+    defer { try? handle.close() }
+    let blockSize = 1 << 20
+    var block = [UInt8](repeating: 0, count: blockSize)
+    for i in 0..<blockSize { block[i] = UInt8(truncatingIfNeeded: i &* 31 &+ Int(seed) &+ (i >> 8)) }
+    var written: Int64 = 0
+    var index: UInt64 = 0
+    while written < size {
+        withUnsafeBytes(of: index.bigEndian) { stamp in
+            for j in 0..<8 { block[j] = stamp[j] }
+        }
+        let count = Int(min(Int64(blockSize), size - written))
+        try handle.write(contentsOf: block[0..<count])
+        written += Int64(count)
+        index += 1
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), for small payloads that must not compress or repeat.
+public func patternData(_ count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> Data {
+    var state = seed | 1
+    var bytes = [UInt8](repeating: 0, count: count)
+    for i in 0..<count {
+        state ^= state << 13
+        state ^= state >> 7
+        state ^= state << 17
+        bytes[i] = UInt8(truncatingIfNeeded: state)
+    }
+    return Data(bytes)
+}
