@@ -16,12 +16,12 @@ import TestSupport
     /// pause, resume and cancel from another process reach a running download within a second; resume
     /// continues from the bytes already written (a ranged GET), cancel removes the partial file.
     @Test func pauseResumeAndCancelFromAnotherProcess() throws {
-        let nginx = try WorkerNginx(slowRate: "4m")
+        let nginx = try startWorkerNginx(slowRate: "4m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("control")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: 16 * Self.mib)
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(16 * Self.mib))
         let kept = directory.file("out/kept.bin")
         let dropped = directory.file("out/dropped.bin")
         let ids = try submit("""
@@ -69,20 +69,20 @@ import TestSupport
         #expect(try eventually(seconds: 30) { try store.job(ids[0])?.state == .succeeded }, "\(worker.log)")
         let expected = try Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin"))
         #expect(try Data(contentsOf: URL(fileURLWithPath: kept)) == expected)
-        #expect(nginx.accessLog.contains("GET /slow/big.bin 206 range=bytes=\(written)-"), "\(nginx.accessLog)")
+        #expect(nginx.servedRange("/slow/big.bin", from: written), "\(nginx.accessLog)")
         #expect(try store.replay(verify: true).isConsistent)
     }
 
     /// A worker killed with SIGKILL mid-download: another worker rescues the job after the lease expires
     /// and continues from the last persisted checkpoint.
     @Test func killedWorkerDownloadIsFinishedByAnother() throws {
-        let nginx = try WorkerNginx(slowRate: "8m")
+        let nginx = try startWorkerNginx(slowRate: "8m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("kill-download")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
         let size = 32 * Self.mib
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: size)
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(size))
         let destination = directory.file("big.bin")
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(destination)\"}\n",
                                          database: database, directory: directory).first)
@@ -104,7 +104,7 @@ import TestSupport
         #expect(Set(claims.compactMap(\.data.leaseOwner)).count == 2)
         #expect(try events(store, id, .leaseExpired).count == 1)
         // The second attempt asked only for the bytes after the persisted checkpoint.
-        #expect(nginx.accessLog.contains("GET /slow/big.bin 206 range=bytes=\(persisted)-"), "\(nginx.accessLog)")
+        #expect(nginx.servedRange("/slow/big.bin", from: persisted), "\(nginx.accessLog)")
         let expected = try Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin"))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == expected)
         let verify = try jobctl(["replay", "--verify"], database: database)
@@ -114,7 +114,7 @@ import TestSupport
     /// A worker killed with SIGKILL mid resumable upload: another worker resumes the persisted session
     /// (one status query) and re-sends at most the chunk that was in flight.
     @Test func killedWorkerUploadResumesTheSession() throws {
-        let emulator = try WorkerEmulator()
+        let emulator = try EmulatorServer.start(bucket: "jobs-bucket")
         defer { emulator.stop() }
         let directory = try TemporaryDirectory("kill-upload")
         defer { directory.remove() }
@@ -122,8 +122,8 @@ import TestSupport
         let chunk = 1 * Self.mib
         let size = 24 * Self.mib
         let source = directory.file("upload.bin")
-        try writePatternFile(source, size: size)
-        let environment = ["STORAGE_EMULATOR_HOST": emulator.endpoint, "JOBCTL_CHUNK_SIZE": "\(chunk)"]
+        try writePatternFile(source, size: Int64(size))
+        let environment = ["STORAGE_EMULATOR_HOST": emulator.baseURL, "JOBCTL_CHUNK_SIZE": "\(chunk)"]
         let id = try #require(try submit("""
         - {kind: upload-file, source: "\(source)", destination: "gs://\(emulator.bucket)/big/upload.bin", priority: 5}
         """, database: database, directory: directory).first)
@@ -163,12 +163,12 @@ import TestSupport
 
     /// SIGTERM: stop claiming, pause the transfer at its resume point, release the lease, exit 0 quickly.
     @Test func sigtermReleasesAtTheResumePoint() throws {
-        let nginx = try WorkerNginx(slowRate: "4m")
+        let nginx = try startWorkerNginx(slowRate: "4m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("sigterm")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: 12 * Self.mib)
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(12 * Self.mib))
         let destination = directory.file("big.bin")
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(destination)\"}\n",
                                          database: database, directory: directory).first)
@@ -190,20 +190,20 @@ import TestSupport
         let next = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
         #expect(next.wait(seconds: 30) == 0, "\(next.log)")
         #expect(try store.job(id)?.state == .succeeded)
-        #expect(nginx.accessLog.contains("GET /slow/big.bin 206 range=bytes=\(written)-"), "\(nginx.accessLog)")
+        #expect(nginx.servedRange("/slow/big.bin", from: written), "\(nginx.accessLog)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin")))
     }
 
     /// 503 + Retry-After is retried no sooner than the server asked; a server that keeps failing ends in
     /// retryLimitExceeded carrying the last error; 404 fails at once without retries.
     @Test func retriesHonourRetryAfterAndGiveUp() throws {
-        let nginx = try WorkerNginx(retryAfterSeconds: 2)
+        let nginx = try startWorkerNginx(retryAfterSeconds: 2)
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("retries")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
         try "flaky data".write(toFile: "\(nginx.root)/flaky/data.txt", atomically: true, encoding: .utf8)
-        try nginx.setFlaky(true)
+        nginx.setFlaky(true)
         let ids = try submit("""
         - {kind: download-memory, source: "\(nginx.baseURL)/flaky/data.txt", max_attempts: 4, priority: 3}
         - {kind: download-memory, source: "\(nginx.baseURL)/broken/other.txt", max_attempts: 2, priority: 2}
@@ -231,7 +231,7 @@ import TestSupport
         // retryAt is computed when the failure is seen; the event's time is its commit a moment later.
         // Without Retry-After the first backoff would be at most 1 s, so ≥ 1.9 s shows the header was honoured.
         #expect(retryAt - failure.atMs >= 1_900, "retry scheduled after \(retryAt - failure.atMs) ms")
-        try nginx.setFlaky(false)
+        nginx.setFlaky(false)
         #expect(try eventually(seconds: 20) { try store.job(ids[0])?.state == .succeeded }, "\(worker.log)")
         let recovered = try #require(try store.job(ids[0]))
         #expect(recovered.attempts >= 2)
@@ -258,12 +258,12 @@ import TestSupport
     /// A worker frozen (SIGSTOP) past its lease loses the job to another worker; when it wakes, the store
     /// refuses its appends (stale lease token), so the job succeeds exactly once.
     @Test func frozenWorkerCannotWriteAfterLosingItsLease() throws {
-        let nginx = try WorkerNginx(slowRate: "4m")
+        let nginx = try startWorkerNginx(slowRate: "4m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("fencing")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: 8 << 20)
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(8 << 20))
         let destination = directory.file("big.bin")
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(destination)\"}\n",
                                          database: database, directory: directory).first)
@@ -350,7 +350,7 @@ import TestSupport
     /// pause during a resumable upload keeps the session; resume continues from the server-confirmed
     /// offset (not from zero) and the object arrives whole.
     @Test func pauseAndResumeAResumableUpload() throws {
-        let emulator = try WorkerEmulator()
+        let emulator = try EmulatorServer.start(bucket: "jobs-bucket")
         defer { emulator.stop() }
         let directory = try TemporaryDirectory("pause-upload")
         defer { directory.remove() }
@@ -358,8 +358,8 @@ import TestSupport
         let chunk = 1 << 20
         let size = 24 << 20
         let source = directory.file("upload.bin")
-        try writePatternFile(source, size: size)
-        let environment = ["STORAGE_EMULATOR_HOST": emulator.endpoint, "JOBCTL_CHUNK_SIZE": "\(chunk)"]
+        try writePatternFile(source, size: Int64(size))
+        let environment = ["STORAGE_EMULATOR_HOST": emulator.baseURL, "JOBCTL_CHUNK_SIZE": "\(chunk)"]
         let id = try #require(try submit("- {kind: upload-file, source: \"\(source)\", destination: \"gs://\(emulator.bucket)/p/upload.bin\"}\n",
                                          database: database, directory: directory).first)
         let worker = try JobctlProcess.worker(database: database, environment: environment, logDirectory: directory.path)

@@ -74,21 +74,6 @@ func jobctl(_ arguments: [String], database: String) throws -> ProcessOutput {
     try runProcess(PackagePaths.jobctlBinary, ["--db", database] + arguments, environment: ["NO_COLOR": "1"])
 }
 
-/// Writes `size` bytes of a position-dependent pattern (cheap to make, checkable).
-func writePatternFile(_ path: String, size: Int) throws {
-    FileManager.default.createFile(atPath: path, contents: nil)
-    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-    defer { try? handle.close() }
-    var block = [UInt8](repeating: 0, count: 1 << 20)
-    var written = 0
-    while written < size {
-        let count = min(block.count, size - written)
-        for index in 0..<count { block[index] = UInt8(truncatingIfNeeded: (written + index) &* 2_654_435_761 >> 13) }
-        try handle.write(contentsOf: block[0..<count])
-        written += count
-    }
-}
-
 struct WorkerTestError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
