@@ -104,23 +104,18 @@ public final class EventStore: @unchecked Sendable {
         guard !isReadOnly else {
             throw StoreError.invalidControl("the store at '\(path)' was opened read-only; this operation writes")
         }
-        return try withConnection { (connection) throws(StoreError) -> T in
-            try connection.run("BEGIN IMMEDIATE")
-            do throws(StoreError) {
-                let result = try body(connection)
-                try connection.run("COMMIT")
-                return result
-            } catch {
-                if connection.isInTransaction { try? connection.run("ROLLBACK") }
-                throw error
-            }
-        }
+        return try transaction("BEGIN IMMEDIATE", body)
     }
 
     /// Runs `body` in one read transaction, so every query in it sees the same snapshot.
     func readTransaction<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        try transaction("BEGIN DEFERRED", body)
+    }
+
+    /// Runs `body` between `begin` and COMMIT on the connection, rolling back when it throws.
+    private func transaction<T>(_ begin: String, _ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         try withConnection { (connection) throws(StoreError) -> T in
-            try connection.run("BEGIN DEFERRED")
+            try connection.run(begin)
             do throws(StoreError) {
                 let result = try body(connection)
                 try connection.run("COMMIT")

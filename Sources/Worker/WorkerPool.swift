@@ -89,7 +89,7 @@ public final class WorkerPool: Sendable {
         }
         wakeup.signal()
         for runner in runners {
-            Task { await runner.requestStop(.shutdown) }
+            runner.requestStop(.shutdown)
         }
     }
 
@@ -103,6 +103,7 @@ public final class WorkerPool: Sendable {
         var lastRescue: Int64 = 0
         var nextDue: Int64? = nil
         var shutdownStarted: Int64? = nil
+        var consecutiveErrors = 0
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = max(200, config.leaseMs / 3)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
@@ -122,44 +123,54 @@ public final class WorkerPool: Sendable {
                 continue
             }
 
-            let version = try await storeThread.call { try $0.dataVersion() }
-            let changed = version != lastDataVersion
-            lastDataVersion = version
+            // A store error (a lock held past the busy timeout, a full disk) must not kill the pool and
+            // strand its running transfers: report it, wait a little, try again.
+            do {
+                let version = try await storeThread.call { try $0.dataVersion() }
+                let changed = version != lastDataVersion
+                lastDataVersion = version
 
-            if now - lastRescue >= rescueEvery {
-                lastRescue = now
-                let owner = config.owner
-                _ = try await storeThread.call { try $0.rescueExpired(now: now, actor: owner) }
-            }
-            if now - lastHeartbeat >= heartbeatEvery {
-                lastHeartbeat = now
-                try await heartbeat(now: now)
-            }
-            if changed && runningCount > 0 {
-                try await pollControls()
-            }
+                if now - lastRescue >= rescueEvery {
+                    lastRescue = now
+                    let owner = config.owner
+                    _ = try await storeThread.call { try $0.rescueExpired(now: now, actor: owner) }
+                }
+                if now - lastHeartbeat >= heartbeatEvery {
+                    lastHeartbeat = now
+                    try await heartbeat(now: now)
+                }
+                if changed && runningCount > 0 {
+                    try await pollControls()
+                }
 
-            let free = config.concurrency - runningCount
-            let due = nextDue.map { $0 <= now } ?? false
-            if free > 0 && (changed || slotFreed || due || lastRescue == now) {
-                let claimed = try await claim(limit: free, now: now)
-                if claimed < free {
+                let free = config.concurrency - runningCount
+                let due = nextDue.map { $0 <= now } ?? false
+                if free > 0 && (changed || slotFreed || due || lastRescue == now) {
+                    let claimed = try await claim(limit: free, now: now)
+                    if claimed < free {
+                        let queues = config.queues
+                        nextDue = try await storeThread.call { try $0.nextRunAfter(queues: queues) }
+                    }
+                    if claimed > 0 { continue }
+                }
+
+                if config.drain && runningCount == 0 {
                     let queues = config.queues
-                    nextDue = try await storeThread.call { try $0.nextRunAfter(queues: queues) }
+                    let pending = try await storeThread.call { store -> Bool in
+                        try store.nextRunAfter(queues: queues) != nil
+                    }
+                    let stillRunning = try await storeThread.call { store -> Int in
+                        try store.counts()[.running] ?? 0
+                    }
+                    if !pending && stillRunning == 0 { break }
                 }
-                if claimed > 0 { continue }
+            } catch {
+                consecutiveErrors += 1
+                FileHandle.standardError.write(Data("jobctl worker: \(error) (retrying)\n".utf8))
+                await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
+                continue
             }
-
-            if config.drain && runningCount == 0 {
-                let queues = config.queues
-                let pending = try await storeThread.call { store -> Bool in
-                    try store.nextRunAfter(queues: queues) != nil
-                }
-                let stillRunning = try await storeThread.call { store -> Int in
-                    try store.counts()[.running] ?? 0
-                }
-                if !pending && stillRunning == 0 { break }
-            }
+            consecutiveErrors = 0
             await wakeup.wait(milliseconds: config.pollIntervalMs)
         }
         storeThread.stop()
@@ -226,7 +237,7 @@ public final class WorkerPool: Sendable {
             try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
         }
         for jobID in lost {
-            await stop(jobID, .leaseLost)
+            stop(jobID, .leaseLost)
         }
     }
 
@@ -237,21 +248,21 @@ public final class WorkerPool: Sendable {
         let records = try await storeThread.call { store in try ids.compactMap { try store.job($0) } }
         for record in records {
             if record.cancelRequested || record.state == .cancelled {
-                await stop(record.id, .cancel)
+                stop(record.id, .cancel)
             } else if record.pauseRequested || record.state == .paused {
-                await stop(record.id, .pause)
+                stop(record.id, .pause)
             }
         }
     }
 
-    private func stop(_ jobID: String, _ reason: StopReason) async {
+    private func stop(_ jobID: String, _ reason: StopReason) {
         let runner: TaskRunner? = state.withLock { state in
             guard var entry = state.running[jobID], entry.stopRequested == nil else { return nil }
             entry.stopRequested = reason
             state.running[jobID] = entry
             return entry.runner
         }
-        await runner?.requestStop(reason)
+        runner?.requestStop(reason)
     }
 }
 

@@ -50,7 +50,7 @@ extension Commands {
             emitError("jobctl worker: \(summary.claimed) claimed, \(summary.succeeded) succeeded, \(summary.failed) failed, "
                       + "\(summary.retried) to retry, \(summary.paused) paused, \(summary.cancelled) cancelled, \(summary.released) released")
         }
-        return pool.isShuttingDown && !configuration.drain ? ExitCode.ok : ExitCode.ok
+        return ExitCode.ok
     }
 
     static let watch = CommandSpec(
