@@ -91,13 +91,21 @@ public struct HTTPBackend: StorageBackend {
         let partial = try PartialFile(destination: destination, resumeFrom: resume)
         let start = partial.bytesWritten
         let progress = ProgressThrottle(total: nil, report: report)
+        // The total comes with the response headers, which the sink holds once the body starts.
+        weak var headersSource: FileSink?
         let sink = FileSink(partial: partial, destination: destination, requestedOffset: start,
                             checkpoint: { written, temp, headers in
                                 report(.checkpoint(.download(bytesWritten: written, generation: nil,
                                                              etag: Self.validator(headers), tempPath: temp),
                                                    bytesTotal: Self.totalSize(headers, offset: 0)))
                             },
-                            progress: { progress.update($0) })
+                            progress: { done in
+                                if progress.total == nil, let headers = headersSource?.responseHeaders {
+                                    progress.total = Self.totalSize(headers, offset: 0)
+                                }
+                                progress.update(done)
+                            })
+        headersSource = sink
         try sink.hashExistingPrefix()
 
         var request = HTTPRequest(method: "GET", url: url, followRedirects: true)

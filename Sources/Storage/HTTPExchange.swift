@@ -317,7 +317,8 @@ final class FileSink: ResponseBodySink {
 final class ProgressThrottle {
     private var lastReported: Int64 = -1
     private let step: Int64
-    private let total: Int64?
+    /// The size when known; a download learns it from the response headers after it starts.
+    var total: Int64?
     private let report: @Sendable (TransferEvent) -> Void
 
     init(total: Int64?, step: Int64 = 256 * 1024, report: @escaping @Sendable (TransferEvent) -> Void) {

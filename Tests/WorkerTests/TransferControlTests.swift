@@ -438,3 +438,34 @@ import TestSupport
         #expect(idle.wait(seconds: 5) == 0)
     }
 }
+
+@Suite("watch on a terminal") struct WatchTerminalTests {
+    /// On a terminal (a pseudo-terminal from `script`), `watch` draws a progress bar with bytes, rate and
+    /// ETA, redrawn in place, then the outcome; with NO_COLOR there are no colour codes.
+    @Test func progressBarOnATerminal() throws {
+        let nginx = try startWorkerNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("watch-tty")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(6 << 20))
+        let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
+                                         database: database, directory: directory).first)
+        let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        let command = "\(PackagePaths.jobctlBinary) --db \(database) watch \(id)"
+        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: ["NO_COLOR": "1", "TERM": "xterm"])
+        #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
+        #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
+        let screen = output.stdout
+        #expect(screen.contains("resume"), "\(screen)")
+        #expect(screen.contains("\r\u{1B}[2K["), "no in-place redraw: \(screen.debugDescription)")
+        #expect(screen.contains("#"))
+        #expect(screen.contains("%"))
+        #expect(screen.contains("MiB/6 MiB"), "\(screen.debugDescription)")
+        #expect(screen.contains("/s"))
+        #expect(screen.contains("ETA"))
+        #expect(screen.contains("succeeded"))
+        #expect(!screen.contains("\u{1B}[32m"), "colour despite NO_COLOR")
+        #expect(!screen.contains("{\""), "JSON on a terminal")
+    }
+}
