@@ -76,7 +76,7 @@ func httpError(_ response: HTTPResponse, what: String) -> StorageError {
     case 404:
         return StorageError(.objectNotFound, "\(what) does not exist\(suffix)", httpStatus: status, url: url, cause: message)
     case 408, 429, 500...599:
-        let retryAfter = response.headers["retry-after"].flatMap { Double($0.trimmingCharacters(in: .whitespaces)) }
+        let retryAfter = response.headers["retry-after"].flatMap { retryAfterSeconds($0) }
         return StorageError(.unknown, "the server answered \(status) for \(what); the transfer will be retried\(suffix)",
                             httpStatus: status, url: url, retryable: true, retryAfter: retryAfter, cause: message)
     default:
@@ -102,4 +102,18 @@ func posixError(_ code: Int32, operation: String, path: String) -> StorageError 
     default:
         return StorageError(.internalError, "\(operation) '\(path)': \(text)", cause: text)
     }
+}
+
+/// `Retry-After` as seconds from now: either delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
+func retryAfterSeconds(_ value: String, now: Date = Date()) -> Double? {
+    let text = value.trimmingCharacters(in: .whitespaces)
+    if let seconds = Double(text) { return max(0, seconds) }
+    let formatter = DateFormatter()
+    formatter.locale = Locale(identifier: "en_US_POSIX")
+    formatter.timeZone = TimeZone(identifier: "GMT")
+    for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
+        formatter.dateFormat = format
+        if let date = formatter.date(from: text) { return max(0, date.timeIntervalSince(now)) }
+    }
+    return nil
 }

@@ -1,6 +1,6 @@
 import Foundation
 import JobModel
-import Storage
+@testable import Storage
 import TestSupport
 import Testing
 
@@ -169,5 +169,18 @@ struct EngineTests {
             let memory = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://bkt/\(name)")))
             #expect(memory.code == .nonMatchingChecksum, "\(name): \(memory)")
         }
+    }
+}
+
+@Suite("Retry-After parsing") struct RetryAfterTests {
+    @Test func secondsAndHTTPDates() {
+        let now = Date(timeIntervalSince1970: 1_700_000_000)  // Tue, 14 Nov 2023 22:13:20 GMT
+        #expect(retryAfterSeconds("7", now: now) == 7)
+        #expect(retryAfterSeconds(" 2.5 ", now: now) == 2.5)
+        #expect(retryAfterSeconds("Tue, 14 Nov 2023 22:13:50 GMT", now: now) == 30)
+        #expect(retryAfterSeconds("Tuesday, 14-Nov-23 22:14:20 GMT", now: now) == 60)
+        #expect(retryAfterSeconds("Tue Nov 14 22:13:30 2023", now: now) == 10)
+        #expect(retryAfterSeconds("Mon, 13 Nov 2023 00:00:00 GMT", now: now) == 0)
+        #expect(retryAfterSeconds("soon", now: now) == nil)
     }
 }
