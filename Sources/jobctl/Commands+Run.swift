@@ -42,13 +42,16 @@ extension Commands {
         if arguments.flag("json") {
             struct Summary: Encodable {
                 let claimed, succeeded, failed, retried, paused, cancelled, released, abandoned: Int
+                let events_written, group_commits: Int
             }
             emit(try jsonText(Summary(claimed: summary.claimed, succeeded: summary.succeeded, failed: summary.failed,
                                       retried: summary.retried, paused: summary.paused, cancelled: summary.cancelled,
-                                      released: summary.released, abandoned: summary.abandoned)))
+                                      released: summary.released, abandoned: summary.abandoned,
+                                      events_written: summary.eventsWritten, group_commits: summary.groupCommits)))
         } else {
             emitError("jobctl worker: \(summary.claimed) claimed, \(summary.succeeded) succeeded, \(summary.failed) failed, "
-                      + "\(summary.retried) to retry, \(summary.paused) paused, \(summary.cancelled) cancelled, \(summary.released) released")
+                      + "\(summary.retried) to retry, \(summary.paused) paused, \(summary.cancelled) cancelled, \(summary.released) released; "
+                      + "\(summary.eventsWritten) events in \(summary.groupCommits) commits")
         }
         return ExitCode.ok
     }
