@@ -35,6 +35,7 @@ public struct CRC32C: Sendable {
     private var state: UInt32 = 0xFFFF_FFFF
     private let implementation: Implementation
 
+    /// A CRC over no bytes yet, computed the fastest way this CPU allows.
     public init() {
         implementation = Self.defaultImplementation
     }
@@ -44,6 +45,7 @@ public struct CRC32C: Sendable {
         self.implementation = implementation == .hardware && Self.hardwareAvailable ? .hardware : .table
     }
 
+    /// Continues the CRC over `bytes`.
     public mutating func update(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress, bytes.count > 0 else { return }
         switch implementation {
@@ -73,10 +75,12 @@ public struct CRC32C: Sendable {
         state = crc
     }
 
+    /// Continues the CRC over `data`.
     public mutating func update(_ data: Data) {
         data.withUnsafeBytes { update($0) }
     }
 
+    /// The CRC of every byte so far (the running state, inverted).
     public var value: UInt32 { state ^ 0xFFFF_FFFF }
 
     /// Base64 of the big-endian value, as in GCS's `crc32c` field and `x-goog-hash`.
@@ -85,6 +89,7 @@ public struct CRC32C: Sendable {
         return Data([UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)]).base64EncodedString()
     }
 
+    /// The CRC of `data` in one call.
     public static func checksum(_ data: Data) -> UInt32 {
         var crc = CRC32C()
         crc.update(data)
