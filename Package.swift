@@ -13,6 +13,7 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CCRC32C", path: "Sources/CCRC32C"),
 
         // MARK: - Build tooling: migrations/*.sql embedded into the binary
         .executableTarget(name: "MigrationEmbedder", path: "Sources/MigrationEmbedder"),
@@ -20,7 +21,7 @@ let package = Package(
 
         // MARK: - Library modules
         .target(name: "JobModel"),
-        .target(name: "Checksums", dependencies: ["CCrypto"]),
+        .target(name: "Checksums", dependencies: ["CCrypto", "CCRC32C"]),
         .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "Checksums"],
                 plugins: ["EmbedMigrations"]),
         .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),

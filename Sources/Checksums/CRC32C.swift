@@ -1,7 +1,24 @@
+import CCRC32C
 import Foundation
 
-/// CRC-32C (Castagnoli), as GCS reports it, computed slicing-by-8 in a streaming fashion.
+/// CRC-32C (Castagnoli), as GCS reports it, computed in a streaming fashion.
+///
+/// Uses the CPU's CRC32C instructions (SSE4.2 on x86-64, the CRC extension on ARMv8) when the CPU has
+/// them — several GB/s, where the portable slicing-by-8 table path manages a few hundred MB/s — and the
+/// table path otherwise. Both give the same values, so a checksum never depends on the machine.
 public struct CRC32C: Sendable {
+    /// How the CRC is computed; tests pick one to compare both.
+    enum Implementation: Sendable {
+        case hardware
+        case table
+    }
+
+    /// Whether this CPU has CRC32C instructions (checked once, at first use).
+    static let hardwareAvailable = jobctl_crc32c_hardware_available() != 0
+
+    /// The implementation a plain `CRC32C()` uses.
+    static let defaultImplementation: Implementation = hardwareAvailable ? .hardware : .table
+
     private static let tables: [[UInt32]] = {
         var tables = [[UInt32]](repeating: [UInt32](repeating: 0, count: 256), count: 8)
         for i in 0..<256 {
@@ -16,10 +33,28 @@ public struct CRC32C: Sendable {
     }()
 
     private var state: UInt32 = 0xFFFF_FFFF
+    private let implementation: Implementation
 
-    public init() {}
+    /// A CRC over no bytes yet, computed the fastest way this CPU allows.
+    public init() {
+        implementation = Self.defaultImplementation
+    }
 
+    /// A CRC computed one particular way; `.hardware` falls back to the table when the CPU lacks it.
+    init(implementation: Implementation) {
+        self.implementation = implementation == .hardware && Self.hardwareAvailable ? .hardware : .table
+    }
+
+    /// Continues the CRC over `bytes`.
     public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return }
+        switch implementation {
+        case .hardware: state = jobctl_crc32c_update(state, base, bytes.count)
+        case .table: updateWithTables(bytes)
+        }
+    }
+
+    private mutating func updateWithTables(_ bytes: UnsafeRawBufferPointer) {
         var crc = state
         let tables = Self.tables
         let t0 = tables[0], t1 = tables[1], t2 = tables[2], t3 = tables[3]
@@ -40,10 +75,12 @@ public struct CRC32C: Sendable {
         state = crc
     }
 
+    /// Continues the CRC over `data`.
     public mutating func update(_ data: Data) {
         data.withUnsafeBytes { update($0) }
     }
 
+    /// The CRC of every byte so far (the running state, inverted).
     public var value: UInt32 { state ^ 0xFFFF_FFFF }
 
     /// Base64 of the big-endian value, as in GCS's `crc32c` field and `x-goog-hash`.
@@ -52,6 +89,7 @@ public struct CRC32C: Sendable {
         return Data([UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)]).base64EncodedString()
     }
 
+    /// The CRC of `data` in one call.
     public static func checksum(_ data: Data) -> UInt32 {
         var crc = CRC32C()
         crc.update(data)

@@ -65,9 +65,11 @@ protocol ResponseBodySink: AnyObject {
 
 /// MD5 and CRC32C over a byte stream that may revisit a prefix (a chunk re-sent after the server
 /// kept only part of it): bytes at or below `hashedUpTo` are not hashed twice.
+///
+/// Hashing runs on a `PipelinedChecksums` queue past the first MiB, so the engine thread goes back to
+/// curl while the bytes are hashed.
 final class StreamChecksums {
-    private var md5 = Digest(.md5)
-    private var crc = CRC32C()
+    private var hashes = PipelinedChecksums()
     private(set) var hashedUpTo: Int64 = 0
     /// False when a gap made the hashes meaningless (then they are not compared).
     private(set) var isContiguous = true
@@ -81,22 +83,21 @@ final class StreamChecksums {
         let skip = Int(hashedUpTo - offset)
         guard skip < bytes.count else { return }
         let fresh = UnsafeRawBufferPointer(rebasing: bytes[skip...])
-        md5.update(fresh)
-        crc.update(fresh)
+        hashes.update(fresh)
         hashedUpTo += Int64(fresh.count)
     }
 
     /// Starts again from byte 0.
     func reset() {
-        md5 = Digest(.md5)
-        crc = CRC32C()
+        hashes = PipelinedChecksums()
         hashedUpTo = 0
         isContiguous = true
     }
 
     /// Base64 MD5 and CRC32C (GCS's encoding). Call once, at the end.
     func finish() -> (md5: String, crc32c: String) {
-        (Data(md5.finalize()).base64EncodedString(), crc.base64)
+        let result = hashes.finish()
+        return (result.md5Base64, result.crc32cBase64)
     }
 }
 

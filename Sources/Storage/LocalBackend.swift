@@ -216,18 +216,18 @@ extension LocalBackend {
 
 // MARK: - Hashing
 
-/// MD5 and CRC32C over the same stream.
+/// MD5 and CRC32C over the same stream; past the first MiB they are computed on a `PipelinedChecksums`
+/// queue while the transfer goes on reading and writing.
 final class StreamingHashes {
-    private let md5 = Digest(.md5)
-    private var crc = CRC32C()
+    private let hashes = PipelinedChecksums()
 
     func update(_ bytes: UnsafeRawBufferPointer) {
-        md5.update(bytes)
-        crc.update(bytes)
+        hashes.update(bytes)
     }
 
     /// Base64 MD5 and base64 big-endian CRC32C; call once.
     func finish() -> (md5: String, crc32c: String) {
-        (Data(md5.finalize()).base64EncodedString(), crc.base64)
+        let result = hashes.finish()
+        return (result.md5Base64, result.crc32cBase64)
     }
 }

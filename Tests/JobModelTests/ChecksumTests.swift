@@ -12,6 +12,116 @@ import Testing
         #expect(CRC32C.checksum(Data("123456789".utf8)) == 0xE306_9283)
     }
 
+    /// The RFC 3720 vectors (plus the descending one) through each implementation explicitly.
+    @Test(arguments: [CRC32C.Implementation.hardware, .table])
+    func crc32cKnownVectorsPerImplementation(_ implementation: CRC32C.Implementation) {
+        let vectors: [(Data, UInt32)] = [
+            (Data(repeating: 0, count: 32), 0x8A91_36AA),
+            (Data(repeating: 0xFF, count: 32), 0x62A8_AB43),
+            (Data((0..<32).map { UInt8($0) }), 0x46DD_794E),
+            (Data((0..<32).map { UInt8(31 - $0) }), 0x113F_DB5C),
+            (Data("123456789".utf8), 0xE306_9283),
+            (Data(), 0),
+        ]
+        for (data, expected) in vectors {
+            var crc = CRC32C(implementation: implementation)
+            crc.update(data)
+            #expect(crc.value == expected, "\(implementation) over \(data.count) bytes")
+        }
+    }
+
+    #if arch(x86_64)
+    /// Every x86-64 CPU since 2008 has SSE4.2; without it the hardware comparisons below would compare
+    /// the table with itself.
+    @Test func crc32cHardwareIsDetectedOnX86() {
+        #expect(CRC32C.hardwareAvailable)
+        #expect(CRC32C.defaultImplementation == .hardware)
+    }
+    #endif
+
+    /// Random bytes at every alignment and many lengths (tails of 0–7 bytes, streaming splits): both
+    /// implementations agree, one-shot and continued.
+    @Test func crc32cHardwareMatchesTable() {
+        var generator = SystemRandomNumberGenerator()
+        let pool = (0..<70_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let lengths = Array(0...80) + [255, 256, 257, 1_000, 4_095, 4_096, 4_097, 65_535, 65_536 - 3]
+        pool.withUnsafeBytes { all in
+            for alignment in 0..<8 {
+                for length in lengths {
+                    let bytes = UnsafeRawBufferPointer(rebasing: all[alignment..<(alignment + length)])
+                    var hardware = CRC32C(implementation: .hardware)
+                    var table = CRC32C(implementation: .table)
+                    hardware.update(bytes)
+                    table.update(bytes)
+                    #expect(hardware.value == table.value, "length \(length), alignment \(alignment)")
+
+                    // Streaming: split at an odd point, continue the hardware state with the table.
+                    let split = min(length, length / 3 + (alignment & 1))
+                    var mixed = CRC32C(implementation: .hardware)
+                    mixed.update(UnsafeRawBufferPointer(rebasing: bytes[0..<split]))
+                    var rest = CRC32C(implementation: .table)
+                    rest.update(UnsafeRawBufferPointer(rebasing: bytes[0..<split]))
+                    mixed.update(UnsafeRawBufferPointer(rebasing: bytes[split...]))
+                    rest.update(UnsafeRawBufferPointer(rebasing: bytes[split...]))
+                    #expect(mixed.value == table.value && rest.value == table.value, "split \(split) of \(length)")
+                }
+            }
+        }
+    }
+
+    // MARK: - Pipelined
+
+    /// `count` random bytes, drawn eight at a time (debug builds are slow byte by byte).
+    private func randomData(_ count: Int) -> Data {
+        var generator = SystemRandomNumberGenerator()
+        var words = (0..<(count / 8 + 1)).map { _ in generator.next() }
+        return words.withUnsafeMutableBytes { Data($0.prefix(count)) }
+    }
+
+    /// Reference hashes computed on this thread.
+    private func expectedHashes(_ data: Data) -> (String, String) {
+        var crc = CRC32C(implementation: .table)
+        crc.update(data)
+        return (Data(Digest.md5(data)).base64EncodedString(), crc.base64)
+    }
+
+    /// Streams of several sizes fed in uneven pieces: the pipelined hasher (inline prefix or none, a
+    /// backlog of one block so the producer has to wait) gives exactly the hashes of the whole.
+    @Test(arguments: [0, 1, 1_000_003, 3 << 20, (5 << 20) + 17])
+    func pipelinedMatchesDirect(size: Int) {
+        let data = randomData(size)
+        let (md5, crc) = expectedHashes(data)
+        for (backlog, inline) in [(1 << 20, 0), (4 << 20, 100_000), (PipelinedChecksums.defaultBacklogBytes, PipelinedChecksums.defaultInlineBytes)] {
+            let hashes = PipelinedChecksums(backlogBytes: backlog, inlineBytes: inline)
+            data.withUnsafeBytes { all in
+                var offset = 0
+                var piece = 1
+                while offset < all.count {
+                    let end = min(all.count, offset + piece)
+                    hashes.update(UnsafeRawBufferPointer(rebasing: all[offset..<end]))
+                    offset = end
+                    piece = piece * 7 % 300_007 + 1   // 1, 8, 57, 400, ... uneven, up to ~300 KB
+                }
+            }
+            let result = hashes.finish()
+            #expect(result.md5Base64 == md5, "size \(size), backlog \(backlog), inline \(inline)")
+            #expect(result.crc32cBase64 == crc, "size \(size), backlog \(backlog), inline \(inline)")
+            #expect(hashes.finish() == result, "finish is idempotent")
+        }
+    }
+
+    /// A hasher dropped mid-stream (a transfer that failed) frees its blocks without waiting or crashing.
+    @Test func pipelinedAbandonedMidStream() {
+        let data = Data(repeating: 0x5A, count: (3 << 20) + 5)
+        for _ in 0..<3 {
+            let hashes = PipelinedChecksums(backlogBytes: 2 << 20, inlineBytes: 0)
+            data.withUnsafeBytes { hashes.update($0) }
+        }
+        let hashes = PipelinedChecksums(backlogBytes: 2 << 20, inlineBytes: 0)
+        data.withUnsafeBytes { hashes.update($0) }
+        #expect(hashes.finish() == expectedHashes(data))
+    }
+
     @Test func crc32cStreamingMatchesOneShot() {
         let data = Data((0..<10_007).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
         var crc = CRC32C()
