@@ -28,8 +28,10 @@ public final class EventStore: @unchecked Sendable {
     private let connection: SQLiteConnection
     private let lock = NSLock()
 
-    /// The default busy timeout: how long a write waits for another process's transaction.
-    public static let defaultBusyTimeoutMs: Int32 = 5_000
+    /// The default busy timeout: how long a write waits for another process's transaction. Generous,
+    /// because a commit's fsync can take seconds on a disk busy with a large transfer, and a `submit` or a
+    /// worker that waits is better than one that fails; SQLite waits only as long as the lock is held.
+    public static let defaultBusyTimeoutMs: Int32 = 30_000
 
     /// The newest schema version this binary knows (the highest `migrations/NNN_*.sql`).
     public static var knownSchemaVersion: Int { Migrator.latestVersion }
@@ -64,11 +66,32 @@ public final class EventStore: @unchecked Sendable {
             }
             self.appliedMigrations = []
         } else {
-            try connection.execute("PRAGMA journal_mode = WAL")
+            try Self.enableWAL(connection, timeoutMs: Int64(busyTimeoutMs))
             try connection.execute("PRAGMA synchronous = FULL")
             self.appliedMigrations = try Migrator.migrate(connection, now: Clock.nowMs())
         }
         self.connection = connection
+    }
+
+    /// Switches the file to WAL. The mode is stored in the file, so once any process has set it, reading
+    /// it needs no lock and nothing is changed. Switching needs an exclusive lock, and SQLite may answer
+    /// SQLITE_BUSY at once instead of calling the busy handler when several processes open a brand-new
+    /// file together: retry until the busy timeout.
+    ///
+    /// See https://www.sqlite.org/pragma.html#pragma_journal_mode
+    private static func enableWAL(_ connection: SQLiteConnection, timeoutMs: Int64) throws(StoreError) {
+        let deadline = Clock.nowMs() + timeoutMs
+        while true {
+            do throws(StoreError) {
+                let mode = try connection.first("PRAGMA journal_mode") { row in row.text(0) }
+                if mode?.lowercased() == "wal" { return }
+                try connection.execute("PRAGMA journal_mode = WAL")
+                return
+            } catch {
+                guard case .busy = error, Clock.nowMs() < deadline else { throw error }
+                usleep(10_000)
+            }
+        }
     }
 
     /// Creates (if needed) and migrates the database at `path`; returns the versions applied now.
