@@ -116,16 +116,17 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
 
     public static let executable = "/usr/sbin/nginx"
 
-    /// Starts nginx; `extraServerConfig` is inserted into the `server` block before `location /`
-    /// (`$ROOT` in it is replaced by the served directory).
-    public static func start(extraServerConfig: String = "") throws -> NginxServer {
+    /// Starts nginx; `extraServerConfig` is inserted into the `server` block before `location /` and
+    /// `extraHTTPConfig` into the `http` block (e.g. a `log_format`); `$ROOT` in either is replaced by the
+    /// served directory.
+    public static func start(extraServerConfig: String = "", extraHTTPConfig: String = "") throws -> NginxServer {
         let directory = try TemporaryDirectory("jobctl-nginx")
         try FileManager.default.createDirectory(atPath: directory.file("root"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: directory.file("tmp"), withIntermediateDirectories: true)
-        return try NginxServer(directory: directory, extraServerConfig: extraServerConfig)
+        return try NginxServer(directory: directory, extraServerConfig: extraServerConfig, extraHTTPConfig: extraHTTPConfig)
     }
 
-    private init(directory: TemporaryDirectory, extraServerConfig: String) throws {
+    private init(directory: TemporaryDirectory, extraServerConfig: String, extraHTTPConfig: String) throws {
         let port = freeLoopbackPort()
         let dir = directory.path
         let config = """
@@ -144,6 +145,7 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
             uwsgi_temp_path \(dir)/tmp/uwsgi;
             scgi_temp_path \(dir)/tmp/scgi;
             sendfile on;
+            \(extraHTTPConfig.replacingOccurrences(of: "$ROOT", with: "\(dir)/root"))
             server {
                 listen 127.0.0.1:\(port);
                 root \(dir)/root;
