@@ -155,6 +155,20 @@ import TestSupport
         #expect(output.stdout.split(separator: "\n").count == 3)
     }
 
+    @Test func dryRunValidatesAndStoresNothing() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", Self.manifest)
+        let output = try workspace.jobctl(["submit", "--dry-run", path])
+        #expect(output.status == 0, "\(output.stderr)")
+        #expect(output.stdout.contains("3 job(s) valid; nothing submitted"))
+        #expect(!FileManager.default.fileExists(atPath: workspace.database))
+        let json = try workspace.jobctl(["submit", "--dry-run", "--json", path])
+        let specs = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+        #expect(specs.compactMap { $0["kind"] as? String } == ["upload-data", "download-memory", "fetch-url"])
+        #expect(!FileManager.default.fileExists(atPath: workspace.database))
+    }
+
     @Test func badManifestSubmitsNothing() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
