@@ -45,31 +45,7 @@ extension EventStore {
     public func append(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         guard !events.isEmpty else { return [] }
         return try writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
-            var outcomes: [Result<JobEvent, StoreError>] = []
-            outcomes.reserveCapacity(events.count)
-            for pending in events {
-                do throws(StoreError) {
-                    guard pending.type != .submitted && pending.type != .claimed else {
-                        throw StoreError.invalidControl(
-                            "'\(pending.type.rawValue)' events are written by submit() and claim(), not append()")
-                    }
-                    let (event, _) = try connection.savepoint { () throws(StoreError) in
-                        try connection.appendEvent(pending, now: now)
-                    }
-                    outcomes.append(.success(event))
-                } catch {
-                    // Refusals are per event. A failure of the file itself, or one after which SQLite
-                    // rolled the whole transaction back, sinks the batch: nothing of it is committed.
-                    switch error {
-                    case .io, .busy:
-                        throw error
-                    default:
-                        guard connection.isInTransaction else { throw error }
-                        outcomes.append(.failure(error))
-                    }
-                }
-            }
-            return outcomes
+            try connection.appendBatch(events, now: now)
         }
     }
 
@@ -88,10 +64,54 @@ extension EventStore {
 // MARK: - Appending inside a transaction
 
 extension SQLiteConnection {
+    /// The body of `EventStore.append(_:now:)`: each event in its own savepoint, refusals reported per
+    /// event. Throws only what sinks the whole transaction (busy, I/O, or SQLite rolled it back).
+    func appendBatch(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
+        var outcomes: [Result<JobEvent, StoreError>] = []
+        outcomes.reserveCapacity(events.count)
+        // The rows this transaction has written, as written: a job's next event in the same batch
+        // starts from its record instead of reading and decoding the row again. Nothing else writes
+        // while this transaction holds the lock, and a refused event changes nothing, so a record
+        // here is the row's current state; lease rows are still read for every fenced event.
+        var written: [String: JobRecord] = [:]
+        for pending in events {
+            do throws(StoreError) {
+                guard pending.type != .submitted && pending.type != .claimed else {
+                    throw StoreError.invalidControl(
+                        "'\(pending.type.rawValue)' events are written by submit() and claim(), not append()")
+                }
+                let known = written[pending.jobID]
+                let (event, record) = try savepoint { () throws(StoreError) in
+                    if let known {
+                        return try appendEvent(pending, to: known, now: now)
+                    }
+                    return try appendEvent(pending, now: now)
+                }
+                written[pending.jobID] = record
+                outcomes.append(.success(event))
+            } catch {
+                try throwIfTransactionLost(error)
+                outcomes.append(.failure(error))
+            }
+        }
+        return outcomes
+    }
+
+    /// Rethrows `error` when it sinks the whole transaction: a failure of the file itself (busy, I/O),
+    /// or one after which SQLite rolled the transaction back. Other errors are one step's refusal.
+    func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
+        switch error {
+        case .io, .busy:
+            throw error
+        default:
+            guard isInTransaction else { throw error }
+        }
+    }
+
     /// The job's projection row, or nil.
     func loadJob(_ id: String) throws(StoreError) -> JobRecord? {
         try first("SELECT \(JobRecord.selectColumns) FROM jobs WHERE id = ?", [.text(id)]) { (row) throws(StoreError) in
-            try JobRecord(row: row)
+            try JobRecord(row: row, specs: decodedSpecs)
         }
     }
 
@@ -105,7 +125,14 @@ extension SQLiteConnection {
     /// Checks and appends one event, updating the projection and the lease table. The caller holds
     /// a write transaction.
     func appendEvent(_ pending: PendingEvent, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
-        let current = try loadJob(pending.jobID)
+        try appendEvent(pending, to: try loadJob(pending.jobID), now: now)
+    }
+
+    /// Checks and appends one event to a job whose projection row the caller read (or wrote) in this
+    /// same write transaction: `current` must be that row as it stands now (nil: no row), so the
+    /// version, fencing and transition checks see the latest state.
+    func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
+        precondition(current.map { $0.id == pending.jobID } ?? true, "appendEvent: the record is not job \(pending.jobID)'s")
         if pending.type == .submitted {
             if let current {
                 throw StoreError.invalidTransition(jobID: pending.jobID, state: current.state, event: .submitted)
@@ -148,7 +175,7 @@ extension SQLiteConnection {
         if var existing = current {
             existing.apply(event)
             record = existing
-            try run(JobRecord.updateSQL, Array(try record.rowValues().dropFirst()) + [.text(record.id)])
+            try run(JobRecord.updateSQL, try record.changingValues() + [.text(record.id)])
         } else {
             guard let created = JobRecord(submitted: event) else {
                 throw StoreError.invalidControl("a 'submitted' event needs the job's spec")

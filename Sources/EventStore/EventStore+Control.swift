@@ -151,7 +151,7 @@ extension EventStore {
             let resolved = try connection.resolveID(id)
             guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
             guard let pending = try decide(job) else { return job }
-            return try connection.appendEvent(pending, now: now).1
+            return try connection.appendEvent(pending, to: job, now: now).1
         }
     }
 

@@ -81,7 +81,9 @@ extension EventStore {
         let query = sql
         let parameters = values
         return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
-            try connection.query(query, parameters) { (row) throws(StoreError) in try JobRecord(row: row) }
+            try connection.query(query, parameters) { (row) throws(StoreError) in
+                try JobRecord(row: row, specs: connection.decodedSpecs)
+            }
         }
     }
 

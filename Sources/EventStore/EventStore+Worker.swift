@@ -15,6 +15,40 @@ public struct ClaimedJob: Sendable, Equatable {
     }
 }
 
+/// What a worker asks of `EventStore.claim`: up to `limit` jobs from `queues` for `owner`.
+public struct ClaimRequest: Sendable, Equatable {
+    /// The lease owner and the events' actor.
+    public var owner: String
+    /// Queues to take jobs from; nil: any queue, empty: none.
+    public var queues: [String]?
+    /// At most this many jobs.
+    public var limit: Int
+    /// How long the lease lasts without a heartbeat.
+    public var leaseMs: Int64
+    /// The claim's time: runnable means `run_after ≤ now`; leases expire at `now + leaseMs`.
+    public var now: Int64
+
+    /// Creates a request.
+    public init(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) {
+        self.owner = owner
+        self.queues = queues
+        self.limit = limit
+        self.leaseMs = leaseMs
+        self.now = now
+    }
+
+    /// Whether the request cannot claim anything (no slot, or no queue).
+    var isEmpty: Bool { limit <= 0 || queues.map(\.isEmpty) ?? false }
+}
+
+/// What `EventStore.append(_:now:thenClaim:)` did: the per-event outcomes and the claim's.
+public struct AppendAndClaimOutcome: Sendable {
+    /// One outcome per event given, in order (as `append(_:now:)` returns them).
+    public var appended: [Result<JobEvent, StoreError>]
+    /// The jobs claimed, or why the claim was refused.
+    public var claimed: Result<[ClaimedJob], StoreError>
+}
+
 extension EventStore {
     /// Claims up to `limit` runnable jobs for `owner` in one IMMEDIATE transaction.
     ///
@@ -24,45 +58,31 @@ extension EventStore {
     /// A queued job whose pause or cancel was requested while it last ran is `paused` or `cancelled`
     /// here instead of being claimed.
     public func claim(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) throws(StoreError) -> [ClaimedJob] {
-        guard limit > 0, queues.map({ !$0.isEmpty }) ?? true else { return [] }
-        var sql = "SELECT id FROM jobs WHERE state = 'queued' AND run_after_ms <= ?"
-        if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
-        sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT ?"
-        let queueValues = (queues ?? []).map(SQLiteValue.text)
-        let actor = owner
+        let request = ClaimRequest(owner: owner, queues: queues, limit: limit, leaseMs: leaseMs, now: now)
+        guard !request.isEmpty else { return [] }
         return try writeTransaction { (connection) throws(StoreError) -> [ClaimedJob] in
-            var claimed: [ClaimedJob] = []
-            while claimed.count < limit {
-                let ids = try connection.query(sql, [.integer(now)] + queueValues + [.int(limit - claimed.count)]) { row in
-                    row.text(0)
-                }
-                if ids.isEmpty { break }
-                for id in ids {
-                    guard let job = try connection.loadJob(id) else { continue }
-                    if job.cancelRequested {
-                        let error = StorageError(.cancelled, "cancelled on request before the next attempt")
-                        _ = try connection.appendEvent(PendingEvent(jobID: id, type: .cancelled, actor: actor,
-                                                                    data: EventData(error: error)), now: now)
-                        continue
-                    }
-                    if job.pauseRequested {
-                        _ = try connection.appendEvent(PendingEvent(jobID: id, type: .paused, actor: actor,
-                                                                    data: EventData(reason: "paused on request")), now: now)
-                        continue
-                    }
-                    let token = try connection.nextLeaseToken()
-                    let expiresAt = now + leaseMs
-                    let data = EventData(leaseOwner: owner, leaseExpiresAtMs: expiresAt, attempt: job.attempts + 1)
-                    let (_, record) = try connection.appendEvent(
-                        PendingEvent(jobID: id, type: .claimed, actor: actor, leaseToken: token,
-                                     expectedVersion: job.version, data: data), now: now)
-                    try connection.run(
-                        "INSERT OR REPLACE INTO leases (job_id, owner, token, expires_at_ms) VALUES (?, ?, ?, ?)",
-                        [.text(id), .text(owner), .integer(token), .integer(expiresAt)])
-                    claimed.append(ClaimedJob(record: record, token: token))
-                }
+            try connection.claim(request)
+        }
+    }
+
+    /// Appends `events` exactly as `append(_:now:)` does, then claims exactly as `claim` does, in ONE
+    /// transaction: a worker's group commit and its next claim share one sync instead of two.
+    ///
+    /// The claim runs after the appends (so it sees the slots they freed) in its own savepoint: a claim
+    /// refused for a reason of its own (a corrupt row) is returned as its failure and the appends still
+    /// commit. Throws only when the transaction as a whole fails (busy, I/O); then nothing is written.
+    public func append(_ events: [PendingEvent], now: Int64,
+                       thenClaim request: ClaimRequest) throws(StoreError) -> AppendAndClaimOutcome {
+        try writeTransaction { (connection) throws(StoreError) -> AppendAndClaimOutcome in
+            let appended = try connection.appendBatch(events, now: now)
+            guard !request.isEmpty else { return AppendAndClaimOutcome(appended: appended, claimed: .success([])) }
+            do throws(StoreError) {
+                let claimed = try connection.savepoint { () throws(StoreError) in try connection.claim(request) }
+                return AppendAndClaimOutcome(appended: appended, claimed: .success(claimed))
+            } catch {
+                try connection.throwIfTransactionLost(error)
+                return AppendAndClaimOutcome(appended: appended, claimed: .failure(error))
             }
-            return claimed
         }
     }
 
@@ -112,7 +132,7 @@ extension EventStore {
                     pending = PendingEvent(jobID: id, type: .leaseExpired, actor: actor, expectedVersion: job.version,
                                            data: EventData(reason: "lease held by \(holder) expired\(when)"))
                 }
-                _ = try connection.appendEvent(pending, now: now)
+                _ = try connection.appendEvent(pending, to: job, now: now)
                 rescued.append(id)
             }
             return rescued
@@ -143,6 +163,48 @@ extension EventStore {
 }
 
 extension SQLiteConnection {
+    /// The body of `EventStore.claim`; the caller holds a write transaction.
+    func claim(_ request: ClaimRequest) throws(StoreError) -> [ClaimedJob] {
+        let (owner, queues, limit, leaseMs, now) = (request.owner, request.queues, request.limit, request.leaseMs, request.now)
+        // Whole rows, so each claim reads its job once (the rows are current: this transaction holds the lock).
+        var sql = "SELECT \(JobRecord.selectColumns) FROM jobs WHERE state = 'queued' AND run_after_ms <= ?"
+        if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
+        sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT ?"
+        let queueValues = (queues ?? []).map(SQLiteValue.text)
+        let actor = owner
+        var claimed: [ClaimedJob] = []
+        while claimed.count < limit {
+            let jobs = try query(sql, [.integer(now)] + queueValues + [.int(limit - claimed.count)]) {
+                (row) throws(StoreError) in try JobRecord(row: row, specs: decodedSpecs)
+            }
+            if jobs.isEmpty { break }
+            for job in jobs {
+                let id = job.id
+                if job.cancelRequested {
+                    let error = StorageError(.cancelled, "cancelled on request before the next attempt")
+                    _ = try appendEvent(PendingEvent(jobID: id, type: .cancelled, actor: actor,
+                                                     data: EventData(error: error)), to: job, now: now)
+                    continue
+                }
+                if job.pauseRequested {
+                    _ = try appendEvent(PendingEvent(jobID: id, type: .paused, actor: actor,
+                                                     data: EventData(reason: "paused on request")), to: job, now: now)
+                    continue
+                }
+                let token = try nextLeaseToken()
+                let expiresAt = now + leaseMs
+                let data = EventData(leaseOwner: owner, leaseExpiresAtMs: expiresAt, attempt: job.attempts + 1)
+                let (_, record) = try appendEvent(
+                    PendingEvent(jobID: id, type: .claimed, actor: actor, leaseToken: token,
+                                 expectedVersion: job.version, data: data), to: job, now: now)
+                try run("INSERT OR REPLACE INTO leases (job_id, owner, token, expires_at_ms) VALUES (?, ?, ?, ?)",
+                        [.text(id), .text(owner), .integer(token), .integer(expiresAt)])
+                claimed.append(ClaimedJob(record: record, token: token))
+            }
+        }
+        return claimed
+    }
+
     /// The next fencing token; the counter row only grows.
     func nextLeaseToken() throws(StoreError) -> Int64 {
         try run("UPDATE lease_counter SET last_token = last_token + 1 WHERE id = 1")

@@ -44,6 +44,8 @@ final class SQLiteConnection {
     private let handle: OpaquePointer
     private var cache: [String: SQLiteStatement] = [:]
     let path: String
+    /// Job specs this connection has decoded, by their JSON text (see `DecodedSpecCache`).
+    let decodedSpecs = DecodedSpecCache()
 
     /// Opens (and with `create`, creates) the database file.
     ///

@@ -10,8 +10,12 @@ import Synchronization
 /// thread through continuations; each time it wakes it takes *every* append queued meanwhile and writes
 /// them in one transaction (group commit: many tasks' events, one fsync).
 final class StoreThread: Sendable {
+    private typealias AppendContinuation = CheckedContinuation<Result<JobEvent, StoreError>, Never>
+    private typealias ClaimContinuation = CheckedContinuation<Result<[ClaimedJob], StoreError>, Never>
+
     private enum Work {
-        case append(PendingEvent, CheckedContinuation<Result<JobEvent, StoreError>, Never>)
+        case append(PendingEvent, AppendContinuation)
+        case claim(ClaimRequest, ClaimContinuation)
         case call(@Sendable (EventStore) -> Void)
     }
 
@@ -39,6 +43,13 @@ final class StoreThread: Sendable {
         await withCheckedContinuation { continuation in
             enqueue(.append(event, continuation))
         }
+    }
+
+    /// Claims jobs in the same transaction as the appends queued before it (one sync for both).
+    func claim(_ request: ClaimRequest) async throws(StoreError) -> [ClaimedJob] {
+        try await withCheckedContinuation { continuation in
+            enqueue(.claim(request, continuation))
+        }.get()
     }
 
     /// Runs `body` on the store thread.
@@ -88,11 +99,13 @@ final class StoreThread: Sendable {
     }
 
     private func process(_ batch: [Work]) {
-        var appends: [(PendingEvent, CheckedContinuation<Result<JobEvent, StoreError>, Never>)] = []
+        var appends: [(PendingEvent, AppendContinuation)] = []
         for work in batch {
             switch work {
             case .append(let event, let continuation):
                 appends.append((event, continuation))
+            case .claim(let request, let continuation):
+                flush(&appends, thenClaim: (request, continuation))
             case .call(let body):
                 flush(&appends)
                 body(store)
@@ -101,17 +114,31 @@ final class StoreThread: Sendable {
         flush(&appends)
     }
 
-    private func flush(_ appends: inout [(PendingEvent, CheckedContinuation<Result<JobEvent, StoreError>, Never>)]) {
-        guard !appends.isEmpty else { return }
+    /// Writes the queued appends in one transaction — with the claim, when there is one, after them in
+    /// the same transaction — and resumes every waiter with its outcome.
+    private func flush(_ appends: inout [(PendingEvent, AppendContinuation)],
+                       thenClaim claim: (ClaimRequest, ClaimContinuation)? = nil) {
+        guard !appends.isEmpty || claim != nil else { return }
         let now = Clock.nowMs()
         do {
-            let results = try store.append(appends.map(\.0), now: now)
-            for (index, entry) in appends.enumerated() {
-                entry.1.resume(returning: results[index])
+            let events = appends.map(\.0)
+            let appended: [Result<JobEvent, StoreError>]
+            if let (request, continuation) = claim {
+                let outcome = try store.append(events, now: now, thenClaim: request)
+                appended = outcome.appended
+                continuation.resume(returning: outcome.claimed)
+            } else {
+                appended = try store.append(events, now: now)
             }
-            stats.withLock { $0.commits += 1; $0.events += appends.count }
+            for (index, entry) in appends.enumerated() {
+                entry.1.resume(returning: appended[index])
+            }
+            if !appends.isEmpty {
+                stats.withLock { $0.commits += 1; $0.events += appends.count }
+            }
         } catch {
             for entry in appends { entry.1.resume(returning: .failure(error)) }
+            claim?.1.resume(returning: .failure(error))
         }
         appends.removeAll(keepingCapacity: true)
     }

@@ -185,9 +185,8 @@ public final class WorkerPool: Sendable {
 
     private func claim(limit: Int, now: Int64) async throws -> Int {
         let config = configuration
-        let claimed = try await storeThread.call { store in
-            try store.claim(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now)
-        }
+        let claimed = try await storeThread.claim(
+            ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
         for job in claimed {
             start(job)
         }
