@@ -172,3 +172,43 @@ struct FoldTests {
         #expect(allowed == expected)
     }
 }
+
+/// The append path writes only `JobRecord.changingColumns`; these prove no event can change the others.
+@Suite("The columns an append writes")
+struct ChangingColumnsTests {
+    @Test("changing and fixed columns together are every column, once")
+    func partition() {
+        let changing = Set(JobRecord.changingColumns)
+        #expect(changing.count == JobRecord.changingColumns.count)
+        #expect(changing.isSubset(of: Set(JobRecord.columns)))
+        #expect(!changing.contains("id") && !changing.contains("spec"))
+    }
+
+    @Test("no event changes a column the append UPDATE leaves out", arguments: EventType.allCases)
+    func fixedColumnsStay(_ type: EventType) throws {
+        let spec = JobSpec(kind: .uploadData, destination: "gs://b/o", data: Data("x".utf8), key: "k", priority: 3,
+                           maxAttempts: 5, queue: "q")
+        let submitted = JobEvent(seq: 7, jobID: "JOB", version: 1, type: .submitted, atMs: 100, actor: "a",
+                                 data: EventData(spec: spec))
+        let before = try #require(JobRecord(submitted: submitted))
+        // A payload with every field set, including a different spec, so any field an event copies shows up.
+        let other = JobSpec(kind: .downloadFile, source: "gs://c/p", destination: "/tmp/p", key: "other",
+                            priority: 9, maxAttempts: 1, queue: "elsewhere")
+        let data = EventData(spec: other, leaseOwner: "w", leaseExpiresAtMs: 999, attempt: 2, bytesDone: 5, bytesTotal: 10,
+                             resumePoint: .download(bytesWritten: 5, generation: "g", etag: nil, tempPath: nil),
+                             error: StorageError(.unknown, "boom"), retryAtMs: 500,
+                             result: JobResult(size: 10), reason: "why")
+        var after = before
+        after.apply(JobEvent(seq: 8, jobID: "JOB", version: 2, type: type, atMs: 300, actor: "b", leaseToken: 4, data: data))
+        let (old, new) = (try before.rowValues(), try after.rowValues())
+        for (index, column) in JobRecord.columns.enumerated() where !JobRecord.changingColumns.contains(column) {
+            #expect(old[index] == new[index], "\(type.rawValue) changed \(column)")
+        }
+        // And changingValues() is exactly those columns of rowValues().
+        let changing = try after.changingValues()
+        for (offset, column) in JobRecord.changingColumns.enumerated() {
+            let index = try #require(JobRecord.columns.firstIndex(of: column))
+            #expect(changing[offset] == new[index], "changingValues() disagrees with rowValues() on \(column)")
+        }
+    }
+}

@@ -147,4 +147,42 @@ struct WorkerPrimitiveTests {
         try fixture.submit()
         #expect(try watcher.dataVersion() != before)
     }
+
+    @Test("appends and a claim share one transaction: the claim sees the appends, a refusal sinks neither")
+    func appendThenClaim() throws {
+        let fixture = try StoreFixture("store-append-claim")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let running = try fixture.running(now: 1_000)
+        let next = try fixture.submit(now: 1_100)
+        let id = running.record.id
+        let outcome = try store.append([
+            PendingEvent(jobID: id, type: .started, actor: workerName, leaseToken: running.token),
+            PendingEvent(jobID: id, type: .progress, actor: workerName, leaseToken: running.token,
+                         data: EventData(bytesDone: 3, bytesTotal: 3)),
+            PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: running.token + 99),
+            PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: running.token,
+                         data: EventData(result: JobResult(size: 3))),
+        ], now: 2_000, thenClaim: ClaimRequest(owner: workerName, queues: nil, limit: 4, leaseMs: 1_000, now: 2_000))
+
+        #expect(outcome.appended.map { (try? $0.get())?.version } == [3, 4, nil, 5])
+        guard case .failure(.staleLease) = outcome.appended[2] else {
+            Issue.record("a stale token must be refused, got \(outcome.appended[2])")
+            return
+        }
+        let claimed = try outcome.claimed.get()
+        #expect(claimed.map(\.record.id) == [next])
+        #expect(claimed.first.map { $0.token > running.token } == true)
+        #expect(try store.job(id)?.state == .succeeded)
+        #expect(try store.job(id)?.bytesDone == 3)
+        #expect(try store.job(next)?.state == .running)
+        #expect(try store.replay(verify: true).isConsistent)
+
+        // Nothing to claim (or an empty request): the appends still commit.
+        let again = try store.append([
+            PendingEvent(jobID: next, type: .started, actor: workerName, leaseToken: claimed[0].token),
+        ], now: 3_000, thenClaim: ClaimRequest(owner: workerName, queues: [], limit: 4, leaseMs: 1_000, now: 3_000))
+        #expect(try again.claimed.get().isEmpty)
+        #expect(try again.appended[0].get().version == 3)
+    }
 }
