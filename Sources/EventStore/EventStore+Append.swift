@@ -172,10 +172,12 @@ extension SQLiteConnection {
                              atMs: now, actor: pending.actor, leaseToken: pending.leaseToken, data: data)
 
         let record: JobRecord
-        if var existing = current {
-            existing.apply(event)
-            record = existing
-            try run(JobRecord.updateSQL, try record.changingValues() + [.text(record.id)])
+        if let current {
+            var updated = current
+            updated.apply(event)
+            record = updated
+            let update = try record.update(from: current)
+            try run(update.sql, update.values)
         } else {
             guard let created = JobRecord(submitted: event) else {
                 throw StoreError.invalidControl("a 'submitted' event needs the job's spec")

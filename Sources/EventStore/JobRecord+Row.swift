@@ -87,18 +87,13 @@ extension JobRecord {
 
     static let insertSQL = "INSERT INTO jobs (\(selectColumns)) VALUES (\(columns.map { _ in "?" }.joined(separator: ", ")))"
 
-    /// The columns an event can change, in the order of `changingValues()`. The others (id, seq, kind,
-    /// queue, priority, max_attempts, spec, idempotency_key, created_at_ms) are fixed by `submitted`:
-    /// `apply(_:)` never touches them, so an append need not encode and write them again.
+    /// The columns an event can change. The others (id, seq, kind, queue, priority, max_attempts, spec,
+    /// idempotency_key, created_at_ms) are fixed by `submitted`: `apply(_:)` never touches them.
     static let changingColumns = [
         "state", "run_after_ms", "attempts", "lease_owner", "lease_token", "bytes_done", "bytes_total",
         "resume_point", "error", "result", "pause_requested", "cancel_requested", "version", "updated_at_ms",
         "started_at_ms", "finished_at_ms",
     ]
-
-    /// UPDATE of `changingColumns`; the id is the last parameter.
-    static let updateSQL = "UPDATE jobs SET "
-        + changingColumns.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?"
 
     /// The record as the values of `columns`: exactly what the projection stores.
     func rowValues() throws(StoreError) -> [SQLiteValue] {
@@ -112,14 +107,56 @@ extension JobRecord {
         ]
     }
 
-    /// The values of `changingColumns`, exactly as `rowValues()` gives them.
-    func changingValues() throws(StoreError) -> [SQLiteValue] {
-        [
-            .text(state.rawValue), .integer(runAfterMs), .int(attempts), .optional(leaseOwner), .optional(leaseToken),
-            .integer(bytesDone), .optional(bytesTotal), try StoreJSON.encodeOptional(resumePoint),
-            try StoreJSON.encodeOptional(error), try StoreJSON.encodeOptional(result), .bool(pauseRequested),
-            .bool(cancelRequested), .int(version), .integer(updatedAtMs), .optional(startedAtMs), .optional(finishedAtMs),
-        ]
+    /// The UPDATE that turns the stored row of `old` into this record: it sets only the columns whose
+    /// stored values differ (each as `rowValues()` gives it), so an append encodes and writes what its
+    /// event changed, and an index whose columns did not change (a `progress` event leaves `state`
+    /// alone) is not touched. The id is the last parameter.
+    ///
+    /// Text is compared by its bytes, not with `==`: Swift calls canonically equivalent strings equal,
+    /// yet the projection must hold the exact bytes the fold would write.
+    func update(from old: JobRecord) throws(StoreError) -> (sql: String, values: [SQLiteValue]) {
+        var sql = "UPDATE jobs SET "
+        var values: [SQLiteValue] = []
+        values.reserveCapacity(8)
+        func set(_ column: String, _ value: SQLiteValue) {
+            sql += values.isEmpty ? "\(column) = ?" : ", \(column) = ?"
+            values.append(value)
+        }
+        func setJSON<T: Encodable & Equatable>(_ column: String, _ new: T?, _ old: T?) throws(StoreError) {
+            if new == nil && old == nil { return }
+            let encoded = try new.map { (value) throws(StoreError) in try StoreJSON.encode(value) }
+            // Equal values can still differ in bytes (see above); only then are both encoded.
+            if new == old, let old, let encoded, Self.sameBytes(try StoreJSON.encode(old), encoded) { return }
+            set(column, .optional(encoded))
+        }
+        if state != old.state { set("state", .text(state.rawValue)) }
+        if runAfterMs != old.runAfterMs { set("run_after_ms", .integer(runAfterMs)) }
+        if attempts != old.attempts { set("attempts", .int(attempts)) }
+        if !Self.sameBytes(leaseOwner, old.leaseOwner) { set("lease_owner", .optional(leaseOwner)) }
+        if leaseToken != old.leaseToken { set("lease_token", .optional(leaseToken)) }
+        if bytesDone != old.bytesDone { set("bytes_done", .integer(bytesDone)) }
+        if bytesTotal != old.bytesTotal { set("bytes_total", .optional(bytesTotal)) }
+        try setJSON("resume_point", resumePoint, old.resumePoint)
+        try setJSON("error", error, old.error)
+        try setJSON("result", result, old.result)
+        if pauseRequested != old.pauseRequested { set("pause_requested", .bool(pauseRequested)) }
+        if cancelRequested != old.cancelRequested { set("cancel_requested", .bool(cancelRequested)) }
+        // Every event bumps the version, so the SET list is never empty.
+        set("version", .int(version))
+        if updatedAtMs != old.updatedAtMs { set("updated_at_ms", .integer(updatedAtMs)) }
+        if startedAtMs != old.startedAtMs { set("started_at_ms", .optional(startedAtMs)) }
+        if finishedAtMs != old.finishedAtMs { set("finished_at_ms", .optional(finishedAtMs)) }
+        sql += " WHERE id = ?"
+        values.append(.text(id))
+        return (sql, values)
+    }
+
+    private static func sameBytes(_ a: String?, _ b: String?) -> Bool {
+        switch (a, b) {
+        case (nil, nil): true
+        case (let a?, let b?): a.utf8.elementsEqual(b.utf8)
+        default: false
+        }
     }
 
     /// Reads a row selected with `selectColumns`, decoding its spec through `specs`.

@@ -204,11 +204,18 @@ struct ChangingColumnsTests {
         for (index, column) in JobRecord.columns.enumerated() where !JobRecord.changingColumns.contains(column) {
             #expect(old[index] == new[index], "\(type.rawValue) changed \(column)")
         }
-        // And changingValues() is exactly those columns of rowValues().
-        let changing = try after.changingValues()
-        for (offset, column) in JobRecord.changingColumns.enumerated() {
+        // The UPDATE sets exactly the changed columns, each to its rowValues() value, the id last.
+        let update = try after.update(from: before)
+        let set = update.sql.dropFirst("UPDATE jobs SET ".count).prefix { $0 != "W" }
+            .split(separator: ",").map { $0.split(separator: "=")[0].trimmingCharacters(in: .whitespaces) }
+        // The version is always set: every appended event bumps it (a second `submitted` is never appended).
+        let differing = Set(JobRecord.columns.indices.filter { old[$0] != new[$0] }.map { JobRecord.columns[$0] })
+            .union(["version"])
+        #expect(Set(set) == differing && set.count == differing.count)
+        #expect(update.sql.hasSuffix(" WHERE id = ?") && update.values.last == .text("JOB"))
+        for (offset, column) in set.enumerated() {
             let index = try #require(JobRecord.columns.firstIndex(of: column))
-            #expect(changing[offset] == new[index], "changingValues() disagrees with rowValues() on \(column)")
+            #expect(update.values[offset] == new[index], "the UPDATE disagrees with rowValues() on \(column)")
         }
     }
 }

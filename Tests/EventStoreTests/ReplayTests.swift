@@ -114,6 +114,24 @@ struct ReplayTests {
         #expect(try Self.allRows(store) == original)
     }
 
+    @Test("an error equal to the last one but spelt in other bytes is written: the row stays byte for byte")
+    func canonicallyEquivalentText() throws {
+        let fixture = try StoreFixture("store-replay-bytes")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let id = try fixture.submit(uploadSpec(maxAttempts: 5))
+        // "café" precomposed, then decomposed: Swift's == calls them equal; their UTF-8 differs.
+        for (attempt, message) in ["caf\u{E9}", "cafe\u{301}"].enumerated() {
+            let now = Int64(2_000 + attempt * 1_000)
+            let claim = try #require(try store.claim(owner: "w", queues: nil, limit: 1, leaseMs: 500, now: now).first)
+            try fixture.append(PendingEvent(jobID: id, type: .attemptFailed, actor: "w", leaseToken: claim.token,
+                                            data: EventData(error: StorageError(.unknown, message), retryAtMs: now)),
+                               now: now)
+        }
+        #expect(try store.job(id)?.error?.message.utf8.elementsEqual("cafe\u{301}".utf8) == true)
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
     @Test("replay notices missing and extra rows")
     func missingRows() throws {
         let fixture = try StoreFixture("store-replay-rows")

@@ -541,3 +541,20 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(sandbox.entries(small + "/dl").isEmpty)
     }
 }
+
+@Suite("Local metadata timestamps")
+struct LocalTimestampTests {
+    @Test("the hand-made RFC 3339 timestamp is exactly ISO8601DateFormatter's, rounding included")
+    func matchesFoundation() {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        var seconds: [Double] = [0, 1.9996, 0.0004, 951_782_400.5004, 1_764_423_511.123_456, 4_102_444_799.999_9]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 { seconds.append(Double(Int64.random(in: 0..<4_000_000_000_000_000, using: &generator)) / 1_000_000) }
+        for value in seconds {
+            let date = Date(timeIntervalSince1970: value)
+            #expect(LocalFiles.timestamp(date) == formatter.string(from: date), "at \(value)")
+        }
+    }
+}
