@@ -80,7 +80,8 @@ extension SQLiteConnection {
                     throw StoreError.invalidControl(
                         "'\(pending.type.rawValue)' events are written by submit() and claim(), not append()")
                 }
-                let known = written[pending.jobID]
+                // Byte for byte: a `String` key also matches canonically equivalent text, another id.
+                let known = written[pending.jobID].flatMap { $0.id.utf8.elementsEqual(pending.jobID.utf8) ? $0 : nil }
                 let (event, record) = try savepoint { () throws(StoreError) in
                     if let known {
                         return try appendEvent(pending, to: known, now: now)
@@ -132,7 +133,8 @@ extension SQLiteConnection {
     /// same write transaction: `current` must be that row as it stands now (nil: no row), so the
     /// version, fencing and transition checks see the latest state.
     func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
-        precondition(current.map { $0.id == pending.jobID } ?? true, "appendEvent: the record is not job \(pending.jobID)'s")
+        precondition(current.map { $0.id.utf8.elementsEqual(pending.jobID.utf8) } ?? true,
+                     "appendEvent: the record is not job \(pending.jobID)'s")
         if pending.type == .submitted {
             if let current {
                 throw StoreError.invalidTransition(jobID: pending.jobID, state: current.state, event: .submitted)

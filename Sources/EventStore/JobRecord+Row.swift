@@ -50,12 +50,14 @@ enum StoreJSON {
 ///
 /// A job's spec never changes after `submitted`, yet every append reads the job's row, and decoding a
 /// spec (which parses its storage references again) cost more than the rest of the append together.
-/// Equal text decodes to an equal spec, so a hit is exactly what decoding would return. Bounded: the
-/// working set is the jobs a worker runs at once, so the cache is simply emptied when it fills.
+/// The same bytes decode to the same spec, so a hit is exactly what decoding would return. A hit is
+/// checked byte for byte: a `String` key also matches canonically equivalent text (`é` precomposed or
+/// not), which names a different file. Bounded: the working set is the jobs a worker runs at once, so
+/// the cache is simply emptied when it fills.
 ///
 /// Not `Sendable`: it belongs to one `SQLiteConnection`, which `EventStore`'s lock serialises.
 final class DecodedSpecCache {
-    private var specs: [String: JobSpec] = [:]
+    private var specs: [String: (text: String, spec: JobSpec)] = [:]
     private let capacity: Int
 
     init(capacity: Int = 1_024) {
@@ -64,10 +66,10 @@ final class DecodedSpecCache {
 
     /// The spec `text` encodes, decoded at most once while it stays cached.
     func spec(_ text: String, jobID: String) throws(StoreError) -> JobSpec {
-        if let spec = specs[text] { return spec }
+        if let hit = specs[text], hit.text.utf8.elementsEqual(text.utf8) { return hit.spec }
         let spec = try StoreJSON.decode(JobSpec.self, text, what: "job \(jobID) spec")
         if specs.count >= capacity { specs.removeAll(keepingCapacity: true) }
-        specs[text] = spec
+        specs[text] = (text, spec)
         return spec
     }
 }

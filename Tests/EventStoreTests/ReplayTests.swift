@@ -132,6 +132,22 @@ struct ReplayTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
+    @Test("specs that differ only in how a name is spelt in Unicode keep their own bytes")
+    func canonicallyEquivalentSpecs() throws {
+        let fixture = try StoreFixture("store-spec-bytes")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let names = ["/tmp/caf\u{E9}.bin", "/tmp/cafe\u{301}.bin"]  // equal to Swift's ==, different files
+        let ids = try store.submit(names.map { JobSpec(kind: .downloadFile, source: "gs://b/o", destination: $0) },
+                                   actor: "cli:test", now: 1_000).map(\.id)
+        for _ in 0..<2 {
+            for (id, name) in zip(ids, names) {
+                let destination = try #require(try store.job(id)?.spec.destination)
+                #expect(destination.utf8.elementsEqual(name.utf8), "job \(id) read back another spelling")
+            }
+        }
+    }
+
     @Test("replay notices missing and extra rows")
     func missingRows() throws {
         let fixture = try StoreFixture("store-replay-rows")
