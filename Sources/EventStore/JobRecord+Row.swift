@@ -52,26 +52,47 @@ enum StoreJSON {
 /// spec (which parses its storage references again) cost more than the rest of the append together.
 /// The same bytes decode to the same spec, so a hit is exactly what decoding would return. A hit is
 /// checked byte for byte: a `String` key also matches canonically equivalent text (`é` precomposed or
-/// not), which names a different file. Bounded: the working set is the jobs a worker runs at once, so
-/// the cache is simply emptied when it fills.
+/// not), which names a different file. Bounded in entries and in bytes (an `upload-data` spec carries
+/// its data inline): the working set is the jobs a worker runs at once, so the cache is simply emptied
+/// when it fills, and a spec too large to be worth keeping is decoded every time, as before.
 ///
 /// Not `Sendable`: it belongs to one `SQLiteConnection`, which `EventStore`'s lock serialises.
 final class DecodedSpecCache {
     private var specs: [String: (text: String, spec: JobSpec)] = [:]
+    private var bytes = 0
     private let capacity: Int
+    private let byteBudget: Int
+    private let largestText: Int
 
-    init(capacity: Int = 1_024) {
+    /// - Parameters:
+    ///   - capacity: at most this many specs.
+    ///   - byteBudget: at most this many bytes of JSON text (the decoded specs hold about as much).
+    ///   - largestText: longer texts are never cached.
+    init(capacity: Int = 1_024, byteBudget: Int = 4 << 20, largestText: Int = 64 << 10) {
         self.capacity = capacity
+        self.byteBudget = byteBudget
+        self.largestText = largestText
     }
 
     /// The spec `text` encodes, decoded at most once while it stays cached.
     func spec(_ text: String, jobID: String) throws(StoreError) -> JobSpec {
         if let hit = specs[text], hit.text.utf8.elementsEqual(text.utf8) { return hit.spec }
         let spec = try StoreJSON.decode(JobSpec.self, text, what: "job \(jobID) spec")
-        if specs.count >= capacity { specs.removeAll(keepingCapacity: true) }
-        specs[text] = (text, spec)
+        let size = text.utf8.count
+        guard size <= largestText else { return spec }
+        if specs.count >= capacity || bytes + size > byteBudget {
+            specs.removeAll(keepingCapacity: true)
+            bytes = 0
+        }
+        if let replaced = specs.updateValue((text, spec), forKey: text) {
+            bytes -= replaced.text.utf8.count
+        }
+        bytes += size
         return spec
     }
+
+    /// How many specs and JSON bytes are cached (tests).
+    var usage: (count: Int, bytes: Int) { (specs.count, bytes) }
 }
 
 // MARK: - The jobs row

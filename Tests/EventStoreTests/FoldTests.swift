@@ -219,3 +219,32 @@ struct ChangingColumnsTests {
         }
     }
 }
+
+@Suite("The decoded-spec cache")
+struct DecodedSpecCacheTests {
+    static func text(_ spec: JobSpec) throws -> String { try StoreJSON.encode(spec) }
+
+    @Test("stays within its entries and bytes, and never keeps a spec larger than its limit")
+    func bounded() throws {
+        let cache = DecodedSpecCache(capacity: 4, byteBudget: 1_000, largestText: 400)
+        for index in 0..<10 {
+            let spec = JobSpec(kind: .uploadData, destination: "gs://b/o\(index)", data: Data("x".utf8))
+            #expect(try cache.spec(try Self.text(spec), jobID: "J") == spec)
+            #expect(cache.usage.count <= 4 && cache.usage.bytes <= 1_000)
+        }
+        let large = JobSpec(kind: .uploadData, destination: "gs://b/big", data: Data(repeating: 7, count: 1_000))
+        let before = cache.usage
+        #expect(try cache.spec(try Self.text(large), jobID: "J") == large)
+        #expect(cache.usage == before)
+        // Within the byte budget but not the entry count, and the other way round: both stay bounded.
+        let medium = (0..<3).map { JobSpec(kind: .uploadData, destination: "gs://b/m\($0)", data: Data(repeating: 1, count: 200)) }
+        for spec in medium {
+            #expect(try cache.spec(try Self.text(spec), jobID: "J") == spec)
+            #expect(cache.usage.count <= 4 && cache.usage.bytes <= 1_000)
+        }
+        // A hit returns the cached spec; the same text again adds nothing.
+        let again = cache.usage
+        #expect(try cache.spec(try Self.text(medium[2]), jobID: "J") == medium[2])
+        #expect(cache.usage == again)
+    }
+}
