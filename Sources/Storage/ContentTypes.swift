@@ -1,3 +1,5 @@
+import JobModel
+
 /// Content types inferred from file extensions, as `putFile(from:)` does when no contentType is given.
 public enum ContentTypes {
     /// The type used when the extension is unknown or missing.
@@ -48,4 +50,16 @@ public enum ContentTypes {
         "dll": "application/vnd.microsoft.portable-executable", "apk": "application/vnd.android.package-archive",
         "bat": "application/x-msdos-program", "sh": "application/x-sh", "jar": "application/java-archive",
     ]
+
+    /// The content type an upload is stored with, the same for every backend: an explicit
+    /// `metadata.contentType` wins; upload-file infers from the local file's extension, as Firebase's
+    /// `putFile` does, then from the destination's name; upload-data infers from the destination's name.
+    public static func forUpload(_ spec: JobSpec, destination: StorageReference) -> String {
+        if let explicit = spec.metadata?.contentType { return explicit }
+        if spec.kind == .uploadFile, let source = spec.source {
+            let fromSource = infer(path: source)
+            if fromSource != fallback { return fromSource }
+        }
+        return infer(path: destination.name)
+    }
 }

@@ -33,13 +33,13 @@ public struct GCSBackend: StorageBackend {
             guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
             let reference = try gcsReference(spec.destination, role: "destination")
             let source = try UploadSource(path: path)
-            let contentType = spec.metadata?.contentType ?? ContentTypes.infer(path: path)
+            let contentType = ContentTypes.forUpload(spec, destination: reference)
             return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata,
                                     resumingFrom: resumePoint, control: control, report: report)
         case .uploadData:
             guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
             let reference = try gcsReference(spec.destination, role: "destination")
-            let contentType = spec.metadata?.contentType ?? ContentTypes.infer(path: reference.name)
+            let contentType = ContentTypes.forUpload(spec, destination: reference)
             return try await upload(UploadSource(data: data), to: reference, contentType: contentType, metadata: spec.metadata,
                                     resumingFrom: resumePoint, control: control, report: report)
         case .downloadFile:

@@ -26,13 +26,13 @@ public struct HTTPBackend: StorageBackend {
             guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
             let reference = try httpReference(spec.destination, role: "destination")
             let source = try UploadSource(path: path)
-            return try await upload(source, to: reference, contentType: spec.metadata?.contentType ?? ContentTypes.infer(path: path),
+            return try await upload(source, to: reference, contentType: ContentTypes.forUpload(spec, destination: reference),
                                     control: control, report: report)
         case .uploadData:
             guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
             let reference = try httpReference(spec.destination, role: "destination")
             return try await upload(UploadSource(data: data), to: reference,
-                                    contentType: spec.metadata?.contentType ?? ContentTypes.infer(path: reference.name),
+                                    contentType: ContentTypes.forUpload(spec, destination: reference),
                                     control: control, report: report)
         case .downloadFile:
             let reference = try httpReference(spec.source, role: "source")

@@ -135,10 +135,7 @@ final class LocalTransfer {
         let now = Date()
         let time = LocalFiles.timestamp(now)
         let metadata = spec.metadata
-        var contentType = metadata?.contentType ?? ContentTypes.infer(path: reference.name)
-        if metadata?.contentType == nil, contentType == ContentTypes.fallback, let sourceName {
-            contentType = ContentTypes.infer(path: sourceName)
-        }
+        let contentType = ContentTypes.forUpload(spec, destination: reference)
         let object = StorageObject(
             bucket: reference.bucket, name: reference.fullPath, size: total, contentType: contentType,
             cacheControl: metadata?.cacheControl, contentDisposition: metadata?.contentDisposition,
