@@ -133,7 +133,9 @@ final class SignalHandling: @unchecked Sendable {
                     pool.beginShutdown()
                 } else {
                     emitError("jobctl worker: second signal, exiting now")
-                    exit(ExitCode.interrupted)
+                    // _exit, not exit: atexit handlers and static destructors would run while the curl and
+                    // store threads still use what they tear down (a crash, not an exit).
+                    _exit(ExitCode.interrupted)
                 }
             }
             source.resume()
