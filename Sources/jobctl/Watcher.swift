@@ -20,11 +20,14 @@ struct Watcher {
             let version = try store.dataVersion()
             if version != lastVersion {
                 lastVersion = version
+                // The state first, then the events: when the state is final, its event is already in the
+                // log, so it is printed before the watcher exits (events are append-only).
+                let job = try store.job(jobID)
                 for event in try store.events(jobID: jobID) where (event.seq ?? 0) > lastSeq {
                     lastSeq = event.seq ?? lastSeq
                     try show(event, bar: &bar)
                 }
-                if let job = try store.job(jobID), job.state.isFinal {
+                if let job, job.state.isFinal {
                     bar.finish()
                     if !json {
                         let detail = job.error.map { ": \($0.code.name): \($0.message)" } ?? ""
@@ -43,8 +46,15 @@ struct Watcher {
         var lastVersion: Int64 = -1
         var bar = ProgressBar(enabled: false)
         while true {
+            // Idle is decided before the events are read, so every event up to that moment is printed
+            // before the watcher exits.
+            var idle = false
+            if exitWhenIdle {
+                let counts = try store.counts()
+                idle = (counts[.queued] ?? 0) == 0 && (counts[.running] ?? 0) == 0
+            }
             let version = try store.dataVersion()
-            if version != lastVersion {
+            if version != lastVersion || idle {
                 lastVersion = version
                 while true {
                     let events = try store.events(afterSeq: lastSeq, limit: 500)
@@ -55,10 +65,7 @@ struct Watcher {
                     if events.count < 500 { break }
                 }
             }
-            if exitWhenIdle {
-                let counts = try store.counts()
-                if (counts[.queued] ?? 0) == 0 && (counts[.running] ?? 0) == 0 { return ExitCode.ok }
-            }
+            if idle { return ExitCode.ok }
             usleep(pollInterval)
         }
     }
