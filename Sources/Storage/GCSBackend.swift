@@ -28,32 +28,15 @@ public struct GCSBackend: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch spec.kind {
-        case .uploadFile:
-            guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
-            let reference = try gcsReference(spec.destination, role: "destination")
-            let source = try UploadSource(path: path)
-            let contentType = ContentTypes.forUpload(spec, destination: reference)
+        switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)") {
+        case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata,
                                     resumingFrom: resumePoint, control: control, report: report)
-        case .uploadData:
-            guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
-            let reference = try gcsReference(spec.destination, role: "destination")
-            let contentType = ContentTypes.forUpload(spec, destination: reference)
-            return try await upload(UploadSource(data: data), to: reference, contentType: contentType, metadata: spec.metadata,
-                                    resumingFrom: resumePoint, control: control, report: report)
-        case .downloadFile:
-            let reference = try gcsReference(spec.source, role: "source")
-            guard let destination = spec.destination else {
-                throw StorageError(.invalidArgument, "download-file needs a destination path")
-            }
+        case .downloadFile(let reference, let destination):
             return try await downloadFile(reference, to: destination, resumingFrom: resumePoint, control: control, report: report)
-        case .downloadMemory:
-            let reference = try gcsReference(spec.source, role: "source")
-            return try await downloadMemory(reference, maxSize: spec.maxSize ?? JobSpec.defaultMaxSize,
-                                            control: control, report: report)
-        case .fetchURL:
-            let reference = try gcsReference(spec.source, role: "source")
+        case .downloadMemory(let reference, let maxSize):
+            return try await downloadMemory(reference, maxSize: maxSize, control: control, report: report)
+        case .fetchURL(let reference):
             return try await fetchURL(reference, control: control)
         }
     }
@@ -540,15 +523,5 @@ public struct GCSBackend: StorageBackend {
             throw .failed(error)
         }
         return try await engine.perform(retry, source: source?(), sink: sink, control: control, timeouts: timeouts)
-    }
-
-    private func gcsReference(_ text: String?, role: String) throws(StorageError) -> StorageReference {
-        guard let text else { throw StorageError(.invalidArgument, "the job has no \(role) reference") }
-        let reference = try StorageReference(parsing: text)
-        guard reference.scheme == .gs else {
-            throw StorageError(.invalidArgument, "\(reference) is not a Cloud Storage reference (gs:// or a Firebase URL)")
-        }
-        try reference.requireObject(for: "a transfer")
-        return reference
     }
 }

@@ -21,31 +21,16 @@ public struct HTTPBackend: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch spec.kind {
-        case .uploadFile:
-            guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
-            let reference = try httpReference(spec.destination, role: "destination")
-            let source = try UploadSource(path: path)
-            return try await upload(source, to: reference, contentType: ContentTypes.forUpload(spec, destination: reference),
-                                    control: control, report: report)
-        case .uploadData:
-            guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
-            let reference = try httpReference(spec.destination, role: "destination")
-            return try await upload(UploadSource(data: data), to: reference,
-                                    contentType: ContentTypes.forUpload(spec, destination: reference),
-                                    control: control, report: report)
-        case .downloadFile:
-            let reference = try httpReference(spec.source, role: "source")
-            guard let destination = spec.destination else {
-                throw StorageError(.invalidArgument, "download-file needs a destination path")
-            }
+        switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL") {
+        case .upload(let source, let reference, let contentType):
+            return try await upload(source, to: reference, contentType: contentType, control: control, report: report)
+        case .downloadFile(let reference, let destination):
             return try await downloadFile(reference, to: destination, resumingFrom: resumePoint, control: control, report: report)
-        case .downloadMemory:
-            let reference = try httpReference(spec.source, role: "source")
-            return try await downloadMemory(reference, maxSize: spec.maxSize ?? JobSpec.defaultMaxSize, control: control, report: report)
-        case .fetchURL:
+        case .downloadMemory(let reference, let maxSize):
+            return try await downloadMemory(reference, maxSize: maxSize, control: control, report: report)
+        case .fetchURL(let reference):
             throw StorageError(.invalidArgument, "fetch-url needs a Cloud Storage reference; an http(s) URL already is a download URL",
-                               url: spec.source.map(redactedURL))
+                               url: redactedURL(reference.description))
         }
     }
 
@@ -200,15 +185,5 @@ public struct HTTPBackend: StorageBackend {
     private var timeouts: CurlTimeouts {
         CurlTimeouts(connect: configuration.connectTimeout, lowSpeedLimit: configuration.lowSpeedLimit,
                      stallSeconds: configuration.stallTimeout)
-    }
-
-    private func httpReference(_ text: String?, role: String) throws(StorageError) -> StorageReference {
-        guard let text else { throw StorageError(.invalidArgument, "the job has no \(role) URL") }
-        let reference = try StorageReference(parsing: text)
-        guard reference.scheme == .http || reference.scheme == .https else {
-            throw StorageError(.invalidArgument, "\(reference) is not an http(s) URL")
-        }
-        try reference.requireObject(for: "a transfer")
-        return reference
     }
 }

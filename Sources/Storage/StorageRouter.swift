@@ -16,11 +16,7 @@ public struct StorageRouter: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        let remote = spec.kind.isUpload ? spec.destination : spec.source
-        guard let remote else {
-            throw StorageError(.invalidArgument, "the \(spec.kind.rawValue) job has no \(spec.kind.isUpload ? "destination" : "source") reference")
-        }
-        let reference = try StorageReference(parsing: remote)
+        let reference = try spec.remoteReference()
         switch reference.scheme {
         case .gs: return try await gcs.perform(spec, resumingFrom: resumePoint, control: control, report: report)
         case .file: return try await local.perform(spec, resumingFrom: resumePoint, control: control, report: report)

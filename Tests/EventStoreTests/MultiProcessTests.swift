@@ -65,7 +65,7 @@ struct MultiProcessTests {
         let children = try #require(Int(Self.environment["JOBCTL_STORE_CHILDREN"] ?? ""))
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         // Wait until every child is up, so the writes really overlap.
-        FileManager.default.createFile(atPath: "\(directory)/ready-\(index)", contents: nil)
+        _ = FileManager.default.createFile(atPath: "\(directory)/ready-\(index)", contents: nil)
         let deadline = Date().addingTimeInterval(30)
         while (0..<children).contains(where: { !FileManager.default.fileExists(atPath: "\(directory)/ready-\($0)") }),
               Date() < deadline {

@@ -96,7 +96,7 @@ struct CrashResumeTests {
             Issue.record("child started without its parameters")
             return
         }
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         let handle = try #require(FileHandle(forWritingAtPath: log))
         let configuration = StorageConfiguration(gcsEndpoint: endpoint, usesEmulator: true, firebaseEndpoint: endpoint,
                                                  chunkSize: 256 * 1024)
