@@ -301,21 +301,8 @@ public struct GCSBackend: StorageBackend {
                 }
                 servedHeaders = response.headers
             } catch {
-                switch error {
-                case .stopped(let reason):
-                    if reason == .cancel {
-                        sink.partial.discard()
-                        return .stopped(.cancel, nil)
-                    }
-                    try sink.partial.sync()
-                    let point = ResumePoint.download(bytesWritten: sink.offset, generation: generation, etag: nil,
-                                                     tempPath: sink.partial.tempPath)
-                    report(.checkpoint(point, bytesTotal: total))
-                    return .stopped(reason, point)
-                case .failed(let failure):
-                    // Keep a retryable attempt's bytes: the last checkpoint lets the next attempt resume.
-                    if !failure.retryable { sink.partial.discard() } else { try? sink.partial.sync() }
-                    throw failure
+                return try sink.outcome(of: error, bytesTotal: total, report: report) { written, temp in
+                    .download(bytesWritten: written, generation: generation, etag: nil, tempPath: temp)
                 }
             }
         }

@@ -101,21 +101,10 @@ public struct HTTPBackend: StorageBackend {
         do throws(TransferFailure) {
             response = try await engine.perform(request, sink: sink, control: control, timeouts: timeouts)
         } catch {
-            switch error {
-            case .stopped(let reason):
-                if reason == .cancel {
-                    sink.partial.discard()
-                    return .stopped(.cancel, nil)
-                }
-                try sink.partial.sync()
-                validator = Self.validator(sink.responseHeaders) ?? validator
-                let point = ResumePoint.download(bytesWritten: sink.offset, generation: nil, etag: validator,
-                                                 tempPath: sink.partial.tempPath)
-                report(.checkpoint(point, bytesTotal: nil))
-                return .stopped(reason, point)
-            case .failed(let failure):
-                if !failure.retryable { sink.partial.discard() } else { try? sink.partial.sync() }
-                throw failure
+            // The validator from this response (if any) pins the resumed range to the same version.
+            let etag = Self.validator(sink.responseHeaders) ?? validator
+            return try sink.outcome(of: error, bytesTotal: nil, report: report) { written, temp in
+                .download(bytesWritten: written, generation: nil, etag: etag, tempPath: temp)
             }
         }
         if response.status == 416 && start > 0 {

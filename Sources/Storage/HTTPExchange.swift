@@ -311,6 +311,29 @@ final class FileSink: ResponseBodySink {
     }
 }
 
+extension FileSink {
+    /// Ends a download the transfer did not finish. A cancel removes the partial file; any other stop
+    /// syncs it and reports (and returns) where the next attempt resumes, built by `resumePoint` from the
+    /// bytes written and the temp file; a failure keeps the bytes only when another attempt may use them.
+    func outcome(of interruption: TransferFailure, bytesTotal: Int64?,
+                 report: @Sendable (TransferEvent) -> Void,
+                 resumePoint: (_ written: Int64, _ tempPath: String) -> ResumePoint) throws(StorageError) -> TransferOutcome {
+        switch interruption {
+        case .stopped(.cancel):
+            partial.discard()
+            return .stopped(.cancel, nil)
+        case .stopped(let reason):
+            try partial.sync()
+            let point = resumePoint(offset, partial.tempPath)
+            report(.checkpoint(point, bytesTotal: bytesTotal))
+            return .stopped(reason, point)
+        case .failed(let failure):
+            if failure.retryable { try? partial.sync() } else { partial.discard() }
+            throw failure
+        }
+    }
+}
+
 // MARK: - Progress throttling
 
 /// Forwards progress at most every `step` bytes (and always the final value), so a 1 GiB transfer
