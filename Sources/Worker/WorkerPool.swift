@@ -156,13 +156,11 @@ public final class WorkerPool: Sendable {
 
                 if config.drain && runningCount == 0 {
                     let queues = config.queues
-                    let pending = try await storeThread.call { store -> Bool in
-                        try store.nextRunAfter(queues: queues) != nil
+                    // Queued anywhere (due or not) or running in any worker holds the drain.
+                    let busy = try await storeThread.call { store -> Bool in
+                        try store.nextRunAfter(queues: queues) != nil || (try store.counts()[.running] ?? 0) > 0
                     }
-                    let stillRunning = try await storeThread.call { store -> Int in
-                        try store.counts()[.running] ?? 0
-                    }
-                    if !pending && stillRunning == 0 { break }
+                    if !busy { break }
                 }
             } catch {
                 consecutiveErrors += 1

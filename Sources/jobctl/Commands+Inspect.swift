@@ -46,9 +46,8 @@ extension Commands {
     ) { arguments, context in
         let store = try context.openStore(readOnly: true)
         let job = try store.job(resolving: arguments.positionals[0])
-        let view = JobView(job)
         if arguments.flag("json") {
-            emit(try jsonText(view))
+            emit(try jsonText(JobView(job)))
             return ExitCode.ok
         }
         var lines: [(String, String)] = [
