@@ -14,13 +14,21 @@ import TestSupport
         for index in 0..<200 {
             manifest += "  - {kind: upload-data, data: \"payload \(index)\", destination: \"file://shared/out/\(index).txt\"}\n"
         }
+        // All three workers are up and idle before the jobs arrive, so they really compete for them
+        // (started after a submit, the first one up could drain everything alone on a loaded machine).
+        _ = try jobctl(["migrate"], database: database)
+        let workers = try (0..<3).map { _ in
+            try JobctlProcess.worker(database: database, ["--concurrency", "8"], logDirectory: directory.path)
+        }
+        #expect(eventually(seconds: 20) { workers.allSatisfy { $0.log.contains("concurrency 8") } })
+        usleep(200_000)
         let ids = try submit(manifest, database: database, directory: directory)
         #expect(ids.count == 200)
-        let workers = try (0..<3).map { _ in
-            try JobctlProcess.worker(database: database, ["--drain", "--concurrency", "8"], logDirectory: directory.path)
-        }
+        let watcher = try EventStore(path: database, readOnly: true)
+        #expect(try eventually(seconds: 90) { (try watcher.counts()[.succeeded] ?? 0) == 200 })
         for worker in workers {
-            let status = worker.wait(seconds: 90)
+            worker.signal(SIGTERM)
+            let status = worker.wait(seconds: 15)
             #expect(status == 0, "worker log:\n\(worker.log)")
         }
         let store = try EventStore(path: database, readOnly: true)
