@@ -102,7 +102,7 @@ extension SQLiteConnection {
     /// or one after which SQLite rolled the transaction back. Other errors are one step's refusal.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .busy:
+        case .io, .busy, .readOnly:
             throw error
         default:
             guard isInTransaction else { throw error }
@@ -132,6 +132,10 @@ extension SQLiteConnection {
     /// Checks and appends one event to a job whose projection row the caller read (or wrote) in this
     /// same write transaction: `current` must be that row as it stands now (nil: no row), so the
     /// version, fencing and transition checks see the latest state.
+    ///
+    /// When the event leaves a control request pending on a job that is no longer running, the event
+    /// that honours it (`JobRecord.settlement(after:from:)`) follows at once, by the same actor; the
+    /// returned record is the job after both, the returned event the one asked for.
     func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
         precondition(current.map { $0.id.utf8.elementsEqual(pending.jobID.utf8) } ?? true,
                      "appendEvent: the record is not job \(pending.jobID)'s")
@@ -189,6 +193,12 @@ extension SQLiteConnection {
         }
         if record.state != .running {
             try run("DELETE FROM leases WHERE job_id = ?", [.text(record.id)])
+        }
+        // A request acknowledged while the job ran is honoured in this same transaction.
+        if let current, let settlement = record.settlement(after: event, from: current) {
+            let settled = try appendEvent(PendingEvent(jobID: record.id, type: settlement.type, actor: pending.actor,
+                                                       data: settlement.data), to: record, now: now).1
+            return (event, settled)
         }
         return (event, record)
     }

@@ -68,6 +68,23 @@ extension EventStore {
         }
     }
 
+    /// Rewrites the `jobs` projection from the log with the current fold, then appends the event that
+    /// honours a request still pending on a job that no longer runs (`JobRecord.settlement()`), which a
+    /// log written by an older jobctl can hold. Used by migrations that change the fold; the caller
+    /// holds a write transaction.
+    static func rebuildProjection(_ connection: SQLiteConnection, now: Int64, actor: String) throws(StoreError) {
+        _ = try replay(connection, rewrite: true)
+        let unsettled = try connection.query("""
+            SELECT \(JobRecord.selectColumns) FROM jobs
+            WHERE state IN ('queued', 'paused') AND (pause_requested != 0 OR cancel_requested != 0) ORDER BY seq
+            """) { (row) throws(StoreError) in try JobRecord(row: row, specs: connection.decodedSpecs) }
+        for job in unsettled {
+            guard let settlement = job.settlement() else { continue }
+            _ = try connection.appendEvent(
+                PendingEvent(jobID: job.id, type: settlement.type, actor: actor, data: settlement.data), to: job, now: now)
+        }
+    }
+
     private static func replay(_ connection: SQLiteConnection, rewrite: Bool) throws(StoreError) -> ReplayReport {
         var records: [String: JobRecord] = [:]
         var eventsRead = 0

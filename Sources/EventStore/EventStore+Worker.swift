@@ -55,8 +55,8 @@ extension EventStore {
     /// Runnable: queued with `run_after ≤ now`, in `queues` (nil: any queue; empty: none), ordered by
     /// priority (highest first), run_after, then submission order. Each gets a `claimed` event with a
     /// fresh token from a global counter (tokens only grow) and a lease row expiring at `now + leaseMs`.
-    /// A queued job whose pause or cancel was requested while it last ran is `paused` or `cancelled`
-    /// here instead of being claimed.
+    /// A queued job that still holds a pause or cancel request (only a database written by an older
+    /// jobctl has one) is `paused` or `cancelled` here instead of being claimed.
     public func claim(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) throws(StoreError) -> [ClaimedJob] {
         let request = ClaimRequest(owner: owner, queues: queues, limit: limit, leaseMs: leaseMs, now: now)
         guard !request.isEmpty else { return [] }
@@ -107,7 +107,9 @@ extension EventStore {
 
     /// Rescues running jobs whose lease expired (or vanished) by `now`: each gets `lease_expired` and goes
     /// back to the queue at its resume point, or, when its attempts are used up, `failed` with
-    /// `retryLimitExceeded`. Returns the rescued job ids. One transaction.
+    /// `retryLimitExceeded`. A cancel pending on the job wins over both: `lease_expired`, then `cancelled`;
+    /// a pending pause is honoured after `lease_expired` (`paused`). Returns the rescued job ids. One
+    /// transaction.
     public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] {
         try writeTransaction { (connection) throws(StoreError) -> [String] in
             let expired = try connection.query("""
@@ -121,7 +123,7 @@ extension EventStore {
                 let holder = owner ?? job.leaseOwner ?? "an unknown worker"
                 let when = expiresAt.map { " at \($0)" } ?? ""
                 let pending: PendingEvent
-                if job.attempts >= job.maxAttempts {
+                if job.attempts >= job.maxAttempts && !job.cancelRequested {
                     let error = StorageError(
                         .retryLimitExceeded,
                         "attempt \(job.attempts) of \(job.maxAttempts) ended when its worker (\(holder)) died or lost its lease; "
@@ -180,19 +182,16 @@ extension SQLiteConnection {
             if jobs.isEmpty { break }
             for job in jobs {
                 let id = job.id
-                if job.cancelRequested {
-                    let error = StorageError(.cancelled, "cancelled on request before the next attempt")
-                    _ = try appendEvent(PendingEvent(jobID: id, type: .cancelled, actor: actor,
-                                                     data: EventData(error: error)), to: job, now: now)
-                    continue
-                }
-                if job.pauseRequested {
-                    _ = try appendEvent(PendingEvent(jobID: id, type: .paused, actor: actor,
-                                                     data: EventData(reason: "paused on request")), to: job, now: now)
+                // The store settles pending requests when a job leaves `running`, so a queued job holds
+                // none; a database written by an older jobctl still may. Honour it instead of claiming.
+                if let settlement = job.settlement() {
+                    _ = try appendEvent(PendingEvent(jobID: id, type: settlement.type, actor: actor, data: settlement.data),
+                                        to: job, now: now)
                     continue
                 }
                 let token = try nextLeaseToken()
                 let expiresAt = now + leaseMs
+                // The attempt number counts only attempts that failed or that a crash lost (`attempts`).
                 let data = EventData(leaseOwner: owner, leaseExpiresAtMs: expiresAt, attempt: job.attempts + 1)
                 let (_, record) = try appendEvent(
                     PendingEvent(jobID: id, type: .claimed, actor: actor, leaseToken: token,

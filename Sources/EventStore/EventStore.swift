@@ -18,10 +18,28 @@ import Darwin
 /// use, so no two threads ever touch the connection at once. The connection is opened with
 /// `SQLITE_OPEN_NOMUTEX` precisely because this lock already serialises it.
 public final class EventStore: @unchecked Sendable {
+    /// How `init(path:mode:)` opens the database.
+    public enum OpenMode: Sendable, Equatable, CaseIterable {
+        /// Reads only: never writes, never migrates, never switches the journal mode, never creates a
+        /// file. Works on read-only media (see `init(path:mode:busyTimeoutMs:)`).
+        case readOnly
+        /// Reads and writes an existing jobctl database, applying pending migrations. A missing file
+        /// is refused (`StoreError.noDatabase`): a mistyped path must not become a new, empty queue.
+        case readWrite
+        /// As `readWrite`, but creates the database (mode 0600) when the file is missing. Only the
+        /// commands that bring a database into being (`submit`, `migrate`) use it.
+        case create
+    }
+
     /// The database file.
     public let path: String
-    /// Whether the store was opened read-only (list, show, history, watch, replay --verify).
-    public let isReadOnly: Bool
+    /// How the store was opened.
+    public let mode: OpenMode
+    /// Whether the store was opened read-only (list, show, history, watch, audit, replay --verify).
+    public var isReadOnly: Bool { mode == .readOnly }
+    /// Whether a read-only open had to fall back to SQLite's `immutable=1` (read-only media without a
+    /// `-shm` file): the store then reads the main file as it was and sees no later commits.
+    public let isImmutable: Bool
     /// The migrations this open applied (empty when the schema was already current).
     public let appliedMigrations: [Int]
 
@@ -36,30 +54,54 @@ public final class EventStore: @unchecked Sendable {
     /// The newest schema version this binary knows (the highest `migrations/NNN_*.sql`).
     public static var knownSchemaVersion: Int { Migrator.latestVersion }
 
+    /// Opens the store at `path` read-only, or read-write creating it when missing (tests and tools;
+    /// the CLI says which commands may create a database through `init(path:mode:busyTimeoutMs:)`).
+    public convenience init(path: String, readOnly: Bool = false,
+                            busyTimeoutMs: Int32 = EventStore.defaultBusyTimeoutMs) throws(StoreError) {
+        try self.init(path: path, mode: readOnly ? .readOnly : .create, busyTimeoutMs: busyTimeoutMs)
+    }
+
     /// Opens the store at `path`.
     ///
-    /// A writable open creates the file (mode 0600) if needed, switches it to WAL, and applies pending
-    /// migrations. A read-only open never writes; it needs an existing, fully migrated database and
-    /// works while writers are active. Either refuses (`StoreError.newerSchema`) a database migrated by
-    /// a newer jobctl, before touching it.
+    /// - `create` makes the file (mode 0600) when it is missing; `readWrite` and `readOnly` refuse a
+    ///   missing file, an empty one, or one without jobctl's schema ledger (`StoreError.noDatabase`).
+    /// - A writable open switches the file to WAL and applies pending migrations. It refuses a file it
+    ///   cannot write (a read-only filesystem, no permission on the file or on its directory, where
+    ///   SQLite creates the `-wal` and `-shm` files) with `StoreError.readOnly`, before any work.
+    /// - A read-only open never writes; it needs a fully migrated database (`olderSchema` otherwise) and
+    ///   works while writers are active. On read-only media, where SQLite cannot create the `-shm` file a
+    ///   WAL reader needs, it falls back to an `immutable=1` open — but only when no `-wal` file holds
+    ///   transactions the main file lacks (an immutable open would not see them); otherwise it says so.
+    /// - Every mode refuses (`StoreError.newerSchema`) a database migrated by a newer jobctl, before
+    ///   touching it.
     ///
     /// Wraps https://www.sqlite.org/c3ref/open.html, https://www.sqlite.org/wal.html,
     /// https://www.sqlite.org/pragma.html#pragma_synchronous and
     /// https://www.sqlite.org/c3ref/busy_timeout.html.
-    public init(path: String, readOnly: Bool = false, busyTimeoutMs: Int32 = EventStore.defaultBusyTimeoutMs) throws(StoreError) {
+    public init(path: String, mode: OpenMode, busyTimeoutMs: Int32 = EventStore.defaultBusyTimeoutMs) throws(StoreError) {
         self.path = path
-        self.isReadOnly = readOnly
-        if !readOnly { try Self.createPrivateFile(path) } else if !FileManager.default.fileExists(atPath: path) {
-            throw StoreError.io("no database at '\(path)'; submit a job first to create it")
+        self.mode = mode
+        if !FileManager.default.fileExists(atPath: path) {
+            guard mode == .create else { throw StoreError.noDatabase(path: path) }
+            try Self.createPrivateFile(path)
         }
-        let connection = try SQLiteConnection(path: path, readOnly: readOnly, create: false)
-        try connection.setBusyTimeout(milliseconds: busyTimeoutMs)
+        let connection: SQLiteConnection
+        var immutable = false
+        if mode == .readOnly {
+            (connection, immutable) = try Self.openForReading(path, busyTimeoutMs: busyTimeoutMs)
+        } else {
+            connection = try Self.openForWriting(path, busyTimeoutMs: busyTimeoutMs)
+        }
+        self.isImmutable = immutable
         try connection.enableDefensive()
         try connection.execute("PRAGMA foreign_keys = ON")
         // Read the ledger before anything can write: a newer schema is refused untouched.
         let applied = try Migrator.appliedVersions(connection)
         try Migrator.refuseNewer(applied)
-        if readOnly {
+        if applied.isEmpty && mode != .create {
+            try Self.refuseNonDatabase(path, connection)
+        }
+        if mode == .readOnly {
             let found = applied.max() ?? 0
             if found < Migrator.latestVersion {
                 throw StoreError.olderSchema(found: found, known: Migrator.latestVersion)
@@ -71,6 +113,77 @@ public final class EventStore: @unchecked Sendable {
             self.appliedMigrations = try Migrator.migrate(connection, now: Clock.nowMs())
         }
         self.connection = connection
+    }
+
+    // MARK: - Opening
+
+    /// Opens for reading; on read-only media without a usable `-shm`, falls back to `immutable=1` when
+    /// that cannot miss a committed transaction. Returns the connection and whether it is immutable.
+    private static func openForReading(_ path: String, busyTimeoutMs: Int32) throws(StoreError) -> (SQLiteConnection, Bool) {
+        let connection = try SQLiteConnection(path: path, readOnly: true, create: false)
+        try connection.setBusyTimeout(milliseconds: busyTimeoutMs)
+        guard let problem = connection.probe() else { return (connection, false) }
+        guard problem.walFilesUnavailable else { throw problem.error }
+        // A WAL reader needs the -shm file, and SQLite could neither use nor create it here (read-only
+        // directory or filesystem). With no -wal content every committed transaction is in the main
+        // file, which an immutable open reads without -shm or locks. With -wal content it would not.
+        if Self.fileSize(path + "-wal") > 0 {
+            throw StoreError.readOnly(
+                "cannot read '\(path)' here: its -wal file may hold transactions not yet copied into the database, "
+                    + "and reading them needs '\(path)-shm', which cannot be created in a read-only directory or "
+                    + "filesystem; run `jobctl migrate` on it once where it is writable (that checkpoints the -wal), "
+                    + "or copy the database and its -wal file to writable storage")
+        }
+        let immutable = try SQLiteConnection(path: path, readOnly: true, create: false, immutable: true)
+        if let problem = immutable.probe() { throw problem.error }
+        return (immutable, true)
+    }
+
+    /// Opens for writing, refusing at once a file that cannot be written: SQLite silently opens such a
+    /// file read-only and would fail only at the first write, with a less helpful message.
+    private static func openForWriting(_ path: String, busyTimeoutMs: Int32) throws(StoreError) -> SQLiteConnection {
+        let connection = try SQLiteConnection(path: path, readOnly: false, create: false)
+        try connection.setBusyTimeout(milliseconds: busyTimeoutMs)
+        if connection.isReadOnly {
+            throw StoreError.readOnly(Self.isOnReadOnlyFilesystem(path)
+                ? "the database '\(path)' is on a read-only filesystem and this command writes to it; "
+                    + "run it where the database is writable (list, show, history, audit and replay --verify only read)"
+                : "the database '\(path)' is read-only for this user and this command writes to it; "
+                    + "check the file's permissions (list, show, history, audit and replay --verify only read)")
+        }
+        if let problem = connection.probe() {
+            let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+            if problem.walFilesUnavailable && access(directory, W_OK) != 0 {
+                throw StoreError.readOnly(
+                    "the directory '\(directory)' is read-only, and SQLite must create '\(path)-wal' and "
+                        + "'\(path)-shm' there to write; make the directory writable (list, show, history, audit "
+                        + "and replay --verify only read)")
+            }
+            throw problem.error
+        }
+        return connection
+    }
+
+    /// Called when a file that is not being created has no migration ledger: empty (or a file another
+    /// program made), it is no jobctl database, and migrating it would turn a mistyped path into a
+    /// new queue.
+    private static func refuseNonDatabase(_ path: String, _ connection: SQLiteConnection) throws(StoreError) {
+        let tables = try connection.first("SELECT count(*) FROM sqlite_master") { row in row.int(0) } ?? 0
+        if tables == 0 { throw StoreError.noDatabase(path: path) }
+        throw StoreError.io("'\(path)' is an SQLite database but not jobctl's (it has no schema_migrations table); "
+                            + "check the path")
+    }
+
+    private static func fileSize(_ path: String) -> Int64 {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return 0 }
+        return Int64(info.st_size)
+    }
+
+    private static func isOnReadOnlyFilesystem(_ path: String) -> Bool {
+        var info = statvfs()
+        guard statvfs(path, &info) == 0 else { return false }
+        return info.f_flag & UInt(ST_RDONLY) != 0
     }
 
     /// Switches the file to WAL. The mode is stored in the file, so once any process has set it, reading
@@ -96,7 +209,7 @@ public final class EventStore: @unchecked Sendable {
 
     /// Creates (if needed) and migrates the database at `path`; returns the versions applied now.
     public static func migrate(path: String) throws(StoreError) -> [Int] {
-        try EventStore(path: path).appliedMigrations
+        try EventStore(path: path, mode: .create).appliedMigrations
     }
 
     /// Creates the file with mode 0600 before SQLite sees it, so the log is private from the start
@@ -104,7 +217,11 @@ public final class EventStore: @unchecked Sendable {
     private static func createPrivateFile(_ path: String) throws(StoreError) {
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
-            let reason = String(cString: strerror(errno))
+            let number = errno
+            let reason = String(cString: strerror(number))
+            if number == EROFS || number == EACCES {
+                throw StoreError.readOnly("cannot create database '\(path)': \(reason); create it where the directory is writable")
+            }
             throw StoreError.io("cannot create database '\(path)': \(reason); check the directory exists and is writable")
         }
         close(descriptor)
@@ -125,7 +242,7 @@ public final class EventStore: @unchecked Sendable {
     /// See https://www.sqlite.org/lang_transaction.html
     func writeTransaction<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         guard !isReadOnly else {
-            throw StoreError.invalidControl("the store at '\(path)' was opened read-only; this operation writes")
+            throw StoreError.readOnly("the store at '\(path)' was opened read-only and this operation writes; open it read-write")
         }
         return try transaction("BEGIN IMMEDIATE", body)
     }

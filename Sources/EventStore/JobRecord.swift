@@ -18,7 +18,10 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
     public var priority: Int
     /// The job is runnable at or after this time (ms since the epoch) while queued.
     public var runAfterMs: Int64
-    /// Attempts started (claims) since submission or the last `retried`.
+    /// Attempts charged against `maxAttempts` since submission or the last `retried`: every claim
+    /// charges one, and a run that ends `paused` or `released` (stopped on request or by a graceful
+    /// shutdown, not by a failure) gives it back. So the count is the attempts that failed or that a
+    /// crash lost (`lease_expired`), plus the one running now or the one that ended the job.
     public var attempts: Int
     /// Attempts allowed before `retryLimitExceeded`.
     public var maxAttempts: Int
@@ -40,9 +43,11 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
     public var spec: JobSpec
     /// The idempotency key, unique across all jobs.
     public var key: String?
-    /// A pause was requested while running; the worker stops at its resume point.
+    /// A pause was requested while running; the worker stops at its resume point. Set only while
+    /// running: when the job leaves `running` the store honours it at once (see `settlement`).
     public var pauseRequested: Bool
-    /// A cancel was requested while running; the worker aborts.
+    /// A cancel was requested while running; the worker aborts. Set only while running, like
+    /// `pauseRequested`.
     public var cancelRequested: Bool
     /// The version of the job's last event (1 after `submitted`).
     public var version: Int
@@ -113,11 +118,15 @@ extension JobRecord {
 
     /// Applies one event that followed the record's current version.
     ///
-    /// The log is the truth, so this never refuses: `refusal(for:)` is what keeps impossible events
-    /// out of the log in the first place. A second `submitted` is ignored.
+    /// The log is the truth, so this never refuses: `allows(_:)` is what keeps impossible events out of
+    /// the log in the first place. A second `submitted` is ignored.
+    ///
+    /// Changing what an event does here changes the meaning of every old log: the migration that ships
+    /// such a change must rebuild the projection (`Migrator.rebuildsProjection`).
     public mutating func apply(_ event: JobEvent) {
         guard event.type != .submitted else { return }
         let data = event.data
+        let wasRunning = state == .running
         version = event.version
         updatedAtMs = event.atMs
         switch event.type {
@@ -138,6 +147,8 @@ extension JobRecord {
         case .pauseRequested:
             pauseRequested = true
         case .paused:
+            // A run stopped on request is not a failed attempt: it gives its charge back.
+            if wasRunning { attempts = max(0, attempts - 1) }
             state = .paused
             clearLease()
             pauseRequested = false
@@ -164,6 +175,8 @@ extension JobRecord {
             clearLease()
             keepProgress(data)
         case .leaseExpired, .released:
+            // A graceful release gives its charge back; a crash (lease expired) keeps it.
+            if event.type == .released && wasRunning { attempts = max(0, attempts - 1) }
             state = .queued
             runAfterMs = event.atMs
             clearLease()
@@ -174,12 +187,17 @@ extension JobRecord {
             clearLease()
             keepProgress(data)
             finishedAtMs = event.atMs
+            // A request that came too late has nothing left to act on.
+            pauseRequested = false
+            cancelRequested = false
         case .failed:
             state = .failed
             error = data.error ?? error
             clearLease()
             keepProgress(data)
             finishedAtMs = event.atMs
+            pauseRequested = false
+            cancelRequested = false
         case .retried:
             state = .queued
             attempts = 0
@@ -207,7 +225,60 @@ extension JobRecord {
 
 // MARK: - Transitions
 
+/// An event the store appends on its own, right after another, to honour a control request that was
+/// acknowledged while the job was running (see `JobRecord.settlement(after:from:)`).
+public struct Settlement: Sendable, Equatable {
+    /// `cancelled`, `paused` or `resume_requested`.
+    public var type: EventType
+    /// Its payload (the error of a `cancelled`, the reason).
+    public var data: EventData
+}
+
 extension JobRecord {
+    /// What honours a request still pending on a job that is no longer running, or nil.
+    ///
+    /// Pause and cancel requests are flags on a running job, acted on by its worker. When the job leaves
+    /// `running` some other way — the worker paused it for a pause that a cancel then overtook, it
+    /// released it at shutdown, scheduled a retry, or its lease expired — the store appends this event
+    /// in the same transaction, so a request that was acknowledged is never left pending:
+    ///
+    /// - a pending **cancel** on a queued or paused job → `cancelled` (it outranks a pause);
+    /// - a pending **pause** on a queued job → `paused`, at its resume point.
+    ///
+    /// A final outcome (`succeeded`, `failed`) wins over a request that came too late, and clears it.
+    public func settlement() -> Settlement? {
+        switch state {
+        case .queued, .paused:
+            if cancelRequested {
+                let error = StorageError(.cancelled, "cancelled on request; `jobctl retry \(id)` starts it again")
+                return Settlement(type: .cancelled, data: EventData(
+                    error: error, reason: "a cancel was requested while the job was running"))
+            }
+            if state == .queued && pauseRequested {
+                return Settlement(type: .paused, data: EventData(reason: "a pause was requested while the job was running"))
+            }
+            return nil
+        case .running, .succeeded, .failed, .cancelled:
+            return nil
+        }
+    }
+
+    /// `settlement()`, plus the one case only the event that just happened reveals: a worker's
+    /// `paused` for a pause that `resume` withdrew while the worker was already stopping. The resume
+    /// was acknowledged, so the job is re-queued at once (`resume_requested`) instead of staying paused.
+    ///
+    /// - Parameters:
+    ///   - event: the event just applied.
+    ///   - before: the record before it.
+    public func settlement(after event: JobEvent, from before: JobRecord) -> Settlement? {
+        if let pending = settlement() { return pending }
+        if event.type == .paused && before.state == .running && !before.pauseRequested {
+            return Settlement(type: .resumeRequested,
+                              data: EventData(reason: "the pause was withdrawn (resumed) while the worker was stopping"))
+        }
+        return nil
+    }
+
     /// Whether `type` may be appended to a job in this state; the store refuses the others with
     /// `StoreError.invalidTransition`.
     public func allows(_ type: EventType) -> Bool {

@@ -26,6 +26,12 @@ enum Migrator {
     /// The newest schema version this binary knows.
     static var latestVersion: Int { all.last?.version ?? 0 }
 
+    /// Migrations that change the meaning of the fold (`JobRecord.apply`) rather than, or as well as,
+    /// the tables: after their SQL, in the same transaction, the projection is rebuilt from the log and
+    /// requests left pending on jobs that no longer run are settled (`EventStore.rebuildProjection`).
+    /// The log is the only truth; this keeps the cache equal to what the current fold makes of it.
+    static let rebuildsProjection: Set<Int> = [2]
+
     private static let createLedgerSQL = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
             version       INTEGER PRIMARY KEY,
@@ -69,6 +75,10 @@ enum Migrator {
                 try refuseNewer(current)
                 if !current.contains(migration.version) {
                     try connection.execute(migration.sql)
+                    if rebuildsProjection.contains(migration.version) {
+                        try EventStore.rebuildProjection(connection, now: now,
+                                                         actor: "jobctl:migration-\(migration.version)")
+                    }
                     try connection.run(
                         "INSERT INTO schema_migrations (version, name, applied_at_ms, checksum) VALUES (?, ?, ?, ?)",
                         [.int(migration.version), .text(migration.name), .integer(now), .text(migration.checksum)])

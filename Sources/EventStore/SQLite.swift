@@ -49,13 +49,23 @@ final class SQLiteConnection {
 
     /// Opens (and with `create`, creates) the database file.
     ///
-    /// See https://www.sqlite.org/c3ref/open.html
-    init(path: String, readOnly: Bool, create: Bool) throws(StoreError) {
+    /// With `immutable` (read-only only) the file is opened through a `file:` URI with `immutable=1`:
+    /// SQLite then takes no locks and needs no `-shm` file, which is the only way to read a WAL database
+    /// whose directory cannot be written; it also ignores any `-wal` file, so the caller must make sure
+    /// there is none with content.
+    ///
+    /// See https://www.sqlite.org/c3ref/open.html and https://www.sqlite.org/uri.html#uriimmutable
+    init(path: String, readOnly: Bool, create: Bool, immutable: Bool = false) throws(StoreError) {
         var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_PRIVATECACHE
         flags |= readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
         if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
+        var name = path
+        if immutable && readOnly {
+            flags |= SQLITE_OPEN_URI
+            name = "file:\(Self.uriPath(path))?immutable=1"
+        }
         var db: OpaquePointer?
-        let code = sqlite3_open_v2(path, &db, flags, nil)
+        let code = sqlite3_open_v2(name, &db, flags, nil)
         guard code == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
             sqlite3_close_v2(db)
@@ -69,6 +79,41 @@ final class SQLiteConnection {
     deinit {
         cache.removeAll()
         sqlite3_close_v2(handle)
+    }
+
+    /// `path` escaped for the path part of a `file:` URI: `?`, `#` and `%` would otherwise end or
+    /// change it (https://www.sqlite.org/uri.html).
+    private static func uriPath(_ path: String) -> String {
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove(charactersIn: "?#%")
+        return path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path
+    }
+
+    /// Whether SQLite opened the file read-only: asked for read-only, or asked for read-write on a file
+    /// it could not open for writing (a read-only filesystem, no write permission), which SQLite does
+    /// silently. See https://www.sqlite.org/c3ref/db_readonly.html
+    var isReadOnly: Bool { sqlite3_db_readonly(handle, "main") == 1 }
+
+    /// Reads the schema once: the first read is where a WAL database needs its `-shm` file (and the
+    /// right to create it). Returns nil when the read worked, otherwise the error and whether it is one
+    /// of the failures that means "the -shm/-wal files cannot be created or used here" (CANTOPEN,
+    /// READONLY_*), for which an immutable open may help.
+    ///
+    /// See https://www.sqlite.org/wal.html#readonly
+    func probe() -> (error: StoreError, walFilesUnavailable: Bool)? {
+        let sql = "SELECT count(*) FROM sqlite_master"
+        var raw: OpaquePointer?
+        var code = sqlite3_prepare_v2(handle, sql, -1, &raw, nil)
+        if code == SQLITE_OK, let raw {
+            code = sqlite3_step(raw)
+            sqlite3_finalize(raw)
+            if code == SQLITE_ROW || code == SQLITE_DONE { return nil }
+        } else if let raw {
+            sqlite3_finalize(raw)
+        }
+        let primary = code & 0xFF
+        let error = Self.error(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: nil)
+        return (error, primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY)
     }
 
     // MARK: Return codes
@@ -85,7 +130,10 @@ final class SQLiteConnection {
         switch code & 0xFF {
         case SQLITE_BUSY, SQLITE_LOCKED:
             return .busy(sql: sql)
-        case SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_READONLY, SQLITE_PERM, SQLITE_NOTADB, SQLITE_CORRUPT:
+        case SQLITE_READONLY:
+            return .readOnly("the database is read-only (\(message), SQLite code \(code)): this command writes to it; "
+                             + "run it where the database file and its directory are writable")
+        case SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PERM, SQLITE_NOTADB, SQLITE_CORRUPT:
             return .io("\(message) (SQLite code \(code))")
         default:
             return .sqlite(code: code, message: message, sql: sql)

@@ -22,6 +22,13 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case sqlite(code: Int32, message: String, sql: String?)
     /// Another connection held the write lock past the busy timeout.
     case busy(sql: String?)
+    /// There is no database at `path`, and the command may not create one (only `submit` and `migrate` do).
+    case noDatabase(path: String)
+    /// A write was refused because the database (its file, its directory or the filesystem) is read-only;
+    /// the message says which.
+    case readOnly(String)
+    /// The idempotency key `key` already names job `existingID`, whose spec differs from the one submitted.
+    case keyConflict(key: String, existingID: String)
     /// The file could not be opened, read or written.
     case io(String)
     /// A stored row or event could not be decoded, or a value could not be encoded as JSON.
@@ -33,8 +40,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return "the database schema is version \(found) but this jobctl knows only up to \(known); "
                 + "it was left untouched: upgrade jobctl to use it"
         case .olderSchema(let found, let known):
-            return "the database schema is version \(found) but this jobctl expects \(known); "
-                + "run a write command (e.g. `jobctl submit` or `jobctl worker`) once to migrate it"
+            return "the database schema is version \(found) but this jobctl expects \(known), and a read-only open "
+                + "never migrates: run `jobctl migrate` once where the database is writable"
         case .versionConflict(let expected, let actual):
             return "version conflict: expected the job at version \(expected) but it is at \(actual); "
                 + "someone else changed it first: re-read the job and try again"
@@ -56,6 +63,13 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .busy(let sql):
             return "the database is busy: another process held the write lock past the busy timeout"
                 + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "") + "; try again or raise the busy timeout"
+        case .noDatabase(let path):
+            return "no database at \(path): run `jobctl submit` or `jobctl migrate` to create one"
+        case .readOnly(let message):
+            return message
+        case .keyConflict(let key, let existingID):
+            return "idempotency key '\(key)' already names job \(existingID), submitted with a different spec; "
+                + "nothing was submitted: give this job a new key, or submit the same spec to get \(existingID) back"
         case .io(let message):
             return "database I/O error: \(message)"
         case .corrupt(let message):

@@ -5,28 +5,42 @@ import JobModel
 extension Commands {
     static let pause = controlCommand(
         "pause", abstract: "Pause queued or running jobs at their resume point.",
-        discussion: "A running transfer stops within about a second and keeps its upload session or downloaded bytes."
+        discussion: """
+        A running transfer stops within about a second and keeps its upload session or downloaded bytes.
+        Pausing a paused job (or one whose pause is pending) changes nothing and exits 0; a job being
+        cancelled or already finished is refused (exit 1).
+        """
     ) { store, id, context in try store.requestPause(id: id, actor: context.actor, now: Clock.nowMs()) }
 
     static let resume = controlCommand(
         "resume", abstract: "Re-queue paused jobs; they continue from their resume point.",
-        discussion: "An upload continues from the offset the server confirmed; a download from the bytes already written."
+        discussion: """
+        An upload continues from the offset the server confirmed; a download from the bytes already written.
+        Resuming a running job whose pause is still pending withdraws the pause. Any job that is not paused
+        (queued, running, being cancelled, finished) is refused (exit 1).
+        """
     ) { store, id, context in try store.requestResume(id: id, actor: context.actor, now: Clock.nowMs()) }
 
     static let cancel = controlCommand(
         "cancel", abstract: "Cancel queued, running or paused jobs (they fail with code 'cancelled').",
-        discussion: "Partial local files are removed. 'jobctl retry' re-opens a cancelled job."
+        discussion: """
+        Partial local files are removed. 'jobctl retry' re-opens a cancelled job. A running job whose worker
+        stops it some other way first (a pause, a shutdown, a retry, a crash) is cancelled then. Cancelling a
+        cancelled job (or one whose cancel is pending) changes nothing and exits 0; succeeded and failed jobs
+        are refused (exit 1).
+        """
     ) { store, id, context in try store.requestCancel(id: id, actor: context.actor, now: Clock.nowMs()) }
 
     static let retry = controlCommand(
         "retry", abstract: "Re-queue failed or cancelled jobs as a new attempt.",
-        discussion: "The attempt budget starts again; the history keeps every earlier attempt."
+        discussion: "The attempt budget starts again; the history keeps every earlier attempt. Other jobs are refused (exit 1)."
     ) { store, id, context in try store.retry(id: id, actor: context.actor, now: Clock.nowMs()) }
 
     /// pause/resume/cancel/retry share their shape: ids in, one line per job out, exit 1 if any was refused.
+    /// A harmless repeat (pausing a paused job, cancelling a cancelled one) exits 0 and says so.
     private static func controlCommand(
         _ name: String, abstract: String, discussion: String,
-        action: @escaping @Sendable (EventStore, String, Context) throws -> JobRecord
+        action: @escaping @Sendable (EventStore, String, Context) throws -> ControlResult
     ) -> CommandSpec {
         CommandSpec(
             name: name, abstract: abstract,
@@ -40,10 +54,12 @@ extension Commands {
             for given in arguments.positionals {
                 do {
                     let id = try store.resolveID(given)
-                    let record = try action(store, id, context)
+                    let outcome = try action(store, id, context)
+                    let record = outcome.record
                     views.append(JobView(record))
                     if !arguments.flag("json") {
-                        let note = record.pauseRequested ? " (pause requested)" : record.cancelRequested ? " (cancel requested)" : ""
+                        var note = record.pauseRequested ? " (pause requested)" : record.cancelRequested ? " (cancel requested)" : ""
+                        if outcome.isRepeat { note += " (already so; nothing changed)" }
                         emit("\(record.id)  \(context.paint(state: record.state))\(note)")
                     }
                 } catch {

@@ -148,7 +148,7 @@ extension Commands {
 
     static let migrate = CommandSpec(
         name: "migrate",
-        abstract: "Apply pending schema migrations (every command also does this on open).",
+        abstract: "Create the database if needed and apply pending schema migrations (writing commands also migrate on open).",
         options: [OptionSpec("json", help: "Print the applied versions as JSON.")]
     ) { arguments, context in
         let applied = try EventStore.migrate(path: context.databasePath)

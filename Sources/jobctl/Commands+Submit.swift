@@ -59,7 +59,7 @@ extension Commands {
             }
             return ExitCode.ok
         }
-        let store = try context.openStore()
+        let store = try context.openStore(create: true)
         let outcomes = try store.submit(specs, actor: context.actor, now: Clock.nowMs())
         if arguments.flag("json") {
             struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool }

@@ -47,12 +47,11 @@ struct Context: Sendable {
         return "cli:\(user)"
     }
 
-    /// Opens the event log, applying pending migrations (writers) or just reading (readers).
-    func openStore(readOnly: Bool = false) throws -> EventStore {
-        if readOnly, !FileManager.default.fileExists(atPath: databasePath) {
-            throw CommandFailure("no job database at '\(databasePath)': submit a manifest first, or pass --db PATH (or set JOBCTL_DB)")
-        }
-        return try EventStore(path: databasePath, readOnly: readOnly)
+    /// Opens the event log: read-only for commands that only read; otherwise read-write, applying
+    /// pending migrations. Only `create` (submit, migrate) makes a missing database; every other
+    /// command refuses one (`StoreError.noDatabase`), so a mistyped --db does not start a new queue.
+    func openStore(readOnly: Bool = false, create: Bool = false) throws -> EventStore {
+        try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
     }
 
     /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says otherwise.

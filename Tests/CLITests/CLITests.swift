@@ -237,7 +237,7 @@ import TestSupport
         defer { workspace.directory.remove() }
         let output = try workspace.jobctl(["list"])
         #expect(output.status == 1)
-        #expect(output.stderr.contains("no job database"))
+        #expect(output.stderr.contains("no database at"))
         #expect(!FileManager.default.fileExists(atPath: workspace.database))
     }
 

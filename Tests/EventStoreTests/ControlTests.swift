@@ -5,7 +5,8 @@ import Testing
 
 /// Where a job is before a control command.
 enum ControlSetup: String, CaseIterable, Sendable {
-    case queued, running, runningPauseRequested, paused, succeeded, failed, cancelled
+    case queued, running, runningPauseRequested, runningCancelRequested, runningBothRequested, paused
+    case succeeded, failed, cancelled
 }
 
 enum ControlCommand: String, CaseIterable, Sendable {
@@ -16,31 +17,39 @@ enum ControlCommand: String, CaseIterable, Sendable {
 enum ControlOutcome: Equatable {
     /// Appends one event; the job ends in `state` with these flags.
     case appends(JobState, pauseRequested: Bool = false, cancelRequested: Bool = false)
-    /// Appends nothing; the record comes back unchanged.
-    case noOp
-    /// Refused with `invalidControl`.
-    case refused
+    /// A harmless repeat: appends nothing, succeeds, and says so; the record comes back unchanged.
+    case repeats
+    /// Refused with `invalidControl`, whose message names the job and contains `because`.
+    case refused(because: String)
 }
 
 @Suite("Control commands")
 struct ControlTests {
+    /// The table of `EventStore+Control.swift`, written out independently.
     static func expected(_ setup: ControlSetup, _ command: ControlCommand) -> ControlOutcome {
         switch (setup, command) {
         case (.queued, .pause): .appends(.paused)
-        case (.queued, .resume): .noOp
+        case (.queued, .resume): .refused(because: "queued, not paused")
         case (.queued, .cancel): .appends(.cancelled)
         case (.running, .pause): .appends(.running, pauseRequested: true)
-        case (.running, .resume): .noOp
+        case (.running, .resume): .refused(because: "running, not paused")
         case (.running, .cancel): .appends(.running, cancelRequested: true)
-        case (.runningPauseRequested, .pause): .noOp
+        case (.runningPauseRequested, .pause): .repeats
         case (.runningPauseRequested, .resume): .appends(.running)
         case (.runningPauseRequested, .cancel): .appends(.running, pauseRequested: true, cancelRequested: true)
-        case (.paused, .pause): .noOp
+        case (.runningCancelRequested, .pause), (.runningBothRequested, .pause): .refused(because: "being cancelled")
+        case (.runningCancelRequested, .resume), (.runningBothRequested, .resume): .refused(because: "being cancelled")
+        case (.runningCancelRequested, .cancel), (.runningBothRequested, .cancel): .repeats
+        case (.paused, .pause): .repeats
         case (.paused, .resume): .appends(.queued)
         case (.paused, .cancel): .appends(.cancelled)
-        case (.cancelled, .cancel): .noOp
+        case (.cancelled, .cancel): .repeats
         case (.failed, .retry), (.cancelled, .retry): .appends(.queued)
-        default: .refused
+        case (.succeeded, _): .refused(because: "succeeded")
+        case (.failed, .resume), (.cancelled, .resume): .refused(because: "jobctl retry")
+        case (.failed, _): .refused(because: "failed")
+        case (.cancelled, _): .refused(because: "cancelled")
+        case (_, .retry): .refused(because: "not failed or cancelled")
         }
     }
 
@@ -52,9 +61,10 @@ struct ControlTests {
             return try fixture.submit()
         case .running:
             return try fixture.running().record.id
-        case .runningPauseRequested:
+        case .runningPauseRequested, .runningCancelRequested, .runningBothRequested:
             let id = try fixture.running().record.id
-            _ = try store.requestPause(id: id, actor: "cli:test", now: 1_100)
+            if setup != .runningCancelRequested { _ = try store.requestPause(id: id, actor: "cli:test", now: 1_100) }
+            if setup != .runningPauseRequested { _ = try store.requestCancel(id: id, actor: "cli:test", now: 1_200) }
             return id
         case .paused:
             let id = try fixture.submit()
@@ -85,7 +95,7 @@ struct ControlTests {
         // A prefix of the id, in lower case, is accepted too.
         let handle = String(id.lowercased().prefix(command == .resume ? 26 : 20))
 
-        let run = { () throws -> JobRecord in
+        let run = { () throws -> ControlResult in
             switch command {
             case .pause: try store.requestPause(id: handle, actor: "cli:test", now: 5_000)
             case .resume: try store.requestResume(id: handle, actor: "cli:test", now: 5_000)
@@ -94,20 +104,23 @@ struct ControlTests {
             }
         }
         switch expectation {
-        case .refused:
+        case .refused(let because):
             #expect {
                 _ = try run()
             } throws: { error in
                 guard case StoreError.invalidControl(let message) = error else { return false }
-                return message.contains(id)
+                return message.contains(id) && message.contains(because)
             }
             #expect(try store.job(id) == before)
-        case .noOp:
-            let record = try run()
-            #expect(record == before)
+        case .repeats:
+            let result = try run()
+            #expect(result.isRepeat)
+            #expect(result.record == before)
             #expect(try store.job(id) == before)
         case .appends(let state, let pauseRequested, let cancelRequested):
-            let record = try run()
+            let result = try run()
+            let record = result.record
+            #expect(!result.isRepeat)
             #expect(record.state == state)
             #expect(record.pauseRequested == pauseRequested)
             #expect(record.cancelRequested == cancelRequested)
@@ -117,6 +130,7 @@ struct ControlTests {
             if command == .retry { #expect(record.attempts == 0 && record.error == nil && record.runAfterMs == 5_000) }
             if state == .queued { #expect(record.runAfterMs == 5_000) }
         }
+        #expect(try store.replay(verify: true).isConsistent)
     }
 
     @Test("refusals say why")

@@ -149,6 +149,43 @@ struct FoldTests {
         #expect(record.finishedAtMs == nil && record.runAfterMs == 900 && record.version == 4)
     }
 
+    @Test("attempts count failures and crashes; a pause or a graceful release gives its charge back")
+    func attemptsCountOnlyFailuresAndCrashes() throws {
+        var record = try #require(JobRecord.folding([submitted]))
+        var version = 1
+        func step(_ type: EventType, _ data: EventData = EventData()) -> Int {
+            version += 1
+            record.apply(event(type, version: version, at: Int64(version * 100), token: 9, data))
+            return record.attempts
+        }
+        #expect(step(.claimed) == 1)
+        #expect(step(.pauseRequested) == 1)
+        #expect(step(.paused) == 0)           // stopped on request
+        #expect(step(.resumeRequested) == 0)
+        #expect(step(.claimed) == 1)
+        #expect(step(.released) == 0)         // graceful shutdown
+        #expect(step(.claimed) == 1)
+        #expect(step(.attemptFailed, EventData(error: StorageError(.unknown, "503", retryable: true))) == 1)
+        #expect(step(.paused) == 1)           // paused while queued: no run to give back
+        #expect(step(.resumeRequested) == 1)
+        #expect(step(.claimed) == 2)
+        #expect(step(.leaseExpired) == 2)     // a crash keeps its charge
+        #expect(step(.claimed) == 3)
+        #expect(step(.succeeded) == 3)
+        #expect(record.state == .succeeded)
+    }
+
+    @Test("a final outcome clears requests that came too late", arguments: [EventType.succeeded, .failed])
+    func finalOutcomeClearsRequests(type: EventType) throws {
+        var record = try runningRecord()
+        record.apply(event(.pauseRequested, version: 3, at: 300))
+        record.apply(event(.cancelRequested, version: 4, at: 400))
+        record.apply(event(type, version: 5, at: 500))
+        #expect(record.state == (type == .succeeded ? .succeeded : .failed))
+        #expect(!record.pauseRequested && !record.cancelRequested)
+        #expect(record.settlement() == nil)
+    }
+
     @Test func aSecondSubmittedIsIgnored() throws {
         var record = try runningRecord()
         let before = record

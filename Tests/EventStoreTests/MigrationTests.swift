@@ -95,6 +95,113 @@ struct MigrationTests {
         #expect(throws: StoreError.self) { _ = try reader.submit([uploadSpec()], actor: "cli:test", now: 1) }
     }
 
+    @Test("migration 2 rebuilds a schema-1 projection with the new fold and settles requests left pending")
+    func migrationTwoRebuildsTheProjection() throws {
+        let directory = try TemporaryDirectory("store-migrate-2")
+        defer { directory.remove() }
+        let path = directory.file("jobs.db")
+        var ids: [String] = []
+        do {
+            let store = try EventStore(path: path)
+            // Job 0: claimed, paused on request, resumed and claimed again (schema 1 counted 2 attempts).
+            // Job 1: paused by its worker while a cancel was pending (schema 1 left it paused).
+            // Job 2: rescued with a pause pending (schema 1 left it queued until the next claim).
+            ids = try store.submit([uploadSpec(priority: 5), uploadSpec(), uploadSpec()], actor: "cli:test", now: 1_000).map(\.id)
+            let first = try #require(try store.claim(owner: workerName, queues: nil, limit: 1, leaseMs: 1_000, now: 1_100).first)
+            _ = try store.requestPause(id: ids[0], actor: "cli:test", now: 1_200)
+            try store.append(PendingEvent(jobID: ids[0], type: .paused, actor: workerName, leaseToken: first.token), now: 1_300)
+            _ = try store.requestResume(id: ids[0], actor: "cli:test", now: 1_400)
+            _ = try store.claim(owner: workerName, queues: nil, limit: 1, leaseMs: 1_000, now: 1_500)
+            // Jobs 1 and 2 as the old rules wrote them, straight into the log.
+            try store.withConnection { (connection) throws(StoreError) in
+                func raw(_ id: String, _ version: Int, _ type: EventType, lease: Int64? = nil) throws(StoreError) {
+                    try connection.run("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                       [.text(id), .int(version), .text(type.rawValue), .integer(Int64(2_000 + version)),
+                                        .text("old"), .optional(lease), .text(try StoreJSON.encode(EventData()))])
+                }
+                for (index, last) in [(1, EventType.paused), (2, .leaseExpired)] {
+                    try raw(ids[index], 2, .claimed, lease: 70 + Int64(index))
+                    try raw(ids[index], 3, .pauseRequested)
+                    if index == 1 { try raw(ids[index], 4, .cancelRequested) }
+                    try raw(ids[index], index == 1 ? 5 : 4, last, lease: last == .paused ? 71 : nil)
+                }
+            }
+            _ = try store.replay(verify: false)
+            // What schema 1's fold had stored: every claim counted.
+            try store.withConnection { (connection) throws(StoreError) in
+                try connection.run("UPDATE jobs SET attempts = 2 WHERE id = ?", [.text(ids[0])])
+                try connection.run("UPDATE jobs SET attempts = 1 WHERE id IN (?, ?)", [.text(ids[1]), .text(ids[2])])
+                try connection.run("DELETE FROM schema_migrations WHERE version >= 2")
+            }
+        }
+        #expect(throws: StoreError.olderSchema(found: 1, known: EventStore.knownSchemaVersion)) {
+            _ = try EventStore(path: path, mode: .readOnly)
+        }
+        #expect("\(StoreError.olderSchema(found: 1, known: 2))".contains("jobctl migrate"))
+
+        let store = try EventStore(path: path, mode: .readWrite)
+        #expect(store.appliedMigrations == Array(2...EventStore.knownSchemaVersion))
+        #expect(try store.job(ids[0])?.attempts == 1)
+        let cancelled = try #require(try store.job(ids[1]))
+        #expect(cancelled.state == .cancelled && cancelled.error?.code == .cancelled && !cancelled.cancelRequested)
+        let paused = try #require(try store.job(ids[2]))
+        #expect(paused.state == .paused && !paused.pauseRequested && paused.attempts == 1)
+        for (id, tail) in [(ids[1], EventType.cancelled), (ids[2], .paused)] {
+            let last = try #require(try store.events(jobID: id).last)
+            #expect(last.type == tail && last.actor == "jobctl:migration-2")
+        }
+        let report = try store.replay(verify: true)
+        #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+    }
+
+    @Test("only a creating open makes a database: the others refuse a missing, empty or foreign file",
+          arguments: [EventStore.OpenMode.readOnly, .readWrite])
+    func onlyCreateCreates(mode: EventStore.OpenMode) throws {
+        let directory = try TemporaryDirectory("store-no-create")
+        defer { directory.remove() }
+        let missing = directory.file("typo.db")
+        #expect(throws: StoreError.noDatabase(path: missing)) { _ = try EventStore(path: missing, mode: mode) }
+        #expect(!FileManager.default.fileExists(atPath: missing))
+        #expect("\(StoreError.noDatabase(path: missing))"
+            == "no database at \(missing): run `jobctl submit` or `jobctl migrate` to create one")
+        // An empty file (touched, or left by a crash before the first migration) is no database either.
+        let empty = directory.file("empty.db")
+        FileManager.default.createFile(atPath: empty, contents: nil)
+        #expect(throws: StoreError.noDatabase(path: empty)) { _ = try EventStore(path: empty, mode: mode) }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: empty)).isEmpty)
+        // Another program's SQLite file is not turned into a queue.
+        let foreign = directory.file("foreign.db")
+        do {
+            let other = try SQLiteConnection(path: foreign, readOnly: false, create: true)
+            try other.execute("CREATE TABLE notes (body TEXT)")
+        }
+        #expect {
+            _ = try EventStore(path: foreign, mode: mode)
+        } throws: { error in
+            "\(error)".contains("not jobctl's")
+        }
+        let tables = try SQLiteConnection(path: foreign, readOnly: true, create: false)
+            .query("SELECT name FROM sqlite_master WHERE type = 'table'") { row in row.text(0) }
+        #expect(tables == ["notes"])
+        // The creating open makes it, and then the others open it.
+        _ = try EventStore(path: missing, mode: .create)
+        #expect(try EventStore(path: missing, mode: mode).appliedMigrations.isEmpty)
+    }
+
+    @Test("a write through a read-only store is refused as read-only")
+    func writeThroughReadOnlyStore() throws {
+        let fixture = try StoreFixture("store-readonly-write")
+        defer { fixture.remove() }
+        try fixture.submit()
+        let reader = try EventStore(path: fixture.path, mode: .readOnly)
+        #expect {
+            _ = try reader.submit([uploadSpec()], actor: "cli:test", now: 1)
+        } throws: { error in
+            guard case StoreError.readOnly(let message) = error else { return false }
+            return message.contains("read-only")
+        }
+    }
+
     @Test("a read-only open of a missing file fails clearly and creates nothing")
     func readOnlyMissing() throws {
         let directory = try TemporaryDirectory("store-missing")

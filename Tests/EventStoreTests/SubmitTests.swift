@@ -25,6 +25,60 @@ struct SubmitTests {
         #expect(try fixture.store.lastSeq() == 2)
     }
 
+    @Test("the same key with a different spec is refused, naming the key and the job; nothing is stored")
+    func reusedKeyWithAnotherSpec() throws {
+        let fixture = try StoreFixture("store-key-conflict")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let original = try store.submit([uploadSpec(key: "nightly-1")], actor: "cli:test", now: 1)[0]
+        let before = try store.lastSeq()
+        var changed = uploadSpec(key: "nightly-1")
+        changed.destination = "gs://bucket/other.bin"
+        let expected = StoreError.keyConflict(key: "nightly-1", existingID: original.id)
+        // Across submits, even with a valid new job before it in the same batch: the batch stores nothing.
+        #expect(throws: expected) { _ = try store.submit([uploadSpec(key: "fresh"), changed], actor: "cli:test", now: 2) }
+        #expect(try store.lastSeq() == before)
+        #expect(try store.jobs().count == 1)
+        // Every field of the spec counts, not only the paths.
+        let changes: [(inout JobSpec) -> Void] = [
+            { $0.priority = 9 }, { $0.maxAttempts = 1 }, { $0.queue = "other" },
+            { $0.metadata = UploadMetadata(customMetadata: ["a": "b"]) },
+        ]
+        for change in changes {
+            var spec = uploadSpec(key: "nightly-1")
+            change(&spec)
+            #expect(throws: expected) { _ = try store.submit([spec], actor: "cli:test", now: 3) }
+        }
+        // Within one batch, against the first spec with the key.
+        #expect(throws: StoreError.self) {
+            _ = try store.submit([uploadSpec(key: "batch"), memorySpec(key: "batch")], actor: "cli:test", now: 4)
+        }
+        #expect(try store.jobs().count == 1)
+        // The same spec again still maps to the existing job.
+        #expect(try store.submit([uploadSpec(key: "nightly-1")], actor: "cli:test", now: 5)[0]
+            == SubmitOutcome(id: original.id, key: "nightly-1", kind: .uploadFile, created: false))
+        #expect("\(expected)".contains("nightly-1") && "\(expected)".contains(original.id))
+    }
+
+    @Test("a spec stored with other JSON bytes (another key order) still matches its key")
+    func keyMatchIsCanonical() throws {
+        let fixture = try StoreFixture("store-key-canonical")
+        defer { fixture.remove() }
+        let spec = JobSpec(kind: .uploadData, destination: "gs://b/o", data: Data("x".utf8),
+                           metadata: UploadMetadata(contentType: "text/plain", customMetadata: ["b": "2", "a": "1"]), key: "k")
+        let id = try fixture.submit(spec)
+        // As an older encoder might have written it: the same content, keys in another order, spaces.
+        let text = try StoreJSON.encode(spec)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+        let reordered = "{ " + object.keys.sorted(by: >).map { key in
+            let value = try? JSONSerialization.data(withJSONObject: object[key] ?? NSNull(), options: [.fragmentsAllowed])
+            return "\"\(key)\": " + String(decoding: value ?? Data(), as: UTF8.self)
+        }.joined(separator: ", ") + " }"
+        #expect(!reordered.utf8.elementsEqual(text.utf8))
+        try fixture.sql("UPDATE jobs SET spec = ? WHERE id = ?", [.text(reordered), .text(id)])
+        #expect(try fixture.store.submit([spec], actor: "cli:test", now: 2)[0].id == id)
+    }
+
     @Test("the same key twice makes one job, within a batch and across submits")
     func idempotentKeys() throws {
         let fixture = try StoreFixture("store-keys")
@@ -59,7 +113,14 @@ struct SubmitTests {
                 // written by read-then-append transactions racing on the same job.
                 for id in [batch[0].id, batch[perBatch].id] {
                     _ = try store.requestPause(id: id, actor: "cli:t\(thread)", now: Int64(round))
-                    _ = try store.requestResume(id: id, actor: "cli:t\(thread)", now: Int64(round))
+                    // Another thread may have resumed the shared job already: resuming a queued job is refused.
+                    do {
+                        _ = try store.requestResume(id: id, actor: "cli:t\(thread)", now: Int64(round))
+                    } catch {
+                        guard case StoreError.invalidControl(let message) = error, message.contains("queued, not paused") else {
+                            throw error
+                        }
+                    }
                 }
             }
         }

@@ -121,7 +121,7 @@ struct WorkerPrimitiveTests {
             == [.submitted, .claimed, .leaseExpired, .claimed, .failed])
     }
 
-    @Test("a pause or cancel requested before a rescue is honoured at the next claim")
+    @Test("a pause or cancel requested before a rescue is honoured by the rescue itself")
     func requestsSurviveRescue() throws {
         let fixture = try StoreFixture("store-rescue-requests")
         defer { fixture.remove() }
@@ -131,6 +131,8 @@ struct WorkerPrimitiveTests {
         _ = try store.requestPause(id: pausing, actor: "cli:test", now: 1_050)
         _ = try store.requestCancel(id: cancelling, actor: "cli:test", now: 1_050)
         #expect(Set(try store.rescueExpired(now: 2_000, actor: "w2")) == [pausing, cancelling])
+        #expect(try store.job(pausing)?.state == .paused)
+        #expect(try store.job(cancelling)?.state == .cancelled)
         #expect(try store.claim(owner: "w2", queues: nil, limit: 5, leaseMs: 100, now: 3_000).isEmpty)
         #expect(try store.job(pausing)?.state == .paused)
         #expect(try store.job(cancelling)?.state == .cancelled)

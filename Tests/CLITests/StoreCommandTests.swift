@@ -1,0 +1,247 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// How the CLI opens the event log: which commands may create it, read-only media, reused keys, and
+/// the control commands' refusals — through the built binary.
+@Suite("jobctl and its database") struct StoreCommandTests {
+    static let someID = "01JZZZZZZZZZZZZZZZZZZZZZZZ"
+
+    /// Every command but `submit` and `migrate`, with the arguments it needs to get as far as opening.
+    static let nonCreating: [[String]] = [
+        ["worker"], ["worker", "--drain"], ["list"], ["show", someID], ["history", someID], ["audit"],
+        ["watch", someID], ["watch", "--all", "--exit-when-idle"], ["result", someID], ["pause", someID],
+        ["resume", someID], ["cancel", someID], ["retry", someID], ["replay"], ["replay", "--verify"],
+    ]
+
+    @Test("only submit and migrate create a database; every other command refuses a missing one",
+          arguments: nonCreating)
+    func missingDatabaseIsRefused(arguments: [String]) throws {
+        let workspace = try CLIWorkspace("cli-no-db")
+        defer { workspace.directory.remove() }
+        // A mistyped path in a directory that exists.
+        let typo = workspace.directory.file("jobctl-typo.db")
+        // Under `timeout`: a worker that opened (created) the database would otherwise wait for work forever.
+        let output = try runProcess("/usr/bin/timeout", ["20", PackagePaths.jobctlBinary, "--db", typo] + arguments,
+                                    environment: ["NO_COLOR": "1"])
+        #expect(output.status == 1, "\(arguments): \(output.stdout)\(output.stderr)")
+        #expect(output.stderr.contains("Error: no database at \(typo): run `jobctl submit` or `jobctl migrate` to create one"),
+                "\(arguments): \(output.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path).isEmpty,
+                "\(arguments) created files")
+    }
+
+    @Test("submit and migrate create the database")
+    func creatingCommands() throws {
+        let workspace = try CLIWorkspace("cli-create")
+        defer { workspace.directory.remove() }
+        let migrated = try workspace.jobctl(["migrate"])
+        #expect(migrated.status == 0, "\(migrated.stderr)")
+        #expect(FileManager.default.fileExists(atPath: workspace.database))
+        let other = workspace.directory.file("other.db")
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: gs://b/x.txt}\n")
+        let submitted = try runProcess(PackagePaths.jobctlBinary, ["--db", other, "submit", manifest])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        #expect(FileManager.default.fileExists(atPath: other))
+        // And now the other commands open them.
+        #expect(try workspace.jobctl(["list"]).status == 0)
+        #expect(try workspace.jobctl(["worker", "--drain"]).status == 0)
+    }
+
+    @Test("a reused idempotency key with another spec is refused, naming the key and the job; nothing is stored")
+    func reusedKeyWithAnotherSpec() throws {
+        let workspace = try CLIWorkspace("cli-key")
+        defer { workspace.directory.remove() }
+        let first = try workspace.write("first.yaml", """
+        - {kind: upload-data, data: "one", destination: gs://b/report.txt, key: nightly}
+        """)
+        let id = try workspace.jobctl(["submit", first]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(id.count == 26)
+        let again = try workspace.jobctl(["submit", first])
+        #expect(again.status == 0)
+        #expect(again.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == id)
+
+        let changed = try workspace.write("changed.yaml", """
+        - {kind: upload-data, data: "new", destination: gs://b/new.txt}
+        - {kind: upload-data, data: "two", destination: gs://b/report.txt, key: nightly}
+        """)
+        let refused = try workspace.jobctl(["submit", changed])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("idempotency key 'nightly'"), "\(refused.stderr)")
+        #expect(refused.stderr.contains(id))
+        #expect(refused.stdout.isEmpty)
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(jobs.count == 1)
+    }
+
+    /// Control commands on jobs no worker runs: refusals exit 1 and say why; harmless repeats exit 0.
+    @Test("control refusals and repeats")
+    func controlRefusalsAndRepeats() throws {
+        let workspace = try CLIWorkspace("cli-control")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: upload-data, data: a, destination: gs://b/a.txt}
+        - {kind: upload-data, data: b, destination: gs://b/b.txt}
+        """)
+        let ids = try workspace.jobctl(["submit", manifest]).stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 2)
+        func run(_ command: String, _ id: String) throws -> ProcessOutput { try workspace.jobctl([command, id]) }
+
+        // resume and retry act only on a job they can change.
+        let resumeQueued = try run("resume", ids[0])
+        #expect(resumeQueued.status == 1)
+        #expect(resumeQueued.stderr.contains("is queued, not paused; nothing to resume"), "\(resumeQueued.stderr)")
+        #expect(try run("retry", ids[0]).status == 1)
+        // pause and cancel are idempotent: a repeat exits 0 and says nothing changed.
+        #expect(try run("pause", ids[0]).status == 0)
+        let pauseAgain = try run("pause", ids[0])
+        #expect(pauseAgain.status == 0)
+        #expect(pauseAgain.stdout.contains("paused (already so; nothing changed)"), "\(pauseAgain.stdout)")
+        #expect(try run("resume", ids[0]).stdout.contains("queued"))
+        #expect(try run("resume", ids[0]).status == 1)
+        #expect(try run("cancel", ids[1]).status == 0)
+        let cancelAgain = try run("cancel", ids[1])
+        #expect(cancelAgain.status == 0)
+        #expect(cancelAgain.stdout.contains("cancelled (already so; nothing changed)"))
+        for command in ["pause", "resume"] {
+            let refused = try run(command, ids[1])
+            #expect(refused.status == 1, "\(command) on a cancelled job")
+            #expect(refused.stderr.hasPrefix("Error: \(ids[1])"))
+        }
+        // Several ids: one refusal makes the exit status 1, the others are still done.
+        let mixed = try workspace.jobctl(["pause", ids[0], ids[1]])
+        #expect(mixed.status == 1)
+        #expect(mixed.stdout.contains("\(ids[0])  paused"))
+        // Every change is in the log, and nothing else.
+        let history = try #require(try workspace.json(["history", ids[0], "--json"]) as? [[String: Any]])
+        #expect(history.compactMap { $0["type"] as? String } == ["submitted", "paused", "resume_requested", "paused"])
+    }
+
+    // MARK: - Read-only media
+
+    /// Runs `jobctl ARGS` with `directory` made read-only for the child alone: a private mount namespace
+    /// (`unshare`) in which the directory is bind-mounted onto itself and remounted read-only. Needs
+    /// root (the suite runs as root in CI); nil when the mount cannot be made here.
+    static func jobctlOnReadOnlyMedia(_ directory: String, _ arguments: [String]) throws -> ProcessOutput? {
+        let script = #"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; shift; exec "$@""#
+        let output = try runProcess("/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh",
+                                                        directory, PackagePaths.jobctlBinary] + arguments,
+                                    environment: ["NO_COLOR": "1"])
+        return output.status == 99 ? nil : output
+    }
+
+    static var canMountReadOnly: Bool {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
+              let probe = try? TemporaryDirectory("ro-probe") else { return false }
+        defer { probe.remove() }
+        guard let output = try? runProcess("/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/sh", "-c",
+                                                                #"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && ! touch "$1/x" 2>/dev/null"#,
+                                                                "sh", probe.path]) else { return false }
+        return output.status == 0
+    }
+
+    @Test("on a read-only filesystem, list/show/history/audit/replay --verify read the log; writes say read-only",
+          .enabled(if: canMountReadOnly, "needs root and mount namespaces to make a read-only filesystem"))
+    func readOnlyMedia() throws {
+        let workspace = try CLIWorkspace("cli-ro")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: upload-data, data: "hello", destination: "file://ro/a.txt", key: a, priority: 1}
+        - {kind: download-memory, source: "file://ro/a.txt"}
+        """)
+        let ids = try workspace.jobctl(["submit", manifest]).stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 2)
+        let worker = try workspace.jobctl(["worker", "--drain", "--concurrency", "1"])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        // A writer that closes last checkpoints and removes the -wal and -shm files (the worker exits
+        // without closing; `migrate` opens and closes). A reader on read-only media then cannot create
+        // the -shm a WAL reader needs, which is what this test is about.
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let files = try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path)
+        #expect(!files.contains { $0.hasSuffix("-shm") || $0.hasSuffix("-wal") }, "\(files)")
+        let before = try Data(contentsOf: URL(fileURLWithPath: workspace.database))
+        let database = workspace.database
+
+        func readOnly(_ arguments: [String]) throws -> ProcessOutput {
+            try #require(try Self.jobctlOnReadOnlyMedia(workspace.directory.path, ["--db", database] + arguments))
+        }
+        let list = try readOnly(["list", "--json"])
+        #expect(list.status == 0, "\(list.stderr)")
+        let jobs = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]])
+        #expect(jobs.count == 2 && jobs.allSatisfy { $0["state"] as? String == "succeeded" })
+        let show = try readOnly(["show", ids[0]])
+        #expect(show.status == 0, "\(show.stderr)")
+        #expect(show.stdout.contains("succeeded"))
+        let history = try readOnly(["history", ids[1]])
+        #expect(history.status == 0 && history.stdout.contains("succeeded"), "\(history.stderr)")
+        let audit = try readOnly(["audit", "--csv"])
+        #expect(audit.status == 0, "\(audit.stderr)")
+        #expect(audit.stdout.split(separator: "\n").count == 3)
+        let verify = try readOnly(["replay", "--verify"])
+        #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
+        let result = try readOnly(["result", ids[1]])
+        #expect(result.status == 0 && result.stdout == "hello", "\(result.stderr)")
+
+        // Writes are refused, saying why, and touch nothing.
+        let otherManifest = try workspace.write("more.yaml", "- {kind: upload-data, data: x, destination: gs://b/x.txt}\n")
+        for arguments in [["submit", otherManifest], ["worker", "--drain"], ["cancel", ids[0]], ["replay"], ["migrate"]] {
+            let refused = try readOnly(arguments)
+            #expect(refused.status == 1, "\(arguments): \(refused.stdout)\(refused.stderr)")
+            #expect(refused.stderr.contains("read-only"), "\(arguments): \(refused.stderr)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: workspace.database)) == before)
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+    }
+
+    @Test("on read-only media a database whose writer died is read through its -wal, or refused clearly without one",
+          .enabled(if: canMountReadOnly, "needs root and mount namespaces to make a read-only filesystem"))
+    func readOnlyMediaWithAWriteAheadLog() throws {
+        let workspace = try CLIWorkspace("cli-ro-wal")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: \"file://ro/x.txt\"}\n")
+        let id = try workspace.jobctl(["submit", manifest]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        // A worker killed with SIGKILL leaves the -wal and -shm behind, its transactions in the -wal.
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        worker.arguments = ["--db", workspace.database, "worker"]
+        worker.standardOutput = FileHandle.nullDevice
+        worker.standardError = FileHandle.nullDevice
+        try worker.run()
+        let done = try eventuallyTrue(seconds: 20) {
+            try workspace.jobctl(["show", id]).stdout.contains("succeeded")
+        }
+        kill(worker.processIdentifier, SIGKILL)
+        worker.waitUntilExit()
+        try #require(done)
+        let wal = workspace.database + "-wal"
+        let walSize = try #require(try FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int)
+        try #require(walSize > 0 && FileManager.default.fileExists(atPath: workspace.database + "-shm"))
+
+        // With its -shm there, SQLite reads the -wal read-only: the same jobs as a writable reader sees.
+        let expected = try workspace.jobctl(["list", "--json"])
+        let read = try #require(try Self.jobctlOnReadOnlyMedia(workspace.directory.path,
+                                                              ["--db", workspace.database, "list", "--json"]))
+        #expect(read.status == 0, "\(read.stderr)")
+        #expect(read.stdout == expected.stdout)
+        #expect(read.stdout.contains("succeeded"))
+        // Without the -shm (copied without it), the -wal cannot be read there, and the main file alone
+        // may be stale: refused, saying what to do, rather than showing old states.
+        try FileManager.default.removeItem(atPath: workspace.database + "-shm")
+        let refused = try #require(try Self.jobctlOnReadOnlyMedia(workspace.directory.path,
+                                                                 ["--db", workspace.database, "list", "--json"]))
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("-wal") && refused.stderr.contains("read-only"), "\(refused.stderr)")
+        #expect(refused.stdout.isEmpty)
+        #expect(try workspace.jobctl(["list", "--json"]).stdout == expected.stdout)
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds or `seconds` pass.
+func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        usleep(20_000)
+    }
+    return try condition()
+}

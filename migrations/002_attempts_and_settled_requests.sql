@@ -1,0 +1,12 @@
+-- jobctl event store, schema version 2: no table changes, a new meaning for two projection columns.
+--
+-- * `jobs.attempts` counts only the attempts charged against max_attempts: a run that ended `paused`
+--   or `released` (stopped on request or by a graceful shutdown) no longer counts; failures and runs
+--   lost to a crash (`lease_expired`) do.
+-- * `jobs.pause_requested` / `jobs.cancel_requested` are set only while a job runs: a final outcome
+--   clears them, and a request still pending when the job stops running is honoured at once by an
+--   event the store appends (`cancelled`, `paused`, or `resume_requested` for a withdrawn pause).
+--
+-- The event log does not change. The projection is rebuilt from it by the new fold in this same
+-- transaction (Migrator.rebuildsProjection), and jobs an older jobctl left queued or paused with a
+-- request pending get the event that honours it, so `jobctl replay --verify` holds afterwards.
