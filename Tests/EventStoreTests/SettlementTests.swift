@@ -14,6 +14,8 @@ enum PendingRequests: String, CaseIterable, Sendable {
     case cancelThenPause
     /// `pause`, then `resume`: the pause is withdrawn.
     case pauseThenResume
+    /// `pause`, `resume` (withdrawn), then `cancel`.
+    case resumeThenCancel
 }
 
 /// How a running attempt ends: the worker's own events, or a rescue after its lease expired.
@@ -27,7 +29,7 @@ enum AttemptOutcome: String, CaseIterable, Sendable {
 struct SettlementTests {
     /// The job's final state and the events appended from the outcome on.
     static func expected(_ requests: PendingRequests, _ outcome: AttemptOutcome) -> (JobState, [EventType]) {
-        let cancel = requests == .cancel || requests == .pauseThenCancel || requests == .cancelThenPause
+        let cancel = [.cancel, .pauseThenCancel, .cancelThenPause, .resumeThenCancel].contains(requests)
         let pause = requests == .pause
         switch outcome {
         // A final outcome wins over a request that came too late.
@@ -76,6 +78,10 @@ struct SettlementTests {
         case .pauseThenResume:
             _ = try store.requestPause(id: id, actor: "cli:test", now: 1_100)
             _ = try store.requestResume(id: id, actor: "cli:test", now: 1_150)
+        case .resumeThenCancel:
+            _ = try store.requestPause(id: id, actor: "cli:test", now: 1_100)
+            _ = try store.requestResume(id: id, actor: "cli:test", now: 1_150)
+            _ = try store.requestCancel(id: id, actor: "cli:test", now: 1_180)
         }
         let before = try #require(try store.job(id))
 

@@ -103,7 +103,8 @@ import TestSupport
         let directory = try TemporaryDirectory("attempts-pauses")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        try writePatternFile("\(nginx.root)/slow/file.bin", size: Int64(8 * Self.mib))
+        // 4 s at 4 MB/s: long enough that two pause/resume cycles happen while it is still running.
+        try writePatternFile("\(nginx.root)/slow/file.bin", size: Int64(16 * Self.mib))
         let destination = directory.file("file.bin")
         let id = try #require(try submit("""
         - {kind: download-file, source: "\(nginx.baseURL)/slow/file.bin", destination: "\(destination)", max_attempts: 1}
@@ -133,7 +134,7 @@ import TestSupport
         let directory = try TemporaryDirectory("attempts-release")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        try writePatternFile("\(nginx.root)/gate/file.bin", size: Int64(8 * Self.mib))
+        try writePatternFile("\(nginx.root)/gate/file.bin", size: Int64(12 * Self.mib))
         let destination = directory.file("file.bin")
         let id = try #require(try submit("""
         - {kind: download-file, source: "\(nginx.baseURL)/gate/file.bin", destination: "\(destination)", max_attempts: 2}
