@@ -21,8 +21,9 @@ let package = Package(
 
         // MARK: - Library modules
         .target(name: "JobModel"),
+        .target(name: "JobLifecycle", dependencies: ["JobModel"]),
         .target(name: "Checksums", dependencies: ["CCrypto", "CCRC32C"]),
-        .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "Checksums"],
+        .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "JobLifecycle", "Checksums"],
                 plugins: ["EmbedMigrations"]),
         .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),
         .target(name: "Storage", dependencies: ["CCurl", "JobModel", "Checksums"]),
@@ -33,7 +34,9 @@ let package = Package(
         // MARK: - Tests
         .target(name: "TestSupport", dependencies: ["JobModel"], path: "Tests/TestSupport"),
         .testTarget(name: "JobModelTests", dependencies: ["JobModel", "Checksums"]),
-        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "JobModel", "TestSupport"]),
+        .testTarget(name: "JobLifecycleTests", dependencies: ["JobLifecycle", "JobModel"]),
+        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "JobLifecycle", "JobModel", "TestSupport"],
+                    exclude: ["Fixtures"]),
         .testTarget(name: "ManifestTests", dependencies: ["Manifest", "JobModel", "TestSupport"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "JobModel", "Checksums", "TestSupport"],
                     exclude: ["Fixtures"]),

@@ -1,5 +1,6 @@
 import Checksums
 import Foundation
+import JobLifecycle
 import JobModel
 
 /// An event to append: what happened to which job, who says so, and under which guarantees.
@@ -18,7 +19,23 @@ public struct PendingEvent: Sendable, Equatable {
     /// The payload.
     public var data: EventData
 
-    /// Creates a pending event.
+    /// Creates a pending event from a typed payload.
+    public init(jobID: String, actor: String, leaseToken: Int64? = nil, expectedVersion: Int? = nil,
+                payload: EventPayload) {
+        self.init(jobID: jobID, type: payload.type, actor: actor, leaseToken: leaseToken,
+                  expectedVersion: expectedVersion, data: payload.wire)
+    }
+
+    /// The typed payload; refused (`invalidControl`) when `data` lacks a field `type` needs.
+    func payload() throws(StoreError) -> EventPayload {
+        do {
+            return try EventPayload(type: type, wire: data)
+        } catch {
+            throw StoreError.invalidControl("cannot append to job \(jobID): \(error)")
+        }
+    }
+
+    /// Creates a pending event from a type and a payload in its JSON shape (checked when appended).
     public init(jobID: String, type: EventType, actor: String, leaseToken: Int64? = nil,
                 expectedVersion: Int? = nil, data: EventData = EventData()) {
         self.jobID = jobID
@@ -123,84 +140,79 @@ extension SQLiteConnection {
         }
     }
 
-    /// Checks and appends one event, updating the projection and the lease table. The caller holds
-    /// a write transaction.
+    /// Appends one reported event (the lifecycle's `.report`), updating the projection and the lease
+    /// table. The caller holds a write transaction.
     func appendEvent(_ pending: PendingEvent, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
         try appendEvent(pending, to: try loadJob(pending.jobID), now: now)
     }
 
-    /// Checks and appends one event to a job whose projection row the caller read (or wrote) in this
-    /// same write transaction: `current` must be that row as it stands now (nil: no row), so the
-    /// version, fencing and transition checks see the latest state.
+    /// Appends one reported event to a job whose projection row the caller read (or wrote) in this
+    /// same write transaction: `current` must be that row as it stands now (nil: no row).
     ///
-    /// When the event leaves a control request pending on a job that is no longer running, the event
-    /// that honours it (`JobRecord.settlement(after:from:)`) follows at once, by the same actor; the
-    /// returned record is the job after both, the returned event the one asked for.
+    /// The lifecycle decides; when the event leaves a control request pending on a job that is no
+    /// longer running, the events that honour it follow in the same decision. The returned record is
+    /// the job after all of them, the returned event the one asked for.
     func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
-        precondition(current.map { $0.id.utf8.elementsEqual(pending.jobID.utf8) } ?? true,
-                     "appendEvent: the record is not job \(pending.jobID)'s")
-        if pending.type == .submitted {
-            if let current {
-                throw StoreError.invalidTransition(jobID: pending.jobID, state: current.state, event: .submitted)
-            }
-            if let expected = pending.expectedVersion, expected != 0 {
-                throw StoreError.versionConflict(expected: expected, actual: 0)
-            }
-        } else {
-            guard let current else { throw StoreError.notFound(pending.jobID) }
-            if let expected = pending.expectedVersion, expected != current.version {
-                throw StoreError.versionConflict(expected: expected, actual: current.version)
-            }
-            // Fencing. `claimed` carries the new token, so it is checked by claim() instead.
-            if pending.type != .claimed, let token = pending.leaseToken {
-                let lease = try leaseRow(pending.jobID)
-                guard current.state == .running, current.leaseToken == token, lease?.token == token else {
-                    throw StoreError.staleLease(jobID: pending.jobID, token: token)
-                }
-            }
-            guard current.allows(pending.type) else {
-                throw StoreError.invalidTransition(jobID: pending.jobID, state: current.state, event: pending.type)
-            }
+        let (events, record) = try perform(.report(try pending.payload()), jobID: pending.jobID, on: current,
+                                           actor: pending.actor, expectedVersion: pending.expectedVersion,
+                                           leaseToken: pending.leaseToken, now: now)
+        guard let first = events.first, let record else {
+            // A report is never a repeat: the lifecycle decides at least the reported event.
+            throw StoreError.invalidControl("the lifecycle decided nothing for a '\(pending.type.rawValue)' of job \(pending.jobID)")
         }
+        return (first, record)
+    }
 
-        var data = pending.data
-        if pending.type == .succeeded, var result = data.result, let bytes = result.data {
-            result.blob = try storeBlob(bytes)
-            result.data = nil
-            data.result = result
+    /// Asks the lifecycle what `command` does to job `jobID` (whose current row is `current`, nil: no
+    /// row) and persists its answer: the events, the projection row, the lease row. Refusals become
+    /// `StoreError`s. The caller holds a write transaction, and `current` is the row as it stands now.
+    ///
+    /// Returns the events appended (empty for a repeat) and the job after them.
+    func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
+                 expectedVersion: Int? = nil, leaseToken: Int64? = nil,
+                 now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
+        precondition(current.map { $0.id.utf8.elementsEqual(jobID.utf8) } ?? true,
+                     "perform: the record is not job \(jobID)'s")
+        var lifecycle = JobLifecycle(record: current)
+        let decided: [DecidedEvent]
+        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken) {
+        case .success(let events): decided = events
+        case .failure(let refusal): throw StoreError(refusal, jobID: jobID)
         }
-
-        let version = (current?.version ?? 0) + 1
-        try run("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [.text(pending.jobID), .int(version), .text(pending.type.rawValue), .integer(now),
-                 .text(pending.actor), .optional(pending.leaseToken), .text(try StoreJSON.encode(data))])
-        let event = JobEvent(seq: lastInsertRowID, jobID: pending.jobID, version: version, type: pending.type,
-                             atMs: now, actor: pending.actor, leaseToken: pending.leaseToken, data: data)
-
-        let record: JobRecord
+        // Fencing against the lease table too: the row is the store's own record of who holds the job.
+        if let leaseToken, case .report = command, try leaseRow(jobID)?.token != leaseToken {
+            throw StoreError.staleLease(jobID: jobID, token: leaseToken)
+        }
+        var events: [JobEvent] = []
+        events.reserveCapacity(decided.count)
+        for decision in decided {
+            var payload = decision.payload
+            // Download-to-memory bytes go to the content-addressed blobs; the event references them.
+            if case .succeeded(let progress, var result) = payload, let bytes = result.data {
+                result.blob = try storeBlob(bytes)
+                result.data = nil
+                payload = .succeeded(progress, result: result)
+            }
+            let version = (lifecycle.record?.version ?? 0) + 1
+            try run("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [.text(jobID), .int(version), .text(payload.type.rawValue), .integer(now), .text(actor),
+                     .optional(decision.leaseToken), .text(try StoreJSON.encode(payload.wire))])
+            let event = JobEvent(seq: lastInsertRowID, jobID: jobID, version: version, atMs: now, actor: actor,
+                                 leaseToken: decision.leaseToken, payload: payload)
+            lifecycle.apply(event)
+            events.append(event)
+        }
+        guard let record = lifecycle.record, !events.isEmpty else { return (events, lifecycle.record) }
         if let current {
-            var updated = current
-            updated.apply(event)
-            record = updated
             let update = try record.update(from: current)
             try run(update.sql, update.values)
         } else {
-            guard let created = JobRecord(submitted: event) else {
-                throw StoreError.invalidControl("a 'submitted' event needs the job's spec")
-            }
-            record = created
             try run(JobRecord.insertSQL, try record.rowValues())
         }
         if record.state != .running {
             try run("DELETE FROM leases WHERE job_id = ?", [.text(record.id)])
         }
-        // A request acknowledged while the job ran is honoured in this same transaction.
-        if let current, let settlement = record.settlement(after: event, from: current) {
-            let settled = try appendEvent(PendingEvent(jobID: record.id, type: settlement.type, actor: pending.actor,
-                                                       data: settlement.data), to: record, now: now).1
-            return (event, settled)
-        }
-        return (event, record)
+        return (events, record)
     }
 
     /// Stores bytes once under their SHA-256 (hex) and returns the hash.

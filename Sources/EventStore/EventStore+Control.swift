@@ -1,4 +1,5 @@
 import Foundation
+import JobLifecycle
 import JobModel
 
 /// What `submit` did with one spec.
@@ -58,8 +59,7 @@ extension EventStore {
                     }
                 }
                 let id = JobID.generate(atMs: now)
-                _ = try connection.appendEvent(
-                    PendingEvent(jobID: id, type: .submitted, actor: actor, data: EventData(spec: spec)), now: now)
+                _ = try connection.perform(.submit(spec), jobID: id, on: nil, actor: actor, expectedVersion: 0, now: now)
                 if let key = spec.key { batchKeys[key] = (id, try StoreJSON.encode(spec)) }
                 outcomes.append(SubmitOutcome(id: id, key: spec.key, kind: spec.kind, created: true))
             }
@@ -85,108 +85,35 @@ public struct ControlResult: Sendable, Equatable {
     }
 }
 
-/// The rules, one command each (every state is listed, so a new state must be decided here):
-///
-/// | state \ command            | pause            | resume                 | cancel             | retry   |
-/// |----------------------------|------------------|------------------------|--------------------|---------|
-/// | queued                     | `paused`         | refused                | `cancelled`        | refused |
-/// | running                    | `pause_requested`| refused                | `cancel_requested` | refused |
-/// | running, pause pending     | repeat           | `resume_requested` (withdraws the pause) | `cancel_requested` | refused |
-/// | running, cancel pending    | refused          | refused                | repeat             | refused |
-/// | paused                     | repeat           | `resume_requested` → queued | `cancelled`   | refused |
-/// | succeeded                  | refused          | refused                | refused            | refused |
-/// | failed                     | refused          | refused (use retry)    | refused            | `retried` |
-/// | cancelled                  | refused          | refused (use retry)    | repeat             | `retried` |
-///
-/// A *repeat* asks for what already holds or is already on its way: it succeeds and appends nothing.
-/// A *refusal* (`invalidControl`, exit 1 in the CLI) says why. Pause and cancel are idempotent; resume
-/// and retry act only on a job they can change. A pending cancel outranks everything but a final outcome.
+/// The control commands. Their rules (which state gets which event, what is a harmless repeat, what
+/// is refused and why) are `JobLifecycle`'s; the store reads the job, asks, and persists the answer.
 extension EventStore {
     /// Pauses a job: a queued job is `paused` at once; a running job gets `pause_requested` and its
     /// worker stops at the resume point. A repeat on a paused or pause-requested job. Refused while a
     /// cancel is pending and for final jobs. `id` may be a unique prefix.
     public func requestPause(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(id: id, actor: actor, now: now) { (job) throws(StoreError) -> PendingEvent? in
-            switch job.state {
-            case .queued:
-                return PendingEvent(jobID: job.id, type: .paused, actor: actor, expectedVersion: job.version)
-            case .running:
-                if job.cancelRequested {
-                    throw StoreError.invalidControl("job \(job.id) is being cancelled (a cancel is pending); nothing to pause")
-                }
-                return job.pauseRequested ? nil
-                    : PendingEvent(jobID: job.id, type: .pauseRequested, actor: actor, expectedVersion: job.version)
-            case .paused:
-                return nil
-            case .succeeded, .failed, .cancelled:
-                throw StoreError.invalidControl("job \(job.id) has already \(Self.finalWords(job.state)); nothing to pause")
-            }
-        }
+        try control(.pause, id: id, actor: actor, now: now)
     }
 
     /// Resumes a paused job (re-queued at its resume point), or withdraws a running job's pending
     /// pause. Refused for every other job: a queued or running job has nothing to resume, a job being
     /// cancelled cannot be resumed, and a final job needs `retry`.
     public func requestResume(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(id: id, actor: actor, now: now) { (job) throws(StoreError) -> PendingEvent? in
-            switch job.state {
-            case .paused:
-                return PendingEvent(jobID: job.id, type: .resumeRequested, actor: actor, expectedVersion: job.version)
-            case .running:
-                if job.cancelRequested {
-                    throw StoreError.invalidControl("job \(job.id) is being cancelled (a cancel is pending); nothing to resume")
-                }
-                guard job.pauseRequested else {
-                    throw StoreError.invalidControl("job \(job.id) is running, not paused; nothing to resume")
-                }
-                return PendingEvent(jobID: job.id, type: .resumeRequested, actor: actor, expectedVersion: job.version)
-            case .queued:
-                throw StoreError.invalidControl("job \(job.id) is queued, not paused; nothing to resume")
-            case .succeeded:
-                throw StoreError.invalidControl("job \(job.id) has already succeeded; nothing to resume")
-            case .failed, .cancelled:
-                throw StoreError.invalidControl(
-                    "job \(job.id) has \(Self.finalWords(job.state)); use `jobctl retry \(job.id)` to run it again")
-            }
-        }
+        try control(.resume, id: id, actor: actor, now: now)
     }
 
     /// Cancels a job: a queued or paused job is `cancelled` at once (error code `cancelled`); a running
     /// job gets `cancel_requested` and its worker aborts — and if the worker stops it some other way
-    /// first (a pause, a shutdown, a retry, a crash), the store cancels it then. A repeat on a cancelled
+    /// first (a pause, a shutdown, a retry, a crash), it is cancelled then. A repeat on a cancelled
     /// or cancel-requested job. Refused for succeeded and failed jobs.
     public func requestCancel(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(id: id, actor: actor, now: now) { (job) throws(StoreError) -> PendingEvent? in
-            switch job.state {
-            case .queued, .paused:
-                let error = StorageError(.cancelled, "cancelled by \(actor) while \(job.state.rawValue)")
-                return PendingEvent(jobID: job.id, type: .cancelled, actor: actor, expectedVersion: job.version,
-                                    data: EventData(error: error))
-            case .running:
-                return job.cancelRequested ? nil
-                    : PendingEvent(jobID: job.id, type: .cancelRequested, actor: actor, expectedVersion: job.version)
-            case .cancelled:
-                return nil
-            case .succeeded, .failed:
-                throw StoreError.invalidControl("job \(job.id) has already \(Self.finalWords(job.state)); nothing to cancel")
-            }
-        }
+        try control(.cancel(by: actor), id: id, actor: actor, now: now)
     }
 
     /// Re-opens a failed or cancelled job as a new series of attempts (`retried` → queued, attempts
     /// reset, error cleared). Refused for every other state.
     public func retry(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(id: id, actor: actor, now: now) { (job) throws(StoreError) -> PendingEvent? in
-            switch job.state {
-            case .failed, .cancelled:
-                return PendingEvent(jobID: job.id, type: .retried, actor: actor, expectedVersion: job.version)
-            case .succeeded:
-                throw StoreError.invalidControl("job \(job.id) has already succeeded; only failed or cancelled jobs can be retried")
-            case .queued, .running, .paused:
-                throw StoreError.invalidControl(
-                    "job \(job.id) is \(job.state.rawValue), not failed or cancelled; only those can be retried")
-            }
-        }
+        try control(.retry, id: id, actor: actor, now: now)
     }
 
     /// Resolves an id or a unique id prefix (at least 6 characters, any case) to the full job id.
@@ -194,23 +121,15 @@ extension EventStore {
         try withConnection { (connection) throws(StoreError) -> String in try connection.resolveID(text) }
     }
 
-    /// Reads the job, decides, appends (or not: a repeat), all in one IMMEDIATE transaction.
-    private func control(id: String, actor: String, now: Int64,
-                         decide: (JobRecord) throws(StoreError) -> PendingEvent?) throws(StoreError) -> ControlResult {
+    /// Reads the job, asks the lifecycle, appends its answer (nothing for a repeat), all in one
+    /// IMMEDIATE transaction.
+    private func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
         try writeTransaction { (connection) throws(StoreError) -> ControlResult in
             let resolved = try connection.resolveID(id)
             guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
-            guard let pending = try decide(job) else { return ControlResult(record: job, isRepeat: true) }
-            return ControlResult(record: try connection.appendEvent(pending, to: job, now: now).1, isRepeat: false)
-        }
-    }
-
-    private static func finalWords(_ state: JobState) -> String {
-        switch state {
-        case .succeeded: "succeeded"
-        case .failed: "failed"
-        case .cancelled: "been cancelled"
-        case .queued, .running, .paused: state.rawValue
+            let (events, record) = try connection.perform(command, jobID: job.id, on: job, actor: actor,
+                                                          expectedVersion: job.version, now: now)
+            return ControlResult(record: record ?? job, isRepeat: events.isEmpty)
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import JobLifecycle
 import JobModel
 
 /// Which jobs `EventStore.jobs(filter:)` lists. Nil fields do not filter.

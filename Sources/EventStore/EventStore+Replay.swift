@@ -1,4 +1,5 @@
 import Foundation
+import JobLifecycle
 import JobModel
 
 /// One column where the stored projection and the fold of the log disagree.
@@ -69,7 +70,7 @@ extension EventStore {
     }
 
     /// Rewrites the `jobs` projection from the log with the current fold, then appends the event that
-    /// honours a request still pending on a job that no longer runs (`JobRecord.settlement()`), which a
+    /// honours a request still pending on a job that no longer runs (the lifecycle's `settle`), which a
     /// log written by an older jobctl can hold. Used by migrations that change the fold; the caller
     /// holds a write transaction.
     static func rebuildProjection(_ connection: SQLiteConnection, now: Int64, actor: String) throws(StoreError) {
@@ -79,9 +80,7 @@ extension EventStore {
             WHERE state IN ('queued', 'paused') AND (pause_requested != 0 OR cancel_requested != 0) ORDER BY seq
             """) { (row) throws(StoreError) in try JobRecord(row: row, specs: connection.decodedSpecs) }
         for job in unsettled {
-            guard let settlement = job.settlement() else { continue }
-            _ = try connection.appendEvent(
-                PendingEvent(jobID: job.id, type: settlement.type, actor: actor, data: settlement.data), to: job, now: now)
+            _ = try connection.perform(.settle, jobID: job.id, on: job, actor: actor, now: now)
         }
     }
 
@@ -91,15 +90,22 @@ extension EventStore {
         var problems: [String] = []
         // Streams the log: one event decoded at a time; only the records stay in memory.
         try connection.forEach("SELECT \(JobEvent.selectColumns) FROM events ORDER BY seq") { (row) throws(StoreError) in
-            let event = try JobEvent(row: row)
             eventsRead += 1
-            if event.type == .submitted {
+            let event: JobEvent
+            do throws(StoreError) {
+                event = try JobEvent(row: row)
+            } catch {
+                // An event whose payload lacks what its type needs (a `submitted` without a spec) is a
+                // problem of the log to report, not a reason to stop reading it.
+                guard case .corrupt(let message) = error else { throw error }
+                problems.append(message)
+                return
+            }
+            if case .submitted = event.payload {
                 if records[event.jobID] != nil {
                     problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted twice")
                 } else if let record = JobRecord(submitted: event) {
                     records[event.jobID] = record
-                } else {
-                    problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted without a spec")
                 }
                 return
             }

@@ -1,4 +1,5 @@
 import Foundation
+import JobLifecycle
 import JobModel
 
 /// A job a worker now holds, with the fencing token its appends must carry.
@@ -121,20 +122,8 @@ extension EventStore {
             for (id, owner, expiresAt) in expired {
                 guard let job = try connection.loadJob(id) else { continue }
                 let holder = owner ?? job.leaseOwner ?? "an unknown worker"
-                let when = expiresAt.map { " at \($0)" } ?? ""
-                let pending: PendingEvent
-                if job.attempts >= job.maxAttempts && !job.cancelRequested {
-                    let error = StorageError(
-                        .retryLimitExceeded,
-                        "attempt \(job.attempts) of \(job.maxAttempts) ended when its worker (\(holder)) died or lost its lease; "
-                            + "no attempts are left: check the workers' logs, then `jobctl retry \(id)`")
-                    pending = PendingEvent(jobID: id, type: .failed, actor: actor, expectedVersion: job.version,
-                                           data: EventData(error: error, reason: "lease expired\(when)"))
-                } else {
-                    pending = PendingEvent(jobID: id, type: .leaseExpired, actor: actor, expectedVersion: job.version,
-                                           data: EventData(reason: "lease held by \(holder) expired\(when)"))
-                }
-                _ = try connection.appendEvent(pending, to: job, now: now)
+                _ = try connection.perform(.expireLease(holder: holder, expiredAtMs: expiresAt), jobID: id, on: job,
+                                           actor: actor, expectedVersion: job.version, now: now)
                 rescued.append(id)
             }
             return rescued
@@ -181,23 +170,14 @@ extension SQLiteConnection {
             }
             if jobs.isEmpty { break }
             for job in jobs {
-                let id = job.id
-                // The store settles pending requests when a job leaves `running`, so a queued job holds
-                // none; a database written by an older jobctl still may. Honour it instead of claiming.
-                if let settlement = job.settlement() {
-                    _ = try appendEvent(PendingEvent(jobID: id, type: settlement.type, actor: actor, data: settlement.data),
-                                        to: job, now: now)
-                    continue
-                }
+                // The lifecycle claims the job — or, for a queued job that still holds a pause or cancel
+                // request (only a database written by an older jobctl has one), honours it instead.
                 let token = try nextLeaseToken()
-                let expiresAt = now + leaseMs
-                // The attempt number counts only attempts that failed or that a crash lost (`attempts`).
-                let data = EventData(leaseOwner: owner, leaseExpiresAtMs: expiresAt, attempt: job.attempts + 1)
-                let (_, record) = try appendEvent(
-                    PendingEvent(jobID: id, type: .claimed, actor: actor, leaseToken: token,
-                                 expectedVersion: job.version, data: data), to: job, now: now)
+                let (events, record) = try perform(.claim(owner: owner, token: token, leaseMs: leaseMs), jobID: job.id,
+                                                   on: job, actor: actor, expectedVersion: job.version, now: now)
+                guard let record, case .claimed(_, let expiresAt, _)? = events.first?.payload else { continue }
                 try run("INSERT OR REPLACE INTO leases (job_id, owner, token, expires_at_ms) VALUES (?, ?, ?, ?)",
-                        [.text(id), .text(owner), .integer(token), .integer(expiresAt)])
+                        [.text(job.id), .text(owner), .integer(token), .integer(expiresAt)])
                 claimed.append(ClaimedJob(record: record, token: token))
             }
         }

@@ -1,4 +1,5 @@
 import Foundation
+@_exported import JobLifecycle
 import JobModel
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,5 @@
 import Foundation
+import JobLifecycle
 import JobModel
 
 // MARK: - JSON
@@ -217,8 +218,14 @@ extension JobEvent {
         guard let type = EventType(rawValue: row.text(3)) else {
             throw StoreError.corrupt("event \(seq) has unknown type '\(row.text(3))'")
         }
-        self.init(seq: seq, jobID: row.text(1), version: row.int(2), type: type, atMs: row.int64(4),
-                  actor: row.text(5), leaseToken: row.optionalInt64(6),
-                  data: try StoreJSON.decode(EventData.self, row.text(7), what: "event \(seq) data"))
+        let wire = try StoreJSON.decode(EventData.self, row.text(7), what: "event \(seq) data")
+        let payload: EventPayload
+        do {
+            payload = try EventPayload(type: type, wire: wire)
+        } catch {
+            throw StoreError.corrupt("event \(seq): \(error)")
+        }
+        self.init(seq: seq, jobID: row.text(1), version: row.int(2), atMs: row.int64(4), actor: row.text(5),
+                  leaseToken: row.optionalInt64(6), payload: payload)
     }
 }

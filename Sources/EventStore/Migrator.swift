@@ -1,5 +1,6 @@
 import Checksums
 import Foundation
+import JobLifecycle
 
 /// Applies the migrations embedded from `migrations/NNN_name.sql`, recording each in `schema_migrations`.
 ///

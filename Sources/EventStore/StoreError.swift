@@ -1,3 +1,4 @@
+import JobLifecycle
 import JobModel
 
 /// Everything the event store can refuse or fail with. Each description says what happened and what to do.
@@ -80,5 +81,19 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     private static func abbreviate(_ sql: String) -> String {
         let flat = sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")
         return flat.count > 120 ? String(flat.prefix(117)) + "..." : flat
+    }
+}
+
+extension StoreError {
+    /// The store's error for the lifecycle's refusal of a command on job `jobID`.
+    init(_ refusal: LifecycleRefusal, jobID: String) {
+        switch refusal {
+        case .notFound: self = .notFound(jobID)
+        case .versionConflict(let expected, let actual): self = .versionConflict(expected: expected, actual: actual)
+        case .staleLease(let token): self = .staleLease(jobID: jobID, token: token)
+        case .invalidTransition(let state, let event): self = .invalidTransition(jobID: jobID, state: state, event: event)
+        case .invalidControl(let message): self = .invalidControl(message)
+        case .notRunnableYet: self = .invalidControl("job \(jobID): \(refusal)")
+        }
     }
 }

@@ -20,8 +20,10 @@ public enum EventType: String, Codable, Sendable, CaseIterable, Hashable {
     case retried
 }
 
-/// The JSON payload of an event (`events.data`). Every field is optional; which are set depends on the
-/// type. `v` is the payload's schema version.
+/// The JSON shape of an event's payload (`events.data`): every field optional, `v` the schema version.
+///
+/// Code works with the typed `EventPayload`; this flat shape is what the log holds and what `--json`
+/// prints. `EventPayload.wire` and `EventPayload(type:wire:)` convert.
 public struct EventData: Codable, Sendable, Equatable, Hashable {
     public var v: Int
     /// submitted: the job.
@@ -64,30 +66,78 @@ public struct EventData: Codable, Sendable, Equatable, Hashable {
 }
 
 /// One row of the append-only event log.
-public struct JobEvent: Codable, Sendable, Equatable, Hashable {
+public struct JobEvent: Sendable, Equatable, Hashable {
     /// Global order; nil before the event is stored.
     public var seq: Int64?
     public var jobID: String
     /// Per-job version, 1 for `submitted`, then +1 per event.
     public var version: Int
-    public var type: EventType
     public var atMs: Int64
     /// Who appended it: `cli:<user>`, `worker:<host>:<pid>`.
     public var actor: String
     /// The lease token the appending worker held (fencing); nil for CLI events.
     public var leaseToken: Int64?
-    public var data: EventData
+    /// What happened, with exactly the fields that event carries.
+    public var payload: EventPayload
 
-    public init(seq: Int64? = nil, jobID: String, version: Int, type: EventType, atMs: Int64, actor: String,
-                leaseToken: Int64? = nil, data: EventData = EventData()) {
+    /// What happened: the payload's type.
+    public var type: EventType { payload.type }
+    /// The payload in its flat JSON shape (for reading optional fields and for printing).
+    public var data: EventData { payload.wire }
+
+    /// Creates an event.
+    public init(seq: Int64? = nil, jobID: String, version: Int, atMs: Int64, actor: String, leaseToken: Int64? = nil,
+                payload: EventPayload) {
         self.seq = seq
         self.jobID = jobID
         self.version = version
-        self.type = type
         self.atMs = atMs
         self.actor = actor
         self.leaseToken = leaseToken
-        self.data = data
+        self.payload = payload
+    }
+
+    /// Creates an event from a type and a payload in its JSON shape; throws when the shape lacks a field
+    /// the type needs.
+    public init(seq: Int64? = nil, jobID: String, version: Int, type: EventType, atMs: Int64, actor: String,
+                leaseToken: Int64? = nil, data: EventData = EventData()) throws(EventPayloadError) {
+        self.init(seq: seq, jobID: jobID, version: version, atMs: atMs, actor: actor, leaseToken: leaseToken,
+                  payload: try EventPayload(type: type, wire: data))
+    }
+}
+
+extension JobEvent: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case seq, jobID, version, type, atMs, actor, leaseToken, data
+    }
+
+    /// Decodes the shape `encode(to:)` writes.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let type = try container.decode(EventType.self, forKey: .type)
+        let wire = try container.decode(EventData.self, forKey: .data)
+        do {
+            try self.init(seq: container.decodeIfPresent(Int64.self, forKey: .seq),
+                          jobID: container.decode(String.self, forKey: .jobID),
+                          version: container.decode(Int.self, forKey: .version), type: type,
+                          atMs: container.decode(Int64.self, forKey: .atMs), actor: container.decode(String.self, forKey: .actor),
+                          leaseToken: container.decodeIfPresent(Int64.self, forKey: .leaseToken), data: wire)
+        } catch let error as EventPayloadError {
+            throw DecodingError.dataCorruptedError(forKey: .data, in: container, debugDescription: error.description)
+        }
+    }
+
+    /// Encodes the row's fields, the payload in its flat JSON shape.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encodeIfPresent(seq, forKey: .seq)
+        try container.encode(jobID, forKey: .jobID)
+        try container.encode(version, forKey: .version)
+        try container.encode(type, forKey: .type)
+        try container.encode(atMs, forKey: .atMs)
+        try container.encode(actor, forKey: .actor)
+        try container.encodeIfPresent(leaseToken, forKey: .leaseToken)
+        try container.encode(data, forKey: .data)
     }
 }
 

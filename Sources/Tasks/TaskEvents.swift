@@ -8,17 +8,19 @@ import Storage
 /// The sink adds what only the worker knows (version, actor, lease token) and writes it, fenced by the
 /// lease. `atMs` is the time the state machine was given when it decided to write the event.
 public struct PendingTaskEvent: Sendable, Equatable, Hashable, CustomStringConvertible {
-    /// What happened (`started`, `progress`, `paused`, `succeeded`, …).
-    public var type: EventType
-    /// The payload: bytes, resume point, error, retry time, result, attempt, reason.
-    public var data: EventData
+    /// What happened (`started`, `progress`, `paused`, `succeeded`, …), with exactly that event's fields.
+    public var payload: EventPayload
     /// When the fact became true, in wall-clock milliseconds.
     public var atMs: Int64
 
+    /// The event's type.
+    public var type: EventType { payload.type }
+    /// The payload in its flat JSON shape (for reading optional fields).
+    public var data: EventData { payload.wire }
+
     /// Creates a pending event.
-    public init(type: EventType, data: EventData, atMs: Int64) {
-        self.type = type
-        self.data = data
+    public init(payload: EventPayload, atMs: Int64) {
+        self.payload = payload
         self.atMs = atMs
     }
 

@@ -254,7 +254,7 @@ public struct TaskStateMachine: Sendable {
     public mutating func attemptStarted(nowMs: Int64) throws(TaskTransitionError) -> AttemptStartedAction {
         guard case .claimed = state else { throw refused("attemptStarted") }
         state = .running
-        return .persistAndStartTransfer(event(.started, nowMs, resumePoint: resumePoint), resumingFrom: resumePoint)
+        return .persistAndStartTransfer(event(.started(progress(resumePoint)), nowMs), resumingFrom: resumePoint)
     }
 
     /// The transfer moved bytes. Persisted at most once per `progressIntervalMs`, else `.none`.
@@ -265,7 +265,7 @@ public struct TaskStateMachine: Sendable {
             if let bytesTotal { self.bytesTotal = bytesTotal }
             if let last = lastProgressWrittenAtMs, nowMs - last < configuration.progressIntervalMs { return .none }
             lastProgressWrittenAtMs = nowMs
-            return .persist(event(.progress, nowMs, resumePoint: resumePoint))
+            return .persist(event(.progress(progress(resumePoint)), nowMs))
         case .stopping(.leaseLost), .abandoned:
             return .none
         case .claimed, .retryScheduled, .succeeded, .failed, .paused, .cancelled, .released:
@@ -282,7 +282,7 @@ public struct TaskStateMachine: Sendable {
             bytesDone = max(bytesDone, resumePoint.bytesDone)
             if let bytesTotal { self.bytesTotal = bytesTotal }
             lastProgressWrittenAtMs = nowMs
-            return .persist(event(.progress, nowMs, resumePoint: resumePoint))
+            return .persist(event(.progress(progress(resumePoint)), nowMs))
         case .stopping(.leaseLost), .abandoned:
             return .none
         case .claimed, .retryScheduled, .succeeded, .failed, .paused, .cancelled, .released:
@@ -318,7 +318,7 @@ public struct TaskStateMachine: Sendable {
                 if bytesTotal == nil { bytesTotal = size }
             }
             state = .succeeded(result)
-            return .persist(event(.succeeded, nowMs, result: result))
+            return .persist(event(.succeeded(progress(), result: result), nowMs))
         case .stopping(.leaseLost):
             state = .abandoned(reason: "the lease was lost before the transfer finished")
             return .abandon
@@ -359,17 +359,17 @@ public struct TaskStateMachine: Sendable {
         case .running:
             guard error.retryable else {
                 state = .failed(error)
-                return .persist(event(.failed, nowMs, error: error))
+                return .persist(event(.failed(progress(), error: error, reason: nil), nowMs))
             }
             guard attempt < maxAttempts else {
                 let limit = Self.retryLimitExceeded(after: attempt, last: error)
                 state = .failed(limit)
-                return .persist(event(.failed, nowMs, error: limit))
+                return .persist(event(.failed(progress(), error: limit, reason: nil), nowMs))
             }
             let delay = configuration.retryPolicy.delayMs(attempt: attempt, retryAfter: error.retryAfter, jitter: jitter)
             let retryAtMs = nowMs + delay
             state = .retryScheduled(atMs: retryAtMs, error: error)
-            return .persist(event(.attemptFailed, nowMs, resumePoint: resumePoint, error: error, retryAtMs: retryAtMs))
+            return .persist(event(.attemptFailed(progress(resumePoint), error: error, retryAtMs: retryAtMs), nowMs))
         case .abandoned:
             return .none
         case .claimed, .retryScheduled, .succeeded, .failed, .paused, .cancelled, .released:
@@ -418,27 +418,29 @@ public struct TaskStateMachine: Sendable {
         switch reason {
         case .pause:
             state = .paused
-            return .persist(event(.paused, nowMs, resumePoint: resumePoint, reason: note ?? "pause requested"))
+            return .persist(event(.paused(progress(resumePoint), reason: note ?? "pause requested"), nowMs))
         case .cancel:
             // Cancel removes partial files: there is nothing to resume from.
             let error = StorageError(.cancelled, "the job was cancelled by request; `jobctl retry` starts it again")
             resumePoint = nil
             state = .cancelled(error)
-            return .persist(event(.cancelled, nowMs, error: error, reason: note ?? "cancel requested"))
+            return .persist(event(.cancelled(progress(), error: error, reason: note ?? "cancel requested"), nowMs))
         case .shutdown:
             state = .released
-            return .persist(event(.released, nowMs, resumePoint: resumePoint, reason: note ?? "worker shutting down"))
+            return .persist(event(.released(progress(resumePoint), reason: note ?? "worker shutting down"), nowMs))
         case .leaseLost:
             state = .abandoned(reason: "the lease was lost")
             return .abandon
         }
     }
 
-    private func event(_ type: EventType, _ nowMs: Int64, resumePoint: ResumePoint? = nil, error: StorageError? = nil,
-                       retryAtMs: Int64? = nil, result: JobResult? = nil, reason: String? = nil) -> PendingTaskEvent {
-        let data = EventData(attempt: attempt, bytesDone: bytesDone, bytesTotal: bytesTotal, resumePoint: resumePoint,
-                             error: error, retryAtMs: retryAtMs, result: result, reason: reason)
-        return PendingTaskEvent(type: type, data: data, atMs: nowMs)
+    /// The attempt's progress as events report it, with `resumePoint` when the event carries one.
+    private func progress(_ resumePoint: ResumePoint? = nil) -> TransferProgress {
+        TransferProgress(attempt: attempt, bytesDone: bytesDone, bytesTotal: bytesTotal, resumePoint: resumePoint)
+    }
+
+    private func event(_ payload: EventPayload, _ nowMs: Int64) -> PendingTaskEvent {
+        PendingTaskEvent(payload: payload, atMs: nowMs)
     }
 
     private func refused(_ event: String) -> TaskTransitionError {

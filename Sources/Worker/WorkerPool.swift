@@ -270,8 +270,7 @@ struct LeaseSink: TaskEventSink {
     let token: Int64
 
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
-        let pending = PendingEvent(jobID: jobID, type: event.type, actor: owner, leaseToken: token,
-                                   expectedVersion: nil, data: event.data)
+        let pending = PendingEvent(jobID: jobID, actor: owner, leaseToken: token, payload: event.payload)
         switch await storeThread.append(pending) {
         case .success:
             return

@@ -83,7 +83,8 @@ struct AppendTests {
         #expect(second.record.id == id && second.token > first.token)
 
         let outcomes = try store.append([
-            PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: first.token),
+            PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: first.token,
+                         data: EventData(result: JobResult())),
             PendingEvent(jobID: id, type: .progress, actor: "worker:two", leaseToken: second.token,
                          data: EventData(bytesDone: 20)),
         ], now: 3_100)

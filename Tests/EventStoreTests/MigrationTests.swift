@@ -115,9 +115,10 @@ struct MigrationTests {
             // Jobs 1 and 2 as the old rules wrote them, straight into the log.
             try store.withConnection { (connection) throws(StoreError) in
                 func raw(_ id: String, _ version: Int, _ type: EventType, lease: Int64? = nil) throws(StoreError) {
+                    let data = type == .claimed ? EventData(leaseOwner: "old", leaseExpiresAtMs: 3_000, attempt: 1) : EventData()
                     try connection.run("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
                                        [.text(id), .int(version), .text(type.rawValue), .integer(Int64(2_000 + version)),
-                                        .text("old"), .optional(lease), .text(try StoreJSON.encode(EventData()))])
+                                        .text("old"), .optional(lease), .text(try StoreJSON.encode(data))])
                 }
                 for (index, last) in [(1, EventType.paused), (2, .leaseExpired)] {
                     try raw(ids[index], 2, .claimed, lease: 70 + Int64(index))

@@ -16,7 +16,8 @@ struct QueryTests {
         let other = try fixture.submit(uploadSpec(queue: "other"), now: 3_000)
         try fixture.submit(uploadSpec(queue: "fast"), now: 4_000)
         let done = try #require(try store.claim(owner: workerName, queues: ["fast"], limit: 1, leaseMs: 100, now: 4_000).first)
-        try fixture.append(PendingEvent(jobID: done.record.id, type: .succeeded, actor: workerName, leaseToken: done.token),
+        try fixture.append(PendingEvent(jobID: done.record.id, type: .succeeded, actor: workerName, leaseToken: done.token,
+                                        data: EventData(result: JobResult())),
                            now: 4_500)
 
         #expect(try store.jobs().map(\.id) == [done.record.id, other, memory, old])

@@ -169,4 +169,21 @@ struct ReplayTests {
         #expect(try reader.replay(verify: true).isConsistent)
         #expect(throws: StoreError.self) { _ = try reader.replay(verify: false) }
     }
+
+    @Test("an event without the fields its type needs is reported as a problem; the rest of the log still replays")
+    func malformedEventIsAProblem() throws {
+        let fixture = try StoreFixture("store-replay-malformed")
+        defer { fixture.remove() }
+        let id = try fixture.submit()
+        // What a broken tool could have written: a `submitted` without a spec, and a `claimed` without a lease.
+        try fixture.sql("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, 1, 'submitted', 5, 'x', NULL, '{\"v\":1}')",
+                        [.text("01BROKENJOB000000000000000")])
+        try fixture.sql("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, 2, 'claimed', 6, 'x', 1, '{\"v\":1}')",
+                        [.text(id)])
+        let report = try fixture.store.replay(verify: true)
+        #expect(report.eventsRead == 3 && report.jobsRebuilt == 1)
+        #expect(report.problems.count == 2)
+        #expect(report.problems.first?.contains("a 'submitted' event has no 'spec'") == true, "\(report.problems)")
+        #expect(report.problems.last?.contains("a 'claimed' event has no 'leaseOwner'") == true, "\(report.problems)")
+    }
 }

@@ -162,7 +162,8 @@ struct WorkerPrimitiveTests {
             PendingEvent(jobID: id, type: .started, actor: workerName, leaseToken: running.token),
             PendingEvent(jobID: id, type: .progress, actor: workerName, leaseToken: running.token,
                          data: EventData(bytesDone: 3, bytesTotal: 3)),
-            PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: running.token + 99),
+            PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: running.token + 99,
+                         data: EventData(result: JobResult())),
             PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: running.token,
                          data: EventData(result: JobResult(size: 3))),
         ], now: 2_000, thenClaim: ClaimRequest(owner: workerName, queues: nil, limit: 4, leaseMs: 1_000, now: 2_000))

@@ -223,7 +223,7 @@ struct TaskStateMachineTests {
         var machine = TaskStateMachine(attempt: 2, maxAttempts: 5, resumePoint: uploadPoint, bytesTotal: 1_048_576)
         let action = try machine.attemptStarted(nowMs: 42)
         #expect(action == .persistAndStartTransfer(
-            PendingTaskEvent(type: .started, data: EventData(attempt: 2, bytesDone: 262_144, bytesTotal: 1_048_576, resumePoint: uploadPoint), atMs: 42),
+            PendingTaskEvent(payload: .started(TransferProgress(attempt: 2, bytesDone: 262_144, bytesTotal: 1_048_576, resumePoint: uploadPoint)), atMs: 42),
             resumingFrom: uploadPoint))
     }
 

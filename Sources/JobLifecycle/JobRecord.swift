@@ -2,7 +2,8 @@ import JobModel
 
 /// The state of one job as folded from its events: exactly one row of the `jobs` projection.
 ///
-/// The projection is a cache of `JobRecord.folding(events)`; `EventStore.replay(verify:)` proves it.
+/// The projection is a cache of `JobRecord.folding(events)`; the store's `replay(verify:)` proves it.
+/// Which events may follow which is `JobLifecycle`'s business; this type only folds.
 public struct JobRecord: Codable, Equatable, Hashable, Sendable {
     /// The job id (a ULID).
     public var id: String
@@ -44,7 +45,7 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
     /// The idempotency key, unique across all jobs.
     public var key: String?
     /// A pause was requested while running; the worker stops at its resume point. Set only while
-    /// running: when the job leaves `running` the store honours it at once (see `settlement`).
+    /// running: when the job leaves `running` the lifecycle honours it at once (`JobLifecycle`).
     public var pauseRequested: Bool
     /// A cancel was requested while running; the worker aborts. Set only while running, like
     /// `pauseRequested`.
@@ -99,9 +100,9 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
 // MARK: - The fold
 
 extension JobRecord {
-    /// Creates the record a `submitted` event describes; nil for any other event or one without a spec.
+    /// Creates the record a `submitted` event describes; nil for any other event.
     public init?(submitted event: JobEvent) {
-        guard event.type == .submitted, let spec = event.data.spec else { return nil }
+        guard case .submitted(let spec) = event.payload else { return nil }
         self.init(id: event.jobID, seq: event.seq ?? 0, kind: spec.kind, state: .queued, queue: spec.queue,
                   priority: spec.priority, runAfterMs: event.atMs, attempts: 0, maxAttempts: spec.maxAttempts,
                   spec: spec, key: spec.key, version: event.version, createdAtMs: event.atMs,
@@ -118,41 +119,40 @@ extension JobRecord {
 
     /// Applies one event that followed the record's current version.
     ///
-    /// The log is the truth, so this never refuses: `allows(_:)` is what keeps impossible events out of
-    /// the log in the first place. A second `submitted` is ignored.
+    /// The log is the truth, so this never refuses: `JobLifecycle.decide` is what keeps impossible
+    /// events out of the log in the first place. A second `submitted` is ignored.
     ///
     /// Changing what an event does here changes the meaning of every old log: the migration that ships
     /// such a change must rebuild the projection (`Migrator.rebuildsProjection`).
     public mutating func apply(_ event: JobEvent) {
-        guard event.type != .submitted else { return }
-        let data = event.data
+        if case .submitted = event.payload { return }
         let wasRunning = state == .running
         version = event.version
         updatedAtMs = event.atMs
-        switch event.type {
+        switch event.payload {
         case .submitted:
             break
-        case .claimed:
+        case .claimed(let owner, _, _):
             state = .running
             attempts += 1
-            leaseOwner = data.leaseOwner
+            leaseOwner = owner
             leaseToken = event.leaseToken
             pauseRequested = false
             cancelRequested = false
-        case .started:
+        case .started(let progress):
             if startedAtMs == nil { startedAtMs = event.atMs }
-            keepProgress(data)
-        case .progress:
-            keepProgress(data)
+            keep(progress)
+        case .progress(let progress):
+            keep(progress)
         case .pauseRequested:
             pauseRequested = true
-        case .paused:
+        case .paused(let progress, _):
             // A run stopped on request is not a failed attempt: it gives its charge back.
             if wasRunning { attempts = max(0, attempts - 1) }
             state = .paused
             clearLease()
             pauseRequested = false
-            keepProgress(data)
+            keep(progress)
         case .resumeRequested:
             if state == .paused {
                 state = .queued
@@ -161,40 +161,45 @@ extension JobRecord {
             pauseRequested = false
         case .cancelRequested:
             cancelRequested = true
-        case .cancelled:
+        case .cancelled(_, let failure, let reason):
             state = .cancelled
-            error = data.error ?? StorageError(.cancelled, data.reason.map { "cancelled: \($0)" } ?? "the job was cancelled")
+            error = failure ?? StorageError(.cancelled, reason.map { "cancelled: \($0)" } ?? "the job was cancelled")
             clearLease()
             pauseRequested = false
             cancelRequested = false
             finishedAtMs = event.atMs
-        case .attemptFailed:
+        case .attemptFailed(let progress, let failure, let retryAtMs):
             state = .queued
-            runAfterMs = data.retryAtMs ?? event.atMs
-            if let failure = data.error { error = failure }
+            runAfterMs = retryAtMs
+            error = failure
             clearLease()
-            keepProgress(data)
-        case .leaseExpired, .released:
-            // A graceful release gives its charge back; a crash (lease expired) keeps it.
-            if event.type == .released && wasRunning { attempts = max(0, attempts - 1) }
+            keep(progress)
+        case .leaseExpired:
+            // A crash (lease expired) keeps the attempt's charge.
             state = .queued
             runAfterMs = event.atMs
             clearLease()
-            keepProgress(data)
-        case .succeeded:
-            state = .succeeded
-            result = data.result
+        case .released(let progress, _):
+            // A graceful release gives its charge back.
+            if wasRunning { attempts = max(0, attempts - 1) }
+            state = .queued
+            runAfterMs = event.atMs
             clearLease()
-            keepProgress(data)
+            keep(progress)
+        case .succeeded(let progress, let produced):
+            state = .succeeded
+            result = produced
+            clearLease()
+            keep(progress)
             finishedAtMs = event.atMs
             // A request that came too late has nothing left to act on.
             pauseRequested = false
             cancelRequested = false
-        case .failed:
+        case .failed(let progress, let failure, _):
             state = .failed
-            error = data.error ?? error
+            error = failure
             clearLease()
-            keepProgress(data)
+            keep(progress)
             finishedAtMs = event.atMs
             pauseRequested = false
             cancelRequested = false
@@ -216,82 +221,9 @@ extension JobRecord {
 
     /// Progress fields an event carries replace the old ones; absent fields keep them (the resume point
     /// survives pauses, rescues and failed attempts).
-    private mutating func keepProgress(_ data: EventData) {
-        if let done = data.bytesDone { bytesDone = done }
-        if let total = data.bytesTotal { bytesTotal = total }
-        if let point = data.resumePoint { resumePoint = point }
-    }
-}
-
-// MARK: - Transitions
-
-/// An event the store appends on its own, right after another, to honour a control request that was
-/// acknowledged while the job was running (see `JobRecord.settlement(after:from:)`).
-public struct Settlement: Sendable, Equatable {
-    /// `cancelled`, `paused` or `resume_requested`.
-    public var type: EventType
-    /// Its payload (the error of a `cancelled`, the reason).
-    public var data: EventData
-}
-
-extension JobRecord {
-    /// What honours a request still pending on a job that is no longer running, or nil.
-    ///
-    /// Pause and cancel requests are flags on a running job, acted on by its worker. When the job leaves
-    /// `running` some other way — the worker paused it for a pause that a cancel then overtook, it
-    /// released it at shutdown, scheduled a retry, or its lease expired — the store appends this event
-    /// in the same transaction, so a request that was acknowledged is never left pending:
-    ///
-    /// - a pending **cancel** on a queued or paused job → `cancelled` (it outranks a pause);
-    /// - a pending **pause** on a queued job → `paused`, at its resume point.
-    ///
-    /// A final outcome (`succeeded`, `failed`) wins over a request that came too late, and clears it.
-    public func settlement() -> Settlement? {
-        switch state {
-        case .queued, .paused:
-            if cancelRequested {
-                let error = StorageError(.cancelled, "cancelled on request; `jobctl retry \(id)` starts it again")
-                return Settlement(type: .cancelled, data: EventData(
-                    error: error, reason: "a cancel was requested while the job was running"))
-            }
-            if state == .queued && pauseRequested {
-                return Settlement(type: .paused, data: EventData(reason: "a pause was requested while the job was running"))
-            }
-            return nil
-        case .running, .succeeded, .failed, .cancelled:
-            return nil
-        }
-    }
-
-    /// `settlement()`, plus the one case only the event that just happened reveals: a worker's
-    /// `paused` for a pause that `resume` withdrew while the worker was already stopping. The resume
-    /// was acknowledged, so the job is re-queued at once (`resume_requested`) instead of staying paused.
-    ///
-    /// - Parameters:
-    ///   - event: the event just applied.
-    ///   - before: the record before it.
-    public func settlement(after event: JobEvent, from before: JobRecord) -> Settlement? {
-        if let pending = settlement() { return pending }
-        if event.type == .paused && before.state == .running && !before.pauseRequested {
-            return Settlement(type: .resumeRequested,
-                              data: EventData(reason: "the pause was withdrawn (resumed) while the worker was stopping"))
-        }
-        return nil
-    }
-
-    /// Whether `type` may be appended to a job in this state; the store refuses the others with
-    /// `StoreError.invalidTransition`.
-    public func allows(_ type: EventType) -> Bool {
-        switch type {
-        case .submitted: false
-        case .claimed: state == .queued
-        case .started, .progress, .pauseRequested, .cancelRequested, .attemptFailed, .leaseExpired,
-             .released, .succeeded, .failed:
-            state == .running
-        case .paused: state == .queued || state == .running
-        case .resumeRequested: state == .paused || state == .running
-        case .cancelled: state == .queued || state == .paused || state == .running
-        case .retried: state == .failed || state == .cancelled
-        }
+    private mutating func keep(_ progress: TransferProgress) {
+        if let done = progress.bytesDone { bytesDone = done }
+        if let total = progress.bytesTotal { bytesTotal = total }
+        if let point = progress.resumePoint { resumePoint = point }
     }
 }

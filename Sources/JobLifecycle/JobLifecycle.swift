@@ -1,0 +1,426 @@
+import JobModel
+
+// MARK: - Commands, decisions, refusals
+
+/// What someone asks of one job. `JobLifecycle.decide(_:now:expectedVersion:leaseToken:)` answers with
+/// the events to append, or a refusal.
+public enum JobCommand: Sendable, Equatable, Hashable {
+    /// Put a new job into the log (the CLI's `submit`).
+    case submit(JobSpec)
+    /// Take a lease on a runnable job for `owner` with fencing token `token`, for `leaseMs`.
+    case claim(owner: String, token: Int64, leaseMs: Int64)
+    /// A fact the job's worker (or a tool) reports: `started`, `progress`, `released` (a graceful
+    /// release), a worker outcome (`paused`, `cancelled`, `attempt_failed`, `succeeded`, `failed`), or a
+    /// raw control fact. Accepted when the job's state allows that event (see the table on
+    /// `JobLifecycle`). `start(_:)`, `reportProgress(_:)`, `release(_:reason:)` and `finish(_:)` build the
+    /// common ones.
+    case report(EventPayload)
+    /// Pause the job (the CLI's `pause`).
+    case pause
+    /// Resume a paused job, or withdraw a pending pause (the CLI's `resume`).
+    case resume
+    /// Cancel the job; `actor` is named in the error a queued or paused job is cancelled with.
+    case cancel(by: String)
+    /// Open a failed or cancelled job again (the CLI's `retry`).
+    case retry
+    /// The job's lease, held by `holder`, ran out at `expiredAtMs` (nil: the lease row vanished).
+    case expireLease(holder: String, expiredAtMs: Int64?)
+    /// Honour a request still pending on a job that no longer runs, which only logs written by older
+    /// releases hold. Nothing to append when there is none.
+    case settle
+
+    /// The worker started (or resumed) the transfer.
+    public static func start(_ progress: TransferProgress) -> JobCommand { .report(.started(progress)) }
+    /// The worker reports bytes moved (a checkpoint).
+    public static func reportProgress(_ progress: TransferProgress) -> JobCommand { .report(.progress(progress)) }
+    /// The worker gives the job back without failure (shutdown), at its resume point.
+    public static func release(_ progress: TransferProgress, reason: String?) -> JobCommand {
+        .report(.released(progress, reason: reason))
+    }
+    /// The worker reports how the attempt ended.
+    public static func finish(_ outcome: WorkerOutcome) -> JobCommand { .report(outcome.payload) }
+}
+
+/// How a worker's attempt ended.
+public enum WorkerOutcome: Sendable, Equatable, Hashable {
+    /// Stopped at the resume point for a pause.
+    case paused(TransferProgress, reason: String?)
+    /// Aborted for a cancel.
+    case cancelled(TransferProgress, error: StorageError, reason: String?)
+    /// Failed with a retryable error; runnable again at `retryAtMs`.
+    case retryScheduled(TransferProgress, error: StorageError, retryAtMs: Int64)
+    /// Done.
+    case succeeded(TransferProgress, result: JobResult)
+    /// Failed for good.
+    case failed(TransferProgress, error: StorageError, reason: String?)
+
+    /// The event that records the outcome.
+    public var payload: EventPayload {
+        switch self {
+        case .paused(let progress, let reason): .paused(progress, reason: reason)
+        case .cancelled(let progress, let error, let reason): .cancelled(progress, error: error, reason: reason)
+        case .retryScheduled(let progress, let error, let at): .attemptFailed(progress, error: error, retryAtMs: at)
+        case .succeeded(let progress, let result): .succeeded(progress, result: result)
+        case .failed(let progress, let error, let reason): .failed(progress, error: error, reason: reason)
+        }
+    }
+}
+
+/// An event the lifecycle decided to append. The store gives it its version, time and actor.
+public struct DecidedEvent: Sendable, Equatable, Hashable {
+    /// What happens.
+    public var payload: EventPayload
+    /// The fencing token the event carries: the new token of a `claimed`, the reporting worker's token
+    /// of a report, nil for everything else (control, rescue, settlement).
+    public var leaseToken: Int64?
+
+    /// Creates a decided event.
+    public init(_ payload: EventPayload, leaseToken: Int64? = nil) {
+        self.payload = payload
+        self.leaseToken = leaseToken
+    }
+}
+
+/// Why the lifecycle refused a command. Each description says what to do.
+public enum LifecycleRefusal: Error, Sendable, Equatable, Hashable, CustomStringConvertible {
+    /// The job does not exist (only `submit` may name a job that has no events).
+    case notFound
+    /// The caller expected the job at version `expected`; it is at `actual`.
+    case versionConflict(expected: Int, actual: Int)
+    /// The reporting worker's lease token `token` no longer holds the job.
+    case staleLease(token: Int64)
+    /// `event` cannot follow in state `state` (nil: the job does not exist).
+    case invalidTransition(state: JobState?, event: EventType)
+    /// A control command or call that makes no sense for this job; the message says why.
+    case invalidControl(String)
+    /// A claim of a queued job that is not runnable before `runAfterMs`.
+    case notRunnableYet(runAfterMs: Int64)
+
+    public var description: String {
+        switch self {
+        case .notFound:
+            "no such job; `jobctl list` shows the jobs there are"
+        case .versionConflict(let expected, let actual):
+            "expected the job at version \(expected) but it is at \(actual); re-read the job and try again"
+        case .staleLease(let token):
+            "lease token \(token) no longer holds the job; this worker must stop working on it"
+        case .invalidTransition(let state, let event):
+            "'\(event.rawValue)' cannot happen to a job that " + (state.map { "is \($0.rawValue)" } ?? "does not exist")
+        case .invalidControl(let message):
+            message
+        case .notRunnableYet(let runAfterMs):
+            "the job is not runnable before \(runAfterMs) ms; claim it then"
+        }
+    }
+}
+
+// MARK: - The lifecycle
+
+/// One job's life across attempts, workers and control requests, as a pure value: `apply(_:)` folds
+/// the job's events, `decide(_:now:expectedVersion:leaseToken:)` says which events a command appends.
+/// No I/O, no clock: time is an argument. The event store asks it and only persists.
+///
+/// The rules, written down once:
+///
+/// **Reports** (`.report`, a worker's facts) — which event may follow which state:
+///
+/// | event \ state                                       | queued | running | paused | succeeded/failed/cancelled |
+/// |-----------------------------------------------------|--------|---------|--------|----------------------------|
+/// | started, progress, pause_requested, cancel_requested, attempt_failed, lease_expired, released, succeeded, failed | – | ✓ | – | – |
+/// | paused                                              | ✓      | ✓       | –      | – |
+/// | resume_requested                                    | –      | ✓       | ✓      | – |
+/// | cancelled                                           | ✓      | ✓       | ✓      | – |
+/// | retried                                             | –      | –       | –      | failed, cancelled |
+/// | submitted, claimed                                  | only through `submit` and `claim` |
+///
+/// **Control** (`pause`, `resume`, `cancel`, `retry`):
+///
+/// | state \ command            | pause            | resume                 | cancel             | retry   |
+/// |----------------------------|------------------|------------------------|--------------------|---------|
+/// | queued                     | `paused`         | refused                | `cancelled`        | refused |
+/// | running                    | `pause_requested`| refused                | `cancel_requested` | refused |
+/// | running, pause pending     | repeat           | `resume_requested` (withdraws the pause) | `cancel_requested` | refused |
+/// | running, cancel pending    | refused          | refused                | repeat             | refused |
+/// | paused                     | repeat           | `resume_requested` → queued | `cancelled`   | refused |
+/// | succeeded                  | refused          | refused                | refused            | refused |
+/// | failed                     | refused          | refused (use retry)    | refused            | `retried` |
+/// | cancelled                  | refused          | refused (use retry)    | repeat             | `retried` |
+///
+/// A *repeat* asks for what already holds or is on its way: no events. A *refusal* says why.
+///
+/// **Claim**: a queued job whose `run_after` has come gets `claimed` with the new token and attempt
+/// `attempts + 1`. **Lease expiry** of a running job: `lease_expired`, or `failed`
+/// (`retryLimitExceeded`) when its attempts are used up and no cancel is pending.
+///
+/// **Attempts**: every claim charges one; a run that ends `paused` or `released` gives it back; a
+/// failure or a crash (`lease_expired`) keeps it; `retried` starts afresh.
+///
+/// **Settlement**: pause and cancel requests are flags on a running job, acted on by its worker. When
+/// the job leaves `running` some other way, the events that honour a request still pending follow in
+/// the same decision, so an acknowledged request is never left pending: a pending cancel on a queued
+/// or paused job → `cancelled` (it outranks a pause); a pending pause on a queued job → `paused`; a
+/// worker's `paused` for a pause that `resume` withdrew meanwhile → `resume_requested`. A final outcome
+/// wins over a request that came too late. A claim of a queued job that still holds a request (logs
+/// of older releases) honours it instead of claiming.
+public struct JobLifecycle: Sendable, Equatable, Hashable {
+    /// The job as folded so far; nil before its `submitted` event.
+    public private(set) var record: JobRecord?
+
+    /// A lifecycle at `record` (nil: a job not yet submitted).
+    public init(record: JobRecord? = nil) {
+        self.record = record
+    }
+
+    /// The lifecycle after `events`, oldest first.
+    public init(folding events: [JobEvent]) {
+        self.init()
+        for event in events { apply(event) }
+    }
+
+    /// Folds one event: a `submitted` creates the record, every other event changes it (see
+    /// `JobRecord.apply`). Never refuses: the log is the truth. Events before a `submitted` are ignored.
+    public mutating func apply(_ event: JobEvent) {
+        if var current = record {
+            current.apply(event)
+            record = current
+        } else {
+            record = JobRecord(submitted: event)
+        }
+    }
+
+    /// The events `command` appends to this job at `now`, in order, or why it is refused. Empty for a
+    /// harmless repeat.
+    ///
+    /// - Parameters:
+    ///   - expectedVersion: the version the caller saw; refused (`versionConflict`) unless current.
+    ///   - leaseToken: the reporting worker's token; refused (`staleLease`) unless the job is running
+    ///     under exactly it. Ignored by `claim`, which carries its new token.
+    public func decide(_ command: JobCommand, now: Int64, expectedVersion: Int? = nil,
+                       leaseToken: Int64? = nil) -> Result<[DecidedEvent], LifecycleRefusal> {
+        do throws(LifecycleRefusal) {
+            return .success(try decided(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    private func decided(_ command: JobCommand, now: Int64, expectedVersion: Int?,
+                         leaseToken: Int64?) throws(LifecycleRefusal) -> [DecidedEvent] {
+        guard let job = record else {
+            guard case .submit(let spec) = command else { throw .notFound }
+            if let expectedVersion, expectedVersion != 0 { throw .versionConflict(expected: expectedVersion, actual: 0) }
+            return [DecidedEvent(.submitted(spec: spec))]
+        }
+        if case .submit = command { throw .invalidTransition(state: job.state, event: .submitted) }
+        if let expectedVersion, expectedVersion != job.version {
+            throw .versionConflict(expected: expectedVersion, actual: job.version)
+        }
+        if let leaseToken, !Self.isClaim(command) {
+            guard job.state == .running, job.leaseToken == leaseToken else { throw .staleLease(token: leaseToken) }
+        }
+        switch command {
+        case .submit:
+            throw .invalidTransition(state: job.state, event: .submitted)
+        case .claim(let owner, let token, let leaseMs):
+            if let pending = Self.settlement(job) { return settled([pending], now: now) }
+            guard job.state == .queued else { throw .invalidTransition(state: job.state, event: .claimed) }
+            guard job.runAfterMs <= now else { throw .notRunnableYet(runAfterMs: job.runAfterMs) }
+            return settled([DecidedEvent(.claimed(leaseOwner: owner, leaseExpiresAtMs: now + leaseMs,
+                                                  attempt: job.attempts + 1), leaseToken: token)], now: now)
+        case .report(let payload):
+            switch payload {
+            case .submitted, .claimed:
+                throw .invalidControl("'\(payload.type.rawValue)' events are written by submit and claim, not reported")
+            default:
+                guard Self.allows(payload.type, in: job.state) else {
+                    throw .invalidTransition(state: job.state, event: payload.type)
+                }
+                return settled([DecidedEvent(payload, leaseToken: leaseToken)], now: now)
+            }
+        case .pause:
+            return settled(try Self.pause(job), now: now)
+        case .resume:
+            return settled(try Self.resume(job), now: now)
+        case .cancel(let actor):
+            return settled(try Self.cancel(job, by: actor), now: now)
+        case .retry:
+            return settled(try Self.retry(job), now: now)
+        case .expireLease(let holder, let expiredAtMs):
+            guard job.state == .running else { throw .invalidTransition(state: job.state, event: .leaseExpired) }
+            return settled([Self.expiry(job, holder: holder, expiredAtMs: expiredAtMs)], now: now)
+        case .settle:
+            guard let pending = Self.settlement(job) else { return [] }
+            return settled([pending], now: now)
+        }
+    }
+
+    private static func isClaim(_ command: JobCommand) -> Bool {
+        if case .claim = command { return true }
+        return false
+    }
+
+    // MARK: - Reports
+
+    /// Whether a reported `type` may follow in `state` (the reports table above).
+    private static func allows(_ type: EventType, in state: JobState) -> Bool {
+        switch type {
+        case .submitted, .claimed: false
+        case .started, .progress, .pauseRequested, .cancelRequested, .attemptFailed, .leaseExpired,
+             .released, .succeeded, .failed:
+            state == .running
+        case .paused: state == .queued || state == .running
+        case .resumeRequested: state == .paused || state == .running
+        case .cancelled: state == .queued || state == .paused || state == .running
+        case .retried: state == .failed || state == .cancelled
+        }
+    }
+
+    // MARK: - Control
+
+    private static func pause(_ job: JobRecord) throws(LifecycleRefusal) -> [DecidedEvent] {
+        switch job.state {
+        case .queued:
+            return [DecidedEvent(.paused(.none, reason: nil))]
+        case .running:
+            if job.cancelRequested {
+                throw .invalidControl("job \(job.id) is being cancelled (a cancel is pending); nothing to pause")
+            }
+            return job.pauseRequested ? [] : [DecidedEvent(.pauseRequested(reason: nil))]
+        case .paused:
+            return []
+        case .succeeded, .failed, .cancelled:
+            throw .invalidControl("job \(job.id) has already \(finalWords(job.state)); nothing to pause")
+        }
+    }
+
+    private static func resume(_ job: JobRecord) throws(LifecycleRefusal) -> [DecidedEvent] {
+        switch job.state {
+        case .paused:
+            return [DecidedEvent(.resumeRequested(reason: nil))]
+        case .running:
+            if job.cancelRequested {
+                throw .invalidControl("job \(job.id) is being cancelled (a cancel is pending); nothing to resume")
+            }
+            guard job.pauseRequested else {
+                throw .invalidControl("job \(job.id) is running, not paused; nothing to resume")
+            }
+            return [DecidedEvent(.resumeRequested(reason: nil))]
+        case .queued:
+            throw .invalidControl("job \(job.id) is queued, not paused; nothing to resume")
+        case .succeeded:
+            throw .invalidControl("job \(job.id) has already succeeded; nothing to resume")
+        case .failed, .cancelled:
+            throw .invalidControl(
+                "job \(job.id) has \(finalWords(job.state)); use `jobctl retry \(job.id)` to run it again")
+        }
+    }
+
+    private static func cancel(_ job: JobRecord, by actor: String) throws(LifecycleRefusal) -> [DecidedEvent] {
+        switch job.state {
+        case .queued, .paused:
+            let error = StorageError(.cancelled, "cancelled by \(actor) while \(job.state.rawValue)")
+            return [DecidedEvent(.cancelled(.none, error: error, reason: nil))]
+        case .running:
+            return job.cancelRequested ? [] : [DecidedEvent(.cancelRequested(reason: nil))]
+        case .cancelled:
+            return []
+        case .succeeded, .failed:
+            throw .invalidControl("job \(job.id) has already \(finalWords(job.state)); nothing to cancel")
+        }
+    }
+
+    private static func retry(_ job: JobRecord) throws(LifecycleRefusal) -> [DecidedEvent] {
+        switch job.state {
+        case .failed, .cancelled:
+            return [DecidedEvent(.retried(reason: nil))]
+        case .succeeded:
+            throw .invalidControl("job \(job.id) has already succeeded; only failed or cancelled jobs can be retried")
+        case .queued, .running, .paused:
+            throw .invalidControl(
+                "job \(job.id) is \(job.state.rawValue), not failed or cancelled; only those can be retried")
+        }
+    }
+
+    private static func finalWords(_ state: JobState) -> String {
+        switch state {
+        case .succeeded: "succeeded"
+        case .failed: "failed"
+        case .cancelled: "been cancelled"
+        case .queued, .running, .paused: state.rawValue
+        }
+    }
+
+    // MARK: - Rescue
+
+    /// A crash keeps its attempt's charge, so a job whose attempts are used up fails instead of
+    /// returning to the queue — unless a cancel is pending, which wins (`lease_expired`, then `cancelled`).
+    private static func expiry(_ job: JobRecord, holder: String, expiredAtMs: Int64?) -> DecidedEvent {
+        let when = expiredAtMs.map { " at \($0)" } ?? ""
+        if job.attempts >= job.maxAttempts && !job.cancelRequested {
+            let error = StorageError(
+                .retryLimitExceeded,
+                "attempt \(job.attempts) of \(job.maxAttempts) ended when its worker (\(holder)) died or lost its lease; "
+                    + "no attempts are left: check the workers' logs, then `jobctl retry \(job.id)`")
+            return DecidedEvent(.failed(.none, error: error, reason: "lease expired\(when)"))
+        }
+        return DecidedEvent(.leaseExpired(reason: "lease held by \(holder) expired\(when)"))
+    }
+
+    // MARK: - Settlement
+
+    /// `events`, followed by the events that honour a request they leave pending (see the type's
+    /// documentation). Settlement events carry no lease token.
+    private func settled(_ events: [DecidedEvent], now: Int64) -> [DecidedEvent] {
+        guard var job = record, !events.isEmpty else { return events }
+        var all = events
+        var before = job
+        for event in events {
+            before = job
+            job.apply(Self.folded(event, job: job, now: now))
+        }
+        var last = all[all.count - 1]
+        // Each settlement takes the job out of `running` or to a final state, so two steps end it.
+        for _ in 0..<3 {
+            guard let next = Self.settlement(job, after: last.payload, from: before) else { break }
+            all.append(next)
+            before = job
+            job.apply(Self.folded(next, job: job, now: now))
+            last = next
+        }
+        return all
+    }
+
+    /// A decided event as the fold sees it once stored.
+    private static func folded(_ event: DecidedEvent, job: JobRecord, now: Int64) -> JobEvent {
+        JobEvent(jobID: job.id, version: job.version + 1, atMs: now, actor: "", leaseToken: event.leaseToken,
+                 payload: event.payload)
+    }
+
+    /// What honours a request still pending on a job that is no longer running, or nil.
+    private static func settlement(_ job: JobRecord) -> DecidedEvent? {
+        switch job.state {
+        case .queued, .paused:
+            if job.cancelRequested {
+                let error = StorageError(.cancelled, "cancelled on request; `jobctl retry \(job.id)` starts it again")
+                return DecidedEvent(.cancelled(.none, error: error, reason: "a cancel was requested while the job was running"))
+            }
+            if job.state == .queued && job.pauseRequested {
+                return DecidedEvent(.paused(.none, reason: "a pause was requested while the job was running"))
+            }
+            return nil
+        case .running, .succeeded, .failed, .cancelled:
+            return nil
+        }
+    }
+
+    /// `settlement(_:)`, plus the one case only the event that just happened reveals: a worker's `paused`
+    /// for a pause that `resume` withdrew while the worker was already stopping. The resume was
+    /// acknowledged, so the job is re-queued at once instead of staying paused.
+    private static func settlement(_ job: JobRecord, after payload: EventPayload, from before: JobRecord) -> DecidedEvent? {
+        if let pending = settlement(job) { return pending }
+        if case .paused = payload, before.state == .running, !before.pauseRequested {
+            return DecidedEvent(.resumeRequested(reason: "the pause was withdrawn (resumed) while the worker was stopping"))
+        }
+        return nil
+    }
+}
