@@ -22,14 +22,15 @@ let package = Package(
         // MARK: - Library modules
         .target(name: "JobModel"),
         .target(name: "JobLifecycle", dependencies: ["JobModel"]),
+        .target(name: "StorePort", dependencies: ["JobModel", "JobLifecycle"]),
         .target(name: "Checksums", dependencies: ["CCrypto", "CCRC32C"]),
-        .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "JobLifecycle", "Checksums"],
+        .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
                 plugins: ["EmbedMigrations"]),
         .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),
         .target(name: "Storage", dependencies: ["CCurl", "JobModel", "Checksums"]),
         .target(name: "Tasks", dependencies: ["JobModel", "Storage"]),
-        .target(name: "Worker", dependencies: ["JobModel", "EventStore", "Storage", "Tasks"]),
-        .executableTarget(name: "jobctl", dependencies: ["JobModel", "EventStore", "Manifest", "Storage", "Tasks", "Worker"]),
+        .target(name: "Worker", dependencies: ["JobModel", "JobLifecycle", "StorePort", "Storage", "Tasks"]),
+        .executableTarget(name: "jobctl", dependencies: ["JobModel", "JobLifecycle", "StorePort", "EventStore", "Manifest", "Storage", "Tasks", "Worker"]),
 
         // MARK: - Tests
         .target(name: "TestSupport", dependencies: ["JobModel"], path: "Tests/TestSupport"),

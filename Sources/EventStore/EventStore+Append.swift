@@ -1,51 +1,8 @@
 import Checksums
 import Foundation
 import JobLifecycle
+import StorePort
 import JobModel
-
-/// An event to append: what happened to which job, who says so, and under which guarantees.
-public struct PendingEvent: Sendable, Equatable {
-    /// The job the event belongs to.
-    public var jobID: String
-    /// What happened.
-    public var type: EventType
-    /// Who appends it (`worker:<host>:<pid>`, `cli:<user>`).
-    public var actor: String
-    /// The lease token the appending worker holds: the append is refused (`staleLease`) unless the job
-    /// is running under exactly this token. Nil for appends that are not a worker's (CLI control).
-    public var leaseToken: Int64?
-    /// The version the caller saw: the append is refused (`versionConflict`) unless it is still current.
-    public var expectedVersion: Int?
-    /// The payload.
-    public var data: EventData
-
-    /// Creates a pending event from a typed payload.
-    public init(jobID: String, actor: String, leaseToken: Int64? = nil, expectedVersion: Int? = nil,
-                payload: EventPayload) {
-        self.init(jobID: jobID, type: payload.type, actor: actor, leaseToken: leaseToken,
-                  expectedVersion: expectedVersion, data: payload.wire)
-    }
-
-    /// The typed payload; refused (`invalidControl`) when `data` lacks a field `type` needs.
-    func payload() throws(StoreError) -> EventPayload {
-        do {
-            return try EventPayload(type: type, wire: data)
-        } catch {
-            throw StoreError.invalidControl("cannot append to job \(jobID): \(error)")
-        }
-    }
-
-    /// Creates a pending event from a type and a payload in its JSON shape (checked when appended).
-    public init(jobID: String, type: EventType, actor: String, leaseToken: Int64? = nil,
-                expectedVersion: Int? = nil, data: EventData = EventData()) {
-        self.jobID = jobID
-        self.type = type
-        self.actor = actor
-        self.leaseToken = leaseToken
-        self.expectedVersion = expectedVersion
-        self.data = data
-    }
-}
 
 extension EventStore {
     /// Appends a batch of events in ONE `BEGIN IMMEDIATE` transaction (group commit), each in its own
@@ -64,17 +21,6 @@ extension EventStore {
         return try writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
             try connection.appendBatch(events, now: now)
         }
-    }
-
-    /// Appends one event in its own transaction and returns it as stored; throws its refusal
-    /// (`versionConflict`, `staleLease`, `invalidTransition`, `notFound`) or the transaction's failure.
-    @discardableResult
-    public func append(_ event: PendingEvent, now: Int64) throws(StoreError) -> JobEvent {
-        guard let outcome = try append([event], now: now).first else {
-            // append([one]) returns exactly one outcome per event given.
-            throw StoreError.invalidControl("append returned no outcome for job \(event.jobID)")
-        }
-        return try outcome.get()
     }
 }
 

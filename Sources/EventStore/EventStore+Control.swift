@@ -1,26 +1,7 @@
 import Foundation
 import JobLifecycle
+import StorePort
 import JobModel
-
-/// What `submit` did with one spec.
-public struct SubmitOutcome: Sendable, Equatable, Hashable {
-    /// The job's id: new, or the existing job's when the key was already known.
-    public var id: String
-    /// The spec's idempotency key.
-    public var key: String?
-    /// The spec's kind.
-    public var kind: JobKind
-    /// False when the key named an existing job (or an earlier spec of the same batch) and nothing was appended.
-    public var created: Bool
-
-    /// Creates an outcome.
-    public init(id: String, key: String?, kind: JobKind, created: Bool) {
-        self.id = id
-        self.key = key
-        self.kind = kind
-        self.created = created
-    }
-}
 
 // MARK: - Submit
 
@@ -69,21 +50,6 @@ extension EventStore {
 }
 
 // MARK: - Control (pause, resume, cancel, retry)
-
-/// What a control command did to one job.
-public struct ControlResult: Sendable, Equatable {
-    /// The job after the command (after any event the store appended to honour it).
-    public var record: JobRecord
-    /// True when the command was a harmless repeat — pausing a paused job or one whose pause is
-    /// pending, cancelling a cancelled job or one whose cancel is pending — and appended nothing.
-    public var isRepeat: Bool
-
-    /// Creates a result.
-    public init(record: JobRecord, isRepeat: Bool) {
-        self.record = record
-        self.isRepeat = isRepeat
-    }
-}
 
 /// The control commands. Their rules (which state gets which event, what is a harmless repeat, what
 /// is refused and why) are `JobLifecycle`'s; the store reads the job, asks, and persists the answer.

@@ -1,40 +1,7 @@
 import Foundation
 import JobLifecycle
+import StorePort
 import JobModel
-
-/// Which jobs `EventStore.jobs(filter:)` lists. Nil fields do not filter.
-public struct JobFilter: Sendable, Equatable {
-    /// Only jobs in these states.
-    public var states: Set<JobState>?
-    /// Only jobs of these kinds.
-    public var kinds: Set<JobKind>?
-    /// Only jobs in this queue.
-    public var queue: String?
-    /// At most this many jobs (newest first).
-    public var limit: Int?
-    /// Submitted at or after this time (ms).
-    public var createdSince: Int64?
-    /// Submitted before this time (ms).
-    public var createdUntil: Int64?
-    /// Finished at or after this time (ms); unfinished jobs are left out when set.
-    public var finishedSince: Int64?
-    /// Finished before this time (ms); unfinished jobs are left out when set.
-    public var finishedUntil: Int64?
-
-    /// Creates a filter; the default lists every job.
-    public init(states: Set<JobState>? = nil, kinds: Set<JobKind>? = nil, queue: String? = nil, limit: Int? = nil,
-                createdSince: Int64? = nil, createdUntil: Int64? = nil,
-                finishedSince: Int64? = nil, finishedUntil: Int64? = nil) {
-        self.states = states
-        self.kinds = kinds
-        self.queue = queue
-        self.limit = limit
-        self.createdSince = createdSince
-        self.createdUntil = createdUntil
-        self.finishedSince = finishedSince
-        self.finishedUntil = finishedUntil
-    }
-}
 
 extension EventStore {
     /// The job with exactly this id, or nil (see `resolveID` for prefixes).
@@ -43,7 +10,7 @@ extension EventStore {
     }
 
     /// Jobs matching `filter`, newest first.
-    public func jobs(filter: JobFilter = JobFilter()) throws(StoreError) -> [JobRecord] {
+    public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] {
         var clauses: [String] = []
         var values: [SQLiteValue] = []
         if let states = filter.states {
@@ -97,7 +64,7 @@ extension EventStore {
     }
 
     /// Up to `limit` events with `seq > afterSeq`, in log order (audit, watch, tailing).
-    public func events(afterSeq: Int64, limit: Int = 1_000) throws(StoreError) -> [JobEvent] {
+    public func events(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] {
         try withConnection { (connection) throws(StoreError) -> [JobEvent] in
             try connection.query("SELECT \(JobEvent.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
                                  [.integer(afterSeq), .int(max(0, limit))]) { (row) throws(StoreError) in

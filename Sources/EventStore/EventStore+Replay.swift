@@ -1,57 +1,7 @@
 import Foundation
 import JobLifecycle
+import StorePort
 import JobModel
-
-/// One column where the stored projection and the fold of the log disagree.
-public struct ReplayDifference: Sendable, Equatable, Hashable, CustomStringConvertible {
-    /// The job.
-    public var jobID: String
-    /// The `jobs` column, or `(row)` when the whole row is missing on one side.
-    public var column: String
-    /// The stored value as text (nil: no stored row).
-    public var stored: String?
-    /// The rebuilt value as text (nil: the log has no such job).
-    public var rebuilt: String?
-
-    /// Creates a difference.
-    public init(jobID: String, column: String, stored: String?, rebuilt: String?) {
-        self.jobID = jobID
-        self.column = column
-        self.stored = stored
-        self.rebuilt = rebuilt
-    }
-
-    /// `JOBID column: stored X, rebuilt Y`.
-    public var description: String {
-        "\(jobID) \(column): stored \(stored ?? "(no row)"), rebuilt \(rebuilt ?? "(no job in the log)")"
-    }
-}
-
-/// What `EventStore.replay(verify:)` found (and did).
-public struct ReplayReport: Sendable, Equatable {
-    /// Events folded.
-    public var eventsRead: Int
-    /// Jobs the fold produced.
-    public var jobsRebuilt: Int
-    /// Columns where the stored projection differs from the fold (computed before any rewrite).
-    public var differences: [ReplayDifference]
-    /// Oddities of the log itself (events before their job's `submitted`, version gaps).
-    public var problems: [String]
-    /// Whether the `jobs` table was rewritten from the fold.
-    public var rewritten: Bool
-
-    /// Whether the projection matched the log exactly and the log had no problems.
-    public var isConsistent: Bool { differences.isEmpty && problems.isEmpty }
-
-    /// Creates a report.
-    public init(eventsRead: Int, jobsRebuilt: Int, differences: [ReplayDifference], problems: [String], rewritten: Bool) {
-        self.eventsRead = eventsRead
-        self.jobsRebuilt = jobsRebuilt
-        self.differences = differences
-        self.problems = problems
-        self.rewritten = rewritten
-    }
-}
 
 extension EventStore {
     /// Folds every event from seq 1 into job records and compares them with the `jobs` projection.

@@ -1,54 +1,7 @@
 import Foundation
 import JobLifecycle
+import StorePort
 import JobModel
-
-/// A job a worker now holds, with the fencing token its appends must carry.
-public struct ClaimedJob: Sendable, Equatable {
-    /// The job as of its `claimed` event (state running).
-    public var record: JobRecord
-    /// The lease (fencing) token: pass it as `PendingEvent.leaseToken` and to `heartbeat`.
-    public var token: Int64
-
-    /// Creates a claimed job.
-    public init(record: JobRecord, token: Int64) {
-        self.record = record
-        self.token = token
-    }
-}
-
-/// What a worker asks of `EventStore.claim`: up to `limit` jobs from `queues` for `owner`.
-public struct ClaimRequest: Sendable, Equatable {
-    /// The lease owner and the events' actor.
-    public var owner: String
-    /// Queues to take jobs from; nil: any queue, empty: none.
-    public var queues: [String]?
-    /// At most this many jobs.
-    public var limit: Int
-    /// How long the lease lasts without a heartbeat.
-    public var leaseMs: Int64
-    /// The claim's time: runnable means `run_after ≤ now`; leases expire at `now + leaseMs`.
-    public var now: Int64
-
-    /// Creates a request.
-    public init(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) {
-        self.owner = owner
-        self.queues = queues
-        self.limit = limit
-        self.leaseMs = leaseMs
-        self.now = now
-    }
-
-    /// Whether the request cannot claim anything (no slot, or no queue).
-    var isEmpty: Bool { limit <= 0 || queues.map(\.isEmpty) ?? false }
-}
-
-/// What `EventStore.append(_:now:thenClaim:)` did: the per-event outcomes and the claim's.
-public struct AppendAndClaimOutcome: Sendable {
-    /// One outcome per event given, in order (as `append(_:now:)` returns them).
-    public var appended: [Result<JobEvent, StoreError>]
-    /// The jobs claimed, or why the claim was refused.
-    public var claimed: Result<[ClaimedJob], StoreError>
-}
 
 extension EventStore {
     /// Claims up to `limit` runnable jobs for `owner` in one IMMEDIATE transaction.

@@ -1,24 +1,27 @@
 import Foundation
 @_exported import JobLifecycle
 import JobModel
+@_exported import StorePort
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
 
-/// The durable, event-sourced job queue: an append-only event log plus the `jobs` projection in one
-/// SQLite file (WAL mode), shared by any number of CLI and worker processes.
+/// The SQLite adapter of the `JobStore` port: an append-only event log plus the `jobs` projection in
+/// one SQLite file (WAL mode), shared by any number of CLI and worker processes.
 ///
 /// Every write is one `BEGIN IMMEDIATE` transaction with `synchronous=FULL`: when a method returns,
 /// its events are on disk. Concurrency between processes is SQLite's file locking (with a busy
-/// timeout); concurrency between tasks of one process is this object's lock.
+/// timeout); within a process, every use of the connection runs on the store's one executor thread
+/// (`StoreExecutor`), which also group-commits the worker's appends.
 ///
 /// `@unchecked Sendable` is sound because the only mutable state, the SQLite connection (and its
-/// statement cache), is reached solely through `withConnection`, which holds `lock` for the whole
-/// use, so no two threads ever touch the connection at once. The connection is opened with
-/// `SQLITE_OPEN_NOMUTEX` precisely because this lock already serialises it.
-public final class EventStore: @unchecked Sendable {
+/// statement cache), is reached solely through `withConnection`, which runs on the executor thread, so
+/// no two threads ever touch the connection at once. The connection is opened with
+/// `SQLITE_OPEN_NOMUTEX` precisely because the executor already serialises it.
+public final class EventStore: JobStore, @unchecked Sendable {
     /// How `init(path:mode:)` opens the database.
     public enum OpenMode: Sendable, Equatable, CaseIterable {
         /// Reads only: never writes, never migrates, never switches the journal mode, never creates a
@@ -44,8 +47,11 @@ public final class EventStore: @unchecked Sendable {
     /// The migrations this open applied (empty when the schema was already current).
     public let appliedMigrations: [Int]
 
+    /// Where the database is: its path.
+    public var location: String { path }
+
     private let connection: SQLiteConnection
-    private let lock = NSLock()
+    private let executor: StoreExecutor
 
     /// The default busy timeout: how long a write waits for another process's transaction. Generous,
     /// because a commit's fsync can take seconds on a disk busy with a large transfer, and a `submit` or a
@@ -114,6 +120,20 @@ public final class EventStore: @unchecked Sendable {
             self.appliedMigrations = try Migrator.migrate(connection, now: Clock.nowMs())
         }
         self.connection = connection
+        // The executor's group commit calls back into the store; the store owns the executor, so the
+        // reference back is weak (set once, below, before any call can reach the executor).
+        let owner = Mutex<WeakStore>(WeakStore())
+        self.executor = StoreExecutor(name: "jobctl-store") { (events, request) throws(StoreError) -> AppendAndClaimOutcome in
+            guard let store = owner.withLock({ $0.store }) else {
+                throw StoreError.io("the store was closed while appends were queued")
+            }
+            return try store.groupCommit(events, thenClaim: request)
+        }
+        owner.withLock { $0.store = self }
+    }
+
+    deinit {
+        executor.stop()
     }
 
     // MARK: - Opening
@@ -228,20 +248,47 @@ public final class EventStore: @unchecked Sendable {
         close(descriptor)
     }
 
-    // MARK: - Serialised access
+    // MARK: - The executor
 
-    /// Runs `body` with the connection while holding the lock.
-    func withConnection<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(connection)
+    /// Runs `body` with the connection on the executor thread, blocking the caller until it has run.
+    func withConnection<T>(_ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        let connection = connection
+        return try executor.sync { () throws(StoreError) -> T in try body(connection) }
+    }
+
+    /// Appends one event in the executor's next group commit.
+    public func appendGrouped(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
+        await executor.append(event)
+    }
+
+    /// Claims in the same transaction as the appends queued before it.
+    public func claimGrouped(_ request: ClaimRequest) async throws(StoreError) -> [ClaimedJob] {
+        try await executor.claim(request).get()
+    }
+
+    /// Runs `body` on the executor thread, where the store's synchronous methods run without a hop.
+    public func run<T: Sendable>(_ body: @escaping @Sendable (any JobStore) throws -> T) async throws -> T {
+        try await executor.run { [self] in try body(self) }
+    }
+
+    /// How many group commits the executor made and how many events they held.
+    public var groupCommitStats: (commits: Int, events: Int) { executor.groupCommitStats }
+
+    /// Calls queued on the executor and not yet taken (tests).
+    var queuedCalls: Int { executor.queuedCount }
+
+    /// One group commit: the appends, then the claim when there is one, in one transaction.
+    private func groupCommit(_ events: [PendingEvent], thenClaim request: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
+        let now = Clock.nowMs()
+        if let request { return try append(events, now: now, thenClaim: request) }
+        return AppendAndClaimOutcome(appended: try append(events, now: now), claimed: .success([]))
     }
 
     /// Runs `body` in one `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so the
     /// reads inside see the state the writes apply to); commits, or rolls back on error.
     ///
     /// See https://www.sqlite.org/lang_transaction.html
-    func writeTransaction<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    func writeTransaction<T>(_ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         guard !isReadOnly else {
             throw StoreError.readOnly("the store at '\(path)' was opened read-only and this operation writes; open it read-write")
         }
@@ -249,12 +296,12 @@ public final class EventStore: @unchecked Sendable {
     }
 
     /// Runs `body` in one read transaction, so every query in it sees the same snapshot.
-    func readTransaction<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    func readTransaction<T>(_ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         try transaction("BEGIN DEFERRED", body)
     }
 
     /// Runs `body` between `begin` and COMMIT on the connection, rolling back when it throws.
-    private func transaction<T>(_ begin: String, _ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    private func transaction<T>(_ begin: String, _ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         try withConnection { (connection) throws(StoreError) -> T in
             try connection.run(begin)
             do throws(StoreError) {
@@ -267,6 +314,11 @@ public final class EventStore: @unchecked Sendable {
             }
         }
     }
+}
+
+/// The store the executor's group commit writes through, held weakly (the store owns the executor).
+private struct WeakStore {
+    weak var store: EventStore?
 }
 
 // MARK: - Savepoints

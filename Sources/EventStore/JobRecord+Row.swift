@@ -1,5 +1,6 @@
 import Foundation
 import JobLifecycle
+import StorePort
 import JobModel
 
 // MARK: - JSON

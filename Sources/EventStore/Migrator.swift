@@ -1,6 +1,7 @@
 import Checksums
 import Foundation
 import JobLifecycle
+import StorePort
 
 /// Applies the migrations embedded from `migrations/NNN_name.sql`, recording each in `schema_migrations`.
 ///

@@ -1,7 +1,8 @@
-import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
 import Storage
+import StorePort
 import Synchronization
 import Tasks
 
@@ -17,7 +18,7 @@ public struct WorkerConfiguration: Sendable {
     public var leaseMs: Int64
     /// Exit once no job is queued or running (paused jobs do not hold the worker).
     public var drain: Bool
-    /// How often an idle worker checks `PRAGMA data_version` for new work and control requests.
+    /// How often an idle worker checks the store's data version for new work and control requests.
     public var pollIntervalMs: Int64
     /// Exit within this long after the first SIGTERM/SIGINT.
     public var shutdownGraceMs: Int64
@@ -70,14 +71,16 @@ public final class WorkerPool: Sendable {
     }
 
     public let configuration: WorkerConfiguration
-    private let storeThread: StoreThread
+    private let store: any JobStore
     private let backend: any StorageBackend
     private let state = Mutex(State())
     private let wakeup = Wakeup()
 
-    public init(store: EventStore, backend: any StorageBackend, configuration: WorkerConfiguration) {
+    /// A pool on `store`. Every store call goes through the store's own executor (its `async`
+    /// methods), so no thread of Swift's cooperative pool ever waits for SQLite.
+    public init(store: any JobStore, backend: any StorageBackend, configuration: WorkerConfiguration) {
         self.configuration = configuration
-        self.storeThread = StoreThread(store: store)
+        self.store = store
         self.backend = backend
     }
 
@@ -126,14 +129,14 @@ public final class WorkerPool: Sendable {
             // A store error (a lock held past the busy timeout, a full disk) must not kill the pool and
             // strand its running transfers: report it, wait a little, try again.
             do {
-                let version = try await storeThread.call { try $0.dataVersion() }
+                let version = try await store.run { try $0.dataVersion() }
                 let changed = version != lastDataVersion
                 lastDataVersion = version
 
                 if now - lastRescue >= rescueEvery {
                     lastRescue = now
                     let owner = config.owner
-                    _ = try await storeThread.call { try $0.rescueExpired(now: now, actor: owner) }
+                    _ = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
                 }
                 if now - lastHeartbeat >= heartbeatEvery {
                     lastHeartbeat = now
@@ -149,7 +152,7 @@ public final class WorkerPool: Sendable {
                     let claimed = try await claim(limit: free, now: now)
                     if claimed < free {
                         let queues = config.queues
-                        nextDue = try await storeThread.call { try $0.nextRunAfter(queues: queues) }
+                        nextDue = try await store.run { try $0.nextRunAfter(queues: queues) }
                     }
                     if claimed > 0 { continue }
                 }
@@ -157,7 +160,7 @@ public final class WorkerPool: Sendable {
                 if config.drain && runningCount == 0 {
                     let queues = config.queues
                     // Queued anywhere (due or not) or running in any worker holds the drain.
-                    let busy = try await storeThread.call { store -> Bool in
+                    let busy = try await store.run { store -> Bool in
                         try store.nextRunAfter(queues: queues) != nil || (try store.counts()[.running] ?? 0) > 0
                     }
                     if !busy { break }
@@ -171,9 +174,8 @@ public final class WorkerPool: Sendable {
             consecutiveErrors = 0
             await wakeup.wait(milliseconds: config.pollIntervalMs)
         }
-        storeThread.stop()
         var summary = state.withLock { $0.summary }
-        let stats = storeThread.groupCommitStats
+        let stats = store.groupCommitStats
         summary.groupCommits = stats.commits
         summary.eventsWritten = stats.events
         return summary
@@ -183,7 +185,7 @@ public final class WorkerPool: Sendable {
 
     private func claim(limit: Int, now: Int64) async throws -> Int {
         let config = configuration
-        let claimed = try await storeThread.claim(
+        let claimed = try await store.claimGrouped(
             ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
         for job in claimed {
             start(job)
@@ -193,7 +195,7 @@ public final class WorkerPool: Sendable {
 
     private func start(_ job: ClaimedJob) {
         let record = job.record
-        let sink = LeaseSink(storeThread: storeThread, owner: configuration.owner, token: job.token)
+        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token)
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
                                 backend: backend, sink: sink)
@@ -230,7 +232,7 @@ public final class WorkerPool: Sendable {
         let leases = state.withLock { state in state.running.mapValues(\.token) }
         guard !leases.isEmpty else { return }
         let config = configuration
-        let lost = try await storeThread.call { store in
+        let lost = try await store.run { store in
             try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
         }
         for jobID in lost {
@@ -242,7 +244,7 @@ public final class WorkerPool: Sendable {
     private func pollControls() async throws {
         let ids = state.withLock { state in Array(state.running.keys) }
         guard !ids.isEmpty else { return }
-        let records = try await storeThread.call { store in try ids.compactMap { try store.job($0) } }
+        let records = try await store.run { store in try ids.compactMap { try store.job($0) } }
         for record in records {
             if record.cancelRequested || record.state == .cancelled {
                 stop(record.id, .cancel)
@@ -263,15 +265,15 @@ public final class WorkerPool: Sendable {
     }
 }
 
-/// Persists a task's events through the store thread under the task's lease token (fencing).
+/// Persists a task's events through the store's group commit under the task's lease token (fencing).
 struct LeaseSink: TaskEventSink {
-    let storeThread: StoreThread
+    let store: any JobStore
     let owner: String
     let token: Int64
 
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
         let pending = PendingEvent(jobID: jobID, actor: owner, leaseToken: token, payload: event.payload)
-        switch await storeThread.append(pending) {
+        switch await store.appendGrouped(pending) {
         case .success:
             return
         case .failure(let error):

@@ -1,6 +1,7 @@
-import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
+import StorePort
 
 /// The version printed by `--version`.
 let jobctlVersion = "0.1.0"

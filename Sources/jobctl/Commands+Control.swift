@@ -1,6 +1,7 @@
-import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
+import StorePort
 
 extension Commands {
     static let pause = controlCommand(
@@ -40,7 +41,7 @@ extension Commands {
     /// A harmless repeat (pausing a paused job, cancelling a cancelled one) exits 0 and says so.
     private static func controlCommand(
         _ name: String, abstract: String, discussion: String,
-        action: @escaping @Sendable (EventStore, String, Context) throws -> ControlResult
+        action: @escaping @Sendable (any JobStore, String, Context) throws -> ControlResult
     ) -> CommandSpec {
         CommandSpec(
             name: name, abstract: abstract,

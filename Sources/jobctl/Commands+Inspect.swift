@@ -1,6 +1,7 @@
-import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
+import StorePort
 
 extension Commands {
     static let list = CommandSpec(
@@ -151,7 +152,7 @@ extension Commands {
         abstract: "Create the database if needed and apply pending schema migrations (writing commands also migrate on open).",
         options: [OptionSpec("json", help: "Print the applied versions as JSON.")]
     ) { arguments, context in
-        let applied = try EventStore.migrate(path: context.databasePath)
+        let applied = try context.openStore(create: true).appliedMigrations
         if arguments.flag("json") {
             emit(try jsonText(["applied": applied]))
         } else if applied.isEmpty {

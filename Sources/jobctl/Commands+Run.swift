@@ -1,7 +1,8 @@
-import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
 import Storage
+import StorePort
 import Worker
 
 extension Commands {

@@ -1,7 +1,8 @@
-import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
 import Manifest
+import StorePort
 
 extension Commands {
     static let submit = CommandSpec(

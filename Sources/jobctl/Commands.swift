@@ -1,6 +1,7 @@
-import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
+import StorePort
 
 /// The command table: one static `CommandSpec` per command, defined in `Commands+*.swift`.
 enum Commands {}
@@ -90,14 +91,5 @@ struct ErrorSummary: Encodable {
     enum CodingKeys: String, CodingKey {
         case code, name, message, url, retryable, cause
         case httpStatus = "http_status"
-    }
-}
-
-extension EventStore {
-    /// The job a full id or unique prefix names; a clear error otherwise.
-    func job(resolving text: String) throws -> JobRecord {
-        let id = try resolveID(text)
-        guard let job = try job(id) else { throw StoreError.notFound(text) }
-        return job
     }
 }

@@ -50,7 +50,9 @@ struct Context: Sendable {
     /// Opens the event log: read-only for commands that only read; otherwise read-write, applying
     /// pending migrations. Only `create` (submit, migrate) makes a missing database; every other
     /// command refuses one (`StoreError.noDatabase`), so a mistyped --db does not start a new queue.
-    func openStore(readOnly: Bool = false, create: Bool = false) throws -> EventStore {
+    ///
+    /// The one place the CLI names an adapter: every command works with the `JobStore` port.
+    func openStore(readOnly: Bool = false, create: Bool = false) throws -> any JobStore {
         try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
     }
 

@@ -1,11 +1,12 @@
-import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
+import StorePort
 
 /// Follows events from the log by polling `PRAGMA data_version` (cheap; changes only when another
 /// connection commits), so a watcher costs nothing while nothing happens.
 struct Watcher {
-    let store: EventStore
+    let store: any JobStore
     let context: Context
     let statuses: Set<ObserverStatus>?
     let json: Bool

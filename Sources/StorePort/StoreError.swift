@@ -86,7 +86,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
 
 extension StoreError {
     /// The store's error for the lifecycle's refusal of a command on job `jobID`.
-    init(_ refusal: LifecycleRefusal, jobID: String) {
+    public init(_ refusal: LifecycleRefusal, jobID: String) {
         switch refusal {
         case .notFound: self = .notFound(jobID)
         case .versionConflict(let expected, let actual): self = .versionConflict(expected: expected, actual: actual)

@@ -1,0 +1,216 @@
+import Foundation
+import JobModel
+import StorePort
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The one thread that uses an `EventStore`'s SQLite connection, and its group commit.
+///
+/// SQLite calls block (locks, fsync). Run on Swift's cooperative pool — two threads on a two-core
+/// machine — one fsync would stall half of all tasks. So every use of the connection runs here:
+/// synchronous callers (the CLI) block on a semaphore until their call has run, asynchronous ones (the
+/// worker's tasks) suspend on a continuation. Each time the thread wakes it takes *every* call queued
+/// meanwhile, and writes the appends among them in one transaction (group commit: many tasks' events,
+/// one fsync). A call made from this thread (a store method used inside `run`) runs at once.
+///
+/// This replaces the lock the store used to hold around the connection plus a second thread in the
+/// worker that serialised the same connection: one executor, owned by the store.
+final class StoreExecutor: Sendable {
+    typealias AppendContinuation = CheckedContinuation<Result<JobEvent, StoreError>, Never>
+    typealias ClaimContinuation = CheckedContinuation<Result<[ClaimedJob], StoreError>, Never>
+    /// Writes a batch of appends (and a claim after them, in the same transaction). Throws when the
+    /// transaction as a whole failed.
+    typealias Flush = @Sendable ([PendingEvent], ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome
+
+    /// A call queued by a caller that waits for it (blocked on `done`, or suspended on a continuation
+    /// inside `body`). `@unchecked Sendable` is sound because `body` is run exactly once, on the
+    /// executor thread, and the caller touches nothing it captures until it has run.
+    private final class Call: @unchecked Sendable {
+        let body: () -> Void
+        let done: DispatchSemaphore?
+
+        init(_ body: @escaping () -> Void, done: DispatchSemaphore?) {
+            self.body = body
+            self.done = done
+        }
+    }
+
+    /// The result of a synchronous call, written on the executor thread before `done` is signalled and
+    /// read by the caller after it; the semaphore orders the two, hence `@unchecked Sendable`.
+    private final class Outcome<T>: @unchecked Sendable {
+        var result: Result<T, StoreError>?
+    }
+
+    private enum Work: Sendable {
+        case append(PendingEvent, AppendContinuation)
+        case claim(ClaimRequest, ClaimContinuation)
+        case call(Call)
+    }
+
+    private struct Queue {
+        var work: [Work] = []
+        var stopped = false
+    }
+
+    private let queue = Mutex(Queue())
+    private let condition = NSCondition()
+    private let thread = Mutex<pthread_t?>(nil)
+    private let flush: Flush
+    private let stats = Mutex<(commits: Int, events: Int)>((0, 0))
+    /// Signalled when the thread has ended.
+    private let ended = DispatchSemaphore(value: 0)
+
+    /// Starts the thread; `flush` writes a group commit (it runs on the thread).
+    init(name: String, flush: @escaping Flush) {
+        self.flush = flush
+        let started = DispatchSemaphore(value: 0)
+        let thread = Thread { [self] in
+            self.thread.withLock { $0 = pthread_self() }
+            started.signal()
+            self.loop()
+        }
+        thread.name = name
+        thread.start()
+        // Calls made before the thread knows its own id would not be recognised as its own.
+        started.wait()
+    }
+
+    /// Whether the caller is the executor thread.
+    private var isCurrent: Bool {
+        guard let id = thread.withLock({ $0 }) else { return false }
+        return pthread_equal(id, pthread_self()) != 0
+    }
+
+    // MARK: - Calls
+
+    /// Runs `body` on the executor and returns its result, blocking the calling thread meanwhile (at
+    /// once when the caller is the executor).
+    func sync<T>(_ body: @escaping () throws(StoreError) -> T) throws(StoreError) -> T {
+        if isCurrent { return try body() }
+        let outcome = Outcome<T>()
+        let done = DispatchSemaphore(value: 0)
+        enqueue(.call(Call({ outcome.result = Result { () throws(StoreError) -> T in try body() } }, done: done)))
+        done.wait()
+        guard let result = outcome.result else {
+            // The executor signals `done` only after running the call, which sets the result.
+            throw StoreError.invalidControl("the store's executor finished a call without a result")
+        }
+        return try result.get()
+    }
+
+    /// Runs `body` on the executor and resumes the caller with its result.
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+            enqueue(.call(Call({
+                do { continuation.resume(returning: try body()) } catch { continuation.resume(throwing: error) }
+            }, done: nil)))
+        }
+    }
+
+    /// Appends one event in the next group commit.
+    func append(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
+        await withCheckedContinuation { continuation in
+            enqueue(.append(event, continuation))
+        }
+    }
+
+    /// Claims in the same transaction as the appends queued before it (one sync for both).
+    func claim(_ request: ClaimRequest) async -> Result<[ClaimedJob], StoreError> {
+        await withCheckedContinuation { continuation in
+            enqueue(.claim(request, continuation))
+        }
+    }
+
+    /// Finishes queued work, ends the thread and waits until it has ended, so that nothing the thread
+    /// held (the calls' closures, and through them the connection) outlives this call: the store that
+    /// stops its executor in `deinit` closes its database then, deterministically. From the executor
+    /// thread itself (the store's last reference dropped there) it cannot wait, and does not.
+    func stop() {
+        queue.withLock { $0.stopped = true }
+        condition.lock()
+        condition.signal()
+        condition.unlock()
+        if !isCurrent { ended.wait() }
+    }
+
+    var groupCommitStats: (commits: Int, events: Int) { stats.withLock { $0 } }
+
+    /// Calls queued and not yet taken by the thread (tests).
+    var queuedCount: Int { queue.withLock { $0.work.count } }
+
+    private func enqueue(_ work: Work) {
+        queue.withLock { $0.work.append(work) }
+        condition.lock()
+        condition.signal()
+        condition.unlock()
+    }
+
+    // MARK: - The thread
+
+    private func loop() {
+        while true {
+            condition.lock()
+            var batch: [Work] = []
+            var stopped = false
+            while true {
+                (batch, stopped) = queue.withLock { state in
+                    let taken = state.work
+                    state.work.removeAll(keepingCapacity: true)
+                    return (taken, state.stopped)
+                }
+                if !batch.isEmpty || stopped { break }
+                condition.wait()
+            }
+            condition.unlock()
+            if batch.isEmpty && stopped {
+                ended.signal()
+                return
+            }
+            process(batch)
+        }
+    }
+
+    private func process(_ batch: [Work]) {
+        var appends: [(PendingEvent, AppendContinuation)] = []
+        for work in batch {
+            switch work {
+            case .append(let event, let continuation):
+                appends.append((event, continuation))
+            case .claim(let request, let continuation):
+                write(&appends, thenClaim: (request, continuation))
+            case .call(let call):
+                // Calls see every append queued before them.
+                write(&appends)
+                call.body()
+                call.done?.signal()
+            }
+        }
+        write(&appends)
+    }
+
+    /// Writes the queued appends in one transaction — with the claim, when there is one, after them in
+    /// the same transaction — and resumes every waiter with its outcome.
+    private func write(_ appends: inout [(PendingEvent, AppendContinuation)],
+                       thenClaim claim: (ClaimRequest, ClaimContinuation)? = nil) {
+        guard !appends.isEmpty || claim != nil else { return }
+        do throws(StoreError) {
+            let outcome = try flush(appends.map(\.0), claim?.0)
+            // Counted before any waiter resumes, so a waiter that reads the stats sees its commit.
+            if !appends.isEmpty {
+                stats.withLock { $0.commits += 1; $0.events += appends.count }
+            }
+            claim?.1.resume(returning: outcome.claimed)
+            for (index, entry) in appends.enumerated() {
+                entry.1.resume(returning: outcome.appended[index])
+            }
+        } catch {
+            for entry in appends { entry.1.resume(returning: .failure(error)) }
+            claim?.1.resume(returning: .failure(error))
+        }
+        appends.removeAll(keepingCapacity: true)
+    }
+}

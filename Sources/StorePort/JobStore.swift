@@ -1,0 +1,131 @@
+import Foundation
+import JobLifecycle
+import JobModel
+
+/// The event store as the CLI and the worker see it: persistence of the job log, whatever the engine.
+///
+/// An adapter (SQLite today: `EventStore`) implements it with SQL of its own; the rules about which
+/// event may follow which are `JobLifecycle`'s, which the adapter asks and whose answer it persists.
+/// Every write is one transaction that is durable when the method returns. Each adapter owns one
+/// executor that serialises its use of the database, and its group commit.
+///
+/// Synchronous methods block the calling thread until the store's executor has run them; code on
+/// Swift's cooperative pool uses the `async` methods (`appendGrouped`, `claimGrouped`, `run`), which
+/// suspend instead.
+public protocol JobStore: AnyObject, Sendable {
+    /// Where the log lives, for messages (a path; never a password).
+    var location: String { get }
+    /// Whether the store was opened read-only (list, show, history, watch, audit, replay --verify).
+    var isReadOnly: Bool { get }
+
+    // MARK: Migrations
+
+    /// The schema migrations this open applied (empty when the schema was already current).
+    var appliedMigrations: [Int] { get }
+
+    // MARK: Writing
+
+    /// Submits jobs in one transaction: one `submitted` event per new job; a known idempotency key with
+    /// the same spec maps to its existing job, with a different spec refuses the whole batch (`keyConflict`).
+    func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome]
+
+    /// Appends events in one transaction (group commit), each checked on its own: expected version,
+    /// lease token (fencing), and the lifecycle's rules. Throws only when the transaction fails.
+    func append(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>]
+
+    /// `append(_:now:)`, then a claim, in one transaction.
+    func append(_ events: [PendingEvent], now: Int64, thenClaim request: ClaimRequest) throws(StoreError) -> AppendAndClaimOutcome
+
+    /// Claims up to `limit` runnable jobs (priority, run_after, submission order) under fresh leases.
+    func claim(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) throws(StoreError) -> [ClaimedJob]
+
+    /// Extends the leases `owner` still holds; returns the job ids whose lease was lost.
+    func heartbeat(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) throws(StoreError) -> Set<String>
+
+    /// Rescues running jobs whose lease expired by `now`; returns their ids.
+    func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String]
+
+    // MARK: Control
+
+    /// Pauses a job (the lifecycle's `pause`); `id` may be a unique prefix.
+    func requestPause(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
+    /// Resumes a paused job or withdraws a pending pause.
+    func requestResume(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
+    /// Cancels a job, or asks its worker to.
+    func requestCancel(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
+    /// Re-opens a failed or cancelled job.
+    func retry(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
+
+    // MARK: Queries
+
+    /// The full id for an id or a unique prefix (at least 6 characters, any case).
+    func resolveID(_ text: String) throws(StoreError) -> String
+    /// The job with exactly this id, or nil.
+    func job(_ id: String) throws(StoreError) -> JobRecord?
+    /// Jobs matching `filter`, newest first.
+    func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord]
+    /// Every event of a job, oldest first.
+    func events(jobID: String) throws(StoreError) -> [JobEvent]
+    /// Up to `limit` events after `afterSeq`, in log order.
+    func events(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent]
+    /// How many jobs are in each state.
+    func counts() throws(StoreError) -> [JobState: Int]
+    /// The seq of the newest event; 0 for an empty log.
+    func lastSeq() throws(StoreError) -> Int64
+    /// The earliest `run_after` among queued jobs in `queues` (nil: any queue).
+    func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64?
+    /// A number that changes when another process commits: polled cheaply by idle workers and watchers.
+    func dataVersion() throws(StoreError) -> Int64
+
+    // MARK: Blobs
+
+    /// The bytes stored under a SHA-256 (hex, any case), or nil.
+    func blob(sha256: String) throws(StoreError) -> Data?
+
+    // MARK: Replay
+
+    /// Folds the whole log and compares it with the projection; without `verify`, also rewrites it.
+    func replay(verify: Bool) throws(StoreError) -> ReplayReport
+
+    // MARK: The executor
+
+    /// Appends one event in the next group commit (shared with whatever else is queued), without
+    /// blocking a thread of the caller's. Returns the stored event or why it was refused.
+    func appendGrouped(_ event: PendingEvent) async -> Result<JobEvent, StoreError>
+
+    /// Claims in the same transaction as the appends queued before it (one sync for both).
+    func claimGrouped(_ request: ClaimRequest) async throws(StoreError) -> [ClaimedJob]
+
+    /// Runs `body` on the store's executor, where the synchronous methods run without blocking again,
+    /// and resumes the caller with its result.
+    func run<T: Sendable>(_ body: @escaping @Sendable (any JobStore) throws -> T) async throws -> T
+
+    /// How many group commits the executor made and the events they held (diagnostics, benchmarks).
+    var groupCommitStats: (commits: Int, events: Int) { get }
+}
+
+extension JobStore {
+    /// Every job, newest first.
+    public func jobs() throws(StoreError) -> [JobRecord] { try jobs(filter: JobFilter()) }
+
+    /// Up to 1,000 events after `afterSeq`, in log order.
+    public func events(afterSeq: Int64) throws(StoreError) -> [JobEvent] { try events(afterSeq: afterSeq, limit: 1_000) }
+
+    /// Appends one event in its own transaction and returns it as stored; throws its refusal or the
+    /// transaction's failure.
+    @discardableResult
+    public func append(_ event: PendingEvent, now: Int64) throws(StoreError) -> JobEvent {
+        guard let outcome = try append([event], now: now).first else {
+            // append([one]) returns exactly one outcome per event given.
+            throw StoreError.invalidControl("append returned no outcome for job \(event.jobID)")
+        }
+        return try outcome.get()
+    }
+
+    /// The job a full id or unique prefix names; `notFound` otherwise.
+    public func job(resolving text: String) throws(StoreError) -> JobRecord {
+        let id = try resolveID(text)
+        guard let job = try job(id) else { throw StoreError.notFound(text) }
+        return job
+    }
+}

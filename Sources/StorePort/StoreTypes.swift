@@ -1,0 +1,239 @@
+import Foundation
+import JobLifecycle
+import JobModel
+
+// MARK: - PendingEvent
+
+/// An event to append: what happened to which job, who says so, and under which guarantees.
+public struct PendingEvent: Sendable, Equatable {
+    /// The job the event belongs to.
+    public var jobID: String
+    /// What happened.
+    public var type: EventType
+    /// Who appends it (`worker:<host>:<pid>`, `cli:<user>`).
+    public var actor: String
+    /// The lease token the appending worker holds: the append is refused (`staleLease`) unless the job
+    /// is running under exactly this token. Nil for appends that are not a worker's (CLI control).
+    public var leaseToken: Int64?
+    /// The version the caller saw: the append is refused (`versionConflict`) unless it is still current.
+    public var expectedVersion: Int?
+    /// The payload.
+    public var data: EventData
+
+    /// Creates a pending event from a typed payload.
+    public init(jobID: String, actor: String, leaseToken: Int64? = nil, expectedVersion: Int? = nil,
+                payload: EventPayload) {
+        self.init(jobID: jobID, type: payload.type, actor: actor, leaseToken: leaseToken,
+                  expectedVersion: expectedVersion, data: payload.wire)
+    }
+
+    /// The typed payload; refused (`invalidControl`) when `data` lacks a field `type` needs.
+    public func payload() throws(StoreError) -> EventPayload {
+        do {
+            return try EventPayload(type: type, wire: data)
+        } catch {
+            throw StoreError.invalidControl("cannot append to job \(jobID): \(error)")
+        }
+    }
+
+    /// Creates a pending event from a type and a payload in its JSON shape (checked when appended).
+    public init(jobID: String, type: EventType, actor: String, leaseToken: Int64? = nil,
+                expectedVersion: Int? = nil, data: EventData = EventData()) {
+        self.jobID = jobID
+        self.type = type
+        self.actor = actor
+        self.leaseToken = leaseToken
+        self.expectedVersion = expectedVersion
+        self.data = data
+    }
+}
+
+// MARK: - SubmitOutcome
+
+/// What `submit` did with one spec.
+public struct SubmitOutcome: Sendable, Equatable, Hashable {
+    /// The job's id: new, or the existing job's when the key was already known.
+    public var id: String
+    /// The spec's idempotency key.
+    public var key: String?
+    /// The spec's kind.
+    public var kind: JobKind
+    /// False when the key named an existing job (or an earlier spec of the same batch) and nothing was appended.
+    public var created: Bool
+
+    /// Creates an outcome.
+    public init(id: String, key: String?, kind: JobKind, created: Bool) {
+        self.id = id
+        self.key = key
+        self.kind = kind
+        self.created = created
+    }
+}
+
+// MARK: - ControlResult
+
+/// What a control command did to one job.
+public struct ControlResult: Sendable, Equatable {
+    /// The job after the command (after any event the store appended to honour it).
+    public var record: JobRecord
+    /// True when the command was a harmless repeat — pausing a paused job or one whose pause is
+    /// pending, cancelling a cancelled job or one whose cancel is pending — and appended nothing.
+    public var isRepeat: Bool
+
+    /// Creates a result.
+    public init(record: JobRecord, isRepeat: Bool) {
+        self.record = record
+        self.isRepeat = isRepeat
+    }
+}
+
+// MARK: - ClaimedJob
+
+/// A job a worker now holds, with the fencing token its appends must carry.
+public struct ClaimedJob: Sendable, Equatable {
+    /// The job as of its `claimed` event (state running).
+    public var record: JobRecord
+    /// The lease (fencing) token: pass it as `PendingEvent.leaseToken` and to `heartbeat`.
+    public var token: Int64
+
+    /// Creates a claimed job.
+    public init(record: JobRecord, token: Int64) {
+        self.record = record
+        self.token = token
+    }
+}
+
+// MARK: - ClaimRequest
+
+/// What a worker asks of `EventStore.claim`: up to `limit` jobs from `queues` for `owner`.
+public struct ClaimRequest: Sendable, Equatable {
+    /// The lease owner and the events' actor.
+    public var owner: String
+    /// Queues to take jobs from; nil: any queue, empty: none.
+    public var queues: [String]?
+    /// At most this many jobs.
+    public var limit: Int
+    /// How long the lease lasts without a heartbeat.
+    public var leaseMs: Int64
+    /// The claim's time: runnable means `run_after ≤ now`; leases expire at `now + leaseMs`.
+    public var now: Int64
+
+    /// Creates a request.
+    public init(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) {
+        self.owner = owner
+        self.queues = queues
+        self.limit = limit
+        self.leaseMs = leaseMs
+        self.now = now
+    }
+
+    /// Whether the request cannot claim anything (no slot, or no queue).
+    public var isEmpty: Bool { limit <= 0 || queues.map(\.isEmpty) ?? false }
+}
+
+// MARK: - AppendAndClaimOutcome
+
+/// What `EventStore.append(_:now:thenClaim:)` did: the per-event outcomes and the claim's.
+public struct AppendAndClaimOutcome: Sendable {
+    /// One outcome per event given, in order (as `append(_:now:)` returns them).
+    public var appended: [Result<JobEvent, StoreError>]
+    /// The jobs claimed, or why the claim was refused.
+    public var claimed: Result<[ClaimedJob], StoreError>
+
+    /// Creates an outcome.
+    public init(appended: [Result<JobEvent, StoreError>], claimed: Result<[ClaimedJob], StoreError>) {
+        self.appended = appended
+        self.claimed = claimed
+    }
+}
+
+// MARK: - JobFilter
+
+/// Which jobs `EventStore.jobs(filter:)` lists. Nil fields do not filter.
+public struct JobFilter: Sendable, Equatable {
+    /// Only jobs in these states.
+    public var states: Set<JobState>?
+    /// Only jobs of these kinds.
+    public var kinds: Set<JobKind>?
+    /// Only jobs in this queue.
+    public var queue: String?
+    /// At most this many jobs (newest first).
+    public var limit: Int?
+    /// Submitted at or after this time (ms).
+    public var createdSince: Int64?
+    /// Submitted before this time (ms).
+    public var createdUntil: Int64?
+    /// Finished at or after this time (ms); unfinished jobs are left out when set.
+    public var finishedSince: Int64?
+    /// Finished before this time (ms); unfinished jobs are left out when set.
+    public var finishedUntil: Int64?
+
+    /// Creates a filter; the default lists every job.
+    public init(states: Set<JobState>? = nil, kinds: Set<JobKind>? = nil, queue: String? = nil, limit: Int? = nil,
+                createdSince: Int64? = nil, createdUntil: Int64? = nil,
+                finishedSince: Int64? = nil, finishedUntil: Int64? = nil) {
+        self.states = states
+        self.kinds = kinds
+        self.queue = queue
+        self.limit = limit
+        self.createdSince = createdSince
+        self.createdUntil = createdUntil
+        self.finishedSince = finishedSince
+        self.finishedUntil = finishedUntil
+    }
+}
+
+// MARK: - ReplayDifference
+
+/// One column where the stored projection and the fold of the log disagree.
+public struct ReplayDifference: Sendable, Equatable, Hashable, CustomStringConvertible {
+    /// The job.
+    public var jobID: String
+    /// The `jobs` column, or `(row)` when the whole row is missing on one side.
+    public var column: String
+    /// The stored value as text (nil: no stored row).
+    public var stored: String?
+    /// The rebuilt value as text (nil: the log has no such job).
+    public var rebuilt: String?
+
+    /// Creates a difference.
+    public init(jobID: String, column: String, stored: String?, rebuilt: String?) {
+        self.jobID = jobID
+        self.column = column
+        self.stored = stored
+        self.rebuilt = rebuilt
+    }
+
+    /// `JOBID column: stored X, rebuilt Y`.
+    public var description: String {
+        "\(jobID) \(column): stored \(stored ?? "(no row)"), rebuilt \(rebuilt ?? "(no job in the log)")"
+    }
+}
+
+// MARK: - ReplayReport
+
+/// What `EventStore.replay(verify:)` found (and did).
+public struct ReplayReport: Sendable, Equatable {
+    /// Events folded.
+    public var eventsRead: Int
+    /// Jobs the fold produced.
+    public var jobsRebuilt: Int
+    /// Columns where the stored projection differs from the fold (computed before any rewrite).
+    public var differences: [ReplayDifference]
+    /// Oddities of the log itself (events before their job's `submitted`, version gaps).
+    public var problems: [String]
+    /// Whether the `jobs` table was rewritten from the fold.
+    public var rewritten: Bool
+
+    /// Whether the projection matched the log exactly and the log had no problems.
+    public var isConsistent: Bool { differences.isEmpty && problems.isEmpty }
+
+    /// Creates a report.
+    public init(eventsRead: Int, jobsRebuilt: Int, differences: [ReplayDifference], problems: [String], rewritten: Bool) {
+        self.eventsRead = eventsRead
+        self.jobsRebuilt = jobsRebuilt
+        self.differences = differences
+        self.problems = problems
+        self.rewritten = rewritten
+    }
+}
