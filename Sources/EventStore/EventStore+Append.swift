@@ -39,10 +39,6 @@ extension SQLiteConnection {
         var written: [String: JobRecord] = [:]
         for pending in events {
             do throws(StoreError) {
-                guard pending.type != .submitted && pending.type != .claimed else {
-                    throw StoreError.invalidControl(
-                        "'\(pending.type.rawValue)' events are written by submit() and claim(), not append()")
-                }
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
                 let known = written[pending.jobID].flatMap { $0.id.utf8.elementsEqual(pending.jobID.utf8) ? $0 : nil }
                 let (event, record) = try savepoint { () throws(StoreError) in
@@ -99,7 +95,7 @@ extension SQLiteConnection {
     /// longer running, the events that honour it follow in the same decision. The returned record is
     /// the job after all of them, the returned event the one asked for.
     func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
-        let (events, record) = try perform(.report(try pending.payload()), jobID: pending.jobID, on: current,
+        let (events, record) = try perform(.report(pending.payload), jobID: pending.jobID, on: current,
                                            actor: pending.actor, expectedVersion: pending.expectedVersion,
                                            leaseToken: pending.leaseToken, now: now)
         guard let first = events.first, let record else {

@@ -206,6 +206,9 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
 
     private func decided(_ command: JobCommand, now: Int64, expectedVersion: Int?,
                          leaseToken: Int64?) throws(LifecycleRefusal) -> [DecidedEvent] {
+        if case .report(let payload) = command, payload.type == .submitted || payload.type == .claimed {
+            throw .invalidControl("'\(payload.type.rawValue)' events are written by submit and claim, not reported")
+        }
         guard let job = record else {
             guard case .submit(let spec) = command else { throw .notFound }
             if let expectedVersion, expectedVersion != 0 { throw .versionConflict(expected: expectedVersion, actual: 0) }
@@ -228,15 +231,10 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             return settled([DecidedEvent(.claimed(leaseOwner: owner, leaseExpiresAtMs: now + leaseMs,
                                                   attempt: job.attempts + 1), leaseToken: token)], now: now)
         case .report(let payload):
-            switch payload {
-            case .submitted, .claimed:
-                throw .invalidControl("'\(payload.type.rawValue)' events are written by submit and claim, not reported")
-            default:
-                guard Self.allows(payload.type, in: job.state) else {
-                    throw .invalidTransition(state: job.state, event: payload.type)
-                }
-                return settled([DecidedEvent(payload, leaseToken: leaseToken)], now: now)
+            guard Self.allows(payload.type, in: job.state) else {
+                throw .invalidTransition(state: job.state, event: payload.type)
             }
+            return settled([DecidedEvent(payload, leaseToken: leaseToken)], now: now)
         case .pause:
             return settled(try Self.pause(job), now: now)
         case .resume:

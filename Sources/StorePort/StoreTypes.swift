@@ -8,8 +8,8 @@ import JobModel
 public struct PendingEvent: Sendable, Equatable {
     /// The job the event belongs to.
     public var jobID: String
-    /// What happened.
-    public var type: EventType
+    /// What happened, with exactly that event's fields.
+    public var payload: EventPayload
     /// Who appends it (`worker:<host>:<pid>`, `cli:<user>`).
     public var actor: String
     /// The lease token the appending worker holds: the append is refused (`staleLease`) unless the job
@@ -17,34 +17,33 @@ public struct PendingEvent: Sendable, Equatable {
     public var leaseToken: Int64?
     /// The version the caller saw: the append is refused (`versionConflict`) unless it is still current.
     public var expectedVersion: Int?
-    /// The payload.
-    public var data: EventData
 
-    /// Creates a pending event from a typed payload.
+    /// The event's type.
+    public var type: EventType { payload.type }
+    /// The payload in its flat JSON shape.
+    public var data: EventData { payload.wire }
+
+    /// Creates a pending event.
     public init(jobID: String, actor: String, leaseToken: Int64? = nil, expectedVersion: Int? = nil,
                 payload: EventPayload) {
-        self.init(jobID: jobID, type: payload.type, actor: actor, leaseToken: leaseToken,
-                  expectedVersion: expectedVersion, data: payload.wire)
-    }
-
-    /// The typed payload; refused (`invalidControl`) when `data` lacks a field `type` needs.
-    public func payload() throws(StoreError) -> EventPayload {
-        do {
-            return try EventPayload(type: type, wire: data)
-        } catch {
-            throw StoreError.invalidControl("cannot append to job \(jobID): \(error)")
-        }
-    }
-
-    /// Creates a pending event from a type and a payload in its JSON shape (checked when appended).
-    public init(jobID: String, type: EventType, actor: String, leaseToken: Int64? = nil,
-                expectedVersion: Int? = nil, data: EventData = EventData()) {
         self.jobID = jobID
-        self.type = type
+        self.payload = payload
         self.actor = actor
         self.leaseToken = leaseToken
         self.expectedVersion = expectedVersion
-        self.data = data
+    }
+
+    /// Creates a pending event from a type and a payload in its flat JSON shape; refused
+    /// (`invalidControl`) when `data` lacks a field `type` needs.
+    public init(jobID: String, type: EventType, actor: String, leaseToken: Int64? = nil,
+                expectedVersion: Int? = nil, data: EventData = EventData()) throws(StoreError) {
+        let payload: EventPayload
+        do {
+            payload = try EventPayload(type: type, wire: data)
+        } catch {
+            throw StoreError.invalidControl("cannot append to job \(jobID): \(error)")
+        }
+        self.init(jobID: jobID, actor: actor, leaseToken: leaseToken, expectedVersion: expectedVersion, payload: payload)
     }
 }
 

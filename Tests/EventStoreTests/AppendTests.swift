@@ -54,14 +54,16 @@ struct AppendTests {
             PendingEvent(jobID: cancelledID, type: .succeeded, actor: "w", data: EventData(result: JobResult(size: 1))),
             PendingEvent(jobID: other, type: .paused, actor: "cli:test"),
             PendingEvent(jobID: "01NOSUCHJOB000000000000000", type: .paused, actor: "cli:test"),
-            PendingEvent(jobID: other, type: .claimed, actor: "w"),
+            PendingEvent(jobID: other, actor: "w", payload: .claimed(leaseOwner: "w", leaseExpiresAtMs: 9_000, attempt: 1)),
         ], now: 2_000)
         #expect(throws: StoreError.invalidTransition(jobID: cancelledID, state: .cancelled, event: .succeeded)) {
             try outcomes[0].get()
         }
         #expect(try outcomes[1].get().type == .paused)
         #expect(throws: StoreError.notFound("01NOSUCHJOB000000000000000")) { try outcomes[2].get() }
-        #expect(throws: StoreError.self) { try outcomes[3].get() }
+        #expect(throws: StoreError.invalidControl("'claimed' events are written by submit and claim, not reported")) {
+            try outcomes[3].get()
+        }
         #expect(try fixture.store.job(cancelledID)?.state == .cancelled)
         #expect(try fixture.store.job(other)?.state == .paused)
         #expect(try fixture.store.lastSeq() == 4)
@@ -154,5 +156,15 @@ struct AppendTests {
         let spec = try #require(text.range(of: "\"spec\""))
         let version = try #require(text.range(of: "\"v\""))
         #expect(spec.lowerBound < version.lowerBound)
+    }
+
+    @Test("an event without the fields its type needs cannot even be queued", arguments: [
+        (EventType.succeeded, "result"), (.failed, "error"), (.attemptFailed, "error"), (.claimed, "leaseOwner"),
+    ])
+    func malformedPendingEvent(type: EventType, field: String) {
+        #expect(throws: StoreError.invalidControl(
+            "cannot append to job J: \(EventPayloadError(type: type, problem: "has no '\(field)'"))")) {
+            try PendingEvent(jobID: "J", type: type, actor: "w")
+        }
     }
 }

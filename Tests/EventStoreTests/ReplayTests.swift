@@ -16,8 +16,8 @@ struct ReplayTests {
         let claims = try store.claim(owner: "w1", queues: nil, limit: 7, leaseMs: 5_000, now: 2_000)
         let byID = Dictionary(uniqueKeysWithValues: claims.map { ($0.record.id, $0.token) })
         func token(_ index: Int) -> Int64 { byID[outcomes[index].id] ?? -1 }
-        func pending(_ index: Int, _ type: EventType, _ data: EventData = EventData()) -> PendingEvent {
-            PendingEvent(jobID: outcomes[index].id, type: type, actor: "w1", leaseToken: token(index), data: data)
+        func pending(_ index: Int, _ type: EventType, _ data: EventData = EventData()) throws -> PendingEvent {
+            try PendingEvent(jobID: outcomes[index].id, type: type, actor: "w1", leaseToken: token(index), data: data)
         }
         let point = ResumePoint.upload(sessionURI: "http://127.0.0.1:1/s", confirmedOffset: 256, total: 1024)
         let results = try store.append([

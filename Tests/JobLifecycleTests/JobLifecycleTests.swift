@@ -178,7 +178,7 @@ private let table: [LifeState: [Command: String]] = {
     return [
         .new: row([.submit: "submitted -> queued"], base: "refused: notFound").mapValues {
             $0 == control ? "refused: notFound" : $0
-        },
+        }.merging([.reportClaimed: control]) { $1 },
         .queued: row(queued),
         .notYetRunnable: row(notYetRunnable),
         .running: row(running),
