@@ -1,8 +1,8 @@
 import Checksums
 import Foundation
 import JobLifecycle
-import StorePort
 import JobModel
+import StorePort
 
 extension EventStore {
     /// Appends a batch of events in ONE `BEGIN IMMEDIATE` transaction (group commit), each in its own

@@ -1,7 +1,7 @@
 import Foundation
 import JobLifecycle
-import StorePort
 import JobModel
+import StorePort
 
 extension EventStore {
     /// The job with exactly this id, or nil (see `resolveID` for prefixes).

@@ -1,7 +1,7 @@
 import Foundation
 import JobLifecycle
-import StorePort
 import JobModel
+import StorePort
 
 extension EventStore {
     /// Folds every event from seq 1 into job records and compares them with the `jobs` projection.

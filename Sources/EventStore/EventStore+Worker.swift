@@ -1,7 +1,7 @@
 import Foundation
 import JobLifecycle
-import StorePort
 import JobModel
+import StorePort
 
 extension EventStore {
     /// Claims up to `limit` runnable jobs for `owner` in one IMMEDIATE transaction.

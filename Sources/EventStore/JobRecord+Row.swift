@@ -1,7 +1,7 @@
 import Foundation
 import JobLifecycle
-import StorePort
 import JobModel
+import StorePort
 
 // MARK: - JSON
 

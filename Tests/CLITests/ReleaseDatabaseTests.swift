@@ -1,0 +1,36 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The built binary on a database written by the release before typed event payloads
+/// (`Tests/EventStoreTests/Fixtures/release-1.db`, see the README there).
+@Suite("jobctl on a database of the previous release") struct ReleaseDatabaseTests {
+    /// The download-to-memory job of the fixture and the job rescued after its worker was killed.
+    static let memoryJob = "01M8P28CEV3HP5QAF3E72D31YQ"
+    static let rescuedJob = "01M8P28Q0D80VZK1ZP7DN97QDH"
+
+    /// A workspace whose database is a copy of the fixture.
+    static func workspace(_ label: String) throws -> CLIWorkspace {
+        let workspace = try CLIWorkspace(label)
+        try FileManager.default.copyItem(atPath: "\(PackagePaths.root)/Tests/EventStoreTests/Fixtures/release-1.db",
+                                         toPath: workspace.database)
+        return workspace
+    }
+
+    @Test("replay --verify, list, history, audit and result read it as they read a new one")
+    func reads() throws {
+        let workspace = try Self.workspace("cli-release-db")
+        defer { workspace.directory.remove() }
+        let verify = try workspace.jobctl(["replay", "--verify"])
+        #expect(verify.status == 0 && verify.stdout.contains("replayed 111 events into 16 jobs: projection matches"),
+                "\(verify.stdout)\(verify.stderr)")
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [Any])
+        #expect(jobs.count == 16)
+        let history = try workspace.jobctl(["history", Self.rescuedJob])
+        #expect(history.status == 0 && history.stdout.contains("lease_expired"), "\(history.stderr)")
+        let audit = try workspace.jobctl(["audit"])
+        #expect(audit.status == 0, "\(audit.stderr)")
+        let result = try workspace.jobctl(["result", Self.memoryJob])
+        #expect(result.status == 0 && result.stdout.utf8.count == 71, "\(result.stderr)")
+    }
+}
