@@ -1,6 +1,6 @@
 import Foundation
 import JobModel
-import Storage
+@testable import Storage
 import TestSupport
 import Testing
 
@@ -89,5 +89,16 @@ struct ExactURLTests {
         let memory = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/a b.txt?q=x y")))
         #expect(memory.data == Data("spaced".utf8))
         #expect(requestLines(server) == ["GET /a%20b.txt?q=x%20y HTTP/1.1"])
+    }
+
+    @Test("curl sends the path it is given without folding dot segments (server-made URLs, e.g. a Location)")
+    func curlKeepsDotSegments() async throws {
+        let server = try startRawNginx()
+        defer { server.stop() }
+        try write("folded", "\(server.root)/raw/a.txt")
+        let url = "\(server.baseURL)/raw/x/../a.txt"
+        _ = try await CurlEngine.shared.perform(HTTPRequest(method: "GET", url: url), control: nil,
+                                                options: StorageConfiguration(connectTimeout: 5).curlOptions)
+        #expect(requestLines(server) == ["GET /raw/x/../a.txt HTTP/1.1"])
     }
 }

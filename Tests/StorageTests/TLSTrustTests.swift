@@ -147,7 +147,7 @@ struct TLSTrustTests {
         try FileManager.default.removeItem(atPath: copy)
         let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(fixture.server.baseURL)/x.txt")))
         #expect(!error.retryable)
-        #expect(error.message.contains("CA"), "\(error)")
+        #expect(error.message.contains("CA certificates could not be loaded from only file \(copy)"), "\(error)")
         #expect(error.message.contains("JOBCTL_CA_BUNDLE"), "\(error)")
     }
 }
