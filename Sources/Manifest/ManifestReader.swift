@@ -11,9 +11,10 @@ enum JobField: String, CaseIterable, Sendable {
     case metadata, key, priority
     case maxAttempts = "max_attempts"
     case queue
+    case timeout
 
     /// Fields every kind takes.
-    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue]
+    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout]
 
     /// Fields that name one job's own data and so cannot be shared through `defaults:`, with the reason.
     var notADefaultReason: String? {
@@ -58,6 +59,8 @@ struct FieldSet {
     var priority: Located<Int>?
     var maxAttempts: Located<Int>?
     var queue: Located<String>?
+    /// Seconds.
+    var timeout: Located<Int>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
     /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
@@ -75,6 +78,7 @@ struct FieldSet {
         result.priority = fill(priority, defaults.priority, .priority)
         result.maxAttempts = fill(maxAttempts, defaults.maxAttempts, .maxAttempts)
         result.queue = fill(queue, defaults.queue, .queue)
+        result.timeout = fill(timeout, defaults.timeout, .timeout)
         if written[.metadata] != nil && metadata == nil { return result }
         if let base = defaults.metadata {
             guard var own = metadata else {
@@ -267,6 +271,7 @@ struct ManifestReader {
         spec.priority = fields.priority?.value ?? 0
         spec.maxAttempts = fields.maxAttempts?.value ?? JobSpec.defaultMaxAttempts
         spec.queue = fields.queue?.value ?? JobSpec.defaultQueue
+        spec.timeoutSeconds = fields.timeout?.value
         if kind.isUpload, let metadata = fields.metadata?.value, !metadata.isEmpty {
             spec.metadata = metadata
         }
@@ -523,6 +528,8 @@ struct ManifestReader {
                     }
                     return queue
                 })
+            case .timeout:
+                fields.timeout = located(readTimeout(pair))
             }
         }
         return fields
@@ -561,6 +568,28 @@ struct ManifestReader {
             return nil
         }
         return bytes
+    }
+
+    /// `timeout:` — one attempt's limit — as seconds, within `JobSpec.timeoutRange`.
+    private mutating func readTimeout(_ pair: YAMLPair) -> Int? {
+        let expected = "a duration like 90s, 30m or 1h30m"
+        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
+            let isNull = Self.isNull(pair.value)
+            report(isNull ? .invalidValue : .wrongType, "'timeout' must be \(expected), not \(pair.value.summary)",
+                   at: isNull ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        guard let seconds = DurationText.parse(scalar.value) else {
+            report(.invalidValue, "'timeout' must be \(expected) (a unit is required), not '\(scalar.value)'", at: scalar.mark)
+            return nil
+        }
+        let range = JobSpec.timeoutRange
+        guard range.contains(seconds) else {
+            report(.invalidValue, "'timeout' must be at least \(DurationText.format(range.lowerBound)) and at most "
+                   + "\(DurationText.format(range.upperBound)), not '\(scalar.value)'", at: scalar.mark)
+            return nil
+        }
+        return seconds
     }
 
     // MARK: - Metadata

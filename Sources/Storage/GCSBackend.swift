@@ -13,7 +13,7 @@ import JobModel
 /// - MD5 and CRC32C are computed while streaming and compared with the server's; a mismatch fails
 ///   with `nonMatchingChecksum` and the bad copy (remote object or local partial file) is removed.
 public struct GCSBackend: StorageBackend {
-    /// Endpoint, credentials, chunk size and timeouts.
+    /// Endpoint, credentials, chunk size, timeouts and trusted CAs.
     public let configuration: StorageConfiguration
     private let engine: CurlEngine
     private let tokens: GCSTokenSource
@@ -28,6 +28,8 @@ public struct GCSBackend: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        // Every request of this attempt runs under the job's timeout, if it has one.
+        let control = control.limited(toSeconds: spec.timeoutSeconds)
         switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)") {
         case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata,
@@ -486,11 +488,6 @@ public struct GCSBackend: StorageBackend {
             + (generation.map { "&generation=\($0)" } ?? "")
     }
 
-    private var timeouts: CurlTimeouts {
-        CurlTimeouts(connect: configuration.connectTimeout, lowSpeedLimit: configuration.lowSpeedLimit,
-                     stallSeconds: configuration.stallTimeout)
-    }
-
     /// Sends one request with the bearer token; on a 401 with a token command, refreshes the token and
     /// sends it once more (the body source is recreated, the sink has received nothing).
     private func send(_ request: HTTPRequest, control: TransferControl?, source: (() -> any RequestBodySource)? = nil,
@@ -501,7 +498,8 @@ public struct GCSBackend: StorageBackend {
         } catch {
             throw .failed(error)
         }
-        let response = try await engine.perform(attempt, source: source?(), sink: sink, control: control, timeouts: timeouts)
+        let response = try await engine.perform(attempt, source: source?(), sink: sink, control: control,
+                                                options: configuration.curlOptions)
         guard response.status == 401, tokens.canRefresh else { return response }
         var retry = request
         do {
@@ -509,6 +507,6 @@ public struct GCSBackend: StorageBackend {
         } catch {
             throw .failed(error)
         }
-        return try await engine.perform(retry, source: source?(), sink: sink, control: control, timeouts: timeouts)
+        return try await engine.perform(retry, source: source?(), sink: sink, control: control, options: configuration.curlOptions)
     }
 }

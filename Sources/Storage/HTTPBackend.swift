@@ -9,7 +9,7 @@ import JobModel
 ///   again from byte 0.
 /// - `fetch-url` has no meaning here (the reference already is a URL) and fails with `invalidArgument`.
 public struct HTTPBackend: StorageBackend {
-    /// Timeouts (connect, stall) come from here; endpoints and tokens are not used.
+    /// Timeouts (connect, stall) and trusted CAs come from here; endpoints and tokens are not used.
     public let configuration: StorageConfiguration
     private let engine: CurlEngine
 
@@ -21,6 +21,8 @@ public struct HTTPBackend: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        // Every request of this attempt runs under the job's timeout, if it has one.
+        let control = control.limited(toSeconds: spec.timeoutSeconds)
         switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL") {
         case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, control: control, report: report)
@@ -38,6 +40,7 @@ public struct HTTPBackend: StorageBackend {
 
     private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        // An http(s) reference's description is the URL exactly as written (its `rawPath` and query).
         let url = reference.description
         let checksums = StreamChecksums()
         let progress = ProgressThrottle(total: source.size, report: report)
@@ -48,7 +51,7 @@ public struct HTTPBackend: StorageBackend {
         progress.update(0)
         let response: HTTPResponse
         do throws(TransferFailure) {
-            response = try await engine.perform(request, source: body, control: control, timeouts: timeouts)
+            response = try await engine.perform(request, source: body, control: control, options: configuration.curlOptions)
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason, nil)   // not resumable: the next attempt starts at 0
@@ -99,7 +102,7 @@ public struct HTTPBackend: StorageBackend {
         }
         let response: HTTPResponse
         do throws(TransferFailure) {
-            response = try await engine.perform(request, sink: sink, control: control, timeouts: timeouts)
+            response = try await engine.perform(request, sink: sink, control: control, options: configuration.curlOptions)
         } catch {
             // The validator from this response (if any) pins the resumed range to the same version.
             let etag = Self.validator(sink.responseHeaders) ?? validator
@@ -154,7 +157,7 @@ public struct HTTPBackend: StorageBackend {
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(HTTPRequest(method: "GET", url: url, followRedirects: true), sink: sink,
-                                                control: control, timeouts: timeouts)
+                                                control: control, options: configuration.curlOptions)
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason, nil)
@@ -167,12 +170,5 @@ public struct HTTPBackend: StorageBackend {
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: Int64(data.count),
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, size: Int64(data.count), md5: ours.md5, crc32c: ours.crc32c, data: data))
-    }
-
-    // MARK: - Helpers
-
-    private var timeouts: CurlTimeouts {
-        CurlTimeouts(connect: configuration.connectTimeout, lowSpeedLimit: configuration.lowSpeedLimit,
-                     stallSeconds: configuration.stallTimeout)
     }
 }

@@ -13,14 +13,16 @@ extension Commands {
             OptionSpec("queue", value: "name", repeatable: true, help: "Only take jobs from this queue; repeatable (default: all queues)."),
             OptionSpec("drain", help: "Exit 0 once no job is queued or running (paused jobs do not hold it)."),
             OptionSpec("lease", value: "seconds", help: "Lease length; a worker that stops heartbeating loses its jobs after this (default 30)."),
+            OptionSpec("stall-timeout", value: "duration", help: "Retry a transfer that moves no data for this long, 1s to 1h (default $JOBCTL_STALL_TIMEOUT, else 60s)."),
             OptionSpec("json", help: "Print the exit summary as JSON."),
         ],
         discussion: """
         Run as many worker processes on one database as you like. SIGTERM or SIGINT stops claiming, pauses
         running transfers at their resume point, releases their leases and exits within 10 seconds; a second
         signal exits at once. Storage settings come from the environment: STORAGE_EMULATOR_HOST,
-        GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, JOBCTL_CHUNK_SIZE, JOBCTL_BUCKETS,
-        JOBCTL_REFUSE_EXECUTABLES.
+        GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
+        JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR);
+        a bad value stops the worker before it starts.
         """
     ) { arguments, context in
         let concurrency = try arguments.integer("concurrency") ?? 4
@@ -32,8 +34,17 @@ extension Commands {
         let queues = arguments.all("queue")
         let configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
                                                 leaseMs: Int64(leaseSeconds * 1000), drain: arguments.flag("drain"))
+        // Storage settings are checked before the event log is opened: a bad one stops the worker at once.
+        var storage: StorageConfiguration
+        do throws(StorageError) {
+            storage = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
+        } catch { throw CommandFailure(error.message) }
+        if let text = arguments.value("stall-timeout") {
+            do throws(StorageError) {
+                storage.stallTimeout = try StorageConfiguration.stallTimeout(parsing: text, from: "--stall-timeout")
+            } catch { throw UsageError(error.message) }
+        }
         let store = try context.openStore()
-        let storage = StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration)
         let signals = SignalHandling(pool: pool)
         signals.install()
