@@ -372,7 +372,7 @@ import TestSupport
         let metadata = try jobctl(["result", ids[0]], database: database)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(metadata.stdout.utf8)) as? [String: Any])
         #expect(object["size"] as? Int == 13)
-        #expect(object["contentType"] as? String == "text/plain")
+        #expect(object["content_type"] as? String == "text/plain")
     }
 }
 
