@@ -79,7 +79,7 @@ extension Commands {
         let output = try arguments.value(Options.output)
         let bytes: Data
         if arguments[Options.json] {
-            bytes = Data((try jsonText(ResultView(result, display: display)) + "\n").utf8)
+            bytes = Data((try jsonText(ResultView(result, display: display, revealURL: true)) + "\n").utf8)
         } else {
             switch job.spec.kind {
             case .downloadMemory:

@@ -45,7 +45,7 @@ extension Commands {
         }
         let columns = [
             TableColumn("ID"), TableColumn("KIND", dropRank: 3), TableColumn("STATE"), TableColumn("ATTEMPTS", dropRank: 1),
-            TableColumn("PROGRESS", dropRank: 4), TableColumn("SOURCE → DESTINATION", fit: .elide(minimum: 24), elide: Elide.route),
+            TableColumn("PROGRESS", dropRank: 4), TableColumn("SOURCE → DESTINATION", fit: .elide(minimum: 30), elide: Elide.route),
             TableColumn("AGE", dropRank: 2),
         ]
         let table = renderTable(columns, rows, width: context.width)
@@ -148,7 +148,7 @@ extension Commands {
         }
         let columns = [
             TableColumn("SEQ", dropRank: 1), TableColumn("VER", dropRank: 2), TableColumn("TIME"), TableColumn("TYPE"),
-            TableColumn("ACTOR", fit: .elide(minimum: 12), dropRank: 3), TableColumn("DETAILS", fit: .wrap(minimum: 24)),
+            TableColumn("ACTOR", fit: .elide(minimum: 12), dropRank: 3), TableColumn("DETAILS", fit: .wrap(minimum: 36)),
         ]
         emit(renderTable(columns, rows, width: context.width).text)
         return ExitCode.ok

@@ -138,14 +138,16 @@ struct ResultView: Encodable {
     let blob: String?
     let url: String?
 
-    init(_ result: JobResult, display: Display) {
+    /// - Parameter revealURL: print a fetch-url result's URL as it is (`jobctl result`: the URL, token
+    ///   included, is what the command is for).
+    init(_ result: JobResult, display: Display, revealURL: Bool = false) {
         object = result.object.map { ObjectView($0, display: display) }
         path = result.path
         size = result.size
         md5 = result.md5
         crc32c = result.crc32c
         blob = result.blob
-        url = result.url.map(display.url)
+        url = revealURL ? result.url : result.url.map(display.url)
     }
 }
 

@@ -45,26 +45,37 @@ struct RenderedTable {
 func renderTable(_ columns: [TableColumn], _ rows: [[String]], width: Int?) -> RenderedTable {
     let gap = 2
     var visible = Array(columns.indices)
-    var widths = columns.indices.map { index in
+    let natural = columns.indices.map { index in
         rows.reduce(columns[index].header.count) { max($0, visibleWidth($1[index])) }
     }
+    var widths = natural
     var hidden: [String] = []
     if let width {
-        func total() -> Int { visible.reduce(0) { $0 + widths[$1] } + gap * max(0, visible.count - 1) }
-        while total() > width {
-            // Shrink the widest elastic column still above its minimum, by as much as needed or allowed.
-            let elastic = visible.filter { index in columns[index].minimumWidth.map { widths[index] > $0 } ?? false }
-            if let widest = elastic.max(by: { widths[$0] < widths[$1] }), let minimum = columns[widest].minimumWidth {
+        while true {
+            // Shrink the elastic columns, widest first, down to their minimums.
+            widths = natural
+            func total() -> Int { visible.reduce(0) { $0 + widths[$1] } + gap * max(0, visible.count - 1) }
+            while total() > width {
+                let elastic = visible.filter { index in columns[index].minimumWidth.map { widths[index] > $0 } ?? false }
+                guard let widest = elastic.max(by: { widths[$0] < widths[$1] }), let minimum = columns[widest].minimumWidth else { break }
                 let secondWidest = elastic.filter { $0 != widest }.map { widths[$0] }.max() ?? minimum
                 let step = min(total() - width, widths[widest] - max(minimum, secondWidest - 1))
                 widths[widest] -= max(1, step)
+            }
+            guard total() > width else { break }
+            // Still too wide: hide the lowest-ranked droppable column and fit again.
+            if let drop = visible.filter({ columns[$0].dropRank != nil })
+                .min(by: { (columns[$0].dropRank ?? 0) < (columns[$1].dropRank ?? 0) }) {
+                visible.removeAll { $0 == drop }
+                hidden.append(columns[drop].header)
                 continue
             }
-            // Nothing left to shrink: hide the lowest-ranked droppable column.
-            guard let drop = visible.filter({ columns[$0].dropRank != nil })
-                .min(by: { (columns[$0].dropRank ?? 0) < (columns[$1].dropRank ?? 0) }) else { break }
-            visible.removeAll { $0 == drop }
-            hidden.append(columns[drop].header)
+            // Nothing left to hide: elastic columns go below their minimums, to a floor that still reads.
+            let floor = 8
+            for index in visible where columns[index].minimumWidth != nil && total() > width {
+                widths[index] = max(floor, widths[index] - (total() - width))
+            }
+            break
         }
     }
     func lines(for cells: [String]) -> [String] {

@@ -73,21 +73,17 @@ struct Watcher {
     }
 
     private func show(_ event: JobEvent, bar: inout ProgressBar) throws {
-        // A new attempt or a pause starts the rate afresh, even when those events are filtered out.
-        if event.type == .started || event.type == .paused || event.type == .released { bar.resetRate() }
+        // The bar sees every event (so a pause or a new attempt restarts its rate even when filtered out).
+        let progressLine = bar.observe(event, width: context.width)
         guard let status = ObserverStatus(event.type) else { return }
         if let statuses, !statuses.contains(status) { return }
         if json {
             emit(try jsonLine(EventView(event, display: display)))
             return
         }
-        switch status {
-        case .progress:
-            var confirmed: Int64?
-            if case .upload(_, let offset, _)? = event.data.resumePoint { confirmed = offset }
-            bar.update(done: event.data.bytesDone ?? 0, confirmed: confirmed, total: event.data.bytesTotal, atMs: event.atMs,
-                       width: context.width)
-        default:
+        if status == .progress {
+            if let progressLine { bar.draw(progressLine) }
+        } else {
             bar.interrupt()
             emitLine("\(TimeText.rfc3339(event.atMs))  \(event.jobID)  \(status.rawValue)  \(Describe.event(event, display: display))")
         }
@@ -178,10 +174,27 @@ struct ProgressBar {
         return Elide.end(compose(barWidth: 0, tailCount: 0), to: limit)
     }
 
-    mutating func update(done: Int64, confirmed: Int64?, total: Int64?, atMs: Int64, width: Int?) {
+    /// Follows one event: `started` (a new attempt or a resume), `paused` and `released` restart the
+    /// rate; a `progress` event gives the line to draw.
+    mutating func observe(_ event: JobEvent, width: Int?) -> String? {
+        switch event.type {
+        case .started, .paused, .released, .retried:
+            resetRate()
+            return nil
+        case .progress:
+            var confirmed: Int64?
+            if case .upload(_, let offset, _)? = event.data.resumePoint { confirmed = offset }
+            return line(done: event.data.bytesDone ?? 0, confirmed: confirmed, total: event.data.bytesTotal,
+                        atMs: event.atMs, width: width)
+        default:
+            return nil
+        }
+    }
+
+    /// Redraws the bar in place.
+    mutating func draw(_ line: String) {
         guard enabled else { return }
-        let text = line(done: done, confirmed: confirmed, total: total, atMs: atMs, width: width)
-        FileHandle.standardOutput.write(Data("\r\u{1B}[2K\(text)".utf8))
+        FileHandle.standardOutput.write(Data("\r\u{1B}[2K\(line)".utf8))
         drawn = true
     }
 
