@@ -422,8 +422,12 @@ import TestSupport
         #expect(try store.job(id)?.result?.object?.size == Int64(size))
     }
 
-    /// A second SIGTERM/SIGINT exits at once (exit 130) even while transfers are still stopping. The
-    /// server here accepts the connection and never answers, so the graceful stop cannot finish first.
+    /// A second SIGTERM/SIGINT exits at once (exit 130) while the graceful stop is still under way.
+    ///
+    /// The graceful stop must not be able to finish first (aborting a stalled transfer is quick, and
+    /// a stop that finished would exit 0 before the second signal came): another SQLite client holds
+    /// the write lock, so the `released` event the stop has to commit waits — the worker is genuinely
+    /// in the middle of its graceful stop when the second signal arrives, and the log proves it after.
     @Test func secondSignalExitsAtOnce() throws {
         let listener = try SilentListener()
         defer { listener.close() }
@@ -435,11 +439,52 @@ import TestSupport
         let worker = try JobctlProcess.worker(database: database, logDirectory: directory.path)
         let store = try EventStore(path: database, readOnly: true)
         try #require(try eventually(seconds: 20) { try store.events(jobID: id).contains { $0.type == .started } }, "\(worker.log)")
+        let lock = try SQLiteWriteLock(database: database)
+        var locked = true
+        defer { if locked { lock.release() } }
         worker.signal(SIGINT)
         #expect(eventually(seconds: 5) { worker.log.contains("again to exit at once") })
         worker.signal(SIGINT)
         #expect(worker.wait(seconds: 3) == 130, "\(worker.log)")
         #expect(worker.log.contains("second signal"))
+        lock.release()
+        locked = false
+        // The graceful stop never committed: the job was still being handed back when the worker left.
+        let events = try store.events(jobID: id)
+        #expect(!events.contains { $0.type == .released }, "the graceful stop finished first: \(events.map(\.type))")
+        #expect(try store.job(id)?.state == .running)
+    }
+
+    /// SIGTERM at the very start of a worker — as soon as `main` runs, before the store is even
+    /// open — stops it cleanly (exit 0), never the default action (killed by SIGTERM, 143).
+    ///
+    /// The test waits until the process has SIGTERM/SIGINT blocked (visible in /proc), then signals at
+    /// once. Blocking them is the first thing `main` does, so the signal lands before the worker has
+    /// opened its database: the runs count how often that was so, and at least one must be. (A worker
+    /// that blocked them only while installing its handlers — after opening the store — has no such
+    /// run: that was the bug.) A signal during the dynamic loader, before `main`, is out of any
+    /// program's reach.
+    @Test func sigtermAtStartStopsCleanly() throws {
+        let directory = try TemporaryDirectory("early-signal")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        var signalledBeforeTheStoreOpened = 0
+        for run in 1...10 {
+            // Started as a shell starts it: no signal blocked (a test thread's own mask must not leak in).
+            let worker = try JobctlProcess.worker(database: database, logDirectory: directory.path, cleanSignalMask: true)
+            let pid = worker.process.processIdentifier
+            let deadline = Date().addingTimeInterval(5)
+            while !(runsJobctl(pid: pid) && shutdownSignalsBlocked(pid: pid)), worker.process.isRunning, Date() < deadline {
+                usleep(100)
+            }
+            try #require(shutdownSignalsBlocked(pid: pid), "run \(run): the worker never blocked SIGTERM/SIGINT: \(worker.log)")
+            if !hasOpenFile(pid: pid, prefix: database) { signalledBeforeTheStoreOpened += 1 }
+            worker.signal(SIGTERM)
+            let status = worker.wait(seconds: 10)
+            #expect(worker.process.terminationReason == .exit && status == 0,
+                    "run \(run): \(worker.process.terminationReason == .exit ? "exit" : "killed by signal") \(String(describing: status)): \(worker.log)")
+        }
+        #expect(signalledBeforeTheStoreOpened >= 1, "every signal came after the worker had opened its store")
     }
 
     /// `watch --all --exit-when-idle` follows every job's events as JSON lines and exits once idle.
