@@ -73,8 +73,8 @@ extension Commands {
         let job = try store.job(resolving: arguments.positionals[0])
         let display = arguments.display
         guard job.state == .succeeded, let result = job.result else {
-            let why = job.error.map { ": \(display.errorLine($0, state: job.state))" } ?? ""
-            throw CommandFailure("job \(job.id) is \(job.state.rawValue)\(why); only succeeded jobs have a result")
+            let state = display.stateLine(job.state, job.error) { $0.rawValue }
+            throw CommandFailure("job \(job.id) is \(state); only succeeded jobs have a result")
         }
         let output = try arguments.value(Options.output)
         let bytes: Data

@@ -76,6 +76,17 @@ struct Display: Sendable {
         retryPromises.reduce(text) { $0.replacingOccurrences(of: $1, with: "") }
     }
 
+    /// `cancelled: the transfer was stopped` — a state and its error — without saying the state twice:
+    /// `cancelled by cli:ann while queued`, not `cancelled: cancelled by cli:ann while queued`.
+    func stateLine(_ state: JobState, _ error: StorageError?, paint: (JobState) -> String) -> String {
+        guard let error else { return paint(state) }
+        let line = errorLine(error, state: state)
+        if line.lowercased().hasPrefix(state.rawValue + " ") {
+            return paint(state) + line.dropFirst(state.rawValue.count)
+        }
+        return "\(paint(state)): \(line)"
+    }
+
     /// `name: message`, without repeating the name when the message (or the job's state) already says it:
     /// a cancelled job reads `cancelled: cancelled by cli:ann`, not `cancelled: cancelled: …`.
     func errorLine(_ error: StorageError, state: JobState? = nil) -> String {

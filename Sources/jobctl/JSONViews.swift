@@ -37,6 +37,21 @@ struct ErrorView: Encodable {
         case code, name, message, url, retryable, cause, total, maximum
         case httpStatus = "http_status", retryAfter = "retry_after"
     }
+
+    /// Every key, always (null when unknown): one shape wherever an error appears.
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(code, forKey: .code)
+        try container.encode(name, forKey: .name)
+        try container.encode(message, forKey: .message)
+        try container.encode(httpStatus, forKey: .httpStatus)
+        try container.encode(url, forKey: .url)
+        try container.encode(retryable, forKey: .retryable)
+        try container.encode(retryAfter, forKey: .retryAfter)
+        try container.encode(cause, forKey: .cause)
+        try container.encode(total, forKey: .total)
+        try container.encode(maximum, forKey: .maximum)
+    }
 }
 
 /// Upload metadata as submitted.

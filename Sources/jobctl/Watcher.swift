@@ -32,8 +32,7 @@ struct Watcher {
                 if let job, job.state.isFinal {
                     bar.finish()
                     if !json {
-                        let detail = job.error.map { ": \(display.errorLine($0, state: job.state))" } ?? ""
-                        emitLine("\(job.id) \(context.paint(state: job.state))\(detail)")
+                        emitLine("\(job.id) \(display.stateLine(job.state, job.error, paint: context.paint(state:)))")
                     }
                     return job.state == .succeeded ? ExitCode.ok : ExitCode.failure
                 }

@@ -516,7 +516,8 @@ import TestSupport
 
 @Suite("watch on a terminal") struct WatchTerminalTests {
     /// On a terminal (a pseudo-terminal from `script`), `watch` draws a progress bar with bytes, rate and
-    /// ETA, redrawn in place, then the outcome; with NO_COLOR there are no colour codes.
+    /// ETA, redrawn in place and never wider than the terminal, then the outcome; the ETA reads as
+    /// minutes and seconds, not raw seconds; with NO_COLOR there are no colour codes.
     @Test func progressBarOnATerminal() throws {
         let nginx = try startWorkerNginx(slowRate: "2m")
         defer { nginx.stop() }
@@ -527,8 +528,10 @@ import TestSupport
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
                                          database: database, directory: directory).first)
         let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
-        let command = "\(PackagePaths.jobctlBinary) --db \(database) watch \(id)"
-        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: ["NO_COLOR": "1", "TERM": "xterm"])
+        let columns = 64
+        let command = "stty cols \(columns) rows 20; exec \(PackagePaths.jobctlBinary) --db \(database) watch \(id)"
+        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"],
+                                    environment: ["NO_COLOR": "1", "TERM": "xterm", "COLUMNS": ""])
         #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
         #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
         let screen = output.stdout
@@ -539,6 +542,12 @@ import TestSupport
         #expect(screen.contains("MiB/6 MiB"), "\(screen.debugDescription)")
         #expect(screen.contains("/s"))
         #expect(screen.contains("ETA"))
+        // Every redraw and every line fits the terminal; ETAs read 45s / 6m14s / 1h02m.
+        let lines = screen.replacingOccurrences(of: "\u{1B}[2K", with: "").split(whereSeparator: { $0 == "\r" || $0 == "\n" || $0 == "\r\n" })
+        for line in lines { #expect(line.count <= columns, "\(line.count) > \(columns): \(line)") }
+        for line in lines where line.contains("ETA ") {
+            #expect(line.range(of: #"ETA (\d{1,2}s|\d+m\d\ds|\d+h\d\dm)$"#, options: .regularExpression) != nil, "\(line)")
+        }
         #expect(screen.contains("succeeded"))
         #expect(!screen.contains("\u{1B}[32m"), "colour despite NO_COLOR")
         #expect(!screen.contains("{\""), "JSON on a terminal")
