@@ -135,7 +135,8 @@ public enum SecretRedaction {
         while current <= parameters.endIndex {
             let end = parameters[current...].firstIndex(where: { $0 == "&" || $0 == ";" }) ?? parameters.endIndex
             let part = parameters[current..<end]
-            if let equals = part.firstIndex(of: "="), isSecretName(part[..<equals]) {
+            if let equals = part.firstIndex(of: "="), isSecretName(part[..<equals]),
+               !isMasked(part[part.index(after: equals)...]) {
                 output += part[...equals] + marker
             } else {
                 output += part
@@ -145,6 +146,12 @@ public enum SecretRedaction {
             current = parameters.index(after: end)
         }
         return output
+    }
+
+    /// A value with nothing left to hide: empty, already `REDACTED`, or masked with `*` (as a caller
+    /// that must keep a line's columns, such as a manifest error's caret line, may mask it).
+    private static func isMasked(_ value: Substring) -> Bool {
+        value.isEmpty || value == marker || value.allSatisfy { $0 == "*" }
     }
 
     private static func percentDecoded(_ text: Substring) -> String? {

@@ -116,8 +116,8 @@ struct UsageError: Error, CustomStringConvertible {
 /// `arguments[Options.json]`, `try arguments.value(Options.limit)`.
 struct ParsedArguments: Sendable {
     var positionals: [String] = []
-    fileprivate(set) var values: [String: [String]] = [:]
-    fileprivate(set) var flags: Set<String> = []
+    private var values: [String: [String]] = [:]
+    private var flags: Set<String> = []
 
     /// Whether a flag was given.
     subscript(flag: Flag) -> Bool { flags.contains(flag.spec.long) }

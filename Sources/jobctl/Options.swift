@@ -52,7 +52,7 @@ extension Option where Value == Int {
     /// A whole number that must lie in `range`; the range is named in the help and in every refusal.
     static func integer(_ long: String, short: Character? = nil, value valueName: String = "n", range: ClosedRange<Int>,
                         help: String) -> Option {
-        Option(long, short: short, value: valueName, help: "\(help) (\(range.lowerBound)–\(range.upperBound))") { text in
+        Option(long, short: short, value: valueName, help: "\(help) (\(range.lowerBound)–\(range.upperBound)).") { text in
             try NumberInput.integer(text, option: long, range: range)
         }
     }
@@ -94,7 +94,7 @@ enum Options {
     }
     static let queue = Option<String>("queue", value: "name", help: "Only jobs of this queue.")
     static let limit = Option<Int>.integer("limit", range: 0...1_000_000_000,
-                                           help: "At most n jobs, newest first (0 for all; default 50 for the table, all for --json)")
+                                           help: "At most n jobs, newest first; 0 for all, default 50 for the table and all for --json")
     static let since = Option<Int64>("since", value: "time",
                                      help: "Jobs submitted at or after this time (RFC 3339, a date, or relative: 90s, 15m, 1h, 7d).") { text in
         try TimeInput.parse(text, option: "since", now: Clock.nowMs())
@@ -104,7 +104,7 @@ enum Options {
     }
 
     // Worker.
-    static let concurrency = Option<Int>.integer("concurrency", short: "c", range: 1...256, help: "Transfers at once (default 4)")
+    static let concurrency = Option<Int>.integer("concurrency", short: "c", range: 1...256, help: "Transfers at once, default 4")
     static let workerQueue = Option<String>("queue", value: "name", repeatable: true,
                                             help: "Only take jobs from this queue; repeatable (default: all queues).")
     static let drain = Flag("drain", help: "Exit once no job is queued or running (paused jobs do not hold it); exit 2 if a job it ran failed.")

@@ -19,6 +19,7 @@ import Testing
         ("http://h/p?a=1;sig=x", "http://h/p?a=1;sig=REDACTED"),
         ("postgres://jobs:hunter2@db.example:5432/jobctl", "postgres://jobs:REDACTED@db.example:5432/jobctl"),
         ("http://h/p", "http://h/p"),
+        ("http://h/p?token=&key=REDACTED&sig=*****", "http://h/p?token=&key=REDACTED&sig=*****"),
         ("gs://bucket/a%20b.txt", "gs://bucket/a%20b.txt"),
         ("/local/path?token=x", "/local/path?token=x"),
     ])
