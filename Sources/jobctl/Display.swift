@@ -59,17 +59,24 @@ struct Display: Sendable {
     /// was scheduled. They are dropped; whether a retry is scheduled is said from the job's state.
     static let retryPromises = [
         "; the transfer will be retried", " — the transfer will be retried", "; it will be retried",
-        "; the download will restart", "; the upload will be retried from the start",
+        "; the download will restart", "; the upload will be retried from the start", "; it will be resumed",
     ]
 
-    /// An error's message as displayed: no retry promise, URLs redacted, epoch times readable.
+    /// An error's message as displayed: no retry promise, URLs redacted, epoch times readable,
+    /// `1 byte` in the singular.
     func message(_ error: StorageError) -> String {
-        text(TimeText.rewritingEpochs(in: Self.withoutRetryPromises(error.message)))
+        text(Self.singularByte(TimeText.rewritingEpochs(in: Self.withoutRetryPromises(error.message))))
     }
 
     /// An error's cause as displayed.
     func cause(_ error: StorageError) -> String? {
-        error.cause.map { text(Self.withoutRetryPromises($0)) }
+        error.cause.map { text(Self.singularByte(Self.withoutRetryPromises($0))) }
+    }
+
+    /// `1 bytes` → `1 byte` in messages written by other layers (and by older versions, in the log).
+    static func singularByte(_ text: String) -> String {
+        guard text.contains("1 bytes") else { return text }
+        return text.replacingOccurrences(of: #"(^|[^\d.,])1 bytes\b"#, with: "$11 byte", options: .regularExpression)
     }
 
     static func withoutRetryPromises(_ text: String) -> String {

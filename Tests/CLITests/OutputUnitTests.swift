@@ -117,6 +117,15 @@ import Testing
         }
     }
 
+    @Test func messagesSayOneByte() {
+        #expect(Display.singularByte("the object is 1 bytes, more than 0") == "the object is 1 byte, more than 0")
+        #expect(Display.singularByte("1 bytes") == "1 byte")
+        #expect(Display.singularByte("ended after 11 bytes of 21 bytes") == "ended after 11 bytes of 21 bytes")
+        #expect(Display.singularByte("2.1 bytes") == "2.1 bytes")
+        let error = StorageError(.downloadSizeExceeded, "the object is 1 bytes, more than the maximum of 0; it will be resumed")
+        #expect(Display.redacting.message(error) == "the object is 1 byte, more than the maximum of 0")
+    }
+
     @Test func epochTimesInTextReadAsRFC3339() {
         #expect(TimeText.rewritingEpochs(in: "lease held by w expired at 1764410400000")
             == "lease held by w expired at 2025-11-29T10:00:00.000Z")
