@@ -160,34 +160,11 @@ enum NumberInput {
     }
 }
 
-/// Durations as `DIGITS[UNIT]` (ms, s, m, h, d, w), computed with checked arithmetic.
+/// Duration options: the one grammar of `DurationText`, range-checked into a usage error.
 enum DurationInput {
-    /// Unit suffixes, longest first so `ms` is not read as `m`.
-    static let units: [(suffix: String, ms: Int64)] = [
-        ("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000), ("w", 604_800_000),
-    ]
-
-    /// What a duration text is.
-    enum Reading: Equatable {
-        case milliseconds(Int64)
-        /// Digits and a unit, but more than Int64 milliseconds can hold.
-        case tooLarge
-        /// Not `DIGITS[UNIT]` at all (`inf`, `1e300`, `-5s`, `1.5h`).
-        case invalid
-    }
-
     /// Reads `text`; a bare number is in `defaultUnitMs` (nil: a unit is required).
-    static func read(_ text: String, defaultUnitMs: Int64?) -> Reading {
-        var digits = Substring(text)
-        var factor: Int64? = defaultUnitMs
-        if let unit = units.first(where: { text.hasSuffix($0.suffix) }) {
-            digits = digits.dropLast(unit.suffix.count)
-            factor = unit.ms
-        }
-        guard let factor, !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return .invalid }
-        guard let amount = Int64(digits) else { return .tooLarge }
-        let (product, overflow) = amount.multipliedReportingOverflow(by: factor)
-        return overflow ? .tooLarge : .milliseconds(product)
+    static func read(_ text: String, defaultUnitMs: Int64?) -> DurationText.Reading {
+        DurationText.read(text, defaultUnitMs: defaultUnitMs)
     }
 
     /// A duration option in milliseconds within `range`, or a usage error naming the option and range.

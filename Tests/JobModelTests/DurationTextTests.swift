@@ -43,3 +43,27 @@ import Testing
         #expect(JobSpec.timeoutRange.contains(1) && !JobSpec.timeoutRange.contains(0))
     }
 }
+
+/// The grammar every duration shares, in milliseconds: option defaults, `ms` and `w`, checked overflow.
+@Suite struct DurationReadingTests {
+    @Test(arguments: [("1500ms", nil, Int64(1_500)), ("1w", nil, 604_800_000), ("1h30m", nil, 5_400_000),
+                      ("30", 1_000, 30_000), ("2m500ms", nil, 120_500), ("7D", nil, 604_800_000)] as [(String, Int64?, Int64)])
+    func reads(text: String, defaultUnitMs: Int64?, ms: Int64) {
+        #expect(DurationText.read(text, defaultUnitMs: defaultUnitMs) == .milliseconds(ms))
+    }
+
+    @Test(arguments: ["99999999999999d", "9223372036854775807s", "15251000w", "106751991167d8h"])
+    func overflowIsTooLargeNeverATrap(text: String) {
+        #expect(DurationText.read(text) == .tooLarge)
+    }
+
+    @Test(arguments: ["30", "inf", "nan", "1e300", "-5s", "1.5h", "s", "5x", "1ms1s", "2026-11-29"])
+    func refuses(text: String) {
+        #expect(DurationText.read(text) == .invalid)
+    }
+
+    @Test func secondsMustBeWhole() {
+        #expect(DurationText.parse("1500ms") == nil)
+        #expect(DurationText.parse("2000ms") == 2)
+    }
+}
