@@ -11,6 +11,7 @@ extension Commands {
         options: [
             OptionSpec("json", help: "Print an array of {id, key, kind, created} instead of one id per line."),
             OptionSpec("dry-run", help: "Validate the manifests and print what would be submitted; store nothing."),
+            OptionSpec("no-check-sources", help: "Do not check that upload-file sources exist and are readable now (they will by the time the jobs run)."),
         ],
         discussion: """
         Every manifest is validated before anything is stored: one bad job anywhere submits nothing and
@@ -28,11 +29,11 @@ extension Commands {
             if path == "-" {
                 guard !readStdin else { throw UsageError("'-' (standard input) can be given only once") }
                 readStdin = true
-                data = FileHandle.standardInput.readDataToEndOfFile()
+                data = ManifestParser().readContents(ofDescriptor: STDIN_FILENO) ?? Data()
                 displayPath = "<stdin>"
                 baseDirectory = FileManager.default.currentDirectoryPath
             } else {
-                guard let contents = FileManager.default.contents(atPath: path) else {
+                guard let contents = ManifestParser().readContents(atPath: path) else {
                     failures.append("\(path): error: cannot read the manifest (\(String(cString: strerror(errno))))")
                     continue
                 }
@@ -40,7 +41,7 @@ extension Commands {
                 displayPath = path
                 baseDirectory = URL(fileURLWithPath: path).standardizedFileURL.deletingLastPathComponent().path
             }
-            switch ManifestParser(baseDirectory: baseDirectory).parse(data: data, path: displayPath) {
+            switch ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments.flag("no-check-sources")).parse(data: data, path: displayPath) {
             case .success(let parsed): specs += parsed
             case .failure(let errors): failures.append(errors.render())
             }
