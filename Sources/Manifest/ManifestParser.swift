@@ -37,9 +37,11 @@ public struct ManifestJob: Sendable, Hashable {
 /// camelCase spellings (`contentType`, `customMetadata`, …) are accepted as well. Top-level keys starting
 /// with `x-` are ignored (a place for anchors); aliases and `<<` merge keys are resolved.
 ///
-/// Per kind: `upload-file` takes `source` (local path) and `destination` (reference); `upload-data` takes
-/// `data` (text, or `!!binary`) or `data_base64`, and `destination`; `download-file` takes `source`
-/// (reference) and `destination` (local path; ending in `/` means a folder, the object's name is added);
+/// Per kind: `upload-file` takes `source` (local path, which must exist and be readable at submit unless
+/// `check_source: false`) and `destination` (reference; ending in `/`, or a bucket root, means a folder and
+/// the file's name is added); `upload-data` takes `data` (text, or `!!binary`) or `data_base64`, and
+/// `destination` (an object, not a folder); `download-file` takes `source` (reference) and `destination`
+/// (local path; ending in `/`, or an existing folder, means a folder and the object's name is added);
 /// `download-memory` takes `source` and `max_size` (bytes or `512KiB`/`1MiB`/`2MB`; default 1 MiB);
 /// `fetch-url` takes `source` in a bucket (gs://, a Firebase URL, or a named local bucket `file://NAME/`).
 /// Every kind takes `key`, `priority`, `max_attempts` and `queue`; uploads take `metadata`.
@@ -48,7 +50,8 @@ public struct ManifestJob: Sendable, Hashable {
 /// that do not apply to a job's kind (metadata on a download) are skipped for that job.
 ///
 /// Validation goes on after the first problem wherever it can, so one run reports everything; a manifest
-/// with any problem yields no jobs at all.
+/// with any problem yields no jobs at all. The input is bounded by `ManifestLimits`, and messages and the
+/// source lines quoted under them have their secrets redacted.
 public struct ManifestParser: Sendable {
     /// The folder relative local paths are resolved against; nil means the manifest file's folder.
     public var baseDirectory: String?
