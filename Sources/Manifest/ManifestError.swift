@@ -73,14 +73,19 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
     /// Creates an error; secrets in `message` and `sourceLine` (URL passwords, signature and token query
     /// parameters, values of keys such as `password:`) are redacted here, so no rendering can show them.
     public init(code: Code, file: String, line: Int, column: Int, message: String, sourceLine: String? = nil) {
+        self.init(code: code, file: file, line: line, column: column, message: message,
+                  redactedLine: sourceLine.map(SecretText.RedactedLine.init))
+    }
+
+    /// As the public initializer, with the source line already redacted (one line may carry many errors).
+    init(code: Code, file: String, line: Int, column: Int, message: String, redactedLine: SecretText.RedactedLine?) {
         self.code = code
         self.file = file
         self.line = line
         self.column = column
         self.message = SecretText.redacted(message)
-        if let sourceLine {
-            let redacted = SecretText.redactedLine(sourceLine, column: column)
-            let shown = Self.window(redacted.line, column: redacted.column)
+        if let redactedLine {
+            let shown = Self.window(redactedLine.scalars, column: redactedLine.column(for: column))
             self.sourceLine = shown.line
             self.caretColumn = shown.column
         } else {
@@ -94,9 +99,8 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
 
     /// A long line cut to `maximumShownColumns` characters around the column, with `...` where text was
     /// left out (a 100 KB line of `[[[[` is not worth printing), and the column within what is shown.
-    static func window(_ line: String, column: Int) -> (line: String, column: Int) {
-        let scalars = Array(line.unicodeScalars)
-        guard scalars.count > maximumShownColumns else { return (line, column) }
+    static func window(_ scalars: [Unicode.Scalar], column: Int) -> (line: String, column: Int) {
+        guard scalars.count > maximumShownColumns else { return (String(String.UnicodeScalarView(scalars)), column) }
         let caret = min(max(0, column - 1), scalars.count)
         let end = min(scalars.count, max(caret + maximumShownColumns / 2, maximumShownColumns))
         let start = max(0, end - maximumShownColumns)

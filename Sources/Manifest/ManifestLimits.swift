@@ -57,4 +57,6 @@ public enum ManifestValueRange {
     /// 1,000,000,000 bytes in one value (SQLite's default `SQLITE_MAX_LENGTH`); larger objects need
     /// download-file.
     public static let maxSize: ClosedRange<Int64> = 1...1_000_000_000
+    /// The longest idempotency `key`, in UTF-8 bytes: every job's key is kept in the log and an index.
+    public static let maximumKeyBytes = 1_024
 }

@@ -135,9 +135,19 @@ struct ManifestReader {
             .map(\.element)
     }
 
+    /// The last source line an error quoted, redacted: one long line with many errors is read once.
+    private var lastQuotedLine: (number: Int, line: SecretText.RedactedLine?)?
+
     mutating func report(_ code: ManifestError.Code, _ message: String, at mark: SourceMark) {
+        let quoted: SecretText.RedactedLine?
+        if let last = lastQuotedLine, last.number == mark.line {
+            quoted = last.line
+        } else {
+            quoted = source.line(mark.line).map(SecretText.RedactedLine.init)
+            lastQuotedLine = (mark.line, quoted)
+        }
         errors.append(ManifestError(code: code, file: file, line: mark.line, column: mark.column,
-                                    message: message, sourceLine: source.line(mark.line)))
+                                    message: message, redactedLine: quoted))
     }
 
     // MARK: - Top level
@@ -630,6 +640,11 @@ struct ManifestReader {
                 fields.key = located(string(pair, expected: "an idempotency key").flatMap { key in
                     guard !key.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
                         report(.invalidValue, "'key' must be a non-empty idempotency key", at: valueMark)
+                        return nil
+                    }
+                    guard key.utf8.count <= ManifestValueRange.maximumKeyBytes else {
+                        report(.invalidValue, "'key' is \(key.utf8.count) bytes long; an idempotency key may have at most "
+                                   + "\(ManifestValueRange.maximumKeyBytes) (hash a longer one)", at: valueMark)
                         return nil
                     }
                     return key

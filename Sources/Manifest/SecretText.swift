@@ -37,32 +37,56 @@ enum SecretText {
     /// Whether a parameter or key with this (possibly percent-encoded) name holds a secret.
     static func isSecretName<Name: StringProtocol>(_ rawName: Name) -> Bool {
         let raw = String(rawName)
-        let name = (raw.contains("%") ? raw.removingPercentEncoding ?? raw : raw).lowercased()
+        let name = (raw.utf8.contains(UInt8(ascii: "%")) ? raw.removingPercentEncoding ?? raw : raw).lowercased()
         guard !name.isEmpty else { return false }
         if secretNames.contains(name) { return true }
-        if secretNamePrefixes.contains(where: { name.hasPrefix($0) }) { return true }
-        return secretNameParts.contains { name.contains($0) }
+        if secretNamePrefixes.contains(where: { name.hasASCIIPrefix($0) }) { return true }
+        return secretNameParts.contains { name.containsUTF8($0) }
     }
 
     // MARK: - Entry points
 
     /// `text` with the secrets of every URL in it redacted (for messages, which quote values).
     static func redacted(_ text: String) -> String {
-        guard text.contains("://") else { return text }
+        guard text.containsUTF8("://") else { return text }
         let scalars = Array(text.unicodeScalars)
-        return apply(urlSpans(in: scalars), to: scalars).text
+        return String(String.UnicodeScalarView(apply(urlSpans(in: scalars), to: scalars).scalars))
     }
 
     /// A source line with its secrets redacted, and the 1-based column under which the caret for
     /// `column` now belongs (the start of a redaction when the column fell inside one).
     static func redactedLine(_ line: String, column: Int) -> (line: String, column: Int) {
-        guard line.contains(":") else { return (line, column) }
-        let scalars = Array(line.unicodeScalars)
-        let spans = merged(urlSpans(in: scalars) + keySpans(in: scalars))
-        guard !spans.isEmpty else { return (line, column) }
-        let result = apply(spans, to: scalars)
-        let index = min(max(0, column - 1), scalars.count)
-        return (result.text, result.map[index] + 1)
+        let redacted = RedactedLine(line)
+        return (redacted.text, redacted.column(for: column))
+    }
+
+    /// A source line with its secrets redacted, kept as scalars with the map from original columns, so
+    /// the many errors one long line can carry share one pass over it.
+    struct RedactedLine: Sendable {
+        /// The redacted line.
+        let scalars: [Unicode.Scalar]
+        /// For each 0-based scalar offset of the original line (and its end), the offset in `scalars`;
+        /// nil when nothing was redacted (offsets are the same).
+        private let map: [Int]?
+
+        init(_ line: String) {
+            let original = Array(line.unicodeScalars)
+            let spans = line.utf8.contains(UInt8(ascii: ":")) ? SecretText.merged(SecretText.urlSpans(in: original) + SecretText.keySpans(in: original)) : []
+            if spans.isEmpty {
+                scalars = original
+                map = nil
+            } else {
+                (scalars, map) = SecretText.apply(spans, to: original)
+            }
+        }
+
+        var text: String { String(String.UnicodeScalarView(scalars)) }
+
+        /// The 1-based column in the redacted line for a 1-based column of the original.
+        func column(for column: Int) -> Int {
+            guard let map else { return column }
+            return map[min(max(0, column - 1), map.count - 1)] + 1
+        }
     }
 
     // MARK: - Finding secrets
@@ -73,7 +97,7 @@ enum SecretText {
     }
 
     /// Half-open ranges of scalar offsets holding URL secrets: userinfo passwords and secret parameter values.
-    private static func urlSpans(in scalars: [Unicode.Scalar]) -> [Range<Int>] {
+    fileprivate static func urlSpans(in scalars: [Unicode.Scalar]) -> [Range<Int>] {
         var spans: [Range<Int>] = []
         var index = 0
         while index + 2 < scalars.count {
@@ -123,8 +147,10 @@ enum SecretText {
     }
 
     /// Spans of values of YAML keys named like secrets: `password: x`, `{token: "x", a: b}`, `- api_key: 'x'`.
-    private static func keySpans(in scalars: [Unicode.Scalar]) -> [Range<Int>] {
+    fileprivate static func keySpans(in scalars: [Unicode.Scalar]) -> [Range<Int>] {
         var spans: [Range<Int>] = []
+        // A line may repeat one key thousands of times (`{a: {a: ...`): decide each name once.
+        var decided: [String: Bool] = [:]
         var flowDepth = 0
         var index = 0
         var keyStart = 0
@@ -155,7 +181,9 @@ enum SecretText {
                 return spans
             case ":" where index + 1 == scalars.count || scalars[index + 1].properties.isWhitespace:
                 let name = keyName(scalars[keyStart..<index])
-                if isSecretName(name), !manifestKeys.contains(name.lowercased()) {
+                let secret = decided[name] ?? (isSecretName(name) && !manifestKeys.contains(name.lowercased()))
+                decided[name] = secret
+                if secret {
                     let value = valueSpan(in: scalars, after: index + 1, inFlow: flowDepth > 0)
                     if !value.isEmpty { spans.append(value) }
                     index = value.upperBound
@@ -209,7 +237,7 @@ enum SecretText {
     // MARK: - Rewriting
 
     /// Sorted spans with overlapping or touching ones joined.
-    private static func merged(_ spans: [Range<Int>]) -> [Range<Int>] {
+    fileprivate static func merged(_ spans: [Range<Int>]) -> [Range<Int>] {
         var result: [Range<Int>] = []
         for span in spans.sorted(by: { $0.lowerBound < $1.lowerBound }) {
             if let last = result.last, span.lowerBound <= last.upperBound {
@@ -223,8 +251,9 @@ enum SecretText {
 
     /// The text with each span replaced by `marker`, and for each original offset (0...count) its offset
     /// in the result (offsets inside a span map to the marker's start).
-    private static func apply(_ spans: [Range<Int>], to scalars: [Unicode.Scalar]) -> (text: String, map: [Int]) {
-        var output = String.UnicodeScalarView()
+    fileprivate static func apply(_ spans: [Range<Int>], to scalars: [Unicode.Scalar]) -> (scalars: [Unicode.Scalar], map: [Int]) {
+        var output: [Unicode.Scalar] = []
+        output.reserveCapacity(scalars.count)
         var map = [Int](repeating: 0, count: scalars.count + 1)
         var index = 0
         var outputCount = 0
@@ -249,6 +278,6 @@ enum SecretText {
             index += 1
         }
         map[scalars.count] = outputCount
-        return (String(output), map)
+        return (output, map)
     }
 }

@@ -5,7 +5,6 @@ import Foundation
 /// Lines are found once, by one pass over the UTF-8 bytes; a line's text is made only when an error
 /// quotes it, so a large manifest without errors pays for no per-line strings.
 struct SourceText: Sendable {
-    let text: String
     /// The text's UTF-8 bytes (what libyaml reads).
     let bytes: [UInt8]
     /// Byte offset where each line starts (line 1 after any byte-order mark), and where it ends (before
@@ -14,7 +13,6 @@ struct SourceText: Sendable {
     private let lineEnds: [Int]
 
     init(_ text: String) {
-        self.text = text
         let bytes = Array(text.utf8)
         self.bytes = bytes
         // YAML line breaks: LF, CRLF, CR, and (YAML 1.1) NEL, LS and PS.
@@ -79,7 +77,7 @@ struct SourceText: Sendable {
 
     /// The line and column of a UTF-8 byte offset into the text (libyaml reader errors give offsets).
     func mark(atByteOffset offset: Int) -> SourceMark {
-        Self.mark(atByteOffset: offset, in: Array(text.utf8)[...])
+        Self.mark(atByteOffset: offset, in: bytes[...])
     }
 
     /// The line and column of a byte offset in possibly invalid UTF-8; columns count decoded scalars.

@@ -134,6 +134,26 @@ private let deepCases: [DeepCase] = [
         #expect(errors.first?.message.contains("more than 1000 YAML nodes") == true)
     }
 
+    /// A one-line manifest with an error in every job: the line is read and redacted once, not once per
+    /// error (which made this quadratic), and each error shows the window around its own column.
+    @Test func manyErrorsOnOneLongLineShareOneReadingOfIt() throws {
+        let jobs = (0..<5_000).map { "{kind: fetch-url, source: \"https://h/\($0)?token=t0k3n\", priority: x\($0)}" }
+        let yaml = "[" + jobs.joined(separator: ", ") + "]\n"
+        let started = Date()
+        let errors = try #require(parse(yaml).errors)
+        // Generous: linear takes well under a second; once per error took minutes.
+        #expect(Date().timeIntervalSince(started) < 60)
+        let priorities = errors.filter { $0.code == .wrongType }
+        #expect(priorities.count == 5_000)
+        for (index, error) in priorities.enumerated() where index % 997 == 0 {
+            let lines = error.render().split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+            #expect(!lines[1].contains("t0k3n"))
+            let shown = Array(lines[1].unicodeScalars)
+            let caret = lines[2].unicodeScalars.count - 1
+            #expect(String(String.UnicodeScalarView(shown[caret...].prefix(1 + "\(index)".count))) == "x\(index)", "\(error.render())")
+        }
+    }
+
     // MARK: - Scalars, jobs, bytes
 
     @Test func scalarLengthIsLimited() throws {

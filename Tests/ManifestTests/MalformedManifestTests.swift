@@ -236,6 +236,8 @@ private let malformedCases: [MalformedCase] = [
           "use download-file for larger objects, not '2GB'"),
     .init("bad base64", "- kind: upload-data\n  data_base64: not base64!\n  destination: gs://b/x\n", 2, 16, .invalidBase64, "'data_base64' is not valid base64"),
     .init("empty idempotency key", "- kind: fetch-url\n  source: gs://b/x\n  key: \"\"\n", 3, 8, .invalidValue, "'key' must be a non-empty idempotency key"),
+    .init("idempotency key too long", "- kind: fetch-url\n  source: gs://b/x\n  key: \(String(repeating: "k", count: 1_025))\n", 3, 8, .invalidValue,
+          "'key' is 1025 bytes long; an idempotency key may have at most 1024"),
     .init("empty queue", "- kind: fetch-url\n  source: gs://b/x\n  queue: ''\n", 3, 10, .invalidValue, "'queue' must be a name of 1 to 64"),
     .init("duplicate idempotency key", """
     - kind: fetch-url
