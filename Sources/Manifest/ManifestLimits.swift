@@ -18,7 +18,8 @@ public struct ManifestLimits: Sendable, Hashable {
     /// of memory while the manifest is read, so this bounds a submit at about 600 MB. A job takes 7 to 25.
     public var maximumNodes: Int
     /// Aliases may add this many nodes in all, or `aliasExpansionFactor` times the nodes written so far,
-    /// whichever is larger: `<<: *common` in every job is fine, a "billion laughs" is not.
+    /// whichever is larger (never more than `maximumNodes`): `<<: *common` in every job is fine, a
+    /// "billion laughs" is not. The scalar text aliases repeat is bounded too, by `maximumBytes`.
     public var maximumAliasNodes: Int
     /// See `maximumAliasNodes`.
     public var aliasExpansionFactor: Int

@@ -506,11 +506,11 @@ struct ManifestReader {
     private mutating func checkSourceFile(_ path: String, written: Located<String>) {
         guard let problem = SourceFile.problem(at: path) else { return }
         let quoted = "'source' '\(written.value)'"
-        let where_ = written.value == path ? "" : " (\(path))"
+        let absolute = written.value == path ? "" : " (\(path))"
         let optOut = "if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with --no-check-sources"
         switch problem {
         case .missing:
-            report(.sourceUnavailable, "\(quoted) does not exist\(where_); \(optOut)", at: written.valueMark)
+            report(.sourceUnavailable, "\(quoted) does not exist\(absolute); \(optOut)", at: written.valueMark)
         case .danglingLink(let target):
             report(.sourceUnavailable, "\(quoted) is a symbolic link to '\(target)', which does not exist; \(optOut)", at: written.valueMark)
         case .glob:
@@ -521,9 +521,9 @@ struct ManifestReader {
             report(.sourceUnavailable, "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)",
                    at: written.valueMark)
         case .unreadable(let reason):
-            report(.sourceUnavailable, "\(quoted) cannot be read\(where_): \(reason); the worker must be able to read it", at: written.valueMark)
+            report(.sourceUnavailable, "\(quoted) cannot be read\(absolute): \(reason); the worker must be able to read it", at: written.valueMark)
         case .unreachable(let reason):
-            report(.sourceUnavailable, "\(quoted) cannot be reached\(where_): \(reason)", at: written.valueMark)
+            report(.sourceUnavailable, "\(quoted) cannot be reached\(absolute): \(reason)", at: written.valueMark)
         }
     }
 

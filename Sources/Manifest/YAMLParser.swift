@@ -185,8 +185,9 @@ final class YAMLParser {
         var pendingKey: YAMLNode?
         var mark: SourceMark
         var anchor: String?
-        /// `treeNodes` when the collection opened, so its own size is known when it closes.
+        /// `treeNodes` and `treeBytes` when the collection opened, so its own size is known when it closes.
         var treeNodesAtStart: Int
+        var treeBytesAtStart: Int
         /// The tallest child so far, in levels of collections (a scalar is 0).
         var childHeight = 0
     }
@@ -196,6 +197,8 @@ final class YAMLParser {
         var node: YAMLNode
         /// Nodes in its subtree, aliases inside it expanded.
         var size: Int
+        /// Bytes of scalar text in its subtree, aliases inside it expanded.
+        var bytes: Int
         /// Levels of collections in it (a scalar is 0, `[a]` is 1).
         var height: Int
     }
@@ -209,6 +212,10 @@ final class YAMLParser {
     private var aliasNodes = 0
     /// Nodes of the tree as consumers see it: written plus alias-added.
     private var treeNodes: Int { writtenNodes + aliasNodes }
+    /// Bytes of scalar text written, and repeated by aliases: an alias to a long scalar repeats its bytes.
+    private var writtenBytes = 0
+    private var aliasBytes = 0
+    private var treeBytes: Int { writtenBytes + aliasBytes }
     private var root: YAMLNode?
     private var problems: [YAMLProblem] = []
 
@@ -237,7 +244,8 @@ final class YAMLParser {
                     }
                 case .scalar(let scalar, let anchor):
                     try countWrittenNode(at: scalar.mark)
-                    complete(.scalar(scalar), anchor: anchor, size: 1, height: 0)
+                    writtenBytes += scalar.value.utf8.count
+                    complete(.scalar(scalar), anchor: anchor, size: 1, bytes: scalar.value.utf8.count, height: 0)
                 case .alias(let anchor, let mark):
                     try resolveAlias(anchor, at: mark)
                 case .sequenceStart(let anchor, let mark):
@@ -250,7 +258,8 @@ final class YAMLParser {
                     let node: YAMLNode = frame.isMapping
                         ? .mapping(finishMapping(frame.pairs), frame.mark)
                         : .sequence(frame.items, frame.mark)
-                    complete(node, anchor: frame.anchor, size: treeNodes - frame.treeNodesAtStart, height: frame.childHeight + 1)
+                    complete(node, anchor: frame.anchor, size: treeNodes - frame.treeNodesAtStart,
+                             bytes: treeBytes - frame.treeBytesAtStart, height: frame.childHeight + 1)
                 }
             }
             return YAMLDocument(root: root, problems: problems)
@@ -270,7 +279,7 @@ final class YAMLParser {
         }
         try countWrittenNode(at: mark)
         if let anchor { openAnchors.insert(anchor) }
-        stack.append(Frame(isMapping: isMapping, mark: mark, anchor: anchor, treeNodesAtStart: treeNodes - 1))
+        stack.append(Frame(isMapping: isMapping, mark: mark, anchor: anchor, treeNodesAtStart: treeNodes - 1, treeBytesAtStart: treeBytes))
     }
 
     private func resolveAlias(_ anchor: String, at mark: SourceMark) throws(ParseFailure) {
@@ -299,6 +308,15 @@ final class YAMLParser {
                     + "that is an alias bomb or close to one: write the repeated parts out, or alias smaller pieces",
                 mark: mark))
         }
+        // Few nodes can still be many bytes: an alias to a 16 MiB `data:` scalar in every job.
+        aliasBytes += anchored.bytes
+        if aliasBytes > limits.maximumBytes {
+            throw ParseFailure(problem: YAMLProblem(
+                kind: .limitExceeded,
+                message: "aliases repeat more than \(limits.maximumBytes) bytes of text in all (this one \(anchored.bytes)); "
+                    + "write the repeated parts out, or alias smaller pieces",
+                mark: mark))
+        }
         attach(anchored.node, height: anchored.height)
     }
 
@@ -313,8 +331,8 @@ final class YAMLParser {
         }
     }
 
-    private func complete(_ node: YAMLNode, anchor: String?, size: Int, height: Int) {
-        if let anchor { anchors[anchor] = Anchored(node: node, size: size, height: height) }
+    private func complete(_ node: YAMLNode, anchor: String?, size: Int, bytes: Int, height: Int) {
+        if let anchor { anchors[anchor] = Anchored(node: node, size: size, bytes: bytes, height: height) }
         attach(node, height: height)
     }
 

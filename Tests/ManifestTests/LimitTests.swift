@@ -121,6 +121,21 @@ private let deepCases: [DeepCase] = [
         #expect(error.render().hasSuffix("\n" + String(repeating: " ", count: 64) + "^"))
     }
 
+    /// Few nodes, many bytes: an alias to a long scalar in every job repeats its text each time.
+    @Test func theTextAliasesRepeatIsLimited() throws {
+        let parser = ManifestParser(baseDirectory: testBase, limits: ManifestLimits(maximumBytes: 100_000))
+        var yaml = "x-blob: &blob \(String(repeating: "z", count: 10_000))\njobs:\n"
+        for index in 0..<12 {
+            yaml += "  - {kind: upload-data, data: *blob, destination: gs://b/\(index)}\n"
+        }
+        let errors = try #require(parser.parse(text: yaml, path: "a.yaml").errors)
+        #expect(errors.map(\.code) == [.limitExceeded])
+        // The eleventh alias repeats 110,000 bytes: line 13, at `*blob`.
+        #expect(errors.map { "\($0.line):\($0.column)" } == ["13:31"])
+        #expect(errors.first?.message.contains("aliases repeat more than 100000 bytes of text in all (this one 10000)") == true)
+        #expect(parser.parse(text: yaml.split(separator: "\n").prefix(12).joined(separator: "\n"), path: "a.yaml").jobs?.count == 10)
+    }
+
     @Test func nodeCountIsLimitedWhereItIsCrossed() throws {
         var yaml = "jobs:\n"
         for index in 0..<300 {
