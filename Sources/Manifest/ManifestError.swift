@@ -43,7 +43,7 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
         case sourceUnavailable
         /// An upload's local source that is a folder or a glob pattern (not supported yet).
         case unsupportedSource
-        /// `max_size` is not a size, or not in 1 B ... 1 GB.
+        /// `max_size` is not a size, or not in 1 B ... 512 MiB.
         case invalidSize
         /// A value of the right type but out of range: `max_attempts: 0`, `priority: 1e400`, an empty key or queue.
         case invalidValue

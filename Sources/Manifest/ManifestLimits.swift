@@ -54,10 +54,10 @@ public enum ManifestValueRange {
     /// `max_attempts`: at least one attempt; a thousand attempts at the one-minute backoff ceiling already
     /// retry for most of a day.
     public static let maxAttempts: ClosedRange<Int> = 1...1_000
-    /// `max_size` in bytes: a memory download is kept in the job database, which stores at most
-    /// 1,000,000,000 bytes in one value (SQLite's default `SQLITE_MAX_LENGTH`); larger objects need
-    /// download-file.
-    public static let maxSize: ClosedRange<Int64> = 1...1_000_000_000
+    /// `max_size` in bytes, at most 512 MiB: a memory download is held in the worker's memory and then
+    /// kept in the job database, whose rows hold less than 10⁹ bytes (SQLite's `SQLITE_MAX_LENGTH`, which
+    /// counts the whole row); larger objects need download-file.
+    public static let maxSize: ClosedRange<Int64> = 1...(512 << 20)
     /// The longest idempotency `key`, in UTF-8 bytes: every job's key is kept in the log and an index.
     public static let maximumKeyBytes = 1_024
 }

@@ -697,7 +697,7 @@ struct ManifestReader {
             return nil
         }
         let range = ManifestValueRange.maxSize
-        let tooLarge = "'max_size' must be at most \(range.upperBound) bytes (1GB): a memory download is kept in the job database; "
+        let tooLarge = "'max_size' must be at most 512MiB (\(range.upperBound) bytes): a memory download is kept in memory and in the job database; "
             + "use download-file for larger objects, not '\(scalar.value)'"
         let bytes: Int64?
         switch scalar.integerReading {

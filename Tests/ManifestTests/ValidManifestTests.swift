@@ -119,7 +119,7 @@ import TestSupport
 
     @Test(arguments: [
         ("1048576", Int64(1_048_576)), ("512KiB", 524_288), ("1MiB", 1_048_576), ("2MB", 2_000_000),
-        ("\"0.5GiB\"", 536_870_912), ("1GB", 1_000_000_000), ("'64 KB'", 64_000), ("0x100", 256), ("10_000", 10_000), ("1K", 1024),
+        ("\"0.5GiB\"", 536_870_912), ("512MiB", 536_870_912), ("0.25GB", 250_000_000), ("'64 KB'", 64_000), ("0x100", 256), ("10_000", 10_000), ("1K", 1024),
     ])
     func maxSizeUnits(_ written: String, _ bytes: Int64) throws {
         let jobs = try #require(parse("- {kind: download-memory, source: gs://b/x, max_size: \(written)}").jobs)
