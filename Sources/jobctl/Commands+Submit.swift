@@ -8,7 +8,7 @@ extension Commands {
         name: "submit",
         abstract: "Append the jobs of one or more YAML manifests to the event log.",
         arguments: [ArgumentSpec("manifest", variadic: true, help: "A manifest file, or - for standard input.")],
-        options: [Options.json.help("Print an array of {id, key, kind, created} instead of one id per line."), Options.dryRun],
+        options: [Options.json.help("Print an array of {id, key, kind, created} instead of one id per line."), Options.dryRun, Options.noCheckSources],
         discussion: """
         Every manifest is validated before anything is stored: one bad job anywhere submits nothing and
         prints FILE:LINE:COL: error: lines (exit 65). Jobs whose idempotency key already exists are not
@@ -25,11 +25,11 @@ extension Commands {
             if path == "-" {
                 guard !readStdin else { throw UsageError("'-' (standard input) can be given only once") }
                 readStdin = true
-                data = FileHandle.standardInput.readDataToEndOfFile()
+                data = ManifestParser().readContents(ofDescriptor: STDIN_FILENO) ?? Data()
                 displayPath = "<stdin>"
                 baseDirectory = FileManager.default.currentDirectoryPath
             } else {
-                guard let contents = FileManager.default.contents(atPath: path) else {
+                guard let contents = ManifestParser().readContents(atPath: path) else {
                     failures.append("\(path): error: cannot read the manifest (\(String(cString: strerror(errno))))")
                     continue
                 }
@@ -37,7 +37,7 @@ extension Commands {
                 displayPath = path
                 baseDirectory = URL(fileURLWithPath: path).standardizedFileURL.deletingLastPathComponent().path
             }
-            switch ManifestParser(baseDirectory: baseDirectory).parse(data: data, path: displayPath) {
+            switch ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments[Options.noCheckSources]).parse(data: data, path: displayPath) {
             case .success(let parsed): specs += parsed
             case .failure(let errors): failures.append(errors.render())
             }

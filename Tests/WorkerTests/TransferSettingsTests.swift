@@ -27,7 +27,7 @@ import TestSupport
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
         let ids = try submit("""
-        defaults: {max_attempts: 1, max_size: 1GiB}
+        defaults: {max_attempts: 1, max_size: 512MiB}
         jobs:
           - {kind: download-memory, source: "\(trickle.baseURL)/slow.bin", timeout: 1s}
           - {kind: download-memory, source: "\(stalled.baseURL)/stuck.bin"}
