@@ -165,6 +165,8 @@ private final class CurlExchange: @unchecked Sendable {
     private var errorBufferPointer: UnsafeMutablePointer<CChar>
     private var status = 0
     private var headers: [String: String] = [:]
+    /// Whether the blank line ending the final response's headers arrived.
+    private var headersEnded = false
     private var body = Data()
     /// An error raised by the source or sink (it explains a READ/WRITE/ABORTED curl code).
     private var bodyError: StorageError?
@@ -234,6 +236,12 @@ private final class CurlExchange: @unchecked Sendable {
                 try check(jobctl_curl_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.bodyLength ?? 0)))
                 try check(jobctl_curl_easy_setopt_data_callback(easy, CURLOPT_READFUNCTION, curlRead))
                 try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_READDATA, context))
+                // When a reused keep-alive connection turns out dead, libcurl sends the request again on
+                // a fresh one, and must rewind the body first; with a read callback but no seek callback
+                // it cannot, and fails with CURLE_SEND_FAIL_REWIND instead
+                // (https://curl.se/libcurl/c/CURLOPT_SEEKFUNCTION.html).
+                try check(jobctl_curl_easy_setopt_seek_callback(easy, curlSeek))
+                try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context))
             }
             if request.method != "PUT" || (request.bodyLength == nil && source == nil) {
                 try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
@@ -285,6 +293,20 @@ private final class CurlExchange: @unchecked Sendable {
 
     private var bodyOffset = 0
 
+    /// Rewinds the request body: https://curl.se/libcurl/c/CURLOPT_SEEKFUNCTION.html (libcurl asks
+    /// for `SEEK_SET` to 0 before sending the request again on a fresh connection).
+    func seekBody(to offset: Int64, origin: Int32) -> Int32 {
+        guard origin == SEEK_SET else { return CURL_SEEKFUNC_CANTSEEK }
+        return rewindBody(to: offset) ? CURL_SEEKFUNC_OK : CURL_SEEKFUNC_FAIL
+    }
+
+    private func rewindBody(to offset: Int64) -> Bool {
+        if let source { return source.rewind(to: offset) }
+        guard offset >= 0, offset <= Int64(request.body.count) else { return false }
+        bodyOffset = Int(offset)
+        return true
+    }
+
     /// Response body bytes: https://curl.se/libcurl/c/CURLOPT_WRITEFUNCTION.html
     func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
         if checkStop() { return false }
@@ -309,6 +331,11 @@ private final class CurlExchange: @unchecked Sendable {
             let parts = line.split(separator: " ", maxSplits: 2)
             status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
             headers = [:]
+            headersEnded = false
+            return
+        }
+        if line.isEmpty {
+            if status != 0 { headersEnded = true }
             return
         }
         guard let colon = line.firstIndex(of: ":") else { return }
@@ -357,6 +384,16 @@ private final class CurlExchange: @unchecked Sendable {
             jobctl_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &responseCode)
         }
         if responseCode == 0 { responseCode = status }
+        guard headersEnded else {
+            // libcurl reports success when the connection closes inside the header block (it keeps the
+            // status line it saw): that is a truncated response, not an answer — a transport fault,
+            // so no HTTP status is claimed for it.
+            complete(.failure(.failed(StorageError(
+                .unknown, "the connection closed in the middle of the server's response headers; the transfer will be retried",
+                url: redactedURL(request.url), retryable: true,
+                cause: "response headers incomplete after the status line \(responseCode)"))))
+            return
+        }
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url)))
     }
 
@@ -393,6 +430,11 @@ private let curlHeader: jobctl_curl_data_callback = { buffer, size, count, conte
     return size * count
 }
 
+private let curlSeek: jobctl_curl_seek_callback = { context, offset, origin in
+    guard let context else { return CURL_SEEKFUNC_FAIL }
+    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().seekBody(to: Int64(offset), origin: origin)
+}
+
 private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, _, _, _ in
     guard let context else { return 0 }
     return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().progressTick()
@@ -400,8 +442,16 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, _, _, _ 
 
 // MARK: - Curl error codes
 
-/// Maps a failed `CURLcode` to a storage error: network trouble is retryable, the rest is not.
-private func curlFailure(code: Int, text: String, url: String) -> StorageError {
+/// Maps a failed `CURLcode` to a storage error.
+///
+/// Transport faults — the network or the peer broke this exchange, and another try may well succeed
+/// — are retryable: refused or reset connections, a reset noticed on send or receive (plain or TLS:
+/// OpenSSL read and write failures surface as RECV/SEND errors), a reply cut short (nothing at all,
+/// fewer body bytes than announced, a garbled status line), HTTP/2 and HTTP/3 stream or connection
+/// errors, timeouts and stalls, name resolution, a TLS handshake cut off, and a body libcurl could not
+/// rewind to resend on a fresh connection. Everything else (a malformed URL, a refused certificate, a
+/// local failure) would fail the same way again and is not retryable.
+func curlFailure(code: Int, text: String, url: String) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: curl_easy_strerror(curlCode))
     let cause = "curl error \(code) (\(name)): \(text)"
@@ -415,8 +465,9 @@ private func curlFailure(code: Int, text: String, url: String) -> StorageError {
     case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
         return StorageError(.unknown, "the host name could not be resolved; check the endpoint or DNS",
                             url: redactedURL(url), retryable: true, cause: cause)
-    case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_HTTP2, CURLE_HTTP2_STREAM,
-         CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_WEIRD_SERVER_REPLY,
+         CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_QUIC_CONNECT_ERROR, CURLE_SSL_CONNECT_ERROR,
+         CURLE_SEND_FAIL_REWIND, CURLE_PROXY:
         return StorageError(.unknown, "the connection failed mid-transfer; it will be retried",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
