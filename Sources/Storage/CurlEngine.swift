@@ -173,6 +173,8 @@ private final class CurlExchange: @unchecked Sendable {
     private var errorBufferPointer: UnsafeMutablePointer<CChar>
     private var status = 0
     private var headers: [String: String] = [:]
+    /// Whether the blank line ending the final response's headers arrived.
+    private var headersEnded = false
     private var body = Data()
     /// An error raised by the source or sink (it explains a READ/WRITE/ABORTED curl code).
     private var bodyError: StorageError?
@@ -279,6 +281,12 @@ private final class CurlExchange: @unchecked Sendable {
                 try check(jobctl_curl_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.bodyLength ?? 0)))
                 try check(jobctl_curl_easy_setopt_data_callback(easy, CURLOPT_READFUNCTION, curlRead))
                 try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_READDATA, context))
+                // When a reused keep-alive connection turns out dead, libcurl sends the request again on
+                // a fresh one, and must rewind the body first; with a read callback but no seek callback
+                // it cannot, and fails with CURLE_SEND_FAIL_REWIND instead
+                // (https://curl.se/libcurl/c/CURLOPT_SEEKFUNCTION.html).
+                try check(jobctl_curl_easy_setopt_seek_callback(easy, curlSeek))
+                try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context))
             }
             if request.method != "PUT" || (request.bodyLength == nil && source == nil) {
                 try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
@@ -330,6 +338,20 @@ private final class CurlExchange: @unchecked Sendable {
 
     private var bodyOffset = 0
 
+    /// Rewinds the request body: https://curl.se/libcurl/c/CURLOPT_SEEKFUNCTION.html (libcurl asks
+    /// for `SEEK_SET` to 0 before sending the request again on a fresh connection).
+    func seekBody(to offset: Int64, origin: Int32) -> Int32 {
+        guard origin == SEEK_SET else { return CURL_SEEKFUNC_CANTSEEK }
+        return rewindBody(to: offset) ? CURL_SEEKFUNC_OK : CURL_SEEKFUNC_FAIL
+    }
+
+    private func rewindBody(to offset: Int64) -> Bool {
+        if let source { return source.rewind(to: offset) }
+        guard offset >= 0, offset <= Int64(request.body.count) else { return false }
+        bodyOffset = Int(offset)
+        return true
+    }
+
     /// Response body bytes: https://curl.se/libcurl/c/CURLOPT_WRITEFUNCTION.html
     func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
         if checkStop() { return false }
@@ -354,6 +376,11 @@ private final class CurlExchange: @unchecked Sendable {
             let parts = line.split(separator: " ", maxSplits: 2)
             status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
             headers = [:]
+            headersEnded = false
+            return
+        }
+        if line.isEmpty {
+            if status != 0 { headersEnded = true }
             return
         }
         guard let colon = line.firstIndex(of: ":") else { return }
@@ -413,7 +440,7 @@ private final class CurlExchange: @unchecked Sendable {
         }
         if limitHit == .stalled, code != CURLE_OK {
             complete(.failure(.failed(StorageError(
-                .unknown, "no data for \(options.stallTimeout) s; the transfer will be retried "
+                .unknown, "no data for \(options.stallTimeout) s "
                     + "(the limit is set by worker --stall-timeout or JOBCTL_STALL_TIMEOUT)",
                 url: redactedURL(request.url), retryable: true))))
             return
@@ -434,6 +461,16 @@ private final class CurlExchange: @unchecked Sendable {
             jobctl_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &responseCode)
         }
         if responseCode == 0 { responseCode = status }
+        guard headersEnded else {
+            // libcurl reports success when the connection closes inside the header block (it keeps the
+            // status line it saw): that is a truncated response, not an answer — a transport fault,
+            // so no HTTP status is claimed for it.
+            complete(.failure(.failed(StorageError(
+                .unknown, "the connection closed in the middle of the server's response headers",
+                url: redactedURL(request.url), retryable: true,
+                cause: "response headers incomplete after the status line \(responseCode)"))))
+            return
+        }
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url)))
     }
 
@@ -470,6 +507,11 @@ private let curlHeader: jobctl_curl_data_callback = { buffer, size, count, conte
     return size * count
 }
 
+private let curlSeek: jobctl_curl_seek_callback = { context, offset, origin in
+    guard let context else { return CURL_SEEKFUNC_FAIL }
+    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().seekBody(to: Int64(offset), origin: origin)
+}
+
 private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, downloaded, _, uploaded in
     guard let context else { return 0 }
     return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
@@ -478,26 +520,38 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 
 // MARK: - Curl error codes
 
-/// Maps a failed `CURLcode` to a storage error: network trouble is retryable, the rest is not.
+/// Maps a failed `CURLcode` to a storage error.
+///
+/// Transport faults — the network or the peer broke this exchange, and another try may well succeed
+/// — are retryable: refused or reset connections, a reset noticed on send or receive (plain or TLS:
+/// OpenSSL read and write failures surface as RECV/SEND errors), a reply cut short (nothing at all,
+/// fewer body bytes than announced, a garbled status line), HTTP/2 and HTTP/3 stream or connection
+/// errors, timeouts and stalls, name resolution, a TLS handshake cut off, and a body libcurl could not
+/// rewind to resend on a fresh connection. Everything else (a malformed URL, a refused certificate, a
+/// local failure) would fail the same way again and is not retryable.
+///
 /// `verifyResult` is `CURLINFO_SSL_VERIFYRESULT` for a certificate failure (OpenSSL's X509 error, or 0
 /// when the chain was trusted and only the host name check failed); `trust` names the CAs used.
-private func curlFailure(code: Int, text: String, url: String, verifyResult: Int, trust: CertificateTrust) -> StorageError {
+/// Whether the job is retried is the retry policy's decision, so no message here promises it.
+func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
+                 trust: CertificateTrust = .systemDefault) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: curl_easy_strerror(curlCode))
     let cause = "curl error \(code) (\(name)): \(text)"
     switch curlCode {
     case CURLE_COULDNT_CONNECT:
-        return StorageError(.unknown, "could not connect to the server; it may be down — the transfer will be retried",
+        return StorageError(.unknown, "could not connect to the server; it may be down",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_OPERATION_TIMEDOUT:
-        return StorageError(.unknown, "the transfer timed out or stalled; it will be retried",
+        return StorageError(.unknown, "the transfer timed out or stalled",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
         return StorageError(.unknown, "the host name could not be resolved; check the endpoint or DNS",
                             url: redactedURL(url), retryable: true, cause: cause)
-    case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_HTTP2, CURLE_HTTP2_STREAM,
-         CURLE_SSL_CONNECT_ERROR:
-        return StorageError(.unknown, "the connection failed mid-transfer; it will be retried",
+    case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_WEIRD_SERVER_REPLY,
+         CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_QUIC_CONNECT_ERROR, CURLE_SSL_CONNECT_ERROR,
+         CURLE_SEND_FAIL_REWIND, CURLE_PROXY:
+        return StorageError(.unknown, "the connection failed mid-transfer",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
         return StorageError(.invalidArgument, "the URL cannot be fetched: \(name)", url: redactedURL(url), cause: cause)

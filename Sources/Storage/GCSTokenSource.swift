@@ -46,7 +46,7 @@ final class GCSTokenSource: Sendable {
         let output = try Self.run(command, timeLimit: commandTimeLimit)
         let token = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !token.isEmpty else {
-            throw StorageError(.unauthenticated, "JOBCTL_TOKEN_COMMAND exited 0 but printed no token; the transfer will be retried",
+            throw StorageError(.unauthenticated, "JOBCTL_TOKEN_COMMAND exited 0 but printed no token",
                                retryable: true)
         }
         try BearerToken.validate(token, source: "the output of JOBCTL_TOKEN_COMMAND")
@@ -60,7 +60,7 @@ final class GCSTokenSource: Sendable {
         func failure(_ what: String, cause: String? = nil) -> StorageError {
             StorageError(.unauthenticated,
                          "JOBCTL_TOKEN_COMMAND \(what); its output is not shown (it may hold secrets) — run the command "
-                             + "by hand to see why. The transfer will be retried",
+                             + "by hand to see why",
                          retryable: true, cause: cause)
         }
         let process = Process()

@@ -6,7 +6,9 @@ import JobModel
 /// - Downloads resume with `Range` guarded by `If-Range` (the ETag, else Last-Modified), so a changed
 ///   file is sent whole (200) and the partial copy restarts from zero instead of being spliced.
 /// - Uploads are a single `PUT`; plain HTTP has no resumable protocol, so an interrupted upload starts
-///   again from byte 0.
+///   again from byte 0. When the answer reports the stored bytes' hash (`x-goog-hash`,
+///   `x-amz-checksum-crc32c`) it is compared with ours; a mismatch deletes the file
+///   (`nonMatchingChecksum`). Without such a header there is nothing to compare: an ETag is not a hash.
 /// - `fetch-url` has no meaning here (the reference already is a URL) and fails with `invalidArgument`.
 public struct HTTPBackend: StorageBackend {
     /// Timeouts (connect, stall) and trusted CAs come from here; endpoints and tokens are not used.
@@ -59,11 +61,39 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
-        let ours = checksums.finish()
+        let ours = try source.hashes(streamed: checksums)
+        if let mismatch = Self.reportedHashMismatch(response.headers, md5: ours.md5, crc32c: ours.crc32c) {
+            let deleted = await deleteBadUpload(url, etag: response.headers["etag"])
+            throw StorageError(.nonMatchingChecksum,
+                               "\(mismatch); " + (deleted ? "the uploaded file was deleted — upload again"
+                                                          : "the uploaded file could not be deleted — delete it and upload again"),
+                               httpStatus: response.status, url: redactedURL(url))
+        }
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: source.size,
                                    contentType: contentType, md5Hash: ours.md5, crc32c: ours.crc32c,
                                    generation: nil, updated: nil)
         return .finished(JobResult(object: object, size: source.size, md5: ours.md5, crc32c: ours.crc32c))
+    }
+
+    /// How the hashes the server reported for the stored file (`x-goog-hash`, `x-amz-checksum-crc32c`)
+    /// differ from the uploaded bytes', or nil when they match or none was reported.
+    static func reportedHashMismatch(_ headers: [String: String], md5: String, crc32c: String) -> String? {
+        let reported = reportedHashes(headers)
+        if let expected = reported.md5, expected != md5 {
+            return "the server stored MD5 \(expected) but the uploaded bytes' is \(md5)"
+        }
+        if let expected = reported.crc32c, expected != crc32c {
+            return "the server stored CRC32C \(expected) but the uploaded bytes' is \(crc32c)"
+        }
+        return nil
+    }
+
+    /// Deletes an upload the server reported with other bytes than were sent; with `If-Match` when the
+    /// PUT returned an ETag, so only that version goes. Best effort; true when the server confirmed it.
+    private func deleteBadUpload(_ url: String, etag: String?) async -> Bool {
+        let request = HTTPRequest(method: "DELETE", url: url, headers: etag.map { ["If-Match: \($0)"] } ?? [])
+        guard let response = try? await engine.perform(request, control: nil, options: configuration.curlOptions) else { return false }
+        return response.isSuccess
     }
 
     // MARK: - Download to a file
@@ -113,7 +143,7 @@ public struct HTTPBackend: StorageBackend {
         if response.status == 416 && start > 0 {
             // Asked past the end: the file shrank. Start again from zero next attempt.
             sink.partial.discard()
-            throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size; the download will restart",
+            throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size; a retry starts the download again",
                                httpStatus: 416, url: redactedURL(url), retryable: true)
         }
         guard response.isSuccess else {
@@ -123,7 +153,7 @@ public struct HTTPBackend: StorageBackend {
         let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
         if let expected, sink.offset != expected {
             try? sink.partial.sync()
-            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; it will be resumed",
+            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from there",
                                url: redactedURL(url), retryable: true)
         }
         let ours = sink.checksums.finish()

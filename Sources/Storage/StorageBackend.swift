@@ -90,7 +90,7 @@ struct TransferDeadline: Sendable {
     /// The retryable error of an attempt that ran past the deadline.
     func error(url: String) -> StorageError {
         StorageError(.unknown, "the job's \(DurationText.format(seconds)) timeout passed before the transfer finished; "
-                        + "the attempt will be retried (raise the job's 'timeout' if the transfer needs longer)",
+                        + "raise the job's 'timeout' if the transfer needs longer",
                      url: redactedURL(url), retryable: true)
     }
 }
