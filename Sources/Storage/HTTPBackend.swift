@@ -21,7 +21,7 @@ public struct HTTPBackend: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL") {
+        switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, control: control, report: report)
         case .downloadFile(let reference, let destination):

@@ -276,7 +276,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         let error = await expectError(.unauthorized) { () throws(StorageError) in
             try await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://locked/setup.EXE"))
         }
-        #expect(error?.message.contains("bucket 'locked' refuses executable uploads (.exe)") == true)
+        #expect(error?.message.contains("local bucket 'file://locked' refuses executable uploads (.exe)") == true)
         #expect(error?.message.contains("JOBCTL_REFUSE_EXECUTABLES") == true)
         // The source name counts too, whatever the destination is called.
         _ = await expectError(.unauthorized) { () throws(StorageError) in
