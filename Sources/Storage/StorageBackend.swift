@@ -23,11 +23,19 @@ public enum StopReason: String, Sendable, Equatable, Codable {
     case leaseLost
 }
 
-/// A thread-safe stop flag that the transfer checks from curl's progress callback (or between chunks).
+/// A thread-safe stop flag that the transfer checks from curl's progress callback (or between chunks),
+/// and the job the transfer runs for.
 public final class TransferControl: Sendable {
     private let reason = Mutex<StopReason?>(nil)
+    /// The job the transfer belongs to (nil for a transfer run outside the queue). The hidden files it
+    /// creates carry this id in their names (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`),
+    /// which is what lets the orphan sweep prove whose a leftover is.
+    public let jobID: String?
 
-    public init() {}
+    /// A control for the transfer of job `jobID`.
+    public init(jobID: String? = nil) {
+        self.jobID = jobID
+    }
 
     /// Asks the transfer to stop. The first reason wins.
     public func stop(_ newReason: StopReason) {

@@ -21,7 +21,7 @@ public actor TaskRunner {
     private var machine: TaskStateMachine
     private let backend: any StorageBackend
     private let sink: any TaskEventSink
-    private let control = TransferControl()
+    private let control: TransferControl
     private let mailbox = TaskMailbox()
     private let clock: @Sendable () -> Int64
     private let random: @Sendable () -> Double
@@ -57,6 +57,7 @@ public actor TaskRunner {
                                         resumePoint: resumePoint, bytesTotal: bytesTotal, configuration: configuration)
         self.backend = backend
         self.sink = sink
+        self.control = TransferControl(jobID: jobID)
         self.clock = clock
         self.random = random
     }
