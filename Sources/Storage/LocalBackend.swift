@@ -71,6 +71,11 @@ public struct LocalBackend: StorageBackend {
         }
         return try result.get()
     }
+
+    /// Partial downloads and `file://` upload sessions, in named buckets too.
+    public func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile] {
+        LeftoverFiles(configuration: configuration).find(job, sparing: inUse)
+    }
 }
 
 /// Byte counters, so tests can prove that a resumed upload did not re-read what was already stored.

@@ -61,4 +61,33 @@ public protocol StorageBackend: Sendable {
     /// (its `retryable` flag says whether another attempt may help).
     func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                  report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome
+
+    /// The hidden temporary files a final job left on local disk: a download's partial file, a `file://`
+    /// upload's session file. Only files whose name carries the job's id, or that are the very file its
+    /// resume point recorded (by identity), are listed — never a file merely named like ours — and never
+    /// one in `inUse` (paths that unfinished jobs' resume points name) or modified after the job finished.
+    /// The default finds downloads' partials and `file:///` sessions; backends that know where named
+    /// local buckets live find those sessions too.
+    func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile]
+
+    /// Removes `leftover` while it is still the file that was found (same path, same identity); returns
+    /// whether it was removed.
+    func remove(_ leftover: LeftoverFile) -> Bool
+}
+
+extension StorageBackend {
+    public func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile] {
+        LeftoverFiles(localBucketsDirectory: nil).find(job, sparing: inUse)
+    }
+
+    public func remove(_ leftover: LeftoverFile) -> Bool {
+        LeftoverFiles.remove(leftover)
+    }
+
+    /// Removes what a job that ended failed or cancelled left on local disk (its partial download or
+    /// upload session, recorded or not): such a job never resumes from them. Returns what was removed.
+    @discardableResult
+    public func discardResumePoint(of job: JobLocalFiles) -> [LeftoverFile] {
+        leftovers(of: job, sparing: []).filter { remove($0) }
+    }
 }
