@@ -11,23 +11,29 @@ import Glibc
 ///
 /// - `file:///abs/path` addresses the whole filesystem (bucket root `/`); `file://NAME/path` addresses
 ///   `<localBucketsDirectory>/NAME/path`. A named bucket must exist for downloads (else `bucketNotFound`)
-///   and is created by the first upload. A reference whose real path (symbolic links of the existing
-///   components resolved) leaves its bucket root is refused with `pathError`.
+///   and is created by the first upload. Inside a named bucket no symbolic link is followed: every
+///   folder is opened one component at a time with `O_NOFOLLOW`, so a link anywhere below the bucket
+///   root (leading out of it or not) is refused with `pathError`. For `file:///` paths the folder is
+///   opened as written. Either way the object, its sidecar and its upload session are created, opened,
+///   renamed and removed relative to that folder (`SafeDirectory`), never through a link: a link at
+///   the object's or the sidecar's name is replaced by an upload and refused by a read.
 /// - Metadata lives beside the object in `.<name>.jobctl-meta.json` (a `StorageObject` as JSON): content
 ///   type and the other writable fields, custom metadata, base64 MD5 and big-endian CRC32C, size,
 ///   generation (microseconds since 1970 at upload), metageneration, RFC 3339 times and download tokens.
 ///   Hidden files ending in `.jobctl-meta.json`, `.jobctl-upload` or `.jobctl-partial` are never objects.
 ///   A file without a sidecar (e.g. `file:///etc/hosts`) is served with metadata derived from `stat`
 ///   and no checksums to verify against.
-/// - Uploads stream through a fixed buffer into `.<name>.<session>.jobctl-upload` beside the object,
-///   hashing as they go; every `checkpointInterval` bytes the file is synced and a
-///   `.upload(sessionURI: "file-session:<temp path>", …)` checkpoint reported. On completion the temp
+/// - Uploads stream through a fixed buffer into `.<name>.<job id>.jobctl-upload` beside the object
+///   (created with `O_EXCL | O_NOFOLLOW`), hashing as they go; every `checkpointInterval` bytes the file
+///   is synced and a `.upload(sessionURI: "file-session:<device>:<inode>:<temp path>", …)` checkpoint
+///   reported. A resumed session is used only while it is still that inode. On completion the temp
 ///   file and sidecar are synced and renamed into place and the directory synced. The object and its
 ///   sidecar are two renames: a crash between them leaves the new object with the old sidecar, which
 ///   the next download reports as `nonMatchingChecksum` rather than serving silently.
 ///   Each upload is a new generation (metageneration 1, no download tokens). A session whose source
 ///   changed size since its resume point is discarded and the upload starts over. A session file left
-///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it.
+///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it, and
+///   removed once the job ends failed or cancelled (`leftovers(of:sparing:)`).
 /// - Downloads go through `PartialFile` and resume pinned to the object's generation.
 /// - fetch-url returns `file:///<absolute path>?token=<token>`: for local buckets the URL is only
 ///   meaningful on this machine; the token (created once, as Firebase does) is what a download URL
@@ -243,9 +249,15 @@ extension LocalBackend {
                                "local bucket '\(reference.bucket)' does not exist (no directory '\(place.rootPath)'): "
                                    + "create it or upload to it first")
         }
-        let root: SafeDirectory
+        var root: SafeDirectory
         do throws(StorageError) {
             root = try SafeDirectory.open(trusted: rootPath, create: creating, context: context)
+            // A bucket made just now is named by its real path too, so the paths recorded in resume
+            // points are the same in every attempt.
+            if let real = LocalFiles.resolved(rootPath), real != rootPath {
+                rootPath = real
+                root = try SafeDirectory.open(trusted: real, create: false, context: context)
+            }
         } catch {
             throw StorageError(.bucketNotFound, "local bucket '\(reference.bucket)' cannot be opened ('\(rootPath)'): \(error.message)",
                                cause: error.cause)
