@@ -189,12 +189,12 @@ final class LocalFile {
     /// The errno of the last call on this descriptor that failed (0 when none has).
     private(set) var lastErrno: Int32 = 0
 
-    /// Opens `path` with `flags` (O_CLOEXEC is added); `mode` applies when creating. For files jobctl
-    /// only reads (an upload's source): every file it creates goes through `SafeDirectory`.
-    init(path: String, flags: Int32, mode: mode_t = 0o666, context: LocalFiles.Context) throws(StorageError) {
+    /// Opens `path` read-only, as the user named it: for files jobctl only reads (an upload's source).
+    /// Every file it creates or writes goes through `SafeDirectory` instead.
+    init(reading path: String, context: LocalFiles.Context) throws(StorageError) {
         self.path = path
         self.context = context
-        let fd = open(path, flags | O_CLOEXEC, mode)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw LocalFiles.error(errno, "opening", path: path, context: context) }
         descriptor = fd
     }
