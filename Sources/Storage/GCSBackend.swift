@@ -37,7 +37,8 @@ public struct GCSBackend: StorageBackend {
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.
         let control = control.limited(toSeconds: spec.timeoutSeconds)
-        switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)") {
+        switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
+                               policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata,
                                     resumingFrom: resumePoint, control: control, report: report)
@@ -452,19 +453,15 @@ public struct GCSBackend: StorageBackend {
         }
         let generation = object.generation
         var resume = resumePoint
-        if case .download(_, let recorded, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
-        var partial = try PartialFile(destination: destination, resumeFrom: resume)
-        if partial.bytesWritten > object.size {
-            partial.discard()
-            partial = try PartialFile(destination: destination, resumeFrom: nil)
-        }
+        if case .download(_, let recorded, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
+        if partial.bytesWritten > object.size { try partial.restart() }
         let total = object.size
         let progress = ProgressThrottle(total: total, report: report)
         let start = partial.bytesWritten
-        let sink = FileSink(partial: partial, destination: destination, requestedOffset: start,
-                            checkpoint: { written, temp, _ in
-                                report(.checkpoint(.download(bytesWritten: written, generation: generation, etag: nil,
-                                                             tempPath: temp), bytesTotal: total))
+        let sink = FileSink(partial: partial, requestedOffset: start,
+                            checkpoint: { partial, _ in
+                                report(.checkpoint(partial.resumePoint(generation: generation, etag: nil), bytesTotal: total))
                             },
                             progress: { progress.update($0) })
         try sink.hashExistingPrefix()
@@ -481,8 +478,8 @@ public struct GCSBackend: StorageBackend {
                 }
                 servedHeaders = response.headers
             } catch {
-                return try sink.outcome(of: error, bytesTotal: total, report: report) { written, temp in
-                    .download(bytesWritten: written, generation: generation, etag: nil, tempPath: temp)
+                return try sink.outcome(of: error, bytesTotal: total, report: report) { partial in
+                    partial.resumePoint(generation: generation, etag: nil)
                 }
             }
         }

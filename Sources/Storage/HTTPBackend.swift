@@ -25,7 +25,7 @@ public struct HTTPBackend: StorageBackend {
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.
         let control = control.limited(toSeconds: spec.timeoutSeconds)
-        switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL") {
+        switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, control: control, report: report)
         case .downloadFile(let reference, let destination):
@@ -105,16 +105,15 @@ public struct HTTPBackend: StorageBackend {
         // Without a validator a resumed prefix could belong to another version of the file: start over.
         var resume = resumePoint
         var validator: String?
-        if case .download(_, _, let etag, _)? = resume, let etag, !etag.isEmpty { validator = etag } else { resume = nil }
-        let partial = try PartialFile(destination: destination, resumeFrom: resume)
+        if case .download(_, _, let etag, _, _)? = resume, let etag, !etag.isEmpty { validator = etag } else { resume = nil }
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
         let start = partial.bytesWritten
         let progress = ProgressThrottle(total: nil, report: report)
         // The total comes with the response headers, which the sink holds once the body starts.
         weak var headersSource: FileSink?
-        let sink = FileSink(partial: partial, destination: destination, requestedOffset: start,
-                            checkpoint: { written, temp, headers in
-                                report(.checkpoint(.download(bytesWritten: written, generation: nil,
-                                                             etag: Self.validator(headers), tempPath: temp),
+        let sink = FileSink(partial: partial, requestedOffset: start,
+                            checkpoint: { partial, headers in
+                                report(.checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers)),
                                                    bytesTotal: Self.totalSize(headers, offset: 0)))
                             },
                             progress: { done in
@@ -136,8 +135,8 @@ public struct HTTPBackend: StorageBackend {
         } catch {
             // The validator from this response (if any) pins the resumed range to the same version.
             let etag = Self.validator(sink.responseHeaders) ?? validator
-            return try sink.outcome(of: error, bytesTotal: nil, report: report) { written, temp in
-                .download(bytesWritten: written, generation: nil, etag: etag, tempPath: temp)
+            return try sink.outcome(of: error, bytesTotal: nil, report: report) { partial in
+                partial.resumePoint(generation: nil, etag: etag)
             }
         }
         if response.status == 416 && start > 0 {

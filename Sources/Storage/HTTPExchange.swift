@@ -289,14 +289,14 @@ final class MemorySink: ResponseBodySink {
 /// When a ranged request is answered with the whole body (200 instead of 206), the partial file and
 /// the hashes start again from zero.
 final class FileSink: ResponseBodySink {
-    private(set) var partial: PartialFile
-    let destination: String
+    let partial: PartialFile
     let checksums = StreamChecksums()
     private(set) var offset: Int64
     private var lastCheckpoint: Int64
     private let requestedOffset: Int64
-    /// Called after a `sync()` with the durable byte count, the temporary path and the response headers.
-    private let checkpoint: (Int64, String, [String: String]) -> Void
+    /// Called after a `sync()` with the partial file (its durable byte count and resume point) and the
+    /// response headers.
+    private let checkpoint: (PartialFile, [String: String]) -> Void
     /// The headers of the response being written (ETag, Last-Modified, Content-Range).
     private(set) var responseHeaders: [String: String] = [:]
     private let progress: (Int64) -> Void
@@ -306,10 +306,9 @@ final class FileSink: ResponseBodySink {
     /// Whether any body byte of this response arrived (the 200-instead-of-206 check runs once).
     private var receivedAny = false
 
-    init(partial: PartialFile, destination: String, requestedOffset: Int64,
-         checkpoint: @escaping (Int64, String, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
+    init(partial: PartialFile, requestedOffset: Int64,
+         checkpoint: @escaping (PartialFile, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
         self.partial = partial
-        self.destination = destination
         self.offset = partial.bytesWritten
         self.lastCheckpoint = partial.bytesWritten
         self.requestedOffset = requestedOffset
@@ -332,8 +331,7 @@ final class FileSink: ResponseBodySink {
         defer { receivedAny = true }
         if !receivedAny, requestedOffset > 0, status == 200 {
             // The server ignored Range (or If-Range failed): start over with the full body.
-            partial.discard()
-            partial = try PartialFile(destination: destination, resumeFrom: nil)
+            try partial.restart()
             checksums.reset()
             offset = 0
             lastCheckpoint = 0
@@ -347,7 +345,7 @@ final class FileSink: ResponseBodySink {
         if offset - lastCheckpoint >= Self.checkpointInterval {
             try partial.sync()
             lastCheckpoint = offset
-            checkpoint(offset, partial.tempPath, headers)
+            checkpoint(partial, headers)
         }
     }
 }
@@ -355,17 +353,17 @@ final class FileSink: ResponseBodySink {
 extension FileSink {
     /// Ends a download the transfer did not finish. A cancel removes the partial file; any other stop
     /// syncs it and reports (and returns) where the next attempt resumes, built by `resumePoint` from the
-    /// bytes written and the temp file; a failure keeps the bytes only when another attempt may use them.
+    /// partial file; a failure keeps the bytes only when another attempt may use them.
     func outcome(of interruption: TransferFailure, bytesTotal: Int64?,
                  report: @Sendable (TransferEvent) -> Void,
-                 resumePoint: (_ written: Int64, _ tempPath: String) -> ResumePoint) throws(StorageError) -> TransferOutcome {
+                 resumePoint: (PartialFile) -> ResumePoint) throws(StorageError) -> TransferOutcome {
         switch interruption {
         case .stopped(.cancel):
             partial.discard()
             return .stopped(.cancel, nil)
         case .stopped(let reason):
             try partial.sync()
-            let point = resumePoint(offset, partial.tempPath)
+            let point = resumePoint(partial)
             report(.checkpoint(point, bytesTotal: bytesTotal))
             return .stopped(reason, point)
         case .failed(let failure):

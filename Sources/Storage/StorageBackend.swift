@@ -23,7 +23,8 @@ public enum StopReason: String, Sendable, Equatable, Codable {
     case leaseLost
 }
 
-/// A thread-safe stop flag that the transfer checks from curl's progress callback (or between chunks).
+/// A thread-safe stop flag that the transfer checks from curl's progress callback (or between chunks),
+/// and the job the transfer runs for.
 ///
 /// A control may carry a deadline (`limited(toSeconds:)`): every exchange run under it is cut off when
 /// the deadline passes, and none starts after it.
@@ -33,8 +34,14 @@ public final class TransferControl: Sendable {
     private let parent: TransferControl?
     /// When the attempt must end (the job's `timeout:`), if it has a limit.
     let deadline: TransferDeadline?
+    /// The job the transfer belongs to (nil for a transfer run outside the queue). The hidden files it
+    /// creates carry this id in their names (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`),
+    /// which is what lets the orphan sweep prove whose a leftover is.
+    public let jobID: String?
 
-    public init() {
+    /// A control for the transfer of job `jobID`.
+    public init(jobID: String? = nil) {
+        self.jobID = jobID
         parent = nil
         deadline = nil
     }
@@ -42,6 +49,7 @@ public final class TransferControl: Sendable {
     private init(parent: TransferControl, deadline: TransferDeadline) {
         self.parent = parent
         self.deadline = deadline
+        jobID = parent.jobID
     }
 
     /// This control with a deadline `seconds` from now (the job's `timeout:`), or itself when `seconds` is
@@ -108,4 +116,33 @@ public protocol StorageBackend: Sendable {
     /// (its `retryable` flag says whether another attempt may help).
     func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                  report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome
+
+    /// The hidden temporary files a final job left on local disk: a download's partial file, a `file://`
+    /// upload's session file. Only files whose name carries the job's id, or that are the very file its
+    /// resume point recorded (by identity), are listed — never a file merely named like ours — and never
+    /// one in `inUse` (paths that unfinished jobs' resume points name) or modified after the job finished.
+    /// The default finds downloads' partials and `file:///` sessions; backends that know where named
+    /// local buckets live find those sessions too.
+    func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile]
+
+    /// Removes `leftover` while it is still the file that was found (same path, same identity); returns
+    /// whether it was removed.
+    func remove(_ leftover: LeftoverFile) -> Bool
+}
+
+extension StorageBackend {
+    public func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile] {
+        LeftoverFiles(localBucketsDirectory: nil).find(job, sparing: inUse)
+    }
+
+    public func remove(_ leftover: LeftoverFile) -> Bool {
+        LeftoverFiles.remove(leftover)
+    }
+
+    /// Removes what a job that ended failed or cancelled left on local disk (its partial download or
+    /// upload session, recorded or not): such a job never resumes from them. Returns what was removed.
+    @discardableResult
+    public func discardResumePoint(of job: JobLocalFiles) -> [LeftoverFile] {
+        leftovers(of: job, sparing: []).filter { remove($0) }
+    }
 }

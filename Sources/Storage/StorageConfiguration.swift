@@ -157,11 +157,10 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         var buckets: Set<String> = []
         for entry in text.split(separator: ",", omittingEmptySubsequences: false) {
             let name = entry.trimmingCharacters(in: .whitespaces)
-            let valid = name == "*" || (!name.isEmpty && !name.allSatisfy({ $0 == "." })
-                && name.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.".unicodeScalars.contains($0)) })
+            let valid = UploadPolicy.isValidEntry(name)
             guard valid else {
                 throw StorageError(.invalidArgument,
-                                   "\(variable) lists bucket names separated by commas (or * for all buckets); '\(name)' is not a bucket name")
+                                   "\(variable) lists entries separated by commas: * for all, a bucket or host name, gs://BUCKET, file://NAME, file:///DIR or /DIR, http(s)://HOST[:PORT], or SCHEME://*; '\(name)' is none of them")
             }
             buckets.insert(name)
         }

@@ -10,8 +10,9 @@ enum TransferPlan {
     case fetchURL(StorageReference)
 
     /// Decodes `spec` for a backend serving `schemes`; `expected` names them in the error a reference of
-    /// another scheme gets (e.g. "an http(s) URL").
-    init(_ spec: JobSpec, schemes: Set<StorageReference.Scheme>, expected: String) throws(StorageError) {
+    /// another scheme gets (e.g. "an http(s) URL"). An upload `policy` refuses is refused here, before the
+    /// source is opened or any request is sent.
+    init(_ spec: JobSpec, schemes: Set<StorageReference.Scheme>, expected: String, policy: UploadPolicy) throws(StorageError) {
         let remote = try spec.remoteReference()
         guard schemes.contains(remote.scheme) else {
             throw StorageError(.invalidArgument, "\(remote) is not \(expected)")
@@ -20,10 +21,12 @@ enum TransferPlan {
         switch spec.kind {
         case .uploadFile:
             guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
+            try policy.check(reference: remote, sourceName: LocalFiles.lastComponent(path))
             let contentType = try Self.headerSafeContentType(spec, destination: remote)
             self = .upload(try UploadSource(path: path), to: remote, contentType: contentType)
         case .uploadData:
             guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
+            try policy.check(reference: remote, sourceName: nil)
             self = .upload(UploadSource(data: data), to: remote, contentType: try Self.headerSafeContentType(spec, destination: remote))
         case .downloadFile:
             guard let destination = spec.destination else {

@@ -21,9 +21,12 @@ public struct WorkerConfiguration: Sendable {
     public var pollIntervalMs: Int64
     /// Exit within this long after the first SIGTERM/SIGINT.
     public var shutdownGraceMs: Int64
+    /// How often the orphan sweep runs after the one at start (0: only at start and before a drain exits).
+    public var orphanSweepIntervalMs: Int64
 
     public init(owner: String = WorkerConfiguration.defaultOwner(), concurrency: Int = 4, queues: [String]? = nil,
-                leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000) {
+                leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000,
+                orphanSweepIntervalMs: Int64 = 300_000) {
         self.owner = owner
         self.concurrency = max(1, concurrency)
         self.queues = queues
@@ -31,6 +34,7 @@ public struct WorkerConfiguration: Sendable {
         self.drain = drain
         self.pollIntervalMs = max(1, pollIntervalMs)
         self.shutdownGraceMs = shutdownGraceMs
+        self.orphanSweepIntervalMs = max(0, orphanSweepIntervalMs)
     }
 
     public static func defaultOwner() -> String {
@@ -74,11 +78,13 @@ public final class WorkerPool: Sendable {
     private let backend: any StorageBackend
     private let state = Mutex(State())
     private let wakeup = Wakeup()
+    private let sweeper: OrphanSweeper
 
     public init(store: EventStore, backend: any StorageBackend, configuration: WorkerConfiguration) {
         self.configuration = configuration
         self.storeThread = StoreThread(store: store)
         self.backend = backend
+        self.sweeper = OrphanSweeper(storeThread: storeThread, backend: backend, intervalMs: configuration.orphanSweepIntervalMs)
     }
 
     /// Stop claiming; ask every running transfer to pause at its resume point and release its lease.
@@ -107,6 +113,7 @@ public final class WorkerPool: Sendable {
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = max(200, config.leaseMs / 3)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
+        await sweeper.sweepIfDue(now: Clock.nowMs())
 
         while true {
             let now = Clock.nowMs()
@@ -170,8 +177,10 @@ public final class WorkerPool: Sendable {
                 continue
             }
             consecutiveErrors = 0
+            await sweeper.sweepIfDue(now: now)
             await wakeup.wait(milliseconds: config.pollIntervalMs)
         }
+        if config.drain && !isShuttingDown { await sweeper.sweepIfDue(now: Clock.nowMs(), force: true) }
         storeThread.stop()
         var summary = state.withLock { $0.summary }
         let stats = storeThread.groupCommitStats

@@ -176,7 +176,7 @@ enum Describe {
         switch resume {
         case .upload(_, let offset, let total):
             "upload session, \(ByteSize.format(offset)) confirmed" + (total.map { " of \(ByteSize.format($0))" } ?? "")
-        case .download(let written, let generation, _, _):
+        case .download(let written, let generation, _, _, _):
             "\(ByteSize.format(written)) written" + (generation.map { " (generation \($0))" } ?? "")
         }
     }

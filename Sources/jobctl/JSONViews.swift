@@ -189,7 +189,7 @@ struct ResumePointView: Encodable {
             generation = nil
             etag = nil
             tempPath = nil
-        case .download(let written, let generation, let etag, let tempPath):
+        case .download(let written, let generation, let etag, let tempPath, _):
             type = "download"
             sessionURI = nil
             confirmedOffset = nil

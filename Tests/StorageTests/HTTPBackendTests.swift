@@ -69,7 +69,7 @@ struct HTTPBackendTests {
             if case .progress(let done, _) = event, done >= 4 << 20 { control.stop(.pause) }
         }
         let outcome = try await run(backend, spec, control: control, recorder: first).get()
-        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, let etag, _) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, let etag, _, _) = point else {
             Issue.record("expected a paused download, got \(outcome)")
             return
         }
@@ -83,7 +83,7 @@ struct HTTPBackendTests {
         let checkpoints = second.checkpoints
         #expect(checkpoints.count == 2, "\(checkpoints)")
         var previous = written
-        for case .download(let bytes, _, let validator, _) in checkpoints {
+        for case .download(let bytes, _, let validator, _, _) in checkpoints {
             #expect(bytes - previous >= 8 << 20 && bytes - previous < 9 << 20, "checkpoint gap \(bytes - previous)")
             #expect(validator == etag)
             previous = bytes

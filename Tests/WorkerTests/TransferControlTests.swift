@@ -52,13 +52,14 @@ import TestSupport
 
         // Pause kept its bytes; cancel removed its partial file.
         let pausedJob = try #require(try store.job(ids[0]))
-        guard case .download(let written, _, _, let tempPath)? = pausedJob.resumePoint else {
+        guard case .download(let written, _, _, let tempPath, _)? = pausedJob.resumePoint else {
             Issue.record("paused job has no download resume point: \(String(describing: pausedJob.resumePoint))")
             return
         }
         #expect(written > 0)
         #expect(written < Int64(16 * Self.mib))
         let temp = try #require(tempPath)
+        #expect(temp == directory.file("out/.kept.bin.\(ids[0]).jobctl-partial"), "the partial's name carries its job id")
         #expect(FileManager.default.fileExists(atPath: temp))
         #expect(!FileManager.default.fileExists(atPath: kept))
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.file("out"))
