@@ -49,7 +49,7 @@ demo: release
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db submit jobs/demo.yaml
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db worker --drain --concurrency 1
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db audit
-	@echo "fetch-url result:  $$($(JOBCTL) --db $(DEMO_DIR)/jobctl.db list --kind fetch-url --json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)[0]["result"]["url"])' 2>/dev/null)"
+	@echo "fetch-url result:  $$($(JOBCTL) --db $(DEMO_DIR)/jobctl.db result $$($(JOBCTL) --db $(DEMO_DIR)/jobctl.db list --kind fetch-url --json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])'))"
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db replay --verify
 
 ## Every test, against real SQLite files, nginx and the GCS emulator on 127.0.0.1.

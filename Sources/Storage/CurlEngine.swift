@@ -38,8 +38,10 @@ final class CurlEngine: @unchecked Sendable {
     /// The process-wide engine.
     static let shared = CurlEngine()
 
-    /// Idle connections kept open for reuse.
-    static let connectionCacheSize = 64
+    /// Idle connections kept open for reuse. Generous: an idle socket costs one descriptor, while a
+    /// full cache closes the oldest idle connection, and a worker talking to many hosts (or a test run
+    /// with many servers at once) would lose the connection its next request meant to reuse.
+    static let connectionCacheSize = 256
 
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<[CurlExchange]>([])
