@@ -311,10 +311,16 @@ final class PostgresConnection {
     /// (`isSerializationFailure`) may come from any statement or from the COMMIT itself; the caller
     /// retries the whole transaction.
     ///
+    /// Transactions do not nest: PostgreSQL would only warn about the inner BEGIN and let the inner
+    /// COMMIT end the outer transaction, so a `transaction` inside another is refused (`misuse`).
+    ///
     /// See https://www.postgresql.org/docs/current/sql-begin.html
     @discardableResult
     func transaction<T>(_ isolation: PostgresIsolation = .readCommitted,
                         _ body: () throws(PostgresError) -> T) throws(PostgresError) -> T {
+        guard !isInTransaction else {
+            throw PostgresError.misuse("a transaction was begun while another was open on the same connection")
+        }
         try execute("BEGIN ISOLATION LEVEL \(isolation.rawValue)")
         do throws(PostgresError) {
             let value = try body()

@@ -19,6 +19,8 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
     case rolledBack(sql: String?)
     /// A value could not be sent or read as the Swift type asked for; the message says which and why.
     case conversion(String)
+    /// The wrapper was used in a way that cannot work (a transaction begun inside another); a bug in jobctl.
+    case misuse(String)
     /// The database was migrated by a newer jobctl (`found`) than this binary knows (`known`); it was not touched.
     case newerSchema(found: Int, known: Int)
     /// Migration `version`_`name` failed with `cause`; its transaction was rolled back.
@@ -66,6 +68,8 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
                 + " because a statement in it failed; nothing of it was written: run it again"
         case .conversion(let message):
             return "a PostgreSQL value could not be converted: \(message)"
+        case .misuse(let message):
+            return "\(message); this is a bug in jobctl: please report it"
         case .newerSchema(let found, let known):
             return "the database schema is version \(found) but this jobctl knows only up to \(known); "
                 + "it was left untouched: upgrade jobctl to use it"

@@ -96,7 +96,7 @@ enum PostgresMigrator {
                 if didApply { applied.append(migration.version) }
             } catch {
                 switch error {
-                case .server, .rolledBack, .unexpectedResult, .conversion:
+                case .server, .rolledBack, .unexpectedResult, .conversion, .misuse:
                     throw PostgresError.migrationFailed(version: migration.version, name: migration.name, cause: error)
                 default:
                     throw error

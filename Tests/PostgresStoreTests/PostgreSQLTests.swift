@@ -196,6 +196,24 @@ struct PostgreSQLTests {
         #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int(0) } == 0)
     }
 
+    @Test("a transaction inside another is refused, and the outer one still rolls back as a whole")
+    func noNesting() throws {
+        let fixture = try PostgresFixture("nesting")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (v bigint)")
+        let error = postgresError {
+            try connection.transaction { () throws(PostgresError) in
+                try connection.run("INSERT INTO t VALUES (1)")
+                try connection.transaction { () throws(PostgresError) in try connection.run("INSERT INTO t VALUES (2)") }
+            }
+        }
+        guard case .misuse = error else {
+            Issue.record("expected misuse, got \(String(describing: error))")
+            return
+        }
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int(0) } == 0)
+    }
+
     @Test("two SERIALIZABLE transactions updating one row: the second fails as a serialization failure")
     func serializationFailure() throws {
         let fixture = try PostgresFixture("serializable")
