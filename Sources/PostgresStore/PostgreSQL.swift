@@ -334,6 +334,10 @@ final class PostgresConnection {
     }
 }
 
+/// A connection runs one statement at a time: sharing it between threads is a compile-time error.
+@available(*, unavailable)
+extension PostgresConnection: Sendable {}
+
 // MARK: - Result
 
 /// One `PGresult*`, freed with `PQclear` in `deinit`. Not `Sendable`. Rows read from it stay valid as
@@ -384,6 +388,10 @@ final class PostgresResult {
         return value.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
     }
 }
+
+/// A result is freed with its last reference; it is not shared between threads.
+@available(*, unavailable)
+extension PostgresResult: Sendable {}
 
 // MARK: - Row
 

@@ -135,6 +135,24 @@ struct PostgreSQLTests {
         #expect(!noDatabase.description.contains(server.password))
     }
 
+    @Test("a key/value connection string connects, and its password is redacted wherever the target is shown")
+    func keyValueTarget() throws {
+        let server = try PostgresServer.shared()
+        let target = "host=127.0.0.1 port=\(server.port) dbname=postgres user=\(server.user) password=\(server.password) sslmode=disable"
+        let connection = try PostgresConnection(target)
+        #expect(try connection.first("SELECT current_database()") { (row) throws(PostgresError) in try row.text(0) } == "postgres")
+        #expect(connection.redactedTarget.contains("password=***"))
+        #expect(!connection.redactedTarget.contains(server.password))
+
+        let wrong = "wrong-secret-" + UUID().uuidString
+        let refused = try #require(postgresError {
+            _ = try PostgresConnection(target.replacingOccurrences(of: server.password, with: wrong))
+        })
+        #expect(refused.description.contains("password authentication failed"))
+        #expect(!refused.description.contains(wrong))
+        #expect(!refused.description.contains(server.password))
+    }
+
     @Test("a password from a password file is used when the URL has none (libpq's ~/.pgpass mechanism)")
     func passwordFile() throws {
         let fixture = try PostgresFixture("passfile", wholeDatabase: true)
