@@ -115,14 +115,9 @@ public final class PostgresServer: Sendable {
                 runAs = []
             }
 
-            do {
-                try initializeCluster()
-            } catch {
-                try? FileManager.default.removeItem(atPath: directory)
-                throw error
-            }
+            // Only this cluster's socket in there; not for other users.
+            chmod(socketDirectory, 0o700)
             try start()
-            try FileManager.default.removeItem(atPath: "\(directory)/pwfile")
         } catch let error as TestServerError {
             throw error
         } catch {
@@ -145,40 +140,46 @@ public final class PostgresServer: Sendable {
         return "\(root)/\(newest)/bin"
     }
 
-    private func initializeCluster() throws {
-        let output = try runProcess(runAs.first ?? "\(binaries)/initdb",
-                                    Array(runAs.dropFirst()) + (runAs.isEmpty ? [] : ["\(binaries)/initdb"]) + [
-                                        "-D", "\(directory)/data", "-U", user, "--pwfile=\(directory)/pwfile",
-                                        // Password checks over TCP (the URLs the tests use); psql over the
-                                        // socket, which only this cluster's owner and root can reach.
-                                        "--auth-host=scram-sha-256", "--auth-local=trust",
-                                        "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions",
-                                    ])
-        guard output.status == 0 else {
-            throw TestServerError("initdb failed (\(output.status)): \(output.stderr) \(output.stdout)")
-        }
-        // Only this directory's socket; the socket directory is not world-accessible.
-        chmod(socketDirectory, 0o700)
-    }
-
-    /// Starts `postgres` under a supervising shell that stops it (immediate shutdown), waits for it and
-    /// removes the cluster once this test process is gone.
+    /// Makes the cluster and starts `postgres` under a supervising shell, which stops the server
+    /// (immediate shutdown), waits for it and removes the directory once this test process is gone —
+    /// also when it is killed while `initdb` still runs.
     private func start() throws {
-        let server = (runAs + ["\(binaries)/postgres", "-D", "\(directory)/data",
-                               "-c", "listen_addresses=127.0.0.1", "-c", "port=\(port)",
-                               "-c", "unix_socket_directories=\(socketDirectory)",
-                               "-c", "fsync=on", "-c", "max_connections=100", "-c", "shared_buffers=32MB",
-                               "-c", "logging_collector=off", "-c", "log_min_messages=warning"])
-            .map(Self.shellQuoted).joined(separator: " ")
+        let quoted = { (words: [String]) in words.map(Self.shellQuoted).joined(separator: " ") }
+        let initdb = quoted(runAs + ["\(binaries)/initdb", "-D", "\(directory)/data", "-U", user,
+                                     "--pwfile=\(directory)/pwfile",
+                                     // Password checks over TCP (the URLs the tests use); trust for psql over
+                                     // the socket, which only the cluster's owner and root can reach.
+                                     "--auth-host=scram-sha-256", "--auth-local=trust",
+                                     "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"])
+        let server = quoted(runAs + ["\(binaries)/postgres", "-D", "\(directory)/data",
+                                     "-c", "listen_addresses=127.0.0.1", "-c", "port=\(port)",
+                                     "-c", "unix_socket_directories=\(socketDirectory)",
+                                     "-c", "fsync=on", "-c", "max_connections=100", "-c", "shared_buffers=32MB",
+                                     "-c", "logging_collector=off", "-c", "log_min_messages=warning"])
+        let dir = Self.shellQuoted(directory)
         let script = """
-            \(server) >>\(Self.shellQuoted("\(directory)/server.log")) 2>&1 &
-            server=$!
-            stop() { kill -QUIT "$server" 2>/dev/null; wait "$server"; rm -rf \(Self.shellQuoted(directory)); exit 0; }
+            # Close whatever this process inherited beyond 0-2 (pipes of other tests' child processes),
+            # so their readers see end-of-file when their writers end.
+            for fd in /proc/$$/fd/*; do n=${fd##*/}; if [ "$n" -gt 2 ]; then eval "exec $n>&-"; fi; done
+            server=
+            stop() {
+                if [ -n "$server" ]; then kill -QUIT "$server" 2>/dev/null; wait "$server"; fi
+                rm -rf \(dir); exit 0
+            }
             trap stop TERM INT HUP
-            while kill -0 \(getpid()) 2>/dev/null && kill -0 "$server" 2>/dev/null; do sleep 1 & wait $!; done
+            # A killed test process stays a zombie until its parent reaps it, and `kill -0` counts zombies as alive.
+            alive() { state=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/$1/status 2>/dev/null); [ -n "$state" ] && [ "$state" != Z ]; }
+            if \(initdb) >\(dir)/initdb.log 2>&1; then
+                rm -f \(dir)/pwfile
+                \(server) >>\(dir)/server.log 2>&1 &
+                server=$!
+            else
+                touch \(dir)/initdb.failed
+            fi
+            while alive \(getpid()) && { [ -z "$server" ] || alive "$server"; }; do sleep 1 & wait $!; done
             stop
             """
-        let supervisor = try Self.spawnWithCleanSignals(["/bin/sh", "-c", script])
+        let supervisor = try Self.spawnWithCleanSignals(["/bin/bash", "-c", script])
         Self.registerStopAtExit(supervisor)
         let supervisorRunning = { kill(supervisor, 0) == 0 && waitpid(supervisor, nil, WNOHANG) == 0 }
 
@@ -187,6 +188,11 @@ public final class PostgresServer: Sendable {
         while true {
             let pidFile = (try? String(contentsOfFile: "\(directory)/data/postmaster.pid", encoding: .utf8)) ?? ""
             if pidFile.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }).contains("ready") { return }
+            if FileManager.default.fileExists(atPath: "\(directory)/initdb.failed") {
+                let log = (try? String(contentsOfFile: "\(directory)/initdb.log", encoding: .utf8)) ?? ""
+                kill(supervisor, SIGTERM)
+                throw TestServerError("initdb failed: \(log.suffix(2000))")
+            }
             if !supervisorRunning() || Date() > deadline {
                 let log = (try? String(contentsOfFile: "\(directory)/server.log", encoding: .utf8)) ?? ""
                 kill(supervisor, SIGTERM)
@@ -197,10 +203,20 @@ public final class PostgresServer: Sendable {
     }
 
     /// Starts `arguments` with no signal blocked and every signal at its default action, in its own
-    /// process group, and returns its pid. The test process's threads block most signals, and a child
-    /// started with `Process` inherits that mask: a shell with SIGCHLD and SIGTERM blocked would never
-    /// notice its `sleep` end nor its trap fire.
+    /// process group, with /dev/null for standard input and output, and returns its pid.
+    ///
+    /// The test process's threads block most signals, and a child started with `Process` inherits that
+    /// mask: a shell with SIGCHLD and SIGTERM blocked would never notice its `sleep` end nor its trap
+    /// fire. And a child holding the test process's output pipes would keep `swift test` reading them,
+    /// so it would never reap a crashed test process — which the supervisor waits for. (Other
+    /// descriptors it inherits, the supervisor script closes first thing.)
     private static func spawnWithCleanSignals(_ arguments: [String]) throws -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -216,7 +232,7 @@ public final class PostgresServer: Sendable {
         defer { cStrings.forEach { free($0) } }
         var argv = cStrings + [nil]
         var pid: pid_t = 0
-        let status = posix_spawn(&pid, arguments[0], nil, &attributes, &argv, environ)
+        let status = posix_spawn(&pid, arguments[0], &actions, &attributes, &argv, environ)
         guard status == 0 else {
             throw TestServerError("cannot start \(arguments[0]): \(String(cString: strerror(status)))")
         }
