@@ -61,30 +61,36 @@ enum PostgresMigrator {
         })
     }
 
-    /// Throws `newerSchema` when the ledger holds a version above `latestVersion`.
-    static func refuseNewer(_ applied: Set<Int>) throws(PostgresError) {
-        if let found = applied.max(), found > latestVersion {
-            throw PostgresError.newerSchema(found: found, known: latestVersion)
+    /// Throws `newerSchema` when the ledger holds a version above `known`.
+    static func refuseNewer(_ applied: Set<Int>, known: Int = latestVersion) throws(PostgresError) {
+        if let found = applied.max(), found > known {
+            throw PostgresError.newerSchema(found: found, known: known)
         }
     }
 
     /// Applies pending migrations, each in its own transaction; returns the versions applied.
     ///
-    /// Safe against another process migrating the same database at once: the migrations run under the
-    /// advisory lock (`advisoryLockKey`), and each transaction re-reads the ledger.
-    static func migrate(_ connection: PostgresConnection, now: Int64) throws(PostgresError) -> [Int] {
+    /// A migration that fails is rolled back whole (PostgreSQL's DDL is transactional) and stops the
+    /// run: the ones before it stay applied, nothing of it or after it is. Safe against another process
+    /// migrating the same database at once: the migrations run under the advisory lock
+    /// (`advisoryLockKey`), and each transaction re-reads the ledger.
+    ///
+    /// `migrations` is every migration this binary carries; tests pass their own series.
+    static func migrate(_ connection: PostgresConnection, now: Int64,
+                        migrations: [Migration] = all) throws(PostgresError) -> [Int] {
+        let known = migrations.last?.version ?? 0
         let before = try appliedVersions(connection)
-        try refuseNewer(before)
-        guard all.contains(where: { !before.contains($0.version) }) else { return [] }
+        try refuseNewer(before, known: known)
+        guard migrations.contains(where: { !before.contains($0.version) }) else { return [] }
         try connection.execute("SELECT pg_advisory_lock($1)", [.integer(advisoryLockKey)])
         // Released at once, or by the server when the connection ends.
         defer { _ = try? connection.execute("SELECT pg_advisory_unlock($1)", [.integer(advisoryLockKey)]) }
         var applied: [Int] = []
-        for migration in all {
+        for migration in migrations {
             do throws(PostgresError) {
                 let didApply = try connection.transaction { () throws(PostgresError) -> Bool in
                     let current = try appliedVersions(connection)
-                    try refuseNewer(current)
+                    try refuseNewer(current, known: known)
                     guard !current.contains(migration.version) else { return false }
                     try connection.executeScript(createLedgerSQL)
                     try connection.executeScript(migration.sql)
