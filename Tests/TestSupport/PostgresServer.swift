@@ -4,16 +4,17 @@ import Glibc
 #endif
 
 /// A real PostgreSQL server for the tests: Debian's binaries (`/usr/lib/postgresql/VERSION/bin`, the
-/// newest installed), a cluster made by `initdb` in a temporary directory, listening only on
+/// newest installed), a cluster made by `initdb` in a fresh directory under /tmp, listening only on
 /// 127.0.0.1 on a free port and on a unix socket inside that directory.
 ///
-/// Started once per test process, on first use (`PostgresServer.shared()`), and shared. A supervising shell stops the server and removes the
-/// directory when the test process exits — also when it crashes or is killed. Each test makes its own
-/// database (`makeDatabase()`) or, much faster, its own schema (`makeSchema()`).
+/// Started once per test process, on first use (`PostgresServer.shared()`), and shared. A supervising
+/// shell stops the server and removes the directory when the test process exits — also when it
+/// crashes or is killed. Each test makes its own database (`makeDatabase()`) or, much faster, its own
+/// schema (`makeSchema()`).
 ///
 /// `initdb` refuses to run as root (CI runs the tests as root), so as root the cluster belongs to the
 /// unprivileged `postgres` user the Debian package creates, and every server program runs through
-/// `setpriv` as that user. The cluster is made with `initdb --no-sync` (nothing is lost by not syncing a
+/// `setpriv` as that user; as any other user, as that user. The cluster is made with `initdb --no-sync` (nothing is lost by not syncing a
 /// throw-away cluster's initial files, and it saves seconds); the server itself runs with `fsync=on`,
 /// as production does.
 public final class PostgresServer: Sendable {
