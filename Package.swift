@@ -43,7 +43,7 @@ let package = Package(
                     exclude: ["Fixtures"]),
         .testTarget(name: "TasksTests", dependencies: ["Tasks", "JobModel", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "JobModel", "TestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["JobModel", "TestSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["JobModel", "EventStore", "TestSupport", "jobctl"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -52,8 +52,13 @@ struct HTTPResponse: Sendable {
 }
 
 /// Produces a request body on the engine thread. Returns 0 at the end.
+///
+/// Every body can be rewound: libcurl re-sends a request on a fresh connection when a reused
+/// keep-alive connection dies under it, and it must read the body again from the start.
 protocol RequestBodySource: AnyObject {
     func read(into buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> Int
+    /// Moves to `position` bytes from the start of this body; false when that is not a position in it.
+    func rewind(to position: Int64) -> Bool
 }
 
 /// Consumes a 2xx response body on the engine thread; throwing aborts the exchange with that error.
@@ -99,6 +104,22 @@ final class StreamChecksums {
         let result = hashes.finish()
         return (result.md5Base64, result.crc32cBase64)
     }
+}
+
+/// The hashes a response reports for the whole stored object, base64 as GCS encodes them:
+/// `x-goog-hash: crc32c=…,md5=…` (GCS, on JSON and XML API answers and signed-URL uploads) and
+/// `x-amz-checksum-crc32c` (S3, when the upload asked for it). ETags are not read: nginx's is
+/// mtime-size, and S3's is an MD5 only for some uploads.
+func reportedHashes(_ headers: [String: String]) -> (md5: String?, crc32c: String?) {
+    var md5: String?
+    var crc32c = headers["x-amz-checksum-crc32c"]
+    for item in (headers["x-goog-hash"] ?? "").split(separator: ",") {
+        let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+        guard pair.count == 2 else { continue }
+        if pair[0] == "md5" { md5 = pair[1] }
+        if pair[0] == "crc32c" { crc32c = pair[1] }
+    }
+    return (md5, crc32c)
 }
 
 // MARK: - Upload sources
@@ -168,6 +189,15 @@ final class UploadSource {
         }
     }
 
+    /// MD5 and CRC32C of every byte of the source: the streamed hashes when they cover it all in
+    /// order, else computed again (a skipped range must never go unverified).
+    func hashes(streamed: StreamChecksums) throws(StorageError) -> (md5: String, crc32c: String) {
+        if streamed.isContiguous && streamed.hashedUpTo == size { return streamed.finish() }
+        let fresh = StreamChecksums()
+        try hashPrefix(upTo: size, into: fresh)
+        return fresh.finish()
+    }
+
     /// Hashes bytes `0..<end` into `checksums` (a resumed upload re-hashes what the server already has).
     func hashPrefix(upTo end: Int64, into checksums: StreamChecksums) throws(StorageError) {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
@@ -183,9 +213,12 @@ final class UploadSource {
 }
 
 /// Streams `source[start..<end]` as one request body, hashing and reporting progress as it goes.
+///
+/// A rewind re-reads bytes already sent; `StreamChecksums` does not hash them twice.
 final class UploadRangeBody: RequestBodySource {
     private let source: UploadSource
     private var offset: Int64
+    private let start: Int64
     private let end: Int64
     private let checksums: StreamChecksums
     private let progress: (Int64) -> Void
@@ -193,6 +226,7 @@ final class UploadRangeBody: RequestBodySource {
     init(source: UploadSource, start: Int64, end: Int64, checksums: StreamChecksums, progress: @escaping (Int64) -> Void) {
         self.source = source
         self.offset = start
+        self.start = start
         self.end = end
         self.checksums = checksums
         self.progress = progress
@@ -206,6 +240,13 @@ final class UploadRangeBody: RequestBodySource {
         offset += Int64(count)
         progress(offset)
         return count
+    }
+
+    func rewind(to position: Int64) -> Bool {
+        guard position >= 0, position <= end - start else { return false }
+        offset = start + position
+        progress(offset)
+        return true
     }
 }
 

@@ -24,20 +24,75 @@ public enum StopReason: String, Sendable, Equatable, Codable {
 }
 
 /// A thread-safe stop flag that the transfer checks from curl's progress callback (or between chunks).
+///
+/// A control may carry a deadline (`limited(toSeconds:)`): every exchange run under it is cut off when
+/// the deadline passes, and none starts after it.
 public final class TransferControl: Sendable {
     private let reason = Mutex<StopReason?>(nil)
+    /// Stop requests go to, and are read from, the parent when there is one.
+    private let parent: TransferControl?
+    /// When the attempt must end (the job's `timeout:`), if it has a limit.
+    let deadline: TransferDeadline?
 
-    public init() {}
+    public init() {
+        parent = nil
+        deadline = nil
+    }
+
+    private init(parent: TransferControl, deadline: TransferDeadline) {
+        self.parent = parent
+        self.deadline = deadline
+    }
+
+    /// This control with a deadline `seconds` from now (the job's `timeout:`), or itself when `seconds` is
+    /// nil. Stops requested on either are seen by both.
+    func limited(toSeconds seconds: Int?) -> TransferControl {
+        guard let seconds else { return self }
+        return TransferControl(parent: self, deadline: TransferDeadline(seconds: seconds))
+    }
 
     /// Asks the transfer to stop. The first reason wins.
     public func stop(_ newReason: StopReason) {
+        if let parent { return parent.stop(newReason) }
         reason.withLock { current in
             if current == nil { current = newReason }
         }
     }
 
     /// The reason a stop was requested, if one was.
-    public var stopReason: StopReason? { reason.withLock { $0 } }
+    public var stopReason: StopReason? {
+        if let parent { return parent.stopReason }
+        return reason.withLock { $0 }
+    }
+}
+
+/// The moment an attempt must end: the job's `timeout:` counted from the start of the attempt.
+struct TransferDeadline: Sendable {
+    /// The limit as the job wrote it, in seconds (for messages).
+    let seconds: Int
+    let end: ContinuousClock.Instant
+
+    init(seconds: Int, from start: ContinuousClock.Instant = .now) {
+        self.seconds = seconds
+        end = start.advanced(by: .seconds(seconds))
+    }
+
+    func hasPassed(at now: ContinuousClock.Instant = .now) -> Bool { now >= end }
+
+    /// Whole milliseconds left (0 once passed).
+    var remainingMilliseconds: Int64 {
+        let left = ContinuousClock.now.duration(to: end)
+        guard left > .zero else { return 0 }
+        let (seconds, attoseconds) = left.components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+
+    /// The retryable error of an attempt that ran past the deadline.
+    func error(url: String) -> StorageError {
+        StorageError(.unknown, "the job's \(DurationText.format(seconds)) timeout passed before the transfer finished; "
+                        + "raise the job's 'timeout' if the transfer needs longer",
+                     url: redactedURL(url), retryable: true)
+    }
 }
 
 /// How a transfer ended when it did not throw.

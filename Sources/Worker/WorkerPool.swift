@@ -164,7 +164,8 @@ public final class WorkerPool: Sendable {
                 }
             } catch {
                 consecutiveErrors += 1
-                FileHandle.standardError.write(Data("jobctl worker: \(error) (retrying)\n".utf8))
+                let message = SecretRedaction.redactURLs(in: "jobctl worker: \(error) (retrying)\n")
+                FileHandle.standardError.write(Data(message.utf8))
                 await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
                 continue
             }

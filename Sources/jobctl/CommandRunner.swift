@@ -14,6 +14,8 @@ enum CommandRunner {
         Commands.worker, Commands.replay, Commands.migrate,
     ]
 
+    /// Runs one command line. SIGTERM and SIGINT are blocked on entry (see `main.swift`); only `worker`
+    /// keeps them blocked, for its own handlers — every other command gets the default behaviour back.
     static func run(_ rawArguments: [String]) -> Int32 {
         // Global options may come before the command (`jobctl --db x.db list`): move them after it.
         var globals: [String] = []
@@ -30,6 +32,9 @@ enum CommandRunner {
             }
         }
         let arguments = rest.first.map { [$0] + globals + rest.dropFirst() } ?? globals
+        if arguments.first != Commands.worker.name {
+            ShutdownSignals.unblock()
+        }
         guard let first = arguments.first else {
             emit(overview)
             return ExitCode.ok
@@ -68,7 +73,7 @@ enum CommandRunner {
         } catch {
             return usageFailure(String(describing: error), usage: command.usageLine)
         }
-        if parsed.flag("help") {
+        if parsed[Options.help] {
             emit(command.helpText)
             return ExitCode.ok
         }
@@ -116,6 +121,8 @@ enum CommandRunner {
             "  -h, --help              Show help information.",
             "",
             "  See 'jobctl help <command>' for detailed help.",
+            "",
+            ExitCode.helpText,
         ]
         return lines.joined(separator: "\n")
     }
