@@ -5,8 +5,8 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := demo
 
-BUILD_PACKAGES := libsqlite3-dev libcurl4-openssl-dev libyaml-dev libssl-dev
-TEST_PACKAGES := $(BUILD_PACKAGES) nginx-light python3-venv
+BUILD_PACKAGES := libsqlite3-dev libcurl4-openssl-dev libyaml-dev libssl-dev libpq-dev
+TEST_PACKAGES := $(BUILD_PACKAGES) nginx-light python3-venv postgresql
 PYTHON ?= python3
 VENV := .venv
 PEERS := gcp-storage-emulator==2026.7.19 google-cloud-storage==3.17.1 huey==3.5.4
@@ -49,10 +49,10 @@ demo: release
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db submit jobs/demo.yaml
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db worker --drain --concurrency 1
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db audit
-	@echo "fetch-url result:  $$($(JOBCTL) --db $(DEMO_DIR)/jobctl.db list --kind fetch-url --json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)[0]["result"]["url"])' 2>/dev/null)"
+	@echo "fetch-url result:  $$($(JOBCTL) --db $(DEMO_DIR)/jobctl.db result $$($(JOBCTL) --db $(DEMO_DIR)/jobctl.db list --kind fetch-url --json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])'))"
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db replay --verify
 
-## Every test, against real SQLite files, nginx and the GCS emulator on 127.0.0.1.
+## Every test, against real SQLite files, nginx, the GCS emulator and a PostgreSQL the tests start, on 127.0.0.1.
 test: venv
 	swift build --build-tests
 	swift test --skip-build 2>&1 | tee .build/test-output.txt; exit $${PIPESTATUS[0]}

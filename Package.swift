@@ -14,8 +14,9 @@ let package = Package(
         .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCRC32C", path: "Sources/CCRC32C"),
+        .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
-        // MARK: - Build tooling: migrations/*.sql embedded into the binary
+        // MARK: - Build tooling: migrations/ENGINE/*.sql embedded into the binary
         .executableTarget(name: "MigrationEmbedder", path: "Sources/MigrationEmbedder"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["MigrationEmbedder"]),
 
@@ -25,6 +26,8 @@ let package = Package(
         .target(name: "StorePort", dependencies: ["JobModel", "JobLifecycle"]),
         .target(name: "Checksums", dependencies: ["CCrypto", "CCRC32C"]),
         .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
+                plugins: ["EmbedMigrations"]),
+        .target(name: "PostgresStore", dependencies: ["CPostgres", "JobModel", "Checksums"],
                 plugins: ["EmbedMigrations"]),
         .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),
         .target(name: "Storage", dependencies: ["CCurl", "JobModel", "Checksums"]),
@@ -38,12 +41,13 @@ let package = Package(
         .testTarget(name: "JobLifecycleTests", dependencies: ["JobLifecycle", "JobModel"]),
         .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "JobLifecycle", "JobModel", "TestSupport"],
                     exclude: ["Fixtures"]),
+        .testTarget(name: "PostgresStoreTests", dependencies: ["PostgresStore", "Checksums", "TestSupport"]),
         .testTarget(name: "ManifestTests", dependencies: ["Manifest", "JobModel", "TestSupport"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "JobModel", "Checksums", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "TasksTests", dependencies: ["Tasks", "JobModel", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "JobModel", "TestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["JobModel", "TestSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["JobModel", "EventStore", "TestSupport", "jobctl"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -27,6 +27,10 @@ typedef int (*jobctl_curl_xferinfo_callback)(void *context, curl_off_t dltotal, 
 static inline CURLcode jobctl_curl_easy_setopt_xferinfo_callback(CURL *handle, jobctl_curl_xferinfo_callback value) {
     return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, value);
 }
+typedef int (*jobctl_curl_seek_callback)(void *context, curl_off_t offset, int origin);
+static inline CURLcode jobctl_curl_easy_setopt_seek_callback(CURL *handle, jobctl_curl_seek_callback value) {
+    return curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, value);
+}
 static inline CURLcode jobctl_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }

@@ -11,16 +11,41 @@ extension EventStore {
 
     /// Jobs matching `filter`, newest first.
     public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] {
+        guard var (sql, values) = Self.selection("SELECT \(JobRecord.selectColumns) FROM jobs", filter) else { return [] }
+        sql += " ORDER BY created_at_ms DESC, seq DESC"
+        if let limit = filter.limit {
+            sql += " LIMIT ?"
+            values.append(.int(max(0, limit)))
+        }
+        let query = sql
+        let parameters = values
+        return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
+            try connection.query(query, parameters) { (row) throws(StoreError) in
+                try JobRecord(row: row, specs: connection.decodedSpecs)
+            }
+        }
+    }
+
+    /// How many jobs match `filter`, ignoring its `limit` (so a listing can say "50 of N").
+    public func countJobs(filter: JobFilter) throws(StoreError) -> Int {
+        guard let (query, parameters) = Self.selection("SELECT count(*) FROM jobs", filter) else { return 0 }
+        return try withConnection { (connection) throws(StoreError) -> Int in
+            try connection.first(query, parameters) { row in row.int(0) } ?? 0
+        }
+    }
+
+    /// `select` with the WHERE clause of `filter` (its limit aside); nil when nothing can match.
+    private static func selection(_ select: String, _ filter: JobFilter) -> (String, [SQLiteValue])? {
         var clauses: [String] = []
         var values: [SQLiteValue] = []
         if let states = filter.states {
-            guard !states.isEmpty else { return [] }
+            guard !states.isEmpty else { return nil }
             let sorted = states.map(\.rawValue).sorted()
             clauses.append("state IN (\(sorted.map { _ in "?" }.joined(separator: ", ")))")
             values += sorted.map(SQLiteValue.text)
         }
         if let kinds = filter.kinds {
-            guard !kinds.isEmpty else { return [] }
+            guard !kinds.isEmpty else { return nil }
             let sorted = kinds.map(\.rawValue).sorted()
             clauses.append("kind IN (\(sorted.map { _ in "?" }.joined(separator: ", ")))")
             values += sorted.map(SQLiteValue.text)
@@ -39,20 +64,9 @@ extension EventStore {
                 values.append(.integer(bound))
             }
         }
-        var sql = "SELECT \(JobRecord.selectColumns) FROM jobs"
+        var sql = select
         if !clauses.isEmpty { sql += " WHERE " + clauses.joined(separator: " AND ") }
-        sql += " ORDER BY created_at_ms DESC, seq DESC"
-        if let limit = filter.limit {
-            sql += " LIMIT ?"
-            values.append(.int(max(0, limit)))
-        }
-        let query = sql
-        let parameters = values
-        return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
-            try connection.query(query, parameters) { (row) throws(StoreError) in
-                try JobRecord(row: row, specs: connection.decodedSpecs)
-            }
-        }
+        return (sql, values)
     }
 
     /// Every event of a job, oldest first.

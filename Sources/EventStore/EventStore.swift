@@ -58,7 +58,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// worker that waits is better than one that fails; SQLite waits only as long as the lock is held.
     public static let defaultBusyTimeoutMs: Int32 = 30_000
 
-    /// The newest schema version this binary knows (the highest `migrations/NNN_*.sql`).
+    /// The newest schema version this binary knows (the highest `migrations/sqlite/NNN_*.sql`).
     public static var knownSchemaVersion: Int { Migrator.latestVersion }
 
     /// Opens the store at `path` read-only, or read-write creating it when missing (tests and tools;

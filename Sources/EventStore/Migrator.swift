@@ -3,7 +3,7 @@ import Foundation
 import JobLifecycle
 import StorePort
 
-/// Applies the migrations embedded from `migrations/NNN_name.sql`, recording each in `schema_migrations`.
+/// Applies the migrations embedded from `migrations/sqlite/NNN_name.sql`, recording each in `schema_migrations`.
 ///
 /// A database whose ledger names a version this binary does not know is refused before anything is written.
 enum Migrator {
@@ -16,7 +16,7 @@ enum Migrator {
     }
 
     /// Every migration this binary carries, in version order.
-    static let all: [Migration] = EmbeddedMigrations.all
+    static let all: [Migration] = EmbeddedMigrations.sqlite
         .map { entry in
             // The plugin wrote this base64 itself from UTF-8 text; it cannot fail to decode.
             let bytes = Data(base64Encoded: entry.sqlBase64) ?? Data()

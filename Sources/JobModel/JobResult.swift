@@ -84,13 +84,15 @@ public enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// A resumable upload session and the offset the server confirmed.
     case upload(sessionURI: String, confirmedOffset: Int64, total: Int64?)
     /// A download: bytes safely written to `tempPath`, pinned to the object's generation or ETag.
-    case download(bytesWritten: Int64, generation: String?, etag: String?, tempPath: String?)
+    /// `file` is the temporary file's identity when it was written (absent in events logged before it
+    /// was recorded): a resumed attempt appends only to that very file.
+    case download(bytesWritten: Int64, generation: String?, etag: String?, tempPath: String?, file: FileIdentity? = nil)
 
     /// Bytes that need not be sent again.
     public var bytesDone: Int64 {
         switch self {
         case .upload(_, let offset, _): offset
-        case .download(let written, _, _, _): written
+        case .download(let written, _, _, _, _): written
         }
     }
 }

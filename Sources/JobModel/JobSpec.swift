@@ -46,6 +46,13 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     /// Attempts before `retryLimitExceeded`.
     public var maxAttempts: Int
     public var queue: String
+    /// How long one attempt may take, in seconds (the manifest's `timeout:`); nil means no limit. An
+    /// attempt still running when it passes fails as retryable. Specs stored before this field existed
+    /// decode with nil.
+    public var timeoutSeconds: Int?
+
+    /// The `timeout:` values accepted: one second to seven days (a resumable upload session lives a week).
+    public static let timeoutRange = 1...(7 * 86_400)
 
     public static let defaultMaxSize: Int64 = 1 << 20
     public static let defaultMaxAttempts = 5
@@ -53,7 +60,8 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
 
     public init(kind: JobKind, source: String? = nil, destination: String? = nil, data: Data? = nil,
                 maxSize: Int64? = nil, metadata: UploadMetadata? = nil, key: String? = nil,
-                priority: Int = 0, maxAttempts: Int = JobSpec.defaultMaxAttempts, queue: String = JobSpec.defaultQueue) {
+                priority: Int = 0, maxAttempts: Int = JobSpec.defaultMaxAttempts, queue: String = JobSpec.defaultQueue,
+                timeoutSeconds: Int? = nil) {
         self.kind = kind
         self.source = source
         self.destination = destination
@@ -64,5 +72,6 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
         self.priority = priority
         self.maxAttempts = maxAttempts
         self.queue = queue
+        self.timeoutSeconds = timeoutSeconds
     }
 }

@@ -11,6 +11,10 @@ import Foundation
 ///
 /// Paths normalise as Firebase does: repeated `/` collapse, leading and trailing `/` are trimmed.
 /// `.` and `..` segments are refused (`pathError`) so no reference can climb out of its bucket.
+///
+/// A plain http(s) URL is requested exactly as written (`rawPath` and `query`): its percent escapes are
+/// neither decoded nor re-encoded, `//` is not collapsed, because servers may tell `a%2Fb` from `a/b` and
+/// presigned URLs sign the exact path. `fullPath` is the decoded, normalised form, for names and display.
 public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     public enum Scheme: String, Sendable, Hashable {
         case gs, file, http, https
@@ -21,25 +25,42 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     public let bucket: String
     /// The normalised, decoded object path; "" at the root.
     public let fullPath: String
-    /// http(s) only: the query string (without `?`), kept verbatim (signed URLs).
+    /// http(s) only: the query string (without `?`), kept verbatim (signed URLs) except that characters a
+    /// URL cannot hold (controls, spaces, non-ASCII, ...; see `escapingUnsafeBytes`) are percent-encoded.
     public let query: String?
+    /// http(s) only: the path to request, as written — escapes, `//` and a trailing `/` kept, only the
+    /// characters a URL cannot hold percent-encoded; `/` when none was written. References made from parts
+    /// or by navigation (`child`, `parent`, `root`) use the canonical encoding of `fullPath`. nil for gs and file.
+    public let rawPath: String?
 
-    /// Creates a reference from parts; `path` is normalised. Throws `pathError` for `.`/`..` segments.
+    /// Creates a reference from parts; `path` (decoded) is normalised. Throws `pathError` for `.`/`..`
+    /// segments. An http(s) reference requests the canonical encoding of the normalised path.
     public init(scheme: Scheme, bucket: String, path: String, query: String? = nil) throws(StorageError) {
+        try self.init(scheme: scheme, bucket: bucket, path: path, query: query, rawPath: nil)
+    }
+
+    /// `rawPath`: for http(s), the path as written (escapes valid, `path` is its decoding); nil for the
+    /// canonical encoding of the normalised `path`.
+    private init(scheme: Scheme, bucket: String, path: String, query: String?, rawPath: String?) throws(StorageError) {
         if scheme != .file && bucket.isEmpty {
             throw StorageError(.invalidArgument, "the bucket (or host) is empty")
         }
-        self.scheme = scheme
-        self.bucket = bucket
-        self.fullPath = try Self.normalise(path)
-        self.query = (scheme == .http || scheme == .https) ? query : nil
+        let fullPath = try Self.normalise(path)
+        self.init(unchecked: scheme, bucket: bucket, fullPath: fullPath, query: query, rawPath: rawPath)
     }
 
-    private init(unchecked scheme: Scheme, bucket: String, fullPath: String, query: String?) {
+    private init(unchecked scheme: Scheme, bucket: String, fullPath: String, query: String?, rawPath: String? = nil) {
         self.scheme = scheme
         self.bucket = bucket
         self.fullPath = fullPath
-        self.query = query
+        if scheme == .http || scheme == .https {
+            self.query = query.map(Self.escapingUnsafeBytes)
+            let written = rawPath.map(Self.escapingUnsafeBytes) ?? ""
+            self.rawPath = written.isEmpty ? "/" + Self.percentEncodePath(fullPath) : written
+        } else {
+            self.query = nil
+            self.rawPath = nil
+        }
     }
 
     // MARK: - Parsing
@@ -117,7 +138,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
             return
         }
         let path = try Self.percentDecode(rawPath, in: original)
-        try self.init(scheme: scheme, bucket: host, path: path, query: query)
+        try self.init(scheme: scheme, bucket: host, path: path, query: query, rawPath: rawPath)
     }
 
     // MARK: - Navigation (as Firebase's StorageReference)
@@ -158,7 +179,8 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
 
     // MARK: - Rendering
 
-    /// The canonical text: `gs://b/p`, `file://b/p`, `file:///p`, `http(s)://host/p?q`.
+    /// The canonical text: `gs://b/p`, `file://b/p`, `file:///p`; for http(s) the URL to request,
+    /// `http(s)://host` + `rawPath` + `?query` (what specs store, so the stored text requests the same).
     public var description: String {
         switch scheme {
         case .gs:
@@ -166,7 +188,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         case .file:
             return "file://\(bucket)/\(Self.percentEncodePath(fullPath))"
         case .http, .https:
-            let base = "\(scheme.rawValue)://\(bucket)/\(Self.percentEncodePath(fullPath))"
+            let base = "\(scheme.rawValue)://\(bucket)\(rawPath ?? "/" + Self.percentEncodePath(fullPath))"
             return query.map { "\(base)?\($0)" } ?? base
         }
     }
@@ -283,6 +305,27 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     private static func percentEncodePath(_ path: String) -> String { percentEncode(path, keepSlash: true) }
+
+    /// `text` with each byte a URL cannot hold written as `%XX` — controls, space, DEL, non-ASCII and
+    /// the characters in `"<>\^{|}` plus the backtick — and every other character, `%` escapes included,
+    /// kept as written (what a browser does to a typed URL). Used for the path and query of http(s) URLs.
+    static func escapingUnsafeBytes(_ text: String) -> String {
+        let unsafe: Set<UInt8> = Set(#""<>\^`{|}"#.utf8)
+        guard text.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F || unsafe.contains($0) }) else { return text }
+        let digits = Array("0123456789ABCDEF".utf8)
+        var output = ""
+        output.reserveCapacity(text.utf8.count + 16)
+        for byte in text.utf8 {
+            if byte <= 0x20 || byte >= 0x7F || unsafe.contains(byte) {
+                output.append("%")
+                output.unicodeScalars.append(Unicode.Scalar(digits[Int(byte >> 4)]))
+                output.unicodeScalars.append(Unicode.Scalar(digits[Int(byte & 15)]))
+            } else {
+                output.unicodeScalars.append(Unicode.Scalar(byte))
+            }
+        }
+        return output
+    }
 }
 
 extension StorageReference: Codable {

@@ -12,8 +12,11 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
         case invalidEncoding
         /// libyaml refused the text (indentation, tabs, unclosed quotes, …).
         case syntax
-        /// Valid YAML this reader refuses: several documents, unknown or recursive aliases, alias bombs, bad merges.
+        /// Valid YAML this reader refuses: several documents, unknown or recursive aliases, bad merges.
         case unsupportedYAML
+        /// Past one of the `ManifestLimits`: file size, nesting depth, node count, alias expansion (alias
+        /// bombs), scalar length or number of jobs.
+        case limitExceeded
         /// The same key twice in one mapping.
         case duplicateKey
         /// No document, an empty document, or no jobs.
@@ -36,9 +39,13 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
         case bucketRoot
         /// A local path that cannot be used.
         case invalidPath
-        /// `max_size` is not a positive size.
+        /// An upload's local source that is missing, not a regular file, or unreadable at submit.
+        case sourceUnavailable
+        /// An upload's local source that is a folder or a glob pattern (not supported yet).
+        case unsupportedSource
+        /// `max_size` is not a size, or not in 1 B ... 512 MiB.
         case invalidSize
-        /// A value of the right type but out of range: `max_attempts: 0`, an empty key or queue.
+        /// A value of the right type but out of range: `max_attempts: 0`, `priority: 1e400`, an empty key or queue.
         case invalidValue
         /// Two fields that exclude each other, such as `data` and `data_base64`.
         case conflictingFields
@@ -56,18 +63,52 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
     /// 1-based line and column.
     public var line: Int
     public var column: Int
-    /// What is wrong and what is expected instead.
-    public var message: String
-    /// The text of the offending line, for the caret display; nil when unknown.
-    public var sourceLine: String?
+    /// What is wrong and what is expected instead, with any secret in a quoted URL redacted.
+    public private(set) var message: String
+    /// The text of the offending line, for the caret display, with secrets redacted; nil when unknown.
+    public private(set) var sourceLine: String?
+    /// The 1-based column of `sourceLine` the caret goes under: `column`, moved by any redaction before it.
+    private var caretColumn: Int
 
+    /// Creates an error; secrets in `message` and `sourceLine` (URL passwords, signature and token query
+    /// parameters, values of keys such as `password:`) are redacted here, so no rendering can show them.
     public init(code: Code, file: String, line: Int, column: Int, message: String, sourceLine: String? = nil) {
+        self.init(code: code, file: file, line: line, column: column, message: message,
+                  redactedLine: sourceLine.map(SecretText.RedactedLine.init))
+    }
+
+    /// As the public initializer, with the source line already redacted (one line may carry many errors).
+    init(code: Code, file: String, line: Int, column: Int, message: String, redactedLine: SecretText.RedactedLine?) {
         self.code = code
         self.file = file
         self.line = line
         self.column = column
-        self.message = message
-        self.sourceLine = sourceLine
+        self.message = SecretText.redacted(message)
+        if let redactedLine {
+            let shown = Self.window(redactedLine.scalars, column: redactedLine.column(for: column))
+            self.sourceLine = shown.line
+            self.caretColumn = shown.column
+        } else {
+            self.sourceLine = nil
+            self.caretColumn = column
+        }
+    }
+
+    /// The most characters of a source line shown under a diagnostic.
+    static let maximumShownColumns = 160
+
+    /// A long line cut to `maximumShownColumns` characters around the column, with `...` where text was
+    /// left out (a 100 KB line of `[[[[` is not worth printing), and the column within what is shown.
+    static func window(_ scalars: [Unicode.Scalar], column: Int) -> (line: String, column: Int) {
+        guard scalars.count > maximumShownColumns else { return (String(String.UnicodeScalarView(scalars)), column) }
+        let caret = min(max(0, column - 1), scalars.count)
+        let end = min(scalars.count, max(caret + maximumShownColumns / 2, maximumShownColumns))
+        let start = max(0, end - maximumShownColumns)
+        var shown = String.UnicodeScalarView()
+        if start > 0 { shown.append(contentsOf: "...".unicodeScalars) }
+        shown.append(contentsOf: scalars[start..<end])
+        if end < scalars.count { shown.append(contentsOf: "...".unicodeScalars) }
+        return (String(shown), caret - start + (start > 0 ? 3 : 0) + 1)
     }
 
     /// `FILE:LINE:COL: error: MESSAGE`, the first line of `render()`.
@@ -79,7 +120,7 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
     public func render() -> String {
         guard let sourceLine else { return description }
         var caret = ""
-        for scalar in sourceLine.unicodeScalars.prefix(max(0, column - 1)) {
+        for scalar in sourceLine.unicodeScalars.prefix(max(0, caretColumn - 1)) {
             caret.unicodeScalars.append(scalar == "\t" ? "\t" : " ")
         }
         return "\(description)\n\(sourceLine)\n\(caret)^"

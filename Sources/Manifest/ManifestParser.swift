@@ -37,9 +37,11 @@ public struct ManifestJob: Sendable, Hashable {
 /// camelCase spellings (`contentType`, `customMetadata`, …) are accepted as well. Top-level keys starting
 /// with `x-` are ignored (a place for anchors); aliases and `<<` merge keys are resolved.
 ///
-/// Per kind: `upload-file` takes `source` (local path) and `destination` (reference); `upload-data` takes
-/// `data` (text, or `!!binary`) or `data_base64`, and `destination`; `download-file` takes `source`
-/// (reference) and `destination` (local path; ending in `/` means a folder, the object's name is added);
+/// Per kind: `upload-file` takes `source` (local path, which must exist and be readable at submit unless
+/// `check_source: false`) and `destination` (reference; ending in `/`, or a bucket root, means a folder and
+/// the file's name is added); `upload-data` takes `data` (text, or `!!binary`) or `data_base64`, and
+/// `destination` (an object, not a folder); `download-file` takes `source` (reference) and `destination`
+/// (local path; ending in `/`, or an existing folder, means a folder and the object's name is added);
 /// `download-memory` takes `source` and `max_size` (bytes or `512KiB`/`1MiB`/`2MB`; default 1 MiB);
 /// `fetch-url` takes `source` in a bucket (gs://, a Firebase URL, or a named local bucket `file://NAME/`).
 /// Every kind takes `key`, `priority`, `max_attempts` and `queue`; uploads take `metadata`.
@@ -48,15 +50,26 @@ public struct ManifestJob: Sendable, Hashable {
 /// that do not apply to a job's kind (metadata on a download) are skipped for that job.
 ///
 /// Validation goes on after the first problem wherever it can, so one run reports everything; a manifest
-/// with any problem yields no jobs at all.
+/// with any problem yields no jobs at all. The input is bounded by `ManifestLimits`, and messages and the
+/// source lines quoted under them have their secrets redacted.
 public struct ManifestParser: Sendable {
     /// The folder relative local paths are resolved against; nil means the manifest file's folder.
     public var baseDirectory: String?
+    /// Whether upload-file sources are checked on disk (exist, a regular file, readable). A job opts out
+    /// with `check_source: false`; false here turns the check off for every job (`--no-check-sources`).
+    public var checksSources: Bool
+    /// The bounds on the input: size, depth, nodes, aliases, scalar length, jobs.
+    public var limits: ManifestLimits
 
-    /// - Parameter baseDirectory: where relative `source`/`destination` paths start; nil for the manifest's
-    ///   own folder. A relative base is taken from the current directory.
-    public init(baseDirectory: String? = nil) {
+    /// - Parameters:
+    ///   - baseDirectory: where relative `source`/`destination` paths start; nil for the manifest's own
+    ///     folder. A relative base is taken from the current directory.
+    ///   - checksSources: whether upload-file sources must exist and be readable now.
+    ///   - limits: the input limits (`ManifestLimits.default` unless a test needs smaller ones).
+    public init(baseDirectory: String? = nil, checksSources: Bool = true, limits: ManifestLimits = .default) {
         self.baseDirectory = baseDirectory
+        self.checksSources = checksSources
+        self.limits = limits
     }
 
     // MARK: - Entry points
@@ -78,7 +91,7 @@ public struct ManifestParser: Sendable {
 
     /// As `parse(contentsOf:)`, keeping each job's position.
     public func parseJobs(contentsOf path: String) -> Result<[ManifestJob], ManifestErrors> {
-        guard let data = FileManager.default.contents(atPath: path) else {
+        guard let data = readContents(atPath: path) else {
             let reason = FileManager.default.fileExists(atPath: path) ? "cannot be read (check its permissions)" : "does not exist"
             return .failure(ManifestErrors([ManifestError(code: .unreadable, file: path, line: 1, column: 1,
                                                           message: "the manifest \(reason)")]))
@@ -89,6 +102,9 @@ public struct ManifestParser: Sendable {
     /// As `parse(data:path:)`, keeping each job's position.
     public func parseJobs(data: Data, path: String) -> Result<[ManifestJob], ManifestErrors> {
         let bytes = [UInt8](data)
+        if bytes.count > limits.maximumBytes {
+            return .failure(tooLarge(bytes, path: path))
+        }
         if let offset = SourceText.firstInvalidUTF8Offset(bytes) {
             let mark = SourceText.mark(atByteOffset: offset, in: bytes[...])
             let isUTF16 = bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF])
@@ -107,14 +123,19 @@ public struct ManifestParser: Sendable {
 
     /// As `parse(text:path:)`, keeping each job's position.
     public func parseJobs(text: String, path: String) -> Result<[ManifestJob], ManifestErrors> {
+        if text.utf8.count > limits.maximumBytes {
+            return .failure(tooLarge(Array(text.utf8), path: path))
+        }
         let source = SourceText(text)
-        let document = YAMLParser(source: source).parseDocument()
-        var reader = ManifestReader(file: path, source: source, baseDirectory: resolvedBaseDirectory(for: path))
+        let document = YAMLParser(source: source, limits: limits).parseDocument()
+        var reader = ManifestReader(file: path, source: source, baseDirectory: resolvedBaseDirectory(for: path),
+                                    checksSources: checksSources, limits: limits)
         for problem in document.problems {
             let code: ManifestError.Code = switch problem.kind {
             case .syntax: .syntax
             case .duplicateKey: .duplicateKey
             case .unsupported: .unsupportedYAML
+            case .limitExceeded: .limitExceeded
             }
             reader.report(code, problem.message, at: problem.mark)
         }
@@ -122,6 +143,43 @@ public struct ManifestParser: Sendable {
         let jobs = document.root == nil && !document.problems.isEmpty ? [] : reader.read(document.root)
         if !reader.errors.isEmpty { return .failure(ManifestErrors(reader.sortedErrors)) }
         return .success(jobs)
+    }
+
+    // MARK: - Reading
+
+    /// The manifest at `path`, read up to one byte past `limits.maximumBytes` (enough to refuse one that
+    /// is too large without reading all of it); nil when it cannot be read, with `errno` saying why.
+    public func readContents(atPath path: String) -> Data? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        return readContents(ofDescriptor: descriptor)
+    }
+
+    /// Reads an open descriptor (standard input, say) to its end, or to one byte past
+    /// `limits.maximumBytes`; nil on a read error (a folder, say), with `errno` saying why.
+    public func readContents(ofDescriptor descriptor: Int32) -> Data? {
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while data.count <= limits.maximumBytes {
+            let wanted = min(buffer.count, limits.maximumBytes + 1 - data.count)
+            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, wanted) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return nil
+            }
+            if count == 0 { break }
+            data.append(contentsOf: buffer[..<count])
+        }
+        return data
+    }
+
+    /// The error for a manifest over `limits.maximumBytes`, at the line and column where it crosses it.
+    private func tooLarge(_ bytes: [UInt8], path: String) -> ManifestErrors {
+        let mark = SourceText.mark(atByteOffset: limits.maximumBytes, in: bytes[...])
+        let message = "the manifest is larger than the limit of \(limits.maximumBytes) bytes (it crosses it here); "
+            + "split it into several manifests (jobctl submit takes them all in one transaction)"
+        return ManifestErrors([ManifestError(code: .limitExceeded, file: path, line: mark.line, column: mark.column, message: message)])
     }
 
     // MARK: - Paths
@@ -158,14 +216,52 @@ public func parseManifest(text: String, path: String, baseDirectory: String) -> 
 enum LocalPath {
     /// Removes `.` segments, applies `..` segments and repeated `/` (never climbing above `/`).
     static func standardize(_ path: String) -> String {
-        var parts: [Substring] = []
-        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
-            switch part {
-            case ".": continue
-            case "..": if !parts.isEmpty { parts.removeLast() }
-            default: parts.append(part)
+        // On UTF-8 bytes: every submit standardises each job's path, and `/`, `.` are ASCII.
+        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
+        var parts: [Substring.UTF8View] = []
+        for part in Substring(path).utf8.split(separator: slash, omittingEmptySubsequences: true) {
+            if part.count == 1, part.first == dot { continue }
+            if part.count == 2, part.allSatisfy({ $0 == dot }) {
+                if !parts.isEmpty { parts.removeLast() }
+                continue
             }
+            parts.append(part)
         }
-        return "/" + parts.joined(separator: "/")
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(path.utf8.count + 1)
+        for part in parts {
+            bytes.append(slash)
+            bytes.append(contentsOf: part)
+        }
+        if bytes.isEmpty { bytes.append(slash) }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+// MARK: - Byte-level text helpers
+
+extension StringProtocol {
+    /// Whether the UTF-8 bytes hold `needle`'s bytes: an exact search, without Foundation's bridging
+    /// (it runs for every reference of every job).
+    func containsUTF8(_ needle: String) -> Bool {
+        let pattern = Array(needle.utf8)
+        guard let first = pattern.first else { return true }
+        let bytes = Array(utf8)
+        guard bytes.count >= pattern.count else { return false }
+        for start in 0...(bytes.count - pattern.count) where bytes[start] == first {
+            if bytes[start..<(start + pattern.count)].elementsEqual(pattern) { return true }
+        }
+        return false
+    }
+
+    /// Whether the text starts with an ASCII `prefix`, ignoring ASCII case (`HTTP://`, `File://`).
+    func hasASCIIPrefix(_ prefix: String) -> Bool {
+        var own = utf8.makeIterator()
+        for expected in prefix.utf8 {
+            guard let byte = own.next() else { return false }
+            let folded = (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
+            guard folded == expected else { return false }
+        }
+        return true
     }
 }

@@ -11,9 +11,16 @@ enum JobField: String, CaseIterable, Sendable {
     case metadata, key, priority
     case maxAttempts = "max_attempts"
     case queue
+    case timeout
+    case checkSource = "check_source"
 
     /// Fields every kind takes.
-    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue]
+    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout]
+
+    /// Every field each kind takes: the common ones and its own.
+    static let allowed: [JobKind: Set<JobField>] = Dictionary(uniqueKeysWithValues: JobKind.allCases.map { kind in
+        (kind, common.union(specific(to: kind)))
+    })
 
     /// Fields that name one job's own data and so cannot be shared through `defaults:`, with the reason.
     var notADefaultReason: String? {
@@ -28,7 +35,7 @@ enum JobField: String, CaseIterable, Sendable {
     /// The fields a kind takes besides the common ones.
     static func specific(to kind: JobKind) -> Set<JobField> {
         switch kind {
-        case .uploadFile: [.source, .destination, .metadata]
+        case .uploadFile: [.source, .destination, .metadata, .checkSource]
         case .uploadData: [.data, .dataBase64, .destination, .metadata]
         case .downloadFile: [.source, .destination]
         case .downloadMemory: [.source, .maxSize]
@@ -58,6 +65,9 @@ struct FieldSet {
     var priority: Located<Int>?
     var maxAttempts: Located<Int>?
     var queue: Located<String>?
+    /// Seconds.
+    var timeout: Located<Int>?
+    var checkSource: Located<Bool>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
     /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
@@ -75,6 +85,8 @@ struct FieldSet {
         result.priority = fill(priority, defaults.priority, .priority)
         result.maxAttempts = fill(maxAttempts, defaults.maxAttempts, .maxAttempts)
         result.queue = fill(queue, defaults.queue, .queue)
+        result.timeout = fill(timeout, defaults.timeout, .timeout)
+        result.checkSource = fill(checkSource, defaults.checkSource, .checkSource)
         if written[.metadata] != nil && metadata == nil { return result }
         if let base = defaults.metadata {
             guard var own = metadata else {
@@ -103,14 +115,19 @@ struct ManifestReader {
     let source: SourceText
     /// Absolute and standardised.
     let baseDirectory: String
+    /// Whether upload-file sources are looked at on disk (unless a job says `check_source: false`).
+    let checksSources: Bool
+    let limits: ManifestLimits
     private(set) var errors: [ManifestError] = []
     /// Idempotency keys seen so far, with the position of the job that used each first.
     private var idempotencyKeys: [String: SourceMark] = [:]
 
-    init(file: String, source: SourceText, baseDirectory: String) {
+    init(file: String, source: SourceText, baseDirectory: String, checksSources: Bool = true, limits: ManifestLimits = .default) {
         self.file = file
         self.source = source
         self.baseDirectory = baseDirectory
+        self.checksSources = checksSources
+        self.limits = limits
     }
 
     /// Errors in source order (stable for equal positions), duplicates removed.
@@ -122,9 +139,19 @@ struct ManifestReader {
             .map(\.element)
     }
 
+    /// The last source line an error quoted, redacted: one long line with many errors is read once.
+    private var lastQuotedLine: (number: Int, line: SecretText.RedactedLine?)?
+
     mutating func report(_ code: ManifestError.Code, _ message: String, at mark: SourceMark) {
+        let quoted: SecretText.RedactedLine?
+        if let last = lastQuotedLine, last.number == mark.line {
+            quoted = last.line
+        } else {
+            quoted = source.line(mark.line).map(SecretText.RedactedLine.init)
+            lastQuotedLine = (mark.line, quoted)
+        }
         errors.append(ManifestError(code: code, file: file, line: mark.line, column: mark.column,
-                                    message: message, sourceLine: source.line(mark.line)))
+                                    message: message, redactedLine: quoted))
     }
 
     // MARK: - Top level
@@ -153,7 +180,14 @@ struct ManifestReader {
                    at: root.mark)
             return []
         }
+        if jobNodes.count > limits.maximumJobs {
+            report(.limitExceeded, "the manifest lists \(jobNodes.count) jobs, more than the limit of \(limits.maximumJobs) (this is the first one over); "
+                       + "split it into several manifests (jobctl submit takes them all in one transaction)",
+                   at: jobNodes[limits.maximumJobs].mark)
+            return []
+        }
         var jobs: [ManifestJob] = []
+        jobs.reserveCapacity(jobNodes.count)
         for node in jobNodes {
             guard let job = readJob(node, defaults: defaults) else { continue }
             jobs.append(ManifestJob(spec: job.spec, line: job.mark.line, column: job.mark.column))
@@ -257,7 +291,7 @@ struct ManifestReader {
         let errorCount = errors.count
 
         // Fields this kind does not take: reported where the job wrote them; defaults that do not apply are skipped.
-        let allowed = JobField.common.union(JobField.specific(to: kind))
+        let allowed = JobField.allowed[kind] ?? JobField.common
         for (field, keyMark) in own.written where !allowed.contains(field) {
             report(.fieldNotAllowed, Self.notAllowedMessage(field, for: kind), at: keyMark)
         }
@@ -267,17 +301,20 @@ struct ManifestReader {
         spec.priority = fields.priority?.value ?? 0
         spec.maxAttempts = fields.maxAttempts?.value ?? JobSpec.defaultMaxAttempts
         spec.queue = fields.queue?.value ?? JobSpec.defaultQueue
+        spec.timeoutSeconds = fields.timeout?.value
         if kind.isUpload, let metadata = fields.metadata?.value, !metadata.isEmpty {
             spec.metadata = metadata
         }
 
         switch kind {
         case .uploadFile:
-            spec.source = require(.source, in: own, kind: kind, at: mark, what: "the local file to upload").flatMap {
-                localPath($0, field: .source, kind: kind)
+            let sourceText = require(.source, in: own, kind: kind, at: mark, what: "the local file to upload")
+            spec.source = sourceText.flatMap { localPath($0, field: .source, kind: kind) }
+            if let path = spec.source, let sourceText, checksSources, fields.checkSource?.value ?? true {
+                checkSourceFile(path, written: sourceText)
             }
             spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the storage reference to upload to").flatMap {
-                reference($0, field: .destination, kind: kind, other: own.source)
+                uploadDestination($0, sourcePath: spec.source, other: own.source)
             }
         case .uploadData:
             switch (own.data, own.dataBase64) {
@@ -303,9 +340,7 @@ struct ManifestReader {
             }
             spec.source = sourceReference?.description
             spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the local file to write").flatMap {
-                // A folder destination needs the source's name; when the source is wrong that was reported already.
-                sourceReference == nil && $0.value.hasSuffix("/") ? nil
-                    : localPath($0, field: .destination, kind: kind, appending: sourceReference?.name)
+                localPath($0, field: .destination, kind: kind, folderEntry: sourceReference?.name)
             }
         case .downloadMemory:
             spec.source = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to download").flatMap {
@@ -339,6 +374,8 @@ struct ManifestReader {
             return "'metadata' is only for uploads; a \(kind.rawValue) job writes no object"
         case .maxSize:
             return "'max_size' is only for download-memory jobs, not \(kind.rawValue)"
+        case .checkSource:
+            return "'check_source' is only for upload-file jobs (it says whether the local source file is checked at submit)"
         case .data, .dataBase64:
             return kind == .uploadFile
                 ? "'\(name)' is only for upload-data jobs; an upload-file job reads the file named by 'source'"
@@ -361,25 +398,45 @@ struct ManifestReader {
         referenceValue(text, field: field, kind: kind, other: other)?.description
     }
 
-    private mutating func referenceValue(_ text: Located<String>, field: JobField, kind: JobKind,
-                                         other: Located<String>?) -> StorageReference? {
-        let reference: StorageReference
+    /// The reference `text` names, or nil after reporting why it names none.
+    private mutating func parsedReference(_ text: Located<String>, field: JobField, other: Located<String>?) -> StorageReference? {
         do {
-            reference = try StorageReference(parsing: text.value)
+            return try StorageReference(parsing: text.value)
         } catch {
             var message = "'\(field.rawValue)' is not a valid storage reference: \(error.message)"
-            if !text.value.contains("://"), let other, other.value.contains("://") {
+            if !text.value.containsUTF8("://"), let other, other.value.containsUTF8("://") {
                 message += " (did you swap 'source' and 'destination'?)"
             }
             report(.invalidReference, message, at: text.valueMark)
             return nil
         }
+    }
+
+    private mutating func referenceValue(_ text: Located<String>, field: JobField, kind: JobKind,
+                                         other: Located<String>?) -> StorageReference? {
+        guard let reference = parsedReference(text, field: field, other: other) else { return nil }
         if reference.isRoot {
             let verb = kind.isUpload ? "an upload needs" : "a \(kind.rawValue) job needs"
             let example = (try? reference.child("path/file.txt").description) ?? "\(reference)path/file.txt"
             report(.bucketRoot, "'\(field.rawValue)' \(reference) is a bucket root; \(verb) an object path such as \(example)",
                    at: text.valueMark)
             return nil
+        }
+        // A trailing `/` means a folder; parsing alone would drop it and name the object `folder`.
+        if Self.namesFolder(text.value, plainHTTP: reference.scheme == .http || reference.scheme == .https) {
+            if kind == .uploadData {
+                let example = (try? reference.child("data.bin").description) ?? "\(reference)/data.bin"
+                report(.invalidReference, "'destination' '\(text.value)' ends in '/', so it names a folder, and an upload-data job has no file name "
+                           + "to put in it; write the object's full name, such as \(example)",
+                       at: text.valueMark)
+                return nil
+            }
+            if field == .source, reference.scheme == .gs || reference.scheme == .file {
+                report(.invalidReference, "'source' '\(text.value)' ends in '/', so it names a folder; downloading folders is not supported yet: "
+                           + "name one object, such as \(reference)",
+                       at: text.valueMark)
+                return nil
+            }
         }
         if kind == .fetchURL {
             switch reference.scheme {
@@ -400,29 +457,108 @@ struct ManifestReader {
         return reference
     }
 
+    /// upload-file's destination, resolved: a folder (a trailing `/`) or a bucket root gets the source
+    /// file's name appended, as gsutil and rclone do, so the log records where the object really goes.
+    private mutating func uploadDestination(_ text: Located<String>, sourcePath: String?, other: Located<String>?) -> String? {
+        guard let reference = parsedReference(text, field: .destination, other: other) else { return nil }
+        let folder = Self.namesFolder(text.value, plainHTTP: reference.scheme == .http || reference.scheme == .https)
+        guard reference.isRoot || folder else { return reference.description }
+        // Without a valid source there is no name to add; the source's problem was reported.
+        guard let sourcePath, let name = LocalPath.lastComponent(sourcePath) else { return nil }
+        do {
+            let resolved: StorageReference
+            if reference.isRoot {
+                resolved = try StorageReference(scheme: reference.scheme, bucket: reference.bucket, path: name, query: reference.query)
+            } else {
+                // The name goes after the path as written, so an http(s) URL keeps its exact path and its query.
+                let (path, rest) = Self.splitPath(text.value)
+                resolved = try StorageReference(parsing: path + StorageReference.percentEncode(name, keepSlash: false) + rest)
+            }
+            return resolved.description
+        } catch {
+            report(.invalidReference, "'destination' '\(text.value)' is a folder, but adding the source's name '\(name)' to it fails: \(error.message)",
+                   at: text.valueMark)
+            return nil
+        }
+    }
+
+    /// A reference as written, trimmed, split into its path and what follows it: for http(s) text the
+    /// `?query` and `#fragment`; for gs:// and file:// nothing (`?` and `#` belong to object names there).
+    static func splitPath(_ text: String) -> (path: Substring, rest: Substring) {
+        var trimmed = Substring(text)
+        while let last = trimmed.last, last.isWhitespace { trimmed = trimmed.dropLast() }
+        while let first = trimmed.first, first.isWhitespace { trimmed = trimmed.dropFirst() }
+        guard trimmed.hasASCIIPrefix("http://") || trimmed.hasASCIIPrefix("https://"),
+              let end = trimmed.firstIndex(where: { $0 == "?" || $0 == "#" }) else {
+            return (trimmed, trimmed[trimmed.endIndex...])
+        }
+        return (trimmed[..<end], trimmed[end...])
+    }
+
+    /// Whether a reference as written names a folder: its path ends in `/`, or — in bucket forms (gs://,
+    /// file://, Firebase URLs), where the path is decoded — in an encoded `%2F`. A plain http(s) URL is
+    /// requested exactly as written, so there only a literal `/` counts.
+    static func namesFolder(_ text: String, plainHTTP: Bool) -> Bool {
+        let path = splitPath(text).path.utf8
+        if path.last == UInt8(ascii: "/") { return true }
+        return !plainHTTP && (path.suffix(3).elementsEqual("%2f".utf8) || path.suffix(3).elementsEqual("%2F".utf8))
+    }
+
+    // MARK: - Upload sources
+
+    /// Reports an upload source the worker could not read: missing, a folder or glob, not a regular file,
+    /// unreadable. Symbolic links are followed, as the worker follows them when it opens the file.
+    private mutating func checkSourceFile(_ path: String, written: Located<String>) {
+        guard let problem = SourceFile.problem(at: path) else { return }
+        let quoted = "'source' '\(written.value)'"
+        let absolute = written.value == path ? "" : " (\(path))"
+        let optOut = "if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with --no-check-sources"
+        switch problem {
+        case .missing:
+            report(.sourceUnavailable, "\(quoted) does not exist\(absolute); \(optOut)", at: written.valueMark)
+        case .danglingLink(let target):
+            report(.sourceUnavailable, "\(quoted) is a symbolic link to '\(target)', which does not exist; \(optOut)", at: written.valueMark)
+        case .glob:
+            report(.unsupportedSource, "\(quoted) is a glob pattern and no file has this name; \(Self.foldersNotSupported)", at: written.valueMark)
+        case .folder:
+            report(.unsupportedSource, "\(quoted) is a folder; \(Self.foldersNotSupported)", at: written.valueMark)
+        case .notRegular(let what):
+            report(.sourceUnavailable, "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)",
+                   at: written.valueMark)
+        case .unreadable(let reason):
+            report(.sourceUnavailable, "\(quoted) cannot be read\(absolute): \(reason); the worker must be able to read it", at: written.valueMark)
+        case .unreachable(let reason):
+            report(.sourceUnavailable, "\(quoted) cannot be reached\(absolute): \(reason)", at: written.valueMark)
+        }
+    }
+
     /// An absolute, standardised local path: relative paths start at the base directory; `file:///` URLs are accepted.
-    /// For download-file, a destination ending in `/` is a folder and gets the object's name appended.
-    private mutating func localPath(_ text: Located<String>, field: JobField, kind: JobKind, appending name: String? = nil) -> String? {
+    ///
+    /// For download-file's destination, a folder — written with a trailing `/`, or a folder that exists —
+    /// gets `folderEntry` (the object's name) appended, as `cp` and `gsutil cp` do; without a name (the
+    /// source was wrong, and reported) there is no path. For upload-file's source, a trailing `/` is a
+    /// folder, which is not supported yet.
+    private mutating func localPath(_ text: Located<String>, field: JobField, kind: JobKind, folderEntry: String? = nil) -> String? {
         var path = text.value
         let fail = { (reader: inout ManifestReader, message: String) -> String? in
             reader.report(.invalidPath, "'\(field.rawValue)' \(message)", at: text.valueMark)
             return nil
         }
-        if path.trimmingCharacters(in: .whitespaces).isEmpty {
+        if path.allSatisfy(\.isWhitespace) {
             return fail(&self, "is empty; expected a local file path")
         }
-        if path.lowercased().hasPrefix("file://") {
+        if path.hasASCIIPrefix("file://") {
             do {
                 let reference = try StorageReference(parsing: path)
                 guard reference.bucket.isEmpty else {
                     return fail(&self, "'\(path)' names the local bucket '\(reference.bucket)'; a local path is written plainly or as file:///absolute/path")
                 }
-                path = "/" + reference.fullPath + (path.hasSuffix("/") ? "/" : "")
+                path = "/" + reference.fullPath + (Self.namesFolder(path, plainHTTP: false) ? "/" : "")
             } catch {
                 report(.invalidReference, "'\(field.rawValue)' is not a valid file URL: \(error.message)", at: text.valueMark)
                 return nil
             }
-        } else if path.contains("://") {
+        } else if path.containsUTF8("://") {
             let role = field == .source ? "reads a local 'source' and writes to the 'destination' reference"
                                         : "reads the 'source' reference and writes to a local 'destination'"
             return fail(&self, "must be a local file path, not the URL '\(path)' (\(kind == .uploadFile ? "an" : "a") \(kind.rawValue) job \(role))")
@@ -430,22 +566,31 @@ struct ManifestReader {
         if path.hasPrefix("~") {
             return fail(&self, "'\(path)' starts with '~', which is not expanded; write an absolute path or one relative to the manifest")
         }
-        if path.contains("\0") {
+        if path.utf8.contains(0) {
             return fail(&self, "contains a NUL character")
         }
-        if path.hasSuffix("/") {
-            guard let name, !name.isEmpty else {
-                return fail(&self, "'\(path)' names a folder; expected a file")
-            }
-            path += name
-        }
         let absolute = path.hasPrefix("/") ? path : baseDirectory + "/" + path
-        let standardized = LocalPath.standardize(absolute)
+        var standardized = LocalPath.standardize(absolute)
+        let writtenAsFolder = path.hasSuffix("/") || path.hasSuffix("/.") || path == "." || path.hasSuffix("/..") || path == ".."
+        if field == .source {
+            if writtenAsFolder || standardized == "/" {
+                report(.unsupportedSource, "'source' '\(text.value)' is a folder; \(Self.foldersNotSupported)", at: text.valueMark)
+                return nil
+            }
+            return standardized
+        }
+        if writtenAsFolder || LocalPath.isDirectory(standardized) {
+            // The caller reported the source already when there is no name to add.
+            guard let folderEntry, !folderEntry.isEmpty else { return nil }
+            standardized = LocalPath.standardize(standardized + "/" + folderEntry)
+        }
         if standardized == "/" {
             return fail(&self, "'\(text.value)' names the root folder; expected a file")
         }
         return standardized
     }
+
+    static let foldersNotSupported = "folders and globs are not supported yet: write one upload-file job per file"
 
     // MARK: - Field values
 
@@ -502,18 +647,19 @@ struct ManifestReader {
                         report(.invalidValue, "'key' must be a non-empty idempotency key", at: valueMark)
                         return nil
                     }
+                    guard key.utf8.count <= ManifestValueRange.maximumKeyBytes else {
+                        report(.invalidValue, "'key' is \(key.utf8.count) bytes long; an idempotency key may have at most "
+                                   + "\(ManifestValueRange.maximumKeyBytes) (hash a longer one)", at: valueMark)
+                        return nil
+                    }
                     return key
                 })
             case .priority:
-                fields.priority = located(integer(pair, expected: "an integer (higher runs first)"))
+                fields.priority = located(integer(pair, in: ManifestValueRange.priority, expected: "an integer (higher runs first)"))
             case .maxAttempts:
-                fields.maxAttempts = located(integer(pair, expected: "an integer of at least 1").flatMap { attempts in
-                    guard attempts >= 1 else {
-                        report(.invalidValue, "'max_attempts' must be at least 1, not \(attempts)", at: valueMark)
-                        return nil
-                    }
-                    return attempts
-                })
+                fields.maxAttempts = located(integer(pair, in: ManifestValueRange.maxAttempts, expected: "an integer of at least 1"))
+            case .checkSource:
+                fields.checkSource = located(boolean(pair, expected: "true or false (false: the file may be missing at submit)"))
             case .queue:
                 fields.queue = located(string(pair, expected: "a queue name").flatMap { queue in
                     let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-_.:"))
@@ -523,6 +669,8 @@ struct ManifestReader {
                     }
                     return queue
                 })
+            case .timeout:
+                fields.timeout = located(readTimeout(pair))
             }
         }
         return fields
@@ -555,12 +703,64 @@ struct ManifestReader {
                    at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
             return nil
         }
-        let bytes = scalar.integerValue.map(Int64.init) ?? ByteSize.parse(scalar.value)
+        let range = ManifestValueRange.maxSize
+        let tooLarge = "'max_size' must be at most 512MiB (\(range.upperBound) bytes): a memory download is kept in memory and in the job database; "
+            + "use download-file for larger objects, not '\(scalar.value)'"
+        let bytes: Int64?
+        switch scalar.integerReading {
+        case .value(let value):
+            bytes = Int64(value)
+        case .outOfRange:
+            report(.invalidSize, tooLarge, at: scalar.mark)
+            return nil
+        case .notAnInteger:
+            bytes = ByteSize.parse(scalar.value)
+            // A well-formed size that ByteSize refuses is one too large for 64 bits.
+            if bytes == nil, Self.looksLikeSize(scalar.value) {
+                report(.invalidSize, tooLarge, at: scalar.mark)
+                return nil
+            }
+        }
         guard let bytes, bytes > 0 else {
             report(.invalidSize, "'max_size' must be \(expected), not '\(scalar.value)'", at: scalar.mark)
             return nil
         }
+        guard bytes <= range.upperBound else {
+            report(.invalidSize, tooLarge, at: scalar.mark)
+            return nil
+        }
         return bytes
+    }
+
+    /// `timeout:` — one attempt's limit — as seconds, within `JobSpec.timeoutRange`.
+    private mutating func readTimeout(_ pair: YAMLPair) -> Int? {
+        let expected = "a duration like 90s, 30m or 1h30m"
+        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
+            let isNull = Self.isNull(pair.value)
+            report(isNull ? .invalidValue : .wrongType, "'timeout' must be \(expected), not \(pair.value.summary)",
+                   at: isNull ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        guard let seconds = DurationText.parse(scalar.value) else {
+            report(.invalidValue, "'timeout' must be \(expected) (a unit is required), not '\(scalar.value)'", at: scalar.mark)
+            return nil
+        }
+        let range = JobSpec.timeoutRange
+        guard range.contains(seconds) else {
+            report(.invalidValue, "'timeout' must be at least \(DurationText.format(range.lowerBound)) and at most "
+                   + "\(DurationText.format(range.upperBound)), not '\(scalar.value)'", at: scalar.mark)
+            return nil
+        }
+        return seconds
+    }
+
+    /// Digits (with at most one `.`), optional blanks and an optional unit: a size, whatever its magnitude.
+    static func looksLikeSize(_ text: String) -> Bool {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let number = trimmed.prefix { $0.isASCII && ($0.isNumber || $0 == ".") }
+        guard number.contains(where: \.isNumber), number.filter({ $0 == "." }).count <= 1 else { return false }
+        let unit = trimmed.dropFirst(number.count).trimmingCharacters(in: .whitespaces)
+        return ["", "B", "K", "M", "G", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"].contains(unit)
     }
 
     // MARK: - Metadata
@@ -632,8 +832,13 @@ struct ManifestReader {
             // Values go to other systems verbatim; `yes` or `1.10` written plainly would be a boolean or a number
             // to any other YAML reader, so only strings are taken.
             guard case .scalar(let scalar) = entry.value, scalar.resolvedType == .string else {
-                let hint = if case .scalar(let scalar) = entry.value, !scalar.isNull { "; quote it: \"\(scalar.value)\"" } else { "" }
-                report(.wrongType, "custom metadata value for '\(name)' must be a string, not \(entry.value.summary)\(hint)",
+                // The value of a key named like a secret is not repeated in the message.
+                let secret = SecretText.isSecretName(name)
+                let hint = if case .scalar(let scalar) = entry.value, !scalar.isNull {
+                    secret ? "; quote it" : "; quote it: \"\(scalar.value)\""
+                } else { "" }
+                let summary = secret ? entry.value.typeSummary : entry.value.summary
+                report(.wrongType, "custom metadata value for '\(name)' must be a string, not \(summary)\(hint)",
                        at: Self.isNull(entry.value) ? entry.key.mark : entry.value.mark)
                 valid = false
                 continue
@@ -669,11 +874,36 @@ struct ManifestReader {
         }
     }
 
-    /// A plain integer; quoted numbers are strings and are refused, as are null and collections.
-    private mutating func integer(_ pair: YAMLPair, expected: String) -> Int? {
+    /// A plain integer in `range`; quoted numbers are strings and are refused, as are null, collections,
+    /// floats (`1e400`) and integers outside the range (reported with the range, never trapped on).
+    private mutating func integer(_ pair: YAMLPair, in range: ClosedRange<Int>, expected: String) -> Int? {
         let name = keyName(pair.key) ?? "value"
-        if case .scalar(let scalar) = pair.value, let value = scalar.integerValue {
-            return value
+        if case .scalar(let scalar) = pair.value {
+            let outOfRange = "'\(name)' must be between \(range.lowerBound) and \(range.upperBound), not \(scalar.value)"
+            switch scalar.integerReading {
+            case .value(let value) where range.contains(value):
+                return value
+            case .value(let value) where value < range.lowerBound && range.lowerBound == 1:
+                report(.invalidValue, "'\(name)' must be at least 1, not \(value)", at: scalar.mark)
+                return nil
+            case .value, .outOfRange:
+                report(.invalidValue, outOfRange, at: scalar.mark)
+                return nil
+            case .notAnInteger:
+                break
+            }
+        }
+        let isNull = Self.isNull(pair.value)
+        report(isNull ? .invalidValue : .wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)",
+               at: isNull ? pair.key.mark : pair.value.mark)
+        return nil
+    }
+
+    /// A YAML boolean (`true`/`false`, and YAML 1.1's `yes`/`no`, `on`/`off`); quoted text is refused.
+    private mutating func boolean(_ pair: YAMLPair, expected: String) -> Bool? {
+        let name = keyName(pair.key) ?? "value"
+        if case .scalar(let scalar) = pair.value, scalar.resolvedType == .bool {
+            return ["true", "yes", "on", "y"].contains(scalar.value.lowercased())
         }
         let isNull = Self.isNull(pair.value)
         report(isNull ? .invalidValue : .wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)",

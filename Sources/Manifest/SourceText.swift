@@ -1,23 +1,60 @@
 import Foundation
 
-/// The manifest text split into lines the way YAML splits them, for positions and caret rendering.
+/// The manifest text with its lines indexed the way YAML splits them, for positions and caret rendering.
+///
+/// Lines are found once, by one pass over the UTF-8 bytes; a line's text is made only when an error
+/// quotes it, so a large manifest without errors pays for no per-line strings.
 struct SourceText: Sendable {
-    let text: String
-    /// Lines without their terminators; line 1 without a byte-order mark.
-    let lines: [String]
+    /// The text's UTF-8 bytes (what libyaml reads).
+    let bytes: [UInt8]
+    /// Byte offset where each line starts (line 1 after any byte-order mark), and where it ends (before
+    /// its line break).
+    private let lineStarts: [Int]
+    private let lineEnds: [Int]
 
     init(_ text: String) {
-        self.text = text
+        let bytes = Array(text.utf8)
+        self.bytes = bytes
         // YAML line breaks: LF, CRLF, CR, and (YAML 1.1) NEL, LS and PS.
-        let breaks: Set<Character> = ["\n", "\r\n", "\r", "\u{85}", "\u{2028}", "\u{2029}"]
-        var lines = text.split(omittingEmptySubsequences: false, whereSeparator: { breaks.contains($0) }).map(String.init)
-        if let first = lines.first, first.hasPrefix("\u{FEFF}") { lines[0] = String(first.dropFirst()) }
-        self.lines = lines
+        var starts = [bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0]
+        var ends: [Int] = []
+        bytes.withUnsafeBufferPointer { buffer in
+            let count = buffer.count
+            var index = 0
+            while index < count {
+                let byte = buffer[index]
+                var length = 0
+                if byte == 0x0A {
+                    length = 1
+                } else if byte == 0x0D {
+                    length = index + 1 < count && buffer[index + 1] == 0x0A ? 2 : 1
+                } else if byte == 0xC2, index + 1 < count, buffer[index + 1] == 0x85 {
+                    length = 2
+                } else if byte == 0xE2, index + 2 < count, buffer[index + 1] == 0x80, buffer[index + 2] == 0xA8 || buffer[index + 2] == 0xA9 {
+                    length = 3
+                }
+                if length > 0 {
+                    ends.append(index)
+                    index += length
+                    starts.append(index)
+                } else {
+                    index += 1
+                }
+            }
+        }
+        ends.append(bytes.count)
+        lineStarts = starts
+        lineEnds = ends
     }
+
+    /// How many lines the text has (an empty text has one, empty).
+    var lineCount: Int { lineStarts.count }
 
     /// The text of a 1-based line, or nil past the end.
     func line(_ number: Int) -> String? {
-        lines.indices.contains(number - 1) ? lines[number - 1] : nil
+        guard number >= 1, number <= lineStarts.count else { return nil }
+        let start = lineStarts[number - 1], end = max(lineStarts[number - 1], lineEnds[number - 1])
+        return String(decoding: bytes[start..<end], as: UTF8.self)
     }
 
     /// The Unicode scalar at a mark, or nil past the end of its line.
@@ -34,12 +71,13 @@ struct SourceText: Sendable {
         guard let first = line(mark.line) else { return true }
         let rest = first.unicodeScalars.dropFirst(max(0, mark.column - 1))
         guard rest.allSatisfy({ $0.properties.isWhitespace }) else { return false }
-        return lines.dropFirst(mark.line).allSatisfy { $0.allSatisfy(\.isWhitespace) }
+        guard mark.line < lineStarts.count else { return true }
+        return String(decoding: bytes[lineStarts[mark.line]...], as: UTF8.self).allSatisfy(\.isWhitespace)
     }
 
     /// The line and column of a UTF-8 byte offset into the text (libyaml reader errors give offsets).
     func mark(atByteOffset offset: Int) -> SourceMark {
-        Self.mark(atByteOffset: offset, in: Array(text.utf8)[...])
+        Self.mark(atByteOffset: offset, in: bytes[...])
     }
 
     /// The line and column of a byte offset in possibly invalid UTF-8; columns count decoded scalars.
@@ -71,6 +109,8 @@ struct SourceText: Sendable {
 
     /// The byte offset of the first byte that is not part of valid UTF-8, or nil when all of it is valid.
     static func firstInvalidUTF8Offset(_ bytes: [UInt8]) -> Int? {
+        // The standard library's validation is fast; walk scalar by scalar only to find where it fails.
+        if String(validating: bytes, as: UTF8.self) != nil { return nil }
         var parser = Unicode.UTF8.ForwardParser()
         var iterator = bytes.makeIterator()
         var offset = 0

@@ -58,6 +58,21 @@ indirect enum YAMLNode: Sendable, Hashable {
         }
     }
 
+    /// What sort of node it is, without its value: "a mapping", "a number", "a string", "null".
+    var typeSummary: String {
+        switch self {
+        case .mapping: return "a mapping"
+        case .sequence: return "a sequence"
+        case .scalar(let scalar):
+            switch scalar.resolvedType {
+            case .null: return "null"
+            case .bool: return "a boolean"
+            case .int, .float: return "a number"
+            case .string: return "a string"
+            }
+        }
+    }
+
     /// What the node is, for messages: "a mapping", "a sequence", "the number 5", "the string 'x'", "null".
     var summary: String {
         switch self {
@@ -112,13 +127,44 @@ extension YAMLScalar {
         return .string
     }
 
-    var isNull: Bool { resolvedType == .null }
+    /// Whether the scalar is null: the same answer as `resolvedType == .null`, without trying the
+    /// number forms (every string field asks this).
+    var isNull: Bool {
+        switch tag {
+        case Self.nullTag?: return true
+        case .some: return false
+        case nil: break
+        }
+        guard style == .plain else { return false }
+        switch value {
+        case "", "~", "null", "Null", "NULL": return true
+        default: return false
+        }
+    }
+
+    /// What a scalar says as an integer.
+    enum IntegerReading: Sendable, Hashable {
+        /// Not an integer at all (quoted, a word, a float such as `1e400`).
+        case notAnInteger
+        /// Written as an integer, but beyond what 64 bits hold.
+        case outOfRange
+        case value(Int)
+    }
 
     /// The integer a plain (or `!!int`) scalar denotes: decimal with optional sign, `0x` hex, `0o` octal;
-    /// `_` separators are allowed. Nil for quoted scalars and anything else.
+    /// `_` separators are allowed. Nil for quoted scalars, anything else, and integers beyond 64 bits.
     var integerValue: Int? {
-        guard tag == Self.intTag || (tag == nil && style == .plain) else { return nil }
-        var text = Substring(value.replacingOccurrences(of: "_", with: ""))
+        if case .value(let value) = integerReading { return value }
+        return nil
+    }
+
+    /// As `integerValue`, telling an integer too large for 64 bits from text that is no integer.
+    var integerReading: IntegerReading {
+        guard tag == Self.intTag || (tag == nil && style == .plain) else { return .notAnInteger }
+        guard let first = value.utf8.first, first == UInt8(ascii: "-") || first == UInt8(ascii: "+") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first) else {
+            return .notAnInteger
+        }
+        var text = Substring(value.contains("_") ? value.replacingOccurrences(of: "_", with: "") : value)
         var negative = false
         if let sign = text.first, sign == "-" || sign == "+" {
             negative = sign == "-"
@@ -126,10 +172,15 @@ extension YAMLScalar {
         }
         var radix = 10
         if text.hasPrefix("0x") { radix = 16; text = text.dropFirst(2) } else if text.hasPrefix("0o") { radix = 8; text = text.dropFirst(2) }
-        guard !text.isEmpty, text.allSatisfy({ $0.isASCII && $0.isHexDigit }), let magnitude = Int(text, radix: radix) else {
-            return nil
+        let digits: (Character) -> Bool = switch radix {
+        case 16: { $0.isASCII && $0.isHexDigit }
+        case 8: { ("0"..."7").contains($0) }
+        default: { $0.isASCII && $0.isNumber }
         }
-        return negative ? -magnitude : magnitude
+        guard !text.isEmpty, text.allSatisfy(digits) else { return .notAnInteger }
+        // Parsed with its sign so Int.min is in range; nil from here means too many digits.
+        guard let value = Int((negative ? "-" : "") + text, radix: radix) else { return .outOfRange }
+        return .value(value)
     }
 
     private static func looksLikeFloat(_ text: String) -> Bool {

@@ -9,8 +9,10 @@ struct YAMLProblem: Sendable, Hashable {
         case syntax
         /// A key written twice in one mapping.
         case duplicateKey
-        /// Valid YAML this reader does not take: several documents, unknown aliases, alias bombs, bad merges.
+        /// Valid YAML this reader does not take: several documents, unknown aliases, bad merges.
         case unsupported
+        /// Past one of the `ManifestLimits`: too deep, too many nodes, a scalar too long, an alias bomb.
+        case limitExceeded
     }
 
     var kind: Kind
@@ -33,17 +35,16 @@ struct YAMLDocument: Sendable {
 /// reads from it until the parser is deleted) and frees both in `deinit`. One parser parses once.
 /// See <https://pyyaml.org/wiki/LibYAML> and `yaml.h` (`yaml_parser_parse`).
 final class YAMLParser {
-    /// Aliases can make a small text expand into a huge tree ("billion laughs"); a manifest never needs this many.
-    static let maximumNodeCount = 100_000
-
+    private let limits: ManifestLimits
     private let parser: UnsafeMutablePointer<yaml_parser_t>
     private let input: UnsafeMutableBufferPointer<UInt8>
     private let isInitialized: Bool
     private let source: SourceText
 
-    init(source: SourceText) {
+    init(source: SourceText, limits: ManifestLimits = .default) {
         self.source = source
-        let bytes = Array(source.text.utf8)
+        self.limits = limits
+        let bytes = source.bytes
         parser = .allocate(capacity: 1)
         parser.initialize(to: yaml_parser_t())
         input = .allocate(capacity: max(bytes.count, 1))
@@ -102,6 +103,14 @@ final class YAMLParser {
             return .alias(anchor: Self.string(event.data.alias.anchor) ?? "", mark: mark)
         case YAML_SCALAR_EVENT:
             let data = event.data.scalar
+            // Checked before the bytes are copied: the copy is what a huge scalar would cost.
+            guard data.length <= limits.maximumScalarBytes else {
+                throw ParseFailure(problem: YAMLProblem(
+                    kind: .limitExceeded,
+                    message: "this scalar is \(data.length) bytes long, more than the limit of \(limits.maximumScalarBytes); "
+                        + "upload a file this large with an upload-file job",
+                    mark: mark))
+            }
             let value = data.value.map { String(decoding: UnsafeBufferPointer(start: $0, count: data.length), as: UTF8.self) } ?? ""
             let style: ScalarStyle = switch data.style {
             case YAML_SINGLE_QUOTED_SCALAR_STYLE: .singleQuoted
@@ -176,18 +185,46 @@ final class YAMLParser {
         var pendingKey: YAMLNode?
         var mark: SourceMark
         var anchor: String?
-        var nodeCountAtStart: Int
+        /// `treeNodes` and `treeBytes` when the collection opened, so its own size is known when it closes.
+        var treeNodesAtStart: Int
+        var treeBytesAtStart: Int
+        /// The tallest child so far, in levels of collections (a scalar is 0).
+        var childHeight = 0
+    }
+
+    /// An anchored node, with what an alias to it adds to the tree.
+    private struct Anchored {
+        var node: YAMLNode
+        /// Nodes in its subtree, aliases inside it expanded.
+        var size: Int
+        /// Bytes of scalar text in its subtree, aliases inside it expanded.
+        var bytes: Int
+        /// Levels of collections in it (a scalar is 0, `[a]` is 1).
+        var height: Int
     }
 
     private var stack: [Frame] = []
-    private var anchors: [String: (node: YAMLNode, size: Int)] = [:]
+    private var anchors: [String: Anchored] = [:]
     private var openAnchors: Set<String> = []
-    private var nodeCount = 0
+    /// Nodes written in the text.
+    private var writtenNodes = 0
+    /// Nodes added by aliases (each alias adds its anchor's whole subtree).
+    private var aliasNodes = 0
+    /// Nodes of the tree as consumers see it: written plus alias-added.
+    private var treeNodes: Int { writtenNodes + aliasNodes }
+    /// Bytes of scalar text written, and repeated by aliases: an alias to a long scalar repeats its bytes.
+    private var writtenBytes = 0
+    private var aliasBytes = 0
+    private var treeBytes: Int { writtenBytes + aliasBytes }
     private var root: YAMLNode?
     private var problems: [YAMLProblem] = []
 
-    /// Reads the stream. A second document, a syntax error or an unknown alias ends the parse with a
-    /// problem; duplicate keys are reported and the first value kept.
+    /// Reads the stream. A second document, a syntax error, an unknown alias or a crossed limit ends the
+    /// parse with a problem; duplicate keys are reported and the first value kept.
+    ///
+    /// Nothing here recurses: collections are built on an explicit stack whose depth (aliases included)
+    /// is checked against `ManifestLimits.maximumDepth` before a collection is opened, and every event
+    /// costs constant work besides copying its own value.
     func parseDocument() -> YAMLDocument {
         do throws(ParseFailure) {
             var documents = 0
@@ -206,20 +243,23 @@ final class YAMLParser {
                             mark: mark))
                     }
                 case .scalar(let scalar, let anchor):
-                    try complete(.scalar(scalar), anchor: anchor, size: 1)
+                    try countWrittenNode(at: scalar.mark)
+                    writtenBytes += scalar.value.utf8.count
+                    complete(.scalar(scalar), anchor: anchor, size: 1, bytes: scalar.value.utf8.count, height: 0)
                 case .alias(let anchor, let mark):
                     try resolveAlias(anchor, at: mark)
                 case .sequenceStart(let anchor, let mark):
-                    open(isMapping: false, anchor: anchor, mark: mark)
+                    try open(isMapping: false, anchor: anchor, mark: mark)
                 case .mappingStart(let anchor, let mark):
-                    open(isMapping: true, anchor: anchor, mark: mark)
+                    try open(isMapping: true, anchor: anchor, mark: mark)
                 case .sequenceEnd, .mappingEnd:
                     guard let frame = stack.popLast() else { continue }
                     if let anchor = frame.anchor { openAnchors.remove(anchor) }
                     let node: YAMLNode = frame.isMapping
                         ? .mapping(finishMapping(frame.pairs), frame.mark)
                         : .sequence(frame.items, frame.mark)
-                    try complete(node, anchor: frame.anchor, size: nodeCount + 1 - frame.nodeCountAtStart)
+                    complete(node, anchor: frame.anchor, size: treeNodes - frame.treeNodesAtStart,
+                             bytes: treeBytes - frame.treeBytesAtStart, height: frame.childHeight + 1)
                 }
             }
             return YAMLDocument(root: root, problems: problems)
@@ -228,9 +268,18 @@ final class YAMLParser {
         }
     }
 
-    private func open(isMapping: Bool, anchor: String?, mark: SourceMark) {
+    private func open(isMapping: Bool, anchor: String?, mark: SourceMark) throws(ParseFailure) {
+        // The collection opened here sits at depth `stack.count + 1`.
+        guard stack.count < limits.maximumDepth else {
+            throw ParseFailure(problem: YAMLProblem(
+                kind: .limitExceeded,
+                message: "collections nest more than \(limits.maximumDepth) levels deep here; a manifest needs about five "
+                    + "(jobs, a job, metadata, custom_metadata)",
+                mark: mark))
+        }
+        try countWrittenNode(at: mark)
         if let anchor { openAnchors.insert(anchor) }
-        stack.append(Frame(isMapping: isMapping, mark: mark, anchor: anchor, nodeCountAtStart: nodeCount))
+        stack.append(Frame(isMapping: isMapping, mark: mark, anchor: anchor, treeNodesAtStart: treeNodes - 1, treeBytesAtStart: treeBytes))
     }
 
     private func resolveAlias(_ anchor: String, at mark: SourceMark) throws(ParseFailure) {
@@ -240,33 +289,60 @@ final class YAMLParser {
                 : "alias '*\(anchor)' refers to no anchor; define '&\(anchor)' before using it"
             throw ParseFailure(problem: YAMLProblem(kind: .unsupported, message: message, mark: mark))
         }
-        try countNodes(anchored.size, at: mark)
-        attach(anchored.node)
-    }
-
-    private func complete(_ node: YAMLNode, anchor: String?, size: Int) throws(ParseFailure) {
-        // Collections counted their children as they arrived; only their own node is new here.
-        try countNodes(1, at: node.mark)
-        if let anchor { anchors[anchor] = (node, size) }
-        attach(node)
-    }
-
-    private func countNodes(_ count: Int, at mark: SourceMark) throws(ParseFailure) {
-        nodeCount += count
-        if nodeCount > Self.maximumNodeCount {
+        // The alias puts the anchor's whole subtree here: as deep as written below this point.
+        if stack.count + anchored.height > limits.maximumDepth {
             throw ParseFailure(problem: YAMLProblem(
-                kind: .unsupported,
-                message: "the document expands to more than \(Self.maximumNodeCount) nodes through aliases; write it out without them",
+                kind: .limitExceeded,
+                message: "alias '*\(anchor)' nests collections more than \(limits.maximumDepth) levels deep here; "
+                    + "a manifest needs about five (jobs, a job, metadata, custom_metadata)",
+                mark: mark))
+        }
+        aliasNodes += anchored.size
+        // Linear in what was written, so consumers walk at most a bounded multiple of the text.
+        let proportional = limits.aliasExpansionFactor.multipliedReportingOverflow(by: writtenNodes)
+        let allowed = min(max(limits.maximumAliasNodes, proportional.overflow ? .max : proportional.partialValue), limits.maximumNodes)
+        if aliasNodes > allowed {
+            throw ParseFailure(problem: YAMLProblem(
+                kind: .limitExceeded,
+                message: "aliases expand the document by more than \(allowed) nodes (this one adds \(anchored.size)); "
+                    + "that is an alias bomb or close to one: write the repeated parts out, or alias smaller pieces",
+                mark: mark))
+        }
+        // Few nodes can still be many bytes: an alias to a 16 MiB `data:` scalar in every job.
+        aliasBytes += anchored.bytes
+        if aliasBytes > limits.maximumBytes {
+            throw ParseFailure(problem: YAMLProblem(
+                kind: .limitExceeded,
+                message: "aliases repeat more than \(limits.maximumBytes) bytes of text in all (this one \(anchored.bytes)); "
+                    + "write the repeated parts out, or alias smaller pieces",
+                mark: mark))
+        }
+        attach(anchored.node, height: anchored.height)
+    }
+
+    private func countWrittenNode(at mark: SourceMark) throws(ParseFailure) {
+        writtenNodes += 1
+        if writtenNodes > limits.maximumNodes {
+            throw ParseFailure(problem: YAMLProblem(
+                kind: .limitExceeded,
+                message: "the manifest holds more than \(limits.maximumNodes) YAML nodes; split it into several manifests "
+                    + "(jobctl submit takes them all in one transaction)",
                 mark: mark))
         }
     }
 
-    private func attach(_ node: YAMLNode) {
+    private func complete(_ node: YAMLNode, anchor: String?, size: Int, bytes: Int, height: Int) {
+        if let anchor { anchors[anchor] = Anchored(node: node, size: size, bytes: bytes, height: height) }
+        attach(node, height: height)
+    }
+
+    private func attach(_ node: YAMLNode, height: Int) {
         guard !stack.isEmpty else {
             root = node
             return
         }
         let top = stack.count - 1
+        stack[top].childHeight = max(stack[top].childHeight, height)
         if !stack[top].isMapping {
             stack[top].items.append(node)
         } else if let key = stack[top].pendingKey {

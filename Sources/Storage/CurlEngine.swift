@@ -24,6 +24,11 @@ import Synchronization
 /// - Pause and cancel never touch curl from another thread: the progress callback (which libcurl
 ///   calls at least once a second, even on a stalled connection) reads `TransferControl.stopReason`
 ///   and aborts the exchange from inside curl.
+/// - The same callback enforces the stall limit (no byte moved for `CurlOptions.stallTimeout`) and the
+///   job's deadline, so each failure says which limit was hit; `CURLOPT_TIMEOUT_MS` backs the deadline up
+///   in phases where libcurl calls no progress callback.
+/// - Every header line is checked before it reaches curl: a control character in a value (CR LF from a
+///   token or a manifest) would start a header of its own, so such a request is refused, never sent.
 ///
 /// See https://curl.se/libcurl/c/libcurl-multi.html and https://curl.se/libcurl/c/curl_multi_poll.html
 final class CurlEngine: @unchecked Sendable {
@@ -33,8 +38,10 @@ final class CurlEngine: @unchecked Sendable {
     /// The process-wide engine.
     static let shared = CurlEngine()
 
-    /// Idle connections kept open for reuse.
-    static let connectionCacheSize = 64
+    /// Idle connections kept open for reuse. Generous: an idle socket costs one descriptor, while a
+    /// full cache closes the oldest idle connection, and a worker talking to many hosts (or a test run
+    /// with many servers at once) would lose the connection its next request meant to reuse.
+    static let connectionCacheSize = 256
 
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<[CurlExchange]>([])
@@ -60,8 +67,8 @@ final class CurlEngine: @unchecked Sendable {
     /// Performs one exchange. The body source and sink are driven on the engine thread until the
     /// exchange completes; the caller must not touch them meanwhile.
     func perform(_ request: HTTPRequest, source: (any RequestBodySource)? = nil, sink: (any ResponseBodySink)? = nil,
-                 control: TransferControl?, timeouts: CurlTimeouts) async throws(TransferFailure) -> HTTPResponse {
-        let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, timeouts: timeouts)
+                 control: TransferControl?, options: CurlOptions) async throws(TransferFailure) -> HTTPResponse {
+        let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, options: options)
         let result: Result<HTTPResponse, TransferFailure> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 exchange.continuation = continuation
@@ -132,11 +139,14 @@ private enum CurlGlobal {
     }
 }
 
-/// Timeouts applied to every exchange (from `StorageConfiguration`).
-struct CurlTimeouts: Sendable {
-    var connect: Int
-    var lowSpeedLimit: Int
-    var stallSeconds: Int
+/// Settings applied to every exchange (from `StorageConfiguration.curlOptions`).
+struct CurlOptions: Sendable {
+    /// Seconds to resolve, connect and finish the TLS handshake.
+    var connectTimeout: Int
+    /// Seconds without a byte moved (either way) before the exchange fails as stalled.
+    var stallTimeout: Int
+    /// The CAs HTTPS servers are checked against.
+    var trust: CertificateTrust
 }
 
 /// Why an exchange did not produce a response.
@@ -156,7 +166,7 @@ private final class CurlExchange: @unchecked Sendable {
     let source: (any RequestBodySource)?
     let sink: (any ResponseBodySink)?
     let control: TransferControl?
-    let timeouts: CurlTimeouts
+    let options: CurlOptions
     let taskCancelled = Atomic<Bool>(false)
     var continuation: CheckedContinuation<Result<HTTPResponse, TransferFailure>, Never>?
 
@@ -165,19 +175,31 @@ private final class CurlExchange: @unchecked Sendable {
     private var errorBufferPointer: UnsafeMutablePointer<CChar>
     private var status = 0
     private var headers: [String: String] = [:]
+    /// Whether the blank line ending the final response's headers arrived.
+    private var headersEnded = false
     private var body = Data()
     /// An error raised by the source or sink (it explains a READ/WRITE/ABORTED curl code).
     private var bodyError: StorageError?
     private var stopReason: StopReason?
+    /// Which of the exchange's own limits cut it off, if one did.
+    private var limitHit: TransferLimit?
+    /// Bytes moved (both directions) at the last progress tick, and when that count last changed.
+    private var bytesMoved: Int64 = 0
+    private var lastMovement = ContinuousClock.now
     private static let errorBodyLimit = 64 * 1024
 
+    private enum TransferLimit {
+        case stalled
+        case deadline
+    }
+
     init(request: HTTPRequest, source: (any RequestBodySource)?, sink: (any ResponseBodySink)?,
-         control: TransferControl?, timeouts: CurlTimeouts) {
+         control: TransferControl?, options: CurlOptions) {
         self.request = request
         self.source = source
         self.sink = sink
         self.control = control
-        self.timeouts = timeouts
+        self.options = options
         errorBufferPointer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
         errorBufferPointer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
     }
@@ -190,18 +212,45 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// Creates and configures the easy handle (engine thread).
     func start() throws(TransferFailure) -> UnsafeMutableRawPointer {
+        // Refused before a handle exists: nothing of this request may reach the network.
+        for line in request.headers where !HeaderValues.isSafeLine(line) {
+            let name = HeaderValues.printableName(of: line).map { "its \($0) header" } ?? "a header line"
+            throw .failed(StorageError(.invalidArgument,
+                                       "refusing to send the request: \(name) holds a line break or another control character "
+                                           + "(or is not `Name: value`), which would add headers of its own; the value is not shown",
+                                       url: redactedURL(request.url)))
+        }
+        if let deadline = control?.deadline, deadline.hasPassed() {
+            throw .failed(deadline.error(url: request.url))
+        }
         guard let easy = curl_easy_init() else {
             throw .failed(StorageError(.internalError, "libcurl could not create a handle (out of memory)"))
         }
         self.easy = easy
+        lastMovement = .now
         let context = Unmanaged.passUnretained(self).toOpaque()
         try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_URL, request.url))
+        // The path is sent exactly as given: no `/./` or `/../` folding (references refuse dot segments,
+        // and a presigned URL's signature covers the path as written).
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_PATH_AS_IS, 1))
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
         try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBufferPointer))
-        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, timeouts.connect))
-        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedLimit))
-        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, timeouts.stallSeconds))
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, options.connectTimeout))
+        if let deadline = control?.deadline {
+            // The progress callback ends the exchange at the deadline; this covers the phases (name lookup,
+            // connect) in which libcurl may not call it.
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, max(1, Int(deadline.remainingMilliseconds))))
+        }
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1))
+        // Which CAs to trust (https://curl.se/libcurl/c/CURLOPT_CAINFO.html, CURLOPT_CAPATH.html). A nil
+        // path with `exclusive` switches libcurl's default off; verification itself always stays on.
+        let trust = options.trust
+        if trust.exclusive || trust.caFile != nil {
+            try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_CAINFO, trust.caFile))
+        }
+        if trust.exclusive || trust.caDirectory != nil {
+            try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_CAPATH, trust.caDirectory))
+        }
         // Larger buffers mean fewer callbacks per byte (each one hashes and may write to disk); they
         // are per exchange and fixed, so memory stays flat.
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024))
@@ -234,6 +283,12 @@ private final class CurlExchange: @unchecked Sendable {
                 try check(jobctl_curl_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.bodyLength ?? 0)))
                 try check(jobctl_curl_easy_setopt_data_callback(easy, CURLOPT_READFUNCTION, curlRead))
                 try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_READDATA, context))
+                // When a reused keep-alive connection turns out dead, libcurl sends the request again on
+                // a fresh one, and must rewind the body first; with a read callback but no seek callback
+                // it cannot, and fails with CURLE_SEND_FAIL_REWIND instead
+                // (https://curl.se/libcurl/c/CURLOPT_SEEKFUNCTION.html).
+                try check(jobctl_curl_easy_setopt_seek_callback(easy, curlSeek))
+                try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context))
             }
             if request.method != "PUT" || (request.bodyLength == nil && source == nil) {
                 try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
@@ -285,6 +340,20 @@ private final class CurlExchange: @unchecked Sendable {
 
     private var bodyOffset = 0
 
+    /// Rewinds the request body: https://curl.se/libcurl/c/CURLOPT_SEEKFUNCTION.html (libcurl asks
+    /// for `SEEK_SET` to 0 before sending the request again on a fresh connection).
+    func seekBody(to offset: Int64, origin: Int32) -> Int32 {
+        guard origin == SEEK_SET else { return CURL_SEEKFUNC_CANTSEEK }
+        return rewindBody(to: offset) ? CURL_SEEKFUNC_OK : CURL_SEEKFUNC_FAIL
+    }
+
+    private func rewindBody(to offset: Int64) -> Bool {
+        if let source { return source.rewind(to: offset) }
+        guard offset >= 0, offset <= Int64(request.body.count) else { return false }
+        bodyOffset = Int(offset)
+        return true
+    }
+
     /// Response body bytes: https://curl.se/libcurl/c/CURLOPT_WRITEFUNCTION.html
     func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
         if checkStop() { return false }
@@ -309,6 +378,11 @@ private final class CurlExchange: @unchecked Sendable {
             let parts = line.split(separator: " ", maxSplits: 2)
             status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
             headers = [:]
+            headersEnded = false
+            return
+        }
+        if line.isEmpty {
+            if status != 0 { headersEnded = true }
             return
         }
         guard let colon = line.firstIndex(of: ":") else { return }
@@ -321,8 +395,22 @@ private final class CurlExchange: @unchecked Sendable {
         }
     }
 
-    /// https://curl.se/libcurl/c/CURLOPT_XFERINFOFUNCTION.html — nonzero aborts the exchange.
-    func progressTick() -> Int32 { checkStop() ? 1 : 0 }
+    /// https://curl.se/libcurl/c/CURLOPT_XFERINFOFUNCTION.html — nonzero aborts the exchange. Called at
+    /// least once a second while the exchange runs, so it also enforces the stall limit and the deadline.
+    func progressTick(downloaded: Int64, uploaded: Int64) -> Int32 {
+        if checkStop() { return 1 }
+        let now = ContinuousClock.now
+        if downloaded + uploaded != bytesMoved {
+            bytesMoved = downloaded + uploaded
+            lastMovement = now
+        }
+        if let deadline = control?.deadline, deadline.hasPassed(at: now) {
+            limitHit = .deadline
+        } else if lastMovement.duration(to: now) >= .seconds(options.stallTimeout) {
+            limitHit = .stalled
+        }
+        return limitHit == nil ? 0 : 1
+    }
 
     private func checkStop() -> Bool {
         if stopReason != nil { return true }
@@ -346,10 +434,28 @@ private final class CurlExchange: @unchecked Sendable {
             complete(.failure(.failed(bodyError)))
             return
         }
+        // A deadline ends the exchange from the progress callback, or as curl's own timeout just at it.
+        if code != CURLE_OK, let deadline = control?.deadline,
+           limitHit == .deadline || (code == CURLE_OPERATION_TIMEDOUT && deadline.remainingMilliseconds < 100) {
+            complete(.failure(.failed(deadline.error(url: request.url))))
+            return
+        }
+        if limitHit == .stalled, code != CURLE_OK {
+            complete(.failure(.failed(StorageError(
+                .unknown, "no data for \(options.stallTimeout) s "
+                    + "(the limit is set by worker --stall-timeout or JOBCTL_STALL_TIMEOUT)",
+                url: redactedURL(request.url), retryable: true))))
+            return
+        }
         guard code == CURLE_OK else {
             let detail = String(cString: errorBufferPointer)
             let text = cause ?? (detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail)
-            complete(.failure(.failed(curlFailure(code: Int(code.rawValue), text: text, url: request.url))))
+            var verifyResult = 0
+            if code == CURLE_PEER_FAILED_VERIFICATION, let easy {
+                jobctl_curl_easy_getinfo_long(easy, CURLINFO_SSL_VERIFYRESULT, &verifyResult)
+            }
+            complete(.failure(.failed(curlFailure(code: Int(code.rawValue), text: text, url: request.url,
+                                                  verifyResult: verifyResult, trust: options.trust))))
             return
         }
         var responseCode = 0
@@ -357,6 +463,16 @@ private final class CurlExchange: @unchecked Sendable {
             jobctl_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &responseCode)
         }
         if responseCode == 0 { responseCode = status }
+        guard headersEnded else {
+            // libcurl reports success when the connection closes inside the header block (it keeps the
+            // status line it saw): that is a truncated response, not an answer — a transport fault,
+            // so no HTTP status is claimed for it.
+            complete(.failure(.failed(StorageError(
+                .unknown, "the connection closed in the middle of the server's response headers",
+                url: redactedURL(request.url), retryable: true,
+                cause: "response headers incomplete after the status line \(responseCode)"))))
+            return
+        }
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url)))
     }
 
@@ -393,37 +509,84 @@ private let curlHeader: jobctl_curl_data_callback = { buffer, size, count, conte
     return size * count
 }
 
-private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, _, _, _ in
+private let curlSeek: jobctl_curl_seek_callback = { context, offset, origin in
+    guard let context else { return CURL_SEEKFUNC_FAIL }
+    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().seekBody(to: Int64(offset), origin: origin)
+}
+
+private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, downloaded, _, uploaded in
     guard let context else { return 0 }
-    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().progressTick()
+    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
+        .progressTick(downloaded: Int64(downloaded), uploaded: Int64(uploaded))
 }
 
 // MARK: - Curl error codes
 
-/// Maps a failed `CURLcode` to a storage error: network trouble is retryable, the rest is not.
-private func curlFailure(code: Int, text: String, url: String) -> StorageError {
+/// Maps a failed `CURLcode` to a storage error.
+///
+/// Transport faults — the network or the peer broke this exchange, and another try may well succeed
+/// — are retryable: refused or reset connections, a reset noticed on send or receive (plain or TLS:
+/// OpenSSL read and write failures surface as RECV/SEND errors), a reply cut short (nothing at all,
+/// fewer body bytes than announced, a garbled status line), HTTP/2 and HTTP/3 stream or connection
+/// errors, timeouts and stalls, name resolution, a TLS handshake cut off, and a body libcurl could not
+/// rewind to resend on a fresh connection. Everything else (a malformed URL, a refused certificate, a
+/// local failure) would fail the same way again and is not retryable.
+///
+/// `verifyResult` is `CURLINFO_SSL_VERIFYRESULT` for a certificate failure (OpenSSL's X509 error, or 0
+/// when the chain was trusted and only the host name check failed); `trust` names the CAs used.
+/// Whether the job is retried is the retry policy's decision, so no message here promises it.
+func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
+                 trust: CertificateTrust = .systemDefault) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: curl_easy_strerror(curlCode))
     let cause = "curl error \(code) (\(name)): \(text)"
     switch curlCode {
     case CURLE_COULDNT_CONNECT:
-        return StorageError(.unknown, "could not connect to the server; it may be down — the transfer will be retried",
+        return StorageError(.unknown, "could not connect to the server; it may be down",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_OPERATION_TIMEDOUT:
-        return StorageError(.unknown, "the transfer timed out or stalled; it will be retried",
+        return StorageError(.unknown, "the transfer timed out or stalled",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
         return StorageError(.unknown, "the host name could not be resolved; check the endpoint or DNS",
                             url: redactedURL(url), retryable: true, cause: cause)
-    case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_HTTP2, CURLE_HTTP2_STREAM,
-         CURLE_SSL_CONNECT_ERROR:
-        return StorageError(.unknown, "the connection failed mid-transfer; it will be retried",
+    case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_WEIRD_SERVER_REPLY,
+         CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_QUIC_CONNECT_ERROR, CURLE_SSL_CONNECT_ERROR,
+         CURLE_SEND_FAIL_REWIND, CURLE_PROXY:
+        return StorageError(.unknown, "the connection failed mid-transfer",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
         return StorageError(.invalidArgument, "the URL cannot be fetched: \(name)", url: redactedURL(url), cause: cause)
     case CURLE_PEER_FAILED_VERIFICATION:
-        return StorageError(.unauthorized, "the server's TLS certificate was not trusted", url: redactedURL(url), cause: cause)
+        return certificateFailure(verifyResult: verifyResult, url: url, trust: trust, cause: cause)
+    case CURLE_SSL_CACERT_BADFILE:
+        return StorageError(.unknown, "the CA certificates could not be loaded from \(trust) (set by "
+                                + "\(trust.source ?? "libcurl's defaults")); point JOBCTL_CA_BUNDLE (or SSL_CERT_FILE / SSL_CERT_DIR) "
+                                + "at a readable PEM file of CA certificates or a directory prepared with `openssl rehash`",
+                            url: redactedURL(url), cause: cause)
     default:
         return StorageError(.unknown, "the transfer failed: \(name)", url: redactedURL(url), cause: cause)
+    }
+}
+
+/// Why the server's certificate was refused, from OpenSSL's verify result (`man openssl-verify`):
+/// a certificate that is expired or not yet valid, a chain no trusted CA issued, or — chain trusted,
+/// result 0 (or libcurl's "not verified yet" 1) — a certificate for another host name. None is retryable.
+private func certificateFailure(verifyResult: Int, url: String, trust: CertificateTrust, cause: String) -> StorageError {
+    let host = redactedURL(url).split(separator: "/", omittingEmptySubsequences: true).dropFirst().first.map(String.init) ?? url
+    switch verifyResult {
+    case 0, 1:
+        return StorageError(.unknown, "the server's TLS certificate is not valid for \(host): it names other hosts. "
+                                + "Check the URL's host name (trusting another CA does not help)",
+                            url: redactedURL(url), cause: cause)
+    case 9, 10:
+        return StorageError(.unknown, "the server's TLS certificate is expired or not yet valid (X509 error \(verifyResult)); "
+                                + "check the server's certificate and this machine's clock",
+                            url: redactedURL(url), cause: cause)
+    default:
+        return StorageError(.unknown, "TLS certificate not trusted: the certificate of \(host) was not issued by a trusted CA "
+                                + "(X509 error \(verifyResult); trusted: \(trust)). Set JOBCTL_CA_BUNDLE to the CA certificate file "
+                                + "or hashed directory that issued it (or SSL_CERT_FILE / SSL_CERT_DIR)",
+                            url: redactedURL(url), cause: cause)
     }
 }

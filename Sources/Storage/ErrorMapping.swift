@@ -4,40 +4,6 @@ import JobModel
 import Glibc
 #endif
 
-// MARK: - Secrets in URLs
-
-/// Query parameters whose values are credentials or capabilities and must never reach an error,
-/// a log line or a result.
-private let secretQueryNames: Set<String> = [
-    "token", "access_token", "upload_id", "key", "sig", "signature", "x-goog-signature", "x-goog-credential",
-    "x-amz-signature", "x-amz-credential", "x-amz-security-token", "googleaccessid", "code", "password",
-]
-
-/// `url` with the values of secret query parameters replaced by `REDACTED` and any `user:password@`
-/// removed. Used for every URL placed in a `StorageError`.
-public func redactedURL(_ url: String) -> String {
-    var text = url
-    if let schemeEnd = text.range(of: "://") {
-        let authorityEnd = text[schemeEnd.upperBound...].firstIndex(where: { $0 == "/" || $0 == "?" }) ?? text.endIndex
-        if let at = text[schemeEnd.upperBound..<authorityEnd].lastIndex(of: "@") {
-            text.removeSubrange(schemeEnd.upperBound...at)
-        }
-    }
-    guard let mark = text.firstIndex(of: "?") else { return text }
-    var fragment = ""
-    var query = String(text[text.index(after: mark)...])
-    if let hash = query.firstIndex(of: "#") {
-        fragment = String(query[hash...])
-        query = String(query[..<hash])
-    }
-    let parts = query.split(separator: "&", omittingEmptySubsequences: false).map { part -> String in
-        let pieces = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-        guard let name = pieces.first, secretQueryNames.contains(name.lowercased()) else { return String(part) }
-        return "\(name)=REDACTED"
-    }
-    return String(text[..<mark]) + "?" + parts.joined(separator: "&") + fragment
-}
-
 // MARK: - HTTP statuses
 
 /// The server's own message from a JSON error body (`{"error": {"message": …}}`) or a short text body.
@@ -77,7 +43,7 @@ func httpError(_ response: HTTPResponse, what: String) -> StorageError {
         return StorageError(.objectNotFound, "\(what) does not exist\(suffix)", httpStatus: status, url: url, cause: message)
     case 408, 429, 500...599:
         let retryAfter = response.headers["retry-after"].flatMap { retryAfterSeconds($0) }
-        return StorageError(.unknown, "the server answered \(status) for \(what); the transfer will be retried\(suffix)",
+        return StorageError(.unknown, "the server answered \(status) for \(what)\(suffix)",
                             httpStatus: status, url: url, retryable: true, retryAfter: retryAfter, cause: message)
     default:
         return StorageError(.unknown, "unexpected HTTP \(status) for \(what)\(suffix)", httpStatus: status, url: url, cause: message)

@@ -8,12 +8,19 @@ import JobModel
 ///   crash or a restart of the process with a single status query. (A one-request multipart upload
 ///   would save one round trip for small objects, but could not be resumed; sessions of one chunk
 ///   cost little.)
+/// - A chunk whose answer is lost (the connection broke) or refused for its offset (400: the server
+///   stored more than we heard of) is followed by a status query, and the upload continues from the
+///   server's offset — a bounded number of times without progress. An offset the server confirms
+///   beyond what was sent, beyond the object, or below what it confirmed before means the session
+///   cannot be trusted: it is cancelled and the upload starts again in a new session, once.
 /// - Downloads read the object's metadata first (size, generation, hashes), then fetch the media
 ///   pinned to that generation, resuming with `Range` from a synced partial file.
-/// - MD5 and CRC32C are computed while streaming and compared with the server's; a mismatch fails
-///   with `nonMatchingChecksum` and the bad copy (remote object or local partial file) is removed.
+/// - MD5 and CRC32C are computed while streaming and compared with the server's — for uploads always,
+///   from the object's metadata when the final answer lacks them; a mismatch fails with
+///   `nonMatchingChecksum` and the bad copy (that generation of the remote object, or the local
+///   partial file) is removed.
 public struct GCSBackend: StorageBackend {
-    /// Endpoint, credentials, chunk size and timeouts.
+    /// Endpoint, credentials, chunk size, timeouts and trusted CAs.
     public let configuration: StorageConfiguration
     private let engine: CurlEngine
     private let tokens: GCSTokenSource
@@ -28,7 +35,10 @@ public struct GCSBackend: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)") {
+        // Every request of this attempt runs under the job's timeout, if it has one.
+        let control = control.limited(toSeconds: spec.timeoutSeconds)
+        switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
+                               policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata,
                                     resumingFrom: resumePoint, control: control, report: report)
@@ -43,25 +53,44 @@ public struct GCSBackend: StorageBackend {
 
     // MARK: - Upload
 
+    /// Re-synchronisations in a row (status queries, or 308s confirming nothing new) that may leave the
+    /// server's offset where it was before the attempt gives up with a retryable error.
+    static let resyncLimit = 3
+
+    /// A resumable session as this attempt knows it.
+    private struct UploadSession {
+        let uri: String
+        /// The offset the server confirmed last.
+        var confirmed: Int64
+        /// The most bytes the server can hold: the end of the furthest chunk this attempt sent, or the
+        /// whole object for a session an earlier process started (its last chunk may still land).
+        var ceiling: Int64
+    }
+
     private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String,
                         metadata: UploadMetadata?, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let total = source.size
         let checksums = StreamChecksums()
         let progress = ProgressThrottle(total: total, report: report)
-        var session: String?
-        var offset: Int64 = 0
+        var session: UploadSession?
+        // A session that expired or cannot be trusted is replaced by a new one, once per attempt.
+        var replacedSession = false
 
         // Continue an earlier session when one is given and still alive.
         if case .upload(let uri, let confirmed, let recordedTotal)? = resumePoint, recordedTotal == nil || recordedTotal == total {
             switch try await queryUploadStatus(uri, total: total, recordedOffset: confirmed, control: control) {
             case .incomplete(let serverOffset):
-                session = uri
-                offset = serverOffset
-                report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: offset, total: total), bytesTotal: total))
+                if Self.implausibleOffset(serverOffset, floor: confirmed, ceiling: total, total: total) != nil {
+                    // It lost bytes it had confirmed, or claims more than exists: start afresh.
+                    await cancelUploadSession(uri)
+                    replacedSession = true
+                } else {
+                    session = UploadSession(uri: uri, confirmed: serverOffset, ceiling: total)
+                    report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: serverOffset, total: total), bytesTotal: total))
+                }
             case .finished(let object):
-                try source.hashPrefix(upTo: total, into: checksums)
-                return .finished(try await verifiedUploadResult(object, checksums: checksums, reference: reference))
+                return .finished(try await verifiedUploadResult(object, source: source, checksums: checksums, reference: reference))
             case .expired:
                 break
             case .stopped(let reason):
@@ -69,14 +98,12 @@ public struct GCSBackend: StorageBackend {
             }
         }
 
-        var restartedSession = false
         while true {
             if session == nil {
                 do throws(TransferFailure) {
                     let uri = try await startUploadSession(reference, contentType: contentType, metadata: metadata,
                                                            total: total, control: control)
-                    session = uri
-                    offset = 0
+                    session = UploadSession(uri: uri, confirmed: 0, ceiling: 0)
                     report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: 0, total: total), bytesTotal: total))
                 } catch {
                     switch error {
@@ -85,29 +112,41 @@ public struct GCSBackend: StorageBackend {
                     }
                 }
             }
-            guard let uri = session else { continue }
+            guard var current = session else { continue }
             // Re-hash what the server already holds (a resumed session) before sending more.
-            if checksums.hashedUpTo < offset { try source.hashPrefix(upTo: offset, into: checksums) }
-            progress.update(offset)
+            if checksums.hashedUpTo < current.confirmed { try source.hashPrefix(upTo: current.confirmed, into: checksums) }
+            progress.update(current.confirmed)
 
-            let outcome = try await sendChunks(source, session: uri, from: offset, checksums: checksums,
+            let outcome = try await sendChunks(source, session: &current, checksums: checksums,
                                                control: control, progress: progress, report: report)
+            session = current
             switch outcome {
             case .finished(let object):
-                return .finished(try await verifiedUploadResult(object, checksums: checksums, reference: reference))
-            case .stopped(let reason, let confirmed):
+                return .finished(try await verifiedUploadResult(object, source: source, checksums: checksums, reference: reference))
+            case .stopped(let reason):
                 if reason == .cancel {
-                    await cancelUploadSession(uri)
+                    await cancelUploadSession(current.uri)
                     return .stopped(.cancel, nil)
                 }
-                return .stopped(reason, .upload(sessionURI: uri, confirmedOffset: confirmed, total: total))
+                return .stopped(reason, .upload(sessionURI: current.uri, confirmedOffset: current.confirmed, total: total))
             case .expired:
                 // The session vanished mid-upload: start one new session, once.
-                guard !restartedSession else {
-                    throw StorageError(.unknown, "the upload session expired twice; the upload will be retried from the start",
-                                       url: redactedURL(uri), retryable: true)
+                guard !replacedSession else {
+                    throw StorageError(.unknown, "the upload session expired twice; a retry starts a new session",
+                                       url: redactedURL(current.uri), retryable: true)
                 }
-                restartedSession = true
+                replacedSession = true
+                session = nil
+            case .untrusted(let problem):
+                // The session's offsets contradict what was sent: its contents cannot be trusted. Drop
+                // it (so no later attempt resumes it) and send everything again in a new one, once.
+                await cancelUploadSession(current.uri)
+                guard !replacedSession else {
+                    throw StorageError(.internalError,
+                                       "the server broke the resumable upload protocol twice (\(problem)); the upload was abandoned — check the endpoint and anything between it and this machine",
+                                       url: redactedURL(current.uri), cause: problem)
+                }
+                replacedSession = true
                 session = nil
             }
         }
@@ -115,57 +154,148 @@ public struct GCSBackend: StorageBackend {
 
     private enum ChunkOutcome {
         case finished([String: Any])
-        case stopped(StopReason, confirmed: Int64)
+        case stopped(StopReason)
         case expired
+        /// The server confirmed an offset that cannot be true (the reason): the session is unusable.
+        case untrusted(String)
     }
 
-    /// PUTs `chunkSize` pieces from `offset` until the server answers with the object.
-    private func sendChunks(_ source: UploadSource, session: String, from start: Int64, checksums: StreamChecksums,
+    /// PUTs `chunkSize` pieces from the session's confirmed offset until the server answers with the object.
+    ///
+    /// When an answer is lost (the connection broke) or the server refuses a chunk's `Content-Range`
+    /// (400: its offset moved on without us hearing of it — a response lost after it stored the chunk,
+    /// or a chunk of a dead process landing late), the session is asked where it stands (an empty PUT
+    /// with `Content-Range: bytes */TOTAL`) and the upload continues from the server's offset.
+    /// `resyncLimit` such rounds in a row without progress end the attempt with a retryable error.
+    /// Every confirmed offset is checked against what was sent (`implausibleOffset`).
+    private func sendChunks(_ source: UploadSource, session: inout UploadSession, checksums: StreamChecksums,
                             control: TransferControl, progress: ProgressThrottle,
                             report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> ChunkOutcome {
         let total = source.size
         let quantum: Int64 = 256 * 1024
         let chunkSize = max(quantum, Int64(configuration.chunkSize) / quantum * quantum)
-        var offset = start
+        var withoutProgress = 0
         while true {
-            if let reason = control.stopReason { return .stopped(reason, confirmed: offset) }
-            let end = min(offset + chunkSize, total)
-            var request = HTTPRequest(method: "PUT", url: session)
-            request.headers = total == 0 || offset == end
+            if let reason = control.stopReason { return .stopped(reason) }
+            let start = session.confirmed
+            let end = min(start + chunkSize, total)
+            var request = HTTPRequest(method: "PUT", url: session.uri)
+            request.headers = total == 0 || start == end
                 ? ["Content-Range: bytes */\(total)"]
-                : ["Content-Range: bytes \(offset)-\(end - 1)/\(total)"]
-            request.bodyLength = end - offset
-            let chunkStart = offset
-            let response: HTTPResponse
+                : ["Content-Range: bytes \(start)-\(end - 1)/\(total)"]
+            request.bodyLength = end - start
+            session.ceiling = max(session.ceiling, end)
+            let answer: Result<HTTPResponse, TransferFailure>
             do {
-                response = try await send(request, control: control, source: {
-                    UploadRangeBody(source: source, start: chunkStart, end: end, checksums: checksums,
+                answer = .success(try await send(request, control: control, source: {
+                    UploadRangeBody(source: source, start: start, end: end, checksums: checksums,
                                     progress: { progress.update($0) })
-                })
+                }))
             } catch {
-                switch error {
-                case .stopped(let reason): return .stopped(reason, confirmed: offset)
-                case .failed(let failure): throw failure
+                answer = .failure(error)
+            }
+
+            // Why the session has to be asked where it stands.
+            let problem: StorageError
+            switch answer {
+            case .failure(.stopped(let reason)):
+                return .stopped(reason)
+            case .failure(.failed(let failure)):
+                // A broken connection or a timeout: the chunk may or may not have landed.
+                guard failure.retryable, failure.httpStatus == nil else { throw failure }
+                problem = failure
+            case .success(let response):
+                switch response.status {
+                case 200, 201:
+                    guard let json = response.json else {
+                        throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource",
+                                           httpStatus: response.status, url: redactedURL(session.uri), retryable: true)
+                    }
+                    return .finished(json)
+                case 308:
+                    let confirmed = Self.confirmedOffset(response.headers["range"], recorded: start)
+                    if let violation = Self.implausibleOffset(confirmed, floor: start, ceiling: session.ceiling, total: total) {
+                        return .untrusted(violation)
+                    }
+                    if confirmed > start {
+                        withoutProgress = 0
+                    } else {
+                        withoutProgress += 1
+                        guard withoutProgress <= Self.resyncLimit else {
+                            throw Self.noProgress(session, total: total, cause: "the server stored none of the last chunk")
+                        }
+                    }
+                    try confirm(confirmed, of: source, in: &session, checksums: checksums, progress: progress, report: report)
+                    continue
+                case 404, 410:
+                    return .expired
+                case 400:
+                    // Usually "Invalid Content-Range start: expected X, got Y": the server is further on.
+                    problem = httpError(response, what: "the upload session")
+                default:
+                    throw httpError(response, what: "the upload session")
                 }
             }
-            switch response.status {
-            case 200, 201:
-                guard let json = response.json else {
-                    throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource",
-                                       httpStatus: response.status, url: redactedURL(session), retryable: true)
+
+            withoutProgress += 1
+            guard withoutProgress <= Self.resyncLimit else {
+                throw Self.noProgress(session, total: total, cause: problem.description)
+            }
+            switch try await queryUploadStatus(session.uri, total: total, recordedOffset: start, control: control) {
+            case .incomplete(let serverOffset):
+                if let violation = Self.implausibleOffset(serverOffset, floor: start, ceiling: session.ceiling, total: total) {
+                    return .untrusted(violation)
                 }
+                // A 400 while the offsets agree, and not about the offset, is about something else.
+                if problem.httpStatus == 400 && serverOffset == start && !Self.isOffsetComplaint(problem) { throw problem }
+                if serverOffset > start { withoutProgress = 0 }
+                try confirm(serverOffset, of: source, in: &session, checksums: checksums, progress: progress, report: report)
+            case .finished(let json):
                 return .finished(json)
-            case 308:
-                let confirmed = Self.confirmedOffset(response.headers["range"], recorded: offset)
-                offset = confirmed
-                progress.update(offset)
-                report(.checkpoint(.upload(sessionURI: session, confirmedOffset: offset, total: total), bytesTotal: total))
-            case 404, 410:
+            case .expired:
                 return .expired
-            default:
-                throw httpError(response, what: "the upload session")
+            case .stopped(let reason):
+                return .stopped(reason)
             }
         }
+    }
+
+    /// Records an offset the server confirmed: progress, a checkpoint, and hashes up to it.
+    private func confirm(_ offset: Int64, of source: UploadSource, in session: inout UploadSession, checksums: StreamChecksums,
+                         progress: ProgressThrottle, report: @Sendable (TransferEvent) -> Void) throws(StorageError) {
+        if checksums.hashedUpTo < offset { try source.hashPrefix(upTo: offset, into: checksums) }
+        session.confirmed = offset
+        progress.update(offset)
+        report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: offset, total: source.size), bytesTotal: source.size))
+    }
+
+    private static func noProgress(_ session: UploadSession, total: Int64, cause: String) -> StorageError {
+        StorageError(.unknown, "the upload session stayed at \(session.confirmed) of \(total) bytes after \(resyncLimit) tries",
+                     url: redactedURL(session.uri), retryable: true, cause: cause)
+    }
+
+    /// Whether a 400 complains about the chunk's position — the emulator's "Invalid Content-Range
+    /// start: expected X, got Y", GCS's "…the upload offset is X byte(s), which exceeds…". HTTP has no
+    /// finer code than the server's text.
+    static func isOffsetComplaint(_ error: StorageError) -> Bool {
+        let text = "\(error.message) \(error.cause ?? "")".lowercased()
+        return text.contains("content-range") || text.contains("offset")
+    }
+
+    /// Why a confirmed offset cannot be true, or nil when it can. A server holds at most the bytes
+    /// sent to it (`ceiling`) and never fewer than it confirmed before (`floor`); an offset past either
+    /// means skipped or lost data — continuing would leave a hole in the object.
+    static func implausibleOffset(_ offset: Int64, floor: Int64, ceiling: Int64, total: Int64) -> String? {
+        if offset > total {
+            return "it confirmed \(offset) bytes of a \(total)-byte upload"
+        }
+        if offset > ceiling {
+            return "it confirmed \(offset) bytes when only \(ceiling) had been sent"
+        }
+        if offset < floor {
+            return "its confirmed offset went back from \(floor) to \(offset) bytes"
+        }
+        return nil
     }
 
     /// `Range: bytes=0-N` → N+1; no Range → 0. The emulator answers `bytes=0-0` before any data,
@@ -234,30 +364,81 @@ public struct GCSBackend: StorageBackend {
         _ = try? await send(HTTPRequest(method: "DELETE", url: session), control: nil)
     }
 
-    /// Compares the streamed hashes with the stored object's; a mismatch deletes the object.
-    private func verifiedUploadResult(_ json: [String: Any], checksums: StreamChecksums,
+    /// Compares the stored object with the source — size, MD5 and CRC32C — always: the hashes come from
+    /// the final answer, or from the object's metadata when that answer carried none, and ours cover
+    /// every byte of the source (computed again when the streamed ones skipped a range). A mismatch
+    /// deletes that generation of the object and fails with `nonMatchingChecksum`.
+    private func verifiedUploadResult(_ json: [String: Any], source: UploadSource, checksums: StreamChecksums,
                                       reference: StorageReference) async throws(StorageError) -> JobResult {
-        guard let object = GCSObjectJSON.object(from: json) else {
+        var resource = json
+        guard var object = GCSObjectJSON.object(from: resource) else {
             throw StorageError(.unknown, "the upload finished but the object resource could not be read")
         }
-        let ours = checksums.finish()
-        if checksums.isContiguous && checksums.hashedUpTo == object.size {
-            if let md5 = object.md5Hash, md5 != ours.md5 {
-                await deleteBadObject(reference, generation: object.generation)
-                throw StorageError(.nonMatchingChecksum, "the stored object's MD5 \(md5) differs from the uploaded bytes' \(ours.md5); the object was deleted — upload again")
+        let ours = try source.hashes(streamed: checksums)
+        if object.md5Hash == nil && object.crc32c == nil {
+            resource = try await storedObjectResource(reference, generation: object.generation)
+            guard let stored = GCSObjectJSON.object(from: resource) else {
+                throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource",
+                                   url: redactedURL(objectURL(reference)), retryable: true)
             }
-            if let crc = object.crc32c, crc != ours.crc32c {
-                await deleteBadObject(reference, generation: object.generation)
-                throw StorageError(.nonMatchingChecksum, "the stored object's CRC32C \(crc) differs from the uploaded bytes' \(ours.crc32c); the object was deleted — upload again")
-            }
+            object = stored
+        }
+        let storedSize = resource["size"] == nil ? nil : object.size
+        if let mismatch = Self.uploadMismatch(object, storedSize: storedSize, sourceSize: source.size,
+                                              md5: ours.md5, crc32c: ours.crc32c) {
+            let deleted = await deleteBadObject(reference, generation: object.generation)
+            throw StorageError(.nonMatchingChecksum,
+                               "\(mismatch); " + (deleted ? "the object was deleted — upload again"
+                                                          : "the object could not be deleted — delete \(reference) and upload again"),
+                               url: redactedURL(objectURL(reference)))
         }
         return JobResult(object: object, size: object.size, md5: ours.md5, crc32c: ours.crc32c)
     }
 
-    /// Best effort: a failed delete leaves a bad object that the next upload overwrites.
-    private func deleteBadObject(_ reference: StorageReference, generation: String?) async {
+    /// How the stored object differs from the uploaded source, or nil when it matches. A hash the
+    /// server does not report is not compared (GCS always reports CRC32C; MD5 is missing for
+    /// composite objects).
+    static func uploadMismatch(_ object: StorageObject, storedSize: Int64?, sourceSize: Int64, md5: String, crc32c: String) -> String? {
+        if let storedSize, storedSize != sourceSize {
+            return "the stored object holds \(storedSize) bytes but \(sourceSize) were uploaded"
+        }
+        if let expected = object.md5Hash, expected != md5 {
+            return "the stored object's MD5 \(expected) differs from the uploaded bytes' \(md5)"
+        }
+        if let expected = object.crc32c, expected != crc32c {
+            return "the stored object's CRC32C \(expected) differs from the uploaded bytes' \(crc32c)"
+        }
+        return nil
+    }
+
+    /// The stored object's resource (that generation), for the hashes a final answer left out.
+    private func storedObjectResource(_ reference: StorageReference, generation: String?) async throws(StorageError) -> [String: Any] {
         let url = objectURL(reference) + (generation.map { "?generation=\($0)" } ?? "")
-        _ = try? await send(HTTPRequest(method: "DELETE", url: url), control: nil)
+        let response: HTTPResponse
+        do {
+            response = try await send(HTTPRequest(method: "GET", url: url), control: nil)
+        } catch {
+            switch error {
+            case .stopped: throw StorageError(.cancelled, "the upload's verification was stopped", url: redactedURL(url))
+            case .failed(let failure): throw failure
+            }
+        }
+        guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
+        guard let json = response.json else {
+            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource",
+                               httpStatus: response.status, url: redactedURL(url), retryable: true)
+        }
+        return json
+    }
+
+    /// Deletes an upload that failed verification — only the generation just written
+    /// (`ifGenerationMatch`), so a newer object someone else stored meanwhile is never removed.
+    /// Best effort; true when the server confirmed the delete.
+    private func deleteBadObject(_ reference: StorageReference, generation: String?) async -> Bool {
+        guard let generation else { return false }
+        let url = objectURL(reference) + "?ifGenerationMatch=\(generation)"
+        guard let response = try? await send(HTTPRequest(method: "DELETE", url: url), control: nil) else { return false }
+        return response.isSuccess
     }
 
     // MARK: - Download to a file
@@ -272,19 +453,15 @@ public struct GCSBackend: StorageBackend {
         }
         let generation = object.generation
         var resume = resumePoint
-        if case .download(_, let recorded, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
-        var partial = try PartialFile(destination: destination, resumeFrom: resume)
-        if partial.bytesWritten > object.size {
-            partial.discard()
-            partial = try PartialFile(destination: destination, resumeFrom: nil)
-        }
+        if case .download(_, let recorded, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
+        if partial.bytesWritten > object.size { try partial.restart() }
         let total = object.size
         let progress = ProgressThrottle(total: total, report: report)
         let start = partial.bytesWritten
-        let sink = FileSink(partial: partial, destination: destination, requestedOffset: start,
-                            checkpoint: { written, temp, _ in
-                                report(.checkpoint(.download(bytesWritten: written, generation: generation, etag: nil,
-                                                             tempPath: temp), bytesTotal: total))
+        let sink = FileSink(partial: partial, requestedOffset: start,
+                            checkpoint: { partial, _ in
+                                report(.checkpoint(partial.resumePoint(generation: generation, etag: nil), bytesTotal: total))
                             },
                             progress: { progress.update($0) })
         try sink.hashExistingPrefix()
@@ -301,14 +478,14 @@ public struct GCSBackend: StorageBackend {
                 }
                 servedHeaders = response.headers
             } catch {
-                return try sink.outcome(of: error, bytesTotal: total, report: report) { written, temp in
-                    .download(bytesWritten: written, generation: generation, etag: nil, tempPath: temp)
+                return try sink.outcome(of: error, bytesTotal: total, report: report) { partial in
+                    partial.resumePoint(generation: generation, etag: nil)
                 }
             }
         }
         guard sink.offset == total else {
             try? sink.partial.sync()
-            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(total) bytes; it will be resumed",
+            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(total) bytes; a retry resumes from there",
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }
         let ours = sink.checksums.finish()
@@ -325,14 +502,10 @@ public struct GCSBackend: StorageBackend {
     /// Fills hashes the metadata lacked from the media response's `x-goog-hash: crc32c=…,md5=…`, which
     /// covers the whole object even on a ranged response.
     static func withServedHashes(_ object: StorageObject, _ headers: [String: String]) -> StorageObject {
-        guard let header = headers["x-goog-hash"] else { return object }
+        let served = reportedHashes(headers)
         var filled = object
-        for item in header.split(separator: ",") {
-            let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-            guard pair.count == 2 else { continue }
-            if pair[0] == "md5", filled.md5Hash == nil { filled.md5Hash = pair[1] }
-            if pair[0] == "crc32c", filled.crc32c == nil { filled.crc32c = pair[1] }
-        }
+        if filled.md5Hash == nil { filled.md5Hash = served.md5 }
+        if filled.crc32c == nil { filled.crc32c = served.crc32c }
         return filled
     }
 
@@ -486,11 +659,6 @@ public struct GCSBackend: StorageBackend {
             + (generation.map { "&generation=\($0)" } ?? "")
     }
 
-    private var timeouts: CurlTimeouts {
-        CurlTimeouts(connect: configuration.connectTimeout, lowSpeedLimit: configuration.lowSpeedLimit,
-                     stallSeconds: configuration.stallTimeout)
-    }
-
     /// Sends one request with the bearer token; on a 401 with a token command, refreshes the token and
     /// sends it once more (the body source is recreated, the sink has received nothing).
     private func send(_ request: HTTPRequest, control: TransferControl?, source: (() -> any RequestBodySource)? = nil,
@@ -501,7 +669,8 @@ public struct GCSBackend: StorageBackend {
         } catch {
             throw .failed(error)
         }
-        let response = try await engine.perform(attempt, source: source?(), sink: sink, control: control, timeouts: timeouts)
+        let response = try await engine.perform(attempt, source: source?(), sink: sink, control: control,
+                                                options: configuration.curlOptions)
         guard response.status == 401, tokens.canRefresh else { return response }
         var retry = request
         do {
@@ -509,6 +678,6 @@ public struct GCSBackend: StorageBackend {
         } catch {
             throw .failed(error)
         }
-        return try await engine.perform(retry, source: source?(), sink: sink, control: control, timeouts: timeouts)
+        return try await engine.perform(retry, source: source?(), sink: sink, control: control, options: configuration.curlOptions)
     }
 }

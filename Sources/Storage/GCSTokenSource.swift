@@ -5,16 +5,22 @@ import Synchronization
 /// Supplies the bearer token for GCS requests: a fixed `accessToken`, or the output of `tokenCommand`
 /// (run through `/bin/sh -c` at first use and again once after a 401), or nothing (anonymous).
 ///
-/// The token never leaves this type except as an `Authorization` header line; errors describe the
-/// command's failure without quoting its output.
+/// The token never leaves this type except as an `Authorization` header line, and only after it passed
+/// `BearerToken.validate` (so it cannot add headers). Errors describe the command's failure — exit status,
+/// signal, time limit — without quoting anything it printed. A command that fails is a retryable error
+/// (the job is retried with backoff, like any network fault); one that prints something that is not a
+/// token is not (running it again prints the same).
 final class GCSTokenSource: Sendable {
     private let fixedToken: String?
     private let command: String?
+    /// How long the command may run before it is killed.
+    private let commandTimeLimit: Duration
     private let cached = Mutex<String?>(nil)
 
-    init(accessToken: String?, tokenCommand: String?) {
+    init(accessToken: String?, tokenCommand: String?, commandTimeLimit: Duration = .seconds(60)) {
         fixedToken = accessToken
         command = tokenCommand
+        self.commandTimeLimit = commandTimeLimit
     }
 
     /// Whether a 401 can be answered by fetching a fresh token.
@@ -24,7 +30,10 @@ final class GCSTokenSource: Sendable {
     func authorizationHeader() throws(StorageError) -> String? {
         if let token = cached.withLock({ $0 }) { return "Authorization: Bearer \(token)" }
         if command != nil { return "Authorization: Bearer \(try refresh())" }
-        if let fixedToken { return "Authorization: Bearer \(fixedToken)" }
+        if let fixedToken {
+            try BearerToken.validate(fixedToken, source: "GOOGLE_OAUTH_ACCESS_TOKEN")
+            return "Authorization: Bearer \(fixedToken)"
+        }
         return nil
     }
 
@@ -34,26 +43,87 @@ final class GCSTokenSource: Sendable {
         guard let command else {
             throw StorageError(.unauthenticated, "no token command is configured to refresh the access token")
         }
+        let output = try Self.run(command, timeLimit: commandTimeLimit)
+        let token = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !token.isEmpty else {
+            throw StorageError(.unauthenticated, "JOBCTL_TOKEN_COMMAND exited 0 but printed no token",
+                               retryable: true)
+        }
+        try BearerToken.validate(token, source: "the output of JOBCTL_TOKEN_COMMAND")
+        cached.withLock { $0 = token }
+        return token
+    }
+
+    /// Runs `command` with `/bin/sh -c` and returns its standard output; its standard error is discarded
+    /// (it may echo secrets). Every failure is retryable.
+    private static func run(_ command: String, timeLimit: Duration) throws(StorageError) -> Data {
+        func failure(_ what: String, cause: String? = nil) -> StorageError {
+            StorageError(.unauthenticated,
+                         "JOBCTL_TOKEN_COMMAND \(what); its output is not shown (it may hold secrets) — run the command "
+                             + "by hand to see why",
+                         retryable: true, cause: cause)
+        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", command]
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        let exited = DispatchSemaphore(value: 0)
+        process.terminationHandler = { _ in exited.signal() }
         do {
             try process.run()
         } catch {
-            throw StorageError(.unauthenticated, "the token command could not be started; check JOBCTL_TOKEN_COMMAND",
-                               cause: "\(error)")
+            throw failure("could not be started", cause: "\(error)")
         }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard process.terminationStatus == 0, !token.isEmpty, !token.contains("\n") else {
-            throw StorageError(.unauthenticated,
-                               "the token command failed (exit status \(process.terminationStatus)) or printed no single-line token; run it by hand to check")
+        // Read on another thread, so a command that never exits cannot hold this one past the limit.
+        let collected = CollectedOutput()
+        let reader = output.fileHandleForReading
+        DispatchQueue.global().async {
+            collected.finish(reader.readDataToEndOfFile())
         }
-        cached.withLock { $0 = token }
-        return token
+        let (seconds, attoseconds) = timeLimit.components
+        let limit = DispatchTime.now() + Double(seconds) + Double(attoseconds) / 1e18
+        guard exited.wait(timeout: limit) == .success else {
+            process.terminate()
+            if exited.wait(timeout: .now() + 2) == .timedOut {
+                kill(process.processIdentifier, SIGKILL)
+                _ = exited.wait(timeout: .now() + 2)
+            }
+            throw failure("did not finish within \(DurationText.format(max(1, Int(seconds)))) and was stopped")
+        }
+        switch process.terminationReason {
+        case .uncaughtSignal:
+            throw failure("was killed by signal \(process.terminationStatus)")
+        case .exit where process.terminationStatus != 0:
+            throw failure("failed with exit status \(process.terminationStatus)")
+        case .exit:
+            break
+        @unknown default:
+            throw failure("ended abnormally (status \(process.terminationStatus))")
+        }
+        // The command exited; its output ends unless something it started in the background keeps it open.
+        guard let data = collected.wait(until: .now() + 2) else {
+            throw failure("exited but left its output open (a background process holds it)")
+        }
+        return data
+    }
+}
+
+/// The command's output, handed from the reading thread.
+private final class CollectedOutput: @unchecked Sendable {
+    // @unchecked: `data` is written once before `done` is signalled and read only after waiting for it.
+    private var data = Data()
+    private let done = DispatchSemaphore(value: 0)
+
+    func finish(_ data: Data) {
+        self.data = data
+        done.signal()
+    }
+
+    /// The output once the reader reached its end, or nil at `deadline`.
+    func wait(until deadline: DispatchTime) -> Data? {
+        done.wait(timeout: deadline) == .success ? data : nil
     }
 }

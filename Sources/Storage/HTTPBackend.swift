@@ -6,10 +6,12 @@ import JobModel
 /// - Downloads resume with `Range` guarded by `If-Range` (the ETag, else Last-Modified), so a changed
 ///   file is sent whole (200) and the partial copy restarts from zero instead of being spliced.
 /// - Uploads are a single `PUT`; plain HTTP has no resumable protocol, so an interrupted upload starts
-///   again from byte 0.
+///   again from byte 0. When the answer reports the stored bytes' hash (`x-goog-hash`,
+///   `x-amz-checksum-crc32c`) it is compared with ours; a mismatch deletes the file
+///   (`nonMatchingChecksum`). Without such a header there is nothing to compare: an ETag is not a hash.
 /// - `fetch-url` has no meaning here (the reference already is a URL) and fails with `invalidArgument`.
 public struct HTTPBackend: StorageBackend {
-    /// Timeouts (connect, stall) come from here; endpoints and tokens are not used.
+    /// Timeouts (connect, stall) and trusted CAs come from here; endpoints and tokens are not used.
     public let configuration: StorageConfiguration
     private let engine: CurlEngine
 
@@ -21,7 +23,9 @@ public struct HTTPBackend: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL") {
+        // Every request of this attempt runs under the job's timeout, if it has one.
+        let control = control.limited(toSeconds: spec.timeoutSeconds)
+        switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, control: control, report: report)
         case .downloadFile(let reference, let destination):
@@ -38,6 +42,7 @@ public struct HTTPBackend: StorageBackend {
 
     private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        // An http(s) reference's description is the URL exactly as written (its `rawPath` and query).
         let url = reference.description
         let checksums = StreamChecksums()
         let progress = ProgressThrottle(total: source.size, report: report)
@@ -48,7 +53,7 @@ public struct HTTPBackend: StorageBackend {
         progress.update(0)
         let response: HTTPResponse
         do throws(TransferFailure) {
-            response = try await engine.perform(request, source: body, control: control, timeouts: timeouts)
+            response = try await engine.perform(request, source: body, control: control, options: configuration.curlOptions)
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason, nil)   // not resumable: the next attempt starts at 0
@@ -56,11 +61,39 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
-        let ours = checksums.finish()
+        let ours = try source.hashes(streamed: checksums)
+        if let mismatch = Self.reportedHashMismatch(response.headers, md5: ours.md5, crc32c: ours.crc32c) {
+            let deleted = await deleteBadUpload(url, etag: response.headers["etag"])
+            throw StorageError(.nonMatchingChecksum,
+                               "\(mismatch); " + (deleted ? "the uploaded file was deleted — upload again"
+                                                          : "the uploaded file could not be deleted — delete it and upload again"),
+                               httpStatus: response.status, url: redactedURL(url))
+        }
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: source.size,
                                    contentType: contentType, md5Hash: ours.md5, crc32c: ours.crc32c,
                                    generation: nil, updated: nil)
         return .finished(JobResult(object: object, size: source.size, md5: ours.md5, crc32c: ours.crc32c))
+    }
+
+    /// How the hashes the server reported for the stored file (`x-goog-hash`, `x-amz-checksum-crc32c`)
+    /// differ from the uploaded bytes', or nil when they match or none was reported.
+    static func reportedHashMismatch(_ headers: [String: String], md5: String, crc32c: String) -> String? {
+        let reported = reportedHashes(headers)
+        if let expected = reported.md5, expected != md5 {
+            return "the server stored MD5 \(expected) but the uploaded bytes' is \(md5)"
+        }
+        if let expected = reported.crc32c, expected != crc32c {
+            return "the server stored CRC32C \(expected) but the uploaded bytes' is \(crc32c)"
+        }
+        return nil
+    }
+
+    /// Deletes an upload the server reported with other bytes than were sent; with `If-Match` when the
+    /// PUT returned an ETag, so only that version goes. Best effort; true when the server confirmed it.
+    private func deleteBadUpload(_ url: String, etag: String?) async -> Bool {
+        let request = HTTPRequest(method: "DELETE", url: url, headers: etag.map { ["If-Match: \($0)"] } ?? [])
+        guard let response = try? await engine.perform(request, control: nil, options: configuration.curlOptions) else { return false }
+        return response.isSuccess
     }
 
     // MARK: - Download to a file
@@ -72,16 +105,15 @@ public struct HTTPBackend: StorageBackend {
         // Without a validator a resumed prefix could belong to another version of the file: start over.
         var resume = resumePoint
         var validator: String?
-        if case .download(_, _, let etag, _)? = resume, let etag, !etag.isEmpty { validator = etag } else { resume = nil }
-        let partial = try PartialFile(destination: destination, resumeFrom: resume)
+        if case .download(_, _, let etag, _, _)? = resume, let etag, !etag.isEmpty { validator = etag } else { resume = nil }
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
         let start = partial.bytesWritten
         let progress = ProgressThrottle(total: nil, report: report)
         // The total comes with the response headers, which the sink holds once the body starts.
         weak var headersSource: FileSink?
-        let sink = FileSink(partial: partial, destination: destination, requestedOffset: start,
-                            checkpoint: { written, temp, headers in
-                                report(.checkpoint(.download(bytesWritten: written, generation: nil,
-                                                             etag: Self.validator(headers), tempPath: temp),
+        let sink = FileSink(partial: partial, requestedOffset: start,
+                            checkpoint: { partial, headers in
+                                report(.checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers)),
                                                    bytesTotal: Self.totalSize(headers, offset: 0)))
                             },
                             progress: { done in
@@ -99,18 +131,18 @@ public struct HTTPBackend: StorageBackend {
         }
         let response: HTTPResponse
         do throws(TransferFailure) {
-            response = try await engine.perform(request, sink: sink, control: control, timeouts: timeouts)
+            response = try await engine.perform(request, sink: sink, control: control, options: configuration.curlOptions)
         } catch {
             // The validator from this response (if any) pins the resumed range to the same version.
             let etag = Self.validator(sink.responseHeaders) ?? validator
-            return try sink.outcome(of: error, bytesTotal: nil, report: report) { written, temp in
-                .download(bytesWritten: written, generation: nil, etag: etag, tempPath: temp)
+            return try sink.outcome(of: error, bytesTotal: nil, report: report) { partial in
+                partial.resumePoint(generation: nil, etag: etag)
             }
         }
         if response.status == 416 && start > 0 {
             // Asked past the end: the file shrank. Start again from zero next attempt.
             sink.partial.discard()
-            throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size; the download will restart",
+            throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size; a retry starts the download again",
                                httpStatus: 416, url: redactedURL(url), retryable: true)
         }
         guard response.isSuccess else {
@@ -120,7 +152,7 @@ public struct HTTPBackend: StorageBackend {
         let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
         if let expected, sink.offset != expected {
             try? sink.partial.sync()
-            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; it will be resumed",
+            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from there",
                                url: redactedURL(url), retryable: true)
         }
         let ours = sink.checksums.finish()
@@ -154,7 +186,7 @@ public struct HTTPBackend: StorageBackend {
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(HTTPRequest(method: "GET", url: url, followRedirects: true), sink: sink,
-                                                control: control, timeouts: timeouts)
+                                                control: control, options: configuration.curlOptions)
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason, nil)
@@ -167,12 +199,5 @@ public struct HTTPBackend: StorageBackend {
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: Int64(data.count),
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, size: Int64(data.count), md5: ours.md5, crc32c: ours.crc32c, data: data))
-    }
-
-    // MARK: - Helpers
-
-    private var timeouts: CurlTimeouts {
-        CurlTimeouts(connect: configuration.connectTimeout, lowSpeedLimit: configuration.lowSpeedLimit,
-                     stallSeconds: configuration.stallTimeout)
     }
 }

@@ -52,8 +52,13 @@ struct HTTPResponse: Sendable {
 }
 
 /// Produces a request body on the engine thread. Returns 0 at the end.
+///
+/// Every body can be rewound: libcurl re-sends a request on a fresh connection when a reused
+/// keep-alive connection dies under it, and it must read the body again from the start.
 protocol RequestBodySource: AnyObject {
     func read(into buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> Int
+    /// Moves to `position` bytes from the start of this body; false when that is not a position in it.
+    func rewind(to position: Int64) -> Bool
 }
 
 /// Consumes a 2xx response body on the engine thread; throwing aborts the exchange with that error.
@@ -99,6 +104,22 @@ final class StreamChecksums {
         let result = hashes.finish()
         return (result.md5Base64, result.crc32cBase64)
     }
+}
+
+/// The hashes a response reports for the whole stored object, base64 as GCS encodes them:
+/// `x-goog-hash: crc32c=…,md5=…` (GCS, on JSON and XML API answers and signed-URL uploads) and
+/// `x-amz-checksum-crc32c` (S3, when the upload asked for it). ETags are not read: nginx's is
+/// mtime-size, and S3's is an MD5 only for some uploads.
+func reportedHashes(_ headers: [String: String]) -> (md5: String?, crc32c: String?) {
+    var md5: String?
+    var crc32c = headers["x-amz-checksum-crc32c"]
+    for item in (headers["x-goog-hash"] ?? "").split(separator: ",") {
+        let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+        guard pair.count == 2 else { continue }
+        if pair[0] == "md5" { md5 = pair[1] }
+        if pair[0] == "crc32c" { crc32c = pair[1] }
+    }
+    return (md5, crc32c)
 }
 
 // MARK: - Upload sources
@@ -168,6 +189,15 @@ final class UploadSource {
         }
     }
 
+    /// MD5 and CRC32C of every byte of the source: the streamed hashes when they cover it all in
+    /// order, else computed again (a skipped range must never go unverified).
+    func hashes(streamed: StreamChecksums) throws(StorageError) -> (md5: String, crc32c: String) {
+        if streamed.isContiguous && streamed.hashedUpTo == size { return streamed.finish() }
+        let fresh = StreamChecksums()
+        try hashPrefix(upTo: size, into: fresh)
+        return fresh.finish()
+    }
+
     /// Hashes bytes `0..<end` into `checksums` (a resumed upload re-hashes what the server already has).
     func hashPrefix(upTo end: Int64, into checksums: StreamChecksums) throws(StorageError) {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
@@ -183,9 +213,12 @@ final class UploadSource {
 }
 
 /// Streams `source[start..<end]` as one request body, hashing and reporting progress as it goes.
+///
+/// A rewind re-reads bytes already sent; `StreamChecksums` does not hash them twice.
 final class UploadRangeBody: RequestBodySource {
     private let source: UploadSource
     private var offset: Int64
+    private let start: Int64
     private let end: Int64
     private let checksums: StreamChecksums
     private let progress: (Int64) -> Void
@@ -193,6 +226,7 @@ final class UploadRangeBody: RequestBodySource {
     init(source: UploadSource, start: Int64, end: Int64, checksums: StreamChecksums, progress: @escaping (Int64) -> Void) {
         self.source = source
         self.offset = start
+        self.start = start
         self.end = end
         self.checksums = checksums
         self.progress = progress
@@ -206,6 +240,13 @@ final class UploadRangeBody: RequestBodySource {
         offset += Int64(count)
         progress(offset)
         return count
+    }
+
+    func rewind(to position: Int64) -> Bool {
+        guard position >= 0, position <= end - start else { return false }
+        offset = start + position
+        progress(offset)
+        return true
     }
 }
 
@@ -248,14 +289,14 @@ final class MemorySink: ResponseBodySink {
 /// When a ranged request is answered with the whole body (200 instead of 206), the partial file and
 /// the hashes start again from zero.
 final class FileSink: ResponseBodySink {
-    private(set) var partial: PartialFile
-    let destination: String
+    let partial: PartialFile
     let checksums = StreamChecksums()
     private(set) var offset: Int64
     private var lastCheckpoint: Int64
     private let requestedOffset: Int64
-    /// Called after a `sync()` with the durable byte count, the temporary path and the response headers.
-    private let checkpoint: (Int64, String, [String: String]) -> Void
+    /// Called after a `sync()` with the partial file (its durable byte count and resume point) and the
+    /// response headers.
+    private let checkpoint: (PartialFile, [String: String]) -> Void
     /// The headers of the response being written (ETag, Last-Modified, Content-Range).
     private(set) var responseHeaders: [String: String] = [:]
     private let progress: (Int64) -> Void
@@ -265,10 +306,9 @@ final class FileSink: ResponseBodySink {
     /// Whether any body byte of this response arrived (the 200-instead-of-206 check runs once).
     private var receivedAny = false
 
-    init(partial: PartialFile, destination: String, requestedOffset: Int64,
-         checkpoint: @escaping (Int64, String, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
+    init(partial: PartialFile, requestedOffset: Int64,
+         checkpoint: @escaping (PartialFile, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
         self.partial = partial
-        self.destination = destination
         self.offset = partial.bytesWritten
         self.lastCheckpoint = partial.bytesWritten
         self.requestedOffset = requestedOffset
@@ -291,8 +331,7 @@ final class FileSink: ResponseBodySink {
         defer { receivedAny = true }
         if !receivedAny, requestedOffset > 0, status == 200 {
             // The server ignored Range (or If-Range failed): start over with the full body.
-            partial.discard()
-            partial = try PartialFile(destination: destination, resumeFrom: nil)
+            try partial.restart()
             checksums.reset()
             offset = 0
             lastCheckpoint = 0
@@ -306,7 +345,7 @@ final class FileSink: ResponseBodySink {
         if offset - lastCheckpoint >= Self.checkpointInterval {
             try partial.sync()
             lastCheckpoint = offset
-            checkpoint(offset, partial.tempPath, headers)
+            checkpoint(partial, headers)
         }
     }
 }
@@ -314,17 +353,17 @@ final class FileSink: ResponseBodySink {
 extension FileSink {
     /// Ends a download the transfer did not finish. A cancel removes the partial file; any other stop
     /// syncs it and reports (and returns) where the next attempt resumes, built by `resumePoint` from the
-    /// bytes written and the temp file; a failure keeps the bytes only when another attempt may use them.
+    /// partial file; a failure keeps the bytes only when another attempt may use them.
     func outcome(of interruption: TransferFailure, bytesTotal: Int64?,
                  report: @Sendable (TransferEvent) -> Void,
-                 resumePoint: (_ written: Int64, _ tempPath: String) -> ResumePoint) throws(StorageError) -> TransferOutcome {
+                 resumePoint: (PartialFile) -> ResumePoint) throws(StorageError) -> TransferOutcome {
         switch interruption {
         case .stopped(.cancel):
             partial.discard()
             return .stopped(.cancel, nil)
         case .stopped(let reason):
             try partial.sync()
-            let point = resumePoint(offset, partial.tempPath)
+            let point = resumePoint(partial)
             report(.checkpoint(point, bytesTotal: bytesTotal))
             return .stopped(reason, point)
         case .failed(let failure):

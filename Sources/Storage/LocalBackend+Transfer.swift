@@ -13,8 +13,6 @@ final class LocalTransfer {
     private let report: @Sendable (TransferEvent) -> Void
     private let buffer: UnsafeMutableRawBufferPointer
 
-    static let sessionPrefix = "file-session:"
-
     init(backend: LocalBackend, spec: JobSpec, resumePoint: ResumePoint?, control: TransferControl,
          report: @escaping @Sendable (TransferEvent) -> Void) {
         self.backend = backend
@@ -58,7 +56,7 @@ final class LocalTransfer {
             guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
             sourceName = LocalFiles.lastComponent(path)
             try backend.policy.check(reference: reference, sourceName: sourceName)
-            let file = try LocalFile(path: path, flags: O_RDONLY, context: .source)
+            let file = try LocalFile(reading: path, context: .source)
             let status = try file.status()
             guard !status.isDirectory else {
                 throw StorageError(.invalidArgument, "source '\(path)' is a directory: upload-file takes one regular file")
@@ -72,14 +70,11 @@ final class LocalTransfer {
             total = Int64(data.count)
         }
 
-        var location = try backend.locate(reference, creatingBucket: true)
-        try LocalFiles.makeDirectories(location.directory)
-        // Re-resolve now that the directories exist, so a link created meanwhile is still caught.
-        location = try backend.locate(reference, creatingBucket: false)
-
+        let location = try backend.locate(reference, creating: true)
         let hashes = StreamingHashes()
-        let (temp, offset) = try openUploadSession(for: location, total: total, hashes: hashes)
-        let session = LocalTransfer.sessionPrefix + temp.path
+        let session = try openUploadSession(for: location, total: total, hashes: hashes)
+        let temp = session.file
+        let offset = session.offset
         if case .file(let file) = source { try file.seek(to: offset) }
 
         var done = offset
@@ -88,12 +83,11 @@ final class LocalTransfer {
         while done < total {
             if let reason = control.stopReason {
                 if reason == .cancel {
-                    temp.close()
-                    LocalFiles.remove(temp.path)
+                    session.discard(in: location)
                     return .stopped(.cancel, nil)
                 }
                 try temp.sync()
-                return .stopped(reason, .upload(sessionURI: session, confirmedOffset: done, total: total))
+                return .stopped(reason, .upload(sessionURI: session.uri, confirmedOffset: done, total: total))
             }
             let want = Int(min(Int64(buffer.count), total - done))
             let chunk: UnsafeRawBufferPointer
@@ -118,16 +112,21 @@ final class LocalTransfer {
             do {
                 try temp.write(chunk)
             } catch {
-                discardOnDiskFull(error, temp)
+                if temp.failedForLackOfSpace { session.discard(in: location) }
                 throw error
             }
             hashes.update(chunk)
             done += Int64(chunk.count)
             report(.progress(bytesDone: done, bytesTotal: total))
             if done - lastCheckpoint >= backend.checkpointInterval && done < total {
-                try temp.sync()
+                do {
+                    try temp.sync()
+                } catch {
+                    if temp.failedForLackOfSpace { session.discard(in: location) }
+                    throw error
+                }
                 lastCheckpoint = done
-                report(.checkpoint(.upload(sessionURI: session, confirmedOffset: done, total: total), bytesTotal: total))
+                report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: done, total: total), bytesTotal: total))
             }
         }
 
@@ -144,67 +143,101 @@ final class LocalTransfer {
             generation: String(Int64((now.timeIntervalSince1970 * 1_000_000).rounded())), metageneration: "1",
             timeCreated: time, updated: time)
 
-        let sidecar = backend.prepareMetadata(object, for: location)
+        var diskFull = false
+        let sidecar: (name: String, identity: FileIdentity)
         do {
             try temp.sync()
-            temp.close()
-            try backend.writeFile(sidecar.data, to: sidecar.path)
+            sidecar = try backend.createMetadata(object, for: location, diskFull: &diskFull)
         } catch {
-            discardOnDiskFull(error, temp)
+            // A full disk ends the job, so its session goes to give the space back.
+            if diskFull || temp.failedForLackOfSpace { session.discard(in: location) }
+            throw error
+        }
+        // Only the file this upload wrote is renamed onto the object: never one swapped in at its name.
+        guard let current = location.directory.entry(session.name), current.isRegular, current.identity == session.identity else {
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            throw StorageError(.pathError,
+                               "the upload session file '\(location.directory.childPath(session.name))' was replaced by another file "
+                                   + "during the upload; nothing was renamed onto '\(location.path)' — check who writes in that "
+                                   + "folder, then retry the job")
+        }
+        temp.close()
+        do {
+            try location.directory.rename(session.name, to: location.name)
+        } catch {
+            session.discard(in: location)
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
             throw error
         }
         do {
-            try LocalFiles.rename(temp.path, to: location.path)
+            try location.directory.rename(sidecar.name, to: location.sidecarName)
         } catch {
-            LocalFiles.remove(temp.path)
-            LocalFiles.remove(sidecar.path)
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
             throw error
         }
-        do {
-            try LocalFiles.rename(sidecar.path, to: location.sidecarPath)
-        } catch {
-            LocalFiles.remove(sidecar.path)
-            throw error
-        }
-        try LocalFiles.syncDirectory(location.directory)
+        try location.directory.sync()
         return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c))
     }
 
-    /// A full disk ends the job, so its temporary file goes to give the space back.
-    private func discardOnDiskFull(_ error: StorageError, _ temp: LocalFile) {
-        guard LocalFiles.isDiskFull(error) else { return }
-        temp.close()
-        LocalFiles.remove(temp.path)
+    /// An open upload session file: where the bytes go, and how a later attempt finds it again.
+    private struct OpenSession {
+        let file: LocalFile
+        /// Its name in the object's folder.
+        let name: String
+        let identity: FileIdentity
+        /// Bytes already in it (a resumed session) where writing continues.
+        let offset: Int64
+        /// `file-session:DEVICE:INODE:PATH`, reported in checkpoints.
+        let uri: String
+
+        /// Closes and removes the session file while it is still this one (cancel, full disk, failed rename).
+        func discard(in location: LocalLocation) {
+            file.close()
+            location.directory.remove(name, ifStill: identity)
+        }
     }
 
     /// Reopens the session named by an upload resume point (truncated to its confirmed offset, prefix
-    /// re-hashed from the temp file) when it belongs to this object and source size; else starts a new one.
+    /// re-hashed from the temp file) when it belongs to this object and source size and is still the
+    /// file the session recorded (its identity; for sessions logged before identities were, a regular
+    /// file with one link owned by us); else creates a new one, `.<name>.<job id>.jobctl-upload`, with
+    /// `O_EXCL | O_NOFOLLOW`. A file at the recorded name that is not the session is never written to.
     private func openUploadSession(for location: LocalLocation, total: Int64,
-                                   hashes: StreamingHashes) throws(StorageError) -> (LocalFile, Int64) {
-        let sessionName = { (path: String) -> Bool in
-            LocalFiles.directory(of: path) == location.directory
-                && LocalFiles.lastComponent(path).hasPrefix("." + location.name + ".")
-                && path.hasSuffix(".jobctl-upload")
-        }
-        if case .upload(let uri, let offset, let recordedTotal)? = resumePoint, uri.hasPrefix(LocalTransfer.sessionPrefix) {
-            let path = String(uri.dropFirst(LocalTransfer.sessionPrefix.count))
-            if sessionName(path) {
-                if recordedTotal == nil || recordedTotal == total, offset <= total,
-                   let file = try? LocalFile(path: path, flags: O_RDWR, context: .destination),
-                   let size = try? file.status().size, size >= offset {
+                                   hashes: StreamingHashes) throws(StorageError) -> OpenSession {
+        if case .upload(let uri, let offset, let recordedTotal)? = resumePoint, let recorded = LocalUploadSession(uri: uri) {
+            let name = LocalFiles.lastComponent(recorded.path)
+            if LocalFiles.directory(of: recorded.path) == location.directory.path,
+               LocalUploadSession.isSession(name, forObject: location.name),
+               let file = try? location.directory.openExisting(name, writable: true, context: .destination),
+               let status = try? file.status() {
+                let isOurs = recorded.identity.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
+                if isOurs, recordedTotal == nil || recordedTotal == total, offset <= total, status.size >= offset {
                     try file.truncate(to: offset)
                     try rehash(file, upTo: offset, into: hashes)
                     try file.seek(to: offset)
-                    return (file, offset)
+                    let uri = LocalUploadSession(path: location.directory.childPath(name), identity: status.identity).uri
+                    return OpenSession(file: file, name: name, identity: status.identity, offset: offset, uri: uri)
                 }
-                // The source changed size or the session is gone: its bytes are useless now.
-                LocalFiles.remove(path)
+                file.close()
+                // The source changed size or the session is short: its bytes are useless now. A file that is
+                // not the session is left alone.
+                if isOurs { location.directory.remove(name, ifStill: status.identity) }
             }
         }
-        let random = UUID().uuidString.prefix(12).lowercased()
-        let path = location.directory + "/." + location.name + "." + random + ".jobctl-upload"
-        let file = try LocalFile(path: path, flags: O_WRONLY | O_CREAT | O_EXCL, context: .destination)
-        return (file, 0)
+        let token = control.jobID ?? String(UUID().uuidString.prefix(12).lowercased())
+        let name = LocalUploadSession.name(forObject: location.name, token: token)
+        // A leftover at the job's own name is an earlier attempt's that never reached a checkpoint.
+        let file = try location.directory.createExclusive(name, replacingOwnLeftover: control.jobID != nil)
+        let identity: FileIdentity
+        do {
+            identity = try file.status().identity
+        } catch {
+            file.close()
+            location.directory.remove(name)
+            throw error
+        }
+        let uri = LocalUploadSession(path: location.directory.childPath(name), identity: identity).uri
+        return OpenSession(file: file, name: name, identity: identity, offset: 0, uri: uri)
     }
 
     private func rehash(_ file: LocalFile, upTo length: Int64, into hashes: StreamingHashes) throws(StorageError) {
@@ -223,19 +256,21 @@ final class LocalTransfer {
 
     // MARK: - Downloads
 
-    /// The object, open for reading, with its metadata.
+    /// The object, open for reading, with its metadata. A symbolic link at the object's name (or at any
+    /// folder inside its bucket) is refused, never followed.
     private func openObject() throws(StorageError) -> (LocalFile, StorageObject, LocalLocation) {
         let reference = try reference(spec.source, "source")
-        let location = try backend.locate(reference, creatingBucket: false)
-        let file = try LocalFile(path: location.path, flags: O_RDONLY, context: .object)
+        let location = try backend.locate(reference, creating: false)
+        guard let file = try location.directory.openExisting(location.name, writable: false, context: .object) else {
+            throw StorageError(.objectNotFound, "object '\(location.path)' does not exist")
+        }
         let status = try file.status()
         guard status.isRegular else {
             throw StorageError(.objectNotFound, "object '\(reference)' does not exist ('\(location.path)' is not a regular file)")
         }
-        let object = try backend.readMetadata(location, size: status.size, modifiedMicros: status.modifiedMicros)
-        var current = object
-        current.size = status.size
-        return (file, current, location)
+        var object = try backend.readMetadata(location, status: status)
+        object.size = status.size
+        return (file, object, location)
     }
 
     private func verify(_ object: StorageObject, md5: String, crc32c: String) throws(StorageError) {
@@ -258,20 +293,17 @@ final class LocalTransfer {
         let (file, object, _) = try openObject()
         let total = object.size
         var resume = resumePoint
-        if case .download(_, let generation, _, _)? = resume, generation != object.generation {
+        if case .download(_, let generation, _, _, _)? = resume, generation != object.generation {
             resume = nil  // The object changed since the pause: its prefix would be stale.
         }
-        var partial = try PartialFile(destination: destination, resumeFrom: resume)
-        if partial.bytesWritten > total {
-            partial.discard()
-            partial = try PartialFile(destination: destination, resumeFrom: nil)
-        }
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
+        if partial.bytesWritten > total { try partial.restart() }
         let hashes = StreamingHashes()
         try partial.readBack { hashes.update($0) }
         try file.seek(to: partial.bytesWritten)
 
         let checkpoint = { (partial: PartialFile) -> ResumePoint in
-            .download(bytesWritten: partial.bytesWritten, generation: object.generation, etag: nil, tempPath: partial.tempPath)
+            partial.resumePoint(generation: object.generation, etag: nil)
         }
         var lastCheckpoint = partial.bytesWritten
         report(.progress(bytesDone: partial.bytesWritten, bytesTotal: total))
@@ -354,7 +386,7 @@ final class LocalTransfer {
         try file.lockExclusive()
         var object = initial
         if let status = try? file.status() {
-            object = try backend.readMetadata(location, size: status.size, modifiedMicros: status.modifiedMicros)
+            object = try backend.readMetadata(location, status: status)
         }
         var token = object.downloadTokens?.split(separator: ",").first.map {
             String($0).trimmingCharacters(in: .whitespaces)
@@ -366,7 +398,7 @@ final class LocalTransfer {
             object.metageneration = String((Int(object.metageneration ?? "1") ?? 1) + 1)
             object.updated = LocalFiles.timestamp()
             try backend.writeMetadata(object, to: location)
-            try LocalFiles.syncDirectory(location.directory)
+            try location.directory.sync()
         }
         let url = "file://" + StorageReference.percentEncode(location.path, keepSlash: true) + "?token=" + (token ?? "")
         return .finished(JobResult(object: object, url: url))

@@ -11,23 +11,29 @@ import Glibc
 ///
 /// - `file:///abs/path` addresses the whole filesystem (bucket root `/`); `file://NAME/path` addresses
 ///   `<localBucketsDirectory>/NAME/path`. A named bucket must exist for downloads (else `bucketNotFound`)
-///   and is created by the first upload. A reference whose real path (symbolic links of the existing
-///   components resolved) leaves its bucket root is refused with `pathError`.
+///   and is created by the first upload. Inside a named bucket no symbolic link is followed: every
+///   folder is opened one component at a time with `O_NOFOLLOW`, so a link anywhere below the bucket
+///   root (leading out of it or not) is refused with `pathError`. For `file:///` paths the folder is
+///   opened as written. Either way the object, its sidecar and its upload session are created, opened,
+///   renamed and removed relative to that folder (`SafeDirectory`), never through a link: a link at
+///   the object's or the sidecar's name is replaced by an upload and refused by a read.
 /// - Metadata lives beside the object in `.<name>.jobctl-meta.json` (a `StorageObject` as JSON): content
 ///   type and the other writable fields, custom metadata, base64 MD5 and big-endian CRC32C, size,
 ///   generation (microseconds since 1970 at upload), metageneration, RFC 3339 times and download tokens.
 ///   Hidden files ending in `.jobctl-meta.json`, `.jobctl-upload` or `.jobctl-partial` are never objects.
 ///   A file without a sidecar (e.g. `file:///etc/hosts`) is served with metadata derived from `stat`
 ///   and no checksums to verify against.
-/// - Uploads stream through a fixed buffer into `.<name>.<session>.jobctl-upload` beside the object,
-///   hashing as they go; every `checkpointInterval` bytes the file is synced and a
-///   `.upload(sessionURI: "file-session:<temp path>", …)` checkpoint reported. On completion the temp
+/// - Uploads stream through a fixed buffer into `.<name>.<job id>.jobctl-upload` beside the object
+///   (created with `O_EXCL | O_NOFOLLOW`), hashing as they go; every `checkpointInterval` bytes the file
+///   is synced and a `.upload(sessionURI: "file-session:<device>:<inode>:<temp path>", …)` checkpoint
+///   reported. A resumed session is used only while it is still that inode. On completion the temp
 ///   file and sidecar are synced and renamed into place and the directory synced. The object and its
 ///   sidecar are two renames: a crash between them leaves the new object with the old sidecar, which
 ///   the next download reports as `nonMatchingChecksum` rather than serving silently.
 ///   Each upload is a new generation (metageneration 1, no download tokens). A session whose source
 ///   changed size since its resume point is discarded and the upload starts over. A session file left
-///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it.
+///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it, and
+///   removed once the job ends failed or cancelled (`leftovers(of:sparing:)`).
 /// - Downloads go through `PartialFile` and resume pinned to the object's generation.
 /// - fetch-url returns `file:///<absolute path>?token=<token>`: for local buckets the URL is only
 ///   meaningful on this machine; the token (created once, as Firebase does) is what a download URL
@@ -71,6 +77,11 @@ public struct LocalBackend: StorageBackend {
         }
         return try result.get()
     }
+
+    /// Partial downloads and `file://` upload sessions, in named buckets too.
+    public func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile] {
+        LeftoverFiles(configuration: configuration).find(job, sparing: inUse)
+    }
 }
 
 /// Byte counters, so tests can prove that a resumed upload did not re-read what was already stored.
@@ -87,27 +98,107 @@ final class LocalTransferStatistics: Sendable {
 
 // MARK: - Locations
 
-/// A `file://` reference resolved to paths on disk.
+/// Where a `file://` object lives, before anything is opened: the bucket root, the folders below it and
+/// the file name.
+struct LocalObjectPlace: Equatable {
+    /// The bucket root (`<buckets>/NAME`), or for `file:///` the object's folder itself.
+    let rootPath: String
+    /// Folders between the root and the object, walked without following links (empty for `file:///`).
+    let components: [String]
+    /// The object's file name.
+    let name: String
+    /// Whether the object is in a named bucket (`file://NAME/…`) rather than a `file:///` path.
+    let inNamedBucket: Bool
+
+    /// The object's folder as a path.
+    var folderPath: String {
+        components.reduce(rootPath) { path, component in (path == "/" ? "" : path) + "/" + component }
+    }
+
+    /// The place of `reference` (a `file://` object), with named buckets under `bucketsDirectory`; nil for
+    /// a named bucket when `bucketsDirectory` is unknown, or for the root.
+    static func of(_ reference: StorageReference, bucketsDirectory: String?) -> LocalObjectPlace? {
+        var parts = reference.fullPath.split(separator: "/").map(String.init)
+        guard reference.scheme == .file, let name = parts.popLast() else { return nil }
+        if reference.bucket.isEmpty {
+            return LocalObjectPlace(rootPath: "/" + parts.joined(separator: "/"), components: [], name: name, inNamedBucket: false)
+        }
+        guard let bucketsDirectory else { return nil }
+        let base = LocalFiles.absolute(bucketsDirectory)
+        return LocalObjectPlace(rootPath: (base.hasSuffix("/") ? base : base + "/") + reference.bucket, components: parts,
+                                name: name, inNamedBucket: true)
+    }
+}
+
+/// A `file://` reference resolved to its folder, held open.
+///
+/// For a named bucket the root (`<buckets>/NAME`, as configured) is opened by its path, and every folder
+/// below it one at a time without following links: a symbolic link anywhere inside a bucket is refused,
+/// so nothing can lead out of it. For `file:///abs/path` (the whole filesystem, no bucket to stay in) the
+/// object's folder is opened by its path as written. Either way the object, its sidecar and its upload
+/// session are opened, created, renamed and removed relative to that folder, never through a link.
 struct LocalLocation {
     let reference: StorageReference
-    /// The bucket root with symbolic links resolved.
+    /// The bucket root with symbolic links resolved ("/" for `file:///`), for URLs and messages.
     let root: String
-    /// The object's path with the existing components' symbolic links resolved.
-    let path: String
+    /// The object's folder.
+    let directory: SafeDirectory
+    /// The object's file name.
+    let name: String
 
-    var directory: String { LocalFiles.directory(of: path) }
-    var name: String { LocalFiles.lastComponent(path) }
-    var sidecarPath: String { Self.sidecarPath(for: path) }
-
-    static func sidecarPath(for path: String) -> String {
-        let directory = LocalFiles.directory(of: path)
-        return (directory == "/" ? "" : directory) + "/." + LocalFiles.lastComponent(path) + ".jobctl-meta.json"
-    }
+    /// The object's path, for URLs and messages.
+    var path: String { directory.childPath(name) }
+    /// The metadata sidecar's name: `.<name>.jobctl-meta.json`.
+    var sidecarName: String { "." + name + ".jobctl-meta.json" }
+    var sidecarPath: String { directory.childPath(sidecarName) }
 
     /// Names the backend keeps for itself; no object may take one.
     static func isReserved(_ name: String) -> Bool {
         name.hasSuffix(".jobctl-meta.json") || name.hasSuffix(".jobctl-upload") || name.hasSuffix(".jobctl-partial")
             || name.hasSuffix(".jobctl-meta.tmp")
+    }
+}
+
+/// A `file://` upload session: the hidden file the bytes go to before it is renamed onto the object,
+/// and its identity. Its URI is `file-session:DEVICE:INODE:PATH` (`file-session:PATH` when logged before
+/// identities were recorded; still resumed).
+struct LocalUploadSession: Equatable {
+    static let prefix = "file-session:"
+
+    let path: String
+    let identity: FileIdentity?
+
+    init(path: String, identity: FileIdentity?) {
+        self.path = path
+        self.identity = identity
+    }
+
+    /// Parses a session URI; nil when it is not a local session.
+    init?(uri: String) {
+        guard uri.hasPrefix(Self.prefix) else { return nil }
+        let rest = uri.dropFirst(Self.prefix.count)
+        if rest.hasPrefix("/") {
+            self.init(path: String(rest), identity: nil)
+            return
+        }
+        let parts = rest.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[2].hasPrefix("/"), let identity = FileIdentity("\(parts[0]):\(parts[1])") else { return nil }
+        self.init(path: String(parts[2]), identity: identity)
+    }
+
+    var uri: String {
+        Self.prefix + (identity.map { "\($0):" } ?? "") + path
+    }
+
+    /// `.<object>.<token>.jobctl-upload`; the token is the job id (or a random one outside the queue).
+    static func name(forObject object: String, token: String) -> String {
+        "." + object + "." + token + ".jobctl-upload"
+    }
+
+    /// Whether `name` is a session name for the object named `object` (any token).
+    static func isSession(_ name: String, forObject object: String) -> Bool {
+        name.hasPrefix("." + object + ".") && name.hasSuffix(".jobctl-upload")
+            && name.count > object.count + ".".count * 2 + ".jobctl-upload".count
     }
 }
 
@@ -119,8 +210,10 @@ extension LocalBackend {
         return (base.hasSuffix("/") ? base : base + "/") + bucket
     }
 
-    /// Resolves `reference`, refusing non-file schemes, the root, reserved names and symlink escapes.
-    func locate(_ reference: StorageReference, creatingBucket: Bool) throws(StorageError) -> LocalLocation {
+    /// Opens `reference`'s folder, refusing non-file schemes, the root, reserved names and symbolic links
+    /// inside a bucket. Uploads create the bucket and the folders (`creating`); reads do not, and a
+    /// missing folder is `objectNotFound`.
+    func locate(_ reference: StorageReference, creating: Bool) throws(StorageError) -> LocalLocation {
         guard reference.scheme == .file else {
             throw StorageError(.invalidArgument, "'\(reference)' is not a file:// reference; the local backend serves file:// only")
         }
@@ -130,44 +223,70 @@ extension LocalBackend {
         if let reserved = reference.fullPath.split(separator: "/").first(where: { LocalLocation.isReserved(String($0)) }) {
             throw StorageError(.invalidArgument, "'\(reserved)' is reserved for jobctl's temporary and metadata files: choose another name")
         }
-        let rootPath = bucketRoot(reference.bucket)
-        var isDirectory: ObjCBool = false
-        if !FileManager.default.fileExists(atPath: rootPath, isDirectory: &isDirectory) {
-            guard creatingBucket else {
-                throw StorageError(.bucketNotFound,
-                                   "local bucket '\(reference.bucket)' does not exist (no directory '\(rootPath)'): "
-                                       + "create it or upload to it first")
+        guard let place = LocalObjectPlace.of(reference, bucketsDirectory: configuration.localBucketsDirectory) else {
+            throw StorageError(.invalidArgument, "'\(reference)' names no object")
+        }
+        let context: LocalFiles.Context = creating ? .destination : .object
+        do throws(StorageError) {
+            if reference.bucket.isEmpty {
+                let directory = try SafeDirectory.open(trusted: place.rootPath, create: creating, context: context)
+                return LocalLocation(reference: reference, root: "/", directory: directory, name: place.name)
             }
-            try LocalFiles.makeDirectories(rootPath)
-        } else if !isDirectory.boolValue {
-            throw StorageError(.bucketNotFound, "local bucket '\(reference.bucket)' is not a directory ('\(rootPath)')")
+            return try locate(reference, in: place, creating: creating, context: context)
+        } catch {
+            guard !creating, error.code == .objectNotFound else { throw error }
+            throw StorageError(.objectNotFound, "object '\(reference)' does not exist (no folder '\(place.folderPath)')", cause: error.cause)
         }
-        guard let root = LocalFiles.resolved(rootPath) else {
-            throw StorageError(.bucketNotFound, "local bucket '\(reference.bucket)' cannot be resolved ('\(rootPath)')")
+    }
+
+    private func locate(_ reference: StorageReference, in place: LocalObjectPlace, creating: Bool,
+                        context: LocalFiles.Context) throws(StorageError) -> LocalLocation {
+        var rootPath = place.rootPath
+        if let real = LocalFiles.resolved(rootPath) {
+            rootPath = real
+        } else if !creating {
+            throw StorageError(.bucketNotFound,
+                               "local bucket '\(reference.bucket)' does not exist (no directory '\(place.rootPath)'): "
+                                   + "create it or upload to it first")
         }
-        let joined = (root == "/" ? "" : root) + "/" + reference.fullPath
-        let path = LocalFiles.resolvedAllowingMissingTail(joined)
-        guard LocalFiles.isContained(path, in: root), path != root else {
-            throw StorageError(.pathError,
-                               "'\(reference)' resolves to '\(path)', outside its bucket root '\(root)' "
-                                   + "(a symbolic link leads out of the bucket); refusing to follow it")
+        var root: SafeDirectory
+        do throws(StorageError) {
+            root = try SafeDirectory.open(trusted: rootPath, create: creating, context: context)
+            // A bucket made just now is named by its real path too, so the paths recorded in resume
+            // points are the same in every attempt.
+            if let real = LocalFiles.resolved(rootPath), real != rootPath {
+                rootPath = real
+                root = try SafeDirectory.open(trusted: real, create: false, context: context)
+            }
+        } catch {
+            throw StorageError(.bucketNotFound, "local bucket '\(reference.bucket)' cannot be opened ('\(rootPath)'): \(error.message)",
+                               cause: error.cause)
         }
-        return LocalLocation(reference: reference, root: root, path: path)
+        let directory = try root.descend(place.components, create: creating, context: context)
+        return LocalLocation(reference: reference, root: rootPath, directory: directory, name: place.name)
     }
 }
 
 // MARK: - Metadata sidecar
 
 extension LocalBackend {
-    /// The object's metadata: the sidecar when there is one, else derived from `stat`.
-    func readMetadata(_ location: LocalLocation, size: Int64, modifiedMicros: Int64) throws(StorageError) -> StorageObject {
+    /// The largest sidecar read: metadata is a few hundred bytes.
+    static let sidecarLimit = 1 << 20
+
+    /// The object's metadata: the sidecar when there is one, else derived from `status`. A symbolic link
+    /// at the sidecar's name is refused, never followed.
+    func readMetadata(_ location: LocalLocation, status: FileStatus) throws(StorageError) -> StorageObject {
         let reference = location.reference
-        guard let data = FileManager.default.contents(atPath: location.sidecarPath) else {
-            let time = LocalFiles.timestamp(Date(timeIntervalSince1970: Double(modifiedMicros) / 1_000_000))
-            return StorageObject(bucket: reference.bucket, name: reference.fullPath, size: size,
-                                 contentType: ContentTypes.infer(path: reference.name), generation: String(modifiedMicros),
+        guard let file = try location.directory.openExisting(location.sidecarName, writable: false, context: .other) else {
+            let time = LocalFiles.timestamp(Date(timeIntervalSince1970: Double(status.modifiedMicros) / 1_000_000))
+            return StorageObject(bucket: reference.bucket, name: reference.fullPath, size: status.size,
+                                 contentType: ContentTypes.infer(path: reference.name), generation: String(status.modifiedMicros),
                                  metageneration: "1", timeCreated: time, updated: time)
         }
+        guard try file.status().isRegular else {
+            throw LocalFiles.unexpectedFileRefused(location.sidecarPath, what: "not a regular file", operation: "reading metadata")
+        }
+        let data = try file.readAll(limit: Self.sidecarLimit)
         do {
             var object = try JSONDecoder().decode(StorageObject.self, from: data)
             object.bucket = reference.bucket
@@ -180,35 +299,40 @@ extension LocalBackend {
         }
     }
 
-    /// Writes the sidecar atomically (temp file, fsync, rename); the caller syncs the directory.
+    /// Writes the sidecar atomically: a new temporary file (`O_EXCL`, synced) renamed over the sidecar's
+    /// name, which replaces whatever was there. The caller syncs the directory.
     func writeMetadata(_ object: StorageObject, to location: LocalLocation) throws(StorageError) {
-        let temp = prepareMetadata(object, for: location)
-        try writeFile(temp.data, to: temp.path)
-        try LocalFiles.rename(temp.path, to: location.sidecarPath)
+        var diskFull = false
+        let temp = try createMetadata(object, for: location, diskFull: &diskFull)
+        do {
+            try location.directory.rename(temp.name, to: location.sidecarName)
+        } catch {
+            location.directory.remove(temp.name, ifStill: temp.identity)
+            throw error
+        }
     }
 
-    func prepareMetadata(_ object: StorageObject, for location: LocalLocation) -> (path: String, data: Data) {
+    /// Creates and syncs a new temporary sidecar beside the object, returning its name and identity; it is
+    /// removed again when writing fails, and `diskFull` then says whether the disk was full (by errno).
+    func createMetadata(_ object: StorageObject, for location: LocalLocation,
+                        diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         // Encoding a struct of strings, numbers and a string dictionary cannot fail.
         let data = (try? encoder.encode(object)) ?? Data()
         let random = UUID().uuidString.prefix(8).lowercased()
-        return (location.sidecarPath + "." + random + ".jobctl-meta.tmp", data)
-    }
-
-    /// Creates `path` with `data` and syncs it; removes it on failure.
-    func writeFile(_ data: Data, to path: String) throws(StorageError) {
-        let file = try LocalFile(path: path, flags: O_WRONLY | O_CREAT | O_TRUNC, context: .destination)
+        let name = location.sidecarName + "." + random + ".jobctl-meta.tmp"
+        let file = try location.directory.createExclusive(name)
         do {
-            let outcome = data.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) -> Result<Void, StorageError> in
-                do throws(StorageError) { try file.write(bytes); return .success(()) } catch { return .failure(error) }
-            }
-            try outcome.get()
+            let identity = try file.status().identity
+            try file.write(data)
             try file.sync()
             file.close()
+            return (name, identity)
         } catch {
+            diskFull = file.failedForLackOfSpace
             file.close()
-            LocalFiles.remove(path)
+            location.directory.remove(name)
             throw error
         }
     }

@@ -4,10 +4,12 @@ import JobModel
 import Glibc
 #endif
 
-// POSIX file helpers for the local backend and `PartialFile`. Every system call's result is checked here,
-// and `errno` becomes a typed `StorageError` in one place (`LocalFiles.error(_:_:path:)`).
+// POSIX file helpers for the local backend, `PartialFile` and `SafeDirectory`. Every system call's result is
+// checked where it is made, and `errno` becomes a typed `StorageError` in one place
+// (`LocalFiles.error(_:_:path:context:)`); callers that must tell a full disk apart ask the errno
+// (`LocalFile.failedForLackOfSpace`), never the message.
 
-/// POSIX helpers: errno mapping, directories, symlink-aware containment.
+/// POSIX helpers: errno mapping and path arithmetic.
 enum LocalFiles {
     /// The buffer size for streaming copies; memory stays flat whatever the file size.
     static let bufferSize = 1 << 20
@@ -17,12 +19,9 @@ enum LocalFiles {
         case source, object, destination, other
     }
 
-    /// How every disk-full message starts, so callers can tell that case apart (`isDiskFull`).
-    static let diskFullPrefix = "disk full"
-
-    /// Whether `error` reports a full disk (ENOSPC/EDQUOT): the job cannot continue, so its temp file goes.
-    static func isDiskFull(_ error: StorageError) -> Bool {
-        error.code == .internalError && error.message.hasPrefix(diskFullPrefix)
+    /// Whether `code` means the filesystem has no room left (ENOSPC, EDQUOT): the job cannot continue.
+    static func isLackOfSpace(_ code: Int32) -> Bool {
+        code == ENOSPC || code == EDQUOT
     }
 
     /// Maps an errno to a typed error with a remedy.
@@ -31,7 +30,7 @@ enum LocalFiles {
         switch code {
         case ENOSPC, EDQUOT:
             return StorageError(.internalError,
-                                "\(diskFullPrefix) while \(operation) '\(path)': free space on that filesystem, then retry the job",
+                                "disk full while \(operation) '\(path)': free space on that filesystem, then retry the job",
                                 cause: cause)
         case EACCES, EPERM:
             return StorageError(.unauthorized,
@@ -44,7 +43,9 @@ enum LocalFiles {
             case .source: return StorageError(.pathError, "source file '\(path)' does not exist", cause: cause)
             default: return StorageError(.pathError, "'\(path)' does not exist (\(operation))", cause: cause)
             }
-        case ENOTDIR, ENAMETOOLONG, ELOOP:
+        case ELOOP:
+            return symbolicLinkRefused(path, operation: operation)
+        case ENOTDIR, ENAMETOOLONG:
             return StorageError(.pathError, "'\(path)' is not a usable path (\(operation))", cause: cause)
         case EISDIR:
             return StorageError(.invalidArgument, "'\(path)' is a directory, not a file (\(operation))", cause: cause)
@@ -58,6 +59,21 @@ enum LocalFiles {
         default:
             return StorageError(.unknown, "\(operation) '\(path)' failed", cause: cause)
         }
+    }
+
+    /// A symbolic link sits where jobctl expected a file or directory of its own: it is never followed.
+    static func symbolicLinkRefused(_ path: String, operation: String) -> StorageError {
+        StorageError(.pathError,
+                     "a symbolic link was found at '\(path)' and was not followed (\(operation)); jobctl never writes "
+                         + "through links it did not make: remove the link (and check who planted it), then retry the job")
+    }
+
+    /// Something other than the file jobctl made sits at `path` (a directory, a device, a file with other
+    /// links or another owner): it is left alone.
+    static func unexpectedFileRefused(_ path: String, what: String, operation: String) -> StorageError {
+        StorageError(.pathError,
+                     "an unexpected file (\(what)) was found at '\(path)' and was left alone (\(operation)); "
+                         + "jobctl only replaces files it made: move it away, then retry the job")
     }
 
     /// The last path component.
@@ -79,66 +95,11 @@ enum LocalFiles {
         return current.hasSuffix("/") ? current + path : current + "/" + path
     }
 
-    /// `mkdir -p`: creates the directory and its missing parents (mode 0777 less the umask).
-    static func makeDirectories(_ path: String) throws(StorageError) {
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
-            guard isDirectory.boolValue else {
-                throw StorageError(.pathError, "'\(path)' exists and is not a directory")
-            }
-            return
-        }
-        let parent = directory(of: path)
-        if parent != path && parent != "." { try makeDirectories(parent) }
-        if mkdir(path, 0o777) != 0 && errno != EEXIST {
-            throw error(errno, "creating directory", path: path)
-        }
-    }
-
-    /// `fsync` on a directory, so that a rename inside it survives a crash.
-    static func syncDirectory(_ path: String) throws(StorageError) {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw error(errno, "opening directory", path: path) }
-        defer { close(fd) }
-        if fsync(fd) != 0 && errno != EINVAL { throw error(errno, "syncing directory", path: path) }
-    }
-
-    /// `realpath(3)`: nil when the path does not exist.
+    /// `realpath(3)`: nil when the path does not exist. For display only (a bucket's root in URLs).
     static func resolved(_ path: String) -> String? {
         guard let pointer = realpath(path, nil) else { return nil }
         defer { free(pointer) }
         return String(cString: pointer)
-    }
-
-    /// The real path of `path`'s deepest existing ancestor (or itself) joined with the rest, so a symlink
-    /// anywhere in the existing part is followed before containment is judged.
-    static func resolvedAllowingMissingTail(_ path: String) -> String {
-        var existing = path
-        var tail: [String] = []
-        while true {
-            if let real = resolved(existing) {
-                return ([real == "/" ? "" : real] + tail.reversed()).joined(separator: "/")
-            }
-            let parent = directory(of: existing)
-            if parent == existing || parent == "." { return path }
-            tail.append(lastComponent(existing))
-            existing = parent
-        }
-    }
-
-    /// Whether `path` equals `root` or lies below it (both already resolved).
-    static func isContained(_ path: String, in root: String) -> Bool {
-        root == "/" || path == root || path.hasPrefix(root + "/")
-    }
-
-    /// `rename(2)` with errors mapped.
-    static func rename(_ from: String, to: String) throws(StorageError) {
-        if Glibc.rename(from, to) != 0 { throw error(errno, "renaming onto", path: to, context: .destination) }
-    }
-
-    /// `unlink(2)`, ignoring a file that is already gone.
-    static func remove(_ path: String) {
-        _ = unlink(path)
     }
 
     /// The current time as RFC 3339 with milliseconds, UTC (`2026-11-29T13:42:23.824Z`).
@@ -164,19 +125,85 @@ enum LocalFiles {
 
 // MARK: - File descriptor
 
+/// What `fstat(2)` / `fstatat(2)` says about a file.
+struct FileStatus: Equatable {
+    enum Kind: Equatable {
+        case regular, directory, symbolicLink, other
+    }
+
+    let kind: Kind
+    let size: Int64
+    /// Modification time, microseconds since 1970.
+    let modifiedMicros: Int64
+    let identity: FileIdentity
+    /// Hard links to the inode (`st_nlink`).
+    let links: UInt64
+    /// The owner's uid.
+    let owner: UInt32
+
+    init(_ info: stat) {
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: kind = .regular
+        case S_IFDIR: kind = .directory
+        case S_IFLNK: kind = .symbolicLink
+        default: kind = .other
+        }
+        size = Int64(info.st_size)
+        modifiedMicros = Int64(info.st_mtim.tv_sec) * 1_000_000 + Int64(info.st_mtim.tv_nsec) / 1000
+        identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        links = UInt64(info.st_nlink)
+        owner = UInt32(info.st_uid)
+    }
+
+    var isRegular: Bool { kind == .regular }
+    var isDirectory: Bool { kind == .directory }
+
+    /// Whether a file found at one of jobctl's own temporary names may be one jobctl left there itself: a
+    /// regular file, with no other hard link, owned by this process's user. Anything else (a link, a
+    /// hard link to another file, another user's file) is never written to or replaced.
+    var couldBeOurLeftover: Bool {
+        kind == .regular && links == 1 && owner == UInt32(geteuid())
+    }
+
+    /// Words for messages: "a symbolic link", "a directory", "a file with 2 hard links", …
+    var kindDescription: String {
+        switch kind {
+        case .symbolicLink: "a symbolic link"
+        case .directory: "a directory"
+        case .other: "a device, socket or pipe"
+        case .regular where links != 1: "a file with \(links) hard links"
+        case .regular where owner != UInt32(geteuid()): "a file owned by uid \(owner)"
+        case .regular: "a file jobctl did not make"
+        }
+    }
+}
+
 /// An open file descriptor, closed in `deinit`. Not `Sendable`: one transfer owns it.
+///
+/// Remembers the errno of its last failed call (`lastErrno`), so a caller can tell a full disk from
+/// other failures by the errno rather than by a message's text.
 final class LocalFile {
     let path: String
     private(set) var descriptor: Int32
     private let context: LocalFiles.Context
+    /// The errno of the last call on this descriptor that failed (0 when none has).
+    private(set) var lastErrno: Int32 = 0
 
-    /// Opens `path` with `flags` (O_CLOEXEC is added); `mode` applies when creating.
-    init(path: String, flags: Int32, mode: mode_t = 0o666, context: LocalFiles.Context) throws(StorageError) {
+    /// Opens `path` read-only, as the user named it: for files jobctl only reads (an upload's source).
+    /// Every file it creates or writes goes through `SafeDirectory` instead.
+    init(reading path: String, context: LocalFiles.Context) throws(StorageError) {
         self.path = path
         self.context = context
-        let fd = open(path, flags | O_CLOEXEC, mode)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw LocalFiles.error(errno, "opening", path: path, context: context) }
         descriptor = fd
+    }
+
+    /// Adopts a descriptor `SafeDirectory` opened; `path` is for messages.
+    init(adopting descriptor: Int32, path: String, context: LocalFiles.Context) {
+        self.path = path
+        self.context = context
+        self.descriptor = descriptor
     }
 
     deinit { close() }
@@ -188,13 +215,19 @@ final class LocalFile {
         }
     }
 
-    /// `fstat`: size and whether it is a regular file, a directory, and the mtime in microseconds.
-    func status() throws(StorageError) -> (size: Int64, isDirectory: Bool, isRegular: Bool, modifiedMicros: Int64) {
+    /// Whether the last failed call failed for lack of space (ENOSPC, EDQUOT).
+    var failedForLackOfSpace: Bool { LocalFiles.isLackOfSpace(lastErrno) }
+
+    private func failure(_ code: Int32, _ operation: String) -> StorageError {
+        lastErrno = code
+        return LocalFiles.error(code, operation, path: path, context: context)
+    }
+
+    /// `fstat`: kind, size, mtime, identity, links and owner.
+    func status() throws(StorageError) -> FileStatus {
         var info = stat()
-        guard fstat(descriptor, &info) == 0 else { throw LocalFiles.error(errno, "inspecting", path: path, context: context) }
-        let kind = info.st_mode & S_IFMT
-        let micros = Int64(info.st_mtim.tv_sec) * 1_000_000 + Int64(info.st_mtim.tv_nsec) / 1000
-        return (Int64(info.st_size), kind == S_IFDIR, kind == S_IFREG, micros)
+        guard fstat(descriptor, &info) == 0 else { throw failure(errno, "inspecting") }
+        return FileStatus(info)
     }
 
     /// Reads up to `buffer.count` bytes; 0 at end of file. Retries on EINTR.
@@ -203,7 +236,17 @@ final class LocalFile {
             let count = Glibc.read(descriptor, buffer.baseAddress, buffer.count)
             if count >= 0 { return count }
             if errno == EINTR { continue }
-            throw LocalFiles.error(errno, "reading", path: path, context: context)
+            throw failure(errno, "reading")
+        }
+    }
+
+    /// Reads up to `buffer.count` bytes at `offset` without moving the file position; 0 at end of file.
+    func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> Int {
+        while true {
+            let count = pread(descriptor, buffer.baseAddress, buffer.count, off_t(offset))
+            if count >= 0 { return count }
+            if errno == EINTR { continue }
+            throw failure(errno, "reading")
         }
     }
 
@@ -218,32 +261,54 @@ final class LocalFile {
                 continue
             } else {
                 // write(2) returning 0 for a non-empty buffer means no space was found.
-                throw LocalFiles.error(count == 0 ? ENOSPC : errno, "writing", path: path, context: context)
+                throw failure(count == 0 ? ENOSPC : errno, "writing")
             }
         }
     }
 
-    func seek(to offset: Int64) throws(StorageError) {
-        guard lseek(descriptor, off_t(offset), SEEK_SET) >= 0 else {
-            throw LocalFiles.error(errno, "seeking in", path: path, context: context)
+    /// Writes all of `data`.
+    func write(_ data: Data) throws(StorageError) {
+        // Data.withUnsafeBytes only rethrows untyped errors, so the typed one travels in a Result.
+        let outcome = data.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) -> Result<Void, StorageError> in
+            do throws(StorageError) { try write(bytes); return .success(()) } catch { return .failure(error) }
         }
+        try outcome.get()
+    }
+
+    func seek(to offset: Int64) throws(StorageError) {
+        guard lseek(descriptor, off_t(offset), SEEK_SET) >= 0 else { throw failure(errno, "seeking in") }
     }
 
     func truncate(to size: Int64) throws(StorageError) {
-        guard ftruncate(descriptor, off_t(size)) == 0 else {
-            throw LocalFiles.error(errno, "truncating", path: path, context: context)
-        }
+        guard ftruncate(descriptor, off_t(size)) == 0 else { throw failure(errno, "truncating") }
     }
 
     func sync() throws(StorageError) {
-        guard fsync(descriptor) == 0 else { throw LocalFiles.error(errno, "syncing", path: path, context: context) }
+        guard fsync(descriptor) == 0 else { throw failure(errno, "syncing") }
     }
 
     /// `flock(LOCK_EX)`: serialises read-modify-write of an object's sidecar across processes.
     func lockExclusive() throws(StorageError) {
         while flock(descriptor, LOCK_EX) != 0 {
             if errno == EINTR { continue }
-            throw LocalFiles.error(errno, "locking", path: path, context: context)
+            throw failure(errno, "locking")
+        }
+    }
+
+    /// Reads the whole file from offset 0, refusing files larger than `limit` bytes.
+    func readAll(limit: Int) throws(StorageError) -> Data {
+        var data = Data()
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset: Int64 = 0
+        while true {
+            let count = try read(at: offset, into: buffer)
+            if count == 0 { return data }
+            data.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            offset += Int64(count)
+            if data.count > limit {
+                throw StorageError(.internalError, "'\(path)' is larger than the \(limit) bytes expected: remove it and try again")
+            }
         }
     }
 }

@@ -4,70 +4,137 @@ import JobModel
 import Glibc
 #endif
 
-/// A download-file target: bytes go to a hidden temporary file beside the destination
-/// (`.<name>.jobctl-partial`), which is synced and atomically renamed over the destination on `commit()`.
+/// A download-file target: bytes go to a hidden temporary file beside the destination, which is synced
+/// and atomically renamed over the destination on `commit()`.
+///
+/// The temporary file is `.<name>.<job id>.jobctl-partial` (`.<name>.jobctl-partial` for a transfer run
+/// without a job, and for partials logged before job ids were part of the name, which are still resumed).
+/// The job id in the name is what lets the orphan sweep prove whose a leftover is.
+///
+/// Every file operation goes through a `SafeDirectory` opened on the destination's folder: the
+/// temporary file is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, a resumed one is opened with
+/// `O_NOFOLLOW` and used only when it is the very inode the job recorded (`FileIdentity`, in the
+/// resume point), and the destination itself is never opened — the rename replaces whatever is there.
+/// A symbolic link planted at the temporary name is never followed: the download fails with
+/// `pathError` naming it, and the link's target is untouched.
 ///
 /// The destination therefore never holds a half-written file: it is either absent, the previous
 /// version, or the complete new one. A missing parent directory is created (like `gsutil cp`).
 /// The temporary file survives `deinit` so that a paused or interrupted download can continue from
-/// `bytesWritten` (persist `ResumePoint.download(bytesWritten:generation:etag:tempPath:)` after `sync()`).
-/// A full disk removes the temporary file before the error is thrown, since the job cannot continue.
+/// `bytesWritten` (persist `resumePoint(generation:etag:)` after `sync()`). A full disk (ENOSPC,
+/// EDQUOT) removes the temporary file before the error is thrown, since the job cannot continue.
 ///
 /// Not `Sendable`: one transfer owns it.
 public final class PartialFile {
     /// The final path the file is renamed to.
     public let destination: String
     /// The hidden temporary file the bytes are written to.
-    public var tempPath: String { file.path }
+    public var tempPath: String { directory.childPath(tempName) }
     /// Bytes in the temporary file (the resumed prefix plus everything written since).
     public private(set) var bytesWritten: Int64
     /// Whether `init` continued an earlier temporary file instead of starting at 0.
     public let resumed: Bool
+    /// The temporary file's device and inode, recorded in resume points.
+    public let identity: FileIdentity
 
+    private let directory: SafeDirectory
+    private let tempName: String
+    private let destinationName: String
     private let file: LocalFile
     private var finished = false
 
-    /// The temporary path used for `destination`.
-    public static func tempPath(for destination: String) -> String {
-        let absolute = LocalFiles.absolute(destination)
-        let directory = LocalFiles.directory(of: absolute)
-        let name = LocalFiles.lastComponent(absolute)
-        return (directory == "/" ? "" : directory) + "/.\(name).jobctl-partial"
+    /// The temporary file's name for a destination file named `name`.
+    public static func tempName(for name: String, jobID: String?) -> String {
+        jobID.map { ".\(name).\($0).jobctl-partial" } ?? ".\(name).jobctl-partial"
     }
 
-    /// Opens (or creates) the temporary file for `destination`.
-    ///
-    /// When `resume` is `.download` naming this destination's temporary file (or none), and that file
-    /// exists with at least `bytesWritten` bytes, it is truncated to `bytesWritten` and writing continues
-    /// there. Otherwise writing starts at 0. Any other resume point (an upload's) is ignored.
-    public init(destination: String, resumeFrom resume: ResumePoint?) throws(StorageError) {
+    /// The temporary path used for `destination` by job `jobID` (nil: a transfer run without a job).
+    public static func tempPath(for destination: String, jobID: String? = nil) -> String {
         let absolute = LocalFiles.absolute(destination)
-        guard !absolute.hasSuffix("/"), !LocalFiles.lastComponent(absolute).isEmpty else {
+        let directory = LocalFiles.directory(of: absolute)
+        return (directory == "/" ? "" : directory) + "/" + tempName(for: LocalFiles.lastComponent(absolute), jobID: jobID)
+    }
+
+    /// Opens the temporary file for `destination`, resuming or creating it.
+    ///
+    /// When `resume` is `.download` naming this destination's temporary file (the job's, or the name used
+    /// before job ids were part of it; none means the job's), that file is still the inode recorded in the
+    /// resume point (for old resume points without one: a regular file with one link, owned by us) and
+    /// holds at least `bytesWritten` bytes, it is truncated to `bytesWritten` and writing continues there.
+    /// Otherwise a new temporary file is created and writing starts at 0; a different file found at the
+    /// old name is never written to. Any other resume point (an upload's) is ignored.
+    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?) throws(StorageError) {
+        let absolute = LocalFiles.absolute(destination)
+        let name = LocalFiles.lastComponent(absolute)
+        guard !absolute.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
             throw StorageError(.invalidArgument, "download destination '\(destination)' names a directory, not a file")
         }
         self.destination = absolute
-        let temp = Self.tempPath(for: absolute)
-        try LocalFiles.makeDirectories(LocalFiles.directory(of: absolute))
-        file = try LocalFile(path: temp, flags: O_WRONLY | O_CREAT, context: .destination)
+        destinationName = name
+        directory = try SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: true)
+        let ours = Self.tempName(for: name, jobID: jobID)
 
-        var start: Int64 = 0
-        if case .download(let written, _, _, let previousTemp)? = resume,
-           written > 0, previousTemp == nil || previousTemp == temp {
-            let size = try file.status().size
-            if written <= size { start = written }
+        let opened: LocalFile
+        if let (file, name, start) = Self.resumable(resume, in: directory, destinationName: name, ours: ours) {
+            opened = file
+            tempName = name
+            bytesWritten = start
+            resumed = true
+        } else {
+            opened = try directory.createExclusive(ours, replacingOwnLeftover: true)
+            tempName = ours
+            bytesWritten = 0
+            resumed = false
         }
         do {
-            try file.truncate(to: start)
-            try file.seek(to: start)
+            identity = try opened.status().identity
         } catch {
-            LocalFiles.remove(temp)
+            opened.close()
             throw error
         }
-        bytesWritten = start
-        resumed = start > 0
+        file = opened
+    }
+
+    /// The earlier temporary file `resume` names, opened, checked and positioned at its resume offset;
+    /// nil when there is none to continue (the caller starts a new one).
+    private static func resumable(_ resume: ResumePoint?, in directory: SafeDirectory, destinationName: String,
+                                  ours: String) -> (LocalFile, String, Int64)? {
+        guard case .download(let written, _, _, let previousTemp, let recorded)? = resume, written > 0 else { return nil }
+        let name: String
+        if let previousTemp {
+            name = LocalFiles.lastComponent(previousTemp)
+            let legacy = tempName(for: destinationName, jobID: nil)
+            guard LocalFiles.directory(of: previousTemp) == directory.path, name == ours || name == legacy else { return nil }
+        } else {
+            name = ours
+        }
+        // A link at the name is refused here; if it sits at our own name, creating the new file reports it.
+        guard let file = try? directory.openExisting(name, writable: true, context: .destination),
+              let status = try? file.status() else { return nil }
+        let isOurs = recorded.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
+        guard isOurs, status.size >= written else {
+            file.close()
+            // Ours but unusable (shorter than recorded): it goes. Someone else's file is left alone.
+            if isOurs { directory.remove(name, ifStill: status.identity) }
+            return nil
+        }
+        do {
+            try file.truncate(to: written)
+            try file.seek(to: written)
+        } catch {
+            file.close()
+            return nil
+        }
+        return (file, name, written)
     }
 
     deinit { file.close() }
+
+    /// Where a later attempt continues from: the bytes written so far (synced by the caller), this
+    /// temporary file and its identity, pinned to `generation` or `etag`.
+    public func resumePoint(generation: String?, etag: String?) -> ResumePoint {
+        .download(bytesWritten: bytesWritten, generation: generation, etag: etag, tempPath: tempPath, file: identity)
+    }
 
     /// Appends `bytes`. A full disk throws `internalError` ("disk full …", not retryable) and removes the
     /// temporary file; other failures are typed from errno (EIO → internalError, EACCES → unauthorized).
@@ -76,7 +143,7 @@ public final class PartialFile {
         do {
             try file.write(bytes)
         } catch {
-            if LocalFiles.isDiskFull(error) { discard() }
+            if file.failedForLackOfSpace { discard() }
             throw error
         }
         bytesWritten += Int64(bytes.count)
@@ -96,49 +163,71 @@ public final class PartialFile {
         do {
             try file.sync()
         } catch {
-            if LocalFiles.isDiskFull(error) { discard() }
+            if file.failedForLackOfSpace { discard() }
             throw error
         }
     }
 
+    /// Empties the temporary file to start again from byte 0 (the server sent the whole body to a ranged
+    /// request, or the resumed prefix is longer than the object). The file, its name and identity stay.
+    public func restart() throws(StorageError) {
+        precondition(!finished, "PartialFile restarted after commit or discard")
+        do {
+            try file.truncate(to: 0)
+            try file.seek(to: 0)
+        } catch {
+            discard()
+            throw error
+        }
+        bytesWritten = 0
+    }
+
     /// Syncs, renames the temporary file over the destination and syncs the directory, so the rename
-    /// survives a crash. Returns the final (absolute) path.
+    /// survives a crash. Returns the final (absolute) path. Whatever was at the destination (a file, a
+    /// symbolic link) is replaced, never written through; a temporary name that no longer holds this
+    /// file (swapped meanwhile) is not renamed into place.
     public func commit() throws(StorageError) -> String {
         precondition(!finished, "PartialFile committed twice or after discard")
         try sync()
+        guard let current = directory.entry(tempName), current.isRegular, current.identity == identity else {
+            discard()
+            throw StorageError(.pathError,
+                               "the temporary file '\(tempPath)' was replaced by another file while the download ran; "
+                                   + "nothing was renamed onto '\(destination)' — check who writes in that folder, then retry the job")
+        }
         file.close()
         do {
-            try LocalFiles.rename(tempPath, to: destination)
+            try directory.rename(tempName, to: destinationName)
         } catch {
             discard()
             throw error
         }
         finished = true
-        try LocalFiles.syncDirectory(LocalFiles.directory(of: destination))
+        try directory.sync()
         return destination
     }
 
-    /// Closes and removes the temporary file (cancel, checksum mismatch, start over). Harmless to repeat.
+    /// Closes and removes the temporary file (cancel, checksum mismatch, full disk). Harmless to repeat; a
+    /// file that is no longer ours at the temporary name is left alone.
     public func discard() {
         file.close()
-        if !finished { LocalFiles.remove(tempPath) }
+        if !finished { directory.remove(tempName, ifStill: identity) }
         finished = true
     }
 
     /// Re-reads the first `bytesWritten` bytes of the temporary file in chunks, to re-hash a resumed prefix.
     public func readBack(chunk: (UnsafeRawBufferPointer) -> Void) throws(StorageError) {
-        let reader = try LocalFile(path: tempPath, flags: O_RDONLY, context: .destination)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: LocalFiles.bufferSize, alignment: 16)
         defer { buffer.deallocate() }
-        var remaining = bytesWritten
-        while remaining > 0 {
-            let want = Int(min(Int64(buffer.count), remaining))
-            let count = try reader.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
+        var offset: Int64 = 0
+        while offset < bytesWritten {
+            let want = Int(min(Int64(buffer.count), bytesWritten - offset))
+            let count = try file.read(at: offset, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
             guard count > 0 else {
                 throw StorageError(.internalError, "temporary file '\(tempPath)' is shorter than the \(bytesWritten) bytes recorded")
             }
             chunk(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-            remaining -= Int64(count)
+            offset += Int64(count)
         }
     }
 }

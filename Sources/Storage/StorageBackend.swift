@@ -23,21 +23,84 @@ public enum StopReason: String, Sendable, Equatable, Codable {
     case leaseLost
 }
 
-/// A thread-safe stop flag that the transfer checks from curl's progress callback (or between chunks).
+/// A thread-safe stop flag that the transfer checks from curl's progress callback (or between chunks),
+/// and the job the transfer runs for.
+///
+/// A control may carry a deadline (`limited(toSeconds:)`): every exchange run under it is cut off when
+/// the deadline passes, and none starts after it.
 public final class TransferControl: Sendable {
     private let reason = Mutex<StopReason?>(nil)
+    /// Stop requests go to, and are read from, the parent when there is one.
+    private let parent: TransferControl?
+    /// When the attempt must end (the job's `timeout:`), if it has a limit.
+    let deadline: TransferDeadline?
+    /// The job the transfer belongs to (nil for a transfer run outside the queue). The hidden files it
+    /// creates carry this id in their names (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`),
+    /// which is what lets the orphan sweep prove whose a leftover is.
+    public let jobID: String?
 
-    public init() {}
+    /// A control for the transfer of job `jobID`.
+    public init(jobID: String? = nil) {
+        self.jobID = jobID
+        parent = nil
+        deadline = nil
+    }
+
+    private init(parent: TransferControl, deadline: TransferDeadline) {
+        self.parent = parent
+        self.deadline = deadline
+        jobID = parent.jobID
+    }
+
+    /// This control with a deadline `seconds` from now (the job's `timeout:`), or itself when `seconds` is
+    /// nil. Stops requested on either are seen by both.
+    func limited(toSeconds seconds: Int?) -> TransferControl {
+        guard let seconds else { return self }
+        return TransferControl(parent: self, deadline: TransferDeadline(seconds: seconds))
+    }
 
     /// Asks the transfer to stop. The first reason wins.
     public func stop(_ newReason: StopReason) {
+        if let parent { return parent.stop(newReason) }
         reason.withLock { current in
             if current == nil { current = newReason }
         }
     }
 
     /// The reason a stop was requested, if one was.
-    public var stopReason: StopReason? { reason.withLock { $0 } }
+    public var stopReason: StopReason? {
+        if let parent { return parent.stopReason }
+        return reason.withLock { $0 }
+    }
+}
+
+/// The moment an attempt must end: the job's `timeout:` counted from the start of the attempt.
+struct TransferDeadline: Sendable {
+    /// The limit as the job wrote it, in seconds (for messages).
+    let seconds: Int
+    let end: ContinuousClock.Instant
+
+    init(seconds: Int, from start: ContinuousClock.Instant = .now) {
+        self.seconds = seconds
+        end = start.advanced(by: .seconds(seconds))
+    }
+
+    func hasPassed(at now: ContinuousClock.Instant = .now) -> Bool { now >= end }
+
+    /// Whole milliseconds left (0 once passed).
+    var remainingMilliseconds: Int64 {
+        let left = ContinuousClock.now.duration(to: end)
+        guard left > .zero else { return 0 }
+        let (seconds, attoseconds) = left.components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+
+    /// The retryable error of an attempt that ran past the deadline.
+    func error(url: String) -> StorageError {
+        StorageError(.unknown, "the job's \(DurationText.format(seconds)) timeout passed before the transfer finished; "
+                        + "raise the job's 'timeout' if the transfer needs longer",
+                     url: redactedURL(url), retryable: true)
+    }
 }
 
 /// How a transfer ended when it did not throw.
@@ -53,4 +116,33 @@ public protocol StorageBackend: Sendable {
     /// (its `retryable` flag says whether another attempt may help).
     func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                  report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome
+
+    /// The hidden temporary files a final job left on local disk: a download's partial file, a `file://`
+    /// upload's session file. Only files whose name carries the job's id, or that are the very file its
+    /// resume point recorded (by identity), are listed — never a file merely named like ours — and never
+    /// one in `inUse` (paths that unfinished jobs' resume points name) or modified after the job finished.
+    /// The default finds downloads' partials and `file:///` sessions; backends that know where named
+    /// local buckets live find those sessions too.
+    func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile]
+
+    /// Removes `leftover` while it is still the file that was found (same path, same identity); returns
+    /// whether it was removed.
+    func remove(_ leftover: LeftoverFile) -> Bool
+}
+
+extension StorageBackend {
+    public func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile] {
+        LeftoverFiles(localBucketsDirectory: nil).find(job, sparing: inUse)
+    }
+
+    public func remove(_ leftover: LeftoverFile) -> Bool {
+        LeftoverFiles.remove(leftover)
+    }
+
+    /// Removes what a job that ended failed or cancelled left on local disk (its partial download or
+    /// upload session, recorded or not): such a job never resumes from them. Returns what was removed.
+    @discardableResult
+    public func discardResumePoint(of job: JobLocalFiles) -> [LeftoverFile] {
+        leftovers(of: job, sparing: []).filter { remove($0) }
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 
 /// Everything the storage backends need to know about their environment. No secrets are logged:
 /// `description` never prints the token.
@@ -21,20 +22,28 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public var localBucketsDirectory: String
     /// Buckets (by name, `*` for all) whose uploads of executables (.exe .dll .bat .apk .ipa) are refused.
     public var executableUploadPolicy: Set<String>
-    /// A transfer slower than `lowSpeedLimit` bytes/s for `stallTimeout` seconds fails as retryable.
-    public var lowSpeedLimit: Int
+    /// A transfer that moves no byte for this many seconds fails as retryable ("no data for 60 s"):
+    /// `JOBCTL_STALL_TIMEOUT` or `worker --stall-timeout`, within `stallTimeoutRange`.
     public var stallTimeout: Int
-    /// Connection timeout in seconds.
+    /// Connection timeout in seconds (name lookup, TCP and TLS handshakes).
     public var connectTimeout: Int
+    /// The certificate authorities HTTPS servers are checked against.
+    public var certificateTrust: CertificateTrust
 
     public static let defaultChunkSize = 8 * 1024 * 1024
+    /// GCS requires every chunk but the last to be a multiple of this.
+    public static let chunkQuantum = 256 * 1024
+    /// `JOBCTL_CHUNK_SIZE` values accepted: 256 KiB to 1 GiB (a chunk is re-sent whole after a failure).
+    public static let chunkSizeRange = chunkQuantum...(1 << 30)
+    /// Stall limits accepted: one second to one hour.
+    public static let stallTimeoutRange = 1...3600
 
     public init(gcsEndpoint: String = "https://storage.googleapis.com", usesEmulator: Bool = false,
                 firebaseEndpoint: String = "https://firebasestorage.googleapis.com", accessToken: String? = nil,
                 tokenCommand: String? = nil, chunkSize: Int = StorageConfiguration.defaultChunkSize,
                 singleRequestLimit: Int = 5 * 1024 * 1024, localBucketsDirectory: String = "buckets",
-                executableUploadPolicy: Set<String> = [], lowSpeedLimit: Int = 1, stallTimeout: Int = 60,
-                connectTimeout: Int = 15) {
+                executableUploadPolicy: Set<String> = [], stallTimeout: Int = 60, connectTimeout: Int = 15,
+                certificateTrust: CertificateTrust = .systemDefault) {
         self.gcsEndpoint = gcsEndpoint
         self.usesEmulator = usesEmulator
         self.firebaseEndpoint = firebaseEndpoint
@@ -44,37 +53,131 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         self.singleRequestLimit = singleRequestLimit
         self.localBucketsDirectory = localBucketsDirectory
         self.executableUploadPolicy = executableUploadPolicy
-        self.lowSpeedLimit = lowSpeedLimit
         self.stallTimeout = stallTimeout
         self.connectTimeout = connectTimeout
+        self.certificateTrust = certificateTrust
     }
 
     /// Reads `STORAGE_EMULATOR_HOST`, `GOOGLE_OAUTH_ACCESS_TOKEN`, `JOBCTL_TOKEN_COMMAND`,
-    /// `JOBCTL_CHUNK_SIZE`, `JOBCTL_BUCKETS` and `JOBCTL_REFUSE_EXECUTABLES` (comma-separated bucket names).
+    /// `JOBCTL_CHUNK_SIZE`, `JOBCTL_STALL_TIMEOUT`, `JOBCTL_BUCKETS`, `JOBCTL_REFUSE_EXECUTABLES`
+    /// (comma-separated bucket names) and the CA settings (`CertificateTrust.fromEnvironment`).
+    ///
+    /// An unset or empty variable keeps the default; any other value is checked, and a bad one throws
+    /// `invalidArgument` (`unauthenticated` for a token) with a message naming the variable — never a
+    /// silent fallback. Tokens are never quoted.
     public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment,
-                                       localBucketsDirectory: String) -> StorageConfiguration {
-        var configuration = StorageConfiguration(localBucketsDirectory: environment["JOBCTL_BUCKETS"] ?? localBucketsDirectory)
-        if var emulator = environment["STORAGE_EMULATOR_HOST"], !emulator.isEmpty {
-            if !emulator.contains("://") { emulator = "http://" + emulator }
-            while emulator.hasSuffix("/") { emulator.removeLast() }
-            configuration.gcsEndpoint = emulator
-            configuration.firebaseEndpoint = emulator
+                                       localBucketsDirectory: String) throws(StorageError) -> StorageConfiguration {
+        func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        var configuration = StorageConfiguration(localBucketsDirectory: localBucketsDirectory)
+        if let buckets = value("JOBCTL_BUCKETS") {
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: buckets, isDirectory: &isDirectory), !isDirectory.boolValue {
+                throw StorageError(.invalidArgument, "JOBCTL_BUCKETS names '\(buckets)', which is a file; it must be the directory named local buckets live in")
+            }
+            configuration.localBucketsDirectory = buckets
+        }
+        if let emulator = value("STORAGE_EMULATOR_HOST") {
+            let endpoint = try emulatorEndpoint(emulator)
+            configuration.gcsEndpoint = endpoint
+            configuration.firebaseEndpoint = endpoint
             configuration.usesEmulator = true
         }
-        if let token = environment["GOOGLE_OAUTH_ACCESS_TOKEN"], !token.isEmpty { configuration.accessToken = token }
-        if let command = environment["JOBCTL_TOKEN_COMMAND"], !command.isEmpty { configuration.tokenCommand = command }
-        if let text = environment["JOBCTL_CHUNK_SIZE"], let size = Int(text), size > 0 {
-            let quantum = 256 * 1024
-            configuration.chunkSize = max(quantum, size / quantum * quantum)
+        if let token = value("GOOGLE_OAUTH_ACCESS_TOKEN") {
+            try BearerToken.validate(token, source: "GOOGLE_OAUTH_ACCESS_TOKEN")
+            configuration.accessToken = token
         }
-        if let list = environment["JOBCTL_REFUSE_EXECUTABLES"] {
-            configuration.executableUploadPolicy = Set(list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        if let command = value("JOBCTL_TOKEN_COMMAND") {
+            guard !command.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+                throw StorageError(.invalidArgument, "JOBCTL_TOKEN_COMMAND is blank; set it to a command that prints an access token, or unset it")
+            }
+            configuration.tokenCommand = command
         }
+        if configuration.accessToken != nil && configuration.tokenCommand != nil {
+            throw StorageError(.invalidArgument,
+                               "both GOOGLE_OAUTH_ACCESS_TOKEN and JOBCTL_TOKEN_COMMAND are set, and only one can be used; unset one of them")
+        }
+        if let text = value("JOBCTL_CHUNK_SIZE") {
+            configuration.chunkSize = try chunkSize(parsing: text)
+        }
+        if let text = value("JOBCTL_STALL_TIMEOUT") {
+            configuration.stallTimeout = try stallTimeout(parsing: text, from: "JOBCTL_STALL_TIMEOUT")
+        }
+        if let list = value("JOBCTL_REFUSE_EXECUTABLES") {
+            configuration.executableUploadPolicy = try bucketList(list, variable: "JOBCTL_REFUSE_EXECUTABLES")
+        }
+        configuration.certificateTrust = try CertificateTrust.fromEnvironment(environment)
         return configuration
+    }
+
+    // MARK: - Parsing single settings
+
+    /// A chunk size (`8MiB`, `8388608`) within `chunkSizeRange`, rounded down to a multiple of 256 KiB.
+    public static func chunkSize(parsing text: String) throws(StorageError) -> Int {
+        guard let bytes = ByteSize.parse(text) else {
+            throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be a size like 8MiB or 8388608 (bytes), not '\(text)'")
+        }
+        guard bytes >= Int64(chunkSizeRange.lowerBound), bytes <= Int64(chunkSizeRange.upperBound) else {
+            throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be between 256 KiB and 1 GiB, not '\(text)'")
+        }
+        return Int(bytes) / chunkQuantum * chunkQuantum
+    }
+
+    /// A stall limit (`60s`, `5m`) within `stallTimeoutRange`, in seconds; `source` names where the text
+    /// came from (`JOBCTL_STALL_TIMEOUT`, `--stall-timeout`) in the error.
+    public static func stallTimeout(parsing text: String, from source: String) throws(StorageError) -> Int {
+        guard let seconds = DurationText.parse(text) else {
+            throw StorageError(.invalidArgument, "\(source) must be a duration like 60s or 5m (a unit is required), not '\(text)'")
+        }
+        guard stallTimeoutRange.contains(seconds) else {
+            throw StorageError(.invalidArgument,
+                               "\(source) must be between \(DurationText.format(stallTimeoutRange.lowerBound)) and "
+                                   + "\(DurationText.format(stallTimeoutRange.upperBound)), not '\(text)'")
+        }
+        return seconds
+    }
+
+    /// `host:port` or `http(s)://host[:port]` (a trailing `/` allowed), as Google's clients read
+    /// `STORAGE_EMULATOR_HOST`; returns `scheme://host[:port]`.
+    static func emulatorEndpoint(_ text: String) throws(StorageError) -> String {
+        var endpoint = text.contains("://") ? text : "http://" + text
+        while endpoint.hasSuffix("/") { endpoint.removeLast() }
+        let problem = "STORAGE_EMULATOR_HOST must be HOST:PORT or http(s)://HOST:PORT, not '\(redactedURL(text))'"
+        guard let reference = try? StorageReference(parsing: endpoint + "/") else {
+            throw StorageError(.invalidArgument, problem)
+        }
+        guard reference.scheme == .http || reference.scheme == .https, reference.isRoot, reference.query == nil,
+              reference.description == endpoint + "/" else {
+            throw StorageError(.invalidArgument, problem)
+        }
+        return endpoint
+    }
+
+    /// Comma-separated bucket names (or `*`), each checked; blanks around names are ignored.
+    private static func bucketList(_ text: String, variable: String) throws(StorageError) -> Set<String> {
+        var buckets: Set<String> = []
+        for entry in text.split(separator: ",", omittingEmptySubsequences: false) {
+            let name = entry.trimmingCharacters(in: .whitespaces)
+            let valid = UploadPolicy.isValidEntry(name)
+            guard valid else {
+                throw StorageError(.invalidArgument,
+                                   "\(variable) lists entries separated by commas: * for all, a bucket or host name, gs://BUCKET, file://NAME, file:///DIR or /DIR, http(s)://HOST[:PORT], or SCHEME://*; '\(name)' is none of them")
+            }
+            buckets.insert(name)
+        }
+        return buckets
+    }
+
+    // MARK: - What curl gets
+
+    /// The per-exchange settings the curl engine applies.
+    var curlOptions: CurlOptions {
+        // A limit below one second would fail every exchange at its first progress tick.
+        CurlOptions(connectTimeout: connectTimeout, stallTimeout: max(1, stallTimeout), trust: certificateTrust)
     }
 
     public var description: String {
         "StorageConfiguration(gcsEndpoint: \(gcsEndpoint), token: \(accessToken == nil ? "none" : "set (hidden)"), "
-            + "tokenCommand: \(tokenCommand == nil ? "none" : "set"), chunkSize: \(chunkSize), buckets: \(localBucketsDirectory))"
+            + "tokenCommand: \(tokenCommand == nil ? "none" : "set"), chunkSize: \(chunkSize), buckets: \(localBucketsDirectory), "
+            + "stallTimeout: \(stallTimeout) s, trust: \(certificateTrust))"
     }
 }

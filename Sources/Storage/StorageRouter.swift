@@ -8,10 +8,18 @@ public struct StorageRouter: StorageBackend {
     private let local: LocalBackend
     private let http: HTTPBackend
 
+    private let leftoverFiles: LeftoverFiles
+
     public init(configuration: StorageConfiguration) {
         gcs = GCSBackend(configuration: configuration)
         local = LocalBackend(configuration: configuration)
         http = HTTPBackend(configuration: configuration)
+        leftoverFiles = LeftoverFiles(configuration: configuration)
+    }
+
+    /// Partial downloads (whatever the source's scheme) and `file://` upload sessions, named buckets included.
+    public func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile] {
+        leftoverFiles.find(job, sparing: inUse)
     }
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,

@@ -10,8 +10,9 @@ enum TransferPlan {
     case fetchURL(StorageReference)
 
     /// Decodes `spec` for a backend serving `schemes`; `expected` names them in the error a reference of
-    /// another scheme gets (e.g. "an http(s) URL").
-    init(_ spec: JobSpec, schemes: Set<StorageReference.Scheme>, expected: String) throws(StorageError) {
+    /// another scheme gets (e.g. "an http(s) URL"). An upload `policy` refuses is refused here, before the
+    /// source is opened or any request is sent.
+    init(_ spec: JobSpec, schemes: Set<StorageReference.Scheme>, expected: String, policy: UploadPolicy) throws(StorageError) {
         let remote = try spec.remoteReference()
         guard schemes.contains(remote.scheme) else {
             throw StorageError(.invalidArgument, "\(remote) is not \(expected)")
@@ -20,10 +21,13 @@ enum TransferPlan {
         switch spec.kind {
         case .uploadFile:
             guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
-            self = .upload(try UploadSource(path: path), to: remote, contentType: ContentTypes.forUpload(spec, destination: remote))
+            try policy.check(reference: remote, sourceName: LocalFiles.lastComponent(path))
+            let contentType = try Self.headerSafeContentType(spec, destination: remote)
+            self = .upload(try UploadSource(path: path), to: remote, contentType: contentType)
         case .uploadData:
             guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
-            self = .upload(UploadSource(data: data), to: remote, contentType: ContentTypes.forUpload(spec, destination: remote))
+            try policy.check(reference: remote, sourceName: nil)
+            self = .upload(UploadSource(data: data), to: remote, contentType: try Self.headerSafeContentType(spec, destination: remote))
         case .downloadFile:
             guard let destination = spec.destination else {
                 throw StorageError(.invalidArgument, "download-file needs a destination path")
@@ -34,6 +38,31 @@ enum TransferPlan {
         case .fetchURL:
             self = .fetchURL(remote)
         }
+    }
+}
+
+extension TransferPlan {
+    /// The upload's content type, after checking every metadata value that becomes a header: the content
+    /// type here (`Content-Type`, `X-Upload-Content-Type`), and the fields GCS serves back as response
+    /// headers (`Cache-Control`, `Content-Disposition`, `Content-Encoding`, `Content-Language`,
+    /// `x-goog-meta-KEY: VALUE`). A control character in any of them is refused before a request is sent.
+    static func headerSafeContentType(_ spec: JobSpec, destination: StorageReference) throws(StorageError) -> String {
+        let remedy = "fix the job's metadata in the manifest and submit it again"
+        let contentType = ContentTypes.forUpload(spec, destination: destination)
+        try HeaderValues.check(contentType, what: "the content type", remedy: remedy)
+        guard let metadata = spec.metadata else { return contentType }
+        let fields: [(String, String?)] = [
+            ("cache_control", metadata.cacheControl), ("content_disposition", metadata.contentDisposition),
+            ("content_encoding", metadata.contentEncoding), ("content_language", metadata.contentLanguage),
+        ]
+        for case let (name, value?) in fields {
+            try HeaderValues.check(value, what: "the metadata field \(name)", remedy: remedy)
+        }
+        for (key, value) in (metadata.customMetadata ?? [:]).sorted(by: { $0.key < $1.key }) {
+            try HeaderValues.check(key, what: "a custom metadata key", remedy: remedy)
+            try HeaderValues.check(value, what: "the custom metadata value of '\(key)'", remedy: remedy)
+        }
+        return contentType
     }
 }
 

@@ -64,6 +64,8 @@ public protocol JobStore: AnyObject, Sendable {
     func job(_ id: String) throws(StoreError) -> JobRecord?
     /// Jobs matching `filter`, newest first.
     func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord]
+    /// How many jobs match `filter`, ignoring its `limit` (so a listing can say "50 of N").
+    func countJobs(filter: JobFilter) throws(StoreError) -> Int
     /// Every event of a job, oldest first.
     func events(jobID: String) throws(StoreError) -> [JobEvent]
     /// Up to `limit` events after `afterSeq`, in log order.
@@ -76,6 +78,10 @@ public protocol JobStore: AnyObject, Sendable {
     func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64?
     /// A number that changes when another process commits: polled cheaply by idle workers and watchers.
     func dataVersion() throws(StoreError) -> Int64
+    /// The final jobs that create local temporary files (download-file; uploads to `file://`) finished at
+    /// or after `finishedSince` (nil: all), oldest first, and the resume points of every unfinished job,
+    /// read in one snapshot: what the orphan sweep and `jobctl orphans` look at.
+    func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates
 
     // MARK: Blobs
 
@@ -107,6 +113,9 @@ public protocol JobStore: AnyObject, Sendable {
 extension JobStore {
     /// Every job, newest first.
     public func jobs() throws(StoreError) -> [JobRecord] { try jobs(filter: JobFilter()) }
+
+    /// How many jobs there are.
+    public func countJobs() throws(StoreError) -> Int { try countJobs(filter: JobFilter()) }
 
     /// Up to 1,000 events after `afterSeq`, in log order.
     public func events(afterSeq: Int64) throws(StoreError) -> [JobEvent] { try events(afterSeq: afterSeq, limit: 1_000) }

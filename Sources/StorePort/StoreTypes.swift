@@ -148,7 +148,7 @@ public struct AppendAndClaimOutcome: Sendable {
 
 // MARK: - JobFilter
 
-/// Which jobs `EventStore.jobs(filter:)` lists. Nil fields do not filter.
+/// Which jobs `JobStore.jobs(filter:)` lists and `JobStore.countJobs(filter:)` counts. Nil fields do not filter.
 public struct JobFilter: Sendable, Equatable {
     /// Only jobs in these states.
     public var states: Set<JobState>?
@@ -179,6 +179,45 @@ public struct JobFilter: Sendable, Equatable {
         self.createdUntil = createdUntil
         self.finishedSince = finishedSince
         self.finishedUntil = finishedUntil
+    }
+}
+
+// MARK: - LeftoverCandidates
+
+/// A final transfer job that may have left hidden files on local disk (a partial download, a `file://`
+/// upload session): what the orphan sweep needs to find them.
+public struct FinishedTransferRecord: Sendable, Equatable {
+    public var id: String
+    /// succeeded, failed or cancelled.
+    public var state: JobState
+    public var kind: JobKind
+    /// download-file: the local path; uploads: the destination reference.
+    public var destination: String?
+    /// The last resume point the log recorded.
+    public var resumePoint: ResumePoint?
+    /// When the job reached its final state.
+    public var finishedAtMs: Int64
+
+    public init(id: String, state: JobState, kind: JobKind, destination: String?, resumePoint: ResumePoint?,
+                finishedAtMs: Int64) {
+        self.id = id
+        self.state = state
+        self.kind = kind
+        self.destination = destination
+        self.resumePoint = resumePoint
+        self.finishedAtMs = finishedAtMs
+    }
+}
+
+/// What `JobStore.leftoverCandidates(finishedSince:)` returns: the final jobs whose local files may be
+/// left over, and the resume points of every unfinished job (whose files must never be touched).
+public struct LeftoverCandidates: Sendable, Equatable {
+    public var finished: [FinishedTransferRecord]
+    public var unfinishedResumePoints: [ResumePoint]
+
+    public init(finished: [FinishedTransferRecord], unfinishedResumePoints: [ResumePoint]) {
+        self.finished = finished
+        self.unfinishedResumePoints = unfinishedResumePoints
     }
 }
 

@@ -21,7 +21,7 @@ public actor TaskRunner {
     private var machine: TaskStateMachine
     private let backend: any StorageBackend
     private let sink: any TaskEventSink
-    private let control = TransferControl()
+    private let control: TransferControl
     private let mailbox = TaskMailbox()
     private let clock: @Sendable () -> Int64
     private let random: @Sendable () -> Double
@@ -57,6 +57,7 @@ public actor TaskRunner {
                                         resumePoint: resumePoint, bytesTotal: bytesTotal, configuration: configuration)
         self.backend = backend
         self.sink = sink
+        self.control = TransferControl(jobID: jobID)
         self.clock = clock
         self.random = random
     }
@@ -157,7 +158,22 @@ public actor TaskRunner {
             await mailbox.waitForRing()
             await processMailbox()
         }
-        return machine.outcome ?? .abandoned(reason: "the runner stopped before the attempt ended")
+        let outcome = machine.outcome ?? .abandoned(reason: "the runner stopped before the attempt ended")
+        discardLocalFilesIfFinal(outcome)
+        return outcome
+    }
+
+    /// A job that ended failed or cancelled never resumes, so its partial download or upload session goes
+    /// now, recorded or not (a retry starts over). Paused, released and retry-scheduled jobs keep theirs:
+    /// they resume from them. Runs after the final event is in the log and the transfer has returned.
+    private func discardLocalFilesIfFinal(_ outcome: TaskRunOutcome) {
+        switch outcome {
+        case .failed, .cancelled:
+            backend.discardResumePoint(of: JobLocalFiles(jobID: jobID, kind: spec.kind, destination: spec.destination,
+                                                         resumePoint: machine.resumePoint, finishedAtMs: clock()))
+        case .succeeded, .retryScheduled, .paused, .released, .abandoned:
+            break
+        }
     }
 
     private var isOver: Bool { machine.outcome != nil && !transferRunning }

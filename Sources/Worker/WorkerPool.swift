@@ -22,9 +22,12 @@ public struct WorkerConfiguration: Sendable {
     public var pollIntervalMs: Int64
     /// Exit within this long after the first SIGTERM/SIGINT.
     public var shutdownGraceMs: Int64
+    /// How often the orphan sweep runs after the one at start (0: only at start and before a drain exits).
+    public var orphanSweepIntervalMs: Int64
 
     public init(owner: String = WorkerConfiguration.defaultOwner(), concurrency: Int = 4, queues: [String]? = nil,
-                leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000) {
+                leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000,
+                orphanSweepIntervalMs: Int64 = 300_000) {
         self.owner = owner
         self.concurrency = max(1, concurrency)
         self.queues = queues
@@ -32,6 +35,7 @@ public struct WorkerConfiguration: Sendable {
         self.drain = drain
         self.pollIntervalMs = max(1, pollIntervalMs)
         self.shutdownGraceMs = shutdownGraceMs
+        self.orphanSweepIntervalMs = max(0, orphanSweepIntervalMs)
     }
 
     public static func defaultOwner() -> String {
@@ -75,6 +79,7 @@ public final class WorkerPool: Sendable {
     private let backend: any StorageBackend
     private let state = Mutex(State())
     private let wakeup = Wakeup()
+    private let sweeper: OrphanSweeper
 
     /// A pool on `store`. Every store call goes through the store's own executor (its `async`
     /// methods), so no thread of Swift's cooperative pool ever waits for SQLite.
@@ -82,6 +87,7 @@ public final class WorkerPool: Sendable {
         self.configuration = configuration
         self.store = store
         self.backend = backend
+        self.sweeper = OrphanSweeper(store: store, backend: backend, intervalMs: configuration.orphanSweepIntervalMs)
     }
 
     /// Stop claiming; ask every running transfer to pause at its resume point and release its lease.
@@ -110,6 +116,7 @@ public final class WorkerPool: Sendable {
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = max(200, config.leaseMs / 3)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
+        await sweeper.sweepIfDue(now: Clock.nowMs())
 
         while true {
             let now = Clock.nowMs()
@@ -167,13 +174,16 @@ public final class WorkerPool: Sendable {
                 }
             } catch {
                 consecutiveErrors += 1
-                FileHandle.standardError.write(Data("jobctl worker: \(error) (retrying)\n".utf8))
+                let message = SecretRedaction.redactURLs(in: "jobctl worker: \(error) (retrying)\n")
+                FileHandle.standardError.write(Data(message.utf8))
                 await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
                 continue
             }
             consecutiveErrors = 0
+            await sweeper.sweepIfDue(now: now)
             await wakeup.wait(milliseconds: config.pollIntervalMs)
         }
+        if config.drain && !isShuttingDown { await sweeper.sweepIfDue(now: Clock.nowMs(), force: true) }
         var summary = state.withLock { $0.summary }
         let stats = store.groupCommitStats
         summary.groupCommits = stats.commits

@@ -2,20 +2,27 @@ import Foundation
 
 // MARK: - Command descriptions
 
-/// One option a command accepts: a flag (`valueName == nil`) or an option with a value.
+/// One option a command accepts, as the parser and the help text see it: a flag (`valueName == nil`)
+/// or an option with a value. Commands declare options through the typed `Flag` and `Option<Value>`
+/// (Options.swift), which build this.
 struct OptionSpec: Sendable {
     let long: String
     let short: Character?
     let valueName: String?
     let help: String
     let repeatable: Bool
+    /// Checks a value while the command line is parsed, so a bad number is a usage error (exit 64)
+    /// before the command does anything.
+    let validate: (@Sendable (String) throws -> Void)?
 
-    init(_ long: String, short: Character? = nil, value valueName: String? = nil, repeatable: Bool = false, help: String) {
+    init(_ long: String, short: Character? = nil, value valueName: String? = nil, repeatable: Bool = false,
+         help: String, validate: (@Sendable (String) throws -> Void)? = nil) {
         self.long = long
         self.short = short
         self.valueName = valueName
         self.help = help
         self.repeatable = repeatable
+        self.validate = validate
     }
 }
 
@@ -43,25 +50,21 @@ struct CommandSpec: Sendable {
     let discussion: String?
     let run: @Sendable (ParsedArguments, Context) throws -> Int32
 
-    init(name: String, abstract: String, arguments: [ArgumentSpec] = [], options: [OptionSpec] = [],
+    init(name: String, abstract: String, arguments: [ArgumentSpec] = [], options: [any OptionDeclaration] = [],
          discussion: String? = nil, run: @escaping @Sendable (ParsedArguments, Context) throws -> Int32) {
         self.name = name
         self.abstract = abstract
         self.arguments = arguments
-        self.options = options + Self.globalOptions
+        self.options = options.map(\.spec) + Self.globalOptions.map(\.spec)
         self.discussion = discussion
         self.run = run
     }
 
-    static let globalOptions: [OptionSpec] = [
-        OptionSpec("db", value: "path", help: "The SQLite event log (default: $JOBCTL_DB, else ./jobctl.db)."),
-        OptionSpec("no-color", help: "Never use colours (also: NO_COLOR set, or output not a terminal)."),
-        OptionSpec("help", short: "h", help: "Show help information."),
-    ]
+    static let globalOptions: [any OptionDeclaration] = [Options.database, Options.noColor, Options.help]
 
     var usageLine: String {
         var parts = ["jobctl", name]
-        let ownOptions = options.filter { option in !Self.globalOptions.contains { $0.long == option.long } }
+        let ownOptions = options.filter { option in !Self.globalOptions.contains { $0.spec.long == option.long } }
         if !ownOptions.isEmpty { parts.append("[<options>]") }
         for argument in arguments {
             var text = "<\(argument.name)>"
@@ -89,6 +92,7 @@ struct CommandSpec: Sendable {
             if let value = option.valueName { flag += " <\(value)>" }
             lines.append(Self.column(flag, option.help))
         }
+        lines += ["", ExitCode.helpText]
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -108,25 +112,29 @@ struct UsageError: Error, CustomStringConvertible {
     init(_ message: String) { self.message = message }
 }
 
-/// The parsed command line of one command.
+/// The parsed command line of one command. Read it through the typed declarations:
+/// `arguments[Options.json]`, `try arguments.value(Options.limit)`.
 struct ParsedArguments: Sendable {
     var positionals: [String] = []
-    var values: [String: [String]] = [:]
-    var flags: Set<String> = []
+    private var values: [String: [String]] = [:]
+    private var flags: Set<String> = []
 
-    func value(_ name: String) -> String? { values[name]?.last }
-    func all(_ name: String) -> [String] { values[name] ?? [] }
-    func flag(_ name: String) -> Bool { flags.contains(name) }
+    /// Whether a flag was given.
+    subscript(flag: Flag) -> Bool { flags.contains(flag.spec.long) }
 
-    /// An integer option, or a usage error naming it.
-    func integer(_ name: String) throws -> Int? {
-        guard let text = value(name) else { return nil }
-        guard let number = Int(text) else { throw UsageError("--\(name) expects an integer, not '\(text)'") }
-        return number
+    /// The (last) value of an option, parsed and range-checked; nil when it was not given.
+    func value<Value>(_ option: Option<Value>) throws -> Value? {
+        guard let text = values[option.spec.long]?.last else { return nil }
+        return try option.parse(text)
+    }
+
+    /// Every value of a repeatable option, parsed.
+    func values<Value>(_ option: Option<Value>) throws -> [Value] {
+        try (values[option.spec.long] ?? []).map(option.parse)
     }
 
     /// Parses `arguments` against `spec` (swift-argument-parser conventions: `--opt value`, `--opt=value`,
-    /// `-h`, `--` ends options).
+    /// `-h`, `--` ends options). Every option value is validated here.
     static func parse(_ arguments: [String], for spec: CommandSpec) throws -> ParsedArguments {
         var parsed = ParsedArguments()
         var index = 0
@@ -178,9 +186,10 @@ struct ParsedArguments: Sendable {
             if !option.repeatable, parsed.values[name] != nil {
                 throw UsageError("--\(name) was given more than once")
             }
+            try option.validate?(value)
             parsed.values[name, default: []].append(value)
         }
-        if parsed.flags.contains("help") { return parsed }
+        if parsed.flags.contains(Options.help.spec.long) { return parsed }
         let required = spec.arguments.filter { !$0.optional }.count
         let variadic = spec.arguments.contains { $0.variadic }
         if parsed.positionals.count < required {

@@ -12,9 +12,11 @@ enum CommandRunner {
         Commands.submit, Commands.list, Commands.show, Commands.history, Commands.audit,
         Commands.watch, Commands.result,
         Commands.pause, Commands.resume, Commands.cancel, Commands.retry,
-        Commands.worker, Commands.replay, Commands.migrate,
+        Commands.worker, Commands.replay, Commands.migrate, Commands.orphans,
     ]
 
+    /// Runs one command line. SIGTERM and SIGINT are blocked on entry (see `main.swift`); only `worker`
+    /// keeps them blocked, for its own handlers — every other command gets the default behaviour back.
     static func run(_ rawArguments: [String]) -> Int32 {
         // Global options may come before the command (`jobctl --db x.db list`): move them after it.
         var globals: [String] = []
@@ -31,6 +33,9 @@ enum CommandRunner {
             }
         }
         let arguments = rest.first.map { [$0] + globals + rest.dropFirst() } ?? globals
+        if arguments.first != Commands.worker.name {
+            ShutdownSignals.unblock()
+        }
         guard let first = arguments.first else {
             emit(overview)
             return ExitCode.ok
@@ -69,7 +74,7 @@ enum CommandRunner {
         } catch {
             return usageFailure(String(describing: error), usage: command.usageLine)
         }
-        if parsed.flag("help") {
+        if parsed[Options.help] {
             emit(command.helpText)
             return ExitCode.ok
         }
@@ -117,6 +122,8 @@ enum CommandRunner {
             "  -h, --help              Show help information.",
             "",
             "  See 'jobctl help <command>' for detailed help.",
+            "",
+            ExitCode.helpText,
         ]
         return lines.joined(separator: "\n")
     }

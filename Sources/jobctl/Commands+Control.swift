@@ -46,10 +46,11 @@ extension Commands {
         CommandSpec(
             name: name, abstract: abstract,
             arguments: [ArgumentSpec("id", variadic: true, help: "Job ids (or unique prefixes).")],
-            options: [OptionSpec("json", help: "Print the resulting jobs as JSON.")],
+            options: [Options.json.help("Print the resulting jobs as JSON.")],
             discussion: discussion
         ) { arguments, context in
             let store = try context.openStore()
+            let json = arguments[Options.json]
             var views: [JobView] = []
             var refused = 0
             for given in arguments.positionals {
@@ -57,8 +58,8 @@ extension Commands {
                     let id = try store.resolveID(given)
                     let outcome = try action(store, id, context)
                     let record = outcome.record
-                    views.append(JobView(record))
-                    if !arguments.flag("json") {
+                    views.append(JobView(record, display: .redacting))
+                    if !json {
                         var note = record.pauseRequested ? " (pause requested)" : record.cancelRequested ? " (cancel requested)" : ""
                         if outcome.isRepeat { note += " (already so; nothing changed)" }
                         emit("\(record.id)  \(context.paint(state: record.state))\(note)")
@@ -68,7 +69,7 @@ extension Commands {
                     emitError("Error: \(given): \(error)")
                 }
             }
-            if arguments.flag("json") { emit(try jsonText(views)) }
+            if json { emit(try jsonText(views)) }
             return refused == 0 ? ExitCode.ok : ExitCode.failure
         }
     }
@@ -77,137 +78,111 @@ extension Commands {
         name: "result",
         abstract: "Print what a finished job produced.",
         arguments: [ArgumentSpec("id", help: "A job id (or a unique prefix).")],
-        options: [
-            OptionSpec("output", short: "o", value: "file", help: "Write a memory download's bytes to this file instead of standard output."),
-            OptionSpec("json", help: "Print the result record as JSON."),
-        ],
+        options: [Options.output, Options.json.help("Print the result record as JSON."), Options.showSecrets],
         discussion: """
-        download-memory: the bytes; fetch-url: the download URL; uploads: the object's metadata as JSON;
-        download-file: the local path.
+        download-memory: the bytes (refused on a terminal when they are not text: use -o FILE, a pipe, or
+        -o - to print them anyway); fetch-url: the download URL, token included (that is what the command
+        is for); uploads: the object's metadata as JSON (download tokens redacted unless --show-secrets);
+        download-file: the local path. -o FILE writes any of these to FILE instead.
         """
     ) { arguments, context in
         let store = try context.openStore(readOnly: true)
         let job = try store.job(resolving: arguments.positionals[0])
+        let display = arguments.display
         guard job.state == .succeeded, let result = job.result else {
-            let why = job.error.map { ": \($0.code.name): \($0.message)" } ?? ""
-            throw CommandFailure("job \(job.id) is \(job.state.rawValue)\(why); only succeeded jobs have a result")
+            let state = display.stateLine(job.state, job.error) { $0.rawValue }
+            throw CommandFailure("job \(job.id) is \(state); only succeeded jobs have a result")
         }
-        if arguments.flag("json") {
-            emit(try jsonText(result))
+        let output = try arguments.value(Options.output)
+        let bytes: Data
+        if arguments[Options.json] {
+            bytes = Data((try jsonText(ResultView(result, display: display, revealURL: true)) + "\n").utf8)
+        } else {
+            switch job.spec.kind {
+            case .downloadMemory:
+                guard let hash = result.blob, let blob = try store.blob(sha256: hash) else {
+                    throw CommandFailure("job \(job.id): the result blob is missing from the log")
+                }
+                bytes = blob
+            case .fetchURL:
+                // The URL's token is the result itself: printed as it is.
+                bytes = Data(((result.url ?? "") + "\n").utf8)
+            case .downloadFile:
+                bytes = Data(((result.path ?? job.spec.destination ?? "") + "\n").utf8)
+            case .uploadFile, .uploadData:
+                let object = result.object.map { ObjectView($0, display: display) }
+                bytes = Data((try jsonText(object) + "\n").utf8)
+            }
+        }
+        if let output, output != "-" {
+            try write(bytes, toFile: output)
             return ExitCode.ok
         }
-        switch job.spec.kind {
-        case .downloadMemory:
-            guard let hash = result.blob, let bytes = try store.blob(sha256: hash) else {
-                throw CommandFailure("job \(job.id): the result blob is missing from the log")
-            }
-            if let output = arguments.value("output") {
-                guard FileManager.default.createFile(atPath: output, contents: bytes) else {
-                    throw CommandFailure("cannot write '\(output)': \(String(cString: strerror(errno)))")
-                }
-            } else {
-                FileHandle.standardOutput.write(bytes)
-            }
-        case .fetchURL:
-            emit(result.url ?? "")
-        case .downloadFile:
-            emit(result.path ?? job.spec.destination ?? "")
-        case .uploadFile, .uploadData:
-            emit(try jsonText(result.object))
+        if output == nil, context.stdoutIsTerminal, !Self.isTerminalText(bytes) {
+            throw CommandFailure("binary output can mess up your terminal; use -o FILE or pipe it (-o - prints it anyway)")
         }
+        FileHandle.standardOutput.write(bytes)
         return ExitCode.ok
+    }
+
+    /// Whether bytes can go to a terminal as they are: UTF-8 text without control characters other
+    /// than tab, line feed and carriage return (no NUL, no escape sequences).
+    static func isTerminalText(_ bytes: Data) -> Bool {
+        guard let text = String(validating: bytes, as: UTF8.self) else { return false }
+        return text.unicodeScalars.allSatisfy { scalar in
+            scalar == "\t" || scalar == "\n" || scalar == "\r" || !(scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value))
+        }
     }
 
     static let audit = CommandSpec(
         name: "audit",
         abstract: "One row per job: outcome, sizes, checksums, attempts, start and end times.",
-        options: [
-            OptionSpec("since", value: "time", help: "Jobs submitted at or after this time (RFC 3339, a date, or relative: 90s, 15m, 1h, 7d)."),
-            OptionSpec("until", value: "time", help: "Jobs submitted before this time."),
-            OptionSpec("state", value: "state", repeatable: true, help: "Only jobs in this state; repeatable or comma-separated."),
-            OptionSpec("kind", value: "kind", repeatable: true, help: "Only jobs of this kind; repeatable or comma-separated."),
-            OptionSpec("json", help: "Print a JSON array."),
-            OptionSpec("csv", help: "Print CSV (RFC 4180) with a header row."),
-        ]
+        options: [Options.since, Options.until, Options.state.help("Only jobs in this state; repeatable or comma-separated."),
+                  Options.kind, Options.json.help("Print a JSON array."), Options.csv, Options.showSecrets],
+        discussion: """
+        Times: RFC 3339 (2026-11-29T10:00:00Z), a date (2026-11-29), or relative back from now (90s, 15m,
+        1h, 7d, at most 36500d); absolute times between 1970-01-01 and 9999-12-31. On a terminal the table
+        fits its width by hiding columns (standard error names them); --json and --csv carry every field.
+        """
     ) { arguments, context in
-        if arguments.flag("json") && arguments.flag("csv") { throw UsageError("--json and --csv cannot be combined") }
-        let now = Clock.nowMs()
+        if arguments[Options.json] && arguments[Options.csv] { throw UsageError("--json and --csv cannot be combined") }
         let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(), queue: nil, limit: nil,
-                               createdSince: try arguments.time("since", now: now), createdUntil: try arguments.time("until", now: now))
+                               createdSince: try arguments.value(Options.since), createdUntil: try arguments.value(Options.until))
         let store = try context.openStore(readOnly: true)
-        let rows = try store.jobs(filter: filter).reversed().map(AuditRow.init)
-        if arguments.flag("json") {
+        let display = arguments.display
+        let jobs = try store.jobs(filter: filter).reversed()
+        let rows = jobs.map { AuditRow($0, display: display) }
+        if arguments[Options.json] {
             emit(try jsonText(Array(rows)))
-        } else if arguments.flag("csv") {
+        } else if arguments[Options.csv] {
             emit(([AuditRow.csvHeader] + rows.map(\.csvLine)).joined(separator: "\n"))
         } else if rows.isEmpty {
             emit("no jobs")
         } else {
-            let table = rows.map { row in
-                [row.id, row.kind, context.paint(state: JobState(rawValue: row.state) ?? .queued), "\(row.attempts)",
-                 row.size.map { ByteSize.format($0) } ?? "-", row.md5 ?? "-", row.crc32c ?? "-",
-                 row.startedAt ?? "-", row.finishedAt ?? "-", row.errorName ?? ""]
+            let table = jobs.map { job -> [String] in
+                let size: String = (job.result?.size ?? job.result?.object?.size ?? job.bytesTotal).map { ByteSize.format($0) } ?? "-"
+                let md5: String = job.result?.md5 ?? job.result?.object?.md5Hash ?? "-"
+                let crc32c: String = job.result?.crc32c ?? job.result?.object?.crc32c ?? "-"
+                let started: String = job.startedAtMs.map(TimeText.rfc3339) ?? "-"
+                let finished: String = job.finishedAtMs.map(TimeText.rfc3339) ?? "-"
+                return [job.id, job.spec.kind.rawValue, context.paint(state: job.state), "\(job.attempts)",
+                        size, md5, crc32c, started, finished, job.error?.code.name ?? ""]
             }
-            emit(renderTable(["ID", "KIND", "OUTCOME", "ATTEMPTS", "SIZE", "MD5", "CRC32C", "STARTED", "FINISHED", "ERROR"], table))
+            let columns = [
+                TableColumn("ID"), TableColumn("KIND", dropRank: 6), TableColumn("OUTCOME"), TableColumn("ATTEMPTS", dropRank: 3),
+                TableColumn("SIZE", dropRank: 5), TableColumn("MD5", dropRank: 1), TableColumn("CRC32C", dropRank: 2),
+                TableColumn("STARTED", dropRank: 4), TableColumn("FINISHED", dropRank: 7),
+                TableColumn("ERROR", fit: .elide(minimum: 8), elide: { Elide.end($0, to: $1) }),
+            ]
+            let rendered = renderTable(columns, table, width: context.width)
+            emit(rendered.text)
+            if !rendered.hidden.isEmpty {
+                emitError("columns hidden to fit the terminal: \(rendered.hidden.joined(separator: ", ")); --json or --csv shows every field")
+            }
             var counts: [String: Int] = [:]
             for row in rows { counts[row.state, default: 0] += 1 }
-            emit("\(rows.count) job(s): " + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+            emit("\(plural(rows.count, "job")): " + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
         }
         return ExitCode.ok
-    }
-}
-
-/// One row of `jobctl audit`.
-struct AuditRow: Encodable {
-    let id: String
-    let kind: String
-    let state: String
-    let attempts: Int
-    let source: String?
-    let destination: String?
-    let size: Int64?
-    let md5: String?
-    let crc32c: String?
-    let submittedAt: String
-    let startedAt: String?
-    let finishedAt: String?
-    let errorCode: Int?
-    let errorName: String?
-    let errorMessage: String?
-
-    init(_ job: JobRecord) {
-        id = job.id
-        kind = job.spec.kind.rawValue
-        state = job.state.rawValue
-        attempts = job.attempts
-        source = job.spec.source
-        destination = job.spec.destination
-        size = job.result?.size ?? job.result?.object?.size ?? job.bytesTotal
-        md5 = job.result?.md5 ?? job.result?.object?.md5Hash
-        crc32c = job.result?.crc32c ?? job.result?.object?.crc32c
-        submittedAt = TimeText.rfc3339(job.createdAtMs)
-        startedAt = job.startedAtMs.map(TimeText.rfc3339)
-        finishedAt = job.finishedAtMs.map(TimeText.rfc3339)
-        errorCode = job.error?.code.rawValue
-        errorName = job.error?.code.name
-        errorMessage = job.error?.message
-    }
-
-    static let csvHeader = "id,kind,state,attempts,source,destination,size,md5,crc32c,submitted_at,started_at,finished_at,error_code,error_name,error_message"
-
-    var csvLine: String {
-        let fields: [String?] = [id, kind, state, "\(attempts)", source, destination, size.map(String.init), md5, crc32c,
-                                 submittedAt, startedAt, finishedAt, errorCode.map(String.init), errorName, errorMessage]
-        return fields.map { field in
-            let text = field ?? ""
-            guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
-            return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-        }.joined(separator: ",")
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case id, kind, state, attempts, source, destination, size, md5, crc32c
-        case submittedAt = "submitted_at", startedAt = "started_at", finishedAt = "finished_at"
-        case errorCode = "error_code", errorName = "error_name", errorMessage = "error_message"
     }
 }

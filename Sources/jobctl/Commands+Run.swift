@@ -9,38 +9,41 @@ extension Commands {
     static let worker = CommandSpec(
         name: "worker",
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
-        options: [
-            OptionSpec("concurrency", short: "c", value: "n", help: "Transfers at once (default 4)."),
-            OptionSpec("queue", value: "name", repeatable: true, help: "Only take jobs from this queue; repeatable (default: all queues)."),
-            OptionSpec("drain", help: "Exit 0 once no job is queued or running (paused jobs do not hold it)."),
-            OptionSpec("lease", value: "seconds", help: "Lease length; a worker that stops heartbeating loses its jobs after this (default 30)."),
-            OptionSpec("json", help: "Print the exit summary as JSON."),
-        ],
+        options: [Options.concurrency, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
+                  Options.json.help("Print the exit summary as JSON.")],
         discussion: """
         Run as many worker processes on one database as you like. SIGTERM or SIGINT stops claiming, pauses
-        running transfers at their resume point, releases their leases and exits within 10 seconds; a second
-        signal exits at once. Storage settings come from the environment: STORAGE_EMULATOR_HOST,
-        GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, JOBCTL_CHUNK_SIZE, JOBCTL_BUCKETS,
-        JOBCTL_REFUSE_EXECUTABLES.
+        running transfers at their resume point, releases their leases and exits 0 within 10 seconds — also
+        when the signal arrives while the worker is still starting; a second signal exits at once (130).
+        With --drain the worker exits once no job is queued or running: 0 when every job it ran ended
+        well, 2 when any of them failed, so `jobctl submit jobs.yaml && jobctl worker --drain` works in
+        scripts. Storage settings come from the environment: STORAGE_EMULATOR_HOST,
+        GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
+        JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR);
+        a bad value stops the worker before it starts.
         """
     ) { arguments, context in
-        let concurrency = try arguments.integer("concurrency") ?? 4
-        guard concurrency >= 1 else { throw UsageError("--concurrency must be at least 1") }
-        let leaseSeconds = try arguments.value("lease").map { text -> Double in
-            guard let seconds = Double(text), seconds >= 1 else { throw UsageError("--lease expects seconds ≥ 1, not '\(text)'") }
-            return seconds
-        } ?? 30
-        let queues = arguments.all("queue")
+        let concurrency = try arguments.value(Options.concurrency) ?? 4
+        let leaseMs = try arguments.value(Options.lease) ?? 30_000
+        let queues = try arguments.values(Options.workerQueue)
+        let drain = arguments[Options.drain]
         let configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
-                                                leaseMs: Int64(leaseSeconds * 1000), drain: arguments.flag("drain"))
+                                                leaseMs: leaseMs, drain: drain)
+        // Storage settings are checked before the event log is opened: a bad one stops the worker at once.
+        var storage: StorageConfiguration
+        do throws(StorageError) {
+            storage = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
+        } catch { throw CommandFailure(error.message) }
+        if let stall = try arguments.value(Options.stallTimeout) { storage.stallTimeout = stall }
         let store = try context.openStore()
-        let storage = StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration)
+        // SIGTERM/SIGINT have been blocked since main started; one that came early is pending and is
+        // handled as soon as the handlers exist.
         let signals = SignalHandling(pool: pool)
         signals.install()
-        emitError("jobctl worker \(configuration.owner): concurrency \(concurrency), lease \(Int(leaseSeconds)) s\(configuration.drain ? ", draining" : "")")
+        emitError("jobctl worker \(configuration.owner): concurrency \(concurrency), lease \(TimeText.duration(seconds: leaseMs / 1000))\(drain ? ", draining" : "")")
         let summary = try blockingRun { try await pool.run() }
-        if arguments.flag("json") {
+        if arguments[Options.json] {
             struct Summary: Encodable {
                 let claimed, succeeded, failed, retried, paused, cancelled, released, abandoned: Int
                 let events_written, group_commits: Int
@@ -52,7 +55,11 @@ extension Commands {
         } else {
             emitError("jobctl worker: \(summary.claimed) claimed, \(summary.succeeded) succeeded, \(summary.failed) failed, "
                       + "\(summary.retried) to retry, \(summary.paused) paused, \(summary.cancelled) cancelled, \(summary.released) released; "
-                      + "\(summary.eventsWritten) events in \(summary.groupCommits) commits")
+                      + "\(plural(summary.eventsWritten, "event")) in \(plural(summary.groupCommits, "commit"))")
+        }
+        if drain, summary.failed > 0 {
+            emitError("jobctl worker: \(plural(summary.failed, "job")) ended failed (exit \(ExitCode.jobsFailed)); `jobctl list --state failed` shows them")
+            return ExitCode.jobsFailed
         }
         return ExitCode.ok
     }
@@ -61,36 +68,25 @@ extension Commands {
         name: "watch",
         abstract: "Follow a job until it ends: a progress bar on a terminal, JSON lines otherwise.",
         arguments: [ArgumentSpec("id", optional: true, help: "A job id (or a unique prefix); omit with --all.")],
-        options: [
-            OptionSpec("all", help: "Follow every job's events (until interrupted, or until idle with --exit-when-idle)."),
-            OptionSpec("on", value: "statuses", help: "Only these observer statuses: resume, progress, pause, success, failure (comma-separated)."),
-            OptionSpec("json", help: "Print one JSON object per event even on a terminal."),
-            OptionSpec("exit-when-idle", help: "With --all: exit once no job is queued or running."),
-        ],
+        options: [Options.all, Options.on, Options.json.help("Print one JSON object per event even on a terminal."), Options.exitWhenIdle],
         discussion: """
         Statuses follow the Firebase task observers: started → resume, progress → progress, paused → pause,
-        succeeded → success, failed/cancelled → failure. Exit status: 0 when the job succeeded, 1 when it
-        failed or was cancelled.
+        succeeded → success, failed/cancelled → failure. On a terminal the progress bar shows the bytes
+        (confirmed by the server, for uploads), the rate over the last few seconds and the time left, and
+        every line fits the terminal's width. Exit status: 0 when the job succeeded, 1 when it failed or
+        was cancelled.
         """
     ) { arguments, context in
-        let all = arguments.flag("all")
+        let all = arguments[Options.all]
         if all == (arguments.positionals.first != nil) {
             throw UsageError(all ? "give a job id or --all, not both" : "give a job id, or --all to follow every job")
         }
-        var statuses: Set<ObserverStatus>? = nil
-        if let text = arguments.value("on") {
-            statuses = Set(try text.split(separator: ",").map { part in
-                guard let status = ObserverStatus(rawValue: part.trimmingCharacters(in: .whitespaces)) else {
-                    throw UsageError("unknown status '\(part)'; expected resume, progress, pause, success or failure")
-                }
-                return status
-            })
-        }
+        let statuses = try arguments.value(Options.on)
         let store = try context.openStore(readOnly: true)
-        let json = arguments.flag("json") || !context.stdoutIsTerminal
+        let json = arguments[Options.json] || !context.stdoutIsTerminal
         let watcher = Watcher(store: store, context: context, statuses: statuses, json: json)
         if all {
-            return try watcher.followAll(exitWhenIdle: arguments.flag("exit-when-idle"))
+            return try watcher.followAll(exitWhenIdle: arguments[Options.exitWhenIdle])
         }
         let job = try store.job(resolving: arguments.positionals[0])
         return try watcher.follow(jobID: job.id)
@@ -123,9 +119,11 @@ final class SignalHandling: @unchecked Sendable {
 
     init(pool: WorkerPool) { self.pool = pool }
 
+    /// Starts reading SIGTERM and SIGINT. They are blocked in every thread (since `main` began), so
+    /// they stay pending until a signal source reads them; the disposition is left alone, because
+    /// setting SIG_IGN would discard a signal that is already pending.
     func install() {
-        for number in [SIGTERM, SIGINT] {
-            signal(number, SIG_IGN)
+        for number in ShutdownSignals.numbers {
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
             source.setEventHandler { [self] in
                 received += 1

@@ -11,12 +11,14 @@ struct Watcher {
     let statuses: Set<ObserverStatus>?
     let json: Bool
     let pollInterval: useconds_t = 50_000
+    /// `watch` never reveals secrets: it has no `--show-secrets`.
+    let display = Display.redacting
 
     /// Follows one job until it reaches a final state. Exit 0 if it succeeded, 1 otherwise.
     func follow(jobID: String) throws -> Int32 {
         var lastSeq: Int64 = 0
         var lastVersion: Int64 = -1
-        var bar = ProgressBar(enabled: !json)
+        var bar = ProgressBar(enabled: !json, countsConfirmedBytes: (try store.job(jobID))?.spec.kind.isUpload ?? false)
         while true {
             let version = try store.dataVersion()
             if version != lastVersion {
@@ -31,8 +33,7 @@ struct Watcher {
                 if let job, job.state.isFinal {
                     bar.finish()
                     if !json {
-                        let detail = job.error.map { ": \($0.code.name): \($0.message)" } ?? ""
-                        emit("\(job.id) \(context.paint(state: job.state))\(detail)")
+                        emitLine("\(job.id) \(display.stateLine(job.state, job.error, paint: context.paint(state:)))")
                     }
                     return job.state == .succeeded ? ExitCode.ok : ExitCode.failure
                 }
@@ -45,7 +46,7 @@ struct Watcher {
     func followAll(exitWhenIdle: Bool) throws -> Int32 {
         var lastSeq = try store.lastSeq()
         var lastVersion: Int64 = -1
-        var bar = ProgressBar(enabled: false)
+        var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
         while true {
             // Idle is decided before the events are read, so every event up to that moment is printed
             // before the watcher exits.
@@ -72,51 +73,127 @@ struct Watcher {
     }
 
     private func show(_ event: JobEvent, bar: inout ProgressBar) throws {
+        // The bar sees every event (so a pause or a new attempt restarts its rate even when filtered out).
+        let progressLine = bar.observe(event, width: context.width)
         guard let status = ObserverStatus(event.type) else { return }
         if let statuses, !statuses.contains(status) { return }
         if json {
-            emit(try jsonLine(EventView(event)))
+            emit(try jsonLine(EventView(event, display: display)))
             return
         }
-        switch status {
-        case .progress:
-            bar.update(done: event.data.bytesDone ?? 0, total: event.data.bytesTotal, atMs: event.atMs)
-        default:
+        if status == .progress {
+            if let progressLine { bar.draw(progressLine) }
+        } else {
             bar.interrupt()
-            emit("\(TimeText.rfc3339(event.atMs))  \(event.jobID)  \(status.rawValue)  \(Commands.details(event))")
+            emitLine("\(TimeText.rfc3339(event.atMs))  \(event.jobID)  \(status.rawValue)  \(Describe.event(event, display: display))")
         }
+    }
+
+    /// A line fitted to the terminal: wrapped at spaces, continuation lines indented.
+    private func emitLine(_ line: String) {
+        guard let width = context.width, visibleWidth(line) > width, width >= 20 else {
+            emit(line)
+            return
+        }
+        emit(wrap(line, width: width, indent: "    ").map { $0.trimmingTrailingSpaces() }.joined(separator: "\n"))
     }
 }
 
-/// A one-line terminal progress bar with bytes, rate and ETA, redrawn in place.
+/// A one-line terminal progress bar with bytes, a moving rate and the time left, redrawn in place and
+/// never wider than the terminal.
 struct ProgressBar {
     let enabled: Bool
-    private var firstSample: (bytes: Int64, atMs: Int64)?
+    /// Uploads: the bar counts the bytes the server confirmed, not the bytes sent.
+    let countsConfirmedBytes: Bool
+    /// The rate is measured over this much of the recent past.
+    static let rateWindowMs: Int64 = 5_000
+    private var samples: [(atMs: Int64, bytes: Int64)] = []
+    private var confirmed: Int64 = 0
     private var drawn = false
 
-    init(enabled: Bool) { self.enabled = enabled }
+    init(enabled: Bool, countsConfirmedBytes: Bool) {
+        self.enabled = enabled
+        self.countsConfirmedBytes = countsConfirmedBytes
+    }
 
-    mutating func update(done: Int64, total: Int64?, atMs: Int64) {
-        guard enabled else { return }
-        if firstSample == nil { firstSample = (done, atMs) }
-        var line = ""
+    /// Forgets the rate's history (after a pause, a release or at a new attempt).
+    mutating func resetRate() { samples.removeAll() }
+
+    /// Bytes per second over the last `rateWindowMs`, from the samples seen since the last reset.
+    var rate: Double? {
+        guard let first = samples.first, let last = samples.last, last.atMs > first.atMs, last.bytes >= first.bytes else { return nil }
+        return Double(last.bytes - first.bytes) / (Double(last.atMs - first.atMs) / 1000)
+    }
+
+    mutating func record(done: Int64, atMs: Int64) {
+        if let last = samples.last, done < last.bytes || atMs < last.atMs { samples.removeAll() }
+        samples.append((atMs, done))
+        while let first = samples.first, samples.count > 2, atMs - first.atMs > Self.rateWindowMs { samples.removeFirst() }
+    }
+
+    /// The line for `done` bytes moved (`confirmed` by the server, for uploads) of `total`, fitted to `width`.
+    mutating func line(done: Int64, confirmed newConfirmed: Int64?, total: Int64?, atMs: Int64, width: Int?) -> String {
+        record(done: done, atMs: atMs)
+        if let newConfirmed { confirmed = newConfirmed }
+        let shown = countsConfirmedBytes ? confirmed : done
+        var head = ""
+        var tail: [String] = []
+        var bar: Double?
         if let total, total > 0 {
-            let fraction = min(1, Double(done) / Double(total))
-            let width = 30
-            let filled = Int(fraction * Double(width))
-            line = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "] "
-            line += String(format: "%3d%% ", Int(fraction * 100))
-            line += "\(ByteSize.format(done))/\(ByteSize.format(total))"
+            let fraction = min(1, Double(shown) / Double(total))
+            bar = fraction
+            head = String(format: "%3d%% ", Int(fraction * 100)) + "\(ByteSize.format(shown))/\(ByteSize.format(total))"
         } else {
-            line = ByteSize.format(done)
+            head = ByteSize.format(shown)
         }
-        if let first = firstSample, atMs > first.atMs, done > first.bytes {
-            let rate = Double(done - first.bytes) / (Double(atMs - first.atMs) / 1000)
-            line += "  \(ByteSize.format(Int64(rate)))/s"
-            if let total, total > done, rate > 0 {
-                line += "  ETA \(Int((Double(total - done) / rate).rounded()))s"
+        if countsConfirmedBytes, done > shown { head += " (\(ByteSize.format(done)) sent)" }
+        if let rate, rate > 0 {
+            tail.append("\(ByteSize.format(Int64(rate)))/s")
+            if let total, total > done {
+                tail.append("ETA \(TimeText.duration(seconds: Int64((Double(total - done) / rate).rounded(.up))))")
             }
         }
+        // Fit: the bar gives way first (30 → 10 columns, then none), then the ETA, then the rate.
+        let limit = width.map { max(1, $0 - 1) } ?? Int.max
+        func compose(barWidth: Int, tailCount: Int) -> String {
+            var text = ""
+            if let bar, barWidth > 0 {
+                let filled = Int(bar * Double(barWidth))
+                text = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "] "
+            }
+            text += head
+            for part in tail.prefix(tailCount) { text += "  " + part }
+            return text
+        }
+        for tailCount in stride(from: tail.count, through: 0, by: -1) {
+            let plain = compose(barWidth: 0, tailCount: tailCount)
+            let room = limit - plain.count - 3
+            if bar != nil, room >= 10 { return compose(barWidth: min(30, room), tailCount: tailCount) }
+            if plain.count <= limit { return plain }
+        }
+        return Elide.end(compose(barWidth: 0, tailCount: 0), to: limit)
+    }
+
+    /// Follows one event: `started` (a new attempt or a resume), `paused` and `released` restart the
+    /// rate; a `progress` event gives the line to draw.
+    mutating func observe(_ event: JobEvent, width: Int?) -> String? {
+        switch event.type {
+        case .started, .paused, .released, .retried:
+            resetRate()
+            return nil
+        case .progress:
+            var confirmed: Int64?
+            if case .upload(_, let offset, _)? = event.data.resumePoint { confirmed = offset }
+            return line(done: event.data.bytesDone ?? 0, confirmed: confirmed, total: event.data.bytesTotal,
+                        atMs: event.atMs, width: width)
+        default:
+            return nil
+        }
+    }
+
+    /// Redraws the bar in place.
+    mutating func draw(_ line: String) {
+        guard enabled else { return }
         FileHandle.standardOutput.write(Data("\r\u{1B}[2K\(line)".utf8))
         drawn = true
     }

@@ -39,3 +39,27 @@ struct CLITestError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
 }
+
+extension CLIWorkspace {
+    /// Runs `jobctl --db <workspace db> ARGS` on a pseudo-terminal (`script`) `columns` wide; the
+    /// output is what the terminal received (lines end in CR LF).
+    func jobctlOnTerminal(_ arguments: [String], columns: Int = 80) throws -> ProcessOutput {
+        let command = ([PackagePaths.jobctlBinary, "--db", database] + arguments).map { "'\($0)'" }.joined(separator: " ")
+        return try runProcess("/usr/bin/script", ["-qfec", "stty cols \(columns) rows 40; exec \(command)", "/dev/null"],
+                              environment: ["NO_COLOR": "1", "TERM": "xterm", "COLUMNS": ""], currentDirectory: directory.path)
+    }
+
+    /// The ids `submit` printed for a manifest written into the workspace.
+    func submit(_ manifest: String) throws -> [String] {
+        let path = try write("manifest-\(UUID().uuidString.prefix(6)).yaml", manifest)
+        let output = try jobctl(["submit", path])
+        guard output.status == 0 else { throw CLITestError("submit exited \(output.status): \(output.stderr)") }
+        return output.stdout.split(separator: "\n").map(String.init)
+    }
+}
+
+/// The lines a terminal shows: split at CR and LF, erase-line sequences removed.
+func terminalLines(_ screen: String) -> [String] {
+    screen.replacingOccurrences(of: "\u{1B}[2K", with: "")
+        .split(whereSeparator: { $0 == "\r" || $0 == "\n" || $0 == "\r\n" }).map(String.init)
+}

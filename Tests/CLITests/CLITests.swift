@@ -161,7 +161,7 @@ import TestSupport
         let path = try workspace.write("jobs.yaml", Self.manifest)
         let output = try workspace.jobctl(["submit", "--dry-run", path])
         #expect(output.status == 0, "\(output.stderr)")
-        #expect(output.stdout.contains("3 job(s) valid; nothing submitted"))
+        #expect(output.stdout.contains("3 jobs valid; nothing submitted"))
         #expect(!FileManager.default.fileExists(atPath: workspace.database))
         let json = try workspace.jobctl(["submit", "--dry-run", "--json", path])
         let specs = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])

@@ -5,9 +5,10 @@ import JobModel
 /// The folder relative paths resolve against in these tests (never read or written).
 let testBase = "/srv/manifests"
 
-/// Parses YAML text as `jobs/test.yaml` with `testBase` as the base directory.
+/// Parses YAML text as `jobs/test.yaml` with `testBase` as the base directory. Upload sources are not
+/// looked for on disk (`testBase` does not exist); `SourceCheckTests` covers that with real files.
 func parse(_ yaml: String, path: String = "jobs/test.yaml") -> Result<[JobSpec], ManifestErrors> {
-    parseManifest(text: yaml, path: path, baseDirectory: testBase)
+    ManifestParser(baseDirectory: testBase, checksSources: false).parse(text: yaml, path: path)
 }
 
 extension Result where Failure == ManifestErrors {

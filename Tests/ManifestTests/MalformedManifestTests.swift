@@ -13,13 +13,18 @@ struct MalformedCase: Sendable, CustomTestStringConvertible {
     let fragment: String
     /// How many errors the manifest has in all; the first is the one described.
     let count: Int
+    /// Whether upload sources are looked for on disk (under `testBase`, which does not exist).
+    let checksSources: Bool
 
-    init(_ name: String, _ yaml: String, _ line: Int, _ column: Int, _ code: ManifestError.Code, _ fragment: String, count: Int = 1) {
-        self.init(name, bytes: Array(yaml.utf8), line, column, code, fragment, count: count)
+    init(_ name: String, _ yaml: String, _ line: Int, _ column: Int, _ code: ManifestError.Code, _ fragment: String, count: Int = 1,
+         checksSources: Bool = false) {
+        self.init(name, bytes: Array(yaml.utf8), line, column, code, fragment, count: count, checksSources: checksSources)
     }
 
-    init(_ name: String, bytes: [UInt8], _ line: Int, _ column: Int, _ code: ManifestError.Code, _ fragment: String, count: Int = 1) {
+    init(_ name: String, bytes: [UInt8], _ line: Int, _ column: Int, _ code: ManifestError.Code, _ fragment: String, count: Int = 1,
+         checksSources: Bool = false) {
         self.count = count
+        self.checksSources = checksSources
         self.name = name
         self.input = bytes
         self.line = line
@@ -64,6 +69,8 @@ private let malformedCases: [MalformedCase] = [
           "not valid UTF-8 (byte 0xFF at offset 16)"),
     .init("UTF-16", bytes: [0xFF, 0xFE, 0x6A, 0x00, 0x6F, 0x00], 1, 1, .invalidEncoding, "UTF-16; save it as UTF-8"),
     .init("control character", "- kind: fetch\u{01}-url\n", 1, 14, .syntax, "control characters are not allowed"),
+    .init("nested too deep", String(repeating: "[", count: 70) + String(repeating: "]", count: 70) + "\n", 1, 65, .limitExceeded,
+          "collections nest more than 64 levels deep here"),
 
     // MARK: Shape of the manifest
     .init("empty file", "", 1, 1, .emptyManifest, "the manifest has no jobs"),
@@ -184,6 +191,21 @@ private let malformedCases: [MalformedCase] = [
     .init("local bucket as a local path", "- kind: upload-file\n  source: file://demo/a.txt\n  destination: gs://b/a\n", 2, 11, .invalidPath,
           "names the local bucket 'demo'"),
     .init("home directory", "- kind: upload-file\n  source: ~/a.txt\n  destination: gs://b/a\n", 2, 11, .invalidPath, "starts with '~'"),
+    .init("missing upload source", "- kind: upload-file\n  source: nowhere/a.txt\n  destination: gs://b/a\n", 2, 11, .sourceUnavailable,
+          "'source' 'nowhere/a.txt' does not exist (/srv/manifests/nowhere/a.txt); if it will exist when the job runs, add 'check_source: false'",
+          checksSources: true),
+    .init("folder as upload source", "- kind: upload-file\n  source: photos/\n  destination: gs://b/photos/\n", 2, 11, .unsupportedSource,
+          "'source' 'photos/' is a folder; folders and globs are not supported yet"),
+    .init("glob as upload source", "- kind: upload-file\n  source: photos/*.jpg\n  destination: gs://b/photos/\n", 2, 11, .unsupportedSource,
+          "'source' 'photos/*.jpg' is a glob pattern and no file has this name; folders and globs are not supported yet", checksSources: true),
+    .init("upload-data into a folder", "- kind: upload-data\n  data: x\n  destination: gs://b/folder/\n", 3, 16, .invalidReference,
+          "'destination' 'gs://b/folder/' ends in '/', so it names a folder, and an upload-data job has no file name to put in it; write the object's full name, such as gs://b/folder/data.bin"),
+    .init("download of a folder", "- kind: download-file\n  source: gs://b/folder/\n  destination: out/\n", 2, 11, .invalidReference,
+          "'source' 'gs://b/folder/' ends in '/', so it names a folder; downloading folders is not supported yet"),
+    .init("check_source on a download", "- kind: download-file\n  source: gs://b/a\n  destination: a\n  check_source: false\n", 4, 3, .fieldNotAllowed,
+          "'check_source' is only for upload-file jobs"),
+    .init("check_source is a word", "- kind: upload-file\n  source: a\n  destination: gs://b/a\n  check_source: maybe\n", 4, 17, .wrongType,
+          "'check_source' must be true or false"),
 
     // MARK: Values
     .init("size is a word", """
@@ -196,8 +218,28 @@ private let malformedCases: [MalformedCase] = [
     .init("size is negative", "- {kind: download-memory, source: gs://b/x, max_size: -1KiB}\n", 1, 55, .invalidSize, "not '-1KiB'"),
     .init("max_attempts zero", "- kind: fetch-url\n  source: gs://b/x\n  max_attempts: 0\n", 3, 17, .invalidValue, "'max_attempts' must be at least 1, not 0"),
     .init("max_attempts negative", "- kind: fetch-url\n  source: gs://b/x\n  max_attempts: -2\n", 3, 17, .invalidValue, "at least 1, not -2"),
+    .init("max_attempts too many", "- kind: fetch-url\n  source: gs://b/x\n  max_attempts: 1001\n", 3, 17, .invalidValue,
+          "'max_attempts' must be between 1 and 1000, not 1001"),
+    .init("max_attempts past 64 bits", "- kind: fetch-url\n  source: gs://b/x\n  max_attempts: 99999999999999999999\n", 3, 17, .invalidValue,
+          "'max_attempts' must be between 1 and 1000, not 99999999999999999999"),
+    .init("priority past 64 bits", "- kind: fetch-url\n  source: gs://b/x\n  priority: -99999999999999999999\n", 3, 13, .invalidValue,
+          "'priority' must be between -1000000000 and 1000000000, not -99999999999999999999"),
+    .init("priority too high", "- kind: fetch-url\n  source: gs://b/x\n  priority: 0x7fffffffffffffff\n", 3, 13, .invalidValue,
+          "'priority' must be between -1000000000 and 1000000000, not 0x7fffffffffffffff"),
+    .init("priority is 1e400", "- kind: fetch-url\n  source: gs://b/x\n  priority: 1e400\n", 3, 13, .wrongType,
+          "'priority' must be an integer (higher runs first), not the number 1e400"),
+    .init("size past 64 bits", "- {kind: download-memory, source: gs://b/x, max_size: 99999999999999999999GiB}\n", 1, 55, .invalidSize,
+          "'max_size' must be at most 512MiB (536870912 bytes)"),
+    .init("size past 64 bits without a unit", "- {kind: download-memory, source: gs://b/x, max_size: 99999999999999999999}\n", 1, 55, .invalidSize,
+          "'max_size' must be at most 512MiB (536870912 bytes)"),
+    .init("size above the store's limit", "- {kind: download-memory, source: gs://b/x, max_size: 1GiB}\n", 1, 55, .invalidSize,
+          "use download-file for larger objects, not '1GiB'"),
+    .init("size one byte above the limit", "- {kind: download-memory, source: gs://b/x, max_size: 536870913}\n", 1, 55, .invalidSize,
+          "'max_size' must be at most 512MiB"),
     .init("bad base64", "- kind: upload-data\n  data_base64: not base64!\n  destination: gs://b/x\n", 2, 16, .invalidBase64, "'data_base64' is not valid base64"),
     .init("empty idempotency key", "- kind: fetch-url\n  source: gs://b/x\n  key: \"\"\n", 3, 8, .invalidValue, "'key' must be a non-empty idempotency key"),
+    .init("idempotency key too long", "- kind: fetch-url\n  source: gs://b/x\n  key: \(String(repeating: "k", count: 1_025))\n", 3, 8, .invalidValue,
+          "'key' is 1025 bytes long; an idempotency key may have at most 1024"),
     .init("empty queue", "- kind: fetch-url\n  source: gs://b/x\n  queue: ''\n", 3, 10, .invalidValue, "'queue' must be a name of 1 to 64"),
     .init("duplicate idempotency key", """
     - kind: fetch-url
@@ -246,7 +288,7 @@ private let malformedCases: [MalformedCase] = [
 @Suite struct MalformedManifestTests {
     @Test(arguments: malformedCases)
     func refused(_ row: MalformedCase) throws {
-        let result = ManifestParser(baseDirectory: testBase).parse(data: Data(row.input), path: "jobs/bad.yaml")
+        let result = ManifestParser(baseDirectory: testBase, checksSources: row.checksSources).parse(data: Data(row.input), path: "jobs/bad.yaml")
         let errors = try #require(result.errors, "accepted: \(result.jobs ?? [])")
         #expect(errors.count == row.count, "\(errors)")
         let error = try #require(errors.first)
@@ -311,8 +353,8 @@ private let malformedCases: [MalformedCase] = [
         defaults:
           priorty: 3
         jobs:
-          - kind: upload-file
-            source: a.txt
+          - kind: upload-data
+            data: a.txt
             destination: gs://b/
           - kind: download-memory
             source: gs://b/x
@@ -365,8 +407,12 @@ private let malformedCases: [MalformedCase] = [
         }
         yaml += "jobs: *a6\n"
         let errors = try #require(parse(yaml).errors)
-        #expect(errors.first?.code == .unsupportedYAML)
-        #expect(errors.first?.message.contains("more than 100000 nodes") == true)
+        #expect(errors.count == 1)
+        #expect(errors.first?.code == .limitExceeded)
+        #expect(errors.first?.message.contains("aliases expand the document by more than 100000 nodes") == true)
+        // At the alias that crossed the limit: lines 2-4 add 12,330 nodes, each `*a3` on line 5 adds 11,111
+        // more, so the eighth one (column 45) passes 100,000.
+        #expect(errors.map { "\($0.line):\($0.column)" } == ["5:45"])
     }
 
     @Test func editDistanceSuggestions() {

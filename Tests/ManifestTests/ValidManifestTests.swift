@@ -119,7 +119,7 @@ import TestSupport
 
     @Test(arguments: [
         ("1048576", Int64(1_048_576)), ("512KiB", 524_288), ("1MiB", 1_048_576), ("2MB", 2_000_000),
-        ("\"1.5GiB\"", 1_610_612_736), ("'64 KB'", 64_000), ("0x100", 256), ("10_000", 10_000), ("1K", 1024),
+        ("\"0.5GiB\"", 536_870_912), ("512MiB", 536_870_912), ("0.25GB", 250_000_000), ("'64 KB'", 64_000), ("0x100", 256), ("10_000", 10_000), ("1K", 1024),
     ])
     func maxSizeUnits(_ written: String, _ bytes: Int64) throws {
         let jobs = try #require(parse("- {kind: download-memory, source: gs://b/x, max_size: \(written)}").jobs)
@@ -155,12 +155,14 @@ import TestSupport
     }
 
     @Test func baseDirectoryDefaultsToTheManifestsFolder() throws {
-        let jobs = try #require(ManifestParser().parse(text: "- {kind: upload-file, source: a.txt, destination: gs://b/a}",
-                                                       path: "jobs/nightly.yaml").jobs)
+        // Sources are not looked for: a.txt exists in neither folder.
+        let parser = ManifestParser(checksSources: false)
+        let jobs = try #require(parser.parse(text: "- {kind: upload-file, source: a.txt, destination: gs://b/a}",
+                                             path: "jobs/nightly.yaml").jobs)
         let current = FileManager.default.currentDirectoryPath
         #expect(jobs.first?.source == LocalPath.standardize(current + "/jobs/a.txt"))
-        let absolute = try #require(ManifestParser().parse(text: "- {kind: upload-file, source: a.txt, destination: gs://b/a}",
-                                                           path: "/etc/jobctl/nightly.yaml").jobs)
+        let absolute = try #require(parser.parse(text: "- {kind: upload-file, source: a.txt, destination: gs://b/a}",
+                                                 path: "/etc/jobctl/nightly.yaml").jobs)
         #expect(absolute.first?.source == "/etc/jobctl/a.txt")
     }
 
@@ -225,6 +227,8 @@ import TestSupport
         defer { directory.remove() }
         let path = directory.file("nightly.yaml")
         try "\u{FEFF}jobs:\r\n  - {kind: upload-file, source: in/a.txt, destination: gs://b/a}\r\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: directory.file("in"), withIntermediateDirectories: true)
+        try "a".write(toFile: directory.file("in/a.txt"), atomically: true, encoding: .utf8)
         let jobs = try ManifestParser().parse(contentsOf: path).get()
         #expect(jobs.first?.source == LocalPath.standardize(directory.path) + "/in/a.txt")
         let missing = ManifestParser().parse(contentsOf: directory.file("absent.yaml"))

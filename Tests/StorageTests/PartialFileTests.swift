@@ -16,7 +16,7 @@ import TestSupport
         try FileManager.default.createDirectory(atPath: directory.file("a/b"), withIntermediateDirectories: true)
         try Data("old".utf8).write(to: URL(fileURLWithPath: destination))
 
-        let partial = try PartialFile(destination: destination, resumeFrom: nil)
+        let partial = try PartialFile(destination: destination, jobID: nil, resumeFrom: nil)
         #expect(partial.tempPath == directory.file("a/b/.out.txt.jobctl-partial"))
         try write(partial, "new ")
         try write(partial, "bytes")
@@ -32,14 +32,14 @@ import TestSupport
         let directory = try TemporaryDirectory("jobctl-partial")
         defer { directory.remove() }
         let destination = directory.file("missing/parent/f.bin")
-        let first = try PartialFile(destination: destination, resumeFrom: nil)
+        let first = try PartialFile(destination: destination, jobID: nil, resumeFrom: nil)
         try write(first, "0123456789")
         try first.sync()
         let tempPath = first.tempPath
 
         // Bytes beyond the recorded point (written after the last checkpoint) are dropped.
         let point = ResumePoint.download(bytesWritten: 6, generation: "1", etag: nil, tempPath: tempPath)
-        let second = try PartialFile(destination: destination, resumeFrom: point)
+        let second = try PartialFile(destination: destination, jobID: nil, resumeFrom: point)
         #expect(second.bytesWritten == 6 && second.resumed)
         var prefix = Data()
         try second.readBack { prefix.append(contentsOf: $0) }
@@ -58,10 +58,10 @@ import TestSupport
         let directory = try TemporaryDirectory("jobctl-partial")
         defer { directory.remove() }
         let destination = directory.file("f")
-        let first = try PartialFile(destination: destination, resumeFrom: nil)
+        let first = try PartialFile(destination: destination, jobID: nil, resumeFrom: nil)
         try write(first, "hello")
         try first.sync()
-        let second = try PartialFile(destination: destination, resumeFrom: point)
+        let second = try PartialFile(destination: destination, jobID: nil, resumeFrom: point)
         #expect(second.bytesWritten == 0 && !second.resumed)
         #expect(try FileManager.default.attributesOfItem(atPath: second.tempPath)[.size] as? Int == 0)
     }
@@ -69,7 +69,7 @@ import TestSupport
     @Test func discardRemovesTheTemporaryFile() throws {
         let directory = try TemporaryDirectory("jobctl-partial")
         defer { directory.remove() }
-        let partial = try PartialFile(destination: directory.file("g"), resumeFrom: nil)
+        let partial = try PartialFile(destination: directory.file("g"), jobID: nil, resumeFrom: nil)
         try write(partial, "x")
         partial.discard()
         partial.discard()

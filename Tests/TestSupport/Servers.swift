@@ -116,19 +116,34 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
 
     public static let executable = "/usr/sbin/nginx"
 
+    /// The certificate served when this is an HTTPS server, else nil.
+    public let tls: TLSServerCertificate?
+
+    /// `https://127.0.0.1:PORT` for an HTTPS server, else `http://127.0.0.1:PORT`.
+    public override var baseURL: String { "\(tls == nil ? "http" : "https")://127.0.0.1:\(port)" }
+
     /// Starts nginx; `extraServerConfig` is inserted into the `server` block before `location /` and
     /// `extraHTTPConfig` into the `http` block (e.g. a `log_format`); `$ROOT` in either is replaced by the
-    /// served directory.
-    public static func start(extraServerConfig: String = "", extraHTTPConfig: String = "") throws -> NginxServer {
+    /// served directory. With `tls`, nginx speaks HTTPS (only) with that certificate and key.
+    public static func start(extraServerConfig: String = "", extraHTTPConfig: String = "",
+                             tls: TLSServerCertificate? = nil) throws -> NginxServer {
         let directory = try TemporaryDirectory("jobctl-nginx")
         try FileManager.default.createDirectory(atPath: directory.file("root"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: directory.file("tmp"), withIntermediateDirectories: true)
-        return try NginxServer(directory: directory, extraServerConfig: extraServerConfig, extraHTTPConfig: extraHTTPConfig)
+        return try NginxServer(directory: directory, extraServerConfig: extraServerConfig, extraHTTPConfig: extraHTTPConfig,
+                               tls: tls)
     }
 
-    private init(directory: TemporaryDirectory, extraServerConfig: String, extraHTTPConfig: String) throws {
+    private init(directory: TemporaryDirectory, extraServerConfig: String, extraHTTPConfig: String,
+                 tls: TLSServerCertificate?) throws {
+        self.tls = tls
         let port = freeLoopbackPort()
         let dir = directory.path
+        let listen = tls.map { """
+            listen 127.0.0.1:\(port) ssl;
+                    ssl_certificate \($0.certificatePath);
+                    ssl_certificate_key \($0.keyPath);
+            """ } ?? "listen 127.0.0.1:\(port);"
         let config = """
         \(getuid() == 0 ? "user root;" : "")
         daemon off;
@@ -147,7 +162,7 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
             sendfile on;
             \(extraHTTPConfig.replacingOccurrences(of: "$ROOT", with: "\(dir)/root"))
             server {
-                listen 127.0.0.1:\(port);
+                \(listen)
                 root \(dir)/root;
                 \(extraServerConfig.replacingOccurrences(of: "$ROOT", with: "\(dir)/root"))
                 location / {

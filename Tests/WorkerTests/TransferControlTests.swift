@@ -52,13 +52,14 @@ import TestSupport
 
         // Pause kept its bytes; cancel removed its partial file.
         let pausedJob = try #require(try store.job(ids[0]))
-        guard case .download(let written, _, _, let tempPath)? = pausedJob.resumePoint else {
+        guard case .download(let written, _, _, let tempPath, _)? = pausedJob.resumePoint else {
             Issue.record("paused job has no download resume point: \(String(describing: pausedJob.resumePoint))")
             return
         }
         #expect(written > 0)
         #expect(written < Int64(16 * Self.mib))
         let temp = try #require(tempPath)
+        #expect(temp == directory.file("out/.kept.bin.\(ids[0]).jobctl-partial"), "the partial's name carries its job id")
         #expect(FileManager.default.fileExists(atPath: temp))
         #expect(!FileManager.default.fileExists(atPath: kept))
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.file("out"))
@@ -337,7 +338,8 @@ import TestSupport
         let failedWatcher = try JobctlProcess(database: database, arguments: ["watch", ids[3], "--on", "failure"], logDirectory: directory.path)
         usleep(200_000)
         let worker = try JobctlProcess.worker(database: database, ["--drain", "--concurrency", "1"], logDirectory: directory.path)
-        #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
+        // Exit 2: the oversized memory download it ran ended failed.
+        #expect(worker.wait(seconds: 30) == 2, "\(worker.log)")
         #expect(watcher.wait(seconds: 10) == 0, "\(watcher.log)")
         let lines = watcher.log.split(separator: "\n").compactMap { line in
             try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
@@ -372,7 +374,7 @@ import TestSupport
         let metadata = try jobctl(["result", ids[0]], database: database)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(metadata.stdout.utf8)) as? [String: Any])
         #expect(object["size"] as? Int == 13)
-        #expect(object["contentType"] as? String == "text/plain")
+        #expect(object["content_type"] as? String == "text/plain")
     }
 }
 
@@ -422,8 +424,12 @@ import TestSupport
         #expect(try store.job(id)?.result?.object?.size == Int64(size))
     }
 
-    /// A second SIGTERM/SIGINT exits at once (exit 130) even while transfers are still stopping. The
-    /// server here accepts the connection and never answers, so the graceful stop cannot finish first.
+    /// A second SIGTERM/SIGINT exits at once (exit 130) while the graceful stop is still under way.
+    ///
+    /// The graceful stop must not be able to finish first (aborting a stalled transfer is quick, and
+    /// a stop that finished would exit 0 before the second signal came): another SQLite client holds
+    /// the write lock, so the `released` event the stop has to commit waits — the worker is genuinely
+    /// in the middle of its graceful stop when the second signal arrives, and the log proves it after.
     @Test func secondSignalExitsAtOnce() throws {
         let listener = try SilentListener()
         defer { listener.close() }
@@ -435,11 +441,54 @@ import TestSupport
         let worker = try JobctlProcess.worker(database: database, logDirectory: directory.path)
         let store = try EventStore(path: database, readOnly: true)
         try #require(try eventually(seconds: 20) { try store.events(jobID: id).contains { $0.type == .started } }, "\(worker.log)")
+        let lock = try SQLiteWriteLock(database: database)
+        var locked = true
+        defer { if locked { lock.release() } }
         worker.signal(SIGINT)
         #expect(eventually(seconds: 5) { worker.log.contains("again to exit at once") })
         worker.signal(SIGINT)
         #expect(worker.wait(seconds: 3) == 130, "\(worker.log)")
         #expect(worker.log.contains("second signal"))
+        lock.release()
+        locked = false
+        // The graceful stop never committed: the job was still being handed back when the worker left.
+        let events = try store.events(jobID: id)
+        #expect(!events.contains { $0.type == .released }, "the graceful stop finished first: \(events.map(\.type))")
+        #expect(try store.job(id)?.state == .running)
+    }
+
+    /// SIGTERM at the very start of a worker — as soon as `main` runs, before the store is even
+    /// open — stops it cleanly (exit 0), never the default action (killed by SIGTERM, 143).
+    ///
+    /// The test waits until the process has SIGTERM/SIGINT blocked (visible in /proc), then signals at
+    /// once. Blocking them is the first thing `main` does, so the signal lands before the worker has
+    /// opened its database: the runs count how often that was so, and at least one must be. (A worker
+    /// that blocked them only while installing its handlers — after opening the store — has no such
+    /// run: that was the bug.) A signal during the dynamic loader, before `main`, is out of any
+    /// program's reach.
+    @Test func sigtermAtStartStopsCleanly() throws {
+        let directory = try TemporaryDirectory("early-signal")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        // Only submit and migrate create a database; the worker refuses a missing one.
+        #expect(try jobctl(["migrate"], database: database).status == 0)
+        var signalledBeforeTheStoreOpened = 0
+        for run in 1...10 {
+            // Started as a shell starts it: no signal blocked (a test thread's own mask must not leak in).
+            let worker = try JobctlProcess.worker(database: database, logDirectory: directory.path, cleanSignalMask: true)
+            let pid = worker.process.processIdentifier
+            let deadline = Date().addingTimeInterval(5)
+            while !(runsJobctl(pid: pid) && shutdownSignalsBlocked(pid: pid)), worker.process.isRunning, Date() < deadline {
+                usleep(100)
+            }
+            try #require(shutdownSignalsBlocked(pid: pid), "run \(run): the worker never blocked SIGTERM/SIGINT: \(worker.log)")
+            if !hasOpenFile(pid: pid, prefix: database) { signalledBeforeTheStoreOpened += 1 }
+            worker.signal(SIGTERM)
+            let status = worker.wait(seconds: 10)
+            #expect(worker.process.terminationReason == .exit && status == 0,
+                    "run \(run): \(worker.process.terminationReason == .exit ? "exit" : "killed by signal") \(String(describing: status)): \(worker.log)")
+        }
+        #expect(signalledBeforeTheStoreOpened >= 1, "every signal came after the worker had opened its store")
     }
 
     /// `watch --all --exit-when-idle` follows every job's events as JSON lines and exits once idle.
@@ -471,7 +520,8 @@ import TestSupport
 
 @Suite("watch on a terminal") struct WatchTerminalTests {
     /// On a terminal (a pseudo-terminal from `script`), `watch` draws a progress bar with bytes, rate and
-    /// ETA, redrawn in place, then the outcome; with NO_COLOR there are no colour codes.
+    /// ETA, redrawn in place and never wider than the terminal, then the outcome; the ETA reads as
+    /// minutes and seconds, not raw seconds; with NO_COLOR there are no colour codes.
     @Test func progressBarOnATerminal() throws {
         let nginx = try startWorkerNginx(slowRate: "2m")
         defer { nginx.stop() }
@@ -482,8 +532,10 @@ import TestSupport
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
                                          database: database, directory: directory).first)
         let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
-        let command = "\(PackagePaths.jobctlBinary) --db \(database) watch \(id)"
-        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: ["NO_COLOR": "1", "TERM": "xterm"])
+        let columns = 64
+        let command = "stty cols \(columns) rows 20; exec \(PackagePaths.jobctlBinary) --db \(database) watch \(id)"
+        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"],
+                                    environment: ["NO_COLOR": "1", "TERM": "xterm", "COLUMNS": ""])
         #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
         #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
         let screen = output.stdout
@@ -494,6 +546,12 @@ import TestSupport
         #expect(screen.contains("MiB/6 MiB"), "\(screen.debugDescription)")
         #expect(screen.contains("/s"))
         #expect(screen.contains("ETA"))
+        // Every redraw and every line fits the terminal; ETAs read 45s / 6m14s / 1h02m.
+        let lines = screen.replacingOccurrences(of: "\u{1B}[2K", with: "").split(whereSeparator: { $0 == "\r" || $0 == "\n" || $0 == "\r\n" })
+        for line in lines { #expect(line.count <= columns, "\(line.count) > \(columns): \(line)") }
+        for line in lines where line.contains("ETA ") {
+            #expect(line.range(of: #"ETA (\d{1,2}s|\d+m\d\ds|\d+h\d\dm)$"#, options: .regularExpression) != nil, "\(line)")
+        }
         #expect(screen.contains("succeeded"))
         #expect(!screen.contains("\u{1B}[32m"), "colour despite NO_COLOR")
         #expect(!screen.contains("{\""), "JSON on a terminal")

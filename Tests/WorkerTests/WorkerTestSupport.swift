@@ -8,12 +8,23 @@ final class JobctlProcess: @unchecked Sendable {
     let process = Process()
     let logPath: String
 
-    init(database: String, arguments: [String], environment: [String: String] = [:], logDirectory: String) throws {
+    /// - Parameter cleanSignalMask: start jobctl with no signal blocked, as a shell would. A child
+    ///   otherwise inherits the blocked-signal mask of the test thread that spawns it (test threads
+    ///   block most signals), which would hide how jobctl itself handles an early SIGTERM.
+    init(database: String, arguments: [String], environment: [String: String] = [:], logDirectory: String,
+         cleanSignalMask: Bool = false) throws {
         logPath = "\(logDirectory)/jobctl-\(UUID().uuidString.prefix(6)).log"
         FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-        process.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        process.arguments = ["--db", database] + arguments
+        if cleanSignalMask {
+            // Python clears the mask and execs jobctl in the same process (same pid).
+            process.executableURL = URL(fileURLWithPath: "\(PackagePaths.venv)/bin/python")
+            process.arguments = ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv(sys.argv[1], sys.argv[1:])",
+                                 PackagePaths.jobctlBinary, "--db", database] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+            process.arguments = ["--db", database] + arguments
+        }
         var env = ProcessInfo.processInfo.environment
         env["NO_COLOR"] = "1"
         for (key, value) in environment { env[key] = value }
@@ -25,8 +36,9 @@ final class JobctlProcess: @unchecked Sendable {
     }
 
     static func worker(database: String, _ arguments: [String] = [], environment: [String: String] = [:],
-                       logDirectory: String) throws -> JobctlProcess {
-        try JobctlProcess(database: database, arguments: ["worker"] + arguments, environment: environment, logDirectory: logDirectory)
+                       logDirectory: String, cleanSignalMask: Bool = false) throws -> JobctlProcess {
+        try JobctlProcess(database: database, arguments: ["worker"] + arguments, environment: environment, logDirectory: logDirectory,
+                          cleanSignalMask: cleanSignalMask)
     }
 
     func signal(_ number: Int32) { kill(process.processIdentifier, number) }
@@ -77,4 +89,29 @@ func jobctl(_ arguments: [String], database: String) throws -> ProcessOutput {
 struct WorkerTestError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
+}
+
+/// Whether process `pid` has SIGTERM and SIGINT blocked (`SigBlk` in /proc/PID/status).
+func shutdownSignalsBlocked(pid: Int32) -> Bool {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigBlk:") }),
+          let mask = UInt64(line.dropFirst("SigBlk:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { return false }
+    let wanted: UInt64 = (1 << UInt64(SIGTERM - 1)) | (1 << UInt64(SIGINT - 1))
+    return mask & wanted == wanted
+}
+
+/// Whether process `pid` has a file open whose path starts with `prefix` (a database and its -wal/-shm).
+func hasOpenFile(pid: Int32, prefix: String) -> Bool {
+    let resolved = URL(fileURLWithPath: prefix).resolvingSymlinksInPath().path
+    guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") else { return false }
+    return descriptors.contains { descriptor in
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(descriptor)") else { return false }
+        return target.hasPrefix(resolved) || target.hasPrefix(prefix)
+    }
+}
+
+/// Whether process `pid` is running the jobctl binary (it may still be a launcher about to exec it).
+func runsJobctl(pid: Int32) -> Bool {
+    guard let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe") else { return false }
+    return executable == URL(fileURLWithPath: PackagePaths.jobctlBinary).resolvingSymlinksInPath().path
 }

@@ -1,0 +1,27 @@
+/// Which file a path named when a job created it: the device and inode from `fstat(2)`.
+///
+/// Recorded in a download's resume point (and a `file://` upload session's URI) so that a resumed
+/// attempt appends only to the very file the job made: a file put in its place meanwhile, even one with
+/// the same name, has another identity and is never written to.
+public struct FileIdentity: Codable, Sendable, Equatable, Hashable, CustomStringConvertible {
+    /// `st_dev`: the filesystem the file lives on.
+    public var device: UInt64
+    /// `st_ino`: the file on that filesystem.
+    public var inode: UInt64
+
+    /// An identity from `st_dev` and `st_ino`.
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
+
+    /// `DEVICE:INODE`, the form a `file://` upload session URI carries.
+    public var description: String { "\(device):\(inode)" }
+
+    /// Parses `DEVICE:INODE` (both decimal); nil for anything else.
+    public init?(_ text: some StringProtocol) {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return nil }
+        self.init(device: device, inode: inode)
+    }
+}

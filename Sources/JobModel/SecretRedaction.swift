@@ -1,0 +1,167 @@
+import Foundation
+
+// MARK: - Secrets in URLs
+
+/// The one list of what counts as a secret in a URL, and the functions that hide it.
+///
+/// Storage puts only redacted URLs into errors; the CLI redacts every URL it displays (a job's source
+/// and destination, a result's download URL, an upload session URI, a database URL). The worker
+/// itself needs the real URL, so the event log keeps it: redaction is for display only.
+public enum SecretRedaction {
+    /// What replaces a secret value.
+    public static let marker = "REDACTED"
+
+    /// Query and fragment parameter names (compared case-insensitively, after percent-decoding) whose
+    /// values are credentials or capabilities.
+    public static let secretNames: Set<String> = [
+        "token", "access_token", "refresh_token", "id_token", "auth", "authorization", "bearer", "jwt",
+        "key", "apikey", "api_key", "api-key", "access_key", "accesskey", "secret", "secret_key", "client_secret",
+        "password", "passwd", "pwd", "pass",
+        "sig", "signature", "x-goog-signature", "x-goog-credential", "googleaccessid",
+        "upload_id", "uploadid", "code", "session", "sessionid", "session_id", "credential", "credentials",
+    ]
+
+    /// Name fragments that make any parameter secret (`auth_token`, `X-Upload-Token`, `db_password`, …).
+    public static let secretNameParts: [String] = ["token", "secret", "password", "passwd", "signature", "credential", "apikey", "api_key", "api-key", "private_key"]
+
+    /// Name prefixes whose every parameter is treated as secret (the AWS SigV4 family: `X-Amz-*`).
+    public static let secretNamePrefixes: [String] = ["x-amz-"]
+
+    /// Whether a query or fragment parameter with this (raw, possibly percent-encoded) name holds a secret.
+    public static func isSecretName(_ rawName: Substring) -> Bool {
+        let name = (percentDecoded(rawName) ?? String(rawName)).lowercased()
+        if secretNames.contains(name) { return true }
+        if secretNamePrefixes.contains(where: { name.hasPrefix($0) }) { return true }
+        return secretNameParts.contains { name.contains($0) }
+    }
+
+    /// `url` with the password of its userinfo (`user:REDACTED@`, or `REDACTED@` when the userinfo is a
+    /// bare token) and the values of secret query and fragment parameters replaced by `REDACTED`.
+    ///
+    /// Text that is not a URL is returned unchanged.
+    public static func redactURL(_ url: String) -> String {
+        guard let schemeEnd = url.range(of: "://") else { return url }
+        var output = String(url[..<schemeEnd.upperBound])
+        var rest = url[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        let authority = rest[..<authorityEnd]
+        if let at = authority.lastIndex(of: "@") {
+            let userinfo = authority[..<at]
+            if let colon = userinfo.firstIndex(of: ":") {
+                output += userinfo[..<colon] + ":" + marker + "@"
+            } else {
+                output += marker + "@"
+            }
+            output += authority[authority.index(after: at)...]
+        } else {
+            output += authority
+        }
+        rest = rest[authorityEnd...]
+        var fragment: Substring?
+        if let hash = rest.firstIndex(of: "#") {
+            fragment = rest[rest.index(after: hash)...]
+            rest = rest[..<hash]
+        }
+        if let mark = rest.firstIndex(of: "?") {
+            output += rest[..<mark] + "?" + redactParameters(rest[rest.index(after: mark)...])
+        } else {
+            output += rest
+        }
+        if let fragment {
+            output += "#" + redactParameters(fragment)
+        }
+        return output
+    }
+
+    /// `text` with every URL in it (anything from `scheme://` to the next space, quote or angle
+    /// bracket) passed through `redactURL`. For messages, causes and reasons that may quote a URL.
+    public static func redactURLs(in text: String) -> String {
+        guard text.contains("://") || text.contains(":\\/\\/") else { return text }
+        var output = ""
+        var index = text.startIndex
+        let stops: Set<Character> = [" ", "\t", "\n", "\r", "\"", "'", "<", ">", "`", "\\"]
+        while index < text.endIndex {
+            guard let separator = nextSchemeSeparator(in: text, from: index) else {
+                output += text[index...]
+                break
+            }
+            // Back up over the scheme's characters (letters, digits, + - .).
+            var start = separator.lowerBound
+            while start > index {
+                let previous = text.index(before: start)
+                let character = text[previous]
+                guard character.isASCII, character.isLetter || character.isNumber || "+-.".contains(character) else { break }
+                start = previous
+            }
+            output += text[index..<start]
+            let escaped = text[separator].hasPrefix(":\\/\\/")
+            var end = separator.upperBound
+            while end < text.endIndex, !stops.contains(text[end]) || (escaped && text[end] == "\\" && text[text.index(after: end)...].hasPrefix("/")) {
+                end = text.index(after: end)
+            }
+            // Sentence punctuation after a URL is not part of it.
+            while end > separator.upperBound, ".,;:)]}!".contains(text[text.index(before: end)]) {
+                end = text.index(before: end)
+            }
+            let candidate = String(text[start..<end])
+            if escaped {
+                let plain = candidate.replacingOccurrences(of: "\\/", with: "/")
+                output += redactURL(plain).replacingOccurrences(of: "/", with: "\\/")
+            } else {
+                output += redactURL(candidate)
+            }
+            index = end
+        }
+        return output
+    }
+
+    // MARK: - Helpers
+
+    private static func nextSchemeSeparator(in text: String, from index: String.Index) -> Range<String.Index>? {
+        let plain = text.range(of: "://", range: index..<text.endIndex)
+        let escaped = text.range(of: ":\\/\\/", range: index..<text.endIndex)
+        switch (plain, escaped) {
+        case let (plain?, escaped?): return plain.lowerBound < escaped.lowerBound ? plain : escaped
+        case let (plain?, nil): return plain
+        case let (nil, escaped?): return escaped
+        case (nil, nil): return nil
+        }
+    }
+
+    /// `a=1&token=x;b` → `a=1&token=REDACTED;b` (both `&` and `;` separate parameters).
+    private static func redactParameters(_ parameters: Substring) -> String {
+        var output = ""
+        var current = parameters.startIndex
+        while current <= parameters.endIndex {
+            let end = parameters[current...].firstIndex(where: { $0 == "&" || $0 == ";" }) ?? parameters.endIndex
+            let part = parameters[current..<end]
+            if let equals = part.firstIndex(of: "="), isSecretName(part[..<equals]),
+               !isMasked(part[part.index(after: equals)...]) {
+                output += part[...equals] + marker
+            } else {
+                output += part
+            }
+            guard end < parameters.endIndex else { break }
+            output.append(parameters[end])
+            current = parameters.index(after: end)
+        }
+        return output
+    }
+
+    /// A value with nothing left to hide: empty, already `REDACTED`, or masked with `*` (as a caller
+    /// that must keep a line's columns, such as a manifest error's caret line, may mask it).
+    private static func isMasked(_ value: Substring) -> Bool {
+        value.isEmpty || value == marker || value.allSatisfy { $0 == "*" }
+    }
+
+    private static func percentDecoded(_ text: Substring) -> String? {
+        guard text.contains("%") || text.contains("+") else { return String(text) }
+        return String(text).replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+    }
+}
+
+/// `url` with secrets replaced by `REDACTED` (see `SecretRedaction.redactURL`). Every URL placed in a
+/// `StorageError` and every URL the CLI displays goes through this one function.
+public func redactedURL(_ url: String) -> String {
+    SecretRedaction.redactURL(url)
+}

@@ -1,0 +1,472 @@
+import CPostgres
+import Foundation
+
+// The one file that calls libpq. Everything else in the module speaks `PostgresConnection`,
+// `PostgresResult`, `PostgresRow` and `PostgresValue`; no unsafe pointer leaves this file.
+//
+// Parameters and results travel in PostgreSQL's binary format: integers and bytea need no text
+// round-trip, a text value is sent with its length (so a NUL byte is refused by the server instead of
+// silently ending the string), and a column's type is checked when it is read.
+
+// MARK: - Values
+
+/// A value bound to a statement parameter (`$1`, `$2`, …) or read from a result column.
+///
+/// See https://www.postgresql.org/docs/current/datatype.html
+enum PostgresValue: Equatable, Sendable, CustomStringConvertible {
+    case null
+    case integer(Int64)
+    case text(String)
+    case bytea(Data)
+    case bool(Bool)
+
+    static func optional(_ value: String?) -> PostgresValue { value.map(PostgresValue.text) ?? .null }
+    static func optional(_ value: Int64?) -> PostgresValue { value.map(PostgresValue.integer) ?? .null }
+    static func optional(_ value: Data?) -> PostgresValue { value.map(PostgresValue.bytea) ?? .null }
+    static func int(_ value: Int) -> PostgresValue { .integer(Int64(value)) }
+
+    /// Text for reports; a bytea shows only its size.
+    var description: String {
+        switch self {
+        case .null: "NULL"
+        case .integer(let value): String(value)
+        case .text(let value): value
+        case .bytea(let value): "<\(value.count) bytes>"
+        case .bool(let value): value ? "true" : "false"
+        }
+    }
+}
+
+/// Type OIDs of the built-in types jobctl sends and reads (`pg_type.oid`, fixed across versions).
+///
+/// See https://www.postgresql.org/docs/current/catalog-pg-type.html
+enum PostgresType {
+    static let bool: UInt32 = 16
+    static let bytea: UInt32 = 17
+    static let name: UInt32 = 19
+    static let int8: UInt32 = 20
+    static let int2: UInt32 = 21
+    static let int4: UInt32 = 23
+    static let text: UInt32 = 25
+    static let oid: UInt32 = 26
+    static let json: UInt32 = 114
+    static let unknown: UInt32 = 705
+    static let bpchar: UInt32 = 1042
+    static let varchar: UInt32 = 1043
+    static let jsonb: UInt32 = 3802
+
+    static let textual: Set<UInt32> = [name, text, json, unknown, bpchar, varchar]
+    static let integral: Set<UInt32> = [int2, int4, int8, oid]
+}
+
+/// The isolation level a transaction begins with.
+///
+/// See https://www.postgresql.org/docs/current/transaction-iso.html
+enum PostgresIsolation: String, Sendable {
+    case readCommitted = "READ COMMITTED"
+    case repeatableRead = "REPEATABLE READ"
+    /// Serializable: the server fails one of two conflicting transactions with SQLSTATE 40001
+    /// (`PostgresError.isSerializationFailure`); the caller runs it again.
+    case serializable = "SERIALIZABLE"
+}
+
+// MARK: - Connection
+
+/// One libpq `PGconn*`, connected in `init` and closed with `PQfinish` in `deinit`.
+///
+/// Not `Sendable`: a connection runs one statement at a time and belongs to one thread at a time; the
+/// store that owns it serialises access. Blocking calls only (the store runs them on its own executor).
+///
+/// See https://www.postgresql.org/docs/current/libpq-connect.html
+final class PostgresConnection {
+    private let handle: OpaquePointer
+    /// The target as given, with passwords replaced (`redactedDatabaseURL`); safe to show.
+    let redactedTarget: String
+    /// The password libpq used (from the URL, PGPASSWORD or the password file), only to scrub it from
+    /// messages the server or libpq send back; never shown.
+    private let password: String?
+
+    /// Connects to `target`: a `postgres://user[:password]@host:port/db?sslmode=…` URL or a libpq
+    /// key/value string. libpq itself honours `PGPASSWORD`, `~/.pgpass` and the other `PG*` variables
+    /// for whatever the target leaves out.
+    ///
+    /// Unless the target says otherwise, waits at most `connectTimeoutSeconds` for the server. The client
+    /// encoding is always UTF-8.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQCONNECTDBPARAMS
+    init(_ target: String, connectTimeoutSeconds: Int = 10) throws(PostgresError) {
+        redactedTarget = redactedDatabaseURL(target)
+        // Later keywords win over earlier ones and over what the expanded `dbname` string sets: the
+        // timeout and application name are defaults the target may override, the encoding is not.
+        let settings: [(String, String)] = [
+            ("connect_timeout", String(connectTimeoutSeconds)),
+            ("fallback_application_name", "jobctl"),
+            ("dbname", target),
+            ("client_encoding", "UTF8"),
+        ]
+        let connection = Self.withCStrings(settings.map(\.0)) { keywords in
+            Self.withCStrings(settings.map(\.1)) { values in
+                PQconnectdbParams(keywords, values, 1)
+            }
+        }
+        guard let connection else {
+            throw PostgresError.connectionFailed(target: redactedTarget, message: "libpq could not allocate a connection")
+        }
+        let password = PQpass(connection).map { String(cString: $0) }
+        guard PQstatus(connection) == CONNECTION_OK else {
+            let message = Self.scrub(String(cString: PQerrorMessage(connection)), password: password)
+            PQfinish(connection)
+            throw PostgresError.connectionFailed(target: redactedTarget, message: message)
+        }
+        handle = connection
+        self.password = password
+        // libpq prints notices (`NOTICE: … already exists, skipping`) to stderr by default, which would
+        // mix them into a command's output. Capture-free: there is nothing to recover from the context.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+    }
+
+    deinit { PQfinish(handle) }
+
+    /// Calls `body` with a NULL-terminated array of C strings that lives for the duration of the call.
+    private static func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> T) -> T {
+        let duplicates = strings.map { strdup($0) }
+        defer { duplicates.forEach { free($0) } }
+        let pointers: [UnsafePointer<CChar>?] = duplicates.map { $0.map { UnsafePointer($0) } } + [nil]
+        return pointers.withUnsafeBufferPointer { buffer in body(buffer.baseAddress) }
+    }
+
+    /// `message` with every occurrence of the connection's password replaced, for passwords long
+    /// enough that the replacement cannot mangle ordinary words.
+    private static func scrub(_ message: String, password: String?) -> String {
+        guard let password, password.count >= 4 else { return message }
+        return message.replacingOccurrences(of: password, with: "***")
+    }
+
+    // MARK: Status
+
+    /// The server's version as an integer (150004 for 15.4).
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-status.html#LIBPQ-PQSERVERVERSION
+    var serverVersion: Int { Int(PQserverVersion(handle)) }
+
+    /// Whether a transaction is open (including one that failed and awaits ROLLBACK).
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-status.html#LIBPQ-PQTRANSACTIONSTATUS
+    var isInTransaction: Bool {
+        let status = PQtransactionStatus(handle)
+        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
+    }
+
+    /// Whether the connection is still usable; false after the server went away.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-status.html#LIBPQ-PQSTATUS
+    var isConnected: Bool { PQstatus(handle) == CONNECTION_OK }
+
+    /// The server process serving this connection (`pg_backend_pid()`), for `pg_terminate_backend`
+    /// and lock diagnostics.
+    var backendPID: Int32 { PQbackendPID(handle) }
+
+    /// Re-opens a connection that was lost, with the same parameters.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQRESET
+    func reconnect() throws(PostgresError) {
+        PQreset(handle)
+        guard PQstatus(handle) == CONNECTION_OK else {
+            throw PostgresError.connectionFailed(target: redactedTarget, message: lastErrorMessage)
+        }
+    }
+
+    private var lastErrorMessage: String {
+        Self.scrub(String(cString: PQerrorMessage(handle)), password: password)
+    }
+
+    // MARK: Statements
+
+    /// Runs `sql` — one statement, `$1`… bound to `parameters` — and returns its result.
+    ///
+    /// Every value goes in binary format with its type (`text`, `int8`, `bytea`, `bool`; NULL untyped,
+    /// so the server infers it from the context).
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQEXECPARAMS
+    @discardableResult
+    func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresResult {
+        var types: [UInt32] = []
+        var lengths: [Int32] = []
+        var offsets: [Int?] = []
+        // All values in one buffer; a trailing byte keeps it non-empty, so even an empty text or bytea
+        // gets a non-NULL pointer (a NULL pointer means SQL NULL to libpq).
+        var storage: [UInt8] = []
+        for value in parameters {
+            let bytes: [UInt8]?
+            let type: UInt32
+            switch value {
+            case .null: (type, bytes) = (0, nil)
+            case .integer(let integer): (type, bytes) = (PostgresType.int8, withUnsafeBytes(of: integer.bigEndian) { Array($0) })
+            case .text(let text): (type, bytes) = (PostgresType.text, Array(text.utf8))
+            case .bytea(let data): (type, bytes) = (PostgresType.bytea, [UInt8](data))
+            case .bool(let flag): (type, bytes) = (PostgresType.bool, [flag ? 1 : 0])
+            }
+            types.append(type)
+            if let bytes {
+                guard bytes.count <= Int(Int32.max) else {
+                    throw PostgresError.conversion("parameter $\(types.count) is \(bytes.count) bytes; PostgreSQL takes at most "
+                                                   + "\(Int32.max) bytes in one value: store it in smaller pieces")
+                }
+                offsets.append(storage.count)
+                lengths.append(Int32(bytes.count))
+                storage.append(contentsOf: bytes)
+            } else {
+                offsets.append(nil)
+                lengths.append(0)
+            }
+        }
+        storage.append(0)
+        let formats = [Int32](repeating: 1, count: parameters.count)
+        let raw: OpaquePointer? = storage.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { chars in
+                // `storage` is never empty, so `base` is never nil.
+                let base = chars.baseAddress
+                let values: [UnsafePointer<CChar>?] = offsets.map { offset in
+                    guard let offset, let base else { return nil }
+                    return base + offset
+                }
+                return PQexecParams(handle, sql, Int32(parameters.count), types, values, lengths, formats, 1)
+            }
+        }
+        return try check(raw, sql: sql)
+    }
+
+    /// Runs one or more statements without parameters (migrations, transaction control); results are
+    /// text and discarded.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQEXEC
+    func executeScript(_ sql: String) throws(PostgresError) {
+        _ = try check(PQexec(handle, sql), sql: sql)
+    }
+
+    /// The one check of every result: returns it for COMMAND_OK / TUPLES_OK / EMPTY_QUERY, otherwise
+    /// frees it and throws — `server` with the SQLSTATE, `connectionLost` when the connection broke.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQRESULTSTATUS
+    private func check(_ raw: OpaquePointer?, sql: String) throws(PostgresError) -> PostgresResult {
+        guard let raw else {
+            // No result at all: out of memory, or the connection could not send the query.
+            if !isConnected { throw PostgresError.connectionLost(message: lastErrorMessage, sql: sql) }
+            throw PostgresError.unexpectedResult(status: "nothing (\(lastErrorMessage))", sql: sql)
+        }
+        let result = PostgresResult(handle: raw)
+        let status = PQresultStatus(raw)
+        switch status {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            return result
+        case PGRES_FATAL_ERROR, PGRES_NONFATAL_ERROR, PGRES_BAD_RESPONSE:
+            let message = Self.scrub(result.errorField(jobctl_pq_diag_message_primary()) ?? lastErrorMessage, password: password)
+            // A server that went away (shut down, crashed, terminated this backend) leaves the
+            // connection bad; a statement the server refused leaves it usable.
+            guard isConnected else { throw PostgresError.connectionLost(message: message, sql: sql) }
+            throw PostgresError.server(
+                // Errors libpq makes up itself carry no SQLSTATE; report them as internal errors.
+                sqlstate: result.errorField(jobctl_pq_diag_sqlstate()) ?? "XX000",
+                message: message,
+                detail: result.errorField(jobctl_pq_diag_message_detail()).map { Self.scrub($0, password: password) },
+                hint: result.errorField(jobctl_pq_diag_message_hint()).map { Self.scrub($0, password: password) },
+                sql: sql)
+        default:
+            throw PostgresError.unexpectedResult(status: String(cString: PQresStatus(status)), sql: sql)
+        }
+    }
+
+    /// Runs a statement and returns how many rows it inserted, updated or deleted.
+    @discardableResult
+    func run(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> Int {
+        try execute(sql, parameters).affectedRows
+    }
+
+    /// Runs a query and maps every row.
+    func query<T>(_ sql: String, _ parameters: [PostgresValue] = [],
+                  _ transform: (PostgresRow) throws(PostgresError) -> T) throws(PostgresError) -> [T] {
+        let result = try execute(sql, parameters)
+        var rows: [T] = []
+        rows.reserveCapacity(result.count)
+        for index in 0..<result.count {
+            rows.append(try transform(PostgresRow(result: result, index: Int32(index))))
+        }
+        return rows
+    }
+
+    /// The first row mapped, or nil when there is none.
+    func first<T>(_ sql: String, _ parameters: [PostgresValue] = [],
+                  _ transform: (PostgresRow) throws(PostgresError) -> T) throws(PostgresError) -> T? {
+        let result = try execute(sql, parameters)
+        guard result.count > 0 else { return nil }
+        return try transform(PostgresRow(result: result, index: 0))
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in one transaction at `isolation` and commits; on any error rolls back and rethrows.
+    ///
+    /// A COMMIT the server turned into a ROLLBACK (because a statement failed and `body` swallowed
+    /// the error) throws `rolledBack`: nothing is reported written that was not. A serialization failure
+    /// (`isSerializationFailure`) may come from any statement or from the COMMIT itself; the caller
+    /// retries the whole transaction.
+    ///
+    /// Transactions do not nest: PostgreSQL would only warn about the inner BEGIN and let the inner
+    /// COMMIT end the outer transaction, so a `transaction` inside another is refused (`misuse`).
+    ///
+    /// See https://www.postgresql.org/docs/current/sql-begin.html
+    @discardableResult
+    func transaction<T>(_ isolation: PostgresIsolation = .readCommitted,
+                        _ body: () throws(PostgresError) -> T) throws(PostgresError) -> T {
+        guard !isInTransaction else {
+            throw PostgresError.misuse("a transaction was begun while another was open on the same connection")
+        }
+        try execute("BEGIN ISOLATION LEVEL \(isolation.rawValue)")
+        do throws(PostgresError) {
+            let value = try body()
+            let commit = try execute("COMMIT")
+            guard commit.commandStatus == "COMMIT" else { throw PostgresError.rolledBack(sql: nil) }
+            return value
+        } catch {
+            if isConnected && isInTransaction { _ = try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+}
+
+/// A connection runs one statement at a time: sharing it between threads is a compile-time error.
+@available(*, unavailable)
+extension PostgresConnection: Sendable {}
+
+// MARK: - Result
+
+/// One `PGresult*`, freed with `PQclear` in `deinit`. Not `Sendable`. Rows read from it stay valid as
+/// long as they hold it.
+///
+/// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-EXEC-SELECT-INFO
+final class PostgresResult {
+    fileprivate let handle: OpaquePointer
+
+    fileprivate init(handle: OpaquePointer) { self.handle = handle }
+
+    deinit { PQclear(handle) }
+
+    /// The number of rows returned.
+    var count: Int { Int(PQntuples(handle)) }
+
+    /// The number of columns.
+    var columnCount: Int { Int(PQnfields(handle)) }
+
+    /// Rows inserted, updated, deleted, selected (0 for commands without a count).
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQCMDTUPLES
+    var affectedRows: Int { PQcmdTuples(handle).flatMap { Int(String(cString: $0)) } ?? 0 }
+
+    /// The command tag (`INSERT 0 1`, `COMMIT`, `ROLLBACK`).
+    var commandStatus: String { PQcmdStatus(handle).map { String(cString: $0) } ?? "" }
+
+    /// Every row.
+    var rows: [PostgresRow] { (0..<count).map { PostgresRow(result: self, index: Int32($0)) } }
+
+    /// The name of column `index`.
+    func columnName(_ index: Int) -> String {
+        PQfname(handle, Int32(index)).map { String(cString: $0) } ?? "column \(index)"
+    }
+
+    fileprivate func errorField(_ code: Int32) -> String? {
+        PQresultErrorField(handle, code).map { String(cString: $0) }
+    }
+
+    fileprivate func type(_ column: Int32) -> UInt32 { PQftype(handle, column) }
+
+    fileprivate func isNull(_ row: Int32, _ column: Int32) -> Bool { PQgetisnull(handle, row, column) == 1 }
+
+    /// The raw binary value of a cell (empty for NULL).
+    fileprivate func bytes(_ row: Int32, _ column: Int32) -> [UInt8] {
+        let length = Int(PQgetlength(handle, row, column))
+        guard length > 0, let value = PQgetvalue(handle, row, column) else { return [] }
+        return value.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
+    }
+}
+
+/// A result is freed with its last reference; it is not shared between threads.
+@available(*, unavailable)
+extension PostgresResult: Sendable {}
+
+// MARK: - Row
+
+/// One row of a result. Reading a column checks its type: an integer accessor reads `int2`/`int4`/
+/// `int8`, a text accessor the textual types, and a NULL read as a non-optional is an error.
+struct PostgresRow {
+    fileprivate let result: PostgresResult
+    fileprivate let index: Int32
+
+    /// The number of columns.
+    var count: Int { result.columnCount }
+
+    func isNull(_ column: Int) -> Bool { result.isNull(index, Int32(column)) }
+
+    func int64(_ column: Int) throws(PostgresError) -> Int64 {
+        let bytes = try cell(column, as: "an integer", types: PostgresType.integral)
+        // Binary integers are big-endian two's complement of 2, 4 or 8 bytes (oid: unsigned 4).
+        guard [2, 4, 8].contains(bytes.count) else {
+            throw PostgresError.conversion("column \(describe(column)) holds \(bytes.count) bytes, not an integer")
+        }
+        var value: Int64 = result.type(Int32(column)) == PostgresType.oid ? 0 : (bytes[0] & 0x80 != 0 ? -1 : 0)
+        for byte in bytes { value = (value << 8) | Int64(byte) }
+        return value
+    }
+
+    func int(_ column: Int) throws(PostgresError) -> Int { Int(try int64(column)) }
+
+    func bool(_ column: Int) throws(PostgresError) -> Bool {
+        try cell(column, as: "a boolean", types: [PostgresType.bool]).first == 1
+    }
+
+    func text(_ column: Int) throws(PostgresError) -> String {
+        var bytes = try cell(column, as: "text", types: PostgresType.textual.union([PostgresType.jsonb]))
+        // jsonb's binary form is a version byte (1) followed by the JSON text.
+        if result.type(Int32(column)) == PostgresType.jsonb, !bytes.isEmpty { bytes.removeFirst() }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    func bytea(_ column: Int) throws(PostgresError) -> Data {
+        Data(try cell(column, as: "bytea", types: [PostgresType.bytea]))
+    }
+
+    func optionalInt64(_ column: Int) throws(PostgresError) -> Int64? { isNull(column) ? nil : try int64(column) }
+    func optionalText(_ column: Int) throws(PostgresError) -> String? { isNull(column) ? nil : try text(column) }
+    func optionalBytea(_ column: Int) throws(PostgresError) -> Data? { isNull(column) ? nil : try bytea(column) }
+
+    /// The column as a typed value, for comparisons that must not lose the type.
+    func value(_ column: Int) throws(PostgresError) -> PostgresValue {
+        guard !isNull(column) else { return .null }
+        let type = try columnType(column)
+        switch type {
+        case _ where PostgresType.integral.contains(type): return .integer(try int64(column))
+        case PostgresType.bool: return .bool(try bool(column))
+        case PostgresType.bytea: return .bytea(try bytea(column))
+        default: return .text(try text(column))
+        }
+    }
+
+    private func columnType(_ column: Int) throws(PostgresError) -> UInt32 {
+        guard column >= 0 && column < count else {
+            throw PostgresError.conversion("column \(column) does not exist: the row has \(count) columns")
+        }
+        return result.type(Int32(column))
+    }
+
+    private func cell(_ column: Int, as wanted: String, types: Set<UInt32>) throws(PostgresError) -> [UInt8] {
+        let type = try columnType(column)
+        guard types.contains(type) else {
+            throw PostgresError.conversion("column \(describe(column)) has type oid \(type) and cannot be read as \(wanted)")
+        }
+        guard !isNull(column) else {
+            throw PostgresError.conversion("column \(describe(column)) is NULL where \(wanted) was expected")
+        }
+        return result.bytes(index, Int32(column))
+    }
+
+    private func describe(_ column: Int) -> String { "\(column) (\(result.columnName(column)))" }
+}

@@ -1,0 +1,90 @@
+import Foundation
+
+/// Everything the PostgreSQL store can fail with. Each description says what happened and what to do.
+///
+/// No case ever holds a password: connection targets are kept only as `redactedDatabaseURL(_:)` makes
+/// them, and server messages are scrubbed of the connection's password before they are stored here.
+public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The connection to `target` (redacted) could not be made; `message` is libpq's reason.
+    case connectionFailed(target: String, message: String)
+    /// The connection broke while running `sql`; `message` is libpq's reason.
+    case connectionLost(message: String, sql: String?)
+    /// The server refused or failed a statement: `sqlstate` is the five-character SQLSTATE
+    /// (https://www.postgresql.org/docs/current/errcodes-appendix.html).
+    case server(sqlstate: String, message: String, detail: String?, hint: String?, sql: String?)
+    /// The server answered in a way the statement cannot have asked for (a COPY, nothing at all).
+    case unexpectedResult(status: String, sql: String?)
+    /// A transaction's COMMIT was turned into a ROLLBACK by the server, because a statement inside it
+    /// had failed and the failure was not passed on.
+    case rolledBack(sql: String?)
+    /// A value could not be sent or read as the Swift type asked for; the message says which and why.
+    case conversion(String)
+    /// The wrapper was used in a way that cannot work (a transaction begun inside another); a bug in jobctl.
+    case misuse(String)
+    /// The database was migrated by a newer jobctl (`found`) than this binary knows (`known`); it was not touched.
+    case newerSchema(found: Int, known: Int)
+    /// Migration `version`_`name` failed with `cause`; its transaction was rolled back.
+    case migrationFailed(version: Int, name: String, cause: PostgresError)
+
+    /// The SQLSTATE the server sent, when it sent one.
+    public var sqlstate: String? {
+        switch self {
+        case .server(let sqlstate, _, _, _, _): sqlstate
+        case .migrationFailed(_, _, let cause): cause.sqlstate
+        default: nil
+        }
+    }
+
+    /// Whether running the same transaction again may succeed: a serialization failure (40001) or a
+    /// deadlock (40P01) under SERIALIZABLE or row locks. The caller retries the whole transaction.
+    public var isSerializationFailure: Bool {
+        sqlstate == "40001" || sqlstate == "40P01"
+    }
+
+    public var description: String {
+        switch self {
+        case .connectionFailed(let target, let message):
+            return "cannot connect to PostgreSQL at \(target): \(Self.oneLine(message)); check the host, port, "
+                + "database and user in the URL, the password (in the URL, PGPASSWORD or ~/.pgpass), and that the server is running"
+        case .connectionLost(let message, let sql):
+            return "the connection to PostgreSQL was lost: \(Self.oneLine(message))"
+                + (sql.map { " (while running `\(Self.abbreviate($0))`)" } ?? "")
+                + "; check that the server is up and reachable, then try again"
+        case .server(let sqlstate, let message, let detail, let hint, let sql):
+            var text = "PostgreSQL error \(sqlstate): \(Self.oneLine(message))"
+            if let detail, !detail.isEmpty { text += " (\(Self.oneLine(detail)))" }
+            if let sql { text += " in `\(Self.abbreviate(sql))`" }
+            if let hint, !hint.isEmpty { text += "; hint: \(Self.oneLine(hint))" }
+            if sqlstate == "40001" || sqlstate == "40P01" {
+                text += "; another transaction changed the same rows first: run the whole transaction again"
+            }
+            return text
+        case .unexpectedResult(let status, let sql):
+            return "PostgreSQL answered \(status)" + (sql.map { " to `\(Self.abbreviate($0))`" } ?? "")
+                + ", which jobctl never asks for; this is a bug in jobctl: please report it"
+        case .rolledBack(let sql):
+            return "the transaction was rolled back instead of committed"
+                + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "")
+                + " because a statement in it failed; nothing of it was written: run it again"
+        case .conversion(let message):
+            return "a PostgreSQL value could not be converted: \(message)"
+        case .misuse(let message):
+            return "\(message); this is a bug in jobctl: please report it"
+        case .newerSchema(let found, let known):
+            return "the database schema is version \(found) but this jobctl knows only up to \(known); "
+                + "it was left untouched: upgrade jobctl to use it"
+        case .migrationFailed(let version, let name, let cause):
+            return "migration \(version)_\(name) failed and was rolled back: \(cause)"
+        }
+    }
+
+    private static func oneLine(_ text: String) -> String {
+        text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty }.joined(separator: " ")
+    }
+
+    private static func abbreviate(_ sql: String) -> String {
+        let flat = sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        return flat.count > 120 ? String(flat.prefix(117)) + "..." : flat
+    }
+}

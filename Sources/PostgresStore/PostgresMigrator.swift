@@ -1,0 +1,114 @@
+import Checksums
+import Foundation
+
+/// Applies the migrations embedded from `migrations/postgres/NNN_name.sql`, each in its own
+/// transaction, recording each in `schema_migrations` with the SHA-256 of its SQL text.
+///
+/// The same rules as the SQLite migrator: a database whose ledger names a version this binary does not
+/// know is refused before anything is written, and left unchanged.
+enum PostgresMigrator {
+    /// One embedded migration.
+    struct Migration: Sendable {
+        let version: Int
+        let name: String
+        let sql: String
+        /// SHA-256 (hex) of the SQL text, recorded in the ledger.
+        let checksum: String
+    }
+
+    /// Every migration this binary carries, in version order.
+    static let all: [Migration] = EmbeddedMigrations.postgres
+        .map { entry in
+            // The plugin wrote this base64 itself from UTF-8 text; it cannot fail to decode.
+            let bytes = Data(base64Encoded: entry.sqlBase64) ?? Data()
+            return Migration(version: entry.version, name: entry.name, sql: String(decoding: bytes, as: UTF8.self),
+                             checksum: Digest.sha256Hex(bytes))
+        }
+        .sorted { $0.version < $1.version }
+
+    /// The newest schema version this binary knows.
+    static var latestVersion: Int { all.last?.version ?? 0 }
+
+    /// Held by a migrating connection from before its first migration's transaction begins until after
+    /// its last one ends, so two processes migrating one database at once take turns instead of racing
+    /// to create the same tables. The value is "jobctl" in ASCII; any constant works as long as it never
+    /// changes.
+    ///
+    /// A session lock, not a transaction lock: a transaction that began before it waited for the lock
+    /// would look tables up through catalog caches from before the other migrator's commit, miss the
+    /// ledger that migrator just created, and run the migration a second time.
+    ///
+    /// See https://www.postgresql.org/docs/current/functions-admin.html#FUNCTIONS-ADVISORY-LOCKS
+    static let advisoryLockKey: Int64 = 0x6A6F_6263_746C
+
+    private static let createLedgerSQL = """
+        CREATE TABLE IF NOT EXISTS schema_migrations (
+            version       integer PRIMARY KEY,
+            name          text    NOT NULL,
+            applied_at_ms bigint  NOT NULL,
+            checksum      text    NOT NULL
+        )
+        """
+
+    /// The versions recorded in the ledger; empty when there is no ledger yet. Reads only.
+    static func appliedVersions(_ connection: PostgresConnection) throws(PostgresError) -> Set<Int> {
+        let hasLedger = try connection.first("SELECT to_regclass('schema_migrations') IS NOT NULL") { (row) throws(PostgresError) in
+            try row.bool(0)
+        } ?? false
+        guard hasLedger else { return [] }
+        return Set(try connection.query("SELECT version FROM schema_migrations") { (row) throws(PostgresError) in
+            try row.int(0)
+        })
+    }
+
+    /// Throws `newerSchema` when the ledger holds a version above `known`.
+    static func refuseNewer(_ applied: Set<Int>, known: Int = latestVersion) throws(PostgresError) {
+        if let found = applied.max(), found > known {
+            throw PostgresError.newerSchema(found: found, known: known)
+        }
+    }
+
+    /// Applies pending migrations, each in its own transaction; returns the versions applied.
+    ///
+    /// A migration that fails is rolled back whole (PostgreSQL's DDL is transactional) and stops the
+    /// run: the ones before it stay applied, nothing of it or after it is. Safe against another process
+    /// migrating the same database at once: the migrations run under the advisory lock
+    /// (`advisoryLockKey`), and each transaction re-reads the ledger.
+    ///
+    /// `migrations` is every migration this binary carries; tests pass their own series.
+    static func migrate(_ connection: PostgresConnection, now: Int64,
+                        migrations: [Migration] = all) throws(PostgresError) -> [Int] {
+        let known = migrations.last?.version ?? 0
+        let before = try appliedVersions(connection)
+        try refuseNewer(before, known: known)
+        guard migrations.contains(where: { !before.contains($0.version) }) else { return [] }
+        try connection.execute("SELECT pg_advisory_lock($1)", [.integer(advisoryLockKey)])
+        // Released at once, or by the server when the connection ends.
+        defer { _ = try? connection.execute("SELECT pg_advisory_unlock($1)", [.integer(advisoryLockKey)]) }
+        var applied: [Int] = []
+        for migration in migrations {
+            do throws(PostgresError) {
+                let didApply = try connection.transaction { () throws(PostgresError) -> Bool in
+                    let current = try appliedVersions(connection)
+                    try refuseNewer(current, known: known)
+                    guard !current.contains(migration.version) else { return false }
+                    try connection.executeScript(createLedgerSQL)
+                    try connection.executeScript(migration.sql)
+                    try connection.run(
+                        "INSERT INTO schema_migrations (version, name, applied_at_ms, checksum) VALUES ($1, $2, $3, $4)",
+                        [.int(migration.version), .text(migration.name), .integer(now), .text(migration.checksum)])
+                    return true
+                }
+                if didApply { applied.append(migration.version) }
+            } catch {
+                switch error {
+                case .server, .rolledBack, .unexpectedResult, .conversion, .misuse:
+                    throw PostgresError.migrationFailed(version: migration.version, name: migration.name, cause: error)
+                default:
+                    throw error
+                }
+            }
+        }
+        return applied
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import JobModel
+
+/// Which certificate authorities an HTTPS server's certificate is checked against.
+///
+/// Verification is always on; this only chooses the trusted CAs:
+/// - `JOBCTL_CA_BUNDLE` — a PEM file or a directory prepared with `openssl rehash` — names the *only* CAs
+///   trusted (`exclusive`), so a private CA can be pinned; append the system bundle to the file to trust
+///   public CAs as well.
+/// - otherwise `SSL_CERT_FILE` and `SSL_CERT_DIR` replace libcurl's default file and directory one by
+///   one, as OpenSSL-based tools read them (`SSL_CERT_DIR` may list several directories, `:`-separated).
+/// - otherwise libcurl's defaults (on Debian `/etc/ssl/certs/ca-certificates.crt` and `/etc/ssl/certs`).
+///
+/// Paths are checked when read (`fromEnvironment`), so a missing or unusable bundle stops the worker at
+/// start; one removed later fails the transfer with a clear error.
+public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConvertible {
+    /// A PEM file of CA certificates (`CURLOPT_CAINFO`); nil keeps libcurl's default unless `exclusive`.
+    public var caFile: String?
+    /// Directories of CA certificates under subject-hash names (`CURLOPT_CAPATH`), `:`-separated; nil keeps
+    /// libcurl's default unless `exclusive`.
+    public var caDirectory: String?
+    /// When true, only `caFile` / `caDirectory` are trusted: libcurl's defaults are switched off.
+    public var exclusive: Bool
+    /// Which variable chose this trust, for messages ("JOBCTL_CA_BUNDLE", …); nil for the defaults.
+    public var source: String?
+
+    public init(caFile: String? = nil, caDirectory: String? = nil, exclusive: Bool = false, source: String? = nil) {
+        self.caFile = caFile
+        self.caDirectory = caDirectory
+        self.exclusive = exclusive
+        self.source = source
+    }
+
+    /// libcurl's own CA file and directory.
+    public static let systemDefault = CertificateTrust()
+
+    /// Reads `JOBCTL_CA_BUNDLE`, else `SSL_CERT_FILE` / `SSL_CERT_DIR`; empty values count as unset.
+    /// Throws `invalidArgument` naming the variable and the path when a path cannot serve.
+    public static func fromEnvironment(_ environment: [String: String]) throws(StorageError) -> CertificateTrust {
+        func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        if let bundle = value("JOBCTL_CA_BUNDLE") {
+            return try only(bundle, variable: "JOBCTL_CA_BUNDLE")
+        }
+        var trust = CertificateTrust()
+        if let file = value("SSL_CERT_FILE") {
+            try checkFile(file, variable: "SSL_CERT_FILE")
+            trust.caFile = file
+            trust.source = "SSL_CERT_FILE"
+        }
+        if let directories = value("SSL_CERT_DIR") {
+            for directory in directories.split(separator: ":").map(String.init) {
+                try checkDirectory(directory, variable: "SSL_CERT_DIR")
+            }
+            trust.caDirectory = directories
+            trust.source = trust.source.map { "\($0) and SSL_CERT_DIR" } ?? "SSL_CERT_DIR"
+        }
+        return trust
+    }
+
+    /// Trusts only the CAs at `path`: a PEM file, or a directory prepared with `openssl rehash`.
+    public static func only(_ path: String, variable: String = "JOBCTL_CA_BUNDLE") throws(StorageError) -> CertificateTrust {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw unusable(variable, path, "does not exist")
+        }
+        if isDirectory.boolValue {
+            try checkDirectory(path, variable: variable)
+            return CertificateTrust(caDirectory: path, exclusive: true, source: variable)
+        }
+        try checkFile(path, variable: variable)
+        return CertificateTrust(caFile: path, exclusive: true, source: variable)
+    }
+
+    public var description: String {
+        guard caFile != nil || caDirectory != nil else { return exclusive ? "no CA" : "the system's CAs" }
+        let parts = [caFile.map { "file \($0)" }, caDirectory.map { "directory \($0)" }].compactMap { $0 }
+        return (exclusive ? "only " : "") + parts.joined(separator: " and ")
+    }
+
+    // MARK: - Checks
+
+    private static let remedy = "point it at a PEM file of CA certificates or a directory prepared with `openssl rehash`"
+
+    private static func unusable(_ variable: String, _ path: String, _ problem: String) -> StorageError {
+        StorageError(.invalidArgument, "\(variable) names '\(path)', which \(problem); \(remedy)")
+    }
+
+    /// A readable regular file holding at least one PEM certificate.
+    private static func checkFile(_ path: String, variable: String) throws(StorageError) {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw unusable(variable, path, "does not exist")
+        }
+        guard !isDirectory.boolValue else { throw unusable(variable, path, "is a directory where a file is expected") }
+        guard let contents = FileManager.default.contents(atPath: path) else {
+            throw unusable(variable, path, "cannot be read")
+        }
+        guard contents.range(of: Data("-----BEGIN CERTIFICATE-----".utf8)) != nil
+                || contents.range(of: Data("-----BEGIN TRUSTED CERTIFICATE-----".utf8)) != nil else {
+            throw unusable(variable, path, "holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+        }
+    }
+
+    /// A readable directory holding at least one certificate under its subject-hash name (`1a2b3c4d.0`).
+    private static func checkDirectory(_ path: String, variable: String) throws(StorageError) {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw unusable(variable, path, "does not exist")
+        }
+        guard isDirectory.boolValue else { throw unusable(variable, path, "is a file where a directory is expected") }
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: path) else {
+            throw unusable(variable, path, "cannot be read")
+        }
+        guard names.contains(where: isHashName) else {
+            throw StorageError(.invalidArgument,
+                               "\(variable) names the directory '\(path)', which holds no certificate under a subject-hash "
+                                   + "name (like 1a2b3c4d.0) that OpenSSL looks up; run `openssl rehash '\(path)'` after adding the CA files")
+        }
+    }
+
+    /// `HHHHHHHH.N` (certificates) or `HHHHHHHH.rN` (CRLs): eight hex digits, a dot, a counter.
+    private static func isHashName(_ name: String) -> Bool {
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, parts[0].count == 8, parts[0].allSatisfy(\.isHexDigit) else { return false }
+        let counter = parts[1].hasPrefix("r") ? parts[1].dropFirst() : parts[1]
+        return !counter.isEmpty && counter.allSatisfy(\.isNumber)
+    }
+}

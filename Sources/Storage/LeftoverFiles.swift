@@ -1,0 +1,177 @@
+import Foundation
+import JobModel
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the event log says about one job's local files: enough to find what it may have left behind.
+public struct JobLocalFiles: Sendable, Equatable {
+    /// The job.
+    public var jobID: String
+    public var kind: JobKind
+    /// download-file: the local destination path; uploads: the destination reference.
+    public var destination: String?
+    /// The last resume point the log recorded, if any.
+    public var resumePoint: ResumePoint?
+    /// When the job reached its final state (ms since 1970). A file modified after it belongs to a later
+    /// attempt (the job was retried since) and is never a leftover.
+    public var finishedAtMs: Int64?
+
+    /// Describes a job's local files.
+    public init(jobID: String, kind: JobKind, destination: String?, resumePoint: ResumePoint?, finishedAtMs: Int64?) {
+        self.jobID = jobID
+        self.kind = kind
+        self.destination = destination
+        self.resumePoint = resumePoint
+        self.finishedAtMs = finishedAtMs
+    }
+}
+
+/// A hidden temporary file that a final job left behind and no longer needs.
+public struct LeftoverFile: Sendable, Equatable, Hashable {
+    /// What the file was for.
+    public enum Kind: String, Sendable, Codable {
+        /// A download's `.NAME.<job id>.jobctl-partial` (or an older `.NAME.jobctl-partial` it recorded).
+        case partialDownload = "partial-download"
+        /// A `file://` upload's `.NAME.<session>.jobctl-upload`.
+        case uploadSession = "upload-session"
+    }
+
+    /// The job that made it.
+    public var jobID: String
+    public var kind: Kind
+    /// Its absolute path.
+    public var path: String
+    /// Its size in bytes when it was found.
+    public var size: Int64
+    /// Its identity when it was found: it is removed only while it is still this file.
+    public var identity: FileIdentity
+}
+
+/// Finds and removes the hidden files that final jobs left: partial downloads and `file://` upload
+/// sessions. Ownership must be provable, so that no user's file is ever removed:
+///
+/// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`)
+///   beside the job's destination; or
+/// - the file the job's last resume point recorded, when it recorded the file's identity (device and
+///   inode) and the file at that path still has it.
+///
+/// A file named like ours that the log does not tie to a final job, a link, a file with other hard
+/// links, a path an unfinished job's resume point names, and a file modified after its job finished are
+/// all left alone.
+public struct LeftoverFiles: Sendable {
+    /// Where named local buckets (`file://NAME/…`) live; nil: their sessions are not looked for.
+    public let localBucketsDirectory: String?
+
+    /// Files modified up to this long after their job's final event still count as its leftovers (file
+    /// times come from a coarser clock than the log's).
+    static let clockSlackMs: Int64 = 5
+
+    /// A finder for named buckets under `localBucketsDirectory` (nil: downloads and `file:///` only).
+    public init(localBucketsDirectory: String?) {
+        self.localBucketsDirectory = localBucketsDirectory
+    }
+
+    /// A finder for the buckets of `configuration`.
+    public init(configuration: StorageConfiguration) {
+        self.init(localBucketsDirectory: configuration.localBucketsDirectory)
+    }
+
+    /// The paths the resume points of unfinished jobs name: never removed, whatever else says so.
+    public static func pathsInUse(_ resumePoints: [ResumePoint]) -> Set<String> {
+        Set(resumePoints.compactMap { point -> String? in
+            switch point {
+            case .download(_, _, _, let temp, _): temp
+            case .upload(let uri, _, _): LocalUploadSession(uri: uri)?.path
+            }
+        })
+    }
+
+    /// The leftovers of `job` that exist now (see the type's documentation for what counts).
+    public func find(_ job: JobLocalFiles, sparing inUse: Set<String> = []) -> [LeftoverFile] {
+        var found: [LeftoverFile] = []
+        for candidate in candidates(job) {
+            let path = candidate.directory.childPath(candidate.name)
+            guard !inUse.contains(path), let entry = candidate.directory.entry(candidate.name), entry.isRegular,
+                  entry.links == 1 else { continue }
+            if let recorded = candidate.recorded, recorded != entry.identity { continue }
+            if let finished = job.finishedAtMs, entry.modifiedMicros / 1_000 > finished + Self.clockSlackMs { continue }
+            let leftover = LeftoverFile(jobID: job.jobID, kind: candidate.kind, path: path, size: entry.size, identity: entry.identity)
+            if !found.contains(where: { $0.path == path }) { found.append(leftover) }
+        }
+        return found
+    }
+
+    /// Removes `leftover` while the file at its path is still the one found; returns whether it did.
+    public static func remove(_ leftover: LeftoverFile) -> Bool {
+        guard let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: leftover.path), create: false) else {
+            return false
+        }
+        let removed = directory.remove(LocalFiles.lastComponent(leftover.path), ifStill: leftover.identity)
+        if removed { try? directory.sync() }
+        return removed
+    }
+
+    // MARK: - Candidates
+
+    /// A name to look at in an open folder; `recorded` is the identity it must have (nil: the name
+    /// itself, carrying the job id, proves ownership).
+    private struct Candidate {
+        let directory: SafeDirectory
+        let name: String
+        let kind: LeftoverFile.Kind
+        let recorded: FileIdentity?
+    }
+
+    private func candidates(_ job: JobLocalFiles) -> [Candidate] {
+        guard let destination = job.destination, !destination.isEmpty else { return [] }
+        switch job.kind {
+        case .downloadFile:
+            return partialCandidates(job, destination: destination)
+        case .uploadFile, .uploadData:
+            return sessionCandidates(job, destination: destination)
+        case .downloadMemory, .fetchURL:
+            return []
+        }
+    }
+
+    private func partialCandidates(_ job: JobLocalFiles, destination: String) -> [Candidate] {
+        let absolute = LocalFiles.absolute(destination)
+        let name = LocalFiles.lastComponent(absolute)
+        guard !name.isEmpty, let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: false) else {
+            return []
+        }
+        let ours = PartialFile.tempName(for: name, jobID: job.jobID)
+        var candidates = [Candidate(directory: directory, name: ours, kind: .partialDownload, recorded: nil)]
+        if case .download(_, _, _, let temp?, let identity?)? = job.resumePoint,
+           LocalFiles.directory(of: temp) == directory.path,
+           LocalFiles.lastComponent(temp) == PartialFile.tempName(for: name, jobID: nil) {
+            candidates.append(Candidate(directory: directory, name: LocalFiles.lastComponent(temp), kind: .partialDownload,
+                                        recorded: identity))
+        }
+        return candidates
+    }
+
+    private func sessionCandidates(_ job: JobLocalFiles, destination: String) -> [Candidate] {
+        guard let reference = try? StorageReference(parsing: destination), reference.scheme == .file,
+              let place = LocalObjectPlace.of(reference, bucketsDirectory: localBucketsDirectory),
+              let directory = try? open(place) else { return [] }
+        let ours = LocalUploadSession.name(forObject: place.name, token: job.jobID)
+        var candidates = [Candidate(directory: directory, name: ours, kind: .uploadSession, recorded: nil)]
+        if case .upload(let uri, _, _)? = job.resumePoint, let session = LocalUploadSession(uri: uri),
+           let identity = session.identity, LocalFiles.directory(of: session.path) == directory.path {
+            let name = LocalFiles.lastComponent(session.path)
+            if LocalUploadSession.isSession(name, forObject: place.name) {
+                candidates.append(Candidate(directory: directory, name: name, kind: .uploadSession, recorded: identity))
+            }
+        }
+        return candidates
+    }
+
+    /// Opens an object's folder as the local backend does (no links followed inside a named bucket).
+    private func open(_ place: LocalObjectPlace) throws(StorageError) -> SafeDirectory {
+        guard place.inNamedBucket else { return try SafeDirectory.open(trusted: place.rootPath, create: false) }
+        let root = try SafeDirectory.open(trusted: LocalFiles.resolved(place.rootPath) ?? place.rootPath, create: false)
+        return try root.descend(place.components, create: false)
+    }
+}

@@ -1,0 +1,179 @@
+import Foundation
+import JobModel
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A directory held open by its descriptor: every file the worker creates, opens for writing, renames or
+/// removes is named relative to it (`openat`, `renameat`, `unlinkat`, `fstatat`), never through a path
+/// that a third party could change under it, and never through a symbolic link.
+///
+/// - Files are created with `O_CREAT | O_EXCL | O_NOFOLLOW`: a link or file planted at the name makes
+///   the create fail instead of being written through (`createExclusive`).
+/// - Existing files are opened with `O_NOFOLLOW` (`openExisting`); a caller resuming one compares its
+///   `FileIdentity` with the one it recorded before appending.
+/// - A rename replaces whatever sits at the target name (a planted link is replaced, not followed), and
+///   the final name is never opened for writing.
+/// - Directories below a trusted root are opened one component at a time with `O_DIRECTORY |
+///   O_NOFOLLOW` (`descend`), so a symbolic link anywhere below the root is refused.
+///
+/// Not `Sendable`: one transfer owns it.
+final class SafeDirectory {
+    /// The directory's path as it was reached: for messages and for the paths recorded in resume points.
+    let path: String
+    private var descriptor: Int32
+
+    private init(descriptor: Int32, path: String) {
+        self.descriptor = descriptor
+        self.path = path
+    }
+
+    deinit {
+        if descriptor >= 0 { _ = Glibc.close(descriptor) }
+    }
+
+    /// The path of `name` in this directory.
+    func childPath(_ name: String) -> String {
+        path == "/" ? "/" + name : path + "/" + name
+    }
+
+    // MARK: - Opening directories
+
+    /// Opens the absolute directory `path` as a user or the configuration named it: symbolic links among
+    /// its existing components are followed, since they are part of the path that was chosen. With
+    /// `create`, the missing components are made one at a time (`mkdirat`) and each is opened without
+    /// following links, so a link raced into the place of one is refused, never followed.
+    static func open(trusted path: String, create: Bool, context: LocalFiles.Context = .destination) throws(StorageError) -> SafeDirectory {
+        let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 { return SafeDirectory(descriptor: fd, path: path) }
+        let code = errno
+        if code == ENOTDIR {
+            throw StorageError(.pathError, "'\(path)' is not a directory (a file sits on the path): choose another folder")
+        }
+        let parent = LocalFiles.directory(of: path)
+        guard code == ENOENT, create, parent != path, parent != "." else {
+            throw LocalFiles.error(code, "opening directory", path: path, context: context)
+        }
+        let base = try open(trusted: parent, create: true, context: context)
+        return try base.descend([LocalFiles.lastComponent(path)], create: true, context: context)
+    }
+
+    /// Opens `components` below this directory one at a time with `O_DIRECTORY | O_NOFOLLOW`, making the
+    /// missing ones when `create` is set. A symbolic link (or anything but a directory) at any component is
+    /// refused with `pathError`; a missing one without `create` is mapped through `context` (so a
+    /// missing folder of a `file://` object reads as `objectNotFound`).
+    func descend(_ components: [String], create: Bool, context: LocalFiles.Context = .destination) throws(StorageError) -> SafeDirectory {
+        var current = self
+        for name in components {
+            try Self.checkName(name)
+            let child = current.childPath(name)
+            var fd = openat(current.descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            if fd < 0 && errno == ENOENT && create {
+                if mkdirat(current.descriptor, name, 0o777) != 0 && errno != EEXIST {
+                    throw LocalFiles.error(errno, "creating directory", path: child, context: context)
+                }
+                fd = openat(current.descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            }
+            guard fd >= 0 else {
+                let code = errno
+                if code == ELOOP || code == ENOTDIR, let found = current.entry(name) {
+                    if found.kind == .symbolicLink { throw LocalFiles.symbolicLinkRefused(child, operation: "opening directory") }
+                    if !found.isDirectory {
+                        throw StorageError(.pathError, "'\(child)' is not a directory (a file sits on the path): choose another path")
+                    }
+                }
+                throw LocalFiles.error(code, "opening directory", path: child, context: context)
+            }
+            current = SafeDirectory(descriptor: fd, path: child)
+        }
+        return current
+    }
+
+    /// A name of one component: no `/`, not `.` or `..`, not empty.
+    private static func checkName(_ name: String) throws(StorageError) {
+        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.contains("\0") else {
+            throw StorageError(.pathError, "'\(name)' is not a usable file name")
+        }
+    }
+
+    // MARK: - Files
+
+    /// What is at `name` now, without following a link (`fstatat` with `AT_SYMLINK_NOFOLLOW`); nil when
+    /// nothing is (or it cannot be inspected).
+    func entry(_ name: String) -> FileStatus? {
+        var info = stat()
+        guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
+        return FileStatus(info)
+    }
+
+    /// Creates `name` (read-write) with `O_CREAT | O_EXCL | O_NOFOLLOW`.
+    ///
+    /// When something already sits at the name: a symbolic link is refused (`pathError`, not followed);
+    /// with `replacingOwnLeftover`, a regular file that can only be jobctl's own leftover (one link, our
+    /// owner — see `FileStatus.couldBeOurLeftover`) is removed and the create tried once more; anything
+    /// else is refused and left alone.
+    func createExclusive(_ name: String, replacingOwnLeftover: Bool = false, mode: mode_t = 0o666) throws(StorageError) -> LocalFile {
+        try Self.checkName(name)
+        let target = childPath(name)
+        for attempt in 0..<3 {
+            let fd = openat(descriptor, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            if fd >= 0 { return LocalFile(adopting: fd, path: target, context: .destination) }
+            let code = errno
+            guard code == EEXIST else { throw LocalFiles.error(code, "creating", path: target, context: .destination) }
+            guard let found = entry(name) else { continue }   // removed meanwhile: try again
+            if found.kind == .symbolicLink { throw LocalFiles.symbolicLinkRefused(target, operation: "creating") }
+            guard replacingOwnLeftover, found.couldBeOurLeftover, attempt == 0 else {
+                throw LocalFiles.unexpectedFileRefused(target, what: found.kindDescription, operation: "creating")
+            }
+            _ = unlinkat(descriptor, name, 0)
+        }
+        throw LocalFiles.unexpectedFileRefused(target, what: "a file that keeps reappearing", operation: "creating")
+    }
+
+    /// Opens the existing `name` without following a link; nil when nothing is there. A link there is
+    /// refused with `pathError`. `O_NONBLOCK` keeps a pipe planted at the name from hanging the open (it
+    /// changes nothing for regular files); callers check `status().isRegular` before using the file.
+    func openExisting(_ name: String, writable: Bool, context: LocalFiles.Context) throws(StorageError) -> LocalFile? {
+        try Self.checkName(name)
+        let target = childPath(name)
+        let fd = openat(descriptor, name, (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { return nil }
+            if code == ELOOP { throw LocalFiles.symbolicLinkRefused(target, operation: "opening") }
+            throw LocalFiles.error(code, "opening", path: target, context: context)
+        }
+        return LocalFile(adopting: fd, path: target, context: context)
+    }
+
+    /// `renameat(2)` within this directory: `to` is replaced atomically by `from`, whatever it was (a
+    /// symbolic link at `to` is itself replaced, never followed).
+    func rename(_ from: String, to: String) throws(StorageError) {
+        try Self.checkName(from)
+        try Self.checkName(to)
+        guard renameat(descriptor, from, descriptor, to) == 0 else {
+            throw LocalFiles.error(errno, "renaming into place", path: childPath(to), context: .destination)
+        }
+    }
+
+    /// `unlinkat(2)`, ignoring a name that is already gone. Removing a link removes the link only.
+    func remove(_ name: String) {
+        guard (try? Self.checkName(name)) != nil else { return }
+        _ = unlinkat(descriptor, name, 0)
+    }
+
+    /// Removes `name` only while it is still the regular file `identity` names; returns whether it did.
+    @discardableResult
+    func remove(_ name: String, ifStill identity: FileIdentity) -> Bool {
+        guard let found = entry(name), found.isRegular, found.identity == identity else { return false }
+        guard (try? Self.checkName(name)) != nil else { return false }
+        return unlinkat(descriptor, name, 0) == 0
+    }
+
+    /// `fsync(2)` on the directory, so renames and removals in it survive a crash.
+    func sync() throws(StorageError) {
+        if fsync(descriptor) != 0 && errno != EINVAL {
+            throw LocalFiles.error(errno, "syncing directory", path: path)
+        }
+    }
+}

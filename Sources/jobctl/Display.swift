@@ -1,0 +1,213 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+/// How URLs, references and messages are shown: secrets redacted (unless `--show-secrets`), storage
+/// paths decoded for people, control characters never sent to a terminal raw.
+///
+/// Every place the CLI prints a job's source or destination, a result URL, an upload session URI or
+/// an error's URL or text goes through one of these functions.
+struct Display: Sendable {
+    /// `--show-secrets`: print URLs as the log holds them.
+    let showSecrets: Bool
+
+    static let redacting = Display(showSecrets: false)
+
+    /// A URL kept a URL (JSON, CSV): secrets redacted, encoding untouched.
+    func url(_ text: String) -> String {
+        showSecrets ? text : redactedURL(text)
+    }
+
+    /// Free text that may quote URLs (messages, causes, reasons): every URL in it redacted.
+    func text(_ text: String) -> String {
+        showSecrets ? text : SecretRedaction.redactURLs(in: text)
+    }
+
+    /// A source or destination for people: `gs://` and `file://` references with their paths decoded
+    /// (as gsutil prints them), other URLs redacted, local paths as they are; control characters escaped.
+    func location(_ text: String) -> String {
+        let lowered = text.lowercased()
+        if lowered.hasPrefix("gs://") || lowered.hasPrefix("file://"),
+           let reference = try? StorageReference(parsing: text) {
+            return "\(reference.scheme.rawValue)://\(reference.bucket)/\(Self.escapingControls(reference.fullPath))"
+        }
+        return Self.escapingControls(url(text))
+    }
+
+    /// Control characters (C0, DEL, C1) as `%XX`, so a decoded name cannot move the cursor or recolour
+    /// the terminal.
+    static func escapingControls(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        var output = ""
+        for scalar in text.unicodeScalars {
+            if isControl(scalar) {
+                for byte in String(scalar).utf8 { output += String(format: "%%%02X", byte) }
+            } else {
+                output.unicodeScalars.append(scalar)
+            }
+        }
+        return output
+    }
+
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+    }
+
+    // MARK: - Errors
+
+    /// Phrases older logs (and some storage messages) carry that promise a retry whether or not one
+    /// was scheduled. They are dropped; whether a retry is scheduled is said from the job's state.
+    static let retryPromises = [
+        "; the transfer will be retried", " — the transfer will be retried", "; it will be retried",
+        "; the download will restart", "; the upload will be retried from the start", "; it will be resumed",
+    ]
+
+    /// An error's message as displayed: no retry promise, URLs redacted, epoch times readable,
+    /// `1 byte` in the singular.
+    func message(_ error: StorageError) -> String {
+        text(Self.singularByte(TimeText.rewritingEpochs(in: Self.withoutRetryPromises(error.message))))
+    }
+
+    /// An error's cause as displayed.
+    func cause(_ error: StorageError) -> String? {
+        error.cause.map { text(Self.singularByte(Self.withoutRetryPromises($0))) }
+    }
+
+    /// `1 bytes` → `1 byte` in messages written by other layers (and by older versions, in the log).
+    static func singularByte(_ text: String) -> String {
+        guard text.contains("1 bytes") else { return text }
+        return text.replacingOccurrences(of: #"(^|[^\d.,])1 bytes\b"#, with: "$11 byte", options: .regularExpression)
+    }
+
+    static func withoutRetryPromises(_ text: String) -> String {
+        retryPromises.reduce(text) { $0.replacingOccurrences(of: $1, with: "") }
+    }
+
+    /// `cancelled: the transfer was stopped` — a state and its error — without saying the state twice:
+    /// `cancelled by cli:ann while queued`, not `cancelled: cancelled by cli:ann while queued`.
+    func stateLine(_ state: JobState, _ error: StorageError?, paint: (JobState) -> String) -> String {
+        guard let error else { return paint(state) }
+        let line = errorLine(error, state: state)
+        if line.lowercased().hasPrefix(state.rawValue + " ") {
+            return paint(state) + line.dropFirst(state.rawValue.count)
+        }
+        return "\(paint(state)): \(line)"
+    }
+
+    /// `name: message`, without repeating the name when the message (or the job's state) already says it:
+    /// a cancelled job reads `cancelled: cancelled by cli:ann`, not `cancelled: cancelled: …`.
+    func errorLine(_ error: StorageError, state: JobState? = nil) -> String {
+        let message = message(error)
+        let name = error.code.name
+        if state?.rawValue == name || message.lowercased().hasPrefix(name.lowercased()) { return message }
+        return "\(name): \(message)"
+    }
+}
+
+// MARK: - Jobs for people
+
+extension JobRecord {
+    /// The bytes that count as done: for an upload, what the server confirmed (the resume point's
+    /// offset; everything once it succeeded) — never bytes merely read or sent; for a download, the
+    /// bytes written. A failed or cancelled job keeps only what its resume point still holds.
+    var confirmedBytes: Int64 {
+        switch state {
+        case .succeeded:
+            return result?.size ?? result?.object?.size ?? bytesTotal ?? bytesDone
+        case .failed, .cancelled:
+            return resumePoint?.bytesDone ?? 0
+        case .queued, .running, .paused:
+            if spec.kind.isUpload {
+                if case .upload(_, let offset, _)? = resumePoint { return offset }
+                return 0
+            }
+            return bytesDone
+        }
+    }
+
+    /// What the worker last reported moving (sent for an upload), when it differs from `confirmedBytes`.
+    var unconfirmedBytes: Int64? {
+        guard spec.kind.isUpload, state != .succeeded, bytesDone > confirmedBytes else { return nil }
+        return bytesDone
+    }
+
+    /// `42%` or `1.2 MiB` or `-`, from the confirmed bytes.
+    var progressText: String {
+        if state == .succeeded { return "100%" }
+        let done = confirmedBytes
+        if let total = bytesTotal, total > 0 {
+            return "\(Int((Double(done) / Double(total) * 100).rounded(.down)))%"
+        }
+        return done > 0 ? ByteSize.format(done) : "-"
+    }
+
+    /// The resume point worth showing: none once the job succeeded (nothing is left to resume).
+    var displayedResumePoint: ResumePoint? { state == .succeeded ? nil : resumePoint }
+
+    /// Whether the job's error is followed by a scheduled retry.
+    var retryScheduled: Bool { state == .queued && error != nil }
+
+    /// What the job reads, for people.
+    func sourceText(_ display: Display) -> String {
+        if let source = spec.source { return display.location(source) }
+        if spec.kind == .uploadData { return "<\(plural(Int64(spec.data?.count ?? 0), "byte"))>" }
+        return "-"
+    }
+
+    /// What the job writes, for people.
+    func destinationText(_ display: Display) -> String {
+        if let destination = spec.destination { return display.location(destination) }
+        switch spec.kind {
+        case .downloadMemory: return "<memory>"
+        case .fetchURL: return "<url>"
+        default: return "-"
+        }
+    }
+
+    /// `source → destination`.
+    func routeText(_ display: Display) -> String {
+        "\(sourceText(display)) → \(destinationText(display))"
+    }
+}
+
+/// Short descriptions of log values, shared by `show`, `history` and `watch`.
+enum Describe {
+    static func resumePoint(_ resume: ResumePoint) -> String {
+        switch resume {
+        case .upload(_, let offset, let total):
+            "upload session, \(ByteSize.format(offset)) confirmed" + (total.map { " of \(ByteSize.format($0))" } ?? "")
+        case .download(let written, let generation, _, _, _):
+            "\(ByteSize.format(written)) written" + (generation.map { " (generation \($0))" } ?? "")
+        }
+    }
+
+    /// The details column of `history` and the event lines of `watch`.
+    static func event(_ event: JobEvent, display: Display) -> String {
+        let data = event.data
+        var parts: [String] = []
+        if let spec = data.spec { parts.append(spec.kind.rawValue) }
+        if let owner = data.leaseOwner { parts.append("lease \(event.leaseToken ?? 0) → \(owner)") }
+        if let attempt = data.attempt { parts.append("attempt \(attempt)") }
+        if let done = data.bytesDone {
+            parts.append(ByteSize.format(done) + (data.bytesTotal.map { "/\(ByteSize.format($0))" } ?? ""))
+        }
+        if let resume = data.resumePoint, event.type != .succeeded { parts.append("resume: \(resumePoint(resume))") }
+        if let error = data.error {
+            let state: JobState? = event.type == .cancelled ? .cancelled : nil
+            parts.append(display.errorLine(error, state: state))
+        }
+        if let retry = data.retryAtMs { parts.append("retry at \(TimeText.rfc3339(retry))") }
+        if let result = data.result {
+            if let size = result.size { parts.append(plural(size, "byte")) }
+            if let url = result.url { parts.append(display.url(url)) }
+            if let path = result.path { parts.append(display.location(path)) }
+        }
+        if let reason = data.reason {
+            let text = display.text(TimeText.rewritingEpochs(in: reason))
+            // `cancelled` events of older logs repeat the error as their reason.
+            if !parts.contains(where: { $0.hasSuffix(text) }) { parts.append(text) }
+        }
+        return parts.joined(separator: "; ")
+    }
+}

@@ -1,0 +1,412 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+// The CLI's JSON: one shape per value and snake_case keys everywhere (spec, data and result included),
+// times as RFC 3339 (`…_at`) beside epoch milliseconds (`…_at_ms`), URLs redacted unless
+// `--show-secrets`. The event log's own JSON is a different thing and never changes here: these views
+// are built from the decoded values.
+
+/// A storage error: the one `error` object of every command.
+struct ErrorView: Encodable {
+    let code: Int
+    let name: String
+    let message: String
+    let httpStatus: Int?
+    let url: String?
+    let retryable: Bool
+    let retryAfter: Double?
+    let cause: String?
+    let total: Int64?
+    let maximum: Int64?
+
+    init(_ error: StorageError, display: Display) {
+        code = error.code.rawValue
+        name = error.code.name
+        message = display.message(error)
+        httpStatus = error.httpStatus
+        url = error.url.map(display.url)
+        retryable = error.retryable
+        retryAfter = error.retryAfter
+        cause = display.cause(error)
+        total = error.total
+        maximum = error.maximum
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case code, name, message, url, retryable, cause, total, maximum
+        case httpStatus = "http_status", retryAfter = "retry_after"
+    }
+
+    /// Every key, always (null when unknown): one shape wherever an error appears.
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(code, forKey: .code)
+        try container.encode(name, forKey: .name)
+        try container.encode(message, forKey: .message)
+        try container.encode(httpStatus, forKey: .httpStatus)
+        try container.encode(url, forKey: .url)
+        try container.encode(retryable, forKey: .retryable)
+        try container.encode(retryAfter, forKey: .retryAfter)
+        try container.encode(cause, forKey: .cause)
+        try container.encode(total, forKey: .total)
+        try container.encode(maximum, forKey: .maximum)
+    }
+}
+
+/// Upload metadata as submitted.
+struct MetadataView: Encodable {
+    let contentType, cacheControl, contentDisposition, contentEncoding, contentLanguage: String?
+    let customMetadata: [String: String]?
+
+    init(_ metadata: UploadMetadata) {
+        contentType = metadata.contentType
+        cacheControl = metadata.cacheControl
+        contentDisposition = metadata.contentDisposition
+        contentEncoding = metadata.contentEncoding
+        contentLanguage = metadata.contentLanguage
+        customMetadata = metadata.customMetadata
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case contentType = "content_type", cacheControl = "cache_control", contentDisposition = "content_disposition"
+        case contentEncoding = "content_encoding", contentLanguage = "content_language", customMetadata = "custom_metadata"
+    }
+}
+
+/// A job as submitted.
+struct SpecView: Encodable {
+    let kind: String
+    let source: String?
+    let destination: String?
+    let dataBase64: String?
+    let maxSize: Int64?
+    let metadata: MetadataView?
+    let key: String?
+    let priority: Int
+    let maxAttempts: Int
+    let queue: String
+
+    init(_ spec: JobSpec, display: Display) {
+        kind = spec.kind.rawValue
+        source = spec.source.map(display.url)
+        destination = spec.destination.map(display.url)
+        dataBase64 = spec.data?.base64EncodedString()
+        maxSize = spec.maxSize
+        metadata = spec.metadata.map(MetadataView.init)
+        key = spec.key
+        priority = spec.priority
+        maxAttempts = spec.maxAttempts
+        queue = spec.queue
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case kind, source, destination, metadata, key, priority, queue
+        case dataBase64 = "data_base64", maxSize = "max_size", maxAttempts = "max_attempts"
+    }
+}
+
+/// An object's metadata as storage reported it. Download tokens are capabilities: redacted unless
+/// `--show-secrets`.
+struct ObjectView: Encodable {
+    let bucket: String
+    let name: String
+    let size: Int64
+    let contentType, cacheControl, contentDisposition, contentEncoding, contentLanguage: String?
+    let customMetadata: [String: String]?
+    let md5Hash, crc32c, generation, metageneration, timeCreated, updated, downloadTokens: String?
+
+    init(_ object: StorageObject, display: Display) {
+        bucket = object.bucket
+        name = object.name
+        size = object.size
+        contentType = object.contentType
+        cacheControl = object.cacheControl
+        contentDisposition = object.contentDisposition
+        contentEncoding = object.contentEncoding
+        contentLanguage = object.contentLanguage
+        customMetadata = object.customMetadata
+        md5Hash = object.md5Hash
+        crc32c = object.crc32c
+        generation = object.generation
+        metageneration = object.metageneration
+        timeCreated = object.timeCreated
+        updated = object.updated
+        downloadTokens = object.downloadTokens.map { display.showSecrets ? $0 : SecretRedaction.marker }
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case bucket, name, size, crc32c, generation, metageneration, updated
+        case contentType = "content_type", cacheControl = "cache_control", contentDisposition = "content_disposition"
+        case contentEncoding = "content_encoding", contentLanguage = "content_language", customMetadata = "custom_metadata"
+        case md5Hash = "md5_hash", timeCreated = "time_created", downloadTokens = "download_tokens"
+    }
+}
+
+/// What a job produced.
+struct ResultView: Encodable {
+    let object: ObjectView?
+    let path: String?
+    let size: Int64?
+    let md5: String?
+    let crc32c: String?
+    let blob: String?
+    let url: String?
+
+    /// - Parameter revealURL: print a fetch-url result's URL as it is (`jobctl result`: the URL, token
+    ///   included, is what the command is for).
+    init(_ result: JobResult, display: Display, revealURL: Bool = false) {
+        object = result.object.map { ObjectView($0, display: display) }
+        path = result.path
+        size = result.size
+        md5 = result.md5
+        crc32c = result.crc32c
+        blob = result.blob
+        url = revealURL ? result.url : result.url.map(display.url)
+    }
+}
+
+/// Where an interrupted transfer continues: `{"type": "upload", "session_uri", "confirmed_offset",
+/// "total"}` or `{"type": "download", "bytes_written", "generation", "etag", "temp_path"}`.
+struct ResumePointView: Encodable {
+    let type: String
+    let sessionURI: String?
+    let confirmedOffset: Int64?
+    let total: Int64?
+    let bytesWritten: Int64?
+    let generation: String?
+    let etag: String?
+    let tempPath: String?
+
+    init(_ resume: ResumePoint, display: Display) {
+        switch resume {
+        case .upload(let session, let offset, let total):
+            type = "upload"
+            sessionURI = display.url(session)
+            confirmedOffset = offset
+            self.total = total
+            bytesWritten = nil
+            generation = nil
+            etag = nil
+            tempPath = nil
+        case .download(let written, let generation, let etag, let tempPath, _):
+            type = "download"
+            sessionURI = nil
+            confirmedOffset = nil
+            total = nil
+            bytesWritten = written
+            self.generation = generation
+            self.etag = etag
+            self.tempPath = tempPath
+        }
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case type, total, generation, etag
+        case sessionURI = "session_uri", confirmedOffset = "confirmed_offset", bytesWritten = "bytes_written", tempPath = "temp_path"
+    }
+}
+
+/// A job as `list`, `show` and the control commands print it.
+struct JobView: Encodable {
+    let id: String
+    let kind: String
+    let state: String
+    let queue: String
+    let priority: Int
+    let attempts: Int
+    let maxAttempts: Int
+    let source: String?
+    let destination: String?
+    let key: String?
+    /// Confirmed bytes (for an upload: what the server holds).
+    let bytesDone: Int64
+    /// An upload's bytes sent but not (yet) confirmed.
+    let bytesSent: Int64?
+    let bytesTotal: Int64?
+    let resumePoint: ResumePointView?
+    let pauseRequested: Bool
+    let cancelRequested: Bool
+    let retryScheduled: Bool
+    let error: ErrorView?
+    let result: ResultView?
+    let spec: SpecView
+    let createdAt: String
+    let createdAtMs: Int64
+    let startedAt: String?
+    let startedAtMs: Int64?
+    let finishedAt: String?
+    let finishedAtMs: Int64?
+    let runAfter: String
+    let runAfterMs: Int64
+
+    init(_ job: JobRecord, display: Display) {
+        id = job.id
+        kind = job.spec.kind.rawValue
+        state = job.state.rawValue
+        queue = job.spec.queue
+        priority = job.spec.priority
+        attempts = job.attempts
+        maxAttempts = job.maxAttempts
+        source = job.spec.source.map(display.url)
+        destination = job.spec.destination.map(display.url)
+        key = job.spec.key
+        bytesDone = job.confirmedBytes
+        bytesSent = job.unconfirmedBytes
+        bytesTotal = job.bytesTotal
+        resumePoint = job.displayedResumePoint.map { ResumePointView($0, display: display) }
+        pauseRequested = job.pauseRequested
+        cancelRequested = job.cancelRequested
+        retryScheduled = job.retryScheduled
+        error = job.error.map { ErrorView($0, display: display) }
+        result = job.result.map { ResultView($0, display: display) }
+        spec = SpecView(job.spec, display: display)
+        createdAt = TimeText.rfc3339(job.createdAtMs)
+        createdAtMs = job.createdAtMs
+        startedAt = job.startedAtMs.map(TimeText.rfc3339)
+        startedAtMs = job.startedAtMs
+        finishedAt = job.finishedAtMs.map(TimeText.rfc3339)
+        finishedAtMs = job.finishedAtMs
+        runAfter = TimeText.rfc3339(job.runAfterMs)
+        runAfterMs = job.runAfterMs
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, kind, state, queue, priority, attempts, source, destination, key, error, result, spec
+        case maxAttempts = "max_attempts", bytesDone = "bytes_done", bytesSent = "bytes_sent", bytesTotal = "bytes_total"
+        case resumePoint = "resume_point", pauseRequested = "pause_requested", cancelRequested = "cancel_requested"
+        case retryScheduled = "retry_scheduled"
+        case createdAt = "created_at", createdAtMs = "created_at_ms", startedAt = "started_at", startedAtMs = "started_at_ms"
+        case finishedAt = "finished_at", finishedAtMs = "finished_at_ms", runAfter = "run_after", runAfterMs = "run_after_ms"
+    }
+}
+
+/// An event's payload.
+struct EventDataView: Encodable {
+    let spec: SpecView?
+    let leaseOwner: String?
+    let leaseExpiresAt: String?
+    let leaseExpiresAtMs: Int64?
+    let attempt: Int?
+    let bytesDone: Int64?
+    let bytesTotal: Int64?
+    let resumePoint: ResumePointView?
+    let error: ErrorView?
+    let retryAt: String?
+    let retryAtMs: Int64?
+    let result: ResultView?
+    let reason: String?
+
+    init(_ data: EventData, display: Display) {
+        spec = data.spec.map { SpecView($0, display: display) }
+        leaseOwner = data.leaseOwner
+        leaseExpiresAt = data.leaseExpiresAtMs.map(TimeText.rfc3339)
+        leaseExpiresAtMs = data.leaseExpiresAtMs
+        attempt = data.attempt
+        bytesDone = data.bytesDone
+        bytesTotal = data.bytesTotal
+        resumePoint = data.resumePoint.map { ResumePointView($0, display: display) }
+        error = data.error.map { ErrorView($0, display: display) }
+        retryAt = data.retryAtMs.map(TimeText.rfc3339)
+        retryAtMs = data.retryAtMs
+        result = data.result.map { ResultView($0, display: display) }
+        reason = data.reason.map { display.text(TimeText.rewritingEpochs(in: $0)) }
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case spec, attempt, error, result, reason
+        case leaseOwner = "lease_owner", leaseExpiresAt = "lease_expires_at", leaseExpiresAtMs = "lease_expires_at_ms"
+        case bytesDone = "bytes_done", bytesTotal = "bytes_total", resumePoint = "resume_point"
+        case retryAt = "retry_at", retryAtMs = "retry_at_ms"
+    }
+}
+
+/// An event as `history --json` and `watch --json` print it.
+struct EventView: Encodable {
+    let seq: Int64?
+    let jobID: String
+    let version: Int
+    let type: String
+    let status: String?
+    let at: String
+    let atMs: Int64
+    let actor: String
+    let lease: Int64?
+    let data: EventDataView
+
+    init(_ event: JobEvent, display: Display) {
+        seq = event.seq
+        jobID = event.jobID
+        version = event.version
+        type = event.type.rawValue
+        status = ObserverStatus(event.type)?.rawValue
+        at = TimeText.rfc3339(event.atMs)
+        atMs = event.atMs
+        actor = event.actor
+        lease = event.leaseToken
+        data = EventDataView(event.data, display: display)
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case seq, version, type, status, at, actor, lease, data
+        case jobID = "job_id", atMs = "at_ms"
+    }
+}
+
+/// One row of `jobctl audit`: JSON (with the shared `error` object) and CSV (flat `error_*` columns).
+struct AuditRow: Encodable {
+    let id: String
+    let kind: String
+    let state: String
+    let attempts: Int
+    let source: String?
+    let destination: String?
+    let size: Int64?
+    let md5: String?
+    let crc32c: String?
+    let submittedAt: String
+    let submittedAtMs: Int64
+    let startedAt: String?
+    let startedAtMs: Int64?
+    let finishedAt: String?
+    let finishedAtMs: Int64?
+    let error: ErrorView?
+
+    init(_ job: JobRecord, display: Display) {
+        id = job.id
+        kind = job.spec.kind.rawValue
+        state = job.state.rawValue
+        attempts = job.attempts
+        source = job.spec.source.map(display.url)
+        destination = job.spec.destination.map(display.url)
+        size = job.result?.size ?? job.result?.object?.size ?? job.bytesTotal
+        md5 = job.result?.md5 ?? job.result?.object?.md5Hash
+        crc32c = job.result?.crc32c ?? job.result?.object?.crc32c
+        submittedAt = TimeText.rfc3339(job.createdAtMs)
+        submittedAtMs = job.createdAtMs
+        startedAt = job.startedAtMs.map(TimeText.rfc3339)
+        startedAtMs = job.startedAtMs
+        finishedAt = job.finishedAtMs.map(TimeText.rfc3339)
+        finishedAtMs = job.finishedAtMs
+        error = job.error.map { ErrorView($0, display: display) }
+    }
+
+    static let csvHeader = "id,kind,state,attempts,source,destination,size,md5,crc32c,submitted_at,started_at,finished_at,error_code,error_name,error_message"
+
+    var csvLine: String {
+        let fields: [String?] = [id, kind, state, "\(attempts)", source, destination, size.map(String.init), md5, crc32c,
+                                 submittedAt, startedAt, finishedAt, error.map { String($0.code) }, error?.name, error?.message]
+        return fields.map { field in
+            let text = field ?? ""
+            guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
+            return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        }.joined(separator: ",")
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, kind, state, attempts, source, destination, size, md5, crc32c, error
+        case submittedAt = "submitted_at", submittedAtMs = "submitted_at_ms", startedAt = "started_at", startedAtMs = "started_at_ms"
+        case finishedAt = "finished_at", finishedAtMs = "finished_at_ms"
+    }
+}

@@ -1,0 +1,219 @@
+import Foundation
+import JobModel
+import Storage
+
+// MARK: - Typed option declarations
+
+/// An option declared once — name, help, and how its value is read — and read through that
+/// declaration, so a misspelt name cannot compile and every value is checked the same way.
+protocol OptionDeclaration: Sendable {
+    /// What the parser and the help text need.
+    var spec: OptionSpec { get }
+}
+
+/// A flag: present or not.
+struct Flag: OptionDeclaration {
+    let spec: OptionSpec
+
+    init(_ long: String, short: Character? = nil, help: String) {
+        spec = OptionSpec(long, short: short, help: help)
+    }
+
+    /// The same flag with a command-specific help line.
+    func help(_ text: String) -> Flag { Flag(spec.long, short: spec.short, help: text) }
+}
+
+/// An option with a value, parsed (and range-checked) into `Value` by `parse`. The parser also runs
+/// while the command line is read, so a bad value is a usage error before the command starts.
+struct Option<Value>: OptionDeclaration {
+    let spec: OptionSpec
+    let parse: @Sendable (String) throws -> Value
+
+    init(_ long: String, short: Character? = nil, value valueName: String, repeatable: Bool = false, help: String,
+         parse: @escaping @Sendable (String) throws -> Value) {
+        self.parse = parse
+        spec = OptionSpec(long, short: short, value: valueName, repeatable: repeatable, help: help,
+                          validate: { text in _ = try parse(text) })
+    }
+
+    /// The same option with a command-specific help line.
+    func help(_ text: String) -> Option {
+        Option(spec.long, short: spec.short, value: spec.valueName ?? "value", repeatable: spec.repeatable, help: text, parse: parse)
+    }
+}
+
+extension Option where Value == String {
+    /// A text option taken as given.
+    init(_ long: String, short: Character? = nil, value valueName: String, repeatable: Bool = false, help: String) {
+        self.init(long, short: short, value: valueName, repeatable: repeatable, help: help, parse: { $0 })
+    }
+}
+
+extension Option where Value == Int {
+    /// A whole number that must lie in `range`; the range is named in the help and in every refusal.
+    static func integer(_ long: String, short: Character? = nil, value valueName: String = "n", range: ClosedRange<Int>,
+                        help: String) -> Option {
+        Option(long, short: short, value: valueName, help: "\(help) (\(range.lowerBound)–\(range.upperBound)).") { text in
+            try NumberInput.integer(text, option: long, range: range)
+        }
+    }
+}
+
+// MARK: - The options, declared once
+
+/// Every option of every command. Commands list the ones they accept; help lines that differ per
+/// command are set with `.help(_:)`.
+enum Options {
+    // Global.
+    static let database = Option<String>("db", value: "path", help: "The SQLite event log (default: $JOBCTL_DB, else ./jobctl.db).")
+    static let noColor = Flag("no-color", help: "Never use colours (also: NO_COLOR set, or output not a terminal).")
+    static let help = Flag("help", short: "h", help: "Show help information.")
+
+    // Output.
+    static let json = Flag("json", help: "Print JSON.")
+    static let csv = Flag("csv", help: "Print CSV (RFC 4180) with a header row.")
+    static let showSecrets = Flag("show-secrets", help: "Print secrets in URLs (tokens, signatures, passwords) instead of REDACTED.")
+
+    // Filters.
+    static let state = Option<[JobState]>("state", value: "state", repeatable: true,
+                                          help: "Only jobs in this state (queued, running, paused, succeeded, failed, cancelled); repeatable or comma-separated.") { text in
+        try text.split(separator: ",").map { part in
+            guard let state = JobState(rawValue: String(part)) else {
+                throw UsageError("unknown state '\(part)'; expected one of \(JobState.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            return state
+        }
+    }
+    static let kind = Option<[JobKind]>("kind", value: "kind", repeatable: true,
+                                        help: "Only jobs of this kind; repeatable or comma-separated.") { text in
+        try text.split(separator: ",").map { part in
+            guard let kind = JobKind(rawValue: String(part)) else {
+                throw UsageError("unknown kind '\(part)'; expected one of \(JobKind.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            return kind
+        }
+    }
+    static let queue = Option<String>("queue", value: "name", help: "Only jobs of this queue.")
+    static let limit = Option<Int>.integer("limit", range: 0...1_000_000_000,
+                                           help: "At most n jobs, newest first; 0 for all, default 50 for the table and all for --json")
+    static let since = Option<Int64>("since", value: "time",
+                                     help: "Jobs submitted at or after this time (RFC 3339, a date, or relative: 90s, 15m, 1h, 7d).") { text in
+        try TimeInput.parse(text, option: "since", now: Clock.nowMs())
+    }
+    static let until = Option<Int64>("until", value: "time", help: "Jobs submitted before this time (same forms as --since).") { text in
+        try TimeInput.parse(text, option: "until", now: Clock.nowMs())
+    }
+
+    // Worker.
+    static let concurrency = Option<Int>.integer("concurrency", short: "c", range: 1...256, help: "Transfers at once, default 4")
+    static let workerQueue = Option<String>("queue", value: "name", repeatable: true,
+                                            help: "Only take jobs from this queue; repeatable (default: all queues).")
+    static let drain = Flag("drain", help: "Exit once no job is queued or running (paused jobs do not hold it); exit 2 if a job it ran failed.")
+    static let lease = Option<Int64>("lease", value: "seconds",
+                                     help: "Lease length: seconds or a duration (30, 90s, 5m); a worker that stops heartbeating loses its jobs after this (default 30; 1s–24h).") { text in
+        try DurationInput.milliseconds(text, option: "lease", defaultUnitMs: 1_000, range: 1_000...86_400_000,
+                                       rangeText: "from 1s to 24h")
+    }
+
+    static let stallTimeout = Option<Int>("stall-timeout", value: "duration",
+                                          help: "Retry a transfer that moves no data for this long, 1s to 1h (default $JOBCTL_STALL_TIMEOUT, else 60s).") { text in
+        do throws(StorageError) {
+            return try StorageConfiguration.stallTimeout(parsing: text, from: "--stall-timeout")
+        } catch { throw UsageError(error.message) }
+    }
+
+    // Watch.
+    static let all = Flag("all", help: "Follow every job's events (until interrupted, or until idle with --exit-when-idle).")
+    static let on = Option<Set<ObserverStatus>>("on", value: "statuses",
+                                                help: "Only these observer statuses: resume, progress, pause, success, failure (comma-separated).") { text in
+        Set(try text.split(separator: ",").map { part in
+            guard let status = ObserverStatus(rawValue: part.trimmingCharacters(in: .whitespaces)) else {
+                throw UsageError("unknown status '\(part)'; expected resume, progress, pause, success or failure")
+            }
+            return status
+        })
+    }
+    static let exitWhenIdle = Flag("exit-when-idle", help: "With --all: exit once no job is queued or running.")
+
+    // Others.
+    static let output = Option<String>("output", short: "o", value: "file",
+                                       help: "Write the result to this file instead of standard output (- for standard output, even a terminal).")
+    static let dryRun = Flag("dry-run", help: "Validate the manifests and print what would be submitted; store nothing.")
+    static let removeOrphans = Flag("remove", help: "Remove the files listed now instead of waiting for a worker's sweep.")
+    static let noCheckSources = Flag("no-check-sources", help: "Do not check that upload-file sources exist and are readable now (they will by the time the jobs run).")
+    static let verify = Flag("verify", help: "Compare the rebuilt projection with the stored one; print differences, change nothing, exit 1 if any.")
+}
+
+// MARK: - Numbers from users
+
+/// Whole numbers from the command line: digits only, range-checked, never trapping.
+enum NumberInput {
+    static func integer(_ text: String, option: String, range: ClosedRange<Int>) throws -> Int {
+        let expected = "a whole number from \(range.lowerBound) to \(range.upperBound)"
+        guard let value = Int(text) else {
+            let digits = text.drop { $0 == "-" || $0 == "+" }
+            if !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) {
+                throw UsageError("--\(option) \(text) is out of range: expected \(expected)")
+            }
+            throw UsageError("--\(option) expects \(expected), not '\(text)'")
+        }
+        guard range.contains(value) else { throw UsageError("--\(option) \(text) is out of range: expected \(expected)") }
+        return value
+    }
+}
+
+/// Duration options: the one grammar of `DurationText`, range-checked into a usage error.
+enum DurationInput {
+    /// Reads `text`; a bare number is in `defaultUnitMs` (nil: a unit is required).
+    static func read(_ text: String, defaultUnitMs: Int64?) -> DurationText.Reading {
+        DurationText.read(text, defaultUnitMs: defaultUnitMs)
+    }
+
+    /// A duration option in milliseconds within `range`, or a usage error naming the option and range.
+    static func milliseconds(_ text: String, option: String, defaultUnitMs: Int64?, range: ClosedRange<Int64>,
+                             rangeText: String) throws -> Int64 {
+        switch read(text, defaultUnitMs: defaultUnitMs) {
+        case .milliseconds(let ms) where range.contains(ms):
+            return ms
+        case .milliseconds, .tooLarge:
+            throw UsageError("--\(option) \(text) is out of range: expected a duration \(rangeText)")
+        case .invalid:
+            throw UsageError("--\(option) expects whole seconds or a duration like 90s, 15m or 1h \(rangeText), not '\(text)'")
+        }
+    }
+}
+
+/// Times for `--since`/`--until`: RFC 3339, a date, or relative back from now, range-checked.
+enum TimeInput {
+    /// 1970-01-01T00:00:00Z.
+    static let earliestMs: Int64 = 0
+    /// 9999-12-31T23:59:59.999Z.
+    static let latestMs: Int64 = 253_402_300_799_999
+    /// The furthest back a relative time may reach: 36500 days (100 years).
+    static let longestRelativeMs: Int64 = 36_500 * 86_400_000
+
+    static let forms = "an RFC 3339 time (2026-11-29T10:00:00Z), a date (2026-11-29) between 1970-01-01 and 9999-12-31, "
+        + "or a relative time back from now (90s, 15m, 1h, 7d; at most 36500d)"
+
+    static func parse(_ text: String, option: String, now: Int64) throws -> Int64 {
+        switch DurationInput.read(text, defaultUnitMs: nil) {
+        case .milliseconds(let ms) where ms <= longestRelativeMs:
+            return now - ms
+        case .milliseconds, .tooLarge:
+            throw UsageError("--\(option) \(text) is out of range: a relative time reaches back at most 36500d (100 years)")
+        case .invalid:
+            break
+        }
+        let formatter = ISO8601DateFormatter()
+        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime], [.withFullDate]] {
+            formatter.formatOptions = options
+            guard let date = formatter.date(from: text) else { continue }
+            let seconds = date.timeIntervalSince1970
+            guard seconds.isFinite, seconds >= Double(earliestMs) / 1000, seconds <= Double(latestMs) / 1000 else {
+                throw UsageError("--\(option) \(text) is out of range: expected a time between 1970-01-01 and 9999-12-31")
+            }
+            return Int64((seconds * 1000).rounded())
+        }
+        throw UsageError("--\(option) expects \(forms), not '\(text)'")
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// Every number a user types is range-checked: hostile values are usage errors (exit 64) naming the
+/// option and its range, never a trap (exit 132) or a silent wrap.
+@Suite("numbers from users") struct NumberRangeTests {
+    /// (arguments, the option the message must name, a fragment of the range it must state)
+    static let hostile: [([String], String, String)] = [
+        (["audit", "--since", "99999999999999d"], "--since", "36500d"),
+        (["audit", "--until", "9223372036854775807s"], "--until", "36500d"),
+        (["audit", "--since", "9223372036854775808ms"], "--since", "36500d"),
+        (["audit", "--since", "36501d"], "--since", "36500d"),
+        (["audit", "--since", "-5d"], "--since", "1970-01-01"),
+        (["audit", "--since", "1e300s"], "--since", "1970-01-01"),
+        (["audit", "--until", "inf"], "--until", "1970-01-01"),
+        (["audit", "--until", "nan"], "--until", "1970-01-01"),
+        (["audit", "--since", "99999-01-01"], "--since", "9999-12-31"),
+        (["audit", "--since", "292277026596-12-04T15:30:07Z"], "--since", "9999-12-31"),
+        (["audit", "--until", "1969-12-31"], "--until", "1970-01-01"),
+        (["worker", "--lease", "inf"], "--lease", "24h"),
+        (["worker", "--lease", "1e300"], "--lease", "24h"),
+        (["worker", "--lease", "nan"], "--lease", "24h"),
+        (["worker", "--lease", "9223372036854775"], "--lease", "24h"),
+        (["worker", "--lease", "99999999999999999999"], "--lease", "24h"),
+        (["worker", "--lease", "9223372036854775807ms"], "--lease", "24h"),
+        (["worker", "--lease", "0"], "--lease", "1s"),
+        (["worker", "--lease", "-1"], "--lease", "1s"),
+        (["worker", "--lease", "86401"], "--lease", "24h"),
+        (["worker", "--lease", "1.5"], "--lease", "24h"),
+        (["worker", "--concurrency", "0"], "--concurrency", "1 to 256"),
+        (["worker", "--concurrency", "-3"], "--concurrency", "1 to 256"),
+        (["worker", "--concurrency", "257"], "--concurrency", "1 to 256"),
+        (["worker", "-c", "9223372036854775808"], "--concurrency", "1 to 256"),
+        (["worker", "--concurrency", "1e3"], "--concurrency", "1 to 256"),
+        (["list", "--limit", "-1"], "--limit", "0 to 1000000000"),
+        (["list", "--limit", "1000000001"], "--limit", "0 to 1000000000"),
+        (["list", "--limit", "99999999999999999999"], "--limit", "0 to 1000000000"),
+        (["list", "--limit", "1e300"], "--limit", "0 to 1000000000"),
+        (["list", "--limit=nan"], "--limit", "0 to 1000000000"),
+    ]
+
+    @Test(arguments: hostile)
+    func hostileNumbersAreUsageErrors(arguments: [String], option: String, range: String) throws {
+        let workspace = try CLIWorkspace("numbers")
+        defer { workspace.directory.remove() }
+        let output = try workspace.jobctl(arguments)
+        #expect(output.status == 64, "jobctl \(arguments.joined(separator: " ")) exited \(output.status): \(output.stderr)")
+        #expect(output.stderr.hasPrefix("Error: \(option)"), "\(output.stderr)")
+        #expect(output.stderr.contains(range), "\(output.stderr)")
+        #expect(!output.stderr.contains("Fatal error") && !output.stderr.contains("crashed"), "\(output.stderr)")
+        #expect(output.stdout.isEmpty)
+        // Refused before anything happened: no database was created.
+        #expect(!FileManager.default.fileExists(atPath: workspace.database))
+    }
+
+    /// The bounds themselves are accepted.
+    @Test func boundsAreAccepted() throws {
+        let workspace = try CLIWorkspace("number-bounds")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        for arguments in [["audit", "--since", "36500d", "--until", "9999-12-31"], ["audit", "--since", "1970-01-01"],
+                          ["list", "--limit", "1000000000"], ["list", "--limit", "0"], ["worker", "--help"]] {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 0, "jobctl \(arguments.joined(separator: " ")): \(output.stderr)")
+        }
+        let drained = try workspace.jobctl(["worker", "--drain", "--lease", "24h", "--concurrency", "256"])
+        #expect(drained.status == 0, "\(drained.stderr)")
+        let seconds = try workspace.jobctl(["worker", "--drain", "--lease", "1"])
+        #expect(seconds.status == 0, "\(seconds.stderr)")
+    }
+
+    /// COLUMNS, like `ls` reads it: a value out of range is ignored with a warning naming it.
+    @Test(arguments: ["99999999999999999999999", "-1", "0", "abc", "1e9"])
+    func hostileColumnsAreIgnored(value: String) throws {
+        let workspace = try CLIWorkspace("columns")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        #expect(try workspace.jobctl(["submit", manifest]).status == 0)
+        let output = try workspace.jobctl(["list"], environment: ["COLUMNS": value])
+        #expect(output.status == 0, "\(output.stderr)")
+        #expect(output.stdout.contains("file://b/x.txt"))
+        #expect(output.stderr.contains("COLUMNS") && output.stderr.contains("10 to 10000"), "\(output.stderr)")
+    }
+}

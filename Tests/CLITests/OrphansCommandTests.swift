@@ -1,0 +1,58 @@
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+
+/// `jobctl orphans`: lists the hidden files final jobs left, `--remove` removes them, and a file merely
+/// named like ours is never listed or removed.
+@Suite("jobctl orphans") struct OrphansCommandTests {
+    @Test func listsThenRemovesOnlyWhatFinalJobsLeft() throws {
+        let workspace = try CLIWorkspace("orphans")
+        defer { workspace.directory.remove() }
+        let out = workspace.directory.file("out")
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: download-file, source: "file://docs/a.bin", destination: "\(out)/a.bin"}
+        - {kind: download-file, source: "file://docs/b.bin", destination: "\(out)/b.bin"}
+        - {kind: upload-data, data: "u", destination: "file://docs/dir/u.txt"}
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest])
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 3)
+        // What a crashed worker would have left for each job, and files that merely look like ours.
+        let partialA = "\(out)/.a.bin.\(ids[0]).jobctl-partial"
+        let session = workspace.directory.file("buckets/docs/dir/.u.txt.\(ids[2]).jobctl-upload")
+        let kept = [
+            "\(out)/.b.bin.\(ids[1]).jobctl-partial",             // its job is queued: it will resume from it
+            "\(out)/.a.bin.jobctl-partial",                       // the old shared name, recorded nowhere
+            "\(out)/.a.bin.\(JobID.generate()).jobctl-partial",   // a job this log does not know
+            "\(out)/.c.bin.\(ids[0]).jobctl-partial",             // the right id beside another file
+            workspace.directory.file("buckets/docs/dir/.u.txt.0123456789ab.jobctl-upload"),
+        ]
+        for path in [partialA, session] + kept { try workspace.write(String(path.dropFirst(workspace.directory.path.count + 1)), "bytes") }
+        // Then a and the upload are cancelled (no worker runs them again); b stays queued.
+        #expect(try workspace.jobctl(["cancel", ids[0], ids[2]]).status == 0)
+
+        let listed = try #require(try workspace.json(["orphans", "--json"]) as? [[String: Any]])
+        #expect(Set(listed.compactMap { $0["path"] as? String }) == [partialA, session], "\(listed)")
+        let a = try #require(listed.first { $0["path"] as? String == partialA })
+        #expect(a["job_id"] as? String == ids[0] && a["state"] as? String == "cancelled")
+        #expect(a["kind"] as? String == "partial-download" && a["size"] as? Int == 5 && a["removed"] == nil)
+        #expect(listed.first { $0["path"] as? String == session }?["kind"] as? String == "upload-session")
+
+        let table = try workspace.jobctl(["orphans"])
+        #expect(table.status == 0)
+        #expect(table.stdout.contains("JOB") && table.stdout.contains(partialA) && table.stdout.contains(session), "\(table.stdout)")
+        #expect(FileManager.default.fileExists(atPath: partialA) && FileManager.default.fileExists(atPath: session))
+
+        let removed = try #require(try workspace.json(["orphans", "--remove", "--json"]) as? [[String: Any]])
+        #expect(removed.count == 2 && removed.allSatisfy { $0["removed"] as? Bool == true }, "\(removed)")
+        #expect(!FileManager.default.fileExists(atPath: partialA))
+        #expect(!FileManager.default.fileExists(atPath: session))
+        for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
+
+        let none = try workspace.jobctl(["orphans"])
+        #expect(none.status == 0 && none.stdout.isEmpty && none.stderr.contains("no leftover files"), "\(none)")
+        #expect(try workspace.jobctl(["help", "orphans"]).stdout.contains("USAGE: jobctl orphans"))
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+import JobModel
+import Testing
+@testable import jobctl
+
+/// The CLI's pure output helpers, tested as values: the progress bar's rate and ETA, table fitting
+/// and elision, duration parsing with checked arithmetic.
+@Suite("CLI output helpers") struct OutputUnitTests {
+    private func progress(_ bytes: Int64, of total: Int64, at ms: Int64, confirmed: Int64? = nil) -> JobEvent {
+        let resume = confirmed.map { ResumePoint.upload(sessionURI: "https://h/s?upload_id=x", confirmedOffset: $0, total: total) }
+        return JobEvent(jobID: "J", version: 1, atMs: ms, actor: "w",
+                        payload: .progress(TransferProgress(bytesDone: bytes, bytesTotal: total, resumePoint: resume)))
+    }
+
+    private func event(_ payload: EventPayload, at ms: Int64) -> JobEvent {
+        JobEvent(jobID: "J", version: 1, atMs: ms, actor: "w", payload: payload)
+    }
+
+    /// Slow before a pause, fast after the resume: the rate shown is the new one, not an average
+    /// reaching back before the pause (which read 513 KiB/s at 2 MiB/s).
+    @Test func rateRestartsAfterAResume() {
+        var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
+        let total: Int64 = 64 << 20
+        _ = bar.observe(event(.started(.none), at: 0), width: nil)
+        var bytes: Int64 = 0
+        for second in 0...10 {
+            bytes = Int64(second) * 100 * 1024
+            _ = bar.observe(progress(bytes, of: total, at: Int64(second) * 1000), width: nil)
+        }
+        _ = bar.observe(event(.paused(.none, reason: nil), at: 11_000), width: nil)
+        _ = bar.observe(event(.started(.none), at: 100_000), width: nil)
+        var line = ""
+        for second in 0...3 {
+            bytes += second == 0 ? 0 : 2 << 20
+            line = bar.observe(progress(bytes, of: total, at: 100_000 + Int64(second) * 1000), width: nil) ?? ""
+        }
+        #expect(line.contains("2 MiB/s"), "\(line)")
+    }
+
+    /// The rate is a moving one: a transfer that slowed down shows its recent speed.
+    @Test func rateFollowsTheLastFewSeconds() {
+        var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
+        let total: Int64 = 1 << 30
+        var bytes: Int64 = 0
+        var line = ""
+        for second in 0...30 {
+            if second > 0 { bytes += second <= 20 ? 4 << 20 : 1 << 20 }
+            line = bar.observe(progress(bytes, of: total, at: Int64(second) * 1000), width: nil) ?? ""
+        }
+        #expect(line.contains("  1 MiB/s"), "\(line)")
+    }
+
+    @Test func etaReadsAsMinutesAndHours() {
+        var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
+        let total: Int64 = 1_000 << 20
+        _ = bar.observe(progress(0, of: total, at: 0), width: nil)
+        let line = bar.observe(progress(1 << 20, of: total, at: 1000), width: nil) ?? ""
+        #expect(line.contains("ETA 16m39s"), "\(line)")
+        #expect(TimeText.duration(seconds: 45) == "45s")
+        #expect(TimeText.duration(seconds: 374) == "6m14s")
+        #expect(TimeText.duration(seconds: 3720) == "1h02m")
+        #expect(TimeText.duration(seconds: 2 * 86400 + 3 * 3600) == "2d03h")
+    }
+
+    /// An upload's bar counts what the server confirmed; what was only sent is shown apart.
+    @Test func uploadBarCountsConfirmedBytes() {
+        var bar = ProgressBar(enabled: false, countsConfirmedBytes: true)
+        let line = bar.observe(progress(8 << 20, of: 8 << 20, at: 0, confirmed: 0), width: nil) ?? ""
+        #expect(line.contains("  0% 0 B/8 MiB"), "\(line)")
+        #expect(line.contains("(8 MiB sent)"), "\(line)")
+    }
+
+    @Test(arguments: [100, 60, 40, 25, 12])
+    func progressLineFitsTheWidth(width: Int) {
+        var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
+        let total: Int64 = 6 << 30
+        _ = bar.observe(progress(0, of: total, at: 0), width: width)
+        let line = bar.observe(progress(3 << 20, of: total, at: 1000), width: width) ?? ""
+        #expect(line.count <= width - 1, "\(line.count) > \(width - 1): \(line)")
+        if width >= 60 { #expect(line.contains("ETA") && line.contains("[")) }
+    }
+
+    @Test func routeElisionKeepsBothEnds() {
+        let route = "https://example.com/a/very/long/path/to/the/source.bin → /home/user/downloads/deep/inside/a/tree/destination.bin"
+        let cut = Elide.route(route, to: 50)
+        #expect(cut.count == 50, "\(cut)")
+        #expect(cut.hasPrefix("https://ex"))
+        #expect(cut.contains(".bin → /home"))
+        #expect(cut.hasSuffix("destination.bin") || cut.hasSuffix("ation.bin"))
+        #expect(Elide.route("a → b", to: 50) == "a → b")
+    }
+
+    @Test func tablesFitTheirWidth() {
+        let columns = [TableColumn("ID"), TableColumn("AGE", dropRank: 1),
+                       TableColumn("ROUTE", fit: .elide(minimum: 20), elide: Elide.route)]
+        let rows = [["01ABCDEFGHJKMNPQRSTVWXYZ00", "3d", String(repeating: "s", count: 80) + " → " + String(repeating: "d", count: 80)]]
+        for width in [200, 80, 50, 40] {
+            let table = renderTable(columns, rows, width: width)
+            for line in table.text.split(separator: "\n") {
+                #expect(line.count <= width, "width \(width): \(line)")
+            }
+            #expect(table.text.contains(" → "))
+        }
+        #expect(renderTable(columns, rows, width: 40).hidden == ["AGE"])
+        #expect(renderTable(columns, rows, width: nil).text.contains(String(repeating: "d", count: 80)))
+    }
+
+    @Test func durationsNeverOverflow() {
+        #expect(DurationInput.read("90s", defaultUnitMs: nil) == .milliseconds(90_000))
+        #expect(DurationInput.read("30", defaultUnitMs: 1000) == .milliseconds(30_000))
+        #expect(DurationInput.read("1500ms", defaultUnitMs: 1000) == .milliseconds(1_500))
+        #expect(DurationInput.read("99999999999999d", defaultUnitMs: nil) == .tooLarge)
+        #expect(DurationInput.read("9223372036854775807s", defaultUnitMs: nil) == .tooLarge)
+        #expect(DurationInput.read("99999999999999999999", defaultUnitMs: 1000) == .tooLarge)
+        for text in ["inf", "nan", "1e300", "-5s", "1.5h", "", "s", "5x"] {
+            #expect(DurationInput.read(text, defaultUnitMs: 1000) == .invalid, "\(text)")
+        }
+    }
+
+    @Test func messagesSayOneByte() {
+        #expect(Display.singularByte("the object is 1 bytes, more than 0") == "the object is 1 byte, more than 0")
+        #expect(Display.singularByte("1 bytes") == "1 byte")
+        #expect(Display.singularByte("ended after 11 bytes of 21 bytes") == "ended after 11 bytes of 21 bytes")
+        #expect(Display.singularByte("2.1 bytes") == "2.1 bytes")
+        let error = StorageError(.downloadSizeExceeded, "the object is 1 bytes, more than the maximum of 0; it will be resumed")
+        #expect(Display.redacting.message(error) == "the object is 1 byte, more than the maximum of 0")
+    }
+
+    @Test func epochTimesInTextReadAsRFC3339() {
+        #expect(TimeText.rewritingEpochs(in: "lease held by w expired at 1764410400000")
+            == "lease held by w expired at 2025-11-29T10:00:00.000Z")
+        #expect(TimeText.rewritingEpochs(in: "attempt 2 at 12") == "attempt 2 at 12")
+    }
+}

@@ -1,0 +1,40 @@
+import JobModel
+import Testing
+
+@Suite("secret redaction") struct SecretRedactionTests {
+    @Test("redactedURL hides query, fragment and userinfo secrets", arguments: [
+        ("http://h/p?token=abc", "http://h/p?token=REDACTED"),
+        ("http://h/p?a=1&access_token=abc&b=2", "http://h/p?a=1&access_token=REDACTED&b=2"),
+        ("http://user:pw@h:8/p?upload_id=x#frag", "http://user:REDACTED@h:8/p?upload_id=REDACTED#frag"),
+        ("https://ghp_abc@h/p", "https://REDACTED@h/p"),
+        ("https://h/p?X-Amz-Signature=s&X-Amz-Credential=c&X-Amz-Date=d",
+         "https://h/p?X-Amz-Signature=REDACTED&X-Amz-Credential=REDACTED&X-Amz-Date=REDACTED"),
+        ("https://h/p?X-Goog-Signature=s&X-Goog-Date=d", "https://h/p?X-Goog-Signature=REDACTED&X-Goog-Date=d"),
+        ("http://h/p?APIKEY=a&Api_Key=b&key=c&secret=d&sig=e&signature=f&password=g",
+         "http://h/p?APIKEY=REDACTED&Api_Key=REDACTED&key=REDACTED&secret=REDACTED&sig=REDACTED&signature=REDACTED&password=REDACTED"),
+        ("http://h/p?client_secret=a&refresh_token=b&auth_token=c&alt=media",
+         "http://h/p?client_secret=REDACTED&refresh_token=REDACTED&auth_token=REDACTED&alt=media"),
+        ("http://h/cb#access_token=abc&token_type=bearer", "http://h/cb#access_token=REDACTED&token_type=REDACTED"),
+        ("http://h/p?acc%65ss_token=abc", "http://h/p?acc%65ss_token=REDACTED"),
+        ("http://h/p?a=1;sig=x", "http://h/p?a=1;sig=REDACTED"),
+        ("postgres://jobs:hunter2@db.example:5432/jobctl", "postgres://jobs:REDACTED@db.example:5432/jobctl"),
+        ("http://h/p", "http://h/p"),
+        ("http://h/p?token=&key=REDACTED&sig=*****", "http://h/p?token=&key=REDACTED&sig=*****"),
+        ("gs://bucket/a%20b.txt", "gs://bucket/a%20b.txt"),
+        ("/local/path?token=x", "/local/path?token=x"),
+    ])
+    func redaction(input: String, expected: String) {
+        #expect(redactedURL(input) == expected)
+    }
+
+    @Test func urlsInsideTextAreRedacted() {
+        let text = "the upload to http://h/u?upload_id=SESSION failed; see <https://u:pw@h/x?key=K>, then 'gs://b/o'."
+        let redacted = SecretRedaction.redactURLs(in: text)
+        #expect(redacted == "the upload to http://h/u?upload_id=REDACTED failed; see <https://u:REDACTED@h/x?key=REDACTED>, then 'gs://b/o'.")
+        let json = #"{"sessionURI":"http:\/\/h\/u?upload_id=S1&x=2","other":"https://h/?token=T2"}"#
+        let redactedJSON = SecretRedaction.redactURLs(in: json)
+        #expect(!redactedJSON.contains("S1") && !redactedJSON.contains("T2"), "\(redactedJSON)")
+        #expect(redactedJSON.contains("x=2"))
+        #expect(SecretRedaction.redactURLs(in: "no urls here") == "no urls here")
+    }
+}

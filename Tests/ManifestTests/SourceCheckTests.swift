@@ -1,0 +1,110 @@
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+@testable import Manifest
+
+/// upload-file sources are checked on disk at submit, against real files in a fresh folder.
+@Suite struct SourceCheckTests {
+    /// A folder holding `t.csv`, `a[1].csv` (a real file whose name looks like a glob), `photos/`, a link
+    /// to `t.csv`, a link to nothing and a FIFO.
+    struct Folder {
+        let directory: TemporaryDirectory
+        var path: String { LocalPath.standardize(directory.path) }
+
+        init() throws {
+            directory = try TemporaryDirectory("source-check")
+            try "a,b\n".write(toFile: directory.file("t.csv"), atomically: true, encoding: .utf8)
+            try "x".write(toFile: directory.file("a[1].csv"), atomically: true, encoding: .utf8)
+            try FileManager.default.createDirectory(atPath: directory.file("photos"), withIntermediateDirectories: true)
+            try FileManager.default.createSymbolicLink(atPath: directory.file("link.csv"), withDestinationPath: "t.csv")
+            try FileManager.default.createSymbolicLink(atPath: directory.file("dangling.csv"), withDestinationPath: "gone.csv")
+            guard mkfifo(directory.file("pipe"), 0o600) == 0 else { throw CocoaError(.fileWriteUnknown) }
+        }
+
+        /// Parses one upload-file job reading `source`, with the checks on unless `checks` is false.
+        func parse(source: String, extra: String = "", defaults: String = "", checks: Bool = true) -> Result<[JobSpec], ManifestErrors> {
+            let yaml = "\(defaults)jobs:\n  - kind: upload-file\n    source: \(source)\n    destination: gs://b/x\n\(extra)"
+            return ManifestParser(baseDirectory: path, checksSources: checks).parse(text: yaml, path: "m.yaml")
+        }
+    }
+
+    @Test func readableFilesAndLinksToThemAreAccepted() throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        #expect(try #require(folder.parse(source: "t.csv").jobs).first?.source == folder.path + "/t.csv")
+        #expect(try #require(folder.parse(source: folder.path + "/t.csv").jobs).count == 1)
+        // The worker opens the path as written, following links: the spec keeps the link.
+        #expect(try #require(folder.parse(source: "link.csv").jobs).first?.source == folder.path + "/link.csv")
+        // A name with glob characters is a file like any other when it exists.
+        #expect(try #require(folder.parse(source: "'a[1].csv'").jobs).count == 1)
+    }
+
+    /// Each problem at the source's line and column, with what to do about it.
+    @Test(arguments: [
+        ("missing.csv", ManifestError.Code.sourceUnavailable, "'source' 'missing.csv' does not exist (FOLDER/missing.csv); if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with --no-check-sources"),
+        ("dangling.csv", .sourceUnavailable, "'source' 'dangling.csv' is a symbolic link to 'gone.csv', which does not exist"),
+        ("'*.csv'", .unsupportedSource, "'source' '*.csv' is a glob pattern and no file has this name; folders and globs are not supported yet: write one upload-file job per file"),
+        ("'photos/?.jpg'", .unsupportedSource, "is a glob pattern"),
+        ("'[ab].csv'", .unsupportedSource, "is a glob pattern"),
+        ("photos", .unsupportedSource, "'source' 'photos' is a folder; folders and globs are not supported yet"),
+        ("photos/", .unsupportedSource, "'source' 'photos/' is a folder; folders and globs are not supported yet"),
+        ("./", .unsupportedSource, "'source' './' is a folder"),
+        (".", .unsupportedSource, "'source' '.' is a folder"),
+        ("pipe", .sourceUnavailable, "'source' 'pipe' is a FIFO, not a regular file"),
+        ("t.csv/inner", .sourceUnavailable, "'source' 't.csv/inner' cannot be reached (FOLDER/t.csv/inner): a folder on its path is a file"),
+    ])
+    func refusedAtTheSourcesPosition(_ source: String, _ code: ManifestError.Code, _ message: String) throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        let errors = try #require(folder.parse(source: source).errors)
+        #expect(errors.map(\.code) == [code])
+        #expect(errors.map { "\($0.line):\($0.column)" } == ["3:13"])
+        let expected = message.replacingOccurrences(of: "FOLDER", with: folder.path)
+        #expect(errors.first?.message.contains(expected) == true, "\(errors)")
+    }
+
+    /// Lexical folders are refused even when the check is off: the worker can never upload them.
+    @Test func aTrailingSlashIsAFolderWithOrWithoutTheCheck() throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        #expect(folder.parse(source: "photos/", checks: false).errors?.map(\.code) == [.unsupportedSource])
+        #expect(folder.parse(source: "photos/", extra: "    check_source: false\n").errors?.map(\.code) == [.unsupportedSource])
+    }
+
+    @Test func theCheckCanBeTurnedOffPerJobInDefaultsOrForTheWholeSubmit() throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        #expect(folder.parse(source: "later.csv").errors?.map(\.code) == [.sourceUnavailable])
+        let perJob = try #require(folder.parse(source: "later.csv", extra: "    check_source: false\n").jobs)
+        #expect(perJob.first?.source == folder.path + "/later.csv")
+        #expect(try #require(folder.parse(source: "later.csv", defaults: "defaults: {check_source: no}\n").jobs).count == 1)
+        #expect(try #require(folder.parse(source: "later.csv", checks: false).jobs).count == 1)
+        // The job's own `true` wins over the defaults' `false`; the submit-wide switch wins over both.
+        let jobWins = folder.parse(source: "later.csv", extra: "    check_source: true\n", defaults: "defaults: {check_source: false}\n")
+        #expect(jobWins.errors?.map(\.code) == [.sourceUnavailable])
+        #expect(folder.parse(source: "later.csv", extra: "    check_source: true\n", checks: false).jobs?.count == 1)
+        // A `check_source` default does not bother jobs of other kinds.
+        let mixed = ManifestParser(baseDirectory: folder.path).parse(text: """
+        defaults: {check_source: false}
+        jobs:
+          - {kind: upload-file, source: later.csv, destination: gs://b/later.csv}
+          - {kind: fetch-url, source: gs://b/later.csv}
+        """, path: "m.yaml")
+        #expect(mixed.jobs?.count == 2)
+    }
+
+    /// Every job is checked and every problem reported, not only the first.
+    @Test func everyMissingSourceIsReported() throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        let result = ManifestParser(baseDirectory: folder.path).parse(text: """
+        - {kind: upload-file, source: t.csv, destination: gs://b/t.csv}
+        - {kind: upload-file, source: one.csv, destination: gs://b/one.csv}
+        - {kind: upload-file, source: two.csv, destination: gs://b/two.csv}
+        """, path: "m.yaml")
+        #expect(try #require(result.errors).map { "\($0.line):\($0.column) \($0.code)" } == [
+            "2:31 sourceUnavailable", "3:31 sourceUnavailable",
+        ])
+    }
+}

@@ -1,0 +1,292 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import PostgresStore
+
+@Suite("libpq wrapper against a real PostgreSQL")
+struct PostgreSQLTests {
+    static let values: [(PostgresValue, String)] = [
+        (.text(""), "text"),
+        (.text("plain"), "text"),
+        (.text("quotes ' \" \\ and $1 and ünïcödé 🚀"), "text"),
+        (.text(String(repeating: "long text ", count: 100_000)), "text"),
+        (.integer(0), "bigint"),
+        (.integer(-1), "bigint"),
+        (.integer(Int64.min), "bigint"),
+        (.integer(Int64.max), "bigint"),
+        (.integer(1 << 40), "bigint"),
+        (.bytea(Data()), "bytea"),
+        (.bytea(Data([0, 0, 0])), "bytea"),
+        (.bytea(Data([0x61, 0, 0x62, 0xFF, 0x00])), "bytea"),
+        (.bytea(Data((0...255).map { UInt8($0) })), "bytea"),
+        (.bytea(patternData(5 << 20)), "bytea"),
+        (.bool(true), "boolean"),
+        (.bool(false), "boolean"),
+        (.null, "text"),
+        (.null, "bytea"),
+        (.null, "bigint"),
+    ]
+
+    @Test("every parameter type round-trips through a SELECT and through a table", arguments: values)
+    func roundTrip(value: PostgresValue, type: String) throws {
+        let fixture = try PostgresFixture("roundtrip")
+        let connection = try fixture.connect()
+        let selected = try #require(try connection.first("SELECT $1::\(type)", [value]) { (row) throws(PostgresError) in
+            try row.value(0)
+        })
+        #expect(selected == value)
+
+        try connection.run("CREATE TABLE t (v \(type))")
+        #expect(try connection.run("INSERT INTO t (v) VALUES ($1)", [value]) == 1)
+        let stored = try connection.query("SELECT v FROM t") { (row) throws(PostgresError) in
+            try row.value(0)
+        }
+        #expect(stored == [value])
+    }
+
+    @Test("typed accessors read what they are asked for and refuse other types and NULL")
+    func typedAccess() throws {
+        let fixture = try PostgresFixture("typed")
+        let connection = try fixture.connect()
+        let result = try connection.execute(
+            "SELECT 7::smallint, 8::integer, 9::bigint, 'x'::text, 'y'::varchar, '\\x00ff'::bytea, true, NULL::text, '{\"a\": 1}'::jsonb")
+        let row = try #require(result.rows.first)
+        #expect(try row.int64(0) == 7)
+        #expect(try row.int64(1) == 8)
+        #expect(try row.int64(2) == 9)
+        #expect(try row.text(3) == "x")
+        #expect(try row.text(4) == "y")
+        #expect(try row.bytea(5) == Data([0x00, 0xFF]))
+        #expect(try row.bool(6))
+        #expect(try row.optionalText(7) == nil)
+        #expect(try row.text(8) == "{\"a\": 1}")
+
+        let asInteger = postgresError { _ = try row.int64(3) }
+        #expect(asInteger?.description.contains("cannot be read as an integer") == true)
+        let asText = postgresError { _ = try row.text(2) }
+        #expect(asText?.description.contains("cannot be read as text") == true)
+        let nullText = postgresError { _ = try row.text(7) }
+        #expect(nullText?.description.contains("is NULL") == true)
+        let missing = postgresError { _ = try row.int64(42) }
+        #expect(missing?.description.contains("does not exist") == true)
+    }
+
+    @Test("a NUL byte in text is refused by the server, never silently cut off")
+    func nulInText() throws {
+        let fixture = try PostgresFixture("nul")
+        let connection = try fixture.connect()
+        let error = postgresError { try connection.execute("SELECT $1::text", [.text("before\u{0}after")]) }
+        #expect(error?.sqlstate == "22021")
+    }
+
+    @Test("server errors carry their SQLSTATE, message, detail and statement",
+          arguments: [
+              ("SELEC 1", "42601"),
+              ("SELECT * FROM no_such_table", "42P01"),
+              ("SELECT 1 / 0", "22012"),
+          ])
+    func serverErrors(sql: String, sqlstate: String) throws {
+        let fixture = try PostgresFixture("errors")
+        let connection = try fixture.connect()
+        let error = try #require(postgresError { try connection.execute(sql) })
+        #expect(error.sqlstate == sqlstate)
+        #expect(error.description.contains("PostgreSQL error \(sqlstate)"))
+        #expect(error.description.contains(sql))
+        // A refused statement leaves the connection usable.
+        #expect(try connection.first("SELECT 1") { (row) throws(PostgresError) in try row.int(0) } == 1)
+    }
+
+    @Test("a unique violation says which key, in its detail")
+    func uniqueViolation() throws {
+        let fixture = try PostgresFixture("unique")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (k text PRIMARY KEY)")
+        try connection.run("INSERT INTO t VALUES ($1)", [.text("same")])
+        let error = try #require(postgresError { try connection.run("INSERT INTO t VALUES ($1)", [.text("same")]) })
+        guard case .server(let sqlstate, _, let detail, _, _) = error else {
+            Issue.record("expected a server error, got \(error)")
+            return
+        }
+        #expect(sqlstate == "23505")
+        #expect(detail?.contains("(k)=(same)") == true)
+    }
+
+    @Test("a failed login names the target with the password redacted and never shows a password")
+    func badPassword() throws {
+        let server = try PostgresServer.shared()
+        let wrong = "wrong-secret-" + UUID().uuidString
+        let badURL = server.url(database: "postgres", password: wrong)
+        let error = try #require(postgresError { _ = try PostgresConnection(badURL) })
+        guard case .connectionFailed(let target, let message) = error else {
+            Issue.record("expected connectionFailed, got \(error)")
+            return
+        }
+        #expect(message.contains("password authentication failed"))
+        #expect(target.contains(":***@127.0.0.1"))
+        for text in [error.description, String(describing: error), target, message] {
+            #expect(!text.contains(wrong))
+            #expect(!text.contains(server.password))
+        }
+        // The right password to a database that does not exist: refused, and the password still hidden.
+        let noDatabase = try #require(postgresError {
+            _ = try PostgresConnection(server.url(database: "no_such_database", password: server.password))
+        })
+        #expect(noDatabase.description.contains("no_such_database"))
+        #expect(!noDatabase.description.contains(server.password))
+    }
+
+    @Test("a key/value connection string connects, and its password is redacted wherever the target is shown")
+    func keyValueTarget() throws {
+        let server = try PostgresServer.shared()
+        let target = "host=127.0.0.1 port=\(server.port) dbname=postgres user=\(server.user) password=\(server.password) sslmode=disable"
+        let connection = try PostgresConnection(target)
+        #expect(try connection.first("SELECT current_database()") { (row) throws(PostgresError) in try row.text(0) } == "postgres")
+        #expect(connection.redactedTarget.contains("password=***"))
+        #expect(!connection.redactedTarget.contains(server.password))
+
+        let wrong = "wrong-secret-" + UUID().uuidString
+        let refused = try #require(postgresError {
+            _ = try PostgresConnection(target.replacingOccurrences(of: server.password, with: wrong))
+        })
+        #expect(refused.description.contains("password authentication failed"))
+        #expect(!refused.description.contains(wrong))
+        #expect(!refused.description.contains(server.password))
+    }
+
+    @Test("a password from a password file is used when the URL has none (libpq's ~/.pgpass mechanism)")
+    func passwordFile() throws {
+        let fixture = try PostgresFixture("passfile", wholeDatabase: true)
+        let directory = try TemporaryDirectory("pg-passfile")
+        defer { directory.remove() }
+        let database = String(fixture.url.split(separator: "/").last?.split(separator: "?").first ?? "")
+        let file = directory.file("pgpass")
+        try Data("127.0.0.1:\(fixture.server.port):\(database):\(fixture.server.user):\(fixture.server.password)\n".utf8)
+            .write(to: URL(fileURLWithPath: file))
+        chmod(file, 0o600)
+        let withoutPassword = fixture.server.url(database: database)
+
+        let connection = try PostgresConnection(withoutPassword + "&passfile=\(file)")
+        #expect(try connection.first("SELECT current_user") { (row) throws(PostgresError) in try row.text(0) }
+                == fixture.server.user)
+
+        let emptyFile = directory.file("empty")
+        try Data().write(to: URL(fileURLWithPath: emptyFile))
+        chmod(emptyFile, 0o600)
+        let refused = try #require(postgresError { _ = try PostgresConnection(withoutPassword + "&passfile=\(emptyFile)") })
+        #expect(refused.description.contains("no password supplied"))
+        #expect(!refused.description.contains(fixture.server.password))
+    }
+
+    @Test("a transaction whose body throws is rolled back")
+    func rollbackOnThrow() throws {
+        let fixture = try PostgresFixture("rollback")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (v bigint)")
+        let error = postgresError {
+            try connection.transaction { () throws(PostgresError) in
+                try connection.run("INSERT INTO t VALUES (1)")
+                throw PostgresError.conversion("stop here")
+            }
+        }
+        #expect(error == .conversion("stop here"))
+        #expect(!connection.isInTransaction)
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int(0) } == 0)
+
+        // Committed work is visible to another connection.
+        try connection.transaction { () throws(PostgresError) in try connection.run("INSERT INTO t VALUES (2)") }
+        let other = try fixture.connect()
+        #expect(try other.query("SELECT v FROM t") { (row) throws(PostgresError) in try row.int64(0) } == [2])
+    }
+
+    @Test("a COMMIT the server turns into a ROLLBACK (a failed statement was swallowed) is an error")
+    func swallowedFailureIsNotCommitted() throws {
+        let fixture = try PostgresFixture("swallowed")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (v bigint PRIMARY KEY)")
+        let error = postgresError {
+            try connection.transaction { () throws(PostgresError) in
+                try connection.run("INSERT INTO t VALUES (1)")
+                _ = try? connection.run("INSERT INTO t VALUES (1)")  // fails: the transaction is now aborted
+            }
+        }
+        #expect(error == .rolledBack(sql: nil))
+        #expect(!connection.isInTransaction)
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int(0) } == 0)
+    }
+
+    @Test("a transaction inside another is refused, and the outer one still rolls back as a whole")
+    func noNesting() throws {
+        let fixture = try PostgresFixture("nesting")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (v bigint)")
+        let error = postgresError {
+            try connection.transaction { () throws(PostgresError) in
+                try connection.run("INSERT INTO t VALUES (1)")
+                try connection.transaction { () throws(PostgresError) in try connection.run("INSERT INTO t VALUES (2)") }
+            }
+        }
+        guard case .misuse = error else {
+            Issue.record("expected misuse, got \(String(describing: error))")
+            return
+        }
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int(0) } == 0)
+    }
+
+    @Test("two SERIALIZABLE transactions updating one row: the second fails as a serialization failure")
+    func serializationFailure() throws {
+        let fixture = try PostgresFixture("serializable")
+        let first = try fixture.connect()
+        let second = try fixture.connect()
+        try first.run("CREATE TABLE counter (id int PRIMARY KEY, n bigint NOT NULL)")
+        try first.run("INSERT INTO counter VALUES (1, 0)")
+
+        try first.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        try second.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        _ = try first.first("SELECT n FROM counter WHERE id = 1") { (row) throws(PostgresError) in try row.int64(0) }
+        _ = try second.first("SELECT n FROM counter WHERE id = 1") { (row) throws(PostgresError) in try row.int64(0) }
+        try first.run("UPDATE counter SET n = n + 1 WHERE id = 1")
+        try first.execute("COMMIT")
+        let error = try #require(postgresError { try second.run("UPDATE counter SET n = n + 1 WHERE id = 1") })
+        #expect(error.sqlstate == "40001")
+        #expect(error.isSerializationFailure)
+        #expect(error.description.contains("run the whole transaction again"))
+        try second.execute("ROLLBACK")
+
+        // Run again, the transaction goes through.
+        try second.transaction(.serializable) { () throws(PostgresError) in
+            try second.run("UPDATE counter SET n = n + 1 WHERE id = 1")
+        }
+        #expect(try first.first("SELECT n FROM counter") { (row) throws(PostgresError) in try row.int64(0) } == 2)
+    }
+
+    @Test("a connection the server ends reports it lost, and reconnects")
+    func connectionLost() throws {
+        let fixture = try PostgresFixture("lost")
+        let victim = try fixture.connect()
+        let admin = try fixture.connect()
+        #expect(try admin.first("SELECT pg_terminate_backend($1::int)", [.integer(Int64(victim.backendPID))]) {
+            (row) throws(PostgresError) in try row.bool(0)
+        } == true)
+        let error = try #require(postgresError { try victim.execute("SELECT 1") })
+        guard case .connectionLost = error else {
+            Issue.record("expected connectionLost, got \(error)")
+            return
+        }
+        #expect(!victim.isConnected)
+        #expect(!error.description.contains(fixture.server.password))
+        try victim.reconnect()
+        #expect(try victim.first("SELECT 41 + 1") { (row) throws(PostgresError) in try row.int(0) } == 42)
+    }
+
+    @Test("a script of several statements runs as one, and the server version is known")
+    func script() throws {
+        let fixture = try PostgresFixture("script")
+        let connection = try fixture.connect()
+        try connection.executeScript("CREATE TABLE a (v int); CREATE TABLE IF NOT EXISTS a (v int); CREATE TABLE b (v int)")
+        let tables = try connection.query("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1") {
+            (row) throws(PostgresError) in try row.text(0)
+        }
+        #expect(tables == ["a", "b"])
+        #expect(connection.serverVersion >= 100_000)
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import JobModel
+import Storage
+import TestSupport
+import Testing
+
+/// Which hidden files count as a final job's leftovers: only those the log ties to the job.
+@Suite("Leftover files of final jobs")
+struct LeftoverFilesTests {
+    private func create(_ path: String, _ text: String = "partial") throws {
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+    }
+
+    private func identity(_ path: String) -> FileIdentity? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
+    private var now: Int64 { Clock.nowMs() + 1_000 }
+
+    @Test("a download's partial named with its job id is found; files merely named like ours are not")
+    func partialDownloads() throws {
+        let directory = try TemporaryDirectory("leftovers")
+        defer { directory.remove() }
+        let destination = directory.file("out/report.pdf")
+        let job = JobID.generate()
+        let ours = PartialFile.tempPath(for: destination, jobID: job)
+        let someoneElses = PartialFile.tempPath(for: destination, jobID: JobID.generate())
+        let legacy = PartialFile.tempPath(for: destination)
+        let otherName = PartialFile.tempPath(for: directory.file("out/other.pdf"), jobID: job)
+        for path in [ours, someoneElses, legacy, otherName] { try create(path) }
+        let finder = LeftoverFiles(localBucketsDirectory: nil)
+        let files = JobLocalFiles(jobID: job, kind: .downloadFile, destination: destination, resumePoint: nil, finishedAtMs: now)
+
+        let found = finder.find(files)
+        #expect(found.map(\.path) == [ours])
+        #expect(found.first?.kind == .partialDownload && found.first?.size == 7 && found.first?.jobID == job)
+
+        // Never a path an unfinished job names, nor a file changed after the job finished (a retry's).
+        #expect(finder.find(files, sparing: [ours]).isEmpty)
+        var earlier = files
+        earlier.finishedAtMs = Clock.nowMs() - 60_000
+        #expect(finder.find(earlier).isEmpty)
+        // Other kinds of job leave no files.
+        #expect(finder.find(JobLocalFiles(jobID: job, kind: .downloadMemory, destination: nil, resumePoint: nil, finishedAtMs: now)).isEmpty)
+
+        // The old shared name counts only when the log recorded that very file.
+        let legacyIdentity = try #require(identity(legacy))
+        var recorded = files
+        recorded.resumePoint = .download(bytesWritten: 3, generation: nil, etag: nil, tempPath: legacy, file: legacyIdentity)
+        #expect(Set(finder.find(recorded).map(\.path)) == [ours, legacy])
+        recorded.resumePoint = .download(bytesWritten: 3, generation: nil, etag: nil, tempPath: legacy, file: nil)
+        #expect(finder.find(recorded).map(\.path) == [ours])
+        recorded.resumePoint = .download(bytesWritten: 3, generation: nil, etag: nil, tempPath: legacy,
+                                         file: FileIdentity(device: legacyIdentity.device, inode: legacyIdentity.inode &+ 1))
+        #expect(finder.find(recorded).map(\.path) == [ours])
+
+        // Removal happens only while the file is still the one found.
+        let leftover = try #require(found.first)
+        try create(ours + ".new", "someone else's")   // made first, so it cannot reuse the freed inode number
+        #expect(rename(ours + ".new", ours) == 0)
+        #expect(!LeftoverFiles.remove(leftover))
+        #expect(FileManager.default.fileExists(atPath: ours))
+        let again = try #require(finder.find(files).first)
+        #expect(LeftoverFiles.remove(again))
+        #expect(!FileManager.default.fileExists(atPath: ours))
+        for path in [someoneElses, legacy, otherName] { #expect(FileManager.default.fileExists(atPath: path)) }
+    }
+
+    @Test("links and hard-linked files at the job's own name are never leftovers")
+    func linksAreNotLeftovers() throws {
+        let directory = try TemporaryDirectory("leftovers-links")
+        defer { directory.remove() }
+        let destination = directory.file("out/a.bin")
+        let job = JobID.generate()
+        let ours = PartialFile.tempPath(for: destination, jobID: job)
+        try create(directory.file("victim.txt"), "victim")
+        try FileManager.default.createDirectory(atPath: directory.file("out"), withIntermediateDirectories: true)
+        let finder = LeftoverFiles(localBucketsDirectory: nil)
+        let files = JobLocalFiles(jobID: job, kind: .downloadFile, destination: destination, resumePoint: nil, finishedAtMs: now)
+
+        try FileManager.default.createSymbolicLink(atPath: ours, withDestinationPath: directory.file("victim.txt"))
+        #expect(finder.find(files).isEmpty)
+        try FileManager.default.removeItem(atPath: ours)
+        try FileManager.default.linkItem(atPath: directory.file("victim.txt"), toPath: ours)
+        #expect(finder.find(files).isEmpty)
+        #expect(try String(contentsOfFile: directory.file("victim.txt"), encoding: .utf8) == "victim")
+    }
+
+    @Test("a file:// upload's session is found in named buckets and file:/// folders, by job id or recorded identity")
+    func uploadSessions() throws {
+        let directory = try TemporaryDirectory("leftovers-sessions")
+        defer { directory.remove() }
+        let buckets = directory.file("buckets")
+        let job = JobID.generate()
+        let named = "\(buckets)/docs/dir/.u.txt.\(job).jobctl-upload"
+        let absolute = directory.file("abs/.v.txt.\(job).jobctl-upload")
+        let randomSession = "\(buckets)/docs/dir/.u.txt.0123456789ab.jobctl-upload"
+        for path in [named, absolute, randomSession] { try create(path) }
+        let finder = LeftoverFiles(localBucketsDirectory: buckets)
+
+        var files = JobLocalFiles(jobID: job, kind: .uploadData, destination: "file://docs/dir/u.txt", resumePoint: nil, finishedAtMs: now)
+        #expect(finder.find(files).map(\.path) == [named])
+        #expect(finder.find(files).first?.kind == .uploadSession)
+        // Without knowing where named buckets live, they are not looked in.
+        #expect(LeftoverFiles(localBucketsDirectory: nil).find(files).isEmpty)
+        // A session from before job ids were in the name counts when its identity was recorded.
+        let sessionIdentity = try #require(identity(randomSession))
+        files.resumePoint = .upload(sessionURI: "file-session:\(sessionIdentity):\(randomSession)", confirmedOffset: 1, total: 9)
+        #expect(Set(finder.find(files).map(\.path)) == [named, randomSession])
+        files.resumePoint = .upload(sessionURI: "file-session:\(randomSession)", confirmedOffset: 1, total: 9)
+        #expect(finder.find(files).map(\.path) == [named])
+        #expect(LeftoverFiles.pathsInUse([files.resumePoint!]) == [randomSession])
+
+        let plain = JobLocalFiles(jobID: job, kind: .uploadFile, destination: "file://\(directory.file("abs"))/v.txt",
+                                  resumePoint: nil, finishedAtMs: now)
+        #expect(finder.find(plain).map(\.path) == [absolute])
+        // A GCS upload leaves nothing on local disk.
+        #expect(finder.find(JobLocalFiles(jobID: job, kind: .uploadData, destination: "gs://b/u.txt", resumePoint: nil,
+                                          finishedAtMs: now)).isEmpty)
+    }
+}

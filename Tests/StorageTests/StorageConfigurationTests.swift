@@ -1,0 +1,140 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// Every storage setting read from the environment is checked: a bad value stops the worker at start
+/// with a message naming the variable, never falls back silently.
+@Suite("Storage settings from the environment")
+struct StorageConfigurationTests {
+    private static let buckets = "/tmp/jobctl-buckets-default"
+
+    private func configuration(_ environment: [String: String]) throws -> StorageConfiguration {
+        try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: Self.buckets)
+    }
+
+    @Test("bad values are refused, naming the variable", arguments: [
+        ("JOBCTL_CHUNK_SIZE", "lots"), ("JOBCTL_CHUNK_SIZE", "0"), ("JOBCTL_CHUNK_SIZE", "-1"),
+        ("JOBCTL_CHUNK_SIZE", "100"), ("JOBCTL_CHUNK_SIZE", "255KiB"), ("JOBCTL_CHUNK_SIZE", "2GiB"),
+        ("JOBCTL_CHUNK_SIZE", "8 MiBs"),
+        ("JOBCTL_STALL_TIMEOUT", "forever"), ("JOBCTL_STALL_TIMEOUT", "0s"), ("JOBCTL_STALL_TIMEOUT", "-5s"),
+        ("JOBCTL_STALL_TIMEOUT", "2h"), ("JOBCTL_STALL_TIMEOUT", "60"),
+        ("STORAGE_EMULATOR_HOST", "not a host"), ("STORAGE_EMULATOR_HOST", "ftp://127.0.0.1:9023"),
+        ("STORAGE_EMULATOR_HOST", "http://127.0.0.1:99999"), ("STORAGE_EMULATOR_HOST", "http://user:pw@127.0.0.1:9023"),
+        ("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9023/some/path"), ("STORAGE_EMULATOR_HOST", "http://"),
+        ("GOOGLE_OAUTH_ACCESS_TOKEN", "has space"), ("GOOGLE_OAUTH_ACCESS_TOKEN", "tab\there"),
+        ("JOBCTL_TOKEN_COMMAND", "   "),
+        ("JOBCTL_REFUSE_EXECUTABLES", "a,,b"), ("JOBCTL_REFUSE_EXECUTABLES", "my bucket"), ("JOBCTL_REFUSE_EXECUTABLES", ","),
+    ])
+    func badValue(variable: String, value: String) throws {
+        let error = #expect(throws: StorageError.self, "\(variable)=\(value)") { try configuration([variable: value]) }
+        #expect(error?.message.contains(variable) == true, "\(error?.message ?? "")")
+        #expect(error?.retryable == false)
+    }
+
+    @Test("a token and a token command together are refused: one of them would be ignored")
+    func tokenAndCommand() throws {
+        let error = #expect(throws: StorageError.self) {
+            try configuration(["GOOGLE_OAUTH_ACCESS_TOKEN": "ya29.token", "JOBCTL_TOKEN_COMMAND": "echo other"])
+        }
+        #expect(error?.message.contains("GOOGLE_OAUTH_ACCESS_TOKEN") == true)
+        #expect(error?.message.contains("JOBCTL_TOKEN_COMMAND") == true)
+        #expect(error?.message.contains("ya29") == false)
+    }
+
+    @Test("JOBCTL_BUCKETS naming a file is refused")
+    func bucketsIsAFile() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let file = directory.file("plain-file")
+        try "x".write(toFile: file, atomically: true, encoding: .utf8)
+        let error = #expect(throws: StorageError.self) { try configuration(["JOBCTL_BUCKETS": file]) }
+        #expect(error?.message.contains("JOBCTL_BUCKETS") == true)
+        #expect(try configuration(["JOBCTL_BUCKETS": directory.path]).localBucketsDirectory == directory.path)
+    }
+
+    @Test("good values are read; unset or empty variables keep the defaults")
+    func goodValues() throws {
+        let defaults = try configuration([:])
+        #expect(defaults.chunkSize == StorageConfiguration.defaultChunkSize)
+        #expect(defaults.stallTimeout == 60)
+        #expect(defaults.localBucketsDirectory == Self.buckets)
+        #expect(defaults.gcsEndpoint == "https://storage.googleapis.com")
+        #expect(defaults.certificateTrust == .systemDefault)
+        let empty = try configuration(["JOBCTL_CHUNK_SIZE": "", "JOBCTL_STALL_TIMEOUT": "", "JOBCTL_CA_BUNDLE": "",
+                                       "GOOGLE_OAUTH_ACCESS_TOKEN": "", "STORAGE_EMULATOR_HOST": ""])
+        #expect(empty.chunkSize == StorageConfiguration.defaultChunkSize)
+        #expect(empty.accessToken == nil)
+
+        let set = try configuration([
+            "JOBCTL_CHUNK_SIZE": "16MiB", "JOBCTL_STALL_TIMEOUT": "90s", "STORAGE_EMULATOR_HOST": "127.0.0.1:9023",
+            "JOBCTL_REFUSE_EXECUTABLES": "a, b-2 ,*", "JOBCTL_TOKEN_COMMAND": "gcloud auth print-access-token",
+        ])
+        #expect(set.chunkSize == 16 << 20)
+        #expect(set.stallTimeout == 90)
+        #expect(set.gcsEndpoint == "http://127.0.0.1:9023")
+        #expect(set.usesEmulator)
+        #expect(set.executableUploadPolicy == ["a", "b-2", "*"])
+        #expect(set.tokenCommand == "gcloud auth print-access-token")
+        // Byte counts round down to the 256 KiB multiple GCS requires, as documented.
+        #expect(try configuration(["JOBCTL_CHUNK_SIZE": "1000000"]).chunkSize == 786_432)
+        #expect(try configuration(["JOBCTL_CHUNK_SIZE": "1GiB"]).chunkSize == 1 << 30)
+        #expect(try configuration(["JOBCTL_STALL_TIMEOUT": "1h"]).stallTimeout == 3600)
+        #expect(try configuration(["STORAGE_EMULATOR_HOST": "http://localhost:9023/"]).gcsEndpoint == "http://localhost:9023")
+    }
+
+    @Test("the stall limit parser used by --stall-timeout range-checks and names its source")
+    func stallTimeoutParser() throws {
+        #expect(try StorageConfiguration.stallTimeout(parsing: "45s", from: "--stall-timeout") == 45)
+        #expect(try StorageConfiguration.stallTimeout(parsing: "2m", from: "--stall-timeout") == 120)
+        for bad in ["0s", "61m", "soon", "", "1.5s"] {
+            let error = #expect(throws: StorageError.self, "\(bad)") {
+                try StorageConfiguration.stallTimeout(parsing: bad, from: "--stall-timeout")
+            }
+            #expect(error?.message.contains("--stall-timeout") == true)
+        }
+    }
+}
+
+/// A failing token command is retryable (the job is retried with backoff) and the error names the
+/// command's exit status, never what it printed.
+@Suite("Token command failures")
+struct TokenCommandTests {
+    @Test("a command that exits non-zero is retryable; its output is never shown")
+    func failingCommand() async throws {
+        let backend = GCSBackend(configuration: StorageConfiguration(
+            gcsEndpoint: "http://127.0.0.1:\(freeLoopbackPort())",
+            tokenCommand: "echo SECRET-STDOUT; echo SECRET-STDERR >&2; exit 3", connectTimeout: 5))
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt")))
+        #expect(error.retryable)
+        #expect(error.code == .unauthenticated)
+        #expect(error.message.contains("exit status 3"), "\(error)")
+        #expect(error.message.contains("JOBCTL_TOKEN_COMMAND"), "\(error)")
+        #expect(!"\(error) \(error.cause ?? "")".contains("SECRET"))
+    }
+
+    @Test("a command killed by a signal, or printing nothing, is retryable too")
+    func otherFailures() async throws {
+        for (command, fragment) in [("kill -9 $$", "signal 9"), ("true", "printed no token")] {
+            let backend = GCSBackend(configuration: StorageConfiguration(
+                gcsEndpoint: "http://127.0.0.1:\(freeLoopbackPort())", tokenCommand: command, connectTimeout: 5))
+            let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt")))
+            #expect(error.retryable, "\(command)")
+            #expect(error.message.contains(fragment), "\(command): \(error)")
+        }
+    }
+
+    @Test("a command that hangs is stopped at its time limit, and that is retryable too")
+    func hangingCommand() throws {
+        let tokens = GCSTokenSource(accessToken: nil, tokenCommand: "echo SECRET-EARLY; exec sleep 30",
+                                    commandTimeLimit: .milliseconds(300))
+        let started = ContinuousClock.now
+        let error = #expect(throws: StorageError.self) { try tokens.refresh() }
+        #expect(error?.retryable == true)
+        #expect(error?.message.contains("did not finish within") == true, "\(String(describing: error))")
+        #expect(error?.message.contains("SECRET") == false)
+        // Stopped long before the command would have ended by itself.
+        #expect(ContinuousClock.now - started < .seconds(25))
+    }
+}

@@ -1,0 +1,153 @@
+import Foundation
+import JobModel
+import Storage
+import TestSupport
+import Testing
+
+/// HTTPS for real: a CA and server certificates made with `openssl` in a temporary directory, nginx
+/// serving TLS on 127.0.0.1, and the HTTP backend trusting (or not) that CA through the environment.
+@Suite("HTTPS with a private CA")
+struct TLSTrustTests {
+    /// A CA, a server certificate for 127.0.0.1 and localhost, and nginx serving it.
+    private struct Fixture {
+        let authority: TestCertificateAuthority
+        let server: NginxServer
+
+        init(names: [String] = ["IP:127.0.0.1", "DNS:localhost"]) throws {
+            authority = try TestCertificateAuthority.create()
+            do {
+                server = try NginxServer.start(tls: try authority.issueServerCertificate(names: names))
+            } catch {
+                authority.remove()
+                throw error
+            }
+        }
+
+        func stop() {
+            server.stop()
+            authority.remove()
+        }
+    }
+
+    private func backend(_ environment: [String: String]) throws -> HTTPBackend {
+        var configuration = try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: "/tmp/buckets")
+        configuration.connectTimeout = 5
+        return HTTPBackend(configuration: configuration)
+    }
+
+    /// Uploads, then downloads to a file and to memory, over HTTPS.
+    private func roundTrip(_ backend: HTTPBackend, _ server: NginxServer, name: String) async throws {
+        #expect(server.baseURL.hasPrefix("https://127.0.0.1:"))
+        let payload = patternData(300_000, seed: 11)
+        let url = "\(server.baseURL)/tls/\(name).bin"
+        let uploaded = try finished(await run(backend, JobSpec(kind: .uploadData, destination: url, data: payload)))
+        #expect(uploaded.md5 == hashes(payload).md5)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: "\(server.root)/tls/\(name).bin")) == payload)
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let destination = directory.file("\(name).bin")
+        let downloaded = try finished(await run(backend, JobSpec(kind: .downloadFile, source: url, destination: destination)))
+        #expect(downloaded.md5 == hashes(payload).md5)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+        let memory = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: url, maxSize: 1 << 20)))
+        #expect(memory.data == payload)
+    }
+
+    @Test("JOBCTL_CA_BUNDLE as a PEM file or a hashed directory: upload and download over HTTPS")
+    func trustedBundle() async throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        try await roundTrip(try backend(["JOBCTL_CA_BUNDLE": fixture.authority.certificatePath]), fixture.server, name: "file")
+        try await roundTrip(try backend(["JOBCTL_CA_BUNDLE": try fixture.authority.hashedDirectory()]), fixture.server, name: "directory")
+    }
+
+    @Test("SSL_CERT_FILE and SSL_CERT_DIR are honoured as OpenSSL-based tools do")
+    func opensslVariables() async throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        try await roundTrip(try backend(["SSL_CERT_FILE": fixture.authority.certificatePath]), fixture.server, name: "cert-file")
+        try await roundTrip(try backend(["SSL_CERT_DIR": try fixture.authority.hashedDirectory()]), fixture.server, name: "cert-dir")
+    }
+
+    @Test("without the CA the certificate is refused: a distinct, non-retryable error naming the remedy")
+    func untrusted() async throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        try Data("x".utf8).write(to: URL(fileURLWithPath: fixture.server.root + "/x.txt"))
+        let error = try failure(await run(try backend([:]), JobSpec(kind: .downloadMemory, source: "\(fixture.server.baseURL)/x.txt")))
+        #expect(error.code == .unknown)
+        #expect(!error.retryable)
+        #expect(error.httpStatus == nil)
+        #expect(error.message.contains("TLS certificate") && error.message.contains("not trusted"), "\(error)")
+        #expect(error.message.contains("JOBCTL_CA_BUNDLE"), "\(error)")
+        // Nothing reached nginx's handlers: the handshake failed.
+        #expect(!fixture.server.accessLog.contains("GET /x.txt"))
+    }
+
+    @Test("JOBCTL_CA_BUNDLE wins over SSL_CERT_FILE")
+    func jobctlVariableWins() async throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        let other = try TestCertificateAuthority.create()
+        defer { other.remove() }
+        try Data("x".utf8).write(to: URL(fileURLWithPath: fixture.server.root + "/x.txt"))
+        let error = try failure(await run(try backend(["JOBCTL_CA_BUNDLE": other.certificatePath,
+                                                       "SSL_CERT_FILE": fixture.authority.certificatePath]),
+                                          JobSpec(kind: .downloadMemory, source: "\(fixture.server.baseURL)/x.txt")))
+        #expect(error.message.contains("not trusted"), "\(error)")
+        let fine = try finished(await run(try backend(["JOBCTL_CA_BUNDLE": fixture.authority.certificatePath,
+                                                       "SSL_CERT_FILE": other.certificatePath]),
+                                          JobSpec(kind: .downloadMemory, source: "\(fixture.server.baseURL)/x.txt")))
+        #expect(fine.data == Data("x".utf8))
+    }
+
+    @Test("a certificate for another host is refused even with its CA trusted")
+    func wrongHost() async throws {
+        let fixture = try Fixture(names: ["DNS:example.test"])
+        defer { fixture.stop() }
+        try Data("x".utf8).write(to: URL(fileURLWithPath: fixture.server.root + "/x.txt"))
+        let error = try failure(await run(try backend(["JOBCTL_CA_BUNDLE": fixture.authority.certificatePath]),
+                                          JobSpec(kind: .downloadMemory, source: "\(fixture.server.baseURL)/x.txt")))
+        #expect(error.code == .unknown)
+        #expect(!error.retryable)
+        #expect(error.message.contains("127.0.0.1"), "\(error)")
+        #expect(error.message.contains("not valid for"), "\(error)")
+        #expect(!fixture.server.accessLog.contains("GET /x.txt"))
+    }
+
+    @Test("a CA file or directory that cannot serve is a clear error at start", arguments: ["JOBCTL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"])
+    func unusableBundle(variable: String) throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let missing = directory.file("missing.pem")
+        let notPEM = directory.file("not-a-certificate.pem")
+        try "hello".write(toFile: notPEM, atomically: true, encoding: .utf8)
+        let unhashed = directory.file("unhashed")
+        try FileManager.default.createDirectory(atPath: unhashed, withIntermediateDirectories: true)
+        var values = [missing]
+        if variable != "SSL_CERT_DIR" { values.append(notPEM) }
+        if variable != "SSL_CERT_FILE" { values.append(unhashed) }
+        for value in values {
+            let error = #expect(throws: StorageError.self, "\(variable)=\(value)") {
+                try StorageConfiguration.fromEnvironment([variable: value], localBucketsDirectory: "/tmp/buckets")
+            }
+            #expect(error?.code == .invalidArgument)
+            #expect(error?.message.contains(variable) == true, "\(error?.message ?? "")")
+            #expect(error?.message.contains(value) == true, "\(error?.message ?? "")")
+        }
+    }
+
+    @Test("a CA file that vanished after start fails the transfer with a clear, non-retryable error")
+    func bundleRemovedAfterStart() async throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        let copy = fixture.authority.directory.file("copy.pem")
+        try FileManager.default.copyItem(atPath: fixture.authority.certificatePath, toPath: copy)
+        let backend = try backend(["JOBCTL_CA_BUNDLE": copy])
+        try FileManager.default.removeItem(atPath: copy)
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(fixture.server.baseURL)/x.txt")))
+        #expect(!error.retryable)
+        #expect(error.message.contains("CA certificates could not be loaded from only file \(copy)"), "\(error)")
+        #expect(error.message.contains("JOBCTL_CA_BUNDLE"), "\(error)")
+    }
+}

@@ -1,0 +1,416 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// Uploads through the fault proxy in front of real servers (nginx, the GCS emulator): connections
+/// reset mid-body on reused keep-alive connections, answers lost after the server acted, servers that
+/// confirm bytes never sent, bytes corrupted on the way.
+@Suite("Upload faults")
+struct UploadFaultTests {
+    // MARK: - Set-up
+
+    /// The emulator with a fault proxy in front; `backend` talks to the proxy, `direct` to the emulator.
+    struct ProxiedEmulator {
+        let server: EmulatorServer
+        let proxy: FaultProxy
+
+        init(_ rules: [FaultRule]) throws {
+            server = try EmulatorServer.start()
+            do {
+                proxy = try FaultProxy(upstreamPort: server.port, rules: rules)
+            } catch {
+                server.stop()
+                throw error
+            }
+        }
+
+        var backend: GCSBackend {
+            GCSBackend(configuration: StorageConfiguration(gcsEndpoint: proxy.baseURL, usesEmulator: true, firebaseEndpoint: proxy.baseURL,
+                                                           chunkSize: 256 * 1024, stallTimeout: 30, connectTimeout: 5))
+        }
+
+        var direct: GCSBackend { GCSBackend(configuration: emulatorConfiguration(server)) }
+
+        /// The object's bytes, read straight from the emulator (and verified against its MD5/CRC32C).
+        func storedBytes(_ name: String) async throws -> Data? {
+            let result = try finished(await run(direct, JobSpec(kind: .downloadMemory, source: "gs://\(server.bucket)/\(name)", maxSize: 1 << 24)))
+            return result.data
+        }
+
+        /// Whether the object exists on the emulator.
+        func exists(_ name: String) async -> Bool {
+            if case .failure(let error) = await run(direct, JobSpec(kind: .downloadMemory, source: "gs://\(server.bucket)/\(name)", maxSize: 1 << 24)),
+               error.code == .objectNotFound {
+                return false
+            }
+            return true
+        }
+
+        func stop() {
+            proxy.stop()
+            server.stop()
+        }
+    }
+
+    /// Chunk PUTs (not status queries) of a resumable session.
+    static func chunkPut(startingAt start: Int64? = nil, nth: Int = 1, reusedConnection: Bool = false) -> RequestMatch {
+        RequestMatch(method: "PUT", pathContains: "upload_id=", headerContains: ProxyHeader("Content-Range", start.map { "bytes \($0)-" } ?? "bytes "),
+                     reusedConnection: reusedConnection, nth: nth,
+                     predicate: { $0.header("Content-Range")?.contains("*/") == false })
+    }
+
+    private static func isStatusQuery(_ exchange: ProxyExchange) -> Bool {
+        exchange.request.method == "PUT" && exchange.request.header("Content-Range")?.hasPrefix("bytes */") == true
+    }
+
+    /// The start offsets of the chunk PUTs, in order.
+    private static func chunkStarts(_ exchanges: [ProxyExchange]) -> [Int64] {
+        exchanges.compactMap { exchange -> Int64? in
+            guard exchange.request.method == "PUT", !isStatusQuery(exchange),
+                  let range = exchange.request.header("Content-Range"), range.hasPrefix("bytes ") else { return nil }
+            return Int64(range.dropFirst(6).prefix { $0 != "-" })
+        }
+    }
+
+    private static let quantum: Int64 = 256 * 1024
+
+    // MARK: - Item 2: resets on reused keep-alive connections
+
+    @Test("an HTTP PUT reset mid-body on a reused connection is sent again on a fresh one and succeeds",
+          arguments: [1_000, 400_000, Int.max])
+    func httpPutResetOnReusedConnection(afterBytes: Int) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let payload = patternData(1_000_000, seed: 21)
+        let source = directory.file("big.bin")
+        try payload.write(to: URL(fileURLWithPath: source))
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+
+        // The fault needs the PUT to go out on a reused connection. The engine is shared with every test
+        // running at the same time, so under load the warm connection can be gone by then; the scenario
+        // is tried again (up to 3 times) until the reset really hit, and at least once it must.
+        for round in 1...3 {
+            let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+                FaultRule(RequestMatch(method: "PUT", pathContains: "/big.bin", reusedConnection: true), .resetInRequestBody(afterBytes: afterBytes)),
+            ])
+            defer { proxy.stop() }
+            // A first upload opens the keep-alive connection the second one reuses.
+            _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)/warm.txt", data: Data("warm".utf8))))
+            let uploaded = try finished(await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "\(proxy.baseURL)/big.bin")))
+            #expect(uploaded.md5 == hashes(payload).md5)
+            #expect(try sameBytes(Data(contentsOf: URL(fileURLWithPath: server.root + "/big.bin")), payload))
+            let puts = proxy.exchanges.filter { $0.request.target == "/big.bin" }
+            guard proxy.firedCounts == [1] || round == 3 else { continue }
+            #expect(proxy.firedCounts == [1], "the PUT never went out on a reused connection in 3 rounds")
+            #expect(puts.count == 2, "\(puts.map(\.faults))")
+            #expect(puts.first?.indexOnConnection ?? 0 >= 2, "the reset hit a reused connection")
+            #expect(puts.first?.forwarded == false)
+            #expect(puts.last?.indexOnConnection == 1, "sent again on a fresh connection")
+            #expect(puts.last?.requestBodyBytes == payload.count)
+            return
+        }
+    }
+
+    @Test("a GCS chunk reset mid-body on a reused connection is re-sent by libcurl; the object matches")
+    func gcsChunkResetOnReusedConnection() async throws {
+        let setup = try ProxiedEmulator([
+            FaultRule(Self.chunkPut(startingAt: Self.quantum, reusedConnection: true), .resetInRequestBody(afterBytes: 100_000)),
+        ])
+        defer { setup.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let payload = patternData(700_000, seed: 22)   // chunks at 0, 256 KiB, 512 KiB
+        let source = directory.file("chunks.bin")
+        try payload.write(to: URL(fileURLWithPath: source))
+
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadFile, source: source,
+                                                                     destination: "gs://\(setup.server.bucket)/chunks.bin")))
+        #expect(uploaded.object?.md5Hash == hashes(payload).md5)
+        #expect(uploaded.object?.crc32c == hashes(payload).crc32c)
+        #expect(try await sameBytes(setup.storedBytes("chunks.bin"), payload))
+
+        let exchanges = setup.proxy.exchanges
+        #expect(setup.proxy.firedCounts == [1])
+        #expect(Self.chunkStarts(exchanges) == [0, Self.quantum, Self.quantum, 2 * Self.quantum])
+        // libcurl itself sent the chunk again: no status query was needed.
+        #expect(!exchanges.contains(where: Self.isStatusQuery))
+        let resent = exchanges.filter { $0.request.header("Content-Range")?.hasPrefix("bytes \(Self.quantum)-") == true }
+        #expect(resent.first?.indexOnConnection ?? 0 >= 2)
+        #expect(resent.last?.indexOnConnection == 1)
+    }
+
+    @Test("a session start (in-memory JSON body) reset on a reused connection is re-sent and succeeds")
+    func gcsSessionStartResetOnReusedConnection() async throws {
+        let setup = try ProxiedEmulator([
+            FaultRule(RequestMatch(method: "POST", pathContains: "name=second.txt", reusedConnection: true), .resetInRequestBody(afterBytes: 10)),
+        ])
+        defer { setup.stop() }
+        _ = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/first.txt",
+                                                          data: Data("first".utf8))))
+        let payload = Data("second upload".utf8)
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/second.txt",
+                                                                     data: payload)))
+        #expect(uploaded.object?.md5Hash == hashes(payload).md5)
+        #expect(try await sameBytes(setup.storedBytes("second.txt"), payload))
+        #expect(setup.proxy.firedCounts == [1])
+        let posts = setup.proxy.exchanges.filter { $0.request.method == "POST" && $0.request.target.contains("second.txt") }
+        #expect(posts.count == 2)
+        #expect(posts.last?.requestBodyBytes == posts.last?.request.body.count)
+    }
+
+    @Test("libcurl codes: transport faults are retryable, the rest is not", arguments: [
+        (7, true), (28, true), (6, true), (55, true), (56, true), (52, true), (18, true), (8, true), (16, true),
+        (92, true), (95, true), (96, true), (35, true), (65, true), (97, true),
+        (1, false), (3, false), (60, false), (47, false), (27, false),
+    ])
+    func curlCodeMapping(code: Int, retryable: Bool) {
+        let error = curlFailure(code: code, text: "detail", url: "http://127.0.0.1/x?token=SECRET")
+        #expect(error.retryable == retryable, "curl error \(code): \(error)")
+        #expect(error.cause?.contains("curl error \(code)") == true)
+        #expect(error.url == "http://127.0.0.1/x?token=REDACTED")
+    }
+
+    @Test("every cut the proxy makes in an answer is a retryable error, never a success", arguments: [
+        "resetBeforeResponse", "resetInStatusLine", "resetInHeaders", "resetInBody",
+        "closeBeforeResponse", "closeInStatusLine", "closeInHeaders", "closeInBody",
+    ])
+    func cutAnswersAreRetryable(cut: String) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let payload = patternData(300_000, seed: 23)
+        try payload.write(to: URL(fileURLWithPath: server.root + "/cut.bin"))
+        let fault: Fault = switch cut {
+        case "resetBeforeResponse": .resetBeforeResponse
+        case "resetInStatusLine": .resetInResponse(afterBytes: 5)
+        case "resetInHeaders": .resetInResponse(afterBytes: 40)
+        case "resetInBody": .resetInResponse(afterBytes: 100_000)
+        case "closeBeforeResponse": .closeInResponse(afterBytes: 0)
+        case "closeInStatusLine": .closeInResponse(afterBytes: 5)
+        case "closeInHeaders": .closeInResponse(afterBytes: 40)
+        default: .closeInResponse(afterBytes: 100_000)
+        }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [FaultRule(.any, fault, times: .max)])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/cut.bin", maxSize: 1 << 20)))
+        #expect(error.retryable, "\(cut): \(error)")
+        // nginx answers a PUT with a head and an empty body: only the cuts up to the headers apply.
+        guard !cut.hasSuffix("InBody") else { return }
+        let upload = try failure(await run(backend, JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)/up.bin", data: payload)))
+        #expect(upload.retryable, "\(cut): \(upload)")
+    }
+
+    // MARK: - Item 3: the server's offset moved on without the client hearing of it
+
+    @Test("a chunk stored but its answer lost: the resent chunk's 400 leads to a status query and the upload continues")
+    func answerLostAfterChunkStored() async throws {
+        let setup = try ProxiedEmulator([
+            FaultRule(Self.chunkPut(startingAt: Self.quantum, reusedConnection: true), .resetBeforeResponse),
+        ])
+        defer { setup.stop() }
+        let payload = patternData(900_000, seed: 31)   // four chunks
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/moved.bin",
+                                                                     data: payload)))
+        #expect(uploaded.object?.md5Hash == hashes(payload).md5)
+        #expect(try await sameBytes(setup.storedBytes("moved.bin"), payload))
+
+        let exchanges = setup.proxy.exchanges
+        #expect(setup.proxy.firedCounts == [1])
+        // libcurl re-sent the chunk the emulator had already stored; the emulator refused its offset.
+        let refused = exchanges.first { $0.response?.status == 400 }
+        let message = String(decoding: refused?.response?.body ?? Data(), as: UTF8.self)
+        #expect(message.contains("Invalid Content-Range start: expected \(2 * Self.quantum), got \(Self.quantum)"), "\(message)")
+        // One status query, then on from the server's offset.
+        #expect(exchanges.filter(Self.isStatusQuery).count == 1)
+        #expect(Self.chunkStarts(exchanges) == [0, Self.quantum, Self.quantum, 2 * Self.quantum, 3 * Self.quantum])
+    }
+
+    @Test("a chunk whose answer breaks off after its status line (libcurl cannot resend): a status query, and on",
+          arguments: [true, false])
+    func answerCutAfterStatusLine(reset: Bool) async throws {
+        // Past the status line libcurl has seen a response, so it does not send the request again.
+        let setup = try ProxiedEmulator([
+            FaultRule(Self.chunkPut(startingAt: Self.quantum), reset ? .resetInResponse(afterBytes: 40) : .closeInResponse(afterBytes: 40)),
+        ])
+        defer { setup.stop() }
+        let payload = patternData(700_000, seed: 32)
+        let recorder = EventRecorder()
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/cut.bin",
+                                                                     data: payload), recorder: recorder))
+        #expect(uploaded.object?.crc32c == hashes(payload).crc32c)
+        #expect(try await sameBytes(setup.storedBytes("cut.bin"), payload))
+        #expect(setup.proxy.exchanges.filter(Self.isStatusQuery).count == 1)
+        #expect(Self.chunkStarts(setup.proxy.exchanges) == [0, Self.quantum, 2 * Self.quantum])
+        #expect(recorder.checkpoints.map(\.bytesDone) == [0, Self.quantum, 2 * Self.quantum])
+        #expect(setup.proxy.exchanges.filter { $0.request.header("Content-Range")?.hasPrefix("bytes \(Self.quantum)-") == true }.count == 1)
+    }
+
+    @Test("offset mismatches that never resolve stop after three status queries with a retryable error")
+    func mismatchIsBounded() async throws {
+        let setup = try ProxiedEmulator([
+            FaultRule(Self.chunkPut(startingAt: Self.quantum),
+                      .respond(.response(400, headers: [ProxyHeader("Content-Type", "application/json")],
+                                         body: Data(#"{"error":{"message":"Invalid Content-Range start: expected 1, got 262144"}}"#.utf8))),
+                      times: .max),
+        ])
+        defer { setup.stop() }
+        let error = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/stuck.bin",
+                                                                 data: patternData(700_000, seed: 33))))
+        #expect(error.retryable)
+        #expect(error.code == .unknown)
+        #expect(error.message.contains("stayed at \(Self.quantum) of 700000 bytes"), "\(error.message)")
+        #expect(error.cause?.contains("Invalid Content-Range start") == true)
+        #expect(setup.proxy.exchanges.filter(Self.isStatusQuery).count == GCSBackend.resyncLimit)
+        #expect(setup.proxy.firedCounts == [GCSBackend.resyncLimit + 1])
+    }
+
+    @Test("a 400 that is not about the offset fails at once as invalidArgument, after one status query")
+    func otherBadRequestFails() async throws {
+        let setup = try ProxiedEmulator([
+            FaultRule(Self.chunkPut(startingAt: 0),
+                      .respond(.response(400, body: Data(#"{"error":{"message":"Metadata part is too large"}}"#.utf8)))),
+        ])
+        defer { setup.stop() }
+        let error = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/bad.bin",
+                                                                 data: patternData(300_000, seed: 34))))
+        #expect(error.code == .invalidArgument)
+        #expect(!error.retryable)
+        #expect(error.message.contains("Metadata part is too large"))
+        #expect(setup.proxy.exchanges.filter(Self.isStatusQuery).count == 1)
+    }
+
+    // MARK: - Item 4: confirmed bytes never sent, and the final hash
+
+    /// Rewrites a 308's `Range: bytes=0-N` to claim `extra` more bytes.
+    static func inflateRange(by extra: Int64) -> Fault {
+        .rewriteResponse { _, response in
+            guard response.status == 308, let range = response.header("Range"), let dash = range.lastIndex(of: "-"),
+                  let last = Int64(range[range.index(after: dash)...]) else { return }
+            response.setHeader("Range", "bytes=0-\(last + extra)")
+        }
+    }
+
+    @Test("a 308 claiming 1 MiB more than was sent: the session is dropped, a new one uploads the right bytes")
+    func lyingRangeRecoversInNewSession() async throws {
+        let setup = try ProxiedEmulator([FaultRule(Self.chunkPut(startingAt: 0), Self.inflateRange(by: 1 << 20))])
+        defer { setup.stop() }
+        let payload = patternData(2_000_000, seed: 41)
+        let recorder = EventRecorder()
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/hole.bin",
+                                                                     data: payload), recorder: recorder))
+        #expect(uploaded.object?.md5Hash == hashes(payload).md5)
+        #expect(uploaded.object?.size == Int64(payload.count))
+        #expect(try await sameBytes(setup.storedBytes("hole.bin"), payload))
+
+        let exchanges = setup.proxy.exchanges
+        #expect(exchanges.filter { $0.request.method == "POST" }.count == 2, "a second session")
+        // Never a chunk past what the server really held: after the lie, the first session got nothing
+        // more, and the second one got every chunk from 0.
+        let starts = Self.chunkStarts(exchanges)
+        #expect(starts == [0] + stride(from: 0, to: Int64(payload.count), by: Int(Self.quantum)).map { $0 }, "\(starts)")
+        // The lie never became a checkpoint: the new session's checkpoint replaced the old one.
+        let sessions = recorder.checkpoints.compactMap { point -> String? in
+            if case .upload(let uri, _, _) = point { return uri }
+            return nil
+        }
+        #expect(Set(sessions).count == 2)
+        #expect(!recorder.checkpoints.contains { $0.bytesDone > Self.quantum && $0.bytesDone < 2 * Self.quantum })
+    }
+
+    @Test("a server that keeps confirming unsent bytes fails typed (internalError), never succeeded")
+    func persistentLiarFails() async throws {
+        let setup = try ProxiedEmulator([FaultRule(Self.chunkPut(), Self.inflateRange(by: 1 << 20), times: .max)])
+        defer { setup.stop() }
+        let error = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/liar.bin",
+                                                                 data: patternData(2_000_000, seed: 42))))
+        #expect(error.code == .internalError)
+        #expect(!error.retryable)
+        #expect(error.message.contains("confirmed \(Self.quantum + (1 << 20)) bytes when only \(Self.quantum) had been sent"), "\(error.message)")
+        #expect(setup.proxy.exchanges.filter { $0.request.method == "POST" }.count == 2)
+        #expect(await !setup.exists("liar.bin"))
+    }
+
+    @Test("the final hash is compared: one byte flipped on the way is nonMatchingChecksum and the object is deleted",
+          arguments: [false, true])
+    func corruptedByteIsCaught(finalAnswerWithoutHashes: Bool) async throws {
+        var rules = [FaultRule(Self.chunkPut(startingAt: Self.quantum),
+                               .rewriteRequest { request in request.body[request.body.startIndex + 777] ^= 0x01 })]
+        if finalAnswerWithoutHashes {
+            // The final answer carries no hash: the backend must read them from the object's metadata.
+            rules.append(FaultRule(Self.chunkPut(), .rewriteResponse { _, response in
+                guard response.status == 200, var json = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] else { return }
+                json["md5Hash"] = nil
+                json["crc32c"] = nil
+                response.body = (try? JSONSerialization.data(withJSONObject: json)) ?? response.body
+            }, times: .max))
+        }
+        let setup = try ProxiedEmulator(rules)
+        defer { setup.stop() }
+        let payload = patternData(700_000, seed: 43)
+        let error = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/flipped.bin",
+                                                                 data: payload)))
+        #expect(error.code == .nonMatchingChecksum, "\(error)")
+        #expect(error.message.contains("the object was deleted"), "\(error.message)")
+        #expect(await !setup.exists("flipped.bin"))
+        let exchanges = setup.proxy.exchanges
+        #expect(exchanges.contains { $0.request.method == "DELETE" && $0.request.target.contains("ifGenerationMatch=") })
+        if finalAnswerWithoutHashes {
+            #expect(setup.proxy.firedCounts.last ?? 0 >= 1, "the final answer was stripped")
+            #expect(exchanges.contains { $0.request.method == "GET" && $0.request.target.contains("/storage/v1/b/") })
+        }
+    }
+
+    @Test("offset checks: more than sent, more than the total, or back below what was confirmed", arguments: [
+        (Int64(1001), Int64(0), Int64(262_144), Int64(1000), true),
+        (Int64(262_144), Int64(0), Int64(262_144), Int64(1000_000), false),
+        (Int64(262_145), Int64(0), Int64(262_144), Int64(1000_000), true),
+        (Int64(100), Int64(262_144), Int64(524_288), Int64(1000_000), true),
+        (Int64(262_144), Int64(262_144), Int64(524_288), Int64(1000_000), false),
+        (Int64(0), Int64(0), Int64(0), Int64(0), false),
+    ])
+    func implausibleOffsets(offset: Int64, floor: Int64, ceiling: Int64, total: Int64, implausible: Bool) {
+        #expect((GCSBackend.implausibleOffset(offset, floor: floor, ceiling: ceiling, total: total) != nil) == implausible)
+    }
+
+    @Test("hashes with a skipped range are computed again from the source, so a hole cannot hide")
+    func skippedRangeIsRehashed() throws {
+        let payload = patternData(100_000, seed: 44)
+        let source = UploadSource(data: payload)
+        let streamed = StreamChecksums()
+        payload.prefix(1000).withUnsafeBytes { streamed.feed($0, at: 0) }
+        payload.suffix(from: 50_000).withUnsafeBytes { streamed.feed($0, at: 50_000) }   // bytes 1000..<50000 never seen
+        #expect(!streamed.isContiguous)
+        let computed = try source.hashes(streamed: streamed)
+        #expect(computed.md5 == hashes(payload).md5)
+        #expect(computed.crc32c == hashes(payload).crc32c)
+    }
+
+    @Test("a plain-HTTP PUT whose answer reports another hash (x-goog-hash) is nonMatchingChecksum and the file is deleted")
+    func httpPutReportedHashMismatch() async throws {
+        let payload = patternData(50_000, seed: 45)
+        let ours = hashes(payload)
+        let server = try NginxServer.start(extraServerConfig: """
+            location = /right.bin {
+                dav_methods PUT DELETE;
+                add_header x-goog-hash "crc32c=\(ours.crc32c),md5=\(ours.md5)" always;
+            }
+            location = /wrong.bin {
+                dav_methods PUT DELETE;
+                add_header x-goog-hash "crc32c=AAAAAA==,md5=AAAAAAAAAAAAAAAAAAAAAA==" always;
+            }
+            """)
+        defer { server.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let right = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(server.baseURL)/right.bin", data: payload)))
+        #expect(right.md5 == ours.md5)
+        let error = try failure(await run(backend, JobSpec(kind: .uploadData, destination: "\(server.baseURL)/wrong.bin", data: payload)))
+        #expect(error.code == .nonMatchingChecksum)
+        #expect(error.message.contains("deleted"), "\(error.message)")
+        #expect(!FileManager.default.fileExists(atPath: server.root + "/wrong.bin"))
+        #expect(FileManager.default.fileExists(atPath: server.root + "/right.bin"))
+    }
+}

@@ -1,0 +1,266 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real PostgreSQL server for the tests: Debian's binaries (`/usr/lib/postgresql/VERSION/bin`, the
+/// newest installed), a cluster made by `initdb` in a fresh directory under /tmp, listening only on
+/// 127.0.0.1 on a free port and on a unix socket inside that directory.
+///
+/// Started once per test process, on first use (`PostgresServer.shared()`), and shared. A supervising
+/// shell stops the server and removes the directory when the test process exits — also when it
+/// crashes or is killed. Each test makes its own database (`makeDatabase()`) or, much faster, its own
+/// schema (`makeSchema()`).
+///
+/// `initdb` refuses to run as root (CI runs the tests as root), so as root the cluster belongs to the
+/// unprivileged `postgres` user the Debian package creates, and every server program runs through
+/// `setpriv` as that user; as any other user, as that user. The cluster is made with `initdb --no-sync` (nothing is lost by not syncing a
+/// throw-away cluster's initial files, and it saves seconds); the server itself runs with `fsync=on`,
+/// as production does.
+public final class PostgresServer: Sendable {
+    /// The superuser every test database belongs to.
+    public let user = "jobctl_test"
+    /// Its password (random per server); tests prove it never appears in an error.
+    public let password: String
+    public let port: Int
+    /// The cluster's directory (data, socket, log); removed at exit.
+    public let directory: String
+    /// The directory holding `initdb`, `postgres`, `psql`.
+    public let binaries: String
+    private let socketDirectory: String
+    private let runAs: [String]
+
+    /// The server of this test process, started on first call. Throws (every time) when it cannot start.
+    public static func shared() throws -> PostgresServer {
+        try sharedServer.get()
+    }
+
+    private static let sharedServer: Result<PostgresServer, TestServerError> = Result { () throws(TestServerError) in
+        try PostgresServer()
+    }
+
+    /// `postgres://USER:PASSWORD@127.0.0.1:PORT/DATABASE?sslmode=disable`; `password` nil leaves it out.
+    public func url(database: String, password: String? = nil, user: String? = nil) -> String {
+        let credentials = (user ?? self.user) + (password.map { ":\($0)" } ?? "")
+        return "postgres://\(credentials)@127.0.0.1:\(port)/\(database)?sslmode=disable"
+    }
+
+    /// Creates a fresh, empty database with a unique name and returns its URL (with the password).
+    ///
+    /// With fsync on, `CREATE DATABASE` copies and syncs the template's ~7 MB: 0.3–0.6 s on a busy
+    /// 2-core machine. Tests that need no more than their own tables use `makeSchema` (a few ms).
+    public func makeDatabase(_ label: String = "test") throws -> String {
+        let name = Self.uniqueName(label)
+        try psql(database: "postgres", "CREATE DATABASE \(name)")
+        return url(database: name, password: password)
+    }
+
+    /// Creates a fresh, empty schema with a unique name in the shared `postgres` database and returns
+    /// a URL whose connections use it (`options=-c search_path=NAME`): every unqualified table,
+    /// sequence and function a test creates or reads is its own. Database-wide things (advisory locks,
+    /// `pg_stat_activity`) are shared with other tests.
+    public func makeSchema(_ label: String = "test") throws -> String {
+        let name = Self.uniqueName(label)
+        try psql(database: "postgres", "CREATE SCHEMA \(name)")
+        return url(database: "postgres", password: password) + "&options=-c%20search_path%3D\(name)"
+    }
+
+    /// `label` reduced to lower-case letters and digits, then a random suffix: a valid unquoted identifier.
+    private static func uniqueName(_ label: String) -> String {
+        let safe = String(label.lowercased().filter { $0.isASCII && ($0.isLetter || $0.isNumber) }.prefix(30))
+        let suffix = UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
+        return "\(safe.first?.isLetter == true ? safe : "t" + safe)_\(suffix)"
+    }
+
+    /// Runs `sql` with `psql` over the unix socket as the superuser; returns its unaligned output.
+    @discardableResult
+    public func psql(database: String, _ sql: String) throws -> String {
+        let output = try runProcess("\(binaries)/psql",
+                                    ["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", socketDirectory, "-p", "\(port)",
+                                     "-U", user, "-d", database, "-c", sql])
+        guard output.status == 0 else {
+            throw TestServerError("psql failed (\(output.status)) running `\(sql)`: \(output.stderr)")
+        }
+        return output.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    private init() throws(TestServerError) {
+        do {
+            binaries = try Self.findBinaries()
+            password = "pw-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+            port = freeLoopbackPort()
+            // Under /tmp whatever TMPDIR says: the postgres user must be able to reach it, and the socket
+            // path inside it must stay within the 107 bytes a unix socket address holds.
+            var template = Array("/tmp/jobctl-pg-XXXXXXXX".utf8CString)
+            guard let made = mkdtemp(&template) else {
+                throw TestServerError("cannot create a directory under /tmp: \(String(cString: strerror(errno)))")
+            }
+            directory = String(cString: made)
+            chmod(directory, 0o755)
+            socketDirectory = "\(directory)/socket"
+            try FileManager.default.createDirectory(atPath: socketDirectory, withIntermediateDirectories: true)
+            try Data("\(password)\n".utf8).write(to: URL(fileURLWithPath: "\(directory)/pwfile"))
+
+            if getuid() == 0 {
+                guard let account = getpwnam("postgres") else {
+                    throw TestServerError("the tests run as root and initdb refuses root, but there is no `postgres` user "
+                                          + "to run PostgreSQL as: install Debian's postgresql package (make test-deps)")
+                }
+                for path in [directory, socketDirectory, "\(directory)/pwfile"] {
+                    guard chown(path, account.pointee.pw_uid, account.pointee.pw_gid) == 0 else {
+                        throw TestServerError("cannot hand \(path) to the postgres user: \(String(cString: strerror(errno)))")
+                    }
+                }
+                runAs = ["/usr/bin/setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+            } else {
+                runAs = []
+            }
+
+            // Only this cluster's socket in there; not for other users.
+            chmod(socketDirectory, 0o700)
+            try start()
+        } catch let error as TestServerError {
+            throw error
+        } catch {
+            throw TestServerError("cannot start PostgreSQL for the tests: \(error)")
+        }
+    }
+
+    /// The newest `/usr/lib/postgresql/VERSION/bin` with `initdb`, or `JOBCTL_TEST_PG_BIN`.
+    private static func findBinaries() throws -> String {
+        if let explicit = ProcessInfo.processInfo.environment["JOBCTL_TEST_PG_BIN"] { return explicit }
+        let root = "/usr/lib/postgresql"
+        let versions = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [])
+            .compactMap { Int($0) }
+            .filter { FileManager.default.isExecutableFile(atPath: "\(root)/\($0)/bin/initdb") }
+            .sorted()
+        guard let newest = versions.last else {
+            throw TestServerError("no PostgreSQL server binaries under \(root)/*/bin: install Debian's postgresql package "
+                                  + "(`make test-deps` does)")
+        }
+        return "\(root)/\(newest)/bin"
+    }
+
+    /// Makes the cluster and starts `postgres` under a supervising shell, which stops the server
+    /// (immediate shutdown), waits for it and removes the directory once this test process is gone —
+    /// also when it is killed while `initdb` still runs.
+    private func start() throws {
+        let quoted = { (words: [String]) in words.map(Self.shellQuoted).joined(separator: " ") }
+        let initdb = quoted(runAs + ["\(binaries)/initdb", "-D", "\(directory)/data", "-U", user,
+                                     "--pwfile=\(directory)/pwfile",
+                                     // Password checks over TCP (the URLs the tests use); trust for psql over
+                                     // the socket, which only the cluster's owner and root can reach.
+                                     "--auth-host=scram-sha-256", "--auth-local=trust",
+                                     "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"])
+        let server = quoted(runAs + ["\(binaries)/postgres", "-D", "\(directory)/data",
+                                     "-c", "listen_addresses=127.0.0.1", "-c", "port=\(port)",
+                                     "-c", "unix_socket_directories=\(socketDirectory)",
+                                     "-c", "fsync=on", "-c", "max_connections=100", "-c", "shared_buffers=32MB",
+                                     "-c", "logging_collector=off", "-c", "log_min_messages=warning"])
+        let dir = Self.shellQuoted(directory)
+        let script = """
+            # Close whatever this process inherited beyond 0-2 (pipes of other tests' child processes),
+            # so their readers see end-of-file when their writers end.
+            for fd in /proc/$$/fd/*; do n=${fd##*/}; if [ "$n" -gt 2 ]; then eval "exec $n>&-"; fi; done
+            server=
+            stop() {
+                if [ -n "$server" ]; then kill -QUIT "$server" 2>/dev/null; wait "$server"; fi
+                rm -rf \(dir); exit 0
+            }
+            trap stop TERM INT HUP
+            # A killed test process stays a zombie until its parent reaps it, and `kill -0` counts zombies as alive.
+            alive() { state=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/$1/status 2>/dev/null); [ -n "$state" ] && [ "$state" != Z ]; }
+            if \(initdb) >\(dir)/initdb.log 2>&1; then
+                rm -f \(dir)/pwfile
+                \(server) >>\(dir)/server.log 2>&1 &
+                server=$!
+            else
+                touch \(dir)/initdb.failed
+            fi
+            while alive \(getpid()) && { [ -z "$server" ] || alive "$server"; }; do sleep 1 & wait $!; done
+            stop
+            """
+        let supervisor = try Self.spawnWithCleanSignals(["/bin/bash", "-c", script])
+        Self.registerStopAtExit(supervisor)
+        let supervisorRunning = { kill(supervisor, 0) == 0 && waitpid(supervisor, nil, WNOHANG) == 0 }
+
+        // postmaster.pid's eighth line becomes "ready" once the server accepts connections.
+        let deadline = Date().addingTimeInterval(30)
+        while true {
+            let pidFile = (try? String(contentsOfFile: "\(directory)/data/postmaster.pid", encoding: .utf8)) ?? ""
+            if pidFile.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }).contains("ready") { return }
+            if FileManager.default.fileExists(atPath: "\(directory)/initdb.failed") {
+                let log = (try? String(contentsOfFile: "\(directory)/initdb.log", encoding: .utf8)) ?? ""
+                kill(supervisor, SIGTERM)
+                throw TestServerError("initdb failed: \(log.suffix(2000))")
+            }
+            if !supervisorRunning() || Date() > deadline {
+                let log = (try? String(contentsOfFile: "\(directory)/server.log", encoding: .utf8)) ?? ""
+                kill(supervisor, SIGTERM)
+                throw TestServerError("PostgreSQL did not start on 127.0.0.1:\(port): \(log.suffix(2000))")
+            }
+            usleep(20_000)
+        }
+    }
+
+    /// Starts `arguments` with no signal blocked and every signal at its default action, in its own
+    /// process group, with /dev/null for standard input and output, and returns its pid.
+    ///
+    /// The test process's threads block most signals, and a child started with `Process` inherits that
+    /// mask: a shell with SIGCHLD and SIGTERM blocked would never notice its `sleep` end nor its trap
+    /// fire. And a child holding the test process's output pipes would keep `swift test` reading them,
+    /// so it would never reap a crashed test process — which the supervisor waits for. (Other
+    /// descriptors it inherits, the supervisor script closes first thing.)
+    private static func spawnWithCleanSignals(_ arguments: [String]) throws -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t()
+        sigemptyset(&none)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
+        let cStrings = arguments.map { strdup($0) }
+        defer { cStrings.forEach { free($0) } }
+        var argv = cStrings + [nil]
+        var pid: pid_t = 0
+        let status = posix_spawn(&pid, arguments[0], &actions, &attributes, &argv, environ)
+        guard status == 0 else {
+            throw TestServerError("cannot start \(arguments[0]): \(String(cString: strerror(status)))")
+        }
+        return pid
+    }
+
+    /// Tells the supervisor to stop the server when this process exits normally; the supervisor's own
+    /// watch covers crashes.
+    private static func registerStopAtExit(_ pid: Int32) {
+        supervisor.set(pid)
+        atexit {
+            if let pid = PostgresServer.supervisor.get() { kill(pid, SIGTERM) }
+        }
+    }
+
+    private static let supervisor = SupervisorPID()
+
+    /// The supervising shell's pid, set once when the server starts, read at exit.
+    private final class SupervisorPID: @unchecked Sendable {
+        // @unchecked: `pid` is only touched under `lock`.
+        private let lock = NSLock()
+        private var pid: Int32?
+        func set(_ value: Int32) { lock.withLock { pid = value } }
+        func get() -> Int32? { lock.withLock { pid } }
+    }
+
+    private static func shellQuoted(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
+}
