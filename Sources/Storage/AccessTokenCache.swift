@@ -88,15 +88,19 @@ actor AccessTokenCache {
     private var state: AccessTokenState
     private var refresh: Task<Result<String, StorageError>, Never>?
     private let fetch: @Sendable () async throws(StorageError) -> FetchedToken
+    /// The time now (a test moves it by hand).
+    private let now: @Sendable () -> ContinuousClock.Instant
 
-    init(margin: Duration, fetch: @escaping @Sendable () async throws(StorageError) -> FetchedToken) {
+    init(margin: Duration, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now },
+         fetch: @escaping @Sendable () async throws(StorageError) -> FetchedToken) {
         state = AccessTokenState(margin: margin)
+        self.now = now
         self.fetch = fetch
     }
 
     /// A token valid now, fetched when none is cached or the cached one is about to expire.
     func token() async throws(StorageError) -> String {
-        try await perform(state.tokenRequested(at: .now))
+        try await perform(state.tokenRequested(at: now()))
     }
 
     /// A token to retry with after the server refused `rejected`.
@@ -131,7 +135,7 @@ actor AccessTokenCache {
     private func finished(_ result: Result<FetchedToken, StorageError>) -> Result<String, StorageError> {
         switch result {
         case .success(let token):
-            state.refreshFinished(token, at: .now)
+            state.refreshFinished(token, at: now())
             return .success(token.value)
         case .failure(let error):
             state.refreshFailed()

@@ -20,26 +20,27 @@ final class GCSTokenSource: Sendable {
     private let cache: AccessTokenCache?
 
     /// The source `configuration` describes, fetching tokens with its curl options.
-    convenience init(configuration: StorageConfiguration, commandTimeLimit: Duration = .seconds(60)) {
+    convenience init(configuration: StorageConfiguration, commandTimeLimit: Duration = .seconds(60),
+                     now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
         self.init(accessToken: configuration.accessToken, tokenCommand: configuration.tokenCommand,
                   google: configuration.googleCredentials, options: configuration.curlOptions,
-                  refreshMargin: configuration.tokenRefreshMargin, commandTimeLimit: commandTimeLimit)
+                  refreshMargin: configuration.tokenRefreshMargin, commandTimeLimit: commandTimeLimit, now: now)
     }
 
     init(accessToken: String?, tokenCommand: String?, google: GoogleCredentials? = nil,
          options: CurlOptions = CurlOptions(connectTimeout: 15, stallTimeout: 60, trust: .systemDefault),
          refreshMargin: Duration = StorageConfiguration.defaultTokenRefreshMargin,
-         commandTimeLimit: Duration = .seconds(60)) {
+         commandTimeLimit: Duration = .seconds(60), now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
         fixedToken = accessToken
         if accessToken != nil {
             cache = nil
         } else if let command = tokenCommand {
-            cache = AccessTokenCache(margin: refreshMargin) { () throws(StorageError) -> FetchedToken in
+            cache = AccessTokenCache(margin: refreshMargin, now: now) { () throws(StorageError) -> FetchedToken in
                 FetchedToken(value: try Self.commandToken(command, timeLimit: commandTimeLimit), lifetime: nil)
             }
         } else if let google {
             let fetcher = GoogleTokenFetcher(credentials: google, options: options)
-            cache = AccessTokenCache(margin: refreshMargin) { () async throws(StorageError) -> FetchedToken in
+            cache = AccessTokenCache(margin: refreshMargin, now: now) { () async throws(StorageError) -> FetchedToken in
                 try await fetcher.fetch()
             }
         } else {

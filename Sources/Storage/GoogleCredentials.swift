@@ -64,8 +64,12 @@ public enum GoogleCredentials: Sendable, Equatable, CustomStringConvertible {
         let type = try field("type")
         switch type {
         case "service_account":
-            return .serviceAccount(try ServiceAccountKey(path: path, clientEmail: try field("client_email"),
-                                                         privateKeyPEM: try field("private_key"), tokenURI: try tokenURI()))
+            let (email, pem, uri) = (try field("client_email"), try field("private_key"), try tokenURI())
+            do {
+                return .serviceAccount(try ServiceAccountKey(path: path, clientEmail: email, privateKeyPEM: pem, tokenURI: uri))
+            } catch {
+                throw problem("has a 'private_key' that \(error.reason)")
+            }
         case "authorized_user":
             return .authorizedUser(AuthorizedUserCredentials(path: path, clientID: try field("client_id"),
                                                              clientSecret: try field("client_secret"),

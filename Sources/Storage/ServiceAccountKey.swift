@@ -19,17 +19,13 @@ public struct ServiceAccountKey: Sendable, Equatable, CustomStringConvertible {
     /// Assertions are valid for one hour, the most Google accepts.
     static let assertionLifetime = 3600
 
-    /// Checks the key can sign (fails early, naming the file and the field).
-    init(path: String, clientEmail: String, privateKeyPEM: String, tokenURI: String) throws(StorageError) {
+    /// Checks the key can sign, so a bad key fails at start.
+    init(path: String, clientEmail: String, privateKeyPEM: String, tokenURI: String) throws(RSASignerError) {
         self.path = path
         self.clientEmail = clientEmail
         self.privateKeyPEM = privateKeyPEM
         self.tokenURI = tokenURI
-        do {
-            _ = try RSASigner(pem: privateKeyPEM)
-        } catch {
-            throw StorageError(.unauthenticated, "the key file \(path) is not usable: its private_key \(error.reason)")
-        }
+        _ = try RSASigner(pem: privateKeyPEM)
     }
 
     /// The JWT bearer assertion (RFC 7523 §2.1) for the token endpoint, issued at `issuedAt` (seconds
