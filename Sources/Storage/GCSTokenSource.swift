@@ -35,8 +35,8 @@ final class GCSTokenSource: Sendable {
         if accessToken != nil {
             cache = nil
         } else if let command = tokenCommand {
-            cache = AccessTokenCache(margin: refreshMargin, now: now) { () throws(StorageError) -> FetchedToken in
-                FetchedToken(value: try Self.commandToken(command, timeLimit: commandTimeLimit), lifetime: nil)
+            cache = AccessTokenCache(margin: refreshMargin, now: now) { () async throws(StorageError) -> FetchedToken in
+                FetchedToken(value: try await Self.commandTokenOffPool(command, timeLimit: commandTimeLimit), lifetime: nil)
             }
         } else if let google {
             let fetcher = GoogleTokenFetcher(credentials: google, options: options)
@@ -71,8 +71,24 @@ final class GCSTokenSource: Sendable {
         return try await cache.token(replacing: rejected)
     }
 
-    /// Runs the token command and returns its trimmed, validated output.
-    private static func commandToken(_ command: String, timeLimit: Duration) throws(StorageError) -> String {
+    /// `commandToken` on a Dispatch thread: waiting for the command must not hold one of the few threads
+    /// every Swift task of the process runs on.
+    private static func commandTokenOffPool(_ command: String, timeLimit: Duration) async throws(StorageError) -> String {
+        let result: Result<String, StorageError> = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                do throws(StorageError) {
+                    continuation.resume(returning: .success(try commandToken(command, timeLimit: timeLimit)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        return try result.get()
+    }
+
+    /// Runs the token command and returns its trimmed, validated output (blocking until it ends or its
+    /// time limit stops it).
+    static func commandToken(_ command: String, timeLimit: Duration) throws(StorageError) -> String {
         let output = try run(command, timeLimit: timeLimit)
         let token = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !token.isEmpty else {

@@ -185,16 +185,14 @@ struct GoogleCredentialsTests {
         #expect(resourceAuthorizations(server).allSatisfy { $0 == "Bearer tok-1" })
     }
 
-    @Test("a metadata host where nothing listens fails quickly and retryably")
+    @Test("a metadata host where nothing listens fails retryably, naming the variable")
     func metadataServerDown() async throws {
         let tokens = GCSTokenSource(accessToken: nil, tokenCommand: nil,
                                     google: .metadataServer(host: "127.0.0.1:\(freeLoopbackPort())"))
-        let started = ContinuousClock.now
         let error = await #expect(throws: StorageError.self) { try await tokens.authorizationHeader() }
         #expect(error?.code == .unauthenticated)
         #expect(error?.retryable == true)
         #expect(error?.message.contains("GCE_METADATA_HOST") == true, "\(String(describing: error))")
-        #expect(ContinuousClock.now - started < .seconds(5))
     }
 
     // MARK: - Failures name what to fix and never show a secret
