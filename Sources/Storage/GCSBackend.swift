@@ -30,7 +30,7 @@ public struct GCSBackend: StorageBackend {
     public init(configuration: StorageConfiguration) {
         self.configuration = configuration
         self.engine = .shared
-        self.tokens = GCSTokenSource(accessToken: configuration.accessToken, tokenCommand: configuration.tokenCommand)
+        self.tokens = GCSTokenSource(configuration: configuration)
     }
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
@@ -659,13 +659,16 @@ public struct GCSBackend: StorageBackend {
             + (generation.map { "&generation=\($0)" } ?? "")
     }
 
-    /// Sends one request with the bearer token; on a 401 with a token command, refreshes the token and
-    /// sends it once more (the body source is recreated, the sink has received nothing).
+    /// Sends one request with the bearer token; on a 401 with a refreshable token (a command or Google
+    /// credentials), refreshes the token and sends it once more (the body source is recreated, the sink
+    /// has received nothing).
     private func send(_ request: HTTPRequest, control: TransferControl?, source: (() -> any RequestBodySource)? = nil,
                       sink: (any ResponseBodySink)? = nil) async throws(TransferFailure) -> HTTPResponse {
         var attempt = request
+        let header: String?
         do {
-            if let header = try tokens.authorizationHeader() { attempt.headers.append(header) }
+            header = try await tokens.authorizationHeader()
+            if let header { attempt.headers.append(header) }
         } catch {
             throw .failed(error)
         }
@@ -674,7 +677,7 @@ public struct GCSBackend: StorageBackend {
         guard response.status == 401, tokens.canRefresh else { return response }
         var retry = request
         do {
-            retry.headers.append("Authorization: Bearer \(try tokens.refresh())")
+            retry.headers.append("Authorization: Bearer \(try await tokens.refresh(replacing: header))")
         } catch {
             throw .failed(error)
         }

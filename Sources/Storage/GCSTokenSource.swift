@@ -2,34 +2,58 @@ import Foundation
 import JobModel
 import Synchronization
 
-/// Supplies the bearer token for GCS requests: a fixed `accessToken`, or the output of `tokenCommand`
-/// (run through `/bin/sh -c` at first use and again once after a 401), or nothing (anonymous).
+/// Supplies the bearer token for GCS requests, from the first configured source in this order (see
+/// `StorageConfiguration.fromEnvironment`): a fixed `accessToken`; the output of `tokenCommand` (run
+/// through `/bin/sh -c` at first use and again after a 401); Google credentials (a service-account key,
+/// an authorized-user file, or the metadata server), whose tokens are cached and refreshed
+/// `refreshMargin` before they expire and after a 401; or nothing (anonymous).
 ///
-/// The token never leaves this type except as an `Authorization` header line, and only after it passed
-/// `BearerToken.validate` (so it cannot add headers). Errors describe the command's failure — exit status,
-/// signal, time limit — without quoting anything it printed. A command that fails is a retryable error
-/// (the job is retried with backoff, like any network fault); one that prints something that is not a
-/// token is not (running it again prints the same).
+/// Fetched tokens go through one `AccessTokenCache`: one refresh at a time, however many requests wait.
+/// A token never leaves this type except as an `Authorization` header line, and only after it passed
+/// `BearerToken.validate` (so it cannot add headers). Errors name the command, file or endpoint and what
+/// failed, never a token, key, assertion, refresh token or anything a command printed. A command that
+/// fails is a retryable error (the job is retried with backoff, like any network fault); one that prints
+/// something that is not a token is not (running it again prints the same). Token endpoints follow the
+/// HTTP rules: 408, 429, 5xx and network failures are retryable, a refusal (400, 401, 403) is not.
 final class GCSTokenSource: Sendable {
     private let fixedToken: String?
-    private let command: String?
-    /// How long the command may run before it is killed.
-    private let commandTimeLimit: Duration
-    private let cached = Mutex<String?>(nil)
+    private let cache: AccessTokenCache?
 
-    init(accessToken: String?, tokenCommand: String?, commandTimeLimit: Duration = .seconds(60)) {
+    /// The source `configuration` describes, fetching tokens with its curl options.
+    convenience init(configuration: StorageConfiguration, commandTimeLimit: Duration = .seconds(60),
+                     now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
+        self.init(accessToken: configuration.accessToken, tokenCommand: configuration.tokenCommand,
+                  google: configuration.googleCredentials, options: configuration.curlOptions,
+                  refreshMargin: configuration.tokenRefreshMargin, commandTimeLimit: commandTimeLimit, now: now)
+    }
+
+    init(accessToken: String?, tokenCommand: String?, google: GoogleCredentials? = nil,
+         options: CurlOptions = CurlOptions(connectTimeout: 15, stallTimeout: 60, trust: .systemDefault),
+         refreshMargin: Duration = StorageConfiguration.defaultTokenRefreshMargin,
+         commandTimeLimit: Duration = .seconds(60), now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
         fixedToken = accessToken
-        command = tokenCommand
-        self.commandTimeLimit = commandTimeLimit
+        if accessToken != nil {
+            cache = nil
+        } else if let command = tokenCommand {
+            cache = AccessTokenCache(margin: refreshMargin, now: now) { () async throws(StorageError) -> FetchedToken in
+                FetchedToken(value: try await Self.commandTokenOffPool(command, timeLimit: commandTimeLimit), lifetime: nil)
+            }
+        } else if let google {
+            let fetcher = GoogleTokenFetcher(credentials: google, options: options)
+            cache = AccessTokenCache(margin: refreshMargin, now: now) { () async throws(StorageError) -> FetchedToken in
+                try await fetcher.fetch()
+            }
+        } else {
+            cache = nil
+        }
     }
 
     /// Whether a 401 can be answered by fetching a fresh token.
-    var canRefresh: Bool { command != nil }
+    var canRefresh: Bool { cache != nil }
 
     /// The `Authorization` header line, or nil when anonymous.
-    func authorizationHeader() throws(StorageError) -> String? {
-        if let token = cached.withLock({ $0 }) { return "Authorization: Bearer \(token)" }
-        if command != nil { return "Authorization: Bearer \(try refresh())" }
+    func authorizationHeader() async throws(StorageError) -> String? {
+        if let cache { return "Authorization: Bearer \(try await cache.token())" }
         if let fixedToken {
             try BearerToken.validate(fixedToken, source: "GOOGLE_OAUTH_ACCESS_TOKEN")
             return "Authorization: Bearer \(fixedToken)"
@@ -37,20 +61,41 @@ final class GCSTokenSource: Sendable {
         return nil
     }
 
-    /// Runs the token command and caches its trimmed output.
-    @discardableResult
-    func refresh() throws(StorageError) -> String {
-        guard let command else {
-            throw StorageError(.unauthenticated, "no token command is configured to refresh the access token")
+    /// A fresh token after the server refused the one sent in `rejectedHeader` (a 401). When another
+    /// request already replaced that token, the replacement is returned without fetching again.
+    func refresh(replacing rejectedHeader: String?) async throws(StorageError) -> String {
+        guard let cache else {
+            throw StorageError(.unauthenticated, "no token command or Google credentials are configured to refresh the access token")
         }
-        let output = try Self.run(command, timeLimit: commandTimeLimit)
+        let rejected = rejectedHeader.map { String($0.dropFirst("Authorization: Bearer ".count)) } ?? ""
+        return try await cache.token(replacing: rejected)
+    }
+
+    /// `commandToken` on a Dispatch thread: waiting for the command must not hold one of the few threads
+    /// every Swift task of the process runs on.
+    private static func commandTokenOffPool(_ command: String, timeLimit: Duration) async throws(StorageError) -> String {
+        let result: Result<String, StorageError> = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                do throws(StorageError) {
+                    continuation.resume(returning: .success(try commandToken(command, timeLimit: timeLimit)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        return try result.get()
+    }
+
+    /// Runs the token command and returns its trimmed, validated output (blocking until it ends or its
+    /// time limit stops it).
+    static func commandToken(_ command: String, timeLimit: Duration) throws(StorageError) -> String {
+        let output = try run(command, timeLimit: timeLimit)
         let token = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !token.isEmpty else {
             throw StorageError(.unauthenticated, "JOBCTL_TOKEN_COMMAND exited 0 but printed no token",
                                retryable: true)
         }
         try BearerToken.validate(token, source: "the output of JOBCTL_TOKEN_COMMAND")
-        cached.withLock { $0 = token }
         return token
     }
 

@@ -14,6 +14,11 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public var accessToken: String?
     /// A shell command printing a fresh token (`JOBCTL_TOKEN_COMMAND`), run at start and once on a 401.
     public var tokenCommand: String?
+    /// Google credentials used when neither `accessToken` nor `tokenCommand` is set: a service-account or
+    /// authorized-user file, or the metadata server. Nil with neither: anonymous.
+    public var googleCredentials: GoogleCredentials?
+    /// How long before expiry a fetched token is replaced (at most half its lifetime).
+    public var tokenRefreshMargin: Duration
     /// Resumable upload chunk size, a multiple of 256 KiB (default 8 MiB).
     public var chunkSize: Int
     /// Uploads up to this size use one request instead of a resumable session (default 5 MiB).
@@ -37,10 +42,15 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public static let chunkSizeRange = chunkQuantum...(1 << 30)
     /// Stall limits accepted: one second to one hour.
     public static let stallTimeoutRange = 1...3600
+    /// Tokens are replaced five minutes before they expire, as Google's libraries do (within minutes).
+    public static let defaultTokenRefreshMargin = Duration.seconds(300)
+    /// Where `gcloud auth application-default login` writes credentials, below `$HOME`.
+    public static let wellKnownCredentialsPath = ".config/gcloud/application_default_credentials.json"
 
     public init(gcsEndpoint: String = "https://storage.googleapis.com", usesEmulator: Bool = false,
                 firebaseEndpoint: String = "https://firebasestorage.googleapis.com", accessToken: String? = nil,
-                tokenCommand: String? = nil, chunkSize: Int = StorageConfiguration.defaultChunkSize,
+                tokenCommand: String? = nil, googleCredentials: GoogleCredentials? = nil,
+                tokenRefreshMargin: Duration = StorageConfiguration.defaultTokenRefreshMargin, chunkSize: Int = StorageConfiguration.defaultChunkSize,
                 singleRequestLimit: Int = 5 * 1024 * 1024, localBucketsDirectory: String = "buckets",
                 executableUploadPolicy: Set<String> = [], stallTimeout: Int = 60, connectTimeout: Int = 15,
                 certificateTrust: CertificateTrust = .systemDefault) {
@@ -49,6 +59,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         self.firebaseEndpoint = firebaseEndpoint
         self.accessToken = accessToken
         self.tokenCommand = tokenCommand
+        self.googleCredentials = googleCredentials
+        self.tokenRefreshMargin = tokenRefreshMargin
         self.chunkSize = chunkSize
         self.singleRequestLimit = singleRequestLimit
         self.localBucketsDirectory = localBucketsDirectory
@@ -59,12 +71,20 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     }
 
     /// Reads `STORAGE_EMULATOR_HOST`, `GOOGLE_OAUTH_ACCESS_TOKEN`, `JOBCTL_TOKEN_COMMAND`,
+    /// `GOOGLE_APPLICATION_CREDENTIALS`, the gcloud well-known credentials file, `GCE_METADATA_HOST`,
     /// `JOBCTL_CHUNK_SIZE`, `JOBCTL_STALL_TIMEOUT`, `JOBCTL_BUCKETS`, `JOBCTL_REFUSE_EXECUTABLES`
     /// (comma-separated bucket names) and the CA settings (`CertificateTrust.fromEnvironment`).
     ///
     /// An unset or empty variable keeps the default; any other value is checked, and a bad one throws
     /// `invalidArgument` (`unauthenticated` for a token) with a message naming the variable — never a
     /// silent fallback. Tokens are never quoted.
+    ///
+    /// Credentials, first found wins: `GOOGLE_OAUTH_ACCESS_TOKEN` > `JOBCTL_TOKEN_COMMAND` (both set is an
+    /// error) > `GOOGLE_APPLICATION_CREDENTIALS` > `$HOME/.config/gcloud/application_default_credentials.json`
+    /// (skipped with `STORAGE_EMULATOR_HOST`: an emulator needs no credentials, and a developer's own
+    /// login must not be sent to it) > the metadata server when `GCE_METADATA_HOST` is set > anonymous.
+    /// A lower source is not read when a higher one is set. A credentials file is read and its key checked
+    /// here, so a bad file fails at start, naming the file and the field.
     public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment,
                                        localBucketsDirectory: String) throws(StorageError) -> StorageConfiguration {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
@@ -96,6 +116,9 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
             throw StorageError(.invalidArgument,
                                "both GOOGLE_OAUTH_ACCESS_TOKEN and JOBCTL_TOKEN_COMMAND are set, and only one can be used; unset one of them")
         }
+        if configuration.accessToken == nil && configuration.tokenCommand == nil {
+            configuration.googleCredentials = try googleCredentials(environment, usesEmulator: configuration.usesEmulator)
+        }
         if let text = value("JOBCTL_CHUNK_SIZE") {
             configuration.chunkSize = try chunkSize(parsing: text)
         }
@@ -107,6 +130,24 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         }
         configuration.certificateTrust = try CertificateTrust.fromEnvironment(environment)
         return configuration
+    }
+
+    /// The Google credentials the environment names, if any (see `fromEnvironment` for the order).
+    static func googleCredentials(_ environment: [String: String], usesEmulator: Bool) throws(StorageError) -> GoogleCredentials? {
+        func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        if let path = value("GOOGLE_APPLICATION_CREDENTIALS") {
+            return try GoogleCredentials.load(file: path, source: "GOOGLE_APPLICATION_CREDENTIALS")
+        }
+        if !usesEmulator, let home = value("HOME") {
+            let path = (home.hasSuffix("/") ? home : home + "/") + wellKnownCredentialsPath
+            if FileManager.default.fileExists(atPath: path) {
+                return try GoogleCredentials.load(file: path, source: "the gcloud application-default credentials file")
+            }
+        }
+        if let host = value("GCE_METADATA_HOST") {
+            return .metadataServer(host: try GoogleCredentials.metadataHost(host))
+        }
+        return nil
     }
 
     // MARK: - Parsing single settings
@@ -177,7 +218,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
 
     public var description: String {
         "StorageConfiguration(gcsEndpoint: \(gcsEndpoint), token: \(accessToken == nil ? "none" : "set (hidden)"), "
-            + "tokenCommand: \(tokenCommand == nil ? "none" : "set"), chunkSize: \(chunkSize), buckets: \(localBucketsDirectory), "
+            + "tokenCommand: \(tokenCommand == nil ? "none" : "set"), "
+            + "credentials: \(googleCredentials.map { "\($0)" } ?? "none"), chunkSize: \(chunkSize), buckets: \(localBucketsDirectory), "
             + "stallTimeout: \(stallTimeout) s, trust: \(certificateTrust))"
     }
 }

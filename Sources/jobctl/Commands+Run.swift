@@ -18,7 +18,9 @@ extension Commands {
         With --drain the worker exits once no job is queued or running: 0 when every job it ran ended
         well, 2 when any of them failed, so `jobctl submit jobs.yaml && jobctl worker --drain` works in
         scripts. Storage settings come from the environment: STORAGE_EMULATOR_HOST,
-        GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
+        GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, else GOOGLE_APPLICATION_CREDENTIALS (a
+        service-account key or authorized-user file; else gcloud's application-default file), else
+        GCE_METADATA_HOST; JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
         JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR);
         a bad value stops the worker before it starts.
         """

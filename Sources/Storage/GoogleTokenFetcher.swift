@@ -1,0 +1,90 @@
+import Foundation
+import JobModel
+
+/// Fetches one access token from Google credentials: the JWT bearer grant (RFC 7523) for a service
+/// account, the refresh-token grant (RFC 6749 §6) for an authorized user, or a GET from the metadata
+/// server. The answer is checked by `AccessTokenResponse`.
+///
+/// Nothing secret is put in an error: not the assertion, the client secret, the refresh token, the
+/// answer's body, nor the token. An OAuth error code (`invalid_grant`) is shown when it is a plain word.
+struct GoogleTokenFetcher: Sendable {
+    let credentials: GoogleCredentials
+    let options: CurlOptions
+
+    /// The metadata server is asked with a short connect limit: off GCE nothing answers, and a worker must
+    /// not hang on it.
+    static let metadataConnectTimeout = 2
+
+    /// A token and its lifetime.
+    func fetch() async throws(StorageError) -> FetchedToken {
+        let request: HTTPRequest
+        let what: String
+        var options = options
+        switch credentials {
+        case .serviceAccount(let key):
+            let assertion = try key.assertion(issuedAt: Int(Date().timeIntervalSince1970))
+            request = Self.formPost(key.tokenURI, [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+                                                   ("assertion", assertion)])
+            what = "the token endpoint of \(key) (token_uri \(key.tokenURI))"
+        case .authorizedUser(let user):
+            request = Self.formPost(user.tokenURI, [("grant_type", "refresh_token"), ("client_id", user.clientID),
+                                                    ("client_secret", user.clientSecret),
+                                                    ("refresh_token", user.refreshToken)])
+            what = "the token endpoint of the \(user) (\(user.tokenURI))"
+        case .metadataServer(let host):
+            request = HTTPRequest(method: "GET",
+                                  url: "http://\(host)/computeMetadata/v1/instance/service-accounts/default/token",
+                                  headers: ["Metadata-Flavor: Google"])
+            what = "the metadata server \(host) (GCE_METADATA_HOST)"
+            options.connectTimeout = min(options.connectTimeout, Self.metadataConnectTimeout)
+        }
+        let sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
+        let response: HTTPResponse
+        do {
+            response = try await CurlEngine.shared.perform(request, sink: sink, control: nil, options: options)
+        } catch {
+            switch error {
+            case .stopped:
+                throw StorageError(.cancelled, "fetching an access token from \(what) was cancelled")
+            case .failed(let cause) where cause.code == .downloadSizeExceeded:
+                throw StorageError(.unauthenticated, "\(what) answered with more than 16 KiB, too much for a token; "
+                                       + "check that the endpoint is a Google OAuth 2.0 token endpoint")
+            case .failed(let cause):
+                throw StorageError(.unauthenticated, "could not get an access token from \(what): \(cause.message)",
+                                   url: cause.url, retryable: cause.retryable, cause: cause.cause)
+            }
+        }
+        guard response.isSuccess else {
+            throw Self.refusal(response, what: what)
+        }
+        let answer = try AccessTokenResponse(parsing: sink.data, from: what)
+        return FetchedToken(value: answer.token, lifetime: .seconds(answer.lifetime))
+    }
+
+    /// An `application/x-www-form-urlencoded` POST.
+    private static func formPost(_ url: String, _ fields: [(String, String)]) -> HTTPRequest {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        let body = fields.map { name, value in
+            "\(name)=\(value.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"
+        }.joined(separator: "&")
+        return HTTPRequest(method: "POST", url: url, headers: ["Content-Type: application/x-www-form-urlencoded"],
+                           body: Data(body.utf8))
+    }
+
+    /// The error for a non-2xx answer: retryable for 408, 429 and 5xx; otherwise the credentials were
+    /// refused, which trying again does not change.
+    private static func refusal(_ response: HTTPResponse, what: String) -> StorageError {
+        let retryable = response.status == 408 || response.status == 429 || (500...599).contains(response.status)
+        var code = ""
+        if let error = response.json?["error"] as? String, error.count <= 40,
+           error.allSatisfy({ $0 == "_" || ("a"..."z").contains($0) }) {
+            code = ", \(error)"
+        }
+        let remedy = retryable
+            ? "it will be tried again"
+            : "check that the credentials are current (a deleted key, a revoked refresh token or a wrong token_uri is refused)"
+        return StorageError(.unauthenticated, "\(what) refused to issue an access token (HTTP \(response.status)\(code)); \(remedy)",
+                            httpStatus: response.status, url: redactedURL(response.url), retryable: retryable)
+    }
+}

@@ -1,0 +1,36 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// A worker finds Google credentials in its environment: a service-account key is used end to end, a
+/// bad one stops the worker at start naming the file and the field, never a value.
+@Suite("worker with Google credentials") struct GoogleCredentialsCommandTests {
+    @Test func serviceAccountKeyEndToEnd() throws {
+        let server = try TokenServer.start()
+        defer { server.stop() }
+        try server.serve(Data("hi".utf8), metadata: #"{"bucket":"bkt","name":"a.txt","size":"2","generation":"1"}"#)
+        let workspace = try CLIWorkspace("credentials")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("- {kind: download-memory, source: \"gs://bkt/a.txt\", max_attempts: 1}\n")
+        let environment = ["GOOGLE_APPLICATION_CREDENTIALS": try server.serviceAccountKeyFile(),
+                           "STORAGE_EMULATOR_HOST": server.baseURL, "HOME": workspace.directory.path]
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let result = try workspace.jobctl(["result", try #require(ids.first)])
+        #expect(result.stdout == "hi", "\(result.stderr)")
+        #expect(server.tokenRequests.map(\.problem) == [nil], "one accepted token request: \(server.tokenRequests)")
+        for output in [worker.stdout, worker.stderr] { #expect(!output.contains("tok-1") && !output.contains("PRIVATE KEY")) }
+    }
+
+    @Test func badKeyStopsTheWorkerAtStart() throws {
+        let workspace = try CLIWorkspace("credentials-bad")
+        defer { workspace.directory.remove() }
+        let keyFile = try workspace.write("key.json", #"""
+            {"type":"service_account","client_email":"a@b","private_key":"-----BEGIN PRIVATE KEY-----\nS3CR3T\n-----END PRIVATE KEY-----\n"}
+            """#)
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: ["GOOGLE_APPLICATION_CREDENTIALS": keyFile])
+        #expect(worker.status == 1)
+        #expect(worker.stderr.contains(keyFile) && worker.stderr.contains("'private_key'"), "\(worker.stderr)")
+        #expect(!worker.stderr.contains("S3CR3T"))
+    }
+}

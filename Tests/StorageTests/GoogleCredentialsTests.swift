@@ -1,0 +1,352 @@
+import Checksums
+import Foundation
+import JobModel
+@testable import Storage
+import Synchronization
+import TestSupport
+import Testing
+
+/// Google credentials end to end against a local token endpoint (`TokenServer`) that verifies the JWT's
+/// RS256 signature with the key's public half, and serves a GCS-shaped object only to the tokens it issued.
+@Suite("Google credentials against a local token endpoint")
+struct GoogleCredentialsTests {
+    private static let payload = Data("bytes behind a bearer token".utf8)
+
+    /// A token server serving `payload` as gs://bkt/obj.txt.
+    private func server(_ options: TokenServer.Options = TokenServer.Options(),
+                        verifyingKey: TestRSAKey? = nil) throws -> TokenServer {
+        let server = try TokenServer.start(options, verifyingKey: verifyingKey)
+        let hash = hashes(Self.payload)
+        try server.serve(Self.payload, metadata: """
+            {"bucket":"bkt","name":"obj.txt","size":"\(Self.payload.count)","generation":"1","md5Hash":"\(hash.md5)","crc32c":"\(hash.crc32c)"}
+            """)
+        return server
+    }
+
+    /// The configuration the environment gives, talking to `server` as the GCS endpoint.
+    private func configuration(_ environment: [String: String], server: TokenServer,
+                               margin: Duration = StorageConfiguration.defaultTokenRefreshMargin) throws -> StorageConfiguration {
+        var configuration = try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: "/nonexistent")
+        configuration.gcsEndpoint = server.baseURL
+        configuration.connectTimeout = 5
+        configuration.stallTimeout = 10
+        configuration.tokenRefreshMargin = margin
+        return configuration
+    }
+
+    private func download(_ configuration: StorageConfiguration) async -> Result<TransferOutcome, StorageError> {
+        await run(GCSBackend(configuration: configuration), JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt"))
+    }
+
+    /// The resource requests (not token requests) and the Authorization header each carried.
+    private func resourceAuthorizations(_ server: TokenServer) -> [String?] {
+        server.requests.filter { $0.path.hasPrefix("/storage/") || $0.path.hasPrefix("/download/") }.map(\.authorization)
+    }
+
+    @Test("service account: a signed JWT is exchanged for a token that every request carries; the token is cached")
+    func serviceAccountEndToEnd() async throws {
+        let server = try server()
+        defer { server.stop() }
+        let keyFile = try server.serviceAccountKeyFile()
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": keyFile, "HOME": "/nonexistent"], server: server)
+        guard case .serviceAccount(let key) = configuration.googleCredentials else {
+            Issue.record("expected a service account, got \(String(describing: configuration.googleCredentials))")
+            return
+        }
+        #expect(key.clientEmail == server.options.issuer)
+        #expect(!"\(configuration)".contains("PRIVATE KEY"))
+        let backend = GCSBackend(configuration: configuration)
+        for _ in 0..<2 {
+            let result = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt")))
+            #expect(result.data == Self.payload)
+        }
+        let tokenRequests = server.tokenRequests
+        #expect(tokenRequests.count == 1, "one token for both downloads: \(tokenRequests)")
+        #expect(tokenRequests.first?.grant == "urn:ietf:params:oauth:grant-type:jwt-bearer")
+        #expect(tokenRequests.first?.contentType == "application/x-www-form-urlencoded")
+        #expect(tokenRequests.first?.problem == nil, "the server accepted the assertion: \(tokenRequests)")
+        let authorizations = resourceAuthorizations(server)
+        #expect(authorizations.count == 4)
+        #expect(authorizations.allSatisfy { $0 == "Bearer tok-1" }, "\(authorizations)")
+    }
+
+    @Test("a token is replaced the configured margin before it expires, not before")
+    func refreshBeforeExpiry() async throws {
+        var options = TokenServer.Options()
+        options.expiresIn = 600
+        let server = try server(options)
+        defer { server.stop() }
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": try server.serviceAccountKeyFile()],
+                                              server: server, margin: .seconds(120))
+        // A clock moved by hand: the test does not depend on how fast this machine is.
+        let origin = ContinuousClock.now
+        let elapsed = Mutex(Duration.zero)
+        let tokens = GCSTokenSource(configuration: configuration, now: { origin + elapsed.withLock { $0 } })
+        #expect(try await tokens.authorizationHeader() == "Authorization: Bearer tok-1")
+        // Valid for 600 s, replaced 120 s early: kept until 480 s after it was received.
+        elapsed.withLock { $0 = .seconds(479) }
+        #expect(try await tokens.authorizationHeader() == "Authorization: Bearer tok-1")
+        #expect(server.tokenRequests.count == 1)
+        elapsed.withLock { $0 = .seconds(480) }
+        #expect(try await tokens.authorizationHeader() == "Authorization: Bearer tok-2")
+        elapsed.withLock { $0 = .seconds(481) }
+        #expect(try await tokens.authorizationHeader() == "Authorization: Bearer tok-2")
+        #expect(server.tokenRequests.count == 2)
+    }
+
+    @Test("concurrent callers share one refresh")
+    func concurrentCallersShareOneRefresh() async throws {
+        var options = TokenServer.Options()
+        options.delay = 0.4
+        let server = try server(options)
+        defer { server.stop() }
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": try server.serviceAccountKeyFile()], server: server)
+        let tokens = GCSTokenSource(configuration: configuration)
+        let headers = try await withThrowingTaskGroup(of: String?.self) { group in
+            for _ in 0..<8 { group.addTask { try await tokens.authorizationHeader() } }
+            return try await group.reduce(into: [String?]()) { $0.append($1) }
+        }
+        #expect(headers == Array(repeating: "Authorization: Bearer tok-1", count: 8))
+        #expect(server.tokenRequests.count == 1, "\(server.tokenRequests)")
+    }
+
+    @Test("a 401 fetches one new token and the request is sent again with it")
+    func unauthorizedRefreshesOnce() async throws {
+        var options = TokenServer.Options()
+        options.revokeFirstResourceRequest = true
+        let server = try server(options)
+        defer { server.stop() }
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": try server.serviceAccountKeyFile()], server: server)
+        let result = try finished(await download(configuration))
+        #expect(result.data == Self.payload)
+        #expect(server.tokenRequests.count == 2)
+        #expect(resourceAuthorizations(server) == ["Bearer tok-1", "Bearer tok-2", "Bearer tok-2"])
+    }
+
+    @Test("a 401 after another request already replaced the token uses the replacement, without a second refresh")
+    func rejectedOldTokenUsesReplacement() async throws {
+        let server = try server()
+        defer { server.stop() }
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": try server.serviceAccountKeyFile()], server: server)
+        let tokens = GCSTokenSource(configuration: configuration)
+        let first = try #require(try await tokens.authorizationHeader())
+        #expect(try await tokens.refresh(replacing: first) == "tok-2")
+        // A second request that was sent with tok-1 too comes back 401: tok-2 is already there.
+        #expect(try await tokens.refresh(replacing: first) == "tok-2")
+        #expect(server.tokenRequests.count == 2)
+    }
+
+    @Test("authorized user: the refresh token is exchanged at the file's token_uri")
+    func authorizedUser() async throws {
+        let server = try server()
+        defer { server.stop() }
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": try server.authorizedUserFile()], server: server)
+        #expect("\(configuration)".contains("authorized user"))
+        #expect(!"\(configuration)".contains(server.options.refreshToken))
+        #expect(!"\(configuration)".contains(server.options.clientSecret))
+        let result = try finished(await download(configuration))
+        #expect(result.data == Self.payload)
+        #expect(server.tokenRequests.map(\.grant) == ["refresh_token"])
+        #expect(server.tokenRequests.first?.problem == nil, "\(server.tokenRequests)")
+        #expect(resourceAuthorizations(server).allSatisfy { $0 == "Bearer tok-1" })
+    }
+
+    @Test("the gcloud well-known file is used when the variable is unset, but not with an emulator")
+    func wellKnownFile() async throws {
+        let server = try server()
+        defer { server.stop() }
+        let home = try TemporaryDirectory("jobctl-home")
+        defer { home.remove() }
+        try FileManager.default.createDirectory(atPath: home.file(".config/gcloud"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: try server.authorizedUserFile(),
+                                         toPath: home.file(StorageConfiguration.wellKnownCredentialsPath))
+        let configuration = try configuration(["HOME": home.path], server: server)
+        let result = try finished(await download(configuration))
+        #expect(result.data == Self.payload)
+        #expect(server.tokenRequests.map(\.grant) == ["refresh_token"])
+
+        let emulated = try StorageConfiguration.fromEnvironment(["HOME": home.path, "STORAGE_EMULATOR_HOST": server.baseURL],
+                                                                localBucketsDirectory: "/nonexistent")
+        #expect(emulated.googleCredentials == nil, "an emulator with nothing configured stays anonymous")
+    }
+
+    @Test("metadata server: GCE_METADATA_HOST is asked with Metadata-Flavor: Google")
+    func metadataServer() async throws {
+        let server = try server()
+        defer { server.stop() }
+        let configuration = try configuration(["GCE_METADATA_HOST": "127.0.0.1:\(server.port)", "HOME": "/nonexistent"],
+                                              server: server)
+        #expect(configuration.googleCredentials == .metadataServer(host: "127.0.0.1:\(server.port)"))
+        let result = try finished(await download(configuration))
+        #expect(result.data == Self.payload)
+        let tokenRequests = server.tokenRequests
+        #expect(tokenRequests.count == 1)
+        #expect(tokenRequests.first?.metadataFlavor == "Google")
+        #expect(resourceAuthorizations(server).allSatisfy { $0 == "Bearer tok-1" })
+    }
+
+    @Test("a metadata host where nothing listens fails retryably, naming the variable")
+    func metadataServerDown() async throws {
+        let tokens = GCSTokenSource(accessToken: nil, tokenCommand: nil,
+                                    google: .metadataServer(host: "127.0.0.1:\(freeLoopbackPort())"))
+        let error = await #expect(throws: StorageError.self) { try await tokens.authorizationHeader() }
+        #expect(error?.code == .unauthenticated)
+        #expect(error?.retryable == true)
+        #expect(error?.message.contains("GCE_METADATA_HOST") == true, "\(String(describing: error))")
+    }
+
+    // MARK: - Failures name what to fix and never show a secret
+
+    /// Whatever `error` says must not hold key material, an assertion, a refresh token or a token.
+    private func expectNoSecret(_ error: StorageError?, server: TokenServer, sourceLocation: SourceLocation = #_sourceLocation) {
+        let text = "\(String(describing: error)) \(error?.cause ?? "")"
+        for secret in ["PRIVATE KEY", "eyJ", "tok-", "X-Injected", server.options.refreshToken, server.options.clientSecret] {
+            #expect(!text.contains(secret), "'\(secret)' in \(text)", sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test("an assertion signed with another key is refused by the endpoint: unauthenticated, not retryable")
+    func badSignature() async throws {
+        let server = try server(verifyingKey: try TestRSAKey.first)
+        defer { server.stop() }
+        let keyFile = try server.serviceAccountKeyFile(key: try TestRSAKey.second)
+        let error = try failure(await download(try configuration(["GOOGLE_APPLICATION_CREDENTIALS": keyFile], server: server)))
+        #expect(server.tokenRequests.map(\.problem) == ["bad signature"])
+        #expect(error.code == .unauthenticated)
+        #expect(error.httpStatus == 400)
+        #expect(!error.retryable)
+        #expect(error.message.contains("invalid_grant"), "\(error)")
+        #expect(error.message.contains(keyFile), "\(error)")
+        expectNoSecret(error, server: server)
+        #expect(resourceAuthorizations(server).isEmpty, "nothing was sent without a token")
+    }
+
+    @Test("malformed token responses are refused with a typed error that shows no token",
+          arguments: ["notjson", "badtoken", "huge", "badexpiry"])
+    func malformedResponse(answer: String) async throws {
+        var options = TokenServer.Options()
+        options.answer = answer
+        let server = try server(options)
+        defer { server.stop() }
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": try server.serviceAccountKeyFile()], server: server)
+        let error = try failure(await download(configuration))
+        #expect(error.code == .unauthenticated)
+        #expect(error.message.contains("token endpoint"), "\(error)")
+        expectNoSecret(error, server: server)
+        #expect(resourceAuthorizations(server).isEmpty)
+    }
+
+    @Test("bad credentials files fail at start naming the file and the field, never a value", arguments: [
+        ("not json", "is not a JSON object"),
+        (#"{"type":"service_account","client_email":"a@b","token_uri":"https://oauth2.googleapis.com/token"}"#, "'private_key'"),
+        (#"{"type":"service_account","private_key":"-----BEGIN PRIVATE KEY-----\nSECRETGARBAGE\n-----END PRIVATE KEY-----\n","client_email":"a@b"}"#,
+         "'private_key' that is not a readable PEM private key"),
+        (#"{"type":"service_account","private_key":"PEM","client_email":"a@b","token_uri":"http://token.example.com/"}"#, "'token_uri'"),
+        (#"{"type":"authorized_user","client_id":"x","client_secret":"SECRETGARBAGE"}"#, "'refresh_token'"),
+        (#"{"type":"external_account","audience":"SECRETGARBAGE"}"#, "'type' (external_account)"),
+        (#"{"client_secret":"SECRETGARBAGE"}"#, "'type'"),
+    ])
+    func badKeyFile(contents: String, fragment: String) throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("key.json")
+        try Data(contents.utf8).write(to: URL(fileURLWithPath: path))
+        let error = #expect(throws: StorageError.self) {
+            try StorageConfiguration.fromEnvironment(["GOOGLE_APPLICATION_CREDENTIALS": path], localBucketsDirectory: "/nonexistent")
+        }
+        #expect(error?.code == .unauthenticated)
+        #expect(error?.message.contains(path) == true, "\(String(describing: error))")
+        #expect(error?.message.contains("GOOGLE_APPLICATION_CREDENTIALS") == true)
+        #expect(error?.message.contains(fragment) == true, "\(String(describing: error))")
+        #expect(error?.message.contains("SECRETGARBAGE") == false)
+    }
+
+    @Test("a missing key file, or an encrypted key, is refused without prompting")
+    func missingOrEncryptedKey() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let missing = #expect(throws: StorageError.self) {
+            try StorageConfiguration.fromEnvironment(["GOOGLE_APPLICATION_CREDENTIALS": directory.file("nope.json")],
+                                                     localBucketsDirectory: "/nonexistent")
+        }
+        #expect(missing?.message.contains("cannot be read") == true)
+        let encrypted = directory.file("encrypted.pem")
+        let made = try runProcess("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024",
+                                                       "-aes256", "-pass", "pass:secret", "-out", encrypted])
+        try #require(made.status == 0, "\(made.stderr)")
+        #expect(throws: RSASignerError.self) { try RSASigner(pem: try String(contentsOfFile: encrypted, encoding: .utf8)) }
+        let plain = directory.file("ec.pem")
+        try #require(try runProcess("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                                                         "-out", plain]).status == 0)
+        let notRSA = #expect(throws: RSASignerError.self) { try RSASigner(pem: try String(contentsOfFile: plain, encoding: .utf8)) }
+        #expect(notRSA?.reason.contains("not an RSA key") == true)
+    }
+
+    @Test("precedence: token > command > GOOGLE_APPLICATION_CREDENTIALS > well-known file > GCE_METADATA_HOST > anonymous")
+    func precedence() throws {
+        let server = try server()
+        defer { server.stop() }
+        let keyFile = try server.serviceAccountKeyFile()
+        func credentials(_ environment: [String: String]) throws -> StorageConfiguration {
+            try StorageConfiguration.fromEnvironment(environment.merging(["HOME": "/nonexistent"]) { a, _ in a },
+                                                     localBucketsDirectory: "/nonexistent")
+        }
+        // A higher source means a lower one is not even read (this file does not exist).
+        let unread = "/nonexistent/key.json"
+        let token = try credentials(["GOOGLE_OAUTH_ACCESS_TOKEN": "abc", "GOOGLE_APPLICATION_CREDENTIALS": unread])
+        #expect(token.accessToken == "abc" && token.googleCredentials == nil)
+        let command = try credentials(["JOBCTL_TOKEN_COMMAND": "echo abc", "GOOGLE_APPLICATION_CREDENTIALS": unread])
+        #expect(command.tokenCommand == "echo abc" && command.googleCredentials == nil)
+        let file = try credentials(["GOOGLE_APPLICATION_CREDENTIALS": keyFile, "GCE_METADATA_HOST": "127.0.0.1:1"])
+        if case .serviceAccount = file.googleCredentials {} else { Issue.record("\(file)") }
+        let metadata = try credentials(["GCE_METADATA_HOST": "metadata.google.internal"])
+        #expect(metadata.googleCredentials == .metadataServer(host: "metadata.google.internal"))
+        #expect(try credentials([:]).googleCredentials == nil)
+        #expect(try credentials(["STORAGE_EMULATOR_HOST": server.baseURL]).googleCredentials == nil)
+        for bad in ["http://metadata", "host/path", "host name"] {
+            #expect(throws: StorageError.self, "\(bad)") { try credentials(["GCE_METADATA_HOST": bad]) }
+        }
+    }
+}
+
+/// The token cache's decisions as values: no clock, no I/O.
+@Suite("Access token state")
+struct AccessTokenStateTests {
+    private let start = ContinuousClock.now
+
+    @Test("first use refreshes; callers meanwhile wait; the token is used until margin before expiry")
+    func lifecycle() {
+        var state = AccessTokenState(margin: .seconds(300))
+        #expect(state.tokenRequested(at: start) == .startRefresh)
+        #expect(state.tokenRequested(at: start) == .awaitRefresh)
+        state.refreshFinished(FetchedToken(value: "a", lifetime: .seconds(3600)), at: start)
+        #expect(state.tokenRequested(at: start + .seconds(3299)) == .use("a"))
+        #expect(state.tokenRequested(at: start + .seconds(3300)) == .startRefresh)
+        #expect(state.tokenRequested(at: start + .seconds(3301)) == .awaitRefresh)
+        state.refreshFailed()
+        #expect(state.tokenRequested(at: start + .seconds(3302)) == .startRefresh)
+    }
+
+    @Test("a short-lived token is kept for half its lifetime; a command's token until it is refused")
+    func shortAndUnboundedLifetimes() {
+        var state = AccessTokenState(margin: .seconds(300))
+        _ = state.tokenRequested(at: start)
+        state.refreshFinished(FetchedToken(value: "short", lifetime: .seconds(60)), at: start)
+        #expect(state.tokenRequested(at: start + .seconds(29)) == .use("short"))
+        #expect(state.tokenRequested(at: start + .seconds(30)) == .startRefresh)
+        state.refreshFinished(FetchedToken(value: "forever", lifetime: nil), at: start + .seconds(30))
+        #expect(state.tokenRequested(at: start + .seconds(1_000_000)) == .use("forever"))
+    }
+
+    @Test("a 401 refreshes only the token that was refused")
+    func rejection() {
+        var state = AccessTokenState(margin: .seconds(300))
+        _ = state.tokenRequested(at: start)
+        state.refreshFinished(FetchedToken(value: "a", lifetime: .seconds(3600)), at: start)
+        #expect(state.tokenRejected("a") == .startRefresh)
+        #expect(state.tokenRejected("a") == .awaitRefresh)
+        state.refreshFinished(FetchedToken(value: "b", lifetime: .seconds(3600)), at: start)
+        #expect(state.tokenRejected("a") == .use("b"))
+        #expect(state.tokenRejected("b") == .startRefresh)
+    }
+}
