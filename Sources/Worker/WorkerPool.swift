@@ -64,6 +64,8 @@ public final class WorkerPool: Sendable {
     private struct Running: Sendable {
         let runner: TaskRunner
         let token: Int64
+        let kind: JobKind
+        let claimedAtMs: Int64
         var stopRequested: StopReason?
     }
 
@@ -80,13 +82,18 @@ public final class WorkerPool: Sendable {
     private let state = Mutex(State())
     private let wakeup = Wakeup()
     private let sweeper: OrphanSweeper
+    /// Where every transition the pool makes is reported.
+    public let log: WorkerLog
 
     /// A pool on `store`. Every store call goes through the store's own executor (its `async`
-    /// methods), so no thread of Swift's cooperative pool ever waits for SQLite.
-    public init(store: any JobStore, backend: any StorageBackend, configuration: WorkerConfiguration) {
+    /// methods), so no thread of Swift's cooperative pool ever waits for SQLite. Each transition is
+    /// reported to `log` (silent by default).
+    public init(store: any JobStore, backend: any StorageBackend, configuration: WorkerConfiguration,
+                log: WorkerLog = .silent) {
         self.configuration = configuration
         self.store = store
         self.backend = backend
+        self.log = log
         self.sweeper = OrphanSweeper(store: store, backend: backend, intervalMs: configuration.orphanSweepIntervalMs)
     }
 
@@ -116,6 +123,8 @@ public final class WorkerPool: Sendable {
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = max(200, config.leaseMs / 3)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
+        log.workerStarted(owner: config.owner, concurrency: config.concurrency, leaseMs: config.leaseMs,
+                          queues: config.queues, drain: config.drain, now: Clock.nowMs())
         await sweeper.sweepIfDue(now: Clock.nowMs())
 
         while true {
@@ -174,8 +183,7 @@ public final class WorkerPool: Sendable {
                 }
             } catch {
                 consecutiveErrors += 1
-                let message = SecretRedaction.redactURLs(in: "jobctl worker: \(error) (retrying)\n")
-                FileHandle.standardError.write(Data(message.utf8))
+                log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
                 await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
                 continue
             }
@@ -188,6 +196,7 @@ public final class WorkerPool: Sendable {
         let stats = store.groupCommitStats
         summary.groupCommits = stats.commits
         summary.eventsWritten = stats.events
+        log.workerStopped(summary, now: Clock.nowMs())
         return summary
     }
 
@@ -198,19 +207,20 @@ public final class WorkerPool: Sendable {
         let claimed = try await store.claimGrouped(
             ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
         for job in claimed {
-            start(job)
+            log.claimed(job.record, token: job.token, leaseMs: config.leaseMs, now: now)
+            start(job, now: now)
         }
         return claimed.count
     }
 
-    private func start(_ job: ClaimedJob) {
+    private func start(_ job: ClaimedJob, now: Int64) {
         let record = job.record
-        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token)
+        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log)
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
                                 backend: backend, sink: sink)
         state.withLock { state in
-            state.running[record.id] = Running(runner: runner, token: job.token)
+            state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now)
             state.summary.claimed += 1
         }
         Task {
@@ -220,7 +230,8 @@ public final class WorkerPool: Sendable {
     }
 
     private func finished(_ jobID: String, outcome: TaskRunOutcome) {
-        state.withLock { state in
+        let entry = state.withLock { state in
+            let entry = state.running[jobID]
             state.running[jobID] = nil
             state.slotFreed = true
             switch outcome {
@@ -232,6 +243,10 @@ public final class WorkerPool: Sendable {
             case .released: state.summary.released += 1
             case .abandoned: state.summary.abandoned += 1
             }
+            return entry
+        }
+        if let entry {
+            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: Clock.nowMs())
         }
         wakeup.signal()
     }
@@ -246,6 +261,9 @@ public final class WorkerPool: Sendable {
             try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
         }
         for jobID in lost {
+            if let entry = state.withLock({ $0.running[jobID] }), entry.stopRequested == nil {
+                log.leaseLost(jobID: jobID, kind: entry.kind, token: entry.token, now: now)
+            }
             stop(jobID, .leaseLost)
         }
     }
@@ -280,11 +298,24 @@ struct LeaseSink: TaskEventSink {
     let store: any JobStore
     let owner: String
     let token: Int64
+    let kind: JobKind
+    let log: WorkerLog
 
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
         let pending = PendingEvent(jobID: jobID, actor: owner, leaseToken: token, payload: event.payload)
-        switch await store.appendGrouped(pending) {
+        let before = Clock.nowMs()
+        let result = await store.appendGrouped(pending)
+        let after = Clock.nowMs()
+        log.commitTook(after - before, jobID: jobID, kind: kind, event: event.type, now: after)
+        switch result {
         case .success:
+            // Outcomes (paused, succeeded, …) are reported by the pool when the run returns.
+            switch event.payload {
+            case .started(let progress): log.started(jobID: jobID, kind: kind, progress: progress, now: after)
+            case .progress(let progress) where log.isEnabled(.debug):
+                log.progress(jobID: jobID, kind: kind, progress: progress, now: after)
+            default: break
+            }
             return
         case .failure(let error):
             if case .staleLease = error { throw .staleLease }
