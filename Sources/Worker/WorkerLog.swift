@@ -53,6 +53,7 @@ public final class WorkerLog: Sendable {
             ("failed", .integer(Int64(summary.failed))), ("retried", .integer(Int64(summary.retried))),
             ("paused", .integer(Int64(summary.paused))), ("cancelled", .integer(Int64(summary.cancelled))),
             ("released", .integer(Int64(summary.released))), ("abandoned", .integer(Int64(summary.abandoned))),
+            ("events_written", .integer(Int64(summary.eventsWritten))), ("group_commits", .integer(Int64(summary.groupCommits))),
         ]))
     }
 

@@ -52,9 +52,6 @@ extension Commands {
         // handled as soon as the handlers exist.
         let signals = SignalHandling(pool: pool)
         signals.install()
-        if textLog, log.isEnabled(.info) {
-            emitError("jobctl worker \(configuration.owner): concurrency \(concurrency), lease \(TimeText.duration(seconds: leaseMs / 1000))\(drain ? ", draining" : "")")
-        }
         let summary = try blockingRun { try await pool.run() }
         if arguments[Options.json] {
             struct Summary: Encodable {
@@ -65,10 +62,6 @@ extension Commands {
                                       retried: summary.retried, paused: summary.paused, cancelled: summary.cancelled,
                                       released: summary.released, abandoned: summary.abandoned,
                                       events_written: summary.eventsWritten, group_commits: summary.groupCommits)))
-        } else if textLog {
-            emitError("jobctl worker: \(summary.claimed) claimed, \(summary.succeeded) succeeded, \(summary.failed) failed, "
-                      + "\(summary.retried) to retry, \(summary.paused) paused, \(summary.cancelled) cancelled, \(summary.released) released; "
-                      + "\(plural(summary.eventsWritten, "event")) in \(plural(summary.groupCommits, "commit"))")
         }
         if drain, summary.failed > 0 {
             if textLog { emitError("jobctl worker: \(plural(summary.failed, "job")) ended failed (exit \(ExitCode.jobsFailed)); `jobctl list --state failed` shows them") }
