@@ -67,6 +67,8 @@ public final class WorkerPool: Sendable {
         let kind: JobKind
         let claimedAtMs: Int64
         var stopRequested: StopReason?
+        /// Whether the log already said this run lost its lease (a heartbeat or a fenced append may tell first).
+        var leaseLossLogged = false
     }
 
     private struct State: Sendable {
@@ -215,7 +217,8 @@ public final class WorkerPool: Sendable {
 
     private func start(_ job: ClaimedJob, now: Int64) {
         let record = job.record
-        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log)
+        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log,
+                             leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
                                 backend: backend, sink: sink)
@@ -261,9 +264,7 @@ public final class WorkerPool: Sendable {
             try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
         }
         for jobID in lost {
-            if let entry = state.withLock({ $0.running[jobID] }), entry.stopRequested == nil {
-                log.leaseLost(jobID: jobID, kind: entry.kind, token: entry.token, now: now)
-            }
+            noteLeaseLost(jobID, now: now)
             stop(jobID, .leaseLost)
         }
     }
@@ -280,6 +281,17 @@ public final class WorkerPool: Sendable {
                 stop(record.id, .pause)
             }
         }
+    }
+
+    /// Logs, once per run, that the worker learnt it no longer holds the job's lease.
+    private func noteLeaseLost(_ jobID: String, now: Int64) {
+        let entry: Running? = state.withLock { state in
+            guard var entry = state.running[jobID], !entry.leaseLossLogged else { return nil }
+            entry.leaseLossLogged = true
+            state.running[jobID] = entry
+            return entry
+        }
+        if let entry { log.leaseLost(jobID: jobID, kind: entry.kind, token: entry.token, now: now) }
     }
 
     private func stop(_ jobID: String, _ reason: StopReason) {
@@ -300,6 +312,8 @@ struct LeaseSink: TaskEventSink {
     let token: Int64
     let kind: JobKind
     let log: WorkerLog
+    /// Called when the store refuses an append for the lease token (fencing): the lease is gone.
+    let leaseLost: @Sendable () -> Void
 
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
         let pending = PendingEvent(jobID: jobID, actor: owner, leaseToken: token, payload: event.payload)
@@ -318,7 +332,10 @@ struct LeaseSink: TaskEventSink {
             }
             return
         case .failure(let error):
-            if case .staleLease = error { throw .staleLease }
+            if case .staleLease = error {
+                leaseLost()
+                throw .staleLease
+            }
             throw .storage(String(describing: error))
         }
     }

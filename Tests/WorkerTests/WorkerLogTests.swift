@@ -38,7 +38,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         let directory = try TemporaryDirectory("worker-log")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(16 * Self.mib))
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(32 * Self.mib))
         let ids = try submit("""
         - {kind: upload-data, data: "hello log", destination: "file://logs/hello.txt"}
         - {kind: download-memory, source: "file://nowhere/missing.txt"}
@@ -138,7 +138,8 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(quiet.log.contains("error   failed "), "\(quiet.log)")
     }
 
-    /// A worker frozen past its lease rescues its own job on waking and logs that it lost the lease.
+    /// A worker frozen past its lease rescues its own job on waking and logs that it lost the lease
+    /// (learnt from its heartbeat or from the store refusing its next append, whichever comes first).
     @Test func leaseLostIsLogged() throws {
         let nginx = try startWorkerNginx(slowRate: "2m")
         defer { nginx.stop() }
@@ -148,9 +149,13 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(16 * Self.mib))
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
                                          database: database, directory: directory).first)
-        let worker = try JobctlProcess.worker(database: database, ["--lease", "1", "--log-format", "json"], logDirectory: directory.path)
+        let worker = try JobctlProcess.worker(database: database, ["--lease", "1", "--log-format", "json", "-v"], logDirectory: directory.path)
         defer { worker.signal(SIGKILL) }
-        try #require(eventually(seconds: 20) { !entries(jsonLines(worker.log).objects, "started", job: id).isEmpty }, "\(worker.log)")
+        // -v: progress lines, about one a second while bytes move.
+        try #require(eventually(seconds: 20) { !entries(jsonLines(worker.log).objects, "progress", job: id).isEmpty }, "\(worker.log)")
+        let progress = entries(jsonLines(worker.log).objects, "progress", job: id).first
+        #expect(progress?["level"] as? String == "debug")
+        #expect(((progress?["fields"] as? [String: Any])?["bytes"] as? Int ?? 0) > 0)
         worker.signal(SIGSTOP)
         usleep(1_600_000)  // past the 1 s lease: nothing else can make a lease expire
         worker.signal(SIGCONT)
@@ -159,6 +164,27 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(lost?["level"] as? String == "warning")
         worker.signal(SIGTERM)
         #expect(worker.wait(seconds: 15) == 0, "\(worker.log)")
+    }
+
+    /// On a terminal the level and outcome are coloured; NO_COLOR, --no-color and JOURNAL_STREAM turn it off.
+    @Test func colourOnlyOnATerminal() throws {
+        let directory = try TemporaryDirectory("worker-colour-log")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        var runs: [(environment: [String: String], flags: [String], coloured: Bool)] = [
+            ([:], [], true), (["NO_COLOR": "1"], [], false), ([:], ["--no-color"], false), (["JOURNAL_STREAM": "8:1"], [], false),
+        ]
+        runs = runs.map { run in (run.environment.merging(["TERM": "xterm"]) { a, _ in a }, run.flags, run.coloured) }
+        for run in runs {
+            _ = try submit("- {kind: upload-data, data: \"x\", destination: \"file://c/\(UUID().uuidString).txt\"}\n",
+                           database: database, directory: directory)
+            let command = ([PackagePaths.jobctlBinary, "--db", database, "worker", "--drain"] + run.flags).map { "'\($0)'" }.joined(separator: " ")
+            var environment = run.environment
+            if environment["NO_COLOR"] == nil { environment["NO_COLOR"] = "" }
+            let output = try runProcess("/usr/bin/script", ["-qfec", "exec \(command)", "/dev/null"], environment: environment)
+            #expect(output.stdout.contains("succeeded"), "\(output.stdout)")
+            #expect(output.stdout.contains("\u{1B}[32msucceeded\u{1B}[0m") == run.coloured, "\(run): \(output.stdout)")
+        }
     }
 
     // MARK: - The formatter, as a value
