@@ -82,6 +82,9 @@ public protocol JobStore: AnyObject, Sendable {
     /// or after `finishedSince` (nil: all), oldest first, and the resume points of every unfinished job,
     /// read in one snapshot: what the orphan sweep and `jobctl orphans` look at.
     func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates
+    /// Jobs by queue × state, the oldest queued job, running jobs with their leases, and the outcomes of
+    /// the last minute and hour (`jobctl stats`), for one queue or all (nil), read in one snapshot.
+    func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats
 
     // MARK: Blobs
 
@@ -111,6 +114,11 @@ public protocol JobStore: AnyObject, Sendable {
 }
 
 extension JobStore {
+    /// Adapters that do not implement `stats` yet refuse it with a message saying so.
+    public func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
+        throw StoreError.invalidControl("statistics are not supported by this store (\(location)) yet; `jobctl list` and `jobctl audit` work with it")
+    }
+
     /// Every job, newest first.
     public func jobs() throws(StoreError) -> [JobRecord] { try jobs(filter: JobFilter()) }
 

@@ -64,7 +64,11 @@ public final class WorkerPool: Sendable {
     private struct Running: Sendable {
         let runner: TaskRunner
         let token: Int64
+        let kind: JobKind
+        let claimedAtMs: Int64
         var stopRequested: StopReason?
+        /// Whether the log already said this run lost its lease (a heartbeat or a fenced append may tell first).
+        var leaseLossLogged = false
     }
 
     private struct State: Sendable {
@@ -80,13 +84,18 @@ public final class WorkerPool: Sendable {
     private let state = Mutex(State())
     private let wakeup = Wakeup()
     private let sweeper: OrphanSweeper
+    /// Where every transition the pool makes is reported.
+    public let log: WorkerLog
 
     /// A pool on `store`. Every store call goes through the store's own executor (its `async`
-    /// methods), so no thread of Swift's cooperative pool ever waits for SQLite.
-    public init(store: any JobStore, backend: any StorageBackend, configuration: WorkerConfiguration) {
+    /// methods), so no thread of Swift's cooperative pool ever waits for SQLite. Each transition is
+    /// reported to `log` (silent by default).
+    public init(store: any JobStore, backend: any StorageBackend, configuration: WorkerConfiguration,
+                log: WorkerLog = .silent) {
         self.configuration = configuration
         self.store = store
         self.backend = backend
+        self.log = log
         self.sweeper = OrphanSweeper(store: store, backend: backend, intervalMs: configuration.orphanSweepIntervalMs)
     }
 
@@ -116,6 +125,8 @@ public final class WorkerPool: Sendable {
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = max(200, config.leaseMs / 3)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
+        log.workerStarted(owner: config.owner, concurrency: config.concurrency, leaseMs: config.leaseMs,
+                          queues: config.queues, drain: config.drain, now: Clock.nowMs())
         await sweeper.sweepIfDue(now: Clock.nowMs())
 
         while true {
@@ -174,8 +185,7 @@ public final class WorkerPool: Sendable {
                 }
             } catch {
                 consecutiveErrors += 1
-                let message = SecretRedaction.redactURLs(in: "jobctl worker: \(error) (retrying)\n")
-                FileHandle.standardError.write(Data(message.utf8))
+                log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
                 await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
                 continue
             }
@@ -188,6 +198,7 @@ public final class WorkerPool: Sendable {
         let stats = store.groupCommitStats
         summary.groupCommits = stats.commits
         summary.eventsWritten = stats.events
+        log.workerStopped(summary, now: Clock.nowMs())
         return summary
     }
 
@@ -198,19 +209,21 @@ public final class WorkerPool: Sendable {
         let claimed = try await store.claimGrouped(
             ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
         for job in claimed {
-            start(job)
+            log.claimed(job.record, token: job.token, leaseMs: config.leaseMs, now: now)
+            start(job, now: now)
         }
         return claimed.count
     }
 
-    private func start(_ job: ClaimedJob) {
+    private func start(_ job: ClaimedJob, now: Int64) {
         let record = job.record
-        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token)
+        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log,
+                             leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
                                 backend: backend, sink: sink)
         state.withLock { state in
-            state.running[record.id] = Running(runner: runner, token: job.token)
+            state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now)
             state.summary.claimed += 1
         }
         Task {
@@ -220,7 +233,8 @@ public final class WorkerPool: Sendable {
     }
 
     private func finished(_ jobID: String, outcome: TaskRunOutcome) {
-        state.withLock { state in
+        let entry = state.withLock { state in
+            let entry = state.running[jobID]
             state.running[jobID] = nil
             state.slotFreed = true
             switch outcome {
@@ -232,6 +246,10 @@ public final class WorkerPool: Sendable {
             case .released: state.summary.released += 1
             case .abandoned: state.summary.abandoned += 1
             }
+            return entry
+        }
+        if let entry {
+            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: Clock.nowMs())
         }
         wakeup.signal()
     }
@@ -246,6 +264,7 @@ public final class WorkerPool: Sendable {
             try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
         }
         for jobID in lost {
+            noteLeaseLost(jobID, now: now)
             stop(jobID, .leaseLost)
         }
     }
@@ -264,6 +283,17 @@ public final class WorkerPool: Sendable {
         }
     }
 
+    /// Logs, once per run, that the worker learnt it no longer holds the job's lease.
+    private func noteLeaseLost(_ jobID: String, now: Int64) {
+        let entry: Running? = state.withLock { state in
+            guard var entry = state.running[jobID], !entry.leaseLossLogged else { return nil }
+            entry.leaseLossLogged = true
+            state.running[jobID] = entry
+            return entry
+        }
+        if let entry { log.leaseLost(jobID: jobID, kind: entry.kind, token: entry.token, now: now) }
+    }
+
     private func stop(_ jobID: String, _ reason: StopReason) {
         let runner: TaskRunner? = state.withLock { state in
             guard var entry = state.running[jobID], entry.stopRequested == nil else { return nil }
@@ -280,14 +310,32 @@ struct LeaseSink: TaskEventSink {
     let store: any JobStore
     let owner: String
     let token: Int64
+    let kind: JobKind
+    let log: WorkerLog
+    /// Called when the store refuses an append for the lease token (fencing): the lease is gone.
+    let leaseLost: @Sendable () -> Void
 
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
         let pending = PendingEvent(jobID: jobID, actor: owner, leaseToken: token, payload: event.payload)
-        switch await store.appendGrouped(pending) {
+        let before = Clock.nowMs()
+        let result = await store.appendGrouped(pending)
+        let after = Clock.nowMs()
+        log.commitTook(after - before, jobID: jobID, kind: kind, event: event.type, now: after)
+        switch result {
         case .success:
+            // Outcomes (paused, succeeded, …) are reported by the pool when the run returns.
+            switch event.payload {
+            case .started(let progress): log.started(jobID: jobID, kind: kind, progress: progress, now: after)
+            case .progress(let progress) where log.isEnabled(.debug):
+                log.progress(jobID: jobID, kind: kind, progress: progress, now: after)
+            default: break
+            }
             return
         case .failure(let error):
-            if case .staleLease = error { throw .staleLease }
+            if case .staleLease = error {
+                leaseLost()
+                throw .staleLease
+            }
             throw .storage(String(describing: error))
         }
     }

@@ -12,7 +12,7 @@ enum CommandRunner {
         Commands.submit, Commands.list, Commands.show, Commands.history, Commands.audit,
         Commands.watch, Commands.result,
         Commands.pause, Commands.resume, Commands.cancel, Commands.retry,
-        Commands.worker, Commands.replay, Commands.migrate, Commands.orphans,
+        Commands.worker, Commands.stats, Commands.replay, Commands.migrate, Commands.orphans,
     ]
 
     /// Runs one command line. SIGTERM and SIGINT are blocked on entry (see `main.swift`); only `worker`

@@ -12,6 +12,7 @@ extension Commands {
         cancelled or already finished is refused (exit 1).
         """
     ) { store, id, context in try store.requestPause(id: id, actor: context.actor, now: Clock.nowMs()) }
+        lifecycle: { _ in .pause }
 
     static let resume = controlCommand(
         "resume", abstract: "Re-queue paused jobs; they continue from their resume point.",
@@ -21,6 +22,7 @@ extension Commands {
         (queued, running, being cancelled, finished) is refused (exit 1).
         """
     ) { store, id, context in try store.requestResume(id: id, actor: context.actor, now: Clock.nowMs()) }
+        lifecycle: { _ in .resume }
 
     static let cancel = controlCommand(
         "cancel", abstract: "Cancel queued, running or paused jobs (they fail with code 'cancelled').",
@@ -31,24 +33,35 @@ extension Commands {
         are refused (exit 1).
         """
     ) { store, id, context in try store.requestCancel(id: id, actor: context.actor, now: Clock.nowMs()) }
+        lifecycle: { context in .cancel(by: context.actor) }
 
     static let retry = controlCommand(
         "retry", abstract: "Re-queue failed or cancelled jobs as a new attempt.",
         discussion: "The attempt budget starts again; the history keeps every earlier attempt. Other jobs are refused (exit 1)."
     ) { store, id, context in try store.retry(id: id, actor: context.actor, now: Clock.nowMs()) }
+        lifecycle: { _ in .retry }
 
-    /// pause/resume/cancel/retry share their shape: ids in, one line per job out, exit 1 if any was refused.
-    /// A harmless repeat (pausing a paused job, cancelling a cancelled one) exits 0 and says so.
+    /// pause/resume/cancel/retry share their shape: ids (or a filter) in, one line per job out, exit 1
+    /// if any was refused. A harmless repeat (pausing a paused job, cancelling a cancelled one) exits 0
+    /// and says so. `lifecycle` names the command `--dry-run` asks the lifecycle about.
     private static func controlCommand(
         _ name: String, abstract: String, discussion: String,
-        action: @escaping @Sendable (any JobStore, String, Context) throws -> ControlResult
+        action: @escaping @Sendable (any JobStore, String, Context) throws -> ControlResult,
+        lifecycle: @escaping @Sendable (Context) -> JobCommand
     ) -> CommandSpec {
         CommandSpec(
             name: name, abstract: abstract,
-            arguments: [ArgumentSpec("id", variadic: true, help: "Job ids (or unique prefixes).")],
-            options: [Options.json.help("Print the resulting jobs as JSON.")],
-            discussion: discussion
+            arguments: [ArgumentSpec("id", optional: true, variadic: true, help: "Job ids (or unique prefixes); or select jobs with the filters below.")],
+            options: [Options.json.help("Print the resulting jobs as JSON (with a filter: a report object)."),
+                      Options.state.help("Act on jobs in this state; repeatable or comma-separated."),
+                      Options.queue.help("Act on jobs of this queue."), Options.kind.help("Act on jobs of this kind; repeatable or comma-separated."),
+                      Options.since.help("Act on jobs submitted at or after this time (RFC 3339, a date, or relative: 90s, 15m, 1h, 7d)."),
+                      Options.dryRun.help("Print what would change for each job and the counts; change nothing.")],
+            discussion: discussion + "\n\n" + BulkControl.discussion(name)
         ) { arguments, context in
+            if let bulk = try BulkControl(name: name, arguments: arguments) {
+                return try bulk.run(context: context, action: action, lifecycle: lifecycle(context))
+            }
             let store = try context.openStore()
             let json = arguments[Options.json]
             var views: [JobView] = []

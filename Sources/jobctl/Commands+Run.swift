@@ -10,6 +10,7 @@ extension Commands {
         name: "worker",
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
         options: [Options.concurrency, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
+                  Options.logFormat, Options.quiet, Options.verbose,
                   Options.json.help("Print the exit summary as JSON.")],
         discussion: """
         Run as many worker processes on one database as you like. SIGTERM or SIGINT stops claiming, pauses
@@ -23,6 +24,14 @@ extension Commands {
         GCE_METADATA_HOST; JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
         JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR);
         a bad value stops the worker before it starts.
+
+        Logs go to standard error, one line per job transition: claimed, started or resumed, paused,
+        retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
+        cancelled, lease_lost, released, abandoned; and warnings: store_error, slow_commit,
+        signal_received. --log-format json prints one JSON object per line: time, time_ms, level, event,
+        job, kind, fields. -q keeps only warnings and errors, -v adds progress. Text lines are coloured
+        only on a terminal (never with NO_COLOR or --no-color) and carry no time when JOURNAL_STREAM is
+        set (run by systemd: journald stamps each line). URLs in log lines are redacted.
         """
     ) { arguments, context in
         let concurrency = try arguments.value(Options.concurrency) ?? 4
@@ -31,6 +40,8 @@ extension Commands {
         let drain = arguments[Options.drain]
         let configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
                                                 leaseMs: leaseMs, drain: drain)
+        let log = try workerLog(arguments, context)
+        let textLog = log.formatter.format == .text
         // Storage settings are checked before the event log is opened: a bad one stops the worker at once.
         var storage: StorageConfiguration
         do throws(StorageError) {
@@ -38,12 +49,11 @@ extension Commands {
         } catch { throw CommandFailure(error.message) }
         if let stall = try arguments.value(Options.stallTimeout) { storage.stallTimeout = stall }
         let store = try context.openStore()
-        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration)
+        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration, log: log)
         // SIGTERM/SIGINT have been blocked since main started; one that came early is pending and is
         // handled as soon as the handlers exist.
         let signals = SignalHandling(pool: pool)
         signals.install()
-        emitError("jobctl worker \(configuration.owner): concurrency \(concurrency), lease \(TimeText.duration(seconds: leaseMs / 1000))\(drain ? ", draining" : "")")
         let summary = try blockingRun { try await pool.run() }
         if arguments[Options.json] {
             struct Summary: Encodable {
@@ -54,13 +64,9 @@ extension Commands {
                                       retried: summary.retried, paused: summary.paused, cancelled: summary.cancelled,
                                       released: summary.released, abandoned: summary.abandoned,
                                       events_written: summary.eventsWritten, group_commits: summary.groupCommits)))
-        } else {
-            emitError("jobctl worker: \(summary.claimed) claimed, \(summary.succeeded) succeeded, \(summary.failed) failed, "
-                      + "\(summary.retried) to retry, \(summary.paused) paused, \(summary.cancelled) cancelled, \(summary.released) released; "
-                      + "\(plural(summary.eventsWritten, "event")) in \(plural(summary.groupCommits, "commit"))")
         }
         if drain, summary.failed > 0 {
-            emitError("jobctl worker: \(plural(summary.failed, "job")) ended failed (exit \(ExitCode.jobsFailed)); `jobctl list --state failed` shows them")
+            if textLog { emitError("jobctl worker: \(plural(summary.failed, "job")) ended failed (exit \(ExitCode.jobsFailed)); `jobctl list --state failed` shows them") }
             return ExitCode.jobsFailed
         }
         return ExitCode.ok
@@ -93,6 +99,20 @@ extension Commands {
         let job = try store.job(resolving: arguments.positionals[0])
         return try watcher.follow(jobID: job.id)
     }
+}
+
+/// The worker's log as the command line asks: format, level, colour (a terminal only, never with
+/// NO_COLOR or --no-color) and timestamps (none under systemd, which sets JOURNAL_STREAM and stamps
+/// each line itself).
+private func workerLog(_ arguments: ParsedArguments, _ context: Context) throws -> WorkerLog {
+    if arguments[Options.quiet] && arguments[Options.verbose] { throw UsageError("-q and -v cannot be combined") }
+    let format = try arguments.value(Options.logFormat) ?? .text
+    let environment = context.environment
+    let underSystemd = !(environment["JOURNAL_STREAM"] ?? "").isEmpty
+    let noColor = !(environment["NO_COLOR"] ?? "").isEmpty || arguments[Options.noColor] || environment["TERM"] == "dumb"
+    let color = format == .text && isatty(STDERR_FILENO) == 1 && !noColor && !underSystemd
+    let level: WorkerLogLevel = arguments[Options.quiet] ? .warning : arguments[Options.verbose] ? .debug : .info
+    return WorkerLog(minimumLevel: level, formatter: WorkerLogFormatter(format: format, timestamps: !underSystemd, color: color))
 }
 
 /// Runs an async body to completion from synchronous command code.
@@ -130,10 +150,10 @@ final class SignalHandling: @unchecked Sendable {
             source.setEventHandler { [self] in
                 received += 1
                 if received == 1 {
-                    emitError("jobctl worker: signal \(number), pausing transfers and releasing leases (again to exit at once)")
+                    pool.log.signalReceived(number, exitingNow: false, now: Clock.nowMs())
                     pool.beginShutdown()
                 } else {
-                    emitError("jobctl worker: second signal, exiting now")
+                    pool.log.signalReceived(number, exitingNow: true, now: Clock.nowMs())
                     // _exit, not exit: atexit handlers and static destructors would run while the curl and
                     // store threads still use what they tear down (a crash, not an exit).
                     _exit(ExitCode.interrupted)

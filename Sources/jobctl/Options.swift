@@ -1,6 +1,7 @@
 import Foundation
 import JobModel
 import Storage
+import Worker
 
 // MARK: - Typed option declarations
 
@@ -114,6 +115,16 @@ enum Options {
         try DurationInput.milliseconds(text, option: "lease", defaultUnitMs: 1_000, range: 1_000...86_400_000,
                                        rangeText: "from 1s to 24h")
     }
+
+    static let logFormat = Option<WorkerLogFormatter.Format>("log-format", value: "format",
+                                                             help: "Worker log lines on standard error: text (default) or json (one object per line).") { text in
+        guard let format = WorkerLogFormatter.Format(rawValue: text) else {
+            throw UsageError("--log-format expects text or json, not '\(text)'")
+        }
+        return format
+    }
+    static let quiet = Flag("quiet", short: "q", help: "Log only warnings and errors (no line per job).")
+    static let verbose = Flag("verbose", short: "v", help: "Also log transfer progress (about one line a second per running job).")
 
     static let stallTimeout = Option<Int>("stall-timeout", value: "duration",
                                           help: "Retry a transfer that moves no data for this long, 1s to 1h (default $JOBCTL_STALL_TIMEOUT, else 60s).") { text in

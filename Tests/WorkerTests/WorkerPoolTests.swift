@@ -20,7 +20,7 @@ import TestSupport
         let workers = try (0..<3).map { _ in
             try JobctlProcess.worker(database: database, ["--concurrency", "8"], logDirectory: directory.path)
         }
-        #expect(eventually(seconds: 20) { workers.allSatisfy { $0.log.contains("concurrency 8") } })
+        #expect(eventually(seconds: 20) { workers.allSatisfy { $0.log.contains("concurrency=8") } })
         usleep(200_000)
         let ids = try submit(manifest, database: database, directory: directory)
         #expect(ids.count == 200)

@@ -1,0 +1,57 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+extension EventStore {
+    /// Jobs by queue × state, the oldest queued job, running jobs with their live leases, and the
+    /// outcome events of the last hour folded into the last-minute and last-hour windows, read in one
+    /// snapshot.
+    ///
+    /// The windows scan the `events` rows of the last hour by `at_ms`, which has no index: the cost grows
+    /// with the log (fine for an operator's command; a dashboard polling every second wants an index).
+    public func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
+        let queueClause = queue == nil ? "" : " AND queue = ?"
+        let queueValues: [SQLiteValue] = queue.map { [.text($0)] } ?? []
+        return try readTransaction { (connection) throws(StoreError) -> StoreStats in
+            var counts = try connection.query(
+                "SELECT queue, state, count(*) FROM jobs WHERE 1 = 1\(queueClause) GROUP BY queue, state", queueValues
+            ) { (row) throws(StoreError) -> StoreStats.QueueStateCount in
+                guard let state = JobState(rawValue: row.text(1)) else {
+                    throw StoreError.corrupt("jobs table holds unknown state '\(row.text(1))'")
+                }
+                return StoreStats.QueueStateCount(queue: row.text(0), state: state, count: row.int(2))
+            }
+            let order = JobState.allCases
+            counts.sort { ($0.queue, order.firstIndex(of: $0.state) ?? 0) < ($1.queue, order.firstIndex(of: $1.state) ?? 0) }
+
+            let oldest = try connection.first(
+                "SELECT id, queue, created_at_ms, run_after_ms FROM jobs WHERE state = 'queued'\(queueClause) ORDER BY created_at_ms, seq LIMIT 1",
+                queueValues
+            ) { row in
+                StoreStats.OldestQueued(jobID: row.text(0), queue: row.text(1), createdAtMs: row.int64(2), runAfterMs: row.int64(3))
+            }
+
+            let running = try connection.query("""
+                SELECT j.id, j.queue, j.kind, coalesce(j.lease_owner, ''), j.lease_token, l.expires_at_ms
+                FROM jobs j LEFT JOIN leases l ON l.job_id = j.id AND l.token = j.lease_token
+                WHERE j.state = 'running'\(queue == nil ? "" : " AND j.queue = ?")
+                ORDER BY j.lease_owner, j.id
+                """, queueValues) { (row) throws(StoreError) -> StoreStats.RunningLease in
+                guard let kind = JobKind(rawValue: row.text(2)) else {
+                    throw StoreError.corrupt("job \(row.text(0)) has unknown kind '\(row.text(2))'")
+                }
+                return StoreStats.RunningLease(jobID: row.text(0), queue: row.text(1), kind: kind, owner: row.text(3),
+                                               token: row.optionalInt64(4), expiresAtMs: row.optionalInt64(5))
+            }
+
+            let recent = try connection.query("""
+                SELECT \(JobEvent.selectColumns) FROM events
+                WHERE type IN ('succeeded', 'failed', 'attempt_failed') AND at_ms > ? AND at_ms <= ?\(queue == nil ? "" : " AND job_id IN (SELECT id FROM jobs WHERE queue = ?)")
+                """, [.integer(now - 3_600_000), .integer(now)] + queueValues) { (row) throws(StoreError) in try JobEvent(row: row) }
+            let windows = StoreStats.windows(from: recent, nowMs: now)
+            return StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
+                              lastMinute: windows.lastMinute, lastHour: windows.lastHour)
+        }
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import JobLifecycle
+import JobModel
+
+/// What `jobctl stats` shows: the queue as it is now, and what finished recently.
+public struct StoreStats: Sendable, Equatable {
+    /// How many jobs one queue holds in one state.
+    public struct QueueStateCount: Sendable, Equatable {
+        public var queue: String
+        public var state: JobState
+        public var count: Int
+
+        public init(queue: String, state: JobState, count: Int) {
+            self.queue = queue
+            self.state = state
+            self.count = count
+        }
+    }
+
+    /// The queued job submitted first.
+    public struct OldestQueued: Sendable, Equatable {
+        public var jobID: String
+        public var queue: String
+        /// When it was submitted: its age is measured from here.
+        public var createdAtMs: Int64
+        /// When it may run (a retry's delay puts this in the future).
+        public var runAfterMs: Int64
+
+        public init(jobID: String, queue: String, createdAtMs: Int64, runAfterMs: Int64) {
+            self.jobID = jobID
+            self.queue = queue
+            self.createdAtMs = createdAtMs
+            self.runAfterMs = runAfterMs
+        }
+    }
+
+    /// A running job and the lease its worker holds.
+    public struct RunningLease: Sendable, Equatable {
+        public var jobID: String
+        public var queue: String
+        public var kind: JobKind
+        /// The worker holding the lease (`worker:<host>:<pid>`).
+        public var owner: String
+        public var token: Int64?
+        /// When the lease runs out unless heartbeated; nil when the store keeps no live lease row.
+        public var expiresAtMs: Int64?
+
+        public init(jobID: String, queue: String, kind: JobKind, owner: String, token: Int64?, expiresAtMs: Int64?) {
+            self.jobID = jobID
+            self.queue = queue
+            self.kind = kind
+            self.owner = owner
+            self.token = token
+            self.expiresAtMs = expiresAtMs
+        }
+    }
+
+    /// Outcomes written within the last `lengthMs` before `StoreStats.nowMs`.
+    public struct Window: Sendable, Equatable {
+        public var lengthMs: Int64
+        /// `succeeded` events, and the bytes they transferred.
+        public var succeeded = 0
+        public var bytes: Int64 = 0
+        /// `failed` events (final failures) by error code.
+        public var failedByCode: [StorageErrorCode: Int] = [:]
+        /// `attempt_failed` events (retries scheduled) by error code.
+        public var retriedByCode: [StorageErrorCode: Int] = [:]
+
+        public init(lengthMs: Int64) { self.lengthMs = lengthMs }
+
+        /// Final failures in the window.
+        public var failed: Int { failedByCode.values.reduce(0, +) }
+        /// Retries scheduled in the window.
+        public var retried: Int { retriedByCode.values.reduce(0, +) }
+
+        /// Counts `event` when it is an outcome written within the window ending at `nowMs`.
+        public mutating func count(_ event: JobEvent, nowMs: Int64) {
+            guard event.atMs > nowMs - lengthMs, event.atMs <= nowMs else { return }
+            switch event.payload {
+            case .succeeded(let progress, let result):
+                succeeded += 1
+                bytes += result.size ?? result.object?.size ?? progress.bytesDone ?? 0
+            case .failed(_, let error, _):
+                failedByCode[error.code, default: 0] += 1
+            case .attemptFailed(_, let error, _):
+                retriedByCode[error.code, default: 0] += 1
+            default:
+                break
+            }
+        }
+    }
+
+    /// The time the figures were read at.
+    public var nowMs: Int64
+    /// The queue asked for (nil: every queue).
+    public var queue: String?
+    /// Jobs by queue and state, queues in name order, states in lifecycle order; empty pairs left out.
+    public var counts: [QueueStateCount]
+    public var oldestQueued: OldestQueued?
+    /// Running jobs ordered by owner, then job id.
+    public var running: [RunningLease]
+    /// The last minute and the last hour.
+    public var lastMinute: Window
+    public var lastHour: Window
+
+    public init(nowMs: Int64, queue: String?, counts: [QueueStateCount], oldestQueued: OldestQueued?, running: [RunningLease],
+                lastMinute: Window, lastHour: Window) {
+        self.nowMs = nowMs
+        self.queue = queue
+        self.counts = counts
+        self.oldestQueued = oldestQueued
+        self.running = running
+        self.lastMinute = lastMinute
+        self.lastHour = lastHour
+    }
+
+    /// The figures of both windows from the outcome events written in the last hour (any order).
+    public static func windows(from events: [JobEvent], nowMs: Int64) -> (lastMinute: Window, lastHour: Window) {
+        var minute = Window(lengthMs: 60_000)
+        var hour = Window(lengthMs: 3_600_000)
+        for event in events {
+            minute.count(event, nowMs: nowMs)
+            hour.count(event, nowMs: nowMs)
+        }
+        return (minute, hour)
+    }
+}

@@ -1,0 +1,169 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import Synchronization
+import Tasks
+
+/// The worker's log: one line per job transition the pool makes, plus warnings about the worker
+/// itself. The pool calls one method per transition; what the line says is decided here and how it
+/// looks by `WorkerLogFormatter`, so neither leaks into the pool's logic.
+public final class WorkerLog: Sendable {
+    /// Lines below this level are dropped (`-q`: warning, default: info, `-v`: debug).
+    public let minimumLevel: WorkerLogLevel
+    public let formatter: WorkerLogFormatter
+    /// A commit (a group commit of the task's events) slower than this is reported as `slow_commit`.
+    public let slowCommitMs: Int64
+    private let write: @Sendable (String) -> Void
+    private let lock = Mutex(())
+
+    /// A log writing each line (with its line feed) through `write`, standard error by default.
+    public init(minimumLevel: WorkerLogLevel = .info, formatter: WorkerLogFormatter = WorkerLogFormatter(),
+                slowCommitMs: Int64 = 1_000, write: (@Sendable (String) -> Void)? = nil) {
+        self.minimumLevel = minimumLevel
+        self.formatter = formatter
+        self.slowCommitMs = slowCommitMs
+        self.write = write ?? { line in FileHandle.standardError.write(Data(line.utf8)) }
+    }
+
+    /// A log that writes nothing.
+    public static let silent = WorkerLog(minimumLevel: .error, write: { _ in })
+
+    /// Whether lines of `level` are written.
+    public func isEnabled(_ level: WorkerLogLevel) -> Bool { level >= minimumLevel }
+
+    /// Formats and writes `entry` when its level is enabled; lines from concurrent tasks never interleave.
+    public func record(_ entry: WorkerLogEntry) {
+        guard isEnabled(entry.level) else { return }
+        let line = formatter.line(entry) + "\n"
+        lock.withLock { _ in write(line) }
+    }
+
+    // MARK: - The worker
+
+    func workerStarted(owner: String, concurrency: Int, leaseMs: Int64, queues: [String]?, drain: Bool, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .info, event: .workerStarted, fields: [
+            ("owner", .text(owner)), ("concurrency", .integer(Int64(concurrency))), ("lease_ms", .integer(leaseMs)),
+            ("queues", .text(queues?.joined(separator: ",") ?? "*")), ("drain", .text(drain ? "yes" : "no")),
+        ]))
+    }
+
+    func workerStopped(_ summary: WorkerSummary, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .info, event: .workerStopped, fields: [
+            ("claimed", .integer(Int64(summary.claimed))), ("succeeded", .integer(Int64(summary.succeeded))),
+            ("failed", .integer(Int64(summary.failed))), ("retried", .integer(Int64(summary.retried))),
+            ("paused", .integer(Int64(summary.paused))), ("cancelled", .integer(Int64(summary.cancelled))),
+            ("released", .integer(Int64(summary.released))), ("abandoned", .integer(Int64(summary.abandoned))),
+            ("events_written", .integer(Int64(summary.eventsWritten))), ("group_commits", .integer(Int64(summary.groupCommits))),
+        ]))
+    }
+
+    /// A shutdown signal arrived: the first pauses transfers and releases leases, a second exits at once.
+    public func signalReceived(_ number: Int32, exitingNow: Bool, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .signalReceived, fields: [
+            ("signal", .integer(Int64(number))),
+            ("action", .text(exitingNow ? "exiting now" : "pausing transfers and releasing leases (again to exit at once)")),
+        ]))
+    }
+
+    func storeError(_ error: any Error, consecutive: Int, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .storeError, fields: [
+            ("error", .text(String(describing: error))), ("consecutive", .integer(Int64(consecutive))),
+            ("action", .text("retrying")),
+        ]))
+    }
+
+    /// Reports a commit that took `elapsedMs` when that is over the threshold.
+    func commitTook(_ elapsedMs: Int64, jobID: String, kind: JobKind, event: EventType, now: Int64) {
+        guard elapsedMs >= slowCommitMs else { return }
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .slowCommit, jobID: jobID, kind: kind, fields: [
+            ("event", .text(event.rawValue)), ("commit_ms", .integer(elapsedMs)), ("threshold_ms", .integer(slowCommitMs)),
+        ]))
+    }
+
+    // MARK: - Job transitions
+
+    func claimed(_ record: JobRecord, token: Int64, leaseMs: Int64, now: Int64) {
+        var fields: [(String, WorkerLogValue)] = [
+            ("attempt", .integer(Int64(record.attempts))), ("max_attempts", .integer(Int64(record.maxAttempts))),
+            ("queue", .text(record.queue)), ("lease_token", .integer(token)), ("lease_ms", .integer(leaseMs)),
+        ]
+        if let source = record.spec.source { fields.append(("source", .text(source))) }
+        if let destination = record.spec.destination { fields.append(("destination", .text(destination))) }
+        self.record(WorkerLogEntry(atMs: now, level: .info, event: .claimed, jobID: record.id, kind: record.kind, fields: fields))
+    }
+
+    /// The task's `started` event was written: `resumed` when it continues from a resume point.
+    func started(jobID: String, kind: JobKind, progress: TransferProgress, now: Int64) {
+        let resumed = progress.resumePoint != nil || (progress.bytesDone ?? 0) > 0
+        var fields: [(String, WorkerLogValue)] = []
+        if let attempt = progress.attempt { fields.append(("attempt", .integer(Int64(attempt)))) }
+        if resumed { fields.append(("from_bytes", .integer(progress.bytesDone ?? 0))) }
+        if let total = progress.bytesTotal { fields.append(("bytes_total", .integer(total))) }
+        record(WorkerLogEntry(atMs: now, level: .info, event: resumed ? .resumed : .started, jobID: jobID, kind: kind, fields: fields))
+    }
+
+    func progress(jobID: String, kind: JobKind, progress: TransferProgress, now: Int64) {
+        var fields: [(String, WorkerLogValue)] = [("bytes", .integer(progress.bytesDone ?? 0))]
+        if let total = progress.bytesTotal { fields.append(("bytes_total", .integer(total))) }
+        record(WorkerLogEntry(atMs: now, level: .debug, event: .progress, jobID: jobID, kind: kind, fields: fields))
+    }
+
+    /// The outcome of a run the pool started at `startedAtMs`.
+    func finished(jobID: String, kind: JobKind, outcome: TaskRunOutcome, startedAtMs: Int64, now: Int64) {
+        let durationMs = max(0, now - startedAtMs)
+        var fields: [(String, WorkerLogValue)] = []
+        let event: WorkerLogEvent
+        var level = WorkerLogLevel.info
+        switch outcome {
+        case .succeeded(let result):
+            event = .succeeded
+            let bytes = result.size ?? result.object?.size ?? 0
+            fields.append(("bytes", .integer(bytes)))
+            fields.append(("duration_ms", .integer(durationMs)))
+            let seconds = Double(max(1, durationMs)) / 1000
+            fields.append(("rate", .text(ByteSize.format(Int64(Double(bytes) / seconds)) + "/s")))
+            fields.append(("bytes_per_second", .integer(Int64(Double(bytes) / seconds))))
+            if let path = result.path { fields.append(("path", .text(path))) }
+        case .failed(let error):
+            event = .failed
+            level = .error
+            fields += Self.errorFields(error)
+            fields.append(("duration_ms", .integer(durationMs)))
+        case .retryScheduled(let atMs, let error):
+            event = .retryScheduled
+            level = .warning
+            fields.append(("delay_ms", .integer(max(0, atMs - now))))
+            fields.append(("retry_at", .text(WorkerLogFormatter.rfc3339(atMs))))
+            fields += Self.errorFields(error)
+        case .paused(let point):
+            event = .paused
+            fields.append(("duration_ms", .integer(durationMs)))
+            if let point { fields.append(("resume_at_bytes", .integer(point.bytesDone))) }
+        case .cancelled:
+            event = .cancelled
+            fields.append(("duration_ms", .integer(durationMs)))
+        case .released(let point):
+            event = .released
+            fields.append(("duration_ms", .integer(durationMs)))
+            if let point { fields.append(("resume_at_bytes", .integer(point.bytesDone))) }
+        case .abandoned(let reason):
+            event = .abandoned
+            level = .warning
+            fields.append(("reason", .text(reason)))
+        }
+        record(WorkerLogEntry(atMs: now, level: level, event: event, jobID: jobID, kind: kind, fields: fields))
+    }
+
+    func leaseLost(jobID: String, kind: JobKind?, token: Int64, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .leaseLost, jobID: jobID, kind: kind, fields: [
+            ("lease_token", .integer(token)), ("action", .text("stopping the transfer")),
+        ]))
+    }
+
+    private static func errorFields(_ error: StorageError) -> [(String, WorkerLogValue)] {
+        var fields: [(String, WorkerLogValue)] = [("error", .text(error.code.name)), ("error_code", .integer(Int64(error.code.rawValue)))]
+        if let status = error.httpStatus { fields.append(("http_status", .integer(Int64(status)))) }
+        fields.append(("message", .text(error.message)))
+        return fields
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import JobModel
+
+/// How much a worker log says.
+public enum WorkerLogLevel: Int, Sendable, Comparable, CaseIterable {
+    /// Progress of running transfers (`-v`).
+    case debug
+    /// One line per job transition (the default).
+    case info
+    /// Something an operator should look at: a store error, a slow commit, a lost lease (`-q` keeps these).
+    case warning
+    /// Something failed that the worker could not work around.
+    case error
+
+    /// The name printed in text lines and JSON: `debug`, `info`, `warning`, `error`.
+    public var name: String {
+        switch self {
+        case .debug: "debug"
+        case .info: "info"
+        case .warning: "warning"
+        case .error: "error"
+        }
+    }
+
+    public static func < (lhs: WorkerLogLevel, rhs: WorkerLogLevel) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// What a log line reports: one job transition the worker made, or a warning about the worker itself.
+public enum WorkerLogEvent: String, Sendable, CaseIterable {
+    /// The worker started (its owner, concurrency, lease).
+    case workerStarted = "worker_started"
+    /// The worker stopped (its summary).
+    case workerStopped = "worker_stopped"
+    /// SIGTERM/SIGINT arrived: the first starts a graceful shutdown, a second exits at once.
+    case signalReceived = "signal_received"
+    /// A job was claimed under a lease.
+    case claimed
+    /// A claimed job's transfer began from the start.
+    case started
+    /// A claimed job's transfer continued from its resume point.
+    case resumed
+    /// Bytes moved (verbose only).
+    case progress
+    /// The job stopped at its resume point on request.
+    case paused
+    /// The attempt failed with a retryable error; the job runs again after a delay.
+    case retryScheduled = "retry_scheduled"
+    /// The job succeeded.
+    case succeeded
+    /// The job failed for good.
+    case failed
+    /// The job was cancelled.
+    case cancelled
+    /// The worker's lease on the job expired or was taken; it stops working on it.
+    case leaseLost = "lease_lost"
+    /// The worker gave the job back (graceful shutdown) at its resume point.
+    case released
+    /// The worker could write nothing more for the job; its lease will expire and it is rescued.
+    case abandoned
+    /// A store call failed; the worker retries it.
+    case storeError = "store_error"
+    /// A commit took longer than the slow-commit threshold.
+    case slowCommit = "slow_commit"
+}
+
+/// A value in a log line's fields.
+public enum WorkerLogValue: Sendable, Equatable {
+    case text(String)
+    case integer(Int64)
+    case number(Double)
+
+    /// The value as JSON accepts it.
+    var jsonObject: Any {
+        switch self {
+        case .text(let text): text
+        case .integer(let value): value
+        case .number(let value): value
+        }
+    }
+}
+
+/// One log line before it is formatted: the worker's pool builds these, `WorkerLogFormatter` prints them.
+public struct WorkerLogEntry: Sendable, Equatable {
+    /// When it happened, wall-clock milliseconds.
+    public var atMs: Int64
+    public var level: WorkerLogLevel
+    public var event: WorkerLogEvent
+    /// The job it is about, if any.
+    public var jobID: String?
+    /// The job's kind, if any.
+    public var kind: JobKind?
+    /// Named details in the order they print (`attempt`, `bytes`, `error`, `delay_ms`, …). Text values
+    /// that may hold URLs are redacted when formatted.
+    public var fields: [(String, WorkerLogValue)]
+
+    public init(atMs: Int64, level: WorkerLogLevel, event: WorkerLogEvent, jobID: String? = nil, kind: JobKind? = nil,
+                fields: [(String, WorkerLogValue)] = []) {
+        self.atMs = atMs
+        self.level = level
+        self.event = event
+        self.jobID = jobID
+        self.kind = kind
+        self.fields = fields
+    }
+
+    public static func == (lhs: WorkerLogEntry, rhs: WorkerLogEntry) -> Bool {
+        lhs.atMs == rhs.atMs && lhs.level == rhs.level && lhs.event == rhs.event && lhs.jobID == rhs.jobID
+            && lhs.kind == rhs.kind && lhs.fields.map(\.0) == rhs.fields.map(\.0) && lhs.fields.map(\.1) == rhs.fields.map(\.1)
+    }
+}

@@ -1,0 +1,136 @@
+import Foundation
+import JobModel
+
+/// Turns log entries into lines: plain text or JSON lines. Pure: no clock, no I/O.
+///
+/// Text: `2026-11-30T12:00:00.123Z info    succeeded 01J… upload-file bytes=1048576 duration_ms=812 …`
+/// (without the time when `timestamps` is off, as under systemd, where journald stamps each line).
+/// JSON: one object per line, `{"time", "time_ms", "level", "event", "job", "kind", "fields"}`.
+/// Every text value passes through `SecretRedaction.redactURLs`, so no URL's secret reaches a log.
+public struct WorkerLogFormatter: Sendable {
+    /// Plain text or JSON lines.
+    public enum Format: String, Sendable, CaseIterable {
+        case text
+        case json
+    }
+
+    public var format: Format
+    /// Whether text lines start with an RFC 3339 time (JSON always carries it).
+    public var timestamps: Bool
+    /// Whether text lines colour the level and outcome (ANSI); never in JSON.
+    public var color: Bool
+
+    public init(format: Format = .text, timestamps: Bool = true, color: Bool = false) {
+        self.format = format
+        self.timestamps = timestamps
+        self.color = color
+    }
+
+    /// The line for `entry`, without its line feed.
+    public func line(_ entry: WorkerLogEntry) -> String {
+        switch format {
+        case .text: textLine(entry)
+        case .json: jsonLine(entry)
+        }
+    }
+
+    // MARK: - Text
+
+    private func textLine(_ entry: WorkerLogEntry) -> String {
+        var parts: [String] = []
+        if timestamps { parts.append(Self.rfc3339(entry.atMs)) }
+        parts.append(paint(entry.level.name.padding(toLength: 7, withPad: " ", startingAt: 0), Self.levelColor(entry.level)))
+        parts.append(paint(entry.event.rawValue, Self.eventColor(entry.event)))
+        if let job = entry.jobID { parts.append(job) }
+        if let kind = entry.kind { parts.append(kind.rawValue) }
+        for (name, value) in entry.fields {
+            parts.append("\(name)=\(Self.textValue(value))")
+        }
+        return parts.joined(separator: " ")
+    }
+
+    private func paint(_ text: String, _ code: String?) -> String {
+        guard color, let code else { return text }
+        return "\u{1B}[\(code)m\(text)\u{1B}[0m"
+    }
+
+    private static func levelColor(_ level: WorkerLogLevel) -> String? {
+        switch level {
+        case .debug: "2"
+        case .info: nil
+        case .warning: "33"
+        case .error: "31"
+        }
+    }
+
+    private static func eventColor(_ event: WorkerLogEvent) -> String? {
+        switch event {
+        case .succeeded: "32"
+        case .failed, .leaseLost, .abandoned, .storeError: "31"
+        case .retryScheduled, .slowCommit, .cancelled: "33"
+        default: nil
+        }
+    }
+
+    /// A text field value: numbers as they are; text redacted, quoted (JSON string rules) when it holds
+    /// a space, a quote, a backslash or a control character, so a line always splits back into its fields.
+    static func textValue(_ value: WorkerLogValue) -> String {
+        switch value {
+        case .integer(let number):
+            return String(number)
+        case .number(let number):
+            return number.isFinite ? String(format: "%.1f", number) : "0"
+        case .text(let raw):
+            let text = SecretRedaction.redactURLs(in: raw)
+            let plain = !text.isEmpty && text.unicodeScalars.allSatisfy { scalar in
+                scalar.value > 0x20 && scalar.value != 0x7F && scalar != "\"" && scalar != "\\"
+            }
+            if plain { return text }
+            return jsonString(text)
+        }
+    }
+
+    // MARK: - JSON
+
+    private func jsonLine(_ entry: WorkerLogEntry) -> String {
+        var fields: [String: Any] = [:]
+        for (name, value) in entry.fields {
+            if case .text(let raw) = value {
+                fields[name] = SecretRedaction.redactURLs(in: raw)
+            } else {
+                fields[name] = value.jsonObject
+            }
+        }
+        let object: [String: Any] = [
+            "time": Self.rfc3339(entry.atMs),
+            "time_ms": entry.atMs,
+            "level": entry.level.name,
+            "event": entry.event.rawValue,
+            "job": entry.jobID ?? NSNull(),
+            "kind": entry.kind?.rawValue ?? NSNull(),
+            "fields": fields,
+        ]
+        return Self.serialize(object)
+    }
+
+    private static func jsonString(_ text: String) -> String {
+        // A one-element array serialises any string; its brackets are then dropped.
+        let array = serialize([text])
+        return String(array.dropFirst().dropLast())
+    }
+
+    private static func serialize(_ object: Any) -> String {
+        // Only strings, numbers, NSNull, arrays and dictionaries of them are built above, which
+        // JSONSerialization always accepts; the fallback keeps the line count right regardless.
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]),
+              let text = String(data: data, encoding: .utf8) else { return "{}" }
+        return text
+    }
+
+    static func rfc3339(_ ms: Int64) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+}

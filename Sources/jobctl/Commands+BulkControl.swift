@@ -1,0 +1,157 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+/// pause / resume / cancel / retry on every job a filter selects (`--state`, `--queue`, `--kind`,
+/// `--since`), or with `--dry-run` on ids or a filter: what would change, then the counts.
+///
+/// Each job still goes through the store's own control call, one at a time, so every rule (and every
+/// refusal) is the lifecycle's, exactly as for one id; a dry run asks the same lifecycle about the
+/// job as read and appends nothing.
+struct BulkControl {
+    let name: String
+    let filter: JobFilter?
+    let ids: [String]
+    let dryRun: Bool
+    let json: Bool
+
+    /// The help paragraph every control command shows about filters.
+    static func discussion(_ name: String) -> String {
+        """
+        Instead of ids, --state, --queue, --kind and --since select every matching job (oldest first), and
+        \(name) goes to each in turn; a summary line counts the jobs changed, already so and refused. --dry-run
+        (with ids or filters) prints what would happen to each job and changes nothing. Exit 1 when any job
+        was (or, with --dry-run, would be) refused; harmless repeats do not count.
+        """
+    }
+
+    /// The bulk form of the command line, or nil when it names ids without `--dry-run` (the plain form).
+    init?(name: String, arguments: ParsedArguments) throws {
+        let states = try arguments.stateSet()
+        let kinds = try arguments.kindSet()
+        let queue = try arguments.value(Options.queue)
+        let since = try arguments.value(Options.since)
+        let filtered = states != nil || kinds != nil || queue != nil || since != nil
+        let ids = arguments.positionals
+        if filtered && !ids.isEmpty {
+            throw UsageError("give job ids or filters (--state, --queue, --kind, --since), not both")
+        }
+        if !filtered && ids.isEmpty {
+            throw UsageError("give job ids, or select jobs with --state, --queue, --kind or --since")
+        }
+        dryRun = arguments[Options.dryRun]
+        guard filtered || dryRun else { return nil }
+        self.name = name
+        self.ids = ids
+        self.json = arguments[Options.json]
+        filter = filtered ? JobFilter(states: states, kinds: kinds, queue: queue, createdSince: since) : nil
+    }
+
+    /// What happened (or would happen) to one job.
+    struct Decision: Encodable {
+        let id: String
+        let kind: String
+        let state_before: String
+        /// The state after the command (a dry run: the state now).
+        let state: String
+        /// `changed`, `repeat` or `refused`.
+        let outcome: String
+        /// The events appended (a dry run: the events the lifecycle would append).
+        let events: [String]
+        /// Why it was refused.
+        let reason: String?
+    }
+
+    struct Report: Encodable {
+        let command: String
+        let dry_run: Bool
+        let matched, changed, repeats, refused: Int
+        let jobs: [Decision]
+    }
+
+    func run(context: Context, action: (any JobStore, String, Context) throws -> ControlResult,
+             lifecycle command: JobCommand) throws -> Int32 {
+        let store = try context.openStore(readOnly: dryRun)
+        var targets: [JobRecord] = []
+        var unresolved: [(String, String)] = []
+        if let filter {
+            targets = try store.jobs(filter: filter).reversed()
+        } else {
+            for given in ids {
+                do { targets.append(try store.job(resolving: given)) } catch { unresolved.append((given, "\(error)")) }
+            }
+        }
+        var decisions: [Decision] = []
+        for (given, reason) in unresolved {
+            decisions.append(Decision(id: given, kind: "-", state_before: "-", state: "-", outcome: "refused", events: [], reason: reason))
+        }
+        for job in targets {
+            decisions.append(dryRun ? predict(job, command) : perform(job, store: store, context: context, action: action))
+        }
+        let report = Report(command: name, dry_run: dryRun, matched: targets.count,
+                            changed: decisions.filter { $0.outcome == "changed" }.count,
+                            repeats: decisions.filter { $0.outcome == "repeat" }.count,
+                            refused: decisions.filter { $0.outcome == "refused" }.count, jobs: decisions)
+        if json {
+            emit(try jsonText(report))
+        } else {
+            for decision in decisions { printLine(decision, context: context) }
+            emit(summary(report))
+        }
+        return report.refused == 0 ? ExitCode.ok : ExitCode.failure
+    }
+
+    /// The lifecycle's answer for `job` as read: nothing is appended.
+    private func predict(_ job: JobRecord, _ command: JobCommand) -> Decision {
+        switch JobLifecycle(record: job).decide(command, now: Clock.nowMs(), expectedVersion: job.version) {
+        case .success(let events):
+            return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
+                            outcome: events.isEmpty ? "repeat" : "changed", events: events.map(\.payload.type.rawValue), reason: nil)
+        case .failure(let refusal):
+            return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
+                            outcome: "refused", events: [], reason: "\(StoreError(refusal, jobID: job.id))")
+        }
+    }
+
+    /// The store's control call for `job`, one transaction of its own.
+    private func perform(_ job: JobRecord, store: any JobStore, context: Context,
+                         action: (any JobStore, String, Context) throws -> ControlResult) -> Decision {
+        do {
+            let result = try action(store, job.id, context)
+            let events = result.isRepeat ? [] : try store.events(jobID: job.id)
+                .filter { $0.version > job.version && $0.actor == context.actor }.map(\.type.rawValue)
+            return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: result.record.state.rawValue,
+                            outcome: result.isRepeat ? "repeat" : "changed", events: events, reason: nil)
+        } catch {
+            return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
+                            outcome: "refused", events: [], reason: "\(error)")
+        }
+    }
+
+    private func printLine(_ decision: Decision, context: Context) {
+        let state = JobState(rawValue: decision.state).map { context.paint(state: $0) } ?? decision.state
+        switch (decision.outcome, dryRun) {
+        case ("refused", _):
+            emitError("Error: \(decision.id): \(decision.reason ?? "refused")")
+        case ("repeat", true):
+            emit("\(decision.id)  \(state)  already so; nothing would change")
+        case ("repeat", false):
+            emit("\(decision.id)  \(state)  (already so; nothing changed)")
+        case (_, true):
+            emit("\(decision.id)  \(state)  would append \(decision.events.joined(separator: ", "))")
+        default:
+            emit("\(decision.id)  \(decision.state_before) → \(state)  (\(decision.events.joined(separator: ", ")))")
+        }
+    }
+
+    private func summary(_ report: Report) -> String {
+        let prefix = report.dry_run ? "dry run: \(name) would change" : "\(name):"
+        let counts = "\(report.changed) of \(plural(report.matched, "job")) changed"
+        let tail = "\(report.repeats) already so, \(report.refused) refused"
+        if report.dry_run {
+            return "\(prefix) \(report.changed) of \(plural(report.matched, "job")) (\(tail)); nothing was changed"
+        }
+        return "\(prefix) \(counts) (\(tail))"
+    }
+}

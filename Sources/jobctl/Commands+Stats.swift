@@ -1,0 +1,176 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+extension Commands {
+    static let stats = CommandSpec(
+        name: "stats",
+        abstract: "Queue depth, running jobs by worker, and throughput and failures over the last minute and hour.",
+        options: [Options.queue.help("Only this queue."), Options.json.help("Print one JSON object.")],
+        discussion: """
+        Jobs by queue and state; the oldest queued job and its age (since it was submitted); running jobs
+        grouped by the worker holding their lease, with when each lease expires unless heartbeated; and,
+        for the last minute and the last hour, jobs succeeded with their bytes and rate, final failures and
+        scheduled retries by error code. Reads the database read-only.
+        """
+    ) { arguments, context in
+        let queue = try arguments.value(Options.queue)
+        let store = try context.openStore(readOnly: true)
+        let stats = try store.stats(queue: queue, now: Clock.nowMs())
+        if arguments[Options.json] {
+            emit(try jsonText(StatsView(stats)))
+        } else {
+            emit(statsText(stats, context: context))
+        }
+        return ExitCode.ok
+    }
+
+    /// The text form: a queue × state table, then one paragraph per section.
+    private static func statsText(_ stats: StoreStats, context: Context) -> String {
+        let states = JobState.allCases
+        var lines: [String] = []
+        let queues = StatsView.queueNames(stats)
+        if queues.isEmpty {
+            lines.append(stats.queue.map { "no jobs in queue \($0)" } ?? "no jobs")
+        } else {
+            let rows = queues.map { queue -> [String] in
+                let counts = states.map { state in stats.counts.first { $0.queue == queue && $0.state == state }?.count ?? 0 }
+                return [queue] + counts.map(String.init) + [String(counts.reduce(0, +))]
+            }
+            let columns = [TableColumn("QUEUE", fit: .elide(minimum: 8), elide: { Elide.end($0, to: $1) })]
+                + states.map { TableColumn($0.rawValue.uppercased()) } + [TableColumn("TOTAL")]
+            lines.append(renderTable(columns, rows, width: context.width).text)
+        }
+        lines.append("")
+        if let oldest = stats.oldestQueued {
+            var line = "oldest queued: \(oldest.jobID) (\(oldest.queue)), submitted \(TimeText.age(oldest.createdAtMs, now: stats.nowMs)) ago"
+            if oldest.runAfterMs > stats.nowMs {
+                line += ", runs in \(TimeText.duration(seconds: (oldest.runAfterMs - stats.nowMs + 999) / 1000))"
+            }
+            lines.append(line)
+        } else {
+            lines.append("oldest queued: none")
+        }
+        if stats.running.isEmpty {
+            lines.append("running: none")
+        } else {
+            lines.append("running:")
+            for worker in StatsView.workers(stats) {
+                lines.append("  \(worker.owner): \(plural(worker.leases.count, "job"))")
+                for lease in worker.leases {
+                    let expiry = lease.expiresAtMs.map { expires in
+                        expires >= stats.nowMs
+                            ? "lease expires in \(TimeText.duration(seconds: (expires - stats.nowMs) / 1000))"
+                            : "lease expired \(TimeText.duration(seconds: (stats.nowMs - expires) / 1000)) ago"
+                    } ?? "no live lease"
+                    lines.append("    \(lease.jobID)  \(lease.kind.rawValue)  \(lease.queue)  \(expiry)")
+                }
+            }
+        }
+        for (name, window) in [("last minute", stats.lastMinute), ("last hour", stats.lastHour)] {
+            let rate = ByteSize.format(window.bytes * 1000 / window.lengthMs)
+            var line = "\(name): \(window.succeeded) succeeded (\(ByteSize.format(window.bytes)), \(rate)/s), \(window.failed) failed"
+            if !window.failedByCode.isEmpty { line += " (\(codes(window.failedByCode)))" }
+            line += ", \(plural(window.retried, "retry", "retries"))"
+            if !window.retriedByCode.isEmpty { line += " (\(codes(window.retriedByCode)))" }
+            lines.append(line)
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    private static func codes(_ counts: [StorageErrorCode: Int]) -> String {
+        counts.sorted { $0.key.name < $1.key.name }.map { "\($0.key.name) \($0.value)" }.joined(separator: ", ")
+    }
+}
+
+/// `stats --json`: snake_case, times as RFC 3339 beside epoch milliseconds, every state of every queue.
+struct StatsView: Encodable {
+    struct Oldest: Encodable {
+        let id, queue, created_at: String
+        let created_at_ms, run_after_ms, age_ms: Int64
+        let run_after: String
+    }
+    struct Lease: Encodable {
+        let id, queue, kind: String
+        let lease_token: Int64?
+        let lease_expires_at: String?
+        let lease_expires_at_ms: Int64?
+    }
+    struct Worker: Encodable {
+        let worker: String
+        let jobs: [Lease]
+    }
+    struct Window: Encodable {
+        let seconds: Int64
+        let succeeded: Int
+        let bytes: Int64
+        let bytes_per_second: Int64
+        let failed: Int
+        let retried: Int
+        let failures_by_code: [String: Int]
+        let retries_by_code: [String: Int]
+    }
+
+    let at: String
+    let at_ms: Int64
+    let queue: String?
+    let jobs: [String: [String: Int]]
+    let totals: [String: Int]
+    let oldest_queued: Oldest?
+    let running: [Worker]
+    let last_minute: Window
+    let last_hour: Window
+
+    init(_ stats: StoreStats) {
+        at = TimeText.rfc3339(stats.nowMs)
+        at_ms = stats.nowMs
+        queue = stats.queue
+        var jobs: [String: [String: Int]] = [:]
+        var totals = Dictionary(uniqueKeysWithValues: JobState.allCases.map { ($0.rawValue, 0) })
+        totals["total"] = 0
+        for queue in Self.queueNames(stats) {
+            var row = Dictionary(uniqueKeysWithValues: JobState.allCases.map { ($0.rawValue, 0) })
+            row["total"] = 0
+            jobs[queue] = row
+        }
+        for count in stats.counts {
+            jobs[count.queue, default: [:]][count.state.rawValue, default: 0] += count.count
+            jobs[count.queue, default: [:]]["total", default: 0] += count.count
+            totals[count.state.rawValue, default: 0] += count.count
+            totals["total", default: 0] += count.count
+        }
+        self.jobs = jobs
+        self.totals = totals
+        oldest_queued = stats.oldestQueued.map { oldest in
+            Oldest(id: oldest.jobID, queue: oldest.queue, created_at: TimeText.rfc3339(oldest.createdAtMs),
+                   created_at_ms: oldest.createdAtMs, run_after_ms: oldest.runAfterMs,
+                   age_ms: max(0, stats.nowMs - oldest.createdAtMs), run_after: TimeText.rfc3339(oldest.runAfterMs))
+        }
+        running = Self.workers(stats).map { worker in
+            Worker(worker: worker.owner, jobs: worker.leases.map { lease in
+                Lease(id: lease.jobID, queue: lease.queue, kind: lease.kind.rawValue, lease_token: lease.token,
+                      lease_expires_at: lease.expiresAtMs.map(TimeText.rfc3339), lease_expires_at_ms: lease.expiresAtMs)
+            })
+        }
+        last_minute = Self.window(stats.lastMinute)
+        last_hour = Self.window(stats.lastHour)
+    }
+
+    private static func window(_ window: StoreStats.Window) -> Window {
+        Window(seconds: window.lengthMs / 1000, succeeded: window.succeeded, bytes: window.bytes,
+               bytes_per_second: window.bytes * 1000 / window.lengthMs, failed: window.failed, retried: window.retried,
+               failures_by_code: Dictionary(uniqueKeysWithValues: window.failedByCode.map { ($0.key.name, $0.value) }),
+               retries_by_code: Dictionary(uniqueKeysWithValues: window.retriedByCode.map { ($0.key.name, $0.value) }))
+    }
+
+    /// The queues that hold jobs, in name order (the asked-for queue alone when it has none).
+    static func queueNames(_ stats: StoreStats) -> [String] {
+        Array(Set(stats.counts.map(\.queue))).sorted()
+    }
+
+    /// Running leases grouped by owner, owners in name order.
+    static func workers(_ stats: StoreStats) -> [(owner: String, leases: [StoreStats.RunningLease])] {
+        Dictionary(grouping: stats.running, by: \.owner).sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+}

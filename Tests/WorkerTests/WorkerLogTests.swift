@@ -1,0 +1,217 @@
+import EventStore
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+import Synchronization
+@testable import Worker
+
+/// The lines of a worker's log that parse as JSON objects, and the lines that do not.
+private func jsonLines(_ log: String) -> (objects: [[String: Any]], other: [String]) {
+    var objects: [[String: Any]] = []
+    var other: [String] = []
+    for line in log.split(separator: "\n") where !line.isEmpty {
+        if let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] {
+            objects.append(object)
+        } else {
+            other.append(String(line))
+        }
+    }
+    return (objects, other)
+}
+
+/// The log objects about `job` with event `event`.
+private func entries(_ objects: [[String: Any]], _ event: String, job: String? = nil) -> [[String: Any]] {
+    objects.filter { ($0["event"] as? String) == event && (job == nil || ($0["job"] as? String) == job) }
+}
+
+@Suite("worker logs") struct WorkerLogTests {
+    static let mib = 1 << 20
+    static let secret = "SECRETVALUE4711"
+
+    /// A real worker with `--log-format json` writes one JSON object per line and one line per
+    /// transition: claimed, started, resumed, paused, retry_scheduled (delay and error code), succeeded
+    /// (bytes, duration, rate), failed, cancelled, released; a URL's token never appears.
+    @Test func jsonLinesForEveryTransition() throws {
+        let nginx = try startWorkerNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("worker-log")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(32 * Self.mib))
+        let ids = try submit("""
+        - {kind: upload-data, data: "hello log", destination: "file://logs/hello.txt"}
+        - {kind: download-memory, source: "file://nowhere/missing.txt"}
+        - {kind: download-file, source: "\(nginx.baseURL)/broken/x.bin?token=\(Self.secret)", destination: "\(directory.file("x.bin"))", max_attempts: 2}
+        - {kind: download-file, source: "\(nginx.baseURL)/slow/big.bin?token=\(Self.secret)", destination: "\(directory.file("d.bin"))"}
+        - {kind: download-file, source: "\(nginx.baseURL)/slow/big.bin", destination: "\(directory.file("e.bin"))"}
+        """, database: database, directory: directory)
+        try #require(ids.count == 5)
+        let (hello, missing, broken, slow, released) = (ids[0], ids[1], ids[2], ids[3], ids[4])
+        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "5", "--log-format", "json"],
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        let logged = { (event: String, job: String) -> Bool in !entries(jsonLines(worker.log).objects, event, job: job).isEmpty }
+
+        try #require(eventually(seconds: 20) { logged("started", slow) && logged("started", released) }, "\(worker.log)")
+        #expect(try jobctl(["pause", slow], database: database).status == 0)
+        try #require(eventually(seconds: 10) { logged("paused", slow) }, "\(worker.log)")
+        #expect(try jobctl(["resume", slow], database: database).status == 0)
+        try #require(eventually(seconds: 10) { logged("resumed", slow) }, "\(worker.log)")
+        #expect(try jobctl(["cancel", slow], database: database).status == 0)
+        try #require(eventually(seconds: 10) {
+            logged("cancelled", slow) && logged("succeeded", hello) && logged("failed", missing) && logged("failed", broken)
+        }, "\(worker.log)")
+        worker.signal(SIGTERM)
+        #expect(worker.wait(seconds: 15) == 0, "\(worker.log)")
+
+        let (objects, other) = jsonLines(worker.log)
+        #expect(other.isEmpty, "lines that are not JSON: \(other)")
+        for object in objects {
+            #expect(Set(object.keys) == ["time", "time_ms", "level", "event", "job", "kind", "fields"], "\(object)")
+            #expect((object["time"] as? String)?.hasSuffix("Z") == true)
+        }
+        for id in ids { #expect(entries(objects, "claimed", job: id).count >= 1, "no claimed line for \(id)") }
+        #expect(entries(objects, "started", job: hello).first?["kind"] as? String == "upload-data")
+
+        let succeeded = try #require(entries(objects, "succeeded", job: hello).first?["fields"] as? [String: Any])
+        #expect(succeeded["bytes"] as? Int == 9)
+        #expect(succeeded["duration_ms"] is Int)
+        #expect(succeeded["bytes_per_second"] is Int)
+        #expect((succeeded["rate"] as? String)?.hasSuffix("/s") == true)
+
+        let failed = try #require(entries(objects, "failed", job: missing).first)
+        #expect(failed["level"] as? String == "error")
+        #expect((failed["fields"] as? [String: Any])?["error"] as? String == "bucketNotFound")
+
+        let retry = try #require(entries(objects, "retry_scheduled", job: broken).first?["fields"] as? [String: Any])
+        #expect(retry["http_status"] as? Int == 503)
+        #expect(retry["error_code"] as? Int != nil)
+        #expect((retry["delay_ms"] as? Int).map { $0 > 0 && $0 <= 60_000 } == true, "\(retry)")
+        #expect((entries(objects, "failed", job: broken).first?["fields"] as? [String: Any])?["error"] as? String == "retryLimitExceeded")
+
+        #expect(entries(objects, "paused", job: slow).count == 1)
+        #expect(((entries(objects, "resumed", job: slow).first?["fields"] as? [String: Any])?["from_bytes"] as? Int ?? 0) > 0)
+        #expect(entries(objects, "cancelled", job: slow).count == 1)
+        #expect(entries(objects, "released", job: released).count == 1)
+        #expect(!entries(objects, "signal_received").isEmpty)
+        #expect(entries(objects, "worker_stopped").count == 1)
+
+        // The token is in the job (the worker needs it) but in no log line; the URL is there, redacted.
+        #expect(!worker.log.contains(Self.secret))
+        let claimed = try #require(entries(objects, "claimed", job: slow).first?["fields"] as? [String: Any])
+        #expect((claimed["source"] as? String)?.contains("token=REDACTED") == true, "\(claimed)")
+    }
+
+    /// Text lines: `level event job kind key=value…`; no time under systemd (JOURNAL_STREAM), a time
+    /// otherwise; `-q` leaves only warnings and errors.
+    @Test func textLinesTimestampsAndQuiet() throws {
+        let directory = try TemporaryDirectory("worker-text-log")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let manifest = """
+        - {kind: upload-data, data: "hello", destination: "file://logs/a.txt"}
+        - {kind: download-memory, source: "file://nowhere/missing.txt"}
+        """
+        let ids = try submit(manifest, database: database, directory: directory)
+        let journald = try JobctlProcess.worker(database: database, ["--drain"], environment: ["JOURNAL_STREAM": "8:12345"],
+                                                logDirectory: directory.path)
+        #expect(journald.wait(seconds: 20) == 2, "\(journald.log)")
+        let lines = journald.log.split(separator: "\n").map(String.init)
+        let success = try #require(lines.first { $0.contains(" succeeded \(ids[0]) ") }, "\(journald.log)")
+        #expect(success.hasPrefix("info    succeeded \(ids[0]) upload-data bytes=5 duration_ms="), "\(success)")
+        let failure = try #require(lines.first { $0.contains(" failed \(ids[1]) ") }, "\(journald.log)")
+        #expect(failure.hasPrefix("error   failed \(ids[1]) download-memory error=bucketNotFound"), "\(failure)")
+        #expect(!journald.log.contains("\u{1B}["), "colour in a log that is not a terminal")
+
+        let more = try submit(manifest.replacingOccurrences(of: "a.txt", with: "b.txt"), database: database, directory: directory)
+        let stamped = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        #expect(stamped.wait(seconds: 20) == 2, "\(stamped.log)")
+        let line = try #require(stamped.log.split(separator: "\n").first { $0.contains(" succeeded \(more[0]) ") })
+        let time = try #require(line.split(separator: " ").first)
+        #expect(ISO8601DateFormatter().date(from: String(time).replacingOccurrences(of: #"\.\d+"#, with: "", options: .regularExpression)) != nil, "\(line)")
+
+        _ = try submit(manifest.replacingOccurrences(of: "a.txt", with: "c.txt"), database: database, directory: directory)
+        let quiet = try JobctlProcess.worker(database: database, ["--drain", "-q"], logDirectory: directory.path)
+        #expect(quiet.wait(seconds: 20) == 2, "\(quiet.log)")
+        #expect(!quiet.log.contains(" claimed ") && !quiet.log.contains(" succeeded "), "\(quiet.log)")
+        #expect(quiet.log.contains("error   failed "), "\(quiet.log)")
+    }
+
+    /// A worker frozen past its lease rescues its own job on waking and logs that it lost the lease
+    /// (learnt from its heartbeat or from the store refusing its next append, whichever comes first).
+    @Test func leaseLostIsLogged() throws {
+        let nginx = try startWorkerNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("worker-lease-log")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(16 * Self.mib))
+        let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
+                                         database: database, directory: directory).first)
+        let worker = try JobctlProcess.worker(database: database, ["--lease", "1", "--log-format", "json", "-v"], logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        // -v: progress lines, about one a second while bytes move.
+        try #require(eventually(seconds: 20) { !entries(jsonLines(worker.log).objects, "progress", job: id).isEmpty }, "\(worker.log)")
+        let progress = entries(jsonLines(worker.log).objects, "progress", job: id).first
+        #expect(progress?["level"] as? String == "debug")
+        #expect(((progress?["fields"] as? [String: Any])?["bytes"] as? Int ?? 0) > 0)
+        worker.signal(SIGSTOP)
+        usleep(1_600_000)  // past the 1 s lease: nothing else can make a lease expire
+        worker.signal(SIGCONT)
+        #expect(eventually(seconds: 10) { !entries(jsonLines(worker.log).objects, "lease_lost", job: id).isEmpty }, "\(worker.log)")
+        let lost = entries(jsonLines(worker.log).objects, "lease_lost", job: id).first
+        #expect(lost?["level"] as? String == "warning")
+        worker.signal(SIGTERM)
+        #expect(worker.wait(seconds: 15) == 0, "\(worker.log)")
+    }
+
+    /// On a terminal the level and outcome are coloured; NO_COLOR, --no-color and JOURNAL_STREAM turn it off.
+    @Test func colourOnlyOnATerminal() throws {
+        let directory = try TemporaryDirectory("worker-colour-log")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        var runs: [(environment: [String: String], flags: [String], coloured: Bool)] = [
+            ([:], [], true), (["NO_COLOR": "1"], [], false), ([:], ["--no-color"], false), (["JOURNAL_STREAM": "8:1"], [], false),
+        ]
+        runs = runs.map { run in (run.environment.merging(["TERM": "xterm"]) { a, _ in a }, run.flags, run.coloured) }
+        for run in runs {
+            _ = try submit("- {kind: upload-data, data: \"x\", destination: \"file://c/\(UUID().uuidString).txt\"}\n",
+                           database: database, directory: directory)
+            let command = ([PackagePaths.jobctlBinary, "--db", database, "worker", "--drain"] + run.flags).map { "'\($0)'" }.joined(separator: " ")
+            var environment = run.environment
+            if environment["NO_COLOR"] == nil { environment["NO_COLOR"] = "" }
+            let output = try runProcess("/usr/bin/script", ["-qfec", "exec \(command)", "/dev/null"], environment: environment)
+            #expect(output.stdout.contains("succeeded"), "\(output.stdout)")
+            #expect(output.stdout.contains("\u{1B}[32msucceeded\u{1B}[0m") == run.coloured, "\(run): \(output.stdout)")
+        }
+    }
+
+    // MARK: - The formatter, as a value
+
+    @Test func textQuotesRedactsAndColours() {
+        let entry = WorkerLogEntry(atMs: 0, level: .warning, event: .retryScheduled, jobID: "01JOB", kind: .fetchURL, fields: [
+            ("delay_ms", .integer(1500)), ("message", .text("server said \"busy\" at https://h/x?token=abc&sig=def")),
+            ("source", .text("https://u:pw@h/p?X-Goog-Signature=zz")),
+        ])
+        let plain = WorkerLogFormatter(format: .text, timestamps: false, color: false).line(entry)
+        #expect(plain == #"warning retry_scheduled 01JOB fetch-url delay_ms=1500 message="server said \"busy\" at https://h/x?token=REDACTED&sig=REDACTED" source=https://u:REDACTED@h/p?X-Goog-Signature=REDACTED"#)
+        let coloured = WorkerLogFormatter(format: .text, timestamps: true, color: true).line(entry)
+        #expect(coloured.hasPrefix("1970-01-01T00:00:00.000Z \u{1B}[33mwarning\u{1B}[0m \u{1B}[33mretry_scheduled\u{1B}[0m 01JOB"), "\(coloured)")
+        let json = WorkerLogFormatter(format: .json).line(entry)
+        #expect(!json.contains("abc") && !json.contains("pw@") && !json.contains("zz"), "\(json)")
+        let object = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any]
+        #expect(object?["event"] as? String == "retry_scheduled")
+        #expect((object?["fields"] as? [String: Any])?["delay_ms"] as? Int == 1500)
+    }
+
+    @Test func levelsFilter() {
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .warning, write: { line in lines.withLock { $0.append(line) } })
+        log.record(WorkerLogEntry(atMs: 0, level: .info, event: .claimed))
+        log.record(WorkerLogEntry(atMs: 0, level: .debug, event: .progress))
+        log.record(WorkerLogEntry(atMs: 0, level: .warning, event: .slowCommit))
+        log.record(WorkerLogEntry(atMs: 0, level: .error, event: .failed))
+        #expect(lines.withLock { $0.count } == 2)
+    }
+}
