@@ -71,7 +71,7 @@ final class LocalTransfer {
         }
 
         let location = try backend.locate(reference, creating: true)
-        let hashes = StreamingHashes()
+        let hashes = StreamingHashes(md5: spec.wantsMD5)
         let session = try openUploadSession(for: location, total: total, hashes: hashes)
         let temp = session.file
         let offset = session.offset
@@ -176,7 +176,8 @@ final class LocalTransfer {
             throw error
         }
         try location.directory.sync()
-        return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c))
+        // The sidecar records the hashes of the bytes written here: there is no other copy to compare with.
+        return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, verified: []))
     }
 
     /// An open upload session file: where the bytes go, and how a later attempt finds it again.
@@ -273,17 +274,18 @@ final class LocalTransfer {
         return (file, object, location)
     }
 
-    private func verify(_ object: StorageObject, md5: String, crc32c: String) throws(StorageError) {
-        if let expected = object.md5Hash, expected != md5 {
-            throw StorageError(.nonMatchingChecksum,
-                               "MD5 of the downloaded bytes (\(md5)) differs from the object's (\(expected)): "
-                                   + "the object or its metadata is corrupt; the copy was removed")
-        }
-        if let expected = object.crc32c, expected != crc32c {
-            throw StorageError(.nonMatchingChecksum,
-                               "CRC32C of the downloaded bytes (\(crc32c)) differs from the object's (\(expected)): "
-                                   + "the object or its metadata is corrupt; the copy was removed")
-        }
+    /// The hashes the object's sidecar records (CRC32C always, MD5 when its upload computed one).
+    private func recorded(_ object: StorageObject) -> [ServedDigest] {
+        var digests: [ServedDigest] = []
+        if let md5 = object.md5Hash { digests.append(ServedDigest(algorithm: .md5, value: md5, source: "metadata sidecar")) }
+        if let crc32c = object.crc32c { digests.append(ServedDigest(algorithm: .crc32c, value: crc32c, source: "metadata sidecar")) }
+        return digests
+    }
+
+    /// Compares the bytes read with the sidecar's hashes; the algorithms verified.
+    private func verify(_ object: StorageObject, md5: String?, crc32c: String) throws(StorageError) -> [ChecksumAlgorithm] {
+        try recorded(object).verify(md5: md5, crc32c: crc32c, what: "downloaded bytes",
+                                    remedy: "the object or its metadata is corrupt; the copy was removed")
     }
 
     private func downloadFile() throws(StorageError) -> TransferOutcome {
@@ -298,7 +300,7 @@ final class LocalTransfer {
         }
         let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
         if partial.bytesWritten > total { try partial.restart() }
-        let hashes = StreamingHashes()
+        let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         try partial.readBack { hashes.update($0) }
         try file.seek(to: partial.bytesWritten)
 
@@ -334,14 +336,15 @@ final class LocalTransfer {
             }
         }
         let (md5, crc32c) = hashes.finish()
+        let verified: [ChecksumAlgorithm]
         do {
-            try verify(object, md5: md5, crc32c: crc32c)
+            verified = try verify(object, md5: md5, crc32c: crc32c)
         } catch {
             partial.discard()
             throw error
         }
         let path = try partial.commit()
-        return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c))
+        return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c, verified: verified))
     }
 
     private func downloadMemory() throws(StorageError) -> TransferOutcome {
@@ -356,7 +359,7 @@ final class LocalTransfer {
         }
         var data = Data()
         data.reserveCapacity(Int(total))
-        let hashes = StreamingHashes()
+        let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         report(.progress(bytesDone: 0, bytesTotal: total))
         while Int64(data.count) < total {
             // Bytes in memory do not survive the process, so a stopped in-memory download has no resume
@@ -374,8 +377,8 @@ final class LocalTransfer {
             report(.progress(bytesDone: Int64(data.count), bytesTotal: total))
         }
         let (md5, crc32c) = hashes.finish()
-        try verify(object, md5: md5, crc32c: crc32c)
-        return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, data: data))
+        let verified = try verify(object, md5: md5, crc32c: crc32c)
+        return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, data: data, verified: verified))
     }
 
     // MARK: - Download URL

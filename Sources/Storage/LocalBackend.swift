@@ -340,17 +340,22 @@ extension LocalBackend {
 
 // MARK: - Hashing
 
-/// MD5 and CRC32C over the same stream; past the first MiB they are computed on a `PipelinedChecksums`
-/// queue while the transfer goes on reading and writing.
+/// CRC32C — and MD5 when asked for — over the same stream; past the first MiB they are computed on a
+/// `PipelinedChecksums` queue while the transfer goes on reading and writing.
 final class StreamingHashes {
-    private let hashes = PipelinedChecksums()
+    private let hashes: PipelinedChecksums
+
+    /// Hashes that compute MD5 only when `md5` is true.
+    init(md5: Bool) {
+        hashes = PipelinedChecksums(md5: md5)
+    }
 
     func update(_ bytes: UnsafeRawBufferPointer) {
         hashes.update(bytes)
     }
 
-    /// Base64 MD5 and base64 big-endian CRC32C; call once.
-    func finish() -> (md5: String, crc32c: String) {
+    /// Base64 MD5 (nil when not computed) and base64 big-endian CRC32C; call once.
+    func finish() -> (md5: String?, crc32c: String) {
         let result = hashes.finish()
         return (result.md5Base64, result.crc32cBase64)
     }
