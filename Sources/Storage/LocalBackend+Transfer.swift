@@ -79,6 +79,7 @@ final class LocalTransfer {
 
         var done = offset
         var lastCheckpoint = offset
+        var kernelCopy = true
         report(.progress(bytesDone: done, bytesTotal: total))
         while done < total {
             if let reason = control.stopReason {
@@ -90,6 +91,30 @@ final class LocalTransfer {
                 return .stopped(reason, .upload(sessionURI: session.uri, confirmedOffset: done, total: total))
             }
             let want = Int(min(Int64(buffer.count), total - done))
+            // A file source is copied by the kernel where it can; the CRC is then taken from the bytes
+            // stored (read back from the page cache), so it describes exactly what the object holds.
+            if case .file(let file) = source, kernelCopy {
+                let copied: Int?
+                do {
+                    copied = try temp.copyInKernel(from: file, count: want)
+                } catch {
+                    if temp.failedForLackOfSpace { session.discard(in: location) }
+                    throw error
+                }
+                if let copied {
+                    try hashStored(temp, at: done, count: copied, into: hashes)
+                    backend.statistics.addSourceBytes(copied)
+                    backend.statistics.addKernelCopiedBytes(copied)
+                    done += Int64(copied)
+                    report(.progress(bytesDone: done, bytesTotal: total))
+                    if done - lastCheckpoint >= backend.checkpointInterval && done < total {
+                        try checkpoint(session, in: location, done: done, total: total)
+                        lastCheckpoint = done
+                    }
+                    continue
+                }
+                kernelCopy = false
+            }
             let chunk: UnsafeRawBufferPointer
             switch source {
             case .file(let file):
@@ -119,14 +144,8 @@ final class LocalTransfer {
             done += Int64(chunk.count)
             report(.progress(bytesDone: done, bytesTotal: total))
             if done - lastCheckpoint >= backend.checkpointInterval && done < total {
-                do {
-                    try temp.sync()
-                } catch {
-                    if temp.failedForLackOfSpace { session.discard(in: location) }
-                    throw error
-                }
+                try checkpoint(session, in: location, done: done, total: total)
                 lastCheckpoint = done
-                report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: done, total: total), bytesTotal: total))
             }
         }
 
@@ -239,6 +258,31 @@ final class LocalTransfer {
         }
         let uri = LocalUploadSession(path: location.directory.childPath(name), identity: identity).uri
         return OpenSession(file: file, name: name, identity: identity, offset: 0, uri: uri)
+    }
+
+    /// Syncs the session file and reports the offset the next attempt resumes from.
+    private func checkpoint(_ session: OpenSession, in location: LocalLocation, done: Int64, total: Int64) throws(StorageError) {
+        do {
+            try session.file.sync()
+        } catch {
+            if session.file.failedForLackOfSpace { session.discard(in: location) }
+            throw error
+        }
+        report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: done, total: total), bytesTotal: total))
+    }
+
+    /// Hashes `count` bytes the kernel just copied into `file` at `offset`, read back through the buffer.
+    private func hashStored(_ file: LocalFile, at offset: Int64, count: Int, into hashes: StreamingHashes) throws(StorageError) {
+        var hashed = 0
+        while hashed < count {
+            let want = min(buffer.count, count - hashed)
+            let read = try file.read(at: offset + Int64(hashed), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
+            guard read > 0 else {
+                throw StorageError(.internalError, "upload session '\(file.path)' is shorter than the bytes copied into it")
+            }
+            hashes.update(UnsafeRawBufferPointer(rebasing: buffer[0..<read]))
+            hashed += read
+        }
     }
 
     private func rehash(_ file: LocalFile, upTo length: Int64, into hashes: StreamingHashes) throws(StorageError) {

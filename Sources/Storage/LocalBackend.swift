@@ -94,6 +94,15 @@ final class LocalTransferStatistics: Sendable {
     func addSourceBytes(_ count: Int) {
         sourceBytes.withLock { $0 += Int64(count) }
     }
+
+    private let kernelBytes = Mutex<Int64>(0)
+
+    /// Bytes of upload sources the kernel copied into objects (`copy_file_range`), not read into memory.
+    var kernelCopiedBytes: Int64 { kernelBytes.withLock { $0 } }
+
+    func addKernelCopiedBytes(_ count: Int) {
+        kernelBytes.withLock { $0 += Int64(count) }
+    }
 }
 
 // MARK: - Locations

@@ -372,6 +372,26 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(!FileManager.default.fileExists(atPath: sandbox.buckets + "/nobucket"))
     }
 
+    /// An upload-file into a bucket is copied by the kernel (`copy_file_range`), not through memory; the
+    /// hashes still describe the stored bytes, MD5 included when the job asks for it.
+    @Test func uploadFileIsCopiedByTheKernelAndStillHashed() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(3 * 1024 * 1024 + 4321)
+        let source = try sandbox.write("k.bin", bytes)
+        let backend = sandbox.backend(checkpoint: 1024 * 1024)
+        let recorder = Recorder()
+        let result = try finished(try await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/k.bin",
+                                                                  checksums: [.md5]), recorder: recorder))
+        #expect(backend.statistics.kernelCopiedBytes == Int64(bytes.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: sandbox.buckets + "/b/k.bin")) == bytes)
+        #expect(result.crc32c == checksums(bytes).crc32c && result.md5 == checksums(bytes).md5)
+        #expect(recorder.checkpoints.count == 3, "a checkpoint per MiB before the end: \(recorder.checkpoints)")
+        let read = try finished(try await run(backend, JobSpec(kind: .downloadMemory, source: "file://b/k.bin", maxSize: 8 << 20,
+                                                               checksums: [.md5])))
+        #expect(read.data == bytes && read.verified == [.md5, .crc32c])
+    }
+
     // MARK: - Pause, resume, cancel
 
     @Test func pausedUploadResumesOnANewBackendWithoutRereadingThePrefix() async throws {
@@ -403,6 +423,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(try Data(contentsOf: URL(fileURLWithPath: sandbox.buckets + "/b/dir/big.bin")) == bytes)
         #expect(result.md5 == nil && result.crc32c == checksums(bytes).crc32c)
         #expect(second.statistics.sourceBytesRead == total - offset)
+        #expect(second.statistics.kernelCopiedBytes == total - offset, "the rest was copied by the kernel")
         #expect(resuming.progress.first == offset)
         #expect(sandbox.entries(sandbox.buckets + "/b/dir") == [".big.bin.jobctl-meta.json", "big.bin"])
     }
