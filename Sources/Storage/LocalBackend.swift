@@ -250,29 +250,28 @@ extension LocalBackend {
 
     private func locate(_ reference: StorageReference, in place: LocalObjectPlace, creating: Bool,
                         context: LocalFiles.Context) throws(StorageError) -> LocalLocation {
-        var rootPath = place.rootPath
-        if let real = LocalFiles.resolved(rootPath) {
-            rootPath = real
-        } else if !creating {
-            throw StorageError(.bucketNotFound,
-                               "local bucket '\(reference.bucket)' does not exist (no directory '\(place.rootPath)'): "
-                                   + "create it or upload to it first")
-        }
         var root: SafeDirectory
         do throws(StorageError) {
-            root = try SafeDirectory.open(trusted: rootPath, create: creating, context: context)
-            // A bucket made just now is named by its real path too, so the paths recorded in resume
-            // points are the same in every attempt.
-            if let real = LocalFiles.resolved(rootPath), real != rootPath {
-                rootPath = real
+            root = try SafeDirectory.open(trusted: place.rootPath, create: creating, context: context)
+            // The bucket is named by its real path (also one made just now), so the paths recorded in
+            // resume points are the same in every attempt. Read from the open directory in one call: no
+            // component of the path is looked up again.
+            if let real = root.namedByRealPath() {
+                root = real
+            } else if let real = LocalFiles.resolved(place.rootPath), real != place.rootPath {
                 root = try SafeDirectory.open(trusted: real, create: false, context: context)
             }
         } catch {
-            throw StorageError(.bucketNotFound, "local bucket '\(reference.bucket)' cannot be opened ('\(rootPath)'): \(error.message)",
+            if !creating, LocalFiles.resolved(place.rootPath) == nil {
+                throw StorageError(.bucketNotFound,
+                                   "local bucket '\(reference.bucket)' does not exist (no directory '\(place.rootPath)'): "
+                                       + "create it or upload to it first")
+            }
+            throw StorageError(.bucketNotFound, "local bucket '\(reference.bucket)' cannot be opened ('\(place.rootPath)'): \(error.message)",
                                cause: error.cause)
         }
         let directory = try root.descend(place.components, create: creating, context: context)
-        return LocalLocation(reference: reference, root: rootPath, directory: directory, name: place.name)
+        return LocalLocation(reference: reference, root: root.path, directory: directory, name: place.name)
     }
 }
 

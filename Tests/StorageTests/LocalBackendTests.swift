@@ -428,6 +428,33 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(sandbox.entries(sandbox.buckets + "/b/dir") == [".big.bin.jobctl-meta.json", "big.bin"])
     }
 
+    /// Buckets reached through a symbolic link are named by their real path in resume points, also a
+    /// bucket the upload creates, so a resumed attempt finds its session and continues it.
+    @Test func bucketsBehindALinkAreNamedByTheirRealPath() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let linked = sandbox.directory.file("linked")
+        try FileManager.default.createSymbolicLink(atPath: linked, withDestinationPath: sandbox.buckets)
+        let real = try #require(URL(fileURLWithPath: sandbox.buckets).resolvingSymlinksInPath().path as String?)
+        let bytes = try randomData(3 * 1024 * 1024 + 5)
+        let source = try sandbox.write("l.bin", bytes)
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://fresh/dir/l.bin")
+        let pausing = Recorder(stopAtCheckpoint: .pause)
+        let stopped = try await run(sandbox.backend(checkpoint: 1024 * 1024, buckets: linked), spec, recorder: pausing)
+        guard case .stopped(.pause, let point?) = stopped, case .upload(let session, let offset, _) = point else {
+            Issue.record("expected a pause with an upload resume point, got \(stopped)")
+            return
+        }
+        let path = try #require(LocalUploadSession(uri: session)?.path)
+        #expect(path.hasPrefix(real + "/fresh/dir/"), "\(path)")
+        #expect(!path.contains("/linked/"))
+        let second = sandbox.backend(checkpoint: 1024 * 1024, buckets: linked)
+        let result = try finished(try await run(second, spec, from: point))
+        #expect(second.statistics.sourceBytesRead == Int64(bytes.count) - offset, "the session was continued, not restarted")
+        #expect(result.crc32c == checksums(bytes).crc32c)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: real + "/fresh/dir/l.bin")) == bytes)
+    }
+
     @Test func uploadResumePointForAChangedSourceStartsOver() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }
