@@ -150,8 +150,8 @@ struct ServedDigest: Equatable, Sendable {
 
 /// The hashes a download's response reports for the whole object, in every form we read:
 ///
-/// - `x-goog-hash: crc32c=…,md5=…` (GCS, the whole object even on a ranged answer) and
-///   `x-amz-checksum-crc32c`;
+/// - `x-goog-hash: crc32c=…,md5=…` (GCS, the whole object even on a ranged answer; not for a body
+///   GCS decompressed on the way) and `x-amz-checksum-crc32c`;
 /// - `Digest: md5=…, crc32c=…` (RFC 3230 instance digests: the whole representation, also on a 206);
 /// - `Repr-Digest: md5=:…:, crc32c=:…:` (RFC 9530: the whole representation, also on a 206);
 /// - `Content-MD5` (RFC 1864) and `Content-Digest` (RFC 9530) digest the message body, which is the
@@ -166,7 +166,11 @@ func servedDigests(_ headers: [String: String], status: Int) -> [ServedDigest] {
         guard let value = canonicalDigest(text, algorithm: algorithm) else { return }
         digests.append(ServedDigest(algorithm: algorithm, value: value, source: source))
     }
-    let reported = reportedHashes(headers)
+    // GCS serves an object stored gzip-compressed decompressed to a client that does not accept gzip
+    // (decompressive transcoding); its x-goog-hash then describes the stored bytes, not the body.
+    let transcoded = headers["x-goog-stored-content-encoding"]?.lowercased() == "gzip"
+        && headers["content-encoding"]?.lowercased() != "gzip"
+    let reported = transcoded ? (md5: nil, crc32c: nil) : reportedHashes(headers)
     if let md5 = reported.md5 { add(.md5, md5, from: "x-goog-hash") }
     if let crc32c = reported.crc32c { add(.crc32c, crc32c, from: headers["x-goog-hash"] == nil ? "x-amz-checksum-crc32c" : "x-goog-hash") }
     let wholeBody = status == 200
@@ -371,8 +375,6 @@ final class MemorySink: ResponseBodySink {
     private let url: String
     /// Decides at the first body byte, from the status and headers, whether MD5 must be computed too.
     var needsMD5: ((Int, [String: String]) -> Bool)?
-    /// The headers of the response being written.
-    private(set) var responseHeaders: [String: String] = [:]
 
     /// A sink that computes MD5 from the start when `md5` is true.
     init(limit: Int64, url: String, md5: Bool = false, progress: @escaping (Int64) -> Void) {
@@ -394,10 +396,7 @@ final class MemorySink: ResponseBodySink {
                                "the object is larger than the maximum of \(limit) bytes; raise max_size or download it to a file",
                                url: redactedURL(url), maximum: limit)
         }
-        if data.isEmpty {
-            responseHeaders = headers
-            if needsMD5?(status, headers) == true { checksums.enableMD5() }
-        }
+        if data.isEmpty, needsMD5?(status, headers) == true { checksums.enableMD5() }
         checksums.feed(bytes, at: Int64(data.count))
         data.append(contentsOf: bytes)
         progress(Int64(data.count))

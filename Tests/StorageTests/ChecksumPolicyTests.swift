@@ -195,6 +195,12 @@ struct ChecksumPolicyTests {
         // A 206's Content-MD5 and Content-Digest cover only the part sent: only the whole-representation ones count.
         #expect(servedDigests(headers, status: 206).map(\.source) == ["Digest", "Repr-Digest"])
         #expect(servedDigests(headers, status: 206).first?.value == Data([0x0A, 0x0B, 0x0C, 0x0D]).base64EncodedString())
+        // x-goog-hash covers the whole stored object, also on a 206; not a body GCS decompressed for us.
+        let goog = ["x-goog-hash": "crc32c=\(hashes(Data("x".utf8)).crc32c),md5=\(md5)"]
+        #expect(servedDigests(goog, status: 206).map(\.algorithm) == [.md5, .crc32c])
+        #expect(servedDigests(goog.merging(["x-goog-stored-content-encoding": "gzip"]) { a, _ in a }, status: 200).isEmpty)
+        #expect(servedDigests(goog.merging(["x-goog-stored-content-encoding": "gzip", "content-encoding": "gzip"]) { a, _ in a },
+                              status: 200).count == 2)
     }
 
     // MARK: - file:// buckets
