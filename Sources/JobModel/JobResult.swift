@@ -55,9 +55,14 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
     public var path: String?
     /// Bytes transferred.
     public var size: Int64?
-    /// Base64 MD5 and CRC32C of the bytes, verified end to end where storage reports them.
+    /// Base64 MD5 and CRC32C of the bytes as computed here; MD5 only when it was computed (the job
+    /// asked for it, or it was the one hash the server reported). The server's own MD5, when it reports
+    /// one, stays in `object.md5Hash`.
     public var md5: String?
     public var crc32c: String?
+    /// The hashes compared with the server's and found equal, in `ChecksumAlgorithm` order; nil in
+    /// results logged before this field existed, empty when the server reported none to compare.
+    public var verified: [ChecksumAlgorithm]?
     /// download-memory: the SHA-256 (hex) of the bytes in the content-addressed `blobs` table.
     public var blob: String?
     /// download-memory: the bytes in flight from the transfer to the store, which moves them into
@@ -67,7 +72,8 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
     public var url: String?
 
     public init(object: StorageObject? = nil, path: String? = nil, size: Int64? = nil, md5: String? = nil,
-                crc32c: String? = nil, blob: String? = nil, data: Data? = nil, url: String? = nil) {
+                crc32c: String? = nil, blob: String? = nil, data: Data? = nil, url: String? = nil,
+                verified: [ChecksumAlgorithm]? = nil) {
         self.object = object
         self.path = path
         self.size = size
@@ -76,6 +82,7 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
         self.blob = blob
         self.data = data
         self.url = url
+        self.verified = verified
     }
 }
 

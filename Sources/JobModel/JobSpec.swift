@@ -23,6 +23,12 @@ public struct UploadMetadata: Codable, Sendable, Equatable, Hashable {
     public var isEmpty: Bool { self == UploadMetadata() }
 }
 
+/// A hash a transfer can compute and compare with the one storage reports.
+public enum ChecksumAlgorithm: String, Codable, Sendable, Equatable, Hashable, CaseIterable {
+    case md5
+    case crc32c
+}
+
 /// One validated job, as stored in the `submitted` event.
 ///
 /// Local paths (`upload-file` source, `download-file` destination) are absolute. References are
@@ -50,6 +56,11 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     /// attempt still running when it passes fails as retryable. Specs stored before this field existed
     /// decode with nil.
     public var timeoutSeconds: Int?
+    /// The hashes the job asks to compute and compare (the manifest's `checksums:`). Nil means the
+    /// default: CRC32C, plus MD5 only where it is the one hash the server reports. MD5 listed here is
+    /// computed and compared wherever the server reports one. Specs stored before this field existed
+    /// decode with nil, and nil is not encoded, so they re-encode unchanged.
+    public var checksums: [ChecksumAlgorithm]?
 
     /// The `timeout:` values accepted: one second to seven days (a resumable upload session lives a week).
     public static let timeoutRange = 1...(7 * 86_400)
@@ -61,7 +72,7 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     public init(kind: JobKind, source: String? = nil, destination: String? = nil, data: Data? = nil,
                 maxSize: Int64? = nil, metadata: UploadMetadata? = nil, key: String? = nil,
                 priority: Int = 0, maxAttempts: Int = JobSpec.defaultMaxAttempts, queue: String = JobSpec.defaultQueue,
-                timeoutSeconds: Int? = nil) {
+                timeoutSeconds: Int? = nil, checksums: [ChecksumAlgorithm]? = nil) {
         self.kind = kind
         self.source = source
         self.destination = destination
@@ -73,5 +84,9 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
         self.maxAttempts = maxAttempts
         self.queue = queue
         self.timeoutSeconds = timeoutSeconds
+        self.checksums = checksums
     }
+
+    /// Whether the job asks for MD5 to be computed.
+    public var wantsMD5: Bool { checksums?.contains(.md5) ?? false }
 }

@@ -13,6 +13,7 @@ enum JobField: String, CaseIterable, Sendable {
     case queue
     case timeout
     case checkSource = "check_source"
+    case checksums
 
     /// Fields every kind takes.
     static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout]
@@ -35,10 +36,10 @@ enum JobField: String, CaseIterable, Sendable {
     /// The fields a kind takes besides the common ones.
     static func specific(to kind: JobKind) -> Set<JobField> {
         switch kind {
-        case .uploadFile: [.source, .destination, .metadata, .checkSource]
-        case .uploadData: [.data, .dataBase64, .destination, .metadata]
-        case .downloadFile: [.source, .destination]
-        case .downloadMemory: [.source, .maxSize]
+        case .uploadFile: [.source, .destination, .metadata, .checkSource, .checksums]
+        case .uploadData: [.data, .dataBase64, .destination, .metadata, .checksums]
+        case .downloadFile: [.source, .destination, .checksums]
+        case .downloadMemory: [.source, .maxSize, .checksums]
         case .fetchURL: [.source]
         }
     }
@@ -68,6 +69,8 @@ struct FieldSet {
     /// Seconds.
     var timeout: Located<Int>?
     var checkSource: Located<Bool>?
+    /// The hashes to compute and compare, in `ChecksumAlgorithm` order, without repeats.
+    var checksums: Located<[ChecksumAlgorithm]>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
     /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
@@ -87,6 +90,7 @@ struct FieldSet {
         result.queue = fill(queue, defaults.queue, .queue)
         result.timeout = fill(timeout, defaults.timeout, .timeout)
         result.checkSource = fill(checkSource, defaults.checkSource, .checkSource)
+        result.checksums = fill(checksums, defaults.checksums, .checksums)
         if written[.metadata] != nil && metadata == nil { return result }
         if let base = defaults.metadata {
             guard var own = metadata else {
@@ -302,6 +306,7 @@ struct ManifestReader {
         spec.maxAttempts = fields.maxAttempts?.value ?? JobSpec.defaultMaxAttempts
         spec.queue = fields.queue?.value ?? JobSpec.defaultQueue
         spec.timeoutSeconds = fields.timeout?.value
+        if allowed.contains(.checksums) { spec.checksums = fields.checksums?.value }
         if kind.isUpload, let metadata = fields.metadata?.value, !metadata.isEmpty {
             spec.metadata = metadata
         }
@@ -671,6 +676,8 @@ struct ManifestReader {
                 })
             case .timeout:
                 fields.timeout = located(readTimeout(pair))
+            case .checksums:
+                fields.checksums = located(readChecksums(pair))
             }
         }
         return fields
@@ -730,6 +737,37 @@ struct ManifestReader {
             return nil
         }
         return bytes
+    }
+
+    /// `checksums:` — a list of hash names (`[md5, crc32c]`), each reported where it was written when
+    /// unknown; kept in `ChecksumAlgorithm` order without repeats.
+    private mutating func readChecksums(_ pair: YAMLPair) -> [ChecksumAlgorithm]? {
+        let names = ChecksumAlgorithm.allCases.map(\.rawValue).joined(separator: ", ")
+        let expected = "a list of hash names from \(names), like [md5, crc32c]"
+        guard case .sequence(let items, _) = pair.value else {
+            let isNull = Self.isNull(pair.value)
+            report(isNull ? .invalidValue : .wrongType, "'checksums' must be \(expected), not \(pair.value.summary)",
+                   at: isNull ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        var chosen: Set<ChecksumAlgorithm> = []
+        var valid = true
+        for item in items {
+            guard case .scalar(let scalar) = item, !scalar.isNull,
+                  let algorithm = ChecksumAlgorithm(rawValue: scalar.value.lowercased()) else {
+                if case .scalar(let scalar) = item, !scalar.isNull {
+                    let suggestion = Self.suggestion(for: scalar.value, among: ChecksumAlgorithm.allCases.map(\.rawValue))
+                    report(.invalidValue, "unknown checksum '\(scalar.value)'\(suggestion) in 'checksums'; use \(names)", at: item.mark)
+                } else {
+                    report(.wrongType, "each of 'checksums' must be a hash name (\(names)), not \(item.summary)", at: item.mark)
+                }
+                valid = false
+                continue
+            }
+            chosen.insert(algorithm)
+        }
+        guard valid else { return nil }
+        return ChecksumAlgorithm.allCases.filter(chosen.contains)
     }
 
     /// `timeout:` — one attempt's limit — as seconds, within `JobSpec.timeoutRange`.

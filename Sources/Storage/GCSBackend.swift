@@ -1,3 +1,4 @@
+import Checksums
 import Foundation
 import JobModel
 
@@ -40,12 +41,13 @@ public struct GCSBackend: StorageBackend {
         switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
                                policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
-            return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata,
+            return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata, md5: spec.wantsMD5,
                                     resumingFrom: resumePoint, control: control, report: report)
         case .downloadFile(let reference, let destination):
-            return try await downloadFile(reference, to: destination, resumingFrom: resumePoint, control: control, report: report)
+            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, resumingFrom: resumePoint,
+                                          control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
-            return try await downloadMemory(reference, maxSize: maxSize, control: control, report: report)
+            return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
         case .fetchURL(let reference):
             return try await fetchURL(reference, control: control)
         }
@@ -68,10 +70,10 @@ public struct GCSBackend: StorageBackend {
     }
 
     private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String,
-                        metadata: UploadMetadata?, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        metadata: UploadMetadata?, md5: Bool, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let total = source.size
-        let checksums = StreamChecksums()
+        let checksums = StreamChecksums(md5: md5)
         let progress = ProgressThrottle(total: total, report: report)
         var session: UploadSession?
         // A session that expired or cannot be trusted is replaced by a new one, once per attempt.
@@ -364,17 +366,17 @@ public struct GCSBackend: StorageBackend {
         _ = try? await send(HTTPRequest(method: "DELETE", url: session), control: nil)
     }
 
-    /// Compares the stored object with the source — size, MD5 and CRC32C — always: the hashes come from
-    /// the final answer, or from the object's metadata when that answer carried none, and ours cover
-    /// every byte of the source (computed again when the streamed ones skipped a range). A mismatch
-    /// deletes that generation of the object and fails with `nonMatchingChecksum`.
+    /// Compares the stored object with the source — size, CRC32C, and MD5 when the job asked for it (or
+    /// the object reports no CRC32C) — always: the hashes come from the final answer, or from the
+    /// object's metadata when that answer carried none, and ours cover every byte of the source
+    /// (computed again when the streamed ones skipped a range). A mismatch deletes that generation of
+    /// the object and fails with `nonMatchingChecksum`. The object's own MD5 stays in the result.
     private func verifiedUploadResult(_ json: [String: Any], source: UploadSource, checksums: StreamChecksums,
                                       reference: StorageReference) async throws(StorageError) -> JobResult {
         var resource = json
         guard var object = GCSObjectJSON.object(from: resource) else {
             throw StorageError(.unknown, "the upload finished but the object resource could not be read")
         }
-        let ours = try source.hashes(streamed: checksums)
         if object.md5Hash == nil && object.crc32c == nil {
             resource = try await storedObjectResource(reference, generation: object.generation)
             guard let stored = GCSObjectJSON.object(from: resource) else {
@@ -383,6 +385,7 @@ public struct GCSBackend: StorageBackend {
             }
             object = stored
         }
+        let ours = try source.hashes(streamed: checksums, md5: object.crc32c == nil && object.md5Hash != nil)
         let storedSize = resource["size"] == nil ? nil : object.size
         if let mismatch = Self.uploadMismatch(object, storedSize: storedSize, sourceSize: source.size,
                                               md5: ours.md5, crc32c: ours.crc32c) {
@@ -392,17 +395,20 @@ public struct GCSBackend: StorageBackend {
                                                           : "the object could not be deleted — delete \(reference) and upload again"),
                                url: redactedURL(objectURL(reference)))
         }
-        return JobResult(object: object, size: object.size, md5: ours.md5, crc32c: ours.crc32c)
+        var verified: [ChecksumAlgorithm] = []
+        if object.md5Hash != nil && ours.md5 != nil { verified.append(.md5) }
+        if object.crc32c != nil { verified.append(.crc32c) }
+        return JobResult(object: object, size: object.size, md5: ours.md5, crc32c: ours.crc32c, verified: verified)
     }
 
     /// How the stored object differs from the uploaded source, or nil when it matches. A hash the
     /// server does not report is not compared (GCS always reports CRC32C; MD5 is missing for
-    /// composite objects).
-    static func uploadMismatch(_ object: StorageObject, storedSize: Int64?, sourceSize: Int64, md5: String, crc32c: String) -> String? {
+    /// composite objects), nor is an MD5 we did not compute (`md5` nil).
+    static func uploadMismatch(_ object: StorageObject, storedSize: Int64?, sourceSize: Int64, md5: String?, crc32c: String) -> String? {
         if let storedSize, storedSize != sourceSize {
             return "the stored object holds \(storedSize) bytes but \(sourceSize) were uploaded"
         }
-        if let expected = object.md5Hash, expected != md5 {
+        if let expected = object.md5Hash, let md5, expected != md5 {
             return "the stored object's MD5 \(expected) differs from the uploaded bytes' \(md5)"
         }
         if let expected = object.crc32c, expected != crc32c {
@@ -443,7 +449,7 @@ public struct GCSBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, resumingFrom resumePoint: ResumePoint?,
+    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, resumingFrom resumePoint: ResumePoint?,
                               control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let object: StorageObject
@@ -459,7 +465,10 @@ public struct GCSBackend: StorageBackend {
         let total = object.size
         let progress = ProgressThrottle(total: total, report: report)
         let start = partial.bytesWritten
-        let sink = FileSink(partial: partial, requestedOffset: start,
+        // CRC32C, which GCS always reports, is the check; MD5 is computed when asked or when it is the
+        // only hash the object has.
+        let expected = Self.digests(of: object)
+        let sink = FileSink(partial: partial, requestedOffset: start, md5: expected.needMD5(asked: md5),
                             checkpoint: { partial, _ in
                                 report(.checkpoint(partial.resumePoint(generation: generation, etag: nil), bytesTotal: total))
                             },
@@ -488,15 +497,19 @@ public struct GCSBackend: StorageBackend {
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(total) bytes; a retry resumes from there",
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }
-        let ours = sink.checksums.finish()
-        if let failure = checksumMismatch(object: Self.withServedHashes(object, servedHeaders), md5: ours.md5, crc32c: ours.crc32c,
-                                          what: "downloaded file") {
+        let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))
+        let ours = try sink.finishHashes(md5: served.needMD5(asked: md5))
+        let verified: [ChecksumAlgorithm]
+        do {
+            verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file",
+                                         remedy: "the copy was removed — download again")
+        } catch {
             sink.partial.discard()
-            throw failure
+            throw error
         }
         let path = try sink.partial.commit()
         progress.update(total)
-        return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c))
+        return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
     }
 
     /// Fills hashes the metadata lacked from the media response's `x-goog-hash: crc32c=…,md5=…`, which
@@ -509,19 +522,17 @@ public struct GCSBackend: StorageBackend {
         return filled
     }
 
-    private func checksumMismatch(object: StorageObject, md5: String, crc32c: String, what: String) -> StorageError? {
-        if let expected = object.md5Hash, expected != md5 {
-            return StorageError(.nonMatchingChecksum, "the \(what)'s MD5 \(md5) differs from the object's \(expected); the copy was removed — download again")
-        }
-        if let expected = object.crc32c, expected != crc32c {
-            return StorageError(.nonMatchingChecksum, "the \(what)'s CRC32C \(crc32c) differs from the object's \(expected); the copy was removed — download again")
-        }
-        return nil
+    /// The hashes the object's metadata reports, to compare a download with.
+    static func digests(of object: StorageObject) -> [ServedDigest] {
+        var digests: [ServedDigest] = []
+        if let md5 = object.md5Hash { digests.append(ServedDigest(algorithm: .md5, value: md5, source: "object metadata")) }
+        if let crc32c = object.crc32c { digests.append(ServedDigest(algorithm: .crc32c, value: crc32c, source: "object metadata")) }
+        return digests
     }
 
     // MARK: - Download to memory
 
-    private func downloadMemory(_ reference: StorageReference, maxSize: Int64, control: TransferControl,
+    private func downloadMemory(_ reference: StorageReference, maxSize: Int64, md5: Bool, control: TransferControl,
                                 report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let object: StorageObject
         switch try await metadata(reference, control: control) {
@@ -535,7 +546,8 @@ public struct GCSBackend: StorageBackend {
         }
         let progress = ProgressThrottle(total: object.size, report: report)
         let url = mediaURL(reference, generation: object.generation)
-        let sink = MemorySink(limit: maxSize, url: url, progress: { progress.update($0) })
+        let sink = MemorySink(limit: maxSize, url: url, md5: Self.digests(of: object).needMD5(asked: md5),
+                              progress: { progress.update($0) })
         progress.update(0)
         var servedHeaders: [String: String] = [:]
         do throws(TransferFailure) {
@@ -552,13 +564,16 @@ public struct GCSBackend: StorageBackend {
                 throw failure
             }
         }
-        let ours = sink.checksums.finish()
-        if let failure = checksumMismatch(object: Self.withServedHashes(object, servedHeaders), md5: ours.md5, crc32c: ours.crc32c,
-                                          what: "downloaded data") {
-            throw failure
-        }
+        let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))
+        let streamed = sink.checksums.finish()
         let data = sink.data
-        return .finished(JobResult(object: object, size: Int64(data.count), md5: ours.md5, crc32c: ours.crc32c, data: data))
+        // MD5 wanted only once the media answer's headers were read, or an empty object: hash it here.
+        let ours = served.needMD5(asked: md5) && streamed.md5 == nil
+            ? (md5: Optional(Data(Digest.md5(data)).base64EncodedString()), crc32c: streamed.crc32c) : streamed
+        let verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded data",
+                                         remedy: "nothing was kept — download again")
+        return .finished(JobResult(object: object, size: Int64(data.count), md5: ours.md5, crc32c: ours.crc32c, data: data,
+                                   verified: verified))
     }
 
     // MARK: - Download URL

@@ -1,3 +1,4 @@
+import Checksums
 import Foundation
 import JobModel
 
@@ -9,6 +10,11 @@ import JobModel
 ///   again from byte 0. When the answer reports the stored bytes' hash (`x-goog-hash`,
 ///   `x-amz-checksum-crc32c`) it is compared with ours; a mismatch deletes the file
 ///   (`nonMatchingChecksum`). Without such a header there is nothing to compare: an ETag is not a hash.
+/// - Downloads are verified against every digest the answer reports for the whole file
+///   (`servedDigests`: `Content-MD5`, `Digest`, `Repr-Digest`, `Content-Digest`, `x-goog-hash`); a
+///   mismatch removes the copy (`nonMatchingChecksum`).
+/// - CRC32C is always computed; MD5 only when the job asks for it (`checksums: [md5]`) or when it is
+///   the one hash the server reports.
 /// - `fetch-url` has no meaning here (the reference already is a URL) and fails with `invalidArgument`.
 public struct HTTPBackend: StorageBackend {
     /// Timeouts (connect, stall) and trusted CAs come from here; endpoints and tokens are not used.
@@ -27,11 +33,12 @@ public struct HTTPBackend: StorageBackend {
         let control = control.limited(toSeconds: spec.timeoutSeconds)
         switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
-            return try await upload(source, to: reference, contentType: contentType, control: control, report: report)
+            return try await upload(source, to: reference, contentType: contentType, md5: spec.wantsMD5, control: control, report: report)
         case .downloadFile(let reference, let destination):
-            return try await downloadFile(reference, to: destination, resumingFrom: resumePoint, control: control, report: report)
+            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, resumingFrom: resumePoint,
+                                          control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
-            return try await downloadMemory(reference, maxSize: maxSize, control: control, report: report)
+            return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
         case .fetchURL(let reference):
             throw StorageError(.invalidArgument, "fetch-url needs a Cloud Storage reference; an http(s) URL already is a download URL",
                                url: redactedURL(reference.description))
@@ -40,11 +47,12 @@ public struct HTTPBackend: StorageBackend {
 
     // MARK: - Upload
 
-    private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String, control: TransferControl,
+    private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String, md5: Bool,
+                        control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // An http(s) reference's description is the URL exactly as written (its `rawPath` and query).
         let url = reference.description
-        let checksums = StreamChecksums()
+        let checksums = StreamChecksums(md5: md5)
         let progress = ProgressThrottle(total: source.size, report: report)
         var request = HTTPRequest(method: "PUT", url: url, headers: ["Content-Type: \(contentType)"])
         request.bodyLength = source.size
@@ -61,7 +69,9 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
-        let ours = try source.hashes(streamed: checksums)
+        // A server that reports only an MD5 gets one, read again from the source (never the case for GCS).
+        let reported = reportedHashes(response.headers)
+        let ours = try source.hashes(streamed: checksums, md5: md5 || (reported.md5 != nil && reported.crc32c == nil))
         if let mismatch = Self.reportedHashMismatch(response.headers, md5: ours.md5, crc32c: ours.crc32c) {
             let deleted = await deleteBadUpload(url, etag: response.headers["etag"])
             throw StorageError(.nonMatchingChecksum,
@@ -72,14 +82,18 @@ public struct HTTPBackend: StorageBackend {
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: source.size,
                                    contentType: contentType, md5Hash: ours.md5, crc32c: ours.crc32c,
                                    generation: nil, updated: nil)
-        return .finished(JobResult(object: object, size: source.size, md5: ours.md5, crc32c: ours.crc32c))
+        var verified: [ChecksumAlgorithm] = []
+        if reported.md5 != nil && ours.md5 != nil { verified.append(.md5) }
+        if reported.crc32c != nil { verified.append(.crc32c) }
+        return .finished(JobResult(object: object, size: source.size, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
     }
 
     /// How the hashes the server reported for the stored file (`x-goog-hash`, `x-amz-checksum-crc32c`)
-    /// differ from the uploaded bytes', or nil when they match or none was reported.
-    static func reportedHashMismatch(_ headers: [String: String], md5: String, crc32c: String) -> String? {
+    /// differ from the uploaded bytes', or nil when they match or none was reported. An MD5 we did not
+    /// compute (`md5` nil) is not compared.
+    static func reportedHashMismatch(_ headers: [String: String], md5: String?, crc32c: String) -> String? {
         let reported = reportedHashes(headers)
-        if let expected = reported.md5, expected != md5 {
+        if let expected = reported.md5, let md5, expected != md5 {
             return "the server stored MD5 \(expected) but the uploaded bytes' is \(md5)"
         }
         if let expected = reported.crc32c, expected != crc32c {
@@ -98,7 +112,7 @@ public struct HTTPBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, resumingFrom resumePoint: ResumePoint?,
+    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, resumingFrom resumePoint: ResumePoint?,
                               control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
@@ -111,7 +125,7 @@ public struct HTTPBackend: StorageBackend {
         let progress = ProgressThrottle(total: nil, report: report)
         // The total comes with the response headers, which the sink holds once the body starts.
         weak var headersSource: FileSink?
-        let sink = FileSink(partial: partial, requestedOffset: start,
+        let sink = FileSink(partial: partial, requestedOffset: start, md5: md5,
                             checkpoint: { partial, headers in
                                 report(.checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers)),
                                                    bytesTotal: Self.totalSize(headers, offset: 0)))
@@ -123,6 +137,7 @@ public struct HTTPBackend: StorageBackend {
                                 progress.update(done)
                             })
         headersSource = sink
+        sink.needsMD5 = { status, headers in servedDigests(headers, status: status).needMD5(asked: md5) }
         try sink.hashExistingPrefix()
 
         var request = HTTPRequest(method: "GET", url: url, followRedirects: true)
@@ -155,11 +170,22 @@ public struct HTTPBackend: StorageBackend {
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from there",
                                url: redactedURL(url), retryable: true)
         }
-        let ours = sink.checksums.finish()
+        // The final response's headers: a 200 after a ranged request (the file changed) replaced the prefix.
+        let served = servedDigests(response.headers, status: response.status)
+        let ours = try sink.finishHashes(md5: served.needMD5(asked: md5))
+        let verified: [ChecksumAlgorithm]
+        do {
+            verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file",
+                                         remedy: "the copy was removed — download again", url: redactedURL(url))
+        } catch {
+            sink.partial.discard()
+            throw error
+        }
         let path = try sink.partial.commit()
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: sink.offset,
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
-        return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c))
+        return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,
+                                   verified: verified))
     }
 
     /// The resume validator: the ETag when strong or weak, else Last-Modified.
@@ -178,11 +204,12 @@ public struct HTTPBackend: StorageBackend {
 
     // MARK: - Download to memory
 
-    private func downloadMemory(_ reference: StorageReference, maxSize: Int64, control: TransferControl,
+    private func downloadMemory(_ reference: StorageReference, maxSize: Int64, md5: Bool, control: TransferControl,
                                 report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
         let progress = ProgressThrottle(total: nil, report: report)
-        let sink = MemorySink(limit: maxSize, url: url, progress: { progress.update($0) })
+        let sink = MemorySink(limit: maxSize, url: url, md5: md5, progress: { progress.update($0) })
+        sink.needsMD5 = { status, headers in servedDigests(headers, status: status).needMD5(asked: md5) }
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(HTTPRequest(method: "GET", url: url, followRedirects: true), sink: sink,
@@ -194,10 +221,17 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
-        let ours = sink.checksums.finish()
+        let served = servedDigests(response.headers, status: response.status)
+        let streamed = sink.checksums.finish()
         let data = sink.data
+        // An empty body never reached the sink, so it never turned MD5 on: hash it here.
+        let ours = served.needMD5(asked: md5) && streamed.md5 == nil
+            ? (md5: Optional(Data(Digest.md5(data)).base64EncodedString()), crc32c: streamed.crc32c) : streamed
+        let verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded data",
+                                         remedy: "nothing was kept — download again", url: redactedURL(url))
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: Int64(data.count),
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
-        return .finished(JobResult(object: object, size: Int64(data.count), md5: ours.md5, crc32c: ours.crc32c, data: data))
+        return .finished(JobResult(object: object, size: Int64(data.count), md5: ours.md5, crc32c: ours.crc32c, data: data,
+                                   verified: verified))
     }
 }

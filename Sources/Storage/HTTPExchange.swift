@@ -68,16 +68,33 @@ protocol ResponseBodySink: AnyObject {
 
 // MARK: - Checksums while streaming
 
-/// MD5 and CRC32C over a byte stream that may revisit a prefix (a chunk re-sent after the server
-/// kept only part of it): bytes at or below `hashedUpTo` are not hashed twice.
+/// CRC32C — and MD5 when asked for — over a byte stream that may revisit a prefix (a chunk re-sent
+/// after the server kept only part of it): bytes at or below `hashedUpTo` are not hashed twice.
 ///
 /// Hashing runs on a `PipelinedChecksums` queue past the first MiB, so the engine thread goes back to
 /// curl while the bytes are hashed.
 final class StreamChecksums {
-    private var hashes = PipelinedChecksums()
+    private var hashes: PipelinedChecksums
     private(set) var hashedUpTo: Int64 = 0
+    /// Whether MD5 is computed (CRC32C always is).
+    var computesMD5: Bool { hashes.computesMD5 }
     /// False when a gap made the hashes meaningless (then they are not compared).
     private(set) var isContiguous = true
+
+    /// A stream that computes MD5 only when `md5` is true.
+    init(md5: Bool = false) {
+        hashes = PipelinedChecksums(md5: md5)
+    }
+
+    /// Starts computing MD5 too, which is possible only before the first byte; false after it (the
+    /// caller then hashes the bytes again at the end).
+    @discardableResult
+    func enableMD5() -> Bool {
+        if computesMD5 { return true }
+        guard hashedUpTo == 0 else { return false }
+        hashes = PipelinedChecksums(md5: true)
+        return true
+    }
 
     /// Hashes the part of `bytes` (which starts at `offset` in the stream) not hashed yet.
     func feed(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
@@ -94,13 +111,13 @@ final class StreamChecksums {
 
     /// Starts again from byte 0.
     func reset() {
-        hashes = PipelinedChecksums()
+        hashes = PipelinedChecksums(md5: computesMD5)
         hashedUpTo = 0
         isContiguous = true
     }
 
-    /// Base64 MD5 and CRC32C (GCS's encoding). Call once, at the end.
-    func finish() -> (md5: String, crc32c: String) {
+    /// Base64 MD5 (nil when not computed) and CRC32C (GCS's encoding). Call once, at the end.
+    func finish() -> (md5: String?, crc32c: String) {
         let result = hashes.finish()
         return (result.md5Base64, result.crc32cBase64)
     }
@@ -189,11 +206,13 @@ final class UploadSource {
         }
     }
 
-    /// MD5 and CRC32C of every byte of the source: the streamed hashes when they cover it all in
-    /// order, else computed again (a skipped range must never go unverified).
-    func hashes(streamed: StreamChecksums) throws(StorageError) -> (md5: String, crc32c: String) {
-        if streamed.isContiguous && streamed.hashedUpTo == size { return streamed.finish() }
-        let fresh = StreamChecksums()
+    /// CRC32C — and MD5 when the stream computed it or `md5` is true — of every byte of the source:
+    /// the streamed hashes when they cover it all in order with every hash wanted, else computed again
+    /// (a skipped range must never go unverified).
+    func hashes(streamed: StreamChecksums, md5: Bool = false) throws(StorageError) -> (md5: String?, crc32c: String) {
+        let wantsMD5 = md5 || streamed.computesMD5
+        if streamed.isContiguous && streamed.hashedUpTo == size && streamed.computesMD5 == wantsMD5 { return streamed.finish() }
+        let fresh = StreamChecksums(md5: wantsMD5)
         try hashPrefix(upTo: size, into: fresh)
         return fresh.finish()
     }
@@ -256,11 +275,15 @@ final class UploadRangeBody: RequestBodySource {
 final class MemorySink: ResponseBodySink {
     private(set) var data = Data()
     let limit: Int64
-    let checksums = StreamChecksums()
+    let checksums: StreamChecksums
     private let progress: (Int64) -> Void
     private let url: String
+    /// Decides at the first body byte, from the status and headers, whether MD5 must be computed too.
+    var needsMD5: ((Int, [String: String]) -> Bool)?
 
-    init(limit: Int64, url: String, progress: @escaping (Int64) -> Void) {
+    /// A sink that computes MD5 from the start when `md5` is true.
+    init(limit: Int64, url: String, md5: Bool = false, progress: @escaping (Int64) -> Void) {
+        self.checksums = StreamChecksums(md5: md5)
         self.limit = limit
         self.url = url
         self.progress = progress
@@ -278,6 +301,7 @@ final class MemorySink: ResponseBodySink {
                                "the object is larger than the maximum of \(limit) bytes; raise max_size or download it to a file",
                                url: redactedURL(url), maximum: limit)
         }
+        if data.isEmpty, needsMD5?(status, headers) == true { checksums.enableMD5() }
         checksums.feed(bytes, at: Int64(data.count))
         data.append(contentsOf: bytes)
         progress(Int64(data.count))
@@ -290,7 +314,11 @@ final class MemorySink: ResponseBodySink {
 /// the hashes start again from zero.
 final class FileSink: ResponseBodySink {
     let partial: PartialFile
-    let checksums = StreamChecksums()
+    let checksums: StreamChecksums
+    /// Decides at the first body byte, from the status and headers, whether MD5 must be computed too.
+    /// When bytes were hashed before (a resumed download) it cannot start then: the caller hashes the
+    /// file again at the end (`checksums.computesMD5` is false).
+    var needsMD5: ((Int, [String: String]) -> Bool)?
     private(set) var offset: Int64
     private var lastCheckpoint: Int64
     private let requestedOffset: Int64
@@ -306,9 +334,11 @@ final class FileSink: ResponseBodySink {
     /// Whether any body byte of this response arrived (the 200-instead-of-206 check runs once).
     private var receivedAny = false
 
-    init(partial: PartialFile, requestedOffset: Int64,
+    /// A sink that computes MD5 from the start when `md5` is true.
+    init(partial: PartialFile, requestedOffset: Int64, md5: Bool = false,
          checkpoint: @escaping (PartialFile, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
         self.partial = partial
+        self.checksums = StreamChecksums(md5: md5)
         self.offset = partial.bytesWritten
         self.lastCheckpoint = partial.bytesWritten
         self.requestedOffset = requestedOffset
@@ -337,6 +367,7 @@ final class FileSink: ResponseBodySink {
             lastCheckpoint = 0
             restartedFromZero = true
         }
+        if !receivedAny, needsMD5?(status, headers) == true { checksums.enableMD5() }
         responseHeaders = headers
         try partial.write(bytes)
         checksums.feed(bytes, at: offset)
@@ -351,6 +382,20 @@ final class FileSink: ResponseBodySink {
 }
 
 extension FileSink {
+    /// The hashes of the whole file: the streamed ones, or — when MD5 is wanted but could not be
+    /// streamed (a resumed download learned it only from the answer) — both read back from the file.
+    func finishHashes(md5 wanted: Bool) throws(StorageError) -> (md5: String?, crc32c: String) {
+        let streamed = checksums.finish()
+        guard wanted, streamed.md5 == nil else { return streamed }
+        let fresh = StreamChecksums(md5: true)
+        var position: Int64 = 0
+        try partial.readBack { bytes in
+            fresh.feed(bytes, at: position)
+            position += Int64(bytes.count)
+        }
+        return fresh.finish()
+    }
+
     /// Ends a download the transfer did not finish. A cancel removes the partial file; any other stop
     /// syncs it and reports (and returns) where the next attempt resumes, built by `resumePoint` from the
     /// partial file; a failure keeps the bytes only when another attempt may use them.

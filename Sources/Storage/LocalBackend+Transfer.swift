@@ -71,7 +71,7 @@ final class LocalTransfer {
         }
 
         let location = try backend.locate(reference, creating: true)
-        let hashes = StreamingHashes()
+        let hashes = StreamingHashes(md5: spec.wantsMD5)
         let session = try openUploadSession(for: location, total: total, hashes: hashes)
         let temp = session.file
         let offset = session.offset
@@ -79,6 +79,7 @@ final class LocalTransfer {
 
         var done = offset
         var lastCheckpoint = offset
+        var kernelCopy = true
         report(.progress(bytesDone: done, bytesTotal: total))
         while done < total {
             if let reason = control.stopReason {
@@ -90,6 +91,30 @@ final class LocalTransfer {
                 return .stopped(reason, .upload(sessionURI: session.uri, confirmedOffset: done, total: total))
             }
             let want = Int(min(Int64(buffer.count), total - done))
+            // A file source is copied by the kernel where it can; the CRC is then taken from the bytes
+            // stored (read back from the page cache), so it describes exactly what the object holds.
+            if case .file(let file) = source, kernelCopy {
+                let copied: Int?
+                do {
+                    copied = try temp.copyInKernel(from: file, count: want)
+                } catch {
+                    if temp.failedForLackOfSpace { session.discard(in: location) }
+                    throw error
+                }
+                if let copied {
+                    try hashStored(temp, at: done, count: copied, into: hashes)
+                    backend.statistics.addSourceBytes(copied)
+                    backend.statistics.addKernelCopiedBytes(copied)
+                    done += Int64(copied)
+                    report(.progress(bytesDone: done, bytesTotal: total))
+                    if done - lastCheckpoint >= backend.checkpointInterval && done < total {
+                        try checkpoint(session, in: location, done: done, total: total)
+                        lastCheckpoint = done
+                    }
+                    continue
+                }
+                kernelCopy = false
+            }
             let chunk: UnsafeRawBufferPointer
             switch source {
             case .file(let file):
@@ -119,14 +144,8 @@ final class LocalTransfer {
             done += Int64(chunk.count)
             report(.progress(bytesDone: done, bytesTotal: total))
             if done - lastCheckpoint >= backend.checkpointInterval && done < total {
-                do {
-                    try temp.sync()
-                } catch {
-                    if temp.failedForLackOfSpace { session.discard(in: location) }
-                    throw error
-                }
+                try checkpoint(session, in: location, done: done, total: total)
                 lastCheckpoint = done
-                report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: done, total: total), bytesTotal: total))
             }
         }
 
@@ -176,7 +195,8 @@ final class LocalTransfer {
             throw error
         }
         try location.directory.sync()
-        return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c))
+        // The sidecar records the hashes of the bytes written here: there is no other copy to compare with.
+        return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, verified: []))
     }
 
     /// An open upload session file: where the bytes go, and how a later attempt finds it again.
@@ -240,6 +260,31 @@ final class LocalTransfer {
         return OpenSession(file: file, name: name, identity: identity, offset: 0, uri: uri)
     }
 
+    /// Syncs the session file and reports the offset the next attempt resumes from.
+    private func checkpoint(_ session: OpenSession, in location: LocalLocation, done: Int64, total: Int64) throws(StorageError) {
+        do {
+            try session.file.sync()
+        } catch {
+            if session.file.failedForLackOfSpace { session.discard(in: location) }
+            throw error
+        }
+        report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: done, total: total), bytesTotal: total))
+    }
+
+    /// Hashes `count` bytes the kernel just copied into `file` at `offset`, read back through the buffer.
+    private func hashStored(_ file: LocalFile, at offset: Int64, count: Int, into hashes: StreamingHashes) throws(StorageError) {
+        var hashed = 0
+        while hashed < count {
+            let want = min(buffer.count, count - hashed)
+            let read = try file.read(at: offset + Int64(hashed), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
+            guard read > 0 else {
+                throw StorageError(.internalError, "upload session '\(file.path)' is shorter than the bytes copied into it")
+            }
+            hashes.update(UnsafeRawBufferPointer(rebasing: buffer[0..<read]))
+            hashed += read
+        }
+    }
+
     private func rehash(_ file: LocalFile, upTo length: Int64, into hashes: StreamingHashes) throws(StorageError) {
         try file.seek(to: 0)
         var remaining = length
@@ -273,17 +318,18 @@ final class LocalTransfer {
         return (file, object, location)
     }
 
-    private func verify(_ object: StorageObject, md5: String, crc32c: String) throws(StorageError) {
-        if let expected = object.md5Hash, expected != md5 {
-            throw StorageError(.nonMatchingChecksum,
-                               "MD5 of the downloaded bytes (\(md5)) differs from the object's (\(expected)): "
-                                   + "the object or its metadata is corrupt; the copy was removed")
-        }
-        if let expected = object.crc32c, expected != crc32c {
-            throw StorageError(.nonMatchingChecksum,
-                               "CRC32C of the downloaded bytes (\(crc32c)) differs from the object's (\(expected)): "
-                                   + "the object or its metadata is corrupt; the copy was removed")
-        }
+    /// The hashes the object's sidecar records (CRC32C always, MD5 when its upload computed one).
+    private func recorded(_ object: StorageObject) -> [ServedDigest] {
+        var digests: [ServedDigest] = []
+        if let md5 = object.md5Hash { digests.append(ServedDigest(algorithm: .md5, value: md5, source: "metadata sidecar")) }
+        if let crc32c = object.crc32c { digests.append(ServedDigest(algorithm: .crc32c, value: crc32c, source: "metadata sidecar")) }
+        return digests
+    }
+
+    /// Compares the bytes read with the sidecar's hashes; the algorithms verified.
+    private func verify(_ object: StorageObject, md5: String?, crc32c: String) throws(StorageError) -> [ChecksumAlgorithm] {
+        try recorded(object).verify(md5: md5, crc32c: crc32c, what: "downloaded bytes",
+                                    remedy: "the object or its metadata is corrupt; the copy was removed")
     }
 
     private func downloadFile() throws(StorageError) -> TransferOutcome {
@@ -298,7 +344,7 @@ final class LocalTransfer {
         }
         let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
         if partial.bytesWritten > total { try partial.restart() }
-        let hashes = StreamingHashes()
+        let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         try partial.readBack { hashes.update($0) }
         try file.seek(to: partial.bytesWritten)
 
@@ -334,14 +380,15 @@ final class LocalTransfer {
             }
         }
         let (md5, crc32c) = hashes.finish()
+        let verified: [ChecksumAlgorithm]
         do {
-            try verify(object, md5: md5, crc32c: crc32c)
+            verified = try verify(object, md5: md5, crc32c: crc32c)
         } catch {
             partial.discard()
             throw error
         }
         let path = try partial.commit()
-        return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c))
+        return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c, verified: verified))
     }
 
     private func downloadMemory() throws(StorageError) -> TransferOutcome {
@@ -356,7 +403,7 @@ final class LocalTransfer {
         }
         var data = Data()
         data.reserveCapacity(Int(total))
-        let hashes = StreamingHashes()
+        let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         report(.progress(bytesDone: 0, bytesTotal: total))
         while Int64(data.count) < total {
             // Bytes in memory do not survive the process, so a stopped in-memory download has no resume
@@ -374,8 +421,8 @@ final class LocalTransfer {
             report(.progress(bytesDone: Int64(data.count), bytesTotal: total))
         }
         let (md5, crc32c) = hashes.finish()
-        try verify(object, md5: md5, crc32c: crc32c)
-        return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, data: data))
+        let verified = try verify(object, md5: md5, crc32c: crc32c)
+        return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, data: data, verified: verified))
     }
 
     // MARK: - Download URL

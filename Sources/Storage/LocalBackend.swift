@@ -94,6 +94,15 @@ final class LocalTransferStatistics: Sendable {
     func addSourceBytes(_ count: Int) {
         sourceBytes.withLock { $0 += Int64(count) }
     }
+
+    private let kernelBytes = Mutex<Int64>(0)
+
+    /// Bytes of upload sources the kernel copied into objects (`copy_file_range`), not read into memory.
+    var kernelCopiedBytes: Int64 { kernelBytes.withLock { $0 } }
+
+    func addKernelCopiedBytes(_ count: Int) {
+        kernelBytes.withLock { $0 += Int64(count) }
+    }
 }
 
 // MARK: - Locations
@@ -241,29 +250,28 @@ extension LocalBackend {
 
     private func locate(_ reference: StorageReference, in place: LocalObjectPlace, creating: Bool,
                         context: LocalFiles.Context) throws(StorageError) -> LocalLocation {
-        var rootPath = place.rootPath
-        if let real = LocalFiles.resolved(rootPath) {
-            rootPath = real
-        } else if !creating {
-            throw StorageError(.bucketNotFound,
-                               "local bucket '\(reference.bucket)' does not exist (no directory '\(place.rootPath)'): "
-                                   + "create it or upload to it first")
-        }
         var root: SafeDirectory
         do throws(StorageError) {
-            root = try SafeDirectory.open(trusted: rootPath, create: creating, context: context)
-            // A bucket made just now is named by its real path too, so the paths recorded in resume
-            // points are the same in every attempt.
-            if let real = LocalFiles.resolved(rootPath), real != rootPath {
-                rootPath = real
+            root = try SafeDirectory.open(trusted: place.rootPath, create: creating, context: context)
+            // The bucket is named by its real path (also one made just now), so the paths recorded in
+            // resume points are the same in every attempt. Read from the open directory in one call: no
+            // component of the path is looked up again.
+            if let real = root.namedByRealPath() {
+                root = real
+            } else if let real = LocalFiles.resolved(place.rootPath), real != place.rootPath {
                 root = try SafeDirectory.open(trusted: real, create: false, context: context)
             }
         } catch {
-            throw StorageError(.bucketNotFound, "local bucket '\(reference.bucket)' cannot be opened ('\(rootPath)'): \(error.message)",
+            if !creating, LocalFiles.resolved(place.rootPath) == nil {
+                throw StorageError(.bucketNotFound,
+                                   "local bucket '\(reference.bucket)' does not exist (no directory '\(place.rootPath)'): "
+                                       + "create it or upload to it first")
+            }
+            throw StorageError(.bucketNotFound, "local bucket '\(reference.bucket)' cannot be opened ('\(place.rootPath)'): \(error.message)",
                                cause: error.cause)
         }
         let directory = try root.descend(place.components, create: creating, context: context)
-        return LocalLocation(reference: reference, root: rootPath, directory: directory, name: place.name)
+        return LocalLocation(reference: reference, root: root.path, directory: directory, name: place.name)
     }
 }
 
@@ -340,17 +348,22 @@ extension LocalBackend {
 
 // MARK: - Hashing
 
-/// MD5 and CRC32C over the same stream; past the first MiB they are computed on a `PipelinedChecksums`
-/// queue while the transfer goes on reading and writing.
+/// CRC32C — and MD5 when asked for — over the same stream; past the first MiB they are computed on a
+/// `PipelinedChecksums` queue while the transfer goes on reading and writing.
 final class StreamingHashes {
-    private let hashes = PipelinedChecksums()
+    private let hashes: PipelinedChecksums
+
+    /// Hashes that compute MD5 only when `md5` is true.
+    init(md5: Bool) {
+        hashes = PipelinedChecksums(md5: md5)
+    }
 
     func update(_ bytes: UnsafeRawBufferPointer) {
         hashes.update(bytes)
     }
 
-    /// Base64 MD5 and base64 big-endian CRC32C; call once.
-    func finish() -> (md5: String, crc32c: String) {
+    /// Base64 MD5 (nil when not computed) and base64 big-endian CRC32C; call once.
+    func finish() -> (md5: String?, crc32c: String) {
         let result = hashes.finish()
         return (result.md5Base64, result.crc32cBase64)
     }

@@ -20,6 +20,20 @@ enum LocalFiles {
     }
 
     /// Whether `code` means the filesystem has no room left (ENOSPC, EDQUOT): the job cannot continue.
+    /// `copy_file_range(2)` as the C library exports it (Swift's Glibc module leaves the GNU extension
+    /// out, so it is looked up once by name); nil when the C library has none.
+    static var copyFileRange: CopyFileRange? {
+        copyFileRangeAddress.flatMap { UnsafeRawPointer(bitPattern: $0) }.map { unsafeBitCast($0, to: CopyFileRange.self) }
+    }
+
+    /// `ssize_t copy_file_range(int fd_in, off64_t *off_in, int fd_out, off64_t *off_out, size_t len, unsigned flags)`.
+    typealias CopyFileRange = @convention(c) (Int32, UnsafeMutablePointer<Int64>?, Int32, UnsafeMutablePointer<Int64>?, Int, UInt32) -> Int
+
+    private static let copyFileRangeAddress: Int? = {
+        guard let program = dlopen(nil, RTLD_NOW), let symbol = dlsym(program, "copy_file_range") else { return nil }
+        return Int(bitPattern: symbol)
+    }()
+
     static func isLackOfSpace(_ code: Int32) -> Bool {
         code == ENOSPC || code == EDQUOT
     }
@@ -247,6 +261,25 @@ final class LocalFile {
             if count >= 0 { return count }
             if errno == EINTR { continue }
             throw failure(errno, "reading")
+        }
+    }
+
+    /// Copies up to `count` bytes from `source`'s file position to this file's inside the kernel
+    /// (`copy_file_range`: no trip through user space, extents shared where the file system can), moving
+    /// both positions. Nil when the kernel cannot copy between these two files (no such call, another
+    /// file system on an older kernel, a file system without it) or copied nothing: the caller reads and
+    /// writes instead, which also tells a source that shrank from one the kernel would not copy.
+    func copyInKernel(from source: LocalFile, count: Int) throws(StorageError) -> Int? {
+        guard count > 0, let copy = LocalFiles.copyFileRange else { return nil }
+        while true {
+            let copied = copy(source.descriptor, nil, descriptor, nil, count, 0)
+            if copied > 0 { return copied }
+            if copied == 0 { return nil }
+            switch errno {
+            case EINTR: continue
+            case ENOSYS, EXDEV, EINVAL, EOPNOTSUPP: return nil
+            default: throw failure(errno, "writing")
+            }
         }
     }
 

@@ -58,6 +58,22 @@ final class SafeDirectory {
         return try base.descend([LocalFiles.lastComponent(path)], create: true, context: context)
     }
 
+    /// This directory named by its real path (the symbolic links on the way resolved), read in one call
+    /// from its descriptor (`/proc/self/fd`) rather than by `realpath`, which reads every component of
+    /// the path as a link. Itself when the names agree; nil when `/proc` cannot tell (not mounted, the
+    /// directory was removed).
+    func namedByRealPath() -> SafeDirectory? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink("/proc/self/fd/\(descriptor)", &buffer, buffer.count - 1)
+        guard count > 0, count < buffer.count - 1 else { return nil }
+        let real = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard real.hasPrefix("/"), !real.hasSuffix(" (deleted)") else { return nil }
+        if real == path { return self }
+        let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else { return nil }
+        return SafeDirectory(descriptor: copy, path: real)
+    }
+
     /// Opens `components` below this directory one at a time with `O_DIRECTORY | O_NOFOLLOW`, making the
     /// missing ones when `create` is set. A symbolic link (or anything but a directory) at any component is
     /// refused with `pathError`; a missing one without `create` is mapped through `context` (so a

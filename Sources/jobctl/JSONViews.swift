@@ -151,6 +151,8 @@ struct ResultView: Encodable {
     let size: Int64?
     let md5: String?
     let crc32c: String?
+    /// The hashes compared with the server's (`md5`, `crc32c`); absent for results logged before it.
+    let verified: [String]?
     let blob: String?
     let url: String?
 
@@ -162,6 +164,7 @@ struct ResultView: Encodable {
         size = result.size
         md5 = result.md5
         crc32c = result.crc32c
+        verified = result.verified?.map(\.rawValue)
         blob = result.blob
         url = revealURL ? result.url : result.url.map(display.url)
     }

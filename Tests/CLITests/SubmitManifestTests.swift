@@ -179,4 +179,33 @@ import Glibc
         #expect(jobs.count == 4)
         #expect(jobs.allSatisfy { $0["state"] as? String == "succeeded" }, "\(jobs)")
     }
+
+    /// `checksums:` goes from the manifest (job or defaults) through the worker into the result: the
+    /// default verifies CRC32C only; asking for MD5 stores it in the sidecar and compares it on the way back.
+    @Test func checksumsFieldReachesTheResult() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let manifest = try workspace.write("sums.yaml", """
+        defaults: {checksums: [md5]}
+        jobs:
+          - {kind: upload-data, data: hello, destination: file://docs/a.txt, priority: 2}
+          - {kind: download-memory, source: file://docs/a.txt, priority: 1}
+          - {kind: download-memory, source: file://docs/a.txt, checksums: [crc32c]}
+        """)
+        let ids = try workspace.jobctl(["submit", manifest], environment: environment).stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 3)
+        let drained = try workspace.jobctl(["worker", "--drain", "--concurrency", "1"], environment: environment)
+        #expect(drained.status == 0, "\(drained.stderr)")
+        func result(_ id: String) throws -> [String: Any] {
+            let job = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+            return try #require(job["result"] as? [String: Any], "\(job)")
+        }
+        let md5 = "XUFAKrxLKna5cZ2REBfFkg=="   // MD5 of "hello"
+        #expect(try result(ids[0])["md5"] as? String == md5)
+        #expect(try result(ids[1])["verified"] as? [String] == ["md5", "crc32c"])
+        #expect(try result(ids[1])["md5"] as? String == md5)
+        #expect(try result(ids[2])["verified"] as? [String] == ["crc32c"])
+        #expect(try result(ids[2])["md5"] == nil)
+    }
 }

@@ -92,7 +92,7 @@ import Testing
         let data = randomData(size)
         let (md5, crc) = expectedHashes(data)
         for (backlog, inline) in [(1 << 20, 0), (4 << 20, 100_000), (PipelinedChecksums.defaultBacklogBytes, PipelinedChecksums.defaultInlineBytes)] {
-            let hashes = PipelinedChecksums(backlogBytes: backlog, inlineBytes: inline)
+            let hashes = PipelinedChecksums(md5: true, backlogBytes: backlog, inlineBytes: inline)
             data.withUnsafeBytes { all in
                 var offset = 0
                 var piece = 1
@@ -117,9 +117,22 @@ import Testing
             let hashes = PipelinedChecksums(backlogBytes: 2 << 20, inlineBytes: 0)
             data.withUnsafeBytes { hashes.update($0) }
         }
-        let hashes = PipelinedChecksums(backlogBytes: 2 << 20, inlineBytes: 0)
+        let hashes = PipelinedChecksums(md5: true, backlogBytes: 2 << 20, inlineBytes: 0)
         data.withUnsafeBytes { hashes.update($0) }
-        #expect(hashes.finish() == expectedHashes(data))
+        let result = hashes.finish()
+        #expect(result.md5Base64 == expectedHashes(data).0)
+        #expect(result.crc32cBase64 == expectedHashes(data).1)
+    }
+
+    /// By default only CRC32C is computed: MD5 costs a core per ~0.8 GB/s and is paid only when asked.
+    @Test func pipelinedComputesMD5OnlyWhenAsked() {
+        let data = randomData((2 << 20) + 3)
+        let plain = PipelinedChecksums(inlineBytes: 1000)
+        data.withUnsafeBytes { plain.update($0) }
+        let result = plain.finish()
+        #expect(!plain.computesMD5)
+        #expect(result.md5Base64 == nil)
+        #expect(result.crc32cBase64 == expectedHashes(data).1)
     }
 
     @Test func crc32cStreamingMatchesOneShot() {
@@ -134,5 +147,32 @@ import Testing
     @Test func md5AndSha256KnownVectors() {
         #expect(Data(Digest.md5(Data("hello".utf8))).base64EncodedString() == "XUFAKrxLKna5cZ2REBfFkg==")
         #expect(Digest.sha256Hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+}
+
+@Suite struct JobSpecChecksumsTests {
+    @Test("a spec and a result stored before `checksums`/`verified` existed decode, and re-encode byte for byte")
+    func oldSpecsAndResults() throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let oldSpec = #"{"kind":"download-file","maxAttempts":5,"priority":0,"queue":"default","source":"gs:\/\/b\/x","timeoutSeconds":60}"#
+        let spec = try JSONDecoder().decode(JobSpec.self, from: Data(oldSpec.utf8))
+        #expect(spec.checksums == nil && !spec.wantsMD5)
+        #expect(String(decoding: try encoder.encode(spec), as: UTF8.self) == oldSpec)
+        let oldResult = #"{"crc32c":"AAAAAA==","md5":"XUFAKrxLKna5cZ2REBfFkg==","size":5}"#
+        let result = try JSONDecoder().decode(JobResult.self, from: Data(oldResult.utf8))
+        #expect(result.verified == nil)
+        #expect(String(decoding: try encoder.encode(result), as: UTF8.self) == oldResult)
+    }
+
+    @Test func roundTrip() throws {
+        var spec = JobSpec(kind: .downloadMemory, source: "gs://b/x")
+        spec.checksums = [.md5, .crc32c]
+        let json = String(decoding: try JSONEncoder().encode(spec), as: UTF8.self)
+        #expect(json.contains(#""checksums":["md5","crc32c"]"#), "\(json)")
+        #expect(try JSONDecoder().decode(JobSpec.self, from: Data(json.utf8)) == spec)
+        #expect(spec.wantsMD5)
+        let result = JobResult(size: 1, crc32c: "AAAAAA==", verified: [.crc32c])
+        #expect(try JSONDecoder().decode(JobResult.self, from: try JSONEncoder().encode(result)) == result)
     }
 }

@@ -42,7 +42,7 @@ struct InteropTests {
         let theirs = try peer(server, ["read", server.bucket, "x/ours.csv", readBack])
         #expect(try Data(contentsOf: URL(fileURLWithPath: readBack)) == payload)
         #expect(theirs["md5Hash"] as? String == hashes(payload).md5)
-        #expect(theirs["md5Hash"] as? String == uploaded.md5)
+        #expect(theirs["md5Hash"] as? String == uploaded.object?.md5Hash)
         #expect(theirs["crc32c"] as? String == uploaded.crc32c)
         #expect(theirs["contentType"] as? String == "text/csv")
         #expect(theirs["cacheControl"] as? String == "no-cache", "\(theirs)")
@@ -68,7 +68,7 @@ struct InteropTests {
         let result = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "gs://\(server.bucket)/py/theirs.bin",
                                                              destination: destination)))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
-        #expect(result.md5 == theirs["md5Hash"] as? String)
+        #expect(result.object?.md5Hash == theirs["md5Hash"] as? String)
         #expect(result.crc32c == theirs["crc32c"] as? String)
         #expect(result.object?.contentType == "application/x-peer")
         #expect(result.object?.customMetadata == ["origin": "python"])
