@@ -27,19 +27,19 @@ let package = Package(
         .target(name: "Checksums", dependencies: ["CCrypto", "CCRC32C"]),
         .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
                 plugins: ["EmbedMigrations"]),
-        .target(name: "PostgresStore", dependencies: ["CPostgres", "JobModel", "Checksums"],
+        .target(name: "PostgresStore", dependencies: ["CPostgres", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
                 plugins: ["EmbedMigrations"]),
         .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),
         .target(name: "Storage", dependencies: ["CCurl", "JobModel", "Checksums"]),
         .target(name: "Tasks", dependencies: ["JobModel", "Storage"]),
         .target(name: "Worker", dependencies: ["JobModel", "JobLifecycle", "StorePort", "Storage", "Tasks"]),
-        .executableTarget(name: "jobctl", dependencies: ["JobModel", "JobLifecycle", "StorePort", "EventStore", "Manifest", "Storage", "Tasks", "Worker"]),
+        .executableTarget(name: "jobctl", dependencies: ["JobModel", "JobLifecycle", "StorePort", "EventStore", "PostgresStore", "Manifest", "Storage", "Tasks", "Worker"]),
 
         // MARK: - Tests
         .target(name: "TestSupport", dependencies: ["JobModel"], path: "Tests/TestSupport"),
         .testTarget(name: "JobModelTests", dependencies: ["JobModel", "Checksums"]),
         .testTarget(name: "JobLifecycleTests", dependencies: ["JobLifecycle", "JobModel"]),
-        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "JobLifecycle", "JobModel", "TestSupport"],
+        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "PostgresStore", "JobLifecycle", "JobModel", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "PostgresStoreTests", dependencies: ["PostgresStore", "Checksums", "TestSupport"]),
         .testTarget(name: "ManifestTests", dependencies: ["Manifest", "JobModel", "TestSupport"]),
@@ -47,7 +47,7 @@ let package = Package(
                     exclude: ["Fixtures"]),
         .testTarget(name: "TasksTests", dependencies: ["Tasks", "JobModel", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "JobModel", "TestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["JobModel", "EventStore", "TestSupport", "jobctl"]),
+        .testTarget(name: "CLITests", dependencies: ["JobModel", "EventStore", "PostgresStore", "TestSupport", "jobctl"]),
     ],
     swiftLanguageModes: [.v6]
 )
