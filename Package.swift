@@ -46,7 +46,7 @@ let package = Package(
         .testTarget(name: "StorageTests", dependencies: ["Storage", "JobModel", "Checksums", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "TasksTests", dependencies: ["Tasks", "JobModel", "TestSupport"]),
-        .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "JobModel", "TestSupport"]),
+        .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "PostgresStore", "JobModel", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["JobModel", "EventStore", "PostgresStore", "TestSupport", "jobctl"]),
     ],
     swiftLanguageModes: [.v6]

@@ -80,8 +80,12 @@ struct Context: Sendable {
         return try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
     }
 
-    /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says otherwise.
+    /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says
+    /// otherwise; with a PostgreSQL database (no directory of its own), in `buckets/` of the current directory.
     var localBucketsDirectory: String {
+        if isPostgresURL(databasePath) {
+            return "\(FileManager.default.currentDirectoryPath)/buckets"
+        }
         let directory = URL(fileURLWithPath: databasePath).deletingLastPathComponent().path
         return "\(directory)/buckets"
     }

@@ -67,8 +67,9 @@ import TestSupport
         #expect(badLimit.status == 64)
     }
 
-    @Test func submitThenInspect() throws {
-        let workspace = try CLIWorkspace()
+    @Test(arguments: StoreEngine.allCases)
+    func submitThenInspect(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("cli-inspect", engine: engine)
         defer { workspace.directory.remove() }
         let path = try workspace.write("jobs.yaml", Self.manifest)
         let submitted = try workspace.jobctl(["submit", path])
@@ -78,8 +79,10 @@ import TestSupport
         #expect(ids.allSatisfy { $0.count == 26 })
 
         // The database file is private to its owner.
-        let mode = try FileManager.default.attributesOfItem(atPath: workspace.database)[.posixPermissions] as? Int
-        #expect(mode == 0o600)
+        if engine == .sqlite {
+            let mode = try FileManager.default.attributesOfItem(atPath: workspace.database)[.posixPermissions] as? Int
+            #expect(mode == 0o600)
+        }
 
         let list = try workspace.jobctl(["list"])
         #expect(list.status == 0)
