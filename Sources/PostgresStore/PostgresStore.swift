@@ -45,6 +45,9 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     private let connection: PostgresConnection
     private let executor: StoreExecutor
 
+    /// What makes a session read-only; run again on every new connection of a read-only store.
+    private static let readOnlySession = "SET default_transaction_read_only = on"
+
     /// Connects to `url` (`postgres://user@host:port/db?sslmode=…`; the password from the URL,
     /// `PGPASSWORD` or `~/.pgpass`), checks the schema ledger and, unless read-only, migrates.
     ///
@@ -67,7 +70,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
                 if found < PostgresMigrator.latestVersion {
                     throw StoreError.olderSchema(found: found, known: PostgresMigrator.latestVersion)
                 }
-                try connection.execute("SET default_transaction_read_only = on")
+                try connection.executeScript(Self.readOnlySession)
                 self.appliedMigrations = []
             } else {
                 self.appliedMigrations = try PostgresMigrator.migrate(connection, now: Clock.nowMs())
@@ -99,11 +102,14 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     // MARK: - The executor
 
     /// Runs `body` with the connection on the executor thread, blocking the caller until it has run.
+    /// A connection the server dropped (restart, terminated backend) is opened again first, with the
+    /// session settings of the store's mode.
     func withConnection<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         let connection = connection
+        let readOnly = isReadOnly
         return try executor.sync { () throws(StoreError) -> T in
             if !connection.isConnected {
-                do throws(PostgresError) { try connection.reconnect() } catch { throw StoreError(error) }
+                try Self.reopen(connection, readOnly: readOnly)
             }
             return try body(connection)
         }
@@ -151,11 +157,21 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     }
 
     private func transaction<T>(_ begin: String, _ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
-        try withConnection { (connection) throws(StoreError) -> T in
+        let readOnly = isReadOnly
+        return try withConnection { (connection) throws(StoreError) -> T in
             var attempt = 1
             while true {
                 do throws(StoreError) {
-                    try connection.store(begin)
+                    do throws(StoreError) {
+                        try connection.store(begin)
+                    } catch {
+                        // Nothing was sent but BEGIN: a connection found dead here is opened again
+                        // and the transaction run on it (once).
+                        guard !connection.isConnected, attempt == 1 else { throw error }
+                        attempt += 1
+                        try Self.reopen(connection, readOnly: readOnly)
+                        try connection.store(begin)
+                    }
                     let result = try body(connection)
                     let commit: PostgresResult
                     do throws(PostgresError) { commit = try connection.execute("COMMIT") } catch { throw StoreError(error) }
@@ -167,6 +183,16 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
                     attempt += 1
                 }
             }
+        }
+    }
+
+    /// Opens a connection the server dropped again, with the session settings of the store's mode.
+    private static func reopen(_ connection: PostgresConnection, readOnly: Bool) throws(StoreError) {
+        do throws(PostgresError) {
+            try connection.reconnect()
+            if readOnly { try connection.executeScript(readOnlySession) }
+        } catch {
+            throw StoreError(error)
         }
     }
 

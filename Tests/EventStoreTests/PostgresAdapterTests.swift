@@ -92,4 +92,32 @@ struct PostgresAdapterTests {
             return true
         }
     }
+
+    /// The server ends the store's session (as a restart or an administrator would): the store opens a
+    /// new one for its next transaction, and a read-only store's new session is read-only too.
+    @Test("a connection the server ended is opened again, keeping the read-only session setting")
+    func reconnectsAfterTheServerEndsTheSession() throws {
+        let server = try PostgresServer.shared()
+        let url = try server.makeSchema("pgreconnect")
+        let writer = try PostgresStore(url: url, mode: .create)
+        let id = try writer.submit([uploadSpec()], actor: "cli:test", now: 1_000)[0].id
+        let reader = try PostgresStore(url: url, mode: .readOnly)
+        for store in [writer, reader] {
+            let pid = try store.withConnection { (connection) throws(StoreError) in connection.backendPID }
+            try server.psql(database: "postgres", "SELECT pg_terminate_backend(\(pid))")
+            // Transactions begin by reconnecting; the job is read in a fresh session.
+            #expect(try store.replay(verify: true).isConsistent)
+            #expect(try store.withConnection { (connection) throws(StoreError) in connection.backendPID } != pid)
+        }
+        #expect(try reader.job(id)?.state == .queued)
+        #expect {
+            try reader.withConnection { (connection) throws(StoreError) in
+                try connection.store("INSERT INTO blobs (sha256, size, data) VALUES ('x', 0, ''::bytea)")
+            }
+        } throws: { error in
+            guard case StoreError.readOnly = error else { return false }
+            return true
+        }
+        #expect(try writer.requestPause(id: id, actor: "cli:test", now: 2_000).record.state == .paused)
+    }
 }
