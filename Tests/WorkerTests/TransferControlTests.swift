@@ -9,18 +9,19 @@ import TestSupport
 @Suite("worker transfers") struct TransferControlTests {
     static let mib = 1 << 20
 
-    private func events(_ store: EventStore, _ id: String, _ type: EventType) throws -> [JobEvent] {
+    private func events(_ store: any JobStore, _ id: String, _ type: EventType) throws -> [JobEvent] {
         try store.events(jobID: id).filter { $0.type == type }
     }
 
     /// pause, resume and cancel from another process reach a running download within a second; resume
     /// continues from the bytes already written (a ranged GET), cancel removes the partial file.
-    @Test func pauseResumeAndCancelFromAnotherProcess() throws {
+    @Test(arguments: WorkerEngine.allCases)
+    func pauseResumeAndCancelFromAnotherProcess(engine: WorkerEngine) throws {
         let nginx = try startWorkerNginx(slowRate: "4m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("control")
         defer { directory.remove() }
-        let database = directory.file("jobctl.db")
+        let database = try engine.database(in: directory)
         try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(16 * Self.mib))
         let kept = directory.file("out/kept.bin")
         let dropped = directory.file("out/dropped.bin")
@@ -30,7 +31,7 @@ import TestSupport
         """, database: database, directory: directory)
         let worker = try JobctlProcess.worker(database: database, ["--concurrency", "2"], logDirectory: directory.path)
         defer { worker.signal(SIGKILL) }
-        let store = try EventStore(path: database, readOnly: true)
+        let store = try engine.reader(database)
         let running = try eventually(seconds: 20) {
             try ids.allSatisfy { id in try store.job(id).map { $0.state == .running && $0.bytesDone > 0 } ?? false }
         }
