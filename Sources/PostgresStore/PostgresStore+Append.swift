@@ -41,11 +41,20 @@ extension PostgresStore {
 extension PostgresStore {
     /// Submits jobs in one transaction, with the SQLite adapter's idempotency rules: a known key with
     /// the same spec maps to its job, with a different spec refuses the whole batch (`keyConflict`).
-    /// Two processes submitting the same new key at once: the unique index refuses the second, whose
-    /// transaction then runs again and finds the first's job.
+    ///
+    /// Two processes submitting the same new key at once take turns: each first takes a transaction
+    /// advisory lock per key of its batch (in key order), so the second looks the key up only after the
+    /// first has committed, and finds its job.
     public func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
         guard !specs.isEmpty else { return [] }
+        let keys = Set(specs.compactMap(\.key)).sorted()
         return try writeTransaction { (connection) throws(StoreError) -> [SubmitOutcome] in
+            if !keys.isEmpty {
+                try connection.store("""
+                    SELECT pg_advisory_xact_lock(hashtextextended(key, \(Self.submitLockSeed)))
+                    FROM (SELECT key FROM unnest($1::text[]) AS key ORDER BY key) AS keys
+                    """, [postgresTextArray(keys)])
+            }
             var outcomes: [SubmitOutcome] = []
             var batchKeys: [String: (id: String, spec: String)] = [:]
             for spec in specs {
@@ -68,23 +77,19 @@ extension PostgresStore {
                     }
                 }
                 let id = JobID.generate(atMs: now)
-                do throws(StoreError) {
-                    _ = try connection.savepoint { () throws(StoreError) in
-                        try connection.perform(.submit(spec), jobID: id, on: nil, actor: actor, expectedVersion: 0, now: now)
-                    }
-                } catch {
-                    // Another process committed the same key after this transaction looked: run it again.
-                    if spec.key != nil, case .io(let message) = error, message.contains("23505") {
-                        throw StoreError.busy(sql: nil)
-                    }
-                    throw error
-                }
+                _ = try connection.perform(.submit(spec), jobID: id, on: nil, actor: actor, expectedVersion: 0, now: now)
                 if let key = spec.key { batchKeys[key] = (id, try StoreJSON.encode(spec)) }
                 outcomes.append(SubmitOutcome(id: id, key: spec.key, kind: spec.kind, created: true))
             }
             return outcomes
         }
     }
+}
+
+extension PostgresStore {
+    /// The seed of the advisory-lock keys `submit` takes per idempotency key: keeps them apart from
+    /// other advisory locks (the migrator's).
+    static let submitLockSeed: Int64 = 0x6A6F_6263_746B
 }
 
 // MARK: - Control

@@ -120,4 +120,27 @@ struct PostgresAdapterTests {
         }
         #expect(try writer.requestPause(id: id, actor: "cli:test", now: 2_000).record.state == .paused)
     }
+
+    /// Connections submitting the same new key at once: one job, every submit gets its id, none fails.
+    @Test("concurrent submits of one new idempotency key make one job and all return it")
+    func concurrentSubmitsOfOneKey() async throws {
+        let url = try PostgresServer.shared().makeSchema("pgkeys")
+        let stores = try (0..<6).map { _ in try PostgresStore(url: url, mode: .create) }
+        let outcomes = try await withThrowingTaskGroup(of: [SubmitOutcome].self) { group in
+            for store in stores {
+                group.addTask {
+                    try await store.run { store in
+                        try store.submit([uploadSpec(key: "other-\(UUID().uuidString)"), uploadSpec(key: "shared")],
+                                         actor: "cli:test", now: 1_000)
+                    }
+                }
+            }
+            return try await group.reduce(into: [SubmitOutcome]()) { $0 += $1 }
+        }
+        let shared = outcomes.filter { $0.key == "shared" }
+        #expect(shared.count == stores.count)
+        #expect(Set(shared.map(\.id)).count == 1)
+        #expect(shared.filter(\.created).count == 1)
+        #expect(try stores[0].countJobs() == stores.count + 1)
+    }
 }
