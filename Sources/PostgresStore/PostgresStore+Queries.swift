@@ -175,44 +175,59 @@ extension PostgresStore {
         }
     }
 
-    private static func replay(_ connection: PostgresConnection, rewrite: Bool) throws(StoreError) -> ReplayReport {
+    /// How many events replay reads at a time.
+    static let replayPageSize = 10_000
+
+    /// The fold and comparison of `replay(verify:)`, reading `pageSize` events at a time; the caller
+    /// holds the transaction.
+    static func replay(_ connection: PostgresConnection, rewrite: Bool,
+                       pageSize: Int = replayPageSize) throws(StoreError) -> ReplayReport {
         var records: [String: JobRecord] = [:]
         var eventsRead = 0
         var problems: [String] = []
         // Within a job, seq follows version (each append holds the job's row lock), so seq order folds
-        // every job in version order.
-        let rows = try connection.rows("SELECT \(JobEvent.postgresSelectColumns) FROM events ORDER BY seq") {
-            (row) throws(StoreError) -> Result<JobEvent, StoreError> in
-            do throws(StoreError) { return .success(try JobEvent(postgresRow: row)) } catch { return .failure(error) }
-        }
-        for outcome in rows {
-            eventsRead += 1
-            let event: JobEvent
-            switch outcome {
-            case .success(let decoded): event = decoded
-            case .failure(let error):
-                guard case .corrupt(let message) = error else { throw error }
-                problems.append(message)
-                continue
+        // every job in version order. Read in pages (libpq holds a whole result in memory); the
+        // transaction's one snapshot keeps the pages consistent.
+        var afterSeq: Int64 = 0
+        var pageCount = 0
+        repeat {
+            let page = try connection.rows(
+                "SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                [.integer(afterSeq), .int(pageSize)]) { (row) throws(StoreError) -> (Int64, Result<JobEvent, StoreError>) in
+                let seq = try row.integer(0)
+                do throws(StoreError) { return (seq, .success(try JobEvent(postgresRow: row))) } catch { return (seq, .failure(error)) }
             }
-            if case .submitted = event.payload {
-                if records[event.jobID] != nil {
-                    problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted twice")
-                } else if let record = JobRecord(submitted: event) {
-                    records[event.jobID] = record
+            pageCount = page.count
+            afterSeq = page.last?.0 ?? afterSeq
+            for (_, outcome) in page {
+                eventsRead += 1
+                let event: JobEvent
+                switch outcome {
+                case .success(let decoded): event = decoded
+                case .failure(let error):
+                    guard case .corrupt(let message) = error else { throw error }
+                    problems.append(message)
+                    continue
                 }
-                continue
+                if case .submitted = event.payload {
+                    if records[event.jobID] != nil {
+                        problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted twice")
+                    } else if let record = JobRecord(submitted: event) {
+                        records[event.jobID] = record
+                    }
+                    continue
+                }
+                guard var record = records[event.jobID] else {
+                    problems.append("event \(event.seq ?? 0) (\(event.type.rawValue)) precedes job \(event.jobID)'s submission")
+                    continue
+                }
+                if event.version != record.version + 1 {
+                    problems.append("event \(event.seq ?? 0): job \(event.jobID) jumps from version \(record.version) to \(event.version)")
+                }
+                record.apply(event)
+                records[event.jobID] = record
             }
-            guard var record = records[event.jobID] else {
-                problems.append("event \(event.seq ?? 0) (\(event.type.rawValue)) precedes job \(event.jobID)'s submission")
-                continue
-            }
-            if event.version != record.version + 1 {
-                problems.append("event \(event.seq ?? 0): job \(event.jobID) jumps from version \(record.version) to \(event.version)")
-            }
-            record.apply(event)
-            records[event.jobID] = record
-        }
+        } while pageCount == pageSize
 
         var stored: [String: [PostgresValue]] = [:]
         for (id, values) in try connection.rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", [], {

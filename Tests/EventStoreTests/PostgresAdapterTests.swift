@@ -143,4 +143,23 @@ struct PostgresAdapterTests {
         #expect(shared.filter(\.created).count == 1)
         #expect(try stores[0].countJobs() == stores.count + 1)
     }
+
+    /// Replay reads the log in pages; a page boundary inside a job's events changes nothing.
+    @Test("replay in small pages folds exactly what one page folds")
+    func replayInPages() throws {
+        let url = try PostgresServer.shared().makeSchema("pgpages")
+        let store = try PostgresStore(url: url, mode: .create)
+        let ids = try store.submit((0..<4).map { _ in uploadSpec() }, actor: "cli:test", now: 1_000).map(\.id)
+        _ = try store.requestPause(id: ids[0], actor: "cli:test", now: 1_100)
+        _ = try store.claim(owner: "w", queues: nil, limit: 2, leaseMs: 1_000, now: 1_200)
+        _ = try store.rescueExpired(now: 5_000, actor: "w2")
+        let whole = try store.replay(verify: true)
+        #expect(whole.isConsistent && whole.eventsRead == 9)
+        for pageSize in [1, 2, 3, 8] {
+            let paged = try store.withConnection { (connection) throws(StoreError) in
+                try PostgresStore.replay(connection, rewrite: false, pageSize: pageSize)
+            }
+            #expect(paged == whole, "page size \(pageSize)")
+        }
+    }
 }

@@ -60,14 +60,6 @@ struct ReplayTests {
         return ids
     }
 
-    static func allRows(_ store: EventStore) throws -> [[SQLiteValue]] {
-        try store.withConnection { (connection) throws(StoreError) in
-            try connection.query("SELECT \(JobRecord.selectColumns) FROM jobs ORDER BY id") { row in
-                (0..<JobRecord.columns.count).map { row.value($0) }
-            }
-        }
-    }
-
     @Test("replay rebuilds the projection byte for byte, reports a corrupted row, and repairs it", arguments: Engine.allCases)
     func rebuildVerifyRepair(engine: Engine) throws {
         let fixture = try StoreFixture("store-replay", engine: engine)
