@@ -20,7 +20,7 @@ struct PostgresCLITests {
         priority: -1
     """
 
-    @Test("submit, worker --drain, list, result and replay --verify; the password is never printed")
+    @Test("migrate, submit, worker --drain, list, result and replay --verify; the password is never printed")
     func happyPath() throws {
         let workspace = try CLIWorkspace("pg-cli", engine: .postgres)
         defer { workspace.directory.remove() }
@@ -28,6 +28,11 @@ struct PostgresCLITests {
         let path = try workspace.write("jobs.yaml", Self.manifest)
         let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
         var outputs: [ProcessOutput] = []
+
+        let migrated = try workspace.jobctl(["migrate"])
+        outputs.append(migrated)
+        #expect(migrated.status == 0 && migrated.stdout.contains("applied migration 1"), "\(migrated.stdout)\(migrated.stderr)")
+        #expect(try workspace.jobctl(["migrate"]).stdout.contains("schema is up to date"))
 
         let submitted = try workspace.jobctl(["submit", path])
         outputs.append(submitted)
