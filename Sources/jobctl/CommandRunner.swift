@@ -117,7 +117,7 @@ enum CommandRunner {
         lines += [
             "",
             "OPTIONS:",
-            "  --db <path>             The event log (default: $JOBCTL_DB, else ./jobctl.db).",
+            "  --db <path|url>         The event log: an SQLite file or a postgres:// URL (default: $JOBCTL_DB, else ./jobctl.db).",
             "  --version               Show the version.",
             "  -h, --help              Show help information.",
             "",

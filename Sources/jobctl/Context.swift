@@ -1,6 +1,7 @@
 import EventStore
 import Foundation
 import JobModel
+import PostgresStore
 
 /// Process exit codes (sysexits-style where one fits). `ExitCode.helpText` lists them for `--help`.
 enum ExitCode {
@@ -70,13 +71,21 @@ struct Context: Sendable {
     /// pending migrations. Only `create` (submit, migrate) makes a missing database; every other
     /// command refuses one (`StoreError.noDatabase`), so a mistyped --db does not start a new queue.
     ///
-    /// The one place the CLI names an adapter: every command works with the `JobStore` port.
+    /// The one place the CLI names an adapter: every command works with the `JobStore` port. A
+    /// `postgres://` (or `postgresql://`) URL selects PostgreSQL; anything else is an SQLite file path.
     func openStore(readOnly: Bool = false, create: Bool = false) throws -> any JobStore {
-        try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
+        if isPostgresURL(databasePath) {
+            return try PostgresStore(url: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
+        }
+        return try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
     }
 
-    /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says otherwise.
+    /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says
+    /// otherwise; with a PostgreSQL database (no directory of its own), in `buckets/` of the current directory.
     var localBucketsDirectory: String {
+        if isPostgresURL(databasePath) {
+            return "\(FileManager.default.currentDirectoryPath)/buckets"
+        }
         let directory = URL(fileURLWithPath: databasePath).deletingLastPathComponent().path
         return "\(directory)/buckets"
     }

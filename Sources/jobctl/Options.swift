@@ -66,7 +66,7 @@ extension Option where Value == Int {
 /// command are set with `.help(_:)`.
 enum Options {
     // Global.
-    static let database = Option<String>("db", value: "path", help: "The SQLite event log (default: $JOBCTL_DB, else ./jobctl.db).")
+    static let database = Option<String>("db", value: "path|url", help: "The event log: an SQLite file, or a postgres:// URL (default: $JOBCTL_DB, else ./jobctl.db).")
     static let noColor = Flag("no-color", help: "Never use colours (also: NO_COLOR set, or output not a terminal).")
     static let help = Flag("help", short: "h", help: "Show help information.")
 

@@ -1,13 +1,20 @@
 import Foundation
+import Testing
 import TestSupport
 
 /// A scratch workspace with its own database, for running the built `jobctl` binary.
 struct CLIWorkspace {
     let directory: TemporaryDirectory
-    var database: String { directory.file("jobctl.db") }
+    /// The `--db` every command gets: a file in the workspace, or a PostgreSQL URL.
+    let database: String
 
-    init(_ label: String = "cli") throws {
+    /// A workspace whose database is a file in it (SQLite) or a fresh schema of the tests' PostgreSQL server.
+    init(_ label: String = "cli", engine: StoreEngine = .sqlite) throws {
         directory = try TemporaryDirectory(label)
+        switch engine {
+        case .sqlite: database = directory.file("jobctl.db")
+        case .postgres: database = try PostgresServer.shared().makeSchema(label)
+        }
     }
 
     /// Writes a file into the workspace and returns its path.
@@ -62,4 +69,12 @@ extension CLIWorkspace {
 func terminalLines(_ screen: String) -> [String] {
     screen.replacingOccurrences(of: "\u{1B}[2K", with: "")
         .split(whereSeparator: { $0 == "\r" || $0 == "\n" || $0 == "\r\n" }).map(String.init)
+}
+
+/// The store adapters a parameterised CLI test runs against (`--db` a file, or a `postgres://` URL).
+enum StoreEngine: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite
+    case postgres
+
+    var testDescription: String { rawValue }
 }

@@ -67,8 +67,9 @@ import TestSupport
         #expect(badLimit.status == 64)
     }
 
-    @Test func submitThenInspect() throws {
-        let workspace = try CLIWorkspace()
+    @Test(arguments: StoreEngine.allCases)
+    func submitThenInspect(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("cli-inspect", engine: engine)
         defer { workspace.directory.remove() }
         let path = try workspace.write("jobs.yaml", Self.manifest)
         let submitted = try workspace.jobctl(["submit", path])
@@ -78,8 +79,10 @@ import TestSupport
         #expect(ids.allSatisfy { $0.count == 26 })
 
         // The database file is private to its owner.
-        let mode = try FileManager.default.attributesOfItem(atPath: workspace.database)[.posixPermissions] as? Int
-        #expect(mode == 0o600)
+        if engine == .sqlite {
+            let mode = try FileManager.default.attributesOfItem(atPath: workspace.database)[.posixPermissions] as? Int
+            #expect(mode == 0o600)
+        }
 
         let list = try workspace.jobctl(["list"])
         #expect(list.status == 0)
@@ -131,8 +134,9 @@ import TestSupport
         #expect(verify.stdout.contains("projection matches"))
     }
 
-    @Test func idempotentKeysAcrossSubmits() throws {
-        let workspace = try CLIWorkspace()
+    @Test(arguments: StoreEngine.allCases)
+    func idempotentKeysAcrossSubmits(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("cli-keys", engine: engine)
         defer { workspace.directory.remove() }
         let path = try workspace.write("jobs.yaml", Self.manifest)
         let first = try #require(try workspace.json(["submit", "--json", path]) as? [[String: Any]])
@@ -198,8 +202,9 @@ import TestSupport
         #expect(missing.stderr.contains("nope.yaml: error: cannot read the manifest"))
     }
 
-    @Test func controlsAndRefusals() throws {
-        let workspace = try CLIWorkspace()
+    @Test(arguments: StoreEngine.allCases)
+    func controlsAndRefusals(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("cli-controls", engine: engine)
         defer { workspace.directory.remove() }
         let path = try workspace.write("jobs.yaml", Self.manifest)
         let ids = try workspace.jobctl(["submit", path]).stdout.split(separator: "\n").map(String.init)
@@ -232,18 +237,22 @@ import TestSupport
         #expect(result.stderr.contains("only succeeded jobs have a result"))
     }
 
-    @Test func readCommandsOnMissingDatabase() throws {
-        let workspace = try CLIWorkspace()
+    @Test(arguments: StoreEngine.allCases)
+    func readCommandsOnMissingDatabase(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("cli-missing", engine: engine)
         defer { workspace.directory.remove() }
         let output = try workspace.jobctl(["list"])
         #expect(output.status == 1)
         #expect(output.stderr.contains("no database at"))
-        #expect(!FileManager.default.fileExists(atPath: workspace.database))
+        if engine == .sqlite {
+            #expect(!FileManager.default.fileExists(atPath: workspace.database))
+        }
     }
 
     /// Several `jobctl submit` processes at once on one file: nothing lost, nothing doubled.
-    @Test func concurrentSubmitProcesses() throws {
-        let workspace = try CLIWorkspace()
+    @Test(arguments: StoreEngine.allCases)
+    func concurrentSubmitProcesses(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("cli-concurrent", engine: engine)
         defer { workspace.directory.remove() }
         let processes = 4
         let jobsEach = 25

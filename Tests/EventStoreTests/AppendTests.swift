@@ -5,9 +5,9 @@ import Testing
 
 @Suite("Appending events")
 struct AppendTests {
-    @Test("UPDATE and DELETE on events are refused by triggers")
-    func appendOnly() throws {
-        let fixture = try StoreFixture("store-appendonly")
+    @Test("UPDATE and DELETE on events are refused by triggers", arguments: Engine.allCases)
+    func appendOnly(engine: Engine) throws {
+        let fixture = try StoreFixture("store-appendonly", engine: engine)
         defer { fixture.remove() }
         let id = try fixture.submit()
         #expect {
@@ -24,9 +24,9 @@ struct AppendTests {
         #expect(try fixture.store.events(jobID: id).map(\.actor) == ["cli:test"])
     }
 
-    @Test("an expected version that is not current is a version conflict")
-    func versionConflict() throws {
-        let fixture = try StoreFixture("store-version")
+    @Test("an expected version that is not current is a version conflict", arguments: Engine.allCases)
+    func versionConflict(engine: Engine) throws {
+        let fixture = try StoreFixture("store-version", engine: engine)
         defer { fixture.remove() }
         let id = try fixture.submit()
         let outcomes = try fixture.store.append([
@@ -43,9 +43,9 @@ struct AppendTests {
         #expect(try fixture.store.job(id)?.state == .queued)
     }
 
-    @Test("impossible transitions are refused without sinking the rest of the batch")
-    func invalidTransition() throws {
-        let fixture = try StoreFixture("store-transition")
+    @Test("impossible transitions are refused without sinking the rest of the batch", arguments: Engine.allCases)
+    func invalidTransition(engine: Engine) throws {
+        let fixture = try StoreFixture("store-transition", engine: engine)
         defer { fixture.remove() }
         let cancelledID = try fixture.submit()
         _ = try fixture.store.requestCancel(id: cancelledID, actor: "cli:test", now: 1_500)
@@ -69,9 +69,9 @@ struct AppendTests {
         #expect(try fixture.store.lastSeq() == 4)
     }
 
-    @Test("a worker whose lease was rescued cannot write; the new holder can")
-    func staleLeaseFencing() throws {
-        let fixture = try StoreFixture("store-fencing")
+    @Test("a worker whose lease was rescued cannot write; the new holder can", arguments: Engine.allCases)
+    func staleLeaseFencing(engine: Engine) throws {
+        let fixture = try StoreFixture("store-fencing", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let first = try fixture.running(now: 1_000, leaseMs: 1_000)
@@ -97,9 +97,9 @@ struct AppendTests {
         #expect(record.attempts == 2)
     }
 
-    @Test("a lease token is refused once the job has left the running state")
-    func staleLeaseAfterPause() throws {
-        let fixture = try StoreFixture("store-fencing-paused")
+    @Test("a lease token is refused once the job has left the running state", arguments: Engine.allCases)
+    func staleLeaseAfterPause(engine: Engine) throws {
+        let fixture = try StoreFixture("store-fencing-paused", engine: engine)
         defer { fixture.remove() }
         let claim = try fixture.running()
         _ = try fixture.store.requestPause(id: claim.record.id, actor: "cli:test", now: 1_100)
@@ -111,9 +111,9 @@ struct AppendTests {
         }
     }
 
-    @Test("download-memory bytes go to blobs once per content and are referenced by hash")
-    func blobs() throws {
-        let fixture = try StoreFixture("store-blobs")
+    @Test("download-memory bytes go to blobs once per content and are referenced by hash", arguments: Engine.allCases)
+    func blobs(engine: Engine) throws {
+        let fixture = try StoreFixture("store-blobs", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let bytes = Data("hello, blobs".utf8)
@@ -137,21 +137,16 @@ struct AppendTests {
         #expect(try store.blob(sha256: hashes[0]) == bytes)
         #expect(try store.blob(sha256: hashes[0].uppercased()) == bytes)
         #expect(try store.blob(sha256: String(repeating: "0", count: 64)) == nil)
-        let count = try store.withConnection { (connection) throws(StoreError) in
-            try connection.first("SELECT count(*) FROM blobs") { row in row.int(0) }
-        }
-        #expect(count == 1)
+        #expect(try fixture.scalar("SELECT count(*) FROM blobs") == "1")
         #expect(throws: StoreError.self) { try fixture.sql("UPDATE blobs SET size = 0") }
     }
 
-    @Test("payloads are stored as JSON with sorted keys")
-    func sortedKeys() throws {
-        let fixture = try StoreFixture("store-json")
+    @Test("payloads are stored as JSON with sorted keys", arguments: Engine.allCases)
+    func sortedKeys(engine: Engine) throws {
+        let fixture = try StoreFixture("store-json", engine: engine)
         defer { fixture.remove() }
         let id = try fixture.submit()
-        let data = try fixture.store.withConnection { (connection) throws(StoreError) in
-            try connection.first("SELECT data FROM events WHERE job_id = ?", [.text(id)]) { row in row.text(0) }
-        }
+        let data = try fixture.scalar("SELECT data FROM events WHERE job_id = ?", [.text(id)])
         let text = try #require(data)
         let spec = try #require(text.range(of: "\"spec\""))
         let version = try #require(text.range(of: "\"v\""))

@@ -32,9 +32,9 @@ struct AttemptCountingTests {
         return claim
     }
 
-    @Test("max_attempts 1: two pause/resume cycles and a release still leave the one attempt")
-    func pausesAndReleasesAreFree() throws {
-        let fixture = try StoreFixture("store-attempts-free")
+    @Test("max_attempts 1: two pause/resume cycles and a release still leave the one attempt", arguments: Engine.allCases)
+    func pausesAndReleasesAreFree(engine: Engine) throws {
+        let fixture = try StoreFixture("store-attempts-free", engine: engine)
         defer { fixture.remove() }
         let id = try fixture.submit(uploadSpec(maxAttempts: 1))
         let first = try Self.claim(fixture, now: 1_000)
@@ -50,9 +50,9 @@ struct AttemptCountingTests {
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
-    @Test("max_attempts 2: after pauses and a release, a crash is the first charged attempt, not the last")
-    func aCrashAfterFreeRunsStillLeavesOne() throws {
-        let fixture = try StoreFixture("store-attempts-crash")
+    @Test("max_attempts 2: after pauses and a release, a crash is the first charged attempt, not the last", arguments: Engine.allCases)
+    func aCrashAfterFreeRunsStillLeavesOne(engine: Engine) throws {
+        let fixture = try StoreFixture("store-attempts-crash", engine: engine)
         defer { fixture.remove() }
         let id = try fixture.submit(uploadSpec(maxAttempts: 2))
         let last = try Self.pauseTwiceAndRelease(fixture, id, from: try Self.claim(fixture, now: 1_000))

@@ -133,9 +133,9 @@ struct ControlTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
-    @Test("refusals say why")
-    func refusalMessage() throws {
-        let fixture = try StoreFixture("store-control-message")
+    @Test("refusals say why", arguments: Engine.allCases)
+    func refusalMessage(engine: Engine) throws {
+        let fixture = try StoreFixture("store-control-message", engine: engine)
         defer { fixture.remove() }
         let id = try Self.prepare(.succeeded, in: fixture)
         #expect(throws: StoreError.invalidControl("job \(id) has already succeeded; nothing to pause")) {
@@ -143,9 +143,9 @@ struct ControlTests {
         }
     }
 
-    @Test("ids resolve from unique prefixes of 6 or more characters, in any case")
-    func resolveID() throws {
-        let fixture = try StoreFixture("store-resolve")
+    @Test("ids resolve from unique prefixes of 6 or more characters, in any case", arguments: Engine.allCases)
+    func resolveID(engine: Engine) throws {
+        let fixture = try StoreFixture("store-resolve", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         // Submitted in the same millisecond, the ids share their 10-character time prefix.

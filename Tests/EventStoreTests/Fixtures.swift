@@ -2,16 +2,39 @@ import Foundation
 import JobModel
 import TestSupport
 @testable import EventStore
+@testable import PostgresStore
+import Testing
 
-/// A store in a fresh temporary directory; `remove()` deletes it.
+/// The store adapters a parameterised test runs against.
+enum Engine: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite
+    case postgres
+
+    var testDescription: String { rawValue }
+}
+
+/// A store in a fresh temporary directory (SQLite) or a fresh schema of the tests' PostgreSQL server;
+/// `remove()` deletes the directory.
 struct StoreFixture {
     let directory: TemporaryDirectory
-    let store: EventStore
+    let engine: Engine
+    let store: any JobStore
+    /// The SQLite store, for tests of SQLite's own behaviour (nil on PostgreSQL).
+    let sqlite: EventStore?
     var path: String { directory.file("jobs.db") }
 
-    init(_ label: String = "eventstore") throws {
+    init(_ label: String = "eventstore", engine: Engine = .sqlite) throws {
         directory = try TemporaryDirectory(label)
-        store = try EventStore(path: directory.file("jobs.db"))
+        self.engine = engine
+        switch engine {
+        case .sqlite:
+            let store = try EventStore(path: directory.file("jobs.db"))
+            self.store = store
+            sqlite = store
+        case .postgres:
+            store = try PostgresStore(url: try PostgresServer.shared().makeSchema(label), mode: .create)
+            sqlite = nil
+        }
     }
 
     func remove() { directory.remove() }
@@ -38,9 +61,82 @@ struct StoreFixture {
         try store.append(pending, now: now)
     }
 
-    /// Runs raw SQL on the store's own connection (tests only).
+    /// Runs raw SQL on the store's own connection (tests only), written for SQLite with `?` parameters;
+    /// on PostgreSQL the parameters become `$1`, `$2`, … (the statements the tests use mean the same on both).
     func sql(_ text: String, _ values: [SQLiteValue] = []) throws {
-        try store.withConnection { (connection) throws(StoreError) in try connection.run(text, values) }
+        switch engine {
+        case .sqlite:
+            let sqlite = try #require(sqlite)
+            try sqlite.withConnection { (connection) throws(StoreError) in try connection.run(text, values) }
+        case .postgres:
+            let store = try #require(store as? PostgresStore)
+            let (query, parameters) = Self.postgres(text, values)
+            try store.withConnection { (connection) throws(StoreError) in try connection.store(query, parameters) }
+        }
+    }
+
+    /// The first column of the first row of a query (written as for `sql`), as text; nil for no row or NULL.
+    func scalar(_ text: String, _ values: [SQLiteValue] = []) throws -> String? {
+        switch engine {
+        case .sqlite:
+            let sqlite = try #require(sqlite)
+            return try sqlite.withConnection { (connection) throws(StoreError) -> String? in
+                try connection.first(text, values) { row in row.value(0) == .null ? nil : row.value(0).description } ?? nil
+            }
+        case .postgres:
+            let store = try #require(store as? PostgresStore)
+            let (query, parameters) = Self.postgres(text, values)
+            return try store.withConnection { (connection) throws(StoreError) -> String? in
+                try connection.row(query, parameters) { (row) throws(StoreError) -> String? in
+                    let value = try row.typedValue(0)
+                    return value == .null ? nil : value.description
+                } ?? nil
+            }
+        }
+    }
+
+    /// Every `jobs` row in id order, each column as text (NULL as "NULL"): what replay must rebuild.
+    func allRows() throws -> [[String]] {
+        switch engine {
+        case .sqlite:
+            let sqlite = try #require(sqlite)
+            return try sqlite.withConnection { (connection) throws(StoreError) in
+                try connection.query("SELECT \(JobRecord.selectColumns) FROM jobs ORDER BY id") { row in
+                    (0..<JobRecord.columns.count).map { row.value($0).description }
+                }
+            }
+        case .postgres:
+            let store = try #require(store as? PostgresStore)
+            return try store.withConnection { (connection) throws(StoreError) in
+                try connection.rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs ORDER BY id") { (row) throws(StoreError) in
+                    try (0..<JobRecord.postgresColumns.count).map { (index) throws(StoreError) in try row.typedValue(index).description }
+                }
+            }
+        }
+    }
+
+    /// SQLite's `?` parameters as PostgreSQL's `$n`, and the values in PostgreSQL's types.
+    private static func postgres(_ text: String, _ values: [SQLiteValue]) -> (String, [PostgresValue]) {
+        var query = ""
+        var number = 0
+        for character in text {
+            if character == "?" {
+                number += 1
+                query += "$\(number)"
+            } else {
+                query.append(character)
+            }
+        }
+        let parameters = values.map { (value) -> PostgresValue in
+            switch value {
+            case .null: .null
+            case .integer(let integer): .integer(integer)
+            case .real(let real): .text(String(real))
+            case .text(let text): .text(text)
+            case .blob(let data): .bytea(data)
+            }
+        }
+        return (query, parameters)
     }
 }
 

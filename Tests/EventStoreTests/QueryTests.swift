@@ -6,9 +6,9 @@ import TestSupport
 
 @Suite("Queries and errors")
 struct QueryTests {
-    @Test("jobs(filter:) filters by state, kind, queue and time windows, newest first")
-    func listing() throws {
-        let fixture = try StoreFixture("store-query")
+    @Test("jobs(filter:) filters by state, kind, queue and time windows, newest first", arguments: Engine.allCases)
+    func listing(engine: Engine) throws {
+        let fixture = try StoreFixture("store-query", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let old = try fixture.submit(uploadSpec(), now: 1_000)
@@ -34,9 +34,9 @@ struct QueryTests {
         #expect(try store.job("01NOSUCHJOB000000000000000") == nil)
     }
 
-    @Test("events(afterSeq:limit:) pages through the log in order")
-    func tailing() throws {
-        let fixture = try StoreFixture("store-tail")
+    @Test("events(afterSeq:limit:) pages through the log in order", arguments: Engine.allCases)
+    func tailing(engine: Engine) throws {
+        let fixture = try StoreFixture("store-tail", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         _ = try store.submit((0..<5).map { _ in uploadSpec() }, actor: "cli:test", now: 1)

@@ -60,17 +60,9 @@ struct ReplayTests {
         return ids
     }
 
-    static func allRows(_ store: EventStore) throws -> [[SQLiteValue]] {
-        try store.withConnection { (connection) throws(StoreError) in
-            try connection.query("SELECT \(JobRecord.selectColumns) FROM jobs ORDER BY id") { row in
-                (0..<JobRecord.columns.count).map { row.value($0) }
-            }
-        }
-    }
-
-    @Test("replay rebuilds the projection byte for byte, reports a corrupted row, and repairs it")
-    func rebuildVerifyRepair() throws {
-        let fixture = try StoreFixture("store-replay")
+    @Test("replay rebuilds the projection byte for byte, reports a corrupted row, and repairs it", arguments: Engine.allCases)
+    func rebuildVerifyRepair(engine: Engine) throws {
+        let fixture = try StoreFixture("store-replay", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let ids = try Self.populate(fixture)
@@ -92,10 +84,10 @@ struct ReplayTests {
         }
 
         // Rebuilding from scratch gives the same bytes.
-        let original = try Self.allRows(store)
+        let original = try fixture.allRows()
         let rebuilt = try store.replay(verify: false)
         #expect(rebuilt.rewritten && rebuilt.differences.isEmpty)
-        #expect(try Self.allRows(store) == original)
+        #expect(try fixture.allRows() == original)
 
         // Corrupt one column of one row behind the store's back.
         let victim = try #require(ids["resumed"])
@@ -111,12 +103,12 @@ struct ReplayTests {
         #expect(repair.differences.count == 1 && repair.rewritten)
         #expect(try store.job(victim) == truth)
         #expect(try store.replay(verify: true).isConsistent)
-        #expect(try Self.allRows(store) == original)
+        #expect(try fixture.allRows() == original)
     }
 
-    @Test("an error equal to the last one but spelt in other bytes is written: the row stays byte for byte")
-    func canonicallyEquivalentText() throws {
-        let fixture = try StoreFixture("store-replay-bytes")
+    @Test("an error equal to the last one but spelt in other bytes is written: the row stays byte for byte", arguments: Engine.allCases)
+    func canonicallyEquivalentText(engine: Engine) throws {
+        let fixture = try StoreFixture("store-replay-bytes", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let id = try fixture.submit(uploadSpec(maxAttempts: 5))
@@ -132,9 +124,9 @@ struct ReplayTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
-    @Test("specs that differ only in how a name is spelt in Unicode keep their own bytes")
-    func canonicallyEquivalentSpecs() throws {
-        let fixture = try StoreFixture("store-spec-bytes")
+    @Test("specs that differ only in how a name is spelt in Unicode keep their own bytes", arguments: Engine.allCases)
+    func canonicallyEquivalentSpecs(engine: Engine) throws {
+        let fixture = try StoreFixture("store-spec-bytes", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let names = ["/tmp/caf\u{E9}.bin", "/tmp/cafe\u{301}.bin"]  // equal to Swift's ==, different files
@@ -148,9 +140,9 @@ struct ReplayTests {
         }
     }
 
-    @Test("replay notices missing and extra rows")
-    func missingRows() throws {
-        let fixture = try StoreFixture("store-replay-rows")
+    @Test("replay notices missing and extra rows", arguments: Engine.allCases)
+    func missingRows(engine: Engine) throws {
+        let fixture = try StoreFixture("store-replay-rows", engine: engine)
         defer { fixture.remove() }
         let id = try fixture.submit()
         try fixture.sql("DELETE FROM jobs WHERE id = ?", [.text(id)])
@@ -170,9 +162,9 @@ struct ReplayTests {
         #expect(throws: StoreError.self) { _ = try reader.replay(verify: false) }
     }
 
-    @Test("an event without the fields its type needs is reported as a problem; the rest of the log still replays")
-    func malformedEventIsAProblem() throws {
-        let fixture = try StoreFixture("store-replay-malformed")
+    @Test("an event without the fields its type needs is reported as a problem; the rest of the log still replays", arguments: Engine.allCases)
+    func malformedEventIsAProblem(engine: Engine) throws {
+        let fixture = try StoreFixture("store-replay-malformed", engine: engine)
         defer { fixture.remove() }
         let id = try fixture.submit()
         // What a broken tool could have written: a `submitted` without a spec, and a `claimed` without a lease.

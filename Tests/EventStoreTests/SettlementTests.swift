@@ -120,9 +120,9 @@ struct SettlementTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
-    @Test("a cancel on a job the worker already paused ends it at once; a pause after a cancel is refused")
-    func requestsAfterTheOutcome() throws {
-        let fixture = try StoreFixture("store-settle-after")
+    @Test("a cancel on a job the worker already paused ends it at once; a pause after a cancel is refused", arguments: Engine.allCases)
+    func requestsAfterTheOutcome(engine: Engine) throws {
+        let fixture = try StoreFixture("store-settle-after", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let claim = try fixture.running()

@@ -15,7 +15,7 @@ struct StoreExecutorTests {
     func oneThread() async throws {
         let fixture = try StoreFixture("store-executor-thread")
         defer { fixture.remove() }
-        let store = fixture.store
+        let store = try #require(fixture.sqlite)
         let here = pthread_self()
         let first = try store.withConnection { _ in pthread_self() }
         let others = try await withThrowingTaskGroup(of: pthread_t.self) { group in
@@ -45,7 +45,7 @@ struct StoreExecutorTests {
     func groupCommit() async throws {
         let fixture = try StoreFixture("store-executor-group")
         defer { fixture.remove() }
-        let store = fixture.store
+        let store = try #require(fixture.sqlite)
         let claims = try (0..<12).map { _ in try fixture.running() }
         // Hold the executor until every append is queued behind the call.
         let (entered, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))

@@ -6,9 +6,9 @@ import TestSupport
 
 @Suite("Submitting jobs")
 struct SubmitTests {
-    @Test("a submit appends one submitted event and one queued row per job")
-    func submit() throws {
-        let fixture = try StoreFixture("store-submit")
+    @Test("a submit appends one submitted event and one queued row per job", arguments: Engine.allCases)
+    func submit(engine: Engine) throws {
+        let fixture = try StoreFixture("store-submit", engine: engine)
         defer { fixture.remove() }
         let outcomes = try fixture.store.submit([uploadSpec(), memorySpec()], actor: "cli:alice", now: 42)
         #expect(outcomes.map(\.created) == [true, true])
@@ -25,9 +25,9 @@ struct SubmitTests {
         #expect(try fixture.store.lastSeq() == 2)
     }
 
-    @Test("the same key with a different spec is refused, naming the key and the job; nothing is stored")
-    func reusedKeyWithAnotherSpec() throws {
-        let fixture = try StoreFixture("store-key-conflict")
+    @Test("the same key with a different spec is refused, naming the key and the job; nothing is stored", arguments: Engine.allCases)
+    func reusedKeyWithAnotherSpec(engine: Engine) throws {
+        let fixture = try StoreFixture("store-key-conflict", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let original = try store.submit([uploadSpec(key: "nightly-1")], actor: "cli:test", now: 1)[0]
@@ -60,9 +60,9 @@ struct SubmitTests {
         #expect("\(expected)".contains("nightly-1") && "\(expected)".contains(original.id))
     }
 
-    @Test("a spec stored with other JSON bytes (another key order) still matches its key")
-    func keyMatchIsCanonical() throws {
-        let fixture = try StoreFixture("store-key-canonical")
+    @Test("a spec stored with other JSON bytes (another key order) still matches its key", arguments: Engine.allCases)
+    func keyMatchIsCanonical(engine: Engine) throws {
+        let fixture = try StoreFixture("store-key-canonical", engine: engine)
         defer { fixture.remove() }
         let spec = JobSpec(kind: .uploadData, destination: "gs://b/o", data: Data("x".utf8),
                            metadata: UploadMetadata(contentType: "text/plain", customMetadata: ["b": "2", "a": "1"]), key: "k")
@@ -79,9 +79,9 @@ struct SubmitTests {
         #expect(try fixture.store.submit([spec], actor: "cli:test", now: 2)[0].id == id)
     }
 
-    @Test("the same key twice makes one job, within a batch and across submits")
-    func idempotentKeys() throws {
-        let fixture = try StoreFixture("store-keys")
+    @Test("the same key twice makes one job, within a batch and across submits", arguments: Engine.allCases)
+    func idempotentKeys(engine: Engine) throws {
+        let fixture = try StoreFixture("store-keys", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let first = try store.submit([uploadSpec(key: "nightly-1"), uploadSpec(key: "nightly-1"), uploadSpec()],

@@ -5,9 +5,9 @@ import Testing
 
 @Suite("Claiming, heartbeats and rescue")
 struct WorkerPrimitiveTests {
-    @Test("claims follow priority, then run_after, then submission order, and skip future and other queues")
-    func claimOrder() throws {
-        let fixture = try StoreFixture("store-claim-order")
+    @Test("claims follow priority, then run_after, then submission order, and skip future and other queues", arguments: Engine.allCases)
+    func claimOrder(engine: Engine) throws {
+        let fixture = try StoreFixture("store-claim-order", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let a = try fixture.submit(uploadSpec(priority: 0), now: 1_000)
@@ -44,18 +44,18 @@ struct WorkerPrimitiveTests {
         #expect(try store.claim(owner: "w2", queues: [], limit: 10, leaseMs: 30_000, now: 7_000).isEmpty)
     }
 
-    @Test("a batch claim stops at its limit")
-    func claimLimit() throws {
-        let fixture = try StoreFixture("store-claim-limit")
+    @Test("a batch claim stops at its limit", arguments: Engine.allCases)
+    func claimLimit(engine: Engine) throws {
+        let fixture = try StoreFixture("store-claim-limit", engine: engine)
         defer { fixture.remove() }
         _ = try fixture.store.submit((0..<5).map { _ in uploadSpec() }, actor: "cli:test", now: 1)
         #expect(try fixture.store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 10, now: 2).count == 3)
         #expect(try fixture.store.counts() == [.running: 3, .queued: 2])
     }
 
-    @Test("heartbeats extend held leases and report lost ones")
-    func heartbeat() throws {
-        let fixture = try StoreFixture("store-heartbeat")
+    @Test("heartbeats extend held leases and report lost ones", arguments: Engine.allCases)
+    func heartbeat(engine: Engine) throws {
+        let fixture = try StoreFixture("store-heartbeat", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         _ = try store.submit([uploadSpec(), uploadSpec()], actor: "cli:test", now: 1_000)
@@ -72,16 +72,13 @@ struct WorkerPrimitiveTests {
             == [kept.record.id])
         #expect(try store.heartbeat(owner: "w1", leases: [kept.record.id: kept.token + 100], leaseMs: 1_000, now: 2_300)
             == [kept.record.id])
-        let expiry = try store.withConnection { (connection) throws(StoreError) in
-            try connection.leaseRow(kept.record.id)?.expiresAtMs
-        }
-        #expect(expiry == 3_200)
+        #expect(try fixture.scalar("SELECT expires_at_ms FROM leases WHERE job_id = ?", [.text(kept.record.id)]) == "3200")
         #expect(try store.job(kept.record.id)?.state == .running)
     }
 
-    @Test("an expired lease is rescued back to the queue with its resume point")
-    func rescue() throws {
-        let fixture = try StoreFixture("store-rescue")
+    @Test("an expired lease is rescued back to the queue with its resume point", arguments: Engine.allCases)
+    func rescue(engine: Engine) throws {
+        let fixture = try StoreFixture("store-rescue", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let claim = try fixture.running(now: 1_000, leaseMs: 1_000)
@@ -96,14 +93,14 @@ struct WorkerPrimitiveTests {
         #expect(record.resumePoint == point && record.bytesDone == 4096)
         #expect(record.leaseOwner == nil && record.leaseToken == nil && record.attempts == 1)
         #expect(try store.events(jobID: id).last?.type == .leaseExpired)
-        #expect(try store.withConnection { (connection) throws(StoreError) in try connection.leaseRow(id) } == nil)
+        #expect(try fixture.scalar("SELECT token FROM leases WHERE job_id = ?", [.text(id)]) == nil)
         // Rescuing again finds nothing.
         #expect(try store.rescueExpired(now: 9_000, actor: "w2").isEmpty)
     }
 
-    @Test("a job whose worker keeps dying fails with retryLimitExceeded once its attempts are used up")
-    func rescueExhausted() throws {
-        let fixture = try StoreFixture("store-rescue-exhausted")
+    @Test("a job whose worker keeps dying fails with retryLimitExceeded once its attempts are used up", arguments: Engine.allCases)
+    func rescueExhausted(engine: Engine) throws {
+        let fixture = try StoreFixture("store-rescue-exhausted", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let id = try fixture.submit(uploadSpec(maxAttempts: 2), now: 0)
@@ -121,9 +118,9 @@ struct WorkerPrimitiveTests {
             == [.submitted, .claimed, .leaseExpired, .claimed, .failed])
     }
 
-    @Test("a pause or cancel requested before a rescue is honoured by the rescue itself")
-    func requestsSurviveRescue() throws {
-        let fixture = try StoreFixture("store-rescue-requests")
+    @Test("a pause or cancel requested before a rescue is honoured by the rescue itself", arguments: Engine.allCases)
+    func requestsSurviveRescue(engine: Engine) throws {
+        let fixture = try StoreFixture("store-rescue-requests", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let pausing = try fixture.running(now: 1_000, leaseMs: 100).record.id
@@ -150,9 +147,9 @@ struct WorkerPrimitiveTests {
         #expect(try watcher.dataVersion() != before)
     }
 
-    @Test("appends and a claim share one transaction: the claim sees the appends, a refusal sinks neither")
-    func appendThenClaim() throws {
-        let fixture = try StoreFixture("store-append-claim")
+    @Test("appends and a claim share one transaction: the claim sees the appends, a refusal sinks neither", arguments: Engine.allCases)
+    func appendThenClaim(engine: Engine) throws {
+        let fixture = try StoreFixture("store-append-claim", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
         let running = try fixture.running(now: 1_000)

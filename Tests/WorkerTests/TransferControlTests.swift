@@ -9,18 +9,19 @@ import TestSupport
 @Suite("worker transfers") struct TransferControlTests {
     static let mib = 1 << 20
 
-    private func events(_ store: EventStore, _ id: String, _ type: EventType) throws -> [JobEvent] {
+    private func events(_ store: any JobStore, _ id: String, _ type: EventType) throws -> [JobEvent] {
         try store.events(jobID: id).filter { $0.type == type }
     }
 
     /// pause, resume and cancel from another process reach a running download within a second; resume
     /// continues from the bytes already written (a ranged GET), cancel removes the partial file.
-    @Test func pauseResumeAndCancelFromAnotherProcess() throws {
+    @Test(arguments: WorkerEngine.allCases)
+    func pauseResumeAndCancelFromAnotherProcess(engine: WorkerEngine) throws {
         let nginx = try startWorkerNginx(slowRate: "4m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("control")
         defer { directory.remove() }
-        let database = directory.file("jobctl.db")
+        let database = try engine.database(in: directory)
         try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(16 * Self.mib))
         let kept = directory.file("out/kept.bin")
         let dropped = directory.file("out/dropped.bin")
@@ -30,7 +31,7 @@ import TestSupport
         """, database: database, directory: directory)
         let worker = try JobctlProcess.worker(database: database, ["--concurrency", "2"], logDirectory: directory.path)
         defer { worker.signal(SIGKILL) }
-        let store = try EventStore(path: database, readOnly: true)
+        let store = try engine.reader(database)
         let running = try eventually(seconds: 20) {
             try ids.allSatisfy { id in try store.job(id).map { $0.state == .running && $0.bytesDone > 0 } ?? false }
         }
@@ -288,19 +289,20 @@ import TestSupport
 @Suite("fencing and observing") struct FencingAndWatchTests {
     /// A worker frozen (SIGSTOP) past its lease loses the job to another worker; when it wakes, the store
     /// refuses its appends (stale lease token), so the job succeeds exactly once.
-    @Test func frozenWorkerCannotWriteAfterLosingItsLease() throws {
+    @Test(arguments: WorkerEngine.allCases)
+    func frozenWorkerCannotWriteAfterLosingItsLease(engine: WorkerEngine) throws {
         let nginx = try startWorkerNginx(slowRate: "4m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("fencing")
         defer { directory.remove() }
-        let database = directory.file("jobctl.db")
+        let database = try engine.database(in: directory)
         try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(8 << 20))
         let destination = directory.file("big.bin")
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(destination)\"}\n",
                                          database: database, directory: directory).first)
         let frozen = try JobctlProcess.worker(database: database, ["--lease", "1"], logDirectory: directory.path)
         defer { frozen.signal(SIGKILL) }
-        let store = try EventStore(path: database, readOnly: true)
+        let store = try engine.reader(database)
         try #require(try eventually(seconds: 20) { (try store.job(id)?.bytesDone ?? 0) > 0 }, "\(frozen.log)")
         frozen.signal(SIGSTOP)
         let rescuer = try JobctlProcess.worker(database: database, ["--lease", "1", "--drain"], logDirectory: directory.path)
@@ -324,10 +326,11 @@ import TestSupport
 
     /// `watch` follows a job from another process as JSON lines (output is not a terminal) and exits 0
     /// on success; `result` prints a memory download's bytes and a fetched URL.
-    @Test func watchAndResult() throws {
+    @Test(arguments: WorkerEngine.allCases)
+    func watchAndResult(engine: WorkerEngine) throws {
         let directory = try TemporaryDirectory("watch")
         defer { directory.remove() }
-        let database = directory.file("jobctl.db")
+        let database = try engine.database(in: directory)
         let ids = try submit("""
         - {kind: upload-data, data: "watched bytes", destination: "file://w/a.txt", priority: 2}
         - {kind: download-memory, source: "file://w/a.txt", max_size: 1KiB, priority: 1}
@@ -337,7 +340,9 @@ import TestSupport
         let watcher = try JobctlProcess(database: database, arguments: ["watch", ids[0]], logDirectory: directory.path)
         let failedWatcher = try JobctlProcess(database: database, arguments: ["watch", ids[3], "--on", "failure"], logDirectory: directory.path)
         usleep(200_000)
-        let worker = try JobctlProcess.worker(database: database, ["--drain", "--concurrency", "1"], logDirectory: directory.path)
+        let worker = try JobctlProcess.worker(database: database, ["--drain", "--concurrency", "1"],
+                                              environment: ["JOBCTL_BUCKETS": directory.file("buckets")],
+                                              logDirectory: directory.path)
         // Exit 2: the oversized memory download it ran ended failed.
         #expect(worker.wait(seconds: 30) == 2, "\(worker.log)")
         #expect(watcher.wait(seconds: 10) == 0, "\(watcher.log)")
@@ -356,7 +361,7 @@ import TestSupport
         }
         #expect(failureLines.count == 1)
         #expect(failureLines.first?["status"] as? String == "failure")
-        let store = try EventStore(path: database, readOnly: true)
+        let store = try engine.reader(database)
         let tooBig = try #require(try store.job(ids[3]))
         #expect(tooBig.error?.code == .downloadSizeExceeded)
         #expect(tooBig.error?.total == 13)

@@ -1,15 +1,18 @@
 import EventStore
 import Foundation
 import JobModel
+import PostgresStore
 import Testing
 import TestSupport
 
 @Suite("worker processes") struct WorkerPoolTests {
     /// Three worker processes drain 200 jobs from one database: every job runs exactly once.
-    @Test func manyWorkersRunEveryJobOnce() throws {
+    @Test(arguments: WorkerEngine.allCases)
+    func manyWorkersRunEveryJobOnce(engine: WorkerEngine) throws {
         let directory = try TemporaryDirectory("workers")
         defer { directory.remove() }
-        let database = directory.file("jobctl.db")
+        let database = try engine.database(in: directory)
+        let environment = ["JOBCTL_BUCKETS": directory.file("buckets")]
         var manifest = "jobs:\n"
         for index in 0..<200 {
             manifest += "  - {kind: upload-data, data: \"payload \(index)\", destination: \"file://shared/out/\(index).txt\"}\n"
@@ -18,20 +21,21 @@ import TestSupport
         // (started after a submit, the first one up could drain everything alone on a loaded machine).
         _ = try jobctl(["migrate"], database: database)
         let workers = try (0..<3).map { _ in
-            try JobctlProcess.worker(database: database, ["--concurrency", "8"], logDirectory: directory.path)
+            try JobctlProcess.worker(database: database, ["--concurrency", "8"], environment: environment,
+                                     logDirectory: directory.path)
         }
         #expect(eventually(seconds: 20) { workers.allSatisfy { $0.log.contains("concurrency=8") } })
         usleep(200_000)
         let ids = try submit(manifest, database: database, directory: directory)
         #expect(ids.count == 200)
-        let watcher = try EventStore(path: database, readOnly: true)
+        let watcher = try engine.reader(database)
         #expect(try eventually(seconds: 90) { (try watcher.counts()[.succeeded] ?? 0) == 200 })
         for worker in workers {
             worker.signal(SIGTERM)
             let status = worker.wait(seconds: 15)
             #expect(status == 0, "worker log:\n\(worker.log)")
         }
-        let store = try EventStore(path: database, readOnly: true)
+        let store = try engine.reader(database)
         let jobs = try store.jobs(filter: JobFilter())
         #expect(jobs.count == 200)
         #expect(jobs.allSatisfy { $0.state == .succeeded }, "\(jobs.filter { $0.state != .succeeded }.map { "\($0.id) \($0.state) \(String(describing: $0.error))" })")
@@ -56,14 +60,17 @@ import TestSupport
     }
 
     /// An idle worker notices a submit without a table scan loop (data_version polling).
-    @Test func idleWorkerPicksUpNewWorkQuickly() throws {
+    @Test(arguments: WorkerEngine.allCases)
+    func idleWorkerPicksUpNewWorkQuickly(engine: WorkerEngine) throws {
         let directory = try TemporaryDirectory("idle")
         defer { directory.remove() }
-        let database = directory.file("jobctl.db")
+        let database = try engine.database(in: directory)
         _ = try jobctl(["migrate"], database: database)
-        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "2"], logDirectory: directory.path)
+        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "2"],
+                                              environment: ["JOBCTL_BUCKETS": directory.file("buckets")],
+                                              logDirectory: directory.path)
         defer { worker.signal(SIGKILL) }
-        let store = try EventStore(path: database, readOnly: true)
+        let store = try engine.reader(database)
         // Let the worker reach its idle loop.
         #expect(eventually(seconds: 10) { worker.log.contains("concurrency") })
         usleep(300_000)
@@ -81,5 +88,29 @@ import TestSupport
         delays.sort()
         // The target (≤ 50 ms) is shown by the benchmark; here only that pickup is event-driven, not slow polling.
         #expect(delays[delays.count / 2] < 500, "median pickup \(delays[delays.count / 2]) ms: \(delays)")
+    }
+}
+
+/// The store adapters a parameterised worker test runs against.
+enum WorkerEngine: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite
+    case postgres
+
+    var testDescription: String { rawValue }
+
+    /// A fresh database: a file in `directory`, or a fresh schema of the tests' PostgreSQL server.
+    func database(in directory: TemporaryDirectory) throws -> String {
+        switch self {
+        case .sqlite: directory.file("jobctl.db")
+        case .postgres: try PostgresServer.shared().makeSchema("workers")
+        }
+    }
+
+    /// The database opened read-only, as another process watching the workers.
+    func reader(_ database: String) throws -> any JobStore {
+        switch self {
+        case .sqlite: try EventStore(path: database, readOnly: true)
+        case .postgres: try PostgresStore(url: database, mode: .readOnly)
+        }
     }
 }

@@ -1,6 +1,5 @@
 import Foundation
 import JobModel
-import StorePort
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -8,9 +7,10 @@ import Glibc
 import Darwin
 #endif
 
-/// The one thread that uses an `EventStore`'s SQLite connection, and its group commit.
+/// The one thread that uses a store's database connection, and its group commit. Every adapter
+/// (`EventStore` for SQLite, `PostgresStore`) owns one.
 ///
-/// SQLite calls block (locks, fsync). Run on Swift's cooperative pool — two threads on a two-core
+/// Database calls block (locks, fsync, network round trips). Run on Swift's cooperative pool — two threads on a two-core
 /// machine — one fsync would stall half of all tasks. So every use of the connection runs here:
 /// synchronous callers (the CLI) block on a semaphore until their call has run, asynchronous ones (the
 /// worker's tasks) suspend on a continuation. Each time the thread wakes it takes *every* call queued
@@ -19,12 +19,12 @@ import Darwin
 ///
 /// This replaces the lock the store used to hold around the connection plus a second thread in the
 /// worker that serialised the same connection: one executor, owned by the store.
-final class StoreExecutor: Sendable {
-    typealias AppendContinuation = CheckedContinuation<Result<JobEvent, StoreError>, Never>
-    typealias ClaimContinuation = CheckedContinuation<Result<[ClaimedJob], StoreError>, Never>
+public final class StoreExecutor: Sendable {
+    public typealias AppendContinuation = CheckedContinuation<Result<JobEvent, StoreError>, Never>
+    public typealias ClaimContinuation = CheckedContinuation<Result<[ClaimedJob], StoreError>, Never>
     /// Writes a batch of appends (and a claim after them, in the same transaction). Throws when the
     /// transaction as a whole failed.
-    typealias Flush = @Sendable ([PendingEvent], ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome
+    public typealias Flush = @Sendable ([PendingEvent], ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome
 
     /// A call queued by a caller that waits for it (blocked on `done`, or suspended on a continuation
     /// inside `body`). `@unchecked Sendable` is sound because `body` is run exactly once, on the
@@ -65,7 +65,7 @@ final class StoreExecutor: Sendable {
     private let ended = DispatchSemaphore(value: 0)
 
     /// Starts the thread; `flush` writes a group commit (it runs on the thread).
-    init(name: String, flush: @escaping Flush) {
+    public init(name: String, flush: @escaping Flush) {
         self.flush = flush
         let started = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
@@ -89,7 +89,7 @@ final class StoreExecutor: Sendable {
 
     /// Runs `body` on the executor and returns its result, blocking the calling thread meanwhile (at
     /// once when the caller is the executor).
-    func sync<T>(_ body: @escaping () throws(StoreError) -> T) throws(StoreError) -> T {
+    public func sync<T>(_ body: @escaping () throws(StoreError) -> T) throws(StoreError) -> T {
         if isCurrent { return try body() }
         let outcome = Outcome<T>()
         let done = DispatchSemaphore(value: 0)
@@ -103,7 +103,7 @@ final class StoreExecutor: Sendable {
     }
 
     /// Runs `body` on the executor and resumes the caller with its result.
-    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
             enqueue(.call(Call({
                 do { continuation.resume(returning: try body()) } catch { continuation.resume(throwing: error) }
@@ -112,14 +112,14 @@ final class StoreExecutor: Sendable {
     }
 
     /// Appends one event in the next group commit.
-    func append(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
+    public func append(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
         await withCheckedContinuation { continuation in
             enqueue(.append(event, continuation))
         }
     }
 
     /// Claims in the same transaction as the appends queued before it (one sync for both).
-    func claim(_ request: ClaimRequest) async -> Result<[ClaimedJob], StoreError> {
+    public func claim(_ request: ClaimRequest) async -> Result<[ClaimedJob], StoreError> {
         await withCheckedContinuation { continuation in
             enqueue(.claim(request, continuation))
         }
@@ -129,7 +129,7 @@ final class StoreExecutor: Sendable {
     /// held (the calls' closures, and through them the connection) outlives this call: the store that
     /// stops its executor in `deinit` closes its database then, deterministically. From the executor
     /// thread itself (the store's last reference dropped there) it cannot wait, and does not.
-    func stop() {
+    public func stop() {
         queue.withLock { $0.stopped = true }
         condition.lock()
         condition.signal()
@@ -137,10 +137,10 @@ final class StoreExecutor: Sendable {
         if !isCurrent { ended.wait() }
     }
 
-    var groupCommitStats: (commits: Int, events: Int) { stats.withLock { $0 } }
+    public var groupCommitStats: (commits: Int, events: Int) { stats.withLock { $0 } }
 
     /// Calls queued and not yet taken by the thread (tests).
-    var queuedCount: Int { queue.withLock { $0.work.count } }
+    public var queuedCount: Int { queue.withLock { $0.work.count } }
 
     private func enqueue(_ work: Work) {
         queue.withLock { $0.work.append(work) }

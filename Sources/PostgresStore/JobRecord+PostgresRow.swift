@@ -1,0 +1,104 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+// MARK: - The jobs row
+
+extension JobRecord {
+    /// The `jobs` columns, in the order of `postgresValues()` and `init(postgresRow:)`: the same columns
+    /// as the SQLite projection, so `replay --verify` compares the same things on both engines.
+    static let postgresColumns = [
+        "id", "seq", "kind", "state", "queue", "priority", "run_after_ms", "attempts", "max_attempts",
+        "lease_owner", "lease_token", "bytes_done", "bytes_total", "resume_point", "error", "result", "spec",
+        "idempotency_key", "pause_requested", "cancel_requested", "version", "created_at_ms", "updated_at_ms",
+        "started_at_ms", "finished_at_ms",
+    ]
+
+    static let postgresSelectColumns = postgresColumns.joined(separator: ", ")
+
+    static let postgresInsertSQL = "INSERT INTO jobs (\(postgresSelectColumns)) VALUES ("
+        + (1...postgresColumns.count).map { "$\($0)" }.joined(separator: ", ") + ")"
+
+    /// The columns an event can change (the others are fixed by `submitted`), in `postgresValues()` order.
+    static let postgresChangingColumns = [
+        "state", "run_after_ms", "attempts", "lease_owner", "lease_token", "bytes_done", "bytes_total",
+        "resume_point", "error", "result", "pause_requested", "cancel_requested", "version", "updated_at_ms",
+        "started_at_ms", "finished_at_ms",
+    ]
+
+    /// The UPDATE of every changing column; its parameters are those values, then the id.
+    static let postgresUpdateSQL = "UPDATE jobs SET "
+        + postgresChangingColumns.enumerated().map { "\($1) = $\($0 + 1)" }.joined(separator: ", ")
+        + " WHERE id = $\(postgresChangingColumns.count + 1)"
+
+    /// The record as the values of `postgresColumns`: exactly what the projection stores.
+    func postgresValues() throws(StoreError) -> [PostgresValue] {
+        [
+            .text(id), .integer(seq), .text(kind.rawValue), .text(state.rawValue), .text(queue), .int(priority),
+            .integer(runAfterMs), .int(attempts), .int(maxAttempts), .optional(leaseOwner), .optional(leaseToken),
+            .integer(bytesDone), .optional(bytesTotal), try Self.json(resumePoint), try Self.json(error),
+            try Self.json(result), .text(try StoreJSON.encode(spec)), .optional(key), .bool(pauseRequested),
+            .bool(cancelRequested), .int(version), .integer(createdAtMs), .integer(updatedAtMs),
+            .optional(startedAtMs), .optional(finishedAtMs),
+        ]
+    }
+
+    /// The values of `postgresUpdateSQL`: the changing columns, then the id.
+    func postgresUpdateValues() throws(StoreError) -> [PostgresValue] {
+        let all = try postgresValues()
+        let indexes = Self.postgresChangingColumns.compactMap { Self.postgresColumns.firstIndex(of: $0) }
+        return indexes.map { all[$0] } + [.text(id)]
+    }
+
+    private static func json<T: Encodable>(_ value: T?) throws(StoreError) -> PostgresValue {
+        guard let value else { return .null }
+        return .text(try StoreJSON.encode(value))
+    }
+
+    /// Reads a row selected with `postgresSelectColumns`.
+    init(postgresRow row: PostgresRow) throws(StoreError) {
+        let id = try row.string(0)
+        guard let kind = JobKind(rawValue: try row.string(2)) else {
+            throw StoreError.corrupt("job \(id) has unknown kind '\(try row.string(2))'")
+        }
+        guard let state = JobState(rawValue: try row.string(3)) else {
+            throw StoreError.corrupt("job \(id) has unknown state '\(try row.string(3))'")
+        }
+        self.init(
+            id: id, seq: try row.integer(1), kind: kind, state: state, queue: try row.string(4),
+            priority: Int(try row.integer(5)), runAfterMs: try row.integer(6), attempts: Int(try row.integer(7)),
+            maxAttempts: Int(try row.integer(8)), leaseOwner: try row.optionalString(9),
+            leaseToken: try row.optionalInteger(10), bytesDone: try row.integer(11), bytesTotal: try row.optionalInteger(12),
+            resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(13), what: "job \(id) resume_point"),
+            error: try StoreJSON.decodeOptional(StorageError.self, try row.optionalString(14), what: "job \(id) error"),
+            result: try StoreJSON.decodeOptional(JobResult.self, try row.optionalString(15), what: "job \(id) result"),
+            spec: try StoreJSON.decode(JobSpec.self, try row.string(16), what: "job \(id) spec"),
+            key: try row.optionalString(17), pauseRequested: try row.flag(18), cancelRequested: try row.flag(19),
+            version: Int(try row.integer(20)), createdAtMs: try row.integer(21), updatedAtMs: try row.integer(22),
+            startedAtMs: try row.optionalInteger(23), finishedAtMs: try row.optionalInteger(24))
+    }
+}
+
+// MARK: - The events row
+
+extension JobEvent {
+    static let postgresSelectColumns = "seq, job_id, version, type, at_ms, actor, lease, data"
+
+    /// Reads a row selected with `postgresSelectColumns`.
+    init(postgresRow row: PostgresRow) throws(StoreError) {
+        let seq = try row.integer(0)
+        guard let type = EventType(rawValue: try row.string(3)) else {
+            throw StoreError.corrupt("event \(seq) has unknown type '\(try row.string(3))'")
+        }
+        let wire = try StoreJSON.decode(EventData.self, try row.string(7), what: "event \(seq) data")
+        let payload: EventPayload
+        do {
+            payload = try EventPayload(type: type, wire: wire)
+        } catch {
+            throw StoreError.corrupt("event \(seq): \(error)")
+        }
+        self.init(seq: seq, jobID: try row.string(1), version: Int(try row.integer(2)), atMs: try row.integer(4),
+                  actor: try row.string(5), leaseToken: try row.optionalInteger(6), payload: payload)
+    }
+}

@@ -1,0 +1,286 @@
+import Checksums
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+// MARK: - Append
+
+extension PostgresStore {
+    /// Appends a batch of events in ONE transaction (group commit), each in its own savepoint so a
+    /// refused event does not sink the others. The checks and their order are the SQLite adapter's:
+    /// the lifecycle decides (expected version, lease token, state), the lease row fences too.
+    public func append(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
+        guard !events.isEmpty else { return [] }
+        return try writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
+            try connection.appendBatch(events, now: now)
+        }
+    }
+
+    /// Appends `events` exactly as `append(_:now:)` does, then claims exactly as `claim` does, in ONE
+    /// transaction. The claim runs in its own savepoint: a claim refused for a reason of its own is
+    /// returned as its failure and the appends still commit.
+    public func append(_ events: [PendingEvent], now: Int64,
+                       thenClaim request: ClaimRequest) throws(StoreError) -> AppendAndClaimOutcome {
+        try writeTransaction { (connection) throws(StoreError) -> AppendAndClaimOutcome in
+            let appended = try connection.appendBatch(events, now: now)
+            guard !request.isEmpty else { return AppendAndClaimOutcome(appended: appended, claimed: .success([])) }
+            do throws(StoreError) {
+                let claimed = try connection.savepoint { () throws(StoreError) in try connection.claim(request) }
+                return AppendAndClaimOutcome(appended: appended, claimed: .success(claimed))
+            } catch {
+                try connection.throwIfTransactionLost(error)
+                return AppendAndClaimOutcome(appended: appended, claimed: .failure(error))
+            }
+        }
+    }
+}
+
+// MARK: - Submit
+
+extension PostgresStore {
+    /// Submits jobs in one transaction, with the SQLite adapter's idempotency rules: a known key with
+    /// the same spec maps to its job, with a different spec refuses the whole batch (`keyConflict`).
+    ///
+    /// Two processes submitting the same new key at once take turns: each first takes a transaction
+    /// advisory lock per key of its batch (in key order), so the second looks the key up only after the
+    /// first has committed, and finds its job.
+    public func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
+        guard !specs.isEmpty else { return [] }
+        let keys = Set(specs.compactMap(\.key)).sorted()
+        return try writeTransaction { (connection) throws(StoreError) -> [SubmitOutcome] in
+            if !keys.isEmpty {
+                try connection.store("""
+                    SELECT pg_advisory_xact_lock(hashtextextended(key, \(Self.submitLockSeed)))
+                    FROM (SELECT key FROM unnest($1::text[]) AS key ORDER BY key) AS keys
+                    """, [postgresTextArray(keys)])
+            }
+            var outcomes: [SubmitOutcome] = []
+            var batchKeys: [String: (id: String, spec: String)] = [:]
+            for spec in specs {
+                if let key = spec.key {
+                    var existing = batchKeys[key]
+                    if existing == nil {
+                        existing = try connection.row("SELECT id, spec FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
+                            (row) throws(StoreError) in
+                            let id = try row.string(0)
+                            let stored = try StoreJSON.decode(JobSpec.self, try row.string(1), what: "job \(id) spec")
+                            return (id, try StoreJSON.encode(stored))
+                        }
+                    }
+                    if let existing {
+                        guard try StoreJSON.encode(spec).utf8.elementsEqual(existing.spec.utf8) else {
+                            throw StoreError.keyConflict(key: key, existingID: existing.id)
+                        }
+                        outcomes.append(SubmitOutcome(id: existing.id, key: key, kind: spec.kind, created: false))
+                        continue
+                    }
+                }
+                let id = JobID.generate(atMs: now)
+                _ = try connection.perform(.submit(spec), jobID: id, on: nil, actor: actor, expectedVersion: 0, now: now)
+                if let key = spec.key { batchKeys[key] = (id, try StoreJSON.encode(spec)) }
+                outcomes.append(SubmitOutcome(id: id, key: spec.key, kind: spec.kind, created: true))
+            }
+            return outcomes
+        }
+    }
+}
+
+extension PostgresStore {
+    /// The seed of the advisory-lock keys `submit` takes per idempotency key: keeps them apart from
+    /// other advisory locks (the migrator's).
+    static let submitLockSeed: Int64 = 0x6A6F_6263_746B
+}
+
+// MARK: - Control
+
+extension PostgresStore {
+    /// Pauses a job (the lifecycle's `pause`); `id` may be a unique prefix.
+    public func requestPause(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try control(.pause, id: id, actor: actor, now: now)
+    }
+
+    /// Resumes a paused job or withdraws a pending pause.
+    public func requestResume(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try control(.resume, id: id, actor: actor, now: now)
+    }
+
+    /// Cancels a job, or asks its worker to.
+    public func requestCancel(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try control(.cancel(by: actor), id: id, actor: actor, now: now)
+    }
+
+    /// Re-opens a failed or cancelled job.
+    public func retry(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try control(.retry, id: id, actor: actor, now: now)
+    }
+
+    /// Resolves an id or a unique id prefix (at least 6 characters, any case) to the full job id.
+    public func resolveID(_ text: String) throws(StoreError) -> String {
+        try withConnection { (connection) throws(StoreError) -> String in try connection.resolveID(text) }
+    }
+
+    /// Locks the job's row, asks the lifecycle, appends its answer (nothing for a repeat).
+    private func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try writeTransaction { (connection) throws(StoreError) -> ControlResult in
+            let resolved = try connection.resolveID(id)
+            guard let job = try connection.lockJob(resolved) else { throw StoreError.notFound(id) }
+            let (events, record) = try connection.perform(command, jobID: job.id, on: job, actor: actor,
+                                                          expectedVersion: job.version, now: now)
+            return ControlResult(record: record ?? job, isRepeat: events.isEmpty)
+        }
+    }
+}
+
+// MARK: - Inside a transaction
+
+extension PostgresConnection {
+    /// The full id for an id or unique prefix (≥ 6 characters, case-insensitive).
+    func resolveID(_ text: String) throws(StoreError) -> String {
+        let prefix = text.trimmingCharacters(in: .whitespaces).uppercased()
+        let alphabet = Set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+        guard !prefix.isEmpty, prefix.allSatisfy({ alphabet.contains($0) }) else { throw StoreError.notFound(text) }
+        if prefix.count == 26 {
+            guard try row("SELECT 1 FROM jobs WHERE id = $1", [.text(prefix)], { _ in true }) != nil else {
+                throw StoreError.notFound(text)
+            }
+            return prefix
+        }
+        guard prefix.count >= 6 else {
+            throw StoreError.invalidControl("job id prefix '\(text)' is too short: give at least 6 characters of the id")
+        }
+        // The prefix holds only id characters, so LIKE needs no escaping.
+        let matches = try rows("SELECT id FROM jobs WHERE id LIKE $1 ORDER BY id LIMIT 20", [.text(prefix + "%")]) {
+            (row) throws(StoreError) in try row.string(0)
+        }
+        switch matches.count {
+        case 0: throw StoreError.notFound(text)
+        case 1: return matches[0]
+        default: throw StoreError.ambiguous(prefix: text, matches: matches)
+        }
+    }
+
+    /// The job's projection row, locked until the transaction ends (`FOR UPDATE`), or nil.
+    func lockJob(_ id: String) throws(StoreError) -> JobRecord? {
+        try row("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = $1 FOR UPDATE", [.text(id)]) {
+            (row) throws(StoreError) in try JobRecord(postgresRow: row)
+        }
+    }
+
+    /// The job's projection row as of this statement, without a lock, or nil.
+    func loadJob(_ id: String) throws(StoreError) -> JobRecord? {
+        try row("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = $1", [.text(id)]) {
+            (row) throws(StoreError) in try JobRecord(postgresRow: row)
+        }
+    }
+
+    /// The lease row of a job: its owner, token and expiry.
+    func leaseRow(_ jobID: String, lock: Bool = false) throws(StoreError) -> (owner: String, token: Int64, expiresAtMs: Int64)? {
+        try row("SELECT owner, token, expires_at_ms FROM leases WHERE job_id = $1" + (lock ? " FOR UPDATE" : ""),
+                [.text(jobID)]) { (row) throws(StoreError) in
+            (try row.string(0), try row.integer(1), try row.integer(2))
+        }
+    }
+
+    /// The body of `PostgresStore.append(_:now:)`. The rows of every job in the batch are locked first,
+    /// in id order, so two processes' batches cannot deadlock on each other; each event then runs in
+    /// its own savepoint.
+    func appendBatch(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
+        let ids = Array(Set(events.map(\.jobID))).sorted()
+        var current: [String: JobRecord] = [:]
+        for record in try rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+                               [postgresTextArray(ids)], { (row) throws(StoreError) in try JobRecord(postgresRow: row) }) {
+            current[record.id] = record
+        }
+        var outcomes: [Result<JobEvent, StoreError>] = []
+        outcomes.reserveCapacity(events.count)
+        for pending in events {
+            do throws(StoreError) {
+                // Byte for byte: a `String` key also matches canonically equivalent text, another id.
+                let known = current[pending.jobID].flatMap { $0.id.utf8.elementsEqual(pending.jobID.utf8) ? $0 : nil }
+                let (event, record) = try savepoint { () throws(StoreError) in
+                    try appendEvent(pending, to: known, now: now)
+                }
+                current[pending.jobID] = record
+                outcomes.append(.success(event))
+            } catch {
+                try throwIfTransactionLost(error)
+                outcomes.append(.failure(error))
+            }
+        }
+        return outcomes
+    }
+
+    /// Appends one reported event to a job whose locked row is `current` (nil: no row).
+    func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
+        let (events, record) = try perform(.report(pending.payload), jobID: pending.jobID, on: current,
+                                           actor: pending.actor, expectedVersion: pending.expectedVersion,
+                                           leaseToken: pending.leaseToken, now: now)
+        guard let first = events.first, let record else {
+            // A report is never a repeat: the lifecycle decides at least the reported event.
+            throw StoreError.invalidControl("the lifecycle decided nothing for a '\(pending.type.rawValue)' of job \(pending.jobID)")
+        }
+        return (first, record)
+    }
+
+    /// Asks the lifecycle what `command` does to job `jobID` (whose current, locked row is `current`,
+    /// nil: no row) and persists its answer: the events, the projection row, the lease row. Refusals
+    /// become `StoreError`s. The SQLite adapter's `perform`, in PostgreSQL's SQL.
+    func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
+                 expectedVersion: Int? = nil, leaseToken: Int64? = nil,
+                 now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
+        precondition(current.map { $0.id.utf8.elementsEqual(jobID.utf8) } ?? true,
+                     "perform: the record is not job \(jobID)'s")
+        var lifecycle = JobLifecycle(record: current)
+        let decided: [DecidedEvent]
+        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken) {
+        case .success(let events): decided = events
+        case .failure(let refusal): throw StoreError(refusal, jobID: jobID)
+        }
+        // Fencing against the lease table too: the row is the store's own record of who holds the job.
+        if let leaseToken, case .report = command, try leaseRow(jobID)?.token != leaseToken {
+            throw StoreError.staleLease(jobID: jobID, token: leaseToken)
+        }
+        var events: [JobEvent] = []
+        events.reserveCapacity(decided.count)
+        for decision in decided {
+            var payload = decision.payload
+            // Download-to-memory bytes go to the content-addressed blobs; the event references them.
+            if case .succeeded(let progress, var result) = payload, let bytes = result.data {
+                result.blob = try storeBlob(bytes)
+                result.data = nil
+                payload = .succeeded(progress, result: result)
+            }
+            let version = (lifecycle.record?.version ?? 0) + 1
+            let seq = try row("""
+                INSERT INTO events (job_id, version, type, at_ms, actor, lease, data)
+                VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq
+                """, [.text(jobID), .int(version), .text(payload.type.rawValue), .integer(now), .text(actor),
+                      .optional(decision.leaseToken), .text(try StoreJSON.encode(payload.wire))]) {
+                (row) throws(StoreError) in try row.integer(0)
+            }
+            let event = JobEvent(seq: seq, jobID: jobID, version: version, atMs: now, actor: actor,
+                                 leaseToken: decision.leaseToken, payload: payload)
+            lifecycle.apply(event)
+            events.append(event)
+        }
+        guard let record = lifecycle.record, !events.isEmpty else { return (events, lifecycle.record) }
+        if current != nil {
+            try store(JobRecord.postgresUpdateSQL, try record.postgresUpdateValues())
+        } else {
+            try store(JobRecord.postgresInsertSQL, try record.postgresValues())
+        }
+        if record.state != .running {
+            try store("DELETE FROM leases WHERE job_id = $1", [.text(record.id)])
+        }
+        return (events, record)
+    }
+
+    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
+    func storeBlob(_ bytes: Data) throws(StoreError) -> String {
+        let hash = Digest.sha256Hex(bytes)
+        try store("INSERT INTO blobs (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
+                  [.text(hash), .int(bytes.count), .bytea(bytes)])
+        return hash
+    }
+}

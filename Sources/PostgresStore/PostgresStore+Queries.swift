@@ -1,0 +1,266 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+// MARK: - Queries
+
+extension PostgresStore {
+    /// The job with exactly this id, or nil (see `resolveID` for prefixes).
+    public func job(_ id: String) throws(StoreError) -> JobRecord? {
+        try withConnection { (connection) throws(StoreError) -> JobRecord? in try connection.loadJob(id) }
+    }
+
+    /// Jobs matching `filter`, newest first.
+    public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] {
+        guard var (sql, values) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return [] }
+        sql += " ORDER BY created_at_ms DESC, seq DESC"
+        if let limit = filter.limit {
+            values.append(.int(max(0, limit)))
+            sql += " LIMIT $\(values.count)"
+        }
+        let query = sql
+        let parameters = values
+        return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
+            try connection.rows(query, parameters) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+        }
+    }
+
+    /// How many jobs match `filter`, ignoring its `limit`.
+    public func countJobs(filter: JobFilter) throws(StoreError) -> Int {
+        guard let (query, parameters) = Self.selection("SELECT count(*) FROM jobs", filter) else { return 0 }
+        return try withConnection { (connection) throws(StoreError) -> Int in
+            Int(try connection.row(query, parameters) { (row) throws(StoreError) in try row.integer(0) } ?? 0)
+        }
+    }
+
+    /// `select` with the WHERE clause of `filter` (its limit aside); nil when nothing can match.
+    private static func selection(_ select: String, _ filter: JobFilter) -> (String, [PostgresValue])? {
+        var clauses: [String] = []
+        var values: [PostgresValue] = []
+        if let states = filter.states {
+            guard !states.isEmpty else { return nil }
+            values.append(postgresTextArray(states.map(\.rawValue).sorted()))
+            clauses.append("state = ANY($\(values.count)::text[])")
+        }
+        if let kinds = filter.kinds {
+            guard !kinds.isEmpty else { return nil }
+            values.append(postgresTextArray(kinds.map(\.rawValue).sorted()))
+            clauses.append("kind = ANY($\(values.count)::text[])")
+        }
+        if let queue = filter.queue {
+            values.append(.text(queue))
+            clauses.append("queue = $\(values.count)")
+        }
+        let bounds: [(String, Int64?)] = [
+            ("created_at_ms >=", filter.createdSince), ("created_at_ms <", filter.createdUntil),
+            ("finished_at_ms >=", filter.finishedSince), ("finished_at_ms <", filter.finishedUntil),
+        ]
+        for (clause, bound) in bounds {
+            if let bound {
+                values.append(.integer(bound))
+                clauses.append("\(clause) $\(values.count)")
+            }
+        }
+        var sql = select
+        if !clauses.isEmpty { sql += " WHERE " + clauses.joined(separator: " AND ") }
+        return (sql, values)
+    }
+
+    /// Every event of a job, oldest first.
+    public func events(jobID: String) throws(StoreError) -> [JobEvent] {
+        try withConnection { (connection) throws(StoreError) -> [JobEvent] in
+            try connection.rows("SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = $1 ORDER BY version",
+                                [.text(jobID)]) { (row) throws(StoreError) in try JobEvent(postgresRow: row) }
+        }
+    }
+
+    /// Up to `limit` events with `seq > afterSeq`, in seq order.
+    ///
+    /// On PostgreSQL seq order is the order the values were taken, not commit order: a transaction
+    /// still running may later commit an event below a seq already read. Tailing readers (`watch`)
+    /// re-read a job's history when they need it exact.
+    public func events(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] {
+        try withConnection { (connection) throws(StoreError) -> [JobEvent] in
+            try connection.rows("SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                                [.integer(afterSeq), .int(max(0, limit))]) { (row) throws(StoreError) in
+                try JobEvent(postgresRow: row)
+            }
+        }
+    }
+
+    /// The bytes stored under a SHA-256 (hex, any case), or nil.
+    public func blob(sha256: String) throws(StoreError) -> Data? {
+        try withConnection { (connection) throws(StoreError) -> Data? in
+            try connection.row("SELECT data FROM blobs WHERE sha256 = $1", [.text(sha256.lowercased())]) {
+                (row) throws(StoreError) -> Data in
+                do throws(PostgresError) { return try row.bytea(0) } catch { throw StoreError(error) }
+            }
+        }
+    }
+
+    /// How many jobs are in each state (states without jobs are absent).
+    public func counts() throws(StoreError) -> [JobState: Int] {
+        try withConnection { (connection) throws(StoreError) -> [JobState: Int] in
+            var counts: [JobState: Int] = [:]
+            for (name, count) in try connection.rows("SELECT state, count(*) FROM jobs GROUP BY state", [], {
+                (row) throws(StoreError) in (try row.string(0), try row.integer(1))
+            }) {
+                guard let state = JobState(rawValue: name) else {
+                    throw StoreError.corrupt("jobs table holds unknown state '\(name)'")
+                }
+                counts[state] = Int(count)
+            }
+            return counts
+        }
+    }
+
+    /// The seq of the newest event; 0 for an empty log.
+    public func lastSeq() throws(StoreError) -> Int64 {
+        try withConnection { (connection) throws(StoreError) -> Int64 in
+            try connection.row("SELECT coalesce(max(seq), 0)::bigint FROM events") { (row) throws(StoreError) in
+                try row.integer(0)
+            } ?? 0
+        }
+    }
+
+    /// Final download-file jobs and final uploads to `file://` finished at or after `finishedSince`
+    /// (nil: all), oldest first, and the resume points of all unfinished jobs, in one snapshot.
+    public func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
+        let since = finishedSince ?? Int64.min
+        return try readTransaction { (connection) throws(StoreError) -> LeftoverCandidates in
+            let finished = try connection.rows("""
+                SELECT id, state, kind, spec::json ->> 'destination', resume_point, finished_at_ms FROM jobs
+                WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at_ms >= $1
+                  AND (kind = 'download-file'
+                       OR (kind IN ('upload-file', 'upload-data') AND (spec::json ->> 'destination') LIKE 'file:%'))
+                ORDER BY finished_at_ms, seq
+                """, [.integer(since)]) { (row) throws(StoreError) -> FinishedTransferRecord in
+                let id = try row.string(0)
+                guard let state = JobState(rawValue: try row.string(1)), let kind = JobKind(rawValue: try row.string(2)) else {
+                    throw StoreError.corrupt("job \(id) has an unknown state '\(try row.string(1))' or kind '\(try row.string(2))'")
+                }
+                return FinishedTransferRecord(
+                    id: id, state: state, kind: kind, destination: try row.optionalString(3),
+                    resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(4), what: "job \(id) resume_point"),
+                    finishedAtMs: try row.optionalInteger(5) ?? 0)
+            }
+            let unfinished = try connection.rows("""
+                SELECT id, resume_point FROM jobs
+                WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND resume_point IS NOT NULL
+                """) { (row) throws(StoreError) -> ResumePoint in
+                try StoreJSON.decode(ResumePoint.self, try row.string(1), what: "job \(try row.string(0)) resume_point")
+            }
+            return LeftoverCandidates(finished: finished, unfinishedResumePoints: unfinished)
+        }
+    }
+}
+
+// MARK: - Replay
+
+extension PostgresStore {
+    /// Folds every event in seq order into job records and compares them with the `jobs` projection,
+    /// column by column (the same columns as on SQLite). With `verify`, only reports, in one snapshot;
+    /// without, also rewrites `jobs` from the fold in one transaction (which locks the table first, so
+    /// no append slips in between the fold and the rewrite).
+    public func replay(verify: Bool) throws(StoreError) -> ReplayReport {
+        if verify {
+            return try readTransaction { (connection) throws(StoreError) -> ReplayReport in
+                try Self.replay(connection, rewrite: false)
+            }
+        }
+        return try writeTransaction { (connection) throws(StoreError) -> ReplayReport in
+            try connection.store("LOCK TABLE jobs IN EXCLUSIVE MODE")
+            return try Self.replay(connection, rewrite: true)
+        }
+    }
+
+    /// How many events replay reads at a time.
+    static let replayPageSize = 10_000
+
+    /// The fold and comparison of `replay(verify:)`, reading `pageSize` events at a time; the caller
+    /// holds the transaction.
+    static func replay(_ connection: PostgresConnection, rewrite: Bool,
+                       pageSize: Int = replayPageSize) throws(StoreError) -> ReplayReport {
+        var records: [String: JobRecord] = [:]
+        var eventsRead = 0
+        var problems: [String] = []
+        // Within a job, seq follows version (each append holds the job's row lock), so seq order folds
+        // every job in version order. Read in pages (libpq holds a whole result in memory); the
+        // transaction's one snapshot keeps the pages consistent.
+        var afterSeq: Int64 = 0
+        var pageCount = 0
+        repeat {
+            let page = try connection.rows(
+                "SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                [.integer(afterSeq), .int(pageSize)]) { (row) throws(StoreError) -> (Int64, Result<JobEvent, StoreError>) in
+                let seq = try row.integer(0)
+                do throws(StoreError) { return (seq, .success(try JobEvent(postgresRow: row))) } catch { return (seq, .failure(error)) }
+            }
+            pageCount = page.count
+            afterSeq = page.last?.0 ?? afterSeq
+            for (_, outcome) in page {
+                eventsRead += 1
+                let event: JobEvent
+                switch outcome {
+                case .success(let decoded): event = decoded
+                case .failure(let error):
+                    guard case .corrupt(let message) = error else { throw error }
+                    problems.append(message)
+                    continue
+                }
+                if case .submitted = event.payload {
+                    if records[event.jobID] != nil {
+                        problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted twice")
+                    } else if let record = JobRecord(submitted: event) {
+                        records[event.jobID] = record
+                    }
+                    continue
+                }
+                guard var record = records[event.jobID] else {
+                    problems.append("event \(event.seq ?? 0) (\(event.type.rawValue)) precedes job \(event.jobID)'s submission")
+                    continue
+                }
+                if event.version != record.version + 1 {
+                    problems.append("event \(event.seq ?? 0): job \(event.jobID) jumps from version \(record.version) to \(event.version)")
+                }
+                record.apply(event)
+                records[event.jobID] = record
+            }
+        } while pageCount == pageSize
+
+        var stored: [String: [PostgresValue]] = [:]
+        for (id, values) in try connection.rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", [], {
+            (row) throws(StoreError) -> (String, [PostgresValue]) in
+            (try row.string(0), try (0..<JobRecord.postgresColumns.count).map { (index) throws(StoreError) in try row.typedValue(index) })
+        }) {
+            stored[id] = values
+        }
+        var differences: [ReplayDifference] = []
+        for id in Set(records.keys).union(stored.keys).sorted() {
+            switch (stored[id], records[id]) {
+            case (let storedRow?, let record?):
+                let rebuiltRow = try record.postgresValues()
+                for (index, column) in JobRecord.postgresColumns.enumerated() where storedRow[index] != rebuiltRow[index] {
+                    differences.append(ReplayDifference(jobID: id, column: column, stored: storedRow[index].description,
+                                                        rebuilt: rebuiltRow[index].description))
+                }
+            case (nil, _?):
+                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: nil, rebuilt: "present"))
+            case (_?, nil):
+                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: "present", rebuilt: nil))
+            case (nil, nil):
+                break
+            }
+        }
+
+        if rewrite {
+            try connection.store("DELETE FROM jobs")
+            for record in records.values.sorted(by: { $0.seq < $1.seq }) {
+                try connection.store(JobRecord.postgresInsertSQL, try record.postgresValues())
+            }
+        }
+        return ReplayReport(eventsRead: eventsRead, jobsRebuilt: records.count, differences: differences,
+                            problems: problems, rewritten: rewrite)
+    }
+}

@@ -1,0 +1,319 @@
+import Foundation
+@_exported import JobLifecycle
+import JobModel
+@_exported import StorePort
+import Synchronization
+
+/// The PostgreSQL adapter of the `JobStore` port: the same append-only event log and `jobs`
+/// projection as the SQLite adapter, in one PostgreSQL database shared by workers on many machines.
+///
+/// Every write is one READ COMMITTED transaction that locks the rows it decides on (`SELECT … FOR
+/// UPDATE`, claims with `SKIP LOCKED`), so the lifecycle always decides on the job's current row; the
+/// unique `(job_id, version)` of `events` backs the expected-version check. A transaction the server
+/// aborts for a deadlock or a serialization failure is run again, whole. Within a process every use
+/// of the one connection runs on the store's executor (`StoreExecutor`), which also group-commits the
+/// worker's appends.
+///
+/// `@unchecked Sendable` is sound because the only mutable state, the connection, is reached solely
+/// through `withConnection`, which runs on the executor thread.
+public final class PostgresStore: JobStore, @unchecked Sendable {
+    /// How `init(url:mode:)` opens the database (the same modes as the SQLite adapter's).
+    public enum OpenMode: Sendable, Equatable, CaseIterable {
+        /// Reads only: the session is `default_transaction_read_only`, never migrates.
+        case readOnly
+        /// Reads and writes a database that already holds jobctl's schema, applying pending migrations.
+        case readWrite
+        /// As `readWrite`, but an empty database gets the schema.
+        case create
+    }
+
+    /// The database URL with its password redacted.
+    public let location: String
+    /// How the store was opened.
+    public let mode: OpenMode
+    /// Whether the store was opened read-only.
+    public var isReadOnly: Bool { mode == .readOnly }
+    /// The migrations this open applied (empty when the schema was already current).
+    public let appliedMigrations: [Int]
+
+    /// The newest schema version this binary knows (the highest `migrations/postgres/NNN_*.sql`).
+    public static var knownSchemaVersion: Int { PostgresMigrator.latestVersion }
+
+    /// How many times a transaction the server aborted for a deadlock or serialization failure runs.
+    static let attemptsPerTransaction = 5
+
+    private let connection: PostgresConnection
+    private let executor: StoreExecutor
+
+    /// What makes a session read-only; run again on every new connection of a read-only store.
+    private static let readOnlySession = "SET default_transaction_read_only = on"
+
+    /// Connects to `url` (`postgres://user@host:port/db?sslmode=…`; the password from the URL,
+    /// `PGPASSWORD` or `~/.pgpass`), checks the schema ledger and, unless read-only, migrates.
+    ///
+    /// Every mode refuses a database migrated by a newer jobctl (`newerSchema`) before touching it;
+    /// `readWrite` and `readOnly` refuse a database without jobctl's ledger (`noDatabase`), and
+    /// `readOnly` one that still needs migrations (`olderSchema`).
+    public init(url: String, mode: OpenMode) throws(StoreError) {
+        self.location = redactedDatabaseURL(url)
+        self.mode = mode
+        let connection: PostgresConnection
+        do {
+            connection = try PostgresConnection(url)
+            let applied = try PostgresMigrator.appliedVersions(connection)
+            try PostgresMigrator.refuseNewer(applied)
+            if applied.isEmpty && mode != .create {
+                throw StoreError.noDatabase(path: redactedDatabaseURL(url))
+            }
+            if mode == .readOnly {
+                let found = applied.max() ?? 0
+                if found < PostgresMigrator.latestVersion {
+                    throw StoreError.olderSchema(found: found, known: PostgresMigrator.latestVersion)
+                }
+                try connection.executeScript(Self.readOnlySession)
+                self.appliedMigrations = []
+            } else {
+                self.appliedMigrations = try PostgresMigrator.migrate(connection, now: Clock.nowMs())
+            }
+        } catch let error as StoreError {
+            throw error
+        } catch let error as PostgresError {
+            throw StoreError(error)
+        } catch {
+            throw StoreError.io("\(error)")
+        }
+        self.connection = connection
+        // The executor's group commit calls back into the store; the store owns the executor, so the
+        // reference back is weak (set once, below, before any call can reach the executor).
+        let owner = Mutex<WeakPostgresStore>(WeakPostgresStore())
+        self.executor = StoreExecutor(name: "jobctl-pg-store") { (events, request) throws(StoreError) -> AppendAndClaimOutcome in
+            guard let store = owner.withLock({ $0.store }) else {
+                throw StoreError.io("the store was closed while appends were queued")
+            }
+            return try store.groupCommit(events, thenClaim: request)
+        }
+        owner.withLock { $0.store = self }
+    }
+
+    deinit {
+        executor.stop()
+    }
+
+    // MARK: - The executor
+
+    /// Runs `body` with the connection on the executor thread, blocking the caller until it has run.
+    /// A connection the server dropped (restart, terminated backend) is opened again first, with the
+    /// session settings of the store's mode.
+    func withConnection<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        let connection = connection
+        let readOnly = isReadOnly
+        return try executor.sync { () throws(StoreError) -> T in
+            if !connection.isConnected {
+                try Self.reopen(connection, readOnly: readOnly)
+            }
+            return try body(connection)
+        }
+    }
+
+    /// Appends one event in the executor's next group commit.
+    public func appendGrouped(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
+        await executor.append(event)
+    }
+
+    /// Claims in the same transaction as the appends queued before it.
+    public func claimGrouped(_ request: ClaimRequest) async throws(StoreError) -> [ClaimedJob] {
+        try await executor.claim(request).get()
+    }
+
+    /// Runs `body` on the executor thread, where the store's synchronous methods run without a hop.
+    public func run<T: Sendable>(_ body: @escaping @Sendable (any JobStore) throws -> T) async throws -> T {
+        try await executor.run { [self] in try body(self) }
+    }
+
+    /// How many group commits the executor made and how many events they held.
+    public var groupCommitStats: (commits: Int, events: Int) { executor.groupCommitStats }
+
+    /// One group commit: the appends, then the claim when there is one, in one transaction.
+    private func groupCommit(_ events: [PendingEvent], thenClaim request: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
+        let now = Clock.nowMs()
+        if let request { return try append(events, now: now, thenClaim: request) }
+        return AppendAndClaimOutcome(appended: try append(events, now: now), claimed: .success([]))
+    }
+
+    // MARK: - Transactions
+
+    /// Runs `body` in one READ COMMITTED write transaction and commits; rolls back when it throws. A
+    /// transaction the server aborted for a deadlock or serialization failure (`busy`) runs again.
+    func writeTransaction<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        guard !isReadOnly else {
+            throw StoreError.readOnly("the store at '\(location)' was opened read-only and this operation writes; open it read-write")
+        }
+        return try transaction("BEGIN ISOLATION LEVEL READ COMMITTED", body)
+    }
+
+    /// Runs `body` in one REPEATABLE READ transaction, so every query in it sees the same snapshot.
+    func readTransaction<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", body)
+    }
+
+    private func transaction<T>(_ begin: String, _ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        let readOnly = isReadOnly
+        return try withConnection { (connection) throws(StoreError) -> T in
+            var attempt = 1
+            while true {
+                do throws(StoreError) {
+                    do throws(StoreError) {
+                        try connection.store(begin)
+                    } catch {
+                        // Nothing was sent but BEGIN: a connection found dead here is opened again
+                        // and the transaction run on it (once).
+                        guard !connection.isConnected, attempt == 1 else { throw error }
+                        attempt += 1
+                        try Self.reopen(connection, readOnly: readOnly)
+                        try connection.store(begin)
+                    }
+                    let result = try body(connection)
+                    let commit: PostgresResult
+                    do throws(PostgresError) { commit = try connection.execute("COMMIT") } catch { throw StoreError(error) }
+                    guard commit.commandStatus == "COMMIT" else { throw StoreError(PostgresError.rolledBack(sql: nil)) }
+                    return result
+                } catch {
+                    if connection.isConnected && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
+                    guard case .busy = error, attempt < Self.attemptsPerTransaction else { throw error }
+                    attempt += 1
+                }
+            }
+        }
+    }
+
+    /// Opens a connection the server dropped again, with the session settings of the store's mode.
+    private static func reopen(_ connection: PostgresConnection, readOnly: Bool) throws(StoreError) {
+        do throws(PostgresError) {
+            try connection.reconnect()
+            if readOnly { try connection.executeScript(readOnlySession) }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    /// Creates (if needed) and migrates the database at `url`; returns the versions applied now.
+    public static func migrate(url: String) throws(StoreError) -> [Int] {
+        try PostgresStore(url: url, mode: .create).appliedMigrations
+    }
+}
+
+/// The store the executor's group commit writes through, held weakly (the store owns the executor).
+private struct WeakPostgresStore {
+    weak var store: PostgresStore?
+}
+
+// MARK: - Errors
+
+extension StoreError {
+    /// The store's error for a PostgreSQL failure: deadlocks and serialization failures are `busy` (the
+    /// transaction runs again), a write in a read-only session `readOnly`, a newer schema `newerSchema`,
+    /// anything else `io` with the server's message (never a password: `PostgresError` holds none).
+    init(_ error: PostgresError) {
+        switch error {
+        case _ where error.isSerializationFailure:
+            self = .busy(sql: nil)
+        case .newerSchema(let found, let known):
+            self = .newerSchema(found: found, known: known)
+        case .server(let sqlstate, _, _, _, _) where sqlstate == "25006":
+            self = .readOnly("\(error)")
+        case .conversion(let message):
+            self = .corrupt(message)
+        default:
+            self = .io("\(error)")
+        }
+    }
+}
+
+// MARK: - Statements in the store's terms
+
+extension PostgresConnection {
+    /// Runs a statement; PostgreSQL errors become `StoreError`s.
+    @discardableResult
+    func store(_ sql: String, _ parameters: [PostgresValue] = []) throws(StoreError) -> Int {
+        do throws(PostgresError) { return try run(sql, parameters) } catch { throw StoreError(error) }
+    }
+
+    /// Runs a query and maps every row; PostgreSQL errors become `StoreError`s.
+    func rows<T>(_ sql: String, _ parameters: [PostgresValue] = [],
+                 _ transform: (PostgresRow) throws(StoreError) -> T) throws(StoreError) -> [T] {
+        let result: PostgresResult
+        do { result = try execute(sql, parameters) } catch { throw StoreError(error) }
+        return try result.rows.map { (row) throws(StoreError) -> T in try transform(row) }
+    }
+
+    /// The first row mapped, or nil.
+    func row<T>(_ sql: String, _ parameters: [PostgresValue] = [],
+                _ transform: (PostgresRow) throws(StoreError) -> T) throws(StoreError) -> T? {
+        try rows(sql, parameters, transform).first
+    }
+
+    /// Runs `body` inside a SAVEPOINT: on error only its own changes are undone and the surrounding
+    /// transaction goes on (PostgreSQL otherwise aborts the whole transaction at the first failed
+    /// statement). See https://www.postgresql.org/docs/current/sql-savepoint.html
+    func savepoint<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        try store("SAVEPOINT one_event")
+        do throws(StoreError) {
+            let result = try body()
+            try store("RELEASE SAVEPOINT one_event")
+            return result
+        } catch {
+            try store("ROLLBACK TO SAVEPOINT one_event")
+            try store("RELEASE SAVEPOINT one_event")
+            throw error
+        }
+    }
+
+    /// Rethrows `error` when it sinks the whole transaction (connection, deadlock, read-only); other
+    /// errors are one step's refusal.
+    func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
+        switch error {
+        case .io, .busy, .readOnly: throw error
+        default: if !isConnected { throw error }
+        }
+    }
+}
+
+extension PostgresRow {
+    /// The column as an integer; a conversion failure is `corrupt`.
+    func integer(_ column: Int) throws(StoreError) -> Int64 {
+        do throws(PostgresError) { return try int64(column) } catch { throw StoreError(error) }
+    }
+
+    /// The column as an optional integer.
+    func optionalInteger(_ column: Int) throws(StoreError) -> Int64? {
+        do throws(PostgresError) { return try optionalInt64(column) } catch { throw StoreError(error) }
+    }
+
+    /// The column as text.
+    func string(_ column: Int) throws(StoreError) -> String {
+        do throws(PostgresError) { return try text(column) } catch { throw StoreError(error) }
+    }
+
+    /// The column as optional text.
+    func optionalString(_ column: Int) throws(StoreError) -> String? {
+        do throws(PostgresError) { return try optionalText(column) } catch { throw StoreError(error) }
+    }
+
+    /// The column as a boolean.
+    func flag(_ column: Int) throws(StoreError) -> Bool {
+        do throws(PostgresError) { return try bool(column) } catch { throw StoreError(error) }
+    }
+
+    /// The column as a typed value.
+    func typedValue(_ column: Int) throws(StoreError) -> PostgresValue {
+        do throws(PostgresError) { return try value(column) } catch { throw StoreError(error) }
+    }
+}
+
+/// A PostgreSQL array literal of `texts` (`{"a","b"}`), bound as text and cast with `$n::text[]`.
+func postgresTextArray(_ texts: [String]) -> PostgresValue {
+    let items = texts.map { text in
+        "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    }
+    return .text("{" + items.joined(separator: ",") + "}")
+}

@@ -1,0 +1,42 @@
+import Foundation
+
+// MARK: - JSON
+
+/// The one JSON dialect of every store adapter: sorted keys so equal values give equal bytes (replay compares them).
+///
+/// One encoder and one decoder serve every call: they are configured once and never changed, and
+/// Foundation's coders are safe to share between threads (each call keeps its own state), so an append
+/// does not pay for building and configuring a coder per value.
+public enum StoreJSON {
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    private static let decoder = JSONDecoder()
+
+    /// `value` as JSON text: sorted keys, slashes not escaped.
+    public static func encode<T: Encodable>(_ value: T) throws(StoreError) -> String {
+        do {
+            return String(decoding: try encoder.encode(value), as: UTF8.self)
+        } catch {
+            throw StoreError.corrupt("cannot encode \(T.self) as JSON: \(error)")
+        }
+    }
+
+    /// Decodes JSON text; `what` names the value in the error.
+    public static func decode<T: Decodable>(_ type: T.Type, _ text: String, what: String) throws(StoreError) -> T {
+        do {
+            return try decoder.decode(type, from: Data(text.utf8))
+        } catch {
+            throw StoreError.corrupt("\(what) is not valid \(T.self) JSON: \(error)")
+        }
+    }
+
+    /// `decode`, or nil for no text.
+    public static func decodeOptional<T: Decodable>(_ type: T.Type, _ text: String?, what: String) throws(StoreError) -> T? {
+        guard let text else { return nil }
+        return try decode(type, text, what: what)
+    }
+}

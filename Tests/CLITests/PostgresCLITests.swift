@@ -1,0 +1,76 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The built binary against the tests' PostgreSQL server: `--db postgres://…` or `JOBCTL_DB=postgres://…`.
+@Suite("jobctl on PostgreSQL")
+struct PostgresCLITests {
+    static let manifest = """
+    jobs:
+      - kind: upload-data
+        data: "hello, postgres"
+        destination: file://docs/greeting.txt
+        key: greeting
+      - kind: upload-data
+        data: "second"
+        destination: file://docs/second.txt
+      - kind: download-memory
+        source: file://docs/greeting.txt
+        max_size: 1KiB
+        priority: -1
+    """
+
+    @Test("migrate, submit, worker --drain, list, result and replay --verify; the password is never printed")
+    func happyPath() throws {
+        let workspace = try CLIWorkspace("pg-cli", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let server = try PostgresServer.shared()
+        let path = try workspace.write("jobs.yaml", Self.manifest)
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        var outputs: [ProcessOutput] = []
+
+        let migrated = try workspace.jobctl(["migrate"])
+        outputs.append(migrated)
+        #expect(migrated.status == 0 && migrated.stdout.contains("applied migration 1"), "\(migrated.stdout)\(migrated.stderr)")
+        #expect(try workspace.jobctl(["migrate"]).stdout.contains("schema is up to date"))
+
+        let submitted = try workspace.jobctl(["submit", path])
+        outputs.append(submitted)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 3)
+
+        let worker = try workspace.jobctl(["worker", "--drain", "--concurrency", "1"], environment: environment)
+        outputs.append(worker)
+        #expect(worker.status == 0, "\(worker.stdout)\(worker.stderr)")
+        #expect(try String(contentsOfFile: workspace.directory.file("buckets/docs/greeting.txt"), encoding: .utf8)
+            == "hello, postgres")
+
+        let list = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(list.count == 3)
+        #expect(list.allSatisfy { $0["state"] as? String == "succeeded" }, "\(list)")
+        // download-memory's bytes went through the blobs table (bytea) and come back out.
+        let result = try workspace.jobctl(["result", ids[2]])
+        outputs.append(result)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("hello, postgres"))
+
+        // JOBCTL_DB selects the same database.
+        let viaEnvironment = try runProcess(PackagePaths.jobctlBinary, ["replay", "--verify"],
+                                            environment: ["NO_COLOR": "1", "JOBCTL_DB": workspace.database])
+        outputs.append(viaEnvironment)
+        #expect(viaEnvironment.status == 0, "\(viaEnvironment.stdout)\(viaEnvironment.stderr)")
+        #expect(viaEnvironment.stdout.contains("projection matches"))
+
+        // A wrong database name is refused with the URL redacted.
+        let wrong = try runProcess(PackagePaths.jobctlBinary,
+                                   ["--db", server.url(database: "no_such_db", password: server.password), "list"],
+                                   environment: ["NO_COLOR": "1"])
+        outputs.append(wrong)
+        #expect(wrong.status != 0)
+        #expect(wrong.stderr.contains("no_such_db"))
+        for output in outputs {
+            #expect(!output.stdout.contains(server.password) && !output.stderr.contains(server.password))
+        }
+    }
+}

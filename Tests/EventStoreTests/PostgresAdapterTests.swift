@@ -1,0 +1,165 @@
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+@testable import PostgresStore
+
+/// What only the PostgreSQL adapter has to get right: several connections (machines) on one database.
+@Suite("PostgreSQL adapter")
+struct PostgresAdapterTests {
+    /// Claims from four stores (four connections, as four machines) at once: every job once, tokens unique.
+    @Test("concurrent claims from several connections take each job once, with unique growing tokens")
+    func concurrentClaims() async throws {
+        let url = try PostgresServer.shared().makeSchema("pgclaims")
+        let stores = try (0..<4).map { _ in try PostgresStore(url: url, mode: .create) }
+        let count = 120
+        _ = try stores[0].submit((0..<count).map { _ in uploadSpec() }, actor: "cli:test", now: 1_000)
+        let claims = try await withThrowingTaskGroup(of: [ClaimedJob].self) { group in
+            for (index, store) in stores.enumerated() {
+                group.addTask {
+                    var mine: [ClaimedJob] = []
+                    while true {
+                        let batch = try await store.claimGrouped(
+                            ClaimRequest(owner: "w\(index)", queues: nil, limit: 7, leaseMs: 60_000, now: 2_000))
+                        if batch.isEmpty { return mine }
+                        mine += batch
+                    }
+                }
+            }
+            return try await group.reduce(into: [ClaimedJob]()) { $0 += $1 }
+        }
+        #expect(claims.count == count)
+        #expect(Set(claims.map(\.record.id)).count == count)
+        #expect(Set(claims.map(\.token)).count == count)
+        #expect(try stores[0].counts() == [.running: count])
+        #expect(try stores[1].replay(verify: true).isConsistent)
+    }
+
+    /// A rescue from another connection and the old holder's append: fencing across connections.
+    @Test("a job rescued through another connection refuses the old holder's token")
+    func fencingAcrossConnections() throws {
+        let url = try PostgresServer.shared().makeSchema("pgfence")
+        let (first, second) = (try PostgresStore(url: url, mode: .create), try PostgresStore(url: url, mode: .readWrite))
+        let id = try first.submit([uploadSpec()], actor: "cli:test", now: 1_000)[0].id
+        let old = try #require(try first.claim(owner: "w1", queues: nil, limit: 1, leaseMs: 1_000, now: 1_000).first)
+        #expect(try second.rescueExpired(now: 2_000, actor: "w2") == [id])
+        let new = try #require(try second.claim(owner: "w2", queues: nil, limit: 1, leaseMs: 1_000, now: 2_000).first)
+        #expect(new.token > old.token)
+        #expect(throws: StoreError.staleLease(jobID: id, token: old.token)) {
+            try first.append(PendingEvent(jobID: id, type: .progress, actor: "w1", leaseToken: old.token,
+                                          data: EventData(bytesDone: 1)), now: 2_100)
+        }
+        #expect(try first.heartbeat(owner: "w1", leases: [id: old.token], leaseMs: 1_000, now: 2_100) == [id])
+        #expect(try first.heartbeat(owner: "w2", leases: [id: new.token], leaseMs: 1_000, now: 2_100).isEmpty)
+    }
+
+    /// Identity values are taken at insert and committed in any order. A commit of a smaller seq after
+    /// a larger one must still change the data version, or an idle worker would never see that job.
+    @Test("the data version changes for every commit, also one of a smaller seq after a larger one")
+    func dataVersionSeesOutOfOrderCommits() throws {
+        let url = try PostgresServer.shared().makeSchema("pgversion")
+        let watcher = try PostgresStore(url: url, mode: .create)
+        let writer = try PostgresStore(url: url, mode: .readWrite)
+        let slow = try PostgresConnection(url)
+        try slow.execute("BEGIN")
+        // Takes seq 1 now, commits last.
+        let smaller = try slow.first("INSERT INTO events (job_id, version, type, at_ms, actor, data) "
+                                     + "VALUES ('SLOW', 1, 'submitted', 1, 'test', '{}') RETURNING seq") { (row) throws(PostgresError) in try row.int64(0) }
+        let id = try writer.submit([uploadSpec()], actor: "cli:test", now: 1_000)[0].id
+        #expect(try #require(try writer.events(jobID: id).first?.seq) > #require(smaller))
+        let before = try watcher.dataVersion()
+        #expect(try watcher.dataVersion() == before, "nothing committed in between")
+        try slow.execute("COMMIT")
+        #expect(try watcher.dataVersion() != before)
+    }
+
+    @Test("open modes: an empty database is created only by create; read-only refuses writes; the URL is redacted")
+    func openModes() throws {
+        let server = try PostgresServer.shared()
+        let url = try server.makeSchema("pgmodes")
+        #expect(throws: StoreError.self) { _ = try PostgresStore(url: url, mode: .readWrite) }
+        #expect(throws: StoreError.self) { _ = try PostgresStore(url: url, mode: .readOnly) }
+        let created = try PostgresStore(url: url, mode: .create)
+        #expect(created.appliedMigrations == [1])
+        #expect(!created.location.contains(server.password))
+        let id = try created.submit([uploadSpec()], actor: "cli:test", now: 1_000)[0].id
+        let reader = try PostgresStore(url: url, mode: .readOnly)
+        #expect(reader.appliedMigrations.isEmpty && reader.isReadOnly)
+        #expect(try reader.job(id)?.state == .queued)
+        #expect(try reader.replay(verify: true).isConsistent)
+        #expect { try reader.requestPause(id: id, actor: "cli:test", now: 2_000) } throws: { error in
+            guard case StoreError.readOnly = error else { return false }
+            return true
+        }
+    }
+
+    /// The server ends the store's session (as a restart or an administrator would): the store opens a
+    /// new one for its next transaction, and a read-only store's new session is read-only too.
+    @Test("a connection the server ended is opened again, keeping the read-only session setting")
+    func reconnectsAfterTheServerEndsTheSession() throws {
+        let server = try PostgresServer.shared()
+        let url = try server.makeSchema("pgreconnect")
+        let writer = try PostgresStore(url: url, mode: .create)
+        let id = try writer.submit([uploadSpec()], actor: "cli:test", now: 1_000)[0].id
+        let reader = try PostgresStore(url: url, mode: .readOnly)
+        for store in [writer, reader] {
+            let pid = try store.withConnection { (connection) throws(StoreError) in connection.backendPID }
+            try server.psql(database: "postgres", "SELECT pg_terminate_backend(\(pid))")
+            // Transactions begin by reconnecting; the job is read in a fresh session.
+            #expect(try store.replay(verify: true).isConsistent)
+            #expect(try store.withConnection { (connection) throws(StoreError) in connection.backendPID } != pid)
+        }
+        #expect(try reader.job(id)?.state == .queued)
+        #expect {
+            try reader.withConnection { (connection) throws(StoreError) in
+                try connection.store("INSERT INTO blobs (sha256, size, data) VALUES ('x', 0, ''::bytea)")
+            }
+        } throws: { error in
+            guard case StoreError.readOnly = error else { return false }
+            return true
+        }
+        #expect(try writer.requestPause(id: id, actor: "cli:test", now: 2_000).record.state == .paused)
+    }
+
+    /// Connections submitting the same new key at once: one job, every submit gets its id, none fails.
+    @Test("concurrent submits of one new idempotency key make one job and all return it")
+    func concurrentSubmitsOfOneKey() async throws {
+        let url = try PostgresServer.shared().makeSchema("pgkeys")
+        let stores = try (0..<6).map { _ in try PostgresStore(url: url, mode: .create) }
+        let outcomes = try await withThrowingTaskGroup(of: [SubmitOutcome].self) { group in
+            for store in stores {
+                group.addTask {
+                    try await store.run { store in
+                        try store.submit([uploadSpec(key: "other-\(UUID().uuidString)"), uploadSpec(key: "shared")],
+                                         actor: "cli:test", now: 1_000)
+                    }
+                }
+            }
+            return try await group.reduce(into: [SubmitOutcome]()) { $0 += $1 }
+        }
+        let shared = outcomes.filter { $0.key == "shared" }
+        #expect(shared.count == stores.count)
+        #expect(Set(shared.map(\.id)).count == 1)
+        #expect(shared.filter(\.created).count == 1)
+        #expect(try stores[0].countJobs() == stores.count + 1)
+    }
+
+    /// Replay reads the log in pages; a page boundary inside a job's events changes nothing.
+    @Test("replay in small pages folds exactly what one page folds")
+    func replayInPages() throws {
+        let url = try PostgresServer.shared().makeSchema("pgpages")
+        let store = try PostgresStore(url: url, mode: .create)
+        let ids = try store.submit((0..<4).map { _ in uploadSpec() }, actor: "cli:test", now: 1_000).map(\.id)
+        _ = try store.requestPause(id: ids[0], actor: "cli:test", now: 1_100)
+        _ = try store.claim(owner: "w", queues: nil, limit: 2, leaseMs: 1_000, now: 1_200)
+        _ = try store.rescueExpired(now: 5_000, actor: "w2")
+        let whole = try store.replay(verify: true)
+        #expect(whole.isConsistent && whole.eventsRead == 9)
+        for pageSize in [1, 2, 3, 8] {
+            let paged = try store.withConnection { (connection) throws(StoreError) in
+                try PostgresStore.replay(connection, rewrite: false, pageSize: pageSize)
+            }
+            #expect(paged == whole, "page size \(pageSize)")
+        }
+    }
+}
