@@ -9,7 +9,7 @@ public func isPostgresURL(_ target: String) -> Bool {
 }
 
 /// `target` — a `postgres://user:password@host:port/db?…` URL or a libpq key/value string
-/// (`host=… password=…`) — with every password replaced by `***`, for messages, logs and events.
+/// (`host=… password=…`) — with every password replaced by `REDACTED`, for messages, logs and events.
 ///
 /// Redacts the password in the URL's user information, every query parameter and every key/value
 /// keyword ending in `password` (`password`, `sslpassword`). Where the text is ambiguous (an `@` in a
@@ -23,7 +23,7 @@ public func redactedDatabaseURL(_ target: String) -> String {
         // The host cannot contain "@", so the user information ends at the last one; a password may
         // itself contain "@" or "/" when the user did not percent-encode it.
         if let at = rest.lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") {
-            text = String(text[..<colon]) + ":***" + String(text[at...])
+            text = String(text[..<colon]) + ":REDACTED" + String(text[at...])
         }
         text = replacing(#"([?&][A-Za-z_]*password=)[^&]*"#, in: text)
     } else {
@@ -32,7 +32,7 @@ public func redactedDatabaseURL(_ target: String) -> String {
     return text
 }
 
-/// Keeps group 1 of every match of `pattern` and replaces the rest of the match with `***`,
+/// Keeps group 1 of every match of `pattern` and replaces the rest of the match with `REDACTED`,
 /// case-insensitively.
 private func replacing(_ pattern: String, in text: String) -> String {
     // The patterns are constants of this file and the tests run them; should one ever fail to compile,
@@ -41,5 +41,5 @@ private func replacing(_ pattern: String, in text: String) -> String {
         return "<database URL hidden>"
     }
     let range = NSRange(text.startIndex..., in: text)
-    return expression.stringByReplacingMatches(in: text, options: [], range: range, withTemplate: "$1***")
+    return expression.stringByReplacingMatches(in: text, options: [], range: range, withTemplate: "$1REDACTED")
 }

@@ -139,7 +139,7 @@ final class PostgresConnection {
     /// enough that the replacement cannot mangle ordinary words.
     private static func scrub(_ message: String, password: String?) -> String {
         guard let password, password.count >= 4 else { return message }
-        return message.replacingOccurrences(of: password, with: "***")
+        return message.replacingOccurrences(of: password, with: "REDACTED")
     }
 
     // MARK: Status
