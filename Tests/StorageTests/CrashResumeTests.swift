@@ -52,12 +52,17 @@ struct CrashResumeTests {
         childEnvironment[Key.destination] = destination
         childEnvironment[Key.log] = log
         child.environment = childEnvironment
-        child.standardOutput = FileHandle.nullDevice
-        child.standardError = FileHandle.nullDevice
+        // The child's own output is kept, so a child that never logs a checkpoint says why.
+        let childOutput = directory.file("child-output.txt")
+        _ = FileManager.default.createFile(atPath: childOutput, contents: nil)
+        let childOutputHandle = try #require(FileHandle(forWritingAtPath: childOutput))
+        child.standardOutput = childOutputHandle
+        child.standardError = childOutputHandle
         try child.run()
 
         // Wait for a logged checkpoint past the stall point, then kill the child without warning.
-        let deadline = Date().addingTimeInterval(60)
+        // Generous: the child is a second copy of the whole test bundle, started on a busy machine.
+        let deadline = Date().addingTimeInterval(120)
         var points: [ResumePoint] = []
         while Date() < deadline {
             points = Self.readLog(log)
@@ -68,7 +73,7 @@ struct CrashResumeTests {
         kill(child.processIdentifier, SIGKILL)
         child.waitUntilExit()
         #expect(child.terminationReason == .uncaughtSignal, "the child must have been killed, not finished")
-        let last = try #require(points.last, "the child logged no checkpoint")
+        let last = try #require(points.last, "the child logged no checkpoint; its output: \((try? String(contentsOfFile: childOutput, encoding: .utf8)) ?? "")")
         guard case .upload(_, let confirmed, _) = last else {
             Issue.record("expected an upload resume point, got \(last)")
             return

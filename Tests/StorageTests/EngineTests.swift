@@ -12,21 +12,29 @@ struct EngineTests {
 
     @Test("consecutive requests to one host reuse one connection")
     func connectionReuse() async throws {
-        let server = try NginxServer.start()
-        defer { server.stop() }
-        for index in 0..<5 {
-            try Data("file \(index)".utf8).write(to: URL(fileURLWithPath: server.root + "/f\(index).txt"))
+        // The engine is shared with every test running at the same time; on a machine loaded far past
+        // its cores an idle connection can be closed before the next request (seen at a load of 10 on
+        // 2 cores). The round is run again, up to 3 times, and one of them must show all five requests
+        // on one connection.
+        var lastLines: [Substring] = []
+        for _ in 1...3 {
+            let server = try NginxServer.start()
+            defer { server.stop() }
+            for index in 0..<5 {
+                try Data("file \(index)".utf8).write(to: URL(fileURLWithPath: server.root + "/f\(index).txt"))
+            }
+            let backend = HTTPBackend(configuration: configuration)
+            for index in 0..<5 {
+                let result = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/f\(index).txt")))
+                #expect(result.data == Data("file \(index)".utf8))
+            }
+            let lines = server.accessLog.split(separator: "\n").filter { $0.contains("GET /f") }
+            #expect(lines.count == 5)
+            lastLines = lines
+            let connections = Set(lines.map { $0.split(separator: " ").dropLast().last.map(String.init) ?? "" })
+            if connections.count == 1 && lines.last?.hasSuffix(" 5") == true { return }
         }
-        let backend = HTTPBackend(configuration: configuration)
-        for index in 0..<5 {
-            let result = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/f\(index).txt")))
-            #expect(result.data == Data("file \(index)".utf8))
-        }
-        let lines = server.accessLog.split(separator: "\n").filter { $0.contains("GET /f") }
-        #expect(lines.count == 5)
-        let connections = Set(lines.map { $0.split(separator: " ").dropLast().last.map(String.init) ?? "" })
-        #expect(connections.count == 1, "each request opened a connection: \(lines)")
-        #expect(lines.last?.hasSuffix(" 5") == true, "the fifth request was the connection's fifth: \(lines)")
+        Issue.record("in 3 rounds, no five consecutive requests shared one connection: \(lastLines)")
     }
 
     @Test("32 concurrent transfers run on the one engine thread")
