@@ -106,3 +106,19 @@ struct PackagingTests {
         #expect(rendered.stdout.contains("MANIFEST REFERENCE"))
     }
 }
+
+/// The README's copy of the manifest reference is what `jobctl help manifest` prints.
+@Suite("Manifest reference in the README")
+struct ManifestReferenceReadmeTests {
+    @Test("The README quotes jobctl help manifest exactly")
+    func readmeMatchesTheCLI() throws {
+        let output = try runProcess(PackagePaths.jobctlBinary, ["help", "manifest"])
+        try #require(output.status == 0)
+        #expect(output.stdout.hasPrefix("MANIFEST REFERENCE\n"))
+        let readme = try String(contentsOfFile: "\(PackagePaths.root)/README.md", encoding: .utf8)
+        let begin = "<!-- BEGIN jobctl help manifest -->\n```text\n", end = "```\n<!-- END jobctl help manifest -->"
+        let quoted = try #require(readme.components(separatedBy: begin).dropFirst().first?.components(separatedBy: end).first,
+                                  "the README has no block between \(begin) and \(end)")
+        #expect(quoted == output.stdout, "README.md's manifest reference differs from 'jobctl help manifest': copy it again")
+    }
+}
