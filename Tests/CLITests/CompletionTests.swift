@@ -56,6 +56,9 @@ struct CompletionTests {
         #expect(try bashCompletions(["jobctl", "list", "--state", ""]) == ["queued", "running", "paused", "succeeded", "failed", "cancelled"])
         #expect(try bashCompletions(["jobctl", "list", "--kind", "down"]) == ["download-file", "download-memory"])
         #expect(try bashCompletions(["jobctl", "worker", "--log-format", ""]) == ["text", "json"])
+        // --opt=value: bash hands the option, '=' and the value as separate words.
+        #expect(try bashCompletions(["jobctl", "list", "--state", "=", "pa"]) == ["paused"])
+        #expect(try bashCompletions(["jobctl", "worker", "--log-format", "="]) == ["text", "json"])
         #expect(try bashCompletions(["jobctl", "help", "man"]) == ["manifest"])
         #expect(try bashCompletions(["jobctl", "completion", ""]) == ["bash", "zsh"])
         // A value with no fixed set and a manifest argument: nothing, so bash falls back to file names.
