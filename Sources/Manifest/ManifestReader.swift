@@ -804,7 +804,7 @@ struct ManifestReader {
     // MARK: - Metadata
 
     /// The metadata keys, snake_case first, then the Firebase spelling.
-    private static let metadataKeys: [(snake: String, camel: String)] = [
+    static let metadataKeys: [(snake: String, camel: String)] = [
         ("content_type", "contentType"), ("cache_control", "cacheControl"), ("content_disposition", "contentDisposition"),
         ("content_encoding", "contentEncoding"), ("content_language", "contentLanguage"), ("custom_metadata", "customMetadata"),
     ]

@@ -11,12 +11,16 @@ struct OptionSpec: Sendable {
     let valueName: String?
     let help: String
     let repeatable: Bool
+    /// The values the option takes, when they are a fixed set (states, kinds, formats): offered by shell
+    /// completion.
+    let choices: [String]
     /// Checks a value while the command line is parsed, so a bad number is a usage error (exit 64)
     /// before the command does anything.
     let validate: (@Sendable (String) throws -> Void)?
 
     init(_ long: String, short: Character? = nil, value valueName: String? = nil, repeatable: Bool = false,
-         help: String, validate: (@Sendable (String) throws -> Void)? = nil) {
+         help: String, choices: [String] = [], validate: (@Sendable (String) throws -> Void)? = nil) {
+        self.choices = choices
         self.long = long
         self.short = short
         self.valueName = valueName
@@ -32,8 +36,11 @@ struct ArgumentSpec: Sendable {
     let help: String
     let optional: Bool
     let variadic: Bool
+    /// The values the argument takes, when they are a fixed set: offered by shell completion.
+    let choices: [String]
 
-    init(_ name: String, optional: Bool = false, variadic: Bool = false, help: String) {
+    init(_ name: String, optional: Bool = false, variadic: Bool = false, choices: [String] = [], help: String) {
+        self.choices = choices
         self.name = name
         self.help = help
         self.optional = optional

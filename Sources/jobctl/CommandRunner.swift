@@ -1,6 +1,7 @@
 import Foundation
 import JobLifecycle
 import JobModel
+import Manifest
 import StorePort
 
 /// The version printed by `--version`.
@@ -13,6 +14,7 @@ enum CommandRunner {
         Commands.watch, Commands.result,
         Commands.pause, Commands.resume, Commands.cancel, Commands.retry,
         Commands.worker, Commands.stats, Commands.replay, Commands.migrate, Commands.orphans,
+        Commands.completion,
     ]
 
     /// Runs one command line. SIGTERM and SIGINT are blocked on entry (see `main.swift`); only `worker`
@@ -48,9 +50,17 @@ enum CommandRunner {
             emit("jobctl \(jobctlVersion)")
             return ExitCode.ok
         case "help":
+            if rest.dropFirst().contains("--man") {
+                emit(ManPage.roff(commands: commands))
+                return ExitCode.ok
+            }
             let topics = rest.dropFirst().filter { !$0.hasPrefix("-") }
             guard let topic = topics.first else {
                 emit(overview)
+                return ExitCode.ok
+            }
+            if topic == "manifest" {
+                emit(ManifestReference.text)
                 return ExitCode.ok
             }
             guard let command = commands.first(where: { $0.name == topic }) else {
@@ -111,8 +121,9 @@ enum CommandRunner {
             "",
             "COMMANDS:",
         ]
+        let nameWidth = (commands.map(\.name.count).max() ?? 0) + 2
         for command in commands {
-            lines.append("  " + command.name.padding(toLength: 10, withPad: " ", startingAt: 0) + command.abstract)
+            lines.append("  " + command.name.padding(toLength: nameWidth, withPad: " ", startingAt: 0) + command.abstract)
         }
         lines += [
             "",
@@ -121,7 +132,8 @@ enum CommandRunner {
             "  --version               Show the version.",
             "  -h, --help              Show help information.",
             "",
-            "  See 'jobctl help <command>' for detailed help.",
+            "  See 'jobctl help <command>' for detailed help, 'jobctl help manifest' for the manifest reference,",
+            "  'jobctl help --man' for the manual page in roff.",
             "",
             ExitCode.helpText,
         ]

@@ -31,15 +31,16 @@ struct Option<Value>: OptionDeclaration {
     let parse: @Sendable (String) throws -> Value
 
     init(_ long: String, short: Character? = nil, value valueName: String, repeatable: Bool = false, help: String,
-         parse: @escaping @Sendable (String) throws -> Value) {
+         choices: [String] = [], parse: @escaping @Sendable (String) throws -> Value) {
         self.parse = parse
-        spec = OptionSpec(long, short: short, value: valueName, repeatable: repeatable, help: help,
+        spec = OptionSpec(long, short: short, value: valueName, repeatable: repeatable, help: help, choices: choices,
                           validate: { text in _ = try parse(text) })
     }
 
     /// The same option with a command-specific help line.
     func help(_ text: String) -> Option {
-        Option(spec.long, short: spec.short, value: spec.valueName ?? "value", repeatable: spec.repeatable, help: text, parse: parse)
+        Option(spec.long, short: spec.short, value: spec.valueName ?? "value", repeatable: spec.repeatable, help: text,
+               choices: spec.choices, parse: parse)
     }
 }
 
@@ -77,7 +78,8 @@ enum Options {
 
     // Filters.
     static let state = Option<[JobState]>("state", value: "state", repeatable: true,
-                                          help: "Only jobs in this state (queued, running, paused, succeeded, failed, cancelled); repeatable or comma-separated.") { text in
+                                          help: "Only jobs in this state (queued, running, paused, succeeded, failed, cancelled); repeatable or comma-separated.",
+                                          choices: JobState.allCases.map(\.rawValue)) { text in
         try text.split(separator: ",").map { part in
             guard let state = JobState(rawValue: String(part)) else {
                 throw UsageError("unknown state '\(part)'; expected one of \(JobState.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -86,7 +88,8 @@ enum Options {
         }
     }
     static let kind = Option<[JobKind]>("kind", value: "kind", repeatable: true,
-                                        help: "Only jobs of this kind; repeatable or comma-separated.") { text in
+                                        help: "Only jobs of this kind; repeatable or comma-separated.",
+                                        choices: JobKind.allCases.map(\.rawValue)) { text in
         try text.split(separator: ",").map { part in
             guard let kind = JobKind(rawValue: String(part)) else {
                 throw UsageError("unknown kind '\(part)'; expected one of \(JobKind.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -117,7 +120,8 @@ enum Options {
     }
 
     static let logFormat = Option<WorkerLogFormatter.Format>("log-format", value: "format",
-                                                             help: "Worker log lines on standard error: text (default) or json (one object per line).") { text in
+                                                             help: "Worker log lines on standard error: text (default) or json (one object per line).",
+                                                             choices: WorkerLogFormatter.Format.allCases.map(\.rawValue)) { text in
         guard let format = WorkerLogFormatter.Format(rawValue: text) else {
             throw UsageError("--log-format expects text or json, not '\(text)'")
         }
@@ -136,7 +140,8 @@ enum Options {
     // Watch.
     static let all = Flag("all", help: "Follow every job's events (until interrupted, or until idle with --exit-when-idle).")
     static let on = Option<Set<ObserverStatus>>("on", value: "statuses",
-                                                help: "Only these observer statuses: resume, progress, pause, success, failure (comma-separated).") { text in
+                                                help: "Only these observer statuses: resume, progress, pause, success, failure (comma-separated).",
+                                                choices: ObserverStatus.allCases.map(\.rawValue)) { text in
         Set(try text.split(separator: ",").map { part in
             guard let status = ObserverStatus(rawValue: part.trimmingCharacters(in: .whitespaces)) else {
                 throw UsageError("unknown status '\(part)'; expected resume, progress, pause, success or failure")

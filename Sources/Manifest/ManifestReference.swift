@@ -1,0 +1,123 @@
+import Foundation
+import JobModel
+
+/// The manifest reference `jobctl help manifest` prints and the README quotes: every field the reader
+/// accepts, the kinds that take it, its default and its limits.
+///
+/// Which kinds take a field comes from the reader's own table (`JobField.allowed`), and the numbers from
+/// `ManifestLimits`, `ManifestValueRange` and `JobSpec`, so only the prose is written here; a test checks
+/// that it documents exactly the reader's fields.
+public enum ManifestReference {
+    /// One documented field.
+    struct FieldEntry {
+        let name: String
+        let summary: String
+        let defaultText: String?
+    }
+
+    /// The fields in the order the reference lists them.
+    static var fieldEntries: [FieldEntry] {
+        let priority = ManifestValueRange.priority
+        let attempts = ManifestValueRange.maxAttempts
+        let timeout = JobSpec.timeoutRange
+        let size = ManifestValueRange.maxSize
+        let kinds = JobKind.allCases.map(\.rawValue).joined(separator: ", ")
+        let checksums = ChecksumAlgorithm.allCases.map(\.rawValue).joined(separator: ", ")
+        let metadata = ManifestReader.metadataKeys.map(\.snake).joined(separator: ", ")
+        return [
+            FieldEntry(name: "kind", summary: "What the job does: \(kinds). Required.", defaultText: nil),
+            FieldEntry(name: "source", summary: "A local path (relative to the manifest's folder) or a storage reference "
+                       + "(gs://, file://, http(s)://). Required. upload-file sources must exist when submitted "
+                       + "unless check_source: false.", defaultText: nil),
+            FieldEntry(name: "destination", summary: "A local path or storage reference; ending in '/' means into that "
+                       + "folder, under the source's name. Required.", defaultText: nil),
+            FieldEntry(name: "data", summary: "The text to upload (UTF-8); excludes data_base64. One of the two is required.",
+                       defaultText: nil),
+            FieldEntry(name: "data_base64", summary: "The bytes to upload, base64-encoded; excludes data.", defaultText: nil),
+            FieldEntry(name: "max_size", summary: "The largest object the download may return, \(ByteSize.format(size.lowerBound)) to "
+                       + "\(ByteSize.format(size.upperBound)); units B, KiB, MiB, GiB, KB, MB, GB.",
+                       defaultText: ByteSize.format(JobSpec.defaultMaxSize)),
+            FieldEntry(name: "metadata", summary: "Object metadata: \(metadata) (or their camelCase spellings); "
+                       + "custom_metadata is a mapping of strings.", defaultText: "none"),
+            FieldEntry(name: "key", summary: "Idempotency key, at most \(ManifestValueRange.maximumKeyBytes) bytes: the same job again "
+                       + "creates no second one; the same key with a different job is refused. Not allowed in defaults.",
+                       defaultText: "none"),
+            FieldEntry(name: "priority", summary: "Higher runs first, \(priority.lowerBound) to \(priority.upperBound).",
+                       defaultText: "0"),
+            FieldEntry(name: "max_attempts", summary: "Attempts before the job fails, \(attempts.lowerBound) to \(attempts.upperBound).",
+                       defaultText: "\(JobSpec.defaultMaxAttempts)"),
+            FieldEntry(name: "queue", summary: "The queue (workers take --queue); letters, digits and - _ . :, at most 64 characters.",
+                       defaultText: JobSpec.defaultQueue),
+            FieldEntry(name: "timeout", summary: "One attempt's limit: 90s, 30m, 1h30m, 2d; \(DurationText.format(timeout.lowerBound)) "
+                       + "to \(DurationText.format(timeout.upperBound)).", defaultText: "none"),
+            FieldEntry(name: "check_source", summary: "false: the source file may be missing at submit.", defaultText: "true"),
+            FieldEntry(name: "checksums", summary: "Hashes to compute and compare: a list of \(checksums).",
+                       defaultText: "crc32c, and md5 where it is the one hash offered"),
+        ]
+    }
+
+    /// The names of the documented fields.
+    static var documentedFields: [String] { fieldEntries.map(\.name) }
+
+    /// The reference as plain text, lines of at most about 100 characters.
+    public static var text: String {
+        let limits = ManifestLimits.default
+        var lines = [
+            "MANIFEST REFERENCE",
+            "",
+            "A manifest is a YAML file: a mapping with 'jobs:' (a sequence of jobs) and optionally 'defaults:'",
+            "(fields merged into every job; the job wins), or a bare sequence of jobs. Keys starting with 'x-'",
+            "are ignored at the top.",
+            "",
+            "FIELDS:",
+        ]
+        for entry in fieldEntries {
+            let kinds = kindsText(entry.name)
+            lines.append("  \(entry.name)")
+            lines += wrap(entry.summary, indent: 6)
+            lines += wrap("kinds: \(kinds)" + (entry.defaultText.map { "; default: \($0)" } ?? ""), indent: 6)
+        }
+        lines += [
+            "",
+            "FIELDS BY KIND:",
+        ]
+        for kind in JobKind.allCases {
+            let names = fieldEntries.map(\.name).filter { name in
+                JobField(rawValue: name).map { JobField.allowed[kind]?.contains($0) ?? false } ?? false
+            }
+            lines += wrap("\(kind.rawValue): " + names.joined(separator: ", "), indent: 2)
+        }
+        lines += [
+            "",
+            "LIMITS:",
+        ]
+        lines += wrap("\(ByteSize.format(Int64(limits.maximumBytes))) per manifest, \(limits.maximumDepth) levels of nesting, "
+                      + "\(limits.maximumNodes) YAML nodes, \(limits.maximumJobs) jobs, \(ByteSize.format(Int64(limits.maximumScalarBytes))) "
+                      + "per scalar; aliases add at most \(limits.maximumAliasNodes) nodes or \(limits.aliasExpansionFactor) times the "
+                      + "nodes written, whichever is more.", indent: 2)
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The kinds that take `name`, from the reader's table.
+    private static func kindsText(_ name: String) -> String {
+        guard let field = JobField(rawValue: name) else { return "none" }
+        if JobField.common.contains(field) { return "all" }
+        return JobKind.allCases.filter { JobField.allowed[$0]?.contains(field) ?? false }.map(\.rawValue).joined(separator: ", ")
+    }
+
+    /// Words of `text` in lines of at most 100 characters, indented.
+    private static func wrap(_ text: String, indent: Int) -> [String] {
+        let pad = String(repeating: " ", count: indent)
+        var lines: [String] = []
+        var line = ""
+        for word in text.split(separator: " ") {
+            if !line.isEmpty, pad.count + line.count + 1 + word.count > 100 {
+                lines.append(pad + line)
+                line = ""
+            }
+            line += line.isEmpty ? String(word) : " " + word
+        }
+        if !line.isEmpty { lines.append(pad + line) }
+        return lines
+    }
+}

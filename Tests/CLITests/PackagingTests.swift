@@ -1,0 +1,124 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// `make install`, the worker's systemd unit and the generated man page, checked with the tools that
+/// consume them (make, systemd-analyze, groff).
+@Suite("Packaging")
+struct PackagingTests {
+    /// The unit as the project ships it.
+    static let unitSource = "\(PackagePaths.root)/packaging/jobctl-worker@.service"
+
+    /// The man page the binary prints.
+    private func manPage() throws -> String {
+        let output = try runProcess(PackagePaths.jobctlBinary, ["help", "--man"])
+        try #require(output.status == 0, "help --man exited \(output.status): \(output.stderr)")
+        return output.stdout
+    }
+
+    @Test("systemd-analyze verify accepts the worker unit with no warning")
+    func unitVerifies() throws {
+        let directory = try TemporaryDirectory("unit")
+        defer { directory.remove() }
+        // verify needs ExecStart's binary and the Documentation= page to exist: the built binary, and the
+        // page it generates on a MANPATH of its own.
+        let binDirectory = (PackagePaths.jobctlBinary as NSString).deletingLastPathComponent
+        let unit = try String(contentsOfFile: Self.unitSource, encoding: .utf8)
+        #expect(unit.contains("ExecStart=@BINDIR@/jobctl worker --queue %i"))
+        try unit.replacingOccurrences(of: "@BINDIR@", with: binDirectory)
+            .write(toFile: directory.file("jobctl-worker@.service"), atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: directory.file("man/man1"), withIntermediateDirectories: true)
+        try manPage().write(toFile: directory.file("man/man1/jobctl.1"), atomically: true, encoding: .utf8)
+
+        let output = try runProcess("/usr/bin/systemd-analyze", ["verify", directory.file("jobctl-worker@nightly.service")],
+                                    environment: ["MANPATH": directory.file("man")], currentDirectory: directory.path)
+        // Unknown or misspelt keys only warn (exit 0), so any output is a failure too.
+        #expect(output.status == 0, "systemd-analyze verify exited \(output.status)")
+        #expect(output.stderr.isEmpty && output.stdout.isEmpty, "systemd-analyze verify: \(output.stderr)\(output.stdout)")
+    }
+
+    @Test("The unit stops gracefully, restarts on failure and writes only its state directory")
+    func unitSettings() throws {
+        let unit = try String(contentsOfFile: Self.unitSource, encoding: .utf8)
+        let settings = unit.split(separator: "\n").filter { !$0.hasPrefix("#") && $0.contains("=") }.map(String.init)
+        for expected in ["KillSignal=SIGTERM", "Restart=on-failure", "TimeoutStopSec=30s", "ProtectSystem=strict",
+                         "ReadWritePaths=/var/lib/jobctl", "StateDirectory=jobctl", "NoNewPrivileges=yes", "PrivateTmp=yes",
+                         "ProtectHome=yes", "User=jobctl", "Environment=JOBCTL_DB=/var/lib/jobctl/jobctl.db",
+                         "EnvironmentFile=-/etc/jobctl/worker.env"] {
+            #expect(settings.contains(expected), "missing \(expected)")
+        }
+    }
+
+    @Test("make install DESTDIR lays out every file with its mode; make uninstall removes them")
+    func makeInstall() throws {
+        let directory = try TemporaryDirectory("install")
+        defer { directory.remove() }
+        let destination = directory.file("root")
+        let variables = ["DESTDIR=\(destination)", "PREFIX=/usr", "BINARY=\(PackagePaths.jobctlBinary)", "INSTALL_BUILD="]
+        let install = try runProcess("/usr/bin/make", ["-s", "-C", PackagePaths.root, "install"] + variables)
+        try #require(install.status == 0, "make install exited \(install.status): \(install.stderr)")
+
+        let expected: [(path: String, mode: Int)] = [
+            ("usr/bin/jobctl", 0o755),
+            ("usr/share/man/man1/jobctl.1", 0o644),
+            ("usr/lib/systemd/system/jobctl-worker@.service", 0o644),
+            ("usr/lib/sysusers.d/jobctl.conf", 0o644),
+            ("usr/share/bash-completion/completions/jobctl", 0o644),
+            ("usr/share/zsh/site-functions/_jobctl", 0o644),
+            ("usr/share/doc/jobctl/worker.env.example", 0o644),
+        ]
+        for (path, mode) in expected {
+            let attributes = try FileManager.default.attributesOfItem(atPath: "\(destination)/\(path)")
+            let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue
+            #expect(permissions == mode, "\(path): mode \(String(permissions ?? -1, radix: 8)), expected \(String(mode, radix: 8))")
+            #expect(((attributes[.size] as? NSNumber)?.intValue ?? 0) > 0, "\(path) is empty")
+        }
+        let unit = try String(contentsOfFile: "\(destination)/usr/lib/systemd/system/jobctl-worker@.service", encoding: .utf8)
+        #expect(unit.contains("ExecStart=/usr/bin/jobctl worker --queue %i"))
+        #expect(!unit.contains("@BINDIR@"))
+        let page = try String(contentsOfFile: "\(destination)/usr/share/man/man1/jobctl.1", encoding: .utf8)
+        #expect(page == (try manPage()))
+
+        let uninstall = try runProcess("/usr/bin/make", ["-s", "-C", PackagePaths.root, "uninstall"] + variables)
+        try #require(uninstall.status == 0, "make uninstall exited \(uninstall.status): \(uninstall.stderr)")
+        for (path, _) in expected {
+            #expect(!FileManager.default.fileExists(atPath: "\(destination)/\(path)"), "\(path) is still there")
+        }
+    }
+
+    @Test("The man page is valid roff and documents every command and option of the binary")
+    func manPageCoversEveryCommand() throws {
+        let page = try manPage()
+        let directory = try TemporaryDirectory("man")
+        defer { directory.remove() }
+        try page.write(toFile: directory.file("jobctl.1"), atomically: true, encoding: .utf8)
+        let groff = try runProcess("/usr/bin/groff", ["-man", "-Tutf8", "-ww", "-z", directory.file("jobctl.1")])
+        #expect(groff.status == 0 && groff.stderr.isEmpty, "groff: \(groff.stderr)")
+
+        let rendered = try runProcess("/usr/bin/man", ["-l", directory.file("jobctl.1")], environment: ["MANWIDTH": "200", "MAN_KEEP_FORMATTING": ""])
+        try #require(rendered.status == 0)
+        for command in try CompletionTests.commandNames() {
+            #expect(page.contains(".SS \(command)\n"), "no section for \(command)")
+            for option in try CompletionTests.helpOptions(command) {
+                #expect(rendered.stdout.contains(option), "\(command): \(option) is not in the man page")
+            }
+        }
+        #expect(rendered.stdout.contains("MANIFEST REFERENCE"))
+    }
+}
+
+/// The README's copy of the manifest reference is what `jobctl help manifest` prints.
+@Suite("Manifest reference in the README")
+struct ManifestReferenceReadmeTests {
+    @Test("The README quotes jobctl help manifest exactly")
+    func readmeMatchesTheCLI() throws {
+        let output = try runProcess(PackagePaths.jobctlBinary, ["help", "manifest"])
+        try #require(output.status == 0)
+        #expect(output.stdout.hasPrefix("MANIFEST REFERENCE\n"))
+        let readme = try String(contentsOfFile: "\(PackagePaths.root)/README.md", encoding: .utf8)
+        let begin = "<!-- BEGIN jobctl help manifest -->\n```text\n", end = "```\n<!-- END jobctl help manifest -->"
+        let quoted = try #require(readme.components(separatedBy: begin).dropFirst().first?.components(separatedBy: end).first,
+                                  "the README has no block between \(begin) and \(end)")
+        #expect(quoted == output.stdout, "README.md's manifest reference differs from 'jobctl help manifest': copy it again")
+    }
+}
