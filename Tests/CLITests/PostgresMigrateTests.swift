@@ -1,4 +1,6 @@
+import EventStore
 import Foundation
+import JobModel
 import Testing
 import TestSupport
 
@@ -130,5 +132,43 @@ struct PostgresMigrateTests {
         defer { workspace.directory.remove() }
         let output = try workspace.jobctl(["migrate", "--to", workspace.directory.file("other.db")])
         #expect(output.status == 64, "\(output.stderr)")
+    }
+
+    @Test("a running job refuses the copy; with --force it is copied without a lease and a worker on the target rescues and runs it")
+    func runningJob() throws {
+        let workspace = try CLIWorkspace("pg-migrate-running")
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", """
+            jobs:
+              - kind: upload-data
+                data: "was running"
+                destination: file://docs/running.txt
+            """)
+        let id = try #require(try workspace.submit(try String(contentsOfFile: path, encoding: .utf8)).first)
+        // A worker that claimed the job under a long lease and is still (as far as the log knows) at it.
+        let claimed = try EventStore(path: workspace.database).claim(owner: "worker:elsewhere", queues: nil, limit: 1,
+                                                                    leaseMs: 3_600_000, now: Clock.nowMs())
+        #expect(claimed.count == 1)
+        let target = try PostgresServer.shared().makeSchema("migraterun")
+
+        let refused = try workspace.jobctl(["migrate", "--to", target])
+        #expect(refused.status == 1 && refused.stderr.contains("1 job is running"), "\(refused.stdout)\(refused.stderr)")
+        #expect(refused.stderr.contains("--force"))
+        // Refused before the target was touched: it has no schema yet.
+        let untouched = try Self.jobctl(target, ["list"], in: workspace)
+        #expect(untouched.status == 1 && untouched.stderr.contains("no database"), "\(untouched.stdout)\(untouched.stderr)")
+
+        let forced = try workspace.jobctl(["migrate", "--to", target, "--force"])
+        #expect(forced.status == 0, "\(forced.stdout)\(forced.stderr)")
+        #expect(forced.stdout.contains("1 running job copied without a lease"), "\(forced.stdout)")
+        #expect(try Self.listing(target, in: workspace).first?["state"] as? String == "running")
+
+        let worker = try Self.jobctl(target, ["worker", "--drain", "--concurrency", "1"], in: workspace,
+                                     environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets-pg")])
+        #expect(worker.status == 0, "\(worker.stdout)\(worker.stderr)")
+        let history = try Self.jobctl(target, ["history", id], in: workspace).stdout
+        #expect(history.contains("lease_expired"), "\(history)")
+        #expect(try Self.listing(target, in: workspace).first?["state"] as? String == "succeeded")
+        #expect(try String(contentsOfFile: workspace.directory.file("buckets-pg/docs/running.txt"), encoding: .utf8) == "was running")
     }
 }
