@@ -117,3 +117,23 @@ extension EventStore {
         }
     }
 }
+
+extension EventStore {
+    /// Up to `limit` log rows with `seq > afterSeq`, in seq order, exactly as stored.
+    public func logRows(afterSeq: Int64, limit: Int) throws(StoreError) -> [LogRow] {
+        try withConnection { (connection) throws(StoreError) -> [LogRow] in
+            try connection.query("SELECT seq, job_id, version, type, at_ms, actor, lease, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                                 [.integer(afterSeq), .int(max(0, limit))]) { (row) throws(StoreError) in
+                LogRow(seq: row.int64(0), jobID: row.text(1), version: row.int(2), type: row.text(3), atMs: row.int64(4),
+                       actor: row.text(5), leaseToken: row.optionalInt64(6), data: row.text(7))
+            }
+        }
+    }
+
+    /// The SHA-256 of every stored blob, in ascending order.
+    public func blobDigests() throws(StoreError) -> [String] {
+        try withConnection { (connection) throws(StoreError) -> [String] in
+            try connection.query("SELECT sha256 FROM blobs ORDER BY sha256") { row in row.text(0) }
+        }
+    }
+}

@@ -91,6 +91,22 @@ public protocol JobStore: AnyObject, Sendable {
     /// The bytes stored under a SHA-256 (hex, any case), or nil.
     func blob(sha256: String) throws(StoreError) -> Data?
 
+    // MARK: Copying a log
+
+    /// Up to `limit` rows of the log with `seq > afterSeq`, in seq order, exactly as stored (`data`
+    /// byte for byte, not re-encoded): what `jobctl migrate --to` copies.
+    func logRows(afterSeq: Int64, limit: Int) throws(StoreError) -> [LogRow]
+
+    /// The SHA-256 of every stored blob, in ascending order.
+    func blobDigests() throws(StoreError) -> [String]
+
+    /// Copies `source`'s whole log into this store, which must be empty (no events, jobs, blobs or
+    /// leases; otherwise `invalidControl` and nothing is written), in one transaction: every event
+    /// with its seq, version, time, actor, lease token and data; every blob; the fencing-token counter
+    /// set past the highest token in the log; the projection rebuilt by replay's fold. Leases are not
+    /// copied: a job that was running has none, so the first rescue on this store expires it.
+    func importLog(from source: any JobStore) throws(StoreError) -> LogImport
+
     // MARK: Replay
 
     /// Folds the whole log and compares it with the projection; without `verify`, also rewrites it.
@@ -113,7 +129,56 @@ public protocol JobStore: AnyObject, Sendable {
     var groupCommitStats: (commits: Int, events: Int) { get }
 }
 
+/// One event as stored in the log, without decoding its data: for copying a log between stores.
+public struct LogRow: Sendable, Equatable {
+    public var seq: Int64
+    public var jobID: String
+    public var version: Int
+    /// The event type as stored (`submitted`, `claimed`, …).
+    public var type: String
+    public var atMs: Int64
+    public var actor: String
+    public var leaseToken: Int64?
+    /// The event's JSON, byte for byte.
+    public var data: String
+
+    public init(seq: Int64, jobID: String, version: Int, type: String, atMs: Int64, actor: String, leaseToken: Int64?, data: String) {
+        self.seq = seq
+        self.jobID = jobID
+        self.version = version
+        self.type = type
+        self.atMs = atMs
+        self.actor = actor
+        self.leaseToken = leaseToken
+        self.data = data
+    }
+}
+
+/// What `importLog(from:)` copied.
+public struct LogImport: Sendable, Equatable {
+    /// Events copied.
+    public var events: Int
+    /// Blobs copied.
+    public var blobs: Int
+    /// Jobs in the rebuilt projection.
+    public var jobs: Int
+    /// The highest fencing token in the log (the next one handed out is above it); 0 when none.
+    public var highestLeaseToken: Int64
+
+    public init(events: Int, blobs: Int, jobs: Int, highestLeaseToken: Int64) {
+        self.events = events
+        self.blobs = blobs
+        self.jobs = jobs
+        self.highestLeaseToken = highestLeaseToken
+    }
+}
+
 extension JobStore {
+    /// Adapters that cannot be the target of a copy refuse it with a message saying which can.
+    public func importLog(from source: any JobStore) throws(StoreError) -> LogImport {
+        throw StoreError.invalidControl("this store (\(location)) cannot be the target of `jobctl migrate --to`; the target must be a postgres:// URL")
+    }
+
     /// Adapters that do not implement `stats` yet refuse it with a message saying so.
     public func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
         throw StoreError.invalidControl("statistics are not supported by this store (\(location)) yet; `jobctl list` and `jobctl audit` work with it")

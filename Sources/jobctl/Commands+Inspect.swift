@@ -1,6 +1,7 @@
 import Foundation
 import JobLifecycle
 import JobModel
+import PostgresStore
 import StorePort
 
 extension Commands {
@@ -196,8 +197,23 @@ extension Commands {
     static let migrate = CommandSpec(
         name: "migrate",
         abstract: "Create the database if needed and apply pending schema migrations (writing commands also migrate on open).",
-        options: [Options.json.help("Print the applied versions as JSON.")]
+        options: [Options.json.help("Print the applied versions (with --to: what was copied) as JSON."), Options.migrateTo, Options.force],
+        discussion: """
+        With --to postgres://…, copies the log of --db (an SQLite file) into an empty PostgreSQL database:
+        the schema is created there, every event is copied in seq order byte for byte (versions, times,
+        actors, lease tokens), every blob too, the fencing-token sequence is set past the highest token,
+        and the job projection is rebuilt by replay's fold; then the target is checked as by
+        `jobctl replay --verify`, and the command fails (exit 1) if it does not match. A target that
+        already holds events, jobs or blobs is refused and left unchanged. Leases are not copied. While
+        any job is running the copy is refused (stop the workers first: what they do after the copy
+        would be lost); with --force it goes ahead, and on the target those jobs have no lease, so the
+        first worker's rescue expires them and they are retried (or fail when out of attempts).
+        """
     ) { arguments, context in
+        if let target = try arguments.value(Options.migrateTo) {
+            return try copyLog(to: target, force: arguments[Options.force], json: arguments[Options.json], context: context)
+        }
+        if arguments[Options.force] { throw UsageError("--force applies only with --to") }
         let applied = try context.openStore(create: true).appliedMigrations
         if arguments[Options.json] {
             emit(try jsonText(["applied": applied]))
@@ -206,6 +222,44 @@ extension Commands {
         } else {
             emit("applied \(applied.count == 1 ? "migration" : "migrations") \(applied.map(String.init).joined(separator: ", "))")
         }
+        return ExitCode.ok
+    }
+
+    /// `jobctl migrate --to`: copies the --db log into an empty PostgreSQL database and verifies it.
+    private static func copyLog(to target: String, force: Bool, json: Bool, context: Context) throws -> Int32 {
+        let source = try context.openStore()
+        let running = try source.counts()[.running] ?? 0
+        if running > 0 && !force {
+            throw CommandFailure("\(plural(running, "job")) \(running == 1 ? "is" : "are") running in \(context.databaseDisplay); nothing was copied: "
+                + "stop its workers first (what they do after the copy would be lost), or pass --force to copy anyway "
+                + "(on the target those jobs have no lease, and the first worker's rescue expires them)")
+        }
+        let destination = try PostgresStore(url: target, mode: .create)
+        let copied = try destination.importLog(from: source)
+        let check = try destination.replay(verify: true)
+        if json {
+            struct View: Encodable {
+                let target: String; let events: Int; let blobs: Int; let jobs: Int; let highest_lease_token: Int64
+                let running_without_lease: Int; let verified: Bool; let differences: Int; let problems: [String]
+            }
+            emit(try jsonText(View(target: destination.location, events: copied.events, blobs: copied.blobs, jobs: copied.jobs,
+                                   highest_lease_token: copied.highestLeaseToken, running_without_lease: running,
+                                   verified: check.isConsistent, differences: check.differences.count,
+                                   problems: check.problems.map(Display.redacting.text))))
+        } else {
+            emit("copied \(plural(copied.events, "event")) of \(plural(copied.jobs, "job")) and \(plural(copied.blobs, "blob")) "
+                 + "from \(context.databaseDisplay) to \(destination.location)")
+            if running > 0 {
+                emit("\(plural(running, "running job")) copied without a lease: the first worker on the target rescues \(running == 1 ? "it" : "them")")
+            }
+        }
+        guard check.isConsistent else {
+            for problem in check.problems { emitError("problem: \(Display.redacting.text(problem))") }
+            throw CommandFailure("verification failed on \(destination.location): \(plural(check.differences.count, "difference")), "
+                + "\(plural(check.problems.count, "problem")) between the copied log and its projection; "
+                + "run `jobctl replay --verify --db <target>` for the details")
+        }
+        if !json { emit("verified: replaying \(plural(check.eventsRead, "event")) on the target matches the projection") }
         return ExitCode.ok
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import JobModel
+import PostgresStore
 import Storage
 import Worker
 
@@ -158,6 +159,14 @@ enum Options {
     static let removeOrphans = Flag("remove", help: "Remove the files listed now instead of waiting for a worker's sweep.")
     static let noCheckSources = Flag("no-check-sources", help: "Do not check that upload-file sources exist and are readable now (they will by the time the jobs run).")
     static let verify = Flag("verify", help: "Compare the rebuilt projection with the stored one; print differences, change nothing, exit 1 if any.")
+    static let migrateTo = Option<String>("to", value: "url",
+                                          help: "Copy the --db log into this empty PostgreSQL database (postgres://…) and verify it there.") { text in
+        guard isPostgresURL(text) else {
+            throw UsageError("--to expects a postgres:// URL of an empty database, not '\(redactedURL(text))'")
+        }
+        return text
+    }
+    static let force = Flag("force", help: "With --to: copy even while jobs are running (on the target they have no lease; the first worker's rescue expires them).")
 }
 
 // MARK: - Numbers from users

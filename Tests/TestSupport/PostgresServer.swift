@@ -29,6 +29,11 @@ public final class PostgresServer: Sendable {
     public let binaries: String
     private let socketDirectory: String
     private let runAs: [String]
+    /// Whether `stop()` and `start()` work: the server runs under `pg_ctl` (private servers only).
+    private let controllable: Bool
+    /// The supervising shell of this server.
+    private let supervisorBox = SupervisorPID()
+    private var supervisorPID: Int32? { supervisorBox.get() }
 
     /// The server of this test process, started on first call. Throws (every time) when it cannot start.
     public static func shared() throws -> PostgresServer {
@@ -36,7 +41,54 @@ public final class PostgresServer: Sendable {
     }
 
     private static let sharedServer: Result<PostgresServer, TestServerError> = Result { () throws(TestServerError) in
-        try PostgresServer()
+        try PostgresServer(controllable: false)
+    }
+
+    /// A server of the caller's own, for a test that stops and starts it (`stop()`, `start()`) while
+    /// other tests use the shared one. Started under `pg_ctl`, so stopping it leaves the cluster in
+    /// place; the supervisor stops it and removes the directory when the test process exits. Call
+    /// `shutDown()` when done to free it sooner.
+    public static func makePrivate() throws -> PostgresServer {
+        try PostgresServer(controllable: true)
+    }
+
+    /// Stops a private server (`pg_ctl stop -m fast`: open sessions are terminated, their transactions
+    /// rolled back) and waits until it is down. Clients see their connections fail until `start()`.
+    public func stop() throws {
+        guard controllable else { throw TestServerError("only a private server (makePrivate) can be stopped") }
+        try pgctl(["stop", "-m", "fast", "-w", "-t", "30"])
+    }
+
+    /// Starts a private server stopped by `stop()` again, on the same port, and waits until it accepts
+    /// connections.
+    public func start() throws {
+        guard controllable else { throw TestServerError("only a private server (makePrivate) can be started") }
+        try pgctl(["start", "-w", "-t", "30", "-l", "\(directory)/server.log", "-o", serverOptions.joined(separator: " ")])
+    }
+
+    /// Stops a private server for good and removes its directory (the supervisor's exit path).
+    public func shutDown() {
+        guard controllable else { return }
+        _ = try? pgctl(["stop", "-m", "immediate", "-w", "-t", "30"])
+        if let pid = supervisorPID { kill(pid, SIGTERM) }
+    }
+
+    /// Runs `pg_ctl ARGS -D data` as the cluster's owner with clean signals and closed descriptors (the
+    /// server it starts outlives the call and must not hold the test process's pipes).
+    private func pgctl(_ arguments: [String]) throws {
+        let command = (runAs + ["\(binaries)/pg_ctl", "-D", "\(directory)/data", "-s"] + arguments).map(Self.shellQuoted).joined(separator: " ")
+        let script = """
+            for fd in /proc/$$/fd/*; do n=${fd##*/}; if [ "$n" -gt 2 ]; then eval "exec $n>&-"; fi; done
+            \(command) >>\(Self.shellQuoted(directory))/pg_ctl.log 2>&1
+            """
+        let pid = try Self.spawnWithCleanSignals(["/bin/bash", "-c", script])
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        // WIFEXITED && WEXITSTATUS == 0
+        guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
+            let log = (try? String(contentsOfFile: "\(directory)/pg_ctl.log", encoding: .utf8)) ?? ""
+            throw TestServerError("pg_ctl \(arguments.first ?? "") failed (status \(status)): \(log.suffix(2000))")
+        }
     }
 
     /// `postgres://USER:PASSWORD@127.0.0.1:PORT/DATABASE?sslmode=disable`; `password` nil leaves it out.
@@ -84,7 +136,8 @@ public final class PostgresServer: Sendable {
         return output.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    private init() throws(TestServerError) {
+    private init(controllable: Bool) throws(TestServerError) {
+        self.controllable = controllable
         do {
             binaries = try Self.findBinaries()
             password = "pw-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
@@ -118,7 +171,7 @@ public final class PostgresServer: Sendable {
 
             // Only this cluster's socket in there; not for other users.
             chmod(socketDirectory, 0o700)
-            try start()
+            try boot()
         } catch let error as TestServerError {
             throw error
         } catch {
@@ -144,7 +197,7 @@ public final class PostgresServer: Sendable {
     /// Makes the cluster and starts `postgres` under a supervising shell, which stops the server
     /// (immediate shutdown), waits for it and removes the directory once this test process is gone —
     /// also when it is killed while `initdb` still runs.
-    private func start() throws {
+    private func boot() throws {
         let quoted = { (words: [String]) in words.map(Self.shellQuoted).joined(separator: " ") }
         let initdb = quoted(runAs + ["\(binaries)/initdb", "-D", "\(directory)/data", "-U", user,
                                      "--pwfile=\(directory)/pwfile",
@@ -152,12 +205,14 @@ public final class PostgresServer: Sendable {
                                      // the socket, which only the cluster's owner and root can reach.
                                      "--auth-host=scram-sha-256", "--auth-local=trust",
                                      "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"])
-        let server = quoted(runAs + ["\(binaries)/postgres", "-D", "\(directory)/data",
-                                     "-c", "listen_addresses=127.0.0.1", "-c", "port=\(port)",
-                                     "-c", "unix_socket_directories=\(socketDirectory)",
-                                     "-c", "fsync=on", "-c", "max_connections=100", "-c", "shared_buffers=32MB",
-                                     "-c", "logging_collector=off", "-c", "log_min_messages=warning"])
         let dir = Self.shellQuoted(directory)
+        // The shared server runs as the supervisor's child; a private one under pg_ctl, so that it can
+        // be stopped and started again without the supervisor taking that for the end.
+        let pgctl = quoted(runAs + ["\(binaries)/pg_ctl", "-D", "\(directory)/data", "-s"])
+        let launch = controllable
+            ? "\(pgctl) start -w -t 30 -l \(dir)/server.log -o \(Self.shellQuoted(serverOptions.joined(separator: " "))) >>\(dir)/pg_ctl.log 2>&1"
+            : quoted(runAs + ["\(binaries)/postgres", "-D", "\(directory)/data"] + serverOptions) + " >>\(dir)/server.log 2>&1 &\n    server=$!"
+        let shutdown = controllable ? "\(pgctl) stop -m immediate -w -t 30 >/dev/null 2>&1" : ":"
         let script = """
             # Close whatever this process inherited beyond 0-2 (pipes of other tests' child processes),
             # so their readers see end-of-file when their writers end.
@@ -165,6 +220,7 @@ public final class PostgresServer: Sendable {
             server=
             stop() {
                 if [ -n "$server" ]; then kill -QUIT "$server" 2>/dev/null; wait "$server"; fi
+                \(shutdown)
                 rm -rf \(dir); exit 0
             }
             trap stop TERM INT HUP
@@ -172,8 +228,7 @@ public final class PostgresServer: Sendable {
             alive() { state=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/$1/status 2>/dev/null); [ -n "$state" ] && [ "$state" != Z ]; }
             if \(initdb) >\(dir)/initdb.log 2>&1; then
                 rm -f \(dir)/pwfile
-                \(server) >>\(dir)/server.log 2>&1 &
-                server=$!
+                \(launch)
             else
                 touch \(dir)/initdb.failed
             fi
@@ -181,7 +236,8 @@ public final class PostgresServer: Sendable {
             stop
             """
         let supervisor = try Self.spawnWithCleanSignals(["/bin/bash", "-c", script])
-        Self.registerStopAtExit(supervisor)
+        supervisorBox.set(supervisor)
+        if controllable { Self.registerPrivateStopAtExit(supervisor) } else { Self.registerStopAtExit(supervisor) }
         let supervisorRunning = { kill(supervisor, 0) == 0 && waitpid(supervisor, nil, WNOHANG) == 0 }
 
         // postmaster.pid's eighth line becomes "ready" once the server accepts connections.
@@ -250,6 +306,34 @@ public final class PostgresServer: Sendable {
     }
 
     private static let supervisor = SupervisorPID()
+
+    /// Private servers' supervisors, told to stop their servers when this process exits normally.
+    private static let privateSupervisors = SupervisorPIDs()
+
+    private static func registerPrivateStopAtExit(_ pid: Int32) {
+        if privateSupervisors.add(pid) {
+            atexit {
+                for pid in PostgresServer.privateSupervisors.all() { kill(pid, SIGTERM) }
+            }
+        }
+    }
+
+    /// Pids of private servers' supervisors.
+    private final class SupervisorPIDs: @unchecked Sendable {
+        // @unchecked: `pids` is only touched under `lock`.
+        private let lock = NSLock()
+        private var pids: [Int32] = []
+        /// Adds `pid`; true the first time anything is added (register the exit handler once).
+        func add(_ pid: Int32) -> Bool { lock.withLock { pids.append(pid); return pids.count == 1 } }
+        func all() -> [Int32] { lock.withLock { pids } }
+    }
+
+    /// The server's settings (`-c name=value`), the same for every start.
+    private var serverOptions: [String] {
+        ["-c", "listen_addresses=127.0.0.1", "-c", "port=\(port)", "-c", "unix_socket_directories=\(socketDirectory)",
+         "-c", "fsync=on", "-c", "max_connections=100", "-c", "shared_buffers=32MB",
+         "-c", "logging_collector=off", "-c", "log_min_messages=warning"]
+    }
 
     /// The supervising shell's pid, set once when the server starts, read at exit.
     private final class SupervisorPID: @unchecked Sendable {

@@ -73,4 +73,75 @@ import TestSupport
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
         #expect(try store.replay(verify: true).isConsistent)
     }
+
+    /// PostgreSQL stopped (`pg_ctl stop -m fast`: every session terminated) and started again while two
+    /// workers run: each reports the store error and retries, and both go on working on the same
+    /// database once it is back. Nothing is lost: every job succeeds with exactly one `succeeded`
+    /// event, every lease token is unique, and `replay --verify` passes.
+    @Test func workersReportRetryAndGoOnAcrossAPostgreSQLRestart() throws {
+        let server = try PostgresServer.makePrivate()
+        defer { server.shutDown() }
+        let directory = try TemporaryDirectory("pg-restart")
+        defer { directory.remove() }
+        let database = try server.makeSchema("pgrestart")
+        let environment = ["JOBCTL_BUCKETS": directory.file("buckets")]
+        let manifest = { (range: Range<Int>) in
+            range.map { "- {kind: upload-data, data: \"job \($0)\", destination: \"file://out/\($0).txt\"}" }.joined(separator: "\n") + "\n"
+        }
+        let before = try submit(manifest(0..<150), database: database, directory: directory)
+        let workers = try (0..<2).map { _ in
+            // A short lease: a job whose outcome could not be written during the outage is given up by
+            // its worker and rescued once the lease expires.
+            try JobctlProcess.worker(database: database, ["--concurrency", "4", "--lease", "2", "--log-format", "json"],
+                                     environment: environment, logDirectory: directory.path)
+        }
+        let early = try PostgresStore(url: database, mode: .readOnly)
+        try #require(try eventually(seconds: 20) { (try early.counts()[.succeeded] ?? 0) > 0 }, "no job finished: \(workers.map(\.log))")
+
+        let outage = Date()
+        try server.stop()
+        // Every worker notices: its next poll fails, it logs a store error, keeps running and retries
+        // (a second store error while the server is still down).
+        let reported = eventually(seconds: 20) {
+            workers.allSatisfy { $0.log.components(separatedBy: "\"store_error\"").count - 1 >= 2 }
+        }
+        try server.start()
+        print("PostgreSQL was down for \(String(format: "%.1f", Date().timeIntervalSince(outage))) s")
+        try #require(reported, "a worker did not report the outage: \(workers.map(\.log))")
+        #expect(workers.allSatisfy { $0.process.isRunning })
+
+        // Both go on: the first batch finishes, and a batch submitted after the restart is worked too.
+        let after = try submit(manifest(150..<200), database: database, directory: directory)
+        // This process's own session was terminated too: read through a new one.
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let all = before + after
+        let done = try eventually(seconds: 60) { (try store.counts()[.succeeded] ?? 0) == all.count }
+        for worker in workers {
+            worker.signal(SIGTERM)
+            #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
+        }
+        print("all \(all.count) jobs succeeded \(String(format: "%.1f", Date().timeIntervalSince(outage))) s after the outage began; "
+              + "given up during it: \(workers.map { $0.log.components(separatedBy: "\"abandoned\"").count - 1 })")
+        let counts = try store.counts()
+        #expect(done, "\(counts)")
+
+        var events: [JobEvent] = []
+        while true {
+            let page = try store.events(afterSeq: events.last?.seq ?? 0, limit: 1_000)
+            if page.isEmpty { break }
+            events += page
+        }
+        let succeeded = Dictionary(grouping: events.filter { $0.type == .succeeded }, by: \.jobID).mapValues(\.count)
+        #expect(all.allSatisfy { succeeded[$0] == 1 }, "a job did not succeed exactly once")
+        #expect(succeeded.count == all.count)
+        let tokens = events.filter { $0.type == .claimed }.compactMap(\.leaseToken)
+        #expect(Set(tokens).count == tokens.count, "lease tokens repeat")
+        // Work after the restart was shared out again (both workers claimed jobs of the second batch).
+        let secondOwners = Set(events.filter { $0.type == .claimed && after.contains($0.jobID) }.compactMap(\.data.leaseOwner))
+        print("store errors logged: \(workers.map { $0.log.components(separatedBy: "\"store_error\"").count - 1 }); "
+              + "workers claiming after the restart: \(secondOwners.count)")
+        #expect(try String(contentsOfFile: directory.file("buckets/out/199.txt"), encoding: .utf8) == "job 199")
+        let verify = try jobctl(["replay", "--verify"], database: database)
+        #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
+    }
 }
