@@ -146,6 +146,17 @@ import TestSupport
         #expect(try Self.curl(["-X", "POST", "http://127.0.0.1:\(port)/metrics"]).status == 405)
         #expect(try Self.curl(["-H", "X-Padding: \(String(repeating: "a", count: 9_000))", "http://127.0.0.1:\(port)/metrics"]).status == 431)
         #expect(try Self.curl(["http://127.0.0.1:\(port)/metrics?x=1"]).status == 200)
+        // A client that never finishes its request is answered 408 after the request time limit, and the
+        // endpoint serves the next scrape.
+        let stall = try workspace.write("stall.py", """
+            import socket, sys
+            s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+            s.sendall(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n")
+            print(s.recv(100).split(b"\\r\\n")[0].decode())
+            """)
+        let stalled = try runProcess("\(PackagePaths.venv)/bin/python", [stall, "\(port)"])
+        #expect(stalled.stdout == "HTTP/1.1 408 Request Timeout\n", "\(stalled.stdout)\(stalled.stderr)")
+        #expect(try Self.curl(["http://127.0.0.1:\(port)/metrics"]).status == 200)
 
         kill(worker.processIdentifier, SIGTERM)
         worker.waitUntilExit()
