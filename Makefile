@@ -9,7 +9,7 @@ BUILD_PACKAGES := libsqlite3-dev libcurl4-openssl-dev libyaml-dev libssl-dev lib
 TEST_PACKAGES := $(BUILD_PACKAGES) nginx-light python3-venv postgresql systemd bash-completion zsh
 PYTHON ?= python3
 VENV := .venv
-PEERS := gcp-storage-emulator==2026.7.19 google-cloud-storage==3.17.1 huey==3.5.4
+PEERS := gcp-storage-emulator==2026.7.19 google-cloud-storage==3.17.1 huey==3.5.4 prometheus-client==0.26.0
 DEMO_DIR := var/demo
 JOBCTL := .build/release/jobctl
 

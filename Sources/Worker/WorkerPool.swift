@@ -86,16 +86,19 @@ public final class WorkerPool: Sendable {
     private let sweeper: OrphanSweeper
     /// Where every transition the pool makes is reported.
     public let log: WorkerLog
+    /// Counted beside each log call, for the Prometheus endpoint.
+    public let metrics: WorkerMetrics
 
     /// A pool on `store`. Every store call goes through the store's own executor (its `async`
     /// methods), so no thread of Swift's cooperative pool ever waits for SQLite. Each transition is
-    /// reported to `log` (silent by default).
+    /// reported to `log` (silent by default) and counted in `metrics`.
     public init(store: any JobStore, backend: any StorageBackend, configuration: WorkerConfiguration,
-                log: WorkerLog = .silent) {
+                log: WorkerLog = .silent, metrics: WorkerMetrics = WorkerMetrics()) {
         self.configuration = configuration
         self.store = store
         self.backend = backend
         self.log = log
+        self.metrics = metrics
         self.sweeper = OrphanSweeper(store: store, backend: backend, intervalMs: configuration.orphanSweepIntervalMs)
     }
 
@@ -154,7 +157,8 @@ public final class WorkerPool: Sendable {
                 if now - lastRescue >= rescueEvery {
                     lastRescue = now
                     let owner = config.owner
-                    _ = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
+                    let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
+                    metrics.rescued(rescued.count)
                 }
                 if now - lastHeartbeat >= heartbeatEvery {
                     lastHeartbeat = now
@@ -217,7 +221,7 @@ public final class WorkerPool: Sendable {
 
     private func start(_ job: ClaimedJob, now: Int64) {
         let record = job.record
-        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log,
+        let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log, metrics: metrics,
                              leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
@@ -249,7 +253,9 @@ public final class WorkerPool: Sendable {
             return entry
         }
         if let entry {
-            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: Clock.nowMs())
+            let now = Clock.nowMs()
+            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
+            metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
         }
         wakeup.signal()
     }
@@ -291,7 +297,10 @@ public final class WorkerPool: Sendable {
             state.running[jobID] = entry
             return entry
         }
-        if let entry { log.leaseLost(jobID: jobID, kind: entry.kind, token: entry.token, now: now) }
+        if let entry {
+            log.leaseLost(jobID: jobID, kind: entry.kind, token: entry.token, now: now)
+            metrics.leaseLost(kind: entry.kind)
+        }
     }
 
     private func stop(_ jobID: String, _ reason: StopReason) {
@@ -312,6 +321,7 @@ struct LeaseSink: TaskEventSink {
     let token: Int64
     let kind: JobKind
     let log: WorkerLog
+    let metrics: WorkerMetrics
     /// Called when the store refuses an append for the lease token (fencing): the lease is gone.
     let leaseLost: @Sendable () -> Void
 
@@ -321,6 +331,7 @@ struct LeaseSink: TaskEventSink {
         let result = await store.appendGrouped(pending)
         let after = Clock.nowMs()
         log.commitTook(after - before, jobID: jobID, kind: kind, event: event.type, now: after)
+        metrics.commitTook(after - before)
         switch result {
         case .success:
             // Outcomes (paused, succeeded, …) are reported by the pool when the run returns.

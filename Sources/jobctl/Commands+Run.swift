@@ -10,7 +10,7 @@ extension Commands {
         name: "worker",
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
         options: [Options.concurrency, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
-                  Options.logFormat, Options.quiet, Options.verbose,
+                  Options.logFormat, Options.quiet, Options.verbose, Options.metrics, Options.metricsAllowRemote,
                   Options.json.help("Print the exit summary as JSON.")],
         discussion: """
         Run as many worker processes on one database as you like. SIGTERM or SIGINT stops claiming, pauses
@@ -32,6 +32,11 @@ extension Commands {
         job, kind, fields. -q keeps only warnings and errors, -v adds progress. Text lines are coloured
         only on a terminal (never with NO_COLOR or --no-color) and carry no time when JOURNAL_STREAM is
         set (run by systemd: journald stamps each line). URLs in log lines are redacted.
+
+        --metrics 127.0.0.1:9464 serves Prometheus metrics (text format 0.0.4) at /metrics: job counts by
+        queue and state, transfers and bytes by kind and outcome, durations, retries, lease losses and
+        rescues, store commit latency. It has no authentication, so only a loopback address is accepted
+        unless --metrics-allow-remote is given; a port already in use stops the worker before it starts.
         """
     ) { arguments, context in
         let concurrency = try arguments.value(Options.concurrency) ?? 4
@@ -48,8 +53,25 @@ extension Commands {
             storage = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
         } catch { throw CommandFailure(error.message) }
         if let stall = try arguments.value(Options.stallTimeout) { storage.stallTimeout = stall }
+        let metricsAddress = try arguments.value(Options.metrics)
+        if let metricsAddress, !metricsAddress.isLoopback, !arguments[Options.metricsAllowRemote] {
+            throw UsageError("--metrics \(metricsAddress) is not a loopback address and the endpoint has no authentication; "
+                             + "use 127.0.0.1, or add --metrics-allow-remote to serve it on \(metricsAddress.host) anyway")
+        }
+        if metricsAddress == nil, arguments[Options.metricsAllowRemote] { throw UsageError("--metrics-allow-remote needs --metrics HOST:PORT") }
         let store = try context.openStore()
-        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration, log: log)
+        let metrics = WorkerMetrics()
+        var metricsServer: MetricsServer?
+        if let metricsAddress {
+            let exporter = MetricsExporter(metrics: metrics, store: store)
+            do throws(WorkerError) {
+                metricsServer = try MetricsServer(address: metricsAddress, body: { exporter.render() })
+            } catch { throw CommandFailure(error.message) }
+        }
+        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration,
+                              log: log, metrics: metrics)
+        metricsServer?.start()
+        defer { metricsServer?.stop() }
         // SIGTERM/SIGINT have been blocked since main started; one that came early is pending and is
         // handled as soon as the handlers exist.
         let signals = SignalHandling(pool: pool)

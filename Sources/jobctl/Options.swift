@@ -131,6 +131,15 @@ enum Options {
     static let quiet = Flag("quiet", short: "q", help: "Log only warnings and errors (no line per job).")
     static let verbose = Flag("verbose", short: "v", help: "Also log transfer progress (about one line a second per running job).")
 
+    static let metrics = Option<MetricsAddress>("metrics", value: "host:port",
+                                                 help: "Serve Prometheus metrics at http://HOST:PORT/metrics (HOST an IPv4 loopback address unless --metrics-allow-remote; port 1–65535).") { text in
+        do throws(WorkerError) {
+            return try MetricsAddress(parsing: text)
+        } catch { throw UsageError(error.message) }
+    }
+    static let metricsAllowRemote = Flag("metrics-allow-remote",
+                                         help: "Let --metrics listen on a non-loopback address (the endpoint has no authentication).")
+
     static let stallTimeout = Option<Int>("stall-timeout", value: "duration",
                                           help: "Retry a transfer that moves no data for this long, 1s to 1h (default $JOBCTL_STALL_TIMEOUT, else 60s).") { text in
         do throws(StorageError) {

@@ -1,0 +1,71 @@
+import EventStore
+import Foundation
+import JobModel
+import StorePort
+import Testing
+import TestSupport
+@testable import Worker
+
+@Suite("worker metrics") struct WorkerMetricsUnitTests {
+    /// Runs `render` on a thread of its own, as the metrics server does (it waits for the store there).
+    static func render(_ exporter: MetricsExporter) async -> String {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: exporter.render()) }.start()
+        }
+    }
+
+    static func jobsLine(_ text: String, queue: String, state: String) -> String? {
+        text.split(separator: "\n").first { $0.hasPrefix("jobctl_jobs{queue=\"\(queue)\",state=\"\(state)\"} ") }.map(String.init)
+    }
+
+    /// Scrapes inside the cache window read the store once; with no window every scrape reads it.
+    @Test func jobCountsAreReadFromTheStoreAndCached() async throws {
+        let directory = try TemporaryDirectory("metrics-cache")
+        defer { directory.remove() }
+        let store = try EventStore(path: directory.file("jobctl.db"))
+        let spec = JobSpec(kind: .uploadData, destination: "file://m/x.txt", data: Data("x".utf8))
+        _ = try store.submit([spec], actor: "test", now: Clock.nowMs())
+        let cached = MetricsExporter(metrics: WorkerMetrics(), store: store, cacheMs: 3_600_000)
+        let uncached = MetricsExporter(metrics: WorkerMetrics(), store: store, cacheMs: 0)
+        #expect(Self.jobsLine(await Self.render(cached), queue: "default", state: "queued") == "jobctl_jobs{queue=\"default\",state=\"queued\"} 1")
+        _ = try store.submit([spec], actor: "test", now: Clock.nowMs())
+        #expect(Self.jobsLine(await Self.render(cached), queue: "default", state: "queued") == "jobctl_jobs{queue=\"default\",state=\"queued\"} 1")
+        #expect(Self.jobsLine(await Self.render(uncached), queue: "default", state: "queued") == "jobctl_jobs{queue=\"default\",state=\"queued\"} 2")
+    }
+
+    /// Label values are escaped as the format requires: backslash, double quote, line feed.
+    @Test func labelValuesAreEscaped() {
+        let text = WorkerMetrics().exposition(groupCommits: (0, 0), jobs: [
+            StoreStats.QueueStateCount(queue: "a\"b\\c\nd", state: .queued, count: 3),
+        ])
+        #expect(text.contains("jobctl_jobs{queue=\"a\\\"b\\\\c\\nd\",state=\"queued\"} 3\n"))
+    }
+
+    /// Buckets are cumulative: each observation counts in its own bucket and every later one.
+    @Test func histogramBucketsAreCumulative() {
+        var histogram = Histogram(bounds: [1, 5, 10])
+        for value in [0.5, 1, 3, 7, 20] { histogram.observe(value) }
+        #expect(histogram.cumulative.map(\.1) == [2, 3, 4])
+        #expect(histogram.count == 5)
+        #expect(histogram.sum == 31.5)
+        var text = MetricsText()
+        text.histogram("h", [("kind", "k")], histogram)
+        #expect(text.output == """
+            h_bucket{kind="k",le="1"} 2
+            h_bucket{kind="k",le="5"} 3
+            h_bucket{kind="k",le="10"} 4
+            h_bucket{kind="k",le="+Inf"} 5
+            h_sum{kind="k"} 31.5
+            h_count{kind="k"} 5
+
+            """)
+    }
+
+    @Test(arguments: [("127.0.0.1:9464", "127.0.0.1", 9464, true), ("localhost:1", "127.0.0.1", 1, true),
+                      ("127.1.2.3:65535", "127.1.2.3", 65535, true), ("0.0.0.0:9464", "0.0.0.0", 9464, false),
+                      ("10.1.2.3:80", "10.1.2.3", 80, false)])
+    func addressesParse(_ text: String, _ host: String, _ port: Int, _ loopback: Bool) throws {
+        let address = try MetricsAddress(parsing: text)
+        #expect(address.host == host && Int(address.port) == port && address.isLoopback == loopback)
+    }
+}
