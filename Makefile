@@ -9,7 +9,7 @@ BUILD_PACKAGES := libsqlite3-dev libcurl4-openssl-dev libyaml-dev libssl-dev lib
 TEST_PACKAGES := $(BUILD_PACKAGES) nginx-light python3-venv postgresql systemd bash-completion zsh
 PYTHON ?= python3
 VENV := .venv
-PEERS := gcp-storage-emulator==2026.7.19 google-cloud-storage==3.17.1 huey==3.5.4 prometheus-client==0.26.0
+PEERS := gcp-storage-emulator==2026.7.19 google-cloud-storage==3.17.1 huey==3.5.4 prometheus-client==0.26.0 cryptography==50.0.2
 DEMO_DIR := var/demo
 JOBCTL := .build/release/jobctl
 
@@ -32,7 +32,7 @@ test-deps:
 	$(call apt_install,$(TEST_PACKAGES))
 
 venv: test-deps
-	@if [ ! -x $(VENV)/bin/gcp-storage-emulator ] || ! $(VENV)/bin/python -c 'import google.cloud.storage, huey' 2>/dev/null; then \
+	@if [ ! -x $(VENV)/bin/gcp-storage-emulator ] || ! $(VENV)/bin/python -c 'import google.cloud.storage, huey, prometheus_client, cryptography' 2>/dev/null; then \
 	  echo "creating $(VENV) with the test peers"; \
 	  $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check $(PEERS); \
 	fi
