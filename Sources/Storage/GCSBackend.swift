@@ -44,8 +44,10 @@ public struct GCSBackend: StorageBackend {
             return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata, md5: spec.wantsMD5,
                                     resumingFrom: resumePoint, control: control, report: report)
         case .downloadFile(let reference, let destination):
-            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, resumingFrom: resumePoint,
-                                          control: control, report: report)
+            let rule = OverwriteRule(spec)
+            if let settled = try rule.beforeDownload(to: destination) { return settled }
+            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, replacing: rule.replaces,
+                                          resumingFrom: resumePoint, control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
             return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
         case .fetchURL(let reference):
@@ -449,7 +451,7 @@ public struct GCSBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, resumingFrom resumePoint: ResumePoint?,
+    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, replacing: Bool, resumingFrom resumePoint: ResumePoint?,
                               control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let object: StorageObject
@@ -507,7 +509,7 @@ public struct GCSBackend: StorageBackend {
             sink.partial.discard()
             throw error
         }
-        let path = try sink.partial.commit()
+        let path = try sink.partial.commit(replacing: replacing)
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
     }

@@ -35,8 +35,10 @@ public struct HTTPBackend: StorageBackend {
         case .upload(let source, let reference, let contentType):
             return try await upload(source, to: reference, contentType: contentType, md5: spec.wantsMD5, control: control, report: report)
         case .downloadFile(let reference, let destination):
-            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, resumingFrom: resumePoint,
-                                          control: control, report: report)
+            let rule = OverwriteRule(spec)
+            if let settled = try rule.beforeDownload(to: destination) { return settled }
+            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, replacing: rule.replaces,
+                                          resumingFrom: resumePoint, control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
             return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
         case .fetchURL(let reference):
@@ -112,7 +114,7 @@ public struct HTTPBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, resumingFrom resumePoint: ResumePoint?,
+    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, replacing: Bool, resumingFrom resumePoint: ResumePoint?,
                               control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
@@ -181,7 +183,7 @@ public struct HTTPBackend: StorageBackend {
             sink.partial.discard()
             throw error
         }
-        let path = try sink.partial.commit()
+        let path = try sink.partial.commit(replacing: replacing)
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: sink.offset,
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,

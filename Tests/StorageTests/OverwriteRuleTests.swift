@@ -1,0 +1,86 @@
+import Foundation
+import JobModel
+@testable import Storage
+import Testing
+import TestSupport
+
+/// `if_exists:` against `file://` buckets and local download destinations: the real effect on disk.
+@Suite struct OverwriteRuleLocalTests {
+    private let directory: TemporaryDirectory
+    private let backend: LocalBackend
+
+    init() throws {
+        directory = try TemporaryDirectory("jobctl-ifexists")
+        try FileManager.default.createDirectory(atPath: directory.file("buckets/b"), withIntermediateDirectories: true)
+        backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets")))
+    }
+
+    private var objectPath: String { directory.file("buckets/b/x.txt") }
+
+    private func upload(_ text: String, _ rule: IfExists?) async -> Result<TransferOutcome, StorageError> {
+        await run(backend, JobSpec(kind: .uploadData, destination: "file://b/x.txt", data: Data(text.utf8), ifExists: rule))
+    }
+
+    private func contents(_ path: String) -> String? {
+        FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    @Test func uploadRulesOnAnExistingObject() async throws {
+        _ = try finished(await upload("first", nil))
+        let skipped = try finished(await upload("second", .skip))
+        #expect(skipped.skipped == true && contents(objectPath) == "first")
+
+        let error = try failure(await upload("third", .fail))
+        #expect(error.code == .invalidArgument && !error.retryable && error.message.contains("if_exists: fail"), "\(error)")
+        #expect(contents(objectPath) == "first")
+        // Nothing of the refused upload is left behind in the bucket.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("buckets/b")).filter { $0.contains("jobctl-upload") }.isEmpty)
+
+        let identical = try finished(await upload("first", .skipIdentical))
+        #expect(identical.skipped == true)
+        let different = try finished(await upload("fifth", .skipIdentical))
+        #expect(different.skipped == nil && contents(objectPath) == "fifth")
+
+        let overwritten = try finished(await upload("sixth", .overwrite))
+        #expect(overwritten.skipped == nil && contents(objectPath) == "sixth")
+    }
+
+    @Test func uploadRulesOnAMissingObjectWrite() async throws {
+        for rule in [IfExists.skip, .fail, .skipIdentical] {
+            try? FileManager.default.removeItem(atPath: objectPath)
+            let result = try finished(await upload("new \(rule)", rule))
+            #expect(result.skipped == nil && contents(objectPath) == "new \(rule)")
+        }
+    }
+
+    @Test func downloadRulesOnAnExistingFile() async throws {
+        _ = try finished(await upload("object", nil))
+        let destination = directory.file("out/x.txt")
+        try FileManager.default.createDirectory(atPath: directory.file("out"), withIntermediateDirectories: true)
+        try Data("local".utf8).write(to: URL(fileURLWithPath: destination))
+        func download(_ rule: IfExists?) async -> Result<TransferOutcome, StorageError> {
+            await run(backend, JobSpec(kind: .downloadFile, source: "file://b/x.txt", destination: destination, ifExists: rule))
+        }
+        let skipped = try finished(await download(.skip))
+        #expect(skipped.skipped == true && skipped.path == destination && contents(destination) == "local")
+        let error = try failure(await download(.fail))
+        #expect(error.code == .invalidArgument && !error.retryable && contents(destination) == "local", "\(error)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("out")) == ["x.txt"])
+        _ = try finished(await download(nil))
+        #expect(contents(destination) == "object")
+        try FileManager.default.removeItem(atPath: destination)
+        let fresh = try finished(await download(.fail))
+        #expect(fresh.skipped == nil && contents(destination) == "object")
+    }
+
+    /// The write itself refuses to replace a file that appears after the up-front check: `linkat`.
+    @Test func failCommitNeverReplacesAFileThatAppearedMeanwhile() throws {
+        let destination = directory.file("race.txt")
+        let partial = try PartialFile(destination: destination, jobID: "j1", resumeFrom: nil)
+        try partial.write(Data("downloaded".utf8))
+        try Data("someone else".utf8).write(to: URL(fileURLWithPath: destination))
+        #expect(throws: StorageError.self) { try partial.commit(replacing: false) }
+        #expect(contents(destination) == "someone else")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".race") }.isEmpty)
+    }
+}
