@@ -84,3 +84,48 @@ import TestSupport
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".race") }.isEmpty)
     }
 }
+
+/// `if_exists:` against the GCS emulator. The emulator ignores preconditions, so `fail` is proven by the
+/// request it sends (`ifGenerationMatch=0` on the session start, seen in the proxy's log) and by how a
+/// 412 answer (synthesized by the proxy, as real GCS answers) ends the job.
+@Suite struct OverwriteRuleGCSTests {
+    @Test func uploadRulesAgainstTheEmulator() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: proxy.baseURL, usesEmulator: true,
+                                                                     firebaseEndpoint: proxy.baseURL, stallTimeout: 30, connectTimeout: 5))
+        let reference = "gs://\(server.bucket)/rules/x.txt"
+        func upload(_ text: String, _ rule: IfExists?) async -> Result<TransferOutcome, StorageError> {
+            await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Data(text.utf8), ifExists: rule))
+        }
+        func sessionStarts() -> [String] {
+            proxy.exchanges.filter { $0.request.method == "POST" && $0.request.target.contains("uploadType=resumable") }.map(\.request.target)
+        }
+
+        // Nothing there yet: `fail` uploads, carrying the precondition.
+        let first = try finished(await upload("first", .fail))
+        #expect(first.skipped == nil && first.object?.size == 5)
+        #expect(sessionStarts().count == 1 && sessionStarts().allSatisfy { $0.contains("ifGenerationMatch=0") }, "\(sessionStarts())")
+
+        // `skip` looks first and sends no upload.
+        let skipped = try finished(await upload("second", .skip))
+        #expect(skipped.skipped == true && skipped.object?.size == 5)
+        #expect(sessionStarts().count == 1)
+
+        // `skip-identical`: same bytes skip, other bytes upload (without the precondition).
+        #expect(try finished(await upload("first", .skipIdentical)).skipped == true)
+        #expect(try finished(await upload("other", .skipIdentical)).skipped == nil)
+        #expect(sessionStarts().count == 2 && !sessionStarts()[1].contains("ifGenerationMatch"))
+
+        // A 412 (what real GCS answers when the object exists) is a clear, final error.
+        proxy.add(FaultRule(RequestMatch(method: "POST", pathContains: "ifGenerationMatch=0"),
+                            .respond(ProxyMessage(startLine: "HTTP/1.1 412 Precondition Failed",
+                                                  headers: [ProxyHeader("Content-Length", "0")]))))
+        let error = try failure(await run(backend, JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/rules/new.txt",
+                                                           data: Data("x".utf8), ifExists: .fail)))
+        #expect(error.code == .invalidArgument && !error.retryable && error.httpStatus == 412, "\(error)")
+        #expect(error.message.contains("if_exists: fail"))
+    }
+}
