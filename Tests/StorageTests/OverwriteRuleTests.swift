@@ -129,3 +129,36 @@ import TestSupport
         #expect(error.message.contains("if_exists: fail"))
     }
 }
+
+/// `if_exists:` for plain-HTTP PUT against nginx. nginx's WebDAV module ignores `If-None-Match: *` on
+/// PUT (this test found so), so `fail` also looks with HEAD first; the header is still sent.
+@Suite struct OverwriteRuleHTTPTests {
+    @Test func putRulesAgainstNginx() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let url = "\(proxy.baseURL)/rules/x.txt"
+        let path = server.root + "/rules/x.txt"
+        func upload(_ text: String, _ rule: IfExists?) async -> Result<TransferOutcome, StorageError> {
+            await run(backend, JobSpec(kind: .uploadData, destination: url, data: Data(text.utf8), ifExists: rule))
+        }
+        func contents() -> String? { FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) } }
+
+        #expect(try finished(await upload("first", .fail)).skipped == nil)
+        #expect(contents() == "first")
+        let puts = proxy.exchanges.filter { $0.request.method == "PUT" }
+        #expect(puts.count == 1 && puts.first?.request.header("If-None-Match") == "*")
+        let error = try failure(await upload("second", .fail))
+        #expect(error.code == .invalidArgument && !error.retryable && error.message.contains("if_exists: fail"), "\(error)")
+        #expect(proxy.exchanges.filter { $0.request.method == "PUT" }.count == 1)
+        #expect(contents() == "first")
+        #expect(try finished(await upload("third", .skip)).skipped == true)
+        #expect(contents() == "first")
+        // nginx reports no hash, so skip-identical cannot prove the bytes equal: it uploads.
+        #expect(try finished(await upload("first", .skipIdentical)).skipped == nil)
+        #expect(try finished(await upload("fourth", nil)).skipped == nil)
+        #expect(contents() == "fourth")
+    }
+}
