@@ -37,7 +37,7 @@ public struct GCSBackend: StorageBackend {
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.
-        let control = control.limited(toSeconds: spec.timeoutSeconds)
+        let control = control.limited(toSeconds: spec.timeoutSeconds, maxRate: spec.maxRate)
         switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
                                policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
