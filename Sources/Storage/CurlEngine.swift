@@ -38,9 +38,6 @@ final class CurlEngine: @unchecked Sendable {
     /// The process-wide engine.
     static let shared = CurlEngine()
 
-    /// The process-wide bandwidth limit every exchange started from now on draws from (`--bwlimit`).
-    let bandwidth = Mutex<SharedBandwidth?>(nil)
-
     /// Idle connections kept open for reuse. Generous: an idle socket costs one descriptor, while a
     /// full cache closes the oldest idle connection, and a worker talking to many hosts (or a test run
     /// with many servers at once) would lose the connection its next request meant to reuse.
@@ -71,8 +68,7 @@ final class CurlEngine: @unchecked Sendable {
     /// exchange completes; the caller must not touch them meanwhile.
     func perform(_ request: HTTPRequest, source: (any RequestBodySource)? = nil, sink: (any ResponseBodySink)? = nil,
                  control: TransferControl?, options: CurlOptions) async throws(TransferFailure) -> HTTPResponse {
-        let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, options: options,
-                                    bandwidth: bandwidth.withLock { $0 })
+        let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, options: options)
         let result: Result<HTTPResponse, TransferFailure> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 exchange.continuation = continuation
@@ -158,6 +154,8 @@ struct CurlOptions: Sendable {
     var stallTimeout: Int
     /// The CAs HTTPS servers are checked against.
     var trust: CertificateTrust
+    /// The bucket shared by every exchange of the worker (`--bwlimit`), if any.
+    var bandwidth: SharedBandwidth?
 }
 
 /// Why an exchange did not produce a response.
@@ -211,8 +209,8 @@ private final class CurlExchange: @unchecked Sendable {
     private var pausedForRate = false
 
     init(request: HTTPRequest, source: (any RequestBodySource)?, sink: (any ResponseBodySink)?,
-         control: TransferControl?, options: CurlOptions, bandwidth: SharedBandwidth? = nil) {
-        self.bandwidth = bandwidth
+         control: TransferControl?, options: CurlOptions) {
+        bandwidth = options.bandwidth
         ownRate = control?.maxRate.map { TokenBucket(rate: $0) }
         self.request = request
         self.source = source

@@ -25,4 +25,41 @@ import TestSupport
         #expect(result.size == Int64(size))
         #expect(rate >= Double(limit) * 0.85 && rate <= Double(limit) * 1.15, "measured \(rate) B/s for a limit of \(limit)")
     }
+
+    /// Two downloads at once under one shared limit (the worker's `--bwlimit`): their total rate is the limit.
+    @Test func concurrentDownloadsShareOneLimit() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let size = 1_048_576
+        try FileManager.default.createDirectory(atPath: server.root + "/shared", withIntermediateDirectories: true)
+        for name in ["a", "b"] {
+            try Data(repeating: 0x33, count: size).write(to: URL(fileURLWithPath: server.root + "/shared/\(name).bin"))
+        }
+        let directory = try TemporaryDirectory("jobctl-bwlimit")
+        let limit: Int64 = 1_048_576
+        var configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
+        configuration.bandwidth = SharedBandwidth(rate: limit)
+        let backend = HTTPBackend(configuration: configuration)
+        let started = ContinuousClock.now
+        async let first = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/shared/a.bin", destination: directory.file("a.bin")))
+        async let second = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/shared/b.bin", destination: directory.file("b.bin")))
+        let results = await [first, second]
+        let elapsed = started.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = Double(2 * size) / seconds
+        print("--bwlimit \(limit) B/s shared by 2 downloads: \(2 * size) bytes in \(seconds) s = \(Int(rate)) B/s")
+        for result in results { #expect(try finished(result).size == Int64(size)) }
+        #expect(rate >= Double(limit) * 0.85 && rate <= Double(limit) * 1.15, "measured \(rate) B/s for a shared limit of \(limit)")
+    }
+
+    @Test func bucketPacesChunks() {
+        var bucket = TokenBucket(rate: 1000)
+        let start = ContinuousClock.now
+        let readyAtStart = bucket.isReady(at: start)
+        bucket.take(500, at: start)   // 50 saved up, 450 in debt
+        let readyInDebt = bucket.isReady(at: start)
+        let wait = bucket.millisecondsUntilReady(at: start)
+        let readyLater = bucket.isReady(at: start.advanced(by: .milliseconds(450)))
+        #expect(readyAtStart && !readyInDebt && wait == 450 && readyLater)
+    }
 }
