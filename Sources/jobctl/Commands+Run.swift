@@ -11,7 +11,7 @@ extension Commands {
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
         options: [Options.concurrency, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
                   Options.logFormat, Options.quiet, Options.verbose,
-                  Options.json.help("Print the exit summary as JSON.")],
+                  Options.json.help("Print the exit summary as JSON."), Options.bandwidthLimit],
         discussion: """
         Run as many worker processes on one database as you like. SIGTERM or SIGINT stops claiming, pauses
         running transfers at their resume point, releases their leases and exits 0 within 10 seconds — also
@@ -48,6 +48,7 @@ extension Commands {
             storage = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
         } catch { throw CommandFailure(error.message) }
         if let stall = try arguments.value(Options.stallTimeout) { storage.stallTimeout = stall }
+        if let rate = try arguments.value(Options.bandwidthLimit) { storage.bandwidth = SharedBandwidth(rate: rate) }
         let store = try context.openStore()
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration, log: log)
         // SIGTERM/SIGINT have been blocked since main started; one that came early is pending and is
