@@ -46,7 +46,10 @@ final class CurlEngine: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<[CurlExchange]>([])
 
-    init() {
+    /// An engine and its thread, named `threadName` (the process-wide one is `jobctl-curl`; tests that need
+    /// an engine of their own name theirs otherwise, so thread counts of the shared one stay true). The
+    /// thread runs for the life of the process.
+    init(threadName: String = "jobctl-curl") {
         CurlGlobal.initialise()
         // curl_multi_init only fails when malloc fails; there is no way to run transfers then.
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
@@ -58,7 +61,7 @@ final class CurlEngine: @unchecked Sendable {
         let thread = Thread { [self] in
             // Named for /proc/PID/task/*/comm, top -H and debuggers.
             // (/proc/thread-self/comm is the C-free way to name the calling thread on Linux.)
-            try? "jobctl-curl".write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
+            try? threadName.write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
             self.run()
         }
         thread.start()

@@ -27,6 +27,12 @@ public struct HTTPBackend: StorageBackend {
         self.engine = .shared
     }
 
+    /// A backend on its own curl engine (tests that time transfers, unaffected by other tests' exchanges).
+    init(configuration: StorageConfiguration, engine: CurlEngine) {
+        self.configuration = configuration
+        self.engine = engine
+    }
+
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.

@@ -12,11 +12,13 @@ struct TokenBucket: Sendable {
     private var tokens: Double
     private var last: ContinuousClock.Instant?
 
-    /// A bucket of `rate` bytes per second holding at most a twentieth of a second's worth.
+    /// A bucket of `rate` bytes per second that starts empty (no burst at the start, so the average from
+    /// the start never exceeds `rate` by more than one chunk) and saves up at most half a second's worth
+    /// (time lost while the thread was not scheduled is partly made up).
     init(rate: Int64) {
         self.rate = max(1, rate)
-        capacity = Double(self.rate) / 20
-        tokens = capacity
+        capacity = Double(self.rate) / 2
+        tokens = 0
     }
 
     private mutating func refill(at now: ContinuousClock.Instant) {
