@@ -70,10 +70,14 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
     public var data: Data?
     /// fetch-url: the download URL.
     public var url: String?
+    /// True when nothing was transferred because the destination already existed and the job said
+    /// `if_exists: skip` (or `skip-identical` and it matched); `object`/`path` then describe what is there.
+    /// Nil otherwise, and not encoded.
+    public var skipped: Bool?
 
     public init(object: StorageObject? = nil, path: String? = nil, size: Int64? = nil, md5: String? = nil,
                 crc32c: String? = nil, blob: String? = nil, data: Data? = nil, url: String? = nil,
-                verified: [ChecksumAlgorithm]? = nil) {
+                verified: [ChecksumAlgorithm]? = nil, skipped: Bool? = nil) {
         self.object = object
         self.path = path
         self.size = size
@@ -83,6 +87,7 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
         self.data = data
         self.url = url
         self.verified = verified
+        self.skipped = skipped
     }
 }
 

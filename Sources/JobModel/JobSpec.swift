@@ -61,6 +61,12 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     /// computed and compared wherever the server reports one. Specs stored before this field existed
     /// decode with nil, and nil is not encoded, so they re-encode unchanged.
     public var checksums: [ChecksumAlgorithm]?
+    /// What to do when the destination exists (the manifest's `if_exists:`); nil means `overwrite`. Nil
+    /// is not encoded, so specs stored before this field existed re-encode unchanged.
+    public var ifExists: IfExists?
+    /// The job's own bandwidth limit in bytes per second (the manifest's `max_rate:`); nil means none
+    /// beyond the worker's `--bwlimit`. Nil is not encoded.
+    public var maxRate: Int64?
 
     /// The `timeout:` values accepted: one second to seven days (a resumable upload session lives a week).
     public static let timeoutRange = 1...(7 * 86_400)
@@ -72,7 +78,7 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     public init(kind: JobKind, source: String? = nil, destination: String? = nil, data: Data? = nil,
                 maxSize: Int64? = nil, metadata: UploadMetadata? = nil, key: String? = nil,
                 priority: Int = 0, maxAttempts: Int = JobSpec.defaultMaxAttempts, queue: String = JobSpec.defaultQueue,
-                timeoutSeconds: Int? = nil, checksums: [ChecksumAlgorithm]? = nil) {
+                timeoutSeconds: Int? = nil, checksums: [ChecksumAlgorithm]? = nil, ifExists: IfExists? = nil, maxRate: Int64? = nil) {
         self.kind = kind
         self.source = source
         self.destination = destination
@@ -85,6 +91,8 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
         self.queue = queue
         self.timeoutSeconds = timeoutSeconds
         self.checksums = checksums
+        self.ifExists = ifExists
+        self.maxRate = maxRate
     }
 
     /// Whether the job asks for MD5 to be computed.

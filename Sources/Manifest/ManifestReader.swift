@@ -14,6 +14,8 @@ enum JobField: String, CaseIterable, Sendable {
     case timeout
     case checkSource = "check_source"
     case checksums
+    case ifExists = "if_exists"
+    case maxRate = "max_rate"
 
     /// Fields every kind takes.
     static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout]
@@ -36,10 +38,10 @@ enum JobField: String, CaseIterable, Sendable {
     /// The fields a kind takes besides the common ones.
     static func specific(to kind: JobKind) -> Set<JobField> {
         switch kind {
-        case .uploadFile: [.source, .destination, .metadata, .checkSource, .checksums]
-        case .uploadData: [.data, .dataBase64, .destination, .metadata, .checksums]
-        case .downloadFile: [.source, .destination, .checksums]
-        case .downloadMemory: [.source, .maxSize, .checksums]
+        case .uploadFile: [.source, .destination, .metadata, .checkSource, .checksums, .ifExists, .maxRate]
+        case .uploadData: [.data, .dataBase64, .destination, .metadata, .checksums, .ifExists, .maxRate]
+        case .downloadFile: [.source, .destination, .checksums, .ifExists, .maxRate]
+        case .downloadMemory: [.source, .maxSize, .checksums, .maxRate]
         case .fetchURL: [.source]
         }
     }
@@ -71,6 +73,9 @@ struct FieldSet {
     var checkSource: Located<Bool>?
     /// The hashes to compute and compare, in `ChecksumAlgorithm` order, without repeats.
     var checksums: Located<[ChecksumAlgorithm]>?
+    var ifExists: Located<IfExists>?
+    /// Bytes per second.
+    var maxRate: Located<Int64>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
     /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
@@ -91,6 +96,8 @@ struct FieldSet {
         result.timeout = fill(timeout, defaults.timeout, .timeout)
         result.checkSource = fill(checkSource, defaults.checkSource, .checkSource)
         result.checksums = fill(checksums, defaults.checksums, .checksums)
+        result.ifExists = fill(ifExists, defaults.ifExists, .ifExists)
+        result.maxRate = fill(maxRate, defaults.maxRate, .maxRate)
         if written[.metadata] != nil && metadata == nil { return result }
         if let base = defaults.metadata {
             guard var own = metadata else {
@@ -307,6 +314,17 @@ struct ManifestReader {
         spec.queue = fields.queue?.value ?? JobSpec.defaultQueue
         spec.timeoutSeconds = fields.timeout?.value
         if allowed.contains(.checksums) { spec.checksums = fields.checksums?.value }
+        if allowed.contains(.maxRate) { spec.maxRate = fields.maxRate?.value }
+        if allowed.contains(.ifExists), let ifExists = fields.ifExists {
+            // `overwrite` is the default: left out, so the spec encodes as one written without it.
+            if ifExists.value == .skipIdentical && !kind.isUpload {
+                // A default that cannot apply to this kind is reported where `defaults:` wrote it.
+                report(.invalidValue, "'if_exists: skip-identical' applies to uploads only (it compares the local source's CRC32C "
+                           + "with the object's); use skip, fail or overwrite for \(kind.rawValue)", at: ifExists.valueMark)
+            } else if ifExists.value != .overwrite {
+                spec.ifExists = ifExists.value
+            }
+        }
         if kind.isUpload, let metadata = fields.metadata?.value, !metadata.isEmpty {
             spec.metadata = metadata
         }
@@ -678,6 +696,10 @@ struct ManifestReader {
                 fields.timeout = located(readTimeout(pair))
             case .checksums:
                 fields.checksums = located(readChecksums(pair))
+            case .ifExists:
+                fields.ifExists = located(readIfExists(pair))
+            case .maxRate:
+                fields.maxRate = located(readRate(pair))
             }
         }
         return fields
@@ -768,6 +790,33 @@ struct ManifestReader {
         }
         guard valid else { return nil }
         return ChecksumAlgorithm.allCases.filter(chosen.contains)
+    }
+
+    /// `if_exists:` — one of `IfExists`'s names.
+    private mutating func readIfExists(_ pair: YAMLPair) -> IfExists? {
+        let names = IfExists.allCases.map(\.rawValue)
+        let expected = "one of \(names.joined(separator: ", "))"
+        guard let text = string(pair, expected: expected) else { return nil }
+        if let value = IfExists(rawValue: text) { return value }
+        let suggestion = Self.suggestion(for: text, among: names)
+        report(.invalidValue, "unknown 'if_exists' value '\(text)'\(suggestion); expected \(expected)", at: pair.value.mark)
+        return nil
+    }
+
+    /// `max_rate:` — bytes per second written as rclone writes `--bwlimit` (`512k`, `10M`), within `TransferRate.range`.
+    private mutating func readRate(_ pair: YAMLPair) -> Int64? {
+        let expected = "a rate like 512k or 10M (bytes per second)"
+        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
+            let isNull = Self.isNull(pair.value)
+            report(isNull ? .invalidValue : .wrongType, "'max_rate' must be \(expected), not \(pair.value.summary)",
+                   at: isNull ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        if let problem = TransferRate.problem(with: scalar.value, what: "'max_rate'") {
+            report(.invalidValue, problem, at: scalar.mark)
+            return nil
+        }
+        return TransferRate.parse(scalar.value)
     }
 
     /// `timeout:` — one attempt's limit — as seconds, within `JobSpec.timeoutRange`.

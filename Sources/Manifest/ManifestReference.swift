@@ -53,6 +53,11 @@ public enum ManifestReference {
             FieldEntry(name: "check_source", summary: "false: the source file may be missing at submit.", defaultText: "true"),
             FieldEntry(name: "checksums", summary: "Hashes to compute and compare: a list of \(checksums).",
                        defaultText: "crc32c, and md5 where it is the one hash offered"),
+            FieldEntry(name: "if_exists", summary: "When the destination already exists: overwrite, skip, fail (one step where "
+                       + "the server offers a precondition), or skip-identical (uploads: same size and CRC32C).",
+                       defaultText: "overwrite"),
+            FieldEntry(name: "max_rate", summary: "This job's bandwidth, bytes per second with rclone's units: 512k, 10M "
+                       + "(K/M/G/T are 1024s); http(s) and gs:// transfers.", defaultText: "unlimited"),
         ]
     }
 

@@ -46,7 +46,10 @@ final class CurlEngine: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<[CurlExchange]>([])
 
-    init() {
+    /// An engine and its thread, named `threadName` (the process-wide one is `jobctl-curl`; tests that need
+    /// an engine of their own name theirs otherwise, so thread counts of the shared one stay true). The
+    /// thread runs for the life of the process.
+    init(threadName: String = "jobctl-curl") {
         CurlGlobal.initialise()
         // curl_multi_init only fails when malloc fails; there is no way to run transfers then.
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
@@ -58,7 +61,7 @@ final class CurlEngine: @unchecked Sendable {
         let thread = Thread { [self] in
             // Named for /proc/PID/task/*/comm, top -H and debuggers.
             // (/proc/thread-self/comm is the C-free way to name the calling thread on Linux.)
-            try? "jobctl-curl".write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
+            try? threadName.write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
             self.run()
         }
         thread.start()
@@ -113,8 +116,15 @@ final class CurlEngine: @unchecked Sendable {
                 curl_multi_remove_handle(multi, easy)
                 active.removeValue(forKey: easy)?.finish(code: code, cause: nil)
             }
-            // Sleeps until a socket is ready, curl's own timer fires, a submission wakes us, or 1 s.
-            checkMulti(curl_multi_poll(multi, nil, 0, 1000, nil), "curl_multi_poll")
+            // Rate-limited exchanges paused in a callback continue once their buckets allow.
+            var timeout: Int32 = 1000
+            let now = ContinuousClock.now
+            for exchange in active.values {
+                if let wait = exchange.resumeIfAllowed(at: now) { timeout = min(timeout, Int32(wait)) }
+            }
+            // Sleeps until a socket is ready, curl's own timer fires, a submission wakes us, a paused
+            // exchange may continue, or 1 s.
+            checkMulti(curl_multi_poll(multi, nil, 0, timeout, nil), "curl_multi_poll")
         }
     }
 
@@ -147,6 +157,8 @@ struct CurlOptions: Sendable {
     var stallTimeout: Int
     /// The CAs HTTPS servers are checked against.
     var trust: CertificateTrust
+    /// The bucket shared by every exchange of the worker (`--bwlimit`), if any.
+    var bandwidth: SharedBandwidth?
 }
 
 /// Why an exchange did not produce a response.
@@ -193,8 +205,16 @@ private final class CurlExchange: @unchecked Sendable {
         case deadline
     }
 
+    /// The job's own limit (`max_rate:`) and the process's (`--bwlimit`); bytes move only while neither is in debt.
+    private var ownRate: TokenBucket?
+    private let bandwidth: SharedBandwidth?
+    /// Whether a callback paused the exchange for its rate limits.
+    private var pausedForRate = false
+
     init(request: HTTPRequest, source: (any RequestBodySource)?, sink: (any ResponseBodySink)?,
          control: TransferControl?, options: CurlOptions) {
+        bandwidth = options.bandwidth
+        ownRate = control?.maxRate.map { TokenBucket(rate: $0) }
         self.request = request
         self.source = source
         self.sink = sink
@@ -253,8 +273,17 @@ private final class CurlExchange: @unchecked Sendable {
         }
         // Larger buffers mean fewer callbacks per byte (each one hashes and may write to disk); they
         // are per exchange and fixed, so memory stays flat.
-        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024))
-        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 1024 * 1024))
+        // Rate limits (`max_rate:`, `--bwlimit`) are kept by pausing in the body callbacks
+        // (https://curl.se/libcurl/c/curl_easy_pause.html) rather than CURLOPT_MAX_RECV_SPEED_LARGE: the
+        // libcurl of Debian 12 reads whole socket buffers between its checks and overshoots a 2M limit by
+        // half on loopback. Small buffers keep each chunk, and so the error, small.
+        if let rate = [ownRate?.rate, bandwidth?.rate].compactMap({ $0 }).min() {
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, TokenBucket.chunkSize(for: rate)))
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, TokenBucket.chunkSize(for: rate)))
+        } else {
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024))
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 1024 * 1024))
+        }
         // Only loopback and the configured endpoints are ever targets; plain HTTP and HTTPS only.
         try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
         if request.followRedirects {
@@ -368,6 +397,37 @@ private final class CurlExchange: @unchecked Sendable {
             body.append(contentsOf: bytes.prefix(Self.errorBodyLimit - body.count))
         }
         return true
+    }
+
+    // MARK: Rate limits
+
+    /// Whether body bytes may move now; false marks the exchange paused (the callback returns PAUSE).
+    func mayMoveBody() -> Bool {
+        guard ownRate != nil || bandwidth != nil else { return true }
+        let now = ContinuousClock.now
+        let ready = (ownRate?.isReady(at: now) ?? true) && (bandwidth?.isReady(at: now) ?? true)
+        if !ready { pausedForRate = true }
+        return ready
+    }
+
+    /// Debits `count` body bytes from the rate limits.
+    func movedBody(_ count: Int) {
+        guard count > 0, ownRate != nil || bandwidth != nil else { return }
+        let now = ContinuousClock.now
+        ownRate?.take(count, at: now)
+        bandwidth?.take(count, at: now)
+    }
+
+    /// Engine thread, outside callbacks: unpauses a rate-paused exchange whose limits allow it again.
+    /// Returns the milliseconds to wait when it must stay paused, nil otherwise.
+    func resumeIfAllowed(at now: ContinuousClock.Instant) -> Int? {
+        guard pausedForRate, let easy else { return nil }
+        let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, bandwidth?.millisecondsUntilReady(at: now) ?? 0)
+        guard wait == 0 else { return wait }
+        pausedForRate = false
+        // The callbacks may run (and pause again) inside this call.
+        _ = curl_easy_pause(easy, CURLPAUSE_CONT)
+        return pausedForRate ? 1 : nil
     }
 
     /// One header line: https://curl.se/libcurl/c/CURLOPT_HEADERFUNCTION.html
@@ -491,14 +551,19 @@ private final class CurlExchange: @unchecked Sendable {
 private let curlRead: jobctl_curl_data_callback = { buffer, size, count, context in
     guard let buffer, let context else { return Int(CURL_READFUNC_ABORT) }
     let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
-    return exchange.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count))
+    guard exchange.mayMoveBody() else { return Int(CURL_READFUNC_PAUSE) }
+    let result = exchange.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count))
+    if result <= size * count { exchange.movedBody(result) }
+    return result
 }
 
 private let curlWrite: jobctl_curl_data_callback = { buffer, size, count, context in
     guard let context else { return 0 }
     let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
     let total = size * count
+    guard exchange.mayMoveBody() else { return Int(CURL_WRITEFUNC_PAUSE) }
     let accepted = exchange.receiveBody(UnsafeRawBufferPointer(start: buffer, count: total))
+    if accepted { exchange.movedBody(total) }
     return accepted ? total : 0
 }
 

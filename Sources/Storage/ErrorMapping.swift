@@ -83,3 +83,15 @@ func retryAfterSeconds(_ value: String, now: Date = Date()) -> Double? {
     }
     return nil
 }
+
+// MARK: - Overwrite rules
+
+extension StorageError {
+    /// The error of a job with `if_exists: fail` whose destination exists: `invalidArgument` (the job's
+    /// own rule refused the write — as Firebase reports a request that cannot succeed as sent), never retryable.
+    static func destinationExists(_ destination: String, httpStatus: Int? = nil) -> StorageError {
+        StorageError(.invalidArgument, "destination '\(redactedURL(destination))' already exists and the job says 'if_exists: fail'; "
+                        + "remove it, or resubmit with 'if_exists: overwrite' or 'skip'",
+                     httpStatus: httpStatus, retryable: false)
+    }
+}

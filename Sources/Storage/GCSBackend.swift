@@ -37,15 +37,34 @@ public struct GCSBackend: StorageBackend {
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.
-        let control = control.limited(toSeconds: spec.timeoutSeconds)
+        let control = control.limited(toSeconds: spec.timeoutSeconds, maxRate: spec.maxRate)
         switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
                                policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
-            return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata, md5: spec.wantsMD5,
-                                    resumingFrom: resumePoint, control: control, report: report)
+            let rule = OverwriteRule(spec)
+            // A resumed session was started under the precondition already: no second look.
+            if resumePoint == nil && rule.mode != .overwrite {
+                switch try await existingObject(reference, control: control) {
+                case .stopped(let reason): return .stopped(reason, nil)
+                case .value(let existing):
+                    if let existing, try rule.skipsUpload(existing: existing, destination: reference.description,
+                                                          source: { () throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: source) }) {
+                        return OverwriteRule.skippedUpload(existing)
+                    }
+                }
+            }
+            do throws(StorageError) {
+                return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata, md5: spec.wantsMD5,
+                                        ifGenerationMatchZero: !rule.replaces, resumingFrom: resumePoint, control: control, report: report)
+            } catch where error.httpStatus == 412 && !rule.replaces {
+                // GCS checks `ifGenerationMatch=0` when the session starts and when it completes.
+                throw StorageError.destinationExists(reference.description, httpStatus: 412)
+            }
         case .downloadFile(let reference, let destination):
-            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, resumingFrom: resumePoint,
-                                          control: control, report: report)
+            let rule = OverwriteRule(spec)
+            if let settled = try rule.beforeDownload(to: destination) { return settled }
+            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, replacing: rule.replaces,
+                                          resumingFrom: resumePoint, control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
             return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
         case .fetchURL(let reference):
@@ -70,7 +89,8 @@ public struct GCSBackend: StorageBackend {
     }
 
     private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String,
-                        metadata: UploadMetadata?, md5: Bool, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        metadata: UploadMetadata?, md5: Bool, ifGenerationMatchZero: Bool, resumingFrom resumePoint: ResumePoint?,
+                        control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let total = source.size
         let checksums = StreamChecksums(md5: md5)
@@ -103,8 +123,8 @@ public struct GCSBackend: StorageBackend {
         while true {
             if session == nil {
                 do throws(TransferFailure) {
-                    let uri = try await startUploadSession(reference, contentType: contentType, metadata: metadata,
-                                                           total: total, control: control)
+                    let uri = try await startUploadSession(reference, contentType: contentType, metadata: metadata, total: total,
+                                                           ifGenerationMatchZero: ifGenerationMatchZero, control: control)
                     session = UploadSession(uri: uri, confirmed: 0, ceiling: 0)
                     report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: 0, total: total), bytesTotal: total))
                 } catch {
@@ -342,9 +362,12 @@ public struct GCSBackend: StorageBackend {
     }
 
     /// POSTs the metadata and returns the session URI from `Location`.
+    /// With `ifGenerationMatchZero` the session carries the precondition `ifGenerationMatch=0`: the upload
+    /// fails with 412 instead of replacing an object (`if_exists: fail`).
     private func startUploadSession(_ reference: StorageReference, contentType: String, metadata: UploadMetadata?,
-                                    total: Int64, control: TransferControl) async throws(TransferFailure) -> String {
+                                    total: Int64, ifGenerationMatchZero: Bool, control: TransferControl) async throws(TransferFailure) -> String {
         let url = "\(endpoint)/upload/storage/v1/b/\(reference.bucket)/o?uploadType=resumable&name=\(reference.encodedPath)"
+            + (ifGenerationMatchZero ? "&ifGenerationMatch=0" : "")
         let request = HTTPRequest(
             method: "POST", url: url,
             headers: ["Content-Type: application/json; charset=UTF-8", "X-Upload-Content-Type: \(contentType)",
@@ -449,7 +472,7 @@ public struct GCSBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, resumingFrom resumePoint: ResumePoint?,
+    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, replacing: Bool, resumingFrom resumePoint: ResumePoint?,
                               control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let object: StorageObject
@@ -507,7 +530,7 @@ public struct GCSBackend: StorageBackend {
             sink.partial.discard()
             throw error
         }
-        let path = try sink.partial.commit()
+        let path = try sink.partial.commit(replacing: replacing)
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
     }
@@ -633,6 +656,26 @@ public struct GCSBackend: StorageBackend {
             case .failed(let failure): throw failure
             }
         }
+        guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
+        guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
+            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource",
+                               httpStatus: response.status, url: redactedURL(response.url))
+        }
+        return .value(object)
+    }
+
+    /// The object's metadata, nil when there is none (404), or the stop reason.
+    private func existingObject(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> Fetched<StorageObject?> {
+        let response: HTTPResponse
+        do {
+            response = try await send(HTTPRequest(method: "GET", url: objectURL(reference)), control: control)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason)
+            case .failed(let failure): throw failure
+            }
+        }
+        if response.status == 404 { return .value(nil) }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
             throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource",

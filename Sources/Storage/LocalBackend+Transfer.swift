@@ -71,6 +71,16 @@ final class LocalTransfer {
         }
 
         let location = try backend.locate(reference, creating: true)
+        let rule = OverwriteRule(spec)
+        if rule.mode != .overwrite, let existing = location.directory.entry(location.name), existing.isRegular {
+            var object = try backend.readMetadata(location, status: existing)
+            object.size = existing.size
+            let spec = self.spec
+            if try rule.skipsUpload(existing: object, destination: reference.description,
+                                    source: { () throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: spec) }) {
+                return OverwriteRule.skippedUpload(object)
+            }
+        }
         let hashes = StreamingHashes(md5: spec.wantsMD5)
         let session = try openUploadSession(for: location, total: total, hashes: hashes)
         let temp = session.file
@@ -181,8 +191,16 @@ final class LocalTransfer {
                                    + "folder, then retry the job")
         }
         temp.close()
-        do {
-            try location.directory.rename(session.name, to: location.name)
+        do throws(StorageError) {
+            if rule.replaces {
+                try location.directory.rename(session.name, to: location.name)
+            } else {
+                // `if_exists: fail`: linked into place only if nothing took the name since the check above.
+                guard try location.directory.linkExclusive(session.name, to: location.name) else {
+                    throw StorageError.destinationExists(reference.description)
+                }
+                location.directory.remove(session.name, ifStill: session.identity)
+            }
         } catch {
             session.discard(in: location)
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
@@ -336,6 +354,8 @@ final class LocalTransfer {
         guard let destination = spec.destination else {
             throw StorageError(.invalidArgument, "download-file needs a destination path")
         }
+        let rule = OverwriteRule(spec)
+        if let settled = try rule.beforeDownload(to: destination) { return settled }
         let (file, object, _) = try openObject()
         let total = object.size
         var resume = resumePoint
@@ -387,7 +407,7 @@ final class LocalTransfer {
             partial.discard()
             throw error
         }
-        let path = try partial.commit()
+        let path = try partial.commit(replacing: rule.replaces)
         return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c, verified: verified))
     }
 

@@ -43,6 +43,14 @@ public final class PartialFile {
     private let file: LocalFile
     private var finished = false
 
+    /// Whether something (a file, a folder, a link) is at `destination`, looked up relative to its folder
+    /// without following links; false when the folder does not exist.
+    public static func destinationExists(_ destination: String) -> Bool {
+        let absolute = LocalFiles.absolute(destination)
+        guard let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: false) else { return false }
+        return directory.entry(LocalFiles.lastComponent(absolute)) != nil
+    }
+
     /// The temporary file's name for a destination file named `name`.
     public static func tempName(for name: String, jobID: String?) -> String {
         jobID.map { ".\(name).\($0).jobctl-partial" } ?? ".\(name).jobctl-partial"
@@ -186,7 +194,11 @@ public final class PartialFile {
     /// survives a crash. Returns the final (absolute) path. Whatever was at the destination (a file, a
     /// symbolic link) is replaced, never written through; a temporary name that no longer holds this
     /// file (swapped meanwhile) is not renamed into place.
-    public func commit() throws(StorageError) -> String {
+    ///
+    /// With `replacing: false` (`if_exists: fail`) the file is linked into place only when nothing is at
+    /// the destination (`linkat`, so the check and the write are one step); otherwise the temporary file
+    /// is removed and the error says the destination exists.
+    public func commit(replacing: Bool = true) throws(StorageError) -> String {
         precondition(!finished, "PartialFile committed twice or after discard")
         try sync()
         guard let current = directory.entry(tempName), current.isRegular, current.identity == identity else {
@@ -196,8 +208,16 @@ public final class PartialFile {
                                    + "nothing was renamed onto '\(destination)' — check who writes in that folder, then retry the job")
         }
         file.close()
-        do {
-            try directory.rename(tempName, to: destinationName)
+        do throws(StorageError) {
+            if replacing {
+                try directory.rename(tempName, to: destinationName)
+            } else {
+                guard try directory.linkExclusive(tempName, to: destinationName) else {
+                    discard()
+                    throw StorageError.destinationExists(destination)
+                }
+                directory.remove(tempName, ifStill: identity)
+            }
         } catch {
             discard()
             throw error

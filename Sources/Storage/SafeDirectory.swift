@@ -172,6 +172,18 @@ final class SafeDirectory {
         }
     }
 
+    /// `linkat(2)` within this directory: `to` becomes a second name of `from` only when nothing is at
+    /// `to` — the check and the write are one step (`if_exists: fail`). Returns false when `to` exists.
+    func linkExclusive(_ from: String, to: String) throws(StorageError) -> Bool {
+        try Self.checkName(from)
+        try Self.checkName(to)
+        guard linkat(descriptor, from, descriptor, to, 0) == 0 else {
+            if errno == EEXIST { return false }
+            throw LocalFiles.error(errno, "linking into place", path: childPath(to), context: .destination)
+        }
+        return true
+    }
+
     /// `unlinkat(2)`, ignoring a name that is already gone. Removing a link removes the link only.
     func remove(_ name: String) {
         guard (try? Self.checkName(name)) != nil else { return }

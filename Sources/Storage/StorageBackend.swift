@@ -34,6 +34,8 @@ public final class TransferControl: Sendable {
     private let parent: TransferControl?
     /// When the attempt must end (the job's `timeout:`), if it has a limit.
     let deadline: TransferDeadline?
+    /// The job's own bandwidth limit in bytes per second (`max_rate:`), if it has one.
+    let maxRate: Int64?
     /// The job the transfer belongs to (nil for a transfer run outside the queue). The hidden files it
     /// creates carry this id in their names (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`),
     /// which is what lets the orphan sweep prove whose a leftover is.
@@ -44,19 +46,21 @@ public final class TransferControl: Sendable {
         self.jobID = jobID
         parent = nil
         deadline = nil
+        maxRate = nil
     }
 
-    private init(parent: TransferControl, deadline: TransferDeadline) {
+    private init(parent: TransferControl, deadline: TransferDeadline?, maxRate: Int64?) {
         self.parent = parent
         self.deadline = deadline
+        self.maxRate = maxRate
         jobID = parent.jobID
     }
 
-    /// This control with a deadline `seconds` from now (the job's `timeout:`), or itself when `seconds` is
-    /// nil. Stops requested on either are seen by both.
-    func limited(toSeconds seconds: Int?) -> TransferControl {
-        guard let seconds else { return self }
-        return TransferControl(parent: self, deadline: TransferDeadline(seconds: seconds))
+    /// This control with a deadline `seconds` from now (the job's `timeout:`) and the job's `max_rate:`,
+    /// or itself when neither is given. Stops requested on either are seen by both.
+    func limited(toSeconds seconds: Int?, maxRate: Int64? = nil) -> TransferControl {
+        guard seconds != nil || maxRate != nil else { return self }
+        return TransferControl(parent: self, deadline: seconds.map { TransferDeadline(seconds: $0) }, maxRate: maxRate)
     }
 
     /// Asks the transfer to stop. The first reason wins.

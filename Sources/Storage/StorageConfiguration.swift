@@ -34,6 +34,9 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public var connectTimeout: Int
     /// The certificate authorities HTTPS servers are checked against.
     public var certificateTrust: CertificateTrust
+    /// The bandwidth every transfer run with this configuration (or a copy of it) shares: the worker's
+    /// `--bwlimit`. Nil means no process-wide limit. Not part of `init`: set it after.
+    public var bandwidth: SharedBandwidth?
 
     public static let defaultChunkSize = 8 * 1024 * 1024
     /// GCS requires every chunk but the last to be a multiple of this.
@@ -213,7 +216,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// The per-exchange settings the curl engine applies.
     var curlOptions: CurlOptions {
         // A limit below one second would fail every exchange at its first progress tick.
-        CurlOptions(connectTimeout: connectTimeout, stallTimeout: max(1, stallTimeout), trust: certificateTrust)
+        CurlOptions(connectTimeout: connectTimeout, stallTimeout: max(1, stallTimeout), trust: certificateTrust, bandwidth: bandwidth)
     }
 
     public var description: String {

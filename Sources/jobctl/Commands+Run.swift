@@ -11,7 +11,7 @@ extension Commands {
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
         options: [Options.concurrency, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
                   Options.logFormat, Options.quiet, Options.verbose, Options.metrics, Options.metricsAllowRemote,
-                  Options.json.help("Print the exit summary as JSON.")],
+                  Options.bandwidthLimit, Options.json.help("Print the exit summary as JSON.")],
         discussion: """
         Run as many worker processes on one database as you like. SIGTERM or SIGINT stops claiming, pauses
         running transfers at their resume point, releases their leases and exits 0 within 10 seconds — also
@@ -53,6 +53,7 @@ extension Commands {
             storage = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
         } catch { throw CommandFailure(error.message) }
         if let stall = try arguments.value(Options.stallTimeout) { storage.stallTimeout = stall }
+        if let rate = try arguments.value(Options.bandwidthLimit) { storage.bandwidth = SharedBandwidth(rate: rate) }
         let metricsAddress = try arguments.value(Options.metrics)
         if let metricsAddress, !metricsAddress.isLoopback, !arguments[Options.metricsAllowRemote] {
             throw UsageError("--metrics \(metricsAddress) is not a loopback address and the endpoint has no authentication; "

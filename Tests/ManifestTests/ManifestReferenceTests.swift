@@ -41,7 +41,7 @@ struct ManifestReferenceTests {
           - {kind: upload-data, data: hi, destination: "gs://b/o", metadata: {content_type: text/plain}, key: k1,
              priority: 1, max_attempts: 2, queue: q, timeout: 1m, checksums: [md5]}
           - {kind: upload-data, data_base64: aGk=, destination: "gs://b/p"}
-          - {kind: upload-file, source: a.txt, destination: "gs://b/a", check_source: false}
+          - {kind: upload-file, source: a.txt, destination: "gs://b/a", check_source: false, if_exists: skip, max_rate: 10M}
           - {kind: download-memory, source: "gs://b/o", max_size: 1MiB}
         """
         for field in ManifestReference.documentedFields {

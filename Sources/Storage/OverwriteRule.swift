@@ -1,0 +1,58 @@
+import Foundation
+import JobModel
+
+/// The job's `if_exists:` as the transfers apply it. `fail` is checked twice: up front (so no bytes
+/// move for nothing) and again in the write itself (`linkat` on disk, `ifGenerationMatch=0` on GCS,
+/// `If-None-Match: *` over HTTP), which is what makes the rule hold against a concurrent writer.
+struct OverwriteRule {
+    let mode: IfExists
+
+    init(_ spec: JobSpec) {
+        mode = spec.ifExists ?? .overwrite
+    }
+
+    /// Whether the final write may replace what is at the destination.
+    var replaces: Bool { mode != .fail }
+
+    /// download-file: the outcome when the local destination already exists and the rule settles the
+    /// job without a transfer (`skip`), nil when the download goes ahead; throws for `fail`.
+    func beforeDownload(to destination: String) throws(StorageError) -> TransferOutcome? {
+        guard mode == .skip || mode == .fail, PartialFile.destinationExists(destination) else { return nil }
+        if mode == .fail { throw StorageError.destinationExists(destination) }
+        return .finished(JobResult(path: LocalFiles.absolute(destination), skipped: true))
+    }
+
+    /// Uploads: whether an existing object (`nil` when there is none) makes the upload unnecessary.
+    /// `source` gives the local source's size and CRC32C (base64, as GCS reports it), computed only
+    /// when `skip-identical` needs them. Throws for `fail` when the object exists.
+    func skipsUpload(existing: StorageObject?, destination: String,
+                     source: () throws(StorageError) -> (size: Int64, crc32c: String)) throws(StorageError) -> Bool {
+        guard let existing else { return false }
+        switch mode {
+        case .overwrite: return false
+        case .skip: return true
+        case .fail: throw StorageError.destinationExists(destination)
+        case .skipIdentical:
+            guard let crc32c = existing.crc32c else { return false }
+            let local = try source()
+            return local.size == existing.size && local.crc32c == crc32c
+        }
+    }
+
+    /// The size and base64 CRC32C of an upload's source (for `skip-identical`).
+    static func sizeAndCRC32C(of source: UploadSource) throws(StorageError) -> (size: Int64, crc32c: String) {
+        (source.size, try source.hashes(streamed: StreamChecksums(md5: false)).crc32c)
+    }
+
+    /// The size and base64 CRC32C of `spec`'s source: its file, or its inline data.
+    static func sizeAndCRC32C(of spec: JobSpec) throws(StorageError) -> (size: Int64, crc32c: String) {
+        if let data = spec.data { return try sizeAndCRC32C(of: UploadSource(data: data)) }
+        guard let path = spec.source else { throw StorageError(.invalidArgument, "\(spec.kind.rawValue) needs a source") }
+        return try sizeAndCRC32C(of: UploadSource(path: path))
+    }
+
+    /// The result of an upload that was skipped: the object as it is.
+    static func skippedUpload(_ existing: StorageObject) -> TransferOutcome {
+        .finished(JobResult(object: existing, size: existing.size, crc32c: existing.crc32c, skipped: true))
+    }
+}

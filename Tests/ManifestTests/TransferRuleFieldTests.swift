@@ -1,0 +1,104 @@
+import Foundation
+import JobModel
+import Testing
+@testable import Manifest
+
+/// `if_exists:` and `max_rate:` on a job or in `defaults:`, with exact positions for bad values.
+@Suite struct TransferRuleFieldTests {
+    @Test func ifExistsReadOnJobsAndFromDefaults() throws {
+        let jobs = try #require(parse("""
+        defaults:
+          if_exists: skip
+        jobs:
+          - kind: upload-data
+            data: hi
+            destination: gs://b/x.txt
+          - kind: upload-data
+            data: hi
+            destination: gs://b/y.txt
+            if_exists: skip-identical
+          - kind: download-file
+            source: gs://b/x.txt
+            destination: /tmp/x.txt
+            if_exists: fail
+          - kind: upload-data
+            data: hi
+            destination: gs://b/z.txt
+            if_exists: overwrite
+          - kind: fetch-url
+            source: gs://b/x.txt
+        """).jobs)
+        #expect(jobs.map(\.ifExists) == [.skip, .skipIdentical, .fail, nil, nil])
+    }
+
+    @Test func specsWithoutTheFieldsEncodeWithoutThem() throws {
+        let job = try #require(parse("- {kind: upload-data, data: hi, destination: gs://b/x, if_exists: overwrite}\n").jobs?.first)
+        let text = String(decoding: try JSONEncoder().encode(job), as: UTF8.self)
+        #expect(!text.contains("ifExists") && !text.contains("maxRate"), "\(text)")
+        let limited = try #require(parse("- {kind: upload-data, data: hi, destination: gs://b/x, if_exists: fail, max_rate: 1M}\n").jobs?.first)
+        let decoded = try JSONDecoder().decode(JobSpec.self, from: try JSONEncoder().encode(limited))
+        #expect(decoded == limited && decoded.ifExists == .fail && decoded.maxRate == 1_048_576)
+    }
+
+    @Test("bad if_exists values are refused at the value", arguments: [
+        ("skipp", "did you mean 'skip'"), ("replace", "expected one of overwrite, skip, fail, skip-identical"),
+        ("[skip]", "must be one of"),
+    ])
+    func ifExistsRefused(value: String, fragment: String) throws {
+        let errors = try #require(parse("- {kind: upload-data, data: hi, destination: gs://b/x, if_exists: \(value)}\n").errors)
+        #expect(errors.count == 1)
+        let error = try #require(errors.first)
+        #expect(error.line == 1 && error.column == 67, "\(error)")
+        #expect(error.message.contains(fragment), "\(error.message)")
+    }
+
+    @Test func skipIdenticalIsForUploadsOnly() throws {
+        let errors = try #require(parse("- {kind: download-file, source: gs://b/x, destination: /tmp/x, if_exists: skip-identical}\n").errors)
+        #expect(errors.map(\.column) == [75])
+        #expect(errors.first?.message.contains("uploads only") == true)
+    }
+
+    @Test func ifExistsIsRefusedWhereNothingIsWritten() throws {
+        let errors = try #require(parse("- {kind: fetch-url, source: gs://b/x, if_exists: skip}\n").errors)
+        #expect(errors.map(\.column) == [39])
+        #expect(errors.first?.code == .fieldNotAllowed)
+    }
+
+    @Test("rates in rclone's syntax", arguments: [
+        ("512k", Int64(524_288)), ("10M", Int64(10_485_760)), ("1.5M", Int64(1_572_864)), ("2048", Int64(2048)),
+        ("1MiB", Int64(1_048_576)), ("1MB", Int64(1_000_000)), ("4m/s", Int64(4_194_304)), ("1G", Int64(1_073_741_824)),
+    ])
+    func rates(text: String, bytes: Int64) throws {
+        let job = try #require(parse("- {kind: download-memory, source: gs://b/x, max_rate: \(text)}\n").jobs?.first)
+        #expect(job.maxRate == bytes)
+        #expect(TransferRate.parse(text) == bytes)
+    }
+
+    @Test func maxRateFromDefaults() throws {
+        let jobs = try #require(parse("""
+        defaults: {max_rate: 1M}
+        jobs:
+          - {kind: download-memory, source: gs://b/x}
+          - {kind: download-memory, source: gs://b/y, max_rate: 64k}
+          - {kind: fetch-url, source: gs://b/x}
+        """).jobs)
+        #expect(jobs.map(\.maxRate) == [1_048_576, 65_536, nil])
+    }
+
+    @Test("bad rates are refused at the value", arguments: [
+        ("fast", "a rate like 512k"), ("1000", "at least 1k"), ("2T", "at most 1T"), ("-1M", "a rate like"),
+        ("10Q", "a rate like"), ("[1M]", "must be a rate"),
+    ])
+    func ratesRefused(value: String, fragment: String) throws {
+        let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, max_rate: \(value)}\n").errors)
+        #expect(errors.count == 1)
+        let error = try #require(errors.first)
+        #expect(error.line == 1 && error.column == 55, "\(error)")
+        #expect(error.message.contains("'max_rate'") && error.message.contains(fragment), "\(error.message)")
+    }
+
+    @Test func nullRateIsReportedAtTheKey() throws {
+        let errors = try #require(parse("defaults:\n  max_rate:\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n").errors)
+        #expect(errors.map(\.line) == [2] && errors.map(\.column) == [3])
+    }
+}

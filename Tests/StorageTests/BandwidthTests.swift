@@ -1,0 +1,74 @@
+import Foundation
+import JobModel
+@testable import Storage
+import Testing
+import TestSupport
+
+/// `max_rate:` and a shared `--bwlimit` measured against nginx.
+///
+/// The ceiling (+15 %) is asserted: without the pacing the download ran at 66.9 MB/s. The floor is not:
+/// run alone these tests measure within ±3 % of the limit (see the printed lines), but under the whole
+/// suite on two shared cores a paced transfer was measured up to 20 times slower, and a timing floor
+/// would make the suite flaky. Each test runs on its own curl engine, away from other tests' exchanges.
+@Suite struct BandwidthTests {
+    @Test func downloadHonoursMaxRate() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let size = 2 * 1_048_576
+        try FileManager.default.createDirectory(atPath: server.root + "/rate", withIntermediateDirectories: true)
+        try Data(repeating: 0x5A, count: size).write(to: URL(fileURLWithPath: server.root + "/rate/a.bin"))
+        let directory = try TemporaryDirectory("jobctl-rate")
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5), engine: CurlEngine(threadName: "rate-test-curl"))
+        let limit: Int64 = 1_048_576
+        let started = ContinuousClock.now
+        let result = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/rate/a.bin",
+                                                             destination: directory.file("a.bin"), maxRate: limit)))
+        let elapsed = started.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = Double(size) / seconds
+        print("[BandwidthTests] max_rate \(limit) B/s: \(size) bytes in \(seconds) s = \(Int(rate)) B/s")
+        #expect(result.size == Int64(size))
+        #expect(rate <= Double(limit) * 1.15, "measured \(rate) B/s for a limit of \(limit)")
+    }
+
+    /// Two downloads at once under one shared limit (the worker's `--bwlimit`): their total rate is the limit.
+    @Test func concurrentDownloadsShareOneLimit() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let size = 1_048_576
+        try FileManager.default.createDirectory(atPath: server.root + "/shared", withIntermediateDirectories: true)
+        for name in ["a", "b"] {
+            try Data(repeating: 0x33, count: size).write(to: URL(fileURLWithPath: server.root + "/shared/\(name).bin"))
+        }
+        let directory = try TemporaryDirectory("jobctl-bwlimit")
+        let limit: Int64 = 1_048_576
+        var configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
+        configuration.bandwidth = SharedBandwidth(rate: limit)
+        let backend = HTTPBackend(configuration: configuration, engine: CurlEngine(threadName: "rate-test-curl"))
+        let started = ContinuousClock.now
+        async let first = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/shared/a.bin", destination: directory.file("a.bin")))
+        async let second = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/shared/b.bin", destination: directory.file("b.bin")))
+        let results = await [first, second]
+        let elapsed = started.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = Double(2 * size) / seconds
+        print("[BandwidthTests] --bwlimit \(limit) B/s shared by 2 downloads: \(2 * size) bytes in \(seconds) s = \(Int(rate)) B/s")
+        for result in results { #expect(try finished(result).size == Int64(size)) }
+        #expect(rate <= Double(limit) * 1.15, "measured \(rate) B/s for a shared limit of \(limit)")
+    }
+
+    @Test func bucketPacesChunks() {
+        var bucket = TokenBucket(rate: 1000)
+        let start = ContinuousClock.now
+        let readyAtStart = bucket.isReady(at: start)
+        bucket.take(500, at: start)   // starts empty: 500 in debt
+        let readyInDebt = bucket.isReady(at: start)
+        let wait = bucket.millisecondsUntilReady(at: start)
+        let readyLater = bucket.isReady(at: start.advanced(by: .milliseconds(500)))
+        // After a long pause at most half a second's worth is saved up.
+        bucket.take(0, at: start.advanced(by: .seconds(10)))
+        bucket.take(1000, at: start.advanced(by: .seconds(10)))
+        let waitAfterPause = bucket.millisecondsUntilReady(at: start.advanced(by: .seconds(10)))
+        #expect(readyAtStart && !readyInDebt && wait == 500 && readyLater && waitAfterPause == 500)
+    }
+}
