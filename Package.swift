@@ -47,7 +47,7 @@ let package = Package(
                     exclude: ["Fixtures"]),
         .testTarget(name: "TasksTests", dependencies: ["Tasks", "JobModel", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "PostgresStore", "JobModel", "TestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["JobModel", "EventStore", "PostgresStore", "TestSupport", "jobctl"]),
+        .testTarget(name: "CLITests", dependencies: ["JobModel", "StorePort", "EventStore", "PostgresStore", "TestSupport", "jobctl"]),
     ],
     swiftLanguageModes: [.v6]
 )

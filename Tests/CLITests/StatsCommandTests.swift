@@ -1,4 +1,6 @@
 import EventStore
+import PostgresStore
+import StorePort
 import Foundation
 import JobModel
 import Testing
@@ -13,8 +15,11 @@ import TestSupport
 
     /// Queue `a`: a1 succeeded (1000 bytes, now), a2 running (worker W1), a3 failed (objectNotFound, now),
     /// a4 queued. Queue `b`: b1 queued again after a retry (unavailable, now), b2 succeeded 30 minutes ago (500 bytes).
-    static func fabricate(in workspace: CLIWorkspace) throws -> Jobs {
-        let store = try EventStore(path: workspace.database)
+    static func fabricate(in workspace: CLIWorkspace, engine: StoreEngine) throws -> Jobs {
+        let store: any JobStore = switch engine {
+        case .sqlite: try EventStore(path: workspace.database)
+        case .postgres: try PostgresStore(url: workspace.database, mode: .create)
+        }
         let now = Clock.nowMs()
         let plan: [(String, String, Int)] = [("a1", "a", 9), ("a2", "a", 8), ("a3", "a", 7), ("b1", "b", 6), ("b2", "b", 5), ("a4", "a", 0)]
         let specs = plan.map { name, queue, priority in
@@ -47,10 +52,11 @@ import TestSupport
         return Jobs(ids: ids, claimedAtMs: now)
     }
 
-    @Test func jsonCountsEveryQueueStateAndWindow() throws {
-        let workspace = try CLIWorkspace("stats")
+    @Test(arguments: StoreEngine.allCases)
+    func jsonCountsEveryQueueStateAndWindow(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("stats", engine: engine)
         defer { workspace.directory.remove() }
-        let jobs = try Self.fabricate(in: workspace)
+        let jobs = try Self.fabricate(in: workspace, engine: engine)
         let stats = try #require(try workspace.json(["stats", "--json"]) as? [String: Any])
         let byQueue = try #require(stats["jobs"] as? [String: [String: Int]])
         #expect(byQueue["a"] == ["queued": 1, "running": 1, "paused": 0, "succeeded": 1, "failed": 1, "cancelled": 0, "total": 4])
@@ -90,10 +96,11 @@ import TestSupport
         #expect((b["last_hour"] as? [String: Any])?["failed"] as? Int == 0)
     }
 
-    @Test func textShowsTheSameFigures() throws {
-        let workspace = try CLIWorkspace("stats-text")
+    @Test(arguments: StoreEngine.allCases)
+    func textShowsTheSameFigures(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("stats-text", engine: engine)
         defer { workspace.directory.remove() }
-        let jobs = try Self.fabricate(in: workspace)
+        let jobs = try Self.fabricate(in: workspace, engine: engine)
         let output = try workspace.jobctl(["stats"])
         #expect(output.status == 0, "\(output.stderr)")
         let lines = output.stdout.split(separator: "\n").map { $0.split(separator: " ").joined(separator: " ") }

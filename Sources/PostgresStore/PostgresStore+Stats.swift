@@ -1,0 +1,63 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+
+extension PostgresStore {
+    /// Jobs by queue × state, the oldest queued job, running jobs with their live leases, and the
+    /// outcome events of the last hour folded into the last-minute and last-hour windows, read in one
+    /// snapshot — the same figures as the SQLite adapter's, folded by the same `StoreStats.windows`.
+    public func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
+        // $1 is the queue when one is given; every query below takes the same parameters.
+        let parameters: [PostgresValue] = queue.map { [.text($0)] } ?? []
+        let queueClause = queue == nil ? "" : " AND queue = $1"
+        return try readTransaction { (connection) throws(StoreError) -> StoreStats in
+            var counts = try connection.rows(
+                "SELECT queue, state, count(*) FROM jobs WHERE true\(queueClause) GROUP BY queue, state", parameters
+            ) { (row) throws(StoreError) -> StoreStats.QueueStateCount in
+                let stateText = try row.string(1)
+                guard let state = JobState(rawValue: stateText) else {
+                    throw StoreError.corrupt("jobs table holds unknown state '\(stateText)'")
+                }
+                return StoreStats.QueueStateCount(queue: try row.string(0), state: state, count: Int(try row.integer(2)))
+            }
+            let order = JobState.allCases
+            counts.sort { ($0.queue, order.firstIndex(of: $0.state) ?? 0) < ($1.queue, order.firstIndex(of: $1.state) ?? 0) }
+
+            let oldest = try connection.row(
+                "SELECT id, queue, created_at_ms, run_after_ms FROM jobs WHERE state = 'queued'\(queueClause) ORDER BY created_at_ms, seq LIMIT 1",
+                parameters
+            ) { (row) throws(StoreError) in
+                StoreStats.OldestQueued(jobID: try row.string(0), queue: try row.string(1),
+                                        createdAtMs: try row.integer(2), runAfterMs: try row.integer(3))
+            }
+
+            let running = try connection.rows("""
+                SELECT j.id, j.queue, j.kind, coalesce(j.lease_owner, ''), j.lease_token, l.expires_at_ms
+                FROM jobs j LEFT JOIN leases l ON l.job_id = j.id AND l.token = j.lease_token
+                WHERE j.state = 'running'\(queue == nil ? "" : " AND j.queue = $1")
+                ORDER BY j.lease_owner, j.id
+                """, parameters) { (row) throws(StoreError) -> StoreStats.RunningLease in
+                let kindText = try row.string(2)
+                guard let kind = JobKind(rawValue: kindText) else {
+                    throw StoreError.corrupt("job \(try row.string(0)) has unknown kind '\(kindText)'")
+                }
+                return StoreStats.RunningLease(jobID: try row.string(0), queue: try row.string(1), kind: kind,
+                                               owner: try row.string(3), token: try row.optionalInteger(4),
+                                               expiresAtMs: try row.optionalInteger(5))
+            }
+
+            let window = parameters.count
+            let recent = try connection.rows("""
+                SELECT \(JobEvent.postgresSelectColumns) FROM events
+                WHERE type IN ('succeeded', 'failed', 'attempt_failed') AND at_ms > $\(window + 1) AND at_ms <= $\(window + 2)\
+                \(queue == nil ? "" : " AND job_id IN (SELECT id FROM jobs WHERE queue = $1)")
+                """, parameters + [.integer(now - 3_600_000), .integer(now)]) { (row) throws(StoreError) in
+                try JobEvent(postgresRow: row)
+            }
+            let windows = StoreStats.windows(from: recent, nowMs: now)
+            return StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
+                              lastMinute: windows.lastMinute, lastHour: windows.lastHour)
+        }
+    }
+}
