@@ -54,34 +54,6 @@ extension EventStore {
 /// The control commands. Their rules (which state gets which event, what is a harmless repeat, what
 /// is refused and why) are `JobLifecycle`'s; the store reads the job, asks, and persists the answer.
 extension EventStore {
-    /// Pauses a job: a queued job is `paused` at once; a running job gets `pause_requested` and its
-    /// worker stops at the resume point. A repeat on a paused or pause-requested job. Refused while a
-    /// cancel is pending and for final jobs. `id` may be a unique prefix.
-    public func requestPause(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(.pause, id: id, actor: actor, now: now)
-    }
-
-    /// Resumes a paused job (re-queued at its resume point), or withdraws a running job's pending
-    /// pause. Refused for every other job: a queued or running job has nothing to resume, a job being
-    /// cancelled cannot be resumed, and a final job needs `retry`.
-    public func requestResume(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(.resume, id: id, actor: actor, now: now)
-    }
-
-    /// Cancels a job: a queued or paused job is `cancelled` at once (error code `cancelled`); a running
-    /// job gets `cancel_requested` and its worker aborts — and if the worker stops it some other way
-    /// first (a pause, a shutdown, a retry, a crash), it is cancelled then. A repeat on a cancelled
-    /// or cancel-requested job. Refused for succeeded and failed jobs.
-    public func requestCancel(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(.cancel(by: actor), id: id, actor: actor, now: now)
-    }
-
-    /// Re-opens a failed or cancelled job as a new series of attempts (`retried` → queued, attempts
-    /// reset, error cleared). Refused for every other state.
-    public func retry(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(.retry, id: id, actor: actor, now: now)
-    }
-
     /// Resolves an id or a unique id prefix (at least 6 characters, any case) to the full job id.
     public func resolveID(_ text: String) throws(StoreError) -> String {
         try withConnection { (connection) throws(StoreError) -> String in try connection.resolveID(text) }
@@ -89,7 +61,7 @@ extension EventStore {
 
     /// Reads the job, asks the lifecycle, appends its answer (nothing for a repeat), all in one
     /// IMMEDIATE transaction.
-    private func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+    public func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
         try writeTransaction { (connection) throws(StoreError) -> ControlResult in
             let resolved = try connection.resolveID(id)
             guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
@@ -101,28 +73,15 @@ extension EventStore {
 }
 
 extension SQLiteConnection {
-    /// The full id for an id or unique prefix (≥ 6 characters, case-insensitive).
+    /// The full id for an id or unique prefix (the rules are `JobIDQuery`'s).
     func resolveID(_ text: String) throws(StoreError) -> String {
-        let prefix = text.trimmingCharacters(in: .whitespaces).uppercased()
-        let alphabet = Set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
-        guard !prefix.isEmpty, prefix.allSatisfy({ alphabet.contains($0) }) else { throw StoreError.notFound(text) }
-        if prefix.count == 26 {
-            guard try first("SELECT 1 FROM jobs WHERE id = ?", [.text(prefix)], { _ in true }) != nil else {
-                throw StoreError.notFound(text)
-            }
-            return prefix
-        }
-        guard prefix.count >= 6 else {
-            throw StoreError.invalidControl("job id prefix '\(text)' is too short: give at least 6 characters of the id")
-        }
-        // The prefix holds only id characters, so GLOB needs no escaping and can use the primary key.
-        let matches = try query("SELECT id FROM jobs WHERE id GLOB ? ORDER BY id LIMIT 20", [.text(prefix + "*")]) { row in
-            row.text(0)
-        }
-        switch matches.count {
-        case 0: throw StoreError.notFound(text)
-        case 1: return matches[0]
-        default: throw StoreError.ambiguous(prefix: text, matches: matches)
+        switch try JobIDQuery(text) {
+        case .exact(let id):
+            return try JobIDQuery.resolve(text, matches: first("SELECT id FROM jobs WHERE id = ?", [.text(id)]) { row in row.text(0) }.map { [$0] } ?? [])
+        case .prefix(let prefix):
+            // The prefix holds only id characters, so GLOB needs no escaping and can use the primary key.
+            return try JobIDQuery.resolve(text, matches: query("SELECT id FROM jobs WHERE id GLOB ? ORDER BY id LIMIT ?",
+                                                               [.text(prefix + "*"), .int(JobIDQuery.matchLimit)]) { row in row.text(0) })
         }
     }
 }

@@ -95,33 +95,13 @@ extension PostgresStore {
 // MARK: - Control
 
 extension PostgresStore {
-    /// Pauses a job (the lifecycle's `pause`); `id` may be a unique prefix.
-    public func requestPause(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(.pause, id: id, actor: actor, now: now)
-    }
-
-    /// Resumes a paused job or withdraws a pending pause.
-    public func requestResume(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(.resume, id: id, actor: actor, now: now)
-    }
-
-    /// Cancels a job, or asks its worker to.
-    public func requestCancel(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(.cancel(by: actor), id: id, actor: actor, now: now)
-    }
-
-    /// Re-opens a failed or cancelled job.
-    public func retry(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try control(.retry, id: id, actor: actor, now: now)
-    }
-
     /// Resolves an id or a unique id prefix (at least 6 characters, any case) to the full job id.
     public func resolveID(_ text: String) throws(StoreError) -> String {
         try withConnection { (connection) throws(StoreError) -> String in try connection.resolveID(text) }
     }
 
     /// Locks the job's row, asks the lifecycle, appends its answer (nothing for a repeat).
-    private func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+    public func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
         try writeTransaction { (connection) throws(StoreError) -> ControlResult in
             let resolved = try connection.resolveID(id)
             guard let job = try connection.lockJob(resolved) else { throw StoreError.notFound(id) }
@@ -135,28 +115,19 @@ extension PostgresStore {
 // MARK: - Inside a transaction
 
 extension PostgresConnection {
-    /// The full id for an id or unique prefix (≥ 6 characters, case-insensitive).
+    /// The full id for an id or unique prefix (the rules are `JobIDQuery`'s).
     func resolveID(_ text: String) throws(StoreError) -> String {
-        let prefix = text.trimmingCharacters(in: .whitespaces).uppercased()
-        let alphabet = Set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
-        guard !prefix.isEmpty, prefix.allSatisfy({ alphabet.contains($0) }) else { throw StoreError.notFound(text) }
-        if prefix.count == 26 {
-            guard try row("SELECT 1 FROM jobs WHERE id = $1", [.text(prefix)], { _ in true }) != nil else {
-                throw StoreError.notFound(text)
+        switch try JobIDQuery(text) {
+        case .exact(let id):
+            let found = try row("SELECT id FROM jobs WHERE id = $1", [.text(id)]) { (row) throws(StoreError) in try row.string(0) }
+            return try JobIDQuery.resolve(text, matches: found.map { [$0] } ?? [])
+        case .prefix(let prefix):
+            // The prefix holds only id characters, so LIKE needs no escaping.
+            let matches = try rows("SELECT id FROM jobs WHERE id LIKE $1 ORDER BY id LIMIT $2",
+                                   [.text(prefix + "%"), .integer(Int64(JobIDQuery.matchLimit))]) {
+                (row) throws(StoreError) in try row.string(0)
             }
-            return prefix
-        }
-        guard prefix.count >= 6 else {
-            throw StoreError.invalidControl("job id prefix '\(text)' is too short: give at least 6 characters of the id")
-        }
-        // The prefix holds only id characters, so LIKE needs no escaping.
-        let matches = try rows("SELECT id FROM jobs WHERE id LIKE $1 ORDER BY id LIMIT 20", [.text(prefix + "%")]) {
-            (row) throws(StoreError) in try row.string(0)
-        }
-        switch matches.count {
-        case 0: throw StoreError.notFound(text)
-        case 1: return matches[0]
-        default: throw StoreError.ambiguous(prefix: text, matches: matches)
+            return try JobIDQuery.resolve(text, matches: matches)
         }
     }
 

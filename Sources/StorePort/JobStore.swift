@@ -47,14 +47,10 @@ public protocol JobStore: AnyObject, Sendable {
 
     // MARK: Control
 
-    /// Pauses a job (the lifecycle's `pause`); `id` may be a unique prefix.
-    func requestPause(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
-    /// Resumes a paused job or withdraws a pending pause.
-    func requestResume(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
-    /// Cancels a job, or asks its worker to.
-    func requestCancel(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
-    /// Re-opens a failed or cancelled job.
-    func retry(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
+    /// Runs one control command (the lifecycle's pause, resume, cancel or retry) on the job `id` names
+    /// (a unique prefix is fine): reads the job, asks the lifecycle, appends its answer — nothing for a
+    /// harmless repeat — in one transaction. `requestPause` and its siblings below call this.
+    func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
 
     // MARK: Queries
 
@@ -174,6 +170,34 @@ public struct LogImport: Sendable, Equatable {
 }
 
 extension JobStore {
+    /// Pauses a job: a queued job is `paused` at once; a running job gets `pause_requested` and its
+    /// worker stops at the resume point. A repeat on a paused or pause-requested job. Refused while a
+    /// cancel is pending and for final jobs. `id` may be a unique prefix.
+    public func requestPause(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try control(.pause, id: id, actor: actor, now: now)
+    }
+
+    /// Resumes a paused job (re-queued at its resume point), or withdraws a running job's pending
+    /// pause. Refused for every other job: a queued or running job has nothing to resume, a job being
+    /// cancelled cannot be resumed, and a final job needs `retry`.
+    public func requestResume(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try control(.resume, id: id, actor: actor, now: now)
+    }
+
+    /// Cancels a job: a queued or paused job is `cancelled` at once (error code `cancelled`); a running
+    /// job gets `cancel_requested` and its worker aborts — and if the worker stops it some other way
+    /// first (a pause, a shutdown, a retry, a crash), it is cancelled then. A repeat on a cancelled
+    /// or cancel-requested job. Refused for succeeded and failed jobs.
+    public func requestCancel(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try control(.cancel(by: actor), id: id, actor: actor, now: now)
+    }
+
+    /// Re-opens a failed or cancelled job as a new series of attempts (`retried` → queued, attempts
+    /// reset, error cleared). Refused for every other state.
+    public func retry(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try control(.retry, id: id, actor: actor, now: now)
+    }
+
     /// Adapters that cannot be the target of a copy refuse it with a message saying which can.
     public func importLog(from source: any JobStore) throws(StoreError) -> LogImport {
         throw StoreError.invalidControl("this store (\(location)) cannot be the target of `jobctl migrate --to`; the target must be a postgres:// URL")

@@ -1,0 +1,42 @@
+import Foundation
+
+/// What a job id the user typed asks for: exactly one id, or every id starting with a prefix. The
+/// rules (Crockford base32, any case, at least 6 characters, at most 20 matches listed) are the same
+/// for every adapter; only the lookup's SQL is theirs.
+public enum JobIDQuery: Sendable, Equatable {
+    /// A whole 26-character id (upper-cased).
+    case exact(String)
+    /// A prefix of 6 to 25 id characters (upper-cased); it holds only id characters, so it needs no
+    /// escaping in a GLOB or LIKE pattern.
+    case prefix(String)
+
+    /// How many matches a prefix lookup needs to read to tell one from many.
+    public static let matchLimit = 20
+
+    private static let alphabet = Set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+    /// Reads `text`; `notFound` when it cannot be an id, `invalidControl` when it is too short.
+    public init(_ text: String) throws(StoreError) {
+        let normalised = text.trimmingCharacters(in: .whitespaces).uppercased()
+        guard !normalised.isEmpty, normalised.count <= 26, normalised.allSatisfy({ Self.alphabet.contains($0) }) else {
+            throw StoreError.notFound(text)
+        }
+        if normalised.count == 26 {
+            self = .exact(normalised)
+            return
+        }
+        guard normalised.count >= 6 else {
+            throw StoreError.invalidControl("job id prefix '\(text)' is too short: give at least 6 characters of the id")
+        }
+        self = .prefix(normalised)
+    }
+
+    /// The one id the lookup found (`matches`, at most `matchLimit`, sorted), or why there is none.
+    public static func resolve(_ text: String, matches: [String]) throws(StoreError) -> String {
+        switch matches.count {
+        case 0: throw StoreError.notFound(text)
+        case 1: return matches[0]
+        default: throw StoreError.ambiguous(prefix: text, matches: matches)
+        }
+    }
+}
