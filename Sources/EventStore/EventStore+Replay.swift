@@ -35,70 +35,28 @@ extension EventStore {
     }
 
     private static func replay(_ connection: SQLiteConnection, rewrite: Bool) throws(StoreError) -> ReplayReport {
-        var records: [String: JobRecord] = [:]
-        var eventsRead = 0
-        var problems: [String] = []
+        var fold = ReplayFold()
         // Streams the log: one event decoded at a time; only the records stay in memory.
         try connection.forEach("SELECT \(JobEvent.selectColumns) FROM events ORDER BY seq") { (row) throws(StoreError) in
-            eventsRead += 1
-            let event: JobEvent
-            do throws(StoreError) {
-                event = try JobEvent(row: row)
-            } catch {
-                // An event whose payload lacks what its type needs (a `submitted` without a spec) is a
-                // problem of the log to report, not a reason to stop reading it.
-                guard case .corrupt(let message) = error else { throw error }
-                problems.append(message)
-                return
-            }
-            if case .submitted = event.payload {
-                if records[event.jobID] != nil {
-                    problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted twice")
-                } else if let record = JobRecord(submitted: event) {
-                    records[event.jobID] = record
-                }
-                return
-            }
-            guard var record = records[event.jobID] else {
-                problems.append("event \(event.seq ?? 0) (\(event.type.rawValue)) precedes job \(event.jobID)'s submission")
-                return
-            }
-            if event.version != record.version + 1 {
-                problems.append("event \(event.seq ?? 0): job \(event.jobID) jumps from version \(record.version) to \(event.version)")
-            }
-            record.apply(event)
-            records[event.jobID] = record
+            let decoded: Result<JobEvent, StoreError>
+            do throws(StoreError) { decoded = .success(try JobEvent(row: row)) } catch { decoded = .failure(error) }
+            try fold.fold(decoded)
         }
 
         var stored: [String: [SQLiteValue]] = [:]
         try connection.forEach("SELECT \(JobRecord.selectColumns) FROM jobs") { row in
             stored[row.text(0)] = (0..<JobRecord.columns.count).map { row.value($0) }
         }
-        var differences: [ReplayDifference] = []
-        for id in Set(records.keys).union(stored.keys).sorted() {
-            switch (stored[id], records[id]) {
-            case (let storedRow?, let record?):
-                let rebuiltRow = try record.rowValues()
-                for (index, column) in JobRecord.columns.enumerated() where storedRow[index] != rebuiltRow[index] {
-                    differences.append(ReplayDifference(jobID: id, column: column, stored: storedRow[index].description,
-                                                        rebuilt: rebuiltRow[index].description))
-                }
-            case (nil, _?):
-                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: nil, rebuilt: "present"))
-            case (_?, nil):
-                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: "present", rebuilt: nil))
-            case (nil, nil):
-                break
-            }
+        let differences = try fold.differences(stored: stored, columns: JobRecord.columns) {
+            (record) throws(StoreError) in try record.rowValues()
         }
 
         if rewrite {
             try connection.run("DELETE FROM jobs")
-            for record in records.values.sorted(by: { $0.seq < $1.seq }) {
+            for record in fold.recordsInLogOrder {
                 try connection.run(JobRecord.insertSQL, try record.rowValues())
             }
         }
-        return ReplayReport(eventsRead: eventsRead, jobsRebuilt: records.count, differences: differences,
-                            problems: problems, rewritten: rewrite)
+        return fold.report(differences: differences, rewritten: rewrite)
     }
 }

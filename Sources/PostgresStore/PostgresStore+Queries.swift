@@ -182,9 +182,7 @@ extension PostgresStore {
     /// holds the transaction.
     static func replay(_ connection: PostgresConnection, rewrite: Bool,
                        pageSize: Int = replayPageSize) throws(StoreError) -> ReplayReport {
-        var records: [String: JobRecord] = [:]
-        var eventsRead = 0
-        var problems: [String] = []
+        var fold = ReplayFold()
         // Within a job, seq follows version (each append holds the job's row lock), so seq order folds
         // every job in version order. Read in pages (libpq holds a whole result in memory); the
         // transaction's one snapshot keeps the pages consistent.
@@ -199,34 +197,7 @@ extension PostgresStore {
             }
             pageCount = page.count
             afterSeq = page.last?.0 ?? afterSeq
-            for (_, outcome) in page {
-                eventsRead += 1
-                let event: JobEvent
-                switch outcome {
-                case .success(let decoded): event = decoded
-                case .failure(let error):
-                    guard case .corrupt(let message) = error else { throw error }
-                    problems.append(message)
-                    continue
-                }
-                if case .submitted = event.payload {
-                    if records[event.jobID] != nil {
-                        problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted twice")
-                    } else if let record = JobRecord(submitted: event) {
-                        records[event.jobID] = record
-                    }
-                    continue
-                }
-                guard var record = records[event.jobID] else {
-                    problems.append("event \(event.seq ?? 0) (\(event.type.rawValue)) precedes job \(event.jobID)'s submission")
-                    continue
-                }
-                if event.version != record.version + 1 {
-                    problems.append("event \(event.seq ?? 0): job \(event.jobID) jumps from version \(record.version) to \(event.version)")
-                }
-                record.apply(event)
-                records[event.jobID] = record
-            }
+            for (_, outcome) in page { try fold.fold(outcome) }
         } while pageCount == pageSize
 
         var stored: [String: [PostgresValue]] = [:]
@@ -236,31 +207,16 @@ extension PostgresStore {
         }) {
             stored[id] = values
         }
-        var differences: [ReplayDifference] = []
-        for id in Set(records.keys).union(stored.keys).sorted() {
-            switch (stored[id], records[id]) {
-            case (let storedRow?, let record?):
-                let rebuiltRow = try record.postgresValues()
-                for (index, column) in JobRecord.postgresColumns.enumerated() where storedRow[index] != rebuiltRow[index] {
-                    differences.append(ReplayDifference(jobID: id, column: column, stored: storedRow[index].description,
-                                                        rebuilt: rebuiltRow[index].description))
-                }
-            case (nil, _?):
-                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: nil, rebuilt: "present"))
-            case (_?, nil):
-                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: "present", rebuilt: nil))
-            case (nil, nil):
-                break
-            }
+        let differences = try fold.differences(stored: stored, columns: JobRecord.postgresColumns) {
+            (record) throws(StoreError) in try record.postgresValues()
         }
 
         if rewrite {
             try connection.store("DELETE FROM jobs")
-            for record in records.values.sorted(by: { $0.seq < $1.seq }) {
+            for record in fold.recordsInLogOrder {
                 try connection.store(JobRecord.postgresInsertSQL, try record.postgresValues())
             }
         }
-        return ReplayReport(eventsRead: eventsRead, jobsRebuilt: records.count, differences: differences,
-                            problems: problems, rewritten: rewrite)
+        return fold.report(differences: differences, rewritten: rewrite)
     }
 }

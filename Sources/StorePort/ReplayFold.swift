@@ -1,0 +1,86 @@
+import JobLifecycle
+import JobModel
+
+/// `replay`'s work that is the same for every adapter: folding the log, event by event in log order,
+/// into job records (noting what is wrong with the log instead of stopping), and comparing the rebuilt
+/// rows with the stored projection column by column. An adapter only reads rows and writes them back.
+public struct ReplayFold: Sendable {
+    /// The jobs rebuilt so far, by id.
+    public private(set) var records: [String: JobRecord] = [:]
+    /// Events read, decodable or not.
+    public private(set) var eventsRead = 0
+    /// What is wrong with the log: undecodable payloads, events before their submission, version gaps.
+    public private(set) var problems: [String] = []
+
+    /// An empty fold.
+    public init() {}
+
+    /// Folds the next event of the log: a decoded event, or the error its row gave. A `corrupt` error
+    /// (a payload lacking what its type needs) is a problem of the log to report; any other is thrown.
+    public mutating func fold(_ decoded: Result<JobEvent, StoreError>) throws(StoreError) {
+        eventsRead += 1
+        let event: JobEvent
+        switch decoded {
+        case .success(let value): event = value
+        case .failure(let error):
+            guard case .corrupt(let message) = error else { throw error }
+            problems.append(message)
+            return
+        }
+        if case .submitted = event.payload {
+            if records[event.jobID] != nil {
+                problems.append("event \(event.seq ?? 0): job \(event.jobID) submitted twice")
+            } else if let record = JobRecord(submitted: event) {
+                records[event.jobID] = record
+            }
+            return
+        }
+        guard var record = records[event.jobID] else {
+            problems.append("event \(event.seq ?? 0) (\(event.type.rawValue)) precedes job \(event.jobID)'s submission")
+            return
+        }
+        if event.version != record.version + 1 {
+            problems.append("event \(event.seq ?? 0): job \(event.jobID) jumps from version \(record.version) to \(event.version)")
+        }
+        record.apply(event)
+        records[event.jobID] = record
+    }
+
+    /// The rebuilt records in log order (of their submission), as a rewrite inserts them.
+    public var recordsInLogOrder: [JobRecord] { records.values.sorted { $0.seq < $1.seq } }
+
+    /// Every difference between the stored projection rows and the rebuilt ones, by job id then column.
+    ///
+    /// - Parameters:
+    ///   - stored: the stored rows by job id, values in `columns` order.
+    ///   - columns: the projection's column names.
+    ///   - row: the row a rebuilt record is written as, in `columns` order.
+    public func differences<Value: Equatable & CustomStringConvertible>(
+        stored: [String: [Value]], columns: [String], row: (JobRecord) throws(StoreError) -> [Value]
+    ) throws(StoreError) -> [ReplayDifference] {
+        var differences: [ReplayDifference] = []
+        for id in Set(records.keys).union(stored.keys).sorted() {
+            switch (stored[id], records[id]) {
+            case (let storedRow?, let record?):
+                let rebuiltRow = try row(record)
+                for (index, column) in columns.enumerated() where storedRow[index] != rebuiltRow[index] {
+                    differences.append(ReplayDifference(jobID: id, column: column, stored: storedRow[index].description,
+                                                        rebuilt: rebuiltRow[index].description))
+                }
+            case (nil, _?):
+                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: nil, rebuilt: "present"))
+            case (_?, nil):
+                differences.append(ReplayDifference(jobID: id, column: "(row)", stored: "present", rebuilt: nil))
+            case (nil, nil):
+                break
+            }
+        }
+        return differences
+    }
+
+    /// The report of this fold.
+    public func report(differences: [ReplayDifference], rewritten: Bool) -> ReplayReport {
+        ReplayReport(eventsRead: eventsRead, jobsRebuilt: records.count, differences: differences,
+                     problems: problems, rewritten: rewritten)
+    }
+}
