@@ -26,7 +26,7 @@ extension EventStore {
 
 // MARK: - Appending inside a transaction
 
-extension SQLiteConnection {
+extension SQLiteConnection: DecisionWriter {
     /// The body of `EventStore.append(_:now:)`: each event in its own savepoint, refusals reported per
     /// event. Throws only what sinks the whole transaction (busy, I/O, or SQLite rolled it back).
     func appendBatch(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
@@ -88,80 +88,39 @@ extension SQLiteConnection {
         try appendEvent(pending, to: try loadJob(pending.jobID), now: now)
     }
 
-    /// Appends one reported event to a job whose projection row the caller read (or wrote) in this
-    /// same write transaction: `current` must be that row as it stands now (nil: no row).
-    ///
-    /// The lifecycle decides; when the event leaves a control request pending on a job that is no
-    /// longer running, the events that honour it follow in the same decision. The returned record is
-    /// the job after all of them, the returned event the one asked for.
-    func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
-        let (events, record) = try perform(.report(pending.payload), jobID: pending.jobID, on: current,
-                                           actor: pending.actor, expectedVersion: pending.expectedVersion,
-                                           leaseToken: pending.leaseToken, now: now)
-        guard let first = events.first, let record else {
-            // A report is never a repeat: the lifecycle decides at least the reported event.
-            throw StoreError.invalidControl("the lifecycle decided nothing for a '\(pending.type.rawValue)' of job \(pending.jobID)")
-        }
-        return (first, record)
+    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
+    public func storeBlob(_ bytes: Data) throws(StoreError) -> String {
+        let hash = Digest.sha256Hex(bytes)
+        try run("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
+                [.text(hash), .int(bytes.count), .blob(bytes)])
+        return hash
     }
 
-    /// Asks the lifecycle what `command` does to job `jobID` (whose current row is `current`, nil: no
-    /// row) and persists its answer: the events, the projection row, the lease row. Refusals become
-    /// `StoreError`s. The caller holds a write transaction, and `current` is the row as it stands now.
-    ///
-    /// Returns the events appended (empty for a repeat) and the job after them.
-    func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
-                 expectedVersion: Int? = nil, leaseToken: Int64? = nil,
-                 now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
-        precondition(current.map { $0.id.utf8.elementsEqual(jobID.utf8) } ?? true,
-                     "perform: the record is not job \(jobID)'s")
-        var lifecycle = JobLifecycle(record: current)
-        let decided: [DecidedEvent]
-        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken) {
-        case .success(let events): decided = events
-        case .failure(let refusal): throw StoreError(refusal, jobID: jobID)
-        }
-        // Fencing against the lease table too: the row is the store's own record of who holds the job.
-        if let leaseToken, case .report = command, try leaseRow(jobID)?.token != leaseToken {
-            throw StoreError.staleLease(jobID: jobID, token: leaseToken)
-        }
-        var events: [JobEvent] = []
-        events.reserveCapacity(decided.count)
-        for decision in decided {
-            var payload = decision.payload
-            // Download-to-memory bytes go to the content-addressed blobs; the event references them.
-            if case .succeeded(let progress, var result) = payload, let bytes = result.data {
-                result.blob = try storeBlob(bytes)
-                result.data = nil
-                payload = .succeeded(progress, result: result)
-            }
-            let version = (lifecycle.record?.version ?? 0) + 1
-            try run("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [.text(jobID), .int(version), .text(payload.type.rawValue), .integer(now), .text(actor),
-                     .optional(decision.leaseToken), .text(try StoreJSON.encode(payload.wire))])
-            let event = JobEvent(seq: lastInsertRowID, jobID: jobID, version: version, atMs: now, actor: actor,
-                                 leaseToken: decision.leaseToken, payload: payload)
-            lifecycle.apply(event)
-            events.append(event)
-        }
-        guard let record = lifecycle.record, !events.isEmpty else { return (events, lifecycle.record) }
+    // MARK: DecisionWriter (perform and appendEvent come from StorePort)
+
+    /// The token of the job's lease row, or nil.
+    public func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64? { try leaseRow(jobID)?.token }
+
+    /// Appends one event row and returns its `seq`.
+    public func insertEvent(jobID: String, version: Int, type: EventType, atMs: Int64, actor: String, leaseToken: Int64?,
+                            data: String) throws(StoreError) -> Int64 {
+        try run("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [.text(jobID), .int(version), .text(type.rawValue), .integer(atMs), .text(actor), .optional(leaseToken), .text(data)])
+        return lastInsertRowID
+    }
+
+    /// Updates only the columns that changed since `current`, or inserts the row.
+    public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
         if let current {
             let update = try record.update(from: current)
             try run(update.sql, update.values)
         } else {
             try run(JobRecord.insertSQL, try record.rowValues())
         }
-        if record.state != .running {
-            try run("DELETE FROM leases WHERE job_id = ?", [.text(record.id)])
-        }
-        return (events, record)
     }
 
-    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
-    func storeBlob(_ bytes: Data) throws(StoreError) -> String {
-        let hash = Digest.sha256Hex(bytes)
-        try run("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
-                [.text(hash), .int(bytes.count), .blob(bytes)])
-        return hash
+    /// Removes the job's lease row.
+    public func dropLease(jobID: String) throws(StoreError) {
+        try run("DELETE FROM leases WHERE job_id = ?", [.text(jobID)])
     }
 }

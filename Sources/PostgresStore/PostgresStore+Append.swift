@@ -114,7 +114,7 @@ extension PostgresStore {
 
 // MARK: - Inside a transaction
 
-extension PostgresConnection {
+extension PostgresConnection: DecisionWriter {
     /// The full id for an id or unique prefix (the rules are `JobIDQuery`'s).
     func resolveID(_ text: String) throws(StoreError) -> String {
         switch try JobIDQuery(text) {
@@ -182,76 +182,42 @@ extension PostgresConnection {
         return outcomes
     }
 
-    /// Appends one reported event to a job whose locked row is `current` (nil: no row).
-    func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
-        let (events, record) = try perform(.report(pending.payload), jobID: pending.jobID, on: current,
-                                           actor: pending.actor, expectedVersion: pending.expectedVersion,
-                                           leaseToken: pending.leaseToken, now: now)
-        guard let first = events.first, let record else {
-            // A report is never a repeat: the lifecycle decides at least the reported event.
-            throw StoreError.invalidControl("the lifecycle decided nothing for a '\(pending.type.rawValue)' of job \(pending.jobID)")
-        }
-        return (first, record)
+    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
+    public func storeBlob(_ bytes: Data) throws(StoreError) -> String {
+        let hash = Digest.sha256Hex(bytes)
+        try store("INSERT INTO blobs (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
+                  [.text(hash), .int(bytes.count), .bytea(bytes)])
+        return hash
     }
 
-    /// Asks the lifecycle what `command` does to job `jobID` (whose current, locked row is `current`,
-    /// nil: no row) and persists its answer: the events, the projection row, the lease row. Refusals
-    /// become `StoreError`s. The SQLite adapter's `perform`, in PostgreSQL's SQL.
-    func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
-                 expectedVersion: Int? = nil, leaseToken: Int64? = nil,
-                 now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
-        precondition(current.map { $0.id.utf8.elementsEqual(jobID.utf8) } ?? true,
-                     "perform: the record is not job \(jobID)'s")
-        var lifecycle = JobLifecycle(record: current)
-        let decided: [DecidedEvent]
-        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken) {
-        case .success(let events): decided = events
-        case .failure(let refusal): throw StoreError(refusal, jobID: jobID)
-        }
-        // Fencing against the lease table too: the row is the store's own record of who holds the job.
-        if let leaseToken, case .report = command, try leaseRow(jobID)?.token != leaseToken {
-            throw StoreError.staleLease(jobID: jobID, token: leaseToken)
-        }
-        var events: [JobEvent] = []
-        events.reserveCapacity(decided.count)
-        for decision in decided {
-            var payload = decision.payload
-            // Download-to-memory bytes go to the content-addressed blobs; the event references them.
-            if case .succeeded(let progress, var result) = payload, let bytes = result.data {
-                result.blob = try storeBlob(bytes)
-                result.data = nil
-                payload = .succeeded(progress, result: result)
-            }
-            let version = (lifecycle.record?.version ?? 0) + 1
-            let seq = try row("""
-                INSERT INTO events (job_id, version, type, at_ms, actor, lease, data)
-                VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq
-                """, [.text(jobID), .int(version), .text(payload.type.rawValue), .integer(now), .text(actor),
-                      .optional(decision.leaseToken), .text(try StoreJSON.encode(payload.wire))]) {
-                (row) throws(StoreError) in try row.integer(0)
-            }
-            let event = JobEvent(seq: seq, jobID: jobID, version: version, atMs: now, actor: actor,
-                                 leaseToken: decision.leaseToken, payload: payload)
-            lifecycle.apply(event)
-            events.append(event)
-        }
-        guard let record = lifecycle.record, !events.isEmpty else { return (events, lifecycle.record) }
+    // MARK: DecisionWriter (perform and appendEvent come from StorePort)
+
+    /// The token of the job's lease row, or nil.
+    public func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64? { try leaseRow(jobID)?.token }
+
+    /// Appends one event row and returns its `seq`.
+    public func insertEvent(jobID: String, version: Int, type: EventType, atMs: Int64, actor: String, leaseToken: Int64?,
+                            data: String) throws(StoreError) -> Int64 {
+        let seq = try row("""
+            INSERT INTO events (job_id, version, type, at_ms, actor, lease, data)
+            VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq
+            """, [.text(jobID), .int(version), .text(type.rawValue), .integer(atMs), .text(actor),
+                  .optional(leaseToken), .text(data)]) { (row) throws(StoreError) in try row.integer(0) }
+        guard let seq else { throw StoreError.invalidControl("INSERT … RETURNING seq returned no row for job \(jobID)") }
+        return seq
+    }
+
+    /// Writes the whole row: an update when the job has one (the caller holds its lock), else an insert.
+    public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
         if current != nil {
             try store(JobRecord.postgresUpdateSQL, try record.postgresUpdateValues())
         } else {
             try store(JobRecord.postgresInsertSQL, try record.postgresValues())
         }
-        if record.state != .running {
-            try store("DELETE FROM leases WHERE job_id = $1", [.text(record.id)])
-        }
-        return (events, record)
     }
 
-    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
-    func storeBlob(_ bytes: Data) throws(StoreError) -> String {
-        let hash = Digest.sha256Hex(bytes)
-        try store("INSERT INTO blobs (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
-                  [.text(hash), .int(bytes.count), .bytea(bytes)])
-        return hash
+    /// Removes the job's lease row.
+    public func dropLease(jobID: String) throws(StoreError) {
+        try store("DELETE FROM leases WHERE job_id = $1", [.text(jobID)])
     }
 }

@@ -1,0 +1,87 @@
+import Foundation
+import JobLifecycle
+import JobModel
+
+/// A write transaction of an adapter, seen as the few row operations that persisting a lifecycle
+/// decision needs. `perform` and `appendEvent` below are written once, on top of them, for every
+/// adapter: ask the lifecycle, fence against the lease table, move memory-download bytes into the
+/// blobs, append the events, write the projection row and drop the lease once the job stops running.
+public protocol DecisionWriter {
+    /// The token of the job's row in the lease table, or nil when it has none.
+    func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64?
+    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
+    func storeBlob(_ bytes: Data) throws(StoreError) -> String
+    /// Appends one event row and returns its `seq`.
+    func insertEvent(jobID: String, version: Int, type: EventType, atMs: Int64, actor: String, leaseToken: Int64?,
+                     data: String) throws(StoreError) -> Int64
+    /// Writes the job's projection row: an update of `current` (the row as it stands), or an insert.
+    func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError)
+    /// Removes the job's lease row.
+    func dropLease(jobID: String) throws(StoreError)
+}
+
+extension DecisionWriter {
+    /// Appends one reported event to a job whose projection row the caller read (or wrote, or locked)
+    /// in this same write transaction: `current` must be that row as it stands now (nil: no row).
+    ///
+    /// The lifecycle decides; when the event leaves a control request pending on a job that is no
+    /// longer running, the events that honour it follow in the same decision. The returned record is
+    /// the job after all of them, the returned event the one asked for.
+    public func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
+        let (events, record) = try perform(.report(pending.payload), jobID: pending.jobID, on: current,
+                                           actor: pending.actor, expectedVersion: pending.expectedVersion,
+                                           leaseToken: pending.leaseToken, now: now)
+        guard let first = events.first, let record else {
+            // A report is never a repeat: the lifecycle decides at least the reported event.
+            throw StoreError.invalidControl("the lifecycle decided nothing for a '\(pending.type.rawValue)' of job \(pending.jobID)")
+        }
+        return (first, record)
+    }
+
+    /// Asks the lifecycle what `command` does to job `jobID` (whose current row is `current`, nil: no
+    /// row) and persists its answer: the events, the projection row, the lease row. Refusals become
+    /// `StoreError`s. The caller holds a write transaction (with the job's row locked where the engine
+    /// locks rows), and `current` is the row as it stands now.
+    ///
+    /// Returns the events appended (empty for a repeat) and the job after them.
+    public func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
+                        expectedVersion: Int? = nil, leaseToken: Int64? = nil,
+                        now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
+        precondition(current.map { $0.id.utf8.elementsEqual(jobID.utf8) } ?? true,
+                     "perform: the record is not job \(jobID)'s")
+        var lifecycle = JobLifecycle(record: current)
+        let decided: [DecidedEvent]
+        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken) {
+        case .success(let events): decided = events
+        case .failure(let refusal): throw StoreError(refusal, jobID: jobID)
+        }
+        // Fencing against the lease table too: the row is the store's own record of who holds the job.
+        if let leaseToken, case .report = command, try self.leaseToken(ofJob: jobID) != leaseToken {
+            throw StoreError.staleLease(jobID: jobID, token: leaseToken)
+        }
+        var events: [JobEvent] = []
+        events.reserveCapacity(decided.count)
+        for decision in decided {
+            var payload = decision.payload
+            // Download-to-memory bytes go to the content-addressed blobs; the event references them.
+            if case .succeeded(let progress, var result) = payload, let bytes = result.data {
+                result.blob = try storeBlob(bytes)
+                result.data = nil
+                payload = .succeeded(progress, result: result)
+            }
+            let version = (lifecycle.record?.version ?? 0) + 1
+            let seq = try insertEvent(jobID: jobID, version: version, type: payload.type, atMs: now, actor: actor,
+                                      leaseToken: decision.leaseToken, data: try StoreJSON.encode(payload.wire))
+            let event = JobEvent(seq: seq, jobID: jobID, version: version, atMs: now, actor: actor,
+                                 leaseToken: decision.leaseToken, payload: payload)
+            lifecycle.apply(event)
+            events.append(event)
+        }
+        guard let record = lifecycle.record, !events.isEmpty else { return (events, lifecycle.record) }
+        try writeProjection(record, replacing: current)
+        if record.state != .running {
+            try dropLease(jobID: record.id)
+        }
+        return (events, record)
+    }
+}
