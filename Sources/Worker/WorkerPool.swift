@@ -237,8 +237,14 @@ public final class WorkerPool: Sendable {
     }
 
     private func finished(_ jobID: String, outcome: TaskRunOutcome) {
-        let entry = state.withLock { state in
-            let entry = state.running[jobID]
+        // The run is logged (and counted) while the job is still among the running ones: a draining pool
+        // only stops once none is, so no outcome's log line can be lost to the process exiting first.
+        if let entry = state.withLock({ $0.running[jobID] }) {
+            let now = Clock.nowMs()
+            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
+            metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
+        }
+        state.withLock { state in
             state.running[jobID] = nil
             state.slotFreed = true
             switch outcome {
@@ -250,12 +256,6 @@ public final class WorkerPool: Sendable {
             case .released: state.summary.released += 1
             case .abandoned: state.summary.abandoned += 1
             }
-            return entry
-        }
-        if let entry {
-            let now = Clock.nowMs()
-            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
-            metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
         }
         wakeup.signal()
     }
