@@ -55,7 +55,10 @@ demo: release
 ## Every test, against real SQLite files, nginx, the GCS emulator and a PostgreSQL the tests start, on 127.0.0.1.
 test: venv
 	swift build --build-tests
-	swift test --skip-build 2>&1 | tee .build/test-output.txt; exit $${PIPESTATUS[0]}
+	swift test --skip-build 2>&1 | tee .build/test-output.txt; rc=$${PIPESTATUS[0]}; \
+	if [ $$rc != 0 ]; then echo "=== what failed (from .build/test-output.txt) ==="; \
+	  grep -E -A2 "recorded an issue|Fatal error|signal code" .build/test-output.txt | head -24; fi; \
+	exit $$rc
 
 BENCH_PACKAGES := curl rclone time
 
