@@ -224,6 +224,8 @@ public final class FaultProxy: @unchecked Sendable {
     private var seen: [Int] = []
     private var fired: [Int] = []
     private var log: [ProxyExchange] = []
+    /// Exchanges whose request head was read and that are not recorded yet.
+    private var inProgress = 0
     private var clients: Set<Int32> = []
     private var connectionCount = 0
     private var stopped = false
@@ -273,7 +275,17 @@ public final class FaultProxy: @unchecked Sendable {
     }
 
     /// Every request so far, in the order they arrived.
-    public var exchanges: [ProxyExchange] { lock.withLock { log } }
+    /// The exchanges so far. An exchange is recorded once its answer has been sent, which is just
+    /// after the client may already have it: reading waits (up to 5 s) for exchanges in progress to be
+    /// recorded, so a test that looks right after its last response sees that response's exchange.
+    public var exchanges: [ProxyExchange] {
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline {
+            if let settled: [ProxyExchange] = lock.withLock({ inProgress == 0 ? log : nil }) { return settled }
+            usleep(1_000)
+        }
+        return lock.withLock { log }
+    }
 
     /// How many times each rule acted, in rule order.
     public var firedCounts: [Int] { lock.withLock { fired } }
@@ -367,7 +379,10 @@ public final class FaultProxy: @unchecked Sendable {
         var entry = exchange
         if entry.request.body.count > 1 << 20 { entry.request.body = entry.request.body.prefix(1 << 20) }
         if let body = entry.response?.body, body.count > 1 << 20 { entry.response?.body = body.prefix(1 << 20) }
-        lock.withLock { log.append(entry) }
+        lock.withLock {
+            log.append(entry)
+            inProgress -= 1
+        }
     }
 
     private func handle(_ headText: String, reader: SocketReader, fd: Int32, connection: Int, index: Int) -> Ending {
@@ -376,6 +391,7 @@ public final class FaultProxy: @unchecked Sendable {
             return .close
         }
         let faults = faults(for: request, index: index)
+        lock.withLock { inProgress += 1 }
         let started = Date()
         var exchange = ProxyExchange(connection: connection, indexOnConnection: index, request: request, requestBodyBytes: 0,
                                      forwarded: false, response: nil, faults: faults.map(\.label), duration: 0)

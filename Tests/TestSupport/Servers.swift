@@ -24,6 +24,42 @@ public func loopbackPortAnswers(_ port: Int) -> Bool {
     return result == 0
 }
 
+/// Whether process `pid` holds the socket listening on 127.0.0.1:`port` (from /proc/net/tcp and the
+/// process's descriptors).
+func listensOn(pid: Int32, port: Int) -> Bool {
+    // Read to the end in a loop: procfs files report size 0 and come a page at a time.
+    guard let handle = FileHandle(forReadingAtPath: "/proc/net/tcp") else { return true }
+    defer { try? handle.close() }
+    let table = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+    let wanted = String(format: "0100007F:%04X", port)
+    var inodes: Set<String> = []
+    for line in table.split(separator: "\n").dropFirst() {
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+        guard fields.count > 9, fields[1] == wanted, fields[3] == "0A" else { continue }
+        inodes.insert(String(fields[9]))
+    }
+    guard !inodes.isEmpty, let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") else { return false }
+    return descriptors.contains { descriptor in
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(descriptor)"),
+              target.hasPrefix("socket:[") else { return false }
+        return inodes.contains(String(target.dropFirst("socket:[".count).dropLast()))
+    }
+}
+
+/// A server's port was taken by another process between picking it and binding it.
+struct PortTaken: Error {
+    let port: Int
+}
+
+/// Starts a server, picking a fresh port again (up to 5 times) when another one took the last.
+func retryingTakenPorts<T>(_ start: () throws -> T) throws -> T {
+    for _ in 1..<5 {
+        do { return try start() } catch is PortTaken { continue }
+    }
+    return try start()
+}
+
 /// A child process serving on a loopback port, killed and reaped by `stop()`.
 public class LoopbackServer: @unchecked Sendable {
     // @unchecked: the process is started in init and only stopped afterwards (once, under a lock).
@@ -56,7 +92,13 @@ public class LoopbackServer: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         try process.run()
         let deadline = Date().addingTimeInterval(20)
-        while !loopbackPortAnswers(port) {
+        // The port was free when picked, but another test's server may have taken it since: only our
+        // own process listening on it counts (otherwise this test would talk to the other server).
+        while !(loopbackPortAnswers(port) && listensOn(pid: process.processIdentifier, port: port)) {
+            if !process.isRunning && loopbackPortAnswers(port) {
+                stop()
+                throw PortTaken(port: port)
+            }
             if !process.isRunning || Date() > deadline {
                 let output = (try? String(contentsOfFile: directory.file("server.log"), encoding: .utf8)) ?? ""
                 stop()
@@ -91,10 +133,13 @@ public final class EmulatorServer: LoopbackServer, @unchecked Sendable {
     public let bucket: String
 
     /// Starts an emulator on a free port; fails with a clear message when the venv is missing.
+    /// A port another test's server took meanwhile is retried with a fresh one.
     public static func start(bucket: String = "test-bucket") throws -> EmulatorServer {
-        let directory = try TemporaryDirectory("jobctl-gcs")
-        try FileManager.default.createDirectory(atPath: directory.file("data"), withIntermediateDirectories: true)
-        return try EmulatorServer(bucket: bucket, directory: directory)
+        try retryingTakenPorts {
+            let directory = try TemporaryDirectory("jobctl-gcs")
+            try FileManager.default.createDirectory(atPath: directory.file("data"), withIntermediateDirectories: true)
+            return try EmulatorServer(bucket: bucket, directory: directory)
+        }
     }
 
     private init(bucket: String, directory: TemporaryDirectory) throws {
@@ -127,11 +172,13 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
     /// served directory. With `tls`, nginx speaks HTTPS (only) with that certificate and key.
     public static func start(extraServerConfig: String = "", extraHTTPConfig: String = "",
                              tls: TLSServerCertificate? = nil) throws -> NginxServer {
-        let directory = try TemporaryDirectory("jobctl-nginx")
-        try FileManager.default.createDirectory(atPath: directory.file("root"), withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(atPath: directory.file("tmp"), withIntermediateDirectories: true)
-        return try NginxServer(directory: directory, extraServerConfig: extraServerConfig, extraHTTPConfig: extraHTTPConfig,
-                               tls: tls)
+        try retryingTakenPorts {
+            let directory = try TemporaryDirectory("jobctl-nginx")
+            try FileManager.default.createDirectory(atPath: directory.file("root"), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: directory.file("tmp"), withIntermediateDirectories: true)
+            return try NginxServer(directory: directory, extraServerConfig: extraServerConfig, extraHTTPConfig: extraHTTPConfig,
+                                   tls: tls)
+        }
     }
 
     private init(directory: TemporaryDirectory, extraServerConfig: String, extraHTTPConfig: String,

@@ -96,7 +96,8 @@ import TestSupport
         let session = "\(bucket)/.big.bin.\(id).jobctl-upload"
         let store = try EventStore(path: database, readOnly: true)
 
-        let first = try JobctlProcess.worker(database: database, ["--lease", "1"], logDirectory: directory.path)
+        // Held to 8 MiB/s (6 s for the file): a wide window for the kill, however busy the machine.
+        let first = try JobctlProcess.worker(database: database, ["--lease", "1", "--bwlimit", "8M"], logDirectory: directory.path)
         let started = eventually(seconds: 20) { exists(session) }
         first.signal(SIGKILL)
         _ = first.wait(seconds: 5)

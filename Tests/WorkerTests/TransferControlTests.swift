@@ -17,7 +17,8 @@ import TestSupport
     /// continues from the bytes already written (a ranged GET), cancel removes the partial file.
     @Test(arguments: WorkerEngine.allCases)
     func pauseResumeAndCancelFromAnotherProcess(engine: WorkerEngine) throws {
-        let nginx = try startWorkerNginx(slowRate: "4m")
+        // Slow (16 s for the file) until the controls have landed, however busy the machine; then fast.
+        let nginx = try startWorkerNginx(slowRate: "1m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("control")
         defer { directory.remove() }
@@ -38,8 +39,10 @@ import TestSupport
         try #require(running, "transfers did not start: \(worker.log)")
 
         // Pause one, cancel the other, from this (another) process.
-        #expect(try jobctl(["pause", ids[0]], database: database).status == 0)
-        #expect(try jobctl(["cancel", ids[1]], database: database).status == 0)
+        let pause = try jobctl(["pause", ids[0]], database: database)
+        #expect(pause.status == 0, "\(pause.stderr)\n\(worker.log)")
+        let cancel = try jobctl(["cancel", ids[1]], database: database)
+        #expect(cancel.status == 0, "\(cancel.stderr)\n\(worker.log)")
         #expect(try eventually(seconds: 5) { try store.job(ids[0])?.state == .paused })
         #expect(try eventually(seconds: 5) { try store.job(ids[1])?.state == .cancelled })
 
@@ -67,6 +70,7 @@ import TestSupport
         #expect(!leftovers.contains { $0.contains("dropped") }, "cancel left \(leftovers)")
 
         // Resume continues from the bytes written, not from zero.
+        nginx.setFast(true)
         #expect(try jobctl(["resume", ids[0]], database: database).status == 0)
         #expect(try eventually(seconds: 30) { try store.job(ids[0])?.state == .succeeded }, "\(worker.log)")
         let expected = try Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin"))
@@ -144,7 +148,9 @@ import TestSupport
         let id = try #require(try submit("""
         - {kind: upload-file, source: "\(source)", destination: "gs://\(emulator.bucket)/big/upload.bin", priority: 5}
         """, database: database, directory: directory).first)
-        let first = try JobctlProcess.worker(database: database, ["--lease", "2"], environment: environment, logDirectory: directory.path)
+        // The first worker is held to 4 MiB/s (6 s for the file): a wide window for the kill, however busy the machine.
+        let first = try JobctlProcess.worker(database: database, ["--lease", "2", "--bwlimit", "4M"], environment: environment,
+                                             logDirectory: directory.path)
         let store = try EventStore(path: database, readOnly: true)
         let started = try eventually(seconds: 30) { (try store.job(id)?.resumePoint?.bytesDone ?? 0) >= Int64(chunk) }
         try #require(started, "no confirmed chunk persisted: \(first.log)")
@@ -291,7 +297,8 @@ import TestSupport
     /// refuses its appends (stale lease token), so the job succeeds exactly once.
     @Test(arguments: WorkerEngine.allCases)
     func frozenWorkerCannotWriteAfterLosingItsLease(engine: WorkerEngine) throws {
-        let nginx = try startWorkerNginx(slowRate: "4m")
+        // Slow (8 s for the file) until the first worker is frozen; the rescuer's download runs fast.
+        let nginx = try startWorkerNginx(slowRate: "1m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("fencing")
         defer { directory.remove() }
@@ -305,6 +312,7 @@ import TestSupport
         let store = try engine.reader(database)
         try #require(try eventually(seconds: 20) { (try store.job(id)?.bytesDone ?? 0) > 0 }, "\(frozen.log)")
         frozen.signal(SIGSTOP)
+        nginx.setFast(true)
         let rescuer = try JobctlProcess.worker(database: database, ["--lease", "1", "--drain"], logDirectory: directory.path)
         #expect(rescuer.wait(seconds: 40) == 0, "\(rescuer.log)")
         #expect(try store.job(id)?.state == .succeeded)
@@ -399,7 +407,8 @@ import TestSupport
         let environment = ["STORAGE_EMULATOR_HOST": emulator.baseURL, "JOBCTL_CHUNK_SIZE": "\(chunk)"]
         let id = try #require(try submit("- {kind: upload-file, source: \"\(source)\", destination: \"gs://\(emulator.bucket)/p/upload.bin\"}\n",
                                          database: database, directory: directory).first)
-        let worker = try JobctlProcess.worker(database: database, environment: environment, logDirectory: directory.path)
+        // Held to 4 MiB/s (6 s for the file): a wide window for the pause, however busy the machine.
+        let worker = try JobctlProcess.worker(database: database, ["--bwlimit", "4M"], environment: environment, logDirectory: directory.path)
         defer { worker.signal(SIGKILL) }
         let store = try EventStore(path: database, readOnly: true)
         try #require(try eventually(seconds: 30) { (try store.job(id)?.resumePoint?.bytesDone ?? 0) >= Int64(chunk) }, "\(worker.log)")

@@ -6,7 +6,10 @@ import TestSupport
 /// 503 + Retry-After while a marker file exists, and `/broken/` always answering 503.
 func startWorkerNginx(slowRate: String = "8m", retryAfterSeconds: Int = 2) throws -> NginxServer {
     let nginx = try NginxServer.start(extraServerConfig: """
-    location /slow/ { limit_rate \(slowRate); }
+    location /slow/ {
+        set $limit_rate \(slowRate);
+        if (-f $ROOT/slow.fast) { set $limit_rate 0; }
+    }
     location /flaky/ {
         if (-f $ROOT/flaky.fail) {
             add_header Retry-After \(retryAfterSeconds) always;
@@ -25,6 +28,17 @@ func startWorkerNginx(slowRate: String = "8m", retryAfterSeconds: Int = 2) throw
 }
 
 extension NginxServer {
+    /// Creates or removes the marker that lifts `/slow/`'s rate limit for requests from then on: a test
+    /// keeps a transfer slow (a wide window for its pause, cancel or kill) and lets the rest run fast.
+    func setFast(_ fast: Bool) {
+        let marker = "\(root)/slow.fast"
+        if fast {
+            FileManager.default.createFile(atPath: marker, contents: Data("fast".utf8))
+        } else {
+            try? FileManager.default.removeItem(atPath: marker)
+        }
+    }
+
     /// Creates or removes the marker that makes `/flaky/` answer 503.
     func setFlaky(_ flaky: Bool) {
         let marker = "\(root)/flaky.fail"
