@@ -93,6 +93,11 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
             return try store.groupCommit(events, thenClaim: request)
         }
         owner.withLock { $0.store = self }
+        // A migration may have added tables: the worker roles granted before get their share of them.
+        if !appliedMigrations.isEmpty {
+            let roles = try withConnection { (connection) throws(StoreError) in try Self.grantedWorkerRoles(connection) }
+            for role in roles { try grantWorkerRole(role) }
+        }
     }
 
     deinit {
