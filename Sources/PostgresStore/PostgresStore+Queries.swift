@@ -123,7 +123,8 @@ extension PostgresStore {
                         gaps[expected] = firstSeen
                         break
                     }
-                    gaps[expected] = nil
+                    // For good: a reader starting below it again skips it at once.
+                    gaps[expected] = Int64.min
                 }
                 delivered.append(event)
                 expected = seq + 1

@@ -45,7 +45,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     private let connection: PostgresConnection
     private let executor: StoreExecutor
     /// `tailEvents`' gaps: the first seq of each gap it has seen below a later event, and the `xmax`
-    /// of the snapshot it first saw it in.
+    /// of the snapshot it first saw it in (`Int64.min` once it is known to be for good).
     let tailGaps = Mutex<[Int64: Int64]>([:])
 
     /// What makes a session read-only; run again on every new connection of a read-only store.
