@@ -52,6 +52,15 @@ extension PostgresStore {
         }
     }
 
+    /// Grants every worker role granted before (the roles other than the owner that may INSERT into
+    /// `events`) its share again, so tables a migration added reach them; returns those roles.
+    @discardableResult
+    public func regrantWorkerRoles() throws(StoreError) -> [String] {
+        let roles = try withConnection { (connection) throws(StoreError) in try Self.grantedWorkerRoles(connection) }
+        for role in roles { try grantWorkerRole(role) }
+        return roles
+    }
+
     /// The grants of `grantWorkerRole`, inside the caller's transaction.
     static func grant(_ role: String, on connection: PostgresConnection) throws(StoreError) {
         guard let names = try connection.row(

@@ -97,10 +97,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         }
         owner.withLock { $0.store = self }
         // A migration may have added tables: the worker roles granted before get their share of them.
-        if !appliedMigrations.isEmpty {
-            let roles = try withConnection { (connection) throws(StoreError) in try Self.grantedWorkerRoles(connection) }
-            for role in roles { try grantWorkerRole(role) }
-        }
+        if !appliedMigrations.isEmpty { try regrantWorkerRoles() }
     }
 
     deinit {
