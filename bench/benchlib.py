@@ -230,6 +230,8 @@ def report(samples_path, meta_path, out_path):
         lines.append("|---|---|---|")
         lines.extend(extra)
         lines.append("")
+    import pglib  # bench/pglib.py: the PostgreSQL section (`--only pg`)
+    lines.extend(pglib.report_lines(samples, fmt, percentile))
     if failures:
         lines.append("## Failures")
         lines.append("")
@@ -247,7 +249,7 @@ def report(samples_path, meta_path, out_path):
     for key, label in (("nproc", "CPUs (nproc)"), ("cpu", "CPU model"), ("memory", "memory"), ("kernel", "kernel"),
                        ("os", "OS"), ("load_start", "load average at start"), ("load_end", "load average at end"),
                        ("swift", "swift"), ("curl", "curl"), ("nginx", "nginx"), ("rclone", "rclone"),
-                       ("huey", "huey"), ("python", "python"), ("sqlite", "SQLite")):
+                       ("huey", "huey"), ("python", "python"), ("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
         lines.append(f"- {label}: {meta.get(key, '?')}")
     lines.append("")
     lines.append("## Raw samples")

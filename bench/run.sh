@@ -5,7 +5,8 @@
 #
 #   --quick      64 MiB transfers and 2,000 queue jobs instead of 512 MiB and 10,000 (about 3 minutes)
 #   --runs N     runs per benchmark (default 5; fewer is allowed for trying things out, not for results)
-#   --only LIST  comma-separated subset of: download,upload,local,queue,latency
+#   --only LIST  comma-separated subset of: download,upload,local,queue,latency,pg
+#                (pg: PostgreSQL drain with 1, 2, 4 worker processes vs SQLite, claim/pickup latency)
 #
 # Uses .build/release/jobctl, or $JOBCTL_BIN. Starts its own nginx in a temporary directory, runs jobctl and
 # its peer (curl, rclone, cp, huey) interleaved in every run, prints a Markdown table and writes it, with
@@ -17,14 +18,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH="$ROOT/bench"
 MODE=full
 RUNS=5
-ONLY="download,upload,local,queue,latency"
+ONLY="download,upload,local,queue,latency,pg"
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) MODE=quick ;;
     --runs) shift; RUNS=${1:?--runs needs a number} ;;
     --only) shift; ONLY=${1:?--only needs a list} ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 64 ;;
   esac
   shift
@@ -43,12 +44,17 @@ if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=py
 
 die() { echo "run.sh: $*" >&2; exit 1; }
 [ -x "$JOBCTL" ] || die "no jobctl binary at ${JOBCTL#"$ROOT"/} (build it: swift build -c release --product jobctl, or set JOBCTL_BIN)"
-for tool in curl nginx rclone /usr/bin/time timeout; do
+want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# Only what the chosen benchmarks run is required (`--only pg` needs neither nginx, rclone nor huey).
+TOOLS="/usr/bin/time timeout"
+if want download || want upload || want local; then TOOLS="$TOOLS curl nginx rclone"; fi
+for tool in $TOOLS; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "$tool" ] || die "missing $tool (make bench installs it)"
 done
-"$PY" -c 'import huey' 2>/dev/null || die "python has no huey (make venv creates .venv with it)"
-
-want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+if want queue || want latency; then
+  "$PY" -c 'import huey' 2>/dev/null || die "python has no huey (make venv creates .venv with it)"
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/jobctl-bench.XXXXXX")
 SAMPLES="$WORK/samples.tsv"
@@ -67,11 +73,14 @@ stop_pid() {  # stop_pid PID: TERM, wait up to 10 s, then KILL
   wait "$pid" 2>/dev/null || true
 }
 cleanup() {
-  stop_pid "$WORKER_PID"; stop_pid "$CONSUMER_PID"; stop_pid "$NGINX_PID"
+  stop_pid "$WORKER_PID"; stop_pid "$CONSUMER_PID"; stop_pid "$NGINX_PID"; stop_postgres
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# shellcheck source=bench/pg_bench.sh
+. "$BENCH/pg_bench.sh"
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SAMPLES"; }
@@ -401,6 +410,7 @@ START_NS=$(now_ns)
 if want download || want upload || want local; then transfer_benchmarks; fi
 if want queue; then queue_benchmark; fi
 if want latency; then latency_benchmark; fi
+if want pg; then pg_benchmark; fi
 {
   echo "finished=$(date -u +%Y-%m-%dT%H:%M:%SZ) ($(( ($(now_ns) - START_NS) / 1000000000 )) s)"
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -55,6 +55,10 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
             if let detail, !detail.isEmpty { text += " (\(Self.oneLine(detail)))" }
             if let sql { text += " in `\(Self.abbreviate(sql))`" }
             if let hint, !hint.isEmpty { text += "; hint: \(Self.oneLine(hint))" }
+            if sqlstate == "42501" {
+                text += "; the role in the URL lacks this privilege: the tables' owner grants a worker role what "
+                    + "workers and the CLI need with `jobctl migrate --grant ROLE`, and runs migrations itself"
+            }
             if sqlstate == "40001" || sqlstate == "40P01" {
                 text += "; another transaction changed the same rows first: run the whole transaction again"
             }

@@ -49,6 +49,9 @@ extension PostgresStore {
         guard !specs.isEmpty else { return [] }
         let keys = Set(specs.compactMap(\.key)).sorted()
         return try writeTransaction { (connection) throws(StoreError) -> [SubmitOutcome] in
+            // A transaction id before the first seq is taken, as every other writer has one from its
+            // row locks: `tailEvents` relies on a running holder of a seq being in every later snapshot.
+            try connection.store("SELECT pg_current_xact_id()")
             if !keys.isEmpty {
                 try connection.store("""
                     SELECT pg_advisory_xact_lock(hashtextextended(key, \(Self.submitLockSeed)))

@@ -78,14 +78,58 @@ extension PostgresStore {
     /// Up to `limit` events with `seq > afterSeq`, in seq order.
     ///
     /// On PostgreSQL seq order is the order the values were taken, not commit order: a transaction
-    /// still running may later commit an event below a seq already read. Tailing readers (`watch`)
-    /// re-read a job's history when they need it exact.
+    /// still running may later commit an event below a seq already read. Readers that continue after
+    /// the last seq they were given (`watch --all`) use `tailEvents`, which holds such events back.
     public func events(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] {
         try withConnection { (connection) throws(StoreError) -> [JobEvent] in
             try connection.rows("SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
                                 [.integer(afterSeq), .int(max(0, limit))]) { (row) throws(StoreError) in
                 try JobEvent(postgresRow: row)
             }
+        }
+    }
+
+    /// Up to `limit` events with `seq > afterSeq`, in seq order, stopping below any seq that a running
+    /// transaction may still commit — so a reader that continues after the last seq it was given
+    /// (`watch --all`) never skips an event that commits out of seq order.
+    ///
+    /// A seq missing below a visible one (a gap) was taken by a transaction that is still running or
+    /// that rolled back. The first time a gap is seen, the `xmax` of that snapshot is noted: the gap's
+    /// holder took its seq before the later event's transaction committed, so it already had its
+    /// transaction id (every jobctl writer takes one before its first seq), and that id is below `xmax`.
+    /// Once a snapshot's `xmin` reaches the noted `xmax`, every such transaction has ended: what is still
+    /// missing was rolled back and is skipped. Until then, the events above the gap are held back.
+    public func tailEvents(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] {
+        let (snapshot, rows) = try readTransaction { (connection) throws(StoreError) -> ((xmin: Int64, xmax: Int64), [JobEvent]) in
+            let snapshot = try connection.row(
+                "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint FROM pg_current_snapshot() AS s") {
+                (row) throws(StoreError) in (xmin: try row.integer(0), xmax: try row.integer(1))
+            }
+            guard let snapshot else { throw StoreError.io("pg_current_snapshot() returned no row") }
+            let rows = try connection.rows(
+                "SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                [.integer(afterSeq), .int(max(0, limit))]) { (row) throws(StoreError) in try JobEvent(postgresRow: row) }
+            return (snapshot, rows)
+        }
+        return tailGaps.withLock { gaps in
+            gaps = gaps.filter { $0.key > afterSeq }
+            var delivered: [JobEvent] = []
+            var expected = afterSeq + 1
+            for event in rows {
+                guard let seq = event.seq else { break }
+                if seq > expected {
+                    let firstSeen = gaps[expected] ?? snapshot.xmax
+                    guard snapshot.xmin >= firstSeen else {
+                        gaps[expected] = firstSeen
+                        break
+                    }
+                    // For good: a reader starting below it again skips it at once.
+                    gaps[expected] = Int64.min
+                }
+                delivered.append(event)
+                expected = seq + 1
+            }
+            return delivered
         }
     }
 

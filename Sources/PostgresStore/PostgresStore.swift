@@ -44,6 +44,9 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
 
     private let connection: PostgresConnection
     private let executor: StoreExecutor
+    /// `tailEvents`' gaps: the first seq of each gap it has seen below a later event, and the `xmax`
+    /// of the snapshot it first saw it in (`Int64.min` once it is known to be for good).
+    let tailGaps = Mutex<[Int64: Int64]>([:])
 
     /// What makes a session read-only; run again on every new connection of a read-only store.
     private static let readOnlySession = "SET default_transaction_read_only = on"
@@ -93,6 +96,8 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
             return try store.groupCommit(events, thenClaim: request)
         }
         owner.withLock { $0.store = self }
+        // A migration may have added tables: the worker roles granted before get their share of them.
+        if !appliedMigrations.isEmpty { try regrantWorkerRoles() }
     }
 
     deinit {

@@ -66,6 +66,9 @@ public protocol JobStore: AnyObject, Sendable {
     func events(jobID: String) throws(StoreError) -> [JobEvent]
     /// Up to `limit` events after `afterSeq`, in log order.
     func events(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent]
+    /// As `events(afterSeq:limit:)`, for a reader that follows the log as it grows (`watch`) and
+    /// continues after the last seq it was given: never an event above a seq that may still commit.
+    func tailEvents(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent]
     /// How many jobs are in each state.
     func counts() throws(StoreError) -> [JobState: Int]
     /// The seq of the newest event; 0 for an empty log.
@@ -216,6 +219,12 @@ extension JobStore {
 
     /// Up to 1,000 events after `afterSeq`, in log order.
     public func events(afterSeq: Int64) throws(StoreError) -> [JobEvent] { try events(afterSeq: afterSeq, limit: 1_000) }
+
+    /// A store whose seqs are committed in the order they are taken (SQLite: one writer at a time) tails
+    /// the log as it reads it.
+    public func tailEvents(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] {
+        try events(afterSeq: afterSeq, limit: limit)
+    }
 
     /// Appends one event in its own transaction and returns it as stored; throws its refusal or the
     /// transaction's failure.

@@ -197,7 +197,7 @@ extension Commands {
     static let migrate = CommandSpec(
         name: "migrate",
         abstract: "Create the database if needed and apply pending schema migrations (writing commands also migrate on open).",
-        options: [Options.json.help("Print the applied versions (with --to: what was copied) as JSON."), Options.migrateTo, Options.force],
+        options: [Options.json.help("Print the applied versions (with --to: what was copied) as JSON."), Options.migrateTo, Options.force, Options.grant],
         discussion: """
         With --to postgres://…, copies the log of --db (an SQLite file) into an empty PostgreSQL database:
         the schema is created there, every event is copied in seq order byte for byte (versions, times,
@@ -208,19 +208,41 @@ extension Commands {
         any job is running the copy is refused (stop the workers first: what they do after the copy
         would be lost); with --force it goes ahead, and on the target those jobs have no lease, so the
         first worker's rescue expires them and they are retried (or fail when out of attempts).
+
+        With --grant ROLE (PostgreSQL, run as the role that owns the tables): after migrating, gives the
+        existing ROLE what `jobctl worker` and every other command need and nothing else: SELECT and
+        INSERT on the log (events) and the blobs, SELECT on the migration ledger, SELECT, INSERT, UPDATE
+        and DELETE on the job projection, the leases and any other table, USAGE and SELECT on the
+        sequences. It cannot change or delete events, truncate, disable the triggers, drop tables or
+        reset the fencing-token sequence. Run it again after an upgrade; later migrations also re-grant
+        the roles that hold INSERT on the log.
         """
     ) { arguments, context in
         if let target = try arguments.value(Options.migrateTo) {
             return try copyLog(to: target, force: arguments[Options.force], json: arguments[Options.json], context: context)
         }
         if arguments[Options.force] { throw UsageError("--force applies only with --to") }
-        let applied = try context.openStore(create: true).appliedMigrations
+        let grant = try arguments.value(Options.grant)
+        if grant != nil && !isPostgresURL(context.databasePath) {
+            throw UsageError("--grant applies only to a PostgreSQL database (--db postgres://…): an SQLite file has no roles")
+        }
+        let store = try context.openStore(create: true)
+        let applied = store.appliedMigrations
+        if let grant, let postgres = store as? PostgresStore {
+            try postgres.grantWorkerRole(grant)
+        }
         if arguments[Options.json] {
-            emit(try jsonText(["applied": applied]))
-        } else if applied.isEmpty {
-            emit("schema is up to date")
+            struct View: Encodable { let applied: [Int]; let granted: String?; let privileges: [String]? }
+            emit(try jsonText(View(applied: applied, granted: grant, privileges: grant.map { _ in WorkerRoleGrants.summary })))
         } else {
-            emit("applied \(applied.count == 1 ? "migration" : "migrations") \(applied.map(String.init).joined(separator: ", "))")
+            if applied.isEmpty {
+                emit("schema is up to date")
+            } else {
+                emit("applied \(applied.count == 1 ? "migration" : "migrations") \(applied.map(String.init).joined(separator: ", "))")
+            }
+            if let grant {
+                emit("granted \(grant): " + WorkerRoleGrants.summary.joined(separator: "; "))
+            }
         }
         return ExitCode.ok
     }

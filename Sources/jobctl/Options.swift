@@ -181,6 +181,14 @@ enum Options {
         }
         return text
     }
+    static let grant = Option<String>("grant", value: "role",
+                                      help: "PostgreSQL: after migrating, give this existing role what workers and the CLI need (insert-only on the log) and nothing else.") { text in
+        // A role name is an identifier of at most 63 bytes (NAMEDATALEN - 1); the server quotes it.
+        guard !text.isEmpty, text.utf8.count <= 63, !text.contains("\0") else {
+            throw UsageError("--grant expects a PostgreSQL role name of 1 to 63 bytes, not '\(text)'")
+        }
+        return text
+    }
     static let force = Flag("force", help: "With --to: copy even while jobs are running (on the target they have no lease; the first worker's rescue expires them).")
 }
 

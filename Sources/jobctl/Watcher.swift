@@ -59,7 +59,7 @@ struct Watcher {
             if version != lastVersion || idle {
                 lastVersion = version
                 while true {
-                    let events = try store.events(afterSeq: lastSeq, limit: 500)
+                    let events = try store.tailEvents(afterSeq: lastSeq, limit: 500)
                     for event in events {
                         lastSeq = event.seq ?? lastSeq
                         try show(event, bar: &bar)

@@ -117,6 +117,52 @@ public final class PostgresServer: Sendable {
         return url(database: "postgres", password: password) + "&options=-c%20search_path%3D\(name)"
     }
 
+    /// An owner role and a worker role, each a login role with its own password, and a schema the
+    /// owner owns in the shared `postgres` database; as an operator sets up PostgreSQL for jobctl when
+    /// the workers must not own the tables.
+    public struct RoleSetup: Sendable {
+        /// The role that owns the schema (and so every table `jobctl migrate` creates in it).
+        public let owner: String
+        /// The role workers and the CLI use; it has no privilege until the owner grants it some.
+        public let worker: String
+        /// The schema both roles' URLs use.
+        public let schema: String
+        /// The owner's URL (with its password) into the schema.
+        public let ownerURL: String
+        /// The worker role's URL (with its password) into the schema.
+        public let workerURL: String
+        /// The worker role's password; tests prove it never appears in an output.
+        public let workerPassword: String
+    }
+
+    /// Creates two fresh login roles (`NAME_owner`, `NAME_worker`) and a schema owned by the first.
+    /// Roles are cluster-wide, so each name has its own random suffix.
+    public func makeRoles(_ label: String = "roles") throws -> RoleSetup {
+        let base = Self.uniqueName(label)
+        let owner = "\(base)_owner", worker = "\(base)_worker"
+        let ownerPassword = "owner-" + UUID().uuidString.lowercased()
+        let workerPassword = "worker-" + UUID().uuidString.lowercased()
+        try psql(database: "postgres", """
+            CREATE ROLE \(owner) LOGIN PASSWORD '\(ownerPassword)';
+            CREATE ROLE \(worker) LOGIN PASSWORD '\(workerPassword)';
+            CREATE SCHEMA \(base) AUTHORIZATION \(owner)
+            """)
+        let path = "&options=-c%20search_path%3D\(base)"
+        return RoleSetup(owner: owner, worker: worker, schema: base,
+                         ownerURL: url(database: "postgres", password: ownerPassword, user: owner) + path,
+                         workerURL: url(database: "postgres", password: workerPassword, user: worker) + path,
+                         workerPassword: workerPassword)
+    }
+
+    /// Runs `sql` with `psql` over the unix socket as `user` (no password: the socket trusts local
+    /// users), with `schema` first on the search path; returns the exit status, output and error (with
+    /// the SQLSTATE: `ERROR:  42501: …`).
+    public func psql(database: String, user: String, schema: String, _ sql: String) throws -> ProcessOutput {
+        try runProcess("\(binaries)/psql",
+                       ["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-h", socketDirectory,
+                        "-p", "\(port)", "-U", user, "-d", database, "-c", "SET search_path TO \(schema); \(sql)"])
+    }
+
     /// `label` reduced to lower-case letters and digits, then a random suffix: a valid unquoted identifier.
     private static func uniqueName(_ label: String) -> String {
         let safe = String(label.lowercased().filter { $0.isASCII && ($0.isLetter || $0.isNumber) }.prefix(30))

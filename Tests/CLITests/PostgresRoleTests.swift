@@ -1,0 +1,150 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// An operator's PostgreSQL setup where the workers do not own the tables: the owner migrates and
+/// grants (`jobctl migrate --grant ROLE`), every command runs as the worker role, and that role cannot
+/// change the log even by hand.
+@Suite("PostgreSQL worker role")
+struct PostgresRoleTests {
+    /// Runs `jobctl --db URL ARGS` in `directory`.
+    private static func jobctl(_ url: String, _ arguments: [String], in directory: TemporaryDirectory) throws -> ProcessOutput {
+        try runProcess(PackagePaths.jobctlBinary, ["--db", url] + arguments,
+                       environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": directory.file("buckets")],
+                       currentDirectory: directory.path)
+    }
+
+    @Test("the owner migrates and grants; the worker role submits, controls, drains and replays, and cannot change the log")
+    func workerRoleRunsEverythingButCannotRewriteHistory() throws {
+        let server = try PostgresServer.shared()
+        let roles = try server.makeRoles("jobrole")
+        let directory = try TemporaryDirectory("pg-role")
+        defer { directory.remove() }
+        var outputs: [ProcessOutput] = []
+        defer {
+            for output in outputs {
+                #expect(!output.stdout.contains(roles.workerPassword) && !output.stderr.contains(roles.workerPassword))
+            }
+        }
+
+        // The owner creates the schema; before the grant the worker role can read nothing.
+        let migrated = try Self.jobctl(roles.ownerURL, ["migrate"], in: directory)
+        outputs.append(migrated)
+        #expect(migrated.status == 0, "\(migrated.stderr)")
+        let refused = try Self.jobctl(roles.workerURL, ["list"], in: directory)
+        outputs.append(refused)
+        #expect(refused.status == 1, "\(refused.stdout)")
+
+        // The grant: printed, idempotent, and as JSON.
+        let granted = try Self.jobctl(roles.ownerURL, ["migrate", "--grant", roles.worker], in: directory)
+        outputs.append(granted)
+        #expect(granted.status == 0, "\(granted.stderr)")
+        #expect(granted.stdout.contains("schema is up to date"))
+        #expect(granted.stdout.contains("granted \(roles.worker): USAGE on the schema; SELECT, INSERT on events"), "\(granted.stdout)")
+        let again = try Self.jobctl(roles.ownerURL, ["migrate", "--grant", roles.worker, "--json"], in: directory)
+        #expect(again.status == 0, "\(again.stderr)")
+        let view = try #require(try JSONSerialization.jsonObject(with: Data(again.stdout.utf8)) as? [String: Any])
+        #expect(view["granted"] as? String == roles.worker)
+        #expect((view["privileges"] as? [String])?.contains("SELECT on schema_migrations") == true, "\(view)")
+
+        // Exactly the privileges the README lists, read back from the server's catalog.
+        let privileges = try server.psql(database: "postgres", """
+            SELECT table_name || ':' || string_agg(privilege_type, ',' ORDER BY privilege_type)
+            FROM information_schema.role_table_grants
+            WHERE grantee = '\(roles.worker)' AND table_schema = '\(roles.schema)' GROUP BY table_name ORDER BY table_name
+            """)
+        #expect(privileges.split(separator: "\n") == [
+            "blobs:INSERT,SELECT", "events:INSERT,SELECT", "jobs:DELETE,INSERT,SELECT,UPDATE",
+            "leases:DELETE,INSERT,SELECT,UPDATE", "schema_migrations:SELECT",
+        ], "\(privileges)")
+
+        // Everything a worker machine and an operator's CLI do, as the worker role.
+        let manifest = directory.file("jobs.yaml")
+        try """
+            jobs:
+              - {kind: upload-data, data: "one", destination: file://docs/one.txt}
+              - {kind: upload-data, data: "two", destination: file://docs/two.txt}
+              - {kind: upload-data, data: "three", destination: file://docs/three.txt}
+              - {kind: download-memory, source: file://docs/one.txt, max_size: 1KiB, priority: -1}
+            """.write(toFile: manifest, atomically: true, encoding: .utf8)
+        let submitted = try Self.jobctl(roles.workerURL, ["submit", manifest], in: directory)
+        outputs.append(submitted)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 4)
+        for command in [["pause", ids[1]], ["cancel", ids[2]], ["resume", ids[1]]] {
+            let control = try Self.jobctl(roles.workerURL, command, in: directory)
+            outputs.append(control)
+            #expect(control.status == 0, "\(command): \(control.stderr)")
+        }
+        let worker = try Self.jobctl(roles.workerURL, ["worker", "--drain", "--concurrency", "1"], in: directory)
+        outputs.append(worker)
+        #expect(worker.status == 0, "\(worker.stdout)\(worker.stderr)")
+        let list = try Self.jobctl(roles.workerURL, ["list", "--json"], in: directory)
+        outputs.append(list)
+        let jobs = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]])
+        let states = Dictionary(uniqueKeysWithValues: jobs.compactMap { job in
+            (job["id"] as? String).map { ($0, job["state"] as? String ?? "") }
+        })
+        #expect(states == [ids[0]: "succeeded", ids[1]: "succeeded", ids[2]: "cancelled", ids[3]: "succeeded"], "\(states)")
+        let result = try Self.jobctl(roles.workerURL, ["result", ids[3]], in: directory)
+        outputs.append(result)
+        #expect(result.status == 0 && result.stdout == "one", "\(result.stdout)\(result.stderr)")
+        for command in [["replay", "--verify"], ["replay"], ["history", ids[1]], ["audit"], ["stats"]] {
+            let output = try Self.jobctl(roles.workerURL, command, in: directory)
+            outputs.append(output)
+            #expect(output.status == 0, "\(command): \(output.stdout)\(output.stderr)")
+        }
+
+        // By hand, the worker role cannot rewrite history: each statement is refused by the privilege
+        // system (SQLSTATE 42501) before any trigger runs, and the log is unchanged.
+        let before = try server.psql(database: "postgres", "SELECT count(*) || ':' || max(seq) FROM \(roles.schema).events")
+        let forbidden = [
+            "DELETE FROM events",
+            "UPDATE events SET actor = 'forged'",
+            "TRUNCATE events",
+            "ALTER TABLE events DISABLE TRIGGER ALL",
+            "DROP TABLE events",
+            "DROP TRIGGER events_refuse_delete ON events",
+            "UPDATE blobs SET data = ''",
+            "DELETE FROM blobs",
+            "SELECT setval('lease_tokens', 1)",
+        ]
+        for statement in forbidden {
+            let output = try server.psql(database: "postgres", user: roles.worker, schema: roles.schema, statement)
+            #expect(output.status != 0, "\(statement) was allowed")
+            #expect(output.stderr.contains("ERROR:  42501:"), "\(statement): \(output.stderr)")
+        }
+        // What it may do by hand it may do: read the log.
+        let readable = try server.psql(database: "postgres", user: roles.worker, schema: roles.schema, "SELECT count(*) FROM events")
+        #expect(readable.status == 0 && readable.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == before.split(separator: ":").first.map(String.init),
+                "\(readable.stdout)\(readable.stderr)")
+        #expect(try server.psql(database: "postgres", "SELECT count(*) || ':' || max(seq) FROM \(roles.schema).events") == before)
+        // And it cannot migrate: a command that would is refused with the remedy.
+        let notOwner = try Self.jobctl(roles.workerURL, ["migrate", "--grant", roles.owner], in: directory)
+        outputs.append(notOwner)
+        #expect(notOwner.status == 1)
+        #expect(notOwner.stderr.contains("does not own jobctl's tables") && notOwner.stderr.contains("with the owner's URL"),
+                "\(notOwner.stderr)")
+    }
+
+    @Test("migrate --grant names a role that exists, and only on PostgreSQL")
+    func grantRefusals() throws {
+        let server = try PostgresServer.shared()
+        let roles = try server.makeRoles("jobroleno")
+        let directory = try TemporaryDirectory("pg-role-refusals")
+        defer { directory.remove() }
+        let missing = try Self.jobctl(roles.ownerURL, ["migrate", "--grant", "no_such_role_x"], in: directory)
+        #expect(missing.status == 1)
+        #expect(missing.stderr.contains("there is no role 'no_such_role_x'"), "\(missing.stderr)")
+        let itself = try Self.jobctl(roles.ownerURL, ["migrate", "--grant", roles.owner], in: directory)
+        #expect(itself.status == 1)
+        #expect(itself.stderr.contains("grant a different role"), "\(itself.stderr)")
+        let sqlite = try Self.jobctl(directory.file("jobctl.db"), ["migrate", "--grant", roles.worker], in: directory)
+        #expect(sqlite.status == 64)
+        #expect(sqlite.stderr.contains("--grant applies only to a PostgreSQL database"), "\(sqlite.stderr)")
+        let empty = try Self.jobctl(roles.ownerURL, ["migrate", "--grant="], in: directory)
+        #expect(empty.status == 64)
+        #expect(empty.stderr.contains("--grant expects a PostgreSQL role name"), "\(empty.stderr)")
+    }
+}
