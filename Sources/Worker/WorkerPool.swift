@@ -75,6 +75,8 @@ public final class WorkerPool: Sendable {
         let claimedAtMs: Int64
         /// Whether the runner was started; a job claimed ahead waits in `State.waiting` until a slot frees.
         var started: Bool
+        /// When the runner was started.
+        var launchedAtMs: Int64?
         var stopRequested: StopReason?
         /// When the lease ends unless a heartbeat extends it (as this worker last set it).
         var leaseExpiresAtMs: Int64
@@ -123,7 +125,7 @@ public final class WorkerPool: Sendable {
     public func beginShutdown() {
         let (runners, held): ([TaskRunner], [(String, TaskRunner)]) = state.withLock { state in
             state.shuttingDown = true
-            return (state.running.values.map(\.runner), Self.startWaiting(&state, limit: .max))
+            return (state.running.values.map(\.runner), Self.startWaiting(&state, limit: .max, now: Clock.nowMs()))
         }
         wakeup.signal()
         for runner in runners {
@@ -152,11 +154,15 @@ public final class WorkerPool: Sendable {
 
         while true {
             let now = Clock.nowMs()
-            let (shuttingDown, runningCount, activeCount, waitingCount, slotFreed) = state.withLock { state in
+            let (shuttingDown, runningCount, activeCount, waitingCount, slotFreed, oldestRun, heldTooLong) = state.withLock { state in
                 let freed = state.slotFreed
                 state.slotFreed = false
-                return (state.shuttingDown, state.running.count, state.active, state.waiting.count, freed)
+                let oldest = state.running.values.compactMap(\.launchedAtMs).min()
+                let stale = state.waiting.filter { id in state.running[id].map { now - $0.claimedAtMs >= Self.holdLimitMs(config) } ?? false }
+                return (state.shuttingDown, state.running.count, state.active, state.waiting.count, freed, oldest, stale)
             }
+            // Jobs claimed ahead that waited too long for a slot go back to the queue for other workers.
+            for jobID in heldTooLong where !shuttingDown { stop(jobID, .shutdown) }
             if shuttingDown {
                 if shutdownStarted == nil { shutdownStarted = now }
                 if runningCount == 0 { break }
@@ -188,8 +194,11 @@ public final class WorkerPool: Sendable {
 
                 // Room for the free slots plus the claim-ahead buffer; with a buffer, claims wait until
                 // half of it is free (fewer, larger claims), unless a slot is idle with nothing held.
+                // Claim ahead only while slots turn over quickly (every run younger than the window):
+                // behind long transfers a held job would only wait, while another worker could run it.
                 let free = config.concurrency - activeCount
-                let room = config.concurrency + config.claimAhead - runningCount
+                let turningOver = oldestRun.map { now - $0 < Self.claimAheadWindowMs } ?? true
+                let room = turningOver ? config.concurrency + config.claimAhead - runningCount : config.concurrency - runningCount
                 let idleSlot = free > 0 && waitingCount == 0
                 let wantClaim = room > 0 && (idleSlot || room >= Self.claimBatchFloor(config))
                 let due = nextDue.map { $0 <= now } ?? false
@@ -231,6 +240,15 @@ public final class WorkerPool: Sendable {
 
     // MARK: - Claims
 
+    /// Claiming ahead happens only while every running transfer started less than this long ago.
+    static let claimAheadWindowMs: Int64 = 1_000
+
+    /// How long a job claimed ahead may wait for a slot before it is released for other workers:
+    /// a third of the lease (one heartbeat period), at least a second.
+    private static func holdLimitMs(_ config: WorkerConfiguration) -> Int64 {
+        max(1_000, config.leaseMs / 3)
+    }
+
     /// The fewest jobs a claim asks for while the worker holds jobs claimed ahead.
     private static func claimBatchFloor(_ config: WorkerConfiguration) -> Int {
         max(1, config.claimAhead / 2)
@@ -262,7 +280,7 @@ public final class WorkerPool: Sendable {
         let (startNow, shuttingDown) = state.withLock { state in
             let startNow = state.shuttingDown || state.active < concurrency
             state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now,
-                                               started: startNow, leaseExpiresAtMs: now + leaseMs)
+                                               started: startNow, launchedAtMs: startNow ? now : nil, leaseExpiresAtMs: now + leaseMs)
             state.summary.claimed += 1
             if startNow { state.active += 1 } else { state.waiting.append(record.id) }
             return (startNow, state.shuttingDown)
@@ -272,12 +290,13 @@ public final class WorkerPool: Sendable {
     }
 
     /// Moves up to `limit` waiting jobs to started (a slot each) and returns them, for `launch`.
-    private static func startWaiting(_ state: inout State, limit: Int) -> [(String, TaskRunner)] {
+    private static func startWaiting(_ state: inout State, limit: Int, now: Int64) -> [(String, TaskRunner)] {
         var taken: [(String, TaskRunner)] = []
         while taken.count < limit, !state.waiting.isEmpty {
             let jobID = state.waiting.removeFirst()
             guard var entry = state.running[jobID], !entry.started else { continue }
             entry.started = true
+            entry.launchedAtMs = now
             state.running[jobID] = entry
             state.active += 1
             taken.append((jobID, entry.runner))
@@ -307,6 +326,7 @@ public final class WorkerPool: Sendable {
             metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
         }
         let config = configuration
+        let now = Clock.nowMs()
         let (next, wake): ([(String, TaskRunner)], Bool) = state.withLock { state in
             if let entry = state.running.removeValue(forKey: jobID), entry.started { state.active -= 1 }
             state.slotFreed = true
@@ -320,7 +340,7 @@ public final class WorkerPool: Sendable {
             case .abandoned: state.summary.abandoned += 1
             }
             // The freed slot goes to the next job claimed ahead at once, without a trip through the loop.
-            let next = state.shuttingDown ? [] : Self.startWaiting(&state, limit: max(0, config.concurrency - state.active))
+            let next = state.shuttingDown ? [] : Self.startWaiting(&state, limit: max(0, config.concurrency - state.active), now: now)
             let room = config.concurrency + config.claimAhead - state.running.count
             // The loop is woken only when it has something to do: claim a batch, or notice the end.
             let wake = state.shuttingDown || state.running.isEmpty || state.waiting.isEmpty || room >= Self.claimBatchFloor(config)
@@ -387,6 +407,7 @@ public final class WorkerPool: Sendable {
             let launchNow = !entry.started
             if launchNow {
                 entry.started = true
+                entry.launchedAtMs = Clock.nowMs()
                 state.active += 1
                 state.waiting.removeAll { $0 == jobID }
             }

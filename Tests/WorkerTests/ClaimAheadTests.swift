@@ -6,14 +6,13 @@ import Testing
 import TestSupport
 
 /// Jobs a worker claims ahead of its free slots: held under a lease until a slot frees, and given up
-/// (released, paused, cancelled, rescued) exactly like a running job. Each test holds the one slot of
-/// a `--concurrency 1` worker with a slow download, so the second job it claims waits, claimed but
-/// not started.
+/// (released, paused, cancelled, rescued) exactly like a running job. Each test holds the slots of a
+/// worker with slow downloads, so the jobs it claims with them wait, claimed but not started.
 @Suite("claiming ahead") struct ClaimAheadTests {
     /// A 64 MiB download at 2 MB/s: busy for the whole test.
-    static func slowSource(_ nginx: NginxServer) throws -> String {
-        try writePatternFile("\(nginx.root)/slow/hold.bin", size: 64 << 20)
-        return "\(nginx.baseURL)/slow/hold.bin"
+    static func slowSource(_ nginx: NginxServer, _ name: String = "hold") throws -> String {
+        try writePatternFile("\(nginx.root)/slow/\(name).bin", size: 64 << 20)
+        return "\(nginx.baseURL)/slow/\(name).bin"
     }
 
     /// Waits until `id` is claimed and not started: the job waits in the worker's claim-ahead buffer.
@@ -78,25 +77,26 @@ import TestSupport
         let database = try engine.database(in: directory)
         let environment = ["JOBCTL_BUCKETS": directory.file("buckets")]
         let ids = try submit("""
-            - {kind: download-file, source: "\(try Self.slowSource(nginx))", destination: "\(directory.file("hold.bin"))"}
+            - {kind: download-file, source: "\(try Self.slowSource(nginx, "a"))", destination: "\(directory.file("a.bin"))"}
+            - {kind: download-file, source: "\(try Self.slowSource(nginx, "b"))", destination: "\(directory.file("b.bin"))"}
             - {kind: upload-data, data: "paused", destination: "file://out/paused.txt"}
             - {kind: upload-data, data: "cancelled", destination: "file://out/cancelled.txt"}
 
             """, database: database, directory: directory)
-        try #require(ids.count == 3)
-        let (hold, toPause, toCancel) = (ids[0], ids[1], ids[2])
+        try #require(ids.count == 4)
+        let (holds, toPause, toCancel) = (ids[0...1], ids[2], ids[3])
         let store = try engine.reader(database)
-        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "1", "--lease", "60"],
+        // Two slots, two held: the first claim takes all four jobs.
+        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "2", "--lease", "60"],
                                               environment: environment, logDirectory: directory.path)
         defer { worker.signal(SIGKILL) }
 
         try Self.waitUntilClaimedAhead(toPause, store, worker)
+        try Self.waitUntilClaimedAhead(toCancel, store, worker)
         #expect(try jobctl(["pause", toPause], database: database).status == 0)
         #expect(try eventually(seconds: 10) { try store.job(toPause)?.state == .paused }, "\(worker.log)")
         #expect(try store.events(jobID: toPause).map(\.type) == [.submitted, .claimed, .pauseRequested, .paused])
 
-        // The freed place in the buffer takes the next job.
-        try Self.waitUntilClaimedAhead(toCancel, store, worker)
         #expect(try jobctl(["cancel", toCancel], database: database).status == 0)
         #expect(try eventually(seconds: 10) { try store.job(toCancel)?.state == .cancelled }, "\(worker.log)")
         #expect(try store.events(jobID: toCancel).map(\.type) == [.submitted, .claimed, .cancelRequested, .cancelled])
@@ -104,12 +104,13 @@ import TestSupport
         // Neither transfer ran; the slot's own job was never disturbed.
         #expect(!FileManager.default.fileExists(atPath: directory.file("buckets/out/paused.txt")))
         #expect(!FileManager.default.fileExists(atPath: directory.file("buckets/out/cancelled.txt")))
-        #expect(try store.job(hold)?.state == .running)
+        #expect(try holds.allSatisfy { try store.job($0)?.state == .running })
         #expect(worker.process.isRunning)
     }
 
     /// SIGKILL: the job claimed ahead holds a lease like a running one, so it is rescued when the
-    /// lease expires (`lease_expired`) and another worker finishes it.
+    /// lease expires (`lease_expired`) and another worker finishes it. (A 6 s lease: a held job is
+    /// released after a third of it, 2 s, which the kill comes well before.)
     @Test(arguments: WorkerEngine.allCases)
     func killedWorkersClaimedAheadJobsAreRescued(engine: WorkerEngine) throws {
         let nginx = try startWorkerNginx(slowRate: "2m")
@@ -125,7 +126,7 @@ import TestSupport
             """, database: database, directory: directory)
         let ahead = try #require(ids.last)
         let store = try engine.reader(database)
-        let first = try JobctlProcess.worker(database: database, ["--concurrency", "1", "--lease", "2"],
+        let first = try JobctlProcess.worker(database: database, ["--concurrency", "1", "--lease", "6"],
                                              environment: environment, logDirectory: directory.path)
         try Self.waitUntilClaimedAhead(ahead, store, first)
         first.signal(SIGKILL)
@@ -134,7 +135,7 @@ import TestSupport
         let second = try JobctlProcess.worker(database: database, ["--concurrency", "2", "--lease", "2"],
                                               environment: environment, logDirectory: directory.path)
         defer { second.signal(SIGKILL) }
-        let done = try eventually(seconds: 30) { try store.job(ahead)?.state == .succeeded }
+        let done = try eventually(seconds: 40) { try store.job(ahead)?.state == .succeeded }
         second.signal(SIGTERM)
         _ = second.wait(seconds: 30)
         try #require(done, "the killed worker's claimed-ahead job was not rescued: \(second.log)")
@@ -142,6 +143,45 @@ import TestSupport
         #expect(events.map(\.type) == [.submitted, .claimed, .leaseExpired, .claimed, .started, .succeeded])
         #expect(events.map(\.version) == Array(1...events.count))
         #expect(try String(contentsOfFile: directory.file("buckets/out/rescued.txt"), encoding: .utf8) == "rescued")
+    }
+
+    /// Behind a long transfer a held job would only wait: after a third of the lease (here 1 s) it is
+    /// released, the busy worker does not claim it again while its slot is still taken by a run older
+    /// than the claim-ahead window, and an idle worker runs it while the long transfer goes on.
+    @Test(arguments: WorkerEngine.allCases)
+    func heldJobBehindALongTransferGoesToAnIdleWorker(engine: WorkerEngine) throws {
+        let nginx = try startWorkerNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("ahead-fair")
+        defer { directory.remove() }
+        let database = try engine.database(in: directory)
+        let environment = ["JOBCTL_BUCKETS": directory.file("buckets")]
+        let ids = try submit("""
+            - {kind: download-file, source: "\(try Self.slowSource(nginx))", destination: "\(directory.file("hold.bin"))"}
+            - {kind: upload-data, data: "fair", destination: "file://out/fair.txt"}
+
+            """, database: database, directory: directory)
+        let (hold, ahead) = (ids[0], ids[1])
+        let store = try engine.reader(database)
+        let busy = try JobctlProcess.worker(database: database, ["--concurrency", "1", "--lease", "3"],
+                                            environment: environment, logDirectory: directory.path)
+        defer { busy.signal(SIGKILL) }
+        let released = try eventually(seconds: 20) { try store.events(jobID: ahead).map(\.type) == [.submitted, .claimed, .released] }
+        let history = try store.events(jobID: ahead).map(\.type)
+        try #require(released, "\(history) \(busy.log)")
+        // A few heartbeat periods later the busy worker still has not taken it back.
+        usleep(1_500_000)
+        #expect(try store.job(ahead)?.state == .queued)
+
+        let idle = try JobctlProcess.worker(database: database, ["--concurrency", "1", "--lease", "3"],
+                                            environment: environment, logDirectory: directory.path)
+        defer { idle.signal(SIGKILL) }
+        let done = try eventually(seconds: 20) { try store.job(ahead)?.state == .succeeded }
+        try #require(done, "\(idle.log)")
+        #expect(try store.job(hold)?.state == .running)
+        let events = try store.events(jobID: ahead)
+        #expect(events.map(\.type) == [.submitted, .claimed, .released, .claimed, .started, .succeeded])
+        #expect(Set(events.filter { $0.type == .claimed }.compactMap(\.data.leaseOwner)).count == 2)
     }
 
     /// Small downloads drained by one worker with claim-ahead: every job's history is exactly
