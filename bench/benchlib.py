@@ -4,6 +4,7 @@
 Subcommands (all output on stdout):
   freeport                              a free TCP port on 127.0.0.1
   manifest N DEST_DIR [PREFIX]          a manifest of N tiny upload-data jobs to file://DEST_DIR/PREFIXk.txt
+  memory-manifest N SRC_DIR             N 64-byte objects in SRC_DIR and a manifest of N download-memory jobs of them
   transfer-manifest KIND SOURCE DEST    a manifest of one upload-file / download-file job
   summary-succeeded                     reads `jobctl worker --json` output, prints the succeeded count
   count-events DB                       rows in the events table of a jobctl database
@@ -37,6 +38,18 @@ def manifest(n, dest_dir, prefix="job-"):
         out.append("  - kind: upload-data")
         out.append(f"    data: {yaml_quote(f'payload {k}')}")
         out.append(f"    destination: {yaml_quote('file://' + os.path.join(dest_dir, f'{prefix}{k:06d}.txt'))}")
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def memory_manifest(n, src_dir):
+    os.makedirs(src_dir, exist_ok=True)
+    out = ["jobs:"]
+    for k in range(int(n)):
+        path = os.path.join(src_dir, f"o-{k:06d}.bin")
+        with open(path, "wb") as f:
+            f.write((f"object {k:06d} " * 8)[:64].encode())
+        out.append("  - kind: download-memory")
+        out.append(f"    source: {yaml_quote('file://' + path)}")
     sys.stdout.write("\n".join(out) + "\n")
 
 
@@ -185,6 +198,8 @@ def report(samples_path, meta_path, out_path):
     row(f"Local upload {size} MiB to file://", "MB/s", "local", "mbps", "cp+fsync")
     row(f"Enqueue {jobs} jobs", "jobs/s", "enqueue", "jobs_per_s", "huey")
     row(f"Drain {jobs} jobs", "jobs/s", "drain", "jobs_per_s", "huey")
+    row(f"Drain {jobs} download-memory jobs (64 B file://), 1 worker × 64", "jobs/s", "drain-memory", "jobs_per_s", "huey")
+    row(f"Drain {jobs} download-memory jobs (64 B file://), 4 workers × 16", "jobs/s", "drain-memory4", "jobs_per_s", "huey")
     row("Idle pickup latency, median", "ms", "latency", "median_ms", "huey", better="lower")
     row("Idle pickup latency, p90", "ms", "latency", "p90_ms", "huey", better="lower")
 
@@ -201,6 +216,9 @@ def report(samples_path, meta_path, out_path):
     epj = samples.get(("drain", "jobctl", "events_per_job"))
     if epj:
         extra.append(f"| jobctl events per job (whole history) | {fmt(statistics.median(epj))} | ≥ 3 |")
+    mepj = samples.get(("drain-memory", "jobctl", "events_per_job"))
+    if mepj:
+        extra.append(f"| jobctl events per download-memory job (whole history) | {fmt(statistics.median(mepj))} | ≥ 4 |")
     lat = samples.get(("latency", "jobctl", "sample_ms"))
     if lat:
         extra.append(f"| jobctl idle pickup, all samples pooled | median {fmt(statistics.median(lat), 'ms')}, "
@@ -276,6 +294,8 @@ def main(argv):
         freeport()
     elif cmd == "manifest":
         manifest(*args)
+    elif cmd == "memory-manifest":
+        memory_manifest(*args)
     elif cmd == "transfer-manifest":
         transfer_manifest(*args)
     elif cmd == "summary-succeeded":

@@ -37,6 +37,7 @@ if [ "$MODE" = quick ]; then SIZE_MIB=64; JOBS=2000; else SIZE_MIB=512; JOBS=100
 LATENCY_SUBMITS=20
 LATENCY_GAP_MS=200
 DRAIN_CONCURRENCY=16
+MEMORY_CONCURRENCY=64   # the download-memory drain: one worker at 64, then 4 workers at 16 each
 HUEY_WORKERS=4
 
 JOBCTL=${JOBCTL_BIN:-$ROOT/.build/release/jobctl}
@@ -305,11 +306,35 @@ transfer_benchmarks() {
   stop_pid "$NGINX_PID"; NGINX_PID=""
 }
 
+# run_workers_timed BENCH DB LOGPREFIX EXPECTED N [WORKER ARGS...]: N `jobctl worker --drain --json`
+# processes on one database, started together; times until the last exits. Sets ELAPSED; returns 1
+# (after recording the failure) unless all exit 0 and EXPECTED jobs succeeded between them.
+run_workers_timed() {
+  local bench=$1 db=$2 prefix=$3 expected=$4 n=$5; shift 5
+  local t0 t1 k rc=0 ok=0 one pids=()
+  t0=$(now_ns)
+  for k in $(seq 1 "$n"); do
+    timeout 600 "$JOBCTL" --no-color --db "$db" worker --drain --json "$@" >"$prefix-$k.out" 2>"$prefix-$k.err" &
+    pids+=($!)
+  done
+  for k in "${!pids[@]}"; do wait "${pids[$k]}" || rc=$?; done
+  t1=$(now_ns)
+  ELAPSED=$(secs "$t0" "$t1")
+  if [ "$rc" != 0 ]; then fail "$bench" jobctl "a worker exited $rc: $(tail_msg "$prefix-1.err")"; return 1; fi
+  for k in $(seq 1 "$n"); do
+    one=$("$PY" "$BENCH/benchlib.py" summary-succeeded <"$prefix-$k.out")
+    ok=$((ok + one))
+  done
+  if [ "$ok" != "$expected" ]; then fail "$bench" jobctl "workers succeeded $ok of $expected jobs"; return 1; fi
+  return 0
+}
+
 # ------------------------------------------------------------------ 3. queue throughput
 queue_benchmark() {
-  local q="$WORK/queue" i t0 t1 rc db hdb s events
+  local q="$WORK/queue" i t0 t1 rc db hdb s events huey_drain
   mkdir -p "$q"
   "$PY" "$BENCH/benchlib.py" manifest "$JOBS" "$q/bucket" >"$q/jobs.yaml"
+  "$PY" "$BENCH/benchlib.py" memory-manifest "$JOBS" "$q/objects" >"$q/memory.yaml"
   for i in $(seq 1 "$RUNS"); do
     log "queue run $i/$RUNS ($JOBS jobs)"
     # huey: enqueue, then drain with a 4-thread consumer (timed inside the Python process)
@@ -317,7 +342,11 @@ queue_benchmark() {
     if s=$(timeout 300 "$PY" "$BENCH/huey_peer.py" enqueue "$hdb" "$JOBS" 2>"$q/huey.err"); then
       record enqueue huey jobs_per_s "$(rate "$JOBS" "$s")"
       if s=$(timeout 330 "$PY" "$BENCH/huey_peer.py" drain "$hdb" "$JOBS" "$HUEY_WORKERS" 2>"$q/huey.err"); then
-        record drain huey jobs_per_s "$(rate "$JOBS" "$s")"
+        huey_drain=$(rate "$JOBS" "$s")
+        # the same peer figure for every drain of this run
+        record drain huey jobs_per_s "$huey_drain"
+        record drain-memory huey jobs_per_s "$huey_drain"
+        record drain-memory4 huey jobs_per_s "$huey_drain"
       else fail drain huey "$(tail_msg "$q/huey.err")"; fi
     else fail enqueue huey "$(tail_msg "$q/huey.err")"; fi
     rm -f "$hdb" "$hdb"-*
@@ -337,6 +366,25 @@ queue_benchmark() {
         else fail drain jobctl "could not count events: $(tail_msg "$q/count.err")"; fi
       fi
     else fail enqueue jobctl "submit exited $rc with $(wc -l <"$q/submit.out") ids: $(tail_msg "$q/submit.err")"; fi
+    rm -f "$db" "$db"-*
+    # download-memory of 64-byte file:// objects: one worker, then 4 workers on one database
+    db="$q/memory-$i.db"
+    sync
+    if jctl "$db" submit "$q/memory.yaml" >"$q/submit.out" 2>"$q/submit.err" && [ "$(wc -l <"$q/submit.out")" = "$JOBS" ]; then
+      if run_worker_timed drain-memory "$db" "$q/memory-$i" "$JOBS" --concurrency "$MEMORY_CONCURRENCY"; then
+        record drain-memory jobctl jobs_per_s "$(rate "$JOBS" "$ELAPSED")"
+        events=$("$PY" "$BENCH/benchlib.py" count-events "$db" 2>"$q/count.err" || echo "")
+        if [ -n "$events" ]; then record drain-memory jobctl events_per_job "$(rate "$events" "$JOBS")"; fi
+      fi
+    else fail drain-memory jobctl "submit failed: $(tail_msg "$q/submit.err")"; fi
+    rm -f "$db" "$db"-*
+    db="$q/memory4-$i.db"
+    sync
+    if jctl "$db" submit "$q/memory.yaml" >"$q/submit.out" 2>"$q/submit.err" && [ "$(wc -l <"$q/submit.out")" = "$JOBS" ]; then
+      if run_workers_timed drain-memory4 "$db" "$q/memory4-$i" "$JOBS" 4 --concurrency "$((MEMORY_CONCURRENCY / 4))"; then
+        record drain-memory4 jobctl jobs_per_s "$(rate "$JOBS" "$ELAPSED")"
+      fi
+    else fail drain-memory4 jobctl "submit failed: $(tail_msg "$q/submit.err")"; fi
     rm -f "$db" "$db"-*
   done
   rm -rf "$q"

@@ -254,10 +254,14 @@ public struct TaskStateMachine: Sendable {
     public mutating func attemptStarted(nowMs: Int64) throws(TaskTransitionError) -> AttemptStartedAction {
         guard case .claimed = state else { throw refused("attemptStarted") }
         state = .running
+        // `started` counts as the first progress write: a transfer that ends before its first progress
+        // tick writes no `progress` event at all (its outcome carries the counts).
+        lastProgressWrittenAtMs = nowMs
         return .persistAndStartTransfer(event(.started(progress(resumePoint)), nowMs), resumingFrom: resumePoint)
     }
 
-    /// The transfer moved bytes. Persisted at most once per `progressIntervalMs`, else `.none`.
+    /// The transfer moved bytes. Persisted at most once per `progressIntervalMs` (counted from the
+    /// `started` event, so never within the first interval), else `.none`.
     public mutating func progressReported(bytesDone: Int64, bytesTotal: Int64?, nowMs: Int64) throws(TaskTransitionError) -> ProgressAction {
         switch state {
         case .running, .stopping(.pause), .stopping(.cancel), .stopping(.shutdown):

@@ -1,6 +1,7 @@
 import Foundation
 import JobLifecycle
 import JobModel
+import StorePort
 import Synchronization
 import Tasks
 
@@ -69,6 +70,18 @@ public final class WorkerLog: Sendable {
         record(WorkerLogEntry(atMs: now, level: .warning, event: .storeError, fields: [
             ("error", .text(String(describing: error))), ("consecutive", .integer(Int64(consecutive))),
             ("action", .text("retrying")),
+        ]))
+    }
+
+    /// A task's event could not be written (the store failed, not refused it) and is tried again while
+    /// the lease holds.
+    func writeRetrying(_ error: StoreError, jobID: String, kind: JobKind, event: EventType, attempt: Int, delayMs: Int64,
+                       leaseExpiresAtMs: Int64, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .storeError, jobID: jobID, kind: kind, fields: [
+            ("error", .text(String(describing: error))), ("event", .text(event.rawValue)),
+            ("consecutive", .integer(Int64(attempt))), ("retry_in_ms", .integer(delayMs)),
+            ("lease_left_ms", .integer(max(0, leaseExpiresAtMs - now))),
+            ("action", .text("retrying the write while the lease holds")),
         ]))
     }
 

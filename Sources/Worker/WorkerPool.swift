@@ -24,10 +24,16 @@ public struct WorkerConfiguration: Sendable {
     public var shutdownGraceMs: Int64
     /// How often the orphan sweep runs after the one at start (0: only at start and before a drain exits).
     public var orphanSweepIntervalMs: Int64
+    /// Jobs claimed ahead of free slots and held, leased and heartbeated, until a slot frees (0: claim
+    /// only for free slots). A slot that frees starts the next held job at once, so its `started`
+    /// event joins the group commit of the outcome that freed the slot, and claims come in batches
+    /// that share a commit with other jobs' outcomes. Held jobs are released on shutdown, honour
+    /// pause and cancel at once, and are rescued like any running job when the worker dies.
+    public var claimAhead: Int
 
     public init(owner: String = WorkerConfiguration.defaultOwner(), concurrency: Int = 4, queues: [String]? = nil,
                 leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000,
-                orphanSweepIntervalMs: Int64 = 300_000) {
+                orphanSweepIntervalMs: Int64 = 300_000, claimAhead: Int? = nil) {
         self.owner = owner
         self.concurrency = max(1, concurrency)
         self.queues = queues
@@ -36,6 +42,7 @@ public struct WorkerConfiguration: Sendable {
         self.pollIntervalMs = max(1, pollIntervalMs)
         self.shutdownGraceMs = shutdownGraceMs
         self.orphanSweepIntervalMs = max(0, orphanSweepIntervalMs)
+        self.claimAhead = max(0, claimAhead ?? self.concurrency)
     }
 
     public static func defaultOwner() -> String {
@@ -66,13 +73,24 @@ public final class WorkerPool: Sendable {
         let token: Int64
         let kind: JobKind
         let claimedAtMs: Int64
+        /// Whether the runner was started; a job claimed ahead waits in `State.waiting` until a slot frees.
+        var started: Bool
+        /// When the runner was started.
+        var launchedAtMs: Int64?
         var stopRequested: StopReason?
+        /// When the lease ends unless a heartbeat extends it (as this worker last set it).
+        var leaseExpiresAtMs: Int64
         /// Whether the log already said this run lost its lease (a heartbeat or a fenced append may tell first).
         var leaseLossLogged = false
     }
 
     private struct State: Sendable {
+        /// Every job this worker holds a lease on: started ones and those claimed ahead.
         var running: [String: Running] = [:]
+        /// Jobs claimed ahead, in claim order, not started yet.
+        var waiting: [String] = []
+        /// Runners started and not finished: the slots in use.
+        var active = 0
         var summary = WorkerSummary()
         var shuttingDown = false
         var slotFreed = false
@@ -103,15 +121,17 @@ public final class WorkerPool: Sendable {
     }
 
     /// Stop claiming; ask every running transfer to pause at its resume point and release its lease.
+    /// Jobs claimed ahead start now only to write `released`: their transfer never begins.
     public func beginShutdown() {
-        let runners: [TaskRunner] = state.withLock { state in
+        let (runners, held): ([TaskRunner], [(String, TaskRunner)]) = state.withLock { state in
             state.shuttingDown = true
-            return state.running.values.map(\.runner)
+            return (state.running.values.map(\.runner), Self.startWaiting(&state, limit: .max, now: Clock.nowMs()))
         }
         wakeup.signal()
         for runner in runners {
             runner.requestStop(.shutdown)
         }
+        for (jobID, runner) in held { launch(jobID, runner) }
     }
 
     public var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
@@ -134,11 +154,15 @@ public final class WorkerPool: Sendable {
 
         while true {
             let now = Clock.nowMs()
-            let (shuttingDown, runningCount, slotFreed) = state.withLock { state in
+            let (shuttingDown, runningCount, activeCount, waitingCount, slotFreed, oldestRun, heldTooLong) = state.withLock { state in
                 let freed = state.slotFreed
                 state.slotFreed = false
-                return (state.shuttingDown, state.running.count, freed)
+                let oldest = state.running.values.compactMap(\.launchedAtMs).min()
+                let stale = state.waiting.filter { id in state.running[id].map { now - $0.claimedAtMs >= Self.holdLimitMs(config) } ?? false }
+                return (state.shuttingDown, state.running.count, state.active, state.waiting.count, freed, oldest, stale)
             }
+            // Jobs claimed ahead that waited too long for a slot go back to the queue for other workers.
+            for jobID in heldTooLong where !shuttingDown { stop(jobID, .shutdown) }
             if shuttingDown {
                 if shutdownStarted == nil { shutdownStarted = now }
                 if runningCount == 0 { break }
@@ -168,11 +192,19 @@ public final class WorkerPool: Sendable {
                     try await pollControls()
                 }
 
-                let free = config.concurrency - runningCount
+                // Room for the free slots plus the claim-ahead buffer; with a buffer, claims wait until
+                // half of it is free (fewer, larger claims), unless a slot is idle with nothing held.
+                // Claim ahead only while slots turn over quickly (every run younger than the window):
+                // behind long transfers a held job would only wait, while another worker could run it.
+                let free = config.concurrency - activeCount
+                let turningOver = oldestRun.map { now - $0 < Self.claimAheadWindowMs } ?? true
+                let room = turningOver ? config.concurrency + config.claimAhead - runningCount : config.concurrency - runningCount
+                let idleSlot = free > 0 && waitingCount == 0
+                let wantClaim = room > 0 && (idleSlot || room >= Self.claimBatchFloor(config))
                 let due = nextDue.map { $0 <= now } ?? false
-                if free > 0 && (changed || slotFreed || due || lastRescue == now) {
-                    let claimed = try await claim(limit: free, now: now)
-                    if claimed < free {
+                if wantClaim && (changed || slotFreed || due || lastRescue == now) {
+                    let claimed = try await claim(limit: room, now: now)
+                    if claimed < room {
                         let queues = config.queues
                         nextDue = try await store.run { try $0.nextRunAfter(queues: queues) }
                     }
@@ -208,32 +240,81 @@ public final class WorkerPool: Sendable {
 
     // MARK: - Claims
 
+    /// Claiming ahead happens only while every running transfer started less than this long ago.
+    static let claimAheadWindowMs: Int64 = 1_000
+
+    /// How long a job claimed ahead may wait for a slot before it is released for other workers:
+    /// a third of the lease (one heartbeat period), at least a second.
+    private static func holdLimitMs(_ config: WorkerConfiguration) -> Int64 {
+        max(1_000, config.leaseMs / 3)
+    }
+
+    /// The fewest jobs a claim asks for while the worker holds jobs claimed ahead.
+    private static func claimBatchFloor(_ config: WorkerConfiguration) -> Int {
+        max(1, config.claimAhead / 2)
+    }
+
     private func claim(limit: Int, now: Int64) async throws -> Int {
         let config = configuration
         let claimed = try await store.claimGrouped(
             ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
         for job in claimed {
             log.claimed(job.record, token: job.token, leaseMs: config.leaseMs, now: now)
-            start(job, now: now)
+            hold(job, now: now)
         }
         return claimed.count
     }
 
-    private func start(_ job: ClaimedJob, now: Int64) {
+    /// Takes a claimed job: starts it when a slot is free, else keeps it waiting for one. A job claimed
+    /// after shutdown began starts only to write `released`.
+    private func hold(_ job: ClaimedJob, now: Int64) {
         let record = job.record
         let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log, metrics: metrics,
-                             leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) })
+                             leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) },
+                             leaseExpiresAtMs: { [weak self] in self?.leaseExpiry(of: record.id) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
                                 backend: backend, sink: sink)
-        state.withLock { state in
-            state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now)
+        let concurrency = configuration.concurrency
+        let leaseMs = configuration.leaseMs
+        let (startNow, shuttingDown) = state.withLock { state in
+            let startNow = state.shuttingDown || state.active < concurrency
+            state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now,
+                                               started: startNow, launchedAtMs: startNow ? now : nil, leaseExpiresAtMs: now + leaseMs)
             state.summary.claimed += 1
+            if startNow { state.active += 1 } else { state.waiting.append(record.id) }
+            return (startNow, state.shuttingDown)
         }
+        if shuttingDown { runner.requestStop(.shutdown) }
+        if startNow { launch(record.id, runner) }
+    }
+
+    /// Moves up to `limit` waiting jobs to started (a slot each) and returns them, for `launch`.
+    private static func startWaiting(_ state: inout State, limit: Int, now: Int64) -> [(String, TaskRunner)] {
+        var taken: [(String, TaskRunner)] = []
+        while taken.count < limit, !state.waiting.isEmpty {
+            let jobID = state.waiting.removeFirst()
+            guard var entry = state.running[jobID], !entry.started else { continue }
+            entry.started = true
+            entry.launchedAtMs = now
+            state.running[jobID] = entry
+            state.active += 1
+            taken.append((jobID, entry.runner))
+        }
+        return taken
+    }
+
+    /// Runs the attempt; its outcome comes back through `finished`.
+    private func launch(_ jobID: String, _ runner: TaskRunner) {
         Task {
             let outcome = await runner.run()
-            self.finished(record.id, outcome: outcome)
+            self.finished(jobID, outcome: outcome)
         }
+    }
+
+    /// Until when this worker's lease on `jobID` holds, as far as it knows (claim or last heartbeat).
+    private func leaseExpiry(of jobID: String) -> Int64? {
+        state.withLock { $0.running[jobID]?.leaseExpiresAtMs }
     }
 
     private func finished(_ jobID: String, outcome: TaskRunOutcome) {
@@ -244,8 +325,10 @@ public final class WorkerPool: Sendable {
             log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
             metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
         }
-        state.withLock { state in
-            state.running[jobID] = nil
+        let config = configuration
+        let now = Clock.nowMs()
+        let (next, wake): ([(String, TaskRunner)], Bool) = state.withLock { state in
+            if let entry = state.running.removeValue(forKey: jobID), entry.started { state.active -= 1 }
             state.slotFreed = true
             switch outcome {
             case .succeeded: state.summary.succeeded += 1
@@ -256,8 +339,15 @@ public final class WorkerPool: Sendable {
             case .released: state.summary.released += 1
             case .abandoned: state.summary.abandoned += 1
             }
+            // The freed slot goes to the next job claimed ahead at once, without a trip through the loop.
+            let next = state.shuttingDown ? [] : Self.startWaiting(&state, limit: max(0, config.concurrency - state.active), now: now)
+            let room = config.concurrency + config.claimAhead - state.running.count
+            // The loop is woken only when it has something to do: claim a batch, or notice the end.
+            let wake = state.shuttingDown || state.running.isEmpty || state.waiting.isEmpty || room >= Self.claimBatchFloor(config)
+            return (next, wake)
         }
-        wakeup.signal()
+        for (nextID, runner) in next { launch(nextID, runner) }
+        if wake { wakeup.signal() }
     }
 
     // MARK: - Leases and control
@@ -268,6 +358,11 @@ public final class WorkerPool: Sendable {
         let config = configuration
         let lost = try await store.run { store in
             try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
+        }
+        state.withLock { state in
+            for jobID in leases.keys where !lost.contains(jobID) {
+                state.running[jobID]?.leaseExpiresAtMs = now + config.leaseMs
+            }
         }
         for jobID in lost {
             noteLeaseLost(jobID, now: now)
@@ -303,14 +398,24 @@ public final class WorkerPool: Sendable {
         }
     }
 
+    /// Asks the job's runner to stop. A job claimed ahead starts at once to write its end (`paused`,
+    /// `cancelled`) or to abandon it (lease lost): its transfer never begins.
     private func stop(_ jobID: String, _ reason: StopReason) {
-        let runner: TaskRunner? = state.withLock { state in
-            guard var entry = state.running[jobID], entry.stopRequested == nil else { return nil }
+        let (runner, launchNow): (TaskRunner?, Bool) = state.withLock { state in
+            guard var entry = state.running[jobID], entry.stopRequested == nil else { return (nil, false) }
             entry.stopRequested = reason
+            let launchNow = !entry.started
+            if launchNow {
+                entry.started = true
+                entry.launchedAtMs = Clock.nowMs()
+                state.active += 1
+                state.waiting.removeAll { $0 == jobID }
+            }
             state.running[jobID] = entry
-            return entry.runner
+            return (entry.runner, launchNow)
         }
         runner?.requestStop(reason)
+        if let runner, launchNow { launch(jobID, runner) }
     }
 }
 
@@ -324,11 +429,33 @@ struct LeaseSink: TaskEventSink {
     let metrics: WorkerMetrics
     /// Called when the store refuses an append for the lease token (fencing): the lease is gone.
     let leaseLost: @Sendable () -> Void
+    /// Until when the worker's lease holds as far as it knows (nil: the job is no longer held).
+    let leaseExpiresAtMs: @Sendable () -> Int64?
+
+    /// The first wait before a failed write is tried again; it doubles up to `maxRetryDelayMs`.
+    static let firstRetryDelayMs: Int64 = 50
+    static let maxRetryDelayMs: Int64 = 1_000
 
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
         let pending = PendingEvent(jobID: jobID, actor: owner, leaseToken: token, payload: event.payload)
         let before = Clock.nowMs()
-        let result = await store.appendGrouped(pending)
+        var result = await store.appendGrouped(pending)
+        // The store could not write at all (the server is down or restarting, the disk is full): the
+        // event is not in the log, and the lease is still ours until it expires, so the write is tried
+        // again — with backoff, while the lease holds — instead of abandoning the job for a rescue.
+        // Fencing keeps this safe: should the job be rescued meanwhile, the retry is refused as stale.
+        var delayMs = Self.firstRetryDelayMs
+        var attempt = 0
+        while case .failure(let error) = result, Self.isTransient(error) {
+            let now = Clock.nowMs()
+            guard let expiresAt = leaseExpiresAtMs(), now + delayMs < expiresAt else { break }
+            attempt += 1
+            log.writeRetrying(error, jobID: jobID, kind: kind, event: event.type, attempt: attempt, delayMs: delayMs,
+                              leaseExpiresAtMs: expiresAt, now: now)
+            try? await Task.sleep(for: .milliseconds(delayMs))
+            delayMs = min(delayMs * 2, Self.maxRetryDelayMs)
+            result = await store.appendGrouped(pending)
+        }
         let after = Clock.nowMs()
         log.commitTook(after - before, jobID: jobID, kind: kind, event: event.type, now: after)
         metrics.commitTook(after - before)
@@ -348,6 +475,14 @@ struct LeaseSink: TaskEventSink {
                 throw .staleLease
             }
             throw .storage(String(describing: error))
+        }
+    }
+
+    /// Whether `error` says the store could not write (and may later), not that it refused this event.
+    static func isTransient(_ error: StoreError) -> Bool {
+        switch error {
+        case .io, .busy: true
+        default: false
         }
     }
 }

@@ -148,6 +148,13 @@ import Testing
         #expect(Data(Digest.md5(Data("hello".utf8))).base64EncodedString() == "XUFAKrxLKna5cZ2REBfFkg==")
         #expect(Digest.sha256Hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
+
+    @Test func hexOfEveryByteIsWhatPrintfGives() {
+        let bytes = (0...255).map { UInt8($0) }
+        #expect(Digest.hex(bytes) == bytes.map { String(format: "%02x", $0) }.joined())
+        #expect(Digest.hex([UInt8]()) == "")
+        #expect(Digest.sha256Hex(Data()) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+    }
 }
 
 @Suite struct JobSpecChecksumsTests {

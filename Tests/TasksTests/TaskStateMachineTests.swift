@@ -267,9 +267,34 @@ struct TaskStateMachineTests {
     @Test func customProgressInterval() throws {
         var machine = TaskStateMachine(attempt: 1, maxAttempts: 1, configuration: .init(progressIntervalMs: 100))
         _ = try machine.attemptStarted(nowMs: 0)
-        #expect(try machine.progressReported(bytesDone: 1, bytesTotal: nil, nowMs: 10) != .none)
-        #expect(try machine.progressReported(bytesDone: 2, bytesTotal: nil, nowMs: 109) == .none)
-        #expect(try machine.progressReported(bytesDone: 3, bytesTotal: nil, nowMs: 110) != .none)
+        #expect(try machine.progressReported(bytesDone: 1, bytesTotal: nil, nowMs: 10) == .none)
+        #expect(try machine.progressReported(bytesDone: 2, bytesTotal: nil, nowMs: 100) != .none)
+        #expect(try machine.progressReported(bytesDone: 3, bytesTotal: nil, nowMs: 199) == .none)
+        #expect(try machine.progressReported(bytesDone: 4, bytesTotal: nil, nowMs: 200) != .none)
+    }
+
+    /// `started` counts as the first progress write: a transfer that ends within its first progress
+    /// interval writes `started` and its outcome, no `progress` event, and the outcome has the counts.
+    @Test func noProgressEventBeforeTheFirstTick() throws {
+        var machine = TaskStateMachine(attempt: 1, maxAttempts: 3)
+        _ = try machine.attemptStarted(nowMs: 5_000)
+        #expect(try machine.progressReported(bytesDone: 32, bytesTotal: 64, nowMs: 5_001) == .none)
+        #expect(try machine.progressReported(bytesDone: 64, bytesTotal: 64, nowMs: 5_999) == .none)
+        guard case .persist(let outcome) = try machine.transferFinished(JobResult(size: 64), nowMs: 6_000) else {
+            Issue.record("expected the succeeded event"); return
+        }
+        #expect(outcome.type == .succeeded && outcome.data.bytesDone == 64 && outcome.data.bytesTotal == 64)
+    }
+
+    /// A transfer still running one interval after `started` writes its first `progress` event then.
+    @Test func firstProgressEventOneIntervalAfterStart() throws {
+        var machine = TaskStateMachine(attempt: 1, maxAttempts: 3)
+        _ = try machine.attemptStarted(nowMs: 5_000)
+        #expect(try machine.progressReported(bytesDone: 10, bytesTotal: 100, nowMs: 5_999) == .none)
+        guard case .persist(let event) = try machine.progressReported(bytesDone: 20, bytesTotal: 100, nowMs: 6_000) else {
+            Issue.record("expected a progress event"); return
+        }
+        #expect(event.type == .progress && event.data.bytesDone == 20 && event.atMs == 6_000)
     }
 
     // MARK: Failures and retries

@@ -542,7 +542,9 @@ import TestSupport
         let directory = try TemporaryDirectory("watch-tty")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(6 << 20))
+        // 12 MiB at 2 MB/s: several progress events (the first comes one progress interval after
+        // `started`), so the watcher has two samples for a rate and an ETA before the end.
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(12 << 20))
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
                                          database: database, directory: directory).first)
         let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
@@ -557,7 +559,7 @@ import TestSupport
         #expect(screen.contains("\r\u{1B}[2K["), "no in-place redraw: \(screen.debugDescription)")
         #expect(screen.contains("#"))
         #expect(screen.contains("%"))
-        #expect(screen.contains("MiB/6 MiB"), "\(screen.debugDescription)")
+        #expect(screen.contains("MiB/12 MiB"), "\(screen.debugDescription)")
         #expect(screen.contains("/s"))
         #expect(screen.contains("ETA"))
         // Every redraw and every line fits the terminal; ETAs read 45s / 6m14s / 1h02m.

@@ -215,3 +215,34 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(lines.withLock { $0.count } == 2)
     }
 }
+
+/// The log's hand-made timestamps are byte for byte what Foundation's ISO 8601 formatter prints.
+@Suite("worker log timestamps") struct WorkerLogTimestampTests {
+    static let instants: [Int64] = [
+        0, 1, 999, 1_000, 59_999, 86_399_999, 951_782_400_000 /* 2000-02-29 */, 1_709_251_199_999 /* 2024-02-29 23:59:59.999 */,
+        1_796_045_473_668, 1_798_761_599_999 /* 2026-12-31 23:59:59.999 */, 1_798_761_600_000, 4_102_444_800_123 /* 2100-01-01 */,
+    ]
+
+    @Test(arguments: instants)
+    func matchesISO8601DateFormatter(ms: Int64) {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        #expect(WorkerLogFormatter.rfc3339(ms) == formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
+    }
+
+    @Test func everyMillisecondOfASecondAndEveryMonth() {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        let start: Int64 = 1_796_045_473_000
+        for offset in stride(from: Int64(0), to: 1_000, by: 1) {
+            let ms = start + offset
+            #expect(WorkerLogFormatter.rfc3339(ms) == formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
+        }
+        for month in stride(from: Int64(0), to: 400, by: 1) {
+            let ms = 1_767_225_600_000 + month * 2_678_400_017  // about a month apart, arbitrary fractions
+            #expect(WorkerLogFormatter.rfc3339(ms) == formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
+        }
+    }
+}
