@@ -7,6 +7,11 @@ public struct ManifestJob: Sendable, Hashable {
     /// 1-based line and column of the job's first key.
     public var line: Int
     public var column: Int
+    /// Things the reader left out on purpose (symbolic links in a folder), to tell the user.
+    public var notes: [String] = []
+    /// For a download-file job whose source is a prefix: what `submit` must list to make its jobs; `spec`
+    /// is then only the template.
+    public var prefixExpansion: PrefixExpansion?
 
     public init(spec: JobSpec, line: Int, column: Int) {
         self.spec = spec
@@ -60,6 +65,8 @@ public struct ManifestParser: Sendable {
     public var checksSources: Bool
     /// The bounds on the input: size, depth, nodes, aliases, scalar length, jobs.
     public var limits: ManifestLimits
+    /// The submit's time (ms since the epoch), which `delay:` counts from; nil reads the clock.
+    public var nowMs: Int64?
 
     /// - Parameters:
     ///   - baseDirectory: where relative `source`/`destination` paths start; nil for the manifest's own
@@ -129,7 +136,7 @@ public struct ManifestParser: Sendable {
         let source = SourceText(text)
         let document = YAMLParser(source: source, limits: limits).parseDocument()
         var reader = ManifestReader(file: path, source: source, baseDirectory: resolvedBaseDirectory(for: path),
-                                    checksSources: checksSources, limits: limits)
+                                    checksSources: checksSources, limits: limits, nowMs: nowMs ?? Clock.nowMs())
         for problem in document.problems {
             let code: ManifestError.Code = switch problem.kind {
             case .syntax: .syntax
