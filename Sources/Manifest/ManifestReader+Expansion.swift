@@ -103,7 +103,7 @@ extension ManifestReader {
             report(.emptyExpansion, "\(quoted) holds no regular file\(filtered); nothing would be uploaded", at: mark)
             return ([], notes)
         }
-        let batch = JobID.generate(atMs: nowMs)
+        let batch = Self.batchID(key: template.key, nowMs: nowMs)
         var specs: [JobSpec] = []
         specs.reserveCapacity(listing.files.count)
         for relative in listing.files {
@@ -156,6 +156,12 @@ extension ManifestReader {
         }
     }
 
+    /// A new batch id, or for a keyed job one derived from its key: the same manifest submitted again maps
+    /// to the same jobs, and so to the same batch.
+    static func batchID(key: String?, nowMs: Int64) -> String {
+        key.map { JobID.derived(from: "batch:" + $0) } ?? JobID.generate(atMs: nowMs)
+    }
+
     /// `include`/`exclude` on a job that names one file or object are a mistake: reported at the key.
     mutating func reportFiltersWithoutExpansion(_ own: FieldSet) {
         for field in [JobField.include, .exclude] {
@@ -189,7 +195,7 @@ extension ManifestReader {
         let filter = PathFilter(include: own.include?.value ?? [], exclude: own.exclude?.value ?? [])
         let sourceMark = own.source?.valueMark ?? mark
         return PrefixExpansion(prefix: prefix, destinationFolder: folder, filter: filter, template: template,
-                               batchID: JobID.generate(atMs: nowMs), limit: max(0, limits.maximumJobs - jobCount), file: file,
+                               batchID: Self.batchID(key: template.key, nowMs: nowMs), limit: max(0, limits.maximumJobs - jobCount), file: file,
                                jobMark: mark, sourceMark: sourceMark, jobLine: source.line(mark.line),
                                sourceLine: source.line(sourceMark.line))
     }
