@@ -513,8 +513,8 @@ struct ManifestReader {
                 return nil
             }
             if field == .source, reference.scheme == .gs || reference.scheme == .file {
-                report(.invalidReference, "'source' '\(text.value)' ends in '/', so it names a folder; downloading folders is not supported yet: "
-                           + "name one object, such as \(reference)",
+                report(.invalidReference, "'source' '\(text.value)' ends in '/', so it names a folder; only download-file jobs expand a "
+                           + "prefix into one job per object: name one object, such as \(reference)",
                        at: text.valueMark)
                 return nil
             }
