@@ -100,7 +100,7 @@ extension Commands {
         if let key = job.spec.key { lines.append(("key", key)) }
         if let batch = job.spec.batch {
             lines.append(("batch", batch.id))
-            var origin = "\(display.location(batch.source)) → \(batch.path)"
+            var origin = "\(display.text(batch.source)) → \(batch.path)"
             if let include = batch.include { origin += "; include \(include.joined(separator: ", "))" }
             if let exclude = batch.exclude { origin += "; exclude \(exclude.joined(separator: ", "))" }
             lines.append(("expanded from", origin))

@@ -114,7 +114,7 @@ extension Commands {
             counts[batch.id, default: (0, batch.source)].count += 1
         }
         return order.compactMap { id in
-            counts[id].map { "batch \(id): \(plural($0.count, "job")) from \(Display.redacting.location($0.source))" }
+            counts[id].map { "batch \(id): \(plural($0.count, "job")) from \(Display.redacting.text($0.source))" }
         }
     }
 

@@ -126,7 +126,7 @@ struct BatchView: Encodable {
 
     init(_ batch: JobBatch, display: Display) {
         id = batch.id
-        source = display.url(batch.source)
+        source = display.text(batch.source)
         include = batch.include
         exclude = batch.exclude
         path = batch.path
