@@ -204,7 +204,7 @@ extension ManifestReader {
 
     /// `include:` / `exclude:` — a list of patterns (a single pattern is taken as a list of one).
     mutating func readPatterns(_ pair: YAMLPair) -> [PathPattern]? {
-        let name = (try? pairName(pair)) ?? "include"
+        let name = if case .scalar(let scalar) = pair.key { scalar.value } else { JobField.include.rawValue }
         let items: [YAMLNode]
         switch pair.value {
         case .sequence(let list, _): items = list
@@ -235,11 +235,6 @@ extension ManifestReader {
             }
         }
         return valid ? patterns : nil
-    }
-
-    private func pairName(_ pair: YAMLPair) throws -> String {
-        guard case .scalar(let scalar) = pair.key else { throw CocoaError(.coderInvalidValue) }
-        return scalar.value
     }
 
     /// `run_after:` — an RFC 3339 time (`2026-12-01T02:00:00Z`, an offset or fractional seconds allowed)
