@@ -41,10 +41,16 @@ import TestSupport
             key: nightly
           - {kind: upload-data, data: alone, destination: gs://\(server.bucket)/alone.txt}
         """)
+        try FileManager.default.createSymbolicLink(atPath: workspace.directory.file("photos/link.jpg"), withDestinationPath: "/etc/hostname")
         let environment = ["STORAGE_EMULATOR_HOST": server.baseURL, "HOME": workspace.directory.path]
+        let dryRun = try workspace.jobctl(["submit", "--dry-run", manifest], environment: environment)
+        #expect(dryRun.status == 0 && dryRun.stdout.contains(" jobs from \(workspace.directory.path)/photos/\n3 jobs valid; nothing submitted"),
+                "\(dryRun.stdout)")
         let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
         #expect(submitted.status == 0, "\(submitted.stderr)")
         #expect(submitted.stdout.split(separator: "\n").count == 3)
+        // The link is not followed out of the folder: skipped, with a note at the job.
+        #expect(submitted.stderr.contains("up.yaml:2:5: note: 'source' 'photos/': skipped 'link.jpg' (a symbolic link)"), "\(submitted.stderr)")
         let batch = try #require(batches(submitted.stderr).first, "\(submitted.stderr)")
         #expect(batch.count == 2 && batch.source == workspace.directory.path + "/photos/", "\(submitted.stderr)")
 
