@@ -49,7 +49,9 @@ public struct ManifestJob: Sendable, Hashable {
 /// (local path; ending in `/`, or an existing folder, means a folder and the object's name is added);
 /// `download-memory` takes `source` and `max_size` (bytes or `512KiB`/`1MiB`/`2MB`; default 1 MiB);
 /// `fetch-url` takes `source` in a bucket (gs://, a Firebase URL, or a named local bucket `file://NAME/`).
-/// Every kind takes `key`, `priority`, `max_attempts` and `queue`; uploads take `metadata`.
+/// Every kind takes `key`, `priority`, `max_attempts`, `queue`, `run_after` and `delay`; uploads take
+/// `metadata`. An upload-file folder or glob expands here into one job per file (`include`/`exclude`
+/// filter them); a download-file prefix comes back as a `PrefixExpansion` for the caller to list.
 /// Local paths are stored absolute and standardised; references as `StorageReference.description`.
 /// `defaults:` may hold any field but `source`, `destination`, `data`, `data_base64` and `key`; fields
 /// that do not apply to a job's kind (metadata on a download) are skipped for that job.

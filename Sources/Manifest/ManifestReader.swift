@@ -600,9 +600,12 @@ struct ManifestReader {
         case .danglingLink(let target):
             report(.sourceUnavailable, "\(quoted) is a symbolic link to '\(target)', which does not exist; \(optOut)", at: written.valueMark)
         case .glob:
-            report(.unsupportedSource, "\(quoted) is a glob pattern and no file has this name; \(Self.foldersNotSupported)", at: written.valueMark)
+            // Unescaped pattern characters make a glob before this check; escaped ones name a file.
+            report(.sourceUnavailable, "\(quoted) names no file (its '*', '?' or '[' are escaped, so it is not a glob); \(optOut)",
+                   at: written.valueMark)
         case .folder:
-            report(.unsupportedSource, "\(quoted) is a folder; \(Self.foldersNotSupported)", at: written.valueMark)
+            // A folder expands before this check; one that became a folder since is reported as such.
+            report(.unsupportedSource, "\(quoted) is a folder; write it with a trailing '/' to upload every file in it", at: written.valueMark)
         case .notRegular(let what):
             report(.sourceUnavailable, "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)",
                    at: written.valueMark)
@@ -617,8 +620,9 @@ struct ManifestReader {
     ///
     /// For download-file's destination, a folder — written with a trailing `/`, or a folder that exists —
     /// gets `folderEntry` (the object's name) appended, as `cp` and `gsutil cp` do; without a name (the
-    /// source was wrong, and reported) there is no path. For upload-file's source, a trailing `/` is a
-    /// folder, which is not supported yet.
+    /// source was wrong, and reported) there is no path. For upload-file's source, a folder written as one
+    /// keeps a trailing `/` (`uploadTree` expands it); with `folderOnly` (a prefix download's destination)
+    /// the path must be written as a folder and is returned without the `/`.
     mutating func localPath(_ text: Located<String>, field: JobField, kind: JobKind, folderEntry: String? = nil,
                                     folderOnly: Bool = false) -> String? {
         var path = text.value
@@ -675,8 +679,6 @@ struct ManifestReader {
         }
         return standardized
     }
-
-    static let foldersNotSupported = "folders and globs are not supported yet: write one upload-file job per file"
 
     // MARK: - Field values
 

@@ -1,5 +1,6 @@
 import Foundation
 import JobModel
+import Synchronization
 import Storage
 import TestSupport
 import Testing
@@ -17,8 +18,15 @@ import Testing
     /// The emulator answers a list in one page, whatever `maxResults` says; real GCS pages. This proxy
     /// turns the emulator's complete answer into the page that `maxResults` and `pageToken` (here: the
     /// offset) select, with `nextPageToken` while more remain, as GCS does.
-    private static func paging() -> FaultRule {
+    /// The list requests the proxy paged, recorded before each answer is sent (the proxy's own exchange
+    /// log is written after the answer, so a client can be done before the last entry is there).
+    final class ListRequests: Sendable {
+        let targets = Mutex<[String]>([])
+    }
+
+    private static func paging(_ seen: ListRequests) -> FaultRule {
         FaultRule(RequestMatch(method: "GET", predicate: { $0.target.contains("/o?") }), .rewriteResponse { request, response in
+            seen.targets.withLock { $0.append(request.target) }
             guard let query = URLComponents(string: "http://h" + request.target)?.queryItems,
                   var json = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] else { return }
             let items = json["items"] as? [[String: Any]] ?? []
@@ -37,14 +45,15 @@ import Testing
         defer { server.stop() }
         try await put(["photos/a.jpg", "photos/2024/b.jpg", "photos/2024/05/c.jpg", "photos/d e.jpg", "photos/x.tmp",
                        "photosX/no.jpg", "other/no.jpg"], into: server)
-        let proxy = try FaultProxy(upstreamPort: server.port, rules: [Self.paging()])
+        let seen = ListRequests()
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [Self.paging(seen)])
         defer { proxy.stop() }
         var configuration = emulatorConfiguration(server)
         configuration.gcsEndpoint = "http://127.0.0.1:\(proxy.port)"
         let lister = ObjectLister(configuration: configuration, pageSize: 2)
         let names = try await lister.objectNames(under: try StorageReference(parsing: "gs://\(server.bucket)/photos/"), limit: 100)
         #expect(names.sorted() == ["photos/2024/05/c.jpg", "photos/2024/b.jpg", "photos/a.jpg", "photos/d e.jpg", "photos/x.tmp"])
-        let lists = proxy.exchanges.map(\.request.target).filter { $0.contains("/o?") }
+        let lists = seen.targets.withLock { $0 }
         #expect(lists.count == 3, "five objects, two a page: \(lists)")
         #expect(lists.allSatisfy { $0.contains("prefix=photos%2F") && $0.contains("maxResults=2") })
         #expect(lists.dropFirst().map { $0.contains("pageToken=") } == [true, true] && !lists[0].contains("pageToken"))
