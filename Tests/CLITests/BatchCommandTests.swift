@@ -98,6 +98,34 @@ import TestSupport
         #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
     }
 
+    /// A glob uploads to a plain HTTP folder (nginx PUT), each file under its path below the glob's folder,
+    /// the URL's query kept on every request.
+    @Test func aGlobUploadsIntoAnHTTPFolderOnNginx() throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let workspace = try CLIWorkspace("batch-nginx")
+        defer { workspace.directory.remove() }
+        try workspace.write("logs/2026/11/app.log", "eleven")
+        try workspace.write("logs/2026/12/app.log", "twelve")
+        try workspace.write("logs/2026/12/app.txt", "not a log")
+        let manifest = try workspace.write("m.yaml", """
+        - kind: upload-file
+          source: "logs/**/*.log"
+          destination: "\(server.baseURL)/archive/?v=1"
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        #expect(batches(submitted.stderr).map(\.count) == [2], "\(submitted.stderr)")
+        let destinations = try jsonArray(workspace, ["list", "--json"]).compactMap { $0["destination"] as? String }.sorted()
+        #expect(destinations == ["\(server.baseURL)/archive/2026/11/app.log?v=1", "\(server.baseURL)/archive/2026/12/app.log?v=1"])
+        let worker = try workspace.jobctl(["worker", "--drain"])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let stored = { (path: String) in try? String(contentsOfFile: server.root + "/archive/" + path, encoding: .utf8) }
+        #expect(stored("2026/11/app.log") == "eleven" && stored("2026/12/app.log") == "twelve")
+        #expect(stored("2026/12/app.txt") == nil)
+        #expect(server.accessLog.contains("PUT /archive/2026/11/app.log?v=1"), "\(server.accessLog)")
+    }
+
     @Test(arguments: StoreEngine.allCases)
     func prefixesDownloadIntoAFolderFromTheEmulatorAndAFileBucket(engine: StoreEngine) throws {
         let server = try EmulatorServer.start()
