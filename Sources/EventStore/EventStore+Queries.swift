@@ -54,6 +54,10 @@ extension EventStore {
             clauses.append("queue = ?")
             values.append(.text(queue))
         }
+        if let batch = filter.batch {
+            clauses.append("batch = ?")
+            values.append(.text(batch))
+        }
         let bounds: [(String, Int64?)] = [
             ("created_at_ms >= ?", filter.createdSince), ("created_at_ms < ?", filter.createdUntil),
             ("finished_at_ms >= ?", filter.finishedSince), ("finished_at_ms < ?", filter.finishedUntil),

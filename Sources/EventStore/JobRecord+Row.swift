@@ -72,7 +72,7 @@ extension JobRecord {
         "id", "seq", "kind", "state", "queue", "priority", "run_after_ms", "attempts", "max_attempts",
         "lease_owner", "lease_token", "bytes_done", "bytes_total", "resume_point", "error", "result", "spec",
         "idempotency_key", "pause_requested", "cancel_requested", "version", "created_at_ms", "updated_at_ms",
-        "started_at_ms", "finished_at_ms",
+        "started_at_ms", "finished_at_ms", "batch",
     ]
 
     static let selectColumns = columns.joined(separator: ", ")
@@ -80,7 +80,7 @@ extension JobRecord {
     static let insertSQL = "INSERT INTO jobs (\(selectColumns)) VALUES (\(columns.map { _ in "?" }.joined(separator: ", ")))"
 
     /// The columns an event can change. The others (id, seq, kind, queue, priority, max_attempts, spec,
-    /// idempotency_key, created_at_ms) are fixed by `submitted`: `apply(_:)` never touches them.
+    /// idempotency_key, created_at_ms, batch) are fixed by `submitted`: `apply(_:)` never touches them.
     static let changingColumns = [
         "state", "run_after_ms", "attempts", "lease_owner", "lease_token", "bytes_done", "bytes_total",
         "resume_point", "error", "result", "pause_requested", "cancel_requested", "version", "updated_at_ms",
@@ -95,7 +95,7 @@ extension JobRecord {
             .integer(bytesDone), .optional(bytesTotal), try StoreJSON.encodeOptional(resumePoint),
             try StoreJSON.encodeOptional(error), try StoreJSON.encodeOptional(result), .text(try StoreJSON.encode(spec)),
             .optional(key), .bool(pauseRequested), .bool(cancelRequested), .int(version), .integer(createdAtMs),
-            .integer(updatedAtMs), .optional(startedAtMs), .optional(finishedAtMs),
+            .integer(updatedAtMs), .optional(startedAtMs), .optional(finishedAtMs), .optional(batch),
         ]
     }
 

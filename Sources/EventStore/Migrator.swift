@@ -62,34 +62,45 @@ enum Migrator {
 
     /// Applies pending migrations, each in its own IMMEDIATE transaction; returns the versions applied.
     ///
+    /// When a pending migration rebuilds the projection (`rebuildsProjection`), every pending migration
+    /// is applied in one transaction and the projection is rebuilt once, at its end: the fold writes the
+    /// newest schema's columns, which later migrations add, and a crash half-way must not leave a ledger
+    /// past the rebuild without it.
+    ///
     /// Safe against another process migrating the same file at once: the ledger is re-read inside
     /// each write transaction.
     static func migrate(_ connection: SQLiteConnection, now: Int64) throws(StoreError) -> [Int] {
         let before = try appliedVersions(connection)
         try refuseNewer(before)
-        guard all.contains(where: { !before.contains($0.version) }) else { return [] }
+        let pending = all.filter { !before.contains($0.version) }
+        guard !pending.isEmpty else { return [] }
+        let rebuilding = pending.contains { rebuildsProjection.contains($0.version) }
+        let groups = rebuilding ? [all] : all.map { [$0] }
         var applied: [Int] = []
-        for migration in all {
+        for group in groups {
+            var current: Migration?
             try connection.run("BEGIN IMMEDIATE")
             do throws(StoreError) {
                 try connection.execute(createLedgerSQL)
-                let current = try appliedVersions(connection)
-                try refuseNewer(current)
-                if !current.contains(migration.version) {
+                let ledger = try appliedVersions(connection)
+                try refuseNewer(ledger)
+                var rebuild: Int?
+                for migration in group where !ledger.contains(migration.version) {
+                    current = migration
                     try connection.execute(migration.sql)
-                    if rebuildsProjection.contains(migration.version) {
-                        try EventStore.rebuildProjection(connection, now: now,
-                                                         actor: "jobctl:migration-\(migration.version)")
-                    }
+                    if rebuildsProjection.contains(migration.version) { rebuild = migration.version }
                     try connection.run(
                         "INSERT INTO schema_migrations (version, name, applied_at_ms, checksum) VALUES (?, ?, ?, ?)",
                         [.int(migration.version), .text(migration.name), .integer(now), .text(migration.checksum)])
                     applied.append(migration.version)
                 }
+                if let rebuild {
+                    try EventStore.rebuildProjection(connection, now: now, actor: "jobctl:migration-\(rebuild)")
+                }
                 try connection.run("COMMIT")
             } catch {
                 if connection.isInTransaction { try? connection.run("ROLLBACK") }
-                if case .sqlite(let code, let message, _) = error {
+                if case .sqlite(let code, let message, _) = error, let migration = current {
                     throw StoreError.sqlite(code: code, message: "migration \(migration.version)_\(migration.name) failed: \(message)",
                                             sql: nil)
                 }

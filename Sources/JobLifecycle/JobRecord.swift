@@ -104,10 +104,19 @@ extension JobRecord {
     public init?(submitted event: JobEvent) {
         guard case .submitted(let spec) = event.payload else { return nil }
         self.init(id: event.jobID, seq: event.seq ?? 0, kind: spec.kind, state: .queued, queue: spec.queue,
-                  priority: spec.priority, runAfterMs: event.atMs, attempts: 0, maxAttempts: spec.maxAttempts,
+                  priority: spec.priority, runAfterMs: Self.scheduled(spec, at: event.atMs), attempts: 0, maxAttempts: spec.maxAttempts,
                   spec: spec, key: spec.key, version: event.version, createdAtMs: event.atMs,
                   updatedAtMs: event.atMs)
     }
+
+    /// When a job queued at `atMs` may run: its schedule (`run_after:`, `delay:`, `submit --at`) when that
+    /// is later, else at once. A schedule in the past runs at once, in submission order.
+    public static func scheduled(_ spec: JobSpec, at atMs: Int64) -> Int64 {
+        max(atMs, spec.runAfterMs ?? atMs)
+    }
+
+    /// The batch the job was expanded in (`jobs.batch`), if any.
+    public var batch: String? { spec.batch?.id }
 
     /// Folds a job's events, oldest first, into its record. Nil when the list is empty or does not
     /// start with `submitted`. Pure: no SQL, no clock.
@@ -156,7 +165,8 @@ extension JobRecord {
         case .resumeRequested:
             if state == .paused {
                 state = .queued
-                runAfterMs = event.atMs
+                // A job paused before its scheduled time keeps the schedule.
+                runAfterMs = Self.scheduled(spec, at: event.atMs)
             }
             pauseRequested = false
         case .cancelRequested:

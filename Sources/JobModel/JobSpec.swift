@@ -67,6 +67,12 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     /// The job's own bandwidth limit in bytes per second (the manifest's `max_rate:`); nil means none
     /// beyond the worker's `--bwlimit`. Nil is not encoded.
     public var maxRate: Int64?
+    /// When the job may run first, in ms since the epoch (the manifest's `run_after:` or `delay:`, or
+    /// `submit --at`); nil means at once. A job is not claimed before then. Nil is not encoded.
+    public var runAfterMs: Int64?
+    /// The folder, glob or prefix the job was expanded from, with the batch id it shares with the rest of
+    /// the expansion; nil for a job written on its own. Nil is not encoded.
+    public var batch: JobBatch?
 
     /// The `timeout:` values accepted: one second to seven days (a resumable upload session lives a week).
     public static let timeoutRange = 1...(7 * 86_400)
@@ -78,7 +84,8 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     public init(kind: JobKind, source: String? = nil, destination: String? = nil, data: Data? = nil,
                 maxSize: Int64? = nil, metadata: UploadMetadata? = nil, key: String? = nil,
                 priority: Int = 0, maxAttempts: Int = JobSpec.defaultMaxAttempts, queue: String = JobSpec.defaultQueue,
-                timeoutSeconds: Int? = nil, checksums: [ChecksumAlgorithm]? = nil, ifExists: IfExists? = nil, maxRate: Int64? = nil) {
+                timeoutSeconds: Int? = nil, checksums: [ChecksumAlgorithm]? = nil, ifExists: IfExists? = nil, maxRate: Int64? = nil,
+                runAfterMs: Int64? = nil, batch: JobBatch? = nil) {
         self.kind = kind
         self.source = source
         self.destination = destination
@@ -93,6 +100,8 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
         self.checksums = checksums
         self.ifExists = ifExists
         self.maxRate = maxRate
+        self.runAfterMs = runAfterMs
+        self.batch = batch
     }
 
     /// Whether the job asks for MD5 to be computed.

@@ -55,6 +55,8 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
         case duplicateIdempotencyKey
         /// The manifest file could not be read.
         case unreadable
+        /// A folder, glob or prefix that expands to no file.
+        case emptyExpansion
     }
 
     public var code: Code

@@ -60,4 +60,10 @@ public enum ManifestValueRange {
     public static let maxSize: ClosedRange<Int64> = 1...(512 << 20)
     /// The longest idempotency `key`, in UTF-8 bytes: every job's key is kept in the log and an index.
     public static let maximumKeyBytes = 1_024
+    /// `run_after` (and `delay` added to now) at most 9999-12-31T23:59:59.999Z, at least 1970-01-01: times
+    /// every store and RFC 3339 can write. A time in the past runs at once.
+    public static let earliestRunAfterMs: Int64 = 0
+    public static let latestRunAfterMs: Int64 = 253_402_300_799_999
+    /// `delay`: at most 3650 days (ten years).
+    public static let maximumDelayMs: Int64 = 3_650 * 86_400_000
 }

@@ -7,6 +7,11 @@ public struct ManifestJob: Sendable, Hashable {
     /// 1-based line and column of the job's first key.
     public var line: Int
     public var column: Int
+    /// Things the reader left out on purpose (symbolic links in a folder), to tell the user.
+    public var notes: [String] = []
+    /// For a download-file job whose source is a prefix: what `submit` must list to make its jobs; `spec`
+    /// is then only the template.
+    public var prefixExpansion: PrefixExpansion?
 
     public init(spec: JobSpec, line: Int, column: Int) {
         self.spec = spec
@@ -44,7 +49,9 @@ public struct ManifestJob: Sendable, Hashable {
 /// (local path; ending in `/`, or an existing folder, means a folder and the object's name is added);
 /// `download-memory` takes `source` and `max_size` (bytes or `512KiB`/`1MiB`/`2MB`; default 1 MiB);
 /// `fetch-url` takes `source` in a bucket (gs://, a Firebase URL, or a named local bucket `file://NAME/`).
-/// Every kind takes `key`, `priority`, `max_attempts` and `queue`; uploads take `metadata`.
+/// Every kind takes `key`, `priority`, `max_attempts`, `queue`, `run_after` and `delay`; uploads take
+/// `metadata`. An upload-file folder or glob expands here into one job per file (`include`/`exclude`
+/// filter them); a download-file prefix comes back as a `PrefixExpansion` for the caller to list.
 /// Local paths are stored absolute and standardised; references as `StorageReference.description`.
 /// `defaults:` may hold any field but `source`, `destination`, `data`, `data_base64` and `key`; fields
 /// that do not apply to a job's kind (metadata on a download) are skipped for that job.
@@ -60,6 +67,8 @@ public struct ManifestParser: Sendable {
     public var checksSources: Bool
     /// The bounds on the input: size, depth, nodes, aliases, scalar length, jobs.
     public var limits: ManifestLimits
+    /// The submit's time (ms since the epoch), which `delay:` counts from; nil reads the clock.
+    public var nowMs: Int64?
 
     /// - Parameters:
     ///   - baseDirectory: where relative `source`/`destination` paths start; nil for the manifest's own
@@ -129,7 +138,7 @@ public struct ManifestParser: Sendable {
         let source = SourceText(text)
         let document = YAMLParser(source: source, limits: limits).parseDocument()
         var reader = ManifestReader(file: path, source: source, baseDirectory: resolvedBaseDirectory(for: path),
-                                    checksSources: checksSources, limits: limits)
+                                    checksSources: checksSources, limits: limits, nowMs: nowMs ?? Clock.nowMs())
         for problem in document.problems {
             let code: ManifestError.Code = switch problem.kind {
             case .syntax: .syntax

@@ -16,9 +16,12 @@ enum JobField: String, CaseIterable, Sendable {
     case checksums
     case ifExists = "if_exists"
     case maxRate = "max_rate"
+    case include, exclude
+    case runAfter = "run_after"
+    case delay
 
     /// Fields every kind takes.
-    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout]
+    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout, .runAfter, .delay]
 
     /// Every field each kind takes: the common ones and its own.
     static let allowed: [JobKind: Set<JobField>] = Dictionary(uniqueKeysWithValues: JobKind.allCases.map { kind in
@@ -31,6 +34,7 @@ enum JobField: String, CaseIterable, Sendable {
         case .source, .destination: "each job names its own '\(rawValue)'"
         case .data, .dataBase64: "each job carries its own data"
         case .key: "idempotency keys must differ from job to job"
+        case .include, .exclude: "filters belong to the folder, glob or prefix they filter"
         default: nil
         }
     }
@@ -38,9 +42,9 @@ enum JobField: String, CaseIterable, Sendable {
     /// The fields a kind takes besides the common ones.
     static func specific(to kind: JobKind) -> Set<JobField> {
         switch kind {
-        case .uploadFile: [.source, .destination, .metadata, .checkSource, .checksums, .ifExists, .maxRate]
+        case .uploadFile: [.source, .destination, .metadata, .checkSource, .checksums, .ifExists, .maxRate, .include, .exclude]
         case .uploadData: [.data, .dataBase64, .destination, .metadata, .checksums, .ifExists, .maxRate]
-        case .downloadFile: [.source, .destination, .checksums, .ifExists, .maxRate]
+        case .downloadFile: [.source, .destination, .checksums, .ifExists, .maxRate, .include, .exclude]
         case .downloadMemory: [.source, .maxSize, .checksums, .maxRate]
         case .fetchURL: [.source]
         }
@@ -76,6 +80,12 @@ struct FieldSet {
     var ifExists: Located<IfExists>?
     /// Bytes per second.
     var maxRate: Located<Int64>?
+    var include: Located<[PathPattern]>?
+    var exclude: Located<[PathPattern]>?
+    /// ms since the epoch.
+    var runAfter: Located<Int64>?
+    /// ms.
+    var delay: Located<Int64>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
     /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
@@ -98,6 +108,11 @@ struct FieldSet {
         result.checksums = fill(checksums, defaults.checksums, .checksums)
         result.ifExists = fill(ifExists, defaults.ifExists, .ifExists)
         result.maxRate = fill(maxRate, defaults.maxRate, .maxRate)
+        // `run_after` and `delay` are one schedule: a job that writes either ignores both defaults.
+        if written[.runAfter] == nil && written[.delay] == nil {
+            result.runAfter = defaults.runAfter
+            result.delay = defaults.delay
+        }
         if written[.metadata] != nil && metadata == nil { return result }
         if let base = defaults.metadata {
             guard var own = metadata else {
@@ -129,11 +144,17 @@ struct ManifestReader {
     /// Whether upload-file sources are looked at on disk (unless a job says `check_source: false`).
     let checksSources: Bool
     let limits: ManifestLimits
+    /// The submit's time (ms): `delay:` counts from it.
+    let nowMs: Int64
     private(set) var errors: [ManifestError] = []
+    /// Jobs made so far, expansions included, against `limits.maximumJobs`.
+    var jobCount = 0
     /// Idempotency keys seen so far, with the position of the job that used each first.
     private var idempotencyKeys: [String: SourceMark] = [:]
 
-    init(file: String, source: SourceText, baseDirectory: String, checksSources: Bool = true, limits: ManifestLimits = .default) {
+    init(file: String, source: SourceText, baseDirectory: String, checksSources: Bool = true, limits: ManifestLimits = .default,
+         nowMs: Int64 = Clock.nowMs()) {
+        self.nowMs = nowMs
         self.file = file
         self.source = source
         self.baseDirectory = baseDirectory
@@ -201,7 +222,14 @@ struct ManifestReader {
         jobs.reserveCapacity(jobNodes.count)
         for node in jobNodes {
             guard let job = readJob(node, defaults: defaults) else { continue }
-            jobs.append(ManifestJob(spec: job.spec, line: job.mark.line, column: job.mark.column))
+            for (index, spec) in job.specs.enumerated() {
+                var entry = ManifestJob(spec: spec, line: job.mark.line, column: job.mark.column)
+                if index == 0 {
+                    entry.notes = job.notes
+                    entry.prefixExpansion = job.prefix
+                }
+                jobs.append(entry)
+            }
         }
         return errors.isEmpty ? jobs : []
     }
@@ -273,8 +301,11 @@ struct ManifestReader {
     // MARK: - Jobs
 
     private struct ReadJob {
-        var spec: JobSpec
+        /// One spec, or one per file of a folder or glob (a prefix's template until it is listed).
+        var specs: [JobSpec]
         var mark: SourceMark
+        var notes: [String] = []
+        var prefix: PrefixExpansion?
     }
 
     private mutating func readJob(_ node: YAMLNode, defaults: FieldSet) -> ReadJob? {
@@ -313,6 +344,16 @@ struct ManifestReader {
         spec.maxAttempts = fields.maxAttempts?.value ?? JobSpec.defaultMaxAttempts
         spec.queue = fields.queue?.value ?? JobSpec.defaultQueue
         spec.timeoutSeconds = fields.timeout?.value
+        if let runAfter = fields.runAfter {
+            spec.runAfterMs = runAfter.value
+        } else if let delay = fields.delay {
+            let (sum, overflow) = nowMs.addingReportingOverflow(delay.value)
+            if overflow || sum > ManifestValueRange.latestRunAfterMs {
+                report(.invalidValue, "'delay' reaches past 9999-12-31; use a shorter delay", at: delay.valueMark)
+            } else {
+                spec.runAfterMs = sum
+            }
+        }
         if allowed.contains(.checksums) { spec.checksums = fields.checksums?.value }
         if allowed.contains(.maxRate) { spec.maxRate = fields.maxRate?.value }
         if allowed.contains(.ifExists), let ifExists = fields.ifExists {
@@ -332,7 +373,13 @@ struct ManifestReader {
         switch kind {
         case .uploadFile:
             let sourceText = require(.source, in: own, kind: kind, at: mark, what: "the local file to upload")
-            spec.source = sourceText.flatMap { localPath($0, field: .source, kind: kind) }
+            let sourcePath = sourceText.flatMap { localPath($0, field: .source, kind: kind) }
+            if let sourceText, let sourcePath, let tree = Self.uploadTree(sourcePath) {
+                let specs = expandUpload(tree, written: sourceText, template: spec, own: own, mark: mark)
+                return errors.count == errorCount ? ReadJob(specs: specs.specs, mark: mark, notes: specs.notes) : nil
+            }
+            reportFiltersWithoutExpansion(own)
+            spec.source = sourcePath
             if let path = spec.source, let sourceText, checksSources, fields.checkSource?.value ?? true {
                 checkSourceFile(path, written: sourceText)
             }
@@ -358,6 +405,11 @@ struct ManifestReader {
                 reference($0, field: .destination, kind: kind, other: nil)
             }
         case .downloadFile:
+            if let sourceText = own.source, let prefix = listablePrefix(sourceText) {
+                guard let expansion = prefixExpansion(prefix, template: spec, own: own, mark: mark) else { return nil }
+                return errors.count == errorCount ? ReadJob(specs: [expansion.template], mark: mark, prefix: expansion) : nil
+            }
+            reportFiltersWithoutExpansion(own)
             let sourceReference = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to download").flatMap {
                 referenceValue($0, field: .source, kind: kind, other: own.destination)
             }
@@ -375,7 +427,13 @@ struct ManifestReader {
                 reference($0, field: .source, kind: kind, other: nil)
             }
         }
-        return errors.count == errorCount ? ReadJob(spec: spec, mark: mark) : nil
+        jobCount += 1
+        if jobCount > limits.maximumJobs {
+            report(.limitExceeded, "the manifest makes more than the limit of \(limits.maximumJobs) jobs (this one is over); "
+                       + "split it into several manifests", at: mark)
+            return nil
+        }
+        return errors.count == errorCount ? ReadJob(specs: [spec], mark: mark) : nil
     }
 
     /// The field's value, or nil after reporting it missing (unless it was written with a wrong value).
@@ -455,8 +513,8 @@ struct ManifestReader {
                 return nil
             }
             if field == .source, reference.scheme == .gs || reference.scheme == .file {
-                report(.invalidReference, "'source' '\(text.value)' ends in '/', so it names a folder; downloading folders is not supported yet: "
-                           + "name one object, such as \(reference)",
+                report(.invalidReference, "'source' '\(text.value)' ends in '/', so it names a folder; only download-file jobs expand a "
+                           + "prefix into one job per object: name one object, such as \(reference)",
                        at: text.valueMark)
                 return nil
             }
@@ -542,9 +600,12 @@ struct ManifestReader {
         case .danglingLink(let target):
             report(.sourceUnavailable, "\(quoted) is a symbolic link to '\(target)', which does not exist; \(optOut)", at: written.valueMark)
         case .glob:
-            report(.unsupportedSource, "\(quoted) is a glob pattern and no file has this name; \(Self.foldersNotSupported)", at: written.valueMark)
+            // Unescaped pattern characters make a glob before this check; escaped ones name a file.
+            report(.sourceUnavailable, "\(quoted) names no file (its '*', '?' or '[' are escaped, so it is not a glob); \(optOut)",
+                   at: written.valueMark)
         case .folder:
-            report(.unsupportedSource, "\(quoted) is a folder; \(Self.foldersNotSupported)", at: written.valueMark)
+            // A folder expands before this check; one that became a folder since is reported as such.
+            report(.unsupportedSource, "\(quoted) is a folder; write it with a trailing '/' to upload every file in it", at: written.valueMark)
         case .notRegular(let what):
             report(.sourceUnavailable, "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)",
                    at: written.valueMark)
@@ -559,9 +620,11 @@ struct ManifestReader {
     ///
     /// For download-file's destination, a folder — written with a trailing `/`, or a folder that exists —
     /// gets `folderEntry` (the object's name) appended, as `cp` and `gsutil cp` do; without a name (the
-    /// source was wrong, and reported) there is no path. For upload-file's source, a trailing `/` is a
-    /// folder, which is not supported yet.
-    private mutating func localPath(_ text: Located<String>, field: JobField, kind: JobKind, folderEntry: String? = nil) -> String? {
+    /// source was wrong, and reported) there is no path. For upload-file's source, a folder written as one
+    /// keeps a trailing `/` (`uploadTree` expands it); with `folderOnly` (a prefix download's destination)
+    /// the path must be written as a folder and is returned without the `/`.
+    mutating func localPath(_ text: Located<String>, field: JobField, kind: JobKind, folderEntry: String? = nil,
+                                    folderOnly: Bool = false) -> String? {
         var path = text.value
         let fail = { (reader: inout ManifestReader, message: String) -> String? in
             reader.report(.invalidPath, "'\(field.rawValue)' \(message)", at: text.valueMark)
@@ -596,9 +659,13 @@ struct ManifestReader {
         var standardized = LocalPath.standardize(absolute)
         let writtenAsFolder = path.hasSuffix("/") || path.hasSuffix("/.") || path == "." || path.hasSuffix("/..") || path == ".."
         if field == .source {
-            if writtenAsFolder || standardized == "/" {
-                report(.unsupportedSource, "'source' '\(text.value)' is a folder; \(Self.foldersNotSupported)", at: text.valueMark)
-                return nil
+            // A folder written as one keeps a trailing `/`: `uploadTree` expands it.
+            return writtenAsFolder || standardized == "/" ? (standardized == "/" ? "/" : standardized + "/") : standardized
+        }
+        if folderOnly {
+            guard writtenAsFolder else {
+                return fail(&self, "'\(text.value)' must end in '/': the objects of a prefix go into a local folder, "
+                            + "with their names relative to the prefix (write '\(text.value)/')")
             }
             return standardized
         }
@@ -612,8 +679,6 @@ struct ManifestReader {
         }
         return standardized
     }
-
-    static let foldersNotSupported = "folders and globs are not supported yet: write one upload-file job per file"
 
     // MARK: - Field values
 
@@ -700,7 +765,20 @@ struct ManifestReader {
                 fields.ifExists = located(readIfExists(pair))
             case .maxRate:
                 fields.maxRate = located(readRate(pair))
+            case .include:
+                fields.include = located(readPatterns(pair))
+            case .exclude:
+                fields.exclude = located(readPatterns(pair))
+            case .runAfter:
+                fields.runAfter = located(readRunAfter(pair))
+            case .delay:
+                fields.delay = located(readDelay(pair))
             }
+        }
+        if let runAfter = fields.written[.runAfter], let delay = fields.written[.delay] {
+            report(.conflictingFields, "'run_after' and 'delay' exclude each other; keep one", at: max(runAfter, delay))
+            fields.runAfter = nil
+            fields.delay = nil
         }
         return fields
     }

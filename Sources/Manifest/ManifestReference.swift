@@ -28,9 +28,12 @@ public enum ManifestReference {
             FieldEntry(name: "kind", summary: "What the job does: \(kinds). Required.", defaultText: nil),
             FieldEntry(name: "source", summary: "A local path (relative to the manifest's folder) or a storage reference "
                        + "(gs://, file://, http(s)://). Required. upload-file sources must exist when submitted "
-                       + "unless check_source: false.", defaultText: nil),
+                       + "unless check_source: false. An upload-file folder (photos/) or glob (\"photos/**/*.jpg\"), and a "
+                       + "download-file prefix (gs://b/photos/, file://bucket/photos/), expand at submit into one job per "
+                       + "file or object (see FOLDERS, GLOBS AND PREFIXES).", defaultText: nil),
             FieldEntry(name: "destination", summary: "A local path or storage reference; ending in '/' means into that "
-                       + "folder, under the source's name. Required.", defaultText: nil),
+                       + "folder, under the source's name (for a folder, glob or prefix: under each file's relative path). "
+                       + "Required.", defaultText: nil),
             FieldEntry(name: "data", summary: "The text to upload (UTF-8); excludes data_base64. One of the two is required.",
                        defaultText: nil),
             FieldEntry(name: "data_base64", summary: "The bytes to upload, base64-encoded; excludes data.", defaultText: nil),
@@ -56,6 +59,14 @@ public enum ManifestReference {
             FieldEntry(name: "if_exists", summary: "When the destination already exists: overwrite, skip, fail (one step where "
                        + "the server offers a precondition), or skip-identical (uploads: same size and CRC32C).",
                        defaultText: "overwrite"),
+            FieldEntry(name: "include", summary: "Folder, glob or prefix jobs: a list of patterns; only paths matching one "
+                       + "are taken. Not allowed in defaults.", defaultText: "every file"),
+            FieldEntry(name: "exclude", summary: "Folder, glob or prefix jobs: a list of patterns; paths matching one are "
+                       + "left out (exclude wins over include). Not allowed in defaults.", defaultText: "none"),
+            FieldEntry(name: "run_after", summary: "Not before this RFC 3339 time (2026-12-01T02:00:00Z, an offset allowed), "
+                       + "1970-01-01 to 9999-12-31; a past time runs at once. Excludes delay.", defaultText: "at once"),
+            FieldEntry(name: "delay", summary: "Not before this long after submit: 90s, 15m, 2h, 1d; at most 3650d. Excludes "
+                       + "run_after. submit --at TIME sets either for jobs that give neither.", defaultText: "none"),
             FieldEntry(name: "max_rate", summary: "This job's bandwidth, bytes per second with rclone's units: 512k, 10M "
                        + "(K/M/G/T are 1024s); http(s) and gs:// transfers.", defaultText: "unlimited"),
         ]
@@ -94,6 +105,32 @@ public enum ManifestReference {
         }
         lines += [
             "",
+            "FOLDERS, GLOBS AND PREFIXES:",
+        ]
+        for paragraph in [
+            "upload-file: a source written with a trailing '/' or naming a folder takes every regular file below it, at "
+                + "any depth; a source holding *, ? or [ (and naming no file) is a glob: * and ? match within one path "
+                + "segment, [a-z] and [!a-z] one character, ** any number of segments, \\ escapes. download-file: a gs:// "
+                + "or file:// source ending in '/' (or a bucket root) takes every object under that prefix (GCS: the list "
+                + "API, page by page; file://: a walk of the bucket folder).",
+            "Each file or object becomes a job of its own (own id, own history), all sharing a batch id that submit "
+                + "prints and list, show, audit, watch --batch and pause|resume|cancel|retry --batch use. The destination "
+                + "must end in '/' (or be a bucket root): each job writes to it plus the path relative to the folder, "
+                + "the glob's first folder without a pattern, or the prefix. What was expanded (batch id, source, "
+                + "filters, relative path) is recorded in each job's submitted event.",
+            "include/exclude patterns use the same syntax, matched against that relative path; a pattern without '/' "
+                + "matches the file's name at any depth (as rsync and .gitignore), one with '/' the whole path. A path is "
+                + "taken when it matches an include (or there is none) and no exclude.",
+            "Symbolic links inside a folder are not followed (like rsync without -L): they are skipped and a note names "
+                + "them; FIFOs, sockets and devices likewise. Object names that are not safe relative paths (.., ., empty "
+                + "segments) refuse the whole submit. An expansion that takes nothing is an error at the job's line. With "
+                + "key:, each job's key is the key plus '/' plus its relative path, so submitting the manifest again maps "
+                + "to the same jobs.",
+        ] {
+            lines += wrap(paragraph, indent: 2)
+            lines.append("")
+        }
+        lines += [
             "LIMITS:",
         ]
         lines += wrap("\(ByteSize.format(Int64(limits.maximumBytes))) per manifest, \(limits.maximumDepth) levels of nesting, "

@@ -12,7 +12,7 @@ extension JobRecord {
         "id", "seq", "kind", "state", "queue", "priority", "run_after_ms", "attempts", "max_attempts",
         "lease_owner", "lease_token", "bytes_done", "bytes_total", "resume_point", "error", "result", "spec",
         "idempotency_key", "pause_requested", "cancel_requested", "version", "created_at_ms", "updated_at_ms",
-        "started_at_ms", "finished_at_ms",
+        "started_at_ms", "finished_at_ms", "batch",
     ]
 
     static let postgresSelectColumns = postgresColumns.joined(separator: ", ")
@@ -40,7 +40,7 @@ extension JobRecord {
             .integer(bytesDone), .optional(bytesTotal), try Self.json(resumePoint), try Self.json(error),
             try Self.json(result), .text(try StoreJSON.encode(spec)), .optional(key), .bool(pauseRequested),
             .bool(cancelRequested), .int(version), .integer(createdAtMs), .integer(updatedAtMs),
-            .optional(startedAtMs), .optional(finishedAtMs),
+            .optional(startedAtMs), .optional(finishedAtMs), .optional(batch),
         ]
     }
 

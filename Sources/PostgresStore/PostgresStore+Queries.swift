@@ -52,6 +52,10 @@ extension PostgresStore {
             values.append(.text(queue))
             clauses.append("queue = $\(values.count)")
         }
+        if let batch = filter.batch {
+            values.append(.text(batch))
+            clauses.append("batch = $\(values.count)")
+        }
         let bounds: [(String, Int64?)] = [
             ("created_at_ms >=", filter.createdSince), ("created_at_ms <", filter.createdUntil),
             ("finished_at_ms >=", filter.finishedSince), ("finished_at_ms <", filter.finishedUntil),

@@ -702,7 +702,7 @@ public struct GCSBackend: StorageBackend {
 
     // MARK: - Requests
 
-    private var endpoint: String {
+    var endpoint: String {
         var text = configuration.gcsEndpoint
         while text.hasSuffix("/") { text.removeLast() }
         return text
@@ -720,7 +720,7 @@ public struct GCSBackend: StorageBackend {
     /// Sends one request with the bearer token; on a 401 with a refreshable token (a command or Google
     /// credentials), refreshes the token and sends it once more (the body source is recreated, the sink
     /// has received nothing).
-    private func send(_ request: HTTPRequest, control: TransferControl?, source: (() -> any RequestBodySource)? = nil,
+    func send(_ request: HTTPRequest, control: TransferControl?, source: (() -> any RequestBodySource)? = nil,
                       sink: (any ResponseBodySink)? = nil) async throws(TransferFailure) -> HTTPResponse {
         var attempt = request
         let header: String?

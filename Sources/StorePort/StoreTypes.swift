@@ -166,11 +166,13 @@ public struct JobFilter: Sendable, Equatable {
     public var finishedSince: Int64?
     /// Finished before this time (ms); unfinished jobs are left out when set.
     public var finishedUntil: Int64?
+    /// Only jobs of this batch (the id `submit` printed for a folder, glob or prefix).
+    public var batch: String?
 
     /// Creates a filter; the default lists every job.
     public init(states: Set<JobState>? = nil, kinds: Set<JobKind>? = nil, queue: String? = nil, limit: Int? = nil,
                 createdSince: Int64? = nil, createdUntil: Int64? = nil,
-                finishedSince: Int64? = nil, finishedUntil: Int64? = nil) {
+                finishedSince: Int64? = nil, finishedUntil: Int64? = nil, batch: String? = nil) {
         self.states = states
         self.kinds = kinds
         self.queue = queue
@@ -179,6 +181,7 @@ public struct JobFilter: Sendable, Equatable {
         self.createdUntil = createdUntil
         self.finishedSince = finishedSince
         self.finishedUntil = finishedUntil
+        self.batch = batch
     }
 }
 

@@ -4,7 +4,7 @@ import JobModel
 import StorePort
 
 /// pause / resume / cancel / retry on every job a filter selects (`--state`, `--queue`, `--kind`,
-/// `--since`), or with `--dry-run` on ids or a filter: what would change, then the counts.
+/// `--since`, `--batch`), or with `--dry-run` on ids or a filter: what would change, then the counts.
 ///
 /// Each job still goes through the store's own control call, one at a time, so every rule (and every
 /// refusal) is the lifecycle's, exactly as for one id; a dry run asks the same lifecycle about the
@@ -19,7 +19,7 @@ struct BulkControl {
     /// The help paragraph every control command shows about filters.
     static func discussion(_ name: String) -> String {
         """
-        Instead of ids, --state, --queue, --kind and --since select every matching job (oldest first), and
+        Instead of ids, --state, --queue, --kind, --since and --batch select every matching job (oldest first), and
         \(name) goes to each in turn; a summary line counts the jobs changed, already so and refused. --dry-run
         (with ids or filters) prints what would happen to each job and changes nothing. Exit 1 when any job
         was (or, with --dry-run, would be) refused; harmless repeats do not count.
@@ -32,20 +32,21 @@ struct BulkControl {
         let kinds = try arguments.kindSet()
         let queue = try arguments.value(Options.queue)
         let since = try arguments.value(Options.since)
-        let filtered = states != nil || kinds != nil || queue != nil || since != nil
+        let batch = try arguments.value(Options.batch)
+        let filtered = states != nil || kinds != nil || queue != nil || since != nil || batch != nil
         let ids = arguments.positionals
         if filtered && !ids.isEmpty {
-            throw UsageError("give job ids or filters (--state, --queue, --kind, --since), not both")
+            throw UsageError("give job ids or filters (--state, --queue, --kind, --since, --batch), not both")
         }
         if !filtered && ids.isEmpty {
-            throw UsageError("give job ids, or select jobs with --state, --queue, --kind or --since")
+            throw UsageError("give job ids, or select jobs with --state, --queue, --kind, --since or --batch")
         }
         dryRun = arguments[Options.dryRun]
         guard filtered || dryRun else { return nil }
         self.name = name
         self.ids = ids
         self.json = arguments[Options.json]
-        filter = filtered ? JobFilter(states: states, kinds: kinds, queue: queue, createdSince: since) : nil
+        filter = filtered ? JobFilter(states: states, kinds: kinds, queue: queue, createdSince: since, batch: batch) : nil
     }
 
     /// What happened (or would happen) to one job.

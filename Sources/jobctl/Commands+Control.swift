@@ -56,6 +56,7 @@ extension Commands {
                       Options.state.help("Act on jobs in this state; repeatable or comma-separated."),
                       Options.queue.help("Act on jobs of this queue."), Options.kind.help("Act on jobs of this kind; repeatable or comma-separated."),
                       Options.since.help("Act on jobs submitted at or after this time (RFC 3339, a date, or relative: 90s, 15m, 1h, 7d)."),
+                      Options.batch.help("Act on the jobs of this batch (the id submit printed for a folder, glob or prefix)."),
                       Options.dryRun.help("Print what would change for each job and the counts; change nothing.")],
             discussion: discussion + "\n\n" + BulkControl.discussion(name)
         ) { arguments, context in
@@ -151,7 +152,7 @@ extension Commands {
         name: "audit",
         abstract: "One row per job: outcome, sizes, checksums, attempts, start and end times.",
         options: [Options.since, Options.until, Options.state.help("Only jobs in this state; repeatable or comma-separated."),
-                  Options.kind, Options.json.help("Print a JSON array."), Options.csv, Options.showSecrets],
+                  Options.kind, Options.batch, Options.json.help("Print a JSON array."), Options.csv, Options.showSecrets],
         discussion: """
         Times: RFC 3339 (2026-11-29T10:00:00Z), a date (2026-11-29), or relative back from now (90s, 15m,
         1h, 7d, at most 36500d); absolute times between 1970-01-01 and 9999-12-31. On a terminal the table
@@ -160,7 +161,8 @@ extension Commands {
     ) { arguments, context in
         if arguments[Options.json] && arguments[Options.csv] { throw UsageError("--json and --csv cannot be combined") }
         let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(), queue: nil, limit: nil,
-                               createdSince: try arguments.value(Options.since), createdUntil: try arguments.value(Options.until))
+                               createdSince: try arguments.value(Options.since), createdUntil: try arguments.value(Options.until),
+                               batch: try arguments.value(Options.batch))
         let store = try context.openStore(readOnly: true)
         let display = arguments.display
         let jobs = try store.jobs(filter: filter).reversed()

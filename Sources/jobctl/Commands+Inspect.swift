@@ -11,7 +11,7 @@ extension Commands {
     static let list = CommandSpec(
         name: "list",
         abstract: "List jobs, newest first.",
-        options: [Options.state, Options.kind, Options.queue, Options.limit, Options.json.help("Print the jobs as a JSON array.")],
+        options: [Options.state, Options.kind, Options.queue, Options.batch, Options.limit, Options.json.help("Print the jobs as a JSON array.")],
         discussion: """
         The table shows at most 50 jobs unless --limit says otherwise and fits the terminal's width
         (COLUMNS, else the terminal's own); --json prints every matching job unless --limit is given.
@@ -22,7 +22,8 @@ extension Commands {
         let json = arguments[Options.json]
         let limit = try arguments.value(Options.limit) ?? (json ? 0 : defaultListLimit)
         let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(),
-                               queue: try arguments.value(Options.queue), limit: limit == 0 ? nil : limit)
+                               queue: try arguments.value(Options.queue), limit: limit == 0 ? nil : limit,
+                               batch: try arguments.value(Options.batch))
         let store = try context.openStore(readOnly: true)
         let jobs = try store.jobs(filter: filter)
         if limit > 0, jobs.count == limit {
@@ -41,15 +42,27 @@ extension Commands {
             return ExitCode.ok
         }
         let now = Clock.nowMs()
-        let rows = jobs.map { job in
+        var rows = jobs.map { job in
             [job.id, job.spec.kind.rawValue, context.paint(state: job.state), "\(job.attempts)/\(job.maxAttempts)",
              job.progressText, job.routeText(display), TimeText.age(job.createdAtMs, now: now)]
         }
-        let columns = [
+        var columns = [
             TableColumn("ID"), TableColumn("KIND", dropRank: 3), TableColumn("STATE"), TableColumn("ATTEMPTS", dropRank: 1),
             TableColumn("PROGRESS", dropRank: 4), TableColumn("SOURCE → DESTINATION", fit: .elide(minimum: 30), elide: Elide.route),
             TableColumn("AGE", dropRank: 2),
         ]
+        // Shown only when some listed job has one, so plain listings keep their shape.
+        if jobs.contains(where: { $0.state == .queued && $0.runAfterMs > now && $0.attempts == 0 && $0.error == nil }) {
+            columns.append(TableColumn("RUNS AT", dropRank: 5))
+            for (index, job) in jobs.enumerated() {
+                let scheduled = job.state == .queued && job.runAfterMs > now && job.attempts == 0 && job.error == nil
+                rows[index].append(scheduled ? TimeText.rfc3339(job.runAfterMs) : "-")
+            }
+        }
+        if jobs.contains(where: { $0.batch != nil }) {
+            columns.append(TableColumn("BATCH", dropRank: 6))
+            for (index, job) in jobs.enumerated() { rows[index].append(job.batch ?? "-") }
+        }
         let table = renderTable(columns, rows, width: context.width)
         emit(table.text)
         if !table.hidden.isEmpty {
@@ -85,6 +98,13 @@ extension Commands {
         if let data = job.spec.data { lines.append(("data", "\(plural(data.count, "byte")) inline")) }
         if job.spec.kind == .downloadMemory { lines.append(("max size", ByteSize.format(job.spec.maxSize ?? JobSpec.defaultMaxSize))) }
         if let key = job.spec.key { lines.append(("key", key)) }
+        if let batch = job.spec.batch {
+            lines.append(("batch", batch.id))
+            var origin = "\(display.text(batch.source)) → \(batch.path)"
+            if let include = batch.include { origin += "; include \(include.joined(separator: ", "))" }
+            if let exclude = batch.exclude { origin += "; exclude \(exclude.joined(separator: ", "))" }
+            lines.append(("expanded from", origin))
+        }
         let total = job.bytesTotal.map { " of \(ByteSize.format($0))" } ?? ""
         let confirmed = job.spec.kind.isUpload && job.state != .succeeded ? " confirmed" : ""
         var bytes = "\(ByteSize.format(job.confirmedBytes))\(total)\(confirmed) (\(job.progressText))"
@@ -97,7 +117,13 @@ extension Commands {
         lines.append(("created", TimeText.rfc3339(job.createdAtMs)))
         if let started = job.startedAtMs { lines.append(("started", TimeText.rfc3339(started))) }
         if let finished = job.finishedAtMs { lines.append(("finished", TimeText.rfc3339(finished))) }
-        if job.state == .queued, job.runAfterMs > Clock.nowMs() { lines.append(("next try", TimeText.rfc3339(job.runAfterMs))) }
+        if job.state == .queued, job.runAfterMs > Clock.nowMs() {
+            // Before its first attempt a job held back is scheduled; after one, it waits for its next try.
+            let scheduled = job.attempts == 0 && job.error == nil
+            lines.append((scheduled ? "runs at" : "next try", TimeText.rfc3339(job.runAfterMs)))
+        } else if let scheduled = job.spec.runAfterMs {
+            lines.append(("scheduled", TimeText.rfc3339(scheduled)))
+        }
         if let error = job.error {
             var text = "\(error.code.name) (\(error.code.rawValue)): \(display.message(error))"
             if job.retryScheduled { text += "; attempt \(job.attempts + 1) of \(job.maxAttempts) at \(TimeText.rfc3339(job.runAfterMs))" }

@@ -98,17 +98,25 @@ extension Commands {
     static let watch = CommandSpec(
         name: "watch",
         abstract: "Follow a job until it ends: a progress bar on a terminal, JSON lines otherwise.",
-        arguments: [ArgumentSpec("id", optional: true, help: "A job id (or a unique prefix); omit with --all.")],
-        options: [Options.all, Options.on, Options.json.help("Print one JSON object per event even on a terminal."), Options.exitWhenIdle],
+        arguments: [ArgumentSpec("id", optional: true, help: "A job id (or a unique prefix); omit with --all or --batch.")],
+        options: [Options.all, Options.batch.help("Follow every job of this batch (the id submit printed) until all of them end."),
+                  Options.on, Options.json.help("Print one JSON object per event even on a terminal."), Options.exitWhenIdle],
         discussion: """
         Statuses follow the Firebase task observers: started → resume, progress → progress, paused → pause,
         succeeded → success, failed/cancelled → failure. On a terminal the progress bar shows the bytes
         (confirmed by the server, for uploads), the rate over the last few seconds and the time left, and
         every line fits the terminal's width. Exit status: 0 when the job succeeded, 1 when it failed or
-        was cancelled.
+        was cancelled. With --batch: every event of the batch's jobs from their submission, then a count
+        by outcome once all of them have ended; 0 when all succeeded, 1 otherwise.
         """
     ) { arguments, context in
         let all = arguments[Options.all]
+        if let batch = try arguments.value(Options.batch) {
+            if all || arguments.positionals.first != nil { throw UsageError("--batch follows a batch: give no job id and no --all") }
+            let store = try context.openStore(readOnly: true)
+            let json = arguments[Options.json] || !context.stdoutIsTerminal
+            return try Watcher(store: store, context: context, statuses: try arguments.value(Options.on), json: json).follow(batch: batch)
+        }
         if all == (arguments.positionals.first != nil) {
             throw UsageError(all ? "give a job id or --all, not both" : "give a job id, or --all to follow every job")
         }

@@ -2,6 +2,7 @@ import Foundation
 import JobLifecycle
 import JobModel
 import Manifest
+import Storage
 import StorePort
 
 extension Commands {
@@ -9,14 +10,26 @@ extension Commands {
         name: "submit",
         abstract: "Append the jobs of one or more YAML manifests to the event log.",
         arguments: [ArgumentSpec("manifest", variadic: true, help: "A manifest file, or - for standard input.")],
-        options: [Options.json.help("Print an array of {id, key, kind, created} instead of one id per line."), Options.dryRun, Options.noCheckSources],
+        options: [Options.json.help("Print an array of {id, key, kind, created, batch} instead of one id per line."), Options.dryRun,
+                  Options.noCheckSources, Options.at],
         discussion: """
         Every manifest is validated before anything is stored: one bad job anywhere submits nothing and
         prints FILE:LINE:COL: error: lines (exit 65). Jobs whose idempotency key already exists are not
         created again; their existing id is printed. When submit returns 0 the jobs are on disk.
+
+        An upload-file job whose source is a folder or a glob, and a download-file job whose source is a
+        prefix (gs://b/photos/, file://bucket/photos/), expand here, at submit, into one job per file or
+        object, all sharing a batch id; standard error says "batch ID: N jobs from SOURCE" (--json: the
+        batch field), and list, audit, watch and the control commands take --batch ID. Listing a prefix
+        uses the same storage settings as the worker (STORAGE_EMULATOR_HOST, credentials, JOBCTL_BUCKETS).
+
+        --at TIME holds every job without a run_after: or delay: of its own until TIME (RFC 3339, or a
+        duration from now: 15m, 2h); a time in the past runs at once.
         """
     ) { arguments, context in
-        var specs: [JobSpec] = []
+        let now = Clock.nowMs()
+        let runAt = try arguments.value(Options.at)
+        var manifestJobs: [ManifestJob] = []
         var failures: [String] = []
         var readStdin = false
         for path in arguments.positionals {
@@ -38,10 +51,22 @@ extension Commands {
                 displayPath = path
                 baseDirectory = URL(fileURLWithPath: path).standardizedFileURL.deletingLastPathComponent().path
             }
-            switch ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments[Options.noCheckSources]).parse(data: data, path: displayPath) {
-            case .success(let parsed): specs += parsed
+            var parser = ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments[Options.noCheckSources])
+            parser.nowMs = now
+            switch parser.parseJobs(data: data, path: displayPath) {
+            case .success(let parsed): manifestJobs += parsed
             case .failure(let errors): failures.append(errors.render())
             }
+        }
+        var specs: [JobSpec] = []
+        if failures.isEmpty {
+            let expanded = try expandPrefixes(manifestJobs, context: context)
+            specs = expanded.specs
+            failures += expanded.failures
+        }
+        for note in manifestJobs.flatMap(\.notes) { emitError(note) }
+        if let runAt {
+            for index in specs.indices where specs[index].runAfterMs == nil { specs[index].runAfterMs = runAt }
         }
         if !failures.isEmpty {
             emitError(failures.joined(separator: "\n"))
@@ -56,6 +81,7 @@ extension Commands {
                 for spec in specs {
                     emit("\(spec.kind.rawValue)  \(spec.source.map(display.location) ?? "-") → \(spec.destination.map(display.location) ?? "-")")
                 }
+                for line in batchLines(specs) { emit(line) }
                 emit("\(plural(specs.count, "job")) valid; nothing submitted (--dry-run)")
             }
             return ExitCode.ok
@@ -63,9 +89,12 @@ extension Commands {
         let store = try context.openStore(create: true)
         let outcomes = try store.submit(specs, actor: context.actor, now: Clock.nowMs())
         if arguments[Options.json] {
-            struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool }
-            emit(try jsonText(outcomes.map { Row(id: $0.id, key: $0.key, kind: $0.kind.rawValue, created: $0.created) }))
+            struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool; let batch: String? }
+            emit(try jsonText(zip(outcomes, specs).map { outcome, spec in
+                Row(id: outcome.id, key: outcome.key, kind: outcome.kind.rawValue, created: outcome.created, batch: spec.batch?.id)
+            }))
         } else {
+            for line in batchLines(specs) { emitError(line) }
             for outcome in outcomes { emit(outcome.id) }
             let existing = outcomes.filter { !$0.created }.count
             if existing > 0 {
@@ -73,5 +102,52 @@ extension Commands {
             }
         }
         return ExitCode.ok
+    }
+
+    /// "batch ID: N jobs from SOURCE" for each batch among `specs`, in order of appearance.
+    static func batchLines(_ specs: [JobSpec]) -> [String] {
+        var order: [String] = []
+        var counts: [String: (count: Int, source: String)] = [:]
+        for spec in specs {
+            guard let batch = spec.batch else { continue }
+            if counts[batch.id] == nil { order.append(batch.id) }
+            counts[batch.id, default: (0, batch.source)].count += 1
+        }
+        return order.compactMap { id in
+            counts[id].map { "batch \(id): \(plural($0.count, "job")) from \(Display.redacting.text($0.source))" }
+        }
+    }
+
+    /// The specs of `jobs`, with every prefix download listed and expanded; listing problems come back as
+    /// rendered manifest errors at the job's `source`.
+    static func expandPrefixes(_ jobs: [ManifestJob], context: Context) throws -> (specs: [JobSpec], failures: [String]) {
+        guard jobs.contains(where: { $0.prefixExpansion != nil }) else { return (jobs.map(\.spec), []) }
+        let configuration = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
+        let lister = ObjectLister(configuration: configuration)
+        var specs: [JobSpec] = []
+        var failures: [String] = []
+        for job in jobs {
+            guard let expansion = job.prefixExpansion else {
+                specs.append(job.spec)
+                continue
+            }
+            let listed: Result<[String], StorageError> = try blockingRun {
+                do throws(StorageError) {
+                    return .success(try await lister.objectNames(under: expansion.prefix, limit: expansion.limit))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            switch listed {
+            case .failure(let error):
+                failures.append(expansion.listingFailed(Display.redacting.text(error.message)).render())
+            case .success(let names):
+                switch expansion.jobs(objectNames: names) {
+                case .success(let expanded): specs += expanded
+                case .failure(let errors): failures.append(errors.render())
+                }
+            }
+        }
+        return (specs, failures)
     }
 }

@@ -87,6 +87,11 @@ struct SpecView: Encodable {
     let priority: Int
     let maxAttempts: Int
     let queue: String
+    /// The schedule (`run_after:`, `delay:`, `submit --at`), absent when the job runs at once.
+    let runAfter: String?
+    let runAfterMs: Int64?
+    /// The folder, glob or prefix the job came from, absent for a job written on its own.
+    let batch: BatchView?
 
     init(_ spec: JobSpec, display: Display) {
         kind = spec.kind.rawValue
@@ -99,11 +104,32 @@ struct SpecView: Encodable {
         priority = spec.priority
         maxAttempts = spec.maxAttempts
         queue = spec.queue
+        runAfter = spec.runAfterMs.map(TimeText.rfc3339)
+        runAfterMs = spec.runAfterMs
+        batch = spec.batch.map { BatchView($0, display: display) }
     }
 
     enum CodingKeys: String, CodingKey {
-        case kind, source, destination, metadata, key, priority, queue
+        case kind, source, destination, metadata, key, priority, queue, batch
         case dataBase64 = "data_base64", maxSize = "max_size", maxAttempts = "max_attempts"
+        case runAfter = "run_after", runAfterMs = "run_after_ms"
+    }
+}
+
+/// What a batch job was expanded from: `{"id", "source", "include", "exclude", "path"}`.
+struct BatchView: Encodable {
+    let id: String
+    let source: String
+    let include: [String]?
+    let exclude: [String]?
+    let path: String
+
+    init(_ batch: JobBatch, display: Display) {
+        id = batch.id
+        source = display.text(batch.source)
+        include = batch.include
+        exclude = batch.exclude
+        path = batch.path
     }
 }
 
@@ -243,6 +269,8 @@ struct JobView: Encodable {
     let finishedAtMs: Int64?
     let runAfter: String
     let runAfterMs: Int64
+    /// The batch id, absent for a job written on its own.
+    let batch: String?
 
     init(_ job: JobRecord, display: Display) {
         id = job.id
@@ -273,10 +301,11 @@ struct JobView: Encodable {
         finishedAtMs = job.finishedAtMs
         runAfter = TimeText.rfc3339(job.runAfterMs)
         runAfterMs = job.runAfterMs
+        batch = job.batch
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, kind, state, queue, priority, attempts, source, destination, key, error, result, spec
+        case id, kind, state, queue, priority, attempts, source, destination, key, error, result, spec, batch
         case maxAttempts = "max_attempts", bytesDone = "bytes_done", bytesSent = "bytes_sent", bytesTotal = "bytes_total"
         case resumePoint = "resume_point", pauseRequested = "pause_requested", cancelRequested = "cancel_requested"
         case retryScheduled = "retry_scheduled"
@@ -375,12 +404,15 @@ struct AuditRow: Encodable {
     let finishedAt: String?
     let finishedAtMs: Int64?
     let error: ErrorView?
+    /// The batch and what it was expanded from, as the `submitted` event recorded them.
+    let batch: BatchView?
 
     init(_ job: JobRecord, display: Display) {
         id = job.id
         kind = job.spec.kind.rawValue
         state = job.state.rawValue
         attempts = job.attempts
+        batch = job.spec.batch.map { BatchView($0, display: display) }
         source = job.spec.source.map(display.url)
         destination = job.spec.destination.map(display.url)
         size = job.result?.size ?? job.result?.object?.size ?? job.bytesTotal
@@ -395,11 +427,12 @@ struct AuditRow: Encodable {
         error = job.error.map { ErrorView($0, display: display) }
     }
 
-    static let csvHeader = "id,kind,state,attempts,source,destination,size,md5,crc32c,submitted_at,started_at,finished_at,error_code,error_name,error_message"
+    static let csvHeader = "id,kind,state,attempts,source,destination,size,md5,crc32c,submitted_at,started_at,finished_at,error_code,error_name,error_message,batch,batch_source"
 
     var csvLine: String {
         let fields: [String?] = [id, kind, state, "\(attempts)", source, destination, size.map(String.init), md5, crc32c,
-                                 submittedAt, startedAt, finishedAt, error.map { String($0.code) }, error?.name, error?.message]
+                                 submittedAt, startedAt, finishedAt, error.map { String($0.code) }, error?.name, error?.message,
+                                 batch?.id, batch?.source]
         return fields.map { field in
             let text = field ?? ""
             guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
@@ -408,7 +441,7 @@ struct AuditRow: Encodable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, kind, state, attempts, source, destination, size, md5, crc32c, error
+        case id, kind, state, attempts, source, destination, size, md5, crc32c, error, batch
         case submittedAt = "submitted_at", submittedAtMs = "submitted_at_ms", startedAt = "started_at", startedAtMs = "started_at_ms"
         case finishedAt = "finished_at", finishedAtMs = "finished_at_ms"
     }

@@ -108,6 +108,17 @@ enum Options {
     static let until = Option<Int64>("until", value: "time", help: "Jobs submitted before this time (same forms as --since).") { text in
         try TimeInput.parse(text, option: "until", now: Clock.nowMs())
     }
+    static let batch = Option<String>("batch", value: "id",
+                                      help: "Only jobs of this batch (the id submit printed for a folder, glob or prefix).") { text in
+        guard JobID.isValid(text) else {
+            throw UsageError("--batch expects a batch id of 26 letters and digits (as submit printed it), not '\(text)'")
+        }
+        return text.uppercased()
+    }
+    static let at = Option<Int64>("at", value: "time",
+                                  help: "Run the jobs no earlier than this: an RFC 3339 time, or a duration from now (15m, 2h, 1d; at most 3650d).") { text in
+        try TimeInput.future(text, option: "at", now: Clock.nowMs())
+    }
 
     // Worker.
     static let concurrency = Option<Int>.integer("concurrency", short: "c", range: 1...256, help: "Transfers at once, default 4")
@@ -242,6 +253,30 @@ enum TimeInput {
 
     static let forms = "an RFC 3339 time (2026-11-29T10:00:00Z), a date (2026-11-29) between 1970-01-01 and 9999-12-31, "
         + "or a relative time back from now (90s, 15m, 1h, 7d; at most 36500d)"
+
+    /// A time for `submit --at`: RFC 3339, or a duration forward from now (at most 3650 days). A past
+    /// time is fine (the jobs run at once).
+    static func future(_ text: String, option: String, now: Int64) throws -> Int64 {
+        switch DurationInput.read(text, defaultUnitMs: nil) {
+        case .milliseconds(let ms) where ms <= 3_650 * 86_400_000:
+            return now + ms
+        case .milliseconds, .tooLarge:
+            throw UsageError("--\(option) \(text) is out of range: a duration from now may be at most 3650d (ten years)")
+        case .invalid:
+            break
+        }
+        let formatter = ISO8601DateFormatter()
+        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]] {
+            formatter.formatOptions = options
+            guard let date = formatter.date(from: text) else { continue }
+            let seconds = date.timeIntervalSince1970
+            guard seconds.isFinite, seconds >= Double(earliestMs) / 1000, seconds <= Double(latestMs) / 1000 else {
+                throw UsageError("--\(option) \(text) is out of range: expected a time between 1970-01-01 and 9999-12-31")
+            }
+            return Int64((seconds * 1000).rounded())
+        }
+        throw UsageError("--\(option) expects an RFC 3339 time (2026-12-01T02:00:00Z) or a duration from now (15m, 2h, 1d), not '\(text)'")
+    }
 
     static func parse(_ text: String, option: String, now: Int64) throws -> Int64 {
         switch DurationInput.read(text, defaultUnitMs: nil) {

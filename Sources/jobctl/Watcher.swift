@@ -42,6 +42,46 @@ struct Watcher {
         }
     }
 
+    /// Follows every job of a batch, from their submission, until all of them are final. Exit 0 if all
+    /// succeeded, 1 otherwise (also when no job has that batch id).
+    func follow(batch: String) throws -> Int32 {
+        let filter = JobFilter(batch: batch)
+        let first = try store.jobs(filter: filter)
+        guard let start = first.map(\.seq).min() else {
+            throw CommandFailure("no job has the batch id \(batch); `jobctl list` shows batch ids")
+        }
+        let ids = Set(first.map(\.id))
+        var lastSeq = start - 1
+        var lastVersion: Int64 = -1
+        var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
+        while true {
+            let version = try store.dataVersion()
+            if version != lastVersion {
+                lastVersion = version
+                // States first, then events: every final state's event is printed before the exit.
+                let jobs = try store.jobs(filter: filter)
+                while true {
+                    let events = try store.events(afterSeq: lastSeq, limit: 500)
+                    for event in events {
+                        lastSeq = event.seq ?? lastSeq
+                        if ids.contains(event.jobID) { try show(event, bar: &bar) }
+                    }
+                    if events.count < 500 { break }
+                }
+                if jobs.allSatisfy(\.state.isFinal) {
+                    var counts: [String: Int] = [:]
+                    for job in jobs { counts[job.state.rawValue, default: 0] += 1 }
+                    if !json {
+                        emitLine("batch \(batch): \(plural(jobs.count, "job")): "
+                                 + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+                    }
+                    return jobs.allSatisfy { $0.state == .succeeded } ? ExitCode.ok : ExitCode.failure
+                }
+            }
+            usleep(pollInterval)
+        }
+    }
+
     /// Follows every job's events from now on.
     func followAll(exitWhenIdle: Bool) throws -> Int32 {
         var lastSeq = try store.lastSeq()

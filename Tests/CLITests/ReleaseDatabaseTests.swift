@@ -9,11 +9,16 @@ import TestSupport
     static let memoryJob = "01M8P28CEV3HP5QAF3E72D31YQ"
     static let rescuedJob = "01M8P28Q0D80VZK1ZP7DN97QDH"
 
-    /// A workspace whose database is a copy of the fixture.
+    /// A workspace whose database is a copy of the fixture, migrated as after an upgrade (`jobctl
+    /// migrate`: schema 3 adds the batch column, which no job of that release has).
     static func workspace(_ label: String) throws -> CLIWorkspace {
         let workspace = try CLIWorkspace(label)
         try FileManager.default.copyItem(atPath: "\(PackagePaths.root)/Tests/EventStoreTests/Fixtures/release-1.db",
                                          toPath: workspace.database)
+        let migrated = try workspace.jobctl(["migrate"])
+        guard migrated.status == 0, migrated.stdout.contains("applied migration 3") else {
+            throw CLITestError("migrate exited \(migrated.status): \(migrated.stdout)\(migrated.stderr)")
+        }
         return workspace
     }
 

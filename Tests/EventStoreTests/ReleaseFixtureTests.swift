@@ -11,18 +11,21 @@ import TestSupport
 /// `Fixtures/README.md` says how it was made.
 @Suite("A database written by the previous release")
 struct ReleaseFixtureTests {
-    /// A private copy of the fixture (opening it read-write would change the committed file).
-    static func copy(_ label: String) throws -> (TemporaryDirectory, String) {
+    /// A private copy of the fixture (opening it read-write would change the committed file); with
+    /// `migrated`, brought to the current schema as `jobctl migrate` would (schema 3 adds `jobs.batch`,
+    /// NULL for every job of that release).
+    static func copy(_ label: String, migrated: Bool = false) throws -> (TemporaryDirectory, String) {
         let directory = try TemporaryDirectory(label)
         let path = directory.file("release-1.db")
         try FileManager.default.copyItem(atPath: "\(PackagePaths.root)/Tests/EventStoreTests/Fixtures/release-1.db",
                                          toPath: path)
+        if migrated { _ = try EventStore(path: path, mode: .readWrite) }
         return (directory, path)
     }
 
     @Test("opens read-only, and replay --verify finds the projection equal to the fold of the log")
     func replaysAndVerifies() throws {
-        let (directory, path) = try Self.copy("release-fixture-verify")
+        let (directory, path) = try Self.copy("release-fixture-verify", migrated: true)
         defer { directory.remove() }
         let store = try EventStore(path: path, mode: .readOnly)
         let report = try store.replay(verify: true)
@@ -41,7 +44,7 @@ struct ReleaseFixtureTests {
 
     @Test("every stored payload re-encodes through the typed enum to the very same bytes")
     func payloadsReencodeByteForByte() throws {
-        let (directory, path) = try Self.copy("release-fixture-bytes")
+        let (directory, path) = try Self.copy("release-fixture-bytes", migrated: true)
         defer { directory.remove() }
         let store = try EventStore(path: path, mode: .readOnly)
         let rows = try store.withConnection { (connection) throws(StoreError) in
@@ -59,12 +62,13 @@ struct ReleaseFixtureTests {
         }
     }
 
-    @Test("opens read-write: nothing to migrate, a rebuild changes nothing, and new work appends and verifies")
+    @Test("opens read-write: only the batch column to add, a rebuild changes nothing, and new work appends and verifies")
     func takesNewWork() throws {
         let (directory, path) = try Self.copy("release-fixture-write")
         defer { directory.remove() }
         let store = try EventStore(path: path, mode: .readWrite)
-        #expect(store.appliedMigrations.isEmpty)
+        #expect(store.appliedMigrations == [3])
+        #expect(try store.jobs(filter: JobFilter(batch: JobID.generate())).isEmpty)
         let rebuilt = try store.replay(verify: false)
         #expect(rebuilt.isConsistent, "\(rebuilt.differences)")
         // Re-open a failed job of the old release and run it to success under the new code.

@@ -94,15 +94,20 @@ import TestSupport
         ])
     }
 
-    /// A download's source ending in `/` names a folder, which cannot be downloaded (yet): refused, not
-    /// silently turned into the object `folder`.
-    @Test func downloadingAFolderIsRefused() throws {
+    /// A source ending in `/` names a folder: only download-file expands it (a prefix); the other kinds
+    /// refuse it rather than silently turn it into the object `folder`.
+    @Test func onlyDownloadFileTakesAFolder() throws {
         let errors = try #require(parse("""
-        - {kind: download-file, source: gs://b/folder/, destination: out/}
         - {kind: download-memory, source: file://demo/folder/}
         - {kind: fetch-url, source: "https://firebasestorage.googleapis.com/v0/b/b/o/folder%2F"}
         """).errors)
-        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:33 invalidReference", "2:35 invalidReference", "3:29 invalidReference"])
-        #expect(errors.allSatisfy { $0.message.contains("ends in '/', so it names a folder; downloading folders is not supported yet") })
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:35 invalidReference", "2:29 invalidReference"])
+        #expect(errors.allSatisfy { $0.message.contains("ends in '/', so it names a folder; only download-file jobs expand a prefix") })
+        let prefix = ManifestParser(baseDirectory: testBase).parseJobs(text: "- {kind: download-file, source: gs://b/folder/, destination: out/}\n",
+                                                                       path: "m.yaml")
+        let jobs = try #require(prefix.jobs)
+        let job = try #require(jobs.first)
+        #expect(job.prefixExpansion?.prefixText == "gs://b/folder/")
+        #expect(job.prefixExpansion?.destinationFolder == testBase + "/out")
     }
 }

@@ -42,7 +42,8 @@ struct ManifestReferenceTests {
              priority: 1, max_attempts: 2, queue: q, timeout: 1m, checksums: [md5]}
           - {kind: upload-data, data_base64: aGk=, destination: "gs://b/p"}
           - {kind: upload-file, source: a.txt, destination: "gs://b/a", check_source: false, if_exists: skip, max_rate: 10M}
-          - {kind: download-memory, source: "gs://b/o", max_size: 1MiB}
+          - {kind: download-memory, source: "gs://b/o", max_size: 1MiB, run_after: "2026-12-01T02:00:00Z"}
+          - {kind: download-file, source: "gs://b/photos/", destination: out/, include: ["*.jpg"], exclude: ["x/**"], delay: 15m}
         """
         for field in ManifestReference.documentedFields {
             #expect(manifest.contains("\(field): "), "the manifest below does not use \(field)")

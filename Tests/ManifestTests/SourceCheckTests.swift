@@ -44,13 +44,6 @@ import TestSupport
     @Test(arguments: [
         ("missing.csv", ManifestError.Code.sourceUnavailable, "'source' 'missing.csv' does not exist (FOLDER/missing.csv); if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with --no-check-sources"),
         ("dangling.csv", .sourceUnavailable, "'source' 'dangling.csv' is a symbolic link to 'gone.csv', which does not exist"),
-        ("'*.csv'", .unsupportedSource, "'source' '*.csv' is a glob pattern and no file has this name; folders and globs are not supported yet: write one upload-file job per file"),
-        ("'photos/?.jpg'", .unsupportedSource, "is a glob pattern"),
-        ("'[ab].csv'", .unsupportedSource, "is a glob pattern"),
-        ("photos", .unsupportedSource, "'source' 'photos' is a folder; folders and globs are not supported yet"),
-        ("photos/", .unsupportedSource, "'source' 'photos/' is a folder; folders and globs are not supported yet"),
-        ("./", .unsupportedSource, "'source' './' is a folder"),
-        (".", .unsupportedSource, "'source' '.' is a folder"),
         ("pipe", .sourceUnavailable, "'source' 'pipe' is a FIFO, not a regular file"),
         ("t.csv/inner", .sourceUnavailable, "'source' 't.csv/inner' cannot be reached (FOLDER/t.csv/inner): a folder on its path is a file"),
     ])
@@ -64,12 +57,22 @@ import TestSupport
         #expect(errors.first?.message.contains(expected) == true, "\(errors)")
     }
 
-    /// Lexical folders are refused even when the check is off: the worker can never upload them.
-    @Test func aTrailingSlashIsAFolderWithOrWithoutTheCheck() throws {
+    /// Folders and globs expand at submit whatever the check says; one that takes no file is an error at
+    /// the job's position (line 2, column 5: its first key).
+    @Test(arguments: ["photos", "photos/", "'photos/?.jpg'", "'[ab].csv'"])
+    func anExpansionThatTakesNothingIsRefusedWithOrWithoutTheCheck(_ source: String) throws {
         let folder = try Folder()
         defer { folder.directory.remove() }
-        #expect(folder.parse(source: "photos/", checks: false).errors?.map(\.code) == [.unsupportedSource])
-        #expect(folder.parse(source: "photos/", extra: "    check_source: false\n").errors?.map(\.code) == [.unsupportedSource])
+        for checks in [true, false] {
+            let errors = try #require(folder.parse(source: source, extra: "", checks: checks).errors)
+            #expect(errors.map(\.code) == [.invalidReference, .emptyExpansion] || errors.map(\.code) == [.emptyExpansion]
+                    || errors.map(\.code) == [.invalidReference], "\(errors)")
+        }
+        // With a folder destination only the empty expansion is left.
+        let yaml = "jobs:\n  - kind: upload-file\n    source: \(source)\n    destination: gs://b/x/\n"
+        let errors = try #require(ManifestParser(baseDirectory: folder.path).parse(text: yaml, path: "m.yaml").errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:5 emptyExpansion"])
+        #expect(errors.first?.message.contains("holds no regular file; nothing would be uploaded") == true, "\(errors)")
     }
 
     @Test func theCheckCanBeTurnedOffPerJobInDefaultsOrForTheWholeSubmit() throws {

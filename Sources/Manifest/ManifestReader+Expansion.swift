@@ -1,0 +1,299 @@
+import Foundation
+import JobModel
+
+// MARK: - Folders, globs and prefixes
+
+/// What an upload-file `source` names when it is more than one file.
+enum UploadTree: Equatable {
+    /// A folder (absolute, standardised): every regular file below it, at any depth.
+    case folder(String)
+    /// A glob: the folder before its first pattern segment, and the pattern for paths below it.
+    case glob(root: String, pattern: String)
+}
+
+extension ManifestReader {
+    /// Whether `path` (from `localPath`, a folder keeping its trailing `/`) is a folder or a glob; nil for
+    /// one file. An existing file whose name holds `*`, `?` or `[` is that file.
+    static func uploadTree(_ path: String) -> UploadTree? {
+        if path.hasSuffix("/") {
+            return .folder(path == "/" ? "/" : String(path.dropLast()))
+        }
+        if LocalPath.isDirectory(path) { return .folder(path) }
+        guard PathPattern.isPattern(path), !FileManager.default.fileExists(atPath: path) else { return nil }
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        guard let first = parts.firstIndex(where: PathPattern.isPattern) else { return nil }
+        return .glob(root: "/" + parts[..<first].joined(separator: "/"), pattern: parts[first...].joined(separator: "/"))
+    }
+
+    /// One spec per regular file of a folder or glob, destinations under the destination folder; nil specs
+    /// after reporting a problem.
+    mutating func expandUpload(_ tree: UploadTree, written: Located<String>, template: JobSpec, own: FieldSet,
+                               mark: SourceMark) -> (specs: [JobSpec], notes: [String]) {
+        let quoted = "'source' '\(written.value)'"
+        let root: String
+        let filter = PathFilter(include: own.include?.value ?? [], exclude: own.exclude?.value ?? [])
+        var glob: PathPattern?
+        switch tree {
+        case .folder(let folder):
+            root = folder
+        case .glob(let globRoot, let pattern):
+            root = globRoot
+            do {
+                glob = try PathPattern(pattern)
+            } catch {
+                report(.invalidValue, "\(quoted) is not a valid glob: \(error.description)", at: written.valueMark)
+                return ([], [])
+            }
+        }
+        if root == "/" {
+            report(.unsupportedSource, "\(quoted) would expand the whole filesystem from '/'; name the folder to upload", at: written.valueMark)
+            return ([], [])
+        }
+        guard LocalPath.isDirectory(root) else {
+            let what = glob == nil ? "is a folder that does not exist (or is not a folder)"
+                                   : "is a glob whose folder '\(root)' does not exist (or is not a folder)"
+            report(.sourceUnavailable, "\(quoted) \(what); check the path (relative paths start at the manifest's folder)", at: written.valueMark)
+            return ([], [])
+        }
+        guard let destination = folderDestination(own.destination, mark: mark) else { return ([], []) }
+        let taken = filter
+        if let glob {
+            let listing = walk(root, written: written) { path in glob.matches(path) && taken.takes(path) }
+            return finish(listing, root: root, source: root + "/" + glob.text, filter: taken, destination: destination,
+                          template: template, quoted: quoted, mark: mark)
+        }
+        let listing = walk(root, written: written) { taken.takes($0) }
+        return finish(listing, root: root, source: root + "/", filter: taken, destination: destination, template: template,
+                      quoted: quoted, mark: mark)
+    }
+
+    private mutating func walk(_ root: String, written: Located<String>, accept: (String) -> Bool) -> LocalTree.Listing? {
+        let room = max(0, limits.maximumJobs - jobCount)
+        do {
+            return try LocalTree.walk(root, limit: room, accept: accept)
+        } catch {
+            switch error {
+            case .unreadable(let folder, let reason):
+                report(.sourceUnavailable, "'source' '\(written.value)': the folder '\(folder.isEmpty ? root : root + "/" + folder)' cannot be read: \(reason)",
+                       at: written.valueMark)
+            case .tooMany(let limit):
+                report(.limitExceeded, "'source' '\(written.value)' holds more files than the \(limit) jobs the manifest may still make "
+                           + "(the limit is \(limits.maximumJobs)); narrow it with a glob or 'include'/'exclude', or split the manifest",
+                       at: written.valueMark)
+            case .tooDeep(let path):
+                report(.limitExceeded, "'source' '\(written.value)' nests folders more than \(LocalTree.maximumDepth) deep (at '\(path)')",
+                       at: written.valueMark)
+            }
+            return nil
+        }
+    }
+
+    private mutating func finish(_ listing: LocalTree.Listing?, root: String, source: String, filter: PathFilter,
+                                 destination: (String) -> String?, template: JobSpec, quoted: String,
+                                 mark: SourceMark) -> (specs: [JobSpec], notes: [String]) {
+        guard let listing else { return ([], []) }
+        var notes: [String] = []
+        if let first = listing.skipped.first {
+            let more = listing.skipped.count > 1 ? " and \(listing.skipped.count - 1) more entries that are not regular files" : ""
+            notes.append("\(file):\(mark.line):\(mark.column): note: \(quoted): skipped '\(first.path)' (\(first.what))\(more); "
+                         + "links are not followed out of the folder: name their targets in jobs of their own")
+        }
+        guard !listing.files.isEmpty else {
+            let filtered = filter.include.isEmpty && filter.exclude.isEmpty ? "" : " that 'include'/'exclude' take"
+            report(.emptyExpansion, "\(quoted) holds no regular file\(filtered); nothing would be uploaded", at: mark)
+            return ([], notes)
+        }
+        let batch = Self.batchID(key: template.key, nowMs: nowMs)
+        var specs: [JobSpec] = []
+        specs.reserveCapacity(listing.files.count)
+        for relative in listing.files {
+            var spec = template
+            spec.source = root + "/" + relative
+            guard let target = destination(relative) else { return ([], notes) }
+            spec.destination = target
+            spec.key = template.key.map { $0 + "/" + relative }
+            spec.batch = JobBatch(id: batch, source: source, include: filter.includeTexts, exclude: filter.excludeTexts, path: relative)
+            specs.append(spec)
+        }
+        jobCount += specs.count
+        return (specs, notes)
+    }
+
+    /// The destination of an expanding upload: a folder reference (ending in `/`) or a bucket root; the
+    /// function gives each relative path's reference. Nil after reporting.
+    private mutating func folderDestination(_ text: Located<String>?, mark: SourceMark) -> ((String) -> String?)? {
+        guard let text else {
+            report(.missingField, "the upload-file job has no 'destination' (the storage folder to upload into, ending in '/')", at: mark)
+            return nil
+        }
+        let reference: StorageReference
+        do {
+            reference = try StorageReference(parsing: text.value)
+        } catch {
+            report(.invalidReference, "'destination' is not a valid storage reference: \(error.message)", at: text.valueMark)
+            return nil
+        }
+        let plainHTTP = reference.scheme == .http || reference.scheme == .https
+        guard reference.isRoot || Self.namesFolder(text.value, plainHTTP: plainHTTP) else {
+            report(.invalidReference, "'destination' '\(text.value)' names one object, but 'source' is a folder or glob; end it in '/' "
+                       + "to upload into that folder ('\(text.value)/'), where each file keeps its path relative to the source",
+                   at: text.valueMark)
+            return nil
+        }
+        let written = text.value
+        return { relative in
+            do {
+                if plainHTTP {
+                    let (path, rest) = Self.splitPath(written)
+                    return try StorageReference(parsing: path + StorageReference.percentEncode(relative, keepSlash: true) + rest).description
+                }
+                let base = reference.fullPath.isEmpty ? "" : reference.fullPath + "/"
+                return try StorageReference(scheme: reference.scheme, bucket: reference.bucket, path: base + relative,
+                                            query: reference.query).description
+            } catch {
+                return nil
+            }
+        }
+    }
+
+    /// A new batch id, or for a keyed job one derived from its key: the same manifest submitted again maps
+    /// to the same jobs, and so to the same batch.
+    static func batchID(key: String?, nowMs: Int64) -> String {
+        key.map { JobID.derived(from: "batch:" + $0) } ?? JobID.generate(atMs: nowMs)
+    }
+
+    /// `include`/`exclude` on a job that names one file or object are a mistake: reported at the key.
+    mutating func reportFiltersWithoutExpansion(_ own: FieldSet) {
+        for field in [JobField.include, .exclude] {
+            guard let keyMark = own.written[field] else { continue }
+            report(.fieldNotAllowed, "'\(field.rawValue)' applies only when 'source' is a folder, a glob or a prefix (ending in '/'); "
+                       + "this job names one file", at: keyMark)
+        }
+    }
+
+    /// A download-file `source` that names a prefix to list: a `gs://` or `file://` reference ending in
+    /// `/`, or a bucket root. Nil for anything else (the usual checks then run).
+    func listablePrefix(_ text: Located<String>) -> StorageReference? {
+        guard let reference = try? StorageReference(parsing: text.value), reference.scheme == .gs || reference.scheme == .file else {
+            return nil
+        }
+        guard reference.isRoot || Self.namesFolder(text.value, plainHTTP: false) else { return nil }
+        return reference
+    }
+
+    /// The template of a prefix download, or nil after reporting.
+    mutating func prefixExpansion(_ prefix: StorageReference, template: JobSpec, own: FieldSet, mark: SourceMark) -> PrefixExpansion? {
+        if prefix.scheme == .file, prefix.bucket.isEmpty, prefix.isRoot, let source = own.source {
+            report(.unsupportedSource, "'source' '\(source.value)' would list the whole filesystem; name a folder", at: source.valueMark)
+            return nil
+        }
+        guard let destinationText = own.destination else {
+            report(.missingField, "the download-file job has no 'destination' (the local folder to download into, ending in '/')", at: mark)
+            return nil
+        }
+        guard let folder = localPath(destinationText, field: .destination, kind: .downloadFile, folderOnly: true) else { return nil }
+        let filter = PathFilter(include: own.include?.value ?? [], exclude: own.exclude?.value ?? [])
+        let sourceMark = own.source?.valueMark ?? mark
+        return PrefixExpansion(prefix: prefix, destinationFolder: folder, filter: filter, template: template,
+                               batchID: Self.batchID(key: template.key, nowMs: nowMs), limit: max(0, limits.maximumJobs - jobCount), file: file,
+                               jobMark: mark, sourceMark: sourceMark, jobLine: source.line(mark.line),
+                               sourceLine: source.line(sourceMark.line))
+    }
+
+    // MARK: - Field values
+
+    /// `include:` / `exclude:` — a list of patterns (a single pattern is taken as a list of one).
+    mutating func readPatterns(_ pair: YAMLPair) -> [PathPattern]? {
+        let name = if case .scalar(let scalar) = pair.key { scalar.value } else { JobField.include.rawValue }
+        let items: [YAMLNode]
+        switch pair.value {
+        case .sequence(let list, _): items = list
+        case .scalar(let scalar) where !scalar.isNull: items = [pair.value]
+        default:
+            report(Self.isNull(pair.value) ? .invalidValue : .wrongType,
+                   "'\(name)' must be a list of patterns like [\"*.jpg\", \"2024/**\"], not \(pair.value.summary)",
+                   at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        guard !items.isEmpty else {
+            report(.invalidValue, "'\(name)' is an empty list; leave it out or give at least one pattern", at: pair.value.mark)
+            return nil
+        }
+        var patterns: [PathPattern] = []
+        var valid = true
+        for item in items {
+            guard case .scalar(let scalar) = item, !scalar.isNull else {
+                report(.wrongType, "each of '\(name)' must be a pattern, not \(item.summary)", at: item.mark)
+                valid = false
+                continue
+            }
+            do {
+                patterns.append(try PathPattern(scalar.value))
+            } catch {
+                report(.invalidValue, "'\(name)': \(error.description)", at: item.mark)
+                valid = false
+            }
+        }
+        return valid ? patterns : nil
+    }
+
+    /// `run_after:` — an RFC 3339 time (`2026-12-01T02:00:00Z`, an offset or fractional seconds allowed)
+    /// between 1970-01-01 and 9999-12-31, as ms.
+    mutating func readRunAfter(_ pair: YAMLPair) -> Int64? {
+        let expected = "an RFC 3339 time like 2026-12-01T02:00:00Z (or with an offset, +01:00)"
+        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
+            let isNull = Self.isNull(pair.value)
+            report(isNull ? .invalidValue : .wrongType, "'run_after' must be \(expected), not \(pair.value.summary)",
+                   at: isNull ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        guard let ms = Self.rfc3339Milliseconds(scalar.value) else {
+            report(.invalidValue, "'run_after' must be \(expected), not '\(scalar.value)'", at: scalar.mark)
+            return nil
+        }
+        guard ms >= ManifestValueRange.earliestRunAfterMs, ms <= ManifestValueRange.latestRunAfterMs else {
+            report(.invalidValue, "'run_after' must be between 1970-01-01 and 9999-12-31, not '\(scalar.value)' (a past time runs at once)",
+                   at: scalar.mark)
+            return nil
+        }
+        return ms
+    }
+
+    /// An RFC 3339 date-time as ms since the epoch; nil when it is not one (a date alone is not).
+    static func rfc3339Milliseconds(_ text: String) -> Int64? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        // Four-digit years only: the formatter would read more digits, and RFC 3339 has four.
+        let bytes = Array(trimmed.utf8)
+        guard bytes.count >= 20, bytes[4] == UInt8(ascii: "-"), bytes[0..<4].allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
+        let formatter = ISO8601DateFormatter()
+        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]] {
+            formatter.formatOptions = options
+            guard let date = formatter.date(from: trimmed) else { continue }
+            let seconds = date.timeIntervalSince1970
+            guard seconds.isFinite, abs(seconds) < 1e14 else { return nil }
+            return Int64((seconds * 1000).rounded())
+        }
+        return nil
+    }
+
+    /// `delay:` — a duration (`90s`, `15m`, `2h`, `1d`; the DurationText grammar) of at most
+    /// `ManifestValueRange.maximumDelayMs`, as ms.
+    mutating func readDelay(_ pair: YAMLPair) -> Int64? {
+        let expected = "a duration like 90s, 15m, 2h or 1d"
+        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
+            let isNull = Self.isNull(pair.value)
+            report(isNull ? .invalidValue : .wrongType, "'delay' must be \(expected), not \(pair.value.summary)",
+                   at: isNull ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        switch DurationText.read(scalar.value, defaultUnitMs: nil) {
+        case .milliseconds(let ms) where ms <= ManifestValueRange.maximumDelayMs:
+            return ms
+        case .milliseconds, .tooLarge:
+            report(.invalidValue, "'delay' must be at most 3650d (ten years), not '\(scalar.value)'", at: scalar.mark)
+        case .invalid:
+            report(.invalidValue, "'delay' must be \(expected) (a unit is required), not '\(scalar.value)'", at: scalar.mark)
+        }
+        return nil
+    }
+}

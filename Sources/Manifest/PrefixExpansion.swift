@@ -1,0 +1,101 @@
+import Foundation
+import JobModel
+
+/// A `download-file` job whose `source` is a prefix (`gs://b/photos/`, `file://bucket/photos/`): it
+/// becomes one job per object under the prefix once the objects are listed.
+///
+/// Listing needs the network, which the manifest reader does not touch: `submit` lists the prefix with
+/// the storage backends and calls `jobs(objectNames:)`, which applies the same rules and reports
+/// problems at the job's line and column, like every other manifest error.
+public struct PrefixExpansion: Sendable, Hashable {
+    /// The prefix to list: a bucket root or a folder-like path in a `gs://` or `file://` bucket.
+    public var prefix: StorageReference
+    /// The local folder the objects go under, absolute, standardised, without a trailing `/`.
+    public var destinationFolder: String
+    /// The `include:` / `exclude:` rules, matched against names relative to the prefix.
+    public var filter: PathFilter
+    /// The job as written: kind, queue, priority, checksums, … (`source` and `destination` are set per object).
+    public var template: JobSpec
+    /// The batch id every job of the expansion shares.
+    public var batchID: String
+    /// The most jobs the expansion may make.
+    public var limit: Int
+    /// Where the job and its `source` were written, for messages.
+    let file: String
+    let jobMark: SourceMark
+    let sourceMark: SourceMark
+    let jobLine: String?
+    let sourceLine: String?
+
+    /// The object names (full names in the bucket) relative to the prefix: what `include`/`exclude`
+    /// patterns and destination paths see.
+    public func relativeName(_ objectName: String) -> String? {
+        let base = prefix.fullPath
+        if base.isEmpty { return objectName }
+        let folder = base + "/"
+        guard objectName.hasPrefix(folder) else { return nil }
+        return String(objectName.dropFirst(folder.count))
+    }
+
+    /// One job per listed object under the prefix that the filter takes, in name order; an error at the
+    /// job's position when none is left, or at `source` when an object's name cannot become a local path
+    /// (`..`, `.`, empty segments — an absolute name — or a NUL).
+    ///
+    /// Names ending in `/` are the zero-byte "folder" placeholders consoles create: skipped.
+    public func jobs(objectNames: [String]) -> Result<[JobSpec], ManifestErrors> {
+        var specs: [JobSpec] = []
+        var refused: [String] = []
+        for name in objectNames.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+            guard let relative = relativeName(name), !relative.isEmpty, !relative.hasSuffix("/") else { continue }
+            let parts = relative.split(separator: "/", omittingEmptySubsequences: false)
+            if parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) || relative.utf8.contains(0) {
+                refused.append(name)
+                continue
+            }
+            guard filter.takes(relative) else { continue }
+            var spec = template
+            do {
+                spec.source = try StorageReference(scheme: prefix.scheme, bucket: prefix.bucket, path: name, query: prefix.query).description
+            } catch {
+                refused.append(name)
+                continue
+            }
+            spec.destination = destinationFolder + "/" + relative
+            spec.key = template.key.map { $0 + "/" + relative }
+            spec.batch = JobBatch(id: batchID, source: prefix.description + (prefix.isRoot ? "" : "/"),
+                                  include: filter.includeTexts, exclude: filter.excludeTexts, path: relative)
+            specs.append(spec)
+        }
+        if let first = refused.first {
+            let more = refused.count > 1 ? " (and \(refused.count - 1) more)" : ""
+            return .failure(ManifestErrors([error(.invalidPath, "the object '\(first)'\(more) under '\(prefixText)' has a name that is not a safe "
+                + "relative path ('..', '.', an empty segment or a leading '/'); it cannot be written under '\(destinationFolder)/': "
+                + "download it with a job of its own, or narrow the prefix or 'exclude:' it", at: sourceMark, line: sourceLine)]))
+        }
+        if specs.isEmpty {
+            let filtered = filter.include.isEmpty && filter.exclude.isEmpty ? "" : " that 'include'/'exclude' take"
+            return .failure(ManifestErrors([error(.emptyExpansion, "the prefix '\(prefixText)' holds no object\(filtered); "
+                + "nothing would be downloaded: check the prefix and the filters", at: jobMark, line: jobLine)]))
+        }
+        if specs.count > limit {
+            return .failure(ManifestErrors([error(.limitExceeded, "the prefix '\(prefixText)' holds \(specs.count) objects, more than the "
+                + "limit of \(limit) jobs; narrow the prefix or filter with 'include'/'exclude'", at: jobMark, line: jobLine)]))
+        }
+        return .success(specs)
+    }
+
+    /// The prefix as a user reads it, ending in `/` unless it is a bucket root.
+    public var prefixText: String { prefix.description + (prefix.isRoot || prefix.description.hasSuffix("/") ? "" : "/") }
+
+    /// The error for a prefix that could not be listed (`cause` says why and what to do), at `source`.
+    public func listingFailed(_ cause: String) -> ManifestErrors {
+        ManifestErrors([error(.sourceUnavailable, "cannot list the prefix '\(prefixText)': \(cause)", at: sourceMark, line: sourceLine)])
+    }
+
+    /// An error at `mark`, quoting `line`.
+    func error(_ code: ManifestError.Code, _ message: String, at mark: SourceMark? = nil, line: String? = nil) -> ManifestError {
+        let mark = mark ?? jobMark
+        return ManifestError(code: code, file: file, line: mark.line, column: mark.column, message: message,
+                             redactedLine: (line ?? jobLine).map(SecretText.RedactedLine.init))
+    }
+}

@@ -1,0 +1,126 @@
+import Foundation
+import JobModel
+
+/// Lists the objects under a prefix: what `submit` expands a `download-file` job from a prefix into.
+///
+/// - `gs://` (and Firebase references): the GCS JSON API's object list with `prefix`, following
+///   `nextPageToken` page by page (`maxResults` per page).
+/// - `file://`: a walk of the bucket folder below the prefix that does not follow symbolic links (the
+///   local backend refuses links inside a bucket too) and leaves out jobctl's own hidden files (metadata
+///   sidecars, upload sessions, partial downloads).
+///
+/// Names are full object names, in no particular order; the caller sorts and filters.
+public struct ObjectLister: Sendable {
+    public let configuration: StorageConfiguration
+    /// Objects asked for per page (`maxResults`); GCS returns at most 1000.
+    public let pageSize: Int
+
+    /// The page sizes accepted.
+    public static let pageSizeRange = 1...1_000
+
+    public init(configuration: StorageConfiguration, pageSize: Int = 1_000) {
+        self.configuration = configuration
+        self.pageSize = min(max(pageSize, Self.pageSizeRange.lowerBound), Self.pageSizeRange.upperBound)
+    }
+
+    /// The full names of the objects whose names start with the prefix `prefix` names (its path and a
+    /// `/`; every object for a bucket root), at most `limit + 1` of them (so a caller can tell "more than
+    /// the limit").
+    public func objectNames(under prefix: StorageReference, limit: Int) async throws(StorageError) -> [String] {
+        switch prefix.scheme {
+        case .gs:
+            return try await GCSBackend(configuration: configuration).objectNames(under: prefix, pageSize: pageSize, limit: limit)
+        case .file:
+            return try LocalBackend(configuration: configuration).objectNames(under: prefix, limit: limit)
+        case .http, .https:
+            throw StorageError(.invalidArgument, "'\(prefix)' is a plain \(prefix.scheme.rawValue) URL, which cannot be listed; "
+                               + "name each file in a job of its own")
+        }
+    }
+}
+
+extension GCSBackend {
+    /// Lists `prefix` page by page (see `ObjectLister`).
+    func objectNames(under prefix: StorageReference, pageSize: Int, limit: Int) async throws(StorageError) -> [String] {
+        let path = prefix.isRoot ? "" : prefix.fullPath + "/"
+        var names: [String] = []
+        var pageToken: String?
+        var pages = 0
+        repeat {
+            var url = "\(endpoint)/storage/v1/b/\(StorageReference.percentEncode(prefix.bucket, keepSlash: false))/o?maxResults=\(pageSize)"
+            if !path.isEmpty { url += "&prefix=" + StorageReference.percentEncode(path, keepSlash: false) }
+            if let pageToken { url += "&pageToken=" + StorageReference.percentEncode(pageToken, keepSlash: false) }
+            let response: HTTPResponse
+            do {
+                response = try await send(HTTPRequest(method: "GET", url: url), control: nil)
+            } catch {
+                switch error {
+                case .stopped: throw StorageError(.cancelled, "listing \(prefix) was interrupted")
+                case .failed(let failure): throw failure
+                }
+            }
+            guard response.isSuccess else {
+                var error = httpError(response, what: "the object list of \(prefix)")
+                if response.status == 404 {
+                    error.code = .bucketNotFound
+                    error.message = "the bucket '\(prefix.bucket)' does not exist; check the reference's bucket name"
+                }
+                throw error
+            }
+            guard let json = response.json else {
+                throw StorageError(.unknown, "the server's object list for \(prefix) is not JSON", httpStatus: response.status,
+                                   url: redactedURL(response.url))
+            }
+            for item in json["items"] as? [[String: Any]] ?? [] {
+                if let name = item["name"] as? String { names.append(name) }
+            }
+            pageToken = (json["nextPageToken"] as? String).flatMap { $0.isEmpty ? nil : $0 }
+            pages += 1
+            // A server that keeps answering with a token and no end is not followed for ever.
+            if pages > 100_000 {
+                throw StorageError(.unknown, "the object list of \(prefix) did not end after \(pages) pages")
+            }
+        } while pageToken != nil && names.count <= limit
+        return names
+    }
+}
+
+extension LocalBackend {
+    /// Walks a `file://` prefix (see `ObjectLister`).
+    func objectNames(under prefix: StorageReference, limit: Int) throws(StorageError) -> [String] {
+        let root = bucketRoot(prefix.bucket)
+        var isDirectory: ObjCBool = false
+        if !prefix.bucket.isEmpty, !(FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue) {
+            throw StorageError(.bucketNotFound, "local bucket '\(prefix.bucket)' does not exist (no directory '\(root)')")
+        }
+        if let reserved = prefix.fullPath.split(separator: "/").first(where: { LocalLocation.isReserved(String($0)) }) {
+            throw StorageError(.invalidArgument, "'\(reserved)' is reserved for jobctl's temporary and metadata files")
+        }
+        let base = prefix.fullPath
+        let start = base.isEmpty ? root : (root == "/" ? "" : root) + "/" + base
+        let files = FileManager.default
+        // A prefix that names no folder lists nothing, as an empty prefix does on GCS.
+        guard files.fileExists(atPath: start, isDirectory: &isDirectory), isDirectory.boolValue else { return [] }
+        var names: [String] = []
+        var pending: [String] = [""]
+        while let relative = pending.popLast(), names.count <= limit {
+            let folder = relative.isEmpty ? start : start + "/" + relative
+            let entries: [String]
+            do {
+                entries = try files.contentsOfDirectory(atPath: folder)
+            } catch {
+                throw StorageError(.unauthorized, "the folder '\(folder)' of \(prefix) cannot be read", cause: "\(error)")
+            }
+            for entry in entries where !LocalLocation.isReserved(entry) {
+                let path = relative.isEmpty ? entry : relative + "/" + entry
+                // Read without following links: a link is neither an object nor a folder of the bucket.
+                switch (try? files.attributesOfItem(atPath: start + "/" + path))?[.type] as? FileAttributeType {
+                case .typeRegular?: names.append(base.isEmpty ? path : base + "/" + path)
+                case .typeDirectory?: pending.append(path)
+                default: continue
+                }
+            }
+        }
+        return names
+    }
+}

@@ -1,0 +1,259 @@
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+@testable import Manifest
+
+/// Glob patterns, include/exclude filters, folder and glob uploads expanded against real files, prefix
+/// downloads expanded from object names, and schedules.
+@Suite struct FolderExpansionTests {
+    // MARK: - Patterns
+
+    @Test(arguments: [
+        ("*.jpg", "a.jpg", true), ("*.jpg", "a.png", false), ("*.jpg", "2024/a.jpg", false),
+        ("?.jpg", "a.jpg", true), ("?.jpg", "ab.jpg", false),
+        ("[ab].txt", "a.txt", true), ("[ab].txt", "c.txt", false), ("[a-c]x", "bx", true), ("[!a-c]x", "bx", false),
+        ("[^a-c]x", "dx", true), ("\\*.txt", "*.txt", true), ("\\*.txt", "a.txt", false),
+        ("**/*.jpg", "a.jpg", true), ("**/*.jpg", "2024/05/a.jpg", true), ("**/*.jpg", "2024/05/a.png", false),
+        ("2024/**", "2024/05/a.jpg", true), ("2024/**", "2025/a.jpg", false), ("2024/**/raw/*", "2024/raw/x", true),
+        ("2024/**/raw/*", "2024/a/b/raw/x", true), ("2024/**/raw/*", "2024/a/b/x", false),
+        ("a*b*c", "aXbYc", true), ("a*b*c", "aXbY", false), ("*", "", false), ("**", "x/y", true),
+        ("a**b", "aXXb", true), ("a**b", "a/b", false),
+    ])
+    func patternsMatchAsShellsDo(_ pattern: String, _ path: String, _ expected: Bool) throws {
+        #expect(try PathPattern(pattern).matches(path) == expected, "\(pattern) ~ \(path)")
+    }
+
+    @Test(arguments: [("", "empty"), ("/abs/*", "starts with '/'"), ("a/../b", "climbs out"), ("[ab", "without a closing ']'"),
+                      ("[z-a]", "backwards"), ("a\\", "escapes nothing")])
+    func badPatternsAreRefused(_ pattern: String, _ fragment: String) {
+        #expect(throws: PathPattern.Problem.self) { try PathPattern(pattern) }
+        do { _ = try PathPattern(pattern) } catch { #expect(error.description.contains(fragment), "\(error)") }
+    }
+
+    @Test func excludeWinsAndNamesMatchAtAnyDepth() throws {
+        let filter = PathFilter(include: [try PathPattern("*.jpg"), try PathPattern("docs/*")],
+                                exclude: [try PathPattern("*-draft.*"), try PathPattern("2023/**")])
+        #expect(filter.takes("a.jpg"))
+        #expect(filter.takes("2024/05/a.jpg"), "a pattern without '/' matches the name at any depth")
+        #expect(filter.takes("docs/readme.md"))
+        #expect(!filter.takes("sub/docs/readme.md"), "a pattern with '/' matches the whole path")
+        #expect(!filter.takes("b-draft.jpg"), "exclude wins over include")
+        #expect(!filter.takes("2023/x.jpg"))
+        #expect(!filter.takes("a.png"))
+        #expect(PathFilter().takes("anything/at/all"))
+    }
+
+    // MARK: - Folder and glob uploads
+
+    /// photos/a.jpg, photos/notes.txt, photos/2024/05/b.jpg, photos/2024/c.JPG, photos/.hidden.jpg, a link
+    /// to a file outside, a link to a folder outside, and a FIFO.
+    struct Tree {
+        let directory: TemporaryDirectory
+        let outside: TemporaryDirectory
+        var base: String { LocalPath.standardize(directory.path) }
+
+        init() throws {
+            directory = try TemporaryDirectory("expansion")
+            outside = try TemporaryDirectory("expansion-outside")
+            let files = FileManager.default
+            try files.createDirectory(atPath: directory.file("photos/2024/05"), withIntermediateDirectories: true)
+            for (name, text) in [("photos/a.jpg", "a"), ("photos/notes.txt", "n"), ("photos/2024/05/b.jpg", "bb"),
+                                 ("photos/2024/c.JPG", "c"), ("photos/.hidden.jpg", "h")] {
+                try text.write(toFile: directory.file(name), atomically: true, encoding: .utf8)
+            }
+            try "secret".write(toFile: outside.file("secret.jpg"), atomically: true, encoding: .utf8)
+            try files.createSymbolicLink(atPath: directory.file("photos/escape.jpg"), withDestinationPath: outside.file("secret.jpg"))
+            try files.createSymbolicLink(atPath: directory.file("photos/elsewhere"), withDestinationPath: outside.path)
+            guard mkfifo(directory.file("photos/pipe.jpg"), 0o600) == 0 else { throw CocoaError(.fileWriteUnknown) }
+        }
+
+        func remove() {
+            directory.remove()
+            outside.remove()
+        }
+
+        func parse(_ yaml: String) -> Result<[ManifestJob], ManifestErrors> {
+            var parser = ManifestParser(baseDirectory: base)
+            parser.nowMs = 1_800_000_000_000
+            return parser.parseJobs(text: yaml, path: "m.yaml")
+        }
+    }
+
+    @Test func aFolderBecomesOneJobPerRegularFileSharingABatch() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let jobs = try #require(tree.parse("""
+        jobs:
+          - kind: upload-file
+            source: photos/
+            destination: gs://b/backup/
+            queue: photos
+        """).jobs)
+        let specs = jobs.map(\.spec)
+        #expect(specs.map(\.destination) == [
+            "gs://b/backup/.hidden.jpg", "gs://b/backup/2024/05/b.jpg", "gs://b/backup/2024/c.JPG", "gs://b/backup/a.jpg",
+            "gs://b/backup/notes.txt",
+        ])
+        #expect(specs.map(\.source) == [".hidden.jpg", "2024/05/b.jpg", "2024/c.JPG", "a.jpg", "notes.txt"].map { tree.base + "/photos/" + $0 })
+        let batch = try #require(specs.first?.batch)
+        #expect(JobID.isValid(batch.id))
+        #expect(batch.source == tree.base + "/photos/")
+        #expect(Set(specs.compactMap { $0.batch?.id }) == [batch.id] && specs.allSatisfy { $0.queue == "photos" })
+        #expect(specs.map { $0.batch?.path } == [".hidden.jpg", "2024/05/b.jpg", "2024/c.JPG", "a.jpg", "notes.txt"])
+        #expect(jobs.allSatisfy { $0.line == 2 && $0.column == 5 })
+        // The links (to a file and to a folder outside) and the FIFO are skipped, with one note.
+        let note = try #require(jobs.first?.notes.first)
+        #expect(jobs.flatMap(\.notes).count == 1)
+        #expect(note.hasPrefix("m.yaml:2:5: note: 'source' 'photos/': skipped 'elsewhere' (a symbolic link) and 2 more entries"), "\(note)")
+        #expect(!specs.contains { $0.source?.contains("secret") ?? false || $0.source?.contains("elsewhere") ?? false })
+    }
+
+    @Test func aGlobKeepsPathsBelowItsFirstPatternFreeFolder() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let specs = try #require(tree.parse("""
+        - kind: upload-file
+          source: "photos/**/*.jpg"
+          destination: gs://b/
+          exclude: [".*"]
+        - kind: upload-file
+          source: "photos/2024/*"
+          destination: "http://127.0.0.1:9/put/here/?sig=1"
+        """).jobs).map(\.spec)
+        #expect(specs.map(\.destination) == [
+            "gs://b/2024/05/b.jpg", "gs://b/a.jpg",
+            "http://127.0.0.1:9/put/here/c.JPG?sig=1",
+        ])
+        #expect(specs[0].batch?.source == tree.base + "/photos/**/*.jpg")
+        #expect(specs[0].batch?.exclude == [".*"] && specs[0].batch?.include == nil)
+        #expect(specs[0].batch?.id != specs[2].batch?.id, "each expanding job has its own batch")
+    }
+
+    @Test func includeAndExcludeFilterRelativePaths() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let specs = try #require(tree.parse("""
+        - kind: upload-file
+          source: photos
+          destination: file://bucket/p/
+          include: ["*.jpg", "*.JPG"]
+          exclude: ["2024/05/*"]
+        """).jobs).map(\.spec)
+        #expect(specs.compactMap { $0.batch?.path } == [".hidden.jpg", "2024/c.JPG", "a.jpg"])
+        #expect(specs.first?.batch?.include == ["*.jpg", "*.JPG"])
+        let none = try #require(tree.parse("""
+        - kind: upload-file
+          source: photos/
+          destination: gs://b/x/
+          include: ["*.gif"]
+        """).errors)
+        #expect(none.map { "\($0.line):\($0.column) \($0.code)" } == ["1:3 emptyExpansion"])
+        #expect(none.first?.message == "'source' 'photos/' holds no regular file that 'include'/'exclude' take; nothing would be uploaded")
+    }
+
+    /// With `key:`, every file's key is the key plus its relative path, and the batch id comes from the
+    /// key: submitting the same manifest again maps to the same jobs and the same batch.
+    @Test func keysAndBatchIdsAreStableForKeyedJobs() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let yaml = "- {kind: upload-file, source: photos/2024/, destination: gs://b/y/, key: nightly}\n"
+        let first = try #require(tree.parse(yaml).jobs).map(\.spec)
+        let second = try #require(tree.parse(yaml).jobs).map(\.spec)
+        #expect(first.map(\.key) == ["nightly/05/b.jpg", "nightly/c.JPG"])
+        #expect(first == second)
+        let unkeyed = "- {kind: upload-file, source: photos/2024/, destination: gs://b/y/}\n"
+        let once = try #require(tree.parse(unkeyed).jobs)
+        let again = try #require(tree.parse(unkeyed).jobs)
+        #expect(once.first?.spec.batch?.id != again.first?.spec.batch?.id)
+    }
+
+    @Test func aFolderNeedsAFolderDestination() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let errors = try #require(tree.parse("- kind: upload-file\n  source: photos/\n  destination: gs://b/one.jpg\n").errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["3:16 invalidReference"])
+        // A bucket root is a folder.
+        let rooted = try #require(tree.parse("- {kind: upload-file, source: photos/2024/05, destination: gs://b}\n").jobs)
+        #expect(rooted.map(\.spec.destination) == ["gs://b/b.jpg"])
+    }
+
+    @Test func theJobLimitCountsExpandedFiles() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        var parser = ManifestParser(baseDirectory: tree.base, limits: ManifestLimits(maximumJobs: 3))
+        parser.nowMs = 0
+        let errors = try #require(parser.parseJobs(text: "- {kind: upload-file, source: photos/, destination: gs://b/}\n", path: "m.yaml").errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:31 limitExceeded"])
+    }
+
+    // MARK: - Prefix downloads
+
+    func prefixJob(_ yaml: String) throws -> PrefixExpansion {
+        var parser = ManifestParser(baseDirectory: testBase)
+        parser.nowMs = 0
+        let jobs = try #require(parser.parseJobs(text: yaml, path: "m.yaml").jobs)
+        #expect(jobs.count == 1)
+        return try #require(jobs.first?.prefixExpansion)
+    }
+
+    @Test func aPrefixBecomesOneJobPerObjectUnderTheFolder() throws {
+        let expansion = try prefixJob("""
+        - kind: download-file
+          source: gs://b/photos/
+          destination: out/
+          key: pull
+          exclude: ["*.tmp"]
+        """)
+        let specs = try #require(expansion.jobs(objectNames: [
+            "photos/2024/b.jpg", "photos/a.jpg", "photos/", "photos/2024/", "photos/x.tmp", "other/c.jpg", "photosX/d.jpg",
+        ]).jobs)
+        #expect(specs.map(\.source) == ["gs://b/photos/2024/b.jpg", "gs://b/photos/a.jpg"])
+        #expect(specs.map(\.destination) == [testBase + "/out/2024/b.jpg", testBase + "/out/a.jpg"])
+        #expect(specs.map(\.key) == ["pull/2024/b.jpg", "pull/a.jpg"])
+        #expect(specs.allSatisfy { $0.batch?.source == "gs://b/photos/" && $0.batch?.id == expansion.batchID && $0.kind == .downloadFile })
+        // A bucket root lists everything; file:// buckets too.
+        let root = try prefixJob("- {kind: download-file, source: \"file://demo/\", destination: /srv/all/}\n")
+        let all = try #require(root.jobs(objectNames: ["a", "b/c"]).jobs)
+        #expect(all.map(\.destination) == ["/srv/all/a", "/srv/all/b/c"])
+    }
+
+    @Test(arguments: ["photos/../../etc/passwd", "photos//abs", "photos/./a", "photos/a\u{0}b"])
+    func unsafeObjectNamesRefuseTheWholeExpansion(_ name: String) throws {
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://b/photos/\n  destination: out/\n")
+        let errors = try #require(expansion.jobs(objectNames: ["photos/fine.jpg", name]).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
+        #expect(errors.first?.message.contains("has a name that is not a safe relative path") == true)
+    }
+
+    @Test func anEmptyPrefixIsAnErrorAtTheJob() throws {
+        let expansion = try prefixJob("jobs:\n  - kind: download-file\n    source: gs://b/photos/\n    destination: out/\n")
+        let errors = try #require(expansion.jobs(objectNames: ["photos/", "elsewhere/a"]).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:5 emptyExpansion"])
+        #expect(errors.first?.render().hasPrefix("m.yaml:2:5: error: the prefix 'gs://b/photos/' holds no object") == true)
+        let listing = expansion.listingFailed("the bucket 'b' does not exist")
+        #expect(listing.errors.map { "\($0.line):\($0.column) \($0.code)" } == ["3:13 sourceUnavailable"])
+    }
+
+    // MARK: - Schedules
+
+    @Test func schedulesComeFromRunAfterOrDelayPerJobOrDefaults() throws {
+        var parser = ManifestParser(baseDirectory: testBase, checksSources: false)
+        parser.nowMs = 1_800_000_000_000
+        let specs = try #require(parser.parse(text: """
+        defaults:
+          delay: 15m
+        jobs:
+          - {kind: fetch-url, source: gs://b/a}
+          - {kind: fetch-url, source: gs://b/b, run_after: "2026-12-01T02:00:00+01:00"}
+          - {kind: fetch-url, source: gs://b/c, delay: 2h}
+          - {kind: fetch-url, source: gs://b/d, run_after: 2001-01-01T00:00:00.5Z}
+          - {kind: fetch-url, source: gs://b/e, delay: 0s}
+        """, path: "m.yaml").jobs)
+        #expect(specs.map(\.runAfterMs) == [
+            1_800_000_000_000 + 900_000, 1_796_086_800_000, 1_800_000_000_000 + 7_200_000, 978_307_200_500, 1_800_000_000_000,
+        ])
+        let plain = try #require(parse("- {kind: fetch-url, source: gs://b/a}\n").jobs)
+        #expect(plain.first?.runAfterMs == nil)
+    }
+}
