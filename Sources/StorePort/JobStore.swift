@@ -103,6 +103,21 @@ public protocol JobStore: AnyObject, Sendable {
     /// copied: a job that was running has none, so the first rescue on this store expires it.
     func importLog(from source: any JobStore) throws(StoreError) -> LogImport
 
+    // MARK: Archiving
+
+    /// The final jobs (succeeded, failed, cancelled) that finished before `finishedBefore`, with their
+    /// events and the blobs they reference, read in one snapshot: what `jobctl archive` writes to a file.
+    func archiveSelection(finishedBefore: Int64) throws(StoreError) -> ArchiveSelection
+
+    /// Removes an archived selection in one transaction — the only path that deletes from `events`:
+    /// refuses (nothing removed) when a selected job changed since it was selected; otherwise deletes
+    /// those jobs' events, projection rows and leases, and the selected blobs no remaining job
+    /// references, and appends the `archived` event (`record`, with `blobsRemoved` filled in) to the
+    /// log-level pseudo job `ArchiveRecord.logJobID`. `beforeCommit` runs last inside the transaction
+    /// (a hook for crash tests). Returns the stored event.
+    func removeArchived(_ selection: ArchiveSelection, record: ArchiveRecord, actor: String, now: Int64,
+                        beforeCommit: @escaping () -> Void) throws(StoreError) -> JobEvent
+
     // MARK: Replay
 
     /// Folds the whole log and compares it with the projection; without `verify`, also rewrites it.
