@@ -49,7 +49,7 @@ let package = Package(
                     exclude: ["Fixtures"]),
         .testTarget(name: "TasksTests", dependencies: ["Tasks", "JobModel", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "PostgresStore", "JobModel", "TestSupport"]),
-        .testTarget(name: "RetentionTests", dependencies: ["Retention", "JobModel", "StorePort"]),
+        .testTarget(name: "RetentionTests", dependencies: ["Retention", "JobModel", "StorePort", "Checksums"]),
         .testTarget(name: "CLITests", dependencies: ["JobModel", "StorePort", "EventStore", "PostgresStore", "TestSupport", "jobctl"]),
     ],
     swiftLanguageModes: [.v6]

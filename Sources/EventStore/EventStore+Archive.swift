@@ -44,6 +44,10 @@ extension EventStore {
                 }
                 if let refusal = ArchiveRemovalRules.changed(job, now: found) { throw refusal }
             }
+            // `seq` is the rowid, and SQLite hands out max(rowid) + 1: with the newest events deleted it
+            // would hand out their numbers again. The archived event takes the number after the highest
+            // ever used and stays in the log (the log's pseudo job is never archived), so seq only grows.
+            let highestSeq = try connection.first("SELECT max(seq) FROM events") { row in row.isNull(0) ? 0 : row.int64(0) } ?? 0
             for job in selection.jobs {
                 try connection.run("INSERT INTO archive_authorisations (job_id) VALUES (?)", [.text(job.id)])
             }
@@ -71,8 +75,10 @@ extension EventStore {
             let payload = EventPayload.archived(stored)
             let version = (try connection.first("SELECT max(version) FROM events WHERE job_id = ?",
                                                 [.text(ArchiveRecord.logJobID)]) { row in row.isNull(0) ? 0 : row.int(0) } ?? 0) + 1
-            let seq = try connection.insertEvent(jobID: ArchiveRecord.logJobID, version: version, type: .archived, atMs: now,
-                                                 actor: actor, leaseToken: nil, data: try StoreJSON.encode(payload.wire))
+            let seq = highestSeq + 1
+            try connection.run("INSERT INTO events (seq, job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
+                               [.integer(seq), .text(ArchiveRecord.logJobID), .int(version), .text(EventType.archived.rawValue),
+                                .integer(now), .text(actor), .text(try StoreJSON.encode(payload.wire))])
             beforeCommit()
             return JobEvent(seq: seq, jobID: ArchiveRecord.logJobID, version: version, atMs: now, actor: actor, payload: payload)
         }

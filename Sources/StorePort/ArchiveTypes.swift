@@ -82,3 +82,24 @@ public enum ArchiveRemovalRules {
         return nil
     }
 }
+
+extension LogRow {
+    /// The row as a typed event, or why it is not one (`corrupt`): how a fold reads rows that did not
+    /// come from a store (an archive file).
+    public var decoded: Result<JobEvent, StoreError> {
+        guard let eventType = EventType(rawValue: type) else {
+            return .failure(.corrupt("event \(seq) has unknown type '\(type)'"))
+        }
+        do throws(StoreError) {
+            let wire = try StoreJSON.decode(EventData.self, data, what: "event \(seq) data")
+            do {
+                return .success(try JobEvent(seq: seq, jobID: jobID, version: version, type: eventType, atMs: atMs, actor: actor,
+                                             leaseToken: leaseToken, data: wire))
+            } catch {
+                return .failure(.corrupt("event \(seq): \(error)"))
+            }
+        } catch {
+            return .failure(error)
+        }
+    }
+}

@@ -80,7 +80,7 @@ struct PostgresAdapterTests {
         #expect(throws: StoreError.self) { _ = try PostgresStore(url: url, mode: .readWrite) }
         #expect(throws: StoreError.self) { _ = try PostgresStore(url: url, mode: .readOnly) }
         let created = try PostgresStore(url: url, mode: .create)
-        #expect(created.appliedMigrations == [1])
+        #expect(created.appliedMigrations == PostgresMigrator.all.map(\.version))
         #expect(!created.location.contains(server.password))
         let id = try created.submit([uploadSpec()], actor: "cli:test", now: 1_000)[0].id
         let reader = try PostgresStore(url: url, mode: .readOnly)

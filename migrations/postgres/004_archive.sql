@@ -6,11 +6,11 @@
 -- transaction (between transactions the table is empty, so every other DELETE is refused as before).
 -- TRUNCATE is still refused unconditionally, UPDATE too.
 
-CREATE TABLE archive_authorisations (
+CREATE TABLE IF NOT EXISTS archive_authorisations (
     job_id text PRIMARY KEY
 );
 
-CREATE FUNCTION events_refuse_unarchived_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION events_refuse_unarchived_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM archive_authorisations WHERE job_id = OLD.job_id) THEN
         RETURN OLD;
@@ -27,7 +27,7 @@ CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events
     FOR EACH ROW EXECUTE FUNCTION events_refuse_unarchived_delete();
 
 -- Blobs removed by `jobctl archive --blobs-before`: the event that produced one keeps its hash.
-CREATE TABLE expired_blobs (
+CREATE TABLE IF NOT EXISTS expired_blobs (
     sha256        text   PRIMARY KEY,
     size          bigint NOT NULL,
     expired_at_ms bigint NOT NULL

@@ -9,12 +9,14 @@
 --
 -- `expired_blobs` remembers blobs removed by `jobctl archive --blobs-before` (the event that produced
 -- a blob keeps its hash), so `jobctl result` can say the blob expired rather than that it is missing.
+--
+-- Written to be applied again safely (IF NOT EXISTS): a ledger rewound by hand must not wedge it.
 
-CREATE TABLE archive_authorisations (
+CREATE TABLE IF NOT EXISTS archive_authorisations (
     job_id TEXT PRIMARY KEY
 );
 
-DROP TRIGGER events_refuse_delete;
+DROP TRIGGER IF EXISTS events_refuse_delete;
 
 CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events
 WHEN NOT EXISTS (SELECT 1 FROM archive_authorisations WHERE job_id = OLD.job_id)
@@ -22,7 +24,7 @@ BEGIN
     SELECT RAISE(ABORT, 'events are append-only: DELETE is refused (only `jobctl archive` removes finished jobs)');
 END;
 
-CREATE TABLE expired_blobs (
+CREATE TABLE IF NOT EXISTS expired_blobs (
     sha256        TEXT    PRIMARY KEY,
     size          INTEGER NOT NULL,
     expired_at_ms INTEGER NOT NULL
