@@ -84,3 +84,42 @@ extension EventStore {
         }
     }
 }
+
+extension EventStore {
+    /// The blobs only jobs that finished before `finishedBefore` produced, still stored.
+    private static let expirableBlobsSQL = """
+        SELECT b.sha256, b.size FROM blobs b
+        WHERE b.sha256 IN (SELECT json_extract(result, '$.blob') FROM jobs
+                           WHERE state = 'succeeded' AND kind = 'download-memory' AND finished_at_ms < ?1)
+          AND b.sha256 NOT IN (SELECT json_extract(result, '$.blob') FROM jobs
+                               WHERE state = 'succeeded' AND finished_at_ms >= ?1 AND json_extract(result, '$.blob') IS NOT NULL)
+        ORDER BY b.sha256
+        """
+
+    /// Removes (or lists, with `dryRun`) the blobs only old jobs produced (see `JobStore.expireBlobs`).
+    public func expireBlobs(finishedBefore: Int64, now: Int64, dryRun: Bool) throws(StoreError) -> BlobExpiry {
+        let body = { (connection: SQLiteConnection) throws(StoreError) -> BlobExpiry in
+            let found = try connection.query(Self.expirableBlobsSQL, [.integer(finishedBefore)]) { row in (row.text(0), row.int64(1)) }
+            if !dryRun {
+                for (digest, size) in found {
+                    try connection.run("INSERT INTO expired_blobs (sha256, size, expired_at_ms) VALUES (?, ?, ?) "
+                                       + "ON CONFLICT (sha256) DO UPDATE SET size = excluded.size, expired_at_ms = excluded.expired_at_ms",
+                                       [.text(digest), .integer(size), .integer(now)])
+                    try connection.run("DELETE FROM blobs WHERE sha256 = ?", [.text(digest)])
+                }
+            }
+            return BlobExpiry(digests: found.map(\.0), bytes: found.reduce(0) { $0 + $1.1 })
+        }
+        return dryRun ? try readTransaction(body) : try writeTransaction(body)
+    }
+
+    /// The expiry record of a blob no longer stored, or nil.
+    public func expiredBlob(sha256: String) throws(StoreError) -> ExpiredBlob? {
+        try withConnection { (connection) throws(StoreError) -> ExpiredBlob? in
+            try connection.first("SELECT sha256, size, expired_at_ms FROM expired_blobs WHERE sha256 = ? "
+                                 + "AND sha256 NOT IN (SELECT sha256 FROM blobs)", [.text(sha256.lowercased())]) { row in
+                ExpiredBlob(sha256: row.text(0), size: row.int64(1), expiredAtMs: row.int64(2))
+            }
+        }
+    }
+}

@@ -85,3 +85,45 @@ extension PostgresStore {
         }
     }
 }
+
+extension PostgresStore {
+    /// The blobs only jobs that finished before `$1` produced, still stored.
+    private static let expirableBlobsSQL = """
+        SELECT b.sha256, b.size FROM blobs b
+        WHERE b.sha256 IN (SELECT result::jsonb ->> 'blob' FROM jobs
+                           WHERE state = 'succeeded' AND kind = 'download-memory' AND finished_at_ms < $1)
+          AND NOT EXISTS (SELECT 1 FROM jobs
+                          WHERE state = 'succeeded' AND finished_at_ms >= $1 AND (result::jsonb ->> 'blob') = b.sha256)
+        ORDER BY b.sha256 COLLATE "C"
+        """
+
+    /// Removes (or lists, with `dryRun`) the blobs only old jobs produced (see `JobStore.expireBlobs`).
+    public func expireBlobs(finishedBefore: Int64, now: Int64, dryRun: Bool) throws(StoreError) -> BlobExpiry {
+        let body = { (connection: PostgresConnection) throws(StoreError) -> BlobExpiry in
+            let found = try connection.rows(Self.expirableBlobsSQL + (dryRun ? "" : " FOR UPDATE OF b"), [.integer(finishedBefore)]) {
+                (row) throws(StoreError) in (try row.string(0), try row.integer(1))
+            }
+            if !dryRun {
+                for (digest, size) in found {
+                    try connection.store("INSERT INTO expired_blobs (sha256, size, expired_at_ms) VALUES ($1, $2, $3) "
+                                         + "ON CONFLICT (sha256) DO UPDATE SET size = excluded.size, expired_at_ms = excluded.expired_at_ms",
+                                         [.text(digest), .integer(size), .integer(now)])
+                    try connection.store("DELETE FROM blobs WHERE sha256 = $1", [.text(digest)])
+                }
+            }
+            return BlobExpiry(digests: found.map(\.0), bytes: found.reduce(0) { $0 + $1.1 })
+        }
+        return dryRun ? try readTransaction(body) : try writeTransaction(body)
+    }
+
+    /// The expiry record of a blob no longer stored, or nil.
+    public func expiredBlob(sha256: String) throws(StoreError) -> ExpiredBlob? {
+        try withConnection { (connection) throws(StoreError) -> ExpiredBlob? in
+            try connection.row("SELECT sha256, size, expired_at_ms FROM expired_blobs WHERE sha256 = $1 "
+                               + "AND NOT EXISTS (SELECT 1 FROM blobs WHERE blobs.sha256 = expired_blobs.sha256)",
+                               [.text(sha256.lowercased())]) { (row) throws(StoreError) in
+                ExpiredBlob(sha256: try row.string(0), size: try row.integer(1), expiredAtMs: try row.integer(2))
+            }
+        }
+    }
+}

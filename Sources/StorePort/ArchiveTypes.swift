@@ -103,3 +103,33 @@ extension LogRow {
         }
     }
 }
+
+// MARK: - Expiring blobs
+
+/// What `expireBlobs` removed (or, in a dry run, would remove).
+public struct BlobExpiry: Sendable, Equatable {
+    /// The SHA-256 of each blob, ascending.
+    public var digests: [String]
+    /// Their total size in bytes.
+    public var bytes: Int64
+
+    /// Creates a report.
+    public init(digests: [String], bytes: Int64) {
+        self.digests = digests
+        self.bytes = bytes
+    }
+}
+
+/// A blob removed by `jobctl archive --blobs-before`: the events that produced it keep its hash.
+public struct ExpiredBlob: Sendable, Equatable {
+    public var sha256: String
+    public var size: Int64
+    public var expiredAtMs: Int64
+
+    /// Creates a record.
+    public init(sha256: String, size: Int64, expiredAtMs: Int64) {
+        self.sha256 = sha256
+        self.size = size
+        self.expiredAtMs = expiredAtMs
+    }
+}

@@ -118,6 +118,14 @@ public protocol JobStore: AnyObject, Sendable {
     func removeArchived(_ selection: ArchiveSelection, record: ArchiveRecord, actor: String, now: Int64,
                         beforeCommit: @escaping () -> Void) throws(StoreError) -> JobEvent
 
+    /// Removes the blobs of download-memory results whose every succeeded job finished before
+    /// `finishedBefore` (a blob a later job also produced stays), remembering each one's hash, size and
+    /// `now` in `expired_blobs`, in one transaction. With `dryRun`, only says which it would remove.
+    func expireBlobs(finishedBefore: Int64, now: Int64, dryRun: Bool) throws(StoreError) -> BlobExpiry
+
+    /// The expiry record of a blob `expireBlobs` removed (and no job stored again since), or nil.
+    func expiredBlob(sha256: String) throws(StoreError) -> ExpiredBlob?
+
     // MARK: Replay
 
     /// Folds the whole log and compares it with the projection; without `verify`, also rewrites it.

@@ -15,7 +15,7 @@ extension Commands {
         abstract: "Move finished jobs out of the log into a compressed, checksummed archive file; or check one.",
         arguments: [ArgumentSpec("verify", optional: true, choices: ["verify"], help: "`verify`: check the archive file given next instead of archiving."),
                     ArgumentSpec("file", optional: true, help: "With verify: the archive file to check.")],
-        options: [Options.archiveBefore, Options.archiveTo,
+        options: [Options.archiveBefore, Options.archiveTo, Options.blobsBefore,
                   Options.dryRun.help("Print what would be archived; write and remove nothing."),
                   Options.json.help("Print the outcome as JSON.")],
         discussion: """
@@ -32,6 +32,10 @@ extension Commands {
         never is). `jobctl archive verify FILE` checks a file: its gzip stream, the header, every line,
         each job's events contiguous from version 1, every blob's checksum, the counts and the trailer.
         `jobctl audit --from FILE` lists the jobs in a file.
+
+        --blobs-before 7d removes the bytes of download-memory results whose jobs all finished before then
+        (alone, or together with --before). Their history keeps each blob's hash, and `jobctl result` says
+        the blob expired.
         """
     ) { arguments, context in
         if let action = arguments.positionals.first {
@@ -39,24 +43,61 @@ extension Commands {
             guard arguments.positionals.count == 2 else { throw UsageError("archive verify needs the archive file: jobctl archive verify FILE") }
             if try arguments.value(Options.archiveBefore) != nil { throw UsageError("--before does not apply to `archive verify`") }
             if try arguments.value(Options.archiveTo) != nil { throw UsageError("--to does not apply to `archive verify`") }
+            if try arguments.value(Options.blobsBefore) != nil { throw UsageError("--blobs-before does not apply to `archive verify`") }
             if arguments[Options.dryRun] { throw UsageError("--dry-run does not apply to `archive verify`") }
             return try verifyArchive(arguments.positionals[1], json: arguments[Options.json])
         }
-        guard let before = try arguments.value(Options.archiveBefore) else {
-            throw UsageError("archive needs --before (e.g. --before 90d): jobs that finished before then are archived")
+        let before = try arguments.value(Options.archiveBefore)
+        let blobsBefore = try arguments.value(Options.blobsBefore)
+        guard before != nil || blobsBefore != nil else {
+            throw UsageError("archive needs --before (e.g. --before 90d: jobs that finished before then are archived) "
+                + "or --blobs-before (e.g. --blobs-before 7d: download-memory results older than that are removed)")
         }
         let dryRun = arguments[Options.dryRun]
         let target = try arguments.value(Options.archiveTo)
-        if target == nil && !dryRun { throw UsageError("archive needs --to FILE: where the archived jobs are written") }
-        let store = try context.openStore(readOnly: dryRun)
-        let selection = try store.archiveSelection(finishedBefore: before)
+        if before != nil, target == nil, !dryRun { throw UsageError("archive needs --to FILE: where the archived jobs are written") }
+        if before == nil, target != nil { throw UsageError("--to applies only with --before") }
         let json = arguments[Options.json]
-        if dryRun || selection.isEmpty {
-            return try reportSelection(selection, dryRun: dryRun, json: json)
+        let store = try context.openStore(readOnly: dryRun)
+        var views: [String: any Encodable] = [:]
+        if let before {
+            let selection = try store.archiveSelection(finishedBefore: before)
+            if dryRun || selection.isEmpty {
+                views["archive"] = try reportSelection(selection, dryRun: dryRun, json: json)
+            } else if let target {
+                views["archive"] = try moveToArchive(selection, to: target, store: store, context: context, json: json)
+            }
         }
-        guard let target else { return ExitCode.usage }
-        try refuseToReplace(target, store: store)
+        if let blobsBefore {
+            let expiry = try store.expireBlobs(finishedBefore: blobsBefore, now: Clock.nowMs(), dryRun: dryRun)
+            struct View: Encodable {
+                let dry_run: Bool; let before: String; let before_ms: Int64; let blobs: Int; let bytes: Int64; let sha256: [String]
+            }
+            views["expired_blobs"] = View(dry_run: dryRun, before: TimeText.rfc3339(blobsBefore), before_ms: blobsBefore,
+                                          blobs: expiry.digests.count, bytes: expiry.bytes, sha256: expiry.digests)
+            if !json {
+                let what = "\(plural(expiry.digests.count, "download-memory result blob")) (\(ByteSize.format(expiry.bytes))) "
+                    + "produced only by jobs that finished before \(TimeText.rfc3339(blobsBefore))"
+                emit(dryRun ? "would remove \(what); nothing was removed"
+                            : "removed \(what); their jobs' history keeps each hash, and `jobctl result` says it expired")
+            }
+        }
+        if json {
+            // One operation prints its own object; both print them side by side.
+            if views.count == 1, let only = views.values.first {
+                emit(try jsonText(AnyEncodable(only)))
+            } else {
+                emit(try jsonText(views.mapValues(AnyEncodable.init)))
+            }
+        }
+        return ExitCode.ok
+    }
 
+    /// Writes `selection` to `target`, reads it back, then removes it from the log in one transaction.
+    /// Returns the JSON view of what the log recorded (printed as text unless `json`).
+    private static func moveToArchive(_ selection: ArchiveSelection, to target: String, store: any JobStore, context: Context,
+                                json: Bool) throws -> any Encodable {
+        try refuseToReplace(target, store: store)
         let written: WrittenArchive
         do throws(RetentionError) {
             written = try ArchiveWriter.write(selection, to: target, now: Clock.nowMs())
@@ -68,51 +109,50 @@ extension Commands {
         } catch {
             throw CommandFailure("\(error); nothing was removed from the log")
         }
-        let record = ArchiveRecord(file: URL(fileURLWithPath: target).lastPathComponent, sha256: written.sha256, beforeMs: before,
-                                   jobs: selection.jobs.count, events: selection.rows.count, blobs: selection.blobs.count,
-                                   blobsRemoved: 0, firstSeq: written.header.firstSeq, lastSeq: written.header.lastSeq)
+        let record = ArchiveRecord(file: URL(fileURLWithPath: target).lastPathComponent, sha256: written.sha256,
+                                   beforeMs: selection.beforeMs, jobs: selection.jobs.count, events: selection.rows.count,
+                                   blobs: selection.blobs.count, blobsRemoved: 0, firstSeq: written.header.firstSeq,
+                                   lastSeq: written.header.lastSeq)
         let hold = context.environment[archiveHoldEnvironment]
         let event = try store.removeArchived(selection, record: record, actor: context.actor, now: Clock.nowMs()) {
             guard let hold, !hold.isEmpty else { return }
             _ = FileManager.default.createFile(atPath: hold, contents: Data())
             while true { Glibc.pause() }
         }
-        guard case .archived(let stored) = event.payload else { return ExitCode.failure }
-        if json {
-            emit(try jsonText(ArchiveView(stored)))
-        } else {
-            emit("archived \(plural(stored.jobs, "job")) that finished before \(TimeText.rfc3339(before)) to \(Display.escapingControls(target)): "
-                 + "\(plural(stored.events, "event")) (seq \(stored.firstSeq)–\(stored.lastSeq)), \(plural(stored.blobs, "blob")) "
-                 + "(\(stored.blobsRemoved) removed from the log); sha256 \(stored.sha256)")
+        guard case .archived(let stored) = event.payload else {
+            throw CommandFailure("the log recorded a '\(event.type.rawValue)' event for the archive; run `jobctl replay --verify`")
         }
-        return ExitCode.ok
+        if !json {
+            emit("archived \(plural(stored.jobs, "job")) that finished before \(TimeText.rfc3339(stored.beforeMs)) to "
+                 + "\(Display.escapingControls(target)): \(plural(stored.events, "event")) (seq \(stored.firstSeq)–\(stored.lastSeq)), "
+                 + "\(plural(stored.blobs, "blob")) (\(stored.blobsRemoved) removed from the log); sha256 \(stored.sha256)")
+        }
+        return ArchiveView(stored)
     }
 
     /// `--dry-run`, or nothing to archive: says what would be (or is not) archived.
-    private static func reportSelection(_ selection: ArchiveSelection, dryRun: Bool, json: Bool) throws -> Int32 {
+    private static func reportSelection(_ selection: ArchiveSelection, dryRun: Bool, json: Bool) throws -> any Encodable {
         var states: [String: Int] = [:]
         for job in selection.jobs { states[job.state.rawValue, default: 0] += 1 }
-        if json {
-            struct View: Encodable {
-                let dry_run: Bool; let before: String; let before_ms: Int64; let jobs: Int; let events: Int; let blobs: Int
-                let states: [String: Int]; let first_seq: Int64; let last_seq: Int64; let job_ids: [String]
-            }
-            emit(try jsonText(View(dry_run: dryRun, before: TimeText.rfc3339(selection.beforeMs), before_ms: selection.beforeMs,
-                                   jobs: selection.jobs.count, events: selection.rows.count, blobs: selection.blobs.count,
-                                   states: states, first_seq: selection.rows.first?.seq ?? 0, last_seq: selection.rows.last?.seq ?? 0,
-                                   job_ids: selection.jobs.map(\.id))))
-            return ExitCode.ok
+        struct View: Encodable {
+            let dry_run: Bool; let before: String; let before_ms: Int64; let jobs: Int; let events: Int; let blobs: Int
+            let states: [String: Int]; let first_seq: Int64; let last_seq: Int64; let job_ids: [String]
         }
+        let view = View(dry_run: dryRun, before: TimeText.rfc3339(selection.beforeMs), before_ms: selection.beforeMs,
+                        jobs: selection.jobs.count, events: selection.rows.count, blobs: selection.blobs.count,
+                        states: states, first_seq: selection.rows.first?.seq ?? 0, last_seq: selection.rows.last?.seq ?? 0,
+                        job_ids: selection.jobs.map(\.id))
+        guard !json else { return view }
         let when = TimeText.rfc3339(selection.beforeMs)
-        guard !selection.isEmpty else {
+        if selection.isEmpty {
             emit("nothing to archive: no job finished before \(when)" + (dryRun ? "" : "; no file was written"))
-            return ExitCode.ok
+        } else {
+            let breakdown = states.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+            emit("would archive \(plural(selection.jobs.count, "job")) that finished before \(when) (\(breakdown)): "
+                 + "\(plural(selection.rows.count, "event")) (seq \(selection.rows.first?.seq ?? 0)–\(selection.rows.last?.seq ?? 0)), "
+                 + "\(plural(selection.blobs.count, "blob")); nothing was written or removed")
         }
-        let breakdown = states.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
-        emit("would archive \(plural(selection.jobs.count, "job")) that finished before \(when) (\(breakdown)): "
-             + "\(plural(selection.rows.count, "event")) (seq \(selection.rows.first?.seq ?? 0)–\(selection.rows.last?.seq ?? 0)), "
-             + "\(plural(selection.blobs.count, "blob")); nothing was written or removed")
-        return ExitCode.ok
+        return view
     }
 
     /// Refuses to overwrite an existing file unless it is an archive an interrupted run left behind:
@@ -192,4 +232,11 @@ extension JobFilter {
         if let createdUntil, job.createdAtMs >= createdUntil { return false }
         return true
     }
+}
+
+/// Any encodable value, for printing views of different types together.
+struct AnyEncodable: Encodable {
+    let value: any Encodable
+    init(_ value: any Encodable) { self.value = value }
+    func encode(to encoder: any Encoder) throws { try value.encode(to: encoder) }
 }

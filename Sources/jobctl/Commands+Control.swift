@@ -114,6 +114,11 @@ extension Commands {
             switch job.spec.kind {
             case .downloadMemory:
                 guard let hash = result.blob, let blob = try store.blob(sha256: hash) else {
+                    if let hash = result.blob, let expired = try store.expiredBlob(sha256: hash) {
+                        throw CommandFailure("job \(job.id): its result (\(plural(expired.size, "byte")), sha256 \(hash)) expired on "
+                            + "\(TimeText.rfc3339(expired.expiredAtMs)) (jobctl archive --blobs-before) and is no longer stored; "
+                            + "`jobctl history \(job.id)` keeps its hash: run the job's download again to get the bytes")
+                    }
                     throw CommandFailure("job \(job.id): the result blob is missing from the log")
                 }
                 bytes = blob

@@ -185,6 +185,10 @@ enum Options {
                                              help: "Archive jobs that finished before this time (relative: 90d, 12h; or RFC 3339, a date).") { text in
         try TimeInput.parse(text, option: "before", now: Clock.nowMs())
     }
+    static let blobsBefore = Option<Int64>("blobs-before", value: "time",
+                                           help: "Remove download-memory result blobs whose jobs finished before this time (7d, or a date); the history keeps their hashes.") { text in
+        try TimeInput.parse(text, option: "blobs-before", now: Clock.nowMs())
+    }
     static let archiveTo = Option<String>("to", value: "file", help: "The archive file to write (gzip-compressed NDJSON).")
     static let archiveFrom = Option<String>("from", value: "file", help: "Read the jobs from this archive file (written by `jobctl archive`) instead of the log.")
     static let force = Flag("force", help: "With --to: copy even while jobs are running (on the target they have no lease; the first worker's rescue expires them).")

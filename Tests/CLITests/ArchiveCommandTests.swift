@@ -181,6 +181,40 @@ import TestSupport
         #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
     }
 
+    @Test("--blobs-before removes blobs only old jobs produced; result says so; the history keeps the hash", arguments: StoreEngine.allCases)
+    func blobsExpire(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("blobexpiry", engine: engine)
+        defer { workspace.directory.remove() }
+        let jobs = try Self.fabricate(in: workspace, engine: engine)
+        let own = Digest256.hex("own bytes")
+
+        let dry = try #require(try workspace.json(["archive", "--blobs-before", "50d", "--dry-run", "--json"]) as? [String: Any])
+        #expect(dry["dry_run"] as? Bool == true && dry["blobs"] as? Int == 1 && dry["sha256"] as? [String] == [own])
+        #expect(try workspace.jobctl(["result", jobs.oldOwn, "-o", "-"]).stdout == "own bytes", "a dry run removes nothing")
+
+        let expired = try #require(try workspace.json(["archive", "--blobs-before", "50d", "--json"]) as? [String: Any])
+        #expect(expired["blobs"] as? Int == 1 && expired["bytes"] as? Int == 9, "\(expired)")
+        let result = try workspace.jobctl(["result", jobs.oldOwn, "-o", "-"])
+        #expect(result.status == 1 && result.stderr.contains("expired on") && result.stderr.contains(own), "\(result.stderr)")
+        // The blob the recent job also produced stays, for both jobs.
+        #expect(try workspace.jobctl(["result", jobs.oldShared, "-o", "-"]).stdout == "shared bytes")
+        #expect(try workspace.jobctl(["result", jobs.recent, "-o", "-"]).stdout == "shared bytes")
+        // The history still names the hash; the log and its projection agree.
+        let history = try #require(try workspace.json(["history", jobs.oldOwn, "--json"]) as? [[String: Any]])
+        let succeeded = try #require(history.last?["data"] as? [String: Any])
+        #expect((succeeded["result"] as? [String: Any])?["blob"] as? String == own, "\(succeeded)")
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+        let again = try #require(try workspace.json(["archive", "--blobs-before", "50d", "--json"]) as? [String: Any])
+        #expect(again["blobs"] as? Int == 0)
+
+        // Archiving afterwards keeps the expired blob's hash in the events; the file holds only the stored blob.
+        let both = try #require(try workspace.json(["archive", "--before", "90d", "--to", workspace.directory.file("a.gz"),
+                                                    "--blobs-before", "50d", "--json"]) as? [String: Any])
+        #expect((both["archive"] as? [String: Any])?["blobs"] as? Int == 1, "\(both)")
+        #expect((both["expired_blobs"] as? [String: Any])?["blobs"] as? Int == 0, "\(both)")
+        #expect(try workspace.jobctl(["archive", "verify", workspace.directory.file("a.gz")]).status == 0)
+    }
+
     @Test("archive verify refuses a changed, truncated or foreign file")
     func verifyRefusesDamage() throws {
         let workspace = try CLIWorkspace("archiveverify")
@@ -228,6 +262,8 @@ import TestSupport
         let ids = try workspace.submit("jobs:\n  - kind: upload-data\n    data: x\n    destination: file://b/x\n")
         let cases: [([String], String)] = [
             (["archive", "--to", "x.gz"], "needs --before"),
+            (["archive", "--blobs-before", "7d", "--to", "x.gz"], "--to applies only with --before"),
+            (["archive", "--blobs-before", "7 days"], "--blobs-before expects"),
             (["archive", "--before", "90d"], "needs --to"),
             (["archive", "--before", "99999d", "--to", "x.gz"], "--before 99999d is out of range"),
             (["archive", "--before", "soon", "--to", "x.gz"], "--before expects"),
