@@ -181,6 +181,17 @@ enum Options {
         }
         return text
     }
+    static let eventType = Option<[EventType]>("type", value: "type", repeatable: true,
+                                               help: "Only events of this type (submitted, claimed, started, progress, …); repeatable or comma-separated.",
+                                               choices: EventType.allCases.map(\.rawValue)) { text in
+        try text.split(separator: ",").map { part in
+            guard let type = EventType(rawValue: String(part)) else {
+                throw UsageError("unknown event type '\(part)'; expected one of \(EventType.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            return type
+        }
+    }
+    static let allEvents = Flag("all", help: "Show every progress event instead of one line per run of them.")
     static let archiveBefore = Option<Int64>("before", value: "time",
                                              help: "Archive jobs that finished before this time (relative: 90d, 12h; or RFC 3339, a date).") { text in
         try TimeInput.parse(text, option: "before", now: Clock.nowMs())
