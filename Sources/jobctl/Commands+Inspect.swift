@@ -133,7 +133,7 @@ extension Commands {
     static let history = CommandSpec(
         name: "history",
         abstract: "Show every event of a job, oldest first.",
-        arguments: [ArgumentSpec("id", help: "A job id (or a unique prefix).")],
+        arguments: [ArgumentSpec("id", help: "A job id (or a unique prefix); `log` for the log's own events (archives).")],
         options: [Options.json.help("Print the events as a JSON array (every event, --type applied)."), Options.showSecrets,
                   Options.eventType, Options.allEvents],
         discussion: """
@@ -142,9 +142,11 @@ extension Commands {
         """
     ) { arguments, context in
         let store = try context.openStore(readOnly: true)
-        let job = try store.job(resolving: arguments.positionals[0])
+        // `log` is the log's own pseudo job: its events record the archives (`jobctl archive`).
+        let jobID = arguments.positionals[0] == ArchiveRecord.logJobID
+            ? ArchiveRecord.logJobID : try store.job(resolving: arguments.positionals[0]).id
         let types = Set(try arguments.values(Options.eventType).flatMap { $0 })
-        let events = try store.events(jobID: job.id).filter { types.isEmpty || types.contains($0.type) }
+        let events = try store.events(jobID: jobID).filter { types.isEmpty || types.contains($0.type) }
         let display = arguments.display
         if arguments[Options.json] {
             emit(try jsonText(events.map { EventView($0, display: display) }))

@@ -116,6 +116,10 @@ import TestSupport
         #expect(try store.blob(sha256: Digest256.hex("own bytes")) == nil)
         #expect(try store.blob(sha256: Digest256.hex("shared bytes")) == Data("shared bytes".utf8))
 
+        let logHistory = try workspace.jobctl(["history", "log"])
+        #expect(logHistory.status == 0 && logHistory.stdout.contains("archived") && logHistory.stdout.contains(digest),
+                "\(logHistory.stdout)\(logHistory.stderr)")
+
         // audit reads the file: the archived jobs, rebuilt from their events.
         let fromFile = try workspace.json(["audit", "--from", file, "--json"])
         #expect(Self.ids(fromFile) == jobs.archived)
