@@ -123,3 +123,13 @@ extension EventStore {
         }
     }
 }
+
+extension EventStore {
+    /// The newest event's time; SQLite has no clock apart from this machine's.
+    public func clockReading() throws(StoreError) -> StoreClockReading {
+        try withConnection { (connection) throws(StoreError) -> StoreClockReading in
+            let newest = try connection.first("SELECT at_ms FROM events ORDER BY seq DESC LIMIT 1") { row in row.int64(0) }
+            return StoreClockReading(databaseNowMs: nil, newestEventAtMs: newest)
+        }
+    }
+}

@@ -127,3 +127,17 @@ extension PostgresStore {
         }
     }
 }
+
+extension PostgresStore {
+    /// The server's clock (`clock_timestamp()`, the time the statement runs) and the newest event's time.
+    public func clockReading() throws(StoreError) -> StoreClockReading {
+        try withConnection { (connection) throws(StoreError) -> StoreClockReading in
+            try connection.row("""
+                SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                       (SELECT at_ms FROM events ORDER BY seq DESC LIMIT 1)
+                """) { (row) throws(StoreError) in
+                StoreClockReading(databaseNowMs: try row.integer(0), newestEventAtMs: try row.optionalInteger(1))
+            } ?? StoreClockReading(databaseNowMs: nil, newestEventAtMs: nil)
+        }
+    }
+}

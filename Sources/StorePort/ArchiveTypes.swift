@@ -133,3 +133,19 @@ public struct ExpiredBlob: Sendable, Equatable {
         self.expiredAtMs = expiredAtMs
     }
 }
+
+// MARK: - Clocks
+
+/// What a store can tell about clocks other than this process's: for the worker's clock-skew warning.
+public struct StoreClockReading: Sendable, Equatable {
+    /// The database server's own clock (ms), when it has one apart from this machine's (PostgreSQL).
+    public var databaseNowMs: Int64?
+    /// The time of the newest event in the log (ms), written by whichever process's clock appended it.
+    public var newestEventAtMs: Int64?
+
+    /// Creates a reading.
+    public init(databaseNowMs: Int64?, newestEventAtMs: Int64?) {
+        self.databaseNowMs = databaseNowMs
+        self.newestEventAtMs = newestEventAtMs
+    }
+}

@@ -126,6 +126,12 @@ public protocol JobStore: AnyObject, Sendable {
     /// The expiry record of a blob `expireBlobs` removed (and no job stored again since), or nil.
     func expiredBlob(sha256: String) throws(StoreError) -> ExpiredBlob?
 
+    // MARK: Clocks
+
+    /// The database's clock (when it has its own) and the newest event's time, for the worker's
+    /// clock-skew check.
+    func clockReading() throws(StoreError) -> StoreClockReading
+
     // MARK: Replay
 
     /// Folds the whole log and compares it with the projection; without `verify`, also rewrites it.

@@ -219,6 +219,27 @@ import TestSupport
         #expect(try workspace.jobctl(["archive", "verify", workspace.directory.file("a.gz")]).status == 0)
     }
 
+    @Test("a worker warns when the newest event is dated far in its future", arguments: StoreEngine.allCases)
+    func clockSkewWarning(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("clockskew", engine: engine)
+        defer { workspace.directory.remove() }
+        let store = try Self.open(workspace, engine: engine)
+        // Submitted by a process whose clock is an hour ahead (into another queue, so the worker idles).
+        _ = try store.submit([JobSpec(kind: .uploadData, destination: "file://b/x", data: Data("x".utf8), queue: "elsewhere")],
+                             actor: "cli:test", now: Clock.nowMs() + 3_600_000)
+        let worker = try workspace.jobctl(["worker", "--drain", "--queue", "default", "--log-format", "json", "-q"])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let warning = try #require(worker.stderr.split(separator: "\n").first { $0.contains("clock_skew") }, "\(worker.stderr)")
+        #expect(warning.contains("\"newest_event\"") && warning.contains("\"warning\""), "\(warning)")
+        // Clocks in step: no warning.
+        let fresh = try CLIWorkspace("clockskewok", engine: engine)
+        defer { fresh.directory.remove() }
+        _ = try Self.open(fresh, engine: engine).submit([JobSpec(kind: .uploadData, destination: "file://b/x", data: Data("x".utf8),
+                                                                 queue: "elsewhere")], actor: "cli:test", now: Clock.nowMs())
+        let quiet = try fresh.jobctl(["worker", "--drain", "--queue", "default", "--log-format", "json", "-q"])
+        #expect(quiet.status == 0 && !quiet.stderr.contains("clock_skew"), "\(quiet.stderr)")
+    }
+
     @Test("archive verify refuses a changed, truncated or foreign file")
     func verifyRefusesDamage() throws {
         let workspace = try CLIWorkspace("archiveverify")
