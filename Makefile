@@ -5,7 +5,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := demo
 
-BUILD_PACKAGES := libsqlite3-dev libcurl4-openssl-dev libyaml-dev libssl-dev libpq-dev
+BUILD_PACKAGES := libsqlite3-dev libcurl4-openssl-dev libyaml-dev libssl-dev libpq-dev zlib1g-dev
 TEST_PACKAGES := $(BUILD_PACKAGES) nginx-light python3-venv postgresql systemd bash-completion zsh
 PYTHON ?= python3
 VENV := .venv

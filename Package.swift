@@ -15,6 +15,7 @@ let package = Package(
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCRC32C", path: "Sources/CCRC32C"),
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
 
         // MARK: - Build tooling: migrations/ENGINE/*.sql embedded into the binary
         .executableTarget(name: "MigrationEmbedder", path: "Sources/MigrationEmbedder"),
@@ -33,7 +34,8 @@ let package = Package(
         .target(name: "Storage", dependencies: ["CCurl", "JobModel", "Checksums"]),
         .target(name: "Tasks", dependencies: ["JobModel", "Storage"]),
         .target(name: "Worker", dependencies: ["JobModel", "JobLifecycle", "StorePort", "Storage", "Tasks"]),
-        .executableTarget(name: "jobctl", dependencies: ["JobModel", "JobLifecycle", "StorePort", "EventStore", "PostgresStore", "Manifest", "Storage", "Tasks", "Worker"]),
+        .target(name: "Retention", dependencies: ["CZlib", "JobModel", "StorePort", "Checksums"]),
+        .executableTarget(name: "jobctl", dependencies: ["JobModel", "JobLifecycle", "StorePort", "EventStore", "PostgresStore", "Manifest", "Storage", "Tasks", "Worker", "Retention"]),
 
         // MARK: - Tests
         .target(name: "TestSupport", dependencies: ["JobModel"], path: "Tests/TestSupport"),
@@ -47,6 +49,7 @@ let package = Package(
                     exclude: ["Fixtures"]),
         .testTarget(name: "TasksTests", dependencies: ["Tasks", "JobModel", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "PostgresStore", "JobModel", "TestSupport"]),
+        .testTarget(name: "RetentionTests", dependencies: ["Retention", "JobModel", "StorePort", "Checksums"]),
         .testTarget(name: "CLITests", dependencies: ["JobModel", "StorePort", "EventStore", "PostgresStore", "TestSupport", "jobctl"]),
     ],
     swiftLanguageModes: [.v6]

@@ -270,6 +270,8 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         case .resumeRequested: state == .paused || state == .running
         case .cancelled: state == .queued || state == .paused || state == .running
         case .retried: state == .failed || state == .cancelled
+        // The log's own event: never a job's.
+        case .archived: false
         }
     }
 

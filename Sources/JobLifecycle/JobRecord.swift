@@ -221,6 +221,9 @@ extension JobRecord {
             runAfterMs = event.atMs
             pauseRequested = false
             cancelRequested = false
+        case .archived:
+            // The log's own event (ArchiveRecord.logJobID); it never reaches a job.
+            break
         }
     }
 

@@ -60,6 +60,8 @@ public enum EventPayload: Sendable, Equatable, Hashable {
     case failed(TransferProgress, error: StorageError, reason: String?)
     /// A failed or cancelled job was opened again.
     case retried(reason: String?)
+    /// Finished jobs were moved out of the log (an event of the log-level pseudo job).
+    case archived(ArchiveRecord)
 
     /// The event type this payload belongs to.
     public var type: EventType {
@@ -79,6 +81,7 @@ public enum EventPayload: Sendable, Equatable, Hashable {
         case .succeeded: .succeeded
         case .failed: .failed
         case .retried: .retried
+        case .archived: .archived
         }
     }
 }
@@ -141,6 +144,7 @@ extension EventPayload {
         case .succeeded: self = .succeeded(progress, result: try need(wire.result, "result"))
         case .failed: self = .failed(progress, error: try need(wire.error, "error"), reason: wire.reason)
         case .retried: self = .retried(reason: wire.reason)
+        case .archived: self = .archived(try need(wire.archive, "archive"))
         }
     }
 
@@ -183,6 +187,8 @@ extension EventPayload {
             put(progress)
             wire.error = error
             wire.reason = reason
+        case .archived(let record):
+            wire.archive = record
         }
         return wire
     }
@@ -198,7 +204,7 @@ extension EventPayload {
              .attemptFailed(let progress, _, _), .released(let progress, _), .succeeded(let progress, _),
              .failed(let progress, _, _):
             progress
-        case .submitted, .claimed, .pauseRequested, .resumeRequested, .cancelRequested, .leaseExpired, .retried:
+        case .submitted, .claimed, .pauseRequested, .resumeRequested, .cancelRequested, .leaseExpired, .retried, .archived:
             nil
         }
     }
@@ -239,7 +245,7 @@ extension EventPayload {
              .leaseExpired(let reason), .retried(let reason), .paused(_, let reason), .released(_, let reason),
              .cancelled(_, _, let reason), .failed(_, _, let reason):
             reason
-        case .submitted, .claimed, .started, .progress, .attemptFailed, .succeeded:
+        case .submitted, .claimed, .started, .progress, .attemptFailed, .succeeded, .archived:
             nil
         }
     }

@@ -18,6 +18,8 @@ public enum EventType: String, Codable, Sendable, CaseIterable, Hashable {
     case succeeded
     case failed
     case retried
+    /// Finished jobs were moved out of the log into an archive file (an event of the log itself).
+    case archived
 }
 
 /// The JSON shape of an event's payload (`events.data`): every field optional, `v` the schema version.
@@ -46,10 +48,12 @@ public struct EventData: Codable, Sendable, Equatable, Hashable {
     public var result: JobResult?
     /// Free text from the actor (e.g. "SIGTERM", a user's reason).
     public var reason: String?
+    /// archived: what was moved out of the log.
+    public var archive: ArchiveRecord?
 
     public init(v: Int = 1, spec: JobSpec? = nil, leaseOwner: String? = nil, leaseExpiresAtMs: Int64? = nil,
                 attempt: Int? = nil, bytesDone: Int64? = nil, bytesTotal: Int64? = nil, resumePoint: ResumePoint? = nil,
-                error: StorageError? = nil, retryAtMs: Int64? = nil, result: JobResult? = nil, reason: String? = nil) {
+                error: StorageError? = nil, retryAtMs: Int64? = nil, result: JobResult? = nil, reason: String? = nil, archive: ArchiveRecord? = nil) {
         self.v = v
         self.spec = spec
         self.leaseOwner = leaseOwner
@@ -62,6 +66,7 @@ public struct EventData: Codable, Sendable, Equatable, Hashable {
         self.retryAtMs = retryAtMs
         self.result = result
         self.reason = reason
+        self.archive = archive
     }
 }
 

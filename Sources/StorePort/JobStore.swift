@@ -106,6 +106,35 @@ public protocol JobStore: AnyObject, Sendable {
     /// copied: a job that was running has none, so the first rescue on this store expires it.
     func importLog(from source: any JobStore) throws(StoreError) -> LogImport
 
+    // MARK: Archiving
+
+    /// The final jobs (succeeded, failed, cancelled) that finished before `finishedBefore`, with their
+    /// events and the blobs they reference, read in one snapshot: what `jobctl archive` writes to a file.
+    func archiveSelection(finishedBefore: Int64) throws(StoreError) -> ArchiveSelection
+
+    /// Removes an archived selection in one transaction — the only path that deletes from `events`:
+    /// refuses (nothing removed) when a selected job changed since it was selected; otherwise deletes
+    /// those jobs' events, projection rows and leases, and the selected blobs no remaining job
+    /// references, and appends the `archived` event (`record`, with `blobsRemoved` filled in) to the
+    /// log-level pseudo job `ArchiveRecord.logJobID`. `beforeCommit` runs last inside the transaction
+    /// (a hook for crash tests). Returns the stored event.
+    func removeArchived(_ selection: ArchiveSelection, record: ArchiveRecord, actor: String, now: Int64,
+                        beforeCommit: @escaping () -> Void) throws(StoreError) -> JobEvent
+
+    /// Removes the blobs of download-memory results whose every succeeded job finished before
+    /// `finishedBefore` (a blob a later job also produced stays), remembering each one's hash, size and
+    /// `now` in `expired_blobs`, in one transaction. With `dryRun`, only says which it would remove.
+    func expireBlobs(finishedBefore: Int64, now: Int64, dryRun: Bool) throws(StoreError) -> BlobExpiry
+
+    /// The expiry record of a blob `expireBlobs` removed (and no job stored again since), or nil.
+    func expiredBlob(sha256: String) throws(StoreError) -> ExpiredBlob?
+
+    // MARK: Clocks
+
+    /// The database's clock (when it has its own) and the newest event's time, for the worker's
+    /// clock-skew check.
+    func clockReading() throws(StoreError) -> StoreClockReading
+
     // MARK: Replay
 
     /// Folds the whole log and compares it with the projection; without `verify`, also rewrites it.

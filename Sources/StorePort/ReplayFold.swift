@@ -11,6 +11,10 @@ public struct ReplayFold: Sendable {
     public private(set) var eventsRead = 0
     /// What is wrong with the log: undecodable payloads, events before their submission, version gaps.
     public private(set) var problems: [String] = []
+    /// The log's own `archived` events read (each records jobs moved out of the log into a file).
+    public private(set) var archives: [ArchiveRecord] = []
+    /// The version of the last `archived` event, to check that the log's own events stay contiguous.
+    private var logVersion = 0
 
     /// An empty fold.
     public init() {}
@@ -25,6 +29,18 @@ public struct ReplayFold: Sendable {
         case .failure(let error):
             guard case .corrupt(let message) = error else { throw error }
             problems.append(message)
+            return
+        }
+        if case .archived(let record) = event.payload {
+            // The log's own event: archived jobs left the log together with their events and rows,
+            // so there is nothing to fold; it only has to sit on the log's pseudo job, in order.
+            if event.jobID != ArchiveRecord.logJobID {
+                problems.append("event \(event.seq ?? 0): an 'archived' event on job \(event.jobID) instead of '\(ArchiveRecord.logJobID)'")
+            } else if event.version != logVersion + 1 {
+                problems.append("event \(event.seq ?? 0): the log's archive record jumps from version \(logVersion) to \(event.version)")
+            }
+            logVersion = event.version
+            archives.append(record)
             return
         }
         if case .submitted = event.payload {

@@ -66,6 +66,17 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
+    /// The worker's clock is off from the database's (see `ClockSkew`).
+    public func clockSkew(_ skew: ClockSkew, now: Int64) {
+        let direction = skew.aheadMs > 0 ? "ahead of" : "behind"
+        let what = skew.source == .databaseClock ? "the database server's clock is" : "the newest event in the log is dated"
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .clockSkew, fields: [
+            ("source", .text(skew.source.rawValue)), ("skew_ms", .integer(skew.aheadMs)),
+            ("action", .text("\(what) \(abs(skew.aheadMs) / 1000)s \(direction) this worker's clock: leases, retry times and "
+                             + "event times depend on it; synchronise the clocks (NTP)")),
+        ]))
+    }
+
     func storeError(_ error: any Error, consecutive: Int, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: .warning, event: .storeError, fields: [
             ("error", .text(String(describing: error))), ("consecutive", .integer(Int64(consecutive))),

@@ -61,6 +61,8 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case storeError = "store_error"
     /// A commit took longer than the slow-commit threshold.
     case slowCommit = "slow_commit"
+    /// The worker's clock differs from the database's (or the newest event lies in the future).
+    case clockSkew = "clock_skew"
 }
 
 /// A value in a log line's fields.

@@ -67,7 +67,7 @@ struct CommandSpec: Sendable {
         self.run = run
     }
 
-    static let globalOptions: [any OptionDeclaration] = [Options.database, Options.noColor, Options.help]
+    static let globalOptions: [any OptionDeclaration] = [Options.database, Options.noColor, Options.help, Options.config]
 
     var usageLine: String {
         var parts = ["jobctl", name]
@@ -133,6 +133,11 @@ struct ParsedArguments: Sendable {
     func value<Value>(_ option: Option<Value>) throws -> Value? {
         guard let text = values[option.spec.long]?.last else { return nil }
         return try option.parse(text)
+    }
+
+    /// Sets an option's values when the command line did not give it (a configuration file's setting).
+    mutating func fillIfAbsent(_ long: String, _ texts: [String]) {
+        if values[long] == nil { values[long] = texts }
     }
 
     /// Every value of a repeatable option, parsed.

@@ -14,7 +14,7 @@ enum CommandRunner {
         Commands.watch, Commands.result,
         Commands.pause, Commands.resume, Commands.cancel, Commands.retry,
         Commands.worker, Commands.stats, Commands.replay, Commands.migrate, Commands.orphans,
-        Commands.completion,
+        Commands.completion, Commands.archive, Commands.config,
     ]
 
     /// Runs one command line. SIGTERM and SIGINT are blocked on entry (see `main.swift`); only `worker`
@@ -24,10 +24,10 @@ enum CommandRunner {
         var globals: [String] = []
         var rest = rawArguments[...]
         while let next = rest.first {
-            if next == "--db", rest.count >= 2 {
+            if next == "--db" || next == "--config", rest.count >= 2 {
                 globals += rest.prefix(2)
                 rest = rest.dropFirst(2)
-            } else if next.hasPrefix("--db=") || next == "--no-color" {
+            } else if next.hasPrefix("--db=") || next.hasPrefix("--config=") || next == "--no-color" {
                 globals.append(next)
                 rest = rest.dropFirst()
             } else {
@@ -88,9 +88,19 @@ enum CommandRunner {
             emit(command.helpText)
             return ExitCode.ok
         }
-        let context = Context(arguments: parsed)
+        let processEnvironment = ProcessInfo.processInfo.environment
+        let configuration: Configuration
         do {
-            return try command.run(parsed, context)
+            configuration = try Configuration.load(flag: try parsed.value(Options.config), environment: processEnvironment)
+        } catch {
+            emitError("Error: configuration: \(error)")
+            return ExitCode.usage
+        }
+        let filled = configuration.arguments(parsed, for: command)
+        let context = Context(arguments: filled, environment: configuration.environment(over: processEnvironment),
+                              configuration: configuration, processEnvironment: processEnvironment)
+        do {
+            return try command.run(filled, context)
         } catch let error as UsageError {
             return usageFailure(error.message, usage: command.usageLine + "\n  See 'jobctl help \(command.name)'.")
         } catch let error as CommandFailure {

@@ -115,6 +115,11 @@ extension Commands {
             switch job.spec.kind {
             case .downloadMemory:
                 guard let hash = result.blob, let blob = try store.blob(sha256: hash) else {
+                    if let hash = result.blob, let expired = try store.expiredBlob(sha256: hash) {
+                        throw CommandFailure("job \(job.id): its result (\(plural(expired.size, "byte")), sha256 \(hash)) expired on "
+                            + "\(TimeText.rfc3339(expired.expiredAtMs)) (jobctl archive --blobs-before) and is no longer stored; "
+                            + "`jobctl history \(job.id)` keeps its hash: run the job's download again to get the bytes")
+                    }
                     throw CommandFailure("job \(job.id): the result blob is missing from the log")
                 }
                 bytes = blob
@@ -152,7 +157,7 @@ extension Commands {
         name: "audit",
         abstract: "One row per job: outcome, sizes, checksums, attempts, start and end times.",
         options: [Options.since, Options.until, Options.state.help("Only jobs in this state; repeatable or comma-separated."),
-                  Options.kind, Options.batch, Options.json.help("Print a JSON array."), Options.csv, Options.showSecrets],
+                  Options.kind, Options.batch, Options.json.help("Print a JSON array."), Options.csv, Options.showSecrets, Options.archiveFrom],
         discussion: """
         Times: RFC 3339 (2026-11-29T10:00:00Z), a date (2026-11-29), or relative back from now (90s, 15m,
         1h, 7d, at most 36500d); absolute times between 1970-01-01 and 9999-12-31. On a terminal the table
@@ -163,9 +168,13 @@ extension Commands {
         let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(), queue: nil, limit: nil,
                                createdSince: try arguments.value(Options.since), createdUntil: try arguments.value(Options.until),
                                batch: try arguments.value(Options.batch))
-        let store = try context.openStore(readOnly: true)
         let display = arguments.display
-        let jobs = try store.jobs(filter: filter).reversed()
+        let jobs: [JobRecord]
+        if let file = try arguments.value(Options.archiveFrom) {
+            jobs = try archivedJobs(file).filter(filter.matchesArchived)
+        } else {
+            jobs = try context.openStore(readOnly: true).jobs(filter: filter).reversed()
+        }
         let rows = jobs.map { AuditRow($0, display: display) }
         if arguments[Options.json] {
             emit(try jsonText(Array(rows)))

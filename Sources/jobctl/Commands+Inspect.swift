@@ -159,20 +159,36 @@ extension Commands {
     static let history = CommandSpec(
         name: "history",
         abstract: "Show every event of a job, oldest first.",
-        arguments: [ArgumentSpec("id", help: "A job id (or a unique prefix).")],
-        options: [Options.json.help("Print the events as a JSON array."), Options.showSecrets]
+        arguments: [ArgumentSpec("id", help: "A job id (or a unique prefix); `log` for the log's own events (archives).")],
+        options: [Options.json.help("Print the events as a JSON array (every event, --type applied)."), Options.showSecrets,
+                  Options.eventType, Options.allEvents],
+        discussion: """
+        A run of consecutive progress events is shown as one line (how many, the bytes at its first and
+        last, and the time it spans); --all shows each event. --type keeps only events of those types.
+        """
     ) { arguments, context in
         let store = try context.openStore(readOnly: true)
-        let job = try store.job(resolving: arguments.positionals[0])
-        let events = try store.events(jobID: job.id)
+        // `log` is the log's own pseudo job: its events record the archives (`jobctl archive`).
+        let jobID = arguments.positionals[0] == ArchiveRecord.logJobID
+            ? ArchiveRecord.logJobID : try store.job(resolving: arguments.positionals[0]).id
+        let types = Set(try arguments.values(Options.eventType).flatMap { $0 })
+        let events = try store.events(jobID: jobID).filter { types.isEmpty || types.contains($0.type) }
         let display = arguments.display
         if arguments[Options.json] {
             emit(try jsonText(events.map { EventView($0, display: display) }))
             return ExitCode.ok
         }
-        let rows = events.map { event in
-            ["\(event.seq ?? 0)", "\(event.version)", TimeText.rfc3339(event.atMs), event.type.rawValue, event.actor,
-             Describe.event(event, display: display)]
+        let entries = arguments[Options.allEvents] ? events.map(HistoryEntry.event) : HistoryEntry.summarising(events)
+        let rows = entries.map { entry -> [String] in
+            switch entry {
+            case .event(let event):
+                return ["\(event.seq ?? 0)", "\(event.version)", TimeText.rfc3339(event.atMs), event.type.rawValue, event.actor,
+                        Describe.event(event, display: display)]
+            case .progressRun(let first, let last, let count):
+                return ["\(first.seq ?? 0)–\(last.seq ?? 0)", "\(first.version)–\(last.version)", TimeText.rfc3339(first.atMs),
+                        "progress ×\(count)", first.actor == last.actor ? first.actor : "\(first.actor), …",
+                        HistoryEntry.describeRun(first, last, count)]
+            }
         }
         let columns = [
             TableColumn("SEQ", dropRank: 1), TableColumn("VER", dropRank: 2), TableColumn("TIME"), TableColumn("TYPE"),
@@ -309,5 +325,44 @@ extension Commands {
         }
         if !json { emit("verified: replaying \(plural(check.eventsRead, "event")) on the target matches the projection") }
         return ExitCode.ok
+    }
+}
+
+/// One line of `history`: an event, or a run of consecutive `progress` events shown together.
+enum HistoryEntry: Equatable {
+    case event(JobEvent)
+    case progressRun(first: JobEvent, last: JobEvent, count: Int)
+
+    /// `events` with every run of two or more consecutive `progress` events folded into one entry.
+    static func summarising(_ events: [JobEvent]) -> [HistoryEntry] {
+        var entries: [HistoryEntry] = []
+        var run: [JobEvent] = []
+        func closeRun() {
+            if run.count == 1, let only = run.first { entries.append(.event(only)) }
+            if run.count > 1, let first = run.first, let last = run.last {
+                entries.append(.progressRun(first: first, last: last, count: run.count))
+            }
+            run = []
+        }
+        for event in events {
+            if event.type == .progress {
+                run.append(event)
+            } else {
+                closeRun()
+                entries.append(.event(event))
+            }
+        }
+        closeRun()
+        return entries
+    }
+
+    /// "12 progress events over 9s: 1.0 MB → 10.0 MB of 10.0 MB".
+    static func describeRun(_ first: JobEvent, _ last: JobEvent, _ count: Int) -> String {
+        var text = "\(count) progress events over \(TimeText.duration(seconds: max(0, last.atMs - first.atMs) / 1_000))"
+        if let from = first.data.bytesDone, let to = last.data.bytesDone {
+            text += ": \(ByteSize.format(from)) → \(ByteSize.format(to))"
+            if let total = last.data.bytesTotal { text += " of \(ByteSize.format(total))" }
+        }
+        return text + " (--all shows each)"
     }
 }

@@ -61,6 +61,11 @@ extension Commands {
         }
         if metricsAddress == nil, arguments[Options.metricsAllowRemote] { throw UsageError("--metrics-allow-remote needs --metrics HOST:PORT") }
         let store = try context.openStore()
+        let before = Clock.nowMs()
+        if let reading = try? store.clockReading() {
+            let after = Clock.nowMs()
+            if let skew = ClockSkew.check(reading, nowMs: before + (after - before) / 2) { log.clockSkew(skew, now: after) }
+        }
         let metrics = WorkerMetrics()
         var metricsServer: MetricsServer?
         if let metricsAddress {

@@ -45,9 +45,16 @@ struct Context: Sendable {
     let useColor: Bool
     let stdoutIsTerminal: Bool
     let environment: [String: String]
+    /// The configuration file's settings (already merged into `environment` and the arguments).
+    let configuration: Configuration
+    /// The environment as the process received it, before the configuration file filled it in.
+    let processEnvironment: [String: String]
 
-    init(arguments: ParsedArguments, environment: [String: String] = ProcessInfo.processInfo.environment) {
+    init(arguments: ParsedArguments, environment: [String: String] = ProcessInfo.processInfo.environment,
+         configuration: Configuration = Configuration(), processEnvironment: [String: String]? = nil) {
         self.environment = environment
+        self.configuration = configuration
+        self.processEnvironment = processEnvironment ?? environment
         let given = (try? arguments.value(Options.database)) ?? nil
         databasePath = given ?? environment["JOBCTL_DB"].flatMap { $0.isEmpty ? nil : $0 } ?? "jobctl.db"
         stdoutIsTerminal = isatty(STDOUT_FILENO) == 1

@@ -208,6 +208,11 @@ enum Describe {
             // `cancelled` events of older logs repeat the error as their reason.
             if !parts.contains(where: { $0.hasSuffix(text) }) { parts.append(text) }
         }
+        if let archive = data.archive {
+            parts.append("\(plural(archive.jobs, "job")) finished before \(TimeText.rfc3339(archive.beforeMs)) moved to "
+                         + "\(Display.escapingControls(archive.file)) (\(plural(archive.events, "event")), seq \(archive.firstSeq)–\(archive.lastSeq), "
+                         + "\(plural(archive.blobs, "blob")), sha256 \(archive.sha256))")
+        }
         return parts.joined(separator: "; ")
     }
 }

@@ -329,6 +329,7 @@ struct EventDataView: Encodable {
     let retryAtMs: Int64?
     let result: ResultView?
     let reason: String?
+    let archive: ArchiveView?
 
     init(_ data: EventData, display: Display) {
         spec = data.spec.map { SpecView($0, display: display) }
@@ -344,10 +345,11 @@ struct EventDataView: Encodable {
         retryAtMs = data.retryAtMs
         result = data.result.map { ResultView($0, display: display) }
         reason = data.reason.map { display.text(TimeText.rewritingEpochs(in: $0)) }
+        archive = data.archive.map(ArchiveView.init)
     }
 
     enum CodingKeys: String, CodingKey {
-        case spec, attempt, error, result, reason
+        case spec, attempt, error, result, reason, archive
         case leaseOwner = "lease_owner", leaseExpiresAt = "lease_expires_at", leaseExpiresAtMs = "lease_expires_at_ms"
         case bytesDone = "bytes_done", bytesTotal = "bytes_total", resumePoint = "resume_point"
         case retryAt = "retry_at", retryAtMs = "retry_at_ms"
@@ -444,5 +446,37 @@ struct AuditRow: Encodable {
         case id, kind, state, attempts, source, destination, size, md5, crc32c, error, batch
         case submittedAt = "submitted_at", submittedAtMs = "submitted_at_ms", startedAt = "started_at", startedAtMs = "started_at_ms"
         case finishedAt = "finished_at", finishedAtMs = "finished_at_ms"
+    }
+}
+
+/// What an `archived` event records, as `--json` prints it (and `jobctl archive --json`).
+struct ArchiveView: Encodable {
+    let file: String
+    let sha256: String
+    let before: String
+    let beforeMs: Int64
+    let jobs: Int
+    let events: Int
+    let blobs: Int
+    let blobsRemoved: Int
+    let firstSeq: Int64
+    let lastSeq: Int64
+
+    init(_ record: ArchiveRecord) {
+        file = record.file
+        sha256 = record.sha256
+        before = TimeText.rfc3339(record.beforeMs)
+        beforeMs = record.beforeMs
+        jobs = record.jobs
+        events = record.events
+        blobs = record.blobs
+        blobsRemoved = record.blobsRemoved
+        firstSeq = record.firstSeq
+        lastSeq = record.lastSeq
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case file, sha256, before, jobs, events, blobs
+        case beforeMs = "before_ms", blobsRemoved = "blobs_removed", firstSeq = "first_seq", lastSeq = "last_seq"
     }
 }

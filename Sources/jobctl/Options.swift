@@ -71,6 +71,7 @@ enum Options {
     static let database = Option<String>("db", value: "path|url", help: "The event log: an SQLite file, or a postgres:// URL (default: $JOBCTL_DB, else ./jobctl.db).")
     static let noColor = Flag("no-color", help: "Never use colours (also: NO_COLOR set, or output not a terminal).")
     static let help = Flag("help", short: "h", help: "Show help information.")
+    static let config = Option<String>("config", value: "file", help: "Read settings from this YAML file (default: $JOBCTL_CONFIG, else /etc/jobctl/config.yaml and $XDG_CONFIG_HOME/jobctl/config.yaml).")
 
     // Output.
     static let json = Flag("json", help: "Print JSON.")
@@ -200,6 +201,27 @@ enum Options {
         }
         return text
     }
+    static let eventType = Option<[EventType]>("type", value: "type", repeatable: true,
+                                               help: "Only events of this type (submitted, claimed, started, progress, …); repeatable or comma-separated.",
+                                               choices: EventType.allCases.map(\.rawValue)) { text in
+        try text.split(separator: ",").map { part in
+            guard let type = EventType(rawValue: String(part)) else {
+                throw UsageError("unknown event type '\(part)'; expected one of \(EventType.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            return type
+        }
+    }
+    static let allEvents = Flag("all", help: "Show every progress event instead of one line per run of them.")
+    static let archiveBefore = Option<Int64>("before", value: "time",
+                                             help: "Archive jobs that finished before this time (relative: 90d, 12h; or RFC 3339, a date).") { text in
+        try TimeInput.parse(text, option: "before", now: Clock.nowMs())
+    }
+    static let blobsBefore = Option<Int64>("blobs-before", value: "time",
+                                           help: "Remove download-memory result blobs whose jobs finished before this time (7d, or a date); the history keeps their hashes.") { text in
+        try TimeInput.parse(text, option: "blobs-before", now: Clock.nowMs())
+    }
+    static let archiveTo = Option<String>("to", value: "file", help: "The archive file to write (gzip-compressed NDJSON).")
+    static let archiveFrom = Option<String>("from", value: "file", help: "Read the jobs from this archive file (written by `jobctl archive`) instead of the log.")
     static let force = Flag("force", help: "With --to: copy even while jobs are running (on the target they have no lease; the first worker's rescue expires them).")
 }
 

@@ -31,7 +31,7 @@ struct PostgresCLITests {
 
         let migrated = try workspace.jobctl(["migrate"])
         outputs.append(migrated)
-        #expect(migrated.status == 0 && migrated.stdout.contains("applied migrations 1, 2, 3"), "\(migrated.stdout)\(migrated.stderr)")
+        #expect(migrated.status == 0 && migrated.stdout.contains("applied migrations 1, 2, 3, 4"), "\(migrated.stdout)\(migrated.stderr)")
         #expect(try workspace.jobctl(["migrate"]).stdout.contains("schema is up to date"))
 
         let submitted = try workspace.jobctl(["submit", path])

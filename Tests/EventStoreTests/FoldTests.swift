@@ -239,7 +239,9 @@ struct ChangingColumnsTests {
         let data = EventData(spec: other, leaseOwner: "w", leaseExpiresAtMs: 999, attempt: 2, bytesDone: 5, bytesTotal: 10,
                              resumePoint: .download(bytesWritten: 5, generation: "g", etag: nil, tempPath: nil),
                              error: StorageError(.unknown, "boom"), retryAtMs: 500,
-                             result: JobResult(size: 10), reason: "why")
+                             result: JobResult(size: 10), reason: "why",
+                             archive: ArchiveRecord(file: "f", sha256: "s", beforeMs: 1, jobs: 1, events: 1, blobs: 0,
+                                                    blobsRemoved: 0, firstSeq: 1, lastSeq: 1))
         var after = before
         after.apply(try JobEvent(seq: 8, jobID: "JOB", version: 2, type: type, atMs: 300, actor: "b", leaseToken: 4, data: data))
         let (old, new) = (try before.rowValues(), try after.rowValues())

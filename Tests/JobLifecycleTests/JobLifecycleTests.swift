@@ -301,6 +301,8 @@ struct EventPayloadTests {
         .attemptFailed(halfway, error: busy, retryAtMs: 9), .leaseExpired(reason: "r"),
         .released(halfway, reason: "r"), .succeeded(halfway, result: JobResult(size: 3)),
         .failed(halfway, error: missing, reason: "r"), .retried(reason: "r"),
+        .archived(ArchiveRecord(file: "a.ndjson.gz", sha256: "ab", beforeMs: 1, jobs: 2, events: 3, blobs: 1, blobsRemoved: 1,
+                                firstSeq: 4, lastSeq: 9)),
     ]
 
     @Test("one sample per event type")
@@ -316,7 +318,7 @@ struct EventPayloadTests {
 
     @Test("a payload missing a field its type needs is refused, naming the field",
           arguments: [(EventType.submitted, "spec"), (.claimed, "leaseOwner"), (.attemptFailed, "error"),
-                      (.succeeded, "result"), (.failed, "error")])
+                      (.succeeded, "result"), (.failed, "error"), (.archived, "archive")])
     func missingField(type: EventType, field: String) {
         #expect(throws: EventPayloadError(type: type, problem: "has no '\(field)'")) {
             try EventPayload(type: type, wire: EventData())

@@ -1,0 +1,104 @@
+import Foundation
+
+/// One setting of a configuration file: a key and its value(s), with where they were written.
+public struct SettingsEntry: Sendable, Equatable {
+    /// The key as written.
+    public var key: String
+    /// The value: one scalar, or each scalar of a list.
+    public var values: [String]
+    /// Whether the value was written as a list.
+    public var isList: Bool
+    /// Where the value (the key, for an empty list) is: 1-based line and column.
+    public var line: Int
+    public var column: Int
+}
+
+/// Reads a configuration file (`/etc/jobctl/config.yaml` and the like) with the manifest's YAML reader:
+/// a mapping of known keys to scalars (or, for keys that take several, lists of scalars). Every problem
+/// — a YAML error, an unknown key, a nested mapping — is an error at its file, line and column, in the
+/// manifest's format (`FILE:LINE:COL: error: …`, the line and a caret).
+public enum SettingsFile {
+    /// Reads `text` (from `path`, for messages); `keys` are the known keys, `listKeys` those that may be lists.
+    public static func read(text: String, path: String, keys: [String], listKeys: Set<String> = [],
+                            limits: ManifestLimits = .default) -> Result<[SettingsEntry], ManifestErrors> {
+        let source = SourceText(text)
+        var errors: [ManifestError] = []
+        func report(_ code: ManifestError.Code, _ message: String, at mark: SourceMark) {
+            errors.append(ManifestError(code: code, file: path, line: mark.line, column: mark.column, message: message,
+                                        sourceLine: source.line(mark.line)))
+        }
+        guard text.utf8.count <= limits.maximumBytes else {
+            report(.limitExceeded, "the configuration file is larger than \(limits.maximumBytes) bytes", at: .start)
+            return .failure(ManifestErrors(errors))
+        }
+        let document = YAMLParser(source: source, limits: limits).parseDocument()
+        for problem in document.problems {
+            report(problem.kind == .duplicateKey ? .duplicateKey : .syntax, problem.message, at: problem.mark)
+        }
+        var entries: [SettingsEntry] = []
+        switch document.root {
+        case nil where document.problems.isEmpty:
+            break  // An empty file sets nothing.
+        case nil:
+            break
+        case .scalar(let scalar)? where scalar.style == .plain && (scalar.value.isEmpty || scalar.value == "~" || scalar.value == "null"):
+            break
+        case .mapping(let pairs, _)?:
+            for pair in pairs {
+                guard case .scalar(let key) = pair.key else {
+                    report(.wrongType, "a setting's name must be text, not \(pair.key.summary)", at: pair.key.mark)
+                    continue
+                }
+                guard keys.contains(key.value) else {
+                    let nearest = keys.min { editDistance($0, key.value) < editDistance($1, key.value) }
+                    let hint = nearest.flatMap { editDistance($0, key.value) <= 3 ? " (did you mean '\($0)'?)" : nil } ?? ""
+                    report(.unknownKey, "unknown setting '\(key.value)'\(hint); `jobctl config` lists the settings there are",
+                           at: key.mark)
+                    continue
+                }
+                switch pair.value {
+                case .scalar(let value):
+                    entries.append(SettingsEntry(key: key.value, values: [value.value], isList: false,
+                                                 line: value.mark.line, column: value.mark.column))
+                case .sequence(let items, let mark):
+                    guard listKeys.contains(key.value) else {
+                        report(.wrongType, "'\(key.value)' takes one value, not a list", at: mark)
+                        continue
+                    }
+                    var values: [String] = []
+                    for item in items {
+                        guard case .scalar(let scalar) = item else {
+                            report(.wrongType, "each '\(key.value)' entry must be text, not \(item.summary)", at: item.mark)
+                            continue
+                        }
+                        values.append(scalar.value)
+                    }
+                    entries.append(SettingsEntry(key: key.value, values: values, isList: true, line: mark.line, column: mark.column))
+                case .mapping(_, let mark):
+                    report(.wrongType, "'\(key.value)' takes \(listKeys.contains(key.value) ? "a value or a list" : "one value"), not a mapping",
+                           at: mark)
+                }
+            }
+        case let root?:
+            report(.invalidTopLevel, "a configuration file is a mapping of settings ('concurrency: 8'), not \(root.summary)",
+                   at: root.mark)
+        }
+        if !errors.isEmpty { return .failure(ManifestErrors(errors)) }
+        return .success(entries)
+    }
+
+    private static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        if a.isEmpty { return b.count }
+        if b.isEmpty { return a.count }
+        var previous = Array(0...b.count)
+        for i in 1...a.count {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...b.count {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+}

@@ -1,0 +1,136 @@
+import Foundation
+import StorePort
+
+/// The lines of an archive file: gzip-compressed NDJSON, one JSON object per line, in this order:
+///
+///     {"record":"header","format":"jobctl-archive","version":1,"before_ms":…,"created_at_ms":…,
+///      "jobs":…,"events":…,"blobs":…,"first_seq":…,"last_seq":…}
+///     {"record":"event","seq":…,"job_id":…,"version":…,"type":…,"at_ms":…,"actor":…,"lease":…,"data":"…"}   (seq order)
+///     {"record":"blob","sha256":…,"size":…,"base64":…}                                                   (sha256 order)
+///     {"record":"trailer","lines":…,"sha256":…}
+///
+/// An event's `data` is the log's JSON text byte for byte, as a string. The trailer's `sha256` covers
+/// the uncompressed bytes of every line before it (newlines included) and `lines` counts them.
+public struct ArchiveHeader: Codable, Sendable, Equatable {
+    /// The `format` value every archive carries.
+    public static let formatName = "jobctl-archive"
+    /// The format version this jobctl writes and reads.
+    public static let currentVersion = 1
+
+    public var record = "header"
+    public var format = ArchiveHeader.formatName
+    public var version = ArchiveHeader.currentVersion
+    /// Jobs that finished before this time (ms since the epoch) were archived.
+    public var beforeMs: Int64
+    /// When the file was written.
+    public var createdAtMs: Int64
+    public var jobs: Int
+    public var events: Int
+    public var blobs: Int
+    /// The range of seq the events span (0 when there are none).
+    public var firstSeq: Int64
+    public var lastSeq: Int64
+
+    /// A header for `selection`, written at `now`.
+    public init(selection: ArchiveSelection, now: Int64) {
+        beforeMs = selection.beforeMs
+        createdAtMs = now
+        jobs = selection.jobs.count
+        events = selection.rows.count
+        blobs = selection.blobs.count
+        firstSeq = selection.rows.first?.seq ?? 0
+        lastSeq = selection.rows.last?.seq ?? 0
+    }
+}
+
+/// One event line.
+struct ArchiveEventLine: Codable, Equatable {
+    var record = "event"
+    var seq: Int64
+    var jobId: String
+    var version: Int
+    var type: String
+    var atMs: Int64
+    var actor: String
+    var lease: Int64?
+    var data: String
+
+    init(_ row: LogRow) {
+        seq = row.seq
+        jobId = row.jobID
+        version = row.version
+        type = row.type
+        atMs = row.atMs
+        actor = row.actor
+        lease = row.leaseToken
+        data = row.data
+    }
+
+    var row: LogRow {
+        LogRow(seq: seq, jobID: jobId, version: version, type: type, atMs: atMs, actor: actor, leaseToken: lease, data: data)
+    }
+}
+
+/// One blob line.
+struct ArchiveBlobLine: Codable, Equatable {
+    var record = "blob"
+    var sha256: String
+    var size: Int
+    var base64: String
+}
+
+/// The last line.
+struct ArchiveTrailer: Codable, Equatable {
+    var record = "trailer"
+    /// Lines before the trailer, the header included.
+    var lines: Int
+    /// SHA-256 (hex) of the uncompressed bytes before the trailer.
+    var sha256: String
+}
+
+/// Only the `record` field, to tell the lines apart.
+struct ArchiveRecordKind: Decodable {
+    var record: String
+}
+
+/// The JSON coding every line uses: snake_case keys, sorted, no escaped slashes.
+enum ArchiveJSON {
+    static func encode<T: Encodable>(_ value: T) throws(RetentionError) -> Data {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        do { return try encoder.encode(value) } catch {
+            throw RetentionError.io("cannot encode an archive line: \(error)")
+        }
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ line: Data, number: Int) throws(RetentionError) -> T {
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        do { return try decoder.decode(type, from: line) } catch {
+            throw RetentionError.invalidArchive("line \(number) is not a valid \(type) record (\(Self.reason(error)))")
+        }
+    }
+
+    private static func reason(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.keyNotFound(let key, _): "no '\(key.stringValue)'"
+        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
+            "wrong type at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case DecodingError.dataCorrupted: "not JSON"
+        default: "\(error)"
+        }
+    }
+}
+
+/// Lowercase hex of bytes.
+func hex(_ bytes: [UInt8]) -> String {
+    let digits = Array("0123456789abcdef")
+    var text = ""
+    text.reserveCapacity(bytes.count * 2)
+    for byte in bytes {
+        text.append(digits[Int(byte >> 4)])
+        text.append(digits[Int(byte & 15)])
+    }
+    return text
+}

@@ -1,0 +1,148 @@
+import Checksums
+import Foundation
+import JobModel
+import StorePort
+
+/// What `ArchiveReader.read` found in an intact archive.
+public struct ArchiveCheck: Sendable, Equatable {
+    public var header: ArchiveHeader
+    /// SHA-256 of the file's bytes (compressed), as `sha256sum` prints it: what the log's `archived`
+    /// event records.
+    public var fileSHA256: String
+    /// What the file holds, counted while reading (equal to the header's counts, or `read` throws).
+    public var jobs: Int
+    public var events: Int
+    public var blobs: Int
+}
+
+/// Reads an archive file and checks everything about it while streaming through it once: the gzip
+/// stream (zlib checks its CRC-32 and length), the header, every line's shape, events in seq order with
+/// each job's versions contiguous from 1, every blob's SHA-256 and size, the counts against the header,
+/// the trailer's line count and content SHA-256, and that nothing follows the trailer.
+public enum ArchiveReader {
+    /// Reads `path`, handing each event row and blob to the closures as it goes; throws at the first problem.
+    public static func read(_ path: String, event: (LogRow) throws(RetentionError) -> Void = { _ in },
+                            blob: (ArchivedBlob) throws(RetentionError) -> Void = { _ in }) throws(RetentionError) -> ArchiveCheck {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw RetentionError.io("cannot open '\(path)': \(String(cString: strerror(errno))); check the path")
+        }
+        defer { try? handle.close() }
+        let decompressor = try GzipDecompressor()
+        let fileDigest = Digest(.sha256)
+        var parser = LineChecker()
+        var buffer = Data()
+        while true {
+            let chunk: Data
+            do { chunk = try handle.read(upToCount: 256 * 1024) ?? Data() } catch {
+                throw RetentionError.io("cannot read '\(path)': \(error)")
+            }
+            if chunk.isEmpty { break }
+            fileDigest.update(chunk)
+            buffer.append(try decompressor.decompress(chunk))
+            var start = buffer.startIndex
+            while let newline = buffer[start...].firstIndex(of: 0x0A) {
+                try parser.take(Data(buffer[start..<newline]), event: event, blob: blob)
+                start = newline + 1
+            }
+            buffer.removeSubrange(buffer.startIndex..<start)
+        }
+        guard decompressor.isFinished else {
+            throw RetentionError.invalidArchive("the gzip stream ends early (the file is truncated)")
+        }
+        guard buffer.isEmpty else { throw RetentionError.invalidArchive("the last line has no newline (the file is truncated)") }
+        return try parser.finish(fileSHA256: hex(fileDigest.finalize()))
+    }
+}
+
+/// The checks, line by line.
+private struct LineChecker {
+    private enum Section: Int { case header, events, blobs, done }
+    private var section = Section.header
+    private var number = 0
+    private var header: ArchiveHeader?
+    private let contentDigest = Digest(.sha256)
+    private var lastSeq: Int64 = 0
+    private var versions: [String: Int] = [:]
+    private var events = 0
+    private var blobs = 0
+
+    mutating func take(_ line: Data, event: (LogRow) throws(RetentionError) -> Void,
+                       blob: (ArchivedBlob) throws(RetentionError) -> Void) throws(RetentionError) {
+        number += 1
+        guard section != .done else { throw RetentionError.invalidArchive("line \(number) follows the trailer") }
+        let kind = try ArchiveJSON.decode(ArchiveRecordKind.self, line, number: number).record
+        if kind != "trailer" {
+            contentDigest.update(line)
+            contentDigest.update(Data([0x0A]))
+        }
+        switch (section, kind) {
+        case (.header, "header"):
+            let found = try ArchiveJSON.decode(ArchiveHeader.self, line, number: number)
+            guard found.format == ArchiveHeader.formatName else {
+                throw RetentionError.invalidArchive("line 1 names format '\(found.format)', not '\(ArchiveHeader.formatName)'")
+            }
+            guard found.version == ArchiveHeader.currentVersion else {
+                throw RetentionError.invalidArchive("the file has format version \(found.version) and this jobctl reads only "
+                    + "version \(ArchiveHeader.currentVersion); use the jobctl that wrote it, or a newer one")
+            }
+            header = found
+            section = .events
+        case (.header, _):
+            throw RetentionError.invalidArchive("line 1 is a '\(kind)' record, not the header")
+        case (.events, "event"):
+            let found = try ArchiveJSON.decode(ArchiveEventLine.self, line, number: number)
+            guard found.seq > lastSeq else {
+                throw RetentionError.invalidArchive("line \(number): event seq \(found.seq) does not follow seq \(lastSeq)")
+            }
+            let expected = (versions[found.jobId] ?? 0) + 1
+            guard found.version == expected else {
+                throw RetentionError.invalidArchive("line \(number): job \(found.jobId) goes to version \(found.version) where "
+                    + "\(expected) was expected (each job's events must run from version 1 without a gap)")
+            }
+            guard EventType(rawValue: found.type) != nil else {
+                throw RetentionError.invalidArchive("line \(number): unknown event type '\(found.type)'")
+            }
+            versions[found.jobId] = found.version
+            lastSeq = found.seq
+            events += 1
+            try event(found.row)
+        case (.events, "blob"), (.blobs, "blob"):
+            section = .blobs
+            let found = try ArchiveJSON.decode(ArchiveBlobLine.self, line, number: number)
+            guard let bytes = Data(base64Encoded: found.base64) else {
+                throw RetentionError.invalidArchive("line \(number): blob \(found.sha256) is not valid base64")
+            }
+            guard bytes.count == found.size, Digest.sha256Hex(bytes) == found.sha256 else {
+                throw RetentionError.invalidArchive("line \(number): blob \(found.sha256) does not match its bytes "
+                    + "(\(bytes.count) bytes, sha256 \(Digest.sha256Hex(bytes)))")
+            }
+            blobs += 1
+            try blob(ArchivedBlob(sha256: found.sha256, data: bytes))
+        case (.events, "trailer"), (.blobs, "trailer"):
+            let found = try ArchiveJSON.decode(ArchiveTrailer.self, line, number: number)
+            let content = hex(contentDigest.finalize())
+            guard found.lines == number - 1 else {
+                throw RetentionError.invalidArchive("the trailer counts \(found.lines) lines but \(number - 1) precede it")
+            }
+            guard found.sha256 == content else {
+                throw RetentionError.invalidArchive("the content's sha256 is \(content) but the trailer records \(found.sha256) "
+                    + "(the file was changed after it was written)")
+            }
+            section = .done
+        default:
+            throw RetentionError.invalidArchive("line \(number): a '\(kind)' record is out of place (expected header, "
+                + "events, blobs, then the trailer)")
+        }
+    }
+
+    func finish(fileSHA256: String) throws(RetentionError) -> ArchiveCheck {
+        guard let header else { throw RetentionError.invalidArchive("the file is empty") }
+        guard section == .done else { throw RetentionError.invalidArchive("there is no trailer (the file is truncated)") }
+        let jobs = versions.count
+        let counted = [("jobs", header.jobs, jobs), ("events", header.events, events), ("blobs", header.blobs, blobs)]
+        for (what, promised, found) in counted where promised != found {
+            throw RetentionError.invalidArchive("the header promises \(promised) \(what) but the file holds \(found)")
+        }
+        return ArchiveCheck(header: header, fileSHA256: fileSHA256, jobs: jobs, events: events, blobs: blobs)
+    }
+}

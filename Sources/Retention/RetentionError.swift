@@ -1,0 +1,19 @@
+import Foundation
+
+/// What writing, reading or checking an archive file can fail with; each message says what to do.
+public enum RetentionError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The file could not be created, written, synced, renamed or read.
+    case io(String)
+    /// The file is not a complete, intact jobctl archive; the message says where and what.
+    case invalidArchive(String)
+    /// zlib refused to start or to compress.
+    case compression(String)
+
+    public var description: String {
+        switch self {
+        case .io(let message): message
+        case .invalidArchive(let message): "not a valid jobctl archive: \(message)"
+        case .compression(let message): message
+        }
+    }
+}

@@ -1,0 +1,243 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import Retention
+import StorePort
+
+extension Commands {
+    /// Set to a path, `jobctl archive` creates that file and then waits (until killed) just before its
+    /// removal transaction commits: how the crash tests stop it at the worst moment. Never set it in
+    /// production.
+    static let archiveHoldEnvironment = "JOBCTL_TEST_ARCHIVE_HOLD_BEFORE_COMMIT"
+
+    static let archive = CommandSpec(
+        name: "archive",
+        abstract: "Move finished jobs out of the log into a compressed, checksummed archive file; or check one.",
+        arguments: [ArgumentSpec("verify", optional: true, choices: ["verify"], help: "`verify`: check the archive file given next instead of archiving."),
+                    ArgumentSpec("file", optional: true, help: "With verify: the archive file to check.")],
+        options: [Options.archiveBefore, Options.archiveTo, Options.blobsBefore,
+                  Options.dryRun.help("Print what would be archived; write and remove nothing."),
+                  Options.json.help("Print the outcome as JSON.")],
+        discussion: """
+        `jobctl archive --before 90d --to FILE` takes the succeeded, failed and cancelled jobs that finished
+        before then and writes their events (byte for byte) and the blobs they produced to FILE:
+        gzip-compressed NDJSON with a header line (format version, range, counts) and a trailer carrying
+        the SHA-256 of the content. The file is written under a temporary name, synced, renamed and read
+        back in full; only then does one transaction remove those jobs' events, rows and leases, and the
+        blobs no remaining job references, and record the archive (file name, sha256, range and counts)
+        as an `archived` event of the log itself. This is the only way anything leaves the log.
+
+        If the command is interrupted before that transaction commits, the log is unchanged; running it
+        again writes FILE anew (a file left by an interrupted run is replaced, an archive the log records
+        never is). `jobctl archive verify FILE` checks a file: its gzip stream, the header, every line,
+        each job's events contiguous from version 1, every blob's checksum, the counts and the trailer.
+        `jobctl audit --from FILE` lists the jobs in a file.
+
+        --blobs-before 7d removes the bytes of download-memory results whose jobs all finished before then
+        (alone, or together with --before). Their history keeps each blob's hash, and `jobctl result` says
+        the blob expired.
+        """
+    ) { arguments, context in
+        if let action = arguments.positionals.first {
+            guard action == "verify" else { throw UsageError("unknown action '\(action)'; did you mean `jobctl archive verify FILE`?") }
+            guard arguments.positionals.count == 2 else { throw UsageError("archive verify needs the archive file: jobctl archive verify FILE") }
+            if try arguments.value(Options.archiveBefore) != nil { throw UsageError("--before does not apply to `archive verify`") }
+            if try arguments.value(Options.archiveTo) != nil { throw UsageError("--to does not apply to `archive verify`") }
+            if try arguments.value(Options.blobsBefore) != nil { throw UsageError("--blobs-before does not apply to `archive verify`") }
+            if arguments[Options.dryRun] { throw UsageError("--dry-run does not apply to `archive verify`") }
+            return try verifyArchive(arguments.positionals[1], json: arguments[Options.json])
+        }
+        let before = try arguments.value(Options.archiveBefore)
+        let blobsBefore = try arguments.value(Options.blobsBefore)
+        guard before != nil || blobsBefore != nil else {
+            throw UsageError("archive needs --before (e.g. --before 90d: jobs that finished before then are archived) "
+                + "or --blobs-before (e.g. --blobs-before 7d: download-memory results older than that are removed)")
+        }
+        let dryRun = arguments[Options.dryRun]
+        let target = try arguments.value(Options.archiveTo)
+        if before != nil, target == nil, !dryRun { throw UsageError("archive needs --to FILE: where the archived jobs are written") }
+        if before == nil, target != nil { throw UsageError("--to applies only with --before") }
+        let json = arguments[Options.json]
+        let store = try context.openStore(readOnly: dryRun)
+        var views: [String: any Encodable] = [:]
+        if let before {
+            let selection = try store.archiveSelection(finishedBefore: before)
+            if dryRun || selection.isEmpty {
+                views["archive"] = try reportSelection(selection, dryRun: dryRun, json: json)
+            } else if let target {
+                views["archive"] = try moveToArchive(selection, to: target, store: store, context: context, json: json)
+            }
+        }
+        if let blobsBefore {
+            let expiry = try store.expireBlobs(finishedBefore: blobsBefore, now: Clock.nowMs(), dryRun: dryRun)
+            struct View: Encodable {
+                let dry_run: Bool; let before: String; let before_ms: Int64; let blobs: Int; let bytes: Int64; let sha256: [String]
+            }
+            views["expired_blobs"] = View(dry_run: dryRun, before: TimeText.rfc3339(blobsBefore), before_ms: blobsBefore,
+                                          blobs: expiry.digests.count, bytes: expiry.bytes, sha256: expiry.digests)
+            if !json {
+                let what = "\(plural(expiry.digests.count, "download-memory result blob")) (\(ByteSize.format(expiry.bytes))) "
+                    + "produced only by jobs that finished before \(TimeText.rfc3339(blobsBefore))"
+                emit(dryRun ? "would remove \(what); nothing was removed"
+                            : "removed \(what); their jobs' history keeps each hash, and `jobctl result` says it expired")
+            }
+        }
+        if json {
+            // One operation prints its own object; both print them side by side.
+            if views.count == 1, let only = views.values.first {
+                emit(try jsonText(AnyEncodable(only)))
+            } else {
+                emit(try jsonText(views.mapValues(AnyEncodable.init)))
+            }
+        }
+        return ExitCode.ok
+    }
+
+    /// Writes `selection` to `target`, reads it back, then removes it from the log in one transaction.
+    /// Returns the JSON view of what the log recorded (printed as text unless `json`).
+    private static func moveToArchive(_ selection: ArchiveSelection, to target: String, store: any JobStore, context: Context,
+                                json: Bool) throws -> any Encodable {
+        try refuseToReplace(target, store: store)
+        let written: WrittenArchive
+        do throws(RetentionError) {
+            written = try ArchiveWriter.write(selection, to: target, now: Clock.nowMs())
+            // Read it back before anything leaves the log: the file must be whole and say what was selected.
+            let check = try ArchiveReader.read(target)
+            guard check.fileSHA256 == written.sha256, check.events == selection.rows.count, check.blobs == selection.blobs.count else {
+                throw RetentionError.invalidArchive("'\(target)' does not read back as it was written")
+            }
+        } catch {
+            throw CommandFailure("\(error); nothing was removed from the log")
+        }
+        let record = ArchiveRecord(file: URL(fileURLWithPath: target).lastPathComponent, sha256: written.sha256,
+                                   beforeMs: selection.beforeMs, jobs: selection.jobs.count, events: selection.rows.count,
+                                   blobs: selection.blobs.count, blobsRemoved: 0, firstSeq: written.header.firstSeq,
+                                   lastSeq: written.header.lastSeq)
+        let hold = context.environment[archiveHoldEnvironment]
+        let event = try store.removeArchived(selection, record: record, actor: context.actor, now: Clock.nowMs()) {
+            guard let hold, !hold.isEmpty else { return }
+            _ = FileManager.default.createFile(atPath: hold, contents: Data())
+            while true { Glibc.pause() }
+        }
+        guard case .archived(let stored) = event.payload else {
+            throw CommandFailure("the log recorded a '\(event.type.rawValue)' event for the archive; run `jobctl replay --verify`")
+        }
+        if !json {
+            emit("archived \(plural(stored.jobs, "job")) that finished before \(TimeText.rfc3339(stored.beforeMs)) to "
+                 + "\(Display.escapingControls(target)): \(plural(stored.events, "event")) (seq \(stored.firstSeq)–\(stored.lastSeq)), "
+                 + "\(plural(stored.blobs, "blob")) (\(stored.blobsRemoved) removed from the log); sha256 \(stored.sha256)")
+        }
+        return ArchiveView(stored)
+    }
+
+    /// `--dry-run`, or nothing to archive: says what would be (or is not) archived.
+    private static func reportSelection(_ selection: ArchiveSelection, dryRun: Bool, json: Bool) throws -> any Encodable {
+        var states: [String: Int] = [:]
+        for job in selection.jobs { states[job.state.rawValue, default: 0] += 1 }
+        struct View: Encodable {
+            let dry_run: Bool; let before: String; let before_ms: Int64; let jobs: Int; let events: Int; let blobs: Int
+            let states: [String: Int]; let first_seq: Int64; let last_seq: Int64; let job_ids: [String]
+        }
+        let view = View(dry_run: dryRun, before: TimeText.rfc3339(selection.beforeMs), before_ms: selection.beforeMs,
+                        jobs: selection.jobs.count, events: selection.rows.count, blobs: selection.blobs.count,
+                        states: states, first_seq: selection.rows.first?.seq ?? 0, last_seq: selection.rows.last?.seq ?? 0,
+                        job_ids: selection.jobs.map(\.id))
+        guard !json else { return view }
+        let when = TimeText.rfc3339(selection.beforeMs)
+        if selection.isEmpty {
+            emit("nothing to archive: no job finished before \(when)" + (dryRun ? "" : "; no file was written"))
+        } else {
+            let breakdown = states.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+            emit("would archive \(plural(selection.jobs.count, "job")) that finished before \(when) (\(breakdown)): "
+                 + "\(plural(selection.rows.count, "event")) (seq \(selection.rows.first?.seq ?? 0)–\(selection.rows.last?.seq ?? 0)), "
+                 + "\(plural(selection.blobs.count, "blob")); nothing was written or removed")
+        }
+        return view
+    }
+
+    /// Refuses to overwrite an existing file unless it is an archive an interrupted run left behind:
+    /// an intact archive the log does not record. Anything else — an archive the log records (the only
+    /// copy of those jobs), or some other file — stays.
+    private static func refuseToReplace(_ target: String, store: any JobStore) throws {
+        guard FileManager.default.fileExists(atPath: target) else { return }
+        let check: ArchiveCheck
+        do throws(RetentionError) { check = try ArchiveReader.read(target) } catch {
+            throw CommandFailure("'\(target)' already exists and is not an intact jobctl archive (\(error)); nothing was archived: "
+                + "choose another --to file")
+        }
+        let recorded = try store.events(jobID: ArchiveRecord.logJobID).compactMap { event -> ArchiveRecord? in
+            if case .archived(let record) = event.payload { return record }
+            return nil
+        }
+        if recorded.contains(where: { $0.sha256 == check.fileSHA256 }) {
+            throw CommandFailure("'\(target)' is an archive the log records (sha256 \(check.fileSHA256)) and may be the only copy of "
+                + "its jobs; nothing was archived: choose another --to file")
+        }
+        // An intact archive the log never recorded: written by a run interrupted before its removal
+        // committed, so every job in it is still in the log. It is replaced.
+    }
+
+    /// `jobctl archive verify FILE`.
+    private static func verifyArchive(_ path: String, json: Bool) throws -> Int32 {
+        let check: ArchiveCheck
+        do throws(RetentionError) { check = try ArchiveReader.read(path) } catch {
+            throw CommandFailure("\(Display.escapingControls(path)): \(error)")
+        }
+        if json {
+            struct View: Encodable {
+                let file: String; let intact: Bool; let format_version: Int; let sha256: String; let before: String
+                let before_ms: Int64; let created_at: String; let jobs: Int; let events: Int; let blobs: Int
+                let first_seq: Int64; let last_seq: Int64
+            }
+            emit(try jsonText(View(file: path, intact: true, format_version: check.header.version, sha256: check.fileSHA256,
+                                   before: TimeText.rfc3339(check.header.beforeMs), before_ms: check.header.beforeMs,
+                                   created_at: TimeText.rfc3339(check.header.createdAtMs), jobs: check.jobs, events: check.events,
+                                   blobs: check.blobs, first_seq: check.header.firstSeq, last_seq: check.header.lastSeq)))
+        } else {
+            emit("\(Display.escapingControls(path)): intact — \(plural(check.jobs, "job")) that finished before "
+                 + "\(TimeText.rfc3339(check.header.beforeMs)), \(plural(check.events, "event")) (seq \(check.header.firstSeq)–"
+                 + "\(check.header.lastSeq)), \(plural(check.blobs, "blob")); format version \(check.header.version); sha256 \(check.fileSHA256)")
+        }
+        return ExitCode.ok
+    }
+
+    /// The jobs of an archive file, rebuilt by replay's fold, for `jobctl audit --from FILE` (oldest first).
+    static func archivedJobs(_ path: String) throws -> [JobRecord] {
+        var fold = ReplayFold()
+        var failure: StoreError?
+        do throws(RetentionError) {
+            _ = try ArchiveReader.read(path, event: { row in
+                guard failure == nil else { return }
+                do throws(StoreError) { try fold.fold(row.decoded) } catch { failure = error }
+            })
+        } catch {
+            throw CommandFailure("\(Display.escapingControls(path)): \(error)")
+        }
+        if let failure { throw failure }
+        if let problem = fold.problems.first {
+            throw CommandFailure("\(Display.escapingControls(path)): \(problem)")
+        }
+        return fold.recordsInLogOrder
+    }
+}
+
+extension JobFilter {
+    /// Whether a job read from an archive file passes the filters `audit` takes (states, kinds, queue,
+    /// submission time), as the store's query would apply them.
+    func matchesArchived(_ job: JobRecord) -> Bool {
+        if let states, !states.contains(job.state) { return false }
+        if let kinds, !kinds.contains(job.spec.kind) { return false }
+        if let queue, job.spec.queue != queue { return false }
+        if let createdSince, job.createdAtMs < createdSince { return false }
+        if let createdUntil, job.createdAtMs >= createdUntil { return false }
+        if let batch, job.batch != batch { return false }
+        return true
+    }
+}
+
+/// Any encodable value, for printing views of different types together.
+struct AnyEncodable: Encodable {
+    let value: any Encodable
+    init(_ value: any Encodable) { self.value = value }
+    func encode(to encoder: any Encoder) throws { try value.encode(to: encoder) }
+}

@@ -1,0 +1,211 @@
+import Foundation
+import JobModel
+import Manifest
+
+// MARK: - The settings a configuration file may hold
+
+/// One setting of the configuration file: what is an environment variable or a flag today.
+///
+/// A setting reaches the program the way it always has: an environment-backed setting fills its
+/// variable when the environment leaves it unset or empty (so the environment wins over the file), and
+/// a flag-backed one fills its option when the command line does not give it (so the flag wins).
+struct Setting: Sendable {
+    enum Route: Sendable {
+        /// Read from this environment variable.
+        case environment(String)
+        /// Given as this `jobctl worker` option, checked as the flag is.
+        case option(OptionSpec)
+    }
+
+    let key: String
+    let route: Route
+    /// What applies when nothing sets it.
+    let defaultText: String
+    /// Whether the value may be a list (repeatable options).
+    let isList: Bool
+    /// How the value is shown: secrets redacted.
+    let show: @Sendable (String) -> String
+
+    init(_ key: String, _ route: Route, default defaultText: String, list: Bool = false,
+         show: @escaping @Sendable (String) -> String = { $0 }) {
+        self.key = key
+        self.route = route
+        self.defaultText = defaultText
+        self.isList = list
+        self.show = show
+    }
+
+    /// The environment variable or `--option` it stands for.
+    var routeName: String {
+        switch route {
+        case .environment(let variable): variable
+        case .option(let spec): "--\(spec.long)"
+        }
+    }
+
+    /// Every setting, in the order `jobctl config` lists them.
+    static let all: [Setting] = [
+        Setting("db", .environment("JOBCTL_DB"), default: "jobctl.db", show: redactedURL),
+        Setting("buckets", .environment("JOBCTL_BUCKETS"), default: "buckets/ beside the database"),
+        Setting("queue", .option(Options.workerQueue.spec), default: "every queue", list: true),
+        Setting("concurrency", .option(Options.concurrency.spec), default: "4"),
+        Setting("lease", .option(Options.lease.spec), default: "30s"),
+        Setting("stall_timeout", .environment("JOBCTL_STALL_TIMEOUT"), default: "60s"),
+        Setting("log_format", .option(Options.logFormat.spec), default: "text"),
+        Setting("metrics", .option(Options.metrics.spec), default: "off"),
+        Setting("bwlimit", .option(Options.bandwidthLimit.spec), default: "unlimited"),
+        Setting("chunk_size", .environment("JOBCTL_CHUNK_SIZE"), default: "8MiB"),
+        Setting("storage_emulator_host", .environment("STORAGE_EMULATOR_HOST"), default: "none (Google's endpoint)"),
+        Setting("google_application_credentials", .environment("GOOGLE_APPLICATION_CREDENTIALS"), default: "none"),
+        Setting("token_command", .environment("JOBCTL_TOKEN_COMMAND"), default: "none", show: { _ in "REDACTED" }),
+        Setting("ca_bundle", .environment("JOBCTL_CA_BUNDLE"), default: "the system's CAs"),
+        Setting("refuse_executables", .environment("JOBCTL_REFUSE_EXECUTABLES"), default: "none"),
+    ]
+}
+
+// MARK: - Finding and reading the file
+
+/// The configuration in effect: what the file set, and where.
+struct Configuration: Sendable {
+    /// Values from a file, by key, with `FILE:LINE:COL`.
+    var fileValues: [String: (values: [String], source: String)] = [:]
+    /// The files read, in the order they were applied (later ones win).
+    var files: [String] = []
+
+    /// The environment variable naming the file, as `--config` does.
+    static let environmentVariable = "JOBCTL_CONFIG"
+    /// The system-wide file.
+    static let systemPath = "/etc/jobctl/config.yaml"
+
+    /// The files to read: `--config FILE` or `$JOBCTL_CONFIG` alone (it must exist); otherwise the
+    /// system file, then the user's (`$XDG_CONFIG_HOME/jobctl/config.yaml`, `~/.config/…` when unset),
+    /// which wins, each when it exists.
+    static func paths(flag: String?, environment: [String: String]) -> (paths: [String], explicit: Bool) {
+        if let explicit = flag ?? environment[environmentVariable].flatMap({ $0.isEmpty ? nil : $0 }) {
+            return ([explicit], true)
+        }
+        var paths = [systemPath]
+        if let base = environment["XDG_CONFIG_HOME"].flatMap({ $0.isEmpty ? nil : $0 }) ?? environment["HOME"].map({ "\($0)/.config" }) {
+            paths.append("\(base)/jobctl/config.yaml")
+        }
+        return (paths.filter { FileManager.default.fileExists(atPath: $0) }, false)
+    }
+
+    /// Reads the configuration; throws a `ConfigurationError` with every problem at its file, line and column.
+    static func load(flag: String?, environment: [String: String]) throws -> Configuration {
+        let (paths, explicit) = paths(flag: flag, environment: environment)
+        var configuration = Configuration()
+        for path in paths {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                let reason = explicit && !FileManager.default.fileExists(atPath: path) ? "no such file" : "cannot read it"
+                throw ConfigurationError("\(path): \(reason); check --config or $\(environmentVariable)")
+            }
+            let text = String(decoding: data, as: UTF8.self)
+            let read = SettingsFile.read(text: text, path: path, keys: Setting.all.map(\.key),
+                                         listKeys: Set(Setting.all.filter(\.isList).map(\.key)))
+            let entries: [SettingsEntry]
+            switch read {
+            case .success(let found): entries = found
+            case .failure(let errors): throw ConfigurationError(errors.render())
+            }
+            var problems: [String] = []
+            for entry in entries {
+                guard let setting = Setting.all.first(where: { $0.key == entry.key }) else { continue }
+                let place = "\(path):\(entry.line):\(entry.column)"
+                if case .option(let spec) = setting.route {
+                    for value in entry.values {
+                        do { try spec.validate?(value) } catch {
+                            problems.append("\(place): error: \(entry.key): \(String(describing: error))")
+                        }
+                    }
+                }
+                configuration.fileValues[entry.key] = (entry.values, place)
+            }
+            if !problems.isEmpty { throw ConfigurationError(problems.joined(separator: "\n")) }
+            configuration.files.append(path)
+        }
+        return configuration
+    }
+
+    /// `environment` with every environment-backed setting the file sets and the environment leaves
+    /// unset or empty filled in.
+    func environment(over environment: [String: String]) -> [String: String] {
+        var merged = environment
+        for setting in Setting.all {
+            guard case .environment(let variable) = setting.route, let value = fileValues[setting.key],
+                  (environment[variable] ?? "").isEmpty else { continue }
+            merged[variable] = value.values.joined(separator: ",")
+        }
+        return merged
+    }
+
+    /// `arguments` with every flag-backed setting the file sets and was not given, for `jobctl worker`
+    /// (the flags are the worker's: `list --queue`, a filter, is not the worker's `--queue`).
+    func arguments(_ arguments: ParsedArguments, for command: CommandSpec) -> ParsedArguments {
+        guard command.name == Commands.worker.name else { return arguments }
+        var filled = arguments
+        for setting in Setting.all {
+            guard case .option(let spec) = setting.route, let value = fileValues[setting.key],
+                  command.options.contains(where: { $0.long == spec.long }) else { continue }
+            filled.fillIfAbsent(spec.long, value.values)
+        }
+        return filled
+    }
+}
+
+/// A configuration file that cannot be used: printed as it is (it names the file, line and column), exit 64.
+struct ConfigurationError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+// MARK: - jobctl config
+
+extension Commands {
+    static let config = CommandSpec(
+        name: "config",
+        abstract: "Show every setting's effective value and where it came from.",
+        options: [Options.json.help("Print the settings as JSON.")],
+        discussion: """
+        Settings come from, in order of precedence: a flag, the environment, the configuration file, the
+        default. The file is YAML: --config FILE or $JOBCTL_CONFIG names it; otherwise
+        /etc/jobctl/config.yaml and then $XDG_CONFIG_HOME/jobctl/config.yaml (~/.config/… when unset) are
+        read when they exist, the second winning. Keys: \(Setting.all.map(\.key).joined(separator: ", ")).
+        An unknown key or a bad value is an error at its file, line and column. Secrets are redacted.
+        """
+    ) { arguments, context in
+        struct Row: Encodable {
+            let key: String; let value: String; let source: String; let variable: String
+        }
+        let configuration = context.configuration
+        let processEnvironment = context.processEnvironment
+        let rows = Setting.all.map { setting -> Row in
+            let fromFile = configuration.fileValues[setting.key]
+            var value = setting.defaultText
+            var source = "default"
+            if let fromFile {
+                value = fromFile.values.map(setting.show).joined(separator: ",")
+                source = fromFile.source
+            }
+            if case .environment(let variable) = setting.route, let set = processEnvironment[variable], !set.isEmpty {
+                value = setting.show(set)
+                source = "environment ($\(variable))"
+            }
+            if setting.key == "db", let given = try? arguments.value(Options.database) {
+                value = setting.show(given)
+                source = "flag (--db)"
+            }
+            return Row(key: setting.key, value: value, source: source, variable: setting.routeName)
+        }
+        if arguments[Options.json] {
+            struct View: Encodable { let files: [String]; let settings: [Row] }
+            emit(try jsonText(View(files: configuration.files, settings: rows)))
+            return ExitCode.ok
+        }
+        let table = rows.map { [$0.key, $0.value, $0.source] }
+        emit(renderTable([TableColumn("SETTING"), TableColumn("VALUE", fit: .elide(minimum: 12), elide: { Elide.end($0, to: $1) }),
+                          TableColumn("SOURCE")], table, width: context.width).text)
+        emit(configuration.files.isEmpty ? "no configuration file" : "files: \(configuration.files.joined(separator: ", "))")
+        return ExitCode.ok
+    }
+}

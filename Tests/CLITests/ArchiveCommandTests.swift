@@ -1,0 +1,331 @@
+import EventStore
+import Foundation
+import JobModel
+import PostgresStore
+import StorePort
+import Testing
+import TestSupport
+
+/// `jobctl archive`, `archive verify` and `audit --from` on logs whose every event the test wrote,
+/// against both store engines.
+@Suite("archive command") struct ArchiveCommandTests {
+    static let day: Int64 = 86_400_000
+
+    /// The jobs of a fabricated log, by role.
+    struct Jobs {
+        /// Finished 100 days ago: a download-memory whose blob a recent job shares, one whose blob is its
+        /// own, and a cancelled upload.
+        let oldShared: String, oldOwn: String, oldCancelled: String
+        /// Finished a day ago (same bytes as `oldShared`), running for 100 days, queued for 100 days.
+        let recent: String, running: String, queued: String
+        var archived: Set<String> { [oldShared, oldOwn, oldCancelled] }
+        var kept: Set<String> { [recent, running, queued] }
+    }
+
+    static func open(_ workspace: CLIWorkspace, engine: StoreEngine) throws -> any JobStore {
+        switch engine {
+        case .sqlite: try EventStore(path: workspace.database)
+        case .postgres: try PostgresStore(url: workspace.database, mode: .create)
+        }
+    }
+
+    static func fabricate(in workspace: CLIWorkspace, engine: StoreEngine) throws -> Jobs {
+        let store = try open(workspace, engine: engine)
+        let now = Clock.nowMs()
+        let old = now - 100 * day
+        // Priorities fix the claim order: the job with the highest goes first.
+        let specs = [
+            JobSpec(kind: .downloadMemory, source: "gs://bucket/shared.txt", maxSize: 1024, priority: 9),
+            JobSpec(kind: .downloadMemory, source: "gs://bucket/own.txt", maxSize: 1024, priority: 8),
+            JobSpec(kind: .uploadData, destination: "file://archive/cancelled.txt", data: Data("c".utf8), priority: 0),
+            JobSpec(kind: .downloadMemory, source: "gs://bucket/shared-again.txt", maxSize: 1024, priority: 7),
+            JobSpec(kind: .uploadData, destination: "file://archive/running.txt", data: Data("r".utf8), priority: 6),
+            JobSpec(kind: .uploadData, destination: "file://archive/queued.txt", data: Data("q".utf8), priority: 0),
+        ]
+        let ids = try store.submit(specs, actor: "cli:test", now: old - 1_000).map(\.id)
+        func succeed(_ id: String, bytes: String, at: Int64) throws {
+            let claimed = try #require(try store.claim(owner: "worker:w1", queues: nil, limit: 1, leaseMs: 60_000, now: at).first)
+            #expect(claimed.record.id == id)
+            try store.append(PendingEvent(jobID: id, type: .succeeded, actor: "worker:w1", leaseToken: claimed.token,
+                                          data: EventData(bytesDone: Int64(bytes.utf8.count),
+                                                          result: JobResult(size: Int64(bytes.utf8.count), data: Data(bytes.utf8)))),
+                             now: at + 10)
+        }
+        try succeed(ids[0], bytes: "shared bytes", at: old)
+        try succeed(ids[1], bytes: "own bytes", at: old + 100)
+        _ = try store.requestCancel(id: ids[2], actor: "cli:test", now: old + 200)
+        try succeed(ids[3], bytes: "shared bytes", at: now - day)
+        let running = try #require(try store.claim(owner: "worker:w2", queues: nil, limit: 1, leaseMs: 60_000, now: old).first)
+        #expect(running.record.id == ids[4])
+        return Jobs(oldShared: ids[0], oldOwn: ids[1], oldCancelled: ids[2], recent: ids[3], running: ids[4], queued: ids[5])
+    }
+
+    static func sha256sum(_ path: String) throws -> String {
+        let output = try runProcess("/usr/bin/sha256sum", [path])
+        return String(output.stdout.prefix(64))
+    }
+
+    static func ids(_ value: Any) -> Set<String> {
+        Set(((value as? [[String: Any]]) ?? []).compactMap { $0["id"] as? String })
+    }
+
+    @Test("archive → verify → replay: old finished jobs leave the log for the file, the rest stays", arguments: StoreEngine.allCases)
+    func roundTrip(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("archive", engine: engine)
+        defer { workspace.directory.remove() }
+        let jobs = try Self.fabricate(in: workspace, engine: engine)
+        let eventsBefore = try Self.open(workspace, engine: engine).lastSeq()
+
+        let dry = try #require(try workspace.json(["archive", "--before", "90d", "--dry-run", "--json"]) as? [String: Any])
+        #expect(dry["dry_run"] as? Bool == true && dry["jobs"] as? Int == 3 && dry["blobs"] as? Int == 2)
+        #expect(Set(dry["job_ids"] as? [String] ?? []) == jobs.archived)
+        #expect(dry["states"] as? [String: Int] == ["succeeded": 2, "cancelled": 1])
+        #expect(Self.ids(try workspace.json(["list", "--json"])).count == 6, "a dry run removes nothing")
+
+        let file = workspace.directory.file("old.ndjson.gz")
+        let archived = try #require(try workspace.json(["archive", "--before", "90d", "--to", file, "--json"]) as? [String: Any])
+        // shared: submitted, claimed, succeeded; own: the same; cancelled: submitted, cancelled.
+        #expect(archived["jobs"] as? Int == 3 && archived["events"] as? Int == 8)
+        #expect(archived["blobs"] as? Int == 2 && archived["blobs_removed"] as? Int == 1, "the shared blob stays for the recent job")
+        #expect(archived["file"] as? String == "old.ndjson.gz")
+        let digest = try Self.sha256sum(file)
+        #expect(archived["sha256"] as? String == digest)
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file(".old.ndjson.gz.partial")))
+
+        let verified = try #require(try workspace.json(["archive", "verify", file, "--json"]) as? [String: Any])
+        #expect(verified["intact"] as? Bool == true && verified["jobs"] as? Int == 3 && verified["events"] as? Int == 8)
+        #expect(verified["blobs"] as? Int == 2 && verified["sha256"] as? String == digest)
+
+        let replay = try workspace.jobctl(["replay", "--verify"])
+        #expect(replay.status == 0 && replay.stdout.contains("projection matches"), "\(replay.stdout)\(replay.stderr)")
+        #expect(Self.ids(try workspace.json(["list", "--json"])) == jobs.kept)
+        let result = try workspace.jobctl(["result", jobs.recent, "-o", "-"])
+        #expect(result.status == 0 && result.stdout == "shared bytes", "\(result.stderr)")
+
+        // The log records the archive as an event of its own, after every event it had.
+        let store = try Self.open(workspace, engine: engine)
+        let records = try store.events(jobID: ArchiveRecord.logJobID)
+        #expect(records.count == 1)
+        let record = try #require(records.first)
+        #expect(record.seq.map { $0 > eventsBefore } == true, "seq keeps growing: \(String(describing: record.seq)) after \(eventsBefore)")
+        guard case .archived(let stored) = record.payload else {
+            Issue.record("expected an archived event, got \(record.type)")
+            return
+        }
+        #expect(stored.sha256 == digest && stored.jobs == 3 && stored.events == 8 && stored.blobsRemoved == 1)
+        #expect(try store.blob(sha256: Digest256.hex("own bytes")) == nil)
+        #expect(try store.blob(sha256: Digest256.hex("shared bytes")) == Data("shared bytes".utf8))
+
+        let logHistory = try workspace.jobctl(["history", "log"])
+        #expect(logHistory.status == 0 && logHistory.stdout.contains("archived") && logHistory.stdout.contains(digest),
+                "\(logHistory.stdout)\(logHistory.stderr)")
+
+        // audit reads the file: the archived jobs, rebuilt from their events.
+        let fromFile = try workspace.json(["audit", "--from", file, "--json"])
+        #expect(Self.ids(fromFile) == jobs.archived)
+        let cancelled = try workspace.json(["audit", "--from", file, "--state", "cancelled", "--json"])
+        #expect(Self.ids(cancelled) == [jobs.oldCancelled])
+
+        // Running it again finds nothing more, writes nothing, and the recorded file is never replaced.
+        let again = try workspace.jobctl(["archive", "--before", "90d", "--to", workspace.directory.file("again.gz")])
+        #expect(again.status == 0 && again.stdout.contains("nothing to archive"))
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("again.gz")))
+        _ = try workspace.jobctl(["cancel", jobs.queued])
+        let overwrite = try workspace.jobctl(["archive", "--before", "0s", "--to", file])
+        #expect(overwrite.status == 1 && overwrite.stderr.contains("is an archive the log records"), "\(overwrite.stderr)")
+        #expect(try Self.sha256sum(file) == digest)
+    }
+
+    @Test("SIGKILL just before the removal commits loses nothing; archiving again works", arguments: StoreEngine.allCases)
+    func crashBeforeCommit(engine: StoreEngine) async throws {
+        let workspace = try CLIWorkspace("archivecrash", engine: engine)
+        defer { workspace.directory.remove() }
+        let jobs = try Self.fabricate(in: workspace, engine: engine)
+        let lastSeq = try Self.open(workspace, engine: engine).lastSeq()
+        let file = workspace.directory.file("crash.ndjson.gz")
+        let hold = workspace.directory.file("holding")
+
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        child.arguments = ["--db", workspace.database, "archive", "--before", "90d", "--to", file]
+        var environment = ProcessInfo.processInfo.environment
+        environment["JOBCTL_TEST_ARCHIVE_HOLD_BEFORE_COMMIT"] = hold
+        child.environment = environment
+        child.standardOutput = FileHandle.nullDevice
+        child.standardError = FileHandle.nullDevice
+        try child.run()
+        // The child creates `hold` once the file is written and its transaction has removed the jobs
+        // (uncommitted), then waits to be killed. Generous: the machine may be busy.
+        let deadline = Date().addingTimeInterval(120)
+        while !FileManager.default.fileExists(atPath: hold), child.isRunning, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(FileManager.default.fileExists(atPath: hold), "the child never reached the point before its commit")
+        kill(child.processIdentifier, SIGKILL)
+        child.waitUntilExit()
+        #expect(child.terminationReason == .uncaughtSignal)
+
+        // The log is as it was: every job, every event, no archive recorded, and it verifies.
+        #expect(Self.ids(try workspace.json(["list", "--json"])) == jobs.archived.union(jobs.kept))
+        let store = try Self.open(workspace, engine: engine)
+        #expect(try store.events(jobID: ArchiveRecord.logJobID).isEmpty)
+        #expect(try store.logRows(afterSeq: 0, limit: 1_000).count == Int(lastSeq) || engine == .postgres)
+        #expect(try store.lastSeq() == lastSeq)
+        let replay = try workspace.jobctl(["replay", "--verify"])
+        #expect(replay.status == 0 && replay.stdout.contains("projection matches"), "\(replay.stdout)\(replay.stderr)")
+        // The file the killed run wrote is whole (it was renamed into place before the transaction).
+        let verify = try workspace.jobctl(["archive", "verify", file])
+        #expect(verify.status == 0, "\(verify.stderr)")
+
+        // Running the same command again replaces that unrecorded file and completes.
+        let again = try #require(try workspace.json(["archive", "--before", "90d", "--to", file, "--json"]) as? [String: Any])
+        let rewritten = try Self.sha256sum(file)
+        #expect(again["jobs"] as? Int == 3 && again["sha256"] as? String == rewritten)
+        #expect(Self.ids(try workspace.json(["list", "--json"])) == jobs.kept)
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+    }
+
+    @Test("--blobs-before removes blobs only old jobs produced; result says so; the history keeps the hash", arguments: StoreEngine.allCases)
+    func blobsExpire(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("blobexpiry", engine: engine)
+        defer { workspace.directory.remove() }
+        let jobs = try Self.fabricate(in: workspace, engine: engine)
+        let own = Digest256.hex("own bytes")
+
+        let dry = try #require(try workspace.json(["archive", "--blobs-before", "50d", "--dry-run", "--json"]) as? [String: Any])
+        #expect(dry["dry_run"] as? Bool == true && dry["blobs"] as? Int == 1 && dry["sha256"] as? [String] == [own])
+        #expect(try workspace.jobctl(["result", jobs.oldOwn, "-o", "-"]).stdout == "own bytes", "a dry run removes nothing")
+
+        let expired = try #require(try workspace.json(["archive", "--blobs-before", "50d", "--json"]) as? [String: Any])
+        #expect(expired["blobs"] as? Int == 1 && expired["bytes"] as? Int == 9, "\(expired)")
+        let result = try workspace.jobctl(["result", jobs.oldOwn, "-o", "-"])
+        #expect(result.status == 1 && result.stderr.contains("expired on") && result.stderr.contains(own), "\(result.stderr)")
+        // The blob the recent job also produced stays, for both jobs.
+        #expect(try workspace.jobctl(["result", jobs.oldShared, "-o", "-"]).stdout == "shared bytes")
+        #expect(try workspace.jobctl(["result", jobs.recent, "-o", "-"]).stdout == "shared bytes")
+        // The history still names the hash; the log and its projection agree.
+        let history = try #require(try workspace.json(["history", jobs.oldOwn, "--json"]) as? [[String: Any]])
+        let succeeded = try #require(history.last?["data"] as? [String: Any])
+        #expect((succeeded["result"] as? [String: Any])?["blob"] as? String == own, "\(succeeded)")
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+        let again = try #require(try workspace.json(["archive", "--blobs-before", "50d", "--json"]) as? [String: Any])
+        #expect(again["blobs"] as? Int == 0)
+
+        // Archiving afterwards keeps the expired blob's hash in the events; the file holds only the stored blob.
+        let both = try #require(try workspace.json(["archive", "--before", "90d", "--to", workspace.directory.file("a.gz"),
+                                                    "--blobs-before", "50d", "--json"]) as? [String: Any])
+        #expect((both["archive"] as? [String: Any])?["blobs"] as? Int == 1, "\(both)")
+        #expect((both["expired_blobs"] as? [String: Any])?["blobs"] as? Int == 0, "\(both)")
+        #expect(try workspace.jobctl(["archive", "verify", workspace.directory.file("a.gz")]).status == 0)
+    }
+
+    @Test("a worker warns when the newest event is dated far in its future", arguments: StoreEngine.allCases)
+    func clockSkewWarning(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("clockskew", engine: engine)
+        defer { workspace.directory.remove() }
+        let store = try Self.open(workspace, engine: engine)
+        // Submitted by a process whose clock is an hour ahead (into another queue, so the worker idles).
+        _ = try store.submit([JobSpec(kind: .uploadData, destination: "file://b/x", data: Data("x".utf8), queue: "elsewhere")],
+                             actor: "cli:test", now: Clock.nowMs() + 3_600_000)
+        let worker = try workspace.jobctl(["worker", "--drain", "--queue", "default", "--log-format", "json", "-q"])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let warning = try #require(worker.stderr.split(separator: "\n").first { $0.contains("clock_skew") }, "\(worker.stderr)")
+        #expect(warning.contains("\"newest_event\"") && warning.contains("\"warning\""), "\(warning)")
+        // Clocks in step: no warning.
+        let fresh = try CLIWorkspace("clockskewok", engine: engine)
+        defer { fresh.directory.remove() }
+        _ = try Self.open(fresh, engine: engine).submit([JobSpec(kind: .uploadData, destination: "file://b/x", data: Data("x".utf8),
+                                                                 queue: "elsewhere")], actor: "cli:test", now: Clock.nowMs())
+        let quiet = try fresh.jobctl(["worker", "--drain", "--queue", "default", "--log-format", "json", "-q"])
+        #expect(quiet.status == 0 && !quiet.stderr.contains("clock_skew"), "\(quiet.stderr)")
+    }
+
+    @Test("archive verify refuses a changed, truncated or foreign file")
+    func verifyRefusesDamage() throws {
+        let workspace = try CLIWorkspace("archiveverify")
+        defer { workspace.directory.remove() }
+        _ = try Self.fabricate(in: workspace, engine: .sqlite)
+        let file = workspace.directory.file("a.ndjson.gz")
+        #expect(try workspace.jobctl(["archive", "--before", "90d", "--to", file]).status == 0)
+        let original = try Data(contentsOf: URL(fileURLWithPath: file))
+
+        func verify(_ bytes: Data) throws -> ProcessOutput {
+            let damaged = workspace.directory.file("damaged-\(UUID().uuidString.prefix(6)).gz")
+            try bytes.write(to: URL(fileURLWithPath: damaged))
+            return try workspace.jobctl(["archive", "verify", damaged])
+        }
+        // Truncated.
+        let truncated = try verify(original.prefix(original.count / 2))
+        #expect(truncated.status == 1 && truncated.stderr.contains("truncated"), "\(truncated.stderr)")
+        // Trailing bytes.
+        let trailing = try verify(original + Data("x".utf8))
+        #expect(trailing.status == 1 && trailing.stderr.contains("after the end of the gzip stream"), "\(trailing.stderr)")
+        // Content changed and compressed again (the gzip CRC is right, the trailer's sha256 is not).
+        let text = try #require(String(data: try gunzip(file), encoding: .utf8))
+        let changed = try #require(text.range(of: "cli:test"))
+        let tampered = text.replacingCharacters(in: changed, with: "cli:evil")
+        let rezipped = try gzip(Data(tampered.utf8), in: workspace)
+        let checksum = try verify(rezipped)
+        #expect(checksum.status == 1 && checksum.stderr.contains("the file was changed after it was written"), "\(checksum.stderr)")
+        // A job's events with a gap: the second event line dropped (its trailer recomputed would not help either).
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        let firstJobSecondEvent = try #require(lines.firstIndex { $0.contains("\"type\":\"claimed\"") })
+        lines.remove(at: firstJobSecondEvent)
+        let gap = try verify(try gzip(Data(lines.joined(separator: "\n").utf8), in: workspace))
+        #expect(gap.status == 1 && gap.stderr.contains("where 2 was expected"), "\(gap.stderr)")
+        // Not an archive at all.
+        let foreign = try verify(Data("hello\n".utf8))
+        #expect(foreign.status == 1 && foreign.stderr.contains("not a valid jobctl archive"), "\(foreign.stderr)")
+        // The intact file still verifies.
+        #expect(try workspace.jobctl(["archive", "verify", file]).status == 0)
+    }
+
+    @Test("archive's usage errors name the option and exit 64")
+    func usageErrors() throws {
+        let workspace = try CLIWorkspace("archiveusage")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("jobs:\n  - kind: upload-data\n    data: x\n    destination: file://b/x\n")
+        let cases: [([String], String)] = [
+            (["archive", "--to", "x.gz"], "needs --before"),
+            (["archive", "--blobs-before", "7d", "--to", "x.gz"], "--to applies only with --before"),
+            (["archive", "--blobs-before", "7 days"], "--blobs-before expects"),
+            (["archive", "--before", "90d"], "needs --to"),
+            (["archive", "--before", "99999d", "--to", "x.gz"], "--before 99999d is out of range"),
+            (["archive", "--before", "soon", "--to", "x.gz"], "--before expects"),
+            (["archive", "check", "x.gz"], "unknown action 'check'"),
+            (["archive", "verify"], "needs the archive file"),
+            (["archive", "verify", "x.gz", "--before", "1d"], "--before does not apply"),
+        ]
+        for (arguments, message) in cases {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 64 && output.stderr.contains(message), "\(arguments): \(output.status) \(output.stderr)")
+        }
+        // An existing file that is not an archive is never replaced.
+        #expect(try workspace.jobctl(["cancel", ids[0]]).status == 0)
+        let precious = try workspace.write("precious.txt", "keep me")
+        let refused = try workspace.jobctl(["archive", "--before", "0s", "--to", precious])
+        #expect(refused.status == 1 && refused.stderr.contains("not an intact jobctl archive"), "\(refused.stderr)")
+        #expect(try String(contentsOfFile: precious, encoding: .utf8) == "keep me")
+    }
+}
+
+/// SHA-256 through the system's `sha256sum`, for expected blob names.
+enum Digest256 {
+    static func hex(_ text: String) -> String {
+        let output = try? runProcess("/usr/bin/sha256sum", ["-"], stdin: text)
+        return String((output?.stdout ?? "").prefix(64))
+    }
+}
+
+/// The uncompressed bytes of a gzip file, through the system's gzip.
+func gunzip(_ path: String) throws -> Data {
+    Data(try runProcess("/bin/gzip", ["-dc", path]).stdout.utf8)
+}
+
+/// `bytes` compressed by the system's gzip.
+func gzip(_ bytes: Data, in workspace: CLIWorkspace) throws -> Data {
+    let path = workspace.directory.file("plain-\(UUID().uuidString.prefix(6))")
+    try bytes.write(to: URL(fileURLWithPath: path))
+    _ = try runProcess("/bin/gzip", ["-n", path])
+    return try Data(contentsOf: URL(fileURLWithPath: path + ".gz"))
+}

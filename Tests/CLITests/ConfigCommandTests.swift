@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The configuration file and `jobctl config`: precedence flag > environment > file > default.
+@Suite("configuration file") struct ConfigCommandTests {
+    /// Runs the binary without the workspace's `--db`, with exactly `environment` added (and no
+    /// configuration from the machine: XDG_CONFIG_HOME points into the workspace).
+    static func run(_ workspace: CLIWorkspace, _ arguments: [String], environment: [String: String] = [:]) throws -> ProcessOutput {
+        var env = ["NO_COLOR": "1", "XDG_CONFIG_HOME": workspace.directory.file("xdg"), "JOBCTL_DB": "", "JOBCTL_CONFIG": ""]
+        env.merge(environment) { _, new in new }
+        return try runProcess(PackagePaths.jobctlBinary, arguments, environment: env, currentDirectory: workspace.directory.path)
+    }
+
+    static func settings(_ output: ProcessOutput) throws -> [String: [String: String]] {
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any], "\(output.stderr)")
+        let rows = try #require(object["settings"] as? [[String: String]])
+        return Dictionary(uniqueKeysWithValues: rows.compactMap { row in row["key"].map { ($0, row) } })
+    }
+
+    @Test("flag > environment > file > default, shown by `jobctl config --json` with secrets redacted")
+    func precedence() throws {
+        let workspace = try CLIWorkspace("config")
+        defer { workspace.directory.remove() }
+        let file = try workspace.write("xdg/jobctl/config.yaml", """
+            # the user's file
+            db: postgres://app:hunter2@127.0.0.1/jobs
+            concurrency: 12
+            queue: [media, mail]
+            stall_timeout: 5m
+            token_command: fetch-token --secret s3cr3t
+            """)
+        let fromFile = try Self.settings(try Self.run(workspace, ["config", "--json"]))
+        #expect(fromFile["db"]?["value"] == "postgres://app:REDACTED@127.0.0.1/jobs" && fromFile["db"]?["source"] == "\(file):2:5")
+        #expect(fromFile["concurrency"]?["value"] == "12" && fromFile["concurrency"]?["source"] == "\(file):3:14")
+        #expect(fromFile["queue"]?["value"] == "media,mail")
+        #expect(fromFile["stall_timeout"]?["value"] == "5m" && fromFile["stall_timeout"]?["variable"] == "JOBCTL_STALL_TIMEOUT")
+        #expect(fromFile["token_command"]?["value"] == "REDACTED")
+        #expect(fromFile["lease"]?["value"] == "30s" && fromFile["lease"]?["source"] == "default")
+        let text = try Self.run(workspace, ["config"])
+        #expect(!text.stdout.contains("hunter2") && !text.stdout.contains("s3cr3t") && text.stdout.contains("files: \(file)"))
+
+        let fromEnvironment = try Self.settings(try Self.run(workspace, ["config", "--json"],
+                                                              environment: ["JOBCTL_DB": "env.db", "JOBCTL_STALL_TIMEOUT": "90s"]))
+        #expect(fromEnvironment["db"]?["value"] == "env.db" && fromEnvironment["db"]?["source"] == "environment ($JOBCTL_DB)")
+        #expect(fromEnvironment["stall_timeout"]?["value"] == "90s")
+        let fromFlag = try Self.settings(try Self.run(workspace, ["config", "--json", "--db", "flag.db"], environment: ["JOBCTL_DB": "env.db"]))
+        #expect(fromFlag["db"]?["value"] == "flag.db" && fromFlag["db"]?["source"] == "flag (--db)")
+
+        // --config (and $JOBCTL_CONFIG) name the one file read instead.
+        let other = try workspace.write("other.yaml", "concurrency: 3\n")
+        #expect(try Self.settings(try Self.run(workspace, ["--config", other, "config", "--json"]))["concurrency"]?["value"] == "3")
+        let viaEnvironment = try Self.settings(try Self.run(workspace, ["config", "--json"], environment: ["JOBCTL_CONFIG": other]))
+        #expect(viaEnvironment["concurrency"]?["source"] == "\(other):1:14" && viaEnvironment["db"]?["source"] == "default")
+    }
+
+    @Test("the file's settings reach the commands: db for every command, worker flags unless given")
+    func settingsApply() throws {
+        let workspace = try CLIWorkspace("configapply")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("jobs:\n  - kind: upload-data\n    data: x\n    destination: file://b/x\n")
+        try workspace.write("xdg/jobctl/config.yaml", "db: \(workspace.database)\nlog_format: json\nqueue: [nowhere]\n")
+        // db from the file.
+        let list = try Self.run(workspace, ["list", "--json"])
+        #expect(list.status == 0 && list.stdout.contains(ids[0]), "\(list.stderr)")
+        // queue from the file: the worker takes nothing from another queue and logs JSON lines.
+        let idle = try Self.run(workspace, ["worker", "--drain", "-v"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(idle.status == 0, "\(idle.stderr)")
+        #expect(try Self.run(workspace, ["list", "--json", "--state", "queued"]).stdout.contains(ids[0]), "the job stayed queued")
+        let lines = idle.stderr.split(separator: "\n")
+        #expect(!lines.isEmpty && lines.allSatisfy { $0.hasPrefix("{") }, "\(idle.stderr)")
+        // A flag wins: --queue default runs it.
+        let ran = try Self.run(workspace, ["worker", "--drain", "--queue", "default", "--log-format", "text"],
+                               environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(ran.status == 0 && !ran.stderr.hasPrefix("{"), "\(ran.stderr)")
+        #expect(try Self.run(workspace, ["list", "--json", "--state", "succeeded"]).stdout.contains(ids[0]))
+    }
+
+    @Test("unknown keys, bad values and bad shapes are errors at their file:line:col, exit 64",
+          arguments: [
+            ("concurrency: 4\nconcurency: 8\n", "2:1: error: unknown setting 'concurency' (did you mean 'concurrency'?)"),
+            ("concurrency: 0\n", "1:14: error: concurrency: --concurrency 0 is out of range"),
+            ("lease: forever\n", "1:8: error: lease: --lease expects"),
+            ("concurrency: [1, 2]\n", "1:14: error: 'concurrency' takes one value, not a list"),
+            ("queue:\n  a: b\n", "2:3: error: 'queue' takes a value or a list, not a mapping"),
+            ("- concurrency\n", "1:1: error: a configuration file is a mapping of settings"),
+            ("concurrency: 4\nconcurrency: 5\n", "2:1: error:"),
+            ("concurrency: 'unclosed\n", "error:"),
+          ])
+    func malformed(text: String, message: String) throws {
+        let workspace = try CLIWorkspace("configbad")
+        defer { workspace.directory.remove() }
+        let file = try workspace.write("bad.yaml", text)
+        let output = try Self.run(workspace, ["--config", file, "list"])
+        #expect(output.status == 64 && output.stderr.contains("\(file):") && output.stderr.contains(message), "\(output.stderr)")
+        let missing = try Self.run(workspace, ["list", "--config", workspace.directory.file("none.yaml")])
+        #expect(missing.status == 64 && missing.stderr.contains("no such file"), "\(missing.stderr)")
+    }
+}

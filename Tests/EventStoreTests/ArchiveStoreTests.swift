@@ -1,0 +1,100 @@
+import Foundation
+import JobModel
+import TestSupport
+@testable import EventStore
+@testable import PostgresStore
+import Testing
+
+/// The store side of `jobctl archive`: the one path that may delete from `events`.
+@Suite("archive removal")
+struct ArchiveStoreTests {
+    static func record(_ selection: ArchiveSelection) -> ArchiveRecord {
+        ArchiveRecord(file: "test.ndjson.gz", sha256: String(repeating: "a", count: 64), beforeMs: selection.beforeMs,
+                      jobs: selection.jobs.count, events: selection.rows.count, blobs: selection.blobs.count, blobsRemoved: 0,
+                      firstSeq: selection.rows.first?.seq ?? 0, lastSeq: selection.rows.last?.seq ?? 0)
+    }
+
+    /// Runs `sql` on the fixture's own connection and returns the error it raised, if any.
+    static func refusal(_ sql: String, in fixture: StoreFixture) -> String? {
+        do {
+            switch fixture.engine {
+            case .sqlite:
+                try fixture.sqlite?.withConnection { (connection) throws(StoreError) in try connection.run(sql) }
+            case .postgres:
+                guard let store = fixture.store as? PostgresStore else { return "not a PostgreSQL store" }
+                try store.withConnection { (connection) throws(StoreError) in _ = try connection.store(sql) }
+            }
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test("a plain DELETE on events is still refused, before and after an archive", arguments: Engine.allCases)
+    func plainDeleteRefused(engine: Engine) throws {
+        let fixture = try StoreFixture("archivedelete", engine: engine)
+        defer { fixture.remove() }
+        let finished = try fixture.submit(now: 1_000)
+        _ = try fixture.store.requestCancel(id: finished, actor: "cli:test", now: 2_000)
+        let kept = try fixture.submit(now: 3_000)
+        for sql in ["DELETE FROM events", "DELETE FROM events WHERE job_id = '\(finished)'"] {
+            let error = try #require(Self.refusal(sql, in: fixture), "\(sql) was allowed")
+            #expect(error.contains("append-only: DELETE is refused"), "\(error)")
+        }
+        let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
+        #expect(selection.jobs.map(\.id) == [finished] && selection.rows.count == 2)
+        let event = try fixture.store.removeArchived(selection, record: Self.record(selection), actor: "cli:test", now: 20_000) {}
+        #expect(event.jobID == ArchiveRecord.logJobID && event.version == 1 && event.type == .archived)
+        #expect(try fixture.store.job(finished) == nil && fixture.store.events(jobID: finished).isEmpty)
+        // The authorisation does not outlive the archive's transaction.
+        let error = try #require(Self.refusal("DELETE FROM events WHERE job_id = '\(kept)'", in: fixture))
+        #expect(error.contains("append-only: DELETE is refused"), "\(error)")
+        #expect(Self.refusal("UPDATE events SET actor = 'x'", in: fixture)?.contains("append-only") == true)
+        #expect(try fixture.store.events(jobID: kept).count == 1)
+        let replay = try fixture.store.replay(verify: true)
+        #expect(replay.isConsistent && replay.problems.isEmpty, "\(replay.problems)")
+    }
+
+    @Test("a job retried after it was selected is not removed, and nothing else is either", arguments: Engine.allCases)
+    func changedJobRefused(engine: Engine) throws {
+        let fixture = try StoreFixture("archivechanged", engine: engine)
+        defer { fixture.remove() }
+        let first = try fixture.submit(now: 1_000)
+        let second = try fixture.submit(now: 1_000)
+        _ = try fixture.store.requestCancel(id: first, actor: "cli:test", now: 2_000)
+        _ = try fixture.store.requestCancel(id: second, actor: "cli:test", now: 2_000)
+        let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
+        #expect(Set(selection.jobs.map(\.id)) == [first, second])
+        _ = try fixture.store.retry(id: second, actor: "cli:test", now: 3_000)
+        #expect {
+            try fixture.store.removeArchived(selection, record: Self.record(selection), actor: "cli:test", now: 4_000) {}
+        } throws: { error in
+            "\(error)".contains("job \(second) changed after the archive file was written")
+        }
+        #expect(try fixture.store.job(first)?.state == .cancelled)
+        #expect(try fixture.store.events(jobID: first).count == 2)
+        #expect(try fixture.store.events(jobID: ArchiveRecord.logJobID).isEmpty)
+    }
+
+    @Test("the archived event takes a seq above every event ever written, so seq never repeats", arguments: Engine.allCases)
+    func seqNeverRepeats(engine: Engine) throws {
+        let fixture = try StoreFixture("archiveseq", engine: engine)
+        defer { fixture.remove() }
+        let id = try fixture.submit(now: 1_000)
+        _ = try fixture.store.requestCancel(id: id, actor: "cli:test", now: 2_000)
+        let highest = try fixture.store.lastSeq()
+        let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
+        let event = try fixture.store.removeArchived(selection, record: Self.record(selection), actor: "cli:test", now: 3_000) {}
+        #expect(try #require(event.seq) > highest)
+        let next = try fixture.submit(now: 4_000)
+        let submitted = try #require(try fixture.store.events(jobID: next).first?.seq)
+        #expect(submitted > (event.seq ?? .max))
+        // A second archive is the log's version 2.
+        _ = try fixture.store.requestCancel(id: next, actor: "cli:test", now: 5_000)
+        let again = try fixture.store.archiveSelection(finishedBefore: 10_000)
+        let second = try fixture.store.removeArchived(again, record: Self.record(again), actor: "cli:test", now: 6_000) {}
+        #expect(second.version == 2)
+        let replay = try fixture.store.replay(verify: true)
+        #expect(replay.isConsistent && replay.problems.isEmpty && replay.eventsRead == 2)
+    }
+}

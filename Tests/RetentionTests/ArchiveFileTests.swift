@@ -1,0 +1,62 @@
+import Checksums
+import Foundation
+import JobModel
+import StorePort
+import Testing
+@testable import Retention
+
+/// The archive file on its own: what is written reads back byte for byte, and gzip round-trips.
+@Suite("archive file") struct ArchiveFileTests {
+    static func directory() throws -> String {
+        let path = NSTemporaryDirectory() + "jobctl-archive-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    static func row(_ seq: Int64, _ job: String, _ version: Int, _ type: EventType) -> LogRow {
+        LogRow(seq: seq, jobID: job, version: version, type: type.rawValue, atMs: 1_000 + seq, actor: "cli:test",
+               leaseToken: type == .claimed ? 7 : nil, data: "{\"v\":1,\"x\":\"\\u00e9 \\\\ \\n\"}")
+    }
+
+    @Test("rows and blobs read back exactly as written; the header counts them")
+    func roundTrip() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let rows = [Self.row(3, "A", 1, .submitted), Self.row(4, "B", 1, .submitted), Self.row(9, "A", 2, .claimed)]
+        let payload = Data((0..<300_000).map { UInt8($0 % 251) })
+        let selection = ArchiveSelection(beforeMs: 5_000, jobs: [ArchivedJob(id: "A", version: 2, state: .failed, finishedAtMs: 10),
+                                                                 ArchivedJob(id: "B", version: 1, state: .cancelled, finishedAtMs: 11)],
+                                         rows: rows, blobs: [ArchivedBlob(sha256: Digest.sha256Hex(payload), data: payload)])
+        let path = directory + "/a.ndjson.gz"
+        let written = try ArchiveWriter.write(selection, to: path, now: 6_000)
+        var read: [LogRow] = []
+        var blobs: [ArchivedBlob] = []
+        let check = try ArchiveReader.read(path, event: { read.append($0) }, blob: { blobs.append($0) })
+        #expect(read == rows)
+        #expect(blobs == selection.blobs)
+        #expect(check.fileSHA256 == written.sha256 && check.jobs == 2 && check.events == 3 && check.blobs == 1)
+        #expect(check.header.firstSeq == 3 && check.header.lastSeq == 9 && check.header.beforeMs == 5_000)
+        #expect(written.size < Int64(payload.base64EncodedString().count), "the file is compressed")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["a.ndjson.gz"], "no temporary file is left")
+    }
+
+    @Test("gzip round-trips empty, small and large inputs fed in pieces")
+    func gzipRoundTrip() throws {
+        for size in [0, 1, 70_000, 1_000_000] {
+            let input = Data((0..<size).map { UInt8(($0 * 7) % 256) })
+            let compressor = try GzipCompressor()
+            var compressed = try compressor.compress(input.prefix(size / 2))
+            compressed += try compressor.compress(input.suffix(from: size / 2), finish: true)
+            let decompressor = try GzipDecompressor()
+            var output = Data()
+            var offset = 0
+            while offset < compressed.count {
+                let end = min(offset + 4_096, compressed.count)
+                output += try decompressor.decompress(compressed.subdata(in: offset..<end))
+                offset = end
+            }
+            #expect(output == input && decompressor.isFinished, "size \(size)")
+        }
+        #expect(throws: RetentionError.self) { _ = try GzipDecompressor().decompress(Data("not gzip".utf8)) }
+    }
+}
