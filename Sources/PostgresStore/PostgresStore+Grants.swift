@@ -21,6 +21,11 @@ public enum WorkerRoleGrants {
         ("schema_migrations", "SELECT"),
         ("jobs", projectionPrivileges),
         ("leases", projectionPrivileges),
+        // `jobctl archive` is the owner's: the authorisations that let its one transaction delete from
+        // `events` are not the worker's to write, and blob expiry is recorded by the archive only
+        // (`result` reads it).
+        ("archive_authorisations", "SELECT"),
+        ("expired_blobs", "SELECT"),
     ]
 
     /// What the worker role gets on the projection, the leases and any other table but the log, the

@@ -54,8 +54,8 @@ struct PostgresRoleTests {
             WHERE grantee = '\(roles.worker)' AND table_schema = '\(roles.schema)' GROUP BY table_name ORDER BY table_name
             """)
         #expect(privileges.split(separator: "\n") == [
-            "blobs:INSERT,SELECT", "events:INSERT,SELECT", "jobs:DELETE,INSERT,SELECT,UPDATE",
-            "leases:DELETE,INSERT,SELECT,UPDATE", "schema_migrations:SELECT",
+            "archive_authorisations:SELECT", "blobs:INSERT,SELECT", "events:INSERT,SELECT", "expired_blobs:SELECT",
+            "jobs:DELETE,INSERT,SELECT,UPDATE", "leases:DELETE,INSERT,SELECT,UPDATE", "schema_migrations:SELECT",
         ], "\(privileges)")
 
         // Everything a worker machine and an operator's CLI do, as the worker role.

@@ -16,7 +16,7 @@ import TestSupport
         try FileManager.default.copyItem(atPath: "\(PackagePaths.root)/Tests/EventStoreTests/Fixtures/release-1.db",
                                          toPath: workspace.database)
         let migrated = try workspace.jobctl(["migrate"])
-        guard migrated.status == 0, migrated.stdout.contains("applied migration 3") else {
+        guard migrated.status == 0, migrated.stdout.contains("applied migrations 3, 4") else {
             throw CLITestError("migrate exited \(migrated.status): \(migrated.stdout)\(migrated.stderr)")
         }
         return workspace
