@@ -58,6 +58,12 @@ if want queue || want latency; then
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/jobctl-bench.XXXXXX")
+# What the peers write without syncing (nginx's root, curl's and rclone's downloads) goes to tmpfs: the
+# disk throttles write-back after a few hundred MB and would swing their figures tenfold. jobctl's own
+# files (its database, its synced downloads, file:// buckets) stay on disk: their syncs are the cost.
+SHM_BASE=${BENCH_TMPFS:-/dev/shm}
+[ -d "$SHM_BASE" ] || SHM_BASE="${TMPDIR:-/tmp}"
+SHM=$(mktemp -d "$SHM_BASE/jobctl-bench-peers.XXXXXX")
 SAMPLES="$WORK/samples.tsv"
 META="$WORK/meta.txt"
 NGINX_PID=""
@@ -75,7 +81,7 @@ stop_pid() {  # stop_pid PID: TERM, wait up to 10 s, then KILL
 }
 cleanup() {
   stop_pid "$WORKER_PID"; stop_pid "$CONSUMER_PID"; stop_pid "$NGINX_PID"; stop_postgres
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$SHM"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -124,7 +130,7 @@ MB=$(awk -v b="$BYTES" 'BEGIN { printf "%.6f", b / 1e6 }')
 log "jobctl benchmarks ($MODE): $RUNS runs, ${SIZE_MIB} MiB transfers, $JOBS queue jobs"
 
 # ------------------------------------------------------------------ nginx
-NGINX_DIR="$WORK/nginx"
+NGINX_DIR="$SHM/nginx"
 WWW="$NGINX_DIR/www"
 start_nginx() {
   mkdir -p "$WWW" "$NGINX_DIR/tmp" "$NGINX_DIR/logs"
@@ -201,8 +207,8 @@ run_worker_timed() {
 # ------------------------------------------------------------------ 1. HTTP transfers and 2. local
 transfer_benchmarks() {
   start_nginx
-  local src="$WORK/src.bin" out="$WORK/out" t="$WORK/transfer"
-  mkdir -p "$out" "$t"
+  local src="$WORK/src.bin" out="$WORK/out" peers="$SHM/out" t="$WORK/transfer"
+  mkdir -p "$out" "$peers" "$t"
   log "creating a ${SIZE_MIB} MiB random file"
   head -c "$BYTES" /dev/urandom >"$src"
   cp "$src" "$WWW/big.bin"
@@ -213,21 +219,21 @@ transfer_benchmarks() {
     if want download; then
       log "download run $i/$RUNS"
       # curl
-      rm -f "$out"/*; sync
-      t0=$(now_ns); rc=0; timeout 300 curl -sf -o "$out/curl.bin" "$url/big.bin" || rc=$?; t1=$(now_ns)
-      if [ "$rc" = 0 ] && [ "$(size_of "$out/curl.bin")" = "$BYTES" ]; then
+      rm -f "$out"/* "$peers"/*; sync
+      t0=$(now_ns); rc=0; timeout 300 curl -sf -o "$peers/curl.bin" "$url/big.bin" || rc=$?; t1=$(now_ns)
+      if [ "$rc" = 0 ] && [ "$(size_of "$peers/curl.bin")" = "$BYTES" ]; then
         record download curl mbps "$(rate "$MB" "$(secs "$t0" "$t1")")"
-      else fail download curl "exit $rc, $(size_of "$out/curl.bin") bytes"; fi
+      else fail download curl "exit $rc, $(size_of "$peers/curl.bin") bytes"; fi
       # rclone
-      rm -f "$out"/*; sync
+      rm -f "$out"/* "$peers"/*; sync
       t0=$(now_ns); rc=0
-      timeout 300 rclone copyurl "$url/big.bin" "$out/rclone.bin" --config /dev/null -q >"$t/rclone.err" 2>&1 || rc=$?
+      timeout 300 rclone copyurl "$url/big.bin" "$peers/rclone.bin" --config /dev/null -q >"$t/rclone.err" 2>&1 || rc=$?
       t1=$(now_ns)
-      if [ "$rc" = 0 ] && [ "$(size_of "$out/rclone.bin")" = "$BYTES" ]; then
+      if [ "$rc" = 0 ] && [ "$(size_of "$peers/rclone.bin")" = "$BYTES" ]; then
         record download rclone mbps "$(rate "$MB" "$(secs "$t0" "$t1")")"
       else fail download rclone "exit $rc: $(tail_msg "$t/rclone.err")"; fi
       # jobctl
-      rm -f "$out"/*; sync
+      rm -f "$out"/* "$peers"/*; sync
       db="$t/download-$i.db"
       "$PY" "$BENCH/benchlib.py" transfer-manifest download-file "$url/big.bin" "$out/jobctl.bin" >"$t/download.yaml"
       if jctl "$db" submit "$t/download.yaml" >"$t/submit.out" 2>"$t/submit.err"; then
@@ -302,7 +308,7 @@ transfer_benchmarks() {
       rm -f "$db" "$db"-*
     fi
   done
-  rm -rf "$out" "$WORK/bucket" "$src" "$WWW"/*.bin
+  rm -rf "$out" "$peers" "$WORK/bucket" "$src" "$WWW"/*.bin
   stop_pid "$NGINX_PID"; NGINX_PID=""
 }
 
