@@ -25,6 +25,9 @@ extension Commands {
 
         --at TIME holds every job without a run_after: or delay: of its own until TIME (RFC 3339, or a
         duration from now: 15m, 2h); a time in the past runs at once.
+
+        after: names (keys of jobs in these manifests or in the log, job ids, unique id prefixes) are
+        resolved to job ids here; a name that means no job is an error at its line and column (exit 65).
         """
     ) { arguments, context in
         let now = Clock.nowMs()

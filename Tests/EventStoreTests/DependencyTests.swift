@@ -124,4 +124,26 @@ import Testing
         #expect(try fixture.store.replay(verify: true).isConsistent)
         #expect(try claim(fixture, now: 2_000).map(\.record.id) == [ids[0]])
     }
+
+    /// Archiving removes the waits on and of the archived jobs, so replay still matches.
+    @Test(arguments: Engine.allCases)
+    func archivingADependencyRemovesItsWaits(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-archive", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"])], actor: "cli:test", now: 1_000).map(\.id)
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: ids[0], actor: "cli:test", now: 2_000)
+        #expect(try fixture.store.job(ids[1])?.state == .cancelled)
+        // Retried while its dependency is still cancelled, b waits again.
+        _ = try fixture.store.control(.retry, id: ids[1], actor: "cli:test", now: 3_000)
+        #expect(try claim(fixture, now: 3_500).isEmpty)
+        let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
+        #expect(selection.jobs.map(\.id) == [ids[0]])
+        let record = ArchiveRecord(file: "deps.ndjson.gz", sha256: String(repeating: "a", count: 64), beforeMs: selection.beforeMs,
+                                   jobs: selection.jobs.count, events: selection.rows.count, blobs: 0, blobsRemoved: 0,
+                                   firstSeq: selection.rows.first?.seq ?? 0, lastSeq: selection.rows.last?.seq ?? 0)
+        _ = try fixture.store.removeArchived(selection, record: record, actor: "cli:test", now: 20_000) {}
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies") == "0")
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+        #expect(try claim(fixture, now: 21_000).map(\.record.id) == [ids[1]])
+    }
 }
