@@ -47,7 +47,7 @@ build: deps
 demo: release
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db submit jobs/demo.yaml
-	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db worker --drain --concurrency 1
+	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db worker --drain
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db audit
 	@echo "fetch-url result:  $$($(JOBCTL) --db $(DEMO_DIR)/jobctl.db result $$($(JOBCTL) --db $(DEMO_DIR)/jobctl.db list --kind fetch-url --json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])'))"
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db replay --verify

@@ -123,4 +123,28 @@ extension SQLiteConnection: DecisionWriter {
     public func dropLease(jobID: String) throws(StoreError) {
         try run("DELETE FROM leases WHERE job_id = ?", [.text(jobID)])
     }
+
+    // MARK: Dependencies
+
+    /// The job's projection row, or nil.
+    public func dependencyRecord(_ jobID: String) throws(StoreError) -> JobRecord? { try loadJob(jobID) }
+
+    /// Inserts a row of `job_dependencies`.
+    public func insertDependency(jobID: String, dependsOn: String) throws(StoreError) {
+        try run("INSERT OR IGNORE INTO job_dependencies (job, depends_on) VALUES (?, ?)", [.text(jobID), .text(dependsOn)])
+    }
+
+    /// Deletes the rows that wait on `jobID`.
+    public func removeDependencies(on jobID: String) throws(StoreError) {
+        try run("DELETE FROM job_dependencies WHERE depends_on = ?", [.text(jobID)])
+    }
+
+    /// The queued or paused jobs with a row waiting on `jobID`, in submission order.
+    public func waitingDependants(of jobID: String) throws(StoreError) -> [JobRecord] {
+        try query("""
+            SELECT \(JobRecord.selectColumns) FROM jobs
+            WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = ?) AND state IN ('queued', 'paused')
+            ORDER BY seq
+            """, [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(row: row, specs: decodedSpecs) }
+    }
 }

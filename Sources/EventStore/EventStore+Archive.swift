@@ -58,6 +58,10 @@ extension EventStore {
             }
             try connection.run("DELETE FROM jobs WHERE id IN (SELECT job_id FROM archive_authorisations)")
             try connection.run("DELETE FROM leases WHERE job_id IN (SELECT job_id FROM archive_authorisations)")
+            try connection.run("""
+                DELETE FROM job_dependencies WHERE job IN (SELECT job_id FROM archive_authorisations)
+                                                OR depends_on IN (SELECT job_id FROM archive_authorisations)
+                """)
             try connection.run("DELETE FROM archive_authorisations")
 
             var removed = 0

@@ -17,32 +17,20 @@ extension EventStore {
     public func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
         guard !specs.isEmpty else { return [] }
         return try writeTransaction { (connection) throws(StoreError) -> [SubmitOutcome] in
-            var outcomes: [SubmitOutcome] = []
-            // Keys given a job in this batch: the job's id and its spec as stored.
-            var batchKeys: [String: (id: String, spec: String)] = [:]
-            for spec in specs {
-                if let key = spec.key {
-                    var existing = batchKeys[key]
-                    if existing == nil {
-                        existing = try connection.first("SELECT id, spec FROM jobs WHERE idempotency_key = ?", [.text(key)]) {
-                            (row) throws(StoreError) in
-                            // Re-encoded, so a spec an older jobctl wrote compares by content, not by its bytes.
-                            let stored = try StoreJSON.decode(JobSpec.self, row.text(1), what: "job \(row.text(0)) spec")
-                            return (row.text(0), try StoreJSON.encode(stored))
-                        }
-                    }
-                    if let existing {
-                        guard try StoreJSON.encode(spec).utf8.elementsEqual(existing.spec.utf8) else {
-                            throw StoreError.keyConflict(key: key, existingID: existing.id)
-                        }
-                        outcomes.append(SubmitOutcome(id: existing.id, key: key, kind: spec.kind, created: false))
-                        continue
-                    }
+            let plan = try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
+                try connection.first("SELECT id, spec FROM jobs WHERE idempotency_key = ?", [.text(key)]) {
+                    (row) throws(StoreError) in
+                    // Re-encoded, so a spec an older jobctl wrote compares by content, not by its bytes.
+                    let stored = try StoreJSON.decode(JobSpec.self, row.text(1), what: "job \(row.text(0)) spec")
+                    return (row.text(0), try StoreJSON.encode(stored))
                 }
-                let id = JobID.generate(atMs: now)
-                _ = try connection.perform(.submit(spec), jobID: id, on: nil, actor: actor, expectedVersion: 0, now: now)
-                if let key = spec.key { batchKeys[key] = (id, try StoreJSON.encode(spec)) }
-                outcomes.append(SubmitOutcome(id: id, key: spec.key, kind: spec.kind, created: true))
+            }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
+            var outcomes: [SubmitOutcome] = []
+            for entry in plan.entries {
+                if entry.creates {
+                    _ = try connection.perform(.submit(entry.spec), jobID: entry.id, on: nil, actor: actor, expectedVersion: 0, now: now)
+                }
+                outcomes.append(SubmitOutcome(id: entry.id, key: entry.spec.key, kind: entry.spec.kind, created: entry.creates))
             }
             return outcomes
         }
@@ -73,6 +61,22 @@ extension EventStore {
 }
 
 extension SQLiteConnection {
+    /// The job an `after:` name means: the job with that idempotency key, else the job with that id or
+    /// unique id prefix; nil when there is none.
+    func dependencyID(_ name: String) throws(StoreError) -> String? {
+        if let id = try first("SELECT id FROM jobs WHERE idempotency_key = ?", [.text(name)], { row in row.text(0) }) {
+            return id
+        }
+        do throws(StoreError) {
+            return try resolveID(name)
+        } catch {
+            switch error {
+            case .notFound, .invalidControl: return nil  // not an id, or too short to be a prefix
+            default: throw error
+            }
+        }
+    }
+
     /// The full id for an id or unique prefix (the rules are `JobIDQuery`'s).
     func resolveID(_ text: String) throws(StoreError) -> String {
         switch try JobIDQuery(text) {

@@ -47,14 +47,22 @@ extension EventStore {
         try connection.forEach("SELECT \(JobRecord.selectColumns) FROM jobs") { row in
             stored[row.text(0)] = (0..<JobRecord.columns.count).map { row.value($0) }
         }
-        let differences = try fold.differences(stored: stored, columns: JobRecord.columns) {
+        var differences = try fold.differences(stored: stored, columns: JobRecord.columns) {
             (record) throws(StoreError) in try record.rowValues()
         }
+        let waits = try connection.query("SELECT job, depends_on FROM job_dependencies") { row in
+            DependencyRow(job: row.text(0), dependsOn: row.text(1))
+        }
+        differences += fold.dependencyDifferences(stored: waits)
 
         if rewrite {
             try connection.run("DELETE FROM jobs")
             for record in fold.recordsInLogOrder {
                 try connection.run(JobRecord.insertSQL, try record.rowValues())
+            }
+            try connection.run("DELETE FROM job_dependencies")
+            for row in fold.dependencyRows {
+                try connection.run("INSERT INTO job_dependencies (job, depends_on) VALUES (?, ?)", [.text(row.job), .text(row.dependsOn)])
             }
         }
         return fold.report(differences: differences, rewritten: rewrite)

@@ -98,6 +98,7 @@ extension EventStore {
     public func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? {
         if let queues, queues.isEmpty { return nil }
         var sql = "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued'"
+            + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
         if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
         let values = (queues ?? []).map(SQLiteValue.text)
         return try withConnection { (connection) throws(StoreError) -> Int64? in
@@ -112,6 +113,8 @@ extension SQLiteConnection {
         let (owner, queues, limit, leaseMs, now) = (request.owner, request.queues, request.limit, request.leaseMs, request.now)
         // Whole rows, so each claim reads its job once (the rows are current: this transaction holds the lock).
         var sql = "SELECT \(JobRecord.selectColumns) FROM jobs WHERE state = 'queued' AND run_after_ms <= ?"
+            // A job waiting for a dependency has a row in job_dependencies (its primary key starts with the job).
+            + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
         if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
         sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT ?"
         let queueValues = (queues ?? []).map(SQLiteValue.text)

@@ -28,6 +28,9 @@ public enum JobCommand: Sendable, Equatable, Hashable {
     /// Honour a request still pending on a job that no longer runs, which only logs written by older
     /// releases hold. Nothing to append when there is none.
     case settle
+    /// Job `dependency` (idempotency key `key`), which this job waits for (`after:`), ended `outcome`
+    /// (failed or cancelled) for good, so this job can never run: a waiting job ends `cancelled`.
+    case dependencyEnded(dependency: String, key: String?, outcome: JobState)
 
     /// The worker started (or resumed) the transfer.
     public static func start(_ progress: TransferProgress) -> JobCommand { .report(.started(progress)) }
@@ -152,6 +155,11 @@ public enum LifecycleRefusal: Error, Sendable, Equatable, Hashable, CustomString
 /// `attempts + 1`. **Lease expiry** of a running job: `lease_expired`, or `failed`
 /// (`retryLimitExceeded`) when its attempts are used up and no cancel is pending.
 ///
+/// **Dependencies** (`after:`): the store claims no job that waits for a job not yet succeeded. When a
+/// dependency ends failed or cancelled (`dependencyEnded`), a queued or paused dependant ends `cancelled`
+/// (error code `cancelled`, "dependency ID (key K) failed"); a running or finished one is a repeat. The
+/// store applies this to the dependant's own dependants in turn, in the same transaction.
+///
 /// **Attempts**: every claim charges one; a run that ends `paused` or `released` gives it back; a
 /// failure or a crash (`lease_expired`) keeps it; `retried` starts afresh.
 ///
@@ -249,6 +257,8 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         case .settle:
             guard let pending = Self.settlement(job) else { return [] }
             return settled([pending], now: now)
+        case .dependencyEnded(let dependency, let key, let outcome):
+            return settled(try Self.dependencyEnded(job, dependency: dependency, key: key, outcome: outcome), now: now)
         }
     }
 
@@ -339,6 +349,32 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             throw .invalidControl(
                 "job \(job.id) is \(job.state.rawValue), not failed or cancelled; only those can be retried")
         }
+    }
+
+    // MARK: - Dependencies
+
+    /// A queued or paused job whose dependency ended failed or cancelled can never run: it ends
+    /// `cancelled`, naming the dependency. Anything else is left as it is.
+    private static func dependencyEnded(_ job: JobRecord, dependency: String, key: String?,
+                                        outcome: JobState) throws(LifecycleRefusal) -> [DecidedEvent] {
+        guard outcome == .failed || outcome == .cancelled else {
+            throw .invalidControl("dependency \(dependency) is \(outcome.rawValue), not failed or cancelled; job \(job.id) still waits")
+        }
+        switch job.state {
+        case .queued, .paused:
+            let message = dependencyMessage(dependency: dependency, key: key, outcome: outcome)
+            let error = StorageError(.cancelled, message)
+            let remedy = "retrying the dependency does not revive this job: retry it too (`jobctl retry \(job.id)`)"
+            return [DecidedEvent(.cancelled(.none, error: error, reason: remedy))]
+        case .running, .succeeded, .failed, .cancelled:
+            return []
+        }
+    }
+
+    /// "dependency ID (key K) failed" / "… was cancelled".
+    public static func dependencyMessage(dependency: String, key: String?, outcome: JobState) -> String {
+        let named = key.map { "\(dependency) (key \($0))" } ?? dependency
+        return "dependency \(named) " + (outcome == .failed ? "failed" : "was cancelled")
     }
 
     private static func finalWords(_ state: JobState) -> String {

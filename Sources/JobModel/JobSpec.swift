@@ -73,6 +73,11 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     /// The folder, glob or prefix the job was expanded from, with the batch id it shares with the rest of
     /// the expansion; nil for a job written on its own. Nil is not encoded.
     public var batch: JobBatch?
+    /// The jobs this one waits for (the manifest's `after:`): it is not claimed until every one of them has
+    /// succeeded, and ends `cancelled` when one of them ends failed or cancelled. Stored as full job ids;
+    /// the manifest's names (keys or id prefixes) are resolved by the store at submit. Nil (never empty)
+    /// is not encoded, so specs stored before this field existed re-encode unchanged.
+    public var after: [String]?
 
     /// The `timeout:` values accepted: one second to seven days (a resumable upload session lives a week).
     public static let timeoutRange = 1...(7 * 86_400)
@@ -85,7 +90,7 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
                 maxSize: Int64? = nil, metadata: UploadMetadata? = nil, key: String? = nil,
                 priority: Int = 0, maxAttempts: Int = JobSpec.defaultMaxAttempts, queue: String = JobSpec.defaultQueue,
                 timeoutSeconds: Int? = nil, checksums: [ChecksumAlgorithm]? = nil, ifExists: IfExists? = nil, maxRate: Int64? = nil,
-                runAfterMs: Int64? = nil, batch: JobBatch? = nil) {
+                runAfterMs: Int64? = nil, batch: JobBatch? = nil, after: [String]? = nil) {
         self.kind = kind
         self.source = source
         self.destination = destination
@@ -102,6 +107,7 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
         self.maxRate = maxRate
         self.runAfterMs = runAfterMs
         self.batch = batch
+        self.after = after
     }
 
     /// Whether the job asks for MD5 to be computed.

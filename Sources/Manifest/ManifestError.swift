@@ -57,6 +57,8 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
         case unreadable
         /// A folder, glob or prefix that expands to no file.
         case emptyExpansion
+        /// An `after:` entry that names no job, the job itself, or closes a cycle of dependencies.
+        case invalidDependency
     }
 
     public var code: Code

@@ -12,11 +12,31 @@ public struct ManifestJob: Sendable, Hashable {
     /// For a download-file job whose source is a prefix: what `submit` must list to make its jobs; `spec`
     /// is then only the template.
     public var prefixExpansion: PrefixExpansion?
+    /// The job's `after:` entries, each with where it was written (the names are also in `spec.after`).
+    public var dependencies: [ManifestDependency] = []
 
     public init(spec: JobSpec, line: Int, column: Int) {
         self.spec = spec
         self.line = line
         self.column = column
+    }
+}
+
+/// One `after:` entry of a manifest job: the name it gives and where it was written.
+public struct ManifestDependency: Sendable, Hashable {
+    /// A key of a job in the manifest or the log, or a job id or unique id prefix.
+    public var name: String
+    /// The manifest's path as the user named it.
+    public var file: String
+    /// 1-based line and column of the entry.
+    public var line: Int
+    public var column: Int
+    /// The entry's source line (for the caret under an error), when known.
+    public var sourceLine: String?
+
+    /// An error at this entry.
+    public func error(_ message: String) -> ManifestError {
+        ManifestError(code: .invalidDependency, file: file, line: line, column: column, message: message, sourceLine: sourceLine)
     }
 }
 

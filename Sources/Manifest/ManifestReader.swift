@@ -19,9 +19,10 @@ enum JobField: String, CaseIterable, Sendable {
     case include, exclude
     case runAfter = "run_after"
     case delay
+    case after
 
     /// Fields every kind takes.
-    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout, .runAfter, .delay]
+    static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout, .runAfter, .delay, .after]
 
     /// Every field each kind takes: the common ones and its own.
     static let allowed: [JobKind: Set<JobField>] = Dictionary(uniqueKeysWithValues: JobKind.allCases.map { kind in
@@ -35,6 +36,7 @@ enum JobField: String, CaseIterable, Sendable {
         case .data, .dataBase64: "each job carries its own data"
         case .key: "idempotency keys must differ from job to job"
         case .include, .exclude: "filters belong to the folder, glob or prefix they filter"
+        case .after: "each job names the jobs it waits for"
         default: nil
         }
     }
@@ -86,6 +88,8 @@ struct FieldSet {
     var runAfter: Located<Int64>?
     /// ms.
     var delay: Located<Int64>?
+    /// The `after:` entries: names with their positions.
+    var after: Located<[Located<String>]>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
     /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
@@ -224,6 +228,10 @@ struct ManifestReader {
             guard let job = readJob(node, defaults: defaults) else { continue }
             for (index, spec) in job.specs.enumerated() {
                 var entry = ManifestJob(spec: spec, line: job.mark.line, column: job.mark.column)
+                entry.dependencies = lastDependencies.map { dependency in
+                    ManifestDependency(name: dependency.value, file: file, line: dependency.valueMark.line,
+                                       column: dependency.valueMark.column, sourceLine: source.line(dependency.valueMark.line))
+                }
                 if index == 0 {
                     entry.notes = job.notes
                     entry.prefixExpansion = job.prefix
@@ -231,6 +239,7 @@ struct ManifestReader {
                 jobs.append(entry)
             }
         }
+        reportDependencyCycles()
         return errors.isEmpty ? jobs : []
     }
 
@@ -308,12 +317,19 @@ struct ManifestReader {
         var prefix: PrefixExpansion?
     }
 
+    /// The `after:` entries of the job `readJob` read last.
+    private var lastDependencies: [Located<String>] = []
+
+    /// The `after:` entries of the jobs read so far, by the job's key (jobs without a key cannot be named).
+    private var dependenciesByKey: [(key: String, entries: [Located<String>])] = []
+
     private mutating func readJob(_ node: YAMLNode, defaults: FieldSet) -> ReadJob? {
         guard case .mapping(let pairs, let mark) = node else {
             report(.wrongType, "a job must be a mapping of fields ('kind: ...', 'source: ...'), not \(node.summary)", at: node.mark)
             return nil
         }
         let own = readFields(pairs, inDefaults: false)
+        lastDependencies = own.after?.value ?? []
         let fields = own.merged(over: defaults)
         if let key = own.key {
             if let first = idempotencyKeys[key.value] {
@@ -352,6 +368,16 @@ struct ManifestReader {
                 report(.invalidValue, "'delay' reaches past 9999-12-31; use a shorter delay", at: delay.valueMark)
             } else {
                 spec.runAfterMs = sum
+            }
+        }
+        if let after = own.after?.value, !after.isEmpty {
+            spec.after = after.map(\.value)
+            if let key = own.key?.value {
+                for entry in after where entry.value == key {
+                    report(.invalidDependency, "job '\(key)' cannot wait for itself; remove '\(key)' from its 'after'", at: entry.valueMark)
+                }
+                // A self-dependency is reported above, not again as a cycle.
+                dependenciesByKey.append((key, after.filter { $0.value != key }))
             }
         }
         if allowed.contains(.checksums) { spec.checksums = fields.checksums?.value }
@@ -773,6 +799,8 @@ struct ManifestReader {
                 fields.runAfter = located(readRunAfter(pair))
             case .delay:
                 fields.delay = located(readDelay(pair))
+            case .after:
+                fields.after = located(readAfter(pair))
             }
         }
         if let runAfter = fields.written[.runAfter], let delay = fields.written[.delay] {
@@ -868,6 +896,69 @@ struct ManifestReader {
         }
         guard valid else { return nil }
         return ChecksumAlgorithm.allCases.filter(chosen.contains)
+    }
+
+    /// `after:` — a list of job names (keys, ids or id prefixes), each a non-empty string written once.
+    private mutating func readAfter(_ pair: YAMLPair) -> [Located<String>]? {
+        let expected = "a list of the keys or ids of the jobs this one waits for, like [upload-photos]"
+        guard case .sequence(let items, _) = pair.value else {
+            let isNull = Self.isNull(pair.value)
+            report(isNull ? .invalidValue : .wrongType, "'after' must be \(expected), not \(pair.value.summary)",
+                   at: isNull ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        var entries: [Located<String>] = []
+        var seen: [String: SourceMark] = [:]
+        var valid = true
+        for item in items {
+            guard case .scalar(let scalar) = item, !scalar.isNull,
+                  !scalar.value.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+                report(.wrongType, "each of 'after' must be the key or id of a job, not \(item.summary)", at: item.mark)
+                valid = false
+                continue
+            }
+            if let first = seen[scalar.value] {
+                report(.invalidDependency, "'\(scalar.value)' is already in 'after' (column \(first.column) of line \(first.line)); "
+                           + "list each job once", at: item.mark)
+                valid = false
+                continue
+            }
+            seen[scalar.value] = item.mark
+            entries.append(Located(value: scalar.value, keyMark: pair.key.mark, valueMark: item.mark))
+        }
+        return valid ? entries : nil
+    }
+
+    /// Reports each cycle of `after:` entries among the manifest's keyed jobs once, at the entry that
+    /// closes it (`a → b → a`: at b's `a`).
+    mutating func reportDependencyCycles() {
+        var edges: [String: [Located<String>]] = [:]
+        for (key, entries) in dependenciesByKey where edges[key] == nil { edges[key] = entries }
+        var done: Set<String> = []
+        for (start, _) in dependenciesByKey where !done.contains(start) {
+            var path: [String] = [start]
+            var stack: [(key: String, next: Int)] = [(start, 0)]
+            while let top = stack.last {
+                let targets = edges[top.key] ?? []
+                guard top.next < targets.count else {
+                    stack.removeLast()
+                    path.removeLast()
+                    done.insert(top.key)
+                    continue
+                }
+                stack[stack.count - 1].next += 1
+                let target = targets[top.next]
+                if let from = path.firstIndex(of: target.value) {
+                    let cycle = (path[from...] + [target.value]).joined(separator: " → ")
+                    report(.invalidDependency, "'after' makes a cycle (\(cycle)): these jobs would wait for each other forever; "
+                               + "remove one of the entries", at: target.valueMark)
+                    continue
+                }
+                guard !done.contains(target.value), edges[target.value] != nil else { continue }
+                stack.append((target.value, 0))
+                path.append(target.value)
+            }
+        }
     }
 
     /// `if_exists:` — one of `IfExists`'s names.

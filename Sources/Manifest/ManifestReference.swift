@@ -67,6 +67,10 @@ public enum ManifestReference {
                        + "1970-01-01 to 9999-12-31; a past time runs at once. Excludes delay.", defaultText: "at once"),
             FieldEntry(name: "delay", summary: "Not before this long after submit: 90s, 15m, 2h, 1d; at most 3650d. Excludes "
                        + "run_after. submit --at TIME sets either for jobs that give neither.", defaultText: "none"),
+            FieldEntry(name: "after", summary: "Jobs this one waits for: a list of keys (of jobs in the manifest or the log), "
+                       + "job ids or unique id prefixes. Not claimed until all have succeeded; cancelled when one ends "
+                       + "failed or cancelled (retrying that one later does not revive it: retry it too). Not allowed "
+                       + "in defaults.", defaultText: "none"),
             FieldEntry(name: "max_rate", summary: "This job's bandwidth, bytes per second with rclone's units: 512k, 10M "
                        + "(K/M/G/T are 1024s); http(s) and gs:// transfers.", defaultText: "unlimited"),
         ]

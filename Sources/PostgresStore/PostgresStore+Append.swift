@@ -58,31 +58,20 @@ extension PostgresStore {
                     FROM (SELECT key FROM unnest($1::text[]) AS key ORDER BY key) AS keys
                     """, [postgresTextArray(keys)])
             }
-            var outcomes: [SubmitOutcome] = []
-            var batchKeys: [String: (id: String, spec: String)] = [:]
-            for spec in specs {
-                if let key = spec.key {
-                    var existing = batchKeys[key]
-                    if existing == nil {
-                        existing = try connection.row("SELECT id, spec FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
-                            (row) throws(StoreError) in
-                            let id = try row.string(0)
-                            let stored = try StoreJSON.decode(JobSpec.self, try row.string(1), what: "job \(id) spec")
-                            return (id, try StoreJSON.encode(stored))
-                        }
-                    }
-                    if let existing {
-                        guard try StoreJSON.encode(spec).utf8.elementsEqual(existing.spec.utf8) else {
-                            throw StoreError.keyConflict(key: key, existingID: existing.id)
-                        }
-                        outcomes.append(SubmitOutcome(id: existing.id, key: key, kind: spec.kind, created: false))
-                        continue
-                    }
+            let plan = try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
+                try connection.row("SELECT id, spec FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
+                    (row) throws(StoreError) in
+                    let id = try row.string(0)
+                    let stored = try StoreJSON.decode(JobSpec.self, try row.string(1), what: "job \(id) spec")
+                    return (id, try StoreJSON.encode(stored))
                 }
-                let id = JobID.generate(atMs: now)
-                _ = try connection.perform(.submit(spec), jobID: id, on: nil, actor: actor, expectedVersion: 0, now: now)
-                if let key = spec.key { batchKeys[key] = (id, try StoreJSON.encode(spec)) }
-                outcomes.append(SubmitOutcome(id: id, key: spec.key, kind: spec.kind, created: true))
+            }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
+            var outcomes: [SubmitOutcome] = []
+            for entry in plan.entries {
+                if entry.creates {
+                    _ = try connection.perform(.submit(entry.spec), jobID: entry.id, on: nil, actor: actor, expectedVersion: 0, now: now)
+                }
+                outcomes.append(SubmitOutcome(id: entry.id, key: entry.spec.key, kind: entry.spec.kind, created: entry.creates))
             }
             return outcomes
         }
@@ -135,6 +124,22 @@ extension PostgresConnection: DecisionWriter {
     }
 
     /// The job's projection row, locked until the transaction ends (`FOR UPDATE`), or nil.
+    /// The job an `after:` name means: the job with that idempotency key, else the job with that id or
+    /// unique id prefix; nil when there is none.
+    func dependencyID(_ name: String) throws(StoreError) -> String? {
+        if let id = try row("SELECT id FROM jobs WHERE idempotency_key = $1", [.text(name)], { (row) throws(StoreError) in try row.string(0) }) {
+            return id
+        }
+        do throws(StoreError) {
+            return try resolveID(name)
+        } catch {
+            switch error {
+            case .notFound, .invalidControl: return nil  // not an id, or too short to be a prefix
+            default: throw error
+            }
+        }
+    }
+
     func lockJob(_ id: String) throws(StoreError) -> JobRecord? {
         try row("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = $1 FOR UPDATE", [.text(id)]) {
             (row) throws(StoreError) in try JobRecord(postgresRow: row)
@@ -222,5 +227,30 @@ extension PostgresConnection: DecisionWriter {
     /// Removes the job's lease row.
     public func dropLease(jobID: String) throws(StoreError) {
         try store("DELETE FROM leases WHERE job_id = $1", [.text(jobID)])
+    }
+
+    // MARK: Dependencies
+
+    /// The job's projection row, locked, or nil.
+    public func dependencyRecord(_ jobID: String) throws(StoreError) -> JobRecord? { try lockJob(jobID) }
+
+    /// Inserts a row of `job_dependencies`.
+    public func insertDependency(jobID: String, dependsOn: String) throws(StoreError) {
+        try store("INSERT INTO job_dependencies (job, depends_on) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                  [.text(jobID), .text(dependsOn)])
+    }
+
+    /// Deletes the rows that wait on `jobID`.
+    public func removeDependencies(on jobID: String) throws(StoreError) {
+        try store("DELETE FROM job_dependencies WHERE depends_on = $1", [.text(jobID)])
+    }
+
+    /// The queued or paused jobs with a row waiting on `jobID`, in submission order, locked.
+    public func waitingDependants(of jobID: String) throws(StoreError) -> [JobRecord] {
+        try rows("""
+            SELECT \(JobRecord.postgresSelectColumns) FROM jobs
+            WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = $1) AND state IN ('queued', 'paused')
+            ORDER BY seq FOR UPDATE
+            """, [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
     }
 }

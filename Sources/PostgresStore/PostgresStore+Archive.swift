@@ -60,6 +60,10 @@ extension PostgresStore {
             }
             try connection.store("DELETE FROM jobs WHERE id IN (SELECT job_id FROM archive_authorisations)")
             try connection.store("DELETE FROM leases WHERE job_id IN (SELECT job_id FROM archive_authorisations)")
+            try connection.store("""
+                DELETE FROM job_dependencies WHERE job IN (SELECT job_id FROM archive_authorisations)
+                                                OR depends_on IN (SELECT job_id FROM archive_authorisations)
+                """)
             try connection.store("DELETE FROM archive_authorisations")
 
             var removed = 0

@@ -255,14 +255,22 @@ extension PostgresStore {
         }) {
             stored[id] = values
         }
-        let differences = try fold.differences(stored: stored, columns: JobRecord.postgresColumns) {
+        var differences = try fold.differences(stored: stored, columns: JobRecord.postgresColumns) {
             (record) throws(StoreError) in try record.postgresValues()
         }
+        let waits = try connection.rows("SELECT job, depends_on FROM job_dependencies", []) { (row) throws(StoreError) in
+            DependencyRow(job: try row.string(0), dependsOn: try row.string(1))
+        }
+        differences += fold.dependencyDifferences(stored: waits)
 
         if rewrite {
             try connection.store("DELETE FROM jobs")
             for record in fold.recordsInLogOrder {
                 try connection.store(JobRecord.postgresInsertSQL, try record.postgresValues())
+            }
+            try connection.store("DELETE FROM job_dependencies")
+            for row in fold.dependencyRows {
+                try connection.store("INSERT INTO job_dependencies (job, depends_on) VALUES ($1, $2)", [.text(row.job), .text(row.dependsOn)])
             }
         }
         return fold.report(differences: differences, rewritten: rewrite)

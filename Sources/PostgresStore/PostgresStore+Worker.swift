@@ -91,6 +91,7 @@ extension PostgresStore {
     public func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? {
         if let queues, queues.isEmpty { return nil }
         var sql = "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued'"
+            + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
         var values: [PostgresValue] = []
         if let queues {
             sql += " AND queue = ANY($1::text[])"
@@ -109,6 +110,8 @@ extension PostgresConnection {
     func claim(_ request: ClaimRequest) throws(StoreError) -> [ClaimedJob] {
         let (owner, queues, limit, leaseMs, now) = (request.owner, request.queues, request.limit, request.leaseMs, request.now)
         var sql = "SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
+            // A job waiting for a dependency has a row in job_dependencies (its primary key starts with the job).
+            + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
         var values: [PostgresValue] = [.integer(now)]
         if let queues {
             sql += " AND queue = ANY($2::text[])"

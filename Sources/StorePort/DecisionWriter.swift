@@ -18,6 +18,18 @@ public protocol DecisionWriter {
     func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError)
     /// Removes the job's lease row.
     func dropLease(jobID: String) throws(StoreError)
+
+    // MARK: Dependencies (`after:`)
+
+    /// The job's projection row as it stands in this transaction, or nil (a job later in the same submit).
+    func dependencyRecord(_ jobID: String) throws(StoreError) -> JobRecord?
+    /// Records that `jobID` waits for `dependsOn` (a row of `job_dependencies`).
+    func insertDependency(jobID: String, dependsOn: String) throws(StoreError)
+    /// Removes every wait on `jobID`: it succeeded.
+    func removeDependencies(on jobID: String) throws(StoreError)
+    /// The queued or paused jobs that wait for `jobID`, in submission order, locked where the engine
+    /// locks rows.
+    func waitingDependants(of jobID: String) throws(StoreError) -> [JobRecord]
 }
 
 extension DecisionWriter {
@@ -77,11 +89,51 @@ extension DecisionWriter {
             lifecycle.apply(event)
             events.append(event)
         }
-        guard let record = lifecycle.record, !events.isEmpty else { return (events, lifecycle.record) }
+        guard var record = lifecycle.record, !events.isEmpty else { return (events, lifecycle.record) }
         try writeProjection(record, replacing: current)
         if record.state != .running {
             try dropLease(jobID: record.id)
         }
+        if let later = try persistDependencies(of: record, before: current, actor: actor, now: now) {
+            events += later.events
+            record = later.record ?? record
+        }
         return (events, record)
+    }
+
+    /// What `after:` makes of a decision, in its transaction: a new job's waits are recorded (none for a
+    /// dependency that already succeeded; a dependency already failed or cancelled cancels it at once); a
+    /// job that just succeeded frees its dependants; one that just ended failed or cancelled has the
+    /// lifecycle cancel its waiting dependants, and theirs in turn (each `perform` does the next level).
+    ///
+    /// Returns the events a new job got beyond its `submitted` and the job after them, or nil.
+    private func persistDependencies(of record: JobRecord, before current: JobRecord?, actor: String,
+                                     now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?)? {
+        if current == nil {
+            guard let after = record.spec.after, !after.isEmpty else { return nil }
+            var ended: JobRecord?
+            for dependency in after {
+                let known = try dependencyRecord(dependency)
+                if known?.state == .succeeded { continue }
+                try insertDependency(jobID: record.id, dependsOn: dependency)
+                if let known, known.state == .failed || known.state == .cancelled, ended == nil { ended = known }
+            }
+            guard let ended else { return nil }
+            return try perform(.dependencyEnded(dependency: ended.id, key: ended.key, outcome: ended.state), jobID: record.id,
+                               on: record, actor: actor, expectedVersion: record.version, now: now)
+        }
+        guard let current, current.state != record.state else { return nil }
+        switch record.state {
+        case .succeeded:
+            try removeDependencies(on: record.id)
+        case .failed, .cancelled:
+            for dependant in try waitingDependants(of: record.id) {
+                _ = try perform(.dependencyEnded(dependency: record.id, key: record.key, outcome: record.state),
+                                jobID: dependant.id, on: dependant, actor: actor, expectedVersion: dependant.version, now: now)
+            }
+        case .queued, .running, .paused:
+            break
+        }
+        return nil
     }
 }

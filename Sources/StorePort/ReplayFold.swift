@@ -99,4 +99,52 @@ public struct ReplayFold: Sendable {
         ReplayReport(eventsRead: eventsRead, jobsRebuilt: records.count, differences: differences,
                      problems: problems, rewritten: rewritten)
     }
+
+    // MARK: - Dependencies
+
+    /// The `job_dependencies` rows the log implies: for each job, every dependency it lists that is in
+    /// the log and has not succeeded (a job's waits are recorded at its submission and removed when the
+    /// dependency succeeds, which is final; an archived dependency's rows left with it), sorted.
+    public var dependencyRows: [DependencyRow] {
+        var rows: [DependencyRow] = []
+        for record in records.values {
+            for dependency in record.spec.after ?? [] {
+                guard let target = records[dependency], target.state != .succeeded else { continue }
+                rows.append(DependencyRow(job: record.id, dependsOn: dependency))
+            }
+        }
+        return rows.sorted()
+    }
+
+    /// The differences between the stored `job_dependencies` rows and `dependencyRows`, as column `after`.
+    public func dependencyDifferences(stored: [DependencyRow]) -> [ReplayDifference] {
+        let rebuilt = Set(dependencyRows)
+        let kept = Set(stored)
+        var differences: [ReplayDifference] = []
+        for row in kept.subtracting(rebuilt).sorted() {
+            differences.append(ReplayDifference(jobID: row.job, column: "after", stored: "waits for \(row.dependsOn)", rebuilt: "no wait"))
+        }
+        for row in rebuilt.subtracting(kept).sorted() {
+            differences.append(ReplayDifference(jobID: row.job, column: "after", stored: "no wait", rebuilt: "waits for \(row.dependsOn)"))
+        }
+        return differences
+    }
+}
+
+/// One row of `job_dependencies`: `job` waits for `dependsOn` to succeed.
+public struct DependencyRow: Sendable, Hashable, Comparable {
+    /// The waiting job.
+    public var job: String
+    /// The job it waits for.
+    public var dependsOn: String
+
+    /// Creates a row.
+    public init(job: String, dependsOn: String) {
+        self.job = job
+        self.dependsOn = dependsOn
+    }
+
+    public static func < (lhs: DependencyRow, rhs: DependencyRow) -> Bool {
+        (lhs.job, lhs.dependsOn) < (rhs.job, rhs.dependsOn)
+    }
 }

@@ -34,6 +34,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case io(String)
     /// A stored row or event could not be decoded, or a value could not be encoded as JSON.
     case corrupt(String)
+    /// An `after:` entry names no job: not a key of the jobs submitted with it, nor a key or id (prefix)
+    /// of a job in the log.
+    case unknownDependency(String)
 
     public var description: String {
         switch self {
@@ -75,6 +78,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return "database I/O error: \(message)"
         case .corrupt(let message):
             return "stored data could not be read or written: \(message); `jobctl replay --verify` checks the log"
+        case .unknownDependency(let name):
+            return "'after' names '\(name)', which is neither the key of a job in the manifest nor a key or id (prefix) "
+                + "of a job in the log; nothing was submitted: name a job that exists (`jobctl list` shows them)"
         }
     }
 

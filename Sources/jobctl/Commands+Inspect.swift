@@ -33,8 +33,10 @@ extension Commands {
             }
         }
         let display = Display.redacting
+        var dependencies = DependencyStates(store: store)
+        let waits = try jobs.map { (job) throws in try dependencies.waitingFor(job) }
         if json {
-            emit(try jsonText(jobs.map { JobView($0, display: display) }))
+            emit(try jsonText(zip(jobs, waits).map { JobView($0, display: display, waitingFor: $1) }))
             return ExitCode.ok
         }
         if jobs.isEmpty {
@@ -63,6 +65,10 @@ extension Commands {
             columns.append(TableColumn("BATCH", dropRank: 6))
             for (index, job) in jobs.enumerated() { rows[index].append(job.batch ?? "-") }
         }
+        if waits.contains(where: { !($0 ?? []).isEmpty }) {
+            columns.append(TableColumn("WAITING FOR", dropRank: 7))
+            for (index, wait) in waits.enumerated() { rows[index].append(DependencyStates.text(wait)) }
+        }
         let table = renderTable(columns, rows, width: context.width)
         emit(table.text)
         if !table.hidden.isEmpty {
@@ -84,8 +90,10 @@ extension Commands {
         let store = try context.openStore(readOnly: true)
         let job = try store.job(resolving: arguments.positionals[0])
         let display = arguments.display
+        var dependencies = DependencyStates(store: store)
+        let waiting = try dependencies.waitingFor(job)
         if arguments[Options.json] {
-            emit(try jsonText(JobView(job, display: display)))
+            emit(try jsonText(JobView(job, display: display, waitingFor: waiting)))
             return ExitCode.ok
         }
         var lines: [(String, String)] = [
@@ -98,6 +106,8 @@ extension Commands {
         if let data = job.spec.data { lines.append(("data", "\(plural(data.count, "byte")) inline")) }
         if job.spec.kind == .downloadMemory { lines.append(("max size", ByteSize.format(job.spec.maxSize ?? JobSpec.defaultMaxSize))) }
         if let key = job.spec.key { lines.append(("key", key)) }
+        if let after = job.spec.after { lines.append(("after", after.joined(separator: ", "))) }
+        if let waiting, !waiting.isEmpty { lines.append(("waiting", "waiting for " + waiting.joined(separator: ", "))) }
         if let batch = job.spec.batch {
             lines.append(("batch", batch.id))
             var origin = "\(display.text(batch.source)) → \(batch.path)"
@@ -364,5 +374,38 @@ enum HistoryEntry: Equatable {
             if let total = last.data.bytesTotal { text += " of \(ByteSize.format(total))" }
         }
         return text + " (--all shows each)"
+    }
+}
+
+// MARK: - Dependencies
+
+/// What queued and paused jobs still wait for, reading each dependency once.
+struct DependencyStates {
+    let store: any JobStore
+    private var succeeded: [String: Bool] = [:]
+
+    init(store: any JobStore) {
+        self.store = store
+    }
+
+    /// The ids among `job`'s `after:` that have not succeeded, for a queued or paused job (a dependency no
+    /// longer in the log, archived, no longer holds it back); nil for any other job or one without `after:`.
+    mutating func waitingFor(_ job: JobRecord) throws -> [String]? {
+        guard let after = job.spec.after, job.state == .queued || job.state == .paused else { return nil }
+        var waiting: [String] = []
+        for id in after {
+            if succeeded[id] == nil {
+                let state = try store.job(id)?.state
+                succeeded[id] = state == nil || state == .succeeded
+            }
+            if succeeded[id] == false { waiting.append(id) }
+        }
+        return waiting
+    }
+
+    /// "waiting for 01ABCDEFGH…, 01DEFGHJKM…" for a table cell, "-" for none.
+    static func text(_ waiting: [String]?) -> String {
+        guard let waiting, !waiting.isEmpty else { return "-" }
+        return "waiting for " + waiting.map { $0.count > 10 ? $0.prefix(10) + "…" : $0 }.joined(separator: ", ")
     }
 }

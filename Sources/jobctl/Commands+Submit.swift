@@ -25,6 +25,9 @@ extension Commands {
 
         --at TIME holds every job without a run_after: or delay: of its own until TIME (RFC 3339, or a
         duration from now: 15m, 2h); a time in the past runs at once.
+
+        after: names (keys of jobs in these manifests or in the log, job ids, unique id prefixes) are
+        resolved to job ids here; a name that means no job is an error at its line and column (exit 65).
         """
     ) { arguments, context in
         let now = Clock.nowMs()
@@ -87,7 +90,18 @@ extension Commands {
             return ExitCode.ok
         }
         let store = try context.openStore(create: true)
-        let outcomes = try store.submit(specs, actor: context.actor, now: Clock.nowMs())
+        let outcomes: [SubmitOutcome]
+        do {
+            outcomes = try store.submit(specs, actor: context.actor, now: Clock.nowMs())
+        } catch StoreError.unknownDependency(let name) {
+            // Where the name was written: the manifest's `after:` entry, with a caret under it.
+            let message = "'after' names '\(name)', which is neither the key of a job in the manifests nor a key, id or "
+                + "unique id prefix of a job in the log; name a job that exists (`jobctl list` shows them)"
+            let entry = manifestJobs.lazy.flatMap(\.dependencies).first { $0.name == name }
+            emitError(entry.map { ManifestErrors([$0.error(message)]).render() } ?? "Error: \(message)")
+            emitError("Error: nothing was submitted")
+            return ExitCode.dataError
+        }
         if arguments[Options.json] {
             struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool; let batch: String? }
             emit(try jsonText(zip(outcomes, specs).map { outcome, spec in

@@ -92,6 +92,8 @@ struct SpecView: Encodable {
     let runAfterMs: Int64?
     /// The folder, glob or prefix the job came from, absent for a job written on its own.
     let batch: BatchView?
+    /// The jobs this one waits for (`after:`; names in a dry run, ids once submitted), absent when none.
+    let after: [String]?
 
     init(_ spec: JobSpec, display: Display) {
         kind = spec.kind.rawValue
@@ -107,10 +109,11 @@ struct SpecView: Encodable {
         runAfter = spec.runAfterMs.map(TimeText.rfc3339)
         runAfterMs = spec.runAfterMs
         batch = spec.batch.map { BatchView($0, display: display) }
+        after = spec.after
     }
 
     enum CodingKeys: String, CodingKey {
-        case kind, source, destination, metadata, key, priority, queue, batch
+        case kind, source, destination, metadata, key, priority, queue, batch, after
         case dataBase64 = "data_base64", maxSize = "max_size", maxAttempts = "max_attempts"
         case runAfter = "run_after", runAfterMs = "run_after_ms"
     }
@@ -271,8 +274,12 @@ struct JobView: Encodable {
     let runAfterMs: Int64
     /// The batch id, absent for a job written on its own.
     let batch: String?
+    /// The ids of the jobs this one waits for (`after:`), absent when none.
+    let after: [String]?
+    /// Those of `after` that have not succeeded yet, for a queued or paused job; absent when not known.
+    let waitingFor: [String]?
 
-    init(_ job: JobRecord, display: Display) {
+    init(_ job: JobRecord, display: Display, waitingFor: [String]? = nil) {
         id = job.id
         kind = job.spec.kind.rawValue
         state = job.state.rawValue
@@ -302,10 +309,13 @@ struct JobView: Encodable {
         runAfter = TimeText.rfc3339(job.runAfterMs)
         runAfterMs = job.runAfterMs
         batch = job.batch
+        after = job.spec.after
+        self.waitingFor = waitingFor
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, kind, state, queue, priority, attempts, source, destination, key, error, result, spec, batch
+        case id, kind, state, queue, priority, attempts, source, destination, key, error, result, spec, batch, after
+        case waitingFor = "waiting_for"
         case maxAttempts = "max_attempts", bytesDone = "bytes_done", bytesSent = "bytes_sent", bytesTotal = "bytes_total"
         case resumePoint = "resume_point", pauseRequested = "pause_requested", cancelRequested = "cancel_requested"
         case retryScheduled = "retry_scheduled"

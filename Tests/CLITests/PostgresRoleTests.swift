@@ -55,7 +55,8 @@ struct PostgresRoleTests {
             """)
         #expect(privileges.split(separator: "\n") == [
             "archive_authorisations:SELECT", "blobs:INSERT,SELECT", "events:INSERT,SELECT", "expired_blobs:SELECT",
-            "jobs:DELETE,INSERT,SELECT,UPDATE", "leases:DELETE,INSERT,SELECT,UPDATE", "schema_migrations:SELECT",
+            "job_dependencies:DELETE,INSERT,SELECT,UPDATE", "jobs:DELETE,INSERT,SELECT,UPDATE", "leases:DELETE,INSERT,SELECT,UPDATE",
+            "schema_migrations:SELECT",
         ], "\(privileges)")
 
         // Everything a worker machine and an operator's CLI do, as the worker role.

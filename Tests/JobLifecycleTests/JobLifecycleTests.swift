@@ -330,3 +330,43 @@ struct EventPayloadTests {
         #expect(throws: EventPayloadError.self) { try EventPayload(type: .progress, wire: EventData(v: 2)) }
     }
 }
+
+// MARK: - Dependencies
+
+@Suite("JobLifecycle: a dependency that ended failed or cancelled")
+struct DependencyEndedTests {
+    @Test("a queued or paused dependant ends cancelled naming the dependency; any other is left alone",
+          arguments: LifeState.allCases)
+    func dependencyEnded(state: LifeState) throws {
+        var job = try state.make()
+        let command = JobCommand.dependencyEnded(dependency: "01DEP", key: "up", outcome: .failed)
+        guard state != .new else {
+            #expect(job.decide(command, now: now) == .failure(.notFound))
+            return
+        }
+        let before = try #require(job.record?.state)
+        let events = try drive(&job, command, at: now)
+        switch before {
+        case .queued, .paused:
+            #expect(events.map(\.payload.type) == [.cancelled])
+            #expect(events.first?.payload.error == StorageError(.cancelled, "dependency 01DEP (key up) failed"))
+            #expect(events.first?.leaseToken == nil && job.record?.state == .cancelled)
+        case .running, .succeeded, .failed, .cancelled:
+            #expect(events.isEmpty)
+            #expect(job.record?.state == before)
+        }
+    }
+
+    @Test("the message names a cancelled dependency, with or without its key")
+    func wording() throws {
+        #expect(JobLifecycle.dependencyMessage(dependency: "01A", key: nil, outcome: .cancelled) == "dependency 01A was cancelled")
+        #expect(JobLifecycle.dependencyMessage(dependency: "01A", key: "k", outcome: .failed) == "dependency 01A (key k) failed")
+        var job = try LifeState.queued.make()
+        // Only a final failure or cancellation of the dependency cancels; anything else is refused.
+        #expect(throws: LifecycleRefusal.self) {
+            try job.decide(.dependencyEnded(dependency: "01A", key: nil, outcome: .succeeded), now: now).get()
+        }
+        try drive(&job, .dependencyEnded(dependency: "01A", key: nil, outcome: .cancelled), at: now)
+        #expect(job.record?.error?.message == "dependency 01A was cancelled")
+    }
+}

@@ -244,6 +244,30 @@ private let malformedCases: [MalformedCase] = [
     .init("delay that overflows", "- kind: fetch-url\n  source: gs://b/a\n  delay: 99999999999999999999d\n", 3, 10, .invalidValue,
           "'delay' must be at most 3650d (ten years)"),
     .init("negative delay", "- kind: fetch-url\n  source: gs://b/a\n  delay: -5m\n", 3, 10, .invalidValue, "'delay' must be a duration"),
+    .init("after that is no list", "- kind: fetch-url\n  source: gs://b/a\n  after: a\n", 3, 10, .wrongType,
+          "'after' must be a list of the keys or ids of the jobs this one waits for, like [upload-photos], not the string 'a'"),
+    .init("after empty", "- kind: fetch-url\n  source: gs://b/a\n  after:\n", 3, 3, .invalidValue, "'after' must be a list"),
+    .init("after holding a list", "- kind: fetch-url\n  source: gs://b/a\n  after: [[x]]\n", 3, 11, .wrongType,
+          "each of 'after' must be the key or id of a job, not a sequence"),
+    .init("after naming a job twice", "- kind: fetch-url\n  source: gs://b/a\n  after: [x, x]\n", 3, 14, .invalidDependency,
+          "'x' is already in 'after' (column 11 of line 3); list each job once"),
+    .init("after naming the job itself", "- kind: fetch-url\n  source: gs://b/a\n  key: a\n  after: [b, a]\n", 4, 14, .invalidDependency,
+          "job 'a' cannot wait for itself; remove 'a' from its 'after'"),
+    .init("after making a cycle", """
+        - kind: fetch-url
+          source: gs://b/a
+          key: a
+          after: [b]
+        - kind: fetch-url
+          source: gs://b/b
+          key: b
+          after: [c, a]
+        - kind: fetch-url
+          source: gs://b/c
+          key: c
+        """, 8, 14, .invalidDependency, "'after' makes a cycle (a → b → a): these jobs would wait for each other forever"),
+    .init("after in defaults", "defaults: {after: [a]}\njobs:\n  - kind: fetch-url\n    source: gs://b/a\n", 1, 12, .fieldNotAllowed,
+          "'after' cannot be a default: each job names the jobs it waits for"),
     .init("run_after and delay together", "- kind: fetch-url\n  source: gs://b/a\n  run_after: 2026-12-01T02:00:00Z\n  delay: 2h\n", 4, 3,
           .conflictingFields, "'run_after' and 'delay' exclude each other; keep one"),
     .init("upload-data into a folder", "- kind: upload-data\n  data: x\n  destination: gs://b/folder/\n", 3, 16, .invalidReference,

@@ -271,6 +271,30 @@ import TestSupport
         #expect(jobs.first?.key == "12")
     }
 
+    // MARK: - Dependencies
+
+    @Test func afterKeepsItsNamesInOrderWithTheirPositions() throws {
+        let yaml = """
+            jobs:
+              - kind: fetch-url
+                source: gs://b/late
+                after: [first, 01JDEPS0PREFIX]
+              - kind: upload-data
+                data: x
+                destination: gs://b/first
+                key: first
+            """
+        let jobs = try ManifestParser().parseJobs(text: yaml, path: "deps.yaml").get()
+        try #require(jobs.count == 2)
+        #expect(jobs[0].spec.after == ["first", "01JDEPS0PREFIX"])
+        #expect(jobs[0].dependencies.map { "\($0.file):\($0.line):\($0.column) \($0.name)" }
+                    == ["deps.yaml:4:13 first", "deps.yaml:4:20 01JDEPS0PREFIX"])
+        #expect(jobs[1].spec.after == nil && jobs[1].dependencies.isEmpty)
+        // An empty list is no dependency, so the spec encodes as one written without it.
+        let none = try ManifestParser().parse(text: "- kind: fetch-url\n  source: gs://b/a\n  after: []\n", path: "m.yaml").get()
+        #expect(none.first?.after == nil)
+    }
+
     // MARK: - Shipped examples
 
     @Test func demoManifestParses() throws {
@@ -287,14 +311,17 @@ import TestSupport
                 #expect(FileManager.default.fileExists(atPath: source), "\(source) is missing")
             }
         }
-        // Jobs run in priority order: every upload before every download.
-        let uploads = jobs.filter(\.kind.isUpload).map(\.priority)
-        let others = jobs.filter { !$0.kind.isUpload }.map(\.priority)
-        #expect(try #require(uploads.min()) > (try #require(others.max())))
-        // Whatever a download reads, the demo uploads.
-        let written = Set(jobs.filter(\.kind.isUpload).compactMap(\.destination))
+        // Whatever a download reads, the demo uploads — and the download waits (`after:`) for that upload.
+        let writers = Dictionary(jobs.filter(\.kind.isUpload).compactMap { job in job.destination.map { ($0, job.key) } },
+                                 uniquingKeysWith: { first, _ in first })
         for job in jobs where !job.kind.isUpload {
-            #expect(written.contains(job.source ?? ""), "\(job.source ?? "nil") is never uploaded")
+            let writer = writers[job.source ?? ""]
+            #expect(writer != nil, "\(job.source ?? "nil") is never uploaded")
+            if let writerKey = writer ?? nil {
+                #expect(job.after == [writerKey], "\(job.source ?? "nil") does not wait for its upload")
+            } else {
+                Issue.record("the upload of \(job.source ?? "nil") has no key to wait for")
+            }
         }
     }
 

@@ -26,7 +26,8 @@ struct PostgresMigratorTests {
         let tables = try connection.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1") {
             (row) throws(PostgresError) in try row.text(0)
         }
-        #expect(tables == ["archive_authorisations", "blobs", "events", "expired_blobs", "jobs", "leases", "schema_migrations"])
+        #expect(tables == ["archive_authorisations", "blobs", "events", "expired_blobs", "job_dependencies", "jobs", "leases",
+                           "schema_migrations"])
         let sequences = try connection.query("SELECT sequencename FROM pg_sequences WHERE schemaname = 'public' ORDER BY 1") {
             (row) throws(PostgresError) in try row.text(0)
         }

@@ -1,0 +1,135 @@
+import Foundation
+import JobModel
+
+/// What `submit` does with each spec of a batch, decided before anything is written: which specs are
+/// new jobs (with the ids they get), which map to an existing job by idempotency key, and what each
+/// `after:` name means. The same rules for every adapter; only the lookups are theirs.
+public struct SubmitPlan: Sendable {
+    /// One spec of the batch, in order.
+    public struct Entry: Sendable {
+        /// The spec with `after:` resolved to full job ids (nil when it names none).
+        public var spec: JobSpec
+        /// The job's id: new, or the existing job's.
+        public var id: String
+        /// Whether a `submitted` event is to be appended (false: the key already names this job).
+        public var creates: Bool
+    }
+
+    /// The entries, in the batch's order.
+    public private(set) var entries: [Entry] = []
+
+    /// Plans `specs`.
+    ///
+    /// - Parameters:
+    ///   - storedByKey: the id and stored spec (canonical JSON) of the job the log holds under a key.
+    ///   - logJob: the id of the job in the log that an `after:` name means (its key, its id or a unique id
+    ///     prefix), or nil for none.
+    /// - Throws: `keyConflict` when a known key comes with a different spec, `unknownDependency` for an
+    ///   `after:` name that means no job, and what the lookups throw.
+    public init(_ specs: [JobSpec], now: Int64,
+                storedByKey: (String) throws(StoreError) -> (id: String, spec: String)?,
+                logJob: (String) throws(StoreError) -> String?) throws(StoreError) {
+        // Ids first, so an `after:` may name a job later in the batch.
+        var stored: [String: (id: String, spec: String)] = [:]
+        var firstOfKey: [String: Int] = [:]
+        var ids: [String] = []
+        for (index, spec) in specs.enumerated() {
+            guard let key = spec.key else {
+                ids.append(JobID.generate(atMs: now))
+                continue
+            }
+            if let first = firstOfKey[key] {
+                ids.append(ids[first])
+                continue
+            }
+            firstOfKey[key] = index
+            if let existing = try storedByKey(key) {
+                stored[key] = existing
+                ids.append(existing.id)
+            } else {
+                ids.append(JobID.generate(atMs: now))
+            }
+        }
+        var resolved: [String: String] = [:]
+        func resolve(_ name: String) throws(StoreError) -> String {
+            if let id = resolved[name] { return id }
+            let id: String
+            if let index = firstOfKey[name] {
+                id = ids[index]
+            } else if let found = try logJob(name) {
+                id = found
+            } else {
+                throw StoreError.unknownDependency(name)
+            }
+            resolved[name] = id
+            return id
+        }
+        var firstSpec: [String: String] = [:]
+        for (index, original) in specs.enumerated() {
+            var spec = original
+            if let names = spec.after {
+                var after: [String] = []
+                for name in names {
+                    let id = try resolve(name)
+                    if !after.contains(id) { after.append(id) }
+                }
+                spec.after = after.isEmpty ? nil : after
+            }
+            guard let key = spec.key else {
+                entries.append(Entry(spec: spec, id: ids[index], creates: true))
+                continue
+            }
+            let encoded = try StoreJSON.encode(spec)
+            if let existing = stored[key] ?? firstSpec[key].map({ (ids[index], $0) }) {
+                guard encoded.utf8.elementsEqual(existing.spec.utf8) else {
+                    throw StoreError.keyConflict(key: key, existingID: existing.id)
+                }
+                entries.append(Entry(spec: spec, id: existing.id, creates: false))
+                continue
+            }
+            firstSpec[key] = encoded
+            entries.append(Entry(spec: spec, id: ids[index], creates: true))
+        }
+        if let cycle = Self.cycle(among: entries.filter(\.creates)) {
+            throw StoreError.invalidControl("'after' makes a cycle (\(cycle.joined(separator: " → "))): these jobs would wait "
+                                                + "for each other forever; nothing was submitted: remove one of the edges")
+        }
+    }
+
+    /// A cycle of `after:` edges among new jobs (ids, the first repeated at the end), or nil. Jobs in the
+    /// log cannot wait for new ones, so only new jobs can close a cycle.
+    static func cycle(among entries: [Entry]) -> [String]? {
+        var edges: [String: [String]] = [:]
+        for entry in entries { edges[entry.id] = entry.spec.after ?? [] }
+        var done: Set<String> = []
+        for start in entries.map(\.id) where !done.contains(start) {
+            // Iterative depth-first search; `path` is the chain being followed.
+            var path: [String] = []
+            var onPath: Set<String> = []
+            var stack: [(id: String, next: Int)] = [(start, 0)]
+            path.append(start)
+            onPath.insert(start)
+            while let top = stack.last {
+                let targets = edges[top.id] ?? []
+                if top.next < targets.count {
+                    stack[stack.count - 1].next += 1
+                    let target = targets[top.next]
+                    if onPath.contains(target) {
+                        guard let from = path.firstIndex(of: target) else { continue }
+                        return Array(path[from...]) + [target]
+                    }
+                    if done.contains(target) || edges[target] == nil { continue }
+                    stack.append((target, 0))
+                    path.append(target)
+                    onPath.insert(target)
+                } else {
+                    stack.removeLast()
+                    path.removeLast()
+                    onPath.remove(top.id)
+                    done.insert(top.id)
+                }
+            }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// `after:` through the built binary: names resolved at submit (or refused at the entry's line and
+/// column), `list`/`show` saying what a job waits for, and a real worker running a chain in order.
+@Suite struct DependencyCommandTests {
+    private func jsonArray(_ workspace: CLIWorkspace, _ arguments: [String], environment: [String: String]) throws -> [[String: Any]] {
+        let output = try workspace.jobctl(arguments, environment: environment)
+        guard output.status == 0 else { throw CLITestError("jobctl \(arguments) exited \(output.status): \(output.stderr)") }
+        return try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]])
+    }
+
+    @Test("a worker with concurrency 4 runs a chain of three jobs in order", arguments: StoreEngine.allCases)
+    func aWorkerRunsAChainInOrder(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("deps-chain", engine: engine)
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        // Each job reads what the one before it wrote: run out of order, the second finds no object and
+        // the third no file. The last is listed first and all share one priority: only `after:` orders them.
+        let manifest = try workspace.write("chain.yaml", """
+            jobs:
+              - kind: upload-file
+                source: out/one.txt
+                destination: file://deps/two.txt
+                check_source: false
+                key: third
+                after: [second]
+              - kind: download-file
+                source: file://deps/one.txt
+                destination: out/one.txt
+                key: second
+                after: [first]
+              - kind: upload-data
+                data: chained
+                destination: file://deps/one.txt
+                key: first
+            """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 3)
+        let (third, second, first) = (ids[0], ids[1], ids[2])
+
+        let waiting = try workspace.jobctl(["show", third], environment: environment)
+        #expect(waiting.stdout.contains("waiting for \(second)\n"), "\(waiting.stdout)")
+        let listed = try workspace.jobctl(["list"], environment: environment.merging(["COLUMNS": "400"]) { a, _ in a })
+        #expect(listed.stdout.contains("WAITING FOR") && listed.stdout.contains("waiting for \(second.prefix(10))…"), "\(listed.stdout)")
+        let shown = try #require(try workspace.json(["show", third, "--json"]) as? [String: Any])
+        #expect(shown["after"] as? [String] == [second] && shown["waiting_for"] as? [String] == [second], "\(shown)")
+
+        let worker = try workspace.jobctl(["worker", "--drain", "--concurrency", "4"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let jobs = Dictionary(uniqueKeysWithValues: try jsonArray(workspace, ["list", "--json"], environment: environment).compactMap { job in
+            (job["id"] as? String).map { ($0, job) }
+        })
+        #expect(jobs.values.allSatisfy { $0["state"] as? String == "succeeded" }, "\(jobs)")
+        // Each job started only after the one it waits for finished (event times, in ms).
+        func time(_ id: String, _ field: String) throws -> Int64 { try #require((jobs[id]?[field] as? NSNumber)?.int64Value) }
+        #expect(try time(second, "started_at_ms") >= (try time(first, "finished_at_ms")))
+        #expect(try time(third, "started_at_ms") >= (try time(second, "finished_at_ms")))
+        #expect(try String(contentsOfFile: workspace.directory.file("buckets/deps/two.txt"), encoding: .utf8) == "chained")
+        #expect(try workspace.jobctl(["replay", "--verify"], environment: environment).status == 0)
+    }
+
+    @Test("an unknown name is refused at its line and column, and nothing is submitted", arguments: StoreEngine.allCases)
+    func anUnknownNameIsRefusedAtItsPosition(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("deps-unknown", engine: engine)
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: 'file://b/x', key: known}\n")
+        let manifest = try workspace.write("bad.yaml", """
+            - kind: upload-data
+              data: y
+              destination: file://b/y
+              after: [known, nobody]
+            """)
+        let refused = try workspace.jobctl(["submit", manifest])
+        #expect(refused.status == 65)
+        #expect(refused.stderr.contains("bad.yaml:4:18: error: 'after' names 'nobody', which is neither the key of a job"),
+                "\(refused.stderr)")
+        #expect(refused.stderr.contains("  after: [known, nobody]\n                 ^"), "\(refused.stderr)")
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(jobs.count == 1)
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+import Testing
+@testable import EventStore
+
+/// `after:` on both engines: a job is not claimed before its dependencies succeeded; when one ends
+/// failed or cancelled, its waiting dependants (and theirs) end cancelled in the same transaction; the
+/// `job_dependencies` rows are rebuilt by replay.
+@Suite struct DependencyTests {
+    private func spec(key: String, after: [String]? = nil, priority: Int = 0) -> JobSpec {
+        var spec = uploadSpec(key: key, priority: priority)
+        spec.after = after
+        return spec
+    }
+
+    /// Claims what is runnable at `now` and returns the ids.
+    private func claim(_ fixture: StoreFixture, now: Int64) throws -> [ClaimedJob] {
+        try fixture.store.claim(owner: workerName, queues: nil, limit: 10, leaseMs: 30_000, now: now)
+    }
+
+    private func finish(_ fixture: StoreFixture, _ claim: ClaimedJob, succeeded: Bool, now: Int64) throws {
+        let data = succeeded ? EventData(result: JobResult(size: 1))
+            : EventData(error: StorageError(.objectNotFound, "gone", httpStatus: 404))
+        try fixture.append(PendingEvent(jobID: claim.record.id, type: succeeded ? .succeeded : .failed, actor: workerName,
+                                        leaseToken: claim.token, data: data), now: now)
+    }
+
+    @Test(arguments: Engine.allCases)
+    func aJobIsClaimedOnlyAfterItsDependencySucceeded(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-claim", engine: engine)
+        defer { fixture.remove() }
+        // The dependant comes first in the batch and has the higher priority: only `after:` holds it back.
+        let outcomes = try fixture.store.submit([spec(key: "b", after: ["a"], priority: 9), spec(key: "a")],
+                                                actor: "cli:test", now: 1_000)
+        let (b, a) = (outcomes[0].id, outcomes[1].id)
+        #expect(try fixture.store.job(b)?.spec.after == [a])
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies WHERE job = ? AND depends_on = ?", [.text(b), .text(a)]) == "1")
+        let first = try claim(fixture, now: 2_000)
+        #expect(first.map(\.record.id) == [a])
+        #expect(try claim(fixture, now: 3_000).isEmpty)
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+        try finish(fixture, try #require(first.first), succeeded: true, now: 4_000)
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies") == "0")
+        #expect(try claim(fixture, now: 5_000).map(\.record.id) == [b])
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
+
+    @Test(arguments: Engine.allCases)
+    func aFailedDependencyCancelsItsDependantsTransitivelyInOneCommit(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-cancel", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"]), spec(key: "c", after: ["b"])],
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        let claimed = try #require(try claim(fixture, now: 2_000).first)
+        #expect(claimed.record.id == ids[0])
+        try finish(fixture, claimed, succeeded: false, now: 3_000)
+        let b = try #require(try fixture.store.job(ids[1]))
+        let c = try #require(try fixture.store.job(ids[2]))
+        #expect(b.state == .cancelled && c.state == .cancelled)
+        #expect(b.error?.code == .cancelled && b.error?.message == "dependency \(ids[0]) (key a) failed")
+        #expect(c.error?.message == "dependency \(ids[1]) (key b) was cancelled")
+        // In the same transaction as the failure: the same time, and the seqs right after it.
+        let failed = try #require(try fixture.store.events(jobID: ids[0]).last)
+        let cancelB = try #require(try fixture.store.events(jobID: ids[1]).last)
+        let cancelC = try #require(try fixture.store.events(jobID: ids[2]).last)
+        #expect(failed.type == .failed && cancelB.type == .cancelled && cancelC.type == .cancelled)
+        #expect([cancelB.atMs, cancelC.atMs] == [failed.atMs, failed.atMs])
+        #expect(try [cancelB.seq, cancelC.seq].map { try #require($0) } == [try #require(failed.seq) + 1, try #require(failed.seq) + 2])
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+
+        // Retrying the dependency does not revive the dependants; retried too, they wait for it again.
+        _ = try fixture.store.control(.retry, id: ids[0], actor: "cli:test", now: 4_000)
+        #expect(try fixture.store.job(ids[1])?.state == .cancelled)
+        _ = try fixture.store.control(.retry, id: ids[1], actor: "cli:test", now: 4_100)
+        let again = try claim(fixture, now: 5_000)
+        #expect(again.map(\.record.id) == [ids[0]])
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
+
+    @Test(arguments: Engine.allCases)
+    func dependenciesInTheLogResolveByKeyIdOrPrefix(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-log", engine: engine)
+        defer { fixture.remove() }
+        let done = try fixture.running(spec(key: "done"))
+        try finish(fixture, done, succeeded: true, now: 1_500)
+        let pending = try fixture.submit(spec(key: "pending"), now: 1_600)
+        let cancelled = try fixture.submit(spec(key: "gone"), now: 1_700)
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: cancelled, actor: "cli:test", now: 1_800)
+
+        // A dependency that already succeeded holds nothing back (named by its full id).
+        let free = try fixture.submit(spec(key: "free", after: [done.record.id]), now: 2_000)
+        // One still queued, named by a unique id prefix.
+        let waiting = try fixture.submit(spec(key: "waiting", after: [String(pending.prefix(20))]), now: 2_000)
+        // One already cancelled cancels the new job at once.
+        let doomed = try fixture.submit(spec(key: "doomed", after: ["gone"]), now: 2_000)
+        #expect(try fixture.store.job(waiting)?.spec.after == [pending])
+        #expect(try fixture.store.job(doomed)?.state == .cancelled)
+        #expect(try fixture.store.job(doomed)?.error?.message == "dependency \(cancelled) (key gone) was cancelled")
+        let claimed = Set(try claim(fixture, now: 3_000).map(\.record.id))
+        #expect(claimed == [free, pending])
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+
+        // A name that means no job refuses the whole batch.
+        #expect(throws: StoreError.unknownDependency("nobody")) {
+            try fixture.store.submit([spec(key: "x"), spec(key: "y", after: ["nobody"])], actor: "cli:test", now: 4_000)
+        }
+        #expect(try fixture.store.jobs(filter: JobFilter()).contains { $0.key == "x" } == false)
+        // Submitting the same manifest again maps to the same jobs: the resolved spec compares equal.
+        let repeated = try fixture.store.submit([spec(key: "waiting", after: [String(pending.prefix(20))])], actor: "cli:test", now: 5_000)
+        #expect(repeated.map(\.id) == [waiting] && repeated.map(\.created) == [false])
+    }
+
+    @Test(arguments: Engine.allCases)
+    func replayRebuildsTheWaits(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-replay", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"])], actor: "cli:test", now: 1_000).map(\.id)
+        try fixture.sql("DELETE FROM job_dependencies")
+        let report = try fixture.store.replay(verify: true)
+        #expect(report.differences.map(\.description) == ["\(ids[1]) after: stored no wait, rebuilt waits for \(ids[0])"])
+        _ = try fixture.store.replay(verify: false)
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+        #expect(try claim(fixture, now: 2_000).map(\.record.id) == [ids[0]])
+    }
+
+    /// Archiving removes the waits on and of the archived jobs, so replay still matches.
+    @Test(arguments: Engine.allCases)
+    func archivingADependencyRemovesItsWaits(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-archive", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"])], actor: "cli:test", now: 1_000).map(\.id)
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: ids[0], actor: "cli:test", now: 2_000)
+        #expect(try fixture.store.job(ids[1])?.state == .cancelled)
+        // Retried while its dependency is still cancelled, b waits again.
+        _ = try fixture.store.control(.retry, id: ids[1], actor: "cli:test", now: 3_000)
+        #expect(try claim(fixture, now: 3_500).isEmpty)
+        let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
+        #expect(selection.jobs.map(\.id) == [ids[0]])
+        let record = ArchiveRecord(file: "deps.ndjson.gz", sha256: String(repeating: "a", count: 64), beforeMs: selection.beforeMs,
+                                   jobs: selection.jobs.count, events: selection.rows.count, blobs: 0, blobsRemoved: 0,
+                                   firstSeq: selection.rows.first?.seq ?? 0, lastSeq: selection.rows.last?.seq ?? 0)
+        _ = try fixture.store.removeArchived(selection, record: record, actor: "cli:test", now: 20_000) {}
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies") == "0")
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+        #expect(try claim(fixture, now: 21_000).map(\.record.id) == [ids[1]])
+    }
+}
