@@ -19,6 +19,8 @@ enum JobField: String, CaseIterable, Sendable {
     case include, exclude
     case runAfter = "run_after"
     case delay
+    /// `defaults:` only: the bucket a relative object path is resolved against.
+    case bucket
 
     /// Fields every kind takes.
     static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout, .runAfter, .delay]
@@ -86,6 +88,8 @@ struct FieldSet {
     var runAfter: Located<Int64>?
     /// ms.
     var delay: Located<Int64>?
+    /// `defaults:` only: a bucket root (gs:// or file://) that relative object paths resolve against.
+    var bucket: Located<StorageReference>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
     /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
@@ -130,6 +134,22 @@ struct FieldSet {
             result.metadata = own
         }
         return result
+    }
+}
+
+extension FieldSet {
+    /// Rewrites the job's storage side (an upload's destination, any other kind's source) from an object path
+    /// relative to `bucket` into the full reference, as `reference(withPath:)` does; text with a scheme is
+    /// left alone. The marks stay where the job wrote the path, and the full reference is parsed (and
+    /// `..` refused) like one written out.
+    mutating func resolveRelativeReference(of kind: JobKind, against bucket: StorageReference) {
+        let isDestination = kind.isUpload
+        guard let written = isDestination ? destination : source else { return }
+        let text = written.value.trimmingCharacters(in: .whitespaces)
+        guard !text.isEmpty, !text.containsUTF8("://") else { return }
+        var resolved = written
+        resolved.value = bucket.root.description + text
+        if isDestination { destination = resolved } else { source = resolved }
     }
 }
 
@@ -313,7 +333,10 @@ struct ManifestReader {
             report(.wrongType, "a job must be a mapping of fields ('kind: ...', 'source: ...'), not \(node.summary)", at: node.mark)
             return nil
         }
-        let own = readFields(pairs, inDefaults: false)
+        var own = readFields(pairs, inDefaults: false)
+        if let bucket = defaults.bucket?.value, let kind = own.merged(over: defaults).kind?.value {
+            own.resolveRelativeReference(of: kind, against: bucket)
+        }
         let fields = own.merged(over: defaults)
         if let key = own.key {
             if let first = idempotencyKeys[key.value] {
@@ -457,6 +480,9 @@ struct ManifestReader {
             return "'max_size' is only for download-memory jobs, not \(kind.rawValue)"
         case .checkSource:
             return "'check_source' is only for upload-file jobs (it says whether the local source file is checked at submit)"
+        case .bucket:
+            return "'bucket' belongs in 'defaults:' (the bucket relative object paths resolve against); a job names its own "
+                + "object with a full reference (gs://BUCKET/path) or a path relative to that default bucket"
         case .data, .dataBase64:
             return kind == .uploadFile
                 ? "'\(name)' is only for upload-data jobs; an upload-file job reads the file named by 'source'"
@@ -487,6 +513,8 @@ struct ManifestReader {
             var message = "'\(field.rawValue)' is not a valid storage reference: \(error.message)"
             if !text.value.containsUTF8("://"), let other, other.value.containsUTF8("://") {
                 message += " (did you swap 'source' and 'destination'?)"
+            } else if !text.value.containsUTF8("://") {
+                message += "; write a full reference (gs://BUCKET/path) or set 'bucket:' in 'defaults:' to write object paths relative to it"
             }
             report(.invalidReference, message, at: text.valueMark)
             return nil
@@ -773,6 +801,8 @@ struct ManifestReader {
                 fields.runAfter = located(readRunAfter(pair))
             case .delay:
                 fields.delay = located(readDelay(pair))
+            case .bucket:
+                fields.bucket = located(readBucket(pair))
             }
         }
         if let runAfter = fields.written[.runAfter], let delay = fields.written[.delay] {
@@ -781,6 +811,29 @@ struct ManifestReader {
             fields.delay = nil
         }
         return fields
+    }
+
+    /// `bucket:`: a gs:// or file:// bucket root, as `Storage.storage(url:)` takes one.
+    private mutating func readBucket(_ pair: YAMLPair) -> StorageReference? {
+        let expected = "a bucket such as gs://my-app.appspot.com or file://name"
+        guard let text = string(pair, expected: expected) else { return nil }
+        let reference: StorageReference
+        do {
+            reference = try StorageReference(parsing: text)
+        } catch {
+            report(.invalidReference, "'bucket' is not a valid bucket: \(error.message); expected \(expected)", at: pair.value.mark)
+            return nil
+        }
+        guard reference.scheme == .gs || reference.scheme == .file, !reference.bucket.isEmpty else {
+            report(.invalidReference, "'bucket' '\(text)' is not a gs:// or file:// bucket; expected \(expected)", at: pair.value.mark)
+            return nil
+        }
+        guard reference.isRoot else {
+            report(.invalidReference, "'bucket' '\(text)' names an object path inside a bucket; write the bucket alone, such as \(reference.root)",
+                   at: pair.value.mark)
+            return nil
+        }
+        return reference
     }
 
     private mutating func readKind(_ pair: YAMLPair) -> JobKind? {

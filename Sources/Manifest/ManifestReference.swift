@@ -67,6 +67,11 @@ public enum ManifestReference {
                        + "1970-01-01 to 9999-12-31; a past time runs at once. Excludes delay.", defaultText: "at once"),
             FieldEntry(name: "delay", summary: "Not before this long after submit: 90s, 15m, 2h, 1d; at most 3650d. Excludes "
                        + "run_after. submit --at TIME sets either for jobs that give neither.", defaultText: "none"),
+            FieldEntry(name: "bucket", summary: "In defaults: only: the bucket (gs://my-app.appspot.com, file://name) an object "
+                       + "path written without a scheme resolves against, as reference(withPath:) does: 'destination: "
+                       + "images/cat.jpg' (uploads) or 'source: images/cat.jpg' (downloads, fetch-url) means that bucket's "
+                       + "images/cat.jpg. The submitted job stores the full reference; '..' is refused as in full references.",
+                       defaultText: "none (object paths must be full references)"),
             FieldEntry(name: "max_rate", summary: "This job's bandwidth, bytes per second with rclone's units: 512k, 10M "
                        + "(K/M/G/T are 1024s); http(s) and gs:// transfers.", defaultText: "unlimited"),
         ]
@@ -144,6 +149,7 @@ public enum ManifestReference {
     private static func kindsText(_ name: String) -> String {
         guard let field = JobField(rawValue: name) else { return "none" }
         if JobField.common.contains(field) { return "all" }
+        if field == .bucket { return "all (written in defaults: only)" }
         return JobKind.allCases.filter { JobField.allowed[$0]?.contains(field) ?? false }.map(\.rawValue).joined(separator: ", ")
     }
 

@@ -37,6 +37,7 @@ struct ManifestReferenceTests {
     func documentedFieldsParse() throws {
         // A field the reference documents but the reader refuses would fail here, whatever the tables say.
         let manifest = """
+        defaults: {bucket: "gs://b"}
         jobs:
           - {kind: upload-data, data: hi, destination: "gs://b/o", metadata: {content_type: text/plain}, key: k1,
              priority: 1, max_attempts: 2, queue: q, timeout: 1m, checksums: [md5]}
