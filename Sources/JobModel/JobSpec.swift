@@ -73,6 +73,9 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     /// The folder, glob or prefix the job was expanded from, with the batch id it shares with the rest of
     /// the expansion; nil for a job written on its own. Nil is not encoded.
     public var batch: JobBatch?
+    /// update-metadata: the custom metadata keys to delete (written `key: null`, as the SDK's null does),
+    /// sorted. Nil is not encoded.
+    public var removeCustomMetadata: [String]?
 
     /// The `timeout:` values accepted: one second to seven days (a resumable upload session lives a week).
     public static let timeoutRange = 1...(7 * 86_400)

@@ -92,6 +92,8 @@ struct SpecView: Encodable {
     let runAfterMs: Int64?
     /// The folder, glob or prefix the job came from, absent for a job written on its own.
     let batch: BatchView?
+    /// update-metadata: the custom metadata keys it deletes.
+    let removeCustomMetadata: [String]?
 
     init(_ spec: JobSpec, display: Display) {
         kind = spec.kind.rawValue
@@ -107,10 +109,12 @@ struct SpecView: Encodable {
         runAfter = spec.runAfterMs.map(TimeText.rfc3339)
         runAfterMs = spec.runAfterMs
         batch = spec.batch.map { BatchView($0, display: display) }
+        removeCustomMetadata = spec.removeCustomMetadata
     }
 
     enum CodingKeys: String, CodingKey {
         case kind, source, destination, metadata, key, priority, queue, batch
+        case removeCustomMetadata = "remove_custom_metadata"
         case dataBase64 = "data_base64", maxSize = "max_size", maxAttempts = "max_attempts"
         case runAfter = "run_after", runAfterMs = "run_after_ms"
     }
@@ -181,6 +185,8 @@ struct ResultView: Encodable {
     let verified: [String]?
     let blob: String?
     let url: String?
+    /// delete: the reference of the object deleted.
+    let deleted: String?
 
     /// - Parameter revealURL: print a fetch-url result's URL as it is (`jobctl result`: the URL, token
     ///   included, is what the command is for).
@@ -193,6 +199,7 @@ struct ResultView: Encodable {
         verified = result.verified?.map(\.rawValue)
         blob = result.blob
         url = revealURL ? result.url : result.url.map(display.url)
+        deleted = result.deleted.map(display.location)
     }
 }
 
