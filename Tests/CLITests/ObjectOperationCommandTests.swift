@@ -54,8 +54,19 @@ struct ObjectOperationCommandTests {
         #expect(spec["remove_custom_metadata"] as? [String] == ["gone"])
 
         // One job failed (the missing object), so the drain exits 2.
-        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        let worker = try workspace.jobctl(["worker", "--drain", "--log-format", "json"], environment: environment)
         #expect(worker.status == 2, "\(worker.stderr)")
+        // One log line per outcome; object operations report no bytes or rate (they move none).
+        let lines = worker.stderr.split(separator: "\n").compactMap { try? jsonObject(String($0)) }
+        let succeeded = lines.filter { $0["event"] as? String == "succeeded" }
+        #expect(Set(succeeded.compactMap { $0["kind"] as? String }) == ["get-metadata", "update-metadata", "delete"], "\(worker.stderr)")
+        for line in succeeded {
+            let fields = try #require(line["fields"] as? [String: Any], "\(line)")
+            #expect(fields["bytes"] == nil && fields["rate"] == nil && fields["duration_ms"] != nil, "\(line)")
+        }
+        let deletion = try #require(succeeded.first { $0["kind"] as? String == "delete" }?["fields"] as? [String: Any])
+        #expect(deletion["deleted"] as? String == "file://demo/docs/c.txt")
+        #expect(lines.contains { $0["event"] as? String == "failed" && $0["job"] as? String == ids[3] }, "\(worker.stderr)")
 
         let metadata = try workspace.jobctl(["result", ids[0]])
         #expect(metadata.status == 0, "\(metadata.stderr)")
