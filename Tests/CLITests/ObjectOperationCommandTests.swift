@@ -52,6 +52,8 @@ struct ObjectOperationCommandTests {
         let spec = try #require(update["spec"] as? [String: Any])
         #expect(spec["destination"] as? String == "file://demo/docs/b.txt")
         #expect(spec["remove_custom_metadata"] as? [String] == ["gone"])
+        let shown = try workspace.jobctl(["show", ids[1]])
+        #expect(shown.stdout.contains("changes:     cache_control=no-store, custom added=3, delete custom gone"), "\(shown.stdout)")
 
         // One job failed (the missing object), so the drain exits 2.
         let worker = try workspace.jobctl(["worker", "--drain", "--log-format", "json"], environment: environment)
