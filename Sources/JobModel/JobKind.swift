@@ -1,4 +1,5 @@
-/// The five kinds of transfer job, one per Cloud Storage for Firebase task API.
+/// The kinds of job: five transfers, one per Cloud Storage for Firebase task API, and three operations on
+/// an object (its metadata read or updated, the object deleted).
 public enum JobKind: String, Codable, Sendable, CaseIterable, Hashable {
     /// `putFile(from:metadata:)`: a local file to a storage reference.
     case uploadFile = "upload-file"
@@ -10,9 +11,22 @@ public enum JobKind: String, Codable, Sendable, CaseIterable, Hashable {
     case downloadMemory = "download-memory"
     /// `downloadURL()`: a shareable download URL for a storage reference.
     case fetchURL = "fetch-url"
+    /// `getMetadata()`: an object's metadata (GCS, `file://`, or an HTTP HEAD).
+    case getMetadata = "get-metadata"
+    /// `updateMetadata(_:)`: changes an object's writable metadata; a null custom value deletes that key.
+    case updateMetadata = "update-metadata"
+    /// `delete()`: deletes an object.
+    case delete
 
     /// Whether the job writes an object to storage.
     public var isUpload: Bool { self == .uploadFile || self == .uploadData }
+
+    /// Whether the job's storage reference is its `destination` (uploads, update-metadata, delete) rather
+    /// than its `source` (downloads, fetch-url, get-metadata).
+    public var namesDestinationReference: Bool { isUpload || self == .updateMetadata || self == .delete }
+
+    /// Whether the job acts on an object without moving its bytes.
+    public var isObjectOperation: Bool { self == .getMetadata || self == .updateMetadata || self == .delete }
 }
 
 /// The state of a job in the projection.

@@ -74,10 +74,12 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
     /// `if_exists: skip` (or `skip-identical` and it matched); `object`/`path` then describe what is there.
     /// Nil otherwise, and not encoded.
     public var skipped: Bool?
+    /// delete: the reference of the object deleted. Nil otherwise, and not encoded.
+    public var deleted: String?
 
     public init(object: StorageObject? = nil, path: String? = nil, size: Int64? = nil, md5: String? = nil,
                 crc32c: String? = nil, blob: String? = nil, data: Data? = nil, url: String? = nil,
-                verified: [ChecksumAlgorithm]? = nil, skipped: Bool? = nil) {
+                verified: [ChecksumAlgorithm]? = nil, skipped: Bool? = nil, deleted: String? = nil) {
         self.object = object
         self.path = path
         self.size = size
@@ -88,6 +90,7 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
         self.url = url
         self.verified = verified
         self.skipped = skipped
+        self.deleted = deleted
     }
 }
 

@@ -78,6 +78,9 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     /// the manifest's names (keys or id prefixes) are resolved by the store at submit. Nil (never empty)
     /// is not encoded, so specs stored before this field existed re-encode unchanged.
     public var after: [String]?
+    /// update-metadata: the custom metadata keys to delete (written `key: null`, as the SDK's null does),
+    /// sorted. Nil is not encoded.
+    public var removeCustomMetadata: [String]?
 
     /// The `timeout:` values accepted: one second to seven days (a resumable upload session lives a week).
     public static let timeoutRange = 1...(7 * 86_400)

@@ -20,6 +20,8 @@ enum JobField: String, CaseIterable, Sendable {
     case runAfter = "run_after"
     case delay
     case after
+    /// `defaults:` only: the bucket a relative object path is resolved against.
+    case bucket
 
     /// Fields every kind takes.
     static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout, .runAfter, .delay, .after]
@@ -49,6 +51,9 @@ enum JobField: String, CaseIterable, Sendable {
         case .downloadFile: [.source, .destination, .checksums, .ifExists, .maxRate, .include, .exclude]
         case .downloadMemory: [.source, .maxSize, .checksums, .maxRate]
         case .fetchURL: [.source]
+        case .getMetadata: [.source]
+        case .updateMetadata: [.destination, .metadata]
+        case .delete: [.destination]
         }
     }
 }
@@ -70,6 +75,9 @@ struct FieldSet {
     var dataBase64: Located<Data>?
     var maxSize: Located<Int64>?
     var metadata: Located<UploadMetadata>?
+    /// Custom metadata keys written with a null value (update-metadata deletes them; elsewhere an error),
+    /// with the position of each key.
+    var metadataRemovals: [String: SourceMark] = [:]
     var key: Located<String>?
     var priority: Located<Int>?
     var maxAttempts: Located<Int>?
@@ -90,6 +98,8 @@ struct FieldSet {
     var delay: Located<Int64>?
     /// The `after:` entries: names with their positions.
     var after: Located<[Located<String>]>?
+    /// `defaults:` only: a bucket root (gs:// or file://) that relative object paths resolve against.
+    var bucket: Located<StorageReference>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
     /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
@@ -134,6 +144,22 @@ struct FieldSet {
             result.metadata = own
         }
         return result
+    }
+}
+
+extension FieldSet {
+    /// Rewrites the job's storage side (an upload's destination, any other kind's source) from an object path
+    /// relative to `bucket` into the full reference, as `reference(withPath:)` does; text with a scheme is
+    /// left alone. The marks stay where the job wrote the path, and the full reference is parsed (and
+    /// `..` refused) like one written out.
+    mutating func resolveRelativeReference(of kind: JobKind, against bucket: StorageReference) {
+        let isDestination = kind.namesDestinationReference
+        guard let written = isDestination ? destination : source else { return }
+        let text = written.value.trimmingCharacters(in: .whitespaces)
+        guard !text.isEmpty, !text.containsUTF8("://") else { return }
+        var resolved = written
+        resolved.value = bucket.root.description + text
+        if isDestination { destination = resolved } else { source = resolved }
     }
 }
 
@@ -328,8 +354,11 @@ struct ManifestReader {
             report(.wrongType, "a job must be a mapping of fields ('kind: ...', 'source: ...'), not \(node.summary)", at: node.mark)
             return nil
         }
-        let own = readFields(pairs, inDefaults: false)
+        var own = readFields(pairs, inDefaults: false)
         lastDependencies = own.after?.value ?? []
+        if let bucket = defaults.bucket?.value, let kind = own.merged(over: defaults).kind?.value {
+            own.resolveRelativeReference(of: kind, against: bucket)
+        }
         let fields = own.merged(over: defaults)
         if let key = own.key {
             if let first = idempotencyKeys[key.value] {
@@ -395,6 +424,13 @@ struct ManifestReader {
         if kind.isUpload, let metadata = fields.metadata?.value, !metadata.isEmpty {
             spec.metadata = metadata
         }
+        // Only update-metadata deletes keys; a null elsewhere is reported where it was written.
+        if kind.isUpload {
+            for (name, keyMark) in own.metadataRemovals.sorted(by: { $0.value < $1.value }) {
+                report(.wrongType, "custom metadata value for '\(name)' must be a string, not null (only update-metadata jobs delete "
+                           + "keys with null)", at: keyMark)
+            }
+        }
 
         switch kind {
         case .uploadFile:
@@ -452,6 +488,32 @@ struct ManifestReader {
             spec.source = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to make a download URL for").flatMap {
                 reference($0, field: .source, kind: kind, other: nil)
             }
+        case .getMetadata:
+            spec.source = require(.source, in: own, kind: kind, at: mark, what: "the object whose metadata to read").flatMap {
+                reference($0, field: .source, kind: kind, other: nil)
+            }
+        case .updateMetadata:
+            spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the object whose metadata to change").flatMap {
+                reference($0, field: .destination, kind: kind, other: nil)
+            }
+            // The job's own metadata only: a default content type is meant for uploads, not for every update.
+            var update = own.metadata?.value ?? UploadMetadata()
+            if update.customMetadata?.isEmpty == true { update.customMetadata = nil }
+            if !update.isEmpty { spec.metadata = update }
+            if !own.metadataRemovals.isEmpty { spec.removeCustomMetadata = own.metadataRemovals.keys.sorted() }
+            if own.written[.metadata] != nil {
+                if let metadata = own.metadata, update.isEmpty && own.metadataRemovals.isEmpty {
+                    report(.invalidValue, "'metadata' changes nothing; give a field to set (content_type, cache_control, ...) or a "
+                               + "custom_metadata key to set or delete (key: null)", at: metadata.valueMark)
+                }
+            } else if !own.misspelled.contains(.metadata) {
+                report(.missingField, "the update-metadata job has no 'metadata' (the fields to change: content_type, cache_control, "
+                           + "content_disposition, content_encoding, content_language, custom_metadata)", at: mark)
+            }
+        case .delete:
+            spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the object to delete").flatMap {
+                reference($0, field: .destination, kind: kind, other: nil)
+            }
         }
         jobCount += 1
         if jobCount > limits.maximumJobs {
@@ -478,21 +540,29 @@ struct ManifestReader {
         let name = field.rawValue
         switch field {
         case .metadata:
-            return "'metadata' is only for uploads; a \(kind.rawValue) job writes no object"
+            return "'metadata' is only for uploads and update-metadata; a \(kind.rawValue) job writes no metadata"
         case .maxSize:
             return "'max_size' is only for download-memory jobs, not \(kind.rawValue)"
         case .checkSource:
             return "'check_source' is only for upload-file jobs (it says whether the local source file is checked at submit)"
+        case .bucket:
+            return "'bucket' belongs in 'defaults:' (the bucket relative object paths resolve against); a job names its own "
+                + "object with a full reference (gs://BUCKET/path) or a path relative to that default bucket"
         case .data, .dataBase64:
             return kind == .uploadFile
                 ? "'\(name)' is only for upload-data jobs; an upload-file job reads the file named by 'source'"
                 : "'\(name)' is only for upload-data jobs, not \(kind.rawValue)"
         case .source:
-            return "an upload-data job takes its bytes from 'data' or 'data_base64', not 'source'"
+            return kind == .uploadData
+                ? "an upload-data job takes its bytes from 'data' or 'data_base64', not 'source'"
+                : "a \(kind.rawValue) job names its object with 'destination', not 'source'"
         case .destination:
-            return kind == .fetchURL
-                ? "a fetch-url job produces a download URL and takes no 'destination'"
-                : "a download-memory job keeps the bytes in the job store and takes no 'destination' (use download-file to write a file)"
+            switch kind {
+            case .fetchURL: return "a fetch-url job produces a download URL and takes no 'destination'"
+            case .getMetadata: return "a get-metadata job reads the object named by 'source' and takes no 'destination'"
+            default:
+                return "a download-memory job keeps the bytes in the job store and takes no 'destination' (use download-file to write a file)"
+            }
         default:
             return "'\(name)' is not allowed in a \(kind.rawValue) job"
         }
@@ -513,6 +583,8 @@ struct ManifestReader {
             var message = "'\(field.rawValue)' is not a valid storage reference: \(error.message)"
             if !text.value.containsUTF8("://"), let other, other.value.containsUTF8("://") {
                 message += " (did you swap 'source' and 'destination'?)"
+            } else if !text.value.containsUTF8("://") {
+                message += "; write a full reference (gs://BUCKET/path) or set 'bucket:' in 'defaults:' to write object paths relative to it"
             }
             report(.invalidReference, message, at: text.valueMark)
             return nil
@@ -544,6 +616,11 @@ struct ManifestReader {
                        at: text.valueMark)
                 return nil
             }
+        }
+        if kind == .updateMetadata, reference.scheme == .http || reference.scheme == .https {
+            report(.invalidReference, "update-metadata needs a gs:// or file:// reference; '\(text.value)' is a plain \(reference.scheme.rawValue) "
+                       + "URL, and HTTP has no standard way to change a file's metadata", at: text.valueMark)
+            return nil
         }
         if kind == .fetchURL {
             switch reference.scheme {
@@ -754,7 +831,12 @@ struct ManifestReader {
             case .maxSize:
                 fields.maxSize = located(readSize(pair))
             case .metadata:
-                fields.metadata = located(readMetadata(pair))
+                fields.metadata = located(readMetadata(pair, removals: &fields.metadataRemovals))
+                if inDefaults {
+                    for (name, mark) in fields.metadataRemovals.sorted(by: { $0.value < $1.value }) {
+                        report(.wrongType, "custom metadata value for '\(name)' must be a string, not null (defaults delete no keys)", at: mark)
+                    }
+                }
             case .key:
                 fields.key = located(string(pair, expected: "an idempotency key").flatMap { key in
                     guard !key.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
@@ -801,6 +883,8 @@ struct ManifestReader {
                 fields.delay = located(readDelay(pair))
             case .after:
                 fields.after = located(readAfter(pair))
+            case .bucket:
+                fields.bucket = located(readBucket(pair))
             }
         }
         if let runAfter = fields.written[.runAfter], let delay = fields.written[.delay] {
@@ -809,6 +893,29 @@ struct ManifestReader {
             fields.delay = nil
         }
         return fields
+    }
+
+    /// `bucket:`: a gs:// or file:// bucket root, as `Storage.storage(url:)` takes one.
+    private mutating func readBucket(_ pair: YAMLPair) -> StorageReference? {
+        let expected = "a bucket such as gs://my-app.appspot.com or file://name"
+        guard let text = string(pair, expected: expected) else { return nil }
+        let reference: StorageReference
+        do {
+            reference = try StorageReference(parsing: text)
+        } catch {
+            report(.invalidReference, "'bucket' is not a valid bucket: \(error.message); expected \(expected)", at: pair.value.mark)
+            return nil
+        }
+        guard reference.scheme == .gs || reference.scheme == .file, !reference.bucket.isEmpty else {
+            report(.invalidReference, "'bucket' '\(text)' is not a gs:// or file:// bucket; expected \(expected)", at: pair.value.mark)
+            return nil
+        }
+        guard reference.isRoot else {
+            report(.invalidReference, "'bucket' '\(text)' names an object path inside a bucket; write the bucket alone, such as \(reference.root)",
+                   at: pair.value.mark)
+            return nil
+        }
+        return reference
     }
 
     private mutating func readKind(_ pair: YAMLPair) -> JobKind? {
@@ -1027,7 +1134,7 @@ struct ManifestReader {
         ("content_encoding", "contentEncoding"), ("content_language", "contentLanguage"), ("custom_metadata", "customMetadata"),
     ]
 
-    private mutating func readMetadata(_ pair: YAMLPair) -> UploadMetadata? {
+    private mutating func readMetadata(_ pair: YAMLPair, removals: inout [String: SourceMark]) -> UploadMetadata? {
         guard case .mapping(let pairs, _) = pair.value else {
             report(.wrongType, "'metadata' must be a mapping (content_type, cache_control, content_disposition, content_encoding, content_language, custom_metadata), not \(pair.value.summary)",
                    at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
@@ -1053,7 +1160,7 @@ struct ManifestReader {
             }
             seen[field.snake] = (name, entry.key.mark)
             if field.snake == "custom_metadata" {
-                guard let custom = readCustomMetadata(entry) else { valid = false; continue }
+                guard let custom = readCustomMetadata(entry, removals: &removals) else { valid = false; continue }
                 metadata.customMetadata = custom
                 continue
             }
@@ -1075,7 +1182,9 @@ struct ManifestReader {
         return valid ? metadata : nil
     }
 
-    private mutating func readCustomMetadata(_ pair: YAMLPair) -> [String: String]? {
+    /// The custom metadata's strings; a key with a null value goes to `removals` (a deletion for
+    /// update-metadata, reported by the caller for every other kind).
+    private mutating func readCustomMetadata(_ pair: YAMLPair, removals: inout [String: SourceMark]) -> [String: String]? {
         guard case .mapping(let pairs, _) = pair.value else {
             report(.wrongType, "'\(keyName(pair.key) ?? "custom_metadata")' must be a mapping of names to strings, not \(pair.value.summary)",
                    at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
@@ -1085,6 +1194,10 @@ struct ManifestReader {
         var valid = true
         for entry in pairs {
             guard let name = keyName(entry.key) else { valid = false; continue }
+            if Self.isNull(entry.value) {
+                removals[name] = entry.key.mark
+                continue
+            }
             // Values go to other systems verbatim; `yes` or `1.10` written plainly would be a boolean or a number
             // to any other YAML reader, so only strings are taken.
             guard case .scalar(let scalar) = entry.value, scalar.resolvedType == .string else {

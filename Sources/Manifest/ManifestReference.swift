@@ -30,9 +30,11 @@ public enum ManifestReference {
                        + "(gs://, file://, http(s)://). Required. upload-file sources must exist when submitted "
                        + "unless check_source: false. An upload-file folder (photos/) or glob (\"photos/**/*.jpg\"), and a "
                        + "download-file prefix (gs://b/photos/, file://bucket/photos/), expand at submit into one job per "
-                       + "file or object (see FOLDERS, GLOBS AND PREFIXES).", defaultText: nil),
+                       + "file or object (see FOLDERS, GLOBS AND PREFIXES). get-metadata: the object (an http(s) URL is "
+                       + "read with a HEAD).", defaultText: nil),
             FieldEntry(name: "destination", summary: "A local path or storage reference; ending in '/' means into that "
                        + "folder, under the source's name (for a folder, glob or prefix: under each file's relative path). "
+                       + "update-metadata and delete: the object (delete also takes an http(s) URL: a DELETE). "
                        + "Required.", defaultText: nil),
             FieldEntry(name: "data", summary: "The text to upload (UTF-8); excludes data_base64. One of the two is required.",
                        defaultText: nil),
@@ -41,7 +43,8 @@ public enum ManifestReference {
                        + "\(ByteSize.format(size.upperBound)); units B, KiB, MiB, GiB, KB, MB, GB.",
                        defaultText: ByteSize.format(JobSpec.defaultMaxSize)),
             FieldEntry(name: "metadata", summary: "Object metadata: \(metadata) (or their camelCase spellings); "
-                       + "custom_metadata is a mapping of strings.", defaultText: "none"),
+                       + "custom_metadata is a mapping of strings. update-metadata: the fields to change (required, taken "
+                       + "from the job only, not from defaults); a custom_metadata key set to null is deleted.", defaultText: "none"),
             FieldEntry(name: "key", summary: "Idempotency key, at most \(ManifestValueRange.maximumKeyBytes) bytes: the same job again "
                        + "creates no second one; the same key with a different job is refused. Not allowed in defaults.",
                        defaultText: "none"),
@@ -71,6 +74,12 @@ public enum ManifestReference {
                        + "job ids or unique id prefixes. Not claimed until all have succeeded; cancelled when one ends "
                        + "failed or cancelled (retrying that one later does not revive it: retry it too). Not allowed "
                        + "in defaults.", defaultText: "none"),
+            FieldEntry(name: "bucket", summary: "In defaults: only: the bucket (gs://my-app.appspot.com, file://name) an object "
+                       + "path written without a scheme resolves against, as reference(withPath:) does: 'destination: "
+                       + "images/cat.jpg' (uploads, update-metadata, delete) or 'source: images/cat.jpg' (downloads, "
+                       + "fetch-url, get-metadata) means that bucket's "
+                       + "images/cat.jpg. The submitted job stores the full reference; '..' is refused as in full references.",
+                       defaultText: "none (object paths must be full references)"),
             FieldEntry(name: "max_rate", summary: "This job's bandwidth, bytes per second with rclone's units: 512k, 10M "
                        + "(K/M/G/T are 1024s); http(s) and gs:// transfers.", defaultText: "unlimited"),
         ]
@@ -148,6 +157,7 @@ public enum ManifestReference {
     private static func kindsText(_ name: String) -> String {
         guard let field = JobField(rawValue: name) else { return "none" }
         if JobField.common.contains(field) { return "all" }
+        if field == .bucket { return "all (written in defaults: only)" }
         return JobKind.allCases.filter { JobField.allowed[$0]?.contains(field) ?? false }.map(\.rawValue).joined(separator: ", ")
     }
 

@@ -69,7 +69,63 @@ public struct GCSBackend: StorageBackend {
             return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
         case .fetchURL(let reference):
             return try await fetchURL(reference, control: control)
+        case .getMetadata(let reference):
+            switch try await metadata(reference, control: control) {
+            case .value(let object): return .finished(JobResult(object: object))
+            case .stopped(let reason): return .stopped(reason, nil)
+            }
+        case .updateMetadata(let reference, let update, let removing):
+            return try await updateMetadata(reference, set: update, removing: removing, control: control)
+        case .delete(let reference):
+            return try await delete(reference, control: control)
         }
+    }
+
+    // MARK: - Object operations
+
+    /// A JSON API PATCH of the object's writable metadata. The custom map sent is the object's current one
+    /// with the job's keys set and a null for each key removed, so a server that merges `metadata` (GCS)
+    /// and one that replaces it (some emulators) end with the same map; Firebase download tokens stay.
+    private func updateMetadata(_ reference: StorageReference, set update: UploadMetadata, removing: [String],
+                                control: TransferControl) async throws(StorageError) -> TransferOutcome {
+        let current: StorageObject
+        switch try await metadata(reference, control: control) {
+        case .value(let object): current = object
+        case .stopped(let reason): return .stopped(reason, nil)
+        }
+        let body = GCSObjectJSON.patchBody(current: current, set: update, removing: removing)
+        let request = HTTPRequest(method: "PATCH", url: objectURL(reference),
+                                  headers: ["Content-Type: application/json; charset=UTF-8"], body: body)
+        let response: HTTPResponse
+        do {
+            response = try await send(request, control: control)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason, nil)
+            case .failed(let failure): throw failure
+            }
+        }
+        guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
+        guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
+            throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource",
+                               httpStatus: response.status, url: redactedURL(response.url))
+        }
+        return .finished(JobResult(object: object))
+    }
+
+    /// A JSON API DELETE; a missing object is `objectNotFound` (a missing bucket `bucketNotFound`).
+    private func delete(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
+        let response: HTTPResponse
+        do {
+            response = try await send(HTTPRequest(method: "DELETE", url: objectURL(reference)), control: control)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason, nil)
+            case .failed(let failure): throw failure
+            }
+        }
+        guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
+        return .finished(JobResult(deleted: reference.description))
     }
 
     // MARK: - Upload

@@ -38,9 +38,28 @@ enum GCSObjectJSON {
         return encode(body)
     }
 
+    /// The body of a metadata PATCH: the fields set, and `metadata` as `current`'s custom map (download
+    /// tokens included) with the keys set and a JSON null for each key removed (GCS deletes those).
+    static func patchBody(current: StorageObject, set update: UploadMetadata, removing: [String]) -> Data {
+        var body: [String: Any] = [:]
+        if let value = update.contentType { body["contentType"] = value }
+        if let value = update.cacheControl { body["cacheControl"] = value }
+        if let value = update.contentDisposition { body["contentDisposition"] = value }
+        if let value = update.contentEncoding { body["contentEncoding"] = value }
+        if let value = update.contentLanguage { body["contentLanguage"] = value }
+        if update.customMetadata != nil || !removing.isEmpty {
+            var custom: [String: Any] = current.customMetadata ?? [:]
+            if let tokens = current.downloadTokens { custom[downloadTokensKey] = tokens }
+            for (key, value) in update.customMetadata ?? [:] { custom[key] = value }
+            for key in removing { custom[key] = NSNull() }
+            body["metadata"] = custom
+        }
+        return encode(body)
+    }
+
     /// A JSON object as bytes (keys sorted, so requests are reproducible).
     static func encode(_ object: [String: Any]) -> Data {
-        // Only strings, numbers and nested dictionaries of them are ever passed: serialisation cannot fail.
+        // Only strings, numbers, nulls and nested dictionaries of them are ever passed: serialisation cannot fail.
         (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
     }
 

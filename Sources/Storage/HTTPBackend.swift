@@ -65,7 +65,61 @@ public struct HTTPBackend: StorageBackend {
         case .fetchURL(let reference):
             throw StorageError(.invalidArgument, "fetch-url needs a Cloud Storage reference; an http(s) URL already is a download URL",
                                url: redactedURL(reference.description))
+        case .getMetadata(let reference):
+            return try await headMetadata(reference, control: control)
+        case .updateMetadata(let reference, _, _):
+            throw StorageError(.invalidArgument, "update-metadata needs a gs:// or file:// reference; HTTP has no standard way to change "
+                                   + "a file's metadata", url: redactedURL(reference.description))
+        case .delete(let reference):
+            return try await delete(reference, control: control)
         }
+    }
+
+    // MARK: - Object operations
+
+    /// get-metadata over HTTP: a HEAD, its headers read as the object's metadata (`Content-Length`, the
+    /// content headers, hashes the server reports, the ETag as generation, `Last-Modified`).
+    private func headMetadata(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
+        let url = reference.description
+        let response: HTTPResponse
+        do throws(TransferFailure) {
+            response = try await engine.perform(HTTPRequest(method: "HEAD", url: url), control: control, options: configuration.curlOptions)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason, nil)
+            case .failed(let failure): throw failure
+            }
+        }
+        guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
+        let headers = response.headers
+        let reported = reportedHashes(headers)
+        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath,
+                                   size: headers["content-length"].flatMap { Int64($0) } ?? -1,
+                                   contentType: headers["content-type"], cacheControl: headers["cache-control"],
+                                   contentDisposition: headers["content-disposition"], contentEncoding: headers["content-encoding"],
+                                   contentLanguage: headers["content-language"], md5Hash: reported.md5, crc32c: reported.crc32c,
+                                   generation: headers["etag"], updated: headers["last-modified"])
+        return .finished(JobResult(object: object))
+    }
+
+    /// delete over HTTP: a DELETE (WebDAV servers such as nginx's module answer it); 404 or 410 is
+    /// `objectNotFound`.
+    private func delete(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
+        let url = reference.description
+        let response: HTTPResponse
+        do throws(TransferFailure) {
+            response = try await engine.perform(HTTPRequest(method: "DELETE", url: url), control: control, options: configuration.curlOptions)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason, nil)
+            case .failed(let failure): throw failure
+            }
+        }
+        if response.status == 410 {
+            throw StorageError(.objectNotFound, "\(redactedURL(url)) does not exist (410 Gone)", httpStatus: 410, url: redactedURL(url))
+        }
+        guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
+        return .finished(JobResult(deleted: redactedURL(url)))
     }
 
     // MARK: - Upload

@@ -130,7 +130,7 @@ public struct LeftoverFiles: Sendable {
             return partialCandidates(job, destination: destination)
         case .uploadFile, .uploadData:
             return sessionCandidates(job, destination: destination)
-        case .downloadMemory, .fetchURL:
+        case .downloadMemory, .fetchURL, .getMetadata, .updateMetadata, .delete:
             return []
         }
     }

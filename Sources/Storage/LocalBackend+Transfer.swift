@@ -31,6 +31,9 @@ final class LocalTransfer {
         case .downloadFile: try downloadFile()
         case .downloadMemory: try downloadMemory()
         case .fetchURL: try fetchURL()
+        case .getMetadata: try getMetadata()
+        case .updateMetadata: try updateMetadata()
+        case .delete: try delete()
         }
     }
 
@@ -321,8 +324,8 @@ final class LocalTransfer {
 
     /// The object, open for reading, with its metadata. A symbolic link at the object's name (or at any
     /// folder inside its bucket) is refused, never followed.
-    private func openObject() throws(StorageError) -> (LocalFile, StorageObject, LocalLocation) {
-        let reference = try reference(spec.source, "source")
+    private func openObject(field: String = "source") throws(StorageError) -> (LocalFile, StorageObject, LocalLocation) {
+        let reference = try reference(field == "source" ? spec.source : spec.destination, field)
         let location = try backend.locate(reference, creating: false)
         guard let file = try location.directory.openExisting(location.name, writable: false, context: .object) else {
             throw StorageError(.objectNotFound, "object '\(location.path)' does not exist")
@@ -469,5 +472,64 @@ final class LocalTransfer {
         }
         let url = "file://" + StorageReference.percentEncode(location.path, keepSlash: true) + "?token=" + (token ?? "")
         return .finished(JobResult(object: object, url: url))
+    }
+}
+
+// MARK: - Object operations
+
+extension LocalTransfer {
+    fileprivate func getMetadata() throws(StorageError) -> TransferOutcome {
+        let (file, object, _) = try openObject()
+        file.close()
+        return .finished(JobResult(object: object))
+    }
+
+    /// Rewrites the sidecar atomically (a new file renamed over it, never through a link) under the
+    /// object's lock, so concurrent updates and fetch-url's token creation do not lose each other's changes.
+    fileprivate func updateMetadata() throws(StorageError) -> TransferOutcome {
+        let update = spec.metadata ?? UploadMetadata()
+        let removing = spec.removeCustomMetadata ?? []
+        let (file, _, location) = try openObject(field: "destination")
+        defer { file.close() }
+        try file.lockExclusive()
+        let status = try file.status()
+        var object = try backend.readMetadata(location, status: status)
+        object.size = status.size
+        if let value = update.contentType { object.contentType = value }
+        if let value = update.cacheControl { object.cacheControl = value }
+        if let value = update.contentDisposition { object.contentDisposition = value }
+        if let value = update.contentEncoding { object.contentEncoding = value }
+        if let value = update.contentLanguage { object.contentLanguage = value }
+        var custom = object.customMetadata ?? [:]
+        for (key, value) in update.customMetadata ?? [:] { custom[key] = value }
+        for key in removing { custom[key] = nil }
+        object.customMetadata = custom.isEmpty ? nil : custom
+        object.metageneration = String((Int(object.metageneration ?? "1") ?? 1) + 1)
+        object.updated = LocalFiles.timestamp()
+        try backend.writeMetadata(object, to: location)
+        try location.directory.sync()
+        return .finished(JobResult(object: object))
+    }
+
+    /// Removes the object and its sidecar relative to the bucket folder's descriptor; a link at the
+    /// object's name is refused, never followed or removed.
+    fileprivate func delete() throws(StorageError) -> TransferOutcome {
+        let reference = try StorageReference(parsing: spec.destination ?? "")
+        let location = try backend.locate(reference, creating: false)
+        guard let found = location.directory.entry(location.name) else {
+            throw StorageError(.objectNotFound, "object '\(reference)' does not exist; check the path")
+        }
+        if found.kind == .symbolicLink { throw LocalFiles.symbolicLinkRefused(location.path, operation: "deleting") }
+        guard found.isRegular else {
+            throw StorageError(.objectNotFound, "object '\(reference)' does not exist ('\(location.path)' is not a regular file)")
+        }
+        guard location.directory.remove(location.name, ifStill: found.identity) else {
+            throw StorageError(.objectNotFound, "object '\(reference)' was removed or replaced while it was being deleted; check the path")
+        }
+        if let sidecar = location.directory.entry(location.sidecarName), sidecar.isRegular {
+            location.directory.remove(location.sidecarName, ifStill: sidecar.identity)
+        }
+        try location.directory.sync()
+        return .finished(JobResult(deleted: reference.description))
     }
 }

@@ -8,6 +8,10 @@ enum TransferPlan {
     case downloadFile(StorageReference, to: String)
     case downloadMemory(StorageReference, maxSize: Int64)
     case fetchURL(StorageReference)
+    case getMetadata(StorageReference)
+    /// The fields to set, and the custom metadata keys to delete.
+    case updateMetadata(StorageReference, set: UploadMetadata, removing: [String])
+    case delete(StorageReference)
 
     /// Decodes `spec` for a backend serving `schemes`; `expected` names them in the error a reference of
     /// another scheme gets (e.g. "an http(s) URL"). An upload `policy` refuses is refused here, before the
@@ -37,6 +41,18 @@ enum TransferPlan {
             self = .downloadMemory(remote, maxSize: spec.maxSize ?? JobSpec.defaultMaxSize)
         case .fetchURL:
             self = .fetchURL(remote)
+        case .getMetadata:
+            self = .getMetadata(remote)
+        case .updateMetadata:
+            let update = spec.metadata ?? UploadMetadata()
+            let removing = spec.removeCustomMetadata ?? []
+            guard !update.isEmpty || !removing.isEmpty else {
+                throw StorageError(.invalidArgument, "the update-metadata job changes nothing: give it 'metadata:' fields to set or remove")
+            }
+            try Self.checkHeaderSafe(update)
+            self = .updateMetadata(remote, set: update, removing: removing)
+        case .delete:
+            self = .delete(remote)
         }
     }
 }
@@ -51,6 +67,16 @@ extension TransferPlan {
         let contentType = ContentTypes.forUpload(spec, destination: destination)
         try HeaderValues.check(contentType, what: "the content type", remedy: remedy)
         guard let metadata = spec.metadata else { return contentType }
+        try checkHeaderSafe(metadata)
+        return contentType
+    }
+
+    /// Checks every metadata value GCS serves back as a response header for control characters.
+    static func checkHeaderSafe(_ metadata: UploadMetadata) throws(StorageError) {
+        let remedy = "fix the job's metadata in the manifest and submit it again"
+        if let contentType = metadata.contentType {
+            try HeaderValues.check(contentType, what: "the content type", remedy: remedy)
+        }
         let fields: [(String, String?)] = [
             ("cache_control", metadata.cacheControl), ("content_disposition", metadata.contentDisposition),
             ("content_encoding", metadata.contentEncoding), ("content_language", metadata.contentLanguage),
@@ -62,15 +88,15 @@ extension TransferPlan {
             try HeaderValues.check(key, what: "a custom metadata key", remedy: remedy)
             try HeaderValues.check(value, what: "the custom metadata value of '\(key)'", remedy: remedy)
         }
-        return contentType
     }
 }
 
 extension JobSpec {
-    /// The storage side of the job: the destination of an upload, the source of everything else.
+    /// The storage side of the job: the destination of an upload, update-metadata or delete, the source of
+    /// everything else.
     func remoteReference() throws(StorageError) -> StorageReference {
-        let role = kind.isUpload ? "destination" : "source"
-        guard let text = kind.isUpload ? destination : source else {
+        let role = kind.namesDestinationReference ? "destination" : "source"
+        guard let text = kind.namesDestinationReference ? destination : source else {
             throw StorageError(.invalidArgument, "the \(kind.rawValue) job has no \(role) reference")
         }
         return try StorageReference(parsing: text)

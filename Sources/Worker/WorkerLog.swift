@@ -139,6 +139,11 @@ public final class WorkerLog: Sendable {
         let event: WorkerLogEvent
         var level = WorkerLogLevel.info
         switch outcome {
+        case .succeeded(let result) where kind.isObjectOperation:
+            // get-metadata, update-metadata and delete move no bytes: no size or rate to report.
+            event = .succeeded
+            fields.append(("duration_ms", .integer(durationMs)))
+            if let deleted = result.deleted { fields.append(("deleted", .text(deleted))) }
         case .succeeded(let result):
             event = .succeeded
             let bytes = result.size ?? result.object?.size ?? 0

@@ -96,8 +96,9 @@ extension Commands {
         discussion: """
         download-memory: the bytes (refused on a terminal when they are not text: use -o FILE, a pipe, or
         -o - to print them anyway); fetch-url: the download URL, token included (that is what the command
-        is for); uploads: the object's metadata as JSON (download tokens redacted unless --show-secrets);
-        download-file: the local path. -o FILE writes any of these to FILE instead.
+        is for); uploads, get-metadata and update-metadata: the object's metadata as JSON (download tokens
+        redacted unless --show-secrets); download-file: the local path; delete: the object deleted. -o FILE
+        writes any of these to FILE instead.
         """
     ) { arguments, context in
         let store = try context.openStore(readOnly: true)
@@ -128,7 +129,9 @@ extension Commands {
                 bytes = Data(((result.url ?? "") + "\n").utf8)
             case .downloadFile:
                 bytes = Data(((result.path ?? job.spec.destination ?? "") + "\n").utf8)
-            case .uploadFile, .uploadData:
+            case .delete:
+                bytes = Data(("deleted " + display.location(result.deleted ?? job.spec.destination ?? "") + "\n").utf8)
+            case .uploadFile, .uploadData, .getMetadata, .updateMetadata:
                 let object = result.object.map { ObjectView($0, display: display) }
                 bytes = Data((try jsonText(object) + "\n").utf8)
             }

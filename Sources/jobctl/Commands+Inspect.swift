@@ -105,6 +105,17 @@ extension Commands {
         if let destination = job.spec.destination { lines.append(("destination", display.location(destination))) }
         if let data = job.spec.data { lines.append(("data", "\(plural(data.count, "byte")) inline")) }
         if job.spec.kind == .downloadMemory { lines.append(("max size", ByteSize.format(job.spec.maxSize ?? JobSpec.defaultMaxSize))) }
+        if job.spec.kind == .updateMetadata {
+            let set = job.spec.metadata
+            var changes: [String] = [("content_type", set?.contentType), ("cache_control", set?.cacheControl),
+                                     ("content_disposition", set?.contentDisposition), ("content_encoding", set?.contentEncoding),
+                                     ("content_language", set?.contentLanguage)].compactMap { name, value in
+                value.map { "\(name)=\(display.text($0))" }
+            }
+            changes += (set?.customMetadata ?? [:]).sorted { $0.key < $1.key }.map { "custom \(display.text($0.key))=\(display.text($0.value))" }
+            changes += (job.spec.removeCustomMetadata ?? []).map { "delete custom \(display.text($0))" }
+            lines.append(("changes", changes.joined(separator: ", ")))
+        }
         if let key = job.spec.key { lines.append(("key", key)) }
         if let after = job.spec.after { lines.append(("after", after.joined(separator: ", "))) }
         if let waiting, !waiting.isEmpty { lines.append(("waiting", "waiting for " + waiting.joined(separator: ", "))) }

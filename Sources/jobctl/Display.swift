@@ -161,6 +161,7 @@ extension JobRecord {
         switch spec.kind {
         case .downloadMemory: return "<memory>"
         case .fetchURL: return "<url>"
+        case .getMetadata: return "<metadata>"
         default: return "-"
         }
     }

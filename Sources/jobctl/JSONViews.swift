@@ -94,6 +94,8 @@ struct SpecView: Encodable {
     let batch: BatchView?
     /// The jobs this one waits for (`after:`; names in a dry run, ids once submitted), absent when none.
     let after: [String]?
+    /// update-metadata: the custom metadata keys it deletes.
+    let removeCustomMetadata: [String]?
 
     init(_ spec: JobSpec, display: Display) {
         kind = spec.kind.rawValue
@@ -110,10 +112,12 @@ struct SpecView: Encodable {
         runAfterMs = spec.runAfterMs
         batch = spec.batch.map { BatchView($0, display: display) }
         after = spec.after
+        removeCustomMetadata = spec.removeCustomMetadata
     }
 
     enum CodingKeys: String, CodingKey {
         case kind, source, destination, metadata, key, priority, queue, batch, after
+        case removeCustomMetadata = "remove_custom_metadata"
         case dataBase64 = "data_base64", maxSize = "max_size", maxAttempts = "max_attempts"
         case runAfter = "run_after", runAfterMs = "run_after_ms"
     }
@@ -184,6 +188,8 @@ struct ResultView: Encodable {
     let verified: [String]?
     let blob: String?
     let url: String?
+    /// delete: the reference of the object deleted.
+    let deleted: String?
 
     /// - Parameter revealURL: print a fetch-url result's URL as it is (`jobctl result`: the URL, token
     ///   included, is what the command is for).
@@ -196,6 +202,7 @@ struct ResultView: Encodable {
         verified = result.verified?.map(\.rawValue)
         blob = result.blob
         url = revealURL ? result.url : result.url.map(display.url)
+        deleted = result.deleted.map(display.location)
     }
 }
 

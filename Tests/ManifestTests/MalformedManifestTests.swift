@@ -154,7 +154,7 @@ private let malformedCases: [MalformedCase] = [
       source: gs://b/a.txt
       destination: a.txt
       metadata: {content_type: text/plain}
-    """, 4, 3, .fieldNotAllowed, "'metadata' is only for uploads; a download-file job writes no object"),
+    """, 4, 3, .fieldNotAllowed, "'metadata' is only for uploads and update-metadata; a download-file job writes no metadata"),
     .init("data on upload-file", "- kind: upload-file\n  source: a\n  destination: gs://b/a\n  data: x\n", 4, 3, .fieldNotAllowed,
           "'data' is only for upload-data jobs; an upload-file job reads the file named by 'source'"),
     .init("destination on fetch-url", "- kind: fetch-url\n  source: gs://b/x\n  destination: x\n", 3, 3, .fieldNotAllowed,

@@ -37,6 +37,7 @@ struct ManifestReferenceTests {
     func documentedFieldsParse() throws {
         // A field the reference documents but the reader refuses would fail here, whatever the tables say.
         let manifest = """
+        defaults: {bucket: "gs://b"}
         jobs:
           - {kind: upload-data, data: hi, destination: "gs://b/o", metadata: {content_type: text/plain}, key: k1,
              priority: 1, max_attempts: 2, queue: q, timeout: 1m, checksums: [md5]}
@@ -44,6 +45,7 @@ struct ManifestReferenceTests {
           - {kind: upload-file, source: a.txt, destination: "gs://b/a", check_source: false, if_exists: skip, max_rate: 10M}
           - {kind: download-memory, source: "gs://b/o", max_size: 1MiB, run_after: "2026-12-01T02:00:00Z"}
           - {kind: download-file, source: "gs://b/photos/", destination: out/, include: ["*.jpg"], exclude: ["x/**"], delay: 15m}
+          - {kind: update-metadata, destination: o, metadata: {custom_metadata: {gone: null}}}
         """
         for field in ManifestReference.documentedFields {
             #expect(manifest.contains("\(field): "), "the manifest below does not use \(field)")

@@ -3,6 +3,7 @@
 Usage (STORAGE_EMULATOR_HOST must point at the emulator):
   interop.py read BUCKET NAME OUTPUT_FILE   -> prints the object's metadata as JSON, writes its bytes
   interop.py write BUCKET NAME INPUT_FILE CONTENT_TYPE KEY=VALUE...  -> uploads, prints metadata as JSON
+  interop.py describe BUCKET NAME           -> prints the object's metadata as JSON ({"error": ...} when missing)
 """
 import json
 import sys
@@ -19,6 +20,8 @@ def describe(blob):
         "crc32c": blob.crc32c,
         "contentType": blob.content_type,
         "cacheControl": blob.cache_control,
+        "contentDisposition": blob.content_disposition,
+        "contentLanguage": blob.content_language,
         "metadata": blob.metadata or {},
     }
 
@@ -38,6 +41,10 @@ def main(argv):
         # checksum="md5" makes the client verify the bytes against the server's hash itself.
         blob.download_to_filename(argv[4], checksum="md5")
         print(json.dumps(description))
+        return 0
+    if command == "describe":
+        blob = bucket.get_blob(name)
+        print(json.dumps(describe(blob) if blob is not None else {"error": "not found"}))
         return 0
     if command == "write":
         blob = bucket.blob(name)

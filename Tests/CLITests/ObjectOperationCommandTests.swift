@@ -1,0 +1,106 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// get-metadata, update-metadata and delete jobs submitted with a default bucket, run by a real worker
+/// process, shown by `result`, `show` and `list`.
+@Suite("Object operation jobs")
+struct ObjectOperationCommandTests {
+    private func jsonObject(_ text: String) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any], "not a JSON object: \(text)")
+    }
+
+    private func jsonArrayOfObjects(_ text: String) throws -> [[String: Any]] {
+        try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]], "not a JSON array: \(text)")
+    }
+
+    @Test(arguments: StoreEngine.allCases)
+    func aWorkerDrainsOneJobOfEachKind(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("objops", engine: engine)
+        defer { workspace.directory.remove() }
+        let environment = ["HOME": workspace.directory.path, "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let seeded = try workspace.submit("""
+        - {kind: upload-data, data: "read me\\n", destination: "file://demo/docs/a.txt"}
+        - {kind: upload-data, data: "update me\\n", destination: "file://demo/docs/b.txt", metadata: {custom_metadata: {keep: "1", gone: "2"}}}
+        - {kind: upload-data, data: "delete me\\n", destination: "file://demo/docs/c.txt"}
+        """)
+        #expect(seeded.count == 3)
+        #expect(try workspace.jobctl(["worker", "--drain"], environment: environment).status == 0)
+
+        let manifest = try workspace.write("ops.yaml", """
+        defaults:
+          bucket: file://demo
+        jobs:
+          - kind: get-metadata
+            source: docs/a.txt
+          - kind: update-metadata
+            destination: docs/b.txt
+            metadata:
+              cache_control: no-store
+              custom_metadata: {added: "3", gone: null}
+          - kind: delete
+            destination: docs/c.txt
+          - kind: delete
+            destination: docs/missing.txt
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 4, "\(submitted.stdout)")
+        // The stored specs hold the full references the relative paths meant.
+        let update = try jsonObject(try workspace.jobctl(["show", ids[1], "--json"]).stdout)
+        let spec = try #require(update["spec"] as? [String: Any])
+        #expect(spec["destination"] as? String == "file://demo/docs/b.txt")
+        #expect(spec["remove_custom_metadata"] as? [String] == ["gone"])
+        let shown = try workspace.jobctl(["show", ids[1]])
+        #expect(shown.stdout.contains("changes:     cache_control=no-store, custom added=3, delete custom gone"), "\(shown.stdout)")
+
+        // One job failed (the missing object), so the drain exits 2.
+        let worker = try workspace.jobctl(["worker", "--drain", "--log-format", "json"], environment: environment)
+        #expect(worker.status == 2, "\(worker.stderr)")
+        // One log line per outcome; object operations report no bytes or rate (they move none).
+        let lines = worker.stderr.split(separator: "\n").compactMap { try? jsonObject(String($0)) }
+        let succeeded = lines.filter { $0["event"] as? String == "succeeded" }
+        #expect(Set(succeeded.compactMap { $0["kind"] as? String }) == ["get-metadata", "update-metadata", "delete"], "\(worker.stderr)")
+        for line in succeeded {
+            let fields = try #require(line["fields"] as? [String: Any], "\(line)")
+            #expect(fields["bytes"] == nil && fields["rate"] == nil && fields["duration_ms"] != nil, "\(line)")
+        }
+        let deletion = try #require(succeeded.first { $0["kind"] as? String == "delete" }?["fields"] as? [String: Any])
+        #expect(deletion["deleted"] as? String == "file://demo/docs/c.txt")
+        #expect(lines.contains { $0["event"] as? String == "failed" && $0["job"] as? String == ids[3] }, "\(worker.stderr)")
+
+        let metadata = try workspace.jobctl(["result", ids[0]])
+        #expect(metadata.status == 0, "\(metadata.stderr)")
+        let object = try jsonObject(metadata.stdout)
+        #expect(object["name"] as? String == "docs/a.txt" && object["size"] as? Int == 8, "\(object)")
+        #expect(object["content_type"] as? String == "text/plain" && object["crc32c"] is String, "\(object)")
+
+        let updated = try jsonObject(try workspace.jobctl(["result", ids[1]]).stdout)
+        #expect(updated["cache_control"] as? String == "no-store", "\(updated)")
+        #expect(updated["custom_metadata"] as? [String: String] == ["keep": "1", "added": "3"], "\(updated)")
+        let sidecar = try String(contentsOfFile: workspace.directory.file("buckets/demo/docs/.b.txt.jobctl-meta.json"), encoding: .utf8)
+        #expect(sidecar.contains("no-store") && !sidecar.contains("gone"), "\(sidecar)")
+
+        let deleted = try workspace.jobctl(["result", ids[2]])
+        #expect(deleted.stdout == "deleted file://demo/docs/c.txt\n", "\(deleted.stdout) \(deleted.stderr)")
+        let deletedJSON = try jsonObject(try workspace.jobctl(["result", ids[2], "--json"]).stdout)
+        #expect(deletedJSON["deleted"] as? String == "file://demo/docs/c.txt")
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("buckets/demo/docs/c.txt")))
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("buckets/demo/docs/.c.txt.jobctl-meta.json")))
+
+        // A missing object is not retried: one attempt, objectNotFound.
+        let missing = try jsonObject(try workspace.jobctl(["show", ids[3], "--json"]).stdout)
+        #expect(missing["state"] as? String == "failed" && missing["attempts"] as? Int == 1, "\(missing)")
+        #expect((missing["error"] as? [String: Any])?["name"] as? String == "objectNotFound", "\(missing)")
+
+        let list = try workspace.jobctl(["list", "--kind", "get-metadata,update-metadata,delete"])
+        #expect(list.status == 0, "\(list.stderr)")
+        for kind in ["get-metadata", "update-metadata", "delete"] {
+            #expect(list.stdout.contains(kind), "\(list.stdout)")
+        }
+        let audit = try jsonArrayOfObjects(try workspace.jobctl(["audit", "--kind", "delete", "--json"]).stdout)
+        #expect(audit.count == 2, "\(audit)")
+        #expect(Set(audit.compactMap { $0["kind"] as? String }) == ["delete"], "\(audit)")
+    }
+}
