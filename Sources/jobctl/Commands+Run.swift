@@ -66,6 +66,7 @@ extension Commands {
             let after = Clock.nowMs()
             if let skew = ClockSkew.check(reading, nowMs: before + (after - before) / 2) { log.clockSkew(skew, now: after) }
         }
+        MissingCredentials.warnIfNeeded(storage: storage, store: store, queues: configuration.queues, log: log, now: Clock.nowMs())
         let metrics = WorkerMetrics()
         var metricsServer: MetricsServer?
         if let metricsAddress {
