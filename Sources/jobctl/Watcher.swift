@@ -224,7 +224,9 @@ struct ProgressBar {
         switch event.type {
         case .started:
             resetRate()
-            record(done: event.data.bytesDone ?? 0, atMs: event.atMs)
+            // Workers always write the bytes; an event without them (an older log) gives no sample
+            // rather than a guessed 0 that would inflate a resumed transfer's rate.
+            if let bytes = event.data.bytesDone { record(done: bytes, atMs: event.atMs) }
             return nil
         case .paused, .released, .retried:
             resetRate()
