@@ -272,7 +272,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
     }
 
     /// How many group commits the executor made and how many events they held.
-    public var groupCommitStats: (commits: Int, events: Int) { executor.groupCommitStats }
+    public var groupCommitStats: GroupCommitStats { executor.groupCommitStats }
 
     /// Calls queued on the executor and not yet taken (tests).
     var queuedCalls: Int { executor.queuedCount }

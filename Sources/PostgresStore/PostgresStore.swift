@@ -136,7 +136,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     }
 
     /// How many group commits the executor made and how many events they held.
-    public var groupCommitStats: (commits: Int, events: Int) { executor.groupCommitStats }
+    public var groupCommitStats: GroupCommitStats { executor.groupCommitStats }
 
     /// One group commit: the appends, then the claim when there is one, in one transaction.
     private func groupCommit(_ events: [PendingEvent], thenClaim request: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {

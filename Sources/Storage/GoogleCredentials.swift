@@ -5,7 +5,9 @@ import JobModel
 ///
 /// Found by `StorageConfiguration.fromEnvironment` in this order: the file `GOOGLE_APPLICATION_CREDENTIALS`
 /// names, else the gcloud well-known file (`$HOME/.config/gcloud/application_default_credentials.json`,
-/// not consulted with an emulator), else the metadata server when `GCE_METADATA_HOST` is set.
+/// not consulted with an emulator), else the metadata server at `GCE_METADATA_HOST` when it is set, or at
+/// `metadata.google.internal` when the machine's DMI product name says it is a Google Compute Engine
+/// machine (not with an emulator either).
 /// `description` never shows a secret.
 public enum GoogleCredentials: Sendable, Equatable, CustomStringConvertible {
     /// A service-account key: JWT bearer flow (RFC 7523).
@@ -14,6 +16,11 @@ public enum GoogleCredentials: Sendable, Equatable, CustomStringConvertible {
     case authorizedUser(AuthorizedUserCredentials)
     /// The GCE metadata server at `host` (`host[:port]`).
     case metadataServer(host: String)
+
+    /// Where Linux shows the machine's DMI product name: "Google Compute Engine" (or "Google") on GCE.
+    public static let gceProductNameFile = "/sys/class/dmi/id/product_name"
+    /// The metadata server's name on GCE (it resolves to 169.254.169.254 there).
+    public static let gceMetadataHost = "metadata.google.internal"
 
     /// Where Google's token endpoint lives when a file names none.
     static let defaultTokenURI = "https://oauth2.googleapis.com/token"
@@ -87,6 +94,18 @@ public enum GoogleCredentials: Sendable, Equatable, CustomStringConvertible {
               !host.isEmpty, url.user == nil, url.password == nil else { return false }
         if scheme == "https" { return true }
         return scheme == "http" && ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host)
+    }
+
+    /// Whether the DMI product name in `productNameFile` says this is a Google Compute Engine machine,
+    /// as Google's auth libraries decide on Linux: the name starts with "Google". Reading a local file
+    /// is the whole test: nothing is sent on the network, so off GCE no metadata server is ever probed.
+    /// A missing or unreadable file (not Linux, a container without /sys) means no.
+    static func isGoogleComputeEngine(productNameFile: String) -> Bool {
+        guard let handle = FileHandle(forReadingAtPath: productNameFile) else { return false }
+        defer { try? handle.close() }
+        guard let data = try? handle.read(upToCount: 256),
+              let name = String(data: data, encoding: .utf8) else { return false }
+        return name.trimmingCharacters(in: .whitespacesAndNewlines).hasPrefix("Google")
     }
 
     /// `GCE_METADATA_HOST` as Google's libraries read it: `host` or `host:port`, no scheme, no path.

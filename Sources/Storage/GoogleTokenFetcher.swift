@@ -35,7 +35,10 @@ struct GoogleTokenFetcher: Sendable {
             request = HTTPRequest(method: "GET",
                                   url: "http://\(host)/computeMetadata/v1/instance/service-accounts/default/token",
                                   headers: ["Metadata-Flavor: Google"])
-            what = "the metadata server \(host) (GCE_METADATA_HOST)"
+            // The well-known host comes from GCE detection unless GCE_METADATA_HOST names it too.
+            what = host == GoogleCredentials.gceMetadataHost
+                ? "the metadata server \(host) (a Google Compute Engine machine, or GCE_METADATA_HOST)"
+                : "the metadata server \(host) (GCE_METADATA_HOST)"
             options.connectTimeout = min(options.connectTimeout, Self.metadataConnectTimeout)
         }
         let sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })

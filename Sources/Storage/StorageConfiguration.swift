@@ -85,11 +85,15 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// Credentials, first found wins: `GOOGLE_OAUTH_ACCESS_TOKEN` > `JOBCTL_TOKEN_COMMAND` (both set is an
     /// error) > `GOOGLE_APPLICATION_CREDENTIALS` > `$HOME/.config/gcloud/application_default_credentials.json`
     /// (skipped with `STORAGE_EMULATOR_HOST`: an emulator needs no credentials, and a developer's own
-    /// login must not be sent to it) > the metadata server when `GCE_METADATA_HOST` is set > anonymous.
+    /// login must not be sent to it) > the metadata server when `GCE_METADATA_HOST` is set > the metadata
+    /// server at `metadata.google.internal` when `productNameFile` (the DMI product name) says this is a
+    /// Google Compute Engine machine (skipped with an emulator too) > anonymous.
     /// A lower source is not read when a higher one is set. A credentials file is read and its key checked
-    /// here, so a bad file fails at start, naming the file and the field.
+    /// here, so a bad file fails at start, naming the file and the field. `productNameFile` is for tests:
+    /// users have no way to move it.
     public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment,
-                                       localBucketsDirectory: String) throws(StorageError) -> StorageConfiguration {
+                                       localBucketsDirectory: String,
+                                       productNameFile: String = GoogleCredentials.gceProductNameFile) throws(StorageError) -> StorageConfiguration {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         var configuration = StorageConfiguration(localBucketsDirectory: localBucketsDirectory)
         if let buckets = value("JOBCTL_BUCKETS") {
@@ -120,7 +124,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
                                "both GOOGLE_OAUTH_ACCESS_TOKEN and JOBCTL_TOKEN_COMMAND are set, and only one can be used; unset one of them")
         }
         if configuration.accessToken == nil && configuration.tokenCommand == nil {
-            configuration.googleCredentials = try googleCredentials(environment, usesEmulator: configuration.usesEmulator)
+            configuration.googleCredentials = try googleCredentials(environment, usesEmulator: configuration.usesEmulator,
+                                                                    productNameFile: productNameFile)
         }
         if let text = value("JOBCTL_CHUNK_SIZE") {
             configuration.chunkSize = try chunkSize(parsing: text)
@@ -136,7 +141,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     }
 
     /// The Google credentials the environment names, if any (see `fromEnvironment` for the order).
-    static func googleCredentials(_ environment: [String: String], usesEmulator: Bool) throws(StorageError) -> GoogleCredentials? {
+    static func googleCredentials(_ environment: [String: String], usesEmulator: Bool,
+                                  productNameFile: String) throws(StorageError) -> GoogleCredentials? {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         if let path = value("GOOGLE_APPLICATION_CREDENTIALS") {
             return try GoogleCredentials.load(file: path, source: "GOOGLE_APPLICATION_CREDENTIALS")
@@ -149,6 +155,9 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         }
         if let host = value("GCE_METADATA_HOST") {
             return .metadataServer(host: try GoogleCredentials.metadataHost(host))
+        }
+        if !usesEmulator, GoogleCredentials.isGoogleComputeEngine(productNameFile: productNameFile) {
+            return .metadataServer(host: GoogleCredentials.gceMetadataHost)
         }
         return nil
     }

@@ -154,7 +154,7 @@ public protocol JobStore: AnyObject, Sendable {
     func run<T: Sendable>(_ body: @escaping @Sendable (any JobStore) throws -> T) async throws -> T
 
     /// How many group commits the executor made and the events they held (diagnostics, benchmarks).
-    var groupCommitStats: (commits: Int, events: Int) { get }
+    var groupCommitStats: GroupCommitStats { get }
 }
 
 /// One event as stored in the log, without decoding its data: for copying a log between stores.

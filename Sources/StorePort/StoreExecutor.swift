@@ -60,7 +60,7 @@ public final class StoreExecutor: Sendable {
     private let condition = NSCondition()
     private let thread = Mutex<pthread_t?>(nil)
     private let flush: Flush
-    private let stats = Mutex<(commits: Int, events: Int)>((0, 0))
+    private let stats = Mutex(GroupCommitStats())
     /// Signalled when the thread has ended.
     private let ended = DispatchSemaphore(value: 0)
 
@@ -137,7 +137,8 @@ public final class StoreExecutor: Sendable {
         if !isCurrent { ended.wait() }
     }
 
-    public var groupCommitStats: (commits: Int, events: Int) { stats.withLock { $0 } }
+    /// The group commits made so far: totals and events per commit (a snapshot).
+    public var groupCommitStats: GroupCommitStats { stats.withLock { $0 } }
 
     /// Calls queued and not yet taken by the thread (tests).
     public var queuedCount: Int { queue.withLock { $0.work.count } }
@@ -200,9 +201,7 @@ public final class StoreExecutor: Sendable {
         do throws(StoreError) {
             let outcome = try flush(appends.map(\.0), claim?.0)
             // Counted before any waiter resumes, so a waiter that reads the stats sees its commit.
-            if !appends.isEmpty {
-                stats.withLock { $0.commits += 1; $0.events += appends.count }
-            }
+            stats.withLock { $0.recordCommit(of: appends.count) }
             claim?.1.resume(returning: outcome.claimed)
             for (index, entry) in appends.enumerated() {
                 entry.1.resume(returning: outcome.appended[index])

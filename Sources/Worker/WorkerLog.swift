@@ -77,6 +77,17 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
+    /// At start: `queuedJobs` `gs://` jobs wait and none of `lookedFor` gave credentials; they run
+    /// anonymously, which only public buckets allow.
+    func noCredentials(queuedJobs: Int, lookedFor: [String], now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .noCredentials, fields: [
+            ("queued_gs_jobs", .integer(Int64(queuedJobs))),
+            ("looked_for", .text(lookedFor.joined(separator: ", "))),
+            ("action", .text("no Google credentials found: gs:// requests go out anonymously, which only public buckets "
+                             + "allow; set one of these for private buckets")),
+        ]))
+    }
+
     func storeError(_ error: any Error, consecutive: Int, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: .warning, event: .storeError, fields: [
             ("error", .text(String(describing: error))), ("consecutive", .integer(Int64(consecutive))),

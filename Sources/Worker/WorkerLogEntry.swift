@@ -63,6 +63,8 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case slowCommit = "slow_commit"
     /// The worker's clock differs from the database's (or the newest event lies in the future).
     case clockSkew = "clock_skew"
+    /// At start: `gs://` jobs are queued and no Google credentials (nor an emulator) were found.
+    case noCredentials = "no_credentials"
 }
 
 /// A value in a log line's fields.

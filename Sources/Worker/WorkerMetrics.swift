@@ -22,6 +22,9 @@ public final class WorkerMetrics: Sendable {
     public static let durationBuckets: [Double] = [0.1, 0.5, 1, 5, 15, 60, 300, 1_800, 7_200]
     /// Upper bounds (seconds) of the store commit latency histogram's buckets.
     public static let commitBuckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+    /// Upper bounds (events) of the events-per-commit histogram's buckets: powers of two, as the store
+    /// counts commits by power-of-two size class (`GroupCommitStats`).
+    public static let eventsPerCommitBuckets: [Int] = [1, 2, 4, 8, 16, 32, 64, 128]
 
     private struct Counters: Sendable {
         var transfers: [OutcomeKey: Int] = [:]
@@ -94,9 +97,9 @@ public final class WorkerMetrics: Sendable {
     // MARK: - Exposition
 
     /// The counters and histograms in the text exposition format, followed by `groupCommits` (the
-    /// store's commit and event totals) and `jobs` (job counts by queue and state, nil when they could
-    /// not be read).
-    public func exposition(groupCommits: (commits: Int, events: Int), jobs: [StoreStats.QueueStateCount]?) -> String {
+    /// store's commit and event totals, and its events per commit) and `jobs` (job counts by queue and
+    /// state, nil when they could not be read).
+    public func exposition(groupCommits: GroupCommitStats, jobs: [StoreStats.QueueStateCount]?) -> String {
         let counters = counters.withLock { $0 }
         var text = MetricsText()
 
@@ -153,6 +156,9 @@ public final class WorkerMetrics: Sendable {
         text.family("jobctl_store_events_written_total", type: "counter",
                     help: "Events those group commits held; divided by jobctl_store_group_commits_total, the events per commit.")
         text.sample("jobctl_store_events_written_total", [], Double(groupCommits.events))
+        text.family("jobctl_store_events_per_commit", type: "histogram",
+                    help: "Events each group commit of the store held: its count is jobctl_store_group_commits_total, its sum jobctl_store_events_written_total.")
+        text.histogram("jobctl_store_events_per_commit", [], Histogram(eventsPerCommit: groupCommits))
         return text.output
     }
 }
@@ -170,6 +176,19 @@ struct Histogram: Sendable {
     init(bounds: [Double]) {
         self.bounds = bounds
         counts = Array(repeating: 0, count: bounds.count)
+    }
+
+    /// The store's events-per-commit distribution, read from its power-of-two size classes.
+    init(eventsPerCommit stats: GroupCommitStats) {
+        self.init(bounds: WorkerMetrics.eventsPerCommitBuckets.map(Double.init))
+        var below = 0
+        for (index, bound) in WorkerMetrics.eventsPerCommitBuckets.enumerated() {
+            let atOrBelow = stats.commits(holdingAtMost: bound)
+            counts[index] = atOrBelow - below
+            below = atOrBelow
+        }
+        count = stats.commits
+        sum = Double(stats.events)
     }
 
     mutating func observe(_ value: Double) {

@@ -21,21 +21,23 @@ extension Commands {
         scripts. Storage settings come from the environment: STORAGE_EMULATOR_HOST,
         GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, else GOOGLE_APPLICATION_CREDENTIALS (a
         service-account key or authorized-user file; else gcloud's application-default file), else
-        GCE_METADATA_HOST; JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
+        GCE_METADATA_HOST, else the metadata server on a Google Compute Engine machine (its DMI product
+        name); with none of these and gs:// jobs queued, one no_credentials warning at start (public
+        buckets work anonymously); JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
         JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR);
         a bad value stops the worker before it starts.
 
         Logs go to standard error, one line per job transition: claimed, started or resumed, paused,
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
         cancelled, lease_lost, released, abandoned; and warnings: store_error, slow_commit,
-        signal_received. --log-format json prints one JSON object per line: time, time_ms, level, event,
+        signal_received, no_credentials. --log-format json prints one JSON object per line: time, time_ms, level, event,
         job, kind, fields. -q keeps only warnings and errors, -v adds progress. Text lines are coloured
         only on a terminal (never with NO_COLOR or --no-color) and carry no time when JOURNAL_STREAM is
         set (run by systemd: journald stamps each line). URLs in log lines are redacted.
 
         --metrics 127.0.0.1:9464 serves Prometheus metrics (text format 0.0.4) at /metrics: job counts by
         queue and state, transfers and bytes by kind and outcome, durations, retries, lease losses and
-        rescues, store commit latency. It has no authentication, so only a loopback address is accepted
+        rescues, store commit latency and events per commit. It has no authentication, so only a loopback address is accepted
         unless --metrics-allow-remote is given; a port already in use stops the worker before it starts.
         """
     ) { arguments, context in
@@ -66,6 +68,7 @@ extension Commands {
             let after = Clock.nowMs()
             if let skew = ClockSkew.check(reading, nowMs: before + (after - before) / 2) { log.clockSkew(skew, now: after) }
         }
+        MissingCredentials.warnIfNeeded(storage: storage, store: store, queues: configuration.queues, log: log, now: Clock.nowMs())
         let metrics = WorkerMetrics()
         var metricsServer: MetricsServer?
         if let metricsAddress {

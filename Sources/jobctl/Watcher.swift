@@ -216,9 +216,19 @@ struct ProgressBar {
 
     /// Follows one event: `started` (a new attempt or a resume), `paused` and `released` restart the
     /// rate; a `progress` event gives the line to draw.
+    ///
+    /// `started` is also the rate's first sample (its bytes: 0, or the resume offset; its time): a small
+    /// job's first progress event is skipped, so waiting for two progress events would leave it without
+    /// a rate or time left for most of its run.
     mutating func observe(_ event: JobEvent, width: Int?) -> String? {
         switch event.type {
-        case .started, .paused, .released, .retried:
+        case .started:
+            resetRate()
+            // Workers always write the bytes; an event without them (an older log) gives no sample
+            // rather than a guessed 0 that would inflate a resumed transfer's rate.
+            if let bytes = event.data.bytesDone { record(done: bytes, atMs: event.atMs) }
+            return nil
+        case .paused, .released, .retried:
             resetRate()
             return nil
         case .progress:

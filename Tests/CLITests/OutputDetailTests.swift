@@ -246,6 +246,33 @@ import TestSupport
         #expect(json["resume_point"] == nil)
     }
 
+    /// On a terminal, `watch` shows the rate and the time left from the first `progress` event: the
+    /// `started` event (bytes 0, or the resume offset, at its time) is the rate's first sample. The
+    /// events are written with fixed times, so the figures are exact.
+    @Test(arguments: [(Int64(0), Int64(1) << 20, Int64(1_000), "1 MiB/s  ETA 9s"),
+                      (Int64(4) << 20, Int64(5) << 20, Int64(2_000), "512 KiB/s  ETA 10s")])
+    func watchShowsTheTimeLeftFromTheFirstProgressEvent(startedAt: Int64, progressAt: Int64, afterMs: Int64, expected: String) throws {
+        let workspace = try CLIWorkspace("watch-eta")
+        defer { workspace.directory.remove() }
+        let store = try EventStore(path: workspace.database)
+        let now = Clock.nowMs()
+        let total: Int64 = 10 << 20
+        let id = try store.submit([JobSpec(kind: .downloadFile, source: "gs://bucket/a.bin", destination: workspace.directory.file("a.bin"))],
+                                  actor: "cli:test", now: now)[0].id
+        let claim = try #require(try store.claim(owner: "w", queues: nil, limit: 1, leaseMs: 60_000, now: now).first)
+        try store.append(PendingEvent(jobID: id, type: .started, actor: "w", leaseToken: claim.token,
+                                      data: EventData(bytesDone: startedAt, bytesTotal: total)), now: now)
+        try store.append(PendingEvent(jobID: id, type: .progress, actor: "w", leaseToken: claim.token,
+                                      data: EventData(bytesDone: progressAt, bytesTotal: total)), now: now + afterMs)
+        try store.append(PendingEvent(jobID: id, type: .succeeded, actor: "w", leaseToken: claim.token,
+                                      data: EventData(result: JobResult(object: StorageObject(bucket: "bucket", name: "a.bin", size: total),
+                                                                        size: total))), now: now + afterMs + 1)
+        let watch = try workspace.jobctlOnTerminal(["watch", id], columns: 100)
+        #expect(watch.status == 0, "\(watch.stdout)")
+        let bar = terminalLines(watch.stdout).filter { $0.hasPrefix("[") && $0.contains("/10 MiB") }
+        #expect(bar.count == 1 && bar.first?.hasSuffix(expected) == true, "\(bar)")
+    }
+
     /// An upload the server refused (403) after the body was sent shows the bytes the server confirmed
     /// (none), not the bytes sent. Progress comes from Storage's transfer callbacks, which count bytes
     /// read into the request body: the CLI shows the server-confirmed offset instead.

@@ -117,7 +117,7 @@ import TestSupport
 
         // Histograms: buckets never decrease, +Inf equals _count, _sum is consistent with the count.
         for (name, expectedCounts) in [("jobctl_transfer_duration_seconds", ["upload-data": 2.0, "download-file": 1, "download-memory": 2]),
-                                       ("jobctl_store_commit_seconds", [:])] {
+                                       ("jobctl_store_commit_seconds", [:]), ("jobctl_store_events_per_commit", [:])] {
             let family = try #require(families[name])
             #expect(family.type == "histogram")
             let series = Dictionary(grouping: family.samples) { $0.labels.filter { $0.key != "le" } }
@@ -138,6 +138,13 @@ import TestSupport
         let written = try #require(Self.value(families, "jobctl_store_events_written", "jobctl_store_events_written_total", [:]))
         let groups = try #require(Self.value(families, "jobctl_store_group_commits", "jobctl_store_group_commits_total", [:]))
         #expect(groups >= 1 && written >= groups)
+        // Events per commit (one snapshot of the store's counts with the two totals): as many observations
+        // as commits, summing to the events, each commit in a power-of-two bucket up to 128.
+        let perCommit = try #require(families["jobctl_store_events_per_commit"])
+        #expect(perCommit.samples.filter { $0.name.hasSuffix("_bucket") }.compactMap { Double($0.labels["le"] ?? "") }
+            == [1, 2, 4, 8, 16, 32, 64, 128, .infinity])
+        #expect(Self.value(families, "jobctl_store_events_per_commit", "jobctl_store_events_per_commit_count", [:]) == groups)
+        #expect(Self.value(families, "jobctl_store_events_per_commit", "jobctl_store_events_per_commit_sum", [:]) == written)
 
         // Anything but GET /metrics: 404 for other paths, 405 for other methods, 431 for a huge request.
         for path in ["/", "/metrics/x", "/favicon.ico", "/METRICS"] {

@@ -82,6 +82,9 @@ struct StoreExecutorTests {
         #expect(outcomes.count == claims.count && outcomes.allSatisfy { (try? $0.get()) != nil })
         let after = store.groupCommitStats
         #expect(after.commits - before.commits == 1 && after.events - before.events == claims.count, "\(before) → \(after)")
+        // The one commit of 12 events is counted at or below 16 events, not at or below 8.
+        #expect(after.commits(holdingAtMost: 16) - before.commits(holdingAtMost: 16) == 1)
+        #expect(after.commits(holdingAtMost: 8) == before.commits(holdingAtMost: 8))
     }
 
     @Test("releasing the store ends its executor and closes the database before release returns")

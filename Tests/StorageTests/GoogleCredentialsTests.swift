@@ -185,6 +185,60 @@ struct GoogleCredentialsTests {
         #expect(resourceAuthorizations(server).allSatisfy { $0 == "Bearer tok-1" })
     }
 
+    /// A product-name file as /sys/class/dmi/id/product_name holds it (with its line feed).
+    private func productNameFile(_ name: String, in directory: TemporaryDirectory) throws -> String {
+        let path = directory.file("product_name")
+        try (name + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test("GCE detection: a Google DMI product name selects the metadata server without GCE_METADATA_HOST",
+          arguments: ["Google Compute Engine", "Google"])
+    func gceDetected(productName: String) async throws {
+        let directory = try TemporaryDirectory("gce-detection")
+        defer { directory.remove() }
+        let file = try productNameFile(productName, in: directory)
+        // Without GCE_METADATA_HOST: the well-known host (no request is made here: only loopback in tests).
+        let detected = try StorageConfiguration.fromEnvironment(["HOME": "/nonexistent"], localBucketsDirectory: "/nonexistent",
+                                                                productNameFile: file)
+        #expect(detected.googleCredentials == .metadataServer(host: "metadata.google.internal"))
+        // An emulator needs no credentials: detection does not apply to it.
+        let emulated = try StorageConfiguration.fromEnvironment(["HOME": "/nonexistent", "STORAGE_EMULATOR_HOST": "127.0.0.1:1"],
+                                                                localBucketsDirectory: "/nonexistent", productNameFile: file)
+        #expect(emulated.googleCredentials == nil)
+
+        // With GCE_METADATA_HOST on loopback for the actual request: the token comes from that server.
+        let server = try server()
+        defer { server.stop() }
+        var configuration = try StorageConfiguration.fromEnvironment(["HOME": "/nonexistent", "GCE_METADATA_HOST": "127.0.0.1:\(server.port)"],
+                                                                     localBucketsDirectory: "/nonexistent", productNameFile: file)
+        configuration.gcsEndpoint = server.baseURL
+        #expect(configuration.googleCredentials == .metadataServer(host: "127.0.0.1:\(server.port)"))
+        let result = try finished(await download(configuration))
+        #expect(result.data == Self.payload)
+        #expect(server.tokenRequests.map(\.metadataFlavor) == ["Google"])
+        #expect(!resourceAuthorizations(server).isEmpty && resourceAuthorizations(server).allSatisfy { $0 == "Bearer tok-1" })
+    }
+
+    @Test("GCE detection: another product name, or no DMI file, never asks a metadata server",
+          arguments: ["Standard PC (Q35 + ICH9, 2009)", "KVM", "", "NotGoogle", nil])
+    func gceNotDetected(productName: String?) async throws {
+        let directory = try TemporaryDirectory("gce-detection")
+        defer { directory.remove() }
+        let file = try productName.map { try productNameFile($0, in: directory) } ?? directory.file("missing")
+        let server = try server()
+        defer { server.stop() }
+        var configuration = try StorageConfiguration.fromEnvironment(["HOME": "/nonexistent"], localBucketsDirectory: "/nonexistent",
+                                                                     productNameFile: file)
+        #expect(configuration.googleCredentials == nil)
+        configuration.gcsEndpoint = server.baseURL
+        // Anonymous: the object request goes out without a token, and no token is ever asked for.
+        _ = await download(configuration)
+        #expect(server.tokenRequests.isEmpty)
+        #expect(resourceAuthorizations(server).allSatisfy { $0 == nil }, "\(resourceAuthorizations(server))")
+        #expect(!resourceAuthorizations(server).isEmpty)
+    }
+
     @Test("a metadata host where nothing listens fails retryably, naming the variable")
     func metadataServerDown() async throws {
         let tokens = GCSTokenSource(accessToken: nil, tokenCommand: nil,
@@ -289,7 +343,7 @@ struct GoogleCredentialsTests {
         let keyFile = try server.serviceAccountKeyFile()
         func credentials(_ environment: [String: String]) throws -> StorageConfiguration {
             try StorageConfiguration.fromEnvironment(environment.merging(["HOME": "/nonexistent"]) { a, _ in a },
-                                                     localBucketsDirectory: "/nonexistent")
+                                                     localBucketsDirectory: "/nonexistent", productNameFile: "/nonexistent/product_name")
         }
         // A higher source means a lower one is not even read (this file does not exist).
         let unread = "/nonexistent/key.json"

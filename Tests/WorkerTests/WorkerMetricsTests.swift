@@ -35,7 +35,7 @@ import TestSupport
 
     /// Label values are escaped as the format requires: backslash, double quote, line feed.
     @Test func labelValuesAreEscaped() {
-        let text = WorkerMetrics().exposition(groupCommits: (0, 0), jobs: [
+        let text = WorkerMetrics().exposition(groupCommits: GroupCommitStats(), jobs: [
             StoreStats.QueueStateCount(queue: "a\"b\\c\nd", state: .queued, count: 3),
         ])
         #expect(text.contains("jobctl_jobs{queue=\"a\\\"b\\\\c\\nd\",state=\"queued\"} 3\n"))
@@ -59,6 +59,25 @@ import TestSupport
             h_count{kind="k"} 5
 
             """)
+    }
+
+    /// Events per commit: each commit counts in the first power-of-two bucket that holds its size (129
+    /// events only in +Inf), the count is the commits and the sum the events.
+    @Test func eventsPerCommitHistogramFollowsTheStoreSizeClasses() {
+        var stats = GroupCommitStats()
+        for size in [1, 1, 2, 3, 4, 5, 8, 9, 128, 129, 0] { stats.recordCommit(of: size) }
+        #expect(stats.commits == 10 && stats.events == 290)
+        let text = WorkerMetrics().exposition(groupCommits: stats, jobs: nil)
+        let lines = text.split(separator: "\n").filter { $0.hasPrefix("jobctl_store_events_per_commit") }
+        #expect(lines == [
+            "jobctl_store_events_per_commit_bucket{le=\"1\"} 2", "jobctl_store_events_per_commit_bucket{le=\"2\"} 3",
+            "jobctl_store_events_per_commit_bucket{le=\"4\"} 5", "jobctl_store_events_per_commit_bucket{le=\"8\"} 7",
+            "jobctl_store_events_per_commit_bucket{le=\"16\"} 8", "jobctl_store_events_per_commit_bucket{le=\"32\"} 8",
+            "jobctl_store_events_per_commit_bucket{le=\"64\"} 8", "jobctl_store_events_per_commit_bucket{le=\"128\"} 9",
+            "jobctl_store_events_per_commit_bucket{le=\"+Inf\"} 10", "jobctl_store_events_per_commit_sum 290",
+            "jobctl_store_events_per_commit_count 10",
+        ])
+        #expect(text.contains("# TYPE jobctl_store_events_per_commit histogram\n"))
     }
 
     @Test(arguments: [("127.0.0.1:9464", "127.0.0.1", 9464, true), ("localhost:1", "127.0.0.1", 1, true),

@@ -1,0 +1,39 @@
+/// What a store's group commits held since the store was opened: how many commits wrote events, how
+/// many events they wrote, and how many events each commit held, by power-of-two size class.
+///
+/// The executor records one commit in O(1) under the lock it already takes for the totals, so keeping
+/// the distribution costs the commit path nothing it can notice; the worker turns a snapshot into the
+/// `jobctl_store_events_per_commit` histogram.
+public struct GroupCommitStats: Sendable, Equatable, CustomStringConvertible {
+    /// Commits that wrote at least one event (a claim alone is not counted).
+    public private(set) var commits = 0
+    /// Events those commits wrote.
+    public private(set) var events = 0
+    /// Commits by size class: index 0 counts commits of one event, index `i` (i ≥ 1) those of
+    /// 2^(i-1)+1 through 2^i events.
+    public private(set) var commitsBySizeClass = [Int](repeating: 0, count: Int.bitWidth + 1)
+
+    public init() {}
+
+    /// Counts one commit of `eventCount` events (nothing when it wrote none).
+    public mutating func recordCommit(of eventCount: Int) {
+        guard eventCount > 0 else { return }
+        commits += 1
+        events += eventCount
+        commitsBySizeClass[Self.sizeClass(eventCount)] += 1
+    }
+
+    /// Commits that held at most `bound` events; exact when `bound` is a power of two (the histogram's
+    /// bucket bounds), otherwise rounded up to the next power of two.
+    public func commits(holdingAtMost bound: Int) -> Int {
+        guard bound >= 1 else { return 0 }
+        return commitsBySizeClass[0...Self.sizeClass(bound)].reduce(0, +)
+    }
+
+    /// The smallest `i` with `count <= 2^i` (`count` ≥ 1).
+    static func sizeClass(_ count: Int) -> Int {
+        count <= 1 ? 0 : Int.bitWidth - (count - 1).leadingZeroBitCount
+    }
+
+    public var description: String { "\(commits) commits, \(events) events" }
+}

@@ -1,0 +1,28 @@
+import Foundation
+import JobModel
+import StorePort
+import Storage
+
+/// The once-at-start check of a worker that would run `gs://` jobs without credentials: it says so in
+/// one `no_credentials` warning naming what it looked for. Anonymous access is allowed (public
+/// buckets), so this never stops the worker.
+public enum MissingCredentials {
+    /// Queued jobs looked at, newest first: enough for any manifest submitted for this run, and a
+    /// bounded cost at start however long the queue is.
+    public static let scanLimit = 10_000
+
+    /// Logs the warning when `storage` sends `gs://` requests anonymously and a job in one of `queues`
+    /// (every queue when nil), among the `scanLimit` newest queued jobs, is a `gs://` job. Reads the
+    /// store only in that case, so a worker with credentials or an emulator pays nothing; a store error
+    /// skips the warning (the pool reports store errors itself).
+    public static func warnIfNeeded(storage: StorageConfiguration, store: any JobStore, queues: [String]?,
+                                    log: WorkerLog, now: Int64) {
+        guard storage.sendsGCSRequestsAnonymously,
+              let queued = try? store.jobs(filter: JobFilter(states: [.queued], limit: scanLimit)) else { return }
+        let waiting = queued.filter { job in
+            (queues.map { $0.contains(job.queue) } ?? true) && job.spec.usesGCS
+        }
+        guard !waiting.isEmpty else { return }
+        log.noCredentials(queuedJobs: waiting.count, lookedFor: StorageConfiguration.googleCredentialSources, now: now)
+    }
+}
