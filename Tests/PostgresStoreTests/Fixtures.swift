@@ -11,8 +11,10 @@ struct PostgresFixture {
 
     /// `wholeDatabase` for tests about the database itself (what a migration leaves in it, logins to it);
     /// otherwise a schema of the shared database, which is made in milliseconds instead of half a second.
-    init(_ label: String = "test", wholeDatabase: Bool = false) throws {
-        server = try PostgresServer.shared()
+    /// `privateServer`: a server of the test's own, for tests whose outcome depends on what other
+    /// transactions on the server do (a snapshot's xmin is cluster-wide); stop it with `server.shutDown()`.
+    init(_ label: String = "test", wholeDatabase: Bool = false, privateServer: Bool = false) throws {
+        server = try privateServer ? PostgresServer.makePrivate() : PostgresServer.shared()
         url = try wholeDatabase ? server.makeDatabase(label) : server.makeSchema(label)
     }
 

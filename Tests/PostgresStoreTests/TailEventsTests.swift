@@ -32,7 +32,8 @@ struct TailEventsTests {
 
     @Test("an event below a seq already read is delivered once it commits; a rolled-back seq is skipped")
     func outOfOrderCommitsAreNotSkipped() throws {
-        let fixture = try PostgresFixture("tail")
+        let fixture = try PostgresFixture("tail", privateServer: true)
+        defer { fixture.server.shutDown() }
         let store = try PostgresStore(url: fixture.url, mode: .create)
         let first = try #require(try store.submit([Self.spec], actor: "test", now: 1_000).first?.id)
         _ = first
@@ -56,7 +57,7 @@ struct TailEventsTests {
         let fifth = try #require(try store.submit([Self.spec], actor: "test", now: 3_000).first?.id)
         #expect(try store.tailEvents(afterSeq: 3, limit: 100).isEmpty)
         try rolledBack.execute("ROLLBACK")
-        // Transactions of other tests on the same server hold the snapshot's xmin back for a moment.
+        // The server is this test's own: no other test's transaction holds the snapshot's xmin back.
         var delivered: [JobEvent] = []
         let deadline = Date().addingTimeInterval(30)
         while delivered.isEmpty && Date() < deadline {
@@ -71,7 +72,8 @@ struct TailEventsTests {
 
     @Test("a watcher following every job sees every event, in the order its seqs allow")
     func watcherCursorMissesNothing() throws {
-        let fixture = try PostgresFixture("tailcursor")
+        let fixture = try PostgresFixture("tailcursor", privateServer: true)
+        defer { fixture.server.shutDown() }
         let store = try PostgresStore(url: fixture.url, mode: .create)
         _ = try store.submit([Self.spec], actor: "test", now: 1_000)
         let data = try Self.firstEventData(fixture)

@@ -34,7 +34,7 @@ import TestSupport
 
     /// Waits until the job is running (claimed again after a resume).
     static func waitRunning(_ store: EventStore, _ id: String, _ worker: JobctlProcess) throws {
-        try #require(try eventually(seconds: 20) { try store.job(id)?.state == .running }, "\(worker.log)")
+        try #require(try eventually(seconds: 30) { try store.job(id)?.state == .running }, "\(worker.log)")
     }
 
     /// One pause/resume cycle through the CLI, each waiting for the worker to act.
@@ -42,7 +42,7 @@ import TestSupport
         try waitRunning(store, id, worker)
         let pause = try jobctl(["pause", id], database: database)
         #expect(pause.status == 0, "\(pause.stderr)")
-        try #require(try eventually(seconds: 10) { try store.job(id)?.state == .paused }, "\(worker.log)")
+        try #require(try eventually(seconds: 30) { try store.job(id)?.state == .paused }, "\(worker.log)")
         let resume = try jobctl(["resume", id], database: database)
         #expect(resume.status == 0, "\(resume.stderr)")
     }
@@ -84,7 +84,7 @@ import TestSupport
         #expect(refused.stderr.contains("cancelled"), "\(refused.stderr)")
 
         for id in ids[0...1] {
-            #expect(try eventually(seconds: 10) { try store.job(id)?.state == .cancelled }, "\(worker.log)")
+            #expect(try eventually(seconds: 30) { try store.job(id)?.state == .cancelled }, "\(worker.log)")
             let job = try #require(try store.job(id))
             #expect(job.error?.code == .cancelled)
             #expect(!job.pauseRequested && !job.cancelRequested)
