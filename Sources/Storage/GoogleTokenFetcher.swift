@@ -41,20 +41,24 @@ struct GoogleTokenFetcher: Sendable {
                 : "the metadata server \(host) (GCE_METADATA_HOST)"
             options.connectTimeout = min(options.connectTimeout, Self.metadataConnectTimeout)
         }
-        let sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
+        var sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
         let response: HTTPResponse
-        do {
-            response = try await CurlEngine.shared.perform(request, sink: sink, control: nil, options: options)
-        } catch {
-            switch error {
-            case .stopped:
-                throw StorageError(.cancelled, "fetching an access token from \(what) was cancelled")
-            case .failed(let cause) where cause.code == .downloadSizeExceeded:
-                throw StorageError(.unauthenticated, "\(what) answered with more than 16 KiB, too much for a token; "
-                                       + "check that the endpoint is a Google OAuth 2.0 token endpoint")
-            case .failed(let cause):
-                throw StorageError(.unauthenticated, "could not get an access token from \(what): \(cause.message)",
-                                   url: cause.url, retryable: cause.retryable, cause: cause.cause)
+        var attempt = 1
+        while true {
+            do {
+                response = try await CurlEngine.shared.perform(request, sink: sink, control: nil, options: options)
+                break
+            } catch {
+                // A transport fault on the way to the endpoint (a reset keep-alive connection, an answer cut
+                // short) is tried again at once, twice, as Google's auth libraries do: the job itself should
+                // not fail, nor wait for its next attempt, because one token request was cut.
+                guard case .failed(let cause) = error, cause.retryable, cause.httpStatus == nil,
+                      attempt < Self.transportAttempts else {
+                    throw Self.failure(error, what: what)
+                }
+                attempt += 1
+                try? await Task.sleep(for: .milliseconds(100 * attempt))
+                sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
             }
         }
         guard response.isSuccess else {
@@ -62,6 +66,23 @@ struct GoogleTokenFetcher: Sendable {
         }
         let answer = try AccessTokenResponse(parsing: sink.data, from: what)
         return FetchedToken(value: answer.token, lifetime: .seconds(answer.lifetime))
+    }
+
+    /// How many times one token request is sent when the transport fails (not when the endpoint answers).
+    static let transportAttempts = 3
+
+    /// The error for an exchange that got no answer.
+    private static func failure(_ error: TransferFailure, what: String) -> StorageError {
+        switch error {
+        case .stopped:
+            return StorageError(.cancelled, "fetching an access token from \(what) was cancelled")
+        case .failed(let cause) where cause.code == .downloadSizeExceeded:
+            return StorageError(.unauthenticated, "\(what) answered with more than 16 KiB, too much for a token; "
+                                    + "check that the endpoint is a Google OAuth 2.0 token endpoint")
+        case .failed(let cause):
+            return StorageError(.unauthenticated, "could not get an access token from \(what): \(cause.message)",
+                                url: cause.url, retryable: cause.retryable, cause: cause.cause)
+        }
     }
 
     /// An `application/x-www-form-urlencoded` POST.

@@ -136,6 +136,42 @@ struct GoogleCredentialsTests {
         #expect(server.tokenRequests.count == 2)
     }
 
+    @Test("a token request cut by the network is sent again at once; a cut on every try fails typed and retryable")
+    func tokenRequestCutIsSentAgain() async throws {
+        let server = try server()
+        defer { server.stop() }
+        // The endpoint issues tok-1, but its answer never arrives (reset before the response reaches us).
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "POST", pathContains: "/token"), .resetBeforeResponse, times: 1),
+        ])
+        defer { proxy.stop() }
+        // An authorized user's refresh (a service account's assertion names the endpoint's own URL).
+        func userFile(tokenURI: String, name: String) throws -> String {
+            try server.writeJSON(["type": "authorized_user", "client_id": server.options.clientID,
+                                  "client_secret": server.options.clientSecret, "refresh_token": server.options.refreshToken,
+                                  "token_uri": tokenURI], name: name)
+        }
+        let key = try userFile(tokenURI: "\(proxy.baseURL)/token", name: "user-once.json")
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)
+        let result = try finished(await download(configuration))
+        #expect(result.data == Self.payload)
+        #expect(proxy.firedCounts == [1])
+        #expect(server.tokenRequests.count == 2, "\(server.tokenRequests)")
+        #expect(resourceAuthorizations(server).allSatisfy { $0 == "Bearer tok-2" })
+
+        // Every try cut: the transfer fails as unauthenticated, retryable (the job's next attempt may
+        // succeed), after exactly the three sends.
+        let always = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "POST", pathContains: "/token"), .resetBeforeResponse, times: .max),
+        ])
+        defer { always.stop() }
+        let cutKey = try userFile(tokenURI: "\(always.baseURL)/token", name: "user-always.json")
+        let cutConfiguration = try self.configuration(["GOOGLE_APPLICATION_CREDENTIALS": cutKey], server: server)
+        let error = try failure(await download(cutConfiguration))
+        #expect(error.code == .unauthenticated && error.retryable, "\(error)")
+        #expect(always.firedCounts == [GoogleTokenFetcher.transportAttempts])
+    }
+
     @Test("authorized user: the refresh token is exchanged at the file's token_uri")
     func authorizedUser() async throws {
         let server = try server()
