@@ -203,9 +203,13 @@ public final class PartialFile {
         try sync()
         guard let current = directory.entry(tempName), current.isRegular, current.identity == identity else {
             discard()
+            // Retryable: the usual writer is a worker that lost this job's lease (frozen, then woken) and
+            // renamed or removed the temporary name it shared; the next attempt starts over on its own file.
             throw StorageError(.pathError,
-                               "the temporary file '\(tempPath)' was replaced by another file while the download ran; "
-                                   + "nothing was renamed onto '\(destination)' — check who writes in that folder, then retry the job")
+                               "the temporary file '\(tempPath)' was replaced by another file while the download ran "
+                                   + "(a worker that lost this job's lease, or another program writing in that folder); "
+                                   + "nothing was renamed onto '\(destination)'; the download is tried again",
+                               retryable: true)
         }
         file.close()
         do throws(StorageError) {

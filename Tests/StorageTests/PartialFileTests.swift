@@ -9,6 +9,27 @@ import TestSupport
         try partial.write(Data(text.utf8))
     }
 
+    /// A temporary name that no longer holds this file at commit (a worker that lost the job's lease
+    /// renamed or replaced it) renames nothing into place and is a retryable error: the next attempt
+    /// starts over on a file of its own.
+    @Test func aTemporaryFileReplacedBeforeCommitIsARetryableErrorAndNothingIsRenamed() throws {
+        let directory = try TemporaryDirectory("jobctl-partial")
+        defer { directory.remove() }
+        let destination = directory.file("out.bin")
+        let partial = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: nil)
+        try write(partial, "ours")
+        try FileManager.default.removeItem(atPath: partial.tempPath)
+        try Data("theirs".utf8).write(to: URL(fileURLWithPath: partial.tempPath))
+        do {
+            _ = try partial.commit()
+            Issue.record("commit renamed a file that is not ours")
+        } catch {
+            #expect(error.code == .pathError && error.retryable, "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        #expect(try String(contentsOfFile: partial.tempPath, encoding: .utf8) == "theirs", "their file is left alone")
+    }
+
     @Test func commitRenamesTheTemporaryFileOverTheDestination() throws {
         let directory = try TemporaryDirectory("jobctl-partial")
         defer { directory.remove() }
