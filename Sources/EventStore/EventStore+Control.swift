@@ -25,14 +25,7 @@ extension EventStore {
                     return (row.text(0), try StoreJSON.encode(stored))
                 }
             }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
-            var outcomes: [SubmitOutcome] = []
-            for entry in plan.entries {
-                if entry.creates {
-                    _ = try connection.perform(.submit(entry.spec), jobID: entry.id, on: nil, actor: actor, expectedVersion: 0, now: now)
-                }
-                outcomes.append(SubmitOutcome(id: entry.id, key: entry.spec.key, kind: entry.spec.kind, created: entry.creates))
-            }
-            return outcomes
+            return try plan.persist(on: connection, actor: actor, now: now)
         }
     }
 }

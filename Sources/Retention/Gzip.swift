@@ -37,34 +37,10 @@ final class GzipCompressor {
     /// Wraps `deflate` (https://www.zlib.net/manual.html#Basic).
     func compress(_ input: Data, finish: Bool = false) throws(RetentionError) -> Data {
         guard !finished else { throw RetentionError.compression("the gzip stream was already finished") }
-        var output = Data()
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         let flush = finish ? Z_FINISH : Z_NO_FLUSH
-        var input = input
-        let count = input.count
-        var failure: RetentionError?
-        input.withUnsafeMutableBytes { (bytes: UnsafeMutableRawBufferPointer) in
-            stream.pointee.next_in = bytes.baseAddress?.assumingMemoryBound(to: Bytef.self)
-            stream.pointee.avail_in = uInt(count)
-            while true {
-                let code = chunk.withUnsafeMutableBufferPointer { buffer -> Int32 in
-                    stream.pointee.next_out = buffer.baseAddress
-                    stream.pointee.avail_out = uInt(buffer.count)
-                    return deflate(stream, flush)
-                }
-                let produced = chunk.count - Int(stream.pointee.avail_out)
-                output.append(contentsOf: chunk[0..<produced])
-                if code == Z_STREAM_END { break }
-                // Z_BUF_ERROR only means no progress was possible: all input taken and nothing to flush.
-                guard code == Z_OK || code == Z_BUF_ERROR else {
-                    failure = Self.error(code, "compressing")
-                    break
-                }
-                if stream.pointee.avail_in == 0 && stream.pointee.avail_out != 0 && !finish { break }
-            }
-            stream.pointee.next_in = nil
-        }
-        if let failure { throw failure }
+        let (output, code, _) = pump(stream, input, untilDrained: !finish) { deflate($0, flush) }
+        // Z_BUF_ERROR only means no progress was possible: all input taken and nothing to flush.
+        guard code == Z_OK || code == Z_BUF_ERROR || code == Z_STREAM_END else { throw Self.error(code, "compressing") }
         if finish { finished = true }
         return output
     }
@@ -107,39 +83,44 @@ final class GzipDecompressor {
     func decompress(_ input: Data) throws(RetentionError) -> Data {
         guard !input.isEmpty else { return Data() }
         guard !isFinished else { throw RetentionError.invalidArchive("there are bytes after the end of the gzip stream") }
-        var output = Data()
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        var input = input
-        let count = input.count
-        var failure: RetentionError?
-        input.withUnsafeMutableBytes { (bytes: UnsafeMutableRawBufferPointer) in
-            stream.pointee.next_in = bytes.baseAddress?.assumingMemoryBound(to: Bytef.self)
-            stream.pointee.avail_in = uInt(count)
-            while true {
-                let code = chunk.withUnsafeMutableBufferPointer { buffer -> Int32 in
-                    stream.pointee.next_out = buffer.baseAddress
-                    stream.pointee.avail_out = uInt(buffer.count)
-                    return inflate(stream, Z_NO_FLUSH)
-                }
-                let produced = chunk.count - Int(stream.pointee.avail_out)
-                output.append(contentsOf: chunk[0..<produced])
-                if code == Z_STREAM_END {
-                    isFinished = true
-                    if stream.pointee.avail_in > 0 {
-                        failure = .invalidArchive("there are bytes after the end of the gzip stream")
-                    }
-                    break
-                }
-                guard code == Z_OK || code == Z_BUF_ERROR else {
-                    let message = stream.pointee.msg.map { String(cString: $0) } ?? "code \(code)"
-                    failure = .invalidArchive("the gzip data is damaged (\(message))")
-                    break
-                }
-                if stream.pointee.avail_in == 0 && stream.pointee.avail_out != 0 { break }
-            }
-            stream.pointee.next_in = nil
+        let (output, code, leftover) = pump(stream, input, untilDrained: true) { inflate($0, Z_NO_FLUSH) }
+        if code == Z_STREAM_END {
+            isFinished = true
+            if leftover > 0 { throw RetentionError.invalidArchive("there are bytes after the end of the gzip stream") }
+            return output
         }
-        if let failure { throw failure }
+        guard code == Z_OK || code == Z_BUF_ERROR else {
+            let message = stream.pointee.msg.map { String(cString: $0) } ?? "code \(code)"
+            throw RetentionError.invalidArchive("the gzip data is damaged (\(message))")
+        }
         return output
     }
+}
+
+/// Feeds `input` to `stream` through `step` (`deflate` or `inflate`), collecting what it produces in
+/// 64 KiB chunks, until the stream ends, `step` fails, or — with `untilDrained` — all input is taken and
+/// nothing more is pending. Returns the output, the last zlib code and the input bytes left unread.
+private func pump(_ stream: UnsafeMutablePointer<z_stream>, _ input: Data, untilDrained: Bool,
+                  _ step: (UnsafeMutablePointer<z_stream>) -> Int32) -> (output: Data, code: Int32, leftover: Int) {
+    var output = Data()
+    var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+    var input = input
+    let count = input.count
+    var code = Z_OK
+    input.withUnsafeMutableBytes { (bytes: UnsafeMutableRawBufferPointer) in
+        stream.pointee.next_in = bytes.baseAddress?.assumingMemoryBound(to: Bytef.self)
+        stream.pointee.avail_in = uInt(count)
+        while true {
+            code = chunk.withUnsafeMutableBufferPointer { buffer -> Int32 in
+                stream.pointee.next_out = buffer.baseAddress
+                stream.pointee.avail_out = uInt(buffer.count)
+                return step(stream)
+            }
+            output.append(contentsOf: chunk[0..<(chunk.count - Int(stream.pointee.avail_out))])
+            guard code == Z_OK || code == Z_BUF_ERROR else { break }
+            if untilDrained && stream.pointee.avail_in == 0 && stream.pointee.avail_out != 0 { break }
+        }
+        stream.pointee.next_in = nil
+    }
+    return (output, code, Int(stream.pointee.avail_in))
 }

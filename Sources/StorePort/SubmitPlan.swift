@@ -133,3 +133,18 @@ public struct SubmitPlan: Sendable {
         return nil
     }
 }
+
+extension SubmitPlan {
+    /// Appends a `submitted` event for every job the plan creates, through `writer` (the adapter's
+    /// connection, inside its transaction), and returns one outcome per spec in the order given.
+    public func persist(on writer: some DecisionWriter, actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
+        var outcomes: [SubmitOutcome] = []
+        for entry in entries {
+            if entry.creates {
+                _ = try writer.perform(.submit(entry.spec), jobID: entry.id, on: nil, actor: actor, expectedVersion: 0, now: now)
+            }
+            outcomes.append(SubmitOutcome(id: entry.id, key: entry.spec.key, kind: entry.spec.kind, created: entry.creates))
+        }
+        return outcomes
+    }
+}
