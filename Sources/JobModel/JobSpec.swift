@@ -81,6 +81,13 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
     /// update-metadata: the custom metadata keys to delete (written `key: null`, as the SDK's null does),
     /// sorted. Nil is not encoded.
     public var removeCustomMetadata: [String]?
+    /// delete and update-metadata: the object's generation the job expects (the manifest's
+    /// `if_generation:`), sent as GCS's `ifGenerationMatch` and compared with a `file://` object's sidecar;
+    /// another generation fails the job with the precondition error. Nil (no condition) is not encoded.
+    public var ifGeneration: Int64?
+
+    /// The `if_generation:` values accepted: GCS generations are positive 64-bit integers.
+    public static let generationRange: ClosedRange<Int> = 1...Int(Int64.max)
 
     /// The `timeout:` values accepted: one second to seven days (a resumable upload session lives a week).
     public static let timeoutRange = 1...(7 * 86_400)

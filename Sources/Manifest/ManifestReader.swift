@@ -20,6 +20,7 @@ enum JobField: String, CaseIterable, Sendable {
     case runAfter = "run_after"
     case delay
     case after
+    case ifGeneration = "if_generation"
     /// `defaults:` only: the bucket a relative object path is resolved against.
     case bucket
 
@@ -39,6 +40,7 @@ enum JobField: String, CaseIterable, Sendable {
         case .key: "idempotency keys must differ from job to job"
         case .include, .exclude: "filters belong to the folder, glob or prefix they filter"
         case .after: "each job names the jobs it waits for"
+        case .ifGeneration: "each job names the generation of its own object"
         default: nil
         }
     }
@@ -52,8 +54,8 @@ enum JobField: String, CaseIterable, Sendable {
         case .downloadMemory: [.source, .maxSize, .checksums, .maxRate]
         case .fetchURL: [.source]
         case .getMetadata: [.source]
-        case .updateMetadata: [.destination, .metadata]
-        case .delete: [.destination]
+        case .updateMetadata: [.destination, .metadata, .ifGeneration]
+        case .delete: [.destination, .ifGeneration]
         }
     }
 }
@@ -98,6 +100,8 @@ struct FieldSet {
     var delay: Located<Int64>?
     /// The `after:` entries: names with their positions.
     var after: Located<[Located<String>]>?
+    /// The object generation a delete or update-metadata expects.
+    var ifGeneration: Located<Int64>?
     /// `defaults:` only: a bucket root (gs:// or file://) that relative object paths resolve against.
     var bucket: Located<StorageReference>?
     /// Every field written, valid or not, with its key's position.
@@ -413,11 +417,7 @@ struct ManifestReader {
         if allowed.contains(.maxRate) { spec.maxRate = fields.maxRate?.value }
         if allowed.contains(.ifExists), let ifExists = fields.ifExists {
             // `overwrite` is the default: left out, so the spec encodes as one written without it.
-            if ifExists.value == .skipIdentical && !kind.isUpload {
-                // A default that cannot apply to this kind is reported where `defaults:` wrote it.
-                report(.invalidValue, "'if_exists: skip-identical' applies to uploads only (it compares the local source's CRC32C "
-                           + "with the object's); use skip, fail or overwrite for \(kind.rawValue)", at: ifExists.valueMark)
-            } else if ifExists.value != .overwrite {
+            if ifExists.value != .overwrite {
                 spec.ifExists = ifExists.value
             }
         }
@@ -513,6 +513,15 @@ struct ManifestReader {
         case .delete:
             spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the object to delete").flatMap {
                 reference($0, field: .destination, kind: kind, other: nil)
+            }
+        }
+        if allowed.contains(.ifGeneration), let generation = own.ifGeneration {
+            // Plain HTTP has no generations: an ETag precondition would be another feature.
+            if let destination = spec.destination, destination.hasPrefix("http://") || destination.hasPrefix("https://") {
+                report(.invalidValue, "'if_generation' needs a gs:// or file:// object; an http(s) URL has no generation to compare "
+                           + "(remove 'if_generation')", at: generation.keyMark)
+            } else {
+                spec.ifGeneration = generation.value
             }
         }
         jobCount += 1
@@ -885,6 +894,9 @@ struct ManifestReader {
                 fields.after = located(readAfter(pair))
             case .bucket:
                 fields.bucket = located(readBucket(pair))
+            case .ifGeneration:
+                fields.ifGeneration = located(integer(pair, in: JobSpec.generationRange,
+                                                      expected: "the object's generation, a positive integer").map { Int64($0) })
             }
         }
         if let runAfter = fields.written[.runAfter], let delay = fields.written[.delay] {

@@ -60,7 +60,10 @@ public enum ManifestReference {
             FieldEntry(name: "checksums", summary: "Hashes to compute and compare: a list of \(checksums).",
                        defaultText: "crc32c, and md5 where it is the one hash offered"),
             FieldEntry(name: "if_exists", summary: "When the destination already exists: overwrite, skip, fail (one step where "
-                       + "the server offers a precondition), or skip-identical (uploads: same size and CRC32C).",
+                       + "the server offers a precondition), or skip-identical (same size and CRC32C: uploads compare the "
+                       + "source with the object's; download-file compares the local file with the object's CRC32C from GCS "
+                       + "or the file:// sidecar, and over http(s) with a CRC32C the server reports to a HEAD (x-goog-hash, "
+                       + "Digest, Repr-Digest): a server that reports none, like nginx, is downloaded from again).",
                        defaultText: "overwrite"),
             FieldEntry(name: "include", summary: "Folder, glob or prefix jobs: a list of patterns; only paths matching one "
                        + "are taken. Not allowed in defaults.", defaultText: "every file"),
@@ -82,6 +85,10 @@ public enum ManifestReference {
                        defaultText: "none (object paths must be full references)"),
             FieldEntry(name: "max_rate", summary: "This job's bandwidth, bytes per second with rclone's units: 512k, 10M "
                        + "(K/M/G/T are 1024s); http(s) and gs:// transfers.", defaultText: "unlimited"),
+            FieldEntry(name: "if_generation", summary: "delete and update-metadata: act only while the object is this "
+                       + "generation (a positive integer, as get-metadata shows it); gs:// sends ifGenerationMatch, file:// "
+                       + "compares the sidecar's generation; another generation fails the job without retries "
+                       + "(precondition failed). Not for http(s) URLs; not allowed in defaults.", defaultText: "none"),
         ]
     }
 

@@ -94,4 +94,14 @@ extension StorageError {
                         + "remove it, or resubmit with 'if_exists: overwrite' or 'skip'",
                      httpStatus: httpStatus, retryable: false)
     }
+
+    /// The error of a delete or update-metadata whose object is not the generation the job names
+    /// (`if_generation:`; GCS answers 412): `invalidArgument`, never retryable — the object changed, so
+    /// the same request would fail again.
+    static func generationMismatch(_ reference: String, expected: Int64, actual: String?, httpStatus: Int? = nil) -> StorageError {
+        let found = actual.map { "is generation \($0)" } ?? "is another generation"
+        return StorageError(.invalidArgument, "precondition failed: '\(redactedURL(reference))' \(found), not \(expected) as the job's "
+                                + "'if_generation' requires; read its metadata again (get-metadata) and resubmit with the current generation",
+                            httpStatus: httpStatus, retryable: false, cause: "generation mismatch")
+    }
 }

@@ -63,7 +63,7 @@ public struct GCSBackend: StorageBackend {
         case .downloadFile(let reference, let destination):
             let rule = OverwriteRule(spec)
             if let settled = try rule.beforeDownload(to: destination) { return settled }
-            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, replacing: rule.replaces,
+            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, rule: rule,
                                           resumingFrom: resumePoint, control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
             return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
@@ -75,9 +75,9 @@ public struct GCSBackend: StorageBackend {
             case .stopped(let reason): return .stopped(reason, nil)
             }
         case .updateMetadata(let reference, let update, let removing):
-            return try await updateMetadata(reference, set: update, removing: removing, control: control)
+            return try await updateMetadata(reference, set: update, removing: removing, ifGeneration: spec.ifGeneration, control: control)
         case .delete(let reference):
-            return try await delete(reference, control: control)
+            return try await delete(reference, ifGeneration: spec.ifGeneration, control: control)
         }
     }
 
@@ -86,15 +86,22 @@ public struct GCSBackend: StorageBackend {
     /// A JSON API PATCH of the object's writable metadata. The custom map sent is the object's current one
     /// with the job's keys set and a null for each key removed, so a server that merges `metadata` (GCS)
     /// and one that replaces it (some emulators) end with the same map; Firebase download tokens stay.
-    private func updateMetadata(_ reference: StorageReference, set update: UploadMetadata, removing: [String],
+    ///
+    /// With `ifGeneration` the PATCH carries `ifGenerationMatch` (GCS answers 412 for another generation),
+    /// and the generation read first is compared too, so a server that ignores preconditions (the
+    /// emulator) still refuses a stale job.
+    private func updateMetadata(_ reference: StorageReference, set update: UploadMetadata, removing: [String], ifGeneration: Int64?,
                                 control: TransferControl) async throws(StorageError) -> TransferOutcome {
         let current: StorageObject
         switch try await metadata(reference, control: control) {
         case .value(let object): current = object
         case .stopped(let reason): return .stopped(reason, nil)
         }
+        if let ifGeneration, current.generation != String(ifGeneration) {
+            throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: current.generation)
+        }
         let body = GCSObjectJSON.patchBody(current: current, set: update, removing: removing)
-        let request = HTTPRequest(method: "PATCH", url: objectURL(reference),
+        let request = HTTPRequest(method: "PATCH", url: objectURL(reference) + Self.generationCondition(ifGeneration),
                                   headers: ["Content-Type: application/json; charset=UTF-8"], body: body)
         let response: HTTPResponse
         do {
@@ -105,6 +112,9 @@ public struct GCSBackend: StorageBackend {
             case .failed(let failure): throw failure
             }
         }
+        if response.status == 412, let ifGeneration {
+            throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: nil, httpStatus: 412)
+        }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
             throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource",
@@ -113,16 +123,37 @@ public struct GCSBackend: StorageBackend {
         return .finished(JobResult(object: object))
     }
 
+    /// The query that makes a request conditional on the object's generation, or nothing.
+    static func generationCondition(_ generation: Int64?) -> String {
+        generation.map { "?ifGenerationMatch=\($0)" } ?? ""
+    }
+
     /// A JSON API DELETE; a missing object is `objectNotFound` (a missing bucket `bucketNotFound`).
-    private func delete(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
+    ///
+    /// With `ifGeneration` the DELETE carries `ifGenerationMatch` (412 for another generation). The
+    /// object's generation is read first as well: a server that ignores preconditions (the emulator)
+    /// then refuses a stale job too, and the error names the generation found.
+    private func delete(_ reference: StorageReference, ifGeneration: Int64?, control: TransferControl) async throws(StorageError) -> TransferOutcome {
+        if let ifGeneration {
+            switch try await metadata(reference, control: control) {
+            case .stopped(let reason): return .stopped(reason, nil)
+            case .value(let current) where current.generation != String(ifGeneration):
+                throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: current.generation)
+            case .value: break
+            }
+        }
         let response: HTTPResponse
         do {
-            response = try await send(HTTPRequest(method: "DELETE", url: objectURL(reference)), control: control)
+            response = try await send(HTTPRequest(method: "DELETE", url: objectURL(reference) + Self.generationCondition(ifGeneration)),
+                                      control: control)
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason, nil)
             case .failed(let failure): throw failure
             }
+        }
+        if response.status == 412, let ifGeneration {
+            throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: nil, httpStatus: 412)
         }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         return .finished(JobResult(deleted: reference.description))
@@ -528,14 +559,17 @@ public struct GCSBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, replacing: Bool, resumingFrom resumePoint: ResumePoint?,
-                              control: TransferControl,
+    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, rule: OverwriteRule,
+                              resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let replacing = rule.replaces
         let object: StorageObject
         switch try await metadata(reference, control: control) {
         case .value(let value): object = value
         case .stopped(let reason): return .stopped(reason, reason == .cancel ? nil : resumePoint)
         }
+        // `skip-identical`: GCS reports every object's CRC32C in its metadata.
+        if let settled = try rule.skipsDownload(of: object, crc32c: object.crc32c, to: destination) { return settled }
         let generation = object.generation
         var resume = resumePoint
         if case .download(_, let recorded, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over

@@ -58,6 +58,13 @@ public struct HTTPBackend: StorageBackend {
         case .downloadFile(let reference, let destination):
             let rule = OverwriteRule(spec)
             if let settled = try rule.beforeDownload(to: destination) { return settled }
+            if rule.mode == .skipIdentical && PartialFile.destinationExists(destination) {
+                switch try await identicalDownload(reference, to: destination, rule: rule, control: control) {
+                case .stopped(let reason): return .stopped(reason, nil)
+                case .value(let settled?): return settled
+                case .value(nil): break
+                }
+            }
             return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, replacing: rule.replaces,
                                           resumingFrom: resumePoint, control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
@@ -100,6 +107,31 @@ public struct HTTPBackend: StorageBackend {
                                    contentLanguage: headers["content-language"], md5Hash: reported.md5, crc32c: reported.crc32c,
                                    generation: headers["etag"], updated: headers["last-modified"])
         return .finished(JobResult(object: object))
+    }
+
+    /// `skip-identical` for a download over HTTP: a HEAD, and the local file is kept when the server reports
+    /// a CRC32C for the whole file (`x-goog-hash`, `x-amz-checksum-crc32c`, `Digest`, `Repr-Digest`) and a
+    /// `Content-Length` that both match it. Without a CRC32C (nginx, most static servers) there is nothing
+    /// to compare — an ETag is not a hash — so the file is downloaded again (nil); so it is when the HEAD
+    /// fails (the GET then reports why).
+    private func identicalDownload(_ reference: StorageReference, to destination: String, rule: OverwriteRule,
+                                   control: TransferControl) async throws(StorageError) -> StopOr<TransferOutcome?> {
+        let url = reference.description
+        let response: HTTPResponse
+        do throws(TransferFailure) {
+            response = try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control,
+                                                 options: configuration.curlOptions)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason)
+            case .failed: return .value(nil)
+            }
+        }
+        guard response.status == 200, let size = response.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
+        let crc32c = servedDigests(response.headers, status: 200).first { $0.algorithm == .crc32c }?.value
+        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: size, crc32c: crc32c,
+                                   generation: response.headers["etag"], updated: response.headers["last-modified"])
+        return .value(try rule.skipsDownload(of: object, crc32c: crc32c, to: destination))
     }
 
     /// delete over HTTP: a DELETE (WebDAV servers such as nginx's module answer it); 404 or 410 is

@@ -360,6 +360,8 @@ final class LocalTransfer {
         let rule = OverwriteRule(spec)
         if let settled = try rule.beforeDownload(to: destination) { return settled }
         let (file, object, _) = try openObject()
+        // `skip-identical`: the sidecar records every object's CRC32C.
+        if let settled = try rule.skipsDownload(of: object, crc32c: object.crc32c, to: destination) { return settled }
         let total = object.size
         var resume = resumePoint
         if case .download(_, let generation, _, _, _)? = resume, generation != object.generation {
@@ -495,6 +497,7 @@ extension LocalTransfer {
         let status = try file.status()
         var object = try backend.readMetadata(location, status: status)
         object.size = status.size
+        try checkGeneration(of: object, reference: location.reference)
         if let value = update.contentType { object.contentType = value }
         if let value = update.cacheControl { object.cacheControl = value }
         if let value = update.contentDisposition { object.contentDisposition = value }
@@ -523,6 +526,15 @@ extension LocalTransfer {
         guard found.isRegular else {
             throw StorageError(.objectNotFound, "object '\(reference)' does not exist ('\(location.path)' is not a regular file)")
         }
+        // The sidecar's generation is compared under the object's lock, as update-metadata writes it.
+        var lockedObject: LocalFile?
+        if spec.ifGeneration != nil {
+            let (file, object, _) = try openObject(field: "destination")
+            try file.lockExclusive()
+            lockedObject = file
+            try checkGeneration(of: object, reference: reference)
+        }
+        defer { lockedObject?.close() }
         guard location.directory.remove(location.name, ifStill: found.identity) else {
             throw StorageError(.objectNotFound, "object '\(reference)' was removed or replaced while it was being deleted; check the path")
         }
@@ -531,5 +543,12 @@ extension LocalTransfer {
         }
         try location.directory.sync()
         return .finished(JobResult(deleted: reference.description))
+    }
+
+    /// Throws the precondition error when the job names a generation (`if_generation:`) the object's
+    /// sidecar does not record.
+    private func checkGeneration(of object: StorageObject, reference: StorageReference) throws(StorageError) {
+        guard let expected = spec.ifGeneration, object.generation != String(expected) else { return }
+        throw StorageError.generationMismatch(reference.description, expected: expected, actual: object.generation)
     }
 }

@@ -22,6 +22,19 @@ struct OverwriteRule {
         return .finished(JobResult(path: LocalFiles.absolute(destination), skipped: true))
     }
 
+    /// download-file with `skip-identical`: the outcome when the local destination already holds the
+    /// object's bytes — the same size and the CRC32C `crc32c` (base64, as GCS reports it) — nil when the
+    /// download goes ahead (another rule, no destination, no CRC32C to compare, or a difference).
+    func skipsDownload(of object: StorageObject, crc32c: String?, to destination: String) throws(StorageError) -> TransferOutcome? {
+        guard mode == .skipIdentical, let crc32c, PartialFile.destinationExists(destination) else { return nil }
+        let path = LocalFiles.absolute(destination)
+        // An unreadable or odd destination (a folder, a dangling link) is left to the download to report.
+        guard let local = try? UploadSource(path: path), local.size == object.size else { return nil }
+        let ours = try OverwriteRule.sizeAndCRC32C(of: local)
+        guard ours.crc32c == crc32c else { return nil }
+        return .finished(JobResult(object: object, path: path, size: ours.size, crc32c: ours.crc32c, verified: [.crc32c], skipped: true))
+    }
+
     /// Uploads: whether an existing object (`nil` when there is none) makes the upload unnecessary.
     /// `source` gives the local source's size and CRC32C (base64, as GCS reports it), computed only
     /// when `skip-identical` needs them. Throws for `fail` when the object exists.

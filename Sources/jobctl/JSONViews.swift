@@ -96,6 +96,8 @@ struct SpecView: Encodable {
     let after: [String]?
     /// update-metadata: the custom metadata keys it deletes.
     let removeCustomMetadata: [String]?
+    /// delete and update-metadata: the generation the object must be (`if_generation:`), absent when none.
+    let ifGeneration: Int64?
 
     init(_ spec: JobSpec, display: Display) {
         kind = spec.kind.rawValue
@@ -113,11 +115,13 @@ struct SpecView: Encodable {
         batch = spec.batch.map { BatchView($0, display: display) }
         after = spec.after
         removeCustomMetadata = spec.removeCustomMetadata
+        ifGeneration = spec.ifGeneration
     }
 
     enum CodingKeys: String, CodingKey {
         case kind, source, destination, metadata, key, priority, queue, batch, after
         case removeCustomMetadata = "remove_custom_metadata"
+        case ifGeneration = "if_generation"
         case dataBase64 = "data_base64", maxSize = "max_size", maxAttempts = "max_attempts"
         case runAfter = "run_after", runAfterMs = "run_after_ms"
     }

@@ -45,7 +45,7 @@ struct ManifestReferenceTests {
           - {kind: upload-file, source: a.txt, destination: "gs://b/a", check_source: false, if_exists: skip, max_rate: 10M}
           - {kind: download-memory, source: "gs://b/o", max_size: 1MiB, run_after: "2026-12-01T02:00:00Z"}
           - {kind: download-file, source: "gs://b/photos/", destination: out/, include: ["*.jpg"], exclude: ["x/**"], delay: 15m}
-          - {kind: update-metadata, destination: o, metadata: {custom_metadata: {gone: null}}}
+          - {kind: update-metadata, destination: o, metadata: {custom_metadata: {gone: null}}, if_generation: 5}
         """
         for field in ManifestReference.documentedFields {
             #expect(manifest.contains("\(field): "), "the manifest below does not use \(field)")

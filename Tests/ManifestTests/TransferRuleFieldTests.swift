@@ -52,10 +52,59 @@ import Testing
         #expect(error.message.contains(fragment), "\(error.message)")
     }
 
-    @Test func skipIdenticalIsForUploadsOnly() throws {
-        let errors = try #require(parse("- {kind: download-file, source: gs://b/x, destination: /tmp/x, if_exists: skip-identical}\n").errors)
-        #expect(errors.map(\.column) == [75])
-        #expect(errors.first?.message.contains("uploads only") == true)
+    @Test func skipIdenticalAppliesToDownloadFiles() throws {
+        let jobs = try #require(parse("""
+        defaults: {if_exists: skip-identical}
+        jobs:
+          - {kind: download-file, source: gs://b/x, destination: /tmp/x}
+          - {kind: download-file, source: file://b/y, destination: /tmp/y, if_exists: skip}
+        """).jobs)
+        #expect(jobs.map(\.ifExists) == [.skipIdentical, .skip])
+    }
+
+    @Test func skipIdenticalIsRefusedWhereNothingIsCompared() throws {
+        let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, if_exists: skip-identical}\n").errors)
+        #expect(errors.map(\.line) == [1] && errors.map(\.column) == [45])
+        #expect(errors.first?.code == .fieldNotAllowed)
+        let misspelled = try #require(parse("- {kind: download-file, source: gs://b/x, destination: /tmp/x, if_exists: skip-identicl}\n").errors)
+        #expect(misspelled.map(\.line) == [1] && misspelled.map(\.column) == [75])
+        #expect(misspelled.first?.message.contains("did you mean 'skip-identical'") == true, "\(misspelled)")
+    }
+
+    @Test func ifGenerationOnDeleteAndUpdateMetadata() throws {
+        let jobs = try #require(parse("""
+        jobs:
+          - {kind: delete, destination: gs://b/x, if_generation: 1700000000123456}
+          - kind: update-metadata
+            destination: file://bucket/y
+            metadata: {content_type: text/plain}
+            if_generation: 3
+          - {kind: delete, destination: gs://b/z}
+        """).jobs)
+        #expect(jobs.map(\.ifGeneration) == [1_700_000_000_123_456, 3, nil])
+        let text = String(decoding: try JSONEncoder().encode(jobs[2]), as: UTF8.self)
+        #expect(!text.contains("ifGeneration"), "\(text)")
+        let decoded = try JSONDecoder().decode(JobSpec.self, from: try JSONEncoder().encode(jobs[0]))
+        #expect(decoded == jobs[0])
+    }
+
+    @Test("bad if_generation values are refused at the value", arguments: [
+        ("0", "must be at least 1"), ("-3", "must be at least 1"), ("abc", "must be the object's generation"),
+    ])
+    func ifGenerationRefused(value: String, fragment: String) throws {
+        let errors = try #require(parse("- {kind: delete, destination: gs://b/x, if_generation: \(value)}\n").errors)
+        #expect(errors.map(\.line) == [1] && errors.map(\.column) == [56], "\(errors)")
+        #expect(errors.first?.message.contains(fragment) == true, "\(errors)")
+    }
+
+    @Test func ifGenerationIsRefusedWhereThereIsNoGeneration() throws {
+        let http = try #require(parse("- {kind: delete, destination: http://h/x, if_generation: 5}\n").errors)
+        #expect(http.map(\.column) == [43] && http.first?.message.contains("no generation") == true, "\(http)")
+        let download = try #require(parse("- {kind: download-file, source: gs://b/x, destination: /tmp/x, if_generation: 5}\n").errors)
+        #expect(download.map(\.column) == [64] && download.first?.code == .fieldNotAllowed, "\(download)")
+        let shared = try #require(parse("defaults: {if_generation: 5}\njobs:\n  - {kind: delete, destination: gs://b/x}\n").errors)
+        #expect(shared.map(\.line) == [1] && shared.map(\.column) == [12], "\(shared)")
+        #expect(shared.first?.message.contains("cannot be a default") == true)
     }
 
     @Test func ifExistsIsRefusedWhereNothingIsWritten() throws {
