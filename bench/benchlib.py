@@ -192,6 +192,7 @@ def report(samples_path, meta_path, out_path):
 
     row(f"HTTP download {size} MiB (GET from nginx)", "MB/s", "download", "mbps", "curl")
     row(f"HTTP download {size} MiB (GET from nginx)", "MB/s", "download", "mbps", "rclone")
+    row(f"HTTP download {size} MiB to disk, synced", "MB/s", "download-disk", "mbps", "curl+fsync")
     row(f"HTTP upload {size} MiB (PUT to nginx)", "MB/s", "upload", "mbps", "curl")
     row(f"HTTP upload {size} MiB (PUT to nginx)", "MB/s", "upload", "mbps", "rclone")
     row(f"Local upload {size} MiB to file://", "MB/s", "local", "mbps", "cp")
@@ -202,9 +203,12 @@ def report(samples_path, meta_path, out_path):
     row(f"Drain {jobs} download-memory jobs (64 B file://), 4 workers × 16", "jobs/s", "drain-memory4", "jobs_per_s", "huey")
     row("Idle pickup latency, median", "ms", "latency", "median_ms", "huey", better="lower")
     row("Idle pickup latency, p90", "ms", "latency", "p90_ms", "huey", better="lower")
+    row("2,000 × 16 KiB upload-file to nginx (PUT), concurrency 16", "files/s", "smallfiles-up", "files_per_s", "curl")
+    row("2,000 × 16 KiB download-file from nginx, concurrency 16", "files/s", "smallfiles-down", "files_per_s", "curl")
 
     extra = []
-    for bench, label in (("download", "HTTP download"), ("upload", "HTTP upload"), ("local", "local upload")):
+    for bench, label in (("download", "HTTP download"), ("upload", "HTTP upload"), ("local", "local upload"),
+                         ("smallfiles-up", "small-file uploads"), ("smallfiles-down", "small-file downloads")):
         v = samples.get((bench, "jobctl", "rss_kib"))
         if v:
             extra.append(f"| jobctl worker peak RSS, {label} {size} MiB | {fmt(statistics.median(v) / 1024, 'MiB')} "

@@ -5,8 +5,9 @@
 #
 #   --quick      64 MiB transfers and 2,000 queue jobs instead of 512 MiB and 10,000 (about 3 minutes)
 #   --runs N     runs per benchmark (default 5; fewer is allowed for trying things out, not for results)
-#   --only LIST  comma-separated subset of: download,upload,local,queue,latency,pg
-#                (pg: PostgreSQL drain with 1, 2, 4 worker processes vs SQLite, claim/pickup latency)
+#   --only LIST  comma-separated subset of: download,upload,local,queue,latency,pg,smallfiles
+#                (pg: PostgreSQL drain with 1, 2, 4 worker processes vs SQLite, claim/pickup latency;
+#                smallfiles: 2,000 × 16 KiB up to and back from nginx at concurrency 16 vs curl --parallel)
 #
 # Uses .build/release/jobctl, or $JOBCTL_BIN. Starts its own nginx in a temporary directory, runs jobctl and
 # its peer (curl, rclone, cp, huey) interleaved in every run, prints a Markdown table and writes it, with
@@ -18,14 +19,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH="$ROOT/bench"
 MODE=full
 RUNS=5
-ONLY="download,upload,local,queue,latency,pg"
+ONLY="download,upload,local,queue,latency,pg,smallfiles"
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) MODE=quick ;;
     --runs) shift; RUNS=${1:?--runs needs a number} ;;
     --only) shift; ONLY=${1:?--only needs a list} ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 64 ;;
   esac
   shift
@@ -50,6 +51,7 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # Only what the chosen benchmarks run is required (`--only pg` needs neither nginx, rclone nor huey).
 TOOLS="/usr/bin/time timeout"
 if want download || want upload || want local; then TOOLS="$TOOLS curl nginx rclone"; fi
+if want smallfiles; then TOOLS="$TOOLS curl nginx"; fi
 for tool in $TOOLS; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "$tool" ] || die "missing $tool (make bench installs it)"
 done
@@ -88,6 +90,8 @@ trap 'exit 130' INT TERM
 
 # shellcheck source=bench/pg_bench.sh
 . "$BENCH/pg_bench.sh"
+# shellcheck source=bench/smallfiles_bench.sh
+. "$BENCH/smallfiles_bench.sh"
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SAMPLES"; }
@@ -232,19 +236,36 @@ transfer_benchmarks() {
       if [ "$rc" = 0 ] && [ "$(size_of "$peers/rclone.bin")" = "$BYTES" ]; then
         record download rclone mbps "$(rate "$MB" "$(secs "$t0" "$t1")")"
       else fail download rclone "exit $rc: $(tail_msg "$t/rclone.err")"; fi
-      # jobctl
+      # jobctl, its destination beside curl's on tmpfs (its database on disk): unsynced writes compared alike
       rm -f "$out"/* "$peers"/*; sync
       db="$t/download-$i.db"
-      "$PY" "$BENCH/benchlib.py" transfer-manifest download-file "$url/big.bin" "$out/jobctl.bin" >"$t/download.yaml"
+      "$PY" "$BENCH/benchlib.py" transfer-manifest download-file "$url/big.bin" "$peers/jobctl.bin" >"$t/download.yaml"
       if jctl "$db" submit "$t/download.yaml" >"$t/submit.out" 2>"$t/submit.err"; then
         if run_worker_timed download "$db" "$t/download-$i" 1; then
-          if [ "$(size_of "$out/jobctl.bin")" = "$BYTES" ] && { [ "$i" != 1 ] || cmp -s "$src" "$out/jobctl.bin"; }; then
+          if [ "$(size_of "$peers/jobctl.bin")" = "$BYTES" ] && { [ "$i" != 1 ] || cmp -s "$src" "$peers/jobctl.bin"; }; then
             record download jobctl mbps "$(rate "$MB" "$ELAPSED")"
             if [ -n "$RSS_KIB" ]; then record download jobctl rss_kib "$RSS_KIB"; fi
-          else fail download jobctl "job succeeded but the file has $(size_of "$out/jobctl.bin") bytes or differs"; fi
+          else fail download jobctl "job succeeded but the file has $(size_of "$peers/jobctl.bin") bytes or differs"; fi
         fi
       else fail download jobctl "submit failed: $(tail_msg "$t/submit.err")"; fi
       rm -f "$db" "$db"-*
+      # to disk: curl followed by an fsync of its file, against jobctl's durable download to the same disk
+      rm -f "$out"/* "$peers"/*; sync
+      t0=$(now_ns); rc=0; { timeout 300 curl -sf -o "$out/curl.bin" "$url/big.bin" && sync "$out/curl.bin"; } || rc=$?; t1=$(now_ns)
+      if [ "$rc" = 0 ] && [ "$(size_of "$out/curl.bin")" = "$BYTES" ]; then
+        record download-disk curl+fsync mbps "$(rate "$MB" "$(secs "$t0" "$t1")")"
+      else fail download-disk curl+fsync "exit $rc, $(size_of "$out/curl.bin") bytes"; fi
+      rm -f "$out"/*; sync
+      db="$t/download-disk-$i.db"
+      "$PY" "$BENCH/benchlib.py" transfer-manifest download-file "$url/big.bin" "$out/jobctl.bin" >"$t/download.yaml"
+      if jctl "$db" submit "$t/download.yaml" >"$t/submit.out" 2>"$t/submit.err"; then
+        if run_worker_timed download-disk "$db" "$t/download-disk-$i" 1; then
+          if [ "$(size_of "$out/jobctl.bin")" = "$BYTES" ]; then
+            record download-disk jobctl mbps "$(rate "$MB" "$ELAPSED")"
+          else fail download-disk jobctl "job succeeded but the file has $(size_of "$out/jobctl.bin") bytes"; fi
+        fi
+      else fail download-disk jobctl "submit failed: $(tail_msg "$t/submit.err")"; fi
+      rm -f "$db" "$db"-* "$out"/*
     fi
 
     if want upload; then
@@ -465,6 +486,7 @@ if want download || want upload || want local; then transfer_benchmarks; fi
 if want queue; then queue_benchmark; fi
 if want latency; then latency_benchmark; fi
 if want pg; then pg_benchmark; fi
+if want smallfiles; then smallfiles_benchmark; fi
 {
   echo "finished=$(date -u +%Y-%m-%dT%H:%M:%SZ) ($(( ($(now_ns) - START_NS) / 1000000000 )) s)"
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"

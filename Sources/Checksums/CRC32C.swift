@@ -95,4 +95,59 @@ public struct CRC32C: Sendable {
         crc.update(data)
         return crc.value
     }
+
+    // MARK: - Combining
+
+    /// The reflected Castagnoli polynomial.
+    private static let polynomial: UInt32 = 0x82F6_3B78
+
+    /// The CRC of two byte ranges one after the other, from each range's CRC and the second's length:
+    /// what a sliced download needs to check the whole object against GCS's CRC32C from the CRCs of
+    /// slices fetched in parallel. As zlib's `crc32_combine`: the first CRC is multiplied by x^(8·length)
+    /// modulo the polynomial (in GF(2)), which is what appending `secondLength` zero bytes does to it,
+    /// then the second is added. O(log length); no data is read.
+    public static func combine(_ first: UInt32, _ second: UInt32, secondLength: Int64) -> UInt32 {
+        precondition(secondLength >= 0, "CRC32C.combine with a negative length")
+        return multiplyModP(powerOfX(bytes: UInt64(secondLength)), first) ^ second
+    }
+
+    /// `a · b` modulo the polynomial, bit-reflected (bit 31 is x^0).
+    private static func multiplyModP(_ a: UInt32, _ b: UInt32) -> UInt32 {
+        var mask: UInt32 = 1 << 31
+        var product: UInt32 = 0
+        var b = b
+        while mask != 0 {
+            if a & mask != 0 {
+                product ^= b
+                if a & (mask - 1) == 0 { break }
+            }
+            mask >>= 1
+            b = b & 1 != 0 ? (b >> 1) ^ polynomial : b >> 1
+        }
+        return product
+    }
+
+    /// x^(2^k) modulo the polynomial for k in 0..<64.
+    private static let powersOfTwoExponents: [UInt32] = {
+        var table: [UInt32] = []
+        var power: UInt32 = 1 << 30   // x^1
+        for _ in 0..<64 {
+            table.append(power)
+            power = multiplyModP(power, power)
+        }
+        return table
+    }()
+
+    /// x^(8·bytes) modulo the polynomial.
+    private static func powerOfX(bytes: UInt64) -> UInt32 {
+        var result: UInt32 = 1 << 31  // x^0
+        var n = bytes
+        var k = 3   // 8·bytes = bytes · 2^3
+        while n != 0 {
+            if n & 1 != 0 { result = multiplyModP(powersOfTwoExponents[k], result) }
+            n >>= 1
+            k += 1
+        }
+        return result
+    }
 }

@@ -109,13 +109,17 @@ final class LocalTransfer {
             if case .file(let file) = source, kernelCopy {
                 let copied: Int?
                 do {
-                    copied = try temp.copyInKernel(from: file, count: want)
+                    // Larger steps than the buffer: the kernel copies without it, and each step is a
+                    // system call, a read-back for the CRC and a progress report.
+                    copied = try temp.copyInKernel(from: file, count: Int(min(Self.kernelCopyStep, backend.checkpointInterval, total - done)))
                 } catch {
                     if temp.failedForLackOfSpace { session.discard(in: location) }
                     throw error
                 }
                 if let copied {
                     try hashStored(temp, at: done, count: copied, into: hashes)
+                    // The disk writes while the next step copies: the final sync then waits for little.
+                    temp.startWriteBack(at: done, count: Int64(copied))
                     backend.statistics.addSourceBytes(copied)
                     backend.statistics.addKernelCopiedBytes(copied)
                     done += Int64(copied)
@@ -219,6 +223,10 @@ final class LocalTransfer {
         // The sidecar records the hashes of the bytes written here: there is no other copy to compare with.
         return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, verified: []))
     }
+
+    /// Bytes handed to `copy_file_range` at once (at most a checkpoint's worth: a stop is noticed
+    /// between steps, and a pause lands on a checkpoint).
+    static let kernelCopyStep: Int64 = 8 << 20
 
     /// An open upload session file: where the bytes go, and how a later attempt finds it again.
     private struct OpenSession {

@@ -45,12 +45,15 @@ public struct LocalBackend: StorageBackend {
     public let configuration: StorageConfiguration
     /// The executable-upload policy from `configuration.executableUploadPolicy`.
     public let policy: UploadPolicy
-    /// Bytes between synced checkpoints of an upload or download (default 8 MiB).
+    /// Bytes between synced checkpoints of an upload or download (default 64 MiB).
     public let checkpointInterval: Int64
     /// Counters for tests and diagnostics.
     let statistics = LocalTransferStatistics()
 
-    public static let defaultCheckpointInterval: Int64 = 8 * 1024 * 1024
+    /// 64 MiB: a local copy moves that in well under a second, so a crash loses little, while each
+    /// checkpoint costs an fsync of the file and a committed event (another fsync). At 8 MiB those 128
+    /// syncs per 512 MiB held a `file://` upload to about half of `cp` + `fsync`; at 64 MiB it is on par.
+    public static let defaultCheckpointInterval: Int64 = 64 * 1024 * 1024
 
     /// Where blocking file I/O runs. Concurrent, so one slow disk does not serialise every job.
     private static let ioQueue = DispatchQueue(label: "jobctl.storage.local-io", qos: .utility, attributes: .concurrent)

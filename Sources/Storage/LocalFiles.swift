@@ -34,6 +34,23 @@ enum LocalFiles {
         return Int(bitPattern: symbol)
     }()
 
+    /// `sync_file_range(2)` as the C library exports it (a GNU extension, looked up once by name like
+    /// `copy_file_range`); nil when the C library has none.
+    static var syncFileRange: SyncFileRange? {
+        syncFileRangeAddress.flatMap { UnsafeRawPointer(bitPattern: $0) }.map { unsafeBitCast($0, to: SyncFileRange.self) }
+    }
+
+    /// `int sync_file_range(int fd, off64_t offset, off64_t nbytes, unsigned int flags)`.
+    typealias SyncFileRange = @convention(c) (Int32, Int64, Int64, UInt32) -> Int32
+
+    private static let syncFileRangeAddress: Int? = {
+        guard let program = dlopen(nil, RTLD_NOW), let symbol = dlsym(program, "sync_file_range") else { return nil }
+        return Int(bitPattern: symbol)
+    }()
+
+    /// `SYNC_FILE_RANGE_WRITE`: start write-out of dirty pages in the range, without waiting for it.
+    static let syncFileRangeWrite: UInt32 = 2
+
     static func isLackOfSpace(_ code: Int32) -> Bool {
         code == ENOSPC || code == EDQUOT
     }
@@ -318,6 +335,15 @@ final class LocalFile {
 
     func sync() throws(StorageError) {
         guard fsync(descriptor) == 0 else { throw failure(errno, "syncing") }
+    }
+
+    /// Asks the kernel to start writing `count` bytes at `offset` to disk now, without waiting
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so that the next `sync()` finds them written instead of
+    /// writing them all while the caller waits. Best effort: no error is reported (the `sync()` that makes
+    /// the bytes durable reports any), and nothing happens where the call is missing.
+    func startWriteBack(at offset: Int64, count: Int64) {
+        guard count > 0, let syncFileRange = LocalFiles.syncFileRange else { return }
+        _ = syncFileRange(descriptor, offset, count, LocalFiles.syncFileRangeWrite)
     }
 
     /// `flock(LOCK_EX)`: serialises read-modify-write of an object's sidecar across processes.

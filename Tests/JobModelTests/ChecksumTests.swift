@@ -12,6 +12,26 @@ import Testing
         #expect(CRC32C.checksum(Data("123456789".utf8)) == 0xE306_9283)
     }
 
+    /// CRCs of consecutive ranges combine into the CRC of the whole, for any split (sliced downloads).
+    @Test func crc32cCombineMatchesTheWholeObject() {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = Data((0..<300_007).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        let whole = CRC32C.checksum(bytes)
+        for cuts in [[0], [1], [299_999], [300_007], [65_536, 131_072, 196_608], [7, 8, 100_000, 250_001]] {
+            var combined = CRC32C.checksum(Data())
+            var start = 0
+            for end in cuts + [bytes.count] {
+                let slice = bytes.subdata(in: start..<end)
+                combined = CRC32C.combine(combined, CRC32C.checksum(slice), secondLength: Int64(slice.count))
+                start = end
+            }
+            #expect(combined == whole, "cuts \(cuts)")
+        }
+        // "123456789" in two parts against its RFC value; an empty second part changes nothing.
+        #expect(CRC32C.combine(CRC32C.checksum(Data("1234".utf8)), CRC32C.checksum(Data("56789".utf8)), secondLength: 5) == 0xE306_9283)
+        #expect(CRC32C.combine(0xE306_9283, 0, secondLength: 0) == 0xE306_9283)
+    }
+
     /// The RFC 3720 vectors (plus the descending one) through each implementation explicitly.
     @Test(arguments: [CRC32C.Implementation.hardware, .table])
     func crc32cKnownVectorsPerImplementation(_ implementation: CRC32C.Implementation) {
@@ -120,6 +140,7 @@ import Testing
         let hashes = PipelinedChecksums(md5: true, backlogBytes: 2 << 20, inlineBytes: 0)
         data.withUnsafeBytes { hashes.update($0) }
         let result = hashes.finish()
+        #expect(hashes.hashedOffThread)
         #expect(result.md5Base64 == expectedHashes(data).0)
         #expect(result.crc32cBase64 == expectedHashes(data).1)
     }
@@ -130,7 +151,7 @@ import Testing
         let plain = PipelinedChecksums(inlineBytes: 1000)
         data.withUnsafeBytes { plain.update($0) }
         let result = plain.finish()
-        #expect(!plain.computesMD5)
+        #expect(!plain.computesMD5 && !plain.hashedOffThread, "a CRC-only stream is hashed inline, without copies")
         #expect(result.md5Base64 == nil)
         #expect(result.crc32cBase64 == expectedHashes(data).1)
     }
