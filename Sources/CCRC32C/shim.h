@@ -45,6 +45,30 @@ static inline uint32_t jobctl_crc32c_update(uint32_t crc, const void *bytes, siz
     return tail;
 }
 
+/// Continues three independent CRC states over three consecutive parts of `part` bytes each (`part` a
+/// multiple of 8) in one interleaved loop. The `crc32` instruction has a latency of three cycles and a
+/// throughput of one, so three chains in flight run about three times as fast as one; the caller
+/// combines the three results (CRC32C.combine's shift). Only call when hardware is available.
+__attribute__((target("sse4.2")))
+static inline void jobctl_crc32c_update3(uint32_t *crcs, const void *bytes, size_t part) {
+    const unsigned char *first = (const unsigned char *)bytes;
+    const unsigned char *second = first + part;
+    const unsigned char *third = second + part;
+    uint64_t a = crcs[0], b = crcs[1], c = crcs[2];
+    for (size_t offset = 0; offset + 8 <= part; offset += 8) {
+        uint64_t wa, wb, wc;
+        memcpy(&wa, first + offset, sizeof wa);
+        memcpy(&wb, second + offset, sizeof wb);
+        memcpy(&wc, third + offset, sizeof wc);
+        a = __builtin_ia32_crc32di(a, wa);
+        b = __builtin_ia32_crc32di(b, wb);
+        c = __builtin_ia32_crc32di(c, wc);
+    }
+    crcs[0] = (uint32_t)a;
+    crcs[1] = (uint32_t)b;
+    crcs[2] = (uint32_t)c;
+}
+
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)
 #include <arm_acle.h>
 
@@ -69,6 +93,14 @@ static inline uint32_t jobctl_crc32c_update(uint32_t crc, const void *bytes, siz
     return crc;
 }
 
+/// Three interleaved chains over three consecutive parts of `part` bytes each, as on x86-64.
+static inline void jobctl_crc32c_update3(uint32_t *crcs, const void *bytes, size_t part) {
+    const unsigned char *first = (const unsigned char *)bytes;
+    crcs[0] = jobctl_crc32c_update(crcs[0], first, part);
+    crcs[1] = jobctl_crc32c_update(crcs[1], first + part, part);
+    crcs[2] = jobctl_crc32c_update(crcs[2], first + 2 * part, part);
+}
+
 #else
 
 /// 0: no CRC32C instructions known on this architecture; the table path is used.
@@ -79,6 +111,13 @@ static inline uint32_t jobctl_crc32c_update(uint32_t crc, const void *bytes, siz
     (void)bytes;
     (void)count;
     return crc;
+}
+
+/// Never called (the availability check is 0); leaves the states unchanged.
+static inline void jobctl_crc32c_update3(uint32_t *crcs, const void *bytes, size_t part) {
+    (void)crcs;
+    (void)bytes;
+    (void)part;
 }
 
 #endif

@@ -49,9 +49,35 @@ public struct CRC32C: Sendable {
     public mutating func update(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress, bytes.count > 0 else { return }
         switch implementation {
-        case .hardware: state = jobctl_crc32c_update(state, base, bytes.count)
+        case .hardware: updateWithHardware(bytes)
         case .table: updateWithTables(bytes)
         }
+    }
+
+    /// Bytes of each of the three parts the hardware path interleaves.
+    static let interleavedPart = 8192
+    /// x^(8·interleavedPart): shifts a CRC register past one part.
+    private static let partShift = powerOfX(bytes: UInt64(interleavedPart))
+
+    /// Three chains of `crc32` instructions at once over three consecutive parts, joined by shifting
+    /// (register form: R(r, A‖B) = R(r, A)·x^(8|B|) ⊕ R(0, B)); what is left runs as one chain.
+    private mutating func updateWithHardware(_ bytes: UnsafeRawBufferPointer) {
+        guard var base = bytes.baseAddress else { return }
+        var remaining = bytes.count
+        let part = Self.interleavedPart
+        var crc = state
+        withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 3) { crcs in
+            while remaining >= 3 * part {
+                crcs[0] = crc
+                crcs[1] = 0
+                crcs[2] = 0
+                jobctl_crc32c_update3(crcs.baseAddress, base, part)
+                crc = Self.multiplyModP(Self.partShift, Self.multiplyModP(Self.partShift, crcs[0]) ^ crcs[1]) ^ crcs[2]
+                base += 3 * part
+                remaining -= 3 * part
+            }
+        }
+        state = jobctl_crc32c_update(crc, base, remaining)
     }
 
     private mutating func updateWithTables(_ bytes: UnsafeRawBufferPointer) {

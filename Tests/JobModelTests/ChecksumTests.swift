@@ -59,12 +59,13 @@ import Testing
     }
     #endif
 
-    /// Random bytes at every alignment and many lengths (tails of 0–7 bytes, streaming splits): both
+    /// Random bytes at every alignment and many lengths (tails of 0–7 bytes, the three-way interleaved
+    /// hardware path of 3 × 8 KiB and its remainders, streaming splits): both
     /// implementations agree, one-shot and continued.
     @Test func crc32cHardwareMatchesTable() {
         var generator = SystemRandomNumberGenerator()
         let pool = (0..<70_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        let lengths = Array(0...80) + [255, 256, 257, 1_000, 4_095, 4_096, 4_097, 65_535, 65_536 - 3]
+        let lengths = Array(0...80) + [255, 256, 257, 1_000, 4_095, 4_096, 4_097, 24_575, 24_576, 24_577, 49_159, 65_535, 65_536 - 3]
         pool.withUnsafeBytes { all in
             for alignment in 0..<8 {
                 for length in lengths {
