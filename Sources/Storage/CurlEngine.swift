@@ -432,11 +432,17 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// One header line: https://curl.se/libcurl/c/CURLOPT_HEADERFUNCTION.html
     func receiveHeader(_ bytes: UnsafeRawBufferPointer) {
-        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        if line.hasPrefix("HTTP/") {
+        // Parsed as bytes: Foundation's trimming goes through NSString, and was 6 % of the samples of a
+        // drain of small downloads (a dozen header lines per job).
+        var start = bytes.startIndex
+        var end = bytes.endIndex
+        while start < end, Self.isSpace(bytes[start]) || Self.isLineEnd(bytes[start]) { start += 1 }
+        while end > start, Self.isSpace(bytes[end - 1]) || Self.isLineEnd(bytes[end - 1]) { end -= 1 }
+        let line = bytes[start..<end]
+        if line.starts(with: "HTTP/".utf8) {
             // A new response (after a redirect or a 1xx): forget the previous one's headers.
-            let parts = line.split(separator: " ", maxSplits: 2)
-            status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+            let parts = line.split(separator: UInt8(ascii: " "), maxSplits: 2)
+            status = parts.count > 1 ? Int(String(decoding: parts[1], as: UTF8.self)) ?? 0 : 0
             headers = [:]
             headersEnded = false
             return
@@ -445,14 +451,22 @@ private final class CurlExchange: @unchecked Sendable {
             if status != 0 { headersEnded = true }
             return
         }
-        guard let colon = line.firstIndex(of: ":") else { return }
-        let name = line[..<colon].lowercased()
-        let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return }
+        let name = String(decoding: line[..<colon].lazy.map(Self.lowercased), as: UTF8.self)
+        var valueStart = colon + 1
+        while valueStart < end, Self.isSpace(bytes[valueStart]) { valueStart += 1 }
+        let value = String(decoding: bytes[valueStart..<end], as: UTF8.self)
         if let existing = headers[name] {
             headers[name] = existing + "," + value   // x-goog-hash comes once per algorithm
         } else {
             headers[name] = value
         }
+    }
+
+    private static func isSpace(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+    private static func isLineEnd(_ byte: UInt8) -> Bool { byte == UInt8(ascii: "\r") || byte == UInt8(ascii: "\n") }
+    private static func lowercased(_ byte: UInt8) -> UInt8 {
+        byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte + 32 : byte
     }
 
     /// https://curl.se/libcurl/c/CURLOPT_XFERINFOFUNCTION.html — nonzero aborts the exchange. Called at
