@@ -173,3 +173,28 @@ enum CRC32CBase64 {
         return crc.base64
     }
 }
+
+/// Write-back started while a download arrives (`sync_file_range`): the C library has the call, so the
+/// speed-up is in effect here, and a partial file written past several write-back steps commits the
+/// exact bytes.
+@Suite struct WriteBackTests {
+    @Test func writeBackIsAvailableAndLeavesTheBytesIntact() throws {
+        #expect(LocalFiles.syncFileRange != nil, "glibc exports sync_file_range: downloads start write-back as they go")
+        let directory = try TemporaryDirectory("jobctl-writeback")
+        let destination = directory.file("big.bin")
+        let partial = try PartialFile(destination: destination, jobID: "01WRITEBACK", resumeFrom: nil)
+        var expected = Data()
+        var crc = CRC32C()
+        for step in 0..<11 {
+            // 11 pieces of 1 MiB + 7 bytes: write-back requests start at uneven offsets.
+            let piece = Data(repeating: UInt8(step * 17 & 0xFF), count: (1 << 20) + 7)
+            try partial.write(piece)
+            expected.append(piece)
+            crc.update(piece)
+        }
+        #expect(partial.bytesWritten == Int64(expected.count) && Int64(expected.count) > 2 * PartialFile.writeBackStep)
+        let path = try partial.commit()
+        let written = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(written.count == expected.count && CRC32C.checksum(written) == crc.value)
+    }
+}
