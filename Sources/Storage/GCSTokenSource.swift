@@ -122,12 +122,17 @@ final class GCSTokenSource: Sendable {
         } catch {
             throw failure("could not be started", cause: "\(error)")
         }
-        // Read on another thread, so a command that never exits cannot hold this one past the limit.
+        // Read on a thread of its own, so a command that never exits cannot hold this one past the limit.
+        // Not a Dispatch global-queue block: with that queue's threads busy (a loaded process; the full
+        // test suite) the read started late, and a command that had exited looked as if a background
+        // process held its output.
         let collected = CollectedOutput()
         let reader = output.fileHandleForReading
-        DispatchQueue.global().async {
+        let readerThread = Thread {
             collected.finish(reader.readDataToEndOfFile())
         }
+        readerThread.name = "jobctl-token-command-output"
+        readerThread.start()
         let (seconds, attoseconds) = timeLimit.components
         let limit = DispatchTime.now() + Double(seconds) + Double(attoseconds) / 1e18
         guard exited.wait(timeout: limit) == .success else {
