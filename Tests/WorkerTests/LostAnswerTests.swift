@@ -1,0 +1,54 @@
+import EventStore
+import Foundation
+import JobModel
+import PostgresStore
+import Storage
+import StorePort
+import Synchronization
+import Testing
+import TestSupport
+@testable import Worker
+
+/// A write that committed but whose answer was lost is not mistaken for a refusal.
+@Suite("a write whose answer was lost") struct LostAnswerTests {
+    /// The store commits the job's `started` (or `succeeded`) and then reports an I/O failure. The
+    /// worker retries the write, which is refused (the event is already there); it finds its own event
+    /// as the job's newest — for `succeeded`, the download's bytes in the blob it references — logs
+    /// `write_landed` and carries on: the job succeeds in one attempt, nothing abandoned or rescued.
+    @Test(arguments: WorkerEngine.allCases, [EventType.started, .succeeded])
+    func refusedRetryOfALandedWriteIsNotAbandoned(engine: WorkerEngine, lost: EventType) async throws {
+        let directory = try TemporaryDirectory("lost-answer")
+        defer { directory.remove() }
+        let database = try engine.database(in: directory)
+        let payload = Data("sixty-four bytes of a tiny object, read into memory by the worker".utf8.prefix(64))
+        try FileManager.default.createDirectory(atPath: directory.file("buckets/b"), withIntermediateDirectories: true)
+        try payload.write(to: URL(fileURLWithPath: directory.file("buckets/b/tiny.bin")))
+        let ids = try submit("- {kind: download-memory, source: \"file://b/tiny.bin\"}\n", database: database, directory: directory)
+        let id = try #require(ids.first)
+
+        let real: any JobStore = switch engine {
+        case .sqlite: try EventStore(path: database, mode: .readWrite)
+        case .postgres: try PostgresStore(url: database, mode: .readWrite)
+        }
+        let store = LostAnswerStore(real, loseAnswerTo: lost)
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json),
+                            write: { line in lines.withLock { $0.append(line) } })
+        // A short lease: without the check, the abandoned job would come back after it, claimed again.
+        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
+                              configuration: WorkerConfiguration(concurrency: 1, leaseMs: 1_000, drain: true), log: log)
+        let summary = try await pool.run()
+        let text = lines.withLock { $0.joined() }
+
+        #expect(store.lost.withLock { $0 } == 1, "the fault did not fire")
+        #expect(summary.abandoned == 0 && summary.succeeded == 1 && summary.claimed == 1, "\(summary)\n\(text)")
+        let landed = text.split(separator: "\n").filter { $0.contains("\"event\":\"write_landed\"") }
+        #expect(landed.count == 1 && landed.allSatisfy { $0.contains("\"event\":\"\(lost.rawValue)\"") }, "\(text)")
+        #expect(!text.contains("\"event\":\"abandoned\"") && !text.contains("\"event\":\"lease_lost\""), "\(text)")
+        let events = try real.events(jobID: id)
+        #expect(events.map(\.type) == [.submitted, .claimed, .started, .succeeded], "\(events.map(\.type))")
+        let blob = try #require(events.last?.payload.result?.blob)
+        #expect(try real.blob(sha256: blob) == payload)
+        #expect(try real.replay(verify: true).isConsistent)
+    }
+}
