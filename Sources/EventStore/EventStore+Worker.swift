@@ -120,10 +120,13 @@ extension SQLiteConnection {
                 (row) throws(StoreError) in try JobRecord(row: row, specs: decodedSpecs)
             }
             if jobs.isEmpty { break }
+            // One counter update for the batch: a token a job does not use (it honoured a pause instead)
+            // is skipped, and tokens still only grow.
+            var token = try reserveLeaseTokens(jobs.count).lowerBound - 1
             for job in jobs {
                 // The lifecycle claims the job — or, for a queued job that still holds a pause or cancel
                 // request (only a database written by an older jobctl has one), honours it instead.
-                let token = try nextLeaseToken()
+                token += 1
                 let (events, record) = try perform(.claim(owner: owner, token: token, leaseMs: leaseMs), jobID: job.id,
                                                    on: job, actor: actor, expectedVersion: job.version, now: now)
                 guard let record, case .claimed(_, let expiresAt, _)? = events.first?.payload else { continue }
@@ -152,12 +155,14 @@ extension SQLiteConnection {
         return sql
     }
 
-    /// The next fencing token; the counter row only grows.
-    func nextLeaseToken() throws(StoreError) -> Int64 {
-        try run("UPDATE lease_counter SET last_token = last_token + 1 WHERE id = 1")
-        guard let token = try first("SELECT last_token FROM lease_counter WHERE id = 1", [], { row in row.int64(0) }) else {
+    /// The next `count` fencing tokens (at least one), taken from the counter row in one update; the
+    /// counter only grows.
+    func reserveLeaseTokens(_ count: Int) throws(StoreError) -> ClosedRange<Int64> {
+        let count = Int64(max(1, count))
+        try run("UPDATE lease_counter SET last_token = last_token + ? WHERE id = 1", [.integer(count)])
+        guard let last = try first("SELECT last_token FROM lease_counter WHERE id = 1", [], { row in row.int64(0) }) else {
             throw StoreError.corrupt("the lease_counter row is missing")
         }
-        return token
+        return (last - count + 1)...last
     }
 }
