@@ -34,9 +34,10 @@ import TestSupport
         let lines = Mutex<[String]>([])
         let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json),
                             write: { line in lines.withLock { $0.append(line) } })
-        // A short lease: without the check, the abandoned job would come back after it, claimed again.
+        // A lease long enough that a loaded test process (its cooperative pool blocked by other tests)
+        // never loses it: without the check, the abandoned job comes back only after it, claimed again.
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
-                              configuration: WorkerConfiguration(concurrency: 1, leaseMs: 1_000, drain: true), log: log)
+                              configuration: WorkerConfiguration(concurrency: 1, leaseMs: 30_000, drain: true), log: log)
         let summary = try await pool.run()
         let text = lines.withLock { $0.joined() }
 
