@@ -43,6 +43,9 @@ enum SQLiteValue: Equatable, Sendable, CustomStringConvertible {
 final class SQLiteConnection {
     private let handle: OpaquePointer
     private var cache: [String: SQLiteStatement] = [:]
+    /// The busy timeout, and when the current wait for a lock began (monotonic clock).
+    private var busyTimeoutNs: UInt64 = 0
+    private var busyStartedNs: UInt64 = 0
     let path: String
     /// Job specs this connection has decoded, by their JSON text (see `DecodedSpecCache`).
     let decodedSpecs = DecodedSpecCache()
@@ -144,9 +147,33 @@ final class SQLiteConnection {
 
     /// How long a writer waits for another connection's lock before `busy`.
     ///
-    /// See https://www.sqlite.org/c3ref/busy_timeout.html
+    /// Waits through a busy handler of our own: SQLite's `sqlite3_busy_timeout` sleeps 1, 2, 5, 10, …
+    /// 25 ms and more between tries, while another process's group commit holds the write lock
+    /// (its fsync included) for a millisecond or two, so with several worker processes the lock stood free
+    /// much of the time while every waiter slept on. This one retries after 20 µs, doubling up to 1 ms,
+    /// until `milliseconds` have passed since the first try. (A gentler 250 µs start was measured too:
+    /// fewer wake-ups, but four processes on two cores drained ~10 % slower than with this one.)
+    ///
+    /// See https://www.sqlite.org/c3ref/busy_handler.html
     func setBusyTimeout(milliseconds: Int32) throws(StoreError) {
-        try check(sqlite3_busy_timeout(handle, milliseconds))
+        busyTimeoutNs = UInt64(max(0, milliseconds)) * 1_000_000
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        // The handler lives as long as the handle, which this object closes in `deinit`.
+        try check(sqlite3_busy_handler(handle, { context, count in
+            guard let context else { return 0 }
+            return Unmanaged<SQLiteConnection>.fromOpaque(context).takeUnretainedValue().waitWhileBusy(try: Int(count))
+        }, context))
+    }
+
+    /// The busy handler: 1 to try again, 0 to give up (SQLite then returns SQLITE_BUSY).
+    private func waitWhileBusy(try count: Int) -> Int32 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        let nowNs = UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+        if count == 0 { busyStartedNs = nowNs }
+        guard nowNs &- busyStartedNs < busyTimeoutNs else { return 0 }
+        usleep(useconds_t(min(1_000, 20 << min(count, 6))))
+        return 1
     }
 
     /// Refuses writes that could corrupt the file (`writable_schema`, raw page edits).

@@ -83,7 +83,7 @@ extension DecisionWriter {
             }
             let version = (lifecycle.record?.version ?? 0) + 1
             let seq = try insertEvent(jobID: jobID, version: version, type: payload.type, atMs: now, actor: actor,
-                                      leaseToken: decision.leaseToken, data: try StoreJSON.encode(payload.wire))
+                                      leaseToken: decision.leaseToken, data: try PayloadJSON.encode(payload))
             let event = JobEvent(seq: seq, jobID: jobID, version: version, atMs: now, actor: actor,
                                  leaseToken: decision.leaseToken, payload: payload)
             lifecycle.apply(event)

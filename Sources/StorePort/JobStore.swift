@@ -155,6 +155,13 @@ public protocol JobStore: AnyObject, Sendable {
 
     /// How many group commits the executor made and the events they held (diagnostics, benchmarks).
     var groupCommitStats: GroupCommitStats { get }
+
+    // MARK: Lost answers
+
+    /// The job's newest event when it is `pending` as written — same type, lease token, actor and
+    /// payload (a download-memory result compared by its stored blob's bytes) — or nil. A worker asks
+    /// this when a write it retried after a failed answer is refused: the first write may have committed.
+    func landedEvent(_ pending: PendingEvent) throws(StoreError) -> JobEvent?
 }
 
 /// One event as stored in the log, without decoding its data: for copying a log between stores.
@@ -242,6 +249,20 @@ extension JobStore {
 
     /// Every job, newest first.
     public func jobs() throws(StoreError) -> [JobRecord] { try jobs(filter: JobFilter()) }
+
+    /// Built from `events(jobID:)` and `blob(sha256:)`: reads the job's whole history (a rare path).
+    public func landedEvent(_ pending: PendingEvent) throws(StoreError) -> JobEvent? {
+        guard let newest = try events(jobID: pending.jobID).last, newest.type == pending.type,
+              newest.leaseToken == pending.leaseToken, newest.actor == pending.actor else { return nil }
+        if newest.payload == pending.payload { return newest }
+        // The store moves a download's bytes into a blob and writes its hash in their place.
+        guard case .succeeded(let progress, var result) = pending.payload, let bytes = result.data,
+              case .succeeded(_, let stored)? = Optional(newest.payload), let hash = stored.blob,
+              try blob(sha256: hash) == bytes else { return nil }
+        result.data = nil
+        result.blob = hash
+        return newest.payload == .succeeded(progress, result: result) ? newest : nil
+    }
 
     /// How many jobs there are.
     public func countJobs() throws(StoreError) -> Int { try countJobs(filter: JobFilter()) }

@@ -107,6 +107,16 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
+    /// A write that failed (`failure`) is in the log after all, as this worker's event under this lease:
+    /// the try committed and only its answer was lost. The job goes on as written, not abandoned.
+    func writeLanded(jobID: String, kind: JobKind, event: EventType, seq: Int64?, failure: StoreError, now: Int64) {
+        var fields: [(String, WorkerLogValue)] = [("event", .text(event.rawValue))]
+        if let seq { fields.append(("seq", .integer(seq))) }
+        fields += [("failure", .text(String(describing: failure))),
+                   ("action", .text("the earlier try had committed; carrying on as written"))]
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .writeLanded, jobID: jobID, kind: kind, fields: fields))
+    }
+
     /// Reports a commit that took `elapsedMs` when that is over the threshold.
     func commitTook(_ elapsedMs: Int64, jobID: String, kind: JobKind, event: EventType, now: Int64) {
         guard elapsedMs >= slowCommitMs else { return }

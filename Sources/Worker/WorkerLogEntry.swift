@@ -61,6 +61,9 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case storeError = "store_error"
     /// A commit took longer than the slow-commit threshold.
     case slowCommit = "slow_commit"
+    /// A write whose answer was lost (the store failed after its commit) had committed after all: the
+    /// retry was refused because the event was already in the log, and the worker carries on as written.
+    case writeLanded = "write_landed"
     /// The worker's clock differs from the database's (or the newest event lies in the future).
     case clockSkew = "clock_skew"
     /// At start: `gs://` jobs are queued and no Google credentials (nor an emulator) were found.

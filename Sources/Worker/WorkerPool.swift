@@ -444,17 +444,34 @@ struct LeaseSink: TaskEventSink {
         // event is not in the log, and the lease is still ours until it expires, so the write is tried
         // again — with backoff, while the lease holds — instead of abandoning the job for a rescue.
         // Fencing keeps this safe: should the job be rescued meanwhile, the retry is refused as stale.
+        //
+        // A failed try may still have committed: the store can fail after its COMMIT (the connection
+        // broke before the answer came back). So each retry first asks whether the job's newest event
+        // is this one (same type, lease token and payload) and, if so, carries on as written instead of
+        // writing it twice; and a retry refused (version moved, lease gone) is checked the same way.
         var delayMs = Self.firstRetryDelayMs
         var attempt = 0
+        var firstFailure: StoreError?
         while case .failure(let error) = result, Self.isTransient(error) {
             let now = Clock.nowMs()
             guard let expiresAt = leaseExpiresAtMs(), now + delayMs < expiresAt else { break }
             attempt += 1
+            if firstFailure == nil { firstFailure = error }
             log.writeRetrying(error, jobID: jobID, kind: kind, event: event.type, attempt: attempt, delayMs: delayMs,
                               leaseExpiresAtMs: expiresAt, now: now)
             try? await Task.sleep(for: .milliseconds(delayMs))
             delayMs = min(delayMs * 2, Self.maxRetryDelayMs)
+            if let landed = await landedEvent(pending) {
+                log.writeLanded(jobID: jobID, kind: kind, event: event.type, seq: landed.seq, failure: error, now: Clock.nowMs())
+                result = .success(landed)
+                break
+            }
             result = await store.appendGrouped(pending)
+        }
+        if let firstFailure, case .failure(let refusal) = result, !Self.isTransient(refusal),
+           let landed = await landedEvent(pending) {
+            log.writeLanded(jobID: jobID, kind: kind, event: event.type, seq: landed.seq, failure: firstFailure, now: Clock.nowMs())
+            result = .success(landed)
         }
         let after = Clock.nowMs()
         log.commitTook(after - before, jobID: jobID, kind: kind, event: event.type, now: after)
@@ -476,6 +493,13 @@ struct LeaseSink: TaskEventSink {
             }
             throw .storage(String(describing: error))
         }
+    }
+
+    /// The job's newest event when it is `pending` as this worker wrote it, or nil (also when the store
+    /// cannot be read now: the caller then writes, or reports, as it would have).
+    private func landedEvent(_ pending: PendingEvent) async -> JobEvent? {
+        let found = try? await store.run { store in try store.landedEvent(pending) }
+        return found ?? nil
     }
 
     /// Whether `error` says the store could not write (and may later), not that it refused this event.

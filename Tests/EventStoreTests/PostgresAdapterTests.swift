@@ -81,7 +81,8 @@ struct PostgresAdapterTests {
         #expect(throws: StoreError.self) { _ = try PostgresStore(url: url, mode: .readOnly) }
         let created = try PostgresStore(url: url, mode: .create)
         #expect(created.appliedMigrations == PostgresMigrator.all.map(\.version))
-        #expect(created.appliedMigrations == Array(1...PostgresStore.knownSchemaVersion))
+        // Versions need not be contiguous (each change numbers its own), but they end at the known one.
+        #expect(created.appliedMigrations.last == PostgresStore.knownSchemaVersion)
         #expect(!created.location.contains(server.password))
         let id = try created.submit([uploadSpec()], actor: "cli:test", now: 1_000)[0].id
         let reader = try PostgresStore(url: url, mode: .readOnly)

@@ -44,6 +44,30 @@ struct WorkerPrimitiveTests {
         #expect(try store.claim(owner: "w2", queues: [], limit: 10, leaseMs: 30_000, now: 7_000).isEmpty)
     }
 
+    @Test("a claim across every queue reads the partial index of queued jobs in claim order, without sorting the queue")
+    func claimAcrossQueuesReadsTheQueuedIndex() throws {
+        let fixture = try StoreFixture("store-claim-plan")
+        defer { fixture.remove() }
+        let sqlite = try #require(fixture.sqlite)
+        let plan = { (queues: [String]?) throws -> String in
+            try sqlite.withConnection { (connection) throws(StoreError) -> String in
+                let values: [SQLiteValue] = [.integer(0)] + (queues ?? []).map(SQLiteValue.text) + [.integer(10)]
+                return try connection.query("EXPLAIN QUERY PLAN " + SQLiteConnection.claimSQL(queues: queues), values) { row in
+                    row.text(3)
+                }.joined(separator: "; ")
+            }
+        }
+        let everyQueue = try plan(nil)
+        #expect(everyQueue.contains("jobs_queued_claim_order") && !everyQueue.contains("TEMP B-TREE"), "\(everyQueue)")
+        #expect(try plan(["default"]).contains("jobs_claim"))
+        // The order is the same as through `jobs_claim`: priority, run_after, submission.
+        let low = try fixture.submit(uploadSpec(priority: 0), now: 1_000)
+        let high = try fixture.submit(uploadSpec(priority: 5, queue: "other"), now: 1_100)
+        let early = try fixture.submit(uploadSpec(priority: 0), now: 900)
+        let claims = try fixture.store.claim(owner: "w1", queues: nil, limit: 10, leaseMs: 30_000, now: 2_000)
+        #expect(claims.map(\.record.id) == [high, early, low])
+    }
+
     @Test("a batch claim stops at its limit", arguments: Engine.allCases)
     func claimLimit(engine: Engine) throws {
         let fixture = try StoreFixture("store-claim-limit", engine: engine)

@@ -1,0 +1,86 @@
+import Foundation
+import JobModel
+import Testing
+@testable import EventStore
+@testable import StorePort
+
+/// The hand-written payload JSON is byte for byte Foundation's (`StoreJSON.encode(payload.wire)`).
+@Suite("Payload JSON")
+struct PayloadJSONTests {
+    static let texts = ["worker:host-1:4242", "", "a/b c", "quote \" inside", "back\\slash", "tab\there", "line\nfeed",
+                        "\u{1}control", "café", "emoji 🚀", "e\u{301}", "del\u{7F}"]
+    static let progresses = [
+        TransferProgress.none, TransferProgress(attempt: 1), TransferProgress(attempt: 2, bytesDone: 0, bytesTotal: 64),
+        TransferProgress(bytesDone: -1), TransferProgress(bytesTotal: Int64.max), TransferProgress(attempt: Int(Int32.max), bytesDone: Int64.min),
+        TransferProgress(attempt: 1, bytesDone: 5, bytesTotal: 9,
+                         resumePoint: .download(bytesWritten: 5, generation: "7", etag: nil, tempPath: "/t/x.part")),
+        TransferProgress(resumePoint: .upload(sessionURI: "http://127.0.0.1/s?id=1", confirmedOffset: 262_144, total: nil)),
+    ]
+
+    /// Every case of `EventPayload`, with the fields each can hold set and unset, and text that needs
+    /// escaping as well as text that does not.
+    static var payloads: [EventPayload] {
+        var payloads: [EventPayload] = []
+        let error = StorageError(.objectNotFound, "no such object: \"x\"/y", httpStatus: 404, url: "https://h/o")
+        let spec = JobSpec(kind: .downloadMemory, source: "file://b/o.bin")
+        for text in texts {
+            payloads.append(.claimed(leaseOwner: text, leaseExpiresAtMs: 1_700_000_030_000, attempt: 1))
+            for reason in [text, nil] as [String?] {
+                payloads += [.pauseRequested(reason: reason), .resumeRequested(reason: reason), .cancelRequested(reason: reason),
+                             .leaseExpired(reason: reason), .retried(reason: reason), .released(.none, reason: reason),
+                             .paused(.none, reason: reason), .cancelled(.none, error: nil, reason: reason),
+                             .failed(.none, error: error, reason: reason)]
+            }
+        }
+        payloads.append(.claimed(leaseOwner: "w", leaseExpiresAtMs: -5, attempt: 0))
+        for progress in progresses {
+            payloads += [.started(progress), .progress(progress), .paused(progress, reason: "r"), .released(progress, reason: nil),
+                         .cancelled(progress, error: error, reason: nil), .attemptFailed(progress, error: error, retryAtMs: 9),
+                         .failed(progress, error: error, reason: nil),
+                         .succeeded(progress, result: JobResult(size: 64, crc32c: "AAAAAA==", blob: String(repeating: "ab", count: 32)))]
+        }
+        payloads.append(.submitted(spec: spec))
+        payloads.append(.archived(ArchiveRecord(file: "/a/b.jsonl.gz", sha256: String(repeating: "0", count: 64), beforeMs: 1, jobs: 2,
+                                                events: 3, blobs: 0, blobsRemoved: 0, firstSeq: 1, lastSeq: 3)))
+        return payloads
+    }
+
+    @Test("every payload case encodes byte for byte as Foundation's encoder does")
+    func everyCase() throws {
+        let payloads = Self.payloads
+        #expect(Set(payloads.map(\.type)) == Set(EventType.allCases))
+        var handWritten = 0
+        for payload in payloads {
+            let expected = try StoreJSON.encode(payload.wire)
+            let text = try PayloadJSON.encode(payload)
+            #expect(Array(text.utf8) == Array(expected.utf8), "\(payload)")
+            if let fast = PayloadJSON.handWritten(payload) {
+                handWritten += 1
+                #expect(Array(fast.utf8) == Array(expected.utf8), "\(payload)")
+            }
+        }
+        // The shapes a worker writes most take the hand-written path; text needing escapes does not.
+        #expect(PayloadJSON.handWritten(.claimed(leaseOwner: "worker:h:1", leaseExpiresAtMs: 1, attempt: 1)) != nil)
+        #expect(PayloadJSON.handWritten(.started(TransferProgress(attempt: 1, bytesDone: 0, bytesTotal: 64))) != nil)
+        #expect(PayloadJSON.handWritten(.claimed(leaseOwner: "café", leaseExpiresAtMs: 1, attempt: 1)) == nil)
+        #expect(handWritten > 50, "\(handWritten) of \(payloads.count) written by hand")
+    }
+
+    @Test("every payload of a release's log re-encodes to the bytes stored")
+    func releaseLog() throws {
+        let (directory, path) = try ReleaseFixtureTests.copy("payload-json-release", migrated: true)
+        defer { directory.remove() }
+        let store = try EventStore(path: path, mode: .readOnly)
+        let rows = try store.logRows(afterSeq: 0, limit: 10_000)
+        #expect(rows.count == 111)
+        var handWritten = 0
+        for row in rows {
+            let type = try #require(EventType(rawValue: row.type))
+            let wire = try StoreJSON.decode(EventData.self, row.data, what: "event \(row.seq)")
+            let payload = try EventPayload(type: type, wire: wire)
+            #expect(Array(try PayloadJSON.encode(payload).utf8) == Array(row.data.utf8), "seq \(row.seq): \(row.data)")
+            if PayloadJSON.handWritten(payload) != nil { handWritten += 1 }
+        }
+        #expect(handWritten > 20, "\(handWritten) of \(rows.count) written by hand")
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import JobLifecycle
+import JobModel
+import StorePort
+import Synchronization
+
+/// A real store whose answer to one write is lost: the first grouped append of an event of type
+/// `loseAnswerTo` is written (committed by the real store underneath), and then the caller is told the
+/// store failed (`io`), as a worker hears it when the connection breaks after COMMIT. Every other call
+/// goes to the real store unchanged. A fault of our own around a real database, not a mock of one.
+final class LostAnswerStore: JobStore {
+    let inner: any JobStore
+    let loseAnswerTo: EventType
+    /// How many answers were lost so far (at most one).
+    let lost = Mutex(0)
+
+    init(_ inner: any JobStore, loseAnswerTo: EventType) {
+        self.inner = inner
+        self.loseAnswerTo = loseAnswerTo
+    }
+
+    func appendGrouped(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
+        let result = await inner.appendGrouped(event)
+        guard case .success = result, event.type == loseAnswerTo else { return result }
+        let loseIt = lost.withLock { count in
+            defer { count += 1 }
+            return count == 0
+        }
+        return loseIt ? .failure(.io("the connection broke after COMMIT (test fault)")) : result
+    }
+
+    // MARK: - Everything else: the real store
+
+    var location: String { inner.location }
+    var isReadOnly: Bool { inner.isReadOnly }
+    var appliedMigrations: [Int] { inner.appliedMigrations }
+    var groupCommitStats: GroupCommitStats { inner.groupCommitStats }
+
+    func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
+        try inner.submit(specs, actor: actor, now: now)
+    }
+    func append(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
+        try inner.append(events, now: now)
+    }
+    func append(_ events: [PendingEvent], now: Int64, thenClaim request: ClaimRequest) throws(StoreError) -> AppendAndClaimOutcome {
+        try inner.append(events, now: now, thenClaim: request)
+    }
+    func claim(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) throws(StoreError) -> [ClaimedJob] {
+        try inner.claim(owner: owner, queues: queues, limit: limit, leaseMs: leaseMs, now: now)
+    }
+    func heartbeat(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) throws(StoreError) -> Set<String> {
+        try inner.heartbeat(owner: owner, leases: leases, leaseMs: leaseMs, now: now)
+    }
+    func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] { try inner.rescueExpired(now: now, actor: actor) }
+    func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        try inner.control(command, id: id, actor: actor, now: now)
+    }
+    func resolveID(_ text: String) throws(StoreError) -> String { try inner.resolveID(text) }
+    func job(_ id: String) throws(StoreError) -> JobRecord? { try inner.job(id) }
+    func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] { try inner.jobs(filter: filter) }
+    func countJobs(filter: JobFilter) throws(StoreError) -> Int { try inner.countJobs(filter: filter) }
+    func events(jobID: String) throws(StoreError) -> [JobEvent] { try inner.events(jobID: jobID) }
+    func events(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] { try inner.events(afterSeq: afterSeq, limit: limit) }
+    func tailEvents(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] { try inner.tailEvents(afterSeq: afterSeq, limit: limit) }
+    func counts() throws(StoreError) -> [JobState: Int] { try inner.counts() }
+    func lastSeq() throws(StoreError) -> Int64 { try inner.lastSeq() }
+    func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? { try inner.nextRunAfter(queues: queues) }
+    func dataVersion() throws(StoreError) -> Int64 { try inner.dataVersion() }
+    func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
+        try inner.leftoverCandidates(finishedSince: finishedSince)
+    }
+    func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats { try inner.stats(queue: queue, now: now) }
+    func blob(sha256: String) throws(StoreError) -> Data? { try inner.blob(sha256: sha256) }
+    func logRows(afterSeq: Int64, limit: Int) throws(StoreError) -> [LogRow] { try inner.logRows(afterSeq: afterSeq, limit: limit) }
+    func blobDigests() throws(StoreError) -> [String] { try inner.blobDigests() }
+    func importLog(from source: any JobStore) throws(StoreError) -> LogImport { try inner.importLog(from: source) }
+    func archiveSelection(finishedBefore: Int64) throws(StoreError) -> ArchiveSelection {
+        try inner.archiveSelection(finishedBefore: finishedBefore)
+    }
+    func removeArchived(_ selection: ArchiveSelection, record: ArchiveRecord, actor: String, now: Int64,
+                        beforeCommit: @escaping () -> Void) throws(StoreError) -> JobEvent {
+        try inner.removeArchived(selection, record: record, actor: actor, now: now, beforeCommit: beforeCommit)
+    }
+    func expireBlobs(finishedBefore: Int64, now: Int64, dryRun: Bool) throws(StoreError) -> BlobExpiry {
+        try inner.expireBlobs(finishedBefore: finishedBefore, now: now, dryRun: dryRun)
+    }
+    func expiredBlob(sha256: String) throws(StoreError) -> ExpiredBlob? { try inner.expiredBlob(sha256: sha256) }
+    func clockReading() throws(StoreError) -> StoreClockReading { try inner.clockReading() }
+    func replay(verify: Bool) throws(StoreError) -> ReplayReport { try inner.replay(verify: verify) }
+    func claimGrouped(_ request: ClaimRequest) async throws(StoreError) -> [ClaimedJob] { try await inner.claimGrouped(request) }
+    func run<T: Sendable>(_ body: @escaping @Sendable (any JobStore) throws -> T) async throws -> T { try await inner.run(body) }
+    func landedEvent(_ pending: PendingEvent) throws(StoreError) -> JobEvent? { try inner.landedEvent(pending) }
+}

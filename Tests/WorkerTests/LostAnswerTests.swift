@@ -1,0 +1,65 @@
+import EventStore
+import Foundation
+import JobModel
+import PostgresStore
+import Storage
+import StorePort
+import Synchronization
+import Testing
+import TestSupport
+@testable import Worker
+
+/// A write that committed but whose answer was lost is not mistaken for a refusal.
+@Suite("a write whose answer was lost") struct LostAnswerTests {
+    /// The store commits the job's `started` (or `succeeded`) and then reports an I/O failure. The
+    /// worker retries the write, which is refused (the event is already there); it finds its own event
+    /// as the job's newest — for `succeeded`, the download's bytes in the blob it references — logs
+    /// `write_landed` and carries on: the job succeeds in one attempt, nothing abandoned or rescued.
+    @Test(arguments: WorkerEngine.allCases, [EventType.started, .succeeded])
+    func refusedRetryOfALandedWriteIsNotAbandoned(engine: WorkerEngine, lost: EventType) async throws {
+        let directory = try TemporaryDirectory("lost-answer")
+        defer { directory.remove() }
+        let database = try engine.database(in: directory)
+        let payload = Data("sixty-four bytes of a tiny object, read into memory by the worker".utf8.prefix(64))
+        try FileManager.default.createDirectory(atPath: directory.file("buckets/b"), withIntermediateDirectories: true)
+        try payload.write(to: URL(fileURLWithPath: directory.file("buckets/b/tiny.bin")))
+        let ids = try submit("- {kind: download-memory, source: \"file://b/tiny.bin\"}\n", database: database, directory: directory)
+        let id = try #require(ids.first)
+
+        let real: any JobStore = switch engine {
+        case .sqlite: try EventStore(path: database, mode: .readWrite)
+        case .postgres: try PostgresStore(url: database, mode: .readWrite)
+        }
+        let store = LostAnswerStore(real, loseAnswerTo: lost)
+        let lines = Mutex<[String]>([])
+        let poolBox = Mutex<WorkerPool?>(nil)
+        // The job's outcome line (succeeded, or abandoned without the check) ends the run: the pool
+        // shuts down instead of waiting, as a drain would, for an abandoned job's lease to expire.
+        let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
+            lines.withLock { $0.append(line) }
+            if line.contains("\"event\":\"succeeded\"") || line.contains("\"event\":\"abandoned\"") {
+                // Not from inside the log's write (its lock is held): on another thread.
+                if let pool = poolBox.withLock({ $0 }) { DispatchQueue.global().async { pool.beginShutdown() } }
+            }
+        })
+        // A lease far longer than the test: a test process whose cooperative pool other tests block can
+        // stall for minutes, and a lease lost that way would abandon the job for another reason.
+        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
+                              configuration: WorkerConfiguration(concurrency: 1, leaseMs: 3_600_000, drain: true), log: log)
+        poolBox.withLock { $0 = pool }
+        let summary = try await pool.run()
+        let text = lines.withLock { $0.joined() }
+
+        #expect(store.lost.withLock { $0 } == 1, "the fault did not fire")
+        #expect(summary.abandoned == 0 && summary.succeeded == 1 && summary.claimed == 1, "\(summary)\n\(text)")
+        let landed = text.split(separator: "\n").filter { $0.contains("\"event\":\"write_landed\"") }
+        #expect(landed.count == 1 && landed.allSatisfy { $0.contains("\"event\":\"\(lost.rawValue)\"") }, "\(text)")
+        #expect(!text.contains("\"event\":\"abandoned\"") && !text.contains("\"event\":\"lease_lost\""), "\(text)")
+        let events = try real.events(jobID: id)
+        // A `progress` may come between (a slow test process passes a progress tick); nothing twice.
+        #expect(events.map(\.type).filter { $0 != .progress } == [.submitted, .claimed, .started, .succeeded], "\(events.map(\.type))")
+        let blob = try #require(events.last?.payload.result?.blob)
+        #expect(try real.blob(sha256: blob) == payload)
+        #expect(try real.replay(verify: true).isConsistent)
+    }
+}
