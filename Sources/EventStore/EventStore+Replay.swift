@@ -11,7 +11,7 @@ extension EventStore {
     public func replay(verify: Bool) throws(StoreError) -> ReplayReport {
         if verify {
             return try readTransaction { (connection) throws(StoreError) -> ReplayReport in
-                try Self.replay(connection, rewrite: false)
+                try Self.verify(connection)
             }
         }
         return try writeTransaction { (connection) throws(StoreError) -> ReplayReport in
@@ -66,5 +66,46 @@ extension EventStore {
             }
         }
         return fold.report(differences: differences, rewritten: rewrite)
+    }
+
+    /// `replay --verify` job by job (see `StreamingReplay`): the events in (job_id, version) order
+    /// — the order of the log's UNIQUE index, so SQLite steps the index and sorts nothing — each
+    /// job compared with its stored row as soon as its last event is read. Memory stays flat
+    /// whatever the log's size.
+    static func verify(_ connection: SQLiteConnection) throws(StoreError) -> ReplayReport {
+        var replay = StreamingReplay<SQLiteValue>(columns: JobRecord.columns) { (record) throws(StoreError) in try record.rowValues() }
+        let storedRow = { (id: String) throws(StoreError) -> [SQLiteValue]? in
+            try connection.first("SELECT \(JobRecord.selectColumns) FROM jobs WHERE id = ?", [.text(id)]) { row in
+                (0..<JobRecord.columns.count).map { row.value($0) }
+            }
+        }
+        try connection.forEach("SELECT \(JobEvent.selectColumns) FROM events ORDER BY job_id, version") { (row) throws(StoreError) in
+            let jobID = row.text(1)
+            if let current = replay.currentJobID, current != jobID { try replay.finishJob(stored: storedRow) }
+            let decoded: Result<JobEvent, StoreError>
+            do throws(StoreError) { decoded = .success(try JobEvent(row: row)) } catch { decoded = .failure(error) }
+            try replay.fold(jobID: jobID, seq: row.int64(0), decoded)
+        }
+        try replay.finishJob(stored: storedRow)
+
+        let storedCount = try connection.first("SELECT count(*) FROM jobs") { row in row.int(0) } ?? 0
+        let waits = try connection.query("SELECT job, depends_on FROM job_dependencies") { row in
+            DependencyRow(job: row.text(0), dependsOn: row.text(1))
+        }
+        return try replay.report(
+            storedRowCount: storedCount,
+            storedWithoutEvents: { () throws(StoreError) -> [String] in
+                try connection.query("SELECT id FROM jobs WHERE NOT EXISTS (SELECT 1 FROM events WHERE events.job_id = jobs.id) ORDER BY id") { row in
+                    row.text(0)
+                }
+            },
+            storedWaits: waits,
+            rebuild: { (id) throws(StoreError) -> JobRecord? in
+                let events = try connection.query("SELECT \(JobEvent.selectColumns) FROM events WHERE job_id = ? ORDER BY version",
+                                                  [.text(id)]) { (row) -> Result<JobEvent, StoreError> in
+                    do throws(StoreError) { return .success(try JobEvent(row: row)) } catch { return .failure(error) }
+                }
+                return try StreamingReplay<SQLiteValue>.rebuild(jobID: id, events: events)
+            })
     }
 }

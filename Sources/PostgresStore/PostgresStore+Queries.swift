@@ -26,6 +26,38 @@ extension PostgresStore {
         }
     }
 
+    /// How many jobs read per FETCH when streaming jobs.
+    static let jobPageSize = 1_000
+
+    /// Every job matching `filter`, oldest first, through a server-side cursor (`jobPageSize` rows per
+    /// FETCH: libpq holds a whole result in memory, so never one huge result), every pass in one
+    /// REPEATABLE READ snapshot.
+    public func forEachJob(filter: JobFilter, passes: Int,
+                           _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
+        guard filter.limit == nil else {
+            let jobs = try jobs(filter: filter)
+            for pass in 1...max(1, passes) {
+                for job in jobs.reversed() { try body(pass, job) }
+            }
+            return
+        }
+        guard let (select, parameters) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return }
+        let query = select + " ORDER BY created_at_ms, seq"
+        try readTransaction { (connection) throws(StoreError) in
+            for pass in 1...max(1, passes) {
+                try connection.store("DECLARE job_rows NO SCROLL CURSOR FOR \(query)", parameters)
+                while true {
+                    let page = try connection.rows("FETCH FORWARD \(Self.jobPageSize) FROM job_rows", []) {
+                        (row) throws(StoreError) in try JobRecord(postgresRow: row)
+                    }
+                    if page.isEmpty { break }
+                    for job in page { try body(pass, job) }
+                }
+                try connection.store("CLOSE job_rows")
+            }
+        }
+    }
+
     /// How many jobs match `filter`, ignoring its `limit`.
     public func countJobs(filter: JobFilter) throws(StoreError) -> Int {
         guard let (query, parameters) = Self.selection("SELECT count(*) FROM jobs", filter) else { return 0 }
@@ -214,7 +246,7 @@ extension PostgresStore {
     public func replay(verify: Bool) throws(StoreError) -> ReplayReport {
         if verify {
             return try readTransaction { (connection) throws(StoreError) -> ReplayReport in
-                try Self.replay(connection, rewrite: false)
+                try Self.verify(connection)
             }
         }
         return try writeTransaction { (connection) throws(StoreError) -> ReplayReport in
@@ -274,5 +306,70 @@ extension PostgresStore {
             }
         }
         return fold.report(differences: differences, rewritten: rewrite)
+    }
+
+    /// `replay --verify` job by job (see `StreamingReplay`): a server-side cursor walks the events in
+    /// (job_id, version) order — the order of the log's UNIQUE index — `pageSize` rows per FETCH (libpq
+    /// holds a whole result in memory, so never one huge result); the stored rows of each page's jobs
+    /// come in one query. The caller's REPEATABLE READ transaction keeps every page in one snapshot.
+    /// How many events `replay --verify` fetches at a time: each page also brings its jobs' stored rows
+    /// (a few KiB each with their specs), so a page is what bounds the client's memory.
+    static let verifyPageSize = 2_000
+
+    static func verify(_ connection: PostgresConnection, pageSize: Int = verifyPageSize) throws(StoreError) -> ReplayReport {
+        var replay = StreamingReplay<PostgresValue>(columns: JobRecord.postgresColumns) {
+            (record) throws(StoreError) in try record.postgresValues()
+        }
+        try connection.store("DECLARE replay_events NO SCROLL CURSOR FOR SELECT \(JobEvent.postgresSelectColumns) FROM events ORDER BY job_id, version")
+        var stored: [String: [PostgresValue]] = [:]
+        while true {
+            let page = try connection.rows("FETCH FORWARD \(max(1, pageSize)) FROM replay_events", []) {
+                (row) throws(StoreError) -> (String, Int64, Result<JobEvent, StoreError>) in
+                let decoded: Result<JobEvent, StoreError>
+                do throws(StoreError) { decoded = .success(try JobEvent(postgresRow: row)) } catch { decoded = .failure(error) }
+                return (try row.string(1), try row.integer(0), decoded)
+            }
+            if page.isEmpty { break }
+            // The job still open from the last page keeps its stored row.
+            var ids = Set(page.map(\.0))
+            if let open = replay.currentJobID { ids.insert(open) }
+            var pageStored: [String: [PostgresValue]] = [:]
+            for (id, values) in try connection.rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = ANY($1::text[])",
+                                                    [postgresTextArray(ids.sorted())], {
+                (row) throws(StoreError) -> (String, [PostgresValue]) in
+                (try row.string(0), try (0..<JobRecord.postgresColumns.count).map { (index) throws(StoreError) in try row.typedValue(index) })
+            }) {
+                pageStored[id] = values
+            }
+            stored = pageStored
+            for (jobID, seq, decoded) in page {
+                if let current = replay.currentJobID, current != jobID {
+                    try replay.finishJob { (id) throws(StoreError) in stored[id] }
+                }
+                try replay.fold(jobID: jobID, seq: seq, decoded)
+            }
+        }
+        try replay.finishJob { (id) throws(StoreError) in stored[id] }
+        try connection.store("CLOSE replay_events")
+
+        let storedCount = Int(try connection.row("SELECT count(*) FROM jobs", []) { (row) throws(StoreError) in try row.integer(0) } ?? 0)
+        let waits = try connection.rows("SELECT job, depends_on FROM job_dependencies", []) { (row) throws(StoreError) in
+            DependencyRow(job: try row.string(0), dependsOn: try row.string(1))
+        }
+        return try replay.report(
+            storedRowCount: storedCount,
+            storedWithoutEvents: { () throws(StoreError) -> [String] in
+                try connection.rows("SELECT id FROM jobs WHERE NOT EXISTS (SELECT 1 FROM events WHERE events.job_id = jobs.id)", []) {
+                    (row) throws(StoreError) in try row.string(0)
+                }
+            },
+            storedWaits: waits,
+            rebuild: { (id) throws(StoreError) -> JobRecord? in
+                let events = try connection.rows("SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = $1 ORDER BY version",
+                                                  [.text(id)]) { (row) -> Result<JobEvent, StoreError> in
+                    do throws(StoreError) { return .success(try JobEvent(postgresRow: row)) } catch { return .failure(error) }
+                }
+                return try StreamingReplay<PostgresValue>.rebuild(jobID: id, events: events)
+            })
     }
 }

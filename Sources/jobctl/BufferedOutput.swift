@@ -1,0 +1,36 @@
+import Foundation
+
+/// Standard output written in blocks of about 64 KiB: a command that prints row after row as it
+/// reads them (`audit`) makes one write per block, not one per row, and holds at most one block.
+final class BufferedOutput {
+    private var buffer: [UInt8] = []
+    private let blockSize = 64 << 10
+
+    init() { buffer.reserveCapacity(blockSize + 4_096) }
+
+    deinit { flush() }
+
+    /// Appends text, writing the block out once it is full.
+    func write(_ text: String) {
+        buffer.append(contentsOf: text.utf8)
+        if buffer.count >= blockSize { flush() }
+    }
+
+    /// Appends pretty-printed JSON with every line after the first indented by two spaces (an
+    /// element of a pretty-printed array); JSON strings hold no raw newline, so every newline is
+    /// the encoder's own.
+    func write(indented json: Data) {
+        for byte in json {
+            buffer.append(byte)
+            if byte == UInt8(ascii: "\n") { buffer.append(contentsOf: [UInt8(ascii: " "), UInt8(ascii: " ")]) }
+        }
+        if buffer.count >= blockSize { flush() }
+    }
+
+    /// Writes out what is buffered.
+    func flush() {
+        guard !buffer.isEmpty else { return }
+        FileHandle.standardOutput.write(Data(buffer))
+        buffer.removeAll(keepingCapacity: true)
+    }
+}
