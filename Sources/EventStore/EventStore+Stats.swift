@@ -50,8 +50,14 @@ extension EventStore {
                 (row) throws(StoreError) in try JobEvent(row: row)
             }
             let windows = StoreStats.windows(from: recent, nowMs: now)
-            return StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
-                              lastMinute: windows.lastMinute, lastHour: windows.lastHour)
+            var stats = StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
+                                   lastMinute: windows.lastMinute, lastHour: windows.lastHour)
+            stats.databaseBytes = try connection.first(
+                "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()") { row in row.int64(0) }
+            stats.finishedJobs = queue == nil
+                ? counts.filter { $0.state.isFinal }.reduce(0) { $0 + $1.count }
+                : try connection.first("SELECT count(*) FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled')") { row in row.int(0) }
+            return stats
         }
     }
 

@@ -53,8 +53,19 @@ extension PostgresStore {
                 try JobEvent(postgresRow: row)
             }
             let windows = StoreStats.windows(from: recent, nowMs: now)
-            return StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
-                              lastMinute: windows.lastMinute, lastHour: windows.lastHour)
+            var stats = StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
+                                   lastMinute: windows.lastMinute, lastHour: windows.lastHour)
+            // The schema's own tables (a database may hold other schemas), with indexes and TOAST.
+            stats.databaseBytes = try connection.row("""
+                SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+                JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'
+                """, []) { (row) throws(StoreError) in try row.integer(0) }
+            stats.finishedJobs = queue == nil
+                ? counts.filter { $0.state.isFinal }.reduce(0) { $0 + $1.count }
+                : Int(try connection.row("SELECT count(*) FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled')", []) {
+                    (row) throws(StoreError) in try row.integer(0)
+                } ?? 0)
+            return stats
         }
     }
 

@@ -90,4 +90,32 @@ struct BigLogTests {
         #expect(big.audit - small.audit < 12 * 1_024, "audit peak \(small.audit) KiB → \(big.audit) KiB")
         #expect(big.replay < 64 * 1_024 && big.audit < 64 * 1_024, "replay \(small.replay) → \(big.replay) KiB, audit \(small.audit) → \(big.audit) KiB")
     }
+
+    @Test("stats reports the database's size and its size per finished job", arguments: StoreEngine.allCases)
+    func statsReportsTheSize(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("biglog-size", engine: engine)
+        _ = try workspace.submit(try Self.manifest(workspace, count: 40))
+        let drain = try workspace.jobctl(["worker", "--drain", "--concurrency", "8"])
+        #expect(drain.status == 0, "\(drain.stderr)")
+        _ = try workspace.submit(try Self.manifest(workspace, count: 10, name: "p.bin"))  // queued: not finished
+
+        let stats = try #require(try workspace.json(["stats", "--json"]) as? [String: Any])
+        let bytes = try #require(stats["database_bytes"] as? Int)
+        #expect(stats["finished_jobs"] as? Int == 40)
+        #expect(stats["bytes_per_finished_job"] as? Int == bytes / 40)
+        // At least the 50 jobs' events and rows; well under what a page per row would take.
+        #expect(bytes > 50 * 400 && bytes < 64 << 20, "\(bytes)")
+        if engine == .sqlite {
+            let file = try #require(try FileManager.default.attributesOfItem(atPath: workspace.database)[.size] as? Int)
+            #expect(bytes == file, "the file holds every page after the worker's checkpoint")
+        }
+        // One queue's figures still divide the whole database by every finished job.
+        let oneQueue = try #require(try workspace.json(["stats", "--queue", "nope", "--json"]) as? [String: Any])
+        #expect(oneQueue["finished_jobs"] as? Int == 40 && oneQueue["database_bytes"] as? Int == bytes)
+
+        let text = try workspace.jobctl(["stats"])
+        #expect(text.status == 0)
+        #expect(text.stdout.contains("\ndatabase: "), "\(text.stdout)")
+        #expect(text.stdout.contains(" per finished job (40 finished jobs)"), "\(text.stdout)")
+    }
 }
