@@ -47,6 +47,16 @@ struct BigLogTests {
         #expect(rows.compactMap { $0["id"] as? String } == ids)
         #expect(rows.prefix(1_200).allSatisfy { $0["state"] as? String == "succeeded" && $0["size"] as? Int == 64 })
         #expect(rows.suffix(1_300).allSatisfy { $0["state"] as? String == "queued" && $0["size"] == nil })
+        // Times are written without a date formatter per row, yet read as Foundation's formatter writes them.
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        for row in rows {
+            for key in ["submitted", "started", "finished"] {
+                guard let ms = row["\(key)_at_ms"] as? Int64 ?? (row["\(key)_at_ms"] as? Int).map(Int64.init) else { continue }
+                #expect(row["\(key)_at"] as? String == formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
+            }
+        }
 
         let csv = try workspace.jobctl(["audit", "--csv"])
         #expect(csv.status == 0, "\(csv.stderr)")
