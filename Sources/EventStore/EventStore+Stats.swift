@@ -45,11 +45,14 @@ extension EventStore {
                                                token: row.optionalInt64(4), expiresAtMs: row.optionalInt64(5))
             }
 
-            let recent = try connection.query(Self.recentOutcomesSQL(byQueue: queue != nil),
-                                              [.integer(now - 3_600_000), .integer(now)] + queueValues) {
-                (row) throws(StoreError) in try JobEvent(row: row)
+            // Counted as they are read: an hour of outcomes on a busy log is many thousands of events.
+            var windows = (lastMinute: StoreStats.Window(lengthMs: 60_000), lastHour: StoreStats.Window(lengthMs: 3_600_000))
+            try connection.forEach(Self.recentOutcomesSQL(byQueue: queue != nil),
+                                   [.integer(now - 3_600_000), .integer(now)] + queueValues) { (row) throws(StoreError) in
+                let event = try JobEvent(row: row)
+                windows.lastMinute.count(event, nowMs: now)
+                windows.lastHour.count(event, nowMs: now)
             }
-            let windows = StoreStats.windows(from: recent, nowMs: now)
             var stats = StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
                                    lastMinute: windows.lastMinute, lastHour: windows.lastHour)
             stats.databaseBytes = try connection.first(

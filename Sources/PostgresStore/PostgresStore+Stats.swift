@@ -48,11 +48,14 @@ extension PostgresStore {
             }
 
             let window = parameters.count
-            let recent = try connection.rows(Self.recentOutcomesSQL(firstTimeParameter: window + 1, byQueue: queue != nil),
-                                             parameters + [.integer(now - 3_600_000), .integer(now)]) { (row) throws(StoreError) in
-                try JobEvent(postgresRow: row)
+            // Counted row by row: no array of decoded events for an hour of outcomes.
+            var windows = (lastMinute: StoreStats.Window(lengthMs: 60_000), lastHour: StoreStats.Window(lengthMs: 3_600_000))
+            _ = try connection.rows(Self.recentOutcomesSQL(firstTimeParameter: window + 1, byQueue: queue != nil),
+                                    parameters + [.integer(now - 3_600_000), .integer(now)]) { (row) throws(StoreError) in
+                let event = try JobEvent(postgresRow: row)
+                windows.lastMinute.count(event, nowMs: now)
+                windows.lastHour.count(event, nowMs: now)
             }
-            let windows = StoreStats.windows(from: recent, nowMs: now)
             var stats = StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
                                    lastMinute: windows.lastMinute, lastHour: windows.lastHour)
             // The schema's own tables (a database may hold other schemas), with indexes and TOAST.
