@@ -209,13 +209,8 @@ extension PostgresStore {
     public func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         let since = finishedSince ?? Int64.min
         return try readTransaction { (connection) throws(StoreError) -> LeftoverCandidates in
-            let finished = try connection.rows("""
-                SELECT id, state, kind, spec::json ->> 'destination', resume_point, finished_at_ms FROM jobs
-                WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at_ms >= $1
-                  AND (kind = 'download-file'
-                       OR (kind IN ('upload-file', 'upload-data') AND (spec::json ->> 'destination') LIKE 'file:%'))
-                ORDER BY finished_at_ms, seq
-                """, [.integer(since)]) { (row) throws(StoreError) -> FinishedTransferRecord in
+            let finished = try connection.rows(Self.finishedLeftoverSQL, [.integer(since)]) {
+                (row) throws(StoreError) -> FinishedTransferRecord in
                 let id = try row.string(0)
                 guard let state = JobState(rawValue: try row.string(1)), let kind = JobKind(rawValue: try row.string(2)) else {
                     throw StoreError.corrupt("job \(id) has an unknown state '\(try row.string(1))' or kind '\(try row.string(2))'")
@@ -225,15 +220,29 @@ extension PostgresStore {
                     resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(4), what: "job \(id) resume_point"),
                     finishedAtMs: try row.optionalInteger(5) ?? 0)
             }
-            let unfinished = try connection.rows("""
-                SELECT id, resume_point FROM jobs
-                WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND resume_point IS NOT NULL
-                """) { (row) throws(StoreError) -> ResumePoint in
+            let unfinished = try connection.rows(Self.unfinishedResumePointsSQL) { (row) throws(StoreError) -> ResumePoint in
                 try StoreJSON.decode(ResumePoint.self, try row.string(1), what: "job \(try row.string(0)) resume_point")
             }
             return LeftoverCandidates(finished: finished, unfinishedResumePoints: unfinished)
         }
     }
+}
+
+extension PostgresStore {
+    /// The finished jobs that create local files, finished at or after `$1`, through
+    /// `jobs_finished_by_kind` (schema 6) by kind and time: other finished jobs are never read.
+    static let finishedLeftoverSQL = """
+        SELECT id, state, kind, spec::json ->> 'destination', resume_point, finished_at_ms FROM jobs
+        WHERE kind IN ('download-file', 'upload-file', 'upload-data') AND finished_at_ms >= $1
+          AND state IN ('succeeded', 'failed', 'cancelled')
+          AND (kind = 'download-file' OR (spec::json ->> 'destination') LIKE 'file:%')
+        ORDER BY finished_at_ms, seq
+        """
+
+    /// The resume points of the unfinished jobs, the states named so an index on the state serves it.
+    static let unfinishedResumePointsSQL = """
+        SELECT id, resume_point FROM jobs WHERE state IN ('queued', 'running', 'paused') AND resume_point IS NOT NULL
+        """
 }
 
 // MARK: - Replay

@@ -54,7 +54,7 @@ struct MigrationTests {
             "3 batch 2c523ae8ebfa242da232f2a96572b034fb093749b25e4211181ef8eff60f6aa7",
             "4 archive fb7d049128e995194dd93d5997d7bb2bb2d908d934980314e9d4474eb96f73cd",
             "5 dependencies b88399f56b4a4be24815343d0130f357abbc02dcbad0bd58e76a98b68dffe5cd",
-            "6 outcome_index 648892d942d48ff6ce820e9892ac7c98e5fa9b9d5dc4a85ae3c53882b2628ef5",
+            "6 big_log_indexes 2604f8c303824bceb826d7ca795a502c56a49b29ccfcb16febb03be587ae5db2",
         ])
     }
 
