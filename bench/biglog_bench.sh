@@ -141,19 +141,19 @@ PY
   for i in $(seq 1 "$RUNS"); do
     log "memory run $i/$RUNS"
     db="$m/memory-$i.db"; jctl "$db" submit "$m/memory.yaml" >/dev/null
-    if run_worker_timed memory jobctl-download-memory "$db" "$m/w" "$MEMORY_SMALL_FILES" --concurrency 64; then
+    if run_worker_timed memory "$db" "$m/w" "$MEMORY_SMALL_FILES" --concurrency 64; then
       record memory jobctl-download-memory rss_kib "$RSS_KIB"
       record memory jobctl-download-memory jobs_per_s "$(rate "$MEMORY_SMALL_FILES" "$ELAPSED")"
     fi
     rm -f "$db" "$db"-*
     db="$m/upload-$i.db"; rm -rf "$m/bucket"; jctl "$db" submit "$m/upload.yaml" >/dev/null
-    if run_worker_timed memory jobctl-upload-file "$db" "$m/w" "$MEMORY_SMALL_FILES" --concurrency 64; then
+    if run_worker_timed memory "$db" "$m/w" "$MEMORY_SMALL_FILES" --concurrency 64; then
       record memory jobctl-upload-file rss_kib "$RSS_KIB"
       record memory jobctl-upload-file jobs_per_s "$(rate "$MEMORY_SMALL_FILES" "$ELAPSED")"
     fi
     rm -f "$db" "$db"-*
     db="$m/big-$i.db"; rm -rf "$m/bucket-big"; jctl "$db" submit "$m/big.yaml" >/dev/null; sync
-    if run_worker_timed memory jobctl-1gib "$db" "$m/w" 1; then
+    if run_worker_timed memory "$db" "$m/w" 1; then
       record memory jobctl-1gib rss_kib "$RSS_KIB"
       record memory jobctl-1gib mbps "$(rate 1073.741824 "$ELAPSED")"
     fi

@@ -84,6 +84,13 @@ public struct StreamingReplay<Value: Equatable & CustomStringConvertible> {
         }
     }
 
+    /// Notes a stored row whose job has no event in the log (for an adapter that walks the stored rows
+    /// and finds no event for one): a `(row)` difference, as `report` gives for `storedWithoutEvents`.
+    public mutating func storedRowWithoutEvents(jobID: String) {
+        storedRowsMatched += 1
+        differences.append(ReplayDifference(jobID: jobID, column: "(row)", stored: "present", rebuilt: nil))
+    }
+
     /// The report, once every job is finished.
     ///
     /// - Parameters:
