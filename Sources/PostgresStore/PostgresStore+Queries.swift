@@ -321,63 +321,81 @@ extension PostgresStore {
     /// (job_id, version) order — the order of the log's UNIQUE index — `pageSize` rows per FETCH (libpq
     /// holds a whole result in memory, so never one huge result); the stored rows of each page's jobs
     /// come in one query. The caller's REPEATABLE READ transaction keeps every page in one snapshot.
-    /// How many events `replay --verify` fetches at a time: each page also brings its jobs' stored rows
-    /// (a few KiB each with their specs), so a page is what bounds the client's memory.
-    static let verifyPageSize = 2_000
+    /// How many jobs `replay --verify` fetches at a time, with their events (about four each): a page
+    /// is what bounds the client's memory (stored rows of a few KiB with their specs, decoded events).
+    static let verifyPageSize = 500
 
+    /// `replay --verify` job by job (see `StreamingReplay`), in the order the jobs were submitted: a
+    /// server-side cursor over the stored rows (`pageSize` per FETCH: libpq holds a whole result in
+    /// memory, so never one huge result), and the events of each page's jobs in one query through the
+    /// log's UNIQUE (job_id, version) index. Submission order, not job id order: ids made in the same
+    /// millisecond sort at random, and the log by id would be read a page per event. Events of jobs with
+    /// no stored row (and the log's archive records) are looked for afterwards, only when some exist.
+    /// The caller's REPEATABLE READ transaction keeps every query in one snapshot.
     static func verify(_ connection: PostgresConnection, pageSize: Int = verifyPageSize) throws(StoreError) -> ReplayReport {
         var replay = StreamingReplay<PostgresValue>(columns: JobRecord.postgresColumns) {
             (record) throws(StoreError) in try record.postgresValues()
         }
-        try connection.store("DECLARE replay_events NO SCROLL CURSOR FOR SELECT \(JobEvent.postgresSelectColumns) FROM events ORDER BY job_id, version")
-        var stored: [String: [PostgresValue]] = [:]
+        let decode = { (row: PostgresRow) throws(StoreError) -> (String, Int64, Result<JobEvent, StoreError>) in
+            let decoded: Result<JobEvent, StoreError>
+            do throws(StoreError) { decoded = .success(try JobEvent(postgresRow: row)) } catch { decoded = .failure(error) }
+            return (try row.string(1), try row.integer(0), decoded)
+        }
+        let eventsOfJob = "SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = $1 ORDER BY version"
+        var storedCount = 0
+        var jobsWithEvents = 0
+        try connection.store("DECLARE replay_jobs NO SCROLL CURSOR FOR SELECT \(JobRecord.postgresSelectColumns) FROM jobs ORDER BY created_at_ms, seq")
         while true {
-            let page = try connection.rows("FETCH FORWARD \(max(1, pageSize)) FROM replay_events", []) {
-                (row) throws(StoreError) -> (String, Int64, Result<JobEvent, StoreError>) in
-                let decoded: Result<JobEvent, StoreError>
-                do throws(StoreError) { decoded = .success(try JobEvent(postgresRow: row)) } catch { decoded = .failure(error) }
-                return (try row.string(1), try row.integer(0), decoded)
-            }
-            if page.isEmpty { break }
-            // The job still open from the last page keeps its stored row.
-            var ids = Set(page.map(\.0))
-            if let open = replay.currentJobID { ids.insert(open) }
-            var pageStored: [String: [PostgresValue]] = [:]
-            for (id, values) in try connection.rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = ANY($1::text[])",
-                                                    [postgresTextArray(ids.sorted())], {
+            let page = try connection.rows("FETCH FORWARD \(max(1, pageSize)) FROM replay_jobs", []) {
                 (row) throws(StoreError) -> (String, [PostgresValue]) in
                 (try row.string(0), try (0..<JobRecord.postgresColumns.count).map { (index) throws(StoreError) in try row.typedValue(index) })
-            }) {
-                pageStored[id] = values
             }
-            stored = pageStored
-            for (jobID, seq, decoded) in page {
-                if let current = replay.currentJobID, current != jobID {
-                    try replay.finishJob { (id) throws(StoreError) in stored[id] }
+            if page.isEmpty { break }
+            // Rows in (job_id, version) order: each job's list is in version order.
+            var events: [String: [(Int64, Result<JobEvent, StoreError>)]] = [:]
+            for (id, seq, decoded) in try connection.rows(
+                "SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = ANY($1::text[]) ORDER BY job_id, version",
+                [postgresTextArray(page.map(\.0))], decode) {
+                events[id, default: []].append((seq, decoded))
+            }
+            for (id, stored) in page {
+                storedCount += 1
+                guard let list = events[id], !list.isEmpty else {
+                    replay.storedRowWithoutEvents(jobID: id)
+                    continue
                 }
-                try replay.fold(jobID: jobID, seq: seq, decoded)
+                jobsWithEvents += 1
+                for (seq, decoded) in list { try replay.fold(jobID: id, seq: seq, decoded) }
+                try replay.finishJob { _ in stored }
             }
         }
-        try replay.finishJob { (id) throws(StoreError) in stored[id] }
-        try connection.store("CLOSE replay_events")
+        try connection.store("CLOSE replay_jobs")
 
-        let storedCount = Int(try connection.row("SELECT count(*) FROM jobs", []) { (row) throws(StoreError) in try row.integer(0) } ?? 0)
+        // Jobs in the log without a stored row: only looked for when the log names more jobs than have rows.
+        let loggedJobs = Int(try connection.row("SELECT count(DISTINCT job_id) FROM events", []) {
+            (row) throws(StoreError) in try row.integer(0)
+        } ?? 0)
+        if loggedJobs > jobsWithEvents {
+            let missing = try connection.rows(
+                "SELECT DISTINCT job_id FROM events WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id)", []
+            ) { (row) throws(StoreError) in try row.string(0) }
+            for id in missing.sorted() {
+                let list = try connection.rows(eventsOfJob, [.text(id)], decode)
+                guard !list.isEmpty else { continue }
+                for (_, seq, decoded) in list { try replay.fold(jobID: id, seq: seq, decoded) }
+                try replay.finishJob { _ in nil }
+            }
+        }
+
         let waits = try connection.rows("SELECT job, depends_on FROM job_dependencies", []) { (row) throws(StoreError) in
             DependencyRow(job: try row.string(0), dependsOn: try row.string(1))
         }
         return try replay.report(
             storedRowCount: storedCount,
-            storedWithoutEvents: { () throws(StoreError) -> [String] in
-                try connection.rows("SELECT id FROM jobs WHERE NOT EXISTS (SELECT 1 FROM events WHERE events.job_id = jobs.id)", []) {
-                    (row) throws(StoreError) in try row.string(0)
-                }
-            },
+            storedWithoutEvents: { () throws(StoreError) -> [String] in [] },
             storedWaits: waits,
             rebuild: { (id) throws(StoreError) -> JobRecord? in
-                let events = try connection.rows("SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = $1 ORDER BY version",
-                                                  [.text(id)]) { (row) -> Result<JobEvent, StoreError> in
-                    do throws(StoreError) { return .success(try JobEvent(postgresRow: row)) } catch { return .failure(error) }
-                }
+                let events = try connection.rows(eventsOfJob, [.text(id)]) { (row) throws(StoreError) in try decode(row).2 }
                 return try StreamingReplay<PostgresValue>.rebuild(jobID: id, events: events)
             })
     }
