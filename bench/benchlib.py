@@ -254,6 +254,8 @@ def report(samples_path, meta_path, out_path):
         lines.append("")
     import pglib  # bench/pglib.py: the PostgreSQL section (`--only pg`)
     lines.extend(pglib.report_lines(samples, fmt, percentile))
+    import bigloglib  # bench/bigloglib.py: the big log and memory sections (`--only biglog,memory`)
+    lines.extend(bigloglib.report_lines(samples, fmt))
     if failures:
         lines.append("## Failures")
         lines.append("")

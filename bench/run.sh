@@ -8,6 +8,10 @@
 #   --only LIST  comma-separated subset of: download,upload,local,queue,latency,pg,smallfiles
 #                (pg: PostgreSQL drain with 1, 2, 4 worker processes vs SQLite, claim/pickup latency;
 #                smallfiles: 2,000 × 16 KiB up to and back from nginx at concurrency 16 vs curl --parallel)
+#                biglog: audit, replay --verify, stats, size per job and drain rate on a log grown to
+#                BIGLOG_SIZES finished jobs (default 100000 250000; --quick 20000) on BIGLOG_ENGINES
+#                (default "sqlite postgres"); memory: worker peak RSS at concurrency 64 over small
+#                files and for one 1 GiB file (not in the default set: --only biglog,memory)
 #
 # Uses .build/release/jobctl, or $JOBCTL_BIN. Starts its own nginx in a temporary directory, runs jobctl and
 # its peer (curl, rclone, cp, huey) interleaved in every run, prints a Markdown table and writes it, with
@@ -26,7 +30,7 @@ while [ $# -gt 0 ]; do
     --quick) MODE=quick ;;
     --runs) shift; RUNS=${1:?--runs needs a number} ;;
     --only) shift; ONLY=${1:?--only needs a list} ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 64 ;;
   esac
   shift
@@ -35,6 +39,9 @@ case "$RUNS" in ''|*[!0-9]*) echo "run.sh: --runs expects a positive number" >&2
 [ "$RUNS" -ge 1 ] && [ "$RUNS" -le 50 ] || { echo "run.sh: --runs must be 1..50" >&2; exit 64; }
 
 if [ "$MODE" = quick ]; then SIZE_MIB=64; JOBS=2000; else SIZE_MIB=512; JOBS=10000; fi
+if [ "$MODE" = quick ]; then BIGLOG_SIZES=${BIGLOG_SIZES:-20000}; else BIGLOG_SIZES=${BIGLOG_SIZES:-100000 250000}; fi
+BIGLOG_ENGINES=${BIGLOG_ENGINES:-sqlite postgres}
+MEMORY_SMALL_FILES=5000
 LATENCY_SUBMITS=20
 LATENCY_GAP_MS=200
 DRAIN_CONCURRENCY=16
@@ -92,6 +99,8 @@ trap 'exit 130' INT TERM
 . "$BENCH/pg_bench.sh"
 # shellcheck source=bench/smallfiles_bench.sh
 . "$BENCH/smallfiles_bench.sh"
+# shellcheck source=bench/biglog_bench.sh
+. "$BENCH/biglog_bench.sh"
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SAMPLES"; }
@@ -487,6 +496,8 @@ if want queue; then queue_benchmark; fi
 if want latency; then latency_benchmark; fi
 if want pg; then pg_benchmark; fi
 if want smallfiles; then smallfiles_benchmark; fi
+if want biglog; then biglog_benchmark; fi
+if want memory; then memory_benchmark; fi
 {
   echo "finished=$(date -u +%Y-%m-%dT%H:%M:%SZ) ($(( ($(now_ns) - START_NS) / 1000000000 )) s)"
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"

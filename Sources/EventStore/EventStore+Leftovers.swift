@@ -9,13 +9,8 @@ extension EventStore {
     public func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         let since = finishedSince ?? Int64.min
         return try readTransaction { (connection) throws(StoreError) -> LeftoverCandidates in
-            let finished = try connection.query("""
-                SELECT id, state, kind, json_extract(spec, '$.destination'), resume_point, finished_at_ms FROM jobs
-                WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at_ms >= ?
-                  AND (kind = 'download-file'
-                       OR (kind IN ('upload-file', 'upload-data') AND json_extract(spec, '$.destination') LIKE 'file:%'))
-                ORDER BY finished_at_ms, seq
-                """, [.integer(since)]) { (row) throws(StoreError) -> FinishedTransferRecord in
+            let finished = try connection.query(Self.finishedLeftoverSQL, [.integer(since)]) {
+                (row) throws(StoreError) -> FinishedTransferRecord in
                 let id = row.text(0)
                 guard let state = JobState(rawValue: row.text(1)), let kind = JobKind(rawValue: row.text(2)) else {
                     throw StoreError.corrupt("job \(id) has an unknown state '\(row.text(1))' or kind '\(row.text(2))'")
@@ -25,13 +20,27 @@ extension EventStore {
                     resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, row.optionalText(4), what: "job \(id) resume_point"),
                     finishedAtMs: row.optionalInt64(5) ?? 0)
             }
-            let unfinished = try connection.query("""
-                SELECT id, resume_point FROM jobs
-                WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND resume_point IS NOT NULL
-                """) { (row) throws(StoreError) -> ResumePoint in
+            let unfinished = try connection.query(Self.unfinishedResumePointsSQL) { (row) throws(StoreError) -> ResumePoint in
                 try StoreJSON.decode(ResumePoint.self, row.text(1), what: "job \(row.text(0)) resume_point")
             }
             return LeftoverCandidates(finished: finished, unfinishedResumePoints: unfinished)
         }
     }
+
+    /// The finished jobs that create local files, finished at or after `?`: searched through
+    /// `jobs_finished_by_kind` (schema 6) by kind and time, so a log of a million other finished jobs
+    /// (download-memory, uploads to `gs://`) costs nothing — the sweep runs at every worker's start.
+    static let finishedLeftoverSQL = """
+        SELECT id, state, kind, json_extract(spec, '$.destination'), resume_point, finished_at_ms FROM jobs
+        WHERE kind IN ('download-file', 'upload-file', 'upload-data') AND finished_at_ms >= ?
+          AND state IN ('succeeded', 'failed', 'cancelled')
+          AND (kind = 'download-file' OR json_extract(spec, '$.destination') LIKE 'file:%')
+        ORDER BY finished_at_ms, seq
+        """
+
+    /// The resume points of the unfinished jobs, through `jobs_claim` (its first column is the state):
+    /// the states are named, not excluded, so the finished jobs are never read.
+    static let unfinishedResumePointsSQL = """
+        SELECT id, resume_point FROM jobs WHERE state IN ('queued', 'running', 'paused') AND resume_point IS NOT NULL
+        """
 }

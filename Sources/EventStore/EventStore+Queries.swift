@@ -26,6 +26,28 @@ extension EventStore {
         }
     }
 
+    /// Every job matching `filter`, oldest first, one at a time as SQLite steps the rows (the
+    /// `jobs_created` index gives the order), in one read transaction for every pass.
+    public func forEachJob(filter: JobFilter, passes: Int,
+                           _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
+        guard filter.limit == nil else {
+            let jobs = try jobs(filter: filter)
+            for pass in 1...max(1, passes) {
+                for job in jobs.reversed() { try body(pass, job) }
+            }
+            return
+        }
+        guard let (select, parameters) = Self.selection("SELECT \(JobRecord.selectColumns) FROM jobs", filter) else { return }
+        let query = select + " ORDER BY created_at_ms, seq"
+        try readTransaction { (connection) throws(StoreError) in
+            for pass in 1...max(1, passes) {
+                try connection.forEach(query, parameters) { (row) throws(StoreError) in
+                    try body(pass, try JobRecord(row: row, specs: connection.decodedSpecs))
+                }
+            }
+        }
+    }
+
     /// How many jobs match `filter`, ignoring its `limit` (so a listing can say "50 of N").
     public func countJobs(filter: JobFilter) throws(StoreError) -> Int {
         guard let (query, parameters) = Self.selection("SELECT count(*) FROM jobs", filter) else { return 0 }

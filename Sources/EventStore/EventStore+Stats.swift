@@ -8,8 +8,8 @@ extension EventStore {
     /// outcome events of the last hour folded into the last-minute and last-hour windows, read in one
     /// snapshot.
     ///
-    /// The windows scan the `events` rows of the last hour by `at_ms`, which has no index: the cost grows
-    /// with the log (fine for an operator's command; a dashboard polling every second wants an index).
+    /// The windows read the outcome events of the last hour through the partial index
+    /// `events_outcomes_at` (migration 6), so their cost follows the last hour's work, not the log's size.
     public func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
         let queueClause = queue == nil ? "" : " AND queue = ?"
         let queueValues: [SQLiteValue] = queue.map { [.text($0)] } ?? []
@@ -45,13 +45,30 @@ extension EventStore {
                                                token: row.optionalInt64(4), expiresAtMs: row.optionalInt64(5))
             }
 
-            let recent = try connection.query("""
-                SELECT \(JobEvent.selectColumns) FROM events
-                WHERE type IN ('succeeded', 'failed', 'attempt_failed') AND at_ms > ? AND at_ms <= ?\(queue == nil ? "" : " AND job_id IN (SELECT id FROM jobs WHERE queue = ?)")
-                """, [.integer(now - 3_600_000), .integer(now)] + queueValues) { (row) throws(StoreError) in try JobEvent(row: row) }
-            let windows = StoreStats.windows(from: recent, nowMs: now)
-            return StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
-                              lastMinute: windows.lastMinute, lastHour: windows.lastHour)
+            // Counted as they are read: an hour of outcomes on a busy log is many thousands of events.
+            var windows = (lastMinute: StoreStats.Window(lengthMs: 60_000), lastHour: StoreStats.Window(lengthMs: 3_600_000))
+            try connection.forEach(Self.recentOutcomesSQL(byQueue: queue != nil),
+                                   [.integer(now - 3_600_000), .integer(now)] + queueValues) { (row) throws(StoreError) in
+                let event = try JobEvent(row: row)
+                windows.lastMinute.count(event, nowMs: now)
+                windows.lastHour.count(event, nowMs: now)
+            }
+            var stats = StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
+                                   lastMinute: windows.lastMinute, lastHour: windows.lastHour)
+            stats.databaseBytes = try connection.first(
+                "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()") { row in row.int64(0) }
+            stats.finishedJobs = queue == nil
+                ? counts.filter { $0.state.isFinal }.reduce(0) { $0 + $1.count }
+                : try connection.first("SELECT count(*) FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled')") { row in row.int(0) }
+            return stats
         }
+    }
+
+    /// The outcome events between two times (`?`, `?`), and of one queue (a third `?`) with `byQueue`:
+    /// its WHERE clause is the partial index's, so SQLite searches `events_outcomes_at`; the queue is
+    /// checked job by job through the primary key, never by scanning `jobs`.
+    static func recentOutcomesSQL(byQueue: Bool) -> String {
+        "SELECT \(JobEvent.selectColumns) FROM events WHERE type IN ('succeeded', 'failed', 'attempt_failed') AND at_ms > ? AND at_ms <= ?"
+            + (byQueue ? " AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id AND jobs.queue = ?)" : "")
     }
 }

@@ -26,6 +26,38 @@ extension PostgresStore {
         }
     }
 
+    /// How many jobs read per FETCH when streaming jobs.
+    static let jobPageSize = 1_000
+
+    /// Every job matching `filter`, oldest first, through a server-side cursor (`jobPageSize` rows per
+    /// FETCH: libpq holds a whole result in memory, so never one huge result), every pass in one
+    /// REPEATABLE READ snapshot.
+    public func forEachJob(filter: JobFilter, passes: Int,
+                           _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
+        guard filter.limit == nil else {
+            let jobs = try jobs(filter: filter)
+            for pass in 1...max(1, passes) {
+                for job in jobs.reversed() { try body(pass, job) }
+            }
+            return
+        }
+        guard let (select, parameters) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return }
+        let query = select + " ORDER BY created_at_ms, seq"
+        try readTransaction { (connection) throws(StoreError) in
+            for pass in 1...max(1, passes) {
+                try connection.store("DECLARE job_rows NO SCROLL CURSOR FOR \(query)", parameters)
+                while true {
+                    let page = try connection.rows("FETCH FORWARD \(Self.jobPageSize) FROM job_rows", []) {
+                        (row) throws(StoreError) in try JobRecord(postgresRow: row)
+                    }
+                    if page.isEmpty { break }
+                    for job in page { try body(pass, job) }
+                }
+                try connection.store("CLOSE job_rows")
+            }
+        }
+    }
+
     /// How many jobs match `filter`, ignoring its `limit`.
     public func countJobs(filter: JobFilter) throws(StoreError) -> Int {
         guard let (query, parameters) = Self.selection("SELECT count(*) FROM jobs", filter) else { return 0 }
@@ -177,13 +209,8 @@ extension PostgresStore {
     public func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         let since = finishedSince ?? Int64.min
         return try readTransaction { (connection) throws(StoreError) -> LeftoverCandidates in
-            let finished = try connection.rows("""
-                SELECT id, state, kind, spec::json ->> 'destination', resume_point, finished_at_ms FROM jobs
-                WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at_ms >= $1
-                  AND (kind = 'download-file'
-                       OR (kind IN ('upload-file', 'upload-data') AND (spec::json ->> 'destination') LIKE 'file:%'))
-                ORDER BY finished_at_ms, seq
-                """, [.integer(since)]) { (row) throws(StoreError) -> FinishedTransferRecord in
+            let finished = try connection.rows(Self.finishedLeftoverSQL, [.integer(since)]) {
+                (row) throws(StoreError) -> FinishedTransferRecord in
                 let id = try row.string(0)
                 guard let state = JobState(rawValue: try row.string(1)), let kind = JobKind(rawValue: try row.string(2)) else {
                     throw StoreError.corrupt("job \(id) has an unknown state '\(try row.string(1))' or kind '\(try row.string(2))'")
@@ -193,15 +220,29 @@ extension PostgresStore {
                     resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(4), what: "job \(id) resume_point"),
                     finishedAtMs: try row.optionalInteger(5) ?? 0)
             }
-            let unfinished = try connection.rows("""
-                SELECT id, resume_point FROM jobs
-                WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND resume_point IS NOT NULL
-                """) { (row) throws(StoreError) -> ResumePoint in
+            let unfinished = try connection.rows(Self.unfinishedResumePointsSQL) { (row) throws(StoreError) -> ResumePoint in
                 try StoreJSON.decode(ResumePoint.self, try row.string(1), what: "job \(try row.string(0)) resume_point")
             }
             return LeftoverCandidates(finished: finished, unfinishedResumePoints: unfinished)
         }
     }
+}
+
+extension PostgresStore {
+    /// The finished jobs that create local files, finished at or after `$1`, through
+    /// `jobs_finished_by_kind` (schema 6) by kind and time: other finished jobs are never read.
+    static let finishedLeftoverSQL = """
+        SELECT id, state, kind, spec::json ->> 'destination', resume_point, finished_at_ms FROM jobs
+        WHERE kind IN ('download-file', 'upload-file', 'upload-data') AND finished_at_ms >= $1
+          AND state IN ('succeeded', 'failed', 'cancelled')
+          AND (kind = 'download-file' OR (spec::json ->> 'destination') LIKE 'file:%')
+        ORDER BY finished_at_ms, seq
+        """
+
+    /// The resume points of the unfinished jobs, the states named so an index on the state serves it.
+    static let unfinishedResumePointsSQL = """
+        SELECT id, resume_point FROM jobs WHERE state IN ('queued', 'running', 'paused') AND resume_point IS NOT NULL
+        """
 }
 
 // MARK: - Replay
@@ -214,7 +255,7 @@ extension PostgresStore {
     public func replay(verify: Bool) throws(StoreError) -> ReplayReport {
         if verify {
             return try readTransaction { (connection) throws(StoreError) -> ReplayReport in
-                try Self.replay(connection, rewrite: false)
+                try Self.verify(connection)
             }
         }
         return try writeTransaction { (connection) throws(StoreError) -> ReplayReport in
@@ -274,5 +315,88 @@ extension PostgresStore {
             }
         }
         return fold.report(differences: differences, rewritten: rewrite)
+    }
+
+    /// `replay --verify` job by job (see `StreamingReplay`): a server-side cursor walks the events in
+    /// (job_id, version) order — the order of the log's UNIQUE index — `pageSize` rows per FETCH (libpq
+    /// holds a whole result in memory, so never one huge result); the stored rows of each page's jobs
+    /// come in one query. The caller's REPEATABLE READ transaction keeps every page in one snapshot.
+    /// How many jobs `replay --verify` fetches at a time, with their events (about four each): a page
+    /// is what bounds the client's memory (stored rows of a few KiB with their specs, decoded events).
+    static let verifyPageSize = 500
+
+    /// `replay --verify` job by job (see `StreamingReplay`), in the order the jobs were submitted: a
+    /// server-side cursor over the stored rows (`pageSize` per FETCH: libpq holds a whole result in
+    /// memory, so never one huge result), and the events of each page's jobs in one query through the
+    /// log's UNIQUE (job_id, version) index. Submission order, not job id order: ids made in the same
+    /// millisecond sort at random, and the log by id would be read a page per event. Events of jobs with
+    /// no stored row (and the log's archive records) are looked for afterwards, only when some exist.
+    /// The caller's REPEATABLE READ transaction keeps every query in one snapshot.
+    static func verify(_ connection: PostgresConnection, pageSize: Int = verifyPageSize) throws(StoreError) -> ReplayReport {
+        var replay = StreamingReplay<PostgresValue>(columns: JobRecord.postgresColumns) {
+            (record) throws(StoreError) in try record.postgresValues()
+        }
+        let decode = { (row: PostgresRow) throws(StoreError) -> (String, Int64, Result<JobEvent, StoreError>) in
+            let decoded: Result<JobEvent, StoreError>
+            do throws(StoreError) { decoded = .success(try JobEvent(postgresRow: row)) } catch { decoded = .failure(error) }
+            return (try row.string(1), try row.integer(0), decoded)
+        }
+        let eventsOfJob = "SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = $1 ORDER BY version"
+        var storedCount = 0
+        var jobsWithEvents = 0
+        try connection.store("DECLARE replay_jobs NO SCROLL CURSOR FOR SELECT \(JobRecord.postgresSelectColumns) FROM jobs ORDER BY created_at_ms, seq")
+        while true {
+            let page = try connection.rows("FETCH FORWARD \(max(1, pageSize)) FROM replay_jobs", []) {
+                (row) throws(StoreError) -> (String, [PostgresValue]) in
+                (try row.string(0), try (0..<JobRecord.postgresColumns.count).map { (index) throws(StoreError) in try row.typedValue(index) })
+            }
+            if page.isEmpty { break }
+            // Rows in (job_id, version) order: each job's list is in version order.
+            var events: [String: [(Int64, Result<JobEvent, StoreError>)]] = [:]
+            for (id, seq, decoded) in try connection.rows(
+                "SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = ANY($1::text[]) ORDER BY job_id, version",
+                [postgresTextArray(page.map(\.0))], decode) {
+                events[id, default: []].append((seq, decoded))
+            }
+            for (id, stored) in page {
+                storedCount += 1
+                guard let list = events[id], !list.isEmpty else {
+                    replay.storedRowWithoutEvents(jobID: id)
+                    continue
+                }
+                jobsWithEvents += 1
+                for (seq, decoded) in list { try replay.fold(jobID: id, seq: seq, decoded) }
+                try replay.finishJob { _ in stored }
+            }
+        }
+        try connection.store("CLOSE replay_jobs")
+
+        // Jobs in the log without a stored row: only looked for when the log names more jobs than have rows.
+        let loggedJobs = Int(try connection.row("SELECT count(DISTINCT job_id) FROM events", []) {
+            (row) throws(StoreError) in try row.integer(0)
+        } ?? 0)
+        if loggedJobs > jobsWithEvents {
+            let missing = try connection.rows(
+                "SELECT DISTINCT job_id FROM events WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id)", []
+            ) { (row) throws(StoreError) in try row.string(0) }
+            for id in missing.sorted() {
+                let list = try connection.rows(eventsOfJob, [.text(id)], decode)
+                guard !list.isEmpty else { continue }
+                for (_, seq, decoded) in list { try replay.fold(jobID: id, seq: seq, decoded) }
+                try replay.finishJob { _ in nil }
+            }
+        }
+
+        let waits = try connection.rows("SELECT job, depends_on FROM job_dependencies", []) { (row) throws(StoreError) in
+            DependencyRow(job: try row.string(0), dependsOn: try row.string(1))
+        }
+        return try replay.report(
+            storedRowCount: storedCount,
+            storedWithoutEvents: { () throws(StoreError) -> [String] in [] },
+            storedWaits: waits,
+            rebuild: { (id) throws(StoreError) -> JobRecord? in
+                let events = try connection.rows(eventsOfJob, [.text(id)]) { (row) throws(StoreError) in try decode(row).2 }
+                return try StreamingReplay<PostgresValue>.rebuild(jobID: id, events: events)
+            })
     }
 }

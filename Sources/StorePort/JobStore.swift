@@ -62,6 +62,11 @@ public protocol JobStore: AnyObject, Sendable {
     func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord]
     /// How many jobs match `filter`, ignoring its `limit` (so a listing can say "50 of N").
     func countJobs(filter: JobFilter) throws(StoreError) -> Int
+    /// Every job matching `filter`, oldest first (submission time, then log order), handed to `body`
+    /// one at a time as it is read, so memory stays flat whatever the number of jobs (`jobctl audit`).
+    /// With `passes` above 1 the same jobs are read again, pass after pass, all in one snapshot (a
+    /// table measures its columns, then prints). A `limit` falls back to `jobs(filter:)`.
+    func forEachJob(filter: JobFilter, passes: Int, _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError)
     /// Every event of a job, oldest first.
     func events(jobID: String) throws(StoreError) -> [JobEvent]
     /// Up to `limit` events after `afterSeq`, in log order.
@@ -245,6 +250,16 @@ extension JobStore {
     /// Adapters that do not implement `stats` yet refuse it with a message saying so.
     public func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
         throw StoreError.invalidControl("statistics are not supported by this store (\(location)) yet; `jobctl list` and `jobctl audit` work with it")
+    }
+
+    /// Adapters without a streaming read list the jobs in memory, newest first, and hand them over
+    /// oldest first.
+    public func forEachJob(filter: JobFilter, passes: Int,
+                           _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
+        let jobs = try jobs(filter: filter)
+        for pass in 1...max(1, passes) {
+            for job in jobs.reversed() { try body(pass, job) }
+        }
     }
 
     /// Every job, newest first.

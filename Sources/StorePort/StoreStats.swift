@@ -102,6 +102,19 @@ public struct StoreStats: Sendable, Equatable {
     /// The last minute and the last hour.
     public var lastMinute: Window
     public var lastHour: Window
+    /// The size of the whole log on disk — events, projection, blobs and their indexes, every queue —
+    /// in bytes (SQLite: the database file's pages; PostgreSQL: the schema's tables with their indexes
+    /// and TOAST); nil when the adapter does not say.
+    public var databaseBytes: Int64?
+    /// Jobs in a final state (succeeded, failed, cancelled) in every queue: what `databaseBytes` is
+    /// divided by for the size per finished job.
+    public var finishedJobs: Int?
+
+    /// The database's size per finished job, in bytes (nil without a size or a finished job).
+    public var bytesPerFinishedJob: Int64? {
+        guard let databaseBytes, let finishedJobs, finishedJobs > 0 else { return nil }
+        return databaseBytes / Int64(finishedJobs)
+    }
 
     public init(nowMs: Int64, queue: String?, counts: [QueueStateCount], oldestQueued: OldestQueued?, running: [RunningLease],
                 lastMinute: Window, lastHour: Window) {

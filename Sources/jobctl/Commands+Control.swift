@@ -172,21 +172,39 @@ extension Commands {
                                createdSince: try arguments.value(Options.since), createdUntil: try arguments.value(Options.until),
                                batch: try arguments.value(Options.batch))
         let display = arguments.display
-        let jobs: [JobRecord]
+        // Jobs are handed over one at a time and printed as they come (a table reads them twice: once
+        // to measure its columns), so memory stays flat whatever the number of jobs.
+        let eachJob: (Int, @escaping (Int, JobRecord) throws(StoreError) -> Void) throws -> Void
         if let file = try arguments.value(Options.archiveFrom) {
-            jobs = try archivedJobs(file).filter(filter.matchesArchived)
+            let jobs = try archivedJobs(file).filter(filter.matchesArchived)
+            eachJob = { (passes, body) in
+                for pass in 1...passes { for job in jobs { try body(pass, job) } }
+            }
         } else {
-            jobs = try context.openStore(readOnly: true).jobs(filter: filter).reversed()
+            let store = try context.openStore(readOnly: true)
+            eachJob = { (passes, body) in try store.forEachJob(filter: filter, passes: passes, body) }
         }
-        let rows = jobs.map { AuditRow($0, display: display) }
+        let output = BufferedOutput()
         if arguments[Options.json] {
-            emit(try jsonText(Array(rows)))
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+            var count = 0
+            try eachJob(1) { (_, job) throws(StoreError) in
+                // The array `jsonText` prints, element by element: each object indented by two spaces.
+                let object: Data
+                do { object = try encoder.encode(AuditRow(job, display: display)) } catch {
+                    throw StoreError.corrupt("job \(job.id) could not be encoded as JSON: \(error)")
+                }
+                output.write(count == 0 ? "[\n  " : ",\n  ")
+                output.write(indented: object)
+                count += 1
+            }
+            output.write(count == 0 ? try jsonText([AuditRow]()) + "\n" : "\n]\n")
         } else if arguments[Options.csv] {
-            emit(([AuditRow.csvHeader] + rows.map(\.csvLine)).joined(separator: "\n"))
-        } else if rows.isEmpty {
-            emit("no jobs")
+            output.write(AuditRow.csvHeader + "\n")
+            try eachJob(1) { (_, job) throws(StoreError) in output.write(AuditRow(job, display: display).csvLine + "\n") }
         } else {
-            let table = jobs.map { job -> [String] in
+            func cells(_ job: JobRecord) -> [String] {
                 let size: String = (job.result?.size ?? job.result?.object?.size ?? job.bytesTotal).map { ByteSize.format($0) } ?? "-"
                 let md5: String = job.result?.md5 ?? job.result?.object?.md5Hash ?? "-"
                 let crc32c: String = job.result?.crc32c ?? job.result?.object?.crc32c ?? "-"
@@ -201,15 +219,36 @@ extension Commands {
                 TableColumn("STARTED", dropRank: 4), TableColumn("FINISHED", dropRank: 7),
                 TableColumn("ERROR", fit: .elide(minimum: 8), elide: { Elide.end($0, to: $1) }),
             ]
-            let rendered = renderTable(columns, table, width: context.width)
-            emit(rendered.text)
-            if !rendered.hidden.isEmpty {
-                emitError("columns hidden to fit the terminal: \(rendered.hidden.joined(separator: ", ")); --json or --csv shows every field")
-            }
+            var natural = columns.map(\.header.count)
             var counts: [String: Int] = [:]
-            for row in rows { counts[row.state, default: 0] += 1 }
-            emit("\(plural(rows.count, "job")): " + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+            var rows = 0
+            var layout: TableLayout?
+            try eachJob(2) { (pass, job) throws(StoreError) in
+                let row = cells(job)
+                if pass == 1 {
+                    for (index, cell) in row.enumerated() { natural[index] = max(natural[index], visibleWidth(cell)) }
+                    counts[job.state.rawValue, default: 0] += 1
+                    rows += 1
+                    return
+                }
+                if layout == nil {
+                    let fitted = TableLayout(columns, natural: natural, width: context.width)
+                    layout = fitted
+                    for line in fitted.lines(for: columns.map(\.header)) { output.write(line + "\n") }
+                }
+                for line in layout?.lines(for: row) ?? [] { output.write(line + "\n") }
+            }
+            if rows == 0 {
+                output.write("no jobs\n")
+            } else {
+                output.flush()
+                if let hidden = layout?.hidden, !hidden.isEmpty {
+                    emitError("columns hidden to fit the terminal: \(hidden.joined(separator: ", ")); --json or --csv shows every field")
+                }
+                output.write("\(plural(rows, "job")): " + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ") + "\n")
+            }
         }
+        output.flush()
         return ExitCode.ok
     }
 }

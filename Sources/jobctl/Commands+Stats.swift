@@ -76,6 +76,13 @@ extension Commands {
             if !window.retriedByCode.isEmpty { line += " (\(codes(window.retriedByCode)))" }
             lines.append(line)
         }
+        if let bytes = stats.databaseBytes {
+            var line = "database: \(ByteSize.format(bytes))"
+            if let perJob = stats.bytesPerFinishedJob, let finished = stats.finishedJobs {
+                line += ", \(ByteSize.format(perJob)) per finished job (\(plural(finished, "finished job")))"
+            }
+            lines.append(line)
+        }
         return lines.joined(separator: "\n")
     }
 
@@ -121,6 +128,10 @@ struct StatsView: Encodable {
     let running: [Worker]
     let last_minute: Window
     let last_hour: Window
+    /// The whole log's size on disk, and per finished job (every queue).
+    let database_bytes: Int64?
+    let finished_jobs: Int?
+    let bytes_per_finished_job: Int64?
 
     init(_ stats: StoreStats) {
         at = TimeText.rfc3339(stats.nowMs)
@@ -155,6 +166,9 @@ struct StatsView: Encodable {
         }
         last_minute = Self.window(stats.lastMinute)
         last_hour = Self.window(stats.lastHour)
+        database_bytes = stats.databaseBytes
+        finished_jobs = stats.finishedJobs
+        bytes_per_finished_job = stats.bytesPerFinishedJob
     }
 
     private static func window(_ window: StoreStats.Window) -> Window {

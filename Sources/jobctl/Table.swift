@@ -43,41 +43,68 @@ struct RenderedTable {
 /// Renders rows under headers, left-aligned, two spaces apart. With a `width`, the table is fitted:
 /// elastic columns shrink (eliding or wrapping their cells), then columns with a drop rank are hidden.
 func renderTable(_ columns: [TableColumn], _ rows: [[String]], width: Int?) -> RenderedTable {
-    let gap = 2
-    var visible = Array(columns.indices)
     let natural = columns.indices.map { index in
         rows.reduce(columns[index].header.count) { max($0, visibleWidth($1[index])) }
     }
-    var widths = natural
-    var hidden: [String] = []
-    if let width {
-        while true {
-            // Shrink the elastic columns, widest first, down to their minimums.
-            widths = natural
-            func total() -> Int { visible.reduce(0) { $0 + widths[$1] } + gap * max(0, visible.count - 1) }
-            while total() > width {
-                let elastic = visible.filter { index in columns[index].minimumWidth.map { widths[index] > $0 } ?? false }
-                guard let widest = elastic.max(by: { widths[$0] < widths[$1] }), let minimum = columns[widest].minimumWidth else { break }
-                let secondWidest = elastic.filter { $0 != widest }.map { widths[$0] }.max() ?? minimum
-                let step = min(total() - width, widths[widest] - max(minimum, secondWidest - 1))
-                widths[widest] -= max(1, step)
+    let layout = TableLayout(columns, natural: natural, width: width)
+    let output = layout.lines(for: columns.map(\.header)) + rows.flatMap { layout.lines(for: $0) }
+    return RenderedTable(text: output.joined(separator: "\n"), hidden: layout.hidden)
+}
+
+/// Where a table's columns go, from each column's widest cell (`natural`): what `renderTable` does
+/// with all rows in hand, for a caller that streams its rows — it measures them in one pass, then
+/// prints them line by line in another.
+struct TableLayout {
+    let columns: [TableColumn]
+    /// The columns shown, in order.
+    let visible: [Int]
+    /// Each column's width (hidden ones included).
+    let widths: [Int]
+    /// The headers of the columns hidden to fit the width.
+    let hidden: [String]
+    private let gap = 2
+
+    /// Fits columns whose widest cells (header included) are `natural` into `width` (nil: no limit).
+    init(_ columns: [TableColumn], natural: [Int], width: Int?) {
+        self.columns = columns
+        let gap = 2
+        var visible = Array(columns.indices)
+        var widths = natural
+        var hidden: [String] = []
+        if let width {
+            while true {
+                // Shrink the elastic columns, widest first, down to their minimums.
+                widths = natural
+                func total() -> Int { visible.reduce(0) { $0 + widths[$1] } + gap * max(0, visible.count - 1) }
+                while total() > width {
+                    let elastic = visible.filter { index in columns[index].minimumWidth.map { widths[index] > $0 } ?? false }
+                    guard let widest = elastic.max(by: { widths[$0] < widths[$1] }), let minimum = columns[widest].minimumWidth else { break }
+                    let secondWidest = elastic.filter { $0 != widest }.map { widths[$0] }.max() ?? minimum
+                    let step = min(total() - width, widths[widest] - max(minimum, secondWidest - 1))
+                    widths[widest] -= max(1, step)
+                }
+                guard total() > width else { break }
+                // Still too wide: hide the lowest-ranked droppable column and fit again.
+                if let drop = visible.filter({ columns[$0].dropRank != nil })
+                    .min(by: { (columns[$0].dropRank ?? 0) < (columns[$1].dropRank ?? 0) }) {
+                    visible.removeAll { $0 == drop }
+                    hidden.append(columns[drop].header)
+                    continue
+                }
+                // Nothing left to hide: elastic columns go below their minimums, to a floor that still reads.
+                let floor = 8
+                for index in visible where columns[index].minimumWidth != nil && total() > width {
+                    widths[index] = max(floor, widths[index] - (total() - width))
+                }
+                break
             }
-            guard total() > width else { break }
-            // Still too wide: hide the lowest-ranked droppable column and fit again.
-            if let drop = visible.filter({ columns[$0].dropRank != nil })
-                .min(by: { (columns[$0].dropRank ?? 0) < (columns[$1].dropRank ?? 0) }) {
-                visible.removeAll { $0 == drop }
-                hidden.append(columns[drop].header)
-                continue
-            }
-            // Nothing left to hide: elastic columns go below their minimums, to a floor that still reads.
-            let floor = 8
-            for index in visible where columns[index].minimumWidth != nil && total() > width {
-                widths[index] = max(floor, widths[index] - (total() - width))
-            }
-            break
         }
+        self.visible = visible
+        self.widths = widths
+        self.hidden = hidden
     }
+
+    /// A row's lines: each visible cell cut or wrapped to its column, two spaces apart.
     func lines(for cells: [String]) -> [String] {
         // Each visible column's cell as one or more lines.
         let pieces: [[String]] = visible.map { index in
@@ -99,8 +126,6 @@ func renderTable(_ columns: [TableColumn], _ rows: [[String]], width: Int?) -> R
             }.joined(separator: String(repeating: " ", count: gap)).trimmingTrailingSpaces()
         }
     }
-    let output = lines(for: columns.map(\.header)) + rows.flatMap { lines(for: $0) }
-    return RenderedTable(text: output.joined(separator: "\n"), hidden: hidden)
 }
 
 /// Columns a string takes on a terminal: ANSI colour sequences take none.

@@ -54,6 +54,7 @@ struct MigrationTests {
             "3 batch 2c523ae8ebfa242da232f2a96572b034fb093749b25e4211181ef8eff60f6aa7",
             "4 archive fb7d049128e995194dd93d5997d7bb2bb2d908d934980314e9d4474eb96f73cd",
             "5 dependencies b88399f56b4a4be24815343d0130f357abbc02dcbad0bd58e76a98b68dffe5cd",
+            "6 big_log_indexes 2604f8c303824bceb826d7ca795a502c56a49b29ccfcb16febb03be587ae5db2",
             "7 queued_claim_order 6d1e295a083c13e1ff462f61ae5908d1619e42028f3a1b7e1360c476a59f91e7",
         ])
     }
