@@ -118,6 +118,51 @@ struct RoundTripTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
+    /// The batch path with a savepoint per event is what runs when an event fails after it wrote; it
+    /// must give what the path without savepoints gives.
+    @Test("a batch with refused events gives the same outcomes and log with and without savepoints")
+    func batchPathsAgree() throws {
+        func run(_ label: String, savepoints: Bool) throws -> (outcomes: [String], log: [[EventType]]) {
+            let fixture = try PostgresFixture(label)
+            let store = try PostgresStore(url: fixture.url, mode: .create)
+            let ids = try store.submit((0..<3).map { k in uploadData(k) }, actor: "cli:test", now: 1_000).map(\.id)
+            let claimed = try store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 60_000, now: 2_000)
+            try #require(claimed.map(\.record.id) == ids)
+            let events = [
+                try started(claimed[0]),
+                // A stale version, a token that was never handed out, a report the lifecycle refuses.
+                try PendingEvent(jobID: ids[0], type: .progress, actor: "w", leaseToken: claimed[0].token, expectedVersion: 2,
+                                 data: EventData(bytesDone: 1)),
+                try PendingEvent(jobID: ids[1], type: .started, actor: "w", leaseToken: claimed[1].token + 100, data: EventData(attempt: 1)),
+                try PendingEvent(jobID: ids[2], type: .succeeded, actor: "w", leaseToken: claimed[2].token,
+                                 data: EventData(result: JobResult(size: 1))),
+                try PendingEvent(jobID: ids[2], type: .started, actor: "w", leaseToken: claimed[2].token, data: EventData(attempt: 1)),
+                try started(claimed[1]),
+                try PendingEvent(jobID: ids[0], type: .succeeded, actor: "w", leaseToken: claimed[0].token,
+                                 data: EventData(result: JobResult(size: 1))),
+            ]
+            let outcomes = try store.writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
+                if savepoints { return try connection.appendBatch(events, now: 3_000) }
+                return try connection.appendBatchWithoutSavepoints(events, now: 3_000, abandoned: FastPathAbandoned())
+            }
+            #expect(try store.replay(verify: true).isConsistent)
+            let described = outcomes.map { outcome in
+                switch outcome {
+                case .success(let event): "\(event.type.rawValue) v\(event.version)"
+                case .failure(let error): "\(error)".replacingOccurrences(of: ids[0], with: "A").replacingOccurrences(of: ids[1], with: "B")
+                    .replacingOccurrences(of: ids[2], with: "C")
+                }
+            }
+            return (described, try ids.map { id in try store.events(jobID: id).map(\.type) })
+        }
+        let without = try run("batchfast", savepoints: false)
+        let with = try run("batchsavepoints", savepoints: true)
+        #expect(without.outcomes == with.outcomes)
+        #expect(without.log == with.log)
+        #expect(without.log == [[.submitted, .claimed, .started, .succeeded], [.submitted, .claimed, .started], [.submitted, .claimed, .succeeded]])
+        #expect(without.outcomes.filter { $0.hasPrefix("started") || $0.hasPrefix("succeeded") }.count == 4, "\(without.outcomes)")
+    }
+
     @Test("held-back writes become WITH clauses in front of the next statement, their parameters renumbered after each other")
     func heldWritesStatement() {
         let writes = [
