@@ -8,6 +8,11 @@
 # root; --no-sync for the throw-away cluster's setup), one server listening only on 127.0.0.1 on a free
 # port with fsync=on, shared_buffers=32MB, stopped and removed at the end. The password is random,
 # reaches jobctl through PGPASSWORD and is never printed.
+#
+# PG_BENCH_STATEMENTS=1 also loads pg_stat_statements and, for every PostgreSQL drain, records the
+# statements and commits per job (pgdrain … statements_per_job, commits_per_job) and logs the most
+# frequent statements with their calls per job: the round-trip breakdown in BENCHMARKS.md. It costs the
+# server a little time per statement, so figures from such a run are not the drain rates.
 
 PG_DIR=""
 PG_PID=""
@@ -26,6 +31,8 @@ start_postgres() {
   export PGPASSWORD
   printf '%s\n' "$PGPASSWORD" >"$PG_DIR/pwfile"
   PG_AS=()
+  PG_EXTRA=()
+  [ "${PG_BENCH_STATEMENTS:-0}" = 1 ] && PG_EXTRA=(-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=1000)
   if [ "$(id -u)" = 0 ]; then
     id postgres >/dev/null 2>&1 || die "run as root, PostgreSQL needs the unprivileged postgres user (Debian's postgresql package creates it)"
     chown -R postgres:postgres "$PG_DIR"
@@ -39,7 +46,7 @@ start_postgres() {
   PG_PORT=$("$PY" "$BENCH/benchlib.py" freeport)
   "${PG_AS[@]}" "$PG_BIN/postgres" -D "$PG_DIR/data" -c listen_addresses=127.0.0.1 -c "port=$PG_PORT" \
     -c "unix_socket_directories=$PG_DIR/socket" -c fsync=on -c max_connections=100 -c shared_buffers=32MB \
-    -c logging_collector=off -c log_min_messages=warning >"$WORK/postgres.log" 2>&1 &
+    -c logging_collector=off -c log_min_messages=warning "${PG_EXTRA[@]}" >"$WORK/postgres.log" 2>&1 &
   PG_PID=$!
   local i
   for i in $(seq 1 150); do
@@ -48,6 +55,7 @@ start_postgres() {
     sleep 0.2
   done
   "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" 2>/dev/null || die "PostgreSQL did not start: $(tail_msg "$WORK/postgres.log")"
+  if [ "${PG_BENCH_STATEMENTS:-0}" = 1 ]; then pg_psql "CREATE EXTENSION pg_stat_statements" >/dev/null; fi
   echo "postgres=$("$PG_BIN/postgres" --version | sed 's/^postgres (PostgreSQL) //')" >>"$META"
   log "PostgreSQL on 127.0.0.1:$PG_PORT"
 }
@@ -74,6 +82,31 @@ pg_new_database() {  # pg_new_database NAME: prints the URL of a new, empty data
 }
 
 pg_cpu() { "$PY" "$BENCH/pglib.py" pg-cpu "$PG_PID"; }
+
+pg_commits() {  # pg_commits DB: transactions committed in database DB so far
+  pg_psql "SELECT pg_stat_force_next_flush(); SELECT xact_commit FROM pg_stat_database WHERE datname = '$1'" | tail -n 1
+}
+
+# pg_statements_start DB / pg_statements_report DB TOOL: with PG_BENCH_STATEMENTS=1, the statements and
+# commits of one drain, per job (records them and logs the ten most frequent statements).
+pg_statements_start() {
+  [ "${PG_BENCH_STATEMENTS:-0}" = 1 ] || return 0
+  pg_psql "SELECT pg_stat_statements_reset()" >/dev/null
+  PG_COMMITS0=$(pg_commits "$1")
+}
+pg_statements_report() {
+  [ "${PG_BENCH_STATEMENTS:-0}" = 1 ] || return 0
+  local db=$1 tool=$2 where calls commits
+  where="dbid = (SELECT oid FROM pg_database WHERE datname = '$db')"
+  calls=$(pg_psql "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE $where")
+  commits=$(( $(pg_commits "$db") - PG_COMMITS0 ))
+  record pgdrain "$tool" statements_per_job "$(awk -v c="$calls" -v n="$JOBS" 'BEGIN { printf "%.2f", c / n }')"
+  record pgdrain "$tool" commits_per_job "$(awk -v c="$commits" -v n="$JOBS" 'BEGIN { printf "%.2f", c / n }')"
+  log "  $tool: $calls statements, $commits commits; per job, most frequent first:"
+  pg_psql "SELECT to_char(calls::numeric / $JOBS, 'FM990.00') || E'\\t' || to_char(total_exec_time / calls, 'FM990.000') || E' ms\\t'
+             || left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+           FROM pg_stat_statements WHERE $where ORDER BY calls DESC LIMIT 14" | sed 's/^/    /'
+}
 
 # pg_drain BENCH TOOL DB N PREFIX: N `jobctl worker --drain` processes at once; records jobs/s, events/s
 # and the CPU seconds the workers and the database server spent, unless a worker fails or fewer than
@@ -166,7 +199,9 @@ pg_benchmark() {
       t1=$(now_ns)
       if [ "$rc" = 0 ] && [ "$(wc -l <"$p/submit.out")" = "$JOBS" ]; then
         record pgenqueue postgres jobs_per_s "$(rate "$JOBS" "$(secs "$t0" "$t1")")"
+        pg_statements_start "bench_${i}_$n"
         pg_drain pgdrain "postgres-$n" "$url" "$n" "$p/pg-$i-$n" || true
+        pg_statements_report "bench_${i}_$n" "postgres-$n"
       else fail pgdrain "postgres-$n" "submit exited $rc: $(tail_msg "$p/submit.err")"; fi
       pg_psql "DROP DATABASE bench_${i}_$n" >/dev/null 2>&1 || true
     done

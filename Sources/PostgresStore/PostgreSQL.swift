@@ -170,6 +170,8 @@ final class PostgresConnection {
     ///
     /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQRESET
     func reconnect() throws(PostgresError) {
+        // A new session has none of the old one's prepared statements.
+        preparedNames.removeAll()
         PQreset(handle)
         guard PQstatus(handle) == CONNECTION_OK else {
             throw PostgresError.connectionFailed(target: redactedTarget, message: lastErrorMessage)
@@ -181,6 +183,30 @@ final class PostgresConnection {
     }
 
     // MARK: Statements
+
+    /// The server-side prepared statements of this session, by parameter types and SQL text: a
+    /// statement with parameters is parsed and planned once per session (`PQprepare`), then only bound
+    /// and executed (`PQexecPrepared`). Emptied when the session is replaced (`reconnect`).
+    private var preparedNames: [PreparedKey: String] = [:]
+    /// How many names `preparedNames` has handed out this session (a name is never reused in one).
+    private var preparedCount = 0
+
+    /// At most this many statements are kept prepared per session; more run unprepared
+    /// (`PQexecParams`), so statements built with changing text cannot grow the server's memory.
+    static let preparedLimit = 256
+
+    /// A prepared statement's identity: the same text with other parameter types is another statement.
+    private struct PreparedKey: Hashable {
+        let sql: String
+        let types: [UInt32]
+    }
+
+    /// How many statements this session has prepared (for tests and diagnostics).
+    var preparedStatementCount: Int { preparedNames.count }
+
+    /// How many statements (or scripts) this connection has sent, each a round trip, not counting the
+    /// one-time `PQprepare`s: what the adapter's statement budget per event is measured in.
+    private(set) var statementsSent = 0
 
     /// Runs `sql` — one statement, `$1`… bound to `parameters` — and returns its result.
     ///
@@ -222,6 +248,8 @@ final class PostgresConnection {
         }
         storage.append(0)
         let formats = [Int32](repeating: 1, count: parameters.count)
+        let preparedName = try prepared(sql, types: types)
+        statementsSent += 1
         let raw: OpaquePointer? = storage.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: CChar.self) { chars in
                 // `storage` is never empty, so `base` is never nil.
@@ -230,10 +258,30 @@ final class PostgresConnection {
                     guard let offset, let base else { return nil }
                     return base + offset
                 }
+                if let name = preparedName {
+                    return PQexecPrepared(handle, name, Int32(parameters.count), values, lengths, formats, 1)
+                }
                 return PQexecParams(handle, sql, Int32(parameters.count), types, values, lengths, formats, 1)
             }
         }
         return try check(raw, sql: sql)
+    }
+
+    /// The name of `sql` prepared with `types` in this session, preparing it now when it is not yet
+    /// (one extra round trip, once); nil for a statement without parameters (transaction control,
+    /// scripts: nothing to plan) and once `preparedLimit` statements are prepared.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQPREPARE
+    private func prepared(_ sql: String, types: [UInt32]) throws(PostgresError) -> String? {
+        guard !types.isEmpty else { return nil }
+        let key = PreparedKey(sql: sql, types: types)
+        if let name = preparedNames[key] { return name }
+        guard preparedNames.count < Self.preparedLimit else { return nil }
+        preparedCount += 1
+        let name = "jobctl_\(preparedCount)"
+        _ = try check(PQprepare(handle, name, sql, Int32(types.count), types), sql: sql)
+        preparedNames[key] = name
+        return name
     }
 
     /// Runs one or more statements without parameters (migrations, transaction control); results are
@@ -241,6 +289,7 @@ final class PostgresConnection {
     ///
     /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQEXEC
     func executeScript(_ sql: String) throws(PostgresError) {
+        statementsSent += 1
         _ = try check(PQexec(handle, sql), sql: sql)
     }
 

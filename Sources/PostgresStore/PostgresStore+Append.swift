@@ -1,17 +1,31 @@
 import Checksums
 import Foundation
 import JobLifecycle
+import Synchronization
 import JobModel
 import StorePort
 
 // MARK: - Append
 
 extension PostgresStore {
-    /// Appends a batch of events in ONE transaction (group commit), each in its own savepoint so a
-    /// refused event does not sink the others. The checks and their order are the SQLite adapter's:
-    /// the lifecycle decides (expected version, lease token, state), the lease row fences too.
+    /// Appends a batch of events in ONE transaction (group commit). The checks and their order are the
+    /// SQLite adapter's: the lifecycle decides (expected version, lease token, state), the lease row
+    /// fences too. A refused event does not sink the others.
+    ///
+    /// First without savepoints, through a `PostgresBatchWriter` (about one statement per event): a
+    /// refusal comes before its event writes anything, so the others go on without it. Should an event
+    /// fail after it wrote (which no lifecycle rule does today), the transaction is rolled back and
+    /// the batch runs again with a savepoint per event, which undoes exactly that event.
     public func append(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         guard !events.isEmpty else { return [] }
+        let abandoned = FastPathAbandoned()
+        do throws(StoreError) {
+            return try writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
+                try connection.appendBatchWithoutSavepoints(events, now: now, abandoned: abandoned)
+            }
+        } catch {
+            guard abandoned.isSet else { throw error }
+        }
         return try writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
             try connection.appendBatch(events, now: now)
         }
@@ -22,18 +36,27 @@ extension PostgresStore {
     /// returned as its failure and the appends still commit.
     public func append(_ events: [PendingEvent], now: Int64,
                        thenClaim request: ClaimRequest) throws(StoreError) -> AppendAndClaimOutcome {
-        try writeTransaction { (connection) throws(StoreError) -> AppendAndClaimOutcome in
-            let appended = try connection.appendBatch(events, now: now)
-            guard !request.isEmpty else { return AppendAndClaimOutcome(appended: appended, claimed: .success([])) }
-            do throws(StoreError) {
-                let claimed = try connection.savepoint { () throws(StoreError) in try connection.claim(request) }
-                return AppendAndClaimOutcome(appended: appended, claimed: .success(claimed))
-            } catch {
-                try connection.throwIfTransactionLost(error)
-                return AppendAndClaimOutcome(appended: appended, claimed: .failure(error))
+        let abandoned = FastPathAbandoned()
+        do throws(StoreError) {
+            return try writeTransaction { (connection) throws(StoreError) -> AppendAndClaimOutcome in
+                let appended = try connection.appendBatchWithoutSavepoints(events, now: now, abandoned: abandoned)
+                return try connection.claimAfterAppends(appended, request, abandoned: abandoned)
             }
+        } catch {
+            guard abandoned.isSet else { throw error }
+        }
+        return try writeTransaction { (connection) throws(StoreError) -> AppendAndClaimOutcome in
+            try connection.claimAfterAppends(try connection.appendBatch(events, now: now), request, abandoned: nil)
         }
     }
+}
+
+/// Set when a batch appended without savepoints had an event fail after it wrote: the caller rolls the
+/// transaction back and runs the batch again with a savepoint per event.
+final class FastPathAbandoned: Sendable {
+    private let flag = Mutex(false)
+    var isSet: Bool { flag.withLock { $0 } }
+    func set() { flag.withLock { $0 = true } }
 }
 
 // MARK: - Submit
@@ -45,8 +68,40 @@ extension PostgresStore {
     /// Two processes submitting the same new key at once take turns: each first takes a transaction
     /// advisory lock per key of its batch (in key order), so the second looks the key up only after the
     /// first has committed, and finds its job.
+    ///
+    /// A submit that added many jobs (`analyzeAfterSubmitting`) to a table that had few updates the
+    /// planner's statistics of `jobs` at once (`refreshPlannerStatistics`).
     public func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
         guard !specs.isEmpty else { return [] }
+        let outcomes = try submitInOneTransaction(specs, actor: actor, now: now)
+        let created = outcomes.count { $0.created }
+        if created >= Self.analyzeAfterSubmitting { refreshPlannerStatistics(added: created) }
+        return outcomes
+    }
+
+    /// A submit of at least this many new jobs may refresh the planner's statistics of `jobs`.
+    static let analyzeAfterSubmitting = 1_000
+
+    /// Runs `ANALYZE jobs` when `added` jobs are a tenth or more of what the planner believes the table
+    /// holds (or it has never been analysed), instead of waiting for autovacuum (a minute or more).
+    ///
+    /// Why: on a table the planner has no statistics for (the first big submit) it takes the queued
+    /// jobs for a dozen rows and plans the claim as a scan and sort of every queued job — 16 ms per
+    /// claim with 10,000 queued, against 0.08 ms through the queued-jobs index once analysed (see
+    /// BENCHMARKS.md, PostgreSQL). ANALYZE reads a sample of at most 30,000 rows. A role that may not
+    /// analyse the table (not its owner) gets a warning from the server, which is dropped; a failure
+    /// here leaves the submit, already committed, as it is — autovacuum analyses the table later.
+    func refreshPlannerStatistics(added: Int) {
+        _ = try? withConnection { (connection) throws(StoreError) in
+            let believed = try connection.row("SELECT reltuples::bigint FROM pg_class WHERE oid = 'jobs'::regclass") {
+                (row) throws(StoreError) in try row.integer(0)
+            } ?? -1
+            guard believed < 0 || Int64(added) * 10 >= believed else { return }
+            try connection.store("ANALYZE jobs")
+        }
+    }
+
+    private func submitInOneTransaction(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
         let keys = Set(specs.compactMap(\.key)).sorted()
         return try writeTransaction { (connection) throws(StoreError) -> [SubmitOutcome] in
             // A transaction id before the first seq is taken, as every other writer has one from its
@@ -66,7 +121,10 @@ extension PostgresStore {
                     return (id, try StoreJSON.encode(stored))
                 }
             }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
-            return try plan.persist(on: connection, actor: actor, now: now)
+            let writer = PostgresBatchWriter(connection)
+            let outcomes = try plan.persist(on: writer, actor: actor, now: now)
+            try writer.flush()
+            return outcomes
         }
     }
 }
@@ -181,6 +239,78 @@ extension PostgresConnection: DecisionWriter {
             }
         }
         return outcomes
+    }
+
+    /// `PostgresStore.append(_:now:)` without a savepoint per event: the rows are locked as in
+    /// `appendBatch`, the lease rows read once, every event written through one `PostgresBatchWriter`.
+    /// An event refused before it wrote is its failure and the batch goes on; one that failed after it
+    /// wrote sets `abandoned` and throws (the caller rolls back and runs `appendBatch`).
+    func appendBatchWithoutSavepoints(_ events: [PendingEvent], now: Int64,
+                                      abandoned: FastPathAbandoned) throws(StoreError) -> [Result<JobEvent, StoreError>] {
+        guard !events.isEmpty else { return [] }
+        let ids = Array(Set(events.map(\.jobID))).sorted()
+        var current: [String: JobRecord] = [:]
+        for record in try rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+                               [postgresTextArray(ids)], { (row) throws(StoreError) in try JobRecord(postgresRow: row) }) {
+            current[record.id] = record
+        }
+        let writer = PostgresBatchWriter(self)
+        // After the row locks: no other transaction changes these lease rows until this one ends
+        // (a claim or a rescue takes the job's row lock first; a heartbeat changes only the expiry).
+        try writer.loadLeases(of: ids)
+        var outcomes: [Result<JobEvent, StoreError>] = []
+        outcomes.reserveCapacity(events.count)
+        for pending in events {
+            let writesBefore = writer.writes
+            do throws(StoreError) {
+                // Byte for byte: a `String` key also matches canonically equivalent text, another id.
+                let known = current[pending.jobID].flatMap { $0.id.utf8.elementsEqual(pending.jobID.utf8) ? $0 : nil }
+                let (event, record) = try writer.appendEvent(pending, to: known, now: now)
+                current[pending.jobID] = record
+                outcomes.append(.success(event))
+            } catch {
+                try throwIfTransactionLost(error)
+                if writer.writes != writesBefore {
+                    abandoned.set()
+                    throw error
+                }
+                outcomes.append(.failure(error))
+            }
+        }
+        try writer.flush()
+        return outcomes
+    }
+
+    /// The claim of `append(_:now:thenClaim:)`, after the appends: a claim refused for a reason of its
+    /// own is its failure and the appends still commit.
+    ///
+    /// With `abandoned` (the batch without savepoints), the claim runs without a savepoint too: a claim
+    /// that failed before it wrote leaves nothing to undo; one that failed after it wrote sets
+    /// `abandoned` and throws, and the caller runs everything again with savepoints (`abandoned` nil:
+    /// the claim in a savepoint of its own).
+    func claimAfterAppends(_ appended: [Result<JobEvent, StoreError>], _ request: ClaimRequest,
+                           abandoned: FastPathAbandoned?) throws(StoreError) -> AppendAndClaimOutcome {
+        guard !request.isEmpty else { return AppendAndClaimOutcome(appended: appended, claimed: .success([])) }
+        if let abandoned {
+            let writer = PostgresBatchWriter(self)
+            do throws(StoreError) {
+                return AppendAndClaimOutcome(appended: appended, claimed: .success(try claim(request, writer: writer)))
+            } catch {
+                try throwIfTransactionLost(error)
+                if writer.writes > 0 {
+                    abandoned.set()
+                    throw error
+                }
+                return AppendAndClaimOutcome(appended: appended, claimed: .failure(error))
+            }
+        }
+        do throws(StoreError) {
+            let claimed = try savepoint { () throws(StoreError) in try claim(request) }
+            return AppendAndClaimOutcome(appended: appended, claimed: .success(claimed))
+        } catch {
+            try throwIfTransactionLost(error)
+            return AppendAndClaimOutcome(appended: appended, claimed: .failure(error))
+        }
     }
 
     /// Stores bytes once under their SHA-256 (hex) and returns the hash.

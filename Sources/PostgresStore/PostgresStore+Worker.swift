@@ -106,8 +106,9 @@ extension PostgresStore {
 }
 
 extension PostgresConnection {
-    /// The body of `PostgresStore.claim`; the caller holds a write transaction.
-    func claim(_ request: ClaimRequest) throws(StoreError) -> [ClaimedJob] {
+    /// The body of `PostgresStore.claim`; the caller holds a write transaction. `writer` (a new one when
+    /// nil) writes the claims; every write is sent when this returns.
+    func claim(_ request: ClaimRequest, writer given: PostgresBatchWriter? = nil) throws(StoreError) -> [ClaimedJob] {
         let (owner, queues, limit, leaseMs, now) = (request.owner, request.queues, request.limit, request.leaseMs, request.now)
         var sql = "SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
             // A job waiting for a dependency has a row in job_dependencies (its primary key starts with the job).
@@ -117,27 +118,32 @@ extension PostgresConnection {
             sql += " AND queue = ANY($2::text[])"
             values.append(postgresTextArray(queues))
         }
-        sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT $\(values.count + 1) FOR UPDATE SKIP LOCKED"
+        sql += " ORDER BY priority DESC, run_after_ms, seq"
+        let writer = given ?? PostgresBatchWriter(self)
         var claimed: [ClaimedJob] = []
         while claimed.count < limit {
-            let jobs = try rows(sql, values + [.int(limit - claimed.count)]) { (row) throws(StoreError) in
-                try JobRecord(postgresRow: row)
+            // The jobs and a fresh fencing token for each, in one statement. The limit is written into
+            // the text (it is a number) so that the prepared statement's generic plan still reads the
+            // queued-jobs index in order and stops after a few rows.
+            let picked = try rows("""
+                SELECT \(JobRecord.postgresSelectColumns), nextval('lease_tokens') FROM (\(sql) LIMIT \(limit - claimed.count)
+                FOR UPDATE SKIP LOCKED) AS picked ORDER BY priority DESC, run_after_ms, seq
+                """, values) { (row) throws(StoreError) in
+                (try JobRecord(postgresRow: row), try row.integer(JobRecord.postgresColumns.count))
             }
-            if jobs.isEmpty { break }
-            for job in jobs {
+            if picked.isEmpty { break }
+            for (job, token) in picked {
                 // The lifecycle claims the job — or, for a queued job that still holds a pause or cancel
                 // request, honours it instead.
-                let token = try nextLeaseToken()
-                let (events, record) = try perform(.claim(owner: owner, token: token, leaseMs: leaseMs), jobID: job.id,
-                                                   on: job, actor: owner, expectedVersion: job.version, now: now)
+                let (events, record) = try writer.perform(.claim(owner: owner, token: token, leaseMs: leaseMs), jobID: job.id,
+                                                          on: job, actor: owner, expectedVersion: job.version, now: now)
                 guard let record, case .claimed(_, let expiresAt, _)? = events.first?.payload else { continue }
-                try store("""
-                    INSERT INTO leases (job_id, owner, token, expires_at_ms) VALUES ($1, $2, $3, $4)
-                    ON CONFLICT (job_id) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token,
-                                                       expires_at_ms = EXCLUDED.expires_at_ms
-                    """, [.text(job.id), .text(owner), .integer(token), .integer(expiresAt)])
+                try writer.writeLease(jobID: job.id, owner: owner, token: token, expiresAtMs: expiresAt)
                 claimed.append(ClaimedJob(record: record, token: token))
             }
+            // The next round's query must see these jobs claimed (this transaction's own row locks do
+            // not make SKIP LOCKED skip them).
+            try writer.flush()
         }
         return claimed
     }

@@ -1,0 +1,189 @@
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+@testable import PostgresStore
+
+/// The adapter's statement budget (each statement is a round trip to the server) and the prepared
+/// statements that keep each one cheap: see BENCHMARKS.md, PostgreSQL.
+@Suite("PostgreSQL round trips and prepared statements")
+struct RoundTripTests {
+    @Test("a statement with parameters is prepared once per session and per parameter types, and again after a reconnect")
+    func preparedOncePerSession() throws {
+        let fixture = try PostgresFixture("prepared")
+        let connection = try fixture.connect()
+        let admin = try fixture.connect()
+        func serverPrepared(_ on: PostgresConnection) throws -> Int64 {
+            // No parameters: this query itself is not prepared.
+            try #require(try on.first("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'jobctl\\_%'") {
+                (row) throws(PostgresError) in try row.int64(0)
+            })
+        }
+        for k in Int64(0)..<3 {
+            #expect(try connection.first("SELECT $1::bigint + 1", [.integer(k)]) { (row) throws(PostgresError) in try row.int64(0) } == k + 1)
+        }
+        #expect(connection.preparedStatementCount == 1)
+        #expect(try serverPrepared(connection) == 1)
+        // The same text with a NULL (a parameter of no stated type) is another prepared statement.
+        #expect(try connection.first("SELECT $1::bigint + 1", [.null]) { (row) throws(PostgresError) in try row.optionalInt64(0) } == .some(nil))
+        #expect(connection.preparedStatementCount == 2)
+        #expect(try serverPrepared(connection) == 2)
+
+        // The server ends the session: its prepared statements are gone, and so is the cache.
+        #expect(try admin.first("SELECT pg_terminate_backend($1::int)", [.integer(Int64(connection.backendPID))]) {
+            (row) throws(PostgresError) in try row.bool(0)
+        } == true)
+        #expect(postgresError { try connection.execute("SELECT $1::bigint + 1", [.integer(1)]) } != nil)
+        try connection.reconnect()
+        #expect(connection.preparedStatementCount == 0)
+        #expect(try serverPrepared(connection) == 0)
+        #expect(try connection.first("SELECT $1::bigint + 1", [.integer(41)]) { (row) throws(PostgresError) in try row.int64(0) } == 42)
+        #expect(connection.preparedStatementCount == 1)
+        #expect(try serverPrepared(connection) == 1)
+    }
+
+    @Test("the store goes on after the server ends its session: claims and appends prepare their statements again")
+    func storeAfterTerminatedSession() throws {
+        let fixture = try PostgresFixture("prepreconnect")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let admin = try fixture.connect()
+        let ids = try store.submit((0..<4).map { k in uploadData(k) }, actor: "cli:test", now: 1_000).map(\.id)
+        let first = try store.claim(owner: "w", queues: nil, limit: 2, leaseMs: 60_000, now: 2_000)
+        #expect(first.count == 2)
+        #expect(try store.withConnection { $0.preparedStatementCount } > 0)
+
+        let pid = try store.withConnection { Int64($0.backendPID) }
+        #expect(try admin.first("SELECT pg_terminate_backend($1::int)", [.integer(pid)]) { (row) throws(PostgresError) in try row.bool(0) } == true)
+
+        let second = try store.claim(owner: "w", queues: nil, limit: 2, leaseMs: 60_000, now: 3_000)
+        #expect(second.count == 2)
+        #expect(try store.withConnection { Int64($0.backendPID) } != pid)
+        let outcomes = try store.append(try (first + second).map { claimed in try started(claimed) }, now: 4_000)
+        #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
+        #expect(Set((first + second).map(\.record.id)) == Set(ids))
+        #expect(try store.counts() == [.running: 4])
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    @Test("a group commit of N events sends N + 5 statements at most; a claim of N jobs N + 4; a refused event costs none")
+    func statementBudget() throws {
+        let fixture = try PostgresFixture("budget")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let count = 12
+        _ = try store.submit((0..<(3 * count)).map { k in uploadData(k) }, actor: "cli:test", now: 1_000)
+        func sent() throws -> Int { try store.withConnection { $0.statementsSent } }
+        // Once, so that every statement is prepared (a first use prepares it: one more round trip).
+        let warm = try store.claim(owner: "w", queues: nil, limit: count, leaseMs: 60_000, now: 2_000)
+        _ = try store.append(try warm.map { try started($0) }, now: 2_500)
+
+        var before = try sent()
+        let claimed = try store.claim(owner: "w", queues: nil, limit: count, leaseMs: 60_000, now: 3_000)
+        #expect(claimed.count == count)
+        // BEGIN, the claim (jobs and tokens), one INSERT per job carrying the writes before it, the last
+        // writes, COMMIT; a second claim query finding nothing more is allowed for.
+        let claimCost = try sent() - before
+        #expect(claimCost <= count + 4, "claim of \(count): \(claimCost) statements")
+
+        // One stale event in the middle: it is refused, the others are appended.
+        var events = try claimed.map { try started($0) }
+        let stale = try PendingEvent(jobID: claimed[3].record.id, type: .progress, actor: "w", leaseToken: claimed[3].token,
+                                     expectedVersion: 1, data: EventData(bytesDone: 1))
+        events.insert(stale, at: 4)
+        before = try sent()
+        let outcomes = try store.append(events, now: 4_000)
+        let used = try sent() - before
+        // BEGIN, lock the rows, read the leases, one INSERT per appended event, the last writes, COMMIT.
+        #expect(used <= count + 5, "append of \(events.count) events: \(used) statements")
+        #expect(outcomes.count == events.count)
+        #expect(throws: StoreError.versionConflict(expected: 1, actual: 3)) { try outcomes[4].get() }
+        #expect(outcomes.enumerated().allSatisfy { index, outcome in index == 4 || (try? outcome.get()) != nil })
+        let types = try store.events(jobID: claimed[3].record.id).map(\.type)
+        #expect(types == [.submitted, .claimed, .started])
+
+        // The worker's group commit: outcomes, then a claim of the next jobs, in one transaction.
+        let outcomesThenClaim = try claimed.map { job in
+            try PendingEvent(jobID: job.record.id, type: .succeeded, actor: "w", leaseToken: job.token,
+                             data: EventData(result: JobResult(size: 1)))
+        }
+        before = try sent()
+        let both = try store.append(outcomesThenClaim, now: 5_000,
+                                    thenClaim: ClaimRequest(owner: "w", queues: nil, limit: count, leaseMs: 60_000, now: 5_000))
+        let bothCost = try sent() - before
+        #expect(both.appended.allSatisfy { (try? $0.get()) != nil })
+        #expect(try both.claimed.get().count == count)
+        // BEGIN, lock, leases, the outcomes, their last writes, the claim and its jobs, the claim's last
+        // writes, a claim query finding nothing more, COMMIT.
+        #expect(bothCost <= 2 * count + 8, "\(count) outcomes and a claim: \(bothCost) statements")
+        #expect(try store.counts() == [.succeeded: count, .running: 2 * count])
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    /// The batch path with a savepoint per event is what runs when an event fails after it wrote; it
+    /// must give what the path without savepoints gives.
+    @Test("a batch with refused events gives the same outcomes and log with and without savepoints")
+    func batchPathsAgree() throws {
+        func run(_ label: String, savepoints: Bool) throws -> (outcomes: [String], log: [[EventType]]) {
+            let fixture = try PostgresFixture(label)
+            let store = try PostgresStore(url: fixture.url, mode: .create)
+            let ids = try store.submit((0..<3).map { k in uploadData(k) }, actor: "cli:test", now: 1_000).map(\.id)
+            let claimed = try store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 60_000, now: 2_000)
+            try #require(claimed.map(\.record.id) == ids)
+            let events = [
+                try started(claimed[0]),
+                // A stale version, a token that was never handed out, a report the lifecycle refuses.
+                try PendingEvent(jobID: ids[0], type: .progress, actor: "w", leaseToken: claimed[0].token, expectedVersion: 2,
+                                 data: EventData(bytesDone: 1)),
+                try PendingEvent(jobID: ids[1], type: .started, actor: "w", leaseToken: claimed[1].token + 100, data: EventData(attempt: 1)),
+                try PendingEvent(jobID: ids[2], type: .succeeded, actor: "w", leaseToken: claimed[2].token,
+                                 data: EventData(result: JobResult(size: 1))),
+                try PendingEvent(jobID: ids[2], type: .started, actor: "w", leaseToken: claimed[2].token, data: EventData(attempt: 1)),
+                try started(claimed[1]),
+                try PendingEvent(jobID: ids[0], type: .succeeded, actor: "w", leaseToken: claimed[0].token,
+                                 data: EventData(result: JobResult(size: 1))),
+            ]
+            let outcomes = try store.writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
+                if savepoints { return try connection.appendBatch(events, now: 3_000) }
+                return try connection.appendBatchWithoutSavepoints(events, now: 3_000, abandoned: FastPathAbandoned())
+            }
+            #expect(try store.replay(verify: true).isConsistent)
+            let described = outcomes.map { outcome in
+                switch outcome {
+                case .success(let event): "\(event.type.rawValue) v\(event.version)"
+                case .failure(let error): "\(error)".replacingOccurrences(of: ids[0], with: "A").replacingOccurrences(of: ids[1], with: "B")
+                    .replacingOccurrences(of: ids[2], with: "C")
+                }
+            }
+            return (described, try ids.map { id in try store.events(jobID: id).map(\.type) })
+        }
+        let without = try run("batchfast", savepoints: false)
+        let with = try run("batchsavepoints", savepoints: true)
+        #expect(without.outcomes == with.outcomes)
+        #expect(without.log == with.log)
+        #expect(without.log == [[.submitted, .claimed, .started, .succeeded], [.submitted, .claimed, .started], [.submitted, .claimed, .succeeded]])
+        #expect(without.outcomes.filter { $0.hasPrefix("started") || $0.hasPrefix("succeeded") }.count == 4, "\(without.outcomes)")
+    }
+
+    @Test("held-back writes become WITH clauses in front of the next statement, their parameters renumbered after each other")
+    func heldWritesStatement() {
+        let writes = [
+            PostgresBatchWriter.HeldWrite(table: "jobs", sql: "UPDATE jobs SET state = $1 WHERE id = $2", parameters: [.text("running"), .text("a")]),
+            PostgresBatchWriter.HeldWrite(table: "leases", sql: "DELETE FROM leases WHERE job_id = $1", parameters: [.text("b")]),
+        ]
+        let (sql, parameters) = PostgresBatchWriter.statement(writes, then: "INSERT INTO events (job_id, data) VALUES ($1, $2::text[]) RETURNING seq",
+                                                              [.text("c"), .text("{}")])
+        #expect(sql == "WITH w0 AS (UPDATE jobs SET state = $1 WHERE id = $2), w1 AS (DELETE FROM leases WHERE job_id = $3) "
+                     + "INSERT INTO events (job_id, data) VALUES ($4, $5::text[]) RETURNING seq")
+        #expect(parameters == [.text("running"), .text("a"), .text("b"), .text("c"), .text("{}")])
+        #expect(PostgresBatchWriter.renumbered("VALUES ($1, $10, $2)", by: 9) == "VALUES ($10, $19, $11)")
+        #expect(PostgresBatchWriter.statement([], then: "SELECT $1", [.integer(1)]).0 == "SELECT $1")
+    }
+}
+
+private func uploadData(_ k: Int) -> JobSpec {
+    JobSpec(kind: .uploadData, destination: "file://budget/\(k).txt", data: Data("x".utf8))
+}
+
+/// `started` of attempt 1 under the claim's token.
+private func started(_ claimed: ClaimedJob) throws -> PendingEvent {
+    try PendingEvent(jobID: claimed.record.id, type: .started, actor: "w", leaseToken: claimed.token, data: EventData(attempt: 1))
+}
