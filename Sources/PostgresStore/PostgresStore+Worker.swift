@@ -147,12 +147,4 @@ extension PostgresConnection {
         }
         return claimed
     }
-
-    /// The next fencing token from the `lease_tokens` sequence (never rolled back, only grows).
-    func nextLeaseToken() throws(StoreError) -> Int64 {
-        guard let token = try row("SELECT nextval('lease_tokens')", [], { (row) throws(StoreError) in try row.integer(0) }) else {
-            throw StoreError.corrupt("the lease_tokens sequence returned nothing")
-        }
-        return token
-    }
 }
