@@ -85,6 +85,13 @@ def parse_time(text):
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000.0
 
 
+def event_ms(event):
+    """An event's time in milliseconds: `history --json` gives `at_ms` (and `at` as RFC 3339 text)."""
+    if "at_ms" in event:
+        return float(event["at_ms"])
+    return parse_time(event["at"])
+
+
 def latency(ids):
     folder = os.environ["HISTORY_DIR"]
     for job_id in ids:
@@ -95,7 +102,7 @@ def latency(ids):
         if submitted is None or claimed is None:
             print(f"{job_id}: no submitted/claimed pair", file=sys.stderr)
             continue
-        print(f"{parse_time(claimed['time']) - parse_time(submitted['time']):.1f}")
+        print(f"{event_ms(claimed) - event_ms(submitted):.1f}")
 
 
 def rss_kib(path):
