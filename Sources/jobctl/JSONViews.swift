@@ -242,6 +242,15 @@ struct ResumePointView: Encodable {
             self.generation = generation
             self.etag = etag
             self.tempPath = tempPath
+        case .slicedDownload(_, let generation, let tempPath, _):
+            type = "sliced_download"
+            sessionURI = nil
+            confirmedOffset = nil
+            total = nil
+            bytesWritten = resume.bytesDone
+            self.generation = generation
+            etag = nil
+            self.tempPath = tempPath
         }
     }
 
