@@ -221,8 +221,11 @@ struct ResumePointView: Encodable {
     let generation: String?
     let etag: String?
     let tempPath: String?
+    /// A sliced download's slices: start, length and the bytes confirmed from the start.
+    let slices: [DownloadSlice]?
 
     init(_ resume: ResumePoint, display: Display) {
+        if case .slicedDownload(let slices, _, _, _) = resume { self.slices = slices } else { slices = nil }
         switch resume {
         case .upload(let session, let offset, let total):
             type = "upload"
@@ -255,7 +258,7 @@ struct ResumePointView: Encodable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case type, total, generation, etag
+        case type, total, generation, etag, slices
         case sessionURI = "session_uri", confirmedOffset = "confirmed_offset", bytesWritten = "bytes_written", tempPath = "temp_path"
     }
 }
