@@ -5,9 +5,10 @@
 #
 #   --quick      64 MiB transfers and 2,000 queue jobs instead of 512 MiB and 10,000 (about 3 minutes)
 #   --runs N     runs per benchmark (default 5; fewer is allowed for trying things out, not for results)
-#   --only LIST  comma-separated subset of: download,upload,local,queue,latency,pg,smallfiles
+#   --only LIST  comma-separated subset of: download,upload,local,queue,latency,pg,smallfiles,sliced
 #                (pg: PostgreSQL drain with 1, 2, 4 worker processes vs SQLite, claim/pickup latency;
-#                smallfiles: 2,000 × 16 KiB up to and back from nginx at concurrency 16 vs curl --parallel)
+#                smallfiles: 2,000 × 16 KiB up to and back from nginx at concurrency 16 vs curl --parallel;
+#                sliced: a gs:// download sliced vs single-stream, nginx serving the JSON API's read paths)
 #
 # Uses .build/release/jobctl, or $JOBCTL_BIN. Starts its own nginx in a temporary directory, runs jobctl and
 # its peer (curl, rclone, cp, huey) interleaved in every run, prints a Markdown table and writes it, with
@@ -19,14 +20,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH="$ROOT/bench"
 MODE=full
 RUNS=5
-ONLY="download,upload,local,queue,latency,pg,smallfiles"
+ONLY="download,upload,local,queue,latency,pg,smallfiles,sliced"
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) MODE=quick ;;
     --runs) shift; RUNS=${1:?--runs needs a number} ;;
     --only) shift; ONLY=${1:?--only needs a list} ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 64 ;;
   esac
   shift
@@ -52,6 +53,7 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 TOOLS="/usr/bin/time timeout"
 if want download || want upload || want local; then TOOLS="$TOOLS curl nginx rclone"; fi
 if want smallfiles; then TOOLS="$TOOLS curl nginx"; fi
+if want sliced; then TOOLS="$TOOLS nginx"; fi
 for tool in $TOOLS; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "$tool" ] || die "missing $tool (make bench installs it)"
 done
@@ -92,6 +94,8 @@ trap 'exit 130' INT TERM
 . "$BENCH/pg_bench.sh"
 # shellcheck source=bench/smallfiles_bench.sh
 . "$BENCH/smallfiles_bench.sh"
+# shellcheck source=bench/sliced_bench.sh
+. "$BENCH/sliced_bench.sh"
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SAMPLES"; }
@@ -487,6 +491,7 @@ if want queue; then queue_benchmark; fi
 if want latency; then latency_benchmark; fi
 if want pg; then pg_benchmark; fi
 if want smallfiles; then smallfiles_benchmark; fi
+if want sliced; then sliced_benchmark; fi
 {
   echo "finished=$(date -u +%Y-%m-%dT%H:%M:%SZ) ($(( ($(now_ns) - START_NS) / 1000000000 )) s)"
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
