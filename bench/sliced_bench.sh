@@ -15,6 +15,7 @@ sliced_benchmark() {
   mb=$(awk -v b="$bytes" 'BEGIN { printf "%.6f", b / 1e6 }')
   local media="$WWW/download/storage/v1/b/bench/o" meta="$WWW/storage/v1/b/bench/o"
   mkdir -p "$s/out" "$media" "$meta"
+  echo "sliced_mib=$mib" >>"$META"
   log "creating a ${mib} MiB object for the sliced-download benchmark"
   head -c "$bytes" /dev/urandom >"$media/big.bin"
   "$PY" - "$media/big.bin" "$meta/big.bin" "$bytes" <<'EOF'

@@ -124,6 +124,8 @@ final class SlicedDownloadState: Sendable {
         var written: [Int64]
         var crcs: [CRC32C]
         var sinceCheckpoint: Int64 = 0
+        /// Per slice, the bytes from its start already handed to write-back.
+        var writeBack: [Int64]
     }
 
     /// Guards the fill and every use of the partial file: the slices' sinks write from the curl engine's
@@ -145,7 +147,8 @@ final class SlicedDownloadState: Sendable {
             crcs.append(crc)
         }
         self.partial = partial
-        self.fill = Mutex(Fill(slices: slices, written: slices.map(\.confirmed), crcs: crcs))
+        self.fill = Mutex(Fill(slices: slices, written: slices.map(\.confirmed), crcs: crcs,
+                                writeBack: slices.map(\.confirmed)))
         self.generation = generation
         self.checkpoint = checkpoint
         self.progress = progress
@@ -189,6 +192,12 @@ final class SlicedDownloadState: Sendable {
             fill.crcs[index].update(bytes)
             fill.written[index] += count
             fill.sinceCheckpoint += count
+            // As a single-stream download does: the disk writes while the network delivers, so a
+            // checkpoint's sync (and the commit's) waits for little.
+            if fill.written[index] - fill.writeBack[index] >= PartialFile.writeBackStep {
+                partial.startWriteBack(at: slice.start + fill.writeBack[index], count: fill.written[index] - fill.writeBack[index])
+                fill.writeBack[index] = fill.written[index]
+            }
             progress(fill.written.reduce(0, +))
             guard fill.sinceCheckpoint >= FileSink.checkpointInterval else { return .success(nil) }
             do throws(StorageError) {

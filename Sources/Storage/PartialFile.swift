@@ -176,6 +176,12 @@ public final class PartialFile {
         }
     }
 
+    /// Asks the kernel to start writing `count` bytes at `offset` out now (a slice's bytes since its last
+    /// step), so the next `sync()` waits for little — what `write(_:)` does every `writeBackStep` bytes.
+    public func startWriteBack(at offset: Int64, count: Int64) {
+        file.startWriteBack(at: offset, count: count)
+    }
+
     /// Re-reads `count` bytes at `offset` in chunks: a resumed slice's confirmed prefix, to hash it again.
     public func readBack(at offset: Int64, count: Int64, chunk: (UnsafeRawBufferPointer) -> Void) throws(StorageError) {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: LocalFiles.bufferSize, alignment: 16)
