@@ -102,6 +102,14 @@ import TestSupport
             let run = try workspace.jobctl(["worker", "--drain"], environment: [name: value])
             #expect(run.status != 0 && run.stderr.contains("\(name) must be"), "\(name): \(run.stderr)")
         }
+        // The configuration file's keys stand for the variables: shown by `config`, checked by the worker.
+        try workspace.write("xdg/jobctl/config.yaml", "sliced_threshold: 64MiB\nslices: 8\n")
+        let fromFile = try ConfigCommandTests.settings(try ConfigCommandTests.run(workspace, ["config", "--json"]))
+        #expect(fromFile["sliced_threshold"]?["value"] == "64MiB" && fromFile["sliced_threshold"]?["variable"] == "JOBCTL_SLICED_THRESHOLD")
+        #expect(fromFile["slices"]?["value"] == "8" && fromFile["slices"]?["variable"] == "JOBCTL_SLICES")
+        try workspace.write("xdg/jobctl/config.yaml", "sliced_threshold: 5\n")
+        let refused = try ConfigCommandTests.run(workspace, ["--db", workspace.database, "worker", "--drain"])
+        #expect(refused.status != 0 && refused.stderr.contains("JOBCTL_SLICED_THRESHOLD must be between"), "\(refused.stderr)")
         let help = try workspace.jobctl(["help", "worker"])
         #expect(help.stdout.contains("--sliced-threshold <size>") && help.stdout.contains("--slices <count>"), "\(help.stdout)")
     }
