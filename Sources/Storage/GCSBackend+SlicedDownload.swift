@@ -10,7 +10,7 @@ extension GCSBackend {
     /// threshold, GCS reports its CRC32C (slices are checked by combining theirs; MD5 cannot be
     /// combined, so a job asking for MD5 downloads in one stream), and no single-stream download of this
     /// generation is under way (its bytes are continued as they are).
-    func slices(_ object: StorageObject, md5: Bool, resumingFrom resume: ResumePoint?) -> Bool {
+    func downloadsInSlices(_ object: StorageObject, md5: Bool, resumingFrom resume: ResumePoint?) -> Bool {
         guard let threshold = configuration.slicedThreshold, object.size >= threshold, object.size > 0,
               object.generation != nil, object.crc32c != nil, !md5 else { return false }
         if case .download(let written, let generation, _, _, _)? = resume, written > 0, generation == object.generation { return false }

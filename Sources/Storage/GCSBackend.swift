@@ -570,7 +570,7 @@ public struct GCSBackend: StorageBackend {
         }
         // `skip-identical`: GCS reports every object's CRC32C in its metadata.
         if let settled = try rule.skipsDownload(of: object, crc32c: object.crc32c, to: destination) { return settled }
-        if slices(object, md5: md5, resumingFrom: resumePoint) {
+        if downloadsInSlices(object, md5: md5, resumingFrom: resumePoint) {
             return try await slicedDownload(object, of: reference, to: destination, replacing: replacing, resumingFrom: resumePoint,
                                             control: control, report: report)
         }

@@ -107,6 +107,34 @@ import TestSupport
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
     }
 
+    @Test func aShortSliceAnswerIsRetryableAndNeverCommitted() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        // The last slice's answer loses its final 1,000 bytes (and says so in Content-Length).
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(3 * (6 << 20) / 4)-")),
+                      .rewriteResponse { _, response in
+                          response.body = response.body.dropLast(1000)
+                          response.setHeader("Content-Length", String(response.body.count))
+                      }),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-short")
+        let reference = "gs://\(server.bucket)/short.bin"
+        let bytes = Self.payload(6 << 20)
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+
+        let destination = directory.file("short.bin")
+        let job = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let error = try failure(await run(backend, job))
+        #expect(error.retryable && error.message.contains("ended after \((6 << 20) - 1000) of \(6 << 20) bytes"), "\(error)")
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        // The retry (the rule is spent) completes the object.
+        #expect(try finished(await run(backend, job)).verified == [.crc32c])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+    }
+
     @Test func aStoppedDownloadResumesOnlyWhatEachSliceLacks() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
