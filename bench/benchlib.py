@@ -212,6 +212,8 @@ def report(samples_path, meta_path, out_path):
     row("Idle pickup latency, p90", "ms", "latency", "p90_ms", "huey", better="lower")
     row("2,000 × 16 KiB upload-file to nginx (PUT), concurrency 16", "files/s", "smallfiles-up", "files_per_s", "curl")
     row("2,000 × 16 KiB download-file from nginx, concurrency 16", "files/s", "smallfiles-down", "files_per_s", "curl")
+    row(f"gs:// download {meta.get('sliced_mib', size)} MiB to disk, 4 slices vs one stream (nginx serving the JSON API)", "MB/s", "sliced-download", "mbps",
+        "jobctl-single-stream")
 
     extra = []
     for bench, label in (("download", "HTTP download"), ("upload", "HTTP upload"), ("local", "local upload"),

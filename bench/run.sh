@@ -5,9 +5,10 @@
 #
 #   --quick      64 MiB transfers and 2,000 queue jobs instead of 512 MiB and 10,000 (about 3 minutes)
 #   --runs N     runs per benchmark (default 5; fewer is allowed for trying things out, not for results)
-#   --only LIST  comma-separated subset of: download,upload,local,queue,latency,pg,smallfiles
+#   --only LIST  comma-separated subset of: download,upload,local,queue,latency,pg,smallfiles,sliced
 #                (pg: PostgreSQL drain with 1, 2, 4 worker processes vs SQLite, claim/pickup latency;
-#                smallfiles: 2,000 × 16 KiB up to and back from nginx at concurrency 16 vs curl --parallel)
+#                smallfiles: 2,000 × 16 KiB up to and back from nginx at concurrency 16 vs curl --parallel;
+#                sliced: a gs:// download sliced vs single-stream, nginx serving the JSON API's read paths)
 #                biglog: audit, replay --verify, stats, size per job and drain rate on a log grown to
 #                BIGLOG_SIZES finished jobs (default 100000 250000; --quick 20000) on BIGLOG_ENGINES
 #                (default "sqlite postgres"); memory: worker peak RSS at concurrency 64 over small
@@ -23,14 +24,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH="$ROOT/bench"
 MODE=full
 RUNS=5
-ONLY="download,upload,local,queue,latency,pg,smallfiles"
+ONLY="download,upload,local,queue,latency,pg,smallfiles,sliced"
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) MODE=quick ;;
     --runs) shift; RUNS=${1:?--runs needs a number} ;;
     --only) shift; ONLY=${1:?--only needs a list} ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 64 ;;
   esac
   shift
@@ -59,6 +60,7 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 TOOLS="/usr/bin/time timeout"
 if want download || want upload || want local; then TOOLS="$TOOLS curl nginx rclone"; fi
 if want smallfiles; then TOOLS="$TOOLS curl nginx"; fi
+if want sliced; then TOOLS="$TOOLS nginx"; fi
 for tool in $TOOLS; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "$tool" ] || die "missing $tool (make bench installs it)"
 done
@@ -101,6 +103,8 @@ trap 'exit 130' INT TERM
 . "$BENCH/smallfiles_bench.sh"
 # shellcheck source=bench/biglog_bench.sh
 . "$BENCH/biglog_bench.sh"
+# shellcheck source=bench/sliced_bench.sh
+. "$BENCH/sliced_bench.sh"
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SAMPLES"; }
@@ -498,6 +502,7 @@ if want pg; then pg_benchmark; fi
 if want smallfiles; then smallfiles_benchmark; fi
 if want biglog; then biglog_benchmark; fi
 if want memory; then memory_benchmark; fi
+if want sliced; then sliced_benchmark; fi
 {
   echo "finished=$(date -u +%Y-%m-%dT%H:%M:%SZ) ($(( ($(now_ns) - START_NS) / 1000000000 )) s)"
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"

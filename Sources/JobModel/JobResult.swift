@@ -102,12 +102,50 @@ public enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// `file` is the temporary file's identity when it was written (absent in events logged before it
     /// was recorded): a resumed attempt appends only to that very file.
     case download(bytesWritten: Int64, generation: String?, etag: String?, tempPath: String?, file: FileIdentity? = nil)
+    /// A sliced download of one GCS generation: the object's byte ranges fetched in parallel into
+    /// `tempPath` (the very file `file`), each with the bytes from its start that are synced there.
+    /// A later attempt fetches only what each slice still lacks.
+    case slicedDownload(slices: [DownloadSlice], generation: String, tempPath: String, file: FileIdentity)
 
     /// Bytes that need not be sent again.
     public var bytesDone: Int64 {
         switch self {
         case .upload(_, let offset, _): offset
         case .download(let written, _, _, _, _): written
+        case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0 + $1.confirmed }
+        }
+    }
+}
+
+/// One byte range of a sliced download and how much of it is safely on disk.
+public struct DownloadSlice: Codable, Sendable, Equatable, Hashable {
+    /// The slice's first byte in the object.
+    public var start: Int64
+    /// The slice's length in bytes.
+    public var length: Int64
+    /// Bytes from `start` written and synced (0...length).
+    public var confirmed: Int64
+
+    public init(start: Int64, length: Int64, confirmed: Int64 = 0) {
+        self.start = start
+        self.length = length
+        self.confirmed = confirmed
+    }
+
+    /// Whether every byte of the slice is on disk.
+    public var isComplete: Bool { confirmed >= length }
+
+    /// `count` slices covering `size` bytes, in order, the first ones one byte longer when the size does
+    /// not divide evenly; fewer slices (at least one) when the object has fewer bytes than `count`.
+    public static func plan(size: Int64, count: Int) -> [DownloadSlice] {
+        let slices = Int64(max(1, min(Int64(count), max(size, 1))))
+        let base = size / slices
+        let extra = size % slices
+        var start: Int64 = 0
+        return (0..<slices).map { index in
+            let length = base + (index < extra ? 1 : 0)
+            defer { start += length }
+            return DownloadSlice(start: start, length: length)
         }
     }
 }

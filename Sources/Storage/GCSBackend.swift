@@ -570,6 +570,10 @@ public struct GCSBackend: StorageBackend {
         }
         // `skip-identical`: GCS reports every object's CRC32C in its metadata.
         if let settled = try rule.skipsDownload(of: object, crc32c: object.crc32c, to: destination) { return settled }
+        if downloadsInSlices(object, md5: md5, resumingFrom: resumePoint) {
+            return try await slicedDownload(object, of: reference, to: destination, replacing: replacing, resumingFrom: resumePoint,
+                                            control: control, report: report)
+        }
         let generation = object.generation
         var resume = resumePoint
         if case .download(_, let recorded, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
@@ -775,7 +779,7 @@ public struct GCSBackend: StorageBackend {
     }
 
     /// Maps a failed object request; a 404 is `bucketNotFound` when the bucket itself is missing.
-    private func objectError(_ response: HTTPResponse, reference: StorageReference, what: String) async -> StorageError {
+    func objectError(_ response: HTTPResponse, reference: StorageReference, what: String) async -> StorageError {
         var error = httpError(response, what: what)
         if response.status == 404 {
             let bucketURL = "\(endpoint)/storage/v1/b/\(reference.bucket)"
@@ -802,7 +806,7 @@ public struct GCSBackend: StorageBackend {
         "\(endpoint)/storage/v1/b/\(reference.bucket)/o/\(reference.encodedPath)"
     }
 
-    private func mediaURL(_ reference: StorageReference, generation: String?) -> String {
+    func mediaURL(_ reference: StorageReference, generation: String?) -> String {
         "\(endpoint)/download/storage/v1/b/\(reference.bucket)/o/\(reference.encodedPath)?alt=media"
             + (generation.map { "&generation=\($0)" } ?? "")
     }

@@ -82,6 +82,7 @@ public struct LeftoverFiles: Sendable {
         Set(resumePoints.compactMap { point -> String? in
             switch point {
             case .download(_, _, _, let temp, _): temp
+            case .slicedDownload(_, _, let temp, _): temp
             case .upload(let uri, _, _): LocalUploadSession(uri: uri)?.path
             }
         })

@@ -316,6 +316,22 @@ final class LocalFile {
         }
     }
 
+    /// Writes all of `bytes` at `offset` without moving the file position (`pwrite(2)`), looping over
+    /// short writes and EINTR: the writes of a sliced download, each at its slice's place.
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StorageError) {
+        var done = 0
+        while done < bytes.count {
+            let count = pwrite(descriptor, bytes.baseAddress.map { $0 + done }, bytes.count - done, off_t(offset + Int64(done)))
+            if count > 0 {
+                done += count
+            } else if count < 0 && errno == EINTR {
+                continue
+            } else {
+                throw failure(count == 0 ? ENOSPC : errno, "writing")
+            }
+        }
+    }
+
     /// Writes all of `data`.
     func write(_ data: Data) throws(StorageError) {
         // Data.withUnsafeBytes only rethrows untyped errors, so the typed one travels in a Result.

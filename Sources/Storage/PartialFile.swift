@@ -136,7 +136,67 @@ public final class PartialFile {
         return (file, name, written)
     }
 
+    /// Opens the temporary file of a sliced download of `size` bytes: the one `resume` names when it is
+    /// a `.slicedDownload` of this destination's temporary file, still the recorded inode and still
+    /// `size` bytes long (`resumed` is then true and the slices' confirmed bytes are valid); otherwise a
+    /// new temporary file, extended to `size` (sparse) so that every slice writes at its own offset.
+    /// The same safety as `init(destination:jobID:resumeFrom:)`: `O_NOFOLLOW`, the inode checked, a
+    /// file that is not ours never written to.
+    public convenience init(slicing destination: String, jobID: String?, size: Int64, resumeFrom resume: ResumePoint?) throws(StorageError) {
+        // A sliced resume point is read through the single-stream checks (same temp name, same inode) with
+        // its size as the byte count, so the file is kept at full length.
+        var translated: ResumePoint?
+        if case .slicedDownload(_, let generation, let tempPath, let identity)? = resume, size > 0 {
+            translated = .download(bytesWritten: size, generation: generation, etag: nil, tempPath: tempPath, file: identity)
+        }
+        try self.init(destination: destination, jobID: jobID, resumeFrom: translated)
+        if !resumed {
+            do {
+                try file.truncate(to: size)
+            } catch {
+                discard()
+                throw error
+            }
+        }
+        bytesWritten = size
+        writeBackStart = size
+    }
+
     deinit { file.close() }
+
+    /// Writes `bytes` at `offset` (a sliced download's slice), leaving `bytesWritten` — the file's full
+    /// size, set when it was opened — as it is. Errors as `write(_:)`.
+    public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StorageError) {
+        precondition(!finished, "PartialFile used after commit or discard")
+        do {
+            try file.write(bytes, at: offset)
+        } catch {
+            if file.failedForLackOfSpace { discard() }
+            throw error
+        }
+    }
+
+    /// Asks the kernel to start writing `count` bytes at `offset` out now (a slice's bytes since its last
+    /// step), so the next `sync()` waits for little — what `write(_:)` does every `writeBackStep` bytes.
+    public func startWriteBack(at offset: Int64, count: Int64) {
+        file.startWriteBack(at: offset, count: count)
+    }
+
+    /// Re-reads `count` bytes at `offset` in chunks: a resumed slice's confirmed prefix, to hash it again.
+    public func readBack(at offset: Int64, count: Int64, chunk: (UnsafeRawBufferPointer) -> Void) throws(StorageError) {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: LocalFiles.bufferSize, alignment: 16)
+        defer { buffer.deallocate() }
+        var done: Int64 = 0
+        while done < count {
+            let want = Int(min(Int64(buffer.count), count - done))
+            let read = try file.read(at: offset + done, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
+            guard read > 0 else {
+                throw StorageError(.internalError, "temporary file '\(tempPath)' is shorter than the \(offset + count) bytes recorded")
+            }
+            chunk(UnsafeRawBufferPointer(rebasing: buffer[0..<read]))
+            done += Int64(read)
+        }
+    }
 
     /// Where a later attempt continues from: the bytes written so far (synced by the caller), this
     /// temporary file and its identity, pinned to `generation` or `etag`.

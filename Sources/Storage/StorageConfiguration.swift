@@ -37,12 +37,27 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// The bandwidth every transfer run with this configuration (or a copy of it) shares: the worker's
     /// `--bwlimit`. Nil means no process-wide limit. Not part of `init`: set it after.
     public var bandwidth: SharedBandwidth?
+    /// GCS downloads to a file of at least this many bytes are sliced: `sliceCount` Range requests of one
+    /// generation in parallel, CRC32C per slice combined (as gcloud storage's
+    /// `sliced_object_download_threshold`). Nil turns slicing off. `JOBCTL_SLICED_THRESHOLD` or
+    /// `worker --sliced-threshold`; default 150 MiB.
+    public var slicedThreshold: Int64? = StorageConfiguration.defaultSlicedThreshold
+    /// How many slices a sliced download uses: `JOBCTL_SLICES` or `worker --slices`, within `sliceCountRange`.
+    public var sliceCount: Int = StorageConfiguration.defaultSliceCount
 
     public static let defaultChunkSize = 8 * 1024 * 1024
     /// GCS requires every chunk but the last to be a multiple of this.
     public static let chunkQuantum = 256 * 1024
     /// `JOBCTL_CHUNK_SIZE` values accepted: 256 KiB to 1 GiB (a chunk is re-sent whole after a failure).
     public static let chunkSizeRange = chunkQuantum...(1 << 30)
+    /// gcloud storage's default `sliced_object_download_threshold`.
+    public static let defaultSlicedThreshold: Int64 = 150 << 20
+    /// Thresholds accepted (besides 0/off): 1 MiB to 1 TiB.
+    public static let slicedThresholdRange: ClosedRange<Int64> = (1 << 20)...(1 << 40)
+    /// gcloud storage's default `sliced_object_download_max_components`.
+    public static let defaultSliceCount = 4
+    /// Slice counts accepted.
+    public static let sliceCountRange = 2...16
     /// Stall limits accepted: one second to one hour.
     public static let stallTimeoutRange = 1...3600
     /// Tokens are replaced five minutes before they expire, as Google's libraries do (within minutes).
@@ -133,6 +148,12 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         if let text = value("JOBCTL_STALL_TIMEOUT") {
             configuration.stallTimeout = try stallTimeout(parsing: text, from: "JOBCTL_STALL_TIMEOUT")
         }
+        if let text = value("JOBCTL_SLICED_THRESHOLD") {
+            configuration.slicedThreshold = try slicedThreshold(parsing: text, from: "JOBCTL_SLICED_THRESHOLD")
+        }
+        if let text = value("JOBCTL_SLICES") {
+            configuration.sliceCount = try sliceCount(parsing: text, from: "JOBCTL_SLICES")
+        }
         if let list = value("JOBCTL_REFUSE_EXECUTABLES") {
             configuration.executableUploadPolicy = try bucketList(list, variable: "JOBCTL_REFUSE_EXECUTABLES")
         }
@@ -189,6 +210,29 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         return seconds
     }
 
+    /// A sliced-download threshold (`150MiB`, `1048576`) within `slicedThresholdRange`, or nil for `0`
+    /// and `off` (no slicing); `source` names where the text came from in the error.
+    public static func slicedThreshold(parsing text: String, from source: String) throws(StorageError) -> Int64? {
+        if text.trimmingCharacters(in: .whitespaces).lowercased() == "off" { return nil }
+        guard let bytes = ByteSize.parse(text) else {
+            throw StorageError(.invalidArgument, "\(source) must be a size like 150MiB, or 0 or off to never slice downloads, not '\(text)'")
+        }
+        if bytes == 0 { return nil }
+        guard slicedThresholdRange.contains(bytes) else {
+            throw StorageError(.invalidArgument, "\(source) must be between 1 MiB and 1 TiB (or 0/off to never slice downloads), not '\(text)'")
+        }
+        return bytes
+    }
+
+    /// A slice count within `sliceCountRange`; `source` names where the text came from in the error.
+    public static func sliceCount(parsing text: String, from source: String) throws(StorageError) -> Int {
+        guard let count = Int(text.trimmingCharacters(in: .whitespaces)), sliceCountRange.contains(count) else {
+            throw StorageError(.invalidArgument,
+                               "\(source) must be a whole number of slices from \(sliceCountRange.lowerBound) to \(sliceCountRange.upperBound), not '\(text)'")
+        }
+        return count
+    }
+
     /// `host:port` or `http(s)://host[:port]` (a trailing `/` allowed), as Google's clients read
     /// `STORAGE_EMULATOR_HOST`; returns `scheme://host[:port]`.
     static func emulatorEndpoint(_ text: String) throws(StorageError) -> String {
@@ -232,6 +276,6 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         "StorageConfiguration(gcsEndpoint: \(gcsEndpoint), token: \(accessToken == nil ? "none" : "set (hidden)"), "
             + "tokenCommand: \(tokenCommand == nil ? "none" : "set"), "
             + "credentials: \(googleCredentials.map { "\($0)" } ?? "none"), chunkSize: \(chunkSize), buckets: \(localBucketsDirectory), "
-            + "stallTimeout: \(stallTimeout) s, trust: \(certificateTrust))"
+            + "stallTimeout: \(stallTimeout) s, slicedThreshold: \(slicedThreshold.map(String.init) ?? "off"), slices: \(sliceCount), trust: \(certificateTrust))"
     }
 }

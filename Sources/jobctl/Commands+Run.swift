@@ -11,7 +11,7 @@ extension Commands {
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
         options: [Options.concurrency, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
                   Options.logFormat, Options.quiet, Options.verbose, Options.metrics, Options.metricsAllowRemote,
-                  Options.bandwidthLimit, Options.json.help("Print the exit summary as JSON.")],
+                  Options.bandwidthLimit, Options.slicedThreshold, Options.slices, Options.json.help("Print the exit summary as JSON.")],
         discussion: """
         Run as many worker processes on one database as you like. SIGTERM or SIGINT stops claiming, pauses
         running transfers at their resume point, releases their leases and exits 0 within 10 seconds — also
@@ -24,8 +24,14 @@ extension Commands {
         GCE_METADATA_HOST, else the metadata server on a Google Compute Engine machine (its DMI product
         name); with none of these and gs:// jobs queued, one no_credentials warning at start (public
         buckets work anonymously); JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
-        JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR);
-        a bad value stops the worker before it starts.
+        JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR),
+        JOBCTL_SLICED_THRESHOLD, JOBCTL_SLICES; a bad value stops the worker before it starts.
+
+        Sliced downloads: a download-file job of a gs:// object of at least --sliced-threshold (default
+        150MiB, as gcloud storage) fetches the object's generation in --slices parallel Range requests
+        (default 4) into one partial file, checks each slice's CRC32C combined against the object's, and
+        checkpoints every slice's offset, so a restart fetches only what each slice still lacks. A job
+        asking for MD5 (checksums: [md5]) downloads in one stream, since MD5 cannot be combined.
 
         Logs go to standard error, one line per job transition: claimed, started or resumed, paused,
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
@@ -56,6 +62,8 @@ extension Commands {
         } catch { throw CommandFailure(error.message) }
         if let stall = try arguments.value(Options.stallTimeout) { storage.stallTimeout = stall }
         if let rate = try arguments.value(Options.bandwidthLimit) { storage.bandwidth = SharedBandwidth(rate: rate) }
+        if let threshold = try arguments.value(Options.slicedThreshold) { storage.slicedThreshold = threshold }
+        if let count = try arguments.value(Options.slices) { storage.sliceCount = count }
         let metricsAddress = try arguments.value(Options.metrics)
         if let metricsAddress, !metricsAddress.isLoopback, !arguments[Options.metricsAllowRemote] {
             throw UsageError("--metrics \(metricsAddress) is not a loopback address and the endpoint has no authentication; "

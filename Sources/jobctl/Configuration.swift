@@ -60,6 +60,8 @@ struct Setting: Sendable {
         Setting("token_command", .environment("JOBCTL_TOKEN_COMMAND"), default: "none", show: { _ in "REDACTED" }),
         Setting("ca_bundle", .environment("JOBCTL_CA_BUNDLE"), default: "the system's CAs"),
         Setting("refuse_executables", .environment("JOBCTL_REFUSE_EXECUTABLES"), default: "none"),
+        Setting("sliced_threshold", .environment("JOBCTL_SLICED_THRESHOLD"), default: "150MiB"),
+        Setting("slices", .environment("JOBCTL_SLICES"), default: "4"),
     ]
 }
 

@@ -180,6 +180,8 @@ enum Describe {
             "upload session, \(ByteSize.format(offset)) confirmed" + (total.map { " of \(ByteSize.format($0))" } ?? "")
         case .download(let written, let generation, _, _, _):
             "\(ByteSize.format(written)) written" + (generation.map { " (generation \($0))" } ?? "")
+        case .slicedDownload(let slices, let generation, _, _):
+            "\(ByteSize.format(resume.bytesDone)) written in \(slices.count) slices (generation \(generation))"
         }
     }
 

@@ -221,8 +221,11 @@ struct ResumePointView: Encodable {
     let generation: String?
     let etag: String?
     let tempPath: String?
+    /// A sliced download's slices: start, length and the bytes confirmed from the start.
+    let slices: [DownloadSlice]?
 
     init(_ resume: ResumePoint, display: Display) {
+        if case .slicedDownload(let slices, _, _, _) = resume { self.slices = slices } else { slices = nil }
         switch resume {
         case .upload(let session, let offset, let total):
             type = "upload"
@@ -242,11 +245,20 @@ struct ResumePointView: Encodable {
             self.generation = generation
             self.etag = etag
             self.tempPath = tempPath
+        case .slicedDownload(_, let generation, let tempPath, _):
+            type = "sliced_download"
+            sessionURI = nil
+            confirmedOffset = nil
+            total = nil
+            bytesWritten = resume.bytesDone
+            self.generation = generation
+            etag = nil
+            self.tempPath = tempPath
         }
     }
 
     enum CodingKeys: String, CodingKey {
-        case type, total, generation, etag
+        case type, total, generation, etag, slices
         case sessionURI = "session_uri", confirmedOffset = "confirmed_offset", bytesWritten = "bytes_written", tempPath = "temp_path"
     }
 }

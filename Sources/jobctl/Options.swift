@@ -164,6 +164,18 @@ enum Options {
         // `problem` returned nil, so the text parses.
         return TransferRate.parse(text) ?? 0
     }
+    static let slicedThreshold = Option<Int64?>("sliced-threshold", value: "size",
+                                                help: "Download gs:// objects of at least this size to files in parallel slices (1MiB to 1TiB; 0 or off: never; default $JOBCTL_SLICED_THRESHOLD, else 150MiB).") { text in
+        do throws(StorageError) {
+            return try StorageConfiguration.slicedThreshold(parsing: text, from: "--sliced-threshold")
+        } catch { throw UsageError(error.message) }
+    }
+    static let slices = Option<Int>("slices", value: "count",
+                                    help: "Slices of a sliced download, 2 to 16 (default $JOBCTL_SLICES, else 4).") { text in
+        do throws(StorageError) {
+            return try StorageConfiguration.sliceCount(parsing: text, from: "--slices")
+        } catch { throw UsageError(error.message) }
+    }
 
     // Watch.
     static let all = Flag("all", help: "Follow every job's events (until interrupted, or until idle with --exit-when-idle).")

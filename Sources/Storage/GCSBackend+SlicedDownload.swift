@@ -1,0 +1,241 @@
+import Checksums
+import Foundation
+import JobModel
+import Synchronization
+
+// MARK: - Sliced downloads
+
+extension GCSBackend {
+    /// Whether a download of `object` to a file is sliced: slicing is on, the object is at least the
+    /// threshold, GCS reports its CRC32C (slices are checked by combining theirs; MD5 cannot be
+    /// combined, so a job asking for MD5 downloads in one stream), and no single-stream download of this
+    /// generation is under way (its bytes are continued as they are).
+    func downloadsInSlices(_ object: StorageObject, md5: Bool, resumingFrom resume: ResumePoint?) -> Bool {
+        guard let threshold = configuration.slicedThreshold, object.size >= threshold, object.size > 0,
+              object.generation != nil, object.crc32c != nil, !md5 else { return false }
+        if case .download(let written, let generation, _, _, _)? = resume, written > 0, generation == object.generation { return false }
+        return true
+    }
+
+    /// Downloads `object` (pinned to its generation) as `configuration.sliceCount` Range requests run
+    /// in parallel on the curl engine, each writing at its own offsets into one partial file, as gcloud
+    /// storage does above `sliced_object_download_threshold`.
+    ///
+    /// - Every `FileSink.checkpointInterval` bytes (over all slices) the file is synced and a
+    ///   `.slicedDownload` resume point records each slice's confirmed bytes; a later attempt (after a
+    ///   pause, a failure or a crash) re-hashes those prefixes and requests only the rest of each slice.
+    /// - Each slice keeps its own CRC32C; the whole object's is their `CRC32C.combine`, compared with the
+    ///   object's. A mismatch removes the partial file and fails with `nonMatchingChecksum`.
+    func slicedDownload(_ object: StorageObject, of reference: StorageReference, to destination: String, replacing: Bool,
+                        resumingFrom resume: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let total = object.size
+        let generation = object.generation ?? ""
+        let url = mediaURL(reference, generation: generation)
+        var plan = DownloadSlice.plan(size: total, count: configuration.sliceCount)
+        var usable = resume
+        if case .slicedDownload(let recorded, let recordedGeneration, _, _)? = resume, recordedGeneration == generation,
+           recorded.map({ DownloadSlice(start: $0.start, length: $0.length) }) == plan,
+           recorded.allSatisfy({ $0.confirmed >= 0 && $0.confirmed <= $0.length }) {
+            plan = recorded
+        } else {
+            usable = nil
+        }
+        let partial = try PartialFile(slicing: destination, jobID: control.jobID, size: total, resumeFrom: usable)
+        if !partial.resumed { plan = plan.map { DownloadSlice(start: $0.start, length: $0.length) } }
+        let progress = ProgressThrottle(total: total, report: report)
+        let state = try SlicedDownloadState(partial: partial, slices: plan, generation: generation,
+                                            checkpoint: { point in report(.checkpoint(point, bytesTotal: total)) },
+                                            progress: { progress.update($0) })
+        progress.update(state.bytesWritten)
+
+        // One Range request per unfinished slice, all at once; the engine runs them side by side.
+        let results = await withTaskGroup(of: Result<HTTPResponse, TransferFailure>.self) { group in
+            for (index, slice) in plan.enumerated() where !slice.isComplete {
+                let request = HTTPRequest(method: "GET", url: url,
+                                          headers: ["Range: bytes=\(slice.start + slice.confirmed)-\(slice.start + slice.length - 1)"])
+                let sink = SliceSink(state: state, index: index)
+                group.addTask {
+                    do throws(TransferFailure) {
+                        return .success(try await send(request, control: control, sink: sink))
+                    } catch {
+                        return .failure(error)
+                    }
+                }
+            }
+            var results: [Result<HTTPResponse, TransferFailure>] = []
+            for await result in group { results.append(result) }
+            return results
+        }
+
+        // A stop wins over a failure (every slice shares the control); then the first failure.
+        var failure: StorageError?
+        var stop: StopReason?
+        for result in results {
+            switch result {
+            case .success(let response) where !response.isSuccess:
+                if failure == nil { failure = await objectError(response, reference: reference, what: "\(reference)") }
+            case .success: break
+            case .failure(.stopped(let reason)): if stop == nil { stop = reason }
+            case .failure(.failed(let error)): if failure == nil { failure = error }
+            }
+        }
+        if let stop {
+            if stop == .cancel {
+                partial.discard()
+                return .stopped(.cancel, nil)
+            }
+            let point = try state.confirm()
+            report(.checkpoint(point, bytesTotal: total))
+            return .stopped(stop, point)
+        }
+        if let failure {
+            // A retry continues every slice from what is synced now; a final failure leaves nothing behind.
+            if failure.retryable { _ = try? state.confirm() } else { partial.discard() }
+            throw failure
+        }
+        guard state.isComplete else {
+            _ = try? state.confirm()
+            throw StorageError(.unknown, "the sliced download ended after \(state.bytesWritten) of \(total) bytes; a retry fetches the rest",
+                               url: redactedURL(url), retryable: true)
+        }
+        let crc32c = state.combinedCRC32C
+        let verified: [ChecksumAlgorithm]
+        do {
+            verified = try Self.digests(of: object).verify(md5: nil, crc32c: crc32c, what: "downloaded file",
+                                                           remedy: "the copy was removed — download again")
+        } catch {
+            partial.discard()
+            throw error
+        }
+        let path = try partial.commit(replacing: replacing)
+        progress.update(total)
+        return .finished(JobResult(object: object, path: path, size: total, md5: nil, crc32c: crc32c, verified: verified))
+    }
+}
+
+// MARK: - Slices as they fill
+
+/// The slices of one sliced download as they fill: bytes written per slice, a CRC32C per slice, and the
+/// checkpoint cadence over all of them.
+final class SlicedDownloadState: Sendable {
+    private struct Fill {
+        var slices: [DownloadSlice]
+        var written: [Int64]
+        var crcs: [CRC32C]
+        var sinceCheckpoint: Int64 = 0
+        /// Per slice, the bytes from its start already handed to write-back.
+        var writeBack: [Int64]
+    }
+
+    /// Guards the fill and every use of the partial file: the slices' sinks write from the curl engine's
+    /// thread, the download's task reads and syncs after they end.
+    private let fill: Mutex<Fill>
+    // The partial file is only touched while `fill` is locked.
+    private nonisolated(unsafe) let partial: PartialFile
+    private let generation: String
+    private let checkpoint: @Sendable (ResumePoint) -> Void
+    private nonisolated(unsafe) let progress: (Int64) -> Void
+
+    /// Hashes each slice's confirmed prefix from the file (a resumed download) before anything is fetched.
+    init(partial: PartialFile, slices: [DownloadSlice], generation: String, checkpoint: @escaping @Sendable (ResumePoint) -> Void,
+         progress: @escaping (Int64) -> Void) throws(StorageError) {
+        var crcs: [CRC32C] = []
+        for slice in slices {
+            var crc = CRC32C()
+            if slice.confirmed > 0 { try partial.readBack(at: slice.start, count: slice.confirmed) { crc.update($0) } }
+            crcs.append(crc)
+        }
+        self.partial = partial
+        self.fill = Mutex(Fill(slices: slices, written: slices.map(\.confirmed), crcs: crcs,
+                                writeBack: slices.map(\.confirmed)))
+        self.generation = generation
+        self.checkpoint = checkpoint
+        self.progress = progress
+    }
+
+    /// Bytes written over all slices.
+    var bytesWritten: Int64 { fill.withLock { $0.written.reduce(0, +) } }
+
+    /// Whether every slice has all its bytes.
+    var isComplete: Bool { fill.withLock { fill in zip(fill.slices, fill.written).allSatisfy { $1 == $0.length } } }
+
+    /// The whole object's CRC32C (base64), combined from the slices' in order.
+    var combinedCRC32C: String {
+        fill.withLock { fill in
+            // The CRC of no bytes is 0, so the first slice's CRC comes through the first combine unchanged.
+            var value: UInt32 = 0
+            for (slice, crc) in zip(fill.slices, fill.crcs) {
+                value = CRC32C.combine(value, crc.value, secondLength: slice.length)
+            }
+            let bytes = Data([UInt8(value >> 24), UInt8((value >> 16) & 0xFF), UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF)])
+            return bytes.base64EncodedString()
+        }
+    }
+
+    /// Writes one answer's bytes at slice `index`'s next offset; past the slice's end is an error (a
+    /// server that ignored the Range). Syncs and reports a checkpoint every `FileSink.checkpointInterval`.
+    func write(_ bytes: UnsafeRawBufferPointer, slice index: Int) throws(StorageError) {
+        let outcome: Result<ResumePoint?, StorageError> = fill.withLock { fill in
+            let slice = fill.slices[index]
+            let count = Int64(bytes.count)
+            guard fill.written[index] + count <= slice.length else {
+                return .failure(StorageError(.unknown, "the server sent more than the \(slice.length) bytes asked for at offset \(slice.start) "
+                                                 + "(it ignored the Range header); the partial download was kept — try again",
+                                             retryable: true))
+            }
+            do throws(StorageError) {
+                try partial.write(bytes, at: slice.start + fill.written[index])
+            } catch {
+                return .failure(error)
+            }
+            fill.crcs[index].update(bytes)
+            fill.written[index] += count
+            fill.sinceCheckpoint += count
+            // As a single-stream download does: the disk writes while the network delivers, so a
+            // checkpoint's sync (and the commit's) waits for little.
+            if fill.written[index] - fill.writeBack[index] >= PartialFile.writeBackStep {
+                partial.startWriteBack(at: slice.start + fill.writeBack[index], count: fill.written[index] - fill.writeBack[index])
+                fill.writeBack[index] = fill.written[index]
+            }
+            progress(fill.written.reduce(0, +))
+            guard fill.sinceCheckpoint >= FileSink.checkpointInterval else { return .success(nil) }
+            do throws(StorageError) {
+                return .success(try confirmLocked(&fill))
+            } catch {
+                return .failure(error)
+            }
+        }
+        if let point = try outcome.get() { checkpoint(point) }
+    }
+
+    /// Syncs the file and records every slice's written bytes as confirmed; returns the resume point.
+    func confirm() throws(StorageError) -> ResumePoint {
+        let outcome: Result<ResumePoint, StorageError> = fill.withLock { fill in
+            do throws(StorageError) { return .success(try confirmLocked(&fill)) } catch { return .failure(error) }
+        }
+        return try outcome.get()
+    }
+
+    private func confirmLocked(_ fill: inout Fill) throws(StorageError) -> ResumePoint {
+        try partial.sync()
+        for index in fill.slices.indices { fill.slices[index].confirmed = fill.written[index] }
+        fill.sinceCheckpoint = 0
+        return .slicedDownload(slices: fill.slices, generation: generation, tempPath: partial.tempPath, file: partial.identity)
+    }
+}
+
+/// The response sink of one slice's Range request.
+final class SliceSink: ResponseBodySink, Sendable {
+    private let state: SlicedDownloadState
+    private let index: Int
+
+    init(state: SlicedDownloadState, index: Int) {
+        self.state = state
+        self.index = index
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        try state.write(bytes, slice: index)
+    }
+}

@@ -1,0 +1,116 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// Sliced downloads through the real worker: a worker SIGKILLed mid-way is replaced by another, which
+/// fetches only what each slice still lacked; and the options' ranges.
+@Suite struct SlicedDownloadCommandTests {
+    /// The media GET ranges the proxy saw, from exchange `from` on.
+    private static func mediaRanges(_ proxy: FaultProxy, from: Int = 0) -> [String] {
+        proxy.exchanges.dropFirst(from).filter { $0.request.method == "GET" && $0.request.target.contains("alt=media") }
+            .compactMap { $0.request.header("Range") }
+    }
+
+    @Test("a worker SIGKILLed mid-way: the next one fetches only the rest of each unfinished slice", arguments: StoreEngine.allCases)
+    func killedMidWayResumesSliceBySlice(engine: StoreEngine) throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let workspace = try CLIWorkspace("cli-sliced", engine: engine)
+        defer { workspace.directory.remove() }
+        let size = 16 << 20
+        let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 16) })
+        try bytes.write(to: URL(fileURLWithPath: workspace.directory.file("big.bin")))
+        let environment = ["STORAGE_EMULATOR_HOST": proxy.baseURL, "HOME": workspace.directory.path]
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let upload = try workspace.write("up.yaml", "- {kind: upload-file, source: big.bin, destination: gs://\(server.bucket)/big.bin}\n")
+        #expect(try workspace.jobctl(["submit", upload], environment: environment).status == 0)
+        let uploaded = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(uploaded.status == 0, "\(uploaded.stderr)")
+
+        // The first worker is held mid-way without timing: the first two slices come whole (8 MiB: one
+        // checkpoint), the third answers nothing and the fourth stops after 1 MiB, until the worker dies.
+        let quarter = size / 4
+        proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(2 * quarter)-")),
+                            .stallInResponse(afterBytes: 0, seconds: 300)))
+        proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(3 * quarter)-")),
+                            .stallInResponse(afterBytes: 1 << 20, seconds: 300)))
+        let id = try #require(try workspace.submit("- {kind: download-file, source: gs://\(server.bucket)/big.bin, destination: out/big.bin}\n").first)
+        let first = Process()
+        first.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        first.arguments = ["--db", workspace.database, "worker", "--lease", "1s", "--sliced-threshold", "1MiB", "--slices", "4"]
+        first.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        first.currentDirectoryURL = URL(fileURLWithPath: workspace.directory.path)
+        first.standardOutput = FileHandle.nullDevice
+        let firstLog = workspace.directory.file("first-worker.log")
+        #expect(FileManager.default.createFile(atPath: firstLog, contents: nil))
+        first.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: firstLog))
+        try first.run()
+        func resumePoint() throws -> [String: Any]? {
+            let shown = try workspace.jobctl(["show", id, "--json"])
+            guard shown.status == 0, let job = try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any] else { return nil }
+            return job["resume_point"] as? [String: Any]
+        }
+        // Wait for the first checkpoint in the log, then kill the worker without warning.
+        let checkpointed = try eventuallyTrue(seconds: 60) { try resumePoint()?["type"] as? String == "sliced_download" }
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        #expect(checkpointed, "the worker logged no sliced checkpoint: \((try? String(contentsOfFile: firstLog, encoding: .utf8)) ?? "")")
+        let firstRound = proxy.exchanges.count
+        #expect(Self.mediaRanges(proxy).count == 4, "\(Self.mediaRanges(proxy))")
+
+        let point = try #require(try resumePoint())
+        let slices = try #require(point["slices"] as? [[String: Any]])
+        let recorded = slices.compactMap { slice -> (start: Int, length: Int, confirmed: Int)? in
+            guard let start = slice["start"] as? Int, let length = slice["length"] as? Int, let confirmed = slice["confirmed"] as? Int else { return nil }
+            return (start, length, confirmed)
+        }
+        #expect(recorded.count == 4 && recorded.map(\.length).reduce(0, +) == size, "\(slices)")
+        let done = recorded.map(\.confirmed).reduce(0, +)
+        #expect(done >= 8 << 20 && done < size, "\(slices)")
+
+        // A second worker takes the job over once the lease ran out and finishes it.
+        let second = try workspace.jobctl(["worker", "--drain", "--sliced-threshold", "1MiB"], environment: environment)
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: workspace.directory.file("out/big.bin"))) == bytes)
+        let result = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+        #expect(result["state"] as? String == "succeeded", "\(result)")
+        let resumed = Self.mediaRanges(proxy, from: firstRound)
+        let expected = recorded.filter { $0.confirmed < $0.length }.map { "bytes=\($0.start + $0.confirmed)-\($0.start + $0.length - 1)" }
+        #expect(Set(resumed) == Set(expected) && resumed.count == expected.count, "\(resumed) vs \(expected)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("out/.big.bin.\(id).jobctl-partial")))
+    }
+
+    @Test("--sliced-threshold and --slices: valid values start the worker, others exit 64 naming the option")
+    func optionRanges() throws {
+        let workspace = try CLIWorkspace("cli-sliced-options")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        for arguments in [["--sliced-threshold", "1MiB"], ["--sliced-threshold", "off"], ["--sliced-threshold", "0"],
+                          ["--sliced-threshold", "1TiB"], ["--slices", "2"], ["--slices", "16"]] {
+            let run = try workspace.jobctl(["worker", "--drain"] + arguments)
+            #expect(run.status == 0, "\(arguments): \(run.stderr)")
+        }
+        for (arguments, option) in [(["--sliced-threshold", "1000"], "--sliced-threshold"), (["--sliced-threshold", "2TiB"], "--sliced-threshold"),
+                                    (["--sliced-threshold", "big"], "--sliced-threshold"),
+                                    (["--slices", "1"], "--slices"), (["--slices", "17"], "--slices"), (["--slices", "four"], "--slices")] {
+            let run = try workspace.jobctl(["worker", "--drain"] + arguments)
+            #expect(run.status == 64 && run.stderr.hasPrefix("Error: \(option) must be"), "\(arguments): \(run.status) \(run.stderr)")
+        }
+        for (name, value) in [("JOBCTL_SLICED_THRESHOLD", "10"), ("JOBCTL_SLICES", "99")] {
+            let run = try workspace.jobctl(["worker", "--drain"], environment: [name: value])
+            #expect(run.status != 0 && run.stderr.contains("\(name) must be"), "\(name): \(run.stderr)")
+        }
+        // The configuration file's keys stand for the variables: shown by `config`, checked by the worker.
+        try workspace.write("xdg/jobctl/config.yaml", "sliced_threshold: 64MiB\nslices: 8\n")
+        let fromFile = try ConfigCommandTests.settings(try ConfigCommandTests.run(workspace, ["config", "--json"]))
+        #expect(fromFile["sliced_threshold"]?["value"] == "64MiB" && fromFile["sliced_threshold"]?["variable"] == "JOBCTL_SLICED_THRESHOLD")
+        #expect(fromFile["slices"]?["value"] == "8" && fromFile["slices"]?["variable"] == "JOBCTL_SLICES")
+        try workspace.write("xdg/jobctl/config.yaml", "sliced_threshold: 5\n")
+        let refused = try ConfigCommandTests.run(workspace, ["--db", workspace.database, "worker", "--drain"])
+        #expect(refused.status != 0 && refused.stderr.contains("JOBCTL_SLICED_THRESHOLD must be between"), "\(refused.stderr)")
+        let help = try workspace.jobctl(["help", "worker"])
+        #expect(help.stdout.contains("--sliced-threshold <size>") && help.stdout.contains("--slices <count>"), "\(help.stdout)")
+    }
+}

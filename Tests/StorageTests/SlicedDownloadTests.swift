@@ -1,0 +1,194 @@
+import Checksums
+import Foundation
+import JobModel
+@testable import Storage
+import Testing
+import TestSupport
+
+/// Sliced downloads against the GCS emulator, through the fault proxy for its request log: Range
+/// requests of one generation, CRC32C per slice combined, a corrupted slice refused, a stopped download
+/// resumed slice by slice.
+@Suite struct SlicedDownloadTests {
+    /// Deterministic bytes that differ from one MiB to the next.
+    private static func payload(_ size: Int) -> Data {
+        Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 20) })
+    }
+
+    private static func backend(_ proxy: FaultProxy, slicedThreshold: Int64? = 1 << 20, slices: Int = 4) -> GCSBackend {
+        var configuration = StorageConfiguration(gcsEndpoint: proxy.baseURL, usesEmulator: true, firebaseEndpoint: proxy.baseURL,
+                                                 stallTimeout: 30, connectTimeout: 5)
+        configuration.slicedThreshold = slicedThreshold
+        configuration.sliceCount = slices
+        return GCSBackend(configuration: configuration)
+    }
+
+    /// The media GETs the proxy saw, as (target, Range header).
+    private static func mediaGets(_ proxy: FaultProxy) -> [(target: String, range: String?)] {
+        proxy.exchanges.filter { $0.request.method == "GET" && $0.request.target.contains("alt=media") }
+            .map { ($0.request.target, $0.request.header("Range")) }
+    }
+
+    @Test func sixMiBInFourRangeRequestsOfOneGeneration() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced")
+        let bytes = Self.payload(6 << 20)
+        let reference = "gs://\(server.bucket)/big/six.bin"
+        let stored = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        let generation = try #require(stored.object?.generation)
+
+        let destination = directory.file("six.bin")
+        let result = try finished(await run(backend, JobSpec(kind: .downloadFile, source: reference, destination: destination)))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+        #expect(result.verified == [.crc32c] && result.crc32c == hashes(bytes).crc32c && result.md5 == nil)
+
+        let gets = Self.mediaGets(proxy)
+        let quarter = (6 << 20) / 4
+        let expected = (0..<4).map { "bytes=\($0 * quarter)-\(($0 + 1) * quarter - 1)" }
+        #expect(gets.count == 4, "\(gets)")
+        #expect(Set(gets.compactMap(\.range)) == Set(expected), "\(gets)")
+        #expect(gets.allSatisfy { $0.target.contains("generation=\(generation)") }, "\(gets)")
+        #expect(!FileManager.default.fileExists(atPath: PartialFile.tempPath(for: destination)))
+    }
+
+    @Test func belowTheThresholdOrAskingForMD5DownloadsInOneStream() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-sliced-one")
+        let bytes = Self.payload(2 << 20)
+        let reference = "gs://\(server.bucket)/two.bin"
+        _ = try finished(await run(Self.backend(proxy), JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+
+        // 2 MiB under a 4 MiB threshold: one plain GET.
+        let above = Self.backend(proxy, slicedThreshold: 4 << 20)
+        _ = try finished(await run(above, JobSpec(kind: .downloadFile, source: reference, destination: directory.file("a"))))
+        #expect(Self.mediaGets(proxy).map(\.range) == [nil])
+        // Over the threshold but the job asks for MD5, which cannot be combined: one stream, MD5 checked.
+        var md5Job = JobSpec(kind: .downloadFile, source: reference, destination: directory.file("b"))
+        md5Job.checksums = [.md5]
+        let checked = try finished(await run(Self.backend(proxy), md5Job))
+        #expect(checked.md5 == hashes(bytes).md5 && checked.verified?.contains(.md5) == true)
+        #expect(Self.mediaGets(proxy).map(\.range) == [nil, nil])
+        // Slicing off: one stream too.
+        _ = try finished(await run(Self.backend(proxy, slicedThreshold: nil), JobSpec(kind: .downloadFile, source: reference,
+                                                                                        destination: directory.file("c"))))
+        #expect(Self.mediaGets(proxy).count == 3)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("c"))) == bytes)
+    }
+
+    @Test func aCorruptedSliceFailsTheChecksumAndLeavesNoFile() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        // The third slice's answer has one byte flipped on the way.
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(2 * (6 << 20) / 4)-")),
+                      .rewriteResponse { _, response in
+                          if !response.body.isEmpty { response.body[response.body.startIndex + 1000] ^= 0xFF }
+                      }),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-bad")
+        let reference = "gs://\(server.bucket)/bad.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Self.payload(6 << 20))))
+
+        let destination = directory.file("bad.bin")
+        let error = try failure(await run(backend, JobSpec(kind: .downloadFile, source: reference, destination: destination)))
+        #expect(error.code == .nonMatchingChecksum && !error.retryable, "\(error)")
+        #expect(error.message.contains("CRC32C"), "\(error.message)")
+        #expect(proxy.exchanges.contains { $0.faults.contains("rewrite response") })
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        #expect(!FileManager.default.fileExists(atPath: PartialFile.tempPath(for: destination)))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
+    }
+
+    @Test func aShortSliceAnswerIsRetryableAndNeverCommitted() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        // The last slice's answer loses its final 1,000 bytes (and says so in Content-Length).
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(3 * (6 << 20) / 4)-")),
+                      .rewriteResponse { _, response in
+                          response.body = response.body.dropLast(1000)
+                          response.setHeader("Content-Length", String(response.body.count))
+                      }),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-short")
+        let reference = "gs://\(server.bucket)/short.bin"
+        let bytes = Self.payload(6 << 20)
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+
+        let destination = directory.file("short.bin")
+        let job = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let error = try failure(await run(backend, job))
+        #expect(error.retryable && error.message.contains("ended after \((6 << 20) - 1000) of \(6 << 20) bytes"), "\(error)")
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        // The retry (the rule is spent) completes the object.
+        #expect(try finished(await run(backend, job)).verified == [.crc32c])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+    }
+
+    @Test func aStoppedDownloadResumesOnlyWhatEachSliceLacks() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        // Slow answers (64 KiB every 10 ms) so the first checkpoint (8 MiB over all slices) comes long
+        // before the end.
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-resume")
+        let size = 16 << 20
+        let bytes = Self.payload(size)
+        let reference = "gs://\(server.bucket)/sixteen.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .trickleResponse(bytes: 64 << 10, interval: 0.01),
+                            times: 4))
+
+        let destination = directory.file("sixteen.bin")
+        let job = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let control = TransferControl()
+        // Pause at the first checkpoint, as a worker does on SIGTERM.
+        let recorder = EventRecorder { event in if case .checkpoint = event { control.stop(.pause) } }
+        let outcome = await run(backend, job, control: control, recorder: recorder)
+        guard case .success(.stopped(.pause, let point?)) = outcome,
+              case .slicedDownload(let slices, _, let tempPath, _) = point else {
+            Issue.record("expected a pause with a sliced resume point, got \(outcome)")
+            return
+        }
+        #expect(slices.count == 4 && point.bytesDone >= 8 << 20 && point.bytesDone < Int64(size), "\(slices)")
+        #expect(tempPath == PartialFile.tempPath(for: destination))
+        let firstRound = Self.mediaGets(proxy).count
+        #expect(firstRound == 4)
+
+        // The resumed attempt asks for the rest of each unfinished slice, nothing of a finished one.
+        let resumed = try finished(await run(backend, job, resume: point))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+        #expect(resumed.verified == [.crc32c])
+        let second = Self.mediaGets(proxy).dropFirst(firstRound).compactMap(\.range)
+        let expected = slices.filter { !$0.isComplete }.map { "bytes=\($0.start + $0.confirmed)-\($0.start + $0.length - 1)" }
+        #expect(Set(second) == Set(expected) && second.count == expected.count, "\(second) vs \(expected)")
+    }
+
+    @Test func slicePlansCoverTheObjectOnce() {
+        #expect(DownloadSlice.plan(size: 10, count: 4).map(\.length) == [3, 3, 2, 2])
+        #expect(DownloadSlice.plan(size: 10, count: 4).map(\.start) == [0, 3, 6, 8])
+        #expect(DownloadSlice.plan(size: 2, count: 4).map(\.length) == [1, 1])
+        #expect(DownloadSlice.plan(size: 6 << 20, count: 4).allSatisfy { $0.length == (6 << 20) / 4 })
+    }
+
+    @Test func existingResumePointsKeepTheirJSON() throws {
+        let download = ResumePoint.download(bytesWritten: 5, generation: "7", etag: nil, tempPath: "/t/.x.jobctl-partial")
+        #expect(String(decoding: try JSONEncoder().encode(download), as: UTF8.self).hasPrefix("{\"download\":{"))
+        let sliced = ResumePoint.slicedDownload(slices: [DownloadSlice(start: 0, length: 4, confirmed: 2)], generation: "7",
+                                                tempPath: "/t/.x.jobctl-partial", file: FileIdentity(device: 1, inode: 2))
+        let decoded = try JSONDecoder().decode(ResumePoint.self, from: JSONEncoder().encode(sliced))
+        #expect(decoded == sliced && decoded.bytesDone == 2)
+    }
+}
