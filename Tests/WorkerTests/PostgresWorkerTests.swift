@@ -186,12 +186,13 @@ import TestSupport
         try server.stop()
         // Every worker notices: its next poll fails, it logs a store error, keeps running and retries
         // (a second store error while the server is still down).
-        let reported = eventually(seconds: 20) {
-            workers.allSatisfy { $0.log.components(separatedBy: "\"store_error\"").count - 1 >= 2 }
-        }
+        // (A wide window: under a loaded machine a worker may be inside a slow statement or a backoff when
+        // the server goes; what matters is that each reports and retries, not how fast.)
+        let storeErrors = { workers.map { $0.log.components(separatedBy: "\"store_error\"").count - 1 } }
+        let reported = eventually(seconds: 60) { storeErrors().allSatisfy { $0 >= 2 } }
         try server.start()
-        print("PostgreSQL was down for \(String(format: "%.1f", Date().timeIntervalSince(outage))) s")
-        try #require(reported, "a worker did not report the outage: \(workers.map(\.log))")
+        print("PostgreSQL was down for \(String(format: "%.1f", Date().timeIntervalSince(outage))) s; store errors logged: \(storeErrors())")
+        try #require(reported, "a worker did not report the outage (store errors: \(storeErrors())): \(workers.map(\.log))")
         #expect(workers.allSatisfy { $0.process.isRunning })
 
         // Both go on: the first batch finishes, and a batch submitted after the restart is worked too.
