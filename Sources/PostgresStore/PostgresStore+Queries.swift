@@ -34,13 +34,7 @@ extension PostgresStore {
     /// REPEATABLE READ snapshot.
     public func forEachJob(filter: JobFilter, passes: Int,
                            _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
-        guard filter.limit == nil else {
-            let jobs = try jobs(filter: filter)
-            for pass in 1...max(1, passes) {
-                for job in jobs.reversed() { try body(pass, job) }
-            }
-            return
-        }
+        guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, body) }
         guard let (select, parameters) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return }
         let query = select + " ORDER BY created_at_ms, seq"
         try readTransaction { (connection) throws(StoreError) in

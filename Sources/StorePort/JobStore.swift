@@ -256,6 +256,13 @@ extension JobStore {
     /// oldest first.
     public func forEachJob(filter: JobFilter, passes: Int,
                            _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
+        try forEachListedJob(filter: filter, passes: passes, body)
+    }
+
+    /// `forEachJob` from a list read in memory (newest first, handed over oldest first): the default, and
+    /// what streaming adapters do for a `--limit`ed selection, which is small by definition.
+    public func forEachListedJob(filter: JobFilter, passes: Int,
+                                 _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
         let jobs = try jobs(filter: filter)
         for pass in 1...max(1, passes) {
             for job in jobs.reversed() { try body(pass, job) }
