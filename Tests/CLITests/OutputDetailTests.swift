@@ -13,9 +13,11 @@ import TestSupport
     @Test func drainExitsTwoWhenAJobFailed() throws {
         let workspace = try CLIWorkspace("drain-exit")
         defer { workspace.directory.remove() }
+        let closed = ClosedLoopbackPort()
+        defer { withExtendedLifetime(closed) {} }
         _ = try workspace.submit("""
         - {kind: upload-data, data: fine, destination: "file://drain/ok.txt"}
-        - {kind: download-memory, source: "http://127.0.0.1:\(freeLoopbackPort())/missing", max_attempts: 1}
+        - {kind: download-memory, source: "http://\(closed.hostAndPort)/missing", max_attempts: 1}
         """)
         let failed = try workspace.jobctl(["worker", "--drain", "--json"])
         #expect(failed.status == 2, "\(failed.stderr)")
@@ -181,7 +183,9 @@ import TestSupport
     @Test func retriesAreMentionedOnlyWhenScheduled() throws {
         let workspace = try CLIWorkspace("retry-wording")
         defer { workspace.directory.remove() }
-        let ids = try workspace.submit("- {kind: download-memory, source: \"http://127.0.0.1:\(freeLoopbackPort())/down\", max_attempts: 1}\n")
+        let closed = ClosedLoopbackPort()
+        defer { withExtendedLifetime(closed) {} }
+        let ids = try workspace.submit("- {kind: download-memory, source: \"http://\(closed.hostAndPort)/down\", max_attempts: 1}\n")
         #expect(try workspace.jobctl(["worker", "--drain"]).status == 2)
         for arguments in [["show", ids[0]], ["show", ids[0], "--json"], ["history", ids[0]], ["history", ids[0], "--json"],
                           ["audit", "--csv"], ["watch", ids[0]], ["result", ids[0]]] {

@@ -53,7 +53,9 @@ import TestSupport
         let workspace = try CLIWorkspace("metrics")
         defer { workspace.directory.remove() }
         // A port nothing listens on: the retried job's connections are refused (a retryable failure).
-        let closedPort = freeLoopbackPort()
+        let closed = ClosedLoopbackPort()
+        defer { withExtendedLifetime(closed) {} }
+        let closedPort = closed.port
         let ids = try workspace.submit("""
             - {kind: upload-data, data: hello, destination: "file://m/a.txt"}
             - {kind: upload-data, data: "hello, world", destination: "file://m/b.txt", queue: other}

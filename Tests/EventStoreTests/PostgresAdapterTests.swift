@@ -57,7 +57,11 @@ struct PostgresAdapterTests {
     /// a larger one must still change the data version, or an idle worker would never see that job.
     @Test("the data version changes for every commit, also one of a smaller seq after a larger one")
     func dataVersionSeesOutOfOrderCommits() throws {
-        let url = try PostgresServer.shared().makeSchema("pgversion")
+        // A server of its own: the data version follows the cluster-wide snapshot, which other tests'
+        // transactions on a shared server move at any moment.
+        let server = try PostgresServer.makePrivate()
+        defer { server.shutDown() }
+        let url = try server.makeSchema("pgversion")
         let watcher = try PostgresStore(url: url, mode: .create)
         let writer = try PostgresStore(url: url, mode: .readWrite)
         let slow = try PostgresConnection(url)

@@ -361,7 +361,9 @@ struct GCSBackendTests {
 
     @Test("connection refused is a retryable error with curl's text as the cause")
     func connectionRefused() async throws {
-        let port = freeLoopbackPort()
+        let closed = ClosedLoopbackPort()
+        defer { withExtendedLifetime(closed) {} }
+        let port = closed.port
         let backend = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: "http://127.0.0.1:\(port)", connectTimeout: 5))
         let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://bucket/object")))
         #expect(error.retryable)

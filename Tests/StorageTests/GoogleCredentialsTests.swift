@@ -277,8 +277,9 @@ struct GoogleCredentialsTests {
 
     @Test("a metadata host where nothing listens fails retryably, naming the variable")
     func metadataServerDown() async throws {
-        let tokens = GCSTokenSource(accessToken: nil, tokenCommand: nil,
-                                    google: .metadataServer(host: "127.0.0.1:\(freeLoopbackPort())"))
+        let closed = ClosedLoopbackPort()
+        let tokens = GCSTokenSource(accessToken: nil, tokenCommand: nil, google: .metadataServer(host: closed.hostAndPort))
+        defer { withExtendedLifetime(closed) {} }
         let error = await #expect(throws: StorageError.self) { try await tokens.authorizationHeader() }
         #expect(error?.code == .unauthenticated)
         #expect(error?.retryable == true)

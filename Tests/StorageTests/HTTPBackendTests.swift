@@ -148,7 +148,9 @@ struct HTTPBackendTests {
     @Test("connection refused is retryable")
     func connectionRefused() async throws {
         let backend = HTTPBackend(configuration: configuration())
-        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:\(freeLoopbackPort())/x?access_token=SECRET")))
+        let closed = ClosedLoopbackPort()
+        defer { withExtendedLifetime(closed) {} }
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "http://\(closed.hostAndPort)/x?access_token=SECRET")))
         #expect(error.retryable)
         #expect(error.url?.contains("SECRET") == false)
     }

@@ -89,6 +89,38 @@ private final class OutputBox: @unchecked Sendable {
     var data = Data()
 }
 
+/// A TCP port on 127.0.0.1 where nothing listens, for as long as this value lives: a socket is bound to it
+/// and never listens, so a connection is refused (RST) and no other test's server can take the port
+/// meanwhile (the socket does not set SO_REUSEADDR). `freeLoopbackPort()` releases its port at once, so a
+/// server started by a concurrent test could answer there instead.
+public final class ClosedLoopbackPort: @unchecked Sendable {
+    public let port: Int
+    private let descriptor: Int32
+
+    public init() {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+        }
+        precondition(fd >= 0 && bound == 0, "could not bind a loopback port: errno \(errno)")
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        descriptor = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    deinit { close(descriptor) }
+
+    /// `127.0.0.1:PORT`.
+    public var hostAndPort: String { "127.0.0.1:\(port)" }
+}
+
 /// A free TCP port on 127.0.0.1 (bound then released; good enough for test servers).
 public func freeLoopbackPort() -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
