@@ -28,7 +28,7 @@ struct EngineTests {
                 let result = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/f\(index).txt")))
                 #expect(result.data == Data("file \(index)".utf8))
             }
-            let lines = server.accessLog.split(separator: "\n").filter { $0.contains("GET /f") }
+            let lines = server.accessLogLines(atLeast: 5) { $0.contains("GET /f") }
             #expect(lines.count == 5)
             lastLines = lines
             let connections = Set(lines.map { $0.split(separator: " ").dropLast().last.map(String.init) ?? "" })
@@ -132,7 +132,7 @@ struct EngineTests {
         let result = try finished(await run(refreshing, JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt")))
         #expect(result.data == payload)
         #expect(FileManager.default.fileExists(atPath: marker))
-        let unauthorised = server.accessLog.split(separator: "\n").filter { $0.contains(" 401 ") }
+        let unauthorised = server.accessLogLines(atLeast: 1) { $0.contains(" 401 ") }
         #expect(unauthorised.count == 1, "exactly one request was refused before the refresh")
 
         let fixed = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: server.baseURL, accessToken: "bad-fixed-token", connectTimeout: 5))

@@ -90,7 +90,7 @@ struct HTTPBackendTests {
         }
         #expect(try fileMD5(destination) == fileMD5(server.root + "/big.bin"))
         // nginx logged the second request as a 206 carrying only the missing bytes.
-        let lines = server.accessLog.split(separator: "\n").filter { $0.contains("GET /big.bin") }
+        let lines = server.accessLogLines(atLeast: 2) { $0.contains("GET /big.bin") }
         let last = try #require(lines.last)
         let fields = last.split(separator: "\"")[2].split(separator: " ")   // ` 206 BYTES `
         #expect(fields.first == "206")

@@ -228,6 +228,19 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
     /// nginx's access log, one request a line:
     /// `ADDR [TIME] "REQUEST" STATUS BODY_BYTES "RANGE" CONNECTION_ID REQUESTS_ON_CONNECTION`.
     public var accessLog: String { (try? String(contentsOfFile: directory.file("access.log"), encoding: .utf8)) ?? "" }
+
+    /// The access log's lines that `matching` accepts, once there are at least `count` of them. nginx writes
+    /// a request's line after it has sent the response, so a client can be done before the line is there:
+    /// this polls for up to `seconds`, then returns what there is (the caller's expectation then fails).
+    public func accessLogLines(atLeast count: Int, seconds: Double = 5,
+                               matching: (Substring) -> Bool = { _ in true }) -> [Substring] {
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            let lines = accessLog.split(separator: "\n").filter(matching)
+            if lines.count >= count || Date() >= deadline { return lines }
+            usleep(20_000)
+        }
+    }
 }
 
 /// Peak resident memory of this process so far (`VmHWM` in /proc/self/status), in bytes.

@@ -51,9 +51,9 @@ extension NginxServer {
 
     /// Whether the access log shows a ranged GET of `path` answered 206 starting at byte `offset`.
     func servedRange(_ path: String, from offset: Int64) -> Bool {
-        accessLog.split(separator: "\n").contains { line in
+        !accessLogLines(atLeast: 1) { line in
             line.contains("\"GET \(path) HTTP/1.1\" 206 ") && line.contains("\"bytes=\(offset)-\"")
-        }
+        }.isEmpty
     }
 }
 
