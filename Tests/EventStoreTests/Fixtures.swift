@@ -71,7 +71,7 @@ struct StoreFixture {
         case .postgres:
             let store = try #require(store as? PostgresStore)
             let (query, parameters) = Self.postgres(text, values)
-            try store.withConnection { (connection) throws(StoreError) in try connection.store(query, parameters) }
+            _ = try store.withConnection { (connection) throws(StoreError) in try connection.store(query, parameters) }
         }
     }
 

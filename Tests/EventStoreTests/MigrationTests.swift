@@ -187,7 +187,7 @@ struct MigrationTests {
             == "no database at \(missing): run `jobctl submit` or `jobctl migrate` to create one")
         // An empty file (touched, or left by a crash before the first migration) is no database either.
         let empty = directory.file("empty.db")
-        FileManager.default.createFile(atPath: empty, contents: nil)
+        #expect(FileManager.default.createFile(atPath: empty, contents: nil), "could not create a file the test needs")
         #expect(throws: StoreError.noDatabase(path: empty)) { _ = try EventStore(path: empty, mode: mode) }
         #expect(try Data(contentsOf: URL(fileURLWithPath: empty)).isEmpty)
         // Another program's SQLite file is not turned into a queue.

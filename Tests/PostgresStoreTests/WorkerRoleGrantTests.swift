@@ -26,7 +26,7 @@ struct WorkerRoleGrantTests {
         #expect(granted.contains("events:INSERT,SELECT"), "\(granted)")
 
         // What a later migration does: a new table, then (on open) every granted role's share again.
-        try owner.withConnection { (connection) throws(StoreError) in try connection.store("CREATE TABLE later_state (x int)") }
+        _ = try owner.withConnection { (connection) throws(StoreError) in try connection.store("CREATE TABLE later_state (x int)") }
         #expect(try Self.privileges(server, roles) == granted)
         #expect(try owner.regrantWorkerRoles() == [roles.worker])
         #expect(try Self.privileges(server, roles) == (granted + ["later_state:DELETE,INSERT,SELECT,UPDATE"]).sorted())

@@ -162,7 +162,7 @@ import TestSupport
         #expect(try store.job(id)?.attempts == 0)
 
         // The server now fails: the next attempt ends in a retryable 503.
-        FileManager.default.createFile(atPath: "\(nginx.root)/gate.fail", contents: Data("fail".utf8))
+        #expect(FileManager.default.createFile(atPath: "\(nginx.root)/gate.fail", contents: Data("fail".utf8)), "could not create a file the test needs")
         let second = try JobctlProcess.worker(database: database, logDirectory: directory.path)
         defer { second.signal(SIGKILL) }
         try #require(try eventually(seconds: 20) { try store.events(jobID: id).contains { $0.type == .attemptFailed } },

@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 import TestSupport
 
 /// nginx for the worker suite: besides WebDAV PUT and ranged GET at `/`, a rate-limited `/slow/` (so
@@ -33,7 +34,7 @@ extension NginxServer {
     func setFast(_ fast: Bool) {
         let marker = "\(root)/slow.fast"
         if fast {
-            FileManager.default.createFile(atPath: marker, contents: Data("fast".utf8))
+            #expect(FileManager.default.createFile(atPath: marker, contents: Data("fast".utf8)), "could not create a file the test needs")
         } else {
             try? FileManager.default.removeItem(atPath: marker)
         }
@@ -43,7 +44,7 @@ extension NginxServer {
     func setFlaky(_ flaky: Bool) {
         let marker = "\(root)/flaky.fail"
         if flaky {
-            FileManager.default.createFile(atPath: marker, contents: Data("fail".utf8))
+            #expect(FileManager.default.createFile(atPath: marker, contents: Data("fail".utf8)), "could not create a file the test needs")
         } else {
             try? FileManager.default.removeItem(atPath: marker)
         }

@@ -1,5 +1,6 @@
 import EventStore
 import Foundation
+import Testing
 import JobModel
 import TestSupport
 
@@ -14,7 +15,7 @@ final class JobctlProcess: @unchecked Sendable {
     init(database: String, arguments: [String], environment: [String: String] = [:], logDirectory: String,
          cleanSignalMask: Bool = false) throws {
         logPath = "\(logDirectory)/jobctl-\(UUID().uuidString.prefix(6)).log"
-        FileManager.default.createFile(atPath: logPath, contents: nil)
+        #expect(FileManager.default.createFile(atPath: logPath, contents: nil), "could not create a file the test needs")
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         if cleanSignalMask {
             // Python clears the mask and execs jobctl in the same process (same pid).
