@@ -47,7 +47,7 @@ public struct CRC32C: Sendable {
 
     /// Continues the CRC over `bytes`.
     public mutating func update(_ bytes: UnsafeRawBufferPointer) {
-        guard let base = bytes.baseAddress, bytes.count > 0 else { return }
+        guard bytes.baseAddress != nil, bytes.count > 0 else { return }
         switch implementation {
         case .hardware: updateWithHardware(bytes)
         case .table: updateWithTables(bytes)
