@@ -89,13 +89,9 @@ public struct HTTPBackend: StorageBackend {
     private func headMetadata(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
         let response: HTTPResponse
-        do throws(TransferFailure) {
-            response = try await engine.perform(HTTPRequest(method: "HEAD", url: url), control: control, options: configuration.curlOptions)
-        } catch {
-            switch error {
-            case .stopped(let reason): return .stopped(reason, nil)
-            case .failed(let failure): throw failure
-            }
+        switch try await exchange(HTTPRequest(method: "HEAD", url: url), control: control) {
+        case .stopped(let reason): return .stopped(reason, nil)
+        case .value(let answer): response = answer
         }
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
         let headers = response.headers
@@ -139,13 +135,9 @@ public struct HTTPBackend: StorageBackend {
     private func delete(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
         let response: HTTPResponse
-        do throws(TransferFailure) {
-            response = try await engine.perform(HTTPRequest(method: "DELETE", url: url), control: control, options: configuration.curlOptions)
-        } catch {
-            switch error {
-            case .stopped(let reason): return .stopped(reason, nil)
-            case .failed(let failure): throw failure
-            }
+        switch try await exchange(HTTPRequest(method: "DELETE", url: url), control: control) {
+        case .stopped(let reason): return .stopped(reason, nil)
+        case .value(let answer): response = answer
         }
         if response.status == 410 {
             throw StorageError(.objectNotFound, "\(redactedURL(url)) does not exist (410 Gone)", httpStatus: 410, url: redactedURL(url))
@@ -206,13 +198,9 @@ public struct HTTPBackend: StorageBackend {
     private func existingFile(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> StopOr<StorageObject?> {
         let url = reference.description
         let response: HTTPResponse
-        do throws(TransferFailure) {
-            response = try await engine.perform(HTTPRequest(method: "HEAD", url: url), control: control, options: configuration.curlOptions)
-        } catch {
-            switch error {
-            case .stopped(let reason): return .stopped(reason)
-            case .failed(let failure): throw failure
-            }
+        switch try await exchange(HTTPRequest(method: "HEAD", url: url), control: control) {
+        case .stopped(let reason): return .stopped(reason)
+        case .value(let answer): response = answer
         }
         if response.status == 404 || response.status == 410 { return .value(nil) }
         guard response.isSuccess else { throw httpError(response, what: "the look at \(redactedURL(url)) before uploading") }
@@ -226,6 +214,18 @@ public struct HTTPBackend: StorageBackend {
     enum StopOr<Value> {
         case value(Value)
         case stopped(StopReason)
+    }
+
+    /// One request without a body, its answer or the stop reason; a transfer failure is thrown as is.
+    private func exchange(_ request: HTTPRequest, control: TransferControl) async throws(StorageError) -> StopOr<HTTPResponse> {
+        do throws(TransferFailure) {
+            return .value(try await engine.perform(request, control: control, options: configuration.curlOptions))
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason)
+            case .failed(let failure): throw failure
+            }
+        }
     }
 
     /// How the hashes the server reported for the stored file (`x-goog-hash`, `x-amz-checksum-crc32c`)

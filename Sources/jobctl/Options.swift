@@ -299,16 +299,7 @@ enum TimeInput {
         case .invalid:
             break
         }
-        let formatter = ISO8601DateFormatter()
-        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]] {
-            formatter.formatOptions = options
-            guard let date = formatter.date(from: text) else { continue }
-            let seconds = date.timeIntervalSince1970
-            guard seconds.isFinite, seconds >= Double(earliestMs) / 1000, seconds <= Double(latestMs) / 1000 else {
-                throw UsageError("--\(option) \(text) is out of range: expected a time between 1970-01-01 and 9999-12-31")
-            }
-            return Int64((seconds * 1000).rounded())
-        }
+        if let ms = try absolute(text, option: option, dateOnly: false) { return ms }
         throw UsageError("--\(option) expects an RFC 3339 time (2026-12-01T02:00:00Z) or a duration from now (15m, 2h, 1d), not '\(text)'")
     }
 
@@ -321,8 +312,17 @@ enum TimeInput {
         case .invalid:
             break
         }
+        if let ms = try absolute(text, option: option, dateOnly: true) { return ms }
+        throw UsageError("--\(option) expects \(forms), not '\(text)'")
+    }
+
+    /// An RFC 3339 time (with or without fractional seconds; with `dateOnly`, also a plain date) in epoch
+    /// milliseconds, range-checked; nil when `text` is none of these.
+    private static func absolute(_ text: String, option: String, dateOnly: Bool) throws -> Int64? {
         let formatter = ISO8601DateFormatter()
-        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime], [.withFullDate]] {
+        var forms: [ISO8601DateFormatter.Options] = [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]]
+        if dateOnly { forms.append([.withFullDate]) }
+        for options in forms {
             formatter.formatOptions = options
             guard let date = formatter.date(from: text) else { continue }
             let seconds = date.timeIntervalSince1970
@@ -331,6 +331,6 @@ enum TimeInput {
             }
             return Int64((seconds * 1000).rounded())
         }
-        throw UsageError("--\(option) expects \(forms), not '\(text)'")
+        return nil
     }
 }
