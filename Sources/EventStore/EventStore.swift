@@ -123,7 +123,8 @@ public final class EventStore: JobStore, @unchecked Sendable {
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
         let owner = Mutex<WeakStore>(WeakStore())
-        self.executor = StoreExecutor(name: "jobctl-store") { (events, request) throws(StoreError) -> AppendAndClaimOutcome in
+        self.executor = StoreExecutor(name: "jobctl-store", busyRetryMs: Int64(busyTimeoutMs)) {
+            (events, request) throws(StoreError) -> AppendAndClaimOutcome in
             guard let store = owner.withLock({ $0.store }) else {
                 throw StoreError.io("the store was closed while appends were queued")
             }
@@ -277,11 +278,20 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// Calls queued on the executor and not yet taken (tests).
     var queuedCalls: Int { executor.queuedCount }
 
-    /// One group commit: the appends, then the claim when there is one, in one transaction.
+    /// How long a group commit waits for another process's write lock before it hands back to the
+    /// executor, which adds the appends queued meanwhile and tries again (until the busy timeout): about
+    /// one commit of another process, its fsync included.
+    static let groupCommitLockWaitNs: UInt64 = 1_000_000
+
+    /// One group commit: the appends, then the claim when there is one, in one transaction. Gives up
+    /// with `busy` (nothing written) after `groupCommitLockWaitNs` while another process holds the
+    /// write lock; the executor then gathers more and retries.
     private func groupCommit(_ events: [PendingEvent], thenClaim request: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
         let now = Clock.nowMs()
-        if let request { return try append(events, now: now, thenClaim: request) }
-        return AppendAndClaimOutcome(appended: try append(events, now: now), claimed: .success([]))
+        return try connection.withBusyWait(atMostNs: Self.groupCommitLockWaitNs) { () throws(StoreError) -> AppendAndClaimOutcome in
+            if let request { return try append(events, now: now, thenClaim: request) }
+            return AppendAndClaimOutcome(appended: try append(events, now: now), claimed: .success([]))
+        }
     }
 
     /// Runs `body` in one `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so the

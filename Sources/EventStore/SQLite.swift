@@ -46,6 +46,8 @@ final class SQLiteConnection {
     /// The busy timeout, and when the current wait for a lock began (monotonic clock).
     private var busyTimeoutNs: UInt64 = 0
     private var busyStartedNs: UInt64 = 0
+    /// A shorter limit for the waits of `withBusyWait(atMostNs:_:)`'s body, or nil.
+    private var busyWaitCapNs: UInt64?
     let path: String
     /// Job specs this connection has decoded, by their JSON text (see `DecodedSpecCache`).
     let decodedSpecs = DecodedSpecCache()
@@ -197,9 +199,18 @@ final class SQLiteConnection {
         clock_gettime(CLOCK_MONOTONIC, &now)
         let nowNs = UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
         if count == 0 { busyStartedNs = nowNs }
-        guard nowNs &- busyStartedNs < busyTimeoutNs else { return 0 }
+        guard nowNs &- busyStartedNs < min(busyTimeoutNs, busyWaitCapNs ?? .max) else { return 0 }
         usleep(useconds_t(min(1_000, 20 << min(count, 6))))
         return 1
+    }
+
+    /// Runs `body` with every wait for a lock cut short after `limitNs` (the busy timeout still applies
+    /// when it is shorter): a caller with other work to do while the lock is held elsewhere gets `busy`
+    /// soon instead of sleeping for the whole timeout.
+    func withBusyWait<T>(atMostNs limitNs: UInt64, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        busyWaitCapNs = limitNs
+        defer { busyWaitCapNs = nil }
+        return try body()
     }
 
     /// Refuses writes that could corrupt the file (`writable_schema`, raw page edits).
