@@ -58,6 +58,15 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// worker that waits is better than one that fails; SQLite waits only as long as the lock is held.
     public static let defaultBusyTimeoutMs: Int32 = 30_000
 
+    /// WAL pages after which a commit copies the WAL into the database file (a checkpoint, with two
+    /// fsyncs). SQLite's default is 1,000 pages (4 MiB); a draining worker's commits rewrite the same
+    /// hot pages (the jobs rows and their indexes) again and again, so a checkpoint every 4,000 pages
+    /// writes each of them once where four checkpoints did, and syncs a quarter as often, for a WAL file
+    /// of up to ~16 MiB on disk.
+    ///
+    /// See https://www.sqlite.org/pragma.html#pragma_wal_autocheckpoint
+    static let walCheckpointPages = 4_000
+
     /// The newest schema version this binary knows (the highest `migrations/sqlite/NNN_*.sql`).
     public static var knownSchemaVersion: Int { Migrator.latestVersion }
 
@@ -117,6 +126,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         } else {
             try Self.enableWAL(connection, timeoutMs: Int64(busyTimeoutMs))
             try connection.execute("PRAGMA synchronous = FULL")
+            try connection.execute("PRAGMA wal_autocheckpoint = \(Self.walCheckpointPages)")
             self.appliedMigrations = try Migrator.migrate(connection, now: Clock.nowMs())
         }
         self.connection = connection

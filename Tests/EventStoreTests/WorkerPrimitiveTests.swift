@@ -253,4 +253,24 @@ struct WorkerPrimitiveTests {
         }
         #expect(try store.replay(verify: true).isConsistent)
     }
+    static func walAutocheckpoint(_ store: EventStore) throws -> Int? {
+        try store.withConnection { (connection) throws(StoreError) -> Int? in
+            try connection.first("PRAGMA wal_autocheckpoint") { row in row.int(0) }
+        }
+    }
+
+    @Test("a writable store checkpoints its WAL every 4,000 pages; a read-only one leaves the setting alone")
+    func walCheckpointInterval() throws {
+        let fixture = try StoreFixture("store-wal-checkpoint")
+        defer { fixture.remove() }
+        let store = try #require(fixture.sqlite)
+        #expect(try Self.walAutocheckpoint(store) == 4_000)
+        _ = try fixture.submit()
+        let reader = try EventStore(path: fixture.path, readOnly: true)
+        #expect(try Self.walAutocheckpoint(reader) == 1_000)
+        // Commits past a checkpoint still read back whole.
+        let ids = try (0..<50).map { index in try fixture.submit(now: 2_000 + Int64(index)) }
+        #expect(try ids.allSatisfy { try store.job($0)?.state == .queued })
+        #expect(try store.replay(verify: true).isConsistent)
+    }
 }
