@@ -11,6 +11,7 @@ Subcommands (all output on stdout):
   latency ID...                         reads `jobctl history ID --json` files named ID.json in $HISTORY_DIR,
                                         prints one claimed - submitted latency (ms) per line
   rss-kib FILE                          "Maximum resident set size" from a `/usr/bin/time -v` report
+  cpu-seconds FILE                      user + system CPU seconds from a `/usr/bin/time -v` report
   report SAMPLES META OUT               renders the Markdown results from the raw samples
 """
 import json
@@ -112,6 +113,17 @@ def rss_kib(path):
                 print(line.rsplit(":", 1)[1].strip())
                 return
     print("")
+
+
+def cpu_seconds(path):
+    total = 0.0
+    found = 0
+    with open(path) as f:
+        for line in f:
+            if "User time (seconds)" in line or "System time (seconds)" in line:
+                total += float(line.rsplit(":", 1)[1].strip())
+                found += 1
+    print(f"{total:.3f}" if found == 2 else "")
 
 
 # ---------------------------------------------------------------- report
@@ -232,6 +244,10 @@ def report(samples_path, meta_path, out_path):
     mepj = samples.get(("drain-memory", "jobctl", "events_per_job"))
     if mepj:
         extra.append(f"| jobctl events per download-memory job (whole history) | {fmt(statistics.median(mepj))} | ≥ 4 |")
+    mcpu = samples.get(("drain-memory", "jobctl", "cpu_us_per_job"))
+    if mcpu:
+        extra.append(f"| jobctl worker CPU (user + sys) per download-memory job, 1 worker | {fmt(statistics.median(mcpu), 'µs')} "
+                     f"({spread('drain-memory', 'jobctl', 'cpu_us_per_job')}, n={len(mcpu)}) | — |")
     lat = samples.get(("latency", "jobctl", "sample_ms"))
     if lat:
         extra.append(f"| jobctl idle pickup, all samples pooled | median {fmt(statistics.median(lat), 'ms')}, "
@@ -321,6 +337,8 @@ def main(argv):
         latency(args)
     elif cmd == "rss-kib":
         rss_kib(args[0])
+    elif cmd == "cpu-seconds":
+        cpu_seconds(args[0])
     elif cmd == "report":
         report(*args)
     else:

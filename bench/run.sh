@@ -371,7 +371,7 @@ run_workers_timed() {
 
 # ------------------------------------------------------------------ 3. queue throughput
 queue_benchmark() {
-  local q="$WORK/queue" i t0 t1 rc db hdb s events huey_drain
+  local q="$WORK/queue" i t0 t1 rc db hdb s events huey_drain cpu
   mkdir -p "$q"
   "$PY" "$BENCH/benchlib.py" manifest "$JOBS" "$q/bucket" >"$q/jobs.yaml"
   "$PY" "$BENCH/benchlib.py" memory-manifest "$JOBS" "$q/objects" >"$q/memory.yaml"
@@ -413,6 +413,8 @@ queue_benchmark() {
     if jctl "$db" submit "$q/memory.yaml" >"$q/submit.out" 2>"$q/submit.err" && [ "$(wc -l <"$q/submit.out")" = "$JOBS" ]; then
       if run_worker_timed drain-memory "$db" "$q/memory-$i" "$JOBS" --concurrency "$MEMORY_CONCURRENCY"; then
         record drain-memory jobctl jobs_per_s "$(rate "$JOBS" "$ELAPSED")"
+        cpu=$("$PY" "$BENCH/benchlib.py" cpu-seconds "$q/memory-$i.time" 2>/dev/null || true)
+        if [ -n "$cpu" ]; then record drain-memory jobctl cpu_us_per_job "$(awk -v c="$cpu" -v n="$JOBS" 'BEGIN { printf "%.1f", c * 1e6 / n }')"; fi
         events=$("$PY" "$BENCH/benchlib.py" count-events "$db" 2>"$q/count.err" || echo "")
         if [ -n "$events" ]; then record drain-memory jobctl events_per_job "$(rate "$events" "$JOBS")"; fi
       fi

@@ -46,6 +46,8 @@ final class SQLiteConnection {
     /// The busy timeout, and when the current wait for a lock began (monotonic clock).
     private var busyTimeoutNs: UInt64 = 0
     private var busyStartedNs: UInt64 = 0
+    /// A shorter limit for the waits of `withBusyWait(atMostNs:_:)`'s body, or nil.
+    private var busyWaitCapNs: UInt64?
     let path: String
     /// Job specs this connection has decoded, by their JSON text (see `DecodedSpecCache`).
     let decodedSpecs = DecodedSpecCache()
@@ -59,6 +61,7 @@ final class SQLiteConnection {
     ///
     /// See https://www.sqlite.org/c3ref/open.html and https://www.sqlite.org/uri.html#uriimmutable
     init(path: String, readOnly: Bool, create: Bool, immutable: Bool = false) throws(StoreError) {
+        _ = Self.processConfiguration
         var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_PRIVATECACHE
         flags |= readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
         if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
@@ -78,6 +81,31 @@ final class SQLiteConnection {
         self.path = path
         sqlite3_extended_result_codes(db, 1)
     }
+
+    /// How large a statement journal may grow in memory before SQLite spills it to a temporary file.
+    ///
+    /// A statement journal holds the undo copies of the pages a savepoint (or a statement that may
+    /// abort) changes. Every event of a group commit runs in its own savepoint, and SQLite's default
+    /// (64 KiB, 16 pages) is exceeded by a claim of a few dozen jobs; from then until the commit every
+    /// savepoint wrote its pages to a file in the temporary directory — about 16 page writes per job of
+    /// a drain, two thirds of all its `pwrite` calls. The journal is only ever read to roll a savepoint
+    /// back inside its transaction, never for crash recovery (the WAL is), so keeping it in memory
+    /// changes nothing of durability; it is emptied when the outermost savepoint is released, so this
+    /// bounds the memory one savepoint or statement can take before spilling as before.
+    static let statementJournalSpillBytes: Int32 = 4 << 20
+
+    /// Process-wide settings made once, before the first connection opens (they must precede
+    /// `sqlite3_initialize`, which the first open calls). Set only here, so they cannot fail for a
+    /// reason of their own; if SQLite was already initialised they are refused with SQLITE_MISUSE and
+    /// SQLite keeps its defaults, which only costs speed.
+    ///
+    /// See https://www.sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigstmtjrnlspill
+    private static let processConfiguration: Bool = {
+        jobctl_sqlite3_config_statement_journal_spill(statementJournalSpillBytes) == SQLITE_OK
+    }()
+
+    /// Whether the process-wide settings took effect (tests).
+    static var isProcessConfigured: Bool { processConfiguration }
 
     deinit {
         cache.removeAll()
@@ -171,9 +199,18 @@ final class SQLiteConnection {
         clock_gettime(CLOCK_MONOTONIC, &now)
         let nowNs = UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
         if count == 0 { busyStartedNs = nowNs }
-        guard nowNs &- busyStartedNs < busyTimeoutNs else { return 0 }
+        guard nowNs &- busyStartedNs < min(busyTimeoutNs, busyWaitCapNs ?? .max) else { return 0 }
         usleep(useconds_t(min(1_000, 20 << min(count, 6))))
         return 1
+    }
+
+    /// Runs `body` with every wait for a lock cut short after `limitNs` (the busy timeout still applies
+    /// when it is shorter): a caller with other work to do while the lock is held elsewhere gets `busy`
+    /// soon instead of sleeping for the whole timeout.
+    func withBusyWait<T>(atMostNs limitNs: UInt64, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        busyWaitCapNs = limitNs
+        defer { busyWaitCapNs = nil }
+        return try body()
     }
 
     /// Refuses writes that could corrupt the file (`writable_schema`, raw page edits).

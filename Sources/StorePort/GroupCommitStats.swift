@@ -13,7 +13,19 @@ public struct GroupCommitStats: Sendable, Equatable, CustomStringConvertible {
     /// 2^(i-1)+1 through 2^i events.
     public private(set) var commitsBySizeClass = [Int](repeating: 0, count: Int.bitWidth + 1)
 
+    /// Times a group commit found the write lock held by another process and tried again (executors
+    /// that retry, see `StoreExecutor.init(name:busyRetryMs:flush:)`).
+    public private(set) var busyRetries = 0
+    /// Appends queued meanwhile that those retries added to their commit.
+    public private(set) var eventsGatheredWhileBusy = 0
+
     public init() {}
+
+    /// Counts one retry of a group commit that found the write lock busy and took `count` more appends.
+    public mutating func recordBusyRetry(gathering count: Int) {
+        busyRetries += 1
+        eventsGatheredWhileBusy += count
+    }
 
     /// Counts one commit of `eventCount` events (nothing when it wrote none).
     public mutating func recordCommit(of eventCount: Int) {

@@ -60,13 +60,23 @@ public final class StoreExecutor: Sendable {
     private let condition = NSCondition()
     private let thread = Mutex<pthread_t?>(nil)
     private let flush: Flush
+    /// How long a group commit may keep retrying while `flush` finds the write lock taken (nil: it
+    /// does not retry; `flush` waits for the lock itself).
+    private let busyRetryNs: UInt64?
     private let stats = Mutex(GroupCommitStats())
     /// Signalled when the thread has ended.
     private let ended = DispatchSemaphore(value: 0)
 
     /// Starts the thread; `flush` writes a group commit (it runs on the thread).
-    public init(name: String, flush: @escaping Flush) {
+    ///
+    /// With `busyRetryMs`, `flush` is expected to give up quickly (`StoreError.busy`, nothing written)
+    /// while another process holds the database's write lock. The executor then adds to the commit the
+    /// appends queued meanwhile and tries again, for up to `busyRetryMs` in all, so that under
+    /// contention one commit (one lock hand-over, one sync) carries everything that arrived while it
+    /// waited, instead of a fixed batch waiting while the next one piles up behind it.
+    public init(name: String, busyRetryMs: Int64? = nil, flush: @escaping Flush) {
         self.flush = flush
+        self.busyRetryNs = busyRetryMs.map { UInt64(max(0, $0)) * 1_000_000 }
         let started = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
             self.thread.withLock { $0 = pthread_self() }
@@ -199,7 +209,7 @@ public final class StoreExecutor: Sendable {
                        thenClaim claim: (ClaimRequest, ClaimContinuation)? = nil) {
         guard !appends.isEmpty || claim != nil else { return }
         do throws(StoreError) {
-            let outcome = try flush(appends.map(\.0), claim?.0)
+            let outcome = try flushGathering(&appends, thenClaim: claim?.0)
             // Counted before any waiter resumes, so a waiter that reads the stats sees its commit.
             stats.withLock { $0.recordCommit(of: appends.count) }
             claim?.1.resume(returning: outcome.claimed)
@@ -211,5 +221,48 @@ public final class StoreExecutor: Sendable {
             claim?.1.resume(returning: .failure(error))
         }
         appends.removeAll(keepingCapacity: true)
+    }
+
+    /// `flush`, and while it reports the write lock busy (and `busyRetryNs` allows), again with the
+    /// appends queued meanwhile added to `appends`.
+    ///
+    /// Only appends at the head of the queue are taken, up to the first claim or call, which stay
+    /// queued in their order. The appends taken come from tasks running concurrently with everything
+    /// still to be processed, and a task queues its next event only after the previous one's outcome,
+    /// so no job's events change order. A busy `flush` wrote nothing (its transaction never began or
+    /// was rolled back), so retrying cannot write an event twice.
+    private func flushGathering(_ appends: inout [(PendingEvent, AppendContinuation)],
+                                thenClaim claim: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
+        guard let busyRetryNs else { return try flush(appends.map(\.0), claim) }
+        let started = Self.monotonicNs()
+        while true {
+            do throws(StoreError) {
+                return try flush(appends.map(\.0), claim)
+            } catch {
+                guard case .busy = error, Self.monotonicNs() &- started < busyRetryNs else { throw error }
+                let gathered = takeQueuedAppends()
+                appends += gathered
+                stats.withLock { $0.recordBusyRetry(gathering: gathered.count) }
+            }
+        }
+    }
+
+    /// Removes the appends at the head of the queue (up to the first other work) and returns them.
+    private func takeQueuedAppends() -> [(PendingEvent, AppendContinuation)] {
+        queue.withLock { state in
+            var taken: [(PendingEvent, AppendContinuation)] = []
+            for work in state.work {
+                guard case .append(let event, let continuation) = work else { break }
+                taken.append((event, continuation))
+            }
+            state.work.removeFirst(taken.count)
+            return taken
+        }
+    }
+
+    private static func monotonicNs() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 }

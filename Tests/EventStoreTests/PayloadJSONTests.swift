@@ -17,6 +17,36 @@ struct PayloadJSONTests {
         TransferProgress(resumePoint: .upload(sessionURI: "http://127.0.0.1/s?id=1", confirmedOffset: 262_144, total: nil)),
     ]
 
+    /// `succeeded` results: every field set and unset, text with and without escapes, custom metadata,
+    /// bytes in flight.
+    static var results: [JobResult] {
+        var results: [JobResult] = [JobResult()]
+        let full = StorageObject(bucket: "b", name: "dir/o-000001.bin", size: 64, contentType: "application/octet-stream",
+                                 cacheControl: "no-cache", contentDisposition: "inline", contentEncoding: "gzip",
+                                 contentLanguage: "en", md5Hash: "1B2M2Y8AsgTpgAmY7PhCfg==", crc32c: "AAAAAA==",
+                                 generation: "1796065157543789", metageneration: "1", timeCreated: "2026-11-30T18:59:17.544Z",
+                                 updated: "2026-11-30T18:59:17.544Z", downloadTokens: "t1,t2")
+        for text in texts {
+            results += [
+                JobResult(object: StorageObject(bucket: text, name: text, size: 0), size: 64),
+                JobResult(path: text, md5: text, crc32c: text, blob: text, url: text, deleted: text),
+                JobResult(object: StorageObject(bucket: "", name: "n", size: 1, contentType: text, generation: text,
+                                                timeCreated: text)),
+            ]
+        }
+        results += [
+            JobResult(object: full, size: 64, crc32c: "X6KfPg==", blob: String(repeating: "b6", count: 32), verified: []),
+            JobResult(object: full, path: "/tmp/x", size: -1, md5: "m", crc32c: "c", verified: [.md5, .crc32c], skipped: true),
+            JobResult(object: StorageObject(bucket: "b", name: "o", size: Int64.max), verified: [.crc32c], skipped: false),
+            JobResult(object: StorageObject(bucket: "b", name: "o", size: 1, customMetadata: ["a": "1", "B": "2"]), size: 1),
+            JobResult(object: StorageObject(bucket: "b", name: "o", size: 1, customMetadata: [:])),
+            JobResult(size: 3, data: Data("abc".utf8)),
+            JobResult(size: 0, data: Data()),
+            JobResult(url: "https://h/v0/b/x/o/a%2Fb?alt=media&token=1"),
+        ]
+        return results
+    }
+
     /// Every case of `EventPayload`, with the fields each can hold set and unset, and text that needs
     /// escaping as well as text that does not.
     static var payloads: [EventPayload] {
@@ -38,6 +68,10 @@ struct PayloadJSONTests {
                          .cancelled(progress, error: error, reason: nil), .attemptFailed(progress, error: error, retryAtMs: 9),
                          .failed(progress, error: error, reason: nil),
                          .succeeded(progress, result: JobResult(size: 64, crc32c: "AAAAAA==", blob: String(repeating: "ab", count: 32)))]
+        }
+        for result in results {
+            payloads += [.succeeded(TransferProgress(attempt: 1, bytesDone: 64, bytesTotal: 64), result: result),
+                         .succeeded(.none, result: result)]
         }
         payloads.append(.submitted(spec: spec))
         payloads.append(.archived(ArchiveRecord(file: "/a/b.jsonl.gz", sha256: String(repeating: "0", count: 64), beforeMs: 1, jobs: 2,
@@ -63,6 +97,14 @@ struct PayloadJSONTests {
         #expect(PayloadJSON.handWritten(.claimed(leaseOwner: "worker:h:1", leaseExpiresAtMs: 1, attempt: 1)) != nil)
         #expect(PayloadJSON.handWritten(.started(TransferProgress(attempt: 1, bytesDone: 0, bytesTotal: 64))) != nil)
         #expect(PayloadJSON.handWritten(.claimed(leaseOwner: "café", leaseExpiresAtMs: 1, attempt: 1)) == nil)
+        // A download-memory job's result (its bytes already moved to a blob) takes the hand-written path too.
+        let drained = JobResult(object: StorageObject(bucket: "", name: "tmp/o.bin", size: 64, contentType: "application/octet-stream",
+                                                      generation: "1", metageneration: "1"),
+                                size: 64, crc32c: "X6KfPg==", blob: String(repeating: "b6", count: 32), verified: [])
+        #expect(PayloadJSON.handWritten(.succeeded(TransferProgress(attempt: 1, bytesDone: 64, bytesTotal: 64), result: drained)) != nil)
+        #expect(PayloadJSON.handWritten(.succeeded(.none, result: JobResult(size: 3, data: Data("abc".utf8)))) == nil)
+        #expect(PayloadJSON.handWritten(.succeeded(.none, result: JobResult(
+            object: StorageObject(bucket: "b", name: "o", size: 1, customMetadata: ["k": "v"])))) == nil)
         #expect(handWritten > 50, "\(handWritten) of \(payloads.count) written by hand")
     }
 

@@ -87,6 +87,72 @@ struct StoreExecutorTests {
         #expect(after.commits(holdingAtMost: 8) == before.commits(holdingAtMost: 8))
     }
 
+    @Test("appends queued while another process holds the write lock join the group commit that waits for it")
+    func gathersWhileLockBusy() async throws {
+        let fixture = try StoreFixture("store-executor-busy")
+        defer { fixture.remove() }
+        let claims = try (0..<8).map { _ in try fixture.running() }
+        // A busy timeout far beyond the test's own bound: the appends below are queued by tasks on the
+        // test process's cooperative pool, which other tests' synchronous waits can stall for a while.
+        let store = try EventStore(path: fixture.path, mode: .readWrite, busyTimeoutMs: 900_000)
+        // Another connection holds the write lock, as another worker process's transaction would.
+        let holder = try SQLiteConnection(path: fixture.path, readOnly: false, create: false)
+        try holder.setBusyTimeout(milliseconds: 5_000)
+        try holder.run("BEGIN IMMEDIATE")
+        let before = store.groupCommitStats
+        func append(_ claim: ClaimedJob) -> Task<Result<JobEvent, StoreError>, Never> {
+            Task {
+                await store.appendGrouped(PendingEvent(jobID: claim.record.id, actor: workerName, leaseToken: claim.token,
+                                                       payload: .progress(TransferProgress(bytesDone: 1))))
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(600)
+        let first = append(claims[0])
+        // The executor took the first append and retries against the held lock...
+        while store.groupCommitStats.busyRetries == before.busyRetries && ContinuousClock.now < deadline { await Task.yield() }
+        let rest = claims.dropFirst().map(append)
+        // ...and each retry adds the appends queued meanwhile.
+        while store.groupCommitStats.eventsGatheredWhileBusy - before.eventsGatheredWhileBusy < rest.count
+                && ContinuousClock.now < deadline {
+            await Task.yield()
+        }
+        let waiting = store.groupCommitStats
+        try holder.run("COMMIT")
+        var outcomes: [Result<JobEvent, StoreError>] = []
+        for task in [first] + rest { outcomes.append(await task.value) }
+
+        #expect(waiting.eventsGatheredWhileBusy - before.eventsGatheredWhileBusy == rest.count, "\(waiting)")
+        #expect(waiting.commits == before.commits, "nothing is written while the lock is held elsewhere")
+        #expect(outcomes.allSatisfy { (try? $0.get())?.version == 3 }, "\(outcomes)")
+        let after = store.groupCommitStats
+        #expect(after.commits - before.commits == 1 && after.events - before.events == claims.count, "\(before) → \(after)")
+        for claim in claims {
+            #expect(try store.events(jobID: claim.record.id).map(\.type) == [.submitted, .claimed, .progress])
+        }
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    @Test("a group commit that never gets the write lock fails busy once the busy timeout has passed, writing nothing")
+    func busyRetriesEnd() async throws {
+        let fixture = try StoreFixture("store-executor-busy-timeout")
+        defer { fixture.remove() }
+        let claim = try fixture.running()
+        let store = try EventStore(path: fixture.path, mode: .readWrite, busyTimeoutMs: 200)
+        let holder = try SQLiteConnection(path: fixture.path, readOnly: false, create: false)
+        try holder.setBusyTimeout(milliseconds: 5_000)
+        try holder.run("BEGIN IMMEDIATE")
+        let outcome = await store.appendGrouped(PendingEvent(jobID: claim.record.id, actor: workerName, leaseToken: claim.token,
+                                                             payload: .progress(TransferProgress(bytesDone: 1))))
+        try holder.run("ROLLBACK")
+        guard case .failure(.busy) = outcome else {
+            Issue.record("expected busy, got \(outcome)")
+            return
+        }
+        #expect(store.groupCommitStats.busyRetries >= 1)
+        #expect(store.groupCommitStats.commits == 0)
+        #expect(try store.events(jobID: claim.record.id).map(\.type) == [.submitted, .claimed])
+    }
+
     @Test("releasing the store ends its executor and closes the database before release returns")
     func closesOnRelease() throws {
         let directory = try TemporaryDirectory("store-executor-close")

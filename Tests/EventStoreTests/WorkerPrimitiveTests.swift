@@ -209,4 +209,68 @@ struct WorkerPrimitiveTests {
         #expect(try again.claimed.get().isEmpty)
         #expect(try again.appended[0].get().version == 3)
     }
+    @Test("group commits far larger than SQLite's default statement-journal spill keep each savepoint's rollback exact")
+    func largeGroupCommits() throws {
+        // Every event runs in its own savepoint; its undo pages stay in memory up to 4 MiB instead of
+        // spilling to a temporary file after 64 KiB. A claim of 150 jobs and a batch of 450 events go far
+        // past 64 KiB, and the refused events in between must still leave nothing behind.
+        #expect(SQLiteConnection.isProcessConfigured)
+        let fixture = try StoreFixture("store-large-group-commit")
+        defer { fixture.remove() }
+        let store = fixture.store
+        let count = 150
+        let ids = try (0..<count).map { index in try fixture.submit(now: 1_000 + Int64(index)) }
+        let claimed = try store.append([], now: 2_000,
+                                       thenClaim: ClaimRequest(owner: workerName, queues: nil, limit: count, leaseMs: 60_000, now: 2_000))
+        let claims = try claimed.claimed.get()
+        #expect(claims.map(\.record.id) == ids)
+        var events: [PendingEvent] = []
+        for claim in claims {
+            let id = claim.record.id
+            events += try [
+                PendingEvent(jobID: id, type: .started, actor: workerName, leaseToken: claim.token,
+                             data: EventData(attempt: 1, bytesDone: 0)),
+                PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: claim.token + 1_000_000,
+                             data: EventData(bytesDone: 3, bytesTotal: 3, result: JobResult(size: 3))),
+                PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: claim.token,
+                             data: EventData(bytesDone: 3, bytesTotal: 3, result: JobResult(size: 3, data: Data("abc".utf8)))),
+            ]
+        }
+        let outcomes = try store.append(events, now: 3_000)
+        #expect(outcomes.count == 3 * count)
+        for (index, outcome) in outcomes.enumerated() {
+            switch (index % 3, outcome) {
+            case (0, .success(let event)): #expect(event.version == 3)
+            case (1, .failure(.staleLease)): break
+            case (2, .success(let event)): #expect(event.version == 4)
+            default: Issue.record("event \(index): unexpected \(outcome)")
+            }
+        }
+        for id in ids {
+            let job = try #require(try store.job(id))
+            #expect(job.state == .succeeded && job.version == 4 && job.bytesDone == 3)
+            #expect(try store.events(jobID: id).map(\.payload.type) == [.submitted, .claimed, .started, .succeeded])
+        }
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+    static func walAutocheckpoint(_ store: EventStore) throws -> Int? {
+        try store.withConnection { (connection) throws(StoreError) -> Int? in
+            try connection.first("PRAGMA wal_autocheckpoint") { row in row.int(0) }
+        }
+    }
+
+    @Test("a writable store checkpoints its WAL every 4,000 pages; a read-only one leaves the setting alone")
+    func walCheckpointInterval() throws {
+        let fixture = try StoreFixture("store-wal-checkpoint")
+        defer { fixture.remove() }
+        let store = try #require(fixture.sqlite)
+        #expect(try Self.walAutocheckpoint(store) == 4_000)
+        _ = try fixture.submit()
+        let reader = try EventStore(path: fixture.path, readOnly: true)
+        #expect(try Self.walAutocheckpoint(reader) == 1_000)
+        // Commits past a checkpoint still read back whole.
+        let ids = try (0..<50).map { index in try fixture.submit(now: 2_000 + Int64(index)) }
+        #expect(try ids.allSatisfy { try store.job($0)?.state == .queued })
+        #expect(try store.replay(verify: true).isConsistent)
+    }
 }
