@@ -122,6 +122,7 @@ extension PostgresStore {
                 }
             }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
             let writer = PostgresBatchWriter(connection)
+            writer.expectEvents(specs.count)
             let outcomes = try plan.persist(on: writer, actor: actor, now: now)
             try writer.flush()
             return outcomes
@@ -257,7 +258,8 @@ extension PostgresConnection: DecisionWriter {
         let writer = PostgresBatchWriter(self)
         // After the row locks: no other transaction changes these lease rows until this one ends
         // (a claim or a rescue takes the job's row lock first; a heartbeat changes only the expiry).
-        try writer.loadLeases(of: ids)
+        // And the seqs of the events, taken after the row locks too (see `PostgresBatchWriter`).
+        try writer.loadLeases(of: ids, reservingSeqs: events.count)
         var outcomes: [Result<JobEvent, StoreError>] = []
         outcomes.reserveCapacity(events.count)
         for pending in events {
