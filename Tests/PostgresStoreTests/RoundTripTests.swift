@@ -162,6 +162,31 @@ struct RoundTripTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
+    @Test("a decoded spec is reused only for the same job and byte-identical stored text; rows read back are unchanged")
+    func specCache() throws {
+        let cache = PostgresSpecCache()
+        let first = try StoreJSON.encode(uploadData(1))
+        let second = try StoreJSON.encode(uploadData(2))
+        #expect(try cache.spec(ofJob: "a", stored: first) == uploadData(1))
+        #expect(try cache.spec(ofJob: "a", stored: first) == uploadData(1))
+        // Other text under the same id (a database rebuilt under the worker, say) is decoded again.
+        #expect(try cache.spec(ofJob: "a", stored: second) == uploadData(2))
+        #expect(try cache.spec(ofJob: "b", stored: first) == uploadData(1))
+        #expect(cache.count == 2)
+        #expect(throws: StoreError.self) { try cache.spec(ofJob: "a", stored: "{not json") }
+
+        // Through the store: every read gives what was submitted, and the projection what the log folds to.
+        let fixture = try PostgresFixture("speccache")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let specs = (0..<3).map { k in uploadData(k) }
+        let ids = try store.submit(specs, actor: "cli:test", now: 1_000).map(\.id)
+        let claimed = try store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 60_000, now: 2_000)
+        #expect(claimed.map(\.record.spec) == specs)
+        _ = try store.append(try claimed.map { try started($0) }, now: 3_000)
+        #expect(try ids.map { try store.job($0)?.spec } == specs)
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
     /// The batch path with a savepoint per event is what runs when an event fails after it wrote; it
     /// must give what the path without savepoints gives.
     @Test("a batch with refused events gives the same outcomes and log with and without savepoints")
