@@ -326,9 +326,12 @@ final class PostgresBatchWriter: DecisionWriter {
             aliases.append("c\(index)")
             if name != "id" { assignments.append("\(name) = u.c\(index)") }
         }
+        // The ids again as `= ANY`: without it the planner, which cannot see how many rows `unnest`
+        // gives, may join by hashing the WHOLE table (a sequential scan of every job per group commit);
+        // with it, it looks each row up in the primary key.
         let sql = "UPDATE jobs SET " + assignments.joined(separator: ", ")
             + " FROM unnest(" + (1...parameters.count).map { "$\($0)" }.joined(separator: ", ") + ") AS u("
-            + aliases.joined(separator: ", ") + ") WHERE jobs.id = u.c\(names.count - 1)"
+            + aliases.joined(separator: ", ") + ") WHERE jobs.id = u.c\(names.count - 1) AND jobs.id = ANY($\(parameters.count))"
         return HeldWrite(table: "jobs", sql: sql, parameters: parameters)
     }
 
