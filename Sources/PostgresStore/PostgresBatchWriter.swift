@@ -95,6 +95,10 @@ final class PostgresBatchWriter: DecisionWriter {
         self.connection = connection
     }
 
+    /// At most this many own transaction ids wait for `dataVersion` (a store that writes and never polls
+    /// must not grow): past it, an own commit counts as another's — a spare poll, nothing lost.
+    static let ownTransactionIDsKept = 65_536
+
     /// The identity sequence of `events.seq`, for `nextval`.
     static let eventSeqSequence = "pg_get_serial_sequence('events', 'seq')::regclass"
 
@@ -158,7 +162,8 @@ final class PostgresBatchWriter: DecisionWriter {
         let writes = try collectedWrites()
         guard !writes.isEmpty else { return }
         let (sql, parameters) = Self.statement(writes, then: "SELECT pg_current_xact_id_if_assigned()::text::bigint", [])
-        if let xid = try connection.row(sql, parameters, { (row) throws(StoreError) in try row.optionalInteger(0) }) ?? nil {
+        if let xid = try connection.row(sql, parameters, { (row) throws(StoreError) in try row.optionalInteger(0) }) ?? nil,
+           connection.ownTransactionIDs.count < Self.ownTransactionIDsKept {
             connection.ownTransactionIDs.insert(xid)
         }
     }
