@@ -11,12 +11,13 @@ import StorePort
 /// - The rows of the group are collected and written together, a statement per table whatever the
 ///   number of jobs: every event in one `INSERT … SELECT FROM unnest(…)`, the projection rows in one
 ///   `UPDATE jobs … FROM unnest(…)` (only the job's last row of the group) and one multi-row insert
-///   for new jobs, the lease rows in one upsert and one `DELETE … = ANY(…)`, the blobs in one insert.
-///   The arrays travel in binary (`PostgresArray`): nothing is quoted or parsed as text.
+///   for new jobs, the lease rows in one upsert and one `DELETE … = ANY(…)`, the blobs in one insert,
+///   the rows of `job_dependencies` in one insert or one delete. The arrays travel in binary (`PostgresArray`): nothing is quoted or parsed as text.
 /// - All of them go as data-modifying `WITH` clauses of ONE statement (`flush`): before any read of
 ///   the transaction (so the read sees them) and at the end. A table gets at most one clause per
-///   statement except `leases`, whose upsert and delete hold different jobs, so no statement changes
-///   a row twice (the clauses of one statement all see the same snapshot).
+///   statement except `jobs` (new jobs inserted, others updated; a job inserted and changed in one
+///   group is inserted as it ends) and `leases` (upserted and deleted jobs are different ones), so no
+///   statement changes a row twice (the clauses of one statement all see the same snapshot).
 /// - An event's `seq` is known before its row is written: the writer takes seqs from the identity
 ///   sequence of `events` ahead (`loadLeases`, `reserveSeqs`, or the claim's own query) and writes them
 ///   with `OVERRIDING SYSTEM VALUE`. Seqs are taken only after the rows of the jobs they are for are

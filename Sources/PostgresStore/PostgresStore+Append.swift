@@ -12,7 +12,7 @@ extension PostgresStore {
     /// SQLite adapter's: the lifecycle decides (expected version, lease token, state), the lease row
     /// fences too. A refused event does not sink the others.
     ///
-    /// First without savepoints, through a `PostgresBatchWriter` (about one statement per event): a
+    /// First without savepoints, through a `PostgresBatchWriter` (one write statement for the batch): a
     /// refusal comes before its event writes anything, so the others go on without it. Should an event
     /// fail after it wrote (which no lifecycle rule does today), the transaction is rolled back and
     /// the batch runs again with a savepoint per event, which undoes exactly that event.
