@@ -200,7 +200,8 @@ import TestSupport
         }
         let pauseMs = try answered(slow[0], .pauseRequested, .paused)
         let cancelMs = try answered(slow[1], .cancelRequested, .cancelled)
-        #expect(pauseMs < 3_000 && cancelMs < 3_000, "paused after \(pauseMs) ms, cancelled after \(cancelMs) ms")
+        // ~1 s is the transfer's own stop; a worker that noticed only at a heartbeat would take ~20 s.
+        #expect(pauseMs < 5_000 && cancelMs < 5_000, "paused after \(pauseMs) ms, cancelled after \(cancelMs) ms")
 
         // Idle now: new jobs, one at a time, are claimed at once.
         var pickups: [Int64] = []
