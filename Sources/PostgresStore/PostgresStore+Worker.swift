@@ -191,7 +191,8 @@ struct PostgresSnapshot: Equatable {
 
     /// Whether a transaction other than `own` ended between `earlier` and this snapshot: one running
     /// in `earlier`, or one that began at or after `earlier`'s `xmax`, that is no longer running now.
-    /// Stops at the first such transaction, so it looks at no more ids than `own` holds plus one.
+    /// Stops at the first such transaction, so it looks at no more ids than `own` and the running ones
+    /// hold, plus one.
     func othersEnded(since earlier: PostgresSnapshot, own: Set<Int64>) -> Bool {
         if xmax < earlier.xmax { return true }  // another server, or a restored one
         for xid in earlier.inProgress where xid < xmax && !inProgress.contains(xid) && !own.contains(xid) {
