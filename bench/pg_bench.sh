@@ -130,9 +130,15 @@ pg_drain() {
     total=$((total + ok))
   done
   if [ "$total" != "$JOBS" ]; then fail "$bench" "$tool" "workers succeeded $total of $JOBS jobs: $(tail_msg "$prefix-1.err")"; return 1; fi
+  local wcpu scpu=0
   record "$bench" "$tool" jobs_per_s "$(rate "$JOBS" "$elapsed")"
-  record "$bench" "$tool" worker_cpu_s "$("$PY" "$BENCH/pglib.py" cpu-secs "$prefix"-*.time)"
-  [ "$tool" = sqlite-1 ] || record "$bench" "$tool" server_cpu_s "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')"
+  wcpu=$("$PY" "$BENCH/pglib.py" cpu-secs "$prefix"-*.time)
+  record "$bench" "$tool" worker_cpu_s "$wcpu"
+  [ "$tool" = sqlite-1 ] || scpu=$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')
+  [ "$tool" = sqlite-1 ] || record "$bench" "$tool" server_cpu_s "$scpu"
+  # CPU per job of workers and server together: what two shared cores divide among jobs, steadier
+  # under other load than the rate.
+  record "$bench" "$tool" cpu_ms_per_job "$(awk -v w="$wcpu" -v s="$scpu" -v n="$JOBS" 'BEGIN { printf "%.3f", (w + s) * 1000 / n }')"
   events=$("$PY" "$BENCH/pglib.py" summary-events "$prefix"-*.out)
   [ -n "$events" ] && record "$bench" "$tool" events_per_s "$(rate "$events" "$elapsed")"
   log "  $tool: $JOBS jobs in $elapsed s"

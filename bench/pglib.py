@@ -113,15 +113,18 @@ def report_lines(samples, fmt, percentile):
             continue
         ratio = f"{statistics.median(jobs) / base_median:.2f}×" if jobs and base_median else "—"
         wcpu, scpu = values("pgdrain", tool, "worker_cpu_s"), values("pgdrain", tool, "server_cpu_s")
+        per_job = values("pgdrain", tool, "cpu_ms_per_job")
         rows.append(f"| {label} | {cell(jobs, 'jobs/s')} | {ratio} | {cell(values('pgdrain', tool, 'events_per_s'), 'events/s')} "
-                    f"| {fmt(statistics.median(wcpu), 's') if wcpu else '—'} | {fmt(statistics.median(scpu), 's') if scpu else '—'} |")
+                    f"| {fmt(statistics.median(wcpu), 's') if wcpu else '—'} | {fmt(statistics.median(scpu), 's') if scpu else '—'} "
+                    f"| {f'{statistics.median(per_job):.3f} ms' if per_job else '—'} |")
     if not any(bench in ("pgdrain", "pglatency") for bench, _, _ in samples):
         return []
     lines = ["## PostgreSQL", "",
              "Drain of the same download-memory jobs (64-byte `file://` objects), `jobctl worker --drain --concurrency 16` "
              "per process; ratio = jobs/s ÷ SQLite's of the same run. CPU: user + system seconds of all worker "
-             "processes, and of the PostgreSQL server (postmaster, its backends and helpers) during the drain.", "",
-             "| drain | jobs/s | vs SQLite | events/s | worker CPU | server CPU |", "|---|---|---|---|---|---|"]
+             "processes, and of the PostgreSQL server (postmaster, its backends and helpers) during the drain; "
+             "per job: both together, divided by the jobs.", "",
+             "| drain | jobs/s | vs SQLite | events/s | worker CPU | server CPU | CPU per job |", "|---|---|---|---|---|---|---|"]
     lines += rows
     enq = values("pgenqueue", "postgres", "jobs_per_s")
     if enq:

@@ -2,6 +2,7 @@ import Foundation
 import JobLifecycle
 import JobModel
 import StorePort
+import Synchronization
 
 // MARK: - The jobs row
 
@@ -32,13 +33,15 @@ extension JobRecord {
         + postgresChangingColumns.enumerated().map { "\($1) = $\($0 + 1)" }.joined(separator: ", ")
         + " WHERE id = $\(postgresChangingColumns.count + 1)"
 
-    /// The record as the values of `postgresColumns`: exactly what the projection stores.
-    func postgresValues() throws(StoreError) -> [PostgresValue] {
+    /// The record as the values of `postgresColumns`: exactly what the projection stores. Without
+    /// `encodingSpec` the spec's value is left empty (it never changes, and encoding it is the costliest
+    /// part): for `postgresUpdateValues`, which does not send it.
+    func postgresValues(encodingSpec: Bool = true) throws(StoreError) -> [PostgresValue] {
         [
             .text(id), .integer(seq), .text(kind.rawValue), .text(state.rawValue), .text(queue), .int(priority),
             .integer(runAfterMs), .int(attempts), .int(maxAttempts), .optional(leaseOwner), .optional(leaseToken),
             .integer(bytesDone), .optional(bytesTotal), try Self.json(resumePoint), try Self.json(error),
-            try Self.json(result), .text(try StoreJSON.encode(spec)), .optional(key), .bool(pauseRequested),
+            try Self.json(result), .text(encodingSpec ? try StoreJSON.encode(spec) : ""), .optional(key), .bool(pauseRequested),
             .bool(cancelRequested), .int(version), .integer(createdAtMs), .integer(updatedAtMs),
             .optional(startedAtMs), .optional(finishedAtMs), .optional(batch),
         ]
@@ -46,7 +49,7 @@ extension JobRecord {
 
     /// The values of `postgresUpdateSQL`: the changing columns, then the id.
     func postgresUpdateValues() throws(StoreError) -> [PostgresValue] {
-        let all = try postgresValues()
+        let all = try postgresValues(encodingSpec: false)
         let indexes = Self.postgresChangingColumns.compactMap { Self.postgresColumns.firstIndex(of: $0) }
         return indexes.map { all[$0] } + [.text(id)]
     }
@@ -73,7 +76,7 @@ extension JobRecord {
             resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(13), what: "job \(id) resume_point"),
             error: try StoreJSON.decodeOptional(StorageError.self, try row.optionalString(14), what: "job \(id) error"),
             result: try StoreJSON.decodeOptional(JobResult.self, try row.optionalString(15), what: "job \(id) result"),
-            spec: try StoreJSON.decode(JobSpec.self, try row.string(16), what: "job \(id) spec"),
+            spec: try PostgresSpecCache.shared.spec(ofJob: id, stored: try row.string(16)),
             key: try row.optionalString(17), pauseRequested: try row.flag(18), cancelRequested: try row.flag(19),
             version: Int(try row.integer(20)), createdAtMs: try row.integer(21), updatedAtMs: try row.integer(22),
             startedAtMs: try row.optionalInteger(23), finishedAtMs: try row.optionalInteger(24))
@@ -101,4 +104,36 @@ extension JobEvent {
         self.init(seq: seq, jobID: try row.string(1), version: Int(try row.integer(2)), atMs: try row.integer(4),
                   actor: try row.string(5), leaseToken: try row.optionalInteger(6), payload: payload)
     }
+}
+
+// MARK: - Specs already decoded
+
+/// The specs of the jobs this process read last, by job id with the stored text they were decoded
+/// from. A job's spec never changes after `submitted`, but a worker reads the same job's row several
+/// times (its claim, each group commit that locks it, each control poll), and decoding the JSON was
+/// the costliest part of reading a row. A hit needs the same id and byte-for-byte the same text, so
+/// it returns exactly what decoding would.
+final class PostgresSpecCache: Sendable {
+    static let shared = PostgresSpecCache()
+
+    /// At most this many specs are kept; when full, the cache starts over (a worker holds a few dozen).
+    static let capacity = 4_096
+
+    private let entries = Mutex<[String: (stored: String, spec: JobSpec)]>([:])
+
+    /// The spec `stored` decodes to.
+    func spec(ofJob id: String, stored: String) throws(StoreError) -> JobSpec {
+        if let hit = entries.withLock({ $0[id] }), hit.stored.utf8.elementsEqual(stored.utf8) {
+            return hit.spec
+        }
+        let spec = try StoreJSON.decode(JobSpec.self, stored, what: "job \(id) spec")
+        entries.withLock { entries in
+            if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
+            entries[id] = (stored, spec)
+        }
+        return spec
+    }
+
+    /// How many specs are kept (for tests).
+    var count: Int { entries.withLock { $0.count } }
 }

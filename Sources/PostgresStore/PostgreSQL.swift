@@ -19,6 +19,8 @@ enum PostgresValue: Equatable, Sendable, CustomStringConvertible {
     case text(String)
     case bytea(Data)
     case bool(Bool)
+    /// A one-dimensional array of one element type (for `unnest($n)`: many rows in one statement).
+    case array(PostgresArray)
 
     static func optional(_ value: String?) -> PostgresValue { value.map(PostgresValue.text) ?? .null }
     static func optional(_ value: Int64?) -> PostgresValue { value.map(PostgresValue.integer) ?? .null }
@@ -33,7 +35,71 @@ enum PostgresValue: Equatable, Sendable, CustomStringConvertible {
         case .text(let value): value
         case .bytea(let value): "<\(value.count) bytes>"
         case .bool(let value): value ? "true" : "false"
+        case .array(let array): "<array of \(array.elements.count)>"
         }
+    }
+
+    /// The value's binary form and its type OID; nil bytes for NULL (sent untyped).
+    ///
+    /// See https://www.postgresql.org/docs/current/protocol-overview.html#PROTOCOL-FORMAT-CODES
+    func binary() throws(PostgresError) -> (type: UInt32, bytes: [UInt8]?) {
+        switch self {
+        case .null: return (0, nil)
+        case .integer(let integer): return (PostgresType.int8, withUnsafeBytes(of: integer.bigEndian) { Array($0) })
+        case .text(let text): return (PostgresType.text, Array(text.utf8))
+        case .bytea(let data): return (PostgresType.bytea, [UInt8](data))
+        case .bool(let flag): return (PostgresType.bool, [flag ? 1 : 0])
+        case .array(let array): return (try array.arrayType(), try array.binary())
+        }
+    }
+}
+
+/// A one-dimensional array parameter: `elements` are NULLs or scalars of `elementType` (`int8`, `text`,
+/// `bool` or `bytea`), sent in the binary array format, so no element is quoted, escaped or parsed as
+/// text on either side.
+///
+/// See https://www.postgresql.org/docs/current/arrays.html (the binary layout is `array_send`'s).
+struct PostgresArray: Equatable, Sendable {
+    let elementType: UInt32
+    let elements: [PostgresValue]
+
+    /// The OID of the array type of `elementType`.
+    func arrayType() throws(PostgresError) -> UInt32 {
+        switch elementType {
+        case PostgresType.bool: return 1000
+        case PostgresType.bytea: return 1001
+        case PostgresType.text: return 1009
+        case PostgresType.int8: return 1016
+        default: throw PostgresError.conversion("no array of type \(elementType) can be sent: use int8, text, bool or bytea")
+        }
+    }
+
+    /// `array_send`'s layout: dimensions, a has-nulls flag, the element type, each dimension's length
+    /// and lower bound, then every element as a length (-1: NULL) and its binary form.
+    func binary() throws(PostgresError) -> [UInt8] {
+        var out: [UInt8] = []
+        func append(_ value: Int32) { withUnsafeBytes(of: value.bigEndian) { out.append(contentsOf: $0) } }
+        append(elements.isEmpty ? 0 : 1)
+        append(elements.contains(.null) ? 1 : 0)
+        append(Int32(bitPattern: elementType))
+        if !elements.isEmpty {
+            append(Int32(elements.count))
+            append(1)
+        }
+        for element in elements {
+            if case .array = element { throw PostgresError.conversion("an array element cannot be an array") }
+            let (type, bytes) = try element.binary()
+            guard let bytes else { append(-1); continue }
+            guard type == elementType else {
+                throw PostgresError.conversion("an element of type \(type) in an array of type \(elementType)")
+            }
+            guard bytes.count <= Int(Int32.max) else {
+                throw PostgresError.conversion("an array element is \(bytes.count) bytes; PostgreSQL takes at most \(Int32.max)")
+            }
+            append(Int32(bytes.count))
+            out.append(contentsOf: bytes)
+        }
+        return out
     }
 }
 
@@ -85,6 +151,10 @@ final class PostgresConnection {
     /// The password libpq used (from the URL, PGPASSWORD or the password file), only to scrub it from
     /// messages the server or libpq send back; never shown.
     private let password: String?
+    /// The transaction ids (`xid8`) of this session's write transactions that the store noted
+    /// (`PostgresBatchWriter.flush`) and `PostgresStore.dataVersion` has not yet looked at: commits of
+    /// these are this connection's own, not another's.
+    var ownTransactionIDs: Set<Int64> = []
 
     /// Connects to `target`: a `postgres://user[:password]@host:port/db?sslmode=…` URL or a libpq
     /// key/value string. libpq itself honours `PGPASSWORD`, `~/.pgpass` and the other `PG*` variables
@@ -210,7 +280,7 @@ final class PostgresConnection {
 
     /// Runs `sql` — one statement, `$1`… bound to `parameters` — and returns its result.
     ///
-    /// Every value goes in binary format with its type (`text`, `int8`, `bytea`, `bool`; NULL untyped,
+    /// Every value goes in binary format with its type (`text`, `int8`, `bytea`, `bool`, arrays of them; NULL untyped,
     /// so the server infers it from the context).
     ///
     /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQEXECPARAMS
@@ -223,15 +293,7 @@ final class PostgresConnection {
         // gets a non-NULL pointer (a NULL pointer means SQL NULL to libpq).
         var storage: [UInt8] = []
         for value in parameters {
-            let bytes: [UInt8]?
-            let type: UInt32
-            switch value {
-            case .null: (type, bytes) = (0, nil)
-            case .integer(let integer): (type, bytes) = (PostgresType.int8, withUnsafeBytes(of: integer.bigEndian) { Array($0) })
-            case .text(let text): (type, bytes) = (PostgresType.text, Array(text.utf8))
-            case .bytea(let data): (type, bytes) = (PostgresType.bytea, [UInt8](data))
-            case .bool(let flag): (type, bytes) = (PostgresType.bool, [flag ? 1 : 0])
-            }
+            let (type, bytes) = try value.binary()
             types.append(type)
             if let bytes {
                 guard bytes.count <= Int(Int32.max) else {

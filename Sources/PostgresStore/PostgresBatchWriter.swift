@@ -5,23 +5,37 @@ import JobModel
 import StorePort
 
 /// The `DecisionWriter` of one group of appends, claims or submits inside a write transaction, built
-/// to send as few statements as the decisions allow — each statement is a round trip to the server.
+/// to send as few statements as the decisions allow — each statement is a round trip to the server,
+/// and each is parsed, bound and started by the server whatever it holds.
 ///
-/// - Writes whose result nobody reads (the projection row, the lease row, dependency rows, blobs) are
-///   held back and sent as data-modifying `WITH` clauses of the next statement that must run anyway:
-///   the next `INSERT INTO events … RETURNING seq`, or one statement of their own before any read and
-///   at the end (`flush`). At most one held-back write per table goes into one statement, so no
-///   statement writes a table twice (the clauses of one statement all see the same snapshot).
+/// - The rows of the group are collected and written together, a statement per table whatever the
+///   number of jobs: every event in one `INSERT … SELECT FROM unnest(…)`, the projection rows in one
+///   `UPDATE jobs … FROM unnest(…)` (only the job's last row of the group) and one multi-row insert
+///   for new jobs, the lease rows in one upsert and one `DELETE … = ANY(…)`, the blobs in one insert,
+///   the rows of `job_dependencies` in one insert or one delete. The arrays travel in binary (`PostgresArray`): nothing is quoted or parsed as text.
+/// - All of them go as data-modifying `WITH` clauses of ONE statement (`flush`): before any read of
+///   the transaction (so the read sees them) and at the end. A table gets at most one clause per
+///   statement except `jobs` (new jobs inserted, others updated; a job inserted and changed in one
+///   group is inserted as it ends) and `leases` (upserted and deleted jobs are different ones), so no
+///   statement changes a row twice (the clauses of one statement all see the same snapshot).
+/// - An event's `seq` is known before its row is written: the writer takes seqs from the identity
+///   sequence of `events` ahead (`loadLeases`, `reserveSeqs`, or the claim's own query) and writes them
+///   with `OVERRIDING SYSTEM VALUE`. Seqs are taken only after the rows of the jobs they are for are
+///   locked (a job's events then have growing seqs, as the log needs: a seq taken before the lock could
+///   be smaller than one another transaction gave the job meanwhile), handed out in ascending order,
+///   and forgotten when the writer locks the rows of other jobs (`discardReservedSeqs`). A seq taken
+///   and not used (a refused event) is a gap, as a rolled-back append leaves one, which readers of the
+///   log already allow for.
 /// - The lease rows of the group's jobs are read once (`loadLeases`) and then kept up to date by the
 ///   writer's own lease writes, instead of one read per event for the lease-table fence.
 ///
 /// The checks do not change: the lifecycle decides on the row the caller locked, the fence compares
-/// the token of the lease row as it stands in this transaction. A failed held-back write fails the
-/// statement that carries it, which aborts the transaction, as a failed statement of its own would.
+/// the token of the lease row as it stands in this transaction. A failed write fails the statement
+/// that carries it, which aborts the transaction, as a failed statement of its own would.
 final class PostgresBatchWriter: DecisionWriter {
-    /// A write held back until the next statement.
+    /// One write of a table, held back until the next statement.
     struct HeldWrite {
-        /// The table it writes: one held write per table and statement.
+        /// The table it writes.
         let table: String
         /// One INSERT, UPDATE or DELETE without RETURNING, with `$1`… for its own parameters.
         let sql: String
@@ -34,8 +48,43 @@ final class PostgresBatchWriter: DecisionWriter {
         case none
     }
 
+    /// A lease row to write: the claim's upsert, or the removal once the job stops running.
+    private enum LeaseWrite {
+        case upsert(owner: String, token: Int64, expiresAtMs: Int64)
+        case delete
+    }
+
+    /// One `events` row to insert.
+    private struct EventRow {
+        let seq: Int64
+        let jobID: String
+        let version: Int
+        let type: String
+        let atMs: Int64
+        let actor: String
+        let lease: Int64?
+        let data: String
+    }
+
     let connection: PostgresConnection
-    private var held: [HeldWrite] = []
+    private var eventRows: [EventRow] = []
+    /// The projection rows to write, by job id (byte for byte), the last one of the group only.
+    private var projectionUpdates: [[UInt8]: JobRecord] = [:]
+    private var projectionInserts: [[UInt8]: JobRecord] = [:]
+    /// The order jobs' projection rows were first written in (updates then run in a stable order).
+    private var projectionOrder: [[UInt8]] = []
+    private var leaseWrites: [[UInt8]: (jobID: String, write: LeaseWrite)] = [:]
+    private var blobRows: [String: Data] = [:]
+    /// Rows of `job_dependencies` to insert, and the jobs whose waiters' rows go (never both pending:
+    /// the writer sends one kind before it collects the other).
+    private var dependencyInserts: [(job: String, dependsOn: String)] = []
+    private var dependencyRemovals: [String] = []
+    /// Seqs taken from `events`' identity sequence and not yet used, in ascending order.
+    private var reservedSeqs: [Int64] = []
+    private var nextReserved = 0
+    /// How many events the caller expects to append before the next read: an event that finds no
+    /// reserved seq takes this many at once.
+    private var expectedEvents = 0
     /// Lease rows by job id, compared byte for byte (a `String` key would also match canonically
     /// equivalent text, which is another id).
     private var leases: [[UInt8]: KnownLease] = [:]
@@ -47,45 +96,257 @@ final class PostgresBatchWriter: DecisionWriter {
         self.connection = connection
     }
 
-    /// Reads the lease rows of `jobIDs` in one statement; later lease checks of these jobs read none.
-    func loadLeases(of jobIDs: [String]) throws(StoreError) {
-        guard !jobIDs.isEmpty else { return }
+    /// At most this many own transaction ids wait for `dataVersion` (a store that writes and never polls
+    /// must not grow): past it, an own commit counts as another's — a spare poll, nothing lost.
+    static let ownTransactionIDsKept = 65_536
+
+    /// The identity sequence of `events.seq`, for `nextval`.
+    static let eventSeqSequence = "pg_get_serial_sequence('events', 'seq')::regclass"
+
+    /// Reads the lease rows of `jobIDs` and, in the same statement, takes `seqs` event seqs; later
+    /// lease checks of these jobs read none. The caller has locked the jobs' rows.
+    func loadLeases(of jobIDs: [String], reservingSeqs seqs: Int = 0) throws(StoreError) {
+        guard !jobIDs.isEmpty || seqs > 0 else { return }
         try flush()
         for id in jobIDs { leases[Array(id.utf8)] = KnownLease.none }
-        let rows = try connection.rows("SELECT job_id, token FROM leases WHERE job_id = ANY($1::text[])", [postgresTextArray(jobIDs)]) {
-            (row) throws(StoreError) in (try row.string(0), try row.integer(1))
+        // A lease row has its job id; a reserved seq comes with none.
+        let rows = try connection.rows("""
+            SELECT job_id, token FROM leases WHERE job_id = ANY($1::text[])
+            UNION ALL SELECT NULL, nextval(\(Self.eventSeqSequence)) FROM generate_series(1, $2)
+            """, [.array(PostgresArray(elementType: PostgresType.text, elements: jobIDs.map(PostgresValue.text))), .int(seqs)]) {
+            (row) throws(StoreError) in (try row.optionalString(0), try row.integer(1))
         }
-        for (id, token) in rows { leases[Array(id.utf8)] = .token(token) }
+        var taken: [Int64] = []
+        for (id, value) in rows {
+            if let id { leases[Array(id.utf8)] = .token(value) } else { taken.append(value) }
+        }
+        addReservedSeqs(taken)
     }
 
-    /// Sends the held-back writes now, in one statement; the transaction then holds every write made.
+    /// Takes `count` seqs for events of jobs whose rows this transaction has locked.
+    func reserveSeqs(_ count: Int) throws(StoreError) {
+        guard count > 0 else { return }
+        let taken = try connection.rows("SELECT nextval(\(Self.eventSeqSequence)) FROM generate_series(1, $1)", [.int(count)]) {
+            (row) throws(StoreError) in try row.integer(0)
+        }
+        addReservedSeqs(taken)
+    }
+
+    /// Adds seqs taken after the rows of the jobs they are for were locked (a claim takes them in its
+    /// own query): they are handed out in ascending order.
+    func addReservedSeqs(_ seqs: [Int64]) {
+        guard !seqs.isEmpty else { return }
+        reservedSeqs.removeFirst(nextReserved)
+        nextReserved = 0
+        reservedSeqs += seqs.sorted()
+    }
+
+    /// Forgets the reserved seqs: the caller is about to lock the rows of jobs they were not taken for.
+    func discardReservedSeqs() {
+        reservedSeqs.removeAll()
+        nextReserved = 0
+    }
+
+    /// Expects `count` events before the next read (a submit of `count` jobs): the first event without
+    /// a reserved seq takes seqs for all of them in one statement.
+    func expectEvents(_ count: Int) {
+        expectedEvents = count
+    }
+
+    /// How many reserved seqs are still unused.
+    var unusedReservedSeqs: Int { reservedSeqs.count - nextReserved }
+
+    /// Sends everything written so far, in one statement; the transaction then holds every write made.
+    /// The same statement returns the transaction's id, which the connection notes as its own
+    /// (`ownTransactionIDs`: `dataVersion` does not count this session's own commits).
     func flush() throws(StoreError) {
-        switch held.count {
-        case 0: return
-        case 1: try connection.store(held[0].sql, held[0].parameters)
-        default:
-            let (sql, parameters) = Self.statement(held, then: "SELECT 1", [])
-            try connection.store(sql, parameters)
+        let writes = try collectedWrites()
+        guard !writes.isEmpty else { return }
+        let (sql, parameters) = Self.statement(writes, then: "SELECT pg_current_xact_id_if_assigned()::text::bigint", [])
+        if let xid = try connection.row(sql, parameters, { (row) throws(StoreError) in try row.optionalInteger(0) }) ?? nil,
+           connection.ownTransactionIDs.count < Self.ownTransactionIDsKept {
+            connection.ownTransactionIDs.insert(xid)
         }
-        held.removeAll()
     }
 
-    /// Holds `write` back for the next statement (sending the held ones first when one already writes
-    /// its table).
-    func hold(_ write: HeldWrite) throws(StoreError) {
-        if held.contains(where: { $0.table == write.table }) { try flush() }
-        held.append(write)
-        writes += 1
+    /// The collected rows as one write per table (two for `leases`), emptying the collections.
+    private func collectedWrites() throws(StoreError) -> [HeldWrite] {
+        var writes: [HeldWrite] = []
+        if !eventRows.isEmpty {
+            let rows = eventRows
+            eventRows.removeAll()
+            writes.append(HeldWrite(table: "events", sql: """
+                INSERT INTO events (seq, job_id, version, type, at_ms, actor, lease, data) OVERRIDING SYSTEM VALUE
+                SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8)
+                """, parameters: [
+                    Self.array(PostgresType.int8, rows.map { .integer($0.seq) }),
+                    Self.array(PostgresType.text, rows.map { .text($0.jobID) }),
+                    Self.array(PostgresType.int8, rows.map { .int($0.version) }),
+                    Self.array(PostgresType.text, rows.map { .text($0.type) }),
+                    Self.array(PostgresType.int8, rows.map { .integer($0.atMs) }),
+                    Self.array(PostgresType.text, rows.map { .text($0.actor) }),
+                    Self.array(PostgresType.int8, rows.map { .optional($0.lease) }),
+                    Self.array(PostgresType.text, rows.map { .text($0.data) }),
+                ]))
+        }
+        let order = projectionOrder
+        projectionOrder.removeAll()
+        let inserts = order.compactMap { projectionInserts[$0] }
+        let updates = order.compactMap { projectionUpdates[$0] }
+        projectionInserts.removeAll()
+        projectionUpdates.removeAll()
+        if !inserts.isEmpty {
+            writes.append(try Self.projectionInsert(inserts))
+        }
+        if !updates.isEmpty {
+            writes.append(try Self.projectionUpdate(updates))
+        }
+        if !leaseWrites.isEmpty {
+            // In job id order, as `heartbeat` takes lease rows.
+            let sorted = leaseWrites.values.sorted { $0.jobID < $1.jobID }
+            leaseWrites.removeAll()
+            var upserts: [(jobID: String, owner: String, token: Int64, expiresAtMs: Int64)] = []
+            var deletes: [String] = []
+            for (jobID, write) in sorted {
+                switch write {
+                case .upsert(let owner, let token, let expiresAtMs): upserts.append((jobID, owner, token, expiresAtMs))
+                case .delete: deletes.append(jobID)
+                }
+            }
+            if !deletes.isEmpty {
+                writes.append(HeldWrite(table: "leases", sql: "DELETE FROM leases WHERE job_id = ANY($1)",
+                                        parameters: [Self.array(PostgresType.text, deletes.map(PostgresValue.text))]))
+            }
+            if !upserts.isEmpty {
+                writes.append(HeldWrite(table: "leases", sql: """
+                    INSERT INTO leases (job_id, owner, token, expires_at_ms) SELECT * FROM unnest($1, $2, $3, $4)
+                    ON CONFLICT (job_id) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token,
+                                                       expires_at_ms = EXCLUDED.expires_at_ms
+                    """, parameters: [
+                        Self.array(PostgresType.text, upserts.map { .text($0.jobID) }),
+                        Self.array(PostgresType.text, upserts.map { .text($0.owner) }),
+                        Self.array(PostgresType.int8, upserts.map { .integer($0.token) }),
+                        Self.array(PostgresType.int8, upserts.map { .integer($0.expiresAtMs) }),
+                    ]))
+            }
+        }
+        if !blobRows.isEmpty {
+            let blobs = blobRows.sorted { $0.key < $1.key }
+            blobRows.removeAll()
+            writes.append(HeldWrite(table: "blobs", sql: """
+                INSERT INTO blobs (sha256, size, data) SELECT * FROM unnest($1, $2, $3) ON CONFLICT (sha256) DO NOTHING
+                """, parameters: [
+                    Self.array(PostgresType.text, blobs.map { .text($0.key) }),
+                    Self.array(PostgresType.int8, blobs.map { .int($0.value.count) }),
+                    Self.array(PostgresType.bytea, blobs.map { .bytea($0.value) }),
+                ]))
+        }
+        if !dependencyInserts.isEmpty {
+            let rows = dependencyInserts
+            dependencyInserts.removeAll()
+            writes.append(HeldWrite(table: "job_dependencies", sql: """
+                INSERT INTO job_dependencies (job, depends_on) SELECT * FROM unnest($1, $2) ON CONFLICT DO NOTHING
+                """, parameters: [Self.array(PostgresType.text, rows.map { .text($0.job) }),
+                                  Self.array(PostgresType.text, rows.map { .text($0.dependsOn) })]))
+        }
+        if !dependencyRemovals.isEmpty {
+            let ids = dependencyRemovals
+            dependencyRemovals.removeAll()
+            writes.append(HeldWrite(table: "job_dependencies", sql: "DELETE FROM job_dependencies WHERE depends_on = ANY($1)",
+                                    parameters: [Self.array(PostgresType.text, ids.map(PostgresValue.text))]))
+        }
+        return writes
+    }
+
+    private static func array(_ elementType: UInt32, _ elements: [PostgresValue]) -> PostgresValue {
+        .array(PostgresArray(elementType: elementType, elements: elements))
+    }
+
+    /// The element type of each `jobs` column the writer sends as an array: a column whose values in
+    /// one statement are all NULL still needs its type. A column missing here is sent typed by its
+    /// values, or as a plain NULL when all of them are NULL.
+    static let projectionColumnTypes: [String: UInt32] = [
+        "id": PostgresType.text, "seq": PostgresType.int8, "kind": PostgresType.text, "state": PostgresType.text,
+        "queue": PostgresType.text, "priority": PostgresType.int8, "run_after_ms": PostgresType.int8,
+        "attempts": PostgresType.int8, "max_attempts": PostgresType.int8, "lease_owner": PostgresType.text,
+        "lease_token": PostgresType.int8, "bytes_done": PostgresType.int8, "bytes_total": PostgresType.int8,
+        "resume_point": PostgresType.text, "error": PostgresType.text, "result": PostgresType.text,
+        "spec": PostgresType.text, "idempotency_key": PostgresType.text, "pause_requested": PostgresType.bool,
+        "cancel_requested": PostgresType.bool, "version": PostgresType.int8, "created_at_ms": PostgresType.int8,
+        "updated_at_ms": PostgresType.int8, "started_at_ms": PostgresType.int8, "finished_at_ms": PostgresType.int8,
+        "batch": PostgresType.text,
+    ]
+
+    /// Column `index` of `rows` as an array parameter, or nil when its type is unknown and every value
+    /// is NULL (the caller writes a plain NULL).
+    private static func column(_ name: String, _ index: Int, of rows: [[PostgresValue]]) throws(StoreError) -> PostgresValue? {
+        let values = rows.map { $0[index] }
+        var type = projectionColumnTypes[name]
+        for value in values where value != .null {
+            let valueType: UInt32
+            do throws(PostgresError) { valueType = try value.binary().type } catch { throw StoreError(error) }
+            if type == nil { type = valueType }
+            guard valueType == type else {
+                throw StoreError.corrupt("the projection column \(name) got a value of type \(valueType) and one of type \(type ?? 0)")
+            }
+        }
+        guard let type else { return nil }
+        return array(type, values)
+    }
+
+    /// One `INSERT INTO jobs` of every new row.
+    static func projectionInsert(_ records: [JobRecord]) throws(StoreError) -> HeldWrite {
+        let rows = try records.map { (record) throws(StoreError) in try record.postgresValues() }
+        var parameters: [PostgresValue] = []
+        var selected: [String] = []
+        var unnested: [String] = []
+        for (index, name) in JobRecord.postgresColumns.enumerated() {
+            if let column = try column(name, index, of: rows) {
+                parameters.append(column)
+                unnested.append("$\(parameters.count)")
+                selected.append("u.c\(index)")
+            } else {
+                selected.append("NULL")
+            }
+        }
+        let aliases = JobRecord.postgresColumns.indices.filter { selected[$0] != "NULL" }.map { "c\($0)" }
+        let sql = "INSERT INTO jobs (\(JobRecord.postgresSelectColumns)) SELECT " + selected.joined(separator: ", ")
+            + " FROM unnest(" + unnested.joined(separator: ", ") + ") AS u(" + aliases.joined(separator: ", ") + ")"
+        return HeldWrite(table: "jobs", sql: sql, parameters: parameters)
+    }
+
+    /// One `UPDATE jobs` of every changing column of each job's last row, joined by id.
+    static func projectionUpdate(_ records: [JobRecord]) throws(StoreError) -> HeldWrite {
+        // `postgresUpdateValues()`: the changing columns, then the id.
+        let names = JobRecord.postgresChangingColumns + ["id"]
+        let rows = try records.map { (record) throws(StoreError) in try record.postgresUpdateValues() }
+        var parameters: [PostgresValue] = []
+        var assignments: [String] = []
+        var aliases: [String] = []
+        for (index, name) in names.enumerated() {
+            guard let column = try column(name, index, of: rows) else {
+                assignments.append("\(name) = NULL")
+                continue
+            }
+            parameters.append(column)
+            aliases.append("c\(index)")
+            if name != "id" { assignments.append("\(name) = u.c\(index)") }
+        }
+        // The ids again as `= ANY`: without it the planner, which cannot see how many rows `unnest`
+        // gives, may join by hashing the WHOLE table (a sequential scan of every job per group commit);
+        // with it, it looks each row up in the primary key.
+        let sql = "UPDATE jobs SET " + assignments.joined(separator: ", ")
+            + " FROM unnest(" + (1...parameters.count).map { "$\($0)" }.joined(separator: ", ") + ") AS u("
+            + aliases.joined(separator: ", ") + ") WHERE jobs.id = u.c\(names.count - 1) AND jobs.id = ANY($\(parameters.count))"
+        return HeldWrite(table: "jobs", sql: sql, parameters: parameters)
     }
 
     /// Inserts or replaces the lease row of a job just claimed.
     func writeLease(jobID: String, owner: String, token: Int64, expiresAtMs: Int64) throws(StoreError) {
-        try hold(HeldWrite(table: "leases", sql: """
-            INSERT INTO leases (job_id, owner, token, expires_at_ms) VALUES ($1, $2, $3, $4)
-            ON CONFLICT (job_id) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token,
-                                               expires_at_ms = EXCLUDED.expires_at_ms
-            """, parameters: [.text(jobID), .text(owner), .integer(token), .integer(expiresAtMs)]))
-        leases[Array(jobID.utf8)] = .token(token)
+        let key = Array(jobID.utf8)
+        leaseWrites[key] = (jobID, .upsert(owner: owner, token: token, expiresAtMs: expiresAtMs))
+        leases[key] = .token(token)
+        writes += 1
     }
 
     /// `main` with `writes` in front of it as `WITH wN AS (…)` clauses, every clause's parameters
@@ -152,67 +413,82 @@ final class PostgresBatchWriter: DecisionWriter {
         }
     }
 
-    /// Holds back the blob's insert (a blob is immutable and content-addressed: nothing reads it back
-    /// in the transaction that stores it).
+    /// Collects the blob for the group's one insert of blobs (a blob is immutable and
+    /// content-addressed: nothing reads it back in the transaction that stores it).
     func storeBlob(_ bytes: Data) throws(StoreError) -> String {
         let hash = Digest.sha256Hex(bytes)
-        try hold(HeldWrite(table: "blobs", sql: "INSERT INTO blobs (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
-                           parameters: [.text(hash), .int(bytes.count), .bytea(bytes)]))
+        blobRows[hash] = bytes
+        writes += 1
         return hash
     }
 
-    /// Inserts the event with every held-back write in one statement, and returns its `seq`.
+    /// Collects the event for the group's one insert of events, under the next reserved seq (taking
+    /// one more first when none is left), and returns that seq.
     func insertEvent(jobID: String, version: Int, type: EventType, atMs: Int64, actor: String, leaseToken: Int64?,
                      data: String) throws(StoreError) -> Int64 {
-        let (sql, parameters) = Self.statement(held, then: """
-            INSERT INTO events (job_id, version, type, at_ms, actor, lease, data)
-            VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq
-            """, [.text(jobID), .int(version), .text(type.rawValue), .integer(atMs), .text(actor),
-                  .optional(leaseToken), .text(data)])
-        let seq = try connection.row(sql, parameters) { (row) throws(StoreError) in try row.integer(0) }
-        held.removeAll()
+        if nextReserved == reservedSeqs.count {
+            try reserveSeqs(max(1, expectedEvents))
+            expectedEvents = 0
+        }
+        let seq = reservedSeqs[nextReserved]
+        nextReserved += 1
+        eventRows.append(EventRow(seq: seq, jobID: jobID, version: version, type: type.rawValue, atMs: atMs, actor: actor,
+                                  lease: leaseToken, data: data))
         writes += 1
-        guard let seq else { throw StoreError.invalidControl("INSERT … RETURNING seq returned no row for job \(jobID)") }
         return seq
     }
 
-    /// Holds back the projection row's update (or insert).
+    /// Collects the projection row: the job's last row of the group is the one written (an insert
+    /// for a job the group created, else an update).
     func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
-        if current != nil {
-            try hold(HeldWrite(table: "jobs", sql: JobRecord.postgresUpdateSQL, parameters: try record.postgresUpdateValues()))
+        let key = Array(record.id.utf8)
+        if projectionInserts[key] != nil {
+            projectionInserts[key] = record
+        } else if current == nil {
+            projectionInserts[key] = record
+            projectionOrder.append(key)
         } else {
-            try hold(HeldWrite(table: "jobs", sql: JobRecord.postgresInsertSQL, parameters: try record.postgresValues()))
+            if projectionUpdates[key] == nil { projectionOrder.append(key) }
+            projectionUpdates[key] = record
         }
+        writes += 1
     }
 
-    /// Holds back the lease row's removal.
+    /// Collects the lease row's removal.
     func dropLease(jobID: String) throws(StoreError) {
-        try hold(HeldWrite(table: "leases", sql: "DELETE FROM leases WHERE job_id = $1", parameters: [.text(jobID)]))
-        leases[Array(jobID.utf8)] = KnownLease.none
+        let key = Array(jobID.utf8)
+        leaseWrites[key] = (jobID, .delete)
+        leases[key] = KnownLease.none
+        writes += 1
     }
 
-    /// The dependency's row, locked (after the held-back writes are sent).
+    /// The dependency's row, locked (after everything written so far is sent).
     func dependencyRecord(_ jobID: String) throws(StoreError) -> JobRecord? {
         try flush()
-        return try connection.dependencyRecord(jobID)
+        let record = try connection.dependencyRecord(jobID)
+        if record != nil { discardReservedSeqs() }
+        return record
     }
 
-    /// Holds back the row of `job_dependencies`.
+    /// Collects the row of `job_dependencies` for the group's one insert of them.
     func insertDependency(jobID: String, dependsOn: String) throws(StoreError) {
-        try hold(HeldWrite(table: "job_dependencies",
-                           sql: "INSERT INTO job_dependencies (job, depends_on) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                           parameters: [.text(jobID), .text(dependsOn)]))
+        if !dependencyRemovals.isEmpty { try flush() }
+        dependencyInserts.append((jobID, dependsOn))
+        writes += 1
     }
 
-    /// Holds back the removal of the rows that wait on `jobID`.
+    /// Collects the removal of the rows that wait on `jobID` for the group's one delete of them.
     func removeDependencies(on jobID: String) throws(StoreError) {
-        try hold(HeldWrite(table: "job_dependencies", sql: "DELETE FROM job_dependencies WHERE depends_on = $1",
-                           parameters: [.text(jobID)]))
+        if !dependencyInserts.isEmpty { try flush() }
+        dependencyRemovals.append(jobID)
+        writes += 1
     }
 
-    /// The jobs waiting on `jobID`, locked (after the held-back writes are sent).
+    /// The jobs waiting on `jobID`, locked (after everything written so far is sent).
     func waitingDependants(of jobID: String) throws(StoreError) -> [JobRecord] {
         try flush()
-        return try connection.waitingDependants(of: jobID)
+        let dependants = try connection.waitingDependants(of: jobID)
+        if !dependants.isEmpty { discardReservedSeqs() }
+        return dependants
     }
 }

@@ -12,7 +12,7 @@ extension PostgresStore {
     /// SQLite adapter's: the lifecycle decides (expected version, lease token, state), the lease row
     /// fences too. A refused event does not sink the others.
     ///
-    /// First without savepoints, through a `PostgresBatchWriter` (about one statement per event): a
+    /// First without savepoints, through a `PostgresBatchWriter` (one write statement for the batch): a
     /// refusal comes before its event writes anything, so the others go on without it. Should an event
     /// fail after it wrote (which no lifecycle rule does today), the transaction is rolled back and
     /// the batch runs again with a savepoint per event, which undoes exactly that event.
@@ -122,6 +122,7 @@ extension PostgresStore {
                 }
             }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
             let writer = PostgresBatchWriter(connection)
+            writer.expectEvents(specs.count)
             let outcomes = try plan.persist(on: writer, actor: actor, now: now)
             try writer.flush()
             return outcomes
@@ -257,7 +258,8 @@ extension PostgresConnection: DecisionWriter {
         let writer = PostgresBatchWriter(self)
         // After the row locks: no other transaction changes these lease rows until this one ends
         // (a claim or a rescue takes the job's row lock first; a heartbeat changes only the expiry).
-        try writer.loadLeases(of: ids)
+        // And the seqs of the events, taken after the row locks too (see `PostgresBatchWriter`).
+        try writer.loadLeases(of: ids, reservingSeqs: events.count)
         var outcomes: [Result<JobEvent, StoreError>] = []
         outcomes.reserveCapacity(events.count)
         for pending in events {

@@ -63,27 +63,33 @@ extension PostgresStore {
         }
     }
 
-    /// A number that changes whenever any transaction that wrote has committed (or begun) since the
-    /// last call: a hash of the server's current snapshot (`pg_current_snapshot()`: the oldest running
-    /// transaction, the next transaction id, the ones in progress). No table is read.
+    /// A number that changes when another connection's write transaction has ended since the last
+    /// call — as SQLite's `PRAGMA data_version`, this store's own commits do not change it. No table is
+    /// read: the server's current snapshot (`pg_current_snapshot()`: the oldest running transaction,
+    /// the next transaction id, the ones in progress) says which transactions ended since the previous
+    /// snapshot, and the connection knows the ids of its own write transactions (`ownTransactionIDs`,
+    /// noted by `PostgresBatchWriter.flush`: the worker's group commits and claims). Any other ended
+    /// transaction — another process's, another database's, or one of this store's writes that no
+    /// writer noted (a heartbeat, a rescue, a control) — changes the number; an extra change costs only
+    /// a spare poll.
     ///
+    /// Why: on a busy worker every group commit changed the old snapshot hash, so the worker read each
+    /// of its running jobs again (`pollControls`) after each of its own commits — a fifth of all its
+    /// statements on one process.
     /// Why not `max(seq)`: identity values are taken at insert and committed in any order, so a commit
     /// of a smaller seq after a larger one would not change it and an idle worker would miss the job.
     /// Why not LISTEN/NOTIFY: it serialises every committing transaction on a global lock; idle workers
-    /// poll this instead (it also changes for other databases' writes, which costs only a spare claim).
+    /// poll this instead.
     ///
     /// See https://www.postgresql.org/docs/current/functions-info.html#FUNCTIONS-PG-SNAPSHOT
     public func dataVersion() throws(StoreError) -> Int64 {
-        try withConnection { (connection) throws(StoreError) -> Int64 in
-            let snapshot = try connection.row("SELECT pg_current_snapshot()::text") { (row) throws(StoreError) in
+        try withConnection { [self] (connection) throws(StoreError) -> Int64 in
+            let text = try connection.row("SELECT pg_current_snapshot()::text") { (row) throws(StoreError) in
                 try row.string(0)
             } ?? ""
-            // FNV-1a: stable across processes (Swift's `hashValue` is seeded per process).
-            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-            for byte in snapshot.utf8 {
-                hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
-            }
-            return Int64(bitPattern: hash)
+            let own = connection.ownTransactionIDs
+            connection.ownTransactionIDs.removeAll()
+            return snapshotsSeen.withLock { $0.next(PostgresSnapshot(text), text: text, own: own) }
         }
     }
 
@@ -122,17 +128,24 @@ extension PostgresConnection {
         let writer = given ?? PostgresBatchWriter(self)
         var claimed: [ClaimedJob] = []
         while claimed.count < limit {
+            // Seqs the writer reserved before these jobs' rows are locked must not be theirs.
+            writer.discardReservedSeqs()
             // The jobs and a fresh fencing token for each, in one statement. The limit is written into
             // the text (it is a number) so that the prepared statement's generic plan still reads the
             // queued-jobs index in order and stops after a few rows.
+            // And the seq of each job's `claimed` event, taken after its row is locked (see
+            // `PostgresBatchWriter`).
             let picked = try rows("""
-                SELECT \(JobRecord.postgresSelectColumns), nextval('lease_tokens') FROM (\(sql) LIMIT \(limit - claimed.count)
+                SELECT \(JobRecord.postgresSelectColumns), nextval('lease_tokens'), nextval(\(PostgresBatchWriter.eventSeqSequence))
+                FROM (\(sql) LIMIT \(limit - claimed.count)
                 FOR UPDATE SKIP LOCKED) AS picked ORDER BY priority DESC, run_after_ms, seq
                 """, values) { (row) throws(StoreError) in
-                (try JobRecord(postgresRow: row), try row.integer(JobRecord.postgresColumns.count))
+                (try JobRecord(postgresRow: row), try row.integer(JobRecord.postgresColumns.count),
+                 try row.integer(JobRecord.postgresColumns.count + 1))
             }
             if picked.isEmpty { break }
-            for (job, token) in picked {
+            writer.addReservedSeqs(picked.map(\.2))
+            for (job, token, _) in picked {
                 // The lifecycle claims the job — or, for a queued job that still holds a pause or cancel
                 // request, honours it instead.
                 let (events, record) = try writer.perform(.claim(owner: owner, token: token, leaseMs: leaseMs), jobID: job.id,
@@ -146,5 +159,79 @@ extension PostgresConnection {
             try writer.flush()
         }
         return claimed
+    }
+}
+
+/// A snapshot as `pg_current_snapshot()::text` gives it: `xmin:xmax:xip,…`.
+///
+/// See https://www.postgresql.org/docs/current/functions-info.html#FUNCTIONS-PG-SNAPSHOT-PARTS
+struct PostgresSnapshot: Equatable {
+    /// Every transaction id below it has ended, except those in `inProgress`.
+    let xmax: Int64
+    /// The transactions running when the snapshot was taken.
+    let inProgress: Set<Int64>
+
+    /// Parses the text form; nil when it is not one.
+    init?(_ text: String) {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 3, Int64(parts[0]) != nil, let xmax = Int64(parts[1]) else { return nil }
+        var running: Set<Int64> = []
+        for item in parts[2].split(separator: ",") {
+            guard let xid = Int64(item) else { return nil }
+            running.insert(xid)
+        }
+        self.xmax = xmax
+        self.inProgress = running
+    }
+
+    init(xmax: Int64, inProgress: Set<Int64>) {
+        self.xmax = xmax
+        self.inProgress = inProgress
+    }
+
+    /// Whether a transaction other than `own` ended between `earlier` and this snapshot: one running
+    /// in `earlier`, or one that began at or after `earlier`'s `xmax`, that is no longer running now.
+    /// Stops at the first such transaction, so it looks at no more ids than `own` and the running ones
+    /// hold, plus one.
+    func othersEnded(since earlier: PostgresSnapshot, own: Set<Int64>) -> Bool {
+        if xmax < earlier.xmax { return true }  // another server, or a restored one
+        for xid in earlier.inProgress where xid < xmax && !inProgress.contains(xid) && !own.contains(xid) {
+            return true
+        }
+        var xid = earlier.xmax
+        while xid < xmax {
+            if !inProgress.contains(xid) && !own.contains(xid) { return true }
+            xid += 1
+        }
+        return false
+    }
+}
+
+/// What `dataVersion` remembers between calls: the last snapshot and the number it gave.
+struct SnapshotsSeen {
+    private var last: PostgresSnapshot?
+    private var version: Int64?
+
+    /// The number for `snapshot`: the previous one unless another connection's transaction ended since
+    /// the last snapshot (then the next). The first number is a hash of the snapshot's text, so two
+    /// stores rarely start at the same number. A snapshot that cannot be parsed always changes it.
+    mutating func next(_ snapshot: PostgresSnapshot?, text: String, own: Set<Int64>) -> Int64 {
+        defer { last = snapshot }
+        if let version, let snapshot, let last {
+            let next = snapshot.othersEnded(since: last, own: own) ? version &+ 1 : version
+            self.version = next
+            return next
+        }
+        if let version {
+            self.version = version &+ 1
+            return version &+ 1
+        }
+        // FNV-1a: stable across processes (Swift's `hashValue` is seeded per process).
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in text.utf8 {
+            hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
+        }
+        version = Int64(bitPattern: hash)
+        return Int64(bitPattern: hash)
     }
 }

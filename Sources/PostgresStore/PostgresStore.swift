@@ -47,6 +47,8 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// `tailEvents`' gaps: the first seq of each gap it has seen below a later event, and the `xmax`
     /// of the snapshot it first saw it in (`Int64.min` once it is known to be for good).
     let tailGaps = Mutex<[Int64: Int64]>([:])
+    /// `dataVersion`'s last snapshot and number.
+    let snapshotsSeen = Mutex<SnapshotsSeen>(SnapshotsSeen())
 
     /// What makes a session read-only; run again on every new connection of a read-only store.
     private static let readOnlySession = "SET default_transaction_read_only = on"

@@ -44,6 +44,35 @@ struct PostgreSQLTests {
         #expect(stored == [value])
     }
 
+    static let arrays: [(PostgresArray, String)] = [
+        (PostgresArray(elementType: PostgresType.int8, elements: []), "bigint"),
+        (PostgresArray(elementType: PostgresType.int8, elements: [.integer(1), .null, .integer(Int64.min), .integer(Int64.max)]), "bigint"),
+        (PostgresArray(elementType: PostgresType.int8, elements: [.null, .null]), "bigint"),
+        (PostgresArray(elementType: PostgresType.text, elements: [.text(""), .text("quotes ' \" \\ {a,b} NULL ünï 🚀"), .null]), "text"),
+        (PostgresArray(elementType: PostgresType.bytea, elements: [.bytea(Data()), .bytea(Data([0, 0xFF, 0x5C, 0x22])), .null]), "bytea"),
+        (PostgresArray(elementType: PostgresType.bool, elements: [.bool(true), .bool(false), .null]), "boolean"),
+    ]
+
+    @Test("an array parameter is sent in binary and unnests to exactly its elements, in order", arguments: arrays)
+    func arrayRoundTrip(array: PostgresArray, type: String) throws {
+        let fixture = try PostgresFixture("arrays")
+        let connection = try fixture.connect()
+        let unnested = try connection.query("SELECT v FROM unnest($1::\(type)[]) WITH ORDINALITY AS u(v, n) ORDER BY n",
+                                            [.array(array)]) { (row) throws(PostgresError) in try row.value(0) }
+        #expect(unnested == array.elements)
+        let length = try connection.first("SELECT cardinality($1::\(type)[])", [.array(array)]) { (row) throws(PostgresError) in
+            try row.int64(0)
+        }
+        #expect(length == Int64(array.elements.count))
+    }
+
+    @Test("an array element of another type than the array's is refused before anything is sent")
+    func arrayElementTypeChecked() throws {
+        let mixed = PostgresArray(elementType: PostgresType.int8, elements: [.integer(1), .text("2")])
+        #expect(throws: PostgresError.self) { try mixed.binary() }
+        #expect(throws: PostgresError.self) { try PostgresArray(elementType: PostgresType.json, elements: []).arrayType() }
+    }
+
     @Test("typed accessors read what they are asked for and refuse other types and NULL")
     func typedAccess() throws {
         let fixture = try PostgresFixture("typed")

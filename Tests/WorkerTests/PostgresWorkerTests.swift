@@ -158,6 +158,68 @@ import TestSupport
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
     }
 
+    /// A worker does not count its own commits as changes of the log (`dataVersion`), so it must still
+    /// see everything another process writes: a pause and a cancel of its running transfers while it is
+    /// busy writing their progress, and new jobs while it is idle. Measured from the log (the request's
+    /// event and the worker's answer), with a lease of 60 s: a worker that only noticed at its
+    /// heartbeats (every 20 s) or rescue rounds (every 5 s) would take seconds, not the ~20 ms poll.
+    @Test func aBusyWorkerSeesPauseCancelAndNewJobsWithinASecond() throws {
+        let nginx = try startWorkerNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("pg-wakeups")
+        defer { directory.remove() }
+        let database = try PostgresServer.shared().makeSchema("pgwakeups")
+        let migrated = try jobctl(["migrate"], database: database)
+        try #require(migrated.status == 0, "\(migrated.stderr)")
+        let environment = ["JOBCTL_BUCKETS": directory.file("buckets")]
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: 16 << 20)
+        try FileManager.default.createDirectory(atPath: directory.file("buckets/small"), withIntermediateDirectories: true)
+        try Data(repeating: 7, count: 64).write(to: URL(fileURLWithPath: directory.file("buckets/small/one.bin")))
+        let slow = try submit((0..<2).map { k in
+            "- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big\(k).bin"))\"}\n"
+        }.joined(), database: database, directory: directory)
+        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "4", "--lease", "60"], environment: environment,
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        let store = try PostgresStore(url: database, mode: .readWrite)
+        try #require(try eventually(seconds: 30) {
+            try slow.allSatisfy { (try store.job($0)?.resumePoint?.bytesDone ?? 0) > 0 }
+        }, "\(worker.log)")
+
+        // While both transfers write progress: a pause of one, a cancel of the other.
+        _ = try store.requestPause(id: slow[0], actor: "cli:test", now: Clock.nowMs())
+        _ = try store.requestCancel(id: slow[1], actor: "cli:test", now: Clock.nowMs())
+        try #require(try eventually(seconds: 60) {
+            try store.job(slow[0])?.state == .paused && store.job(slow[1])?.state == .cancelled
+        }, "\(worker.log)")
+        func answered(_ id: String, _ request: EventType, _ answer: EventType) throws -> Int64 {
+            let events = try store.events(jobID: id)
+            let asked = try #require(events.first { $0.type == request }?.atMs)
+            let done = try #require(events.first { $0.type == answer }?.atMs)
+            return done - asked
+        }
+        let pauseMs = try answered(slow[0], .pauseRequested, .paused)
+        let cancelMs = try answered(slow[1], .cancelRequested, .cancelled)
+        // ~1 s is the transfer's own stop; a worker that noticed only at a heartbeat would take ~20 s.
+        #expect(pauseMs < 5_000 && cancelMs < 5_000, "paused after \(pauseMs) ms, cancelled after \(cancelMs) ms")
+
+        // Idle now: new jobs, one at a time, are claimed at once.
+        var pickups: [Int64] = []
+        for _ in 0..<5 {
+            let id = try #require(try submit("- {kind: download-memory, source: \"file://small/one.bin\", max_size: 1KiB}\n",
+                                             database: database, directory: directory).first)
+            try #require(try eventually(seconds: 30) { try store.job(id)?.state == .succeeded }, "\(worker.log)")
+            let events = try store.events(jobID: id)
+            let submitted = try #require(events.first { $0.type == .submitted }?.atMs)
+            let claimed = try #require(events.first { $0.type == .claimed }?.atMs)
+            pickups.append(claimed - submitted)
+        }
+        print("busy worker on PostgreSQL: paused after \(pauseMs) ms, cancelled after \(cancelMs) ms; idle pickups \(pickups) ms")
+        #expect(pickups.filter { $0 < 1_000 }.count >= 4, "pickups \(pickups) ms")
+        worker.signal(SIGTERM)
+        #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
+    }
+
     /// PostgreSQL stopped (`pg_ctl stop -m fast`: every session terminated) and started again while two
     /// workers run: each reports the store error and retries, and both go on working on the same
     /// database once it is back. Nothing is lost: every job succeeds with exactly one `succeeded`
