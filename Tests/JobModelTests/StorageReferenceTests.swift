@@ -111,6 +111,17 @@ private let referenceCases: [ReferenceCase] = [
     .init("file://../etc/passwd", .failure(.invalidArgument, "invalid bucket name")),
     .init("gs://./x", .failure(.invalidArgument, "invalid bucket name")),
     .init("https://h/v0/b/b/x/y", .failure(.invalidArgument, "/v0/b/BUCKET/o/PATH")),
+    // The byte-level scheme search and trim give what Foundation's search and `.whitespaces` trim gave.
+    .init("\tgs://bucket/x\t", .reference(.gs, bucket: "bucket", path: "x", description: "gs://bucket/x")),
+    .init("\u{00A0}gs://bucket/x\u{3000}", .reference(.gs, bucket: "bucket", path: "x", description: "gs://bucket/x")),
+    .init("gs://bucket/caf\u{E9}", .reference(.gs, bucket: "bucket", path: "caf\u{E9}", description: "gs://bucket/caf%C3%A9")),
+    .init("Https://h/a?next=http://x/y",
+          .reference(.https, bucket: "h", path: "a", description: "https://h/a?next=http://x/y", query: "next=http://x/y")),
+    .init("http://h/a b?q={1}", .reference(.http, bucket: "h", path: "a b", description: "http://h/a%20b?q=%7B1%7D", query: "q=%7B1%7D")),
+    .init("gs:/bucket/x", .failure(.invalidArgument, "is not a storage URL")),
+    .init("gs:", .failure(.invalidArgument, "is not a storage URL")),
+    .init("\ngs://bucket/x", .failure(.invalidArgument, "unknown scheme")),
+    .init("http://h@evil/x?u=a@b", .failure(.invalidArgument, "credentials in URLs are refused")),
 ]
 
 @Suite struct StorageReferenceTests {
