@@ -42,6 +42,8 @@ public final class PartialFile {
     private let destinationName: String
     private let file: LocalFile
     private var finished = false
+    /// Shares the folder's sync after the rename with other downloads into it (`commit`).
+    private let syncGroup: DirectorySyncGroup
 
     /// Whether something (a file, a folder, a link) is at `destination`, looked up relative to its folder
     /// without following links; false when the folder does not exist.
@@ -71,7 +73,10 @@ public final class PartialFile {
     /// holds at least `bytesWritten` bytes, it is truncated to `bytesWritten` and writing continues there.
     /// Otherwise a new temporary file is created and writing starts at 0; a different file found at the
     /// old name is never written to. Any other resume point (an upload's) is ignored.
-    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?) throws(StorageError) {
+    /// `syncGroup` is the group `commit` shares the folder's sync through (tests pass their own).
+    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?,
+                syncGroup: DirectorySyncGroup = .shared) throws(StorageError) {
+        self.syncGroup = syncGroup
         let absolute = LocalFiles.absolute(destination)
         let name = LocalFiles.lastComponent(absolute)
         guard !absolute.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
@@ -263,8 +268,9 @@ public final class PartialFile {
         writeBackStart = 0
     }
 
-    /// Syncs, renames the temporary file over the destination and syncs the directory, so the rename
-    /// survives a crash. Returns the final (absolute) path. Whatever was at the destination (a file, a
+    /// Syncs, renames the temporary file over the destination and syncs the directory (one sync shared
+    /// with downloads committing into the same folder at the same time: `DirectorySyncGroup`), so the
+    /// rename survives a crash before this returns. Returns the final (absolute) path. Whatever was at the destination (a file, a
     /// symbolic link) is replaced, never written through; a temporary name that no longer holds this
     /// file (swapped meanwhile) is not renamed into place.
     ///
@@ -300,7 +306,9 @@ public final class PartialFile {
             throw error
         }
         finished = true
-        try directory.sync()
+        // Downloads finishing into one folder together share its sync (a group commit); this returns only
+        // once a sync that started after our rename has succeeded.
+        try directory.syncAfterRename(in: syncGroup)
         return destination
     }
 

@@ -204,4 +204,19 @@ final class SafeDirectory {
             throw LocalFiles.error(errno, "syncing directory", path: path)
         }
     }
+
+    /// The directory's device and inode (`fstat(2)`): what `DirectorySyncGroup` tells folders apart by.
+    func identity() throws(StorageError) -> FileIdentity {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw LocalFiles.error(errno, "inspecting directory", path: path) }
+        return FileStatus(info).identity
+    }
+
+    /// Makes a rename already done in this directory durable, sharing the `fsync(2)` with the other
+    /// renames into the same directory that `group` is syncing at the same time. Returns once a sync that
+    /// started after this call has succeeded.
+    func syncAfterRename(in group: DirectorySyncGroup) throws(StorageError) {
+        let folder = try identity()
+        try group.sync(folder: folder) { () throws(StorageError) in try self.sync() }
+    }
 }
