@@ -22,6 +22,8 @@ public final class DirectorySyncGroup: @unchecked Sendable {
     private let condition = NSCondition()
     private var states: [FileIdentity: DirectorySyncState] = [:]
     private var syncs = 0
+    /// Suspended `syncAfterRename` callers, resumed (to ask again) whenever a sync finishes.
+    private var suspended: [CheckedContinuation<Void, Never>] = []
 
     public init() {}
 
@@ -55,11 +57,71 @@ public final class DirectorySyncGroup: @unchecked Sendable {
                 var failure: StorageError?
                 do { try perform() } catch { failure = error }
                 condition.lock()
-                states[folder, default: DirectorySyncState()].syncFinished(succeeded: failure == nil)
-                condition.broadcast()
+                finishSync(of: folder, succeeded: failure == nil)
                 if let failure { throw failure }
             }
         }
+    }
+
+    /// As `sync(folder:perform:)`, but a caller that has to wait for another's sync is suspended instead
+    /// of blocking its thread, so the thread can finish other downloads meanwhile — which then join the
+    /// next sync. This is what lets a worker with few threads group many downloads' renames.
+    public func syncAfterRename(folder: FileIdentity, perform: () throws(StorageError) -> Void) async throws(StorageError) {
+        let ticket = locked { states[folder, default: DirectorySyncState()].renameRecorded() }
+        defer { locked { if states[folder]?.holderLeft() == true { states[folder] = nil } } }
+        while true {
+            switch nextStep(folder: folder, ticket: ticket) {
+            case .done:
+                return
+            case .waitForSync:
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    suspendWhileSyncing(folder: folder, continuation)
+                }
+            case .startSync:
+                var failure: StorageError?
+                do { try perform() } catch { failure = error }
+                locked { finishSync(of: folder, succeeded: failure == nil) }
+                if let failure { throw failure }
+            }
+        }
+    }
+
+    // MARK: - Under the lock (synchronous, so async callers never hold it across a suspension)
+
+    private func locked<Result>(_ body: () -> Result) -> Result {
+        condition.lock()
+        defer { condition.unlock() }
+        return body()
+    }
+
+    /// `next(for:)` under the lock, counting a sync that starts.
+    private func nextStep(folder: FileIdentity, ticket: UInt64) -> DirectorySyncState.NextStep {
+        locked {
+            let step = states[folder, default: DirectorySyncState()].next(for: ticket)
+            if case .startSync = step { syncs += 1 }
+            return step
+        }
+    }
+
+    /// Parks `continuation` until the sync in flight finishes; resumes it at once when that sync has
+    /// already finished (between `nextStep` and now), so it asks again.
+    private func suspendWhileSyncing(folder: FileIdentity, _ continuation: CheckedContinuation<Void, Never>) {
+        let parked: Bool = locked {
+            guard states[folder]?.inFlight != nil else { return false }
+            suspended.append(continuation)
+            return true
+        }
+        if !parked { continuation.resume() }
+    }
+
+    /// Records the end of `folder`'s sync and wakes every waiter, blocked or suspended, to ask again.
+    /// Called with `condition` locked.
+    private func finishSync(of folder: FileIdentity, succeeded: Bool) {
+        states[folder, default: DirectorySyncState()].syncFinished(succeeded: succeeded)
+        condition.broadcast()
+        let waking = suspended
+        suspended.removeAll()
+        for continuation in waking { continuation.resume() }
     }
 }
 

@@ -270,14 +270,31 @@ public final class PartialFile {
 
     /// Syncs, renames the temporary file over the destination and syncs the directory (one sync shared
     /// with downloads committing into the same folder at the same time: `DirectorySyncGroup`), so the
-    /// rename survives a crash before this returns. Returns the final (absolute) path. Whatever was at the destination (a file, a
-    /// symbolic link) is replaced, never written through; a temporary name that no longer holds this
-    /// file (swapped meanwhile) is not renamed into place.
+    /// rename survives a crash before this returns. Returns the final (absolute) path. Whatever was at
+    /// the destination (a file, a symbolic link) is replaced, never written through; a temporary name
+    /// that no longer holds this file (swapped meanwhile) is not renamed into place.
     ///
     /// With `replacing: false` (`if_exists: fail`) the file is linked into place only when nothing is at
     /// the destination (`linkat`, so the check and the write are one step); otherwise the temporary file
     /// is removed and the error says the destination exists.
     public func commit(replacing: Bool = true) throws(StorageError) -> String {
+        try renameIntoPlace(replacing: replacing)
+        // Downloads finishing into one folder together share its sync (a group commit); this returns only
+        // once a sync that started after our rename has succeeded.
+        try directory.syncAfterRename(in: syncGroup)
+        return destination
+    }
+
+    /// As `commit(replacing:)`, but while another download's sync of the folder is in flight the caller
+    /// is suspended, not blocked, so its thread can finish other downloads that then share the next sync.
+    public func commit(replacing: Bool = true) async throws(StorageError) -> String {
+        try renameIntoPlace(replacing: replacing)
+        try await directory.syncAfterRename(in: syncGroup)
+        return destination
+    }
+
+    /// `commit`'s first half: sync the file, check the temporary name still holds it, rename (or link) it.
+    private func renameIntoPlace(replacing: Bool) throws(StorageError) {
         precondition(!finished, "PartialFile committed twice or after discard")
         try sync()
         guard let current = directory.entry(tempName), current.isRegular, current.identity == identity else {
@@ -306,10 +323,6 @@ public final class PartialFile {
             throw error
         }
         finished = true
-        // Downloads finishing into one folder together share its sync (a group commit); this returns only
-        // once a sync that started after our rename has succeeded.
-        try directory.syncAfterRename(in: syncGroup)
-        return destination
     }
 
     /// Closes and removes the temporary file (cancel, checksum mismatch, full disk). Harmless to repeat; a

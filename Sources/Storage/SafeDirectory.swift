@@ -219,4 +219,10 @@ final class SafeDirectory {
         let folder = try identity()
         try group.sync(folder: folder) { () throws(StorageError) in try self.sync() }
     }
+
+    /// As `syncAfterRename(in:)`, suspending instead of blocking while another caller's sync is in flight.
+    func syncAfterRename(in group: DirectorySyncGroup) async throws(StorageError) {
+        let folder = try identity()
+        try await group.syncAfterRename(folder: folder) { () throws(StorageError) in try self.sync() }
+    }
 }

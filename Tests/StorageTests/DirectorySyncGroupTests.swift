@@ -124,6 +124,33 @@ import TestSupport
         #expect(group.syncsStarted >= 1 && group.syncsStarted <= callers)
     }
 
+    /// The same promise for the suspending form a download uses: sixteen tasks on the test's small
+    /// thread pool, each returning only after a sync that saw its rename.
+    @Test func everySuspendedCallerResumesOnlyAfterASyncThatSawItsRename() async throws {
+        let group = DirectorySyncGroup()
+        let folder = FileIdentity(device: 1, inode: 4)
+        let record = Guarded(SyncRecord())
+        let callers = 16
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            for caller in 0..<callers {
+                tasks.addTask {
+                    record.update { _ = $0.present.insert(caller) }
+                    try await group.syncAfterRename(folder: folder) { () throws(StorageError) in
+                        let seen = record.update { $0.present }
+                        Thread.sleep(forTimeInterval: 0.002)   // the sync's own duration, so others pile up
+                        record.update { $0.durable.formUnion(seen) }
+                    }
+                    record.update { if !$0.durable.contains(caller) { $0.missing.append(caller) } }
+                }
+            }
+            try await tasks.waitForAll()
+        }
+        let result = record.update { $0 }
+        #expect(result.missing.isEmpty, "callers resumed before a sync that saw their rename: \(result.missing)")
+        #expect(result.durable.count == callers)
+        #expect(group.syncsStarted >= 1 && group.syncsStarted <= callers)
+    }
+
     /// A sync that fails is thrown to the caller that ran it; a later caller syncs again and succeeds.
     @Test func aFailedSyncIsThrownAndTheNextCallerSyncsAgain() throws {
         let group = DirectorySyncGroup()
@@ -140,6 +167,31 @@ import TestSupport
     }
 
     // MARK: - Real downloads into one folder
+
+    /// The suspending commit a download uses: sixteen tasks committing into one folder, all in place.
+    @Test func partialFilesCommittedTogetherFromTasksAreAllInPlace() async throws {
+        let directory = try TemporaryDirectory("jobctl-group-sync")
+        defer { directory.remove() }
+        let group = DirectorySyncGroup()
+        let count = 16
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            for index in 0..<count {
+                tasks.addTask {
+                    let partial = try PartialFile(destination: directory.file("f\(index).bin"), jobID: "01JOB\(index)",
+                                                  resumeFrom: nil, syncGroup: group)
+                    try partial.write(Data("file \(index)".utf8))
+                    _ = try await partial.commit()
+                }
+            }
+            try await tasks.waitForAll()
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+        #expect(names == (0..<count).map { "f\($0).bin" }.sorted(), "temporary files left or files missing: \(names)")
+        for index in 0..<count {
+            #expect(try String(contentsOfFile: directory.file("f\(index).bin"), encoding: .utf8) == "file \(index)")
+        }
+        #expect(group.syncsStarted >= 1 && group.syncsStarted <= count)
+    }
 
     /// Sixteen partial files committed at once into one folder through one group: every destination
     /// holds its bytes, no temporary file is left, and the folder was synced at most once per file.
