@@ -108,7 +108,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         }
         let (host, rawPath) = Self.splitAuthority(remainder)
         guard !host.isEmpty else { throw StorageError(.invalidArgument, "'\(original)' has no host") }
-        if host.contains("@") {
+        if host.utf8.contains(UInt8(ascii: "@")) {
             throw StorageError(.invalidArgument, "credentials in URLs are refused (they would be logged); use a token instead")
         }
         try Self.checkHost(host, in: original)
@@ -269,14 +269,22 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
             return
         }
         let pieces = name.split(separator: ":", omittingEmptySubsequences: false)
-        guard pieces.count <= 2, !pieces[0].isEmpty,
-              pieces[0].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == ".") }) else {
+        guard pieces.count <= 2, !pieces[0].isEmpty, pieces[0].utf8.allSatisfy(isHostNameByte) else {
             throw StorageError(.invalidArgument, "'\(text)' has an invalid host '\(host)'")
         }
         if pieces.count == 2 {
             guard !pieces[1].isEmpty, pieces[1].allSatisfy(\.isNumber), let port = Int(pieces[1]), port > 0, port < 65536 else {
                 throw StorageError(.invalidArgument, "'\(text)' has an invalid port '\(pieces[1])'")
             }
+        }
+    }
+
+    /// ASCII letters, digits, `-` and `.`: what a host name (or IPv4 address) is made of.
+    private static func isHostNameByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."): true
+        default: false
         }
     }
 
