@@ -42,8 +42,6 @@ public final class PartialFile {
     private let destinationName: String
     private let file: LocalFile
     private var finished = false
-    /// Shares the folder's sync after the rename with other downloads into it (`commit`).
-    private let syncGroup: DirectorySyncGroup
 
     /// Whether something (a file, a folder, a link) is at `destination`, looked up relative to its folder
     /// without following links; false when the folder does not exist.
@@ -73,10 +71,7 @@ public final class PartialFile {
     /// holds at least `bytesWritten` bytes, it is truncated to `bytesWritten` and writing continues there.
     /// Otherwise a new temporary file is created and writing starts at 0; a different file found at the
     /// old name is never written to. Any other resume point (an upload's) is ignored.
-    /// `syncGroup` is the group `commit` shares the folder's sync through (tests pass their own).
-    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?,
-                syncGroup: DirectorySyncGroup = .shared) throws(StorageError) {
-        self.syncGroup = syncGroup
+    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?) throws(StorageError) {
         let absolute = LocalFiles.absolute(destination)
         let name = LocalFiles.lastComponent(absolute)
         guard !absolute.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
@@ -268,33 +263,15 @@ public final class PartialFile {
         writeBackStart = 0
     }
 
-    /// Syncs, renames the temporary file over the destination and syncs the directory (one sync shared
-    /// with downloads committing into the same folder at the same time: `DirectorySyncGroup`), so the
-    /// rename survives a crash before this returns. Returns the final (absolute) path. Whatever was at
-    /// the destination (a file, a symbolic link) is replaced, never written through; a temporary name
-    /// that no longer holds this file (swapped meanwhile) is not renamed into place.
+    /// Syncs, renames the temporary file over the destination and syncs the directory, so the rename
+    /// survives a crash. Returns the final (absolute) path. Whatever was at the destination (a file, a
+    /// symbolic link) is replaced, never written through; a temporary name that no longer holds this
+    /// file (swapped meanwhile) is not renamed into place.
     ///
     /// With `replacing: false` (`if_exists: fail`) the file is linked into place only when nothing is at
     /// the destination (`linkat`, so the check and the write are one step); otherwise the temporary file
     /// is removed and the error says the destination exists.
     public func commit(replacing: Bool = true) throws(StorageError) -> String {
-        try renameIntoPlace(replacing: replacing)
-        // Downloads finishing into one folder together share its sync (a group commit); this returns only
-        // once a sync that started after our rename has succeeded.
-        try directory.syncAfterRename(in: syncGroup)
-        return destination
-    }
-
-    /// As `commit(replacing:)`, but while another download's sync of the folder is in flight the caller
-    /// is suspended, not blocked, so its thread can finish other downloads that then share the next sync.
-    public func commit(replacing: Bool = true) async throws(StorageError) -> String {
-        try renameIntoPlace(replacing: replacing)
-        try await directory.syncAfterRename(in: syncGroup)
-        return destination
-    }
-
-    /// `commit`'s first half: sync the file, check the temporary name still holds it, rename (or link) it.
-    private func renameIntoPlace(replacing: Bool) throws(StorageError) {
         precondition(!finished, "PartialFile committed twice or after discard")
         try sync()
         guard let current = directory.entry(tempName), current.isRegular, current.identity == identity else {
@@ -323,6 +300,8 @@ public final class PartialFile {
             throw error
         }
         finished = true
+        try directory.sync()
+        return destination
     }
 
     /// Closes and removes the temporary file (cancel, checksum mismatch, full disk). Harmless to repeat; a

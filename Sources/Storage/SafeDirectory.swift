@@ -204,25 +204,4 @@ final class SafeDirectory {
             throw LocalFiles.error(errno, "syncing directory", path: path)
         }
     }
-
-    /// The directory's device and inode (`fstat(2)`): what `DirectorySyncGroup` tells folders apart by.
-    func identity() throws(StorageError) -> FileIdentity {
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else { throw LocalFiles.error(errno, "inspecting directory", path: path) }
-        return FileStatus(info).identity
-    }
-
-    /// Makes a rename already done in this directory durable, sharing the `fsync(2)` with the other
-    /// renames into the same directory that `group` is syncing at the same time. Returns once a sync that
-    /// started after this call has succeeded.
-    func syncAfterRename(in group: DirectorySyncGroup) throws(StorageError) {
-        let folder = try identity()
-        try group.sync(folder: folder) { () throws(StorageError) in try self.sync() }
-    }
-
-    /// As `syncAfterRename(in:)`, suspending instead of blocking while another caller's sync is in flight.
-    func syncAfterRename(in group: DirectorySyncGroup) async throws(StorageError) {
-        let folder = try identity()
-        try await group.syncAfterRename(folder: folder) { () throws(StorageError) in try self.sync() }
-    }
 }
