@@ -241,3 +241,36 @@ private let referenceCases: [ReferenceCase] = [
         #expect(ByteSize.parse(text) == nil)
     }
 }
+
+// MARK: - The byte-level helpers against the Foundation calls they replace
+
+/// Inputs chosen around the edges the byte-level helpers decide on: spaces and tabs, Unicode spaces,
+/// non-ASCII letters at either end, `:` and `/` near-misses, combining marks, empty text.
+private let helperInputs: [String] = [
+    "", " ", "\t", "gs://b/x", " gs://b/x", "gs://b/x ", "\tgs://b/x\t", "\u{00A0}gs://b/x", "gs://b/x\u{3000}",
+    "\u{2003}", "é", "gs://b/é", "égs://b/x", "\ngs://b/x\n", "gs:/b", "gs:", ":", "://", "a://", "::///",
+    "gs:://b", "gs:/x://y", "http://h/a?next=http://x", "x:\u{301}//y", "é://x", "日本://x", "a :// b",
+]
+
+@Suite struct StorageReferenceHelperTests {
+    /// Skipping the trim is only ever done when Foundation's trim would change nothing.
+    @Test(arguments: helperInputs)
+    func trimIsSkippedOnlyWhenItChangesNothing(_ text: String) {
+        if !StorageReference.hasEdgeWhitespace(text) {
+            #expect(text.trimmingCharacters(in: .whitespaces) == text)
+        }
+    }
+
+    /// The first `://` is found where Foundation's `range(of:)` finds it, and what precedes and follows
+    /// it is the same text.
+    @Test(arguments: helperInputs)
+    func schemeSeparatorMatchesFoundationsSearch(_ text: String) {
+        let ours = StorageReference.schemeSeparator(in: text)
+        let theirs = text.range(of: "://")
+        #expect((ours == nil) == (theirs == nil), "'\(text)'")
+        if let (end, start) = ours, let theirs {
+            #expect(String(text.unicodeScalars[..<end]) == String(text[..<theirs.lowerBound]), "'\(text)'")
+            #expect(String(text.unicodeScalars[start...]) == String(text[theirs.upperBound...]), "'\(text)'")
+        }
+    }
+}
