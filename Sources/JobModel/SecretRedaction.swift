@@ -76,7 +76,10 @@ public enum SecretRedaction {
     /// `text` with every URL in it (anything from `scheme://` to the next space, quote or angle
     /// bracket) passed through `redactURL`. For messages, causes and reasons that may quote a URL.
     public static func redactURLs(in text: String) -> String {
-        guard text.contains("://") || text.contains(":\\/\\/") else { return text }
+        // Every worker log line passes through here: a byte scan keeps Foundation's string search off
+        // the common path (text without a URL). It finds whatever that search finds, and more only in
+        // odd Unicode (a combining mark on the `:`), where the search below then finds nothing.
+        guard mayHoldSchemeSeparator(text) else { return text }
         var output = ""
         var index = text.startIndex
         let stops: Set<Character> = [" ", "\t", "\n", "\r", "\"", "'", "<", ">", "`", "\\"]
@@ -116,6 +119,17 @@ public enum SecretRedaction {
     }
 
     // MARK: - Helpers
+
+    /// Whether the UTF-8 bytes of `text` hold `://` or `:\/\/` (a JSON-escaped URL).
+    static func mayHoldSchemeSeparator(_ text: String) -> Bool {
+        var utf8 = text.utf8[...]
+        while let colon = utf8.firstIndex(of: UInt8(ascii: ":")) {
+            let rest = utf8[utf8.index(after: colon)...]
+            if rest.starts(with: "//".utf8) || rest.starts(with: "\\/\\/".utf8) { return true }
+            utf8 = rest
+        }
+        return false
+    }
 
     private static func nextSchemeSeparator(in text: String, from index: String.Index) -> Range<String.Index>? {
         let plain = text.range(of: "://", range: index..<text.endIndex)

@@ -39,7 +39,7 @@ public struct WorkerLogFormatter: Sendable {
     private func textLine(_ entry: WorkerLogEntry) -> String {
         var parts: [String] = []
         if timestamps { parts.append(Self.rfc3339(entry.atMs)) }
-        parts.append(paint(entry.level.name.padding(toLength: 7, withPad: " ", startingAt: 0), Self.levelColor(entry.level)))
+        parts.append(paint(Self.padded(entry.level.name, to: 7), Self.levelColor(entry.level)))
         parts.append(paint(entry.event.rawValue, Self.eventColor(entry.event)))
         if let job = entry.jobID { parts.append(job) }
         if let kind = entry.kind { parts.append(kind.rawValue) }
@@ -47,6 +47,14 @@ public struct WorkerLogFormatter: Sendable {
             parts.append("\(name)=\(Self.textValue(value))")
         }
         return parts.joined(separator: " ")
+    }
+
+    /// `text` cut or padded with spaces to `width` characters (as Foundation's `padding(toLength:)`,
+    /// without its cost on every line).
+    static func padded(_ text: String, to width: Int) -> String {
+        let count = text.count
+        if count >= width { return String(text.prefix(width)) }
+        return text + String(repeating: " ", count: width - count)
     }
 
     private func paint(_ text: String, _ code: String?) -> String {

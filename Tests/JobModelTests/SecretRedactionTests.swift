@@ -1,4 +1,4 @@
-import JobModel
+@testable import JobModel
 import Testing
 
 @Suite("secret redaction") struct SecretRedactionTests {
@@ -36,5 +36,34 @@ import Testing
         #expect(!redactedJSON.contains("S1") && !redactedJSON.contains("T2"), "\(redactedJSON)")
         #expect(redactedJSON.contains("x=2"))
         #expect(SecretRedaction.redactURLs(in: "no urls here") == "no urls here")
+    }
+}
+
+// MARK: - The byte-level guard against the Foundation search it replaced
+
+/// Texts around the guard's edges: URLs plain and JSON-escaped, near-misses, a combining mark on the
+/// colon, non-ASCII text, empty text.
+private let guardInputs: [String] = [
+    "", "plain text", "path=/tmp/a b", "https://h/x?token=1", "see \"https:\\/\\/h\\/x?sig=2\"", ":/", ":\\/",
+    "a:/b", "a:\\/b", "::://", "x:\u{301}//y?token=1", "é://h?token=1", "日本 https://h/x", ":", "/ /", "http:/\\/x",
+]
+
+@Suite struct SecretRedactionGuardTests {
+    /// The fast path is taken only where Foundation's `contains` found no separator, so it returns the
+    /// text unchanged exactly where the old code did; elsewhere the result is what the search gives.
+    @Test(arguments: guardInputs)
+    func theGuardMissesNoSeparatorFoundationFinds(_ text: String) {
+        let foundationFinds = text.contains("://") || text.contains(":\\/\\/")
+        if foundationFinds {
+            #expect(SecretRedaction.mayHoldSchemeSeparator(text), "'\(text)'")
+        }
+        if !SecretRedaction.mayHoldSchemeSeparator(text) {
+            #expect(SecretRedaction.redactURLs(in: text) == text)
+        }
+    }
+
+    @Test func urlsAreStillRedactedPlainAndEscaped() {
+        #expect(!SecretRedaction.redactURLs(in: "GET https://h/x?token=secret1 failed").contains("secret1"))
+        #expect(!SecretRedaction.redactURLs(in: #"{"u":"https:\/\/h\/x?sig=secret2"}"#).contains("secret2"))
     }
 }

@@ -111,6 +111,22 @@ private let referenceCases: [ReferenceCase] = [
     .init("file://../etc/passwd", .failure(.invalidArgument, "invalid bucket name")),
     .init("gs://./x", .failure(.invalidArgument, "invalid bucket name")),
     .init("https://h/v0/b/b/x/y", .failure(.invalidArgument, "/v0/b/BUCKET/o/PATH")),
+    // The byte-level scheme search and trim give what Foundation's search and `.whitespaces` trim gave.
+    .init("\tgs://bucket/x\t", .reference(.gs, bucket: "bucket", path: "x", description: "gs://bucket/x")),
+    .init("\u{00A0}gs://bucket/x\u{3000}", .reference(.gs, bucket: "bucket", path: "x", description: "gs://bucket/x")),
+    .init("gs://bucket/caf\u{E9}", .reference(.gs, bucket: "bucket", path: "caf\u{E9}", description: "gs://bucket/caf%C3%A9")),
+    .init("Https://h/a?next=http://x/y",
+          .reference(.https, bucket: "h", path: "a", description: "https://h/a?next=http://x/y", query: "next=http://x/y")),
+    .init("http://h/a b?q={1}", .reference(.http, bucket: "h", path: "a b", description: "http://h/a%20b?q=%7B1%7D", query: "q=%7B1%7D")),
+    .init("http://h\u{E9}te/x", .failure(.invalidArgument, "invalid host")),
+    .init("http://h\u{0663}/x", .failure(.invalidArgument, "invalid host")),
+    .init("http://a\r\nb/x", .failure(.invalidArgument, "invalid host")),
+    .init("http://My-Host.example.COM:8080/x",
+          .reference(.http, bucket: "My-Host.example.COM:8080", path: "x", description: "http://My-Host.example.COM:8080/x")),
+    .init("gs:/bucket/x", .failure(.invalidArgument, "is not a storage URL")),
+    .init("gs:", .failure(.invalidArgument, "is not a storage URL")),
+    .init("\ngs://bucket/x", .failure(.invalidArgument, "unknown scheme")),
+    .init("http://h@evil/x?u=a@b", .failure(.invalidArgument, "credentials in URLs are refused")),
 ]
 
 @Suite struct StorageReferenceTests {
@@ -223,5 +239,38 @@ private let referenceCases: [ReferenceCase] = [
     @Test(arguments: ["", "lots", "-1", "1.5", "MiB", "1 XiB", "-2MB", "1e3", "99999999TiB"])
     func refusesNonSizes(_ text: String) {
         #expect(ByteSize.parse(text) == nil)
+    }
+}
+
+// MARK: - The byte-level helpers against the Foundation calls they replace
+
+/// Inputs chosen around the edges the byte-level helpers decide on: spaces and tabs, Unicode spaces,
+/// non-ASCII letters at either end, `:` and `/` near-misses, combining marks, empty text.
+private let helperInputs: [String] = [
+    "", " ", "\t", "gs://b/x", " gs://b/x", "gs://b/x ", "\tgs://b/x\t", "\u{00A0}gs://b/x", "gs://b/x\u{3000}",
+    "\u{2003}", "é", "gs://b/é", "égs://b/x", "\ngs://b/x\n", "gs:/b", "gs:", ":", "://", "a://", "::///",
+    "gs:://b", "gs:/x://y", "http://h/a?next=http://x", "x:\u{301}//y", "é://x", "日本://x", "a :// b",
+]
+
+@Suite struct StorageReferenceHelperTests {
+    /// Skipping the trim is only ever done when Foundation's trim would change nothing.
+    @Test(arguments: helperInputs)
+    func trimIsSkippedOnlyWhenItChangesNothing(_ text: String) {
+        if !StorageReference.hasEdgeWhitespace(text) {
+            #expect(text.trimmingCharacters(in: .whitespaces) == text)
+        }
+    }
+
+    /// The first `://` is found where Foundation's `range(of:)` finds it, and what precedes and follows
+    /// it is the same text.
+    @Test(arguments: helperInputs)
+    func schemeSeparatorMatchesFoundationsSearch(_ text: String) {
+        let ours = StorageReference.schemeSeparator(in: text)
+        let theirs = text.range(of: "://")
+        #expect((ours == nil) == (theirs == nil), "'\(text)'")
+        if let (end, start) = ours, let theirs {
+            #expect(String(text.unicodeScalars[..<end]) == String(text[..<theirs.lowerBound]), "'\(text)'")
+            #expect(String(text.unicodeScalars[start...]) == String(text[theirs.upperBound...]), "'\(text)'")
+        }
     }
 }

@@ -246,3 +246,12 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         }
     }
 }
+
+@Suite("worker log level padding") struct WorkerLogPaddingTests {
+    /// The level column is what Foundation's `padding(toLength: 7, withPad: " ", startingAt: 0)` made:
+    /// padded with spaces, or cut, to seven characters.
+    @Test(arguments: ["", "info", "debug", "warning", "error", "verylonglevel", "é"])
+    func levelsArePaddedOrCutAsBefore(_ name: String) {
+        #expect(WorkerLogFormatter.padded(name, to: 7) == name.padding(toLength: 7, withPad: " ", startingAt: 0))
+    }
+}
