@@ -17,7 +17,16 @@ public enum StoreJSON {
     private static let decoder = JSONDecoder()
 
     /// `value` as JSON text: sorted keys, slashes not escaped.
+    ///
+    /// Specs and results are written by hand when their bytes are certain (`FastJSONEncodable`: the
+    /// same bytes as Foundation's); anything else goes through Foundation's encoder.
     public static func encode<T: Encodable>(_ value: T) throws(StoreError) -> String {
+        if let text = FastJSON.encode(value) { return text }
+        return try foundationEncode(value)
+    }
+
+    /// `encode` through Foundation's encoder alone (what the hand-written writers are compared with).
+    static func foundationEncode<T: Encodable>(_ value: T) throws(StoreError) -> String {
         do {
             return String(decoding: try encoder.encode(value), as: UTF8.self)
         } catch {

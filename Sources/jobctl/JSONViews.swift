@@ -470,7 +470,9 @@ struct AuditRow: Encodable {
                                  batch?.id, batch?.source]
         return fields.map { field in
             let text = field ?? ""
-            guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
+            // Bytes first: text without any of these bytes has none of these characters (most fields).
+            guard text.utf8.contains(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == 0x0A || $0 == 0x0D }),
+                  text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
             return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
         }.joined(separator: ",")
     }

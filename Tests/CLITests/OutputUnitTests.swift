@@ -1,4 +1,5 @@
 import Foundation
+import JobLifecycle
 import JobModel
 import Testing
 @testable import jobctl
@@ -130,5 +131,32 @@ import Testing
         #expect(TimeText.rewritingEpochs(in: "lease held by w expired at 1764410400000")
             == "lease held by w expired at 2025-11-29T10:00:00.000Z")
         #expect(TimeText.rewritingEpochs(in: "attempt 2 at 12") == "attempt 2 at 12")
+    }
+
+    /// `Display.url` skips parsing text without `@`, `?` or `#`: for every kind of URL it still gives
+    /// exactly what redaction gives.
+    @Test func urlShortcutRedactsAsBefore() {
+        let urls = ["gs://bucket/a/b.bin", "file:///tmp/x y/ü.bin", "/local/path", "", "https://h:8080/p",
+                    "https://user:secret@h/p", "https://token@h/p", "https://h/p?X-Goog-Signature=abc&x=1", "https://h/p#access_token=t",
+                    "http://h/a@b", "no scheme ? here", "https://h/p?", "gs://b/o#", "https://h/%40?token=1"]
+        for url in urls {
+            #expect(Display.redacting.url(url) == redactedURL(url), "\(url)")
+            #expect(Display(showSecrets: true).url(url) == url)
+        }
+        #expect(Display.redacting.url("https://user:secret@h/p") == "https://user:REDACTED@h/p")
+    }
+
+    /// CSV fields are quoted exactly when they hold a comma, a quote, a line feed or a carriage return.
+    @Test func csvQuotesWhatNeedsQuoting() throws {
+        let cases: [(String, String)] = [
+            ("/plain/path", "/plain/path"), ("/a,b", "\"/a,b\""), ("/say \"hi\"", "\"/say \"\"hi\"\"\""),
+            ("/line\nfeed", "\"/line\nfeed\""), ("/cr\rhere", "\"/cr\rhere\""), ("/é,ü", "\"/é,ü\""), ("/é", "/é"),
+        ]
+        for (source, expected) in cases {
+            let spec = JobSpec(kind: .uploadFile, source: source, destination: "gs://b/o")
+            let record = try #require(JobRecord(submitted: JobEvent(jobID: "J", version: 1, atMs: 0, actor: "cli:u", payload: .submitted(spec: spec))))
+            let line = AuditRow(record, display: .redacting).csvLine
+            #expect(line.hasPrefix("J,upload-file,queued,0,\(expected),gs://b/o,"), "\(line)")
+        }
     }
 }

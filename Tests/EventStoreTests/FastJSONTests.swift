@@ -197,6 +197,45 @@ struct FastJSONTests {
         #expect(Self.agree(EventData.self, #"{"v":1,"reason":"x","resumePoint":null,"archive":null}"#))
     }
 
+    // MARK: - Writing
+
+    /// `value` written by `StoreJSON.encode` is Foundation's bytes; returns whether it was written by hand.
+    @discardableResult
+    static func writesAsFoundation<T: Encodable>(_ value: T, sourceLocation: SourceLocation = #_sourceLocation) throws -> Bool {
+        let expected = try StoreJSON.foundationEncode(value)
+        #expect(Array(try StoreJSON.encode(value).utf8) == Array(expected.utf8), sourceLocation: sourceLocation)
+        guard let fast = FastJSON.encode(value) else { return false }
+        #expect(Array(fast.utf8) == Array(expected.utf8), sourceLocation: sourceLocation)
+        return true
+    }
+
+    @Test("specs and results are written byte for byte as Foundation writes them")
+    func writing() throws {
+        var handWritten = 0
+        for spec in Self.specs() where try Self.writesAsFoundation(spec) { handWritten += 1 }
+        for result in Self.results() where try Self.writesAsFoundation(result) { handWritten += 1 }
+        // All but those with text to escape (a line feed, a backslash, non-ASCII) or two metadata keys.
+        #expect(handWritten == 5)
+        var random = SeededRandom(seed: 0x2_0_2_6)
+        for _ in 0..<300 {
+            try Self.writesAsFoundation(Self.randomSpec(&random))
+            try Self.writesAsFoundation(Self.randomResult(&random))
+        }
+        // Text as the big logs hold it (ASCII paths and URLs): every value written by hand.
+        random.plain = true
+        for _ in 0..<300 {
+            #expect(try Self.writesAsFoundation(Self.randomSpec(&random)))
+            #expect(try Self.writesAsFoundation(Self.randomResult(&random)))
+        }
+        // Text that needs escaping, and dictionaries of several keys, are Foundation's.
+        #expect(FastJSON.encode(JobSpec(kind: .delete, source: "a\"b")) == nil)
+        #expect(FastJSON.encode(JobSpec(kind: .delete, source: "é")) == nil)
+        #expect(FastJSON.encode(JobResult(object: StorageObject(bucket: "b", name: "n", size: 1, customMetadata: ["B": "1", "a": "2"]))) == nil)
+        #expect(FastJSON.encode(JobResult(object: StorageObject(bucket: "b", name: "n", size: 1, customMetadata: ["a": "2"]))) != nil)
+        // Not a shape it knows: Foundation.
+        #expect(FastJSON.encode(StorageError(.unknown, "x")) == nil)
+    }
+
     // MARK: - Values
 
     static func specs() -> [JobSpec] {
@@ -259,6 +298,8 @@ struct FastJSONTests {
 /// A deterministic generator (SplitMix64), so a failure names values that can be made again.
 struct SeededRandom {
     private var state: UInt64
+    /// Only text that needs no escaping in JSON.
+    var plain = false
 
     init(seed: UInt64) { state = seed }
 
@@ -285,7 +326,8 @@ struct SeededRandom {
     /// Text with the characters a reader must unescape: quotes, backslashes, slashes, control
     /// characters, non-ASCII and astral scalars, combining marks.
     mutating func text() -> String {
-        let pieces = ["a", "Z", "/", "\\", "\"", "\n", "\u{0}", "\u{1F}", "\u{7F}", "é", "e\u{301}", "🚀", "\u{2028}", " ", "gs://b/o", "%20"]
+        let pieces = plain ? ["a", "Z", "/", " ", "gs://b/o", "%20", "~", "0"]
+            : ["a", "Z", "/", "\\", "\"", "\n", "\u{0}", "\u{1F}", "\u{7F}", "é", "e\u{301}", "🚀", "\u{2028}", " ", "gs://b/o", "%20"]
         return (0..<int(0...8)).map { _ in pieces[int(0...(pieces.count - 1))] }.joined()
     }
 }
