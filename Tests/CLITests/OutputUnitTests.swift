@@ -159,4 +159,49 @@ import Testing
             #expect(line.hasPrefix("J,upload-file,queued,0,\(expected),gs://b/o,"), "\(line)")
         }
     }
+
+    /// `audit --json`'s hand-written rows are the encoder's bytes; rows it cannot write take the encoder.
+    @Test func auditRowJSONIsTheEncoders() throws {
+        let result = JobResult(object: StorageObject(bucket: "b", name: "o", size: 9, md5Hash: "server=="), size: 64, md5: "md5==",
+                               crc32c: "crc==")
+        let specs = [
+            JobSpec(kind: .downloadMemory, source: "file:///tmp/b/o0.bin"),
+            JobSpec(kind: .uploadFile, source: "/tmp/a b", destination: "gs://bucket/dir/o?x=1"),
+            JobSpec(kind: .uploadFile, source: "/tmp/é", destination: "gs://b/o"),
+            JobSpec(kind: .downloadFile, source: "https://user:pw@h/o", destination: "/tmp/\"q\""),
+            JobSpec(kind: .delete, destination: "gs://b/o", batch: JobBatch(id: "b", source: "/s", path: "p")),
+        ]
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        var handWritten = 0
+        for spec in specs {
+            let submitted = JobEvent(jobID: "01J", version: 1, atMs: 1_700_000_000_123, actor: "cli:u", payload: .submitted(spec: spec))
+            var record = try #require(JobRecord(submitted: submitted))
+            var records = [record]
+            record.state = .succeeded
+            record.attempts = 2
+            record.startedAtMs = 1_700_000_001_000
+            record.finishedAtMs = 1_700_000_002_999
+            record.result = result
+            records.append(record)
+            record.result = nil
+            record.state = .failed
+            record.error = StorageError(.objectNotFound, "gone")
+            records.append(record)
+            for record in records {
+                for display in [Display.redacting, Display(showSecrets: true)] {
+                    let row = AuditRow(record, display: display)
+                    let expected = String(decoding: try encoder.encode(row), as: UTF8.self)
+                    if let text = row.prettyJSON {
+                        handWritten += 1
+                        #expect(Array(text.utf8) == Array(expected.utf8), "\(expected)")
+                    } else {
+                        #expect(row.error != nil || row.batch != nil || expected.contains("\\") || !expected.allSatisfy(\.isASCII))
+                    }
+                }
+            }
+        }
+        // The queued and succeeded rows of the two plain specs, both ways of display.
+        #expect(handWritten == 8, "\(handWritten)")
+    }
 }
