@@ -21,18 +21,25 @@ BIGLOG_PROBE=5000
 BIGLOG_CONCURRENCY=64
 
 # biglog_timed BENCH TOOL LABEL ROWS DB ARGS...: runs `jobctl ARGS` (stdout thrown away) under GNU time;
-# records LABEL_per_s (ROWS ÷ seconds), LABEL_s and LABEL_rss_kib; returns 1 on a non-zero exit.
+# records LABEL_per_s (ROWS ÷ seconds), LABEL_s, LABEL_rss_kib, and the process's own CPU time
+# (user + sys) as LABEL_cpu_s and LABEL_per_cpu_s (ROWS ÷ CPU seconds: steadier than the wall clock on a
+# loaded machine; on PostgreSQL the server's CPU is not in it); returns 1 on a non-zero exit.
 biglog_timed() {
   local bench=$1 tool=$2 label=$3 rows=$4 db=$5; shift 5
-  local out="$WORK/biglog/$label.time" t0 t1 rc=0 s
+  local out="$WORK/biglog/$label.time" t0 t1 rc=0 s cpu
   t0=$(now_ns)
-  timeout 1800 /usr/bin/time -f '%M' -o "$out" "$JOBCTL" --no-color --db "$db" "$@" >/dev/null 2>"$WORK/biglog/$label.err" || rc=$?
+  timeout 1800 /usr/bin/time -f '%U %S %M' -o "$out" "$JOBCTL" --no-color --db "$db" "$@" >/dev/null 2>"$WORK/biglog/$label.err" || rc=$?
   t1=$(now_ns)
   s=$(secs "$t0" "$t1")
   if [ "$rc" != 0 ]; then fail "$bench" "$tool" "$label exited $rc: $(tail_msg "$WORK/biglog/$label.err")"; return 1; fi
   [ "$rows" -gt 0 ] && record "$bench" "$tool" "${label}_per_s" "$(rate "$rows" "$s")"
   record "$bench" "$tool" "${label}_s" "$s"
-  record "$bench" "$tool" "${label}_rss_kib" "$(tail -n 1 "$out")"
+  record "$bench" "$tool" "${label}_rss_kib" "$(tail -n 1 "$out" | awk '{ print $3 }')"
+  cpu=$(tail -n 1 "$out" | awk '{ printf "%.2f", $1 + $2 }')
+  record "$bench" "$tool" "${label}_cpu_s" "$cpu"
+  if [ "$rows" -gt 0 ] && awk -v c="$cpu" 'BEGIN { exit !(c > 0) }'; then
+    record "$bench" "$tool" "${label}_per_cpu_s" "$(rate "$rows" "$cpu")"
+  fi
 }
 
 # biglog_add ENGINE DB N: submits N new download-memory jobs (chunks of BIGLOG_CHUNK) and drains them;

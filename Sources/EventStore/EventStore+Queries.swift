@@ -33,10 +33,11 @@ extension EventStore {
         guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, body) }
         guard let (select, parameters) = Self.selection("SELECT \(JobRecord.selectColumns) FROM jobs", filter) else { return }
         let query = select + " ORDER BY created_at_ms, seq"
+        let specs = DecodedSpecCache.uncached()
         try readTransaction { (connection) throws(StoreError) in
             for pass in 1...max(1, passes) {
                 try connection.forEach(query, parameters) { (row) throws(StoreError) in
-                    try body(pass, try JobRecord(row: row, specs: connection.decodedSpecs))
+                    try body(pass, try JobRecord(row: row, specs: specs))
                 }
             }
         }

@@ -17,7 +17,16 @@ public enum StoreJSON {
     private static let decoder = JSONDecoder()
 
     /// `value` as JSON text: sorted keys, slashes not escaped.
+    ///
+    /// Specs and results are written by hand when their bytes are certain (`FastJSONEncodable`: the
+    /// same bytes as Foundation's); anything else goes through Foundation's encoder.
     public static func encode<T: Encodable>(_ value: T) throws(StoreError) -> String {
+        if let text = FastJSON.encode(value) { return text }
+        return try foundationEncode(value)
+    }
+
+    /// `encode` through Foundation's encoder alone (what the hand-written writers are compared with).
+    static func foundationEncode<T: Encodable>(_ value: T) throws(StoreError) -> String {
         do {
             return String(decoding: try encoder.encode(value), as: UTF8.self)
         } catch {
@@ -26,7 +35,17 @@ public enum StoreJSON {
     }
 
     /// Decodes JSON text; `what` names the value in the error.
+    ///
+    /// The store's own shapes (event payloads, specs, results, errors) are read by hand first
+    /// (`FastJSON`): Foundation's decoder was most of `audit`'s and `replay`'s CPU. Whatever the hand-
+    /// written readers decline — malformed text included — goes to Foundation, which decides it as before.
     public static func decode<T: Decodable>(_ type: T.Type, _ text: String, what: String) throws(StoreError) -> T {
+        if let value = FastJSON.decode(type, text) { return value }
+        return try foundationDecode(type, text, what: what)
+    }
+
+    /// `decode` through Foundation's decoder alone (what the hand-written readers are compared with).
+    static func foundationDecode<T: Decodable>(_ type: T.Type, _ text: String, what: String) throws(StoreError) -> T {
         do {
             return try decoder.decode(type, from: Data(text.utf8))
         } catch {

@@ -191,9 +191,14 @@ extension Commands {
             var count = 0
             try eachJob(1) { (_, job) throws(StoreError) in
                 // The array `jsonText` prints, element by element: each object indented by two spaces.
+                let row = AuditRow(job, display: display)
                 let object: Data
-                do { object = try encoder.encode(AuditRow(job, display: display)) } catch {
-                    throw StoreError.corrupt("job \(job.id) could not be encoded as JSON: \(error)")
+                if let text = row.prettyJSON {
+                    object = Data(text.utf8)
+                } else {
+                    do { object = try encoder.encode(row) } catch {
+                        throw StoreError.corrupt("job \(job.id) could not be encoded as JSON: \(error)")
+                    }
                 }
                 output.write(count == 0 ? "[\n  " : ",\n  ")
                 output.write(indented: object)

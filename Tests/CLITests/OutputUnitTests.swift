@@ -1,4 +1,5 @@
 import Foundation
+import JobLifecycle
 import JobModel
 import Testing
 @testable import jobctl
@@ -130,5 +131,77 @@ import Testing
         #expect(TimeText.rewritingEpochs(in: "lease held by w expired at 1764410400000")
             == "lease held by w expired at 2025-11-29T10:00:00.000Z")
         #expect(TimeText.rewritingEpochs(in: "attempt 2 at 12") == "attempt 2 at 12")
+    }
+
+    /// `Display.url` skips parsing text without `@`, `?` or `#`: for every kind of URL it still gives
+    /// exactly what redaction gives.
+    @Test func urlShortcutRedactsAsBefore() {
+        let urls = ["gs://bucket/a/b.bin", "file:///tmp/x y/ü.bin", "/local/path", "", "https://h:8080/p",
+                    "https://user:secret@h/p", "https://token@h/p", "https://h/p?X-Goog-Signature=abc&x=1", "https://h/p#access_token=t",
+                    "http://h/a@b", "no scheme ? here", "https://h/p?", "gs://b/o#", "https://h/%40?token=1"]
+        for url in urls {
+            #expect(Display.redacting.url(url) == redactedURL(url), "\(url)")
+            #expect(Display(showSecrets: true).url(url) == url)
+        }
+        #expect(Display.redacting.url("https://user:secret@h/p") == "https://user:REDACTED@h/p")
+    }
+
+    /// CSV fields are quoted exactly when they hold a comma, a quote, a line feed or a carriage return.
+    @Test func csvQuotesWhatNeedsQuoting() throws {
+        let cases: [(String, String)] = [
+            ("/plain/path", "/plain/path"), ("/a,b", "\"/a,b\""), ("/say \"hi\"", "\"/say \"\"hi\"\"\""),
+            ("/line\nfeed", "\"/line\nfeed\""), ("/cr\rhere", "\"/cr\rhere\""), ("/é,ü", "\"/é,ü\""), ("/é", "/é"),
+        ]
+        for (source, expected) in cases {
+            let spec = JobSpec(kind: .uploadFile, source: source, destination: "gs://b/o")
+            let record = try #require(JobRecord(submitted: JobEvent(jobID: "J", version: 1, atMs: 0, actor: "cli:u", payload: .submitted(spec: spec))))
+            let line = AuditRow(record, display: .redacting).csvLine
+            #expect(line.hasPrefix("J,upload-file,queued,0,\(expected),gs://b/o,"), "\(line)")
+        }
+    }
+
+    /// `audit --json`'s hand-written rows are the encoder's bytes; rows it cannot write take the encoder.
+    @Test func auditRowJSONIsTheEncoders() throws {
+        let result = JobResult(object: StorageObject(bucket: "b", name: "o", size: 9, md5Hash: "server=="), size: 64, md5: "md5==",
+                               crc32c: "crc==")
+        let specs = [
+            JobSpec(kind: .downloadMemory, source: "file:///tmp/b/o0.bin"),
+            JobSpec(kind: .uploadFile, source: "/tmp/a b", destination: "gs://bucket/dir/o?x=1"),
+            JobSpec(kind: .uploadFile, source: "/tmp/é", destination: "gs://b/o"),
+            JobSpec(kind: .downloadFile, source: "https://user:pw@h/o", destination: "/tmp/\"q\""),
+            JobSpec(kind: .delete, destination: "gs://b/o", batch: JobBatch(id: "b", source: "/s", path: "p")),
+        ]
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        var handWritten = 0
+        for spec in specs {
+            let submitted = JobEvent(jobID: "01J", version: 1, atMs: 1_700_000_000_123, actor: "cli:u", payload: .submitted(spec: spec))
+            var record = try #require(JobRecord(submitted: submitted))
+            var records = [record]
+            record.state = .succeeded
+            record.attempts = 2
+            record.startedAtMs = 1_700_000_001_000
+            record.finishedAtMs = 1_700_000_002_999
+            record.result = result
+            records.append(record)
+            record.result = nil
+            record.state = .failed
+            record.error = StorageError(.objectNotFound, "gone")
+            records.append(record)
+            for record in records {
+                for display in [Display.redacting, Display(showSecrets: true)] {
+                    let row = AuditRow(record, display: display)
+                    let expected = String(decoding: try encoder.encode(row), as: UTF8.self)
+                    if let text = row.prettyJSON {
+                        handWritten += 1
+                        #expect(Array(text.utf8) == Array(expected.utf8), "\(expected)")
+                    } else {
+                        #expect(row.error != nil || row.batch != nil || expected.contains("\\") || !expected.allSatisfy(\.isASCII))
+                    }
+                }
+            }
+        }
+        // The queued and succeeded rows of the two plain specs, both ways of display.
+        #expect(handWritten == 8, "\(handWritten)")
     }
 }

@@ -291,4 +291,15 @@ struct DecodedSpecCacheTests {
         #expect(try cache.spec(try Self.text(medium[2]), jobID: "J") == medium[2])
         #expect(cache.usage == again)
     }
+
+    @Test("an uncached reader decodes every spec and keeps none")
+    func uncached() throws {
+        let cache = DecodedSpecCache.uncached()
+        for index in 0..<3 {
+            let spec = JobSpec(kind: .downloadMemory, source: "gs://b/o\(index)")
+            #expect(try cache.spec(try Self.text(spec), jobID: "J") == spec)
+            #expect(cache.usage == (0, 0))
+        }
+        #expect(throws: StoreError.self) { try cache.spec("{", jobID: "J") }
+    }
 }
