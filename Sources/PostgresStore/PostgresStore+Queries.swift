@@ -11,6 +11,23 @@ extension PostgresStore {
         try withConnection { (connection) throws(StoreError) -> JobRecord? in try connection.loadJob(id) }
     }
 
+    /// The state and requests of each of `ids` that exists, in one statement (no spec decoded).
+    public func controlStates(ids: [String]) throws(StoreError) -> [JobControlState] {
+        guard !ids.isEmpty else { return [] }
+        let parameter = PostgresValue.array(PostgresArray(elementType: PostgresType.text, elements: ids.map(PostgresValue.text)))
+        return try withConnection { (connection) throws(StoreError) -> [JobControlState] in
+            try connection.rows("""
+                SELECT id, state, pause_requested, cancel_requested FROM jobs WHERE id = ANY($1)
+                """, [parameter]) { (row) throws(StoreError) -> JobControlState in
+                let id = try row.string(0)
+                guard let state = JobState(rawValue: try row.string(1)) else {
+                    throw StoreError.corrupt("job \(id) has unknown state '\(try row.string(1))'")
+                }
+                return JobControlState(id: id, state: state, pauseRequested: try row.flag(2), cancelRequested: try row.flag(3))
+            }
+        }
+    }
+
     /// Jobs matching `filter`, newest first.
     public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] {
         guard var (sql, values) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return [] }

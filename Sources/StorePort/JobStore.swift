@@ -60,6 +60,9 @@ public protocol JobStore: AnyObject, Sendable {
     func job(_ id: String) throws(StoreError) -> JobRecord?
     /// Jobs matching `filter`, newest first.
     func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord]
+    /// The state and open requests of each of these jobs that exists (in no particular order), read
+    /// together: a worker's control poll, which needs neither specs nor results.
+    func controlStates(ids: [String]) throws(StoreError) -> [JobControlState]
     /// How many jobs match `filter`, ignoring its `limit` (so a listing can say "50 of N").
     func countJobs(filter: JobFilter) throws(StoreError) -> Int
     /// Every job matching `filter`, oldest first (submission time, then log order), handed to `body`
@@ -271,6 +274,15 @@ extension JobStore {
 
     /// Every job, newest first.
     public func jobs() throws(StoreError) -> [JobRecord] { try jobs(filter: JobFilter()) }
+
+    /// Built from `job(_:)`, one read per id: adapters answer it with one light query.
+    public func controlStates(ids: [String]) throws(StoreError) -> [JobControlState] {
+        var states: [JobControlState] = []
+        for id in ids {
+            if let record = try job(id) { states.append(JobControlState(record)) }
+        }
+        return states
+    }
 
     /// Built from `events(jobID:)` and `blob(sha256:)`: reads the job's whole history (a rare path).
     public func landedEvent(_ pending: PendingEvent) throws(StoreError) -> JobEvent? {

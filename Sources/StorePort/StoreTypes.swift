@@ -86,6 +86,30 @@ public struct ControlResult: Sendable, Equatable {
     }
 }
 
+// MARK: - JobControlState
+
+/// What a worker's control poll needs of a job it runs: its state and its open requests, without the
+/// spec, result or history (`JobStore.controlStates(ids:)`).
+public struct JobControlState: Sendable, Equatable {
+    public let id: String
+    public let state: JobState
+    public let pauseRequested: Bool
+    public let cancelRequested: Bool
+
+    public init(id: String, state: JobState, pauseRequested: Bool, cancelRequested: Bool) {
+        self.id = id
+        self.state = state
+        self.pauseRequested = pauseRequested
+        self.cancelRequested = cancelRequested
+    }
+
+    /// The control state of a whole record.
+    public init(_ record: JobRecord) {
+        self.init(id: record.id, state: record.state, pauseRequested: record.pauseRequested,
+                  cancelRequested: record.cancelRequested)
+    }
+}
+
 // MARK: - ClaimedJob
 
 /// A job a worker now holds, with the fencing token its appends must carry.

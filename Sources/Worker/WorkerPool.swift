@@ -374,12 +374,12 @@ public final class WorkerPool: Sendable {
     private func pollControls() async throws {
         let ids = state.withLock { state in Array(state.running.keys) }
         guard !ids.isEmpty else { return }
-        let records = try await store.run { store in try ids.compactMap { try store.job($0) } }
-        for record in records {
-            if record.cancelRequested || record.state == .cancelled {
-                stop(record.id, .cancel)
-            } else if record.pauseRequested || record.state == .paused {
-                stop(record.id, .pause)
+        let controls = try await store.run { store in try store.controlStates(ids: ids) }
+        for control in controls {
+            if control.cancelRequested || control.state == .cancelled {
+                stop(control.id, .cancel)
+            } else if control.pauseRequested || control.state == .paused {
+                stop(control.id, .pause)
             }
         }
     }

@@ -167,4 +167,29 @@ struct ControlTests {
             "\(error)".contains("at least 6")
         }
     }
+
+    @Test("the control poll's light read answers what the whole record says, for every state, in one call",
+          arguments: Engine.allCases)
+    func controlStatesMatchRecords(engine: Engine) throws {
+        let fixture = try StoreFixture("store-controlstates", engine: engine)
+        defer { fixture.remove() }
+        var ids: [String] = []
+        // The queued job last: preparing a running job claims the oldest queued one.
+        for setup in ControlSetup.allCases.filter({ $0 != .queued }) + [.queued] {
+            ids.append(try Self.prepare(setup, in: fixture))
+        }
+        let missing = "01ZZZZZZZZZZZZZZZZZZZZZZZZ"
+        let states = try fixture.store.controlStates(ids: ids + [missing])
+        // Every existing job answers once; the missing id is left out.
+        #expect(states.map(\.id).sorted() == ids.sorted())
+        for state in states {
+            let record = try #require(try fixture.store.job(state.id))
+            #expect(state == JobControlState(record))
+        }
+        // The setups' requests are all seen: a pause, a cancel, both, and the states they end in.
+        #expect(states.filter(\.pauseRequested).count == 2)
+        #expect(states.filter(\.cancelRequested).count == 2)
+        #expect(Set(states.map(\.state)) == [.queued, .running, .paused, .succeeded, .failed, .cancelled])
+        #expect(try fixture.store.controlStates(ids: []) == [])
+    }
 }
