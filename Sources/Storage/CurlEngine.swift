@@ -21,9 +21,10 @@ import Synchronization
 /// - Callers `await` an exchange; the engine resumes their `CheckedContinuation` when
 ///   `curl_multi_info_read` reports the exchange done. Bodies stream through callbacks in both
 ///   directions, so memory stays flat whatever the object size.
-/// - Pause and cancel never touch curl from another thread: the progress callback (which libcurl
-///   calls at least once a second, even on a stalled connection) reads `TransferControl.stopReason`
-///   and aborts the exchange from inside curl.
+/// - Pause and cancel never touch curl from another thread: a stop wakes the engine thread
+///   (`curl_multi_wakeup`), whose next `curl_multi_perform` runs every transfer's progress callback
+///   (which libcurl also calls at least once a second, even on a stalled connection); the callback
+///   reads `TransferControl.stopReason` and aborts the exchange from inside curl.
 /// - The same callback enforces the stall limit (no byte moved for `CurlOptions.stallTimeout`) and the
 ///   job's deadline, so each failure says which limit was hit; `CURLOPT_TIMEOUT_MS` backs the deadline up
 ///   in phases where libcurl calls no progress callback.
@@ -72,6 +73,10 @@ final class CurlEngine: @unchecked Sendable {
     func perform(_ request: HTTPRequest, source: (any RequestBodySource)? = nil, sink: (any ResponseBodySink)? = nil,
                  control: TransferControl?, options: CurlOptions) async throws(TransferFailure) -> HTTPResponse {
         let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, options: options)
+        // A stop wakes the engine thread, so the progress callback sees it now rather than after up to a
+        // second asleep in `curl_multi_poll` (a rate-limited or stalled server sends nothing meanwhile).
+        let waker = control?.addWaker { [self] in curl_multi_wakeup(multi) }
+        defer { if let waker { control?.removeWaker(waker) } }
         let result: Result<HTTPResponse, TransferFailure> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 exchange.continuation = continuation

@@ -63,12 +63,36 @@ public final class TransferControl: Sendable {
         return TransferControl(parent: self, deadline: seconds.map { TransferDeadline(seconds: $0) }, maxRate: maxRate)
     }
 
-    /// Asks the transfer to stop. The first reason wins.
+    /// Asks the transfer to stop. The first reason wins; whoever waits on the transfer's behalf (the
+    /// curl engine asleep in `curl_multi_poll`) is woken to see it at once.
     public func stop(_ newReason: StopReason) {
         if let parent { return parent.stop(newReason) }
         reason.withLock { current in
             if current == nil { current = newReason }
         }
+        for wake in wakers.withLock({ Array($0.handlers.values) }) { wake() }
+    }
+
+    /// Who to wake when a stop is requested, by key.
+    private let wakers = Mutex<(next: Int, handlers: [Int: @Sendable () -> Void])>((0, [:]))
+
+    /// Calls `wake` whenever a stop is requested from now on (and at once if one already was), until
+    /// `removeWaker` is called with the returned key.
+    func addWaker(_ wake: @escaping @Sendable () -> Void) -> Int {
+        if let parent { return parent.addWaker(wake) }
+        let key = wakers.withLock { state in
+            state.next += 1
+            state.handlers[state.next] = wake
+            return state.next
+        }
+        if stopReason != nil { wake() }
+        return key
+    }
+
+    /// Stops calling the waker added under `key`.
+    func removeWaker(_ key: Int) {
+        if let parent { return parent.removeWaker(key) }
+        _ = wakers.withLock { $0.handlers.removeValue(forKey: key) }
     }
 
     /// The reason a stop was requested, if one was.
