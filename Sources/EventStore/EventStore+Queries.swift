@@ -47,6 +47,28 @@ extension EventStore {
         }
     }
 
+    /// Among the `limit` newest queued jobs, exactly those whose spec text contains `text` (ASCII letters
+    /// without case), newest first: SQLite matches the text, so a spec that cannot match is never
+    /// decoded (a worker's start-up look for `gs://` jobs costs little however long the queue is).
+    public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
+        let query = """
+            SELECT \(JobRecord.selectColumns) FROM (SELECT \(JobRecord.selectColumns) FROM jobs WHERE state = ?
+                ORDER BY created_at_ms DESC, seq DESC LIMIT ?)
+            WHERE instr(lower(spec), ?) > 0 ORDER BY created_at_ms DESC, seq DESC
+            """
+        let parameters: [SQLiteValue] = [.text(JobState.queued.rawValue), .int(max(0, limit)), .text(Self.asciiLowercased(text))]
+        return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
+            try connection.query(query, parameters) { (row) throws(StoreError) in
+                try JobRecord(row: row, specs: connection.decodedSpecs)
+            }
+        }
+    }
+
+    /// `text` with ASCII capitals made small, as SQLite's `lower()` does (it leaves other letters alone).
+    static func asciiLowercased(_ text: String) -> String {
+        String(decoding: text.utf8.map { (65...90).contains($0) ? $0 + 32 : $0 }, as: UTF8.self)
+    }
+
     /// Every job matching `filter`, oldest first, one at a time as SQLite steps the rows (the
     /// `jobs_created` index gives the order), in one read transaction for every pass.
     public func forEachJob(filter: JobFilter, passes: Int,

@@ -170,6 +170,14 @@ public protocol JobStore: AnyObject, Sendable {
     /// payload (a download-memory result compared by its stored blob's bytes) — or nil. A worker asks
     /// this when a write it retried after a failed answer is refused: the first write may have committed.
     func landedEvent(_ pending: PendingEvent) throws(StoreError) -> JobEvent?
+
+    // MARK: Start-up checks
+
+    /// Among the `limit` newest queued jobs (newest first), at least every one whose stored spec text
+    /// contains `text` (ASCII letters compared without case); a store may return more, never fewer. For
+    /// a cheap look at a long queue: a store that can match the text before decoding a spec skips the
+    /// specs that cannot match.
+    func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord]
 }
 
 /// One event as stored in the log, without decoding its data: for copying a log between stores.
@@ -217,6 +225,11 @@ public struct LogImport: Sendable, Equatable {
 }
 
 extension JobStore {
+    /// Every one of the `limit` newest queued jobs: a superset of those whose spec mentions `text`.
+    public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
+        try jobs(filter: JobFilter(states: [.queued], limit: limit))
+    }
+
     /// Pauses a job: a queued job is `paused` at once; a running job gets `pause_requested` and its
     /// worker stops at the resume point. A repeat on a paused or pause-requested job. Refused while a
     /// cancel is pending and for final jobs. `id` may be a unique prefix.

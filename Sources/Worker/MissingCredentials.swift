@@ -14,11 +14,13 @@ public enum MissingCredentials {
     /// Logs the warning when `storage` sends `gs://` requests anonymously and a job in one of `queues`
     /// (every queue when nil), among the `scanLimit` newest queued jobs, is a `gs://` job. Reads the
     /// store only in that case, so a worker with credentials or an emulator pays nothing; a store error
-    /// skips the warning (the pool reports store errors itself).
+    /// skips the warning (the pool reports store errors itself). Only specs whose text mentions `gs:`
+    /// (in any case) are decoded: a `gs://` reference is stored as written, and its scheme is matched
+    /// without case, so a spec without that text cannot name a GCS object.
     public static func warnIfNeeded(storage: StorageConfiguration, store: any JobStore, queues: [String]?,
                                     log: WorkerLog, now: Int64) {
         guard storage.sendsGCSRequestsAnonymously,
-              let queued = try? store.jobs(filter: JobFilter(states: [.queued], limit: scanLimit)) else { return }
+              let queued = try? store.queuedJobs(limit: scanLimit, specMentioning: "gs:") else { return }
         let waiting = queued.filter { job in
             (queues.map { $0.contains(job.queue) } ?? true) && job.spec.usesGCS
         }
