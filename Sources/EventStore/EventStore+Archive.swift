@@ -67,7 +67,8 @@ extension EventStore {
             var removed = 0
             for blob in selection.blobs {
                 let stillUsed = try connection.first(
-                    "SELECT 1 FROM jobs WHERE state = 'succeeded' AND json_extract(result, '$.blob') = ? LIMIT 1",
+                    "SELECT 1 FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version "
+                        + "WHERE jobs.state = 'succeeded' AND json_extract(final.data, '$.result.blob') = ? LIMIT 1",
                     [.text(blob.sha256)]) { _ in true } ?? false
                 if !stillUsed {
                     try connection.run("DELETE FROM blobs WHERE sha256 = ?", [.text(blob.sha256)])
@@ -91,12 +92,16 @@ extension EventStore {
 
 extension EventStore {
     /// The blobs only jobs that finished before `finishedBefore` produced, still stored.
+    /// A result is stored only in the job's `succeeded` event, its last (schema 8).
     private static let expirableBlobsSQL = """
+        WITH produced AS (
+            SELECT jobs.kind AS kind, jobs.finished_at_ms AS finished, json_extract(final.data, '$.result.blob') AS blob
+            FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version
+            WHERE jobs.state = 'succeeded'
+        )
         SELECT b.sha256, b.size FROM blobs b
-        WHERE b.sha256 IN (SELECT json_extract(result, '$.blob') FROM jobs
-                           WHERE state = 'succeeded' AND kind = 'download-memory' AND finished_at_ms < ?1)
-          AND b.sha256 NOT IN (SELECT json_extract(result, '$.blob') FROM jobs
-                               WHERE state = 'succeeded' AND finished_at_ms >= ?1 AND json_extract(result, '$.blob') IS NOT NULL)
+        WHERE b.sha256 IN (SELECT blob FROM produced WHERE kind = 'download-memory' AND finished < ?1)
+          AND b.sha256 NOT IN (SELECT blob FROM produced WHERE finished >= ?1 AND blob IS NOT NULL)
         ORDER BY b.sha256
         """
 

@@ -18,7 +18,7 @@ extension EventStore {
         guard !specs.isEmpty else { return [] }
         return try writeTransaction { (connection) throws(StoreError) -> [SubmitOutcome] in
             let plan = try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
-                try connection.first("SELECT id, spec FROM jobs WHERE idempotency_key = ?", [.text(key)]) {
+                try connection.first("SELECT id, \(JobRecord.specSQL) FROM jobs WHERE idempotency_key = ?", [.text(key)]) {
                     (row) throws(StoreError) in
                     // Re-encoded, so a spec an older jobctl wrote compares by content, not by its bytes.
                     let stored = try StoreJSON.decode(JobSpec.self, row.text(1), what: "job \(row.text(0)) spec")

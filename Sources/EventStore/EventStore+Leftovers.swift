@@ -30,12 +30,16 @@ extension EventStore {
     /// The finished jobs that create local files, finished at or after `?`: searched through
     /// `jobs_finished_by_kind` (schema 6) by kind and time, so a log of a million other finished jobs
     /// (download-memory, uploads to `gs://`) costs nothing — the sweep runs at every worker's start.
+    /// The destination comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is
+    /// stored there only (schema 8).
     static let finishedLeftoverSQL = """
-        SELECT id, state, kind, json_extract(spec, '$.destination'), resume_point, finished_at_ms FROM jobs
-        WHERE kind IN ('download-file', 'upload-file', 'upload-data') AND finished_at_ms >= ?
-          AND state IN ('succeeded', 'failed', 'cancelled')
-          AND (kind = 'download-file' OR json_extract(spec, '$.destination') LIKE 'file:%')
-        ORDER BY finished_at_ms, seq
+        SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
+               jobs.resume_point, jobs.finished_at_ms
+        FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
+        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_at_ms >= ?
+          AND jobs.state IN ('succeeded', 'failed', 'cancelled')
+          AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
+        ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
     /// The resume points of the unfinished jobs, through `jobs_claim` (its first column is the state):

@@ -44,7 +44,7 @@ extension EventStore {
         }
 
         var stored: [String: [SQLiteValue]] = [:]
-        try connection.forEach("SELECT \(JobRecord.selectColumns) FROM jobs") { row in
+        try connection.forEach("SELECT \(JobRecord.storedColumns) FROM jobs") { row in
             stored[row.text(0)] = (0..<JobRecord.columns.count).map { row.value($0) }
         }
         var differences = try fold.differences(stored: stored, columns: JobRecord.columns) {
@@ -91,7 +91,7 @@ extension EventStore {
         }
         var storedCount = 0
         var jobsWithEvents = 0
-        try connection.forEach("SELECT \(JobRecord.selectColumns) FROM jobs ORDER BY created_at_ms, seq") { (row) throws(StoreError) in
+        try connection.forEach("SELECT \(JobRecord.storedColumns) FROM jobs ORDER BY created_at_ms, seq") { (row) throws(StoreError) in
             storedCount += 1
             let id = row.text(0)
             let stored = (0..<JobRecord.columns.count).map { row.value($0) }

@@ -73,22 +73,38 @@ final class DecodedSpecCache {
 
 extension JobRecord {
     /// The `jobs` columns, in the order of `rowValues()` and `init(row:specs:)`.
+    ///
+    /// The spec and the result are not among them (migration 008): the log holds each once, in the
+    /// job's `submitted` event and in its `succeeded` event, and `selectColumns` reads them from there.
     static let columns = [
         "id", "seq", "kind", "state", "queue", "priority", "run_after_ms", "attempts", "max_attempts",
-        "lease_owner", "lease_token", "bytes_done", "bytes_total", "resume_point", "error", "result", "spec",
+        "lease_owner", "lease_token", "bytes_done", "bytes_total", "resume_point", "error",
         "idempotency_key", "pause_requested", "cancel_requested", "version", "created_at_ms", "updated_at_ms",
         "started_at_ms", "finished_at_ms", "batch",
     ]
 
-    static let selectColumns = columns.joined(separator: ", ")
+    /// The stored columns alone, for `replay --verify`, which compares them with the fold.
+    static let storedColumns = columns.joined(separator: ", ")
 
-    static let insertSQL = "INSERT INTO jobs (\(selectColumns)) VALUES (\(columns.map { _ in "?" }.joined(separator: ", ")))"
+    /// The spec's JSON, from the job's `submitted` event: `jobs.seq` is that event's seq (its primary key).
+    static let specSQL = "(SELECT json_extract(events.data, '$.spec') FROM events WHERE events.seq = jobs.seq)"
 
-    /// The columns an event can change. The others (id, seq, kind, queue, priority, max_attempts, spec,
+    /// The result's JSON, from the job's last event when the job succeeded: `succeeded` is final (no
+    /// event follows it) and the only event that sets a result, so it is the event at the job's version.
+    static let resultSQL = "CASE WHEN jobs.state = 'succeeded' THEN (SELECT json_extract(events.data, '$.result') FROM events "
+        + "WHERE events.job_id = jobs.id AND events.version = jobs.version) END"
+
+    /// The stored columns, then the spec and the result read from the log: what `init(row:specs:)` reads.
+    /// Selected `FROM jobs` (the table not renamed).
+    static let selectColumns = columns.map { "jobs.\($0)" }.joined(separator: ", ") + ", \(specSQL), \(resultSQL)"
+
+    static let insertSQL = "INSERT INTO jobs (\(storedColumns)) VALUES (\(columns.map { _ in "?" }.joined(separator: ", ")))"
+
+    /// The columns an event can change. The others (id, seq, kind, queue, priority, max_attempts,
     /// idempotency_key, created_at_ms, batch) are fixed by `submitted`: `apply(_:)` never touches them.
     static let changingColumns = [
         "state", "run_after_ms", "attempts", "lease_owner", "lease_token", "bytes_done", "bytes_total",
-        "resume_point", "error", "result", "pause_requested", "cancel_requested", "version", "updated_at_ms",
+        "resume_point", "error", "pause_requested", "cancel_requested", "version", "updated_at_ms",
         "started_at_ms", "finished_at_ms",
     ]
 
@@ -98,8 +114,7 @@ extension JobRecord {
             .text(id), .integer(seq), .text(kind.rawValue), .text(state.rawValue), .text(queue), .int(priority),
             .integer(runAfterMs), .int(attempts), .int(maxAttempts), .optional(leaseOwner), .optional(leaseToken),
             .integer(bytesDone), .optional(bytesTotal), try StoreJSON.encodeOptional(resumePoint),
-            try StoreJSON.encodeOptional(error), try StoreJSON.encodeOptional(result), .text(try StoreJSON.encode(spec)),
-            .optional(key), .bool(pauseRequested), .bool(cancelRequested), .int(version), .integer(createdAtMs),
+            try StoreJSON.encodeOptional(error), .optional(key), .bool(pauseRequested), .bool(cancelRequested), .int(version), .integer(createdAtMs),
             .integer(updatedAtMs), .optional(startedAtMs), .optional(finishedAtMs), .optional(batch),
         ]
     }
@@ -135,7 +150,6 @@ extension JobRecord {
         if bytesTotal != old.bytesTotal { set("bytes_total", .optional(bytesTotal)) }
         try setJSON("resume_point", resumePoint, old.resumePoint)
         try setJSON("error", error, old.error)
-        try setJSON("result", result, old.result)
         if pauseRequested != old.pauseRequested { set("pause_requested", .bool(pauseRequested)) }
         if cancelRequested != old.cancelRequested { set("cancel_requested", .bool(cancelRequested)) }
         // Every event bumps the version, so the SET list is never empty.
@@ -172,11 +186,19 @@ extension JobRecord {
             bytesTotal: row.optionalInt64(12),
             resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, row.optionalText(13), what: "job \(id) resume_point"),
             error: try StoreJSON.decodeOptional(StorageError.self, row.optionalText(14), what: "job \(id) error"),
-            result: try StoreJSON.decodeOptional(JobResult.self, row.optionalText(15), what: "job \(id) result"),
-            spec: try specs.spec(row.text(16), jobID: id),
-            key: row.optionalText(17), pauseRequested: row.bool(18), cancelRequested: row.bool(19),
-            version: row.int(20), createdAtMs: row.int64(21), updatedAtMs: row.int64(22),
-            startedAtMs: row.optionalInt64(23), finishedAtMs: row.optionalInt64(24))
+            result: try StoreJSON.decodeOptional(JobResult.self, row.optionalText(25), what: "job \(id) result"),
+            spec: try Self.spec(row, 24, specs: specs, jobID: id),
+            key: row.optionalText(15), pauseRequested: row.bool(16), cancelRequested: row.bool(17),
+            version: row.int(18), createdAtMs: row.int64(19), updatedAtMs: row.int64(20),
+            startedAtMs: row.optionalInt64(21), finishedAtMs: row.optionalInt64(22))
+    }
+
+    /// The spec at `column`, which the job's `submitted` event must hold.
+    private static func spec(_ row: SQLiteRow, _ column: Int, specs: DecodedSpecCache, jobID: String) throws(StoreError) -> JobSpec {
+        guard let text = row.optionalText(column) else {
+            throw StoreError.corrupt("job \(jobID) has no submitted event with a spec at its seq: run `jobctl replay --verify`")
+        }
+        return try specs.spec(text, jobID: jobID)
     }
 }
 

@@ -9,22 +9,53 @@ import Synchronization
 extension JobRecord {
     /// The `jobs` columns, in the order of `postgresValues()` and `init(postgresRow:)`: the same columns
     /// as the SQLite projection, so `replay --verify` compares the same things on both engines.
+    ///
+    /// The spec and the result are not among them (migration 008): the log holds each once, in the
+    /// job's `submitted` event and in its `succeeded` event, and `postgresSelectColumns` reads them there.
     static let postgresColumns = [
         "id", "seq", "kind", "state", "queue", "priority", "run_after_ms", "attempts", "max_attempts",
-        "lease_owner", "lease_token", "bytes_done", "bytes_total", "resume_point", "error", "result", "spec",
+        "lease_owner", "lease_token", "bytes_done", "bytes_total", "resume_point", "error",
         "idempotency_key", "pause_requested", "cancel_requested", "version", "created_at_ms", "updated_at_ms",
         "started_at_ms", "finished_at_ms", "batch",
     ]
 
-    static let postgresSelectColumns = postgresColumns.joined(separator: ", ")
+    /// The stored columns alone, for `replay --verify`, which compares them with the fold.
+    static let postgresStoredColumns = postgresColumns.joined(separator: ", ")
 
-    static let postgresInsertSQL = "INSERT INTO jobs (\(postgresSelectColumns)) VALUES ("
+    /// The spec's JSON text, from the job's `submitted` event: `jobs.seq` is that event's seq (its key).
+    static let postgresSpecSQL = postgresSpecSQL(of: "jobs")
+
+    static func postgresSpecSQL(of table: String) -> String {
+        "(SELECT (events.data::json -> 'spec')::text FROM events WHERE events.seq = \(table).seq)"
+    }
+
+    /// The result's JSON text, from the job's last event when the job succeeded: `succeeded` is final (no
+    /// event follows it) and the only event that sets a result, so it is the event at the job's version.
+    static func postgresResultSQL(of table: String) -> String {
+        "CASE WHEN \(table).state = 'succeeded' THEN (SELECT (events.data::json -> 'result')::text "
+            + "FROM events WHERE events.job_id = \(table).id AND events.version = \(table).version) END"
+    }
+
+    /// The stored columns, then the spec and the result read from the log: what `init(postgresRow:)`
+    /// reads. Selected `FROM jobs` (the table not renamed).
+    static let postgresSelectColumns = postgresSelectColumns(of: "jobs")
+
+    /// How many values `postgresSelectColumns` selects: the stored columns, the spec and the result.
+    static let postgresSelectedCount = postgresColumns.count + 2
+
+    /// `postgresSelectColumns` from `table`: `jobs`, or rows of it selected under another name.
+    static func postgresSelectColumns(of table: String) -> String {
+        postgresColumns.map { "\(table).\($0)" }.joined(separator: ", ")
+            + ", \(postgresSpecSQL(of: table)), \(postgresResultSQL(of: table))"
+    }
+
+    static let postgresInsertSQL = "INSERT INTO jobs (\(postgresStoredColumns)) VALUES ("
         + (1...postgresColumns.count).map { "$\($0)" }.joined(separator: ", ") + ")"
 
     /// The columns an event can change (the others are fixed by `submitted`), in `postgresValues()` order.
     static let postgresChangingColumns = [
         "state", "run_after_ms", "attempts", "lease_owner", "lease_token", "bytes_done", "bytes_total",
-        "resume_point", "error", "result", "pause_requested", "cancel_requested", "version", "updated_at_ms",
+        "resume_point", "error", "pause_requested", "cancel_requested", "version", "updated_at_ms",
         "started_at_ms", "finished_at_ms",
     ]
 
@@ -33,15 +64,13 @@ extension JobRecord {
         + postgresChangingColumns.enumerated().map { "\($1) = $\($0 + 1)" }.joined(separator: ", ")
         + " WHERE id = $\(postgresChangingColumns.count + 1)"
 
-    /// The record as the values of `postgresColumns`: exactly what the projection stores. Without
-    /// `encodingSpec` the spec's value is left empty (it never changes, and encoding it is the costliest
-    /// part): for `postgresUpdateValues`, which does not send it.
-    func postgresValues(encodingSpec: Bool = true) throws(StoreError) -> [PostgresValue] {
+    /// The record as the values of `postgresColumns`: exactly what the projection stores.
+    func postgresValues() throws(StoreError) -> [PostgresValue] {
         [
             .text(id), .integer(seq), .text(kind.rawValue), .text(state.rawValue), .text(queue), .int(priority),
             .integer(runAfterMs), .int(attempts), .int(maxAttempts), .optional(leaseOwner), .optional(leaseToken),
             .integer(bytesDone), .optional(bytesTotal), try Self.json(resumePoint), try Self.json(error),
-            try Self.json(result), .text(encodingSpec ? try StoreJSON.encode(spec) : ""), .optional(key), .bool(pauseRequested),
+            .optional(key), .bool(pauseRequested),
             .bool(cancelRequested), .int(version), .integer(createdAtMs), .integer(updatedAtMs),
             .optional(startedAtMs), .optional(finishedAtMs), .optional(batch),
         ]
@@ -49,7 +78,7 @@ extension JobRecord {
 
     /// The values of `postgresUpdateSQL`: the changing columns, then the id.
     func postgresUpdateValues() throws(StoreError) -> [PostgresValue] {
-        let all = try postgresValues(encodingSpec: false)
+        let all = try postgresValues()
         let indexes = Self.postgresChangingColumns.compactMap { Self.postgresColumns.firstIndex(of: $0) }
         return indexes.map { all[$0] } + [.text(id)]
     }
@@ -75,11 +104,19 @@ extension JobRecord {
             leaseToken: try row.optionalInteger(10), bytesDone: try row.integer(11), bytesTotal: try row.optionalInteger(12),
             resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(13), what: "job \(id) resume_point"),
             error: try StoreJSON.decodeOptional(StorageError.self, try row.optionalString(14), what: "job \(id) error"),
-            result: try StoreJSON.decodeOptional(JobResult.self, try row.optionalString(15), what: "job \(id) result"),
-            spec: try PostgresSpecCache.shared.spec(ofJob: id, stored: try row.string(16)),
-            key: try row.optionalString(17), pauseRequested: try row.flag(18), cancelRequested: try row.flag(19),
-            version: Int(try row.integer(20)), createdAtMs: try row.integer(21), updatedAtMs: try row.integer(22),
-            startedAtMs: try row.optionalInteger(23), finishedAtMs: try row.optionalInteger(24))
+            result: try StoreJSON.decodeOptional(JobResult.self, try row.optionalString(25), what: "job \(id) result"),
+            spec: try PostgresSpecCache.shared.spec(ofJob: id, stored: try Self.storedSpec(row, 24, jobID: id)),
+            key: try row.optionalString(15), pauseRequested: try row.flag(16), cancelRequested: try row.flag(17),
+            version: Int(try row.integer(18)), createdAtMs: try row.integer(19), updatedAtMs: try row.integer(20),
+            startedAtMs: try row.optionalInteger(21), finishedAtMs: try row.optionalInteger(22))
+    }
+
+    /// The spec's JSON text at `column`, which the job's `submitted` event must hold.
+    private static func storedSpec(_ row: PostgresRow, _ column: Int, jobID: String) throws(StoreError) -> String {
+        guard let text = try row.optionalString(column) else {
+            throw StoreError.corrupt("job \(jobID) has no submitted event with a spec at its seq: run `jobctl replay --verify`")
+        }
+        return text
     }
 }
 

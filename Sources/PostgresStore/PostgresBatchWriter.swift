@@ -270,8 +270,8 @@ final class PostgresBatchWriter: DecisionWriter {
         "queue": PostgresType.text, "priority": PostgresType.int8, "run_after_ms": PostgresType.int8,
         "attempts": PostgresType.int8, "max_attempts": PostgresType.int8, "lease_owner": PostgresType.text,
         "lease_token": PostgresType.int8, "bytes_done": PostgresType.int8, "bytes_total": PostgresType.int8,
-        "resume_point": PostgresType.text, "error": PostgresType.text, "result": PostgresType.text,
-        "spec": PostgresType.text, "idempotency_key": PostgresType.text, "pause_requested": PostgresType.bool,
+        "resume_point": PostgresType.text, "error": PostgresType.text,
+        "idempotency_key": PostgresType.text, "pause_requested": PostgresType.bool,
         "cancel_requested": PostgresType.bool, "version": PostgresType.int8, "created_at_ms": PostgresType.int8,
         "updated_at_ms": PostgresType.int8, "started_at_ms": PostgresType.int8, "finished_at_ms": PostgresType.int8,
         "batch": PostgresType.text,
@@ -310,7 +310,7 @@ final class PostgresBatchWriter: DecisionWriter {
             }
         }
         let aliases = JobRecord.postgresColumns.indices.filter { selected[$0] != "NULL" }.map { "c\($0)" }
-        let sql = "INSERT INTO jobs (\(JobRecord.postgresSelectColumns)) SELECT " + selected.joined(separator: ", ")
+        let sql = "INSERT INTO jobs (\(JobRecord.postgresStoredColumns)) SELECT " + selected.joined(separator: ", ")
             + " FROM unnest(" + unnested.joined(separator: ", ") + ") AS u(" + aliases.joined(separator: ", ") + ")"
         return HeldWrite(table: "jobs", sql: sql, parameters: parameters)
     }

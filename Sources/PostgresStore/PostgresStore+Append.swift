@@ -114,7 +114,7 @@ extension PostgresStore {
                     """, [postgresTextArray(keys)])
             }
             let plan = try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
-                try connection.row("SELECT id, spec FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
+                try connection.row("SELECT id, \(JobRecord.postgresSpecSQL) FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
                     (row) throws(StoreError) in
                     let id = try row.string(0)
                     let stored = try StoreJSON.decode(JobSpec.self, try row.string(1), what: "job \(id) spec")

@@ -69,7 +69,8 @@ extension PostgresStore {
             var removed = 0
             for blob in selection.blobs {
                 let stillUsed = try connection.row(
-                    "SELECT 1 FROM jobs WHERE state = 'succeeded' AND (result::jsonb ->> 'blob') = $1 LIMIT 1",
+                    "SELECT 1 FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version "
+                        + "WHERE jobs.state = 'succeeded' AND (final.data::json -> 'result' ->> 'blob') = $1 LIMIT 1",
                     [.text(blob.sha256)]) { _ in true } ?? false
                 if !stillUsed {
                     removed += try connection.store("DELETE FROM blobs WHERE sha256 = $1", [.text(blob.sha256)])
@@ -91,13 +92,16 @@ extension PostgresStore {
 }
 
 extension PostgresStore {
-    /// The blobs only jobs that finished before `$1` produced, still stored.
+    /// The blobs only jobs that finished before `$1` produced, still stored. A result is stored only in
+    /// the job's `succeeded` event, its last (schema 8).
     private static let expirableBlobsSQL = """
         SELECT b.sha256, b.size FROM blobs b
-        WHERE b.sha256 IN (SELECT result::jsonb ->> 'blob' FROM jobs
-                           WHERE state = 'succeeded' AND kind = 'download-memory' AND finished_at_ms < $1)
-          AND NOT EXISTS (SELECT 1 FROM jobs
-                          WHERE state = 'succeeded' AND finished_at_ms >= $1 AND (result::jsonb ->> 'blob') = b.sha256)
+        WHERE b.sha256 IN (SELECT final.data::json -> 'result' ->> 'blob'
+                           FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version
+                           WHERE jobs.state = 'succeeded' AND jobs.kind = 'download-memory' AND jobs.finished_at_ms < $1)
+          AND NOT EXISTS (SELECT 1 FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version
+                          WHERE jobs.state = 'succeeded' AND jobs.finished_at_ms >= $1
+                            AND (final.data::json -> 'result' ->> 'blob') = b.sha256)
         ORDER BY b.sha256 COLLATE "C"
         """
 

@@ -241,13 +241,17 @@ extension PostgresStore {
 
 extension PostgresStore {
     /// The finished jobs that create local files, finished at or after `$1`, through
-    /// `jobs_finished_by_kind` (schema 6) by kind and time: other finished jobs are never read.
+    /// `jobs_finished_by_kind` (schema 6) by kind and time: other finished jobs are never read. The
+    /// destination comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is stored
+    /// there only (schema 8).
     static let finishedLeftoverSQL = """
-        SELECT id, state, kind, spec::json ->> 'destination', resume_point, finished_at_ms FROM jobs
-        WHERE kind IN ('download-file', 'upload-file', 'upload-data') AND finished_at_ms >= $1
-          AND state IN ('succeeded', 'failed', 'cancelled')
-          AND (kind = 'download-file' OR (spec::json ->> 'destination') LIKE 'file:%')
-        ORDER BY finished_at_ms, seq
+        SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms
+        FROM jobs LEFT JOIN LATERAL (SELECT events.data::json -> 'spec' ->> 'destination' AS destination
+                                     FROM events WHERE events.seq = jobs.seq) submitted ON true
+        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_at_ms >= $1
+          AND jobs.state IN ('succeeded', 'failed', 'cancelled')
+          AND (jobs.kind = 'download-file' OR submitted.destination LIKE 'file:%')
+        ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
     /// The resume points of the unfinished jobs, the states named so an index on the state serves it.
@@ -301,7 +305,7 @@ extension PostgresStore {
         } while pageCount == pageSize
 
         var stored: [String: [PostgresValue]] = [:]
-        for (id, values) in try connection.rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", [], {
+        for (id, values) in try connection.rows("SELECT \(JobRecord.postgresStoredColumns) FROM jobs", [], {
             (row) throws(StoreError) -> (String, [PostgresValue]) in
             (try row.string(0), try (0..<JobRecord.postgresColumns.count).map { (index) throws(StoreError) in try row.typedValue(index) })
         }) {
@@ -355,7 +359,7 @@ extension PostgresStore {
         let eventsOfJob = "SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = $1 ORDER BY version"
         var storedCount = 0
         var jobsWithEvents = 0
-        try connection.store("DECLARE replay_jobs NO SCROLL CURSOR FOR SELECT \(JobRecord.postgresSelectColumns) FROM jobs ORDER BY created_at_ms, seq")
+        try connection.store("DECLARE replay_jobs NO SCROLL CURSOR FOR SELECT \(JobRecord.postgresStoredColumns) FROM jobs ORDER BY created_at_ms, seq")
         while true {
             let page = try connection.rows("FETCH FORWARD \(max(1, pageSize)) FROM replay_jobs", []) {
                 (row) throws(StoreError) -> (String, [PostgresValue]) in

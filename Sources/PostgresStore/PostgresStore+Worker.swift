@@ -116,7 +116,7 @@ extension PostgresConnection {
     /// nil) writes the claims; every write is sent when this returns.
     func claim(_ request: ClaimRequest, writer given: PostgresBatchWriter? = nil) throws(StoreError) -> [ClaimedJob] {
         let (owner, queues, limit, leaseMs, now) = (request.owner, request.queues, request.limit, request.leaseMs, request.now)
-        var sql = "SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
+        var sql = "SELECT \(JobRecord.postgresStoredColumns) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
             // A job waiting for a dependency has a row in job_dependencies (its primary key starts with the job).
             + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
         var values: [PostgresValue] = [.integer(now)]
@@ -134,14 +134,14 @@ extension PostgresConnection {
             // the text (it is a number) so that the prepared statement's generic plan still reads the
             // queued-jobs index in order and stops after a few rows.
             // And the seq of each job's `claimed` event, taken after its row is locked (see
-            // `PostgresBatchWriter`).
+            // `PostgresBatchWriter`). The spec is read from the log only for the jobs picked.
             let picked = try rows("""
-                SELECT \(JobRecord.postgresSelectColumns), nextval('lease_tokens'), nextval(\(PostgresBatchWriter.eventSeqSequence))
+                SELECT \(JobRecord.postgresSelectColumns(of: "picked")), nextval('lease_tokens'), nextval(\(PostgresBatchWriter.eventSeqSequence))
                 FROM (\(sql) LIMIT \(limit - claimed.count)
                 FOR UPDATE SKIP LOCKED) AS picked ORDER BY priority DESC, run_after_ms, seq
                 """, values) { (row) throws(StoreError) in
-                (try JobRecord(postgresRow: row), try row.integer(JobRecord.postgresColumns.count),
-                 try row.integer(JobRecord.postgresColumns.count + 1))
+                (try JobRecord(postgresRow: row), try row.integer(JobRecord.postgresSelectedCount),
+                 try row.integer(JobRecord.postgresSelectedCount + 1))
             }
             if picked.isEmpty { break }
             writer.addReservedSeqs(picked.map(\.2))

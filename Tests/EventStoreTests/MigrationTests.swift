@@ -56,6 +56,7 @@ struct MigrationTests {
             "5 dependencies b88399f56b4a4be24815343d0130f357abbc02dcbad0bd58e76a98b68dffe5cd",
             "6 big_log_indexes 2604f8c303824bceb826d7ca795a502c56a49b29ccfcb16febb03be587ae5db2",
             "7 queued_claim_order 6d1e295a083c13e1ff462f61ae5908d1619e42028f3a1b7e1360c476a59f91e7",
+            "8 spec_and_result_once e6f489dd60daebd264dcc70af79081f8f4223f35304e79c9d3e71d65e9325b2d",
         ])
     }
 
@@ -153,6 +154,9 @@ struct MigrationTests {
                 // the projection rebuilt once at its end with the newest columns.
                 try connection.run("DROP INDEX jobs_batch")
                 try connection.run("ALTER TABLE jobs DROP COLUMN batch")
+                // Nor had it dropped the spec and result (schema 8): back as the empty columns it had.
+                try connection.run("ALTER TABLE jobs ADD COLUMN result TEXT")
+                try connection.run("ALTER TABLE jobs ADD COLUMN spec TEXT")
             }
         }
         #expect(throws: StoreError.olderSchema(found: 1, known: EventStore.knownSchemaVersion)) {

@@ -63,6 +63,30 @@ struct ReleaseFixtureTests {
         }
     }
 
+    @Test("schema 8 drops the projection's spec and result; every job reads the very ones the release stored")
+    func specAndResultReadFromTheLog() throws {
+        let (directory, path) = try Self.copy("release-fixture-once")
+        defer { directory.remove() }
+        // What the release stored in its projection, read before the migration drops it.
+        let before = try SQLiteConnection(path: path, readOnly: true, create: false)
+        let stored = try before.query("SELECT id, spec, result FROM jobs ORDER BY id") { row in
+            (row.text(0), row.text(1), row.optionalText(2))
+        }
+        #expect(stored.count == 16 && stored.contains { $0.2 != nil })
+        let store = try EventStore(path: path, mode: .readWrite)
+        let columns = try store.withConnection { (connection) throws(StoreError) in
+            try connection.query("SELECT name FROM pragma_table_info('jobs')") { row in row.text(0) }
+        }
+        #expect(!columns.contains("spec") && !columns.contains("result") && columns.contains("idempotency_key"))
+        let jobs = try store.jobs().sorted { $0.id < $1.id }
+        #expect(jobs.map(\.id) == stored.map(\.0))
+        for (job, (id, spec, result)) in zip(jobs, stored) {
+            #expect(job.spec == (try StoreJSON.decode(JobSpec.self, spec, what: id)), "job \(id)")
+            #expect(job.result == (try StoreJSON.decodeOptional(JobResult.self, result, what: id)), "job \(id)")
+        }
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
     @Test("opens read-write: only the batch column to add, a rebuild changes nothing, and new work appends and verifies")
     func takesNewWork() throws {
         let (directory, path) = try Self.copy("release-fixture-write")

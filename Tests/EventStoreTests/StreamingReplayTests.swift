@@ -9,7 +9,7 @@ import Testing
 @Suite("Verifying the log job by job")
 struct StreamingReplayTests {
     static let otherColumns = "seq, kind, state, queue, priority, run_after_ms, attempts, max_attempts, lease_owner, lease_token, "
-        + "bytes_done, bytes_total, resume_point, error, result, spec, pause_requested, cancel_requested, version, "
+        + "bytes_done, bytes_total, resume_point, error, pause_requested, cancel_requested, version, "
         + "created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, batch"
 
     @Test("verify job by job reports what the whole-log fold reports: every difference, sorted by job id", arguments: Engine.allCases)

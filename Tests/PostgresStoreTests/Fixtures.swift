@@ -36,8 +36,8 @@ extension PostgresConnection {
     func insertQueuedJob(id: String, priority: Int64 = 0, runAfterMs: Int64 = 0, seq: Int64) throws(PostgresError) {
         try run("""
             INSERT INTO jobs (id, seq, kind, state, queue, priority, run_after_ms, attempts, max_attempts,
-                              bytes_done, spec, pause_requested, cancel_requested, version, created_at_ms, updated_at_ms)
-            VALUES ($1, $2, 'upload-data', 'queued', 'default', $3, $4, 0, 3, 0, '{}', false, false, 1, 0, 0)
+                              bytes_done, pause_requested, cancel_requested, version, created_at_ms, updated_at_ms)
+            VALUES ($1, $2, 'upload-data', 'queued', 'default', $3, $4, 0, 3, 0, false, false, 1, 0, 0)
             """, [.text(id), .integer(seq), .integer(priority), .integer(runAfterMs)])
     }
 
