@@ -21,7 +21,9 @@ extension EventStore {
                 try connection.first("SELECT id, \(JobRecord.specSQL) FROM jobs WHERE idempotency_key = ?", [.text(key)]) {
                     (row) throws(StoreError) in
                     // Re-encoded, so a spec an older jobctl wrote compares by content, not by its bytes.
-                    let stored = try StoreJSON.decode(JobSpec.self, row.text(1), what: "job \(row.text(0)) spec")
+                    guard let stored = try StoreJSON.decode(EventData.self, row.text(1), what: "job \(row.text(0)) submitted event").spec else {
+                        throw StoreError.corrupt("job \(row.text(0)) has no spec in its submitted event: run `jobctl replay --verify`")
+                    }
                     return (row.text(0), try StoreJSON.encode(stored))
                 }
             }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })

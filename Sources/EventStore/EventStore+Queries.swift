@@ -47,14 +47,15 @@ extension EventStore {
         }
     }
 
-    /// Among the `limit` newest queued jobs, exactly those whose spec text contains `text` (ASCII letters
-    /// without case), newest first: SQLite matches the text, so a spec that cannot match is never
+    /// Among the `limit` newest queued jobs, exactly those whose `submitted` payload (the spec, with the
+    /// payload's version) contains `text` (ASCII letters without case), newest first: SQLite matches the text, so a spec that cannot match is never
     /// decoded (a worker's start-up look for `gs://` jobs costs little however long the queue is).
     public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
         let query = """
-            SELECT \(JobRecord.selectColumns) FROM (SELECT \(JobRecord.selectColumns) FROM jobs WHERE state = ?
-                ORDER BY created_at_ms DESC, seq DESC LIMIT ?)
-            WHERE instr(lower(spec), ?) > 0 ORDER BY created_at_ms DESC, seq DESC
+            SELECT \(JobRecord.selectColumns) FROM jobs
+            WHERE jobs.id IN (SELECT id FROM jobs WHERE state = ? ORDER BY created_at_ms DESC, seq DESC LIMIT ?)
+                AND instr(lower(\(JobRecord.specSQL)), ?) > 0
+            ORDER BY jobs.created_at_ms DESC, jobs.seq DESC
             """
         let parameters: [SQLiteValue] = [.text(JobState.queued.rawValue), .int(max(0, limit)), .text(Self.asciiLowercased(text))]
         return try withConnection { (connection) throws(StoreError) -> [JobRecord] in

@@ -49,9 +49,27 @@ final class DecodedSpecCache {
 
     /// The spec `text` encodes, decoded at most once while it stays cached.
     func spec(_ text: String, jobID: String) throws(StoreError) -> JobSpec {
-        guard capacity > 0 else { return try StoreJSON.decode(JobSpec.self, text, what: "job \(jobID) spec") }
+        try spec(text, jobID: jobID, inPayload: false)
+    }
+
+    /// The spec in `text`, the payload of a job's `submitted` event, decoded at most once while it
+    /// stays cached.
+    func spec(submittedPayload text: String, jobID: String) throws(StoreError) -> JobSpec {
+        try spec(text, jobID: jobID, inPayload: true)
+    }
+
+    private static func decode(_ text: String, jobID: String, inPayload: Bool) throws(StoreError) -> JobSpec {
+        guard inPayload else { return try StoreJSON.decode(JobSpec.self, text, what: "job \(jobID) spec") }
+        guard let spec = try StoreJSON.decode(EventData.self, text, what: "job \(jobID) submitted event").spec else {
+            throw StoreError.corrupt("job \(jobID) has no spec in its submitted event: run `jobctl replay --verify`")
+        }
+        return spec
+    }
+
+    private func spec(_ text: String, jobID: String, inPayload: Bool) throws(StoreError) -> JobSpec {
+        guard capacity > 0 else { return try Self.decode(text, jobID: jobID, inPayload: inPayload) }
         if let hit = specs[text], hit.text.utf8.elementsEqual(text.utf8) { return hit.spec }
-        let spec = try StoreJSON.decode(JobSpec.self, text, what: "job \(jobID) spec")
+        let spec = try Self.decode(text, jobID: jobID, inPayload: inPayload)
         let size = text.utf8.count
         guard size <= largestText else { return spec }
         if specs.count >= capacity || bytes + size > byteBudget {
@@ -86,12 +104,16 @@ extension JobRecord {
     /// The stored columns alone, for `replay --verify`, which compares them with the fold.
     static let storedColumns = columns.joined(separator: ", ")
 
-    /// The spec's JSON, from the job's `submitted` event: `jobs.seq` is that event's seq (its primary key).
-    static let specSQL = "(SELECT json_extract(events.data, '$.spec') FROM events WHERE events.seq = jobs.seq)"
+    /// The payload of the job's `submitted` event, which holds the spec: `jobs.seq` is that event's seq
+    /// (its primary key). The payload's text itself, not `json_extract(…, '$.spec')`: SQLite would parse
+    /// it and print the spec again only for jobctl to parse that, where the store's own reader takes the
+    /// spec from the payload in one pass.
+    static let specSQL = "(SELECT events.data FROM events WHERE events.seq = jobs.seq)"
 
-    /// The result's JSON, from the job's last event when the job succeeded: `succeeded` is final (no
-    /// event follows it) and the only event that sets a result, so it is the event at the job's version.
-    static let resultSQL = "CASE WHEN jobs.state = 'succeeded' THEN (SELECT json_extract(events.data, '$.result') FROM events "
+    /// The payload of the job's last event when the job succeeded, which holds the result: `succeeded`
+    /// is final (no event follows it) and the only event that sets a result, so it is the event at the
+    /// job's version.
+    static let resultSQL = "CASE WHEN jobs.state = 'succeeded' THEN (SELECT events.data FROM events "
         + "WHERE events.job_id = jobs.id AND events.version = jobs.version) END"
 
     /// The stored columns, then the spec and the result read from the log: what `init(row:specs:)` reads.
@@ -186,7 +208,7 @@ extension JobRecord {
             bytesTotal: row.optionalInt64(12),
             resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, row.optionalText(13), what: "job \(id) resume_point"),
             error: try StoreJSON.decodeOptional(StorageError.self, row.optionalText(14), what: "job \(id) error"),
-            result: try StoreJSON.decodeOptional(JobResult.self, row.optionalText(25), what: "job \(id) result"),
+            result: try Self.result(row, 25, jobID: id),
             spec: try Self.spec(row, 24, specs: specs, jobID: id),
             key: row.optionalText(15), pauseRequested: row.bool(16), cancelRequested: row.bool(17),
             version: row.int(18), createdAtMs: row.int64(19), updatedAtMs: row.int64(20),
@@ -198,7 +220,13 @@ extension JobRecord {
         guard let text = row.optionalText(column) else {
             throw StoreError.corrupt("job \(jobID) has no submitted event with a spec at its seq: run `jobctl replay --verify`")
         }
-        return try specs.spec(text, jobID: jobID)
+        return try specs.spec(submittedPayload: text, jobID: jobID)
+    }
+
+    /// The result in the payload at `column` (the `succeeded` event's), if the job succeeded.
+    private static func result(_ row: SQLiteRow, _ column: Int, jobID: String) throws(StoreError) -> JobResult? {
+        guard let text = row.optionalText(column) else { return nil }
+        return try StoreJSON.decode(EventData.self, text, what: "job \(jobID) succeeded event").result
     }
 }
 
