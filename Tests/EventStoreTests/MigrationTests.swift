@@ -56,7 +56,7 @@ struct MigrationTests {
             "5 dependencies b88399f56b4a4be24815343d0130f357abbc02dcbad0bd58e76a98b68dffe5cd",
             "6 big_log_indexes 2604f8c303824bceb826d7ca795a502c56a49b29ccfcb16febb03be587ae5db2",
             "7 queued_claim_order 6d1e295a083c13e1ff462f61ae5908d1619e42028f3a1b7e1360c476a59f91e7",
-            "8 spec_and_result_once e6f489dd60daebd264dcc70af79081f8f4223f35304e79c9d3e71d65e9325b2d",
+            "8 spec_and_result_once c0a4d975c1085017ef676ff784cff47a1ce7cb62ec3cd3ab75c649a1f7f95ca9",
         ])
     }
 

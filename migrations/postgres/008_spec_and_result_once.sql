@@ -4,5 +4,5 @@
 -- The `jobs` projection repeated the spec (from the job's `submitted` event) and the result (from its
 -- `succeeded` event). Both are now read from those events (`jobs.seq` is the `submitted` event's seq;
 -- `succeeded` is a job's last event, at `jobs.version`), so the columns go; the events already hold
--- the JSON. Versions 9 and 10 are other changes'.
+-- the JSON.
 ALTER TABLE jobs DROP COLUMN result, DROP COLUMN spec;

@@ -8,6 +8,5 @@
 --
 -- Neither column is indexed, constrained or named by a trigger, so DROP COLUMN (SQLite 3.35) applies.
 -- The freed pages return to the file's free list; `VACUUM` gives them back to the file system.
--- Versions 9 and 10 are other changes'; the ledger records versions one by one.
 ALTER TABLE jobs DROP COLUMN result;
 ALTER TABLE jobs DROP COLUMN spec;
