@@ -99,20 +99,10 @@ public final class ClosedLoopbackPort: @unchecked Sendable {
 
     public init() {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        precondition(fd >= 0 && bound == 0, "could not bind a loopback port: errno \(errno)")
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
+        let bound = fd >= 0 ? bindToLoopback(fd) : nil
+        precondition(bound != nil, "could not bind a loopback port: errno \(errno)")
         descriptor = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
+        port = bound ?? 0
     }
 
     deinit { close(descriptor) }
@@ -121,20 +111,27 @@ public final class ClosedLoopbackPort: @unchecked Sendable {
     public var hostAndPort: String { "127.0.0.1:\(port)" }
 }
 
-/// A free TCP port on 127.0.0.1 (bound then released; good enough for test servers).
-public func freeLoopbackPort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
+/// Binds `fd` to 127.0.0.1 on a port the kernel chooses and returns that port; nil when bind fails
+/// (`errno` says why). The one place the tests' own sockets pick a loopback port.
+public func bindToLoopback(_ fd: Int32) -> Int? {
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = 0
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) {
+    let bound = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
     }
+    guard bound == 0 else { return nil }
     _ = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
     }
     return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released; good enough for test servers).
+public func freeLoopbackPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    return bindToLoopback(fd) ?? 0
 }

@@ -39,23 +39,12 @@ public final class TrickleServer: Sendable {
         guard fd >= 0 else { throw TestServerError("socket() failed: \(errno)") }
         var reuse: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else {
+        guard let bound = bindToLoopback(fd), listen(fd, 16) == 0 else {
             close(fd)
             throw TestServerError("cannot listen on 127.0.0.1: errno \(errno)")
         }
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
         listener = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
+        port = bound
         let thread = Thread { [self] in acceptLoop() }
         thread.start()
     }
