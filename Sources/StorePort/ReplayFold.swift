@@ -118,7 +118,13 @@ public struct ReplayFold: Sendable {
 
     /// The differences between the stored `job_dependencies` rows and `dependencyRows`, as column `after`.
     public func dependencyDifferences(stored: [DependencyRow]) -> [ReplayDifference] {
-        let rebuilt = Set(dependencyRows)
+        Self.dependencyDifferences(rebuilt: dependencyRows, stored: stored)
+    }
+
+    /// The differences between stored `job_dependencies` rows and rebuilt ones, as column `after`: what
+    /// the whole-log fold and the streaming replay both report.
+    static func dependencyDifferences(rebuilt rows: [DependencyRow], stored: [DependencyRow]) -> [ReplayDifference] {
+        let rebuilt = Set(rows)
         let kept = Set(stored)
         var differences: [ReplayDifference] = []
         for row in kept.subtracting(rebuilt).sorted() {

@@ -122,15 +122,7 @@ public struct StreamingReplay<Value: Equatable & CustomStringConvertible> {
             }
             if succeeded[edge.dependsOn] == false { waits.append(edge) }
         }
-        let rebuiltWaits = Set(waits)
-        let kept = Set(storedWaits)
-        var dependencyDifferences: [ReplayDifference] = []
-        for row in kept.subtracting(rebuiltWaits).sorted() {
-            dependencyDifferences.append(ReplayDifference(jobID: row.job, column: "after", stored: "waits for \(row.dependsOn)", rebuilt: "no wait"))
-        }
-        for row in rebuiltWaits.subtracting(kept).sorted() {
-            dependencyDifferences.append(ReplayDifference(jobID: row.job, column: "after", stored: "no wait", rebuilt: "waits for \(row.dependsOn)"))
-        }
+        let dependencyDifferences = ReplayFold.dependencyDifferences(rebuilt: waits, stored: storedWaits)
         let orderedProblems = problems.enumerated().sorted { lhs, rhs in
             lhs.element.seq != rhs.element.seq ? lhs.element.seq < rhs.element.seq : lhs.offset < rhs.offset
         }.map(\.element.text)
