@@ -105,9 +105,13 @@ final class SafeDirectory {
         return current
     }
 
-    /// A name of one component: no `/`, not `.` or `..`, not empty.
-    private static func checkName(_ name: String) throws(StorageError) {
-        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.contains("\0") else {
+    /// A name of one component: no `/` or NUL, not `.` or `..`, not empty.
+    ///
+    /// Scanned as UTF-8 bytes: `contains("/")` on a `String` went through a substring search, about 1 % of
+    /// a small-file download drain's CPU (the partial's name and both names of its rename, per download).
+    static func checkName(_ name: String) throws(StorageError) {
+        guard !name.isEmpty, name != ".", name != "..",
+              !name.utf8.contains(where: { $0 == UInt8(ascii: "/") || $0 == 0 }) else {
             throw StorageError(.pathError, "'\(name)' is not a usable file name")
         }
     }

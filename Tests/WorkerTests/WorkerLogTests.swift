@@ -255,3 +255,31 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(WorkerLogFormatter.padded(name, to: 7) == name.padding(toLength: 7, withPad: " ", startingAt: 0))
     }
 }
+
+@Suite("worker log quoting") struct WorkerLogQuotingTests {
+    /// What the formatter used to do: serialise a one-element array and drop its brackets.
+    private static func viaJSONSerialization(_ text: String) throws -> String {
+        let data = try JSONSerialization.data(withJSONObject: [text], options: [.sortedKeys, .withoutEscapingSlashes])
+        let array = try #require(String(data: data, encoding: .utf8))
+        return String(array.dropFirst().dropLast())
+    }
+
+    /// Every ASCII byte, alone and inside text, and text beyond ASCII, quote exactly as JSONSerialization did.
+    @Test func quotesEveryCharacterAsJSONSerializationDid() throws {
+        var samples = (0..<128).map { String(UnicodeScalar(UInt8($0))) }
+        samples += (0..<128).map { "a \(String(UnicodeScalar(UInt8($0)))) b" }
+        samples += ["", "516.1 KiB/s", "say \"hi\" \\ path/to/x", "é ü 日本 🚀 \u{2028}\u{2029}", "tab\there\r\nnext\u{0B}\u{1F}"]
+        for sample in samples {
+            #expect(WorkerLogFormatter.jsonString(sample) == (try Self.viaJSONSerialization(sample)), "\(Array(sample.utf8))")
+        }
+    }
+
+    /// A quoted value reads back as the text it came from (the line splits back into its fields).
+    @Test func quotedValuesParseBack() throws {
+        for sample in ["rate 1 KiB/s", "x\"y\\z\u{01}\n", "日本 語"] {
+            let quoted = WorkerLogFormatter.jsonString(sample)
+            let parsed = try JSONSerialization.jsonObject(with: Data("[\(quoted)]".utf8)) as? [String]
+            #expect(parsed == [sample])
+        }
+    }
+}
