@@ -20,6 +20,7 @@ PG_PORT=""
 PG_AS=()
 PG_BIN=""
 PG_DRAIN_PROCESSES="1 2 4"
+PG_PEER_CLIENTS="${PG_PEER_CLIENTS:-1 4}"
 
 start_postgres() {
   PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
@@ -32,7 +33,7 @@ start_postgres() {
   printf '%s\n' "$PGPASSWORD" >"$PG_DIR/pwfile"
   PG_AS=()
   PG_EXTRA=()
-  [ "${PG_BENCH_STATEMENTS:-0}" = 1 ] && PG_EXTRA=(-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=1000)
+  [ "${PG_BENCH_STATEMENTS:-0}" = 1 ] && PG_EXTRA=(-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=1000 -c pg_stat_statements.track_planning=on)
   if [ "$(id -u)" = 0 ]; then
     id postgres >/dev/null 2>&1 || die "run as root, PostgreSQL needs the unprivileged postgres user (Debian's postgresql package creates it)"
     chown -R postgres:postgres "$PG_DIR"
@@ -76,6 +77,10 @@ pg_psql() {  # pg_psql SQL: as the cluster's superuser over its unix socket
   "${PG_AS[@]}" "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$PG_DIR/socket" -p "$PG_PORT" -U jobctl_bench -d postgres -c "$1"
 }
 
+pg_psql_db() {  # pg_psql_db DB SQL: as pg_psql, in database DB
+  "${PG_AS[@]}" "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$PG_DIR/socket" -p "$PG_PORT" -U jobctl_bench -d "$1" -c "$2"
+}
+
 pg_new_database() {  # pg_new_database NAME: prints the URL of a new, empty database (no password in it)
   pg_psql "CREATE DATABASE $1" >/dev/null || return 1
   echo "postgres://jobctl_bench@127.0.0.1:$PG_PORT/$1?sslmode=disable"
@@ -104,6 +109,7 @@ pg_statements_report() {
   record pgdrain "$tool" commits_per_job "$(awk -v c="$commits" -v n="$JOBS" 'BEGIN { printf "%.2f", c / n }')"
   log "  $tool: $calls statements, $commits commits; per job, most frequent first:"
   pg_psql "SELECT to_char(calls::numeric / $JOBS, 'FM990.00') || E'\\t' || to_char(total_exec_time / calls, 'FM990.000') || E' ms\\t'
+             || to_char(plans::numeric / calls, 'FM990.00') || E' plans/call\\t'
              || left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
            FROM pg_stat_statements WHERE $where ORDER BY calls DESC LIMIT 14" | sed 's/^/    /'
 }
@@ -136,12 +142,63 @@ pg_drain() {
   record "$bench" "$tool" worker_cpu_s "$wcpu"
   [ "$tool" = sqlite-1 ] || scpu=$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')
   [ "$tool" = sqlite-1 ] || record "$bench" "$tool" server_cpu_s "$scpu"
+  [ "$tool" = sqlite-1 ] || record "$bench" "$tool" server_ms_per_job "$(awk -v s="$scpu" -v n="$JOBS" 'BEGIN { printf "%.3f", s * 1000 / n }')"
   # CPU per job of workers and server together: what two shared cores divide among jobs, steadier
   # under other load than the rate.
   record "$bench" "$tool" cpu_ms_per_job "$(awk -v w="$wcpu" -v s="$scpu" -v n="$JOBS" 'BEGIN { printf "%.3f", (w + s) * 1000 / n }')"
   events=$("$PY" "$BENCH/pglib.py" summary-events "$prefix"-*.out)
   [ -n "$events" ] && record "$bench" "$tool" events_per_s "$(rate "$events" "$elapsed")"
   log "  $tool: $JOBS jobs in $elapsed s"
+  return 0
+}
+
+# pg_peer_drain TOOL N PREFIX: the ceiling peer (bench/pg_peer_schema.sql, bench/pg_peer_drain.pgbench):
+# $JOBS jobs inserted untimed, then drained by N pgbench clients in batches of $DRAIN_CONCURRENCY, each
+# batch claimed (FOR UPDATE SKIP LOCKED), started and succeeded in three durable commits. Records what
+# pg_drain records for jobctl (pgbench's CPU in the workers' place), unless a job is left undone.
+pg_peer_drain() {
+  local tool=$1 n=$2 prefix=$3 db="peer_$RANDOM" per_client rounds=0 left t0 t1 c0 c1 elapsed wcpu scpu
+  pg_psql "CREATE DATABASE $db" >/dev/null || { fail pgdrain "$tool" "CREATE DATABASE failed"; return 1; }
+  if ! "${PG_AS[@]}" "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_DIR/socket" -p "$PG_PORT" -U jobctl_bench -d "$db" \
+      -f - <"$BENCH/pg_peer_schema.sql" >"$prefix.schema.log" 2>&1; then
+    fail pgdrain "$tool" "schema failed: $(tail_msg "$prefix.schema.log")"; pg_psql "DROP DATABASE $db" >/dev/null 2>&1; return 1
+  fi
+  "${PG_AS[@]}" "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$PG_DIR/socket" -p "$PG_PORT" -U jobctl_bench -d "$db" -c "
+    INSERT INTO peer_jobs (id, state, priority, run_after_ms, attempts, version, spec, updated_at_ms)
+    SELECT g, 'queued', 0, 0, 0, 1, '{\"kind\":\"download-memory\",\"max_size\":1024,\"source\":\"file:///tmp/objects/o' || g || '.bin\"}', 0
+    FROM generate_series(1, $JOBS) g;
+    INSERT INTO peer_events (job_id, version, type, at_ms, data) SELECT id, 1, 'submitted', 0, spec FROM peer_jobs;
+    ANALYZE peer_jobs; ANALYZE peer_events; CHECKPOINT;" >"$prefix.load.log" 2>&1 \
+    || { fail pgdrain "$tool" "loading the jobs failed: $(tail_msg "$prefix.load.log")"; pg_psql "DROP DATABASE $db" >/dev/null 2>&1; return 1; }
+  per_client=$(( (JOBS + DRAIN_CONCURRENCY * n - 1) / (DRAIN_CONCURRENCY * n) + 1 ))
+  : >"$prefix.pgbench.log"
+  c0=$(pg_cpu); t0=$(now_ns)
+  left=$JOBS
+  while [ "$left" -gt 0 ] && [ "$rounds" -lt 5 ]; do   # SKIP LOCKED may leave a few for another round
+    rounds=$((rounds + 1))
+    timeout 600 /usr/bin/time -v -o "$prefix-$rounds.time" "$PG_BIN/pgbench" -n -M prepared -f "$BENCH/pg_peer_drain.pgbench" \
+      -D "batch=$DRAIN_CONCURRENCY" -c "$n" -j "$n" -t "$per_client" -h 127.0.0.1 -p "$PG_PORT" -U jobctl_bench "$db" \
+      >>"$prefix.pgbench.log" 2>&1 || { fail pgdrain "$tool" "pgbench failed: $(tail_msg "$prefix.pgbench.log")"; break; }
+    left=$(pg_psql_db "$db" "SELECT count(*) FROM peer_jobs WHERE state <> 'succeeded'")
+    per_client=1
+  done
+  t1=$(now_ns); c1=$(pg_cpu)
+  elapsed=$(secs "$t0" "$t1")
+  local events
+  events=$(pg_psql_db "$db" "SELECT count(*) FROM peer_events WHERE type IN ('claimed', 'started', 'succeeded')")
+  pg_psql "DROP DATABASE $db" >/dev/null 2>&1 || true
+  if [ "$left" != 0 ] || [ "$events" != $((3 * JOBS)) ]; then
+    fail pgdrain "$tool" "$left jobs left undone, $events events of $((3 * JOBS)): $(tail_msg "$prefix.pgbench.log")"; return 1
+  fi
+  wcpu=$("$PY" "$BENCH/pglib.py" cpu-secs "$prefix"-*.time)
+  scpu=$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')
+  record pgdrain "$tool" jobs_per_s "$(rate "$JOBS" "$elapsed")"
+  record pgdrain "$tool" events_per_s "$(rate "$events" "$elapsed")"
+  record pgdrain "$tool" worker_cpu_s "$wcpu"
+  record pgdrain "$tool" server_cpu_s "$scpu"
+  record pgdrain "$tool" server_ms_per_job "$(awk -v s="$scpu" -v n="$JOBS" 'BEGIN { printf "%.3f", s * 1000 / n }')"
+  record pgdrain "$tool" cpu_ms_per_job "$(awk -v w="$wcpu" -v s="$scpu" -v n="$JOBS" 'BEGIN { printf "%.3f", (w + s) * 1000 / n }')"
+  log "  $tool: $JOBS jobs in $elapsed s ($rounds pgbench rounds)"
   return 0
 }
 
@@ -211,6 +268,8 @@ pg_benchmark() {
       else fail pgdrain "postgres-$n" "submit exited $rc: $(tail_msg "$p/submit.err")"; fi
       pg_psql "DROP DATABASE bench_${i}_$n" >/dev/null 2>&1 || true
     done
+    # The ceiling: the least durable SQL for the same jobs, by pgbench clients (PG_PEER_CLIENTS)
+    for n in $PG_PEER_CLIENTS; do pg_peer_drain "peer-$n" "$n" "$p/peer-$i-$n" || true; done
     # Claim and idle pickup latency, both engines
     log "pg latency run $i/$RUNS ($LATENCY_SUBMITS submits ${LATENCY_GAP_MS} ms apart)"
     url=$(pg_new_database "latency_$i") && pg_pickup postgres "$url" "$p/lat-pg-$i" || true

@@ -93,6 +93,29 @@ def pickup(folder, ids):
 
 # ---------------------------------------------------------------- report
 
+def ceiling_lines(values):
+    """What the peer's CPU per job allows on this machine's cores, and jobctl's distance from it."""
+    peer = values("pgdrain", "peer-4", "cpu_ms_per_job")
+    ours = values("pgdrain", "postgres-4", "cpu_ms_per_job")
+    if not peer:
+        return []
+    cores = os.cpu_count() or 1
+    peer_ms = statistics.median(peer)
+    out = ["", f"Ceiling: the peer spends {peer_ms:.3f} ms of CPU per job (4 clients, client + server), so "
+               f"{cores} cores allow at most ~{cores * 1000 / peer_ms:,.0f} jobs/s"
+               f" ({cores * 1000 / peer_ms / 10000:.0%} of the 10,000 jobs/s aim)"]
+    if ours:
+        ours_ms = statistics.median(ours)
+        out[-1] += (f"; jobctl with 4 processes spends {ours_ms:.3f} ms, {ours_ms / peer_ms:.1f}× the peer, "
+                    f"which allows ~{cores * 1000 / ours_ms:,.0f} jobs/s")
+        server, peer_server = values("pgdrain", "postgres-4", "server_ms_per_job"), values("pgdrain", "peer-4", "server_ms_per_job")
+        if server and peer_server:
+            out[-1] += (f"; server CPU per job {statistics.median(server):.3f} ms against the peer's "
+                        f"{statistics.median(peer_server):.3f} ms")
+    out[-1] += "."
+    return out
+
+
 def report_lines(samples, fmt, percentile):
     """The PostgreSQL section of bench/results/latest.md, or [] when `--only` left it out."""
     def values(bench, tool, metric):
@@ -107,15 +130,19 @@ def report_lines(samples, fmt, percentile):
     base_median = statistics.median(base) if base else None
     rows = []
     for tool, label in (("sqlite-1", "SQLite, 1 worker process"), ("postgres-1", "PostgreSQL, 1 worker process"),
-                        ("postgres-2", "PostgreSQL, 2 worker processes"), ("postgres-4", "PostgreSQL, 4 worker processes")):
+                        ("postgres-2", "PostgreSQL, 2 worker processes"), ("postgres-4", "PostgreSQL, 4 worker processes"),
+                        ("peer-1", "ceiling peer: minimal SQL, 1 pgbench client"),
+                        ("peer-4", "ceiling peer: minimal SQL, 4 pgbench clients")):
         jobs = values("pgdrain", tool, "jobs_per_s")
         if not jobs and tool != "sqlite-1":
             continue
         ratio = f"{statistics.median(jobs) / base_median:.2f}×" if jobs and base_median else "—"
         wcpu, scpu = values("pgdrain", tool, "worker_cpu_s"), values("pgdrain", tool, "server_cpu_s")
         per_job = values("pgdrain", tool, "cpu_ms_per_job")
+        server_per_job = values("pgdrain", tool, "server_ms_per_job")
         rows.append(f"| {label} | {cell(jobs, 'jobs/s')} | {ratio} | {cell(values('pgdrain', tool, 'events_per_s'), 'events/s')} "
                     f"| {fmt(statistics.median(wcpu), 's') if wcpu else '—'} | {fmt(statistics.median(scpu), 's') if scpu else '—'} "
+                    f"| {f'{statistics.median(server_per_job):.3f} ms' if server_per_job else '—'} "
                     f"| {f'{statistics.median(per_job):.3f} ms' if per_job else '—'} |")
     if not any(bench in ("pgdrain", "pglatency") for bench, _, _ in samples):
         return []
@@ -124,8 +151,13 @@ def report_lines(samples, fmt, percentile):
              "per process; ratio = jobs/s ÷ SQLite's of the same run. CPU: user + system seconds of all worker "
              "processes, and of the PostgreSQL server (postmaster, its backends and helpers) during the drain; "
              "per job: both together, divided by the jobs.", "",
-             "| drain | jobs/s | vs SQLite | events/s | worker CPU | server CPU | CPU per job |", "|---|---|---|---|---|---|---|"]
+             "The ceiling peer does the least durable SQL for the same jobs (bench/pg_peer_drain.pgbench: "
+             "claim 16 with FOR UPDATE SKIP LOCKED, then claimed / started / succeeded as event rows and job-row "
+             "updates, three synchronous commits per batch); its worker CPU is pgbench's.", "",
+             "| drain | jobs/s | vs SQLite | events/s | worker CPU | server CPU | server CPU per job | CPU per job |",
+             "|---|---|---|---|---|---|---|---|"]
     lines += rows
+    lines += ceiling_lines(values)
     enq = values("pgenqueue", "postgres", "jobs_per_s")
     if enq:
         lines += ["", f"Submit into PostgreSQL (one `jobctl submit` of the whole manifest): {cell(enq, 'jobs/s')}."]

@@ -368,33 +368,36 @@ final class PostgresBatchWriter: DecisionWriter {
 
     /// `sql` with every parameter reference `$n` replaced by `$(n + offset)`. The statements held back
     /// here have no `$` anywhere else (no dollar quoting, no `$` in a literal).
+    ///
+    /// Runs once per held-back write of every group commit, so it works on the UTF-8 bytes (the
+    /// profile of a drain had the `Character` walk it replaced at ~1.7 % of the worker). A `$` and its
+    /// digits are ASCII and never part of a multi-byte character, so the bytes between references are
+    /// copied unchanged.
     static func renumbered(_ sql: String, by offset: Int) -> String {
         guard offset > 0 else { return sql }
-        var out = ""
-        out.reserveCapacity(sql.utf8.count + 16)
-        var digits = ""
-        var inReference = false
-        func finish() {
-            if inReference {
-                out += "$" + (Int(digits).map { String($0 + offset) } ?? digits)
-                digits = ""
-                inReference = false
-            }
-        }
-        for character in sql {
-            if inReference, let ascii = character.asciiValue, (48...57).contains(ascii) {
-                digits.append(character)
+        let dollar = UInt8(ascii: "$"), zero = UInt8(ascii: "0"), nine = UInt8(ascii: "9")
+        let bytes = Array(sql.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count + 16)
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            index += 1
+            guard byte == dollar else {
+                out.append(byte)
                 continue
             }
-            finish()
-            if character == "$" {
-                inReference = true
+            let first = index
+            while index < bytes.count, (zero...nine).contains(bytes[index]) { index += 1 }
+            out.append(dollar)
+            // More digits than an Int holds is no parameter reference: copied as it stands.
+            if let number = Int(String(decoding: bytes[first..<index], as: UTF8.self)) {
+                out += Array(String(number + offset).utf8)
             } else {
-                out.append(character)
+                out += bytes[first..<index]
             }
         }
-        finish()
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
     // MARK: DecisionWriter

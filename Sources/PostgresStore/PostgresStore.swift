@@ -155,8 +155,21 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         guard !isReadOnly else {
             throw StoreError.readOnly("the store at '\(location)' was opened read-only and this operation writes; open it read-write")
         }
-        return try transaction("BEGIN ISOLATION LEVEL READ COMMITTED", body)
+        return try transaction(Self.writeBegin, body)
     }
+
+    /// How a write transaction begins: READ COMMITTED, and its statements run on their prepared
+    /// statements' generic plans, in the same round trip (two statements in one simple query).
+    ///
+    /// Left to itself (`plan_cache_mode = auto`) the server plans a prepared statement again for
+    /// every execution whose generic plan it estimates dearer than a custom one — and with arrays of
+    /// ids (`= ANY($1)`, `unnest($1)`) and `generate_series(1, $2)` it always does: in a drain the
+    /// lease read was planned on every call, the row locks, claims and writes on 11–49 % of calls,
+    /// ~10 % of the server's CPU (BENCHMARKS.md, PostgreSQL, "The ceiling"). Every statement a write
+    /// transaction sends is written so that its generic plan is the right one: ids through primary
+    /// keys, the claim's state and limit in its text (tests check the plans in this mode). `SET
+    /// LOCAL` ends with the transaction, so reads outside one keep the server's choice.
+    static let writeBegin = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan"
 
     /// Runs `body` in one REPEATABLE READ transaction, so every query in it sees the same snapshot.
     func readTransaction<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
@@ -170,14 +183,14 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
             while true {
                 do throws(StoreError) {
                     do throws(StoreError) {
-                        try connection.store(begin)
+                        try connection.begin(begin)
                     } catch {
                         // Nothing was sent but BEGIN: a connection found dead here is opened again
                         // and the transaction run on it (once).
                         guard !connection.isConnected, attempt == 1 else { throw error }
                         attempt += 1
                         try Self.reopen(connection, readOnly: readOnly)
-                        try connection.store(begin)
+                        try connection.begin(begin)
                     }
                     let result = try body(connection)
                     let commit: PostgresResult
@@ -243,6 +256,16 @@ extension PostgresConnection {
     @discardableResult
     func store(_ sql: String, _ parameters: [PostgresValue] = []) throws(StoreError) -> Int {
         do throws(PostgresError) { return try run(sql, parameters) } catch { throw StoreError(error) }
+    }
+
+    /// Begins a transaction with `sql`: one statement, or (a write transaction's `BEGIN …; SET LOCAL …`)
+    /// several without parameters, sent as one simple query — one round trip either way.
+    func begin(_ sql: String) throws(StoreError) {
+        do throws(PostgresError) {
+            if sql.contains(";") { try executeScript(sql) } else { _ = try run(sql) }
+        } catch {
+            throw StoreError(error)
+        }
     }
 
     /// Runs a query and maps every row; PostgreSQL errors become `StoreError`s.

@@ -1,5 +1,6 @@
 import Foundation
 import JobModel
+import StorePort
 import Testing
 import TestSupport
 @testable import PostgresStore
@@ -31,5 +32,67 @@ struct BatchPlanTests {
             #expect(plan.contains("jobs_pkey"), "\(mode): \(plan.prefix(400))")
             #expect(!plan.contains("Seq Scan on jobs"), "\(mode): \(plan.prefix(400))")
         }
+    }
+}
+
+/// Write transactions run every statement on its prepared statement's generic plan
+/// (`PostgresStore.writeBegin`), so the server does not plan the group commit's statements again.
+@Suite("PostgreSQL write transactions on generic plans")
+struct GenericPlanTests {
+    @Test("a write transaction runs with plan_cache_mode = force_generic_plan, in the same round trip as BEGIN; outside it the server chooses")
+    func writeTransactionMode() throws {
+        let fixture = try PostgresFixture("genericmode")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        func mode(_ connection: PostgresConnection) throws(StoreError) -> String? {
+            try connection.rows("SELECT current_setting('plan_cache_mode')") { (row) throws(StoreError) in try row.string(0) }.first
+        }
+        let before = try store.withConnection { $0.statementsSent }
+        let inside = try store.writeTransaction { (connection) throws(StoreError) -> String? in try mode(connection) }
+        // BEGIN and SET LOCAL in one simple query, the read, COMMIT: three round trips.
+        #expect(try store.withConnection { $0.statementsSent } - before == 3)
+        #expect(inside == "force_generic_plan")
+        #expect(try store.withConnection { (connection) throws(StoreError) -> String? in try mode(connection) } == "auto")
+        #expect(try store.readTransaction { (connection) throws(StoreError) -> String? in try mode(connection) } == "auto")
+    }
+
+    /// Left to `auto`, the server made a custom plan for each of a prepared statement's first five
+    /// executions and for every execution of some (the lease read, always): this fails without
+    /// `writeBegin`'s `SET LOCAL`.
+    @Test("after a dozen claims and group commits, the store's prepared write statements have only generic plans")
+    func groupCommitsUseGenericPlans() throws {
+        let fixture = try PostgresFixture("genericplans")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let count = 12 * 4
+        _ = try store.submit((0..<count).map { k in
+            JobSpec(kind: .uploadData, destination: "file://generic/\(k).txt", data: Data("x".utf8))
+        }, actor: "cli:test", now: 1_000)
+        for round in 0..<12 {
+            let now = 2_000 + Int64(round) * 10
+            let claimed = try store.claim(owner: "w", queues: nil, limit: 4, leaseMs: 60_000, now: now)
+            try #require(claimed.count == 4)
+            let started = try store.append(try claimed.map { job in
+                try PendingEvent(jobID: job.record.id, type: .started, actor: "w", leaseToken: job.token, data: EventData(attempt: 1))
+            }, now: now + 1)
+            #expect(started.allSatisfy { (try? $0.get()) != nil })
+            let succeeded = try store.append(try claimed.map { job in
+                try PendingEvent(jobID: job.record.id, type: .succeeded, actor: "w", leaseToken: job.token,
+                                 data: EventData(result: JobResult(size: 1)))
+            }, now: now + 2)
+            #expect(succeeded.allSatisfy { (try? $0.get()) != nil })
+        }
+        #expect(try store.counts() == [.succeeded: count])
+        let plans = try store.withConnection { (connection) throws(StoreError) -> [(String, Int64, Int64)] in
+            try connection.rows("""
+                SELECT left(regexp_replace(statement, '\\s+', ' ', 'g'), 80), generic_plans, custom_plans FROM pg_prepared_statements
+                WHERE statement LIKE '%FOR UPDATE%' OR statement LIKE '%INSERT INTO events%' OR statement LIKE '%FROM leases%'
+                """) { (row) throws(StoreError) in (try row.string(0), try row.integer(1), try row.integer(2)) }
+        }
+        // The row locks, the lease read, the claim and the group commit's writes: several kinds each.
+        #expect(plans.count >= 4, "\(plans)")
+        #expect(plans.reduce(0) { $0 + $1.1 } >= 12 * 3, "\(plans)")
+        for (statement, generic, custom) in plans {
+            #expect(custom == 0, "\(statement): \(generic) generic, \(custom) custom plans")
+        }
+        #expect(try store.replay(verify: true).isConsistent)
     }
 }

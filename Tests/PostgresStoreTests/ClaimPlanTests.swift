@@ -26,10 +26,14 @@ struct ClaimPlanTests {
             values.append(postgresTextArray(queues))
         }
         sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT 16 FOR UPDATE SKIP LOCKED"
-        let plan = try connection.query("EXPLAIN " + sql, values) { (row) throws(PostgresError) in try row.text(0) }
-            .joined(separator: "\n")
-        #expect(plan.contains("Index Scan using jobs_queued_claim_order on jobs"), "\(plan)")
-        #expect(!plan.contains("Sort"), "\(plan)")
+        // Write transactions run on generic plans (`PostgresStore.writeBegin`): both must read the index.
+        for mode in ["auto", "force_generic_plan"] {
+            try connection.run("SET plan_cache_mode = \(mode)")
+            let plan = try connection.query("EXPLAIN /* \(mode) */ " + sql, values) { (row) throws(PostgresError) in try row.text(0) }
+                .joined(separator: "\n")
+            #expect(plan.contains("Index Scan using jobs_queued_claim_order on jobs"), "\(mode): \(plan)")
+            #expect(!plan.contains("Sort"), "\(mode): \(plan)")
+        }
         // And it claims in that order.
         let claimed = try store.claim(owner: "w", queues: queues, limit: 16, leaseMs: 30_000, now: 10_000)
         #expect(claimed.count == 16)

@@ -246,6 +246,55 @@ struct RoundTripTests {
         #expect(PostgresBatchWriter.renumbered("VALUES ($1, $10, $2)", by: 9) == "VALUES ($10, $19, $11)")
         #expect(PostgresBatchWriter.statement([], then: "SELECT $1", [.integer(1)]).0 == "SELECT $1")
     }
+
+    /// `renumbered` walks UTF-8 bytes instead of characters (a speed change): it must give what the
+    /// character walk gave, for the writes the batch writer really holds back and for odd texts.
+    @Test("renumbering parameters over UTF-8 bytes gives what the character walk gave",
+          arguments: [0, 1, 9, 10, 99, 1_000])
+    func renumberedAsBefore(offset: Int) throws {
+        let fixture = try PostgresFixture("renumber")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        _ = try store.submit([JobSpec(kind: .uploadData, destination: "file://b/ü.txt", data: Data("x".utf8))], actor: "cli:test", now: 1_000)
+        let record = try #require(try store.jobs().first)
+        var texts = [
+            try PostgresBatchWriter.projectionUpdate([record]).sql, try PostgresBatchWriter.projectionInsert([record]).sql,
+            "VALUES ($1, $10, $2)", "$", "$$", "$1$2", "$0", "a$", "é$1ü$22€", "$123abc", "$" + String(repeating: "9", count: 25), "$1000000000000000000", "",
+            "no references at all", "x = $7 AND y = $70 AND z = $700",
+        ]
+        texts.append(texts.joined(separator: " "))
+        for text in texts {
+            #expect(PostgresBatchWriter.renumbered(text, by: offset) == characterWalkRenumbered(text, by: offset), "\(text)")
+        }
+    }
+}
+
+/// The character walk `renumbered` had before it worked on bytes: the reference for its test.
+private func characterWalkRenumbered(_ sql: String, by offset: Int) -> String {
+    guard offset > 0 else { return sql }
+    var out = ""
+    var digits = ""
+    var inReference = false
+    func finish() {
+        if inReference {
+            out += "$" + (Int(digits).map { String($0 + offset) } ?? digits)
+            digits = ""
+            inReference = false
+        }
+    }
+    for character in sql {
+        if inReference, let ascii = character.asciiValue, (48...57).contains(ascii) {
+            digits.append(character)
+            continue
+        }
+        finish()
+        if character == "$" {
+            inReference = true
+        } else {
+            out.append(character)
+        }
+    }
+    finish()
+    return out
 }
 
 private func uploadData(_ k: Int) -> JobSpec {
