@@ -15,6 +15,8 @@
 #   - `replay --verify`: events/s and peak RSS (exit 0 required: the log must verify);
 #   - `stats --json`: seconds.
 # Runs are not repeated (one pass per size; `--runs` is ignored here): building the log is the cost.
+# BIGLOG_KEEP=PATH keeps the SQLite database of the last size there (moved, not removed) so that other
+# binaries can be timed on the same log afterwards; PATH must not exist.
 
 BIGLOG_CHUNK=50000
 BIGLOG_PROBE=5000
@@ -116,6 +118,10 @@ biglog_benchmark() {
       biglog_measure "$engine" "$db" "$have" || break
       have=$((have + BIGLOG_PROBE))
     done
+    if [ "$engine" = sqlite ] && [ -n "${BIGLOG_KEEP:-}" ] && [ ! -e "$BIGLOG_KEEP" ]; then
+      "$PY" -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=60); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()' "$db"
+      mv "$db" "$BIGLOG_KEEP" && log "biglog sqlite: the database is kept at $BIGLOG_KEEP"
+    fi
     [ "$engine" = sqlite ] && rm -f "$db" "$db"-*
   done
   rm -rf "$WORK/biglog"

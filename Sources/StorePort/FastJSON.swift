@@ -16,8 +16,19 @@ protocol FastJSONDecodable {
 enum FastJSON {
     /// The value of `text` when the hand-written reader is sure of it, else nil.
     static func decode<T>(_ type: T.Type, _ text: String) -> T? {
+        // The shapes a big log's readers decode once per row (event payloads; PostgreSQL's spec and
+        // result columns) by their concrete type: through the protocol, each value was boxed in an
+        // existential (a heap copy of the whole payload) only to be cast back out of it.
+        if type == EventData.self { return concrete(EventData.self, text) as? T }
+        if type == JobSpec.self { return concrete(JobSpec.self, text) as? T }
+        if type == JobResult.self { return concrete(JobResult.self, text) as? T }
         guard let fast = type as? any FastJSONDecodable.Type, let json = JSONReader.read(text) else { return nil }
         return fast.init(json: json) as? T
+    }
+
+    private static func concrete<V: FastJSONDecodable>(_ type: V.Type, _ text: String) -> V? {
+        guard let json = JSONReader.read(text) else { return nil }
+        return V(json: json)
     }
 }
 

@@ -33,6 +33,14 @@ final class BufferedOutput {
         if buffer.count >= blockSize { flush() }
     }
 
+    /// Lets `write` append bytes to the block (it returns false when it appended nothing), writing the
+    /// block out once it is full; what `write` returned.
+    func append(_ write: (inout [UInt8]) -> Bool) -> Bool {
+        guard write(&buffer) else { return false }
+        if buffer.count >= blockSize { flush() }
+        return true
+    }
+
     /// Writes out what is buffered.
     func flush() {
         guard !buffer.isEmpty else { return }

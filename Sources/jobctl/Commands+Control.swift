@@ -191,23 +191,24 @@ extension Commands {
             var count = 0
             try eachJob(1) { (_, job) throws(StoreError) in
                 // The array `jsonText` prints, element by element: each object indented by two spaces.
-                let row = AuditRow(job, display: display)
-                let object: Data
-                if let text = row.prettyJSON {
-                    object = Data(text.utf8)
-                } else {
-                    do { object = try encoder.encode(row) } catch {
-                        throw StoreError.corrupt("job \(job.id) could not be encoded as JSON: \(error)")
-                    }
-                }
                 output.write(count == 0 ? "[\n  " : ",\n  ")
-                output.write(indented: object)
                 count += 1
+                if output.append({ AuditRowWriter.appendJSON(job, display: display, indent: 2, to: &$0) }) { return }
+                let object: Data
+                do { object = try encoder.encode(AuditRow(job, display: display)) } catch {
+                    throw StoreError.corrupt("job \(job.id) could not be encoded as JSON: \(error)")
+                }
+                output.write(indented: object)
             }
             output.write(count == 0 ? try jsonText([AuditRow]()) + "\n" : "\n]\n")
         } else if arguments[Options.csv] {
             output.write(AuditRow.csvHeader + "\n")
-            try eachJob(1) { (_, job) throws(StoreError) in output.write(AuditRow(job, display: display).csvLine + "\n") }
+            try eachJob(1) { (_, job) throws(StoreError) in
+                if !output.append({ AuditRowWriter.appendCSV(job, display: display, to: &$0) }) {
+                    output.write(AuditRow(job, display: display).csvLine)
+                }
+                output.write("\n")
+            }
         } else {
             func cells(_ job: JobRecord) -> [String] {
                 let size: String = (job.result?.size ?? job.result?.object?.size ?? job.bytesTotal).map { ByteSize.format($0) } ?? "-"

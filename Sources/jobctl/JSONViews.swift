@@ -484,51 +484,6 @@ struct AuditRow: Encodable {
     }
 }
 
-extension AuditRow {
-    /// The object `jsonText` (sorted keys, pretty-printed, slashes not escaped) prints for this row,
-    /// written by hand: Foundation's encoder was over a third of `audit --json`'s CPU. Nil for a row with
-    /// an error or a batch, or with text that would need escaping: those take the encoder, so the two
-    /// cannot disagree (`OutputUnitTests` compares them).
-    var prettyJSON: String? {
-        guard error == nil, batch == nil else { return nil }
-        var json = "{\n"
-        var first = true
-        func key(_ name: String) {
-            json += first ? "  \"" : ",\n  \""
-            first = false
-            json += name
-            json += "\" : "
-        }
-        func text(_ name: String, _ value: String?) -> Bool {
-            guard let value else { return true }
-            guard value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) else {
-                return false
-            }
-            key(name)
-            json += "\""
-            json += value
-            json += "\""
-            return true
-        }
-        func number(_ name: String, _ value: Int64?) {
-            guard let value else { return }
-            key(name)
-            json += String(value)
-        }
-        number("attempts", Int64(attempts))
-        guard text("crc32c", crc32c), text("destination", destination), text("finished_at", finishedAt) else { return nil }
-        number("finished_at_ms", finishedAtMs)
-        guard text("id", id), text("kind", kind), text("md5", md5) else { return nil }
-        number("size", size)
-        guard text("source", source), text("started_at", startedAt) else { return nil }
-        number("started_at_ms", startedAtMs)
-        guard text("state", state), text("submitted_at", submittedAt) else { return nil }
-        number("submitted_at_ms", submittedAtMs)
-        json += "\n}"
-        return json
-    }
-}
-
 /// What an `archived` event records, as `--json` prints it (and `jobctl archive --json`).
 struct ArchiveView: Encodable {
     let file: String

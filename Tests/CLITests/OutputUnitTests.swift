@@ -160,48 +160,92 @@ import Testing
         }
     }
 
-    /// `audit --json`'s hand-written rows are the encoder's bytes; rows it cannot write take the encoder.
-    @Test func auditRowJSONIsTheEncoders() throws {
+    /// `audit`'s hand-written rows (`AuditRowWriter`) are the bytes of `AuditRow` through the encoder
+    /// (`--json`, as an array element and alone) and through `csvLine` (`--csv`); rows they cannot write
+    /// are declined with nothing appended and take `AuditRow`.
+    @Test func auditRowWriterWritesTheRowsBytes() throws {
         let result = JobResult(object: StorageObject(bucket: "b", name: "o", size: 9, md5Hash: "server=="), size: 64, md5: "md5==",
                                crc32c: "crc==")
+        let objectOnly = JobResult(object: StorageObject(bucket: "b", name: "o", size: 9, md5Hash: "server==", crc32c: "objcrc=="))
         let specs = [
             JobSpec(kind: .downloadMemory, source: "file:///tmp/b/o0.bin"),
             JobSpec(kind: .uploadFile, source: "/tmp/a b", destination: "gs://bucket/dir/o?x=1"),
             JobSpec(kind: .uploadFile, source: "/tmp/é", destination: "gs://b/o"),
             JobSpec(kind: .downloadFile, source: "https://user:pw@h/o", destination: "/tmp/\"q\""),
+            JobSpec(kind: .downloadFile, source: "gs://b/a,b", destination: "/tmp/line\nfeed"),
+            JobSpec(kind: .uploadData, destination: "file://b/back\\slash"),
             JobSpec(kind: .delete, destination: "gs://b/o", batch: JobBatch(id: "b", source: "/s", path: "p")),
         ]
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-        var handWritten = 0
+        var written = (json: 0, csv: 0)
         for spec in specs {
-            let submitted = JobEvent(jobID: "01J", version: 1, atMs: 1_700_000_000_123, actor: "cli:u", payload: .submitted(spec: spec))
-            var record = try #require(JobRecord(submitted: submitted))
-            var records = [record]
-            record.state = .succeeded
-            record.attempts = 2
-            record.startedAtMs = 1_700_000_001_000
-            record.finishedAtMs = 1_700_000_002_999
-            record.result = result
-            records.append(record)
-            record.result = nil
-            record.state = .failed
-            record.error = StorageError(.objectNotFound, "gone")
-            records.append(record)
-            for record in records {
-                for display in [Display.redacting, Display(showSecrets: true)] {
-                    let row = AuditRow(record, display: display)
-                    let expected = String(decoding: try encoder.encode(row), as: UTF8.self)
-                    if let text = row.prettyJSON {
-                        handWritten += 1
-                        #expect(Array(text.utf8) == Array(expected.utf8), "\(expected)")
-                    } else {
-                        #expect(row.error != nil || row.batch != nil || expected.contains("\\") || !expected.allSatisfy(\.isASCII))
+            for createdAtMs: Int64 in [1_700_000_000_123, 0, 253_402_300_799_999, 253_402_300_800_000] {
+                let submitted = JobEvent(jobID: "01J", version: 1, atMs: createdAtMs, actor: "cli:u", payload: .submitted(spec: spec))
+                var record = try #require(JobRecord(submitted: submitted))
+                var records = [record]
+                record.state = .succeeded
+                record.attempts = 2
+                record.startedAtMs = 1_700_000_001_000
+                record.finishedAtMs = 1_700_000_002_999
+                record.result = result
+                records.append(record)
+                record.result = objectOnly
+                records.append(record)
+                record.result = nil
+                record.bytesTotal = 12_345
+                records.append(record)
+                record.state = .failed
+                record.error = StorageError(.objectNotFound, "gone")
+                records.append(record)
+                for record in records {
+                    for display in [Display.redacting, Display(showSecrets: true)] {
+                        let row = AuditRow(record, display: display)
+                        let expected = String(decoding: try encoder.encode(row), as: UTF8.self)
+                        var bytes: [UInt8] = Array("[\n  ".utf8)
+                        if AuditRowWriter.appendJSON(record, display: display, indent: 2, to: &bytes) {
+                            written.json += 1
+                            #expect(String(decoding: bytes, as: UTF8.self) == "[\n  " + expected.replacingOccurrences(of: "\n", with: "\n  "))
+                            var alone: [UInt8] = []
+                            #expect(AuditRowWriter.appendJSON(record, display: display, indent: 0, to: &alone))
+                            #expect(alone == Array(expected.utf8), "\(expected)")
+                        } else {
+                            #expect(bytes == Array("[\n  ".utf8), "a declined row appends nothing")
+                            #expect(row.error != nil || row.batch != nil || expected.contains("\\") || !expected.allSatisfy(\.isASCII)
+                                    || createdAtMs > 253_402_300_799_999)
+                        }
+                        var line: [UInt8] = [UInt8(ascii: "x")]
+                        if AuditRowWriter.appendCSV(record, display: display, to: &line) {
+                            written.csv += 1
+                            #expect(line == Array(("x" + row.csvLine).utf8), "\(row.csvLine)")
+                        } else {
+                            #expect(line == [UInt8(ascii: "x")], "a declined row appends nothing")
+                            #expect(row.error != nil || row.batch != nil || row.csvLine.contains("\"") || !row.csvLine.allSatisfy(\.isASCII)
+                                    || createdAtMs > 253_402_300_799_999)
+                        }
                     }
                 }
             }
         }
-        // The queued and succeeded rows of the two plain specs, both ways of display.
-        #expect(handWritten == 8, "\(handWritten)")
+        // The four rows without an error of the two plain specs, both ways of display, at the three
+        // times TimeText computes (the fourth, past 9999, is Foundation's); CSV also writes the backslash's.
+        #expect(written.json == 2 * 3 * 4 * 2, "\(written.json)")
+        #expect(written.csv == 3 * 3 * 4 * 2, "\(written.csv)")
+    }
+
+    /// Numbers and times written as bytes are `String(_:)`'s and `TimeText.rfc3339`'s text.
+    @Test func auditRowWriterNumbersAndTimes() {
+        for value: Int64 in [0, 7, 10, 99, 100, 1_234_567_890, -1, -10, Int64.max, Int64.min] {
+            var bytes: [UInt8] = []
+            AuditRowWriter.appendDecimal(value, to: &bytes)
+            #expect(String(decoding: bytes, as: UTF8.self) == String(value))
+        }
+        for ms: Int64 in [0, 1, 999, 86_399_999, 86_400_000, 951_782_400_000, 1_700_000_000_123, 4_102_444_800_000, 253_402_300_799_999] {
+            var bytes: [UInt8] = []
+            #expect(AuditRowWriter.appendRFC3339(ms, to: &bytes))
+            #expect(String(decoding: bytes, as: UTF8.self) == TimeText.rfc3339(ms))
+        }
+        var outside: [UInt8] = []
+        #expect(!AuditRowWriter.appendRFC3339(-1, to: &outside) && !AuditRowWriter.appendRFC3339(253_402_300_800_000, to: &outside))
     }
 }

@@ -1,0 +1,170 @@
+import JobLifecycle
+import JobModel
+
+/// `audit`'s plain rows written straight from a job as bytes, for `--json` and `--csv`.
+///
+/// The same bytes `AuditRow` gives through Foundation's encoder (`--json`: sorted keys, pretty-printed,
+/// slashes not escaped) and through `csvLine`, without the row's intermediate strings: building an
+/// `AuditRow`, printing it as a `String`, copying that into `Data` and indenting it line by line was a
+/// quarter of `audit --json`'s CPU on a big log. Only rows that need nothing special are written here —
+/// no error, no batch, every text printable ASCII without a quote or a backslash (JSON) or without a
+/// comma, quote or line break (CSV), every time between 1970 and 9999. For any other row the writers
+/// return false and leave the bytes untouched; the caller then takes `AuditRow`, so the two cannot
+/// disagree on the rows that are hard (`OutputUnitTests` compares them on every kind of row).
+enum AuditRowWriter {
+    /// Appends the job's row as a pretty-printed JSON object, each line after the first indented by
+    /// `indent` spaces (2 for an element of `audit --json`'s array); false, with nothing appended, when
+    /// the row is not a plain one.
+    static func appendJSON(_ job: JobRecord, display: Display, indent: Int, to bytes: inout [UInt8]) -> Bool {
+        guard job.error == nil, job.spec.batch == nil else { return false }
+        let mark = bytes.count
+        var first = true
+        func key(_ name: StaticString) {
+            if first {
+                bytes.append(UInt8(ascii: "\n"))
+                first = false
+            } else {
+                bytes.append(UInt8(ascii: ","))
+                bytes.append(UInt8(ascii: "\n"))
+            }
+            for _ in 0..<(indent + 2) { bytes.append(UInt8(ascii: " ")) }
+            bytes.append(UInt8(ascii: "\""))
+            bytes.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+            bytes.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: " "), UInt8(ascii: ":"), UInt8(ascii: " ")])
+        }
+        func text(_ name: StaticString, _ value: String?) -> Bool {
+            guard let value else { return true }
+            guard value.utf8.allSatisfy(isPlainJSON) else { return false }
+            key(name)
+            bytes.append(UInt8(ascii: "\""))
+            bytes.append(contentsOf: value.utf8)
+            bytes.append(UInt8(ascii: "\""))
+            return true
+        }
+        func number(_ name: StaticString, _ value: Int64?) {
+            guard let value else { return }
+            key(name)
+            appendDecimal(value, to: &bytes)
+        }
+        func time(_ name: StaticString, _ ms: Int64?) -> Bool {
+            guard let ms else { return true }
+            key(name)
+            bytes.append(UInt8(ascii: "\""))
+            guard appendRFC3339(ms, to: &bytes) else { return false }
+            bytes.append(UInt8(ascii: "\""))
+            return true
+        }
+        let result = job.result
+        let written = { () -> Bool in
+            bytes.append(UInt8(ascii: "{"))
+            number("attempts", Int64(job.attempts))
+            guard text("crc32c", result?.crc32c ?? result?.object?.crc32c),
+                  text("destination", job.spec.destination.map(display.url)),
+                  time("finished_at", job.finishedAtMs) else { return false }
+            number("finished_at_ms", job.finishedAtMs)
+            guard text("id", job.id), text("kind", job.spec.kind.rawValue), text("md5", result?.md5 ?? result?.object?.md5Hash) else {
+                return false
+            }
+            number("size", result?.size ?? result?.object?.size ?? job.bytesTotal)
+            guard text("source", job.spec.source.map(display.url)), time("started_at", job.startedAtMs) else { return false }
+            number("started_at_ms", job.startedAtMs)
+            guard text("state", job.state.rawValue), time("submitted_at", job.createdAtMs) else { return false }
+            number("submitted_at_ms", job.createdAtMs)
+            bytes.append(UInt8(ascii: "\n"))
+            for _ in 0..<indent { bytes.append(UInt8(ascii: " ")) }
+            bytes.append(UInt8(ascii: "}"))
+            return true
+        }()
+        if !written { bytes.removeSubrange(mark...) }
+        return written
+    }
+
+    /// Appends the job's CSV line (without its line feed); false, with nothing appended, when the row
+    /// is not a plain one.
+    static func appendCSV(_ job: JobRecord, display: Display, to bytes: inout [UInt8]) -> Bool {
+        guard job.error == nil, job.spec.batch == nil else { return false }
+        let mark = bytes.count
+        func field(_ value: String?, comma: Bool = true) -> Bool {
+            if comma { bytes.append(UInt8(ascii: ",")) }
+            guard let value else { return true }
+            guard !value.utf8.contains(where: needsCSVQuotes) else { return false }
+            bytes.append(contentsOf: value.utf8)
+            return true
+        }
+        func number(_ value: Int64?) {
+            bytes.append(UInt8(ascii: ","))
+            if let value { appendDecimal(value, to: &bytes) }
+        }
+        func time(_ ms: Int64?) -> Bool {
+            bytes.append(UInt8(ascii: ","))
+            guard let ms else { return true }
+            return appendRFC3339(ms, to: &bytes)
+        }
+        let result = job.result
+        let written = field(job.id, comma: false) && field(job.spec.kind.rawValue) && field(job.state.rawValue)
+            && { number(Int64(job.attempts)); return true }()
+            && field(job.spec.source.map(display.url)) && field(job.spec.destination.map(display.url))
+            && { number(result?.size ?? result?.object?.size ?? job.bytesTotal); return true }()
+            && field(result?.md5 ?? result?.object?.md5Hash) && field(result?.crc32c ?? result?.object?.crc32c)
+            && time(job.createdAtMs) && time(job.startedAtMs) && time(job.finishedAtMs)
+        if written {
+            // No error (code, name, message) and no batch (id, source): five empty fields.
+            bytes.append(contentsOf: [UInt8](repeating: UInt8(ascii: ","), count: 5))
+        } else {
+            bytes.removeSubrange(mark...)
+        }
+        return written
+    }
+
+    /// Text JSON prints as it is: printable ASCII other than the quote and the backslash.
+    private static func isPlainJSON(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+    }
+
+    /// Bytes that make a CSV field quoted (or, for bytes outside ASCII, that the row take `csvLine`,
+    /// which decides quoting by `Character`).
+    private static func needsCSVQuotes(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: ",") || byte == UInt8(ascii: "\"") || byte == 0x0A || byte == 0x0D || byte >= 0x80
+    }
+
+    /// `value` in decimal, as `String(value)` prints it.
+    static func appendDecimal(_ value: Int64, to bytes: inout [UInt8]) {
+        if value < 0 {
+            bytes.append(UInt8(ascii: "-"))
+            // The magnitude of Int64.min does not fit an Int64; it does fit a UInt64.
+            appendDecimal(UInt64(bitPattern: 0 &- value), to: &bytes)
+        } else {
+            appendDecimal(UInt64(value), to: &bytes)
+        }
+    }
+
+    private static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
+        let start = bytes.count
+        var rest = value
+        repeat {
+            bytes.append(UInt8(ascii: "0") + UInt8(rest % 10))
+            rest /= 10
+        } while rest > 0
+        bytes[start...].reverse()
+    }
+
+    /// Appends `TimeText.rfc3339(ms)`; false (with part of it appended) for a time outside 1970…9999,
+    /// which `TimeText` leaves to Foundation's formatter.
+    static func appendRFC3339(_ ms: Int64, to bytes: inout [UInt8]) -> Bool {
+        guard let civil = TimeText.civil(ms) else { return false }
+        func digits(_ value: Int64, _ width: Int) {
+            var divisor: Int64 = 1
+            for _ in 1..<width { divisor *= 10 }
+            while divisor > 0 {
+                bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
+        }
+        digits(civil.year, 4); bytes.append(UInt8(ascii: "-")); digits(civil.month, 2); bytes.append(UInt8(ascii: "-"))
+        digits(civil.day, 2); bytes.append(UInt8(ascii: "T"))
+        digits(civil.msInDay / 3_600_000, 2); bytes.append(UInt8(ascii: ":")); digits(civil.msInDay / 60_000 % 60, 2)
+        bytes.append(UInt8(ascii: ":")); digits(civil.msInDay / 1_000 % 60, 2); bytes.append(UInt8(ascii: "."))
+        digits(civil.msInDay % 1_000, 3); bytes.append(UInt8(ascii: "Z"))
+        return true
+    }
+}
