@@ -1,6 +1,6 @@
 -- jobctl event store on PostgreSQL, schema version 10: fewer index entries written per job (a
--- PostgreSQL-only change; version 9 is one of SQLite's and PostgreSQL's together, and the migrator
--- tolerates the gap on a database that does not have it yet).
+-- PostgreSQL-only change; PostgreSQL has no version 9, and the migrator tolerates the gap in the
+-- numbering).
 --
 -- Each change of a row writes a new version of it. Unless the update is HOT (heap-only: no indexed
 -- column changed and the new version fits on the same page), PostgreSQL adds an entry for the new
