@@ -16,7 +16,7 @@ struct IndexEntryTests {
         let fixture = try PostgresFixture("hot")
         let store = try PostgresStore(url: fixture.url, mode: .create)
         if !schema10 {
-            try store.withConnection { (connection) throws(StoreError) in
+            _ = try store.withConnection { (connection) throws(StoreError) in
                 try connection.store("CREATE INDEX leases_expiry ON leases (expires_at_ms)")
             }
         }
