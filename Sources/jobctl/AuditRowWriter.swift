@@ -50,7 +50,7 @@ enum AuditRowWriter {
             guard let ms else { return true }
             key(name)
             bytes.append(UInt8(ascii: "\""))
-            guard appendRFC3339(ms, to: &bytes) else { return false }
+            guard TimeText.appendRFC3339(ms, to: &bytes) else { return false }
             bytes.append(UInt8(ascii: "\""))
             return true
         }
@@ -98,7 +98,7 @@ enum AuditRowWriter {
         func time(_ ms: Int64?) -> Bool {
             bytes.append(UInt8(ascii: ","))
             guard let ms else { return true }
-            return appendRFC3339(ms, to: &bytes)
+            return TimeText.appendRFC3339(ms, to: &bytes)
         }
         let result = job.result
         let written = field(job.id, comma: false) && field(job.spec.kind.rawValue) && field(job.state.rawValue)
@@ -146,25 +146,5 @@ enum AuditRowWriter {
             rest /= 10
         } while rest > 0
         bytes[start...].reverse()
-    }
-
-    /// Appends `TimeText.rfc3339(ms)`; false (with part of it appended) for a time outside 1970…9999,
-    /// which `TimeText` leaves to Foundation's formatter.
-    static func appendRFC3339(_ ms: Int64, to bytes: inout [UInt8]) -> Bool {
-        guard let civil = TimeText.civil(ms) else { return false }
-        func digits(_ value: Int64, _ width: Int) {
-            var divisor: Int64 = 1
-            for _ in 1..<width { divisor *= 10 }
-            while divisor > 0 {
-                bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-                divisor /= 10
-            }
-        }
-        digits(civil.year, 4); bytes.append(UInt8(ascii: "-")); digits(civil.month, 2); bytes.append(UInt8(ascii: "-"))
-        digits(civil.day, 2); bytes.append(UInt8(ascii: "T"))
-        digits(civil.msInDay / 3_600_000, 2); bytes.append(UInt8(ascii: ":")); digits(civil.msInDay / 60_000 % 60, 2)
-        bytes.append(UInt8(ascii: ":")); digits(civil.msInDay / 1_000 % 60, 2); bytes.append(UInt8(ascii: "."))
-        digits(civil.msInDay % 1_000, 3); bytes.append(UInt8(ascii: "Z"))
-        return true
     }
 }

@@ -233,19 +233,26 @@ import Testing
         #expect(written.csv == 3 * 3 * 4 * 2, "\(written.csv)")
     }
 
-    /// Numbers and times written as bytes are `String(_:)`'s and `TimeText.rfc3339`'s text.
+    /// Numbers and times written as bytes are `String(_:)`'s and Foundation's ISO 8601 text (what
+    /// `TimeText.rfc3339` prints, through the same bytes).
     @Test func auditRowWriterNumbersAndTimes() {
         for value: Int64 in [0, 7, 10, 99, 100, 1_234_567_890, -1, -10, Int64.max, Int64.min] {
             var bytes: [UInt8] = []
             AuditRowWriter.appendDecimal(value, to: &bytes)
             #expect(String(decoding: bytes, as: UTF8.self) == String(value))
         }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
         for ms: Int64 in [0, 1, 999, 86_399_999, 86_400_000, 951_782_400_000, 1_700_000_000_123, 4_102_444_800_000, 253_402_300_799_999] {
             var bytes: [UInt8] = []
-            #expect(AuditRowWriter.appendRFC3339(ms, to: &bytes))
-            #expect(String(decoding: bytes, as: UTF8.self) == TimeText.rfc3339(ms))
+            let foundation = formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+            #expect(TimeText.appendRFC3339(ms, to: &bytes))
+            #expect(String(decoding: bytes, as: UTF8.self) == foundation)
+            #expect(TimeText.rfc3339(ms) == foundation)
         }
         var outside: [UInt8] = []
-        #expect(!AuditRowWriter.appendRFC3339(-1, to: &outside) && !AuditRowWriter.appendRFC3339(253_402_300_800_000, to: &outside))
+        #expect(!TimeText.appendRFC3339(-1, to: &outside) && !TimeText.appendRFC3339(253_402_300_800_000, to: &outside))
+        #expect(TimeText.rfc3339(-1) == formatter.string(from: Date(timeIntervalSince1970: -0.001)))
     }
 }
