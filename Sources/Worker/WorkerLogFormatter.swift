@@ -156,39 +156,6 @@ public struct WorkerLogFormatter: Sendable {
         return text
     }
 
-    /// `ms` as RFC 3339 with milliseconds, UTC (`2026-11-30T12:00:00.123Z`): exactly what an
-    /// `ISO8601DateFormatter` with `[.withInternetDateTime, .withFractionalSeconds]` in UTC prints.
-    ///
-    /// Formatted by hand from `gmtime_r`: building that formatter per line cost about a third of a
-    /// worker's CPU time draining small jobs (three lines a job), and a shared one is not thread-safe.
-    static func rfc3339(_ ms: Int64) -> String {
-        // Floor division: a time before 1970 still has a fraction in 0...999.
-        let wholeSeconds = ms >= 0 ? ms / 1_000 : (ms - 999) / 1_000
-        var seconds = time_t(wholeSeconds)
-        let fraction = Int(ms - wholeSeconds * 1_000)
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        var text = ""
-        text.reserveCapacity(24)
-        func append(_ value: Int, width: Int) {
-            let digits = String(value)
-            if digits.count < width { text += String(repeating: "0", count: width - digits.count) }
-            text += digits
-        }
-        append(Int(parts.tm_year) + 1900, width: 4)
-        text += "-"
-        append(Int(parts.tm_mon) + 1, width: 2)
-        text += "-"
-        append(Int(parts.tm_mday), width: 2)
-        text += "T"
-        append(Int(parts.tm_hour), width: 2)
-        text += ":"
-        append(Int(parts.tm_min), width: 2)
-        text += ":"
-        append(Int(parts.tm_sec), width: 2)
-        text += "."
-        append(fraction, width: 3)
-        text += "Z"
-        return text
-    }
+    /// `ms` as RFC 3339 with milliseconds, UTC (`2026-11-30T12:00:00.123Z`), as the CLI prints times.
+    static func rfc3339(_ ms: Int64) -> String { RFC3339.string(ms) }
 }

@@ -50,7 +50,7 @@ enum AuditRowWriter {
             guard let ms else { return true }
             key(name)
             bytes.append(UInt8(ascii: "\""))
-            guard TimeText.appendRFC3339(ms, to: &bytes) else { return false }
+            guard RFC3339.append(ms, to: &bytes) else { return false }
             bytes.append(UInt8(ascii: "\""))
             return true
         }
@@ -98,7 +98,7 @@ enum AuditRowWriter {
         func time(_ ms: Int64?) -> Bool {
             bytes.append(UInt8(ascii: ","))
             guard let ms else { return true }
-            return TimeText.appendRFC3339(ms, to: &bytes)
+            return RFC3339.append(ms, to: &bytes)
         }
         let result = job.result
         let written = field(job.id, comma: false) && field(job.spec.kind.rawValue) && field(job.state.rawValue)

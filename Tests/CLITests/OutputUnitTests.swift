@@ -234,7 +234,7 @@ import Testing
     }
 
     /// Numbers and times written as bytes are `String(_:)`'s and Foundation's ISO 8601 text (what
-    /// `TimeText.rfc3339` prints, through the same bytes).
+    /// `TimeText.rfc3339` prints, through the same bytes: `RFC3339`'s).
     @Test func auditRowWriterNumbersAndTimes() {
         for value: Int64 in [0, 7, 10, 99, 100, 1_234_567_890, -1, -10, Int64.max, Int64.min] {
             var bytes: [UInt8] = []
@@ -247,12 +247,12 @@ import Testing
         for ms: Int64 in [0, 1, 999, 86_399_999, 86_400_000, 951_782_400_000, 1_700_000_000_123, 4_102_444_800_000, 253_402_300_799_999] {
             var bytes: [UInt8] = []
             let foundation = formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
-            #expect(TimeText.appendRFC3339(ms, to: &bytes))
+            #expect(RFC3339.append(ms, to: &bytes))
             #expect(String(decoding: bytes, as: UTF8.self) == foundation)
             #expect(TimeText.rfc3339(ms) == foundation)
         }
         var outside: [UInt8] = []
-        #expect(!TimeText.appendRFC3339(-1, to: &outside) && !TimeText.appendRFC3339(253_402_300_800_000, to: &outside))
+        #expect(!RFC3339.append(-1, to: &outside) && !RFC3339.append(253_402_300_800_000, to: &outside))
         #expect(TimeText.rfc3339(-1) == formatter.string(from: Date(timeIntervalSince1970: -0.001)))
     }
 }
