@@ -51,6 +51,12 @@ extension PostgresStore {
     }
 }
 
+/// The result of a statement held back on a connection (`PostgresConnection.enqueue`), there once
+/// the round trip that carried it has been read.
+final class HeldResult {
+    var result: PostgresResult?
+}
+
 /// Set when a batch appended without savepoints had an event fail after it wrote: the caller rolls the
 /// transaction back and runs the batch again with a savepoint per event.
 final class FastPathAbandoned: Sendable {
@@ -250,16 +256,25 @@ extension PostgresConnection: DecisionWriter {
                                       abandoned: FastPathAbandoned) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         guard !events.isEmpty else { return [] }
         let ids = Array(Set(events.map(\.jobID))).sorted()
-        var current: [String: JobRecord] = [:]
-        for record in try rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
-                               [postgresTextArray(ids)], { (row) throws(StoreError) in try JobRecord(postgresRow: row) }) {
-            current[record.id] = record
-        }
+        // The row locks are held back and go in one pipeline with the lease read (and the BEGIN before
+        // them): one round trip for all three. The server runs them in order, so the lease read still
+        // comes after the locks.
+        let locked = HeldResult()
+        enqueue("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+                [postgresTextArray(ids)]) { (result) throws(PostgresError) in locked.result = result }
         let writer = PostgresBatchWriter(self)
         // After the row locks: no other transaction changes these lease rows until this one ends
         // (a claim or a rescue takes the job's row lock first; a heartbeat changes only the expiry).
         // And the seqs of the events, taken after the row locks too (see `PostgresBatchWriter`).
         try writer.loadLeases(of: ids, reservingSeqs: events.count)
+        guard let lockedRows = locked.result?.rows else {
+            throw StoreError.io("the row locks of a group commit returned no result; this is a bug in jobctl: please report it")
+        }
+        var current: [String: JobRecord] = [:]
+        for row in lockedRows {
+            let record = try JobRecord(postgresRow: row)
+            current[record.id] = record
+        }
         var outcomes: [Result<JobEvent, StoreError>] = []
         outcomes.reserveCapacity(events.count)
         for pending in events {

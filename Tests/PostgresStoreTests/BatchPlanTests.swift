@@ -46,10 +46,11 @@ struct GenericPlanTests {
         func mode(_ connection: PostgresConnection) throws(StoreError) -> String? {
             try connection.rows("SELECT current_setting('plan_cache_mode')") { (row) throws(StoreError) in try row.string(0) }.first
         }
-        let before = try store.withConnection { $0.statementsSent }
+        let before = try store.withConnection { ($0.statementsSent, $0.roundTrips) }
         let inside = try store.writeTransaction { (connection) throws(StoreError) -> String? in try mode(connection) }
-        // BEGIN and SET LOCAL in one simple query, the read, COMMIT: three round trips.
-        #expect(try store.withConnection { $0.statementsSent } - before == 3)
+        // BEGIN, SET LOCAL and the read in one pipeline, COMMIT: four statements, two round trips.
+        #expect(try store.withConnection { $0.statementsSent } - before.0 == 4)
+        #expect(try store.withConnection { $0.roundTrips } - before.1 == 2)
         #expect(inside == "force_generic_plan")
         #expect(try store.withConnection { (connection) throws(StoreError) -> String? in try mode(connection) } == "auto")
         #expect(try store.readTransaction { (connection) throws(StoreError) -> String? in try mode(connection) } == "auto")
