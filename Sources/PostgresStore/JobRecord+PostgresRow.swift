@@ -49,6 +49,15 @@ extension JobRecord {
             + ", \(postgresSpecSQL(of: table)), \(postgresResultSQL(of: table))"
     }
 
+    /// What a group commit's row locks read (`FROM jobs`): the stored columns, a NULL where the spec
+    /// would be, and the result — the columns of `postgresSelectColumns`, without reading each job's
+    /// `submitted` event and parsing its JSON on the server at every group commit. The lifecycle
+    /// decides appends on the stored columns (it reads the spec only to submit); the record's spec
+    /// comes from `PostgresSpecCache` — the worker decoded it when it claimed the job — or, for a job
+    /// this process has not read, from one more query (`init(postgresRow:spec:)`).
+    static let postgresLockColumns = postgresColumns.map { "jobs.\($0)" }.joined(separator: ", ")
+        + ", NULL::text, \(postgresResultSQL(of: "jobs"))"
+
     static let postgresInsertSQL = "INSERT INTO jobs (\(postgresStoredColumns)) VALUES ("
         + (1...postgresColumns.count).map { "$\($0)" }.joined(separator: ", ") + ")"
 
@@ -88,14 +97,21 @@ extension JobRecord {
         return .text(try StoreJSON.encode(value))
     }
 
-    /// Reads a row selected with `postgresSelectColumns`.
-    init(postgresRow row: PostgresRow) throws(StoreError) {
+    /// Reads a row selected with `postgresSelectColumns`, or with `postgresLockColumns` and the job's
+    /// `spec` known.
+    init(postgresRow row: PostgresRow, spec known: JobSpec? = nil) throws(StoreError) {
         let id = try row.string(0)
         guard let kind = JobKind(rawValue: try row.string(2)) else {
             throw StoreError.corrupt("job \(id) has unknown kind '\(try row.string(2))'")
         }
         guard let state = JobState(rawValue: try row.string(3)) else {
             throw StoreError.corrupt("job \(id) has unknown state '\(try row.string(3))'")
+        }
+        let spec: JobSpec
+        if let known {
+            spec = known
+        } else {
+            spec = try PostgresSpecCache.shared.spec(ofJob: id, stored: try Self.storedSpec(row, 24, jobID: id))
         }
         self.init(
             id: id, seq: try row.integer(1), kind: kind, state: state, queue: try row.string(4),
@@ -105,7 +121,7 @@ extension JobRecord {
             resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(13), what: "job \(id) resume_point"),
             error: try StoreJSON.decodeOptional(StorageError.self, try row.optionalString(14), what: "job \(id) error"),
             result: try StoreJSON.decodeOptional(JobResult.self, try row.optionalString(25), what: "job \(id) result"),
-            spec: try PostgresSpecCache.shared.spec(ofJob: id, stored: try Self.storedSpec(row, 24, jobID: id)),
+            spec: spec,
             key: try row.optionalString(15), pauseRequested: try row.flag(16), cancelRequested: try row.flag(17),
             version: Int(try row.integer(18)), createdAtMs: try row.integer(19), updatedAtMs: try row.integer(20),
             startedAtMs: try row.optionalInteger(21), finishedAtMs: try row.optionalInteger(22))
@@ -125,8 +141,9 @@ extension JobRecord {
 extension JobEvent {
     static let postgresSelectColumns = "seq, job_id, version, type, at_ms, actor, lease, data"
 
-    /// Reads a row selected with `postgresSelectColumns`.
-    init(postgresRow row: PostgresRow) throws(StoreError) {
+    /// Reads a row selected with `postgresSelectColumns`, or with `postgresLockColumns` and the job's
+    /// `spec` known.
+    init(postgresRow row: PostgresRow, spec known: JobSpec? = nil) throws(StoreError) {
         let seq = try row.integer(0)
         guard let type = EventType(rawValue: try row.string(3)) else {
             throw StoreError.corrupt("event \(seq) has unknown type '\(try row.string(3))'")
@@ -169,6 +186,12 @@ final class PostgresSpecCache: Sendable {
             entries[id] = (stored, spec)
         }
         return spec
+    }
+
+    /// The spec last decoded for job `id`, if it is kept. A job's spec is its `submitted` event's, which
+    /// never changes, and ids are ULIDs (80 random bits), so the id alone names it.
+    func cached(ofJob id: String) -> JobSpec? {
+        entries.withLock { $0[id]?.spec }
     }
 
     /// How many specs are kept (for tests).

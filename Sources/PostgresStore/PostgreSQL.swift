@@ -244,8 +244,9 @@ final class PostgresConnection {
     ///
     /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQRESET
     func reconnect() throws(PostgresError) {
-        // A new session has none of the old one's prepared statements.
+        // A new session has none of the old one's prepared statements, and nothing queued for the old one.
         preparedNames.removeAll()
+        queued.removeAll()
         PQreset(handle)
         guard PQstatus(handle) == CONNECTION_OK else {
             throw PostgresError.connectionFailed(target: redactedTarget, message: lastErrorMessage)
@@ -282,6 +283,11 @@ final class PostgresConnection {
     /// one-time `PQprepare`s: what the adapter's statement budget per event is measured in.
     private(set) var statementsSent = 0
 
+    /// How many times this connection has waited for the server's answers: one per statement sent
+    /// alone, one per pipeline however many statements it holds (not counting the one-time
+    /// `PQprepare`s of statements sent alone).
+    private(set) var roundTrips = 0
+
     /// Runs `sql` — one statement, `$1`… bound to `parameters` — and returns its result.
     ///
     /// Every value goes in binary format with its type (`text`, `int8`, `bytea`, `bool`, arrays of them; NULL untyped,
@@ -290,6 +296,9 @@ final class PostgresConnection {
     /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQEXECPARAMS
     @discardableResult
     func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresResult {
+        if !queued.isEmpty {
+            return try pipeline(then: QueuedStatement(sql: sql, parameters: parameters, onResult: nil))
+        }
         var types: [UInt32] = []
         var lengths: [Int32] = []
         var offsets: [Int?] = []
@@ -316,6 +325,7 @@ final class PostgresConnection {
         let formats = [Int32](repeating: 1, count: parameters.count)
         let preparedName = try prepared(sql, types: types)
         statementsSent += 1
+        roundTrips += 1
         let raw: OpaquePointer? = storage.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: CChar.self) { chars in
                 // `storage` is never empty, so `base` is never nil.
@@ -355,8 +365,241 @@ final class PostgresConnection {
     ///
     /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQEXEC
     func executeScript(_ sql: String) throws(PostgresError) {
+        // A script cannot join a pipeline (several statements in one simple query): what is queued goes first.
+        if !queued.isEmpty { _ = try pipeline(then: nil) }
         statementsSent += 1
+        roundTrips += 1
         _ = try check(PQexec(handle, sql), sql: sql)
+    }
+
+    // MARK: Pipelines
+
+    /// A statement held back (`enqueue`) to travel with the next one this connection sends.
+    private struct QueuedStatement {
+        let sql: String
+        let parameters: [PostgresValue]
+        /// Called with the statement's result when the pipeline that carried it has been read.
+        let onResult: ((PostgresResult) throws(PostgresError) -> Void)?
+    }
+
+    /// The statements `enqueue` held back, in order.
+    private var queued: [QueuedStatement] = []
+
+    /// Whether statements are held back, waiting for the next one sent.
+    var hasQueuedStatements: Bool { !queued.isEmpty }
+
+    /// Holds `sql` back: it is sent, before it, with the next statement this connection runs
+    /// (`execute`, `run`, `query`, `first`, `executeScript`), all in one libpq pipeline — one round
+    /// trip for all of them. `onResult`, when given, is called with its result then.
+    ///
+    /// When a held-back statement fails, the server skips every later statement of the pipeline and
+    /// the call that sent them throws the first failure: the failed statement's own error, with its SQL.
+    /// Inside a transaction the transaction is then aborted, as if the statement had been sent alone.
+    /// A transaction's COMMIT is therefore never reported done when a statement before it failed.
+    func enqueue(_ sql: String, _ parameters: [PostgresValue] = [],
+                 onResult: ((PostgresResult) throws(PostgresError) -> Void)? = nil) {
+        queued.append(QueuedStatement(sql: sql, parameters: parameters, onResult: onResult))
+    }
+
+    /// Forgets the held-back statements without sending them (a transaction that failed before
+    /// sending them).
+    func discardQueued() { queued.removeAll() }
+
+    /// One statement's parameters in libpq's form: types, lengths and offsets into one buffer.
+    private struct EncodedParameters {
+        var types: [UInt32] = []
+        var lengths: [Int32] = []
+        var offsets: [Int?] = []
+        var storage: [UInt8] = []
+
+        init(_ parameters: [PostgresValue]) throws(PostgresError) {
+            for value in parameters {
+                let (type, bytes) = try value.binary()
+                types.append(type)
+                if let bytes {
+                    guard bytes.count <= Int(Int32.max) else {
+                        throw PostgresError.conversion("parameter $\(types.count) is \(bytes.count) bytes; PostgreSQL takes at most "
+                                                       + "\(Int32.max) bytes in one value: store it in smaller pieces")
+                    }
+                    offsets.append(storage.count)
+                    lengths.append(Int32(bytes.count))
+                    storage.append(contentsOf: bytes)
+                } else {
+                    offsets.append(nil)
+                    lengths.append(0)
+                }
+            }
+            // Never empty, so every value gets a non-NULL pointer (a NULL pointer means SQL NULL).
+            storage.append(0)
+        }
+    }
+
+    /// Sends the held-back statements and `last` in pipeline mode with one sync at the end, reads every
+    /// answer, and returns the last statement's result after each earlier one's `onResult` has seen
+    /// its own.
+    ///
+    /// A statement not yet prepared in this session is prepared in the same pipeline (its name is kept
+    /// only once the server confirmed it). The first statement that fails — or the connection breaking
+    /// — is what this throws; the server skips the statements after it (`PGRES_PIPELINE_ABORTED`).
+    /// All the answers are read before it returns or throws, so the connection is ready for the next
+    /// statement either way, unless it was lost.
+    ///
+    /// The sends run with the socket non-blocking, reading answers while the server's input is full,
+    /// so a large pipeline cannot deadlock against the server writing its answers.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-pipeline-mode.html
+    private func pipeline(then last: QueuedStatement?) throws(PostgresError) -> PostgresResult {
+        let statements = queued + (last.map { [$0] } ?? [])
+        // A value that cannot be sent fails the call before anything is: the held-back statements
+        // stay held back (and fail the transaction's COMMIT in turn), none is lost unsent.
+        let encoded = try statements.map { (statement) throws(PostgresError) in try EncodedParameters(statement.parameters) }
+        queued.removeAll()
+        let lastSQL = statements.last?.sql ?? ""
+        guard PQenterPipelineMode(handle) == 1 else {
+            throw PostgresError.unexpectedResult(status: "no pipeline mode (\(lastErrorMessage))", sql: lastSQL)
+        }
+        statementsSent += statements.count
+        roundTrips += 1
+        // What each answer is for: a prepare (its key and name) or a statement (its index).
+        enum Expected { case prepare(PreparedKey, String, sql: String), statement(Int) }
+        var expected: [Expected] = []
+        var sendFailed = false
+        PQsetnonblocking(handle, 1)
+        for (index, statement) in statements.enumerated() {
+            let parameters = encoded[index]
+            var name: String?
+            if !parameters.types.isEmpty {
+                let key = PreparedKey(sql: statement.sql, types: parameters.types)
+                if let known = preparedNames[key] {
+                    name = known
+                } else if preparedNames.count + expected.count < Self.preparedLimit {
+                    preparedCount += 1
+                    let fresh = "jobctl_\(preparedCount)"
+                    guard PQsendPrepare(handle, fresh, statement.sql, Int32(parameters.types.count), parameters.types) == 1 else {
+                        sendFailed = true
+                        break
+                    }
+                    expected.append(.prepare(key, fresh, sql: statement.sql))
+                    name = fresh
+                }
+            }
+            let sent: Int32 = parameters.storage.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { chars in
+                    let base = chars.baseAddress
+                    let values: [UnsafePointer<CChar>?] = parameters.offsets.map { offset in
+                        guard let offset, let base else { return nil }
+                        return base + offset
+                    }
+                    let count = Int32(parameters.types.count)
+                    let formats = [Int32](repeating: 1, count: parameters.types.count)
+                    if let name {
+                        return PQsendQueryPrepared(handle, name, count, values, parameters.lengths, formats, 1)
+                    }
+                    return PQsendQueryParams(handle, statement.sql, count, parameters.types, values, parameters.lengths, formats, 1)
+                }
+            }
+            guard sent == 1 else {
+                sendFailed = true
+                break
+            }
+            expected.append(.statement(index))
+        }
+        if !sendFailed && PQpipelineSync(handle) != 1 { sendFailed = true }
+        if !sendFailed && !flushNonBlocking() { sendFailed = true }
+        PQsetnonblocking(handle, 0)
+        if sendFailed {
+            // Nothing can be read back reliably: the connection is broken (or libpq refused the send).
+            let message = lastErrorMessage
+            PQexitPipelineMode(handle)
+            if !isConnected { throw PostgresError.connectionLost(message: message, sql: lastSQL) }
+            throw PostgresError.unexpectedResult(status: "a pipeline that could not be sent (\(message))", sql: lastSQL)
+        }
+
+        var firstError: PostgresError?
+        var results: [PostgresResult?] = Array(repeating: nil, count: statements.count)
+        for item in expected {
+            let sql: String
+            switch item {
+            case .prepare(_, _, let text): sql = text
+            case .statement(let index): sql = statements[index].sql
+            }
+            guard let raw = PQgetResult(handle) else {
+                // No answer where one is due: the connection broke.
+                firstError = firstError ?? (isConnected ? PostgresError.unexpectedResult(status: "nothing (\(lastErrorMessage))", sql: sql)
+                                                        : PostgresError.connectionLost(message: lastErrorMessage, sql: sql))
+                break
+            }
+            if PQresultStatus(raw) == PGRES_PIPELINE_ABORTED {
+                // Skipped by the server after an earlier failure, which `firstError` holds.
+                PQclear(raw)
+            } else {
+                do throws(PostgresError) {
+                    let result = try check(raw, sql: sql)
+                    switch item {
+                    case .prepare(let key, let name, _): preparedNames[key] = name
+                    case .statement(let index): results[index] = result
+                    }
+                } catch {
+                    firstError = firstError ?? error
+                }
+            }
+            guard isConnected else {
+                firstError = firstError ?? PostgresError.connectionLost(message: lastErrorMessage, sql: sql)
+                break
+            }
+            // Each statement's answers end with a NULL result.
+            if let extra = PQgetResult(handle) {
+                PQclear(extra)
+                firstError = firstError ?? PostgresError.unexpectedResult(status: "more than one result", sql: sql)
+            }
+        }
+        if isConnected {
+            // The sync's own answer ends the pipeline.
+            if let sync = PQgetResult(handle) {
+                let status = PQresultStatus(sync)
+                PQclear(sync)
+                if status != PGRES_PIPELINE_SYNC {
+                    firstError = firstError ?? PostgresError.unexpectedResult(status: String(cString: PQresStatus(status)), sql: lastSQL)
+                }
+            }
+        }
+        PQexitPipelineMode(handle)
+        if !isConnected {
+            // A server that ended the session answers the statement it was running with a FATAL
+            // error before closing: that, too, is a lost connection, not a refused statement.
+            switch firstError {
+            case .server(_, let message, _, _, let sql)?: throw PostgresError.connectionLost(message: message, sql: sql)
+            case .connectionLost?: break
+            default: throw PostgresError.connectionLost(message: lastErrorMessage, sql: lastSQL)
+            }
+        }
+        if let firstError { throw firstError }
+        for (index, statement) in statements.enumerated() {
+            if let onResult = statement.onResult, let result = results[index] { try onResult(result) }
+        }
+        guard let last = results.last ?? nil else {
+            throw PostgresError.unexpectedResult(status: "no result for the pipeline's last statement", sql: lastSQL)
+        }
+        return last
+    }
+
+    /// Sends libpq's output buffer without blocking on a full socket: while the server cannot take
+    /// more, its answers so far are read into libpq's input buffer, so the server is never stuck
+    /// writing them. False when the connection broke.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-async.html#LIBPQ-PQFLUSH
+    private func flushNonBlocking() -> Bool {
+        let socket = PQsocket(handle)
+        guard socket >= 0 else { return false }
+        while true {
+            let pending = PQflush(handle)
+            if pending == 0 { return true }
+            if pending < 0 { return false }
+            var descriptor = pollfd(fd: socket, events: Int16(POLLIN | POLLOUT), revents: 0)
+            let ready = poll(&descriptor, 1, -1)
+            if ready < 0 && errno != EINTR { return false }
+            if descriptor.revents & Int16(POLLIN) != 0 && PQconsumeInput(handle) != 1 { return false }
+        }
     }
 
     /// The one check of every result: returns it for COMMAND_OK / TUPLES_OK / EMPTY_QUERY, otherwise

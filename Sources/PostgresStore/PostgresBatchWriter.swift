@@ -156,15 +156,21 @@ final class PostgresBatchWriter: DecisionWriter {
     /// How many reserved seqs are still unused.
     var unusedReservedSeqs: Int { reservedSeqs.count - nextReserved }
 
-    /// Sends everything written so far, in one statement; the transaction then holds every write made.
-    /// The same statement returns the transaction's id, which the connection notes as its own
+    /// Turns everything written so far into one statement and holds it back on the connection
+    /// (`PostgresConnection.enqueue`): it reaches the server in one pipeline with the transaction's
+    /// next statement — the next read, or the COMMIT — so it costs no round trip of its own, and every
+    /// later statement of the transaction sees its writes. A write that fails fails that pipeline's
+    /// call (the transaction is aborted and nothing of it commits).
+    /// The statement returns the transaction's id, which the connection notes as its own
     /// (`ownTransactionIDs`: `dataVersion` does not count this session's own commits).
     func flush() throws(StoreError) {
         let writes = try collectedWrites()
         guard !writes.isEmpty else { return }
         let (sql, parameters) = Self.statement(writes, then: "SELECT pg_current_xact_id_if_assigned()::text::bigint", [])
-        if let xid = try connection.row(sql, parameters, { (row) throws(StoreError) in try row.optionalInteger(0) }) ?? nil,
-           connection.ownTransactionIDs.count < Self.ownTransactionIDsKept {
+        let connection = connection
+        connection.enqueue(sql, parameters) { (result) throws(PostgresError) in
+            guard let row = result.rows.first, let xid = try row.optionalInt64(0),
+                  connection.ownTransactionIDs.count < Self.ownTransactionIDsKept else { return }
             connection.ownTransactionIDs.insert(xid)
         }
     }

@@ -51,6 +51,12 @@ extension PostgresStore {
     }
 }
 
+/// The result of a statement held back on a connection (`PostgresConnection.enqueue`), there once
+/// the round trip that carried it has been read.
+final class HeldResult {
+    var result: PostgresResult?
+}
+
 /// Set when a batch appended without savepoints had an event fail after it wrote: the caller rolls the
 /// transaction back and runs the batch again with a savepoint per event.
 final class FastPathAbandoned: Sendable {
@@ -250,16 +256,48 @@ extension PostgresConnection: DecisionWriter {
                                       abandoned: FastPathAbandoned) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         guard !events.isEmpty else { return [] }
         let ids = Array(Set(events.map(\.jobID))).sorted()
-        var current: [String: JobRecord] = [:]
-        for record in try rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
-                               [postgresTextArray(ids)], { (row) throws(StoreError) in try JobRecord(postgresRow: row) }) {
-            current[record.id] = record
-        }
+        // The row locks are held back and go in one pipeline with the lease read (and the BEGIN before
+        // them): one round trip for all three. The server runs them in order, so the lease read still
+        // comes after the locks.
+        // Without the specs (`JobRecord.postgresLockColumns`): the lifecycle does not read them here.
+        let locked = HeldResult()
+        enqueue("SELECT \(JobRecord.postgresLockColumns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+                [postgresTextArray(ids)]) { (result) throws(PostgresError) in locked.result = result }
         let writer = PostgresBatchWriter(self)
         // After the row locks: no other transaction changes these lease rows until this one ends
         // (a claim or a rescue takes the job's row lock first; a heartbeat changes only the expiry).
         // And the seqs of the events, taken after the row locks too (see `PostgresBatchWriter`).
         try writer.loadLeases(of: ids, reservingSeqs: events.count)
+        guard let lockedRows = locked.result?.rows else {
+            throw StoreError.io("the row locks of a group commit returned no result; this is a bug in jobctl: please report it")
+        }
+        var current: [String: JobRecord] = [:]
+        var unknown: [(id: String, row: PostgresRow)] = []
+        for row in lockedRows {
+            let id = try row.string(0)
+            guard let spec = PostgresSpecCache.shared.cached(ofJob: id) else {
+                unknown.append((id, row))
+                continue
+            }
+            current[id] = try JobRecord(postgresRow: row, spec: spec)
+        }
+        if !unknown.isEmpty {
+            // Jobs this process has not read (an append from outside a worker): their specs from the log.
+            var specs: [String: JobSpec] = [:]
+            for (id, stored) in try rows("SELECT id, \(JobRecord.postgresSpecSQL) FROM jobs WHERE id = ANY($1::text[])",
+                                         [postgresTextArray(unknown.map(\.id))], { (row) throws(StoreError) in
+                                             (try row.string(0), try row.optionalString(1))
+                                         }) {
+                guard let stored else {
+                    throw StoreError.corrupt("job \(id) has no submitted event with a spec at its seq: run `jobctl replay --verify`")
+                }
+                specs[id] = try PostgresSpecCache.shared.spec(ofJob: id, stored: stored)
+            }
+            for (id, row) in unknown {
+                guard let spec = specs[id] else { throw StoreError.corrupt("job \(id) lost its spec while its row was locked") }
+                current[id] = try JobRecord(postgresRow: row, spec: spec)
+            }
+        }
         var outcomes: [Result<JobEvent, StoreError>] = []
         outcomes.reserveCapacity(events.count)
         for pending in events {

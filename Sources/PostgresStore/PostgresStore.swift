@@ -159,7 +159,8 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     }
 
     /// How a write transaction begins: READ COMMITTED, and its statements run on their prepared
-    /// statements' generic plans, in the same round trip (two statements in one simple query).
+    /// statements' generic plans. Both are held back (`PostgresConnection.enqueue`) and go to the
+    /// server in the same pipeline as the transaction's first statement: no round trip of their own.
     ///
     /// Left to itself (`plan_cache_mode = auto`) the server plans a prepared statement again for
     /// every execution whose generic plan it estimates dearer than a custom one — and with arrays of
@@ -169,35 +170,45 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// transaction sends is written so that its generic plan is the right one: ids through primary
     /// keys, the claim's state and limit in its text (tests check the plans in this mode). `SET
     /// LOCAL` ends with the transaction, so reads outside one keep the server's choice.
-    static let writeBegin = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan"
+    static let writeBegin = ["BEGIN ISOLATION LEVEL READ COMMITTED", "SET LOCAL plan_cache_mode = force_generic_plan"]
 
     /// Runs `body` in one REPEATABLE READ transaction, so every query in it sees the same snapshot.
     func readTransaction<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
-        try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", body)
+        try transaction(["BEGIN ISOLATION LEVEL REPEATABLE READ"], body)
     }
 
-    private func transaction<T>(_ begin: String, _ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    /// Runs `body` between `begin` and COMMIT. `begin` is held back and travels in one pipeline with
+    /// the first statement `body` sends; what `body` holds back last (the group commit's final write)
+    /// travels with the COMMIT. So a group commit costs the round trips of its reads and no more.
+    ///
+    /// A connection the server dropped while idle is found dead by that first pipeline: nothing of the
+    /// transaction can have run (it never began), so the connection is opened again and the
+    /// transaction run on it (once) — unless that pipeline carried the COMMIT too (`body` sent
+    /// nothing), when the outcome is unknown and the loss is reported.
+    private func transaction<T>(_ begin: [String], _ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         let readOnly = isReadOnly
         return try withConnection { (connection) throws(StoreError) -> T in
             var attempt = 1
+            var reopened = false
             while true {
+                let tripsBefore = connection.roundTrips
+                var committing = false
                 do throws(StoreError) {
-                    do throws(StoreError) {
-                        try connection.begin(begin)
-                    } catch {
-                        // Nothing was sent but BEGIN: a connection found dead here is opened again
-                        // and the transaction run on it (once).
-                        guard !connection.isConnected, attempt == 1 else { throw error }
-                        attempt += 1
-                        try Self.reopen(connection, readOnly: readOnly)
-                        try connection.begin(begin)
-                    }
+                    for statement in begin { connection.enqueue(statement) }
                     let result = try body(connection)
+                    committing = true
                     let commit: PostgresResult
                     do throws(PostgresError) { commit = try connection.execute("COMMIT") } catch { throw StoreError(error) }
                     guard commit.commandStatus == "COMMIT" else { throw StoreError(PostgresError.rolledBack(sql: nil)) }
                     return result
                 } catch {
+                    connection.discardQueued()
+                    if !connection.isConnected, !reopened, !committing, connection.roundTrips == tripsBefore + 1 {
+                        // The first round trip, the one carrying BEGIN, found the connection dead.
+                        reopened = true
+                        try Self.reopen(connection, readOnly: readOnly)
+                        continue
+                    }
                     if connection.isConnected && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
                     guard case .busy = error, attempt < Self.attemptsPerTransaction else { throw error }
                     attempt += 1
@@ -256,16 +267,6 @@ extension PostgresConnection {
     @discardableResult
     func store(_ sql: String, _ parameters: [PostgresValue] = []) throws(StoreError) -> Int {
         do throws(PostgresError) { return try run(sql, parameters) } catch { throw StoreError(error) }
-    }
-
-    /// Begins a transaction with `sql`: one statement, or (a write transaction's `BEGIN …; SET LOCAL …`)
-    /// several without parameters, sent as one simple query — one round trip either way.
-    func begin(_ sql: String) throws(StoreError) {
-        do throws(PostgresError) {
-            if sql.contains(";") { try executeScript(sql) } else { _ = try run(sql) }
-        } catch {
-            throw StoreError(error)
-        }
     }
 
     /// Runs a query and maps every row; PostgreSQL errors become `StoreError`s.

@@ -46,10 +46,11 @@ struct GenericPlanTests {
         func mode(_ connection: PostgresConnection) throws(StoreError) -> String? {
             try connection.rows("SELECT current_setting('plan_cache_mode')") { (row) throws(StoreError) in try row.string(0) }.first
         }
-        let before = try store.withConnection { $0.statementsSent }
+        let before = try store.withConnection { ($0.statementsSent, $0.roundTrips) }
         let inside = try store.writeTransaction { (connection) throws(StoreError) -> String? in try mode(connection) }
-        // BEGIN and SET LOCAL in one simple query, the read, COMMIT: three round trips.
-        #expect(try store.withConnection { $0.statementsSent } - before == 3)
+        // BEGIN, SET LOCAL and the read in one pipeline, COMMIT: four statements, two round trips.
+        #expect(try store.withConnection { $0.statementsSent } - before.0 == 4)
+        #expect(try store.withConnection { $0.roundTrips } - before.1 == 2)
         #expect(inside == "force_generic_plan")
         #expect(try store.withConnection { (connection) throws(StoreError) -> String? in try mode(connection) } == "auto")
         #expect(try store.readTransaction { (connection) throws(StoreError) -> String? in try mode(connection) } == "auto")
@@ -92,6 +93,52 @@ struct GenericPlanTests {
         #expect(plans.reduce(0) { $0 + $1.1 } >= 12 * 3, "\(plans)")
         for (statement, generic, custom) in plans {
             #expect(custom == 0, "\(statement): \(generic) generic, \(custom) custom plans")
+        }
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+}
+
+/// A group commit's row locks read the stored columns only (`JobRecord.postgresLockColumns`): the
+/// spec comes from the process's decoded specs, or from one more query for a job it has not read.
+@Suite("PostgreSQL group-commit row locks without the spec")
+struct LockColumnsTests {
+    @Test("the row locks do not read the jobs' submitted events; the full row read does")
+    func lockReadsNoSubmittedEvent() throws {
+        let fixture = try PostgresFixture("lockcolumns")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let ids = try store.submit((0..<8).map { k in
+            JobSpec(kind: .uploadData, destination: "file://lock/\(k).txt", data: Data("x".utf8))
+        }, actor: "cli:test", now: 1_000).map(\.id)
+        let connection = try fixture.connect()
+        func plan(_ columns: String) throws -> String {
+            try connection.query("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT \(columns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+                                 [postgresTextArray(ids)]) { (row) throws(PostgresError) in try row.text(0) }.joined(separator: "\n")
+        }
+        // The spec is read from the `submitted` event through events' primary key (seq).
+        #expect(try plan(JobRecord.postgresSelectColumns).contains("events_pkey"))
+        #expect(!(try plan(JobRecord.postgresLockColumns).contains("events_pkey")))
+    }
+
+    @Test("appends to jobs this process never read get their specs from the log, and the records equal the full read")
+    func unknownJobsGetTheirSpecs() throws {
+        let fixture = try PostgresFixture("lockunknown")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let specs = (0..<3).map { k in
+            JobSpec(kind: .uploadData, destination: "file://lock/u\(k).txt", data: Data("u\(k)".utf8), queue: "q\(k)")
+        }
+        let ids = try store.submit(specs, actor: "cli:test", now: 1_000).map(\.id)
+        // Fresh ULIDs: no reader in this process has decoded these jobs' specs.
+        #expect(ids.allSatisfy { PostgresSpecCache.shared.cached(ofJob: $0) == nil })
+        let outcomes = try store.append(try ids.map { id in
+            try PendingEvent(jobID: id, type: .paused, actor: "cli:test", data: EventData())
+        }, now: 2_000)
+        #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
+        #expect(ids.allSatisfy { PostgresSpecCache.shared.cached(ofJob: $0) != nil })
+        for (id, spec) in zip(ids, specs) {
+            let record = try #require(try store.job(id))
+            #expect(record.spec.destination == spec.destination && record.spec.queue == spec.queue && record.spec.data == spec.data)
+            #expect(PostgresSpecCache.shared.cached(ofJob: id)?.destination == spec.destination)
+            #expect(record.state == .paused)
         }
         #expect(try store.replay(verify: true).isConsistent)
     }

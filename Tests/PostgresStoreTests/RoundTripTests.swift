@@ -65,23 +65,27 @@ struct RoundTripTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
-    @Test("a group commit of N events sends 5 statements whatever N; a claim of N jobs 4; both in one transaction 7")
+    @Test("a group commit of N events sends 6 statements in 2 round trips whatever N; a claim of N jobs 5 in 2; both in one transaction 8 in 3")
     func statementBudget() throws {
         let fixture = try PostgresFixture("budget")
         let store = try PostgresStore(url: fixture.url, mode: .create)
         let count = 12
         _ = try store.submit((0..<(3 * count)).map { k in uploadData(k) }, actor: "cli:test", now: 1_000)
         func sent() throws -> Int { try store.withConnection { $0.statementsSent } }
+        func trips() throws -> Int { try store.withConnection { $0.roundTrips } }
         // Once, so that every statement is prepared (a first use prepares it: one more round trip).
         let warm = try store.claim(owner: "w", queues: nil, limit: count, leaseMs: 60_000, now: 2_000)
         _ = try store.append(try warm.map { try started($0) }, now: 2_500)
 
         var before = try sent()
+        var tripsBefore = try trips()
         let claimed = try store.claim(owner: "w", queues: nil, limit: count, leaseMs: 60_000, now: 3_000)
         #expect(claimed.count == count)
-        // BEGIN, the claim (jobs, tokens and seqs), one statement of all its writes, COMMIT.
+        // BEGIN, SET LOCAL, the claim (jobs, tokens and seqs) in one pipeline; one statement of all its
+        // writes and COMMIT in another.
         let claimCost = try sent() - before
-        #expect(claimCost == 4, "claim of \(count): \(claimCost) statements")
+        #expect(claimCost == 5, "claim of \(count): \(claimCost) statements")
+        #expect(try trips() - tripsBefore == 2, "claim of \(count)")
 
         // One stale event in the middle: it is refused, the others are appended.
         var events = try claimed.map { try started($0) }
@@ -89,10 +93,13 @@ struct RoundTripTests {
                                      expectedVersion: 1, data: EventData(bytesDone: 1))
         events.insert(stale, at: 4)
         before = try sent()
+        tripsBefore = try trips()
         let outcomes = try store.append(events, now: 4_000)
         let used = try sent() - before
-        // BEGIN, lock the rows, read the leases and take the seqs, one statement of all writes, COMMIT.
-        #expect(used == 5, "append of \(events.count) events: \(used) statements")
+        // BEGIN, SET LOCAL, lock the rows, read the leases and take the seqs in one pipeline; one
+        // statement of all writes and COMMIT in another.
+        #expect(used == 6, "append of \(events.count) events: \(used) statements")
+        #expect(try trips() - tripsBefore == 2, "append of \(events.count) events")
         #expect(outcomes.count == events.count)
         #expect(throws: StoreError.versionConflict(expected: 1, actual: 3)) { try outcomes[4].get() }
         #expect(outcomes.enumerated().allSatisfy { index, outcome in index == 4 || (try? outcome.get()) != nil })
@@ -105,13 +112,16 @@ struct RoundTripTests {
                              data: EventData(result: JobResult(size: 1)))
         }
         before = try sent()
+        tripsBefore = try trips()
         let both = try store.append(outcomesThenClaim, now: 5_000,
                                     thenClaim: ClaimRequest(owner: "w", queues: nil, limit: count, leaseMs: 60_000, now: 5_000))
         let bothCost = try sent() - before
         #expect(both.appended.allSatisfy { (try? $0.get()) != nil })
         #expect(try both.claimed.get().count == count)
-        // BEGIN, lock, leases and seqs, the outcomes' writes, the claim, the claim's writes, COMMIT.
-        #expect(bothCost == 7, "\(count) outcomes and a claim: \(bothCost) statements")
+        // BEGIN, SET LOCAL, lock, leases and seqs; the outcomes' writes and the claim; the claim's
+        // writes and COMMIT: three pipelines.
+        #expect(bothCost == 8, "\(count) outcomes and a claim: \(bothCost) statements")
+        #expect(try trips() - tripsBefore == 3, "\(count) outcomes and a claim")
         #expect(try store.counts() == [.succeeded: count, .running: 2 * count])
         #expect(try store.replay(verify: true).isConsistent)
 

@@ -1,0 +1,214 @@
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+@testable import PostgresStore
+
+/// libpq pipeline mode (`PostgresConnection.enqueue`): held-back statements travel with the next one
+/// in one round trip; a failure in the middle aborts the rest and is reported as itself; a server
+/// that goes away mid-pipeline is a lost connection, never a half-reported success.
+@Suite("PostgreSQL pipelines")
+struct PipelineTests {
+    @Test("held-back statements run before the next one, in order, in one round trip; each sees its own result")
+    func heldBackInOrder() throws {
+        let fixture = try PostgresFixture("pipeorder")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (n bigint PRIMARY KEY, note text)")
+        let tripsBefore = connection.roundTrips
+        let sentBefore = connection.statementsSent
+        var seen: [Int64] = []
+        for n in Int64(1)...3 {
+            connection.enqueue("INSERT INTO t (n, note) VALUES ($1, $2) RETURNING n", [.integer(n), .text("row \(n)")]) { (result) throws(PostgresError) in
+                seen.append(try result.rows[0].int64(0))
+            }
+        }
+        #expect(connection.hasQueuedStatements)
+        // Nothing has been sent yet.
+        #expect(connection.roundTrips == tripsBefore)
+        let total = try connection.first("SELECT sum(n)::bigint FROM t") { (row) throws(PostgresError) in try row.int64(0) }
+        #expect(total == 6)
+        #expect(seen == [1, 2, 3])
+        #expect(!connection.hasQueuedStatements)
+        #expect(connection.roundTrips - tripsBefore == 1)
+        #expect(connection.statementsSent - sentBefore == 4)
+        // The insert was prepared inside the pipeline, once, and is reused by the next one.
+        #expect(connection.preparedStatementCount == 1)
+        connection.enqueue("INSERT INTO t (n, note) VALUES ($1, $2) RETURNING n", [.integer(4), .text("row 4")])
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int64(0) } == 4)
+        #expect(connection.preparedStatementCount == 1)
+    }
+
+    @Test("a statement failing mid-pipeline stops the rest, is reported with its own SQLSTATE and SQL, and rolls the transaction back")
+    func failureMidPipeline() throws {
+        let fixture = try PostgresFixture("pipefail")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (n bigint PRIMARY KEY)")
+        var laterResultSeen = false
+        let error = postgresError {
+            try connection.transaction { () throws(PostgresError) in
+                connection.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(1)])
+                connection.enqueue("INSERT INTO t (n) VALUES ($1 / 0)", [.integer(2)])
+                connection.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(3)]) { _ in laterResultSeen = true }
+                try connection.run("INSERT INTO t (n) VALUES ($1)", [.integer(4)])
+            }
+        }
+        guard case .server(let sqlstate, _, _, _, let sql)? = error else {
+            Issue.record("expected the division's server error, got \(String(describing: error))")
+            return
+        }
+        #expect(sqlstate == "22012")
+        #expect(sql?.contains("/ 0") == true)
+        #expect(!laterResultSeen)
+        #expect(connection.isConnected)
+        #expect(!connection.isInTransaction)
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int64(0) } == 0)
+    }
+
+    @Test("a COMMIT held back behind a failing statement is never reported done")
+    func commitBehindFailure() throws {
+        let fixture = try PostgresFixture("pipecommit")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (n bigint PRIMARY KEY)")
+        connection.enqueue("BEGIN")
+        connection.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(1)])
+        connection.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(1)])  // a unique violation
+        #expect(postgresError { try connection.execute("COMMIT") }?.sqlstate == "23505")
+        // The transaction is left aborted, awaiting ROLLBACK; nothing of it is visible.
+        #expect(connection.isInTransaction)
+        try connection.run("ROLLBACK")
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int64(0) } == 0)
+    }
+
+    @Test("a value that cannot be sent fails the call before anything is sent, and the held-back statements stay held back")
+    func unsendableValue() throws {
+        let fixture = try PostgresFixture("pipeconvert")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (n bigint)")
+        connection.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(1)])
+        let tripsBefore = connection.roundTrips
+        let bad = PostgresValue.array(PostgresArray(elementType: PostgresType.int8, elements: [.text("not a number")]))
+        #expect(postgresError { try connection.execute("SELECT $1", [bad]) } != nil)
+        #expect(connection.roundTrips == tripsBefore)
+        #expect(connection.hasQueuedStatements)
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int64(0) } == 1)
+    }
+
+    @Test("the server ending the session mid-pipeline is a lost connection; nothing of the transaction stays; the connection reopens")
+    func serverGoneMidPipeline() throws {
+        let fixture = try PostgresFixture("pipegone")
+        let connection = try fixture.connect()
+        try connection.run("CREATE TABLE t (n bigint PRIMARY KEY)")
+        let pid = connection.backendPID
+        var laterResultSeen = false
+        let error = postgresError {
+            try connection.transaction { () throws(PostgresError) in
+                connection.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(1)])
+                // The backend terminates itself: the statements after it never run.
+                connection.enqueue("SELECT pg_terminate_backend(pg_backend_pid())")
+                connection.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(2)]) { _ in laterResultSeen = true }
+                try connection.run("INSERT INTO t (n) VALUES ($1)", [.integer(3)])
+            }
+        }
+        guard case .connectionLost? = error else {
+            Issue.record("expected a lost connection, got \(String(describing: error))")
+            return
+        }
+        #expect(!laterResultSeen)
+        #expect(!connection.isConnected)
+        try connection.reconnect()
+        #expect(connection.backendPID != pid)
+        #expect(!connection.hasQueuedStatements)
+        #expect(try connection.first("SELECT count(*) FROM t") { (row) throws(PostgresError) in try row.int64(0) } == 0)
+        // Pipelines work on the new session.
+        connection.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(5)])
+        #expect(try connection.first("SELECT sum(n)::bigint FROM t") { (row) throws(PostgresError) in try row.int64(0) } == 5)
+    }
+
+    @Test("a pipeline whose first answer is large and whose next statement is large does not deadlock")
+    func largeBothWays() throws {
+        let fixture = try PostgresFixture("pipelarge")
+        let connection = try fixture.connect()
+        let answerBytes: Int64 = 8 << 20
+        var answered: Int = 0
+        connection.enqueue("SELECT repeat('x', $1::int)", [.integer(answerBytes)]) { (result) throws(PostgresError) in
+            answered = try result.rows[0].text(0).utf8.count
+        }
+        let sent = patternData(8 << 20)
+        let length = try connection.first("SELECT length($1)", [.bytea(sent)]) { (row) throws(PostgresError) in try row.int64(0) }
+        #expect(length == Int64(sent.count))
+        #expect(answered == Int(answerBytes))
+    }
+
+    // MARK: - The store's group commit
+
+    @Test("a group commit whose write fails on the server is rolled back whole, reports the server's error, and the store goes on")
+    func groupCommitFailsWhole() throws {
+        let fixture = try PostgresFixture("pipegroup")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let ids = try store.submit((0..<3).map { k in
+            JobSpec(kind: .uploadData, destination: "file://pipe/\(k).txt", data: Data("x".utf8))
+        }, actor: "cli:test", now: 1_000).map(\.id)
+        let claimed = try store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 60_000, now: 2_000)
+        try #require(claimed.count == 3)
+        let before = try store.events(afterSeq: 0, limit: 1_000)
+        // A real server-side failure in the group's one write statement: a trigger refusing one
+        // job's `started` event (the other two are fine).
+        try store.withConnection { (connection) throws(StoreError) in
+            try connection.store("""
+                CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $f$
+                BEGIN
+                  IF NEW.job_id = '\(ids[1])' AND NEW.type = 'started' THEN
+                    RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'P0001';
+                  END IF;
+                  RETURN NEW;
+                END $f$
+                """)
+            try connection.store("CREATE TRIGGER refuse_one BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse_one()")
+        }
+        let events = try claimed.map { job in
+            try PendingEvent(jobID: job.record.id, type: .started, actor: "w", leaseToken: job.token, data: EventData(attempt: 1))
+        }
+        let error: StoreError? = {
+            do throws(StoreError) { _ = try store.append(events, now: 3_000); return nil } catch { return error }
+        }()
+        guard case .io(let message)? = error else {
+            Issue.record("expected the server's error, got \(String(describing: error))")
+            return
+        }
+        #expect(message.contains("P0001"), "\(message)")
+        #expect(message.contains("refused by the test"), "\(message)")
+        // Nothing of the group was written: no event, no projection change.
+        #expect(try store.events(afterSeq: 0, limit: 1_000).map(\.seq) == before.map(\.seq))
+        #expect(try store.counts() == [.running: 3])
+
+        _ = try store.withConnection { (connection) throws(StoreError) in try connection.store("DROP TRIGGER refuse_one ON events") }
+        let outcomes = try store.append(events, now: 4_000)
+        #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
+        #expect(try store.counts() == [.running: 3])
+        #expect(try store.events(afterSeq: 0, limit: 1_000).count == before.count + 3)
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    @Test("a store whose session the server ended while idle runs its next group commit on a new session, once, with nothing lost or doubled")
+    func groupCommitAfterIdleLoss() throws {
+        let fixture = try PostgresFixture("pipeidle")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let admin = try fixture.connect()
+        _ = try store.submit((0..<2).map { k in
+            JobSpec(kind: .uploadData, destination: "file://pipe/\(k).txt", data: Data("x".utf8))
+        }, actor: "cli:test", now: 1_000)
+        let claimed = try store.claim(owner: "w", queues: nil, limit: 2, leaseMs: 60_000, now: 2_000)
+        try #require(claimed.count == 2)
+        let pid = try store.withConnection { Int64($0.backendPID) }
+        #expect(try admin.first("SELECT pg_terminate_backend($1::int)", [.integer(pid)]) { (row) throws(PostgresError) in try row.bool(0) } == true)
+        let events = try claimed.map { job in
+            try PendingEvent(jobID: job.record.id, type: .started, actor: "w", leaseToken: job.token, data: EventData(attempt: 1))
+        }
+        let outcomes = try store.append(events, now: 3_000)
+        #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
+        for job in claimed {
+            #expect(try store.events(jobID: job.record.id).map(\.type) == [.submitted, .claimed, .started])
+        }
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+}
