@@ -8,7 +8,8 @@
 # BIGLOG_SIZES finished jobs — every job has its real history (submitted, claimed, started, succeeded)
 # and its blob, and `replay --verify` must accept the log. The database stays on disk (under $WORK,
 # not tmpfs): its size and its syncs are what is measured. At each size (and at 0):
-#   - the drain rate of 5,000 more jobs (the probe) — the target is within 20 % of the rate at 0;
+#   - the drain rate of 5,000 more jobs (the probe) — the target is within 20 % of the rate at 0 — and
+#     the worker's CPU time per probe job (probe_cpu_us_per_job: steadier than the wall clock);
 #   - the database size per finished job (SQLite: the file after a WAL checkpoint; PostgreSQL:
 #     pg_database_size), also what `jobctl stats` reports;
 #   - `audit --since 1d` as --json, --csv and a table: rows/s and peak RSS;
@@ -71,6 +72,12 @@ biglog_measure() {
   log "biglog $engine: probe drain of $BIGLOG_PROBE jobs on a log of $jobs finished jobs"
   biglog_add "$engine" "$db" "$BIGLOG_PROBE" || return 1
   record "biglog-$engine" "$tool" probe_jobs_per_s "$(rate "$BIGLOG_PROBE" "$ELAPSED")"
+  # The worker's own CPU (user + sys, from GNU time -v) per probe job: steadier than the wall clock on a
+  # shared machine, so the drain at size can be compared with the drain on the empty log.
+  local probe_cpu
+  probe_cpu=$("$PY" "$BENCH/benchlib.py" cpu-seconds "$WORK/biglog/drain.time")
+  record "biglog-$engine" "$tool" probe_cpu_s "$probe_cpu"
+  record "biglog-$engine" "$tool" probe_cpu_us_per_job "$(awk -v c="$probe_cpu" -v n="$BIGLOG_PROBE" 'BEGIN { printf "%.0f", c * 1e6 / n }')"
   jobs=$((jobs + BIGLOG_PROBE))
   if [ "$engine" = sqlite ]; then
     "$PY" -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=60); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()' "$db"

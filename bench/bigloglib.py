@@ -20,7 +20,7 @@ def report_lines(samples, fmt):
         base = one(bench, tools[0], "probe_jobs_per_s")
         lines += [f"## A big log on {label}", "",
                   "One log grown chunk by chunk (submit + `worker --drain --concurrency 64` of download-memory jobs); at each "
-                  "size: the drain rate of 5,000 more jobs (vs the rate on an empty log), the size per finished job, "
+                  "size: the drain rate of 5,000 more jobs (vs the rate on an empty log) and the worker's CPU per probe job, the size per finished job, "
                   "then audit, replay --verify and stats with their peak RSS and their rate per second of jobctl's own CPU. Targets: audit ≥ 100,000 rows/s, replay "
                   "≥ 200,000 events/s, both < 64 MiB; drain within 20 % of the empty log's.", "",
                   "| finished jobs | events | bytes / job | probe drain jobs/s (vs empty) | audit --json rows/s (RSS) "
@@ -29,6 +29,11 @@ def report_lines(samples, fmt):
         for tool in tools:
             probe = one(bench, tool, "probe_jobs_per_s")
             ratio = f" ({probe / base:.2f}×)" if probe and base else ""
+            # The worker's CPU per probe job (µs): steadier than the wall clock on a shared machine.
+            probe_cpu = one(bench, tool, "probe_cpu_us_per_job")
+            if probe_cpu:
+                base_cpu = one(bench, tools[0], "probe_cpu_us_per_job")
+                ratio += f"; {fmt(probe_cpu)} µs of CPU per job" + (f" ({probe_cpu / base_cpu:.2f}×)" if base_cpu else "")
 
             def timed(label, unit):
                 r, m = one(bench, tool, f"{label}_per_s"), one(bench, tool, f"{label}_rss_kib")

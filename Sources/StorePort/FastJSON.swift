@@ -1,15 +1,15 @@
 import Foundation
 import JobModel
 
-/// A value `StoreJSON.decode` can read from a `JSONValue` without Foundation's `JSONDecoder`.
+/// A value `StoreJSON.decode` can read with `JSONReader`, without Foundation's `JSONDecoder`.
 ///
-/// `init?(json:)` gives exactly the value Foundation's decoder gives for the same JSON (the synthesized
-/// `Decodable` conformances: unknown keys ignored, `null` as an absent optional, raw-value enums by raw
-/// value, `Data` as base64), or nil whenever it is not sure — a duplicated key, a number that is not a
-/// plain integer, a value of the wrong type, a rarely written shape (a resume point, an archive record).
-/// The caller then asks Foundation, so any text decodes, or fails, as it always did.
+/// `init?(reading:)` gives exactly the value Foundation's decoder gives for the same JSON (the
+/// synthesized `Decodable` conformances: unknown keys ignored, `null` as an absent optional, raw-value
+/// enums by raw value, `Data` as base64), or nil whenever it is not sure — a duplicated key, a number
+/// that is not a plain integer, a value of the wrong type, a rarely written shape (a resume point, an
+/// archive record). The caller then asks Foundation, so any text decodes, or fails, as it always did.
 protocol FastJSONDecodable {
-    init?(json: JSONValue)
+    init?(reading reader: inout JSONReader)
 }
 
 /// Decoding with the hand-written readers first and Foundation's decoder for whatever they decline.
@@ -19,16 +19,11 @@ enum FastJSON {
         // The shapes a big log's readers decode once per row (event payloads; PostgreSQL's spec and
         // result columns) by their concrete type: through the protocol, each value was boxed in an
         // existential (a heap copy of the whole payload) only to be cast back out of it.
-        if type == EventData.self { return concrete(EventData.self, text) as? T }
-        if type == JobSpec.self { return concrete(JobSpec.self, text) as? T }
-        if type == JobResult.self { return concrete(JobResult.self, text) as? T }
-        guard let fast = type as? any FastJSONDecodable.Type, let json = JSONReader.read(text) else { return nil }
-        return fast.init(json: json) as? T
-    }
-
-    private static func concrete<V: FastJSONDecodable>(_ type: V.Type, _ text: String) -> V? {
-        guard let json = JSONReader.read(text) else { return nil }
-        return V(json: json)
+        if type == EventData.self { return JSONReader.decode(text, EventData.init(reading:)) as? T }
+        if type == JobSpec.self { return JSONReader.decode(text, JobSpec.init(reading:)) as? T }
+        if type == JobResult.self { return JSONReader.decode(text, JobResult.init(reading:)) as? T }
+        guard let fast = type as? any FastJSONDecodable.Type else { return nil }
+        return JSONReader.decode(text) { (reader) -> (any FastJSONDecodable)? in fast.init(reading: &reader) } as? T
     }
 }
 
@@ -47,77 +42,74 @@ private struct SeenKeys {
     }
 }
 
-extension JSONValue {
-    var string: String? { if case .string(let value) = self { value } else { nil } }
-    var int64: Int64? { if case .integer(let value) = self { value } else { nil } }
-    var int: Int? { if case .integer(let value) = self { Int(exactly: value) } else { nil } }
-    var bool: Bool? { if case .bool(let value) = self { value } else { nil } }
-
-    /// `read` of the value, or `.some(nil)` for `null` (an absent optional); nil when `read` declines.
-    func optional<T>(_ read: (JSONValue) -> T?) -> T?? {
-        if case .null = self { return .some(nil) }
-        guard let value = read(self) else { return nil }
-        return .some(value)
-    }
-
-    var optionalString: String?? { optional(\.string) }
-    var optionalInt64: Int64?? { optional(\.int64) }
-    var optionalInt: Int?? { optional(\.int) }
-
-    /// An array whose every element `read` accepts.
-    func array<T>(_ read: (JSONValue) -> T?) -> [T]? {
-        guard case .array(let elements) = self else { return nil }
-        var values: [T] = []
-        values.reserveCapacity(elements.count)
-        for element in elements {
-            guard let value = read(element) else { return nil }
-            values.append(value)
-        }
-        return values
-    }
-
-    /// An object of strings, as `[String: String]` decodes (declined when a key repeats).
-    var stringDictionary: [String: String]? {
-        guard case .object(let members) = self else { return nil }
-        var dictionary: [String: String] = [:]
-        for (key, value) in members {
-            guard let text = value.string, dictionary.updateValue(text, forKey: key) == nil else { return nil }
-        }
-        return dictionary
-    }
-}
-
 /// A raw-value enum read from its raw string.
-private func rawEnum<T: RawRepresentable>(_ value: JSONValue) -> T? where T.RawValue == String {
-    value.string.flatMap(T.init(rawValue:))
+private func rawEnum<T: RawRepresentable>(_ reader: inout JSONReader) -> T? where T.RawValue == String {
+    reader.string().flatMap(T.init(rawValue:))
 }
 
 // MARK: - Payloads
 
 extension EventData: FastJSONDecodable {
-    init?(json: JSONValue) {
-        guard case .object(let members) = json else { return nil }
+    init?(reading reader: inout JSONReader) {
         var seen = SeenKeys()
         var version: Int?
         var data = EventData()
-        for (key, value) in members {
-            switch key {
-            case "v": guard seen.first(0), let v = value.int else { return nil }; version = v
-            case "spec": guard seen.first(1), let v = value.optional(JobSpec.init(json:)) else { return nil }; data.spec = v
-            case "leaseOwner": guard seen.first(2), let v = value.optionalString else { return nil }; data.leaseOwner = v
-            case "leaseExpiresAtMs": guard seen.first(3), let v = value.optionalInt64 else { return nil }; data.leaseExpiresAtMs = v
-            case "attempt": guard seen.first(4), let v = value.optionalInt else { return nil }; data.attempt = v
-            case "bytesDone": guard seen.first(5), let v = value.optionalInt64 else { return nil }; data.bytesDone = v
-            case "bytesTotal": guard seen.first(6), let v = value.optionalInt64 else { return nil }; data.bytesTotal = v
-            case "resumePoint": guard seen.first(11), case .null = value else { return nil }  // rare: Foundation reads it
-            case "error": guard seen.first(7), let v = value.optional(StorageError.init(json:)) else { return nil }; data.error = v
-            case "retryAtMs": guard seen.first(8), let v = value.optionalInt64 else { return nil }; data.retryAtMs = v
-            case "result": guard seen.first(9), let v = value.optional(JobResult.init(json:)) else { return nil }; data.result = v
-            case "reason": guard seen.first(10), let v = value.optionalString else { return nil }; data.reason = v
-            case "archive": guard seen.first(12), case .null = value else { return nil }  // rare: Foundation reads it
-            default: continue
+        let read = reader.members { (reader, key) -> Bool in
+            if reader.key(key, is: "v") {
+                guard seen.first(0), let v = reader.int() else { return false }; version = v
+                return true
             }
+            if reader.key(key, is: "spec") {
+                guard seen.first(1), let v = reader.optional(JobSpec.init(reading:)) else { return false }; data.spec = v
+                return true
+            }
+            if reader.key(key, is: "leaseOwner") {
+                guard seen.first(2), let v = reader.optionalString() else { return false }; data.leaseOwner = v
+                return true
+            }
+            if reader.key(key, is: "leaseExpiresAtMs") {
+                guard seen.first(3), let v = reader.optionalInt64() else { return false }; data.leaseExpiresAtMs = v
+                return true
+            }
+            if reader.key(key, is: "attempt") {
+                guard seen.first(4), let v = reader.optionalInt() else { return false }; data.attempt = v
+                return true
+            }
+            if reader.key(key, is: "bytesDone") {
+                guard seen.first(5), let v = reader.optionalInt64() else { return false }; data.bytesDone = v
+                return true
+            }
+            if reader.key(key, is: "bytesTotal") {
+                guard seen.first(6), let v = reader.optionalInt64() else { return false }; data.bytesTotal = v
+                return true
+            }
+            if reader.key(key, is: "resumePoint") {
+                guard seen.first(11), reader.null() else { return false }  // rare: Foundation reads it
+                return true
+            }
+            if reader.key(key, is: "error") {
+                guard seen.first(7), let v = reader.optional(StorageError.init(reading:)) else { return false }; data.error = v
+                return true
+            }
+            if reader.key(key, is: "retryAtMs") {
+                guard seen.first(8), let v = reader.optionalInt64() else { return false }; data.retryAtMs = v
+                return true
+            }
+            if reader.key(key, is: "result") {
+                guard seen.first(9), let v = reader.optional(JobResult.init(reading:)) else { return false }; data.result = v
+                return true
+            }
+            if reader.key(key, is: "reason") {
+                guard seen.first(10), let v = reader.optionalString() else { return false }; data.reason = v
+                return true
+            }
+            if reader.key(key, is: "archive") {
+                guard seen.first(12), reader.null() else { return false }  // rare: Foundation reads it
+                return true
+            }
+            return reader.skip()
         }
+        guard read else { return nil }
         guard let version else { return nil }
         data.v = version
         self = data
@@ -125,44 +117,96 @@ extension EventData: FastJSONDecodable {
 }
 
 extension JobSpec: FastJSONDecodable {
-    init?(json: JSONValue) {
-        guard case .object(let members) = json else { return nil }
+    init?(reading reader: inout JSONReader) {
         var seen = SeenKeys()
         var kind: JobKind?
         var priority: Int?
         var maxAttempts: Int?
         var queue: String?
         var spec = JobSpec(kind: .uploadData)
-        for (key, value) in members {
-            switch key {
-            case "kind": guard seen.first(0), let v: JobKind = rawEnum(value) else { return nil }; kind = v
-            case "source": guard seen.first(1), let v = value.optionalString else { return nil }; spec.source = v
-            case "destination": guard seen.first(2), let v = value.optionalString else { return nil }; spec.destination = v
-            case "data":
-                guard seen.first(3), let v = value.optional({ $0.string.flatMap { Data(base64Encoded: $0) } }) else { return nil }
-                spec.data = v
-            case "maxSize": guard seen.first(4), let v = value.optionalInt64 else { return nil }; spec.maxSize = v
-            case "metadata": guard seen.first(5), let v = value.optional(UploadMetadata.init(json:)) else { return nil }; spec.metadata = v
-            case "key": guard seen.first(6), let v = value.optionalString else { return nil }; spec.key = v
-            case "priority": guard seen.first(7), let v = value.int else { return nil }; priority = v
-            case "maxAttempts": guard seen.first(8), let v = value.int else { return nil }; maxAttempts = v
-            case "queue": guard seen.first(9), let v = value.string else { return nil }; queue = v
-            case "timeoutSeconds": guard seen.first(10), let v = value.optionalInt else { return nil }; spec.timeoutSeconds = v
-            case "checksums":
-                guard seen.first(11), let v = value.optional({ $0.array { (e: JSONValue) -> ChecksumAlgorithm? in rawEnum(e) } }) else { return nil }
-                spec.checksums = v
-            case "ifExists": guard seen.first(12), let v = value.optional({ (e: JSONValue) -> IfExists? in rawEnum(e) }) else { return nil }; spec.ifExists = v
-            case "maxRate": guard seen.first(13), let v = value.optionalInt64 else { return nil }; spec.maxRate = v
-            case "runAfterMs": guard seen.first(14), let v = value.optionalInt64 else { return nil }; spec.runAfterMs = v
-            case "batch": guard seen.first(15), let v = value.optional(JobBatch.init(json:)) else { return nil }; spec.batch = v
-            case "after": guard seen.first(16), let v = value.optional({ $0.array(\.string) }) else { return nil }; spec.after = v
-            case "removeCustomMetadata":
-                guard seen.first(17), let v = value.optional({ $0.array(\.string) }) else { return nil }
-                spec.removeCustomMetadata = v
-            case "ifGeneration": guard seen.first(18), let v = value.optionalInt64 else { return nil }; spec.ifGeneration = v
-            default: continue
+        let read = reader.members { (reader, key) -> Bool in
+            if reader.key(key, is: "kind") {
+                guard seen.first(0), let v: JobKind = rawEnum(&reader) else { return false }; kind = v
+                return true
             }
+            if reader.key(key, is: "source") {
+                guard seen.first(1), let v = reader.optionalString() else { return false }; spec.source = v
+                return true
+            }
+            if reader.key(key, is: "destination") {
+                guard seen.first(2), let v = reader.optionalString() else { return false }; spec.destination = v
+                return true
+            }
+            if reader.key(key, is: "data") {
+                guard seen.first(3), let v = reader.optional({ $0.string().flatMap { Data(base64Encoded: $0) } }) else { return false }
+                spec.data = v
+                return true
+            }
+            if reader.key(key, is: "maxSize") {
+                guard seen.first(4), let v = reader.optionalInt64() else { return false }; spec.maxSize = v
+                return true
+            }
+            if reader.key(key, is: "metadata") {
+                guard seen.first(5), let v = reader.optional(UploadMetadata.init(reading:)) else { return false }; spec.metadata = v
+                return true
+            }
+            if reader.key(key, is: "key") {
+                guard seen.first(6), let v = reader.optionalString() else { return false }; spec.key = v
+                return true
+            }
+            if reader.key(key, is: "priority") {
+                guard seen.first(7), let v = reader.int() else { return false }; priority = v
+                return true
+            }
+            if reader.key(key, is: "maxAttempts") {
+                guard seen.first(8), let v = reader.int() else { return false }; maxAttempts = v
+                return true
+            }
+            if reader.key(key, is: "queue") {
+                guard seen.first(9), let v = reader.string() else { return false }; queue = v
+                return true
+            }
+            if reader.key(key, is: "timeoutSeconds") {
+                guard seen.first(10), let v = reader.optionalInt() else { return false }; spec.timeoutSeconds = v
+                return true
+            }
+            if reader.key(key, is: "checksums") {
+                guard seen.first(11), let v = reader.optional({ $0.array { (e: inout JSONReader) -> ChecksumAlgorithm? in rawEnum(&e) } }) else { return false }
+                spec.checksums = v
+                return true
+            }
+            if reader.key(key, is: "ifExists") {
+                guard seen.first(12), let v = reader.optional({ (e: inout JSONReader) -> IfExists? in rawEnum(&e) }) else { return false }; spec.ifExists = v
+                return true
+            }
+            if reader.key(key, is: "maxRate") {
+                guard seen.first(13), let v = reader.optionalInt64() else { return false }; spec.maxRate = v
+                return true
+            }
+            if reader.key(key, is: "runAfterMs") {
+                guard seen.first(14), let v = reader.optionalInt64() else { return false }; spec.runAfterMs = v
+                return true
+            }
+            if reader.key(key, is: "batch") {
+                guard seen.first(15), let v = reader.optional(JobBatch.init(reading:)) else { return false }; spec.batch = v
+                return true
+            }
+            if reader.key(key, is: "after") {
+                guard seen.first(16), let v = reader.optional({ $0.array { $0.string() } }) else { return false }; spec.after = v
+                return true
+            }
+            if reader.key(key, is: "removeCustomMetadata") {
+                guard seen.first(17), let v = reader.optional({ $0.array { $0.string() } }) else { return false }
+                spec.removeCustomMetadata = v
+                return true
+            }
+            if reader.key(key, is: "ifGeneration") {
+                guard seen.first(18), let v = reader.optionalInt64() else { return false }; spec.ifGeneration = v
+                return true
+            }
+            return reader.skip()
         }
+        guard read else { return nil }
         guard let kind, let priority, let maxAttempts, let queue else { return nil }
         spec.kind = kind
         spec.priority = priority
@@ -173,76 +217,128 @@ extension JobSpec: FastJSONDecodable {
 }
 
 extension UploadMetadata: FastJSONDecodable {
-    init?(json: JSONValue) {
-        guard case .object(let members) = json else { return nil }
+    init?(reading reader: inout JSONReader) {
         var seen = SeenKeys()
         var metadata = UploadMetadata()
-        for (key, value) in members {
-            switch key {
-            case "contentType": guard seen.first(0), let v = value.optionalString else { return nil }; metadata.contentType = v
-            case "cacheControl": guard seen.first(1), let v = value.optionalString else { return nil }; metadata.cacheControl = v
-            case "contentDisposition": guard seen.first(2), let v = value.optionalString else { return nil }; metadata.contentDisposition = v
-            case "contentEncoding": guard seen.first(3), let v = value.optionalString else { return nil }; metadata.contentEncoding = v
-            case "contentLanguage": guard seen.first(4), let v = value.optionalString else { return nil }; metadata.contentLanguage = v
-            case "customMetadata": guard seen.first(5), let v = value.optional(\.stringDictionary) else { return nil }; metadata.customMetadata = v
-            default: continue
+        let read = reader.members { (reader, key) -> Bool in
+            if reader.key(key, is: "contentType") {
+                guard seen.first(0), let v = reader.optionalString() else { return false }; metadata.contentType = v
+                return true
             }
+            if reader.key(key, is: "cacheControl") {
+                guard seen.first(1), let v = reader.optionalString() else { return false }; metadata.cacheControl = v
+                return true
+            }
+            if reader.key(key, is: "contentDisposition") {
+                guard seen.first(2), let v = reader.optionalString() else { return false }; metadata.contentDisposition = v
+                return true
+            }
+            if reader.key(key, is: "contentEncoding") {
+                guard seen.first(3), let v = reader.optionalString() else { return false }; metadata.contentEncoding = v
+                return true
+            }
+            if reader.key(key, is: "contentLanguage") {
+                guard seen.first(4), let v = reader.optionalString() else { return false }; metadata.contentLanguage = v
+                return true
+            }
+            if reader.key(key, is: "customMetadata") {
+                guard seen.first(5), let v = reader.optional({ $0.stringDictionary() }) else { return false }; metadata.customMetadata = v
+                return true
+            }
+            return reader.skip()
         }
+        guard read else { return nil }
         self = metadata
     }
 }
 
 extension JobBatch: FastJSONDecodable {
-    init?(json: JSONValue) {
-        guard case .object(let members) = json else { return nil }
+    init?(reading reader: inout JSONReader) {
         var seen = SeenKeys()
         var id: String?
         var source: String?
         var path: String?
         var include: [String]?
         var exclude: [String]?
-        for (key, value) in members {
-            switch key {
-            case "id": guard seen.first(0), let v = value.string else { return nil }; id = v
-            case "source": guard seen.first(1), let v = value.string else { return nil }; source = v
-            case "include": guard seen.first(2), let v = value.optional({ $0.array(\.string) }) else { return nil }; include = v
-            case "exclude": guard seen.first(3), let v = value.optional({ $0.array(\.string) }) else { return nil }; exclude = v
-            case "path": guard seen.first(4), let v = value.string else { return nil }; path = v
-            default: continue
+        let read = reader.members { (reader, key) -> Bool in
+            if reader.key(key, is: "id") {
+                guard seen.first(0), let v = reader.string() else { return false }; id = v
+                return true
             }
+            if reader.key(key, is: "source") {
+                guard seen.first(1), let v = reader.string() else { return false }; source = v
+                return true
+            }
+            if reader.key(key, is: "include") {
+                guard seen.first(2), let v = reader.optional({ $0.array { $0.string() } }) else { return false }; include = v
+                return true
+            }
+            if reader.key(key, is: "exclude") {
+                guard seen.first(3), let v = reader.optional({ $0.array { $0.string() } }) else { return false }; exclude = v
+                return true
+            }
+            if reader.key(key, is: "path") {
+                guard seen.first(4), let v = reader.string() else { return false }; path = v
+                return true
+            }
+            return reader.skip()
         }
+        guard read else { return nil }
         guard let id, let source, let path else { return nil }
         self.init(id: id, source: source, include: include, exclude: exclude, path: path)
     }
 }
 
 extension StorageError: FastJSONDecodable {
-    init?(json: JSONValue) {
-        guard case .object(let members) = json else { return nil }
+    init?(reading reader: inout JSONReader) {
         var seen = SeenKeys()
         var code: StorageErrorCode?
         var message: String?
         var retryable: Bool?
         var error = StorageError(.unknown, "")
-        for (key, value) in members {
-            switch key {
-            case "code":
-                guard seen.first(0), let raw = value.int, let v = StorageErrorCode(rawValue: raw) else { return nil }
+        let read = reader.members { (reader, key) -> Bool in
+            if reader.key(key, is: "code") {
+                guard seen.first(0), let raw = reader.int(), let v = StorageErrorCode(rawValue: raw) else { return false }
                 code = v
-            case "message": guard seen.first(1), let v = value.string else { return nil }; message = v
-            case "httpStatus": guard seen.first(2), let v = value.optionalInt else { return nil }; error.httpStatus = v
-            case "url": guard seen.first(3), let v = value.optionalString else { return nil }; error.url = v
-            case "retryable": guard seen.first(4), let v = value.bool else { return nil }; retryable = v
-            case "retryAfter":
-                // Only whole seconds written as integers; a fraction is Foundation's to read.
-                guard seen.first(5), let v = value.optional({ $0.int64.flatMap { Double(exactly: $0) } }) else { return nil }
-                error.retryAfter = v
-            case "cause": guard seen.first(6), let v = value.optionalString else { return nil }; error.cause = v
-            case "total": guard seen.first(7), let v = value.optionalInt64 else { return nil }; error.total = v
-            case "maximum": guard seen.first(8), let v = value.optionalInt64 else { return nil }; error.maximum = v
-            default: continue
+                return true
             }
+            if reader.key(key, is: "message") {
+                guard seen.first(1), let v = reader.string() else { return false }; message = v
+                return true
+            }
+            if reader.key(key, is: "httpStatus") {
+                guard seen.first(2), let v = reader.optionalInt() else { return false }; error.httpStatus = v
+                return true
+            }
+            if reader.key(key, is: "url") {
+                guard seen.first(3), let v = reader.optionalString() else { return false }; error.url = v
+                return true
+            }
+            if reader.key(key, is: "retryable") {
+                guard seen.first(4), let v = reader.bool() else { return false }; retryable = v
+                return true
+            }
+            if reader.key(key, is: "retryAfter") {
+                // Only whole seconds written as integers; a fraction is Foundation's to read.
+                guard seen.first(5), let v = reader.optional({ $0.int64().flatMap { Double(exactly: $0) } }) else { return false }
+                error.retryAfter = v
+                return true
+            }
+            if reader.key(key, is: "cause") {
+                guard seen.first(6), let v = reader.optionalString() else { return false }; error.cause = v
+                return true
+            }
+            if reader.key(key, is: "total") {
+                guard seen.first(7), let v = reader.optionalInt64() else { return false }; error.total = v
+                return true
+            }
+            if reader.key(key, is: "maximum") {
+                guard seen.first(8), let v = reader.optionalInt64() else { return false }; error.maximum = v
+                return true
+            }
+            return reader.skip()
         }
+        guard read else { return nil }
         guard let code, let message, let retryable else { return nil }
         error.code = code
         error.message = message
@@ -254,63 +350,138 @@ extension StorageError: FastJSONDecodable {
 // MARK: - Results
 
 extension JobResult: FastJSONDecodable {
-    init?(json: JSONValue) {
-        guard case .object(let members) = json else { return nil }
+    init?(reading reader: inout JSONReader) {
         var seen = SeenKeys()
         var result = JobResult()
-        for (key, value) in members {
-            switch key {
-            case "object": guard seen.first(0), let v = value.optional(StorageObject.init(json:)) else { return nil }; result.object = v
-            case "path": guard seen.first(1), let v = value.optionalString else { return nil }; result.path = v
-            case "size": guard seen.first(2), let v = value.optionalInt64 else { return nil }; result.size = v
-            case "md5": guard seen.first(3), let v = value.optionalString else { return nil }; result.md5 = v
-            case "crc32c": guard seen.first(4), let v = value.optionalString else { return nil }; result.crc32c = v
-            case "verified":
-                guard seen.first(5), let v = value.optional({ $0.array { (e: JSONValue) -> ChecksumAlgorithm? in rawEnum(e) } }) else { return nil }
-                result.verified = v
-            case "blob": guard seen.first(6), let v = value.optionalString else { return nil }; result.blob = v
-            case "data":
-                guard seen.first(7), let v = value.optional({ $0.string.flatMap { Data(base64Encoded: $0) } }) else { return nil }
-                result.data = v
-            case "url": guard seen.first(8), let v = value.optionalString else { return nil }; result.url = v
-            case "skipped": guard seen.first(9), let v = value.optional(\.bool) else { return nil }; result.skipped = v
-            case "deleted": guard seen.first(10), let v = value.optionalString else { return nil }; result.deleted = v
-            default: continue
+        let read = reader.members { (reader, key) -> Bool in
+            if reader.key(key, is: "object") {
+                guard seen.first(0), let v = reader.optional(StorageObject.init(reading:)) else { return false }; result.object = v
+                return true
             }
+            if reader.key(key, is: "path") {
+                guard seen.first(1), let v = reader.optionalString() else { return false }; result.path = v
+                return true
+            }
+            if reader.key(key, is: "size") {
+                guard seen.first(2), let v = reader.optionalInt64() else { return false }; result.size = v
+                return true
+            }
+            if reader.key(key, is: "md5") {
+                guard seen.first(3), let v = reader.optionalString() else { return false }; result.md5 = v
+                return true
+            }
+            if reader.key(key, is: "crc32c") {
+                guard seen.first(4), let v = reader.optionalString() else { return false }; result.crc32c = v
+                return true
+            }
+            if reader.key(key, is: "verified") {
+                guard seen.first(5), let v = reader.optional({ $0.array { (e: inout JSONReader) -> ChecksumAlgorithm? in rawEnum(&e) } }) else { return false }
+                result.verified = v
+                return true
+            }
+            if reader.key(key, is: "blob") {
+                guard seen.first(6), let v = reader.optionalString() else { return false }; result.blob = v
+                return true
+            }
+            if reader.key(key, is: "data") {
+                guard seen.first(7), let v = reader.optional({ $0.string().flatMap { Data(base64Encoded: $0) } }) else { return false }
+                result.data = v
+                return true
+            }
+            if reader.key(key, is: "url") {
+                guard seen.first(8), let v = reader.optionalString() else { return false }; result.url = v
+                return true
+            }
+            if reader.key(key, is: "skipped") {
+                guard seen.first(9), let v = reader.optional({ $0.bool() }) else { return false }; result.skipped = v
+                return true
+            }
+            if reader.key(key, is: "deleted") {
+                guard seen.first(10), let v = reader.optionalString() else { return false }; result.deleted = v
+                return true
+            }
+            return reader.skip()
         }
+        guard read else { return nil }
         self = result
     }
 }
 
 extension StorageObject: FastJSONDecodable {
-    init?(json: JSONValue) {
-        guard case .object(let members) = json else { return nil }
+    init?(reading reader: inout JSONReader) {
         var seen = SeenKeys()
         var bucket: String?
         var name: String?
         var size: Int64?
         var object = StorageObject(bucket: "", name: "", size: 0)
-        for (key, value) in members {
-            switch key {
-            case "bucket": guard seen.first(0), let v = value.string else { return nil }; bucket = v
-            case "name": guard seen.first(1), let v = value.string else { return nil }; name = v
-            case "size": guard seen.first(2), let v = value.int64 else { return nil }; size = v
-            case "contentType": guard seen.first(3), let v = value.optionalString else { return nil }; object.contentType = v
-            case "cacheControl": guard seen.first(4), let v = value.optionalString else { return nil }; object.cacheControl = v
-            case "contentDisposition": guard seen.first(5), let v = value.optionalString else { return nil }; object.contentDisposition = v
-            case "contentEncoding": guard seen.first(6), let v = value.optionalString else { return nil }; object.contentEncoding = v
-            case "contentLanguage": guard seen.first(7), let v = value.optionalString else { return nil }; object.contentLanguage = v
-            case "customMetadata": guard seen.first(8), let v = value.optional(\.stringDictionary) else { return nil }; object.customMetadata = v
-            case "md5Hash": guard seen.first(9), let v = value.optionalString else { return nil }; object.md5Hash = v
-            case "crc32c": guard seen.first(10), let v = value.optionalString else { return nil }; object.crc32c = v
-            case "generation": guard seen.first(11), let v = value.optionalString else { return nil }; object.generation = v
-            case "metageneration": guard seen.first(12), let v = value.optionalString else { return nil }; object.metageneration = v
-            case "timeCreated": guard seen.first(13), let v = value.optionalString else { return nil }; object.timeCreated = v
-            case "updated": guard seen.first(14), let v = value.optionalString else { return nil }; object.updated = v
-            case "downloadTokens": guard seen.first(15), let v = value.optionalString else { return nil }; object.downloadTokens = v
-            default: continue
+        let read = reader.members { (reader, key) -> Bool in
+            if reader.key(key, is: "bucket") {
+                guard seen.first(0), let v = reader.string() else { return false }; bucket = v
+                return true
             }
+            if reader.key(key, is: "name") {
+                guard seen.first(1), let v = reader.string() else { return false }; name = v
+                return true
+            }
+            if reader.key(key, is: "size") {
+                guard seen.first(2), let v = reader.int64() else { return false }; size = v
+                return true
+            }
+            if reader.key(key, is: "contentType") {
+                guard seen.first(3), let v = reader.optionalString() else { return false }; object.contentType = v
+                return true
+            }
+            if reader.key(key, is: "cacheControl") {
+                guard seen.first(4), let v = reader.optionalString() else { return false }; object.cacheControl = v
+                return true
+            }
+            if reader.key(key, is: "contentDisposition") {
+                guard seen.first(5), let v = reader.optionalString() else { return false }; object.contentDisposition = v
+                return true
+            }
+            if reader.key(key, is: "contentEncoding") {
+                guard seen.first(6), let v = reader.optionalString() else { return false }; object.contentEncoding = v
+                return true
+            }
+            if reader.key(key, is: "contentLanguage") {
+                guard seen.first(7), let v = reader.optionalString() else { return false }; object.contentLanguage = v
+                return true
+            }
+            if reader.key(key, is: "customMetadata") {
+                guard seen.first(8), let v = reader.optional({ $0.stringDictionary() }) else { return false }; object.customMetadata = v
+                return true
+            }
+            if reader.key(key, is: "md5Hash") {
+                guard seen.first(9), let v = reader.optionalString() else { return false }; object.md5Hash = v
+                return true
+            }
+            if reader.key(key, is: "crc32c") {
+                guard seen.first(10), let v = reader.optionalString() else { return false }; object.crc32c = v
+                return true
+            }
+            if reader.key(key, is: "generation") {
+                guard seen.first(11), let v = reader.optionalString() else { return false }; object.generation = v
+                return true
+            }
+            if reader.key(key, is: "metageneration") {
+                guard seen.first(12), let v = reader.optionalString() else { return false }; object.metageneration = v
+                return true
+            }
+            if reader.key(key, is: "timeCreated") {
+                guard seen.first(13), let v = reader.optionalString() else { return false }; object.timeCreated = v
+                return true
+            }
+            if reader.key(key, is: "updated") {
+                guard seen.first(14), let v = reader.optionalString() else { return false }; object.updated = v
+                return true
+            }
+            if reader.key(key, is: "downloadTokens") {
+                guard seen.first(15), let v = reader.optionalString() else { return false }; object.downloadTokens = v
+                return true
+            }
+            return reader.skip()
         }
+        guard read else { return nil }
         guard let bucket, let name, let size else { return nil }
         object.bucket = bucket
         object.name = name

@@ -7,6 +7,27 @@ import Testing
 /// The CLI's pure output helpers, tested as values: the progress bar's rate and ETA, table fitting
 /// and elision, duration parsing with checked arithmetic.
 @Suite("CLI output helpers") struct OutputUnitTests {
+    @Test("a cell's visible width: printable ASCII by its bytes, anything else by characters without colour codes")
+    func visibleWidthCountsColumns() {
+        /// The width as `visibleWidth` counted before its ASCII shortcut: characters outside ANSI sequences.
+        func characters(_ text: String) -> Int {
+            var count = 0
+            var inEscape = false
+            for character in text {
+                if character == "\u{1B}" { inEscape = true; continue }
+                if inEscape { if character == "m" { inEscape = false }; continue }
+                count += 1
+            }
+            return count
+        }
+        let cells = ["", "01M8QR43ERNMYW13N5YDE0JC2C", "2026-12-01T02:49:43.801Z", "64 B", "N7UECQ==", " ~!@#$%^&*()_+{}|:\"<>?`-=[]\\;',./",
+                     "\u{1B}[32msucceeded\u{1B}[0m", "a\r\nb", "tab\there", "\u{7F}", "é", "e\u{301}", "🚀x", "日本語", "\u{1B}[1mé\u{1B}[0m"]
+        for cell in cells { #expect(visibleWidth(cell) == characters(cell), "\(cell.debugDescription)") }
+        #expect(visibleWidth("a\r\nb") == 3)
+        #expect(visibleWidth("\u{1B}[32msucceeded\u{1B}[0m") == 9)
+        #expect(visibleWidth("01M8QR43ERNMYW13N5YDE0JC2C") == 26)
+    }
+
     private func progress(_ bytes: Int64, of total: Int64, at ms: Int64, confirmed: Int64? = nil) -> JobEvent {
         let resume = confirmed.map { ResumePoint.upload(sessionURI: "https://h/s?upload_id=x", confirmedOffset: $0, total: total) }
         return JobEvent(jobID: "J", version: 1, atMs: ms, actor: "w",

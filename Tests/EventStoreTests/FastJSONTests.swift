@@ -4,7 +4,7 @@ import Testing
 @testable import EventStore
 @testable import StorePort
 
-/// The hand-written JSON readers (`JSONReader`, `FastJSON`) decode exactly what Foundation's decoder
+/// The hand-written JSON reader (`JSONReader`, `FastJSON`) decodes exactly what Foundation's decoder
 /// decodes, and whatever they decline still decodes — or fails — through Foundation as before.
 @Suite("Fast JSON decoding")
 struct FastJSONTests {
@@ -183,6 +183,48 @@ struct FastJSONTests {
             #expect(FastJSON.decode(JobSpec.self, text) != nil, "\(text)")
         }
         #expect(FastJSON.decode(JobSpec.self, Self.edgeSpecs[2])?.queue == "é🚀/\u{8}\u{C}\n\r\t\"\\")
+    }
+
+    /// Members the readers do not know, skipped by the pull reader: valid ones of every shape, nested up to
+    /// the depth limit; and what it must not skip — malformed values, nesting past the limit — or match
+    /// other than by bytes — keys with escapes or outside ASCII, which it leaves to Foundation.
+    static func unknownMember(_ value: String, key: String = "unknown") -> String {
+        #"{"kind":"delete","priority":0,"maxAttempts":1,"\#(key)":\#(value),"queue":"q"}"#
+    }
+
+    @Test("members the readers do not know are skipped as strictly as the rest is read, and odd keys are Foundation's")
+    func skippedMembers() throws {
+        let readByHand = [
+            #"{"a":[1,-2,3.5e-1,true,false,null,"s\n\u00e9",{"b":{}},[]],"c":""}"#, "[]", "{}", #""\ud83d\ude80""#, "-0", "0",
+            "1E+9", "123456789012345678901234567890", "null",
+            // The document is at depth 0 and this member at 1: values down to depth 32 are read.
+            String(repeating: "[", count: 31) + "1" + String(repeating: "]", count: 31),
+        ]
+        for value in readByHand {
+            let text = Self.unknownMember(value)
+            #expect(Self.agree(JobSpec.self, text), "\(text)")
+            #expect(FastJSON.decode(JobSpec.self, text)?.queue == "q", "\(text)")
+            // The same member in an event payload and inside its spec, one level deeper: there the deepest
+            // value passes the limit and is left to Foundation.
+            #expect(Self.agree(EventData.self, #"{"v":1,"x":\#(value),"spec":\#(text)}"#) == (value != readByHand.last), "\(value)")
+        }
+        let declined = [
+            Self.unknownMember("01"), Self.unknownMember("1."), Self.unknownMember("-"), Self.unknownMember("[1,]"),
+            Self.unknownMember(#"{"a" 1}"#), Self.unknownMember(#"{"a":1,}"#), Self.unknownMember("\"tab\there\""),
+            Self.unknownMember(#""\ud800""#), Self.unknownMember("nul"), Self.unknownMember("[1 2]"),
+            Self.unknownMember(String(repeating: "[", count: 32) + "1" + String(repeating: "]", count: 32)),
+            // Keys matched by their bytes only: an escape or a byte outside ASCII goes to Foundation.
+            #"{"kind":"delete","priority":0,"maxAttempts":1,"\u0071ueue":"q"}"#,
+            #"{"kind":"delete","priority":0,"maxAttempts":1,"queue":"q","\u0071ueue":"r"}"#,
+            Self.unknownMember("1", key: "é"), Self.unknownMember("1", key: "a\\b"),
+            #"{"kind":"delete","priority":0,"maxAttempts":1,"queue":"q"}  {}"#,
+        ]
+        for text in declined {
+            Self.agree(JobSpec.self, text)
+            #expect(FastJSON.decode(JobSpec.self, text) == nil, "\(text)")
+        }
+        // A key with an escape is still a key to Foundation: the value it decodes is Foundation's.
+        #expect(try StoreJSON.decode(JobSpec.self, declined[11], what: "spec").queue == "q")
     }
 
     @Test("malformed payloads fail with an error that names the value and what is wrong")
