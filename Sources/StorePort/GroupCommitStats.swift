@@ -19,7 +19,18 @@ public struct GroupCommitStats: Sendable, Equatable, CustomStringConvertible {
     /// Appends queued meanwhile that those retries added to their commit.
     public private(set) var eventsGatheredWhileBusy = 0
 
+    /// Group commits that, after waiting for the writer lock between processes, added the appends
+    /// queued meanwhile (see `StoreExecutor.init(name:busyRetryMs:writerLock:flush:)`), and how many.
+    public private(set) var lockWaitsGathering = 0
+    public private(set) var eventsGatheredWhileLocking = 0
+
     public init() {}
+
+    /// Counts one group commit that took `count` more appends after waiting for the writer lock.
+    public mutating func recordGatheredWhileLocking(_ count: Int) {
+        lockWaitsGathering += 1
+        eventsGatheredWhileLocking += count
+    }
 
     /// Counts one retry of a group commit that found the write lock busy and took `count` more appends.
     public mutating func recordBusyRetry(gathering count: Int) {

@@ -63,6 +63,8 @@ public final class StoreExecutor: Sendable {
     /// How long a group commit may keep retrying while `flush` finds the write lock taken (nil: it
     /// does not retry; `flush` waits for the lock itself).
     private let busyRetryNs: UInt64?
+    /// A lock between processes that each group commit holds around `flush` (nil: none).
+    private let writerLock: GroupCommitLock?
     private let stats = Mutex(GroupCommitStats())
     /// Signalled when the thread has ended.
     private let ended = DispatchSemaphore(value: 0)
@@ -74,8 +76,14 @@ public final class StoreExecutor: Sendable {
     /// appends queued meanwhile and tries again, for up to `busyRetryMs` in all, so that under
     /// contention one commit (one lock hand-over, one sync) carries everything that arrived while it
     /// waited, instead of a fixed batch waiting while the next one piles up behind it.
-    public init(name: String, busyRetryMs: Int64? = nil, flush: @escaping Flush) {
+    ///
+    /// With `writerLock`, each group commit first takes that lock (waiting at most what is left of
+    /// `busyRetryMs`, or the whole of it), then adds to the commit the appends queued while it waited,
+    /// and releases it after `flush`: waiting there costs no CPU, and the commit that follows carries
+    /// everything that arrived meanwhile.
+    public init(name: String, busyRetryMs: Int64? = nil, writerLock: GroupCommitLock? = nil, flush: @escaping Flush) {
         self.flush = flush
+        self.writerLock = writerLock
         self.busyRetryNs = busyRetryMs.map { UInt64(max(0, $0)) * 1_000_000 }
         let started = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
@@ -233,11 +241,13 @@ public final class StoreExecutor: Sendable {
     /// was rolled back), so retrying cannot write an event twice.
     private func flushGathering(_ appends: inout [(PendingEvent, AppendContinuation)],
                                 thenClaim claim: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
-        guard let busyRetryNs else { return try flush(appends.map(\.0), claim) }
+        guard let busyRetryNs else { return try flushHoldingWriterLock(&appends, thenClaim: claim, waitingAtMostNs: nil) }
         let started = Self.monotonicNs()
         while true {
             do throws(StoreError) {
-                return try flush(appends.map(\.0), claim)
+                let waited = Self.monotonicNs() &- started
+                return try flushHoldingWriterLock(&appends, thenClaim: claim,
+                                                  waitingAtMostNs: busyRetryNs > waited ? busyRetryNs - waited : 0)
             } catch {
                 guard case .busy = error, Self.monotonicNs() &- started < busyRetryNs else { throw error }
                 let gathered = takeQueuedAppends()
@@ -245,6 +255,21 @@ public final class StoreExecutor: Sendable {
                 stats.withLock { $0.recordBusyRetry(gathering: gathered.count) }
             }
         }
+    }
+
+    /// `flush` with the writer lock held, when there is one: takes it (waiting at most `waitNs`, without
+    /// a limit when nil), adds the appends queued while it waited, flushes, releases it. Throws `busy`
+    /// when the lock stayed held elsewhere for the whole wait (nothing written).
+    private func flushHoldingWriterLock(_ appends: inout [(PendingEvent, AppendContinuation)], thenClaim claim: ClaimRequest?,
+                                        waitingAtMostNs waitNs: UInt64?) throws(StoreError) -> AppendAndClaimOutcome {
+        guard let writerLock, try writerLock.acquire(waitNs ?? .max) else { return try flush(appends.map(\.0), claim) }
+        defer { writerLock.release() }
+        let gathered = takeQueuedAppends()
+        if !gathered.isEmpty {
+            appends += gathered
+            stats.withLock { $0.recordGatheredWhileLocking(gathered.count) }
+        }
+        return try flush(appends.map(\.0), claim)
     }
 
     /// Removes the appends at the head of the queue (up to the first other work) and returns them.
@@ -264,5 +289,22 @@ public final class StoreExecutor: Sendable {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+}
+
+/// A lock between processes that a store's group commit holds around its transaction (the SQLite
+/// store's writer lock), so that a waiting commit sleeps until the holder is done and then writes
+/// everything queued meanwhile in one transaction.
+public struct GroupCommitLock: Sendable {
+    /// Takes the lock, waiting at most the given nanoseconds. True: held, and `release` follows; false:
+    /// no lock is in use (the commit goes ahead without). Throws `StoreError.busy` when the wait ran out.
+    public let acquire: @Sendable (_ waitNs: UInt64) throws(StoreError) -> Bool
+    /// Releases a lock `acquire` took.
+    public let release: @Sendable () -> Void
+
+    public init(acquire: @escaping @Sendable (_ waitNs: UInt64) throws(StoreError) -> Bool,
+                release: @escaping @Sendable () -> Void) {
+        self.acquire = acquire
+        self.release = release
     }
 }
