@@ -338,10 +338,14 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// transaction holds the writer lock from before `begin` until after COMMIT or ROLLBACK, unless the
     /// group commit that runs it holds it already.
     private func transaction<T>(_ begin: String, _ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
-        try withConnection { [self] (connection) throws(StoreError) -> T in
+        // Weakly: the executor keeps a call's closure until its whole batch is done, and a store whose
+        // last reference went with it would be closed on the executor thread, racing the process's exit
+        // (its SQLite connection, and the checkpoint closing it makes, cut short).
+        let timeoutNs = busyTimeoutNs
+        return try withConnection { [weak self] (connection) throws(StoreError) -> T in
             var locked = false
-            if begin == "BEGIN IMMEDIATE" { locked = try lockWriters(waitingAtMostNs: busyTimeoutNs) }
-            defer { if locked { unlockWriters() } }
+            if begin == "BEGIN IMMEDIATE", let self { locked = try self.lockWriters(waitingAtMostNs: timeoutNs) }
+            defer { if locked { self?.unlockWriters() } }
             try connection.run(begin)
             do throws(StoreError) {
                 let result = try body(connection)
@@ -380,10 +384,12 @@ extension EventStore {
     }
 
     /// The writer lock's file, when this store uses one (tests).
-    var writerLockPath: String? { try? withConnection { [self] _ in writerLock?.path } }
+    var writerLockPath: String? { try? withConnection { [weak self] _ in self?.writerLock?.path } }
 
     /// Times this store took the writer lock from a holder that had died (tests).
-    var writerLockRecoveries: Int { (try? withConnection { [self] _ in writerLock?.recoveredFromDeadOwner ?? 0 }) ?? 0 }
+    var writerLockRecoveries: Int {
+        (try? withConnection { [weak self] _ in self?.writerLock?.recoveredFromDeadOwner ?? 0 }) ?? 0
+    }
 }
 
 /// The store the executor's group commit writes through, held weakly (the store owns the executor).

@@ -80,6 +80,26 @@ struct WriterLockTests {
         #expect(FileManager.default.fileExists(atPath: lockPath))
     }
 
+    @Test("a write does not leave the store alive on the executor: dropping it closes and checkpoints the database at once")
+    func writeKeepsNoReferenceOnTheExecutor() throws {
+        let directory = try TemporaryDirectory("writer-lock-release")
+        defer { directory.remove() }
+        let path = directory.file("jobs.db")
+        weak var released: EventStore?
+        do {
+            let store = try EventStore(path: path)
+            released = store
+            for round in 0..<20 {
+                _ = try store.submit([uploadSpec(key: "k\(round)")], actor: "cli:test", now: Int64(1_000 + round))
+            }
+        }
+        // The last reference went here, so the store closed here: SQLite's last close checkpoints the WAL
+        // into the file and removes it. A closure on the executor keeping the store would close it later,
+        // on that thread, where a process's exit can cut it short.
+        #expect(released == nil)
+        #expect(!FileManager.default.fileExists(atPath: path + "-wal"))
+    }
+
     @Test("a symbolic link or a foreign file planted at the lock's path is refused, and what it names is untouched")
     func plantedFilesRefused() throws {
         let fixture = try StoreFixture("writer-lock-symlink")
