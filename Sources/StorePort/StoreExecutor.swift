@@ -214,10 +214,12 @@ public final class StoreExecutor: Sendable {
     /// Writes the queued appends in one transaction — with the claim, when there is one, after them in
     /// the same transaction — and resumes every waiter with its outcome.
     private func write(_ appends: inout [(PendingEvent, AppendContinuation)],
-                       thenClaim claim: (ClaimRequest, ClaimContinuation)? = nil) {
-        guard !appends.isEmpty || claim != nil else { return }
+                       thenClaim request: (ClaimRequest, ClaimContinuation)? = nil) {
+        guard !appends.isEmpty || request != nil else { return }
+        // A claim queued while the commit waited for the writer lock may join it (see below).
+        var claim = request
         do throws(StoreError) {
-            let outcome = try flushGathering(&appends, thenClaim: claim?.0)
+            let outcome = try flushGathering(&appends, thenClaim: &claim)
             // Counted before any waiter resumes, so a waiter that reads the stats sees its commit.
             stats.withLock { $0.recordCommit(of: appends.count) }
             claim?.1.resume(returning: outcome.claimed)
@@ -240,17 +242,17 @@ public final class StoreExecutor: Sendable {
     /// so no job's events change order. A busy `flush` wrote nothing (its transaction never began or
     /// was rolled back), so retrying cannot write an event twice.
     private func flushGathering(_ appends: inout [(PendingEvent, AppendContinuation)],
-                                thenClaim claim: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
-        guard let busyRetryNs else { return try flushHoldingWriterLock(&appends, thenClaim: claim, waitingAtMostNs: nil) }
+                                thenClaim claim: inout (ClaimRequest, ClaimContinuation)?) throws(StoreError) -> AppendAndClaimOutcome {
+        guard let busyRetryNs else { return try flushHoldingWriterLock(&appends, thenClaim: &claim, waitingAtMostNs: nil) }
         let started = Self.monotonicNs()
         while true {
             do throws(StoreError) {
                 let waited = Self.monotonicNs() &- started
-                return try flushHoldingWriterLock(&appends, thenClaim: claim,
+                return try flushHoldingWriterLock(&appends, thenClaim: &claim,
                                                   waitingAtMostNs: busyRetryNs > waited ? busyRetryNs - waited : 0)
             } catch {
                 guard case .busy = error, Self.monotonicNs() &- started < busyRetryNs else { throw error }
-                let gathered = takeQueuedAppends()
+                let gathered = takeQueued(claimToo: false).appends
                 appends += gathered
                 stats.withLock { $0.recordBusyRetry(gathering: gathered.count) }
             }
@@ -258,30 +260,48 @@ public final class StoreExecutor: Sendable {
     }
 
     /// `flush` with the writer lock held, when there is one: takes it (waiting at most `waitNs`, without
-    /// a limit when nil), adds the appends queued while it waited, flushes, releases it. Throws `busy`
+    /// a limit when nil), adds the appends queued while it waited — and, when this commit has no claim,
+    /// the first claim among them with the appends queued after it — flushes, releases it. Throws `busy`
     /// when the lock stayed held elsewhere for the whole wait (nothing written).
-    private func flushHoldingWriterLock(_ appends: inout [(PendingEvent, AppendContinuation)], thenClaim claim: ClaimRequest?,
+    ///
+    /// A claim taken along runs after every append of the commit, as a claim always does; the appends
+    /// queued after it cannot belong to the jobs it claims (those are known only once it returns), so
+    /// writing them before it changes no job's order of events. With several worker processes this
+    /// saves a commit per turn of a worker's slots: the `succeeded` events and the claim that refills the
+    /// slots they free, queued a moment apart while the lock was held elsewhere, share one.
+    private func flushHoldingWriterLock(_ appends: inout [(PendingEvent, AppendContinuation)],
+                                        thenClaim claim: inout (ClaimRequest, ClaimContinuation)?,
                                         waitingAtMostNs waitNs: UInt64?) throws(StoreError) -> AppendAndClaimOutcome {
-        guard let writerLock, try writerLock.acquire(waitNs ?? .max) else { return try flush(appends.map(\.0), claim) }
+        guard let writerLock, try writerLock.acquire(waitNs ?? .max) else { return try flush(appends.map(\.0), claim?.0) }
         defer { writerLock.release() }
-        let gathered = takeQueuedAppends()
-        if !gathered.isEmpty {
-            appends += gathered
-            stats.withLock { $0.recordGatheredWhileLocking(gathered.count) }
+        let gathered = takeQueued(claimToo: claim == nil)
+        if !gathered.appends.isEmpty || gathered.claim != nil {
+            appends += gathered.appends
+            if let taken = gathered.claim { claim = taken }
+            stats.withLock { $0.recordGatheredWhileLocking(gathered.appends.count, claim: gathered.claim != nil) }
         }
-        return try flush(appends.map(\.0), claim)
+        return try flush(appends.map(\.0), claim?.0)
     }
 
-    /// Removes the appends at the head of the queue (up to the first other work) and returns them.
-    private func takeQueuedAppends() -> [(PendingEvent, AppendContinuation)] {
+    /// Removes the appends at the head of the queue and returns them: up to the first other work, or
+    /// with `claimToo` past the first claim (taken too) up to the next other work.
+    private func takeQueued(claimToo: Bool) -> (appends: [(PendingEvent, AppendContinuation)], claim: (ClaimRequest, ClaimContinuation)?) {
         queue.withLock { state in
             var taken: [(PendingEvent, AppendContinuation)] = []
+            var claim: (ClaimRequest, ClaimContinuation)?
+            var count = 0
             for work in state.work {
-                guard case .append(let event, let continuation) = work else { break }
-                taken.append((event, continuation))
+                if case .append(let event, let continuation) = work {
+                    taken.append((event, continuation))
+                } else if case .claim(let request, let continuation) = work, claimToo, claim == nil {
+                    claim = (request, continuation)
+                } else {
+                    break
+                }
+                count += 1
             }
-            state.work.removeFirst(taken.count)
-            return taken
+            state.work.removeFirst(count)
+            return (taken, claim)
         }
     }
 

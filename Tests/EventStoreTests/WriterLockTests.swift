@@ -209,4 +209,52 @@ struct WriterLockTests {
         #expect(store.writerLockRecoveries == 1)
         #expect(try store.jobs().allSatisfy { $0.state == .paused })
     }
+
+    @Test("a claim queued while a group commit waited for the lock joins that commit, after all its appends")
+    func groupCommitGathersAClaim() async throws {
+        let fixture = try StoreFixture("writer-lock-gather-claim")
+        defer { fixture.remove() }
+        let store = try #require(fixture.sqlite)
+        let paused = try store.submit((0..<6).map { uploadSpec(key: "p\($0)", priority: 5) }, actor: "cli:test", now: 1_000).map(\.id)
+        let others = try store.submit((0..<3).map { uploadSpec(key: "o\($0)") }, actor: "cli:test", now: 1_000).map(\.id)
+        let before = store.groupCommitStats
+        let holder = try Holder(databasePath: fixture.path)
+        let request = ClaimRequest(owner: "worker:test", queues: nil, limit: 3, leaseMs: 60_000, now: 2_000)
+        let (claimed, appended) = try await withThrowingTaskGroup(of: Void.self) { group in
+            let claimedBox = LockedList<[ClaimedJob]>()
+            let appendedBox = LockedList<Result<JobEvent, StoreError>>()
+            let pause: @Sendable (String) async throws -> Void = { id in
+                appendedBox.append(await store.appendGrouped(try PendingEvent(jobID: id, type: .paused, actor: "cli:test")))
+            }
+            // The first append alone: the executor takes it and waits for the lock.
+            group.addTask { try await pause(paused[0]) }
+            let deadline = Date().addingTimeInterval(30)
+            try await Task.sleep(nanoseconds: 50_000_000)
+            while store.queuedCalls > 0 && Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+            // Then appends, a claim, and appends after it, all queued while it waits.
+            for id in paused[1..<3] { group.addTask { try await pause(id) } }
+            while store.queuedCalls < 2 && Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+            group.addTask { claimedBox.append(try await store.claimGrouped(request)) }
+            while store.queuedCalls < 3 && Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+            for id in paused[3...] { group.addTask { try await pause(id) } }
+            while store.queuedCalls < 6 && Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+            #expect(store.queuedCalls == 6)
+            holder.killAndWait()
+            try await group.waitForAll()
+            return (claimedBox.items.first ?? [], appendedBox.items)
+        }
+        #expect(appended.count == paused.count && appended.allSatisfy { (try? $0.get())?.type == .paused })
+        // The claim ran after every append of the commit: the paused jobs, though first in claim order
+        // (higher priority), were no longer queued, so it took the three others.
+        #expect(Set(claimed.map(\.record.id)) == Set(others))
+        let after = store.groupCommitStats
+        #expect(after.commits - before.commits == 1)
+        #expect(after.events - before.events == paused.count)
+        #expect(after.claimsGatheredWhileLocking - before.claimsGatheredWhileLocking == 1)
+        // One transaction: the claimed events follow every paused event in the log.
+        let pausedSeqs = try paused.flatMap { try store.events(jobID: $0).filter { $0.type == .paused }.compactMap(\.seq) }
+        let claimedSeqs = try others.flatMap { try store.events(jobID: $0).filter { $0.type == .claimed }.compactMap(\.seq) }
+        #expect(pausedSeqs.count == 6 && claimedSeqs.count == 3)
+        #expect((pausedSeqs.max() ?? .max) < (claimedSeqs.min() ?? 0))
+    }
 }
