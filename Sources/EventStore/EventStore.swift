@@ -52,6 +52,11 @@ public final class EventStore: JobStore, @unchecked Sendable {
 
     private let connection: SQLiteConnection
     private let executor: StoreExecutor
+    /// The lock jobctl's writers on this database take before `BEGIN IMMEDIATE` (see `WriterLock`);
+    /// nil for a read-only open, or where the file cannot be made. Used only on the executor thread.
+    private var writerLock: WriterLock?
+    /// How long a write waits for a lock, in nanoseconds.
+    private let busyTimeoutNs: UInt64
 
     /// The default busy timeout: how long a write waits for another process's transaction. Generous,
     /// because a commit's fsync can take seconds on a disk busy with a large transfer, and a `submit` or a
@@ -130,10 +135,19 @@ public final class EventStore: JobStore, @unchecked Sendable {
             self.appliedMigrations = try Migrator.migrate(connection, now: Clock.nowMs())
         }
         self.connection = connection
+        self.busyTimeoutNs = UInt64(max(0, busyTimeoutMs)) * 1_000_000
+        // Only writers take it, so only they create it (after the checks above refused what they refuse).
+        self.writerLock = mode == .readOnly ? nil : try WriterLock.openOrCreate(forDatabase: path)
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
         let owner = Mutex<WeakStore>(WeakStore())
-        self.executor = StoreExecutor(name: "jobctl-store", busyRetryMs: Int64(busyTimeoutMs)) {
+        let writerLock = GroupCommitLock(acquire: { (waitNs) throws(StoreError) -> Bool in
+            guard let store = owner.withLock({ $0.store }) else { return false }
+            return try store.lockWriters(waitingAtMostNs: waitNs)
+        }, release: {
+            owner.withLock { $0.store }?.unlockWriters()
+        })
+        self.executor = StoreExecutor(name: "jobctl-store", busyRetryMs: Int64(busyTimeoutMs), writerLock: writerLock) {
             (events, request) throws(StoreError) -> AppendAndClaimOutcome in
             guard let store = owner.withLock({ $0.store }) else {
                 throw StoreError.io("the store was closed while appends were queued")
@@ -320,9 +334,18 @@ public final class EventStore: JobStore, @unchecked Sendable {
         try transaction("BEGIN DEFERRED", body)
     }
 
-    /// Runs `body` between `begin` and COMMIT on the connection, rolling back when it throws.
+    /// Runs `body` between `begin` and COMMIT on the connection, rolling back when it throws. A write
+    /// transaction holds the writer lock from before `begin` until after COMMIT or ROLLBACK, unless the
+    /// group commit that runs it holds it already.
     private func transaction<T>(_ begin: String, _ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
-        try withConnection { (connection) throws(StoreError) -> T in
+        // Weakly: the executor keeps a call's closure until its whole batch is done, and a store whose
+        // last reference went with it would be closed on the executor thread, racing the process's exit
+        // (its SQLite connection, and the checkpoint closing it makes, cut short).
+        let timeoutNs = busyTimeoutNs
+        return try withConnection { [weak self] (connection) throws(StoreError) -> T in
+            var locked = false
+            if begin == "BEGIN IMMEDIATE", let self { locked = try self.lockWriters(waitingAtMostNs: timeoutNs) }
+            defer { if locked { self?.unlockWriters() } }
             try connection.run(begin)
             do throws(StoreError) {
                 let result = try body(connection)
@@ -333,6 +356,39 @@ public final class EventStore: JobStore, @unchecked Sendable {
                 throw error
             }
         }
+    }
+}
+
+// MARK: - The writer lock
+
+extension EventStore {
+    /// Takes the writer lock on the executor thread, waiting at most `waitNs`. True: held (call
+    /// `unlockWriters` after COMMIT); false: this store uses none. Throws `busy` when another process
+    /// held it for the whole wait.
+    fileprivate func lockWriters(waitingAtMostNs waitNs: UInt64) throws(StoreError) -> Bool {
+        guard let lock = writerLock, !lock.isHeld else { return false }
+        switch lock.lock(waitingAtMostNs: waitNs) {
+        case .acquired:
+            return true
+        case .timedOut:
+            throw StoreError.busy(sql: "BEGIN IMMEDIATE")
+        case .unusable:
+            // SQLite's locking alone is still correct, only slower with several processes.
+            writerLock = nil
+            return false
+        }
+    }
+
+    fileprivate func unlockWriters() {
+        writerLock?.unlock()
+    }
+
+    /// The writer lock's file, when this store uses one (tests).
+    var writerLockPath: String? { try? withConnection { [weak self] _ in self?.writerLock?.path } }
+
+    /// Times this store took the writer lock from a holder that had died (tests).
+    var writerLockRecoveries: Int {
+        (try? withConnection { [weak self] _ in self?.writerLock?.recoveredFromDeadOwner ?? 0 }) ?? 0
     }
 }
 

@@ -19,7 +19,22 @@ public struct GroupCommitStats: Sendable, Equatable, CustomStringConvertible {
     /// Appends queued meanwhile that those retries added to their commit.
     public private(set) var eventsGatheredWhileBusy = 0
 
+    /// Group commits that, after waiting for the writer lock between processes, added the appends
+    /// queued meanwhile (see `StoreExecutor.init(name:busyRetryMs:writerLock:flush:)`), and how many.
+    public private(set) var lockWaitsGathering = 0
+    public private(set) var eventsGatheredWhileLocking = 0
+    /// Claims queued meanwhile that joined such a commit.
+    public private(set) var claimsGatheredWhileLocking = 0
+
     public init() {}
+
+    /// Counts one group commit that took `count` more appends (and maybe a claim) after waiting for
+    /// the writer lock.
+    public mutating func recordGatheredWhileLocking(_ count: Int, claim: Bool = false) {
+        lockWaitsGathering += 1
+        eventsGatheredWhileLocking += count
+        if claim { claimsGatheredWhileLocking += 1 }
+    }
 
     /// Counts one retry of a group commit that found the write lock busy and took `count` more appends.
     public mutating func recordBusyRetry(gathering count: Int) {

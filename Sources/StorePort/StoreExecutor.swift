@@ -63,6 +63,8 @@ public final class StoreExecutor: Sendable {
     /// How long a group commit may keep retrying while `flush` finds the write lock taken (nil: it
     /// does not retry; `flush` waits for the lock itself).
     private let busyRetryNs: UInt64?
+    /// A lock between processes that each group commit holds around `flush` (nil: none).
+    private let writerLock: GroupCommitLock?
     private let stats = Mutex(GroupCommitStats())
     /// Signalled when the thread has ended.
     private let ended = DispatchSemaphore(value: 0)
@@ -74,8 +76,14 @@ public final class StoreExecutor: Sendable {
     /// appends queued meanwhile and tries again, for up to `busyRetryMs` in all, so that under
     /// contention one commit (one lock hand-over, one sync) carries everything that arrived while it
     /// waited, instead of a fixed batch waiting while the next one piles up behind it.
-    public init(name: String, busyRetryMs: Int64? = nil, flush: @escaping Flush) {
+    ///
+    /// With `writerLock`, each group commit first takes that lock (waiting at most what is left of
+    /// `busyRetryMs`, or the whole of it), then adds to the commit the appends queued while it waited,
+    /// and releases it after `flush`: waiting there costs no CPU, and the commit that follows carries
+    /// everything that arrived meanwhile.
+    public init(name: String, busyRetryMs: Int64? = nil, writerLock: GroupCommitLock? = nil, flush: @escaping Flush) {
         self.flush = flush
+        self.writerLock = writerLock
         self.busyRetryNs = busyRetryMs.map { UInt64(max(0, $0)) * 1_000_000 }
         let started = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
@@ -206,10 +214,12 @@ public final class StoreExecutor: Sendable {
     /// Writes the queued appends in one transaction — with the claim, when there is one, after them in
     /// the same transaction — and resumes every waiter with its outcome.
     private func write(_ appends: inout [(PendingEvent, AppendContinuation)],
-                       thenClaim claim: (ClaimRequest, ClaimContinuation)? = nil) {
-        guard !appends.isEmpty || claim != nil else { return }
+                       thenClaim request: (ClaimRequest, ClaimContinuation)? = nil) {
+        guard !appends.isEmpty || request != nil else { return }
+        // A claim queued while the commit waited for the writer lock may join it (see below).
+        var claim = request
         do throws(StoreError) {
-            let outcome = try flushGathering(&appends, thenClaim: claim?.0)
+            let outcome = try flushGathering(&appends, thenClaim: &claim)
             // Counted before any waiter resumes, so a waiter that reads the stats sees its commit.
             stats.withLock { $0.recordCommit(of: appends.count) }
             claim?.1.resume(returning: outcome.claimed)
@@ -232,31 +242,66 @@ public final class StoreExecutor: Sendable {
     /// so no job's events change order. A busy `flush` wrote nothing (its transaction never began or
     /// was rolled back), so retrying cannot write an event twice.
     private func flushGathering(_ appends: inout [(PendingEvent, AppendContinuation)],
-                                thenClaim claim: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
-        guard let busyRetryNs else { return try flush(appends.map(\.0), claim) }
+                                thenClaim claim: inout (ClaimRequest, ClaimContinuation)?) throws(StoreError) -> AppendAndClaimOutcome {
+        guard let busyRetryNs else { return try flushHoldingWriterLock(&appends, thenClaim: &claim, waitingAtMostNs: nil) }
         let started = Self.monotonicNs()
         while true {
             do throws(StoreError) {
-                return try flush(appends.map(\.0), claim)
+                let waited = Self.monotonicNs() &- started
+                return try flushHoldingWriterLock(&appends, thenClaim: &claim,
+                                                  waitingAtMostNs: busyRetryNs > waited ? busyRetryNs - waited : 0)
             } catch {
                 guard case .busy = error, Self.monotonicNs() &- started < busyRetryNs else { throw error }
-                let gathered = takeQueuedAppends()
+                let gathered = takeQueued(claimToo: false).appends
                 appends += gathered
                 stats.withLock { $0.recordBusyRetry(gathering: gathered.count) }
             }
         }
     }
 
-    /// Removes the appends at the head of the queue (up to the first other work) and returns them.
-    private func takeQueuedAppends() -> [(PendingEvent, AppendContinuation)] {
+    /// `flush` with the writer lock held, when there is one: takes it (waiting at most `waitNs`, without
+    /// a limit when nil), adds the appends queued while it waited — and, when this commit has no claim,
+    /// the first claim among them with the appends queued after it — flushes, releases it. Throws `busy`
+    /// when the lock stayed held elsewhere for the whole wait (nothing written).
+    ///
+    /// A claim taken along runs after every append of the commit, as a claim always does; the appends
+    /// queued after it cannot belong to the jobs it claims (those are known only once it returns), so
+    /// writing them before it changes no job's order of events. With several worker processes this
+    /// saves a commit per turn of a worker's slots: the `succeeded` events and the claim that refills the
+    /// slots they free, queued a moment apart while the lock was held elsewhere, share one.
+    private func flushHoldingWriterLock(_ appends: inout [(PendingEvent, AppendContinuation)],
+                                        thenClaim claim: inout (ClaimRequest, ClaimContinuation)?,
+                                        waitingAtMostNs waitNs: UInt64?) throws(StoreError) -> AppendAndClaimOutcome {
+        guard let writerLock, try writerLock.acquire(waitNs ?? .max) else { return try flush(appends.map(\.0), claim?.0) }
+        defer { writerLock.release() }
+        let gathered = takeQueued(claimToo: claim == nil)
+        if !gathered.appends.isEmpty || gathered.claim != nil {
+            appends += gathered.appends
+            if let taken = gathered.claim { claim = taken }
+            stats.withLock { $0.recordGatheredWhileLocking(gathered.appends.count, claim: gathered.claim != nil) }
+        }
+        return try flush(appends.map(\.0), claim?.0)
+    }
+
+    /// Removes the appends at the head of the queue and returns them: up to the first other work, or
+    /// with `claimToo` past the first claim (taken too) up to the next other work.
+    private func takeQueued(claimToo: Bool) -> (appends: [(PendingEvent, AppendContinuation)], claim: (ClaimRequest, ClaimContinuation)?) {
         queue.withLock { state in
             var taken: [(PendingEvent, AppendContinuation)] = []
+            var claim: (ClaimRequest, ClaimContinuation)?
+            var count = 0
             for work in state.work {
-                guard case .append(let event, let continuation) = work else { break }
-                taken.append((event, continuation))
+                if case .append(let event, let continuation) = work {
+                    taken.append((event, continuation))
+                } else if case .claim(let request, let continuation) = work, claimToo, claim == nil {
+                    claim = (request, continuation)
+                } else {
+                    break
+                }
+                count += 1
             }
-            state.work.removeFirst(taken.count)
-            return taken
+            state.work.removeFirst(count)
+            return (taken, claim)
         }
     }
 
@@ -264,5 +309,22 @@ public final class StoreExecutor: Sendable {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+}
+
+/// A lock between processes that a store's group commit holds around its transaction (the SQLite
+/// store's writer lock), so that a waiting commit sleeps until the holder is done and then writes
+/// everything queued meanwhile in one transaction.
+public struct GroupCommitLock: Sendable {
+    /// Takes the lock, waiting at most the given nanoseconds. True: held, and `release` follows; false:
+    /// no lock is in use (the commit goes ahead without). Throws `StoreError.busy` when the wait ran out.
+    public let acquire: @Sendable (_ waitNs: UInt64) throws(StoreError) -> Bool
+    /// Releases a lock `acquire` took.
+    public let release: @Sendable () -> Void
+
+    public init(acquire: @escaping @Sendable (_ waitNs: UInt64) throws(StoreError) -> Bool,
+                release: @escaping @Sendable () -> Void) {
+        self.acquire = acquire
+        self.release = release
     }
 }

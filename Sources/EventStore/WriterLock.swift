@@ -1,0 +1,217 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// The one file that calls the POSIX process-shared mutex and `mmap` functions. Everything else speaks
+// `WriterLock`; no unsafe pointer leaves this file.
+
+/// The lock jobctl's writing processes take before `BEGIN IMMEDIATE` on one database: a process-shared,
+/// robust pthread mutex in a small file next to it (`<database>-writer-lock`, mode 0600).
+///
+/// Why: SQLite's own write lock has no queue. A connection that finds it taken can only poll (our busy
+/// handler sleeps and tries again, each try several `fcntl` calls), so with four worker processes most
+/// of the CPU went into polling and into commits too small to be worth their fsync. Here a waiter sleeps
+/// in the kernel (a futex) and wakes when the holder releases, after its `COMMIT`; meanwhile its group
+/// commit gathers the events its tasks queued.
+///
+/// SQLite's locks stay the truth: this lock only orders jobctl's writers before they ask SQLite, so a
+/// foreign `sqlite3` connection (or an older jobctl) is as safe as before, and a writer holding this lock
+/// still waits for SQLite's lock through the busy handler. Every wait is bounded by the caller's timeout
+/// (the busy timeout). A holder that dies (SIGKILL) frees the lock: the next taker gets `EOWNERDEAD` and
+/// makes the mutex consistent — the transaction the dead holder left open was never committed, and
+/// SQLite rolls it back on its own. A stopped holder (SIGSTOP) keeps it, and others wait at most their
+/// timeout, as they wait for SQLite's lock.
+///
+/// The file is created like the database: never through a symbolic link, `O_CLOEXEC`, mode 0600. It is
+/// made complete under a temporary name and linked into place, so no process can map a half-made mutex.
+/// Only writable opens create it.
+///
+/// Not `Sendable`: used only on the store's executor thread (a robust mutex is owned by the thread that
+/// locked it, and must be unlocked by it).
+///
+/// See https://man7.org/linux/man-pages/man3/pthread_mutexattr_setrobust.3.html and
+/// https://man7.org/linux/man-pages/man3/pthread_mutex_lock.3p.html
+final class WriterLock {
+    /// What `lock(waitingAtMostNs:)` found.
+    enum Outcome: Equatable {
+        /// This thread holds the lock now.
+        case acquired
+        /// Another holder kept it for the whole wait.
+        case timedOut
+        /// The mutex can no longer be used (`ENOTRECOVERABLE`: a holder died and the next one did not
+        /// repair it, which jobctl never does); the caller goes on with SQLite's locking alone.
+        case unusable
+    }
+
+    /// The sidecar's path for the database at `databasePath`.
+    static func path(forDatabase databasePath: String) -> String { databasePath + "-writer-lock" }
+
+    /// The file's size: one page, the magic at offset 0 and the mutex at `mutexOffset`.
+    static let fileSize = 4_096
+    static let mutexOffset = 64
+    /// Written last, after the mutex is initialised, identifying the layout (and its version).
+    static let magic = Array("jobctl writer lock v1\n".utf8)
+
+    let path: String
+    private let descriptor: Int32
+    private let mapping: UnsafeMutableRawPointer
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    /// Whether this object holds the lock now.
+    private(set) var isHeld = false
+    /// Times a holder's death was repaired (tests).
+    private(set) var recoveredFromDeadOwner = 0
+
+    private init(path: String, descriptor: Int32, mapping: UnsafeMutableRawPointer) {
+        self.path = path
+        self.descriptor = descriptor
+        self.mapping = mapping
+        self.mutex = (mapping + Self.mutexOffset).bindMemory(to: pthread_mutex_t.self, capacity: 1)
+    }
+
+    deinit {
+        if isHeld { pthread_mutex_unlock(mutex) }
+        munmap(mapping, Self.fileSize)
+        close(descriptor)
+    }
+
+    // MARK: - Opening
+
+    /// Opens the lock of the database at `databasePath`, creating it when missing. Returns nil when the
+    /// file cannot be created or opened for lack of permission (a database shared by group, a read-only
+    /// directory next to a writable database): the store then relies on SQLite's locking alone.
+    ///
+    /// Throws when the path is a symbolic link or not a regular file, or holds something other than a
+    /// jobctl writer lock: those are refused rather than followed or overwritten.
+    static func openOrCreate(forDatabase databasePath: String) throws(StoreError) -> WriterLock? {
+        let path = Self.path(forDatabase: databasePath)
+        var descriptor = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+        if descriptor < 0 && errno == ENOENT {
+            switch try create(path) {
+            case .made, .alreadyThere: break
+            case .notPermitted: return nil
+            }
+            descriptor = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+        }
+        guard descriptor >= 0 else {
+            let number = errno
+            if number == EACCES || number == EROFS || number == EPERM { return nil }
+            throw openError(path, errno: number)
+        }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) >= fileSize else {
+            close(descriptor)
+            throw StoreError.io("'\(path)' is not a jobctl writer lock (not a regular file of \(fileSize) bytes); "
+                                + "stop every jobctl process using '\(databasePath)', then remove it")
+        }
+        guard let mapping = map(descriptor) else {
+            let reason = String(cString: strerror(errno))
+            close(descriptor)
+            throw StoreError.io("cannot map the writer lock '\(path)': \(reason)")
+        }
+        guard UnsafeRawBufferPointer(start: mapping, count: magic.count).elementsEqual(magic) else {
+            munmap(mapping, fileSize)
+            close(descriptor)
+            throw StoreError.io("'\(path)' is not a jobctl writer lock (unknown content); "
+                                + "stop every jobctl process using '\(databasePath)', then remove it")
+        }
+        return WriterLock(path: path, descriptor: descriptor, mapping: mapping)
+    }
+
+    private enum Creation { case made, alreadyThere, notPermitted }
+
+    /// Makes a complete lock file under a unique temporary name and links it into place, so the name
+    /// only ever shows a fully initialised mutex. `link` fails when the name exists (another process was
+    /// first, or something was planted there), and never follows a symbolic link.
+    private static func create(_ path: String) throws(StoreError) -> Creation {
+        let temporary = "\(path).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+        let descriptor = open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            let number = errno
+            if number == EACCES || number == EROFS || number == EPERM { return .notPermitted }
+            throw openError(temporary, errno: number)
+        }
+        defer {
+            close(descriptor)
+            unlink(temporary)
+        }
+        guard ftruncate(descriptor, off_t(fileSize)) == 0, let mapping = map(descriptor) else {
+            throw StoreError.io("cannot create the writer lock '\(path)': \(String(cString: strerror(errno))); "
+                                + "check the directory is writable and the disk not full")
+        }
+        defer { munmap(mapping, fileSize) }
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        defer { pthread_mutexattr_destroy(&attributes) }
+        let mutex = (mapping + mutexOffset).bindMemory(to: pthread_mutex_t.self, capacity: 1)
+        guard pthread_mutexattr_setpshared(&attributes, Int32(PTHREAD_PROCESS_SHARED)) == 0,
+              pthread_mutexattr_setrobust(&attributes, Int32(PTHREAD_MUTEX_ROBUST)) == 0,
+              pthread_mutex_init(mutex, &attributes) == 0 else {
+            throw StoreError.io("cannot initialise the writer lock '\(path)': this system lacks process-shared robust mutexes")
+        }
+        mapping.copyMemory(from: magic, byteCount: magic.count)
+        if link(temporary, path) == 0 { return .made }
+        let number = errno
+        if number == EEXIST { return .alreadyThere }
+        if number == EACCES || number == EROFS || number == EPERM { return .notPermitted }
+        throw openError(path, errno: number)
+    }
+
+    private static func map(_ descriptor: Int32) -> UnsafeMutableRawPointer? {
+        let mapping = mmap(nil, fileSize, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor, 0)
+        guard let mapping, mapping != MAP_FAILED else { return nil }
+        return mapping
+    }
+
+    private static func openError(_ path: String, errno number: Int32) -> StoreError {
+        if number == ELOOP {
+            return .io("'\(path)' is a symbolic link; jobctl does not follow links next to its database: "
+                       + "remove it (jobctl creates the writer lock itself)")
+        }
+        return .io("cannot open the writer lock '\(path)': \(String(cString: strerror(number))); "
+                   + "check the directory is writable")
+    }
+
+    // MARK: - Locking
+
+    /// Takes the lock, sleeping in the kernel for at most `waitNs` while another thread or process
+    /// holds it. A holder that died is recovered from (`EOWNERDEAD`, then `pthread_mutex_consistent`).
+    func lock(waitingAtMostNs waitNs: UInt64) -> Outcome {
+        precondition(!isHeld, "the writer lock is not recursive")
+        var code = pthread_mutex_trylock(mutex)
+        if code == EBUSY {
+            // An absolute deadline on the realtime clock (what pthread_mutex_timedlock takes).
+            var deadline = timespec()
+            clock_gettime(CLOCK_REALTIME, &deadline)
+            let total = UInt64(deadline.tv_nsec) + waitNs
+            deadline.tv_sec += Int(total / 1_000_000_000)
+            deadline.tv_nsec = Int(total % 1_000_000_000)
+            code = pthread_mutex_timedlock(mutex, &deadline)
+        }
+        switch code {
+        case 0:
+            isHeld = true
+            return .acquired
+        case EOWNERDEAD:
+            // The holder died holding it. Nothing is protected by the mutex itself (SQLite's journal
+            // protects the data), so mark it consistent and go on as its owner.
+            pthread_mutex_consistent(mutex)
+            recoveredFromDeadOwner += 1
+            isHeld = true
+            return .acquired
+        case ETIMEDOUT, EBUSY:
+            return .timedOut
+        default:
+            return .unusable
+        }
+    }
+
+    /// Releases the lock (nothing when this object does not hold it).
+    func unlock() {
+        guard isHeld else { return }
+        isHeld = false
+        pthread_mutex_unlock(mutex)
+    }
+}
