@@ -36,17 +36,33 @@ public struct WorkerLogFormatter: Sendable {
 
     // MARK: - Text
 
+    /// The parts joined by single spaces, appended to one string as they are made (three lines a job
+    /// are written while draining: an array of parts and `joined` cost more than the text itself).
     private func textLine(_ entry: WorkerLogEntry) -> String {
-        var parts: [String] = []
-        if timestamps { parts.append(Self.rfc3339(entry.atMs)) }
-        parts.append(paint(Self.padded(entry.level.name, to: 7), Self.levelColor(entry.level)))
-        parts.append(paint(entry.event.rawValue, Self.eventColor(entry.event)))
-        if let job = entry.jobID { parts.append(job) }
-        if let kind = entry.kind { parts.append(kind.rawValue) }
-        for (name, value) in entry.fields {
-            parts.append("\(name)=\(Self.textValue(value))")
+        var line = ""
+        line.reserveCapacity(160)
+        if timestamps {
+            line += Self.rfc3339(entry.atMs)
+            line += " "
         }
-        return parts.joined(separator: " ")
+        line += paint(Self.padded(entry.level.name, to: 7), Self.levelColor(entry.level))
+        line += " "
+        line += paint(entry.event.rawValue, Self.eventColor(entry.event))
+        if let job = entry.jobID {
+            line += " "
+            line += job
+        }
+        if let kind = entry.kind {
+            line += " "
+            line += kind.rawValue
+        }
+        for (name, value) in entry.fields {
+            line += " "
+            line += name
+            line += "="
+            line += Self.textValue(value)
+        }
+        return line
     }
 
     /// `text` cut or padded with spaces to `width` characters (as Foundation's `padding(toLength:)`,
@@ -168,6 +184,30 @@ public struct WorkerLogFormatter: Sendable {
         let fraction = Int(ms - wholeSeconds * 1_000)
         var parts = tm()
         gmtime_r(&seconds, &parts)
+        let year = Int(parts.tm_year) + 1900
+        // Years of four digits (every time a worker logs) as 24 bytes written in place; other years
+        // (signs, five digits) as before, digit strings padded.
+        if (0...9_999).contains(year) {
+            let digits = UInt8(ascii: "0")
+            let fields: [(Int, Int)] = [(year, 4), (Int(parts.tm_mon) + 1, 2), (Int(parts.tm_mday), 2),
+                                        (Int(parts.tm_hour), 2), (Int(parts.tm_min), 2), (Int(parts.tm_sec), 2), (fraction, 3)]
+            let separators: [UInt8] = [UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"), UInt8(ascii: ":"),
+                                       UInt8(ascii: ":"), UInt8(ascii: "."), UInt8(ascii: "Z")]
+            return String(unsafeUninitializedCapacity: 24) { buffer in
+                var at = 0
+                for (index, (value, width)) in fields.enumerated() {
+                    var rest = value
+                    for place in stride(from: width - 1, through: 0, by: -1) {
+                        buffer[at + place] = digits + UInt8(rest % 10)
+                        rest /= 10
+                    }
+                    at += width
+                    buffer[at] = separators[index]
+                    at += 1
+                }
+                return at
+            }
+        }
         var text = ""
         text.reserveCapacity(24)
         func append(_ value: Int, width: Int) {
