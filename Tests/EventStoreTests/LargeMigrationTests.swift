@@ -46,6 +46,8 @@ struct LargeMigrationTests {
         try schema7Database(path, jobs: 200_000)
         let store = try EventStore(path: path)
         #expect(store.appliedMigrations.contains(8), "\(store.appliedMigrations)")
+        // …and every later one, migration 9's rebuild of `jobs` included.
+        #expect(store.appliedMigrations.last == Migrator.latestVersion, "\(store.appliedMigrations)")
         let (count, columns) = try store.withConnection { (connection) throws(StoreError) -> (Int, [String]) in
             (try connection.first("SELECT count(*) FROM jobs") { row in row.int(0) } ?? 0,
              try connection.query("SELECT name FROM pragma_table_info('jobs') ORDER BY cid") { row in row.text(0) })
