@@ -48,6 +48,7 @@ extension SQLiteConnection: DecisionWriter {
                     return try appendEvent(pending, now: now)
                 }
                 written[pending.jobID] = record
+                committedRecords.note(record)
                 outcomes.append(.success(event))
             } catch {
                 try throwIfTransactionLost(error)
@@ -84,9 +85,25 @@ extension SQLiteConnection: DecisionWriter {
 
     /// Appends one reported event (the lifecycle's `.report`), updating the projection and the lease
     /// table. The caller holds a write transaction.
+    ///
+    /// A job whose row this connection committed last (a worker's `started` after its claim, its
+    /// outcome after `started`) starts from that record when one probe finds the row at the same
+    /// version; the probe reads the lease token too, for the fencing check. Otherwise the whole row is
+    /// read and decoded, as before.
     func appendEvent(_ pending: PendingEvent, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
-        try appendEvent(pending, to: try loadJob(pending.jobID), now: now)
+        if let cached = committedRecords.candidate(pending.jobID),
+           let probe = try first(Self.versionAndLeaseSQL, [.text(pending.jobID)], { row in (row.int(0), row.optionalInt64(1)) }),
+           probe.0 == cached.version {
+            committedRecords.rememberLease(of: pending.jobID, token: probe.1)
+            defer { committedRecords.forgetLease() }
+            return try appendEvent(pending, to: cached, now: now)
+        }
+        return try appendEvent(pending, to: try loadJob(pending.jobID), now: now)
     }
+
+    /// The job row's version and its lease row's token (NULL: no lease row), by job id.
+    static let versionAndLeaseSQL =
+        "SELECT jobs.version, (SELECT leases.token FROM leases WHERE leases.job_id = jobs.id) FROM jobs WHERE jobs.id = ?"
 
     /// Stores bytes once under their SHA-256 (hex) and returns the hash.
     public func storeBlob(_ bytes: Data) throws(StoreError) -> String {
@@ -99,7 +116,11 @@ extension SQLiteConnection: DecisionWriter {
     // MARK: DecisionWriter (perform and appendEvent come from StorePort)
 
     /// The token of the job's lease row, or nil.
-    public func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64? { try leaseRow(jobID)?.token }
+    public func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64? {
+        // Read by this append's probe a moment ago, in the same transaction: still the row's token.
+        if let probed = committedRecords.takeLeaseToken(of: jobID) { return probed }
+        return try leaseRow(jobID)?.token
+    }
 
     /// Appends one event row and returns its `seq`.
     public func insertEvent(jobID: String, version: Int, type: EventType, atMs: Int64, actor: String, leaseToken: Int64?,

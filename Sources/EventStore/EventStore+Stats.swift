@@ -66,9 +66,11 @@ extension EventStore {
 
     /// The outcome events between two times (`?`, `?`), and of one queue (a third `?`) with `byQueue`:
     /// its WHERE clause is the partial index's, so SQLite searches `events_outcomes_at`; the queue is
-    /// checked job by job through the primary key, never by scanning `jobs`.
+    /// checked job by job through the primary key, never by scanning `jobs`. The condition is spelt as
+    /// the index's is since migration 9 (comparisons, not an IN list: see that migration).
     static func recentOutcomesSQL(byQueue: Bool) -> String {
-        "SELECT \(JobEvent.selectColumns) FROM events WHERE type IN ('succeeded', 'failed', 'attempt_failed') AND at_ms > ? AND at_ms <= ?"
+        "SELECT \(JobEvent.selectColumns) FROM events"
+            + " WHERE (type = 'succeeded' OR type = 'failed' OR type = 'attempt_failed') AND at_ms > ? AND at_ms <= ?"
             + (byQueue ? " AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id AND jobs.queue = ?)" : "")
     }
 }

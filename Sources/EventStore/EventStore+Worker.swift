@@ -35,6 +35,9 @@ extension EventStore {
                 return AppendAndClaimOutcome(appended: appended, claimed: .success(claimed))
             } catch {
                 try connection.throwIfTransactionLost(error)
+                // The claim's savepoint rolled back: records it noted were never written. The appends'
+                // are forgotten too (the cache cannot tell them apart); their next append reads the row.
+                connection.committedRecords.discardNoted()
                 return AppendAndClaimOutcome(appended: appended, claimed: .failure(error))
             }
         }
@@ -132,6 +135,7 @@ extension SQLiteConnection {
                 guard let record, case .claimed(_, let expiresAt, _)? = events.first?.payload else { continue }
                 try run("INSERT OR REPLACE INTO leases (job_id, owner, token, expires_at_ms) VALUES (?, ?, ?, ?)",
                         [.text(job.id), .text(owner), .integer(token), .integer(expiresAt)])
+                committedRecords.note(record)
                 claimed.append(ClaimedJob(record: record, token: token))
             }
         }

@@ -350,8 +350,11 @@ public final class EventStore: JobStore, @unchecked Sendable {
             do throws(StoreError) {
                 let result = try body(connection)
                 try connection.run("COMMIT")
+                // The rows this transaction wrote now stand as written (see `CommittedRecordCache`).
+                connection.committedRecords.commitNoted()
                 return result
             } catch {
+                connection.committedRecords.discardNoted()
                 if connection.isInTransaction { try? connection.run("ROLLBACK") }
                 throw error
             }

@@ -51,6 +51,8 @@ final class SQLiteConnection {
     let path: String
     /// Job specs this connection has decoded, by their JSON text (see `DecodedSpecCache`).
     let decodedSpecs = DecodedSpecCache()
+    /// Running jobs' rows as this connection last committed them (see `CommittedRecordCache`).
+    let committedRecords = CommittedRecordCache()
 
     /// Opens (and with `create`, creates) the database file.
     ///

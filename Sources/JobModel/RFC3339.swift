@@ -10,30 +10,42 @@ import Foundation
 public enum RFC3339 {
     /// `ms` (milliseconds since the epoch) as RFC 3339 text.
     public static func string(_ ms: Int64) -> String {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(24)
-        guard append(ms, to: &bytes) else { return formatted(ms) }
-        return String(decoding: bytes, as: UTF8.self)
+        guard let civil = civil(ms) else { return formatted(ms) }
+        // Written in place: the worker logs three lines a job, so no array or copy per timestamp.
+        return String(unsafeUninitializedCapacity: 24) { buffer in
+            write(civil) { at, byte in buffer[at] = byte }
+            return 24
+        }
     }
 
     /// Appends `string(ms)` as bytes; false, with nothing appended, for a time outside 1970…9999, which
     /// `string` leaves to Foundation's formatter.
     public static func append(_ ms: Int64, to bytes: inout [UInt8]) -> Bool {
         guard let civil = civil(ms) else { return false }
-        func digits(_ value: Int64, _ width: Int) {
-            var divisor: Int64 = 1
-            for _ in 1..<width { divisor *= 10 }
-            while divisor > 0 {
-                bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-                divisor /= 10
-            }
-        }
-        digits(civil.year, 4); bytes.append(UInt8(ascii: "-")); digits(civil.month, 2); bytes.append(UInt8(ascii: "-"))
-        digits(civil.day, 2); bytes.append(UInt8(ascii: "T"))
-        digits(civil.msInDay / 3_600_000, 2); bytes.append(UInt8(ascii: ":")); digits(civil.msInDay / 60_000 % 60, 2)
-        bytes.append(UInt8(ascii: ":")); digits(civil.msInDay / 1_000 % 60, 2); bytes.append(UInt8(ascii: "."))
-        digits(civil.msInDay % 1_000, 3); bytes.append(UInt8(ascii: "Z"))
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: 24))
+        write(civil) { at, byte in bytes[start + at] = byte }
         return true
+    }
+
+    /// The 24 bytes of a time in 1970…9999, each handed to `put` with its offset.
+    private static func write(_ civil: (year: Int64, month: Int64, day: Int64, msInDay: Int64), _ put: (Int, UInt8) -> Void) {
+        var at = 0
+        func digits(_ value: Int64, _ width: Int) {
+            var rest = value
+            for place in stride(from: width - 1, through: 0, by: -1) {
+                put(at + place, UInt8(ascii: "0") + UInt8(rest % 10))
+                rest /= 10
+            }
+            at += width
+        }
+        func separator(_ character: Unicode.Scalar) {
+            put(at, UInt8(ascii: character))
+            at += 1
+        }
+        digits(civil.year, 4); separator("-"); digits(civil.month, 2); separator("-"); digits(civil.day, 2); separator("T")
+        digits(civil.msInDay / 3_600_000, 2); separator(":"); digits(civil.msInDay / 60_000 % 60, 2); separator(":")
+        digits(civil.msInDay / 1_000 % 60, 2); separator("."); digits(civil.msInDay % 1_000, 3); separator("Z")
     }
 
     /// The UTC calendar date of `ms` and the milliseconds into that day, for times between 1970 and

@@ -79,7 +79,13 @@ public enum SecretRedaction {
         // Every worker log line passes through here: a byte scan keeps Foundation's string search off
         // the common path (text without a URL). It finds whatever that search finds, and more only in
         // odd Unicode (a combining mark on the `:`), where the search below then finds nothing.
-        guard mayHoldSchemeSeparator(text) else { return text }
+        guard mayHoldSchemeSeparator(text), mayHoldSecret(text) else { return text }
+        return redactURLsScanning(in: text)
+    }
+
+    /// `redactURLs` without the byte checks in front: every URL found and passed through `redactURL`.
+    /// Internal for the tests that prove the checks skip only texts this returns unchanged.
+    static func redactURLsScanning(in text: String) -> String {
         var output = ""
         var index = text.startIndex
         let stops: Set<Character> = [" ", "\t", "\n", "\r", "\"", "'", "<", ">", "`", "\\"]
@@ -119,6 +125,21 @@ public enum SecretRedaction {
     }
 
     // MARK: - Helpers
+
+    /// Whether a URL in `text` may have anything `redactURL` replaces: a userinfo (`@`), a query (`?`) or
+    /// a fragment (`#`); or a backslash (a JSON-escaped separator `:\/\/`, whose URL is re-escaped
+    /// on the way out). Without any of these bytes `redactURL` returns each URL as it is (it keeps the
+    /// scheme, the authority and the path byte for byte), so `redactURLs` returns `text` itself — the
+    /// worker's `claimed` line names a plain `file://` or `gs://` source for every job.
+    static func mayHoldSecret(_ text: String) -> Bool {
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: "\\"): return true
+            default: continue
+            }
+        }
+        return false
+    }
 
     /// Whether the UTF-8 bytes of `text` hold `://` or `:\/\/` (a JSON-escaped URL).
     static func mayHoldSchemeSeparator(_ text: String) -> Bool {

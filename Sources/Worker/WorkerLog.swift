@@ -35,7 +35,8 @@ public final class WorkerLog: Sendable {
     /// Formats and writes `entry` when its level is enabled; lines from concurrent tasks never interleave.
     public func record(_ entry: WorkerLogEntry) {
         guard isEnabled(entry.level) else { return }
-        let line = formatter.line(entry) + "\n"
+        var line = formatter.line(entry)
+        line += "\n"
         lock.withLock { _ in write(line) }
     }
 

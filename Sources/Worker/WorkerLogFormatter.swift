@@ -36,17 +36,33 @@ public struct WorkerLogFormatter: Sendable {
 
     // MARK: - Text
 
+    /// The parts joined by single spaces, appended to one string as they are made (three lines a job
+    /// are written while draining: an array of parts and `joined` cost more than the text itself).
     private func textLine(_ entry: WorkerLogEntry) -> String {
-        var parts: [String] = []
-        if timestamps { parts.append(Self.rfc3339(entry.atMs)) }
-        parts.append(paint(Self.padded(entry.level.name, to: 7), Self.levelColor(entry.level)))
-        parts.append(paint(entry.event.rawValue, Self.eventColor(entry.event)))
-        if let job = entry.jobID { parts.append(job) }
-        if let kind = entry.kind { parts.append(kind.rawValue) }
-        for (name, value) in entry.fields {
-            parts.append("\(name)=\(Self.textValue(value))")
+        var line = ""
+        line.reserveCapacity(160)
+        if timestamps {
+            line += Self.rfc3339(entry.atMs)
+            line += " "
         }
-        return parts.joined(separator: " ")
+        line += paint(Self.padded(entry.level.name, to: 7), Self.levelColor(entry.level))
+        line += " "
+        line += paint(entry.event.rawValue, Self.eventColor(entry.event))
+        if let job = entry.jobID {
+            line += " "
+            line += job
+        }
+        if let kind = entry.kind {
+            line += " "
+            line += kind.rawValue
+        }
+        for (name, value) in entry.fields {
+            line += " "
+            line += name
+            line += "="
+            line += Self.textValue(value)
+        }
+        return line
     }
 
     /// `text` cut or padded with spaces to `width` characters (as Foundation's `padding(toLength:)`,

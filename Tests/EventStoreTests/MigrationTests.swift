@@ -57,6 +57,7 @@ struct MigrationTests {
             "6 big_log_indexes 2604f8c303824bceb826d7ca795a502c56a49b29ccfcb16febb03be587ae5db2",
             "7 queued_claim_order 6d1e295a083c13e1ff462f61ae5908d1619e42028f3a1b7e1360c476a59f91e7",
             "8 spec_and_result_once c0a4d975c1085017ef676ff784cff47a1ce7cb62ec3cd3ab75c649a1f7f95ca9",
+            "9 conditions_without_in_lists 21223ad6c6a75804c02e29113ede56e09b7986c269df3608b0000bdb38f3f4d7",
         ])
     }
 

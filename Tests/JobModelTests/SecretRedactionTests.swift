@@ -67,3 +67,35 @@ private let guardInputs: [String] = [
         #expect(!SecretRedaction.redactURLs(in: #"{"u":"https:\/\/h\/x?sig=secret2"}"#).contains("secret2"))
     }
 }
+
+// MARK: - Texts without a secret's bytes skip the scan
+
+/// URLs with and without userinfo, query, fragment and JSON escapes; schemes in odd places; non-ASCII.
+private let secretGuardInputs: [String] = guardInputs + [
+    "file:///tmp/p6/exp/objects/o-000001.bin", "gs://bucket/a/b c.txt", "https://user:pw@h/x", "https://tok@h/x",
+    "https://h/x#access_token=1", "https://h/x?a=1", "http://h:8080/x y https://g/z", "see <https://h/x>, then",
+    "https:\\/\\/h\\/x", "http:\\/\\/a\\/b/c", "\\", "x@y", "x?y", "x#y", "file://héllo/wörld", "a://b://c",
+    "https://h/x). Next", "s3+x.y-z://h/p", "http://h/%41%40", "ftp://h/x\u{301}@y",
+]
+
+@Suite struct SecretRedactionSkipTests {
+    /// The byte check in front of the scan skips only texts the scan returns unchanged, and the scan's
+    /// answer is `redactURLs`'s everywhere else.
+    @Test(arguments: secretGuardInputs)
+    func skippedTextsAreThoseTheScanLeavesAlone(_ text: String) {
+        let scanned = SecretRedaction.redactURLsScanning(in: text)
+        if !SecretRedaction.mayHoldSecret(text) {
+            #expect(scanned.utf8.elementsEqual(text.utf8), "'\(text)' → '\(scanned)'")
+        }
+        #expect(SecretRedaction.redactURLs(in: text).utf8.elementsEqual(scanned.utf8), "'\(text)'")
+    }
+
+    @Test func aTextWithASecretIsStillScanned() {
+        #expect(SecretRedaction.mayHoldSecret("https://h/x?token=1"))
+        #expect(SecretRedaction.mayHoldSecret("https://u:p@h/x"))
+        #expect(SecretRedaction.mayHoldSecret("https://h/x#sig=1"))
+        #expect(SecretRedaction.mayHoldSecret(#"https:\/\/h\/x"#))
+        #expect(!SecretRedaction.mayHoldSecret("file:///tmp/a.bin"))
+        #expect(SecretRedaction.redactURLs(in: "https://u:secret3@h/x") == "https://u:REDACTED@h/x")
+    }
+}

@@ -283,3 +283,69 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         }
     }
 }
+
+/// The text line written in one string is the line the formatter built from parts before: each
+/// part (time, padded level, event, job, kind, `name=value` fields) joined by one space.
+@Suite("worker log text lines") struct WorkerLogTextLineTests {
+    /// The former formatter: parts in an array, joined.
+    static func partsJoined(_ entry: WorkerLogEntry, timestamps: Bool, color: Bool) -> String {
+        func paint(_ text: String, _ code: String?) -> String {
+            guard color, let code else { return text }
+            return "\u{1B}[\(code)m\(text)\u{1B}[0m"
+        }
+        let levelCode: String? = switch entry.level {
+        case .debug: "2"
+        case .info: nil
+        case .warning: "33"
+        case .error: "31"
+        }
+        let eventCode: String? = switch entry.event {
+        case .succeeded: "32"
+        case .failed, .leaseLost, .abandoned, .storeError: "31"
+        case .retryScheduled, .slowCommit, .cancelled: "33"
+        default: nil
+        }
+        var parts: [String] = []
+        if timestamps { parts.append(WorkerLogFormatter.rfc3339(entry.atMs)) }
+        parts.append(paint(entry.level.name.padding(toLength: 7, withPad: " ", startingAt: 0), levelCode))
+        parts.append(paint(entry.event.rawValue, eventCode))
+        if let job = entry.jobID { parts.append(job) }
+        if let kind = entry.kind { parts.append(kind.rawValue) }
+        for (name, value) in entry.fields { parts.append("\(name)=\(WorkerLogFormatter.textValue(value))") }
+        return parts.joined(separator: " ")
+    }
+
+    static let entries: [WorkerLogEntry] = [
+        WorkerLogEntry(atMs: 1_796_045_473_668, level: .info, event: .claimed, jobID: "01M8QQV124E51HWKPQKQ3SFXE9", kind: .downloadMemory,
+                       fields: [("attempt", .integer(1)), ("max_attempts", .integer(5)), ("queue", .text("default")),
+                                ("lease_token", .integer(7)), ("source", .text("file:///tmp/objects/o-000001.bin"))]),
+        WorkerLogEntry(atMs: 0, level: .warning, event: .retryScheduled, jobID: "01JOB", kind: .fetchURL, fields: [
+            ("delay_ms", .integer(-3)), ("message", .text("said \"busy\" at https://h/x?token=abc")), ("empty", .text("")),
+            ("rate", .text("64 B/s")), ("ratio", .number(0.25)), ("odd", .number(.nan)), ("é", .text("ünïcode\ttab")),
+        ]),
+        WorkerLogEntry(atMs: -1, level: .error, event: .failed, jobID: nil, kind: nil, fields: []),
+        WorkerLogEntry(atMs: 86_399_999, level: .debug, event: .progress, jobID: "", kind: .uploadFile, fields: [("bytes", .integer(0))]),
+        WorkerLogEntry(atMs: 951_782_400_000, level: .info, event: .succeeded, jobID: "J", kind: .downloadFile,
+                       fields: [("path", .text("/tmp/a b/c")), ("source", .text("gs://b/o"))]),
+    ]
+
+    @Test(arguments: entries)
+    func sameLineAsThePartsJoined(_ entry: WorkerLogEntry) {
+        for (timestamps, color) in [(true, false), (false, false), (true, true), (false, true)] {
+            let line = WorkerLogFormatter(format: .text, timestamps: timestamps, color: color).line(entry)
+            #expect(line == Self.partsJoined(entry, timestamps: timestamps, color: color), "\(timestamps) \(color)")
+        }
+    }
+
+    /// Times outside 1970…9999 are the CLI's (`RFC3339`): Foundation's formatter, whose calendar before
+    /// 1583 is not the proleptic Gregorian one, so those are compared with it rather than spelled out.
+    @Test func timesOutsideTheComputedRange() {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        for ms: Int64 in [253_402_300_800_000, -62_167_219_200_001, -62_135_596_800_000, -86_400_001] {
+            #expect(WorkerLogFormatter.rfc3339(ms) == formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
+        }
+        #expect(WorkerLogFormatter.rfc3339(-1) == "1969-12-31T23:59:59.999Z")
+    }
+}

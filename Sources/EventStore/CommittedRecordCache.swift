@@ -1,0 +1,81 @@
+import JobLifecycle
+import JobModel
+
+/// Running jobs' projection rows as this connection last committed them, so that a worker's next
+/// append to a job (its `started`, its outcome) starts from the record instead of reading the whole
+/// row, the spec from the job's `submitted` event, and decoding them again.
+///
+/// A record is used only after a probe of the row in the append's own write transaction finds the
+/// same `version`: every change of a `jobs` row is an event and every event bumps the version, so a
+/// row another process (or another path of this one) changed since is read again as before. Records
+/// enter the cache only once their transaction committed: `note` puts them aside, `commitNoted`
+/// keeps them after COMMIT, `discardNoted` drops them after a rollback — a record that was never
+/// committed could otherwise match a later row of the same version written by someone else.
+///
+/// The probe also reads the job's lease token (`SELECT … LEFT JOIN leases`), which the fencing check
+/// of the same append then takes from here (`takeLeaseToken`) instead of a second query.
+///
+/// Not `Sendable`: it belongs to one `SQLiteConnection`, which the store's executor serialises.
+final class CommittedRecordCache {
+    private var committed: [String: JobRecord] = [:]
+    private var noted: [String: JobRecord] = [:]
+    /// The lease token the last probe read, for the one fencing check that follows it.
+    private var probedLease: (jobID: String, token: Int64?)?
+    private let capacity: Int
+
+    /// - Parameter capacity: at most this many records (a worker holds a few hundred jobs at once);
+    ///   the cache is emptied when it fills.
+    init(capacity: Int = 4_096) {
+        self.capacity = capacity
+    }
+
+    /// The committed record of `jobID`, if cached (byte for byte the same id: a `String` key also
+    /// matches canonically equivalent text, another job).
+    func candidate(_ jobID: String) -> JobRecord? {
+        guard let record = committed[jobID], record.id.utf8.elementsEqual(jobID.utf8) else { return nil }
+        return record
+    }
+
+    /// Puts aside `record`, as written in the current transaction, until it commits or rolls back.
+    func note(_ record: JobRecord) {
+        noted[record.id] = record
+    }
+
+    /// The current transaction committed: its noted records are the rows as they now stand. Only
+    /// running jobs are kept (a job that ended, paused or went back to the queue has no next append
+    /// from this worker).
+    func commitNoted() {
+        guard !noted.isEmpty else { return }
+        if committed.count + noted.count > capacity { committed.removeAll(keepingCapacity: true) }
+        for (id, record) in noted {
+            if record.state == .running { committed[id] = record } else { committed[id] = nil }
+        }
+        noted.removeAll(keepingCapacity: true)
+    }
+
+    /// The current transaction rolled back (or its outcome is unknown): forget what it noted.
+    func discardNoted() {
+        noted.removeAll(keepingCapacity: true)
+        probedLease = nil
+    }
+
+    /// Remembers the lease token a probe of `jobID` read, for the fencing check right after it.
+    func rememberLease(of jobID: String, token: Int64?) {
+        probedLease = (jobID, token)
+    }
+
+    /// The token the last probe read for `jobID` (once), or nil when there is none to take.
+    func takeLeaseToken(of jobID: String) -> Int64?? {
+        guard let probed = probedLease, probed.jobID.utf8.elementsEqual(jobID.utf8) else { return nil }
+        probedLease = nil
+        return .some(probed.token)
+    }
+
+    /// Forgets the probed lease token (the append it was read for is over).
+    func forgetLease() {
+        probedLease = nil
+    }
+
+    /// How many committed and noted records are held (tests).
+    var usage: (committed: Int, noted: Int) { (committed.count, noted.count) }
+}

@@ -1,0 +1,63 @@
+import Foundation
+import JobModel
+import StorePort
+import Testing
+import TestSupport
+@testable import EventStore
+
+/// Migrations that drop a large object (a column of every job, an index, a table) succeed on a large
+/// database: this process lets statement journals grow to 4 MiB in memory and then spill to a file,
+/// and SQLite (3.40) fails such a DROP inside a transaction with SQLITE_FULL once its journal spills.
+@Suite("Migrating a large database")
+struct LargeMigrationTests {
+    /// A database at schema 7 (before 008 dropped the projection's spec and result) holding `jobs`
+    /// queued jobs with a spec of a few hundred bytes each, written directly (no events: only the
+    /// migration's DDL is exercised; no migration after 2 rebuilds the projection).
+    private func schema7Database(_ path: String, jobs: Int) throws {
+        let connection = try SQLiteConnection(path: path, readOnly: false, create: true)
+        try connection.execute("PRAGMA journal_mode = WAL")
+        try connection.execute("""
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at_ms INTEGER NOT NULL, checksum TEXT NOT NULL)
+            """)
+        try connection.run("BEGIN IMMEDIATE")
+        for migration in Migrator.all where migration.version <= 7 {
+            try connection.execute(migration.sql)
+            try connection.run("INSERT INTO schema_migrations (version, name, applied_at_ms, checksum) VALUES (?, ?, ?, ?)",
+                               [.int(migration.version), .text(migration.name), .integer(1), .text(migration.checksum)])
+        }
+        try connection.run("""
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+            INSERT INTO jobs (id, seq, kind, state, queue, priority, run_after_ms, attempts, max_attempts, bytes_done,
+                              spec, result, pause_requested, cancel_requested, version, created_at_ms, updated_at_ms)
+            SELECT printf('job-%08d', i), i, 'download-memory', 'queued', 'default', 0, 0, 0, 5, 0,
+                   '{"kind":"download-memory","source":"file:///objects/' || printf('%0200d', i) || '"}', NULL,
+                   0, 0, 1, i, i
+            FROM n
+            """, [.int(jobs)])
+        try connection.run("COMMIT")
+    }
+
+    @Test("schema 7 with 200,000 jobs migrates: dropping the spec and result columns does not fail as 'disk full'")
+    func largeSchema7Migrates() throws {
+        let directory = try TemporaryDirectory("large-migration")
+        defer { directory.remove() }
+        let path = directory.file("jobs.db")
+        try schema7Database(path, jobs: 200_000)
+        let store = try EventStore(path: path)
+        #expect(store.appliedMigrations.contains(8), "\(store.appliedMigrations)")
+        // …and every later one, migration 9's rebuild of `jobs` included.
+        #expect(store.appliedMigrations.last == Migrator.latestVersion, "\(store.appliedMigrations)")
+        let (count, columns) = try store.withConnection { (connection) throws(StoreError) -> (Int, [String]) in
+            (try connection.first("SELECT count(*) FROM jobs") { row in row.int(0) } ?? 0,
+             try connection.query("SELECT name FROM pragma_table_info('jobs') ORDER BY cid") { row in row.text(0) })
+        }
+        #expect(count == 200_000)
+        #expect(!columns.contains("spec") && !columns.contains("result"), "\(columns)")
+        // The worker's connection is back to spilling its statement journals to a file past 4 MiB.
+        let tempStore = try store.withConnection { (connection) throws(StoreError) -> Int in
+            try connection.first("PRAGMA temp_store") { row in row.int(0) } ?? -1
+        }
+        #expect(tempStore == 0)
+    }
+}
