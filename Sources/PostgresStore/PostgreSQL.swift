@@ -299,29 +299,8 @@ final class PostgresConnection {
         if !queued.isEmpty {
             return try pipeline(then: QueuedStatement(sql: sql, parameters: parameters, onResult: nil))
         }
-        var types: [UInt32] = []
-        var lengths: [Int32] = []
-        var offsets: [Int?] = []
-        // All values in one buffer; a trailing byte keeps it non-empty, so even an empty text or bytea
-        // gets a non-NULL pointer (a NULL pointer means SQL NULL to libpq).
-        var storage: [UInt8] = []
-        for value in parameters {
-            let (type, bytes) = try value.binary()
-            types.append(type)
-            if let bytes {
-                guard bytes.count <= Int(Int32.max) else {
-                    throw PostgresError.conversion("parameter $\(types.count) is \(bytes.count) bytes; PostgreSQL takes at most "
-                                                   + "\(Int32.max) bytes in one value: store it in smaller pieces")
-                }
-                offsets.append(storage.count)
-                lengths.append(Int32(bytes.count))
-                storage.append(contentsOf: bytes)
-            } else {
-                offsets.append(nil)
-                lengths.append(0)
-            }
-        }
-        storage.append(0)
+        let encoded = try EncodedParameters(parameters)
+        let (types, lengths, offsets, storage) = (encoded.types, encoded.lengths, encoded.offsets, encoded.storage)
         let formats = [Int32](repeating: 1, count: parameters.count)
         let preparedName = try prepared(sql, types: types)
         statementsSent += 1
@@ -405,7 +384,8 @@ final class PostgresConnection {
     /// sending them).
     func discardQueued() { queued.removeAll() }
 
-    /// One statement's parameters in libpq's form: types, lengths and offsets into one buffer.
+    /// One statement's parameters in libpq's form: types, lengths and offsets into one buffer (all
+    /// values in one buffer, so one allocation however many there are).
     private struct EncodedParameters {
         var types: [UInt32] = []
         var lengths: [Int32] = []
