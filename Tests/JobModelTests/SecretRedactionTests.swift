@@ -72,7 +72,7 @@ private let guardInputs: [String] = [
 
 /// URLs with and without userinfo, query, fragment and JSON escapes; schemes in odd places; non-ASCII.
 private let secretGuardInputs: [String] = guardInputs + [
-    "file:///tmp/p6/exp/objects/o-000001.bin", "gs://bucket/a/b c.txt", "https://user:pw@h/x", "https://tok@h/x",
+    "file:///tmp/jobs/objects/o-000001.bin", "gs://bucket/a/b c.txt", "https://user:pw@h/x", "https://tok@h/x",
     "https://h/x#access_token=1", "https://h/x?a=1", "http://h:8080/x y https://g/z", "see <https://h/x>, then",
     "https:\\/\\/h\\/x", "http:\\/\\/a\\/b/c", "\\", "x@y", "x?y", "x#y", "file://héllo/wörld", "a://b://c",
     "https://h/x). Next", "s3+x.y-z://h/p", "http://h/%41%40", "ftp://h/x\u{301}@y",
