@@ -182,10 +182,12 @@ final class WriterLock {
         precondition(!isHeld, "the writer lock is not recursive")
         var code = pthread_mutex_trylock(mutex)
         if code == EBUSY {
-            // An absolute deadline on the realtime clock (what pthread_mutex_timedlock takes).
+            // An absolute deadline on the realtime clock, what pthread_mutex_timedlock takes (the
+            // monotonic pthread_mutex_clocklock is a GNU extension Swift's Glibc module does not
+            // export); a wait too long to add up is capped at ~30 years.
             var deadline = timespec()
             clock_gettime(CLOCK_REALTIME, &deadline)
-            let total = UInt64(deadline.tv_nsec) + waitNs
+            let total = UInt64(deadline.tv_nsec) + min(waitNs, 1_000_000_000 * 1_000_000_000)
             deadline.tv_sec += Int(total / 1_000_000_000)
             deadline.tv_nsec = Int(total % 1_000_000_000)
             code = pthread_mutex_timedlock(mutex, &deadline)

@@ -176,6 +176,24 @@ struct WriterLockTests {
         #expect(try store.jobs().count == 2)
     }
 
+    @Test("a wait without a limit (UInt64.max) on a lock another process holds ends when the holder dies")
+    func unboundedWaitEndsWithTheHolder() throws {
+        let fixture = try StoreFixture("writer-lock-unbounded")
+        defer { fixture.remove() }
+        let holder = try Holder(databasePath: fixture.path)
+        let lock = try #require(try WriterLock.openOrCreate(forDatabase: fixture.path))
+        // Killed a moment after the wait begins: the deadline, far in the future, must not overflow.
+        let pid = holder.process.processIdentifier
+        let killer = Thread { usleep(300_000); kill(pid, SIGKILL) }
+        killer.start()
+        let started = Date()
+        #expect(lock.lock(waitingAtMostNs: .max) == .acquired)
+        #expect(Date().timeIntervalSince(started) >= 0.25, "it waited for the holder")
+        #expect(lock.recoveredFromDeadOwner == 1)
+        lock.unlock()
+        holder.process.waitUntilExit()
+    }
+
     @Test("a group commit that waited for the lock writes everything queued meanwhile in one transaction")
     func groupCommitGathersWhileWaiting() async throws {
         let fixture = try StoreFixture("writer-lock-gather")
