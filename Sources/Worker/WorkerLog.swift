@@ -184,7 +184,7 @@ public final class WorkerLog: Sendable {
             event = .retryScheduled
             level = .warning
             fields.append(("delay_ms", .integer(max(0, atMs - now))))
-            fields.append(("retry_at", .text(WorkerLogFormatter.rfc3339(atMs))))
+            fields.append(("retry_at", .text(RFC3339.string(atMs))))
             fields += Self.errorFields(error)
         case .paused(let point):
             event = .paused

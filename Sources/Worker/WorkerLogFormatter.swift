@@ -42,7 +42,7 @@ public struct WorkerLogFormatter: Sendable {
         var line = ""
         line.reserveCapacity(160)
         if timestamps {
-            line += Self.rfc3339(entry.atMs)
+            line += RFC3339.string(entry.atMs)
             line += " "
         }
         line += paint(Self.padded(entry.level.name, to: 7), Self.levelColor(entry.level))
@@ -126,7 +126,7 @@ public struct WorkerLogFormatter: Sendable {
             }
         }
         let object: [String: Any] = [
-            "time": Self.rfc3339(entry.atMs),
+            "time": RFC3339.string(entry.atMs),
             "time_ms": entry.atMs,
             "level": entry.level.name,
             "event": entry.event.rawValue,
@@ -171,7 +171,4 @@ public struct WorkerLogFormatter: Sendable {
               let text = String(data: data, encoding: .utf8) else { return "{}" }
         return text
     }
-
-    /// `ms` as RFC 3339 with milliseconds, UTC (`2026-11-30T12:00:00.123Z`), as the CLI prints times.
-    static func rfc3339(_ ms: Int64) -> String { RFC3339.string(ms) }
 }

@@ -73,11 +73,11 @@ extension Commands {
             struct View: Encodable {
                 let dry_run: Bool; let before: String; let before_ms: Int64; let blobs: Int; let bytes: Int64; let sha256: [String]
             }
-            views["expired_blobs"] = View(dry_run: dryRun, before: TimeText.rfc3339(blobsBefore), before_ms: blobsBefore,
+            views["expired_blobs"] = View(dry_run: dryRun, before: RFC3339.string(blobsBefore), before_ms: blobsBefore,
                                           blobs: expiry.digests.count, bytes: expiry.bytes, sha256: expiry.digests)
             if !json {
                 let what = "\(plural(expiry.digests.count, "download-memory result blob")) (\(ByteSize.format(expiry.bytes))) "
-                    + "produced only by jobs that finished before \(TimeText.rfc3339(blobsBefore))"
+                    + "produced only by jobs that finished before \(RFC3339.string(blobsBefore))"
                 emit(dryRun ? "would remove \(what); nothing was removed"
                             : "removed \(what); their jobs' history keeps each hash, and `jobctl result` says it expired")
             }
@@ -123,7 +123,7 @@ extension Commands {
             throw CommandFailure("the log recorded a '\(event.type.rawValue)' event for the archive; run `jobctl replay --verify`")
         }
         if !json {
-            emit("archived \(plural(stored.jobs, "job")) that finished before \(TimeText.rfc3339(stored.beforeMs)) to "
+            emit("archived \(plural(stored.jobs, "job")) that finished before \(RFC3339.string(stored.beforeMs)) to "
                  + "\(Display.escapingControls(target)): \(plural(stored.events, "event")) (seq \(stored.firstSeq)–\(stored.lastSeq)), "
                  + "\(plural(stored.blobs, "blob")) (\(stored.blobsRemoved) removed from the log); sha256 \(stored.sha256)")
         }
@@ -138,12 +138,12 @@ extension Commands {
             let dry_run: Bool; let before: String; let before_ms: Int64; let jobs: Int; let events: Int; let blobs: Int
             let states: [String: Int]; let first_seq: Int64; let last_seq: Int64; let job_ids: [String]
         }
-        let view = View(dry_run: dryRun, before: TimeText.rfc3339(selection.beforeMs), before_ms: selection.beforeMs,
+        let view = View(dry_run: dryRun, before: RFC3339.string(selection.beforeMs), before_ms: selection.beforeMs,
                         jobs: selection.jobs.count, events: selection.rows.count, blobs: selection.blobs.count,
                         states: states, first_seq: selection.rows.first?.seq ?? 0, last_seq: selection.rows.last?.seq ?? 0,
                         job_ids: selection.jobs.map(\.id))
         guard !json else { return view }
-        let when = TimeText.rfc3339(selection.beforeMs)
+        let when = RFC3339.string(selection.beforeMs)
         if selection.isEmpty {
             emit("nothing to archive: no job finished before \(when)" + (dryRun ? "" : "; no file was written"))
         } else {
@@ -190,12 +190,12 @@ extension Commands {
                 let first_seq: Int64; let last_seq: Int64
             }
             emit(try jsonText(View(file: path, intact: true, format_version: check.header.version, sha256: check.fileSHA256,
-                                   before: TimeText.rfc3339(check.header.beforeMs), before_ms: check.header.beforeMs,
-                                   created_at: TimeText.rfc3339(check.header.createdAtMs), jobs: check.jobs, events: check.events,
+                                   before: RFC3339.string(check.header.beforeMs), before_ms: check.header.beforeMs,
+                                   created_at: RFC3339.string(check.header.createdAtMs), jobs: check.jobs, events: check.events,
                                    blobs: check.blobs, first_seq: check.header.firstSeq, last_seq: check.header.lastSeq)))
         } else {
             emit("\(Display.escapingControls(path)): intact — \(plural(check.jobs, "job")) that finished before "
-                 + "\(TimeText.rfc3339(check.header.beforeMs)), \(plural(check.events, "event")) (seq \(check.header.firstSeq)–"
+                 + "\(RFC3339.string(check.header.beforeMs)), \(plural(check.events, "event")) (seq \(check.header.firstSeq)–"
                  + "\(check.header.lastSeq)), \(plural(check.blobs, "blob")); format version \(check.header.version); sha256 \(check.fileSHA256)")
         }
         return ExitCode.ok

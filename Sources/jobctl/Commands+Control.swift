@@ -118,7 +118,7 @@ extension Commands {
                 guard let hash = result.blob, let blob = try store.blob(sha256: hash) else {
                     if let hash = result.blob, let expired = try store.expiredBlob(sha256: hash) {
                         throw CommandFailure("job \(job.id): its result (\(plural(expired.size, "byte")), sha256 \(hash)) expired on "
-                            + "\(TimeText.rfc3339(expired.expiredAtMs)) (jobctl archive --blobs-before) and is no longer stored; "
+                            + "\(RFC3339.string(expired.expiredAtMs)) (jobctl archive --blobs-before) and is no longer stored; "
                             + "`jobctl history \(job.id)` keeps its hash: run the job's download again to get the bytes")
                     }
                     throw CommandFailure("job \(job.id): the result blob is missing from the log")
@@ -214,8 +214,8 @@ extension Commands {
                 let size: String = (job.result?.size ?? job.result?.object?.size ?? job.bytesTotal).map { ByteSize.format($0) } ?? "-"
                 let md5: String = job.result?.md5 ?? job.result?.object?.md5Hash ?? "-"
                 let crc32c: String = job.result?.crc32c ?? job.result?.object?.crc32c ?? "-"
-                let started: String = job.startedAtMs.map(TimeText.rfc3339) ?? "-"
-                let finished: String = job.finishedAtMs.map(TimeText.rfc3339) ?? "-"
+                let started: String = job.startedAtMs.map(RFC3339.string) ?? "-"
+                let finished: String = job.finishedAtMs.map(RFC3339.string) ?? "-"
                 return [job.id, job.spec.kind.rawValue, context.paint(state: job.state), "\(job.attempts)",
                         size, md5, crc32c, started, finished, job.error?.code.name ?? ""]
             }

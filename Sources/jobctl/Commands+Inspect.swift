@@ -58,7 +58,7 @@ extension Commands {
             columns.append(TableColumn("RUNS AT", dropRank: 5))
             for (index, job) in jobs.enumerated() {
                 let scheduled = job.state == .queued && job.runAfterMs > now && job.attempts == 0 && job.error == nil
-                rows[index].append(scheduled ? TimeText.rfc3339(job.runAfterMs) : "-")
+                rows[index].append(scheduled ? RFC3339.string(job.runAfterMs) : "-")
             }
         }
         if jobs.contains(where: { $0.batch != nil }) {
@@ -135,19 +135,19 @@ extension Commands {
         if job.pauseRequested { lines.append(("pending", "pause requested")) }
         if job.cancelRequested { lines.append(("pending", "cancel requested")) }
         if let owner = job.leaseOwner { lines.append(("lease", "\(owner) (token \(job.leaseToken ?? 0))")) }
-        lines.append(("created", TimeText.rfc3339(job.createdAtMs)))
-        if let started = job.startedAtMs { lines.append(("started", TimeText.rfc3339(started))) }
-        if let finished = job.finishedAtMs { lines.append(("finished", TimeText.rfc3339(finished))) }
+        lines.append(("created", RFC3339.string(job.createdAtMs)))
+        if let started = job.startedAtMs { lines.append(("started", RFC3339.string(started))) }
+        if let finished = job.finishedAtMs { lines.append(("finished", RFC3339.string(finished))) }
         if job.state == .queued, job.runAfterMs > Clock.nowMs() {
             // Before its first attempt a job held back is scheduled; after one, it waits for its next try.
             let scheduled = job.attempts == 0 && job.error == nil
-            lines.append((scheduled ? "runs at" : "next try", TimeText.rfc3339(job.runAfterMs)))
+            lines.append((scheduled ? "runs at" : "next try", RFC3339.string(job.runAfterMs)))
         } else if let scheduled = job.spec.runAfterMs {
-            lines.append(("scheduled", TimeText.rfc3339(scheduled)))
+            lines.append(("scheduled", RFC3339.string(scheduled)))
         }
         if let error = job.error {
             var text = "\(error.code.name) (\(error.code.rawValue)): \(display.message(error))"
-            if job.retryScheduled { text += "; attempt \(job.attempts + 1) of \(job.maxAttempts) at \(TimeText.rfc3339(job.runAfterMs))" }
+            if job.retryScheduled { text += "; attempt \(job.attempts + 1) of \(job.maxAttempts) at \(RFC3339.string(job.runAfterMs))" }
             lines.append(("error", text))
             if let status = error.httpStatus { lines.append(("http status", "\(status)")) }
             if let url = error.url { lines.append(("url", display.url(url))) }
@@ -203,10 +203,10 @@ extension Commands {
         let rows = entries.map { entry -> [String] in
             switch entry {
             case .event(let event):
-                return ["\(event.seq ?? 0)", "\(event.version)", TimeText.rfc3339(event.atMs), event.type.rawValue, event.actor,
+                return ["\(event.seq ?? 0)", "\(event.version)", RFC3339.string(event.atMs), event.type.rawValue, event.actor,
                         Describe.event(event, display: display)]
             case .progressRun(let first, let last, let count):
-                return ["\(first.seq ?? 0)–\(last.seq ?? 0)", "\(first.version)–\(last.version)", TimeText.rfc3339(first.atMs),
+                return ["\(first.seq ?? 0)–\(last.seq ?? 0)", "\(first.version)–\(last.version)", RFC3339.string(first.atMs),
                         "progress ×\(count)", first.actor == last.actor ? first.actor : "\(first.actor), …",
                         HistoryEntry.describeRun(first, last, count)]
             }

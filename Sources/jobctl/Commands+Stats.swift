@@ -134,7 +134,7 @@ struct StatsView: Encodable {
     let bytes_per_finished_job: Int64?
 
     init(_ stats: StoreStats) {
-        at = TimeText.rfc3339(stats.nowMs)
+        at = RFC3339.string(stats.nowMs)
         at_ms = stats.nowMs
         queue = stats.queue
         var jobs: [String: [String: Int]] = [:]
@@ -154,14 +154,14 @@ struct StatsView: Encodable {
         self.jobs = jobs
         self.totals = totals
         oldest_queued = stats.oldestQueued.map { oldest in
-            Oldest(id: oldest.jobID, queue: oldest.queue, created_at: TimeText.rfc3339(oldest.createdAtMs),
+            Oldest(id: oldest.jobID, queue: oldest.queue, created_at: RFC3339.string(oldest.createdAtMs),
                    created_at_ms: oldest.createdAtMs, run_after_ms: oldest.runAfterMs,
-                   age_ms: max(0, stats.nowMs - oldest.createdAtMs), run_after: TimeText.rfc3339(oldest.runAfterMs))
+                   age_ms: max(0, stats.nowMs - oldest.createdAtMs), run_after: RFC3339.string(oldest.runAfterMs))
         }
         running = Self.workers(stats).map { worker in
             Worker(worker: worker.owner, jobs: worker.leases.map { lease in
                 Lease(id: lease.jobID, queue: lease.queue, kind: lease.kind.rawValue, lease_token: lease.token,
-                      lease_expires_at: lease.expiresAtMs.map(TimeText.rfc3339), lease_expires_at_ms: lease.expiresAtMs)
+                      lease_expires_at: lease.expiresAtMs.map(RFC3339.string), lease_expires_at_ms: lease.expiresAtMs)
             })
         }
         last_minute = Self.window(stats.lastMinute)

@@ -206,7 +206,7 @@ enum Describe {
             let state: JobState? = event.type == .cancelled ? .cancelled : nil
             parts.append(display.errorLine(error, state: state))
         }
-        if let retry = data.retryAtMs { parts.append("retry at \(TimeText.rfc3339(retry))") }
+        if let retry = data.retryAtMs { parts.append("retry at \(RFC3339.string(retry))") }
         if let result = data.result {
             if let size = result.size { parts.append(plural(size, "byte")) }
             if let url = result.url { parts.append(display.url(url)) }
@@ -218,7 +218,7 @@ enum Describe {
             if !parts.contains(where: { $0.hasSuffix(text) }) { parts.append(text) }
         }
         if let archive = data.archive {
-            parts.append("\(plural(archive.jobs, "job")) finished before \(TimeText.rfc3339(archive.beforeMs)) moved to "
+            parts.append("\(plural(archive.jobs, "job")) finished before \(RFC3339.string(archive.beforeMs)) moved to "
                          + "\(Display.escapingControls(archive.file)) (\(plural(archive.events, "event")), seq \(archive.firstSeq)–\(archive.lastSeq), "
                          + "\(plural(archive.blobs, "blob")), sha256 \(archive.sha256))")
         }

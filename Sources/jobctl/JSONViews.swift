@@ -110,7 +110,7 @@ struct SpecView: Encodable {
         priority = spec.priority
         maxAttempts = spec.maxAttempts
         queue = spec.queue
-        runAfter = spec.runAfterMs.map(TimeText.rfc3339)
+        runAfter = spec.runAfterMs.map(RFC3339.string)
         runAfterMs = spec.runAfterMs
         batch = spec.batch.map { BatchView($0, display: display) }
         after = spec.after
@@ -323,13 +323,13 @@ struct JobView: Encodable {
         error = job.error.map { ErrorView($0, display: display) }
         result = job.result.map { ResultView($0, display: display) }
         spec = SpecView(job.spec, display: display)
-        createdAt = TimeText.rfc3339(job.createdAtMs)
+        createdAt = RFC3339.string(job.createdAtMs)
         createdAtMs = job.createdAtMs
-        startedAt = job.startedAtMs.map(TimeText.rfc3339)
+        startedAt = job.startedAtMs.map(RFC3339.string)
         startedAtMs = job.startedAtMs
-        finishedAt = job.finishedAtMs.map(TimeText.rfc3339)
+        finishedAt = job.finishedAtMs.map(RFC3339.string)
         finishedAtMs = job.finishedAtMs
-        runAfter = TimeText.rfc3339(job.runAfterMs)
+        runAfter = RFC3339.string(job.runAfterMs)
         runAfterMs = job.runAfterMs
         batch = job.batch
         after = job.spec.after
@@ -367,14 +367,14 @@ struct EventDataView: Encodable {
     init(_ data: EventData, display: Display) {
         spec = data.spec.map { SpecView($0, display: display) }
         leaseOwner = data.leaseOwner
-        leaseExpiresAt = data.leaseExpiresAtMs.map(TimeText.rfc3339)
+        leaseExpiresAt = data.leaseExpiresAtMs.map(RFC3339.string)
         leaseExpiresAtMs = data.leaseExpiresAtMs
         attempt = data.attempt
         bytesDone = data.bytesDone
         bytesTotal = data.bytesTotal
         resumePoint = data.resumePoint.map { ResumePointView($0, display: display) }
         error = data.error.map { ErrorView($0, display: display) }
-        retryAt = data.retryAtMs.map(TimeText.rfc3339)
+        retryAt = data.retryAtMs.map(RFC3339.string)
         retryAtMs = data.retryAtMs
         result = data.result.map { ResultView($0, display: display) }
         reason = data.reason.map { display.text(TimeText.rewritingEpochs(in: $0)) }
@@ -408,7 +408,7 @@ struct EventView: Encodable {
         version = event.version
         type = event.type.rawValue
         status = ObserverStatus(event.type)?.rawValue
-        at = TimeText.rfc3339(event.atMs)
+        at = RFC3339.string(event.atMs)
         atMs = event.atMs
         actor = event.actor
         lease = event.leaseToken
@@ -453,11 +453,11 @@ struct AuditRow: Encodable {
         size = job.result?.size ?? job.result?.object?.size ?? job.bytesTotal
         md5 = job.result?.md5 ?? job.result?.object?.md5Hash
         crc32c = job.result?.crc32c ?? job.result?.object?.crc32c
-        submittedAt = TimeText.rfc3339(job.createdAtMs)
+        submittedAt = RFC3339.string(job.createdAtMs)
         submittedAtMs = job.createdAtMs
-        startedAt = job.startedAtMs.map(TimeText.rfc3339)
+        startedAt = job.startedAtMs.map(RFC3339.string)
         startedAtMs = job.startedAtMs
-        finishedAt = job.finishedAtMs.map(TimeText.rfc3339)
+        finishedAt = job.finishedAtMs.map(RFC3339.string)
         finishedAtMs = job.finishedAtMs
         error = job.error.map { ErrorView($0, display: display) }
     }
@@ -500,7 +500,7 @@ struct ArchiveView: Encodable {
     init(_ record: ArchiveRecord) {
         file = record.file
         sha256 = record.sha256
-        before = TimeText.rfc3339(record.beforeMs)
+        before = RFC3339.string(record.beforeMs)
         beforeMs = record.beforeMs
         jobs = record.jobs
         events = record.events

@@ -3,9 +3,6 @@ import JobModel
 
 /// Times and durations as people read them.
 enum TimeText {
-    /// RFC 3339 with milliseconds, UTC (`RFC3339.string`, shared with the worker's log).
-    static func rfc3339(_ ms: Int64) -> String { RFC3339.string(ms) }
-
     /// `12s`, `5m`, `3h`, `2d`.
     static func age(_ ms: Int64, now: Int64) -> String {
         let seconds = max(0, (now - ms) / 1000)
@@ -38,7 +35,7 @@ enum TimeText {
             let digits = rest.prefix { $0.isASCII && $0.isNumber }
             // 12 or 13 digits: milliseconds between 2001 and 2286.
             if (12...13).contains(digits.count), let ms = Int64(digits) {
-                output += rfc3339(ms)
+                output += RFC3339.string(ms)
                 rest = rest.dropFirst(digits.count)
             }
         }

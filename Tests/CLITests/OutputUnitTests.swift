@@ -255,7 +255,7 @@ import Testing
     }
 
     /// Numbers and times written as bytes are `String(_:)`'s and Foundation's ISO 8601 text (what
-    /// `TimeText.rfc3339` prints, through the same bytes: `RFC3339`'s).
+    /// `RFC3339.string` prints, through the same bytes: `RFC3339`'s).
     @Test func auditRowWriterNumbersAndTimes() {
         for value: Int64 in [0, 7, 10, 99, 100, 1_234_567_890, -1, -10, Int64.max, Int64.min] {
             var bytes: [UInt8] = []
@@ -270,10 +270,10 @@ import Testing
             let foundation = formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
             #expect(RFC3339.append(ms, to: &bytes))
             #expect(String(decoding: bytes, as: UTF8.self) == foundation)
-            #expect(TimeText.rfc3339(ms) == foundation)
+            #expect(RFC3339.string(ms) == foundation)
         }
         var outside: [UInt8] = []
         #expect(!RFC3339.append(-1, to: &outside) && !RFC3339.append(253_402_300_800_000, to: &outside))
-        #expect(TimeText.rfc3339(-1) == formatter.string(from: Date(timeIntervalSince1970: -0.001)))
+        #expect(RFC3339.string(-1) == formatter.string(from: Date(timeIntervalSince1970: -0.001)))
     }
 }

@@ -15,6 +15,7 @@ import Testing
         Int64(0), 1, 999, 1_000, 59_999, 86_399_999, 86_400_000, 951_782_400_000 /* 2000-02-29 */,
         1_709_251_199_999 /* 2024-02-29 23:59:59.999 */, 1_798_761_599_999 /* 2026-12-31 23:59:59.999 */,
         4_102_444_800_123 /* 2100-01-01 */, 253_402_300_799_999 /* 9999-12-31 23:59:59.999 */,
+        1_796_045_473_668, 1_798_761_600_000 /* 2027-01-01 */,
     ])
     func computedTextIsFoundations(ms: Int64) {
         var bytes: [UInt8] = [UInt8(ascii: "x")]
@@ -36,12 +37,13 @@ import Testing
     }
 
     /// Before 1970 and after 9999 nothing is appended, and the text comes from Foundation's formatter.
-    @Test(arguments: [Int64(-1), -86_400_001, 253_402_300_800_000])
+    @Test(arguments: [Int64(-1), -86_400_001, -62_135_596_800_000 /* 0001-01-01 */, -62_167_219_200_001, 253_402_300_800_000])
     func outsideTheComputedRangeIsFoundations(ms: Int64) {
         var bytes: [UInt8] = [UInt8(ascii: "x")]
         #expect(!RFC3339.append(ms, to: &bytes))
         #expect(bytes == [UInt8(ascii: "x")])
         #expect(RFC3339.civil(ms) == nil)
         #expect(RFC3339.string(ms) == Self.foundation(ms))
+        if ms == -1 { #expect(RFC3339.string(ms) == "1969-12-31T23:59:59.999Z") }
     }
 }
