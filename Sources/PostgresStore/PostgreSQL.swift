@@ -300,24 +300,14 @@ final class PostgresConnection {
             return try pipeline(then: QueuedStatement(sql: sql, parameters: parameters, onResult: nil))
         }
         let encoded = try EncodedParameters(parameters)
-        let (types, lengths, offsets, storage) = (encoded.types, encoded.lengths, encoded.offsets, encoded.storage)
-        let formats = [Int32](repeating: 1, count: parameters.count)
-        let preparedName = try prepared(sql, types: types)
+        let preparedName = try prepared(sql, types: encoded.types)
         statementsSent += 1
         roundTrips += 1
-        let raw: OpaquePointer? = storage.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { chars in
-                // `storage` is never empty, so `base` is never nil.
-                let base = chars.baseAddress
-                let values: [UnsafePointer<CChar>?] = offsets.map { offset in
-                    guard let offset, let base else { return nil }
-                    return base + offset
-                }
-                if let name = preparedName {
-                    return PQexecPrepared(handle, name, Int32(parameters.count), values, lengths, formats, 1)
-                }
-                return PQexecParams(handle, sql, Int32(parameters.count), types, values, lengths, formats, 1)
+        let raw: OpaquePointer? = encoded.withValues { count, types, values, lengths, formats in
+            if let name = preparedName {
+                return PQexecPrepared(handle, name, count, values, lengths, formats, 1)
             }
+            return PQexecParams(handle, sql, count, types, values, lengths, formats, 1)
         }
         return try check(raw, sql: sql)
     }
@@ -412,6 +402,23 @@ final class PostgresConnection {
             // Never empty, so every value gets a non-NULL pointer (a NULL pointer means SQL NULL).
             storage.append(0)
         }
+
+        /// Calls `body` with what libpq's `PQexec…`/`PQsend…` calls take: the count, the types, a
+        /// pointer to each value (nil for NULL) into the buffer, the lengths and the formats (binary).
+        func withValues<R>(_ body: (Int32, [UInt32], [UnsafePointer<CChar>?], [Int32], [Int32]) -> R) -> R {
+            let formats = [Int32](repeating: 1, count: types.count)
+            return storage.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { chars in
+                    // `storage` is never empty, so `base` is never nil.
+                    let base = chars.baseAddress
+                    let values: [UnsafePointer<CChar>?] = offsets.map { offset in
+                        guard let offset, let base else { return nil }
+                        return base + offset
+                    }
+                    return body(Int32(types.count), types, values, lengths, formats)
+                }
+            }
+        }
     }
 
     /// Sends the held-back statements and `last` in pipeline mode with one sync at the end, reads every
@@ -463,20 +470,11 @@ final class PostgresConnection {
                     name = fresh
                 }
             }
-            let sent: Int32 = parameters.storage.withUnsafeBufferPointer { buffer in
-                buffer.withMemoryRebound(to: CChar.self) { chars in
-                    let base = chars.baseAddress
-                    let values: [UnsafePointer<CChar>?] = parameters.offsets.map { offset in
-                        guard let offset, let base else { return nil }
-                        return base + offset
-                    }
-                    let count = Int32(parameters.types.count)
-                    let formats = [Int32](repeating: 1, count: parameters.types.count)
-                    if let name {
-                        return PQsendQueryPrepared(handle, name, count, values, parameters.lengths, formats, 1)
-                    }
-                    return PQsendQueryParams(handle, statement.sql, count, parameters.types, values, parameters.lengths, formats, 1)
+            let sent: Int32 = parameters.withValues { count, types, values, lengths, formats in
+                if let name {
+                    return PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
                 }
+                return PQsendQueryParams(handle, statement.sql, count, types, values, lengths, formats, 1)
             }
             guard sent == 1 else {
                 sendFailed = true
