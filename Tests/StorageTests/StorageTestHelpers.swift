@@ -57,7 +57,7 @@ func finished(_ result: Result<TransferOutcome, StorageError>, sourceLocation: S
     case .success(.stopped(let reason, _)):
         Issue.record("expected success, the transfer stopped: \(reason)", sourceLocation: sourceLocation)
     case .failure(let error):
-        Issue.record("expected success, got \(error)", sourceLocation: sourceLocation)
+        Issue.record("expected success, got \(error) (cause: \(error.cause ?? "none given"))", sourceLocation: sourceLocation)
     }
     throw TestServerError("transfer did not finish")
 }

@@ -70,6 +70,8 @@ public class LoopbackServer: @unchecked Sendable {
     private var stopped = false
     /// The signal `stop()` sends first.
     private let stopSignal: Int32
+    /// What the server is (for messages).
+    private let name: String
 
     /// `http://127.0.0.1:PORT`
     public var baseURL: String { "http://127.0.0.1:\(port)" }
@@ -77,6 +79,7 @@ public class LoopbackServer: @unchecked Sendable {
     init(executable: String, arguments: [String], port: Int, directory: TemporaryDirectory, name: String,
          stopSignal: Int32 = SIGTERM) throws {
         self.stopSignal = stopSignal
+        self.name = name
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             directory.remove()
             throw TestServerError("\(name) is not installed at \(executable); the storage tests need it (create the test venv / install it)")
@@ -115,6 +118,18 @@ public class LoopbackServer: @unchecked Sendable {
         defer { lock.unlock() }
         guard !stopped else { return }
         stopped = true
+        if !process.isRunning {
+            // Nothing but stop() ends these servers: one that ended by itself (or was signalled by
+            // someone else) is what a test's connection failure needs explained, so say it.
+            let how = process.terminationReason == .uncaughtSignal ? "killed by signal" : "exited with status"
+            let log = (try? String(contentsOfFile: directory.file("server.log"), encoding: .utf8)) ?? ""
+            let errors = (try? String(contentsOfFile: directory.file("error.log"), encoding: .utf8)) ?? ""
+            FileHandle.standardError.write(Data("""
+                test server \(name) on port \(port) (pid \(process.processIdentifier)) ended before stop(): \
+                \(how) \(process.terminationStatus); its output: \(log.suffix(1000)) \(errors.suffix(1000))
+
+                """.utf8))
+        }
         if process.isRunning {
             kill(process.processIdentifier, stopSignal)
             let deadline = Date().addingTimeInterval(5)
