@@ -68,6 +68,9 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case clockSkew = "clock_skew"
     /// At start: `gs://` jobs are queued and no Google credentials (nor an emulator) were found.
     case noCredentials = "no_credentials"
+    /// At start: the open-files limit, even raised to its hard ceiling, is below what the concurrency
+    /// may need.
+    case openFilesLimit = "open_files_limit"
 }
 
 /// A value in a log line's fields.

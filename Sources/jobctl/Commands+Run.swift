@@ -70,6 +70,10 @@ extension Commands {
                              + "use 127.0.0.1, or add --metrics-allow-remote to serve it on \(metricsAddress.host) anyway")
         }
         if metricsAddress == nil, arguments[Options.metricsAllowRemote] { throw UsageError("--metrics-allow-remote needs --metrics HOST:PORT") }
+        // Before the store opens, so that nothing is sized by the old limit.
+        if let limit = OpenFilesLimit.raiseSoftLimit(), limit.soft < OpenFilesLimit.needed(concurrency: concurrency) {
+            log.openFilesLimitLow(limit, concurrency: concurrency, now: Clock.nowMs())
+        }
         let store = try context.openStore()
         let before = Clock.nowMs()
         if let reading = try? store.clockReading() {

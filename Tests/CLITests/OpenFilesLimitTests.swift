@@ -1,0 +1,87 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// A worker raises its soft open-files limit to the hard one at start, and warns when even the hard
+/// limit is below what its concurrency may need (each transfer holds a socket or file, often more).
+@Suite("worker open-files limit") struct OpenFilesLimitTests {
+    /// "Max open files" of a running process: (soft, hard), from /proc.
+    static func openFilesLimit(pid: Int32) -> (soft: String, hard: String)? {
+        guard let limits = try? String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8),
+              let line = limits.split(separator: "\n").first(where: { $0.hasPrefix("Max open files") }) else { return nil }
+        let fields = line.dropFirst("Max open files".count).split(separator: " ", omittingEmptySubsequences: true)
+        guard fields.count >= 2 else { return nil }
+        return (String(fields[0]), String(fields[1]))
+    }
+
+    /// A shell that sets `ulimit` then becomes `jobctl --db DB ARGS` (same pid).
+    static func workerUnderLimit(_ ulimit: String, _ workspace: CLIWorkspace, _ arguments: [String], log: String) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "ulimit \(ulimit) && exec \"$@\"", "sh", PackagePaths.jobctlBinary, "--db", workspace.database, "worker"]
+            + arguments
+        process.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        let handle = FileHandle(forWritingAtPath: log)
+        process.standardOutput = handle
+        process.standardError = handle
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    @Test("a worker started with a soft limit below the hard one runs with the hard one")
+    func raisesTheSoftLimit() throws {
+        let workspace = try CLIWorkspace("nofile-raise")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let inherited = try #require(Self.openFilesLimit(pid: getpid()))
+        let hard = try #require(UInt64(inherited.hard) ?? (inherited.hard == "unlimited" ? UInt64.max : nil))
+        try #require(hard > 128, "this test needs a hard open-files limit above 128 (it is \(inherited.hard))")
+        let log = workspace.directory.file("worker.log")
+        let worker = try Self.workerUnderLimit("-Sn 64", workspace, ["--log-format", "json"], log: log)
+        defer {
+            if worker.isRunning { kill(worker.processIdentifier, SIGKILL) }
+            worker.waitUntilExit()
+        }
+        let deadline = Date().addingTimeInterval(30)
+        while worker.isRunning, Date() < deadline,
+              !((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("worker_started") {
+            usleep(20_000)
+        }
+        let limit = try #require(Self.openFilesLimit(pid: worker.processIdentifier), "the worker ended: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+        // Raised from 64 to the hard limit (capped at 2^20 when the hard limit is higher or unlimited).
+        #expect(limit.soft == (hard > 1 << 20 ? "\(1 << 20)" : inherited.hard), "soft \(limit.soft), hard \(limit.hard)")
+        #expect(limit.hard == inherited.hard)
+        #expect(!((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("open_files_limit"))
+        kill(worker.processIdentifier, SIGTERM)
+        worker.waitUntilExit()
+        #expect(worker.terminationStatus == 0)
+    }
+
+    @Test("a hard limit below what the concurrency needs is named in a warning, and the worker still runs its jobs")
+    func warnsWhenTheHardLimitIsLow() throws {
+        let workspace = try CLIWorkspace("nofile-low")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+            - {kind: upload-data, data: one, destination: "file://limits/1.txt"}
+            - {kind: upload-data, data: two, destination: "file://limits/2.txt"}
+            - {kind: upload-data, data: three, destination: "file://limits/3.txt"}
+            """)
+        try #require(ids.count == 3)
+        let log = workspace.directory.file("worker.log")
+        // Soft and hard 100: 16 transfers may need 16 × 4 + 64 = 128.
+        let worker = try Self.workerUnderLimit("-n 100", workspace, ["--drain", "--concurrency", "16", "--log-format", "json"], log: log)
+        worker.waitUntilExit()
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(worker.terminationStatus == 0, "\(text)")
+        let warning = try #require(text.split(separator: "\n").first { $0.contains("\"open_files_limit\"") }, "\(text)")
+        let line = try #require(try JSONSerialization.jsonObject(with: Data(warning.utf8)) as? [String: Any])
+        #expect(line["level"] as? String == "warning")
+        let fields = try #require(line["fields"] as? [String: Any])
+        #expect(fields["limit"] as? Int == 100 && fields["needed"] as? Int == 128 && fields["concurrency"] as? Int == 16)
+        #expect((fields["action"] as? String)?.contains("ulimit -n") == true)
+        let states = try workspace.json(["list", "--json"]) as? [[String: Any]]
+        #expect(states?.compactMap { $0["state"] as? String } == ["succeeded", "succeeded", "succeeded"])
+    }
+}
