@@ -16,8 +16,11 @@ import Synchronization
 ///   One multi handle multiplexes every transfer of the process on one thread that sleeps in
 ///   `curl_multi_poll` and is woken by `curl_multi_wakeup` when work is submitted.
 /// - The multi handle owns the connection cache, so consecutive requests to one host (chunks of a
-///   resumable upload, metadata then media) reuse connections even though each exchange gets a
-///   fresh easy handle.
+///   resumable upload, metadata then media, a worker's thousands of small files) reuse connections.
+/// - Easy handles are reused too: a finished exchange's handle is `curl_easy_reset` (every option back
+///   to its default, nothing of the last request kept) and kept for the next exchange, so a small
+///   file costs no handle set-up and no receive buffer allocated and freed (a 256 KiB `free` also made
+///   glibc consolidate its heap every time).
 /// - Callers `await` an exchange; the engine resumes their `CheckedContinuation` when
 ///   `curl_multi_info_read` reports the exchange done. Bodies stream through callbacks in both
 ///   directions, so memory stays flat whatever the object size.
@@ -44,8 +47,26 @@ final class CurlEngine: @unchecked Sendable {
     /// with many servers at once) would lose the connection its next request meant to reuse.
     static let connectionCacheSize = 256
 
+    /// Finished easy handles kept for reuse. Each holds its 256 KiB receive buffer, so the bound keeps an
+    /// idle worker's memory flat after a burst of concurrent transfers.
+    static let idleHandleLimit = 32
+
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<[CurlExchange]>([])
+    /// Easy handles created so far (tests prove reuse with it).
+    let handlesCreated = Atomic<Int>(0)
+
+    /// libcurl's receive buffer: larger means fewer write callbacks per byte (each hashes and may write to disk).
+    static let receiveBufferSize = 256 * 1024
+
+    /// libcurl's upload buffer: 1 MiB (fewer read callbacks, each a `pread` and a hash), or just the
+    /// body when it is smaller (never under libcurl's 16 KiB minimum). libcurl allocates it afresh for
+    /// every upload, so a small file's upload no longer allocates and frees a whole MiB.
+    static func uploadBufferSize(for bodyLength: Int64?) -> Int {
+        let largest = 1024 * 1024
+        guard let bodyLength, bodyLength >= 0 else { return largest }
+        return Int(min(Int64(largest), max(16 * 1024, bodyLength)))
+    }
 
     /// An engine and its thread, named `threadName` (the process-wide one is `jobctl-curl`; tests that need
     /// an engine of their own name theirs otherwise, so thread counts of the shared one stay true). The
@@ -94,6 +115,7 @@ final class CurlEngine: @unchecked Sendable {
 
     private func run() {
         var active: [UnsafeMutableRawPointer: CurlExchange] = [:]
+        var idle: [UnsafeMutableRawPointer] = []
         while true {
             let submitted = pending.withLock { queue -> [CurlExchange] in
                 defer { queue.removeAll() }
@@ -101,15 +123,17 @@ final class CurlEngine: @unchecked Sendable {
             }
             for exchange in submitted {
                 do {
-                    let easy = try exchange.start()
+                    let easy = try exchange.start { idle.popLast() ?? newHandle() }
                     let code = curl_multi_add_handle(multi, easy)
                     guard code == CURLM_OK else {
                         exchange.finish(code: CURLE_FAILED_INIT, cause: String(cString: curl_multi_strerror(code)))
+                        recycle(exchange, into: &idle)
                         continue
                     }
                     active[easy] = exchange
                 } catch {
                     exchange.complete(.failure(error))
+                    recycle(exchange, into: &idle)
                 }
             }
             var running: Int32 = 0
@@ -119,7 +143,9 @@ final class CurlEngine: @unchecked Sendable {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
                 let code = message.pointee.data.result
                 curl_multi_remove_handle(multi, easy)
-                active.removeValue(forKey: easy)?.finish(code: code, cause: nil)
+                guard let exchange = active.removeValue(forKey: easy) else { continue }
+                exchange.finish(code: code, cause: nil)
+                recycle(exchange, into: &idle)
             }
             // Rate-limited exchanges paused in a callback continue once their buckets allow.
             var timeout: Int32 = 1000
@@ -131,6 +157,27 @@ final class CurlEngine: @unchecked Sendable {
             // exchange may continue, or 1 s.
             checkMulti(curl_multi_poll(multi, nil, 0, timeout, nil), "curl_multi_poll")
         }
+    }
+
+    /// A new easy handle (engine thread), or nil when libcurl cannot allocate one.
+    private func newHandle() -> UnsafeMutableRawPointer? {
+        guard let easy = curl_easy_init() else { return nil }
+        handlesCreated.add(1, ordering: .relaxed)
+        return easy
+    }
+
+    /// Takes a finished exchange's handle back (engine thread, after the handle left the multi handle):
+    /// reset for the next exchange (https://curl.se/libcurl/c/curl_easy_reset.html: every option back to
+    /// its default, callbacks and their context pointers included; the multi handle keeps the connection),
+    /// or freed when the exchange changed the receive buffer's size or enough handles are idle already.
+    private func recycle(_ exchange: CurlExchange, into idle: inout [UnsafeMutableRawPointer]) {
+        guard let (easy, reusable) = exchange.releaseHandle() else { return }
+        guard reusable, idle.count < Self.idleHandleLimit else {
+            curl_easy_cleanup(easy)
+            return
+        }
+        curl_easy_reset(easy)
+        idle.append(easy)
     }
 
     /// The one place multi-interface codes are checked. They only fail on misuse or out of memory;
@@ -188,6 +235,8 @@ private final class CurlExchange: @unchecked Sendable {
     var continuation: CheckedContinuation<Result<HTTPResponse, TransferFailure>, Never>?
 
     private var easy: UnsafeMutableRawPointer?
+    /// Whether the handle may serve another exchange after a reset (see `CurlEngine.recycle`).
+    private var reusable = true
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var errorBufferPointer: UnsafeMutablePointer<CChar>
     private var status = 0
@@ -235,8 +284,9 @@ private final class CurlExchange: @unchecked Sendable {
         errorBufferPointer.deallocate()
     }
 
-    /// Creates and configures the easy handle (engine thread).
-    func start() throws(TransferFailure) -> UnsafeMutableRawPointer {
+    /// Configures an easy handle from `handle` (engine thread): a reset idle one or a new one, taken
+    /// only once the request passed its checks.
+    func start(handle: () -> UnsafeMutableRawPointer?) throws(TransferFailure) -> UnsafeMutableRawPointer {
         // Refused before a handle exists: nothing of this request may reach the network.
         for line in request.headers where !HeaderValues.isSafeLine(line) {
             let name = HeaderValues.printableName(of: line).map { "its \($0) header" } ?? "a header line"
@@ -248,7 +298,7 @@ private final class CurlExchange: @unchecked Sendable {
         if let deadline = control?.deadline, deadline.hasPassed() {
             throw .failed(deadline.error(url: request.url))
         }
-        guard let easy = curl_easy_init() else {
+        guard let easy = handle() else {
             throw .failed(StorageError(.internalError, "libcurl could not create a handle (out of memory)"))
         }
         self.easy = easy
@@ -283,11 +333,14 @@ private final class CurlExchange: @unchecked Sendable {
         // libcurl of Debian 12 reads whole socket buffers between its checks and overshoots a 2M limit by
         // half on loopback. Small buffers keep each chunk, and so the error, small.
         if let rate = [ownRate?.rate, bandwidth?.rate].compactMap({ $0 }).min() {
+            // A handle whose receive buffer was sized for a rate is not reused: libcurl may keep the
+            // buffer it allocated whatever size a later exchange asks for.
+            reusable = false
             try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, TokenBucket.chunkSize(for: rate)))
             try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, TokenBucket.chunkSize(for: rate)))
         } else {
-            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024))
-            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 1024 * 1024))
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, CurlEngine.receiveBufferSize))
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, CurlEngine.uploadBufferSize(for: request.bodyLength)))
         }
         // Only loopback and the configured endpoints are ever targets; plain HTTP and HTTPS only.
         try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
@@ -555,13 +608,20 @@ private final class CurlExchange: @unchecked Sendable {
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url)))
     }
 
+    /// Resumes the caller. The handle stays with the exchange until the engine takes it back
+    /// (`releaseHandle`), which it does before touching any other transfer.
     func complete(_ result: Result<HTTPResponse, TransferFailure>) {
-        if let easy {
-            curl_easy_cleanup(easy)
-            self.easy = nil
-        }
         continuation?.resume(returning: result)
         continuation = nil
+    }
+
+    /// Hands the easy handle back to the engine (engine thread, the exchange complete), with whether it
+    /// may be reused; nil when the exchange never got one. The caller never reads `easy`, so the engine
+    /// may do this after the caller resumed.
+    func releaseHandle() -> (UnsafeMutableRawPointer, Bool)? {
+        guard let easy else { return nil }
+        self.easy = nil
+        return (easy, reusable)
     }
 }
 

@@ -35,9 +35,15 @@ public struct HTTPBackend: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        try await perform(spec, parsed: nil, resumingFrom: resumePoint, control: control, report: report)
+    }
+
+    /// `perform` with the job's reference already parsed (`spec.remoteReference()`, by the router).
+    func perform(_ spec: JobSpec, parsed: StorageReference?, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                 report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.
         let control = control.limited(toSeconds: spec.timeoutSeconds, maxRate: spec.maxRate)
-        switch try TransferPlan(spec, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
+        switch try TransferPlan(spec, parsed: parsed, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             let rule = OverwriteRule(spec)
             // Over plain HTTP `fail` looks first as well: nginx's WebDAV module ignores `If-None-Match: *`

@@ -139,18 +139,35 @@ public struct LeftoverFiles: Sendable {
     private func partialCandidates(_ job: JobLocalFiles, destination: String) -> [Candidate] {
         let absolute = LocalFiles.absolute(destination)
         let name = LocalFiles.lastComponent(absolute)
-        guard !name.isEmpty, let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: false) else {
+        guard !name.isEmpty else { return [] }
+        let folder = LocalFiles.directory(of: absolute)
+        let ours = PartialFile.tempName(for: name, jobID: job.jobID)
+        var recorded: (name: String, identity: FileIdentity)?
+        if case .download(_, _, _, let temp?, let identity?)? = job.resumePoint,
+           LocalFiles.directory(of: temp) == folder,
+           LocalFiles.lastComponent(temp) == PartialFile.tempName(for: name, jobID: nil) {
+            recorded = (LocalFiles.lastComponent(temp), identity)
+        }
+        // Nearly every finished download left nothing: one `lstat` per name says so without opening the
+        // folder (the sweep before a draining worker exits looks at every download it finished: this was
+        // three calls each). The path resolves as `open(trusted:)` resolves it (links in the folder's
+        // components followed, the name itself not), so a name it does not find, the folder would not hold.
+        guard Self.mayExist(SafeDirectory.childPath(ours, in: folder))
+                || recorded.map({ Self.mayExist(SafeDirectory.childPath($0.name, in: folder)) }) == true,
+              let directory = try? SafeDirectory.open(trusted: folder, create: false) else {
             return []
         }
-        let ours = PartialFile.tempName(for: name, jobID: job.jobID)
         var candidates = [Candidate(directory: directory, name: ours, kind: .partialDownload, recorded: nil)]
-        if case .download(_, _, _, let temp?, let identity?)? = job.resumePoint,
-           LocalFiles.directory(of: temp) == directory.path,
-           LocalFiles.lastComponent(temp) == PartialFile.tempName(for: name, jobID: nil) {
-            candidates.append(Candidate(directory: directory, name: LocalFiles.lastComponent(temp), kind: .partialDownload,
-                                        recorded: identity))
+        if let recorded {
+            candidates.append(Candidate(directory: directory, name: recorded.name, kind: .partialDownload, recorded: recorded.identity))
         }
         return candidates
+    }
+
+    /// Whether something may sit at `path`: false only when `lstat` says no such entry.
+    private static func mayExist(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 || errno != ENOENT
     }
 
     private func sessionCandidates(_ job: JobLocalFiles, destination: String) -> [Candidate] {

@@ -109,14 +109,33 @@ enum LocalFiles {
 
     /// The last path component.
     static func lastComponent(_ path: String) -> String {
-        path.split(separator: "/").last.map(String.init) ?? path
+        // A download's paths go through here several times (the partial's name, the sweep, the overwrite
+        // rule): ASCII paths are scanned as bytes, where the `Character` split (grapheme breaking per
+        // character) cost ~2 % of a small-file drain's instructions. Other paths keep the `Character`
+        // split, so a `/` that a combining mark joins to its neighbour still does not split.
+        let bytes = path.utf8
+        guard isASCII(bytes) else { return path.split(separator: "/").last.map(String.init) ?? path }
+        var end = bytes.endIndex
+        while end > bytes.startIndex, bytes[bytes.index(before: end)] == slash { end = bytes.index(before: end) }
+        guard end > bytes.startIndex else { return path }
+        var start = end
+        while start > bytes.startIndex, bytes[bytes.index(before: start)] != slash { start = bytes.index(before: start) }
+        // ASCII bytes always start a character: these indices slice the string exactly.
+        return String(path[start..<end])
     }
 
     /// Everything before the last `/` ("/" for top-level paths, "." for bare names).
     static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let found = isASCII(path.utf8) ? path.utf8.lastIndex(of: slash) : path.lastIndex(of: "/")
+        guard let slash = found else { return "." }
         let parent = String(path[..<slash])
         return parent.isEmpty ? "/" : parent
+    }
+
+    private static let slash = UInt8(ascii: "/")
+
+    private static func isASCII(_ bytes: String.UTF8View) -> Bool {
+        bytes.allSatisfy { $0 < 0x80 }
     }
 
     /// Makes a path absolute against the current directory.

@@ -34,7 +34,12 @@ final class SafeDirectory {
 
     /// The path of `name` in this directory.
     func childPath(_ name: String) -> String {
-        path == "/" ? "/" + name : path + "/" + name
+        Self.childPath(name, in: path)
+    }
+
+    /// The path of `name` in the folder at `folder`.
+    static func childPath(_ name: String, in folder: String) -> String {
+        folder == "/" ? "/" + name : folder + "/" + name
     }
 
     // MARK: - Opening directories

@@ -28,7 +28,8 @@ public struct StorageRouter: StorageBackend {
         switch reference.scheme {
         case .gs: return try await gcs.perform(spec, resumingFrom: resumePoint, control: control, report: report)
         case .file: return try await local.perform(spec, resumingFrom: resumePoint, control: control, report: report)
-        case .http, .https: return try await http.perform(spec, resumingFrom: resumePoint, control: control, report: report)
+        case .http, .https:
+            return try await http.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control, report: report)
         }
     }
 }

@@ -15,9 +15,12 @@ enum TransferPlan {
 
     /// Decodes `spec` for a backend serving `schemes`; `expected` names them in the error a reference of
     /// another scheme gets (e.g. "an http(s) URL"). An upload `policy` refuses is refused here, before the
-    /// source is opened or any request is sent.
-    init(_ spec: JobSpec, schemes: Set<StorageReference.Scheme>, expected: String, policy: UploadPolicy) throws(StorageError) {
-        let remote = try spec.remoteReference()
+    /// source is opened or any request is sent. `parsed` is `spec.remoteReference()` when the caller
+    /// parsed it already (the router does, to choose the backend), so a job's reference is parsed once.
+    init(_ spec: JobSpec, parsed: StorageReference? = nil, schemes: Set<StorageReference.Scheme>, expected: String,
+         policy: UploadPolicy) throws(StorageError) {
+        let remote: StorageReference
+        if let parsed { remote = parsed } else { remote = try spec.remoteReference() }
         guard schemes.contains(remote.scheme) else {
             throw StorageError(.invalidArgument, "\(remote) is not \(expected)")
         }

@@ -155,3 +155,57 @@ struct HTTPBackendTests {
         #expect(error.url?.contains("SECRET") == false)
     }
 }
+
+/// The router hands the HTTP backend the reference it parsed to choose the backend, so a job's URL is
+/// parsed once per attempt: the plan made from it must be the one the backend makes on its own.
+@Suite("HTTP jobs through the router")
+struct RouterHTTPTests {
+    @Test("the router's parsed reference gives the same outcome as the HTTP backend parsing the job itself")
+    func sameOutcomeAsDirect() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let files = try TemporaryDirectory()
+        defer { files.remove() }
+        let payload = patternData(20_000, seed: 3)
+        try payload.write(to: URL(fileURLWithPath: server.root + "/in.bin"))
+        try payload.write(to: URL(fileURLWithPath: files.file("up.bin")))
+        let configuration = StorageConfiguration(executableUploadPolicy: ["*"], stallTimeout: 30, connectTimeout: 5)
+        let router = StorageRouter(configuration: configuration)
+        let direct = HTTPBackend(configuration: configuration)
+        let base = server.baseURL
+        let specs: [(String, JobSpec)] = [
+            ("download-memory", JobSpec(kind: .downloadMemory, source: "\(base)/in.bin", maxSize: 1 << 20)),
+            ("download-file", JobSpec(kind: .downloadFile, source: "\(base)/in.bin?x=1#frag", destination: files.file("OUT"))),
+            ("upload-file", JobSpec(kind: .uploadFile, source: files.file("up.bin"), destination: "\(base)/dir/UP.bin")),
+            ("bucket root", JobSpec(kind: .downloadMemory, source: "\(base)/", maxSize: 1 << 20)),
+            ("blocked upload", JobSpec(kind: .uploadData, destination: "\(base)/tool.exe", data: Data("x".utf8))),
+            ("fetch-url", JobSpec(kind: .fetchURL, source: "\(base)/in.bin")),
+            ("missing", JobSpec(kind: .downloadMemory, source: "\(base)/nothing-here", maxSize: 1 << 20)),
+        ]
+        for (label, spec) in specs {
+            var routed = spec
+            var alone = spec
+            if spec.kind == .downloadFile {
+                routed.destination = files.file("routed.bin")
+                alone.destination = files.file("alone.bin")
+            }
+            if spec.kind == .uploadFile {
+                routed.destination = "\(base)/dir/routed.bin"
+                alone.destination = "\(base)/dir/alone.bin"
+            }
+            let viaRouter = await run(router, routed)
+            let viaBackend = await run(direct, alone)
+            switch (viaRouter, viaBackend) {
+            case (.success(.finished(let a)), .success(.finished(let b))):
+                #expect(a.data == b.data && a.size == b.size && a.crc32c == b.crc32c, "\(label)")
+            case (.failure(let a), .failure(let b)):
+                #expect(a.code == b.code && a.message.replacingOccurrences(of: "routed", with: "alone") == b.message
+                        && a.httpStatus == b.httpStatus, "\(label): \(a) vs \(b)")
+            default:
+                Issue.record("\(label): the router gave \(viaRouter), the backend \(viaBackend)")
+            }
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: files.file("routed.bin"))) == payload)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: server.root + "/dir/routed.bin")) == payload)
+    }
+}

@@ -72,6 +72,46 @@ struct LeftoverFilesTests {
         for path in [someoneElses, legacy, otherName] { #expect(FileManager.default.fileExists(atPath: path)) }
     }
 
+    @Test("the look before opening the folder finds what the folder holds: a folder reached through a link, the recorded old name alone, nothing")
+    func quickLookBeforeOpening() throws {
+        let directory = try TemporaryDirectory("leftovers")
+        defer { directory.remove() }
+        try FileManager.default.createDirectory(atPath: directory.file("real"), withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: directory.file("via"), withDestinationPath: directory.file("real"))
+        let finder = LeftoverFiles(localBucketsDirectory: nil)
+        let job = JobID.generate()
+
+        // The destination's folder is a link: followed, as the download followed it.
+        let linked = directory.file("via/a.bin")
+        let ours = PartialFile.tempPath(for: linked, jobID: job)
+        try create(ours)
+        let files = JobLocalFiles(jobID: job, kind: .downloadFile, destination: linked, resumePoint: nil, finishedAtMs: now)
+        #expect(finder.find(files).map(\.path) == [ours])
+
+        // Only the old shared name is there, and the log recorded that very file: found, though ours is absent.
+        let destination = directory.file("real/b.bin")
+        let legacy = PartialFile.tempPath(for: destination)
+        try create(legacy)
+        let legacyIdentity = try #require(identity(legacy))
+        let recorded = JobLocalFiles(jobID: job, kind: .downloadFile, destination: destination,
+                                     resumePoint: .download(bytesWritten: 3, generation: nil, etag: nil, tempPath: legacy, file: legacyIdentity),
+                                     finishedAtMs: now)
+        #expect(finder.find(recorded).map(\.path) == [legacy])
+
+        // Nothing left, or no folder at all: nothing found.
+        let clean = JobLocalFiles(jobID: job, kind: .downloadFile, destination: directory.file("real/c.bin"), resumePoint: nil, finishedAtMs: now)
+        #expect(finder.find(clean).isEmpty)
+        let noFolder = JobLocalFiles(jobID: job, kind: .downloadFile, destination: directory.file("gone/d.bin"), resumePoint: nil, finishedAtMs: now)
+        #expect(finder.find(noFolder).isEmpty)
+        // A link at our own name is still never a leftover (the look does not follow it either).
+        let target = directory.file("real/target.bin")
+        try create(target)
+        let linkedName = PartialFile.tempPath(for: directory.file("real/e.bin"), jobID: job)
+        try FileManager.default.createSymbolicLink(atPath: linkedName, withDestinationPath: target)
+        #expect(finder.find(JobLocalFiles(jobID: job, kind: .downloadFile, destination: directory.file("real/e.bin"), resumePoint: nil,
+                                          finishedAtMs: now)).isEmpty)
+    }
+
     @Test("links and hard-linked files at the job's own name are never leftovers")
     func linksAreNotLeftovers() throws {
         let directory = try TemporaryDirectory("leftovers-links")

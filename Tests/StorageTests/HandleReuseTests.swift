@@ -1,0 +1,118 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// The curl engine keeps finished easy handles and resets them for the next exchange. Observed through
+/// the fault proxy in front of nginx: every request carries its own method, headers and body and
+/// nothing of the one before; a reused connection reset mid-series is sent again; handles sized for a
+/// rate limit are not kept.
+@Suite("Curl engine: reused easy handles")
+struct HandleReuseTests {
+    private let configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
+
+    @Test("sequential exchanges share one easy handle, and each request carries only its own method, headers and body")
+    func oneHandleNothingCarriedOver() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let engine = CurlEngine(threadName: "reuse-test-curl")
+        let backend = HTTPBackend(configuration: configuration, engine: engine)
+        for round in 0..<6 {
+            let payload = patternData(1_000 + round * 4_000, seed: UInt64(round + 1))
+            _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)/r\(round).bin", data: payload)))
+            let fetched = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/r\(round).bin",
+                                                                  maxSize: 1 << 20)))
+            #expect(fetched.data == payload, "round \(round)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: server.root + "/r\(round).bin")) == payload, "round \(round)")
+        }
+        // One handle served all twelve exchanges: each was reset, then configured afresh.
+        #expect(engine.handlesCreated.load(ordering: .relaxed) == 1)
+        let exchanges = proxy.exchanges
+        #expect(exchanges.count == 12)
+        for exchange in exchanges {
+            let request = exchange.request
+            switch request.method {
+            case "PUT":
+                let round = Int(request.target.dropFirst(2).prefix { $0.isNumber }) ?? -1
+                #expect(request.body == patternData(1_000 + round * 4_000, seed: UInt64(round + 1)), "\(request.startLine)")
+                #expect(request.header("Content-Length") == String(request.body.count))
+            case "GET":
+                // Nothing of the PUT before it: no body, no body headers, no upload method.
+                #expect(request.body.isEmpty, "\(request.startLine)")
+                #expect(request.header("Content-Length") == nil, "\(request.startLine)")
+                #expect(request.header("Content-Type") == nil, "\(request.startLine)")
+                #expect(request.header("Transfer-Encoding") == nil, "\(request.startLine)")
+            default:
+                Issue.record("unexpected request \(request.startLine)")
+            }
+        }
+    }
+
+    @Test("a handle sized for a rate limit is freed, not reused; the next exchange gets a new one")
+    func rateLimitedHandleNotKept() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let payload = patternData(64 * 1024, seed: 7)
+        try payload.write(to: URL(fileURLWithPath: server.root + "/p.bin"))
+        let engine = CurlEngine(threadName: "reuse-test-curl")
+        let backend = HTTPBackend(configuration: configuration, engine: engine)
+        let source = "\(server.baseURL)/p.bin"
+        #expect(try finished(await run(backend, JobSpec(kind: .downloadMemory, source: source, maxSize: 1 << 20))).data == payload)
+        #expect(engine.handlesCreated.load(ordering: .relaxed) == 1)
+        // Takes the idle handle, shrinks its buffers for the rate: freed afterwards.
+        #expect(try finished(await run(backend, JobSpec(kind: .downloadMemory, source: source, maxSize: 1 << 20,
+                                                        maxRate: 1 << 20))).data == payload)
+        #expect(engine.handlesCreated.load(ordering: .relaxed) == 1)
+        #expect(try finished(await run(backend, JobSpec(kind: .downloadMemory, source: source, maxSize: 1 << 20))).data == payload)
+        #expect(engine.handlesCreated.load(ordering: .relaxed) == 2)
+        #expect(try finished(await run(backend, JobSpec(kind: .downloadMemory, source: source, maxSize: 1 << 20))).data == payload)
+        #expect(engine.handlesCreated.load(ordering: .relaxed) == 2)
+    }
+
+    @Test("a file upload reset on a reused connection in the middle of a series is sent again, whole, and the series goes on")
+    func resetMidSeriesIsResent() async throws {
+        let files = try TemporaryDirectory()
+        let payloads = (0..<8).map { patternData(16 * 1024, seed: UInt64(100 + $0)) }
+        for (index, payload) in payloads.enumerated() {
+            try payload.write(to: URL(fileURLWithPath: files.file("f\(index).bin")))
+        }
+        // libcurl alone decides whether a request reuses an idle connection: tried again until the fault hit one.
+        for round in 1...3 {
+            let server = try NginxServer.start()
+            defer { server.stop() }
+            let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+                FaultRule(RequestMatch(method: "PUT", pathContains: "/f3.bin", reusedConnection: true), .resetInRequestBody(afterBytes: 4_096)),
+            ])
+            defer { proxy.stop() }
+            let engine = CurlEngine(threadName: "reuse-test-curl")
+            let backend = HTTPBackend(configuration: configuration, engine: engine)
+            for index in payloads.indices {
+                let uploaded = try finished(await run(backend, JobSpec(kind: .uploadFile, source: files.file("f\(index).bin"),
+                                                                       destination: "\(proxy.baseURL)/f\(index).bin")))
+                #expect(uploaded.size == Int64(payloads[index].count), "f\(index)")
+            }
+            for (index, payload) in payloads.enumerated() {
+                #expect(try Data(contentsOf: URL(fileURLWithPath: server.root + "/f\(index).bin")) == payload, "f\(index)")
+            }
+            guard proxy.firedCounts == [1] || round == 3 else { continue }
+            #expect(proxy.firedCounts == [1])
+            let puts = proxy.exchanges.filter { $0.request.target == "/f3.bin" }
+            #expect(puts.count == 2)
+            #expect(puts.first?.requestBodyBytes ?? 0 < payloads[3].count)
+            #expect(puts.last?.request.body == payloads[3])
+            #expect(engine.handlesCreated.load(ordering: .relaxed) == 1)
+            return
+        }
+    }
+
+    @Test("the upload buffer fits a small known body, is 1 MiB otherwise, never under libcurl's 16 KiB", arguments: [
+        (Int64?.none, 1_048_576), (0, 16_384), (100, 16_384), (16_384, 16_384), (16_385, 16_385), (600_000, 600_000),
+        (1_048_576, 1_048_576), (5_000_000_000, 1_048_576),
+    ] as [(Int64?, Int)])
+    func uploadBufferSize(bodyLength: Int64?, expected: Int) {
+        #expect(CurlEngine.uploadBufferSize(for: bodyLength) == expected)
+    }
+}
