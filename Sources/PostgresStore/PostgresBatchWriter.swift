@@ -10,27 +10,29 @@ import StorePort
 ///
 /// - The rows of the group are collected and written together, a statement per table whatever the
 ///   number of jobs: every event in one `INSERT … SELECT FROM unnest(…)`, the projection rows in one
-///   `UPDATE jobs … FROM unnest(…)` (only the job's last row of the group) and one multi-row insert
-///   for new jobs, the lease rows in one upsert and one `DELETE … = ANY(…)`, the blobs in one insert,
+///   `UPDATE jobs … FROM unnest(…)` (only the job's last row of the group, with the lease expiry a
+///   claim set) and one multi-row insert for new jobs, the blobs in one insert,
 ///   the rows of `job_dependencies` in one insert or one delete. The arrays travel in binary (`PostgresArray`): nothing is quoted or parsed as text.
 /// - All of them go as data-modifying `WITH` clauses of ONE statement (`flush`): before any read of
 ///   the transaction (so the read sees them) and at the end. A table gets at most one clause per
 ///   statement except `jobs` (new jobs inserted, others updated; a job inserted and changed in one
-///   group is inserted as it ends) and `leases` (upserted and deleted jobs are different ones), so no
-///   statement changes a row twice (the clauses of one statement all see the same snapshot).
+///   group is inserted as it ends), so no statement changes a row twice (the clauses of one statement
+///   all see the same snapshot).
 /// - An event's `seq` is known before its row is written: the writer takes seqs from the identity
-///   sequence of `events` ahead (`loadLeases`, `reserveSeqs`, or the claim's own query) and writes them
+///   sequence of `events` ahead (`reserveSeqs`, or the claim's own query) and writes them
 ///   with `OVERRIDING SYSTEM VALUE`. Seqs are taken only after the rows of the jobs they are for are
 ///   locked (a job's events then have growing seqs, as the log needs: a seq taken before the lock could
 ///   be smaller than one another transaction gave the job meanwhile), handed out in ascending order,
 ///   and forgotten when the writer locks the rows of other jobs (`discardReservedSeqs`). A seq taken
 ///   and not used (a refused event) is a gap, as a rolled-back append leaves one, which readers of the
 ///   log already allow for.
-/// - The lease rows of the group's jobs are read once (`loadLeases`) and then kept up to date by the
-///   writer's own lease writes, instead of one read per event for the lease-table fence.
+/// - The lease is part of the job row (schema 11: `lease_owner`, `lease_token`, `lease_expires_at_ms`).
+///   The fence's token comes from the rows the caller locked (`knowLeases`) and is then kept up to date
+///   by the writer's own lease writes; a claim's expiry rides on the projection update, and the update
+///   that ends a run clears it. No lease rows are read or written.
 ///
 /// The checks do not change: the lifecycle decides on the row the caller locked, the fence compares
-/// the token of the lease row as it stands in this transaction. A failed write fails the statement
+/// the token of the job's lease as it stands in this transaction. A failed write fails the statement
 /// that carries it, which aborts the transaction, as a failed statement of its own would.
 final class PostgresBatchWriter: DecisionWriter {
     /// One write of a table, held back until the next statement.
@@ -46,12 +48,6 @@ final class PostgresBatchWriter: DecisionWriter {
     private enum KnownLease {
         case token(Int64)
         case none
-    }
-
-    /// A lease row to write: the claim's upsert, or the removal once the job stops running.
-    private enum LeaseWrite {
-        case upsert(owner: String, token: Int64, expiresAtMs: Int64)
-        case delete
     }
 
     /// One `events` row to insert.
@@ -73,7 +69,8 @@ final class PostgresBatchWriter: DecisionWriter {
     private var projectionInserts: [[UInt8]: JobRecord] = [:]
     /// The order jobs' projection rows were first written in (updates then run in a stable order).
     private var projectionOrder: [[UInt8]] = []
-    private var leaseWrites: [[UInt8]: (jobID: String, write: LeaseWrite)] = [:]
+    /// The lease expiry of each job claimed in this group, by job id: written with its projection row.
+    private var leaseExpiries: [[UInt8]: Int64] = [:]
     private var blobRows: [String: Data] = [:]
     /// Rows of `job_dependencies` to insert, and the jobs whose waiters' rows go (never both pending:
     /// the writer sends one kind before it collects the other).
@@ -85,7 +82,7 @@ final class PostgresBatchWriter: DecisionWriter {
     /// How many events the caller expects to append before the next read: an event that finds no
     /// reserved seq takes this many at once.
     private var expectedEvents = 0
-    /// Lease rows by job id, compared byte for byte (a `String` key would also match canonically
+    /// The jobs' leases by job id, compared byte for byte (a `String` key would also match canonically
     /// equivalent text, which is another id).
     private var leases: [[UInt8]: KnownLease] = [:]
     /// How many writes the writer has made or held back: a caller compares it before and after one
@@ -100,27 +97,29 @@ final class PostgresBatchWriter: DecisionWriter {
     /// must not grow): past it, an own commit counts as another's — a spare poll, nothing lost.
     static let ownTransactionIDsKept = 65_536
 
-    /// The identity sequence of `events.seq`, for `nextval`.
-    static let eventSeqSequence = "pg_get_serial_sequence('events', 'seq')::regclass"
+    /// The identity sequence of `events.seq`, for `nextval`: looked up once per statement.
+    ///
+    /// Why the sub-select: `pg_get_serial_sequence` is stable, not immutable, so a generic plan calls it
+    /// for every row — a parse of the names and a catalog scan per seq taken, three per job (~4 µs
+    /// each, more than the `nextval`). An uncorrelated sub-select is an InitPlan, evaluated once per
+    /// execution, and the `nextval` of each row gets its value.
+    ///
+    /// See https://www.postgresql.org/docs/current/sql-explain.html (InitPlan) and
+    /// https://www.postgresql.org/docs/current/functions-info.html (`pg_get_serial_sequence`)
+    static let eventSeqSequence = "(SELECT pg_get_serial_sequence('events', 'seq')::regclass)"
 
-    /// Reads the lease rows of `jobIDs` and, in the same statement, takes `seqs` event seqs; later
-    /// lease checks of these jobs read none. The caller has locked the jobs' rows.
-    func loadLeases(of jobIDs: [String], reservingSeqs seqs: Int = 0) throws(StoreError) {
-        guard !jobIDs.isEmpty || seqs > 0 else { return }
-        try flush()
-        for id in jobIDs { leases[Array(id.utf8)] = KnownLease.none }
-        // A lease row has its job id; a reserved seq comes with none.
-        let rows = try connection.rows("""
-            SELECT job_id, token FROM leases WHERE job_id = ANY($1::text[])
-            UNION ALL SELECT NULL, nextval(\(Self.eventSeqSequence)) FROM generate_series(1, $2)
-            """, [.array(PostgresArray(elementType: PostgresType.text, elements: jobIDs.map(PostgresValue.text))), .int(seqs)]) {
-            (row) throws(StoreError) in (try row.optionalString(0), try row.integer(1))
+    /// Notes the leases of jobs whose rows the caller locked, as those rows hold them: a running job's
+    /// token, none for any other. Later fence checks of these jobs read nothing.
+    func knowLeases(_ records: some Sequence<JobRecord>) {
+        for record in records {
+            leases[Array(record.id.utf8)] = Self.lease(of: record)
         }
-        var taken: [Int64] = []
-        for (id, value) in rows {
-            if let id { leases[Array(id.utf8)] = .token(value) } else { taken.append(value) }
-        }
-        addReservedSeqs(taken)
+    }
+
+    /// The lease a job row holds: its token while it runs (a claim sets both), none otherwise.
+    private static func lease(of record: JobRecord) -> KnownLease {
+        if record.state == .running, let token = record.leaseToken { return .token(token) }
+        return .none
     }
 
     /// Takes `count` seqs for events of jobs whose rows this transaction has locked.
@@ -175,7 +174,7 @@ final class PostgresBatchWriter: DecisionWriter {
         }
     }
 
-    /// The collected rows as one write per table (two for `leases`), emptying the collections.
+    /// The collected rows as one write per table, emptying the collections.
     private func collectedWrites() throws(StoreError) -> [HeldWrite] {
         var writes: [HeldWrite] = []
         if !eventRows.isEmpty {
@@ -199,42 +198,26 @@ final class PostgresBatchWriter: DecisionWriter {
         projectionOrder.removeAll()
         let inserts = order.compactMap { projectionInserts[$0] }
         let updates = order.compactMap { projectionUpdates[$0] }
+        let updated = Set(order.filter { projectionUpdates[$0] != nil })
         projectionInserts.removeAll()
         projectionUpdates.removeAll()
         if !inserts.isEmpty {
             writes.append(try Self.projectionInsert(inserts))
         }
         if !updates.isEmpty {
-            writes.append(try Self.projectionUpdate(updates))
+            writes.append(try Self.projectionUpdate(updates, leaseExpiries: updates.map { leaseExpiries[Array($0.id.utf8)] }))
         }
-        if !leaseWrites.isEmpty {
-            // In job id order, as `heartbeat` takes lease rows.
-            let sorted = leaseWrites.values.sorted { $0.jobID < $1.jobID }
-            leaseWrites.removeAll()
-            var upserts: [(jobID: String, owner: String, token: Int64, expiresAtMs: Int64)] = []
-            var deletes: [String] = []
-            for (jobID, write) in sorted {
-                switch write {
-                case .upsert(let owner, let token, let expiresAtMs): upserts.append((jobID, owner, token, expiresAtMs))
-                case .delete: deletes.append(jobID)
-                }
-            }
-            if !deletes.isEmpty {
-                writes.append(HeldWrite(table: "leases", sql: "DELETE FROM leases WHERE job_id = ANY($1)",
-                                        parameters: [Self.array(PostgresType.text, deletes.map(PostgresValue.text))]))
-            }
-            if !upserts.isEmpty {
-                writes.append(HeldWrite(table: "leases", sql: """
-                    INSERT INTO leases (job_id, owner, token, expires_at_ms) SELECT * FROM unnest($1, $2, $3, $4)
-                    ON CONFLICT (job_id) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token,
-                                                       expires_at_ms = EXCLUDED.expires_at_ms
-                    """, parameters: [
-                        Self.array(PostgresType.text, upserts.map { .text($0.jobID) }),
-                        Self.array(PostgresType.text, upserts.map { .text($0.owner) }),
-                        Self.array(PostgresType.int8, upserts.map { .integer($0.token) }),
-                        Self.array(PostgresType.int8, upserts.map { .integer($0.expiresAtMs) }),
-                    ]))
-            }
+        // An expiry whose job's projection row was sent before it (none is today: a claim writes its
+        // lease right after its row) goes in an update of its own, of other rows than the one above.
+        let orphans = leaseExpiries.filter { !updated.contains($0.key) }
+        leaseExpiries.removeAll()
+        if !orphans.isEmpty {
+            let expiries = orphans.map { (id: String(decoding: $0.key, as: UTF8.self), expiresAtMs: $0.value) }.sorted { $0.id < $1.id }
+            writes.append(HeldWrite(table: "jobs", sql: """
+                UPDATE jobs SET lease_expires_at_ms = u.expires_at_ms FROM unnest($1, $2) AS u(id, expires_at_ms)
+                WHERE jobs.id = u.id AND jobs.state = 'running' AND jobs.id = ANY($1)
+                """, parameters: [Self.array(PostgresType.text, expiries.map { .text($0.id) }),
+                                  Self.array(PostgresType.int8, expiries.map { .integer($0.expiresAtMs) })]))
         }
         if !blobRows.isEmpty {
             let blobs = blobRows.sorted { $0.key < $1.key }
@@ -280,7 +263,7 @@ final class PostgresBatchWriter: DecisionWriter {
         "idempotency_key": PostgresType.text, "pause_requested": PostgresType.bool,
         "cancel_requested": PostgresType.bool, "version": PostgresType.int8, "created_at_ms": PostgresType.int8,
         "updated_at_ms": PostgresType.int8, "started_at_ms": PostgresType.int8, "finished_at_ms": PostgresType.int8,
-        "batch": PostgresType.text,
+        "batch": PostgresType.text, "lease_expires_at_ms": PostgresType.int8,
     ]
 
     /// Column `index` of `rows` as an array parameter, or nil when its type is unknown and every value
@@ -322,13 +305,23 @@ final class PostgresBatchWriter: DecisionWriter {
     }
 
     /// One `UPDATE jobs` of every changing column of each job's last row, joined by id.
-    static func projectionUpdate(_ records: [JobRecord]) throws(StoreError) -> HeldWrite {
-        // `postgresUpdateValues()`: the changing columns, then the id.
-        let names = JobRecord.postgresChangingColumns + ["id"]
-        let rows = try records.map { (record) throws(StoreError) in try record.postgresUpdateValues() }
+    ///
+    /// `leaseExpiries` (one per record, nil: none) are the expiries of the leases this group's claims
+    /// gave: a running job gets its claim's expiry, or keeps the one it has; a job that is not running
+    /// has none (its run ended, or it never started one).
+    static func projectionUpdate(_ records: [JobRecord], leaseExpiries: [Int64?]? = nil) throws(StoreError) -> HeldWrite {
+        precondition(leaseExpiries.map { $0.count == records.count } ?? true, "projectionUpdate: one lease expiry per record")
+        // `postgresUpdateValues()`: the changing columns, then the id; the lease expiry goes before the id.
+        let names = JobRecord.postgresChangingColumns + ["lease_expires_at_ms", "id"]
+        let rows = try records.enumerated().map { (index, record) throws(StoreError) -> [PostgresValue] in
+            var values = try record.postgresUpdateValues()
+            values.insert(.optional(leaseExpiries?[index]), at: values.count - 1)
+            return values
+        }
         var parameters: [PostgresValue] = []
         var assignments: [String] = []
         var aliases: [String] = []
+        var stateAlias = "NULL"
         for (index, name) in names.enumerated() {
             guard let column = try column(name, index, of: rows) else {
                 assignments.append("\(name) = NULL")
@@ -336,7 +329,17 @@ final class PostgresBatchWriter: DecisionWriter {
             }
             parameters.append(column)
             aliases.append("c\(index)")
-            if name != "id" { assignments.append("\(name) = u.c\(index)") }
+            switch name {
+            case "id": break
+            case "state":
+                stateAlias = "u.c\(index)"
+                assignments.append("\(name) = u.c\(index)")
+            case "lease_expires_at_ms":
+                // `state` comes first among the columns, so its alias is known here.
+                assignments.append("\(name) = CASE WHEN \(stateAlias) = 'running' THEN coalesce(u.c\(index), jobs.\(name)) END")
+            default:
+                assignments.append("\(name) = u.c\(index)")
+            }
         }
         // The ids again as `= ANY`: without it the planner, which cannot see how many rows `unnest`
         // gives, may join by hashing the WHOLE table (a sequential scan of every job per group commit);
@@ -347,10 +350,11 @@ final class PostgresBatchWriter: DecisionWriter {
         return HeldWrite(table: "jobs", sql: sql, parameters: parameters)
     }
 
-    /// Inserts or replaces the lease row of a job just claimed.
+    /// Notes the lease of a job just claimed: its expiry is written with the job's projection row (the
+    /// claim's `writeProjection` set its owner and token).
     func writeLease(jobID: String, owner: String, token: Int64, expiresAtMs: Int64) throws(StoreError) {
         let key = Array(jobID.utf8)
-        leaseWrites[key] = (jobID, .upsert(owner: owner, token: token, expiresAtMs: expiresAtMs))
+        leaseExpiries[key] = expiresAtMs
         leases[key] = .token(token)
         writes += 1
     }
@@ -408,8 +412,8 @@ final class PostgresBatchWriter: DecisionWriter {
 
     // MARK: DecisionWriter
 
-    /// The lease row's token as this transaction has it, read from the server only for a job whose
-    /// lease was not loaded.
+    /// The job's lease token as this transaction has it, read from the server only for a job whose
+    /// row the caller did not hand to `knowLeases`.
     func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64? {
         switch leases[Array(jobID.utf8)] {
         case .token(let token)?: return token
@@ -463,10 +467,11 @@ final class PostgresBatchWriter: DecisionWriter {
         writes += 1
     }
 
-    /// Collects the lease row's removal.
+    /// The job stopped running: the projection row written for it clears the expiry (its state is not
+    /// `running`), so nothing more is written.
     func dropLease(jobID: String) throws(StoreError) {
         let key = Array(jobID.utf8)
-        leaseWrites[key] = (jobID, .delete)
+        leaseExpiries[key] = nil
         leases[key] = KnownLease.none
         writes += 1
     }

@@ -211,11 +211,14 @@ extension PostgresConnection: DecisionWriter {
         }
     }
 
-    /// The lease row of a job: its owner, token and expiry.
-    func leaseRow(_ jobID: String, lock: Bool = false) throws(StoreError) -> (owner: String, token: Int64, expiresAtMs: Int64)? {
-        try row("SELECT owner, token, expires_at_ms FROM leases WHERE job_id = $1" + (lock ? " FOR UPDATE" : ""),
-                [.text(jobID)]) { (row) throws(StoreError) in
-            (try row.string(0), try row.integer(1), try row.integer(2))
+    /// The lease of a running job as its row holds it: owner, token and expiry (schema 11); nil when
+    /// the job is not running or holds no lease.
+    func leaseRow(_ jobID: String) throws(StoreError) -> (owner: String, token: Int64, expiresAtMs: Int64?)? {
+        try row("""
+            SELECT lease_owner, lease_token, lease_expires_at_ms FROM jobs
+            WHERE id = $1 AND state = 'running' AND lease_owner IS NOT NULL AND lease_token IS NOT NULL
+            """, [.text(jobID)]) { (row) throws(StoreError) in
+            (try row.string(0), try row.integer(1), try row.optionalInteger(2))
         }
     }
 
@@ -249,25 +252,23 @@ extension PostgresConnection: DecisionWriter {
     }
 
     /// `PostgresStore.append(_:now:)` without a savepoint per event: the rows are locked as in
-    /// `appendBatch`, the lease rows read once, every event written through one `PostgresBatchWriter`.
+    /// `appendBatch` (their leases with them), every event written through one `PostgresBatchWriter`.
     /// An event refused before it wrote is its failure and the batch goes on; one that failed after it
     /// wrote sets `abandoned` and throws (the caller rolls back and runs `appendBatch`).
     func appendBatchWithoutSavepoints(_ events: [PendingEvent], now: Int64,
                                       abandoned: FastPathAbandoned) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         guard !events.isEmpty else { return [] }
         let ids = Array(Set(events.map(\.jobID))).sorted()
-        // The row locks are held back and go in one pipeline with the lease read (and the BEGIN before
-        // them): one round trip for all three. The server runs them in order, so the lease read still
-        // comes after the locks.
+        // The row locks are held back and go in one pipeline with the seqs' reservation (and the BEGIN
+        // before them): one round trip for all three. The server runs them in order, so the seqs are
+        // taken after the locks.
         // Without the specs (`JobRecord.postgresLockColumns`): the lifecycle does not read them here.
         let locked = HeldResult()
         enqueue("SELECT \(JobRecord.postgresLockColumns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
                 [postgresTextArray(ids)]) { (result) throws(PostgresError) in locked.result = result }
         let writer = PostgresBatchWriter(self)
-        // After the row locks: no other transaction changes these lease rows until this one ends
-        // (a claim or a rescue takes the job's row lock first; a heartbeat changes only the expiry).
-        // And the seqs of the events, taken after the row locks too (see `PostgresBatchWriter`).
-        try writer.loadLeases(of: ids, reservingSeqs: events.count)
+        // The seqs of the events, taken after the row locks (see `PostgresBatchWriter`).
+        try writer.reserveSeqs(events.count)
         guard let lockedRows = locked.result?.rows else {
             throw StoreError.io("the row locks of a group commit returned no result; this is a bug in jobctl: please report it")
         }
@@ -298,6 +299,9 @@ extension PostgresConnection: DecisionWriter {
                 current[id] = try JobRecord(postgresRow: row, spec: spec)
             }
         }
+        // The leases as the locked rows hold them: no other transaction changes them until this one
+        // ends (a claim, a rescue and a heartbeat all change the job row).
+        writer.knowLeases(current.values)
         var outcomes: [Result<JobEvent, StoreError>] = []
         outcomes.reserveCapacity(events.count)
         for pending in events {
@@ -363,7 +367,7 @@ extension PostgresConnection: DecisionWriter {
 
     // MARK: DecisionWriter (perform and appendEvent come from StorePort)
 
-    /// The token of the job's lease row, or nil.
+    /// The token of the job's lease (its row's, while it runs), or nil.
     public func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64? { try leaseRow(jobID)?.token }
 
     /// Appends one event row and returns its `seq`.
@@ -387,9 +391,10 @@ extension PostgresConnection: DecisionWriter {
         }
     }
 
-    /// Removes the job's lease row.
+    /// Clears the lease expiry of a job that stopped running (its row's owner and token are the
+    /// projection's, already written).
     public func dropLease(jobID: String) throws(StoreError) {
-        try store("DELETE FROM leases WHERE job_id = $1", [.text(jobID)])
+        try store("UPDATE jobs SET lease_expires_at_ms = NULL WHERE id = $1 AND lease_expires_at_ms IS NOT NULL", [.text(jobID)])
     }
 
     // MARK: Dependencies

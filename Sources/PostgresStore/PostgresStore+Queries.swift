@@ -320,9 +320,24 @@ extension PostgresStore {
         differences += fold.dependencyDifferences(stored: waits)
 
         if rewrite {
+            // The lease expiries of running jobs are not in the log (heartbeats extend them without an
+            // event): kept across the rewrite, for the jobs that are still running under the same token.
+            let expiries = try connection.rows("""
+                SELECT id, lease_token, lease_expires_at_ms FROM jobs
+                WHERE state = 'running' AND lease_token IS NOT NULL AND lease_expires_at_ms IS NOT NULL
+                """, []) { (row) throws(StoreError) in (try row.string(0), try row.integer(1), try row.integer(2)) }
             try connection.store("DELETE FROM jobs")
             for record in fold.recordsInLogOrder {
                 try connection.store(JobRecord.postgresInsertSQL, try record.postgresValues())
+            }
+            if !expiries.isEmpty {
+                try connection.store("""
+                    UPDATE jobs SET lease_expires_at_ms = kept.expires_at_ms
+                    FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS kept(id, token, expires_at_ms)
+                    WHERE jobs.id = kept.id AND jobs.state = 'running' AND jobs.lease_token = kept.token
+                    """, [postgresTextArray(expiries.map(\.0)),
+                          .array(PostgresArray(elementType: PostgresType.int8, elements: expiries.map { .integer($0.1) })),
+                          .array(PostgresArray(elementType: PostgresType.int8, elements: expiries.map { .integer($0.2) }))])
             }
             try connection.store("DELETE FROM job_dependencies")
             for row in fold.dependencyRows {

@@ -10,7 +10,7 @@ extension PostgresStore {
     /// priority (highest first), run_after, then submission order. The rows are taken with `FOR UPDATE
     /// SKIP LOCKED`, so workers on other machines claiming at the same moment take other jobs instead
     /// of waiting. Each job gets a `claimed` event with a fresh token from the `lease_tokens` sequence
-    /// (which only grows) and a lease row expiring at `now + leaseMs`.
+    /// (which only grows) and a lease expiring at `now + leaseMs`, kept in its row (schema 11).
     public func claim(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) throws(StoreError) -> [ClaimedJob] {
         let request = ClaimRequest(owner: owner, queues: queues, limit: limit, leaseMs: leaseMs, now: now)
         guard !request.isEmpty else { return [] }
@@ -21,16 +21,16 @@ extension PostgresStore {
 
     /// Extends to `now + leaseMs` every lease in `leases` (job id → token) that `owner` still holds
     /// (job running under that token). Returns the ids whose lease was lost. Appends no events. The
-    /// lease rows are updated in id order, so two transactions cannot deadlock on them.
+    /// job rows are updated in id order, as a group commit locks them, so the two cannot deadlock; the
+    /// update changes only `lease_expires_at_ms`, which no index holds (a HOT update).
     public func heartbeat(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) throws(StoreError) -> Set<String> {
         guard !leases.isEmpty else { return [] }
         return try writeTransaction { (connection) throws(StoreError) -> Set<String> in
             var lost: Set<String> = []
             for (jobID, token) in leases.sorted(by: { $0.key < $1.key }) {
                 let changed = try connection.store("""
-                    UPDATE leases SET expires_at_ms = $1
-                    WHERE job_id = $2 AND token = $3 AND owner = $4
-                      AND EXISTS (SELECT 1 FROM jobs WHERE id = $2 AND state = 'running' AND lease_token = $3)
+                    UPDATE jobs SET lease_expires_at_ms = $1
+                    WHERE id = $2 AND state = 'running' AND lease_token = $3 AND lease_owner = $4
                     """, [.integer(now + leaseMs), .text(jobID), .integer(token), .text(owner)])
                 if changed == 0 { lost.insert(jobID) }
             }
@@ -40,20 +40,21 @@ extension PostgresStore {
 
     /// Rescues running jobs whose lease expired (or vanished) by `now`, exactly as the SQLite adapter
     /// does (the lifecycle's `expireLease`). Jobs another transaction holds are skipped (`SKIP
-    /// LOCKED`); each lease is re-read under its row lock, so a heartbeat that committed meanwhile wins.
+    /// LOCKED`); the lease is in the job row, so the lock reads it as it stands: a heartbeat that
+    /// committed meanwhile wins (its row no longer matches and is not returned).
     public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] {
         try writeTransaction { (connection) throws(StoreError) -> [String] in
             let candidates = try connection.rows("""
-                SELECT j.id FROM jobs j LEFT JOIN leases l ON l.job_id = j.id
-                WHERE j.state = 'running' AND (l.job_id IS NULL OR l.expires_at_ms <= $1)
-                ORDER BY j.seq
-                FOR UPDATE OF j SKIP LOCKED
+                SELECT id FROM jobs
+                WHERE state = 'running' AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1)
+                ORDER BY seq
+                FOR UPDATE SKIP LOCKED
                 """, [.integer(now)]) { (row) throws(StoreError) in try row.string(0) }
             var rescued: [String] = []
             for id in candidates {
                 guard let job = try connection.loadJob(id), job.state == .running else { continue }
-                let lease = try connection.leaseRow(id, lock: true)
-                if let lease, lease.expiresAtMs > now { continue }
+                let lease = try connection.leaseRow(id)
+                if let expiresAtMs = lease?.expiresAtMs, expiresAtMs > now { continue }
                 let holder = lease?.owner ?? job.leaseOwner ?? "an unknown worker"
                 _ = try connection.perform(.expireLease(holder: holder, expiredAtMs: lease?.expiresAtMs), jobID: id, on: job,
                                            actor: actor, expectedVersion: job.version, now: now)

@@ -341,10 +341,12 @@ extension PostgresRow {
     }
 }
 
-/// A PostgreSQL array literal of `texts` (`{"a","b"}`), bound as text and cast with `$n::text[]`.
+/// `texts` as one `text[]` parameter (`$n::text[]` in the statement), sent in binary.
+///
+/// Why binary: a text literal (`{"a","b"}`) had to be quoted and escaped here and parsed by the
+/// server's `array_in` at every execution — the group commit's row locks send one each time. In
+/// binary the elements travel as their bytes, nothing is quoted or parsed, and the server checks
+/// their encoding as it checks any text parameter.
 func postgresTextArray(_ texts: [String]) -> PostgresValue {
-    let items = texts.map { text in
-        "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-    }
-    return .text("{" + items.joined(separator: ",") + "}")
+    .array(PostgresArray(elementType: PostgresType.text, elements: texts.map(PostgresValue.text)))
 }

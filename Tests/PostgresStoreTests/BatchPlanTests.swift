@@ -85,10 +85,10 @@ struct GenericPlanTests {
         let plans = try store.withConnection { (connection) throws(StoreError) -> [(String, Int64, Int64)] in
             try connection.rows("""
                 SELECT left(regexp_replace(statement, '\\s+', ' ', 'g'), 80), generic_plans, custom_plans FROM pg_prepared_statements
-                WHERE statement LIKE '%FOR UPDATE%' OR statement LIKE '%INSERT INTO events%' OR statement LIKE '%FROM leases%'
+                WHERE statement LIKE '%FOR UPDATE%' OR statement LIKE '%INSERT INTO events%' OR statement LIKE '%generate_series%'
                 """) { (row) throws(StoreError) in (try row.string(0), try row.integer(1), try row.integer(2)) }
         }
-        // The row locks, the lease read, the claim and the group commit's writes: several kinds each.
+        // The row locks, the seqs' reservation, the claim and the group commit's writes: several kinds each.
         #expect(plans.count >= 4, "\(plans)")
         #expect(plans.reduce(0) { $0 + $1.1 } >= 12 * 3, "\(plans)")
         for (statement, generic, custom) in plans {
@@ -140,6 +140,84 @@ struct LockColumnsTests {
             #expect(PostgresSpecCache.shared.cached(ofJob: id)?.destination == spec.destination)
             #expect(record.state == .paused)
         }
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+}
+
+/// The per-row work of the statements that take event seqs and send job ids.
+@Suite("PostgreSQL group-commit parameters and seqs")
+struct GroupCommitParameterTests {
+    /// `pg_get_serial_sequence` is stable, so a generic plan called it for every seq taken; as an
+    /// InitPlan it runs once per execution. The seqs taken are still the identity sequence's, in order.
+    @Test("seqs are taken with the events sequence looked up once per statement, ascending, and the events get them")
+    func seqSequenceLookedUpOnce() throws {
+        let fixture = try PostgresFixture("seqinitplan")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let plan = try store.writeTransaction { (connection) throws(StoreError) -> String in
+            try connection.rows("EXPLAIN (VERBOSE, COSTS OFF) SELECT nextval(\(PostgresBatchWriter.eventSeqSequence)) FROM generate_series(1, $1)",
+                                [.int(5)]) { (row) throws(StoreError) in try row.string(0) }.joined(separator: "\n")
+        }
+        #expect(plan.contains("InitPlan"), "\(plan)")
+        let perRow = plan.split(separator: "\n").filter { $0.contains("Output: nextval(") }
+        #expect(perRow.count == 1 && !perRow[0].contains("pg_get_serial_sequence"), "\(plan)")
+
+        let ids = try store.submit((0..<3).map { k in
+            JobSpec(kind: .uploadData, destination: "file://seq/\(k).txt", data: Data("x".utf8))
+        }, actor: "cli:test", now: 1_000).map(\.id)
+        let reserved = try store.writeTransaction { (connection) throws(StoreError) -> [Int64] in
+            let writer = PostgresBatchWriter(connection)
+            try writer.reserveSeqs(4)
+            var seqs: [Int64] = []
+            for id in ids {
+                seqs.append(try writer.insertEvent(jobID: id, version: 2, type: .paused, atMs: 2_000, actor: "cli:test",
+                                                   leaseToken: nil, data: "{}"))
+            }
+            #expect(writer.unusedReservedSeqs == 1)
+            try writer.flush()
+            return seqs
+        }
+        #expect(reserved == reserved.sorted() && Set(reserved).count == 3, "\(reserved)")
+        let stored = try store.withConnection { (connection) throws(StoreError) -> [Int64] in
+            try connection.rows("SELECT seq FROM events WHERE version = 2 ORDER BY seq") { (row) throws(StoreError) in try row.integer(0) }
+        }
+        #expect(stored == reserved)
+        // The next seq the sequence gives is past the one reserved and not used.
+        let next = try store.withConnection { (connection) throws(StoreError) -> Int64? in
+            try connection.row("SELECT nextval(\(PostgresBatchWriter.eventSeqSequence))") { (row) throws(StoreError) in try row.integer(0) }
+        }
+        #expect(try #require(next) > (reserved.last ?? 0) + 1)
+    }
+
+    /// Job ids go as a binary `text[]`: prepared with that type (nothing for `array_in` to parse at each
+    /// execution), and every id arrives byte for byte, whatever characters a text literal would quote.
+    @Test("id lists are sent as binary text[]: prepared with that type, every character arriving unchanged")
+    func idListsAreBinary() throws {
+        let fixture = try PostgresFixture("binaryids")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let odd = ["plain", "with \"quotes\"", "back\\slash", "{braces},comma", "NULL", "", " spaced ", "e\u{301}", "é", "日本"]
+        let echoed = try store.withConnection { (connection) throws(StoreError) -> [String] in
+            try connection.rows("SELECT unnest($1::text[])", [postgresTextArray(odd)]) { (row) throws(StoreError) in try row.string(0) }
+        }
+        #expect(echoed.count == odd.count)
+        #expect(zip(echoed, odd).allSatisfy { Array($0.utf8) == Array($1.utf8) }, "\(echoed)")
+        #expect(try store.withConnection { (connection) throws(StoreError) -> [String] in
+            try connection.rows("SELECT unnest($1::text[])", [postgresTextArray([])]) { (row) throws(StoreError) in try row.string(0) }
+        }.isEmpty)
+
+        // A group commit's row locks: prepared with a text[] parameter.
+        let ids = try store.submit((0..<2).map { k in
+            JobSpec(kind: .uploadData, destination: "file://bin/\(k).txt", data: Data("x".utf8))
+        }, actor: "cli:test", now: 1_000).map(\.id)
+        let outcomes = try store.append(try ids.map { id in
+            try PendingEvent(jobID: id, type: .paused, actor: "cli:test", data: EventData())
+        }, now: 2_000)
+        #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
+        let types = try store.withConnection { (connection) throws(StoreError) -> [String] in
+            try connection.rows("""
+                SELECT parameter_types::text FROM pg_prepared_statements WHERE statement LIKE '%FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE%'
+                """) { (row) throws(StoreError) in try row.string(0) }
+        }
+        #expect(types == ["{text[]}"], "\(types)")
         #expect(try store.replay(verify: true).isConsistent)
     }
 }

@@ -8,16 +8,17 @@ import TestSupport
 /// Schema 10: fewer index entries written per job (`migrations/postgres/010_fewer_index_entries_per_job.sql`).
 @Suite("PostgreSQL index entries per job")
 struct IndexEntryTests {
-    /// A heartbeat changes only `expires_at_ms`, which schema 10 no longer indexes (`leases_expiry`
-    /// went): the update is HOT and writes no index entry. With the index put back, no heartbeat is.
-    @Test("heartbeats are HOT updates of the lease rows; with the expiry indexed again none is",
+    /// A heartbeat changes only the job row's `lease_expires_at_ms` (schema 11; before it, the lease
+    /// row's `expires_at_ms`, unindexed since schema 10), which no index holds: the update can be HOT
+    /// and write no index entry. With the expiry indexed, no heartbeat is.
+    @Test("heartbeats can be HOT updates of the job rows; with the expiry indexed none is",
           arguments: [true, false])
-    func heartbeatIsHeapOnly(schema10: Bool) throws {
+    func heartbeatIsHeapOnly(unindexed: Bool) throws {
         let fixture = try PostgresFixture("hot")
         let store = try PostgresStore(url: fixture.url, mode: .create)
-        if !schema10 {
+        if !unindexed {
             _ = try store.withConnection { (connection) throws(StoreError) in
-                try connection.store("CREATE INDEX leases_expiry ON leases (expires_at_ms)")
+                try connection.store("CREATE INDEX jobs_lease_expiry ON jobs (lease_expires_at_ms)")
             }
         }
         let count = 20
@@ -27,29 +28,36 @@ struct IndexEntryTests {
         let claimed = try store.claim(owner: "w", queues: nil, limit: count, leaseMs: 60_000, now: 2_000)
         try #require(claimed.count == count)
         let leases = Dictionary(uniqueKeysWithValues: claimed.map { ($0.record.id, $0.token) })
+        func updates() throws -> (Int64, Int64) {
+            try store.withConnection { (connection) throws(StoreError) -> (Int64, Int64) in
+                // This connection made the updates; its statistics reach the views once it flushes them.
+                try connection.store("SELECT pg_stat_force_next_flush()")
+                let counts = try connection.rows("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass") {
+                    (row) throws(StoreError) in (try row.integer(0), try row.integer(1))
+                }
+                return counts.first ?? (0, 0)
+            }
+        }
+        let before = try updates()
         let rounds = 5
         for round in 1...rounds {
             #expect(try store.heartbeat(owner: "w", leases: leases, leaseMs: 60_000, now: 2_000 + Int64(round) * 1_000).isEmpty)
         }
+        let after = try updates()
         let expiries = try store.withConnection { (connection) throws(StoreError) -> [Int64] in
-            try connection.rows("SELECT DISTINCT expires_at_ms FROM leases") { (row) throws(StoreError) in try row.integer(0) }
+            try connection.rows("SELECT DISTINCT lease_expires_at_ms FROM jobs") { (row) throws(StoreError) in try row.integer(0) }
         }
         #expect(expiries == [2_000 + Int64(rounds) * 1_000 + 60_000])
 
-        let (updates, heapOnly) = try store.withConnection { (connection) throws(StoreError) -> (Int64, Int64) in
-            // This connection made the updates; its statistics reach the views once it flushes them.
-            try connection.store("SELECT pg_stat_force_next_flush()")
-            let counts = try connection.rows("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'leases'::regclass") {
-                (row) throws(StoreError) in (try row.integer(0), try row.integer(1))
-            }
-            return counts.first ?? (0, 0)
-        }
-        #expect(updates == Int64(rounds * count), "\(updates) updates")
-        if schema10 {
-            // Room on the page permitting (pruning frees the dead versions): most, in practice all.
-            #expect(heapOnly >= updates / 2, "\(heapOnly) of \(updates) updates were HOT")
+        let (updated, heapOnly) = (after.0 - before.0, after.1 - before.1)
+        #expect(updated == Int64(rounds * count), "\(updated) updates")
+        if unindexed {
+            // Where the page has room for the new version (pruning frees dead ones): job rows are
+            // wide and their pages full after the claims, so about 40 % here; an indexed column
+            // would allow none.
+            #expect(heapOnly > 0, "\(heapOnly) of \(updated) updates were HOT")
         } else {
-            #expect(heapOnly == 0, "\(heapOnly) of \(updates) updates were HOT")
+            #expect(heapOnly == 0, "\(heapOnly) of \(updated) updates were HOT")
         }
     }
 

@@ -149,8 +149,9 @@ struct RoundTripTests {
         let ids = try store.submit([uploadData(0), uploadData(1)], actor: "cli:test", now: 1_000).map(\.id)
         let (cancelled, pausedSeq) = try store.writeTransaction { (connection) throws(StoreError) -> (JobEvent?, Int64) in
             let writer = PostgresBatchWriter(connection)
-            _ = try connection.lockJob(ids[0])
-            try writer.loadLeases(of: [ids[0]], reservingSeqs: 3)
+            let locked = try connection.lockJob(ids[0])
+            writer.knowLeases(locked.map { [$0] } ?? [])
+            try writer.reserveSeqs(3)
             #expect(writer.unusedReservedSeqs == 3)
             // Another process changes job 1, whose row this transaction has not locked, and commits.
             _ = try other.requestPause(id: ids[1], actor: "cli:other", now: 2_000)
