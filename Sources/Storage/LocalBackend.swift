@@ -130,7 +130,7 @@ struct LocalObjectPlace: Equatable {
     /// The place of `reference` (a `file://` object), with named buckets under `bucketsDirectory`; nil for
     /// a named bucket when `bucketsDirectory` is unknown, or for the root.
     static func of(_ reference: StorageReference, bucketsDirectory: String?) -> LocalObjectPlace? {
-        var parts = reference.fullPath.split(separator: "/").map(String.init)
+        var parts = SlashSeparatedPath.parts(of: reference.fullPath).map(String.init)
         guard reference.scheme == .file, let name = parts.popLast() else { return nil }
         if reference.bucket.isEmpty {
             return LocalObjectPlace(rootPath: "/" + parts.joined(separator: "/"), components: [], name: name, inNamedBucket: false)

@@ -141,6 +141,16 @@ enum LocalFiles {
     /// milliseconds rounded to nearest as it does.
     static func timestamp(_ date: Date = Date()) -> String {
         let millis = Int64((date.timeIntervalSince1970 * 1_000).rounded())
+        // The same text for times in 1970…9999 (every object a worker reads), written without an
+        // interpolation per field: every read of a `file://` object without a sidecar makes one.
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(24)
+        if RFC3339.append(millis, to: &bytes) { return String(decoding: bytes, as: UTF8.self) }
+        return calendarTimestamp(millis)
+    }
+
+    /// `timestamp`'s text from the C calendar: any time, years padded to four digits.
+    static func calendarTimestamp(_ millis: Int64) -> String {
         var seconds = time_t(millis >= 0 ? millis / 1_000 : (millis - 999) / 1_000)
         let fraction = Int32(millis - Int64(seconds) * 1_000)
         var parts = tm()
