@@ -69,16 +69,23 @@ public struct LocalBackend: StorageBackend {
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<TransferOutcome, StorageError>, Never>) in
-            Self.ioQueue.async {
-                let transfer = LocalTransfer(backend: self, spec: spec, resumePoint: resumePoint, control: control, report: report)
-                do throws(StorageError) {
-                    continuation.resume(returning: .success(try transfer.run()))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
+            perform(spec, resumingFrom: resumePoint, control: control, report: report) { continuation.resume(returning: $0) }
         }
         return try result.get()
+    }
+
+    /// Runs `spec` on the I/O queue and calls `completion` there with its outcome.
+    public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void,
+                        completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
+        Self.ioQueue.async {
+            let transfer = LocalTransfer(backend: self, spec: spec, resumePoint: resumePoint, control: control, report: report)
+            do throws(StorageError) {
+                completion(.success(try transfer.run()))
+            } catch {
+                completion(.failure(error))
+            }
+        }
     }
 
     /// Partial downloads and `file://` upload sessions, in named buckets too.

@@ -31,4 +31,22 @@ public struct StorageRouter: StorageBackend {
         case .http, .https: return try await http.perform(spec, resumingFrom: resumePoint, control: control, report: report)
         }
     }
+
+    /// Routes as the `async` form does; `file://` jobs hand their outcome over from the local I/O queue.
+    public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void,
+                        completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
+        let reference: StorageReference
+        do throws(StorageError) {
+            reference = try spec.remoteReference()
+        } catch {
+            completion(.failure(error))
+            return
+        }
+        switch reference.scheme {
+        case .gs: gcs.perform(spec, resumingFrom: resumePoint, control: control, report: report, completion: completion)
+        case .file: local.perform(spec, resumingFrom: resumePoint, control: control, report: report, completion: completion)
+        case .http, .https: http.perform(spec, resumingFrom: resumePoint, control: control, report: report, completion: completion)
+        }
+    }
 }
