@@ -239,7 +239,7 @@ extension LocalBackend {
         guard !reference.isRoot else {
             throw StorageError(.invalidArgument, "'\(reference)' is a bucket root, not an object: add an object path")
         }
-        if let reserved = reference.fullPath.split(separator: "/").first(where: { LocalLocation.isReserved(String($0)) }) {
+        if let reserved = SlashSeparatedPath.parts(of: reference.fullPath).first(where: { LocalLocation.isReserved(String($0)) }) {
             throw StorageError(.invalidArgument, "'\(reserved)' is reserved for jobctl's temporary and metadata files: choose another name")
         }
         guard let place = LocalObjectPlace.of(reference, bucketsDirectory: configuration.localBucketsDirectory) else {

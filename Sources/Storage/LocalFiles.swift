@@ -109,7 +109,7 @@ enum LocalFiles {
 
     /// The last path component.
     static func lastComponent(_ path: String) -> String {
-        path.split(separator: "/").last.map(String.init) ?? path
+        SlashSeparatedPath.lastPart(of: path).map(String.init) ?? path
     }
 
     /// Everything before the last `/` ("/" for top-level paths, "." for bare names).
