@@ -69,7 +69,7 @@ final class DecodedSpecCache {
 
     private func spec(_ text: String, jobID: String, inPayload: Bool) throws(StoreError) -> JobSpec {
         guard capacity > 0 else { return try Self.decode(text, jobID: jobID, inPayload: inPayload) }
-        if let hit = specs[text], hit.text.utf8.elementsEqual(text.utf8) { return hit.spec }
+        if let hit = specs[text], hit.text.hasSameUTF8(as: text) { return hit.spec }
         let spec = try Self.decode(text, jobID: jobID, inPayload: inPayload)
         let size = text.utf8.count
         guard size <= largestText else { return spec }
@@ -212,7 +212,7 @@ extension JobRecord {
     private static func sameBytes(_ a: String?, _ b: String?) -> Bool {
         switch (a, b) {
         case (nil, nil): true
-        case (let a?, let b?): a.utf8.elementsEqual(b.utf8)
+        case (let a?, let b?): a.hasSameUTF8(as: b)
         default: false
         }
     }
