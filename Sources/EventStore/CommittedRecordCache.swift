@@ -32,7 +32,7 @@ final class CommittedRecordCache {
     /// The committed record of `jobID`, if cached (byte for byte the same id: a `String` key also
     /// matches canonically equivalent text, another job).
     func candidate(_ jobID: String) -> JobRecord? {
-        guard let record = committed[jobID], record.id.utf8.elementsEqual(jobID.utf8) else { return nil }
+        guard let record = committed[jobID], record.id.hasSameUTF8(as: jobID) else { return nil }
         return record
     }
 
@@ -66,7 +66,7 @@ final class CommittedRecordCache {
 
     /// The token the last probe read for `jobID` (once), or nil when there is none to take.
     func takeLeaseToken(of jobID: String) -> Int64?? {
-        guard let probed = probedLease, probed.jobID.utf8.elementsEqual(jobID.utf8) else { return nil }
+        guard let probed = probedLease, probed.jobID.hasSameUTF8(as: jobID) else { return nil }
         probedLease = nil
         return .some(probed.token)
     }

@@ -40,7 +40,7 @@ extension SQLiteConnection: DecisionWriter {
         for pending in events {
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
-                let known = written[pending.jobID].flatMap { $0.id.utf8.elementsEqual(pending.jobID.utf8) ? $0 : nil }
+                let known = written[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
                 let (event, record) = try savepoint { () throws(StoreError) in
                     if let known {
                         return try appendEvent(pending, to: known, now: now)

@@ -118,9 +118,12 @@ extension SQLiteConnection {
         let queueValues = (queues ?? []).map(SQLiteValue.text)
         let actor = owner
         var claimed: [ClaimedJob] = []
+        // Every queued job's spec is new to this connection (each job is claimed once), so caching it
+        // would only hash and store texts never asked for again; the claimed record carries the spec.
+        let specs = DecodedSpecCache.uncached()
         while claimed.count < limit {
             let jobs = try query(sql, [.integer(now)] + queueValues + [.int(limit - claimed.count)]) {
-                (row) throws(StoreError) in try JobRecord(row: row, specs: decodedSpecs)
+                (row) throws(StoreError) in try JobRecord(row: row, specs: specs)
             }
             if jobs.isEmpty { break }
             // One counter update for the batch: a token a job does not use (it honoured a pause instead)

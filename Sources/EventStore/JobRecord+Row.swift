@@ -2,6 +2,7 @@ import Foundation
 import JobLifecycle
 import JobModel
 import StorePort
+import Synchronization
 
 // MARK: - JSON
 
@@ -68,7 +69,7 @@ final class DecodedSpecCache {
 
     private func spec(_ text: String, jobID: String, inPayload: Bool) throws(StoreError) -> JobSpec {
         guard capacity > 0 else { return try Self.decode(text, jobID: jobID, inPayload: inPayload) }
-        if let hit = specs[text], hit.text.utf8.elementsEqual(text.utf8) { return hit.spec }
+        if let hit = specs[text], hit.text.hasSameUTF8(as: text) { return hit.spec }
         let spec = try Self.decode(text, jobID: jobID, inPayload: inPayload)
         let size = text.utf8.count
         guard size <= largestText else { return spec }
@@ -149,45 +150,69 @@ extension JobRecord {
     /// Text is compared by its bytes, not with `==`: Swift calls canonically equivalent strings equal,
     /// yet the projection must hold the exact bytes the fold would write.
     func update(from old: JobRecord) throws(StoreError) -> (sql: String, values: [SQLiteValue]) {
-        var sql = "UPDATE jobs SET "
+        // The columns set, as bits in `changingColumns` order: the statement's text depends on nothing
+        // else, so it is built once per set of columns (a worker's appends use a handful of them).
+        var columns: UInt32 = 0
         var values: [SQLiteValue] = []
         values.reserveCapacity(8)
-        func set(_ column: String, _ value: SQLiteValue) {
-            sql += values.isEmpty ? "\(column) = ?" : ", \(column) = ?"
+        func set(_ column: ChangingColumn, _ value: SQLiteValue) {
+            columns |= 1 << column.rawValue
             values.append(value)
         }
-        func setJSON<T: Encodable & Equatable>(_ column: String, _ new: T?, _ old: T?) throws(StoreError) {
+        func setJSON<T: Encodable & Equatable>(_ column: ChangingColumn, _ new: T?, _ old: T?) throws(StoreError) {
             if new == nil && old == nil { return }
             let encoded = try new.map { (value) throws(StoreError) in try StoreJSON.encode(value) }
             // Equal values can still differ in bytes (see above); only then are both encoded.
             if new == old, let old, let encoded, Self.sameBytes(try StoreJSON.encode(old), encoded) { return }
             set(column, .optional(encoded))
         }
-        if state != old.state { set("state", .text(state.rawValue)) }
-        if runAfterMs != old.runAfterMs { set("run_after_ms", .integer(runAfterMs)) }
-        if attempts != old.attempts { set("attempts", .int(attempts)) }
-        if !Self.sameBytes(leaseOwner, old.leaseOwner) { set("lease_owner", .optional(leaseOwner)) }
-        if leaseToken != old.leaseToken { set("lease_token", .optional(leaseToken)) }
-        if bytesDone != old.bytesDone { set("bytes_done", .integer(bytesDone)) }
-        if bytesTotal != old.bytesTotal { set("bytes_total", .optional(bytesTotal)) }
-        try setJSON("resume_point", resumePoint, old.resumePoint)
-        try setJSON("error", error, old.error)
-        if pauseRequested != old.pauseRequested { set("pause_requested", .bool(pauseRequested)) }
-        if cancelRequested != old.cancelRequested { set("cancel_requested", .bool(cancelRequested)) }
+        if state != old.state { set(.state, .text(state.rawValue)) }
+        if runAfterMs != old.runAfterMs { set(.runAfterMs, .integer(runAfterMs)) }
+        if attempts != old.attempts { set(.attempts, .int(attempts)) }
+        if !Self.sameBytes(leaseOwner, old.leaseOwner) { set(.leaseOwner, .optional(leaseOwner)) }
+        if leaseToken != old.leaseToken { set(.leaseToken, .optional(leaseToken)) }
+        if bytesDone != old.bytesDone { set(.bytesDone, .integer(bytesDone)) }
+        if bytesTotal != old.bytesTotal { set(.bytesTotal, .optional(bytesTotal)) }
+        try setJSON(.resumePoint, resumePoint, old.resumePoint)
+        try setJSON(.error, error, old.error)
+        if pauseRequested != old.pauseRequested { set(.pauseRequested, .bool(pauseRequested)) }
+        if cancelRequested != old.cancelRequested { set(.cancelRequested, .bool(cancelRequested)) }
         // Every event bumps the version, so the SET list is never empty.
-        set("version", .int(version))
-        if updatedAtMs != old.updatedAtMs { set("updated_at_ms", .integer(updatedAtMs)) }
-        if startedAtMs != old.startedAtMs { set("started_at_ms", .optional(startedAtMs)) }
-        if finishedAtMs != old.finishedAtMs { set("finished_at_ms", .optional(finishedAtMs)) }
-        sql += " WHERE id = ?"
+        set(.version, .int(version))
+        if updatedAtMs != old.updatedAtMs { set(.updatedAtMs, .integer(updatedAtMs)) }
+        if startedAtMs != old.startedAtMs { set(.startedAtMs, .optional(startedAtMs)) }
+        if finishedAtMs != old.finishedAtMs { set(.finishedAtMs, .optional(finishedAtMs)) }
         values.append(.text(id))
-        return (sql, values)
+        return (Self.updateSQL(setting: columns), values)
     }
+
+    /// The columns `update(from:)` may set, in the order it sets them (the bit of each in a column set).
+    enum ChangingColumn: UInt32, CaseIterable {
+        case state, runAfterMs, attempts, leaseOwner, leaseToken, bytesDone, bytesTotal, resumePoint, error,
+             pauseRequested, cancelRequested, version, updatedAtMs, startedAtMs, finishedAtMs
+
+        /// The column's name: `changingColumns` at the same position.
+        var name: String { JobRecord.changingColumns[Int(rawValue)] }
+    }
+
+    /// `UPDATE jobs SET a = ?, b = ? … WHERE id = ?` for the columns whose bits are in `columns`, in
+    /// `ChangingColumn` order.
+    static func updateSQL(setting columns: UInt32) -> String {
+        if let known = updateStatements.withLock({ $0[columns] }) { return known }
+        let sql = "UPDATE jobs SET "
+            + ChangingColumn.allCases.filter { columns & (1 << $0.rawValue) != 0 }.map { "\($0.name) = ?" }.joined(separator: ", ")
+            + " WHERE id = ?"
+        updateStatements.withLock { $0[columns] = sql }
+        return sql
+    }
+
+    /// `updateSQL`'s texts, built once per column set for the process.
+    private static let updateStatements = Mutex<[UInt32: String]>([:])
 
     private static func sameBytes(_ a: String?, _ b: String?) -> Bool {
         switch (a, b) {
         case (nil, nil): true
-        case (let a?, let b?): a.utf8.elementsEqual(b.utf8)
+        case (let a?, let b?): a.hasSameUTF8(as: b)
         default: false
         }
     }

@@ -148,7 +148,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
 
     /// The last path component; "" at the root.
     public var name: String {
-        fullPath.split(separator: "/").last.map(String.init) ?? ""
+        SlashSeparatedPath.lastPart(of: fullPath).map(String.init) ?? ""
     }
 
     /// Whether this is the bucket's root (no object can live here).
@@ -236,7 +236,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     static func normalise(_ path: String) throws(StorageError) -> String {
-        let parts = path.split(separator: "/", omittingEmptySubsequences: true)
+        let parts = SlashSeparatedPath.parts(of: path)
         for part in parts where part == "." || part == ".." {
             throw StorageError(.pathError, "path '\(path)' contains a '\(part)' segment, which is not allowed")
         }

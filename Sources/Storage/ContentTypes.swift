@@ -8,7 +8,7 @@ public enum ContentTypes {
     /// The content type for `path`'s extension (case-insensitive); `application/octet-stream` when unknown.
     /// Only the last path component counts, and a leading dot (`.bashrc`) is not an extension.
     public static func infer(path: String) -> String {
-        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let name = SlashSeparatedPath.lastPart(of: path).map(String.init) ?? path
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return fallback }
         let ext = name[name.index(after: dot)...].lowercased()
         return table[ext] ?? fallback

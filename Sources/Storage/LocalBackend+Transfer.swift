@@ -437,7 +437,11 @@ final class LocalTransfer {
         var data = Data()
         data.reserveCapacity(Int(total))
         let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
-        report(.progress(bytesDone: 0, bytesTotal: total))
+        // An object that one read returns whole reports no progress: its outcome carries the counts, and
+        // each report would only wake the task's runner for a figure it could not write (no progress
+        // tick passes during one read). Larger objects report before the first read and after each one.
+        let reportsProgress = total > Int64(buffer.count)
+        if reportsProgress { report(.progress(bytesDone: 0, bytesTotal: total)) }
         while Int64(data.count) < total {
             // Bytes in memory do not survive the process, so a stopped in-memory download has no resume
             // point: it stops at once and the next attempt starts over.
@@ -451,7 +455,7 @@ final class LocalTransfer {
             let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
             data.append(contentsOf: chunk)
             hashes.update(chunk)
-            report(.progress(bytesDone: Int64(data.count), bytesTotal: total))
+            if reportsProgress { report(.progress(bytesDone: Int64(data.count), bytesTotal: total)) }
         }
         let (md5, crc32c) = hashes.finish()
         let verified = try verify(object, md5: md5, crc32c: crc32c)

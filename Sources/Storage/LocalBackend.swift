@@ -69,16 +69,23 @@ public struct LocalBackend: StorageBackend {
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<TransferOutcome, StorageError>, Never>) in
-            Self.ioQueue.async {
-                let transfer = LocalTransfer(backend: self, spec: spec, resumePoint: resumePoint, control: control, report: report)
-                do throws(StorageError) {
-                    continuation.resume(returning: .success(try transfer.run()))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
+            perform(spec, resumingFrom: resumePoint, control: control, report: report) { continuation.resume(returning: $0) }
         }
         return try result.get()
+    }
+
+    /// Runs `spec` on the I/O queue and calls `completion` there with its outcome.
+    public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void,
+                        completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
+        Self.ioQueue.async {
+            let transfer = LocalTransfer(backend: self, spec: spec, resumePoint: resumePoint, control: control, report: report)
+            do throws(StorageError) {
+                completion(.success(try transfer.run()))
+            } catch {
+                completion(.failure(error))
+            }
+        }
     }
 
     /// Partial downloads and `file://` upload sessions, in named buckets too.
@@ -130,7 +137,7 @@ struct LocalObjectPlace: Equatable {
     /// The place of `reference` (a `file://` object), with named buckets under `bucketsDirectory`; nil for
     /// a named bucket when `bucketsDirectory` is unknown, or for the root.
     static func of(_ reference: StorageReference, bucketsDirectory: String?) -> LocalObjectPlace? {
-        var parts = reference.fullPath.split(separator: "/").map(String.init)
+        var parts = SlashSeparatedPath.parts(of: reference.fullPath).map(String.init)
         guard reference.scheme == .file, let name = parts.popLast() else { return nil }
         if reference.bucket.isEmpty {
             return LocalObjectPlace(rootPath: "/" + parts.joined(separator: "/"), components: [], name: name, inNamedBucket: false)
@@ -232,7 +239,7 @@ extension LocalBackend {
         guard !reference.isRoot else {
             throw StorageError(.invalidArgument, "'\(reference)' is a bucket root, not an object: add an object path")
         }
-        if let reserved = reference.fullPath.split(separator: "/").first(where: { LocalLocation.isReserved(String($0)) }) {
+        if let reserved = SlashSeparatedPath.parts(of: reference.fullPath).first(where: { LocalLocation.isReserved(String($0)) }) {
             throw StorageError(.invalidArgument, "'\(reserved)' is reserved for jobctl's temporary and metadata files: choose another name")
         }
         guard let place = LocalObjectPlace.of(reference, bucketsDirectory: configuration.localBucketsDirectory) else {

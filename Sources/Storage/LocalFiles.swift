@@ -109,19 +109,7 @@ enum LocalFiles {
 
     /// The last path component.
     static func lastComponent(_ path: String) -> String {
-        // A download's paths go through here several times (the partial's name, the sweep, the overwrite
-        // rule): ASCII paths are scanned as bytes, where the `Character` split (grapheme breaking per
-        // character) cost ~2 % of a small-file drain's instructions. Other paths keep the `Character`
-        // split, so a `/` that a combining mark joins to its neighbour still does not split.
-        let bytes = path.utf8
-        guard isASCII(bytes) else { return path.split(separator: "/").last.map(String.init) ?? path }
-        var end = bytes.endIndex
-        while end > bytes.startIndex, bytes[bytes.index(before: end)] == slash { end = bytes.index(before: end) }
-        guard end > bytes.startIndex else { return path }
-        var start = end
-        while start > bytes.startIndex, bytes[bytes.index(before: start)] != slash { start = bytes.index(before: start) }
-        // ASCII bytes always start a character: these indices slice the string exactly.
-        return String(path[start..<end])
+        SlashSeparatedPath.lastPart(of: path).map(String.init) ?? path
     }
 
     /// Everything before the last `/` ("/" for top-level paths, "." for bare names).
@@ -160,6 +148,16 @@ enum LocalFiles {
     /// milliseconds rounded to nearest as it does.
     static func timestamp(_ date: Date = Date()) -> String {
         let millis = Int64((date.timeIntervalSince1970 * 1_000).rounded())
+        // The same text for times in 1970…9999 (every object a worker reads), written without an
+        // interpolation per field: every read of a `file://` object without a sidecar makes one.
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(24)
+        if RFC3339.append(millis, to: &bytes) { return String(decoding: bytes, as: UTF8.self) }
+        return calendarTimestamp(millis)
+    }
+
+    /// `timestamp`'s text from the C calendar: any time, years padded to four digits.
+    static func calendarTimestamp(_ millis: Int64) -> String {
         var seconds = time_t(millis >= 0 ? millis / 1_000 : (millis - 999) / 1_000)
         let fraction = Int32(millis - Int64(seconds) * 1_000)
         var parts = tm()

@@ -32,4 +32,32 @@ public struct StorageRouter: StorageBackend {
             return try await http.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control, report: report)
         }
     }
+
+    /// Routes as the `async` form does; `file://` jobs hand their outcome over from the local I/O queue.
+    public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void,
+                        completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
+        let reference: StorageReference
+        do throws(StorageError) {
+            reference = try spec.remoteReference()
+        } catch {
+            completion(.failure(error))
+            return
+        }
+        switch reference.scheme {
+        case .gs: gcs.perform(spec, resumingFrom: resumePoint, control: control, report: report, completion: completion)
+        case .file: local.perform(spec, resumingFrom: resumePoint, control: control, report: report, completion: completion)
+        case .http, .https:
+            // As the `async` form: the reference parsed here reaches the transfer plan (parsed once).
+            let http = http
+            Task.detached {
+                do throws(StorageError) {
+                    completion(.success(try await http.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control,
+                                                               report: report)))
+                } catch {
+                    completion(.failure(error))
+                }
+            }
+        }
+    }
 }

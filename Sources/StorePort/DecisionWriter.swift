@@ -59,7 +59,7 @@ extension DecisionWriter {
     public func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
                         expectedVersion: Int? = nil, leaseToken: Int64? = nil,
                         now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
-        precondition(current.map { $0.id.utf8.elementsEqual(jobID.utf8) } ?? true,
+        precondition(current.map { $0.id.hasSameUTF8(as: jobID) } ?? true,
                      "perform: the record is not job \(jobID)'s")
         var lifecycle = JobLifecycle(record: current)
         let decided: [DecidedEvent]

@@ -178,21 +178,14 @@ public actor TaskRunner {
 
     private var isOver: Bool { machine.outcome != nil && !transferRunning }
 
+    /// Starts the transfer; its reports and its outcome reach the runner through the mailbox, posted
+    /// from the transfer's own thread (no task of the runner's waits for it).
     private func launchTransfer(from resumePoint: ResumePoint?) {
         transferRunning = true
-        let backend = backend, spec = spec, control = control, mailbox = mailbox
-        Task.detached {
-            let result: Result<TransferOutcome, StorageError>
-            do throws(StorageError) {
-                let outcome = try await backend.perform(spec, resumingFrom: resumePoint, control: control) { event in
-                    mailbox.post(.transfer(event))
-                }
-                result = .success(outcome)
-            } catch {
-                result = .failure(error)
-            }
-            mailbox.post(.transferEnded(result))
-        }
+        let mailbox = mailbox
+        backend.perform(spec, resumingFrom: resumePoint, control: control,
+                        report: { event in mailbox.post(.transfer(event)) },
+                        completion: { result in mailbox.post(.transferEnded(result)) })
     }
 
     private func processMailbox() async {

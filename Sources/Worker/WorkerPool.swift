@@ -258,10 +258,8 @@ public final class WorkerPool: Sendable {
         let config = configuration
         let claimed = try await store.claimGrouped(
             ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
-        for job in claimed {
-            log.claimed(job.record, token: job.token, leaseMs: config.leaseMs, now: now)
-            hold(job, now: now)
-        }
+        log.claimed(claimed, leaseMs: config.leaseMs, now: now)
+        for job in claimed { hold(job, now: now) }
         return claimed.count
     }
 

@@ -193,8 +193,22 @@ struct RouterHTTPTests {
                 routed.destination = "\(base)/dir/routed.bin"
                 alone.destination = "\(base)/dir/alone.bin"
             }
+            // The completion form (what a worker's task runner calls) routes the same way.
+            let completed = spec.kind == .downloadFile || spec.kind == .uploadFile ? nil : await withCheckedContinuation { done in
+                router.perform(routed, resumingFrom: nil, control: TransferControl(), report: { _ in }) { done.resume(returning: $0) }
+            }
             let viaRouter = await run(router, routed)
             let viaBackend = await run(direct, alone)
+            if let completed {
+                switch (completed, viaRouter) {
+                case (.success(.finished(let a)), .success(.finished(let b))):
+                    #expect(a.data == b.data && a.size == b.size && a.crc32c == b.crc32c, "\(label), completion form")
+                case (.failure(let a), .failure(let b)):
+                    #expect(a.code == b.code && a.message == b.message && a.httpStatus == b.httpStatus, "\(label), completion form: \(a) vs \(b)")
+                default:
+                    Issue.record("\(label): the completion form gave \(completed), the async form \(viaRouter)")
+                }
+            }
             switch (viaRouter, viaBackend) {
             case (.success(.finished(let a)), .success(.finished(let b))):
                 #expect(a.data == b.data && a.size == b.size && a.crc32c == b.crc32c, "\(label)")

@@ -212,6 +212,36 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(recorder.progress.isEmpty)
     }
 
+    /// An object one read returns whole (up to the read buffer's size) reports no progress: the outcome
+    /// carries the counts, so the runner is not woken for a report it could not write. A larger object
+    /// still reports before its first read and after each read.
+    @Test(arguments: [1, 64, LocalFiles.bufferSize])
+    func downloadMemoryReadInOneGoReportsNoProgress(size: Int) async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(size)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/small", data: bytes)))
+        let recorder = Recorder()
+        let result = try finished(try await run(sandbox.backend(), JobSpec(kind: .downloadMemory, source: "file://b/small",
+                                                                           maxSize: Int64(size)), recorder: recorder))
+        #expect(result.data == bytes && result.size == Int64(size))
+        #expect(result.crc32c == checksums(bytes).crc32c)
+        #expect(recorder.all.isEmpty, "reported \(recorder.all)")
+    }
+
+    @Test func downloadMemoryOfSeveralReadsReportsEachRead() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(LocalFiles.bufferSize * 2 + 5)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/large", data: bytes)))
+        let recorder = Recorder()
+        let result = try finished(try await run(sandbox.backend(), JobSpec(kind: .downloadMemory, source: "file://b/large",
+                                                                           maxSize: 8 << 20), recorder: recorder))
+        #expect(result.data == bytes)
+        let buffer = Int64(LocalFiles.bufferSize)
+        #expect(recorder.progress == [0, buffer, 2 * buffer, Int64(bytes.count)])
+    }
+
     @Test func fetchURLCreatesATokenOnceAndReusesIt() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }
