@@ -130,7 +130,10 @@ import TestSupport
             #expect(jobClaims.count == 2 || (job == frozenJob && jobClaims.count == 3
                                               && events.contains { $0.jobID == job && $0.type == .attemptFailed }),
                     "\(events.filter { $0.jobID == job }.map(\.type))")
-            #expect(Set(jobClaims.compactMap(\.data.leaseOwner)).count == 2)
+            // Two owners; with that third attempt, whichever worker claimed it (the rescuer, the woken
+            // worker or a third one).
+            let owners = Set(jobClaims.compactMap(\.data.leaseOwner)).count
+            #expect(owners == 2 || (jobClaims.count == 3 && owners == 3), "\(jobClaims.map(\.data.leaseOwner))")
             #expect(events.filter { $0.jobID == job && $0.type == .leaseExpired }.count == 1)
             #expect(events.filter { $0.jobID == job && $0.type == .succeeded }.count == 1)
             #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file(file))) == expected)
