@@ -117,7 +117,35 @@ final class WriterLock {
             throw StoreError.io("'\(path)' is not a jobctl writer lock (unknown content); "
                                 + "stop every jobctl process using '\(databasePath)', then remove it")
         }
+        removeAbandonedTemporaries(of: path)
         return WriterLock(path: path, descriptor: descriptor, mapping: mapping)
+    }
+
+    /// Temporary files older than this, of a process that is gone, were abandoned mid-creation.
+    static let abandonedAfterSeconds = 60
+
+    /// Removes what a process killed between creating its temporary lock file and linking it into place
+    /// left (`<lock>.<pid>.<n>.tmp`): only regular files of this user, named exactly so, whose process
+    /// no longer exists and which are older than `abandonedAfterSeconds` (a process in another pid
+    /// namespace may be creating one right now: creation takes microseconds). Anything else, and every
+    /// error, is left alone.
+    static func removeAbandonedTemporaries(of path: String) {
+        let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))
+        let directory = slash.map { String(path[..<$0]) }.map { $0.isEmpty ? "/" : $0 } ?? "."
+        let prefix = (slash.map { String(path[path.utf8.index(after: $0)...]) } ?? path) + "."
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        let now = time(nil)
+        for name in names where name.hasPrefix(prefix) && name.hasSuffix(".tmp") {
+            let middle = name.dropFirst(prefix.count).dropLast(".tmp".count).split(separator: ".", omittingEmptySubsequences: false)
+            guard middle.count == 2, middle.allSatisfy({ !$0.isEmpty && $0.utf8.allSatisfy { (0x30...0x39).contains($0) } }),
+                  let pid = Int32(middle[0]), pid > 0, pid != getpid() else { continue }
+            let candidate = directory == "/" ? "/" + name : directory + "/" + name
+            var info = stat()
+            guard lstat(candidate, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(),
+                  now - info.st_mtim.tv_sec > abandonedAfterSeconds else { continue }
+            guard kill(pid, 0) != 0, errno == ESRCH else { continue }
+            unlink(candidate)
+        }
     }
 
     private enum Creation { case made, alreadyThere, notPermitted }

@@ -157,6 +157,42 @@ struct WriterLockTests {
         #expect(try store.jobs().isEmpty)
     }
 
+    @Test("a writer removes temporary lock files abandoned by dead processes, and nothing else")
+    func removesAbandonedTemporaries() throws {
+        let fixture = try StoreFixture("writer-lock-tmp")
+        defer { fixture.remove() }
+        let lock = WriterLock.path(forDatabase: fixture.path)
+        // Above any pid_max: no such process.
+        let dead: Int32 = 4_194_305
+        let old = Date().addingTimeInterval(-Double(WriterLock.abandonedAfterSeconds) - 60)
+        func plant(_ name: String, modified: Date) throws -> String {
+            let path = fixture.directory.file(name)
+            try Data("partial".utf8).write(to: URL(fileURLWithPath: path))
+            try FileManager.default.setAttributes([.modificationDate: modified], ofItemAtPath: path)
+            return path
+        }
+        let abandoned = try plant("jobs.db-writer-lock.\(dead).7.tmp", modified: old)
+        let fresh = try plant("jobs.db-writer-lock.\(dead).8.tmp", modified: Date())
+        let liveProcess = try plant("jobs.db-writer-lock.\(getppid()).9.tmp", modified: old)
+        let otherName = try plant("jobs.db-writer-lock.\(dead).x.tmp", modified: old)
+        let otherSuffix = try plant("jobs.db-writer-lock.\(dead).10.tmp.bak", modified: old)
+        let linkPath = fixture.directory.file("jobs.db-writer-lock.\(dead).11.tmp")
+        try FileManager.default.createSymbolicLink(atPath: linkPath, withDestinationPath: otherName)
+        // The lock exists (the fixture's store made it): opening it again sweeps.
+        #expect(FileManager.default.fileExists(atPath: lock))
+        let store = try EventStore(path: fixture.path, mode: .readWrite)
+        _ = try store.submit([uploadSpec()], actor: "cli:test", now: 1_000)
+        #expect(!FileManager.default.fileExists(atPath: abandoned), "an old file of a dead process is removed")
+        for kept in [fresh, liveProcess, otherName, otherSuffix] {
+            #expect(FileManager.default.fileExists(atPath: kept), "\(kept) is kept")
+        }
+        #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: linkPath)) == otherName, "a symbolic link is kept")
+        // A reader never sweeps.
+        let another = try plant("jobs.db-writer-lock.\(dead).12.tmp", modified: old)
+        _ = try EventStore(path: fixture.path, mode: .readOnly).jobs()
+        #expect(FileManager.default.fileExists(atPath: another))
+    }
+
     @Test("a holder killed with SIGKILL frees the lock: the next writer recovers it and writes")
     func survivesKilledHolder() throws {
         let fixture = try StoreFixture("writer-lock-kill")
