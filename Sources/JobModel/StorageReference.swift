@@ -245,11 +245,21 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     private static func checkBucketName(_ bucket: String, in text: String) throws(StorageError) {
-        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-_."))
-        // A name of dots only (`.`, `..`) would climb out of a local bucket's directory.
-        guard !bucket.isEmpty, !bucket.allSatisfy({ $0 == "." }),
-              bucket.unicodeScalars.allSatisfy({ allowed.contains($0) && $0.isASCII }) else {
+        guard isValidBucketName(bucket) else {
             throw StorageError(.invalidArgument, "'\(text)' has an invalid bucket name '\(bucket)': use letters, digits, '-', '_' and '.'")
+        }
+    }
+
+    /// ASCII letters and digits, `-`, `_` and `.`, and not dots only (`.`, `..` would climb out of a
+    /// local bucket's directory). Checked on bytes: a worker checks every job's bucket, and building a
+    /// Foundation `CharacterSet` for it was 5 % of a small-job drain's instructions.
+    static func isValidBucketName(_ bucket: String) -> Bool {
+        !bucket.isEmpty && !bucket.utf8.allSatisfy({ $0 == UInt8(ascii: ".") }) && bucket.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."): true
+            default: false
+            }
         }
     }
 
