@@ -408,6 +408,9 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
     /// documentation). Settlement events carry no lease token.
     private func settled(_ events: [DecidedEvent], now: Int64) -> [DecidedEvent] {
         guard var job = record, !events.isEmpty else { return events }
+        // The common case, a worker's report on a job with no request pending: nothing can need
+        // honouring, so the events are not folded into copies of the record to find that out.
+        if Self.leavesNothingToSettle(job, events) { return events }
         var all = events
         var before = job
         for event in events {
@@ -424,6 +427,19 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             last = next
         }
         return all
+    }
+
+    /// Whether folding `events` into `job` cannot leave a request to honour: none is pending on the job,
+    /// none is among the events (only `pause_requested` and `cancel_requested` set one), and no `paused`
+    /// could be followed by the withdrawal of its request. Exactly the cases where `settled` adds nothing.
+    private static func leavesNothingToSettle(_ job: JobRecord, _ events: [DecidedEvent]) -> Bool {
+        guard !job.pauseRequested, !job.cancelRequested else { return false }
+        return events.allSatisfy { event in
+            switch event.payload {
+            case .pauseRequested, .cancelRequested, .paused: false
+            default: true
+            }
+        }
     }
 
     /// A decided event as the fold sees it once stored.
