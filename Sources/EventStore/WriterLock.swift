@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -130,9 +131,9 @@ final class WriterLock {
     /// namespace may be creating one right now: creation takes microseconds). Anything else, and every
     /// error, is left alone.
     static func removeAbandonedTemporaries(of path: String) {
-        let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))
-        let directory = slash.map { String(path[..<$0]) }.map { $0.isEmpty ? "/" : $0 } ?? "."
-        let prefix = (slash.map { String(path[path.utf8.index(after: $0)...]) } ?? path) + "."
+        let directory = SlashSeparatedPath.directory(of: path)
+        guard let name = SlashSeparatedPath.lastPart(of: path) else { return }
+        let prefix = name + "."
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
         let now = time(nil)
         for name in names where name.hasPrefix(prefix) && name.hasSuffix(".tmp") {

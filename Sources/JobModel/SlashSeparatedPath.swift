@@ -38,4 +38,12 @@ public enum SlashSeparatedPath {
         while start != utf8.startIndex, utf8[utf8.index(before: start)] != UInt8(ascii: "/") { start = utf8.index(before: start) }
         return text[start..<end]
     }
+
+    /// Everything before the last `/` ("/" for top-level paths, "." for bare names).
+    public static func directory(of text: String) -> String {
+        let found = text.utf8.allSatisfy({ $0 < 0x80 }) ? text.utf8.lastIndex(of: UInt8(ascii: "/")) : text.lastIndex(of: "/")
+        guard let slash = found else { return "." }
+        let parent = String(text[..<slash])
+        return parent.isEmpty ? "/" : parent
+    }
 }

@@ -254,13 +254,8 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     /// local bucket's directory). Checked on bytes: a worker checks every job's bucket, and building a
     /// Foundation `CharacterSet` for it was 5 % of a small-job drain's instructions.
     static func isValidBucketName(_ bucket: String) -> Bool {
-        !bucket.isEmpty && !bucket.utf8.allSatisfy({ $0 == UInt8(ascii: ".") }) && bucket.utf8.allSatisfy { byte in
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."): true
-            default: false
-            }
-        }
+        !bucket.isEmpty && !bucket.utf8.allSatisfy({ $0 == UInt8(ascii: ".") })
+            && bucket.utf8.allSatisfy { isHostNameByte($0) || $0 == UInt8(ascii: "_") }
     }
 
     private static func checkHost(_ host: String, in text: String) throws(StorageError) {

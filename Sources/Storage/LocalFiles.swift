@@ -114,16 +114,7 @@ enum LocalFiles {
 
     /// Everything before the last `/` ("/" for top-level paths, "." for bare names).
     static func directory(of path: String) -> String {
-        let found = isASCII(path.utf8) ? path.utf8.lastIndex(of: slash) : path.lastIndex(of: "/")
-        guard let slash = found else { return "." }
-        let parent = String(path[..<slash])
-        return parent.isEmpty ? "/" : parent
-    }
-
-    private static let slash = UInt8(ascii: "/")
-
-    private static func isASCII(_ bytes: String.UTF8View) -> Bool {
-        bytes.allSatisfy { $0 < 0x80 }
+        SlashSeparatedPath.directory(of: path)
     }
 
     /// Makes a path absolute against the current directory.

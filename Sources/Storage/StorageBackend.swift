@@ -172,12 +172,8 @@ extension StorageBackend {
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void,
                         completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
-        Task.detached {
-            do throws(StorageError) {
-                completion(.success(try await perform(spec, resumingFrom: resumePoint, control: control, report: report)))
-            } catch {
-                completion(.failure(error))
-            }
+        completing(completion) { () async throws(StorageError) in
+            try await perform(spec, resumingFrom: resumePoint, control: control, report: report)
         }
     }
 
@@ -194,5 +190,18 @@ extension StorageBackend {
     @discardableResult
     public func discardResumePoint(of job: JobLocalFiles) -> [LeftoverFile] {
         leftovers(of: job, sparing: []).filter { remove($0) }
+    }
+}
+
+/// Runs `transfer` in a detached task and hands its outcome to `completion`: the completion form of
+/// `perform` for work that only has an `async` form.
+func completing(_ completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void,
+                _ transfer: @escaping @Sendable () async throws(StorageError) -> TransferOutcome) {
+    Task.detached {
+        do throws(StorageError) {
+            completion(.success(try await transfer()))
+        } catch {
+            completion(.failure(error))
+        }
     }
 }

@@ -50,13 +50,8 @@ public struct StorageRouter: StorageBackend {
         case .http, .https:
             // As the `async` form: the reference parsed here reaches the transfer plan (parsed once).
             let http = http
-            Task.detached {
-                do throws(StorageError) {
-                    completion(.success(try await http.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control,
-                                                               report: report)))
-                } catch {
-                    completion(.failure(error))
-                }
+            completing(completion) { () async throws(StorageError) in
+                try await http.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control, report: report)
             }
         }
     }
