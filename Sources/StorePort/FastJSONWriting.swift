@@ -34,9 +34,10 @@ struct JSONText {
 
     var text: String { String(decoding: bytes, as: UTF8.self) }
 
-    /// Text that Foundation writes as it is, without escapes.
-    private static func isPlain(_ text: String) -> Bool {
-        text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
+    /// Whether Foundation writes this byte of a string as it is, without an escape.
+    @inline(__always)
+    private static func isPlain(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
     }
 
     mutating func object(_ body: (inout JSONText) -> Bool) -> Bool {
@@ -57,12 +58,18 @@ struct JSONText {
         hasMember = true
     }
 
+    /// Appends `value` in quotes when every byte is plain (false, nothing appended, otherwise: the
+    /// caller falls back to Foundation's encoder). One pass over the string's contiguous UTF-8 to check
+    /// and one copy, instead of an iterator for each.
     private mutating func quoted(_ value: String) -> Bool {
-        guard Self.isPlain(value) else { return false }
-        bytes.append(UInt8(ascii: "\""))
-        bytes.append(contentsOf: value.utf8)
-        bytes.append(UInt8(ascii: "\""))
-        return true
+        var value = value
+        return value.withUTF8 { utf8 in
+            for byte in utf8 where !Self.isPlain(byte) { return false }
+            bytes.append(UInt8(ascii: "\""))
+            bytes.append(contentsOf: utf8)
+            bytes.append(UInt8(ascii: "\""))
+            return true
+        }
     }
 
     mutating func string(_ name: StaticString, _ value: String?) -> Bool {
@@ -74,8 +81,29 @@ struct JSONText {
     mutating func integer<I: BinaryInteger>(_ name: StaticString, _ value: I?) -> Bool {
         guard let value else { return true }
         key(name)
-        bytes.append(contentsOf: String(value).utf8)
+        if let value = Int64(exactly: value) {
+            decimal(value)
+        } else {
+            bytes.append(contentsOf: String(value).utf8)
+        }
         return true
+    }
+
+    /// `value` in decimal, as `String(value)` writes it, without building that string.
+    private mutating func decimal(_ value: Int64) {
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        // The magnitude as unsigned, so Int64.min has one too.
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var start = buffer.count
+            repeat {
+                start -= 1
+                buffer[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[start...]))
+        }
     }
 
     mutating func bool(_ name: StaticString, _ value: Bool?) -> Bool {

@@ -204,4 +204,51 @@ import Testing
         let result = JobResult(size: 1, crc32c: "AAAAAA==", verified: [.crc32c])
         #expect(try JSONDecoder().decode(JobResult.self, from: try JSONEncoder().encode(result)) == result)
     }
+
+    /// SHA-256 and MD5 against known values (FIPS 180-2 / RFC 1321 vectors and Python's hashlib for the
+    /// rest), through the one-call form and the streaming one, which share the algorithms fetched once.
+    @Test func digestsMatchKnownValues() {
+        let big = Data((0..<(1 << 20)).map { UInt8(($0 * 7 + 3) % 251) })
+        let cases: [(Data, sha256: String, md5: String)] = [
+            (Data(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "d41d8cd98f00b204e9800998ecf8427e"),
+            (Data("abc".utf8), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "900150983cd24fb0d6963f7d28e17f72"),
+            (Data(repeating: UInt8(ascii: "a"), count: 64), "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb",
+             Digest.hex(Digest.md5(Data(repeating: UInt8(ascii: "a"), count: 64)))),
+            (big, "1ac437f476c488acba4000af7ae89ef53f7ffbeef2e937850985f5ceb8b5ae6f", "bac259e6f14c8b831c02f85042e13805"),
+        ]
+        for (data, sha256, md5) in cases {
+            #expect(Digest.sha256Hex(data) == sha256)
+            #expect(Digest.hex(Digest.md5(data)) == md5)
+            let streamed = Digest(.sha256)
+            data.withUnsafeBytes { bytes in
+                // In uneven pieces, so the streaming form is checked across update calls.
+                var offset = 0
+                var piece = 1
+                while offset < bytes.count {
+                    let end = min(bytes.count, offset + piece)
+                    streamed.update(UnsafeRawBufferPointer(rebasing: bytes[offset..<end]))
+                    offset = end
+                    piece = piece * 3 + 1
+                }
+            }
+            #expect(Digest.hex(streamed.finalize()) == sha256)
+        }
+    }
+
+    /// The fetched algorithms are shared by every thread: many hashes at once all come out right.
+    @Test func digestsFromManyThreadsAtOnce() async {
+        let expected = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        let results = await withTaskGroup(of: Bool.self) { group in
+            for _ in 0..<64 {
+                group.addTask {
+                    (0..<200).allSatisfy { _ in Digest.sha256Hex(Data("abc".utf8)) == expected }
+                        && Digest.hex(Digest.md5(Data("abc".utf8))) == "900150983cd24fb0d6963f7d28e17f72"
+                }
+            }
+            var all: [Bool] = []
+            for await ok in group { all.append(ok) }
+            return all
+        }
+        #expect(results.count == 64 && results.allSatisfy { $0 })
+    }
 }
