@@ -188,11 +188,11 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
     /// Folds one event: a `submitted` creates the record, every other event changes it (see
     /// `JobRecord.apply`). Never refuses: the log is the truth. Events before a `submitted` are ignored.
     public mutating func apply(_ event: JobEvent) {
-        if var current = record {
-            current.apply(event)
-            record = current
-        } else {
+        if record == nil {
             record = JobRecord(submitted: event)
+        } else {
+            // In place: a copy out and back would retain and release every field of the record.
+            record?.apply(event)
         }
     }
 
@@ -407,10 +407,12 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
     /// `events`, followed by the events that honour a request they leave pending (see the type's
     /// documentation). Settlement events carry no lease token.
     private func settled(_ events: [DecidedEvent], now: Int64) -> [DecidedEvent] {
-        guard var job = record, !events.isEmpty else { return events }
         // The common case, a worker's report on a job with no request pending: nothing can need
-        // honouring, so the events are not folded into copies of the record to find that out.
-        if Self.leavesNothingToSettle(job, events) { return events }
+        // honouring, so the events are not folded into copies of the record to find that out (nor is
+        // the record copied to ask).
+        guard !events.isEmpty, let pauseRequested = record?.pauseRequested, let cancelRequested = record?.cancelRequested,
+              !Self.leavesNothingToSettle(pauseRequested: pauseRequested, cancelRequested: cancelRequested, events),
+              var job = record else { return events }
         var all = events
         var before = job
         for event in events {
@@ -432,8 +434,8 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
     /// Whether folding `events` into `job` cannot leave a request to honour: none is pending on the job,
     /// none is among the events (only `pause_requested` and `cancel_requested` set one), and no `paused`
     /// could be followed by the withdrawal of its request. Exactly the cases where `settled` adds nothing.
-    private static func leavesNothingToSettle(_ job: JobRecord, _ events: [DecidedEvent]) -> Bool {
-        guard !job.pauseRequested, !job.cancelRequested else { return false }
+    private static func leavesNothingToSettle(pauseRequested: Bool, cancelRequested: Bool, _ events: [DecidedEvent]) -> Bool {
+        guard !pauseRequested, !cancelRequested else { return false }
         return events.allSatisfy { event in
             switch event.payload {
             case .pauseRequested, .cancelRequested, .paused: false
