@@ -153,10 +153,17 @@ extension SQLiteConnection: DecisionWriter {
     /// Inserts a row of `job_dependencies`.
     public func insertDependency(jobID: String, dependsOn: String) throws(StoreError) {
         try run("INSERT OR IGNORE INTO job_dependencies (job, depends_on) VALUES (?, ?)", [.text(jobID), .text(dependsOn)])
+        dependencyRowsAbsent = false
     }
 
-    /// Deletes the rows that wait on `jobID`.
+    /// Deletes the rows that wait on `jobID`. Every job that succeeds comes here, and most logs have no
+    /// dependencies at all: when the table is empty (looked at once per transaction, which holds the
+    /// write lock, so no other writer adds a row meanwhile) there is nothing to delete.
     public func removeDependencies(on jobID: String) throws(StoreError) {
+        if dependencyRowsAbsent == nil {
+            dependencyRowsAbsent = try first("SELECT 1 FROM job_dependencies LIMIT 1", [], { _ in true }) == nil
+        }
+        if dependencyRowsAbsent == true { return }
         try run("DELETE FROM job_dependencies WHERE depends_on = ?", [.text(jobID)])
     }
 

@@ -64,6 +64,7 @@ extension EventStore {
             for row in fold.dependencyRows {
                 try connection.run("INSERT INTO job_dependencies (job, depends_on) VALUES (?, ?)", [.text(row.job), .text(row.dependsOn)])
             }
+            connection.dependencyRowsAbsent = nil
         }
         return fold.report(differences: differences, rewritten: rewrite)
     }

@@ -347,6 +347,8 @@ public final class EventStore: JobStore, @unchecked Sendable {
             if begin == "BEGIN IMMEDIATE", let self { locked = try self.lockWriters(waitingAtMostNs: timeoutNs) }
             defer { if locked { self?.unlockWriters() } }
             try connection.run(begin)
+            // What the connection learnt about the tables in an earlier transaction may be stale now.
+            connection.dependencyRowsAbsent = nil
             do throws(StoreError) {
                 let result = try body(connection)
                 try connection.run("COMMIT")

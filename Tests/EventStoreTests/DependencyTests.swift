@@ -47,6 +47,27 @@ import Testing
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
+    /// A store that found no waits at all while finishing a job (SQLite looks once per transaction and
+    /// then skips the DELETE for every job) still removes the waits submitted after that, by another
+    /// process (another connection to the file) as much as by itself.
+    @Test(arguments: Engine.allCases)
+    func waitsSubmittedAfterAJobFinishedWithNoneAreStillRemoved(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-later", engine: engine)
+        defer { fixture.remove() }
+        let lone = try fixture.running(spec(key: "lone"))
+        try finish(fixture, lone, succeeded: true, now: 1_500)
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies") == "0")
+        let submitter: any JobStore = engine == .sqlite ? try EventStore(path: fixture.path) : fixture.store
+        let ids = try submitter.submit([spec(key: "a"), spec(key: "b", after: ["a"])], actor: "cli:test", now: 2_000).map(\.id)
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies") == "1")
+        let a = try #require(try claim(fixture, now: 3_000).first)
+        #expect(a.record.id == ids[0])
+        try finish(fixture, a, succeeded: true, now: 4_000)
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies") == "0")
+        #expect(try claim(fixture, now: 5_000).map(\.record.id) == [ids[1]])
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
+
     @Test(arguments: Engine.allCases)
     func aFailedDependencyCancelsItsDependantsTransitivelyInOneCommit(engine: Engine) throws {
         let fixture = try StoreFixture("deps-cancel", engine: engine)
