@@ -59,7 +59,7 @@ extension DecisionWriter {
     public func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
                         expectedVersion: Int? = nil, leaseToken: Int64? = nil,
                         now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
-        precondition(current.map { $0.id.hasSameUTF8(as: jobID) } ?? true,
+        precondition(current?.id.hasSameUTF8(as: jobID) ?? true,
                      "perform: the record is not job \(jobID)'s")
         var lifecycle = JobLifecycle(record: current)
         let decided: [DecidedEvent]
@@ -94,7 +94,7 @@ extension DecisionWriter {
         if record.state != .running {
             try dropLease(jobID: record.id)
         }
-        if let later = try persistDependencies(of: record, before: current, actor: actor, now: now) {
+        if let later = try persistDependencies(of: record, stateBefore: current?.state, actor: actor, now: now) {
             events += later.events
             record = later.record ?? record
         }
@@ -107,9 +107,11 @@ extension DecisionWriter {
     /// lifecycle cancel its waiting dependants, and theirs in turn (each `perform` does the next level).
     ///
     /// Returns the events a new job got beyond its `submitted` and the job after them, or nil.
-    private func persistDependencies(of record: JobRecord, before current: JobRecord?, actor: String,
+    /// `stateBefore` is the job's state before the decision (nil: a new job); only the state is asked
+    /// for, so the record before is not copied for every decision.
+    private func persistDependencies(of record: JobRecord, stateBefore: JobState?, actor: String,
                                      now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?)? {
-        if current == nil {
+        guard let stateBefore else {
             guard let after = record.spec.after, !after.isEmpty else { return nil }
             var ended: JobRecord?
             for dependency in after {
@@ -122,7 +124,7 @@ extension DecisionWriter {
             return try perform(.dependencyEnded(dependency: ended.id, key: ended.key, outcome: ended.state), jobID: record.id,
                                on: record, actor: actor, expectedVersion: record.version, now: now)
         }
-        guard let current, current.state != record.state else { return nil }
+        guard stateBefore != record.state else { return nil }
         switch record.state {
         case .succeeded:
             try removeDependencies(on: record.id)
