@@ -53,6 +53,10 @@ final class SQLiteConnection {
     let decodedSpecs = DecodedSpecCache()
     /// Running jobs' rows as this connection last committed them (see `CommittedRecordCache`).
     let committedRecords = CommittedRecordCache()
+    /// The lease expiry the claim in progress gives the job it claims (schema 10: kept in the job row):
+    /// the claim sets it before the lifecycle decides, and `writeProjection` writes it with the update
+    /// that makes the job `running`, so a claim writes its job's row once.
+    var claimingLease: (jobID: String, expiresAtMs: Int64)?
 
     /// Opens (and with `create`, creates) the database file.
     ///
