@@ -12,15 +12,15 @@ import JobModel
 /// keeps them after COMMIT, `discardNoted` drops them after a rollback — a record that was never
 /// committed could otherwise match a later row of the same version written by someone else.
 ///
-/// The probe also reads the job's lease token (`SELECT … LEFT JOIN leases`), which the fencing check
-/// of the same append then takes from here (`takeLeaseToken`) instead of a second query.
+/// The lease is part of the row (schema 10), so the fencing check of the same append takes the token of
+/// the record it starts from (`rememberLease`, then `takeLeaseToken`) instead of a second query.
 ///
 /// Not `Sendable`: it belongs to one `SQLiteConnection`, which the store's executor serialises.
 final class CommittedRecordCache {
     private var committed: [String: JobRecord] = [:]
     private var noted: [String: JobRecord] = [:]
-    /// The lease token the last probe read, for the one fencing check that follows it.
-    private var probedLease: (jobID: String, token: Int64?)?
+    /// The lease token of the row the current append starts from, for the one fencing check that follows.
+    private var knownLease: (jobID: String, token: Int64?)?
     private let capacity: Int
 
     /// - Parameter capacity: at most this many records (a worker holds a few hundred jobs at once);
@@ -56,24 +56,24 @@ final class CommittedRecordCache {
     /// The current transaction rolled back (or its outcome is unknown): forget what it noted.
     func discardNoted() {
         noted.removeAll(keepingCapacity: true)
-        probedLease = nil
+        knownLease = nil
     }
 
-    /// Remembers the lease token a probe of `jobID` read, for the fencing check right after it.
+    /// Remembers the lease token of the row of `jobID` an append starts from, for the fencing check right after it.
     func rememberLease(of jobID: String, token: Int64?) {
-        probedLease = (jobID, token)
+        knownLease = (jobID, token)
     }
 
-    /// The token the last probe read for `jobID` (once), or nil when there is none to take.
+    /// The token remembered for `jobID` (once), or nil when there is none to take.
     func takeLeaseToken(of jobID: String) -> Int64?? {
-        guard let probed = probedLease, probed.jobID.hasSameUTF8(as: jobID) else { return nil }
-        probedLease = nil
-        return .some(probed.token)
+        guard let known = knownLease, known.jobID.hasSameUTF8(as: jobID) else { return nil }
+        knownLease = nil
+        return .some(known.token)
     }
 
-    /// Forgets the probed lease token (the append it was read for is over).
+    /// Forgets the remembered lease token (the append it was taken for is over).
     func forgetLease() {
-        probedLease = nil
+        knownLease = nil
     }
 
     /// How many committed and noted records are held (tests).

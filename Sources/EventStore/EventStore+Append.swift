@@ -35,7 +35,7 @@ extension SQLiteConnection: DecisionWriter {
         // The rows this transaction has written, as written: a job's next event in the same batch
         // starts from its record instead of reading and decoding the row again. Nothing else writes
         // while this transaction holds the lock, and a refused event changes nothing, so a record
-        // here is the row's current state; lease rows are still read for every fenced event.
+        // here is the row's current state, its lease token included (schema 10: the lease is in the row).
         var written: [String: JobRecord] = [:]
         for pending in events {
             do throws(StoreError) {
@@ -43,7 +43,7 @@ extension SQLiteConnection: DecisionWriter {
                 let known = written[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
                 let (event, record) = try savepoint { () throws(StoreError) in
                     if let known {
-                        return try appendEvent(pending, to: known, now: now)
+                        return try appendEvent(pending, toRow: known, now: now)
                     }
                     return try appendEvent(pending, now: now)
                 }
@@ -76,34 +76,44 @@ extension SQLiteConnection: DecisionWriter {
         }
     }
 
-    /// The live lease row of a job: its token and expiry.
-    func leaseRow(_ jobID: String) throws(StoreError) -> (owner: String, token: Int64, expiresAtMs: Int64)? {
-        try first("SELECT owner, token, expires_at_ms FROM leases WHERE job_id = ?", [.text(jobID)]) { row in
-            (row.text(0), row.int64(1), row.int64(2))
+    /// The lease of a running job as its row holds it (schema 10): owner, token and expiry; nil when the
+    /// job is not running or holds no lease. The expiry is nil only for a job left running without one
+    /// (a lease row lost before schema 10), which the rescue treats as expired.
+    func leaseRow(_ jobID: String) throws(StoreError) -> (owner: String, token: Int64, expiresAtMs: Int64?)? {
+        try first("SELECT lease_owner, lease_token, lease_expires_at_ms FROM jobs "
+                    + "WHERE id = ? AND state = 'running' AND lease_owner IS NOT NULL AND lease_token IS NOT NULL",
+                  [.text(jobID)]) { row in
+            (row.text(0), row.int64(1), row.optionalInt64(2))
         }
     }
 
-    /// Appends one reported event (the lifecycle's `.report`), updating the projection and the lease
-    /// table. The caller holds a write transaction.
+    /// Appends one reported event (the lifecycle's `.report`), updating the projection row (and with it
+    /// the lease, which the row holds). The caller holds a write transaction.
     ///
     /// A job whose row this connection committed last (a worker's `started` after its claim, its
     /// outcome after `started`) starts from that record when one probe finds the row at the same
-    /// version; the probe reads the lease token too, for the fencing check. Otherwise the whole row is
-    /// read and decoded, as before.
+    /// version. Otherwise the whole row is read and decoded, as before. Either way the fencing check
+    /// takes the lease token from that record: the lease is part of the row.
     func appendEvent(_ pending: PendingEvent, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
         if let cached = committedRecords.candidate(pending.jobID),
-           let probe = try first(Self.versionAndLeaseSQL, [.text(pending.jobID)], { row in (row.int(0), row.optionalInt64(1)) }),
-           probe.0 == cached.version {
-            committedRecords.rememberLease(of: pending.jobID, token: probe.1)
-            defer { committedRecords.forgetLease() }
-            return try appendEvent(pending, to: cached, now: now)
+           let version = try first(Self.versionSQL, [.text(pending.jobID)], { row in row.int(0) }),
+           version == cached.version {
+            return try appendEvent(pending, toRow: cached, now: now)
         }
-        return try appendEvent(pending, to: try loadJob(pending.jobID), now: now)
+        return try appendEvent(pending, toRow: try loadJob(pending.jobID), now: now)
     }
 
-    /// The job row's version and its lease row's token (NULL: no lease row), by job id.
-    static let versionAndLeaseSQL =
-        "SELECT jobs.version, (SELECT leases.token FROM leases WHERE leases.job_id = jobs.id) FROM jobs WHERE jobs.id = ?"
+    /// Appends one reported event to `current`, the job's row as it stands in this transaction (nil: no
+    /// row). The fencing check of `perform` (`leaseToken(ofJob:)`) takes the lease token from it: the
+    /// row's lease is exactly what a query would read, so the row is not read again.
+    func appendEvent(_ pending: PendingEvent, toRow current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
+        committedRecords.rememberLease(of: pending.jobID, token: current?.state == .running ? current?.leaseToken : nil)
+        defer { committedRecords.forgetLease() }
+        return try appendEvent(pending, to: current, now: now)
+    }
+
+    /// The job row's version, by job id: the probe that tells whether a cached record is the row.
+    static let versionSQL = "SELECT version FROM jobs WHERE id = ?"
 
     /// Stores bytes once under their SHA-256 (hex) and returns the hash.
     public func storeBlob(_ bytes: Data) throws(StoreError) -> String {
@@ -115,10 +125,10 @@ extension SQLiteConnection: DecisionWriter {
 
     // MARK: DecisionWriter (perform and appendEvent come from StorePort)
 
-    /// The token of the job's lease row, or nil.
+    /// The token of the job's lease (its row's, while it runs), or nil.
     public func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64? {
-        // Read by this append's probe a moment ago, in the same transaction: still the row's token.
-        if let probed = committedRecords.takeLeaseToken(of: jobID) { return probed }
+        // The row this append starts from, in the same transaction: its token is the row's.
+        if let known = committedRecords.takeLeaseToken(of: jobID) { return known }
         return try leaseRow(jobID)?.token
     }
 
@@ -131,19 +141,33 @@ extension SQLiteConnection: DecisionWriter {
     }
 
     /// Updates only the columns that changed since `current`, or inserts the row.
+    ///
+    /// The lease expiry (schema 10) goes with the same update: set when the job becomes `running` (only
+    /// a claim does that, and it names the expiry in `claimingLease` first), cleared when it stops
+    /// running. A new row has none.
     public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
         if let current {
-            let update = try record.update(from: current)
+            var expiry = JobRecord.LeaseExpiryChange.unchanged
+            if record.state == .running && current.state != .running {
+                guard let claiming = claimingLease, claiming.jobID.hasSameUTF8(as: record.id) else {
+                    throw StoreError.io("job \(record.id) became running without a claim's lease expiry; "
+                        + "this is a bug in jobctl: please report it")
+                }
+                expiry = .set(claiming.expiresAtMs)
+            } else if record.state != .running && current.state == .running {
+                expiry = .cleared
+            }
+            let update = try record.update(from: current, leaseExpiry: expiry)
             try run(update.sql, update.values)
         } else {
             try run(JobRecord.insertSQL, try record.rowValues())
         }
     }
 
-    /// Removes the job's lease row.
-    public func dropLease(jobID: String) throws(StoreError) {
-        try run("DELETE FROM leases WHERE job_id = ?", [.text(jobID)])
-    }
+    /// Nothing to do since schema 10: the lease is part of the job row, and `writeProjection` clears its
+    /// expiry in the very update that ends the run (a job that was not running has none), so there is
+    /// no lease row to remove and no second write of the job row.
+    public func dropLease(jobID: String) throws(StoreError) {}
 
     // MARK: Dependencies
 

@@ -57,7 +57,6 @@ extension EventStore {
                     + "were written to the file; nothing was removed: run `jobctl archive` again")
             }
             try connection.run("DELETE FROM jobs WHERE id IN (SELECT job_id FROM archive_authorisations)")
-            try connection.run("DELETE FROM leases WHERE job_id IN (SELECT job_id FROM archive_authorisations)")
             try connection.run("""
                 DELETE FROM job_dependencies WHERE job IN (SELECT job_id FROM archive_authorisations)
                                                 OR depends_on IN (SELECT job_id FROM archive_authorisations)

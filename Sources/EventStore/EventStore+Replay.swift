@@ -7,7 +7,8 @@ extension EventStore {
     /// Folds every event from seq 1 into job records and compares them with the `jobs` projection.
     ///
     /// With `verify`, only reports the differences (works on a read-only store). Without, also
-    /// rewrites the `jobs` table from the fold in one transaction. Leases and blobs are not compared.
+    /// rewrites the `jobs` table from the fold in one transaction. Lease expiries (in the rows since
+    /// schema 10, but written by heartbeats, not events) and blobs are not compared.
     public func replay(verify: Bool) throws(StoreError) -> ReplayReport {
         if verify {
             return try readTransaction { (connection) throws(StoreError) -> ReplayReport in
@@ -56,9 +57,20 @@ extension EventStore {
         differences += fold.dependencyDifferences(stored: waits)
 
         if rewrite {
+            // The lease expiries of running jobs are not in the log (heartbeats extend them without an
+            // event): kept across the rewrite, for the jobs that are still running under the same token.
+            let expiries = try connection.query("""
+                SELECT id, lease_token, lease_expires_at_ms FROM jobs
+                WHERE state = 'running' AND lease_token IS NOT NULL AND lease_expires_at_ms IS NOT NULL
+                """) { row in (row.text(0), row.int64(1), row.int64(2)) }
             try connection.run("DELETE FROM jobs")
             for record in fold.recordsInLogOrder {
                 try connection.run(JobRecord.insertSQL, try record.rowValues())
+            }
+            for (id, token, expiresAtMs) in expiries {
+                try connection.run(
+                    "UPDATE jobs SET lease_expires_at_ms = ? WHERE id = ? AND state = 'running' AND lease_token = ?",
+                    [.integer(expiresAtMs), .text(id), .integer(token)])
             }
             try connection.run("DELETE FROM job_dependencies")
             for row in fold.dependencyRows {

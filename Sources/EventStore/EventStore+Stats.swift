@@ -33,8 +33,8 @@ extension EventStore {
             }
 
             let running = try connection.query("""
-                SELECT j.id, j.queue, j.kind, coalesce(j.lease_owner, ''), j.lease_token, l.expires_at_ms
-                FROM jobs j LEFT JOIN leases l ON l.job_id = j.id AND l.token = j.lease_token
+                SELECT j.id, j.queue, j.kind, coalesce(j.lease_owner, ''), j.lease_token, j.lease_expires_at_ms
+                FROM jobs j
                 WHERE j.state = 'running'\(queue == nil ? "" : " AND j.queue = ?")
                 ORDER BY j.lease_owner, j.id
                 """, queueValues) { (row) throws(StoreError) -> StoreStats.RunningLease in

@@ -8,7 +8,8 @@ extension EventStore {
     ///
     /// Runnable: queued with `run_after ≤ now`, in `queues` (nil: any queue; empty: none), ordered by
     /// priority (highest first), run_after, then submission order. Each gets a `claimed` event with a
-    /// fresh token from a global counter (tokens only grow) and a lease row expiring at `now + leaseMs`.
+    /// fresh token from a global counter (tokens only grow) and a lease expiring at `now + leaseMs`, kept
+    /// in its row (schema 10) by the same update that makes it `running`.
     /// A queued job that still holds a pause or cancel request (only a database written by an older
     /// jobctl has one) is `paused` or `cancelled` here instead of being claimed.
     public func claim(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) throws(StoreError) -> [ClaimedJob] {
@@ -45,17 +46,17 @@ extension EventStore {
 
     /// Extends to `now + leaseMs` every lease in `leases` (job id → token) that `owner` still holds
     /// (job running under that token). Returns the ids whose lease was lost: the worker must stop them.
-    /// Heartbeats append no events. One transaction for the whole set.
+    /// Heartbeats append no events. One transaction for the whole set. The update changes only the row's
+    /// `lease_expires_at_ms` (schema 10), which no index holds: no index entry is written.
     public func heartbeat(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) throws(StoreError) -> Set<String> {
         guard !leases.isEmpty else { return [] }
         return try writeTransaction { (connection) throws(StoreError) -> Set<String> in
             var lost: Set<String> = []
             for (jobID, token) in leases {
                 try connection.run("""
-                    UPDATE leases SET expires_at_ms = ?
-                    WHERE job_id = ? AND token = ? AND owner = ?
-                      AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'running' AND lease_token = ?)
-                    """, [.integer(now + leaseMs), .text(jobID), .integer(token), .text(owner), .text(jobID), .integer(token)])
+                    UPDATE jobs SET lease_expires_at_ms = ?
+                    WHERE id = ? AND state = 'running' AND lease_token = ? AND lease_owner = ?
+                    """, [.integer(now + leaseMs), .text(jobID), .integer(token), .text(owner)])
                 if connection.changes == 0 { lost.insert(jobID) }
             }
             return lost
@@ -66,13 +67,14 @@ extension EventStore {
     /// back to the queue at its resume point, or, when its attempts are used up, `failed` with
     /// `retryLimitExceeded`. A cancel pending on the job wins over both: `lease_expired`, then `cancelled`;
     /// a pending pause is honoured after `lease_expired` (`paused`). Returns the rescued job ids. One
-    /// transaction.
+    /// transaction. The expiries are in the job rows (schema 10): the running jobs are found through
+    /// `jobs_claim`, with no other table read.
     public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] {
         try writeTransaction { (connection) throws(StoreError) -> [String] in
             let expired = try connection.query("""
-                SELECT j.id, l.owner, l.expires_at_ms FROM jobs j LEFT JOIN leases l ON l.job_id = j.id
-                WHERE j.state = 'running' AND (l.job_id IS NULL OR l.expires_at_ms <= ?)
-                ORDER BY j.seq
+                SELECT id, lease_owner, lease_expires_at_ms FROM jobs
+                WHERE state = 'running' AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?)
+                ORDER BY seq
                 """, [.integer(now)]) { row in (row.text(0), row.optionalText(1), row.optionalInt64(2)) }
             var rescued: [String] = []
             for (id, owner, expiresAt) in expired {
@@ -121,6 +123,9 @@ extension SQLiteConnection {
         // Every queued job's spec is new to this connection (each job is claimed once), so caching it
         // would only hash and store texts never asked for again; the claimed record carries the spec.
         let specs = DecodedSpecCache.uncached()
+        // The expiry the lifecycle gives each claim (its `claimed` event says `now + leaseMs`), for
+        // `writeProjection` to write in the update that makes the job running.
+        defer { claimingLease = nil }
         while claimed.count < limit {
             let jobs = try query(sql, [.integer(now)] + queueValues + [.int(limit - claimed.count)]) {
                 (row) throws(StoreError) in try JobRecord(row: row, specs: specs)
@@ -133,11 +138,10 @@ extension SQLiteConnection {
                 // The lifecycle claims the job — or, for a queued job that still holds a pause or cancel
                 // request (only a database written by an older jobctl has one), honours it instead.
                 token += 1
+                claimingLease = (job.id, now + leaseMs)
                 let (events, record) = try perform(.claim(owner: owner, token: token, leaseMs: leaseMs), jobID: job.id,
                                                    on: job, actor: actor, expectedVersion: job.version, now: now)
-                guard let record, case .claimed(_, let expiresAt, _)? = events.first?.payload else { continue }
-                try run("INSERT OR REPLACE INTO leases (job_id, owner, token, expires_at_ms) VALUES (?, ?, ?, ?)",
-                        [.text(job.id), .text(owner), .integer(token), .integer(expiresAt)])
+                guard let record, case .claimed? = events.first?.payload else { continue }
                 committedRecords.note(record)
                 claimed.append(ClaimedJob(record: record, token: token))
             }

@@ -149,7 +149,10 @@ extension JobRecord {
     ///
     /// Text is compared by its bytes, not with `==`: Swift calls canonically equivalent strings equal,
     /// yet the projection must hold the exact bytes the fold would write.
-    func update(from old: JobRecord) throws(StoreError) -> (sql: String, values: [SQLiteValue]) {
+    ///
+    /// `leaseExpiry` adds `lease_expires_at_ms` (not a fold's column: see `LeaseExpiryChange`) to the same
+    /// statement, so a claim and the end of a run each write the row once.
+    func update(from old: JobRecord, leaseExpiry: LeaseExpiryChange = .unchanged) throws(StoreError) -> (sql: String, values: [SQLiteValue]) {
         // The columns set, as bits in `changingColumns` order: the statement's text depends on nothing
         // else, so it is built once per set of columns (a worker's appends use a handful of them).
         var columns: UInt32 = 0
@@ -182,9 +185,30 @@ extension JobRecord {
         if updatedAtMs != old.updatedAtMs { set(.updatedAtMs, .integer(updatedAtMs)) }
         if startedAtMs != old.startedAtMs { set(.startedAtMs, .optional(startedAtMs)) }
         if finishedAtMs != old.finishedAtMs { set(.finishedAtMs, .optional(finishedAtMs)) }
+        switch leaseExpiry {
+        case .unchanged:
+            break
+        case .set(let expiresAtMs):
+            columns |= Self.leaseExpiryBit
+            values.append(.integer(expiresAtMs))
+        case .cleared:
+            columns |= Self.leaseExpiryBit
+            values.append(.null)
+        }
         values.append(.text(id))
         return (Self.updateSQL(setting: columns), values)
     }
+
+    /// What an update does to `lease_expires_at_ms` (schema 10), the one stored column no event sets: the
+    /// claim sets it, the end of a run clears it, every other event leaves it as the heartbeats made it.
+    enum LeaseExpiryChange: Equatable {
+        case unchanged
+        case set(Int64)
+        case cleared
+    }
+
+    /// The bit of `lease_expires_at_ms` in a column set, after every `ChangingColumn`'s.
+    static let leaseExpiryBit: UInt32 = 1 << 31
 
     /// The columns `update(from:)` may set, in the order it sets them (the bit of each in a column set).
     enum ChangingColumn: UInt32, CaseIterable {
@@ -196,12 +220,12 @@ extension JobRecord {
     }
 
     /// `UPDATE jobs SET a = ?, b = ? … WHERE id = ?` for the columns whose bits are in `columns`, in
-    /// `ChangingColumn` order.
+    /// `ChangingColumn` order, then `lease_expires_at_ms` when `leaseExpiryBit` is set.
     static func updateSQL(setting columns: UInt32) -> String {
         if let known = updateStatements.withLock({ $0[columns] }) { return known }
-        let sql = "UPDATE jobs SET "
-            + ChangingColumn.allCases.filter { columns & (1 << $0.rawValue) != 0 }.map { "\($0.name) = ?" }.joined(separator: ", ")
-            + " WHERE id = ?"
+        var names = ChangingColumn.allCases.filter { columns & (1 << $0.rawValue) != 0 }.map(\.name)
+        if columns & leaseExpiryBit != 0 { names.append("lease_expires_at_ms") }
+        let sql = "UPDATE jobs SET " + names.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?"
         updateStatements.withLock { $0[columns] = sql }
         return sql
     }

@@ -88,6 +88,10 @@ final class SQLiteConnection {
     /// since it began). Lets a transaction that finishes many jobs look for their dependants once
     /// instead of running a DELETE for each job; reset when a transaction begins.
     var dependencyRowsAbsent: Bool?
+    /// The lease expiry the claim in progress gives the job it claims (schema 10: kept in the job row):
+    /// the claim sets it before the lifecycle decides, and `writeProjection` writes it with the update
+    /// that makes the job `running`, so a claim writes its job's row once.
+    var claimingLease: (jobID: String, expiresAtMs: Int64)?
 
     /// Opens (and with `create`, creates) the database file.
     ///

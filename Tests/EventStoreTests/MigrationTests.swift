@@ -58,6 +58,7 @@ struct MigrationTests {
             "7 queued_claim_order 6d1e295a083c13e1ff462f61ae5908d1619e42028f3a1b7e1360c476a59f91e7",
             "8 spec_and_result_once c0a4d975c1085017ef676ff784cff47a1ce7cb62ec3cd3ab75c649a1f7f95ca9",
             "9 conditions_without_in_lists 21223ad6c6a75804c02e29113ede56e09b7986c269df3608b0000bdb38f3f4d7",
+            "10 lease_in_the_job_row 6cd983efb70ec6d5128fdb1deaa008a1c4b6dcf63dd1c62ce6bdbbd7a6359cc4",
         ])
     }
 
@@ -105,7 +106,7 @@ struct MigrationTests {
         defer { fixture.remove() }
         let id = try fixture.submit()
         try fixture.sql("BEGIN IMMEDIATE")
-        try fixture.sql("INSERT INTO leases (job_id, owner, token, expires_at_ms) VALUES ('x', 'y', 1, 1)")
+        try fixture.sql("INSERT INTO expired_blobs (sha256, size, expired_at_ms) VALUES ('x', 1, 1)")
         let reader = try EventStore(path: fixture.path, readOnly: true)
         #expect(try reader.job(id)?.state == .queued)
         #expect(try reader.counts() == [.queued: 1])
@@ -119,6 +120,7 @@ struct MigrationTests {
         defer { directory.remove() }
         let path = directory.file("jobs.db")
         var ids: [String] = []
+        var secondToken: Int64 = 0
         do {
             let store = try EventStore(path: path)
             // Job 0: claimed, paused on request, resumed and claimed again (schema 1 counted 2 attempts).
@@ -129,7 +131,8 @@ struct MigrationTests {
             _ = try store.requestPause(id: ids[0], actor: "cli:test", now: 1_200)
             try store.append(PendingEvent(jobID: ids[0], type: .paused, actor: workerName, leaseToken: first.token), now: 1_300)
             _ = try store.requestResume(id: ids[0], actor: "cli:test", now: 1_400)
-            _ = try store.claim(owner: workerName, queues: nil, limit: 1, leaseMs: 1_000, now: 1_500)
+            let second = try #require(try store.claim(owner: workerName, queues: nil, limit: 1, leaseMs: 1_000, now: 1_500).first)
+            secondToken = second.token
             // Jobs 1 and 2 as the old rules wrote them, straight into the log.
             try store.withConnection { (connection) throws(StoreError) in
                 func raw(_ id: String, _ version: Int, _ type: EventType, lease: Int64? = nil) throws(StoreError) {
@@ -158,6 +161,15 @@ struct MigrationTests {
                 // Nor had it dropped the spec and result (schema 8): back as the empty columns it had.
                 try connection.run("ALTER TABLE jobs ADD COLUMN result TEXT")
                 try connection.run("ALTER TABLE jobs ADD COLUMN spec TEXT")
+                // Nor kept the lease expiry in the row (schema 10): job 0's lease back in its `leases` table.
+                try connection.run("ALTER TABLE jobs DROP COLUMN lease_expires_at_ms")
+                try connection.execute("""
+                    CREATE TABLE leases (job_id TEXT PRIMARY KEY, owner TEXT NOT NULL, token INTEGER NOT NULL,
+                                         expires_at_ms INTEGER NOT NULL);
+                    CREATE INDEX leases_expiry ON leases (expires_at_ms);
+                    """)
+                try connection.run("INSERT INTO leases (job_id, owner, token, expires_at_ms) VALUES (?, ?, ?, 9000)",
+                                   [.text(ids[0]), .text(workerName), .integer(second.token)])
             }
         }
         #expect(throws: StoreError.olderSchema(found: 1, known: EventStore.knownSchemaVersion)) {
@@ -168,6 +180,14 @@ struct MigrationTests {
         let store = try EventStore(path: path, mode: .readWrite)
         #expect(store.appliedMigrations == Migrator.all.map(\.version).filter { $0 >= 2 })
         #expect(try store.job(ids[0])?.attempts == 1)
+        // Job 0 still runs under its lease: migration 10 moved the expiry into its row, and the rebuild
+        // of the projection at the end of the same transaction kept it.
+        let lease = try store.withConnection { (connection) throws(StoreError) in
+            try connection.first("SELECT lease_token, lease_expires_at_ms FROM jobs WHERE id = ?", [.text(ids[0])]) { row in
+                (row.optionalInt64(0), row.optionalInt64(1))
+            }
+        }
+        #expect(lease?.0 == secondToken && lease?.1 == 9_000)
         let cancelled = try #require(try store.job(ids[1]))
         #expect(cancelled.state == .cancelled && cancelled.error?.code == .cancelled && !cancelled.cancelRequested)
         let paused = try #require(try store.job(ids[2]))

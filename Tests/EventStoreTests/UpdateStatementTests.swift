@@ -17,4 +17,13 @@ struct UpdateStatementTests {
         }
         #expect(wrong.isEmpty, "column sets with another text: \(wrong.prefix(10))")
     }
+
+    /// Schema 10: the claim and the end of a run set the lease expiry in the same statement, after the
+    /// fold's columns, its value just before the id.
+    @Test func theLeaseExpiryComesAfterTheFoldsColumns() throws {
+        let claimSet = (UInt32(1) << JobRecord.ChangingColumn.state.rawValue) | (UInt32(1) << JobRecord.ChangingColumn.version.rawValue)
+        #expect(JobRecord.updateSQL(setting: claimSet | JobRecord.leaseExpiryBit)
+            == "UPDATE jobs SET state = ?, version = ?, lease_expires_at_ms = ? WHERE id = ?")
+        #expect(JobRecord.updateSQL(setting: claimSet) == "UPDATE jobs SET state = ?, version = ? WHERE id = ?")
+    }
 }

@@ -96,9 +96,8 @@ struct WorkerPrimitiveTests {
             == [kept.record.id])
         #expect(try store.heartbeat(owner: "w1", leases: [kept.record.id: kept.token + 100], leaseMs: 1_000, now: 2_300)
             == [kept.record.id])
-        // PostgreSQL keeps the expiry in the job row (its schema 11), SQLite in the lease row.
-        let expiry = engine == .postgres ? "SELECT lease_expires_at_ms FROM jobs WHERE id = ?" : "SELECT expires_at_ms FROM leases WHERE job_id = ?"
-        #expect(try fixture.scalar(expiry, [.text(kept.record.id)]) == "3200")
+        // Both engines keep the expiry in the job row (PostgreSQL's schema 11, SQLite's schema 10).
+        #expect(try fixture.scalar("SELECT lease_expires_at_ms FROM jobs WHERE id = ?", [.text(kept.record.id)]) == "3200")
         #expect(try store.job(kept.record.id)?.state == .running)
     }
 
@@ -119,8 +118,7 @@ struct WorkerPrimitiveTests {
         #expect(record.resumePoint == point && record.bytesDone == 4096)
         #expect(record.leaseOwner == nil && record.leaseToken == nil && record.attempts == 1)
         #expect(try store.events(jobID: id).last?.type == .leaseExpired)
-        let lease = engine == .postgres ? "SELECT lease_expires_at_ms FROM jobs WHERE id = ?" : "SELECT token FROM leases WHERE job_id = ?"
-        #expect(try fixture.scalar(lease, [.text(id)]) == nil)
+        #expect(try fixture.scalar("SELECT lease_expires_at_ms FROM jobs WHERE id = ?", [.text(id)]) == nil)
         // Rescuing again finds nothing.
         #expect(try store.rescueExpired(now: 9_000, actor: "w2").isEmpty)
     }
