@@ -161,7 +161,7 @@ import TestSupport
             try await Task.sleep(for: .milliseconds(20))
         }
         #expect(FileManager.default.fileExists(atPath: hold), "the child never reached the point before its commit")
-        kill(child.processIdentifier, SIGKILL)
+        signalIfRunning(child, SIGKILL)
         child.waitUntilExit()
         #expect(child.terminationReason == .uncaughtSignal)
 

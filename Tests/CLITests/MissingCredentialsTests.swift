@@ -33,13 +33,13 @@ import TestSupport
         worker.standardError = logFile
         try worker.run()
         defer {
-            if worker.isRunning { kill(worker.processIdentifier, SIGKILL) }
+            signalIfRunning(worker, SIGKILL)
             worker.waitUntilExit()
         }
         func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
         let ran = eventuallyTrue(seconds: 20) { log().contains(" succeeded ") || log().contains("\"event\":\"succeeded\"") }
         try #require(ran, "the worker never ran the file:// job:\n\(log())")
-        kill(worker.processIdentifier, SIGTERM)
+        signalIfRunning(worker, SIGTERM)
         worker.waitUntilExit()
         #expect(worker.terminationStatus == 0, "\(log())")
         return log()

@@ -41,7 +41,7 @@ import TestSupport
         let log = workspace.directory.file("worker.log")
         let worker = try Self.workerUnderLimit("-Sn 64", workspace, ["--log-format", "json"], log: log)
         defer {
-            if worker.isRunning { kill(worker.processIdentifier, SIGKILL) }
+            signalIfRunning(worker, SIGKILL)
             worker.waitUntilExit()
         }
         let deadline = Date().addingTimeInterval(30)
@@ -54,7 +54,7 @@ import TestSupport
         #expect(limit.soft == (hard > 1 << 20 ? "\(1 << 20)" : inherited.hard), "soft \(limit.soft), hard \(limit.hard)")
         #expect(limit.hard == inherited.hard)
         #expect(!((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("open_files_limit"))
-        kill(worker.processIdentifier, SIGTERM)
+        signalIfRunning(worker, SIGTERM)
         worker.waitUntilExit()
         #expect(worker.terminationStatus == 0)
     }

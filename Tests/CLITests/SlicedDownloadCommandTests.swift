@@ -54,7 +54,7 @@ import TestSupport
         }
         // Wait for the first checkpoint in the log, then kill the worker without warning.
         let checkpointed = try eventuallyTrue(seconds: 60) { try resumePoint()?["type"] as? String == "sliced_download" }
-        kill(first.processIdentifier, SIGKILL)
+        signalIfRunning(first, SIGKILL)
         first.waitUntilExit()
         #expect(checkpointed, "the worker logged no sliced checkpoint: \((try? String(contentsOfFile: firstLog, encoding: .utf8)) ?? "")")
         let firstRound = proxy.exchanges.count

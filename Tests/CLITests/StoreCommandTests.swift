@@ -210,7 +210,7 @@ import TestSupport
         let done = try eventuallyTrue(seconds: 20) {
             try workspace.jobctl(["show", id]).stdout.contains("succeeded")
         }
-        kill(worker.processIdentifier, SIGKILL)
+        signalIfRunning(worker, SIGKILL)
         worker.waitUntilExit()
         try #require(done)
         let wal = workspace.database + "-wal"

@@ -73,7 +73,7 @@ import TestSupport
         worker.standardError = FileHandle.nullDevice
         try worker.run()
         defer {
-            if worker.isRunning { kill(worker.processIdentifier, SIGKILL) }
+            signalIfRunning(worker, SIGKILL)
             worker.waitUntilExit()
         }
 
@@ -167,7 +167,7 @@ import TestSupport
         #expect(stalled.stdout == "HTTP/1.1 408 Request Timeout\n", "\(stalled.stdout)\(stalled.stderr)")
         #expect(try Self.curl(["http://127.0.0.1:\(port)/metrics"]).status == 200)
 
-        kill(worker.processIdentifier, SIGTERM)
+        signalIfRunning(worker, SIGTERM)
         worker.waitUntilExit()
         #expect(worker.terminationStatus == 0)
         #expect(!loopbackPortAnswers(port))

@@ -34,7 +34,7 @@ struct WriterLockTests {
             try #require(FileManager.default.fileExists(atPath: marker), "the child never took the lock")
         }
 
-        func signal(_ number: Int32) { kill(process.processIdentifier, number) }
+        func signal(_ number: Int32) { signalIfRunning(process, number) }
 
         func killAndWait() {
             signal(SIGCONT)
@@ -219,8 +219,8 @@ struct WriterLockTests {
         let holder = try Holder(databasePath: fixture.path)
         let lock = try #require(try WriterLock.openOrCreate(forDatabase: fixture.path))
         // Killed a moment after the wait begins: the deadline, far in the future, must not overflow.
-        let pid = holder.process.processIdentifier
-        let killer = Thread { usleep(300_000); kill(pid, SIGKILL) }
+        let process = holder.process
+        let killer = Thread { usleep(300_000); signalIfRunning(process, SIGKILL) }
         killer.start()
         let started = Date()
         #expect(lock.lock(waitingAtMostNs: .max) == .acquired)

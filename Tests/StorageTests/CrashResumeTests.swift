@@ -72,7 +72,7 @@ struct CrashResumeTests {
         }
         // A test starved past its deadline still reads what the child logged meanwhile.
         points = Self.readLog(log)
-        kill(child.processIdentifier, SIGKILL)
+        signalIfRunning(child, SIGKILL)
         child.waitUntilExit()
         #expect(child.terminationReason == .uncaughtSignal, "the child must have been killed, not finished")
         let last = try #require(points.last, "the child logged no checkpoint; its output: \((try? String(contentsOfFile: childOutput, encoding: .utf8)) ?? "")")

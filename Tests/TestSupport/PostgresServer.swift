@@ -70,7 +70,7 @@ public final class PostgresServer: Sendable {
     public func shutDown() {
         guard controllable else { return }
         _ = try? pgctl(["stop", "-m", "immediate", "-w", "-t", "30"])
-        if let pid = supervisorPID { kill(pid, SIGTERM) }
+        if let pid = supervisorPID { signalChildIfRunning(pid, SIGTERM) }
     }
 
     /// Runs `pg_ctl ARGS -D data` as the cluster's owner with clean signals and closed descriptors (the
@@ -347,7 +347,7 @@ public final class PostgresServer: Sendable {
     private static func registerStopAtExit(_ pid: Int32) {
         supervisor.set(pid)
         atexit {
-            if let pid = PostgresServer.supervisor.get() { kill(pid, SIGTERM) }
+            if let pid = PostgresServer.supervisor.get() { signalChildIfRunning(pid, SIGTERM) }
         }
     }
 
@@ -359,7 +359,7 @@ public final class PostgresServer: Sendable {
     private static func registerPrivateStopAtExit(_ pid: Int32) {
         if privateSupervisors.add(pid) {
             atexit {
-                for pid in PostgresServer.privateSupervisors.all() { kill(pid, SIGTERM) }
+                for pid in PostgresServer.privateSupervisors.all() { signalChildIfRunning(pid, SIGTERM) }
             }
         }
     }

@@ -135,3 +135,23 @@ public func freeLoopbackPort() -> Int {
     defer { close(fd) }
     return bindToLoopback(fd) ?? 0
 }
+
+/// Sends `signal` to the child `process` only while it has not ended. Process ids are reused: this
+/// kind of machine hands them out up to 32,768 (`/proc/sys/kernel/pid_max`), a test run creates tens of
+/// thousands of processes and threads, and Foundation reaps an ended child at once, so the id of a
+/// child that has already ended can name another test's server a moment later (an nginx worker killed
+/// that way answers its client with nothing). Returns whether the signal was sent.
+@discardableResult
+public func signalIfRunning(_ process: Process, _ signal: Int32) -> Bool {
+    guard process.isRunning else { return false }
+    return kill(process.processIdentifier, signal) == 0
+}
+
+/// `signalIfRunning` for a child started without Foundation (`posix_spawn`): signalled only while it is
+/// this process's child and has not ended (`waitpid` with `WNOHANG` answers 0). An ended child that was
+/// reaped, by us or by anyone, answers otherwise, and its id may name another process by now.
+@discardableResult
+public func signalChildIfRunning(_ pid: pid_t, _ signal: Int32) -> Bool {
+    guard waitpid(pid, nil, WNOHANG) == 0 else { return false }
+    return kill(pid, signal) == 0
+}

@@ -42,7 +42,7 @@ final class JobctlProcess: @unchecked Sendable {
                           cleanSignalMask: cleanSignalMask)
     }
 
-    func signal(_ number: Int32) { kill(process.processIdentifier, number) }
+    func signal(_ number: Int32) { signalIfRunning(process, number) }
 
     /// Waits for exit up to `seconds`; returns the status, or nil on timeout.
     func wait(seconds: Double) -> Int32? {
@@ -56,7 +56,7 @@ final class JobctlProcess: @unchecked Sendable {
 
     deinit {
         if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
+            signalIfRunning(process, SIGKILL)
             process.waitUntilExit()
         }
     }
