@@ -43,6 +43,35 @@ extension PostgresStore {
         }
     }
 
+    /// Among the `limit` newest queued jobs, exactly those whose `submitted` event's text (the spec with
+    /// the payload's version) contains `text`, ASCII letters compared without case, newest first.
+    ///
+    /// The server matches the stored text before anything else is read, so a spec that cannot match is
+    /// neither parsed as JSON on the server nor sent nor decoded here. Every worker process asks this
+    /// once at start (the look for `gs://` jobs without credentials); through `jobs(filter:)` it read,
+    /// parsed, sent and decoded up to 10,000 specs per process — with four processes draining 10,000
+    /// jobs, ~0.9 s of the server's statement time, more than a fifth of the whole drain's
+    /// (BENCHMARKS.md, PostgreSQL); matched on the server, 10,000 queued jobs take ~20–35 ms instead of
+    /// ~160–180 ms. `lower()` under the "C" collation lowers exactly the ASCII capitals, as SQLite's
+    /// `lower()` does, whatever the database's own collation (`translate` does the same at ~5× the cost).
+    public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
+        let query = """
+            SELECT \(JobRecord.postgresSelectColumns) FROM jobs
+            WHERE jobs.id IN (SELECT id FROM jobs WHERE state = $1 ORDER BY created_at_ms DESC, seq DESC LIMIT $2)
+                AND strpos(lower((SELECT events.data FROM events WHERE events.seq = jobs.seq) COLLATE "C"), $3) > 0
+            ORDER BY jobs.created_at_ms DESC, jobs.seq DESC
+            """
+        let parameters: [PostgresValue] = [.text(JobState.queued.rawValue), .int(max(0, limit)), .text(Self.asciiLowercased(text))]
+        return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
+            try connection.rows(query, parameters) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+        }
+    }
+
+    /// `text` with its ASCII capitals made small and every other character left as it is.
+    static func asciiLowercased(_ text: String) -> String {
+        String(decoding: text.utf8.map { (65...90).contains($0) ? $0 + 32 : $0 }, as: UTF8.self)
+    }
+
     /// How many jobs read per FETCH when streaming jobs.
     static let jobPageSize = 1_000
 
