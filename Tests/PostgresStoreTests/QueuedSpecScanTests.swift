@@ -40,4 +40,29 @@ struct PostgresQueuedSpecScanTests {
                     "http://127.0.0.1:9/object-293", "http://127.0.0.1:9/object-292", "http://127.0.0.1:9/object-291",
                     "http://127.0.0.1:9/object-290", "http://127.0.0.1:9/object-29"])
     }
+
+    @Test("the statement runs without JIT compilation, which cost more than the statement itself")
+    func withoutJIT() throws {
+        let fixture = try PostgresFixture("queued-spec-jit")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        _ = try store.submit((0..<50).map { k in JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:9/o-\(k)", maxSize: 64) },
+                             actor: "cli:test", now: 1_000)
+        let connection = try fixture.connect()
+        guard try connection.first("SELECT pg_jit_available()", []) { (row) throws(PostgresError) in try row.bool(0) } == true else {
+            return  // a server without JIT has nothing to turn off
+        }
+        func plan(_ begin: [String]) throws -> String {
+            for statement in begin { try connection.run(statement) }
+            // Every statement above this cost is compiled: so this one is, unless JIT is off.
+            try connection.run("SET LOCAL jit_above_cost = 0")
+            let lines = try connection.query("EXPLAIN (ANALYZE) " + PostgresStore.queuedJobsSQL,
+                                             [.text("queued"), .integer(10_000), .text("gs:")]) { (row) throws(PostgresError) in try row.text(0) }
+            try connection.run("ROLLBACK")
+            return lines.joined(separator: "\n")
+        }
+        #expect(try plan(["BEGIN"]).contains("JIT:"))
+        let without = try plan(PostgresStore.withoutJIT)
+        #expect(!without.contains("JIT:"), "\(without)")
+        #expect(try store.queuedJobs(limit: 10_000, specMentioning: "o-4").count == 11)
+    }
 }
