@@ -85,11 +85,19 @@ extension JobRecord {
         ]
     }
 
-    /// The values of `postgresUpdateSQL`: the changing columns, then the id.
+    /// The values of `postgresUpdateSQL`: the changing columns (`postgresChangingColumns`' order), then
+    /// the id — the same values `postgresValues()` gives those columns.
+    ///
+    /// Built directly: each group commit calls this for every job it changes, and picking the values
+    /// out of `postgresValues()` by column name (all 24 values built, 15 name searches) was ~4 % of a
+    /// PostgreSQL worker's instructions (callgrind, 1,000-job drain). A test compares the two.
     func postgresUpdateValues() throws(StoreError) -> [PostgresValue] {
-        let all = try postgresValues()
-        let indexes = Self.postgresChangingColumns.compactMap { Self.postgresColumns.firstIndex(of: $0) }
-        return indexes.map { all[$0] } + [.text(id)]
+        [
+            .text(state.rawValue), .integer(runAfterMs), .int(attempts), .optional(leaseOwner), .optional(leaseToken),
+            .integer(bytesDone), .optional(bytesTotal), try Self.json(resumePoint), try Self.json(error),
+            .bool(pauseRequested), .bool(cancelRequested), .int(version), .integer(updatedAtMs),
+            .optional(startedAtMs), .optional(finishedAtMs), .text(id),
+        ]
     }
 
     private static func json<T: Encodable>(_ value: T?) throws(StoreError) -> PostgresValue {

@@ -39,6 +39,19 @@ enum PostgresValue: Equatable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The type OID `binary()` sends the value with (0 for NULL), without encoding the value: what a
+    /// batch's array of one column checks for every value it holds.
+    func typeOID() throws(PostgresError) -> UInt32 {
+        switch self {
+        case .null: return 0
+        case .integer: return PostgresType.int8
+        case .text: return PostgresType.text
+        case .bytea: return PostgresType.bytea
+        case .bool: return PostgresType.bool
+        case .array(let array): return try array.arrayType()
+        }
+    }
+
     /// The value's binary form and its type OID; nil bytes for NULL (sent untyped).
     ///
     /// See https://www.postgresql.org/docs/current/protocol-overview.html#PROTOCOL-FORMAT-CODES

@@ -43,6 +43,49 @@ extension PostgresStore {
         }
     }
 
+    /// Among the `limit` newest queued jobs, exactly those whose `submitted` event's text (the spec with
+    /// the payload's version) contains `text`, ASCII letters compared without case, newest first.
+    ///
+    /// The server matches the stored text before anything else is read, so a spec that cannot match is
+    /// neither parsed as JSON on the server nor sent nor decoded here. Every worker process asks this
+    /// once at start (the look for `gs://` jobs without credentials); through `jobs(filter:)` it read,
+    /// parsed, sent and decoded up to 10,000 specs per process — with four processes draining 10,000
+    /// jobs, ~0.9 s of the server's statement time, more than a fifth of the whole drain's
+    /// (BENCHMARKS.md, PostgreSQL). `lower()` under the "C" collation lowers exactly the ASCII
+    /// capitals, as SQLite's `lower()` does, whatever the database's own collation.
+    ///
+    /// The candidates are joined to their `submitted` events (not matched in a sub-select per job, which
+    /// the planner costs above `jit_above_cost` at 10,000 jobs), and the statement runs with `jit = off`:
+    /// compiling it took ~150 ms of its ~250 ms (EXPLAIN ANALYZE), for a statement run once per process.
+    /// 10,000 queued jobs without `gs:` then take ~25 ms instead of ~215 ms.
+    public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
+        let query = Self.queuedJobsSQL
+        let parameters: [PostgresValue] = [.text(JobState.queued.rawValue), .int(max(0, limit)), .text(Self.asciiLowercased(text))]
+        return try transaction(Self.withoutJIT) { (connection) throws(StoreError) -> [JobRecord] in
+            try connection.rows(query, parameters) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+        }
+    }
+
+    /// The statement of `queuedJobs(limit:specMentioning:)`: $1 the state, $2 the limit, $3 the text.
+    static let queuedJobsSQL = """
+            SELECT \(JobRecord.postgresSelectColumns) FROM jobs
+            WHERE jobs.id IN (SELECT newest.id
+                              FROM (SELECT id, seq FROM jobs WHERE state = $1 ORDER BY created_at_ms DESC, seq DESC LIMIT $2) AS newest
+                              JOIN events ON events.seq = newest.seq
+                              WHERE strpos(lower(events.data COLLATE "C"), $3) > 0)
+            ORDER BY jobs.created_at_ms DESC, jobs.seq DESC
+            """
+
+    /// How `queuedJobs(limit:specMentioning:)` begins: a transaction whose statements the server does
+    /// not compile to machine code (`SET LOCAL` ends with it; a read-only store's session stays
+    /// read-only).
+    static let withoutJIT = ["BEGIN ISOLATION LEVEL READ COMMITTED", "SET LOCAL jit = off"]
+
+    /// `text` with its ASCII capitals made small and every other character left as it is.
+    static func asciiLowercased(_ text: String) -> String {
+        String(decoding: text.utf8.map { (65...90).contains($0) ? $0 + 32 : $0 }, as: UTF8.self)
+    }
+
     /// How many jobs read per FETCH when streaming jobs.
     static let jobPageSize = 1_000
 

@@ -185,7 +185,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// transaction can have run (it never began), so the connection is opened again and the
     /// transaction run on it (once) — unless that pipeline carried the COMMIT too (`body` sent
     /// nothing), when the outcome is unknown and the loss is reported.
-    private func transaction<T>(_ begin: [String], _ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    func transaction<T>(_ begin: [String], _ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         let readOnly = isReadOnly
         return try withConnection { (connection) throws(StoreError) -> T in
             var attempt = 1

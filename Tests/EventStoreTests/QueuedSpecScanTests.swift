@@ -29,9 +29,8 @@ struct QueuedSpecScanTests {
         defer { fixture.remove() }
         let expected = try Self.populate(fixture, plain: 20)
         let found = try fixture.store.queuedJobs(limit: 1_000, specMentioning: "gs:").map(\.id)
-        // A store may return more (PostgreSQL returns every queued job), never fewer, and newest first.
-        #expect(Array(found.prefix(3)) == expected)
-        #expect(found.count == (engine == .sqlite ? 3 : 23))
+        // A store may return more, never fewer, and newest first; both match the text before decoding.
+        #expect(found == expected)
         // Only the `limit` newest queued jobs are looked at.
         #expect(try fixture.store.queuedJobs(limit: 2, specMentioning: "gs:").map(\.id) == Array(expected.prefix(2)))
         #expect(try fixture.store.queuedJobs(limit: 0, specMentioning: "gs:").isEmpty)
