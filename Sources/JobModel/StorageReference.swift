@@ -40,7 +40,8 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// `rawPath`: for http(s), the path as written (escapes valid, `path` is its decoding); nil for the
-    /// canonical encoding of the normalised `path`.
+    /// canonical encoding of the normalised `path`. Internal, not private, for the tests' copy of the
+    /// former parser, which builds its references through it.
     init(scheme: Scheme, bucket: String, path: String, query: String?, rawPath: String?) throws(StorageError) {
         if scheme != .file && bucket.isEmpty {
             throw StorageError(.invalidArgument, "the bucket (or host) is empty")
