@@ -36,8 +36,8 @@ public final class WorkerLog: Sendable {
     /// Formats and writes `entry` when its level is enabled; lines from concurrent tasks never interleave.
     public func record(_ entry: WorkerLogEntry) {
         guard isEnabled(entry.level) else { return }
-        var line = formatter.line(entry)
-        line += "\n"
+        var line = ""
+        formatter.appendLine(entry, to: &line)
         lock.withLock { _ in write(line) }
     }
 
@@ -148,8 +148,7 @@ public final class WorkerLog: Sendable {
         guard isEnabled(.info), !jobs.isEmpty else { return }
         var text = ""
         for job in jobs {
-            text += formatter.line(Self.claimedEntry(job.record, token: job.token, leaseMs: leaseMs, now: now))
-            text += "\n"
+            formatter.appendLine(Self.claimedEntry(job.record, token: job.token, leaseMs: leaseMs, now: now), to: &text)
         }
         lock.withLock { _ in write(text) }
     }

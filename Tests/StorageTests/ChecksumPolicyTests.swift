@@ -203,6 +203,29 @@ struct ChecksumPolicyTests {
                               status: 200).count == 2)
     }
 
+    /// The error's URL is made only for a mismatch: every verified download used to redact its URL for
+    /// nothing. A match must not evaluate it; a mismatch still carries it.
+    @Test func verifyMakesTheURLOnlyForAMismatch() throws {
+        let crc32c = hashes(Data("x".utf8)).crc32c
+        let digests = servedDigests(["x-goog-hash": "crc32c=\(crc32c)"], status: 200)
+        final class Counter: @unchecked Sendable { var made = 0 }
+        let counter = Counter()
+        func url() -> String {
+            counter.made += 1
+            return redactedURL("http://h/x?token=secret")
+        }
+        #expect(try digests.verify(md5: nil, crc32c: crc32c, what: "downloaded file", remedy: "r", url: url()) == [.crc32c])
+        #expect(counter.made == 0)
+        do {
+            _ = try digests.verify(md5: nil, crc32c: hashes(Data("y".utf8)).crc32c, what: "downloaded file", remedy: "r", url: url())
+            Issue.record("a different CRC32C verified")
+        } catch {
+            #expect(error.code == .nonMatchingChecksum)
+            #expect(error.url == "http://h/x?token=REDACTED")
+        }
+        #expect(counter.made == 1)
+    }
+
     // MARK: - file:// buckets
 
     @Test("file:// buckets: CRC32C from the sidecar by default; MD5 stored and compared when asked")

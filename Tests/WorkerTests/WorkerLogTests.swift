@@ -281,8 +281,88 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         parts.append(paint(entry.event.rawValue, eventCode))
         if let job = entry.jobID { parts.append(job) }
         if let kind = entry.kind { parts.append(kind.rawValue) }
-        for (name, value) in entry.fields { parts.append("\(name)=\(WorkerLogFormatter.textValue(value))") }
+        for (name, value) in entry.fields { parts.append("\(name)=\(formerTextValue(value))") }
         return parts.joined(separator: " ")
+    }
+
+    /// The former value rendering, on `String`s and Unicode scalars.
+    static func formerTextValue(_ value: WorkerLogValue) -> String {
+        switch value {
+        case .integer(let number):
+            return String(number)
+        case .number(let number):
+            return number.isFinite ? String(format: "%.1f", number) : "0"
+        case .text(let raw):
+            let text = SecretRedaction.redactURLs(in: raw)
+            let plain = !text.isEmpty && text.unicodeScalars.allSatisfy { scalar in
+                scalar.value > 0x20 && scalar.value != 0x7F && scalar != "\"" && scalar != "\\"
+            }
+            if plain { return text }
+            return WorkerLogFormatter.jsonString(text)
+        }
+    }
+
+    /// Awkward values: quotes, backslashes, every control character, DEL, C1 controls and other
+    /// non-ASCII text, combining marks, emoji, URLs with secrets (plain and JSON-escaped), long values.
+    static let awkwardTexts: [String] = {
+        var texts = ["", " ", "plain", "a b", "\"", "\\", "say \"hi\"", "back\\slash", "caf\u{E9}", "cafe\u{301}",
+                     "\u{65E5}\u{672C}\u{8A9E}", "\u{1F680} rocket", "\u{1F469}\u{200D}\u{1F469}\u{200D}\u{1F467}",
+                     "nbsp\u{A0}x", "nel\u{85}x", "\u{2028}\u{2029}", "\u{7F}", "x\u{7F}y", "\u{FEFF}bom",
+                     "https://h/x?token=abc&sig=def", "https:\\/\\/h\\/x?token=abc", "see https://u:pw@h/p#key=1.",
+                     "file:///tmp/a b/c", "gs://b/o", "http://127.0.0.1:8080/small-jobctl/f00001.bin",
+                     String(repeating: "long-value-", count: 200), String(repeating: "\u{E9}\"", count: 300),
+                     "=", "a=b", "tab\there", "cr\rlf\n", "\r\n"]
+        texts += (0..<32).map { "c\(String(UnicodeScalar(UInt8($0))))c" }
+        return texts
+    }()
+
+    static let awkwardEntries: [WorkerLogEntry] = {
+        var entries: [WorkerLogEntry] = []
+        for (index, text) in awkwardTexts.enumerated() {
+            let level = WorkerLogLevel.allCases[index % WorkerLogLevel.allCases.count]
+            let event = WorkerLogEvent.allCases[index % WorkerLogEvent.allCases.count]
+            let kind = JobKind.allCases[index % JobKind.allCases.count]
+            entries.append(WorkerLogEntry(atMs: Int64(index) * 86_400_123, level: level, event: event, jobID: text, kind: kind,
+                                          fields: [("v", .text(text)), (text.isEmpty ? "e" : text, .integer(Int64(index)))]))
+        }
+        let numbers: [WorkerLogValue] = [.integer(.min), .integer(.max), .integer(0), .integer(-1), .number(-0.05),
+                                         .number(.infinity), .number(-.infinity), .number(1e300), .number(.nan), .number(0.95)]
+        entries.append(WorkerLogEntry(atMs: 253_402_300_800_000, level: .info, event: .succeeded, jobID: "Y10K", kind: .uploadFile,
+                                      fields: numbers.enumerated().map { ("n\($0.offset)", $0.element) }))
+        entries.append(WorkerLogEntry(atMs: -1_000_000_000_000_000, level: .error, event: .failed, jobID: nil, kind: nil, fields: [("x", .text("y"))]))
+        entries.append(WorkerLogEntry(atMs: -62_135_596_800_001, level: .debug, event: .progress))
+        return entries
+    }()
+
+    /// Every awkward entry, in every combination of time and colour, is the line the former formatter
+    /// made; `appendLine` adds exactly that line and a line feed, in text and in JSON.
+    @Test func awkwardValuesMakeTheFormerLines() {
+        var differences: [String] = []
+        for entry in Self.awkwardEntries {
+            for (timestamps, color) in [(true, false), (false, false), (true, true), (false, true)] {
+                let formatter = WorkerLogFormatter(format: .text, timestamps: timestamps, color: color)
+                let line = formatter.line(entry)
+                let former = Self.partsJoined(entry, timestamps: timestamps, color: color)
+                if !line.utf8.elementsEqual(former.utf8) { differences.append("\(former.debugDescription) → \(line.debugDescription)") }
+                var text = "before\n"
+                formatter.appendLine(entry, to: &text)
+                if !text.utf8.elementsEqual(("before\n" + former + "\n").utf8) { differences.append("appended: \(text.debugDescription)") }
+            }
+            let json = WorkerLogFormatter(format: .json)
+            var text = ""
+            json.appendLine(entry, to: &text)
+            if text != json.line(entry) + "\n" { differences.append("json: \(text.debugDescription)") }
+        }
+        #expect(differences.isEmpty, "\(differences.joined(separator: "\n"))")
+        for text in Self.awkwardTexts {
+            #expect(WorkerLogFormatter.textValue(.text(text)).utf8.elementsEqual(Self.formerTextValue(.text(text)).utf8), "\(text.debugDescription)")
+        }
+    }
+
+    /// The fixed level column is what padding each level's name to seven characters makes.
+    @Test(arguments: WorkerLogLevel.allCases)
+    func paddedLevelNames(_ level: WorkerLogLevel) {
+        #expect(WorkerLogFormatter.paddedLevelName(level) == WorkerLogFormatter.padded(level.name, to: 7))
     }
 
     static let entries: [WorkerLogEntry] = [
