@@ -48,7 +48,8 @@ struct PostgresQueuedSpecScanTests {
         _ = try store.submit((0..<50).map { k in JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:9/o-\(k)", maxSize: 64) },
                              actor: "cli:test", now: 1_000)
         let connection = try fixture.connect()
-        guard try connection.first("SELECT pg_jit_available()", []) { (row) throws(PostgresError) in try row.bool(0) } == true else {
+        let jitAvailable = try connection.first("SELECT pg_jit_available()", []) { (row) throws(PostgresError) in try row.bool(0) }
+        guard jitAvailable == true else {
             return  // a server without JIT has nothing to turn off
         }
         func plan(_ begin: [String]) throws -> String {
