@@ -114,16 +114,8 @@ import Testing
         let (md5, crc) = expectedHashes(data)
         for (backlog, inline) in [(1 << 20, 0), (4 << 20, 100_000), (PipelinedChecksums.defaultBacklogBytes, PipelinedChecksums.defaultInlineBytes)] {
             let hashes = PipelinedChecksums(md5: true, backlogBytes: backlog, inlineBytes: inline)
-            data.withUnsafeBytes { all in
-                var offset = 0
-                var piece = 1
-                while offset < all.count {
-                    let end = min(all.count, offset + piece)
-                    hashes.update(UnsafeRawBufferPointer(rebasing: all[offset..<end]))
-                    offset = end
-                    piece = piece * 7 % 300_007 + 1   // 1, 8, 57, 400, ... uneven, up to ~300 KB
-                }
-            }
+            // 1, 8, 57, 400, ... uneven, up to ~300 KB
+            forEachPiece(of: data, next: { $0 * 7 % 300_007 + 1 }) { hashes.update($0) }
             let result = hashes.finish()
             #expect(result.md5Base64 == md5, "size \(size), backlog \(backlog), inline \(inline)")
             #expect(result.crc32cBase64 == crc, "size \(size), backlog \(backlog), inline \(inline)")
@@ -220,17 +212,8 @@ import Testing
             #expect(Digest.sha256Hex(data) == sha256)
             #expect(Digest.hex(Digest.md5(data)) == md5)
             let streamed = Digest(.sha256)
-            data.withUnsafeBytes { bytes in
-                // In uneven pieces, so the streaming form is checked across update calls.
-                var offset = 0
-                var piece = 1
-                while offset < bytes.count {
-                    let end = min(bytes.count, offset + piece)
-                    streamed.update(UnsafeRawBufferPointer(rebasing: bytes[offset..<end]))
-                    offset = end
-                    piece = piece * 3 + 1
-                }
-            }
+            // In uneven pieces, so the streaming form is checked across update calls.
+            forEachPiece(of: data, next: { $0 * 3 + 1 }) { streamed.update($0) }
             #expect(Digest.hex(streamed.finalize()) == sha256)
         }
     }
@@ -250,5 +233,20 @@ import Testing
             return all
         }
         #expect(results.count == 64 && results.allSatisfy { $0 })
+    }
+}
+
+/// Hands `data` to `body` in consecutive pieces: the first of one byte, each next one `next(previous)`
+/// bytes long (the last one cut short).
+private func forEachPiece(of data: Data, next: (Int) -> Int, _ body: (UnsafeRawBufferPointer) -> Void) {
+    data.withUnsafeBytes { all in
+        var offset = 0
+        var piece = 1
+        while offset < all.count {
+            let end = min(all.count, offset + piece)
+            body(UnsafeRawBufferPointer(rebasing: all[offset..<end]))
+            offset = end
+            piece = next(piece)
+        }
     }
 }
