@@ -85,7 +85,8 @@ public struct WorkerLogFormatter: Sendable {
         }
     }
 
-    /// `padded(level.name, to: 7)`, without counting Characters on every line.
+    /// The level's name padded with spaces to seven characters (the longest, `warning`), as a constant:
+    /// no counting of Characters on every line.
     static func paddedLevelName(_ level: WorkerLogLevel) -> String {
         switch level {
         case .debug: "debug  "
@@ -106,14 +107,6 @@ public struct WorkerLogFormatter: Sendable {
         line += "m".utf8
         line += text.utf8
         line += "\u{1B}[0m".utf8
-    }
-
-    /// `text` cut or padded with spaces to `width` characters (as Foundation's `padding(toLength:)`,
-    /// without its cost on every line).
-    static func padded(_ text: String, to width: Int) -> String {
-        let count = text.count
-        if count >= width { return String(text.prefix(width)) }
-        return text + String(repeating: " ", count: width - count)
     }
 
     private static func levelColor(_ level: WorkerLogLevel) -> String? {

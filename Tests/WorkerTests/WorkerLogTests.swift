@@ -216,16 +216,6 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
     }
 }
 
-/// The log's hand-made timestamps are byte for byte what Foundation's ISO 8601 formatter prints.
-@Suite("worker log level padding") struct WorkerLogPaddingTests {
-    /// The level column is what Foundation's `padding(toLength: 7, withPad: " ", startingAt: 0)` made:
-    /// padded with spaces, or cut, to seven characters.
-    @Test(arguments: ["", "info", "debug", "warning", "error", "verylonglevel", "é"])
-    func levelsArePaddedOrCutAsBefore(_ name: String) {
-        #expect(WorkerLogFormatter.padded(name, to: 7) == name.padding(toLength: 7, withPad: " ", startingAt: 0))
-    }
-}
-
 @Suite("worker log quoting") struct WorkerLogQuotingTests {
     /// What the formatter used to do: serialise a one-element array and drop its brackets.
     private static func viaJSONSerialization(_ text: String) throws -> String {
@@ -359,10 +349,11 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         }
     }
 
-    /// The fixed level column is what padding each level's name to seven characters makes.
+    /// The fixed level column is what the former lines made with Foundation's
+    /// `padding(toLength: 7, withPad: " ", startingAt: 0)` of each level's name.
     @Test(arguments: WorkerLogLevel.allCases)
     func paddedLevelNames(_ level: WorkerLogLevel) {
-        #expect(WorkerLogFormatter.paddedLevelName(level) == WorkerLogFormatter.padded(level.name, to: 7))
+        #expect(WorkerLogFormatter.paddedLevelName(level) == level.name.padding(toLength: 7, withPad: " ", startingAt: 0))
     }
 
     static let entries: [WorkerLogEntry] = [
