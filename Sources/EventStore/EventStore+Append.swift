@@ -37,7 +37,17 @@ extension SQLiteConnection: DecisionWriter {
         // while this transaction holds the lock, and a refused event changes nothing, so a record
         // here is the row's current state, its lease token included (schema 10: the lease is in the row).
         var written: [String: JobRecord] = [:]
-        for pending in events {
+        // When the next event is the same job's (a worker's `started` queued with the attempt's next
+        // event), this one's projection write is held back and the next writes the row once, from the
+        // row as stored to the record after both. A held write goes out as soon as the job's run of
+        // events ends, refused or not, before any other job's event: every read of the table in between
+        // (another job's row, its dependants) sees the row as it stands.
+        defer { holdingProjection = nil; heldProjection = nil }
+        for (index, pending) in events.enumerated() {
+            let nextIsSameJob = index + 1 < events.count && events[index + 1].jobID.hasSameUTF8(as: pending.jobID)
+            holdingProjection = nextIsSameJob ? pending.jobID : nil
+            // A refused event's savepoint undoes its rows; the write it held goes with them.
+            let heldBefore = heldProjection
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
                 let known = written[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
@@ -52,10 +62,20 @@ extension SQLiteConnection: DecisionWriter {
                 outcomes.append(.success(event))
             } catch {
                 try throwIfTransactionLost(error)
+                heldProjection = heldBefore
                 outcomes.append(.failure(error))
             }
+            if !nextIsSameJob { try writeHeldProjection() }
         }
         return outcomes
+    }
+
+    /// Writes the projection row `writeProjection` held back, if any.
+    private func writeHeldProjection() throws(StoreError) {
+        holdingProjection = nil
+        guard let held = heldProjection else { return }
+        heldProjection = nil
+        try writeProjection(held.record, replacing: held.stored)
     }
 
     /// Rethrows `error` when it sinks the whole transaction: a failure of the file itself (busy, I/O),
@@ -145,7 +165,23 @@ extension SQLiteConnection: DecisionWriter {
     /// The lease expiry (schema 10) goes with the same update: set when the job becomes `running` (only
     /// a claim does that, and it names the expiry in `claimingLease` first), cleared when it stops
     /// running. A new row has none.
+    ///
+    /// While `holdingProjection` names the job, the write is held back (`appendBatch` writes it); a write
+    /// held for it already keeps the row as stored, so the next write goes from there.
     public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
+        if let held = heldProjection, held.record.id.hasSameUTF8(as: record.id) {
+            heldProjection = nil
+            if let holding = holdingProjection, holding.hasSameUTF8(as: record.id) {
+                heldProjection = (held.stored, record)
+                return
+            }
+            return try writeProjection(record, replacing: held.stored)
+        }
+        if let holding = holdingProjection, holding.hasSameUTF8(as: record.id), record.state == current?.state,
+           heldProjection == nil {
+            heldProjection = (current, record)
+            return
+        }
         if let current {
             var expiry = JobRecord.LeaseExpiryChange.unchanged
             if record.state == .running && current.state != .running {

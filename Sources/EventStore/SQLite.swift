@@ -92,6 +92,11 @@ final class SQLiteConnection {
     /// the claim sets it before the lifecycle decides, and `writeProjection` writes it with the update
     /// that makes the job `running`, so a claim writes its job's row once.
     var claimingLease: (jobID: String, expiresAtMs: Int64)?
+    /// The job whose projection writes `writeProjection` holds back, because the group commit's next
+    /// event is the same job's (see `appendBatch`), and the write held: the row as the table holds it,
+    /// and the record it is to become.
+    var holdingProjection: String?
+    var heldProjection: (stored: JobRecord?, record: JobRecord)?
 
     /// Opens (and with `create`, creates) the database file.
     ///

@@ -127,6 +127,11 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         await executor.append(event)
     }
 
+    /// Appends events side by side, in order, in the executor's next group commit.
+    public func appendGrouped(_ events: [PendingEvent]) async -> [Result<JobEvent, StoreError>] {
+        await executor.append(events)
+    }
+
     /// Claims in the same transaction as the appends queued before it.
     public func claimGrouped(_ request: ClaimRequest) async throws(StoreError) -> [ClaimedJob] {
         try await executor.claim(request).get()

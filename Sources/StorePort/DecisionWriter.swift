@@ -39,10 +39,14 @@ extension DecisionWriter {
     /// The lifecycle decides; when the event leaves a control request pending on a job that is no
     /// longer running, the events that honour it follow in the same decision. The returned record is
     /// the job after all of them, the returned event the one asked for.
+    ///
+    /// The event's time is `now`, or the time it happened (`occurredAtMs`) kept between the job's
+    /// previous event and `now`: a job's events never go back in time.
     public func appendEvent(_ pending: PendingEvent, to current: JobRecord?, now: Int64) throws(StoreError) -> (JobEvent, JobRecord) {
+        let at = pending.occurredAtMs.map { occurred in min(now, max(occurred, current?.updatedAtMs ?? occurred)) } ?? now
         let (events, record) = try perform(.report(pending.payload), jobID: pending.jobID, on: current,
                                            actor: pending.actor, expectedVersion: pending.expectedVersion,
-                                           leaseToken: pending.leaseToken, now: now)
+                                           leaseToken: pending.leaseToken, now: at)
         guard let first = events.first, let record else {
             // A report is never a repeat: the lifecycle decides at least the reported event.
             throw StoreError.invalidControl("the lifecycle decided nothing for a '\(pending.type.rawValue)' of job \(pending.jobID)")

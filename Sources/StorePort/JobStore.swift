@@ -154,6 +154,12 @@ public protocol JobStore: AnyObject, Sendable {
     /// blocking a thread of the caller's. Returns the stored event or why it was refused.
     func appendGrouped(_ event: PendingEvent) async -> Result<JobEvent, StoreError>
 
+    /// Appends several events in order, side by side in the next group commit (a worker's `started`
+    /// with the attempt's next event): consecutive events of one job are decided one after the other
+    /// and its projection row is written once, for the last. Each event still succeeds or is refused on
+    /// its own, in the order given; a failure of the whole commit fails all of them.
+    func appendGrouped(_ events: [PendingEvent]) async -> [Result<JobEvent, StoreError>]
+
     /// Claims in the same transaction as the appends queued before it (one sync for both).
     func claimGrouped(_ request: ClaimRequest) async throws(StoreError) -> [ClaimedJob]
 
@@ -225,6 +231,21 @@ public struct LogImport: Sendable, Equatable {
 }
 
 extension JobStore {
+    /// One group commit after another, in order, for a store without an executor of its own (a
+    /// wrapper in tests); the adapters queue the events together. After a failure the rest are not
+    /// tried and fail the same way, as they would have in one failed commit.
+    public func appendGrouped(_ events: [PendingEvent]) async -> [Result<JobEvent, StoreError>] {
+        var results: [Result<JobEvent, StoreError>] = []
+        for event in events {
+            if case .failure(let error)? = results.last {
+                results.append(.failure(error))
+            } else {
+                results.append(await appendGrouped(event))
+            }
+        }
+        return results
+    }
+
     /// Every one of the `limit` newest queued jobs: a superset of those whose spec mentions `text`.
     public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
         try jobs(filter: JobFilter(states: [.queued], limit: limit))

@@ -45,8 +45,48 @@ public final class StoreExecutor: Sendable {
         var result: Result<T, StoreError>?
     }
 
+    /// Who waits for an append: one caller, or a caller of several appends queued together, which is
+    /// resumed once all of them are done.
+    private enum AppendWaiter: Sendable {
+        case one(AppendContinuation)
+        case part(of: AppendUnit, at: Int)
+
+        func resume(returning result: Result<JobEvent, StoreError>) {
+            switch self {
+            case .one(let continuation): continuation.resume(returning: result)
+            case .part(let unit, let index): unit.deliver(result, at: index)
+            }
+        }
+    }
+
+    /// The outcomes of appends queued together, collected until the last one arrives.
+    private final class AppendUnit: Sendable {
+        private struct Collected {
+            var results: [Result<JobEvent, StoreError>?]
+            var missing: Int
+        }
+
+        private let collected: Mutex<Collected>
+        private let continuation: CheckedContinuation<[Result<JobEvent, StoreError>], Never>
+
+        init(count: Int, continuation: CheckedContinuation<[Result<JobEvent, StoreError>], Never>) {
+            collected = Mutex(Collected(results: Array(repeating: nil, count: count), missing: count))
+            self.continuation = continuation
+        }
+
+        func deliver(_ result: Result<JobEvent, StoreError>, at index: Int) {
+            let complete: [Result<JobEvent, StoreError>]? = collected.withLock { collected in
+                collected.results[index] = result
+                collected.missing -= 1
+                guard collected.missing == 0 else { return nil }
+                return collected.results.map { $0! }
+            }
+            if let complete { continuation.resume(returning: complete) }
+        }
+    }
+
     private enum Work: Sendable {
-        case append(PendingEvent, AppendContinuation)
+        case append(PendingEvent, AppendWaiter)
         case claim(ClaimRequest, ClaimContinuation)
         case call(Call)
     }
@@ -132,7 +172,17 @@ public final class StoreExecutor: Sendable {
     /// Appends one event in the next group commit.
     public func append(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
         await withCheckedContinuation { continuation in
-            enqueue(.append(event, continuation))
+            enqueue(.append(event, .one(continuation)))
+        }
+    }
+
+    /// Appends events side by side, in order, in the next group commit: they are queued at once, so no
+    /// other work comes between them and one transaction writes them all.
+    public func append(_ events: [PendingEvent]) async -> [Result<JobEvent, StoreError>] {
+        guard !events.isEmpty else { return [] }
+        return await withCheckedContinuation { continuation in
+            let unit = AppendUnit(count: events.count, continuation: continuation)
+            enqueue(contentsOf: events.enumerated().map { index, event in .append(event, .part(of: unit, at: index)) })
         }
     }
 
@@ -163,6 +213,15 @@ public final class StoreExecutor: Sendable {
 
     private func enqueue(_ work: Work) {
         queue.withLock { $0.work.append(work) }
+        wake()
+    }
+
+    private func enqueue(contentsOf work: [Work]) {
+        queue.withLock { $0.work.append(contentsOf: work) }
+        wake()
+    }
+
+    private func wake() {
         condition.lock()
         condition.signal()
         condition.unlock()
@@ -194,7 +253,7 @@ public final class StoreExecutor: Sendable {
     }
 
     private func process(_ batch: [Work]) {
-        var appends: [(PendingEvent, AppendContinuation)] = []
+        var appends: [(PendingEvent, AppendWaiter)] = []
         for work in batch {
             switch work {
             case .append(let event, let continuation):
@@ -213,7 +272,7 @@ public final class StoreExecutor: Sendable {
 
     /// Writes the queued appends in one transaction — with the claim, when there is one, after them in
     /// the same transaction — and resumes every waiter with its outcome.
-    private func write(_ appends: inout [(PendingEvent, AppendContinuation)],
+    private func write(_ appends: inout [(PendingEvent, AppendWaiter)],
                        thenClaim request: (ClaimRequest, ClaimContinuation)? = nil) {
         guard !appends.isEmpty || request != nil else { return }
         // A claim queued while the commit waited for the writer lock may join it (see below).
@@ -241,7 +300,7 @@ public final class StoreExecutor: Sendable {
     /// still to be processed, and a task queues its next event only after the previous one's outcome,
     /// so no job's events change order. A busy `flush` wrote nothing (its transaction never began or
     /// was rolled back), so retrying cannot write an event twice.
-    private func flushGathering(_ appends: inout [(PendingEvent, AppendContinuation)],
+    private func flushGathering(_ appends: inout [(PendingEvent, AppendWaiter)],
                                 thenClaim claim: inout (ClaimRequest, ClaimContinuation)?) throws(StoreError) -> AppendAndClaimOutcome {
         guard let busyRetryNs else { return try flushHoldingWriterLock(&appends, thenClaim: &claim, waitingAtMostNs: nil) }
         let started = Self.monotonicNs()
@@ -269,7 +328,7 @@ public final class StoreExecutor: Sendable {
     /// writing them before it changes no job's order of events. With several worker processes this
     /// saves a commit per turn of a worker's slots: the `succeeded` events and the claim that refills the
     /// slots they free, queued a moment apart while the lock was held elsewhere, share one.
-    private func flushHoldingWriterLock(_ appends: inout [(PendingEvent, AppendContinuation)],
+    private func flushHoldingWriterLock(_ appends: inout [(PendingEvent, AppendWaiter)],
                                         thenClaim claim: inout (ClaimRequest, ClaimContinuation)?,
                                         waitingAtMostNs waitNs: UInt64?) throws(StoreError) -> AppendAndClaimOutcome {
         guard let writerLock, try writerLock.acquire(waitNs ?? .max) else { return try flush(appends.map(\.0), claim?.0) }
@@ -285,9 +344,9 @@ public final class StoreExecutor: Sendable {
 
     /// Removes the appends at the head of the queue and returns them: up to the first other work, or
     /// with `claimToo` past the first claim (taken too) up to the next other work.
-    private func takeQueued(claimToo: Bool) -> (appends: [(PendingEvent, AppendContinuation)], claim: (ClaimRequest, ClaimContinuation)?) {
+    private func takeQueued(claimToo: Bool) -> (appends: [(PendingEvent, AppendWaiter)], claim: (ClaimRequest, ClaimContinuation)?) {
         queue.withLock { state in
-            var taken: [(PendingEvent, AppendContinuation)] = []
+            var taken: [(PendingEvent, AppendWaiter)] = []
             var claim: (ClaimRequest, ClaimContinuation)?
             var count = 0
             for work in state.work {

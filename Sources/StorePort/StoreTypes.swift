@@ -17,6 +17,10 @@ public struct PendingEvent: Sendable, Equatable {
     public var leaseToken: Int64?
     /// The version the caller saw: the append is refused (`versionConflict`) unless it is still current.
     public var expectedVersion: Int?
+    /// When the fact happened, when that was before the append (a worker's `started` written with the
+    /// attempt's next event): the event's time, kept between the job's previous event and the append's
+    /// own time. Nil: the append's time.
+    public var occurredAtMs: Int64?
 
     /// The event's type.
     public var type: EventType { payload.type }
@@ -25,12 +29,13 @@ public struct PendingEvent: Sendable, Equatable {
 
     /// Creates a pending event.
     public init(jobID: String, actor: String, leaseToken: Int64? = nil, expectedVersion: Int? = nil,
-                payload: EventPayload) {
+                occurredAtMs: Int64? = nil, payload: EventPayload) {
         self.jobID = jobID
         self.payload = payload
         self.actor = actor
         self.leaseToken = leaseToken
         self.expectedVersion = expectedVersion
+        self.occurredAtMs = occurredAtMs
     }
 
     /// Creates a pending event from a type and a payload in its flat JSON shape; refused

@@ -52,6 +52,17 @@ public enum TaskSinkError: Error, Sendable, Equatable, Hashable, CustomStringCon
 public protocol TaskEventSink: Sendable {
     /// Stores `event` for `jobID`; throws `.staleLease` when the lease is gone.
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError)
+
+    /// Stores `events` for `jobID`, in order, together where the sink can (one commit); throws when any
+    /// of them is refused. Returns once all of them are durable.
+    func persist(_ events: [PendingTaskEvent], jobID: String) async throws(TaskSinkError)
+}
+
+extension TaskEventSink {
+    /// One after another.
+    public func persist(_ events: [PendingTaskEvent], jobID: String) async throws(TaskSinkError) {
+        for event in events { try await persist(event, jobID: jobID) }
+    }
 }
 
 // MARK: - How an attempt ends

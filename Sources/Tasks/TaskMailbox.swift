@@ -15,6 +15,8 @@ final class TaskMailbox: Sendable {
         case transfer(TransferEvent)
         case stop(StopReason)
         case transferEnded(Result<TransferOutcome, StorageError>)
+        /// Write an event held back for the attempt's next one now (see `TaskRunner.writeHeldEvents()`).
+        case writeHeld
     }
 
     private struct Doorbell {

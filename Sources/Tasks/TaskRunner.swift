@@ -26,6 +26,11 @@ public actor TaskRunner {
     private let clock: @Sendable () -> Int64
     private let random: @Sendable () -> Double
 
+    /// Whether the attempt's `started` waits to be written with its next event (see `init`).
+    private let holdsStarted: Bool
+    /// The `started` event held back, until the next event or `writeHeldEvents()`.
+    private var heldStarted: PendingTaskEvent?
+
     private var hasRun = false
     private var transferRunning = false
     private var observersClosed = false
@@ -44,11 +49,16 @@ public actor TaskRunner {
     ///   - backend: performs the transfer.
     ///   - sink: persists events (lease-fenced).
     ///   - configuration: progress interval and retry policy.
+    ///   - holdStarted: start the transfer without waiting for `started` to be written, and write it
+    ///     with the attempt's next event (its first progress, or its end) in one commit, or alone when
+    ///     `writeHeldEvents()` asks. A short transfer then costs its job one commit and one projection
+    ///     write fewer. The event keeps the time the attempt started. Without it, `started` is durable
+    ///     before the transfer begins.
     ///   - clock: wall-clock milliseconds (injectable for tests).
     ///   - random: numbers in `0 ..< 1` for retry jitter (injectable for tests).
     public init(jobID: String, spec: JobSpec, attempt: Int, maxAttempts: Int? = nil, resumePoint: ResumePoint? = nil,
                 bytesTotal: Int64? = nil, backend: any StorageBackend, sink: any TaskEventSink,
-                configuration: TaskStateMachine.Configuration = .init(),
+                configuration: TaskStateMachine.Configuration = .init(), holdStarted: Bool = false,
                 clock: @escaping @Sendable () -> Int64 = { Clock.nowMs() },
                 random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
         self.jobID = jobID
@@ -57,6 +67,7 @@ public actor TaskRunner {
                                         resumePoint: resumePoint, bytesTotal: bytesTotal, configuration: configuration)
         self.backend = backend
         self.sink = sink
+        self.holdsStarted = holdStarted
         self.control = TransferControl(jobID: jobID)
         self.clock = clock
         self.random = random
@@ -70,6 +81,12 @@ public actor TaskRunner {
     /// never starts.
     public nonisolated func requestStop(_ reason: StopReason) {
         mailbox.postStop(reason, control: control)
+    }
+
+    /// Asks the runner to write the `started` event it holds (see `init`'s `holdStarted`) now rather
+    /// than with the attempt's next event. Safe from any thread; nothing happens when none is held.
+    public nonisolated func writeHeldEvents() {
+        mailbox.post(.writeHeld)
     }
 
     /// Runs the attempt to its end and returns how it ended. Call once.
@@ -147,7 +164,11 @@ public actor TaskRunner {
             do { start = try machine.attemptStarted(nowMs: now) } catch { refusedTransition(error) }
             switch start {
             case .persistAndStartTransfer(let event, let resumePoint):
-                if await persist(event) {
+                if holdsStarted {
+                    heldStarted = event
+                    notify(.resume)
+                    launchTransfer(from: resumePoint)
+                } else if await persist(event) {
                     notify(.resume)
                     launchTransfer(from: resumePoint)
                 }
@@ -243,6 +264,9 @@ public actor TaskRunner {
             if case .persist(let event) = action {
                 await persistAndNotify(event)
             }
+
+        case .writeHeld:
+            if heldStarted != nil { _ = await persist(nil) }
         }
     }
 
@@ -268,10 +292,16 @@ public actor TaskRunner {
         }
     }
 
-    /// Hands `event` to the sink; on refusal the attempt is abandoned (and the transfer told to stop).
-    private func persist(_ event: PendingTaskEvent) async -> Bool {
+    /// Hands `event` to the sink, after the `started` event held back if there is one (nil: that one
+    /// alone); on refusal the attempt is abandoned (and the transfer told to stop).
+    private func persist(_ event: PendingTaskEvent?) async -> Bool {
         do throws(TaskSinkError) {
-            try await sink.persist(event, jobID: jobID)
+            if let held = heldStarted {
+                heldStarted = nil
+                try await sink.persist(event.map { [held, $0] } ?? [held], jobID: jobID)
+            } else if let event {
+                try await sink.persist(event, jobID: jobID)
+            }
             return true
         } catch {
             switch machine.persistRefused(error) {

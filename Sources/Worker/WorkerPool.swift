@@ -30,10 +30,15 @@ public struct WorkerConfiguration: Sendable {
     /// that share a commit with other jobs' outcomes. Held jobs are released on shutdown, honour
     /// pause and cancel at once, and are rescued like any running job when the worker dies.
     public var claimAhead: Int
+    /// How long an attempt's `started` event may wait to be written with the attempt's next event (its
+    /// first progress or its end, in one commit) while its transfer runs; nil: written before the
+    /// transfer begins. A transfer shorter than this costs its job one commit and one projection write
+    /// fewer; the event keeps the time the attempt started either way.
+    public var startedHoldMs: Int64?
 
     public init(owner: String = WorkerConfiguration.defaultOwner(), concurrency: Int = 4, queues: [String]? = nil,
                 leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000,
-                orphanSweepIntervalMs: Int64 = 300_000, claimAhead: Int? = nil) {
+                orphanSweepIntervalMs: Int64 = 300_000, claimAhead: Int? = nil, startedHoldMs: Int64? = 200) {
         self.owner = owner
         self.concurrency = max(1, concurrency)
         self.queues = queues
@@ -43,6 +48,7 @@ public struct WorkerConfiguration: Sendable {
         self.shutdownGraceMs = shutdownGraceMs
         self.orphanSweepIntervalMs = max(0, orphanSweepIntervalMs)
         self.claimAhead = max(0, claimAhead ?? self.concurrency)
+        self.startedHoldMs = startedHoldMs.map { max(0, $0) }
     }
 
     public static func defaultOwner() -> String {
@@ -82,6 +88,8 @@ public final class WorkerPool: Sendable {
         var leaseExpiresAtMs: Int64
         /// Whether the log already said this run lost its lease (a heartbeat or a fenced append may tell first).
         var leaseLossLogged = false
+        /// Whether the runner was asked to write its held `started` (see `startedHoldMs`).
+        var heldEventsAsked = false
     }
 
     private struct State: Sendable {
@@ -163,6 +171,7 @@ public final class WorkerPool: Sendable {
             }
             // Jobs claimed ahead that waited too long for a slot go back to the queue for other workers.
             for jobID in heldTooLong where !shuttingDown { stop(jobID, .shutdown) }
+            askForHeldEvents(now: now)
             if shuttingDown {
                 if shutdownStarted == nil { shutdownStarted = now }
                 if runningCount == 0 { break }
@@ -238,6 +247,21 @@ public final class WorkerPool: Sendable {
         return summary
     }
 
+    /// Asks each runner whose transfer has run `startedHoldMs` to write the `started` it holds.
+    private func askForHeldEvents(now: Int64) {
+        guard let holdMs = configuration.startedHoldMs else { return }
+        let due: [TaskRunner] = state.withLock { state in
+            let ids = state.running.compactMap { jobID, entry in
+                !entry.heldEventsAsked && entry.launchedAtMs.map { now - $0 >= holdMs } == true ? jobID : nil
+            }
+            return ids.compactMap { jobID in
+                state.running[jobID]?.heldEventsAsked = true
+                return state.running[jobID]?.runner
+            }
+        }
+        for runner in due { runner.writeHeldEvents() }
+    }
+
     // MARK: - Claims
 
     /// Claiming ahead happens only while every running transfer started less than this long ago.
@@ -272,7 +296,7 @@ public final class WorkerPool: Sendable {
                              leaseExpiresAtMs: { [weak self] in self?.leaseExpiry(of: record.id) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
-                                backend: backend, sink: sink)
+                                backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil)
         let concurrency = configuration.concurrency
         let leaseMs = configuration.leaseMs
         let (startNow, shuttingDown) = state.withLock { state in
@@ -435,62 +459,96 @@ struct LeaseSink: TaskEventSink {
     static let maxRetryDelayMs: Int64 = 1_000
 
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
-        let pending = PendingEvent(jobID: jobID, actor: owner, leaseToken: token, payload: event.payload)
+        try await persist([event], jobID: jobID)
+    }
+
+    /// Writes `events` side by side in one group commit (a held `started` with the attempt's next
+    /// event), each under this sink's lease token. A `started` keeps the time the attempt began.
+    func persist(_ events: [PendingTaskEvent], jobID: String) async throws(TaskSinkError) {
+        guard let last = events.last else { return }
+        var remaining = events.map { event in
+            PendingEvent(jobID: jobID, actor: owner, leaseToken: token,
+                         occurredAtMs: event.type == .started ? event.atMs : nil, payload: event.payload)
+        }
         let before = Clock.nowMs()
-        var result = await store.appendGrouped(pending)
+        var failure = await append(&remaining)
         // The store could not write at all (the server is down or restarting, the disk is full): the
-        // event is not in the log, and the lease is still ours until it expires, so the write is tried
+        // events are not in the log, and the lease is still ours until it expires, so the write is tried
         // again — with backoff, while the lease holds — instead of abandoning the job for a rescue.
         // Fencing keeps this safe: should the job be rescued meanwhile, the retry is refused as stale.
         //
         // A failed try may still have committed: the store can fail after its COMMIT (the connection
         // broke before the answer came back). So each retry first asks whether the job's newest event
-        // is this one (same type, lease token and payload) and, if so, carries on as written instead of
-        // writing it twice; and a retry refused (version moved, lease gone) is checked the same way.
+        // is one of these (same type, lease token and payload) and, if so, carries on from there instead
+        // of writing it twice; and a retry refused (version moved, lease gone) is checked the same way.
         var delayMs = Self.firstRetryDelayMs
         var attempt = 0
         var firstFailure: StoreError?
-        while case .failure(let error) = result, Self.isTransient(error) {
+        while let error = failure, Self.isTransient(error) {
             let now = Clock.nowMs()
             guard let expiresAt = leaseExpiresAtMs(), now + delayMs < expiresAt else { break }
             attempt += 1
             if firstFailure == nil { firstFailure = error }
-            log.writeRetrying(error, jobID: jobID, kind: kind, event: event.type, attempt: attempt, delayMs: delayMs,
+            log.writeRetrying(error, jobID: jobID, kind: kind, event: last.type, attempt: attempt, delayMs: delayMs,
                               leaseExpiresAtMs: expiresAt, now: now)
             try? await Task.sleep(for: .milliseconds(delayMs))
             delayMs = min(delayMs * 2, Self.maxRetryDelayMs)
-            if let landed = await landedEvent(pending) {
-                log.writeLanded(jobID: jobID, kind: kind, event: event.type, seq: landed.seq, failure: error, now: Clock.nowMs())
-                result = .success(landed)
+            if await dropLanded(&remaining, failure: error) {
+                failure = nil
                 break
             }
-            result = await store.appendGrouped(pending)
+            failure = await append(&remaining)
         }
-        if let firstFailure, case .failure(let refusal) = result, !Self.isTransient(refusal),
-           let landed = await landedEvent(pending) {
-            log.writeLanded(jobID: jobID, kind: kind, event: event.type, seq: landed.seq, failure: firstFailure, now: Clock.nowMs())
-            result = .success(landed)
+        if let firstFailure, let refusal = failure, !Self.isTransient(refusal), await dropLanded(&remaining, failure: firstFailure) {
+            failure = nil
         }
         let after = Clock.nowMs()
-        log.commitTook(after - before, jobID: jobID, kind: kind, event: event.type, now: after)
+        log.commitTook(after - before, jobID: jobID, kind: kind, event: last.type, now: after)
         metrics.commitTook(after - before)
-        switch result {
-        case .success:
-            // Outcomes (paused, succeeded, …) are reported by the pool when the run returns.
+        if let failure {
+            if case .staleLease = failure {
+                leaseLost()
+                throw .staleLease
+            }
+            throw .storage(String(describing: failure))
+        }
+        // Outcomes (paused, succeeded, …) are reported by the pool when the run returns.
+        for event in events {
             switch event.payload {
             case .started(let progress): log.started(jobID: jobID, kind: kind, progress: progress, now: after)
             case .progress(let progress) where log.isEnabled(.debug):
                 log.progress(jobID: jobID, kind: kind, progress: progress, now: after)
             default: break
             }
-            return
-        case .failure(let error):
-            if case .staleLease = error {
-                leaseLost()
-                throw .staleLease
-            }
-            throw .storage(String(describing: error))
         }
+    }
+
+    /// Appends `remaining` in one group commit, removes those written before the first failure and
+    /// returns that failure (nil: all written).
+    private func append(_ remaining: inout [PendingEvent]) async -> StoreError? {
+        let results = remaining.count == 1 ? [await store.appendGrouped(remaining[0])] : await store.appendGrouped(remaining)
+        for (index, result) in results.enumerated() {
+            if case .failure(let error) = result {
+                remaining.removeFirst(index)
+                return error
+            }
+        }
+        remaining.removeAll()
+        return nil
+    }
+
+    /// Whether every one of `remaining` is in the log after all (a failed try that committed), found
+    /// by the job's newest event; removes from it those that are. Logged against `failure`.
+    private func dropLanded(_ remaining: inout [PendingEvent], failure: StoreError) async -> Bool {
+        for index in remaining.indices.reversed() {
+            if let landed = await landedEvent(remaining[index]) {
+                log.writeLanded(jobID: landed.jobID, kind: kind, event: landed.type, seq: landed.seq, failure: failure,
+                                now: Clock.nowMs())
+                remaining.removeFirst(index + 1)
+                return remaining.isEmpty
+            }
+        }
+        return false
     }
 
     /// The job's newest event when it is `pending` as this worker wrote it, or nil (also when the store

@@ -136,7 +136,8 @@ import TestSupport
             }
         }
         let commits = try #require(Self.value(families, "jobctl_store_commit_seconds", "jobctl_store_commit_seconds_count", [:]))
-        #expect(commits >= 8)  // at least started and an outcome per run
+        // At least one wait per run: its outcome, which `started` rides with (a run shorter than 200 ms).
+        #expect(commits >= 5)
         let written = try #require(Self.value(families, "jobctl_store_events_written", "jobctl_store_events_written_total", [:]))
         let groups = try #require(Self.value(families, "jobctl_store_group_commits", "jobctl_store_group_commits_total", [:]))
         #expect(groups >= 1 && written >= groups)

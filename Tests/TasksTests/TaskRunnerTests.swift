@@ -83,10 +83,22 @@ final class RecordingSink: TaskEventSink {
     var types: [EventType] { events.map(\.type) }
 
     func persist(_ event: PendingTaskEvent, jobID: String) async throws(TaskSinkError) {
-        if let delay { try? await Task.sleep(for: delay) }
-        if let error = refusal(event) { throw error }
-        recorded.withLock { $0.append(event) }
+        try await persist([event], jobID: jobID)
     }
+
+    /// Each call is one batch (one commit in the worker's sink); a refused event refuses the batch.
+    func persist(_ events: [PendingTaskEvent], jobID: String) async throws(TaskSinkError) {
+        if let delay { try? await Task.sleep(for: delay) }
+        for event in events {
+            if let error = refusal(event) { throw error }
+        }
+        recorded.withLock { $0 += events }
+        batchTypes.withLock { $0.append(events.map(\.type)) }
+    }
+
+    private let batchTypes = Mutex<[[EventType]]>([])
+    /// The types of each call's events, call by call.
+    var batches: [[EventType]] { batchTypes.withLock { $0 } }
 }
 
 /// A clock that moves 2 s per reading, so no progress report is coalesced away by time.
@@ -113,9 +125,9 @@ private let secondPoint = ResumePoint.upload(sessionURI: "https://storage.test/u
 private let result = JobResult(size: 1_048_576, md5: "md5==", crc32c: "crc==")
 
 private func makeRunner(_ backend: ScriptedBackend, _ sink: RecordingSink, attempt: Int = 1, resumePoint: ResumePoint? = nil,
-                        clock: SteppingClock = SteppingClock(), random: Double = 0) -> TaskRunner {
+                clock: SteppingClock = SteppingClock(), random: Double = 0, holdStarted: Bool = false) -> TaskRunner {
     TaskRunner(jobID: "01JOBTEST0000000000000000", spec: spec, attempt: attempt, resumePoint: resumePoint,
-               backend: backend, sink: sink, clock: { clock.read() }, random: { random })
+               backend: backend, sink: sink, holdStarted: holdStarted, clock: { clock.read() }, random: { random })
 }
 
 // MARK: - Tests
@@ -376,5 +388,82 @@ struct TaskRunnerTests {
         await runner.removeAllObservers()
         _ = await runner.run()
         #expect(log.names.isEmpty)
+    }
+}
+
+// MARK: - `started` held for the attempt's next event
+
+@Suite("TaskRunner holding started")
+struct TaskRunnerHeldStartedTests {
+    @Test func aShortTransferWritesStartedWithItsOutcomeInOneBatch() async {
+        let backend = ScriptedBackend([.finish(result)])
+        let sink = RecordingSink()
+        let observed = ObserverLog()
+        let runner = makeRunner(backend, sink, holdStarted: true)
+        await runner.observe(.resume, handler: observed.handler("resume"))
+        await runner.observe(.success, handler: observed.handler("success"))
+        #expect(await runner.run() == .succeeded(result))
+        #expect(sink.batches == [[.started, .succeeded]])
+        // The event keeps the time the attempt started, before the outcome's.
+        let events = sink.events
+        #expect(events.count == 2 && events[0].atMs < events[1].atMs)
+        #expect(observed.names == ["resume", "success"])
+        #expect(backend.calls == 1)
+    }
+
+    @Test func withoutHoldingStartedIsWrittenAloneBeforeTheTransfer() async {
+        let backend = ScriptedBackend([.finish(result)])
+        let sink = RecordingSink()
+        #expect(await makeRunner(backend, sink).run() == .succeeded(result))
+        #expect(sink.batches == [[.started], [.succeeded]])
+    }
+
+    @Test func theFirstProgressCarriesTheHeldStarted() async {
+        let backend = ScriptedBackend([
+            .report(.checkpoint(firstPoint, bytesTotal: 1_048_576)),
+            .report(.checkpoint(secondPoint, bytesTotal: 1_048_576)),
+            .finish(result),
+        ])
+        let sink = RecordingSink()
+        #expect(await makeRunner(backend, sink, holdStarted: true).run() == .succeeded(result))
+        #expect(sink.batches == [[.started, .progress], [.progress], [.succeeded]])
+    }
+
+    @Test func askedToWriteHeldEventsItWritesStartedAloneWhileTheTransferRuns() async {
+        let backend = ScriptedBackend([.signal("running"), .awaitStop(firstPoint)])
+        let sink = RecordingSink()
+        let runner = makeRunner(backend, sink, holdStarted: true)
+        let run = Task { await runner.run() }
+        await backend.waitUntil("running")
+        #expect(sink.batches.isEmpty)
+        runner.writeHeldEvents()
+        let deadline = ContinuousClock.now + .seconds(10)
+        while sink.batches.isEmpty, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(1)) }
+        #expect(sink.batches == [[.started]])
+        // Asking again with nothing held writes nothing.
+        runner.writeHeldEvents()
+        runner.requestStop(.pause)
+        #expect(await run.value == .paused(firstPoint))
+        #expect(sink.batches == [[.started], [.paused]])
+    }
+
+    @Test func aRefusedBatchAbandonsTheAttemptAndStopsTheTransfer() async {
+        let backend = ScriptedBackend([.report(.checkpoint(firstPoint, bytesTotal: 1_048_576)), .awaitStop(secondPoint)])
+        let sink = RecordingSink { _ in .staleLease }
+        let outcome = await makeRunner(backend, sink, holdStarted: true).run()
+        guard case .abandoned(let reason) = outcome else { Issue.record("expected abandoned, got \(outcome)"); return }
+        #expect(reason.contains("stale"))
+        #expect(backend.stopSeen == .leaseLost)
+        #expect(sink.batches.isEmpty)
+    }
+
+    @Test func aStopBeforeTheRunNeverStartsAndHoldsNothing() async {
+        let backend = ScriptedBackend([.finish(result)])
+        let sink = RecordingSink()
+        let runner = makeRunner(backend, sink, holdStarted: true)
+        runner.requestStop(.cancel)
+        #expect(await runner.run() == .cancelled)
+        #expect(backend.calls == 0)
+        #expect(sink.batches == [[.cancelled]])
     }
 }
