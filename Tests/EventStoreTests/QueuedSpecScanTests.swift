@@ -36,6 +36,20 @@ struct QueuedSpecScanTests {
         #expect(try fixture.store.queuedJobs(limit: 0, specMentioning: "gs:").isEmpty)
     }
 
+    @Test("LIKE's wildcards in the text are matched as written, on both stores", arguments: Engine.allCases)
+    func wildcardsAreLiteral(engine: Engine) throws {
+        let fixture = try StoreFixture("queued-spec-scan-literal", engine: engine)
+        defer { fixture.remove() }
+        let sources = ["http://127.0.0.1:9/a_b", "http://127.0.0.1:9/axb", "http://127.0.0.1:9/50%25off", "http://127.0.0.1:9/50x25off"]
+        let ids = try fixture.store.submit(sources.map { JobSpec(kind: .downloadMemory, source: $0, maxSize: 64) },
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        #expect(try fixture.store.queuedJobs(limit: 100, specMentioning: "A_B").map(\.id) == [ids[0]])
+        #expect(try fixture.store.queuedJobs(limit: 100, specMentioning: "0%2").map(\.id) == [ids[2]])
+        #expect(try fixture.store.queuedJobs(limit: 100, specMentioning: "%").map(\.id) == [ids[2]])
+        #expect(try fixture.store.queuedJobs(limit: 100, specMentioning: "_").map(\.id).contains(ids[0]))
+        #expect(try fixture.store.queuedJobs(limit: 100, specMentioning: "a\\b").isEmpty)
+    }
+
     @Test("on SQLite a queue of 10,000 jobs naming no gs:// object decodes none of their specs")
     func plainSpecsAreNotDecoded() throws {
         let fixture = try StoreFixture("queued-spec-scan-10k")
