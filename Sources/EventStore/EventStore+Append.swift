@@ -82,7 +82,7 @@ extension SQLiteConnection: DecisionWriter {
     /// or one after which SQLite rolled the transaction back. Other errors are one step's refusal.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .busy, .readOnly:
+        case .io, .busy, .readOnly, .damaged:
             throw error
         default:
             guard isInTransaction else { throw error }

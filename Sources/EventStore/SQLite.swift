@@ -210,8 +210,10 @@ final class SQLiteConnection {
         case SQLITE_READONLY:
             return .readOnly("the database is read-only (\(message), SQLite code \(code)): this command writes to it; "
                              + "run it where the database file and its directory are writable")
-        case SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PERM, SQLITE_NOTADB, SQLITE_CORRUPT:
+        case SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PERM:
             return .io("\(message) (SQLite code \(code))")
+        case SQLITE_NOTADB, SQLITE_CORRUPT:
+            return .damaged("SQLite: \(message), code \(code)")
         default:
             return .sqlite(code: code, message: message, sql: sql)
         }

@@ -308,7 +308,7 @@ extension PostgresConnection {
     /// errors are one step's refusal.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .busy, .readOnly: throw error
+        case .io, .busy, .readOnly, .damaged: throw error
         default: if !isConnected { throw error }
         }
     }

@@ -32,6 +32,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case keyConflict(key: String, existingID: String)
     /// The file could not be opened, read or written.
     case io(String)
+    /// The database file is damaged, or is not a database at all (SQLite's "malformed" and "not a
+    /// database"): no retry can help, so a worker stops rather than retrying for ever.
+    case damaged(String)
     /// A stored row or event could not be decoded, or a value could not be encoded as JSON.
     case corrupt(String)
     /// An `after:` entry names no job: not a key of the jobs submitted with it, nor a key or id (prefix)
@@ -76,6 +79,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "nothing was submitted: give this job a new key, or submit the same spec to get \(existingID) back"
         case .io(let message):
             return "database I/O error: \(message)"
+        case .damaged(let message):
+            return "the database file is damaged or is not a jobctl database (\(message)): check that it is the file "
+                + "meant; if it is, stop every worker, keep a copy of it with its -wal and -shm files, and check it with "
+                + "`sqlite3 FILE 'PRAGMA integrity_check'` (`.recover` saves what can be read)"
         case .corrupt(let message):
             return "stored data could not be read or written: \(message); `jobctl replay --verify` checks the log"
         case .unknownDependency(let name):

@@ -103,10 +103,10 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
-    func storeError(_ error: any Error, consecutive: Int, now: Int64) {
-        record(WorkerLogEntry(atMs: now, level: .warning, event: .storeError, fields: [
+    func storeError(_ error: any Error, consecutive: Int, stopping: Bool = false, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: stopping ? .error : .warning, event: .storeError, fields: [
             ("error", .text(String(describing: error))), ("consecutive", .integer(Int64(consecutive))),
-            ("action", .text("retrying")),
+            ("action", .text(stopping ? "stopping" : "retrying")),
         ]))
     }
 

@@ -230,6 +230,12 @@ public final class WorkerPool: Sendable {
                 }
             } catch {
                 consecutiveErrors += 1
+                // A damaged database stays damaged: retrying would spin for ever (a drain never ending),
+                // so the worker stops and says what to do; its leases expire for the rescue.
+                if case StoreError.damaged = error {
+                    log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
+                    throw error
+                }
                 log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
                 await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
                 continue

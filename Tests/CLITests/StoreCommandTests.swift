@@ -245,3 +245,46 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
     }
     return try condition()
 }
+
+/// A database file that is damaged, or is no database at all: every command says so and what to do,
+/// and a worker stops at once instead of retrying for ever (a drain that never ends).
+@Suite("a damaged database") struct DamagedDatabaseTests {
+    /// The damage is found as the worker opens the log (the pool's own stop on a file damaged while it
+    /// runs is `DamagedStoreTests` in the worker suite).
+    @Test("a worker on a damaged database stops with status 1 and the remedy; so does list")
+    func workerStopsAtOnce() throws {
+        let workspace = try CLIWorkspace("cli-damaged")
+        defer { workspace.directory.remove() }
+        let manifest = (0..<200).map { "- {kind: upload-data, data: \"job \($0)\", destination: \"file://out/\($0).txt\"}" }
+            .joined(separator: "\n") + "\n"
+        _ = try workspace.submit(manifest)
+        // The submit's connection closed and folded its WAL into the file; every page after the first
+        // (the header and the schema's root) becomes garbage.
+        #expect(!FileManager.default.fileExists(atPath: workspace.database + "-wal"))
+        let handle = try #require(FileHandle(forUpdatingAtPath: workspace.database))
+        let size = try handle.seekToEnd()
+        try #require(size > 8_192)
+        try handle.seek(toOffset: 4_096)
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: Int(size) - 4_096))
+        try handle.close()
+
+        let worker = try runProcess("/usr/bin/timeout", ["30", PackagePaths.jobctlBinary, "--db", workspace.database, "worker", "--drain"],
+                                    environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(worker.status == 1, "not stopped by the damage (124: still retrying at the timeout): \(worker.stderr)")
+        #expect(worker.stderr.contains("Error: the database file is damaged or is not a jobctl database (SQLite: "), "\(worker.stderr)")
+        #expect(worker.stderr.contains("PRAGMA integrity_check"))
+        let list = try workspace.jobctl(["list"])
+        #expect(list.status == 1 && list.stderr.contains("is damaged or is not a jobctl database"), "\(list.stderr)")
+    }
+
+    @Test("a file that is not a database is named as such")
+    func notADatabase() throws {
+        let workspace = try CLIWorkspace("cli-not-a-db")
+        defer { workspace.directory.remove() }
+        try Data((0..<8_192).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }).write(to: URL(fileURLWithPath: workspace.database))
+        let output = try workspace.jobctl(["list"])
+        #expect(output.status == 1)
+        #expect(output.stderr.contains("Error: the database file is damaged or is not a jobctl database (SQLite: file is not a database, code 26)"),
+                "\(output.stderr)")
+    }
+}

@@ -8,15 +8,22 @@ import Synchronization
 /// `loseAnswerTo` is written (committed by the real store underneath), and then the caller is told the
 /// store failed (`io`), as a worker hears it when the connection breaks after COMMIT. Every other call
 /// goes to the real store unchanged. A fault of our own around a real database, not a mock of one.
+///
+/// With `damagedFromRun`, the executor calls (`run`) from that one on fail as SQLite's would on a file
+/// damaged under the worker (`StoreError.damaged`), which no real file does on demand mid-run.
 final class LostAnswerStore: JobStore {
     let inner: any JobStore
     let loseAnswerTo: EventType
     /// How many answers were lost so far (at most one).
     let lost = Mutex(0)
+    let damagedFromRun: Int?
+    /// Executor calls so far.
+    let runs = Mutex(0)
 
-    init(_ inner: any JobStore, loseAnswerTo: EventType) {
+    init(_ inner: any JobStore, loseAnswerTo: EventType, damagedFromRun: Int? = nil) {
         self.inner = inner
         self.loseAnswerTo = loseAnswerTo
+        self.damagedFromRun = damagedFromRun
     }
 
     func appendGrouped(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
@@ -88,6 +95,15 @@ final class LostAnswerStore: JobStore {
     func clockReading() throws(StoreError) -> StoreClockReading { try inner.clockReading() }
     func replay(verify: Bool) throws(StoreError) -> ReplayReport { try inner.replay(verify: verify) }
     func claimGrouped(_ request: ClaimRequest) async throws(StoreError) -> [ClaimedJob] { try await inner.claimGrouped(request) }
-    func run<T: Sendable>(_ body: @escaping @Sendable (any JobStore) throws -> T) async throws -> T { try await inner.run(body) }
+    func run<T: Sendable>(_ body: @escaping @Sendable (any JobStore) throws -> T) async throws -> T {
+        let count = runs.withLock { count in
+            count += 1
+            return count
+        }
+        if let damagedFromRun, count >= damagedFromRun {
+            throw StoreError.damaged("SQLite: database disk image is malformed, code 11 (test fault)")
+        }
+        return try await inner.run(body)
+    }
     func landedEvent(_ pending: PendingEvent) throws(StoreError) -> JobEvent? { try inner.landedEvent(pending) }
 }

@@ -63,3 +63,39 @@ import TestSupport
         #expect(try real.replay(verify: true).isConsistent)
     }
 }
+
+/// A database damaged under a running worker: retrying cannot help, so the pool stops and says so
+/// instead of retrying for ever (a drain that never ends, a service that never reports it).
+@Suite("a damaged database under a worker") struct DamagedStoreTests {
+    @Test func thePoolStopsWithTheErrorInsteadOfRetrying() async throws {
+        let directory = try TemporaryDirectory("damaged-store")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        _ = try submit("- {kind: upload-data, data: \"x\", destination: \"file://b/x.txt\"}\n", database: database, directory: directory)
+        // The first executor calls (start-up, the first turn) work; from the fifth on, the file is damaged.
+        let store = LostAnswerStore(try EventStore(path: database, mode: .readWrite), loseAnswerTo: .submitted, damagedFromRun: 5)
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
+            lines.withLock { $0.append(line) }
+        })
+        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
+                              configuration: WorkerConfiguration(concurrency: 1, drain: false), log: log)
+        let started = ContinuousClock.now
+        // Should the pool retry instead, it is shut down after 10 s: the test then fails, never hangs.
+        let watchdog = Task {
+            try? await Task.sleep(for: .seconds(10))
+            pool.beginShutdown()
+        }
+        defer { watchdog.cancel() }
+        await #expect {
+            _ = try await pool.run()
+        } throws: { error in
+            guard case StoreError.damaged = error else { return false }
+            return true
+        }
+        #expect(ContinuousClock.now - started < .seconds(10), "the pool retried instead of stopping")
+        let stopping = lines.withLock { $0.filter { $0.contains("\"event\":\"store_error\"") } }
+        #expect(stopping.count == 1 && stopping[0].contains("\"action\":\"stopping\"") && stopping[0].contains("\"level\":\"error\""),
+                "\(stopping)")
+    }
+}
