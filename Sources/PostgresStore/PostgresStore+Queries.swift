@@ -275,7 +275,8 @@ extension PostgresStore {
                     finishedAtMs: try row.optionalInteger(5) ?? 0)
             }
             let unfinished = try connection.rows(Self.unfinishedResumePointsSQL) { (row) throws(StoreError) -> ResumePoint in
-                try StoreJSON.decode(ResumePoint.self, try row.string(1), what: "job \(try row.string(0)) resume_point")
+                let id = try row.string(0)
+                return try StoreJSON.decode(ResumePoint.self, try row.string(1), what: "job \(id) resume_point")
             }
             return LeftoverCandidates(finished: finished, unfinishedResumePoints: unfinished)
         }

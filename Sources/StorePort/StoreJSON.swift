@@ -34,28 +34,29 @@ public enum StoreJSON {
         }
     }
 
-    /// Decodes JSON text; `what` names the value in the error.
+    /// Decodes JSON text; `what` names the value in the error (built only for one: a row's read names
+    /// its job in each, and building those names for every row was a tenth of a claim's decoding).
     ///
     /// The store's own shapes (event payloads, specs, results, errors) are read by hand first
     /// (`FastJSON`): Foundation's decoder was most of `audit`'s and `replay`'s CPU. Whatever the hand-
     /// written readers decline — malformed text included — goes to Foundation, which decides it as before.
-    public static func decode<T: Decodable>(_ type: T.Type, _ text: String, what: String) throws(StoreError) -> T {
+    public static func decode<T: Decodable>(_ type: T.Type, _ text: String, what: @autoclosure () -> String) throws(StoreError) -> T {
         if let value = FastJSON.decode(type, text) { return value }
-        return try foundationDecode(type, text, what: what)
+        return try foundationDecode(type, text, what: what())
     }
 
     /// `decode` through Foundation's decoder alone (what the hand-written readers are compared with).
-    static func foundationDecode<T: Decodable>(_ type: T.Type, _ text: String, what: String) throws(StoreError) -> T {
+    static func foundationDecode<T: Decodable>(_ type: T.Type, _ text: String, what: @autoclosure () -> String) throws(StoreError) -> T {
         do {
             return try decoder.decode(type, from: Data(text.utf8))
         } catch {
-            throw StoreError.corrupt("\(what) is not valid \(T.self) JSON: \(error)")
+            throw StoreError.corrupt("\(what()) is not valid \(T.self) JSON: \(error)")
         }
     }
 
     /// `decode`, or nil for no text.
-    public static func decodeOptional<T: Decodable>(_ type: T.Type, _ text: String?, what: String) throws(StoreError) -> T? {
+    public static func decodeOptional<T: Decodable>(_ type: T.Type, _ text: String?, what: @autoclosure () -> String) throws(StoreError) -> T? {
         guard let text else { return nil }
-        return try decode(type, text, what: what)
+        return try decode(type, text, what: what())
     }
 }

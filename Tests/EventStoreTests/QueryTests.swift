@@ -65,7 +65,7 @@ struct QueryTests {
         #expect(try impatient.submit([uploadSpec()], actor: "cli:test", now: 2).count == 1)
     }
 
-    @Test("a file that is not a database is refused as an I/O error")
+    @Test("a file that is not a database is refused as damaged, a missing directory as an I/O error")
     func notADatabase() throws {
         let directory = try TemporaryDirectory("store-garbage")
         defer { directory.remove() }
@@ -74,9 +74,14 @@ struct QueryTests {
         #expect {
             _ = try EventStore(path: path)
         } throws: { error in
+            guard case StoreError.damaged(let message) = error else { return false }
+            return message.contains("file is not a database")
+        }
+        #expect {
+            _ = try EventStore(path: directory.file("missing/dir/jobs.db"))
+        } throws: { error in
             guard case StoreError.io = error else { return false }
             return true
         }
-        #expect(throws: StoreError.self) { _ = try EventStore(path: directory.file("missing/dir/jobs.db")) }
     }
 }
