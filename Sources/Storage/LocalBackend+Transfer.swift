@@ -251,8 +251,14 @@ final class LocalTransfer {
         let identity: FileIdentity
         /// Bytes already in it (a resumed session) where writing continues.
         let offset: Int64
-        /// `file-session:DEVICE:INODE:PATH`, reported in checkpoints.
-        let uri: String
+        /// The folder it is in (`SafeDirectory.path`).
+        let folder: String
+
+        /// `file-session:DEVICE:INODE:PATH`, reported in checkpoints. Built when one is reported: most
+        /// uploads never are, and building it for each one cost ~2,500 instructions.
+        var uri: String {
+            LocalUploadSession(path: SafeDirectory.childPath(name, in: folder), identity: identity).uri
+        }
 
         /// Closes and removes the session file while it is still this one (cancel, full disk, failed rename).
         func discard(in location: LocalLocation) {
@@ -279,8 +285,8 @@ final class LocalTransfer {
                     try file.truncate(to: offset)
                     try rehash(file, upTo: offset, into: hashes)
                     try file.seek(to: offset)
-                    let uri = LocalUploadSession(path: location.directory.childPath(name), identity: status.identity).uri
-                    return OpenSession(file: file, name: name, identity: status.identity, offset: offset, uri: uri)
+                    return OpenSession(file: file, name: name, identity: status.identity, offset: offset,
+                                       folder: location.directory.path)
                 }
                 file.close()
                 // The source changed size or the session is short: its bytes are useless now. A file that is
@@ -300,8 +306,7 @@ final class LocalTransfer {
             location.directory.remove(name)
             throw error
         }
-        let uri = LocalUploadSession(path: location.directory.childPath(name), identity: identity).uri
-        return OpenSession(file: file, name: name, identity: identity, offset: 0, uri: uri)
+        return OpenSession(file: file, name: name, identity: identity, offset: 0, folder: location.directory.path)
     }
 
     /// Syncs the session file and reports the offset the next attempt resumes from.

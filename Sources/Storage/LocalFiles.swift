@@ -107,6 +107,18 @@ enum LocalFiles {
                          + "jobctl only replaces files it made: move it away, then retry the job")
     }
 
+    /// Appends the UTF-8 of `text`, copied from its storage at once: appending a `String.UTF8View`
+    /// went byte by byte through a generic path, and a `String` append cost ~500 instructions.
+    static func appendBytes(of text: String, to bytes: inout [UInt8]) {
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
+    }
+
+    /// Appends the UTF-8 of a literal.
+    static func appendBytes(of text: StaticString, to bytes: inout [UInt8]) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
     /// The last path component.
     static func lastComponent(_ path: String) -> String {
         SlashSeparatedPath.lastPart(of: path).map(String.init) ?? path

@@ -247,3 +247,45 @@ struct NamedByRealPathTests {
         #expect(opened.namedByRealPath()?.path == expected)
     }
 }
+
+/// Sidecars are written by hand for objects without custom metadata whose strings are printable ASCII:
+/// byte for byte what `JSONEncoder` (pretty-printed, sorted keys) writes, which every other object still
+/// goes through.
+@Suite("sidecar JSON")
+struct SidecarJSONTests {
+    private static let uploaded = StorageObject(
+        bucket: "bench", name: "d1/d2/o-000001.txt", size: 64, contentType: "text/plain", md5Hash: "rL0Y20zC+Fzt72VPzMSk2A==",
+        crc32c: "yZRlqg==", generation: "1764592800123456", metageneration: "1", timeCreated: "2026-12-01T12:00:00.123Z",
+        updated: "2026-12-01T12:00:00.123Z")
+
+    static let handWritten: [StorageObject] = [
+        uploaded,
+        StorageObject(bucket: "", name: "a", size: 0),
+        StorageObject(bucket: "b", name: "x", size: Int64.max, contentType: "application/octet-stream", cacheControl: "no-cache, max-age=0",
+                      contentDisposition: "attachment; filename=\"a \\\\ b.txt\"", contentEncoding: "gzip", contentLanguage: "en",
+                      md5Hash: "/+/=", crc32c: "AAAAAA==", generation: "1", metageneration: "7", timeCreated: "t", updated: "u",
+                      downloadTokens: "0f1e2d3c-aaaa-bbbb-cccc-000000000000,second"),
+        StorageObject(bucket: "b", name: "odd ~`!@#$%^&*()_+-={}[]|:;'<>,.?/x", size: -1, contentType: ""),
+    ]
+
+    static let leftToTheEncoder: [StorageObject] = [
+        StorageObject(bucket: "b", name: "é.txt", size: 1),
+        StorageObject(bucket: "b", name: "tab\there", size: 1),
+        StorageObject(bucket: "b", name: "del\u{7F}", size: 1),
+        StorageObject(bucket: "b", name: "x", size: 1, customMetadata: ["k": "v"]),
+        StorageObject(bucket: "b", name: "x", size: 1, customMetadata: [:]),
+        StorageObject(bucket: "b", name: "x", size: 1, contentType: "text/plain; charset=\u{0}"),
+    ]
+
+    @Test("objects of printable ASCII are written byte for byte as JSONEncoder writes them", arguments: handWritten)
+    func sameBytes(object: StorageObject) throws {
+        let written = try #require(SidecarJSON.encode(object))
+        #expect(String(decoding: written, as: UTF8.self) == String(decoding: SidecarJSON.encodeWithFoundation(object), as: UTF8.self))
+        #expect(try JSONDecoder().decode(StorageObject.self, from: written) == object)
+    }
+
+    @Test("custom metadata and other characters are left to JSONEncoder", arguments: leftToTheEncoder)
+    func leftAlone(object: StorageObject) {
+        #expect(SidecarJSON.encode(object) == nil)
+    }
+}
