@@ -288,4 +288,60 @@ struct SidecarJSONTests {
     func leftAlone(object: StorageObject) {
         #expect(SidecarJSON.encode(object) == nil)
     }
+
+    @Test("sidecars written by hand are read back by hand as JSONDecoder reads them", arguments: handWritten)
+    func readBack(object: StorageObject) throws {
+        let written = try #require(SidecarJSON.encode(object))
+        #expect(SidecarJSON.decode(written) == object)
+        #expect(SidecarJSON.decode(SidecarJSON.encodeWithFoundation(object)) == object)
+    }
+
+    private static let canonical = String(decoding: SidecarJSON.encodeWithFoundation(uploaded), as: UTF8.self)
+
+    /// Sidecars as a person or another version might have left them: each is either read by hand as
+    /// JSONDecoder reads it, or left to JSONDecoder.
+    static let edited: [String] = [
+        canonical,
+        canonical.replacingOccurrences(of: " : ", with: ":"),
+        canonical.replacingOccurrences(of: "\n  ", with: "\n    "),
+        canonical + "\n",
+        canonical + "x",
+        " " + canonical,
+        canonical.replacingOccurrences(of: "\"bucket\" : \"bench\",", with: ""),
+        canonical.replacingOccurrences(of: "\"name\" : \"d1\\/d2\\/o-000001.txt\",", with: ""),
+        canonical.replacingOccurrences(of: ",\n  \"size\" : 64", with: ""),
+        canonical.replacingOccurrences(of: "\"bucket\" : \"bench\",", with: "\"bucket\" : \"bench\",\n  \"bucket\" : \"other\","),
+        canonical.replacingOccurrences(of: "\"bucket\" : \"bench\",", with: "\"bucket\" : \"bench\",\n  \"zzz\" : \"x\","),
+        canonical.replacingOccurrences(of: "\"bucket\" : \"bench\",", with: "\"bucket\" : \"bench\",\n  \"customMetadata\" : {\n    \"k\" : \"v\"\n  },"),
+        canonical.replacingOccurrences(of: "\"crc32c\" : \"yZRlqg==\",", with: "\"crc32c\" : null,"),
+        canonical.replacingOccurrences(of: "\"crc32c\" : \"yZRlqg==\",\n  ", with: "").replacingOccurrences(of: "\"updated\"", with: "\"crc32c\" : \"yZRlqg==\",\n  \"updated\""),
+        canonical.replacingOccurrences(of: "text\\/plain", with: "text/plain"),
+        canonical.replacingOccurrences(of: "text\\/plain", with: "text\\u002Fplain"),
+        canonical.replacingOccurrences(of: "text\\/plain", with: "t\\\"x\\\\t"),
+        canonical.replacingOccurrences(of: "text\\/plain", with: "text\\nplain"),
+        canonical.replacingOccurrences(of: "text\\/plain", with: "texté"),
+        canonical.replacingOccurrences(of: "text\\/plain", with: "text\tplain"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : 064"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : -0"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : 0"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : -64"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : 64.0"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : 6.4e1"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : 99999999999999999999"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : 9223372036854775807"),
+        canonical.replacingOccurrences(of: "\"size\" : 64", with: "\"size\" : \"64\""),
+        "{}", "{\n\n}", "", "[]", "{\n  \"bucket\" : \"b\",\n  \"name\" : \"n\",\n  \"size\" : 1\n}",
+    ]
+
+    @Test("an edited sidecar is read by hand as JSONDecoder reads it, or left to JSONDecoder", arguments: edited)
+    func editedSidecars(text: String) {
+        let data = Data(text.utf8)
+        let foundation = try? JSONDecoder().decode(StorageObject.self, from: data)
+        if let byHand = SidecarJSON.decode(data) {
+            #expect(byHand == foundation)
+        }
+        if text == Self.canonical {
+            #expect(SidecarJSON.decode(data) == Self.uploaded)
+        }
+    }
 }
