@@ -581,26 +581,44 @@ private struct SidecarReader {
         return matched
     }
 
-    /// A string of printable ASCII in quotes, escaping only `"`, `\` and `/`; nil for anything else.
+    /// A string of printable ASCII in quotes, escaping only `"`, `\\` and `/`; nil for anything else.
+    /// Decoded from the bytes in place when it holds no escape (nearly always: keys, checksums, times).
     mutating func string() -> String? {
         guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
-        index += 1
-        var text: [UInt8] = []
-        while index < bytes.count {
-            var byte = bytes[index]
-            index += 1
-            if byte == UInt8(ascii: "\"") { return String(decoding: text, as: UTF8.self) }
+        let start = index + 1
+        var end = start
+        var escapes = false
+        while end < bytes.count, bytes[end] != UInt8(ascii: "\"") {
+            let byte = bytes[end]
+            if byte < 0x20 || byte >= 0x7F { return nil }
             if byte == UInt8(ascii: "\\") {
-                guard index < bytes.count else { return nil }
-                byte = bytes[index]
-                index += 1
-                guard byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == UInt8(ascii: "/") else { return nil }
-            } else if byte < 0x20 || byte >= 0x7F {
-                return nil
+                escapes = true
+                end += 1
+                guard end < bytes.count, Self.isEscaped(bytes[end]) else { return nil }
             }
-            text.append(byte)
+            end += 1
         }
-        return nil
+        guard end < bytes.count else { return nil }
+        index = end + 1
+        let text = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
+        guard escapes else { return String(decoding: text, as: UTF8.self) }
+        var unescaped: [UInt8] = []
+        unescaped.reserveCapacity(text.count)
+        var escaped = false
+        for byte in text {
+            if byte == UInt8(ascii: "\\") && !escaped {
+                escaped = true
+                continue
+            }
+            escaped = false
+            unescaped.append(byte)
+        }
+        return String(decoding: unescaped, as: UTF8.self)
+    }
+
+    /// Whether `byte` is one the hand-written encoder escapes (`"`, `\\`, `/`).
+    private static func isEscaped(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == UInt8(ascii: "/")
     }
 
     /// An integer as JSON writes one (`-`, then digits without a leading zero) that fits an `Int64`;
