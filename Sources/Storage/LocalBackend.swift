@@ -466,41 +466,96 @@ enum SidecarJSON {
         return (try? encoder.encode(object)) ?? Data()
     }
 
+    /// The members of a sidecar written by hand, in the encoder's key order (`customMetadata`, between
+    /// `crc32c` and `downloadTokens`, is never one of them).
+    private enum Member: CaseIterable {
+        case bucket, cacheControl, contentDisposition, contentEncoding, contentLanguage, contentType, crc32c, downloadTokens
+        case generation, md5Hash, metageneration, name, size, timeCreated, updated
+
+        /// `"key" : `, as the encoder writes it before the value.
+        var key: StaticString {
+            switch self {
+            case .bucket: "\"bucket\" : "
+            case .cacheControl: "\"cacheControl\" : "
+            case .contentDisposition: "\"contentDisposition\" : "
+            case .contentEncoding: "\"contentEncoding\" : "
+            case .contentLanguage: "\"contentLanguage\" : "
+            case .contentType: "\"contentType\" : "
+            case .crc32c: "\"crc32c\" : "
+            case .downloadTokens: "\"downloadTokens\" : "
+            case .generation: "\"generation\" : "
+            case .md5Hash: "\"md5Hash\" : "
+            case .metageneration: "\"metageneration\" : "
+            case .name: "\"name\" : "
+            case .size: "\"size\" : "
+            case .timeCreated: "\"timeCreated\" : "
+            case .updated: "\"updated\" : "
+            }
+        }
+
+        /// The member's string value in `object` (nil: left out, as `encodeIfPresent` leaves it); nil
+        /// for `size`, which is a number.
+        func text(in object: StorageObject) -> String? {
+            switch self {
+            case .bucket: object.bucket
+            case .cacheControl: object.cacheControl
+            case .contentDisposition: object.contentDisposition
+            case .contentEncoding: object.contentEncoding
+            case .contentLanguage: object.contentLanguage
+            case .contentType: object.contentType
+            case .crc32c: object.crc32c
+            case .downloadTokens: object.downloadTokens
+            case .generation: object.generation
+            case .md5Hash: object.md5Hash
+            case .metageneration: object.metageneration
+            case .name: object.name
+            case .size: nil
+            case .timeCreated: object.timeCreated
+            case .updated: object.updated
+            }
+        }
+
+        /// Sets the member's string value in `object` (`size` is set as a number instead).
+        func set(_ text: String, in object: inout StorageObject) {
+            switch self {
+            case .bucket: object.bucket = text
+            case .cacheControl: object.cacheControl = text
+            case .contentDisposition: object.contentDisposition = text
+            case .contentEncoding: object.contentEncoding = text
+            case .contentLanguage: object.contentLanguage = text
+            case .contentType: object.contentType = text
+            case .crc32c: object.crc32c = text
+            case .downloadTokens: object.downloadTokens = text
+            case .generation: object.generation = text
+            case .md5Hash: object.md5Hash = text
+            case .metageneration: object.metageneration = text
+            case .name: object.name = text
+            case .size: break
+            case .timeCreated: object.timeCreated = text
+            case .updated: object.updated = text
+            }
+        }
+    }
+
     /// The same bytes written by hand; nil for an object with custom metadata or a string that is not
     /// printable ASCII (the encoder's escapes and key order there are its own business).
     static func encode(_ object: StorageObject) -> Data? {
         guard object.customMetadata == nil else { return nil }
-        // The members in the encoder's sorted key order (`customMetadata`, between `crc32c` and
-        // `downloadTokens`, is absent here); nil values are left out, as `encodeIfPresent` leaves them.
-        let members: [(key: StaticString, text: String?, isString: Bool)] = [
-            ("bucket", object.bucket, true), ("cacheControl", object.cacheControl, true),
-            ("contentDisposition", object.contentDisposition, true), ("contentEncoding", object.contentEncoding, true),
-            ("contentLanguage", object.contentLanguage, true), ("contentType", object.contentType, true),
-            ("crc32c", object.crc32c, true), ("downloadTokens", object.downloadTokens, true), ("generation", object.generation, true),
-            ("md5Hash", object.md5Hash, true), ("metageneration", object.metageneration, true), ("name", object.name, true),
-            ("size", String(object.size), false), ("timeCreated", object.timeCreated, true), ("updated", object.updated, true),
-        ]
         var bytes: [UInt8] = []
         bytes.reserveCapacity(512)
         bytes.append(UInt8(ascii: "{"))
-        for member in members {
-            guard let text = member.text else { continue }
-            appendKey(member.key, to: &bytes)
-            if member.isString {
+        for member in Member.allCases {
+            if member == .size {
+                appendKey(member.key, to: &bytes)
+                LocalFiles.appendBytes(of: String(object.size), to: &bytes)
+            } else if let text = member.text(in: object) {
+                appendKey(member.key, to: &bytes)
                 guard appendString(text, to: &bytes) else { return nil }
-            } else {
-                LocalFiles.appendBytes(of: text, to: &bytes)
             }
         }
         LocalFiles.appendBytes(of: "\n}", to: &bytes)
         return Data(bytes)
     }
-
-    /// The keys a sidecar written by hand holds, in the encoder's order.
-    private static let keys = [
-        "bucket", "cacheControl", "contentDisposition", "contentEncoding", "contentLanguage", "contentType", "crc32c",
-        "downloadTokens", "generation", "md5Hash", "metageneration", "name", "size", "timeCreated", "updated",
-    ]
 
     /// The object in a sidecar laid out as `encode` writes it (members in the encoder's key order, its
     /// white space, strings of printable ASCII with `\"`, `\\` or `\/` escapes, a plain integer size);
@@ -510,36 +565,35 @@ enum SidecarJSON {
     static func decode(_ data: Data) -> StorageObject? {
         data.withUnsafeBytes { bytes in
             var reader = SidecarReader(bytes: bytes)
-            var values: [String?] = Array(repeating: nil, count: keys.count)
-            var size: Int64?
-            var next = 0
+            var object = StorageObject(bucket: "", name: "", size: 0)
+            var required = 0
+            var remaining = Member.allCases[...]
             guard reader.skip("{\n  ") else { return nil }
             repeat {
-                // Each key once, in order: no duplicate, unknown or custom-metadata member.
-                guard let key = reader.string(), let position = keys[next...].firstIndex(of: key), reader.skip(" : ") else { return nil }
-                next = position + 1
-                if key == "size" {
-                    guard let value = reader.integer() else { return nil }
-                    size = value
+                // Each member once, in order: no duplicate, unknown or custom-metadata member.
+                guard let index = remaining.firstIndex(where: { reader.skip($0.key) }) else { return nil }
+                let member = remaining[index]
+                remaining = remaining[(index + 1)...]
+                if member == .size {
+                    guard let size = reader.integer() else { return nil }
+                    object.size = size
                 } else {
-                    guard let value = reader.string() else { return nil }
-                    values[position] = value
+                    guard let text = reader.string() else { return nil }
+                    member.set(text, in: &object)
                 }
+                if member == .bucket || member == .name || member == .size { required += 1 }
             } while reader.skip(",\n  ")
-            guard reader.skip("\n}"), reader.atEnd, let bucket = values[0], let name = values[11], let size else { return nil }
-            return StorageObject(bucket: bucket, name: name, size: size, contentType: values[5], cacheControl: values[1],
-                                 contentDisposition: values[2], contentEncoding: values[3], contentLanguage: values[4],
-                                 md5Hash: values[9], crc32c: values[6], generation: values[8], metageneration: values[10],
-                                 timeCreated: values[13], updated: values[14], downloadTokens: values[7])
+            // The three members `StorageObject` cannot do without, each found once.
+            guard reader.skip("\n}"), reader.atEnd, required == 3 else { return nil }
+            return object
         }
     }
 
-    /// `,` after the previous member (none before the first), a new line, the indent and `"key" : `.
+    /// `,` after the previous member (none before the first), a new line, the indent and `key`.
     private static func appendKey(_ key: StaticString, to bytes: inout [UInt8]) {
         if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
-        LocalFiles.appendBytes(of: "\n  \"", to: &bytes)
+        LocalFiles.appendBytes(of: "\n  ", to: &bytes)
         LocalFiles.appendBytes(of: key, to: &bytes)
-        LocalFiles.appendBytes(of: "\" : ", to: &bytes)
     }
 
     /// `value` as a JSON string with the encoder's escapes for `"`, `\` and `/`; false when it holds
