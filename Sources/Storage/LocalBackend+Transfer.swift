@@ -8,22 +8,34 @@ import Glibc
 final class LocalTransfer {
     private let backend: LocalBackend
     private let spec: JobSpec
+    /// The job's remote reference (`spec.remoteReference()`) when the caller already parsed it.
+    private let parsed: StorageReference?
     private let resumePoint: ResumePoint?
     private let control: TransferControl
     private let report: @Sendable (TransferEvent) -> Void
-    private let buffer: UnsafeMutableRawBufferPointer
+    private var allocatedBuffer: UnsafeMutableRawBufferPointer?
 
-    init(backend: LocalBackend, spec: JobSpec, resumePoint: ResumePoint?, control: TransferControl,
-         report: @escaping @Sendable (TransferEvent) -> Void) {
+    init(backend: LocalBackend, spec: JobSpec, parsed: StorageReference? = nil, resumePoint: ResumePoint?,
+         control: TransferControl, report: @escaping @Sendable (TransferEvent) -> Void) {
         self.backend = backend
         self.spec = spec
+        self.parsed = parsed
         self.resumePoint = resumePoint
         self.control = control
         self.report = report
-        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: LocalFiles.bufferSize, alignment: 16)
     }
 
-    deinit { buffer.deallocate() }
+    deinit { allocatedBuffer?.deallocate() }
+
+    /// The streaming buffer (`LocalFiles.bufferSize` bytes), allocated when first used: an in-memory
+    /// download reads straight into its result and never needs it, and a megabyte allocated and freed
+    /// per job cost it ~1,500 instructions (and the kernel a mapping).
+    private var buffer: UnsafeMutableRawBufferPointer {
+        if let allocatedBuffer { return allocatedBuffer }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: LocalFiles.bufferSize, alignment: 16)
+        allocatedBuffer = buffer
+        return buffer
+    }
 
     func run() throws(StorageError) -> TransferOutcome {
         switch spec.kind {
@@ -37,7 +49,10 @@ final class LocalTransfer {
         }
     }
 
+    /// The reference in the job's `field` ("source" or "destination"): the caller's parse of it when it is
+    /// the job's remote reference, else parsed here.
     private func reference(_ text: String?, _ field: String) throws(StorageError) -> StorageReference {
+        if let parsed, field == (spec.kind.namesDestinationReference ? "destination" : "source") { return parsed }
         guard let text else { throw StorageError(.invalidArgument, "\(spec.kind.rawValue) needs a \(field) reference") }
         return try StorageReference(parsing: text)
     }
@@ -236,8 +251,14 @@ final class LocalTransfer {
         let identity: FileIdentity
         /// Bytes already in it (a resumed session) where writing continues.
         let offset: Int64
-        /// `file-session:DEVICE:INODE:PATH`, reported in checkpoints.
-        let uri: String
+        /// The folder it is in (`SafeDirectory.path`).
+        let folder: String
+
+        /// `file-session:DEVICE:INODE:PATH`, reported in checkpoints. Built when one is reported: most
+        /// uploads never are, and building it for each one cost ~2,500 instructions.
+        var uri: String {
+            LocalUploadSession(path: SafeDirectory.childPath(name, in: folder), identity: identity).uri
+        }
 
         /// Closes and removes the session file while it is still this one (cancel, full disk, failed rename).
         func discard(in location: LocalLocation) {
@@ -264,8 +285,8 @@ final class LocalTransfer {
                     try file.truncate(to: offset)
                     try rehash(file, upTo: offset, into: hashes)
                     try file.seek(to: offset)
-                    let uri = LocalUploadSession(path: location.directory.childPath(name), identity: status.identity).uri
-                    return OpenSession(file: file, name: name, identity: status.identity, offset: offset, uri: uri)
+                    return OpenSession(file: file, name: name, identity: status.identity, offset: offset,
+                                       folder: location.directory.path)
                 }
                 file.close()
                 // The source changed size or the session is short: its bytes are useless now. A file that is
@@ -285,8 +306,7 @@ final class LocalTransfer {
             location.directory.remove(name)
             throw error
         }
-        let uri = LocalUploadSession(path: location.directory.childPath(name), identity: identity).uri
-        return OpenSession(file: file, name: name, identity: identity, offset: 0, uri: uri)
+        return OpenSession(file: file, name: name, identity: identity, offset: 0, folder: location.directory.path)
     }
 
     /// Syncs the session file and reports the offset the next attempt resumes from.
@@ -434,28 +454,28 @@ final class LocalTransfer {
                                    + "raise max_size or use download-file",
                                total: total, maximum: maximum)
         }
-        var data = Data()
-        data.reserveCapacity(Int(total))
+        // Read straight into the result, a buffer's worth at a time, rather than through the buffer.
+        var data = Data(count: Int(total))
+        var filled = 0
         let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         // An object that one read returns whole reports no progress: its outcome carries the counts, and
         // each report would only wake the task's runner for a figure it could not write (no progress
         // tick passes during one read). Larger objects report before the first read and after each one.
-        let reportsProgress = total > Int64(buffer.count)
+        let reportsProgress = total > Int64(LocalFiles.bufferSize)
         if reportsProgress { report(.progress(bytesDone: 0, bytesTotal: total)) }
-        while Int64(data.count) < total {
+        while filled < data.count {
             // Bytes in memory do not survive the process, so a stopped in-memory download has no resume
             // point: it stops at once and the next attempt starts over.
             if let reason = control.stopReason { return .stopped(reason, nil) }
-            let want = Int(min(Int64(buffer.count), total - Int64(data.count)))
-            let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
+            let range = filled..<(filled + min(LocalFiles.bufferSize, data.count - filled))
+            let count = try file.read(into: &data, range)
             guard count > 0 else {
                 throw StorageError(.objectNotFound, "object '\(location.reference)' shrank while it was read: download it again",
                                    retryable: true)
             }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-            data.append(contentsOf: chunk)
-            hashes.update(chunk)
-            if reportsProgress { report(.progress(bytesDone: Int64(data.count), bytesTotal: total)) }
+            data.withUnsafeBytes { hashes.update(UnsafeRawBufferPointer(rebasing: $0[filled..<(filled + count)])) }
+            filled += count
+            if reportsProgress { report(.progress(bytesDone: Int64(filled), bytesTotal: total)) }
         }
         let (md5, crc32c) = hashes.finish()
         let verified = try verify(object, md5: md5, crc32c: crc32c)
@@ -529,7 +549,8 @@ extension LocalTransfer {
     /// Removes the object and its sidecar relative to the bucket folder's descriptor; a link at the
     /// object's name is refused, never followed or removed.
     fileprivate func delete() throws(StorageError) -> TransferOutcome {
-        let reference = try StorageReference(parsing: spec.destination ?? "")
+        let reference: StorageReference
+        if let parsed { reference = parsed } else { reference = try StorageReference(parsing: spec.destination ?? "") }
         let location = try backend.locate(reference, creating: false)
         guard let found = location.directory.entry(location.name) else {
             throw StorageError(.objectNotFound, "object '\(reference)' does not exist; check the path")

@@ -107,6 +107,18 @@ enum LocalFiles {
                          + "jobctl only replaces files it made: move it away, then retry the job")
     }
 
+    /// Appends the UTF-8 of `text`, copied from its storage at once: appending a `String.UTF8View`
+    /// went byte by byte through a generic path, and a `String` append cost ~500 instructions.
+    static func appendBytes(of text: String, to bytes: inout [UInt8]) {
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
+    }
+
+    /// Appends the UTF-8 of a literal.
+    static func appendBytes(of text: StaticString, to bytes: inout [UInt8]) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
     /// The last path component.
     static func lastComponent(_ path: String) -> String {
         SlashSeparatedPath.lastPart(of: path).map(String.init) ?? path
@@ -222,25 +234,35 @@ struct FileStatus: Equatable {
 /// Remembers the errno of its last failed call (`lastErrno`), so a caller can tell a full disk from
 /// other failures by the errno rather than by a message's text.
 final class LocalFile {
-    let path: String
+    /// The folder `name` is in, for a file opened relative to one; nil when `name` is the whole path.
+    private let folder: String?
+    private let name: String
     private(set) var descriptor: Int32
     private let context: LocalFiles.Context
     /// The errno of the last call on this descriptor that failed (0 when none has).
     private(set) var lastErrno: Int32 = 0
 
+    /// The file's path, for messages. Joined when asked for: nearly every file is read or written
+    /// without one, and joining it at every open cost a small download ~500 instructions per file.
+    var path: String {
+        folder.map { SafeDirectory.childPath(name, in: $0) } ?? name
+    }
+
     /// Opens `path` read-only, as the user named it: for files jobctl only reads (an upload's source).
     /// Every file it creates or writes goes through `SafeDirectory` instead.
     init(reading path: String, context: LocalFiles.Context) throws(StorageError) {
-        self.path = path
+        folder = nil
+        name = path
         self.context = context
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw LocalFiles.error(errno, "opening", path: path, context: context) }
         descriptor = fd
     }
 
-    /// Adopts a descriptor `SafeDirectory` opened; `path` is for messages.
-    init(adopting descriptor: Int32, path: String, context: LocalFiles.Context) {
-        self.path = path
+    /// Adopts a descriptor `SafeDirectory` opened for `name` in the folder at `folder` (for messages).
+    init(adopting descriptor: Int32, name: String, in folder: String, context: LocalFiles.Context) {
+        self.folder = folder
+        self.name = name
         self.context = context
         self.descriptor = descriptor
     }
@@ -277,6 +299,19 @@ final class LocalFile {
             if errno == EINTR { continue }
             throw failure(errno, "reading")
         }
+    }
+
+    /// Reads up to `range.count` bytes into `data[range]`; 0 at end of file. Retries on EINTR.
+    func read(into data: inout Data, _ range: Range<Int>) throws(StorageError) -> Int {
+        // Data.withUnsafeMutableBytes only rethrows untyped errors, so the typed one travels in a Result.
+        let outcome = data.withUnsafeMutableBytes { (bytes: UnsafeMutableRawBufferPointer) -> Result<Int, StorageError> in
+            do throws(StorageError) {
+                return .success(try read(into: UnsafeMutableRawBufferPointer(rebasing: bytes[range])))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try outcome.get()
     }
 
     /// Reads up to `buffer.count` bytes at `offset` without moving the file position; 0 at end of file.

@@ -27,7 +27,7 @@ public struct StorageRouter: StorageBackend {
         let reference = try spec.remoteReference()
         switch reference.scheme {
         case .gs: return try await gcs.perform(spec, resumingFrom: resumePoint, control: control, report: report)
-        case .file: return try await local.perform(spec, resumingFrom: resumePoint, control: control, report: report)
+        case .file: return try await local.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control, report: report)
         case .http, .https:
             return try await http.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control, report: report)
         }
@@ -46,7 +46,7 @@ public struct StorageRouter: StorageBackend {
         }
         switch reference.scheme {
         case .gs: gcs.perform(spec, resumingFrom: resumePoint, control: control, report: report, completion: completion)
-        case .file: local.perform(spec, resumingFrom: resumePoint, control: control, report: report, completion: completion)
+        case .file: local.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control, report: report, completion: completion)
         case .http, .https:
             // As the `async` form: the reference parsed here reaches the transfer plan (parsed once).
             let http = http

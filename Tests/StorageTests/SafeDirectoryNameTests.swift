@@ -13,6 +13,7 @@ import Testing
     static let names = [
         "", ".", "..", "...", "a", ".f.bin.01JOB.jobctl-partial", "a/b", "/", "a/", "/a", "a\0b", "\0", "日本/語", "日本語",
         "é", "e\u{301}", "\u{301}/", "a b", "..a", "a..", "./", "\u{2215}", "\u{FF0F}", "tab\tname", "x\u{0}",
+        ".\u{301}", "..\u{301}", "\u{301}.", "....", String(repeating: "n", count: 300),
     ]
 
     @Test(arguments: names)
