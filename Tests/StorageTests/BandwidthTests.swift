@@ -18,6 +18,7 @@ import TestSupport
         try FileManager.default.createDirectory(atPath: server.root + "/rate", withIntermediateDirectories: true)
         try Data(repeating: 0x5A, count: size).write(to: URL(fileURLWithPath: server.root + "/rate/a.bin"))
         let directory = try TemporaryDirectory("jobctl-rate")
+        defer { directory.remove() }
         let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5), engine: CurlEngine(threadName: "rate-test-curl"))
         let limit: Int64 = 1_048_576
         let started = ContinuousClock.now
@@ -41,6 +42,7 @@ import TestSupport
             try Data(repeating: 0x33, count: size).write(to: URL(fileURLWithPath: server.root + "/shared/\(name).bin"))
         }
         let directory = try TemporaryDirectory("jobctl-bwlimit")
+        defer { directory.remove() }
         let limit: Int64 = 1_048_576
         var configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
         configuration.bandwidth = SharedBandwidth(rate: limit)

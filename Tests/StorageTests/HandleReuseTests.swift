@@ -75,6 +75,7 @@ struct HandleReuseTests {
     @Test("a file upload reset on a reused connection in the middle of a series is sent again, whole, and the series goes on")
     func resetMidSeriesIsResent() async throws {
         let files = try TemporaryDirectory()
+        defer { files.remove() }
         let payloads = (0..<8).map { patternData(16 * 1024, seed: UInt64(100 + $0)) }
         for (index, payload) in payloads.enumerated() {
             try payload.write(to: URL(fileURLWithPath: files.file("f\(index).bin")))

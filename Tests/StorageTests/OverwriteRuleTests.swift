@@ -5,9 +5,11 @@ import Testing
 import TestSupport
 
 /// `if_exists:` against `file://` buckets and local download destinations: the real effect on disk.
-@Suite struct OverwriteRuleLocalTests {
+@Suite final class OverwriteRuleLocalTests: Sendable {
     private let directory: TemporaryDirectory
     private let backend: LocalBackend
+
+    deinit { directory.remove() }
 
     init() throws {
         directory = try TemporaryDirectory("jobctl-ifexists")

@@ -15,9 +15,11 @@ private func inode(_ path: String) throws -> UInt64 {
 
 /// `if_exists: skip-identical` for download-file and `if_generation:` on delete and update-metadata,
 /// against `file://` buckets: the real effect on disk.
-@Suite struct SkipIdenticalAndGenerationLocalTests {
+@Suite final class SkipIdenticalAndGenerationLocalTests: Sendable {
     private let directory: TemporaryDirectory
     private let backend: LocalBackend
+
+    deinit { directory.remove() }
 
     init() throws {
         directory = try TemporaryDirectory("jobctl-identical")
@@ -92,6 +94,7 @@ private func inode(_ path: String) throws -> UInt64 {
         let backend = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: proxy.baseURL, usesEmulator: true,
                                                                      firebaseEndpoint: proxy.baseURL, stallTimeout: 30, connectTimeout: 5))
         let directory = try TemporaryDirectory("jobctl-identical-gcs")
+        defer { directory.remove() }
         let reference = "gs://\(server.bucket)/same/x.txt"
         let stored = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Data("gcs object".utf8))))
         let generation = try #require(stored.object?.generation.flatMap { Int64($0) })
@@ -147,6 +150,7 @@ private func inode(_ path: String) throws -> UInt64 {
         try Data("served bytes".utf8).write(to: URL(fileURLWithPath: server.root + "/same/x.txt"))
         let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
         let directory = try TemporaryDirectory("jobctl-identical-http")
+        defer { directory.remove() }
         let destination = directory.file("x.txt")
         let download = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/same/x.txt", destination: destination, ifExists: .skipIdentical)
         func gets() -> Int { proxy.exchanges.filter { $0.request.method == "GET" }.count }
@@ -181,6 +185,7 @@ enum CRC32CBase64 {
     @Test func writeBackIsAvailableAndLeavesTheBytesIntact() throws {
         #expect(LocalFiles.syncFileRange != nil, "glibc exports sync_file_range: downloads start write-back as they go")
         let directory = try TemporaryDirectory("jobctl-writeback")
+        defer { directory.remove() }
         let destination = directory.file("big.bin")
         let partial = try PartialFile(destination: destination, jobID: "01WRITEBACK", resumeFrom: nil)
         var expected = Data()

@@ -35,6 +35,7 @@ import TestSupport
         defer { proxy.stop() }
         let backend = Self.backend(proxy)
         let directory = try TemporaryDirectory("jobctl-sliced")
+        defer { directory.remove() }
         let bytes = Self.payload(6 << 20)
         let reference = "gs://\(server.bucket)/big/six.bin"
         let stored = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
@@ -60,6 +61,7 @@ import TestSupport
         let proxy = try FaultProxy(upstreamPort: server.port)
         defer { proxy.stop() }
         let directory = try TemporaryDirectory("jobctl-sliced-one")
+        defer { directory.remove() }
         let bytes = Self.payload(2 << 20)
         let reference = "gs://\(server.bucket)/two.bin"
         _ = try finished(await run(Self.backend(proxy), JobSpec(kind: .uploadData, destination: reference, data: bytes)))
@@ -94,6 +96,7 @@ import TestSupport
         defer { proxy.stop() }
         let backend = Self.backend(proxy)
         let directory = try TemporaryDirectory("jobctl-sliced-bad")
+        defer { directory.remove() }
         let reference = "gs://\(server.bucket)/bad.bin"
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Self.payload(6 << 20))))
 
@@ -121,6 +124,7 @@ import TestSupport
         defer { proxy.stop() }
         let backend = Self.backend(proxy)
         let directory = try TemporaryDirectory("jobctl-sliced-short")
+        defer { directory.remove() }
         let reference = "gs://\(server.bucket)/short.bin"
         let bytes = Self.payload(6 << 20)
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
@@ -144,6 +148,7 @@ import TestSupport
         defer { proxy.stop() }
         let backend = Self.backend(proxy)
         let directory = try TemporaryDirectory("jobctl-sliced-resume")
+        defer { directory.remove() }
         let size = 16 << 20
         let bytes = Self.payload(size)
         let reference = "gs://\(server.bucket)/sixteen.bin"

@@ -45,10 +45,11 @@ private final class WaitingBackend: StorageBackend {
         }
     }
 
-    /// Whether `condition` holds within 20 s, asked every 10 ms without blocking a thread the pool
-    /// under test needs.
+    /// Whether `condition` holds within 60 s, asked every 10 ms without blocking a thread the pool
+    /// under test needs (in a full parallel run, other suites' blocking waits can hold the cooperative
+    /// threads for many seconds: the test is about order, not time).
     private static func eventually(_ condition: () throws -> Bool) async throws -> Bool {
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             if try condition() { return true }
             try await Task.sleep(for: .milliseconds(10))

@@ -80,10 +80,11 @@ import TestSupport
         })
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
                               configuration: WorkerConfiguration(concurrency: 1, drain: false), log: log)
-        let started = ContinuousClock.now
-        // Should the pool retry instead, it is shut down after 10 s: the test then fails, never hangs.
+        // Should the pool retry instead, it is shut down after 60 s (its retries are 250 ms to 5 s
+        // apart; a full parallel run can hold its threads for seconds): run() then returns without the
+        // error and the test fails, never hangs.
         let watchdog = Task {
-            try? await Task.sleep(for: .seconds(10))
+            try? await Task.sleep(for: .seconds(60))
             pool.beginShutdown()
         }
         defer { watchdog.cancel() }
@@ -93,7 +94,6 @@ import TestSupport
             guard case StoreError.damaged = error else { return false }
             return true
         }
-        #expect(ContinuousClock.now - started < .seconds(10), "the pool retried instead of stopping")
         let stopping = lines.withLock { $0.filter { $0.contains("\"event\":\"store_error\"") } }
         #expect(stopping.count == 1 && stopping[0].contains("\"action\":\"stopping\"") && stopping[0].contains("\"level\":\"error\""),
                 "\(stopping)")
