@@ -80,11 +80,11 @@ import TestSupport
         })
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
                               configuration: WorkerConfiguration(concurrency: 1, drain: false), log: log)
-        // Should the pool retry instead, it is shut down after 60 s (its retries are 250 ms to 5 s
-        // apart; a full parallel run can hold its threads for seconds): run() then returns without the
-        // error and the test fails, never hangs.
+        // Should the pool retry instead, it is shut down after 300 s (its retries are 250 ms to 5 s
+        // apart; in a full parallel run the other suites' synchronous tests hold the cooperative threads
+        // for minutes): run() then returns without the error and the test fails, never hangs.
         let watchdog = Task {
-            try? await Task.sleep(for: .seconds(60))
+            try? await Task.sleep(for: .seconds(300))
             pool.beginShutdown()
         }
         defer { watchdog.cancel() }
