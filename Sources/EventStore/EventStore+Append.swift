@@ -169,16 +169,12 @@ extension SQLiteConnection: DecisionWriter {
     /// While `holdingProjection` names the job, the write is held back (`appendBatch` writes it); a write
     /// held for it already keeps the row as stored, so the next write goes from there.
     public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
+        var current = current
         if let held = heldProjection, held.record.id.hasSameUTF8(as: record.id) {
             heldProjection = nil
-            if let holding = holdingProjection, holding.hasSameUTF8(as: record.id) {
-                heldProjection = (held.stored, record)
-                return
-            }
-            return try writeProjection(record, replacing: held.stored)
+            current = held.stored
         }
-        if let holding = holdingProjection, holding.hasSameUTF8(as: record.id), record.state == current?.state,
-           heldProjection == nil {
+        if let holding = holdingProjection, holding.hasSameUTF8(as: record.id) {
             heldProjection = (current, record)
             return
         }

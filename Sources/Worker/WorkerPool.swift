@@ -171,7 +171,7 @@ public final class WorkerPool: Sendable {
             }
             // Jobs claimed ahead that waited too long for a slot go back to the queue for other workers.
             for jobID in heldTooLong where !shuttingDown { stop(jobID, .shutdown) }
-            askForHeldEvents(now: now)
+            if let holdMs = config.startedHoldMs, let oldestRun, now - oldestRun >= holdMs { askForHeldEvents(now: now, holdMs: holdMs) }
             if shuttingDown {
                 if shutdownStarted == nil { shutdownStarted = now }
                 if runningCount == 0 { break }
@@ -253,9 +253,8 @@ public final class WorkerPool: Sendable {
         return summary
     }
 
-    /// Asks each runner whose transfer has run `startedHoldMs` to write the `started` it holds.
-    private func askForHeldEvents(now: Int64) {
-        guard let holdMs = configuration.startedHoldMs else { return }
+    /// Asks each runner whose transfer has run `holdMs` (`startedHoldMs`) to write the `started` it holds.
+    private func askForHeldEvents(now: Int64, holdMs: Int64) {
         let due: [TaskRunner] = state.withLock { state in
             let ids = state.running.compactMap { jobID, entry in
                 !entry.heldEventsAsked && entry.launchedAtMs.map { now - $0 >= holdMs } == true ? jobID : nil

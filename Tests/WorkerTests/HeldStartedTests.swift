@@ -45,20 +45,6 @@ private final class WaitingBackend: StorageBackend {
         }
     }
 
-    /// Whether `condition` holds within 300 s, asked every 10 ms without blocking a thread the pool
-    /// under test needs. The test is about order, not time, and the wait is long on purpose: in a full
-    /// parallel run the other suites' synchronous tests (waiting for child processes) hold the two
-    /// cooperative threads for most of their three minutes, and each step of an in-process pool waits
-    /// behind them (60 s was seen to run out there, never in the pool's own suite).
-    private static func eventually(_ condition: () throws -> Bool) async throws -> Bool {
-        let deadline = ContinuousClock.now + .seconds(300)
-        while ContinuousClock.now < deadline {
-            if try condition() { return true }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        return try condition()
-    }
-
     /// Tiny jobs: with `started` held, each job's row is written twice (the claim, then `started` and
     /// the outcome together) instead of three times, its history is the same four events, and `started`
     /// keeps a time between its claim's and its outcome's.
@@ -99,13 +85,17 @@ private final class WaitingBackend: StorageBackend {
         let pool = WorkerPool(store: store, backend: backend,
                               configuration: WorkerConfiguration(concurrency: 1, leaseMs: 60_000, startedHoldMs: 100))
         let run = Task { try await pool.run() }
-        let written = try await Self.eventually { try store.events(jobID: id).map(\.type) == [.submitted, .claimed, .started] }
+        // Long waits on purpose: the test is about order, not time. In a full parallel run the other
+        // suites' synchronous tests (waiting for child processes) hold the two cooperative threads for
+        // most of their three minutes, and each step of an in-process pool waits behind them (60 s was
+        // seen to run out there, never in the pool's own suite).
+        let written = try await eventually(seconds: 300) { try store.events(jobID: id).map(\.type) == [.submitted, .claimed, .started] }
         let history = try store.events(jobID: id).map(\.type)
         #expect(written, "\(history)")
         #expect(backend.transfersStarted == 1, "the transfer runs while its started is written")
         // From another connection, as `jobctl pause` would: a store does not notice its own writes.
         _ = try SmallJobTests.store(engine, database).requestPause(id: id, actor: "cli:test", now: Clock.nowMs())
-        let paused = try await Self.eventually { try store.job(id)?.state == .paused }
+        let paused = try await eventually(seconds: 300) { try store.job(id)?.state == .paused }
         pool.beginShutdown()
         _ = try await run.value
         #expect(paused)

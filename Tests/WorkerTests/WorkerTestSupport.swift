@@ -72,6 +72,17 @@ func eventually(seconds: Double, _ condition: () throws -> Bool) rethrows -> Boo
     return try condition()
 }
 
+/// `eventually` for async tests: waits without blocking a cooperative thread, which an in-process pool
+/// under test needs.
+func eventually(seconds: Double, _ condition: () throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1_000))
+    while ContinuousClock.now < deadline {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return try condition()
+}
+
 /// Submits a manifest through the built binary and returns the job ids.
 func submit(_ manifest: String, database: String, directory: TemporaryDirectory) throws -> [String] {
     let path = directory.file("manifest-\(UUID().uuidString.prefix(6)).yaml")
