@@ -59,6 +59,15 @@ final class CommittedRecordCache {
         knownLease = nil
     }
 
+    /// The records noted in the current transaction so far, to put back with `restoreNoted` when the
+    /// writes after this point are rolled back to a savepoint.
+    var notedRecords: [String: JobRecord] { noted }
+
+    /// Puts back the records noted before a savepoint the transaction rolled back to.
+    func restoreNoted(_ records: [String: JobRecord]) {
+        noted = records
+    }
+
     /// Remembers the lease token of the row of `jobID` an append starts from, for the fencing check right after it.
     func rememberLease(of jobID: String, token: Int64?) {
         knownLease = (jobID, token)

@@ -27,9 +27,40 @@ extension EventStore {
 // MARK: - Appending inside a transaction
 
 extension SQLiteConnection: DecisionWriter {
-    /// The body of `EventStore.append(_:now:)`: each event in its own savepoint, refusals reported per
-    /// event. Throws only what sinks the whole transaction (busy, I/O, or SQLite rolled it back).
+    /// The body of `EventStore.append(_:now:)`: refusals reported per event, each event's rows undone
+    /// when it is refused. Throws only what sinks the whole transaction (busy, I/O, or SQLite rolled it
+    /// back).
+    ///
+    /// First under one savepoint for the whole batch: a refusal comes before its event writes anything
+    /// (the lifecycle decides, the lease is checked, then the rows are written), so the others go on
+    /// without it, and a batch costs two savepoint statements instead of two per event. Should an event
+    /// fail after it wrote (a dependant's cascade refused, a constraint the lifecycle did not foresee),
+    /// the batch is rolled back to that savepoint and runs again with a savepoint per event, which
+    /// undoes exactly that event.
     func appendBatch(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
+        let notedBefore = committedRecords.notedRecords
+        let dependenciesBefore = dependencyRowsAbsent
+        try run("SAVEPOINT batch")
+        // A throw here lost the transaction (the caller rolls it back); refusals are caught per event.
+        if let outcomes = try appendEach(events, now: now, savepointPerEvent: false) {
+            try run("RELEASE batch")
+            return outcomes
+        }
+        try run("ROLLBACK TO batch")
+        try run("RELEASE batch")
+        committedRecords.restoreNoted(notedBefore)
+        dependencyRowsAbsent = dependenciesBefore
+        batchesRunAgainWithSavepoints += 1
+        // With a savepoint per event nothing is abandoned: an event that fails after it wrote is undone alone.
+        return try appendEach(events, now: now, savepointPerEvent: true) ?? []
+    }
+
+    /// Appends `events` in order, reporting each one's outcome. With `savepointPerEvent` each event runs
+    /// in its own savepoint, so a refused event's rows are undone whenever it failed; without, an event
+    /// refused before it changed a row is its failure and the batch goes on, and one refused after it
+    /// changed rows abandons the batch: nil, and the caller undoes the rows of the whole batch.
+    func appendEach(_ events: [PendingEvent], now: Int64,
+                    savepointPerEvent: Bool) throws(StoreError) -> [Result<JobEvent, StoreError>]? {
         var outcomes: [Result<JobEvent, StoreError>] = []
         outcomes.reserveCapacity(events.count)
         // The rows this transaction has written, as written: a job's next event in the same batch
@@ -46,22 +77,25 @@ extension SQLiteConnection: DecisionWriter {
         for (index, pending) in events.enumerated() {
             let nextIsSameJob = index + 1 < events.count && events[index + 1].jobID.hasSameUTF8(as: pending.jobID)
             holdingProjection = nextIsSameJob ? pending.jobID : nil
-            // A refused event's savepoint undoes its rows; the write it held goes with them.
+            // A refused event's rows are undone; the write it held goes with them.
             let heldBefore = heldProjection
+            let changesBefore = totalChanges
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
                 let known = written[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
-                let (event, record) = try savepoint { () throws(StoreError) in
+                let append = { () throws(StoreError) -> (JobEvent, JobRecord) in
                     if let known {
-                        return try appendEvent(pending, toRow: known, now: now)
+                        return try self.appendEvent(pending, toRow: known, now: now)
                     }
-                    return try appendEvent(pending, now: now)
+                    return try self.appendEvent(pending, now: now)
                 }
+                let (event, record) = savepointPerEvent ? try savepoint(append) : try append()
                 written[pending.jobID] = record
                 committedRecords.note(record)
                 outcomes.append(.success(event))
             } catch {
                 try throwIfTransactionLost(error)
+                if !savepointPerEvent && totalChanges != changesBefore { return nil }
                 heldProjection = heldBefore
                 outcomes.append(.failure(error))
             }

@@ -97,6 +97,9 @@ final class SQLiteConnection {
     /// and the record it is to become.
     var holdingProjection: String?
     var heldProjection: (stored: JobRecord?, record: JobRecord)?
+    /// Group commits whose batch had an event fail after it wrote, and so ran again with a savepoint per
+    /// event (see `appendBatch`; tests).
+    var batchesRunAgainWithSavepoints = 0
 
     /// Opens (and with `create`, creates) the database file.
     ///
@@ -342,6 +345,10 @@ final class SQLiteConnection {
 
     /// Rows changed by the last INSERT/UPDATE/DELETE. See https://www.sqlite.org/c3ref/changes.html
     var changes: Int { Int(sqlite3_changes(handle)) }
+
+    /// Rows inserted, updated or deleted through this connection since it opened (a statement that
+    /// failed counts none: SQLite undid its changes). See https://www.sqlite.org/c3ref/total_changes.html
+    var totalChanges: Int64 { sqlite3_total_changes64(handle) }
 
     /// The rowid of the last INSERT. See https://www.sqlite.org/c3ref/last_insert_rowid.html
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }

@@ -1,0 +1,113 @@
+import Foundation
+import JobModel
+import StorePort
+import Testing
+@testable import EventStore
+
+/// SQLite's group commit runs its appends under one savepoint for the batch, not one per event: a
+/// refusal comes before its event writes anything, so the others go on without it. An event that
+/// fails after it wrote sends the batch back to that savepoint and through the old path, a savepoint
+/// per event, which undoes that event alone.
+@Suite("SQLite group commit: one savepoint a batch")
+struct BatchSavepointTests {
+    private func started(_ job: ClaimedJob, token: Int64? = nil) -> PendingEvent {
+        PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: token ?? job.token,
+                     payload: .started(TransferProgress(bytesDone: 0, bytesTotal: 1)))
+    }
+
+    private func succeeded(_ job: ClaimedJob) -> PendingEvent {
+        PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: job.token,
+                     payload: .succeeded(TransferProgress(bytesDone: 1, bytesTotal: 1), result: JobResult(size: 1)))
+    }
+
+    /// Each outcome as text, the jobs' ids replaced by their place in `ids`.
+    private func described(_ outcomes: [Result<JobEvent, StoreError>], _ ids: [String]) -> [String] {
+        outcomes.map { outcome in
+            var text: String
+            switch outcome {
+            case .success(let event): text = "\(event.type.rawValue) v\(event.version)"
+            case .failure(let error): text = "\(error)"
+            }
+            for (index, id) in ids.enumerated() { text = text.replacingOccurrences(of: id, with: "job\(index)") }
+            return text
+        }
+    }
+
+    private func sqlite(_ fixture: StoreFixture) throws -> EventStore {
+        try #require(fixture.sqlite)
+    }
+
+    /// Three running jobs and a batch with refusals of every kind that comes before a write.
+    private func refusalsBatch(_ label: String) throws -> (StoreFixture, [String], [PendingEvent]) {
+        let fixture = try StoreFixture(label)
+        let jobs = try (0..<3).map { _ in try fixture.running(now: 1_000) }
+        let events = [
+            started(jobs[0]),
+            // A stale version, a token never handed out, an outcome without `started` then a `started` after it.
+            PendingEvent(jobID: jobs[0].record.id, actor: workerName, leaseToken: jobs[0].token, expectedVersion: 2,
+                         payload: .progress(TransferProgress(bytesDone: 1, bytesTotal: 2))),
+            started(jobs[1], token: jobs[1].token + 100),
+            succeeded(jobs[2]),
+            started(jobs[2]),
+            started(jobs[1]),
+            succeeded(jobs[0]),
+        ]
+        return (fixture, jobs.map(\.record.id), events)
+    }
+
+    @Test("refusals before a write: the batch goes on under its one savepoint, as a savepoint per event would")
+    func refusalsAgreeWithSavepointPerEvent() throws {
+        func run(_ label: String, savepointPerEvent: Bool) throws -> (outcomes: [String], log: [[EventType]], runAgain: Int) {
+            let (fixture, ids, events) = try refusalsBatch(label)
+            defer { fixture.remove() }
+            let store = try sqlite(fixture)
+            let outcomes = try store.writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
+                savepointPerEvent ? try connection.appendEach(events, now: 2_000, savepointPerEvent: true) ?? []
+                                  : try connection.appendBatch(events, now: 2_000)
+            }
+            let report = try store.replay(verify: true)
+            #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+            let runAgain = try store.withConnection { connection in connection.batchesRunAgainWithSavepoints }
+            return (described(outcomes, ids), try ids.map { id in try store.events(jobID: id).map(\.type) }, runAgain)
+        }
+        let batch = try run("batch-savepoint", savepointPerEvent: false)
+        let perEvent = try run("event-savepoints", savepointPerEvent: true)
+        #expect(batch.outcomes == perEvent.outcomes)
+        #expect(batch.log == perEvent.log)
+        #expect(batch.log == [[.submitted, .claimed, .started, .succeeded], [.submitted, .claimed, .started],
+                              [.submitted, .claimed, .succeeded]])
+        #expect(batch.outcomes.filter { $0.hasPrefix("started") || $0.hasPrefix("succeeded") }.count == 4, "\(batch.outcomes)")
+        #expect(batch.runAgain == 0, "no event failed after it wrote: the batch ran once")
+    }
+
+    @Test("an event refused after it wrote is undone alone: the batch runs again with a savepoint per event")
+    func failureAfterAWriteIsUndoneAlone() throws {
+        let fixture = try StoreFixture("batch-after-write")
+        defer { fixture.remove() }
+        let store = try sqlite(fixture)
+        let jobs = try (0..<3).map { _ in try fixture.running(now: 1_000) }
+        let ids = jobs.map(\.record.id)
+        // The second job's outcome fails at its row update, after its event row was inserted.
+        try fixture.sql("""
+            CREATE TRIGGER refuse_second_outcome BEFORE UPDATE ON jobs
+            WHEN NEW.id = '\(ids[1])' AND NEW.state = 'succeeded'
+            BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+            """)
+        let outcomes = try store.append([started(jobs[0]), succeeded(jobs[0]), started(jobs[1]), succeeded(jobs[1]),
+                                         started(jobs[2]), succeeded(jobs[2])], now: 2_000)
+        let texts = described(outcomes, ids)
+        #expect(texts.count == 6)
+        #expect(Array(texts[0...2]) == ["started v3", "succeeded v4", "started v3"], "\(texts)")
+        #expect(texts[3].contains("refused by the test"), "\(texts)")
+        #expect(Array(texts[4...5]) == ["started v3", "succeeded v4"], "\(texts)")
+        #expect(try store.withConnection { connection in connection.batchesRunAgainWithSavepoints } == 1)
+        // The refused outcome left no event row; its `started` (whose row write it held) is in the row.
+        #expect(try ids.map { id in try store.events(jobID: id).map(\.type) }
+                == [[.submitted, .claimed, .started, .succeeded], [.submitted, .claimed, .started],
+                    [.submitted, .claimed, .started, .succeeded]])
+        let second = try #require(try store.job(ids[1]))
+        #expect(second.state == .running && second.version == 3 && second.startedAtMs == 2_000)
+        let report = try store.replay(verify: true)
+        #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+    }
+}
