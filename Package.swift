@@ -24,7 +24,7 @@ let package = Package(
         // MARK: - Library modules
         .target(name: "JobModel"),
         .target(name: "JobLifecycle", dependencies: ["JobModel"]),
-        .target(name: "StorePort", dependencies: ["JobModel", "JobLifecycle"]),
+        .target(name: "StorePort", dependencies: ["JobModel", "JobLifecycle", "Checksums"]),
         .target(name: "Checksums", dependencies: ["CCrypto", "CCRC32C"]),
         .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
                 plugins: ["EmbedMigrations"]),

@@ -169,12 +169,10 @@ extension SQLiteConnection: DecisionWriter {
     /// The job row's version, by job id: the probe that tells whether a cached record is the row.
     static let versionSQL = "SELECT version FROM jobs WHERE id = ?"
 
-    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
-    public func storeBlob(_ bytes: Data) throws(StoreError) -> String {
-        let hash = Digest.sha256Hex(bytes)
+    /// Stores bytes once under their SHA-256 (hex), `sha256`.
+    public func storeBlob(_ bytes: Data, sha256: String) throws(StoreError) {
         try run("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
-                [.text(hash), .int(bytes.count), .blob(bytes)])
-        return hash
+                [.text(sha256), .int(bytes.count), .blob(bytes)])
     }
 
     // MARK: DecisionWriter (perform and appendEvent come from StorePort)

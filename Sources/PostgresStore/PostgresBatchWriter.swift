@@ -469,11 +469,9 @@ final class PostgresBatchWriter: DecisionWriter {
 
     /// Collects the blob for the group's one insert of blobs (a blob is immutable and
     /// content-addressed: nothing reads it back in the transaction that stores it).
-    func storeBlob(_ bytes: Data) throws(StoreError) -> String {
-        let hash = Digest.sha256Hex(bytes)
-        blobRows[hash] = bytes
+    func storeBlob(_ bytes: Data, sha256: String) throws(StoreError) {
+        blobRows[sha256] = bytes
         writes += 1
-        return hash
     }
 
     /// Collects the event for the group's one insert of events, under the next reserved seq (taking

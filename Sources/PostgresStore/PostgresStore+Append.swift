@@ -357,12 +357,10 @@ extension PostgresConnection: DecisionWriter {
         }
     }
 
-    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
-    public func storeBlob(_ bytes: Data) throws(StoreError) -> String {
-        let hash = Digest.sha256Hex(bytes)
+    /// Stores bytes once under their SHA-256 (hex), `sha256`.
+    public func storeBlob(_ bytes: Data, sha256: String) throws(StoreError) {
         try store("INSERT INTO blobs (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
-                  [.text(hash), .int(bytes.count), .bytea(bytes)])
-        return hash
+                  [.text(sha256), .int(bytes.count), .bytea(bytes)])
     }
 
     // MARK: DecisionWriter (perform and appendEvent come from StorePort)

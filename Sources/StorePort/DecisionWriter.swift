@@ -1,3 +1,4 @@
+import Checksums
 import Foundation
 import JobLifecycle
 import JobModel
@@ -9,8 +10,8 @@ import JobModel
 public protocol DecisionWriter {
     /// The token of the job's row in the lease table, or nil when it has none.
     func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64?
-    /// Stores bytes once under their SHA-256 (hex) and returns the hash.
-    func storeBlob(_ bytes: Data) throws(StoreError) -> String
+    /// Stores bytes once under their SHA-256 (hex), `sha256` (which `perform` computed or checked).
+    func storeBlob(_ bytes: Data, sha256: String) throws(StoreError)
     /// Appends one event row and returns its `seq`.
     func insertEvent(jobID: String, version: Int, type: EventType, atMs: Int64, actor: String, leaseToken: Int64?,
                      data: String) throws(StoreError) -> Int64
@@ -46,7 +47,7 @@ extension DecisionWriter {
         let at = pending.occurredAtMs.map { occurred in min(now, max(occurred, current?.updatedAtMs ?? occurred)) } ?? now
         let (events, record) = try perform(.report(pending.payload), jobID: pending.jobID, on: current,
                                            actor: pending.actor, expectedVersion: pending.expectedVersion,
-                                           leaseToken: pending.leaseToken, now: at)
+                                           leaseToken: pending.leaseToken, hashedResult: pending.hashedResult, now: at)
         guard let first = events.first, let record else {
             // A report is never a repeat: the lifecycle decides at least the reported event.
             throw StoreError.invalidControl("the lifecycle decided nothing for a '\(pending.type.rawValue)' of job \(pending.jobID)")
@@ -59,9 +60,12 @@ extension DecisionWriter {
     /// `StoreError`s. The caller holds a write transaction (with the job's row locked where the engine
     /// locks rows), and `current` is the row as it stands now.
     ///
+    /// `hashedResult` is the result bytes of a reported `succeeded` with their hash
+    /// (`PendingEvent.hashedResult`): bytes the decision stores are hashed here unless they are those.
+    ///
     /// Returns the events appended (empty for a repeat) and the job after them.
     public func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
-                        expectedVersion: Int? = nil, leaseToken: Int64? = nil,
+                        expectedVersion: Int? = nil, leaseToken: Int64? = nil, hashedResult: HashedBytes? = nil,
                         now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
         precondition(current?.id.hasSameUTF8(as: jobID) ?? true,
                      "perform: the record is not job \(jobID)'s")
@@ -81,7 +85,9 @@ extension DecisionWriter {
             var payload = decision.payload
             // Download-to-memory bytes go to the content-addressed blobs; the event references them.
             if case .succeeded(let progress, var result) = payload, let bytes = result.data {
-                result.blob = try storeBlob(bytes)
+                let hash = hashedResult.flatMap { $0.bytes == bytes ? $0.sha256 : nil } ?? Digest.sha256Hex(bytes)
+                try storeBlob(bytes, sha256: hash)
+                result.blob = hash
                 result.data = nil
                 payload = .succeeded(progress, result: result)
             }

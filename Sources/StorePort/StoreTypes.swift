@@ -1,3 +1,4 @@
+import Checksums
 import Foundation
 import JobLifecycle
 import JobModel
@@ -9,7 +10,14 @@ public struct PendingEvent: Sendable, Equatable {
     /// The job the event belongs to.
     public var jobID: String
     /// What happened, with exactly that event's fields.
-    public var payload: EventPayload
+    public var payload: EventPayload {
+        didSet { hashedResult = Self.hashedResult(of: payload) }
+    }
+    /// A `succeeded` result's bytes (a download to memory) with the SHA-256 under which the store keeps
+    /// them in its blobs; nil when the payload carries no bytes. Hashed where the event is made (a
+    /// worker's task), so that the store's one thread, which every append of a worker waits for, does
+    /// not hash them.
+    public private(set) var hashedResult: HashedBytes?
     /// Who appends it (`worker:<host>:<pid>`, `cli:<user>`).
     public var actor: String
     /// The lease token the appending worker holds: the append is refused (`staleLease`) unless the job
@@ -32,10 +40,17 @@ public struct PendingEvent: Sendable, Equatable {
                 occurredAtMs: Int64? = nil, payload: EventPayload) {
         self.jobID = jobID
         self.payload = payload
+        self.hashedResult = Self.hashedResult(of: payload)
         self.actor = actor
         self.leaseToken = leaseToken
         self.expectedVersion = expectedVersion
         self.occurredAtMs = occurredAtMs
+    }
+
+    /// The bytes of a `succeeded` payload's result with their hash, or nil.
+    private static func hashedResult(of payload: EventPayload) -> HashedBytes? {
+        guard case .succeeded(_, let result) = payload, let bytes = result.data else { return nil }
+        return HashedBytes(bytes)
     }
 
     /// Creates a pending event from a type and a payload in its flat JSON shape; refused
@@ -49,6 +64,22 @@ public struct PendingEvent: Sendable, Equatable {
             throw StoreError.invalidControl("cannot append to job \(jobID): \(error)")
         }
         self.init(jobID: jobID, actor: actor, leaseToken: leaseToken, expectedVersion: expectedVersion, payload: payload)
+    }
+}
+
+// MARK: - HashedBytes
+
+/// Bytes with their SHA-256 in lowercase hex, computed together: the hash cannot name other bytes.
+public struct HashedBytes: Sendable, Equatable {
+    /// The bytes.
+    public let bytes: Data
+    /// Their SHA-256, lowercase hex.
+    public let sha256: String
+
+    /// Hashes `bytes`.
+    public init(_ bytes: Data) {
+        self.bytes = bytes
+        self.sha256 = Digest.sha256Hex(bytes)
     }
 }
 

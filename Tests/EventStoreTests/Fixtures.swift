@@ -61,6 +61,24 @@ struct StoreFixture {
         try store.append(pending, now: now)
     }
 
+    /// Runs `perform` of the adapter's `DecisionWriter` in a write transaction of its own, on the job's
+    /// row as it stands (locked on PostgreSQL), as the worker's appends do.
+    func perform(_ command: JobCommand, jobID: String, leaseToken: Int64?, hashedResult: HashedBytes? = nil,
+                 now: Int64) throws -> (events: [JobEvent], record: JobRecord?) {
+        switch engine {
+        case .sqlite:
+            return try #require(sqlite).writeTransaction { (connection) throws(StoreError) in
+                try connection.perform(command, jobID: jobID, on: try connection.loadJob(jobID), actor: workerName,
+                                       leaseToken: leaseToken, hashedResult: hashedResult, now: now)
+            }
+        case .postgres:
+            return try #require(store as? PostgresStore).writeTransaction { (connection) throws(StoreError) in
+                try connection.perform(command, jobID: jobID, on: try connection.lockJob(jobID), actor: workerName,
+                                       leaseToken: leaseToken, hashedResult: hashedResult, now: now)
+            }
+        }
+    }
+
     /// Runs raw SQL on the store's own connection (tests only), written for SQLite with `?` parameters;
     /// on PostgreSQL the parameters become `$1`, `$2`, … (the statements the tests use mean the same on both).
     func sql(_ text: String, _ values: [SQLiteValue] = []) throws {
