@@ -191,7 +191,7 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         if record == nil {
             record = JobRecord(submitted: event)
         } else {
-            // In place: a copy out and back would retain and release every field of the record.
+            // In place: a copy out and back would share the record's box, so `apply` would copy it.
             record?.apply(event)
         }
     }

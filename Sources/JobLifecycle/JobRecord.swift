@@ -5,61 +5,200 @@ import JobModel
 /// The projection is a cache of `JobRecord.folding(events)`; the store's `replay(verify:)` proves it.
 /// Which events may follow which is `JobLifecycle`'s business; this type only folds.
 public struct JobRecord: Codable, Equatable, Hashable, Sendable {
+    // MARK: - Copy-on-write storage
+
+    /// The stored fields, one for one with the public properties (documented there). The synthesized
+    /// `Codable`, `Equatable` and `Hashable` of this plain struct are the record's own, so the JSON keys
+    /// and shape are what they were when the fields were the record's stored properties.
+    fileprivate struct Fields: Codable, Equatable, Hashable, Sendable {
+        var id: String
+        var seq: Int64
+        var kind: JobKind
+        var state: JobState
+        var queue: String
+        var priority: Int
+        var runAfterMs: Int64
+        var attempts: Int
+        var maxAttempts: Int
+        var leaseOwner: String?
+        var leaseToken: Int64?
+        var bytesDone: Int64
+        var bytesTotal: Int64?
+        var resumePoint: ResumePoint?
+        var error: StorageError?
+        var result: JobResult?
+        var spec: JobSpec
+        var key: String?
+        var pauseRequested: Bool
+        var cancelRequested: Bool
+        var version: Int
+        var createdAtMs: Int64
+        var updatedAtMs: Int64
+        var startedAtMs: Int64?
+        var finishedAtMs: Int64?
+    }
+
+    /// The box the fields live in, so copying a record (into the lifecycle, the store's write batch, its
+    /// cache of committed records, a claimed job) is one retain instead of a copy of some 25 fields full of
+    /// strings and optionals.
+    ///
+    /// `@unchecked Sendable`: the box is only mutated through `makeUnique()`, that is while the record
+    /// holding it is its only owner, so no other record (or thread) can see the change; a shared box is
+    /// never written.
+    fileprivate final class Storage: @unchecked Sendable {
+        var fields: Fields
+
+        init(_ fields: Fields) {
+            self.fields = fields
+        }
+    }
+
+    private var storage: Storage
+
+    /// Gives the record a box of its own before a write, copying the fields only when another record
+    /// shares the box: a record that is not shared (a fold, `apply` on the lifecycle's record) changes in
+    /// place.
+    private mutating func makeUnique() {
+        if !isKnownUniquelyReferenced(&storage) {
+            storage = Storage(storage.fields)
+        }
+    }
+
+    /// The box's identity, for tests that check a copy shares it and an unshared record keeps it.
+    var storageIdentity: ObjectIdentifier { ObjectIdentifier(storage) }
+
+    // MARK: - Fields
+
     /// The job id (a ULID).
-    public var id: String
+    public var id: String {
+        get { storage.fields.id }
+        set { makeUnique(); storage.fields.id = newValue }
+    }
     /// The global sequence number of the `submitted` event: the first-come tie-break when claiming.
-    public var seq: Int64
+    public var seq: Int64 {
+        get { storage.fields.seq }
+        set { makeUnique(); storage.fields.seq = newValue }
+    }
     /// What kind of transfer the job is.
-    public var kind: JobKind
+    public var kind: JobKind {
+        get { storage.fields.kind }
+        set { makeUnique(); storage.fields.kind = newValue }
+    }
     /// Where the job is in its life.
-    public var state: JobState
+    public var state: JobState {
+        get { storage.fields.state }
+        set { makeUnique(); storage.fields.state = newValue }
+    }
     /// The queue workers select from.
-    public var queue: String
+    public var queue: String {
+        get { storage.fields.queue }
+        set { makeUnique(); storage.fields.queue = newValue }
+    }
     /// Higher runs first.
-    public var priority: Int
+    public var priority: Int {
+        get { storage.fields.priority }
+        set { makeUnique(); storage.fields.priority = newValue }
+    }
     /// The job is runnable at or after this time (ms since the epoch) while queued.
-    public var runAfterMs: Int64
+    public var runAfterMs: Int64 {
+        get { storage.fields.runAfterMs }
+        set { makeUnique(); storage.fields.runAfterMs = newValue }
+    }
     /// Attempts charged against `maxAttempts` since submission or the last `retried`: every claim
     /// charges one, and a run that ends `paused` or `released` (stopped on request or by a graceful
     /// shutdown, not by a failure) gives it back. So the count is the attempts that failed or that a
     /// crash lost (`lease_expired`), plus the one running now or the one that ended the job.
-    public var attempts: Int
+    public var attempts: Int {
+        get { storage.fields.attempts }
+        set { makeUnique(); storage.fields.attempts = newValue }
+    }
     /// Attempts allowed before `retryLimitExceeded`.
-    public var maxAttempts: Int
+    public var maxAttempts: Int {
+        get { storage.fields.maxAttempts }
+        set { makeUnique(); storage.fields.maxAttempts = newValue }
+    }
     /// The worker holding the lease while running.
-    public var leaseOwner: String?
+    public var leaseOwner: String? {
+        get { storage.fields.leaseOwner }
+        set { makeUnique(); storage.fields.leaseOwner = newValue }
+    }
     /// The fencing token of the current lease while running.
-    public var leaseToken: Int64?
+    public var leaseToken: Int64? {
+        get { storage.fields.leaseToken }
+        set { makeUnique(); storage.fields.leaseToken = newValue }
+    }
     /// Bytes transferred so far (last reported).
-    public var bytesDone: Int64
+    public var bytesDone: Int64 {
+        get { storage.fields.bytesDone }
+        set { makeUnique(); storage.fields.bytesDone = newValue }
+    }
     /// Total bytes, when known.
-    public var bytesTotal: Int64?
+    public var bytesTotal: Int64? {
+        get { storage.fields.bytesTotal }
+        set { makeUnique(); storage.fields.bytesTotal = newValue }
+    }
     /// Where the next attempt continues.
-    public var resumePoint: ResumePoint?
+    public var resumePoint: ResumePoint? {
+        get { storage.fields.resumePoint }
+        set { makeUnique(); storage.fields.resumePoint = newValue }
+    }
     /// The last error (kept after a retry is scheduled; cleared by `retried`).
-    public var error: StorageError?
+    public var error: StorageError? {
+        get { storage.fields.error }
+        set { makeUnique(); storage.fields.error = newValue }
+    }
     /// What the job produced (download-memory bytes are referenced by `result.blob`).
-    public var result: JobResult?
+    public var result: JobResult? {
+        get { storage.fields.result }
+        set { makeUnique(); storage.fields.result = newValue }
+    }
     /// The submitted job.
-    public var spec: JobSpec
+    public var spec: JobSpec {
+        get { storage.fields.spec }
+        set { makeUnique(); storage.fields.spec = newValue }
+    }
     /// The idempotency key, unique across all jobs.
-    public var key: String?
+    public var key: String? {
+        get { storage.fields.key }
+        set { makeUnique(); storage.fields.key = newValue }
+    }
     /// A pause was requested while running; the worker stops at its resume point. Set only while
     /// running: when the job leaves `running` the lifecycle honours it at once (`JobLifecycle`).
-    public var pauseRequested: Bool
+    public var pauseRequested: Bool {
+        get { storage.fields.pauseRequested }
+        set { makeUnique(); storage.fields.pauseRequested = newValue }
+    }
     /// A cancel was requested while running; the worker aborts. Set only while running, like
     /// `pauseRequested`.
-    public var cancelRequested: Bool
+    public var cancelRequested: Bool {
+        get { storage.fields.cancelRequested }
+        set { makeUnique(); storage.fields.cancelRequested = newValue }
+    }
     /// The version of the job's last event (1 after `submitted`).
-    public var version: Int
+    public var version: Int {
+        get { storage.fields.version }
+        set { makeUnique(); storage.fields.version = newValue }
+    }
     /// When the job was submitted.
-    public var createdAtMs: Int64
+    public var createdAtMs: Int64 {
+        get { storage.fields.createdAtMs }
+        set { makeUnique(); storage.fields.createdAtMs = newValue }
+    }
     /// When the last event happened.
-    public var updatedAtMs: Int64
+    public var updatedAtMs: Int64 {
+        get { storage.fields.updatedAtMs }
+        set { makeUnique(); storage.fields.updatedAtMs = newValue }
+    }
     /// When a worker first started the transfer.
-    public var startedAtMs: Int64?
+    public var startedAtMs: Int64? {
+        get { storage.fields.startedAtMs }
+        set { makeUnique(); storage.fields.startedAtMs = newValue }
+    }
     /// When the job reached a final state.
-    public var finishedAtMs: Int64?
+    public var finishedAtMs: Int64? {
+        get { storage.fields.finishedAtMs }
+        set { makeUnique(); storage.fields.finishedAtMs = newValue }
+    }
 
     /// Creates a record; normally the store or `folding(_:)` does this.
     public init(id: String, seq: Int64, kind: JobKind, state: JobState, queue: String, priority: Int,
@@ -69,31 +208,43 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
                 spec: JobSpec, key: String?, pauseRequested: Bool = false, cancelRequested: Bool = false,
                 version: Int, createdAtMs: Int64, updatedAtMs: Int64, startedAtMs: Int64? = nil,
                 finishedAtMs: Int64? = nil) {
-        self.id = id
-        self.seq = seq
-        self.kind = kind
-        self.state = state
-        self.queue = queue
-        self.priority = priority
-        self.runAfterMs = runAfterMs
-        self.attempts = attempts
-        self.maxAttempts = maxAttempts
-        self.leaseOwner = leaseOwner
-        self.leaseToken = leaseToken
-        self.bytesDone = bytesDone
-        self.bytesTotal = bytesTotal
-        self.resumePoint = resumePoint
-        self.error = error
-        self.result = result
-        self.spec = spec
-        self.key = key
-        self.pauseRequested = pauseRequested
-        self.cancelRequested = cancelRequested
-        self.version = version
-        self.createdAtMs = createdAtMs
-        self.updatedAtMs = updatedAtMs
-        self.startedAtMs = startedAtMs
-        self.finishedAtMs = finishedAtMs
+        storage = Storage(Fields(id: id, seq: seq, kind: kind, state: state, queue: queue, priority: priority,
+                                 runAfterMs: runAfterMs, attempts: attempts, maxAttempts: maxAttempts,
+                                 leaseOwner: leaseOwner, leaseToken: leaseToken, bytesDone: bytesDone,
+                                 bytesTotal: bytesTotal, resumePoint: resumePoint, error: error, result: result,
+                                 spec: spec, key: key, pauseRequested: pauseRequested, cancelRequested: cancelRequested,
+                                 version: version, createdAtMs: createdAtMs, updatedAtMs: updatedAtMs,
+                                 startedAtMs: startedAtMs, finishedAtMs: finishedAtMs))
+    }
+
+    // MARK: - Value semantics
+
+    /// Decodes the fields' own JSON (see `Fields`), so records stored or printed before the box read back.
+    public init(from decoder: any Decoder) throws {
+        storage = Storage(try Fields(from: decoder))
+    }
+
+    /// Encodes the fields alone, at the top level: the box adds no key and no nesting.
+    public func encode(to encoder: any Encoder) throws {
+        try storage.fields.encode(to: encoder)
+    }
+
+    /// Records are equal when their fields are, whether or not they share a box.
+    public static func == (lhs: JobRecord, rhs: JobRecord) -> Bool {
+        lhs.storage.fields == rhs.storage.fields
+    }
+
+    /// Hashes the fields, so equal records hash alike whether or not they share a box.
+    public func hash(into hasher: inout Hasher) {
+        storage.fields.hash(into: &hasher)
+    }
+}
+
+extension JobRecord: CustomReflectable {
+    /// The fields, not the box: `print`, `dump` and test failures show a record as they did when the
+    /// fields were its stored properties.
+    public var customMirror: Mirror {
+        Mirror(self, children: Mirror(reflecting: storage.fields).children, displayStyle: .struct)
     }
 }
 
