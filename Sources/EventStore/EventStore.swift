@@ -12,8 +12,9 @@ import Darwin
 /// The SQLite adapter of the `JobStore` port: an append-only event log plus the `jobs` projection in
 /// one SQLite file (WAL mode), shared by any number of CLI and worker processes.
 ///
-/// Every write is one `BEGIN IMMEDIATE` transaction with `synchronous=FULL`: when a method returns,
-/// its events are on disk. Concurrency between processes is SQLite's file locking (with a busy
+/// Every write is one `BEGIN IMMEDIATE` transaction, and its write-ahead log is synced before the
+/// method returns (`WALSync`: the connection runs with `synchronous=NORMAL` and the store syncs after
+/// COMMIT, outside the write lock): when a method returns, its events are on disk. Concurrency between processes is SQLite's file locking (with a busy
 /// timeout); within a process, every use of the connection runs on the store's one executor thread
 /// (`StoreExecutor`), which also group-commits the worker's appends.
 ///
@@ -57,6 +58,11 @@ public final class EventStore: JobStore, @unchecked Sendable {
     private var writerLock: WriterLock?
     /// How long a write waits for a lock, in nanoseconds.
     private let busyTimeoutNs: UInt64
+    /// Syncs the WAL after each write transaction (nil for a read-only open).
+    private let walSync: WALSync?
+    /// Set while the executor's group commit runs its transaction: the executor syncs that commit
+    /// (`StoreExecutor`'s durability barrier), not the transaction. Used only on the executor thread.
+    private var groupCommitting = false
 
     /// The default busy timeout: how long a write waits for another process's transaction. Generous,
     /// because a commit's fsync can take seconds on a disk busy with a large transfer, and a `submit` or a
@@ -133,7 +139,11 @@ public final class EventStore: JobStore, @unchecked Sendable {
             try connection.execute("PRAGMA synchronous = FULL")
             try connection.execute("PRAGMA wal_autocheckpoint = \(Self.walCheckpointPages)")
             self.appliedMigrations = try Migrator.migrate(connection, now: Clock.nowMs())
+            // From here on every write transaction syncs the WAL itself, after COMMIT (see `WALSync`).
+            try connection.execute("PRAGMA synchronous = NORMAL")
         }
+        let walSync = mode == .readOnly ? nil : WALSync(databasePath: path)
+        self.walSync = walSync
         self.connection = connection
         self.busyTimeoutNs = UInt64(max(0, busyTimeoutMs)) * 1_000_000
         // Only writers take it, so only they create it (after the checks above refused what they refuse).
@@ -147,7 +157,10 @@ public final class EventStore: JobStore, @unchecked Sendable {
         }, release: {
             owner.withLock { $0.store }?.unlockWriters()
         })
-        self.executor = StoreExecutor(name: "jobctl-store", busyRetryMs: Int64(busyTimeoutMs), writerLock: writerLock) {
+        var barrier: StoreExecutor.DurabilityBarrier?
+        if let walSync { barrier = { () throws(StoreError) in try walSync.sync() } }
+        self.executor = StoreExecutor(name: "jobctl-store", busyRetryMs: Int64(busyTimeoutMs), writerLock: writerLock,
+                                      durabilityBarrier: barrier) {
             (events, request) throws(StoreError) -> AppendAndClaimOutcome in
             guard let store = owner.withLock({ $0.store }) else {
                 throw StoreError.io("the store was closed while appends were queued")
@@ -304,6 +317,9 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// How many group commits the executor made and how many events they held.
     public var groupCommitStats: GroupCommitStats { executor.groupCommitStats }
 
+    /// WAL syncs made by this store's write transactions and group commits (tests).
+    var walSyncs: Int { walSync?.syncs ?? 0 }
+
     /// Calls queued on the executor and not yet taken (tests).
     var queuedCalls: Int { executor.queuedCount }
 
@@ -317,6 +333,8 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// write lock; the executor then gathers more and retries.
     private func groupCommit(_ events: [PendingEvent], thenClaim request: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
         let now = Clock.nowMs()
+        groupCommitting = true
+        defer { groupCommitting = false }
         return try connection.withBusyWait(atMostNs: Self.groupCommitLockWaitNs) { () throws(StoreError) -> AppendAndClaimOutcome in
             if let request { return try append(events, now: now, thenClaim: request) }
             return AppendAndClaimOutcome(appended: try append(events, now: now), claimed: .success([]))
@@ -341,30 +359,38 @@ public final class EventStore: JobStore, @unchecked Sendable {
 
     /// Runs `body` between `begin` and COMMIT on the connection, rolling back when it throws. A write
     /// transaction holds the writer lock from before `begin` until after COMMIT or ROLLBACK, unless the
-    /// group commit that runs it holds it already.
+    /// group commit that runs it holds it already; then, lock released, it syncs the WAL, unless it is
+    /// the group commit's (whose executor syncs it).
     private func transaction<T>(_ begin: String, _ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         // Weakly: the executor keeps a call's closure until its whole batch is done, and a store whose
         // last reference went with it would be closed on the executor thread, racing the process's exit
         // (its SQLite connection, and the checkpoint closing it makes, cut short).
         let timeoutNs = busyTimeoutNs
+        let writes = begin == "BEGIN IMMEDIATE"
         return try withConnection { [weak self] (connection) throws(StoreError) -> T in
             var locked = false
-            if begin == "BEGIN IMMEDIATE", let self { locked = try self.lockWriters(waitingAtMostNs: timeoutNs) }
+            if writes, let self { locked = try self.lockWriters(waitingAtMostNs: timeoutNs) }
             defer { if locked { self?.unlockWriters() } }
             try connection.run(begin)
             // What the connection learnt about the tables in an earlier transaction may be stale now.
             connection.dependencyRowsAbsent = nil
+            let result: T
             do throws(StoreError) {
-                let result = try body(connection)
+                result = try body(connection)
                 try connection.run("COMMIT")
                 // The rows this transaction wrote now stand as written (see `CommittedRecordCache`).
                 connection.committedRecords.commitNoted()
-                return result
             } catch {
                 connection.committedRecords.discardNoted()
                 if connection.isInTransaction { try? connection.run("ROLLBACK") }
                 throw error
             }
+            if locked {
+                locked = false
+                self?.unlockWriters()
+            }
+            if writes, let self, !self.groupCommitting { try self.walSync?.sync() }
+            return result
         }
     }
 }

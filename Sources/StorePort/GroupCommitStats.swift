@@ -26,6 +26,10 @@ public struct GroupCommitStats: Sendable, Equatable, CustomStringConvertible {
     /// Claims queued meanwhile that joined such a commit.
     public private(set) var claimsGatheredWhileLocking = 0
 
+    /// Syncs that made group commits durable after their commit (`StoreExecutor`'s durability barrier,
+    /// one for every commit made while the previous sync ran); nil when the commit itself syncs.
+    public internal(set) var deferredSyncs: Int?
+
     public init() {}
 
     /// Counts one group commit that took `count` more appends (and maybe a claim) after waiting for

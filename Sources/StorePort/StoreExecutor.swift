@@ -25,6 +25,8 @@ public final class StoreExecutor: Sendable {
     /// Writes a batch of appends (and a claim after them, in the same transaction). Throws when the
     /// transaction as a whole failed.
     public typealias Flush = @Sendable ([PendingEvent], ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome
+    /// Makes every transaction committed so far durable (the SQLite store: an fdatasync of its WAL).
+    public typealias DurabilityBarrier = @Sendable () throws(StoreError) -> Void
 
     /// A call queued by a caller that waits for it (blocked on `done`, or suspended on a continuation
     /// inside `body`). `@unchecked Sendable` is sound because `body` is run exactly once, on the
@@ -47,7 +49,7 @@ public final class StoreExecutor: Sendable {
 
     /// Who waits for an append: one caller, or a caller of several appends queued together, which is
     /// resumed once all of them are done.
-    private enum AppendWaiter: Sendable {
+    fileprivate enum AppendWaiter: Sendable {
         case one(AppendContinuation)
         case part(of: AppendUnit, at: Int)
 
@@ -60,7 +62,7 @@ public final class StoreExecutor: Sendable {
     }
 
     /// The outcomes of appends queued together, collected until the last one arrives.
-    private final class AppendUnit: Sendable {
+    fileprivate final class AppendUnit: Sendable {
         private struct Collected {
             var results: [Result<JobEvent, StoreError>?]
             var missing: Int
@@ -108,6 +110,9 @@ public final class StoreExecutor: Sendable {
     private let stats = Mutex(GroupCommitStats())
     /// Signalled when the thread has ended.
     private let ended = DispatchSemaphore(value: 0)
+    /// Where committed group commits wait for their sync before their waiters resume (nil: `flush`
+    /// returns only once its commit is durable).
+    private let syncer: CommitSyncer?
 
     /// Starts the thread; `flush` writes a group commit (it runs on the thread).
     ///
@@ -121,8 +126,16 @@ public final class StoreExecutor: Sendable {
     /// `busyRetryMs`, or the whole of it), then adds to the commit the appends queued while it waited,
     /// and releases it after `flush`: waiting there costs no CPU, and the commit that follows carries
     /// everything that arrived meanwhile.
-    public init(name: String, busyRetryMs: Int64? = nil, writerLock: GroupCommitLock? = nil, flush: @escaping Flush) {
+    ///
+    /// With `durabilityBarrier`, `flush` only commits, and the sync is the barrier's: a second thread
+    /// runs it for the commits made so far and only then resumes their waiters, while this thread goes
+    /// on with the next transaction. Nothing is reported written before its commit is synced, yet the
+    /// executor does not sit idle through each sync, and the writer lock between processes is released
+    /// before it. Calls (`sync`, `run`) are not deferred: they do their own syncing.
+    public init(name: String, busyRetryMs: Int64? = nil, writerLock: GroupCommitLock? = nil,
+                durabilityBarrier: DurabilityBarrier? = nil, flush: @escaping Flush) {
         self.flush = flush
+        self.syncer = durabilityBarrier.map { CommitSyncer(name: name + "-sync", barrier: $0) }
         self.writerLock = writerLock
         self.busyRetryNs = busyRetryMs.map { UInt64(max(0, $0)) * 1_000_000 }
         let started = DispatchSemaphore(value: 0)
@@ -206,7 +219,11 @@ public final class StoreExecutor: Sendable {
     }
 
     /// The group commits made so far: totals and events per commit (a snapshot).
-    public var groupCommitStats: GroupCommitStats { stats.withLock { $0 } }
+    public var groupCommitStats: GroupCommitStats {
+        var snapshot = stats.withLock { $0 }
+        snapshot.deferredSyncs = syncer?.syncs
+        return snapshot
+    }
 
     /// Calls queued and not yet taken by the thread (tests).
     public var queuedCount: Int { queue.withLock { $0.work.count } }
@@ -245,6 +262,8 @@ public final class StoreExecutor: Sendable {
             }
             condition.unlock()
             if batch.isEmpty && stopped {
+                // Every commit's waiters are resumed before the thread ends.
+                syncer?.finish()
                 ended.signal()
                 return
             }
@@ -281,9 +300,11 @@ public final class StoreExecutor: Sendable {
             let outcome = try flushGathering(&appends, thenClaim: &claim)
             // Counted before any waiter resumes, so a waiter that reads the stats sees its commit.
             stats.withLock { $0.recordCommit(of: appends.count) }
-            claim?.1.resume(returning: outcome.claimed)
-            for (index, entry) in appends.enumerated() {
-                entry.1.resume(returning: outcome.appended[index])
+            let committed = CommittedWrite(outcome: outcome, appendWaiters: appends.map(\.1), claimWaiter: claim?.1)
+            if let syncer {
+                syncer.submit(committed)
+            } else {
+                committed.resume(synced: nil)
             }
         } catch {
             for entry in appends { entry.1.resume(returning: .failure(error)) }
@@ -368,6 +389,104 @@ public final class StoreExecutor: Sendable {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+}
+
+/// A committed group commit whose waiters have not been resumed yet.
+private struct CommittedWrite: Sendable {
+    let outcome: AppendAndClaimOutcome
+    let appendWaiters: [StoreExecutor.AppendWaiter]
+    let claimWaiter: StoreExecutor.ClaimContinuation?
+
+    init(outcome: AppendAndClaimOutcome, appendWaiters: [StoreExecutor.AppendWaiter], claimWaiter: StoreExecutor.ClaimContinuation?) {
+        self.outcome = outcome
+        self.appendWaiters = appendWaiters
+        self.claimWaiter = claimWaiter
+    }
+
+    /// Resumes every waiter with the commit's outcome, or with `synced`'s error when the commit could
+    /// not be made durable (it may be in the log: a writer that retries finds out, see `LeaseSink`).
+    func resume(synced failure: StoreError?) {
+        if let failure {
+            claimWaiter?.resume(returning: .failure(failure))
+            for waiter in appendWaiters { waiter.resume(returning: .failure(failure)) }
+            return
+        }
+        claimWaiter?.resume(returning: outcome.claimed)
+        for (index, waiter) in appendWaiters.enumerated() {
+            waiter.resume(returning: outcome.appended[index])
+        }
+    }
+}
+
+/// The thread that syncs committed group commits and then resumes their waiters: each turn takes
+/// every commit made since the last, runs the barrier once for all of them (it covers every commit
+/// made before it starts), and resumes them in commit order.
+private final class CommitSyncer: Sendable {
+    private struct State {
+        var committed: [CommittedWrite] = []
+        var finishing = false
+        var syncs = 0
+    }
+
+    private let state = Mutex(State())
+    private let condition = NSCondition()
+    private let barrier: StoreExecutor.DurabilityBarrier
+    private let ended = DispatchSemaphore(value: 0)
+
+    init(name: String, barrier: @escaping StoreExecutor.DurabilityBarrier) {
+        self.barrier = barrier
+        let thread = Thread { [self] in self.loop() }
+        thread.name = name
+        thread.start()
+    }
+
+    /// Queues a committed write for the next sync.
+    func submit(_ write: CommittedWrite) {
+        state.withLock { $0.committed.append(write) }
+        condition.lock()
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Barriers run so far (each for one or more commits).
+    var syncs: Int { state.withLock { $0.syncs } }
+
+    /// Syncs and resumes everything queued, then ends the thread and waits until it has ended.
+    func finish() {
+        state.withLock { $0.finishing = true }
+        condition.lock()
+        condition.signal()
+        condition.unlock()
+        ended.wait()
+    }
+
+    private func loop() {
+        while true {
+            condition.lock()
+            var taken: [CommittedWrite] = []
+            var finishing = false
+            while true {
+                (taken, finishing) = state.withLock { state in
+                    let taken = state.committed
+                    state.committed.removeAll(keepingCapacity: true)
+                    return (taken, state.finishing)
+                }
+                if !taken.isEmpty || finishing { break }
+                condition.wait()
+            }
+            condition.unlock()
+            if !taken.isEmpty {
+                var failure: StoreError?
+                do throws(StoreError) { try barrier() } catch { failure = error }
+                state.withLock { $0.syncs += 1 }
+                for write in taken { write.resume(synced: failure) }
+            }
+            if taken.isEmpty && finishing {
+                ended.signal()
+                return
+            }
+        }
     }
 }
 

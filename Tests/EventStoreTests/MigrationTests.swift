@@ -37,7 +37,7 @@ struct MigrationTests {
         let pragmas = try store.withConnection { (connection) throws(StoreError) in
             try connection.first("SELECT * FROM pragma_synchronous, pragma_foreign_keys") { row in [row.int(0), row.int(1)] }
         }
-        #expect(pragmas == [2, 1])  // synchronous=FULL, foreign_keys=ON
+        #expect(pragmas == [1, 1])  // synchronous=NORMAL (the store syncs the WAL after COMMIT: WALSync), foreign_keys=ON
         // The WAL file SQLite created next to it is private too.
         let walMode = try #require(try FileManager.default.attributesOfItem(atPath: path + "-wal")[.posixPermissions] as? NSNumber)
         #expect(walMode.intValue & 0o777 == 0o600)
