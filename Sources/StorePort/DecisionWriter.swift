@@ -47,7 +47,7 @@ extension DecisionWriter {
         let at = pending.occurredAtMs.map { occurred in min(now, max(occurred, current?.updatedAtMs ?? occurred)) } ?? now
         let (events, record) = try perform(.report(pending.payload), jobID: pending.jobID, on: current,
                                            actor: pending.actor, expectedVersion: pending.expectedVersion,
-                                           leaseToken: pending.leaseToken, hashedResult: pending.hashedResult, now: at)
+                                           leaseToken: pending.leaseToken, prepared: pending.prepared, now: at)
         guard let first = events.first, let record else {
             // A report is never a repeat: the lifecycle decides at least the reported event.
             throw StoreError.invalidControl("the lifecycle decided nothing for a '\(pending.type.rawValue)' of job \(pending.jobID)")
@@ -60,12 +60,13 @@ extension DecisionWriter {
     /// `StoreError`s. The caller holds a write transaction (with the job's row locked where the engine
     /// locks rows), and `current` is the row as it stands now.
     ///
-    /// `hashedResult` is the result bytes of a reported `succeeded` with their hash
-    /// (`PendingEvent.hashedResult`): bytes the decision stores are hashed here unless they are those.
+    /// `prepared` is the reported payload readied where the event was made (`PendingEvent.prepared`):
+    /// a decided event that is exactly that payload is stored as it says, without hashing or encoding
+    /// here; any other is readied here.
     ///
     /// Returns the events appended (empty for a repeat) and the job after them.
     public func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
-                        expectedVersion: Int? = nil, leaseToken: Int64? = nil, hashedResult: HashedBytes? = nil,
+                        expectedVersion: Int? = nil, leaseToken: Int64? = nil, prepared: PreparedPayload? = nil,
                         now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
         precondition(current?.id.hasSameUTF8(as: jobID) ?? true,
                      "perform: the record is not job \(jobID)'s")
@@ -82,18 +83,10 @@ extension DecisionWriter {
         var events: [JobEvent] = []
         events.reserveCapacity(decided.count)
         for decision in decided {
-            var payload = decision.payload
-            // Download-to-memory bytes go to the content-addressed blobs; the event references them.
-            if case .succeeded(let progress, var result) = payload, let bytes = result.data {
-                let hash = hashedResult.flatMap { $0.bytes == bytes ? $0.sha256 : nil } ?? Digest.sha256Hex(bytes)
-                try storeBlob(bytes, sha256: hash)
-                result.blob = hash
-                result.data = nil
-                payload = .succeeded(progress, result: result)
-            }
+            let (payload, json) = try storable(decision.payload, prepared: prepared)
             let version = (lifecycle.record?.version ?? 0) + 1
             let seq = try insertEvent(jobID: jobID, version: version, type: payload.type, atMs: now, actor: actor,
-                                      leaseToken: decision.leaseToken, data: try PayloadJSON.encode(payload))
+                                      leaseToken: decision.leaseToken, data: json)
             let event = JobEvent(seq: seq, jobID: jobID, version: version, atMs: now, actor: actor,
                                  leaseToken: decision.leaseToken, payload: payload)
             lifecycle.apply(event)
@@ -109,6 +102,25 @@ extension DecisionWriter {
             record = later.record ?? record
         }
         return (events, record)
+    }
+
+    /// `payload` as the log keeps it, and its JSON: download-to-memory bytes go to the content-addressed
+    /// blobs and the event references them by hash. Taken from `prepared` when `payload` is the payload
+    /// it readied, else made here.
+    private func storable(_ payload: EventPayload, prepared: PreparedPayload?) throws(StoreError) -> (EventPayload, String) {
+        if let prepared, let json = prepared.storedJSON, payload == prepared.payload {
+            if let hashed = prepared.hashedResult { try storeBlob(hashed.bytes, sha256: hashed.sha256) }
+            return (prepared.stored, json)
+        }
+        guard case .succeeded(let progress, var result) = payload, let bytes = result.data else {
+            return (payload, try PayloadJSON.encode(payload))
+        }
+        let hash = Digest.sha256Hex(bytes)
+        try storeBlob(bytes, sha256: hash)
+        result.blob = hash
+        result.data = nil
+        let stored = EventPayload.succeeded(progress, result: result)
+        return (stored, try PayloadJSON.encode(stored))
     }
 
     /// What `after:` makes of a decision, in its transaction: a new job's waits are recorded (none for a

@@ -11,13 +11,15 @@ public struct PendingEvent: Sendable, Equatable {
     public var jobID: String
     /// What happened, with exactly that event's fields.
     public var payload: EventPayload {
-        didSet { hashedResult = Self.hashedResult(of: payload) }
+        get { prepared.payload }
+        set { prepared = PreparedPayload(newValue) }
     }
+    /// The payload readied for the store where the event is made (see `PreparedPayload`); it holds the
+    /// payload, so a pending event is copied (into the store's queue, its batches) as one reference.
+    public private(set) var prepared: PreparedPayload
     /// A `succeeded` result's bytes (a download to memory) with the SHA-256 under which the store keeps
-    /// them in its blobs; nil when the payload carries no bytes. Hashed where the event is made (a
-    /// worker's task), so that the store's one thread, which every append of a worker waits for, does
-    /// not hash them.
-    public private(set) var hashedResult: HashedBytes?
+    /// them in its blobs; nil when the payload carries no bytes.
+    public var hashedResult: HashedBytes? { prepared.hashedResult }
     /// Who appends it (`worker:<host>:<pid>`, `cli:<user>`).
     public var actor: String
     /// The lease token the appending worker holds: the append is refused (`staleLease`) unless the job
@@ -39,18 +41,11 @@ public struct PendingEvent: Sendable, Equatable {
     public init(jobID: String, actor: String, leaseToken: Int64? = nil, expectedVersion: Int? = nil,
                 occurredAtMs: Int64? = nil, payload: EventPayload) {
         self.jobID = jobID
-        self.payload = payload
-        self.hashedResult = Self.hashedResult(of: payload)
+        self.prepared = PreparedPayload(payload)
         self.actor = actor
         self.leaseToken = leaseToken
         self.expectedVersion = expectedVersion
         self.occurredAtMs = occurredAtMs
-    }
-
-    /// The bytes of a `succeeded` payload's result with their hash, or nil.
-    private static func hashedResult(of payload: EventPayload) -> HashedBytes? {
-        guard case .succeeded(_, let result) = payload, let bytes = result.data else { return nil }
-        return HashedBytes(bytes)
     }
 
     /// Creates a pending event from a type and a payload in its flat JSON shape; refused
@@ -64,6 +59,48 @@ public struct PendingEvent: Sendable, Equatable {
             throw StoreError.invalidControl("cannot append to job \(jobID): \(error)")
         }
         self.init(jobID: jobID, actor: actor, leaseToken: leaseToken, expectedVersion: expectedVersion, payload: payload)
+    }
+}
+
+// MARK: - PreparedPayload
+
+/// A reported payload readied for the store where the event is made (a worker's task), so that the
+/// store's one thread, which every append of a worker waits for, neither hashes nor encodes it: a
+/// `succeeded` result's bytes with their SHA-256, the payload as the log keeps it (those bytes replaced
+/// by their hash, which names them in the blobs) and that payload's JSON. The store uses them when the
+/// lifecycle decides exactly the reported payload, and makes its own otherwise.
+///
+/// A class of constants, so that an event handed from queue to batch is copied as one reference;
+/// equal when the payloads are.
+public final class PreparedPayload: Sendable, Equatable {
+    /// The payload as reported.
+    public let payload: EventPayload
+    /// The result's bytes with their hash; nil when the payload carries no bytes.
+    public let hashedResult: HashedBytes?
+    /// The payload as the log keeps it.
+    public let stored: EventPayload
+    /// `stored`'s JSON; nil when it could not be encoded here (the store encodes it and says why).
+    public let storedJSON: String?
+
+    /// Readies `payload`.
+    public init(_ payload: EventPayload) {
+        self.payload = payload
+        guard case .succeeded(let progress, var result) = payload, let bytes = result.data else {
+            hashedResult = nil
+            stored = payload
+            storedJSON = try? PayloadJSON.encode(payload)
+            return
+        }
+        let hashed = HashedBytes(bytes)
+        result.blob = hashed.sha256
+        result.data = nil
+        hashedResult = hashed
+        stored = .succeeded(progress, result: result)
+        storedJSON = try? PayloadJSON.encode(stored)
+    }
+
+    public static func == (lhs: PreparedPayload, rhs: PreparedPayload) -> Bool {
+        lhs === rhs || lhs.payload == rhs.payload
     }
 }
 

@@ -141,40 +141,53 @@ struct AppendTests {
         #expect(throws: StoreError.self) { try fixture.sql("UPDATE blobs SET size = 0") }
     }
 
-    /// A worker's `succeeded` carries its bytes hashed (`PendingEvent.hashedResult`), so the store's
-    /// thread does not hash them; the store keeps the bytes under that hash only when it names them.
-    @Test("a succeeded's bytes are hashed where the event is made, and the hash follows the payload")
-    func hashedWhereMade() throws {
+    /// A worker's event carries its payload readied for the store (`PendingEvent.prepared`): a
+    /// `succeeded`'s bytes hashed, the payload as the log keeps it and its JSON, so the store's thread
+    /// neither hashes nor encodes it.
+    @Test("a payload is readied where the event is made, and follows the payload")
+    func preparedWhereMade() throws {
         let bytes = Data("hello, blobs".utf8)
         let sha256 = "686c82473de28c4ad4ff4d46877b13f393904a4a23aa74c6bdda31607cda0207"  // sha256sum of the bytes
+        let progress = TransferProgress(bytesDone: 12, bytesTotal: 12)
         var pending = PendingEvent(jobID: "j", actor: workerName, leaseToken: 1,
-                                   payload: .succeeded(TransferProgress(bytesDone: 12, bytesTotal: 12),
-                                                       result: JobResult(size: 12, data: bytes)))
+                                   payload: .succeeded(progress, result: JobResult(size: 12, data: bytes)))
         #expect(pending.hashedResult == HashedBytes(bytes))
         #expect(pending.hashedResult?.sha256 == sha256)
+        let stored = EventPayload.succeeded(progress, result: JobResult(size: 12, blob: sha256))
+        #expect(pending.prepared.stored == stored, "the log keeps the hash, not the bytes")
+        #expect(pending.prepared.storedJSON == (try PayloadJSON.encode(stored)))
         let other = Data("other bytes".utf8)
         pending.payload = .succeeded(TransferProgress(bytesDone: 11, bytesTotal: 11), result: JobResult(size: 11, data: other))
         #expect(pending.hashedResult?.bytes == other && pending.hashedResult?.sha256 == HashedBytes(other).sha256)
         #expect(pending.hashedResult?.sha256 != sha256)
         pending.payload = .succeeded(TransferProgress(bytesDone: 1, bytesTotal: 1), result: JobResult(size: 1))
         #expect(pending.hashedResult == nil, "no bytes, no hash")
-        #expect(PendingEvent(jobID: "j", actor: workerName, payload: .progress(TransferProgress(bytesDone: 1))).hashedResult == nil)
+        #expect(pending.prepared.stored == pending.payload)
+        let started = PendingEvent(jobID: "j", actor: workerName, payload: .started(TransferProgress(bytesDone: 0)))
+        #expect(started.hashedResult == nil)
+        #expect(started.prepared.storedJSON == (try PayloadJSON.encode(started.payload)))
     }
 
-    @Test("bytes hashed elsewhere are stored under their own hash, never under another's", arguments: Engine.allCases)
+    @Test("a decided payload other than the one readied is readied by the store: bytes under their own hash",
+          arguments: Engine.allCases)
     func storedUnderTheirOwnHash(engine: Engine) throws {
         let fixture = try StoreFixture("store-blob-hash", engine: engine)
         defer { fixture.remove() }
         let bytes = Data("hello, blobs".utf8)
         let claim = try fixture.running(memorySpec())
         let payload = EventPayload.succeeded(TransferProgress(bytesDone: 12, bytesTotal: 12), result: JobResult(size: 12, data: bytes))
-        // Another payload's hashed bytes handed with this payload: the store hashes what it stores.
-        let stranger = HashedBytes(Data("other bytes".utf8))
-        let result = try fixture.perform(.report(payload), jobID: claim.record.id, leaseToken: claim.token, hashedResult: stranger, now: 2_000)
-        let blob = try #require(result.events.first?.data.result?.blob)
+        // Another payload readied, handed with this one: the store readies what it stores itself.
+        let stranger = PreparedPayload(.succeeded(TransferProgress(bytesDone: 11, bytesTotal: 11),
+                                                  result: JobResult(size: 11, data: Data("other bytes".utf8))))
+        let result = try fixture.perform(.report(payload), jobID: claim.record.id, leaseToken: claim.token, prepared: stranger, now: 2_000)
+        let event = try #require(result.events.first)
+        let blob = try #require(event.data.result?.blob)
         #expect(blob == HashedBytes(bytes).sha256)
+        #expect(event.data.result?.size == 12 && event.data.result?.data == nil)
         #expect(try fixture.store.blob(sha256: blob) == bytes)
-        #expect(try fixture.store.blob(sha256: stranger.sha256) == nil)
+        #expect(try fixture.store.blob(sha256: try #require(stranger.hashedResult).sha256) == nil)
+        #expect(try fixture.scalar("SELECT data FROM events WHERE job_id = ? AND type = 'succeeded'", [.text(claim.record.id)])
+                == (try PayloadJSON.encode(event.payload)))
     }
 
     @Test("payloads are stored as JSON with sorted keys", arguments: Engine.allCases)

@@ -63,18 +63,18 @@ struct StoreFixture {
 
     /// Runs `perform` of the adapter's `DecisionWriter` in a write transaction of its own, on the job's
     /// row as it stands (locked on PostgreSQL), as the worker's appends do.
-    func perform(_ command: JobCommand, jobID: String, leaseToken: Int64?, hashedResult: HashedBytes? = nil,
+    func perform(_ command: JobCommand, jobID: String, leaseToken: Int64?, prepared: PreparedPayload? = nil,
                  now: Int64) throws -> (events: [JobEvent], record: JobRecord?) {
         switch engine {
         case .sqlite:
             return try #require(sqlite).writeTransaction { (connection) throws(StoreError) in
                 try connection.perform(command, jobID: jobID, on: try connection.loadJob(jobID), actor: workerName,
-                                       leaseToken: leaseToken, hashedResult: hashedResult, now: now)
+                                       leaseToken: leaseToken, prepared: prepared, now: now)
             }
         case .postgres:
             return try #require(store as? PostgresStore).writeTransaction { (connection) throws(StoreError) in
                 try connection.perform(command, jobID: jobID, on: try connection.lockJob(jobID), actor: workerName,
-                                       leaseToken: leaseToken, hashedResult: hashedResult, now: now)
+                                       leaseToken: leaseToken, prepared: prepared, now: now)
             }
         }
     }
