@@ -18,11 +18,13 @@ private final class WaitingBackend: StorageBackend {
     func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                  report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         started.withLock { $0 += 1 }
-        let deadline = ContinuousClock.now + .seconds(30)
+        // Longer than the test's own waits (two of up to 300 s): a safety net against a transfer that
+        // never ends, not a limit on how long a starved test may take to ask for the stop.
+        let deadline = ContinuousClock.now + .seconds(900)
         while control.stopReason == nil, ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(2))
         }
-        guard let reason = control.stopReason else { throw StorageError(.internalError, "no stop request within 30 s") }
+        guard let reason = control.stopReason else { throw StorageError(.internalError, "no stop request within 900 s") }
         return .stopped(reason, nil)
     }
 }
@@ -95,7 +97,9 @@ private final class WaitingBackend: StorageBackend {
         #expect(backend.transfersStarted == 1, "the transfer runs while its started is written")
         // From another connection, as `jobctl pause` would: a store does not notice its own writes.
         _ = try SmallJobTests.store(engine, database).requestPause(id: id, actor: "cli:test", now: Clock.nowMs())
-        let paused = try await eventually(seconds: 300) { try store.job(id)?.state == .paused }
+        // Any end of the run ends the wait: only `paused` passes below.
+        _ = try await eventually(seconds: 300) { try store.job(id).map { $0.state != .running } ?? true }
+        let paused = try store.job(id)?.state == .paused
         pool.beginShutdown()
         _ = try await run.value
         #expect(paused)
