@@ -14,9 +14,10 @@ import Darwin
 ///
 /// Every write is one `BEGIN IMMEDIATE` transaction, and its write-ahead log is synced before the
 /// method returns (`WALSync`: the connection runs with `synchronous=NORMAL` and the store syncs after
-/// COMMIT, outside the write lock): when a method returns, its events are on disk. Concurrency between processes is SQLite's file locking (with a busy
-/// timeout); within a process, every use of the connection runs on the store's one executor thread
-/// (`StoreExecutor`), which also group-commits the worker's appends.
+/// COMMIT, outside the write lock): when a method returns, its events are on disk. Concurrency between
+/// processes is SQLite's file locking (with a busy timeout); within a process, every use of the
+/// connection runs on the store's one executor thread (`StoreExecutor`), which also group-commits the
+/// worker's appends and hands their sync to its second thread.
 ///
 /// `@unchecked Sendable` is sound because the only mutable state, the SQLite connection (and its
 /// statement cache), is reached solely through `withConnection`, which runs on the executor thread, so

@@ -398,12 +398,6 @@ private struct CommittedWrite: Sendable {
     let appendWaiters: [StoreExecutor.AppendWaiter]
     let claimWaiter: StoreExecutor.ClaimContinuation?
 
-    init(outcome: AppendAndClaimOutcome, appendWaiters: [StoreExecutor.AppendWaiter], claimWaiter: StoreExecutor.ClaimContinuation?) {
-        self.outcome = outcome
-        self.appendWaiters = appendWaiters
-        self.claimWaiter = claimWaiter
-    }
-
     /// Resumes every waiter with the commit's outcome, or with `synced`'s error when the commit could
     /// not be made durable (it may be in the log: a writer that retries finds out, see `LeaseSink`).
     func resume(synced failure: StoreError?) {
