@@ -1,4 +1,3 @@
-import Checksums
 import Foundation
 import JobLifecycle
 import JobModel

@@ -93,13 +93,7 @@ public final class StoreExecutor: Sendable {
         case call(Call)
     }
 
-    private struct Queue {
-        var work: [Work] = []
-        var stopped = false
-    }
-
-    private let queue = Mutex(Queue())
-    private let condition = NSCondition()
+    private let queue = BatchHandOff<Work>()
     private let thread = Mutex<pthread_t?>(nil)
     private let flush: Flush
     /// How long a group commit may keep retrying while `flush` finds the write lock taken (nil: it
@@ -211,10 +205,7 @@ public final class StoreExecutor: Sendable {
     /// stops its executor in `deinit` closes its database then, deterministically. From the executor
     /// thread itself (the store's last reference dropped there) it cannot wait, and does not.
     public func stop() {
-        queue.withLock { $0.stopped = true }
-        condition.lock()
-        condition.signal()
-        condition.unlock()
+        queue.close()
         if !isCurrent { ended.wait() }
     }
 
@@ -226,49 +217,25 @@ public final class StoreExecutor: Sendable {
     }
 
     /// Calls queued and not yet taken by the thread (tests).
-    public var queuedCount: Int { queue.withLock { $0.work.count } }
+    public var queuedCount: Int { queue.withItems { $0.count } }
 
     private func enqueue(_ work: Work) {
-        queue.withLock { $0.work.append(work) }
-        wake()
+        queue.put(work)
     }
 
     private func enqueue(contentsOf work: [Work]) {
-        queue.withLock { $0.work.append(contentsOf: work) }
-        wake()
-    }
-
-    private func wake() {
-        condition.lock()
-        condition.signal()
-        condition.unlock()
+        queue.put(contentsOf: work)
     }
 
     // MARK: - The thread
 
     private func loop() {
-        while true {
-            condition.lock()
-            var batch: [Work] = []
-            var stopped = false
-            while true {
-                (batch, stopped) = queue.withLock { state in
-                    let taken = state.work
-                    state.work.removeAll(keepingCapacity: true)
-                    return (taken, state.stopped)
-                }
-                if !batch.isEmpty || stopped { break }
-                condition.wait()
-            }
-            condition.unlock()
-            if batch.isEmpty && stopped {
-                // Every commit's waiters are resumed before the thread ends.
-                syncer?.finish()
-                ended.signal()
-                return
-            }
+        while let batch = queue.takeAll() {
             process(batch)
         }
+        // Every commit's waiters are resumed before the thread ends.
+        syncer?.finish()
+        ended.signal()
     }
 
     private func process(_ batch: [Work]) {
@@ -366,11 +333,11 @@ public final class StoreExecutor: Sendable {
     /// Removes the appends at the head of the queue and returns them: up to the first other work, or
     /// with `claimToo` past the first claim (taken too) up to the next other work.
     private func takeQueued(claimToo: Bool) -> (appends: [(PendingEvent, AppendWaiter)], claim: (ClaimRequest, ClaimContinuation)?) {
-        queue.withLock { state in
+        queue.withItems { queued in
             var taken: [(PendingEvent, AppendWaiter)] = []
             var claim: (ClaimRequest, ClaimContinuation)?
             var count = 0
-            for work in state.work {
+            for work in queued {
                 if case .append(let event, let continuation) = work {
                     taken.append((event, continuation))
                 } else if case .claim(let request, let continuation) = work, claimToo, claim == nil {
@@ -380,7 +347,7 @@ public final class StoreExecutor: Sendable {
                 }
                 count += 1
             }
-            state.work.removeFirst(count)
+            queued.removeFirst(count)
             return (taken, claim)
         }
     }
@@ -417,14 +384,8 @@ private struct CommittedWrite: Sendable {
 /// every commit made since the last, runs the barrier once for all of them (it covers every commit
 /// made before it starts), and resumes them in commit order.
 private final class CommitSyncer: Sendable {
-    private struct State {
-        var committed: [CommittedWrite] = []
-        var finishing = false
-        var syncs = 0
-    }
-
-    private let state = Mutex(State())
-    private let condition = NSCondition()
+    private let committed = BatchHandOff<CommittedWrite>()
+    private let syncCount = Mutex(0)
     private let barrier: StoreExecutor.DurabilityBarrier
     private let ended = DispatchSemaphore(value: 0)
 
@@ -437,50 +398,85 @@ private final class CommitSyncer: Sendable {
 
     /// Queues a committed write for the next sync.
     func submit(_ write: CommittedWrite) {
-        state.withLock { $0.committed.append(write) }
-        condition.lock()
-        condition.signal()
-        condition.unlock()
+        committed.put(write)
     }
 
     /// Barriers run so far (each for one or more commits).
-    var syncs: Int { state.withLock { $0.syncs } }
+    var syncs: Int { syncCount.withLock { $0 } }
 
     /// Syncs and resumes everything queued, then ends the thread and waits until it has ended.
     func finish() {
-        state.withLock { $0.finishing = true }
-        condition.lock()
-        condition.signal()
-        condition.unlock()
+        committed.close()
         ended.wait()
     }
 
     private func loop() {
-        while true {
-            condition.lock()
-            var taken: [CommittedWrite] = []
-            var finishing = false
-            while true {
-                (taken, finishing) = state.withLock { state in
-                    let taken = state.committed
-                    state.committed.removeAll(keepingCapacity: true)
-                    return (taken, state.finishing)
-                }
-                if !taken.isEmpty || finishing { break }
-                condition.wait()
-            }
-            condition.unlock()
-            if !taken.isEmpty {
-                var failure: StoreError?
-                do throws(StoreError) { try barrier() } catch { failure = error }
-                state.withLock { $0.syncs += 1 }
-                for write in taken { write.resume(synced: failure) }
-            }
-            if taken.isEmpty && finishing {
-                ended.signal()
-                return
-            }
+        while let taken = committed.takeAll() {
+            var failure: StoreError?
+            do throws(StoreError) { try barrier() } catch { failure = error }
+            syncCount.withLock { $0 += 1 }
+            for write in taken { write.resume(synced: failure) }
         }
+        ended.signal()
+    }
+}
+
+/// Items handed from any thread to one consuming thread, which takes all of them at once: the
+/// executor's queued work, the syncer's committed writes.
+private final class BatchHandOff<Item: Sendable>: Sendable {
+    private struct State {
+        var items: [Item] = []
+        var closed = false
+    }
+
+    private let state = Mutex(State())
+    private let condition = NSCondition()
+
+    /// Hands over one item.
+    func put(_ item: Item) {
+        state.withLock { $0.items.append(item) }
+        wake()
+    }
+
+    /// Hands over several items, side by side.
+    func put(contentsOf items: [Item]) {
+        state.withLock { $0.items.append(contentsOf: items) }
+        wake()
+    }
+
+    /// No more items come: `takeAll` returns what is left, then nil.
+    func close() {
+        state.withLock { $0.closed = true }
+        wake()
+    }
+
+    /// Every item handed over and not taken yet, waiting until there is one; nil once closed and empty.
+    func takeAll() -> [Item]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            let (taken, closed) = state.withLock { state in
+                let taken = state.items
+                state.items.removeAll(keepingCapacity: true)
+                return (taken, state.closed)
+            }
+            if !taken.isEmpty { return taken }
+            if closed { return nil }
+            condition.wait()
+        }
+    }
+
+    /// Runs `body` on the items not taken yet (the consumer taking some of them out of turn).
+    func withItems<T>(_ body: (inout [Item]) -> T) -> T {
+        state.withLock { body(&$0.items) }
+    }
+
+    /// The consumer checks for items under `condition` before it waits, so a signal sent after the
+    /// items were added is never lost.
+    private func wake() {
+        condition.lock()
+        condition.signal()
+        condition.unlock()
     }
 }
 

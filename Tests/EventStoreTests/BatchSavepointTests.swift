@@ -10,16 +10,6 @@ import Testing
 /// per event, which undoes that event alone.
 @Suite("SQLite group commit: one savepoint a batch")
 struct BatchSavepointTests {
-    private func started(_ job: ClaimedJob, token: Int64? = nil) -> PendingEvent {
-        PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: token ?? job.token,
-                     payload: .started(TransferProgress(bytesDone: 0, bytesTotal: 1)))
-    }
-
-    private func succeeded(_ job: ClaimedJob) -> PendingEvent {
-        PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: job.token,
-                     payload: .succeeded(TransferProgress(bytesDone: 1, bytesTotal: 1), result: JobResult(size: 1)))
-    }
-
     /// Each outcome as text, the jobs' ids replaced by their place in `ids`.
     private func described(_ outcomes: [Result<JobEvent, StoreError>], _ ids: [String]) -> [String] {
         outcomes.map { outcome in
@@ -42,15 +32,15 @@ struct BatchSavepointTests {
         let fixture = try StoreFixture(label)
         let jobs = try (0..<3).map { _ in try fixture.running(now: 1_000) }
         let events = [
-            started(jobs[0]),
+            reportedStarted(jobs[0]),
             // A stale version, a token never handed out, an outcome without `started` then a `started` after it.
             PendingEvent(jobID: jobs[0].record.id, actor: workerName, leaseToken: jobs[0].token, expectedVersion: 2,
                          payload: .progress(TransferProgress(bytesDone: 1, bytesTotal: 2))),
-            started(jobs[1], token: jobs[1].token + 100),
-            succeeded(jobs[2]),
-            started(jobs[2]),
-            started(jobs[1]),
-            succeeded(jobs[0]),
+            reportedStarted(jobs[1], token: jobs[1].token + 100),
+            reportedSucceeded(jobs[2]),
+            reportedStarted(jobs[2]),
+            reportedStarted(jobs[1]),
+            reportedSucceeded(jobs[0]),
         ]
         return (fixture, jobs.map(\.record.id), events)
     }
@@ -93,8 +83,9 @@ struct BatchSavepointTests {
             WHEN NEW.id = '\(ids[1])' AND NEW.state = 'succeeded'
             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
             """)
-        let outcomes = try store.append([started(jobs[0]), succeeded(jobs[0]), started(jobs[1]), succeeded(jobs[1]),
-                                         started(jobs[2]), succeeded(jobs[2])], now: 2_000)
+        let outcomes = try store.append([reportedStarted(jobs[0]), reportedSucceeded(jobs[0]),
+                                         reportedStarted(jobs[1]), reportedSucceeded(jobs[1]),
+                                         reportedStarted(jobs[2]), reportedSucceeded(jobs[2])], now: 2_000)
         let texts = described(outcomes, ids)
         #expect(texts.count == 6)
         #expect(Array(texts[0...2]) == ["started v3", "succeeded v4", "started v3"], "\(texts)")

@@ -29,19 +29,9 @@ struct ConsecutiveEventsTests {
         Int(try #require(try fixture.scalar("SELECT n FROM row_updates"))) ?? -1
     }
 
-    private func started(_ job: ClaimedJob, token: Int64? = nil, at occurredAtMs: Int64? = nil) -> PendingEvent {
-        PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: token ?? job.token, occurredAtMs: occurredAtMs,
-                     payload: .started(TransferProgress(bytesDone: 0, bytesTotal: 1)))
-    }
-
     private func progress(_ job: ClaimedJob, _ done: Int64) -> PendingEvent {
         PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: job.token,
                      payload: .progress(TransferProgress(bytesDone: done, bytesTotal: 2)))
-    }
-
-    private func succeeded(_ job: ClaimedJob, token: Int64? = nil) -> PendingEvent {
-        PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: token ?? job.token,
-                     payload: .succeeded(TransferProgress(bytesDone: 1, bytesTotal: 1), result: JobResult(size: 1)))
     }
 
     private func expectConsistent(_ fixture: StoreFixture, sourceLocation: SourceLocation = #_sourceLocation) throws {
@@ -55,7 +45,7 @@ struct ConsecutiveEventsTests {
         defer { fixture.remove() }
         let job = try fixture.running(now: 1_000)
         try countRowUpdates(fixture)
-        let outcomes = try fixture.store.append([started(job, at: 1_500), succeeded(job)], now: 2_000)
+        let outcomes = try fixture.store.append([reportedStarted(job, at: 1_500), reportedSucceeded(job)], now: 2_000)
         let events = try outcomes.map { try $0.get() }
         #expect(events.map(\.type) == [.started, .succeeded])
         #expect(events.map(\.version) == [job.record.version + 1, job.record.version + 2])
@@ -73,8 +63,8 @@ struct ConsecutiveEventsTests {
         let first = try fixture.running(now: 1_000)
         let second = try fixture.running(now: 1_000)
         try countRowUpdates(fixture)
-        let outcomes = try fixture.store.append([started(first, at: 1_200), progress(first, 1), succeeded(first),
-                                                 started(second, at: 1_300)], now: 2_000)
+        let outcomes = try fixture.store.append([reportedStarted(first, at: 1_200), progress(first, 1), reportedSucceeded(first),
+                                                 reportedStarted(second, at: 1_300)], now: 2_000)
         #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
         #expect(try rowUpdates(fixture) == 2)
         #expect(try fixture.store.job(first.record.id)?.state == .succeeded)
@@ -87,7 +77,7 @@ struct ConsecutiveEventsTests {
         let fixture = try StoreFixture("consecutive-second-refused", engine: engine)
         defer { fixture.remove() }
         let job = try fixture.running(now: 1_000)
-        let outcomes = try fixture.store.append([started(job, at: 1_500), succeeded(job, token: job.token + 1)], now: 2_000)
+        let outcomes = try fixture.store.append([reportedStarted(job, at: 1_500), reportedSucceeded(job, token: job.token + 1)], now: 2_000)
         #expect(try outcomes[0].get().type == .started)
         #expect(throws: StoreError.staleLease(jobID: job.record.id, token: job.token + 1)) { try outcomes[1].get() }
         let row = try #require(try fixture.store.job(job.record.id))
@@ -101,7 +91,7 @@ struct ConsecutiveEventsTests {
         let fixture = try StoreFixture("consecutive-first-refused", engine: engine)
         defer { fixture.remove() }
         let job = try fixture.running(now: 1_000)
-        let outcomes = try fixture.store.append([started(job, token: job.token + 1, at: 1_500), succeeded(job)], now: 2_000)
+        let outcomes = try fixture.store.append([reportedStarted(job, token: job.token + 1, at: 1_500), reportedSucceeded(job)], now: 2_000)
         #expect(throws: StoreError.staleLease(jobID: job.record.id, token: job.token + 1)) { try outcomes[0].get() }
         #expect(try outcomes[1].get().version == job.record.version + 1)
         let row = try #require(try fixture.store.job(job.record.id))
@@ -115,8 +105,8 @@ struct ConsecutiveEventsTests {
         defer { fixture.remove() }
         let first = try fixture.running(now: 1_000)
         let second = try fixture.running(now: 1_000)
-        let outcomes = try fixture.store.append([started(first, at: 1_100), started(second, at: 1_200), succeeded(first),
-                                                 succeeded(second)], now: 2_000)
+        let outcomes = try fixture.store.append([reportedStarted(first, at: 1_100), reportedStarted(second, at: 1_200),
+                                                 reportedSucceeded(first), reportedSucceeded(second)], now: 2_000)
         #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
         #expect(try fixture.store.job(first.record.id)?.state == .succeeded)
         #expect(try fixture.store.job(second.record.id)?.state == .succeeded)
@@ -129,7 +119,7 @@ struct ConsecutiveEventsTests {
         defer { fixture.remove() }
         let early = try fixture.running(now: 1_000)
         let late = try fixture.running(now: 1_000)
-        let outcomes = try fixture.store.append([started(early, at: 400), started(late, at: 9_000)], now: 2_000)
+        let outcomes = try fixture.store.append([reportedStarted(early, at: 400), reportedStarted(late, at: 9_000)], now: 2_000)
         #expect(try outcomes.map { try $0.get().atMs } == [1_000, 2_000])
         try expectConsistent(fixture)
     }
@@ -146,7 +136,7 @@ struct ConsecutiveEventsTests {
         let store = fixture.store
         let results = await withTaskGroup(of: [Result<JobEvent, StoreError>].self) { group in
             for job in claimed {
-                let pair = [started(job, at: 1_000), succeeded(job)]
+                let pair = [reportedStarted(job, at: 1_000), reportedSucceeded(job)]
                 group.addTask { await store.appendGrouped(pair) }
             }
             return await group.reduce(into: []) { $0.append($1) }

@@ -181,7 +181,6 @@ struct DeferredSyncTests {
     func unsyncableWAL() throws {
         let fixture = try StoreFixture("deferred-sync-gone")
         defer { fixture.remove() }
-        let store = try #require(fixture.sqlite)
         try fixture.submit()
         // SQLite keeps writing through its own descriptor; the file the store syncs is gone.
         #expect(unlink(fixture.path + "-wal") == 0)
@@ -191,6 +190,5 @@ struct DeferredSyncTests {
             guard case StoreError.io(let message) = error else { return false }
             return message.contains("write-ahead log") && message.contains("may not be on disk")
         }
-        _ = store
     }
 }

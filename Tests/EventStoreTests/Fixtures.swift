@@ -165,6 +165,18 @@ func uploadSpec(key: String? = nil, priority: Int = 0, queue: String = "default"
             priority: priority, maxAttempts: maxAttempts, queue: queue)
 }
 
+/// The `started` a worker reports for `job` (under its token, or `token`), happened at `occurredAtMs`.
+func reportedStarted(_ job: ClaimedJob, token: Int64? = nil, at occurredAtMs: Int64? = nil) -> PendingEvent {
+    PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: token ?? job.token, occurredAtMs: occurredAtMs,
+                 payload: .started(TransferProgress(bytesDone: 0, bytesTotal: 1)))
+}
+
+/// The `succeeded` (one byte, no result bytes) a worker reports for `job`, under its token or `token`.
+func reportedSucceeded(_ job: ClaimedJob, token: Int64? = nil) -> PendingEvent {
+    PendingEvent(jobID: job.record.id, actor: workerName, leaseToken: token ?? job.token,
+                 payload: .succeeded(TransferProgress(bytesDone: 1, bytesTotal: 1), result: JobResult(size: 1)))
+}
+
 func memorySpec(key: String? = nil) -> JobSpec {
     JobSpec(kind: .downloadMemory, source: "gs://bucket/small.txt", maxSize: 1024, key: key)
 }
