@@ -30,6 +30,9 @@ public actor TaskRunner {
     private let holdsStarted: Bool
     /// The `started` event held back, until the next event or `writeHeldEvents()`.
     private var heldStarted: PendingTaskEvent?
+    /// `writeHeldEvents()` came before the attempt started (the runner's task had not run yet when the
+    /// worker saw the transfer's slot taken long enough): the `started` is written as soon as it is made.
+    private var heldWriteAsked = false
 
     private var hasRun = false
     private var transferRunning = false
@@ -168,6 +171,7 @@ public actor TaskRunner {
                     heldStarted = event
                     notify(.resume)
                     launchTransfer(from: resumePoint)
+                    if heldWriteAsked { _ = await persist(nil) }
                 } else if await persist(event) {
                     notify(.resume)
                     launchTransfer(from: resumePoint)
@@ -266,7 +270,11 @@ public actor TaskRunner {
             }
 
         case .writeHeld:
-            if heldStarted != nil { _ = await persist(nil) }
+            if heldStarted != nil {
+                _ = await persist(nil)
+            } else if machine.phase == .claimed {
+                heldWriteAsked = true
+            }
         }
     }
 

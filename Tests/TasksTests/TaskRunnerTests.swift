@@ -447,6 +447,25 @@ struct TaskRunnerHeldStartedTests {
         #expect(sink.batches == [[.started], [.paused]])
     }
 
+    /// A worker may ask before the runner's task has run at all (a loaded process: the ask comes once
+    /// the slot was taken long enough, by the worker's clock): the ask is kept, not lost, and the
+    /// `started` it finds held as soon as the attempt starts is written at once.
+    @Test func anAskBeforeTheAttemptStartsIsKeptForItsStarted() async {
+        let backend = ScriptedBackend([.signal("running"), .awaitStop(firstPoint)])
+        let sink = RecordingSink()
+        let runner = makeRunner(backend, sink, holdStarted: true)
+        runner.writeHeldEvents()
+        let run = Task { await runner.run() }
+        await backend.waitUntil("running")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while sink.batches.isEmpty, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(1)) }
+        #expect(sink.batches == [[.started]], "the transfer runs and no other event comes: only the ask writes it")
+        runner.requestStop(.pause)
+        #expect(await run.value == .paused(firstPoint))
+        #expect(sink.batches == [[.started], [.paused]])
+        #expect(backend.calls == 1)
+    }
+
     @Test func aRefusedBatchAbandonsTheAttemptAndStopsTheTransfer() async {
         let backend = ScriptedBackend([.report(.checkpoint(firstPoint, bytesTotal: 1_048_576)), .awaitStop(secondPoint)])
         let sink = RecordingSink { _ in .staleLease }
