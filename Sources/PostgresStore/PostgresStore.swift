@@ -175,7 +175,20 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// transaction sends is written so that its generic plan is the right one: ids through primary
     /// keys, the claim's state and limit in its text (tests check the plans in this mode). `SET
     /// LOCAL` ends with the transaction, so reads outside one keep the server's choice.
-    static let writeBegin = ["BEGIN ISOLATION LEVEL READ COMMITTED", "SET LOCAL plan_cache_mode = force_generic_plan"]
+    ///
+    /// A write transaction left idle for `idleWriteTimeoutSeconds` is ended by the server, which drops
+    /// its session and with it the row locks it holds. jobctl's write transactions never wait on
+    /// anything but the server, so only a frozen client leaves one idle that long (a process stopped or
+    /// descheduled, a paused machine): without the limit the jobs whose rows it locked could never be
+    /// rescued, since the rescue skips locked rows (`SKIP LOCKED`), and a drain would wait for ever.
+    /// The frozen worker, when it wakes, finds its connection gone and its leases taken (fencing).
+    /// Both settings are made by one statement (`set_config(…, true)` is `SET LOCAL`).
+    static let writeBegin = ["BEGIN ISOLATION LEVEL READ COMMITTED",
+                             "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), "
+                                 + "set_config('idle_in_transaction_session_timeout', '\(idleWriteTimeoutSeconds)s', true)"]
+
+    /// See `writeBegin`.
+    static let idleWriteTimeoutSeconds = 10
 
     /// Runs `body` in one REPEATABLE READ transaction, so every query in it sees the same snapshot.
     func readTransaction<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
