@@ -94,7 +94,10 @@ private final class WaitingBackend: StorageBackend {
         let written = try await eventually(seconds: 300) { try store.events(jobID: id).map(\.type) == [.submitted, .claimed, .started] }
         let history = try store.events(jobID: id).map(\.type)
         #expect(written, "\(history)")
-        #expect(backend.transfersStarted == 1, "the transfer runs while its started is written")
+        // The transfer was launched before its `started` was written; under load its body may begin a
+        // moment after the event lands (the runner launched it, then wrote the event the pool asked for).
+        let running = try await eventually(seconds: 300) { backend.transfersStarted == 1 }
+        #expect(running && backend.transfersStarted == 1, "the transfer runs while its started is written")
         // From another connection, as `jobctl pause` would: a store does not notice its own writes.
         _ = try SmallJobTests.store(engine, database).requestPause(id: id, actor: "cli:test", now: Clock.nowMs())
         // Any end of the run ends the wait: only `paused` passes below.
