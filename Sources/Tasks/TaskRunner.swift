@@ -36,6 +36,8 @@ public actor TaskRunner {
 
     private var hasRun = false
     private var transferRunning = false
+    /// Called once the transfer has returned, before its outcome is written (see `init`).
+    private let transferReturned: (@Sendable () -> Void)?
     private var observersClosed = false
     private var nextObserverID: UInt64 = 0
     private var observers: [ObserverStatus: [(id: UInt64, handler: @Sendable (TaskSnapshot) -> Void)]] = [:]
@@ -57,11 +59,16 @@ public actor TaskRunner {
     ///     `writeHeldEvents()` asks. A short transfer then costs its job one commit and one projection
     ///     write fewer. The event keeps the time the attempt started. Without it, `started` is durable
     ///     before the transfer begins.
+    ///   - transferReturned: called once, from the transfer's thread, as soon as the transfer has
+    ///     returned (finished, stopped or failed) and before its outcome is written: what the transfer
+    ///     held (a connection, a file) is free from then on, so a worker can start its next transfer
+    ///     while this attempt's end is committed.
     ///   - clock: wall-clock milliseconds (injectable for tests).
     ///   - random: numbers in `0 ..< 1` for retry jitter (injectable for tests).
     public init(jobID: String, spec: JobSpec, attempt: Int, maxAttempts: Int? = nil, resumePoint: ResumePoint? = nil,
                 bytesTotal: Int64? = nil, backend: any StorageBackend, sink: any TaskEventSink,
                 configuration: TaskStateMachine.Configuration = .init(), holdStarted: Bool = false,
+                transferReturned: (@Sendable () -> Void)? = nil,
                 clock: @escaping @Sendable () -> Int64 = { Clock.nowMs() },
                 random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
         self.jobID = jobID
@@ -71,6 +78,7 @@ public actor TaskRunner {
         self.backend = backend
         self.sink = sink
         self.holdsStarted = holdStarted
+        self.transferReturned = transferReturned
         self.control = TransferControl(jobID: jobID)
         self.clock = clock
         self.random = random
@@ -208,9 +216,13 @@ public actor TaskRunner {
     private func launchTransfer(from resumePoint: ResumePoint?) {
         transferRunning = true
         let mailbox = mailbox
+        let transferReturned = transferReturned
         backend.perform(spec, resumingFrom: resumePoint, control: control,
                         report: { event in mailbox.post(.transfer(event)) },
-                        completion: { result in mailbox.post(.transferEnded(result)) })
+                        completion: { result in
+                            mailbox.post(.transferEnded(result))
+                            transferReturned?()
+                        })
     }
 
     private func processMailbox() async {

@@ -29,6 +29,10 @@ public struct WorkerConfiguration: Sendable {
     /// event joins the group commit of the outcome that freed the slot, and claims come in batches
     /// that share a commit with other jobs' outcomes. Held jobs are released on shutdown, honour
     /// pause and cancel at once, and are rescued like any running job when the worker dies.
+    ///
+    /// This is the buffer while jobs finish slowly. When they finish fast, it grows to what finished in
+    /// the last `claimAheadHorizonMs` (up to four times this), so a claim's round trip does not leave
+    /// slots idle; held jobs then wait a few milliseconds, not long enough to matter to other workers.
     public var claimAhead: Int
     /// How long an attempt's `started` event may wait to be written with the attempt's next event (its
     /// first progress or its end, in one commit) while its transfer runs; nil: written before the
@@ -90,6 +94,9 @@ public final class WorkerPool: Sendable {
         var leaseLossLogged = false
         /// Whether the runner was asked to write its held `started` (see `startedHoldMs`).
         var heldEventsAsked = false
+        /// Whether the transfer has returned: the slot went to the next job while this one's outcome is
+        /// written.
+        var transferReturned = false
     }
 
     private struct State: Sendable {
@@ -97,11 +104,56 @@ public final class WorkerPool: Sendable {
         var running: [String: Running] = [:]
         /// Jobs claimed ahead, in claim order, not started yet.
         var waiting: [String] = []
-        /// Runners started and not finished: the slots in use.
+        /// Runners started whose transfer has not returned: the slots in use.
         var active = 0
+        /// Runners whose transfer returned and whose outcome is being written: they hold a lease and no
+        /// slot, and take no room from the claim-ahead buffer (up to `concurrency` of them).
+        var finishing = 0
         var summary = WorkerSummary()
         var shuttingDown = false
         var slotFreed = false
+        /// Runs finished lately, which size the claim-ahead buffer.
+        var finishes = FinishCounter()
+
+        /// The jobs that count against the slots and the claim-ahead buffer: every job held but those
+        /// whose outcome is being written, of which up to `concurrency` are not counted (so a slow
+        /// commit still bounds how many jobs one worker holds).
+        func heldCount(_ config: WorkerConfiguration) -> Int {
+            running.count - min(finishing, config.concurrency)
+        }
+
+        /// How many jobs to hold claimed ahead of the slots now (see `WorkerConfiguration.claimAhead`).
+        func claimAhead(_ config: WorkerConfiguration, now: Int64) -> Int {
+            WorkerPool.claimAheadSize(configured: config.claimAhead, recentFinishes: finishes.recent(now: now))
+        }
+    }
+
+    /// Runs finished in the current and the previous window of `claimAheadHorizonMs`.
+    struct FinishCounter: Sendable {
+        private var windowStartMs: Int64 = 0
+        private var current = 0
+        private var previous = 0
+
+        mutating func note(now: Int64) {
+            roll(now: now)
+            current += 1
+        }
+
+        /// The larger of the two windows' counts, or 0 once no run finished for two windows.
+        func recent(now: Int64) -> Int {
+            let elapsed = now - windowStartMs
+            if elapsed >= 2 * WorkerPool.claimAheadHorizonMs { return 0 }
+            if elapsed >= WorkerPool.claimAheadHorizonMs { return current }
+            return max(current, previous)
+        }
+
+        private mutating func roll(now: Int64) {
+            let elapsed = now - windowStartMs
+            guard elapsed >= WorkerPool.claimAheadHorizonMs else { return }
+            previous = elapsed >= 2 * WorkerPool.claimAheadHorizonMs ? 0 : current
+            current = 0
+            windowStartMs = now
+        }
     }
 
     public let configuration: WorkerConfiguration
@@ -162,12 +214,13 @@ public final class WorkerPool: Sendable {
 
         while true {
             let now = Clock.nowMs()
-            let (shuttingDown, runningCount, activeCount, waitingCount, slotFreed, oldestRun, heldTooLong) = state.withLock { state in
+            let (shuttingDown, runningCount, heldCount, claimAhead, activeCount, waitingCount, slotFreed, oldestRun, heldTooLong) = state.withLock { state in
                 let freed = state.slotFreed
                 state.slotFreed = false
-                let oldest = state.running.values.compactMap(\.launchedAtMs).min()
+                let oldest = state.running.values.lazy.filter { !$0.transferReturned }.compactMap(\.launchedAtMs).min()
                 let stale = state.waiting.filter { id in state.running[id].map { now - $0.claimedAtMs >= Self.holdLimitMs(config) } ?? false }
-                return (state.shuttingDown, state.running.count, state.active, state.waiting.count, freed, oldest, stale)
+                return (state.shuttingDown, state.running.count, state.heldCount(config), state.claimAhead(config, now: now),
+                        state.active, state.waiting.count, freed, oldest, stale)
             }
             // Jobs claimed ahead that waited too long for a slot go back to the queue for other workers.
             for jobID in heldTooLong where !shuttingDown { stop(jobID, .shutdown) }
@@ -207,9 +260,9 @@ public final class WorkerPool: Sendable {
                 // behind long transfers a held job would only wait, while another worker could run it.
                 let free = config.concurrency - activeCount
                 let turningOver = oldestRun.map { now - $0 < Self.claimAheadWindowMs } ?? true
-                let room = turningOver ? config.concurrency + config.claimAhead - runningCount : config.concurrency - runningCount
+                let room = turningOver ? config.concurrency + claimAhead - heldCount : config.concurrency - heldCount
                 let idleSlot = free > 0 && waitingCount == 0
-                let wantClaim = room > 0 && (idleSlot || room >= Self.claimBatchFloor(config))
+                let wantClaim = room > 0 && (idleSlot || room >= Self.claimBatchFloor(claimAhead))
                 let due = nextDue.map { $0 <= now } ?? false
                 if wantClaim && (changed || slotFreed || due || lastRescue == now) {
                     let claimed = try await claim(limit: room, now: now)
@@ -278,9 +331,19 @@ public final class WorkerPool: Sendable {
         max(1_000, config.leaseMs / 3)
     }
 
-    /// The fewest jobs a claim asks for while the worker holds jobs claimed ahead.
-    private static func claimBatchFloor(_ config: WorkerConfiguration) -> Int {
-        max(1, config.claimAhead / 2)
+    /// The fewest jobs a claim asks for while the worker holds jobs claimed ahead (half the buffer).
+    private static func claimBatchFloor(_ claimAhead: Int) -> Int {
+        max(1, claimAhead / 2)
+    }
+
+    /// The claim-ahead buffer holds about as many jobs as finished in this long (see `claimAhead`).
+    static let claimAheadHorizonMs: Int64 = 100
+
+    /// The claim-ahead buffer for a configured one and the runs finished lately: what finished, at least
+    /// the configured buffer and at most four times it (none when none is configured).
+    static func claimAheadSize(configured: Int, recentFinishes: Int) -> Int {
+        guard configured > 0 else { return 0 }
+        return min(4 * configured, max(configured, recentFinishes))
     }
 
     private func claim(limit: Int, now: Int64) async throws -> Int {
@@ -296,12 +359,14 @@ public final class WorkerPool: Sendable {
     /// after shutdown began starts only to write `released`.
     private func hold(_ job: ClaimedJob, now: Int64) {
         let record = job.record
+        let jobID = record.id
         let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log, metrics: metrics,
                              leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) },
                              leaseExpiresAtMs: { [weak self] in self?.leaseExpiry(of: record.id) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
-                                backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil)
+                                backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil,
+                                transferReturned: { [weak self] in self?.transferReturned(jobID) })
         let concurrency = configuration.concurrency
         let leaseMs = configuration.leaseMs
         let (startNow, shuttingDown) = state.withLock { state in
@@ -355,8 +420,11 @@ public final class WorkerPool: Sendable {
         let config = configuration
         let now = Clock.nowMs()
         let (next, wake): ([(String, TaskRunner)], Bool) = state.withLock { state in
-            if let entry = state.running.removeValue(forKey: jobID), entry.started { state.active -= 1 }
+            if let entry = state.running.removeValue(forKey: jobID), entry.started {
+                if entry.transferReturned { state.finishing -= 1 } else { state.active -= 1 }
+            }
             state.slotFreed = true
+            state.finishes.note(now: now)
             switch outcome {
             case .succeeded: state.summary.succeeded += 1
             case .failed: state.summary.failed += 1
@@ -368,13 +436,37 @@ public final class WorkerPool: Sendable {
             }
             // The freed slot goes to the next job claimed ahead at once, without a trip through the loop.
             let next = state.shuttingDown ? [] : Self.startWaiting(&state, limit: max(0, config.concurrency - state.active), now: now)
-            let room = config.concurrency + config.claimAhead - state.running.count
-            // The loop is woken only when it has something to do: claim a batch, or notice the end.
-            let wake = state.shuttingDown || state.running.isEmpty || state.waiting.isEmpty || room >= Self.claimBatchFloor(config)
-            return (next, wake)
+            return (next, Self.loopHasWork(state, config, now: now))
         }
         for (nextID, runner) in next { launch(nextID, runner) }
         if wake { wakeup.signal() }
+    }
+
+    /// A started job's transfer returned (the runner writes its outcome next): its slot goes to the next
+    /// job claimed ahead at once, so a slot does not wait through the outcome's commit and sync. The job
+    /// keeps its lease until `finished`.
+    private func transferReturned(_ jobID: String) {
+        let config = configuration
+        let now = Clock.nowMs()
+        let (next, wake): ([(String, TaskRunner)], Bool) = state.withLock { state in
+            guard var entry = state.running[jobID], entry.started, !entry.transferReturned else { return ([], false) }
+            entry.transferReturned = true
+            state.running[jobID] = entry
+            state.active -= 1
+            state.finishing += 1
+            state.slotFreed = true
+            let next = state.shuttingDown ? [] : Self.startWaiting(&state, limit: max(0, config.concurrency - state.active), now: now)
+            return (next, Self.loopHasWork(state, config, now: now))
+        }
+        for (nextID, runner) in next { launch(nextID, runner) }
+        if wake { wakeup.signal() }
+    }
+
+    /// Whether the loop has something to do after a slot freed: claim a batch, or notice the end.
+    private static func loopHasWork(_ state: State, _ config: WorkerConfiguration, now: Int64) -> Bool {
+        let claimAhead = state.claimAhead(config, now: now)
+        let room = config.concurrency + claimAhead - state.heldCount(config)
+        return state.shuttingDown || state.running.isEmpty || state.waiting.isEmpty || room >= claimBatchFloor(claimAhead)
     }
 
     // MARK: - Leases and control
