@@ -148,9 +148,15 @@ final class SQLiteConnection {
     /// reason of their own; if SQLite was already initialised they are refused with SQLITE_MISUSE and
     /// SQLite keeps its defaults, which only costs speed.
     ///
-    /// See https://www.sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigstmtjrnlspill
+    /// Memory statistics are off: nothing here reads them (no soft heap limit, no `sqlite3_memory_used`),
+    /// and with them on every allocation SQLite makes takes a process-wide mutex to count itself.
+    ///
+    /// See https://www.sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigstmtjrnlspill and
+    /// https://www.sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigmemstatus
     private static let processConfiguration: Bool = {
-        jobctl_sqlite3_config_statement_journal_spill(statementJournalSpillBytes) == SQLITE_OK
+        let spill = jobctl_sqlite3_config_statement_journal_spill(statementJournalSpillBytes)
+        let statistics = jobctl_sqlite3_config_memory_statistics(0)
+        return spill == SQLITE_OK && statistics == SQLITE_OK
     }()
 
     /// Whether the process-wide settings took effect (tests).
@@ -310,8 +316,9 @@ final class SQLiteConnection {
     func run(_ sql: String, _ values: [SQLiteValue] = []) throws(StoreError) {
         let statement = try statement(sql)
         defer { statement.reset() }
-        try statement.bind(values)
-        while try statement.step() {}
+        try statement.withBindings(values) { () throws(StoreError) in
+            while try statement.step() {}
+        }
     }
 
     /// Runs a query and maps every row.
@@ -327,9 +334,10 @@ final class SQLiteConnection {
                  _ body: (SQLiteRow) throws(StoreError) -> Void) throws(StoreError) {
         let statement = try statement(sql)
         defer { statement.reset() }
-        try statement.bind(values)
-        while try statement.step() {
-            try body(SQLiteRow(statement: statement))
+        try statement.withBindings(values) { () throws(StoreError) in
+            while try statement.step() {
+                try body(SQLiteRow(statement: statement))
+            }
         }
     }
 
@@ -338,9 +346,10 @@ final class SQLiteConnection {
                   _ transform: (SQLiteRow) throws(StoreError) -> T) throws(StoreError) -> T? {
         let statement = try statement(sql)
         defer { statement.reset() }
-        try statement.bind(values)
-        guard try statement.step() else { return nil }
-        return try transform(SQLiteRow(statement: statement))
+        return try statement.withBindings(values) { () throws(StoreError) -> T? in
+            guard try statement.step() else { return nil }
+            return try transform(SQLiteRow(statement: statement))
+        }
     }
 
     /// Rows changed by the last INSERT/UPDATE/DELETE. See https://www.sqlite.org/c3ref/changes.html
@@ -385,41 +394,75 @@ final class SQLiteStatement {
         sqlite3_clear_bindings(handle)
     }
 
-    /// Binds `values` to parameters 1...n.
+    /// Binds `values` to parameters 1...n and runs `body` (which steps the statement), lending SQLite the
+    /// bytes of every text and blob instead of having it copy them (`SQLITE_STATIC`): they stay valid
+    /// for as long as `body` runs, because `body` runs inside the calls that lend them. The caller resets
+    /// the statement before it steps it again (`SQLiteConnection`'s `defer`), so SQLite never reads a lent
+    /// value after `body` returned. A bound text was an allocation and a copy inside SQLite per value.
     ///
     /// See https://www.sqlite.org/c3ref/bind_blob.html
-    func bind(_ values: [SQLiteValue]) throws(StoreError) {
+    func withBindings<R>(_ values: [SQLiteValue], _ body: () throws(StoreError) -> R) throws(StoreError) -> R {
+        var lent = 0
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)
-            let code: Int32
             switch value {
-            case .null:
-                code = sqlite3_bind_null(handle, index)
-            case .integer(let integer):
-                code = sqlite3_bind_int64(handle, index, integer)
-            case .real(let real):
-                code = sqlite3_bind_double(handle, index, real)
-            case .text(let text):
-                var text = text
-                code = text.withUTF8 { buffer in
-                    buffer.withMemoryRebound(to: CChar.self) { chars in
+            case .null: try check(sqlite3_bind_null(handle, index))
+            case .integer(let integer): try check(sqlite3_bind_int64(handle, index, integer))
+            case .real(let real): try check(sqlite3_bind_double(handle, index, real))
+            case .text, .blob: lent += 1
+            }
+        }
+        guard lent > 0 else { return try body() }
+        return try lend(values, from: 0, body)
+    }
+
+    /// Binds the texts and blobs of `values` from `offset` on, each inside the call that lends its
+    /// bytes, then runs `body` inside the innermost.
+    private func lend<R>(_ values: [SQLiteValue], from offset: Int, _ body: () throws(StoreError) -> R) throws(StoreError) -> R {
+        var offset = offset
+        while offset < values.count {
+            let index = Int32(offset + 1)
+            var result: Result<R, StoreError>?
+            switch values[offset] {
+            case .text(var text):
+                text.withUTF8 { buffer in
+                    result = Result { () throws(StoreError) -> R in
                         // An empty buffer may have no base address; "" must still bind as text, not NULL.
-                        guard let base = chars.baseAddress else {
-                            return jobctl_sqlite3_bind_text_transient(handle, index, "", 0)
+                        let code = buffer.withMemoryRebound(to: CChar.self) { chars in
+                            jobctl_sqlite3_bind_text_static(handle, index, chars.baseAddress ?? Self.emptyTextPointer, Int32(chars.count))
                         }
-                        return jobctl_sqlite3_bind_text_transient(handle, index, base, Int32(chars.count))
+                        try check(code)
+                        return try lend(values, from: offset + 1, body)
                     }
                 }
             case .blob(let data):
-                code = data.withUnsafeBytes { bytes in
-                    guard let base = bytes.baseAddress, bytes.count > 0 else {
-                        return sqlite3_bind_zeroblob(handle, index, 0)
+                data.withUnsafeBytes { bytes in
+                    result = Result { () throws(StoreError) -> R in
+                        if let base = bytes.baseAddress, bytes.count > 0 {
+                            try check(jobctl_sqlite3_bind_blob_static(handle, index, base, Int32(bytes.count)))
+                        } else {
+                            try check(sqlite3_bind_zeroblob(handle, index, 0))
+                        }
+                        return try lend(values, from: offset + 1, body)
                     }
-                    return jobctl_sqlite3_bind_blob_transient(handle, index, base, Int32(bytes.count))
                 }
+            case .null, .integer, .real:
+                offset += 1
+                continue
             }
-            try check(code)
+            // Every path above set it.
+            guard let result else { throw StoreError.io("a binding of \(sql) was not made; this is a bug in jobctl") }
+            return try result.get()
         }
+        return try body()
+    }
+
+    /// What an empty text binds to: a NUL-terminated C string in the binary's constants, valid for as long
+    /// as the process runs.
+    private static let emptyText: StaticString = ""
+
+    private static var emptyTextPointer: UnsafePointer<CChar> {
+        UnsafeRawPointer(emptyText.utf8Start).assumingMemoryBound(to: CChar.self)
     }
 
     /// Steps once: true for a row, false when done. The one switch over `sqlite3_step`.
