@@ -9,7 +9,7 @@ extension Commands {
     static let worker = CommandSpec(
         name: "worker",
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
-        options: [Options.concurrency, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
+        options: [Options.concurrency, Options.claimAhead, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
                   Options.logFormat, Options.quiet, Options.verbose, Options.metrics, Options.metricsAllowRemote,
                   Options.bandwidthLimit, Options.slicedThreshold, Options.slices, Options.json.help("Print the exit summary as JSON.")],
         discussion: """
@@ -26,6 +26,13 @@ extension Commands {
         buckets work anonymously); JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
         JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR),
         JOBCTL_SLICED_THRESHOLD, JOBCTL_SLICES; a bad value stops the worker before it starts.
+
+        Claiming ahead: besides the jobs it runs (--concurrency), a worker holds up to --claim-ahead more,
+        claimed and leased, and starts one the moment a transfer returns, so claims share commits with
+        other jobs' outcomes. While jobs finish fast the buffer grows to what finished in the last 100 ms
+        (at most four times --claim-ahead); it claims ahead only while every running transfer started
+        less than a second ago, and gives a held job back after a third of the lease. --claim-ahead 0
+        claims only for free slots: for long transfers shared by many workers.
 
         Sliced downloads: a download-file job of a gs:// object of at least --sliced-threshold (default
         150MiB, as gcloud storage) fetches the object's generation in --slices parallel Range requests
@@ -53,7 +60,7 @@ extension Commands {
         let queues = try arguments.values(Options.workerQueue)
         let drain = arguments[Options.drain]
         let configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
-                                                leaseMs: leaseMs, drain: drain)
+                                                leaseMs: leaseMs, drain: drain, claimAhead: try arguments.value(Options.claimAhead))
         let log = try workerLog(arguments, context)
         let textLog = log.formatter.format == .text
         // Storage settings are checked before the event log is opened: a bad one stops the worker at once.

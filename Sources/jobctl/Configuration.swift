@@ -49,6 +49,7 @@ struct Setting: Sendable {
         Setting("buckets", .environment("JOBCTL_BUCKETS"), default: "buckets/ beside the database"),
         Setting("queue", .option(Options.workerQueue.spec), default: "every queue", list: true),
         Setting("concurrency", .option(Options.concurrency.spec), default: "4"),
+        Setting("claim_ahead", .option(Options.claimAhead.spec), default: "the concurrency"),
         Setting("lease", .option(Options.lease.spec), default: "30s"),
         Setting("stall_timeout", .environment("JOBCTL_STALL_TIMEOUT"), default: "60s"),
         Setting("log_format", .option(Options.logFormat.spec), default: "text"),

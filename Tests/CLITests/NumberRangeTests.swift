@@ -33,6 +33,9 @@ import TestSupport
         (["worker", "--concurrency", "257"], "--concurrency", "1 to 256"),
         (["worker", "-c", "9223372036854775808"], "--concurrency", "1 to 256"),
         (["worker", "--concurrency", "1e3"], "--concurrency", "1 to 256"),
+        (["worker", "--claim-ahead", "-1"], "--claim-ahead", "0 to 1024"),
+        (["worker", "--claim-ahead", "1025"], "--claim-ahead", "0 to 1024"),
+        (["worker", "--claim-ahead", "99999999999999999999"], "--claim-ahead", "0 to 1024"),
         (["list", "--limit", "-1"], "--limit", "0 to 1000000000"),
         (["list", "--limit", "1000000001"], "--limit", "0 to 1000000000"),
         (["list", "--limit", "99999999999999999999"], "--limit", "0 to 1000000000"),
@@ -68,6 +71,10 @@ import TestSupport
         #expect(drained.status == 0, "\(drained.stderr)")
         let seconds = try workspace.jobctl(["worker", "--drain", "--lease", "1"])
         #expect(seconds.status == 0, "\(seconds.stderr)")
+        for claimAhead in ["0", "1024"] {
+            let drained = try workspace.jobctl(["worker", "--drain", "--claim-ahead", claimAhead])
+            #expect(drained.status == 0, "--claim-ahead \(claimAhead): \(drained.stderr)")
+        }
     }
 
     /// COLUMNS, like `ls` reads it: a value out of range is ignored with a warning naming it.

@@ -216,4 +216,34 @@ import TestSupport
         #expect(odd.isEmpty, "\(odd.prefix(3))")
         #expect(try store.replay(verify: true).isConsistent)
     }
+
+    /// `--claim-ahead 0`: a worker claims only for its free slots. Behind one long transfer on its one
+    /// slot, the second job stays queued (with the default of one held job, the same claim took both).
+    @Test func claimAheadZeroClaimsOnlyForFreeSlots() throws {
+        let nginx = try startWorkerNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("ahead-zero")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let environment = ["JOBCTL_BUCKETS": directory.file("buckets")]
+        let ids = try submit("""
+            - {kind: download-file, source: "\(try Self.slowSource(nginx))", destination: "\(directory.file("hold.bin"))"}
+            - {kind: upload-data, data: "later", destination: "file://out/later.txt"}
+
+            """, database: database, directory: directory)
+        let (running, queued) = (try #require(ids.first), try #require(ids.last))
+        let store = try WorkerEngine.sqlite.reader(database)
+        let worker = try JobctlProcess.worker(database: database, ["--concurrency", "1", "--claim-ahead", "0", "--lease", "60"],
+                                              environment: environment, logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        let started = try eventually(seconds: 20) { try store.job(running)?.state == .running }
+        try #require(started, "the long download was not claimed: \(worker.log)")
+        // Claimed alone: the claim that took the first job would have taken the second with it.
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try store.job(queued)?.state == .queued)
+        #expect(try store.events(jobID: queued).map(\.type) == [.submitted])
+        worker.signal(SIGTERM)
+        #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
+        #expect(try store.events(jobID: queued).map(\.type) == [.submitted])
+    }
 }
