@@ -31,7 +31,7 @@ public struct WorkerConfiguration: Sendable {
     /// pause and cancel at once, and are rescued like any running job when the worker dies.
     ///
     /// This is the buffer while jobs finish slowly. When they finish fast, it grows to what finished in
-    /// the last `claimAheadHorizonMs` (up to four times this), so a claim's round trip does not leave
+    /// the last `claimAheadHorizonMs` (up to four times this, at most 64), so a claim's round trip does not leave
     /// slots idle; held jobs then wait a few milliseconds, not long enough to matter to other workers.
     public var claimAhead: Int
     /// How long an attempt's `started` event may wait to be written with the attempt's next event (its
@@ -340,11 +340,18 @@ public final class WorkerPool: Sendable {
     static let claimAheadHorizonMs: Int64 = 100
 
     /// The claim-ahead buffer for a configured one and the runs finished lately: what finished, at least
-    /// the configured buffer and at most four times it (none when none is configured).
+    /// the configured buffer, and grown at most to four times it or `claimAheadCeiling`, whichever is
+    /// smaller (none when none is configured; a configured buffer above the ceiling does not grow).
     static func claimAheadSize(configured: Int, recentFinishes: Int) -> Int {
         guard configured > 0 else { return 0 }
-        return min(4 * configured, max(configured, recentFinishes))
+        let grown = min(recentFinishes, 4 * configured, claimAheadCeiling)
+        return max(configured, grown)
     }
+
+    /// How far the buffer grows by itself. Every held job costs memory (a worker at concurrency 64
+    /// holding 256 ran ~20 MiB larger than one holding 64, BENCHMARKS.md); `--claim-ahead` sets a larger
+    /// buffer where memory allows.
+    static let claimAheadCeiling = 64
 
     private func claim(limit: Int, now: Int64) async throws -> Int {
         let config = configuration

@@ -28,11 +28,11 @@ extension Commands {
         JOBCTL_SLICED_THRESHOLD, JOBCTL_SLICES; a bad value stops the worker before it starts.
 
         Claiming ahead: besides the jobs it runs (--concurrency), a worker holds up to --claim-ahead more,
-        claimed and leased, and starts one the moment a transfer returns, so claims share commits with
-        other jobs' outcomes. While jobs finish fast the buffer grows to what finished in the last 100 ms
-        (at most four times --claim-ahead); it claims ahead only while every running transfer started
-        less than a second ago, and gives a held job back after a third of the lease. --claim-ahead 0
-        claims only for free slots: for long transfers shared by many workers.
+        claimed and leased, and starts one the moment a transfer returns, so claims share commits with other
+        jobs' outcomes. While jobs finish fast the buffer grows to what finished in the last 100 ms (up to
+        four times --claim-ahead, at most 64: held jobs cost memory); it claims ahead only while every
+        running transfer started less than a second ago, and gives a held job back after a third of the
+        lease. --claim-ahead 0 claims only for free slots: for long transfers shared by many workers.
 
         Sliced downloads: a download-file job of a gs:// object of at least --sliced-threshold (default
         150MiB, as gcloud storage) fetches the object's generation in --slices parallel Range requests
