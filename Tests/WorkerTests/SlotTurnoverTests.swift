@@ -74,11 +74,15 @@ private final class GatedBackend: StorageBackend {
         #expect(try reader.events(jobID: ids[1]).map(\.type) == [.submitted, .claimed])
 
         let lock = try SQLiteWriteLock(database: database)
+        var released = false
+        // Released below before the pool is awaited; here only when a check throws first.
+        defer { if !released { lock.release() } }
         backend.openGate()
         let secondStarted = try await eventually(seconds: 300) { backend.transfersStarted == 2 }
         // Read while the lock is still held: the first job's outcome is not in the log yet.
         let firstHistory = try reader.events(jobID: ids[0]).map(\.type)
         lock.release()
+        released = true
         #expect(secondStarted, "the held job did not start while the first job's outcome waited for the lock")
         #expect(firstHistory == [.submitted, .claimed])
 
