@@ -422,11 +422,10 @@ final class SQLiteStatement {
         var offset = offset
         while offset < values.count {
             let index = Int32(offset + 1)
-            var result: Result<R, StoreError>?
             switch values[offset] {
             case .text(var text):
-                text.withUTF8 { buffer in
-                    result = Result { () throws(StoreError) -> R in
+                return try text.withUTF8 { buffer in
+                    Result { () throws(StoreError) -> R in
                         // An empty buffer may have no base address; "" must still bind as text, not NULL.
                         let code = buffer.withMemoryRebound(to: CChar.self) { chars in
                             jobctl_sqlite3_bind_text_static(handle, index, chars.baseAddress ?? Self.emptyTextPointer, Int32(chars.count))
@@ -434,10 +433,10 @@ final class SQLiteStatement {
                         try check(code)
                         return try lend(values, from: offset + 1, body)
                     }
-                }
+                }.get()
             case .blob(let data):
-                data.withUnsafeBytes { bytes in
-                    result = Result { () throws(StoreError) -> R in
+                return try data.withUnsafeBytes { bytes in
+                    Result { () throws(StoreError) -> R in
                         if let base = bytes.baseAddress, bytes.count > 0 {
                             try check(jobctl_sqlite3_bind_blob_static(handle, index, base, Int32(bytes.count)))
                         } else {
@@ -445,14 +444,10 @@ final class SQLiteStatement {
                         }
                         return try lend(values, from: offset + 1, body)
                     }
-                }
+                }.get()
             case .null, .integer, .real:
                 offset += 1
-                continue
             }
-            // Every path above set it.
-            guard let result else { throw StoreError.io("a binding of \(sql) was not made; this is a bug in jobctl") }
-            return try result.get()
         }
         return try body()
     }

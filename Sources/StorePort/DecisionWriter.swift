@@ -1,4 +1,3 @@
-import Checksums
 import Foundation
 import JobLifecycle
 import JobModel
@@ -112,14 +111,8 @@ extension DecisionWriter {
             if let hashed = prepared.hashedResult { try storeBlob(hashed.bytes, sha256: hashed.sha256) }
             return (prepared.stored, json)
         }
-        guard case .succeeded(let progress, var result) = payload, let bytes = result.data else {
-            return (payload, try PayloadJSON.encode(payload))
-        }
-        let hash = Digest.sha256Hex(bytes)
-        try storeBlob(bytes, sha256: hash)
-        result.blob = hash
-        result.data = nil
-        let stored = EventPayload.succeeded(progress, result: result)
+        let (stored, hashed) = PreparedPayload.storedForm(of: payload)
+        if let hashed { try storeBlob(hashed.bytes, sha256: hashed.sha256) }
         return (stored, try PayloadJSON.encode(stored))
     }
 

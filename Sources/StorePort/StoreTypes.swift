@@ -85,18 +85,19 @@ public final class PreparedPayload: Sendable, Equatable {
     /// Readies `payload`.
     public init(_ payload: EventPayload) {
         self.payload = payload
-        guard case .succeeded(let progress, var result) = payload, let bytes = result.data else {
-            hashedResult = nil
-            stored = payload
-            storedJSON = try? PayloadJSON.encode(payload)
-            return
-        }
+        (stored, hashedResult) = Self.storedForm(of: payload)
+        storedJSON = try? PayloadJSON.encode(stored)
+    }
+
+    /// `payload` as the log keeps it: a `succeeded` result's bytes replaced by their SHA-256, which
+    /// names them in the blobs, with those bytes and their hash (nil when the payload carries none). The
+    /// one place that decides it, for payloads readied here and for those the store readies itself.
+    public static func storedForm(of payload: EventPayload) -> (stored: EventPayload, hashedResult: HashedBytes?) {
+        guard case .succeeded(let progress, var result) = payload, let bytes = result.data else { return (payload, nil) }
         let hashed = HashedBytes(bytes)
         result.blob = hashed.sha256
         result.data = nil
-        hashedResult = hashed
-        stored = .succeeded(progress, result: result)
-        storedJSON = try? PayloadJSON.encode(stored)
+        return (.succeeded(progress, result: result), hashed)
     }
 
     public static func == (lhs: PreparedPayload, rhs: PreparedPayload) -> Bool {
