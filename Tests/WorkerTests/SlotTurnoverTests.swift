@@ -89,7 +89,11 @@ private final class GatedBackend: StorageBackend {
         let summary = try await run.value
         #expect(summary.succeeded == 2, "\(summary)")
         for id in ids {
-            #expect(try store.events(jobID: id).map(\.type) == [.submitted, .claimed, .started, .succeeded])
+            // The first transfer was held at the gate for as long as the test took to take the lock (seconds
+            // in a loaded full run), so it may have outlasted its first progress interval and written a
+            // `progress` event, as any transfer that long does; every other event is exactly as listed.
+            let history = try store.events(jobID: id).map(\.type)
+            #expect(history.filter { $0 != .progress } == [.submitted, .claimed, .started, .succeeded], "\(id): \(history)")
         }
         #expect(try String(contentsOfFile: directory.file("buckets/b/second.txt"), encoding: .utf8) == "second")
         #expect(try store.replay(verify: true).isConsistent)
