@@ -63,10 +63,12 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
     /// The hashes compared with the server's and found equal, in `ChecksumAlgorithm` order; nil in
     /// results logged before this field existed, empty when the server reported none to compare.
     public var verified: [ChecksumAlgorithm]?
-    /// download-memory: the SHA-256 (hex) of the bytes in the content-addressed `blobs` table.
+    /// download-memory: the SHA-256 (hex) of the bytes in the content-addressed `blobs` table, when the
+    /// store moved them there (more than 256 bytes; `PreparedPayload.inlineResultLimit`).
     public var blob: String?
-    /// download-memory: the bytes in flight from the transfer to the store, which moves them into
-    /// `blobs` and clears this field before the event is written.
+    /// download-memory: the bytes. From the transfer to the store always; in the logged event only when
+    /// there are at most 256 (the store moves larger results into `blobs`, clears this field and names
+    /// them in `blob`). Logs of earlier releases keep every result in `blobs`.
     public var data: Data?
     /// fetch-url: the download URL.
     public var url: String?

@@ -89,19 +89,36 @@ public final class PreparedPayload: Sendable, Equatable {
         storedJSON = try? PayloadJSON.encode(stored)
     }
 
-    /// `payload` as the log keeps it: a `succeeded` result's bytes replaced by their SHA-256, which
-    /// names them in the blobs, with those bytes and their hash (nil when the payload carries none). The
-    /// one place that decides it, for payloads readied here and for those the store readies itself.
+    /// `payload` as the log keeps it: a `succeeded` result's bytes, when there are more than
+    /// `inlineResultLimit` of them, replaced by their SHA-256, which names them in the blobs, with those
+    /// bytes and their hash (nil when the payload carries none or keeps them). The one place that decides
+    /// it, for payloads readied here and for those the store readies itself.
     public static func storedForm(of payload: EventPayload) -> (stored: EventPayload, hashedResult: HashedBytes?) {
-        guard case .succeeded(let progress, var result) = payload, let bytes = result.data else { return (payload, nil) }
+        guard case .succeeded(let progress, var result) = payload, let bytes = result.data,
+              bytes.count > inlineResultLimit else { return (payload, nil) }
         let hashed = HashedBytes(bytes)
         result.blob = hashed.sha256
         result.data = nil
         return (.succeeded(progress, result: result), hashed)
     }
 
+    /// The most bytes a download-to-memory result keeps in its `succeeded` event itself (base64 in the
+    /// event's JSON) instead of in the content-addressed blobs. A blob costs a row in `blobs` and an entry
+    /// in its index by hash, whose random keys put every result of a group commit on a page of its own
+    /// (a drain of 10,000 64-byte results wrote ~19 index pages a commit, a third of the log's pages),
+    /// and the event still carries the 64-character hash; 256 bytes in base64 take 344 characters.
+    public static let inlineResultLimit = 256
+
     public static func == (lhs: PreparedPayload, rhs: PreparedPayload) -> Bool {
         lhs === rhs || lhs.payload == rhs.payload
+    }
+}
+
+extension JobResult {
+    /// download-memory: the SHA-256 (lowercase hex) of the result's bytes, whether they are in the blobs
+    /// (`blob` names them) or in the event itself (`data`, at most `PreparedPayload.inlineResultLimit`).
+    public var bytesSHA256: String? {
+        blob ?? data.map(Digest.sha256Hex)
     }
 }
 

@@ -115,6 +115,10 @@ extension Commands {
         } else {
             switch job.spec.kind {
             case .downloadMemory:
+                if let inline = result.data {
+                    bytes = inline
+                    break
+                }
                 guard let hash = result.blob, let blob = try store.blob(sha256: hash) else {
                     if let hash = result.blob, let expired = try store.expiredBlob(sha256: hash) {
                         throw CommandFailure("job \(job.id): its result (\(plural(expired.size, "byte")), sha256 \(hash)) expired on "

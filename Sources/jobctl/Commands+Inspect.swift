@@ -159,7 +159,7 @@ extension Commands {
             if let md5 = result.md5 { lines.append(("md5", md5)) }
             if let crc = result.crc32c { lines.append(("crc32c", crc)) }
             if let url = result.url { lines.append(("url", display.url(url))) }
-            if let blob = result.blob { lines.append(("blob", "sha256:\(blob) (jobctl result \(job.id))")) }
+            if let blob = result.bytesSHA256 { lines.append(("blob", "sha256:\(blob) (jobctl result \(job.id))")) }
             if let object = result.object {
                 let name = Display.escapingControls("\(object.bucket)/\(object.name)")
                 lines.append(("object", "\(name) (\(plural(object.size, "byte")), \(object.contentType ?? "?"))"))

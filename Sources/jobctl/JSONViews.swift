@@ -190,6 +190,7 @@ struct ResultView: Encodable {
     let crc32c: String?
     /// The hashes compared with the server's (`md5`, `crc32c`); absent for results logged before it.
     let verified: [String]?
+    /// download-memory: the SHA-256 of the bytes, wherever the log keeps them.
     let blob: String?
     let url: String?
     /// delete: the reference of the object deleted.
@@ -204,7 +205,7 @@ struct ResultView: Encodable {
         md5 = result.md5
         crc32c = result.crc32c
         verified = result.verified?.map(\.rawValue)
-        blob = result.blob
+        blob = result.bytesSHA256
         url = revealURL ? result.url : result.url.map(display.url)
         deleted = result.deleted.map(display.location)
     }

@@ -10,6 +10,9 @@ import TestSupport
 /// against both store engines.
 @Suite("archive command") struct ArchiveCommandTests {
     static let day: Int64 = 86_400_000
+    /// Results of more than 256 bytes: the store keeps them in the blobs (smaller ones stay in their event).
+    static let sharedBytes = String(repeating: "shared bytes ", count: 24)
+    static let ownBytes = String(repeating: "own bytes ", count: 30)
 
     /// The jobs of a fabricated log, by role.
     struct Jobs {
@@ -51,10 +54,10 @@ import TestSupport
                                                           result: JobResult(size: Int64(bytes.utf8.count), data: Data(bytes.utf8)))),
                              now: at + 10)
         }
-        try succeed(ids[0], bytes: "shared bytes", at: old)
-        try succeed(ids[1], bytes: "own bytes", at: old + 100)
+        try succeed(ids[0], bytes: Self.sharedBytes, at: old)
+        try succeed(ids[1], bytes: Self.ownBytes, at: old + 100)
         _ = try store.requestCancel(id: ids[2], actor: "cli:test", now: old + 200)
-        try succeed(ids[3], bytes: "shared bytes", at: now - day)
+        try succeed(ids[3], bytes: Self.sharedBytes, at: now - day)
         let running = try #require(try store.claim(owner: "worker:w2", queues: nil, limit: 1, leaseMs: 60_000, now: old).first)
         #expect(running.record.id == ids[4])
         return Jobs(oldShared: ids[0], oldOwn: ids[1], oldCancelled: ids[2], recent: ids[3], running: ids[4], queued: ids[5])
@@ -100,7 +103,7 @@ import TestSupport
         #expect(replay.status == 0 && replay.stdout.contains("projection matches"), "\(replay.stdout)\(replay.stderr)")
         #expect(Self.ids(try workspace.json(["list", "--json"])) == jobs.kept)
         let result = try workspace.jobctl(["result", jobs.recent, "-o", "-"])
-        #expect(result.status == 0 && result.stdout == "shared bytes", "\(result.stderr)")
+        #expect(result.status == 0 && result.stdout == Self.sharedBytes, "\(result.stderr)")
 
         // The log records the archive as an event of its own, after every event it had.
         let store = try Self.open(workspace, engine: engine)
@@ -113,8 +116,8 @@ import TestSupport
             return
         }
         #expect(stored.sha256 == digest && stored.jobs == 3 && stored.events == 8 && stored.blobsRemoved == 1)
-        #expect(try store.blob(sha256: Digest256.hex("own bytes")) == nil)
-        #expect(try store.blob(sha256: Digest256.hex("shared bytes")) == Data("shared bytes".utf8))
+        #expect(try store.blob(sha256: Digest256.hex(Self.ownBytes)) == nil)
+        #expect(try store.blob(sha256: Digest256.hex(Self.sharedBytes)) == Data(Self.sharedBytes.utf8))
 
         let logHistory = try workspace.jobctl(["history", "log"])
         #expect(logHistory.status == 0 && logHistory.stdout.contains("archived") && logHistory.stdout.contains(digest),
@@ -190,19 +193,19 @@ import TestSupport
         let workspace = try CLIWorkspace("blobexpiry", engine: engine)
         defer { workspace.directory.remove() }
         let jobs = try Self.fabricate(in: workspace, engine: engine)
-        let own = Digest256.hex("own bytes")
+        let own = Digest256.hex(Self.ownBytes)
 
         let dry = try #require(try workspace.json(["archive", "--blobs-before", "50d", "--dry-run", "--json"]) as? [String: Any])
         #expect(dry["dry_run"] as? Bool == true && dry["blobs"] as? Int == 1 && dry["sha256"] as? [String] == [own])
-        #expect(try workspace.jobctl(["result", jobs.oldOwn, "-o", "-"]).stdout == "own bytes", "a dry run removes nothing")
+        #expect(try workspace.jobctl(["result", jobs.oldOwn, "-o", "-"]).stdout == Self.ownBytes, "a dry run removes nothing")
 
         let expired = try #require(try workspace.json(["archive", "--blobs-before", "50d", "--json"]) as? [String: Any])
-        #expect(expired["blobs"] as? Int == 1 && expired["bytes"] as? Int == 9, "\(expired)")
+        #expect(expired["blobs"] as? Int == 1 && expired["bytes"] as? Int == Self.ownBytes.utf8.count, "\(expired)")
         let result = try workspace.jobctl(["result", jobs.oldOwn, "-o", "-"])
         #expect(result.status == 1 && result.stderr.contains("expired on") && result.stderr.contains(own), "\(result.stderr)")
         // The blob the recent job also produced stays, for both jobs.
-        #expect(try workspace.jobctl(["result", jobs.oldShared, "-o", "-"]).stdout == "shared bytes")
-        #expect(try workspace.jobctl(["result", jobs.recent, "-o", "-"]).stdout == "shared bytes")
+        #expect(try workspace.jobctl(["result", jobs.oldShared, "-o", "-"]).stdout == Self.sharedBytes)
+        #expect(try workspace.jobctl(["result", jobs.recent, "-o", "-"]).stdout == Self.sharedBytes)
         // The history still names the hash; the log and its projection agree.
         let history = try #require(try workspace.json(["history", jobs.oldOwn, "--json"]) as? [[String: Any]])
         let succeeded = try #require(history.last?["data"] as? [String: Any])

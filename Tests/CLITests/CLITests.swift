@@ -106,8 +106,14 @@ import TestSupport
         #expect(shown["id"] as? String == ids[0])
         #expect(shown["max_attempts"] as? Int == 3)
         #expect(shown["key"] as? String == "greeting")
-        // A unique prefix works too.
-        let byPrefix = try #require(try workspace.json(["show", String(ids[1].prefix(20)), "--json"]) as? [String: Any])
+        // The ids of one submit sort in the manifest's order; a prefix they share names none of them
+        // and says which it matches, one of 15 characters names one.
+        #expect(ids == ids.sorted())
+        let shared = try workspace.jobctl(["show", String(ids[1].prefix(10))])
+        #expect(shared.status == 1 && shared.stderr.contains("matches 3 jobs") && ids.allSatisfy(shared.stderr.contains), "\(shared.stderr)")
+        let unique = uniquePrefix(of: ids[1], among: ids)
+        #expect(unique.count <= 15)
+        let byPrefix = try #require(try workspace.json(["show", unique, "--json"]) as? [String: Any])
         #expect(byPrefix["id"] as? String == ids[1])
 
         let history = try #require(try workspace.json(["history", ids[0], "--json"]) as? [[String: Any]])

@@ -111,12 +111,15 @@ struct AppendTests {
         }
     }
 
-    @Test("download-memory bytes go to blobs once per content and are referenced by hash", arguments: Engine.allCases)
+    /// 390 bytes: more than a result keeps in its event.
+    static let blobBytes = Data(String(repeating: "hello, blobs ", count: 30).utf8)
+
+    @Test("download-memory bytes over 256 go to blobs once per content and are referenced by hash", arguments: Engine.allCases)
     func blobs(engine: Engine) throws {
         let fixture = try StoreFixture("store-blobs", engine: engine)
         defer { fixture.remove() }
         let store = fixture.store
-        let bytes = Data("hello, blobs".utf8)
+        let bytes = Self.blobBytes
         var hashes: [String] = []
         for _ in 0..<2 {
             let claim = try fixture.running(memorySpec())
@@ -133,7 +136,7 @@ struct AppendTests {
             #expect(stored.data.result?.data == nil && stored.data.result?.blob == hash)
         }
         #expect(hashes[0] == hashes[1])
-        #expect(hashes[0] == "686c82473de28c4ad4ff4d46877b13f393904a4a23aa74c6bdda31607cda0207")  // sha256sum of the bytes
+        #expect(hashes[0] == "35811bec9fb0f1f69c05278a3f82f9ac72b8f6723f5eba55c9be3c266eb9b82b")  // sha256sum of the bytes
         #expect(try store.blob(sha256: hashes[0]) == bytes)
         #expect(try store.blob(sha256: hashes[0].uppercased()) == bytes)
         #expect(try store.blob(sha256: String(repeating: "0", count: 64)) == nil)
@@ -141,28 +144,60 @@ struct AppendTests {
         #expect(throws: StoreError.self) { try fixture.sql("UPDATE blobs SET size = 0") }
     }
 
+    @Test("download-memory results of at most 256 bytes stay in their event; 257 go to the blobs", arguments: Engine.allCases)
+    func smallResultsInTheEvent(engine: Engine) throws {
+        let fixture = try StoreFixture("store-inline-result", engine: engine)
+        defer { fixture.remove() }
+        let store = fixture.store
+        for size in [0, 1, 256, 257] {
+            let bytes = Data((0..<size).map { UInt8(($0 * 31) & 0xFF) })
+            let claim = try fixture.running(memorySpec())
+            let event = try fixture.append(PendingEvent(
+                jobID: claim.record.id, type: .succeeded, actor: workerName, leaseToken: claim.token,
+                data: EventData(result: JobResult(size: Int64(size), data: bytes))))
+            let result = try #require(event.data.result)
+            let stored = try #require(try store.events(jobID: claim.record.id).last?.data.result)
+            #expect(stored == result)
+            #expect(try store.job(claim.record.id)?.result == result)
+            #expect(result.bytesSHA256 == HashedBytes(bytes).sha256)
+            if size <= PreparedPayload.inlineResultLimit {
+                #expect(result.data == bytes && result.blob == nil, "\(size) bytes")
+                #expect(try store.blob(sha256: HashedBytes(bytes).sha256) == nil)
+            } else {
+                #expect(result.data == nil && result.blob == HashedBytes(bytes).sha256, "\(size) bytes")
+                #expect(try store.blob(sha256: HashedBytes(bytes).sha256) == bytes)
+            }
+        }
+        #expect(try fixture.scalar("SELECT count(*) FROM blobs") == "1")
+        #expect(PreparedPayload.inlineResultLimit == 256)
+    }
+
     /// A worker's event carries its payload readied for the store (`PendingEvent.prepared`): a
     /// `succeeded`'s bytes hashed, the payload as the log keeps it and its JSON, so the store's thread
     /// neither hashes nor encodes it.
     @Test("a payload is readied where the event is made, and follows the payload")
     func preparedWhereMade() throws {
-        let bytes = Data("hello, blobs".utf8)
-        let sha256 = "686c82473de28c4ad4ff4d46877b13f393904a4a23aa74c6bdda31607cda0207"  // sha256sum of the bytes
-        let progress = TransferProgress(bytesDone: 12, bytesTotal: 12)
+        let bytes = Self.blobBytes
+        let sha256 = "35811bec9fb0f1f69c05278a3f82f9ac72b8f6723f5eba55c9be3c266eb9b82b"  // sha256sum of the bytes
+        let progress = TransferProgress(bytesDone: 390, bytesTotal: 390)
         var pending = PendingEvent(jobID: "j", actor: workerName, leaseToken: 1,
-                                   payload: .succeeded(progress, result: JobResult(size: 12, data: bytes)))
+                                   payload: .succeeded(progress, result: JobResult(size: 390, data: bytes)))
         #expect(pending.hashedResult == HashedBytes(bytes))
         #expect(pending.hashedResult?.sha256 == sha256)
-        let stored = EventPayload.succeeded(progress, result: JobResult(size: 12, blob: sha256))
+        let stored = EventPayload.succeeded(progress, result: JobResult(size: 390, blob: sha256))
         #expect(pending.prepared.stored == stored, "the log keeps the hash, not the bytes")
         #expect(pending.prepared.storedJSON == (try PayloadJSON.encode(stored)))
-        let other = Data("other bytes".utf8)
-        pending.payload = .succeeded(TransferProgress(bytesDone: 11, bytesTotal: 11), result: JobResult(size: 11, data: other))
+        let other = Data(String(repeating: "other bytes ", count: 30).utf8)
+        pending.payload = .succeeded(TransferProgress(bytesDone: 360, bytesTotal: 360), result: JobResult(size: 360, data: other))
         #expect(pending.hashedResult?.bytes == other && pending.hashedResult?.sha256 == HashedBytes(other).sha256)
         #expect(pending.hashedResult?.sha256 != sha256)
         pending.payload = .succeeded(TransferProgress(bytesDone: 1, bytesTotal: 1), result: JobResult(size: 1))
         #expect(pending.hashedResult == nil, "no bytes, no hash")
         #expect(pending.prepared.stored == pending.payload)
+        pending.payload = .succeeded(TransferProgress(bytesDone: 5, bytesTotal: 5), result: JobResult(size: 5, data: Data("small".utf8)))
+        #expect(pending.hashedResult == nil, "at most 256 bytes stay in the event")
+        #expect(pending.prepared.stored == pending.payload)
+        #expect(pending.prepared.storedJSON == (try PayloadJSON.encode(pending.payload)))
         let started = PendingEvent(jobID: "j", actor: workerName, payload: .started(TransferProgress(bytesDone: 0)))
         #expect(started.hashedResult == nil)
         #expect(started.prepared.storedJSON == (try PayloadJSON.encode(started.payload)))
@@ -173,17 +208,18 @@ struct AppendTests {
     func storedUnderTheirOwnHash(engine: Engine) throws {
         let fixture = try StoreFixture("store-blob-hash", engine: engine)
         defer { fixture.remove() }
-        let bytes = Data("hello, blobs".utf8)
+        let bytes = Self.blobBytes
         let claim = try fixture.running(memorySpec())
-        let payload = EventPayload.succeeded(TransferProgress(bytesDone: 12, bytesTotal: 12), result: JobResult(size: 12, data: bytes))
+        let payload = EventPayload.succeeded(TransferProgress(bytesDone: 390, bytesTotal: 390), result: JobResult(size: 390, data: bytes))
         // Another payload readied, handed with this one: the store readies what it stores itself.
-        let stranger = PreparedPayload(.succeeded(TransferProgress(bytesDone: 11, bytesTotal: 11),
-                                                  result: JobResult(size: 11, data: Data("other bytes".utf8))))
+        let other = Data(String(repeating: "other bytes ", count: 30).utf8)
+        let stranger = PreparedPayload(.succeeded(TransferProgress(bytesDone: 360, bytesTotal: 360),
+                                                  result: JobResult(size: 360, data: other)))
         let result = try fixture.perform(.report(payload), jobID: claim.record.id, leaseToken: claim.token, prepared: stranger, now: 2_000)
         let event = try #require(result.events.first)
         let blob = try #require(event.data.result?.blob)
         #expect(blob == HashedBytes(bytes).sha256)
-        #expect(event.data.result?.size == 12 && event.data.result?.data == nil)
+        #expect(event.data.result?.size == 390 && event.data.result?.data == nil)
         #expect(try fixture.store.blob(sha256: blob) == bytes)
         #expect(try fixture.store.blob(sha256: try #require(stranger.hashedResult).sha256) == nil)
         #expect(try fixture.scalar("SELECT data FROM events WHERE job_id = ? AND type = 'succeeded'", [.text(claim.record.id)])

@@ -3,6 +3,7 @@ import JobLifecycle
 import JobModel
 import StorePort
 import Testing
+import TestSupport
 @testable import EventStore
 
 /// `after:` on both engines: a job is not claimed before its dependencies succeeded; when one ends
@@ -113,7 +114,9 @@ import Testing
         // A dependency that already succeeded holds nothing back (named by its full id).
         let free = try fixture.submit(spec(key: "free", after: [done.record.id]), now: 2_000)
         // One still queued, named by a unique id prefix.
-        let waiting = try fixture.submit(spec(key: "waiting", after: [String(pending.prefix(20))]), now: 2_000)
+        let prefix = uniquePrefix(of: pending, among: try fixture.store.jobs().map(\.id))
+        #expect(prefix.count <= 15)
+        let waiting = try fixture.submit(spec(key: "waiting", after: [prefix]), now: 2_000)
         // One already cancelled cancels the new job at once.
         let doomed = try fixture.submit(spec(key: "doomed", after: ["gone"]), now: 2_000)
         #expect(try fixture.store.job(waiting)?.spec.after == [pending])
@@ -129,7 +132,7 @@ import Testing
         }
         #expect(try fixture.store.jobs(filter: JobFilter()).contains { $0.key == "x" } == false)
         // Submitting the same manifest again maps to the same jobs: the resolved spec compares equal.
-        let repeated = try fixture.store.submit([spec(key: "waiting", after: [String(pending.prefix(20))])], actor: "cli:test", now: 5_000)
+        let repeated = try fixture.store.submit([spec(key: "waiting", after: [prefix])], actor: "cli:test", now: 5_000)
         #expect(repeated.map(\.id) == [waiting] && repeated.map(\.created) == [false])
     }
 

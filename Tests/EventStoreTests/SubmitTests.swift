@@ -25,6 +25,19 @@ struct SubmitTests {
         #expect(try fixture.store.lastSeq() == 2)
     }
 
+    @Test("a batch's job ids sort in the order of its specs, after every id submitted before it", arguments: Engine.allCases)
+    func batchIDsInSpecOrder(engine: Engine) throws {
+        let fixture = try StoreFixture("store-submit-order", engine: engine)
+        defer { fixture.remove() }
+        let first = try fixture.store.submit((0..<300).map { _ in memorySpec() }, actor: "cli:test", now: 42).map(\.id)
+        // A second batch with the same time (a clock that did not move, or moved back).
+        let second = try fixture.store.submit((0..<300).map { _ in memorySpec() }, actor: "cli:test", now: 41).map(\.id)
+        let ids = first + second
+        #expect(zip(ids, ids.dropFirst()).allSatisfy { $0 < $1 })
+        // The log's order (seq) is the id order.
+        #expect(try fixture.store.jobs().sorted { $0.seq < $1.seq }.map(\.id) == ids)
+    }
+
     @Test("the same key with a different spec is refused, naming the key and the job; nothing is stored", arguments: Engine.allCases)
     func reusedKeyWithAnotherSpec(engine: Engine) throws {
         let fixture = try StoreFixture("store-key-conflict", engine: engine)

@@ -155,3 +155,10 @@ public func signalChildIfRunning(_ pid: pid_t, _ signal: Int32) -> Bool {
     guard waitpid(pid, nil, WNOHANG) == 0 else { return false }
     return kill(pid, signal) == 0
 }
+
+/// The shortest prefix of `id` (6 characters at least, as ids resolve) that no other of `ids` starts
+/// with: ids one process makes in one millisecond differ only near their end.
+public func uniquePrefix(of id: String, among ids: [String]) -> String {
+    let common = ids.filter { $0 != id }.map { zip($0, id).prefix { $0 == $1 }.count }.max() ?? 0
+    return String(id.prefix(max(6, common + 1)))
+}

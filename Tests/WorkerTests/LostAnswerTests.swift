@@ -13,14 +13,16 @@ import TestSupport
 @Suite("a write whose answer was lost") struct LostAnswerTests {
     /// The store commits the job's `started` (or `succeeded`) and then reports an I/O failure. The
     /// worker retries the write, which is refused (the event is already there); it finds its own event
-    /// as the job's newest — for `succeeded`, the download's bytes in the blob it references — logs
-    /// `write_landed` and carries on: the job succeeds in one attempt, nothing abandoned or rescued.
-    @Test(arguments: WorkerEngine.allCases, [EventType.started, .succeeded])
-    func refusedRetryOfALandedWriteIsNotAbandoned(engine: WorkerEngine, lost: EventType) async throws {
+    /// as the job's newest — for `succeeded`, the download's bytes in the event itself (64 bytes) or in
+    /// the blob it references (300) — logs `write_landed` and carries on: the job succeeds in one
+    /// attempt, nothing abandoned or rescued.
+    @Test(arguments: WorkerEngine.allCases, [(EventType.started, 64), (.succeeded, 64), (.succeeded, 300)])
+    func refusedRetryOfALandedWriteIsNotAbandoned(engine: WorkerEngine, lost: (EventType, Int)) async throws {
+        let (lost, size) = lost
         let directory = try TemporaryDirectory("lost-answer")
         defer { directory.remove() }
         let database = try engine.database(in: directory)
-        let payload = Data("sixty-four bytes of a tiny object, read into memory by the worker".utf8.prefix(64))
+        let payload = Data(String(repeating: "sixty-four bytes of a tiny object, read into memory by the worker", count: 5).utf8.prefix(size))
         try FileManager.default.createDirectory(atPath: directory.file("buckets/b"), withIntermediateDirectories: true)
         try payload.write(to: URL(fileURLWithPath: directory.file("buckets/b/tiny.bin")))
         let ids = try submit("- {kind: download-memory, source: \"file://b/tiny.bin\"}\n", database: database, directory: directory)
@@ -58,8 +60,13 @@ import TestSupport
         let events = try real.events(jobID: id)
         // A `progress` may come between (a slow test process passes a progress tick); nothing twice.
         #expect(events.map(\.type).filter { $0 != .progress } == [.submitted, .claimed, .started, .succeeded], "\(events.map(\.type))")
-        let blob = try #require(events.last?.payload.result?.blob)
-        #expect(try real.blob(sha256: blob) == payload)
+        let result = try #require(events.last?.payload.result)
+        if size > PreparedPayload.inlineResultLimit {
+            let blob = try #require(result.blob)
+            #expect(try real.blob(sha256: blob) == payload && result.data == nil)
+        } else {
+            #expect(result.data == payload && result.blob == nil)
+        }
         #expect(try real.replay(verify: true).isConsistent)
     }
 }

@@ -1,0 +1,53 @@
+import Checksums
+import Foundation
+import JobModel
+import StorePort
+import Testing
+import TestSupport
+
+/// Where a download-to-memory result's bytes live: up to 256 in the `succeeded` event itself, more in
+/// the content-addressed blobs. The commands show both alike.
+@Suite("download-memory results in the event or in the blobs")
+struct InlineResultTests {
+    @Test("256 bytes stay in the event, 257 go to the blobs; result, show and history show both alike",
+          arguments: StoreEngine.allCases)
+    func inlineAndBlob(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("inline-result", engine: engine)
+        defer { workspace.directory.remove() }
+        let small = Data((0..<256).map { UInt8($0) })
+        let large = Data((0..<257).map { UInt8(($0 * 7) & 0xFF) })
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data_base64: "\(small.base64EncodedString())", destination: "file://r/small.bin", priority: 3}
+        - {kind: upload-data, data_base64: "\(large.base64EncodedString())", destination: "file://r/large.bin", priority: 3}
+        - {kind: download-memory, source: "file://r/small.bin", priority: 2}
+        - {kind: download-memory, source: "file://r/large.bin", priority: 2}
+        """)
+        let drained = try workspace.jobctl(["worker", "--drain", "--concurrency", "1"])
+        #expect(drained.status == 0, "\(drained.stderr)")
+        for (id, bytes) in [(ids[2], small), (ids[3], large)] {
+            let sha256 = Digest.sha256Hex(bytes)
+            let output = workspace.directory.file("out-\(id).bin")
+            let result = try workspace.jobctl(["result", id, "-o", output])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(FileManager.default.contents(atPath: output) == bytes)
+            let shown = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+            let shownResult = try #require(shown["result"] as? [String: Any])
+            #expect(shownResult["blob"] as? String == sha256, "\(shownResult)")
+            #expect(shownResult["data"] == nil)
+            #expect(try workspace.jobctl(["show", id]).stdout.contains("sha256:\(sha256)"))
+            let history = try #require(try workspace.json(["history", id, "--json"]) as? [[String: Any]])
+            let succeeded = try #require(history.last { $0["type"] as? String == "succeeded" })
+            let eventResult = try #require((succeeded["data"] as? [String: Any])?["result"] as? [String: Any])
+            #expect(eventResult["blob"] as? String == sha256 && eventResult["data"] == nil, "\(eventResult)")
+        }
+        let store = try ArchiveCommandTests.open(workspace, engine: engine)
+        #expect(try store.blob(sha256: Digest.sha256Hex(small)) == nil, "256 bytes stay in their event")
+        #expect(try store.blob(sha256: Digest.sha256Hex(large)) == large)
+        let smallRecord = try #require(try store.job(ids[2]))
+        #expect(smallRecord.result?.data == small && smallRecord.result?.blob == nil)
+        let largeRecord = try #require(try store.job(ids[3]))
+        #expect(largeRecord.result?.data == nil && largeRecord.result?.blob == Digest.sha256Hex(large))
+        let replay = try workspace.jobctl(["replay", "--verify"])
+        #expect(replay.status == 0, "\(replay.stdout)\(replay.stderr)")
+    }
+}
