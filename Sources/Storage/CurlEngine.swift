@@ -184,7 +184,7 @@ final class CurlEngine: @unchecked Sendable {
     /// the loop keeps going (each exchange still completes or times out), but never spins hot.
     private func checkMulti(_ code: CURLMcode, _ call: String) {
         guard code != CURLM_OK, code != CURLM_CALL_MULTI_PERFORM else { return }
-        FileHandle.standardError.write(Data("jobctl: \(call) failed: \(String(cString: curl_multi_strerror(code)))\n".utf8))
+        StandardStreams.write("jobctl: \(call) failed: \(String(cString: curl_multi_strerror(code)))\n", to: STDERR_FILENO)
         usleep(10_000)
     }
 }

@@ -83,6 +83,6 @@ final class OrphanSweeper: Sendable {
     }
 
     private static func log(_ text: String) {
-        FileHandle.standardError.write(Data("jobctl worker: \(text)\n".utf8))
+        StandardStreams.write("jobctl worker: \(text)\n", to: STDERR_FILENO)
     }
 }

@@ -24,7 +24,7 @@ public final class WorkerLog: Sendable {
         self.minimumLevel = minimumLevel
         self.formatter = formatter
         self.slowCommitMs = slowCommitMs
-        self.write = write ?? { line in FileHandle.standardError.write(Data(line.utf8)) }
+        self.write = write ?? { line in StandardStreams.write(line, to: STDERR_FILENO) }
     }
 
     /// A log that writes nothing.

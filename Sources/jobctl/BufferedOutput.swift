@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 
 /// Standard output written in blocks of about 64 KiB: a command that prints row after row as it
 /// reads them (`audit`) makes one write per block, not one per row, and holds at most one block.
@@ -44,7 +45,7 @@ final class BufferedOutput {
     /// Writes out what is buffered.
     func flush() {
         guard !buffer.isEmpty else { return }
-        FileHandle.standardOutput.write(Data(buffer))
+        StandardStreams.write(buffer, to: STDOUT_FILENO)
         buffer.removeAll(keepingCapacity: true)
     }
 }

@@ -147,7 +147,7 @@ extension Commands {
         if output == nil, context.stdoutIsTerminal, !Self.isTerminalText(bytes) {
             throw CommandFailure("binary output can mess up your terminal; use -o FILE or pipe it (-o - prints it anyway)")
         }
-        FileHandle.standardOutput.write(bytes)
+        StandardStreams.write(bytes, to: STDOUT_FILENO)
         return ExitCode.ok
     }
 

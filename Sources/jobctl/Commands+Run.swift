@@ -78,6 +78,10 @@ extension Commands {
                              + "use 127.0.0.1, or add --metrics-allow-remote to serve it on \(metricsAddress.host) anyway")
         }
         if metricsAddress == nil, arguments[Options.metricsAllowRemote] { throw UsageError("--metrics-allow-remote needs --metrics HOST:PORT") }
+        // A worker outlives the reader of its log: when that pipe breaks (a log shipper restarted, `| head`)
+        // its lines are dropped and its jobs go on, instead of SIGPIPE ending the process mid-transfer
+        // with leases held. The event log is the record; the log lines only tell about it.
+        signal(SIGPIPE, SIG_IGN)
         // Before the store opens, so that nothing is sized by the old limit.
         if let limit = OpenFilesLimit.raiseSoftLimit(), limit.soft < OpenFilesLimit.needed(concurrency: concurrency) {
             log.openFilesLimitLow(limit, concurrency: concurrency, now: Clock.nowMs())

@@ -117,14 +117,14 @@ struct Context: Sendable {
 
 /// Writes to standard output.
 func emit(_ text: String) {
-    FileHandle.standardOutput.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
+    StandardStreams.write(text.hasSuffix("\n") ? text : text + "\n", to: STDOUT_FILENO)
 }
 
 /// Writes to standard error. Any URL in the text has its secrets redacted: errors from any layer
 /// (a store error naming a database URL, a storage error's message) pass through here.
 func emitError(_ text: String) {
     let safe = SecretRedaction.redactURLs(in: text)
-    FileHandle.standardError.write(Data((safe.hasSuffix("\n") ? safe : safe + "\n").utf8))
+    StandardStreams.write(safe.hasSuffix("\n") ? safe : safe + "\n", to: STDERR_FILENO)
 }
 
 /// JSON for `--json` output: sorted keys, pretty-printed, no escaped slashes.

@@ -244,13 +244,13 @@ struct ProgressBar {
     /// Redraws the bar in place.
     mutating func draw(_ line: String) {
         guard enabled else { return }
-        FileHandle.standardOutput.write(Data("\r\u{1B}[2K\(line)".utf8))
+        StandardStreams.write("\r\u{1B}[2K\(line)", to: STDOUT_FILENO)
         drawn = true
     }
 
     mutating func interrupt() {
         guard drawn else { return }
-        FileHandle.standardOutput.write(Data("\n".utf8))
+        StandardStreams.write("\n", to: STDOUT_FILENO)
         drawn = false
     }
 

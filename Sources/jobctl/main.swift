@@ -1,9 +1,14 @@
 import Foundation
+import JobModel
 
 // jobctl — a durable, event-sourced transfer job queue. This file only dispatches: each command's
 // behaviour lives in Commands+*.swift, the work itself in the library modules.
 
-// First, before any thread exists (every thread inherits this mask): hold SIGTERM and SIGINT, so one
+// First, descriptors 0, 1 and 2 are open (on /dev/null where the caller closed them): otherwise the
+// next file or socket opened would take the number, and output meant for the terminal would land in it.
+StandardStreams.ensureOpen()
+
+// Then, before any thread exists (every thread inherits this mask): hold SIGTERM and SIGINT, so one
 // that arrives while the worker is still starting waits for its handler instead of killing the process.
 // Commands other than `worker` release them again before they run.
 ShutdownSignals.block()
