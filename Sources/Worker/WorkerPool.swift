@@ -200,6 +200,8 @@ public final class WorkerPool: Sendable {
     public func run() async throws -> WorkerSummary {
         let config = configuration
         var lastDataVersion: Int64 = -1
+        var controlPollPending = false
+        var lastControlPoll: Int64 = 0
         var lastHeartbeat = Clock.nowMs()
         var lastRescue: Int64 = 0
         var nextDue: Int64? = nil
@@ -250,7 +252,13 @@ public final class WorkerPool: Sendable {
                     lastHeartbeat = now
                     try await heartbeat(now: now)
                 }
-                if changed && runningCount > 0 {
+                // Another writer's commit may carry a pause or cancel for a job here: read them, at most
+                // every `controlPollMs` (while other worker processes commit all the time, a read after
+                // each of their commits was ~2 read transactions a job, each re-reading pages).
+                if changed { controlPollPending = true }
+                if controlPollPending && runningCount > 0 && now - lastControlPoll >= Self.controlPollMs {
+                    controlPollPending = false
+                    lastControlPoll = now
                     try await pollControls()
                 }
 
@@ -319,6 +327,10 @@ public final class WorkerPool: Sendable {
         }
         for runner in due { runner.writeHeldEvents() }
     }
+
+    /// The least time between two reads of the running jobs' control requests (a pause or cancel from
+    /// `jobctl`, seen when the log has changed): well inside the second within which they are honoured.
+    static let controlPollMs: Int64 = 100
 
     // MARK: - Claims
 
