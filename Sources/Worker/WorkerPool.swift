@@ -200,6 +200,7 @@ public final class WorkerPool: Sendable {
     public func run() async throws -> WorkerSummary {
         let config = configuration
         var lastDataVersion: Int64 = -1
+        var lastDataVersionCheck: Int64? = nil
         var controlPollPending = false
         var lastControlPoll: Int64 = 0
         var lastHeartbeat = Clock.nowMs()
@@ -238,9 +239,17 @@ public final class WorkerPool: Sendable {
             // A store error (a lock held past the busy timeout, a full disk) must not kill the pool and
             // strand its running transfers: report it, wait a little, try again.
             do {
-                let version = try await store.run { try $0.dataVersion() }
-                let changed = version != lastDataVersion
-                lastDataVersion = version
+                // Whether another writer changed the log (new jobs, control requests), asked at most every
+                // poll interval: the loop also turns at every freed slot, and each question is a read
+                // transaction on the store's thread.
+                var changed = false
+                // (A clock that stepped back asks at once.)
+                if lastDataVersionCheck.map({ now - $0 >= config.pollIntervalMs || now < $0 }) ?? true {
+                    lastDataVersionCheck = now
+                    let version = try await store.run { try $0.dataVersion() }
+                    changed = version != lastDataVersion
+                    lastDataVersion = version
+                }
 
                 if now - lastRescue >= rescueEvery {
                     lastRescue = now
