@@ -243,21 +243,20 @@ public final class WorkerPool: Sendable {
                 // poll interval: the loop also turns at every freed slot, and each question is a read
                 // transaction on the store's thread.
                 var changed = false
-                // (A clock that stepped back asks at once.)
-                if lastDataVersionCheck.map({ now - $0 >= config.pollIntervalMs || now < $0 }) ?? true {
+                if lastDataVersionCheck.map({ Self.isDue(since: $0, every: config.pollIntervalMs, now: now) }) ?? true {
                     lastDataVersionCheck = now
                     let version = try await store.run { try $0.dataVersion() }
                     changed = version != lastDataVersion
                     lastDataVersion = version
                 }
 
-                if now - lastRescue >= rescueEvery {
+                if Self.isDue(since: lastRescue, every: rescueEvery, now: now) {
                     lastRescue = now
                     let owner = config.owner
                     let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
                     metrics.rescued(rescued.count)
                 }
-                if now - lastHeartbeat >= heartbeatEvery {
+                if Self.isDue(since: lastHeartbeat, every: heartbeatEvery, now: now) {
                     lastHeartbeat = now
                     try await heartbeat(now: now)
                 }
@@ -265,7 +264,7 @@ public final class WorkerPool: Sendable {
                 // every `controlPollMs` (while other worker processes commit all the time, a read after
                 // each of their commits was ~2 read transactions a job, each re-reading pages).
                 if changed { controlPollPending = true }
-                if controlPollPending && runningCount > 0 && now - lastControlPoll >= Self.controlPollMs {
+                if controlPollPending && runningCount > 0 && Self.isDue(since: lastControlPoll, every: Self.controlPollMs, now: now) {
                     controlPollPending = false
                     lastControlPoll = now
                     try await pollControls()
@@ -335,6 +334,13 @@ public final class WorkerPool: Sendable {
             }
         }
         for runner in due { runner.writeHeldEvents() }
+    }
+
+    /// Whether something done at `since` and every `every` ms is due again at `now`; at once when the
+    /// clock stepped back past `since` (else heartbeats would stop until it caught up, and the leases
+    /// they keep would expire).
+    static func isDue(since: Int64, every: Int64, now: Int64) -> Bool {
+        now - since >= every || now < since
     }
 
     /// The least time between two reads of the running jobs' control requests (a pause or cancel from
