@@ -200,7 +200,7 @@ public final class WorkerPool: Sendable {
     public func run() async throws -> WorkerSummary {
         let config = configuration
         var lastDataVersion: Int64 = -1
-        var lastDataVersionCheck: Int64? = nil
+        var lastDataVersionCheck: Int64 = 0
         var controlPollPending = false
         var lastControlPoll: Int64 = 0
         var lastHeartbeat = Clock.nowMs()
@@ -243,7 +243,7 @@ public final class WorkerPool: Sendable {
                 // poll interval: the loop also turns at every freed slot, and each question is a read
                 // transaction on the store's thread.
                 var changed = false
-                if lastDataVersionCheck.map({ Self.isDue(since: $0, every: config.pollIntervalMs, now: now) }) ?? true {
+                if Self.isDue(since: lastDataVersionCheck, every: config.pollIntervalMs, now: now) {
                     lastDataVersionCheck = now
                     let version = try await store.run { try $0.dataVersion() }
                     changed = version != lastDataVersion

@@ -6,16 +6,15 @@ import TestSupport
 /// neither stops at its first log line nor writes a line into a file it opened.
 @Suite("closed and broken standard streams")
 struct StandardStreamTests {
-    /// `count` upload-data jobs that write `bytes-<n>.txt`, then as many downloads of them to
-    /// `copies/`, in that order (by priority).
+    /// `count` upload-data jobs that write `bytes-<n>.txt`, and a download of each to `copies/` that
+    /// waits for its upload (`after:`).
     static func manifest(_ count: Int) -> String {
         var text = ""
         for index in 0..<count {
             text += "- {kind: upload-data, data: \"\(String(repeating: "payload \(index) ", count: 40))\", "
-                + "destination: \"file://b/bytes-\(index).txt\", priority: 2}\n"
-        }
-        for index in 0..<count {
-            text += "- {kind: download-file, source: \"file://b/bytes-\(index).txt\", destination: \"copies/bytes-\(index).txt\", priority: 1}\n"
+                + "destination: \"file://b/bytes-\(index).txt\", key: up-\(index)}\n"
+            text += "- {kind: download-file, source: \"file://b/bytes-\(index).txt\", destination: \"copies/bytes-\(index).txt\", "
+                + "after: [up-\(index)]}\n"
         }
         return text
     }
@@ -38,29 +37,58 @@ struct StandardStreamTests {
         #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
     }
 
-    /// SQLite never keeps a database on descriptors 0–2 (it parks /dev/null there), but a PostgreSQL
-    /// connection's socket or a file the worker writes would take the lowest free number.
-    @Test("a worker started with standard output and error closed drains, and no line lands in a file or socket it opened",
-          arguments: StoreEngine.allCases)
-    func closedStreams(engine: StoreEngine) throws {
-        let workspace = try CLIWorkspace("closed-streams", engine: engine)
+    /// Drains `count` uploads and as many downloads with `redirections` after the worker's command line;
+    /// the worker exits 0 and every copy is exact.
+    static func drain(_ label: String, engine: StoreEngine = .sqlite, count: Int, redirections: String) throws {
+        let workspace = try CLIWorkspace(label, engine: engine)
         defer { workspace.directory.remove() }
-        _ = try workspace.submit(Self.manifest(20))
-        let worker = try Self.run(workspace, ["worker", "--drain", "--concurrency", "4"], redirections: ">&- 2>&-")
+        _ = try workspace.submit(Self.manifest(count))
+        let worker = try Self.run(workspace, ["worker", "--drain", "--concurrency", "4"], redirections: redirections)
         #expect(worker.status == 0, "\(worker.stdout)\(worker.stderr)")
-        try Self.expectEveryCopyExact(workspace, count: 20)
+        try Self.expectEveryCopyExact(workspace, count: count)
+    }
+
+    @Test("a worker started with standard output and error closed drains, every copy exact", arguments: StoreEngine.allCases)
+    func closedStreams(engine: StoreEngine) throws {
+        try Self.drain("closed-streams", engine: engine, count: 20, redirections: ">&- 2>&-")
     }
 
     @Test("a worker whose log reader goes away goes on with its jobs and exits 0")
     func brokenLogPipe() throws {
-        let workspace = try CLIWorkspace("broken-log-pipe")
-        defer { workspace.directory.remove() }
-        _ = try workspace.submit(Self.manifest(150))
         // `head` reads one line and exits; every later line meets a pipe without a reader.
-        let worker = try Self.run(workspace, ["worker", "--drain", "--concurrency", "4"],
-                                  redirections: "2>&1 >/dev/null | head -n 1 >/dev/null")
-        #expect(worker.status == 0, "\(worker.stdout)\(worker.stderr)")
-        try Self.expectEveryCopyExact(workspace, count: 150)
+        try Self.drain("broken-log-pipe", count: 150, redirections: "2>&1 >/dev/null | head -n 1 >/dev/null")
+    }
+
+    /// The closed descriptors are taken by /dev/null opened for writing before anything else runs:
+    /// SQLite parks /dev/null on low descriptors too, but read-only and only when it opens a file, and a
+    /// PostgreSQL socket or a file the worker writes would otherwise take the number.
+    @Test("jobctl opens /dev/null for writing on a closed standard output and error before anything else", arguments: StoreEngine.allCases)
+    func closedDescriptorsReopened(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("closed-descriptors", engine: engine)
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit(Self.manifest(1))
+        let command = [PackagePaths.jobctlBinary, "--db", workspace.database, "worker"].map { "'\($0)'" }.joined(separator: " ")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        process.arguments = ["-c", "exec \(command) >&- 2>&-"]
+        process.currentDirectoryURL = URL(fileURLWithPath: workspace.directory.path)
+        try process.run()
+        defer {
+            _ = signalIfRunning(process, SIGKILL)
+            process.waitUntilExit()
+        }
+        // The worker is running once it has run both jobs (the download's copy is on disk).
+        let copy = workspace.directory.file("copies/bytes-0.txt")
+        let deadline = Date().addingTimeInterval(20)
+        while !FileManager.default.fileExists(atPath: copy), Date() < deadline { usleep(20_000) }
+        #expect(FileManager.default.fileExists(atPath: copy), "the worker ran no job")
+        for descriptor in [1, 2] {
+            let target = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(process.processIdentifier)/fd/\(descriptor)")
+            #expect(target == "/dev/null", "descriptor \(descriptor): \(target)")
+            let info = try String(contentsOfFile: "/proc/\(process.processIdentifier)/fdinfo/\(descriptor)", encoding: .utf8)
+            let flags = info.split(separator: "\n").first { $0.hasPrefix("flags:") }.flatMap { Int($0.dropFirst(6).trimmingCharacters(in: .whitespaces), radix: 8) }
+            #expect(flags.map { Int32($0) & O_ACCMODE } == O_WRONLY, "descriptor \(descriptor): \(info)")
+        }
     }
 
     @Test("a reading command whose output pipe closes ends as filters do (SIGPIPE), with nothing on its error stream")
