@@ -37,8 +37,11 @@ venv: test-deps
 	  $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check $(PEERS); \
 	fi
 
+## The release binary carries the Swift runtime and Foundation inside it (--static-swift-stdlib): it runs
+## where only Debian's C libraries are installed (no Swift toolchain on the host), starts faster (fewer
+## shared objects to bind) and makes direct calls into the runtime.
 release: deps
-	swift build -c release --product jobctl
+	swift build -c release --product jobctl --static-swift-stdlib
 
 build: deps
 	swift build

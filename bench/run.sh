@@ -53,7 +53,7 @@ JOBCTL=${JOBCTL_BIN:-$ROOT/.build/release/jobctl}
 if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi
 
 die() { echo "run.sh: $*" >&2; exit 1; }
-[ -x "$JOBCTL" ] || die "no jobctl binary at ${JOBCTL#"$ROOT"/} (build it: swift build -c release --product jobctl, or set JOBCTL_BIN)"
+[ -x "$JOBCTL" ] || die "no jobctl binary at ${JOBCTL#"$ROOT"/} (build it: make release, or set JOBCTL_BIN)"
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 # Only what the chosen benchmarks run is required (`--only pg` needs neither nginx, rclone nor huey).

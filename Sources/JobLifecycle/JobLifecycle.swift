@@ -4,7 +4,7 @@ import JobModel
 
 /// What someone asks of one job. `JobLifecycle.decide(_:now:expectedVersion:leaseToken:)` answers with
 /// the events to append, or a refusal.
-public enum JobCommand: Sendable, Equatable, Hashable {
+public indirect enum JobCommand: Sendable, Equatable, Hashable {
     /// Put a new job into the log (the CLI's `submit`).
     case submit(JobSpec)
     /// Take a lease on a runnable job for `owner` with fencing token `token`, for `leaseMs`.
@@ -45,7 +45,7 @@ public enum JobCommand: Sendable, Equatable, Hashable {
 }
 
 /// How a worker's attempt ended.
-public enum WorkerOutcome: Sendable, Equatable, Hashable {
+public indirect enum WorkerOutcome: Sendable, Equatable, Hashable {
     /// Stopped at the resume point for a pause.
     case paused(TransferProgress, reason: String?)
     /// Aborted for a cancel.

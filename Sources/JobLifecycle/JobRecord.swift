@@ -38,71 +38,48 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
         var finishedAtMs: Int64?
     }
 
-    /// The box the fields live in, so copying a record (into the lifecycle, the store's write batch, its
-    /// cache of committed records, a claimed job) is one retain instead of a copy of some 25 fields full of
-    /// strings and optionals.
-    ///
-    /// `@unchecked Sendable`: the box is only mutated through `makeUnique()`, that is while the record
-    /// holding it is its only owner, so no other record (or thread) can see the change; a shared box is
-    /// never written.
-    fileprivate final class Storage: @unchecked Sendable {
-        var fields: Fields
-
-        init(_ fields: Fields) {
-            self.fields = fields
-        }
-    }
-
-    private var storage: Storage
-
-    /// Gives the record a box of its own before a write, copying the fields only when another record
-    /// shares the box: a record that is not shared (a fold, `apply` on the lifecycle's record) changes in
-    /// place.
-    private mutating func makeUnique() {
-        if !isKnownUniquelyReferenced(&storage) {
-            storage = Storage(storage.fields)
-        }
-    }
+    /// The fields' box: copying a record copies one reference (see `CopyOnWrite`).
+    private var storage: CopyOnWrite<Fields>
 
     /// The box's identity, for tests that check a copy shares it and an unshared record keeps it.
-    var storageIdentity: ObjectIdentifier { ObjectIdentifier(storage) }
+    var storageIdentity: ObjectIdentifier { storage.identity }
 
     // MARK: - Fields
 
     /// The job id (a ULID).
     public var id: String {
         get { storage.fields.id }
-        set { makeUnique(); storage.fields.id = newValue }
+        set { storage.fields.id = newValue }
     }
     /// The global sequence number of the `submitted` event: the first-come tie-break when claiming.
     public var seq: Int64 {
         get { storage.fields.seq }
-        set { makeUnique(); storage.fields.seq = newValue }
+        set { storage.fields.seq = newValue }
     }
     /// What kind of transfer the job is.
     public var kind: JobKind {
         get { storage.fields.kind }
-        set { makeUnique(); storage.fields.kind = newValue }
+        set { storage.fields.kind = newValue }
     }
     /// Where the job is in its life.
     public var state: JobState {
         get { storage.fields.state }
-        set { makeUnique(); storage.fields.state = newValue }
+        set { storage.fields.state = newValue }
     }
     /// The queue workers select from.
     public var queue: String {
         get { storage.fields.queue }
-        set { makeUnique(); storage.fields.queue = newValue }
+        set { storage.fields.queue = newValue }
     }
     /// Higher runs first.
     public var priority: Int {
         get { storage.fields.priority }
-        set { makeUnique(); storage.fields.priority = newValue }
+        set { storage.fields.priority = newValue }
     }
     /// The job is runnable at or after this time (ms since the epoch) while queued.
     public var runAfterMs: Int64 {
         get { storage.fields.runAfterMs }
-        set { makeUnique(); storage.fields.runAfterMs = newValue }
+        set { storage.fields.runAfterMs = newValue }
     }
     /// Attempts charged against `maxAttempts` since submission or the last `retried`: every claim
     /// charges one, and a run that ends `paused` or `released` (stopped on request or by a graceful
@@ -110,94 +87,94 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
     /// crash lost (`lease_expired`), plus the one running now or the one that ended the job.
     public var attempts: Int {
         get { storage.fields.attempts }
-        set { makeUnique(); storage.fields.attempts = newValue }
+        set { storage.fields.attempts = newValue }
     }
     /// Attempts allowed before `retryLimitExceeded`.
     public var maxAttempts: Int {
         get { storage.fields.maxAttempts }
-        set { makeUnique(); storage.fields.maxAttempts = newValue }
+        set { storage.fields.maxAttempts = newValue }
     }
     /// The worker holding the lease while running.
     public var leaseOwner: String? {
         get { storage.fields.leaseOwner }
-        set { makeUnique(); storage.fields.leaseOwner = newValue }
+        set { storage.fields.leaseOwner = newValue }
     }
     /// The fencing token of the current lease while running.
     public var leaseToken: Int64? {
         get { storage.fields.leaseToken }
-        set { makeUnique(); storage.fields.leaseToken = newValue }
+        set { storage.fields.leaseToken = newValue }
     }
     /// Bytes transferred so far (last reported).
     public var bytesDone: Int64 {
         get { storage.fields.bytesDone }
-        set { makeUnique(); storage.fields.bytesDone = newValue }
+        set { storage.fields.bytesDone = newValue }
     }
     /// Total bytes, when known.
     public var bytesTotal: Int64? {
         get { storage.fields.bytesTotal }
-        set { makeUnique(); storage.fields.bytesTotal = newValue }
+        set { storage.fields.bytesTotal = newValue }
     }
     /// Where the next attempt continues.
     public var resumePoint: ResumePoint? {
         get { storage.fields.resumePoint }
-        set { makeUnique(); storage.fields.resumePoint = newValue }
+        set { storage.fields.resumePoint = newValue }
     }
     /// The last error (kept after a retry is scheduled; cleared by `retried`).
     public var error: StorageError? {
         get { storage.fields.error }
-        set { makeUnique(); storage.fields.error = newValue }
+        set { storage.fields.error = newValue }
     }
     /// What the job produced (download-memory bytes are referenced by `result.blob`).
     public var result: JobResult? {
         get { storage.fields.result }
-        set { makeUnique(); storage.fields.result = newValue }
+        set { storage.fields.result = newValue }
     }
     /// The submitted job.
     public var spec: JobSpec {
         get { storage.fields.spec }
-        set { makeUnique(); storage.fields.spec = newValue }
+        set { storage.fields.spec = newValue }
     }
     /// The idempotency key, unique across all jobs.
     public var key: String? {
         get { storage.fields.key }
-        set { makeUnique(); storage.fields.key = newValue }
+        set { storage.fields.key = newValue }
     }
     /// A pause was requested while running; the worker stops at its resume point. Set only while
     /// running: when the job leaves `running` the lifecycle honours it at once (`JobLifecycle`).
     public var pauseRequested: Bool {
         get { storage.fields.pauseRequested }
-        set { makeUnique(); storage.fields.pauseRequested = newValue }
+        set { storage.fields.pauseRequested = newValue }
     }
     /// A cancel was requested while running; the worker aborts. Set only while running, like
     /// `pauseRequested`.
     public var cancelRequested: Bool {
         get { storage.fields.cancelRequested }
-        set { makeUnique(); storage.fields.cancelRequested = newValue }
+        set { storage.fields.cancelRequested = newValue }
     }
     /// The version of the job's last event (1 after `submitted`).
     public var version: Int {
         get { storage.fields.version }
-        set { makeUnique(); storage.fields.version = newValue }
+        set { storage.fields.version = newValue }
     }
     /// When the job was submitted.
     public var createdAtMs: Int64 {
         get { storage.fields.createdAtMs }
-        set { makeUnique(); storage.fields.createdAtMs = newValue }
+        set { storage.fields.createdAtMs = newValue }
     }
     /// When the last event happened.
     public var updatedAtMs: Int64 {
         get { storage.fields.updatedAtMs }
-        set { makeUnique(); storage.fields.updatedAtMs = newValue }
+        set { storage.fields.updatedAtMs = newValue }
     }
     /// When a worker first started the transfer.
     public var startedAtMs: Int64? {
         get { storage.fields.startedAtMs }
-        set { makeUnique(); storage.fields.startedAtMs = newValue }
+        set { storage.fields.startedAtMs = newValue }
     }
     /// When the job reached a final state.
     public var finishedAtMs: Int64? {
         get { storage.fields.finishedAtMs }
-        set { makeUnique(); storage.fields.finishedAtMs = newValue }
+        set { storage.fields.finishedAtMs = newValue }
     }
 
     /// Creates a record; normally the store or `folding(_:)` does this.
@@ -208,7 +185,7 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
                 spec: JobSpec, key: String?, pauseRequested: Bool = false, cancelRequested: Bool = false,
                 version: Int, createdAtMs: Int64, updatedAtMs: Int64, startedAtMs: Int64? = nil,
                 finishedAtMs: Int64? = nil) {
-        storage = Storage(Fields(id: id, seq: seq, kind: kind, state: state, queue: queue, priority: priority,
+        storage = CopyOnWrite(Fields(id: id, seq: seq, kind: kind, state: state, queue: queue, priority: priority,
                                  runAfterMs: runAfterMs, attempts: attempts, maxAttempts: maxAttempts,
                                  leaseOwner: leaseOwner, leaseToken: leaseToken, bytesDone: bytesDone,
                                  bytesTotal: bytesTotal, resumePoint: resumePoint, error: error, result: result,
@@ -221,7 +198,7 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
 
     /// Decodes the fields' own JSON (see `Fields`), so records stored or printed before the box read back.
     public init(from decoder: any Decoder) throws {
-        storage = Storage(try Fields(from: decoder))
+        storage = CopyOnWrite(try Fields(from: decoder))
     }
 
     /// Encodes the fields alone, at the top level: the box adds no key and no nesting.
@@ -231,12 +208,12 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
 
     /// Records are equal when their fields are, whether or not they share a box.
     public static func == (lhs: JobRecord, rhs: JobRecord) -> Bool {
-        lhs.storage.fields == rhs.storage.fields
+        lhs.storage == rhs.storage
     }
 
     /// Hashes the fields, so equal records hash alike whether or not they share a box.
     public func hash(into hasher: inout Hasher) {
-        storage.fields.hash(into: &hasher)
+        storage.hash(into: &hasher)
     }
 }
 

@@ -48,51 +48,129 @@ public struct StorageObject: Codable, Sendable, Equatable, Hashable {
 }
 
 /// What a finished job produced.
+///
+/// The fields live in a shared box (copy-on-write, as `JobRecord`'s do): a result is ~380 bytes of
+/// optionals and strings, and it travels by value from the transfer through the task's state machine,
+/// its outcome, the `succeeded` payload and the store's prepared form; boxed, each of those copies is one
+/// retain. Coding, equality and hashing are the plain fields', so the JSON is what it always was.
 public struct JobResult: Codable, Sendable, Equatable, Hashable {
+    /// The stored fields, one for one with the public properties (documented there); their synthesized
+    /// `Codable`, `Equatable` and `Hashable` are the result's own.
+    fileprivate struct Fields: Codable, Sendable, Equatable, Hashable {
+        var object: StorageObject?
+        var path: String?
+        var size: Int64?
+        var md5: String?
+        var crc32c: String?
+        var verified: [ChecksumAlgorithm]?
+        var blob: String?
+        var data: Data?
+        var url: String?
+        var skipped: Bool?
+        var deleted: String?
+    }
+
+    /// The fields' box: copying a result copies one reference (see `CopyOnWrite`).
+    private var storage: CopyOnWrite<Fields>
+
+    /// The box's identity, for tests that check a copy shares it.
+    var storageIdentity: ObjectIdentifier { storage.identity }
+
     /// Uploads: the stored object's metadata. Downloads: the source object's metadata when known.
-    public var object: StorageObject?
+    public var object: StorageObject? {
+        get { storage.fields.object }
+        set { storage.fields.object = newValue }
+    }
     /// download-file: the final local path.
-    public var path: String?
+    public var path: String? {
+        get { storage.fields.path }
+        set { storage.fields.path = newValue }
+    }
     /// Bytes transferred.
-    public var size: Int64?
+    public var size: Int64? {
+        get { storage.fields.size }
+        set { storage.fields.size = newValue }
+    }
     /// Base64 MD5 and CRC32C of the bytes as computed here; MD5 only when it was computed (the job
     /// asked for it, or it was the one hash the server reported). The server's own MD5, when it reports
     /// one, stays in `object.md5Hash`.
-    public var md5: String?
-    public var crc32c: String?
+    public var md5: String? {
+        get { storage.fields.md5 }
+        set { storage.fields.md5 = newValue }
+    }
+    public var crc32c: String? {
+        get { storage.fields.crc32c }
+        set { storage.fields.crc32c = newValue }
+    }
     /// The hashes compared with the server's and found equal, in `ChecksumAlgorithm` order; nil in
     /// results logged before this field existed, empty when the server reported none to compare.
-    public var verified: [ChecksumAlgorithm]?
+    public var verified: [ChecksumAlgorithm]? {
+        get { storage.fields.verified }
+        set { storage.fields.verified = newValue }
+    }
     /// download-memory: the SHA-256 (hex) of the bytes in the content-addressed `blobs` table, when the
     /// store moved them there (more than 256 bytes; `PreparedPayload.inlineResultLimit`).
-    public var blob: String?
+    public var blob: String? {
+        get { storage.fields.blob }
+        set { storage.fields.blob = newValue }
+    }
     /// download-memory: the bytes. From the transfer to the store always; in the logged event only when
     /// there are at most 256 (the store moves larger results into `blobs`, clears this field and names
     /// them in `blob`). Logs of earlier releases keep every result in `blobs`.
-    public var data: Data?
+    public var data: Data? {
+        get { storage.fields.data }
+        set { storage.fields.data = newValue }
+    }
     /// fetch-url: the download URL.
-    public var url: String?
+    public var url: String? {
+        get { storage.fields.url }
+        set { storage.fields.url = newValue }
+    }
     /// True when nothing was transferred because the destination already existed and the job said
     /// `if_exists: skip` (or `skip-identical` and it matched); `object`/`path` then describe what is there.
     /// Nil otherwise, and not encoded.
-    public var skipped: Bool?
+    public var skipped: Bool? {
+        get { storage.fields.skipped }
+        set { storage.fields.skipped = newValue }
+    }
     /// delete: the reference of the object deleted. Nil otherwise, and not encoded.
-    public var deleted: String?
+    public var deleted: String? {
+        get { storage.fields.deleted }
+        set { storage.fields.deleted = newValue }
+    }
 
     public init(object: StorageObject? = nil, path: String? = nil, size: Int64? = nil, md5: String? = nil,
                 crc32c: String? = nil, blob: String? = nil, data: Data? = nil, url: String? = nil,
                 verified: [ChecksumAlgorithm]? = nil, skipped: Bool? = nil, deleted: String? = nil) {
-        self.object = object
-        self.path = path
-        self.size = size
-        self.md5 = md5
-        self.crc32c = crc32c
-        self.blob = blob
-        self.data = data
-        self.url = url
-        self.verified = verified
-        self.skipped = skipped
-        self.deleted = deleted
+        storage = CopyOnWrite(Fields(object: object, path: path, size: size, md5: md5, crc32c: crc32c, verified: verified,
+                                 blob: blob, data: data, url: url, skipped: skipped, deleted: deleted))
+    }
+
+    /// Decodes the fields at the top level, as the plain struct did.
+    public init(from decoder: any Decoder) throws {
+        storage = CopyOnWrite(try Fields(from: decoder))
+    }
+
+    /// Encodes the fields alone, at the top level: the box adds no key and no nesting.
+    public func encode(to encoder: any Encoder) throws {
+        try storage.fields.encode(to: encoder)
+    }
+
+    /// Results are equal when their fields are, whether or not they share a box.
+    public static func == (lhs: JobResult, rhs: JobResult) -> Bool {
+        lhs.storage == rhs.storage
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        storage.hash(into: &hasher)
+    }
+}
+
+extension JobResult: CustomReflectable {
+    /// The fields, not the box: `print`, `dump` and test failures show a result as they did when the
+    /// fields were its stored properties.
+    public var customMirror: Mirror {
+        Mirror(self, children: Mirror(reflecting: storage.fields).children, displayStyle: .struct)
     }
 }
 

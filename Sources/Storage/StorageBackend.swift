@@ -132,7 +132,7 @@ struct TransferDeadline: Sendable {
 }
 
 /// How a transfer ended when it did not throw.
-public enum TransferOutcome: Sendable, Equatable {
+public indirect enum TransferOutcome: Sendable, Equatable {
     case finished(JobResult)
     /// Stopped on request; the resume point (if any) is where the next attempt continues.
     case stopped(StopReason, ResumePoint?)

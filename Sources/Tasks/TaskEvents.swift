@@ -68,7 +68,7 @@ extension TaskEventSink {
 // MARK: - How an attempt ends
 
 /// How one attempt of a job ended, as recorded in the log (or, for `abandoned`, not recorded at all).
-public enum TaskRunOutcome: Sendable, Equatable, Hashable {
+public indirect enum TaskRunOutcome: Sendable, Equatable, Hashable {
     /// `succeeded` was written.
     case succeeded(JobResult)
     /// `failed` was written: a non-retryable error, or `retryLimitExceeded` carrying the last one.

@@ -11,7 +11,7 @@ import Synchronization
 /// progress reports that the actor has not taken yet collapse into the newest one (it carries the latest
 /// counts); checkpoints, stops and the outcome are never dropped or reordered.
 final class TaskMailbox: Sendable {
-    enum Item: Sendable {
+    indirect enum Item: Sendable {
         case transfer(TransferEvent)
         case stop(StopReason)
         case transferEnded(Result<TransferOutcome, StorageError>)

@@ -156,7 +156,7 @@ public struct TaskStateMachine: Sendable {
         }
     }
 
-    private enum State: Sendable, Equatable {
+    private indirect enum State: Sendable, Equatable {
         case claimed
         case running
         case stopping(StopReason)

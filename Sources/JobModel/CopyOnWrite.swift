@@ -1,0 +1,56 @@
+/// A value type's fields kept in a shared box: copying the value copies one reference, and a write
+/// copies the fields first only when another value shares the box (copy-on-write, as `Array` does).
+///
+/// `JobSpec`, `JobResult` and `JobRecord` keep their fields here: each is hundreds of bytes of strings
+/// and optionals that travel by value through the worker (transfer, task state machine, outcome, payload,
+/// the store's records), and every copy of the inline struct moved all of it.
+///
+/// Equality and hashing are the fields' (two boxes with equal fields are equal; one box is equal to itself
+/// without a look at the fields). The owner codes its fields itself, at the top level, so the box adds
+/// no key and no nesting to the JSON.
+public struct CopyOnWrite<Fields: Sendable & Hashable>: Sendable, Hashable {
+    /// The box. `@unchecked Sendable`: it is written only through `fields`' modify accessor after
+    /// `isKnownUniquelyReferenced` said no other value holds it, so no other value (or thread) sees the
+    /// write; a shared box is never written.
+    @usableFromInline
+    final class Box: @unchecked Sendable {
+        @usableFromInline var fields: Fields
+
+        @inlinable
+        init(_ fields: Fields) {
+            self.fields = fields
+        }
+    }
+
+    @usableFromInline var box: Box
+
+    /// Boxes `fields`.
+    @inlinable
+    public init(_ fields: Fields) {
+        box = Box(fields)
+    }
+
+    /// The fields: read from the box; written in place when this value is the box's only owner, else
+    /// into a fresh box of its own first.
+    @inlinable
+    public var fields: Fields {
+        get { box.fields }
+        _modify {
+            if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
+            yield &box.fields
+        }
+    }
+
+    /// The box's identity, for tests that check a copy shares it and an unshared value keeps it.
+    public var identity: ObjectIdentifier { ObjectIdentifier(box) }
+
+    @inlinable
+    public static func == (lhs: CopyOnWrite, rhs: CopyOnWrite) -> Bool {
+        lhs.box === rhs.box || lhs.box.fields == rhs.box.fields
+    }
+
+    @inlinable
+    public func hash(into hasher: inout Hasher) {
+        box.fields.hash(into: &hasher)
+    }
+}
