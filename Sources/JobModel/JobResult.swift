@@ -175,7 +175,10 @@ extension JobResult: CustomReflectable {
 }
 
 /// Where an interrupted transfer continues from. Persisted in `progress` events.
-public enum ResumePoint: Codable, Sendable, Equatable, Hashable {
+///
+/// `indirect`: a resume point rides in every progress report and record (nil mostly), and inline it made
+/// each of them 73 bytes wider.
+public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// A resumable upload session and the offset the server confirmed.
     case upload(sessionURI: String, confirmedOffset: Int64, total: Int64?)
     /// A download: bytes safely written to `tempPath`, pinned to the object's generation or ETag.

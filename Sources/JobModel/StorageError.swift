@@ -50,34 +50,76 @@ public enum StorageErrorCode: Int, Codable, Sendable, CaseIterable, Hashable {
 ///
 /// Never carries credentials: `url` is stripped of query parameters that hold secrets before it is set.
 public struct StorageError: Error, Codable, Sendable, Equatable, Hashable, CustomStringConvertible {
-    public var code: StorageErrorCode
+    /// The stored fields, one for one with the public properties (documented there); their synthesized
+    /// `Codable`, `Equatable` and `Hashable` are the error's own, so its JSON is what it always was.
+    fileprivate struct Fields: Codable, Sendable, Equatable, Hashable {
+        var code: StorageErrorCode
+        var message: String
+        var httpStatus: Int?
+        var url: String?
+        var retryable: Bool
+        var retryAfter: Double?
+        var cause: String?
+        var total: Int64?
+        var maximum: Int64?
+    }
+
+    /// The fields' box: an error is ~120 bytes of strings and optionals, carried by every typed `throws`
+    /// and every record, outcome and state that may hold one; boxed, a copy is one reference (see
+    /// `CopyOnWrite`).
+    private var storage: CopyOnWrite<Fields>
+
+    /// The box's identity, for tests that check a copy shares it.
+    var storageIdentity: ObjectIdentifier { storage.identity }
+
+    public var code: StorageErrorCode {
+        get { storage.fields.code }
+        set { storage.fields.code = newValue }
+    }
     /// What went wrong and, where known, what to do about it.
-    public var message: String
-    public var httpStatus: Int?
+    public var message: String {
+        get { storage.fields.message }
+        set { storage.fields.message = newValue }
+    }
+    public var httpStatus: Int? {
+        get { storage.fields.httpStatus }
+        set { storage.fields.httpStatus = newValue }
+    }
     /// The failing URL without secrets.
-    public var url: String?
+    public var url: String? {
+        get { storage.fields.url }
+        set { storage.fields.url = newValue }
+    }
     /// 408, 429, 5xx, timeouts and connection resets are retryable.
-    public var retryable: Bool
+    public var retryable: Bool {
+        get { storage.fields.retryable }
+        set { storage.fields.retryable = newValue }
+    }
     /// Seconds the server asked us to wait (Retry-After).
-    public var retryAfter: Double?
+    public var retryAfter: Double? {
+        get { storage.fields.retryAfter }
+        set { storage.fields.retryAfter = newValue }
+    }
     /// The underlying cause (curl or POSIX error text, server message).
-    public var cause: String?
+    public var cause: String? {
+        get { storage.fields.cause }
+        set { storage.fields.cause = newValue }
+    }
     /// downloadSizeExceeded: the object's size and the limit.
-    public var total: Int64?
-    public var maximum: Int64?
+    public var total: Int64? {
+        get { storage.fields.total }
+        set { storage.fields.total = newValue }
+    }
+    public var maximum: Int64? {
+        get { storage.fields.maximum }
+        set { storage.fields.maximum = newValue }
+    }
 
     public init(_ code: StorageErrorCode, _ message: String, httpStatus: Int? = nil, url: String? = nil,
                 retryable: Bool = false, retryAfter: Double? = nil, cause: String? = nil,
                 total: Int64? = nil, maximum: Int64? = nil) {
-        self.code = code
-        self.message = message
-        self.httpStatus = httpStatus
-        self.url = url
-        self.retryable = retryable
-        self.retryAfter = retryAfter
-        self.cause = cause
-        self.total = total
-        self.maximum = maximum
+        storage = CopyOnWrite(Fields(code: code, message: message, httpStatus: httpStatus, url: url, retryable: retryable,
+                                     retryAfter: retryAfter, cause: cause, total: total, maximum: maximum))
     }
 
     public var description: String {
@@ -85,5 +127,23 @@ public struct StorageError: Error, Codable, Sendable, Equatable, Hashable, Custo
         if let httpStatus { text += " [HTTP \(httpStatus)]" }
         if let url { text += " <\(url)>" }
         return text
+    }
+
+    /// Decodes the fields at the top level, as the plain struct did.
+    public init(from decoder: any Decoder) throws {
+        storage = CopyOnWrite(try Fields(from: decoder))
+    }
+
+    /// Encodes the fields alone, at the top level: the box adds no key and no nesting.
+    public func encode(to encoder: any Encoder) throws {
+        try storage.fields.encode(to: encoder)
+    }
+}
+
+extension StorageError: CustomReflectable {
+    /// The fields, not the box: `dump` and test failures show an error as they did when the fields were
+    /// its stored properties.
+    public var customMirror: Mirror {
+        Mirror(self, children: Mirror(reflecting: storage.fields).children, displayStyle: .struct)
     }
 }

@@ -25,6 +25,25 @@ private func fullResult() -> JobResult {
               deleted: "gs://b/old")
 }
 
+/// An error with every field set.
+private func fullError() -> StorageError {
+    StorageError(.retryLimitExceeded, "gave up after 5 attempts", httpStatus: 503, url: "https://example.test/o",
+                 retryable: true, retryAfter: 1.5, cause: "curl error 56", total: 10, maximum: 5)
+}
+
+/// The error as it was laid out before its box.
+private struct PlainError: Codable {
+    var code: StorageErrorCode
+    var message: String
+    var httpStatus: Int?
+    var url: String?
+    var retryable: Bool
+    var retryAfter: Double?
+    var cause: String?
+    var total: Int64?
+    var maximum: Int64?
+}
+
 /// The spec as it was laid out before its fields moved into a box: the same stored properties in the same
 /// order, with the synthesized `Codable`. Its JSON is what the spec must keep producing and reading.
 private struct PlainSpec: Codable, Equatable {
@@ -101,6 +120,8 @@ struct BoxedValueTests {
         #expect(MemoryLayout<JobSpec>.size == MemoryLayout<AnyObject>.size)
         #expect(MemoryLayout<JobResult>.size == MemoryLayout<AnyObject>.size)
         #expect(MemoryLayout<EventPayload>.size == MemoryLayout<AnyObject>.size)
+        #expect(MemoryLayout<StorageError>.size == MemoryLayout<AnyObject>.size)
+        #expect(MemoryLayout<ResumePoint>.size == MemoryLayout<AnyObject>.size)
     }
 
     @Test("a spec's JSON is the plain struct's, both ways, full and sparse")
@@ -122,6 +143,23 @@ struct BoxedValueTests {
             let back = try JSONDecoder().decode(JobResult.self, from: Data(try json(plain, sorted: false).utf8))
             #expect(back == result)
         }
+    }
+
+    @Test("an error's JSON is the plain struct's, both ways; a copy shares the box until one side changes")
+    func errorBoxed() throws {
+        for error in [fullError(), StorageError(.unknown, "x")] {
+            let plain = try JSONDecoder().decode(PlainError.self, from: Data(try json(error, sorted: true).utf8))
+            #expect(try json(plain, sorted: true) == json(error, sorted: true))
+            #expect(try JSONDecoder().decode(StorageError.self, from: Data(try json(plain, sorted: true).utf8)) == error)
+        }
+        let original = fullError()
+        var copy = original
+        #expect(copy.storageIdentity == original.storageIdentity)
+        copy.retryable = false
+        #expect(copy.storageIdentity != original.storageIdentity)
+        #expect(original == fullError())
+        #expect(copy != original)
+        #expect(original.description == "retryLimitExceeded (-13030): gave up after 5 attempts [HTTP 503] <https://example.test/o>")
     }
 
     @Test("a spec copy shares the box until one side changes a field; the other keeps its value")
