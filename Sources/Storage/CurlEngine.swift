@@ -101,8 +101,14 @@ final class CurlEngine: @unchecked Sendable {
         let result: Result<HTTPResponse, TransferFailure> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 exchange.continuation = continuation
-                pending.withLock { $0.append(exchange) }
-                curl_multi_wakeup(multi)
+                // Only the exchange that finds the queue empty wakes the engine thread: any other one
+                // joins a queue whose wake-up is already sent (sent after the first one's append, and the
+                // thread takes the whole queue at once), so a burst of submissions costs one wake-up.
+                let first = pending.withLock { queue -> Bool in
+                    queue.append(exchange)
+                    return queue.count == 1
+                }
+                if first { curl_multi_wakeup(multi) }
             }
         } onCancel: {
             exchange.taskCancelled.store(true, ordering: .relaxed)
