@@ -109,7 +109,9 @@ extension Commands {
         // handled as soon as the handlers exist.
         let signals = SignalHandling(pool: pool)
         signals.install()
-        let summary = try blockingRun { try await pool.run() }
+        // Kept alive through the run (its handlers hold it weakly); released with the pool and the store
+        // when this returns, which closes the database (a checkpoint, the WAL removed).
+        let summary = try withExtendedLifetime(signals) { try blockingRun { try await pool.run() } }
         if arguments[Options.json] {
             struct Summary: Encodable {
                 let claimed, succeeded, failed, retried, paused, cancelled, released, abandoned: Int
@@ -210,7 +212,12 @@ final class SignalHandling: @unchecked Sendable {
     func install() {
         for number in ShutdownSignals.numbers {
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { [self] in
+            // Weak: a handler holding this object (and through it the pool and the store) kept the store
+            // open until the process exited, so its database was never closed — SQLite neither
+            // checkpointed nor removed the WAL (up to ~16 MiB), and the next process to open the log
+            // read all of it again to rebuild the WAL index.
+            source.setEventHandler { [weak self] in
+                guard let self else { return }
                 received += 1
                 if received == 1 {
                     pool.log.signalReceived(number, exitingNow: false, now: Clock.nowMs())
@@ -225,5 +232,11 @@ final class SignalHandling: @unchecked Sendable {
             source.resume()
             sources.append(source)
         }
+    }
+
+    /// Stops reading the signals (they stay blocked, so one that comes later waits, unhandled, until the
+    /// process exits).
+    deinit {
+        for source in sources { source.cancel() }
     }
 }

@@ -1,0 +1,65 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// A worker that ends closes its database: SQLite copies the WAL into the database file and removes it,
+/// so the next process to open the log does not read the whole WAL again to rebuild its index.
+@Suite("A worker closes its database when it ends")
+struct WorkerExitTests {
+    /// The WAL's size, or nil when there is none.
+    private static func walSize(_ workspace: CLIWorkspace) -> Int? {
+        (try? FileManager.default.attributesOfItem(atPath: workspace.database + "-wal"))?[.size] as? Int
+    }
+
+    /// 300 small jobs: enough commits to leave a WAL of several hundred KiB behind an unclosed database.
+    private static func submitJobs(_ workspace: CLIWorkspace) throws {
+        let jobs = (0..<300).map { "- {kind: upload-data, data: \"job \($0)\", destination: \"file://exit/o\($0).txt\"}" }
+        _ = try workspace.submit(jobs.joined(separator: "\n"))
+    }
+
+    @Test("`worker --drain` leaves no WAL behind")
+    func drainRemovesTheWAL() throws {
+        let workspace = try CLIWorkspace("worker-exit-drain")
+        defer { workspace.directory.remove() }
+        try Self.submitJobs(workspace)
+        let drained = try workspace.jobctl(["worker", "--drain", "--concurrency", "8"])
+        #expect(drained.status == 0, "\(drained.stderr)")
+        #expect(drained.stderr.contains("worker_stopped claimed=300 succeeded=300"), "\(drained.stderr)")
+        #expect(Self.walSize(workspace) == nil, "the worker's database was not closed: a WAL of \(Self.walSize(workspace) ?? 0) bytes is left")
+        let replay = try workspace.jobctl(["replay", "--verify"])
+        #expect(replay.status == 0, "\(replay.stdout)\(replay.stderr)")
+    }
+
+    @Test("a worker stopped with SIGTERM leaves no WAL behind")
+    func sigtermRemovesTheWAL() throws {
+        let workspace = try CLIWorkspace("worker-exit-term")
+        defer { workspace.directory.remove() }
+        try Self.submitJobs(workspace)
+        let logPath = workspace.directory.file("worker.log")
+        #expect(FileManager.default.createFile(atPath: logPath, contents: nil), "could not create a file the test needs")
+        let logFile = try #require(FileHandle(forWritingAtPath: logPath))
+        defer { try? logFile.close() }
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        worker.arguments = ["--db", workspace.database, "worker", "--concurrency", "4"]
+        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
+                              "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        worker.standardOutput = FileHandle.nullDevice
+        worker.standardError = logFile
+        try worker.run()
+        defer {
+            signalIfRunning(worker, SIGKILL)
+            worker.waitUntilExit()
+        }
+        func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+        try #require(eventuallyTrue(seconds: 20) { log().contains(" started ") }, "no job started:\n\(log())")
+        #expect(Self.walSize(workspace) != nil, "a running worker has a WAL")
+        signalIfRunning(worker, SIGTERM)
+        worker.waitUntilExit()
+        #expect(worker.terminationStatus == 0, "\(log())")
+        #expect(log().contains(" signal_received "), "\(log())")
+        #expect(Self.walSize(workspace) == nil, "the worker's database was not closed: a WAL of \(Self.walSize(workspace) ?? 0) bytes is left")
+        let replay = try workspace.jobctl(["replay", "--verify"])
+        #expect(replay.status == 0, "\(replay.stdout)\(replay.stderr)")
+    }
+}
