@@ -198,22 +198,12 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
 
     /// Decodes the fields' own JSON (see `Fields`), so records stored or printed before the box read back.
     public init(from decoder: any Decoder) throws {
-        storage = CopyOnWrite(try Fields(from: decoder))
+        storage = try CopyOnWrite(from: decoder)
     }
 
     /// Encodes the fields alone, at the top level: the box adds no key and no nesting.
     public func encode(to encoder: any Encoder) throws {
-        try storage.fields.encode(to: encoder)
-    }
-
-    /// Records are equal when their fields are, whether or not they share a box.
-    public static func == (lhs: JobRecord, rhs: JobRecord) -> Bool {
-        lhs.storage == rhs.storage
-    }
-
-    /// Hashes the fields, so equal records hash alike whether or not they share a box.
-    public func hash(into hasher: inout Hasher) {
-        storage.hash(into: &hasher)
+        try storage.encode(to: encoder)
     }
 }
 
@@ -221,7 +211,7 @@ extension JobRecord: CustomReflectable {
     /// The fields, not the box: `print`, `dump` and test failures show a record as they did when the
     /// fields were its stored properties.
     public var customMirror: Mirror {
-        Mirror(self, children: Mirror(reflecting: storage.fields).children, displayStyle: .struct)
+        storage.mirror(of: self)
     }
 }
 

@@ -6,8 +6,9 @@
 /// the store's records), and every copy of the inline struct moved all of it.
 ///
 /// Equality and hashing are the fields' (two boxes with equal fields are equal; one box is equal to itself
-/// without a look at the fields). The owner codes its fields itself, at the top level, so the box adds
-/// no key and no nesting to the JSON.
+/// without a look at the fields), so an owner whose one stored property is its box gets them synthesized.
+/// Coding is the fields' too, at the top level (the owner's `init(from:)` and `encode(to:)` hand the coder
+/// to the box), so the box adds no key and no nesting to the JSON.
 public struct CopyOnWrite<Fields: Sendable & Hashable>: Sendable, Hashable {
     /// The box. `@unchecked Sendable`: it is written only through `fields`' modify accessor after
     /// `isKnownUniquelyReferenced` said no other value holds it, so no other value (or thread) sees the
@@ -52,5 +53,25 @@ public struct CopyOnWrite<Fields: Sendable & Hashable>: Sendable, Hashable {
     @inlinable
     public func hash(into hasher: inout Hasher) {
         box.fields.hash(into: &hasher)
+    }
+}
+
+extension CopyOnWrite: Codable where Fields: Codable {
+    /// Decodes the fields at the top level: the box adds no key and no nesting, so an owner that codes
+    /// itself through its box reads and writes the JSON its plain fields would.
+    public init(from decoder: any Decoder) throws {
+        self.init(try Fields(from: decoder))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try box.fields.encode(to: encoder)
+    }
+}
+
+extension CopyOnWrite {
+    /// A mirror of `owner` that shows the fields as its children: `print`, `dump` and test failures show
+    /// the owner as they did when the fields were its stored properties.
+    public func mirror(of owner: Any) -> Mirror {
+        Mirror(owner, children: Mirror(reflecting: box.fields).children, displayStyle: .struct)
     }
 }

@@ -69,15 +69,6 @@ public indirect enum EventPayload: Sendable, Equatable, Hashable {
     /// Finished jobs were moved out of the log (an event of the log-level pseudo job).
     case archived(ArchiveRecord)
 
-    /// True when `other` is this very value: the same case sharing the same box (every case with
-    /// fields is boxed). Two payloads built apart can still be equal (`==` compares every field); a
-    /// payload and its copies are always identical, and telling so costs one comparison.
-    public func isIdentical(to other: EventPayload) -> Bool {
-        withUnsafeBytes(of: self) { mine in
-            withUnsafeBytes(of: other) { theirs in mine.elementsEqual(theirs) }
-        }
-    }
-
     /// The event type this payload belongs to.
     public var type: EventType {
         switch self {

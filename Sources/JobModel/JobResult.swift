@@ -148,21 +148,12 @@ public struct JobResult: Codable, Sendable, Equatable, Hashable {
 
     /// Decodes the fields at the top level, as the plain struct did.
     public init(from decoder: any Decoder) throws {
-        storage = CopyOnWrite(try Fields(from: decoder))
+        storage = try CopyOnWrite(from: decoder)
     }
 
     /// Encodes the fields alone, at the top level: the box adds no key and no nesting.
     public func encode(to encoder: any Encoder) throws {
-        try storage.fields.encode(to: encoder)
-    }
-
-    /// Results are equal when their fields are, whether or not they share a box.
-    public static func == (lhs: JobResult, rhs: JobResult) -> Bool {
-        lhs.storage == rhs.storage
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        storage.hash(into: &hasher)
+        try storage.encode(to: encoder)
     }
 }
 
@@ -170,7 +161,7 @@ extension JobResult: CustomReflectable {
     /// The fields, not the box: `print`, `dump` and test failures show a result as they did when the
     /// fields were its stored properties.
     public var customMirror: Mirror {
-        Mirror(self, children: Mirror(reflecting: storage.fields).children, displayStyle: .struct)
+        storage.mirror(of: self)
     }
 }
 

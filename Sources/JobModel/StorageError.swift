@@ -131,12 +131,12 @@ public struct StorageError: Error, Codable, Sendable, Equatable, Hashable, Custo
 
     /// Decodes the fields at the top level, as the plain struct did.
     public init(from decoder: any Decoder) throws {
-        storage = CopyOnWrite(try Fields(from: decoder))
+        storage = try CopyOnWrite(from: decoder)
     }
 
     /// Encodes the fields alone, at the top level: the box adds no key and no nesting.
     public func encode(to encoder: any Encoder) throws {
-        try storage.fields.encode(to: encoder)
+        try storage.encode(to: encoder)
     }
 }
 
@@ -144,6 +144,6 @@ extension StorageError: CustomReflectable {
     /// The fields, not the box: `dump` and test failures show an error as they did when the fields were
     /// its stored properties.
     public var customMirror: Mirror {
-        Mirror(self, children: Mirror(reflecting: storage.fields).children, displayStyle: .struct)
+        storage.mirror(of: self)
     }
 }

@@ -107,8 +107,7 @@ extension DecisionWriter {
     /// blobs and the event references them by hash. Taken from `prepared` when `payload` is the payload
     /// it readied, else made here.
     private func storable(_ payload: EventPayload, prepared: PreparedPayload?) throws(StoreError) -> (EventPayload, String) {
-        if let prepared, let json = prepared.storedJSON,
-           payload.isIdentical(to: prepared.payload) || payload == prepared.payload {
+        if let prepared, let json = prepared.storedJSON, payload == prepared.payload {
             if let hashed = prepared.hashedResult { try storeBlob(hashed.bytes, sha256: hashed.sha256) }
             return (prepared.stored, json)
         }

@@ -220,17 +220,4 @@ struct BoxedValueTests {
         let result = String(describing: JobResult(size: 5))
         #expect(result.hasPrefix("JobResult(object: nil, path: nil, size: Optional(5)"), "\(result)")
     }
-
-    @Test("a payload is identical to its copies only; equal payloads built apart are equal, not identical")
-    func payloadIdentity() {
-        let payload = EventPayload.succeeded(TransferProgress(attempt: 1, bytesDone: 5), result: fullResult())
-        let copy = payload
-        #expect(payload.isIdentical(to: copy))
-        let twin = EventPayload.succeeded(TransferProgress(attempt: 1, bytesDone: 5), result: fullResult())
-        #expect(twin == payload)
-        #expect(!twin.isIdentical(to: payload))
-        let other = EventPayload.started(TransferProgress(attempt: 1))
-        #expect(!other.isIdentical(to: payload))
-        #expect(!EventPayload.retried(reason: nil).isIdentical(to: .retried(reason: "again")))
-    }
 }
