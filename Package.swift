@@ -10,11 +10,13 @@ let package = Package(
     targets: [
         // MARK: - C libraries (modulemap + typed shim only)
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // libcurl and libpq: headers only at build time; each is loaded (dlopen) when first needed, so
+        // neither is linked (see their shim.h). Debian: libcurl4-openssl-dev, libpq-dev.
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
         .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCRC32C", path: "Sources/CCRC32C"),
-        .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CPostgres", path: "Sources/CPostgres"),
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
 
         // MARK: - Build tooling: migrations/ENGINE/*.sql embedded into the binary

@@ -183,6 +183,9 @@ final class PostgresConnection {
     /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQCONNECTDBPARAMS
     init(_ target: String, connectTimeoutSeconds: Int = 10) throws(PostgresError) {
         redactedTarget = redactedDatabaseURL(target)
+        // libpq is loaded at the first connection (see CPostgres/shim.h); a host without it can still
+        // run every SQLite command.
+        if let reason = jobctl_pq_load() { throw PostgresError.libraryUnavailable(reason: String(cString: reason)) }
         // Later keywords win over earlier ones and over what the expanded `dbname` string sets: the
         // timeout and application name are defaults the target may override, the encoding is not.
         let settings: [(String, String)] = [
@@ -193,26 +196,26 @@ final class PostgresConnection {
         ]
         let connection = Self.withCStrings(settings.map(\.0)) { keywords in
             Self.withCStrings(settings.map(\.1)) { values in
-                PQconnectdbParams(keywords, values, 1)
+                jobctl_PQconnectdbParams(keywords, values, 1)
             }
         }
         guard let connection else {
             throw PostgresError.connectionFailed(target: redactedTarget, message: "libpq could not allocate a connection")
         }
-        let password = PQpass(connection).map { String(cString: $0) }
-        guard PQstatus(connection) == CONNECTION_OK else {
-            let message = Self.scrub(String(cString: PQerrorMessage(connection)), password: password)
-            PQfinish(connection)
+        let password = jobctl_PQpass(connection).map { String(cString: $0) }
+        guard jobctl_PQstatus(connection) == CONNECTION_OK else {
+            let message = Self.scrub(String(cString: jobctl_PQerrorMessage(connection)), password: password)
+            jobctl_PQfinish(connection)
             throw PostgresError.connectionFailed(target: redactedTarget, message: message)
         }
         handle = connection
         self.password = password
         // libpq prints notices (`NOTICE: … already exists, skipping`) to stderr by default, which would
         // mix them into a command's output. Capture-free: there is nothing to recover from the context.
-        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        jobctl_PQsetNoticeProcessor(connection, { _, _ in }, nil)
     }
 
-    deinit { PQfinish(handle) }
+    deinit { jobctl_PQfinish(handle) }
 
     /// Calls `body` with a NULL-terminated array of C strings that lives for the duration of the call.
     private static func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> T) -> T {
@@ -234,24 +237,24 @@ final class PostgresConnection {
     /// The server's version as an integer (150004 for 15.4).
     ///
     /// See https://www.postgresql.org/docs/current/libpq-status.html#LIBPQ-PQSERVERVERSION
-    var serverVersion: Int { Int(PQserverVersion(handle)) }
+    var serverVersion: Int { Int(jobctl_PQserverVersion(handle)) }
 
     /// Whether a transaction is open (including one that failed and awaits ROLLBACK).
     ///
     /// See https://www.postgresql.org/docs/current/libpq-status.html#LIBPQ-PQTRANSACTIONSTATUS
     var isInTransaction: Bool {
-        let status = PQtransactionStatus(handle)
+        let status = jobctl_PQtransactionStatus(handle)
         return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
     }
 
     /// Whether the connection is still usable; false after the server went away.
     ///
     /// See https://www.postgresql.org/docs/current/libpq-status.html#LIBPQ-PQSTATUS
-    var isConnected: Bool { PQstatus(handle) == CONNECTION_OK }
+    var isConnected: Bool { jobctl_PQstatus(handle) == CONNECTION_OK }
 
     /// The server process serving this connection (`pg_backend_pid()`), for `pg_terminate_backend`
     /// and lock diagnostics.
-    var backendPID: Int32 { PQbackendPID(handle) }
+    var backendPID: Int32 { jobctl_PQbackendPID(handle) }
 
     /// Re-opens a connection that was lost, with the same parameters.
     ///
@@ -260,14 +263,14 @@ final class PostgresConnection {
         // A new session has none of the old one's prepared statements, and nothing queued for the old one.
         preparedNames.removeAll()
         queued.removeAll()
-        PQreset(handle)
-        guard PQstatus(handle) == CONNECTION_OK else {
+        jobctl_PQreset(handle)
+        guard jobctl_PQstatus(handle) == CONNECTION_OK else {
             throw PostgresError.connectionFailed(target: redactedTarget, message: lastErrorMessage)
         }
     }
 
     private var lastErrorMessage: String {
-        Self.scrub(String(cString: PQerrorMessage(handle)), password: password)
+        Self.scrub(String(cString: jobctl_PQerrorMessage(handle)), password: password)
     }
 
     // MARK: Statements
@@ -318,9 +321,9 @@ final class PostgresConnection {
         roundTrips += 1
         let raw: OpaquePointer? = encoded.withValues { count, types, values, lengths, formats in
             if let name = preparedName {
-                return PQexecPrepared(handle, name, count, values, lengths, formats, 1)
+                return jobctl_PQexecPrepared(handle, name, count, values, lengths, formats, 1)
             }
-            return PQexecParams(handle, sql, count, types, values, lengths, formats, 1)
+            return jobctl_PQexecParams(handle, sql, count, types, values, lengths, formats, 1)
         }
         return try check(raw, sql: sql)
     }
@@ -337,7 +340,7 @@ final class PostgresConnection {
         guard preparedNames.count < Self.preparedLimit else { return nil }
         preparedCount += 1
         let name = "jobctl_\(preparedCount)"
-        _ = try check(PQprepare(handle, name, sql, Int32(types.count), types), sql: sql)
+        _ = try check(jobctl_PQprepare(handle, name, sql, Int32(types.count), types), sql: sql)
         preparedNames[key] = name
         return name
     }
@@ -351,7 +354,7 @@ final class PostgresConnection {
         if !queued.isEmpty { _ = try pipeline(then: nil) }
         statementsSent += 1
         roundTrips += 1
-        _ = try check(PQexec(handle, sql), sql: sql)
+        _ = try check(jobctl_PQexec(handle, sql), sql: sql)
     }
 
     // MARK: Pipelines
@@ -455,7 +458,7 @@ final class PostgresConnection {
         let encoded = try statements.map { (statement) throws(PostgresError) in try EncodedParameters(statement.parameters) }
         queued.removeAll()
         let lastSQL = statements.last?.sql ?? ""
-        guard PQenterPipelineMode(handle) == 1 else {
+        guard jobctl_PQenterPipelineMode(handle) == 1 else {
             throw PostgresError.unexpectedResult(status: "no pipeline mode (\(lastErrorMessage))", sql: lastSQL)
         }
         statementsSent += statements.count
@@ -464,7 +467,7 @@ final class PostgresConnection {
         enum Expected { case prepare(PreparedKey, String, sql: String), statement(Int) }
         var expected: [Expected] = []
         var sendFailed = false
-        PQsetnonblocking(handle, 1)
+        jobctl_PQsetnonblocking(handle, 1)
         for (index, statement) in statements.enumerated() {
             let parameters = encoded[index]
             var name: String?
@@ -475,7 +478,7 @@ final class PostgresConnection {
                 } else if preparedNames.count + expected.count < Self.preparedLimit {
                     preparedCount += 1
                     let fresh = "jobctl_\(preparedCount)"
-                    guard PQsendPrepare(handle, fresh, statement.sql, Int32(parameters.types.count), parameters.types) == 1 else {
+                    guard jobctl_PQsendPrepare(handle, fresh, statement.sql, Int32(parameters.types.count), parameters.types) == 1 else {
                         sendFailed = true
                         break
                     }
@@ -485,9 +488,9 @@ final class PostgresConnection {
             }
             let sent: Int32 = parameters.withValues { count, types, values, lengths, formats in
                 if let name {
-                    return PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
+                    return jobctl_PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
                 }
-                return PQsendQueryParams(handle, statement.sql, count, types, values, lengths, formats, 1)
+                return jobctl_PQsendQueryParams(handle, statement.sql, count, types, values, lengths, formats, 1)
             }
             guard sent == 1 else {
                 sendFailed = true
@@ -495,13 +498,13 @@ final class PostgresConnection {
             }
             expected.append(.statement(index))
         }
-        if !sendFailed && PQpipelineSync(handle) != 1 { sendFailed = true }
+        if !sendFailed && jobctl_PQpipelineSync(handle) != 1 { sendFailed = true }
         if !sendFailed && !flushNonBlocking() { sendFailed = true }
-        PQsetnonblocking(handle, 0)
+        jobctl_PQsetnonblocking(handle, 0)
         if sendFailed {
             // Nothing can be read back reliably: the connection is broken (or libpq refused the send).
             let message = lastErrorMessage
-            PQexitPipelineMode(handle)
+            jobctl_PQexitPipelineMode(handle)
             if !isConnected { throw PostgresError.connectionLost(message: message, sql: lastSQL) }
             throw PostgresError.unexpectedResult(status: "a pipeline that could not be sent (\(message))", sql: lastSQL)
         }
@@ -514,15 +517,15 @@ final class PostgresConnection {
             case .prepare(_, _, let text): sql = text
             case .statement(let index): sql = statements[index].sql
             }
-            guard let raw = PQgetResult(handle) else {
+            guard let raw = jobctl_PQgetResult(handle) else {
                 // No answer where one is due: the connection broke.
                 firstError = firstError ?? (isConnected ? PostgresError.unexpectedResult(status: "nothing (\(lastErrorMessage))", sql: sql)
                                                         : PostgresError.connectionLost(message: lastErrorMessage, sql: sql))
                 break
             }
-            if PQresultStatus(raw) == PGRES_PIPELINE_ABORTED {
+            if jobctl_PQresultStatus(raw) == PGRES_PIPELINE_ABORTED {
                 // Skipped by the server after an earlier failure, which `firstError` holds.
-                PQclear(raw)
+                jobctl_PQclear(raw)
             } else {
                 do throws(PostgresError) {
                     let result = try check(raw, sql: sql)
@@ -539,22 +542,22 @@ final class PostgresConnection {
                 break
             }
             // Each statement's answers end with a NULL result.
-            if let extra = PQgetResult(handle) {
-                PQclear(extra)
+            if let extra = jobctl_PQgetResult(handle) {
+                jobctl_PQclear(extra)
                 firstError = firstError ?? PostgresError.unexpectedResult(status: "more than one result", sql: sql)
             }
         }
         if isConnected {
             // The sync's own answer ends the pipeline.
-            if let sync = PQgetResult(handle) {
-                let status = PQresultStatus(sync)
-                PQclear(sync)
+            if let sync = jobctl_PQgetResult(handle) {
+                let status = jobctl_PQresultStatus(sync)
+                jobctl_PQclear(sync)
                 if status != PGRES_PIPELINE_SYNC {
-                    firstError = firstError ?? PostgresError.unexpectedResult(status: String(cString: PQresStatus(status)), sql: lastSQL)
+                    firstError = firstError ?? PostgresError.unexpectedResult(status: String(cString: jobctl_PQresStatus(status)), sql: lastSQL)
                 }
             }
         }
-        PQexitPipelineMode(handle)
+        jobctl_PQexitPipelineMode(handle)
         if !isConnected {
             // A server that ended the session answers the statement it was running with a FATAL
             // error before closing: that, too, is a lost connection, not a refused statement.
@@ -580,16 +583,16 @@ final class PostgresConnection {
     ///
     /// See https://www.postgresql.org/docs/current/libpq-async.html#LIBPQ-PQFLUSH
     private func flushNonBlocking() -> Bool {
-        let socket = PQsocket(handle)
+        let socket = jobctl_PQsocket(handle)
         guard socket >= 0 else { return false }
         while true {
-            let pending = PQflush(handle)
+            let pending = jobctl_PQflush(handle)
             if pending == 0 { return true }
             if pending < 0 { return false }
             var descriptor = pollfd(fd: socket, events: Int16(POLLIN | POLLOUT), revents: 0)
             let ready = poll(&descriptor, 1, -1)
             if ready < 0 && errno != EINTR { return false }
-            if descriptor.revents & Int16(POLLIN) != 0 && PQconsumeInput(handle) != 1 { return false }
+            if descriptor.revents & Int16(POLLIN) != 0 && jobctl_PQconsumeInput(handle) != 1 { return false }
         }
     }
 
@@ -604,7 +607,7 @@ final class PostgresConnection {
             throw PostgresError.unexpectedResult(status: "nothing (\(lastErrorMessage))", sql: sql)
         }
         let result = PostgresResult(handle: raw)
-        let status = PQresultStatus(raw)
+        let status = jobctl_PQresultStatus(raw)
         switch status {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
             return result
@@ -621,7 +624,7 @@ final class PostgresConnection {
                 hint: result.errorField(jobctl_pq_diag_message_hint()).map { Self.scrub($0, password: password) },
                 sql: sql)
         default:
-            throw PostgresError.unexpectedResult(status: String(cString: PQresStatus(status)), sql: sql)
+            throw PostgresError.unexpectedResult(status: String(cString: jobctl_PQresStatus(status)), sql: sql)
         }
     }
 
@@ -698,42 +701,42 @@ final class PostgresResult {
 
     fileprivate init(handle: OpaquePointer) { self.handle = handle }
 
-    deinit { PQclear(handle) }
+    deinit { jobctl_PQclear(handle) }
 
     /// The number of rows returned.
-    var count: Int { Int(PQntuples(handle)) }
+    var count: Int { Int(jobctl_PQntuples(handle)) }
 
     /// The number of columns.
-    var columnCount: Int { Int(PQnfields(handle)) }
+    var columnCount: Int { Int(jobctl_PQnfields(handle)) }
 
     /// Rows inserted, updated, deleted, selected (0 for commands without a count).
     ///
     /// See https://www.postgresql.org/docs/current/libpq-exec.html#LIBPQ-PQCMDTUPLES
-    var affectedRows: Int { PQcmdTuples(handle).flatMap { Int(String(cString: $0)) } ?? 0 }
+    var affectedRows: Int { jobctl_PQcmdTuples(handle).flatMap { Int(String(cString: $0)) } ?? 0 }
 
     /// The command tag (`INSERT 0 1`, `COMMIT`, `ROLLBACK`).
-    var commandStatus: String { PQcmdStatus(handle).map { String(cString: $0) } ?? "" }
+    var commandStatus: String { jobctl_PQcmdStatus(handle).map { String(cString: $0) } ?? "" }
 
     /// Every row.
     var rows: [PostgresRow] { (0..<count).map { PostgresRow(result: self, index: Int32($0)) } }
 
     /// The name of column `index`.
     func columnName(_ index: Int) -> String {
-        PQfname(handle, Int32(index)).map { String(cString: $0) } ?? "column \(index)"
+        jobctl_PQfname(handle, Int32(index)).map { String(cString: $0) } ?? "column \(index)"
     }
 
     fileprivate func errorField(_ code: Int32) -> String? {
-        PQresultErrorField(handle, code).map { String(cString: $0) }
+        jobctl_PQresultErrorField(handle, code).map { String(cString: $0) }
     }
 
-    fileprivate func type(_ column: Int32) -> UInt32 { PQftype(handle, column) }
+    fileprivate func type(_ column: Int32) -> UInt32 { jobctl_PQftype(handle, column) }
 
-    fileprivate func isNull(_ row: Int32, _ column: Int32) -> Bool { PQgetisnull(handle, row, column) == 1 }
+    fileprivate func isNull(_ row: Int32, _ column: Int32) -> Bool { jobctl_PQgetisnull(handle, row, column) == 1 }
 
     /// The raw binary value of a cell (empty for NULL).
     fileprivate func bytes(_ row: Int32, _ column: Int32) -> [UInt8] {
-        let length = Int(PQgetlength(handle, row, column))
-        guard length > 0, let value = PQgetvalue(handle, row, column) else { return [] }
+        let length = Int(jobctl_PQgetlength(handle, row, column))
+        guard length > 0, let value = jobctl_PQgetvalue(handle, row, column) else { return [] }
         return value.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
     }
 }

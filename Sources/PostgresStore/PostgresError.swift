@@ -7,6 +7,8 @@ import Foundation
 public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The connection to `target` (redacted) could not be made; `message` is libpq's reason.
     case connectionFailed(target: String, message: String)
+    /// libpq, which jobctl loads at the first PostgreSQL connection, could not be loaded; `reason` is the loader's.
+    case libraryUnavailable(reason: String)
     /// The connection broke while running `sql`; `message` is libpq's reason.
     case connectionLost(message: String, sql: String?)
     /// The server refused or failed a statement: `sqlstate` is the five-character SQLSTATE
@@ -46,6 +48,9 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
         case .connectionFailed(let target, let message):
             return "cannot connect to PostgreSQL at \(target): \(Self.oneLine(message)); check the host, port, "
                 + "database and user in the URL, the password (in the URL, PGPASSWORD or ~/.pgpass), and that the server is running"
+        case .libraryUnavailable(let reason):
+            return "a PostgreSQL database needs libpq, which could not be loaded (\(Self.oneLine(reason))); install it "
+                + "(Debian: libpq5), or use an SQLite database (a file path for --db)"
         case .connectionLost(let message, let sql):
             return "the connection to PostgreSQL was lost: \(Self.oneLine(message))"
                 + (sql.map { " (while running `\(Self.abbreviate($0))`)" } ?? "")

@@ -39,8 +39,22 @@ final class CurlEngine: @unchecked Sendable {
     // @unchecked: `multi` is used only by the engine thread, except `curl_multi_wakeup`, which
     // libcurl documents as callable from any thread; `pending` is guarded by a mutex.
 
-    /// The process-wide engine.
-    static let shared = CurlEngine()
+    /// The process-wide engine, started (libcurl loaded, its thread running) at its first use, so a
+    /// command or a worker that moves no HTTP byte never loads libcurl. Throws when libcurl cannot be
+    /// loaded on this host: each exchange then fails with the reason, and nothing else is affected.
+    static var shared: CurlEngine {
+        get throws(TransferFailure) {
+            switch sharedEngine {
+            case .success(let engine): return engine
+            case .failure(let failure): throw failure
+            }
+        }
+    }
+
+    private static let sharedEngine: Result<CurlEngine, TransferFailure> = {
+        if let failure = CurlGlobal.failure { return .failure(.failed(StorageError(.internalError, failure))) }
+        return .success(CurlEngine())
+    }()
 
     /// Idle connections kept open for reuse. Generous: an idle socket costs one descriptor, while a
     /// full cache closes the oldest idle connection, and a worker talking to many hosts (or a test run
@@ -74,7 +88,7 @@ final class CurlEngine: @unchecked Sendable {
     init(threadName: String = "jobctl-curl") {
         CurlGlobal.initialise()
         // curl_multi_init only fails when malloc fails; there is no way to run transfers then.
-        guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
+        guard let multi = jobctl_curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
         self.multi = multi
         // Keep idle connections for reuse even when many hosts are in play: libcurl's default cache
         // is four per *currently added* handle, so sequential requests interleaved with other
@@ -96,7 +110,7 @@ final class CurlEngine: @unchecked Sendable {
         let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, options: options)
         // A stop wakes the engine thread, so the progress callback sees it now rather than after up to a
         // second asleep in `curl_multi_poll` (a rate-limited or stalled server sends nothing meanwhile).
-        let waker = control?.addWaker { [self] in curl_multi_wakeup(multi) }
+        let waker = control?.addWaker { [self] in jobctl_curl_multi_wakeup(multi) }
         defer { if let waker { control?.removeWaker(waker) } }
         let result: Result<HTTPResponse, TransferFailure> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
@@ -108,11 +122,11 @@ final class CurlEngine: @unchecked Sendable {
                     queue.append(exchange)
                     return queue.count == 1
                 }
-                if first { curl_multi_wakeup(multi) }
+                if first { jobctl_curl_multi_wakeup(multi) }
             }
         } onCancel: {
             exchange.taskCancelled.store(true, ordering: .relaxed)
-            curl_multi_wakeup(multi)
+            jobctl_curl_multi_wakeup(multi)
         }
         return try result.get()
     }
@@ -130,9 +144,9 @@ final class CurlEngine: @unchecked Sendable {
             for exchange in submitted {
                 do {
                     let easy = try exchange.start { idle.popLast() ?? newHandle() }
-                    let code = curl_multi_add_handle(multi, easy)
+                    let code = jobctl_curl_multi_add_handle(multi, easy)
                     guard code == CURLM_OK else {
-                        exchange.finish(code: CURLE_FAILED_INIT, cause: String(cString: curl_multi_strerror(code)))
+                        exchange.finish(code: CURLE_FAILED_INIT, cause: String(cString: jobctl_curl_multi_strerror(code)))
                         recycle(exchange, into: &idle)
                         continue
                     }
@@ -143,12 +157,12 @@ final class CurlEngine: @unchecked Sendable {
                 }
             }
             var running: Int32 = 0
-            checkMulti(curl_multi_perform(multi, &running), "curl_multi_perform")
+            checkMulti(jobctl_curl_multi_perform(multi, &running), "curl_multi_perform")
             var remaining: Int32 = 0
-            while let message = curl_multi_info_read(multi, &remaining) {
+            while let message = jobctl_curl_multi_info_read(multi, &remaining) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
                 let code = message.pointee.data.result
-                curl_multi_remove_handle(multi, easy)
+                jobctl_curl_multi_remove_handle(multi, easy)
                 guard let exchange = active.removeValue(forKey: easy) else { continue }
                 exchange.finish(code: code, cause: nil)
                 recycle(exchange, into: &idle)
@@ -161,13 +175,13 @@ final class CurlEngine: @unchecked Sendable {
             }
             // Sleeps until a socket is ready, curl's own timer fires, a submission wakes us, a paused
             // exchange may continue, or 1 s.
-            checkMulti(curl_multi_poll(multi, nil, 0, timeout, nil), "curl_multi_poll")
+            checkMulti(jobctl_curl_multi_poll(multi, nil, 0, timeout, nil), "curl_multi_poll")
         }
     }
 
     /// A new easy handle (engine thread), or nil when libcurl cannot allocate one.
     private func newHandle() -> UnsafeMutableRawPointer? {
-        guard let easy = curl_easy_init() else { return nil }
+        guard let easy = jobctl_curl_easy_init() else { return nil }
         handlesCreated.add(1, ordering: .relaxed)
         return easy
     }
@@ -179,10 +193,10 @@ final class CurlEngine: @unchecked Sendable {
     private func recycle(_ exchange: CurlExchange, into idle: inout [UnsafeMutableRawPointer]) {
         guard let (easy, reusable) = exchange.releaseHandle() else { return }
         guard reusable, idle.count < Self.idleHandleLimit else {
-            curl_easy_cleanup(easy)
+            jobctl_curl_easy_cleanup(easy)
             return
         }
-        curl_easy_reset(easy)
+        jobctl_curl_easy_reset(easy)
         idle.append(easy)
     }
 
@@ -190,20 +204,25 @@ final class CurlEngine: @unchecked Sendable {
     /// the loop keeps going (each exchange still completes or times out), but never spins hot.
     private func checkMulti(_ code: CURLMcode, _ call: String) {
         guard code != CURLM_OK, code != CURLM_CALL_MULTI_PERFORM else { return }
-        StandardStreams.write("jobctl: \(call) failed: \(String(cString: curl_multi_strerror(code)))\n", to: STDERR_FILENO)
+        StandardStreams.write("jobctl: \(call) failed: \(String(cString: jobctl_curl_multi_strerror(code)))\n", to: STDERR_FILENO)
         usleep(10_000)
     }
 }
 
-/// `curl_global_init` exactly once per process (https://curl.se/libcurl/c/curl_global_init.html).
+/// libcurl loaded (`jobctl_curl_load`, the shim's dlopen) and `curl_global_init` called, exactly once per
+/// process (https://curl.se/libcurl/c/curl_global_init.html).
 private enum CurlGlobal {
-    private static let initialised: Bool = {
-        curl_global_init(Int(CURL_GLOBAL_ALL)) == CURLE_OK
+    /// Nil when libcurl is ready, else why it cannot be used.
+    static let failure: String? = {
+        if let reason = jobctl_curl_load() {
+            return "libcurl could not be loaded, so no HTTP or gs:// transfer can run (install libcurl4): \(String(cString: reason))"
+        }
+        return jobctl_curl_global_init(Int(CURL_GLOBAL_ALL)) == CURLE_OK ? nil : "curl_global_init failed"
     }()
 
     static func initialise() {
-        // Failure here means libcurl cannot allocate its globals; nothing will work.
-        if !initialised { fatalError("curl_global_init failed") }
+        // An engine of a test's own, made where libcurl is installed: nothing can run without it.
+        if let failure { fatalError(failure) }
     }
 }
 
@@ -285,8 +304,8 @@ private final class CurlExchange: @unchecked Sendable {
     }
 
     deinit {
-        if let easy { curl_easy_cleanup(easy) }
-        if let headerList { curl_slist_free_all(headerList) }
+        if let easy { jobctl_curl_easy_cleanup(easy) }
+        if let headerList { jobctl_curl_slist_free_all(headerList) }
         errorBufferPointer.deallocate()
     }
 
@@ -359,7 +378,7 @@ private final class CurlExchange: @unchecked Sendable {
         // Headers. An empty `Expect:` stops curl waiting for a 100-continue the emulator never sends.
         var lines = request.headers
         lines.append("Expect:")
-        for line in lines { headerList = curl_slist_append(headerList, line) }
+        for line in lines { headerList = jobctl_curl_slist_append(headerList, line) }
         try check(jobctl_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList))
 
         // Method and request body.
@@ -401,8 +420,8 @@ private final class CurlExchange: @unchecked Sendable {
     /// The one place a `CURLcode` from setup is checked.
     private func check(_ code: CURLcode) throws(TransferFailure) {
         guard code != CURLE_OK else { return }
-        throw .failed(StorageError(.internalError, "libcurl refused an option: \(String(cString: curl_easy_strerror(code)))",
-                                   url: redactedURL(request.url), cause: String(cString: curl_easy_strerror(code))))
+        throw .failed(StorageError(.internalError, "libcurl refused an option: \(String(cString: jobctl_curl_easy_strerror(code)))",
+                                   url: redactedURL(request.url), cause: String(cString: jobctl_curl_easy_strerror(code))))
     }
 
     // MARK: Callbacks (engine thread)
@@ -490,7 +509,7 @@ private final class CurlExchange: @unchecked Sendable {
         guard wait == 0 else { return wait }
         pausedForRate = false
         // The callbacks may run (and pause again) inside this call.
-        _ = curl_easy_pause(easy, CURLPAUSE_CONT)
+        _ = jobctl_curl_easy_pause(easy, CURLPAUSE_CONT)
         return pausedForRate ? 1 : nil
     }
 
@@ -587,7 +606,7 @@ private final class CurlExchange: @unchecked Sendable {
         }
         guard code == CURLE_OK else {
             let detail = String(cString: errorBufferPointer)
-            let text = cause ?? (detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail)
+            let text = cause ?? (detail.isEmpty ? String(cString: jobctl_curl_easy_strerror(code)) : detail)
             var verifyResult = 0
             if code == CURLE_PEER_FAILED_VERIFICATION, let easy {
                 jobctl_curl_easy_getinfo_long(easy, CURLINFO_SSL_VERIFYRESULT, &verifyResult)
@@ -688,7 +707,7 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
                  trust: CertificateTrust = .systemDefault) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
-    let name = String(cString: curl_easy_strerror(curlCode))
+    let name = String(cString: jobctl_curl_easy_strerror(curlCode))
     let cause = "curl error \(code) (\(name)): \(text)"
     switch curlCode {
     case CURLE_COULDNT_CONNECT:

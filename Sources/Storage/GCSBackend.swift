@@ -23,14 +23,14 @@ import JobModel
 public struct GCSBackend: StorageBackend {
     /// Endpoint, credentials, chunk size, timeouts and trusted CAs.
     public let configuration: StorageConfiguration
-    private let engine: CurlEngine
+    /// The process-wide curl engine, started at the first exchange (not when the backend is made).
+    private var engine: CurlEngine { get throws(TransferFailure) { try CurlEngine.shared } }
     private let tokens: GCSTokenSource
 
     /// A backend talking to `configuration.gcsEndpoint` with the configured credentials, sharing the
     /// process-wide curl engine (one thread, one connection cache, for every backend).
     public init(configuration: StorageConfiguration) {
         self.configuration = configuration
-        self.engine = .shared
         self.tokens = GCSTokenSource(configuration: configuration)
     }
 

@@ -19,18 +19,28 @@ import JobModel
 public struct HTTPBackend: StorageBackend {
     /// Timeouts (connect, stall) and trusted CAs come from here; endpoints and tokens are not used.
     public let configuration: StorageConfiguration
-    private let engine: CurlEngine
+    /// A test's own engine; nil: the process-wide one.
+    private let ownEngine: CurlEngine?
+    /// The engine exchanges run on. The process-wide one starts (libcurl's globals, its thread) at the
+    /// first exchange, not when the backend is made: a worker or a command that moves no HTTP byte never
+    /// starts it.
+    private var engine: CurlEngine {
+        get throws(TransferFailure) {
+            if let ownEngine { return ownEngine }
+            return try CurlEngine.shared
+        }
+    }
 
     /// A backend for `http(s)://` references, sharing the process-wide curl engine.
     public init(configuration: StorageConfiguration) {
         self.configuration = configuration
-        self.engine = .shared
+        self.ownEngine = nil
     }
 
     /// A backend on its own curl engine (tests that time transfers, unaffected by other tests' exchanges).
     init(configuration: StorageConfiguration, engine: CurlEngine) {
         self.configuration = configuration
-        self.engine = engine
+        self.ownEngine = engine
     }
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
