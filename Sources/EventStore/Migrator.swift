@@ -11,8 +11,10 @@ enum Migrator {
         let version: Int
         let name: String
         let sql: String
-        /// SHA-256 (hex) of the SQL text, recorded in the ledger.
-        let checksum: String
+
+        /// SHA-256 (hex) of the SQL text, recorded in the ledger: computed when a migration is applied,
+        /// not for every open (the first digest initialises OpenSSL, ~1 ms of every command's start).
+        var checksum: String { Digest.sha256Hex(Data(sql.utf8)) }
     }
 
     /// Every migration this binary carries, in version order.
@@ -20,8 +22,7 @@ enum Migrator {
         .map { entry in
             // The plugin wrote this base64 itself from UTF-8 text; it cannot fail to decode.
             let bytes = Data(base64Encoded: entry.sqlBase64) ?? Data()
-            return Migration(version: entry.version, name: entry.name, sql: String(decoding: bytes, as: UTF8.self),
-                             checksum: Digest.sha256Hex(bytes))
+            return Migration(version: entry.version, name: entry.name, sql: String(decoding: bytes, as: UTF8.self))
         }
         .sorted { $0.version < $1.version }
 

@@ -92,13 +92,23 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
             throw unusable(variable, path, "does not exist")
         }
         guard !isDirectory.boolValue else { throw unusable(variable, path, "is a directory where a file is expected") }
-        guard let contents = FileManager.default.contents(atPath: path) else {
-            throw unusable(variable, path, "cannot be read")
+        guard let file = FileHandle(forReadingAtPath: path) else { throw unusable(variable, path, "cannot be read") }
+        defer { try? file.close() }
+        // Read until the first certificate (a system bundle starts with one), not the whole bundle: the
+        // check runs at every worker's start. The tail of each block is kept, so a marker across two
+        // blocks is found too.
+        let markers = [Data("-----BEGIN CERTIFICATE-----".utf8), Data("-----BEGIN TRUSTED CERTIFICATE-----".utf8)]
+        let keep = markers.map(\.count).max() ?? 0
+        var window = Data()
+        while true {
+            let block: Data
+            do { block = try file.read(upToCount: 64 * 1024) ?? Data() } catch { throw unusable(variable, path, "cannot be read") }
+            if block.isEmpty { break }
+            window.append(block)
+            if markers.contains(where: { window.range(of: $0) != nil }) { return }
+            window = Data(window.suffix(keep))
         }
-        guard contents.range(of: Data("-----BEGIN CERTIFICATE-----".utf8)) != nil
-                || contents.range(of: Data("-----BEGIN TRUSTED CERTIFICATE-----".utf8)) != nil else {
-            throw unusable(variable, path, "holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
-        }
+        throw unusable(variable, path, "holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
     }
 
     /// A readable directory holding at least one certificate under its subject-hash name (`1a2b3c4d.0`).

@@ -137,6 +137,29 @@ struct TLSTrustTests {
         }
     }
 
+    @Test("a CA file is read only up to its first certificate, wherever that lies; a marker across two reads counts")
+    func certificateFoundWhereverItLies() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let marker = "-----BEGIN CERTIFICATE-----"
+        // The check reads 64 KiB at a time: one marker right after 200 KB of comment lines, one cut by the
+        // first block's end, and a file that never has one.
+        let late = directory.file("late.pem")
+        try (String(repeating: "# a comment line of a long bundle\n", count: 6_000) + marker + "\nMIIB\n").write(toFile: late, atomically: true, encoding: .utf8)
+        let split = directory.file("split.pem")
+        try (String(repeating: "x", count: 64 * 1024 - 10) + marker + "\n").write(toFile: split, atomically: true, encoding: .utf8)
+        let none = directory.file("none.pem")
+        try String(repeating: "-----BEGIN CERTIFICATE----\n", count: 10_000).write(toFile: none, atomically: true, encoding: .utf8)
+        for path in [late, split] {
+            let trust = try StorageConfiguration.fromEnvironment(["SSL_CERT_FILE": path], localBucketsDirectory: "/tmp/buckets").certificateTrust
+            #expect(trust.caFile == path)
+        }
+        let error = #expect(throws: StorageError.self) {
+            try StorageConfiguration.fromEnvironment(["SSL_CERT_FILE": none], localBucketsDirectory: "/tmp/buckets")
+        }
+        #expect(error?.message.contains("holds no PEM certificate") == true, "\(error?.message ?? "")")
+    }
+
     @Test("a CA file that vanished after start fails the transfer with a clear, non-retryable error")
     func bundleRemovedAfterStart() async throws {
         let fixture = try Fixture()
