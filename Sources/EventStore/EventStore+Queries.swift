@@ -10,10 +10,12 @@ extension EventStore {
     }
 
     /// The state and requests of each of `ids` that exists, one prepared statement stepped per id in
-    /// one read (no spec decoded).
+    /// one read transaction (no spec decoded): one snapshot for all of them, so while other worker
+    /// processes commit, the connection's page cache is dropped and pages are read again once, not
+    /// before every id.
     public func controlStates(ids: [String]) throws(StoreError) -> [JobControlState] {
         guard !ids.isEmpty else { return [] }
-        return try withConnection { (connection) throws(StoreError) -> [JobControlState] in
+        return try readTransaction { (connection) throws(StoreError) -> [JobControlState] in
             var states: [JobControlState] = []
             states.reserveCapacity(ids.count)
             for id in ids {
