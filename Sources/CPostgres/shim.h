@@ -83,6 +83,14 @@ static inline struct jobctl_pq_api *jobctl_pq_table(void) {
     return &table;
 }
 
+static inline void jobctl_pq_resolve(void *library, void **slot, const char *name, struct jobctl_pq_api *api) {
+    *slot = dlsym(library, name);
+    if (*slot == NULL && api->failure == NULL) {
+        snprintf(api->failure_text, sizeof api->failure_text, "libpq.so.5 has no %s (libpq 14 or later is needed)", name);
+        api->failure = api->failure_text;
+    }
+}
+
 static inline void jobctl_pq_load_once(void) {
     struct jobctl_pq_api *api = jobctl_pq_table();
     /* RTLD_LOCAL: its symbols stay out of the global scope (nothing else links against them). */
@@ -93,12 +101,7 @@ static inline void jobctl_pq_load_once(void) {
         api->failure = api->failure_text;
         return;
     }
-#define JOBCTL_PQ_RESOLVE(type, name, params, args) \
-    *(void **)&api->name = dlsym(library, #name); \
-    if (api->name == NULL && api->failure == NULL) { \
-        snprintf(api->failure_text, sizeof api->failure_text, "libpq.so.5 has no %s (libpq 14 or later is needed)", #name); \
-        api->failure = api->failure_text; \
-    }
+#define JOBCTL_PQ_RESOLVE(type, name, params, args) jobctl_pq_resolve(library, (void **)&api->name, #name, api);
     JOBCTL_PQ_FUNCTIONS(JOBCTL_PQ_RESOLVE)
 #undef JOBCTL_PQ_RESOLVE
 }
