@@ -31,8 +31,9 @@ public struct WorkerConfiguration: Sendable {
     /// pause and cancel at once, and are rescued like any running job when the worker dies.
     ///
     /// This is the buffer while jobs finish slowly. When they finish fast, it grows to what finished in
-    /// the last `claimAheadHorizonMs` (up to four times this, at most 64), so a claim's round trip does not leave
-    /// slots idle; held jobs then wait a few milliseconds, not long enough to matter to other workers.
+    /// the last `claimAheadHorizonMs` (up to sixteen times this, at most 256), so a claim's round trip
+    /// does not leave slots idle; held jobs then wait a few milliseconds, not long enough to matter to
+    /// other workers.
     public var claimAhead: Int
     /// How long an attempt's `started` event may wait to be written with the attempt's next event (its
     /// first progress or its end, in one commit) while its transfer runs; nil: written before the
@@ -367,18 +368,28 @@ public final class WorkerPool: Sendable {
     static let claimAheadHorizonMs: Int64 = 100
 
     /// The claim-ahead buffer for a configured one and the runs finished lately: what finished, at least
-    /// the configured buffer, and grown at most to four times it or `claimAheadCeiling`, whichever is
-    /// smaller (none when none is configured; a configured buffer above the ceiling does not grow).
+    /// the configured buffer, and grown at most to `claimAheadGrowth` times it or `claimAheadCeiling`,
+    /// whichever is smaller (none when none is configured; a configured buffer above the ceiling does
+    /// not grow).
     static func claimAheadSize(configured: Int, recentFinishes: Int) -> Int {
         guard configured > 0 else { return 0 }
-        let grown = min(recentFinishes, 4 * configured, claimAheadCeiling)
+        let grown = min(recentFinishes, claimAheadGrowth * configured, claimAheadCeiling)
         return max(configured, grown)
     }
 
-    /// How far the buffer grows by itself. Every held job costs memory (a worker at concurrency 64
-    /// holding 256 ran ~20 MiB larger than one holding 64, BENCHMARKS.md); `--claim-ahead` sets a larger
-    /// buffer where memory allows.
-    static let claimAheadCeiling = 64
+    /// How many times the configured buffer it may grow to by itself.
+    ///
+    /// The buffer has to outlast a claim's round trip: a claim is asked for when half of it is left,
+    /// and its jobs arrive once its commit is synced — behind the other processes' commits when several
+    /// share the log. At four times (a 16-slot worker held at most 64), a 16-slot worker draining tiny
+    /// jobs found no held job at ~42 % of its slot turns (~13 % at sixteen times) and spent 11–16 %
+    /// more CPU a job than a 64-slot one (BENCHMARKS.md, "Claiming further ahead").
+    static let claimAheadGrowth = 16
+
+    /// How far the buffer grows by itself. A held job costs ~16 KiB (a worker at concurrency 64
+    /// holding 256 peaked ~3 MiB above one holding 64) and, when transfers turn out long, waits up to
+    /// `holdLimitMs` before it is released to other workers; `--claim-ahead` sets a larger buffer.
+    static let claimAheadCeiling = 256
 
     private func claim(limit: Int, now: Int64) async throws -> Int {
         let config = configuration

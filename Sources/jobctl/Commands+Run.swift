@@ -30,7 +30,7 @@ extension Commands {
         Claiming ahead: besides the jobs it runs (--concurrency), a worker holds up to --claim-ahead more,
         claimed and leased, and starts one the moment a transfer returns, so claims share commits with other
         jobs' outcomes. While jobs finish fast the buffer grows to what finished in the last 100 ms (up to
-        four times --claim-ahead, at most 64: held jobs cost memory); it claims ahead only while every
+        sixteen times --claim-ahead, at most 256: held jobs cost memory); it claims ahead only while every
         running transfer started less than a second ago, and gives a held job back after a third of the
         lease. --claim-ahead 0 claims only for free slots: for long transfers shared by many workers.
 

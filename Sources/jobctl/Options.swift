@@ -125,7 +125,7 @@ enum Options {
     static let concurrency = Option<Int>.integer("concurrency", short: "c", range: 1...256, help: "Transfers at once, default 4")
     static let claimAhead = Option<Int>.integer(
         "claim-ahead", range: 0...1_024,
-        help: "Jobs held claimed beyond the free slots (default --concurrency, grown up to 4× but at most 64 while jobs finish fast; 0: none)")
+        help: "Jobs held claimed beyond the free slots (default --concurrency, grown up to 16× but at most 256 while jobs finish fast; 0: none)")
     static let workerQueue = Option<String>("queue", value: "name", repeatable: true,
                                             help: "Only take jobs from this queue; repeatable (default: all queues).")
     static let drain = Flag("drain", help: "Exit once no job is queued or running (paused jobs do not hold it); exit 2 if a job it ran failed.")

@@ -100,16 +100,18 @@ private final class GatedBackend: StorageBackend {
     }
 
     /// The buffer is the configured one while jobs finish slowly and what finished lately when more did,
-    /// grown to at most four times the configured one or the ceiling (64), whichever is smaller; a
+    /// grown to at most sixteen times the configured one or the ceiling (256), whichever is smaller; a
     /// configured buffer above the ceiling stays as it is; none when none is configured.
     @Test func theClaimAheadBufferFollowsRecentFinishes() {
         #expect(WorkerPool.claimAheadSize(configured: 16, recentFinishes: 0) == 16)
         #expect(WorkerPool.claimAheadSize(configured: 16, recentFinishes: 15) == 16)
         #expect(WorkerPool.claimAheadSize(configured: 16, recentFinishes: 40) == 40)
-        #expect(WorkerPool.claimAheadSize(configured: 16, recentFinishes: 5_000) == 64)
-        #expect(WorkerPool.claimAheadSize(configured: 4, recentFinishes: 5_000) == 16)
-        #expect(WorkerPool.claimAheadSize(configured: 64, recentFinishes: 5_000) == 64)
-        #expect(WorkerPool.claimAheadSize(configured: 256, recentFinishes: 5_000) == 256)
+        #expect(WorkerPool.claimAheadSize(configured: 16, recentFinishes: 200) == 200)
+        #expect(WorkerPool.claimAheadSize(configured: 16, recentFinishes: 5_000) == 256)
+        #expect(WorkerPool.claimAheadSize(configured: 4, recentFinishes: 5_000) == 64)
+        #expect(WorkerPool.claimAheadSize(configured: 1, recentFinishes: 5_000) == 16)
+        #expect(WorkerPool.claimAheadSize(configured: 64, recentFinishes: 5_000) == 256)
+        #expect(WorkerPool.claimAheadSize(configured: 300, recentFinishes: 5_000) == 300)
         #expect(WorkerPool.claimAheadSize(configured: 0, recentFinishes: 5_000) == 0)
     }
 
