@@ -162,6 +162,8 @@ public final class WorkerPool: Sendable {
     private let backend: any StorageBackend
     private let state = Mutex(State())
     private let wakeup = Wakeup()
+    /// The jobs' tasks not ended yet (see `launch`).
+    private let jobTasks = JobTasks()
     private let sweeper: OrphanSweeper
     /// Where every transition the pool makes is reported.
     public let log: WorkerLog
@@ -315,6 +317,9 @@ public final class WorkerPool: Sendable {
             await wakeup.wait(milliseconds: config.pollIntervalMs)
         }
         if config.drain && !isShuttingDown { await sweeper.sweepIfDue(now: Clock.nowMs(), force: true) }
+        // Every run has reported; its task may still be on its last statements. Once none is left, no
+        // task holds the pool or the store (see `launch`). Not when runs outlived the shutdown's grace.
+        if state.withLock({ $0.running.isEmpty }) { await jobTasks.untilNone() }
         var summary = state.withLock { $0.summary }
         let stats = store.groupCommitStats
         summary.groupCommits = stats.commits
@@ -442,11 +447,36 @@ public final class WorkerPool: Sendable {
     }
 
     /// Runs the attempt; its outcome comes back through `finished`.
+    ///
+    /// The task holds the pool weakly and takes its runner out of a box, so what it captured cannot keep
+    /// the pool — or, through the runner's sink, the store — alive once its run is over: a task releases
+    /// its captures only after its last statement. `run()` waits for `jobTasks` to reach zero, so when
+    /// it returns no job's task holds either, and the command that ends the worker releases the store
+    /// (and so closes the database: a checkpoint, the WAL removed) before the process exits. Before,
+    /// the last job's task could still hold them then, and about one drain in six left its WAL behind.
     private func launch(_ jobID: String, _ runner: TaskRunner) {
-        Task {
-            let outcome = await runner.run()
-            self.finished(jobID, outcome: outcome)
+        let handOver = RunnerHandOver(runner)
+        let jobTasks = jobTasks
+        jobTasks.enter()
+        Task { [weak self] in
+            await Self.runJob(jobID, handOver, reportingTo: self)
+            jobTasks.leave()
         }
+    }
+
+    /// The body of a job's task (see `launch`): its locals end with it, before the task's last statement.
+    private static func runJob(_ jobID: String, _ handOver: RunnerHandOver, reportingTo pool: WorkerPool?) async {
+        guard let runner = handOver.take() else { return }
+        let outcome = await runner.run()
+        pool?.finished(jobID, outcome: outcome)
+    }
+
+    /// A runner handed to the task that runs it (see `launch`).
+    private final class RunnerHandOver: Sendable {
+        private let runner: Mutex<TaskRunner?>
+        init(_ runner: TaskRunner) { self.runner = Mutex(runner) }
+        /// The runner, once; nil after.
+        func take() -> TaskRunner? { runner.withLock { runner in defer { runner = nil }; return runner } }
     }
 
     /// Until when this worker's lease on `jobID` holds, as far as it knows (claim or last heartbeat).

@@ -184,8 +184,15 @@ private func workerLog(_ arguments: ParsedArguments, _ context: Context) throws 
 func blockingRun<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
     let box = ResultBox<T>()
     let semaphore = DispatchSemaphore(value: 0)
-    Task {
+    let work = Task {
         do { box.result = .success(try await body()) } catch { box.result = .failure(error) }
+    }
+    // Signalled once the work's task has ended, not from inside it: a task releases what it captured
+    // (`body`, and through it a worker's pool and store) only after its last statement, so a signal
+    // from inside let the caller return, and the process exit, while the store was still held — its
+    // database then never closed.
+    Task {
+        await work.value
         semaphore.signal()
     }
     semaphore.wait()
