@@ -26,9 +26,6 @@ final class JobTasks: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Tasks started and not ended.
-    var count: Int { state.withLock { $0.count } }
-
     /// Returns once no task is left (at once when none is).
     func untilNone() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
