@@ -242,7 +242,7 @@ def report(samples_path, meta_path, out_path):
     if epj:
         extra.append(f"| jobctl events per job (whole history) | {fmt(statistics.median(epj))} | ≥ 3 |")
     # Issue 9 target 1: four worker processes drain no less than one. Each run drains with one worker,
-    # then at once with four: a run's own ratio leaves out the machine's drift between runs.
+    # then right after with four: a run's own ratio leaves out the machine's drift between runs.
     one = samples.get(("drain-memory", "jobctl", "jobs_per_s"))
     four = samples.get(("drain-memory4", "jobctl", "jobs_per_s"))
     if one and four:
