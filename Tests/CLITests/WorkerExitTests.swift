@@ -11,12 +11,6 @@ struct WorkerExitTests {
         (try? FileManager.default.attributesOfItem(atPath: workspace.database + "-wal"))?[.size] as? Int
     }
 
-    /// 300 small jobs: enough commits to leave a WAL of several hundred KiB behind an unclosed database.
-    private static func submitJobs(_ workspace: CLIWorkspace) throws {
-        let jobs = (0..<300).map { "- {kind: upload-data, data: \"job \($0)\", destination: \"file://exit/o\($0).txt\"}" }
-        _ = try workspace.submit(jobs.joined(separator: "\n"))
-    }
-
     /// Eight drains in a row: the last job's task could still hold the pool (and the store) when the
     /// worker returned, and then the process exited before the database was closed — in about one
     /// drain of six, so one drain alone often passed.
@@ -25,11 +19,11 @@ struct WorkerExitTests {
         let workspace = try CLIWorkspace("worker-exit-drain")
         defer { workspace.directory.remove() }
         for round in 0..<8 {
-            let jobs = (0..<100).map { "- {kind: upload-data, data: \"job \(round) \($0)\", destination: \"file://exit/r\(round)-\($0).txt\"}" }
+            let jobs = (0..<300).map { "- {kind: upload-data, data: \"job \(round) \($0)\", destination: \"file://exit/r\(round)-\($0).txt\"}" }
             _ = try workspace.submit(jobs.joined(separator: "\n"))
             let drained = try workspace.jobctl(["worker", "--drain", "--concurrency", "8"])
             #expect(drained.status == 0, "\(drained.stderr)")
-            #expect(drained.stderr.contains("worker_stopped claimed=100 succeeded=100"), "\(drained.stderr)")
+            #expect(drained.stderr.contains("worker_stopped claimed=300 succeeded=300"), "\(drained.stderr)")
             #expect(Self.walSize(workspace) == nil,
                     "drain \(round + 1): the worker's database was not closed: a WAL of \(Self.walSize(workspace) ?? 0) bytes is left")
         }
@@ -37,35 +31,41 @@ struct WorkerExitTests {
         #expect(replay.status == 0, "\(replay.stdout)\(replay.stderr)")
     }
 
+    /// Five stops in a row, for the same reason as the drains above (one stop alone left its WAL in
+    /// about one run of three).
     @Test("a worker stopped with SIGTERM leaves no WAL behind")
     func sigtermRemovesTheWAL() throws {
         let workspace = try CLIWorkspace("worker-exit-term")
         defer { workspace.directory.remove() }
-        try Self.submitJobs(workspace)
-        let logPath = workspace.directory.file("worker.log")
-        #expect(FileManager.default.createFile(atPath: logPath, contents: nil), "could not create a file the test needs")
-        let logFile = try #require(FileHandle(forWritingAtPath: logPath))
-        defer { try? logFile.close() }
-        let worker = Process()
-        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        worker.arguments = ["--db", workspace.database, "worker", "--concurrency", "4"]
-        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
-                              "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
-        worker.standardOutput = FileHandle.nullDevice
-        worker.standardError = logFile
-        try worker.run()
-        defer {
-            signalIfRunning(worker, SIGKILL)
+        for round in 0..<5 {
+            let jobs = (0..<100).map { "- {kind: upload-data, data: \"job \(round) \($0)\", destination: \"file://exit/t\(round)-\($0).txt\"}" }
+            _ = try workspace.submit(jobs.joined(separator: "\n"))
+            let logPath = workspace.directory.file("worker-\(round).log")
+            #expect(FileManager.default.createFile(atPath: logPath, contents: nil), "could not create a file the test needs")
+            let logFile = try #require(FileHandle(forWritingAtPath: logPath))
+            defer { try? logFile.close() }
+            let worker = Process()
+            worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+            worker.arguments = ["--db", workspace.database, "worker", "--concurrency", "4"]
+            worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
+                                  "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+            worker.standardOutput = FileHandle.nullDevice
+            worker.standardError = logFile
+            try worker.run()
+            defer {
+                signalIfRunning(worker, SIGKILL)
+                worker.waitUntilExit()
+            }
+            func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+            try #require(eventuallyTrue(seconds: 20) { log().contains(" started ") }, "stop \(round + 1): no job started:\n\(log())")
+            #expect(Self.walSize(workspace) != nil, "a running worker has a WAL")
+            signalIfRunning(worker, SIGTERM)
             worker.waitUntilExit()
+            #expect(worker.terminationStatus == 0, "\(log())")
+            #expect(log().contains(" signal_received "), "\(log())")
+            #expect(Self.walSize(workspace) == nil,
+                    "stop \(round + 1): the worker's database was not closed: a WAL of \(Self.walSize(workspace) ?? 0) bytes is left")
         }
-        func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
-        try #require(eventuallyTrue(seconds: 20) { log().contains(" started ") }, "no job started:\n\(log())")
-        #expect(Self.walSize(workspace) != nil, "a running worker has a WAL")
-        signalIfRunning(worker, SIGTERM)
-        worker.waitUntilExit()
-        #expect(worker.terminationStatus == 0, "\(log())")
-        #expect(log().contains(" signal_received "), "\(log())")
-        #expect(Self.walSize(workspace) == nil, "the worker's database was not closed: a WAL of \(Self.walSize(workspace) ?? 0) bytes is left")
         let replay = try workspace.jobctl(["replay", "--verify"])
         #expect(replay.status == 0, "\(replay.stdout)\(replay.stderr)")
     }
