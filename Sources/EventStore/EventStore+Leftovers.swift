@@ -42,9 +42,12 @@ extension EventStore {
         ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
-    /// The resume points of the unfinished jobs, through `jobs_claim` (its first column is the state):
-    /// the states are named, not excluded, so the finished jobs are never read.
+    /// The resume points of the unfinished jobs, through `jobs_resume_points` (schema 11), which holds
+    /// only the jobs that have one: through `jobs_claim` every queued job was read to find the few
+    /// (~1.3 ms of each worker's start with 10,000 queued). The states are named, not excluded, and the
+    /// index is named as the claim names its own: the condition must stay written exactly so.
     static let unfinishedResumePointsSQL = """
-        SELECT id, resume_point FROM jobs WHERE state IN ('queued', 'running', 'paused') AND resume_point IS NOT NULL
+        SELECT id, resume_point FROM jobs INDEXED BY jobs_resume_points
+        WHERE state IN ('queued', 'running', 'paused') AND resume_point IS NOT NULL
         """
 }

@@ -49,32 +49,38 @@ extension EventStore {
         }
     }
 
-    /// Among the `limit` newest queued jobs, exactly those whose `submitted` payload (the spec, with the
-    /// payload's version) contains `text` (ASCII letters without case), newest first: SQLite matches the
-    /// text, so a spec that cannot match is never decoded (a worker's start-up look for `gs://` jobs
-    /// costs little however long the queue is).
+    /// Among the next `limit` queued jobs in claim order (priority, then run-after, then submission: the
+    /// jobs a worker takes first), exactly those whose `submitted` payload (the spec, with the payload's
+    /// version) contains `text` (ASCII letters without case), in that order. SQLite matches the text, so
+    /// a spec that cannot match is never decoded, and the window comes from `jobs_queued_claim_order` as
+    /// it stands, so the look costs the same however long the queue is (a worker's start-up look for
+    /// `gs://` jobs).
     ///
-    /// The window of newest jobs is joined to their `submitted` events (the event's seq is the job's)
-    /// and matched with `LIKE`, which ignores ASCII case as it walks the text: `instr(lower(…))` copied
-    /// every payload to lower it, and a lookup of the event per job row cost as much again (~60 → ~20 ms
-    /// for 10,000 queued jobs, BENCHMARKS.md). `%`, `_` and `\` in `text` are escaped: matched as written.
-    public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
-        let parameters: [SQLiteValue] = [.text(JobState.queued.rawValue), .int(max(0, limit)), .text(Self.likePattern(containing: text))]
+    /// The window's `submitted` events (an event's seq is its job's) are matched with `LIKE`, which
+    /// ignores ASCII case as it walks the text. The window was the newest queued jobs before, which no
+    /// index hands out in order: SQLite read and sorted every queued row, ~12 ms of every worker's start
+    /// with 10,000 jobs queued, four times over for four processes (BENCHMARKS.md). `%`, `_` and `\` in
+    /// `text` are escaped: matched as written.
+    public func nextQueuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
+        let parameters: [SQLiteValue] = [.int(max(0, limit)), .text(Self.likePattern(containing: text))]
         return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
-            try connection.query(Self.queuedJobsSQL, parameters) { (row) throws(StoreError) in
+            try connection.query(Self.nextQueuedJobsSQL, parameters) { (row) throws(StoreError) in
                 try JobRecord(row: row, specs: connection.decodedSpecs)
             }
         }
     }
 
-    /// The statement of `queuedJobs(limit:specMentioning:)`: the state, the limit, the `LIKE` pattern.
-    static let queuedJobsSQL = """
+    /// The statement of `nextQueuedJobs(limit:specMentioning:)`: the limit, the `LIKE` pattern. The window
+    /// reads only the claim-order index (it holds `seq`); the state is written out, so the partial
+    /// index applies.
+    static let nextQueuedJobsSQL = """
         SELECT \(JobRecord.selectColumns) FROM jobs
-        WHERE jobs.id IN (SELECT newest.id
-                          FROM (SELECT id, seq FROM jobs WHERE state = ? ORDER BY created_at_ms DESC, seq DESC LIMIT ?) AS newest
-                          JOIN events ON events.seq = newest.seq
+        WHERE jobs.id IN (SELECT events.job_id
+                          FROM (SELECT seq FROM jobs INDEXED BY jobs_queued_claim_order WHERE state = 'queued'
+                                ORDER BY priority DESC, run_after_ms, seq LIMIT ?) AS next
+                          JOIN events ON events.seq = next.seq
                           WHERE events.data LIKE ? ESCAPE '\\')
-        ORDER BY jobs.created_at_ms DESC, jobs.seq DESC
+        ORDER BY jobs.priority DESC, jobs.run_after_ms, jobs.seq
         """
 
     /// A `LIKE` pattern (escape character `\`) matching any text that contains `text`.

@@ -43,8 +43,9 @@ extension PostgresStore {
         }
     }
 
-    /// Among the `limit` newest queued jobs, exactly those whose `submitted` event's text (the spec with
-    /// the payload's version) contains `text`, ASCII letters compared without case, newest first.
+    /// Among the next `limit` queued jobs in claim order (priority, then run-after, then submission: the
+    /// jobs a worker takes first), exactly those whose `submitted` event's text (the spec with the
+    /// payload's version) contains `text`, ASCII letters compared without case, in that order.
     ///
     /// The server matches the stored text before anything else is read, so a spec that cannot match is
     /// neither parsed as JSON on the server nor sent nor decoded here. Every worker process asks this
@@ -52,31 +53,33 @@ extension PostgresStore {
     /// parsed, sent and decoded up to 10,000 specs per process — with four processes draining 10,000
     /// jobs, ~0.9 s of the server's statement time, more than a fifth of the whole drain's
     /// (BENCHMARKS.md, PostgreSQL). `lower()` under the "C" collation lowers exactly the ASCII
-    /// capitals, as SQLite's `lower()` does, whatever the database's own collation.
+    /// capitals, as SQLite's `lower()` does, whatever the database's own collation. The window comes
+    /// from the partial index `jobs_queued_claim_order` in its order, so its cost does not grow with the
+    /// queue (the newest queued jobs, the window before, were sorted from every queued row).
     ///
     /// The candidates are joined to their `submitted` events (not matched in a sub-select per job, which
     /// the planner costs above `jit_above_cost` at 10,000 jobs), and the statement runs with `jit = off`:
     /// compiling it took ~150 ms of its ~250 ms (EXPLAIN ANALYZE), for a statement run once per process.
-    /// 10,000 queued jobs without `gs:` then take ~25 ms instead of ~215 ms.
-    public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
-        let query = Self.queuedJobsSQL
-        let parameters: [PostgresValue] = [.text(JobState.queued.rawValue), .int(max(0, limit)), .text(Self.asciiLowercased(text))]
+    public func nextQueuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
+        let query = Self.nextQueuedJobsSQL
+        let parameters: [PostgresValue] = [.int(max(0, limit)), .text(Self.asciiLowercased(text))]
         return try transaction(Self.withoutJIT) { (connection) throws(StoreError) -> [JobRecord] in
             try connection.rows(query, parameters) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
         }
     }
 
-    /// The statement of `queuedJobs(limit:specMentioning:)`: $1 the state, $2 the limit, $3 the text.
-    static let queuedJobsSQL = """
+    /// The statement of `nextQueuedJobs(limit:specMentioning:)`: $1 the limit, $2 the text.
+    static let nextQueuedJobsSQL = """
             SELECT \(JobRecord.postgresSelectColumns) FROM jobs
-            WHERE jobs.id IN (SELECT newest.id
-                              FROM (SELECT id, seq FROM jobs WHERE state = $1 ORDER BY created_at_ms DESC, seq DESC LIMIT $2) AS newest
-                              JOIN events ON events.seq = newest.seq
-                              WHERE strpos(lower(events.data COLLATE "C"), $3) > 0)
-            ORDER BY jobs.created_at_ms DESC, jobs.seq DESC
+            WHERE jobs.id IN (SELECT events.job_id
+                              FROM (SELECT seq FROM jobs WHERE state = 'queued'
+                                    ORDER BY priority DESC, run_after_ms, seq LIMIT $1) AS next
+                              JOIN events ON events.seq = next.seq
+                              WHERE strpos(lower(events.data COLLATE "C"), $2) > 0)
+            ORDER BY jobs.priority DESC, jobs.run_after_ms, jobs.seq
             """
 
-    /// How `queuedJobs(limit:specMentioning:)` begins: a transaction whose statements the server does
+    /// How `nextQueuedJobs(limit:specMentioning:)` begins: a transaction whose statements the server does
     /// not compile to machine code (`SET LOCAL` ends with it; a read-only store's session stays
     /// read-only).
     static let withoutJIT = ["BEGIN ISOLATION LEVEL READ COMMITTED", "SET LOCAL jit = off"]
@@ -298,7 +301,8 @@ extension PostgresStore {
         ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
-    /// The resume points of the unfinished jobs, the states named so an index on the state serves it.
+    /// The resume points of the unfinished jobs, through the partial index `jobs_resume_points` (schema
+    /// 12), which holds only the jobs that have one; the condition stays written exactly so.
     static let unfinishedResumePointsSQL = """
         SELECT id, resume_point FROM jobs WHERE state IN ('queued', 'running', 'paused') AND resume_point IS NOT NULL
         """

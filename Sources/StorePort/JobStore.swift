@@ -179,11 +179,12 @@ public protocol JobStore: AnyObject, Sendable {
 
     // MARK: Start-up checks
 
-    /// Among the `limit` newest queued jobs (newest first), at least every one whose stored spec text
-    /// contains `text` (ASCII letters compared without case); a store may return more, never fewer. For
-    /// a cheap look at a long queue: a store that can match the text before decoding a spec skips the
-    /// specs that cannot match.
-    func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord]
+    /// Among the next `limit` queued jobs in claim order (priority, then run-after, then submission), at
+    /// least every one whose stored spec text contains `text` (ASCII letters compared without case), in
+    /// that order; a store may return more, never fewer. For a cheap look at a long queue: a store that
+    /// can match the text before decoding a spec skips the specs that cannot match, and one that keeps
+    /// the queue in claim order reads only the window.
+    func nextQueuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord]
 }
 
 /// One event as stored in the log, without decoding its data: for copying a log between stores.
@@ -246,9 +247,16 @@ extension JobStore {
         return results
     }
 
-    /// Every one of the `limit` newest queued jobs: a superset of those whose spec mentions `text`.
-    public func queuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
-        try jobs(filter: JobFilter(states: [.queued], limit: limit))
+    /// Every one of the next `limit` queued jobs in claim order: a superset of those whose spec mentions
+    /// `text`. (Reads every queued job: the stores override it.)
+    public func nextQueuedJobs(limit: Int, specMentioning text: String) throws(StoreError) -> [JobRecord] {
+        let queued = try jobs(filter: JobFilter(states: [.queued]))
+        let inClaimOrder = queued.sorted { a, b in
+            if a.priority != b.priority { return a.priority > b.priority }
+            if a.runAfterMs != b.runAfterMs { return a.runAfterMs < b.runAfterMs }
+            return a.seq < b.seq
+        }
+        return Array(inClaimOrder.prefix(max(0, limit)))
     }
 
     /// Pauses a job: a queued job is `paused` at once; a running job gets `pause_requested` and its

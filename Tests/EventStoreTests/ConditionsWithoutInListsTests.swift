@@ -70,7 +70,8 @@ struct ConditionsWithoutInListsTests {
                 row.text(0)
             }
         }
+        // Schema 11 adds `jobs_resume_points`.
         #expect(indexes == ["jobs_batch", "jobs_claim", "jobs_created", "jobs_finished", "jobs_finished_by_kind",
-                            "jobs_queued_claim_order", "sqlite_autoindex_jobs_1", "sqlite_autoindex_jobs_2"])
+                            "jobs_queued_claim_order", "jobs_resume_points", "sqlite_autoindex_jobs_1", "sqlite_autoindex_jobs_2"])
     }
 }

@@ -59,6 +59,7 @@ struct MigrationTests {
             "8 spec_and_result_once c0a4d975c1085017ef676ff784cff47a1ce7cb62ec3cd3ab75c649a1f7f95ca9",
             "9 conditions_without_in_lists 21223ad6c6a75804c02e29113ede56e09b7986c269df3608b0000bdb38f3f4d7",
             "10 lease_in_the_job_row 6cd983efb70ec6d5128fdb1deaa008a1c4b6dcf63dd1c62ce6bdbbd7a6359cc4",
+            "11 resume_points_index cef5dda8d67033749b97732288e421aca24b5fa6f918c2bd21ee7e4f41ecf162",
         ])
     }
 

@@ -41,7 +41,7 @@ struct OutcomeIndexTests {
         }
     }
 
-    @Test("the orphan sweep finds finished download-file and file:// upload jobs by kind and time, unfinished ones by state", arguments: Engine.allCases)
+    @Test("the orphan sweep finds finished download-file and file:// upload jobs by kind and time, unfinished ones among those with a resume point", arguments: Engine.allCases)
     func sweepSearchesByKind(engine: Engine) throws {
         let fixture = try StoreFixture("store-sweep-index", engine: engine)
         defer { fixture.remove() }
@@ -56,7 +56,7 @@ struct OutcomeIndexTests {
                 })
             }
             #expect(plans.allSatisfy { !$0.contains("SCAN jobs") }, "\(plans)")
-            #expect(plans[1].contains("jobs_claim"), "\(plans[1])")
+            #expect(plans[1].contains("jobs_resume_points"), "\(plans[1])")
         case .postgres:
             let store = try #require(fixture.store as? PostgresStore)
             for (sql, values) in [(PostgresStore.finishedLeftoverSQL, [PostgresValue.integer(0)]), (PostgresStore.unfinishedResumePointsSQL, [])] {
@@ -66,6 +66,7 @@ struct OutcomeIndexTests {
                     return try connection.rows("EXPLAIN " + sql, values) { (row) throws(StoreError) in try row.string(0) }.joined(separator: "\n")
                 })
             }
+            #expect(plans[1].contains("jobs_resume_points"), "\(plans[1])")
         }
         #expect(plans[0].contains("jobs_finished_by_kind"), "\(plans[0])")
         // The queries still run and select what they did (LeftoverTests check which files they find).

@@ -9,7 +9,7 @@ import TestSupport
 /// and reading every queued job's spec was a fifth of a four-process drain's server time).
 @Suite("PostgreSQL queued jobs by spec text")
 struct PostgresQueuedSpecScanTests {
-    @Test("only the queued jobs whose submitted text mentions the text come back, newest first, ASCII case ignored")
+    @Test("only the queued jobs whose submitted text mentions the text come back, in claim order, ASCII case ignored")
     func matchedOnTheServer() throws {
         let fixture = try PostgresFixture("queued-spec-scan")
         let store = try PostgresStore(url: fixture.url, mode: .create)
@@ -21,24 +21,43 @@ struct PostgresQueuedSpecScanTests {
         #expect(try store.claim(owner: "w", queues: nil, limit: 1, leaseMs: 60_000, now: 600).map(\.record.id) == [claimed])
         var expected: [String] = []
         for (k, source) in ["gs://bucket/a.txt", "GS://bucket/b.txt", "file://m/gs:notes.txt", "file://m/Gs:caps.txt"].enumerated() {
-            expected.insert(try store.submit([JobSpec(kind: .downloadMemory, source: source, maxSize: 1024)],
-                                             actor: "cli:test", now: 2_000 + Int64(k))[0].id, at: 0)
+            expected.append(try store.submit([JobSpec(kind: .downloadMemory, source: source, maxSize: 1024)],
+                                             actor: "cli:test", now: 2_000 + Int64(k))[0].id)
         }
-        let found = try store.queuedJobs(limit: 10_000, specMentioning: "GS:")
+        let found = try store.nextQueuedJobs(limit: 10_000, specMentioning: "GS:")
         #expect(found.map(\.id) == expected)
-        #expect(found.map(\.spec.source) == ["file://m/Gs:caps.txt", "file://m/gs:notes.txt", "GS://bucket/b.txt", "gs://bucket/a.txt"])
+        #expect(found.map(\.spec.source) == ["gs://bucket/a.txt", "GS://bucket/b.txt", "file://m/gs:notes.txt", "file://m/Gs:caps.txt"])
         #expect(found.allSatisfy { $0.state == .queued })
-        // Only the `limit` newest queued jobs are looked at.
-        #expect(try store.queuedJobs(limit: 2, specMentioning: "gs:").map(\.id) == Array(expected.prefix(2)))
-        #expect(try store.queuedJobs(limit: 0, specMentioning: "gs:").isEmpty)
-        #expect(try store.queuedJobs(limit: 10_000, specMentioning: "nowhere-in-any-spec").isEmpty)
+        // Only the `limit` next queued jobs are looked at: the 300 plain ones come first.
+        #expect(try store.nextQueuedJobs(limit: 302, specMentioning: "gs:").map(\.id) == Array(expected.prefix(2)))
+        #expect(try store.nextQueuedJobs(limit: 300, specMentioning: "gs:").isEmpty)
+        #expect(try store.nextQueuedJobs(limit: 0, specMentioning: "gs:").isEmpty)
+        #expect(try store.nextQueuedJobs(limit: 10_000, specMentioning: "nowhere-in-any-spec").isEmpty)
+        // A job of higher priority is taken first, so it is looked at first, though submitted last.
+        let urgent = try store.submit([JobSpec(kind: .downloadMemory, source: "gs://bucket/urgent.txt", maxSize: 1024, priority: 5)],
+                                      actor: "cli:test", now: 3_000)[0].id
+        #expect(try store.nextQueuedJobs(limit: 1, specMentioning: "gs:").map(\.id) == [urgent])
         // A text with LIKE's and regular expressions' special characters is matched as it is.
-        #expect(try store.queuedJobs(limit: 10_000, specMentioning: "%").isEmpty)
-        #expect(try store.queuedJobs(limit: 10_000, specMentioning: "object-29").map(\.spec.source)
-                == ["http://127.0.0.1:9/object-299", "http://127.0.0.1:9/object-298", "http://127.0.0.1:9/object-297",
-                    "http://127.0.0.1:9/object-296", "http://127.0.0.1:9/object-295", "http://127.0.0.1:9/object-294",
-                    "http://127.0.0.1:9/object-293", "http://127.0.0.1:9/object-292", "http://127.0.0.1:9/object-291",
-                    "http://127.0.0.1:9/object-290", "http://127.0.0.1:9/object-29"])
+        #expect(try store.nextQueuedJobs(limit: 10_000, specMentioning: "%").isEmpty)
+        #expect(try store.nextQueuedJobs(limit: 10_000, specMentioning: "object-29").map(\.spec.source)
+                == ["http://127.0.0.1:9/object-29", "http://127.0.0.1:9/object-290", "http://127.0.0.1:9/object-291",
+                    "http://127.0.0.1:9/object-292", "http://127.0.0.1:9/object-293", "http://127.0.0.1:9/object-294",
+                    "http://127.0.0.1:9/object-295", "http://127.0.0.1:9/object-296", "http://127.0.0.1:9/object-297",
+                    "http://127.0.0.1:9/object-298", "http://127.0.0.1:9/object-299"])
+    }
+
+    @Test("the window comes from the claim-order index, not from every queued row")
+    func theWindowComesFromTheClaimOrderIndex() throws {
+        let fixture = try PostgresFixture("queued-spec-plan")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        _ = try store.submit((0..<2_000).map { k in JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:9/o-\(k)", maxSize: 64) },
+                             actor: "cli:test", now: 1_000)
+        let connection = try fixture.connect()
+        try connection.run("ANALYZE jobs")
+        let lines = try connection.query("EXPLAIN " + PostgresStore.nextQueuedJobsSQL,
+                                         [.integer(10), .text("gs:")]) { (row) throws(PostgresError) in try row.text(0) }
+        let plan = lines.joined(separator: "\n")
+        #expect(plan.contains("jobs_queued_claim_order"), "\(plan)")
     }
 
     @Test("the statement runs without JIT compilation, which cost more than the statement itself")
@@ -56,14 +75,14 @@ struct PostgresQueuedSpecScanTests {
             for statement in begin { try connection.run(statement) }
             // Every statement above this cost is compiled: so this one is, unless JIT is off.
             try connection.run("SET LOCAL jit_above_cost = 0")
-            let lines = try connection.query("EXPLAIN (ANALYZE) " + PostgresStore.queuedJobsSQL,
-                                             [.text("queued"), .integer(10_000), .text("gs:")]) { (row) throws(PostgresError) in try row.text(0) }
+            let lines = try connection.query("EXPLAIN (ANALYZE) " + PostgresStore.nextQueuedJobsSQL,
+                                             [.integer(10_000), .text("gs:")]) { (row) throws(PostgresError) in try row.text(0) }
             try connection.run("ROLLBACK")
             return lines.joined(separator: "\n")
         }
         #expect(try plan(["BEGIN"]).contains("JIT:"))
         let without = try plan(PostgresStore.withoutJIT)
         #expect(!without.contains("JIT:"), "\(without)")
-        #expect(try store.queuedJobs(limit: 10_000, specMentioning: "o-4").count == 11)
+        #expect(try store.nextQueuedJobs(limit: 10_000, specMentioning: "o-4").count == 11)
     }
 }
