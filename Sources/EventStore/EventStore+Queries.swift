@@ -119,7 +119,7 @@ extension EventStore {
     }
 
     /// `select` with the WHERE clause of `filter` (its limit aside); nil when nothing can match.
-    private static func selection(_ select: String, _ filter: JobFilter) -> (String, [SQLiteValue])? {
+    static func selection(_ select: String, _ filter: JobFilter) -> (String, [SQLiteValue])? {
         var clauses: [String] = []
         var values: [SQLiteValue] = []
         if let states = filter.states {

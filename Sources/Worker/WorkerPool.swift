@@ -294,9 +294,11 @@ public final class WorkerPool: Sendable {
 
                 if config.drain && runningCount == 0 {
                     let queues = config.queues
-                    // Queued anywhere (due or not) or running in any worker holds the drain.
+                    // Queued anywhere (due or not) or running in any worker holds the drain. The running
+                    // jobs are counted alone (the index on the state finds them): every state's count read
+                    // the whole table's index, at each turn of a worker waiting for others to finish.
                     let busy = try await store.run { store -> Bool in
-                        try store.nextRunAfter(queues: queues) != nil || (try store.counts()[.running] ?? 0) > 0
+                        try store.nextRunAfter(queues: queues) != nil || (try store.countJobs(filter: JobFilter(states: [.running]))) > 0
                     }
                     if !busy { break }
                 }

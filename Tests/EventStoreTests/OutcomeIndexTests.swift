@@ -72,4 +72,21 @@ struct OutcomeIndexTests {
         // The queries still run and select what they did (LeftoverTests check which files they find).
         #expect(try fixture.store.leftoverCandidates(finishedSince: nil).finished.isEmpty)
     }
+
+    @Test("a draining worker's check for running jobs reads only them, through the index on the state")
+    func runningJobsAreCountedThroughTheStateIndex() throws {
+        let fixture = try StoreFixture("store-running-count")
+        defer { fixture.remove() }
+        let store = try #require(fixture.sqlite)
+        _ = try fixture.running()
+        for _ in 0..<3 { _ = try fixture.submit() }
+        let (sql, values) = try #require(EventStore.selection("SELECT count(*) FROM jobs", JobFilter(states: [.running])))
+        let plan = try store.withConnection { (connection) throws(StoreError) -> String in
+            try connection.query("EXPLAIN QUERY PLAN " + sql, values) { row in row.text(3) }.joined(separator: "\n")
+        }
+        // `counts()` (every state's count) walks the whole index: on a log of a million finished jobs,
+        // at every turn of a worker waiting for the others to finish their last jobs.
+        #expect(plan.contains("SEARCH jobs USING COVERING INDEX jobs_claim (state=?)"), "\(plan)")
+        #expect(try store.countJobs(filter: JobFilter(states: [.running])) == 1)
+    }
 }
