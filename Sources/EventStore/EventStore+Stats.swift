@@ -4,6 +4,27 @@ import JobModel
 import StorePort
 
 extension EventStore {
+    /// Jobs by queue × state, sorted by queue then state: `stats`' counts alone (a worker's `/metrics`).
+    public func queueStateCounts() throws(StoreError) -> [StoreStats.QueueStateCount] {
+        try withConnection { (connection) throws(StoreError) in try Self.queueStateCounts(connection, queue: nil) }
+    }
+
+    /// The counts of one queue (nil: all), through `jobs_claim` alone (it holds the queue and the state).
+    static func queueStateCounts(_ connection: SQLiteConnection, queue: String?) throws(StoreError) -> [StoreStats.QueueStateCount] {
+        var counts = try connection.query(
+            "SELECT queue, state, count(*) FROM jobs WHERE 1 = 1\(queue == nil ? "" : " AND queue = ?") GROUP BY queue, state",
+            queue.map { [.text($0)] } ?? []
+        ) { (row) throws(StoreError) -> StoreStats.QueueStateCount in
+            guard let state = JobState(rawValue: row.text(1)) else {
+                throw StoreError.corrupt("jobs table holds unknown state '\(row.text(1))'")
+            }
+            return StoreStats.QueueStateCount(queue: row.text(0), state: state, count: row.int(2))
+        }
+        let order = JobState.allCases
+        counts.sort { ($0.queue, order.firstIndex(of: $0.state) ?? 0) < ($1.queue, order.firstIndex(of: $1.state) ?? 0) }
+        return counts
+    }
+
     /// Jobs by queue × state, the oldest queued job, running jobs with their live leases, and the
     /// outcome events of the last hour folded into the last-minute and last-hour windows, read in one
     /// snapshot.
@@ -14,16 +35,7 @@ extension EventStore {
         let queueClause = queue == nil ? "" : " AND queue = ?"
         let queueValues: [SQLiteValue] = queue.map { [.text($0)] } ?? []
         return try readTransaction { (connection) throws(StoreError) -> StoreStats in
-            var counts = try connection.query(
-                "SELECT queue, state, count(*) FROM jobs WHERE 1 = 1\(queueClause) GROUP BY queue, state", queueValues
-            ) { (row) throws(StoreError) -> StoreStats.QueueStateCount in
-                guard let state = JobState(rawValue: row.text(1)) else {
-                    throw StoreError.corrupt("jobs table holds unknown state '\(row.text(1))'")
-                }
-                return StoreStats.QueueStateCount(queue: row.text(0), state: state, count: row.int(2))
-            }
-            let order = JobState.allCases
-            counts.sort { ($0.queue, order.firstIndex(of: $0.state) ?? 0) < ($1.queue, order.firstIndex(of: $1.state) ?? 0) }
+            let counts = try Self.queueStateCounts(connection, queue: queue)
 
             let oldest = try connection.first(
                 "SELECT id, queue, created_at_ms, run_after_ms FROM jobs WHERE state = 'queued'\(queueClause) ORDER BY created_at_ms, seq LIMIT 1",

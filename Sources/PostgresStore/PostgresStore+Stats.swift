@@ -4,6 +4,28 @@ import JobModel
 import StorePort
 
 extension PostgresStore {
+    /// Jobs by queue × state, sorted by queue then state: `stats`' counts alone (a worker's `/metrics`).
+    public func queueStateCounts() throws(StoreError) -> [StoreStats.QueueStateCount] {
+        try withConnection { (connection) throws(StoreError) in try Self.queueStateCounts(connection, queue: nil) }
+    }
+
+    /// The counts of one queue (nil: all; the queue is $1 when given).
+    static func queueStateCounts(_ connection: PostgresConnection, queue: String?) throws(StoreError) -> [StoreStats.QueueStateCount] {
+        var counts = try connection.rows(
+            "SELECT queue, state, count(*) FROM jobs WHERE true\(queue == nil ? "" : " AND queue = $1") GROUP BY queue, state",
+            queue.map { [.text($0)] } ?? []
+        ) { (row) throws(StoreError) -> StoreStats.QueueStateCount in
+            let stateText = try row.string(1)
+            guard let state = JobState(rawValue: stateText) else {
+                throw StoreError.corrupt("jobs table holds unknown state '\(stateText)'")
+            }
+            return StoreStats.QueueStateCount(queue: try row.string(0), state: state, count: Int(try row.integer(2)))
+        }
+        let order = JobState.allCases
+        counts.sort { ($0.queue, order.firstIndex(of: $0.state) ?? 0) < ($1.queue, order.firstIndex(of: $1.state) ?? 0) }
+        return counts
+    }
+
     /// Jobs by queue × state, the oldest queued job, running jobs with their live leases, and the
     /// outcome events of the last hour folded into the last-minute and last-hour windows, read in one
     /// snapshot — the same figures as the SQLite adapter's, folded by the same `StoreStats.windows`.
@@ -12,17 +34,7 @@ extension PostgresStore {
         let parameters: [PostgresValue] = queue.map { [.text($0)] } ?? []
         let queueClause = queue == nil ? "" : " AND queue = $1"
         return try readTransaction { (connection) throws(StoreError) -> StoreStats in
-            var counts = try connection.rows(
-                "SELECT queue, state, count(*) FROM jobs WHERE true\(queueClause) GROUP BY queue, state", parameters
-            ) { (row) throws(StoreError) -> StoreStats.QueueStateCount in
-                let stateText = try row.string(1)
-                guard let state = JobState(rawValue: stateText) else {
-                    throw StoreError.corrupt("jobs table holds unknown state '\(stateText)'")
-                }
-                return StoreStats.QueueStateCount(queue: try row.string(0), state: state, count: Int(try row.integer(2)))
-            }
-            let order = JobState.allCases
-            counts.sort { ($0.queue, order.firstIndex(of: $0.state) ?? 0) < ($1.queue, order.firstIndex(of: $1.state) ?? 0) }
+            let counts = try Self.queueStateCounts(connection, queue: queue)
 
             let oldest = try connection.row(
                 "SELECT id, queue, created_at_ms, run_after_ms FROM jobs WHERE state = 'queued'\(queueClause) ORDER BY created_at_ms, seq LIMIT 1",

@@ -92,6 +92,10 @@ public protocol JobStore: AnyObject, Sendable {
     /// Jobs by queue × state, the oldest queued job, running jobs with their leases, and the outcomes of
     /// the last minute and hour (`jobctl stats`), for one queue or all (nil), read in one snapshot.
     func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats
+    /// Jobs by queue × state, sorted by queue then state (the counts of `stats`, and only them): what a
+    /// worker's `/metrics` reports at each scrape. The rest of `stats` reads the last hour's outcome
+    /// events, which on a busy log are hundreds of thousands.
+    func queueStateCounts() throws(StoreError) -> [StoreStats.QueueStateCount]
 
     // MARK: Blobs
 
@@ -290,6 +294,11 @@ extension JobStore {
     /// Adapters that cannot be the target of a copy refuse it with a message saying which can.
     public func importLog(from source: any JobStore) throws(StoreError) -> LogImport {
         throw StoreError.invalidControl("this store (\(location)) cannot be the target of `jobctl migrate --to`; the target must be a postgres:// URL")
+    }
+
+    /// The counts of `stats`, through it, for adapters without a query of their own.
+    public func queueStateCounts() throws(StoreError) -> [StoreStats.QueueStateCount] {
+        try stats(queue: nil, now: Int64(Date().timeIntervalSince1970 * 1000)).counts
     }
 
     /// Adapters that do not implement `stats` yet refuse it with a message saying so.

@@ -3,8 +3,11 @@ import JobModel
 import StorePort
 import Synchronization
 
-/// What `GET /metrics` answers: the worker's own metrics plus job counts read from the store through
-/// its `stats` query, cached for `cacheMs` so that frequent scrapes cannot hammer the database.
+/// What `GET /metrics` answers: the worker's own metrics plus job counts by queue and state read from
+/// the store (`queueStateCounts`, not the whole `stats`, whose outcome windows read the last hour's
+/// events: on a busy log 0.3–0.7 s a scrape on the store's executor, a drain of 200,000 jobs scraped
+/// every 2 s took 17.2 s instead of 12.2), cached for `cacheMs` so that frequent scrapes cannot hammer
+/// the database.
 public final class MetricsExporter: Sendable {
     private struct Cache: Sendable {
         var jobs: [StoreStats.QueueStateCount]?
@@ -46,7 +49,7 @@ public final class MetricsExporter: Sendable {
         let box = Mutex<[StoreStats.QueueStateCount]??>(nil)
         let done = DispatchSemaphore(value: 0)
         Task {
-            let counts = try? await store.run { store in try store.stats(queue: nil, now: now).counts }
+            let counts = try? await store.run { store in try store.queueStateCounts() }
             box.withLock { $0 = .some(counts) }
             done.signal()
         }

@@ -19,6 +19,8 @@ final class LostAnswerStore: JobStore {
     let damagedFromRun: Int?
     /// Executor calls so far.
     let runs = Mutex(0)
+    /// `stats` calls so far (the whole statistics, outcome windows included).
+    let statsCalls = Mutex(0)
 
     init(_ inner: any JobStore, loseAnswerTo: EventType, damagedFromRun: Int? = nil) {
         self.inner = inner
@@ -76,7 +78,11 @@ final class LostAnswerStore: JobStore {
     func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         try inner.leftoverCandidates(finishedSince: finishedSince)
     }
-    func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats { try inner.stats(queue: queue, now: now) }
+    func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
+        statsCalls.withLock { $0 += 1 }
+        return try inner.stats(queue: queue, now: now)
+    }
+    func queueStateCounts() throws(StoreError) -> [StoreStats.QueueStateCount] { try inner.queueStateCounts() }
     func blob(sha256: String) throws(StoreError) -> Data? { try inner.blob(sha256: sha256) }
     func logRows(afterSeq: Int64, limit: Int) throws(StoreError) -> [LogRow] { try inner.logRows(afterSeq: afterSeq, limit: limit) }
     func blobDigests() throws(StoreError) -> [String] { try inner.blobDigests() }
