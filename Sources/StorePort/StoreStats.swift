@@ -128,6 +128,61 @@ public struct StoreStats: Sendable, Equatable {
     }
 
     /// The figures of both windows from the outcome events written in the last hour (any order).
+    /// Outcome events of one type (and, for failures, one error code) in the last hour, counted by the
+    /// store: how many, how many in the last minute, and the bytes `succeeded` ones transferred (the
+    /// result's size, else its object's, else the bytes done — as `Window.count` takes them).
+    public struct OutcomeGroup: Sendable, Equatable {
+        public var type: String
+        /// The error's code (`failed`, `attempt_failed`); nil for `succeeded`.
+        public var code: Int64?
+        public var count: Int
+        public var countInLastMinute: Int
+        public var bytes: Int64
+        public var bytesInLastMinute: Int64
+
+        public init(type: String, code: Int64?, count: Int, countInLastMinute: Int, bytes: Int64, bytesInLastMinute: Int64) {
+            self.type = type
+            self.code = code
+            self.count = count
+            self.countInLastMinute = countInLastMinute
+            self.bytes = bytes
+            self.bytesInLastMinute = bytesInLastMinute
+        }
+    }
+
+    /// The last minute and the last hour from outcome groups counted by the store (the events are not
+    /// read one by one: an hour of a busy log is hundreds of thousands). A failure's code that no
+    /// `StorageErrorCode` has is a damaged log, as it is when an event is decoded.
+    public static func windows(from groups: [OutcomeGroup]) throws(StoreError) -> (lastMinute: Window, lastHour: Window) {
+        var minute = Window(lengthMs: 60_000)
+        var hour = Window(lengthMs: 3_600_000)
+        for group in groups {
+            switch group.type {
+            case EventType.succeeded.rawValue:
+                hour.succeeded += group.count
+                hour.bytes += group.bytes
+                minute.succeeded += group.countInLastMinute
+                minute.bytes += group.bytesInLastMinute
+            case EventType.failed.rawValue, EventType.attemptFailed.rawValue:
+                guard let raw = group.code, let code = StorageErrorCode(rawValue: Int(truncatingIfNeeded: raw)) else {
+                    throw StoreError.corrupt("a '\(group.type)' event holds no known error code (\(group.code.map(String.init) ?? "none"))")
+                }
+                let failed = group.type == EventType.failed.rawValue
+                if failed { hour.failedByCode[code, default: 0] += group.count } else { hour.retriedByCode[code, default: 0] += group.count }
+                if group.countInLastMinute > 0 {
+                    if failed {
+                        minute.failedByCode[code, default: 0] += group.countInLastMinute
+                    } else {
+                        minute.retriedByCode[code, default: 0] += group.countInLastMinute
+                    }
+                }
+            default:
+                throw StoreError.corrupt("an outcome group of type '\(group.type)'")
+            }
+        }
+        return (minute, hour)
+    }
+
     public static func windows(from events: [JobEvent], nowMs: Int64) -> (lastMinute: Window, lastHour: Window) {
         var minute = Window(lengthMs: 60_000)
         var hour = Window(lengthMs: 3_600_000)

@@ -27,7 +27,7 @@ struct OutcomeIndexTests {
                 #expect(!plan.contains("SCAN"), "\(plan)")
             case .postgres:
                 let store = try #require(fixture.store as? PostgresStore)
-                let values: [PostgresValue] = (byQueue ? [.text("default")] : []) + [.integer(0), .integer(1)]
+                let values: [PostgresValue] = (byQueue ? [.text("default")] : []) + [.integer(0), .integer(1), .integer(0)]
                 let sql = "EXPLAIN " + PostgresStore.recentOutcomesSQL(firstTimeParameter: byQueue ? 2 : 1, byQueue: byQueue)
                 plan = try store.withConnection { (connection) throws(StoreError) -> String in
                     // A table of one row is read whole whatever the indexes; without that way out, the
