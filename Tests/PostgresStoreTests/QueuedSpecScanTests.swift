@@ -46,12 +46,18 @@ struct PostgresQueuedSpecScanTests {
                     "http://127.0.0.1:9/object-298", "http://127.0.0.1:9/object-299"])
     }
 
+    /// A fresh schema holding `count` queued jobs naming no `gs://` object (`o-0`, `o-1`, …).
+    static func plainJobs(_ label: String, count: Int) throws -> (PostgresFixture, PostgresStore) {
+        let fixture = try PostgresFixture(label)
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        _ = try store.submit((0..<count).map { k in JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:9/o-\(k)", maxSize: 64) },
+                             actor: "cli:test", now: 1_000)
+        return (fixture, store)
+    }
+
     @Test("the window comes from the claim-order index, not from every queued row")
     func theWindowComesFromTheClaimOrderIndex() throws {
-        let fixture = try PostgresFixture("queued-spec-plan")
-        let store = try PostgresStore(url: fixture.url, mode: .create)
-        _ = try store.submit((0..<2_000).map { k in JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:9/o-\(k)", maxSize: 64) },
-                             actor: "cli:test", now: 1_000)
+        let (fixture, _) = try Self.plainJobs("queued-spec-plan", count: 2_000)
         let connection = try fixture.connect()
         try connection.run("ANALYZE jobs")
         let lines = try connection.query("EXPLAIN " + PostgresStore.nextQueuedJobsSQL,
@@ -62,10 +68,7 @@ struct PostgresQueuedSpecScanTests {
 
     @Test("the statement runs without JIT compilation, which cost more than the statement itself")
     func withoutJIT() throws {
-        let fixture = try PostgresFixture("queued-spec-jit")
-        let store = try PostgresStore(url: fixture.url, mode: .create)
-        _ = try store.submit((0..<50).map { k in JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:9/o-\(k)", maxSize: 64) },
-                             actor: "cli:test", now: 1_000)
+        let (fixture, store) = try Self.plainJobs("queued-spec-jit", count: 50)
         let connection = try fixture.connect()
         let jitAvailable = try connection.first("SELECT pg_jit_available()", []) { (row) throws(PostgresError) in try row.bool(0) }
         guard jitAvailable == true else {
