@@ -74,7 +74,7 @@ extension EventStore {
 
     /// How many of the newest jobs `jobs(filter:)` looks at first for `limit` matches: enough for a
     /// condition that one job in twenty meets, and a cost of at most a few milliseconds.
-    static func newestWindow(limit: Int) -> Int { min(max(1_000, limit * 20), 20_000) }
+    static func newestWindow(limit: Int) -> Int { max(1_000, min(limit, 1_000) * 20) }
 
     /// Among the next `limit` queued jobs in claim order (priority, then run-after, then submission: the
     /// jobs a worker takes first), exactly those whose `submitted` payload (the spec, with the payload's

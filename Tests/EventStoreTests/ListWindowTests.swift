@@ -28,6 +28,14 @@ struct ListWindowTests {
         return 13 + middle
     }
 
+    @Test("the window is at least 1,000 jobs, twenty per row asked for, at most 20,000, whatever the limit")
+    func windowSize() {
+        #expect(EventStore.newestWindow(limit: 1) == 1_000)
+        #expect(EventStore.newestWindow(limit: 100) == 2_000)
+        #expect(EventStore.newestWindow(limit: 1_000_000_000) == 20_000)
+        #expect(EventStore.newestWindow(limit: .max) == 20_000)
+    }
+
     @Test("the newest matches, whether the window holds them all, some or none", arguments: Engine.allCases)
     func newestMatchesFirst(engine: Engine) throws {
         let fixture = try StoreFixture("list-window", engine: engine)
