@@ -56,14 +56,24 @@ enum PostgresValue: Equatable, Sendable, CustomStringConvertible {
     ///
     /// See https://www.postgresql.org/docs/current/protocol-overview.html#PROTOCOL-FORMAT-CODES
     func binary() throws(PostgresError) -> (type: UInt32, bytes: [UInt8]?) {
+        var bytes: [UInt8] = []
+        guard try appendBinary(to: &bytes) else { return (0, nil) }
+        return (try typeOID(), bytes)
+    }
+
+    /// Appends the value's binary form to `out`, where it is sent from; false for NULL (nothing
+    /// appended). No array of its own per value: a group commit's parameters are a few arrays of many
+    /// values each, and an array made for every value and copied was most of their encoding.
+    func appendBinary(to out: inout [UInt8]) throws(PostgresError) -> Bool {
         switch self {
-        case .null: return (0, nil)
-        case .integer(let integer): return (PostgresType.int8, withUnsafeBytes(of: integer.bigEndian) { Array($0) })
-        case .text(let text): return (PostgresType.text, Array(text.utf8))
-        case .bytea(let data): return (PostgresType.bytea, [UInt8](data))
-        case .bool(let flag): return (PostgresType.bool, [flag ? 1 : 0])
-        case .array(let array): return (try array.arrayType(), try array.binary())
+        case .null: return false
+        case .integer(let integer): withUnsafeBytes(of: integer.bigEndian) { out.append(contentsOf: $0) }
+        case .text(let text): out.append(contentsOf: text.utf8)
+        case .bytea(let data): out.append(contentsOf: data)
+        case .bool(let flag): out.append(flag ? 1 : 0)
+        case .array(let array): try array.appendBinary(to: &out)
         }
+        return true
     }
 }
 
@@ -91,6 +101,13 @@ struct PostgresArray: Equatable, Sendable {
     /// and lower bound, then every element as a length (-1: NULL) and its binary form.
     func binary() throws(PostgresError) -> [UInt8] {
         var out: [UInt8] = []
+        try appendBinary(to: &out)
+        return out
+    }
+
+    /// Appends `binary()` to `out`: each element written in place after a length patched in once it
+    /// is known.
+    func appendBinary(to out: inout [UInt8]) throws(PostgresError) {
         func append(_ value: Int32) { withUnsafeBytes(of: value.bigEndian) { out.append(contentsOf: $0) } }
         append(elements.isEmpty ? 0 : 1)
         append(elements.contains(.null) ? 1 : 0)
@@ -101,18 +118,25 @@ struct PostgresArray: Equatable, Sendable {
         }
         for element in elements {
             if case .array = element { throw PostgresError.conversion("an array element cannot be an array") }
-            let (type, bytes) = try element.binary()
-            guard let bytes else { append(-1); continue }
+            if case .null = element {
+                append(-1)
+                continue
+            }
+            let type = try element.typeOID()
             guard type == elementType else {
                 throw PostgresError.conversion("an element of type \(type) in an array of type \(elementType)")
             }
-            guard bytes.count <= Int(Int32.max) else {
-                throw PostgresError.conversion("an array element is \(bytes.count) bytes; PostgreSQL takes at most \(Int32.max)")
+            let lengthAt = out.count
+            append(0)
+            _ = try element.appendBinary(to: &out)
+            let length = out.count - lengthAt - 4
+            guard length <= Int(Int32.max) else {
+                throw PostgresError.conversion("an array element is \(length) bytes; PostgreSQL takes at most \(Int32.max)")
             }
-            append(Int32(bytes.count))
-            out.append(contentsOf: bytes)
+            withUnsafeBytes(of: Int32(length).bigEndian) { bytes in
+                for k in 0..<4 { out[lengthAt + k] = bytes[k] }
+            }
         }
-        return out
     }
 }
 
@@ -399,17 +423,20 @@ final class PostgresConnection {
         var storage: [UInt8] = []
 
         init(_ parameters: [PostgresValue]) throws(PostgresError) {
+            types.reserveCapacity(parameters.count)
+            lengths.reserveCapacity(parameters.count)
+            offsets.reserveCapacity(parameters.count)
             for value in parameters {
-                let (type, bytes) = try value.binary()
-                types.append(type)
-                if let bytes {
-                    guard bytes.count <= Int(Int32.max) else {
-                        throw PostgresError.conversion("parameter $\(types.count) is \(bytes.count) bytes; PostgreSQL takes at most "
+                types.append(try value.typeOID())
+                let start = storage.count
+                if try value.appendBinary(to: &storage) {
+                    let length = storage.count - start
+                    guard length <= Int(Int32.max) else {
+                        throw PostgresError.conversion("parameter $\(types.count) is \(length) bytes; PostgreSQL takes at most "
                                                        + "\(Int32.max) bytes in one value: store it in smaller pieces")
                     }
-                    offsets.append(storage.count)
-                    lengths.append(Int32(bytes.count))
-                    storage.append(contentsOf: bytes)
+                    offsets.append(start)
+                    lengths.append(Int32(length))
                 } else {
                     offsets.append(nil)
                     lengths.append(0)
