@@ -158,12 +158,22 @@ enum PostgresType {
     static let varchar: UInt32 = 1043
     static let jsonb: UInt32 = 3802
 
-    static let textual: Set<UInt32> = [name, text, json, unknown, bpchar, varchar]
-    static let integral: Set<UInt32> = [int2, int4, int8, oid]
-    /// What `PostgresRow.text` reads (built once: a set made per cell was a tenth of `replay --verify`'s CPU).
-    static let textualOrJSONB: Set<UInt32> = textual.union([jsonb])
-    static let boolean: Set<UInt32> = [bool]
-    static let binary: Set<UInt32> = [bytea]
+    /// The types `PostgresRow.int64` reads.
+    static func isIntegral(_ type: UInt32) -> Bool {
+        switch type {
+        case int2, int4, int8, oid: true
+        default: false
+        }
+    }
+
+    /// The types `PostgresRow.text` reads (a set made per cell was a tenth of `replay --verify`'s CPU;
+    /// a set's lookup still showed in a drain's profile).
+    static func isTextualOrJSONB(_ type: UInt32) -> Bool {
+        switch type {
+        case name, text, json, unknown, bpchar, varchar, jsonb: true
+        default: false
+        }
+    }
 }
 
 /// The isolation level a transaction begins with.
@@ -762,9 +772,20 @@ final class PostgresResult {
 
     /// The raw binary value of a cell (empty for NULL).
     fileprivate func bytes(_ row: Int32, _ column: Int32) -> [UInt8] {
+        withBytes(row, column) { Array($0) }
+    }
+
+    /// Calls `body` with the raw binary value of a cell where libpq holds it (empty for NULL): valid only
+    /// during the call, and never copied for a value read in place (an integer, a flag, text).
+    fileprivate func withBytes<T, E: Error>(_ row: Int32, _ column: Int32, _ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T)
+        throws(E) -> T {
         let length = Int(jobctl_PQgetlength(handle, row, column))
-        guard length > 0, let value = jobctl_PQgetvalue(handle, row, column) else { return [] }
-        return value.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
+        guard length > 0, let value = jobctl_PQgetvalue(handle, row, column) else {
+            return try body(UnsafeBufferPointer(start: nil, count: 0))
+        }
+        return try UnsafeRawPointer(value).withMemoryRebound(to: UInt8.self, capacity: length) { (start) throws(E) -> T in
+            try body(UnsafeBufferPointer(start: start, count: length))
+        }
     }
 }
 
@@ -786,31 +807,37 @@ struct PostgresRow {
     func isNull(_ column: Int) -> Bool { result.isNull(index, Int32(column)) }
 
     func int64(_ column: Int) throws(PostgresError) -> Int64 {
-        let bytes = try cell(column, as: "an integer", types: PostgresType.integral)
-        // Binary integers are big-endian two's complement of 2, 4 or 8 bytes (oid: unsigned 4).
-        guard [2, 4, 8].contains(bytes.count) else {
-            throw PostgresError.conversion("column \(describe(column)) holds \(bytes.count) bytes, not an integer")
+        let type = try cellType(column, as: "an integer", PostgresType.isIntegral)
+        return try result.withBytes(index, Int32(column)) { (bytes) throws(PostgresError) -> Int64 in
+            // Binary integers are big-endian two's complement of 2, 4 or 8 bytes (oid: unsigned 4).
+            guard bytes.count == 2 || bytes.count == 4 || bytes.count == 8 else {
+                throw PostgresError.conversion("column \(describe(column)) holds \(bytes.count) bytes, not an integer")
+            }
+            var value: Int64 = type == PostgresType.oid ? 0 : (bytes[0] & 0x80 != 0 ? -1 : 0)
+            for byte in bytes { value = (value << 8) | Int64(byte) }
+            return value
         }
-        var value: Int64 = result.type(Int32(column)) == PostgresType.oid ? 0 : (bytes[0] & 0x80 != 0 ? -1 : 0)
-        for byte in bytes { value = (value << 8) | Int64(byte) }
-        return value
     }
 
     func int(_ column: Int) throws(PostgresError) -> Int { Int(try int64(column)) }
 
     func bool(_ column: Int) throws(PostgresError) -> Bool {
-        try cell(column, as: "a boolean", types: PostgresType.boolean).first == 1
+        _ = try cellType(column, as: "a boolean", { $0 == PostgresType.bool })
+        return result.withBytes(index, Int32(column)) { $0.first == 1 }
     }
 
     func text(_ column: Int) throws(PostgresError) -> String {
-        var bytes = try cell(column, as: "text", types: PostgresType.textualOrJSONB)
-        // jsonb's binary form is a version byte (1) followed by the JSON text.
-        if result.type(Int32(column)) == PostgresType.jsonb, !bytes.isEmpty { bytes.removeFirst() }
-        return String(decoding: bytes, as: UTF8.self)
+        let type = try cellType(column, as: "text", PostgresType.isTextualOrJSONB)
+        return result.withBytes(index, Int32(column)) { bytes in
+            // jsonb's binary form is a version byte (1) followed by the JSON text.
+            String(decoding: type == PostgresType.jsonb && !bytes.isEmpty ? UnsafeBufferPointer(rebasing: bytes.dropFirst()) : bytes,
+                   as: UTF8.self)
+        }
     }
 
     func bytea(_ column: Int) throws(PostgresError) -> Data {
-        Data(try cell(column, as: "bytea", types: PostgresType.binary))
+        _ = try cellType(column, as: "bytea", { $0 == PostgresType.bytea })
+        return result.withBytes(index, Int32(column)) { Data(buffer: $0) }
     }
 
     func optionalInt64(_ column: Int) throws(PostgresError) -> Int64? { isNull(column) ? nil : try int64(column) }
@@ -822,7 +849,7 @@ struct PostgresRow {
         guard !isNull(column) else { return .null }
         let type = try columnType(column)
         switch type {
-        case _ where PostgresType.integral.contains(type): return .integer(try int64(column))
+        case _ where PostgresType.isIntegral(type): return .integer(try int64(column))
         case PostgresType.bool: return .bool(try bool(column))
         case PostgresType.bytea: return .bytea(try bytea(column))
         default: return .text(try text(column))
@@ -836,15 +863,17 @@ struct PostgresRow {
         return result.type(Int32(column))
     }
 
-    private func cell(_ column: Int, as wanted: String, types: Set<UInt32>) throws(PostgresError) -> [UInt8] {
+    /// The column's type, checked with `accepts` (a switch, not a set: hashing a type per cell showed in
+    /// a drain's profile), and that the cell is not NULL.
+    private func cellType(_ column: Int, as wanted: String, _ accepts: (UInt32) -> Bool) throws(PostgresError) -> UInt32 {
         let type = try columnType(column)
-        guard types.contains(type) else {
+        guard accepts(type) else {
             throw PostgresError.conversion("column \(describe(column)) has type oid \(type) and cannot be read as \(wanted)")
         }
         guard !isNull(column) else {
             throw PostgresError.conversion("column \(describe(column)) is NULL where \(wanted) was expected")
         }
-        return result.bytes(index, Int32(column))
+        return type
     }
 
     private func describe(_ column: Int) -> String { "\(column) (\(result.columnName(column)))" }
