@@ -15,11 +15,11 @@ public enum MissingCredentials {
     public static let scanLimit = 1_000
 
     /// Logs the warning when `storage` sends `gs://` requests anonymously and a job in one of `queues`
-    /// (every queue when nil), among the `scanLimit` next queued jobs in claim order, is a `gs://` job. Reads the
-    /// store only in that case, so a worker with credentials or an emulator pays nothing; a store error
-    /// skips the warning (the pool reports store errors itself). Only specs whose text mentions `gs:`
-    /// (in any case) are decoded: a `gs://` reference is stored as written, and its scheme is matched
-    /// without case, so a spec without that text cannot name a GCS object.
+    /// (every queue when nil), among the `scanLimit` next queued jobs in claim order, is a `gs://` job.
+    /// Reads the store only in that case, so a worker with credentials or an emulator pays nothing; a
+    /// store error skips the warning (the pool reports store errors itself). Only specs whose text
+    /// mentions `gs:` (in any case) are decoded: a `gs://` reference is stored as written, and its scheme
+    /// is matched without case, so a spec without that text cannot name a GCS object.
     public static func warnIfNeeded(storage: StorageConfiguration, store: any JobStore, queues: [String]?,
                                     log: WorkerLog, now: Int64) {
         guard storage.sendsGCSRequestsAnonymously,
