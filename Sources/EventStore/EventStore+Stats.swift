@@ -81,7 +81,7 @@ extension EventStore {
 
     /// The outcome events between two times (`?1`, `?2`), and of one queue (`?4`) with `byQueue`, counted
     /// by type, error code and whether they are after `?3` (the last minute), with the bytes of the
-    /// `succeeded` ones (taken as `StoreStats.Window.count` takes them; summed once, as grouped: a second
+    /// `succeeded` ones (counted as `StoreStats.Window.bytes` says; summed once, as grouped: a second
     /// sum of the expression for the minute would extract it from the JSON twice). Its
     /// WHERE clause is the partial index's, so SQLite searches `events_outcomes_at`; the queue is checked
     /// job by job through the primary key, never by scanning `jobs`. The condition is spelt as the

@@ -770,11 +770,6 @@ final class PostgresResult {
 
     fileprivate func isNull(_ row: Int32, _ column: Int32) -> Bool { jobctl_PQgetisnull(handle, row, column) == 1 }
 
-    /// The raw binary value of a cell (empty for NULL).
-    fileprivate func bytes(_ row: Int32, _ column: Int32) -> [UInt8] {
-        withBytes(row, column) { Array($0) }
-    }
-
     /// Calls `body` with the raw binary value of a cell where libpq holds it (empty for NULL): valid only
     /// during the call, and never copied for a value read in place (an integer, a flag, text).
     fileprivate func withBytes<T, E: Error>(_ row: Int32, _ column: Int32, _ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T)

@@ -90,7 +90,7 @@ extension PostgresStore {
 
     /// The outcome events between two times (`$first`, `$first + 1`), and of the queue `$1` with
     /// `byQueue`, counted by type, error code and whether they are after `$first + 2` (the last minute),
-    /// with the bytes of the `succeeded` ones (taken as `StoreStats.Window.count` takes them). Its WHERE clause is the partial index's
+    /// with the bytes of the `succeeded` ones (counted as `StoreStats.Window.bytes` says). Its WHERE clause is the partial index's
     /// (`events_outcomes_at`, migration 6), so the read follows the last hour's work, not the log's size;
     /// the queue is checked job by job. Each event's text is parsed once (`OFFSET 0` keeps the planner
     /// from copying the cast into every use).

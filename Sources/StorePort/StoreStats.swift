@@ -58,7 +58,8 @@ public struct StoreStats: Sendable, Equatable {
     /// Outcomes written within the last `lengthMs` before `StoreStats.nowMs`.
     public struct Window: Sendable, Equatable {
         public var lengthMs: Int64
-        /// `succeeded` events, and the bytes they transferred.
+        /// `succeeded` events, and the bytes they transferred: each one's result size, else its object's
+        /// size, else its bytes done (what the stores sum in `OutcomeGroup.bytes`).
         public var succeeded = 0
         public var bytes: Int64 = 0
         /// `failed` events (final failures) by error code.
@@ -73,21 +74,6 @@ public struct StoreStats: Sendable, Equatable {
         /// Retries scheduled in the window.
         public var retried: Int { retriedByCode.values.reduce(0, +) }
 
-        /// Counts `event` when it is an outcome written within the window ending at `nowMs`.
-        public mutating func count(_ event: JobEvent, nowMs: Int64) {
-            guard event.atMs > nowMs - lengthMs, event.atMs <= nowMs else { return }
-            switch event.payload {
-            case .succeeded(let progress, let result):
-                succeeded += 1
-                bytes += result.size ?? result.object?.size ?? progress.bytesDone ?? 0
-            case .failed(_, let error, _):
-                failedByCode[error.code, default: 0] += 1
-            case .attemptFailed(_, let error, _):
-                retriedByCode[error.code, default: 0] += 1
-            default:
-                break
-            }
-        }
     }
 
     /// The time the figures were read at.
@@ -129,8 +115,8 @@ public struct StoreStats: Sendable, Equatable {
 
     /// The figures of both windows from the outcome events written in the last hour (any order).
     /// Outcome events of one type (and, for failures, one error code) in the last hour, counted by the
-    /// store: how many, how many in the last minute, and the bytes `succeeded` ones transferred (the
-    /// result's size, else its object's, else the bytes done — as `Window.count` takes them).
+    /// store: how many, how many in the last minute, and the bytes `succeeded` ones transferred (as
+    /// `Window.bytes` counts them).
     public struct OutcomeGroup: Sendable, Equatable {
         public var type: String
         /// The error's code (`failed`, `attempt_failed`); nil for `succeeded`.
@@ -179,16 +165,6 @@ public struct StoreStats: Sendable, Equatable {
             default:
                 throw StoreError.corrupt("an outcome group of type '\(group.type)'")
             }
-        }
-        return (minute, hour)
-    }
-
-    public static func windows(from events: [JobEvent], nowMs: Int64) -> (lastMinute: Window, lastHour: Window) {
-        var minute = Window(lengthMs: 60_000)
-        var hour = Window(lengthMs: 3_600_000)
-        for event in events {
-            minute.count(event, nowMs: nowMs)
-            hour.count(event, nowMs: nowMs)
         }
         return (minute, hour)
     }

@@ -65,6 +65,48 @@ extension CLIWorkspace {
     }
 }
 
+/// A real `jobctl worker` on a workspace's database, started at once, its standard error written to a
+/// file in the workspace (`log()` reads it as it grows). Its environment is NO_COLOR, PATH, HOME (the
+/// workspace), JOBCTL_BUCKETS (the workspace's `buckets`), then `environment`. `kill()` ends it with
+/// SIGKILL if it still runs and waits: call it in a `defer`.
+final class LoggedWorker {
+    let process = Process()
+    let logPath: String
+    private let logFile: FileHandle
+
+    init(_ workspace: CLIWorkspace, _ arguments: [String], environment: [String: String] = [:],
+         logName: String = "worker.log") throws {
+        logPath = workspace.directory.file(logName)
+        guard FileManager.default.createFile(atPath: logPath, contents: nil),
+              let file = FileHandle(forWritingAtPath: logPath) else {
+            throw CLITestError("could not create \(logPath), a file the test needs")
+        }
+        logFile = file
+        process.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        process.arguments = ["--db", workspace.database, "worker"] + arguments
+        process.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
+                               "JOBCTL_BUCKETS": workspace.directory.file("buckets")].merging(environment) { _, new in new }
+        process.currentDirectoryURL = URL(fileURLWithPath: workspace.directory.path)
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = file
+        try process.run()
+    }
+
+    deinit { try? logFile.close() }
+
+    /// What the worker has written to standard error so far.
+    func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// Sends `signal` (if it still runs) and waits for it to exit.
+    func stop(_ signal: Int32 = SIGTERM) {
+        signalIfRunning(process, signal)
+        process.waitUntilExit()
+    }
+
+    /// Ends it with SIGKILL if it still runs, and waits.
+    func kill() { stop(SIGKILL) }
+}
+
 /// The lines a terminal shows: split at CR and LF, erase-line sequences removed.
 func terminalLines(_ screen: String) -> [String] {
     screen.replacingOccurrences(of: "\u{1B}[2K", with: "")

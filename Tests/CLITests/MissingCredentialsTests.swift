@@ -19,30 +19,13 @@ import TestSupport
             - {kind: upload-data, data: hello, destination: "gs://private-bucket/a.txt", delay: 1h, queue: \(gsQueue)}
             - {kind: upload-data, data: hello, destination: "file://m/b.txt"}
             """)
-        let logPath = workspace.directory.file("worker.log")
-        #expect(FileManager.default.createFile(atPath: logPath, contents: nil), "could not create a file the test needs")
-        let logFile = try #require(FileHandle(forWritingAtPath: logPath))
-        defer { try? logFile.close() }
-        let worker = Process()
-        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        worker.arguments = ["--db", workspace.database, "worker"] + extra
-        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
-                              "JOBCTL_BUCKETS": workspace.directory.file("buckets")].merging(environment) { _, new in new }
-        worker.currentDirectoryURL = URL(fileURLWithPath: workspace.directory.path)
-        worker.standardOutput = FileHandle.nullDevice
-        worker.standardError = logFile
-        try worker.run()
-        defer {
-            signalIfRunning(worker, SIGKILL)
-            worker.waitUntilExit()
-        }
-        func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
-        let ran = eventuallyTrue(seconds: 20) { log().contains(" succeeded ") || log().contains("\"event\":\"succeeded\"") }
-        try #require(ran, "the worker never ran the file:// job:\n\(log())")
-        signalIfRunning(worker, SIGTERM)
-        worker.waitUntilExit()
-        #expect(worker.terminationStatus == 0, "\(log())")
-        return log()
+        let worker = try LoggedWorker(workspace, extra, environment: environment)
+        defer { worker.kill() }
+        let ran = eventuallyTrue(seconds: 20) { worker.log().contains(" succeeded ") || worker.log().contains("\"event\":\"succeeded\"") }
+        try #require(ran, "the worker never ran the file:// job:\n\(worker.log())")
+        worker.stop()
+        #expect(worker.process.terminationStatus == 0, "\(worker.log())")
+        return worker.log()
     }
 
     static func warnings(_ log: String) -> [Substring] {

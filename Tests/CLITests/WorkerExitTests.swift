@@ -40,29 +40,14 @@ struct WorkerExitTests {
         for round in 0..<5 {
             let jobs = (0..<100).map { "- {kind: upload-data, data: \"job \(round) \($0)\", destination: \"file://exit/t\(round)-\($0).txt\"}" }
             _ = try workspace.submit(jobs.joined(separator: "\n"))
-            let logPath = workspace.directory.file("worker-\(round).log")
-            #expect(FileManager.default.createFile(atPath: logPath, contents: nil), "could not create a file the test needs")
-            let logFile = try #require(FileHandle(forWritingAtPath: logPath))
-            defer { try? logFile.close() }
-            let worker = Process()
-            worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-            worker.arguments = ["--db", workspace.database, "worker", "--concurrency", "4"]
-            worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
-                                  "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
-            worker.standardOutput = FileHandle.nullDevice
-            worker.standardError = logFile
-            try worker.run()
-            defer {
-                signalIfRunning(worker, SIGKILL)
-                worker.waitUntilExit()
-            }
-            func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
-            try #require(eventuallyTrue(seconds: 20) { log().contains(" started ") }, "stop \(round + 1): no job started:\n\(log())")
+            let worker = try LoggedWorker(workspace, ["--concurrency", "4"], logName: "worker-\(round).log")
+            defer { worker.kill() }
+            try #require(eventuallyTrue(seconds: 20) { worker.log().contains(" started ") },
+                         "stop \(round + 1): no job started:\n\(worker.log())")
             #expect(Self.walSize(workspace) != nil, "a running worker has a WAL")
-            signalIfRunning(worker, SIGTERM)
-            worker.waitUntilExit()
-            #expect(worker.terminationStatus == 0, "\(log())")
-            #expect(log().contains(" signal_received "), "\(log())")
+            worker.stop()
+            #expect(worker.process.terminationStatus == 0, "\(worker.log())")
+            #expect(worker.log().contains(" signal_received "), "\(worker.log())")
             #expect(Self.walSize(workspace) == nil,
                     "stop \(round + 1): the worker's database was not closed: a WAL of \(Self.walSize(workspace) ?? 0) bytes is left")
         }

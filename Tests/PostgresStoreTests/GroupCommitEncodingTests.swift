@@ -66,17 +66,32 @@ struct GroupCommitEncodingTests {
         }
     }
 
-    @Test("a value's type is the type its binary form is sent with, for every kind of value")
-    func typeWithoutEncoding() throws {
-        let values: [PostgresValue] = [
-            .null, .integer(-1), .text(""), .text("ü"), .bytea(Data([0, 1])), .bool(true),
-            .array(PostgresArray(elementType: PostgresType.text, elements: [.text("a"), .null])),
-            .array(PostgresArray(elementType: PostgresType.int8, elements: [])),
-            .array(PostgresArray(elementType: PostgresType.bool, elements: [.bool(false)])),
-            .array(PostgresArray(elementType: PostgresType.bytea, elements: [.bytea(Data())])),
+    @Test("every kind of value is sent with its type and its binary form, arrays in array_send's layout")
+    func typeAndBinaryForm() throws {
+        func be32(_ value: Int32) -> [UInt8] { withUnsafeBytes(of: value.bigEndian) { Array($0) } }
+        let ascii = { (text: String) in Array(text.utf8) }
+        let cases: [(PostgresValue, UInt32, [UInt8]?)] = [
+            (.null, 0, nil),
+            (.integer(-1), PostgresType.int8, [UInt8](repeating: 0xFF, count: 8)),
+            (.integer(258), PostgresType.int8, [0, 0, 0, 0, 0, 0, 1, 2]),
+            (.text(""), PostgresType.text, []),
+            (.text("ü"), PostgresType.text, [0xC3, 0xBC]),
+            (.bytea(Data([0, 1])), PostgresType.bytea, [0, 1]),
+            (.bool(true), PostgresType.bool, [1]),
+            // Dimensions, has-nulls, element type, then each dimension's length and lower bound, then each
+            // element as its length (-1: NULL) and bytes.
+            (.array(PostgresArray(elementType: PostgresType.text, elements: [.text("ab"), .null])), 1009,
+             be32(1) + be32(1) + be32(25) + be32(2) + be32(1) + be32(2) + ascii("ab") + be32(-1)),
+            (.array(PostgresArray(elementType: PostgresType.int8, elements: [])), 1016, be32(0) + be32(0) + be32(20)),
+            (.array(PostgresArray(elementType: PostgresType.bool, elements: [.bool(false)])), 1000,
+             be32(1) + be32(0) + be32(16) + be32(1) + be32(1) + be32(1) + [0]),
+            (.array(PostgresArray(elementType: PostgresType.bytea, elements: [.bytea(Data())])), 1001,
+             be32(1) + be32(0) + be32(17) + be32(1) + be32(1) + be32(0)),
         ]
-        for value in values {
-            #expect(try value.typeOID() == value.binary().type, "\(value)")
+        for (value, type, bytes) in cases {
+            #expect(try value.typeOID() == type, "\(value)")
+            let sent = try value.binary()
+            #expect(sent.type == type && sent.bytes == bytes, "\(value): \(sent)")
         }
         // An array of a type that cannot be sent is refused by both.
         let refused = PostgresValue.array(PostgresArray(elementType: 700, elements: []))
