@@ -71,17 +71,20 @@ final class GCSTokenSource: Sendable {
         return try await cache.token(replacing: rejected)
     }
 
-    /// `commandToken` on a Dispatch thread: waiting for the command must not hold one of the few threads
-    /// every Swift task of the process runs on.
+    /// `commandToken` on a thread of its own: waiting for the command (up to its time limit) must not hold
+    /// one of the few threads every Swift task of the process runs on, nor one of Dispatch's global
+    /// threads, which Linux's libdispatch keeps near one a core and replaces slowly when blocked (the
+    /// `file://` backend's I/O runs there).
     private static func commandTokenOffPool(_ command: String, timeLimit: Duration) async throws(StorageError) -> String {
         let result: Result<String, StorageError> = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
+            let thread = Thread {
                 do throws(StorageError) {
                     continuation.resume(returning: .success(try commandToken(command, timeLimit: timeLimit)))
                 } catch {
                     continuation.resume(returning: .failure(error))
                 }
             }
+            thread.start()
         }
         return try result.get()
     }

@@ -67,12 +67,9 @@ struct DeferredSyncTests {
 
     /// Polls `condition` off the cooperative pool until it holds, for at most 60 s.
     private func waitUntil(_ condition: @escaping @Sendable () -> Bool) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                let deadline = Date().addingTimeInterval(60)
-                while !condition() && Date() < deadline { usleep(1_000) }
-                continuation.resume()
-            }
+        await offPool {
+            let deadline = Date().addingTimeInterval(60)
+            while !condition() && Date() < deadline { usleep(1_000) }
         }
     }
 
@@ -138,14 +135,9 @@ struct DeferredSyncTests {
         let executor = executor(gate, flushed)
         let waiter = Task { await executor.append(progress("a")) }
         await waitUntil { gate.count == 1 }
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(100)) { gate.open() }
+        startThread { usleep(100_000); gate.open() }
         // Off the cooperative pool: stop waits for the syncer, which waits for the gate.
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                executor.stop()
-                continuation.resume()
-            }
-        }
+        await offPool { executor.stop() }
         #expect(try await waiter.value.get().jobID == "a")
     }
 

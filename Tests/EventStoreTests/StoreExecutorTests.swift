@@ -56,12 +56,7 @@ struct StoreExecutorTests {
             }
         }
         // Wait (off the cooperative pool) until the executor is inside the call.
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                entered.wait()
-                continuation.resume()
-            }
-        }
+        await offPool { entered.wait() }
         let before = store.groupCommitStats
         let appends = Task {
             try await withThrowingTaskGroup(of: Result<JobEvent, StoreError>.self) { group in

@@ -26,7 +26,7 @@ struct FrozenTransactionTests {
         let locked = DispatchSemaphore(value: 0)
         let ended = DispatchSemaphore(value: 0)
         let frozenOutcome = Outcome()
-        DispatchQueue.global().async {
+        startThread {
             frozenOutcome.result = Result { () throws(StoreError) in
                 try frozen.writeTransaction { (connection) throws(StoreError) in
                     _ = try connection.lockJob(id)

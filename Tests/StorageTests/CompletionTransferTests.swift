@@ -17,9 +17,7 @@ struct CompletionTransferTests {
             calls.withLock { $0.append(result) }
             done.signal()
         }
-        let arrived = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(returning: done.wait(timeout: .now() + 30) == .success) }
-        }
+        let arrived = await offPool { done.wait(timeout: .now() + 30) == .success }
         // A second call would come at once after the first: give it a moment to show.
         try? await Task.sleep(for: .milliseconds(50))
         let all = calls.withLock { $0 }

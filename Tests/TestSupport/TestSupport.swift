@@ -69,16 +69,16 @@ public func runProcess(_ executable: String, _ arguments: [String], stdin: Strin
     try process.run()
     if let stdin { inPipe.fileHandleForWriting.write(Data(stdin.utf8)) }
     try inPipe.fileHandleForWriting.close()
-    // Read both pipes concurrently so a chatty child cannot block on a full pipe.
+    // Read both pipes concurrently so a chatty child cannot block on a full pipe; stderr on a thread of
+    // its own (see `startThread`).
     let errBox = OutputBox()
-    let group = DispatchGroup()
-    group.enter()
-    DispatchQueue.global().async {
+    let errRead = DispatchSemaphore(value: 0)
+    startThread {
         errBox.data = errPipe.fileHandleForReading.readDataToEndOfFile()
-        group.leave()
+        errRead.signal()
     }
     let out = outPipe.fileHandleForReading.readDataToEndOfFile()
-    group.wait()
+    errRead.wait()
     process.waitUntilExit()
     return ProcessOutput(status: process.terminationStatus,
                          stdout: String(decoding: out, as: UTF8.self),
@@ -87,6 +87,24 @@ public func runProcess(_ executable: String, _ arguments: [String], stdin: Strin
 
 private final class OutputBox: @unchecked Sendable {
     var data = Data()
+}
+
+/// Runs `body` on a new thread of its own. A test that blocks (a read until a child exits, a semaphore
+/// wait, a sleep) must not block a Dispatch global-queue thread: Linux's libdispatch keeps that pool
+/// near one thread a core and replaces a blocked thread only slowly, so under the full suite's load a
+/// block queued there started seconds late — a `jobctl` run's stderr read waited 10 s and more, long
+/// enough for a slow download that a test meant to pause to finish first.
+public func startThread(_ body: @escaping @Sendable () -> Void) {
+    let thread = Thread(block: body)
+    thread.stackSize = 1 << 20
+    thread.start()
+}
+
+/// Waits, off the cooperative pool, for `body` (which may block) on a thread of its own.
+public func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        startThread { continuation.resume(returning: body()) }
+    }
 }
 
 /// A TCP port on 127.0.0.1 where nothing listens, for as long as this value lives: a socket is bound to it

@@ -141,17 +141,26 @@ public final class TokenServer: LoopbackServer, @unchecked Sendable {
         public let authorization: String?
         public let metadataFlavor: String?
         public let contentType: String?
+        /// When the server logged it (seconds since 1970, to the millisecond).
+        public let at: Double?
+        /// The token an `ISSUED` entry of `log` handed out.
+        public let issued: String?
     }
 
     /// Every request so far, in order.
-    public var requests: [Request] {
+    public var requests: [Request] { log.filter { $0.method != "ISSUED" } }
+
+    /// The requests and, as entries of method `ISSUED` with the token in `issued`, each token handed out
+    /// (logged once its answer is built), in order: what a failure message shows.
+    public var log: [Request] {
         let text = (try? String(contentsOfFile: directory.file("requests.log"), encoding: .utf8)) ?? ""
         return text.split(separator: "\n").compactMap { line in
             guard let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] else { return nil }
             return Request(method: object["method"] as? String ?? "", path: object["path"] as? String ?? "",
                            grant: object["grant"] as? String, problem: object["problem"] as? String,
                            authorization: object["authorization"] as? String, metadataFlavor: object["flavor"] as? String,
-                           contentType: object["content_type"] as? String)
+                           contentType: object["content_type"] as? String, at: object["at"] as? Double,
+                           issued: object["issued"] as? String)
         }
     }
 
@@ -175,6 +184,7 @@ def b64url(text):
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 def log(entry):
+    entry["at"] = round(time.time(), 3)
     with lock:
         with open(directory + "/requests.log", "a") as f:
             f.write(json.dumps(entry) + "\n")
@@ -223,15 +233,17 @@ class Handler(BaseHTTPRequestHandler):
             token = "tok-%d" % (len(state["issued"]) + 1)
             state["issued"].append(token)
         body = {"access_token": token, "expires_in": args.get("expires_in", 3600), "token_type": "Bearer"}
-        if kind == "notjson":
-            return self.answer(200, b"<html>" + token.encode() + b"</html>", "text/html")
         if kind == "badtoken":
             body["access_token"] = token + "\r\nX-Injected: yes"
         if kind == "badexpiry":
             body["expires_in"] = -5
         if kind == "huge":
             body["padding"] = "x" * 100000
-        self.answer(200, json.dumps(body).encode())
+        if kind == "notjson":
+            self.answer(200, b"<html>" + token.encode() + b"</html>", "text/html")
+        else:
+            self.answer(200, json.dumps(body).encode())
+        log({"method": "ISSUED", "path": self.path, "issued": token})
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))

@@ -41,7 +41,7 @@ import TestSupport
             lines.withLock { $0.append(line) }
             if line.contains("\"event\":\"succeeded\"") || line.contains("\"event\":\"abandoned\"") {
                 // Not from inside the log's write (its lock is held): on another thread.
-                if let pool = poolBox.withLock({ $0 }) { DispatchQueue.global().async { pool.beginShutdown() } }
+                if let pool = poolBox.withLock({ $0 }) { startThread { pool.beginShutdown() } }
             }
         })
         // A lease far longer than the test: a test process whose cooperative pool other tests block can

@@ -10,9 +10,7 @@ import TestSupport
 @Suite("worker metrics") struct WorkerMetricsUnitTests {
     /// Runs `render` on a thread of its own, as the metrics server does (it waits for the store there).
     static func render(_ exporter: MetricsExporter) async -> String {
-        await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: exporter.render()) }.start()
-        }
+        await offPool { exporter.render() }
     }
 
     static func jobsLine(_ text: String, queue: String, state: String) -> String? {
