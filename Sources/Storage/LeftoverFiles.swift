@@ -172,12 +172,19 @@ public struct LeftoverFiles: Sendable {
 
     private func sessionCandidates(_ job: JobLocalFiles, destination: String) -> [Candidate] {
         guard let reference = try? StorageReference(parsing: destination), reference.scheme == .file,
-              let place = LocalObjectPlace.of(reference, bucketsDirectory: localBucketsDirectory),
-              let directory = try? open(place) else { return [] }
+              let place = LocalObjectPlace.of(reference, bucketsDirectory: localBucketsDirectory) else { return [] }
         let ours = LocalUploadSession.name(forObject: place.name, token: job.jobID)
+        // As for downloads: nearly every finished upload left nothing, and one `lstat` per name says so
+        // without resolving the bucket root and opening each folder (eleven calls a job in the sweep
+        // before a draining worker exits). Following links on the way can only find more than the walk
+        // that follows none, never less: a name `lstat` does not find, the folder does not hold.
+        var recordedSession: LocalUploadSession?
+        if case .upload(let uri, _, _)? = job.resumePoint { recordedSession = LocalUploadSession(uri: uri) }
+        guard Self.mayExist(SafeDirectory.childPath(ours, in: place.folderPath))
+                || recordedSession.map({ Self.mayExist($0.path) }) == true,
+              let directory = try? open(place) else { return [] }
         var candidates = [Candidate(directory: directory, name: ours, kind: .uploadSession, recorded: nil)]
-        if case .upload(let uri, _, _)? = job.resumePoint, let session = LocalUploadSession(uri: uri),
-           let identity = session.identity, LocalFiles.directory(of: session.path) == directory.path {
+        if let session = recordedSession, let identity = session.identity, LocalFiles.directory(of: session.path) == directory.path {
             let name = LocalFiles.lastComponent(session.path)
             if LocalUploadSession.isSession(name, forObject: place.name) {
                 candidates.append(Candidate(directory: directory, name: name, kind: .uploadSession, recorded: identity))

@@ -163,5 +163,13 @@ struct LeftoverFilesTests {
         // A GCS upload leaves nothing on local disk.
         #expect(finder.find(JobLocalFiles(jobID: job, kind: .uploadData, destination: "gs://b/u.txt", resumePoint: nil,
                                           finishedAtMs: now)).isEmpty)
+
+        // The look before opening the folder: only the recorded session left, it is still found; then
+        // nothing is left, and nothing is found.
+        try FileManager.default.removeItem(atPath: named)
+        files.resumePoint = .upload(sessionURI: "file-session:\(sessionIdentity):\(randomSession)", confirmedOffset: 1, total: 9)
+        #expect(finder.find(files).map(\.path) == [randomSession])
+        try FileManager.default.removeItem(atPath: randomSession)
+        #expect(finder.find(files).isEmpty)
     }
 }
