@@ -16,6 +16,7 @@ let package = Package(
         .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCRC32C", path: "Sources/CCRC32C"),
+        .systemLibrary(name: "CFileSystem", path: "Sources/CFileSystem"),
         .systemLibrary(name: "CPostgres", path: "Sources/CPostgres"),
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
 
@@ -33,7 +34,7 @@ let package = Package(
         .target(name: "PostgresStore", dependencies: ["CPostgres", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
                 plugins: ["EmbedMigrations"]),
         .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),
-        .target(name: "Storage", dependencies: ["CCurl", "JobModel", "Checksums"]),
+        .target(name: "Storage", dependencies: ["CCurl", "CFileSystem", "JobModel", "Checksums"]),
         .target(name: "Tasks", dependencies: ["JobModel", "Storage"]),
         .target(name: "Worker", dependencies: ["JobModel", "JobLifecycle", "StorePort", "Storage", "Tasks"]),
         .target(name: "Retention", dependencies: ["CZlib", "JobModel", "StorePort", "Checksums"]),

@@ -46,9 +46,10 @@ final class BlockingWorkPool: @unchecked Sendable {
         condition.unlock()
         if start {
             let thread = Thread { [self] in
+                // Named from inside: a name set before `start()` is not applied on Linux.
+                Thread.current.name = name
                 while let work = nextWork() { work() }
             }
-            thread.name = name
             thread.stackSize = 512 << 10
             thread.start()
         }

@@ -108,7 +108,7 @@ extension GCSBackend {
             partial.discard()
             throw error
         }
-        let path = try partial.commit(replacing: replacing)
+        let path = try await partial.commitOffPool(replacing: replacing)
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: nil, crc32c: crc32c, verified: verified))
     }

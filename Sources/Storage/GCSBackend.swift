@@ -624,7 +624,7 @@ public struct GCSBackend: StorageBackend {
             sink.partial.discard()
             throw error
         }
-        let path = try sink.partial.commit(replacing: replacing)
+        let path = try await sink.partial.commitOffPool(replacing: replacing)
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
     }

@@ -337,7 +337,7 @@ public struct HTTPBackend: StorageBackend {
             sink.partial.discard()
             throw error
         }
-        let path = try sink.partial.commit(replacing: replacing)
+        let path = try await sink.partial.commitOffPool(replacing: replacing)
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: sink.offset,
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,

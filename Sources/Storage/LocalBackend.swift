@@ -41,7 +41,7 @@ import Glibc
 ///
 /// Blocking file I/O never runs on Swift's cooperative pool, so many concurrent jobs cannot starve other
 /// tasks: reads on a concurrent Dispatch queue, writes (which sync) on threads of their own
-/// (`BlockingWorkPool`).
+/// (`FileIO`).
 public struct LocalBackend: StorageBackend {
     public let configuration: StorageConfiguration
     /// The executable-upload policy from `configuration.executableUploadPolicy`.
@@ -61,14 +61,9 @@ public struct LocalBackend: StorageBackend {
     /// the 10,000-job queue drain a fifth more CPU).
     private static let readQueue = DispatchQueue(label: "jobctl.storage.local-read", qos: .utility, attributes: .concurrent)
 
-    /// Where everything that writes runs (each upload, download to a file, metadata change or delete
-    /// syncs what it wrote): a thread for each at once (up to `ioThreadLimit`), so one slow disk does
-    /// not serialise every job and syncs that come together share the disk's commit.
-    static let writePool = BlockingWorkPool(name: "jobctl.storage.local-io", limit: ioThreadLimit)
-
-    /// The most `file://` transfers whose I/O runs at once in a process: a worker's largest
-    /// `--concurrency`.
-    static let ioThreadLimit = 256
+    // Everything that writes (each upload, download to a file, metadata change or delete syncs what it
+    // wrote) runs on `FileIO`'s threads, one for each at once, so one slow disk does not serialise every
+    // job and syncs that come together share the disk's commit.
 
     /// A backend for `file://` references using `configuration.localBucketsDirectory` and its policy.
     public init(configuration: StorageConfiguration, checkpointInterval: Int64 = LocalBackend.defaultCheckpointInterval) {
@@ -117,7 +112,7 @@ public struct LocalBackend: StorageBackend {
         case .downloadMemory, .getMetadata:
             Self.readQueue.async(execute: work)
         case .uploadFile, .uploadData, .downloadFile, .fetchURL, .updateMetadata, .delete:
-            Self.writePool.run(work)
+            FileIO.pool.run(work)
         }
     }
 

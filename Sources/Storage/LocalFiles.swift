@@ -1,3 +1,4 @@
+import CFileSystem
 import Foundation
 import JobModel
 #if canImport(Glibc)
@@ -282,6 +283,13 @@ final class LocalFile {
     private func failure(_ code: Int32, _ operation: String) -> StorageError {
         lastErrno = code
         return LocalFiles.error(code, operation, path: path, context: context)
+    }
+
+    /// Whether the file lives on a filesystem kept in memory (tmpfs, ramfs), where `fsync` returns at
+    /// once; false when `fstatfs` fails.
+    var onMemoryFilesystem: Bool {
+        let type = jobctl_filesystem_type(descriptor)
+        return type == 0x0102_1994 || type == 0x8584_58f6   // TMPFS_MAGIC, RAMFS_MAGIC
     }
 
     /// `fstat`: kind, size, mtime, identity, links and owner.

@@ -43,6 +43,9 @@ public final class PartialFile {
     private let file: LocalFile
     private var finished = false
 
+    /// Whether the temporary file is on a filesystem kept in memory, whose syncs return at once.
+    var onMemoryFilesystem: Bool { file.onMemoryFilesystem }
+
     /// Whether something (a file, a folder, a link) is at `destination`, looked up relative to its folder
     /// without following links; false when the folder does not exist.
     public static func destinationExists(_ destination: String) -> Bool {

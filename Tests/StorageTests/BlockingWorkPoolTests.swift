@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 @testable import Storage
 import Synchronization
 import TestSupport
@@ -101,5 +102,42 @@ struct BlockingWorkPoolTests {
         #expect(most.load(ordering: .relaxed) <= 4)
         // Idle threads that end as work arrives never strand it: every piece ran, and then all ended.
         #expect(await eventually(10) { pool.threadCount == 0 })
+    }
+
+    @Test("FileIO runs a download's commit on its own threads and hands back the result or the typed error")
+    func fileIORunsOffThePool() async throws {
+        let name = try await FileIO.run { () throws(StorageError) -> String in Thread.current.name ?? "" }
+        #expect(name == "jobctl-file-io")
+        await #expect(throws: StorageError.self) {
+            try await FileIO.run { () throws(StorageError) -> Int in throw StorageError(.unknown, "disk gone", retryable: true) }
+        }
+        let directory = try TemporaryDirectory("file-io")
+        defer { directory.remove() }
+        let destination = directory.file("out.bin")
+        let partial = try PartialFile(destination: destination, jobID: JobID.generate(), resumeFrom: nil)
+        try partial.write(Data("committed".utf8))
+        let path = try await partial.commitOffPool()
+        #expect(path == destination)
+        #expect(try String(contentsOfFile: destination, encoding: .utf8) == "committed")
+    }
+
+    @Test("a download's file knows whether its filesystem is kept in memory, as stat -f names it")
+    func memoryFilesystemIsRecognised() throws {
+        let temporary = try TemporaryDirectory("fs-type")
+        defer { temporary.remove() }
+        var folders = [temporary.path, PackagePaths.root]
+        if FileManager.default.fileExists(atPath: "/dev/shm") { folders.append("/dev/shm") }
+        var sawMemory = false
+        for folder in folders {
+            let destination = "\(folder)/fs-type-\(JobID.generate()).bin"
+            let partial = try PartialFile(destination: destination, jobID: nil, resumeFrom: nil)
+            defer { partial.discard() }
+            let named = try runProcess("/usr/bin/stat", ["-f", "--format=%T", folder]).stdout
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            let memory = named == "tmpfs" || named == "ramfs"
+            sawMemory = sawMemory || memory
+            #expect(partial.onMemoryFilesystem == memory, "\(folder) is \(named)")
+        }
+        if FileManager.default.fileExists(atPath: "/dev/shm") { #expect(sawMemory, "/dev/shm is not tmpfs here") }
     }
 }
