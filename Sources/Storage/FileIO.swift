@@ -1,4 +1,5 @@
 import JobModel
+import Synchronization
 
 /// Where work that blocks on the disk runs: the `file://` backend's writes, and the sync and rename
 /// that end every download to a file. Not the cooperative pool: its threads (one a core) run every
@@ -11,8 +12,33 @@ enum FileIO {
     /// The most pieces of such work at once in a process: a worker's largest `--concurrency`.
     static let threadLimit = 256
 
+    /// What a piece of work is (for the tests that check where it ran).
+    enum Work: String, Sendable {
+        /// A download's final sync and rename.
+        case commit
+        /// Reading back a partial download (a resumed prefix, hashes the stream could not give).
+        case readBack
+        /// Reading an upload's source again to hash it.
+        case rehashSource
+        /// Reading a local file to compare it with an object (`skip-identical`).
+        case compare
+        case other
+    }
+
+    /// The work run by the task that binds a journal here, and by its child tasks (tests).
+    @TaskLocal static var journal: Journal?
+
+    /// What `journal` collects.
+    final class Journal: Sendable {
+        private let entries = Mutex<[Work]>([])
+        init() {}
+        func record(_ work: Work) { entries.withLock { $0.append(work) } }
+        var recorded: [Work] { entries.withLock { $0 } }
+    }
+
     /// Runs `body` on a pool thread and returns what it returns.
-    static func run<T: Sendable>(_ body: @escaping @Sendable () throws(StorageError) -> T) async throws(StorageError) -> T {
+    static func run<T: Sendable>(_ work: Work, _ body: @escaping @Sendable () throws(StorageError) -> T) async throws(StorageError) -> T {
+        journal?.record(work)
         let result: Result<T, StorageError> = await withCheckedContinuation { continuation in
             pool.run {
                 do throws(StorageError) {
@@ -26,6 +52,16 @@ enum FileIO {
     }
 }
 
+extension FileIO {
+    /// `run` for work on values that are not `Sendable` but are the caller's alone: it waits for the
+    /// work and touches them again only after it returns, so one thread uses them at a time.
+    static func run<Value, T: Sendable>(_ work: Work, on value: Value,
+                                        _ body: @escaping @Sendable (Value) throws(StorageError) -> T) async throws(StorageError) -> T {
+        nonisolated(unsafe) let value = value
+        return try await run(work) { () throws(StorageError) -> T in try body(value) }
+    }
+}
+
 extension PartialFile {
     /// `commit(replacing:)` on the file-I/O threads (`FileIO`): it syncs the file and its folder. On a
     /// filesystem kept in memory (tmpfs), where a sync returns at once, it runs here instead: the hand-off
@@ -34,6 +70,6 @@ extension PartialFile {
         if onMemoryFilesystem { return try commit(replacing: replacing) }
         // The caller waits for the result and touches the file only afterwards: one thread at a time.
         nonisolated(unsafe) let file = self
-        return try await FileIO.run { () throws(StorageError) -> String in try file.commit(replacing: replacing) }
+        return try await FileIO.run(.commit) { () throws(StorageError) -> String in try file.commit(replacing: replacing) }
     }
 }

@@ -44,9 +44,10 @@ extension GCSBackend {
         let partial = try PartialFile(slicing: destination, jobID: control.jobID, size: total, resumeFrom: usable)
         if !partial.resumed { plan = plan.map { DownloadSlice(start: $0.start, length: $0.length) } }
         let progress = ProgressThrottle(total: total, report: report)
-        let state = try SlicedDownloadState(partial: partial, slices: plan, generation: generation,
-                                            checkpoint: { point in report(.checkpoint(point, bytesTotal: total)) },
-                                            progress: { progress.update($0) })
+        let crcs = try await SlicedDownloadState.confirmedCRCs(of: partial, slices: plan)
+        let state = SlicedDownloadState(partial: partial, slices: plan, crcs: crcs, generation: generation,
+                                        checkpoint: { point in report(.checkpoint(point, bytesTotal: total)) },
+                                        progress: { progress.update($0) })
         progress.update(state.bytesWritten)
 
         // One Range request per unfinished slice, all at once; the engine runs them side by side.
@@ -137,21 +138,32 @@ final class SlicedDownloadState: Sendable {
     private let checkpoint: @Sendable (ResumePoint) -> Void
     private nonisolated(unsafe) let progress: (Int64) -> Void
 
-    /// Hashes each slice's confirmed prefix from the file (a resumed download) before anything is fetched.
-    init(partial: PartialFile, slices: [DownloadSlice], generation: String, checkpoint: @escaping @Sendable (ResumePoint) -> Void,
-         progress: @escaping (Int64) -> Void) throws(StorageError) {
-        var crcs: [CRC32C] = []
-        for slice in slices {
-            var crc = CRC32C()
-            if slice.confirmed > 0 { try partial.readBack(at: slice.start, count: slice.confirmed) { crc.update($0) } }
-            crcs.append(crc)
-        }
+    /// The state of `slices` of `partial`, whose confirmed prefixes have the CRC32Cs `crcs`
+    /// (`confirmedCRCs`, read from the file before anything is fetched).
+    init(partial: PartialFile, slices: [DownloadSlice], crcs: [CRC32C], generation: String,
+         checkpoint: @escaping @Sendable (ResumePoint) -> Void, progress: @escaping (Int64) -> Void) {
         self.partial = partial
         self.fill = Mutex(Fill(slices: slices, written: slices.map(\.confirmed), crcs: crcs,
                                 writeBack: slices.map(\.confirmed)))
         self.generation = generation
         self.checkpoint = checkpoint
         self.progress = progress
+    }
+
+    /// The CRC32C of each slice's confirmed prefix, read back from the file (a resumed download; all
+    /// empty for a new one). On `FileIO`'s threads when there is anything to read: prefixes of a large
+    /// object may be gigabytes, and the caller is a task on the cooperative pool.
+    static func confirmedCRCs(of partial: PartialFile, slices: [DownloadSlice]) async throws(StorageError) -> [CRC32C] {
+        guard slices.contains(where: { $0.confirmed > 0 }) else { return slices.map { _ in CRC32C() } }
+        return try await FileIO.run(.readBack, on: partial) { partial throws(StorageError) -> [CRC32C] in
+            var crcs: [CRC32C] = []
+            for slice in slices {
+                var crc = CRC32C()
+                if slice.confirmed > 0 { try partial.readBack(at: slice.start, count: slice.confirmed) { crc.update($0) } }
+                crcs.append(crc)
+            }
+            return crcs
+        }
     }
 
     /// Bytes written over all slices.

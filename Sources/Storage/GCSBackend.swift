@@ -47,8 +47,8 @@ public struct GCSBackend: StorageBackend {
                 switch try await existingObject(reference, control: control) {
                 case .stopped(let reason): return .stopped(reason, nil)
                 case .value(let existing):
-                    if let existing, try rule.skipsUpload(existing: existing, destination: reference.description,
-                                                          source: { () throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: source) }) {
+                    if let existing, try await rule.skipsUpload(existing: existing, destination: reference.description,
+                                                                offPool: source) {
                         return OverwriteRule.skippedUpload(existing)
                     }
                 }
@@ -223,7 +223,13 @@ public struct GCSBackend: StorageBackend {
             }
             guard var current = session else { continue }
             // Re-hash what the server already holds (a resumed session) before sending more.
-            if checksums.hashedUpTo < current.confirmed { try source.hashPrefix(upTo: current.confirmed, into: checksums) }
+            if checksums.hashedUpTo < current.confirmed {
+                // What the server holds may be gigabytes: read off the cooperative pool.
+                let confirmed = current.confirmed
+                try await FileIO.run(.rehashSource, on: (source, checksums)) { pair throws(StorageError) in
+                    try pair.0.hashPrefix(upTo: confirmed, into: pair.1)
+                }
+            }
             progress.update(current.confirmed)
 
             let outcome = try await sendChunks(source, session: &current, checksums: checksums,
@@ -495,7 +501,7 @@ public struct GCSBackend: StorageBackend {
             }
             object = stored
         }
-        let ours = try source.hashes(streamed: checksums, md5: object.crc32c == nil && object.md5Hash != nil)
+        let ours = try await source.hashesOffPool(streamed: checksums, md5: object.crc32c == nil && object.md5Hash != nil)
         let storedSize = resource["size"] == nil ? nil : object.size
         if let mismatch = Self.uploadMismatch(object, storedSize: storedSize, sourceSize: source.size,
                                               md5: ours.md5, crc32c: ours.crc32c) {
@@ -569,7 +575,7 @@ public struct GCSBackend: StorageBackend {
         case .stopped(let reason): return .stopped(reason, reason == .cancel ? nil : resumePoint)
         }
         // `skip-identical`: GCS reports every object's CRC32C in its metadata.
-        if let settled = try rule.skipsDownload(of: object, crc32c: object.crc32c, to: destination) { return settled }
+        if let settled = try await rule.skipsDownloadOffPool(of: object, crc32c: object.crc32c, to: destination) { return settled }
         if downloadsInSlices(object, md5: md5, resumingFrom: resumePoint) {
             return try await slicedDownload(object, of: reference, to: destination, replacing: replacing, resumingFrom: resumePoint,
                                             control: control, report: report)
@@ -590,7 +596,7 @@ public struct GCSBackend: StorageBackend {
                                 report(.checkpoint(partial.resumePoint(generation: generation, etag: nil), bytesTotal: total))
                             },
                             progress: { progress.update($0) })
-        try sink.hashExistingPrefix()
+        try await sink.hashExistingPrefixOffPool()
         progress.update(start)
 
         var servedHeaders: [String: String] = [:]
@@ -615,7 +621,7 @@ public struct GCSBackend: StorageBackend {
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }
         let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))
-        let ours = try sink.finishHashes(md5: served.needMD5(asked: md5))
+        let ours = try await sink.finishHashesOffPool(md5: served.needMD5(asked: md5))
         let verified: [ChecksumAlgorithm]
         do {
             verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file",

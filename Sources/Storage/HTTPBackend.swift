@@ -63,8 +63,8 @@ public struct HTTPBackend: StorageBackend {
                 switch try await existingFile(reference, control: control) {
                 case .stopped(let reason): return .stopped(reason, nil)
                 case .value(let existing):
-                    if let existing, try rule.skipsUpload(existing: existing, destination: redactedURL(reference.description),
-                                                          source: { () throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: source) }) {
+                    if let existing, try await rule.skipsUpload(existing: existing, destination: redactedURL(reference.description),
+                                                                offPool: source) {
                         return OverwriteRule.skippedUpload(existing)
                     }
                 }
@@ -143,7 +143,7 @@ public struct HTTPBackend: StorageBackend {
         let crc32c = servedDigests(response.headers, status: 200).first { $0.algorithm == .crc32c }?.value
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: size, crc32c: crc32c,
                                    generation: response.headers["etag"], updated: response.headers["last-modified"])
-        return .value(try rule.skipsDownload(of: object, crc32c: crc32c, to: destination))
+        return .value(try await rule.skipsDownloadOffPool(of: object, crc32c: crc32c, to: destination))
     }
 
     /// delete over HTTP: a DELETE (WebDAV servers such as nginx's module answer it); 404 or 410 is
@@ -192,7 +192,7 @@ public struct HTTPBackend: StorageBackend {
         guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
         // A server that reports only an MD5 gets one, read again from the source (never the case for GCS).
         let reported = reportedHashes(response.headers)
-        let ours = try source.hashes(streamed: checksums, md5: md5 || (reported.md5 != nil && reported.crc32c == nil))
+        let ours = try await source.hashesOffPool(streamed: checksums, md5: md5 || (reported.md5 != nil && reported.crc32c == nil))
         if let mismatch = Self.reportedHashMismatch(response.headers, md5: ours.md5, crc32c: ours.crc32c) {
             let deleted = await deleteBadUpload(url, etag: response.headers["etag"])
             throw StorageError(.nonMatchingChecksum,
@@ -294,7 +294,7 @@ public struct HTTPBackend: StorageBackend {
                             })
         headersSource = sink
         sink.needsMD5 = { status, headers in servedDigests(headers, status: status).needMD5(asked: md5) }
-        try sink.hashExistingPrefix()
+        try await sink.hashExistingPrefixOffPool()
 
         var request = HTTPRequest(method: "GET", url: url, followRedirects: true)
         if start > 0, let validator {
@@ -328,7 +328,7 @@ public struct HTTPBackend: StorageBackend {
         }
         // The final response's headers: a 200 after a ranged request (the file changed) replaced the prefix.
         let served = servedDigests(response.headers, status: response.status)
-        let ours = try sink.finishHashes(md5: served.needMD5(asked: md5))
+        let ours = try await sink.finishHashesOffPool(md5: served.needMD5(asked: md5))
         let verified: [ChecksumAlgorithm]
         do {
             verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file",

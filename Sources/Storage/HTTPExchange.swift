@@ -210,9 +210,28 @@ final class UploadSource {
     /// the streamed hashes when they cover it all in order with every hash wanted, else computed again
     /// (a skipped range must never go unverified).
     func hashes(streamed: StreamChecksums, md5: Bool = false) throws(StorageError) -> (md5: String?, crc32c: String) {
+        if let hashes = Self.streamedHashes(streamed, size: size, md5: md5) { return hashes }
+        return try readHashes(md5: md5 || streamed.computesMD5)
+    }
+
+    /// `hashes(streamed:md5:)` with the source read again, when it must be, on `FileIO`'s threads: a
+    /// large file read on the cooperative pool held back every task of the worker (its heartbeats too).
+    func hashesOffPool(streamed: StreamChecksums, md5: Bool = false) async throws(StorageError) -> (md5: String?, crc32c: String) {
+        if let hashes = Self.streamedHashes(streamed, size: size, md5: md5) { return hashes }
         let wantsMD5 = md5 || streamed.computesMD5
-        if streamed.isContiguous && streamed.hashedUpTo == size && streamed.computesMD5 == wantsMD5 { return streamed.finish() }
-        let fresh = StreamChecksums(md5: wantsMD5)
+        return try await FileIO.run(.rehashSource, on: self) { source throws(StorageError) in try source.readHashes(md5: wantsMD5) }
+    }
+
+    /// The streamed hashes when they cover the whole source with the algorithms asked for, else nil.
+    private static func streamedHashes(_ streamed: StreamChecksums, size: Int64, md5: Bool) -> (md5: String?, crc32c: String)? {
+        let wantsMD5 = md5 || streamed.computesMD5
+        guard streamed.isContiguous && streamed.hashedUpTo == size && streamed.computesMD5 == wantsMD5 else { return nil }
+        return streamed.finish()
+    }
+
+    /// The hashes of the whole source, read from its start.
+    private func readHashes(md5: Bool) throws(StorageError) -> (md5: String?, crc32c: String) {
+        let fresh = StreamChecksums(md5: md5)
         try hashPrefix(upTo: size, into: fresh)
         return fresh.finish()
     }
@@ -387,6 +406,24 @@ extension FileSink {
     func finishHashes(md5 wanted: Bool) throws(StorageError) -> (md5: String?, crc32c: String) {
         let streamed = checksums.finish()
         guard wanted, streamed.md5 == nil else { return streamed }
+        return try readBackHashes()
+    }
+
+    /// `finishHashes(md5:)` with the file, when it must be read back, read on `FileIO`'s threads.
+    func finishHashesOffPool(md5 wanted: Bool) async throws(StorageError) -> (md5: String?, crc32c: String) {
+        let streamed = checksums.finish()
+        guard wanted, streamed.md5 == nil else { return streamed }
+        return try await FileIO.run(.readBack, on: self) { sink throws(StorageError) in try sink.readBackHashes() }
+    }
+
+    /// `hashExistingPrefix()` on `FileIO`'s threads: a resumed download's prefix may be gigabytes.
+    func hashExistingPrefixOffPool() async throws(StorageError) {
+        guard offset > 0 else { return }
+        try await FileIO.run(.readBack, on: self) { sink throws(StorageError) in try sink.hashExistingPrefix() }
+    }
+
+    /// MD5 and CRC32C of the whole partial file, read back from it.
+    private func readBackHashes() throws(StorageError) -> (md5: String?, crc32c: String) {
         let fresh = StreamChecksums(md5: true)
         var position: Int64 = 0
         try partial.readBack { bytes in

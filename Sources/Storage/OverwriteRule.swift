@@ -52,6 +52,29 @@ struct OverwriteRule {
         }
     }
 
+    /// `skipsDownload` with the local file, when `skip-identical` compares it, read on `FileIO`'s threads.
+    func skipsDownloadOffPool(of object: StorageObject, crc32c: String?, to destination: String) async throws(StorageError) -> TransferOutcome? {
+        guard mode == .skipIdentical, crc32c != nil, PartialFile.destinationExists(destination) else { return nil }
+        let rule = self
+        return try await FileIO.run(.compare) { () throws(StorageError) -> TransferOutcome? in
+            try rule.skipsDownload(of: object, crc32c: crc32c, to: destination)
+        }
+    }
+
+    /// `skipsUpload` with the source, when `skip-identical` compares it, read on `FileIO`'s threads: a
+    /// large file read on the cooperative pool held back every task of the worker, heartbeats included.
+    func skipsUpload(existing: StorageObject?, destination: String, offPool source: UploadSource) async throws(StorageError) -> Bool {
+        var local: (size: Int64, crc32c: String)?
+        if mode == .skipIdentical, existing?.crc32c != nil {
+            local = try await FileIO.run(.compare, on: source) { source throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: source) }
+        }
+        return try skipsUpload(existing: existing, destination: destination) { () throws(StorageError) in
+            // Read above whenever the comparison needs it; read here should the two conditions ever differ.
+            if let local { return local }
+            return try OverwriteRule.sizeAndCRC32C(of: source)
+        }
+    }
+
     /// The size and base64 CRC32C of an upload's source (for `skip-identical`).
     static func sizeAndCRC32C(of source: UploadSource) throws(StorageError) -> (size: Int64, crc32c: String) {
         (source.size, try source.hashes(streamed: StreamChecksums(md5: false)).crc32c)

@@ -106,10 +106,10 @@ struct BlockingWorkPoolTests {
 
     @Test("FileIO runs a download's commit on its own threads and hands back the result or the typed error")
     func fileIORunsOffThePool() async throws {
-        let name = try await FileIO.run { () throws(StorageError) -> String in Thread.current.name ?? "" }
+        let name = try await FileIO.run(.other) { () throws(StorageError) -> String in Thread.current.name ?? "" }
         #expect(name == "jobctl-file-io")
         await #expect(throws: StorageError.self) {
-            try await FileIO.run { () throws(StorageError) -> Int in throw StorageError(.unknown, "disk gone", retryable: true) }
+            try await FileIO.run(.other) { () throws(StorageError) -> Int in throw StorageError(.unknown, "disk gone", retryable: true) }
         }
         let directory = try TemporaryDirectory("file-io")
         defer { directory.remove() }

@@ -1,6 +1,6 @@
 import Foundation
 import JobModel
-import Storage
+@testable import Storage
 import TestSupport
 import Testing
 
@@ -68,7 +68,9 @@ struct HTTPBackendTests {
         let first = EventRecorder { event in
             if case .progress(let done, _) = event, done >= 4 << 20 { control.stop(.pause) }
         }
-        let outcome = try await run(backend, spec, control: control, recorder: first).get()
+        let firstJournal = FileIO.Journal()
+        let outcome = try await FileIO.$journal.withValue(firstJournal) { await run(backend, spec, control: control, recorder: first) }.get()
+        #expect(!firstJournal.recorded.contains(.readBack))
         guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, let etag, _, _) = point else {
             Issue.record("expected a paused download, got \(outcome)")
             return
@@ -77,8 +79,11 @@ struct HTTPBackendTests {
         #expect(etag?.isEmpty == false)
 
         let second = EventRecorder()
-        let result = try finished(await run(backend, spec, resume: point, recorder: second))
+        let secondJournal = FileIO.Journal()
+        let result = try finished(await FileIO.$journal.withValue(secondJournal) { await run(backend, spec, resume: point, recorder: second) })
         #expect(result.size == total)
+        // The 4 MiB already there were hashed again off the cooperative pool, before the rest came.
+        #expect(secondJournal.recorded.first == .readBack, "\(secondJournal.recorded)")
         // A durable checkpoint (after fsync) every 8 MiB, each carrying the validator for the next resume.
         let checkpoints = second.checkpoints
         #expect(checkpoints.count == 2, "\(checkpoints)")

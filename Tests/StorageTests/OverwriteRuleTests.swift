@@ -116,8 +116,11 @@ import TestSupport
         #expect(skipped.skipped == true && skipped.object?.size == 5)
         #expect(sessionStarts().count == 1)
 
-        // `skip-identical`: same bytes skip, other bytes upload (without the precondition).
-        #expect(try finished(await upload("first", .skipIdentical)).skipped == true)
+        // `skip-identical`: same bytes skip, other bytes upload (without the precondition). The source is
+        // read for the comparison off the cooperative pool.
+        let journal = FileIO.Journal()
+        #expect(try finished(await FileIO.$journal.withValue(journal) { await upload("first", .skipIdentical) }).skipped == true)
+        #expect(journal.recorded == [.compare])
         #expect(try finished(await upload("other", .skipIdentical)).skipped == nil)
         #expect(sessionStarts().count == 2 && !sessionStarts()[1].contains("ifGenerationMatch"))
 
