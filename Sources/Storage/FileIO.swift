@@ -73,3 +73,16 @@ extension PartialFile {
         return try await FileIO.run(.commit) { () throws(StorageError) -> String in try file.commit(replacing: replacing) }
     }
 }
+
+/// Local-file work outside the transfers that may block on the disk — finding and removing what final
+/// jobs left behind (lookups, unlinks, folder syncs) — run off the cooperative pool, on `FileIO`'s
+/// threads: the worker's loop, which heartbeats the leases, and every runner are tasks on that pool.
+public enum BlockingFileWork {
+    /// Runs `body` on a `FileIO` thread and returns what it returns.
+    public static func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        FileIO.journal?.record(.other)
+        return await withCheckedContinuation { continuation in
+            FileIO.pool.run { continuation.resume(returning: body()) }
+        }
+    }
+}

@@ -192,18 +192,20 @@ public actor TaskRunner {
             await processMailbox()
         }
         let outcome = machine.outcome ?? .abandoned(reason: "the runner stopped before the attempt ended")
-        discardLocalFilesIfFinal(outcome)
+        await discardLocalFilesIfFinal(outcome)
         return outcome
     }
 
     /// A job that ended failed or cancelled never resumes, so its partial download or upload session goes
     /// now, recorded or not (a retry starts over). Paused, released and retry-scheduled jobs keep theirs:
-    /// they resume from them. Runs after the final event is in the log and the transfer has returned.
-    private func discardLocalFilesIfFinal(_ outcome: TaskRunOutcome) {
+    /// they resume from them. Runs after the final event is in the log and the transfer has returned,
+    /// off the cooperative pool (a removal syncs the folder).
+    private func discardLocalFilesIfFinal(_ outcome: TaskRunOutcome) async {
         switch outcome {
         case .failed, .cancelled:
-            backend.discardResumePoint(of: JobLocalFiles(jobID: jobID, kind: spec.kind, destination: spec.destination,
-                                                         resumePoint: machine.resumePoint, finishedAtMs: clock()))
+            let (backend, files) = (backend, JobLocalFiles(jobID: jobID, kind: spec.kind, destination: spec.destination,
+                                                           resumePoint: machine.resumePoint, finishedAtMs: clock()))
+            _ = await BlockingFileWork.run { backend.discardResumePoint(of: files) }
         case .succeeded, .retryScheduled, .paused, .released, .abandoned:
             break
         }

@@ -73,7 +73,12 @@ final class OrphanSweeper: Sendable {
         let backend = backend
         do {
             let candidates = try await store.run { store in try store.leftoverCandidates(finishedSince: finishedSince) }
-            for orphan in Orphans.find(candidates, backend: backend) where backend.remove(orphan.file) {
+            // A look at every job finished since the last sweep, and removals that sync folders: not on
+            // the cooperative pool, where the worker's loop heartbeats the leases.
+            let removed = await BlockingFileWork.run {
+                Orphans.find(candidates, backend: backend).filter { backend.remove($0.file) }
+            }
+            for orphan in removed {
                 Self.log("removed \(orphan.file.kind.rawValue) '\(orphan.file.path)' (\(orphan.file.size) bytes) "
                          + "left by job \(orphan.file.jobID) (\(orphan.jobState.rawValue))")
             }

@@ -9,40 +9,45 @@ import Testing
 /// whatever Dispatch's global pool is doing, and none left once idle.
 @Suite("blocking work pool")
 struct BlockingWorkPoolTests {
-    /// Waits, off the cooperative pool, until `condition` holds (at most `seconds`).
-    private func eventually(_ seconds: Double, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
-        await offPool {
-            let deadline = Date().addingTimeInterval(seconds)
-            while !condition() {
-                if Date() > deadline { return false }
-                usleep(1_000)
-            }
-            return true
+    /// Waits until `condition` holds (at most `seconds`). These tests are synchronous on purpose: once
+    /// started they need no cooperative thread back, which the full suite's load can withhold for tens
+    /// of seconds — long enough for work waiting on a semaphore to give up.
+    private func eventually(_ seconds: Double, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !condition() {
+            if Date() > deadline { return false }
+            usleep(1_000)
         }
+        return true
     }
 
+    /// How long held work waits for the test to release it: only a broken test gets there.
+    private static var held: DispatchTime { .now() + 600 }
+
     @Test("sixteen pieces of work that block all run at once, each on a thread of its own")
-    func blockedWorkRunsAtOnce() async {
-        let pool = BlockingWorkPool(name: "test-pool", limit: 64, idleTime: 30)
+    func blockedWorkRunsAtOnce() {
+        let pool = BlockingWorkPool(name: "test-pool", limit: 64, idleTime: 600)
         let running = Atomic<Int>(0)
         let release = DispatchSemaphore(value: 0)
         let finished = Atomic<Int>(0)
         for _ in 0..<16 {
             pool.run {
                 running.add(1, ordering: .relaxed)
-                _ = release.wait(timeout: .now() + 30)
+                _ = release.wait(timeout: Self.held)
                 finished.add(1, ordering: .relaxed)
             }
         }
-        #expect(await eventually(5) { running.load(ordering: .relaxed) == 16 }, "\(running.load(ordering: .relaxed)) running")
+        // At once: Dispatch's global pool, which adds a thread for blocked ones only now and then, would
+        // have a few running after 5 s.
+        #expect(eventually(5) { running.load(ordering: .relaxed) == 16 }, "\(running.load(ordering: .relaxed)) running")
         #expect(pool.threadCount == 16)
         for _ in 0..<16 { release.signal() }
-        #expect(await eventually(10) { finished.load(ordering: .relaxed) == 16 })
+        #expect(eventually(60) { finished.load(ordering: .relaxed) == 16 })
     }
 
     @Test("beyond the limit, work waits for a free thread and runs in the order it came")
-    func workBeyondTheLimitWaitsInOrder() async {
-        let pool = BlockingWorkPool(name: "test-pool", limit: 2, idleTime: 30)
+    func workBeyondTheLimitWaitsInOrder() {
+        let pool = BlockingWorkPool(name: "test-pool", limit: 2, idleTime: 600)
         let gate = DispatchSemaphore(value: 0)
         let order = Mutex<[Int]>([])
         let running = Atomic<Int>(0)
@@ -51,18 +56,18 @@ struct BlockingWorkPoolTests {
             pool.run {
                 let now = running.add(1, ordering: .relaxed).newValue
                 most.max(now, ordering: .relaxed)
-                if index < 2 { _ = gate.wait(timeout: .now() + 30) }
+                if index < 2 { _ = gate.wait(timeout: Self.held) }
                 order.withLock { $0.append(index) }
                 running.subtract(1, ordering: .relaxed)
             }
         }
-        #expect(await eventually(10) { running.load(ordering: .relaxed) == 2 })
+        #expect(eventually(60) { running.load(ordering: .relaxed) == 2 })
         // Both threads are held: nothing else has run.
         usleep(50_000)
         #expect(order.withLock { $0 }.isEmpty)
         gate.signal()
         gate.signal()
-        #expect(await eventually(10) { order.withLock { $0.count } == 10 })
+        #expect(eventually(60) { order.withLock { $0.count } == 10 })
         let ran = order.withLock { $0 }
         #expect(Array(ran.filter { $0 >= 2 }) == Array(2..<10), "\(ran)")
         #expect(most.load(ordering: .relaxed) == 2)
@@ -70,38 +75,36 @@ struct BlockingWorkPoolTests {
     }
 
     @Test("threads end after the idle time; later work starts new ones")
-    func idleThreadsEnd() async {
+    func idleThreadsEnd() {
         let pool = BlockingWorkPool(name: "test-pool", limit: 8, idleTime: 0.2)
         let done = Atomic<Int>(0)
         let release = DispatchSemaphore(value: 0)
-        for _ in 0..<4 { pool.run { _ = release.wait(timeout: .now() + 30); done.add(1, ordering: .relaxed) } }
-        #expect(await eventually(10) { pool.threadCount == 4 })
+        for _ in 0..<4 { pool.run { _ = release.wait(timeout: Self.held); done.add(1, ordering: .relaxed) } }
+        #expect(eventually(60) { pool.threadCount == 4 })
         for _ in 0..<4 { release.signal() }
-        #expect(await eventually(10) { done.load(ordering: .relaxed) == 4 })
-        #expect(await eventually(10) { pool.threadCount == 0 })
+        #expect(eventually(60) { done.load(ordering: .relaxed) == 4 })
+        #expect(eventually(60) { pool.threadCount == 0 })
         pool.run { done.add(1, ordering: .relaxed) }
-        #expect(await eventually(10) { done.load(ordering: .relaxed) == 5 })
+        #expect(eventually(60) { done.load(ordering: .relaxed) == 5 })
     }
 
     @Test("many short pieces of work from many threads all run, on no more threads than the limit")
-    func manyShortPieces() async {
+    func manyShortPieces() {
         let pool = BlockingWorkPool(name: "test-pool", limit: 4, idleTime: 0.05)
         let done = Atomic<Int>(0)
         let most = Atomic<Int>(0)
-        await offPool {
-            DispatchQueue.concurrentPerform(iterations: 8) { _ in
-                for _ in 0..<2_000 {
-                    pool.run {
-                        most.max(pool.threadCount, ordering: .relaxed)
-                        done.add(1, ordering: .relaxed)
-                    }
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            for _ in 0..<2_000 {
+                pool.run {
+                    most.max(pool.threadCount, ordering: .relaxed)
+                    done.add(1, ordering: .relaxed)
                 }
             }
         }
-        #expect(await eventually(20) { done.load(ordering: .relaxed) == 16_000 }, "\(done.load(ordering: .relaxed)) of 16,000")
+        #expect(eventually(60) { done.load(ordering: .relaxed) == 16_000 }, "\(done.load(ordering: .relaxed)) of 16,000")
         #expect(most.load(ordering: .relaxed) <= 4)
         // Idle threads that end as work arrives never strand it: every piece ran, and then all ended.
-        #expect(await eventually(10) { pool.threadCount == 0 })
+        #expect(eventually(60) { pool.threadCount == 0 })
     }
 
     @Test("FileIO runs a download's commit on its own threads and hands back the result or the typed error")
