@@ -16,6 +16,8 @@ enum FileIO {
     enum Work: String, Sendable {
         /// A download's final sync and rename.
         case commit
+        /// A stopped download's sync (its bytes kept for the next attempt).
+        case sync
         /// Reading back a partial download (a resumed prefix, hashes the stream could not give).
         case readBack
         /// Reading an upload's source again to hash it.
@@ -68,9 +70,14 @@ extension PartialFile {
     /// to a pool thread and back cost 2,000 small downloads there a fifth more time and CPU.
     func commitOffPool(replacing: Bool = true) async throws(StorageError) -> String {
         if onMemoryFilesystem { return try commit(replacing: replacing) }
-        // The caller waits for the result and touches the file only afterwards: one thread at a time.
-        nonisolated(unsafe) let file = self
-        return try await FileIO.run(.commit) { () throws(StorageError) -> String in try file.commit(replacing: replacing) }
+        return try await FileIO.run(.commit, on: self) { file throws(StorageError) -> String in try file.commit(replacing: replacing) }
+    }
+
+    /// `sync()` on the file-I/O threads, or here on a filesystem kept in memory (see `commitOffPool`):
+    /// a download stopped part-way keeps its bytes for the next attempt.
+    func syncOffPool() async throws(StorageError) {
+        if onMemoryFilesystem { return try sync() }
+        try await FileIO.run(.sync, on: self) { file throws(StorageError) in try file.sync() }
     }
 }
 

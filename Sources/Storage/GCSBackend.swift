@@ -610,13 +610,13 @@ public struct GCSBackend: StorageBackend {
                 }
                 servedHeaders = response.headers
             } catch {
-                return try sink.outcome(of: error, bytesTotal: total, report: report) { partial in
+                return try await sink.outcome(of: error, bytesTotal: total, report: report) { partial in
                     partial.resumePoint(generation: generation, etag: nil)
                 }
             }
         }
         guard sink.offset == total else {
-            try? sink.partial.sync()
+            try? await sink.partial.syncOffPool()
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(total) bytes; a retry resumes from there",
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }

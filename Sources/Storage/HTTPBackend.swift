@@ -306,7 +306,7 @@ public struct HTTPBackend: StorageBackend {
         } catch {
             // The validator from this response (if any) pins the resumed range to the same version.
             let etag = Self.validator(sink.responseHeaders) ?? validator
-            return try sink.outcome(of: error, bytesTotal: nil, report: report) { partial in
+            return try await sink.outcome(of: error, bytesTotal: nil, report: report) { partial in
                 partial.resumePoint(generation: nil, etag: etag)
             }
         }
@@ -317,12 +317,12 @@ public struct HTTPBackend: StorageBackend {
                                httpStatus: 416, url: redactedURL(url), retryable: true)
         }
         guard response.isSuccess else {
-            if response.status != 404 { try? sink.partial.sync() } else { sink.partial.discard() }
+            if response.status != 404 { try? await sink.partial.syncOffPool() } else { sink.partial.discard() }
             throw httpError(response, what: redactedURL(url))
         }
         let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
         if let expected, sink.offset != expected {
-            try? sink.partial.sync()
+            try? await sink.partial.syncOffPool()
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from there",
                                url: redactedURL(url), retryable: true)
         }

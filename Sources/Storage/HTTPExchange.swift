@@ -438,18 +438,18 @@ extension FileSink {
     /// partial file; a failure keeps the bytes only when another attempt may use them.
     func outcome(of interruption: TransferFailure, bytesTotal: Int64?,
                  report: @Sendable (TransferEvent) -> Void,
-                 resumePoint: (PartialFile) -> ResumePoint) throws(StorageError) -> TransferOutcome {
+                 resumePoint: (PartialFile) -> ResumePoint) async throws(StorageError) -> TransferOutcome {
         switch interruption {
         case .stopped(.cancel):
             partial.discard()
             return .stopped(.cancel, nil)
         case .stopped(let reason):
-            try partial.sync()
+            try await partial.syncOffPool()
             let point = resumePoint(partial)
             report(.checkpoint(point, bytesTotal: bytesTotal))
             return .stopped(reason, point)
         case .failed(let failure):
-            if failure.retryable { try? partial.sync() } else { partial.discard() }
+            if failure.retryable { try? await partial.syncOffPool() } else { partial.discard() }
             throw failure
         }
     }
