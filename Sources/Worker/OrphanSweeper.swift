@@ -88,6 +88,7 @@ final class OrphanSweeper: Sendable {
     }
 
     private static func log(_ text: String) {
-        StandardStreams.write("jobctl worker: \(text)\n", to: STDERR_FILENO)
+        // Through the log's writer: in order with its lines, and never blocking the worker's loop.
+        LogLineWriter.standardError.write("jobctl worker: \(text)\n")
     }
 }

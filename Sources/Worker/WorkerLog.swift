@@ -17,14 +17,25 @@ public final class WorkerLog: Sendable {
     private let write: @Sendable (String) -> Void
     private let lock = Mutex(())
 
-    /// A log writing each line (with its line feed) through `write`, standard error by default. The lines
-    /// of one claim come in one call, each with its line feed.
+    /// A log writing each line (with its line feed) through `write`, by default to standard error from
+    /// a thread of its own (`LogLineWriter`: a reader that stops reading cannot stop the worker). The
+    /// lines of one claim come in one call, each with its line feed.
     public init(minimumLevel: WorkerLogLevel = .info, formatter: WorkerLogFormatter = WorkerLogFormatter(),
                 slowCommitMs: Int64 = 1_000, write: (@Sendable (String) -> Void)? = nil) {
         self.minimumLevel = minimumLevel
         self.formatter = formatter
         self.slowCommitMs = slowCommitMs
-        self.write = write ?? { line in StandardStreams.write(line, to: STDERR_FILENO) }
+        self.write = write ?? { line in LogLineWriter.standardError.write(line) }
+        flushes = write == nil
+    }
+
+    /// Whether `flush` has a writer to wait for (the default one).
+    private let flushes: Bool
+
+    /// Waits (up to `seconds`) until the lines logged so far are written: before the process exits, or
+    /// writes to standard error of its own.
+    public func flush(waitingAtMost seconds: Double = 2) {
+        if flushes { LogLineWriter.standardError.flush(waitingAtMost: seconds) }
     }
 
     /// A log that writes nothing.

@@ -62,6 +62,9 @@ extension Commands {
         let configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
                                                 leaseMs: leaseMs, drain: drain, claimAhead: try arguments.value(Options.claimAhead))
         let log = try workerLog(arguments, context)
+        // The log's lines (written from a thread of their own) before anything this command or `main`
+        // writes to standard error itself, and before the process exits.
+        defer { log.flush() }
         let textLog = log.formatter.format == .text
         // Storage settings are checked before the event log is opened: a bad one stops the worker at once.
         var storage: StorageConfiguration
@@ -112,6 +115,7 @@ extension Commands {
         // Kept alive through the run (its handlers hold it weakly); released with the pool and the store
         // when this returns, which closes the database (a checkpoint, the WAL removed).
         let summary = try withExtendedLifetime(signals) { try blockingRun { try await pool.run() } }
+        log.flush()
         if arguments[Options.json] {
             struct Summary: Encodable {
                 let claimed, succeeded, failed, retried, paused, cancelled, released, abandoned: Int
@@ -231,6 +235,7 @@ final class SignalHandling: @unchecked Sendable {
                     pool.beginShutdown()
                 } else {
                     pool.log.signalReceived(number, exitingNow: true, now: Clock.nowMs())
+                    pool.log.flush(waitingAtMost: 0.5)
                     // _exit, not exit: atexit handlers and static destructors would run while the curl and
                     // store threads still use what they tear down (a crash, not an exit).
                     _exit(ExitCode.interrupted)

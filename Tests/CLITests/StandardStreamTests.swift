@@ -59,6 +59,44 @@ struct StandardStreamTests {
         try Self.drain("broken-log-pipe", count: 150, redirections: "2>&1 >/dev/null | head -n 1 >/dev/null")
     }
 
+    @Test("a worker whose log reader stops reading, and stays, drains its jobs and exits: the log waits, the jobs do not")
+    func stalledLogReader() throws {
+        let workspace = try CLIWorkspace("stalled-log-reader")
+        defer { workspace.directory.remove() }
+        try FileManager.default.createDirectory(atPath: workspace.directory.file("objects"), withIntermediateDirectories: true)
+        var manifest = ""
+        for index in 0..<1_500 {
+            let path = workspace.directory.file("objects/o-\(index).bin")
+            try Data(repeating: UInt8(index % 251), count: 64).write(to: URL(fileURLWithPath: path))
+            manifest += "- {kind: download-memory, source: \"file://\(path)\"}\n"
+        }
+        _ = try workspace.submit(manifest)
+        // Three lines a job, ~600 KB of log into a pipe that is never read: full after its first 64 KiB.
+        // Written by the tasks that log, that froze the worker with its leases running out.
+        let stalled = Pipe()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        process.arguments = ["--db", workspace.database, "worker", "--drain", "--concurrency", "8", "--lease", "5s"]
+        process.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = stalled
+        try process.run()
+        let deadline = Date().addingTimeInterval(120)
+        while process.isRunning && Date() < deadline { usleep(50_000) }
+        let exited = !process.isRunning
+        if !exited { signalIfRunning(process, SIGKILL) }
+        process.waitUntilExit()
+        #expect(exited, "the worker was still running after 120 s: it waited for its log's reader")
+        #expect(process.terminationStatus == 0)
+        let states = try #require(try workspace.json(["list", "--limit", "0", "--json"]) as? [[String: Any]])
+        #expect(states.count == 1_500 && states.allSatisfy { $0["state"] as? String == "succeeded" })
+        // Nothing was lost from the record: every job has its full history.
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+        // The pipe holds the first lines, in order.
+        let start = String(decoding: stalled.fileHandleForReading.availableData, as: UTF8.self)
+        #expect(start.hasPrefix("worker_started") || start.contains("worker_started"), "\(start.prefix(300))")
+    }
+
     /// The closed descriptors are taken by /dev/null opened for writing before anything else runs:
     /// SQLite parks /dev/null on low descriptors too, but read-only and only when it opens a file, and a
     /// PostgreSQL socket or a file the worker writes would otherwise take the number.

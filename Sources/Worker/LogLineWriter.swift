@@ -1,0 +1,105 @@
+import Foundation
+import JobModel
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes a worker's log lines to a descriptor from a thread of its own, so that a reader that stops
+/// reading cannot stop the worker.
+///
+/// A write to a pipe or socket whose reader has stopped (a `| less` left paused, a stalled log shipper,
+/// a full journal stream) blocks once the pipe's 64 KiB are full. Written by the task that logs, that
+/// held every thread of the cooperative pool within a few hundred jobs: the worker's loop sent no more
+/// heartbeats, its leases expired and other workers took its jobs over (measured: 41 running jobs, all
+/// their leases expired, 8 s after a 5 s-lease worker's standard error stopped being read).
+///
+/// Here `write` appends to a buffer (at most `limit` bytes) and returns at once; the thread writes what
+/// has gathered, several lines in one `write(2)`. While the reader is stuck, lines beyond the limit are
+/// dropped and counted; once writing works again the log says how many. Lines keep their order.
+/// `flush(waitingAtMost:)` waits for the buffer to drain — a worker calls it before it exits.
+public final class LogLineWriter: @unchecked Sendable {
+    // @unchecked: every stored var is used only with `condition` locked.
+    private let condition = NSCondition()
+    private var pending: [UInt8] = []
+    private var writing = false
+    private var dropped = 0
+    private var droppedInAll = 0
+    /// Where in `pending` the lines were dropped: the count of them is written there, in order.
+    private var dropMark = 0
+    private let descriptor: Int32
+    /// The most bytes held waiting.
+    public let limit: Int
+    private var started = false
+
+    /// A writer to `descriptor` holding at most `limit` bytes; the thread starts at the first line.
+    public init(descriptor: Int32, limit: Int = 1 << 20) {
+        self.descriptor = descriptor
+        self.limit = max(4_096, limit)
+    }
+
+    /// The process's standard error.
+    public static let standardError = LogLineWriter(descriptor: STDERR_FILENO)
+
+    /// Queues `line` (with its line feed) for writing; drops it when `limit` bytes already wait.
+    public func write(_ line: String) {
+        condition.lock()
+        defer { condition.unlock() }
+        if pending.count + line.utf8.count > limit {
+            if dropped == 0 { dropMark = pending.count }
+            dropped += 1
+            droppedInAll += 1
+            return
+        }
+        pending.append(contentsOf: line.utf8)
+        if !started {
+            started = true
+            let thread = Thread { [self] in run() }
+            thread.stackSize = 256 << 10
+            thread.start()
+        }
+        condition.broadcast()
+    }
+
+    /// Lines dropped so far because the reader was not reading (tests).
+    public var droppedLines: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return droppedInAll
+    }
+
+    /// Waits until every queued line is written, or `seconds` pass (a reader that never reads must not
+    /// keep the process from exiting). Returns whether everything was written.
+    @discardableResult
+    public func flush(waitingAtMost seconds: Double = 2) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        condition.lock()
+        defer { condition.unlock() }
+        while !pending.isEmpty || writing {
+            if !condition.wait(until: deadline) { return pending.isEmpty && !writing }
+        }
+        return true
+    }
+
+    private func run() {
+        Thread.current.name = "jobctl-log"
+        while true {
+            condition.lock()
+            while pending.isEmpty { condition.wait() }
+            var batch = pending
+            pending.removeAll(keepingCapacity: true)
+            if dropped > 0 {
+                let notice = "jobctl worker: \(dropped) log line\(dropped == 1 ? "" : "s") dropped: standard error was not being read\n"
+                batch.insert(contentsOf: notice.utf8, at: min(dropMark, batch.count))
+                dropped = 0
+            }
+            writing = true
+            condition.unlock()
+            // A failed write (a closed descriptor, a reader gone) loses the batch, as a direct write would.
+            _ = batch.withUnsafeBytes { StandardStreams.write($0, to: descriptor) }
+            condition.lock()
+            writing = false
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Worker
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The worker's log written from a thread of its own: a reader that stops reading costs lines, never
+/// the worker's progress; lines keep their order; a flush waits for them, but not forever.
+@Suite("log line writer")
+struct LogLineWriterTests {
+    /// A pipe: (read end, write end), both closed by `close`.
+    private func pipeEnds() throws -> (read: Int32, write: Int32) {
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        return (ends[0], ends[1])
+    }
+
+    /// Writes `f`s to the pipe until it holds no more; returns how many.
+    private func fillPipe(_ descriptor: Int32) -> Int {
+        let flags = fcntl(descriptor, F_GETFL)
+        _ = fcntl(descriptor, F_SETFL, flags | O_NONBLOCK)
+        defer { _ = fcntl(descriptor, F_SETFL, flags) }
+        let chunk = [UInt8](repeating: UInt8(ascii: "f"), count: 512)
+        var total = 0
+        while true {
+            let count = write(descriptor, chunk, chunk.count)
+            if count <= 0 { break }
+            total += count
+        }
+        return total
+    }
+
+    /// Everything readable from `descriptor` until end of file.
+    private func readAll(_ descriptor: Int32) -> String {
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = read(descriptor, &buffer, buffer.count)
+            if count <= 0 { break }
+            data.append(contentsOf: buffer[0..<count])
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    @Test("lines arrive in order, several to a write; a flush returns once they are written")
+    func linesInOrder() throws {
+        let ends = try pipeEnds()
+        defer { close(ends.read) }
+        let writer = LogLineWriter(descriptor: ends.write)
+        let collected = OutputCollector()
+        startThread { collected.text = self.readAll(ends.read) }
+        for index in 0..<5_000 { writer.write("line \(index)\n") }
+        #expect(writer.flush(waitingAtMost: 30))
+        close(ends.write)
+        #expect(collected.wait(seconds: 30))
+        #expect(collected.text == (0..<5_000).map { "line \($0)\n" }.joined())
+        #expect(writer.droppedLines == 0)
+    }
+
+    @Test("a reader that stops reading: writes return at once, lines past the limit are dropped and counted, then said")
+    func stalledReader() throws {
+        let ends = try pipeEnds()
+        defer { close(ends.read) }
+        let writer = LogLineWriter(descriptor: ends.write, limit: 16_384)
+        let line = String(repeating: "x", count: 99) + "\n"
+        // The pipe full already (a reader that stopped a while ago): the writer holds 16 KiB more, the rest
+        // of 2,000 lines (200 KB) is dropped, and no call waits for the reader.
+        let filler = fillPipe(ends.write)
+        #expect(filler >= 4_096)
+        let started = Date()
+        for _ in 0..<2_000 { writer.write(line) }
+        #expect(Date().timeIntervalSince(started) < 10)
+        #expect(!writer.flush(waitingAtMost: 0.2), "nothing reads the pipe: the flush gives up")
+        let dropped = writer.droppedLines
+        #expect(dropped > 0 && dropped < 2_000, "\(dropped) dropped")
+        // Reading again: what was kept arrives, then the count of what was not.
+        let collected = OutputCollector()
+        startThread { collected.text = self.readAll(ends.read) }
+        writer.write("after\n")
+        #expect(writer.flush(waitingAtMost: 30))
+        close(ends.write)
+        #expect(collected.wait(seconds: 30))
+        #expect(collected.text.hasPrefix(String(repeating: "f", count: filler)))
+        let lines = collected.text.dropFirst(filler).split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+        let kept = lines.filter { $0 == line.dropLast() }.count
+        #expect(kept + dropped == 2_000)
+        #expect(lines.suffix(2) == ["jobctl worker: \(dropped) log lines dropped: standard error was not being read", "after"],
+                "\(lines.suffix(3))")
+    }
+}
+
+/// Text a reader thread collects, and a wait for it.
+private final class OutputCollector: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var value = ""
+    var text: String {
+        get { value }
+        set { value = newValue; done.signal() }
+    }
+    func wait(seconds: Double) -> Bool { done.wait(timeout: .now() + seconds) == .success }
+}
