@@ -22,6 +22,10 @@ public final class LogLineWriter: @unchecked Sendable {
     private let condition = NSCondition()
     private var pending: [UInt8] = []
     private var writing = false
+    /// Whether the thread waits for a first line (woken by the next one), or lingers for more lines to
+    /// write with it (woken only once `batchBytes` wait).
+    private var idle = false
+    private var lingering = false
     private var dropped = 0
     private var droppedInAll = 0
     /// Where in `pending` the lines were dropped: the count of them is written there, in order.
@@ -57,8 +61,15 @@ public final class LogLineWriter: @unchecked Sendable {
             thread.stackSize = 256 << 10
             thread.start()
         }
-        condition.broadcast()
+        // A wake-up only when the thread waits for a first line, or lingers and a batch's worth is here:
+        // one per line cost a 10,000-job drain a sixth more CPU.
+        if idle || (lingering && pending.count >= Self.batchBytes) { condition.broadcast() }
     }
+
+    /// Bytes worth a write at once; fewer wait up to `lingerTime` for more.
+    static let batchBytes = 16_384
+    /// How long a few lines wait for more before they are written.
+    static let lingerTime: TimeInterval = 0.002
 
     /// Lines dropped so far because the reader was not reading (tests).
     public var droppedLines: Int {
@@ -84,7 +95,16 @@ public final class LogLineWriter: @unchecked Sendable {
         Thread.current.name = "jobctl-log"
         while true {
             condition.lock()
-            while pending.isEmpty { condition.wait() }
+            while pending.isEmpty {
+                idle = true
+                condition.wait()
+                idle = false
+            }
+            if pending.count < Self.batchBytes {
+                lingering = true
+                _ = condition.wait(until: Date().addingTimeInterval(Self.lingerTime))
+                lingering = false
+            }
             var batch = pending
             pending.removeAll(keepingCapacity: true)
             if dropped > 0 {
