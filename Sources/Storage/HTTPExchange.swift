@@ -402,14 +402,8 @@ final class FileSink: ResponseBodySink {
 
 extension FileSink {
     /// The hashes of the whole file: the streamed ones, or — when MD5 is wanted but could not be
-    /// streamed (a resumed download learned it only from the answer) — both read back from the file.
-    func finishHashes(md5 wanted: Bool) throws(StorageError) -> (md5: String?, crc32c: String) {
-        let streamed = checksums.finish()
-        guard wanted, streamed.md5 == nil else { return streamed }
-        return try readBackHashes()
-    }
-
-    /// `finishHashes(md5:)` with the file, when it must be read back, read on `FileIO`'s threads.
+    /// streamed (a resumed download learned it only from the answer) — both read back from the file, on
+    /// `FileIO`'s threads.
     func finishHashesOffPool(md5 wanted: Bool) async throws(StorageError) -> (md5: String?, crc32c: String) {
         let streamed = checksums.finish()
         guard wanted, streamed.md5 == nil else { return streamed }

@@ -34,6 +34,18 @@ public final class LogLineWriter: @unchecked Sendable {
     /// The most bytes held waiting.
     public let limit: Int
     private var started = false
+    /// The line that says how many lines were dropped.
+    private var droppedNotice: @Sendable (Int) -> String = { count in
+        "jobctl worker: \(count) log line\(count == 1 ? "" : "s") dropped: standard error was not being read\n"
+    }
+
+    /// Sets the line that says how many lines were dropped (the worker's log makes it one of its own,
+    /// text or JSON).
+    public func setDroppedNotice(_ notice: @escaping @Sendable (Int) -> String) {
+        condition.lock()
+        defer { condition.unlock() }
+        droppedNotice = notice
+    }
 
     /// A writer to `descriptor` holding at most `limit` bytes; the thread starts at the first line.
     public init(descriptor: Int32, limit: Int = 1 << 20) {
@@ -108,7 +120,7 @@ public final class LogLineWriter: @unchecked Sendable {
             var batch = pending
             pending.removeAll(keepingCapacity: true)
             if dropped > 0 {
-                let notice = "jobctl worker: \(dropped) log line\(dropped == 1 ? "" : "s") dropped: standard error was not being read\n"
+                let notice = droppedNotice(dropped)
                 batch.insert(contentsOf: notice.utf8, at: min(dropMark, batch.count))
                 dropped = 0
             }

@@ -27,6 +27,18 @@ public final class WorkerLog: Sendable {
         self.slowCommitMs = slowCommitMs
         self.write = write ?? { line in LogLineWriter.standardError.write(line) }
         flushes = write == nil
+        if write == nil {
+            LogLineWriter.standardError.setDroppedNotice { [formatter] count in Self.droppedNotice(count, formatter: formatter) }
+        }
+    }
+
+    /// The `log_lines_dropped` line for `count` lines, as `formatter` writes it.
+    static func droppedNotice(_ count: Int, formatter: WorkerLogFormatter, atMs: Int64 = Clock.nowMs()) -> String {
+        var line = ""
+        formatter.appendLine(WorkerLogEntry(atMs: atMs, level: .warning, event: .logLinesDropped, fields: [
+            ("lines", .integer(Int64(count))), ("reason", .text("standard error was not being read")),
+        ]), to: &line)
+        return line
     }
 
     /// Whether `flush` has a writer to wait for (the default one).

@@ -71,6 +71,9 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     /// At start: the open-files limit, even raised to its hard ceiling, is below what the concurrency
     /// may need.
     case openFilesLimit = "open_files_limit"
+    /// Lines were dropped because standard error was not being read (`LogLineWriter`); written where
+    /// they were dropped, once writing works again.
+    case logLinesDropped = "log_lines_dropped"
 }
 
 /// A value in a log line's fields.

@@ -89,6 +89,16 @@ struct LogLineWriterTests {
         #expect(lines.suffix(2) == ["jobctl worker: \(dropped) log lines dropped: standard error was not being read", "after"],
                 "\(lines.suffix(3))")
     }
+    @Test("the worker's log says how many lines were dropped in its own format, text or JSON")
+    func droppedNoticeInTheLogsFormat() throws {
+        let json = WorkerLog.droppedNotice(7, formatter: WorkerLogFormatter(format: .json), atMs: 1_700_000_000_000)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+        #expect(object["event"] as? String == "log_lines_dropped" && object["level"] as? String == "warning")
+        #expect((object["fields"] as? [String: Any])?["lines"] as? Int == 7)
+        #expect(json.hasSuffix("\n") && json.filter { $0 == "\n" }.count == 1)
+        let text = WorkerLog.droppedNotice(1, formatter: WorkerLogFormatter(format: .text, timestamps: false, color: false))
+        #expect(text.contains("log_lines_dropped") && text.contains("lines=1"), "\(text)")
+    }
 }
 
 /// Text a reader thread collects, and a wait for it.
