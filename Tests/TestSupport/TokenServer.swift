@@ -151,7 +151,7 @@ public final class TokenServer: LoopbackServer, @unchecked Sendable {
     public var requests: [Request] { log.filter { $0.method != "ISSUED" } }
 
     /// The requests and, as entries of method `ISSUED` with the token in `issued`, each token handed out
-    /// (logged once its answer is built), in order: what a failure message shows.
+    /// (logged once its answer is sent), in order: what a failure message shows.
     public var log: [Request] {
         let text = (try? String(contentsOfFile: directory.file("requests.log"), encoding: .utf8)) ?? ""
         return text.split(separator: "\n").compactMap { line in
