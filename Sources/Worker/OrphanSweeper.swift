@@ -44,6 +44,8 @@ final class OrphanSweeper: Sendable {
     private let store: any JobStore
     private let backend: any StorageBackend
     private let intervalMs: Int64
+    /// Where removals and failures are reported (`orphan_removed`, `orphan_sweep_failed`).
+    private let log: WorkerLog
     /// When the previous sweep began; nil before the first.
     private let lastSweepStart = Mutex<Int64?>(nil)
 
@@ -51,14 +53,15 @@ final class OrphanSweeper: Sendable {
     /// event was written (by another process) while that sweep ran is not missed.
     static let overlapMs: Int64 = 60_000
 
-    init(store: any JobStore, backend: any StorageBackend, intervalMs: Int64) {
+    init(store: any JobStore, backend: any StorageBackend, intervalMs: Int64, log: WorkerLog) {
         self.store = store
         self.backend = backend
         self.intervalMs = intervalMs
+        self.log = log
     }
 
     /// Sweeps when the first sweep has not run yet, `intervalMs` has passed since the last, or `force`.
-    /// Failures are reported on standard error and never stop the worker.
+    /// Removals and failures go to the worker's log; a failure never stops the worker.
     func sweepIfDue(now: Int64, force: Bool = false) async {
         let since: Int64?? = lastSweepStart.withLock { last in
             guard let previous = last else {
@@ -78,17 +81,9 @@ final class OrphanSweeper: Sendable {
             let removed = await BlockingFileWork.run {
                 Orphans.find(candidates, backend: backend).filter { backend.remove($0.file) }
             }
-            for orphan in removed {
-                Self.log("removed \(orphan.file.kind.rawValue) '\(orphan.file.path)' (\(orphan.file.size) bytes) "
-                         + "left by job \(orphan.file.jobID) (\(orphan.jobState.rawValue))")
-            }
+            for orphan in removed { log.orphanRemoved(orphan.file, jobState: orphan.jobState, now: Clock.nowMs()) }
         } catch {
-            Self.log("the orphan sweep failed: \(error) (it runs again later)")
+            log.orphanSweepFailed("\(error)", now: Clock.nowMs())
         }
-    }
-
-    private static func log(_ text: String) {
-        // Through the log's writer: in order with its lines, and never blocking the worker's loop.
-        LogLineWriter.standardError.write("jobctl worker: \(text)\n")
     }
 }

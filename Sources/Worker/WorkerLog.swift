@@ -1,6 +1,7 @@
 import Foundation
 import JobLifecycle
 import JobModel
+import Storage
 import StorePort
 import Synchronization
 import Tasks
@@ -30,6 +31,21 @@ public final class WorkerLog: Sendable {
         if write == nil {
             LogLineWriter.standardError.setDroppedNotice { [formatter] count in Self.droppedNotice(count, formatter: formatter) }
         }
+    }
+
+    /// The orphan sweep removed `file`, left by a job that ended `jobState`.
+    public func orphanRemoved(_ file: LeftoverFile, jobState: JobState, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .info, event: .orphanRemoved, jobID: file.jobID, fields: [
+            ("file", .text(file.kind.rawValue)), ("path", .text(file.path)), ("bytes", .integer(file.size)),
+            ("job_state", .text(jobState.rawValue)),
+        ]))
+    }
+
+    /// The orphan sweep failed (it runs again at its next turn).
+    public func orphanSweepFailed(_ error: String, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .orphanSweepFailed, fields: [
+            ("error", .text(error)), ("action", .text("the sweep runs again later")),
+        ]))
     }
 
     /// The `log_lines_dropped` line for `count` lines, as `formatter` writes it.

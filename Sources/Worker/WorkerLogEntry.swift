@@ -74,6 +74,10 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     /// Lines were dropped because standard error was not being read (`LogLineWriter`); written where
     /// they were dropped, once writing works again.
     case logLinesDropped = "log_lines_dropped"
+    /// The orphan sweep removed a file a final job left (a partial download, an upload session).
+    case orphanRemoved = "orphan_removed"
+    /// The orphan sweep could not run (it runs again later).
+    case orphanSweepFailed = "orphan_sweep_failed"
 }
 
 /// A value in a log line's fields.

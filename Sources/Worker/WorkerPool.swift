@@ -180,7 +180,7 @@ public final class WorkerPool: Sendable {
         self.backend = backend
         self.log = log
         self.metrics = metrics
-        self.sweeper = OrphanSweeper(store: store, backend: backend, intervalMs: configuration.orphanSweepIntervalMs)
+        self.sweeper = OrphanSweeper(store: store, backend: backend, intervalMs: configuration.orphanSweepIntervalMs, log: log)
     }
 
     /// Stop claiming; ask every running transfer to pause at its resume point and release its lease.

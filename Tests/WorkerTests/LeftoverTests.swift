@@ -79,7 +79,10 @@ import TestSupport
         let second = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
         #expect(second.wait(seconds: 30) == 0, "\(second.log)")
         #expect(!exists(partial), "the sweep left \(entries(out))")
-        #expect(second.log.contains("removed partial-download '\(partial)'"), "\(second.log)")
+        // Said in the worker's log, as one of its own lines (JSON-only under --log-format json).
+        let removal = second.log.split(separator: "\n").first { $0.contains(" orphan_removed ") }
+        #expect(removal?.contains("\(id) file=partial-download path=\(partial) bytes=") == true, "\(second.log)")
+        #expect(removal?.hasSuffix("job_state=cancelled") == true, "\(second.log)")
         for path in usersFiles { #expect(exists(path), "the sweep removed \(path)") }
     }
 
