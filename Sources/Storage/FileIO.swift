@@ -39,18 +39,18 @@ enum FileIO {
     }
 
     /// Runs `body` on a pool thread and returns what it returns.
-    static func run<T: Sendable>(_ work: Work, _ body: @escaping @Sendable () throws(StorageError) -> T) async throws(StorageError) -> T {
+    static func perform<T: Sendable>(_ work: Work, _ body: @escaping @Sendable () -> T) async -> T {
         journal?.record(work)
-        let result: Result<T, StorageError> = await withCheckedContinuation { continuation in
-            pool.run {
-                do throws(StorageError) {
-                    continuation.resume(returning: .success(try body()))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
+        return await withCheckedContinuation { continuation in
+            pool.run { continuation.resume(returning: body()) }
         }
-        return try result.get()
+    }
+
+    /// `perform` for work that fails with a `StorageError`.
+    static func run<T: Sendable>(_ work: Work, _ body: @escaping @Sendable () throws(StorageError) -> T) async throws(StorageError) -> T {
+        try await perform(work) { () -> Result<T, StorageError> in
+            do throws(StorageError) { return .success(try body()) } catch { return .failure(error) }
+        }.get()
     }
 }
 
@@ -87,9 +87,6 @@ extension PartialFile {
 public enum BlockingFileWork {
     /// Runs `body` on a `FileIO` thread and returns what it returns.
     public static func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-        FileIO.journal?.record(.other)
-        return await withCheckedContinuation { continuation in
-            FileIO.pool.run { continuation.resume(returning: body()) }
-        }
+        await FileIO.perform(.other, body)
     }
 }

@@ -52,26 +52,29 @@ struct OverwriteRule {
         }
     }
 
-    /// `skipsDownload` with the local file, when `skip-identical` compares it, read on `FileIO`'s threads.
+    /// `skipsDownload` on `FileIO`'s threads under `skip-identical`, the one rule that reads the local file
+    /// (a large file read on the cooperative pool held back every task of the worker, heartbeats included).
     func skipsDownloadOffPool(of object: StorageObject, crc32c: String?, to destination: String) async throws(StorageError) -> TransferOutcome? {
-        guard mode == .skipIdentical, crc32c != nil, PartialFile.destinationExists(destination) else { return nil }
+        guard mode == .skipIdentical else { return try skipsDownload(of: object, crc32c: crc32c, to: destination) }
         let rule = self
         return try await FileIO.run(.compare) { () throws(StorageError) -> TransferOutcome? in
             try rule.skipsDownload(of: object, crc32c: crc32c, to: destination)
         }
     }
 
-    /// `skipsUpload` with the source, when `skip-identical` compares it, read on `FileIO`'s threads: a
-    /// large file read on the cooperative pool held back every task of the worker, heartbeats included.
+    /// `skipsUpload` with `source` as the local source, on `FileIO`'s threads under `skip-identical`, the
+    /// one rule that reads it.
     func skipsUpload(existing: StorageObject?, destination: String, offPool source: UploadSource) async throws(StorageError) -> Bool {
-        var local: (size: Int64, crc32c: String)?
-        if mode == .skipIdentical, existing?.crc32c != nil {
-            local = try await FileIO.run(.compare, on: source) { source throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: source) }
+        guard mode == .skipIdentical else {
+            return try skipsUpload(existing: existing, destination: destination) { () throws(StorageError) in
+                try OverwriteRule.sizeAndCRC32C(of: source)
+            }
         }
-        return try skipsUpload(existing: existing, destination: destination) { () throws(StorageError) in
-            // Read above whenever the comparison needs it; read here should the two conditions ever differ.
-            if let local { return local }
-            return try OverwriteRule.sizeAndCRC32C(of: source)
+        let rule = self
+        return try await FileIO.run(.compare, on: source) { source throws(StorageError) -> Bool in
+            try rule.skipsUpload(existing: existing, destination: destination) { () throws(StorageError) in
+                try OverwriteRule.sizeAndCRC32C(of: source)
+            }
         }
     }
 
