@@ -211,6 +211,10 @@ public final class WorkerPool: Sendable {
         var nextDue: Int64? = nil
         var shutdownStarted: Int64? = nil
         var consecutiveErrors = 0
+        // While a drain waits for other workers' runs (nothing of its own running, nothing to claim): the
+        // next wait, and when the queue was last asked about (see `drainWait`).
+        var drainWaitMs: Int64?
+        var lastDrainCheck: Int64 = 0
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = max(200, config.leaseMs / 3)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
@@ -246,7 +250,7 @@ public final class WorkerPool: Sendable {
                 // poll interval: the loop also turns at every freed slot, and each question is a read
                 // transaction on the store's thread.
                 var changed = false
-                if Self.isDue(since: lastDataVersionCheck, every: config.pollIntervalMs, now: now) {
+                if Self.isDue(since: lastDataVersionCheck, every: drainWaitMs ?? config.pollIntervalMs, now: now) {
                     lastDataVersionCheck = now
                     let version = try await store.run { try $0.dataVersion() }
                     changed = version != lastDataVersion
@@ -293,14 +297,22 @@ public final class WorkerPool: Sendable {
                 }
 
                 if config.drain && runningCount == 0 {
-                    let queues = config.queues
-                    // Queued anywhere (due or not) or running in any worker holds the drain. The running
-                    // jobs are counted alone (the index on the state finds them): every state's count read
-                    // the whole table's index, at each turn of a worker waiting for others to finish.
-                    let busy = try await store.run { store -> Bool in
-                        try store.nextRunAfter(queues: queues) != nil || (try store.countJobs(filter: JobFilter(states: [.running]))) > 0
+                    // Asked when the drain starts waiting, when another writer has committed since the last
+                    // look, and at least every poll interval.
+                    if drainWaitMs == nil || changed || Self.isDue(since: lastDrainCheck, every: config.pollIntervalMs, now: now) {
+                        lastDrainCheck = now
+                        let queues = config.queues
+                        // Queued anywhere (due or not) or running in any worker holds the drain. The running
+                        // jobs are counted alone (the index on the state finds them): every state's count read
+                        // the whole table's index, at each turn of a worker waiting for others to finish.
+                        let busy = try await store.run { store -> Bool in
+                            try store.nextRunAfter(queues: queues) != nil || (try store.countJobs(filter: JobFilter(states: [.running]))) > 0
+                        }
+                        if !busy { break }
                     }
-                    if !busy { break }
+                    drainWaitMs = Self.drainWait(after: drainWaitMs, changed: changed, pollIntervalMs: config.pollIntervalMs)
+                } else {
+                    drainWaitMs = nil
                 }
             } catch {
                 consecutiveErrors += 1
@@ -316,7 +328,7 @@ public final class WorkerPool: Sendable {
             }
             consecutiveErrors = 0
             await sweeper.sweepIfDue(now: now)
-            await wakeup.wait(milliseconds: config.pollIntervalMs)
+            await wakeup.wait(milliseconds: drainWaitMs ?? config.pollIntervalMs)
         }
         if config.drain && !isShuttingDown { await sweeper.sweepIfDue(now: Clock.nowMs(), force: true) }
         // Every run has reported; its task may still be on its last statements. Once none is left, no
@@ -349,6 +361,21 @@ public final class WorkerPool: Sendable {
     /// they keep would expire).
     static func isDue(since: Int64, every: Int64, now: Int64) -> Bool {
         now - since >= every || now < since
+    }
+
+    /// How long a drain that waits for other workers' runs sleeps before it looks again: 1 ms at first,
+    /// 2 ms after a turn that saw another writer's commit, else twice the last wait, at most the poll
+    /// interval. Each turn asks only whether the log changed (SQLite's `data_version`, a read of shared
+    /// memory; PostgreSQL's snapshot); the queue and the running jobs are asked about only after a change
+    /// (or once per poll interval). While other workers finish their last jobs they commit every few
+    /// milliseconds, so the drain keeps looking every 2 ms and ends within a few of the last run's
+    /// outcome — with the poll interval alone, each waiting worker of a multi-process drain ended up to
+    /// 20 ms after the last run, and the drain took that much longer; behind a long run elsewhere the log
+    /// stops changing and the waits grow back to the poll interval.
+    static func drainWait(after previous: Int64?, changed: Bool, pollIntervalMs: Int64) -> Int64 {
+        let next: Int64
+        if let previous { next = changed ? 2 : previous * 2 } else { next = 1 }
+        return max(1, min(pollIntervalMs, next))
     }
 
     /// The least time between two reads of the running jobs' control requests (a pause or cancel from

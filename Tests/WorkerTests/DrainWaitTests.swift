@@ -1,0 +1,104 @@
+import Foundation
+import JobModel
+import Storage
+import StorePort
+import Synchronization
+import Testing
+import TestSupport
+@testable import Worker
+
+/// A draining worker with nothing of its own to run waits for the runs of other workers on the same log,
+/// and ends soon after the last of them — not a poll interval later.
+@Suite("drain waits") struct DrainWaitTests {
+    /// 1 ms on the first wait, doubling while the log stays unchanged, 2 ms after a change, never above the
+    /// poll interval (nor below a millisecond).
+    @Test func theWaitStartsShortDoublesWhileNothingChangesAndIsShortAgainAfterAChange() {
+        var waits: [Int64] = []
+        var wait: Int64?
+        for _ in 0..<7 {
+            wait = WorkerPool.drainWait(after: wait, changed: false, pollIntervalMs: 20)
+            waits.append(wait!)
+        }
+        #expect(waits == [1, 2, 4, 8, 16, 20, 20])
+        #expect(WorkerPool.drainWait(after: 20, changed: true, pollIntervalMs: 20) == 2)
+        #expect(WorkerPool.drainWait(after: 4, changed: true, pollIntervalMs: 20) == 2)
+        // A poll interval below the short waits caps them.
+        #expect(WorkerPool.drainWait(after: nil, changed: false, pollIntervalMs: 1) == 1)
+        #expect(WorkerPool.drainWait(after: 1, changed: true, pollIntervalMs: 1) == 1)
+        #expect(WorkerPool.drainWait(after: 1, changed: false, pollIntervalMs: 1) == 1)
+    }
+
+    /// Worker B has claimed all 30 jobs of the queue; their transfers are let go one every 20 ms. Worker A
+    /// then drains the same queue with a 10 s poll interval: nothing is left to claim, but B's runs hold
+    /// A's drain (one of them may fail and come back), so A must not end before B's last outcome; and B's
+    /// commits keep A looking every few milliseconds, so A ends within moments of it. Looking only once
+    /// per poll interval, A looked at its start and next ten seconds later, long after B had finished.
+    @Test(arguments: WorkerEngine.allCases)
+    func aDrainWaitingForAnotherWorkersRunsEndsSoonAfterTheLast(engine: WorkerEngine) async throws {
+        let directory = try TemporaryDirectory("drain-wait")
+        defer { directory.remove() }
+        let database = try engine.database(in: directory)
+        let jobs = try SmallJobTests.tinyJobs(30, database: database, directory: directory)
+        let backend = StaggeredBackend(StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))))
+        let storeB = try SmallJobTests.store(engine, database)
+        let storeA = try SmallJobTests.store(engine, database)
+        let poolB = WorkerPool(store: storeB, backend: backend,
+                               configuration: WorkerConfiguration(owner: "worker-b", concurrency: jobs.count, leaseMs: 3_600_000, claimAhead: 0))
+        let poolA = WorkerPool(store: storeA, backend: backend,
+                               configuration: WorkerConfiguration(owner: "worker-a", concurrency: 2, leaseMs: 3_600_000, drain: true,
+                                                                  pollIntervalMs: 10_000))
+        let runB = Task { try await poolB.run() }
+        defer { poolB.beginShutdown() }
+        let allRunning = try await eventually(seconds: 120) { backend.transfersStarted == jobs.count }
+        try #require(allRunning, "worker B did not start every transfer: \(backend.transfersStarted)")
+
+        let runA = Task { () async throws -> (WorkerSummary, Int64) in
+            let summary = try await poolA.run()
+            return (summary, Clock.nowMs())
+        }
+        for _ in jobs {
+            try await Task.sleep(for: .milliseconds(20))
+            backend.releaseOne()
+        }
+        let (summaryA, endedAt) = try await runA.value
+
+        #expect(summaryA.claimed == 0, "\(summaryA)")
+        let outcomes = try jobs.map { job in try #require(try storeA.events(jobID: job.id).last) }
+        #expect(outcomes.allSatisfy { $0.type == .succeeded }, "A ended while B still had runs")
+        let lastAt = try #require(outcomes.map(\.atMs).max())
+        #expect(endedAt >= lastAt, "A ended at \(endedAt), before B's last outcome at \(lastAt)")
+        // Generous for a loaded machine; a drain that looked once per poll interval ends seconds later.
+        #expect(endedAt - lastAt < 3_000, "A ended \(endedAt - lastAt) ms after B's last outcome")
+
+        poolB.beginShutdown()
+        let summaryB = try await runB.value
+        #expect(summaryB.succeeded == jobs.count, "\(summaryB)")
+    }
+}
+
+/// Real transfers that each wait until the test lets them go, in the order they started.
+private final class StaggeredBackend: StorageBackend {
+    private let inner: StorageRouter
+    private let started = Mutex(0)
+    private let released = Mutex(0)
+
+    init(_ inner: StorageRouter) { self.inner = inner }
+
+    var transfersStarted: Int { started.withLock { $0 } }
+
+    func releaseOne() { released.withLock { $0 += 1 } }
+
+    func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                 report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let number = started.withLock { count in
+            count += 1
+            return count
+        }
+        // A safety net far beyond the test's own waits, not a limit on a starved test.
+        let deadline = ContinuousClock.now + .seconds(600)
+        while released.withLock({ $0 }) < number, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return try await inner.perform(spec, resumingFrom: resumePoint, control: control, report: report)
+    }
+}
