@@ -77,7 +77,19 @@ public final class WorkerLog: Sendable {
         guard isEnabled(entry.level) else { return }
         var line = ""
         formatter.appendLine(entry, to: &line)
-        lock.withLock { _ in write(line) }
+        emit(line)
+    }
+
+    /// Hands whole lines to the writer, so that no other line comes between them. The default writer
+    /// takes them whole under a lock of its own; a `write` given to `init` is called under this log's
+    /// lock. (One lock a line, not two: the tasks that finish together after a group commit all log at
+    /// once, and contended for both.)
+    private func emit(_ lines: String) {
+        if flushes {
+            write(lines)
+        } else {
+            lock.withLock { _ in write(lines) }
+        }
     }
 
     // MARK: - The worker
@@ -189,7 +201,7 @@ public final class WorkerLog: Sendable {
         for job in jobs {
             formatter.appendLine(Self.claimedEntry(job.record, token: job.token, leaseMs: leaseMs, now: now), to: &text)
         }
-        lock.withLock { _ in write(text) }
+        emit(text)
     }
 
     private static func claimedEntry(_ record: JobRecord, token: Int64, leaseMs: Int64, now: Int64) -> WorkerLogEntry {
