@@ -214,6 +214,7 @@ public final class WorkerPool: Sendable {
         // While a drain waits for other workers' runs (nothing of its own running, nothing to claim): the
         // next wait, and when the queue was last asked about (see `drainWait`).
         var drainWaitMs: Int64?
+        var drainWaitStarted: Int64 = 0
         var lastDrainCheck: Int64 = 0
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = max(200, config.leaseMs / 3)
@@ -297,6 +298,7 @@ public final class WorkerPool: Sendable {
                 }
 
                 if config.drain && runningCount == 0 {
+                    if drainWaitMs == nil { drainWaitStarted = now }
                     // Asked when the drain starts waiting, when another writer has committed since the last
                     // look, and at least every poll interval.
                     if drainWaitMs == nil || changed || Self.isDue(since: lastDrainCheck, every: config.pollIntervalMs, now: now) {
@@ -310,7 +312,8 @@ public final class WorkerPool: Sendable {
                         }
                         if !busy { break }
                     }
-                    drainWaitMs = Self.drainWait(after: drainWaitMs, changed: changed, pollIntervalMs: config.pollIntervalMs)
+                    drainWaitMs = Self.drainWait(after: drainWaitMs, changed: changed, waitedMs: now - drainWaitStarted,
+                                                 pollIntervalMs: config.pollIntervalMs)
                 } else {
                     drainWaitMs = nil
                 }
@@ -372,11 +375,23 @@ public final class WorkerPool: Sendable {
     /// outcome — with the poll interval alone, each waiting worker of a multi-process drain ended up to
     /// 20 ms after the last run, and the drain took that much longer; behind a long run elsewhere the log
     /// stops changing and the waits grow back to the poll interval.
-    static func drainWait(after previous: Int64?, changed: Bool, pollIntervalMs: Int64) -> Int64 {
+    ///
+    /// A change brings the wait back to 2 ms only during the first `drainFastLooks` poll intervals of a
+    /// wait (a second by default); after that the waits only grow. A drain can wait for as long as any job
+    /// runs in any worker — for ever beside workers that never run out of work — and must not look ten
+    /// times as often as it did for all that time.
+    static func drainWait(after previous: Int64?, changed: Bool, waitedMs: Int64, pollIntervalMs: Int64) -> Int64 {
         let next: Int64
-        if let previous { next = changed ? 2 : previous * 2 } else { next = 1 }
+        if let previous {
+            next = changed && waitedMs < drainFastLooks * pollIntervalMs ? 2 : previous * 2
+        } else {
+            next = 1
+        }
         return max(1, min(pollIntervalMs, next))
     }
+
+    /// For how many poll intervals of a drain's wait a change brings the next look back to 2 ms.
+    static let drainFastLooks: Int64 = 50
 
     /// The least time between two reads of the running jobs' control requests (a pause or cancel from
     /// `jobctl`, seen when the log has changed): well inside the second within which they are honoured.

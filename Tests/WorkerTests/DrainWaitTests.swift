@@ -10,22 +10,28 @@ import TestSupport
 /// A draining worker with nothing of its own to run waits for the runs of other workers on the same log,
 /// and ends soon after the last of them — not a poll interval later.
 @Suite("drain waits") struct DrainWaitTests {
-    /// 1 ms on the first wait, doubling while the log stays unchanged, 2 ms after a change, never above the
-    /// poll interval (nor below a millisecond).
+    /// 1 ms on the first wait, doubling while the log stays unchanged, 2 ms after a change during the first
+    /// 50 poll intervals of the wait and doubling after them, never above the poll interval (nor below a
+    /// millisecond).
     @Test func theWaitStartsShortDoublesWhileNothingChangesAndIsShortAgainAfterAChange() {
         var waits: [Int64] = []
         var wait: Int64?
         for _ in 0..<7 {
-            wait = WorkerPool.drainWait(after: wait, changed: false, pollIntervalMs: 20)
+            wait = WorkerPool.drainWait(after: wait, changed: false, waitedMs: 0, pollIntervalMs: 20)
             waits.append(wait!)
         }
         #expect(waits == [1, 2, 4, 8, 16, 20, 20])
-        #expect(WorkerPool.drainWait(after: 20, changed: true, pollIntervalMs: 20) == 2)
-        #expect(WorkerPool.drainWait(after: 4, changed: true, pollIntervalMs: 20) == 2)
+        #expect(WorkerPool.drainWait(after: 20, changed: true, waitedMs: 500, pollIntervalMs: 20) == 2)
+        #expect(WorkerPool.drainWait(after: 4, changed: true, waitedMs: 999, pollIntervalMs: 20) == 2)
+        // A drain that has waited 50 poll intervals looks no more often than the poll interval says, however
+        // busy the log: it may wait for ever beside workers that never run out of jobs.
+        #expect(WorkerPool.drainWait(after: 20, changed: true, waitedMs: 1_000, pollIntervalMs: 20) == 20)
+        #expect(WorkerPool.drainWait(after: 4, changed: true, waitedMs: 1_000, pollIntervalMs: 20) == 8)
+        #expect(WorkerPool.drainWait(after: nil, changed: true, waitedMs: 0, pollIntervalMs: 20) == 1)
         // A poll interval below the short waits caps them.
-        #expect(WorkerPool.drainWait(after: nil, changed: false, pollIntervalMs: 1) == 1)
-        #expect(WorkerPool.drainWait(after: 1, changed: true, pollIntervalMs: 1) == 1)
-        #expect(WorkerPool.drainWait(after: 1, changed: false, pollIntervalMs: 1) == 1)
+        #expect(WorkerPool.drainWait(after: nil, changed: false, waitedMs: 0, pollIntervalMs: 1) == 1)
+        #expect(WorkerPool.drainWait(after: 1, changed: true, waitedMs: 0, pollIntervalMs: 1) == 1)
+        #expect(WorkerPool.drainWait(after: 1, changed: false, waitedMs: 0, pollIntervalMs: 1) == 1)
     }
 
     /// Worker B has claimed all 30 jobs of the queue; their transfers are let go one every 20 ms. Worker A
