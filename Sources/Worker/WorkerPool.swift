@@ -383,7 +383,9 @@ public final class WorkerPool: Sendable {
     static func drainWait(after previous: Int64?, changed: Bool, waitedMs: Int64, pollIntervalMs: Int64) -> Int64 {
         let next: Int64
         if let previous {
-            next = changed && waitedMs < drainFastLooks * pollIntervalMs ? 2 : previous * 2
+            // Compared and doubled without overflowing, whatever the poll interval.
+            let fast = changed && waitedMs / drainFastLooks < pollIntervalMs
+            next = fast ? 2 : previous >= pollIntervalMs / 2 ? pollIntervalMs : previous * 2
         } else {
             next = 1
         }

@@ -28,6 +28,11 @@ import TestSupport
         #expect(WorkerPool.drainWait(after: 20, changed: true, waitedMs: 1_000, pollIntervalMs: 20) == 20)
         #expect(WorkerPool.drainWait(after: 4, changed: true, waitedMs: 1_000, pollIntervalMs: 20) == 8)
         #expect(WorkerPool.drainWait(after: nil, changed: true, waitedMs: 0, pollIntervalMs: 20) == 1)
+        // However long the poll interval (the bound is computed without overflowing).
+        #expect(WorkerPool.drainWait(after: 4, changed: true, waitedMs: .max, pollIntervalMs: .max) == 2)
+        #expect(WorkerPool.drainWait(after: .max / 2, changed: false, waitedMs: 0, pollIntervalMs: .max) == .max)
+        #expect(WorkerPool.drainWait(after: .max, changed: false, waitedMs: 0, pollIntervalMs: .max) == .max)
+        #expect(WorkerPool.drainWait(after: .max / 4, changed: false, waitedMs: 0, pollIntervalMs: .max) == .max / 4 * 2)
         // A poll interval below the short waits caps them.
         #expect(WorkerPool.drainWait(after: nil, changed: false, waitedMs: 0, pollIntervalMs: 1) == 1)
         #expect(WorkerPool.drainWait(after: 1, changed: true, waitedMs: 0, pollIntervalMs: 1) == 1)
