@@ -16,9 +16,10 @@ public struct CopyOnWrite<Fields: Sendable & Hashable>: Sendable, Hashable {
     ///
     /// `fields` is not checked for exclusive access at run time: a class's stored `var` otherwise is, at
     /// every read (~60 instructions: the access is entered into and removed from a per-thread set), and
-    /// the jobs' fields are read dozens of times per job. The box needs no run-time check: it is written
-    /// only through the owner's `fields` modify accessor on a box no other value holds, and overlapping
-    /// accesses through that one owner are the compiler's to refuse (the owner is a value).
+    /// the jobs' fields are read dozens of times per job. The box needs no check of its own: it is written
+    /// only through the owner's `fields` modify accessor on a box no other value holds, so two accesses to
+    /// it overlap only through that one owner, and those are checked where the owner lives (by the
+    /// compiler for a local or an argument, at run time for a class's property or a global).
     @usableFromInline
     final class Box: @unchecked Sendable {
         @exclusivity(unchecked) @usableFromInline var fields: Fields
