@@ -369,31 +369,26 @@ run_workers_timed() {
   return 0
 }
 
-# memory_drain_one DIR RUN: the 10,000 download-memory jobs on a fresh log, drained by one worker.
-memory_drain_one() {
-  local q=$1 i=$2 db="$1/memory-$2.db" cpu events
+# memory_drain N DIR RUN: the 10,000 download-memory jobs submitted to a fresh log, drained by N worker
+# processes at once (1, or 4 at a quarter of the concurrency each); one worker's CPU and events per job too.
+memory_drain() {
+  local n=$1 q=$2 i=$3 bench db cpu events
+  if [ "$n" = 1 ]; then bench=drain-memory; else bench=drain-memory$n; fi
+  db="$q/$bench-$i.db"
   sync
   if jctl "$db" submit "$q/memory.yaml" >"$q/submit.out" 2>"$q/submit.err" && [ "$(wc -l <"$q/submit.out")" = "$JOBS" ]; then
-    if run_worker_timed drain-memory "$db" "$q/memory-$i" "$JOBS" --concurrency "$MEMORY_CONCURRENCY"; then
-      record drain-memory jobctl jobs_per_s "$(rate "$JOBS" "$ELAPSED")"
-      cpu=$("$PY" "$BENCH/benchlib.py" cpu-seconds "$q/memory-$i.time" 2>/dev/null || true)
-      if [ -n "$cpu" ]; then record drain-memory jobctl cpu_us_per_job "$(awk -v c="$cpu" -v n="$JOBS" 'BEGIN { printf "%.1f", c * 1e6 / n }')"; fi
-      events=$("$PY" "$BENCH/benchlib.py" count-events "$db" 2>"$q/count.err" || echo "")
-      if [ -n "$events" ]; then record drain-memory jobctl events_per_job "$(rate "$events" "$JOBS")"; fi
+    if [ "$n" = 1 ]; then
+      if run_worker_timed "$bench" "$db" "$q/$bench-$i" "$JOBS" --concurrency "$MEMORY_CONCURRENCY"; then
+        record "$bench" jobctl jobs_per_s "$(rate "$JOBS" "$ELAPSED")"
+        cpu=$("$PY" "$BENCH/benchlib.py" cpu-seconds "$q/$bench-$i.time" 2>/dev/null || true)
+        if [ -n "$cpu" ]; then record "$bench" jobctl cpu_us_per_job "$(awk -v c="$cpu" -v n="$JOBS" 'BEGIN { printf "%.1f", c * 1e6 / n }')"; fi
+        events=$("$PY" "$BENCH/benchlib.py" count-events "$db" 2>"$q/count.err" || echo "")
+        if [ -n "$events" ]; then record "$bench" jobctl events_per_job "$(rate "$events" "$JOBS")"; fi
+      fi
+    elif run_workers_timed "$bench" "$db" "$q/$bench-$i" "$JOBS" "$n" --concurrency "$((MEMORY_CONCURRENCY / n))"; then
+      record "$bench" jobctl jobs_per_s "$(rate "$JOBS" "$ELAPSED")"
     fi
-  else fail drain-memory jobctl "submit failed: $(tail_msg "$q/submit.err")"; fi
-  rm -f "$db" "$db"-*
-}
-
-# memory_drain_four DIR RUN: the same jobs on a fresh log, drained by 4 workers at once.
-memory_drain_four() {
-  local q=$1 i=$2 db="$1/memory4-$2.db"
-  sync
-  if jctl "$db" submit "$q/memory.yaml" >"$q/submit.out" 2>"$q/submit.err" && [ "$(wc -l <"$q/submit.out")" = "$JOBS" ]; then
-    if run_workers_timed drain-memory4 "$db" "$q/memory4-$i" "$JOBS" 4 --concurrency "$((MEMORY_CONCURRENCY / 4))"; then
-      record drain-memory4 jobctl jobs_per_s "$(rate "$JOBS" "$ELAPSED")"
-    fi
-  else fail drain-memory4 jobctl "submit failed: $(tail_msg "$q/submit.err")"; fi
+  else fail "$bench" jobctl "submit failed: $(tail_msg "$q/submit.err")"; fi
   rm -f "$db" "$db"-*
 }
 
@@ -438,8 +433,8 @@ queue_benchmark() {
     # download-memory of 64-byte file:// objects: one worker and 4 workers on one database, each on a
     # fresh log; which goes first alternates from run to run, so that neither always follows the other
     # (the disk's write-back of the run before, the machine's drift) and the ratio of the two is fair.
-    if [ $((i % 2)) = 1 ]; then memory_drain_one "$q" "$i"; memory_drain_four "$q" "$i"
-    else memory_drain_four "$q" "$i"; memory_drain_one "$q" "$i"; fi
+    if [ $((i % 2)) = 1 ]; then memory_drain 1 "$q" "$i"; memory_drain 4 "$q" "$i"
+    else memory_drain 4 "$q" "$i"; memory_drain 1 "$q" "$i"; fi
   done
   rm -rf "$q"
 }

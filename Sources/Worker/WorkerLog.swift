@@ -57,7 +57,8 @@ public final class WorkerLog: Sendable {
         return line
     }
 
-    /// Whether `flush` has a writer to wait for (the default one).
+    /// Whether the writer is the default one: `flush` has it to wait for, and it takes lines whole under a
+    /// lock of its own (see `emit`).
     private let flushes: Bool
 
     /// Waits (up to `seconds`) until the lines logged so far are written: before the process exits, or
