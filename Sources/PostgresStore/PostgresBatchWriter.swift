@@ -65,12 +65,12 @@ final class PostgresBatchWriter: DecisionWriter {
     let connection: PostgresConnection
     private var eventRows: [EventRow] = []
     /// The projection rows to write, by job id (byte for byte), the last one of the group only.
-    private var projectionUpdates: [[UInt8]: JobRecord] = [:]
-    private var projectionInserts: [[UInt8]: JobRecord] = [:]
+    private var projectionUpdates: [UTF8Key: JobRecord] = [:]
+    private var projectionInserts: [UTF8Key: JobRecord] = [:]
     /// The order jobs' projection rows were first written in (updates then run in a stable order).
-    private var projectionOrder: [[UInt8]] = []
+    private var projectionOrder: [UTF8Key] = []
     /// The lease expiry of each job claimed in this group, by job id: written with its projection row.
-    private var leaseExpiries: [[UInt8]: Int64] = [:]
+    private var leaseExpiries: [UTF8Key: Int64] = [:]
     private var blobRows: [String: Data] = [:]
     /// Rows of `job_dependencies` to insert, and the jobs whose waiters' rows go (never both pending:
     /// the writer sends one kind before it collects the other).
@@ -84,7 +84,7 @@ final class PostgresBatchWriter: DecisionWriter {
     private var expectedEvents = 0
     /// The jobs' leases by job id, compared byte for byte (a `String` key would also match canonically
     /// equivalent text, which is another id).
-    private var leases: [[UInt8]: KnownLease] = [:]
+    private var leases: [UTF8Key: KnownLease] = [:]
     /// How many writes the writer has made or held back: a caller compares it before and after one
     /// decision to know whether that decision wrote anything.
     private(set) var writes = 0
@@ -112,7 +112,7 @@ final class PostgresBatchWriter: DecisionWriter {
     /// token, none for any other. Later fence checks of these jobs read nothing.
     func knowLeases(_ records: some Sequence<JobRecord>) {
         for record in records {
-            leases[Array(record.id.utf8)] = Self.lease(of: record)
+            leases[UTF8Key(record.id)] = Self.lease(of: record)
         }
     }
 
@@ -205,14 +205,14 @@ final class PostgresBatchWriter: DecisionWriter {
             writes.append(try Self.projectionInsert(inserts))
         }
         if !updates.isEmpty {
-            writes.append(try Self.projectionUpdate(updates, leaseExpiries: updates.map { leaseExpiries[Array($0.id.utf8)] }))
+            writes.append(try Self.projectionUpdate(updates, leaseExpiries: updates.map { leaseExpiries[UTF8Key($0.id)] }))
         }
         // An expiry whose job's projection row was sent before it (none is today: a claim writes its
         // lease right after its row) goes in an update of its own, of other rows than the one above.
         let orphans = leaseExpiries.filter { !updated.contains($0.key) }
         leaseExpiries.removeAll()
         if !orphans.isEmpty {
-            let expiries = orphans.map { (id: String(decoding: $0.key, as: UTF8.self), expiresAtMs: $0.value) }.sorted { $0.id < $1.id }
+            let expiries = orphans.map { (id: $0.key.string, expiresAtMs: $0.value) }.sorted { $0.id < $1.id }
             writes.append(HeldWrite(table: "jobs", sql: """
                 UPDATE jobs SET lease_expires_at_ms = u.expires_at_ms FROM unnest($1, $2) AS u(id, expires_at_ms)
                 WHERE jobs.id = u.id AND jobs.state = 'running' AND jobs.id = ANY($1)
@@ -367,7 +367,7 @@ final class PostgresBatchWriter: DecisionWriter {
     /// Notes the lease of a job just claimed: its expiry is written with the job's projection row (the
     /// claim's `writeProjection` set its owner and token).
     func writeLease(jobID: String, owner: String, token: Int64, expiresAtMs: Int64) throws(StoreError) {
-        let key = Array(jobID.utf8)
+        let key = UTF8Key(jobID)
         leaseExpiries[key] = expiresAtMs
         leases[key] = .token(token)
         writes += 1
@@ -455,13 +455,13 @@ final class PostgresBatchWriter: DecisionWriter {
     /// The job's lease token as this transaction has it, read from the server only for a job whose
     /// row the caller did not hand to `knowLeases`.
     func leaseToken(ofJob jobID: String) throws(StoreError) -> Int64? {
-        switch leases[Array(jobID.utf8)] {
+        switch leases[UTF8Key(jobID)] {
         case .token(let token)?: return token
         case .none?: return nil
         case nil:
             try flush()
             let token = try connection.leaseToken(ofJob: jobID)
-            leases[Array(jobID.utf8)] = token.map(KnownLease.token) ?? KnownLease.none
+            leases[UTF8Key(jobID)] = token.map(KnownLease.token) ?? KnownLease.none
             return token
         }
     }
@@ -492,7 +492,7 @@ final class PostgresBatchWriter: DecisionWriter {
     /// Collects the projection row: the job's last row of the group is the one written (an insert
     /// for a job the group created, else an update).
     func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
-        let key = Array(record.id.utf8)
+        let key = UTF8Key(record.id)
         if projectionInserts[key] != nil {
             projectionInserts[key] = record
         } else if current == nil {
@@ -508,7 +508,7 @@ final class PostgresBatchWriter: DecisionWriter {
     /// The job stopped running: the projection row written for it clears the expiry (its state is not
     /// `running`), so nothing more is written.
     func dropLease(jobID: String) throws(StoreError) {
-        let key = Array(jobID.utf8)
+        let key = UTF8Key(jobID)
         leaseExpiries[key] = nil
         leases[key] = KnownLease.none
         writes += 1
