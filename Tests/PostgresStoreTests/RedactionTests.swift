@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import PostgresStore
 
@@ -41,5 +42,54 @@ struct RedactionTests {
         #expect(isPostgresURL("PostgreSQL://db/jobctl"))
         #expect(!isPostgresURL("jobs.db"))
         #expect(!isPostgresURL("/tmp/postgres://x"))
+    }
+
+    /// The regular expressions `redactedDatabaseURL` once ran (through `NSRegularExpression`), kept here
+    /// as the oracle its scanner is held to.
+    static func redactedByExpressions(_ target: String) -> String {
+        func replacing(_ pattern: String, in text: String) -> String {
+            let expression = try! NSRegularExpression(pattern: pattern, options: [.caseInsensitive])
+            return expression.stringByReplacingMatches(in: text, options: [], range: NSRange(text.startIndex..., in: text),
+                                                       withTemplate: "$1REDACTED")
+        }
+        var text = target
+        if let schemeEnd = text.range(of: "://") {
+            let rest = text[schemeEnd.upperBound...]
+            if let at = rest.lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") {
+                text = String(text[..<colon]) + ":REDACTED" + String(text[at...])
+            }
+            return replacing(#"([?&][A-Za-z_]*password=)[^&]*"#, in: text)
+        }
+        return replacing(#"((?:^|\s)[A-Za-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)"#, in: text)
+    }
+
+    @Test("the scanner redacts exactly what the regular expressions did, over 40,000 made-up targets")
+    func sameAsTheExpressions() {
+        // Pieces that make and break the patterns: keywords in any case, separators, quotes and escapes,
+        // Unicode white space and line breaks, characters that case-fold to ASCII letters.
+        let pieces = ["password", "PassWord", "sslpassword", "pa\u{17F}\u{17F}word", "\u{212A}password", "x", "_", "=", " = ", " ",
+                      "\t", "\n", "\r\n", "\u{A0}", "\u{2028}", "\u{85}", "'", "\\", "\\'", "\\\n", "&", "?", "@", ":", "/",
+                      "postgres://", "host=db", "s3cret", "é", "e\u{301}", "👩‍👩‍👧", "İ", "ı"]
+        var generator = SystemRandomNumberGenerator()
+        var mismatches: [(String, String, String)] = []
+        // The rare joins, each tried for sure: an exotic letter or space right before a keyword.
+        for lead in ["", " ", "\u{A0}", "\u{2028}", "x", "İ", "ı", "\u{17F}", "\u{212A}", "é"] {
+            for keyword in ["password", "pa\u{17F}\u{17F}word", "PASSWORD"] {
+                for target in ["h=1 \(lead)\(keyword)=s3cret", "\(lead)\(keyword) = 'a\\'b' c", "postgres://h/d?\(lead)\(keyword)=s3cret&x=1",
+                               "postgres://h/d?a=1&\(lead)\(keyword)=s3cret"] {
+                    let (expected, got) = (Self.redactedByExpressions(target), redactedDatabaseURL(target))
+                    if got != expected { mismatches.append((target, expected, got)) }
+                }
+            }
+        }
+        for round in 0..<40_000 {
+            let count = 1 + round % 12
+            var target = round % 3 == 0 ? "postgres://u:p@h/d?" : ""
+            for _ in 0..<count { target += pieces[Int.random(in: 0..<pieces.count, using: &generator)] }
+            let expected = Self.redactedByExpressions(target)
+            let got = redactedDatabaseURL(target)
+            if got != expected && mismatches.count < 10 { mismatches.append((target, expected, got)) }
+        }
+        #expect(mismatches.isEmpty, "\(mismatches.map { "\($0.0.debugDescription): expressions \($0.1.debugDescription), scanner \($0.2.debugDescription)" })")
     }
 }
