@@ -10,10 +10,15 @@ public enum SlashSeparatedPath {
     /// The parts of `text` between `/`s; empty parts are left out unless `keepingEmpty`.
     public static func parts(of text: String, keepingEmpty: Bool = false) -> [Substring] {
         let utf8 = text.utf8
-        guard utf8.allSatisfy({ $0 < 0x80 }) else {
-            return text.split(separator: "/", omittingEmptySubsequences: !keepingEmpty)
+        // One look at every byte: whether the text is ASCII, and how many parts it can have at most
+        // (the array is made that big once instead of growing a part at a time).
+        var slashes = 0
+        for byte in utf8 {
+            if byte >= 0x80 { return text.split(separator: "/", omittingEmptySubsequences: !keepingEmpty) }
+            if byte == UInt8(ascii: "/") { slashes += 1 }
         }
         var parts: [Substring] = []
+        parts.reserveCapacity(slashes + 1)
         var start = utf8.startIndex
         var index = start
         while index != utf8.endIndex {

@@ -206,7 +206,10 @@ public final class WorkerLog: Sendable {
     }
 
     private static func claimedEntry(_ record: JobRecord, token: Int64, leaseMs: Int64, now: Int64) -> WorkerLogEntry {
-        var fields: [(String, WorkerLogValue)] = [
+        // Room for all seven fields at once: growing the array a field at a time copied it twice a line.
+        var fields: [(String, WorkerLogValue)] = []
+        fields.reserveCapacity(7)
+        fields += [
             ("attempt", .integer(Int64(record.attempts))), ("max_attempts", .integer(Int64(record.maxAttempts))),
             ("queue", .text(record.queue)), ("lease_token", .integer(token)), ("lease_ms", .integer(leaseMs)),
         ]
@@ -235,6 +238,7 @@ public final class WorkerLog: Sendable {
     func finished(jobID: String, kind: JobKind, outcome: TaskRunOutcome, startedAtMs: Int64, now: Int64) {
         let durationMs = max(0, now - startedAtMs)
         var fields: [(String, WorkerLogValue)] = []
+        fields.reserveCapacity(6)  // the most any outcome below adds but a failure's error fields
         let event: WorkerLogEvent
         var level = WorkerLogLevel.info
         switch outcome {

@@ -61,7 +61,9 @@ public struct WorkerLogFormatter: Sendable {
     /// once: appending each part to a `String` (the line before) was ~17 k instructions a line, 4 % of
     /// a small-file drain's, and the worker writes three lines a job. Byte for byte the same text.
     private func appendTextLine(_ entry: WorkerLogEntry, to line: inout [UInt8]) {
-        line.reserveCapacity(line.count + 192)
+        // A claimed line with its source and destination is ~300 bytes; growing past a smaller guess
+        // copied the line once or twice more.
+        line.reserveCapacity(line.count + 384)
         if timestamps {
             if !RFC3339.append(entry.atMs, to: &line) { line += RFC3339.string(entry.atMs).utf8 }
             line.append(UInt8(ascii: " "))
