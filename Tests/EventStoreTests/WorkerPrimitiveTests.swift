@@ -44,6 +44,36 @@ struct WorkerPrimitiveTests {
         #expect(try store.claim(owner: "w2", queues: [], limit: 10, leaseMs: 30_000, now: 7_000).isEmpty)
     }
 
+    @Test("the next due time skips jobs waiting for a dependency, at every priority, in the queues asked for", arguments: Engine.allCases)
+    func nextRunAfterAcrossPriorities(engine: Engine) throws {
+        let fixture = try StoreFixture("store-next-due", engine: engine)
+        defer { fixture.remove() }
+        let store = fixture.store
+        func spec(_ key: String, priority: Int, queue: String = "default", after: [String]? = nil) -> JobSpec {
+            var spec = uploadSpec(key: key, priority: priority, queue: queue)
+            spec.after = after
+            return spec
+        }
+        #expect(try store.nextRunAfter(queues: nil) == nil)
+        _ = try fixture.submit(spec("blocker", priority: -2), now: 7_000)
+        // The earliest of each level waits for `blocker`; the level at 8 has nothing else.
+        _ = try fixture.submit(spec("waits-3", priority: 3, after: ["blocker"]), now: 4_000)
+        _ = try fixture.submit(spec("waits-8", priority: 8, after: ["blocker"]), now: 1_000)
+        _ = try fixture.submit(spec("runs-3", priority: 3), now: 6_000)
+        _ = try fixture.submit(spec("runs-1", priority: 1), now: 6_500)
+        _ = try fixture.submit(spec("other", priority: 0, queue: "other"), now: 2_000)
+        #expect(try store.nextRunAfter(queues: ["default"]) == 6_000)
+        #expect(try store.nextRunAfter(queues: nil) == 2_000)
+        #expect(try store.nextRunAfter(queues: ["other", "none"]) == 2_000)
+        #expect(try store.nextRunAfter(queues: ["none"]) == nil)
+        // Take the runnable ones: only the blocker (and the waiting jobs) stay queued.
+        let taken = try store.claim(owner: "w1", queues: nil, limit: 3, leaseMs: 30_000, now: 6_600)
+        #expect(taken.count == 3)
+        #expect(try store.nextRunAfter(queues: ["default"]) == 7_000)
+        #expect(try store.claim(owner: "w1", queues: nil, limit: 1, leaseMs: 30_000, now: 7_000).count == 1)
+        #expect(try store.nextRunAfter(queues: nil) == nil)
+    }
+
     @Test("a claim across every queue reads the partial index of queued jobs in claim order, without sorting the queue")
     func claimAcrossQueuesReadsTheQueuedIndex() throws {
         let fixture = try StoreFixture("store-claim-plan")
