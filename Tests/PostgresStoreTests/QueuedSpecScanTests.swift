@@ -66,6 +66,21 @@ struct PostgresQueuedSpecScanTests {
         #expect(plan.contains("jobs_queued_claim_order"), "\(plan)")
     }
 
+    @Test("each candidate's submitted event is read by its key: the look does not scan the log")
+    func theEventsAreReadByKey() throws {
+        // More events than candidates: a plan that matched the text of every event scanned them all.
+        let (fixture, _) = try Self.plainJobs("queued-spec-events", count: 3_000)
+        let connection = try fixture.connect()
+        try connection.run("ANALYZE")
+        let lines = try connection.query("EXPLAIN " + PostgresStore.nextQueuedJobsSQL,
+                                         // The window a worker looks at (`MissingCredentials.scanLimit`).
+                                         [.integer(1_000), .text("gs:")]) { (row) throws(PostgresError) in try row.text(0) }
+        let plan = lines.joined(separator: "\n")
+        #expect(plan.contains("events_pkey"), "\(plan)")
+        #expect(!plan.contains("Seq Scan on events"), "\(plan)")
+        #expect(!plan.contains("Seq Scan on jobs"), "\(plan)")
+    }
+
     @Test("the statement runs without JIT compilation, which cost more than the statement itself")
     func withoutJIT() throws {
         let (fixture, store) = try Self.plainJobs("queued-spec-jit", count: 50)
