@@ -43,7 +43,8 @@ public struct UTF8Key: Hashable, Sendable {
             hasher.combine(bytes: UnsafeRawBufferPointer(bytes))
         }
         if hashed == nil {
-            for byte in string.utf8 { hasher.combine(byte) }
+            // A string without contiguous UTF-8 (bridged text): the same bytes, hashed the same way.
+            Array(string.utf8).withUnsafeBytes { hasher.combine(bytes: $0) }
         }
     }
 }

@@ -209,10 +209,11 @@ public final class WorkerLog: Sendable {
         // Room for all seven fields at once: growing the array a field at a time copied it twice a line.
         var fields: [(String, WorkerLogValue)] = []
         fields.reserveCapacity(7)
-        fields += [
-            ("attempt", .integer(Int64(record.attempts))), ("max_attempts", .integer(Int64(record.maxAttempts))),
-            ("queue", .text(record.queue)), ("lease_token", .integer(token)), ("lease_ms", .integer(leaseMs)),
-        ]
+        fields.append(("attempt", .integer(Int64(record.attempts))))
+        fields.append(("max_attempts", .integer(Int64(record.maxAttempts))))
+        fields.append(("queue", .text(record.queue)))
+        fields.append(("lease_token", .integer(token)))
+        fields.append(("lease_ms", .integer(leaseMs)))
         if let source = record.spec.source { fields.append(("source", .text(source))) }
         if let destination = record.spec.destination { fields.append(("destination", .text(destination))) }
         return WorkerLogEntry(atMs: now, level: .info, event: .claimed, jobID: record.id, kind: record.kind, fields: fields)
