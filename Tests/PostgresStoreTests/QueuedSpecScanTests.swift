@@ -55,27 +55,27 @@ struct PostgresQueuedSpecScanTests {
         return (fixture, store)
     }
 
+    /// The plan of the look at the next `window` queued jobs, over `count` plain jobs once analysed.
+    static func lookPlan(_ label: String, count: Int, window: Int64) throws -> String {
+        let (fixture, _) = try plainJobs(label, count: count)
+        let connection = try fixture.connect()
+        try connection.run("ANALYZE")
+        return try connection.query("EXPLAIN " + PostgresStore.nextQueuedJobsSQL, [.integer(window), .text("gs:")]) {
+            (row) throws(PostgresError) in try row.text(0)
+        }.joined(separator: "\n")
+    }
+
     @Test("the window comes from the claim-order index, not from every queued row")
     func theWindowComesFromTheClaimOrderIndex() throws {
-        let (fixture, _) = try Self.plainJobs("queued-spec-plan", count: 2_000)
-        let connection = try fixture.connect()
-        try connection.run("ANALYZE jobs")
-        let lines = try connection.query("EXPLAIN " + PostgresStore.nextQueuedJobsSQL,
-                                         [.integer(10), .text("gs:")]) { (row) throws(PostgresError) in try row.text(0) }
-        let plan = lines.joined(separator: "\n")
+        let plan = try Self.lookPlan("queued-spec-plan", count: 2_000, window: 10)
         #expect(plan.contains("jobs_queued_claim_order"), "\(plan)")
     }
 
     @Test("each candidate's submitted event is read by its key: the look does not scan the log")
     func theEventsAreReadByKey() throws {
-        // More events than candidates: a plan that matched the text of every event scanned them all.
-        let (fixture, _) = try Self.plainJobs("queued-spec-events", count: 3_000)
-        let connection = try fixture.connect()
-        try connection.run("ANALYZE")
-        let lines = try connection.query("EXPLAIN " + PostgresStore.nextQueuedJobsSQL,
-                                         // The window a worker looks at (`MissingCredentials.scanLimit`).
-                                         [.integer(1_000), .text("gs:")]) { (row) throws(PostgresError) in try row.text(0) }
-        let plan = lines.joined(separator: "\n")
+        // More events than candidates, and the window a worker looks at (`MissingCredentials.scanLimit`):
+        // a plan that matched the text of every event scanned them all.
+        let plan = try Self.lookPlan("queued-spec-events", count: 3_000, window: 1_000)
         #expect(plan.contains("events_pkey"), "\(plan)")
         #expect(!plan.contains("Seq Scan on events"), "\(plan)")
         #expect(!plan.contains("Seq Scan on jobs"), "\(plan)")
