@@ -151,16 +151,19 @@ extension PostgresConnection {
         while claimed.count < limit {
             // Seqs the writer reserved before these jobs' rows are locked must not be theirs.
             writer.discardReservedSeqs()
-            // The jobs and a fresh fencing token for each, in one statement. The limit is written into
-            // the text (it is a number) so that the prepared statement's generic plan still reads the
-            // queued-jobs index in order and stops after a few rows.
+            // The jobs and a fresh fencing token for each, in one statement. The limit is a parameter:
+            // one prepared statement (and one plan) a session, whatever the number asked for — written
+            // into the text, each claim of a new size was parsed and planned again (a worker's claims
+            // come in every size up to its slots and buffer: 98 plans for 105 claims in a four-process
+            // drain, ~5 % of the server's CPU). The generic plan reads the queued-jobs index in order
+            // and stops at the limit, as the custom one did (`ClaimPlanTests`, 100,000 queued by hand).
             // And the seq of each job's `claimed` event, taken after its row is locked (see
             // `PostgresBatchWriter`). The spec is read from the log only for the jobs picked.
             let picked = try rows("""
                 SELECT \(JobRecord.postgresSelectColumns(of: "picked")), nextval('lease_tokens'), nextval(\(PostgresBatchWriter.eventSeqSequence))
-                FROM (\(sql) LIMIT \(limit - claimed.count)
+                FROM (\(sql) LIMIT $\(values.count + 1)
                 FOR UPDATE SKIP LOCKED) AS picked ORDER BY priority DESC, run_after_ms, seq
-                """, values) { (row) throws(StoreError) in
+                """, values + [.int(limit - claimed.count)]) { (row) throws(StoreError) in
                 (try JobRecord(postgresRow: row), try row.integer(JobRecord.postgresSelectedCount),
                  try row.integer(JobRecord.postgresSelectedCount + 1))
             }

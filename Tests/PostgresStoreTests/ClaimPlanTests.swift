@@ -25,7 +25,9 @@ struct ClaimPlanTests {
             sql += " AND queue = ANY($2::text[])"
             values.append(postgresTextArray(queues))
         }
-        sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT 16 FOR UPDATE SKIP LOCKED"
+        // The limit is a parameter, as the claim sends it.
+        sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT $\(values.count + 1) FOR UPDATE SKIP LOCKED"
+        values.append(.integer(16))
         // Write transactions run on generic plans (`PostgresStore.writeBegin`): both must read the index.
         for mode in ["auto", "force_generic_plan"] {
             try connection.run("SET plan_cache_mode = \(mode)")
@@ -60,10 +62,26 @@ struct ClaimPlanTests {
         #expect(try connection.first(reltuples) { (row) throws(PostgresError) in try row.int64(0) } == Int64(count + 10))
         let sql = "SELECT id FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
             + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
-            + " ORDER BY priority DESC, run_after_ms, seq LIMIT 16 FOR UPDATE SKIP LOCKED"
-        let plan = try connection.query("EXPLAIN " + sql, [.integer(10_000)]) { (row) throws(PostgresError) in try row.text(0) }
+            + " ORDER BY priority DESC, run_after_ms, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
+        let plan = try connection.query("EXPLAIN " + sql, [.integer(10_000), .integer(16)]) { (row) throws(PostgresError) in try row.text(0) }
             .joined(separator: "\n")
         #expect(plan.contains("Index Scan using jobs_queued_claim_order on jobs"), "\(plan)")
         #expect(!plan.contains("Sort"), "\(plan)")
+    }
+
+    @Test("claims of every size share one prepared statement: a new size is not parsed and planned again")
+    func oneClaimStatementForEverySize() throws {
+        let fixture = try PostgresFixture("claimsizes")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        _ = try store.submit((0..<40).map { k in JobSpec(kind: .uploadData, destination: "file://plan/z\(k).txt", data: Data("x".utf8)) },
+                             actor: "test", now: 1_000)
+        #expect(try store.claim(owner: "w", queues: nil, limit: 1, leaseMs: 30_000, now: 2_000).count == 1)
+        let prepared = try store.withConnection { $0.preparedStatementCount }
+        var taken = 1
+        for size in [2, 3, 5, 7, 11] {
+            taken += try store.claim(owner: "w", queues: nil, limit: size, leaseMs: 30_000, now: 2_000).count
+        }
+        #expect(taken == 1 + 2 + 3 + 5 + 7 + 11)
+        #expect(try store.withConnection { $0.preparedStatementCount } == prepared)
     }
 }
