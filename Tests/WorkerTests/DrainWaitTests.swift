@@ -47,11 +47,9 @@ import TestSupport
     /// bounds are wide: in the full, parallel test run a task can wait seconds for a thread.)
     @Test(arguments: WorkerEngine.allCases)
     func aDrainWaitingForAnotherWorkersRunsEndsSoonAfterTheLast(engine: WorkerEngine) async throws {
-        let directory = try TemporaryDirectory("drain-wait")
+        let (directory, database, jobs) = try SmallJobTests.tinyJobLog("drain-wait", engine, count: 30)
         defer { directory.remove() }
-        let database = try engine.database(in: directory)
-        let jobs = try SmallJobTests.tinyJobs(30, database: database, directory: directory)
-        let backend = StaggeredBackend(StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))))
+        let backend = StaggeredBackend(SmallJobTests.localRouter(directory))
         let storeB = try SmallJobTests.store(engine, database)
         let storeA = try SmallJobTests.store(engine, database)
         let poolB = WorkerPool(store: storeB, backend: backend,

@@ -58,7 +58,7 @@ private final class WaitingBackend: StorageBackend {
         let jobs = try SmallJobTests.tinyJobs(24, database: database, directory: directory)
         try Self.countRowUpdates(database)
         let store = try EventStore(path: database, mode: .readWrite)
-        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
+        let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
                               configuration: WorkerConfiguration(concurrency: 4, leaseMs: 3_600_000, drain: true, startedHoldMs: holdMs))
         let summary = try await pool.run()
         #expect(summary.succeeded == jobs.count, "\(summary)")

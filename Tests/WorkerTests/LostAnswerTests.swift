@@ -46,7 +46,7 @@ import TestSupport
         })
         // A lease far longer than the test: a test process whose cooperative pool other tests block can
         // stall for minutes, and a lease lost that way would abandon the job for another reason.
-        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
+        let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
                               configuration: WorkerConfiguration(concurrency: 1, leaseMs: 3_600_000, drain: true), log: log)
         poolBox.withLock { $0 = pool }
         let summary = try await pool.run()
@@ -85,7 +85,7 @@ import TestSupport
         let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
             lines.withLock { $0.append(line) }
         })
-        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
+        let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
                               configuration: WorkerConfiguration(concurrency: 1, drain: false), log: log)
         // Should the pool retry instead, it is shut down after 300 s (its retries are 250 ms to 5 s
         // apart; in a full parallel run the other suites' synchronous tests hold the cooperative threads

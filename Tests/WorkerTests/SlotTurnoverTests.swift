@@ -62,7 +62,7 @@ private final class GatedBackend: StorageBackend {
         // The test reads through a connection of its own: the pool's store is busy (its commit waits for
         // the lock) while the test looks.
         let reader = try EventStore(path: database, mode: .readOnly)
-        let backend = GatedBackend(StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))))
+        let backend = GatedBackend(SmallJobTests.localRouter(directory))
         let pool = WorkerPool(store: store, backend: backend,
                               configuration: WorkerConfiguration(concurrency: 1, leaseMs: 600_000, drain: true,
                                                                  claimAhead: 1, startedHoldMs: 600_000))

@@ -28,6 +28,25 @@ import TestSupport
         return Array(zip(ids, objects)).map { (id: $0.0, bytes: $0.1) }
     }
 
+    /// A temporary directory holding a log of `engine` with `count` tiny jobs (`tinyJobs`) and their
+    /// objects; the caller removes the directory.
+    static func tinyJobLog(_ label: String, _ engine: WorkerEngine, count: Int) throws
+        -> (directory: TemporaryDirectory, database: String, jobs: [(id: String, bytes: Data)]) {
+        let directory = try TemporaryDirectory(label)
+        do {
+            let database = try engine.database(in: directory)
+            return (directory, database, try tinyJobs(count, database: database, directory: directory))
+        } catch {
+            directory.remove()
+            throw error
+        }
+    }
+
+    /// The storage of `tinyJobs`' objects: `file://` buckets under `directory`'s `buckets`.
+    static func localRouter(_ directory: TemporaryDirectory) -> StorageRouter {
+        StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets")))
+    }
+
     static func store(_ engine: WorkerEngine, _ database: String) throws -> any JobStore {
         switch engine {
         case .sqlite: try EventStore(path: database, mode: .readWrite)
@@ -40,12 +59,10 @@ import TestSupport
     /// the same lease — and its result is the object's bytes; the log folds to the projection.
     @Test(arguments: WorkerEngine.allCases)
     func tinyDownloadsKeepTheirWholeHistoryAndNoProgress(engine: WorkerEngine) async throws {
-        let directory = try TemporaryDirectory("small-jobs")
+        let (directory, database, jobs) = try Self.tinyJobLog("small-jobs", engine, count: 40)
         defer { directory.remove() }
-        let database = try engine.database(in: directory)
-        let jobs = try Self.tinyJobs(40, database: database, directory: directory)
         let store = try Self.store(engine, database)
-        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
+        let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
                               configuration: WorkerConfiguration(concurrency: 4, leaseMs: 3_600_000, drain: true))
         let summary = try await pool.run()
         #expect(summary.succeeded == jobs.count && summary.claimed == jobs.count, "\(summary)")
@@ -69,16 +86,14 @@ import TestSupport
     /// line; every other line comes alone.
     @Test(arguments: WorkerEngine.allCases)
     func aClaimsLinesAreWrittenTogether(engine: WorkerEngine) async throws {
-        let directory = try TemporaryDirectory("small-jobs-log")
+        let (directory, database, jobs) = try Self.tinyJobLog("small-jobs-log", engine, count: 6)
         defer { directory.remove() }
-        let database = try engine.database(in: directory)
-        let jobs = try Self.tinyJobs(6, database: database, directory: directory)
         let store = try Self.store(engine, database)
         let writes = Mutex<[String]>([])
         let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { text in
             writes.withLock { $0.append(text) }
         })
-        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets"))),
+        let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
                               configuration: WorkerConfiguration(concurrency: 8, leaseMs: 3_600_000, drain: true), log: log)
         let summary = try await pool.run()
         #expect(summary.succeeded == jobs.count, "\(summary)")
