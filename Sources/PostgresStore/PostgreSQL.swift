@@ -105,37 +105,106 @@ struct PostgresArray: Equatable, Sendable {
         return out
     }
 
-    /// Appends `binary()` to `out`: each element written in place after a length patched in once it
-    /// is known.
+    /// Appends `binary()` to `out`, written in one pass into room made once: a first pass over the
+    /// elements checks them and adds up the exact size (an integer is 8 bytes, a text its UTF-8 count),
+    /// then every length and value is stored through one buffer. A group commit sends a few such arrays
+    /// per column; appending each 4-byte length through `append(contentsOf:)` and patching it afterwards
+    /// byte by byte cost ~100 instructions a field.
     func appendBinary(to out: inout [UInt8]) throws(PostgresError) {
-        func append(_ value: Int32) { withUnsafeBytes(of: value.bigEndian) { out.append(contentsOf: $0) } }
-        append(elements.isEmpty ? 0 : 1)
-        append(elements.contains(.null) ? 1 : 0)
-        append(Int32(bitPattern: elementType))
-        if !elements.isEmpty {
-            append(Int32(elements.count))
-            append(1)
-        }
+        var hasNull = false
+        var size = elements.isEmpty ? 12 : 20
         for element in elements {
-            if case .array = element { throw PostgresError.conversion("an array element cannot be an array") }
-            if case .null = element {
-                append(-1)
+            let length: Int
+            switch element {
+            case .null:
+                hasNull = true
+                size += 4
                 continue
+            case .array: throw PostgresError.conversion("an array element cannot be an array")
+            case .integer: length = 8
+            case .text(let text): length = text.utf8.count
+            case .bytea(let data): length = data.count
+            case .bool: length = 1
             }
             let type = try element.typeOID()
             guard type == elementType else {
                 throw PostgresError.conversion("an element of type \(type) in an array of type \(elementType)")
             }
-            let lengthAt = out.count
-            append(0)
-            _ = try element.appendBinary(to: &out)
-            let length = out.count - lengthAt - 4
             guard length <= Int(Int32.max) else {
                 throw PostgresError.conversion("an array element is \(length) bytes; PostgreSQL takes at most \(Int32.max)")
             }
-            withUnsafeBytes(of: Int32(length).bigEndian) { bytes in
-                for k in 0..<4 { out[lengthAt + k] = bytes[k] }
+            size += 4 + length
+        }
+        // Grown by doubling: the caller appends every parameter to one buffer, and growing it by just
+        // the room needed would copy that buffer once for each array.
+        let start = out.count
+        if out.capacity < start + size { out.reserveCapacity(max(start + size, 2 * out.capacity)) }
+        out.append(contentsOf: repeatElement(0, count: size))
+        out.withUnsafeMutableBufferPointer { buffer in
+            var writer = BigEndianWriter(buffer: buffer, at: start)
+            writer.put(UInt32(elements.isEmpty ? 0 : 1))
+            writer.put(UInt32(hasNull ? 1 : 0))
+            writer.put(elementType)
+            if !elements.isEmpty {
+                writer.put(UInt32(elements.count))
+                writer.put(UInt32(1))
             }
+            for element in elements {
+                switch element {
+                case .null: writer.put(UInt32(bitPattern: -1))
+                case .integer(let integer):
+                    writer.put(UInt32(8))
+                    writer.put(UInt64(bitPattern: integer))
+                case .text(let text):
+                    writer.put(UInt32(text.utf8.count))
+                    writer.put(text.utf8)
+                case .bytea(let data):
+                    writer.put(UInt32(data.count))
+                    writer.put(data)
+                case .bool(let flag):
+                    writer.put(UInt32(1))
+                    writer.put(UInt8(flag ? 1 : 0))
+                case .array: break  // refused above
+                }
+            }
+            precondition(writer.at == start + size, "an array's binary form is not the size counted for it")
+        }
+    }
+}
+
+/// Stores big-endian integers and bytes into a buffer made big enough beforehand, each write moving on.
+private struct BigEndianWriter {
+    let buffer: UnsafeMutableBufferPointer<UInt8>
+    var at: Int
+
+    mutating func put(_ byte: UInt8) {
+        buffer[at] = byte
+        at += 1
+    }
+
+    mutating func put(_ value: UInt32) {
+        buffer[at] = UInt8(truncatingIfNeeded: value >> 24)
+        buffer[at + 1] = UInt8(truncatingIfNeeded: value >> 16)
+        buffer[at + 2] = UInt8(truncatingIfNeeded: value >> 8)
+        buffer[at + 3] = UInt8(truncatingIfNeeded: value)
+        at += 4
+    }
+
+    mutating func put(_ value: UInt64) {
+        put(UInt32(truncatingIfNeeded: value >> 32))
+        put(UInt32(truncatingIfNeeded: value))
+    }
+
+    mutating func put<Bytes: Sequence>(_ bytes: Bytes) where Bytes.Element == UInt8 {
+        let copied = bytes.withContiguousStorageIfAvailable { source -> Int in
+            guard let base = source.baseAddress, source.count > 0 else { return source.count }
+            (buffer.baseAddress! + at).update(from: base, count: source.count)
+            return source.count
+        }
+        if let copied {
+            at += copied
+        } else {
+            for byte in bytes { put(byte) }
         }
     }
 }

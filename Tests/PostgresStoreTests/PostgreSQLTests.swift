@@ -66,6 +66,42 @@ struct PostgreSQLTests {
         #expect(length == Int64(array.elements.count))
     }
 
+    @Test("an array's binary form is array_send's layout, appended after whatever the buffer holds")
+    func arrayBinaryLayout() throws {
+        func be32(_ value: Int32) -> [UInt8] { withUnsafeBytes(of: value.bigEndian) { Array($0) } }
+        func be64(_ value: Int64) -> [UInt8] { withUnsafeBytes(of: value.bigEndian) { Array($0) } }
+        let texts = PostgresArray(elementType: PostgresType.text, elements: [.text("ab"), .null, .text("é")])
+        let integers = PostgresArray(elementType: PostgresType.int8, elements: [.integer(-2), .integer(Int64.max)])
+        let empty = PostgresArray(elementType: PostgresType.bool, elements: [])
+        var buffer: [UInt8] = [7, 7, 7]  // what an earlier parameter left
+        try texts.appendBinary(to: &buffer)
+        try integers.appendBinary(to: &buffer)
+        try empty.appendBinary(to: &buffer)
+        var expected: [UInt8] = [7, 7, 7]
+        expected += be32(1) + be32(1) + be32(25) + be32(3) + be32(1)
+        expected += be32(2) + Array("ab".utf8) + be32(-1) + be32(2) + Array("é".utf8)
+        expected += be32(1) + be32(0) + be32(20) + be32(2) + be32(1)
+        expected += be32(8) + be64(-2) + be32(8) + be64(Int64.max)
+        expected += be32(0) + be32(0) + be32(16)
+        #expect(buffer == expected)
+        #expect(try texts.binary() == Array(expected[3..<(3 + 20 + 6 + 4 + 6)]))
+    }
+
+    @Test("several array parameters of one statement each arrive whole")
+    func arraysInOneStatement() throws {
+        let fixture = try PostgresFixture("arrays2")
+        let connection = try fixture.connect()
+        let count = 300
+        let ids = PostgresArray(elementType: PostgresType.int8, elements: (0..<count).map { .integer(Int64($0) * 1_000_003) })
+        let names = PostgresArray(elementType: PostgresType.text, elements: (0..<count).map { $0 % 7 == 0 ? .null : .text(String(repeating: "x", count: $0 % 50)) })
+        let rows = try connection.query("SELECT a, b FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(a, b, n) ORDER BY n",
+                                        [.array(ids), .array(names)]) { (row) throws(PostgresError) in
+            (try row.value(0), try row.value(1))
+        }
+        #expect(rows.map(\.0) == ids.elements)
+        #expect(rows.map(\.1) == names.elements)
+    }
+
     @Test("an array element of another type than the array's is refused before anything is sent")
     func arrayElementTypeChecked() throws {
         let mixed = PostgresArray(elementType: PostgresType.int8, elements: [.integer(1), .text("2")])
