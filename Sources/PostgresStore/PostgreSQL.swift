@@ -135,13 +135,19 @@ struct PostgresArray: Equatable, Sendable {
             }
             size += 4 + length
         }
-        // Grown by doubling: the caller appends every parameter to one buffer, and growing it by just
-        // the room needed would copy that buffer once for each array.
+        // `out` grows by doubling: the caller appends every parameter to it, and growing it by just the
+        // room needed would copy it once for each array. The room is zeroed by copying from a page of
+        // zeros (appending a repeated zero goes a byte at a time), then written through one buffer.
         let start = out.count
         if out.capacity < start + size { out.reserveCapacity(max(start + size, 2 * out.capacity)) }
-        out.append(contentsOf: repeatElement(0, count: size))
+        var missing = size
+        while missing > 0 {
+            let count = min(missing, Self.zeros.count)
+            Self.zeros.withUnsafeBufferPointer { out.append(contentsOf: UnsafeBufferPointer(rebasing: $0[..<count])) }
+            missing -= count
+        }
         out.withUnsafeMutableBufferPointer { buffer in
-            var writer = BigEndianWriter(buffer: buffer, at: start)
+            var writer = BigEndianWriter(buffer: UnsafeMutableBufferPointer(rebasing: buffer[start...]), at: 0)
             writer.put(UInt32(elements.isEmpty ? 0 : 1))
             writer.put(UInt32(hasNull ? 1 : 0))
             writer.put(elementType)
@@ -167,26 +173,37 @@ struct PostgresArray: Equatable, Sendable {
                 case .array: break  // refused above
                 }
             }
-            precondition(writer.at == start + size, "an array's binary form is not the size counted for it")
+            precondition(writer.at == size, "an array's binary form is not the size counted for it")
         }
     }
+
+    private static let zeros = [UInt8](repeating: 0, count: 4_096)
 }
 
-/// Stores big-endian integers and bytes into a buffer made big enough beforehand, each write moving on.
+/// Stores big-endian integers and bytes into a buffer made big enough (and zeroed) beforehand, each
+/// write moving on.
+/// Every write checks that it fits (one comparison): the buffer's size is counted in a pass before, and
+/// a miscount must stop the process, not write past the buffer.
 private struct BigEndianWriter {
     let buffer: UnsafeMutableBufferPointer<UInt8>
     var at: Int
 
+    private func room(_ count: Int) -> UnsafeMutablePointer<UInt8> {
+        precondition(count <= buffer.count - at, "a write past the end of a buffer sized beforehand")
+        return buffer.baseAddress! + at
+    }
+
     mutating func put(_ byte: UInt8) {
-        buffer[at] = byte
+        room(1).pointee = byte
         at += 1
     }
 
     mutating func put(_ value: UInt32) {
-        buffer[at] = UInt8(truncatingIfNeeded: value >> 24)
-        buffer[at + 1] = UInt8(truncatingIfNeeded: value >> 16)
-        buffer[at + 2] = UInt8(truncatingIfNeeded: value >> 8)
-        buffer[at + 3] = UInt8(truncatingIfNeeded: value)
+        let target = room(4)
+        target[0] = UInt8(truncatingIfNeeded: value >> 24)
+        target[1] = UInt8(truncatingIfNeeded: value >> 16)
+        target[2] = UInt8(truncatingIfNeeded: value >> 8)
+        target[3] = UInt8(truncatingIfNeeded: value)
         at += 4
     }
 
@@ -197,8 +214,9 @@ private struct BigEndianWriter {
 
     mutating func put<Bytes: Sequence>(_ bytes: Bytes) where Bytes.Element == UInt8 {
         let copied = bytes.withContiguousStorageIfAvailable { source -> Int in
-            guard let base = source.baseAddress, source.count > 0 else { return source.count }
-            (buffer.baseAddress! + at).update(from: base, count: source.count)
+            if let base = source.baseAddress, source.count > 0 {
+                room(source.count).update(from: base, count: source.count)
+            }
             return source.count
         }
         if let copied {

@@ -198,11 +198,12 @@ public final class WorkerLog: Sendable {
     /// system call for the batch instead of one a job); no other line comes between them.
     func claimed(_ jobs: [ClaimedJob], leaseMs: Int64, now: Int64) {
         guard isEnabled(.info), !jobs.isEmpty else { return }
-        var text = ""
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(jobs.count * 256)
         for job in jobs {
-            formatter.appendLine(Self.claimedEntry(job.record, token: job.token, leaseMs: leaseMs, now: now), to: &text)
+            formatter.appendLine(Self.claimedEntry(job.record, token: job.token, leaseMs: leaseMs, now: now), toBytes: &bytes)
         }
-        emit(text)
+        emit(String(decoding: bytes, as: UTF8.self))
     }
 
     private static func claimedEntry(_ record: JobRecord, token: Int64, leaseMs: Int64, now: Int64) -> WorkerLogEntry {

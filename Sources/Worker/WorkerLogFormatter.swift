@@ -55,6 +55,16 @@ public struct WorkerLogFormatter: Sendable {
         }
     }
 
+    /// `line(entry)` and its line feed appended as UTF-8 bytes: a batch of lines (a claim's) made a
+    /// `String` once, not a `String` a line appended to another.
+    public func appendLine(_ entry: WorkerLogEntry, toBytes bytes: inout [UInt8]) {
+        switch format {
+        case .text: appendTextLine(entry, to: &bytes)
+        case .json: bytes += jsonLine(entry).utf8
+        }
+        bytes.append(UInt8(ascii: "\n"))
+    }
+
     // MARK: - Text
 
     /// The parts joined by single spaces, written as UTF-8 bytes into one buffer and made a `String`

@@ -337,11 +337,17 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
                 var text = "before\n"
                 formatter.appendLine(entry, to: &text)
                 if !text.utf8.elementsEqual(("before\n" + former + "\n").utf8) { differences.append("appended: \(text.debugDescription)") }
+                var bytes = Array("before\n".utf8)
+                formatter.appendLine(entry, toBytes: &bytes)
+                if bytes != Array(("before\n" + former + "\n").utf8) { differences.append("as bytes: \(String(decoding: bytes, as: UTF8.self).debugDescription)") }
             }
             let json = WorkerLogFormatter(format: .json)
             var text = ""
             json.appendLine(entry, to: &text)
             if text != json.line(entry) + "\n" { differences.append("json: \(text.debugDescription)") }
+            var bytes: [UInt8] = []
+            json.appendLine(entry, toBytes: &bytes)
+            if bytes != Array((json.line(entry) + "\n").utf8) { differences.append("json as bytes: \(String(decoding: bytes, as: UTF8.self).debugDescription)") }
         }
         #expect(differences.isEmpty, "\(differences.joined(separator: "\n"))")
         for text in Self.awkwardTexts {
