@@ -105,11 +105,11 @@ struct PostgresArray: Equatable, Sendable {
         return out
     }
 
-    /// Appends `binary()` to `out`, written in one pass into room made once: a first pass over the
-    /// elements checks them and adds up the exact size (an integer is 8 bytes, a text its UTF-8 count),
-    /// then every length and value is stored through one buffer. A group commit sends a few such arrays
-    /// per column; appending each 4-byte length through `append(contentsOf:)` and patching it afterwards
-    /// byte by byte cost ~100 instructions a field.
+    /// Appends `binary()` to `out`: a first pass over the elements checks them and adds up the exact
+    /// size (an integer is 8 bytes, a text its UTF-8 count); `out` grows by that once, and a second pass
+    /// stores every length and value through one buffer. A group commit sends a few such arrays per
+    /// column; appending each 4-byte length through `append(contentsOf:)` and patching it afterwards byte
+    /// by byte cost ~100 instructions a field.
     func appendBinary(to out: inout [UInt8]) throws(PostgresError) {
         var hasNull = false
         var size = elements.isEmpty ? 12 : 20
@@ -181,9 +181,8 @@ struct PostgresArray: Equatable, Sendable {
 }
 
 /// Stores big-endian integers and bytes into a buffer made big enough (and zeroed) beforehand, each
-/// write moving on.
-/// Every write checks that it fits (one comparison): the buffer's size is counted in a pass before, and
-/// a miscount must stop the process, not write past the buffer.
+/// write moving on. Every write checks that it fits (one comparison): the buffer's size is counted in a
+/// pass before, and a miscount must stop the process, not write past the buffer.
 private struct BigEndianWriter {
     let buffer: UnsafeMutableBufferPointer<UInt8>
     var at: Int
