@@ -1,0 +1,37 @@
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+@testable import PostgresStore
+
+/// The leftover sweep's read of finished file-creating jobs on PostgreSQL, with the statistics a fresh
+/// log has: analysed while every job was queued, then every job finished (as at a drain's end, before
+/// autovacuum analyses the table again).
+@Suite("PostgreSQL leftover sweep plan")
+struct PostgresLeftoverPlanTests {
+    @Test("finished jobs of other kinds are not read, whatever the statistics say")
+    func otherKindsAreNotRead() throws {
+        let fixture = try PostgresFixture("leftover-plan")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        _ = try store.submit((0..<2_000).map { k in JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:9/o-\(k)", maxSize: 64) },
+                             actor: "cli:test", now: 1_000)
+        let download = try store.submit([JobSpec(kind: .downloadFile, source: "http://127.0.0.1:9/file", destination: "/tmp/leftover-plan-file")],
+                                        actor: "cli:test", now: 1_001)[0].id
+        let connection = try fixture.connect()
+        try connection.run("ANALYZE")
+        // Every job finished after the statistics were taken (the projection written directly: only the
+        // plan and the rows read are under test here).
+        #expect(try connection.run("UPDATE jobs SET state = 'succeeded', finished_at_ms = 5000 + seq") == 2_001)
+        let plan = try connection.query("EXPLAIN (ANALYZE, COSTS OFF) " + PostgresStore.finishedLeftoverSQL, [.integer(0)]) {
+            (row) throws(PostgresError) in try row.text(0)
+        }.joined(separator: "\n")
+        #expect(plan.contains("jobs_finished_by_kind"), "\(plan)")
+        #expect(!plan.contains("using jobs_finished on"), "\(plan)")
+        #expect(!plan.contains("Seq Scan on jobs"), "\(plan)")
+        #expect(!plan.contains("Rows Removed by Filter: 2000"), "\(plan)")
+        // And the sweep's answer: the one download, nothing of the 2,000 others.
+        let candidates = try store.leftoverCandidates(finishedSince: 0)
+        #expect(candidates.finished.map(\.id) == [download])
+        #expect(candidates.finished.first?.destination == "/tmp/leftover-plan-file")
+    }
+}
