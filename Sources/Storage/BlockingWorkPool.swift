@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 
 /// Threads for work that blocks in the kernel (file I/O, `fsync`): one thread for each piece of work
 /// running at once, up to `limit`, started when work arrives and no thread is idle, ended after
@@ -46,8 +47,7 @@ final class BlockingWorkPool: @unchecked Sendable {
         condition.unlock()
         if start {
             let thread = Thread { [self] in
-                // Named from inside: a name set before `start()` is not applied on Linux.
-                Thread.current.name = name
+                ThreadName.setCurrent(name)
                 while let work = nextWork() { work() }
             }
             thread.stackSize = 512 << 10

@@ -95,9 +95,7 @@ final class CurlEngine: @unchecked Sendable {
         // transfers would lose their connection (https://curl.se/libcurl/c/CURLMOPT_MAXCONNECTS.html).
         jobctl_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, Self.connectionCacheSize)
         let thread = Thread { [self] in
-            // Named for /proc/PID/task/*/comm, top -H and debuggers.
-            // (/proc/thread-self/comm is the C-free way to name the calling thread on Linux.)
-            try? threadName.write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
+            ThreadName.setCurrent(threadName)
             self.run()
         }
         thread.start()

@@ -78,6 +78,7 @@ final class GCSTokenSource: Sendable {
     private static func commandTokenOffPool(_ command: String, timeLimit: Duration) async throws(StorageError) -> String {
         let result: Result<String, StorageError> = await withCheckedContinuation { continuation in
             let thread = Thread {
+                ThreadName.setCurrent("jobctl-token")
                 do throws(StorageError) {
                     continuation.resume(returning: .success(try commandToken(command, timeLimit: timeLimit)))
                 } catch {
@@ -132,9 +133,9 @@ final class GCSTokenSource: Sendable {
         let collected = CollectedOutput()
         let reader = output.fileHandleForReading
         let readerThread = Thread {
+            ThreadName.setCurrent("jobctl-token-io")
             collected.finish(reader.readDataToEndOfFile())
         }
-        readerThread.name = "jobctl-token-command-output"
         readerThread.start()
         let (seconds, attoseconds) = timeLimit.components
         let limit = DispatchTime.now() + Double(seconds) + Double(attoseconds) / 1e18

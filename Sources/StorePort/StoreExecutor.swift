@@ -108,6 +108,12 @@ public final class StoreExecutor: Sendable {
     /// returns only once its commit is durable).
     private let syncer: CommitSyncer?
 
+    /// The syncing thread's name beside the executor's (`jobctl-store` → `jobctl-store-s`): "-sync"
+    /// appended would be cut at Linux's 15 bytes into the executor's own name for longer ones.
+    static func syncThreadName(of name: String) -> String {
+        String(decoding: name.utf8.prefix(ThreadName.limit - 2), as: UTF8.self) + "-s"
+    }
+
     /// Starts the thread; `flush` writes a group commit (it runs on the thread).
     ///
     /// With `busyRetryMs`, `flush` is expected to give up quickly (`StoreError.busy`, nothing written)
@@ -129,16 +135,16 @@ public final class StoreExecutor: Sendable {
     public init(name: String, busyRetryMs: Int64? = nil, writerLock: GroupCommitLock? = nil,
                 durabilityBarrier: DurabilityBarrier? = nil, flush: @escaping Flush) {
         self.flush = flush
-        self.syncer = durabilityBarrier.map { CommitSyncer(name: name + "-sync", barrier: $0) }
+        self.syncer = durabilityBarrier.map { CommitSyncer(name: Self.syncThreadName(of: name), barrier: $0) }
         self.writerLock = writerLock
         self.busyRetryNs = busyRetryMs.map { UInt64(max(0, $0)) * 1_000_000 }
         let started = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
+            ThreadName.setCurrent(name)
             self.thread.withLock { $0 = pthread_self() }
             started.signal()
             self.loop()
         }
-        thread.name = name
         thread.start()
         // Calls made before the thread knows its own id would not be recognised as its own.
         started.wait()
@@ -391,8 +397,10 @@ private final class CommitSyncer: Sendable {
 
     init(name: String, barrier: @escaping StoreExecutor.DurabilityBarrier) {
         self.barrier = barrier
-        let thread = Thread { [self] in self.loop() }
-        thread.name = name
+        let thread = Thread { [self] in
+            ThreadName.setCurrent(name)
+            self.loop()
+        }
         thread.start()
     }
 

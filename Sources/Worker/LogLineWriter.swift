@@ -104,7 +104,7 @@ public final class LogLineWriter: @unchecked Sendable {
     }
 
     private func run() {
-        Thread.current.name = "jobctl-log"
+        ThreadName.setCurrent("jobctl-log")
         while true {
             condition.lock()
             while pending.isEmpty {

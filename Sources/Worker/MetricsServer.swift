@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 
 #if canImport(Glibc)
 import Glibc
@@ -90,8 +91,10 @@ public final class MetricsServer: Sendable {
 
     /// Serves on a thread of its own until `stop`.
     public func start() {
-        let thread = Thread { [self] in serve() }
-        thread.name = "jobctl.metrics"
+        let thread = Thread { [self] in
+            ThreadName.setCurrent("jobctl-metrics")
+            serve()
+        }
         thread.start()
     }
 

@@ -3,6 +3,7 @@ import JobModel
 import Testing
 import TestSupport
 @testable import EventStore
+@testable import StorePort
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -162,5 +163,21 @@ struct StoreExecutorTests {
         }
         // The last connection closed, checkpointed its WAL into the main file and removed the -wal file.
         #expect(!FileManager.default.fileExists(atPath: path + "-wal"))
+    }
+
+    @Test("the executor's thread and its sync thread carry their names in the system")
+    func threadsAreNamed() throws {
+        let directory = try TemporaryDirectory("store-executor-names")
+        defer { directory.remove() }
+        let store = try EventStore(path: directory.file("jobs.db"))
+        _ = try store.submit([uploadSpec()], actor: "cli:test", now: 1_000)
+        let names = (try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")).compactMap { task in
+            (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8))?
+                .trimmingCharacters(in: .newlines)
+        }
+        #expect(names.contains("jobctl-store"), "\(names)")
+        #expect(names.contains("jobctl-store-s"), "\(names)")
+        #expect(StoreExecutor.syncThreadName(of: "jobctl-pg-store") == "jobctl-pg-sto-s")
+        withExtendedLifetime(store) {}
     }
 }

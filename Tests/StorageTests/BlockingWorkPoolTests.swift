@@ -112,6 +112,27 @@ struct BlockingWorkPoolTests {
         #expect(eventually(60) { pool.threadCount == 0 })
     }
 
+    @Test("every pool thread carries the pool's name in the system, cut to 15 bytes, however many start at once")
+    func threadsAreNamed() {
+        for (name, shown) in [("named-pool", "named-pool"), ("a-pool-named-at-length", "a-pool-named-at")] {
+            let pool = BlockingWorkPool(name: name, limit: 48, idleTime: 0.05)
+            let names = Mutex<[String]>([])
+            let release = DispatchSemaphore(value: 0)
+            // Each piece holds its thread until all have started: 48 threads start at once, each naming
+            // itself while the others are being created.
+            for _ in 0..<48 {
+                pool.run {
+                    names.withLock { $0.append(ThreadName.current() ?? "?") }
+                    release.wait()
+                }
+            }
+            #expect(eventually(60) { names.withLock { $0.count } == 48 })
+            for _ in 0..<48 { release.signal() }
+            #expect(names.withLock { $0 } == Array(repeating: shown, count: 48))
+            #expect(eventually(60) { pool.threadCount == 0 })
+        }
+    }
+
     @Test("FileIO runs a download's commit on its own threads and hands back the result or the typed error")
     func fileIORunsOffThePool() async throws {
         let name = try await FileIO.run(.other) { () throws(StorageError) -> String in Thread.current.name ?? "" }
@@ -148,4 +169,27 @@ struct BlockingWorkPoolTests {
         }
         if FileManager.default.fileExists(atPath: "/dev/shm") { #expect(sawMemory, "/dev/shm is not tmpfs here") }
     }
+}
+
+/// Every thread jobctl starts names itself in the system, as `top -H` and `perf` show it.
+@Suite("thread names")
+struct ThreadNameTests {
+    @Test("a name is cut to 15 bytes on a character boundary and read back")
+    func cutAndReadBack() {
+        let cases = [("short", "short"), ("exactly-15-byte", "exactly-15-byte"), ("sixteen-bytes-xx", "sixteen-bytes-x"),
+                     ("naïve-threads-é", "naïve-threads-"), ("fourteen-bytesé", "fourteen-bytes")]
+        for (name, shown) in cases {
+            let read = Mutex<String?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            let thread = Thread {
+                ThreadName.setCurrent(name)
+                read.withLock { $0 = ThreadName.current() }
+                done.signal()
+            }
+            thread.start()
+            done.wait()
+            #expect(read.withLock { $0 } == shown, "\(name)")
+        }
+    }
+
 }
