@@ -26,21 +26,4 @@ public enum ThreadName {
         close(descriptor)
         #endif
     }
-
-    /// The calling thread's name as the operating system has it (tests); nil where it cannot be read.
-    public static func current() -> String? {
-        #if os(Linux)
-        let descriptor = open("/proc/thread-self/comm", O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return nil }
-        defer { close(descriptor) }
-        var buffer = [UInt8](repeating: 0, count: 64)
-        let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-        guard count > 0 else { return nil }
-        var text = String(decoding: buffer[..<count], as: UTF8.self)
-        if text.hasSuffix("\n") { text.removeLast() }
-        return text
-        #else
-        return nil
-        #endif
-    }
 }

@@ -82,28 +82,11 @@ struct JSONText {
         guard let value else { return true }
         key(name)
         if let value = Int64(exactly: value) {
-            decimal(value)
+            DecimalText.append(value, to: &bytes)
         } else {
             bytes.append(contentsOf: String(value).utf8)
         }
         return true
-    }
-
-    /// `value` in decimal, as `String(value)` writes it, without building that string.
-    private mutating func decimal(_ value: Int64) {
-        if value < 0 { bytes.append(UInt8(ascii: "-")) }
-        // The magnitude as unsigned, so Int64.min has one too.
-        var magnitude = value.magnitude
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var start = buffer.count
-            repeat {
-                start -= 1
-                buffer[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[start...]))
-        }
     }
 
     mutating func bool(_ name: StaticString, _ value: Bool?) -> Bool {

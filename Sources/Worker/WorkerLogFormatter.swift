@@ -39,19 +39,12 @@ public struct WorkerLogFormatter: Sendable {
 
     /// `line(entry)` and its line feed appended to `text` (the worker writes three lines a job).
     public func appendLine(_ entry: WorkerLogEntry, to text: inout String) {
-        switch format {
-        case .text:
-            var bytes: [UInt8] = []
-            appendTextLine(entry, to: &bytes)
-            bytes.append(UInt8(ascii: "\n"))
-            if text.isEmpty {
-                text = String(decoding: bytes, as: UTF8.self)
-            } else {
-                text += String(decoding: bytes, as: UTF8.self)
-            }
-        case .json:
-            text += jsonLine(entry)
-            text += "\n"
+        var bytes: [UInt8] = []
+        appendLine(entry, toBytes: &bytes)
+        if text.isEmpty {
+            text = String(decoding: bytes, as: UTF8.self)
+        } else {
+            text += String(decoding: bytes, as: UTF8.self)
         }
     }
 
@@ -152,7 +145,7 @@ public struct WorkerLogFormatter: Sendable {
     static func appendTextValue(_ value: WorkerLogValue, to line: inout [UInt8]) {
         switch value {
         case .integer(let number):
-            appendDecimal(number, to: &line)
+            DecimalText.append(number, to: &line)
         case .number(let number):
             line += (number.isFinite ? String(format: "%.1f", number) : "0").utf8
         case .text(let raw):
@@ -165,24 +158,6 @@ public struct WorkerLogFormatter: Sendable {
             } else {
                 appendJSONString(text, to: &line)
             }
-        }
-    }
-
-    /// `String(number)`'s digits appended as bytes, without making the string (a log line has two to
-    /// five numbers).
-    static func appendDecimal(_ number: Int64, to line: inout [UInt8]) {
-        if number < 0 { line.append(UInt8(ascii: "-")) }
-        // The magnitude as unsigned: Int64.min has none as an Int64.
-        var rest = number.magnitude
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // room for 20 digits, written from the end
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            repeat {
-                count += 1
-                buffer[buffer.count - count] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            } while rest != 0
-            line.append(contentsOf: buffer[(buffer.count - count)...])
         }
     }
 

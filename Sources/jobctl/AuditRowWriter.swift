@@ -44,7 +44,7 @@ enum AuditRowWriter {
         func number(_ name: StaticString, _ value: Int64?) {
             guard let value else { return }
             key(name)
-            appendDecimal(value, to: &bytes)
+            DecimalText.append(value, to: &bytes)
         }
         func time(_ name: StaticString, _ ms: Int64?) -> Bool {
             guard let ms else { return true }
@@ -93,7 +93,7 @@ enum AuditRowWriter {
         }
         func number(_ value: Int64?) {
             bytes.append(UInt8(ascii: ","))
-            if let value { appendDecimal(value, to: &bytes) }
+            if let value { DecimalText.append(value, to: &bytes) }
         }
         func time(_ ms: Int64?) -> Bool {
             bytes.append(UInt8(ascii: ","))
@@ -125,26 +125,5 @@ enum AuditRowWriter {
     /// which decides quoting by `Character`).
     private static func needsCSVQuotes(_ byte: UInt8) -> Bool {
         byte == UInt8(ascii: ",") || byte == UInt8(ascii: "\"") || byte == 0x0A || byte == 0x0D || byte >= 0x80
-    }
-
-    /// `value` in decimal, as `String(value)` prints it.
-    static func appendDecimal(_ value: Int64, to bytes: inout [UInt8]) {
-        if value < 0 {
-            bytes.append(UInt8(ascii: "-"))
-            // The magnitude of Int64.min does not fit an Int64; it does fit a UInt64.
-            appendDecimal(UInt64(bitPattern: 0 &- value), to: &bytes)
-        } else {
-            appendDecimal(UInt64(value), to: &bytes)
-        }
-    }
-
-    private static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
-        let start = bytes.count
-        var rest = value
-        repeat {
-            bytes.append(UInt8(ascii: "0") + UInt8(rest % 10))
-            rest /= 10
-        } while rest > 0
-        bytes[start...].reverse()
     }
 }

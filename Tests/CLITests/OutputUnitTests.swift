@@ -259,7 +259,7 @@ import Testing
     @Test func auditRowWriterNumbersAndTimes() {
         for value: Int64 in [0, 7, 10, 99, 100, 1_234_567_890, -1, -10, Int64.max, Int64.min] {
             var bytes: [UInt8] = []
-            AuditRowWriter.appendDecimal(value, to: &bytes)
+            DecimalText.append(value, to: &bytes)
             #expect(String(decoding: bytes, as: UTF8.self) == String(value))
         }
         let formatter = ISO8601DateFormatter()
