@@ -9,7 +9,8 @@ import Synchronization
 /// doorbell that remembers one ring, so a burst of callbacks costs the actor one wake-up. The doorbell
 /// ignores task cancellation on purpose: a cancelled `run()` must still see the transfer's outcome. Consecutive
 /// progress reports that the actor has not taken yet collapse into the newest one (it carries the latest
-/// counts); checkpoints, stops and the outcome are never dropped or reordered.
+/// counts); checkpoints, stops and the outcome are never dropped or reordered. A report that completes
+/// the bytes does not ring: the end that follows it does (see `post(_:)`).
 final class TaskMailbox: Sendable {
     indirect enum Item: Sendable {
         case transfer(TransferEvent)
@@ -56,6 +57,10 @@ final class TaskMailbox: Sendable {
         }
     }
 
+    /// Queues `item` and rings, except for a progress report that completes the transfer's bytes: the
+    /// transfer's end follows it (after the server's answer, or the file's sync), and the runner takes
+    /// the report then, in order, before the end. A small transfer's one report would otherwise wake the
+    /// runner for a figure it has no time to write (a file of 16 KiB: one wake-up a job of three).
     func post(_ item: Item) {
         items.withLock { items in
             if case .transfer(.progress) = item, case .transfer(.progress)? = items.last {
@@ -64,8 +69,18 @@ final class TaskMailbox: Sendable {
                 items.append(item)
             }
         }
+        if case .transfer(let event) = item, Self.completesTheBytes(event) { return }
         ring()
     }
+
+    /// Whether `event` reports every byte of a transfer of known size moved.
+    static func completesTheBytes(_ event: TransferEvent) -> Bool {
+        guard case .progress(let done, let total?) = event else { return false }
+        return done == total
+    }
+
+    /// Whether a ring is waiting for the next `waitForRing()` (tests).
+    var isRung: Bool { doorbell.withLock { $0.rung } }
 
     /// Queues the stop and tells the transfer in one critical section, so the stop is always queued
     /// before the outcome it causes.

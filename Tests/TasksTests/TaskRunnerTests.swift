@@ -486,3 +486,58 @@ struct TaskRunnerHeldStartedTests {
         #expect(sink.batches == [[.cancelled]])
     }
 }
+
+@Suite("TaskMailbox")
+struct TaskMailboxTests {
+    @Test func aReportThatCompletesTheBytesWaitsForTheEndToRing() async {
+        let mailbox = TaskMailbox()
+        mailbox.post(.transfer(.progress(bytesDone: 16_384, bytesTotal: 16_384)))
+        #expect(!mailbox.isRung)
+        mailbox.post(.transferEnded(.success(.finished(result))))
+        #expect(mailbox.isRung)
+        await mailbox.waitForRing()
+        // Taken with the end, in the order posted.
+        let items = mailbox.take()
+        #expect(items.count == 2)
+        guard items.count == 2, case .transfer(.progress(16_384, 16_384)) = items[0], case .transferEnded = items[1] else {
+            Issue.record("unexpected items \(items)")
+            return
+        }
+    }
+
+    @Test func everyOtherItemRings() async {
+        let items: [TaskMailbox.Item] = [
+            .transfer(.progress(bytesDone: 0, bytesTotal: 16_384)),
+            .transfer(.progress(bytesDone: 8_192, bytesTotal: 16_384)),
+            .transfer(.progress(bytesDone: 16_384, bytesTotal: nil)),   // size not known: not complete
+            .transfer(.progress(bytesDone: 20_000, bytesTotal: 16_384)),
+            .transfer(.checkpoint(firstPoint, bytesTotal: 1_048_576)),
+            .writeHeld,
+            .transferEnded(.failure(StorageError(.unknown, "x"))),
+        ]
+        for item in items {
+            let mailbox = TaskMailbox()
+            mailbox.post(item)
+            #expect(mailbox.isRung, "\(item)")
+            await mailbox.waitForRing()
+            #expect(!mailbox.isRung)
+            #expect(mailbox.take().count == 1)
+        }
+        let stopped = TaskMailbox()
+        stopped.postStop(.pause, control: TransferControl())
+        #expect(stopped.isRung)
+    }
+
+    @Test func aRunnerWhoseOnlyReportCompletesTheBytesStillPersistsAndTellsItBeforeTheEnd() async {
+        let backend = ScriptedBackend([.report(.progress(bytesDone: 1_048_576, bytesTotal: 1_048_576)), .finish(result)])
+        let sink = RecordingSink()
+        let observed = ObserverLog()
+        let runner = makeRunner(backend, sink)
+        await runner.observe(.progress, handler: observed.handler("progress"))
+        await runner.observe(.success, handler: observed.handler("success"))
+        #expect(await runner.run() == .succeeded(result))
+        #expect(sink.types == [.started, .progress, .succeeded])
+        #expect(observed.names == ["progress", "success"])
+        #expect(observed.snapshots.first?.bytesDone == 1_048_576)
+    }
+}
