@@ -60,7 +60,8 @@ final class TaskMailbox: Sendable {
     /// Queues `item` and rings, except for a progress report that completes the transfer's bytes: the
     /// transfer's end follows it (after the server's answer, or the file's sync), and the runner takes
     /// the report then, in order, before the end. A small transfer's one report would otherwise wake the
-    /// runner for a figure it has no time to write (a file of 16 KiB: one wake-up a job of three).
+    /// runner for a figure it has no time to write. A transfer that stalls after its last byte still
+    /// ends (libcurl's stall limit, the job's deadline), and a stop rings meanwhile.
     func post(_ item: Item) {
         items.withLock { items in
             if case .transfer(.progress) = item, case .transfer(.progress)? = items.last {
