@@ -60,14 +60,23 @@ struct GoogleCredentialsTests {
             let result = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt")))
             #expect(result.data == Self.payload)
         }
+        // One token for both downloads: every token request came before the first download's first
+        // resource request, and all four resource requests carried the last token issued. Normally one
+        // request; a token request cut on its way (a transport fault, which `GoogleTokenFetcher` tries
+        // again at once, as Google's libraries do) adds one — seen once in a full test run under load.
         let tokenRequests = server.tokenRequests
-        #expect(tokenRequests.count == 1, "one token for both downloads: \(tokenRequests)")
-        #expect(tokenRequests.first?.grant == "urn:ietf:params:oauth:grant-type:jwt-bearer")
-        #expect(tokenRequests.first?.contentType == "application/x-www-form-urlencoded")
-        #expect(tokenRequests.first?.problem == nil, "the server accepted the assertion: \(tokenRequests)")
-        let authorizations = resourceAuthorizations(server)
+        let resources = server.requests.filter { $0.path.hasPrefix("/storage/") || $0.path.hasPrefix("/download/") }
+        #expect((1...GoogleTokenFetcher.transportAttempts).contains(tokenRequests.count), "\(server.log)")
+        if let firstResource = resources.first?.at {
+            #expect(tokenRequests.allSatisfy { ($0.at ?? .infinity) <= firstResource },
+                    "the second download fetched no token: \(server.log)")
+        }
+        #expect(tokenRequests.allSatisfy { $0.grant == "urn:ietf:params:oauth:grant-type:jwt-bearer" })
+        #expect(tokenRequests.allSatisfy { $0.contentType == "application/x-www-form-urlencoded" })
+        #expect(tokenRequests.allSatisfy { $0.problem == nil }, "the server accepted the assertion: \(tokenRequests)")
+        let authorizations = resources.map(\.authorization)
         #expect(authorizations.count == 4)
-        #expect(authorizations.allSatisfy { $0 == "Bearer tok-1" }, "\(authorizations)")
+        #expect(authorizations.allSatisfy { $0 == "Bearer tok-\(tokenRequests.count)" }, "\(server.log)")
     }
 
     @Test("a token is replaced the configured margin before it expires, not before")
