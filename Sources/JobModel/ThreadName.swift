@@ -18,12 +18,18 @@ public enum ThreadName {
     /// refused whole. `/proc/thread-self/comm` is the calling thread's own.
     public static func setCurrent(_ name: String) {
         #if os(Linux)
-        var bytes = Array(name.utf8.prefix(limit))
-        while !bytes.isEmpty, String(validating: bytes, as: UTF8.self) == nil { bytes.removeLast() }
+        let bytes = Array(prefix(name, bytes: limit).utf8)
         let descriptor = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
         guard descriptor >= 0 else { return }  // no /proc: the thread keeps its name, nothing else depends on it
         _ = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
         close(descriptor)
         #endif
+    }
+
+    /// The longest start of `name` of at most `count` UTF-8 bytes that ends between whole UTF-8 sequences.
+    public static func prefix(_ name: String, bytes count: Int) -> String {
+        var bytes = Array(name.utf8.prefix(max(0, count)))
+        while !bytes.isEmpty, String(validating: bytes, as: UTF8.self) == nil { bytes.removeLast() }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }

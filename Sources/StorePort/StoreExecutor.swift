@@ -111,7 +111,7 @@ public final class StoreExecutor: Sendable {
     /// The syncing thread's name beside the executor's (`jobctl-store` → `jobctl-store-s`): "-sync"
     /// appended would be cut at Linux's 15 bytes into the executor's own name for longer ones.
     static func syncThreadName(of name: String) -> String {
-        String(decoding: name.utf8.prefix(ThreadName.limit - 2), as: UTF8.self) + "-s"
+        ThreadName.prefix(name, bytes: ThreadName.limit - 2) + "-s"
     }
 
     /// Starts the thread; `flush` writes a group commit (it runs on the thread).

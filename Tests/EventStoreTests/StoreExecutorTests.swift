@@ -178,6 +178,8 @@ struct StoreExecutorTests {
         #expect(names.contains("jobctl-store"), "\(names)")
         #expect(names.contains("jobctl-store-s"), "\(names)")
         #expect(StoreExecutor.syncThreadName(of: "jobctl-pg-store") == "jobctl-pg-sto-s")
+        // A name whose 13th byte is inside a character loses that character, not half of it.
+        #expect(StoreExecutor.syncThreadName(of: "jobctl-store\u{E9}") == "jobctl-store-s")
         withExtendedLifetime(store) {}
     }
 }

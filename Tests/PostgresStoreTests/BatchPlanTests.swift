@@ -26,9 +26,7 @@ struct BatchPlanTests {
         for mode in ["auto", "force_generic_plan"] {
             try connection.run("SET plan_cache_mode = \(mode)")
             // A text of its own per mode, so each is prepared (and planned) under that mode.
-            let plan = try connection.query("EXPLAIN /* \(mode) */ " + update.sql, update.parameters) { (row) throws(PostgresError) in
-                try row.text(0)
-            }.joined(separator: "\n")
+            let plan = try connection.plan("EXPLAIN /* \(mode) */ " + update.sql, update.parameters)
             #expect(plan.contains("jobs_pkey"), "\(mode): \(plan.prefix(400))")
             #expect(!plan.contains("Seq Scan on jobs"), "\(mode): \(plan.prefix(400))")
         }
@@ -111,8 +109,8 @@ struct LockColumnsTests {
         }, actor: "cli:test", now: 1_000).map(\.id)
         let connection = try fixture.connect()
         func plan(_ columns: String) throws -> String {
-            try connection.query("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT \(columns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
-                                 [postgresTextArray(ids)]) { (row) throws(PostgresError) in try row.text(0) }.joined(separator: "\n")
+            try connection.plan("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT \(columns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+                                [postgresTextArray(ids)])
         }
         // The spec is read from the `submitted` event through events' primary key (seq).
         #expect(try plan(JobRecord.postgresSelectColumns).contains("events_pkey"))

@@ -31,8 +31,7 @@ struct ClaimPlanTests {
         // Write transactions run on generic plans (`PostgresStore.writeBegin`): both must read the index.
         for mode in ["auto", "force_generic_plan"] {
             try connection.run("SET plan_cache_mode = \(mode)")
-            let plan = try connection.query("EXPLAIN /* \(mode) */ " + sql, values) { (row) throws(PostgresError) in try row.text(0) }
-                .joined(separator: "\n")
+            let plan = try connection.plan("EXPLAIN /* \(mode) */ " + sql, values)
             #expect(plan.contains("Index Scan using jobs_queued_claim_order on jobs"), "\(mode): \(plan)")
             #expect(!plan.contains("Sort"), "\(mode): \(plan)")
         }
@@ -63,8 +62,7 @@ struct ClaimPlanTests {
         let sql = "SELECT id FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
             + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
             + " ORDER BY priority DESC, run_after_ms, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
-        let plan = try connection.query("EXPLAIN " + sql, [.integer(10_000), .integer(16)]) { (row) throws(PostgresError) in try row.text(0) }
-            .joined(separator: "\n")
+        let plan = try connection.plan("EXPLAIN " + sql, [.integer(10_000), .integer(16)])
         #expect(plan.contains("Index Scan using jobs_queued_claim_order on jobs"), "\(plan)")
         #expect(!plan.contains("Sort"), "\(plan)")
     }

@@ -32,6 +32,11 @@ struct PostgresFixture {
 }
 
 extension PostgresConnection {
+    /// The plan `explain` (an `EXPLAIN …` statement) prints, its lines joined by line feeds.
+    func plan(_ explain: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> String {
+        try query(explain, parameters) { (row) throws(PostgresError) in try row.text(0) }.joined(separator: "\n")
+    }
+
     /// Inserts a queued job row into the projection with everything but its ordering fields defaulted.
     func insertQueuedJob(id: String, priority: Int64 = 0, runAfterMs: Int64 = 0, seq: Int64) throws(PostgresError) {
         try run("""

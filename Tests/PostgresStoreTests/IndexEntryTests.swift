@@ -87,14 +87,10 @@ struct IndexEntryTests {
 
         for mode in ["auto", "force_generic_plan"] {
             try connection.run("SET plan_cache_mode = \(mode)")
-            let plan = try connection.query("EXPLAIN /* \(mode) */ SELECT id FROM jobs WHERE idempotency_key = $1", [.text("nightly")]) {
-                (row) throws(PostgresError) in try row.text(0)
-            }.joined(separator: "\n")
+            let plan = try connection.plan("EXPLAIN /* \(mode) */ SELECT id FROM jobs WHERE idempotency_key = $1", [.text("nightly")])
             #expect(plan.contains("jobs_idempotency_key_set") || plan.contains("Seq Scan on jobs"), "\(mode): \(plan)")
             try connection.run("SET enable_seqscan = off")
-            let indexed = try connection.query("EXPLAIN /* \(mode) noseq */ SELECT id FROM jobs WHERE idempotency_key = $1", [.text("nightly")]) {
-                (row) throws(PostgresError) in try row.text(0)
-            }.joined(separator: "\n")
+            let indexed = try connection.plan("EXPLAIN /* \(mode) noseq */ SELECT id FROM jobs WHERE idempotency_key = $1", [.text("nightly")])
             #expect(indexed.contains("jobs_idempotency_key_set"), "\(mode): \(indexed)")
             try connection.run("RESET enable_seqscan")
         }

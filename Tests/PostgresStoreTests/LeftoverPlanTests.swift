@@ -22,9 +22,7 @@ struct PostgresLeftoverPlanTests {
         // Every job finished after the statistics were taken (the projection written directly: only the
         // plan and the rows read are under test here).
         #expect(try connection.run("UPDATE jobs SET state = 'succeeded', finished_at_ms = 5000 + seq") == 2_001)
-        let plan = try connection.query("EXPLAIN (ANALYZE, COSTS OFF) " + PostgresStore.finishedLeftoverSQL, [.integer(0)]) {
-            (row) throws(PostgresError) in try row.text(0)
-        }.joined(separator: "\n")
+        let plan = try connection.plan("EXPLAIN (ANALYZE, COSTS OFF) " + PostgresStore.finishedLeftoverSQL, [.integer(0)])
         #expect(plan.contains("jobs_finished_by_kind"), "\(plan)")
         #expect(!plan.contains("using jobs_finished on"), "\(plan)")
         #expect(!plan.contains("Seq Scan on jobs"), "\(plan)")
