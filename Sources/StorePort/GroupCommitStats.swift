@@ -26,6 +26,11 @@ public struct GroupCommitStats: Sendable, Equatable, CustomStringConvertible {
     /// Claims queued meanwhile that joined such a commit.
     public private(set) var claimsGatheredWhileLocking = 0
 
+    /// Group commits that waited for more appends because the previous one was made moments before
+    /// (see `StoreExecutor.init`'s `appendCommitSpacingUs`), and the appends queued while they waited.
+    public private(set) var spacedCommits = 0
+    public private(set) var eventsGatheredWhileSpacing = 0
+
     /// Syncs that made group commits durable after their commit (`StoreExecutor`'s durability barrier,
     /// one for every commit made while the previous sync ran); nil when the commit itself syncs.
     public internal(set) var deferredSyncs: Int?
@@ -38,6 +43,12 @@ public struct GroupCommitStats: Sendable, Equatable, CustomStringConvertible {
         lockWaitsGathering += 1
         eventsGatheredWhileLocking += count
         if claim { claimsGatheredWhileLocking += 1 }
+    }
+
+    /// Counts one group commit that waited for more appends and took `count` more.
+    public mutating func recordSpaced(gathering count: Int) {
+        spacedCommits += 1
+        eventsGatheredWhileSpacing += count
     }
 
     /// Counts one retry of a group commit that found the write lock busy and took `count` more appends.

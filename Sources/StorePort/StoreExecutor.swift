@@ -91,9 +91,15 @@ public final class StoreExecutor: Sendable {
         case append(PendingEvent, AppendWaiter)
         case claim(ClaimRequest, ClaimContinuation)
         case call(Call)
+
+        var isAppend: Bool {
+            if case .append = self { return true }
+            return false
+        }
     }
 
-    private let queue = BatchHandOff<Work>()
+    /// Claims and calls end a commit's wait for more appends (see `init`'s `appendCommitSpacingUs`).
+    private let queue = BatchHandOff<Work>(isUrgent: { !$0.isAppend })
     private let thread = Mutex<pthread_t?>(nil)
     private let flush: Flush
     /// How long a group commit may keep retrying while `flush` finds the write lock taken (nil: it
@@ -107,6 +113,14 @@ public final class StoreExecutor: Sendable {
     /// Where committed group commits wait for their sync before their waiters resume (nil: `flush`
     /// returns only once its commit is durable).
     private let syncer: CommitSyncer?
+    /// The least time from one group commit to the start of the next while only appends are waiting
+    /// (nil: a commit starts as soon as anything is queued). See `init`.
+    private let appendCommitSpacingNs: UInt64?
+    /// When the last group commit was made (monotonic ns); read and written on the executor thread only.
+    private let lastCommitEndNs = Atomic<UInt64>(0)
+
+    /// A group commit that already holds this many appends does not wait for more (see `init`).
+    static let spacedCommitFullAt = 32
 
     /// The syncing thread's name beside the executor's (`jobctl-store` → `jobctl-store-s`): "-sync"
     /// appended would be cut at Linux's 15 bytes into the executor's own name for longer ones.
@@ -132,9 +146,19 @@ public final class StoreExecutor: Sendable {
     /// on with the next transaction. Nothing is reported written before its commit is synced, yet the
     /// executor does not sit idle through each sync, and the writer lock between processes is released
     /// before it. Calls (`sync`, `run`) are not deferred: they do their own syncing.
+    ///
+    /// With `appendCommitSpacingUs`, a group commit that would hold appends alone, fewer than
+    /// `spacedCommitFullAt`, and come less than that long after the previous group commit was made, first
+    /// waits that long for more appends, or until a claim or a call is queued (those never wait).
+    /// Busy with many short transfers, a worker's outcomes then share fewer, larger commits — each
+    /// commit's fixed cost (its transaction, the pages it rewrites in SQLite's WAL, its sync) spread over
+    /// more events — at the price of at most that long before an outcome is written (PostgreSQL's
+    /// `commit_delay` does the same for its WAL flushes); an append after a quiet spell is written at once.
+    /// Durability is unchanged: a waiter still resumes only once its commit is synced.
     public init(name: String, busyRetryMs: Int64? = nil, writerLock: GroupCommitLock? = nil,
-                durabilityBarrier: DurabilityBarrier? = nil, flush: @escaping Flush) {
+                durabilityBarrier: DurabilityBarrier? = nil, appendCommitSpacingUs: Int64? = nil, flush: @escaping Flush) {
         self.flush = flush
+        self.appendCommitSpacingNs = appendCommitSpacingUs.flatMap { $0 > 0 ? UInt64($0) * 1_000 : nil }
         self.syncer = durabilityBarrier.map { CommitSyncer(name: Self.syncThreadName(of: name), barrier: $0) }
         self.writerLock = writerLock
         self.busyRetryNs = busyRetryMs.map { UInt64(max(0, $0)) * 1_000_000 }
@@ -225,6 +249,9 @@ public final class StoreExecutor: Sendable {
     /// Calls queued and not yet taken by the thread (tests).
     public var queuedCount: Int { queue.withItems { $0.count } }
 
+    /// Whether the thread is waiting for more appends before a group commit (tests; see `init`).
+    public var isLingering: Bool { queue.isLingering }
+
     private func enqueue(_ work: Work) {
         queue.put(work)
     }
@@ -236,7 +263,17 @@ public final class StoreExecutor: Sendable {
     // MARK: - The thread
 
     private func loop() {
-        while let batch = queue.takeAll() {
+        while var batch = queue.takeAll() {
+            if let spacing = appendCommitSpacingNs, batch.count < Self.spacedCommitFullAt, batch.allSatisfy(\.isAppend) {
+                let now = Self.monotonicNs()
+                if now &- lastCommitEndNs.load(ordering: .relaxed) < spacing {
+                    queue.linger(untilNs: now &+ spacing)
+                    let gathered = queue.takeQueued()
+                    batch += gathered
+                    let appends = gathered.reduce(0) { $0 + ($1.isAppend ? 1 : 0) }
+                    stats.withLock { $0.recordSpaced(gathering: appends) }
+                }
+            }
             process(batch)
         }
         // Every commit's waiters are resumed before the thread ends.
@@ -269,6 +306,7 @@ public final class StoreExecutor: Sendable {
         guard !appends.isEmpty || request != nil else { return }
         // A claim queued while the commit waited for the writer lock may join it (see below).
         var claim = request
+        defer { if appendCommitSpacingNs != nil { lastCommitEndNs.store(Self.monotonicNs(), ordering: .relaxed) } }
         do throws(StoreError) {
             let outcome = try flushGathering(&appends, thenClaim: &claim)
             // Counted before any waiter resumes, so a waiter that reads the stats sees its commit.
@@ -358,7 +396,7 @@ public final class StoreExecutor: Sendable {
         }
     }
 
-    private static func monotonicNs() -> UInt64 {
+    fileprivate static func monotonicNs() -> UInt64 {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
@@ -435,21 +473,45 @@ private final class BatchHandOff<Item: Sendable>: Sendable {
     private struct State {
         var items: [Item] = []
         var closed = false
+        /// Whether an urgent item is among `items`.
+        var urgentQueued = false
+        /// Whether the consumer lingers (see `linger`).
+        var lingering = false
+
+        /// Whether a hand-over now has to wake the consumer: always, unless it lingers and nothing
+        /// that ends the linger has arrived.
+        var wakesConsumer: Bool { !lingering || closed || urgentQueued }
     }
 
     private let state = Mutex(State())
     private let condition = NSCondition()
+    /// Which items end a linger at once.
+    private let isUrgent: @Sendable (Item) -> Bool
+
+    init(isUrgent: @escaping @Sendable (Item) -> Bool = { _ in true }) {
+        self.isUrgent = isUrgent
+    }
 
     /// Hands over one item.
     func put(_ item: Item) {
-        state.withLock { $0.items.append(item) }
-        wake()
+        let urgent = isUrgent(item)
+        let wakes = state.withLock { state in
+            state.items.append(item)
+            if urgent { state.urgentQueued = true }
+            return state.wakesConsumer
+        }
+        if wakes { wake() }
     }
 
     /// Hands over several items, side by side.
     func put(contentsOf items: [Item]) {
-        state.withLock { $0.items.append(contentsOf: items) }
-        wake()
+        let urgent = items.contains(where: isUrgent)
+        let wakes = state.withLock { state in
+            state.items.append(contentsOf: items)
+            if urgent { state.urgentQueued = true }
+            return state.wakesConsumer
+        }
+        if wakes { wake() }
     }
 
     /// No more items come: `takeAll` returns what is left, then nil.
@@ -463,20 +525,56 @@ private final class BatchHandOff<Item: Sendable>: Sendable {
         condition.lock()
         defer { condition.unlock() }
         while true {
-            let (taken, closed) = state.withLock { state in
-                let taken = state.items
-                state.items.removeAll(keepingCapacity: true)
-                return (taken, state.closed)
-            }
+            let (taken, closed) = state.withLock { state in (Self.take(&state), state.closed) }
             if !taken.isEmpty { return taken }
             if closed { return nil }
             condition.wait()
         }
     }
 
+    /// Whether the consumer is in `linger`.
+    var isLingering: Bool { state.withLock { $0.lingering } }
+
+    /// Every item handed over and not taken yet, without waiting (none: empty).
+    func takeQueued() -> [Item] {
+        state.withLock { Self.take(&$0) }
+    }
+
+    private static func take(_ state: inout State) -> [Item] {
+        let taken = state.items
+        state.items.removeAll(keepingCapacity: true)
+        state.urgentQueued = false
+        return taken
+    }
+
+    /// Waits, without being woken by the hand-overs meanwhile, until `deadlineNs` (monotonic), an urgent
+    /// item is queued or the hand-off is closed, whichever comes first; the items stay queued. (The
+    /// condition's timeout is on the wall clock: were it stepped back during the wait, the wait would
+    /// last until the next urgent item — in a worker, its next call, within a poll interval.)
+    func linger(untilNs deadlineNs: UInt64) {
+        condition.lock()
+        defer { condition.unlock() }
+        let ready = state.withLock { state -> Bool in
+            state.lingering = true
+            return state.wakesConsumer
+        }
+        defer { state.withLock { $0.lingering = false } }
+        if ready { return }
+        while true {
+            let now = StoreExecutor.monotonicNs()
+            guard now < deadlineNs else { return }
+            _ = condition.wait(until: Date(timeIntervalSinceNow: Double(deadlineNs - now) / 1_000_000_000))
+            if state.withLock({ $0.wakesConsumer }) { return }
+        }
+    }
+
     /// Runs `body` on the items not taken yet (the consumer taking some of them out of turn).
     func withItems<T>(_ body: (inout [Item]) -> T) -> T {
-        state.withLock { body(&$0.items) }
+        state.withLock { state in
+            let result = body(&state.items)
+            state.urgentQueued = state.items.contains(where: isUrgent)
+            return result
+        }
     }
 
     /// The consumer checks for items under `condition` before it waits, so a signal sent after the
