@@ -36,23 +36,7 @@ struct CommitSpacingTests {
     private func executor(spacingUs: Int64, _ flushed: Flushed) -> StoreExecutor {
         StoreExecutor(name: "spacing-test", appendCommitSpacingUs: spacingUs) { events, _ in
             flushed.record(events)
-            let appended = events.enumerated().map { index, event in
-                Result<JobEvent, StoreError>.success(JobEvent(seq: Int64(index + 1), jobID: event.jobID, version: 2, atMs: 1_000,
-                                                              actor: event.actor, payload: event.payload))
-            }
-            return AppendAndClaimOutcome(appended: appended, claimed: .success([]))
-        }
-    }
-
-    private func progress(_ jobID: String) -> PendingEvent {
-        PendingEvent(jobID: jobID, actor: workerName, leaseToken: 1, payload: .progress(TransferProgress(bytesDone: 1)))
-    }
-
-    /// Polls `condition` off the cooperative pool until it holds, for at most 60 s.
-    private func waitUntil(_ condition: @escaping @Sendable () -> Bool) async {
-        await offPool {
-            let deadline = Date().addingTimeInterval(60)
-            while !condition() && Date() < deadline { usleep(1_000) }
+            return writtenAsIs(events)
         }
     }
 
@@ -63,12 +47,12 @@ struct CommitSpacingTests {
     private func lingering(on next: String, after executor: StoreExecutor,
                            _ flushed: Flushed) async throws -> Task<Result<JobEvent, StoreError>, Never> {
         if flushed.count == 0 {
-            _ = try await executor.append(progress("a")).get()
+            _ = try await executor.append(progressReport("a")).get()
             #expect(flushed.all == [["a"]])
         }
         let before = flushed.count
-        let task = Task { await executor.append(progress(next)) }
-        await waitUntil { executor.queuedCount == 0 && executor.isLingering }
+        let task = Task { await executor.append(progressReport(next)) }
+        await pollUntil { executor.queuedCount == 0 && executor.isLingering }
         #expect(executor.isLingering)
         #expect(flushed.count == before, "\(next) was written without waiting: \(flushed.all)")
         return task
@@ -80,8 +64,8 @@ struct CommitSpacingTests {
         let executor = executor(spacingUs: Self.anHourUs, flushed)
         defer { executor.stop() }
         let b = try await lingering(on: "b", after: executor, flushed)
-        let c = Task { await executor.append(progress("c")) }
-        await waitUntil { executor.queuedCount == 1 }
+        let c = Task { await executor.append(progressReport("c")) }
+        await pollUntil { executor.queuedCount == 1 }
         #expect(executor.isLingering, "c did not end the wait")
         // A call ends the wait; it sees the appends queued before it written, in one commit.
         let seen = try await executor.run { flushed.all }
@@ -121,10 +105,10 @@ struct CommitSpacingTests {
         let flushed = Flushed(holdingShut: "a")
         let executor = executor(spacingUs: 1_000_000, flushed)
         defer { executor.stop() }
-        let a = Task { await executor.append(progress("a")) }
-        await waitUntil { flushed.count == 1 }
-        let b = Task { await executor.append(progress("b")) }
-        await waitUntil { executor.queuedCount == 1 }
+        let a = Task { await executor.append(progressReport("a")) }
+        await pollUntil { flushed.count == 1 }
+        let b = Task { await executor.append(progressReport("b")) }
+        await pollUntil { executor.queuedCount == 1 }
         let clock = ContinuousClock()
         let opened = clock.now
         flushed.open()
@@ -141,9 +125,9 @@ struct CommitSpacingTests {
         let flushed = Flushed()
         let executor = executor(spacingUs: 2_000_000, flushed)
         defer { executor.stop() }
-        _ = try await executor.append(progress("a")).get()
+        _ = try await executor.append(progressReport("a")).get()
         try await Task.sleep(for: .milliseconds(2_500))
-        _ = try await executor.append(progress("b")).get()
+        _ = try await executor.append(progressReport("b")).get()
         #expect(flushed.all == [["a"], ["b"]])
         #expect(executor.groupCommitStats.spacedCommits == 0, "b waited for the spacing after a quiet spell")
     }

@@ -53,23 +53,7 @@ struct DeferredSyncTests {
     private func executor(_ gate: Gate, _ flushed: Flushed) -> StoreExecutor {
         StoreExecutor(name: "deferred-sync-test", durabilityBarrier: { () throws(StoreError) in try gate.barrier() }) { events, _ in
             flushed.record(events)
-            let appended = events.enumerated().map { index, event in
-                Result<JobEvent, StoreError>.success(JobEvent(seq: Int64(index + 1), jobID: event.jobID, version: 2, atMs: 1_000,
-                                                              actor: event.actor, payload: event.payload))
-            }
-            return AppendAndClaimOutcome(appended: appended, claimed: .success([]))
-        }
-    }
-
-    private func progress(_ jobID: String) -> PendingEvent {
-        PendingEvent(jobID: jobID, actor: workerName, leaseToken: 1, payload: .progress(TransferProgress(bytesDone: 1)))
-    }
-
-    /// Polls `condition` off the cooperative pool until it holds, for at most 60 s.
-    private func waitUntil(_ condition: @escaping @Sendable () -> Bool) async {
-        await offPool {
-            let deadline = Date().addingTimeInterval(60)
-            while !condition() && Date() < deadline { usleep(1_000) }
+            return writtenAsIs(events)
         }
     }
 
@@ -81,21 +65,21 @@ struct DeferredSyncTests {
         defer { executor.stop() }
         let resumed = Resumed()
         let first = Task {
-            let result = await executor.append(progress("a"))
+            let result = await executor.append(progressReport("a"))
             resumed.record("a")
             return result
         }
         // The first commit is made and its sync has begun (and is held shut).
-        await waitUntil { flushed.count == 1 && gate.count == 1 }
+        await pollUntil { flushed.count == 1 && gate.count == 1 }
         // Two more commits while that sync runs: the executor is not waiting for it.
         var others: [Task<Result<JobEvent, StoreError>, Never>] = []
         for (index, id) in ["b", "c"].enumerated() {
             others.append(Task {
-                let result = await executor.append(progress(id))
+                let result = await executor.append(progressReport(id))
                 resumed.record(id)
                 return result
             })
-            await waitUntil { flushed.count == index + 2 }
+            await pollUntil { flushed.count == index + 2 }
         }
         #expect(flushed.count == 3)
         try await Task.sleep(for: .milliseconds(50))
@@ -117,7 +101,7 @@ struct DeferredSyncTests {
         let executor = executor(gate, flushed)
         defer { executor.stop() }
         gate.open()
-        let results = await executor.append([progress("a"), progress("b")])
+        let results = await executor.append([progressReport("a"), progressReport("b")])
         #expect(results.count == 2)
         for result in results {
             guard case .failure(.io(let message)) = result else {
@@ -133,8 +117,8 @@ struct DeferredSyncTests {
         let gate = Gate()
         let flushed = Flushed()
         let executor = executor(gate, flushed)
-        let waiter = Task { await executor.append(progress("a")) }
-        await waitUntil { gate.count == 1 }
+        let waiter = Task { await executor.append(progressReport("a")) }
+        await pollUntil { gate.count == 1 }
         startThread { usleep(100_000); gate.open() }
         // Off the cooperative pool: stop waits for the syncer, which waits for the gate.
         await offPool { executor.stop() }

@@ -180,3 +180,27 @@ func reportedSucceeded(_ job: ClaimedJob, token: Int64? = nil) -> PendingEvent {
 func memorySpec(key: String? = nil) -> JobSpec {
     JobSpec(kind: .downloadMemory, source: "gs://bucket/small.txt", maxSize: 1024, key: key)
 }
+
+// MARK: - Executor tests (a `StoreExecutor` with a flush of the test's own)
+
+/// A progress report of `jobID`: an append for tests of the executor alone.
+func progressReport(_ jobID: String) -> PendingEvent {
+    PendingEvent(jobID: jobID, actor: workerName, leaseToken: 1, payload: .progress(TransferProgress(bytesDone: 1)))
+}
+
+/// What a test's flush reports for `events`: every one written (seqs from 1 in the batch), no job claimed.
+func writtenAsIs(_ events: [PendingEvent]) -> AppendAndClaimOutcome {
+    let appended = events.enumerated().map { index, event in
+        Result<JobEvent, StoreError>.success(JobEvent(seq: Int64(index + 1), jobID: event.jobID, version: 2, atMs: 1_000,
+                                                      actor: event.actor, payload: event.payload))
+    }
+    return AppendAndClaimOutcome(appended: appended, claimed: .success([]))
+}
+
+/// Polls `condition` off the cooperative pool until it holds, for at most 60 s.
+func pollUntil(_ condition: @escaping @Sendable () -> Bool) async {
+    await offPool {
+        let deadline = Date().addingTimeInterval(60)
+        while !condition() && Date() < deadline { usleep(1_000) }
+    }
+}
