@@ -79,11 +79,12 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// See https://www.sqlite.org/pragma.html#pragma_wal_autocheckpoint
     static let walCheckpointPages = 4_000
 
-    /// While a worker's appends keep coming, its group commits start at most once per this many
-    /// microseconds (see `StoreExecutor.init`): each commit rewrites whole pages into the WAL (~14 of
-    /// 4 KiB for a commit of a few small transfers' outcomes) and costs a sync (~0.12 ms of kernel CPU
-    /// here), so 2,000 small HTTP transfers made ~250 commits of ~16 events; spaced by 1 ms, ~125 of ~32,
-    /// for 10–15 % less of the worker's CPU. An outcome waits at most this long more before it is written.
+    /// While a worker's appends keep coming, a small group commit of them that comes less than this many
+    /// microseconds after the previous one first waits this long for more (see `StoreExecutor.init`):
+    /// each commit rewrites whole pages into the WAL (~14 of 4 KiB for a commit of a few small transfers'
+    /// outcomes) and costs a sync (~0.12 ms of kernel CPU here), so 2,000 small HTTP transfers made ~250
+    /// commits of ~16 events; spaced, ~125 of ~32, for 10–14 % less of the worker's CPU. An outcome waits
+    /// at most this long more before it is written.
     static let appendCommitSpacingUs: Int64 = 1_000
 
     /// The newest schema version this binary knows (the highest `migrations/sqlite/NNN_*.sql`).
