@@ -113,8 +113,8 @@ public final class StoreExecutor: Sendable {
     /// Where committed group commits wait for their sync before their waiters resume (nil: `flush`
     /// returns only once its commit is durable).
     private let syncer: CommitSyncer?
-    /// The least time from one group commit to the start of the next while only appends are waiting
-    /// (nil: a commit starts as soon as anything is queued). See `init`.
+    /// How long a small group commit of appends alone waits for more when the previous group commit was
+    /// made less than this long before (nil: a commit starts as soon as anything is queued). See `init`.
     private let appendCommitSpacingNs: UInt64?
     /// When the last group commit was made (monotonic ns); read and written on the executor thread only.
     private let lastCommitEndNs = Atomic<UInt64>(0)
