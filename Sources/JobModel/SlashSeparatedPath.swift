@@ -33,15 +33,24 @@ public enum SlashSeparatedPath {
     }
 
     /// The last non-empty part of `text` (`split(separator: "/").last`), or nil when there is none.
+    ///
+    /// An ASCII text is walked as a buffer of bytes (offsets, not `String.Index` steps: a content type
+    /// is inferred this way for every upload, and the index walk was most of it).
     public static func lastPart(of text: String) -> Substring? {
+        var text = text
+        let found = text.withUTF8 { (bytes) -> (start: Int, end: Int)?? in
+            guard !bytes.contains(where: { $0 >= 0x80 }) else { return .some(nil) }
+            var end = bytes.count
+            while end > 0, bytes[end - 1] == UInt8(ascii: "/") { end -= 1 }
+            guard end > 0 else { return nil }
+            var start = end
+            while start > 0, bytes[start - 1] != UInt8(ascii: "/") { start -= 1 }
+            return (start, end)
+        }
+        guard let found else { return nil }
+        guard let (start, end) = found else { return text.split(separator: "/").last }
         let utf8 = text.utf8
-        guard utf8.allSatisfy({ $0 < 0x80 }) else { return text.split(separator: "/").last }
-        var end = utf8.endIndex
-        while end != utf8.startIndex, utf8[utf8.index(before: end)] == UInt8(ascii: "/") { end = utf8.index(before: end) }
-        guard end != utf8.startIndex else { return nil }
-        var start = end
-        while start != utf8.startIndex, utf8[utf8.index(before: start)] != UInt8(ascii: "/") { start = utf8.index(before: start) }
-        return text[start..<end]
+        return text[utf8.index(utf8.startIndex, offsetBy: start)..<utf8.index(utf8.startIndex, offsetBy: end)]
     }
 
     /// Everything before the last `/` ("/" for top-level paths, "." for bare names).

@@ -8,29 +8,15 @@ public enum ContentTypes {
     /// The content type for `path`'s extension (case-insensitive); `application/octet-stream` when unknown.
     /// Only the last path component counts, and a leading dot (`.bashrc`) is not an extension.
     public static func infer(path: String) -> String {
-        if let type = inferASCII(path) { return type }
-        let name = SlashSeparatedPath.lastPart(of: path).map(String.init) ?? path
-        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return fallback }
-        let ext = name[name.index(after: dot)...].lowercased()
-        return table[ext] ?? fallback
-    }
-
-    /// `infer` for an all-ASCII path (nil for any other), read as bytes: the last component and its
-    /// extension found without Characters, and the extension lowercased into a small inline string —
-    /// every upload infers its type once or twice, and building the name and the lowercased extension
-    /// as Strings was ~4,000 instructions a time.
-    private static func inferASCII(_ path: String) -> String? {
-        var path = path
-        return path.withUTF8 { (bytes) -> String? in
+        var name = SlashSeparatedPath.lastPart(of: path) ?? Substring(path)
+        // Every ASCII byte is a Character: the extension is found and lowercased as bytes, into a small
+        // inline string. Every upload infers its type once or twice, and building the name and the
+        // lowercased extension as Strings was ~4,000 instructions a time. Other text keeps the
+        // Character-wise reading: there a combining mark can join the dot into another Character.
+        let ascii = name.withUTF8 { (bytes) -> String? in
             guard !bytes.contains(where: { $0 >= 0x80 }) else { return nil }
-            var end = bytes.count
-            while end > 0, bytes[end - 1] == UInt8(ascii: "/") { end -= 1 }
-            var start = end
-            while start > 0, bytes[start - 1] != UInt8(ascii: "/") { start -= 1 }
-            // A path of slashes alone names itself, as `lastPart` finds no component.
-            if end == 0 { (start, end) = (0, bytes.count) }
-            guard let dot = bytes[start..<end].lastIndex(of: UInt8(ascii: ".")), dot != start else { return fallback }
-            let ext = bytes[(dot + 1)..<end]
+            guard let dot = bytes.lastIndex(of: UInt8(ascii: ".")), dot != 0 else { return fallback }
+            let ext = bytes[(dot + 1)...]
             guard ext.count <= longestExtension else { return fallback }
             let key = String(unsafeUninitializedCapacity: ext.count) { buffer in
                 for (offset, byte) in ext.enumerated() {
@@ -40,6 +26,13 @@ public enum ContentTypes {
             }
             return table[key] ?? fallback
         }
+        return ascii ?? inferByCharacters(name)
+    }
+
+    /// `infer` for a last component that is not all ASCII.
+    private static func inferByCharacters(_ name: Substring) -> String {
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return fallback }
+        return table[name[name.index(after: dot)...].lowercased()] ?? fallback
     }
 
     /// The longest extension in `table`: a longer one cannot match.

@@ -270,7 +270,7 @@ public final class StoreExecutor: Sendable {
                     queue.linger(untilNs: now &+ spacing)
                     let gathered = queue.takeQueued()
                     batch += gathered
-                    let appends = gathered.reduce(0) { $0 + ($1.isAppend ? 1 : 0) }
+                    let appends = gathered.lazy.filter(\.isAppend).count
                     stats.withLock { $0.recordSpaced(gathering: appends) }
                 }
             }

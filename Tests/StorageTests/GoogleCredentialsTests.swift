@@ -38,9 +38,14 @@ struct GoogleCredentialsTests {
         await run(GCSBackend(configuration: configuration), JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt"))
     }
 
-    /// The resource requests (not token requests) and the Authorization header each carried.
+    /// The Authorization header each resource request carried.
     private func resourceAuthorizations(_ server: TokenServer) -> [String?] {
-        server.requests.filter { $0.path.hasPrefix("/storage/") || $0.path.hasPrefix("/download/") }.map(\.authorization)
+        resourceRequests(server).map(\.authorization)
+    }
+
+    /// The resource requests (not token requests), in order.
+    private func resourceRequests(_ server: TokenServer) -> [TokenServer.Request] {
+        server.requests.filter { $0.path.hasPrefix("/storage/") || $0.path.hasPrefix("/download/") }
     }
 
     @Test("service account: a signed JWT is exchanged for a token that every request carries; the token is cached")
@@ -65,7 +70,7 @@ struct GoogleCredentialsTests {
         // request; a token request cut on its way (a transport fault, which `GoogleTokenFetcher` tries
         // again at once, as Google's libraries do) adds one — seen once in a full test run under load.
         let tokenRequests = server.tokenRequests
-        let resources = server.requests.filter { $0.path.hasPrefix("/storage/") || $0.path.hasPrefix("/download/") }
+        let resources = resourceRequests(server)
         #expect((1...GoogleTokenFetcher.transportAttempts).contains(tokenRequests.count), "\(server.log)")
         if let firstResource = resources.first?.at {
             #expect(tokenRequests.allSatisfy { ($0.at ?? .infinity) <= firstResource },
