@@ -151,6 +151,37 @@ def fmt(x, unit=""):
     return s + (" " + unit if unit else "")
 
 
+def workerstart_lines(samples):
+    """The `--only workerstart` section: a worker's start and exit on logs of finished download-file jobs,
+    each size against the empty log of the same run; [] when it did not run."""
+    sizes = sorted({int(tool.split("-", 1)[1]) for bench, tool, _ in samples
+                    if bench == "workerstart" and tool.startswith("jobctl-")})
+    if not sizes:
+        return []
+
+    def med(size, metric):
+        v = samples.get(("workerstart", f"jobctl-{size}", metric))
+        return (statistics.median(v), len(v)) if v else (None, 0)
+
+    base, _ = med(sizes[0], "start_s")
+    lines = ["## A worker's start on a log of finished downloads", "",
+             "`jobctl worker --drain` with nothing queued, on one log grown with download-file jobs (its first leftover sweep "
+             "looks at final jobs that create local files): wall clock and CPU from exec to exit, medians. Target: the start "
+             "does not grow with the log.", "",
+             "| finished download-file jobs | start → exit | vs empty log | CPU (user + sys) |",
+             "|---|---|---|---|"]
+    for size in sizes:
+        wall, n = med(size, "start_s")
+        cpu, _ = med(size, "cpu_s")
+        if wall is None:
+            lines.append(f"| {size:,} | failed / not run | — | — |")
+            continue
+        lines.append(f"| {size:,} | {wall * 1000:.1f} ms (n={n}) | {wall / base:.2f}× | "
+                     f"{cpu * 1000:.0f} ms |" if base else f"| {size:,} | {wall * 1000:.1f} ms (n={n}) | — | — |")
+    lines.append("")
+    return lines
+
+
 def report(samples_path, meta_path, out_path):
     samples = {}   # (bench, tool, metric) -> [values]
     failures = []
@@ -291,6 +322,7 @@ def report(samples_path, meta_path, out_path):
     lines.extend(pglib.report_lines(samples, fmt, percentile))
     import bigloglib  # bench/bigloglib.py: the big log and memory sections (`--only biglog,memory`)
     lines.extend(bigloglib.report_lines(samples, fmt))
+    lines.extend(workerstart_lines(samples))
     if failures:
         lines.append("## Failures")
         lines.append("")

@@ -12,7 +12,9 @@
 #                biglog: audit, replay --verify, stats, size per job and drain rate on a log grown to
 #                BIGLOG_SIZES finished jobs (default 100000 250000; --quick 20000) on BIGLOG_ENGINES
 #                (default "sqlite postgres"); memory: worker peak RSS at concurrency 64 over small
-#                files and for one 1 GiB file (not in the default set: --only biglog,memory)
+#                files and for one 1 GiB file; workerstart: a worker's start on logs of WORKERSTART_SIZES
+#                finished download-file jobs (default 20000 100000) against an empty one (not in the default
+#                set: --only biglog,memory,workerstart)
 #
 # Uses .build/release/jobctl, or $JOBCTL_BIN. Starts its own nginx in a temporary directory, runs jobctl and
 # its peer (curl, rclone, cp, huey) interleaved in every run, prints a Markdown table and writes it, with
@@ -105,6 +107,8 @@ trap 'exit 130' INT TERM
 . "$BENCH/biglog_bench.sh"
 # shellcheck source=bench/sliced_bench.sh
 . "$BENCH/sliced_bench.sh"
+# shellcheck source=bench/workerstart_bench.sh
+. "$BENCH/workerstart_bench.sh"
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SAMPLES"; }
@@ -512,6 +516,7 @@ if want smallfiles; then smallfiles_benchmark; fi
 if want biglog; then biglog_benchmark; fi
 if want memory; then memory_benchmark; fi
 if want sliced; then sliced_benchmark; fi
+if want workerstart; then workerstart_benchmark; fi
 {
   echo "finished=$(date -u +%Y-%m-%dT%H:%M:%SZ) ($(( ($(now_ns) - START_NS) / 1000000000 )) s)"
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"

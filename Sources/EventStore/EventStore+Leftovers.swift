@@ -27,6 +27,23 @@ extension EventStore {
         }
     }
 
+    /// The sweep watermark (schema 12), or nil before the first complete sweep.
+    public func sweepWatermark() throws(StoreError) -> Int64? {
+        try withConnection { (connection) throws(StoreError) -> Int64? in
+            try connection.first("SELECT finished_before_ms FROM sweep_watermark WHERE id = 1") { row in row.int64(0) }
+        }
+    }
+
+    /// Raises the sweep watermark to `finishedBeforeMs`; a lower value leaves it as it is.
+    public func raiseSweepWatermark(to finishedBeforeMs: Int64) throws(StoreError) {
+        try writeTransaction { (connection) throws(StoreError) in
+            try connection.run("""
+                INSERT INTO sweep_watermark (id, finished_before_ms) VALUES (1, ?)
+                ON CONFLICT (id) DO UPDATE SET finished_before_ms = max(finished_before_ms, excluded.finished_before_ms)
+                """, [.integer(finishedBeforeMs)])
+        }
+    }
+
     /// The finished jobs that create local files, finished at or after `?`: searched through
     /// `jobs_finished_by_kind` (schema 6) by kind and time, so a log of a million other finished jobs
     /// (download-memory, uploads to `gs://`) costs nothing — the sweep runs at every worker's start.

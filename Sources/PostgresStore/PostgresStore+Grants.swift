@@ -26,6 +26,8 @@ public enum WorkerRoleGrants {
         // (`result` reads it).
         ("archive_authorisations", "SELECT"),
         ("expired_blobs", "SELECT"),
+        // The orphan sweep raises its watermark (an upsert of the one row); nothing deletes it.
+        ("sweep_watermark", "SELECT, INSERT, UPDATE"),
     ]
 
     /// What the worker role gets on the projection, the leases and any other table but the log, the

@@ -295,6 +295,26 @@ extension PostgresStore {
 }
 
 extension PostgresStore {
+    /// The sweep watermark (schema 13), or nil before the first complete sweep.
+    public func sweepWatermark() throws(StoreError) -> Int64? {
+        try withConnection { (connection) throws(StoreError) -> Int64? in
+            try connection.row("SELECT finished_before_ms FROM sweep_watermark WHERE id = 1") { (row) throws(StoreError) in
+                try row.integer(0)
+            }
+        }
+    }
+
+    /// Raises the sweep watermark to `finishedBeforeMs`; a lower value leaves it as it is.
+    public func raiseSweepWatermark(to finishedBeforeMs: Int64) throws(StoreError) {
+        try writeTransaction { (connection) throws(StoreError) in
+            _ = try connection.store("""
+                INSERT INTO sweep_watermark (id, finished_before_ms) VALUES (1, $1)
+                ON CONFLICT (id) DO UPDATE
+                SET finished_before_ms = GREATEST(sweep_watermark.finished_before_ms, EXCLUDED.finished_before_ms)
+                """, [.integer(finishedBeforeMs)])
+        }
+    }
+
     /// The finished jobs that create local files, finished at or after `$1`, through
     /// `jobs_finished_by_kind` (schema 6) by kind and time: other finished jobs are never read. The
     /// destination comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is stored

@@ -89,6 +89,13 @@ public protocol JobStore: AnyObject, Sendable {
     /// or after `finishedSince` (nil: all), oldest first, and the resume points of every unfinished job,
     /// read in one snapshot: what the orphan sweep and `jobctl orphans` look at.
     func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates
+    /// How far back the leftover sweeps have looked: every final job that creates local files and finished
+    /// before this time (ms since 1970) was looked at by a sweep that completed; nil before the first. A
+    /// worker's first sweep starts there rather than at the beginning of the log.
+    func sweepWatermark() throws(StoreError) -> Int64?
+    /// Raises the sweep watermark to `finishedBeforeMs` in one transaction; a lower value leaves it as it
+    /// is (several workers sweep, each raising it to what it covered).
+    func raiseSweepWatermark(to finishedBeforeMs: Int64) throws(StoreError)
     /// Jobs by queue × state, the oldest queued job, running jobs with their leases, and the outcomes of
     /// the last minute and hour (`jobctl stats`), for one queue or all (nil), read in one snapshot.
     func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats

@@ -1,0 +1,128 @@
+import EventStore
+import Foundation
+import JobModel
+import PostgresStore
+import Storage
+import StorePort
+import Synchronization
+import Testing
+import TestSupport
+@testable import Worker
+
+/// The leftover sweep starts where the last complete sweep left off: a worker's first sweep looks at the
+/// final jobs finished since the store's sweep watermark, not at every final job the log holds, and a
+/// sweep that completes raises the watermark to its start less the overlap.
+@Suite("sweep watermark") struct SweepWatermarkTests {
+    /// A log of `engine` in a temporary directory (the caller removes it) holding `count` queued
+    /// download-file jobs, each with its partial file already beside its destination (`out/f<i>.bin`), as a
+    /// run stopped part-way leaves it; the store is the real one inside a `LostAnswerStore`, which records
+    /// the sweeps' reads.
+    static func downloadsWithPartials(_ label: String, _ engine: WorkerEngine, count: Int) throws
+        -> (directory: TemporaryDirectory, store: LostAnswerStore, ids: [String], partials: [String]) {
+        let directory = try TemporaryDirectory(label)
+        do {
+            let database = try engine.database(in: directory)
+            let out = directory.file("out")
+            try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+            let ids = try submit((0..<count).map { "- {kind: download-file, source: \"file://b/o\($0).bin\", destination: \"\(out)/f\($0).bin\"}\n" }
+                                     .joined(), database: database, directory: directory)
+            try #require(ids.count == count)
+            let partials = ids.indices.map { "\(out)/\(PartialFile.tempName(for: "f\($0).bin", jobID: ids[$0]))" }
+            for path in partials { try Data("partial".utf8).write(to: URL(fileURLWithPath: path)) }
+            return (directory, LostAnswerStore(try SmallJobTests.store(engine, database), loseAnswerTo: .progress), ids, partials)
+        } catch {
+            directory.remove()
+            throw error
+        }
+    }
+
+    @Test(arguments: WorkerEngine.allCases)
+    func theWatermarkStartsUnsetOnlyRisesAndOutlivesTheStore(engine: WorkerEngine) throws {
+        let directory = try TemporaryDirectory("sweep-watermark-store")
+        defer { directory.remove() }
+        let database = try engine.database(in: directory)
+        do {
+            let store: any JobStore = switch engine {
+            case .sqlite: try EventStore(path: database, mode: .create)
+            case .postgres: try PostgresStore(url: database, mode: .create)
+            }
+            #expect(try store.sweepWatermark() == nil)
+            try store.raiseSweepWatermark(to: 5_000)
+            #expect(try store.sweepWatermark() == 5_000)
+            try store.raiseSweepWatermark(to: 4_999)
+            #expect(try store.sweepWatermark() == 5_000, "a lower value leaves it as it is")
+            try store.raiseSweepWatermark(to: 7_000)
+            #expect(try store.sweepWatermark() == 7_000)
+        }
+        #expect(try engine.reader(database).sweepWatermark() == 7_000, "kept in the database, read by a read-only open")
+    }
+
+    /// Three download-file jobs, each with its partial file beside its destination, cancelled while no
+    /// worker ran them. The first is cancelled, then a sweep is said to have completed after it; the others
+    /// are cancelled after that. A worker's first sweep reads from the watermark: it removes the two later
+    /// partials and does not look at the first (which `jobctl orphans` would still list), then raises the
+    /// watermark to its start less a minute. A second worker's first sweep starts there.
+    @Test(arguments: WorkerEngine.allCases)
+    func aWorkersFirstSweepLooksOnlyAtJobsFinishedSinceTheWatermark(engine: WorkerEngine) async throws {
+        let (directory, store, ids, partials) = try Self.downloadsWithPartials("sweep-watermark", engine, count: 3)
+        defer { directory.remove() }
+        _ = try store.requestCancel(id: ids[0], actor: "cli:test", now: Clock.nowMs())
+        let firstFinished = try #require(try store.job(ids[0])?.finishedAtMs)
+        try store.raiseSweepWatermark(to: firstFinished + 1)
+        try await Task.sleep(for: .milliseconds(5))
+        for id in ids[1...] { _ = try store.requestCancel(id: id, actor: "cli:test", now: Clock.nowMs()) }
+
+        let removals = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .info, write: { line in removals.withLock { $0.append(line) } })
+        let backend = SmallJobTests.localRouter(directory)
+        // Two minutes on, so that the watermark it leaves (its start less a minute) is past every job here.
+        let start = Clock.nowMs() + 120_000
+        await OrphanSweeper(store: store, backend: backend, intervalMs: 300_000, log: log).sweepIfDue(now: start)
+        #expect(store.leftoverReads.withLock { $0 } == [firstFinished + 1])
+        #expect(FileManager.default.fileExists(atPath: partials[0]), "finished before the watermark: not looked at")
+        #expect(!FileManager.default.fileExists(atPath: partials[1]) && !FileManager.default.fileExists(atPath: partials[2]),
+                "\(removals.withLock { $0 })")
+        #expect(removals.withLock { $0 }.filter { $0.contains(" orphan_removed ") }.count == 2, "\(removals.withLock { $0 })")
+        #expect(try store.sweepWatermark() == start - OrphanSweeper.overlapMs)
+        // What the watermark passed over is still there for `jobctl orphans`, which looks at every final job.
+        #expect(try Orphans.find(in: store, backend: backend).map(\.file.path) == [partials[0]])
+
+        await OrphanSweeper(store: store, backend: backend, intervalMs: 300_000, log: log).sweepIfDue(now: start + 1_000)
+        #expect(store.leftoverReads.withLock { $0 }.last == start - OrphanSweeper.overlapMs, "a second worker starts there")
+    }
+
+    /// A sweep whose read fails raises nothing, and the next looks again from where the failed one began:
+    /// a first sweep that fails leaves the next to read from the watermark (here: every final job); a
+    /// periodic sweep that fails leaves the next to read from the last complete one's start less the
+    /// overlap, not from its own.
+    @Test(arguments: WorkerEngine.allCases)
+    func aFailedSweepRaisesNothingAndTheNextLooksAgainFromWhereItBegan(engine: WorkerEngine) async throws {
+        let (directory, store, ids, partials) = try Self.downloadsWithPartials("sweep-watermark-failed", engine, count: 1)
+        defer { directory.remove() }
+        let (id, partial) = (ids[0], partials[0])
+        _ = try store.requestCancel(id: id, actor: "cli:test", now: Clock.nowMs())
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .info, write: { line in lines.withLock { $0.append(line) } })
+        let sweeper = OrphanSweeper(store: store, backend: SmallJobTests.localRouter(directory), intervalMs: 300_000, log: log)
+        let start = Clock.nowMs()
+
+        store.failingLeftoverReads.withLock { $0 = 1 }
+        await sweeper.sweepIfDue(now: start)
+        #expect(lines.withLock { $0 }.contains { $0.contains(" orphan_sweep_failed ") }, "\(lines.withLock { $0 })")
+        #expect(try store.sweepWatermark() == nil)
+        #expect(FileManager.default.fileExists(atPath: partial))
+
+        await sweeper.sweepIfDue(now: start + 1_000, force: true)
+        #expect(!FileManager.default.fileExists(atPath: partial), "\(lines.withLock { $0 })")
+        #expect(try store.sweepWatermark() == start + 1_000 - OrphanSweeper.overlapMs)
+
+        store.failingLeftoverReads.withLock { $0 = 1 }
+        await sweeper.sweepIfDue(now: start + 400_000)
+        #expect(try store.sweepWatermark() == start + 1_000 - OrphanSweeper.overlapMs)
+        await sweeper.sweepIfDue(now: start + 800_000)
+        #expect(try store.sweepWatermark() == start + 800_000 - OrphanSweeper.overlapMs)
+        let windows = store.leftoverReads.withLock { $0 }
+        #expect(windows == [nil, nil, start + 1_000 - OrphanSweeper.overlapMs, start + 1_000 - OrphanSweeper.overlapMs],
+                "\(windows)")
+    }
+}
