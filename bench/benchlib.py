@@ -176,8 +176,10 @@ def workerstart_lines(samples):
         if wall is None:
             lines.append(f"| {size:,} | failed / not run | — | — |")
             continue
-        lines.append(f"| {size:,} | {wall * 1000:.1f} ms (n={n}) | {wall / base:.2f}× | "
-                     f"{cpu * 1000:.0f} ms |" if base else f"| {size:,} | {wall * 1000:.1f} ms (n={n}) | — | — |")
+        # GNU time counts CPU in steps of 10 ms.
+        cpu_text = "< 10 ms" if cpu is not None and cpu < 0.01 else (f"{cpu * 1000:.0f} ms" if cpu is not None else "—")
+        lines.append(f"| {size:,} | {wall * 1000:.1f} ms (n={n}) | {wall / base:.2f}× | {cpu_text} |" if base
+                     else f"| {size:,} | {wall * 1000:.1f} ms (n={n}) | — | {cpu_text} |")
     lines.append("")
     return lines
 

@@ -15,6 +15,7 @@ workerstart_benchmark() {
   local w="$WORK/workerstart" db have=0 size chunk serial=0 i t0 t1 dir
   mkdir -p "$w"
   db="$w/start.db"
+  jctl "$db" migrate >/dev/null 2>"$w/migrate.err" || { fail workerstart jobctl "migrate failed: $(tail_msg "$w/migrate.err")"; return 1; }
   for size in 0 $WORKERSTART_SIZES; do
     while [ "$have" -lt "$size" ]; do
       chunk=$(( size - have < WORKERSTART_CHUNK ? size - have : WORKERSTART_CHUNK ))

@@ -295,23 +295,32 @@ extension PostgresStore {
 }
 
 extension PostgresStore {
-    /// The sweep watermark (schema 13), or nil before the first complete sweep.
+    /// The final jobs that create local files and finished at or after `position` (a time; nil: every
+    /// such job), the resume points of every unfinished job, and `now` less `LeftoverSweep.overlapMs` as
+    /// the next position. By time, not seq: PostgreSQL's commits do not come in seq order, so a job with a
+    /// lower seq than one already read may still become final; the overlap catches a final event written
+    /// while the previous read ran.
+    public func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
+        (try leftoverCandidates(finishedSince: position), max(position ?? Int64.min, now - LeftoverSweep.overlapMs))
+    }
+
+    /// The sweep watermark (schema 13): the finish time up to which the leftover sweeps have looked, or
+    /// nil before the first complete sweep.
     public func sweepWatermark() throws(StoreError) -> Int64? {
         try withConnection { (connection) throws(StoreError) -> Int64? in
-            try connection.row("SELECT finished_before_ms FROM sweep_watermark WHERE id = 1") { (row) throws(StoreError) in
+            try connection.row("SELECT position FROM sweep_watermark WHERE id = 1") { (row) throws(StoreError) in
                 try row.integer(0)
             }
         }
     }
 
-    /// Raises the sweep watermark to `finishedBeforeMs`; a lower value leaves it as it is.
-    public func raiseSweepWatermark(to finishedBeforeMs: Int64) throws(StoreError) {
+    /// Raises the sweep watermark to `position`; a lower value leaves it as it is.
+    public func raiseSweepWatermark(to position: Int64) throws(StoreError) {
         try writeTransaction { (connection) throws(StoreError) in
             _ = try connection.store("""
-                INSERT INTO sweep_watermark (id, finished_before_ms) VALUES (1, $1)
-                ON CONFLICT (id) DO UPDATE
-                SET finished_before_ms = GREATEST(sweep_watermark.finished_before_ms, EXCLUDED.finished_before_ms)
-                """, [.integer(finishedBeforeMs)])
+                INSERT INTO sweep_watermark (id, position) VALUES (1, $1)
+                ON CONFLICT (id) DO UPDATE SET position = GREATEST(sweep_watermark.position, EXCLUDED.position)
+                """, [.integer(position)])
         }
     }
 

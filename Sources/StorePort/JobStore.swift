@@ -12,6 +12,13 @@ import JobModel
 /// Synchronous methods block the calling thread until the store's executor has run them; code on
 /// Swift's cooperative pool uses the `async` methods (`appendGrouped`, `claimGrouped`, `run`), which
 /// suspend instead.
+/// The leftover sweep's constants that adapters share.
+public enum LeftoverSweep {
+    /// How far before a time-based read began the next one looks again, so that a job whose final event
+    /// was written (by another process, or by a clock a little behind) while that read ran is not missed.
+    public static let overlapMs: Int64 = 60_000
+}
+
 public protocol JobStore: AnyObject, Sendable {
     /// Where the log lives, for messages (a path; never a password).
     var location: String { get }
@@ -89,13 +96,19 @@ public protocol JobStore: AnyObject, Sendable {
     /// or after `finishedSince` (nil: all), oldest first, and the resume points of every unfinished job,
     /// read in one snapshot: what the orphan sweep and `jobctl orphans` look at.
     func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates
-    /// How far back the leftover sweeps have looked: every final job that creates local files and finished
-    /// before this time (ms since 1970) was looked at by a sweep that completed; nil before the first. A
-    /// worker's first sweep starts there rather than at the beginning of the log.
+    /// What the leftover sweep reads: the final jobs that create local files and became final after
+    /// `position` (nil: every such job), the resume points of every unfinished job, and the position to
+    /// read from next time — in one snapshot. A position is the adapter's own (SQLite: an event seq, exact;
+    /// PostgreSQL: a finish time, `now` less `LeftoverSweep.overlapMs`, since its commits do not come in seq
+    /// order); it only ever grows.
+    func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64)
+    /// How far the leftover sweeps have read (a position of `leftoversSince`): every final job that
+    /// creates local files and was final there was looked at by a sweep that completed; nil before the
+    /// first. A worker's first sweep starts there rather than at the beginning of the log.
     func sweepWatermark() throws(StoreError) -> Int64?
-    /// Raises the sweep watermark to `finishedBeforeMs` in one transaction; a lower value leaves it as it
-    /// is (several workers sweep, each raising it to what it covered).
-    func raiseSweepWatermark(to finishedBeforeMs: Int64) throws(StoreError)
+    /// Raises the sweep watermark to `position` in one transaction; a lower value leaves it as it is
+    /// (several workers sweep, each raising it to what it read).
+    func raiseSweepWatermark(to position: Int64) throws(StoreError)
     /// Jobs by queue × state, the oldest queued job, running jobs with their leases, and the outcomes of
     /// the last minute and hour (`jobctl stats`), for one queue or all (nil), read in one snapshot.
     func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats

@@ -41,34 +41,30 @@ public enum Orphans {
 /// more before a draining worker exits. Jobs this worker ends failed or cancelled clean up at once
 /// (`TaskRunner`); the sweep catches the rest.
 ///
-/// Each sweep looks at the final jobs finished since the previous one began, less `overlapMs`; the
-/// first at those finished since the store's sweep watermark (`JobStore.sweepWatermark`), or at every
-/// final job when no sweep has completed yet. A sweep that completes raises the watermark to its own
-/// start less `overlapMs`, so a worker's start costs what finished since the last sweep, not what the
-/// log ever held (20,000 finished downloads added ~170 ms to every worker's start). A sweep that fails
-/// raises nothing, and the next one looks again from where it began. A leftover a sweep found but could
-/// not remove (it changed meanwhile) is not looked for again; `jobctl orphans` lists every one.
+/// Each sweep reads the final jobs that changed since the position where the previous one stopped
+/// (`JobStore.leftoversSince`: on SQLite an event seq, exactly; on PostgreSQL a finish time, less
+/// `LeftoverSweep.overlapMs`); the first reads from the store's sweep watermark, or every final job when
+/// no sweep has completed yet. A sweep that completes raises the watermark to where it stopped, so a
+/// worker's start costs what finished since the last sweep, not what the log ever held (100,000 finished
+/// downloads added ~1 s to every worker's start). A sweep that fails raises nothing, and the next one
+/// reads again from where it began. A leftover a sweep found but could not remove (it changed meanwhile)
+/// is not looked for again; `jobctl orphans` reads every final job and lists it.
 final class OrphanSweeper: Sendable {
     private let store: any JobStore
     private let backend: any StorageBackend
     private let intervalMs: Int64
     /// Where removals and failures are reported (`orphan_removed`, `orphan_sweep_failed`).
     private let log: WorkerLog
-    /// When the previous sweep began (nil before the first), and where the next one's window begins.
-    private let state = Mutex<(lastStart: Int64?, nextSince: Since)>((nil, .watermark))
+    /// When the previous sweep began (nil before the first), and where the next one reads from.
+    private let state = Mutex<(lastStart: Int64?, next: Position)>((nil, .watermark))
 
-    /// The finish time from which a sweep looks at final jobs.
-    private enum Since {
+    /// Where a sweep reads from.
+    private enum Position {
         /// The store's sweep watermark (every final job when there is none): a worker's first sweep.
         case watermark
-        /// Jobs finished at or after this time (ms since 1970).
-        case time(Int64)
+        /// Where the previous complete sweep of this worker stopped.
+        case stopped(Int64)
     }
-
-    /// Jobs finished this long before the previous sweep began are looked at again, so a job whose final
-    /// event was written (by another process) while that sweep ran is not missed. The watermark a sweep
-    /// leaves is as far before its start, for the same reason.
-    static let overlapMs: Int64 = 60_000
 
     init(store: any JobStore, backend: any StorageBackend, intervalMs: Int64, log: WorkerLog) {
         self.store = store
@@ -81,20 +77,20 @@ final class OrphanSweeper: Sendable {
     /// Removals and failures go to the worker's log; a failure never stops the worker. Called by the
     /// pool's loop, one sweep at a time.
     func sweepIfDue(now: Int64, force: Bool = false) async {
-        let due: Since? = state.withLock { state in
+        let due: Position? = state.withLock { state in
             if let previous = state.lastStart {
                 guard force || (intervalMs > 0 && now - previous >= intervalMs) else { return nil }
             }
             state.lastStart = now
-            return state.nextSince
+            return state.next
         }
-        guard let since = due else { return }
+        guard let from = due else { return }
         let backend = backend
         do {
-            let candidates = try await store.run { store in
-                switch since {
-                case .watermark: try store.leftoverCandidates(finishedSince: try store.sweepWatermark())
-                case .time(let time): try store.leftoverCandidates(finishedSince: time)
+            let (candidates, reached) = try await store.run { store in
+                switch from {
+                case .watermark: try store.leftoversSince(position: try store.sweepWatermark(), now: now)
+                case .stopped(let position): try store.leftoversSince(position: position, now: now)
                 }
             }
             // A look at every job finished since the last sweep, and removals that sync folders: not on
@@ -103,9 +99,8 @@ final class OrphanSweeper: Sendable {
                 Orphans.find(candidates, backend: backend).filter { backend.remove($0.file) }
             }
             for orphan in removed { log.orphanRemoved(orphan.file, jobState: orphan.jobState, now: Clock.nowMs()) }
-            let covered = now - Self.overlapMs
-            try await store.run { store in try store.raiseSweepWatermark(to: covered) }
-            state.withLock { $0.nextSince = .time(covered) }
+            try await store.run { store in try store.raiseSweepWatermark(to: reached) }
+            state.withLock { $0.next = .stopped(reached) }
         } catch {
             log.orphanSweepFailed("\(error)", now: Clock.nowMs())
         }

@@ -60,7 +60,7 @@ struct MigrationTests {
             "9 conditions_without_in_lists 21223ad6c6a75804c02e29113ede56e09b7986c269df3608b0000bdb38f3f4d7",
             "10 lease_in_the_job_row 6cd983efb70ec6d5128fdb1deaa008a1c4b6dcf63dd1c62ce6bdbbd7a6359cc4",
             "11 resume_points_index cef5dda8d67033749b97732288e421aca24b5fa6f918c2bd21ee7e4f41ecf162",
-            "12 sweep_watermark 5767cf85ea7c95c02b842b5b3339892bbce45bc37d5929b60cd30cf718bf12fa",
+            "12 sweep_watermark 802e74f3ef6a818471984c846c17aa08f2dfd6d158b8ae0a1c61a2e7541a760b",
         ])
     }
 

@@ -73,6 +73,38 @@ struct OutcomeIndexTests {
         #expect(try fixture.store.leftoverCandidates(finishedSince: nil).finished.isEmpty)
     }
 
+    @Test("a sweep that reads from a position walks the events after it by seq and each one's job by id, nothing else")
+    func sweepFromAPositionReadsOnlyTheEventsAfterIt() throws {
+        let fixture = try StoreFixture("store-sweep-position")
+        defer { fixture.remove() }
+        let store = try #require(fixture.sqlite)
+        let first = try fixture.submit()
+        _ = try store.requestCancel(id: first, actor: "cli:test", now: 1_000)
+        let plan = try store.withConnection { (connection) throws(StoreError) -> String in
+            try connection.query("EXPLAIN QUERY PLAN " + EventStore.changedLeftoverSQL, [.integer(0)]) { row in row.text(3) }
+                .joined(separator: "\n")
+        }
+        // A walk of every final job (through jobs_claim) or of every event (through its (job_id, version)
+        // index) would cost each worker's start what the log holds.
+        #expect(plan.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"), "\(plan)")
+        #expect(plan.contains("SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"), "\(plan)")
+        #expect(!plan.contains("SCAN"), "\(plan)")
+        // Each final download once, however many of its events come after the position, and none that
+        // was final before it — even one whose finish time is older than everything read so far.
+        let download = JobSpec(kind: .downloadFile, source: "gs://bucket/object.bin", destination: "/tmp/out/object.bin")
+        let downloaded = try fixture.submit(download)
+        _ = try store.requestCancel(id: downloaded, actor: "cli:test", now: 2_000)
+        let (all, newest) = try store.leftoversSince(position: nil, now: 0)
+        #expect(all.finished.map(\.id) == [downloaded])
+        let late = try fixture.submit(download)
+        _ = try store.requestPause(id: late, actor: "cli:test", now: 3_000)
+        _ = try store.requestCancel(id: late, actor: "cli:test", now: 500)
+        let (after, reached) = try store.leftoversSince(position: newest, now: 0)
+        #expect(after.finished.map(\.id) == [late], "\(after.finished.map(\.id))")
+        #expect(reached > newest)
+        #expect(try store.leftoversSince(position: reached, now: 0).candidates.finished.isEmpty)
+    }
+
     @Test("a draining worker's check for running jobs reads only them, through the index on the state")
     func runningJobsAreCountedThroughTheStateIndex() throws {
         let fixture = try StoreFixture("store-running-count")

@@ -12,8 +12,8 @@ import Synchronization
 /// With `damagedFromRun`, the executor calls (`run`) from that one on fail as SQLite's would on a file
 /// damaged under the worker (`StoreError.damaged`), which no real file does on demand mid-run.
 ///
-/// It also records the window of each read of leftover candidates (`leftoverReads`: the `finishedSince`
-/// asked for), and fails the first `failingLeftoverReads` of them as a broken connection would (`io`).
+/// It also records the position each sweep's read of leftovers starts from (`leftoverReads`), and fails the
+/// first `failingLeftoverReads` of them as a broken connection would (`io`).
 final class LostAnswerStore: JobStore {
     let inner: any JobStore
     let loseAnswerTo: EventType
@@ -24,9 +24,9 @@ final class LostAnswerStore: JobStore {
     let runs = Mutex(0)
     /// `stats` calls so far (the whole statistics, outcome windows included).
     let statsCalls = Mutex(0)
-    /// The `finishedSince` of every `leftoverCandidates` call so far, in order.
+    /// The `position` of every `leftoversSince` call so far, in order.
     let leftoverReads = Mutex<[Int64?]>([])
-    /// How many of the next `leftoverCandidates` calls fail (after being recorded).
+    /// How many of the next `leftoversSince` calls fail (after being recorded).
     let failingLeftoverReads = Mutex(0)
 
     init(_ inner: any JobStore, loseAnswerTo: EventType, damagedFromRun: Int? = nil) {
@@ -83,16 +83,19 @@ final class LostAnswerStore: JobStore {
     func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? { try inner.nextRunAfter(queues: queues) }
     func dataVersion() throws(StoreError) -> Int64 { try inner.dataVersion() }
     func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
-        leftoverReads.withLock { $0.append(finishedSince) }
+        try inner.leftoverCandidates(finishedSince: finishedSince)
+    }
+    func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
+        leftoverReads.withLock { $0.append(position) }
         let fail = failingLeftoverReads.withLock { left in
             defer { left = max(0, left - 1) }
             return left > 0
         }
         if fail { throw StoreError.io("the connection broke while reading leftover candidates (test fault)") }
-        return try inner.leftoverCandidates(finishedSince: finishedSince)
+        return try inner.leftoversSince(position: position, now: now)
     }
     func sweepWatermark() throws(StoreError) -> Int64? { try inner.sweepWatermark() }
-    func raiseSweepWatermark(to finishedBeforeMs: Int64) throws(StoreError) { try inner.raiseSweepWatermark(to: finishedBeforeMs) }
+    func raiseSweepWatermark(to position: Int64) throws(StoreError) { try inner.raiseSweepWatermark(to: position) }
     func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
         statsCalls.withLock { $0 += 1 }
         return try inner.stats(queue: queue, now: now)

@@ -58,49 +58,49 @@ import TestSupport
     }
 
     /// Three download-file jobs, each with its partial file beside its destination, cancelled while no
-    /// worker ran them. The first is cancelled, then a sweep is said to have completed after it; the others
-    /// are cancelled after that. A worker's first sweep reads from the watermark: it removes the two later
-    /// partials and does not look at the first (which `jobctl orphans` would still list), then raises the
-    /// watermark to its start less a minute. A second worker's first sweep starts there.
+    /// worker ran them. The first is cancelled and swept by worker A, whose sweep raises the watermark; a
+    /// file then appears at its partial's name (with an older time: the sweep would take it for one). The
+    /// others are cancelled after. Worker B's first sweep reads from the watermark: it removes the two
+    /// later partials and does not look at the first job again, whose file `jobctl orphans`, which reads
+    /// every final job, still lists. Times are given to the sweeps (and the later cancels), so that on
+    /// PostgreSQL, where positions are finish times less a minute, the same order holds.
     @Test(arguments: WorkerEngine.allCases)
-    func aWorkersFirstSweepLooksOnlyAtJobsFinishedSinceTheWatermark(engine: WorkerEngine) async throws {
+    func aWorkersFirstSweepReadsOnlyWhatBecameFinalSinceTheWatermark(engine: WorkerEngine) async throws {
         let (directory, store, ids, partials) = try Self.downloadsWithPartials("sweep-watermark", engine, count: 3)
         defer { directory.remove() }
-        _ = try store.requestCancel(id: ids[0], actor: "cli:test", now: Clock.nowMs())
-        let firstFinished = try #require(try store.job(ids[0])?.finishedAtMs)
-        try store.raiseSweepWatermark(to: firstFinished + 1)
-        try await Task.sleep(for: .milliseconds(5))
-        for id in ids[1...] { _ = try store.requestCancel(id: id, actor: "cli:test", now: Clock.nowMs()) }
-
-        let removals = Mutex<[String]>([])
-        let log = WorkerLog(minimumLevel: .info, write: { line in removals.withLock { $0.append(line) } })
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .info, write: { line in lines.withLock { $0.append(line) } })
         let backend = SmallJobTests.localRouter(directory)
-        // Two minutes on, so that the watermark it leaves (its start less a minute) is past every job here.
-        let start = Clock.nowMs() + 120_000
-        await OrphanSweeper(store: store, backend: backend, intervalMs: 300_000, log: log).sweepIfDue(now: start)
-        #expect(store.leftoverReads.withLock { $0 } == [firstFinished + 1])
-        #expect(FileManager.default.fileExists(atPath: partials[0]), "finished before the watermark: not looked at")
-        #expect(!FileManager.default.fileExists(atPath: partials[1]) && !FileManager.default.fileExists(atPath: partials[2]),
-                "\(removals.withLock { $0 })")
-        #expect(removals.withLock { $0 }.filter { $0.contains(" orphan_removed ") }.count == 2, "\(removals.withLock { $0 })")
-        #expect(try store.sweepWatermark() == start - OrphanSweeper.overlapMs)
-        // What the watermark passed over is still there for `jobctl orphans`, which looks at every final job.
-        #expect(try Orphans.find(in: store, backend: backend).map(\.file.path) == [partials[0]])
+        let start = Clock.nowMs()
+        _ = try store.requestCancel(id: ids[0], actor: "cli:test", now: start)
 
-        await OrphanSweeper(store: store, backend: backend, intervalMs: 300_000, log: log).sweepIfDue(now: start + 1_000)
-        #expect(store.leftoverReads.withLock { $0 }.last == start - OrphanSweeper.overlapMs, "a second worker starts there")
+        await OrphanSweeper(store: store, backend: backend, intervalMs: 300_000, log: log).sweepIfDue(now: start + 120_000)
+        #expect(store.leftoverReads.withLock { $0 } == [nil], "no sweep had completed: every final job")
+        #expect(!FileManager.default.fileExists(atPath: partials[0]), "\(lines.withLock { $0 })")
+        let watermark = try #require(try store.sweepWatermark())
+        try Data("again".utf8).write(to: URL(fileURLWithPath: partials[0]))
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSince1970: Double(start - 10_000) / 1000)],
+                                              ofItemAtPath: partials[0])
+        for id in ids[1...] { _ = try store.requestCancel(id: id, actor: "cli:test", now: start + 130_000) }
+
+        await OrphanSweeper(store: store, backend: backend, intervalMs: 300_000, log: log).sweepIfDue(now: start + 200_000)
+        #expect(store.leftoverReads.withLock { $0 } == [nil, watermark], "worker B read from the watermark")
+        #expect(FileManager.default.fileExists(atPath: partials[0]), "final before the watermark: not looked at again")
+        #expect(!FileManager.default.fileExists(atPath: partials[1]) && !FileManager.default.fileExists(atPath: partials[2]),
+                "\(lines.withLock { $0 })")
+        #expect(lines.withLock { $0 }.filter { $0.contains(" orphan_removed ") }.count == 3, "\(lines.withLock { $0 })")
+        #expect(try #require(try store.sweepWatermark()) > watermark, "raised to where worker B's sweep stopped")
+        #expect(try Orphans.find(in: store, backend: backend).map(\.file.path) == [partials[0]])
     }
 
-    /// A sweep whose read fails raises nothing, and the next looks again from where the failed one began:
-    /// a first sweep that fails leaves the next to read from the watermark (here: every final job); a
-    /// periodic sweep that fails leaves the next to read from the last complete one's start less the
-    /// overlap, not from its own.
+    /// A sweep whose read fails raises nothing, and the next reads again from where the failed one began:
+    /// after a first sweep that fails, the next reads from the watermark (here: every final job); after a
+    /// periodic sweep that fails, the next reads from where the last complete one stopped.
     @Test(arguments: WorkerEngine.allCases)
-    func aFailedSweepRaisesNothingAndTheNextLooksAgainFromWhereItBegan(engine: WorkerEngine) async throws {
+    func aFailedSweepRaisesNothingAndTheNextReadsAgainFromWhereItBegan(engine: WorkerEngine) async throws {
         let (directory, store, ids, partials) = try Self.downloadsWithPartials("sweep-watermark-failed", engine, count: 1)
         defer { directory.remove() }
-        let (id, partial) = (ids[0], partials[0])
-        _ = try store.requestCancel(id: id, actor: "cli:test", now: Clock.nowMs())
+        _ = try store.requestCancel(id: ids[0], actor: "cli:test", now: Clock.nowMs())
         let lines = Mutex<[String]>([])
         let log = WorkerLog(minimumLevel: .info, write: { line in lines.withLock { $0.append(line) } })
         let sweeper = OrphanSweeper(store: store, backend: SmallJobTests.localRouter(directory), intervalMs: 300_000, log: log)
@@ -110,19 +110,18 @@ import TestSupport
         await sweeper.sweepIfDue(now: start)
         #expect(lines.withLock { $0 }.contains { $0.contains(" orphan_sweep_failed ") }, "\(lines.withLock { $0 })")
         #expect(try store.sweepWatermark() == nil)
-        #expect(FileManager.default.fileExists(atPath: partial))
+        #expect(FileManager.default.fileExists(atPath: partials[0]))
 
         await sweeper.sweepIfDue(now: start + 1_000, force: true)
-        #expect(!FileManager.default.fileExists(atPath: partial), "\(lines.withLock { $0 })")
-        #expect(try store.sweepWatermark() == start + 1_000 - OrphanSweeper.overlapMs)
+        #expect(!FileManager.default.fileExists(atPath: partials[0]), "\(lines.withLock { $0 })")
+        let stopped = try #require(try store.sweepWatermark())
 
         store.failingLeftoverReads.withLock { $0 = 1 }
         await sweeper.sweepIfDue(now: start + 400_000)
-        #expect(try store.sweepWatermark() == start + 1_000 - OrphanSweeper.overlapMs)
+        #expect(try store.sweepWatermark() == stopped)
         await sweeper.sweepIfDue(now: start + 800_000)
-        #expect(try store.sweepWatermark() == start + 800_000 - OrphanSweeper.overlapMs)
-        let windows = store.leftoverReads.withLock { $0 }
-        #expect(windows == [nil, nil, start + 1_000 - OrphanSweeper.overlapMs, start + 1_000 - OrphanSweeper.overlapMs],
-                "\(windows)")
+        #expect(try #require(try store.sweepWatermark()) >= stopped)
+        let reads = store.leftoverReads.withLock { $0 }
+        #expect(reads == [nil, nil, stopped, stopped], "\(reads)")
     }
 }
