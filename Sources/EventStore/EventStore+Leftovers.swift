@@ -86,10 +86,6 @@ extension EventStore {
         ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
-    /// The resume points of the unfinished jobs, through `jobs_resume_points` (schema 11), which holds
-    /// only the jobs that have one: through `jobs_claim` every queued job was read to find the few
-    /// (~1.3 ms of each worker's start with 10,000 queued). The states are named, not excluded, and the
-    /// index is named as the claim names its own: the condition must stay written exactly so.
     /// The final jobs that create local files with an event after `?` (a seq), each once: the events
     /// after it read by seq (a range of the table itself), each event's job by id. The CROSS JOIN keeps
     /// that order: with `jobs.id IN (SELECT …)` the planner walked every final job through `jobs_claim`
@@ -108,6 +104,10 @@ extension EventStore {
         ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
+    /// The resume points of the unfinished jobs, through `jobs_resume_points` (schema 11), which holds
+    /// only the jobs that have one: through `jobs_claim` every queued job was read to find the few
+    /// (~1.3 ms of each worker's start with 10,000 queued). The states are named, not excluded, and the
+    /// index is named as the claim names its own: the condition must stay written exactly so.
     static let unfinishedResumePointsSQL = """
         SELECT id, resume_point FROM jobs INDEXED BY jobs_resume_points
         WHERE state IN ('queued', 'running', 'paused') AND resume_point IS NOT NULL

@@ -2,6 +2,13 @@ import Foundation
 import JobLifecycle
 import JobModel
 
+/// The leftover sweep's constants that adapters share.
+public enum LeftoverSweep {
+    /// How far before a time-based read began the next one looks again, so that a job whose final event
+    /// was written (by another process, or by a clock a little behind) while that read ran is not missed.
+    public static let overlapMs: Int64 = 60_000
+}
+
 /// The event store as the CLI and the worker see it: persistence of the job log, whatever the engine.
 ///
 /// An adapter (SQLite today: `EventStore`) implements it with SQL of its own; the rules about which
@@ -12,13 +19,6 @@ import JobModel
 /// Synchronous methods block the calling thread until the store's executor has run them; code on
 /// Swift's cooperative pool uses the `async` methods (`appendGrouped`, `claimGrouped`, `run`), which
 /// suspend instead.
-/// The leftover sweep's constants that adapters share.
-public enum LeftoverSweep {
-    /// How far before a time-based read began the next one looks again, so that a job whose final event
-    /// was written (by another process, or by a clock a little behind) while that read ran is not missed.
-    public static let overlapMs: Int64 = 60_000
-}
-
 public protocol JobStore: AnyObject, Sendable {
     /// Where the log lives, for messages (a path; never a password).
     var location: String { get }
