@@ -354,11 +354,15 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// reads inside see the state the writes apply to); commits, or rolls back on error.
     ///
     /// See https://www.sqlite.org/lang_transaction.html
-    func writeTransaction<T>(_ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    ///
+    /// With `syncing: false` the WAL is not synced after COMMIT: for housekeeping whose loss in a crash
+    /// only costs work again (the sweep watermark), never for the log; the next synced commit makes it
+    /// durable too.
+    func writeTransaction<T>(syncing: Bool = true, _ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         guard !isReadOnly else {
             throw StoreError.readOnly("the store at '\(path)' was opened read-only and this operation writes; open it read-write")
         }
-        return try transaction("BEGIN IMMEDIATE", body)
+        return try transaction("BEGIN IMMEDIATE", syncing: syncing, body)
     }
 
     /// Runs `body` in one read transaction, so every query in it sees the same snapshot.
@@ -370,7 +374,8 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// transaction holds the writer lock from before `begin` until after COMMIT or ROLLBACK, unless the
     /// group commit that runs it holds it already; then, lock released, it syncs the WAL, unless it is
     /// the group commit's (whose executor syncs it).
-    private func transaction<T>(_ begin: String, _ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    private func transaction<T>(_ begin: String, syncing: Bool = true,
+                                _ body: @escaping (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         // Weakly: the executor keeps a call's closure until its whole batch is done, and a store whose
         // last reference went with it would be closed on the executor thread, racing the process's exit
         // (its SQLite connection, and the checkpoint closing it makes, cut short).
@@ -398,7 +403,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
                 locked = false
                 self?.unlockWriters()
             }
-            if writes, let self, !self.groupCommitting { try self.walSync?.sync() }
+            if writes, syncing, let self, !self.groupCommitting { try self.walSync?.sync() }
             return result
         }
     }

@@ -314,9 +314,12 @@ extension PostgresStore {
         }
     }
 
-    /// Raises the sweep watermark to `position`; a lower value leaves it as it is.
+    /// Raises the sweep watermark to `position`; a lower value leaves it as it is. Committed without
+    /// waiting for the server's WAL flush (`synchronous_commit` off for this transaction only): a raise
+    /// lost in a crash only makes the next worker's first sweep read again what this one read.
     public func raiseSweepWatermark(to position: Int64) throws(StoreError) {
         try writeTransaction { (connection) throws(StoreError) in
+            _ = try connection.store("SET LOCAL synchronous_commit TO OFF")
             _ = try connection.store("""
                 INSERT INTO sweep_watermark (id, position) VALUES (1, $1)
                 ON CONFLICT (id) DO UPDATE SET position = GREATEST(sweep_watermark.position, EXCLUDED.position)

@@ -99,6 +99,10 @@ struct OutcomeIndexTests {
         let late = try fixture.submit(download)
         _ = try store.requestPause(id: late, actor: "cli:test", now: 3_000)
         _ = try store.requestCancel(id: late, actor: "cli:test", now: 500)
+        // Cancelled, retried, cancelled again: two final events after the position, one job.
+        _ = try store.retry(id: late, actor: "cli:test", now: 600)
+        _ = try store.requestCancel(id: late, actor: "cli:test", now: 700)
+        #expect(try store.events(jobID: late).filter { $0.type == .cancelled }.count == 2)
         let (after, reached) = try store.leftoversSince(position: newest, now: 0)
         #expect(after.finished.map(\.id) == [late], "\(after.finished.map(\.id))")
         #expect(reached > newest)
