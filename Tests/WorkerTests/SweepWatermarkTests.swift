@@ -9,9 +9,10 @@ import Testing
 import TestSupport
 @testable import Worker
 
-/// The leftover sweep starts where the last complete sweep left off: a worker's first sweep looks at the
-/// final jobs finished since the store's sweep watermark, not at every final job the log holds, and a
-/// sweep that completes raises the watermark to its start less the overlap.
+/// The leftover sweep starts where the last complete sweep left off: a worker's first sweep reads the
+/// jobs that became final since the store's sweep watermark (a position of the store's own: an event seq
+/// on SQLite, a finish time less the overlap on PostgreSQL), not every final job the log holds, and a
+/// sweep that completes raises the watermark to where it stopped.
 @Suite("sweep watermark") struct SweepWatermarkTests {
     /// A log of `engine` in a temporary directory (the caller removes it) holding `count` queued
     /// download-file jobs, each with its partial file already beside its destination (`out/f<i>.bin`), as a
