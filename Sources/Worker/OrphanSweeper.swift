@@ -87,11 +87,12 @@ final class OrphanSweeper: Sendable {
         guard let from = due else { return }
         let backend = backend
         do {
-            let (candidates, reached) = try await store.run { store in
-                switch from {
-                case .watermark: try store.leftoversSince(position: try store.sweepWatermark(), now: now)
-                case .stopped(let position): try store.leftoversSince(position: position, now: now)
+            let (start, (candidates, reached)) = try await store.run { store in
+                let start = switch from {
+                case .watermark: try store.sweepWatermark()
+                case .stopped(let position): position
                 }
+                return (start, try store.leftoversSince(position: start, now: now))
             }
             // A look at every job finished since the last sweep, and removals that sync folders: not on
             // the cooperative pool, where the worker's loop heartbeats the leases.
@@ -99,7 +100,8 @@ final class OrphanSweeper: Sendable {
                 Orphans.find(candidates, backend: backend).filter { backend.remove($0.file) }
             }
             for orphan in removed { log.orphanRemoved(orphan.file, jobState: orphan.jobState, now: Clock.nowMs()) }
-            try await store.run { store in try store.raiseSweepWatermark(to: reached) }
+            // Nothing new since the last sweep (an idle worker every `intervalMs`): no write.
+            if reached != start { try await store.run { store in try store.raiseSweepWatermark(to: reached) } }
             state.withLock { $0.next = .stopped(reached) }
         } catch {
             log.orphanSweepFailed("\(error)", now: Clock.nowMs())

@@ -12,8 +12,9 @@ import Synchronization
 /// With `damagedFromRun`, the executor calls (`run`) from that one on fail as SQLite's would on a file
 /// damaged under the worker (`StoreError.damaged`), which no real file does on demand mid-run.
 ///
-/// It also records the position each sweep's read of leftovers starts from (`leftoverReads`), and fails the
-/// first `failingLeftoverReads` of them as a broken connection would (`io`).
+/// It also records the position each sweep's read of leftovers starts from (`leftoverReads`), fails the
+/// first `failingLeftoverReads` of them as a broken connection would (`io`), and counts the watermark's
+/// raises (`watermarkRaises`).
 final class LostAnswerStore: JobStore {
     let inner: any JobStore
     let loseAnswerTo: EventType
@@ -28,6 +29,8 @@ final class LostAnswerStore: JobStore {
     let leftoverReads = Mutex<[Int64?]>([])
     /// How many of the next `leftoversSince` calls fail (after being recorded).
     let failingLeftoverReads = Mutex(0)
+    /// `raiseSweepWatermark` calls so far.
+    let watermarkRaises = Mutex(0)
 
     init(_ inner: any JobStore, loseAnswerTo: EventType, damagedFromRun: Int? = nil) {
         self.inner = inner
@@ -95,7 +98,10 @@ final class LostAnswerStore: JobStore {
         return try inner.leftoversSince(position: position, now: now)
     }
     func sweepWatermark() throws(StoreError) -> Int64? { try inner.sweepWatermark() }
-    func raiseSweepWatermark(to position: Int64) throws(StoreError) { try inner.raiseSweepWatermark(to: position) }
+    func raiseSweepWatermark(to position: Int64) throws(StoreError) {
+        watermarkRaises.withLock { $0 += 1 }
+        try inner.raiseSweepWatermark(to: position)
+    }
     func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
         statsCalls.withLock { $0 += 1 }
         return try inner.stats(queue: queue, now: now)
