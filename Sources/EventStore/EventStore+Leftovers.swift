@@ -23,11 +23,18 @@ extension EventStore {
         try readTransaction { (connection) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) in
             let finished: [FinishedTransferRecord]
             if let position {
-                // A job with several final events after the position (failed, retried, succeeded) comes
-                // once for each, with the same row: kept once.
-                var seen = Set<String>()
-                finished = try Self.finishedTransfers(connection, Self.changedLeftoverSQL, [.integer(position)])
-                    .filter { seen.insert($0.id).inserted }
+                // A job final now whose last final event comes after the position finished (its
+                // `finished_at_ms` is that event's time) no earlier than the earliest final event after the
+                // position: the jobs that create local files and finished since then, through their index
+                // by kind and time, are the ones to look at — none of the others (a million finished
+                // download-memory jobs are not read one by one) — and of them, those with a final event
+                // after the position.
+                let earliest = try connection.first(Self.earliestFinalEventSQL, [.integer(position)]) { row in row.optionalInt64(0) }
+                if let since = earliest ?? nil {
+                    finished = try Self.finishedTransfers(connection, Self.changedLeftoverSQL, [.integer(since), .integer(position)])
+                } else {
+                    finished = []
+                }
             } else {
                 finished = try Self.finishedTransfers(connection, Self.finishedLeftoverSQL, [.integer(Int64.min)])
             }
@@ -37,24 +44,24 @@ extension EventStore {
         }
     }
 
-    /// The sweep watermark (schema 12): the seq up to which the leftover sweeps have looked, or nil
-    /// before the first complete sweep.
-    public func sweepWatermark() throws(StoreError) -> Int64? {
+    /// `host`'s sweep watermark (schema 13): the seq up to which the leftover sweeps on that host have
+    /// looked, or nil before the first complete sweep there.
+    public func sweepWatermark(host: String) throws(StoreError) -> Int64? {
         try withConnection { (connection) throws(StoreError) -> Int64? in
-            try connection.first("SELECT position FROM sweep_watermark WHERE id = 1") { row in row.int64(0) }
+            try connection.first("SELECT position FROM sweep_watermarks WHERE host = ?", [.text(host)]) { row in row.int64(0) }
         }
     }
 
-    /// Raises the sweep watermark to `position`; a lower value leaves it as it is. Not synced on its own
+    /// Raises `host`'s sweep watermark to `position`; a lower value leaves it as it is. Not synced on its own
     /// (the next synced commit carries it): a raise lost in a crash only makes the next worker's first
     /// sweep read again what this one read, and a draining worker's last sweep waited ~1–2 ms here for a
     /// sync of its own.
-    public func raiseSweepWatermark(to position: Int64) throws(StoreError) {
+    public func raiseSweepWatermark(host: String, to position: Int64) throws(StoreError) {
         try writeTransaction(syncing: false) { (connection) throws(StoreError) in
             try connection.run("""
-                INSERT INTO sweep_watermark (id, position) VALUES (1, ?)
-                ON CONFLICT (id) DO UPDATE SET position = max(position, excluded.position)
-                """, [.integer(position)])
+                INSERT INTO sweep_watermarks (host, position) VALUES (?, ?)
+                ON CONFLICT (host) DO UPDATE SET position = max(position, excluded.position)
+                """, [.text(host), .integer(position)])
         }
     }
 
@@ -94,24 +101,37 @@ extension EventStore {
         ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
-    /// The final jobs that create local files with a final event (`succeeded`, `failed`, `cancelled`: the
-    /// only ones that make a job final) after `?` (a seq), in the order of those events — a job once for
-    /// each (the caller keeps one): the events after it read by seq (a range of the table itself), each
-    /// final one's job by id. The CROSS JOIN keeps that order: with `jobs.id IN (SELECT …)` the planner
-    /// walked every final job through `jobs_claim` and tested its id (~50 ms a worker's start on 100,000
-    /// finished downloads), and with a DISTINCT subquery it walked every event through `(job_id,
-    /// version)`. Joining every event after the position, not only the final ones, made a draining
-    /// worker's last sweep over 2,000 downloads ~3× as long; sorting and grouping in SQL added ~1.5 ms.
+    /// The time of the earliest final event (`succeeded`, `failed`, `cancelled`: the only ones that make a
+    /// job final) after the event `?` (a seq), or NULL when none came after it: a range of the table by
+    /// seq, no job read.
+    static let earliestFinalEventSQL = """
+        SELECT min(at_ms) FROM events
+        WHERE seq > ? AND (type = 'succeeded' OR type = 'failed' OR type = 'cancelled')
+        """
+
+    /// The final jobs that create local files, finished at or after the first `?` (the time of
+    /// `earliestFinalEventSQL`), that have a final event after the second `?` (a seq):
+    /// searched as `finishedLeftoverSQL` searches, through `jobs_finished_by_kind`, so the jobs of other
+    /// kinds that finished meanwhile are not read at all; each candidate's own final events through its
+    /// `(job_id, version)` index. A job with several final events after the position (cancelled,
+    /// retried, cancelled) comes once; one final before the position does not come, even when it
+    /// finished later than a job that became final after it. In no particular order: sorting the rows
+    /// cost a drain's last sweep over 2,000 downloads ~1.5 ms.
+    ///
+    /// Before, the final events after the position were read and each one's job looked up by id: on a
+    /// draining worker's last sweep that was a lookup for every job finished in the drain, whatever its
+    /// kind (the sweep read ~6,600 instructions a download-memory job), and every one of several workers draining one
+    /// log made it for every other's jobs too.
     static let changedLeftoverSQL = """
         SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
                jobs.resume_point, jobs.finished_at_ms
-        FROM (SELECT job_id FROM events
-              WHERE seq > ? AND (type = 'succeeded' OR type = 'failed' OR type = 'cancelled')) AS changed
-             CROSS JOIN jobs ON jobs.id = changed.job_id
-             LEFT JOIN events submitted ON submitted.seq = jobs.seq
-        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data')
+        FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
+        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_at_ms >= ?
           AND jobs.state IN ('succeeded', 'failed', 'cancelled')
           AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
+          AND EXISTS (SELECT 1 FROM events later
+                      WHERE later.job_id = jobs.id AND later.seq > ?
+                        AND (later.type = 'succeeded' OR later.type = 'failed' OR later.type = 'cancelled'))
         """
 
     /// The resume points of the unfinished jobs, through `jobs_resume_points` (schema 11), which holds

@@ -26,8 +26,8 @@ public enum WorkerRoleGrants {
         // (`result` reads it).
         ("archive_authorisations", "SELECT"),
         ("expired_blobs", "SELECT"),
-        // The orphan sweep raises its watermark (an upsert of the one row); nothing deletes it.
-        ("sweep_watermark", "SELECT, INSERT, UPDATE"),
+        // The orphan sweep raises its host's watermark (an upsert of that host's row); nothing deletes one.
+        ("sweep_watermarks", "SELECT, INSERT, UPDATE"),
     ]
 
     /// What the worker role gets on the projection, the leases and any other table but the log, the

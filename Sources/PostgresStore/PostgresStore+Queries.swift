@@ -304,26 +304,26 @@ extension PostgresStore {
         (try leftoverCandidates(finishedSince: position), max(position ?? Int64.min, now - LeftoverSweep.overlapMs))
     }
 
-    /// The sweep watermark (schema 13): the finish time up to which the leftover sweeps have looked, or
-    /// nil before the first complete sweep.
-    public func sweepWatermark() throws(StoreError) -> Int64? {
+    /// `host`'s sweep watermark (schema 14): the finish time up to which the leftover sweeps on that host
+    /// have looked, or nil before the first complete sweep there.
+    public func sweepWatermark(host: String) throws(StoreError) -> Int64? {
         try withConnection { (connection) throws(StoreError) -> Int64? in
-            try connection.row("SELECT position FROM sweep_watermark WHERE id = 1") { (row) throws(StoreError) in
+            try connection.row("SELECT position FROM sweep_watermarks WHERE host = $1", [.text(host)]) { (row) throws(StoreError) in
                 try row.integer(0)
             }
         }
     }
 
-    /// Raises the sweep watermark to `position`; a lower value leaves it as it is. Committed without
+    /// Raises `host`'s sweep watermark to `position`; a lower value leaves it as it is. Committed without
     /// waiting for the server's WAL flush (`synchronous_commit` off for this transaction only): a raise
     /// lost in a crash only makes the next worker's first sweep read again what this one read.
-    public func raiseSweepWatermark(to position: Int64) throws(StoreError) {
+    public func raiseSweepWatermark(host: String, to position: Int64) throws(StoreError) {
         try writeTransaction { (connection) throws(StoreError) in
             _ = try connection.store("SET LOCAL synchronous_commit TO OFF")
             _ = try connection.store("""
-                INSERT INTO sweep_watermark (id, position) VALUES (1, $1)
-                ON CONFLICT (id) DO UPDATE SET position = GREATEST(sweep_watermark.position, EXCLUDED.position)
-                """, [.integer(position)])
+                INSERT INTO sweep_watermarks (host, position) VALUES ($1, $2)
+                ON CONFLICT (host) DO UPDATE SET position = GREATEST(sweep_watermarks.position, EXCLUDED.position)
+                """, [.text(host), .integer(position)])
         }
     }
 

@@ -102,13 +102,14 @@ public protocol JobStore: AnyObject, Sendable {
     /// PostgreSQL: a finish time, `now` less `LeftoverSweep.overlapMs`, since its commits do not come in seq
     /// order); it only ever grows.
     func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64)
-    /// How far the leftover sweeps have read (a position of `leftoversSince`): every final job that
-    /// creates local files and was final there was looked at by a sweep that completed; nil before the
-    /// first. A worker's first sweep starts there rather than at the beginning of the log.
-    func sweepWatermark() throws(StoreError) -> Int64?
-    /// Raises the sweep watermark to `position` in one transaction; a lower value leaves it as it is
+    /// How far the leftover sweeps on `host` have read (a position of `leftoversSince`): every final job
+    /// that creates local files and was final there was looked at by a sweep on that host that
+    /// completed; nil before the first. One for each host, since a sweep removes files from its own
+    /// machine's disk only. A worker's first sweep starts there rather than at the beginning of the log.
+    func sweepWatermark(host: String) throws(StoreError) -> Int64?
+    /// Raises `host`'s sweep watermark to `position` in one transaction; a lower value leaves it as it is
     /// (several workers sweep, each raising it to what it read).
-    func raiseSweepWatermark(to position: Int64) throws(StoreError)
+    func raiseSweepWatermark(host: String, to position: Int64) throws(StoreError)
     /// Jobs by queue × state, the oldest queued job, running jobs with their leases, and the outcomes of
     /// the last minute and hour (`jobctl stats`), for one queue or all (nil), read in one snapshot.
     func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats

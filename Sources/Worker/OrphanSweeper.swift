@@ -43,15 +43,21 @@ public enum Orphans {
 ///
 /// Each sweep reads the final jobs that changed since the position where the previous one stopped
 /// (`JobStore.leftoversSince`: on SQLite an event seq, exactly; on PostgreSQL a finish time, less
-/// `LeftoverSweep.overlapMs`); the first reads from the store's sweep watermark, or every final job when
-/// no sweep has completed yet. A sweep that completes raises the watermark to where it stopped, so a
+/// `LeftoverSweep.overlapMs`), or since this host's sweep watermark when another worker on this host
+/// swept further meanwhile; the first reads from the watermark, or every final job when no sweep on this
+/// host has completed yet. A sweep that completes raises the watermark to where it stopped, so a
 /// worker's start costs what finished since the last sweep, not what the log ever held (100,000 finished
-/// downloads added ~1 s to every worker's start). A sweep that fails raises nothing, and the next one
-/// reads again from where it began. A leftover a sweep found but could not remove (it changed meanwhile)
-/// is not looked for again; `jobctl orphans` reads every final job and lists it.
+/// downloads added ~1 s to every worker's start), and of several workers draining one log, the last to
+/// finish reads only what finished after the others' last sweeps. The watermark is the host's own: a
+/// sweep removes files from this machine's disk only, and a job's partial download on another machine
+/// waits for a sweep there. A sweep that fails raises nothing, and the next one reads again from where it
+/// began. A leftover a sweep found but could not remove (it changed meanwhile) is not looked for again;
+/// `jobctl orphans` reads every final job and lists it.
 final class OrphanSweeper: Sendable {
     private let store: any JobStore
     private let backend: any StorageBackend
+    /// The machine whose disk this sweep looks at: the key of its watermark.
+    private let host: String
     private let intervalMs: Int64
     /// Where removals and failures are reported (`orphan_removed`, `orphan_sweep_failed`).
     private let log: WorkerLog
@@ -66,9 +72,10 @@ final class OrphanSweeper: Sendable {
         case stopped(Int64)
     }
 
-    init(store: any JobStore, backend: any StorageBackend, intervalMs: Int64, log: WorkerLog) {
+    init(store: any JobStore, backend: any StorageBackend, host: String, intervalMs: Int64, log: WorkerLog) {
         self.store = store
         self.backend = backend
+        self.host = host
         self.intervalMs = intervalMs
         self.log = log
     }
@@ -85,12 +92,14 @@ final class OrphanSweeper: Sendable {
             return state.next
         }
         guard let from = due else { return }
-        let backend = backend
+        let (backend, host) = (backend, host)
         do {
             let (start, (candidates, reached)) = try await store.run { store in
+                let watermark = try store.sweepWatermark(host: host)
                 let start = switch from {
-                case .watermark: try store.sweepWatermark()
-                case .stopped(let position): position
+                case .watermark: watermark
+                // Another worker on this host that swept further has looked at what lies between.
+                case .stopped(let position): max(position, watermark ?? position)
                 }
                 return (start, try store.leftoversSince(position: start, now: now))
             }
@@ -101,7 +110,7 @@ final class OrphanSweeper: Sendable {
             }
             for orphan in removed { log.orphanRemoved(orphan.file, jobState: orphan.jobState, now: Clock.nowMs()) }
             // Nothing new since the last sweep (an idle worker every `intervalMs`): no write.
-            if reached != start { try await store.run { store in try store.raiseSweepWatermark(to: reached) } }
+            if reached != start { try await store.run { store in try store.raiseSweepWatermark(host: host, to: reached) } }
             state.withLock { $0.next = .stopped(reached) }
         } catch {
             log.orphanSweepFailed("\(error)", now: Clock.nowMs())

@@ -40,11 +40,16 @@ public struct WorkerConfiguration: Sendable {
     /// transfer begins. A transfer shorter than this costs its job one commit and one projection write
     /// fewer; the event keeps the time the attempt started either way.
     public var startedHoldMs: Int64?
+    /// The machine this worker runs on, as the orphan sweep's watermark names it (its disk is the one the
+    /// sweep looks at): the host name by default.
+    public var host: String
 
     public init(owner: String = WorkerConfiguration.defaultOwner(), concurrency: Int = 4, queues: [String]? = nil,
                 leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000,
-                orphanSweepIntervalMs: Int64 = 300_000, claimAhead: Int? = nil, startedHoldMs: Int64? = 200) {
+                orphanSweepIntervalMs: Int64 = 300_000, claimAhead: Int? = nil, startedHoldMs: Int64? = 200,
+                host: String = ProcessInfo.processInfo.hostName) {
         self.owner = owner
+        self.host = host
         self.concurrency = max(1, concurrency)
         self.queues = queues
         self.leaseMs = max(1_000, leaseMs)
@@ -180,7 +185,8 @@ public final class WorkerPool: Sendable {
         self.backend = backend
         self.log = log
         self.metrics = metrics
-        self.sweeper = OrphanSweeper(store: store, backend: backend, intervalMs: configuration.orphanSweepIntervalMs, log: log)
+        self.sweeper = OrphanSweeper(store: store, backend: backend, host: configuration.host,
+                                     intervalMs: configuration.orphanSweepIntervalMs, log: log)
     }
 
     /// Stop claiming; ask every running transfer to pause at its resume point and release its lease.

@@ -56,7 +56,7 @@ struct PostgresRoleTests {
         #expect(privileges.split(separator: "\n") == [
             "archive_authorisations:SELECT", "blobs:INSERT,SELECT", "events:INSERT,SELECT", "expired_blobs:SELECT",
             "job_dependencies:DELETE,INSERT,SELECT,UPDATE", "jobs:DELETE,INSERT,SELECT,UPDATE", "leases:DELETE,INSERT,SELECT,UPDATE",
-            "schema_migrations:SELECT", "sweep_watermark:INSERT,SELECT,UPDATE",
+            "schema_migrations:SELECT", "sweep_watermarks:INSERT,SELECT,UPDATE",
         ], "\(privileges)")
 
         // Everything a worker machine and an operator's CLI do, as the worker role.

@@ -73,22 +73,28 @@ struct OutcomeIndexTests {
         #expect(try fixture.store.leftoverCandidates(finishedSince: nil).finished.isEmpty)
     }
 
-    @Test("a sweep that reads from a position walks the events after it by seq and each one's job by id, nothing else")
+    @Test("a sweep that reads from a position walks the events after it by seq and only the jobs of the kinds that leave files")
     func sweepFromAPositionReadsOnlyTheEventsAfterIt() throws {
         let fixture = try StoreFixture("store-sweep-position")
         defer { fixture.remove() }
         let store = try #require(fixture.sqlite)
         let first = try fixture.submit()
         _ = try store.requestCancel(id: first, actor: "cli:test", now: 1_000)
-        let plan = try store.withConnection { (connection) throws(StoreError) -> String in
-            try connection.query("EXPLAIN QUERY PLAN " + EventStore.changedLeftoverSQL, [.integer(0)]) { row in row.text(3) }
-                .joined(separator: "\n")
+        let plans = try store.withConnection { (connection) throws(StoreError) -> [String] in
+            try [(EventStore.earliestFinalEventSQL, [SQLiteValue.integer(0)]),
+                 (EventStore.changedLeftoverSQL, [SQLiteValue.integer(0), .integer(0)])].map { (sql, values) throws(StoreError) in
+                try connection.query("EXPLAIN QUERY PLAN " + sql, values) { row in row.text(3) }.joined(separator: "\n")
+            }
         }
         // A walk of every final job (through jobs_claim) or of every event (through its (job_id, version)
-        // index) would cost each worker's start what the log holds.
-        #expect(plan.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"), "\(plan)")
-        #expect(plan.contains("SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"), "\(plan)")
-        #expect(!plan.contains("SCAN"), "\(plan)")
+        // index) would cost each worker's start what the log holds; a look-up of every final event's
+        // job would cost a draining worker's last sweep one for every job of any kind the drain finished.
+        #expect(plans[0] == "SEARCH events USING INTEGER PRIMARY KEY (rowid>?)", "\(plans[0])")
+        #expect(plans[1].contains("SEARCH jobs USING INDEX jobs_finished_by_kind (kind=? AND finished_at_ms>?)"), "\(plans[1])")
+        #expect(plans[1].contains("USING INDEX sqlite_autoindex_events_1 (job_id=?)"), "\(plans[1])")
+        #expect(!plans[1].contains("sqlite_autoindex_jobs_1"), "\(plans[1])")
+        #expect(!plans.joined().contains("SCAN"), "\(plans)")
+        #expect(!plans.joined().contains("TEMP B-TREE"), "\(plans)")
         // Each final download once, however many of its events come after the position, and none that
         // was final before it — even one whose finish time is older than everything read so far.
         let download = JobSpec(kind: .downloadFile, source: "gs://bucket/object.bin", destination: "/tmp/out/object.bin")

@@ -27,7 +27,7 @@ struct PostgresMigratorTests {
             (row) throws(PostgresError) in try row.text(0)
         }
         #expect(tables == ["archive_authorisations", "blobs", "events", "expired_blobs", "job_dependencies", "jobs", "leases",
-                           "schema_migrations", "sweep_watermark"])
+                           "schema_migrations", "sweep_watermarks"])
         let sequences = try connection.query("SELECT sequencename FROM pg_sequences WHERE schemaname = 'public' ORDER BY 1") {
             (row) throws(PostgresError) in try row.text(0)
         }

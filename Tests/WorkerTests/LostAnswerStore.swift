@@ -97,10 +97,10 @@ final class LostAnswerStore: JobStore {
         if fail { throw StoreError.io("the connection broke while reading leftover candidates (test fault)") }
         return try inner.leftoversSince(position: position, now: now)
     }
-    func sweepWatermark() throws(StoreError) -> Int64? { try inner.sweepWatermark() }
-    func raiseSweepWatermark(to position: Int64) throws(StoreError) {
+    func sweepWatermark(host: String) throws(StoreError) -> Int64? { try inner.sweepWatermark(host: host) }
+    func raiseSweepWatermark(host: String, to position: Int64) throws(StoreError) {
         watermarkRaises.withLock { $0 += 1 }
-        try inner.raiseSweepWatermark(to: position)
+        try inner.raiseSweepWatermark(host: host, to: position)
     }
     func stats(queue: String?, now: Int64) throws(StoreError) -> StoreStats {
         statsCalls.withLock { $0 += 1 }
