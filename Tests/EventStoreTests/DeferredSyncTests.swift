@@ -135,6 +135,10 @@ struct DeferredSyncTests {
         let before = try store.withConnection { _ in store.walSyncs }
         let claims = try (0..<20).map { _ in try fixture.running() }
         #expect(try store.withConnection { _ in store.walSyncs } == before + 40, "a submit and a claim: one sync each")
+        // A write transaction that changes nothing appends nothing to the WAL: nothing to sync.
+        #expect(try store.rescueExpired(now: 0, actor: "worker:test").isEmpty)
+        #expect(try store.claim(owner: "worker:test", queues: nil, limit: 4, leaseMs: 30_000, now: Clock.nowMs()).isEmpty)
+        #expect(try store.withConnection { _ in store.walSyncs } == before + 40, "nothing rescued or claimed: no sync")
         let results = await withTaskGroup(of: Result<JobEvent, StoreError>.self) { group in
             for claim in claims {
                 group.addTask {
