@@ -100,6 +100,9 @@ final class SQLiteConnection {
     /// Group commits whose batch had an event fail after it wrote, and so ran again with a savepoint per
     /// event (see `appendBatch`; tests).
     var batchesRunAgainWithSavepoints = 0
+    /// What `onCommit(logPagesAtLeast:_:)` installed: SQLite holds an unretained pointer to it for as
+    /// long as the handle is open.
+    private var commitHook: CommitHook?
 
     /// Opens (and with `create`, creates) the database file.
     ///
@@ -359,6 +362,44 @@ final class SQLiteConnection {
     /// failed counts none: SQLite undid its changes). See https://www.sqlite.org/c3ref/total_changes.html
     var totalChanges: Int64 { sqlite3_total_changes64(handle) }
 
+    /// A PASSIVE checkpoint of the main database: copies what it can of the WAL into the database file
+    /// without waiting for any lock. False when SQLite did not (another checkpoint running, I/O).
+    ///
+    /// See https://www.sqlite.org/c3ref/wal_checkpoint_v2.html
+    func checkpointPassive() -> Bool {
+        var logPages: Int32 = 0
+        var copiedPages: Int32 = 0
+        return sqlite3_wal_checkpoint_v2(handle, "main", SQLITE_CHECKPOINT_PASSIVE, &logPages, &copiedPages) == SQLITE_OK
+    }
+
+    /// Replaces SQLite's automatic checkpoint (`PRAGMA wal_autocheckpoint`, which checkpoints inside the
+    /// COMMIT that makes the log long) with `action`, called on the committing thread after each commit
+    /// that leaves the WAL at `pages` pages or more; `action` must return at once. A commit that leaves
+    /// it at `inlineAt` pages or more still checkpoints itself, as the automatic checkpoint does: a
+    /// checkpoint running beside a stream of commits may never catch up with them, and SQLite starts the
+    /// log over only after one has, so this bounds the log as before.
+    ///
+    /// See https://www.sqlite.org/c3ref/wal_hook.html
+    func onCommit(logPagesAtLeast pages: Int32, inlineAt inlinePages: Int32, _ action: @escaping @Sendable () -> Void) {
+        let hook = CommitHook(pages: pages, inlinePages: inlinePages, action: action)
+        commitHook = hook
+        sqlite3_wal_hook(handle, { context, db, name, logPages in
+            guard let context else { return SQLITE_OK }
+            let hook = Unmanaged<CommitHook>.fromOpaque(context).takeUnretainedValue()
+            if logPages >= hook.inlinePages {
+                // What SQLite's own hook does; its outcome is SQLite's to report, and the next commit tries again.
+                _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+                hook.inlineCheckpoints += 1
+            } else if logPages >= hook.pages {
+                hook.action()
+            }
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(hook).toOpaque())
+    }
+
+    /// Checkpoints the committing thread made itself because the log reached `onCommit`'s `inlineAt` (tests).
+    var inlineCheckpoints: Int { commitHook?.inlineCheckpoints ?? 0 }
+
     /// The rowid of the last INSERT. See https://www.sqlite.org/c3ref/last_insert_rowid.html
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
@@ -541,5 +582,19 @@ struct SQLiteRow {
         case SQLITE_BLOB: return .blob(statement.blob(column))
         default: return .null
         }
+    }
+}
+
+/// The WAL hook's context (see `SQLiteConnection.onCommit(logPagesAtLeast:_:)`).
+private final class CommitHook {
+    let pages: Int32
+    let inlinePages: Int32
+    let action: @Sendable () -> Void
+    /// Used only on the connection's thread, inside its commits.
+    var inlineCheckpoints = 0
+    init(pages: Int32, inlinePages: Int32, action: @escaping @Sendable () -> Void) {
+        self.pages = pages
+        self.inlinePages = inlinePages
+        self.action = action
     }
 }

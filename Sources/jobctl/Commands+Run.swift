@@ -89,7 +89,7 @@ extension Commands {
         if let limit = OpenFilesLimit.raiseSoftLimit(), limit.soft < OpenFilesLimit.needed(concurrency: concurrency) {
             log.openFilesLimitLow(limit, concurrency: concurrency, now: Clock.nowMs())
         }
-        let store = try context.openStore()
+        let store = try context.openStore(worker: true)
         let before = Clock.nowMs()
         if let reading = try? store.clockReading() {
             let after = Clock.nowMs()

@@ -80,11 +80,17 @@ struct Context: Sendable {
     ///
     /// The one place the CLI names an adapter: every command works with the `JobStore` port. A
     /// `postgres://` (or `postgresql://`) URL selects PostgreSQL; anything else is an SQLite file path.
-    func openStore(readOnly: Bool = false, create: Bool = false) throws -> any JobStore {
+    ///
+    /// A `worker` (a writer that runs for long and commits all the time) has an SQLite log's WAL
+    /// checkpointed on a thread of its own rather than inside its commits (see
+    /// `EventStore.checkpointInBackground()`).
+    func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false) throws -> any JobStore {
         if isPostgresURL(databasePath) {
             return try PostgresStore(url: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
         }
-        return try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
+        let store = try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
+        if worker && !readOnly { try store.checkpointInBackground() }
+        return store
     }
 
     /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says

@@ -1,0 +1,110 @@
+import Foundation
+import StorePort
+import Synchronization
+
+/// Copies a database's write-ahead log into the database file on a thread of its own, through a
+/// connection of its own, instead of in the commit that found the log long (SQLite's automatic
+/// checkpoint).
+///
+/// Why: SQLite's automatic checkpoint runs inside the COMMIT that crosses the threshold, on the thread
+/// that committed — for a worker, the store's executor, which every append and claim waits for — and
+/// while the process still holds the writer lock that orders jobctl's writing processes (see
+/// `WriterLock`). A checkpoint reads the log's newest copy of every page, writes it into the database
+/// and syncs both files: ~10–20 ms each for a draining worker, two or three times in 10,000 jobs, all of
+/// it on the critical path. Here the commit only says that the log is long; this thread checkpoints
+/// while the executor goes on (SQLite lets a checkpoint run alongside readers and writers in WAL mode).
+///
+/// A PASSIVE checkpoint: it never waits for a lock and copies what it can (frames past an active
+/// reader's snapshot stay for the next one). Durability is SQLite's: with `synchronous=NORMAL` the log is
+/// synced before its frames are copied and the database after. A checkpoint that fails (full disk,
+/// another process checkpointing) leaves the log as it was, and the next request tries again; the last
+/// connection's close still checkpoints whatever remains, as before.
+///
+/// See https://www.sqlite.org/wal.html#checkpointing, https://www.sqlite.org/c3ref/wal_hook.html and
+/// https://www.sqlite.org/c3ref/wal_checkpoint_v2.html
+final class BackgroundCheckpointer: @unchecked Sendable {
+    /// WAL pages after which a commit asks for a checkpoint.
+    let thresholdPages: Int32
+    private let condition = NSCondition()
+    // Guarded by `condition`.
+    private var requested = false
+    private var stopping = false
+    private var stopped = false
+    private var completed = 0
+    private var thread: Thread?
+
+    /// Opens the checkpointer's connection to `path` and starts its thread.
+    init(path: String, thresholdPages: Int32) throws(StoreError) {
+        self.thresholdPages = thresholdPages
+        let connection = try SQLiteConnection(path: path, readOnly: false, create: false)
+        try connection.execute("PRAGMA synchronous = NORMAL")
+        // Handed to the thread, which alone uses it from here on.
+        let handOver = HandOver(connection)
+        let thread = Thread { [self] in self.loop(handOver) }
+        thread.name = "jobctl-checkpoint"
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Asks for a checkpoint (the commit hook, on the committing thread): returns at once.
+    func request() {
+        condition.lock()
+        if !requested && !stopping {
+            requested = true
+            condition.signal()
+        }
+        condition.unlock()
+    }
+
+    /// Checkpoints completed (tests).
+    var checkpoints: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return completed
+    }
+
+    /// Waits for a checkpoint in progress, stops the thread and closes its connection.
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.signal()
+        while !stopped { condition.wait() }
+        condition.unlock()
+    }
+
+    private func loop(_ handOver: HandOver) {
+        // The only reference from here on: closed (by `connection = nil`) before `stop` returns, so that
+        // the store's own connection, closing after, is the last and removes the WAL.
+        var connection = handOver.take()
+        while true {
+            condition.lock()
+            while !requested && !stopping { condition.wait() }
+            if stopping {
+                connection = nil
+                stopped = true
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            requested = false
+            condition.unlock()
+            let ok = connection?.checkpointPassive() ?? false
+            if ok {
+                condition.lock()
+                completed += 1
+                condition.unlock()
+            }
+        }
+    }
+}
+
+/// A connection handed from the thread that opened it to the one that uses it.
+private final class HandOver: @unchecked Sendable {
+    private var connection: SQLiteConnection?
+    init(_ connection: SQLiteConnection) { self.connection = connection }
+    /// The connection, once (the receiving thread's first statement; the opener no longer touches it).
+    func take() -> SQLiteConnection? {
+        defer { connection = nil }
+        return connection
+    }
+}
