@@ -11,8 +11,11 @@ import Synchronization
 /// while the process still holds the writer lock that orders jobctl's writing processes (see
 /// `WriterLock`). A checkpoint reads the log's newest copy of every page, writes it into the database
 /// and syncs both files: ~10–20 ms each for a draining worker, two or three times in 10,000 jobs, all of
-/// it on the critical path. Here the commit only says that the log is long; this thread checkpoints
-/// while the executor goes on (SQLite lets a checkpoint run alongside readers and writers in WAL mode).
+/// it on the critical path (with the automatic checkpoint off, the drain's run took ~8 % less time). Here
+/// a commit only tells this thread how long the log is, and it checkpoints once `thresholdPages` pages
+/// not yet copied have gathered, while the executor goes on (SQLite lets a checkpoint run alongside
+/// readers and writers in WAL mode). A commit that finds the log at the automatic checkpoint's length all
+/// the same still checkpoints itself (`SQLiteConnection.onCommit(inlineAt:_:)`).
 ///
 /// A PASSIVE checkpoint: it never waits for a lock and copies what it can (frames past an active
 /// reader's snapshot stay for the next one). Durability is SQLite's: with `synchronous=NORMAL` the log is
@@ -23,11 +26,15 @@ import Synchronization
 /// See https://www.sqlite.org/wal.html#checkpointing, https://www.sqlite.org/c3ref/wal_hook.html and
 /// https://www.sqlite.org/c3ref/wal_checkpoint_v2.html
 final class BackgroundCheckpointer: @unchecked Sendable {
-    /// WAL pages after which a commit asks for a checkpoint.
+    /// WAL pages not yet copied into the database after which a commit asks for a checkpoint.
     let thresholdPages: Int32
     private let condition = NSCondition()
     // Guarded by `condition`.
+    /// The log's frames the last checkpoint left in the database (as far as this process knows: another
+    /// process's checkpoint copies some too, and then this one's next finds less to do).
+    private var copiedPages: Int32 = 0
     private var requested = false
+    private var requestCount = 0
     private var stopping = false
     private var stopped = false
     private var completed = 0
@@ -46,11 +53,18 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         thread.start()
     }
 
-    /// Asks for a checkpoint (the commit hook, on the committing thread): returns at once.
-    func request() {
+    /// A commit left the log at `logPages` (the commit hook, on the committing thread): asks for a
+    /// checkpoint when `thresholdPages` or more of them are not yet in the database, and returns at
+    /// once. Asking after every commit past the length instead kept the checkpointer copying the same
+    /// hot pages (and syncing both files) after every group commit: with four worker processes on one
+    /// log, ~16 % fewer jobs a second.
+    func committed(logPages: Int32) {
         condition.lock()
-        if !requested && !stopping {
+        // A log shorter than what was copied was started over (after a checkpoint that caught up).
+        if logPages < copiedPages { copiedPages = 0 }
+        if !requested && !stopping && logPages - copiedPages >= thresholdPages {
             requested = true
+            requestCount += 1
             condition.signal()
         }
         condition.unlock()
@@ -61,6 +75,20 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return completed
+    }
+
+    /// The log's frames the last checkpoint left in the database, as far as this process knows (tests).
+    var copied: Int32 {
+        condition.lock()
+        defer { condition.unlock() }
+        return copiedPages
+    }
+
+    /// Checkpoints asked for (tests).
+    var requests: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return requestCount
     }
 
     /// Waits for a checkpoint in progress, stops the thread and closes its connection.
@@ -88,10 +116,10 @@ final class BackgroundCheckpointer: @unchecked Sendable {
             }
             requested = false
             condition.unlock()
-            let ok = connection?.checkpointPassive() ?? false
-            if ok {
+            if let copied = connection?.checkpointPassive() {
                 condition.lock()
                 completed += 1
+                copiedPages = copied
                 condition.unlock()
             }
         }

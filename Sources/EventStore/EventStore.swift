@@ -181,10 +181,11 @@ public final class EventStore: JobStore, @unchecked Sendable {
         owner.withLock { $0.store = self }
     }
 
-    /// WAL pages after which a commit asks the background checkpointer for a checkpoint (see
-    /// `checkpointInBackground()`): a quarter of the automatic checkpoint's, since a checkpoint no longer
-    /// holds up the commits, and a shorter log leaves less to the checkpoint at close and a smaller file
-    /// whose cached pages the close frees (a draining worker's last ~20–35 ms went to that).
+    /// WAL pages not yet copied into the database after which a commit asks the background checkpointer
+    /// for a checkpoint (see `checkpointInBackground()`): a quarter of the automatic checkpoint's length,
+    /// since a checkpoint no longer holds up the commits. Measured on 10,000-job drains against the
+    /// automatic checkpoint alone, five alternating rounds each: one worker 5.5 % less wall time, four
+    /// 3.4 % less; 2,000 pages did no better.
     public static let backgroundCheckpointPages: Int32 = 1_000
 
     /// From now on the WAL is checkpointed on a thread of its own (`BackgroundCheckpointer`), not inside
@@ -200,7 +201,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         let started = try BackgroundCheckpointer(path: path, thresholdPages: pages)
         checkpointer.withLock { $0 = started }
         try withConnection { connection in
-            connection.onCommit(logPagesAtLeast: pages, inlineAt: inline) { started.request() }
+            connection.onCommit(inlineAt: inline) { logPages in started.committed(logPages: logPages) }
         }
     }
 

@@ -363,25 +363,28 @@ final class SQLiteConnection {
     var totalChanges: Int64 { sqlite3_total_changes64(handle) }
 
     /// A PASSIVE checkpoint of the main database: copies what it can of the WAL into the database file
-    /// without waiting for any lock. False when SQLite did not (another checkpoint running, I/O).
+    /// without waiting for any lock. Returns how many of the log's frames are now in the database (the
+    /// whole log when it caught up), or nil when SQLite did not checkpoint (another checkpoint running,
+    /// I/O).
     ///
     /// See https://www.sqlite.org/c3ref/wal_checkpoint_v2.html
-    func checkpointPassive() -> Bool {
+    func checkpointPassive() -> Int32? {
         var logPages: Int32 = 0
         var copiedPages: Int32 = 0
-        return sqlite3_wal_checkpoint_v2(handle, "main", SQLITE_CHECKPOINT_PASSIVE, &logPages, &copiedPages) == SQLITE_OK
+        let code = sqlite3_wal_checkpoint_v2(handle, "main", SQLITE_CHECKPOINT_PASSIVE, &logPages, &copiedPages)
+        return code == SQLITE_OK ? copiedPages : nil
     }
 
     /// Replaces SQLite's automatic checkpoint (`PRAGMA wal_autocheckpoint`, which checkpoints inside the
     /// COMMIT that makes the log long) with `action`, called on the committing thread after each commit
-    /// that leaves the WAL at `pages` pages or more; `action` must return at once. A commit that leaves
-    /// it at `inlineAt` pages or more still checkpoints itself, as the automatic checkpoint does: a
+    /// with the WAL's length in pages; `action` must return at once. A commit that leaves it at
+    /// `inlineAt` pages or more checkpoints itself instead, as the automatic checkpoint does: a
     /// checkpoint running beside a stream of commits may never catch up with them, and SQLite starts the
     /// log over only after one has, so this bounds the log as before.
     ///
     /// See https://www.sqlite.org/c3ref/wal_hook.html
-    func onCommit(logPagesAtLeast pages: Int32, inlineAt inlinePages: Int32, _ action: @escaping @Sendable () -> Void) {
-        let hook = CommitHook(pages: pages, inlinePages: inlinePages, action: action)
+    func onCommit(inlineAt inlinePages: Int32, _ action: @escaping @Sendable (_ logPages: Int32) -> Void) {
+        let hook = CommitHook(inlinePages: inlinePages, action: action)
         commitHook = hook
         sqlite3_wal_hook(handle, { context, db, name, logPages in
             guard let context else { return SQLITE_OK }
@@ -390,8 +393,8 @@ final class SQLiteConnection {
                 // What SQLite's own hook does; its outcome is SQLite's to report, and the next commit tries again.
                 _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
                 hook.inlineCheckpoints += 1
-            } else if logPages >= hook.pages {
-                hook.action()
+            } else {
+                hook.action(logPages)
             }
             return SQLITE_OK
         }, Unmanaged.passUnretained(hook).toOpaque())
@@ -587,13 +590,11 @@ struct SQLiteRow {
 
 /// The WAL hook's context (see `SQLiteConnection.onCommit(logPagesAtLeast:_:)`).
 private final class CommitHook {
-    let pages: Int32
     let inlinePages: Int32
-    let action: @Sendable () -> Void
+    let action: @Sendable (Int32) -> Void
     /// Used only on the connection's thread, inside its commits.
     var inlineCheckpoints = 0
-    init(pages: Int32, inlinePages: Int32, action: @escaping @Sendable () -> Void) {
-        self.pages = pages
+    init(inlinePages: Int32, action: @escaping @Sendable (Int32) -> Void) {
         self.inlinePages = inlinePages
         self.action = action
     }

@@ -57,4 +57,45 @@ import TestSupport
         // after each inline checkpoint instead.
         #expect(Self.walPages(path) < 120, "\(Self.walPages(path)) pages")
     }
+
+    @Test("the checkpointer is asked again only once as many more pages are in the log, counted anew after the log starts over")
+    func aCheckpointIsAskedForOnlyAfterThatManyNewPages() async throws {
+        let directory = try TemporaryDirectory("checkpoint-new-pages")
+        defer { directory.remove() }
+        let path = directory.file("jobs.db")
+        // A log with frames in it: the store's commits stay below the automatic checkpoint's length.
+        let store = try EventStore(path: path, mode: .create)
+        for index in 0..<20 {
+            _ = try store.submit([JobSpec(kind: .uploadData, destination: "file:///tmp/o\(index).txt", data: Data("x".utf8))],
+                                 actor: "cli:test", now: 1_000)
+        }
+        // The file's size (it may hold frames of a log since started over: more than the log's length).
+        let logPages = Int32(Self.walPages(path))
+        try #require(logPages > 20)
+        let checkpointer = try BackgroundCheckpointer(path: path, thresholdPages: 10)
+        defer { checkpointer.stop() }
+        func settled(_ checkpoints: Int) async {
+            for _ in 0..<2_000 where checkpointer.checkpoints < checkpoints { try? await Task.sleep(nanoseconds: 1_000_000) }
+        }
+        checkpointer.committed(logPages: 9)
+        #expect(checkpointer.requests == 0, "fewer pages than the length")
+        checkpointer.committed(logPages: logPages)
+        #expect(checkpointer.requests == 1)
+        await settled(1)
+        #expect(checkpointer.checkpoints == 1)
+        // That checkpoint copied the whole log: asked again only after ten more pages.
+        let copied = checkpointer.copied
+        #expect(copied > 10 && copied <= logPages)
+        checkpointer.committed(logPages: copied + 9)
+        #expect(checkpointer.requests == 1, "nine pages since the last checkpoint")
+        checkpointer.committed(logPages: copied + 10)
+        #expect(checkpointer.requests == 2)
+        await settled(2)
+        // A log shorter than what was copied has started over: its pages count from the start.
+        checkpointer.committed(logPages: 3)
+        #expect(checkpointer.requests == 2)
+        checkpointer.committed(logPages: 10)
+        #expect(checkpointer.requests == 3)
+        await settled(3)
+    }
 }
