@@ -120,8 +120,8 @@ extension EventStore {
     ///
     /// Before, the final events after the position were read and each one's job looked up by id: on a
     /// draining worker's last sweep that was a lookup for every job finished in the drain, whatever its
-    /// kind (the sweep read ~6,600 instructions a download-memory job), and every one of several workers draining one
-    /// log made it for every other's jobs too.
+    /// kind (the read cost ~6,600 instructions a download-memory job), and every one of several workers
+    /// draining one log made it for every other's jobs too.
     static let changedLeftoverSQL = """
         SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
                jobs.resume_point, jobs.finished_at_ms

@@ -100,7 +100,7 @@ final class SQLiteConnection {
     /// Group commits whose batch had an event fail after it wrote, and so ran again with a savepoint per
     /// event (see `appendBatch`; tests).
     var batchesRunAgainWithSavepoints = 0
-    /// What `onCommit(logPagesAtLeast:_:)` installed: SQLite holds an unretained pointer to it for as
+    /// What `onCommit(inlineAt:_:)` installed: SQLite holds an unretained pointer to it for as
     /// long as the handle is open.
     private var commitHook: CommitHook?
 
@@ -588,7 +588,7 @@ struct SQLiteRow {
     }
 }
 
-/// The WAL hook's context (see `SQLiteConnection.onCommit(logPagesAtLeast:_:)`).
+/// The WAL hook's context (see `SQLiteConnection.onCommit(inlineAt:_:)`).
 private final class CommitHook {
     let inlinePages: Int32
     let action: @Sendable (Int32) -> Void

@@ -41,13 +41,13 @@ public struct WorkerConfiguration: Sendable {
     /// fewer; the event keeps the time the attempt started either way.
     public var startedHoldMs: Int64?
     /// The machine this worker runs on, as the orphan sweep's watermark names it (its disk is the one the
-    /// sweep looks at): the host name by default.
+    /// sweep looks at): the host name by default, as `hostname` prints it.
     public var host: String
 
     public init(owner: String = WorkerConfiguration.defaultOwner(), concurrency: Int = 4, queues: [String]? = nil,
                 leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000,
                 orphanSweepIntervalMs: Int64 = 300_000, claimAhead: Int? = nil, startedHoldMs: Int64? = 200,
-                host: String = ProcessInfo.processInfo.hostName) {
+                host: String = WorkerConfiguration.localHostName()) {
         self.owner = owner
         self.host = host
         self.concurrency = max(1, concurrency)
@@ -63,6 +63,20 @@ public struct WorkerConfiguration: Sendable {
 
     public static func defaultOwner() -> String {
         "worker:\(ProcessInfo.processInfo.hostName):\(getpid())"
+    }
+
+    /// This machine's name as `gethostname(2)` gives it (what `hostname` prints), without the name
+    /// lookup `ProcessInfo.hostName` may make; "localhost" when there is none.
+    public static func localHostName() -> String {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let ok = buffer.withUnsafeMutableBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in
+                guard let start = chars.baseAddress else { return false }
+                return gethostname(start, chars.count - 1) == 0
+            }
+        }
+        let name = String(decoding: buffer.prefix { $0 != 0 }, as: UTF8.self)
+        return ok && !name.isEmpty ? name : "localhost"
     }
 }
 

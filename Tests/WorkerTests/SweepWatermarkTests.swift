@@ -49,6 +49,15 @@ import TestSupport
         let lines = Mutex<[String]>([])
     }
 
+    @Test("a worker's watermark is its machine's, named as the kernel names it")
+    func theHostIsTheMachinesName() throws {
+        let kernel = try String(contentsOfFile: "/proc/sys/kernel/hostname", encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(!kernel.isEmpty)
+        #expect(WorkerConfiguration().host == kernel)
+        #expect(WorkerConfiguration(host: "host-b").host == "host-b")
+    }
+
     @Test(arguments: WorkerEngine.allCases)
     func theWatermarkStartsUnsetOnlyRisesAndOutlivesTheStore(engine: WorkerEngine) throws {
         let directory = try TemporaryDirectory("sweep-watermark-store")
