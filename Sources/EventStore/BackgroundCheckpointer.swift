@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 import StorePort
 import Synchronization
 
@@ -47,8 +48,10 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         try connection.execute("PRAGMA synchronous = NORMAL")
         // Handed to the thread, which alone uses it from here on.
         let handOver = HandOver(connection)
-        let thread = Thread { [self] in self.loop(handOver) }
-        thread.name = "jobctl-checkpoint"
+        let thread = Thread { [self] in
+            ThreadName.setCurrent("jobctl-ckpt")
+            self.loop(handOver)
+        }
         self.thread = thread
         thread.start()
     }

@@ -6,6 +6,15 @@ import TestSupport
 /// so the next process to open the log does not read the whole WAL again to rebuild its index.
 @Suite("A worker closes its database when it ends")
 struct WorkerExitTests {
+    /// The names of a running process's threads (Linux: `/proc/PID/task/*/comm`).
+    private static func threadNames(_ pid: Int32) -> [String] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.compactMap { task in
+            (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8))?
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+    }
+
     /// The WAL's size, or nil when there is none.
     private static func walSize(_ workspace: CLIWorkspace) -> Int? {
         (try? FileManager.default.attributesOfItem(atPath: workspace.database + "-wal"))?[.size] as? Int
@@ -45,6 +54,11 @@ struct WorkerExitTests {
             try #require(eventuallyTrue(seconds: 20) { worker.log().contains(" started ") },
                          "stop \(round + 1): no job started:\n\(worker.log())")
             #expect(Self.walSize(workspace) != nil, "a running worker has a WAL")
+            // A worker checkpoints its WAL on a thread of its own (`Context.openStore(worker:)`).
+            if round == 0 {
+                let threads = Self.threadNames(worker.process.processIdentifier)
+                #expect(threads.contains("jobctl-ckpt"), "\(threads)")
+            }
             worker.stop()
             #expect(worker.process.terminationStatus == 0, "\(worker.log())")
             #expect(worker.log().contains(" signal_received "), "\(worker.log())")
