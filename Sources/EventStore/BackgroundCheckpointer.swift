@@ -39,7 +39,6 @@ final class BackgroundCheckpointer: @unchecked Sendable {
     private var stopping = false
     private var stopped = false
     private var completed = 0
-    private var thread: Thread?
 
     /// Opens the checkpointer's connection to `path` and starts its thread.
     init(path: String, thresholdPages: Int32) throws(StoreError) {
@@ -48,12 +47,10 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         try connection.execute("PRAGMA synchronous = NORMAL")
         // Handed to the thread, which alone uses it from here on.
         let handOver = HandOver(connection)
-        let thread = Thread { [self] in
+        Thread { [self] in
             ThreadName.setCurrent("jobctl-ckpt")
             self.loop(handOver)
-        }
-        self.thread = thread
-        thread.start()
+        }.start()
     }
 
     /// A commit left the log at `logPages` (the commit hook, on the committing thread): asks for a

@@ -91,14 +91,19 @@ extension EventStore {
     /// (download-memory, uploads to `gs://`) costs nothing — the sweep runs at every worker's start.
     /// The destination comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is
     /// stored there only (schema 8).
-    static let finishedLeftoverSQL = """
+    static let finishedLeftoverSQL = finishedLeftoverSelection + """
+
+        ORDER BY jobs.finished_at_ms, jobs.seq
+        """
+
+    /// What `finishedLeftoverSQL` and `changedLeftoverSQL` select, and the conditions they share.
+    private static let finishedLeftoverSelection = """
         SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
                jobs.resume_point, jobs.finished_at_ms
         FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
         WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_at_ms >= ?
           AND jobs.state IN ('succeeded', 'failed', 'cancelled')
           AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
-        ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
     /// The time of the earliest final event (`succeeded`, `failed`, `cancelled`: the only ones that make a
@@ -122,13 +127,8 @@ extension EventStore {
     /// draining worker's last sweep that was a lookup for every job finished in the drain, whatever its
     /// kind (the read cost ~6,600 instructions a download-memory job), and every one of several workers
     /// draining one log made it for every other's jobs too.
-    static let changedLeftoverSQL = """
-        SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
-               jobs.resume_point, jobs.finished_at_ms
-        FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
-        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_at_ms >= ?
-          AND jobs.state IN ('succeeded', 'failed', 'cancelled')
-          AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
+    static let changedLeftoverSQL = finishedLeftoverSelection + """
+
           AND EXISTS (SELECT 1 FROM events later
                       WHERE later.job_id = jobs.id AND later.seq > ?
                         AND (later.type = 'succeeded' OR later.type = 'failed' OR later.type = 'cancelled'))
