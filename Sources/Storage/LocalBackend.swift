@@ -58,8 +58,9 @@ public struct LocalBackend: StorageBackend {
 
     /// Where reads run (`download-memory`, `get-metadata`): short calls that never sync, for which a
     /// few Dispatch threads that run block after block cost least (a thread each, woken per job, cost
-    /// the 10,000-job queue drain a fifth more CPU).
-    private static let readQueue = DispatchQueue(label: "jobctl.storage.local-read", qos: .utility, attributes: .concurrent)
+    /// the 10,000-job queue drain a fifth more CPU), at the one priority of a worker's work.
+    private static let readQueue = DispatchQueue(label: "jobctl.storage.local-read", qos: WorkPriority.dispatch,
+                                                attributes: .concurrent)
 
     // Everything that writes (each upload, download to a file, metadata change or delete syncs what it
     // wrote) runs on `FileIO`'s threads, one for each at once, so one slow disk does not serialise every

@@ -197,7 +197,7 @@ extension StorageBackend {
 /// `perform` for work that only has an `async` form.
 func completing(_ completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void,
                 _ transfer: @escaping @Sendable () async throws(StorageError) -> TransferOutcome) {
-    Task.detached {
+    Task.detached(priority: WorkPriority.task) {
         do throws(StorageError) {
             completion(.success(try await transfer()))
         } catch {

@@ -48,7 +48,7 @@ public final class MetricsExporter: Sendable {
         let store = self.store
         let box = Mutex<[StoreStats.QueueStateCount]??>(nil)
         let done = DispatchSemaphore(value: 0)
-        Task {
+        Task(priority: WorkPriority.task) {
             let counts = try? await store.run { store in try store.queueStateCounts() }
             box.withLock { $0 = .some(counts) }
             done.signal()

@@ -524,7 +524,9 @@ public final class WorkerPool: Sendable {
         let handOver = RunnerHandOver(runner)
         let jobTasks = jobTasks
         jobTasks.enter()
-        Task { [weak self] in
+        // Named, not inherited: a slot turned over by a returning transfer launches from that transfer's
+        // thread, outside any task (see `WorkPriority`).
+        Task(priority: WorkPriority.task) { [weak self] in
             await Self.runJob(jobID, handOver, reportingTo: self)
             jobTasks.leave()
         }

@@ -188,7 +188,7 @@ private func workerLog(_ arguments: ParsedArguments, _ context: Context) throws 
 func blockingRun<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
     let box = ResultBox<T>()
     let semaphore = DispatchSemaphore(value: 0)
-    let work = Task {
+    let work = Task(priority: WorkPriority.task) {
         do { box.result = .success(try await body()) } catch { box.result = .failure(error) }
     }
     // Signalled once the work's task has ended, not from inside it: a task releases what it captured
