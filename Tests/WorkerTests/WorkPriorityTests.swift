@@ -8,8 +8,8 @@ import TestSupport
 @testable import Worker
 
 /// Records the priority of the task that starts each transfer (the completion form runs on the job's
-/// task, inside its runner) and of the task that runs an `async`-only transfer, then hands the job to the
-/// real backend. `StorageBackend` is our own protocol; the real backend does the work.
+/// task, inside its runner), then hands the job to the real backend. `StorageBackend` is our own
+/// protocol; the real backend does the work.
 private final class PriorityRecordingBackend: StorageBackend {
     private let inner: StorageRouter
     private let seen = Mutex<[TaskPriority]>([])
