@@ -11,8 +11,16 @@ import TestSupport
 /// suite on two shared cores a paced transfer was measured up to 20 times slower, and a timing floor
 /// would make the suite flaky. Each test runs on its own curl engine, away from other tests' exchanges.
 @Suite struct BandwidthTests {
+    /// nginx waits up to 10 minutes (not its default 60 s) for the client to read more. In some full runs
+    /// a paced download here moved ~10–18 KB/s for its 1 MB/s limit for most of the run (in this suite's
+    /// tests only, and only while the rest of the suite runs: alone or beside six busy loops it keeps to
+    /// the limit; downloading into memory-backed files changed nothing), and once nginx closed the
+    /// connection after 60 s without a read. The cause is not found yet; this keeps the test about the
+    /// ceiling it asserts.
+    static let patientServer = "send_timeout 600s;"
+
     @Test func downloadHonoursMaxRate() async throws {
-        let server = try NginxServer.start()
+        let server = try NginxServer.start(extraServerConfig: Self.patientServer)
         defer { server.stop() }
         let size = 2 * 1_048_576
         try FileManager.default.createDirectory(atPath: server.root + "/rate", withIntermediateDirectories: true)
@@ -34,7 +42,7 @@ import TestSupport
 
     /// Two downloads at once under one shared limit (the worker's `--bwlimit`): their total rate is the limit.
     @Test func concurrentDownloadsShareOneLimit() async throws {
-        let server = try NginxServer.start()
+        let server = try NginxServer.start(extraServerConfig: Self.patientServer)
         defer { server.stop() }
         let size = 1_048_576
         try FileManager.default.createDirectory(atPath: server.root + "/shared", withIntermediateDirectories: true)
