@@ -16,9 +16,9 @@ import TestSupport
     /// 117–199 s in full runs, with the downloads' files on disk or in memory alike; 8–10 s beside the
     /// other storage suites; 2 s alone or beside six busy loops). Beside the storage suites the curl
     /// engine's exchanges were active 3.9 s in all for the three downloads (the limit's pace): the rest
-    /// went to the transfers' set-up and finish, waiting for threads the other tests held. Once, in a full run, an exchange also
-    /// went 60 s without a read and nginx closed it; why is not found yet. This keeps the tests about the
-    /// ceiling they assert.
+    /// went to the transfers' set-up and finish, waiting for threads the other tests held. Once, in a
+    /// full run, an exchange also went 60 s without a read and nginx closed it; why is not found yet.
+    /// This keeps the tests about the ceiling they assert.
     static let patientServer = "send_timeout 600s;"
 
     @Test func downloadHonoursMaxRate() async throws {
