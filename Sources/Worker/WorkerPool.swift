@@ -61,8 +61,9 @@ public struct WorkerConfiguration: Sendable {
         self.startedHoldMs = startedHoldMs.map { max(0, $0) }
     }
 
+    /// `worker:<this machine's name>:<pid>`, the machine named as the sweep's `host` names it.
     public static func defaultOwner() -> String {
-        "worker:\(ProcessInfo.processInfo.hostName):\(getpid())"
+        "worker:\(localHostName()):\(getpid())"
     }
 
     /// This machine's name as `gethostname(2)` gives it (what `hostname` prints), without the name

@@ -49,12 +49,13 @@ import TestSupport
         let lines = Mutex<[String]>([])
     }
 
-    @Test("a worker's watermark is its machine's, named as the kernel names it")
+    @Test("a worker's watermark is its machine's, named as the kernel names it, as its lease owner names it")
     func theHostIsTheMachinesName() throws {
         let kernel = try String(contentsOfFile: "/proc/sys/kernel/hostname", encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(!kernel.isEmpty)
         #expect(WorkerConfiguration().host == kernel)
+        #expect(WorkerConfiguration().owner == "worker:\(kernel):\(getpid())")
         #expect(WorkerConfiguration(host: "host-b").host == "host-b")
     }
 
