@@ -56,9 +56,13 @@ demo: release
 	$(JOBCTL) --db $(DEMO_DIR)/jobctl.db replay --verify
 
 ## Every test, against real SQLite files, nginx, the GCS emulator and a PostgreSQL the tests start, on 127.0.0.1.
+## At most TEST_WIDTH tests run at once (four a core by default), each on a thread of its own (see
+## Tests/TestSupport/TestThreads.swift): unbounded, every suite started its servers and processes at once
+## (load average 43 on two cores, and a hang).
+TEST_WIDTH ?= $(shell echo $$(( $$(nproc) * 4 )))
 test: venv
 	swift build --build-tests
-	swift test --skip-build 2>&1 | tee .build/test-output.txt; rc=$${PIPESTATUS[0]}; \
+	swift test --skip-build --experimental-maximum-parallelization-width $(TEST_WIDTH) 2>&1 | tee .build/test-output.txt; rc=$${PIPESTATUS[0]}; \
 	if [ $$rc != 0 ]; then echo "=== what failed (from .build/test-output.txt) ==="; \
 	  grep -E -A2 "recorded an issue|Fatal error|signal code" .build/test-output.txt | head -24; fi; \
 	exit $$rc

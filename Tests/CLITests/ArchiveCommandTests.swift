@@ -8,7 +8,7 @@ import TestSupport
 
 /// `jobctl archive`, `archive verify` and `audit --from` on logs whose every event the test wrote,
 /// against both store engines.
-@Suite("archive command") struct ArchiveCommandTests {
+@Suite("archive command", .onTestThreads) struct ArchiveCommandTests {
     static let day: Int64 = 86_400_000
     /// Results of more than 256 bytes: the store keeps them in the blobs (smaller ones stay in their event).
     static let sharedBytes = String(repeating: "shared bytes ", count: 24)

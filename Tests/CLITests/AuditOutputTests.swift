@@ -6,7 +6,7 @@ import TestSupport
 /// (16 jobs of every kind and outcome: errors, retries, cancellations, absent sizes and checksums) are
 /// pinned to the files an earlier binary wrote (`Tests/EventStoreTests/Fixtures/release-1-audit.*`), on
 /// both engines (PostgreSQL holds a copy made by `migrate --to`).
-@Suite("audit's output, byte for byte") struct AuditOutputTests {
+@Suite("audit's output, byte for byte", .onTestThreads) struct AuditOutputTests {
     static let fixtures = "\(PackagePaths.root)/Tests/EventStoreTests/Fixtures"
 
     @Test("audit --json, --csv and the table print the pinned bytes", arguments: StoreEngine.allCases)

@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 
 /// `worker --bwlimit RATE`: rclone's syntax, range-checked with a usage error.
-@Suite struct BandwidthOptionTests {
+@Suite(.onTestThreads) struct BandwidthOptionTests {
     @Test func badRatesAreUsageErrors() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }

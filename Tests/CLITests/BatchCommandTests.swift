@@ -5,7 +5,7 @@ import TestSupport
 /// Folders, globs and prefixes expanded at submit into batches, run by real workers against the GCS
 /// emulator and `file://` buckets, read back by the official client; `--batch` on list, audit, watch and
 /// the control commands; schedules from the command line.
-@Suite struct BatchCommandTests {
+@Suite(.onTestThreads) struct BatchCommandTests {
     private static var interop: String { "\(PackagePaths.root)/Tests/StorageTests/Fixtures/interop.py" }
     private static var python: String { "\(PackagePaths.venv)/bin/python" }
 

@@ -5,7 +5,7 @@ import TestSupport
 /// `audit` and `replay --verify` stream: rows are printed as they are read, and the process's memory
 /// does not grow with the log. Peak memory is measured in the `jobctl` process itself (GNU time's
 /// maximum resident set size), never inside the test process.
-@Suite("Audit and replay over a growing log")
+@Suite("Audit and replay over a growing log", .onTestThreads)
 struct BigLogTests {
     /// `count` download-memory jobs of one 64-byte object in a `file://` folder of the workspace.
     static func manifest(_ workspace: CLIWorkspace, count: Int, name: String = "o.bin") throws -> String {

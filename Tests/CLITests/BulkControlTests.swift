@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// pause / resume / cancel / retry by filter, with `--dry-run`, on jobs the test wrote.
-@Suite("bulk control") struct BulkControlTests {
+@Suite("bulk control", .onTestThreads) struct BulkControlTests {
     /// Queue `a` (submitted now): a1, a2 upload-data queued; a3 upload-data failed; a4 download-memory
     /// queued. Queue `b` (submitted two hours ago): b1, b2 upload-data queued.
     static func fabricate(in workspace: CLIWorkspace) throws -> [String: String] {

@@ -3,7 +3,7 @@ import Synchronization
 import Testing
 import TestSupport
 
-@Suite("jobctl binary") struct CLITests {
+@Suite("jobctl binary", .onTestThreads) struct CLITests {
     static let manifest = """
     defaults:
       queue: media

@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 
 /// `jobctl completion bash|zsh`, loaded into the real shells.
-@Suite("Shell completion")
+@Suite("Shell completion", .onTestThreads)
 struct CompletionTests {
     /// The command names `jobctl --help` lists.
     static func commandNames() throws -> [String] {

@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 
 /// The configuration file and `jobctl config`: precedence flag > environment > file > default.
-@Suite("configuration file") struct ConfigCommandTests {
+@Suite("configuration file", .onTestThreads) struct ConfigCommandTests {
     /// Runs the binary without the workspace's `--db`, with exactly `environment` added (and no
     /// configuration from the machine: XDG_CONFIG_HOME points into the workspace).
     static func run(_ workspace: CLIWorkspace, _ arguments: [String], environment: [String: String] = [:]) throws -> ProcessOutput {

@@ -4,7 +4,7 @@ import TestSupport
 
 /// `after:` through the built binary: names resolved at submit (or refused at the entry's line and
 /// column), `list`/`show` saying what a job waits for, and a real worker running a chain in order.
-@Suite struct DependencyCommandTests {
+@Suite(.onTestThreads) struct DependencyCommandTests {
     private func jsonArray(_ workspace: CLIWorkspace, _ arguments: [String], environment: [String: String]) throws -> [[String: Any]] {
         let output = try workspace.jobctl(arguments, environment: environment)
         guard output.status == 0 else { throw CLITestError("jobctl \(arguments) exited \(output.status): \(output.stderr)") }

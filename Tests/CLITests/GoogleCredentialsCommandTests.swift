@@ -4,7 +4,7 @@ import TestSupport
 
 /// A worker finds Google credentials in its environment: a service-account key is used end to end, a
 /// bad one stops the worker at start naming the file and the field, never a value.
-@Suite("worker with Google credentials") struct GoogleCredentialsCommandTests {
+@Suite("worker with Google credentials", .onTestThreads) struct GoogleCredentialsCommandTests {
     @Test func serviceAccountKeyEndToEnd() throws {
         let server = try TokenServer.start()
         defer { server.stop() }

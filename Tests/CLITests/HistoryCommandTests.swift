@@ -6,7 +6,7 @@ import Testing
 import TestSupport
 
 /// `jobctl history`: runs of progress events on one line by default, `--all` and `--type`.
-@Suite("history command") struct HistoryCommandTests {
+@Suite("history command", .onTestThreads) struct HistoryCommandTests {
     /// A job claimed, started, with five progress events, a pause request between the third and the
     /// fourth, then succeeded: two runs of progress (3 and 2).
     static func fabricate(_ workspace: CLIWorkspace) throws -> String {

@@ -7,7 +7,7 @@ import TestSupport
 
 /// Where a download-to-memory result's bytes live: up to 256 in the `succeeded` event itself, more in
 /// the content-addressed blobs. The commands show both alike.
-@Suite("download-memory results in the event or in the blobs")
+@Suite("download-memory results in the event or in the blobs", .onTestThreads)
 struct InlineResultTests {
     @Test("256 bytes stay in the event, 257 go to the blobs; result, show and history show both alike",
           arguments: StoreEngine.allCases)

@@ -5,7 +5,7 @@ import TestSupport
 /// libcurl and libpq are loaded when first needed, not when jobctl starts (see the CCurl and CPostgres
 /// shims): a command on SQLite maps neither, and a host where one cannot be loaded gets a typed error
 /// where it is needed, never a crash. glibc's loader reports what it maps with `LD_DEBUG=libs`.
-@Suite("libcurl and libpq are loaded only when needed")
+@Suite("libcurl and libpq are loaded only when needed", .onTestThreads)
 struct LibraryLoadingTests {
     /// The shared objects the dynamic loader mapped, as `LD_DEBUG=libs` printed them (their `calling init` lines).
     private static func initialised(_ output: ProcessOutput) -> [String] {

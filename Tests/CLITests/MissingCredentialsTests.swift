@@ -4,7 +4,7 @@ import TestSupport
 
 /// A worker with `gs://` jobs queued and no Google credentials (nor an emulator) says so once at start,
 /// naming what it looked for, and still runs (anonymous access to public buckets stays possible).
-@Suite("worker warning about missing Google credentials") struct MissingCredentialsTests {
+@Suite("worker warning about missing Google credentials", .onTestThreads) struct MissingCredentialsTests {
     /// Whether this machine is a Google Compute Engine machine by its DMI product name: then the worker
     /// finds the metadata server, and rightly does not warn.
     static let onGoogleComputeEngine = ((try? String(contentsOfFile: "/sys/class/dmi/id/product_name", encoding: .utf8)) ?? "")

@@ -4,7 +4,7 @@ import TestSupport
 
 /// Every number a user types is range-checked: hostile values are usage errors (exit 64) naming the
 /// option and its range, never a trap (exit 132) or a silent wrap.
-@Suite("numbers from users") struct NumberRangeTests {
+@Suite("numbers from users", .onTestThreads) struct NumberRangeTests {
     /// (arguments, the option the message must name, a fragment of the range it must state)
     static let hostile: [([String], String, String)] = [
         (["audit", "--since", "99999999999999d"], "--since", "36500d"),

@@ -4,7 +4,7 @@ import TestSupport
 
 /// get-metadata, update-metadata and delete jobs submitted with a default bucket, run by a real worker
 /// process, shown by `result`, `show` and `list`.
-@Suite("Object operation jobs")
+@Suite("Object operation jobs", .onTestThreads)
 struct ObjectOperationCommandTests {
     private func jsonObject(_ text: String) throws -> [String: Any] {
         try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any], "not a JSON object: \(text)")

@@ -4,7 +4,7 @@ import TestSupport
 
 /// A worker raises its soft open-files limit to the hard one at start, and warns when even the hard
 /// limit is below what its concurrency may need (each transfer holds a socket or file, often more).
-@Suite("worker open-files limit") struct OpenFilesLimitTests {
+@Suite("worker open-files limit", .onTestThreads) struct OpenFilesLimitTests {
     /// "Max open files" of a running process: (soft, hard), from /proc.
     static func openFilesLimit(pid: Int32) -> (soft: String, hard: String)? {
         guard let limits = try? String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8),

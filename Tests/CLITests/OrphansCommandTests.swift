@@ -5,7 +5,7 @@ import TestSupport
 
 /// `jobctl orphans`: lists the hidden files final jobs left, `--remove` removes them, and a file merely
 /// named like ours is never listed or removed.
-@Suite("jobctl orphans") struct OrphansCommandTests {
+@Suite("jobctl orphans", .onTestThreads) struct OrphansCommandTests {
     @Test func listsThenRemovesOnlyWhatFinalJobsLeft() throws {
         let workspace = try CLIWorkspace("orphans")
         defer { workspace.directory.remove() }

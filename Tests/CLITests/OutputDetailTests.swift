@@ -6,7 +6,7 @@ import TestSupport
 
 /// What the commands print, in detail: exit codes, limits, one JSON shape, terminal behaviour, and
 /// messages that say exactly what happened.
-@Suite("output details") struct OutputDetailTests {
+@Suite("output details", .onTestThreads) struct OutputDetailTests {
     // MARK: - Exit codes
 
     /// `worker --drain` exits 2 when a job it ran failed, so `submit && worker --drain` works in scripts.

@@ -3,10 +3,11 @@ import JobLifecycle
 import JobModel
 import Testing
 @testable import jobctl
+import TestSupport
 
 /// The CLI's pure output helpers, tested as values: the progress bar's rate and ETA, table fitting
 /// and elision, duration parsing with checked arithmetic.
-@Suite("CLI output helpers") struct OutputUnitTests {
+@Suite("CLI output helpers", .onTestThreads) struct OutputUnitTests {
     @Test("a cell's visible width: printable ASCII by its bytes, anything else by characters without colour codes")
     func visibleWidthCountsColumns() {
         /// The width as `visibleWidth` counted before its ASCII shortcut: characters outside ANSI sequences.

@@ -4,7 +4,7 @@ import TestSupport
 
 /// `make install`, the worker's systemd unit and the generated man page, checked with the tools that
 /// consume them (make, systemd-analyze, groff).
-@Suite("Packaging")
+@Suite("Packaging", .onTestThreads)
 struct PackagingTests {
     /// The unit as the project ships it.
     static let unitSource = "\(PackagePaths.root)/packaging/jobctl-worker@.service"
@@ -108,7 +108,7 @@ struct PackagingTests {
 }
 
 /// The README's copy of the manifest reference is what `jobctl help manifest` prints.
-@Suite("Manifest reference in the README")
+@Suite("Manifest reference in the README", .onTestThreads)
 struct ManifestReferenceReadmeTests {
     @Test("The README quotes jobctl help manifest exactly")
     func readmeMatchesTheCLI() throws {

@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 
 /// The built binary against the tests' PostgreSQL server: `--db postgres://…` or `JOBCTL_DB=postgres://…`.
-@Suite("jobctl on PostgreSQL")
+@Suite("jobctl on PostgreSQL", .onTestThreads)
 struct PostgresCLITests {
     static let manifest = """
     jobs:

@@ -6,7 +6,7 @@ import TestSupport
 
 /// `jobctl migrate --to postgres://…`: an SQLite log copied into an empty PostgreSQL database, checked
 /// there with the built binary exactly as a user would.
-@Suite("jobctl migrate --to PostgreSQL")
+@Suite("jobctl migrate --to PostgreSQL", .onTestThreads)
 struct PostgresMigrateTests {
     /// Runs `jobctl ARGS` against `database` (no workspace default).
     static func jobctl(_ database: String, _ arguments: [String], in workspace: CLIWorkspace,

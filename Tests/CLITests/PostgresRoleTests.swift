@@ -5,7 +5,7 @@ import TestSupport
 /// An operator's PostgreSQL setup where the workers do not own the tables: the owner migrates and
 /// grants (`jobctl migrate --grant ROLE`), every command runs as the worker role, and that role cannot
 /// change the log even by hand.
-@Suite("PostgreSQL worker role")
+@Suite("PostgreSQL worker role", .onTestThreads)
 struct PostgresRoleTests {
     /// Runs `jobctl --db URL ARGS` in `directory`.
     private static func jobctl(_ url: String, _ arguments: [String], in directory: TemporaryDirectory) throws -> ProcessOutput {

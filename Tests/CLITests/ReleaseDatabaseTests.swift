@@ -4,7 +4,7 @@ import TestSupport
 
 /// The built binary on a database written by the release before typed event payloads
 /// (`Tests/EventStoreTests/Fixtures/release-1.db`, see the README there).
-@Suite("jobctl on a database of the previous release") struct ReleaseDatabaseTests {
+@Suite("jobctl on a database of the previous release", .onTestThreads) struct ReleaseDatabaseTests {
     /// The download-to-memory job of the fixture and the job rescued after its worker was killed.
     static let memoryJob = "01M8P28CEV3HP5QAF3E72D31YQ"
     static let rescuedJob = "01M8P28Q0D80VZK1ZP7DN97QDH"

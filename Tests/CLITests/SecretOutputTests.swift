@@ -7,7 +7,7 @@ import TestSupport
 /// Secrets in URLs — query parameters of every secret name, passwords in userinfo, upload session
 /// URIs, download tokens, database passwords — never reach any command's output unless
 /// `--show-secrets` asks for them.
-@Suite("secrets in output") struct SecretOutputTests {
+@Suite("secrets in output", .onTestThreads) struct SecretOutputTests {
     /// Every secret value carries this marker; it must never appear in redacted output.
     static let marker = "S3CR3T"
 

@@ -4,7 +4,7 @@ import TestSupport
 
 /// Sliced downloads through the real worker: a worker SIGKILLed mid-way is replaced by another, which
 /// fetches only what each slice still lacked; and the options' ranges.
-@Suite struct SlicedDownloadCommandTests {
+@Suite(.onTestThreads) struct SlicedDownloadCommandTests {
     /// The media GET ranges the proxy saw, from exchange `from` on.
     private static func mediaRanges(_ proxy: FaultProxy, from: Int = 0) -> [String] {
         proxy.exchanges.dropFirst(from).filter { $0.request.method == "GET" && $0.request.target.contains("alt=media") }

@@ -4,7 +4,7 @@ import TestSupport
 
 /// A worker whose standard streams are closed, or whose log reader goes away, keeps working: it
 /// neither stops at its first log line nor writes a line into a file it opened.
-@Suite("closed and broken standard streams")
+@Suite("closed and broken standard streams", .onTestThreads)
 struct StandardStreamTests {
     /// `count` upload-data jobs that write `bytes-<n>.txt`, and a download of each to `copies/` that
     /// waits for its upload (`after:`).

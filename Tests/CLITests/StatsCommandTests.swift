@@ -7,7 +7,7 @@ import Testing
 import TestSupport
 
 /// `jobctl stats` on a database whose every job and event the test wrote: exact counts.
-@Suite("stats command") struct StatsCommandTests {
+@Suite("stats command", .onTestThreads) struct StatsCommandTests {
     struct Jobs {
         let ids: [String: String]
         let claimedAtMs: Int64

@@ -4,7 +4,7 @@ import TestSupport
 
 /// How the CLI opens the event log: which commands may create it, read-only media, reused keys, and
 /// the control commands' refusals — through the built binary.
-@Suite("jobctl and its database") struct StoreCommandTests {
+@Suite("jobctl and its database", .onTestThreads) struct StoreCommandTests {
     static let someID = "01JZZZZZZZZZZZZZZZZZZZZZZZ"
 
     /// Every command but `submit` and `migrate`, with the arguments it needs to get as far as opening.
@@ -248,7 +248,7 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
 
 /// A database file that is damaged, or is no database at all: every command says so and what to do,
 /// and a worker stops at once instead of retrying for ever (a drain that never ends).
-@Suite("a damaged database") struct DamagedDatabaseTests {
+@Suite("a damaged database", .onTestThreads) struct DamagedDatabaseTests {
     /// The damage is found as the worker opens the log (the pool's own stop on a file damaged while it
     /// runs is `DamagedStoreTests` in the worker suite).
     @Test("a worker on a damaged database stops with status 1 and the remedy; so does list")

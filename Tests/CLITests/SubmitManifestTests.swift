@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// `jobctl submit` on manifests that used to crash it, be refused, pass unchecked or leak secrets.
-@Suite("jobctl submit: manifest limits, sources, folders, secrets") struct SubmitManifestTests {
+@Suite("jobctl submit: manifest limits, sources, folders, secrets", .onTestThreads) struct SubmitManifestTests {
     // MARK: - Limits
 
     /// 50,000 levels of nesting: exit 65 with the position of the first collection past 64 levels, at once

@@ -4,7 +4,7 @@ import TestSupport
 
 /// A worker that ends closes its database: SQLite copies the WAL into the database file and removes it,
 /// so the next process to open the log does not read the whole WAL again to rebuild its index.
-@Suite("A worker closes its database when it ends")
+@Suite("A worker closes its database when it ends", .onTestThreads)
 struct WorkerExitTests {
     /// The names of a running process's threads (Linux: `/proc/PID/task/*/comm`).
     private static func threadNames(_ pid: Int32) -> [String] {

@@ -4,7 +4,7 @@ import TestSupport
 
 /// `jobctl worker --metrics`: a real worker runs real jobs, curl scrapes the endpoint, and the Python
 /// `prometheus-client` parser (the reference reader of the format) reads what it served.
-@Suite("worker metrics endpoint") struct WorkerMetricsTests {
+@Suite("worker metrics endpoint", .onTestThreads) struct WorkerMetricsTests {
     /// One parsed sample: its full name (with `_bucket`, `_sum`, …), labels and value.
     struct Sample: Decodable {
         let name: String

@@ -2,8 +2,9 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
-@Suite("Appending events")
+@Suite("Appending events", .onTestThreads)
 struct AppendTests {
     @Test("UPDATE and DELETE on events are refused by triggers", arguments: Engine.allCases)
     func appendOnly(engine: Engine) throws {

@@ -6,7 +6,7 @@ import TestSupport
 import Testing
 
 /// The store side of `jobctl archive`: the one path that may delete from `events`.
-@Suite("archive removal")
+@Suite("archive removal", .onTestThreads)
 struct ArchiveStoreTests {
     static func record(_ selection: ArchiveSelection) -> ArchiveRecord {
         ArchiveRecord(file: "test.ndjson.gz", sha256: String(repeating: "a", count: 64), beforeMs: selection.beforeMs,

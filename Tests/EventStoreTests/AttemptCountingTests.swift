@@ -2,9 +2,10 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// Which runs count against `max_attempts`, as the claim numbers them and the rescue decides.
-@Suite("Counting attempts")
+@Suite("Counting attempts", .onTestThreads)
 struct AttemptCountingTests {
     /// Claims the job (the only one queued) and returns the claim.
     static func claim(_ fixture: StoreFixture, now: Int64) throws -> ClaimedJob {

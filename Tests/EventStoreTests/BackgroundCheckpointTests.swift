@@ -8,7 +8,7 @@ import TestSupport
 /// A worker's store checkpoints its WAL on a thread of its own (`EventStore.checkpointInBackground`):
 /// commits only ask for a checkpoint, unless the log has reached the automatic checkpoint's length, and
 /// closing the store still leaves no WAL behind.
-@Suite("background checkpoints") struct BackgroundCheckpointTests {
+@Suite("background checkpoints", .onTestThreads) struct BackgroundCheckpointTests {
     /// The size of `path`'s WAL in pages (0 when there is none).
     static func walPages(_ path: String) -> Int {
         let size = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0

@@ -3,12 +3,13 @@ import JobModel
 import StorePort
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// SQLite's group commit runs its appends under one savepoint for the batch, not one per event: a
 /// refusal comes before its event writes anything, so the others go on without it. An event that
 /// fails after it wrote sends the batch back to that savepoint and through the old path, a savepoint
 /// per event, which undoes that event alone.
-@Suite("SQLite group commit: one savepoint a batch")
+@Suite("SQLite group commit: one savepoint a batch", .onTestThreads)
 struct BatchSavepointTests {
     /// Each outcome as text, the jobs' ids replaced by their place in `ids`.
     private func described(_ outcomes: [Result<JobEvent, StoreError>], _ ids: [String]) -> [String] {

@@ -9,9 +9,12 @@ import TestSupport
 /// for more, so that they share one commit; a claim or a call ends the wait at once, the wait ends by
 /// itself after the spacing, and an append after a quiet spell is written at once.
 ///
-/// The tests do not rely on their own tasks running promptly (the test process's cooperative pool can
-/// be starved for seconds in a full run): "soon" is within an hour, or ordered by a flush held shut.
-@Suite("Group commits spaced while appends keep coming")
+/// The tests do not rely on their own tasks running promptly: "soon" is within an hour, or ordered by a
+/// flush held shut. Each append a test makes from a task must reach the executor before the test's next
+/// step, and within a minute: a test stops there otherwise (once, when blocking tests held the test
+/// process's cooperative pool, an append came after the call meant to end its wait and waited out the
+/// hour — see `OnTestThreads`).
+@Suite("Group commits spaced while appends keep coming", .onTestThreads)
 struct CommitSpacingTests {
     /// The job ids of each batch the executor's flush was handed, in order; the flush of a batch holding
     /// `holdingShut` waits until `open()`.
@@ -53,7 +56,9 @@ struct CommitSpacingTests {
         let before = flushed.count
         let task = Task { await executor.append(progressReport(next)) }
         await pollUntil { executor.queuedCount == 0 && executor.isLingering }
-        #expect(executor.isLingering)
+        // Stop here rather than go on: a call made before `next` reaches the executor would leave `next`
+        // waiting out the hour-long spacing, and the test with it.
+        try #require(executor.isLingering, "\(next) did not reach the executor within a minute")
         #expect(flushed.count == before, "\(next) was written without waiting: \(flushed.all)")
         return task
     }

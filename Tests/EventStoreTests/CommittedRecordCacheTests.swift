@@ -4,11 +4,12 @@ import JobModel
 import StorePort
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// A worker's appends start from the row as its connection last committed it, and only while the row
 /// is still at that version: what another connection writes in between is read, refused or kept
 /// exactly as without the cache, and the log still folds to the projection.
-@Suite("Appends after a committed row")
+@Suite("Appends after a committed row", .onTestThreads)
 struct CommittedRecordCacheTests {
     static let owner = "worker:test"
 

@@ -34,7 +34,7 @@ final class LockedList<Element>: @unchecked Sendable {
     var items: [Element] { lock.withLock { storage } }
 }
 
-@Suite("Concurrent connections")
+@Suite("Concurrent connections", .onTestThreads)
 struct ConcurrencyTests {
     @Test("connections opening a new file at once migrate it exactly once")
     func concurrentFirstOpen() throws {

@@ -4,10 +4,11 @@ import JobModel
 import StorePort
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// Schema 9: the conditions a worker's writes evaluate (the outcome index's, the CHECK on `jobs.state`)
 /// build no temporary b-tree per statement, and still accept exactly what they accepted.
-@Suite("Schema 9: conditions without IN lists")
+@Suite("Schema 9: conditions without IN lists", .onTestThreads)
 struct ConditionsWithoutInListsTests {
     /// The program SQLite runs for `sql`, one opcode a row.
     private func opcodes(_ store: EventStore, _ sql: String) throws -> [String] {

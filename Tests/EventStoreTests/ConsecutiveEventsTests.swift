@@ -3,11 +3,12 @@ import JobModel
 import StorePort
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// A worker writes an attempt's `started` with the attempt's next event (`appendGrouped([…])`): a job's
 /// consecutive events in one commit are decided one after the other and its projection row is written
 /// once, and a `started` keeps the time it happened.
-@Suite("Consecutive events of one job in one commit")
+@Suite("Consecutive events of one job in one commit", .onTestThreads)
 struct ConsecutiveEventsTests {
     /// Counts the UPDATEs of `jobs` rows from now on, with a trigger (SQL of the fixture's engine).
     private func countRowUpdates(_ fixture: StoreFixture) throws {

@@ -2,6 +2,7 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// Where a job is before a control command.
 enum ControlSetup: String, CaseIterable, Sendable {
@@ -23,7 +24,7 @@ enum ControlOutcome: Equatable {
     case refused(because: String)
 }
 
-@Suite("Control commands")
+@Suite("Control commands", .onTestThreads)
 struct ControlTests {
     /// The table of `EventStore+Control.swift`, written out independently.
     static func expected(_ setup: ControlSetup, _ command: ControlCommand) -> ControlOutcome {

@@ -9,7 +9,7 @@ import TestSupport
 /// A group commit's sync runs after its COMMIT, on a thread of its own: the executor goes on with the
 /// next transaction meanwhile, one sync covers every commit made while the previous one ran, and no
 /// waiter hears of its event before the sync that covers it has returned.
-@Suite("Syncing after COMMIT")
+@Suite("Syncing after COMMIT", .onTestThreads)
 struct DeferredSyncTests {
     /// A durability barrier the test holds shut, counting its runs.
     private final class Gate: Sendable {

@@ -9,7 +9,7 @@ import TestSupport
 /// `after:` on both engines: a job is not claimed before its dependencies succeeded; when one ends
 /// failed or cancelled, its waiting dependants (and theirs) end cancelled in the same transaction; the
 /// `job_dependencies` rows are rebuilt by replay.
-@Suite struct DependencyTests {
+@Suite(.onTestThreads) struct DependencyTests {
     private func spec(key: String, after: [String]? = nil, priority: Int = 0) -> JobSpec {
         var spec = uploadSpec(key: key, priority: priority)
         spec.after = after

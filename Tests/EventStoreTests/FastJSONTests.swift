@@ -3,10 +3,11 @@ import JobModel
 import Testing
 @testable import EventStore
 @testable import StorePort
+import TestSupport
 
 /// The hand-written JSON reader (`JSONReader`, `FastJSON`) decodes exactly what Foundation's decoder
 /// decodes, and whatever they decline still decodes — or fails — through Foundation as before.
-@Suite("Fast JSON decoding")
+@Suite("Fast JSON decoding", .onTestThreads)
 struct FastJSONTests {
     // MARK: - Comparing with Foundation
 

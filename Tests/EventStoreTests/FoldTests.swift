@@ -3,9 +3,10 @@ import JobLifecycle
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// The fold as a value: no SQL, one event at a time.
-@Suite("Folding events into a JobRecord")
+@Suite("Folding events into a JobRecord", .onTestThreads)
 struct FoldTests {
     static let spec = JobSpec(kind: .downloadFile, source: "gs://b/o", destination: "/tmp/o", key: "k1",
                               priority: 7, maxAttempts: 4, queue: "bulk")
@@ -216,7 +217,7 @@ struct FoldTests {
 }
 
 /// The append path writes only `JobRecord.changingColumns`; these prove no event can change the others.
-@Suite("The columns an append writes")
+@Suite("The columns an append writes", .onTestThreads)
 struct ChangingColumnsTests {
     @Test("changing and fixed columns together are every column, once")
     func partition() {
@@ -264,7 +265,7 @@ struct ChangingColumnsTests {
     }
 }
 
-@Suite("The decoded-spec cache")
+@Suite("The decoded-spec cache", .onTestThreads)
 struct DecodedSpecCacheTests {
     static func text(_ spec: JobSpec) throws -> String { try StoreJSON.encode(spec) }
 

@@ -8,7 +8,7 @@ import TestSupport
 /// Migrations that drop a large object (a column of every job, an index, a table) succeed on a large
 /// database: this process lets statement journals grow to 4 MiB in memory and then spill to a file,
 /// and SQLite (3.40) fails such a DROP inside a transaction with SQLITE_FULL once its journal spills.
-@Suite("Migrating a large database")
+@Suite("Migrating a large database", .onTestThreads)
 struct LargeMigrationTests {
     /// A database at schema 7 (before 008 dropped the projection's spec and result) holding `jobs`
     /// queued jobs with a spec of a few hundred bytes each, written directly (no events: only the

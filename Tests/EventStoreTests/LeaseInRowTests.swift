@@ -7,7 +7,7 @@ import TestSupport
 
 /// Schema 10: a running job's lease expiry is kept in its `jobs` row
 /// (`migrations/sqlite/010_lease_in_the_job_row.sql`); the `leases` table is gone.
-@Suite("SQLite leases in the job row")
+@Suite("SQLite leases in the job row", .onTestThreads)
 struct SQLiteLeaseInRowTests {
     /// The job row's lease: state, owner, token and expiry.
     private func lease(_ store: EventStore, _ id: String) throws -> (state: String, owner: String?, token: Int64?, expiresAtMs: Int64?)? {

@@ -2,12 +2,13 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// `jobs(filter:)` with a limit and a condition looks at the newest jobs first (a window read backwards
 /// through `jobs_created`) and runs the whole condition only when the window holds fewer matches than the
 /// limit. Either way the answer is the newest `limit` matches: these compare it with the unlimited
 /// listing's first rows, on both engines (PostgreSQL plans by its statistics and has no window).
-@Suite("Listing the newest matches first")
+@Suite("Listing the newest matches first", .onTestThreads)
 struct ListWindowTests {
     static func spec(_ k: Int, priority: Int = 0) -> JobSpec {
         JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:9/o-\(k)", maxSize: 64, priority: priority)

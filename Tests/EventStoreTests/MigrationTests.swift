@@ -4,7 +4,7 @@ import Testing
 import TestSupport
 @testable import EventStore
 
-@Suite("Opening and migrating")
+@Suite("Opening and migrating", .onTestThreads)
 struct MigrationTests {
     @Test("a fresh file is migrated, private, and in WAL mode")
     func freshFile() throws {

@@ -6,7 +6,7 @@ import TestSupport
 
 /// Real processes writing to one file. The test binary re-runs itself with a filter that selects
 /// `childSubmitter`, which is enabled only in those children (the environment names the database).
-@Suite("Separate processes")
+@Suite("Separate processes", .onTestThreads)
 struct MultiProcessTests {
     static let databaseVariable = "JOBCTL_STORE_CHILD_DB"
     static let environment = ProcessInfo.processInfo.environment

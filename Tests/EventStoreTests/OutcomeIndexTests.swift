@@ -3,10 +3,11 @@ import JobModel
 import Testing
 @testable import EventStore
 @testable import PostgresStore
+import TestSupport
 
 /// Migration 6's indexes keep `jobctl stats` and the orphan sweep (every worker's start) as fast on a
 /// log of millions of events as on a small one: they search, never scan `events` or `jobs`.
-@Suite("The indexes of a big log")
+@Suite("The indexes of a big log", .onTestThreads)
 struct OutcomeIndexTests {
     @Test("stats finds the last hour's outcomes through events_outcomes_at, with or without a queue", arguments: Engine.allCases)
     func statsSearchesTheOutcomeIndex(engine: Engine) throws {

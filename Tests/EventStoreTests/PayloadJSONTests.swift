@@ -3,9 +3,10 @@ import JobModel
 import Testing
 @testable import EventStore
 @testable import StorePort
+import TestSupport
 
 /// The hand-written payload JSON is byte for byte Foundation's (`StoreJSON.encode(payload.wire)`).
-@Suite("Payload JSON")
+@Suite("Payload JSON", .onTestThreads)
 struct PayloadJSONTests {
     static let texts = ["worker:host-1:4242", "", "a/b c", "quote \" inside", "back\\slash", "tab\there", "line\nfeed",
                         "\u{1}control", "café", "emoji 🚀", "e\u{301}", "del\u{7F}"]

@@ -5,7 +5,7 @@ import TestSupport
 @testable import PostgresStore
 
 /// What only the PostgreSQL adapter has to get right: several connections (machines) on one database.
-@Suite("PostgreSQL adapter")
+@Suite("PostgreSQL adapter", .onTestThreads)
 struct PostgresAdapterTests {
     /// Claims from four stores (four connections, as four machines) at once: every job once, tokens unique.
     @Test("concurrent claims from several connections take each job once, with unique growing tokens")

@@ -4,7 +4,7 @@ import Testing
 import TestSupport
 @testable import EventStore
 
-@Suite("Queries and errors")
+@Suite("Queries and errors", .onTestThreads)
 struct QueryTests {
     @Test("jobs(filter:) filters by state, kind, queue and time windows, newest first", arguments: Engine.allCases)
     func listing(engine: Engine) throws {

@@ -2,11 +2,12 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// The worker's start-up look for queued `gs://` jobs (`nextQueuedJobs(limit:specMentioning:)`): the same
 /// candidates, in claim order, on both stores; on SQLite a spec that cannot match is never decoded, and
 /// the look reads only its window of the queue.
-@Suite("Queued jobs by spec text")
+@Suite("Queued jobs by spec text", .onTestThreads)
 struct QueuedSpecScanTests {
     /// Submits `plain` jobs that name no `gs://` object, then (later) a `gs://` job, one written `GS://`,
     /// a `file://` job whose path holds `gs:`, and a `gs://` job that is claimed (no longer queued).

@@ -9,7 +9,7 @@ import TestSupport
 /// running jobs, resumes, cancels of queued and running jobs, retries, retryable and final failures, a
 /// graceful release, a crash rescued after its lease expired, and a download-to-memory blob.
 /// `Fixtures/README.md` says how it was made.
-@Suite("A database written by the previous release")
+@Suite("A database written by the previous release", .onTestThreads)
 struct ReleaseFixtureTests {
     /// A private copy of the fixture (opening it read-write would change the committed file); with
     /// `migrated`, brought to the current schema as `jobctl migrate` would (schema 3 adds `jobs.batch`,

@@ -2,8 +2,9 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
-@Suite("Replaying the log")
+@Suite("Replaying the log", .onTestThreads)
 struct ReplayTests {
     /// Jobs in every state, reached through every kind of event.
     static func populate(_ fixture: StoreFixture) throws -> [String: String] {

@@ -5,7 +5,7 @@ import TestSupport
 
 /// Texts and blobs are lent to SQLite (`SQLITE_STATIC`) for as long as a statement runs, not copied:
 /// every kind of value must still arrive whole and as its own type, whatever comes before or after it.
-@Suite("SQLite bindings") struct SQLiteBindingTests {
+@Suite("SQLite bindings", .onTestThreads) struct SQLiteBindingTests {
     /// Each value read back through `SELECT ?, typeof(?)`, with integers, NULLs and texts interleaved.
     @Test func everyValueArrivesWholeAndTyped() throws {
         let directory = try TemporaryDirectory("sqlite-bindings")

@@ -3,10 +3,11 @@ import JobLifecycle
 import JobModel
 import StorePort
 import Testing
+import TestSupport
 
 /// Scheduled jobs are not claimed before their time, and the `batch` column selects a batch, on both
 /// engines; both are folded from the `submitted` event, so replay rebuilds them.
-@Suite struct ScheduleAndBatchTests {
+@Suite(.onTestThreads) struct ScheduleAndBatchTests {
     @Test(arguments: Engine.allCases)
     func aScheduledJobIsNotClaimedBeforeItsTime(engine: Engine) throws {
         let fixture = try StoreFixture("schedule", engine: engine)

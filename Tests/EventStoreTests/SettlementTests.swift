@@ -2,6 +2,7 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// The requests a running job can hold when its worker's outcome arrives.
 enum PendingRequests: String, CaseIterable, Sendable {
@@ -25,7 +26,7 @@ enum AttemptOutcome: String, CaseIterable, Sendable {
 
 /// Pending request × worker outcome: what the store makes of the pair, in the order the issue's
 /// reproduction has them (the requests are acknowledged first, the outcome arrives later).
-@Suite("Requests pending when an attempt ends")
+@Suite("Requests pending when an attempt ends", .onTestThreads)
 struct SettlementTests {
     /// The job's final state and the events appended from the outcome on.
     static func expected(_ requests: PendingRequests, _ outcome: AttemptOutcome) -> (JobState, [EventType]) {

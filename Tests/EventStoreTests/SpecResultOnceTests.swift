@@ -7,7 +7,7 @@ import TestSupport
 
 /// Schema 8: a job's spec and result are stored once, in its `submitted` and `succeeded` events, and
 /// every read of a job takes them from there.
-@Suite("The spec and the result stored once")
+@Suite("The spec and the result stored once", .onTestThreads)
 struct SpecResultOnceTests {
     /// The `jobs` table's columns, comma-separated in table order.
     private static func columns(_ fixture: StoreFixture) throws -> [String] {

@@ -5,7 +5,7 @@ import TestSupport
 
 /// The prepared-statement cache hashes a few samples of each SQL text, not all of it: texts alike in
 /// every sampled byte must still get their own statements.
-@Suite struct StatementCacheTests {
+@Suite(.onTestThreads) struct StatementCacheTests {
     /// Two texts of one length that differ only where the hash does not look, and a third that differs
     /// only in its last byte: each query answers with its own value, in any order, many times.
     @Test func textsAlikeInTheSampledBytesKeepTheirOwnStatements() throws {

@@ -10,7 +10,7 @@ import Glibc
 
 /// The store's one executor: every use of the connection on one thread, group commit, and a close that
 /// is done when the store is released.
-@Suite("The store's executor")
+@Suite("The store's executor", .onTestThreads)
 struct StoreExecutorTests {
     @Test("every use of the connection runs on one thread, whichever thread asks")
     func oneThread() async throws {

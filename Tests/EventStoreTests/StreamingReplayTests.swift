@@ -2,11 +2,12 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
 /// `replay --verify` reads the log job by job (events in job id, version order) and forgets each job
 /// once compared; `replay` without `--verify` still folds the whole log in log order before it
 /// rewrites. Both must report the same thing about the same log.
-@Suite("Verifying the log job by job")
+@Suite("Verifying the log job by job", .onTestThreads)
 struct StreamingReplayTests {
     static let otherColumns = "seq, kind, state, queue, priority, run_after_ms, attempts, max_attempts, lease_owner, lease_token, "
         + "bytes_done, bytes_total, resume_point, error, pause_requested, cancel_requested, version, "

@@ -4,7 +4,7 @@ import Testing
 import TestSupport
 @testable import EventStore
 
-@Suite("Submitting jobs")
+@Suite("Submitting jobs", .onTestThreads)
 struct SubmitTests {
     @Test("a submit appends one submitted event and one queued row per job", arguments: Engine.allCases)
     func submit(engine: Engine) throws {

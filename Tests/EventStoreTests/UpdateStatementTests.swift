@@ -1,9 +1,11 @@
 @testable import EventStore
 import JobLifecycle
 import Testing
+import TestSupport
 
 /// The projection UPDATE's text comes from a cache keyed by the set of columns it sets; it must be the
 /// text the per-call builder wrote: the columns in `changingColumns` order, `col = ?` each, the id last.
+@Suite(.onTestThreads)
 struct UpdateStatementTests {
     @Test func everyColumnSetGivesTheBuiltText() {
         let columns = JobRecord.changingColumns

@@ -2,8 +2,9 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import TestSupport
 
-@Suite("Claiming, heartbeats and rescue")
+@Suite("Claiming, heartbeats and rescue", .onTestThreads)
 struct WorkerPrimitiveTests {
     @Test("claims follow priority, then run_after, then submission order, and skip future and other queues", arguments: Engine.allCases)
     func claimOrder(engine: Engine) throws {

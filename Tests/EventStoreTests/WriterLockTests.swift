@@ -7,7 +7,7 @@ import TestSupport
 /// The writer lock between processes (`WriterLock`): real processes, real files. The test binary re-runs
 /// itself with a filter that selects `childHolder`, enabled only in those children: it takes the lock of
 /// the database the environment names, says so with a file, and holds it until it is killed.
-@Suite("Writer lock between processes", .serialized)
+@Suite("Writer lock between processes", .serialized, .onTestThreads)
 struct WriterLockTests {
     static let databaseVariable = "JOBCTL_WRITER_LOCK_CHILD_DB"
     static let environment = ProcessInfo.processInfo.environment

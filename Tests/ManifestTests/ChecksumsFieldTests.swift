@@ -2,9 +2,10 @@ import Foundation
 import JobModel
 import Testing
 @testable import Manifest
+import TestSupport
 
 /// `checksums:` — the hashes a transfer computes and compares — on a job or in `defaults:`.
-@Suite struct ChecksumsFieldTests {
+@Suite(.onTestThreads) struct ChecksumsFieldTests {
     @Test func readOnJobsAndFromDefaults() throws {
         let jobs = try #require(parse("""
         defaults:

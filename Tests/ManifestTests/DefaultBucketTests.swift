@@ -2,10 +2,11 @@ import Foundation
 import JobModel
 import Testing
 @testable import Manifest
+import TestSupport
 
 /// `defaults: {bucket: ...}`: object paths written without a scheme resolve against it at submit, as
 /// `reference(withPath:)` does, and the stored spec holds the full reference.
-@Suite struct DefaultBucketTests {
+@Suite(.onTestThreads) struct DefaultBucketTests {
     @Test func relativeObjectPathsResolveAgainstTheDefaultBucket() throws {
         let jobs = try #require(parse("""
         defaults:

@@ -6,7 +6,7 @@ import TestSupport
 
 /// A destination ending in `/` means "into this folder", as in gsutil, rclone and cp: the name is added at
 /// submit, so the spec (and the log) says exactly where the bytes go.
-@Suite struct FolderDestinationTests {
+@Suite(.onTestThreads) struct FolderDestinationTests {
     /// upload-file `t.csv` (or `a b.csv`) to each destination, and where it must go.
     @Test(arguments: [
         ("gs://b/folder/", "gs://b/folder/t.csv"),

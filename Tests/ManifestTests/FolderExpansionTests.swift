@@ -6,7 +6,7 @@ import TestSupport
 
 /// Glob patterns, include/exclude filters, folder and glob uploads expanded against real files, prefix
 /// downloads expanded from object names, and schedules.
-@Suite struct FolderExpansionTests {
+@Suite(.onTestThreads) struct FolderExpansionTests {
     // MARK: - Patterns
 
     @Test(arguments: [

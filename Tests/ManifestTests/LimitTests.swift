@@ -27,7 +27,7 @@ private let deepCases: [DeepCase] = [
              position: "3:72"),
 ]
 
-@Suite struct LimitTests {
+@Suite(.onTestThreads) struct LimitTests {
     // MARK: - Depth
 
     /// Refused at the first collection deeper than 64 levels, before any node of it is built: the parse

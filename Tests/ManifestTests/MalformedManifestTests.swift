@@ -2,6 +2,7 @@ import Foundation
 import JobModel
 import Testing
 @testable import Manifest
+import TestSupport
 
 /// A manifest that must be refused with one error at an exact position.
 struct MalformedCase: Sendable, CustomTestStringConvertible {
@@ -356,7 +357,7 @@ private let malformedCases: [MalformedCase] = [
           "'custom_metadata' must be a mapping of names to strings, not a sequence"),
 ]
 
-@Suite struct MalformedManifestTests {
+@Suite(.onTestThreads) struct MalformedManifestTests {
     @Test(arguments: malformedCases)
     func refused(_ row: MalformedCase) throws {
         let result = ManifestParser(baseDirectory: testBase, checksSources: row.checksSources).parse(data: Data(row.input), path: "jobs/bad.yaml")

@@ -2,9 +2,10 @@ import Foundation
 import JobModel
 import Testing
 @testable import Manifest
+import TestSupport
 
 /// `jobctl help manifest` documents exactly what the reader accepts.
-@Suite("Manifest reference")
+@Suite("Manifest reference", .onTestThreads)
 struct ManifestReferenceTests {
     @Test("Every field the reader knows is documented once, and nothing else")
     func fieldsMatchTheReader() {

@@ -2,10 +2,11 @@ import Foundation
 import JobModel
 import Testing
 @testable import Manifest
+import TestSupport
 
 /// The get-metadata, update-metadata and delete kinds in manifests: the fields each takes, with exact
 /// positions for the ones it does not.
-@Suite struct ObjectOperationFieldTests {
+@Suite(.onTestThreads) struct ObjectOperationFieldTests {
     @Test func objectOperationsRead() throws {
         let jobs = try #require(parse("""
         defaults:

@@ -2,10 +2,11 @@ import Foundation
 import JobModel
 import Testing
 @testable import Manifest
+import TestSupport
 
 /// Secrets never reach a message or a source line the manifest module prints, and the caret keeps
 /// pointing at the token the error is about.
-@Suite struct RedactionTests {
+@Suite(.onTestThreads) struct RedactionTests {
     /// The rendered error's caret line and the source line above it: the shown character under the caret.
     private func caretTarget(_ error: ManifestError) throws -> (shown: String, column: Int) {
         let lines = error.render().split(separator: "\n", omittingEmptySubsequences: false).map(String.init)

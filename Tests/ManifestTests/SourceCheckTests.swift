@@ -5,7 +5,7 @@ import TestSupport
 @testable import Manifest
 
 /// upload-file sources are checked on disk at submit, against real files in a fresh folder.
-@Suite struct SourceCheckTests {
+@Suite(.onTestThreads) struct SourceCheckTests {
     /// A folder holding `t.csv`, `a[1].csv` (a real file whose name looks like a glob), `photos/`, a link
     /// to `t.csv`, a link to nothing and a FIFO.
     struct Folder {

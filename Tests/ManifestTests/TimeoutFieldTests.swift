@@ -2,9 +2,10 @@ import Foundation
 import JobModel
 import Testing
 @testable import Manifest
+import TestSupport
 
 /// `timeout:` — how long one attempt of a job may take — on a job or in `defaults:`, range-checked.
-@Suite struct TimeoutFieldTests {
+@Suite(.onTestThreads) struct TimeoutFieldTests {
     @Test func readOnJobsAndFromDefaults() throws {
         let jobs = try #require(parse("""
         defaults:

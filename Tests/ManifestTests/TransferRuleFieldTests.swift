@@ -2,9 +2,10 @@ import Foundation
 import JobModel
 import Testing
 @testable import Manifest
+import TestSupport
 
 /// `if_exists:` and `max_rate:` on a job or in `defaults:`, with exact positions for bad values.
-@Suite struct TransferRuleFieldTests {
+@Suite(.onTestThreads) struct TransferRuleFieldTests {
     @Test func ifExistsReadOnJobsAndFromDefaults() throws {
         let jobs = try #require(parse("""
         defaults:

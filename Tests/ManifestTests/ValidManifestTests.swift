@@ -4,7 +4,7 @@ import Testing
 import TestSupport
 @testable import Manifest
 
-@Suite struct ValidManifestTests {
+@Suite(.onTestThreads) struct ValidManifestTests {
     @Test func everyKind() throws {
         let result = parse("""
         jobs:

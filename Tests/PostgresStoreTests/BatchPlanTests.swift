@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 @testable import PostgresStore
 
-@Suite("PostgreSQL group-commit plans")
+@Suite("PostgreSQL group-commit plans", .onTestThreads)
 struct BatchPlanTests {
     /// The planner cannot see how many rows `unnest` of a parameter gives; left to itself it joins a
     /// batch of 200 rows to a big `jobs` table by hashing the whole table. The update of the projection
@@ -35,7 +35,7 @@ struct BatchPlanTests {
 
 /// Write transactions run every statement on its prepared statement's generic plan
 /// (`PostgresStore.writeBegin`), so the server does not plan the group commit's statements again.
-@Suite("PostgreSQL write transactions on generic plans")
+@Suite("PostgreSQL write transactions on generic plans", .onTestThreads)
 struct GenericPlanTests {
     @Test("a write transaction runs with plan_cache_mode = force_generic_plan, in the same round trip as BEGIN; outside it the server chooses")
     func writeTransactionMode() throws {
@@ -98,7 +98,7 @@ struct GenericPlanTests {
 
 /// A group commit's row locks read the stored columns only (`JobRecord.postgresLockColumns`): the
 /// spec comes from the process's decoded specs, or from one more query for a job it has not read.
-@Suite("PostgreSQL group-commit row locks without the spec")
+@Suite("PostgreSQL group-commit row locks without the spec", .onTestThreads)
 struct LockColumnsTests {
     @Test("the row locks do not read the jobs' submitted events; the full row read does")
     func lockReadsNoSubmittedEvent() throws {
@@ -143,7 +143,7 @@ struct LockColumnsTests {
 }
 
 /// The per-row work of the statements that take event seqs and send job ids.
-@Suite("PostgreSQL group-commit parameters and seqs")
+@Suite("PostgreSQL group-commit parameters and seqs", .onTestThreads)
 struct GroupCommitParameterTests {
     /// `pg_get_serial_sequence` is stable, so a generic plan called it for every seq taken; as an
     /// InitPlan it runs once per execution. The seqs taken are still the identity sequence's, in order.

@@ -6,7 +6,7 @@ import TestSupport
 
 /// The claim reads queued jobs in claim order from an index instead of sorting the whole queue (a
 /// drain's claims cost ~6 ms each with 10,000 queued jobs before: see BENCHMARKS.md, PostgreSQL).
-@Suite("PostgreSQL claim plan")
+@Suite("PostgreSQL claim plan", .onTestThreads)
 struct ClaimPlanTests {
     @Test("a claim across every queue, or a few, reads the queued-jobs index in order and sorts nothing",
           arguments: [nil, ["default", "other"]] as [[String]?])

@@ -4,7 +4,7 @@ import Testing
 import TestSupport
 @testable import PostgresStore
 
-@Suite("PostgreSQL data version")
+@Suite("PostgreSQL data version", .onTestThreads)
 struct DataVersionTests {
     // MARK: - Snapshots, as values
 

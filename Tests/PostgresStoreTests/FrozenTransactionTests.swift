@@ -8,7 +8,7 @@ import TestSupport
 /// A worker frozen inside a write transaction (stopped, descheduled, its machine paused) holds its rows'
 /// locks; the rescue skips locked rows, so without a limit its jobs could never be rescued. The server
 /// ends a write transaction idle for `PostgresStore.idleWriteTimeoutSeconds`.
-@Suite("PostgreSQL: a frozen write transaction")
+@Suite("PostgreSQL: a frozen write transaction", .onTestThreads)
 struct FrozenTransactionTests {
     /// The frozen transaction's result, set on its thread before `ended` is signalled and read after.
     private final class Outcome: @unchecked Sendable {

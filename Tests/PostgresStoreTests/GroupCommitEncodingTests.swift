@@ -7,7 +7,7 @@ import TestSupport
 /// The worker's side of a group commit, made cheaper without changing what reaches the server: the
 /// projection update's values built directly, its text built once, value types read without encoding
 /// the values, renumbered texts made once. Each is compared here with the way it was made before.
-@Suite("PostgreSQL group commit encoding")
+@Suite("PostgreSQL group commit encoding", .onTestThreads)
 struct GroupCommitEncodingTests {
     /// Records in every shape the projection update sees: queued, running under a lease, with a resume
     /// point, an error, requests, a result, a key, a batch; finished.

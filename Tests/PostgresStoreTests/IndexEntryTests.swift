@@ -6,7 +6,7 @@ import TestSupport
 @testable import PostgresStore
 
 /// Schema 10: fewer index entries written per job (`migrations/postgres/010_fewer_index_entries_per_job.sql`).
-@Suite("PostgreSQL index entries per job")
+@Suite("PostgreSQL index entries per job", .onTestThreads)
 struct IndexEntryTests {
     /// A heartbeat changes only the job row's `lease_expires_at_ms` (schema 11; before it, the lease
     /// row's `expires_at_ms`, unindexed since schema 10), which no index holds: the update can be HOT

@@ -7,7 +7,7 @@ import TestSupport
 
 /// Schema 11: a running job's lease expiry is kept in its `jobs` row
 /// (`migrations/postgres/011_lease_in_the_job_row.sql`); the `leases` table is no longer written.
-@Suite("PostgreSQL leases in the job row")
+@Suite("PostgreSQL leases in the job row", .onTestThreads)
 struct LeaseInRowTests {
     /// The job row's lease: owner, token and expiry.
     private func lease(_ store: PostgresStore, _ id: String) throws -> (state: String, owner: String?, token: Int64?, expiresAtMs: Int64?)? {

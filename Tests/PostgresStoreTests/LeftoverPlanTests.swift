@@ -7,7 +7,7 @@ import TestSupport
 /// The leftover sweep's read of finished file-creating jobs on PostgreSQL, with the statistics a fresh
 /// log has: analysed while every job was queued, then every job finished (as at a drain's end, before
 /// autovacuum analyses the table again).
-@Suite("PostgreSQL leftover sweep plan")
+@Suite("PostgreSQL leftover sweep plan", .onTestThreads)
 struct PostgresLeftoverPlanTests {
     @Test("finished jobs of other kinds are not read, whatever the statistics say")
     func otherKindsAreNotRead() throws {

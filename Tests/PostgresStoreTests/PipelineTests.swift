@@ -7,7 +7,7 @@ import TestSupport
 /// libpq pipeline mode (`PostgresConnection.enqueue`): held-back statements travel with the next one
 /// in one round trip; a failure in the middle aborts the rest and is reported as itself; a server
 /// that goes away mid-pipeline is a lost connection, never a half-reported success.
-@Suite("PostgreSQL pipelines")
+@Suite("PostgreSQL pipelines", .onTestThreads)
 struct PipelineTests {
     @Test("held-back statements run before the next one, in order, in one round trip; each sees its own result")
     func heldBackInOrder() throws {

@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 @testable import PostgresStore
 
-@Suite("libpq wrapper against a real PostgreSQL")
+@Suite("libpq wrapper against a real PostgreSQL", .onTestThreads)
 struct PostgreSQLTests {
     static let values: [(PostgresValue, String)] = [
         (.text(""), "text"),

@@ -4,7 +4,7 @@ import Testing
 import TestSupport
 @testable import PostgresStore
 
-@Suite("PostgreSQL migrations")
+@Suite("PostgreSQL migrations", .onTestThreads)
 struct PostgresMigratorTests {
     @Test("a fresh database gets every migration, recorded in the ledger with the SHA-256 of its file")
     func freshDatabase() throws {

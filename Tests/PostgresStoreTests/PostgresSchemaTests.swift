@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 @testable import PostgresStore
 
-@Suite("The PostgreSQL schema's guarantees")
+@Suite("The PostgreSQL schema's guarantees", .onTestThreads)
 struct PostgresSchemaTests {
     @Test("events refuse UPDATE, DELETE and TRUNCATE, and stay as appended",
           arguments: [

@@ -7,7 +7,7 @@ import TestSupport
 /// A worker's start-up look for queued `gs://` jobs on PostgreSQL: the server matches the stored text,
 /// so only the jobs that can name a GCS object come back (each worker process asks this once at start,
 /// and reading every queued job's spec was a fifth of a four-process drain's server time).
-@Suite("PostgreSQL queued jobs by spec text")
+@Suite("PostgreSQL queued jobs by spec text", .onTestThreads)
 struct PostgresQueuedSpecScanTests {
     @Test("only the queued jobs whose submitted text mentions the text come back, in claim order, ASCII case ignored")
     func matchedOnTheServer() throws {

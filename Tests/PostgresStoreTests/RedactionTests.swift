@@ -1,8 +1,9 @@
 import Foundation
 import Testing
 @testable import PostgresStore
+import TestSupport
 
-@Suite("Database URLs with their passwords redacted")
+@Suite("Database URLs with their passwords redacted", .onTestThreads)
 struct RedactionTests {
     @Test("every password is replaced by REDACTED and nothing else of value is lost",
           arguments: [

@@ -6,7 +6,7 @@ import TestSupport
 
 /// The adapter's statement budget (each statement is a round trip to the server) and the prepared
 /// statements that keep each one cheap: see BENCHMARKS.md, PostgreSQL.
-@Suite("PostgreSQL round trips and prepared statements")
+@Suite("PostgreSQL round trips and prepared statements", .onTestThreads)
 struct RoundTripTests {
     @Test("a statement with parameters is prepared once per session and per parameter types, and again after a reconnect")
     func preparedOncePerSession() throws {

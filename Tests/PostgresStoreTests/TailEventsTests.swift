@@ -6,7 +6,7 @@ import TestSupport
 
 /// Following the log by seq on PostgreSQL (`watch --all`): seqs are taken in one order and committed in
 /// another, and a rolled-back append leaves a gap for good.
-@Suite("PostgreSQL log tail")
+@Suite("PostgreSQL log tail", .onTestThreads)
 struct TailEventsTests {
     private static let spec = JobSpec(kind: .uploadData, destination: "file://tail/a.txt", data: Data("tail".utf8))
 

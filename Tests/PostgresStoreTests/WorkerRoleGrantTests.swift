@@ -4,7 +4,7 @@ import TestSupport
 @testable import PostgresStore
 
 /// `migrate --grant` as a library call, and what a later migration does for roles granted before.
-@Suite("PostgreSQL worker role grants")
+@Suite("PostgreSQL worker role grants", .onTestThreads)
 struct WorkerRoleGrantTests {
     /// The worker role's privileges on each table of the schema, as `table:PRIV,PRIV`.
     private static func privileges(_ server: PostgresServer, _ roles: PostgresServer.RoleSetup) throws -> [String] {

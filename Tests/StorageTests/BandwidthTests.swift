@@ -10,15 +10,12 @@ import TestSupport
 /// run alone these tests measure within ±3 % of the limit (see the printed lines), but under the whole
 /// suite on two shared cores a paced transfer was measured up to 20 times slower, and a timing floor
 /// would make the suite flaky. Each test runs on its own curl engine, away from other tests' exchanges.
-@Suite struct BandwidthTests {
-    /// nginx waits up to 10 minutes (not its default 60 s) for the client to read more. While the rest of
-    /// the suite runs, these tests' downloads take far longer than their limit allows (2 MiB at 1 MiB/s:
-    /// 117–199 s in full runs, with the downloads' files on disk or in memory alike; 8–10 s beside the
-    /// other storage suites; 2 s alone or beside six busy loops). Beside the storage suites the curl
-    /// engine's exchanges were active 3.9 s in all for the three downloads (the limit's pace): the rest
-    /// went to the transfers' set-up and finish, waiting for threads the other tests held. Once, in a
-    /// full run, an exchange also went 60 s without a read and nginx closed it; why is not found yet.
-    /// This keeps the tests about the ceiling they assert.
+@Suite(.onTestThreads) struct BandwidthTests {
+    /// nginx waits up to 10 minutes (not its default 60 s) for the client to read more. These downloads
+    /// once took 117–199 s in full runs (2 s alone), waiting for the test process's cooperative pool,
+    /// whose two threads other tests held while they blocked (`OnTestThreads` now keeps the tests off
+    /// it: 2.0 s in a full run). Once an exchange also went 60 s without a read and nginx closed it; that
+    /// was not tied to the pool and has not been seen since. The tests assert the ceiling.
     static let patientServer = "send_timeout 600s;"
 
     @Test func downloadHonoursMaxRate() async throws {

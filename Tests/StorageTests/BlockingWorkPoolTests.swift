@@ -7,7 +7,7 @@ import Testing
 
 /// The threads `file://` writes run on: as many at once as there is blocked work (up to the limit),
 /// whatever Dispatch's global pool is doing, and none left once idle.
-@Suite("blocking work pool")
+@Suite("blocking work pool", .onTestThreads)
 struct BlockingWorkPoolTests {
     /// Waits until `condition` holds (at most `seconds`). These tests are synchronous on purpose: once
     /// started they need no cooperative thread back, which the full suite's load can withhold for tens
@@ -172,7 +172,7 @@ struct BlockingWorkPoolTests {
 }
 
 /// Every thread jobctl starts names itself in the system, as `top -H` and `perf` show it.
-@Suite("thread names")
+@Suite("thread names", .onTestThreads)
 struct ThreadNameTests {
     @Test("a name is cut to 15 bytes on a character boundary and read back")
     func cutAndReadBack() {

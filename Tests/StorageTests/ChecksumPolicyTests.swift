@@ -8,7 +8,7 @@ import TestSupport
 /// Which hashes a transfer computes and compares: CRC32C by default wherever the server reports it,
 /// MD5 only when the job asks (`checksums: [md5]`) or when it is the one hash offered; plain-HTTP
 /// downloads checked against `Content-MD5`, `Digest`, `Repr-Digest` and `Content-Digest`.
-@Suite("Checksum policy against the emulator and nginx")
+@Suite("Checksum policy against the emulator and nginx", .onTestThreads)
 struct ChecksumPolicyTests {
     private func httpConfiguration() -> StorageConfiguration {
         StorageConfiguration(stallTimeout: 30, connectTimeout: 5)

@@ -7,7 +7,7 @@ import TestSupport
 
 /// The completion form of `perform`: the outcome handed over once, from the thread the transfer ended
 /// on, the same outcome the `async` form returns.
-@Suite("transfers handing their outcome to a completion")
+@Suite("transfers handing their outcome to a completion", .onTestThreads)
 struct CompletionTransferTests {
     /// Calls the completion form and waits (up to 30 s) for its outcome; counts the calls.
     static func outcome(_ backend: any StorageBackend, _ spec: JobSpec) async -> (Result<TransferOutcome, StorageError>?, Int) {

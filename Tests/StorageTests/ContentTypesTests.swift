@@ -2,8 +2,9 @@ import Foundation
 import JobModel
 import Storage
 import Testing
+import TestSupport
 
-@Suite("upload content types") struct ContentTypesTests {
+@Suite("upload content types", .onTestThreads) struct ContentTypesTests {
     struct Case: Sendable, CustomStringConvertible {
         let spec: JobSpec
         let destination: String

@@ -10,7 +10,7 @@ import Glibc
 /// An upload survives the uploading process being killed: a child copy of the test runner uploads and
 /// appends every checkpoint to a log (as the worker appends `progress` events), is SIGKILLed mid-upload,
 /// and this process finishes the upload from the last logged resume point alone.
-@Suite("Upload resume after a crash")
+@Suite("Upload resume after a crash", .onTestThreads)
 struct CrashResumeTests {
     private enum Key {
         static let child = "JOBCTL_CRASH_CHILD"

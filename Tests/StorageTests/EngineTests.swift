@@ -6,7 +6,7 @@ import Testing
 
 /// The curl engine's promises, observed from outside: connection reuse, many transfers on one thread,
 /// HTTP status mapping, token refresh, no secrets in errors.
-@Suite("Curl engine and error mapping")
+@Suite("Curl engine and error mapping", .onTestThreads)
 struct EngineTests {
     private let configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
 
@@ -180,7 +180,7 @@ struct EngineTests {
     }
 }
 
-@Suite("Retry-After parsing") struct RetryAfterTests {
+@Suite("Retry-After parsing", .onTestThreads) struct RetryAfterTests {
     @Test func secondsAndHTTPDates() {
         let now = Date(timeIntervalSince1970: 1_700_000_000)  // Tue, 14 Nov 2023 22:13:20 GMT
         #expect(retryAfterSeconds("7", now: now) == 7)

@@ -12,7 +12,7 @@ import Testing
 /// tell the forms apart; the `/raw/` location below serves the file named by the *undecoded* path
 /// (`try_files` on `$request_uri`), as a server that checks the raw path does. Each test creates both the
 /// file the raw path names and the file a rewritten path would name, with different contents.
-@Suite("Exact HTTP URLs against nginx")
+@Suite("Exact HTTP URLs against nginx", .onTestThreads)
 struct ExactURLTests {
     private func startRawNginx() throws -> NginxServer {
         let server = try NginxServer.start(

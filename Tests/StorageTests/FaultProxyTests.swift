@@ -6,7 +6,7 @@ import Testing
 
 /// The fault proxy (Tests/TestSupport/FaultProxy.swift) is itself tested: bytes pass through unchanged,
 /// the client's connection is kept alive whatever the upstream does, and each fault does what it says.
-@Suite("Fault proxy")
+@Suite("Fault proxy", .onTestThreads)
 struct FaultProxyTests {
     private let timeouts = CurlOptions(connectTimeout: 5, stallTimeout: 30, trust: .systemDefault)
 

@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// GCSBackend against a real gcp-storage-emulator on 127.0.0.1 (one per test).
-@Suite("GCS backend against the emulator")
+@Suite("GCS backend against the emulator", .onTestThreads)
 struct GCSBackendTests {
     // MARK: - Uploads
 

@@ -8,7 +8,7 @@ import Testing
 
 /// Google credentials end to end against a local token endpoint (`TokenServer`) that verifies the JWT's
 /// RS256 signature with the key's public half, and serves a GCS-shaped object only to the tokens it issued.
-@Suite("Google credentials against a local token endpoint")
+@Suite("Google credentials against a local token endpoint", .onTestThreads)
 struct GoogleCredentialsTests {
     private static let payload = Data("bytes behind a bearer token".utf8)
 
@@ -425,7 +425,7 @@ struct GoogleCredentialsTests {
 }
 
 /// The token cache's decisions as values: no clock, no I/O.
-@Suite("Access token state")
+@Suite("Access token state", .onTestThreads)
 struct AccessTokenStateTests {
     private let start = ContinuousClock.now
 

@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// HTTPBackend against a real nginx on 127.0.0.1 (GET with Range/If-Range/ETag, WebDAV PUT).
-@Suite("HTTP backend against nginx")
+@Suite("HTTP backend against nginx", .onTestThreads)
 struct HTTPBackendTests {
     private func configuration() -> StorageConfiguration {
         StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
@@ -167,7 +167,7 @@ struct HTTPBackendTests {
 
 /// The router hands the HTTP backend the reference it parsed to choose the backend, so a job's URL is
 /// parsed once per attempt: the plan made from it must be the one the backend makes on its own.
-@Suite("HTTP jobs through the router")
+@Suite("HTTP jobs through the router", .onTestThreads)
 struct RouterHTTPTests {
     @Test("the router's parsed reference gives the same outcome as the HTTP backend parsing the job itself")
     func sameOutcomeAsDirect() async throws {

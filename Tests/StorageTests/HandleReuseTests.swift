@@ -8,7 +8,7 @@ import Testing
 /// the fault proxy in front of nginx: every request carries its own method, headers and body and
 /// nothing of the one before; a reused connection reset mid-series is sent again; handles sized for a
 /// rate limit are not kept.
-@Suite("Curl engine: reused easy handles")
+@Suite("Curl engine: reused easy handles", .onTestThreads)
 struct HandleReuseTests {
     private let configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
 

@@ -7,7 +7,7 @@ import Testing
 /// No value from the environment, a token command or a manifest can add a header to a request: a bad
 /// value is refused with a typed error before anything is sent (nginx logs every request it receives,
 /// with the headers an injection would add).
-@Suite("Header injection")
+@Suite("Header injection", .onTestThreads)
 struct HeaderInjectionTests {
     /// nginx logging each request with the headers an injection would add or change.
     private func startRecordingNginx() throws -> NginxServer {

@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// The official Python client (google-cloud-storage) and this backend read each other's objects.
-@Suite("Interop with the official client")
+@Suite("Interop with the official client", .onTestThreads)
 struct InteropTests {
     private static var script: String { "\(PackagePaths.root)/Tests/StorageTests/Fixtures/interop.py" }
     private static var python: String { "\(PackagePaths.venv)/bin/python" }

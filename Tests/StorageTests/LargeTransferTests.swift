@@ -9,7 +9,7 @@ import Glibc
 
 /// One GiB up and down through the engine with flat memory: bodies stream through curl's callbacks and
 /// never collect in memory.
-@Suite("Large transfers")
+@Suite("Large transfers", .onTestThreads)
 struct LargeTransferTests {
     static let size: Int64 = 1 << 30
     static let allowedGrowth: Int64 = 64 << 20

@@ -8,7 +8,7 @@ import TestSupport
 import Testing
 
 /// Which hidden files count as a final job's leftovers: only those the log ties to the job.
-@Suite("Leftover files of final jobs")
+@Suite("Leftover files of final jobs", .onTestThreads)
 struct LeftoverFilesTests {
     private func create(_ path: String, _ text: String = "partial") throws {
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)

@@ -104,7 +104,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
 
 // MARK: - The five kinds
 
-@Suite struct LocalBackendTests {
+@Suite(.onTestThreads) struct LocalBackendTests {
     @Test func uploadFileStoresBytesChecksumsAndMetadataSidecar() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }
@@ -624,7 +624,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
     }
 }
 
-@Suite("Local metadata timestamps")
+@Suite("Local metadata timestamps", .onTestThreads)
 struct LocalTimestampTests {
     @Test("the hand-made RFC 3339 timestamp is exactly ISO8601DateFormatter's, rounding included")
     func matchesFoundation() {

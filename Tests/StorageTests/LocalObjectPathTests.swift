@@ -10,7 +10,7 @@ import Testing
 /// `LocalObjectPath` cuts an ASCII object path on its bytes, and checks its parts for reserved names on
 /// bytes: it must give exactly the parts, reserved name, folder path and place that the Character-wise
 /// code before it gave, for every kind of path.
-@Suite("file:// object paths")
+@Suite("file:// object paths", .onTestThreads)
 struct LocalObjectPathTests {
     /// `LocalLocation.isReserved` as it was written before (Character-wise `hasSuffix`).
     private static func reservedBefore(_ name: String) -> Bool {
@@ -91,7 +91,7 @@ struct LocalObjectPathTests {
 /// The `file://` backend refuses links and reserved names, and names the path it refused, exactly as it
 /// did before its paths were cut on bytes and built only for messages: a symbolic link or a file
 /// planted at each folder of an object's path, at the object and at its sidecar.
-@Suite("file:// link refusal at every component")
+@Suite("file:// link refusal at every component", .onTestThreads)
 struct LocalComponentRefusalTests {
     private static let components = ["c1", "c2", "c3"]
 
@@ -205,7 +205,7 @@ struct LocalComponentRefusalTests {
 
 /// In-memory downloads read straight into their result: every size gives the object's bytes, and the
 /// progress reports of objects larger than one read are those reading through the buffer gave.
-@Suite("file:// in-memory downloads")
+@Suite("file:// in-memory downloads", .onTestThreads)
 struct LocalMemoryDownloadTests {
     @Test("objects of awkward sizes come back whole, with the progress reports of buffer-sized reads",
           arguments: [0, 1, 64, LocalFiles.bufferSize - 1, LocalFiles.bufferSize, LocalFiles.bufferSize + 1, 2 * LocalFiles.bufferSize + 5])
@@ -231,7 +231,7 @@ struct LocalMemoryDownloadTests {
 
 /// A directory's real path is read from `/proc/self/fd` into a small stack buffer first: a path too long
 /// for it is read again at full size, and names the directory all the same.
-@Suite("real paths of open directories")
+@Suite("real paths of open directories", .onTestThreads)
 struct NamedByRealPathTests {
     @Test("short and long real paths, reached through a link, are named as realpath names them", arguments: [1, 8])
     func realPaths(depth: Int) throws {
@@ -251,7 +251,7 @@ struct NamedByRealPathTests {
 /// Sidecars are written by hand for objects without custom metadata whose strings are printable ASCII:
 /// byte for byte what `JSONEncoder` (pretty-printed, sorted keys) writes, which every other object still
 /// goes through.
-@Suite("sidecar JSON")
+@Suite("sidecar JSON", .onTestThreads)
 struct SidecarJSONTests {
     private static let uploaded = StorageObject(
         bucket: "bench", name: "d1/d2/o-000001.txt", size: 64, contentType: "text/plain", md5Hash: "rL0Y20zC+Fzt72VPzMSk2A==",

@@ -1,9 +1,11 @@
 import Foundation
 @testable import Storage
 import Testing
+import TestSupport
 
 /// `LocalFiles.timestamp` writes times in 1970…9999 without the C calendar; the text must be the
 /// calendar's, to the millisecond.
+@Suite(.onTestThreads)
 struct LocalTimestampCalendarTests {
     @Test(arguments: [
         Int64(0), 1, 999, 1_000, 59_999, 86_399_999, 951_782_400_000, 951_868_799_999, 1_796_045_473_668,

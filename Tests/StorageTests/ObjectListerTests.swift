@@ -6,7 +6,7 @@ import TestSupport
 import Testing
 
 /// Listing a prefix at submit: the GCS list API page by page, and a `file://` bucket walk.
-@Suite struct ObjectListerTests {
+@Suite(.onTestThreads) struct ObjectListerTests {
     /// Puts small objects into the emulator's bucket.
     private func put(_ names: [String], into server: EmulatorServer) async throws {
         let backend = GCSBackend(configuration: emulatorConfiguration(server))

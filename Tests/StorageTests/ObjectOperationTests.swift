@@ -6,7 +6,7 @@ import Testing
 
 /// get-metadata, update-metadata and delete against the GCS emulator (read back by the official client),
 /// `file://` buckets and nginx (HEAD and WebDAV DELETE).
-@Suite("Object operations")
+@Suite("Object operations", .onTestThreads)
 struct ObjectOperationTests {
     private static var script: String { "\(PackagePaths.root)/Tests/StorageTests/Fixtures/interop.py" }
     private static var python: String { "\(PackagePaths.venv)/bin/python" }

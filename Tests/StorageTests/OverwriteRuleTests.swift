@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// `if_exists:` against `file://` buckets and local download destinations: the real effect on disk.
-@Suite final class OverwriteRuleLocalTests: Sendable {
+@Suite(.onTestThreads) final class OverwriteRuleLocalTests: Sendable {
     private let directory: TemporaryDirectory
     private let backend: LocalBackend
 
@@ -90,7 +90,7 @@ import TestSupport
 /// `if_exists:` against the GCS emulator. The emulator ignores preconditions, so `fail` is proven by the
 /// request it sends (`ifGenerationMatch=0` on the session start, seen in the proxy's log) and by how a
 /// 412 answer (synthesized by the proxy, as real GCS answers) ends the job.
-@Suite struct OverwriteRuleGCSTests {
+@Suite(.onTestThreads) struct OverwriteRuleGCSTests {
     @Test func uploadRulesAgainstTheEmulator() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
@@ -137,7 +137,7 @@ import TestSupport
 
 /// `if_exists:` for plain-HTTP PUT against nginx. nginx's WebDAV module ignores `If-None-Match: *` on
 /// PUT (this test found so), so `fail` also looks with HEAD first; the header is still sent.
-@Suite struct OverwriteRuleHTTPTests {
+@Suite(.onTestThreads) struct OverwriteRuleHTTPTests {
     @Test func putRulesAgainstNginx() async throws {
         let server = try NginxServer.start()
         defer { server.stop() }

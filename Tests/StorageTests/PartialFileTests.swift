@@ -4,7 +4,7 @@ import Storage
 import Testing
 import TestSupport
 
-@Suite struct PartialFileTests {
+@Suite(.onTestThreads) struct PartialFileTests {
     private func write(_ partial: PartialFile, _ text: String) throws {
         try partial.write(Data(text.utf8))
     }

@@ -1,9 +1,10 @@
 @testable import Storage
 import Testing
+import TestSupport
 
 /// `LocalFiles.lastComponent` and `directory(of:)` scan ASCII paths as bytes: they must answer exactly
 /// what the `Character`-based split and search answered, for every kind of path.
-@Suite("Path components")
+@Suite("Path components", .onTestThreads)
 struct PathComponentTests {
     private static let paths = [
         "", "/", "//", "///", "a", "a/", "/a", "/a/", "a//b", "/a/b/c.txt", "/a/b//", "dir/sub/.name.01ABC.jobctl-partial",

@@ -2,9 +2,10 @@ import Foundation
 import JobModel
 @testable import Storage
 import Testing
+import TestSupport
 
 /// `SafeDirectory` accepts exactly the one-component names it accepted before its check scanned bytes.
-@Suite("safe directory names") struct SafeDirectoryNameTests {
+@Suite("safe directory names", .onTestThreads) struct SafeDirectoryNameTests {
     /// The check as it was written before (Foundation's substring search).
     private static func acceptedBefore(_ name: String) -> Bool {
         !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")

@@ -67,7 +67,7 @@ private func pausedPoint(_ result: Result<TransferOutcome, StorageError>) throws
     return point
 }
 
-@Suite("Files the worker creates never follow links")
+@Suite("Files the worker creates never follow links", .onTestThreads)
 struct SafeFilesTests {
     // MARK: - Partial downloads
 

@@ -15,7 +15,7 @@ private func inode(_ path: String) throws -> UInt64 {
 
 /// `if_exists: skip-identical` for download-file and `if_generation:` on delete and update-metadata,
 /// against `file://` buckets: the real effect on disk.
-@Suite final class SkipIdenticalAndGenerationLocalTests: Sendable {
+@Suite(.onTestThreads) final class SkipIdenticalAndGenerationLocalTests: Sendable {
     private let directory: TemporaryDirectory
     private let backend: LocalBackend
 
@@ -85,7 +85,7 @@ private func inode(_ path: String) throws -> UInt64 {
 /// preconditions, so a stale generation is refused by the look before the request; the request itself
 /// still carries `ifGenerationMatch`, and a 412 (synthesized by the proxy, as real GCS answers a
 /// concurrent change) ends the job with the same error.
-@Suite struct SkipIdenticalAndGenerationGCSTests {
+@Suite(.onTestThreads) struct SkipIdenticalAndGenerationGCSTests {
     @Test func downloadSkipIdenticalAndGenerationPreconditions() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
@@ -143,7 +143,7 @@ private func inode(_ path: String) throws -> UInt64 {
 /// skip-identical downloads over plain HTTP: nginx reports no hash, so the file is fetched again; a
 /// server that reports a CRC32C to the HEAD (synthesized by the proxy, as GCS's XML API sends
 /// `x-goog-hash`) lets an identical file be kept.
-@Suite struct SkipIdenticalHTTPTests {
+@Suite(.onTestThreads) struct SkipIdenticalHTTPTests {
     @Test func downloadsAgainUnlessTheServerReportsTheSameCRC32C() async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
@@ -186,7 +186,7 @@ enum CRC32CBase64 {
 /// Write-back started while a download arrives (`sync_file_range`): the C library has the call, so the
 /// speed-up is in effect here, and a partial file written past several write-back steps commits the
 /// exact bytes.
-@Suite struct WriteBackTests {
+@Suite(.onTestThreads) struct WriteBackTests {
     @Test func writeBackIsAvailableAndLeavesTheBytesIntact() throws {
         #expect(LocalFiles.syncFileRange != nil, "glibc exports sync_file_range: downloads start write-back as they go")
         let directory = try TemporaryDirectory("jobctl-writeback")

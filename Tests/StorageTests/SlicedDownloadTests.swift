@@ -8,7 +8,7 @@ import TestSupport
 /// Sliced downloads against the GCS emulator, through the fault proxy for its request log: Range
 /// requests of one generation, CRC32C per slice combined, a corrupted slice refused, a stopped download
 /// resumed slice by slice.
-@Suite struct SlicedDownloadTests {
+@Suite(.onTestThreads) struct SlicedDownloadTests {
     /// Deterministic bytes that differ from one MiB to the next.
     private static func payload(_ size: Int) -> Data {
         Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 20) })

@@ -1,10 +1,11 @@
 @testable import Storage
 import Testing
+import TestSupport
 
 /// The status code read from a status line's bytes gives what the former parse (split on spaces, the
 /// second part made a `String`, then an `Int`) gave for every line a server can send, and 0 where that
 /// parse gave a sign or more digits than a status code has.
-@Suite("HTTP status line")
+@Suite("HTTP status line", .onTestThreads)
 struct StatusLineTests {
     /// The former parse, kept here as the reference.
     private static func formerCode(_ line: String) -> Int {

@@ -6,7 +6,7 @@ import Testing
 
 /// Every storage setting read from the environment is checked: a bad value stops the worker at start
 /// with a message naming the variable, never falls back silently.
-@Suite("Storage settings from the environment")
+@Suite("Storage settings from the environment", .onTestThreads)
 struct StorageConfigurationTests {
     private static let buckets = "/tmp/jobctl-buckets-default"
 
@@ -99,7 +99,7 @@ struct StorageConfigurationTests {
 
 /// A failing token command is retryable (the job is retried with backoff) and the error names the
 /// command's exit status, never what it printed.
-@Suite("Token command failures")
+@Suite("Token command failures", .onTestThreads)
 struct TokenCommandTests {
     @Test("a command that exits non-zero is retryable; its output is never shown")
     func failingCommand() async throws {

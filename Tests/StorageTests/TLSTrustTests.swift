@@ -6,7 +6,7 @@ import Testing
 
 /// HTTPS for real: a CA and server certificates made with `openssl` in a temporary directory, nginx
 /// serving TLS on 127.0.0.1, and the HTTP backend trusting (or not) that CA through the environment.
-@Suite("HTTPS with a private CA")
+@Suite("HTTPS with a private CA", .onTestThreads)
 struct TLSTrustTests {
     /// A CA, a server certificate for 127.0.0.1 and localhost, and nginx serving it.
     private struct Fixture {

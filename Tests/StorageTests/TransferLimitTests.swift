@@ -6,7 +6,7 @@ import Testing
 
 /// A transfer that stalls fails after the worker's stall limit; one that trickles (never stalling,
 /// never finishing) fails when the job's own timeout passes. Both are retryable and say which limit hit.
-@Suite("Stall limit and job timeout")
+@Suite("Stall limit and job timeout", .onTestThreads)
 struct TransferLimitTests {
     private func configuration(stall: Int) -> StorageConfiguration {
         var configuration = StorageConfiguration(connectTimeout: 5)

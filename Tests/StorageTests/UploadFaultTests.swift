@@ -7,7 +7,7 @@ import Testing
 /// Uploads through the fault proxy in front of real servers (nginx, the GCS emulator): connections
 /// reset mid-body on reused keep-alive connections, answers lost after the server acted, servers that
 /// confirm bytes never sent, bytes corrupted on the way.
-@Suite("Upload faults")
+@Suite("Upload faults", .onTestThreads)
 struct UploadFaultTests {
     // MARK: - Set-up
 

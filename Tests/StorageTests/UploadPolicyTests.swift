@@ -6,7 +6,7 @@ import Testing
 
 /// JOBCTL_REFUSE_EXECUTABLES applies to every scheme's uploads, against real servers: the GCS emulator,
 /// nginx WebDAV PUT and local directories.
-@Suite("Executable upload policy for every scheme")
+@Suite("Executable upload policy for every scheme", .onTestThreads)
 struct UploadPolicyTests {
     private func configuration(refusing entries: String, endpoint: String = "https://storage.googleapis.com",
                                buckets: String = "buckets") throws -> StorageConfiguration {

@@ -4,6 +4,7 @@ import Storage
 import Synchronization
 import Testing
 @testable import Tasks
+import TestSupport
 
 // MARK: - Test doubles
 
@@ -132,7 +133,7 @@ private func makeRunner(_ backend: ScriptedBackend, _ sink: RecordingSink, attem
 
 // MARK: - Tests
 
-@Suite("TaskRunner")
+@Suite("TaskRunner", .onTestThreads)
 struct TaskRunnerTests {
     @Test func successPersistsStartedProgressAndSucceededInOrder() async throws {
         let backend = ScriptedBackend([
@@ -393,7 +394,7 @@ struct TaskRunnerTests {
 
 // MARK: - `started` held for the attempt's next event
 
-@Suite("TaskRunner holding started")
+@Suite("TaskRunner holding started", .onTestThreads)
 struct TaskRunnerHeldStartedTests {
     @Test func aShortTransferWritesStartedWithItsOutcomeInOneBatch() async {
         let backend = ScriptedBackend([.finish(result)])
@@ -487,7 +488,7 @@ struct TaskRunnerHeldStartedTests {
     }
 }
 
-@Suite("TaskMailbox")
+@Suite("TaskMailbox", .onTestThreads)
 struct TaskMailboxTests {
     @Test func aReportThatCompletesTheBytesWaitsForTheEndToRing() async {
         let mailbox = TaskMailbox()

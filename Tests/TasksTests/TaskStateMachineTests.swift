@@ -2,6 +2,7 @@ import JobModel
 import Storage
 import Testing
 @testable import Tasks
+import TestSupport
 
 // MARK: - Fixtures
 
@@ -192,7 +193,7 @@ private let transitions: [StartState: [Input: String]] = {
     ]
 }()
 
-@Suite("TaskStateMachine")
+@Suite("TaskStateMachine", .onTestThreads)
 struct TaskStateMachineTests {
     @Test("every state × every input", arguments: StartState.allCases, Input.allCases)
     func transition(from start: StartState, input: Input) throws {
@@ -442,7 +443,7 @@ struct TaskStateMachineTests {
 
 // MARK: - Retry policy
 
-@Suite("RetryPolicy")
+@Suite("RetryPolicy", .onTestThreads)
 struct RetryPolicyTests {
     @Test func ceilingGrowsExponentiallyAndIsCapped() {
         let policy = RetryPolicy()

@@ -8,7 +8,7 @@ import TestSupport
 /// Jobs a worker claims ahead of its free slots: held under a lease until a slot frees, and given up
 /// (released, paused, cancelled, rescued) exactly like a running job. Each test holds the slots of a
 /// worker with slow downloads, so the jobs it claims with them wait, claimed but not started.
-@Suite("claiming ahead") struct ClaimAheadTests {
+@Suite("claiming ahead", .onTestThreads) struct ClaimAheadTests {
     /// A 64 MiB download at 2 MB/s: busy for the whole test.
     static func slowSource(_ nginx: NginxServer, _ name: String = "hold") throws -> String {
         try writePatternFile("\(nginx.root)/slow/\(name).bin", size: 64 << 20)

@@ -2,9 +2,10 @@ import StorePort
 import Synchronization
 import Testing
 @testable import Worker
+import TestSupport
 
 /// The clock-skew check as a value: the database clock both ways, the newest event only ahead.
-@Suite("clock skew") struct ClockSkewTests {
+@Suite("clock skew", .onTestThreads) struct ClockSkewTests {
     @Test("what is reported, and what is not", arguments: [
         (StoreClockReading(databaseNowMs: 100_000, newestEventAtMs: nil), ClockSkew(source: .databaseClock, aheadMs: 90_000)),
         (StoreClockReading(databaseNowMs: 4_000, newestEventAtMs: nil), ClockSkew(source: .databaseClock, aheadMs: -6_000)),

@@ -6,7 +6,7 @@ import TestSupport
 
 /// The job's rules end to end: real `jobctl pause`/`resume`/`cancel` processes against a real worker
 /// running real downloads from nginx on 127.0.0.1.
-@Suite("control requests and attempts, end to end") struct ControlRulesTests {
+@Suite("control requests and attempts, end to end", .onTestThreads) struct ControlRulesTests {
     static let mib = 1 << 20
 
     /// nginx with `/slow/` (rate-limited) and `/gate/` (rate-limited, answering 503 + Retry-After while

@@ -9,7 +9,7 @@ import TestSupport
 
 /// A draining worker with nothing of its own to run waits for the runs of other workers on the same log,
 /// and ends soon after the last of them — not a poll interval later.
-@Suite("drain waits") struct DrainWaitTests {
+@Suite("drain waits", .onTestThreads) struct DrainWaitTests {
     /// 1 ms on the first wait, doubling while the log stays unchanged, 2 ms after a change during the first
     /// 50 poll intervals of the wait and doubling after them, never above the poll interval (nor below a
     /// millisecond).

@@ -30,7 +30,7 @@ private final class WaitingBackend: StorageBackend {
 }
 
 /// `started` written with the attempt's next event (`WorkerConfiguration.startedHoldMs`).
-@Suite("started held for the next event") struct HeldStartedTests {
+@Suite("started held for the next event", .onTestThreads) struct HeldStartedTests {
     /// Counts the UPDATEs of `jobs` rows in an SQLite database from now on.
     private static func countRowUpdates(_ database: String) throws {
         let store = try EventStore(path: database, mode: .readWrite)
@@ -87,10 +87,10 @@ private final class WaitingBackend: StorageBackend {
         let pool = WorkerPool(store: store, backend: backend,
                               configuration: WorkerConfiguration(concurrency: 1, leaseMs: 60_000, startedHoldMs: 100))
         let run = Task { try await pool.run() }
-        // Long waits on purpose: the test is about order, not time. In a full parallel run the other
-        // suites' synchronous tests (waiting for child processes) hold the two cooperative threads for
-        // most of their three minutes, and each step of an in-process pool waits behind them (60 s was
-        // seen to run out there, never in the pool's own suite).
+        // Long waits on purpose: the test is about order, not time. Before the tests ran on threads of
+        // their own (`OnTestThreads`), the other suites' synchronous tests held the two cooperative
+        // threads for most of a full run, and each step of an in-process pool waited behind them (60 s
+        // was seen to run out there, never in the pool's own suite).
         let written = try await eventually(seconds: 300) { try store.events(jobID: id).map(\.type) == [.submitted, .claimed, .started] }
         let history = try store.events(jobID: id).map(\.type)
         #expect(written, "\(history)")

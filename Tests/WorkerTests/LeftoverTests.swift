@@ -7,7 +7,7 @@ import TestSupport
 /// Real worker processes: a job that ends failed or cancelled leaves no hidden file behind; one that
 /// will resume keeps it; what crashed workers and worker-less cancels leave is swept by the next worker;
 /// a user's files named like ours are never touched.
-@Suite("worker leftovers") struct LeftoverTests {
+@Suite("worker leftovers", .onTestThreads) struct LeftoverTests {
     private func exists(_ path: String) -> Bool {
         var isDirectory: ObjCBool = false
         return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)

@@ -8,7 +8,7 @@ import Glibc
 
 /// The worker's log written from a thread of its own: a reader that stops reading costs lines, never
 /// the worker's progress; lines keep their order; a flush waits for them, but not forever.
-@Suite("log line writer")
+@Suite("log line writer", .onTestThreads)
 struct LogLineWriterTests {
     /// A pipe: (read end, write end), both closed by `close`.
     private func pipeEnds() throws -> (read: Int32, write: Int32) {

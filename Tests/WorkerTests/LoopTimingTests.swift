@@ -1,8 +1,9 @@
 import Testing
 @testable import Worker
+import TestSupport
 
 /// When the pool's periodic work (heartbeats, rescue, control reads, the log-changed question) is due.
-@Suite("the pool loop's timing")
+@Suite("the pool loop's timing", .onTestThreads)
 struct LoopTimingTests {
     @Test("due once the interval has passed, not before, and at once after the clock stepped back")
     func isDue() {

@@ -10,7 +10,7 @@ import TestSupport
 @testable import Worker
 
 /// A write that committed but whose answer was lost is not mistaken for a refusal.
-@Suite("a write whose answer was lost") struct LostAnswerTests {
+@Suite("a write whose answer was lost", .onTestThreads) struct LostAnswerTests {
     /// The store commits the job's `started` (or `succeeded`) and then reports an I/O failure. The
     /// worker retries the write, which is refused (the event is already there); it finds its own event
     /// as the job's newest — for `succeeded`, the download's bytes in the event itself (64 bytes) or in
@@ -73,7 +73,7 @@ import TestSupport
 
 /// A database damaged under a running worker: retrying cannot help, so the pool stops and says so
 /// instead of retrying for ever (a drain that never ends, a service that never reports it).
-@Suite("a damaged database under a worker") struct DamagedStoreTests {
+@Suite("a damaged database under a worker", .onTestThreads) struct DamagedStoreTests {
     @Test func thePoolStopsWithTheErrorInsteadOfRetrying() async throws {
         let directory = try TemporaryDirectory("damaged-store")
         defer { directory.remove() }

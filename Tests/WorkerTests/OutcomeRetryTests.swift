@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// A worker whose write failed because the store was down tries it again while its lease holds.
-@Suite("writes retried across an outage") struct OutcomeRetryTests {
+@Suite("writes retried across an outage", .onTestThreads) struct OutcomeRetryTests {
     /// PostgreSQL stopped (`pg_ctl stop -m fast`) while four slow downloads run under a 60 s lease: the
     /// downloads end during the outage, their `succeeded` cannot be written, and the worker retries it
     /// (logged) instead of abandoning the jobs. Once the server is back every job succeeds, claimed

@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// Worker processes sharing one PostgreSQL database, as workers on several machines would.
-@Suite("workers on PostgreSQL") struct PostgresWorkerTests {
+@Suite("workers on PostgreSQL", .onTestThreads) struct PostgresWorkerTests {
     /// The scale test, as an operator runs it: the tables belong to an owner role, which
     /// migrates and grants; every worker process logs in as the worker role. One worker is killed with
     /// SIGKILL holding a slow download; another is frozen with SIGSTOP holding a second one, past its

@@ -41,7 +41,7 @@ private final class GatedBackend: StorageBackend {
 
 /// A slot is given to the next job as soon as a transfer returns, not once its outcome is written; and
 /// the claim-ahead buffer follows how fast jobs finish.
-@Suite("slot turnover") struct SlotTurnoverTests {
+@Suite("slot turnover", .onTestThreads) struct SlotTurnoverTests {
     /// One slot, one job claimed ahead. The first job's outcome cannot be written (another client
     /// holds the write lock), yet the job claimed ahead starts its transfer as soon as the first
     /// transfer has returned. Without the early hand-over the second transfer waits for the first

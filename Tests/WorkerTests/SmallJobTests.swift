@@ -11,7 +11,7 @@ import TestSupport
 
 /// Many tiny `download-memory` jobs through an in-process pool (the queue benchmark's job): the
 /// history each keeps, the bytes it returns, and how the log writes a claim's lines.
-@Suite("small jobs") struct SmallJobTests {
+@Suite("small jobs", .onTestThreads) struct SmallJobTests {
     /// `count` objects of 64 bytes in a local bucket and their jobs, submitted; returns the ids and bytes.
     static func tinyJobs(_ count: Int, database: String, directory: TemporaryDirectory) throws -> [(id: String, bytes: Data)] {
         try FileManager.default.createDirectory(atPath: directory.file("buckets/b"), withIntermediateDirectories: true)

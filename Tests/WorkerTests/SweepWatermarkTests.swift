@@ -14,7 +14,7 @@ import TestSupport
 /// event seq on SQLite, a finish time less the overlap on PostgreSQL), not every final job the log holds,
 /// and a sweep that completes raises that watermark to where it stopped. Another host's sweeps, which
 /// look at another disk, do not move it.
-@Suite("sweep watermark") struct SweepWatermarkTests {
+@Suite("sweep watermark", .onTestThreads) struct SweepWatermarkTests {
     /// A log of `engine` in a temporary directory (the caller removes it) holding `count` queued
     /// download-file jobs, each with its partial file already beside its destination (`out/f<i>.bin`), as a
     /// run stopped part-way leaves it; the store is the real one inside a `LostAnswerStore`, which records

@@ -6,7 +6,7 @@ import TestSupport
 
 /// Real worker processes, real nginx and GCS emulator on 127.0.0.1: control from another process,
 /// crashes (SIGKILL), graceful shutdown (SIGTERM) and retries.
-@Suite("worker transfers") struct TransferControlTests {
+@Suite("worker transfers", .onTestThreads) struct TransferControlTests {
     static let mib = 1 << 20
 
     private func events(_ store: any JobStore, _ id: String, _ type: EventType) throws -> [JobEvent] {
@@ -292,7 +292,7 @@ import TestSupport
     }
 }
 
-@Suite("fencing and observing") struct FencingAndWatchTests {
+@Suite("fencing and observing", .onTestThreads) struct FencingAndWatchTests {
     /// A worker frozen (SIGSTOP) past its lease loses the job to another worker; when it wakes, the store
     /// refuses its appends (stale lease token), so the job succeeds exactly once.
     @Test(arguments: WorkerEngine.allCases)
@@ -393,7 +393,7 @@ import TestSupport
     }
 }
 
-@Suite("upload control and signals") struct UploadControlTests {
+@Suite("upload control and signals", .onTestThreads) struct UploadControlTests {
     /// pause during a resumable upload keeps the session; resume continues from the server-confirmed
     /// offset (not from zero) and the object arrives whole.
     @Test func pauseAndResumeAResumableUpload() throws {
@@ -534,7 +534,7 @@ import TestSupport
     }
 }
 
-@Suite("watch on a terminal") struct WatchTerminalTests {
+@Suite("watch on a terminal", .onTestThreads) struct WatchTerminalTests {
     /// On a terminal (a pseudo-terminal from `script`), `watch` draws a progress bar with bytes, rate and
     /// ETA, redrawn in place and never wider than the terminal, then the outcome; the ETA reads as
     /// minutes and seconds, not raw seconds; with NO_COLOR there are no colour codes.

@@ -7,7 +7,7 @@ import TestSupport
 /// The network settings as a real `jobctl worker` process reads them: the job's `timeout:` from the
 /// manifest, `--stall-timeout`, a failing token command (retried, then given up naming its exit status),
 /// a private CA through JOBCTL_CA_BUNDLE, and bad settings refused before the worker starts.
-@Suite("worker network settings") struct TransferSettingsTests {
+@Suite("worker network settings", .onTestThreads) struct TransferSettingsTests {
     /// Runs `jobctl worker --drain ARGS` to its exit (at most `seconds`), returning its status and log.
     private func drain(_ database: String, _ arguments: [String], environment: [String: String] = [:],
                        directory: TemporaryDirectory, seconds: Double = 30) throws -> (status: Int32?, log: String) {

@@ -34,7 +34,7 @@ private final class PriorityRecordingBackend: StorageBackend {
 
 /// Everything a worker runs concurrently runs at one priority (`WorkPriority`), whatever the priority of
 /// the task that runs the pool.
-@Suite("work priority") struct WorkPriorityTests {
+@Suite("work priority", .onTestThreads) struct WorkPriorityTests {
     /// A pool run from a high-priority task: the jobs it launches from its loop (the first claim) and
     /// those launched when a returning transfer turns a slot over (outside any task) all run at the
     /// worker's one priority. Inheriting, the first ones ran at high, and the test fails.

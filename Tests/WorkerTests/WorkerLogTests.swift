@@ -25,7 +25,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
     objects.filter { ($0["event"] as? String) == event && (job == nil || ($0["job"] as? String) == job) }
 }
 
-@Suite("worker logs") struct WorkerLogTests {
+@Suite("worker logs", .onTestThreads) struct WorkerLogTests {
     static let mib = 1 << 20
     static let secret = "SECRETVALUE4711"
 
@@ -216,7 +216,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
     }
 }
 
-@Suite("worker log quoting") struct WorkerLogQuotingTests {
+@Suite("worker log quoting", .onTestThreads) struct WorkerLogQuotingTests {
     /// What the formatter used to do: serialise a one-element array and drop its brackets.
     private static func viaJSONSerialization(_ text: String) throws -> String {
         let data = try JSONSerialization.data(withJSONObject: [text], options: [.sortedKeys, .withoutEscapingSlashes])
@@ -246,7 +246,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
 
 /// The text line written in one string is the line the formatter built from parts before: each
 /// part (time, padded level, event, job, kind, `name=value` fields) joined by one space.
-@Suite("worker log text lines") struct WorkerLogTextLineTests {
+@Suite("worker log text lines", .onTestThreads) struct WorkerLogTextLineTests {
     /// The former formatter: parts in an array, joined.
     static func partsJoined(_ entry: WorkerLogEntry, timestamps: Bool, color: Bool) -> String {
         func paint(_ text: String, _ code: String?) -> String {

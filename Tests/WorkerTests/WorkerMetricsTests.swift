@@ -7,7 +7,7 @@ import Testing
 import TestSupport
 @testable import Worker
 
-@Suite("worker metrics") struct WorkerMetricsUnitTests {
+@Suite("worker metrics", .onTestThreads) struct WorkerMetricsUnitTests {
     /// Runs `render` on a thread of its own, as the metrics server does (it waits for the store there).
     static func render(_ exporter: MetricsExporter) async -> String {
         await offPool { exporter.render() }

@@ -5,7 +5,7 @@ import PostgresStore
 import Testing
 import TestSupport
 
-@Suite("worker processes") struct WorkerPoolTests {
+@Suite("worker processes", .onTestThreads) struct WorkerPoolTests {
     /// Three worker processes drain 200 jobs from one database: every job runs exactly once.
     @Test(arguments: WorkerEngine.allCases)
     func manyWorkersRunEveryJobOnce(engine: WorkerEngine) throws {

@@ -1,0 +1,51 @@
+import Dispatch
+import Foundation
+import Synchronization
+import Testing
+import TestSupport
+
+/// The tests' own executor (`TestSupport.OnTestThreads`): a test's body and the child tasks it awaits run
+/// on threads that may block without holding up each other or the cooperative pool.
+@Suite(.onTestThreads) struct TestThreadsTests {
+    /// The calling thread's name, from `/proc/thread-self/comm`.
+    private static func threadName() -> String {
+        ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "")
+            .trimmingCharacters(in: .newlines)
+    }
+
+    @Test func aTestsBodyRunsOnATestThread() async {
+        #expect(Self.threadName() == "test-thread")
+        await Task.yield()
+        #expect(Self.threadName() == "test-thread", "after a suspension")
+    }
+
+    /// Four child tasks that each block until all four have started all finish. On the cooperative pool
+    /// (as wide as the machine: two threads here) the first two would block it and the last two never
+    /// start: each wait would run out.
+    @Test func blockingChildTasksDoNotHoldUpEachOther() async {
+        let count = 4
+        let arrived = Arrivals()
+        let allArrived = DispatchSemaphore(value: 0)
+        let waits = await withTaskGroup(of: Bool.self) { group -> [Bool] in
+            for _ in 0..<count {
+                group.addTask {
+                    let here = arrived.count.withLock { count in
+                        count += 1
+                        return count
+                    }
+                    if here == count { for _ in 0..<count { allArrived.signal() } }
+                    return allArrived.wait(timeout: .now() + 20) == .success
+                }
+            }
+            var waits: [Bool] = []
+            for await finished in group { waits.append(finished) }
+            return waits
+        }
+        #expect(waits == Array(repeating: true, count: count))
+        #expect(TestThreads.shared.threadCount >= count)
+    }
+}
+
+private final class Arrivals: Sendable {
+    let count = Mutex(0)
+}
