@@ -12,7 +12,7 @@ import Testing
 /// takes milliseconds "passed after 228 s", and `CommitSpacingTests`' appends, queued by tasks that ran
 /// only after the test's later steps, waited out an hour-long commit spacing — the suite hung, in three
 /// full runs out of three on a freshly booted machine (thread dumps: the pool's two threads in
-/// `runProcess` and a synchronous store call, six idle dispatch threads that the pool may not use).
+/// `runProcess` and a synchronous store call, every other thread of the process idle).
 ///
 /// Under this trait a test's body, and the child tasks it awaits (`async let`, task groups), run on
 /// threads that may block. Unstructured tasks do not inherit an executor preference, so the tasks the
