@@ -121,21 +121,32 @@ import TestSupport
         // The four drainers, and the frozen worker once it woke (it is a worker like any other).
         #expect(owners.count >= 4, "small jobs went to \(owners.count) workers")
 
-        // Both slow downloads: rescued (lease_expired), claimed by a second worker, finished whole.
+        // Both slow downloads: rescued (lease_expired), claimed by another worker, finished whole.
         for (job, file) in [(killedJob, "killed.bin"), (frozenJob, "frozen.bin")] {
-            let jobClaims = claimsPerJob[job] ?? []
-            // Two claims, or three when the woken frozen worker, before it learnt of the rescue, finished
-            // its copy and moved the shared temporary name away under the rescuer: the rescuer's commit
-            // then fails retryably and a third attempt downloads it again (a known limitation).
-            #expect(jobClaims.count == 2 || (job == frozenJob && jobClaims.count == 3
-                                              && events.contains { $0.jobID == job && $0.type == .attemptFailed }),
-                    "\(events.filter { $0.jobID == job }.map(\.type))")
-            // Two owners; with that third attempt, whichever worker claimed it (the rescuer, the woken
-            // worker or a third one).
-            let owners = Set(jobClaims.compactMap(\.data.leaseOwner)).count
-            #expect(owners == 2 || (jobClaims.count == 3 && owners == 3), "\(jobClaims.map(\.data.leaseOwner))")
-            #expect(events.filter { $0.jobID == job && $0.type == .leaseExpired }.count == 1)
-            #expect(events.filter { $0.jobID == job && $0.type == .succeeded }.count == 1)
+            let history = (eventsPerJob[job] ?? []).sorted { $0.version < $1.version }
+            let jobClaims = history.filter { $0.type == .claimed }
+            // Whose lease each `lease_expired` ended: the owner of the claim before it.
+            var lastOwner: String?
+            var lapsed: [String?] = []
+            for event in history {
+                if event.type == .claimed { lastOwner = event.data.leaseOwner }
+                if event.type == .leaseExpired { lapsed.append(lastOwner) }
+            }
+            let told = "\(history.map { "\($0.type.rawValue)\($0.type == .claimed ? "(\($0.data.leaseOwner ?? "?"))" : "")" })"
+            // The first lapse is the rescue the test brings about (the killed worker's lease, or the
+            // frozen one's). A later one may only be a lease of the woken worker (2 s: under the full
+            // suite's load it can miss its renewals, as for the small jobs above), never a drainer's (30 s).
+            #expect(lapsed.first == jobClaims.first?.data.leaseOwner, "\(told)")
+            #expect(lapsed.dropFirst().allSatisfy { $0 == frozenOwner }, "a 30 s lease lapsed: \(told)")
+            // One claim more than the leases that lapsed; or, once, more when the woken frozen worker,
+            // before it learnt of the rescue, finished its copy and moved the shared temporary name away
+            // under the rescuer: the rescuer's commit then fails retryably and another attempt downloads
+            // it again (a known limitation).
+            let retried = history.filter { $0.type == .attemptFailed }.count
+            #expect(jobClaims.count == 1 + lapsed.count || (job == frozenJob && retried > 0 && jobClaims.count == 1 + lapsed.count + retried),
+                    "\(told)")
+            #expect(Set(jobClaims.compactMap(\.data.leaseOwner)).count >= 2, "\(told)")
+            #expect(history.filter { $0.type == .succeeded }.count == 1, "\(told)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file(file))) == expected)
         }
         // Nothing under the frozen worker's lease after it expired: the store refused its late writes
