@@ -19,6 +19,14 @@ import TestSupport
         #expect(Self.threadName() == "test-thread", "after a suspension")
     }
 
+    /// An unstructured task — what the product starts for a job or a transfer — does not inherit the
+    /// preference: it runs on the cooperative pool, as in a worker.
+    @Test func anUnstructuredTaskRunsOnTheCooperativePool() async {
+        let name = await Task { Self.threadName() }.value
+        #expect(name != "test-thread")
+        #expect(!name.isEmpty)
+    }
+
     /// Four child tasks that each block until all four have started all finish. On the cooperative pool
     /// (as wide as the machine: two threads here) the first two would block it and the last two never
     /// start: each wait would run out.

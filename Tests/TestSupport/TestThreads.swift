@@ -6,7 +6,7 @@ import Testing
 ///
 /// Why: many tests block the thread they run on — they wait for a child process (`runProcess`), sleep
 /// between polls, or wait for a store's executor — and on Linux the cooperative pool that runs every task
-/// of the test process is as wide as the machine (two threads on the CI machines) and does not grow when
+/// of the test process is as wide as the machine (two threads on this two-core machine) and does not grow when
 /// its threads block. Two such tests stopped every other test's tasks, the in-process workers' included:
 /// in full runs a 2 MiB download paced at 1 MiB/s waited 117–199 s for its turn, a parsing test that
 /// takes milliseconds "passed after 228 s", and `CommitSpacingTests`' appends, queued by tasks that ran
