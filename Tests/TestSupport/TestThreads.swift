@@ -5,14 +5,14 @@ import Testing
 /// Runs each test on `TestThreads.shared` instead of Swift's cooperative pool: `@Suite(.onTestThreads)`.
 ///
 /// Why: many tests block the thread they run on — they wait for a child process (`runProcess`), sleep
-/// between polls, or wait for a store's executor — and on Linux the cooperative pool that runs every task
-/// of the test process is as wide as the machine (two threads on this two-core machine) and does not grow when
-/// its threads block. Two such tests stopped every other test's tasks, the in-process workers' included:
-/// in full runs a 2 MiB download paced at 1 MiB/s waited 117–199 s for its turn, a parsing test that
-/// takes milliseconds "passed after 228 s", and `CommitSpacingTests`' appends, queued by tasks that ran
-/// only after the test's later steps, waited out an hour-long commit spacing — the suite hung, in three
-/// full runs out of three on a freshly booted machine (thread dumps: the pool's two threads in
-/// `runProcess` and a synchronous store call, every other thread of the process idle).
+/// between polls, or wait for a store's executor — and on Linux the cooperative pool that runs every
+/// task of the test process is as wide as the machine (two threads on this two-core machine) and does
+/// not grow when its threads block. Two such tests stopped every other test's tasks, the in-process
+/// workers' included: in full runs a 2 MiB download paced at 1 MiB/s waited 117–199 s for its turn, a
+/// parsing test that takes milliseconds "passed after 228 s", and `CommitSpacingTests`' appends, queued
+/// by tasks that ran only after the test's later steps, waited out an hour-long commit spacing — the
+/// suite hung, in three full runs out of three on a freshly booted machine (thread dumps: the pool's two
+/// threads in `runProcess` and a synchronous store call, every other thread of the process idle).
 ///
 /// Under this trait a test's body, and the child tasks it awaits (`async let`, task groups), run on
 /// threads that may block. Unstructured tasks do not inherit an executor preference, so the tasks the
