@@ -132,7 +132,7 @@ import TestSupport
                 if event.type == .claimed { lastOwner = event.data.leaseOwner }
                 if event.type == .leaseExpired { lapsed.append(lastOwner) }
             }
-            let told = "\(history.map { "\($0.type.rawValue)\($0.type == .claimed ? "(\($0.data.leaseOwner ?? "?"))" : "")" })"
+            let told = "\(history.map { $0.type == .claimed ? "claimed(\($0.data.leaseOwner ?? "?"))" : $0.type.rawValue })"
             // The first lapse is the rescue the test brings about (the killed worker's lease, or the
             // frozen one's). A later one may only be a lease of the woken worker (2 s: under the full
             // suite's load it can miss its renewals, as for the small jobs above), never a drainer's (30 s).
@@ -143,8 +143,9 @@ import TestSupport
             // under the rescuer: the rescuer's commit then fails retryably and another attempt downloads
             // it again (a known limitation).
             let retried = history.filter { $0.type == .attemptFailed }.count
-            #expect(jobClaims.count == 1 + lapsed.count || (job == frozenJob && retried > 0 && jobClaims.count == 1 + lapsed.count + retried),
-                    "\(told)")
+            let claimsExpected = 1 + lapsed.count
+            #expect(jobClaims.count == claimsExpected
+                        || (job == frozenJob && retried > 0 && jobClaims.count == claimsExpected + retried), "\(told)")
             #expect(Set(jobClaims.compactMap(\.data.leaseOwner)).count >= 2, "\(told)")
             #expect(history.filter { $0.type == .succeeded }.count == 1, "\(told)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file(file))) == expected)
