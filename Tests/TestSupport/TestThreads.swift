@@ -11,7 +11,7 @@ import Testing
 /// workers' included: in full runs a 2 MiB download paced at 1 MiB/s waited 117–199 s for its turn, a
 /// parsing test that takes milliseconds "passed after 228 s", and `CommitSpacingTests`' appends, queued
 /// by tasks that ran only after the test's later steps, waited out an hour-long commit spacing — the
-/// suite hung, in three full runs out of three on a freshly booted machine (thread dumps: the pool's two
+/// suite hung, in every full run (four) on a freshly booted machine (thread dumps: the pool's two
 /// threads in `runProcess` and a synchronous store call, every other thread of the process idle).
 ///
 /// Under this trait a test's body, and the child tasks it awaits (`async let`, task groups), run on
