@@ -7,11 +7,8 @@ import TestSupport
 /// The tests' own executor (`TestSupport.OnTestThreads`): a test's body and the child tasks it awaits run
 /// on threads that may block without holding up each other or the cooperative pool.
 @Suite(.onTestThreads) struct TestThreadsTests {
-    /// The calling thread's name, from `/proc/thread-self/comm`.
-    private static func threadName() -> String {
-        ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "")
-            .trimmingCharacters(in: .newlines)
-    }
+    /// The calling thread's name in the operating system (Foundation reads it back on Linux).
+    private static func threadName() -> String { Thread.current.name ?? "" }
 
     @Test func aTestsBodyRunsOnATestThread() async {
         #expect(Self.threadName() == "test-thread")
