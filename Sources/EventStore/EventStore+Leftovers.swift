@@ -18,8 +18,9 @@ extension EventStore {
     /// such job), the resume points of all unfinished jobs, and the newest seq — in one snapshot. SQLite
     /// commits one writer at a time, in seq order, so every event a later commit adds has a higher seq:
     /// a job that becomes final after this snapshot is found by the next read from the seq returned here,
-    /// and one final now is not found again. `now` is not needed here.
-    public func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
+    /// and one final now is not found again. `now` is not needed here. The jobs in `skipping` are passed
+    /// over before their `submitted` event or later final events are looked up.
+    public func leftoversSince(position: Int64?, now: Int64, skipping: Set<String>) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
         try readTransaction { (connection) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) in
             let finished: [FinishedTransferRecord]
             if let position {
@@ -31,7 +32,10 @@ extension EventStore {
                 // after the position.
                 let earliest = try connection.first(Self.earliestFinalEventSQL, [.integer(position)]) { row in row.optionalInt64(0) }
                 if let since = earliest ?? nil {
-                    finished = try Self.finishedTransfers(connection, Self.changedLeftoverSQL, [.integer(since), .integer(position)])
+                    finished = skipping.isEmpty
+                        ? try Self.finishedTransfers(connection, Self.changedLeftoverSQL, [.integer(since), .integer(position)])
+                        : try Self.finishedTransfers(connection, Self.changedLeftoverSkippingSQL,
+                                                     [.integer(since), .text(Self.jsonArray(skipping)), .integer(position)])
                 } else {
                     finished = []
                 }
@@ -133,6 +137,42 @@ extension EventStore {
                       WHERE later.job_id = jobs.id AND later.seq > ?
                         AND (later.type = 'succeeded' OR later.type = 'failed' OR later.type = 'cancelled'))
         """
+
+    /// `changedLeftoverSQL` without the jobs whose ids the JSON array `?2` holds. The condition on the
+    /// job's own row comes before the lookups of its `submitted` event and its later final events, so a
+    /// skipped job costs its row and one probe of the array's ephemeral index (built once a statement).
+    /// A draining worker's last sweep over 2,000 downloads it had finished itself read ~600 pages (~14 ms)
+    /// and looked for 2,000 partial files (~11 ms) before it skipped them.
+    static let changedLeftoverSkippingSQL = """
+        SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
+               jobs.resume_point, jobs.finished_at_ms
+        FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
+        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_at_ms >= ?1
+          AND jobs.state IN ('succeeded', 'failed', 'cancelled')
+          AND jobs.id NOT IN (SELECT value FROM json_each(?2))
+          AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
+          AND EXISTS (SELECT 1 FROM events later
+                      WHERE later.job_id = jobs.id AND later.seq > ?3
+                        AND (later.type = 'succeeded' OR later.type = 'failed' OR later.type = 'cancelled'))
+        """
+
+    /// `ids` as a JSON array of strings, for `json_each`.
+    static func jsonArray(_ ids: Set<String>) -> String {
+        var text = "["
+        for (index, id) in ids.enumerated() {
+            text += index == 0 ? "\"" : ",\""
+            for scalar in id.unicodeScalars {
+                switch scalar {
+                case "\"": text += "\\\""
+                case "\\": text += "\\\\"
+                case _ where scalar.value < 0x20: text += String(format: "\\u%04x", scalar.value)
+                default: text.unicodeScalars.append(scalar)
+                }
+            }
+            text += "\""
+        }
+        return text + "]"
+    }
 
     /// The resume points of the unfinished jobs, through `jobs_resume_points` (schema 11), which holds
     /// only the jobs that have one: through `jobs_claim` every queued job was read to find the few

@@ -274,22 +274,30 @@ extension PostgresStore {
     public func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         let since = finishedSince ?? Int64.min
         return try readTransaction { (connection) throws(StoreError) -> LeftoverCandidates in
-            let finished = try connection.rows(Self.finishedLeftoverSQL, [.integer(since)]) {
-                (row) throws(StoreError) -> FinishedTransferRecord in
-                let id = try row.string(0)
-                guard let state = JobState(rawValue: try row.string(1)), let kind = JobKind(rawValue: try row.string(2)) else {
-                    throw StoreError.corrupt("job \(id) has an unknown state '\(try row.string(1))' or kind '\(try row.string(2))'")
-                }
-                return FinishedTransferRecord(
-                    id: id, state: state, kind: kind, destination: try row.optionalString(3),
-                    resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(4), what: "job \(id) resume_point"),
-                    finishedAtMs: try row.optionalInteger(5) ?? 0)
+            LeftoverCandidates(finished: try Self.finishedTransfers(connection, Self.finishedLeftoverSQL, [.integer(since)]),
+                               unfinishedResumePoints: try Self.unfinishedResumePoints(connection))
+        }
+    }
+
+    /// The rows of `sql` (the columns of `finishedLeftoverSQL`) as records.
+    fileprivate static func finishedTransfers(_ connection: PostgresConnection, _ sql: String,
+                                              _ values: [PostgresValue]) throws(StoreError) -> [FinishedTransferRecord] {
+        try connection.rows(sql, values) { (row) throws(StoreError) -> FinishedTransferRecord in
+            let id = try row.string(0)
+            guard let state = JobState(rawValue: try row.string(1)), let kind = JobKind(rawValue: try row.string(2)) else {
+                throw StoreError.corrupt("job \(id) has an unknown state '\(try row.string(1))' or kind '\(try row.string(2))'")
             }
-            let unfinished = try connection.rows(Self.unfinishedResumePointsSQL) { (row) throws(StoreError) -> ResumePoint in
-                let id = try row.string(0)
-                return try StoreJSON.decode(ResumePoint.self, try row.string(1), what: "job \(id) resume_point")
-            }
-            return LeftoverCandidates(finished: finished, unfinishedResumePoints: unfinished)
+            return FinishedTransferRecord(
+                id: id, state: state, kind: kind, destination: try row.optionalString(3),
+                resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(4), what: "job \(id) resume_point"),
+                finishedAtMs: try row.optionalInteger(5) ?? 0)
+        }
+    }
+
+    fileprivate static func unfinishedResumePoints(_ connection: PostgresConnection) throws(StoreError) -> [ResumePoint] {
+        try connection.rows(Self.unfinishedResumePointsSQL) { (row) throws(StoreError) -> ResumePoint in
+            let id = try row.string(0)
+            return try StoreJSON.decode(ResumePoint.self, try row.string(1), what: "job \(id) resume_point")
         }
     }
 }
@@ -300,8 +308,16 @@ extension PostgresStore {
     /// the next position. By time, not seq: PostgreSQL's commits do not come in seq order, so a job with a
     /// lower seq than one already read may still become final; the overlap catches a final event written
     /// while the previous read ran.
-    public func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
-        (try leftoverCandidates(finishedSince: position), max(position ?? Int64.min, now - LeftoverSweep.overlapMs))
+    /// The jobs in `skipping` are passed over before their `submitted` event is read.
+    public func leftoversSince(position: Int64?, now: Int64, skipping: Set<String>) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
+        let next = max(position ?? Int64.min, now - LeftoverSweep.overlapMs)
+        guard !skipping.isEmpty else { return (try leftoverCandidates(finishedSince: position), next) }
+        let since = position ?? Int64.min
+        let skipped = PostgresValue.array(PostgresArray(elementType: PostgresType.text, elements: skipping.map(PostgresValue.text)))
+        return try readTransaction { (connection) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) in
+            let finished = try Self.finishedTransfers(connection, Self.finishedLeftoverSkippingSQL, [.integer(since), skipped])
+            return (LeftoverCandidates(finished: finished, unfinishedResumePoints: try Self.unfinishedResumePoints(connection)), next)
+        }
     }
 
     /// `host`'s sweep watermark (schema 14): the finish time up to which the leftover sweeps on that host
@@ -352,6 +368,25 @@ extension PostgresStore {
         WHERE jobs.state IN ('succeeded', 'failed', 'cancelled')
           AND (jobs.kind = 'download-file' OR submitted.destination LIKE 'file:%')
         ORDER BY jobs.finished_at_ms, jobs.seq
+        """
+
+    /// `finishedLeftoverSQL` without the jobs whose ids the array `$2` holds: an anti-join (a hash of the
+    /// array, whatever its length) before the `submitted` events are read, in no particular order.
+    static let finishedLeftoverSkippingSQL = """
+        SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms
+        FROM (SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              WHERE kind = 'download-file' AND finished_at_ms >= $1
+              UNION ALL
+              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              WHERE kind = 'upload-file' AND finished_at_ms >= $1
+              UNION ALL
+              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              WHERE kind = 'upload-data' AND finished_at_ms >= $1) jobs
+             LEFT JOIN LATERAL (SELECT events.data::json -> 'spec' ->> 'destination' AS destination
+                                FROM events WHERE events.seq = jobs.seq) submitted ON true
+        WHERE jobs.state IN ('succeeded', 'failed', 'cancelled')
+          AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS skipped(id) WHERE skipped.id = jobs.id)
+          AND (jobs.kind = 'download-file' OR submitted.destination LIKE 'file:%')
         """
 
     /// The resume points of the unfinished jobs, through the partial index `jobs_resume_points` (schema

@@ -101,7 +101,10 @@ public protocol JobStore: AnyObject, Sendable {
     /// read from next time — in one snapshot. A position is the adapter's own (SQLite: an event seq, exact;
     /// PostgreSQL: a finish time, `now` less `LeftoverSweep.overlapMs`, since its commits do not come in seq
     /// order); it only ever grows.
-    func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64)
+    ///
+    /// `skipping` names jobs the caller knows left nothing (a worker's own first attempts that succeeded:
+    /// see `OrphanSweeper`): they are not read at all, which is most of a draining worker's last sweep.
+    func leftoversSince(position: Int64?, now: Int64, skipping: Set<String>) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64)
     /// How far the leftover sweeps on `host` have read (a position of `leftoversSince`): every final job
     /// that creates local files and was final there was looked at by a sweep on that host that
     /// completed; nil before the first. One for each host, since a sweep removes files from its own
@@ -257,6 +260,11 @@ public struct LogImport: Sendable, Equatable {
 }
 
 extension JobStore {
+    /// `leftoversSince(position:now:skipping:)` skipping nothing.
+    public func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
+        try leftoversSince(position: position, now: now, skipping: [])
+    }
+
     /// One group commit after another, in order, for a store without an executor of its own (a
     /// wrapper in tests); the adapters queue the events together. After a failure the rest are not
     /// tried and fail the same way, as they would have in one failed commit.

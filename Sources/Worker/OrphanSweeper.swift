@@ -53,6 +53,14 @@ public enum Orphans {
 /// waits for a sweep there. A sweep that fails raises nothing, and the next one reads again from where it
 /// began. A leftover a sweep found but could not remove (it changed meanwhile) is not looked for again;
 /// `jobctl orphans` reads every final job and lists it.
+///
+/// A job whose first run this worker claimed straight after its submission (no earlier attempt, no
+/// resume point) and ended `succeeded` left nothing: its partial download or upload session was made by
+/// that run (an own leftover at the name replaced) and renamed into place by its success. The worker
+/// notes such jobs (`noteLeftNothing`) and its sweeps skip them without reading them
+/// (`JobStore.leftoversSince(position:now:skipping:)`): a draining worker's last sweep over 2,000 downloads
+/// of its own spent ~25 ms reading their rows and looking for their partial files, ~6 % of the drain.
+/// Jobs that other workers finished, or that this one finished otherwise, are read as before.
 final class OrphanSweeper: Sendable {
     private let store: any JobStore
     private let backend: any StorageBackend
@@ -63,6 +71,12 @@ final class OrphanSweeper: Sendable {
     private let log: WorkerLog
     /// When the previous sweep began (nil before the first), and where the next one reads from.
     private let state = Mutex<(lastStart: Int64?, next: Position)>((nil, .watermark))
+    /// Jobs noted by `noteLeftNothing` since the last sweep began: the next one skips them.
+    private let leftNothing = Mutex<Set<String>>([])
+
+    /// At most this many noted jobs wait for a sweep (~100 bytes each); past it a job is not noted and its
+    /// sweep reads it as any other.
+    static let leftNothingLimit = 100_000
 
     /// Where a sweep reads from.
     private enum Position {
@@ -80,6 +94,20 @@ final class OrphanSweeper: Sendable {
         self.log = log
     }
 
+    /// Notes that `jobID`, of `kind`, ended `succeeded` in a run of this worker that was its first (see
+    /// the type's documentation): the next sweep does not read it. Only kinds that make local files are
+    /// noted.
+    func noteLeftNothing(_ jobID: String, kind: JobKind) {
+        switch kind {
+        case .downloadFile, .uploadFile, .uploadData:
+            leftNothing.withLock { noted in
+                if noted.count < Self.leftNothingLimit { noted.insert(jobID) }
+            }
+        case .downloadMemory, .fetchURL, .getMetadata, .updateMetadata, .delete:
+            break
+        }
+    }
+
     /// Sweeps when the first sweep has not run yet, `intervalMs` has passed since the last, or `force`.
     /// Removals and failures go to the worker's log; a failure never stops the worker. Called by the
     /// pool's loop, one sweep at a time.
@@ -93,6 +121,12 @@ final class OrphanSweeper: Sendable {
         }
         guard let from = due else { return }
         let (backend, host) = (backend, host)
+        // Each of these became final before this sweep began, so its read finds them all: from then on
+        // they are never read again, and a failed sweep only reads them next time.
+        let skipping = leftNothing.withLock { noted in
+            defer { noted.removeAll(keepingCapacity: false) }
+            return noted
+        }
         do {
             let (start, (candidates, reached)) = try await store.run { store in
                 let watermark = try store.sweepWatermark(host: host)
@@ -101,7 +135,7 @@ final class OrphanSweeper: Sendable {
                 // Another worker on this host that swept further has looked at what lies between.
                 case .stopped(let position): max(position, watermark ?? position)
                 }
-                return (start, try store.leftoversSince(position: start, now: now))
+                return (start, try store.leftoversSince(position: start, now: now, skipping: skipping))
             }
             // A look at every job finished since the last sweep, and removals that sync folders: not on
             // the cooperative pool, where the worker's loop heartbeats the leases.

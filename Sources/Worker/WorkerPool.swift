@@ -104,6 +104,9 @@ public final class WorkerPool: Sendable {
         let token: Int64
         let kind: JobKind
         let claimedAtMs: Int64
+        /// Whether this claim is the job's first event after `submitted` (no earlier attempt, pause or
+        /// resume point): a success then left no local file behind (see `OrphanSweeper.noteLeftNothing`).
+        let firstRun: Bool
         /// Whether the runner was started; a job claimed ahead waits in `State.waiting` until a slot frees.
         var started: Bool
         /// When the runner was started.
@@ -489,7 +492,7 @@ public final class WorkerPool: Sendable {
         let (startNow, shuttingDown) = state.withLock { state in
             let startNow = state.shuttingDown || state.active < concurrency
             state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now,
-                                               started: startNow, launchedAtMs: startNow ? now : nil, leaseExpiresAtMs: now + leaseMs)
+                                               firstRun: record.version == 2 && record.resumePoint == nil, started: startNow, launchedAtMs: startNow ? now : nil, leaseExpiresAtMs: now + leaseMs)
             state.summary.claimed += 1
             if startNow { state.active += 1 } else { state.waiting.append(record.id) }
             return (startNow, state.shuttingDown)
@@ -560,6 +563,7 @@ public final class WorkerPool: Sendable {
             let now = Clock.nowMs()
             log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
             metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
+            if entry.firstRun, case .succeeded = outcome { sweeper.noteLeftNothing(jobID, kind: entry.kind) }
         }
         let config = configuration
         let now = Clock.nowMs()

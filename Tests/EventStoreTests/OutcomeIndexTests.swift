@@ -96,6 +96,16 @@ struct OutcomeIndexTests {
         #expect(!plans[1].contains("sqlite_autoindex_jobs_1"), "\(plans[1])")
         #expect(!plans.joined().contains("SCAN"), "\(plans)")
         #expect(!plans.joined().contains("TEMP B-TREE"), "\(plans)")
+        // Skipping the jobs a worker finished itself reads the same ranges, and the skipped ids once.
+        let skipping = try store.withConnection { (connection) throws(StoreError) -> String in
+            try connection.query("EXPLAIN QUERY PLAN " + EventStore.changedLeftoverSkippingSQL,
+                                 [SQLiteValue.integer(0), .text(EventStore.jsonArray(["A", "B"])), .integer(0)]) { row in row.text(3) }
+                .joined(separator: "\n")
+        }
+        #expect(skipping.contains("SEARCH jobs USING INDEX jobs_finished_by_kind (kind=? AND finished_at_ms>?)"), "\(skipping)")
+        #expect(skipping.contains("USING INDEX sqlite_autoindex_events_1 (job_id=?)"), "\(skipping)")
+        #expect(skipping.contains("LIST SUBQUERY") && skipping.contains("SCAN json_each"), "\(skipping)")
+        #expect(!skipping.contains("SCAN jobs") && !skipping.contains("SCAN events"), "\(skipping)")
         // Each final download once, however many of its events come after the position, and none that
         // was final before it — even one whose finish time is older than everything read so far.
         let download = JobSpec(kind: .downloadFile, source: "gs://bucket/object.bin", destination: "/tmp/out/object.bin")

@@ -12,9 +12,9 @@ import Synchronization
 /// With `damagedFromRun`, the executor calls (`run`) from that one on fail as SQLite's would on a file
 /// damaged under the worker (`StoreError.damaged`), which no real file does on demand mid-run.
 ///
-/// It also records the position each sweep's read of leftovers starts from (`leftoverReads`), fails the
-/// first `failingLeftoverReads` of them as a broken connection would (`io`), and counts the watermark's
-/// raises (`watermarkRaises`).
+/// It also records the position each sweep's read of leftovers starts from (`leftoverReads`) and the jobs
+/// it skips (`leftoverSkips`), fails the first `failingLeftoverReads` of them as a broken connection
+/// would (`io`), and counts the watermark's raises (`watermarkRaises`).
 final class LostAnswerStore: JobStore {
     let inner: any JobStore
     let loseAnswerTo: EventType
@@ -27,6 +27,8 @@ final class LostAnswerStore: JobStore {
     let statsCalls = Mutex(0)
     /// The `position` of every `leftoversSince` call so far, in order.
     let leftoverReads = Mutex<[Int64?]>([])
+    /// The jobs every `leftoversSince` call so far was asked to skip, in order.
+    let leftoverSkips = Mutex<[Set<String>]>([])
     /// How many of the next `leftoversSince` calls fail (after being recorded).
     let failingLeftoverReads = Mutex(0)
     /// `raiseSweepWatermark` calls so far.
@@ -88,14 +90,15 @@ final class LostAnswerStore: JobStore {
     func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         try inner.leftoverCandidates(finishedSince: finishedSince)
     }
-    func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
+    func leftoversSince(position: Int64?, now: Int64, skipping: Set<String>) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
         leftoverReads.withLock { $0.append(position) }
+        leftoverSkips.withLock { $0.append(skipping) }
         let fail = failingLeftoverReads.withLock { left in
             defer { left = max(0, left - 1) }
             return left > 0
         }
         if fail { throw StoreError.io("the connection broke while reading leftover candidates (test fault)") }
-        return try inner.leftoversSince(position: position, now: now)
+        return try inner.leftoversSince(position: position, now: now, skipping: skipping)
     }
     func sweepWatermark(host: String) throws(StoreError) -> Int64? { try inner.sweepWatermark(host: host) }
     func raiseSweepWatermark(host: String, to position: Int64) throws(StoreError) {
