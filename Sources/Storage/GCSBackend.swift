@@ -593,8 +593,9 @@ public struct GCSBackend: StorageBackend {
         let expected = Self.digests(of: object)
         let sink = FileSink(partial: partial, requestedOffset: start, md5: expected.needMD5(asked: md5),
                             checkpoint: { partial, _ in
-                                report(.checkpoint(partial.resumePoint(generation: generation, etag: nil), bytesTotal: total))
+                                .checkpoint(partial.resumePoint(generation: generation, etag: nil), bytesTotal: total)
                             },
+                            report: report,
                             progress: { progress.update($0) })
         try await sink.hashExistingPrefixOffPool()
         progress.update(start)
@@ -615,6 +616,7 @@ public struct GCSBackend: StorageBackend {
                 }
             }
         }
+        try await sink.settle()
         guard sink.offset == total else {
             try? await sink.partial.syncOffPool()
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(total) bytes; a retry resumes from there",

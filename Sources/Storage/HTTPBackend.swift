@@ -283,9 +283,10 @@ public struct HTTPBackend: StorageBackend {
         weak var headersSource: FileSink?
         let sink = FileSink(partial: partial, requestedOffset: start, md5: md5,
                             checkpoint: { partial, headers in
-                                report(.checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers)),
-                                                   bytesTotal: Self.totalSize(headers, offset: 0)))
+                                .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers)),
+                                            bytesTotal: Self.totalSize(headers, offset: 0))
                             },
+                            report: report,
                             progress: { done in
                                 if progress.total == nil, let headers = headersSource?.responseHeaders {
                                     progress.total = Self.totalSize(headers, offset: 0)
@@ -310,6 +311,7 @@ public struct HTTPBackend: StorageBackend {
                 partial.resumePoint(generation: nil, etag: etag)
             }
         }
+        try await sink.settle()
         if response.status == 416 && start > 0 {
             // Asked past the end: the file shrank. Start again from zero next attempt.
             sink.partial.discard()

@@ -327,7 +327,8 @@ final class MemorySink: ResponseBodySink {
     }
 }
 
-/// Writes a response body through a `PartialFile`, hashing, syncing and checkpointing as it goes.
+/// Writes a response body through a `PartialFile`, hashing, syncing and checkpointing as it goes; a
+/// checkpoint's sync runs off the engine thread (`BackgroundSyncs`), and `settle()` waits for it.
 ///
 /// When a ranged request is answered with the whole body (200 instead of 206), the partial file and
 /// the hashes start again from zero.
@@ -341,9 +342,18 @@ final class FileSink: ResponseBodySink {
     private(set) var offset: Int64
     private var lastCheckpoint: Int64
     private let requestedOffset: Int64
-    /// Called after a `sync()` with the partial file (its durable byte count and resume point) and the
-    /// response headers.
-    private let checkpoint: (PartialFile, [String: String]) -> Void
+    /// Makes a checkpoint's report from the partial file (its byte count and resume point, made durable
+    /// by the sync that follows) and the response headers.
+    private let checkpoint: (PartialFile, [String: String]) -> TransferEvent
+    /// Where a checkpoint's report goes once its sync returned.
+    private let report: @Sendable (TransferEvent) -> Void
+    /// The checkpoints' syncs, off the engine thread (see `BackgroundSyncs`).
+    private let syncs: BackgroundSyncs
+    /// Whether the partial file is on a filesystem kept in memory, where a sync returns at once and is
+    /// made here (asked once, at the first checkpoint).
+    private lazy var inMemory = partial.onMemoryFilesystem
+    /// Whether a sync was handed to `syncs` (until then there is no failure to look for).
+    private var handedOver = false
     /// The headers of the response being written (ETag, Last-Modified, Content-Range).
     private(set) var responseHeaders: [String: String] = [:]
     private let progress: (Int64) -> Void
@@ -355,13 +365,16 @@ final class FileSink: ResponseBodySink {
 
     /// A sink that computes MD5 from the start when `md5` is true.
     init(partial: PartialFile, requestedOffset: Int64, md5: Bool = false,
-         checkpoint: @escaping (PartialFile, [String: String]) -> Void, progress: @escaping (Int64) -> Void) {
+         checkpoint: @escaping (PartialFile, [String: String]) -> TransferEvent, report: @escaping @Sendable (TransferEvent) -> Void,
+         progress: @escaping (Int64) -> Void) {
         self.partial = partial
         self.checksums = StreamChecksums(md5: md5)
         self.offset = partial.bytesWritten
         self.lastCheckpoint = partial.bytesWritten
         self.requestedOffset = requestedOffset
         self.checkpoint = checkpoint
+        self.report = report
+        self.syncs = BackgroundSyncs(path: partial.tempPath)
         self.progress = progress
     }
 
@@ -377,6 +390,7 @@ final class FileSink: ResponseBodySink {
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        try checkSyncs()
         defer { receivedAny = true }
         if !receivedAny, requestedOffset > 0, status == 200 {
             // The server ignored Range (or If-Range failed): start over with the full body.
@@ -393,10 +407,33 @@ final class FileSink: ResponseBodySink {
         offset += Int64(bytes.count)
         progress(offset)
         if offset - lastCheckpoint >= Self.checkpointInterval {
-            try partial.sync()
+            let event = checkpoint(partial, headers)
+            if inMemory {
+                try partial.sync()
+                report(event)
+            } else {
+                let report = report
+                syncs.sync(try partial.duplicateDescriptor()) { report(event) }
+                handedOver = true
+            }
             lastCheckpoint = offset
-            checkpoint(partial, headers)
         }
+    }
+
+    /// Waits for the checkpoint syncs handed over (their reports are out when it returns). A sync that
+    /// failed fails the download as it did when syncs were made in `write`: for lack of space the partial
+    /// file is removed.
+    func settle() async throws(StorageError) {
+        await syncs.settle()
+        try checkSyncs()
+    }
+
+    /// Throws the failure of a checkpoint's sync, if one failed (removing the partial file when it
+    /// failed for lack of space).
+    private func checkSyncs() throws(StorageError) {
+        guard handedOver, let failure = syncs.failure else { return }
+        if failure.lackOfSpace { partial.discard() }
+        throw failure.error
     }
 }
 
@@ -433,6 +470,11 @@ extension FileSink {
     func outcome(of interruption: TransferFailure, bytesTotal: Int64?,
                  report: @Sendable (TransferEvent) -> Void,
                  resumePoint: (PartialFile) -> ResumePoint) async throws(StorageError) -> TransferOutcome {
+        // The checkpoints handed over report before this one. After a checkpoint's sync failed, a later
+        // sync may succeed without the bytes it lost: the download ends with that failure instead of a
+        // resume point (a cancel still removes the file).
+        await syncs.settle()
+        if case .stopped(.cancel) = interruption {} else { try checkSyncs() }
         switch interruption {
         case .stopped(.cancel):
             partial.discard()

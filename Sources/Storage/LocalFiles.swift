@@ -404,6 +404,14 @@ final class LocalFile {
         guard fsync(descriptor) == 0 else { throw failure(errno, "syncing") }
     }
 
+    /// A duplicate of the descriptor (close-on-exec), which the caller closes: for a sync on another
+    /// thread (`BackgroundSyncs`), which must not share this object.
+    func duplicateDescriptor() throws(StorageError) -> Int32 {
+        let duplicate = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        guard duplicate >= 0 else { throw failure(errno, "duplicating the descriptor of") }
+        return duplicate
+    }
+
     /// Asks the kernel to start writing `count` bytes at `offset` to disk now, without waiting
     /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so that the next `sync()` finds them written instead of
     /// writing them all while the caller waits. Best effort: no error is reported (the `sync()` that makes

@@ -251,6 +251,11 @@ public final class PartialFile {
         }
     }
 
+    /// A duplicate of the temporary file's descriptor, which the caller closes (`BackgroundSyncs`).
+    func duplicateDescriptor() throws(StorageError) -> Int32 {
+        try file.duplicateDescriptor()
+    }
+
     /// Empties the temporary file to start again from byte 0 (the server sent the whole body to a ranged
     /// request, or the resumed prefix is longer than the object). The file, its name and identity stay.
     public func restart() throws(StorageError) {
