@@ -69,6 +69,8 @@ extension GCSBackend {
             return results
         }
 
+        // The checkpoints handed over have reported (or failed) before anything below.
+        await state.settle()
         // A stop wins over a failure (every slice shares the control); then the first failure.
         var failure: StorageError?
         var stop: StopReason?
@@ -81,11 +83,17 @@ extension GCSBackend {
             case .failure(.failed(let error)): if failure == nil { failure = error }
             }
         }
+        if stop == .cancel {
+            partial.discard()
+            return .stopped(.cancel, nil)
+        }
+        // After a checkpoint's sync failed, a later sync may succeed without the bytes it lost: the
+        // download ends with that failure, not with a resume point or a copy those bytes may not back.
+        if let synced = state.syncFailure {
+            if synced.lackOfSpace || !synced.error.retryable { partial.discard() }
+            throw synced.error
+        }
         if let stop {
-            if stop == .cancel {
-                partial.discard()
-                return .stopped(.cancel, nil)
-            }
             let point = try state.confirm()
             report(.checkpoint(point, bytesTotal: total))
             return .stopped(stop, point)
@@ -137,6 +145,10 @@ final class SlicedDownloadState: Sendable {
     private let generation: String
     private let checkpoint: @Sendable (ResumePoint) -> Void
     private nonisolated(unsafe) let progress: (Int64) -> Void
+    /// The checkpoints' syncs, off the engine thread (see `BackgroundSyncs`); on a filesystem kept in
+    /// memory, where a sync returns at once, they are made in `write`.
+    private let syncs: BackgroundSyncs
+    private let inMemory: Bool
 
     /// The state of `slices` of `partial`, whose confirmed prefixes have the CRC32Cs `crcs`
     /// (`confirmedCRCs`, read from the file before anything is fetched).
@@ -148,7 +160,17 @@ final class SlicedDownloadState: Sendable {
         self.generation = generation
         self.checkpoint = checkpoint
         self.progress = progress
+        self.syncs = BackgroundSyncs(path: partial.tempPath)
+        self.inMemory = partial.onMemoryFilesystem
     }
+
+    /// Waits for the checkpoint syncs handed over (their reports are out when it returns).
+    func settle() async {
+        await syncs.settle()
+    }
+
+    /// The first checkpoint sync that failed, if one did (and whether for lack of space).
+    var syncFailure: (error: StorageError, lackOfSpace: Bool)? { syncs.failure }
 
     /// The CRC32C of each slice's confirmed prefix, read back from the file (a resumed download; all
     /// empty for a new one). On `FileIO`'s threads when there is anything to read: prefixes of a large
@@ -188,7 +210,8 @@ final class SlicedDownloadState: Sendable {
     /// Writes one answer's bytes at slice `index`'s next offset; past the slice's end is an error (a
     /// server that ignored the Range). Syncs and reports a checkpoint every `FileSink.checkpointInterval`.
     func write(_ bytes: UnsafeRawBufferPointer, slice index: Int) throws(StorageError) {
-        let outcome: Result<ResumePoint?, StorageError> = fill.withLock { fill in
+        if let failure = syncs.failure { throw failure.error }
+        let outcome: Result<(ResumePoint, Int32?)?, StorageError> = fill.withLock { fill in
             let slice = fill.slices[index]
             let count = Int64(bytes.count)
             guard fill.written[index] + count <= slice.length else {
@@ -213,12 +236,20 @@ final class SlicedDownloadState: Sendable {
             progress(fill.written.reduce(0, +))
             guard fill.sinceCheckpoint >= FileSink.checkpointInterval else { return .success(nil) }
             do throws(StorageError) {
-                return .success(try confirmLocked(&fill))
+                // The sync is handed over with a duplicate of the descriptor, taken while the file is ours.
+                return inMemory ? .success((try confirmLocked(&fill), nil))
+                    : .success((try confirmLocked(&fill, syncing: false), try partial.duplicateDescriptor()))
             } catch {
                 return .failure(error)
             }
         }
-        if let point = try outcome.get() { checkpoint(point) }
+        guard let (point, descriptor) = try outcome.get() else { return }
+        if let descriptor {
+            let checkpoint = checkpoint
+            syncs.sync(descriptor) { checkpoint(point) }
+        } else {
+            checkpoint(point)
+        }
     }
 
     /// Syncs the file and records every slice's written bytes as confirmed; returns the resume point.
@@ -229,8 +260,10 @@ final class SlicedDownloadState: Sendable {
         return try outcome.get()
     }
 
-    private func confirmLocked(_ fill: inout Fill) throws(StorageError) -> ResumePoint {
-        try partial.sync()
+    /// Syncs the file (unless `syncing` is false: the caller hands the sync over and reports the point
+    /// only after it) and records every slice's written bytes as confirmed; returns the resume point.
+    private func confirmLocked(_ fill: inout Fill, syncing: Bool = true) throws(StorageError) -> ResumePoint {
+        if syncing { try partial.sync() }
         for index in fill.slices.indices { fill.slices[index].confirmed = fill.written[index] }
         fill.sinceCheckpoint = 0
         return .slicedDownload(slices: fill.slices, generation: generation, tempPath: partial.tempPath, file: partial.identity)

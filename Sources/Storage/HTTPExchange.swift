@@ -421,18 +421,17 @@ final class FileSink: ResponseBodySink {
     }
 
     /// Waits for the checkpoint syncs handed over (their reports are out when it returns). A sync that
-    /// failed fails the download as it did when syncs were made in `write`: for lack of space the partial
-    /// file is removed.
+    /// failed fails the download, as it did when syncs were made in `write`.
     func settle() async throws(StorageError) {
         await syncs.settle()
         try checkSyncs()
     }
 
-    /// Throws the failure of a checkpoint's sync, if one failed (removing the partial file when it
-    /// failed for lack of space).
+    /// Throws the failure of a checkpoint's sync, if one failed, removing the partial file as a failed
+    /// download does when no attempt will use it (lack of space, or a failure not worth retrying).
     private func checkSyncs() throws(StorageError) {
         guard handedOver, let failure = syncs.failure else { return }
-        if failure.lackOfSpace { partial.discard() }
+        if failure.lackOfSpace || !failure.error.retryable { partial.discard() }
         throw failure.error
     }
 }

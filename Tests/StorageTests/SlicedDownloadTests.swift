@@ -2,6 +2,7 @@ import Checksums
 import Foundation
 import JobModel
 @testable import Storage
+import Synchronization
 import Testing
 import TestSupport
 
@@ -159,8 +160,14 @@ import TestSupport
         let destination = directory.file("sixteen.bin")
         let job = JobSpec(kind: .downloadFile, source: reference, destination: destination)
         let control = TransferControl()
-        // Pause at the first checkpoint, as a worker does on SIGTERM.
-        let recorder = EventRecorder { event in if case .checkpoint = event { control.stop(.pause) } }
+        // Pause at the first checkpoint, as a worker does on SIGTERM; note where each was reported from.
+        let threads = Mutex<[String]>([])
+        let recorder = EventRecorder { event in
+            if case .checkpoint = event {
+                threads.withLock { $0.append(Thread.current.name ?? "?") }
+                control.stop(.pause)
+            }
+        }
         let outcome = await run(backend, job, control: control, recorder: recorder)
         guard case .success(.stopped(.pause, let point?)) = outcome,
               case .slicedDownload(let slices, _, let tempPath, _) = point else {
@@ -169,6 +176,12 @@ import TestSupport
         }
         #expect(slices.count == 4 && point.bytesDone >= 8 << 20 && point.bytesDone < Int64(size), "\(slices)")
         #expect(tempPath == PartialFile.tempPath(for: destination))
+        // The first checkpoint's sync ran off the curl thread (on tmpfs, where a sync returns at once, on
+        // it); the pause's own checkpoint comes from the download's task.
+        let filesystem = try runProcess("/usr/bin/stat", ["-f", "--format=%T", directory.path]).stdout
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(threads.withLock { $0 }.first == (filesystem == "tmpfs" ? "jobctl-curl" : "jobctl-file-io"),
+                "\(filesystem): \(threads.withLock { $0 })")
         let firstRound = Self.mediaGets(proxy).count
         #expect(firstRound == 4)
 
