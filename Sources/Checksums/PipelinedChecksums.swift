@@ -40,6 +40,8 @@ public final class PipelinedChecksums {
     private var current: Block?
     private var filled = 0
     private var result: (md5Base64: String?, crc32cBase64: String)?
+    /// Permits taken ahead by `reserve(forNext:)` for blocks not yet started.
+    private var reserved = 0
 
     /// Whether this stream computes MD5 (CRC32C is always computed).
     public var computesMD5: Bool { hashes.computesMD5 }
@@ -62,6 +64,24 @@ public final class PipelinedChecksums {
             pool.give(current)
             permits.signal()
         }
+        for _ in 0..<reserved { permits.signal() }
+    }
+
+    /// Whether `update` of the next `count` bytes can go on without waiting for the queue. When it can,
+    /// the blocks those bytes need are set aside for them (taken without waiting), so the `update` that
+    /// follows does not wait. A caller that must never block — the curl thread, which every transfer of
+    /// the process shares — asks first and pauses its one stream when the answer is no, instead of
+    /// waiting in `update` while every other transfer waits for it.
+    public func reserve(forNext count: Int) -> Bool {
+        var rest = count
+        if inlineHashed < inlineLimit { rest -= min(inlineLimit - inlineHashed, rest) }
+        if current != nil { rest -= min(Self.blockSize - filled, rest) }
+        let needed = (rest + Self.blockSize - 1) / Self.blockSize
+        while reserved < needed {
+            guard permits.wait(timeout: .now()) == .success else { return false }
+            reserved += 1
+        }
+        return true
     }
 
     /// Adds the next bytes of the stream. May wait while the backlog is full. Not after `finish()`.
@@ -79,7 +99,7 @@ public final class PipelinedChecksums {
             if let current {
                 block = current
             } else {
-                permits.wait()
+                if reserved > 0 { reserved -= 1 } else { permits.wait() }
                 block = pool.take()
                 current = block
             }
@@ -96,6 +116,10 @@ public final class PipelinedChecksums {
     public func finish() -> (md5Base64: String?, crc32cBase64: String) {
         if let result { return result }
         if filled > 0 { submitCurrent() }
+        while reserved > 0 {
+            permits.signal()
+            reserved -= 1
+        }
         queue?.sync {}
         let result = hashes.finish()
         self.result = result

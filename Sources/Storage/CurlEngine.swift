@@ -73,6 +73,9 @@ final class CurlEngine: @unchecked Sendable {
     /// libcurl's receive buffer: larger means fewer write callbacks per byte (each hashes and may write to disk).
     static let receiveBufferSize = 256 * 1024
 
+    /// Times an exchange was paused because its body's hashing fell behind, in this process (tests).
+    static let hashingPauses = Atomic<Int>(0)
+
     /// libcurl's upload buffer: 1 MiB (fewer read callbacks, each a `pread` and a hash), or just the
     /// body when it is smaller (never under libcurl's 16 KiB minimum). libcurl allocates it afresh for
     /// every upload, so a small file's upload no longer allocates and frees a whole MiB.
@@ -287,6 +290,9 @@ private final class CurlExchange: @unchecked Sendable {
     private let bandwidth: SharedBandwidth?
     /// Whether a callback paused the exchange for its rate limits.
     private var pausedForRate = false
+    /// The bytes a callback could not move because the body's hashing fell behind (a stream with MD5),
+    /// and whether they were the request's: the exchange is paused until they can move without waiting.
+    private var pausedForHashing: (count: Int, sending: Bool)?
 
     init(request: HTTPRequest, source: (any RequestBodySource)?, sink: (any ResponseBodySink)?,
          control: TransferControl?, options: CurlOptions) {
@@ -499,16 +505,37 @@ private final class CurlExchange: @unchecked Sendable {
         bandwidth?.take(count, at: now)
     }
 
-    /// Engine thread, outside callbacks: unpauses a rate-paused exchange whose limits allow it again.
-    /// Returns the milliseconds to wait when it must stay paused, nil otherwise.
+    /// Whether `count` body bytes can move now without the body's hashing waiting (see
+    /// `PipelinedChecksums.reserve(forNext:)`); false marks the exchange paused (the callback returns
+    /// PAUSE). Waiting there instead held the engine thread, and every other transfer with it, for as
+    /// long as one stream's MD5 took to catch up.
+    func hashingAllows(_ count: Int, sending: Bool) -> Bool {
+        let allowed = sending ? (source?.mayGive(count) ?? true)
+            : !(200..<300).contains(status) || (sink?.mayTake(count) ?? true)
+        if !allowed {
+            if pausedForHashing == nil { CurlEngine.hashingPauses.add(1, ordering: .relaxed) }
+            pausedForHashing = (count, sending)
+        }
+        return allowed
+    }
+
+    /// Engine thread, outside callbacks: unpauses an exchange paused for its rate limits or its hashing
+    /// once they allow it again. Returns the milliseconds to wait when it must stay paused, nil otherwise.
     func resumeIfAllowed(at now: ContinuousClock.Instant) -> Int? {
-        guard pausedForRate, let easy else { return nil }
-        let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, bandwidth?.millisecondsUntilReady(at: now) ?? 0)
-        guard wait == 0 else { return wait }
+        guard pausedForRate || pausedForHashing != nil, let easy else { return nil }
+        if pausedForRate {
+            let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, bandwidth?.millisecondsUntilReady(at: now) ?? 0)
+            guard wait == 0 else { return wait }
+        }
+        if let (count, sending) = pausedForHashing {
+            // The hashing queue frees a block every ~1–2 ms while it catches up.
+            guard hashingAllows(count, sending: sending) else { return 1 }
+        }
         pausedForRate = false
+        pausedForHashing = nil
         // The callbacks may run (and pause again) inside this call.
         _ = jobctl_curl_easy_pause(easy, CURLPAUSE_CONT)
-        return pausedForRate ? 1 : nil
+        return pausedForRate || pausedForHashing != nil ? 1 : nil
     }
 
     /// One header line: https://curl.se/libcurl/c/CURLOPT_HEADERFUNCTION.html
@@ -658,7 +685,7 @@ private final class CurlExchange: @unchecked Sendable {
 private let curlRead: jobctl_curl_data_callback = { buffer, size, count, context in
     guard let buffer, let context else { return Int(CURL_READFUNC_ABORT) }
     let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
-    guard exchange.mayMoveBody() else { return Int(CURL_READFUNC_PAUSE) }
+    guard exchange.mayMoveBody(), exchange.hashingAllows(size * count, sending: true) else { return Int(CURL_READFUNC_PAUSE) }
     let result = exchange.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count))
     if result <= size * count { exchange.movedBody(result) }
     return result
@@ -668,7 +695,7 @@ private let curlWrite: jobctl_curl_data_callback = { buffer, size, count, contex
     guard let context else { return 0 }
     let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
     let total = size * count
-    guard exchange.mayMoveBody() else { return Int(CURL_WRITEFUNC_PAUSE) }
+    guard exchange.mayMoveBody(), exchange.hashingAllows(total, sending: false) else { return Int(CURL_WRITEFUNC_PAUSE) }
     let accepted = exchange.receiveBody(UnsafeRawBufferPointer(start: buffer, count: total))
     if accepted { exchange.movedBody(total) }
     return accepted ? total : 0

@@ -59,11 +59,25 @@ protocol RequestBodySource: AnyObject {
     func read(into buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> Int
     /// Moves to `position` bytes from the start of this body; false when that is not a position in it.
     func rewind(to position: Int64) -> Bool
+    /// Whether the next `count` bytes can be read now without waiting (for hashing that fell behind);
+    /// false pauses the exchange until it can (`CurlExchange`).
+    func mayGive(_ count: Int) -> Bool
+}
+
+extension RequestBodySource {
+    func mayGive(_ count: Int) -> Bool { true }
 }
 
 /// Consumes a 2xx response body on the engine thread; throwing aborts the exchange with that error.
 protocol ResponseBodySink: AnyObject {
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError)
+    /// Whether `write` of the next `count` bytes can go on now without waiting (for hashing that fell
+    /// behind); false pauses the exchange until it can (`CurlExchange`).
+    func mayTake(_ count: Int) -> Bool
+}
+
+extension ResponseBodySink {
+    func mayTake(_ count: Int) -> Bool { true }
 }
 
 // MARK: - Checksums while streaming
@@ -80,10 +94,17 @@ final class StreamChecksums {
     var computesMD5: Bool { hashes.computesMD5 }
     /// False when a gap made the hashes meaningless (then they are not compared).
     private(set) var isContiguous = true
+    /// The bytes copied and not yet hashed that the stream holds at most (`PipelinedChecksums`).
+    private let backlogBytes: Int
+
+    /// The backlog of the streams a task makes (tests make it one block, so that a stream's hashing
+    /// falls behind at once).
+    @TaskLocal static var backlogBytes = PipelinedChecksums.defaultBacklogBytes
 
     /// A stream that computes MD5 only when `md5` is true.
     init(md5: Bool = false) {
-        hashes = PipelinedChecksums(md5: md5)
+        backlogBytes = Self.backlogBytes
+        hashes = PipelinedChecksums(md5: md5, backlogBytes: backlogBytes)
     }
 
     /// Starts computing MD5 too, which is possible only before the first byte; false after it (the
@@ -92,7 +113,7 @@ final class StreamChecksums {
     func enableMD5() -> Bool {
         if computesMD5 { return true }
         guard hashedUpTo == 0 else { return false }
-        hashes = PipelinedChecksums(md5: true)
+        hashes = PipelinedChecksums(md5: true, backlogBytes: backlogBytes)
         return true
     }
 
@@ -109,9 +130,15 @@ final class StreamChecksums {
         hashedUpTo += Int64(fresh.count)
     }
 
+    /// Whether `feed` of the next `count` bytes would not wait for the hashing queue (see
+    /// `PipelinedChecksums.reserve(forNext:)`); a stream without MD5 never waits.
+    func mayTake(_ count: Int) -> Bool {
+        hashes.reserve(forNext: count)
+    }
+
     /// Starts again from byte 0.
     func reset() {
-        hashes = PipelinedChecksums(md5: computesMD5)
+        hashes = PipelinedChecksums(md5: computesMD5, backlogBytes: backlogBytes)
         hashedUpTo = 0
         isContiguous = true
     }
@@ -286,6 +313,10 @@ final class UploadRangeBody: RequestBodySource {
         progress(offset)
         return true
     }
+
+    func mayGive(_ count: Int) -> Bool {
+        checksums.mayTake(count)
+    }
 }
 
 // MARK: - Download sinks
@@ -324,6 +355,10 @@ final class MemorySink: ResponseBodySink {
         checksums.feed(bytes, at: Int64(data.count))
         data.append(contentsOf: bytes)
         progress(Int64(data.count))
+    }
+
+    func mayTake(_ count: Int) -> Bool {
+        checksums.mayTake(count)
     }
 }
 
@@ -418,6 +453,10 @@ final class FileSink: ResponseBodySink {
             }
             lastCheckpoint = offset
         }
+    }
+
+    func mayTake(_ count: Int) -> Bool {
+        checksums.mayTake(count)
     }
 
     /// Waits for the checkpoint syncs handed over (their reports are out when it returns). A sync that

@@ -1,0 +1,75 @@
+import Checksums
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// A stream whose MD5 falls behind pauses its own exchange instead of holding the curl thread: the
+/// engine asks the body's hashing first (`PipelinedChecksums.reserve(forNext:)`) and returns PAUSE when
+/// the bytes would have to wait, then lets them through once the hashing queue has room.
+@Suite("hashing that falls behind pauses its exchange, not the curl thread", .onTestThreads)
+struct HashingPauseTests {
+    @Test("blocks are set aside only when free, and the hashes are the same however the bytes came")
+    func reservingSetsFreeBlocksAside() throws {
+        let data = patternData((3 << 20) + 5, seed: 9)
+        let expected = hashes(data)
+        #expect(PipelinedChecksums(md5: false).reserve(forNext: 1 << 30), "CRC32C alone never waits")
+        let inline = PipelinedChecksums(md5: true)
+        #expect(inline.reserve(forNext: PipelinedChecksums.defaultInlineBytes), "the first MiB is hashed inline")
+
+        let stream = PipelinedChecksums(md5: true, backlogBytes: PipelinedChecksums.blockSize, inlineBytes: 0)
+        #expect(stream.reserve(forNext: PipelinedChecksums.blockSize), "one block free")
+        #expect(!stream.reserve(forNext: 2 * PipelinedChecksums.blockSize), "a second block is not: the backlog holds one")
+        // Fed in 256 KiB pieces, each asked for first as the engine does; a refusal waits and asks again.
+        var offset = 0
+        var refusals = 0
+        while offset < data.count {
+            let count = min(256 << 10, data.count - offset)
+            guard stream.reserve(forNext: count) else {
+                refusals += 1
+                try #require(refusals < 100_000, "the hashing queue never freed its block")
+                usleep(100)
+                continue
+            }
+            data.withUnsafeBytes { stream.update(UnsafeRawBufferPointer(rebasing: $0[offset..<(offset + count)])) }
+            offset += count
+        }
+        let result = stream.finish()
+        #expect(result.md5Base64 == expected.md5 && result.crc32cBase64 == expected.crc32c)
+    }
+
+    /// With a backlog of one block, a 32 MiB download and upload through nginx that ask for MD5 are
+    /// paused for their hashing (each try counts the pauses; the loopback delivers faster than MD5
+    /// hashes) and still end with the right bytes and hashes.
+    @Test("an MD5 download and upload whose hashing falls behind are paused and end whole")
+    func anExchangeWhoseHashingFallsBehindIsPaused() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let total: Int64 = 32 << 20
+        try writePatternFile(server.root + "/md5.bin", size: total)
+        let expectedMD5 = try fileMD5(server.root + "/md5.bin")
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        var download = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/md5.bin", destination: directory.file("md5.bin"))
+        download.checksums = [.md5, .crc32c]
+        var upload = JobSpec(kind: .uploadFile, source: server.root + "/md5.bin", destination: "\(server.baseURL)/up/md5.bin")
+        upload.checksums = [.md5, .crc32c]
+
+        for spec in [download, upload] {
+            var paused = false
+            for _ in 0..<3 where !paused {
+                let before = CurlEngine.hashingPauses.load(ordering: .relaxed)
+                let result = try await StreamChecksums.$backlogBytes.withValue(PipelinedChecksums.blockSize) {
+                    try finished(await run(backend, spec))
+                }
+                #expect(result.size == total && result.md5 == expectedMD5, "\(spec.kind): \(result)")
+                paused = CurlEngine.hashingPauses.load(ordering: .relaxed) > before
+            }
+            #expect(paused, "\(spec.kind): never paused for its hashing in three tries")
+        }
+        #expect(try fileMD5(directory.file("md5.bin")) == expectedMD5)
+        #expect(try fileMD5(server.root + "/up/md5.bin") == expectedMD5)
+    }
+}
