@@ -353,26 +353,20 @@ extension PostgresStore {
     /// just-submitted log until autovacuum analyses it: every draining worker's end, 3 ms for 10,000
     /// finished jobs); with `kind = …` each branch is one range of `jobs_finished_by_kind` whatever the
     /// statistics say.
-    static let finishedLeftoverSQL = """
-        SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms
-        FROM (SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
-              WHERE kind = 'download-file' AND finished_at_ms >= $1
-              UNION ALL
-              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
-              WHERE kind = 'upload-file' AND finished_at_ms >= $1
-              UNION ALL
-              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
-              WHERE kind = 'upload-data' AND finished_at_ms >= $1) jobs
-             LEFT JOIN LATERAL (SELECT events.data::json -> 'spec' ->> 'destination' AS destination
-                                FROM events WHERE events.seq = jobs.seq) submitted ON true
-        WHERE jobs.state IN ('succeeded', 'failed', 'cancelled')
-          AND (jobs.kind = 'download-file' OR submitted.destination LIKE 'file:%')
+    static let finishedLeftoverSQL = finishedLeftoverSelection + """
+
         ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
     /// `finishedLeftoverSQL` without the jobs whose ids the array `$2` holds: an anti-join (a hash of the
     /// array, whatever its length) before the `submitted` events are read, in no particular order.
-    static let finishedLeftoverSkippingSQL = """
+    static let finishedLeftoverSkippingSQL = finishedLeftoverSelection + """
+
+          AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS skipped(id) WHERE skipped.id = jobs.id)
+        """
+
+    /// What `finishedLeftoverSQL` and `finishedLeftoverSkippingSQL` select, and the conditions they share.
+    private static let finishedLeftoverSelection = """
         SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms
         FROM (SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
               WHERE kind = 'download-file' AND finished_at_ms >= $1
@@ -385,7 +379,6 @@ extension PostgresStore {
              LEFT JOIN LATERAL (SELECT events.data::json -> 'spec' ->> 'destination' AS destination
                                 FROM events WHERE events.seq = jobs.seq) submitted ON true
         WHERE jobs.state IN ('succeeded', 'failed', 'cancelled')
-          AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS skipped(id) WHERE skipped.id = jobs.id)
           AND (jobs.kind = 'download-file' OR submitted.destination LIKE 'file:%')
         """
 

@@ -32,4 +32,25 @@ struct PostgresLeftoverPlanTests {
         #expect(candidates.finished.map(\.id) == [download])
         #expect(candidates.finished.first?.destination == "/tmp/leftover-plan-file")
     }
+
+    /// The jobs a worker skips (its own first runs that succeeded) are dropped before their `submitted`
+    /// event is read and its spec parsed: of 300 finished downloads with 299 skipped, the events are
+    /// looked up once.
+    @Test("skipped jobs are dropped before their submitted event is read")
+    func skippedJobsAreDroppedBeforeTheirSubmittedEventIsRead() throws {
+        let fixture = try PostgresFixture("leftover-skip-plan")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let ids = try store.submit((0..<300).map { k in
+            JobSpec(kind: .downloadFile, source: "http://127.0.0.1:9/o-\(k)", destination: "/tmp/leftover-skip-\(k)")
+        }, actor: "cli:test", now: 1_000).map(\.id)
+        let connection = try fixture.connect()
+        #expect(try connection.run("UPDATE jobs SET state = 'succeeded', finished_at_ms = 5000 + seq") == 300)
+        let skipped = PostgresValue.array(PostgresArray(elementType: PostgresType.text, elements: ids.dropLast().map(PostgresValue.text)))
+        let plan = try connection.plan("EXPLAIN (ANALYZE, COSTS OFF) " + PostgresStore.finishedLeftoverSkippingSQL, [.integer(0), skipped])
+        let eventLookups = plan.split(separator: "\n").filter { $0.contains("on events") }
+        // One event row read, once (not 300 in a loop, nor a scan of every event joined by hash).
+        #expect(eventLookups.count == 1 && eventLookups.allSatisfy { $0.contains("rows=1 loops=1)") }, "\(plan)")
+        let (read, _) = try store.leftoversSince(position: 0, now: 10_000, skipping: Set(ids.dropLast()))
+        #expect(read.finished.map(\.id) == [ids.last], "\(read.finished.map(\.id))")
+    }
 }

@@ -92,23 +92,19 @@ struct BackgroundSyncsTests {
     /// the engine's), after their syncs, in order and before the download's end; the file is whole.
     @Test("a download's checkpoints are synced and reported off the engine thread, before its end")
     func aDownloadsCheckpointsAreSyncedOffTheEngineThread() async throws {
-        let server = try NginxServer.start()
-        defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let total: Int64 = 24 << 20
-        try writePatternFile(server.root + "/big.bin", size: total)
-        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let fixture = try BigFileFixture("big.bin", size: 24 << 20)
+        defer { fixture.stop() }
+        let (directory, backend, total) = (fixture.directory, fixture.backend, fixture.size)
         let destination = directory.file("big.bin")
         let threads = Mutex<[String]>([])
         let recorder = EventRecorder { event in
             if case .checkpoint = event { threads.withLock { $0.append(Thread.current.name ?? "?") } }
         }
-        let result = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/big.bin",
+        let result = try finished(await run(backend, JobSpec(kind: .downloadFile, source: fixture.url,
                                                              destination: destination), recorder: recorder))
         let atReturn = recorder.checkpoints.count
         #expect(result.size == total)
-        #expect(try fileMD5(destination) == fileMD5(server.root + "/big.bin"))
+        #expect(try fileMD5(destination) == fileMD5(fixture.servedPath))
         let checkpoints = recorder.checkpoints.map(\.bytesDone)
         #expect((1...3).contains(checkpoints.count), "\(checkpoints)")
         #expect(zip(checkpoints, checkpoints.dropFirst()).allSatisfy { $1 - $0 >= 8 << 20 } && (checkpoints.last ?? 0) <= total,

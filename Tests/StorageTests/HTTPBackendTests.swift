@@ -54,13 +54,9 @@ struct HTTPBackendTests {
 
     @Test("an interrupted GET resumes with Range + If-Range and fetches only the rest")
     func rangedResume() async throws {
-        let server = try NginxServer.start()
-        defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let total: Int64 = 24 << 20
-        try writePatternFile(server.root + "/big.bin", size: total)
-        let backend = HTTPBackend(configuration: configuration())
+        let fixture = try BigFileFixture("big.bin", size: 24 << 20)
+        defer { fixture.stop() }
+        let (server, directory, backend, total) = (fixture.server, fixture.directory, fixture.backend, fixture.size)
         let destination = directory.file("big.bin")
         let spec = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/big.bin", destination: destination)
 

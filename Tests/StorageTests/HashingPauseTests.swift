@@ -44,17 +44,13 @@ struct HashingPauseTests {
     /// hashes) and still end with the right bytes and hashes.
     @Test("an MD5 download and upload whose hashing falls behind are paused and end whole")
     func anExchangeWhoseHashingFallsBehindIsPaused() async throws {
-        let server = try NginxServer.start()
-        defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let total: Int64 = 32 << 20
-        try writePatternFile(server.root + "/md5.bin", size: total)
-        let expectedMD5 = try fileMD5(server.root + "/md5.bin")
-        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
-        var download = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/md5.bin", destination: directory.file("md5.bin"))
+        let fixture = try BigFileFixture("md5.bin", size: 32 << 20)
+        defer { fixture.stop() }
+        let (server, directory, backend, total) = (fixture.server, fixture.directory, fixture.backend, fixture.size)
+        let expectedMD5 = try fileMD5(fixture.servedPath)
+        var download = JobSpec(kind: .downloadFile, source: fixture.url, destination: directory.file("md5.bin"))
         download.checksums = [.md5, .crc32c]
-        var upload = JobSpec(kind: .uploadFile, source: server.root + "/md5.bin", destination: "\(server.baseURL)/up/md5.bin")
+        var upload = JobSpec(kind: .uploadFile, source: fixture.servedPath, destination: "\(server.baseURL)/up/md5.bin")
         upload.checksums = [.md5, .crc32c]
 
         for spec in [download, upload] {

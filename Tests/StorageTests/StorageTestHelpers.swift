@@ -80,3 +80,40 @@ func hashes(_ data: Data) -> (md5: String, crc32c: String) {
 func fileMD5(_ path: String) throws -> String {
     Data(Digest.md5(try Data(contentsOf: URL(fileURLWithPath: path)))).base64EncodedString()
 }
+
+/// nginx on 127.0.0.1 serving a pattern file of `size` bytes at `/NAME`, a temporary directory for the
+/// copies, and an HTTP backend: the setup of the tests that move one big file. `stop()` ends them.
+struct BigFileFixture {
+    let server: NginxServer
+    let directory: TemporaryDirectory
+    let backend: HTTPBackend
+    let size: Int64
+    /// The file's URL and its path in nginx's root.
+    let url: String
+    let servedPath: String
+
+    init(_ name: String, size: Int64) throws {
+        server = try NginxServer.start()
+        do {
+            directory = try TemporaryDirectory()
+        } catch {
+            server.stop()
+            throw error
+        }
+        self.size = size
+        url = "\(server.baseURL)/\(name)"
+        servedPath = server.root + "/" + name
+        backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        do {
+            try writePatternFile(servedPath, size: size)
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    func stop() {
+        server.stop()
+        directory.remove()
+    }
+}
