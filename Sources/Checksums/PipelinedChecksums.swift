@@ -34,6 +34,8 @@ public final class PipelinedChecksums {
     private var inlineHashed = 0
     /// One permit per block that may be held (filled or waiting to be hashed).
     private let permits: DispatchSemaphore
+    /// How many permits there are: the blocks of the backlog.
+    private let permitCount: Int
     /// Created at the first byte past `inlineLimit`.
     private var queue: DispatchQueue?
     /// The block being filled (its permit is taken) and how many bytes it holds.
@@ -53,7 +55,8 @@ public final class PipelinedChecksums {
     /// `inlineBytes` on the caller's thread; it computes MD5 only when `md5` is true.
     public init(md5: Bool = false, backlogBytes: Int = defaultBacklogBytes, inlineBytes: Int = defaultInlineBytes) {
         hashes = RunningHashes(md5: md5)
-        permits = DispatchSemaphore(value: max(1, backlogBytes / Self.blockSize))
+        permitCount = max(1, backlogBytes / Self.blockSize)
+        permits = DispatchSemaphore(value: permitCount)
         inlineLimit = md5 ? max(0, inlineBytes) : Int.max
     }
 
@@ -72,13 +75,22 @@ public final class PipelinedChecksums {
     /// follows does not wait. A caller that must never block — the curl thread, which every transfer of
     /// the process shares — asks first and pauses its one stream when the answer is no, instead of
     /// waiting in `update` while every other transfer waits for it.
+    ///
+    /// When the blocks are not free and a block is being filled, that block is handed to the queue as it
+    /// is: it holds a permit the queue could never give back while it waits to be filled, and with a
+    /// backlog of one block nothing else would ever free one. Bytes needing more blocks than the backlog
+    /// holds could never be set aside: for them the answer is yes, and `update` waits as before.
     public func reserve(forNext count: Int) -> Bool {
         var rest = count
         if inlineHashed < inlineLimit { rest -= min(inlineLimit - inlineHashed, rest) }
         if current != nil { rest -= min(Self.blockSize - filled, rest) }
         let needed = (rest + Self.blockSize - 1) / Self.blockSize
+        guard needed <= permitCount else { return true }
         while reserved < needed {
-            guard permits.wait(timeout: .now()) == .success else { return false }
+            guard permits.wait(timeout: .now()) == .success else {
+                if current != nil { submitCurrent() }
+                return false
+            }
             reserved += 1
         }
         return true

@@ -20,7 +20,7 @@ struct HashingPauseTests {
 
         let stream = PipelinedChecksums(md5: true, backlogBytes: PipelinedChecksums.blockSize, inlineBytes: 0)
         #expect(stream.reserve(forNext: PipelinedChecksums.blockSize), "one block free")
-        #expect(!stream.reserve(forNext: 2 * PipelinedChecksums.blockSize), "a second block is not: the backlog holds one")
+        #expect(stream.reserve(forNext: 2 * PipelinedChecksums.blockSize), "more blocks than the backlog holds: yes, and update waits as before")
         // Fed in 256 KiB pieces, each asked for first as the engine does; a refusal waits and asks again.
         var offset = 0
         var refusals = 0
@@ -35,6 +35,30 @@ struct HashingPauseTests {
             data.withUnsafeBytes { stream.update(UnsafeRawBufferPointer(rebasing: $0[offset..<(offset + count)])) }
             offset += count
         }
+        let result = stream.finish()
+        #expect(result.md5Base64 == expected.md5 && result.crc32cBase64 == expected.crc32c)
+    }
+
+    /// With a backlog of one block, a block being filled holds the only permit: bytes that do not fit in
+    /// it are refused, and the block is handed to the queue as it is, so that asking again succeeds once
+    /// the queue has hashed it (a stream whose pieces do not fill blocks exactly paused for good before:
+    /// a 30 s stall in CI).
+    @Test("a half-filled block is handed over when more is asked than it holds, so asking again succeeds")
+    func aHalfFilledBlockIsHandedOver() throws {
+        let data = patternData((1 << 20) + (768 << 10), seed: 4)
+        let expected = hashes(data)
+        let stream = PipelinedChecksums(md5: true, backlogBytes: PipelinedChecksums.blockSize, inlineBytes: 0)
+        let half = 512 << 10
+        data.withUnsafeBytes { stream.update(UnsafeRawBufferPointer(rebasing: $0[0..<half])) }
+        #expect(stream.reserve(forNext: half), "fits in the block being filled")
+        #expect(!stream.reserve(forNext: half + 1), "one more byte needs a second block, and the only permit is held")
+        var refusals = 0
+        while !stream.reserve(forNext: data.count - half) {
+            refusals += 1
+            try #require(refusals < 100_000, "the half-filled block was never handed over: no permit came back")
+            usleep(100)
+        }
+        data.withUnsafeBytes { stream.update(UnsafeRawBufferPointer(rebasing: $0[half...])) }
         let result = stream.finish()
         #expect(result.md5Base64 == expected.md5 && result.crc32cBase64 == expected.crc32c)
     }
