@@ -21,7 +21,8 @@ extension EventStore {
     /// and one final now is not found again. `now` is not needed here. The jobs in `skipping` are passed
     /// over before their `submitted` event or later final events are looked up.
     public func leftoversSince(position: Int64?, now: Int64, skipping: Set<String>) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
-        try readTransaction { (connection) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) in
+        let skipped = skipping.isEmpty ? nil : try StoreJSON.encode(Array(skipping))
+        return try readTransaction { (connection) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) in
             let finished: [FinishedTransferRecord]
             if let position {
                 // A job final now whose last final event comes after the position finished (its
@@ -32,10 +33,12 @@ extension EventStore {
                 // after the position.
                 let earliest = try connection.first(Self.earliestFinalEventSQL, [.integer(position)]) { row in row.optionalInt64(0) }
                 if let since = earliest ?? nil {
-                    finished = skipping.isEmpty
-                        ? try Self.finishedTransfers(connection, Self.changedLeftoverSQL, [.integer(since), .integer(position)])
-                        : try Self.finishedTransfers(connection, Self.changedLeftoverSkippingSQL,
-                                                     [.integer(since), .text(Self.jsonArray(skipping)), .integer(position)])
+                    finished = if let skipped {
+                        try Self.finishedTransfers(connection, Self.changedLeftoverSkippingSQL,
+                                                   [.integer(since), .text(skipped), .integer(position)])
+                    } else {
+                        try Self.finishedTransfers(connection, Self.changedLeftoverSQL, [.integer(since), .integer(position)])
+                    }
                 } else {
                     finished = []
                 }
@@ -131,48 +134,25 @@ extension EventStore {
     /// draining worker's last sweep that was a lookup for every job finished in the drain, whatever its
     /// kind (the read cost ~6,600 instructions a download-memory job), and every one of several workers
     /// draining one log made it for every other's jobs too.
-    static let changedLeftoverSQL = finishedLeftoverSelection + """
+    static let changedLeftoverSQL = finishedLeftoverSelection + finalEventAfterPosition
+
+    /// `changedLeftoverSQL` without the jobs whose ids the JSON array (the second `?`) holds. A condition
+    /// on the job's own row is tested before the `submitted` event it is joined to is looked up, so a
+    /// skipped job costs its row and one probe of the array's ephemeral index (built once a statement).
+    /// A draining worker's last sweep over 2,000 downloads it had finished itself read ~600 pages (~14 ms)
+    /// and looked for 2,000 partial files (~11 ms) before it skipped them.
+    static let changedLeftoverSkippingSQL = finishedLeftoverSelection + """
+
+          AND jobs.id NOT IN (SELECT value FROM json_each(?))
+        """ + finalEventAfterPosition
+
+    /// The condition of `changedLeftoverSQL`: a final event of the job after the event `?` (a seq).
+    private static let finalEventAfterPosition = """
 
           AND EXISTS (SELECT 1 FROM events later
                       WHERE later.job_id = jobs.id AND later.seq > ?
                         AND (later.type = 'succeeded' OR later.type = 'failed' OR later.type = 'cancelled'))
         """
-
-    /// `changedLeftoverSQL` without the jobs whose ids the JSON array `?2` holds. The condition on the
-    /// job's own row comes before the lookups of its `submitted` event and its later final events, so a
-    /// skipped job costs its row and one probe of the array's ephemeral index (built once a statement).
-    /// A draining worker's last sweep over 2,000 downloads it had finished itself read ~600 pages (~14 ms)
-    /// and looked for 2,000 partial files (~11 ms) before it skipped them.
-    static let changedLeftoverSkippingSQL = """
-        SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
-               jobs.resume_point, jobs.finished_at_ms
-        FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
-        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_at_ms >= ?1
-          AND jobs.state IN ('succeeded', 'failed', 'cancelled')
-          AND jobs.id NOT IN (SELECT value FROM json_each(?2))
-          AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
-          AND EXISTS (SELECT 1 FROM events later
-                      WHERE later.job_id = jobs.id AND later.seq > ?3
-                        AND (later.type = 'succeeded' OR later.type = 'failed' OR later.type = 'cancelled'))
-        """
-
-    /// `ids` as a JSON array of strings, for `json_each`.
-    static func jsonArray(_ ids: Set<String>) -> String {
-        var text = "["
-        for (index, id) in ids.enumerated() {
-            text += index == 0 ? "\"" : ",\""
-            for scalar in id.unicodeScalars {
-                switch scalar {
-                case "\"": text += "\\\""
-                case "\\": text += "\\\\"
-                case _ where scalar.value < 0x20: text += String(format: "\\u%04x", scalar.value)
-                default: text.unicodeScalars.append(scalar)
-                }
-            }
-            text += "\""
-        }
-        return text + "]"
-    }
 
     /// The resume points of the unfinished jobs, through `jobs_resume_points` (schema 11), which holds
     /// only the jobs that have one: through `jobs_claim` every queued job was read to find the few

@@ -25,10 +25,19 @@ final class BackgroundSyncs: Sendable {
         let deliver: @Sendable () -> Void
     }
 
+    /// A sync that failed.
+    struct Failure: Sendable {
+        let error: StorageError
+        let lackOfSpace: Bool
+        /// Whether the download's partial file goes, as for a failed download no attempt will use: for
+        /// lack of space, or a failure not worth retrying.
+        var removesPartial: Bool { lackOfSpace || !error.retryable }
+    }
+
     private struct State {
         var running = false
         var waiting: Sync?
-        var failure: (error: StorageError, lackOfSpace: Bool)?
+        var failure: Failure?
         var settled: [CheckedContinuation<Void, Never>] = []
     }
 
@@ -58,7 +67,7 @@ final class BackgroundSyncs: Sendable {
     }
 
     /// The first sync that failed, and whether it failed for lack of space; nil while none did.
-    var failure: (error: StorageError, lackOfSpace: Bool)? {
+    var failure: Failure? {
         state.withLock { $0.failure }
     }
 
@@ -82,7 +91,8 @@ final class BackgroundSyncs: Sendable {
             _ = Glibc.close(sync.descriptor)
             let deliver = state.withLock { state -> Bool in
                 if let code, state.failure == nil {
-                    state.failure = (LocalFiles.error(code, "syncing", path: path, context: .destination), LocalFiles.isLackOfSpace(code))
+                    state.failure = Failure(error: LocalFiles.error(code, "syncing", path: path, context: .destination),
+                                            lackOfSpace: LocalFiles.isLackOfSpace(code))
                 }
                 return state.failure == nil
             }

@@ -90,7 +90,7 @@ extension GCSBackend {
         // After a checkpoint's sync failed, a later sync may succeed without the bytes it lost: the
         // download ends with that failure, not with a resume point or a copy those bytes may not back.
         if let synced = state.syncFailure {
-            if synced.lackOfSpace || !synced.error.retryable { partial.discard() }
+            if synced.removesPartial { partial.discard() }
             throw synced.error
         }
         if let stop {
@@ -170,7 +170,7 @@ final class SlicedDownloadState: Sendable {
     }
 
     /// The first checkpoint sync that failed, if one did (and whether for lack of space).
-    var syncFailure: (error: StorageError, lackOfSpace: Bool)? { syncs.failure }
+    var syncFailure: BackgroundSyncs.Failure? { syncs.failure }
 
     /// The CRC32C of each slice's confirmed prefix, read back from the file (a resumed download; all
     /// empty for a new one). On `FileIO`'s threads when there is anything to read: prefixes of a large

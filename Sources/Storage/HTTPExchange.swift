@@ -382,13 +382,12 @@ final class FileSink: ResponseBodySink {
     private let checkpoint: (PartialFile, [String: String]) -> TransferEvent
     /// Where a checkpoint's report goes once its sync returned.
     private let report: @Sendable (TransferEvent) -> Void
-    /// The checkpoints' syncs, off the engine thread (see `BackgroundSyncs`).
-    private let syncs: BackgroundSyncs
+    /// The checkpoints' syncs, off the engine thread (see `BackgroundSyncs`): made at the first one
+    /// handed over, so a download of less than a checkpoint (nearly every small file) makes none.
+    private var syncs: BackgroundSyncs?
     /// Whether the partial file is on a filesystem kept in memory, where a sync returns at once and is
     /// made here (asked once, at the first checkpoint).
     private lazy var inMemory = partial.onMemoryFilesystem
-    /// Whether a sync was handed to `syncs` (until then there is no failure to look for).
-    private var handedOver = false
     /// The headers of the response being written (ETag, Last-Modified, Content-Range).
     private(set) var responseHeaders: [String: String] = [:]
     private let progress: (Int64) -> Void
@@ -409,7 +408,6 @@ final class FileSink: ResponseBodySink {
         self.requestedOffset = requestedOffset
         self.checkpoint = checkpoint
         self.report = report
-        self.syncs = BackgroundSyncs(path: partial.tempPath)
         self.progress = progress
     }
 
@@ -448,8 +446,9 @@ final class FileSink: ResponseBodySink {
                 report(event)
             } else {
                 let report = report
+                let syncs = self.syncs ?? BackgroundSyncs(path: partial.tempPath)
+                self.syncs = syncs
                 syncs.sync(try partial.duplicateDescriptor()) { report(event) }
-                handedOver = true
             }
             lastCheckpoint = offset
         }
@@ -462,15 +461,15 @@ final class FileSink: ResponseBodySink {
     /// Waits for the checkpoint syncs handed over (their reports are out when it returns). A sync that
     /// failed fails the download, as it did when syncs were made in `write`.
     func settle() async throws(StorageError) {
-        await syncs.settle()
+        await syncs?.settle()
         try checkSyncs()
     }
 
     /// Throws the failure of a checkpoint's sync, if one failed, removing the partial file as a failed
     /// download does when no attempt will use it (lack of space, or a failure not worth retrying).
     private func checkSyncs() throws(StorageError) {
-        guard handedOver, let failure = syncs.failure else { return }
-        if failure.lackOfSpace || !failure.error.retryable { partial.discard() }
+        guard let failure = syncs?.failure else { return }
+        if failure.removesPartial { partial.discard() }
         throw failure.error
     }
 }
@@ -511,8 +510,11 @@ extension FileSink {
         // The checkpoints handed over report before this one. After a checkpoint's sync failed, a later
         // sync may succeed without the bytes it lost: the download ends with that failure instead of a
         // resume point (a cancel still removes the file).
-        await syncs.settle()
-        if case .stopped(.cancel) = interruption {} else { try checkSyncs() }
+        await syncs?.settle()
+        switch interruption {
+        case .stopped(.cancel): break   // removes the file below, whatever the syncs did
+        case .stopped, .failed: try checkSyncs()
+        }
         switch interruption {
         case .stopped(.cancel):
             partial.discard()

@@ -99,7 +99,7 @@ struct OutcomeIndexTests {
         // Skipping the jobs a worker finished itself reads the same ranges, and the skipped ids once.
         let skipping = try store.withConnection { (connection) throws(StoreError) -> String in
             try connection.query("EXPLAIN QUERY PLAN " + EventStore.changedLeftoverSkippingSQL,
-                                 [SQLiteValue.integer(0), .text(EventStore.jsonArray(["A", "B"])), .integer(0)]) { row in row.text(3) }
+                                 [SQLiteValue.integer(0), .text(try StoreJSON.encode(["A", "B"])), .integer(0)]) { row in row.text(3) }
                 .joined(separator: "\n")
         }
         #expect(skipping.contains("SEARCH jobs USING INDEX jobs_finished_by_kind (kind=? AND finished_at_ms>?)"), "\(skipping)")
