@@ -188,8 +188,28 @@ extension SQLiteConnection: DecisionWriter {
                             data: String) throws(StoreError) -> Int64 {
         try run("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [.text(jobID), .int(version), .text(type.rawValue), .integer(atMs), .text(actor), .optional(leaseToken), .text(data)])
-        return lastInsertRowID
+        let seq = lastInsertRowID
+        lastInsertedEvent = (jobID, version, seq)
+        return seq
     }
+
+    /// The `finished_seq` of `record`'s row (schema 14): the seq of its event at its version when it is
+    /// final, else nil. That event is the one `insertEvent` wrote last, unless the same transaction wrote
+    /// another job's since (the projection write of a job's run of events goes out before any other
+    /// job's event; this is for whatever else may come between): then it is looked up.
+    func finishedSeq(of record: JobRecord) throws(StoreError) -> Int64? {
+        guard record.finishedAtMs != nil else { return nil }
+        if let last = lastInsertedEvent, last.version == record.version, last.jobID.hasSameUTF8(as: record.id) {
+            return last.seq
+        }
+        guard let seq = try first(Self.eventAtVersionSQL, [.text(record.id), .int(record.version)], { row in row.int64(0) }) else {
+            throw StoreError.io("job \(record.id) has no event at its version \(record.version); this is a bug in jobctl: please report it")
+        }
+        return seq
+    }
+
+    /// The seq of a job's event at a version.
+    static let eventAtVersionSQL = "SELECT seq FROM events WHERE job_id = ? AND version = ?"
 
     /// Updates only the columns that changed since `current`, or inserts the row.
     ///
@@ -220,10 +240,19 @@ extension SQLiteConnection: DecisionWriter {
             } else if record.state != .running && current.state == .running {
                 expiry = .cleared
             }
-            let update = try record.update(from: current, leaseExpiry: expiry)
+            var finished = JobRecord.FinishedSeqChange.unchanged
+            if let seq = try finishedSeq(of: record) {
+                finished = .set(seq)
+            } else if current.finishedAtMs != nil {
+                finished = .cleared
+            }
+            let update = try record.update(from: current, leaseExpiry: expiry, finishedSeq: finished)
             try run(update.sql, update.values)
         } else {
             try run(JobRecord.insertSQL, try record.rowValues())
+            if let seq = try finishedSeq(of: record) {
+                try run("UPDATE jobs SET finished_seq = ? WHERE id = ?", [.integer(seq), .text(record.id)])
+            }
         }
     }
 

@@ -9,41 +9,35 @@ extension EventStore {
     public func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         let since = finishedSince ?? Int64.min
         return try readTransaction { (connection) throws(StoreError) -> LeftoverCandidates in
-            LeftoverCandidates(finished: try Self.finishedTransfers(connection, Self.finishedLeftoverSQL, [.integer(since)]),
+            LeftoverCandidates(finished: try Self.finishedTransfers(connection, Self.finishedLeftoverSQL,
+                                                                    [.integer(Int64.min), .integer(since)]),
                                unfinishedResumePoints: try Self.unfinishedResumePoints(connection))
         }
     }
 
-    /// The final jobs that create local files and changed after the event `position` (a seq; nil: every
-    /// such job), the resume points of all unfinished jobs, and the newest seq — in one snapshot. SQLite
-    /// commits one writer at a time, in seq order, so every event a later commit adds has a higher seq:
-    /// a job that becomes final after this snapshot is found by the next read from the seq returned here,
-    /// and one final now is not found again. `now` is not needed here. The jobs in `skipping` are passed
-    /// over before their `submitted` event or later final events are looked up.
+    /// The final jobs that create local files and became final after the event `position` (a seq; nil:
+    /// every such job), the resume points of all unfinished jobs, and the newest seq — in one snapshot.
+    /// SQLite commits one writer at a time, in seq order, so every event a later commit adds has a higher
+    /// seq: a job that becomes final after this snapshot is found by the next read from the seq returned
+    /// here, and one final now is not found again. `now` is not needed here. The jobs in `skipping` are
+    /// passed over before their `submitted` event is read.
+    ///
+    /// Through the jobs' `finished_seq` (schema 14), the seq of a final job's last event: no event is
+    /// read to find them. Before it, every sweep from a position scanned all the events after it for the
+    /// earliest final event's time (a draining worker's last sweep: the whole drain's events, ~10 ms for
+    /// 10,000 download-memory jobs that leave no file) and probed each job finished since then.
     public func leftoversSince(position: Int64?, now: Int64, skipping: Set<String>) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
         let skipped = skipping.isEmpty ? nil : try StoreJSON.encode(Array(skipping))
         return try readTransaction { (connection) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) in
             let finished: [FinishedTransferRecord]
             if let position {
-                // A job final now whose last final event comes after the position finished (its
-                // `finished_at_ms` is that event's time) no earlier than the earliest final event after the
-                // position: the jobs that create local files and finished since then, through their index
-                // by kind and time, are the ones to look at — none of the others (a million finished
-                // download-memory jobs are not read one by one) — and of them, those with a final event
-                // after the position.
-                let earliest = try connection.first(Self.earliestFinalEventSQL, [.integer(position)]) { row in row.optionalInt64(0) }
-                if let since = earliest ?? nil {
-                    finished = if let skipped {
-                        try Self.finishedTransfers(connection, Self.changedLeftoverSkippingSQL,
-                                                   [.integer(since), .text(skipped), .integer(position)])
-                    } else {
-                        try Self.finishedTransfers(connection, Self.changedLeftoverSQL, [.integer(since), .integer(position)])
-                    }
+                finished = if let skipped {
+                    try Self.finishedTransfers(connection, Self.changedLeftoverSkippingSQL, [.integer(position), .text(skipped)])
                 } else {
-                    finished = []
+                    try Self.finishedTransfers(connection, Self.changedLeftoverSQL, [.integer(position)])
                 }
             } else {
-                finished = try Self.finishedTransfers(connection, Self.finishedLeftoverSQL, [.integer(Int64.min)])
+                finished = try Self.finishedTransfers(connection, Self.finishedLeftoverSQL, [.integer(Int64.min), .integer(Int64.min)])
             }
             let newest = try connection.first("SELECT coalesce(max(seq), 0) FROM events") { row in row.int64(0) } ?? 0
             return (LeftoverCandidates(finished: finished, unfinishedResumePoints: try Self.unfinishedResumePoints(connection)),
@@ -93,48 +87,24 @@ extension EventStore {
         }
     }
 
-    /// The finished jobs that create local files, finished at or after `?`: searched through
-    /// `jobs_finished_by_kind` (schema 6) by kind and time, so a log of a million other finished jobs
-    /// (download-memory, uploads to `gs://`) costs nothing — the sweep runs at every worker's start.
-    /// The destination comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is
-    /// stored there only (schema 8).
+    /// The finished jobs that create local files, finished at or after the second `?` (a time; the first
+    /// is `Int64.min`): searched through `jobs_finished_seq_by_kind` (schema 14) by kind, so a log of a
+    /// million other finished jobs (download-memory, uploads to `gs://`) costs nothing. The destination
+    /// comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is stored there only
+    /// (schema 8).
     static let finishedLeftoverSQL = finishedLeftoverSelection + """
 
+          AND jobs.finished_at_ms >= ?
         ORDER BY jobs.finished_at_ms, jobs.seq
         """
 
-    /// What `finishedLeftoverSQL` and `changedLeftoverSQL` select, and the conditions they share.
-    private static let finishedLeftoverSelection = """
-        SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
-               jobs.resume_point, jobs.finished_at_ms
-        FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
-        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_at_ms >= ?
-          AND jobs.state IN ('succeeded', 'failed', 'cancelled')
-          AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
-        """
-
-    /// The time of the earliest final event (`succeeded`, `failed`, `cancelled`: the only ones that make a
-    /// job final) after the event `?` (a seq), or NULL when none came after it: a range of the table by
-    /// seq, no job read.
-    static let earliestFinalEventSQL = """
-        SELECT min(at_ms) FROM events
-        WHERE seq > ? AND (type = 'succeeded' OR type = 'failed' OR type = 'cancelled')
-        """
-
-    /// The final jobs that create local files, finished at or after the first `?` (the time of
-    /// `earliestFinalEventSQL`), that have a final event after the second `?` (a seq):
-    /// searched as `finishedLeftoverSQL` searches, through `jobs_finished_by_kind`, so the jobs of other
-    /// kinds that finished meanwhile are not read at all; each candidate's own final events through its
-    /// `(job_id, version)` index. A job with several final events after the position (cancelled,
-    /// retried, cancelled) comes once; one final before the position does not come, even when it
-    /// finished later than a job that became final after it. In no particular order: sorting the rows
-    /// cost a drain's last sweep over 2,000 downloads ~1.5 ms.
-    ///
-    /// Before, the final events after the position were read and each one's job looked up by id: on a
-    /// draining worker's last sweep that was a lookup for every job finished in the drain, whatever its
-    /// kind (the read cost ~6,600 instructions a download-memory job), and every one of several workers
-    /// draining one log made it for every other's jobs too.
-    static let changedLeftoverSQL = finishedLeftoverSelection + finalEventAfterPosition
+    /// The final jobs that create local files and whose last event — the final one — comes after the
+    /// event `?` (a seq): one range of `jobs_finished_seq_by_kind` a kind, so neither the jobs of other
+    /// kinds that finished meanwhile nor any event is read. A job with several final events after the
+    /// position (cancelled, retried, cancelled) comes once; one final before the position does not come,
+    /// even when it finished later than a job that became final after it. In no particular order:
+    /// sorting the rows cost a drain's last sweep over 2,000 downloads ~1.5 ms.
+    static let changedLeftoverSQL = finishedLeftoverSelection
 
     /// `changedLeftoverSQL` without the jobs whose ids the JSON array (the second `?`) holds. A condition
     /// on the job's own row is tested before the `submitted` event it is joined to is looked up, so a
@@ -144,14 +114,17 @@ extension EventStore {
     static let changedLeftoverSkippingSQL = finishedLeftoverSelection + """
 
           AND jobs.id NOT IN (SELECT value FROM json_each(?))
-        """ + finalEventAfterPosition
+        """
 
-    /// The condition of `changedLeftoverSQL`: a final event of the job after the event `?` (a seq).
-    private static let finalEventAfterPosition = """
-
-          AND EXISTS (SELECT 1 FROM events later
-                      WHERE later.job_id = jobs.id AND later.seq > ?
-                        AND (later.type = 'succeeded' OR later.type = 'failed' OR later.type = 'cancelled'))
+    /// What the reads above select, and the conditions they share: the jobs of the kinds that leave
+    /// files whose `finished_seq` is above the first `?` (`Int64.min`: every final one).
+    private static let finishedLeftoverSelection = """
+        SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
+               jobs.resume_point, jobs.finished_at_ms
+        FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
+        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_seq > ?
+          AND jobs.state IN ('succeeded', 'failed', 'cancelled')
+          AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
         """
 
     /// The resume points of the unfinished jobs, through `jobs_resume_points` (schema 11), which holds

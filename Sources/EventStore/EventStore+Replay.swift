@@ -55,6 +55,10 @@ extension EventStore {
             DependencyRow(job: row.text(0), dependsOn: row.text(1))
         }
         differences += fold.dependencyDifferences(stored: waits)
+        differences += try connection.query(JobRecord.finishedSeqDifferencesSQL) { row in
+            ReplayDifference(jobID: row.text(0), column: "finished_seq", stored: row.value(1).description,
+                             rebuilt: row.value(2).description)
+        }
 
         if rewrite {
             // The lease expiries of running jobs are not in the log (heartbeats extend them without an
@@ -67,6 +71,7 @@ extension EventStore {
             for record in fold.recordsInLogOrder {
                 try connection.run(JobRecord.insertSQL, try record.rowValues())
             }
+            try connection.run(JobRecord.finishedSeqFromLogSQL)
             for (id, token, expiresAtMs) in expiries {
                 try connection.run(
                     "UPDATE jobs SET lease_expires_at_ms = ? WHERE id = ? AND state = 'running' AND lease_token = ?",
@@ -92,10 +97,14 @@ extension EventStore {
     static func verify(_ connection: SQLiteConnection) throws(StoreError) -> ReplayReport {
         var replay = StreamingReplay<SQLiteValue>(columns: JobRecord.columns) { (record) throws(StoreError) in try record.rowValues() }
         let eventsOfJob = "SELECT \(JobEvent.selectColumns) FROM events WHERE job_id = ? ORDER BY version"
+        // The seq of the folded job's event at `storedVersion` (its stored row's version), for `finished_seq`.
+        var storedVersion: Int64?
+        var seqAtStoredVersion: Int64?
         func fold(_ jobID: String) throws(StoreError) -> Bool {
             var any = false
             try connection.forEach(eventsOfJob, [.text(jobID)]) { (row) throws(StoreError) in
                 any = true
+                if let storedVersion, row.int64(2) == storedVersion { seqAtStoredVersion = row.int64(0) }
                 let decoded: Result<JobEvent, StoreError>
                 do throws(StoreError) { decoded = .success(try JobEvent(row: row)) } catch { decoded = .failure(error) }
                 try replay.fold(jobID: jobID, seq: row.int64(0), decoded)
@@ -104,13 +113,24 @@ extension EventStore {
         }
         var storedCount = 0
         var jobsWithEvents = 0
-        try connection.forEach("SELECT \(JobRecord.storedColumns) FROM jobs ORDER BY created_at_ms, seq") { (row) throws(StoreError) in
+        var finishedSeqDifferences: [ReplayDifference] = []
+        let finishedSeqColumn = JobRecord.columns.count
+        try connection.forEach("SELECT \(JobRecord.storedColumns), finished_seq FROM jobs ORDER BY created_at_ms, seq") { (row) throws(StoreError) in
             storedCount += 1
             let id = row.text(0)
             let stored = (0..<JobRecord.columns.count).map { row.value($0) }
+            let finished = !row.isNull(JobRecord.finishedAtColumn)
+            storedVersion = finished ? row.int64(JobRecord.versionColumn) : nil
+            seqAtStoredVersion = nil
             if try fold(id) {
                 jobsWithEvents += 1
                 try replay.finishJob { _ in stored }
+                let expected: SQLiteValue = seqAtStoredVersion.map { .integer($0) } ?? .null
+                let found = row.value(finishedSeqColumn)
+                if found != expected {
+                    finishedSeqDifferences.append(ReplayDifference(jobID: id, column: "finished_seq", stored: found.description,
+                                                                   rebuilt: expected.description))
+                }
             } else {
                 replay.storedRowWithoutEvents(jobID: id)
             }
@@ -129,7 +149,7 @@ extension EventStore {
         let waits = try connection.query("SELECT job, depends_on FROM job_dependencies") { row in
             DependencyRow(job: row.text(0), dependsOn: row.text(1))
         }
-        return try replay.report(
+        var report = try replay.report(
             storedRowCount: storedCount,
             storedWithoutEvents: { () throws(StoreError) -> [String] in [] },
             storedWaits: waits,
@@ -139,5 +159,7 @@ extension EventStore {
                 }
                 return try StreamingReplay<SQLiteValue>.rebuild(jobID: id, events: events)
             })
+        report.differences += finishedSeqDifferences
+        return report
     }
 }

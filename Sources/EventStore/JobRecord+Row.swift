@@ -102,6 +102,26 @@ extension JobRecord {
         "started_at_ms", "finished_at_ms", "batch",
     ]
 
+    /// The positions of `version` and `finished_at_ms` in `columns`.
+    static let versionColumn = columns.firstIndex(of: "version")!
+    static let finishedAtColumn = columns.firstIndex(of: "finished_at_ms")!
+
+    /// Sets every row's `finished_seq` (schema 14) from the log: the seq of the event at the job's version
+    /// when the job is final. As migration 014 first set it; `jobctl replay` after rewriting the rows.
+    static let finishedSeqFromLogSQL = """
+        UPDATE jobs SET finished_seq = CASE WHEN finished_at_ms IS NULL THEN NULL
+            ELSE (SELECT events.seq FROM events WHERE events.job_id = jobs.id AND events.version = jobs.version) END
+        """
+
+    /// The rows whose `finished_seq` is not what `finishedSeqFromLogSQL` would make it: id, stored, expected.
+    static let finishedSeqDifferencesSQL = """
+        SELECT id, finished_seq, expected FROM (
+            SELECT id, finished_seq, CASE WHEN finished_at_ms IS NULL THEN NULL
+                ELSE (SELECT events.seq FROM events WHERE events.job_id = jobs.id AND events.version = jobs.version) END AS expected
+            FROM jobs)
+        WHERE finished_seq IS NOT expected ORDER BY id
+        """
+
     /// The stored columns alone, for `replay --verify`, which compares them with the fold.
     static let storedColumns = columns.joined(separator: ", ")
 
@@ -152,7 +172,11 @@ extension JobRecord {
     ///
     /// `leaseExpiry` adds `lease_expires_at_ms` (not a fold's column: see `LeaseExpiryChange`) to the same
     /// statement, so a claim and the end of a run each write the row once.
-    func update(from old: JobRecord, leaseExpiry: LeaseExpiryChange = .unchanged) throws(StoreError) -> (sql: String, values: [SQLiteValue]) {
+    ///
+    /// `finishedSeq` adds `finished_seq` (schema 14; not a fold's column either: the fold knows no seqs) to
+    /// the statement: set by every write of a final job's row, cleared when a retry makes it unfinished.
+    func update(from old: JobRecord, leaseExpiry: LeaseExpiryChange = .unchanged,
+                finishedSeq: FinishedSeqChange = .unchanged) throws(StoreError) -> (sql: String, values: [SQLiteValue]) {
         // The columns set, as bits in `changingColumns` order: the statement's text depends on nothing
         // else, so it is built once per set of columns (a worker's appends use a handful of them).
         var columns: UInt32 = 0
@@ -195,6 +219,16 @@ extension JobRecord {
             columns |= Self.leaseExpiryBit
             values.append(.null)
         }
+        switch finishedSeq {
+        case .unchanged:
+            break
+        case .set(let seq):
+            columns |= Self.finishedSeqBit
+            values.append(.integer(seq))
+        case .cleared:
+            columns |= Self.finishedSeqBit
+            values.append(.null)
+        }
         values.append(.text(id))
         return (Self.updateSQL(setting: columns), values)
     }
@@ -210,6 +244,16 @@ extension JobRecord {
     /// The bit of `lease_expires_at_ms` in a column set, after every `ChangingColumn`'s.
     static let leaseExpiryBit: UInt32 = 1 << 31
 
+    /// What an update does to `finished_seq` (schema 14), the seq of a final job's event at its version.
+    enum FinishedSeqChange: Equatable {
+        case unchanged
+        case set(Int64)
+        case cleared
+    }
+
+    /// The bit of `finished_seq` in a column set, written after `lease_expires_at_ms`.
+    static let finishedSeqBit: UInt32 = 1 << 30
+
     /// The columns `update(from:)` may set, in the order it sets them (the bit of each in a column set).
     enum ChangingColumn: UInt32, CaseIterable {
         case state, runAfterMs, attempts, leaseOwner, leaseToken, bytesDone, bytesTotal, resumePoint, error,
@@ -220,11 +264,13 @@ extension JobRecord {
     }
 
     /// `UPDATE jobs SET a = ?, b = ? … WHERE id = ?` for the columns whose bits are in `columns`, in
-    /// `ChangingColumn` order, then `lease_expires_at_ms` when `leaseExpiryBit` is set.
+    /// `ChangingColumn` order, then `lease_expires_at_ms` when `leaseExpiryBit` is set and `finished_seq`
+    /// when `finishedSeqBit` is.
     static func updateSQL(setting columns: UInt32) -> String {
         if let known = updateStatements.withLock({ $0[columns] }) { return known }
         var names = ChangingColumn.allCases.filter { columns & (1 << $0.rawValue) != 0 }.map(\.name)
         if columns & leaseExpiryBit != 0 { names.append("lease_expires_at_ms") }
+        if columns & finishedSeqBit != 0 { names.append("finished_seq") }
         let sql = "UPDATE jobs SET " + names.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?"
         updateStatements.withLock { $0[columns] = sql }
         return sql

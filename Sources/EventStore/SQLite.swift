@@ -97,6 +97,9 @@ final class SQLiteConnection {
     /// and the record it is to become.
     var holdingProjection: String?
     var heldProjection: (stored: JobRecord?, record: JobRecord)?
+    /// The event `insertEvent` wrote last: a final job's projection write takes its `finished_seq`
+    /// (schema 14) from it when it is the job's event at the record's version.
+    var lastInsertedEvent: (jobID: String, version: Int, seq: Int64)?
     /// Group commits whose batch had an event fail after it wrote, and so ran again with a savepoint per
     /// event (see `appendBatch`; tests).
     var batchesRunAgainWithSavepoints = 0

@@ -65,14 +65,14 @@ struct ConditionsWithoutInListsTests {
             try connection.query("SELECT name FROM pragma_table_info('jobs') ORDER BY cid") { row in row.text(0) }
         }
         // Schema 10 adds the lease expiry after them (no event sets it, so it is not one of the fold's).
-        #expect(columns == JobRecord.columns + ["lease_expires_at_ms"])
+        #expect(columns == JobRecord.columns + ["lease_expires_at_ms", "finished_seq"])
         let indexes = try store.withConnection { (connection) throws(StoreError) -> [String] in
             try connection.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name") { row in
                 row.text(0)
             }
         }
-        // Schema 11 adds `jobs_resume_points`.
-        #expect(indexes == ["jobs_batch", "jobs_claim", "jobs_created", "jobs_finished", "jobs_finished_by_kind",
+        // Schema 11 adds `jobs_resume_points`; schema 14 indexes the finished jobs by kind and seq, not time.
+        #expect(indexes == ["jobs_batch", "jobs_claim", "jobs_created", "jobs_finished", "jobs_finished_seq_by_kind",
                             "jobs_queued_claim_order", "jobs_resume_points", "sqlite_autoindex_jobs_1", "sqlite_autoindex_jobs_2"])
     }
 }
