@@ -39,7 +39,7 @@ struct FinishedSeqTests {
         #expect(try Self.finishedSeqs(store)[cancelled] == .some(first))
         _ = try store.retry(id: cancelled, actor: "cli:test", now: 3_100)
         #expect(try Self.finishedSeqs(store)[cancelled] == .some(nil))
-        // Cancelled again within the same millisecond as the first time: the time alone would not change.
+        // Cancelled again with the first cancel's time: the seq, not the time, tells the two apart.
         _ = try store.requestCancel(id: cancelled, actor: "cli:test", now: 3_000)
         let second = try Self.lastSeq(store, cancelled)
         #expect(second > first)
