@@ -284,6 +284,17 @@ struct FastJSONTests {
         #expect(FastJSON.encode(StorageError(.unknown, "x")) == nil)
     }
 
+    @Test("a list of ids is written byte for byte as Foundation writes it, or left to Foundation")
+    func writingIDLists() throws {
+        for ids in [[], ["01M8YDE6C512KRBE92NN4NJNBP"], ["a", "b/c", "with space", "x'y", "0"]] {
+            #expect(try Self.writesAsFoundation(ids), "\(ids)")
+        }
+        // Text that needs escaping: Foundation's (and the hand-written attempt appends nothing it keeps).
+        #expect(FastJSON.encode(["plain", "quote\"d"]) == nil)
+        #expect(FastJSON.encode(["é"]) == nil)
+        #expect(try StoreJSON.encode(["plain", "quote\"d", "é"]) == "[\"plain\",\"quote\\\"d\",\"é\"]")
+    }
+
     // MARK: - Values
 
     static func specs() -> [JobSpec] {
