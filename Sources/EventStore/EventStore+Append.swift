@@ -230,7 +230,7 @@ extension SQLiteConnection: DecisionWriter {
             return
         }
         if let current {
-            var expiry = JobRecord.LeaseExpiryChange.unchanged
+            var expiry = JobRecord.ColumnChange.unchanged
             if record.state == .running && current.state != .running {
                 guard let claiming = claimingLease, claiming.jobID.hasSameUTF8(as: record.id) else {
                     throw StoreError.io("job \(record.id) became running without a claim's lease expiry; "
@@ -240,7 +240,7 @@ extension SQLiteConnection: DecisionWriter {
             } else if record.state != .running && current.state == .running {
                 expiry = .cleared
             }
-            var finished = JobRecord.FinishedSeqChange.unchanged
+            var finished = JobRecord.ColumnChange.unchanged
             if let seq = try finishedSeq(of: record) {
                 finished = .set(seq)
             } else if current.finishedAtMs != nil {

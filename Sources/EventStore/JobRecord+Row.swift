@@ -170,13 +170,13 @@ extension JobRecord {
     /// Text is compared by its bytes, not with `==`: Swift calls canonically equivalent strings equal,
     /// yet the projection must hold the exact bytes the fold would write.
     ///
-    /// `leaseExpiry` adds `lease_expires_at_ms` (not a fold's column: see `LeaseExpiryChange`) to the same
+    /// `leaseExpiry` adds `lease_expires_at_ms` (not a fold's column: see `ColumnChange`) to the same
     /// statement, so a claim and the end of a run each write the row once.
     ///
     /// `finishedSeq` adds `finished_seq` (schema 14; not a fold's column either: the fold knows no seqs) to
     /// the statement: set by every write of a final job's row, cleared when a retry makes it unfinished.
-    func update(from old: JobRecord, leaseExpiry: LeaseExpiryChange = .unchanged,
-                finishedSeq: FinishedSeqChange = .unchanged) throws(StoreError) -> (sql: String, values: [SQLiteValue]) {
+    func update(from old: JobRecord, leaseExpiry: ColumnChange = .unchanged,
+                finishedSeq: ColumnChange = .unchanged) throws(StoreError) -> (sql: String, values: [SQLiteValue]) {
         // The columns set, as bits in `changingColumns` order: the statement's text depends on nothing
         // else, so it is built once per set of columns (a worker's appends use a handful of them).
         var columns: UInt32 = 0
@@ -209,33 +209,29 @@ extension JobRecord {
         if updatedAtMs != old.updatedAtMs { set(.updatedAtMs, .integer(updatedAtMs)) }
         if startedAtMs != old.startedAtMs { set(.startedAtMs, .optional(startedAtMs)) }
         if finishedAtMs != old.finishedAtMs { set(.finishedAtMs, .optional(finishedAtMs)) }
-        switch leaseExpiry {
-        case .unchanged:
-            break
-        case .set(let expiresAtMs):
-            columns |= Self.leaseExpiryBit
-            values.append(.integer(expiresAtMs))
-        case .cleared:
-            columns |= Self.leaseExpiryBit
-            values.append(.null)
+        func setOutsideTheFold(_ change: ColumnChange, _ bit: UInt32) {
+            switch change {
+            case .unchanged:
+                break
+            case .set(let value):
+                columns |= bit
+                values.append(.integer(value))
+            case .cleared:
+                columns |= bit
+                values.append(.null)
+            }
         }
-        switch finishedSeq {
-        case .unchanged:
-            break
-        case .set(let seq):
-            columns |= Self.finishedSeqBit
-            values.append(.integer(seq))
-        case .cleared:
-            columns |= Self.finishedSeqBit
-            values.append(.null)
-        }
+        setOutsideTheFold(leaseExpiry, Self.leaseExpiryBit)
+        setOutsideTheFold(finishedSeq, Self.finishedSeqBit)
         values.append(.text(id))
         return (Self.updateSQL(setting: columns), values)
     }
 
-    /// What an update does to `lease_expires_at_ms` (schema 10), the one stored column no event sets: the
-    /// claim sets it, the end of a run clears it, every other event leaves it as the heartbeats made it.
-    enum LeaseExpiryChange: Equatable {
+    /// What an update does to a column outside the fold's, each an integer no event sets by itself:
+    /// `lease_expires_at_ms` (schema 10: the claim sets it, the end of a run clears it, every other event
+    /// leaves it as the heartbeats made it) and `finished_seq` (schema 14: every write of a final job's row
+    /// sets it, a retry clears it).
+    enum ColumnChange: Equatable {
         case unchanged
         case set(Int64)
         case cleared
@@ -243,13 +239,6 @@ extension JobRecord {
 
     /// The bit of `lease_expires_at_ms` in a column set, after every `ChangingColumn`'s.
     static let leaseExpiryBit: UInt32 = 1 << 31
-
-    /// What an update does to `finished_seq` (schema 14), the seq of a final job's event at its version.
-    enum FinishedSeqChange: Equatable {
-        case unchanged
-        case set(Int64)
-        case cleared
-    }
 
     /// The bit of `finished_seq` in a column set, written after `lease_expires_at_ms`.
     static let finishedSeqBit: UInt32 = 1 << 30
