@@ -311,7 +311,7 @@ import TestSupport
         defer { frozen.signal(SIGKILL) }
         let store = try engine.reader(database)
         try #require(try eventually(seconds: 20) { (try store.job(id)?.bytesDone ?? 0) > 0 }, "\(frozen.log)")
-        frozen.signal(SIGSTOP)
+        try frozen.freezeOutsideWrites(sqliteDatabase: engine == .sqlite ? database : nil)
         nginx.setFast(true)
         // The rescuer's own lease is long: a loaded machine that stalls it past a 1 s lease would let it
         // rescue its own job (a third claim), which is not what this test is about.
