@@ -159,7 +159,8 @@ extension EventStore {
                 }
                 return try StreamingReplay<SQLiteValue>.rebuild(jobID: id, events: events)
             })
-        report.differences += finishedSeqDifferences
+        // After the fold's own, by job id: as `replay` without `--verify` reports them (ids are ASCII).
+        report.differences += finishedSeqDifferences.sorted { $0.jobID < $1.jobID }
         return report
     }
 }

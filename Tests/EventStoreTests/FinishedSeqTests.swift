@@ -67,6 +67,7 @@ struct FinishedSeqTests {
 
         let rewritten = try store.replay(verify: false)
         #expect(rewritten.differences.filter { $0.column == "finished_seq" }.count == 2, "\(rewritten.differences)")
+        #expect(rewritten.differences == report.differences, "the whole-log fold reports what verify reports, in the same order")
         #expect(try Self.finishedSeqs(store) == [done: expected, open: nil])
         #expect(try store.replay(verify: true).isConsistent)
     }
