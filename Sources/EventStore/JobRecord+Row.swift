@@ -108,19 +108,17 @@ extension JobRecord {
 
     /// Sets every row's `finished_seq` (schema 14) from the log: the seq of the event at the job's version
     /// when the job is final. As migration 014 first set it; `jobctl replay` after rewriting the rows.
-    static let finishedSeqFromLogSQL = """
-        UPDATE jobs SET finished_seq = CASE WHEN finished_at_ms IS NULL THEN NULL
-            ELSE (SELECT events.seq FROM events WHERE events.job_id = jobs.id AND events.version = jobs.version) END
-        """
+    static let finishedSeqFromLogSQL = "UPDATE jobs SET finished_seq = \(finishedSeqInTheLog)"
 
     /// The rows whose `finished_seq` is not what `finishedSeqFromLogSQL` would make it: id, stored, expected.
     static let finishedSeqDifferencesSQL = """
-        SELECT id, finished_seq, expected FROM (
-            SELECT id, finished_seq, CASE WHEN finished_at_ms IS NULL THEN NULL
-                ELSE (SELECT events.seq FROM events WHERE events.job_id = jobs.id AND events.version = jobs.version) END AS expected
-            FROM jobs)
+        SELECT id, finished_seq, expected FROM (SELECT id, finished_seq, \(finishedSeqInTheLog) AS expected FROM jobs)
         WHERE finished_seq IS NOT expected ORDER BY id
         """
+
+    /// A `jobs` row's `finished_seq` as the log gives it.
+    private static let finishedSeqInTheLog = "CASE WHEN finished_at_ms IS NULL THEN NULL "
+        + "ELSE (SELECT events.seq FROM events WHERE events.job_id = jobs.id AND events.version = jobs.version) END"
 
     /// The stored columns alone, for `replay --verify`, which compares them with the fold.
     static let storedColumns = columns.joined(separator: ", ")
@@ -227,7 +225,7 @@ extension JobRecord {
         return (Self.updateSQL(setting: columns), values)
     }
 
-    /// What an update does to a column outside the fold's, each an integer no event sets by itself:
+    /// What an update does to one of the two integer columns the fold does not make:
     /// `lease_expires_at_ms` (schema 10: the claim sets it, the end of a run clears it, every other event
     /// leaves it as the heartbeats made it) and `finished_seq` (schema 14: every write of a final job's row
     /// sets it, a retry clears it).
