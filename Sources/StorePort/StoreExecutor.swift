@@ -31,13 +31,31 @@ public final class StoreExecutor: Sendable {
     /// A call queued by a caller that waits for it (blocked on `done`, or suspended on a continuation
     /// inside `body`). `@unchecked Sendable` is sound because `body` is run exactly once, on the
     /// executor thread, and the caller touches nothing it captures until it has run.
+    ///
+    /// The body returns what resumes its caller, and `perform` lets go of the body — and of everything it
+    /// captured, a store among them (`EventStore.run` passes itself) — before it calls that, and before
+    /// `done` is signalled: a caller that resumed while this thread still held them could drop its own
+    /// last reference to the store and let the process exit before the store was released, its database
+    /// never closed (a drain's WAL left behind, about one drain in twenty once its last sweep got quick).
     private final class Call: @unchecked Sendable {
-        let body: () -> Void
-        let done: DispatchSemaphore?
+        private var body: (() -> (() -> Void))?
+        private let done: DispatchSemaphore?
 
-        init(_ body: @escaping () -> Void, done: DispatchSemaphore?) {
+        init(_ body: @escaping () -> (() -> Void), done: DispatchSemaphore?) {
             self.body = body
             self.done = done
+        }
+
+        /// Runs the body (once), lets go of it, then resumes the caller.
+        func perform() {
+            let resume: () -> Void
+            do {
+                guard let body else { return }
+                self.body = nil
+                resume = body()
+            }
+            resume()
+            done?.signal()
         }
     }
 
@@ -188,7 +206,10 @@ public final class StoreExecutor: Sendable {
         if isCurrent { return try body() }
         let outcome = Outcome<T>()
         let done = DispatchSemaphore(value: 0)
-        enqueue(.call(Call({ outcome.result = Result { () throws(StoreError) -> T in try body() } }, done: done)))
+        enqueue(.call(Call({
+            outcome.result = Result { () throws(StoreError) -> T in try body() }
+            return {}
+        }, done: done)))
         done.wait()
         guard let result = outcome.result else {
             // The executor signals `done` only after running the call, which sets the result.
@@ -201,7 +222,8 @@ public final class StoreExecutor: Sendable {
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
             enqueue(.call(Call({
-                do { continuation.resume(returning: try body()) } catch { continuation.resume(throwing: error) }
+                let result = Result { try body() }
+                return { continuation.resume(with: result) }
             }, done: nil)))
         }
     }
@@ -292,8 +314,7 @@ public final class StoreExecutor: Sendable {
             case .call(let call):
                 // Calls see every append queued before them.
                 write(&appends)
-                call.body()
-                call.done?.signal()
+                call.perform()
             }
         }
         write(&appends)

@@ -1,5 +1,6 @@
 import Foundation
 import JobModel
+import Synchronization
 import Testing
 import TestSupport
 @testable import EventStore
@@ -182,4 +183,38 @@ struct StoreExecutorTests {
         #expect(StoreExecutor.syncThreadName(of: "jobctl-store\u{E9}") == "jobctl-store-s")
         withExtendedLifetime(store) {}
     }
+
+    /// Counts its deinitialisations.
+    final class Tracked: Sendable {
+        static let released = Atomic<Int>(0)
+        let number = 7
+        deinit { Self.released.add(1, ordering: .sequentiallyConsistent) }
+    }
+
+    /// Runs a call that captures a `Tracked`; when it returns, only the store's executor could still hold it.
+    static func callCapturingTracked(_ store: any JobStore) async throws -> Int {
+        let tracked = Tracked()
+        return try await store.run { _ in tracked.number }
+    }
+
+    @Test("a call lets go of what it captured before its caller goes on, while later calls of its batch still run")
+    func callLetsGoBeforeItsCallerResumes() async throws {
+        let fixture = try StoreFixture("store-executor-release")
+        defer { fixture.remove() }
+        let store = try #require(fixture.sqlite)
+        // The executor is held while the two calls below are queued, so it takes them as one batch.
+        let holder = Thread { _ = try? store.withConnection { _ in usleep(300_000) } }
+        holder.start()
+        usleep(50_000)
+        let before = Tracked.released.load(ordering: .sequentiallyConsistent)
+        let first = Task { try await Self.callCapturingTracked(store) }
+        usleep(30_000)
+        let slow = Task { try await store.run { _ in _ = usleep(400_000) } }
+        #expect(try await first.value == 7)
+        // The batch still runs the slow call: a call's body kept until then (with the store it captured,
+        // `EventStore.run` passes itself) let a worker's process exit before its database was closed.
+        #expect(Tracked.released.load(ordering: .sequentiallyConsistent) == before + 1)
+        try await slow.value
+    }
 }
+
