@@ -67,7 +67,15 @@ public final class PipelinedChecksums {
             pool.give(current)
             permits.signal()
         }
-        for _ in 0..<reserved { permits.signal() }
+        releaseReserved()
+    }
+
+    /// Gives back the permits `reserve(forNext:)` took for blocks that will not be started.
+    private func releaseReserved() {
+        while reserved > 0 {
+            permits.signal()
+            reserved -= 1
+        }
     }
 
     /// Whether `update` of the next `count` bytes can go on without waiting for the queue. When it can,
@@ -128,10 +136,7 @@ public final class PipelinedChecksums {
     public func finish() -> (md5Base64: String?, crc32cBase64: String) {
         if let result { return result }
         if filled > 0 { submitCurrent() }
-        while reserved > 0 {
-            permits.signal()
-            reserved -= 1
-        }
+        releaseReserved()
         queue?.sync {}
         let result = hashes.finish()
         self.result = result
