@@ -60,12 +60,17 @@ import Testing
     #endif
 
     /// Random bytes at every alignment and many lengths (tails of 0–7 bytes, the three-way interleaved
-    /// hardware path of 3 × 8 KiB and its remainders, streaming splits): both
-    /// implementations agree, one-shot and continued.
+    /// hardware path at each of its part sizes, 3 × 64 B to 3 × 8 KiB, at and around each threshold,
+    /// streaming splits): both implementations agree, one-shot and continued.
     @Test func crc32cHardwareMatchesTable() {
         var generator = SystemRandomNumberGenerator()
         let pool = (0..<70_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        let lengths = Array(0...80) + [255, 256, 257, 1_000, 4_095, 4_096, 4_097, 24_575, 24_576, 24_577, 49_159, 65_535, 65_536 - 3]
+        let thresholds: [Int] = (0..<CRC32C.partSizes).map { 3 * (CRC32C.smallestPart << $0) }
+        let aroundThresholds: [Int] = thresholds.flatMap { (threshold: Int) -> [Int] in
+            [threshold - 1, threshold, threshold + 1, threshold + 7, 2 * threshold - 1]
+        }
+        let others: [Int] = [255, 256, 257, 1_000, 4_095, 4_096, 4_097, 16_384, 16_389, 24_575, 24_576, 24_577, 49_159, 65_535, 65_533]
+        let lengths: [Int] = Array(0...80) + aroundThresholds + others
         pool.withUnsafeBytes { all in
             for alignment in 0..<8 {
                 for length in lengths {
