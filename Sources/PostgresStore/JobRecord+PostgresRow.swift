@@ -185,7 +185,7 @@ final class PostgresSpecCache: Sendable {
 
     /// The spec `stored` decodes to.
     func spec(ofJob id: String, stored: String) throws(StoreError) -> JobSpec {
-        if let hit = entries.withLock({ $0[id] }), hit.stored.utf8.elementsEqual(stored.utf8) {
+        if let hit = entries.withLock({ $0[id] }), hit.stored.hasSameUTF8(as: stored) {
             return hit.spec
         }
         let spec = try StoreJSON.decode(JobSpec.self, stored, what: "job \(id) spec")

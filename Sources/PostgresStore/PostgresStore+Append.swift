@@ -236,7 +236,7 @@ extension PostgresConnection: DecisionWriter {
         for pending in events {
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
-                let known = current[pending.jobID].flatMap { $0.id.utf8.elementsEqual(pending.jobID.utf8) ? $0 : nil }
+                let known = current[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
                 let (event, record) = try savepoint { () throws(StoreError) in
                     try appendEvent(pending, to: known, now: now)
                 }
@@ -307,7 +307,7 @@ extension PostgresConnection: DecisionWriter {
             let writesBefore = writer.writes
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
-                let known = current[pending.jobID].flatMap { $0.id.utf8.elementsEqual(pending.jobID.utf8) ? $0 : nil }
+                let known = current[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
                 let (event, record) = try writer.appendEvent(pending, to: known, now: now)
                 current[pending.jobID] = record
                 outcomes.append(.success(event))

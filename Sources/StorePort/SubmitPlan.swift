@@ -81,7 +81,7 @@ public struct SubmitPlan: Sendable {
             }
             let encoded = try StoreJSON.encode(spec)
             if let existing = stored[key] ?? firstSpec[key].map({ (ids[index], $0) }) {
-                guard encoded.utf8.elementsEqual(existing.spec.utf8) else {
+                guard encoded.hasSameUTF8(as: existing.spec) else {
                     throw StoreError.keyConflict(key: key, existingID: existing.id)
                 }
                 entries.append(Entry(spec: spec, id: existing.id, creates: false))
