@@ -8,7 +8,10 @@ import Testing
 /// the client's connection is kept alive whatever the upstream does, and each fault does what it says.
 @Suite("Fault proxy", .onTestThreads)
 struct FaultProxyTests {
-    private let timeouts = CurlOptions(connectTimeout: 5, stallTimeout: 30, trust: .systemDefault)
+    /// Generous: these tests are about what the proxy does to bytes, not about timeouts, and the process-wide
+    /// engine they share with every other suite can be busy for seconds at the run's heaviest (a loaded run
+    /// once failed the first request here: "could not connect to the server" with a 5 s connect timeout).
+    private let timeouts = CurlOptions(connectTimeout: 30, stallTimeout: 30, trust: .systemDefault)
 
     private func perform(_ request: HTTPRequest, options: CurlOptions? = nil) async -> Result<HTTPResponse, TransferFailure> {
         do {
@@ -23,7 +26,9 @@ struct FaultProxyTests {
         switch result {
         case .success(let response): return response
         case .failure(let failure):
-            Issue.record("expected a response, got \(failure)", sourceLocation: sourceLocation)
+            // With libcurl's own words (`cause`): "could not connect" alone does not say refused or timed out.
+            let cause = if case .failed(let error) = failure { error.cause ?? "" } else { "" }
+            Issue.record("expected a response, got \(failure) \(cause)", sourceLocation: sourceLocation)
             throw TestServerError("no response")
         }
     }

@@ -154,7 +154,11 @@ import TestSupport
         let bytes = Self.payload(size)
         let reference = "gs://\(server.bucket)/sixteen.bin"
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
-        proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .trickleResponse(bytes: 64 << 10, interval: 0.01),
+        // 64 KiB every 30 ms a slice: the 4 MiB slices take ~2 s, the first checkpoint (8 MiB over all four)
+        // comes half-way, so its sync, its report and the pause have ~1 s to land before the last byte.
+        // At 10 ms (a 320 ms window) a loaded test run (load 7–8, the large transfers beside it) once saw
+        // the download finish first.
+        proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .trickleResponse(bytes: 64 << 10, interval: 0.03),
                             times: 4))
 
         let destination = directory.file("sixteen.bin")
