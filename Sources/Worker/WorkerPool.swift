@@ -109,7 +109,7 @@ public final class WorkerPool: Sendable {
         let firstRun: Bool
         /// Whether the runner was started; a job claimed ahead waits in `State.waiting` until a slot frees.
         var started: Bool
-        /// When the runner was started.
+        /// When the runner was started (given a slot): where its logged duration and rate begin.
         var launchedAtMs: Int64?
         var stopRequested: StopReason?
         /// When the lease ends unless a heartbeat extends it (as this worker last set it).
@@ -561,8 +561,13 @@ public final class WorkerPool: Sendable {
         // only stops once none is, so no outcome's log line can be lost to the process exiting first.
         if let entry = state.withLock({ $0.running[jobID] }) {
             let now = Clock.nowMs()
-            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
-            metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: entry.claimedAtMs, now: now)
+            // A run's duration (and the rate the log derives from it) starts when it got its slot: a job
+            // claimed ahead first waits for one, and counting that wait made a 16 KiB transfer that took a
+            // millisecond read as ~50 ms at ~330 KiB/s in a drain of small files. A run stopped before it
+            // got a slot (released, paused, cancelled while held) counts from its claim.
+            let startedAtMs = entry.launchedAtMs ?? entry.claimedAtMs
+            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
+            metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
             if entry.firstRun, case .succeeded = outcome { sweeper.noteLeftNothing(jobID, kind: entry.kind) }
         }
         let config = configuration

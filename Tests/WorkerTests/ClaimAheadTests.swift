@@ -217,6 +217,39 @@ import TestSupport
         #expect(try store.replay(verify: true).isConsistent)
     }
 
+    /// A job claimed ahead waits for a slot; its `succeeded` line's `duration_ms` (and the rate made from
+    /// it) starts when it got the slot, not at its claim: behind a ~3 s download on the one slot, the
+    /// small upload's wait is in its history (claimed → started) but not in its logged duration.
+    @Test func loggedDurationOfAJobClaimedAheadLeavesOutItsWait() throws {
+        let nginx = try startWorkerNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("ahead-duration")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try writePatternFile("\(nginx.root)/slow/short.bin", size: 8 << 20)
+        let ids = try submit("""
+            - {kind: download-file, source: "\(nginx.baseURL)/slow/short.bin", destination: "\(directory.file("short.bin"))"}
+            - {kind: upload-data, data: "waited", destination: "file://out/waited.txt"}
+
+            """, database: database, directory: directory)
+        let ahead = try #require(ids.last)
+        let worker = try JobctlProcess.worker(database: database, ["--drain", "--concurrency", "1", "--lease", "60"],
+                                              environment: ["JOBCTL_BUCKETS": directory.file("buckets")],
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        #expect(worker.wait(seconds: 60) == 0, "\(worker.log)")
+        let events = try WorkerEngine.sqlite.reader(database).events(jobID: ahead)
+        try #require(events.map(\.type) == [.submitted, .claimed, .started, .succeeded], "\(events.map(\.type)) \(worker.log)")
+        // Claimed with the download, started once the download had returned.
+        let waitedMs = events[2].atMs - events[1].atMs
+        try #require(waitedMs >= 1_000, "the upload did not wait for the slot (\(waitedMs) ms): \(worker.log)")
+        let line = try #require(worker.log.split(separator: "\n").first { $0.contains(" succeeded \(ahead) ") }, "\(worker.log)")
+        let field = try #require(line.split(separator: " ").first { $0.hasPrefix("duration_ms=") }, "\(line)")
+        let durationMs = try #require(Int64(field.dropFirst("duration_ms=".count)), "\(line)")
+        #expect(durationMs < waitedMs, "duration_ms=\(durationMs) counts the \(waitedMs) ms the job waited for its slot: \(line)")
+        #expect(try String(contentsOfFile: directory.file("buckets/out/waited.txt"), encoding: .utf8) == "waited")
+    }
+
     /// `--claim-ahead 0`: a worker claims only for its free slots. Behind one long transfer on its one
     /// slot, the second job stays queued (with the default of one held job, the same claim took both).
     @Test func claimAheadZeroClaimsOnlyForFreeSlots() throws {
