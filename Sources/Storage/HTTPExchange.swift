@@ -319,6 +319,62 @@ final class UploadRangeBody: RequestBodySource {
     }
 }
 
+/// A `multipart/related` request body (a GCS upload in one request): `head` (the opening boundary, the
+/// metadata part, the media part's headers), then the source's bytes through `media` (hashed and reported
+/// as they go), then `tail` (the closing boundary). A rewind (libcurl re-sending on a fresh connection)
+/// may land in any of the three.
+final class MultipartUploadBody: RequestBodySource {
+    private let head: [UInt8]
+    private let media: UploadRangeBody
+    private let mediaLength: Int64
+    private let tail: [UInt8]
+    private var position: Int64 = 0
+
+    init(head: [UInt8], media: UploadRangeBody, mediaLength: Int64, tail: [UInt8]) {
+        self.head = head
+        self.media = media
+        self.mediaLength = mediaLength
+        self.tail = tail
+    }
+
+    /// The body's length: what `Content-Length` says.
+    var length: Int64 { Int64(head.count) + mediaLength + Int64(tail.count) }
+
+    private var mediaStart: Int64 { Int64(head.count) }
+    private var mediaEnd: Int64 { mediaStart + mediaLength }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> Int {
+        if position < mediaStart {
+            return copy(head, from: Int(position), into: buffer)
+        }
+        if position < mediaEnd {
+            let count = try media.read(into: buffer)
+            position += Int64(count)
+            return count
+        }
+        return copy(tail, from: Int(position - mediaEnd), into: buffer)
+    }
+
+    private func copy(_ part: [UInt8], from index: Int, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        let count = min(buffer.count, part.count - index)
+        guard count > 0, let base = buffer.baseAddress else { return 0 }
+        part.withUnsafeBytes { bytes in base.copyMemory(from: bytes.baseAddress! + index, byteCount: count) }
+        position += Int64(count)
+        return count
+    }
+
+    func rewind(to position: Int64) -> Bool {
+        guard position >= 0, position <= length else { return false }
+        guard media.rewind(to: min(max(0, position - mediaStart), mediaLength)) else { return false }
+        self.position = position
+        return true
+    }
+
+    func mayGive(_ count: Int) -> Bool {
+        position >= mediaStart && position < mediaEnd ? media.mayGive(count) : true
+    }
+}
+
 // MARK: - Download sinks
 
 /// Collects a response body in memory, refusing to grow past `limit` (download-memory).

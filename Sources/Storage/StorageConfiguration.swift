@@ -21,7 +21,9 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public var tokenRefreshMargin: Duration
     /// Resumable upload chunk size, a multiple of 256 KiB (default 8 MiB).
     public var chunkSize: Int
-    /// Uploads up to this size use one request instead of a resumable session (default 5 MiB).
+    /// GCS uploads up to this size, and up to one chunk, use one request instead of a resumable session
+    /// (default 5 MiB; 0: always a session). Not a resumed upload, nor one with `if_exists: fail` (see
+    /// `GCSBackend.uploadInOneRequest`).
     public var singleRequestLimit: Int
     /// Where named local buckets (`file://NAME/...`) live: `NAME` is a directory below this one.
     public var localBucketsDirectory: String

@@ -9,7 +9,7 @@ import Testing
 struct GCSBackendTests {
     // MARK: - Uploads
 
-    @Test("upload-data: small object, inferred content type, checksums; read back to memory")
+    @Test("upload-data: small object in one request, inferred content type, checksums; read back to memory; a session reports its URI first")
     func uploadDataSmall() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
@@ -25,9 +25,18 @@ struct GCSBackendTests {
         #expect(uploaded.object?.md5Hash == expected.md5)
         #expect(uploaded.object?.crc32c == expected.crc32c)
         #expect(uploaded.md5 == nil && uploaded.object?.md5Hash == expected.md5)
-        // The session URI is reported before any data is sent, so it can be persisted.
-        guard case .upload(let uri, 0, let total)? = recorder.checkpoints.first else {
-            Issue.record("no initial upload checkpoint: \(recorder.all)")
+        // A small object goes in one request: no session, so nothing to resume from is reported.
+        #expect(recorder.checkpoints.isEmpty, "\(recorder.all)")
+
+        // In a resumable session (one-request uploads off), the session URI is reported before any data
+        // is sent, so it can be persisted.
+        var sessions = emulatorConfiguration(server)
+        sessions.singleRequestLimit = 0
+        let sessionRecorder = EventRecorder()
+        _ = try finished(await run(GCSBackend(configuration: sessions), JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/notes/hello.txt",
+                                                                                data: payload), recorder: sessionRecorder))
+        guard case .upload(let uri, 0, let total)? = sessionRecorder.checkpoints.first else {
+            Issue.record("no initial upload checkpoint: \(sessionRecorder.all)")
             return
         }
         #expect(uri.contains("upload_id="))

@@ -77,14 +77,15 @@ struct HeaderInjectionTests {
         #expect(configuration.accessToken == "ya29.a0-B_c~d+e/f==")
     }
 
-    @Test("a content type with a line break is refused before the upload is sent (HTTP PUT and GCS session)")
+    @Test("a content type with a line break is refused before the upload is sent (HTTP PUT, GCS in one request and in a session)")
     func contentType() async throws {
         let server = try startRecordingNginx()
         defer { server.stop() }
         let metadata = UploadMetadata(contentType: "text/plain\r\nX-Evil: 1")
         let http = HTTPBackend(configuration: StorageConfiguration(connectTimeout: 5))
         let gcs = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: server.baseURL, connectTimeout: 5))
-        let cases: [(any StorageBackend, String)] = [(http, "\(server.baseURL)/up.txt"), (gcs, "gs://bkt/up.txt")]
+        let sessions = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: server.baseURL, singleRequestLimit: 0, connectTimeout: 5))
+        let cases: [(any StorageBackend, String)] = [(http, "\(server.baseURL)/up.txt"), (gcs, "gs://bkt/up.txt"), (sessions, "gs://bkt/up.txt")]
         for (backend, destination) in cases {
             let spec = JobSpec(kind: .uploadData, destination: destination, data: Data("hello".utf8), metadata: metadata)
             let error = try failure(await run(backend, spec))

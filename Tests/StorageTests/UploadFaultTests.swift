@@ -16,7 +16,12 @@ struct UploadFaultTests {
         let server: EmulatorServer
         let proxy: FaultProxy
 
-        init(_ rules: [FaultRule]) throws {
+        /// Uploads sent in one request up to this size (capped by the 256 KiB chunk); 0 (the default here):
+        /// every upload in a session, whose faults most of these tests are about.
+        let singleRequestLimit: Int
+
+        init(_ rules: [FaultRule], singleRequestLimit: Int = 0) throws {
+            self.singleRequestLimit = singleRequestLimit
             server = try EmulatorServer.start()
             do {
                 proxy = try FaultProxy(upstreamPort: server.port, rules: rules)
@@ -28,7 +33,8 @@ struct UploadFaultTests {
 
         var backend: GCSBackend {
             GCSBackend(configuration: StorageConfiguration(gcsEndpoint: proxy.baseURL, usesEmulator: true, firebaseEndpoint: proxy.baseURL,
-                                                           chunkSize: 256 * 1024, stallTimeout: 30, connectTimeout: 5))
+                                                           chunkSize: 256 * 1024, singleRequestLimit: singleRequestLimit,
+                                                           stallTimeout: 30, connectTimeout: 5))
         }
 
         var direct: GCSBackend { GCSBackend(configuration: emulatorConfiguration(server)) }
@@ -172,6 +178,96 @@ struct UploadFaultTests {
             #expect(posts.last?.requestBodyBytes == posts.last?.request.body.count)
             return
         }
+    }
+
+    // MARK: Uploads in one request
+
+    /// The one-request uploads (`uploadType=multipart`) of an object of `size` bytes named `name`.
+    static func oneRequestPosts(_ exchanges: [ProxyExchange], _ name: String) -> [ProxyExchange] {
+        exchanges.filter { $0.request.method == "POST" && $0.request.target.contains("uploadType=multipart")
+            && $0.request.target.contains("name=\(name)") }
+    }
+
+    @Test("a small upload is one request: metadata and bytes in one multipart POST, no session, no PUT; the object matches")
+    func smallUploadIsOneRequest() async throws {
+        let setup = try ProxiedEmulator([], singleRequestLimit: 5 << 20)
+        defer { setup.stop() }
+        let payload = patternData(200_000, seed: 5)
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/one.bin",
+                                                                     data: payload, metadata: UploadMetadata(customMetadata: ["k": "v"]))))
+        #expect(uploaded.object?.size == Int64(payload.count) && uploaded.object?.customMetadata == ["k": "v"])
+        #expect(uploaded.crc32c == hashes(payload).crc32c && uploaded.verified?.contains(.crc32c) == true)
+        #expect(try await sameBytes(setup.storedBytes("one.bin"), payload))
+        let exchanges = setup.proxy.exchanges
+        #expect(Self.oneRequestPosts(exchanges, "one.bin").count == 1)
+        #expect(!exchanges.contains { $0.request.method == "PUT" || $0.request.target.contains("uploadType=resumable") })
+        // One byte more than the limit (the 256 KiB chunk here): a session.
+        let bigger = patternData(256 * 1024 + 1, seed: 6)
+        _ = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/two.bin", data: bigger)))
+        #expect(Self.oneRequestPosts(setup.proxy.exchanges, "two.bin").isEmpty)
+        #expect(setup.proxy.exchanges.contains { $0.request.method == "POST" && $0.request.target.contains("uploadType=resumable&name=two.bin") })
+        #expect(try await sameBytes(setup.storedBytes("two.bin"), bigger))
+    }
+
+    @Test("a one-request upload reset mid-body on a reused connection is re-sent whole by libcurl (the body rewinds); the object matches")
+    func oneRequestUploadResetOnReusedConnection() async throws {
+        // libcurl alone decides whether a request reuses an idle connection: tried again until the fault hit one.
+        for round in 1...3 {
+            let setup = try ProxiedEmulator([
+                FaultRule(RequestMatch(method: "POST", pathContains: "name=second.bin", reusedConnection: true), .resetInRequestBody(afterBytes: 70_000)),
+            ], singleRequestLimit: 5 << 20)
+            defer { setup.stop() }
+            _ = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/first.bin",
+                                                              data: Data("first".utf8))))
+            let payload = patternData(150_000, seed: 9)
+            let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/second.bin",
+                                                                         data: payload)))
+            #expect(uploaded.crc32c == hashes(payload).crc32c)
+            #expect(try await sameBytes(setup.storedBytes("second.bin"), payload))
+            guard setup.proxy.firedCounts == [1] || round == 3 else { continue }
+            #expect(setup.proxy.firedCounts == [1])
+            let posts = Self.oneRequestPosts(setup.proxy.exchanges, "second.bin")
+            #expect(posts.count == 2)
+            #expect(posts.first?.requestBodyBytes == 70_000)
+            #expect(posts.last?.requestBodyBytes == posts.last?.request.body.count)
+            return
+        }
+    }
+
+    @Test("a one-request upload cut on a fresh connection fails retryable with nothing stored; the next attempt stores it")
+    func oneRequestUploadCutIsRetryable() async throws {
+        let setup = try ProxiedEmulator([
+            FaultRule(RequestMatch(method: "POST", pathContains: "uploadType=multipart"), .resetInRequestBody(afterBytes: 40_000)),
+        ], singleRequestLimit: 5 << 20)
+        defer { setup.stop() }
+        let payload = patternData(120_000, seed: 11)
+        let spec = JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/cut.bin", data: payload)
+        let error = try failure(await run(setup.backend, spec))
+        #expect(error.retryable, "\(error)")
+        #expect(await !setup.exists("cut.bin"))
+        let uploaded = try finished(await run(setup.backend, spec))
+        #expect(uploaded.crc32c == hashes(payload).crc32c)
+        #expect(try await sameBytes(setup.storedBytes("cut.bin"), payload))
+        #expect(setup.proxy.firedCounts == [1])
+        #expect(Self.oneRequestPosts(setup.proxy.exchanges, "cut.bin").count == 2)
+    }
+
+    @Test("a one-request upload with one media byte flipped on the way is nonMatchingChecksum and the object is deleted")
+    func oneRequestCorruptedByteIsCaught() async throws {
+        let setup = try ProxiedEmulator([
+            // The body is the metadata part, then the bytes: 5,000 from the end lies well inside the bytes.
+            FaultRule(RequestMatch(method: "POST", pathContains: "uploadType=multipart"),
+                      .rewriteRequest { request in request.body[request.body.endIndex - 5_000] ^= 0x01 }),
+        ], singleRequestLimit: 5 << 20)
+        defer { setup.stop() }
+        let payload = patternData(100_000, seed: 13)
+        let error = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/flipped.bin",
+                                                                 data: payload)))
+        #expect(error.code == .nonMatchingChecksum, "\(error)")
+        #expect(error.message.contains("the object was deleted"), "\(error.message)")
+        #expect(setup.proxy.firedCounts == [1])
+        #expect(await !setup.exists("flipped.bin"))
+        #expect(setup.proxy.exchanges.contains { $0.request.method == "DELETE" && $0.request.target.contains("ifGenerationMatch=") })
     }
 
     @Test("libcurl codes: transport faults are retryable, the rest is not", arguments: [
