@@ -22,7 +22,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// Resumable upload chunk size, a multiple of 256 KiB (default 8 MiB).
     public var chunkSize: Int
     /// GCS uploads up to this size, and up to one chunk, use one request instead of a resumable session
-    /// (default 5 MiB; 0: always a session). Not a resumed upload, nor one with `if_exists: fail` (see
+    /// (`JOBCTL_RESUMABLE_THRESHOLD`; default 5 MiB; 0: always a session). Not a resumed upload, nor one with `if_exists: fail` (see
     /// `GCSBackend.uploadInOneRequest`).
     public var singleRequestLimit: Int
     /// Where named local buckets (`file://NAME/...`) live: `NAME` is a directory below this one.
@@ -147,6 +147,9 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         if let text = value("JOBCTL_CHUNK_SIZE") {
             configuration.chunkSize = try chunkSize(parsing: text)
         }
+        if let text = value("JOBCTL_RESUMABLE_THRESHOLD") {
+            configuration.singleRequestLimit = try resumableThreshold(parsing: text)
+        }
         if let text = value("JOBCTL_STALL_TIMEOUT") {
             configuration.stallTimeout = try stallTimeout(parsing: text, from: "JOBCTL_STALL_TIMEOUT")
         }
@@ -186,6 +189,24 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     }
 
     // MARK: - Parsing single settings
+
+    /// `JOBCTL_RESUMABLE_THRESHOLD` values accepted: up to 1 GiB (the largest chunk); 0 or `off` sends
+    /// every upload in a resumable session.
+    public static let resumableThresholdRange: ClosedRange<Int64> = 0...(1 << 30)
+
+    /// The largest GCS upload sent in one request (`5MiB`, `0`, `off`), within `resumableThresholdRange`
+    /// (gcloud storage's `resumable_threshold`). The chunk size caps it where it is smaller.
+    public static func resumableThreshold(parsing text: String) throws(StorageError) -> Int {
+        if text.trimmingCharacters(in: .whitespaces).lowercased() == "off" { return 0 }
+        guard let bytes = ByteSize.parse(text) else {
+            throw StorageError(.invalidArgument,
+                               "JOBCTL_RESUMABLE_THRESHOLD must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'")
+        }
+        guard resumableThresholdRange.contains(bytes) else {
+            throw StorageError(.invalidArgument, "JOBCTL_RESUMABLE_THRESHOLD must be between 0 and 1 GiB, not '\(text)'")
+        }
+        return Int(bytes)
+    }
 
     /// A chunk size (`8MiB`, `8388608`) within `chunkSizeRange`, rounded down to a multiple of 256 KiB.
     public static func chunkSize(parsing text: String) throws(StorageError) -> Int {

@@ -23,7 +23,7 @@ extension Commands {
         service-account key or authorized-user file; else gcloud's application-default file), else
         GCE_METADATA_HOST, else the metadata server on a Google Compute Engine machine (its DMI product
         name); with none of these and gs:// jobs queued, one no_credentials warning at start (public
-        buckets work anonymously); JOBCTL_CHUNK_SIZE, JOBCTL_STALL_TIMEOUT,
+        buckets work anonymously); JOBCTL_CHUNK_SIZE, JOBCTL_RESUMABLE_THRESHOLD, JOBCTL_STALL_TIMEOUT,
         JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR),
         JOBCTL_SLICED_THRESHOLD, JOBCTL_SLICES; a bad value stops the worker before it starts.
 

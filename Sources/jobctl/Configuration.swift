@@ -56,6 +56,7 @@ struct Setting: Sendable {
         Setting("metrics", .option(Options.metrics.spec), default: "off"),
         Setting("bwlimit", .option(Options.bandwidthLimit.spec), default: "unlimited"),
         Setting("chunk_size", .environment("JOBCTL_CHUNK_SIZE"), default: "8MiB"),
+        Setting("resumable_threshold", .environment("JOBCTL_RESUMABLE_THRESHOLD"), default: "5MiB"),
         Setting("storage_emulator_host", .environment("STORAGE_EMULATOR_HOST"), default: "none (Google's endpoint)"),
         Setting("google_application_credentials", .environment("GOOGLE_APPLICATION_CREDENTIALS"), default: "none"),
         Setting("token_command", .environment("JOBCTL_TOKEN_COMMAND"), default: "none", show: { _ in "REDACTED" }),

@@ -53,6 +53,8 @@ enum ManPage {
             ".TP", "\\fBJOBCTL_DB\\fR", text("The event log when --db is not given (else ./jobctl.db)."),
             ".TP", "\\fBJOBCTL_BUCKETS\\fR", text("The folder holding file://NAME buckets (else buckets/ beside the database)."),
             ".TP", "\\fBJOBCTL_STALL_TIMEOUT\\fR", text("The worker's default --stall-timeout."),
+            ".TP", "\\fBJOBCTL_CHUNK_SIZE\\fR, \\fBJOBCTL_RESUMABLE_THRESHOLD\\fR",
+            text("A gs:// upload's chunk size (8MiB), and the size up to which an upload goes in one request instead of a resumable session (5MiB; 0 or off: always a session)."),
             ".TP", "\\fBJOBCTL_SLICED_THRESHOLD\\fR, \\fBJOBCTL_SLICES\\fR", text("The worker's default --sliced-threshold and --slices."),
             ".TP", "\\fBNO_COLOR\\fR", text("When set, no colours."),
             ".SH EXIT STATUS",

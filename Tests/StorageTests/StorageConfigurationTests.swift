@@ -18,6 +18,7 @@ struct StorageConfigurationTests {
         ("JOBCTL_CHUNK_SIZE", "lots"), ("JOBCTL_CHUNK_SIZE", "0"), ("JOBCTL_CHUNK_SIZE", "-1"),
         ("JOBCTL_CHUNK_SIZE", "100"), ("JOBCTL_CHUNK_SIZE", "255KiB"), ("JOBCTL_CHUNK_SIZE", "2GiB"),
         ("JOBCTL_CHUNK_SIZE", "8 MiBs"),
+        ("JOBCTL_RESUMABLE_THRESHOLD", "small"), ("JOBCTL_RESUMABLE_THRESHOLD", "-1"), ("JOBCTL_RESUMABLE_THRESHOLD", "2GiB"),
         ("JOBCTL_STALL_TIMEOUT", "forever"), ("JOBCTL_STALL_TIMEOUT", "0s"), ("JOBCTL_STALL_TIMEOUT", "-5s"),
         ("JOBCTL_STALL_TIMEOUT", "2h"), ("JOBCTL_STALL_TIMEOUT", "60"),
         ("STORAGE_EMULATOR_HOST", "not a host"), ("STORAGE_EMULATOR_HOST", "ftp://127.0.0.1:9023"),
@@ -58,6 +59,7 @@ struct StorageConfigurationTests {
     func goodValues() throws {
         let defaults = try configuration([:])
         #expect(defaults.chunkSize == StorageConfiguration.defaultChunkSize)
+        #expect(defaults.singleRequestLimit == 5 << 20)
         #expect(defaults.stallTimeout == 60)
         #expect(defaults.localBucketsDirectory == Self.buckets)
         #expect(defaults.gcsEndpoint == "https://storage.googleapis.com")
@@ -80,6 +82,10 @@ struct StorageConfigurationTests {
         // Byte counts round down to the 256 KiB multiple GCS requires, as documented.
         #expect(try configuration(["JOBCTL_CHUNK_SIZE": "1000000"]).chunkSize == 786_432)
         #expect(try configuration(["JOBCTL_CHUNK_SIZE": "1GiB"]).chunkSize == 1 << 30)
+        #expect(try configuration(["JOBCTL_RESUMABLE_THRESHOLD": "1MiB"]).singleRequestLimit == 1 << 20)
+        #expect(try configuration(["JOBCTL_RESUMABLE_THRESHOLD": "0"]).singleRequestLimit == 0)
+        #expect(try configuration(["JOBCTL_RESUMABLE_THRESHOLD": "off"]).singleRequestLimit == 0)
+        #expect(try configuration(["JOBCTL_RESUMABLE_THRESHOLD": ""]).singleRequestLimit == 5 << 20)
         #expect(try configuration(["JOBCTL_STALL_TIMEOUT": "1h"]).stallTimeout == 3600)
         #expect(try configuration(["STORAGE_EMULATOR_HOST": "http://localhost:9023/"]).gcsEndpoint == "http://localhost:9023")
     }
