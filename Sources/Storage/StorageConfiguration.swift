@@ -22,8 +22,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// Resumable upload chunk size, a multiple of 256 KiB (default 8 MiB).
     public var chunkSize: Int
     /// GCS uploads up to this size, and up to one chunk, use one request instead of a resumable session
-    /// (`JOBCTL_RESUMABLE_THRESHOLD`; default 5 MiB; 0: always a session). Not a resumed upload, nor one with `if_exists: fail` (see
-    /// `GCSBackend.uploadInOneRequest`).
+    /// (`JOBCTL_RESUMABLE_THRESHOLD`; default 5 MiB; 0: always a session). Never a resumed upload, nor one
+    /// with `if_exists: fail` (see `GCSBackend.uploadInOneRequest`).
     public var singleRequestLimit: Int
     /// Where named local buckets (`file://NAME/...`) live: `NAME` is a directory below this one.
     public var localBucketsDirectory: String
@@ -298,7 +298,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public var description: String {
         "StorageConfiguration(gcsEndpoint: \(gcsEndpoint), token: \(accessToken == nil ? "none" : "set (hidden)"), "
             + "tokenCommand: \(tokenCommand == nil ? "none" : "set"), "
-            + "credentials: \(googleCredentials.map { "\($0)" } ?? "none"), chunkSize: \(chunkSize), buckets: \(localBucketsDirectory), "
+            + "credentials: \(googleCredentials.map { "\($0)" } ?? "none"), chunkSize: \(chunkSize), singleRequestLimit: \(singleRequestLimit), buckets: \(localBucketsDirectory), "
             + "stallTimeout: \(stallTimeout) s, slicedThreshold: \(slicedThreshold.map(String.init) ?? "off"), slices: \(sliceCount), trust: \(certificateTrust))"
     }
 }
