@@ -180,6 +180,11 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// `tempPath` (the very file `file`), each with the bytes from its start that are synced there.
     /// A later attempt fetches only what each slice still lacks.
     case slicedDownload(slices: [DownloadSlice], generation: String, tempPath: String, file: FileIdentity)
+    /// An upload in one request that must not replace what it finds (`if_exists: fail`) whose every byte
+    /// (`total`) was handed to the server: it may have landed though no answer came. A later attempt that
+    /// finds the destination taken compares it with the source and takes it as its own when it holds the
+    /// same bytes, instead of failing on its own upload.
+    case sentUpload(total: Int64)
 
     /// Bytes that need not be sent again.
     public var bytesDone: Int64 {
@@ -187,6 +192,7 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
         case .upload(_, let offset, _): offset
         case .download(let written, _, _, _, _): written
         case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0 + $1.confirmed }
+        case .sentUpload(let total): total
         }
     }
 }

@@ -1,6 +1,7 @@
 import Checksums
 import Foundation
 import JobModel
+import Synchronization
 
 /// Runs transfers against plain `http(s)://` URLs: WebDAV servers, signed URLs, static file servers.
 ///
@@ -60,9 +61,16 @@ public struct HTTPBackend: StorageBackend {
             // on PUT (tested), so there the check and the write are two steps; servers that honour the
             // header (S3-style conditional writes) make the write itself refuse.
             if rule.mode != .overwrite {
+                // An earlier attempt's `sentUpload` stays until this one knows better (see `upload`).
+                let sent: ResumePoint? = if case .sentUpload? = resumePoint { resumePoint } else { nil }
                 switch try await existingFile(reference, control: control) {
-                case .stopped(let reason): return .stopped(reason, nil)
+                case .stopped(let reason): return .stopped(reason, sent)
                 case .value(let existing):
+                    if let existing, rule.mode == .fail, case .sentUpload(let total)? = sent, total == source.size,
+                       let own = try await earlierUploadFound(existing, source: source, reference: reference, contentType: contentType,
+                                                              control: control) {
+                        return own
+                    }
                     if let existing, try await rule.skipsUpload(existing: existing, destination: redactedURL(reference.description),
                                                                 offPool: source) {
                         return OverwriteRule.skippedUpload(existing)
@@ -166,25 +174,40 @@ public struct HTTPBackend: StorageBackend {
 
     /// With `replacing: false` (`if_exists: fail`) the PUT carries `If-None-Match: *`: a server that
     /// honours it answers 412 instead of replacing the file (nginx's WebDAV module does not honour it).
+    /// Such an upload reports `ResumePoint.sentUpload` once its last byte is handed over: should the
+    /// answer never come (a reset, a timeout), the next attempt, finding the file there, can tell its own
+    /// upload from someone else's (`earlierUploadFound`) instead of failing on it.
     private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String, md5: Bool, replacing: Bool,
                         control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // An http(s) reference's description is the URL exactly as written (its `rawPath` and query).
         let url = reference.description
         let checksums = StreamChecksums(md5: md5)
-        let progress = ProgressThrottle(total: source.size, report: report)
+        let total = source.size
+        let progress = ProgressThrottle(total: total, report: report)
         var request = HTTPRequest(method: "PUT", url: url, headers: ["Content-Type: \(contentType)"])
         if !replacing { request.headers.append("If-None-Match: *") }
-        request.bodyLength = source.size
-        let body = UploadRangeBody(source: source, start: 0, end: source.size, checksums: checksums,
-                                   progress: { progress.update($0) })
+        request.bodyLength = total
+        let sent = Atomic<Bool>(false)
+        let reportSent = { @Sendable in
+            if sent.exchange(true, ordering: .relaxed) == false {
+                report(.checkpoint(.sentUpload(total: total), bytesTotal: total))
+            }
+        }
+        let body = UploadRangeBody(source: source, start: 0, end: total, checksums: checksums, progress: { offset in
+            progress.update(offset)
+            if !replacing && offset == total { reportSent() }
+        })
         progress.update(0)
+        // No body: it is all handed over with the request.
+        if !replacing && total == 0 { reportSent() }
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(request, source: body, control: control, options: configuration.curlOptions)
         } catch {
             switch error {
-            case .stopped(let reason): return .stopped(reason, nil)   // not resumable: the next attempt starts at 0
+            // Not resumable: the next attempt starts at 0 — but one that was sent whole may have landed.
+            case .stopped(let reason): return .stopped(reason, sent.load(ordering: .relaxed) ? .sentUpload(total: total) : nil)
             case .failed(let failure): throw failure
             }
         }
@@ -207,6 +230,39 @@ public struct HTTPBackend: StorageBackend {
         if reported.md5 != nil && ours.md5 != nil { verified.append(.md5) }
         if reported.crc32c != nil { verified.append(.crc32c) }
         return .finished(JobResult(object: object, size: source.size, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
+    }
+
+    /// After an earlier attempt of this `if_exists: fail` upload handed the server every byte and heard
+    /// nothing back (`ResumePoint.sentUpload`), the file this attempt finds may be that upload. It is taken
+    /// as the job's own when it holds exactly the source's bytes: the same size and the same CRC32C — the
+    /// one the server reports, or else computed by reading the file back (a GET, hashed as it streams,
+    /// nothing kept). The job then succeeds with it, that comparison its verification. Anything else
+    /// (another size, other bytes, a read-back that fails) is nil, and the rule refuses as always: nothing
+    /// is overwritten either way.
+    private func earlierUploadFound(_ existing: StorageObject, source: UploadSource, reference: StorageReference,
+                                    contentType: String, control: TransferControl) async throws(StorageError) -> TransferOutcome? {
+        guard existing.size == source.size || existing.size < 0 else { return nil }
+        let ours = try await source.hashesOffPool(streamed: StreamChecksums(md5: false))
+        var theirs = existing.crc32c
+        if theirs == nil {
+            let sink = HashingSink(limit: source.size)
+            let response: HTTPResponse
+            do throws(TransferFailure) {
+                response = try await engine.perform(HTTPRequest(method: "GET", url: reference.description), sink: sink,
+                                                    control: control, options: configuration.curlOptions)
+            } catch {
+                switch error {
+                case .stopped(let reason): return .stopped(reason, .sentUpload(total: source.size))
+                case .failed: return nil
+                }
+            }
+            guard response.isSuccess, sink.count == source.size else { return nil }
+            theirs = sink.crc32c
+        }
+        guard theirs == ours.crc32c else { return nil }
+        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: source.size,
+                                   contentType: contentType, md5Hash: nil, crc32c: ours.crc32c, generation: nil, updated: nil)
+        return .finished(JobResult(object: object, size: source.size, md5: nil, crc32c: ours.crc32c, verified: [.crc32c]))
     }
 
     /// What a HEAD says is at `reference` (size from `Content-Length`, hashes the server reports), nil on

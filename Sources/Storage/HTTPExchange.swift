@@ -377,6 +377,29 @@ final class MultipartUploadBody: RequestBodySource {
 
 // MARK: - Download sinks
 
+/// Hashes a response body (CRC32C) and counts it, keeping nothing; past `limit` bytes it stops the
+/// exchange (the body cannot be the one it is compared with).
+final class HashingSink: ResponseBodySink {
+    private let checksums = StreamChecksums(md5: false)
+    private let limit: Int64
+    private(set) var count: Int64 = 0
+
+    init(limit: Int64) {
+        self.limit = limit
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        guard count + Int64(bytes.count) <= limit else {
+            throw StorageError(.unknown, "the file holds more than the \(limit) bytes it is compared with")
+        }
+        checksums.feed(bytes, at: count)
+        count += Int64(bytes.count)
+    }
+
+    /// The CRC32C of what was written.
+    var crc32c: String { checksums.finish().crc32c }
+}
+
 /// Collects a response body in memory, refusing to grow past `limit` (download-memory).
 final class MemorySink: ResponseBodySink {
     private(set) var data = Data()

@@ -188,6 +188,8 @@ enum Describe {
             "\(ByteSize.format(written)) written" + (generation.map { " (generation \($0))" } ?? "")
         case .slicedDownload(let slices, let generation, _, _):
             "\(ByteSize.format(resume.bytesDone)) written in \(slices.count) slices (generation \(generation))"
+        case .sentUpload(let total):
+            "upload of \(ByteSize.format(total)) sent, its answer lost"
         }
     }
 

@@ -255,6 +255,15 @@ struct ResumePointView: Encodable {
             self.generation = generation
             etag = nil
             self.tempPath = tempPath
+        case .sentUpload(let total):
+            type = "sent_upload"
+            sessionURI = nil
+            confirmedOffset = nil
+            self.total = total
+            bytesWritten = nil
+            generation = nil
+            etag = nil
+            tempPath = nil
         }
     }
 

@@ -121,6 +121,83 @@ struct UploadFaultTests {
         }
     }
 
+    // MARK: An if_exists: fail upload whose answer was lost
+
+    @Test("if_exists: fail over HTTP, its PUT stored but the answer lost: the retry finds its own file (same bytes) and succeeds",
+          arguments: [false, true])
+    func failRuleAnswerLostRetryFindsItsOwnFile(emptyFile: Bool) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            // nginx stores the file; the client never hears of it (nor of libcurl's resend on a fresh connection).
+            FaultRule(RequestMatch(method: "PUT", pathContains: "/mine.bin"), .resetBeforeResponse, times: .max),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let payload = emptyFile ? Data() : patternData(300_000, seed: 31)
+        let spec = JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)/mine.bin", data: payload, ifExists: .fail)
+        let recorder = EventRecorder()
+        let error = try failure(await run(backend, spec, recorder: recorder))
+        #expect(error.retryable, "\(error)")
+        #expect(try sameBytes(Data(contentsOf: URL(fileURLWithPath: server.root + "/mine.bin")), payload), "nginx stored it")
+        // Every byte went out: the attempt says so, for the next one.
+        let sent = try #require(recorder.checkpoints.last, "\(recorder.all)")
+        #expect(sent == .sentUpload(total: Int64(payload.count)))
+        let firstAttempt = proxy.exchanges.count
+
+        let again = try finished(await run(backend, spec, resume: sent))
+        #expect(again.skipped == nil && again.size == Int64(payload.count))
+        #expect(again.crc32c == hashes(payload).crc32c && again.verified == [.crc32c])
+        let retry = proxy.exchanges.dropFirst(firstAttempt).filter { $0.request.target == "/mine.bin" }.map(\.request.method)
+        // The retry looked (HEAD), read the file back to compare it (GET: nginx reports no hash), sent nothing.
+        #expect(retry == ["HEAD", "GET"], "\(retry)")
+
+        // Without the earlier attempt's word, the same file is someone else's: refused, as always.
+        let refused = try failure(await run(backend, spec))
+        #expect(refused.code == .invalidArgument && !refused.retryable && refused.message.contains("if_exists: fail"), "\(refused)")
+    }
+
+    @Test("if_exists: fail over HTTP: after a lost answer, a file with other bytes (or another size) is still refused, and kept")
+    func failRuleAnswerLostOtherBytesAreRefused() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let payload = patternData(200_000, seed: 33)
+        let other = patternData(200_000, seed: 34)
+        for (name, content) in [("same-size.bin", other), ("shorter.bin", other.prefix(1_000))] {
+            try Data(content).write(to: URL(fileURLWithPath: server.root + "/" + name))
+            let spec = JobSpec(kind: .uploadData, destination: "\(server.baseURL)/\(name)", data: payload, ifExists: .fail)
+            let error = try failure(await run(backend, spec, resume: .sentUpload(total: Int64(payload.count))))
+            #expect(error.code == .invalidArgument && !error.retryable && error.message.contains("if_exists: fail"), "\(name): \(error)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: server.root + "/" + name)) == Data(content), "\(name) was replaced")
+        }
+    }
+
+    @Test("if_exists: fail over HTTP, a PUT cut mid-body: nothing stored, and the retry uploads it (whatever the attempt reported)")
+    func failRuleCutMidBodyRetryUploads() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            // The PUT and libcurl's resend of it on a fresh connection.
+            FaultRule(RequestMatch(method: "PUT", pathContains: "/cut.bin"), .resetInRequestBody(afterBytes: 50_000), times: 2),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let payload = patternData(400_000, seed: 35)
+        let spec = JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)/cut.bin", data: payload, ifExists: .fail)
+        let recorder = EventRecorder()
+        let error = try failure(await run(backend, spec, recorder: recorder))
+        #expect(error.retryable, "\(error)")
+        #expect(!FileManager.default.fileExists(atPath: server.root + "/cut.bin"))
+        // libcurl may have read the whole body into the socket before the cut: then the attempt reports it
+        // sent (it cannot know better), and the retry, finding nothing there, simply uploads.
+        #expect(recorder.checkpoints.allSatisfy { $0 == .sentUpload(total: Int64(payload.count)) }, "\(recorder.checkpoints)")
+        let uploaded = try finished(await run(backend, spec, resume: recorder.checkpoints.last))
+        #expect(uploaded.crc32c == hashes(payload).crc32c)
+        #expect(try sameBytes(Data(contentsOf: URL(fileURLWithPath: server.root + "/cut.bin")), payload))
+        #expect(proxy.firedCounts == [2])
+    }
+
     @Test("a GCS chunk reset mid-body on a reused connection is re-sent by libcurl; the object matches")
     func gcsChunkResetOnReusedConnection() async throws {
         // libcurl alone decides whether the second chunk reuses the idle connection (on a starved test
