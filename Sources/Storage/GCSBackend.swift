@@ -309,7 +309,7 @@ public struct GCSBackend: StorageBackend {
             response = try await send(request, control: control, source: {
                 MultipartUploadBody(head: head, media: UploadRangeBody(source: source, start: 0, end: total, checksums: checksums,
                                                                        progress: { progress.update($0) }),
-                                    mediaLength: total, tail: tail)
+                                    tail: tail)
             })
         } catch {
             switch error {

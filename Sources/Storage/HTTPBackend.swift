@@ -223,13 +223,20 @@ public struct HTTPBackend: StorageBackend {
                                                           : "the uploaded file could not be deleted — delete it and upload again"),
                                httpStatus: response.status, url: redactedURL(url))
         }
-        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: source.size,
-                                   contentType: contentType, md5Hash: ours.md5, crc32c: ours.crc32c,
-                                   generation: nil, updated: nil)
         var verified: [ChecksumAlgorithm] = []
         if reported.md5 != nil && ours.md5 != nil { verified.append(.md5) }
         if reported.crc32c != nil { verified.append(.crc32c) }
-        return .finished(JobResult(object: object, size: source.size, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
+        return Self.uploaded(source, to: reference, contentType: contentType, hashes: ours, verified: verified)
+    }
+
+    /// The result of an upload of `source` that `reference` now holds: the file as this side knows it
+    /// (plain HTTP reports no generation or times), with the source's hashes and those compared.
+    private static func uploaded(_ source: UploadSource, to reference: StorageReference, contentType: String,
+                                 hashes: (md5: String?, crc32c: String), verified: [ChecksumAlgorithm]) -> TransferOutcome {
+        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: source.size,
+                                   contentType: contentType, md5Hash: hashes.md5, crc32c: hashes.crc32c,
+                                   generation: nil, updated: nil)
+        return .finished(JobResult(object: object, size: source.size, md5: hashes.md5, crc32c: hashes.crc32c, verified: verified))
     }
 
     /// After an earlier attempt of this `if_exists: fail` upload handed the server every byte and heard
@@ -260,9 +267,7 @@ public struct HTTPBackend: StorageBackend {
             theirs = sink.crc32c
         }
         guard theirs == ours.crc32c else { return nil }
-        let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: source.size,
-                                   contentType: contentType, md5Hash: nil, crc32c: ours.crc32c, generation: nil, updated: nil)
-        return .finished(JobResult(object: object, size: source.size, md5: nil, crc32c: ours.crc32c, verified: [.crc32c]))
+        return Self.uploaded(source, to: reference, contentType: contentType, hashes: ours, verified: [.crc32c])
     }
 
     /// What a HEAD says is at `reference` (size from `Content-Length`, hashes the server reports), nil on

@@ -317,6 +317,9 @@ final class UploadRangeBody: RequestBodySource {
     func mayGive(_ count: Int) -> Bool {
         checksums.mayTake(count)
     }
+
+    /// The bytes this body streams.
+    var length: Int64 { end - start }
 }
 
 /// A `multipart/related` request body (a GCS upload in one request): `head` (the opening boundary, the
@@ -326,16 +329,16 @@ final class UploadRangeBody: RequestBodySource {
 final class MultipartUploadBody: RequestBodySource {
     private let head: [UInt8]
     private let media: UploadRangeBody
-    private let mediaLength: Int64
     private let tail: [UInt8]
     private var position: Int64 = 0
 
-    init(head: [UInt8], media: UploadRangeBody, mediaLength: Int64, tail: [UInt8]) {
+    init(head: [UInt8], media: UploadRangeBody, tail: [UInt8]) {
         self.head = head
         self.media = media
-        self.mediaLength = mediaLength
         self.tail = tail
     }
+
+    private var mediaLength: Int64 { media.length }
 
     /// The body's length: what `Content-Length` says.
     var length: Int64 { Int64(head.count) + mediaLength + Int64(tail.count) }
