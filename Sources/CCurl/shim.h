@@ -129,6 +129,11 @@ static inline CURLcode jobctl_curl_easy_setopt_seek_callback(CURL *handle, jobct
     (void)jobctl_curl_load();
     return jobctl_curl_table()->curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, value);
 }
+typedef int (*jobctl_curl_prereq_callback)(void *context, char *primary_ip, char *local_ip, int primary_port, int local_port);
+static inline CURLcode jobctl_curl_easy_setopt_prereq_callback(CURL *handle, jobctl_curl_prereq_callback value) {
+    (void)jobctl_curl_load();
+    return jobctl_curl_table()->curl_easy_setopt(handle, CURLOPT_PREREQFUNCTION, value);
+}
 static inline CURLcode jobctl_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     (void)jobctl_curl_load();
     return jobctl_curl_table()->curl_easy_getinfo(handle, info, value);

@@ -185,6 +185,10 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// finds the destination taken compares it with the source and takes it as its own when it holds the
     /// same bytes, instead of failing on its own upload.
     case sentUpload(total: Int64)
+    /// A delete whose request went out but whose answer never came (a reset, a timeout): the server may
+    /// have carried it out. A later attempt that finds the object gone takes the delete as done instead
+    /// of failing on its own work; without this point a missing object stays an error.
+    case sentDelete
 
     /// Bytes that need not be sent again.
     public var bytesDone: Int64 {
@@ -193,6 +197,7 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
         case .download(let written, _, _, _, _): written
         case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0 + $1.confirmed }
         case .sentUpload(let total): total
+        case .sentDelete: 0
         }
     }
 }

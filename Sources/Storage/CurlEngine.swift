@@ -106,9 +106,18 @@ final class CurlEngine: @unchecked Sendable {
 
     /// Performs one exchange. The body source and sink are driven on the engine thread until the
     /// exchange completes; the caller must not touch them meanwhile.
+    ///
+    /// `requestSent` is called (on the engine thread, before the caller resumes) when a copy of the
+    /// request may have reached the server without this exchange seeing its answer: the exchange failed
+    /// or stopped after the request was written to a connection, or it succeeded but only after libcurl
+    /// sent the request again on a fresh connection because the reused one died (the first copy may
+    /// have been carried out: a DELETE's answer is then a 404). It is not called when no copy got that
+    /// far (a refused connection, a failed name lookup or TLS handshake, a stop before the request).
     func perform(_ request: HTTPRequest, source: (any RequestBodySource)? = nil, sink: (any ResponseBodySink)? = nil,
-                 control: TransferControl?, options: CurlOptions) async throws(TransferFailure) -> HTTPResponse {
-        let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, options: options)
+                 control: TransferControl?, options: CurlOptions,
+                 requestSent: (@Sendable () -> Void)? = nil) async throws(TransferFailure) -> HTTPResponse {
+        let exchange = CurlExchange(request: request, source: source, sink: sink, control: control, options: options,
+                                    requestSent: requestSent)
         // A stop wakes the engine thread, so the progress callback sees it now rather than after up to a
         // second asleep in `curl_multi_poll` (a rate-limited or stalled server sends nothing meanwhile).
         let waker = control?.addWaker { [self] in jobctl_curl_multi_wakeup(multi) }
@@ -258,6 +267,11 @@ private final class CurlExchange: @unchecked Sendable {
     let control: TransferControl?
     let options: CurlOptions
     let taskCancelled = Atomic<Bool>(false)
+    /// See `CurlEngine.perform`.
+    private let requestSent: (@Sendable () -> Void)?
+    /// Times libcurl was about to send the request (`CURLOPT_PREREQFUNCTION`, set only with
+    /// `requestSent`); nil when the library does not offer the callback (before 7.80).
+    private var requestsStarted: Int?
     var continuation: CheckedContinuation<Result<HTTPResponse, TransferFailure>, Never>?
 
     private var easy: UnsafeMutableRawPointer?
@@ -295,7 +309,8 @@ private final class CurlExchange: @unchecked Sendable {
     private var pausedForHashing: (count: Int, sending: Bool)?
 
     init(request: HTTPRequest, source: (any RequestBodySource)?, sink: (any ResponseBodySink)?,
-         control: TransferControl?, options: CurlOptions) {
+         control: TransferControl?, options: CurlOptions, requestSent: (@Sendable () -> Void)?) {
+        self.requestSent = requestSent
         bandwidth = options.bandwidth
         ownRate = control?.maxRate.map { TokenBucket(rate: $0) }
         self.request = request
@@ -418,6 +433,10 @@ private final class CurlExchange: @unchecked Sendable {
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_NOPROGRESS, 0))
         try check(jobctl_curl_easy_setopt_xferinfo_callback(easy, curlProgress))
         try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_XFERINFODATA, context))
+        if requestSent != nil, jobctl_curl_easy_setopt_prereq_callback(easy, curlPrerequest) == CURLE_OK {
+            try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, context))
+            requestsStarted = 0
+        }
         return easy
     }
 
@@ -455,6 +474,13 @@ private final class CurlExchange: @unchecked Sendable {
     }
 
     private var bodyOffset = 0
+
+    /// https://curl.se/libcurl/c/CURLOPT_PREREQFUNCTION.html — the request is about to go out on a
+    /// connection (again, when libcurl resends it after a reused connection died).
+    func requestStarting() -> Int32 {
+        requestsStarted = (requestsStarted ?? 0) + 1
+        return CURL_PREREQFUNC_OK
+    }
 
     /// Rewinds the request body: https://curl.se/libcurl/c/CURLOPT_SEEKFUNCTION.html (libcurl asks
     /// for `SEEK_SET` to 0 before sending the request again on a fresh connection).
@@ -613,6 +639,17 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// Turns the finished easy handle into a result and resumes the caller (engine thread).
     func finish(code: CURLcode, cause: String?) {
+        if let requestSent, let easy {
+            if code != CURLE_OK {
+                // Bytes of request written to a connection (its headers at least); 0 when none took it.
+                var requestBytes = 0
+                if jobctl_curl_easy_getinfo_long(easy, CURLINFO_REQUEST_SIZE, &requestBytes) == CURLE_OK, requestBytes > 0 {
+                    requestSent()
+                }
+            } else if let requestsStarted, requestsStarted > 1 {
+                requestSent()
+            }
+        }
         if let stopReason, code != CURLE_OK {
             complete(.failure(.stopped(stopReason)))
             return
@@ -711,6 +748,11 @@ private let curlHeader: jobctl_curl_data_callback = { buffer, size, count, conte
 private let curlSeek: jobctl_curl_seek_callback = { context, offset, origin in
     guard let context else { return CURL_SEEKFUNC_FAIL }
     return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().seekBody(to: Int64(offset), origin: origin)
+}
+
+private let curlPrerequest: jobctl_curl_prereq_callback = { context, _, _, _, _ in
+    guard let context else { return CURL_PREREQFUNC_OK }
+    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().requestStarting()
 }
 
 private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, downloaded, _, uploaded in

@@ -1,6 +1,7 @@
 import Checksums
 import Foundation
 import JobModel
+import Synchronization
 
 /// Runs the five job kinds against the GCS JSON API (what Firebase buckets are), or an emulator of it.
 ///
@@ -81,7 +82,7 @@ public struct GCSBackend: StorageBackend {
         case .updateMetadata(let reference, let update, let removing):
             return try await updateMetadata(reference, set: update, removing: removing, ifGeneration: spec.ifGeneration, control: control)
         case .delete(let reference):
-            return try await delete(reference, ifGeneration: spec.ifGeneration, control: control)
+            return try await delete(reference, ifGeneration: spec.ifGeneration, resumingFrom: resumePoint, control: control, report: report)
         }
     }
 
@@ -137,30 +138,49 @@ public struct GCSBackend: StorageBackend {
     /// With `ifGeneration` the DELETE carries `ifGenerationMatch` (412 for another generation). The
     /// object's generation is read first as well: a server that ignores preconditions (the emulator)
     /// then refuses a stale job too, and the error names the generation found.
-    private func delete(_ reference: StorageReference, ifGeneration: Int64?, control: TransferControl) async throws(StorageError) -> TransferOutcome {
-        if let ifGeneration {
-            switch try await metadata(reference, control: control) {
-            case .stopped(let reason): return .stopped(reason, nil)
-            case .value(let current) where current.generation != String(ifGeneration):
-                throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: current.generation)
-            case .value: break
+    ///
+    /// A DELETE that went out but got no answer reports `ResumePoint.sentDelete` before it fails: the
+    /// server may have carried it out, and the next attempt, finding the object gone, takes that as this
+    /// job's own delete instead of failing with `objectNotFound` — as does this attempt when libcurl had
+    /// to send the DELETE again (see `CurlEngine.perform`'s `requestSent`).
+    private func delete(_ reference: StorageReference, ifGeneration: Int64?, resumingFrom resumePoint: ResumePoint?,
+                        control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let deleted = JobResult(deleted: reference.description)
+        // A copy of the DELETE whose answer never came — an earlier attempt's, or this attempt's first
+        // one that libcurl sent again on a fresh connection — may have deleted the object.
+        let sentBefore = resumePoint == .sentDelete
+        let sent = Atomic<Bool>(false)
+        do throws(StorageError) {
+            if let ifGeneration {
+                switch try await metadata(reference, control: control) {
+                case .stopped(let reason): return .stopped(reason, nil)
+                case .value(let current) where current.generation != String(ifGeneration):
+                    throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: current.generation)
+                case .value: break
+                }
             }
-        }
-        let response: HTTPResponse
-        do {
-            response = try await send(HTTPRequest(method: "DELETE", url: objectURL(reference) + Self.generationCondition(ifGeneration)),
-                                      control: control)
-        } catch {
-            switch error {
-            case .stopped(let reason): return .stopped(reason, nil)
-            case .failed(let failure): throw failure
+            let response: HTTPResponse
+            do {
+                response = try await send(HTTPRequest(method: "DELETE", url: objectURL(reference) + Self.generationCondition(ifGeneration)),
+                                          control: control, requestSent: { sent.store(true, ordering: .relaxed) })
+            } catch {
+                let mayHaveArrived = sent.load(ordering: .relaxed)
+                switch error {
+                case .stopped(let reason): return .stopped(reason, mayHaveArrived ? .sentDelete : nil)
+                case .failed(let failure):
+                    if mayHaveArrived { report(.checkpoint(.sentDelete, bytesTotal: nil)) }
+                    throw failure
+                }
             }
+            if response.status == 412, let ifGeneration {
+                throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: nil, httpStatus: 412)
+            }
+            guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
+            return .finished(deleted)
+        } catch where (sentBefore || sent.load(ordering: .relaxed)) && error.code == .objectNotFound {
+            return .finished(deleted)
         }
-        if response.status == 412, let ifGeneration {
-            throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: nil, httpStatus: 412)
-        }
-        guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
-        return .finished(JobResult(deleted: reference.description))
     }
 
     // MARK: - Upload
@@ -883,7 +903,8 @@ public struct GCSBackend: StorageBackend {
     /// credentials), refreshes the token and sends it once more (the body source is recreated, the sink
     /// has received nothing).
     func send(_ request: HTTPRequest, control: TransferControl?, source: (() -> any RequestBodySource)? = nil,
-                      sink: (any ResponseBodySink)? = nil) async throws(TransferFailure) -> HTTPResponse {
+              sink: (any ResponseBodySink)? = nil,
+              requestSent: (@Sendable () -> Void)? = nil) async throws(TransferFailure) -> HTTPResponse {
         var attempt = request
         let header: String?
         do {
@@ -893,7 +914,7 @@ public struct GCSBackend: StorageBackend {
             throw .failed(error)
         }
         let response = try await engine.perform(attempt, source: source?(), sink: sink, control: control,
-                                                options: configuration.curlOptions)
+                                                options: configuration.curlOptions, requestSent: requestSent)
         guard response.status == 401, tokens.canRefresh else { return response }
         var retry = request
         do {
@@ -901,6 +922,7 @@ public struct GCSBackend: StorageBackend {
         } catch {
             throw .failed(error)
         }
-        return try await engine.perform(retry, source: source?(), sink: sink, control: control, options: configuration.curlOptions)
+        return try await engine.perform(retry, source: source?(), sink: sink, control: control, options: configuration.curlOptions,
+                                        requestSent: requestSent)
     }
 }

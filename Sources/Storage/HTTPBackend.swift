@@ -102,7 +102,7 @@ public struct HTTPBackend: StorageBackend {
             throw StorageError(.invalidArgument, "update-metadata needs a gs:// or file:// reference; HTTP has no standard way to change "
                                    + "a file's metadata", url: redactedURL(reference.description))
         case .delete(let reference):
-            return try await delete(reference, control: control)
+            return try await delete(reference, resumingFrom: resumePoint, control: control, report: report)
         }
     }
 
@@ -155,19 +155,35 @@ public struct HTTPBackend: StorageBackend {
     }
 
     /// delete over HTTP: a DELETE (WebDAV servers such as nginx's module answer it); 404 or 410 is
-    /// `objectNotFound`.
-    private func delete(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
+    /// `objectNotFound` — unless an earlier copy of the DELETE went out and its answer was lost (an
+    /// earlier attempt's, `ResumePoint.sentDelete`, or this one's first that libcurl sent again; as in
+    /// `GCSBackend`): then the file gone is taken as that delete's work.
+    private func delete(_ reference: StorageReference, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
+        let deleted = JobResult(deleted: redactedURL(url))
+        let sent = Atomic<Bool>(false)
         let response: HTTPResponse
-        switch try await exchange(HTTPRequest(method: "DELETE", url: url), control: control) {
-        case .stopped(let reason): return .stopped(reason, nil)
-        case .value(let answer): response = answer
+        do throws(TransferFailure) {
+            response = try await engine.perform(HTTPRequest(method: "DELETE", url: url), control: control, options: configuration.curlOptions,
+                                                requestSent: { sent.store(true, ordering: .relaxed) })
+        } catch {
+            let mayHaveArrived = sent.load(ordering: .relaxed)
+            switch error {
+            case .stopped(let reason): return .stopped(reason, mayHaveArrived ? .sentDelete : nil)
+            case .failed(let failure):
+                if mayHaveArrived { report(.checkpoint(.sentDelete, bytesTotal: nil)) }
+                throw failure
+            }
+        }
+        if response.status == 404 || response.status == 410, resumePoint == .sentDelete || sent.load(ordering: .relaxed) {
+            return .finished(deleted)
         }
         if response.status == 410 {
             throw StorageError(.objectNotFound, "\(redactedURL(url)) does not exist (410 Gone)", httpStatus: 410, url: redactedURL(url))
         }
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
-        return .finished(JobResult(deleted: redactedURL(url)))
+        return .finished(deleted)
     }
 
     // MARK: - Upload
@@ -201,9 +217,13 @@ public struct HTTPBackend: StorageBackend {
         progress.update(0)
         // No body: it is all handed over with the request.
         if !replacing && total == 0 { reportSent() }
+        // Whether libcurl had to send the PUT again (its reused connection died): see the 412 below.
+        let resent = Atomic<Bool>(false)
+        let noteResent: (@Sendable () -> Void)? = replacing ? nil : { @Sendable in resent.store(true, ordering: .relaxed) }
         let response: HTTPResponse
         do throws(TransferFailure) {
-            response = try await engine.perform(request, source: body, control: control, options: configuration.curlOptions)
+            response = try await engine.perform(request, source: body, control: control, options: configuration.curlOptions,
+                                                requestSent: noteResent)
         } catch {
             switch error {
             // Not resumable: the next attempt starts at 0 — but one that was sent whole may have landed.
@@ -211,7 +231,22 @@ public struct HTTPBackend: StorageBackend {
             case .failed(let failure): throw failure
             }
         }
-        if response.status == 412 && !replacing { throw StorageError.destinationExists(url, httpStatus: 412) }
+        if response.status == 412 && !replacing {
+            // A server that honours `If-None-Match: *` refuses libcurl's resend when the first copy, whose
+            // answer died with the connection, was stored: that file may be this upload's own.
+            if resent.load(ordering: .relaxed) && sent.load(ordering: .relaxed) {
+                switch try await existingFile(reference, control: control) {
+                case .stopped(let reason): return .stopped(reason, .sentUpload(total: total))
+                case .value(let existing?):
+                    if let own = try await earlierUploadFound(existing, source: source, reference: reference, contentType: contentType,
+                                                              control: control) {
+                        return own
+                    }
+                case .value(nil): break
+                }
+            }
+            throw StorageError.destinationExists(url, httpStatus: 412)
+        }
         guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
         // A server that reports only an MD5 gets one, read again from the source (never the case for GCS).
         let reported = reportedHashes(response.headers)

@@ -190,6 +190,8 @@ enum Describe {
             "\(ByteSize.format(resume.bytesDone)) written in \(slices.count) slices (generation \(generation))"
         case .sentUpload(let total):
             "upload of \(ByteSize.format(total)) sent, its answer lost"
+        case .sentDelete:
+            "delete sent, its answer lost"
         }
     }
 

@@ -264,6 +264,15 @@ struct ResumePointView: Encodable {
             generation = nil
             etag = nil
             tempPath = nil
+        case .sentDelete:
+            type = "sent_delete"
+            sessionURI = nil
+            confirmedOffset = nil
+            total = nil
+            bytesWritten = nil
+            generation = nil
+            etag = nil
+            tempPath = nil
         }
     }
 

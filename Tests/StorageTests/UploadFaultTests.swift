@@ -157,6 +157,53 @@ struct UploadFaultTests {
         #expect(refused.code == .invalidArgument && !refused.retryable && refused.message.contains("if_exists: fail"), "\(refused)")
     }
 
+    @Test("if_exists: fail over HTTP, first copy stored and its answer lost, libcurl's resend refused (412): the attempt takes its own file, not another's",
+          arguments: [false, true])
+    func failRuleResendRefused(storedBytesDiffer: Bool) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let payload = patternData(120_000, seed: 36)
+        // The look before the upload (HEAD) opens the connection the PUT reuses; that connection can be
+        // gone by then under load, so the scenario is tried up to 3 times until the reset really hit it.
+        for round in 1...3 {
+            let name = "/resent-\(round).bin"
+            var rules = [
+                // The first copy reaches nginx (which stores it) and its answer is lost with the connection.
+                FaultRule(RequestMatch(method: "PUT", pathContains: name, reusedConnection: true), .resetBeforeResponse),
+                // The resend meets a server that honours If-None-Match: * (nginx's module does not): 412.
+                FaultRule(RequestMatch(method: "PUT", pathContains: name, nth: 2), .respond(.response(412, reason: "Precondition Failed"))),
+            ]
+            if storedBytesDiffer {
+                // What nginx stored is not what was sent: the file is not this upload's.
+                rules.append(FaultRule(RequestMatch(method: "PUT", pathContains: name, reusedConnection: true), .rewriteRequest { request in
+                    if !request.body.isEmpty { request.body[request.body.startIndex] ^= 0xFF }
+                }))
+            }
+            let proxy = try FaultProxy(upstreamPort: server.port, rules: rules)
+            defer { proxy.stop() }
+            let spec = JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)\(name)", data: payload, ifExists: .fail)
+            let result = await run(backend, spec)
+            let puts = proxy.exchanges.filter { $0.request.method == "PUT" }
+            guard proxy.firedCounts.prefix(2) == [1, 1] || round == 3 else { continue }
+            #expect(proxy.firedCounts.prefix(2) == [1, 1], "the PUT never went out on a reused connection in 3 rounds")
+            #expect(puts.count == 2 && puts.first?.indexOnConnection ?? 0 >= 2, "\(puts.map(\.faults))")
+            if storedBytesDiffer {
+                let refused = try failure(result)
+                #expect(refused.code == .invalidArgument && !refused.retryable && refused.message.contains("if_exists: fail"), "\(refused)")
+            } else {
+                let uploaded = try finished(result)
+                #expect(uploaded.crc32c == hashes(payload).crc32c && uploaded.size == Int64(payload.count))
+                // After the 412 it looked again and read the file back to compare: nothing more was sent.
+                let after = proxy.exchanges.filter { $0.request.target == name }.map(\.request.method)
+                #expect(after == ["HEAD", "PUT", "PUT", "HEAD", "GET"], "\(after)")
+            }
+            let stored = try Data(contentsOf: URL(fileURLWithPath: server.root + name))
+            #expect(sameBytes(stored, payload) != storedBytesDiffer, "the file nginx stored was kept as it is")
+            return
+        }
+    }
+
     @Test("if_exists: fail over HTTP: after a lost answer, a file with other bytes (or another size) is still refused, and kept")
     func failRuleAnswerLostOtherBytesAreRefused() async throws {
         let server = try NginxServer.start()

@@ -1,0 +1,48 @@
+import EventStore
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+
+/// A worker's delete over plain HTTP that nginx carried out but whose answer never came: the attempt
+/// records that the DELETE went out (`sentDelete`), and the retry, meeting a 404, succeeds instead of
+/// failing the job for good with `objectNotFound` on its own delete.
+@Suite("a delete's lost answer, in a worker", .onTestThreads) struct LostAnswerDeleteWorkerTests {
+    @Test func deleteWhoseAnswerWasLostSucceedsOnRetry() throws {
+        let nginx = try startWorkerNginx()
+        defer { nginx.stop() }
+        try Data("doomed".utf8).write(to: URL(fileURLWithPath: nginx.root + "/doomed.txt"))
+        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [
+            // The first DELETE, the worker's first request to this proxy (so on a fresh connection, which
+            // libcurl does not send again on).
+            FaultRule(RequestMatch(method: "DELETE", pathContains: "/doomed.txt"), .resetBeforeResponse, times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("lost-delete")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let id = try #require(try submit("""
+        - {kind: delete, destination: "\(proxy.baseURL)/doomed.txt"}
+        """, database: database, directory: directory).first)
+        let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        #expect(worker.wait(seconds: 60) == 0, "\(worker.log)")
+        let store = try EventStore(path: database, readOnly: true)
+        let job = try #require(try store.job(id))
+        #expect(job.state == .succeeded, "\(String(describing: job.error)) \(worker.log)")
+        let events = try store.events(jobID: id)
+        let types = events.map(\.type)
+        #expect(types.contains(.attemptFailed), "\(types)")
+        #expect(events.contains { $0.data.resumePoint == .sentDelete }, "\(types)")
+        #expect(proxy.firedCounts == [1])
+        #expect(!FileManager.default.fileExists(atPath: nginx.root + "/doomed.txt"))
+        // The retry's DELETE reached nginx and met a 404.
+        let last = proxy.exchanges.last { $0.request.method == "DELETE" }
+        #expect(last?.response?.status == 404, "\(proxy.exchanges.map(\.faults))")
+        #expect(try store.replay(verify: true).isConsistent)
+        // The history says what the failed attempt left for the next one, in words and in JSON.
+        let history = try jobctl(["history", id.description, "--all"], database: database)
+        #expect(history.status == 0 && history.stdout.contains("delete sent, its answer lost"), "\(history.stdout)\(history.stderr)")
+        let json = try jobctl(["history", id.description, "--all", "--json"], database: database)
+        #expect(json.status == 0 && json.stdout.contains("\"sent_delete\""), "\(json.stdout)\(json.stderr)")
+    }
+}
