@@ -113,6 +113,7 @@ final class CurlEngine: @unchecked Sendable {
     /// sent the request again on a fresh connection because the reused one died (the first copy may
     /// have been carried out: a DELETE's answer is then a 404). It is not called when no copy got that
     /// far (a refused connection, a failed name lookup or TLS handshake, a stop before the request).
+    /// It may be called more than once for one exchange.
     func perform(_ request: HTTPRequest, source: (any RequestBodySource)? = nil, sink: (any ResponseBodySink)? = nil,
                  control: TransferControl?, options: CurlOptions,
                  requestSent: (@Sendable () -> Void)? = nil) async throws(TransferFailure) -> HTTPResponse {
@@ -690,7 +691,8 @@ private final class CurlExchange: @unchecked Sendable {
         guard headersEnded else {
             // libcurl reports success when the connection closes inside the header block (it keeps the
             // status line it saw): that is a truncated response, not an answer — a transport fault,
-            // so no HTTP status is claimed for it.
+            // so no HTTP status is claimed for it. The request did arrive: the server began to answer.
+            requestSent?()
             complete(.failure(.failed(StorageError(
                 .unknown, "the connection closed in the middle of the server's response headers",
                 url: redactedURL(request.url), retryable: true,

@@ -12,14 +12,16 @@ import Testing
 struct LostAnswerDeleteTests {
     // MARK: Plain HTTP (nginx's WebDAV DELETE)
 
-    @Test("HTTP: DELETE carried out, answer lost: the attempt reports it sent, the retry succeeds on the missing file")
-    func httpDeleteAnswerLost() async throws {
+    @Test("HTTP: DELETE carried out, answer lost (reset, or cut inside its headers): the attempt reports it sent, the retry succeeds on the missing file",
+          arguments: ["reset", "cutInHeaders"])
+    func httpDeleteAnswerLost(fault: String) async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
         try Data("doomed".utf8).write(to: URL(fileURLWithPath: server.root + "/doomed.txt"))
         // A new proxy: the first DELETE goes out on a fresh connection, so libcurl does not send it again.
         let proxy = try FaultProxy(upstreamPort: server.port, rules: [
-            FaultRule(RequestMatch(method: "DELETE", pathContains: "/doomed.txt"), .resetBeforeResponse, times: 1),
+            FaultRule(RequestMatch(method: "DELETE", pathContains: "/doomed.txt"),
+                      fault == "reset" ? .resetBeforeResponse : .closeInResponse(afterBytes: 40), times: 1),
         ])
         defer { proxy.stop() }
         let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
