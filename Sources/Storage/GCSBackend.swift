@@ -150,7 +150,7 @@ public struct GCSBackend: StorageBackend {
         // A copy of the DELETE whose answer never came — an earlier attempt's, or this attempt's first
         // one that libcurl sent again on a fresh connection — may have deleted the object.
         let sentBefore = resumePoint == .sentDelete
-        let sent = Atomic<Bool>(false)
+        let sent = DeleteSent()
         do throws(StorageError) {
             if let ifGeneration {
                 switch try await metadata(reference, control: control) {
@@ -163,22 +163,16 @@ public struct GCSBackend: StorageBackend {
             let response: HTTPResponse
             do {
                 response = try await send(HTTPRequest(method: "DELETE", url: objectURL(reference) + Self.generationCondition(ifGeneration)),
-                                          control: control, requestSent: { sent.store(true, ordering: .relaxed) })
+                                          control: control, requestSent: sent.note)
             } catch {
-                let mayHaveArrived = sent.load(ordering: .relaxed)
-                switch error {
-                case .stopped(let reason): return .stopped(reason, mayHaveArrived ? .sentDelete : nil)
-                case .failed(let failure):
-                    if mayHaveArrived { report(.checkpoint(.sentDelete, bytesTotal: nil)) }
-                    throw failure
-                }
+                return try sent.ended(error, report: report)
             }
             if response.status == 412, let ifGeneration {
                 throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: nil, httpStatus: 412)
             }
             guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
             return .finished(deleted)
-        } catch where (sentBefore || sent.load(ordering: .relaxed)) && error.code == .objectNotFound {
+        } catch where (sentBefore || sent.isSet) && error.code == .objectNotFound {
             return .finished(deleted)
         }
     }

@@ -162,21 +162,15 @@ public struct HTTPBackend: StorageBackend {
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
         let deleted = JobResult(deleted: redactedURL(url))
-        let sent = Atomic<Bool>(false)
+        let sent = DeleteSent()
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(HTTPRequest(method: "DELETE", url: url), control: control, options: configuration.curlOptions,
-                                                requestSent: { sent.store(true, ordering: .relaxed) })
+                                                requestSent: sent.note)
         } catch {
-            let mayHaveArrived = sent.load(ordering: .relaxed)
-            switch error {
-            case .stopped(let reason): return .stopped(reason, mayHaveArrived ? .sentDelete : nil)
-            case .failed(let failure):
-                if mayHaveArrived { report(.checkpoint(.sentDelete, bytesTotal: nil)) }
-                throw failure
-            }
+            return try sent.ended(error, report: report)
         }
-        if response.status == 404 || response.status == 410, resumePoint == .sentDelete || sent.load(ordering: .relaxed) {
+        if response.status == 404 || response.status == 410, resumePoint == .sentDelete || sent.isSet {
             return .finished(deleted)
         }
         if response.status == 410 {

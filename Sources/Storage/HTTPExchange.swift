@@ -1,6 +1,7 @@
 import Checksums
 import Foundation
 import JobModel
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -81,6 +82,30 @@ extension ResponseBodySink {
 }
 
 // MARK: - Checksums while streaming
+
+/// A DELETE's word on whether a copy of it may have reached the server unanswered (`CurlEngine.perform`'s
+/// `requestSent`): then the object may be gone by its doing, and a 404 is taken as the delete done —
+/// by this attempt after libcurl's resend, or by the next one, told so by `ResumePoint.sentDelete`.
+final class DeleteSent: Sendable {
+    private let flag = Atomic<Bool>(false)
+
+    /// For `requestSent`.
+    var note: @Sendable () -> Void { { self.flag.store(true, ordering: .relaxed) } }
+
+    /// Whether a copy may have arrived unanswered.
+    var isSet: Bool { flag.load(ordering: .relaxed) }
+
+    /// A DELETE that failed or stopped: a stop keeps `sentDelete` when the request may have arrived; a
+    /// failure reports it first, so the failed attempt leaves it to the next one.
+    func ended(_ error: TransferFailure, report: @Sendable (TransferEvent) -> Void) throws(StorageError) -> TransferOutcome {
+        switch error {
+        case .stopped(let reason): return .stopped(reason, isSet ? .sentDelete : nil)
+        case .failed(let failure):
+            if isSet { report(.checkpoint(.sentDelete, bytesTotal: nil)) }
+            throw failure
+        }
+    }
+}
 
 /// CRC32C — and MD5 when asked for — over a byte stream that may revisit a prefix (a chunk re-sent
 /// after the server kept only part of it): bytes at or below `hashedUpTo` are not hashed twice.
