@@ -119,6 +119,17 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
         get { storage.fields.resumePoint }
         set { storage.fields.resumePoint = newValue }
     }
+    /// Where a claimed attempt starts: `resumePoint`, or for a delete whose earlier attempts all ended
+    /// without a word — no resume point and no error recorded, so each one's worker died (its lease ran
+    /// out) — `ResumePoint.sentDelete`: such an attempt's DELETE may have been carried out before the
+    /// crash, and a missing object is then taken as the delete done instead of failing the job with
+    /// `objectNotFound` on its own work. (A worker that dies before sending anything leaves the same
+    /// record; the object the job names is gone either way.)
+    public var resumePointForAttempt: ResumePoint? {
+        if let resumePoint { return resumePoint }
+        guard kind == .delete, attempts > 1, error == nil else { return nil }
+        return .sentDelete
+    }
     /// The last error (kept after a retry is scheduled; cleared by `retried`).
     public var error: StorageError? {
         get { storage.fields.error }

@@ -553,6 +553,15 @@ extension LocalTransfer {
         if let parsed { reference = parsed } else { reference = try StorageReference(parsing: spec.destination ?? "") }
         let location = try backend.locate(reference, creating: false)
         guard let found = location.directory.entry(location.name) else {
+            // An earlier attempt may have removed it and died before its outcome was written
+            // (`ResumePoint.sentDelete`): the delete is done; a sidecar it left behind goes too.
+            if resumePoint == .sentDelete {
+                if let sidecar = location.directory.entry(location.sidecarName), sidecar.isRegular {
+                    location.directory.remove(location.sidecarName, ifStill: sidecar.identity)
+                    try location.directory.sync()
+                }
+                return .finished(JobResult(deleted: reference.description))
+            }
             throw StorageError(.objectNotFound, "object '\(reference)' does not exist; check the path")
         }
         if found.kind == .symbolicLink { throw LocalFiles.symbolicLinkRefused(location.path, operation: "deleting") }

@@ -484,7 +484,7 @@ public final class WorkerPool: Sendable {
                              leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) },
                              leaseExpiresAtMs: { [weak self] in self?.leaseExpiry(of: record.id) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
-                                maxAttempts: record.maxAttempts, resumePoint: record.resumePoint,
+                                maxAttempts: record.maxAttempts, resumePoint: record.resumePointForAttempt,
                                 backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil,
                                 transferReturned: { [weak self] in self?.transferReturned(jobID) })
         let concurrency = configuration.concurrency

@@ -67,6 +67,35 @@ struct LostAnswerDeleteTests {
         #expect(!FileManager.default.fileExists(atPath: server.root + "/kept.txt"))
     }
 
+    // MARK: file:// (a worker that died between the unlink and its outcome)
+
+    @Test("file://: after an attempt that may have deleted it (sentDelete), a missing object is the delete done and a sidecar left behind goes")
+    func localDeleteAfterCrash() async throws {
+        let directory = try TemporaryDirectory("jobctl-delete-after-crash")
+        defer { directory.remove() }
+        let buckets = directory.file("buckets")
+        try FileManager.default.createDirectory(atPath: buckets + "/b/docs", withIntermediateDirectories: true)
+        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets))
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/docs/a.txt", data: Data("x".utf8),
+                                                    metadata: UploadMetadata(customMetadata: ["k": "v"]))))
+        // The crash came after the object's unlink and before its sidecar's.
+        try FileManager.default.removeItem(atPath: buckets + "/b/docs/a.txt")
+        #expect(FileManager.default.fileExists(atPath: buckets + "/b/docs/.a.txt.jobctl-meta.json"))
+        let spec = JobSpec(kind: .delete, destination: "file://b/docs/a.txt")
+
+        let missing = try failure(await run(backend, spec))
+        #expect(missing.code == .objectNotFound, "without the earlier attempt's word: \(missing)")
+        let done = try finished(await run(backend, spec, resume: .sentDelete))
+        #expect(done.deleted == "file://b/docs/a.txt")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: buckets + "/b/docs").isEmpty)
+        // An object still there is deleted as usual; a missing bucket stays an error.
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/docs/c.txt", data: Data("y".utf8))))
+        #expect(try finished(await run(backend, JobSpec(kind: .delete, destination: "file://b/docs/c.txt"), resume: .sentDelete)).deleted != nil)
+        #expect(!FileManager.default.fileExists(atPath: buckets + "/b/docs/c.txt"))
+        let noBucket = try failure(await run(backend, JobSpec(kind: .delete, destination: "file://nobucket/x.txt"), resume: .sentDelete))
+        #expect(noBucket.code == .bucketNotFound, "\(noBucket)")
+    }
+
     // MARK: GCS (the emulator)
 
     @Test("GCS: DELETE carried out, answer lost: reported sent; the retry succeeds on the missing object, with or without if_generation",

@@ -94,7 +94,9 @@ public class LoopbackServer: @unchecked Sendable {
         process.standardError = log
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        let deadline = Date().addingTimeInterval(20)
+        // Generous: a Python server importing its packages on a machine busy with the whole suite (2
+        // cores, 8 tests at once) once took longer than 20 s; a server that dies says so at once.
+        let deadline = Date().addingTimeInterval(60)
         // The port was free when picked, but another test's server may have taken it since: only our
         // own process listening on it counts (otherwise this test would talk to the other server).
         while !(loopbackPortAnswers(port) && listensOn(pid: process.processIdentifier, port: port)) {
@@ -104,8 +106,10 @@ public class LoopbackServer: @unchecked Sendable {
             }
             if !process.isRunning || Date() > deadline {
                 let output = (try? String(contentsOfFile: directory.file("server.log"), encoding: .utf8)) ?? ""
+                let how = process.isRunning ? "still not listening after 60 s"
+                                            : "exited with status \(process.terminationStatus) (reason \(process.terminationReason.rawValue))"
                 stop()
-                throw TestServerError("\(name) did not start on port \(port): \(output.suffix(2000))")
+                throw TestServerError("\(name) did not start on port \(port) (\(how)): \(output.suffix(2000))")
             }
             usleep(20_000)
         }

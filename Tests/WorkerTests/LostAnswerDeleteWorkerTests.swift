@@ -45,4 +45,42 @@ import TestSupport
         let json = try jobctl(["history", id.description, "--all", "--json"], database: database)
         #expect(json.status == 0 && json.stdout.contains("\"sent_delete\""), "\(json.stdout)\(json.stderr)")
     }
+
+    /// The worker is killed (SIGKILL) after nginx carried the DELETE out but before its answer came (the
+    /// proxy holds it back): the log has no outcome for the attempt, and the next worker, once the lease
+    /// ran out, meets a 404 — which, after an attempt that ended without a word, is the delete done.
+    @Test func deleteWhoseWorkerDiedSucceedsOnTheNextAttempt() throws {
+        let nginx = try startWorkerNginx()
+        defer { nginx.stop() }
+        let path = nginx.root + "/crash.txt"
+        try Data("doomed".utf8).write(to: URL(fileURLWithPath: path))
+        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [
+            FaultRule(RequestMatch(method: "DELETE", pathContains: "/crash.txt"), .stallInResponse(afterBytes: 0, seconds: 30), times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("crash-delete")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let id = try #require(try submit("""
+        - {kind: delete, destination: "\(proxy.baseURL)/crash.txt"}
+        """, database: database, directory: directory).first)
+        let first = try JobctlProcess.worker(database: database, ["--lease", "2"], logDirectory: directory.path)
+        let deleted = try eventually(seconds: 30) { !FileManager.default.fileExists(atPath: path) }
+        try #require(deleted, "nginx never saw the DELETE: \(first.log)")
+        first.signal(SIGKILL)
+        _ = first.wait(seconds: 5)
+        let store = try EventStore(path: database, readOnly: true)
+        #expect(try store.job(id)?.state == .running, "the attempt's outcome was written before the kill: the test proves nothing")
+
+        let second = try JobctlProcess.worker(database: database, ["--lease", "2", "--drain"], logDirectory: directory.path)
+        #expect(second.wait(seconds: 60) == 0, "\(second.log)")
+        let job = try #require(try store.job(id))
+        #expect(job.state == .succeeded, "\(String(describing: job.error)) \(second.log)")
+        #expect(job.attempts == 2)
+        let types = try store.events(jobID: id).map(\.type)
+        #expect(types.contains(.leaseExpired), "\(types)")
+        let deletes = proxy.exchanges.filter { $0.request.method == "DELETE" }
+        #expect(deletes.last?.response?.status == 404, "the second attempt asked again and met a 404: \(deletes.map(\.faults))")
+        #expect(try store.replay(verify: true).isConsistent)
+    }
 }

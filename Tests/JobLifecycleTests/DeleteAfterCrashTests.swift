@@ -1,0 +1,59 @@
+import JobLifecycle
+import JobModel
+import Testing
+
+/// Where a claimed attempt of a delete starts: after earlier attempts that all ended without a word (their
+/// workers died), the DELETE may already have been carried out (`sentDelete`); otherwise where the log says.
+@Suite("a delete's attempt after a crash")
+struct DeleteAfterCrashTests {
+    private func event(_ version: Int, _ payload: EventPayload, token: Int64? = nil) -> JobEvent {
+        JobEvent(seq: Int64(version), jobID: "01DEL", version: version, atMs: Int64(version) * 10, actor: "test", leaseToken: token, payload: payload)
+    }
+
+    /// The record after `submitted` and the given events (versions follow on).
+    private func record(_ kind: JobKind, _ payloads: [(EventPayload, Int64?)]) throws -> JobRecord {
+        let spec = kind == .delete ? JobSpec(kind: .delete, destination: "gs://b/x.txt")
+                                   : JobSpec(kind: .uploadData, destination: "gs://b/x.txt", data: .init("x".utf8))
+        var events = [event(1, .submitted(spec: spec))]
+        for (payload, token) in payloads { events.append(event(events.count + 1, payload, token: token)) }
+        return try #require(JobRecord.folding(events))
+    }
+
+    private func claim(_ attempt: Int) -> (EventPayload, Int64?) {
+        (.claimed(leaseOwner: "w\(attempt)", leaseExpiresAtMs: 1_000_000, attempt: attempt), Int64(attempt))
+    }
+    private let crash: (EventPayload, Int64?) = (.leaseExpired(reason: "lease held by w expired"), nil)
+    private let busy = StorageError(.unknown, "the server is busy (503)", httpStatus: 503, retryable: true)
+
+    @Test("first attempt: the log's resume point (none)")
+    func firstAttempt() throws {
+        #expect(try record(.delete, [claim(1)]).resumePointForAttempt == nil)
+    }
+
+    @Test("after a crash (lease expired): sentDelete for a delete, nothing for another kind")
+    func afterCrash() throws {
+        #expect(try record(.delete, [claim(1), crash, claim(2)]).resumePointForAttempt == .sentDelete)
+        #expect(try record(.delete, [claim(1), crash, claim(2), crash, claim(3)]).resumePointForAttempt == .sentDelete)
+        #expect(try record(.uploadData, [claim(1), crash, claim(2)]).resumePointForAttempt == nil)
+    }
+
+    @Test("after an attempt that failed with an answer, a missing object stays an error")
+    func afterAnsweredFailure() throws {
+        let failed: (EventPayload, Int64?) = (.attemptFailed(TransferProgress(attempt: 1), error: busy, retryAtMs: 0), 1)
+        #expect(try record(.delete, [claim(1), failed, claim(2)]).resumePointForAttempt == nil)
+    }
+
+    @Test("an attempt that recorded sentDelete keeps it; a paused or released run gives its charge back")
+    func recordedOrReleased() throws {
+        let sent: (EventPayload, Int64?) = (.attemptFailed(TransferProgress(attempt: 1, resumePoint: .sentDelete), error: busy, retryAtMs: 0), 1)
+        #expect(try record(.delete, [claim(1), sent, claim(2)]).resumePointForAttempt == .sentDelete)
+        let released: (EventPayload, Int64?) = (.released(TransferProgress(attempt: 1), reason: "shutdown"), 1)
+        #expect(try record(.delete, [claim(1), released, claim(1)]).resumePointForAttempt == nil)
+    }
+
+    @Test("after `retry` the job starts afresh")
+    func afterRetry() throws {
+        let failed: (EventPayload, Int64?) = (.failed(TransferProgress(attempt: 2), error: busy, reason: nil), 2)
+        #expect(try record(.delete, [claim(1), crash, claim(2), failed, (.retried(reason: "again"), nil), claim(1)]).resumePointForAttempt == nil)
+    }
+}
