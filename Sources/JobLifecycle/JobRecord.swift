@@ -119,16 +119,21 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
         get { storage.fields.resumePoint }
         set { storage.fields.resumePoint = newValue }
     }
-    /// Where a claimed attempt starts: `resumePoint`, or for a delete whose earlier attempts all ended
-    /// without a word — no resume point and no error recorded, so each one's worker died (its lease ran
-    /// out) — `ResumePoint.sentDelete`: such an attempt's DELETE may have been carried out before the
-    /// crash, and a missing object is then taken as the delete done instead of failing the job with
-    /// `objectNotFound` on its own work. (A worker that dies before sending anything leaves the same
-    /// record; the object the job names is gone either way.)
+    /// Where a claimed attempt starts: `resumePoint`, or `ResumePoint.unanswered` for a delete or an
+    /// `if_exists: fail` upload whose earlier attempts all ended without a word — no resume point and no
+    /// error recorded, so each one's worker died (its lease ran out). Such an attempt's DELETE or upload
+    /// may have been carried out before the crash: the delete then takes a missing object as done, the
+    /// upload an object holding exactly the source's bytes as its own, instead of failing the job on its
+    /// own work. (A worker that dies before sending anything leaves the same record; the object the job
+    /// names is gone, or holds the job's bytes, either way.)
     public var resumePointForAttempt: ResumePoint? {
         if let resumePoint { return resumePoint }
-        guard kind == .delete, attempts > 1, error == nil else { return nil }
-        return .sentDelete
+        guard attempts > 1, error == nil else { return nil }
+        switch kind {
+        case .delete: return .unanswered
+        case .uploadFile, .uploadData: return spec.ifExists == .fail ? .unanswered : nil
+        default: return nil
+        }
     }
     /// The last error (kept after a retry is scheduled; cleared by `retried`).
     public var error: StorageError? {

@@ -189,6 +189,21 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// have carried it out. A later attempt that finds the object gone takes the delete as done instead
     /// of failing on its own work; without this point a missing object stays an error.
     case sentDelete
+    /// The attempts before this one all ended without a word — no outcome, no resume point, no error:
+    /// their workers died and their leases ran out — so what they sent may have been carried out. Made
+    /// when a delete or an `if_exists: fail` upload is claimed (`JobRecord.resumePointForAttempt`), whose
+    /// retry would otherwise fail on an earlier attempt's own work: a delete then takes a missing object
+    /// as done, an upload takes an object holding exactly the source's bytes as its own.
+    case unanswered
+
+    /// Whether a delete that finds its object missing takes that as done: a copy of its DELETE may have
+    /// been carried out unanswered (`sentDelete`), or an earlier attempt died (`unanswered`).
+    public var deleteMayBeDone: Bool {
+        switch self {
+        case .sentDelete, .unanswered: true
+        default: false
+        }
+    }
 
     /// Bytes that need not be sent again.
     public var bytesDone: Int64 {
@@ -197,7 +212,7 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
         case .download(let written, _, _, _, _): written
         case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0 + $1.confirmed }
         case .sentUpload(let total): total
-        case .sentDelete: 0
+        case .sentDelete, .unanswered: 0
         }
     }
 }

@@ -42,7 +42,9 @@ public struct GCSBackend: StorageBackend {
         switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
                                policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
-            let rule = OverwriteRule(spec)
+            let rule = OverwriteRule(spec, resumingFrom: resumePoint)
+            // After attempts that died unanswered, no session to resume: a fresh start with a look first.
+            let resumePoint = resumePoint == .unanswered ? nil : resumePoint
             // A resumed session was started under the precondition already: no second look.
             if resumePoint == nil && rule.mode != .overwrite {
                 switch try await existingObject(reference, control: control) {
@@ -50,7 +52,7 @@ public struct GCSBackend: StorageBackend {
                 case .value(let existing):
                     if let existing, try await rule.skipsUpload(existing: existing, destination: reference.description,
                                                                 offPool: source) {
-                        return OverwriteRule.skippedUpload(existing)
+                        return rule.settledUpload(existing)
                     }
                 }
             }
@@ -149,7 +151,7 @@ public struct GCSBackend: StorageBackend {
         let deleted = JobResult(deleted: reference.description)
         // A copy of the DELETE whose answer never came — an earlier attempt's, or this attempt's first
         // one that libcurl sent again on a fresh connection — may have deleted the object.
-        let sentBefore = resumePoint == .sentDelete
+        let sentBefore = resumePoint?.deleteMayBeDone == true
         let sent = DeleteSent()
         do throws(StorageError) {
             if let ifGeneration {

@@ -56,24 +56,27 @@ public struct HTTPBackend: StorageBackend {
         let control = control.limited(toSeconds: spec.timeoutSeconds, maxRate: spec.maxRate)
         switch try TransferPlan(spec, parsed: parsed, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
-            let rule = OverwriteRule(spec)
+            let rule = OverwriteRule(spec, resumingFrom: resumePoint)
             // Over plain HTTP `fail` looks first as well: nginx's WebDAV module ignores `If-None-Match: *`
             // on PUT (tested), so there the check and the write are two steps; servers that honour the
             // header (S3-style conditional writes) make the write itself refuse.
             if rule.mode != .overwrite {
-                // An earlier attempt's `sentUpload` stays until this one knows better (see `upload`).
-                let sent: ResumePoint? = if case .sentUpload? = resumePoint { resumePoint } else { nil }
+                // An earlier attempt's `sentUpload` (or `unanswered`) stays until this one knows better (see `upload`).
+                let sent: ResumePoint? = switch resumePoint {
+                case .sentUpload?, .unanswered?: resumePoint
+                default: nil
+                }
                 switch try await existingFile(reference, control: control) {
                 case .stopped(let reason): return .stopped(reason, sent)
                 case .value(let existing):
-                    if let existing, rule.mode == .fail, case .sentUpload(let total)? = sent, total == source.size,
+                    if let existing, rule.mode == .fail, Self.mayHaveStored(sent, size: source.size),
                        let own = try await earlierUploadFound(existing, source: source, reference: reference, contentType: contentType,
                                                               control: control) {
                         return own
                     }
                     if let existing, try await rule.skipsUpload(existing: existing, destination: redactedURL(reference.description),
                                                                 offPool: source) {
-                        return OverwriteRule.skippedUpload(existing)
+                        return rule.settledUpload(existing)
                     }
                 }
             }
@@ -170,7 +173,7 @@ public struct HTTPBackend: StorageBackend {
         } catch {
             return try sent.ended(error, report: report)
         }
-        if response.status == 404 || response.status == 410, resumePoint == .sentDelete || sent.isSet {
+        if response.status == 404 || response.status == 410, resumePoint?.deleteMayBeDone == true || sent.isSet {
             return .finished(deleted)
         }
         if response.status == 410 {
@@ -266,6 +269,16 @@ public struct HTTPBackend: StorageBackend {
                                    contentType: contentType, md5Hash: hashes.md5, crc32c: hashes.crc32c,
                                    generation: nil, updated: nil)
         return .finished(JobResult(object: object, size: source.size, md5: hashes.md5, crc32c: hashes.crc32c, verified: verified))
+    }
+
+    /// Whether an earlier attempt may have stored this upload of `size` bytes: it handed over every byte
+    /// and heard nothing back (`sentUpload`), or it ended without a word (`unanswered`).
+    private static func mayHaveStored(_ resumePoint: ResumePoint?, size: Int64) -> Bool {
+        switch resumePoint {
+        case .sentUpload(let total)?: total == size
+        case .unanswered?: true
+        default: false
+        }
     }
 
     /// After an earlier attempt of this `if_exists: fail` upload handed the server every byte and heard

@@ -84,7 +84,7 @@ public struct LeftoverFiles: Sendable {
             case .download(_, _, _, let temp, _): temp
             case .slicedDownload(_, _, let temp, _): temp
             case .upload(let uri, _, _): LocalUploadSession(uri: uri)?.path
-            case .sentUpload, .sentDelete: nil
+            case .sentUpload, .sentDelete, .unanswered: nil
             }
         })
     }

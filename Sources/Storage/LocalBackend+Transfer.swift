@@ -89,14 +89,14 @@ final class LocalTransfer {
         }
 
         let location = try backend.locate(reference, creating: true)
-        let rule = OverwriteRule(spec)
+        let rule = OverwriteRule(spec, resumingFrom: resumePoint)
         if rule.mode != .overwrite, let existing = location.directory.entry(location.name), existing.isRegular {
             var object = try backend.readMetadata(location, status: existing)
             object.size = existing.size
             let spec = self.spec
             if try rule.skipsUpload(existing: object, destination: reference.description,
                                     source: { () throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: spec) }) {
-                return OverwriteRule.skippedUpload(object)
+                return rule.settledUpload(object)
             }
         }
         let hashes = StreamingHashes(md5: spec.wantsMD5)
@@ -554,8 +554,8 @@ extension LocalTransfer {
         let location = try backend.locate(reference, creating: false)
         guard let found = location.directory.entry(location.name) else {
             // An earlier attempt may have removed it and died before its outcome was written
-            // (`ResumePoint.sentDelete`): the delete is done; a sidecar it left behind goes too.
-            if resumePoint == .sentDelete {
+            // (`ResumePoint.deleteMayBeDone`): the delete is done; a sidecar it left behind goes too.
+            if resumePoint?.deleteMayBeDone == true {
                 if let sidecar = location.directory.entry(location.sidecarName), sidecar.isRegular {
                     location.directory.remove(location.sidecarName, ifStill: sidecar.identity)
                     try location.directory.sync()

@@ -6,9 +6,14 @@ import JobModel
 /// `If-None-Match: *` over HTTP), which is what makes the rule hold against a concurrent writer.
 struct OverwriteRule {
     let mode: IfExists
+    /// `fail` after attempts that ended without a word (`ResumePoint.unanswered`): one of them may have
+    /// stored the object, so an object holding exactly the source's bytes (size and CRC32C) is taken as
+    /// the job's own instead of refused; anything else is refused as always.
+    let acceptsIdentical: Bool
 
-    init(_ spec: JobSpec) {
+    init(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint? = nil) {
         mode = spec.ifExists ?? .overwrite
+        acceptsIdentical = mode == .fail && resumePoint == .unanswered
     }
 
     /// Whether the final write may replace what is at the destination.
@@ -37,20 +42,31 @@ struct OverwriteRule {
 
     /// Uploads: whether an existing object (`nil` when there is none) makes the upload unnecessary.
     /// `source` gives the local source's size and CRC32C (base64, as GCS reports it), computed only
-    /// when `skip-identical` needs them. Throws for `fail` when the object exists.
+    /// when `skip-identical` (or `acceptsIdentical`) needs them. Throws for `fail` when the object exists
+    /// (unless `acceptsIdentical` and it holds the source's bytes).
     func skipsUpload(existing: StorageObject?, destination: String,
                      source: () throws(StorageError) -> (size: Int64, crc32c: String)) throws(StorageError) -> Bool {
         guard let existing else { return false }
         switch mode {
         case .overwrite: return false
         case .skip: return true
-        case .fail: throw StorageError.destinationExists(destination)
+        case .fail:
+            if acceptsIdentical, try Self.holdsSource(existing, source) { return true }
+            throw StorageError.destinationExists(destination)
         case .skipIdentical:
-            guard let crc32c = existing.crc32c else { return false }
-            let local = try source()
-            return local.size == existing.size && local.crc32c == crc32c
+            return try Self.holdsSource(existing, source)
         }
     }
+
+    /// Whether `existing` has the source's size and CRC32C (false when it reports no CRC32C).
+    private static func holdsSource(_ existing: StorageObject, _ source: () throws(StorageError) -> (size: Int64, crc32c: String)) throws(StorageError) -> Bool {
+        guard let crc32c = existing.crc32c else { return false }
+        let local = try source()
+        return local.size == existing.size && local.crc32c == crc32c
+    }
+
+    /// Whether `skipsUpload` reads the source (on `FileIO`'s threads, then).
+    private var readsSource: Bool { mode == .skipIdentical || acceptsIdentical }
 
     /// `skipsDownload` on `FileIO`'s threads under `skip-identical`, the one rule that reads the local file
     /// (a large file read on the cooperative pool held back every task of the worker, heartbeats included).
@@ -65,7 +81,7 @@ struct OverwriteRule {
     /// `skipsUpload` with `source` as the local source, on `FileIO`'s threads under `skip-identical`, the
     /// one rule that reads it.
     func skipsUpload(existing: StorageObject?, destination: String, offPool source: UploadSource) async throws(StorageError) -> Bool {
-        guard mode == .skipIdentical else {
+        guard readsSource else {
             return try skipsUpload(existing: existing, destination: destination) { () throws(StorageError) in
                 try OverwriteRule.sizeAndCRC32C(of: source)
             }
@@ -93,5 +109,13 @@ struct OverwriteRule {
     /// The result of an upload that was skipped: the object as it is.
     static func skippedUpload(_ existing: StorageObject) -> TransferOutcome {
         .finished(JobResult(object: existing, size: existing.size, crc32c: existing.crc32c, skipped: true))
+    }
+
+    /// The result when `skipsUpload` said true: skipped by `skip` or `skip-identical`, or under `fail`
+    /// (`acceptsIdentical`) the object an earlier attempt stored, compared by CRC32C — the job's upload,
+    /// not a skip.
+    func settledUpload(_ existing: StorageObject) -> TransferOutcome {
+        guard mode == .fail else { return Self.skippedUpload(existing) }
+        return .finished(JobResult(object: existing, size: existing.size, crc32c: existing.crc32c, verified: [.crc32c]))
     }
 }

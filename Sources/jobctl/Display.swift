@@ -192,6 +192,8 @@ enum Describe {
             "upload of \(ByteSize.format(total)) sent, its answer lost"
         case .sentDelete:
             "delete sent, its answer lost"
+        case .unanswered:
+            "an earlier attempt ended without a word (its worker died)"
         }
     }
 

@@ -264,8 +264,8 @@ struct ResumePointView: Encodable {
             generation = nil
             etag = nil
             tempPath = nil
-        case .sentDelete:
-            type = "sent_delete"
+        case .sentDelete, .unanswered:
+            type = resume == .sentDelete ? "sent_delete" : "unanswered"
             sessionURI = nil
             confirmedOffset = nil
             total = nil

@@ -2,8 +2,9 @@ import JobLifecycle
 import JobModel
 import Testing
 
-/// Where a claimed attempt of a delete starts: after earlier attempts that all ended without a word (their
-/// workers died), the DELETE may already have been carried out (`sentDelete`); otherwise where the log says.
+/// Where a claimed attempt of a delete or an `if_exists: fail` upload starts: after earlier attempts that all
+/// ended without a word (their workers died), what they sent may have been carried out (`unanswered`);
+/// otherwise where the log says.
 @Suite("a delete's attempt after a crash")
 struct DeleteAfterCrashTests {
     private func event(_ version: Int, _ payload: EventPayload, token: Int64? = nil) -> JobEvent {
@@ -11,9 +12,9 @@ struct DeleteAfterCrashTests {
     }
 
     /// The record after `submitted` and the given events (versions follow on).
-    private func record(_ kind: JobKind, _ payloads: [(EventPayload, Int64?)]) throws -> JobRecord {
+    private func record(_ kind: JobKind, ifExists: IfExists? = nil, _ payloads: [(EventPayload, Int64?)]) throws -> JobRecord {
         let spec = kind == .delete ? JobSpec(kind: .delete, destination: "gs://b/x.txt")
-                                   : JobSpec(kind: .uploadData, destination: "gs://b/x.txt", data: .init("x".utf8))
+                                   : JobSpec(kind: .uploadData, destination: "gs://b/x.txt", data: .init("x".utf8), ifExists: ifExists)
         var events = [event(1, .submitted(spec: spec))]
         for (payload, token) in payloads { events.append(event(events.count + 1, payload, token: token)) }
         return try #require(JobRecord.folding(events))
@@ -30,11 +31,13 @@ struct DeleteAfterCrashTests {
         #expect(try record(.delete, [claim(1)]).resumePointForAttempt == nil)
     }
 
-    @Test("after a crash (lease expired): sentDelete for a delete, nothing for another kind")
+    @Test("after a crash (lease expired): unanswered for a delete and an if_exists: fail upload, nothing for others")
     func afterCrash() throws {
-        #expect(try record(.delete, [claim(1), crash, claim(2)]).resumePointForAttempt == .sentDelete)
-        #expect(try record(.delete, [claim(1), crash, claim(2), crash, claim(3)]).resumePointForAttempt == .sentDelete)
+        #expect(try record(.delete, [claim(1), crash, claim(2)]).resumePointForAttempt == .unanswered)
+        #expect(try record(.delete, [claim(1), crash, claim(2), crash, claim(3)]).resumePointForAttempt == .unanswered)
+        #expect(try record(.uploadData, ifExists: .fail, [claim(1), crash, claim(2)]).resumePointForAttempt == .unanswered)
         #expect(try record(.uploadData, [claim(1), crash, claim(2)]).resumePointForAttempt == nil)
+        #expect(try record(.uploadData, ifExists: .skipIdentical, [claim(1), crash, claim(2)]).resumePointForAttempt == nil)
     }
 
     @Test("after an attempt that failed with an answer, a missing object stays an error")

@@ -7,7 +7,7 @@ import TestSupport
 /// A worker's delete over plain HTTP that nginx carried out but whose answer never came: the attempt
 /// records that the DELETE went out (`sentDelete`), and the retry, meeting a 404, succeeds instead of
 /// failing the job for good with `objectNotFound` on its own delete.
-@Suite("a delete's lost answer, in a worker", .onTestThreads) struct LostAnswerDeleteWorkerTests {
+@Suite("a delete or an if_exists: fail upload after a lost answer or a dead worker, in a worker", .onTestThreads) struct LostAnswerDeleteWorkerTests {
     @Test func deleteWhoseAnswerWasLostSucceedsOnRetry() throws {
         let nginx = try startWorkerNginx()
         defer { nginx.stop() }
@@ -81,6 +81,41 @@ import TestSupport
         #expect(types.contains(.leaseExpired), "\(types)")
         let deletes = proxy.exchanges.filter { $0.request.method == "DELETE" }
         #expect(deletes.last?.response?.status == 404, "the second attempt asked again and met a 404: \(deletes.map(\.faults))")
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    /// The same for an `if_exists: fail` upload whose attempt died before it could say anything — not even
+    /// that its bytes went out (a small upload's `sent_upload` may not reach the log first). A worker that
+    /// claimed the job and died is played by a claim with a 1 ms lease, its PUT by the file nginx holds; the
+    /// next attempt finds the file, reads it back, finds the source's bytes and takes it as its own.
+    @Test func failRuleUploadWhoseWorkerDiedSucceedsOnTheNextAttempt() throws {
+        let nginx = try startWorkerNginx()
+        defer { nginx.stop() }
+        let path = nginx.root + "/kept.txt"
+        let directory = try TemporaryDirectory("crash-upload")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let id = try #require(try submit("""
+        - {kind: upload-data, data: "written once", destination: "\(nginx.baseURL)/kept.txt", if_exists: fail}
+        """, database: database, directory: directory).first)
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        do {
+            let dead = try EventStore(path: database)
+            #expect(try dead.claim(owner: "worker:died", queues: nil, limit: 1, leaseMs: 1, now: now).count == 1)
+        }
+        try Data("written once".utf8).write(to: URL(fileURLWithPath: path))
+
+        let second = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        #expect(second.wait(seconds: 60) == 0, "\(second.log)")
+        let store = try EventStore(path: database, readOnly: true)
+        let job = try #require(try store.job(id))
+        #expect(job.state == .succeeded, "\(String(describing: job.error)) \(second.log)")
+        #expect(job.attempts == 2)
+        #expect(job.result?.skipped == nil && job.result?.verified == [.crc32c], "\(String(describing: job.result))")
+        let events = try store.events(jobID: id)
+        #expect(events.map(\.type).contains(.leaseExpired), "\(events.map(\.type))")
+        #expect(!events.contains { if case .sentUpload? = $0.data.resumePoint { true } else { false } }, "no attempt said its bytes went out")
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == "written once")
         #expect(try store.replay(verify: true).isConsistent)
     }
 }

@@ -1,0 +1,80 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// An `if_exists: fail` upload whose earlier attempts all ended without a word (their workers died:
+/// `ResumePoint.unanswered`): one of them may have stored the object, so an object holding exactly the
+/// source's bytes is the job's own (the attempt succeeds, uploading nothing: the job's upload, compared by
+/// CRC32C, not a skip); another object is refused
+/// and kept, as always; no object is simply uploaded. On each backend: nginx, the GCS emulator, file://.
+@Suite("if_exists: fail after attempts that died", .onTestThreads)
+struct UnansweredUploadTests {
+    private let payload = patternData(150_000, seed: 41)
+
+    /// The three cases against one backend; `put` stores bytes at a name, `read` reads them back (nil: none).
+    private func check(_ backend: any StorageBackend, base: String, put: (String, Data) async throws -> Void,
+                       read: (String) async throws -> Data?) async throws {
+        // Ours: the same bytes are there.
+        try await put("mine.bin", payload)
+        let mine = JobSpec(kind: .uploadData, destination: "\(base)/mine.bin", data: payload, ifExists: .fail)
+        let refusedWithoutWord = try failure(await run(backend, mine))
+        #expect(refusedWithoutWord.code == .invalidArgument && refusedWithoutWord.message.contains("if_exists: fail"), "\(refusedWithoutWord)")
+        let taken = try finished(await run(backend, mine, resume: .unanswered))
+        #expect(taken.skipped == nil && taken.size == Int64(payload.count), "\(taken)")
+        #expect(taken.crc32c == hashes(payload).crc32c && taken.verified == [.crc32c], "\(taken)")
+        #expect(try await read("mine.bin") == payload)
+
+        // Someone else's: other bytes of the same size, and a shorter file.
+        for (name, content) in [("other.bin", patternData(150_000, seed: 42)), ("short.bin", payload.prefix(1_000))] {
+            try await put(name, Data(content))
+            let spec = JobSpec(kind: .uploadData, destination: "\(base)/\(name)", data: payload, ifExists: .fail)
+            let refused = try failure(await run(backend, spec, resume: .unanswered))
+            #expect(refused.code == .invalidArgument && refused.message.contains("if_exists: fail"), "\(name): \(refused)")
+            #expect(try await read(name) == Data(content), "\(name) was replaced")
+        }
+
+        // Nothing there: uploaded.
+        let fresh = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(base)/fresh.bin", data: payload, ifExists: .fail),
+                                         resume: .unanswered))
+        #expect(fresh.skipped == nil && fresh.crc32c == hashes(payload).crc32c)
+        #expect(try await read("fresh.bin") == payload)
+    }
+
+    @Test("HTTP (nginx reports no hash: the file is read back to compare)")
+    func http() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try await check(HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5)), base: server.baseURL,
+                        put: { name, data in try data.write(to: URL(fileURLWithPath: server.root + "/" + name)) },
+                        read: { name in try? Data(contentsOf: URL(fileURLWithPath: server.root + "/" + name)) })
+    }
+
+    @Test("GCS (the object's CRC32C), and the object taken keeps its generation")
+    func gcs() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server))
+        let base = "gs://\(server.bucket)"
+        try await check(backend, base: base,
+                        put: { name, data in _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(base)/\(name)", data: data))) },
+                        read: { name in try? finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(base)/\(name)", maxSize: 1 << 24))).data })
+        let before = try finished(await run(backend, JobSpec(kind: .getMetadata, source: "\(base)/mine.bin")))
+        let again = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(base)/mine.bin", data: payload, ifExists: .fail),
+                                           resume: .unanswered))
+        #expect(again.object?.generation == before.object?.generation, "nothing was written")
+    }
+
+    @Test("file:// (the sidecar's CRC32C)")
+    func local() async throws {
+        let directory = try TemporaryDirectory("jobctl-unanswered-upload")
+        defer { directory.remove() }
+        let buckets = directory.file("buckets")
+        try FileManager.default.createDirectory(atPath: buckets + "/b", withIntermediateDirectories: true)
+        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets))
+        try await check(backend, base: "file://b",
+                        put: { name, data in _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/\(name)", data: data))) },
+                        read: { name in try? Data(contentsOf: URL(fileURLWithPath: buckets + "/b/" + name)) })
+    }
+}
