@@ -83,9 +83,10 @@ public struct HTTPBackend: StorageBackend {
             return try await upload(source, to: reference, contentType: contentType, md5: spec.wantsMD5, replacing: rule.replaces,
                                     control: control, report: report)
         case .downloadFile(let reference, let destination):
-            let rule = OverwriteRule(spec)
+            let rule = OverwriteRule(spec, resumingFrom: resumePoint)
+            let resumePoint = resumePoint == .unanswered ? nil : resumePoint
             if let settled = try rule.beforeDownload(to: destination) { return settled }
-            if rule.mode == .skipIdentical && PartialFile.destinationExists(destination) {
+            if (rule.mode == .skipIdentical || rule.acceptsIdentical) && PartialFile.destinationExists(destination) {
                 switch try await identicalDownload(reference, to: destination, rule: rule, control: control) {
                 case .stopped(let reason): return .stopped(reason, nil)
                 case .value(let settled?): return settled

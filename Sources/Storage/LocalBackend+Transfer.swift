@@ -385,7 +385,7 @@ final class LocalTransfer {
         guard let destination = spec.destination else {
             throw StorageError(.invalidArgument, "download-file needs a destination path")
         }
-        let rule = OverwriteRule(spec)
+        let rule = OverwriteRule(spec, resumingFrom: resumePoint)
         if let settled = try rule.beforeDownload(to: destination) { return settled }
         let (file, object, _) = try openObject()
         // `skip-identical`: the sidecar records every object's CRC32C.

@@ -22,7 +22,8 @@ struct OverwriteRule {
     /// download-file: the outcome when the local destination already exists and the rule settles the
     /// job without a transfer (`skip`), nil when the download goes ahead; throws for `fail`.
     func beforeDownload(to destination: String) throws(StorageError) -> TransferOutcome? {
-        guard mode == .skip || mode == .fail, PartialFile.destinationExists(destination) else { return nil }
+        // `acceptsIdentical`: settled once the object is known (`skipsDownload`).
+        guard mode == .skip || (mode == .fail && !acceptsIdentical), PartialFile.destinationExists(destination) else { return nil }
         if mode == .fail { throw StorageError.destinationExists(destination) }
         return .finished(JobResult(path: LocalFiles.absolute(destination), skipped: true))
     }
@@ -30,14 +31,26 @@ struct OverwriteRule {
     /// download-file with `skip-identical`: the outcome when the local destination already holds the
     /// object's bytes — the same size and the CRC32C `crc32c` (base64, as GCS reports it) — nil when the
     /// download goes ahead (another rule, no destination, no CRC32C to compare, or a difference).
+    ///
+    /// Under `fail` with `acceptsIdentical` a destination holding the object's bytes is the job's own
+    /// download from an attempt that died before saying so (a result, not a skip); any other destination
+    /// is refused (`destinationExists`), as `beforeDownload` would have.
     func skipsDownload(of object: StorageObject, crc32c: String?, to destination: String) throws(StorageError) -> TransferOutcome? {
-        guard mode == .skipIdentical, let crc32c, PartialFile.destinationExists(destination) else { return nil }
+        guard mode == .skipIdentical || acceptsIdentical, PartialFile.destinationExists(destination) else { return nil }
+        let refusal: StorageError? = acceptsIdentical ? StorageError.destinationExists(destination) : nil
         let path = LocalFiles.absolute(destination)
         // An unreadable or odd destination (a folder, a dangling link) is left to the download to report.
-        guard let local = try? UploadSource(path: path), local.size == object.size else { return nil }
+        guard let crc32c, let local = try? UploadSource(path: path), local.size == object.size else {
+            if let refusal { throw refusal }
+            return nil
+        }
         let ours = try OverwriteRule.sizeAndCRC32C(of: local)
-        guard ours.crc32c == crc32c else { return nil }
-        return .finished(JobResult(object: object, path: path, size: ours.size, crc32c: ours.crc32c, verified: [.crc32c], skipped: true))
+        guard ours.crc32c == crc32c else {
+            if let refusal { throw refusal }
+            return nil
+        }
+        return .finished(JobResult(object: object, path: path, size: ours.size, crc32c: ours.crc32c, verified: [.crc32c],
+                                   skipped: acceptsIdentical ? nil : true))
     }
 
     /// Uploads: whether an existing object (`nil` when there is none) makes the upload unnecessary.
@@ -65,13 +78,13 @@ struct OverwriteRule {
         return local.size == existing.size && local.crc32c == crc32c
     }
 
-    /// Whether `skipsUpload` reads the source (on `FileIO`'s threads, then).
+    /// Whether `skipsUpload` reads the source, or `skipsDownload` the destination (on `FileIO`'s threads, then).
     private var readsSource: Bool { mode == .skipIdentical || acceptsIdentical }
 
     /// `skipsDownload` on `FileIO`'s threads under `skip-identical`, the one rule that reads the local file
     /// (a large file read on the cooperative pool held back every task of the worker, heartbeats included).
     func skipsDownloadOffPool(of object: StorageObject, crc32c: String?, to destination: String) async throws(StorageError) -> TransferOutcome? {
-        guard mode == .skipIdentical else { return try skipsDownload(of: object, crc32c: crc32c, to: destination) }
+        guard readsSource else { return try skipsDownload(of: object, crc32c: crc32c, to: destination) }
         let rule = self
         return try await FileIO.run(.compare) { () throws(StorageError) -> TransferOutcome? in
             try rule.skipsDownload(of: object, crc32c: crc32c, to: destination)

@@ -13,8 +13,11 @@ struct DeleteAfterCrashTests {
 
     /// The record after `submitted` and the given events (versions follow on).
     private func record(_ kind: JobKind, ifExists: IfExists? = nil, _ payloads: [(EventPayload, Int64?)]) throws -> JobRecord {
-        let spec = kind == .delete ? JobSpec(kind: .delete, destination: "gs://b/x.txt")
-                                   : JobSpec(kind: .uploadData, destination: "gs://b/x.txt", data: .init("x".utf8), ifExists: ifExists)
+        let spec = switch kind {
+        case .delete: JobSpec(kind: .delete, destination: "gs://b/x.txt")
+        case .downloadFile: JobSpec(kind: .downloadFile, source: "gs://b/x.txt", destination: "/tmp/x.txt", ifExists: ifExists)
+        default: JobSpec(kind: .uploadData, destination: "gs://b/x.txt", data: .init("x".utf8), ifExists: ifExists)
+        }
         var events = [event(1, .submitted(spec: spec))]
         for (payload, token) in payloads { events.append(event(events.count + 1, payload, token: token)) }
         return try #require(JobRecord.folding(events))
@@ -38,6 +41,8 @@ struct DeleteAfterCrashTests {
         #expect(try record(.uploadData, ifExists: .fail, [claim(1), crash, claim(2)]).resumePointForAttempt == .unanswered)
         #expect(try record(.uploadData, [claim(1), crash, claim(2)]).resumePointForAttempt == nil)
         #expect(try record(.uploadData, ifExists: .skipIdentical, [claim(1), crash, claim(2)]).resumePointForAttempt == nil)
+        #expect(try record(.downloadFile, ifExists: .fail, [claim(1), crash, claim(2)]).resumePointForAttempt == .unanswered)
+        #expect(try record(.downloadFile, [claim(1), crash, claim(2)]).resumePointForAttempt == nil)
     }
 
     @Test("after an attempt that failed with an answer, a missing object stays an error")

@@ -78,3 +78,73 @@ struct UnansweredUploadTests {
                         read: { name in try? Data(contentsOf: URL(fileURLWithPath: buckets + "/b/" + name)) })
     }
 }
+
+/// download-file with `if_exists: fail` after attempts that died: a destination holding the object's bytes
+/// is the job's own download; another file is refused and kept; no file is simply downloaded.
+@Suite("if_exists: fail download after attempts that died", .onTestThreads)
+struct UnansweredDownloadTests {
+    private let payload = patternData(120_000, seed: 43)
+
+    private func check(_ backend: any StorageBackend, object: String, in directory: TemporaryDirectory) async throws {
+        let mine = directory.file("mine.bin")
+        try payload.write(to: URL(fileURLWithPath: mine))
+        let spec = JobSpec(kind: .downloadFile, source: object, destination: mine, ifExists: .fail)
+        let refusedWithoutWord = try failure(await run(backend, spec))
+        #expect(refusedWithoutWord.code == .invalidArgument && refusedWithoutWord.message.contains("if_exists: fail"), "\(refusedWithoutWord)")
+        let taken = try finished(await run(backend, spec, resume: .unanswered))
+        #expect(taken.skipped == nil && taken.verified == [.crc32c] && taken.size == Int64(payload.count), "\(taken)")
+
+        let other = directory.file("other.bin")
+        let otherBytes = patternData(120_000, seed: 44)
+        try otherBytes.write(to: URL(fileURLWithPath: other))
+        let refused = try failure(await run(backend, JobSpec(kind: .downloadFile, source: object, destination: other, ifExists: .fail),
+                                            resume: .unanswered))
+        #expect(refused.code == .invalidArgument && refused.message.contains("if_exists: fail"), "\(refused)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: other)) == otherBytes, "kept")
+
+        let fresh = directory.file("fresh.bin")
+        let downloaded = try finished(await run(backend, JobSpec(kind: .downloadFile, source: object, destination: fresh, ifExists: .fail),
+                                                resume: .unanswered))
+        #expect(downloaded.skipped == nil)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: fresh)) == payload)
+    }
+
+    @Test("GCS (the object's CRC32C)")
+    func gcs() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server))
+        let object = "gs://\(server.bucket)/d.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: object, data: payload)))
+        let directory = try TemporaryDirectory("jobctl-unanswered-download")
+        defer { directory.remove() }
+        try await check(backend, object: object, in: directory)
+    }
+
+    @Test("file:// (the sidecar's CRC32C)")
+    func local() async throws {
+        let directory = try TemporaryDirectory("jobctl-unanswered-download")
+        defer { directory.remove() }
+        let buckets = directory.file("buckets")
+        try FileManager.default.createDirectory(atPath: buckets + "/b", withIntermediateDirectories: true)
+        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets))
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/d.bin", data: payload)))
+        try await check(backend, object: "file://b/d.bin", in: directory)
+    }
+
+    @Test("HTTP without a served CRC32C: nothing to compare with, so the file is refused as always")
+    func httpWithoutHash() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/d.bin"))
+        let directory = try TemporaryDirectory("jobctl-unanswered-download")
+        defer { directory.remove() }
+        let mine = directory.file("mine.bin")
+        try payload.write(to: URL(fileURLWithPath: mine))
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let refused = try failure(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/d.bin", destination: mine, ifExists: .fail),
+                                            resume: .unanswered))
+        #expect(refused.code == .invalidArgument && refused.message.contains("if_exists: fail"), "\(refused)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: mine)) == payload)
+    }
+}
