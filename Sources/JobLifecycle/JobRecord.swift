@@ -119,14 +119,14 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
         get { storage.fields.resumePoint }
         set { storage.fields.resumePoint = newValue }
     }
-    /// Where a claimed attempt starts: `resumePoint`, or `ResumePoint.unanswered` for a delete or an
-    /// `if_exists: fail` upload or download-file whose earlier attempts all ended without a word — no resume point and no
-    /// error recorded, so each one's worker died (its lease ran out). Such an attempt's DELETE or upload
-    /// may have been carried out before the crash: the delete then takes a missing object as done, the
-    /// upload an object holding exactly the source's bytes as its own (the download a destination file
-    /// holding the object's), instead of failing the job on its
-    /// own work. (A worker that dies before sending anything leaves the same record; the object the job
-    /// names is gone, or holds the job's bytes, either way.)
+    /// Where a claimed attempt starts: `resumePoint`, or `ResumePoint.unanswered` for a delete, or an
+    /// `if_exists: fail` upload or download-file, whose earlier attempts all ended without a word — no
+    /// resume point and no error recorded, so each one's worker died (its lease ran out). What such an
+    /// attempt sent may have been carried out before the crash: the delete then takes a missing object
+    /// as done, the upload an object holding exactly the source's bytes as its own (the download a
+    /// destination file holding the object's), instead of failing the job on its own work. (A worker
+    /// that dies before sending anything leaves the same record; the object the job names is gone, or
+    /// holds the job's bytes, either way.)
     public var resumePointForAttempt: ResumePoint? {
         if let resumePoint { return resumePoint }
         guard attempts > 1, error == nil else { return nil }
