@@ -82,6 +82,11 @@ import TestSupport
         let deletes = proxy.exchanges.filter { $0.request.method == "DELETE" }
         #expect(deletes.last?.response?.status == 404, "the second attempt asked again and met a 404: \(deletes.map(\.faults))")
         #expect(try store.replay(verify: true).isConsistent)
+        // The second attempt's start says where it began, in words and in JSON.
+        let history = try jobctl(["history", id.description, "--all"], database: database)
+        #expect(history.stdout.contains("an earlier attempt ended without a word"), "\(history.stdout)\(history.stderr)")
+        let json = try jobctl(["history", id.description, "--all", "--json"], database: database)
+        #expect(json.stdout.contains("\"unanswered\""), "\(json.stdout)\(json.stderr)")
     }
 
     /// The same for an `if_exists: fail` upload whose attempt died before it could say anything — not even
