@@ -212,7 +212,9 @@ struct ResultView: Encodable {
 }
 
 /// Where an interrupted transfer continues: `{"type": "upload", "session_uri", "confirmed_offset",
-/// "total"}` or `{"type": "download", "bytes_written", "generation", "etag", "temp_path"}`.
+/// "total"}`, `{"type": "download", "bytes_written", "generation", "etag", "temp_path"}`,
+/// `{"type": "sliced_download", "bytes_written", "generation", "temp_path", "slices"}`,
+/// `{"type": "sent_upload", "total"}`, `{"type": "sent_delete"}` or `{"type": "unanswered"}`.
 struct ResumePointView: Encodable {
     let type: String
     let sessionURI: String?
