@@ -71,11 +71,8 @@ struct LostAnswerDeleteTests {
 
     @Test("file://: after an attempt that may have deleted it (sentDelete), a missing object is the delete done and a sidecar left behind goes")
     func localDeleteAfterCrash() async throws {
-        let directory = try TemporaryDirectory("jobctl-delete-after-crash")
+        let (directory, buckets, backend) = try localBuckets("jobctl-delete-after-crash", making: "b/docs")
         defer { directory.remove() }
-        let buckets = directory.file("buckets")
-        try FileManager.default.createDirectory(atPath: buckets + "/b/docs", withIntermediateDirectories: true)
-        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets))
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/docs/a.txt", data: Data("x".utf8),
                                                     metadata: UploadMetadata(customMetadata: ["k": "v"]))))
         // The crash came after the object's unlink and before its sidecar's.

@@ -117,3 +117,12 @@ struct BigFileFixture {
         directory.remove()
     }
 }
+
+/// A temporary folder of local buckets with folder `folder` made inside it (`b` or `b/docs`, say), and a
+/// `LocalBackend` on it. The caller removes `directory`.
+func localBuckets(_ name: String, making folder: String = "b") throws -> (directory: TemporaryDirectory, buckets: String, backend: LocalBackend) {
+    let directory = try TemporaryDirectory(name)
+    let buckets = directory.file("buckets")
+    try FileManager.default.createDirectory(atPath: buckets + "/" + folder, withIntermediateDirectories: true)
+    return (directory, buckets, LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets)))
+}

@@ -68,11 +68,8 @@ struct UnansweredUploadTests {
 
     @Test("file:// (the sidecar's CRC32C)")
     func local() async throws {
-        let directory = try TemporaryDirectory("jobctl-unanswered-upload")
+        let (directory, buckets, backend) = try localBuckets("jobctl-unanswered-upload")
         defer { directory.remove() }
-        let buckets = directory.file("buckets")
-        try FileManager.default.createDirectory(atPath: buckets + "/b", withIntermediateDirectories: true)
-        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets))
         try await check(backend, base: "file://b",
                         put: { name, data in _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/\(name)", data: data))) },
                         read: { name in try? Data(contentsOf: URL(fileURLWithPath: buckets + "/b/" + name)) })
@@ -123,11 +120,8 @@ struct UnansweredDownloadTests {
 
     @Test("file:// (the sidecar's CRC32C)")
     func local() async throws {
-        let directory = try TemporaryDirectory("jobctl-unanswered-download")
+        let (directory, _, backend) = try localBuckets("jobctl-unanswered-download")
         defer { directory.remove() }
-        let buckets = directory.file("buckets")
-        try FileManager.default.createDirectory(atPath: buckets + "/b", withIntermediateDirectories: true)
-        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets))
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/d.bin", data: payload)))
         try await check(backend, object: "file://b/d.bin", in: directory)
     }
