@@ -81,7 +81,7 @@ extension ResponseBodySink {
     func mayTake(_ count: Int) -> Bool { true }
 }
 
-// MARK: - Checksums while streaming
+// MARK: - A request that may have arrived unanswered
 
 /// A DELETE's word on whether a copy of it may have reached the server unanswered (`CurlEngine.perform`'s
 /// `requestSent`): then the object may be gone by its doing, and a 404 is taken as the delete done —
@@ -106,6 +106,8 @@ final class DeleteSent: Sendable {
         }
     }
 }
+
+// MARK: - Checksums while streaming
 
 /// CRC32C — and MD5 when asked for — over a byte stream that may revisit a prefix (a chunk re-sent
 /// after the server kept only part of it): bytes at or below `hashedUpTo` are not hashed twice.
