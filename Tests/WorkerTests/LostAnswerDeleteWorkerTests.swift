@@ -65,7 +65,7 @@ import TestSupport
         - {kind: delete, destination: "\(proxy.baseURL)/crash.txt"}
         """, database: database, directory: directory).first)
         let first = try JobctlProcess.worker(database: database, ["--lease", "2"], logDirectory: directory.path)
-        let deleted = try eventually(seconds: 30) { !FileManager.default.fileExists(atPath: path) }
+        let deleted = eventually(seconds: 30) { !FileManager.default.fileExists(atPath: path) }
         try #require(deleted, "nginx never saw the DELETE: \(first.log)")
         first.signal(SIGKILL)
         _ = first.wait(seconds: 5)
