@@ -1,6 +1,7 @@
 import EventStore
 import Foundation
 import JobModel
+import PostgresStore
 import Testing
 import TestSupport
 
@@ -122,5 +123,42 @@ import TestSupport
         #expect(!events.contains { if case .sentUpload? = $0.data.resumePoint { true } else { false } }, "no attempt said its bytes went out")
         #expect(try String(contentsOfFile: path, encoding: .utf8) == "written once")
         #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    /// The same on PostgreSQL (workers on several machines): the claimed record the next worker gets from
+    /// the server carries what `unanswered` is derived from.
+    @Test func deleteWhoseWorkerDiedSucceedsOnTheNextAttemptOnPostgreSQL() throws {
+        let nginx = try startWorkerNginx()
+        defer { nginx.stop() }
+        let path = nginx.root + "/pg-crash.txt"
+        try Data("doomed".utf8).write(to: URL(fileURLWithPath: path))
+        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [
+            FaultRule(RequestMatch(method: "DELETE", pathContains: "/pg-crash.txt"), .stallInResponse(afterBytes: 0, seconds: 30), times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("pg-crash-delete")
+        defer { directory.remove() }
+        let server = try PostgresServer.shared()
+        let roles = try server.makeRoles("pgdelete")
+        let granted = try jobctl(["migrate", "--grant", roles.worker], database: roles.ownerURL)
+        try #require(granted.status == 0, "\(granted.stderr)")
+        let database = roles.workerURL
+        let id = try #require(try submit("""
+        - {kind: delete, destination: "\(proxy.baseURL)/pg-crash.txt"}
+        """, database: database, directory: directory).first)
+        let first = try JobctlProcess.worker(database: database, ["--lease", "2"], logDirectory: directory.path)
+        try #require(eventually(seconds: 30) { !FileManager.default.fileExists(atPath: path) }, "nginx never saw the DELETE: \(first.log)")
+        first.signal(SIGKILL)
+        _ = first.wait(seconds: 5)
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        #expect(try store.job(id)?.state == .running, "the attempt's outcome was written before the kill: the test proves nothing")
+
+        let second = try JobctlProcess.worker(database: database, ["--lease", "2", "--drain"], logDirectory: directory.path)
+        #expect(second.wait(seconds: 60) == 0, "\(second.log)")
+        let job = try #require(try store.job(id))
+        #expect(job.state == .succeeded, "\(String(describing: job.error)) \(second.log)")
+        #expect(job.attempts == 2)
+        #expect(proxy.exchanges.filter { $0.request.method == "DELETE" }.last?.response?.status == 404)
+        #expect(try jobctl(["replay", "--verify"], database: database).status == 0)
     }
 }
