@@ -397,7 +397,9 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
                 .retryLimitExceeded,
                 "attempt \(job.attempts) of \(job.maxAttempts) ended when its worker (\(holder)) died or lost its lease; "
                     + "no attempts are left: check the workers' logs, then `jobctl retry \(job.id)`")
-            return DecidedEvent(.failed(.none, error: error, reason: "lease expired\(when)"))
+            // The dead attempt may have done the work: a `retry` must not fail on it (`ResumePoint.unanswered`).
+            let progress = job.resumePoint == nil && job.mayMeetItsOwnWork ? TransferProgress(resumePoint: .unanswered) : .none
+            return DecidedEvent(.failed(progress, error: error, reason: "lease expired\(when)"))
         }
         return DecidedEvent(.leaseExpired(reason: "lease held by \(holder) expired\(when)"))
     }

@@ -129,11 +129,17 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
     /// holds the job's bytes, either way.)
     public var resumePointForAttempt: ResumePoint? {
         if let resumePoint { return resumePoint }
-        guard attempts > 1, error == nil else { return nil }
+        guard attempts > 1, error == nil, mayMeetItsOwnWork else { return nil }
+        return .unanswered
+    }
+
+    /// Whether a later attempt could fail on what an earlier one did and never reported: a delete (the
+    /// object gone), an `if_exists: fail` upload or download-file (the destination taken).
+    public var mayMeetItsOwnWork: Bool {
         switch kind {
-        case .delete: return .unanswered
-        case .uploadFile, .uploadData, .downloadFile: return spec.ifExists == .fail ? .unanswered : nil
-        default: return nil
+        case .delete: true
+        case .uploadFile, .uploadData, .downloadFile: spec.ifExists == .fail
+        default: false
         }
     }
     /// The last error (kept after a retry is scheduled; cleared by `retried`).

@@ -64,4 +64,28 @@ struct DeleteAfterCrashTests {
         let failed: (EventPayload, Int64?) = (.failed(TransferProgress(attempt: 2), error: busy, reason: nil), 2)
         #expect(try record(.delete, [claim(1), crash, claim(2), failed, (.retried(reason: "again"), nil), claim(1)]).resumePointForAttempt == nil)
     }
+
+    @Test("a last attempt that died fails the job carrying unanswered (for these kinds), so `retry` keeps it")
+    func lastAttemptDied() throws {
+        for (kind, ifExists, expected) in [(JobKind.delete, IfExists?.none, ResumePoint?.some(.unanswered)),
+                                           (.uploadData, .fail, .unanswered), (.uploadData, nil, nil)] {
+            // max_attempts 2: the second claim is the last attempt.
+            var spec = kind == .delete ? JobSpec(kind: .delete, destination: "gs://b/x.txt")
+                                       : JobSpec(kind: .uploadData, destination: "gs://b/x.txt", data: .init("x".utf8), ifExists: ifExists)
+            spec.maxAttempts = 2
+            var events = [event(1, .submitted(spec: spec))]
+            for (payload, token) in [claim(1), crash, claim(2)] { events.append(event(events.count + 1, payload, token: token)) }
+            let lifecycle = JobLifecycle(folding: events)
+            let decided = try lifecycle.decide(.expireLease(holder: "w2", expiredAtMs: nil), now: 1_000).get()
+            let failed = try #require(decided.first)
+            #expect(failed.payload.error?.code == .retryLimitExceeded, "\(kind)")
+            #expect(failed.payload.progress?.resumePoint == expected, "\(kind) \(String(describing: ifExists))")
+            events.append(event(events.count + 1, failed.payload))
+            events.append(event(events.count + 1, .retried(reason: "again")))
+            events.append(event(events.count + 1, claim(1).0, token: 9))
+            let record = try #require(JobRecord.folding(events))
+            #expect(record.state == .running && record.attempts == 1)
+            #expect(record.resumePointForAttempt == expected, "\(kind) after retry")
+        }
+    }
 }

@@ -161,4 +161,35 @@ import TestSupport
         #expect(proxy.exchanges.filter { $0.request.method == "DELETE" }.last?.response?.status == 404)
         #expect(try jobctl(["replay", "--verify"], database: database).status == 0)
     }
+
+    /// A delete whose only attempt died (played by a claim with a 1 ms lease) after nginx carried it
+    /// out: the rescue fails the job (no attempts left) carrying `unanswered`, and after `jobctl retry`
+    /// the new attempt takes the 404 as the delete done.
+    @Test func deleteRetriedAfterItsLastAttemptDiedSucceeds() throws {
+        let nginx = try startWorkerNginx()
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("retry-dead-delete")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let id = try #require(try submit("""
+        - {kind: delete, destination: "\(nginx.baseURL)/gone.txt", max_attempts: 1}
+        """, database: database, directory: directory).first)
+        do {
+            let dead = try EventStore(path: database)
+            #expect(try dead.claim(owner: "worker:died", queues: nil, limit: 1, leaseMs: 1, now: Int64(Date().timeIntervalSince1970 * 1000)).count == 1)
+        }
+        let rescuer = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        #expect(rescuer.wait(seconds: 60) == 0, "\(rescuer.log)")
+        let store = try EventStore(path: database, readOnly: true)
+        let failed = try #require(try store.job(id))
+        #expect(failed.state == .failed && failed.error?.code == .retryLimitExceeded, "\(String(describing: failed.error))")
+        #expect(failed.resumePoint == .unanswered)
+
+        #expect(try jobctl(["retry", id.description], database: database).status == 0)
+        let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        #expect(worker.wait(seconds: 60) == 0, "\(worker.log)")
+        let job = try #require(try store.job(id))
+        #expect(job.state == .succeeded, "\(String(describing: job.error)) \(worker.log)")
+        #expect(try store.replay(verify: true).isConsistent)
+    }
 }
