@@ -182,4 +182,43 @@ struct LostAnswerDeleteTests {
         #expect(stale.code == .invalidArgument && stale.message.contains("precondition failed"), "\(stale)")
         #expect(await setup.exists("replaced.txt"), "another generation is not deleted")
     }
+
+    @Test("HTTP and GCS: a DELETE paused after it went out (its answer held back) stops with sentDelete, and the resumed run succeeds on the missing object",
+          arguments: [false, true])
+    func deletePausedAfterSending(overGCS: Bool) async throws {
+        let rule = FaultRule(RequestMatch(method: "DELETE", pathContains: "held.txt"), .stallInResponse(afterBytes: 0, seconds: 20), times: 1)
+        let nginx = overGCS ? nil : try NginxServer.start()
+        defer { nginx?.stop() }
+        let setup = overGCS ? try UploadFaultTests.ProxiedEmulator([rule]) : nil
+        defer { setup?.stop() }
+        let proxy = try setup?.proxy ?? FaultProxy(upstreamPort: nginx!.port, rules: [rule])
+        defer { if setup == nil { proxy.stop() } }
+        let backend: any StorageBackend = setup?.backend ?? HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let object = overGCS ? "gs://\(setup!.server.bucket)/held.txt" : "\(proxy.baseURL)/held.txt"
+        if let setup {
+            _ = try finished(await run(setup.direct, JobSpec(kind: .uploadData, destination: object, data: Data("held".utf8))))
+        } else {
+            try Data("held".utf8).write(to: URL(fileURLWithPath: nginx!.root + "/held.txt"))
+        }
+        let spec = JobSpec(kind: .delete, destination: object)
+        let control = TransferControl()
+        // Pause once the server has carried the DELETE out (its answer is held back by the proxy).
+        let pauser = Task {
+            for _ in 0..<400 {
+                let gone = if let setup { await !setup.exists("held.txt") } else { !FileManager.default.fileExists(atPath: nginx!.root + "/held.txt") }
+                if gone { control.stop(.pause); return true }
+                try? await Task.sleep(for: .milliseconds(25))
+            }
+            return false
+        }
+        let outcome = await run(backend, spec, control: control)
+        #expect(await pauser.value, "the server never carried the DELETE out")
+        guard case .success(.stopped(let reason, let point)) = outcome else {
+            Issue.record("expected a stop, got \(outcome)")
+            return
+        }
+        #expect(reason == .pause && point == .sentDelete, "\(reason) \(String(describing: point))")
+        let resumed = try finished(await run(backend, spec, resume: point))
+        #expect(resumed.deleted == object)
+    }
 }
