@@ -45,29 +45,30 @@ struct EngineTests {
         for (index, payload) in payloads.enumerated() {
             try payload.write(to: URL(fileURLWithPath: server.root + "/p\(index).bin"))
         }
-        // An engine of its own, named apart: threads libcurl starts (its resolver's, for other tests' host
-        // names) take the name of the engine thread that starts them, so counting the shared engine's name
-        // counted other tests' lookups too (9 threads, once in ten full runs).
-        let backend = HTTPBackend(configuration: configuration, engine: CurlEngine(threadName: "one-engine-curl"))
-        let results = await withTaskGroup(of: (Int, Data?).self) { group in
+        // Each transfer's body arrives in a sink that notes the thread it is called on: all 32 must be
+        // called on one and the same thread. (Counting threads by name was flaky: threads started from
+        // the engine thread — libcurl's resolver, the runtime's — take its name.)
+        let engine = CurlEngine(threadName: "one-engine-curl")
+        let sinks = payloads.map { _ in ThreadNotingSink() }
+        let statuses = await withTaskGroup(of: (Int, Int?).self) { group in
             for index in payloads.indices {
+                let sink = sinks[index]
                 group.addTask {
-                    let outcome = await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/p\(index).bin", maxSize: 1 << 20))
-                    if case .success(.finished(let result)) = outcome { return (index, result.data) }
-                    return (index, nil)
+                    let response = try? await engine.perform(HTTPRequest(method: "GET", url: "\(server.baseURL)/p\(index).bin"), sink: sink,
+                                                             control: nil, options: configuration.curlOptions)
+                    return (index, response?.status)
                 }
             }
-            var collected: [Int: Data] = [:]
-            for await (index, data) in group { collected[index] = data }
+            var collected: [Int: Int?] = [:]
+            for await (index, status) in group { collected[index] = status }
             return collected
         }
         for (index, payload) in payloads.enumerated() {
-            #expect(results[index] == payload, "transfer \(index)")
+            #expect(statuses[index] == 200, "transfer \(index)")
+            #expect(sinks[index].data == payload, "transfer \(index)")
         }
-        let engineThreads = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").filter { task in
-            (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8))?.hasPrefix("one-engine-curl") == true
-        }
-        #expect(engineThreads.count == 1)
+        let threads = sinks.reduce(into: Set<UInt>()) { $0.formUnion($1.threads) }
+        #expect(threads.count == 1, "bodies were written on \(threads.count) threads")
     }
 
     private static let statusLocations = """
@@ -193,5 +194,17 @@ struct EngineTests {
         #expect(retryAfterSeconds("Tue Nov 14 22:13:30 2023", now: now) == 10)
         #expect(retryAfterSeconds("Mon, 13 Nov 2023 00:00:00 GMT", now: now) == 0)
         #expect(retryAfterSeconds("soon", now: now) == nil)
+    }
+}
+
+/// A response sink that keeps the body and the threads it was called on (`pthread_self`). Only the engine
+/// thread calls it; the test reads it after the exchange completed.
+private final class ThreadNotingSink: ResponseBodySink, @unchecked Sendable {
+    private(set) var data = Data()
+    private(set) var threads = Set<UInt>()
+
+    func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        threads.insert(UInt(bitPattern: Int(bitPattern: pthread_self())))
+        data.append(contentsOf: bytes)
     }
 }
