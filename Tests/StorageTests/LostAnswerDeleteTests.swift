@@ -131,19 +131,9 @@ struct LostAnswerDeleteTests {
         // the scenario is tried up to 3 times until the reset really hit a reused connection.
         for round in 1...3 {
             let rule = FaultRule(RequestMatch(method: "DELETE", pathContains: "doomed-\(round).txt", reusedConnection: true), .resetBeforeResponse)
-            let nginx = overGCS ? nil : try NginxServer.start()
-            defer { nginx?.stop() }
-            let setup = overGCS ? try UploadFaultTests.ProxiedEmulator([rule]) : nil
-            defer { setup?.stop() }
-            let proxy = try setup?.proxy ?? FaultProxy(upstreamPort: nginx!.port, rules: [rule])
-            defer { if setup == nil { proxy.stop() } }
-            let backend: any StorageBackend = setup?.backend ?? HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
-            let object = overGCS ? "gs://\(setup!.server.bucket)/doomed-\(round).txt" : "\(proxy.baseURL)/doomed-\(round).txt"
-            if let setup {
-                _ = try finished(await run(setup.direct, JobSpec(kind: .uploadData, destination: object, data: Data("doomed".utf8))))
-            } else {
-                try Data("doomed".utf8).write(to: URL(fileURLWithPath: nginx!.root + "/doomed-\(round).txt"))
-            }
+            let setup = try await ProxiedObject(overGCS: overGCS, name: "doomed-\(round).txt", rule: rule)
+            defer { setup.stop() }
+            let (proxy, backend, object) = (setup.proxy, setup.backend, setup.reference)
             // A first request through the proxy opens the keep-alive connection the DELETE reuses.
             _ = try finished(await run(backend, JobSpec(kind: .getMetadata, source: object)))
 
@@ -157,11 +147,7 @@ struct LostAnswerDeleteTests {
             #expect(deletes.first?.indexOnConnection ?? 0 >= 2, "the reset hit a reused connection")
             #expect(deletes.last?.indexOnConnection == 1, "sent again on a fresh connection")
             #expect(recorder.checkpoints.isEmpty, "a finished delete leaves nothing to resume: \(recorder.all)")
-            if let setup {
-                #expect(await !setup.exists("doomed-\(round).txt"))
-            } else {
-                #expect(!FileManager.default.fileExists(atPath: nginx!.root + "/doomed-\(round).txt"))
-            }
+            #expect(await !setup.exists())
             return
         }
     }
@@ -187,26 +173,15 @@ struct LostAnswerDeleteTests {
           arguments: [false, true])
     func deletePausedAfterSending(overGCS: Bool) async throws {
         let rule = FaultRule(RequestMatch(method: "DELETE", pathContains: "held.txt"), .stallInResponse(afterBytes: 0, seconds: 20), times: 1)
-        let nginx = overGCS ? nil : try NginxServer.start()
-        defer { nginx?.stop() }
-        let setup = overGCS ? try UploadFaultTests.ProxiedEmulator([rule]) : nil
-        defer { setup?.stop() }
-        let proxy = try setup?.proxy ?? FaultProxy(upstreamPort: nginx!.port, rules: [rule])
-        defer { if setup == nil { proxy.stop() } }
-        let backend: any StorageBackend = setup?.backend ?? HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
-        let object = overGCS ? "gs://\(setup!.server.bucket)/held.txt" : "\(proxy.baseURL)/held.txt"
-        if let setup {
-            _ = try finished(await run(setup.direct, JobSpec(kind: .uploadData, destination: object, data: Data("held".utf8))))
-        } else {
-            try Data("held".utf8).write(to: URL(fileURLWithPath: nginx!.root + "/held.txt"))
-        }
+        let setup = try await ProxiedObject(overGCS: overGCS, name: "held.txt", rule: rule)
+        defer { setup.stop() }
+        let (backend, object) = (setup.backend, setup.reference)
         let spec = JobSpec(kind: .delete, destination: object)
         let control = TransferControl()
         // Pause once the server has carried the DELETE out (its answer is held back by the proxy).
         let pauser = Task {
             for _ in 0..<400 {
-                let gone = if let setup { await !setup.exists("held.txt") } else { !FileManager.default.fileExists(atPath: nginx!.root + "/held.txt") }
-                if gone { control.stop(.pause); return true }
+                if await !setup.exists() { control.stop(.pause); return true }
                 try? await Task.sleep(for: .milliseconds(25))
             }
             return false
@@ -220,5 +195,60 @@ struct LostAnswerDeleteTests {
         #expect(reason == .pause && point == .sentDelete, "\(reason) \(String(describing: point))")
         let resumed = try finished(await run(backend, spec, resume: point))
         #expect(resumed.deleted == object)
+    }
+}
+
+/// One object behind the fault proxy, on nginx (plain HTTP) or the GCS emulator, for the tests that run
+/// the same scenario on both.
+// @unchecked: every property is set once in init; the servers and the proxy are safe to share.
+private final class ProxiedObject: @unchecked Sendable {
+    private let nginx: NginxServer?
+    private let emulator: UploadFaultTests.ProxiedEmulator?
+    let proxy: FaultProxy
+    let backend: any StorageBackend
+    /// The object's reference (`gs://…` or the proxy's URL).
+    let reference: String
+    private let name: String
+
+    /// Starts the server and the proxy with `rule`, and stores `name` there.
+    init(overGCS: Bool, name: String, rule: FaultRule) async throws {
+        self.name = name
+        if overGCS {
+            let setup = try UploadFaultTests.ProxiedEmulator([rule])
+            emulator = setup
+            nginx = nil
+            proxy = setup.proxy
+            backend = setup.backend
+            reference = "gs://\(setup.server.bucket)/\(name)"
+            _ = try finished(await run(setup.direct, JobSpec(kind: .uploadData, destination: reference, data: Data(name.utf8))))
+        } else {
+            let server = try NginxServer.start()
+            nginx = server
+            emulator = nil
+            do {
+                proxy = try FaultProxy(upstreamPort: server.port, rules: [rule])
+            } catch {
+                server.stop()
+                throw error
+            }
+            backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+            reference = "\(proxy.baseURL)/\(name)"
+            try Data(name.utf8).write(to: URL(fileURLWithPath: server.root + "/" + name))
+        }
+    }
+
+    /// Whether the server still holds the object (read directly, not through the proxy).
+    func exists() async -> Bool {
+        if let emulator { return await emulator.exists(name) }
+        return FileManager.default.fileExists(atPath: nginx!.root + "/" + name)
+    }
+
+    func stop() {
+        if let emulator {
+            emulator.stop()
+        } else {
+            proxy.stop()
+            nginx?.stop()
+        }
     }
 }

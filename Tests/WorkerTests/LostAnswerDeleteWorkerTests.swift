@@ -53,35 +53,15 @@ import TestSupport
     @Test func deleteWhoseWorkerDiedSucceedsOnTheNextAttempt() throws {
         let nginx = try startWorkerNginx()
         defer { nginx.stop() }
-        let path = nginx.root + "/crash.txt"
-        try Data("doomed".utf8).write(to: URL(fileURLWithPath: path))
-        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [
-            FaultRule(RequestMatch(method: "DELETE", pathContains: "/crash.txt"), .stallInResponse(afterBytes: 0, seconds: 30), times: 1),
-        ])
-        defer { proxy.stop() }
         let directory = try TemporaryDirectory("crash-delete")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        let id = try #require(try submit("""
-        - {kind: delete, destination: "\(proxy.baseURL)/crash.txt"}
-        """, database: database, directory: directory).first)
-        let first = try JobctlProcess.worker(database: database, ["--lease", "2"], logDirectory: directory.path)
-        let deleted = eventually(seconds: 30) { !FileManager.default.fileExists(atPath: path) }
-        try #require(deleted, "nginx never saw the DELETE: \(first.log)")
-        first.signal(SIGKILL)
-        _ = first.wait(seconds: 5)
+        let id = try deleteKilledAfterItLanded(on: database, in: directory, nginx: nginx, name: "crash.txt") {
+            try EventStore(path: database, readOnly: true).job($0)
+        }
         let store = try EventStore(path: database, readOnly: true)
-        #expect(try store.job(id)?.state == .running, "the attempt's outcome was written before the kill: the test proves nothing")
-
-        let second = try JobctlProcess.worker(database: database, ["--lease", "2", "--drain"], logDirectory: directory.path)
-        #expect(second.wait(seconds: 60) == 0, "\(second.log)")
-        let job = try #require(try store.job(id))
-        #expect(job.state == .succeeded, "\(String(describing: job.error)) \(second.log)")
-        #expect(job.attempts == 2)
         let types = try store.events(jobID: id).map(\.type)
         #expect(types.contains(.leaseExpired), "\(types)")
-        let deletes = proxy.exchanges.filter { $0.request.method == "DELETE" }
-        #expect(deletes.last?.response?.status == 404, "the second attempt asked again and met a 404: \(deletes.map(\.faults))")
         #expect(try store.replay(verify: true).isConsistent)
         // The second attempt's start says where it began, in words and in JSON.
         let history = try jobctl(["history", id.description, "--all"], database: database)
@@ -130,12 +110,6 @@ import TestSupport
     @Test func deleteWhoseWorkerDiedSucceedsOnTheNextAttemptOnPostgreSQL() throws {
         let nginx = try startWorkerNginx()
         defer { nginx.stop() }
-        let path = nginx.root + "/pg-crash.txt"
-        try Data("doomed".utf8).write(to: URL(fileURLWithPath: path))
-        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [
-            FaultRule(RequestMatch(method: "DELETE", pathContains: "/pg-crash.txt"), .stallInResponse(afterBytes: 0, seconds: 30), times: 1),
-        ])
-        defer { proxy.stop() }
         let directory = try TemporaryDirectory("pg-crash-delete")
         defer { directory.remove() }
         let server = try PostgresServer.shared()
@@ -143,22 +117,8 @@ import TestSupport
         let granted = try jobctl(["migrate", "--grant", roles.worker], database: roles.ownerURL)
         try #require(granted.status == 0, "\(granted.stderr)")
         let database = roles.workerURL
-        let id = try #require(try submit("""
-        - {kind: delete, destination: "\(proxy.baseURL)/pg-crash.txt"}
-        """, database: database, directory: directory).first)
-        let first = try JobctlProcess.worker(database: database, ["--lease", "2"], logDirectory: directory.path)
-        try #require(eventually(seconds: 30) { !FileManager.default.fileExists(atPath: path) }, "nginx never saw the DELETE: \(first.log)")
-        first.signal(SIGKILL)
-        _ = first.wait(seconds: 5)
         let store = try PostgresStore(url: database, mode: .readOnly)
-        #expect(try store.job(id)?.state == .running, "the attempt's outcome was written before the kill: the test proves nothing")
-
-        let second = try JobctlProcess.worker(database: database, ["--lease", "2", "--drain"], logDirectory: directory.path)
-        #expect(second.wait(seconds: 60) == 0, "\(second.log)")
-        let job = try #require(try store.job(id))
-        #expect(job.state == .succeeded, "\(String(describing: job.error)) \(second.log)")
-        #expect(job.attempts == 2)
-        #expect(proxy.exchanges.filter { $0.request.method == "DELETE" }.last?.response?.status == 404)
+        _ = try deleteKilledAfterItLanded(on: database, in: directory, nginx: nginx, name: "pg-crash.txt") { try store.job($0) }
         #expect(try jobctl(["replay", "--verify"], database: database).status == 0)
     }
 
@@ -191,5 +151,34 @@ import TestSupport
         let job = try #require(try store.job(id))
         #expect(job.state == .succeeded, "\(String(describing: job.error)) \(worker.log)")
         #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    /// A delete of `name` on `nginx`, through a fault proxy that holds the DELETE's answer back: a worker
+    /// (lease 2 s) is killed with SIGKILL once nginx carried the DELETE out, so the attempt ends without an
+    /// outcome; a second worker drains. Checks that the kill came first and that the job then succeeded
+    /// on its second attempt, the second DELETE meeting a 404. `job` reads the job from the database.
+    private func deleteKilledAfterItLanded(on database: String, in directory: TemporaryDirectory, nginx: NginxServer, name: String,
+                                           job: (String) throws -> JobRecord?) throws -> String {
+        let path = nginx.root + "/" + name
+        try Data("doomed".utf8).write(to: URL(fileURLWithPath: path))
+        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [
+            FaultRule(RequestMatch(method: "DELETE", pathContains: "/" + name), .stallInResponse(afterBytes: 0, seconds: 30), times: 1),
+        ])
+        defer { proxy.stop() }
+        let id = try #require(try submit("- {kind: delete, destination: \"\(proxy.baseURL)/\(name)\"}\n", database: database, directory: directory).first)
+        let first = try JobctlProcess.worker(database: database, ["--lease", "2"], logDirectory: directory.path)
+        try #require(eventually(seconds: 30) { !FileManager.default.fileExists(atPath: path) }, "nginx never saw the DELETE: \(first.log)")
+        first.signal(SIGKILL)
+        _ = first.wait(seconds: 5)
+        #expect(try job(id)?.state == .running, "the attempt's outcome was written before the kill: the test proves nothing")
+
+        let second = try JobctlProcess.worker(database: database, ["--lease", "2", "--drain"], logDirectory: directory.path)
+        #expect(second.wait(seconds: 60) == 0, "\(second.log)")
+        let finished = try #require(try job(id))
+        #expect(finished.state == .succeeded, "\(String(describing: finished.error)) \(second.log)")
+        #expect(finished.attempts == 2)
+        let deletes = proxy.exchanges.filter { $0.request.method == "DELETE" }
+        #expect(deletes.last?.response?.status == 404, "the second attempt asked again and met a 404: \(deletes.map(\.faults))")
+        return id
     }
 }
