@@ -1,7 +1,6 @@
 import Checksums
 import Foundation
 import JobModel
-import Synchronization
 
 /// Runs the five job kinds against the GCS JSON API (what Firebase buckets are), or an emulator of it.
 ///
