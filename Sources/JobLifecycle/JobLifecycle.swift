@@ -398,10 +398,18 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
                 "attempt \(job.attempts) of \(job.maxAttempts) ended when its worker (\(holder)) died or lost its lease; "
                     + "no attempts are left: check the workers' logs, then `jobctl retry \(job.id)`")
             // The dead attempt may have done the work: a `retry` must not fail on it (`ResumePoint.unanswered`).
-            let progress = job.resumePoint == nil && job.mayMeetItsOwnWork ? TransferProgress(resumePoint: .unanswered) : .none
-            return DecidedEvent(.failed(progress, error: error, reason: "lease expired\(when)"))
+            return DecidedEvent(.failed(Self.rescued(job), error: error, reason: "lease expired\(when)"))
         }
-        return DecidedEvent(.leaseExpired(reason: "lease held by \(holder) expired\(when)"))
+        return DecidedEvent(.leaseExpired(Self.rescued(job), reason: "lease held by \(holder) expired\(when)"))
+    }
+
+    /// Where the attempt after a dead one starts, as the rescue records it: `ResumePoint.unanswered` for a
+    /// job whose dead attempt may have done its work unreported (`JobRecord.mayMeetItsOwnWork`) and left no
+    /// resume point saying more — whatever an earlier attempt's answered failure left in `error`, which
+    /// the claim's own guess (`JobRecord.resumePointForAttempt`, for logs written before the rescue said
+    /// so) cannot see past. Nothing for any other job.
+    private static func rescued(_ job: JobRecord) -> TransferProgress {
+        job.resumePoint == nil && job.mayMeetItsOwnWork ? TransferProgress(resumePoint: .unanswered) : .none
     }
 
     // MARK: - Settlement

@@ -119,9 +119,10 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
         get { storage.fields.resumePoint }
         set { storage.fields.resumePoint = newValue }
     }
-    /// Where a claimed attempt starts: `resumePoint`, or `ResumePoint.unanswered` for a delete, or an
-    /// `if_exists: fail` upload or download-file, whose earlier attempts all ended without a word — no
-    /// resume point and no error recorded, so each one's worker died (its lease ran out). What such an
+    /// Where a claimed attempt starts: `resumePoint` (since this release the rescue of a dead attempt
+    /// records `ResumePoint.unanswered` there itself), or, for logs written before, `unanswered` for a
+    /// delete, or an `if_exists: fail` upload or download-file, whose earlier attempts all ended without a
+    /// word — no resume point and no error recorded, so each one's worker died (its lease ran out). What such an
     /// attempt sent may have been carried out before the crash: the delete then takes a missing object
     /// as done, the upload an object holding exactly the source's bytes as its own (the download a
     /// destination file holding the object's), instead of failing the job on its own work. (A worker
@@ -325,11 +326,12 @@ extension JobRecord {
             error = failure
             clearLease()
             keep(progress)
-        case .leaseExpired:
+        case .leaseExpired(let progress, _):
             // A crash (lease expired) keeps the attempt's charge.
             state = .queued
             runAfterMs = event.atMs
             clearLease()
+            keep(progress)
         case .released(let progress, _):
             // A graceful release gives its charge back.
             if wasRunning { attempts = max(0, attempts - 1) }

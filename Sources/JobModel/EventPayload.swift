@@ -57,7 +57,9 @@ public indirect enum EventPayload: Sendable, Equatable, Hashable {
     /// The attempt failed with a retryable error; the job runs again at `retryAtMs`.
     case attemptFailed(TransferProgress, error: StorageError, retryAtMs: Int64)
     /// The lease ran out without a heartbeat (the worker died or stalled); another worker rescued the job.
-    case leaseExpired(reason: String?)
+    /// The progress is the rescue's word on where the next attempt starts: `ResumePoint.unanswered` for a
+    /// job whose dead attempt may have done its work unreported (none in logs of earlier releases).
+    case leaseExpired(TransferProgress, reason: String?)
     /// The worker gave the job back without failure (shutdown), at its resume point.
     case released(TransferProgress, reason: String?)
     /// The job is done.
@@ -145,7 +147,7 @@ extension EventPayload {
         case .cancelled: self = .cancelled(progress, error: wire.error, reason: wire.reason)
         case .attemptFailed:
             self = .attemptFailed(progress, error: try need(wire.error, "error"), retryAtMs: try need(wire.retryAtMs, "retryAtMs"))
-        case .leaseExpired: self = .leaseExpired(reason: wire.reason)
+        case .leaseExpired: self = .leaseExpired(progress, reason: wire.reason)
         case .released: self = .released(progress, reason: wire.reason)
         case .succeeded: self = .succeeded(progress, result: try need(wire.result, "result"))
         case .failed: self = .failed(progress, error: try need(wire.error, "error"), reason: wire.reason)
@@ -172,10 +174,9 @@ extension EventPayload {
             wire.attempt = attempt
         case .started(let progress), .progress(let progress):
             put(progress)
-        case .pauseRequested(let reason), .resumeRequested(let reason), .cancelRequested(let reason),
-             .leaseExpired(let reason), .retried(let reason):
+        case .pauseRequested(let reason), .resumeRequested(let reason), .cancelRequested(let reason), .retried(let reason):
             wire.reason = reason
-        case .paused(let progress, let reason), .released(let progress, let reason):
+        case .paused(let progress, let reason), .released(let progress, let reason), .leaseExpired(let progress, let reason):
             put(progress)
             wire.reason = reason
         case .cancelled(let progress, let error, let reason):
@@ -208,9 +209,9 @@ extension EventPayload {
         switch self {
         case .started(let progress), .progress(let progress), .paused(let progress, _), .cancelled(let progress, _, _),
              .attemptFailed(let progress, _, _), .released(let progress, _), .succeeded(let progress, _),
-             .failed(let progress, _, _):
+             .failed(let progress, _, _), .leaseExpired(let progress, _):
             progress
-        case .submitted, .claimed, .pauseRequested, .resumeRequested, .cancelRequested, .leaseExpired, .retried, .archived:
+        case .submitted, .claimed, .pauseRequested, .resumeRequested, .cancelRequested, .retried, .archived:
             nil
         }
     }
@@ -248,7 +249,7 @@ extension EventPayload {
     public var reason: String? {
         switch self {
         case .pauseRequested(let reason), .resumeRequested(let reason), .cancelRequested(let reason),
-             .leaseExpired(let reason), .retried(let reason), .paused(_, let reason), .released(_, let reason),
+             .leaseExpired(_, let reason), .retried(let reason), .paused(_, let reason), .released(_, let reason),
              .cancelled(_, _, let reason), .failed(_, _, let reason):
             reason
         case .submitted, .claimed, .started, .progress, .attemptFailed, .succeeded, .archived:

@@ -189,10 +189,11 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// have carried it out. A later attempt that finds the object gone takes the delete as done instead
     /// of failing on its own work; without this point a missing object stays an error.
     case sentDelete
-    /// The attempts before this one all ended without a word — no outcome, no resume point, no error:
-    /// their workers died and their leases ran out — so what they sent may have been carried out. Made
-    /// when a delete or an `if_exists: fail` upload is claimed (`JobRecord.resumePointForAttempt`), whose
-    /// retry would otherwise fail on an earlier attempt's own work: a delete then takes a missing object
+    /// An earlier attempt ended without a word — its worker died and its lease ran out — so what it sent
+    /// may have been carried out. Recorded by the rescue's `lease_expired` (or the `failed` of a last
+    /// attempt) for a delete or an `if_exists: fail` transfer with no resume point saying more, and made
+    /// at the claim for logs written before the rescue said so (`JobRecord.resumePointForAttempt`): a
+    /// retry would otherwise fail on an earlier attempt's own work. A delete then takes a missing object
     /// as done, an upload takes an object holding exactly the source's bytes as its own.
     case unanswered
 

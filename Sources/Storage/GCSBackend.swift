@@ -67,7 +67,7 @@ public struct GCSBackend: StorageBackend {
                 throw StorageError.destinationExists(reference.description, httpStatus: 412)
             }
         case .downloadFile(let reference, let destination):
-            let rule = OverwriteRule(spec, resumingFrom: resumePoint)
+            let rule = OverwriteRule(spec, resumingFrom: resumePoint, downloadingTo: destination)
             let resumePoint = resumePoint == .unanswered ? nil : resumePoint
             if let settled = try rule.beforeDownload(to: destination) { return settled }
             return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, rule: rule,

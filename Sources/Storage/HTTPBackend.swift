@@ -83,7 +83,7 @@ public struct HTTPBackend: StorageBackend {
             return try await upload(source, to: reference, contentType: contentType, md5: spec.wantsMD5, replacing: rule.replaces,
                                     control: control, report: report)
         case .downloadFile(let reference, let destination):
-            let rule = OverwriteRule(spec, resumingFrom: resumePoint)
+            let rule = OverwriteRule(spec, resumingFrom: resumePoint, downloadingTo: destination)
             let resumePoint = resumePoint == .unanswered ? nil : resumePoint
             if let settled = try rule.beforeDownload(to: destination) { return settled }
             if (rule.mode == .skipIdentical || rule.acceptsIdentical) && PartialFile.destinationExists(destination) {
@@ -138,6 +138,10 @@ public struct HTTPBackend: StorageBackend {
     /// `Content-Length` that both match it. Without a CRC32C (nginx, most static servers) there is nothing
     /// to compare — an ETag is not a hash — so the file is downloaded again (nil); so it is when the HEAD
     /// fails (the GET then reports why).
+    ///
+    /// Under `fail` where an earlier attempt may have written the destination (`acceptsIdentical`), a
+    /// missing CRC32C is made by reading the file back (a GET of the same length as the local file,
+    /// hashed as it streams, nothing kept): the alternative is a job failing for good on its own download.
     private func identicalDownload(_ reference: StorageReference, to destination: String, rule: OverwriteRule,
                                    control: TransferControl) async throws(StorageError) -> StopOr<TransferOutcome?> {
         let url = reference.description
@@ -152,7 +156,17 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         guard response.status == 200, let size = response.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
-        let crc32c = servedDigests(response.headers, status: 200).first { $0.algorithm == .crc32c }?.value
+        var crc32c = servedDigests(response.headers, status: 200).first { $0.algorithm == .crc32c }?.value
+        if crc32c == nil, rule.acceptsIdentical, PartialFile.destinationStatus(destination)?.size == size {
+            let sink = HashingSink(limit: size)
+            do throws(TransferFailure) {
+                let read = try await engine.perform(HTTPRequest(method: "GET", url: url, followRedirects: true), sink: sink, control: control,
+                                                    options: configuration.curlOptions)
+                if read.status == 200, sink.count == size { crc32c = sink.crc32c }
+            } catch {
+                if case .stopped(let reason) = error { return .stopped(reason) }
+            }
+        }
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: size, crc32c: crc32c,
                                    generation: response.headers["etag"], updated: response.headers["last-modified"])
         return .value(try await rule.skipsDownloadOffPool(of: object, crc32c: crc32c, to: destination))

@@ -89,8 +89,10 @@ final class LocalTransfer {
         }
 
         let location = try backend.locate(reference, creating: true)
-        let rule = OverwriteRule(spec, resumingFrom: resumePoint)
-        if rule.mode != .overwrite, let existing = location.directory.entry(location.name), existing.isRegular {
+        let existing = (spec.ifExists ?? .overwrite) == .overwrite ? nil : location.directory.entry(location.name).flatMap { $0.isRegular ? $0 : nil }
+        // An existing object that is the session file an earlier attempt linked into place is the job's own.
+        let rule = OverwriteRule(spec, resumingFrom: resumePoint, existing: existing?.identity)
+        if let existing {
             var object = try backend.readMetadata(location, status: existing)
             object.size = existing.size
             let spec = self.spec
@@ -385,7 +387,7 @@ final class LocalTransfer {
         guard let destination = spec.destination else {
             throw StorageError(.invalidArgument, "download-file needs a destination path")
         }
-        let rule = OverwriteRule(spec, resumingFrom: resumePoint)
+        let rule = OverwriteRule(spec, resumingFrom: resumePoint, downloadingTo: destination)
         if let settled = try rule.beforeDownload(to: destination) { return settled }
         let (file, object, _) = try openObject()
         // `skip-identical`: the sidecar records every object's CRC32C.

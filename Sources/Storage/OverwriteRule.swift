@@ -6,14 +6,55 @@ import JobModel
 /// `If-None-Match: *` over HTTP), which is what makes the rule hold against a concurrent writer.
 struct OverwriteRule {
     let mode: IfExists
-    /// `fail` after attempts that ended without a word (`ResumePoint.unanswered`): one of them may have
-    /// stored the object, so an object holding exactly the source's bytes (size and CRC32C) is taken as
-    /// the job's own instead of refused; anything else is refused as always.
+    /// `fail` where an earlier attempt may have stored the object and died before saying so: after
+    /// attempts that ended without a word (`ResumePoint.unanswered`), or when what is at the destination
+    /// is the very file an earlier attempt of this job was writing (`earlierFile`). An object holding
+    /// exactly the source's bytes (size and CRC32C) is then taken as the job's own instead of refused;
+    /// anything else is refused as always.
     let acceptsIdentical: Bool
+    /// The name an earlier attempt wrote the destination's file under (a download's temporary file, a
+    /// `file://` upload's session), when the destination is that file: once the job takes it as its
+    /// own, that second link to it goes (`dropEarlierLink`).
+    private let earlierLink: (path: String, identity: FileIdentity)?
 
-    init(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint? = nil) {
+    /// The rule for `spec` on an attempt starting at `resumePoint`. `existing` is the identity of the
+    /// regular file at a local destination (a download's, a `file://` object's), when there is one.
+    init(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint? = nil, existing: FileIdentity? = nil) {
         mode = spec.ifExists ?? .overwrite
-        acceptsIdentical = mode == .fail && resumePoint == .unanswered
+        let earlier = mode == .fail ? Self.fileWritten(by: resumePoint) : nil
+        earlierLink = earlier.flatMap { existing != nil && $0.identity == existing ? $0 : nil }
+        acceptsIdentical = mode == .fail && (resumePoint == .unanswered || earlierLink != nil)
+    }
+
+    /// download-file: the rule for `spec` downloading to the local path `destination`, whose file is
+    /// looked at (without following a link) only where it can matter: `fail` with a resume point that
+    /// names a file.
+    init(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, downloadingTo destination: String) {
+        let looks = (spec.ifExists ?? .overwrite) == .fail && Self.fileWritten(by: resumePoint) != nil
+        self.init(spec, resumingFrom: resumePoint, existing: looks ? PartialFile.destinationFile(destination) : nil)
+    }
+
+    /// The file an attempt that stopped at `resumePoint` was writing, where and what it was: a download's
+    /// temporary file, a sliced download's, a `file://` upload's session file. Such an attempt that died
+    /// after linking that file into place (`if_exists: fail` links, then removes the temporary name, then
+    /// reports) leaves the destination being that very inode.
+    static func fileWritten(by resumePoint: ResumePoint?) -> (path: String, identity: FileIdentity)? {
+        switch resumePoint {
+        case .download(_, _, _, let temp?, let file?)?: (temp, file)
+        case .slicedDownload(_, _, let temp, let file)?: (temp, file)
+        case .upload(let uri, _, _)?:
+            LocalUploadSession(uri: uri).flatMap { session in session.identity.map { (session.path, $0) } }
+        default: nil
+        }
+    }
+
+    /// Removes the earlier attempt's name for the destination's file (see `earlierLink`) if it is still
+    /// that file and not its only name. Harmless when it is gone.
+    func dropEarlierLink() {
+        guard let earlierLink, let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: earlierLink.path), create: false),
+              let entry = directory.entry(LocalFiles.lastComponent(earlierLink.path)),
+              entry.identity == earlierLink.identity, entry.links > 1 else { return }
+        _ = directory.remove(LocalFiles.lastComponent(earlierLink.path), ifStill: earlierLink.identity)
     }
 
     /// Whether the final write may replace what is at the destination.
@@ -49,6 +90,7 @@ struct OverwriteRule {
             if let refusal { throw refusal }
             return nil
         }
+        if acceptsIdentical { dropEarlierLink() }
         return .finished(JobResult(object: object, path: path, size: ours.size, crc32c: ours.crc32c, verified: [.crc32c],
                                    skipped: acceptsIdentical ? nil : true))
     }
@@ -129,6 +171,7 @@ struct OverwriteRule {
     /// not a skip.
     func settledUpload(_ existing: StorageObject) -> TransferOutcome {
         guard mode == .fail else { return Self.skippedUpload(existing) }
+        dropEarlierLink()
         return .finished(JobResult(object: existing, size: existing.size, crc32c: existing.crc32c, verified: [.crc32c]))
     }
 }

@@ -54,6 +54,20 @@ public final class PartialFile {
         return directory.entry(LocalFiles.lastComponent(absolute)) != nil
     }
 
+    /// The identity of the regular file at `destination`, looked up relative to its folder without
+    /// following links; nil when there is none (or something else is there).
+    static func destinationFile(_ destination: String) -> FileIdentity? {
+        destinationStatus(destination)?.identity
+    }
+
+    /// The status of the regular file at `destination` (see `destinationFile`).
+    static func destinationStatus(_ destination: String) -> FileStatus? {
+        let absolute = LocalFiles.absolute(destination)
+        guard let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: false),
+              let entry = directory.entry(LocalFiles.lastComponent(absolute)), entry.isRegular else { return nil }
+        return entry
+    }
+
     /// The temporary file's name for a destination file named `name`.
     public static func tempName(for name: String, jobID: String?) -> String {
         jobID.map { ".\(name).\($0).jobctl-partial" } ?? ".\(name).jobctl-partial"

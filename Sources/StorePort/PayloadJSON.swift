@@ -33,8 +33,11 @@ public enum PayloadJSON {
                 guard progress.resumePoint == nil else { return false }
                 return json.integer("attempt", progress.attempt) && json.integer("bytesDone", progress.bytesDone)
                     && json.integer("bytesTotal", progress.bytesTotal) && json.integer("v", version)
-            case .pauseRequested(let reason), .resumeRequested(let reason), .cancelRequested(let reason),
-                 .leaseExpired(let reason), .retried(let reason):
+            case .pauseRequested(let reason), .resumeRequested(let reason), .cancelRequested(let reason), .retried(let reason):
+                return json.string("reason", reason) && json.integer("v", version)
+            case .leaseExpired(let progress, let reason):
+                // With a word on the next attempt (`unanswered`), the coder writes it.
+                guard progress == .none else { return false }
                 return json.string("reason", reason) && json.integer("v", version)
             case .succeeded(let progress, let result):
                 guard progress.resumePoint == nil else { return false }

@@ -100,7 +100,7 @@ struct SQLiteLeaseInRowTests {
         #expect(try store.rescueExpired(now: 2_000, actor: "w2") == [lapsed.record.id])
         let requeued = try #require(try lease(store, lapsed.record.id))
         #expect(requeued.state == "queued" && requeued.owner == nil && requeued.token == nil && requeued.expiresAtMs == nil)
-        guard case .leaseExpired(let reason)? = try store.events(jobID: lapsed.record.id).last?.payload else {
+        guard case .leaseExpired(_, let reason)? = try store.events(jobID: lapsed.record.id).last?.payload else {
             Issue.record("no lease_expired event")
             return
         }

@@ -16,6 +16,7 @@ struct PayloadJSONTests {
         TransferProgress(attempt: 1, bytesDone: 5, bytesTotal: 9,
                          resumePoint: .download(bytesWritten: 5, generation: "7", etag: nil, tempPath: "/t/x.part")),
         TransferProgress(resumePoint: .upload(sessionURI: "http://127.0.0.1/s?id=1", confirmedOffset: 262_144, total: nil)),
+        TransferProgress(resumePoint: .unanswered), TransferProgress(resumePoint: .sentDelete),
     ]
 
     /// `succeeded` results: every field set and unset, text with and without escapes, custom metadata,
@@ -58,7 +59,7 @@ struct PayloadJSONTests {
             payloads.append(.claimed(leaseOwner: text, leaseExpiresAtMs: 1_700_000_030_000, attempt: 1))
             for reason in [text, nil] as [String?] {
                 payloads += [.pauseRequested(reason: reason), .resumeRequested(reason: reason), .cancelRequested(reason: reason),
-                             .leaseExpired(reason: reason), .retried(reason: reason), .released(.none, reason: reason),
+                             .leaseExpired(.none, reason: reason), .retried(reason: reason), .released(.none, reason: reason),
                              .paused(.none, reason: reason), .cancelled(.none, error: nil, reason: reason),
                              .failed(.none, error: error, reason: reason)]
             }
@@ -67,7 +68,7 @@ struct PayloadJSONTests {
         for progress in progresses {
             payloads += [.started(progress), .progress(progress), .paused(progress, reason: "r"), .released(progress, reason: nil),
                          .cancelled(progress, error: error, reason: nil), .attemptFailed(progress, error: error, retryAtMs: 9),
-                         .failed(progress, error: error, reason: nil),
+                         .failed(progress, error: error, reason: nil), .leaseExpired(progress, reason: "lease held by w expired"),
                          .succeeded(progress, result: JobResult(size: 64, crc32c: "AAAAAA==", blob: String(repeating: "ab", count: 32)))]
         }
         for result in results {

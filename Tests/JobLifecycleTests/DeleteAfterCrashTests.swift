@@ -26,7 +26,7 @@ struct DeleteAfterCrashTests {
     private func claim(_ attempt: Int) -> (EventPayload, Int64?) {
         (.claimed(leaseOwner: "w\(attempt)", leaseExpiresAtMs: 1_000_000, attempt: attempt), Int64(attempt))
     }
-    private let crash: (EventPayload, Int64?) = (.leaseExpired(reason: "lease held by w expired"), nil)
+    private let crash: (EventPayload, Int64?) = (.leaseExpired(.none, reason: "lease held by w expired"), nil)
     private let busy = StorageError(.unknown, "the server is busy (503)", httpStatus: 503, retryable: true)
 
     @Test("first attempt: the log's resume point (none)")
@@ -63,6 +63,47 @@ struct DeleteAfterCrashTests {
     func afterRetry() throws {
         let failed: (EventPayload, Int64?) = (.failed(TransferProgress(attempt: 2), error: busy, reason: nil), 2)
         #expect(try record(.delete, [claim(1), crash, claim(2), failed, (.retried(reason: "again"), nil), claim(1)]).resumePointForAttempt == nil)
+    }
+
+    /// The events a rescue decides for the job `payloads` leave running (a lease of `holder`).
+    private func rescue(_ spec: JobSpec, _ payloads: [(EventPayload, Int64?)]) throws -> (decided: EventPayload, events: [JobEvent]) {
+        var events = [event(1, .submitted(spec: spec))]
+        for (payload, token) in payloads { events.append(event(events.count + 1, payload, token: token)) }
+        let decided = try #require(try JobLifecycle(folding: events).decide(.expireLease(holder: "w", expiredAtMs: nil), now: 1_000).get().first)
+        return (decided.payload, events)
+    }
+
+    @Test("a rescue records unanswered for these kinds, even after an answered failure the record still shows")
+    func rescueSaysUnanswered() throws {
+        let delete = JobSpec(kind: .delete, destination: "gs://b/x.txt")
+        let failed: (EventPayload, Int64?) = (.attemptFailed(TransferProgress(attempt: 1), error: busy, retryAtMs: 0), 1)
+        // Attempt 1 answered 503; attempt 2 died after sending its DELETE: attempt 3 must take a 404 as done.
+        var (expired, events) = try rescue(delete, [claim(1), failed, claim(2)])
+        #expect(expired == .leaseExpired(TransferProgress(resumePoint: .unanswered), reason: "lease held by w expired"))
+        events.append(event(events.count + 1, expired))
+        events.append(event(events.count + 1, claim(3).0, token: 3))
+        let third = try #require(JobRecord.folding(events))
+        #expect(third.error?.code == .unknown, "the answered failure is still the record's last error")
+        #expect(third.resumePointForAttempt == .unanswered)
+        // The same without the rescue's word (a log of an earlier release): the error hides the death.
+        var legacy = Array(events.dropLast(2))
+        legacy.append(event(legacy.count + 1, crash.0))
+        legacy.append(event(legacy.count + 1, claim(3).0, token: 3))
+        #expect(try #require(JobRecord.folding(legacy)).resumePointForAttempt == nil)
+
+        // Kinds that cannot meet their own work, and points that say more, get no word.
+        let plain = JobSpec(kind: .uploadData, destination: "gs://b/x.txt", data: .init("x".utf8))
+        #expect(try rescue(plain, [claim(1)]).decided == .leaseExpired(.none, reason: "lease held by w expired"))
+        let sent: (EventPayload, Int64?) = (.attemptFailed(TransferProgress(attempt: 1, resumePoint: .sentDelete), error: busy, retryAtMs: 0), 1)
+        #expect(try rescue(delete, [claim(1), sent, claim(2)]).decided.progress == TransferProgress.none)
+        let download = JobSpec(kind: .downloadFile, source: "gs://b/x.txt", destination: "/tmp/x.txt", ifExists: .fail)
+        let point = ResumePoint.download(bytesWritten: 8, generation: "1", etag: nil, tempPath: "/tmp/.x.txt.01DEL.jobctl-partial",
+                                         file: FileIdentity(device: 1, inode: 2))
+        let checkpoint: (EventPayload, Int64?) = (.progress(TransferProgress(attempt: 1, bytesDone: 8, resumePoint: point)), 1)
+        (expired, events) = try rescue(download, [claim(1), checkpoint])
+        #expect(expired.progress == TransferProgress.none, "a download's resume point stays (its file is how the next attempt knows its own)")
+        events.append(event(events.count + 1, expired))
+        #expect(try #require(JobRecord.folding(events)).resumePoint == point)
     }
 
     @Test("a last attempt that died fails the job carrying unanswered (for these kinds), so `retry` keeps it")

@@ -99,7 +99,7 @@ enum Command: String, CaseIterable, Sendable {
         case .reportResumeRequested: .report(.resumeRequested(reason: nil))
         case .reportCancelRequested: .report(.cancelRequested(reason: nil))
         case .reportRetried: .report(.retried(reason: nil))
-        case .reportLeaseExpired: .report(.leaseExpired(reason: "lease expired"))
+        case .reportLeaseExpired: .report(.leaseExpired(.none, reason: "lease expired"))
         case .reportClaimed: .report(.claimed(leaseOwner: "w", leaseExpiresAtMs: 1, attempt: 1))
         }
     }
@@ -247,7 +247,7 @@ struct JobLifecycleTests {
     @Test("a rescue names the holder and the expiry; on the last attempt it fails with retryLimitExceeded")
     func rescueWording() throws {
         let expired = try LifeState.running.make().decide(.expireLease(holder: "w", expiredAtMs: 9_000), now: now).get()
-        #expect(expired.first?.payload == .leaseExpired(reason: "lease held by w expired at 9000"))
+        #expect(expired.first?.payload == .leaseExpired(.none, reason: "lease held by w expired at 9000"))
         let failed = try LifeState.lastAttempt.make().decide(.expireLease(holder: "w", expiredAtMs: nil), now: now).get()
         #expect(failed.first?.payload.error?.code == .retryLimitExceeded)
         #expect(failed.first?.payload.reason == "lease expired")
@@ -298,7 +298,7 @@ struct EventPayloadTests {
         .started(halfway), .progress(halfway),
         .pauseRequested(reason: "r"), .paused(halfway, reason: "r"), .resumeRequested(reason: "r"),
         .cancelRequested(reason: "r"), .cancelled(halfway, error: stopped, reason: "r"),
-        .attemptFailed(halfway, error: busy, retryAtMs: 9), .leaseExpired(reason: "r"),
+        .attemptFailed(halfway, error: busy, retryAtMs: 9), .leaseExpired(.none, reason: "r"),
         .released(halfway, reason: "r"), .succeeded(halfway, result: JobResult(size: 3)),
         .failed(halfway, error: missing, reason: "r"), .retried(reason: "r"),
         .archived(ArchiveRecord(file: "a.ndjson.gz", sha256: "ab", beforeMs: 1, jobs: 2, events: 3, blobs: 1, blobsRemoved: 1,

@@ -126,19 +126,22 @@ struct UnansweredDownloadTests {
         try await check(backend, object: "file://b/d.bin", in: directory)
     }
 
-    @Test("HTTP without a served CRC32C: nothing to compare with, so the file is refused as always")
+    @Test("HTTP without a served CRC32C (nginx): the object is read back to compare")
     func httpWithoutHash() async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
         try payload.write(to: URL(fileURLWithPath: server.root + "/d.bin"))
         let directory = try TemporaryDirectory("jobctl-unanswered-download")
         defer { directory.remove() }
-        let mine = directory.file("mine.bin")
-        try payload.write(to: URL(fileURLWithPath: mine))
         let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
-        let refused = try failure(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/d.bin", destination: mine, ifExists: .fail),
-                                            resume: .unanswered))
+        try await check(backend, object: "\(server.baseURL)/d.bin", in: directory)
+        // Other bytes of the very same size: read back, compared, refused.
+        let same = directory.file("same-size.bin")
+        let sameSize = patternData(payload.count, seed: 45)
+        try sameSize.write(to: URL(fileURLWithPath: same))
+        let refused = try failure(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/d.bin", destination: same,
+                                                             ifExists: .fail), resume: .unanswered))
         #expect(refused.code == .invalidArgument && refused.message.contains("if_exists: fail"), "\(refused)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: mine)) == payload)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: same)) == sameSize, "kept")
     }
 }

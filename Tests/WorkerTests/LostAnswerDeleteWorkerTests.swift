@@ -70,6 +70,26 @@ import TestSupport
         #expect(json.stdout.contains("\"unanswered\""), "\(json.stdout)\(json.stderr)")
     }
 
+    /// An attempt answered with a failure (503, retried), then one killed after nginx carried its DELETE
+    /// out: the rescue records `unanswered` though the job's record still shows the 503, so the third
+    /// attempt takes the 404 as done. (Without the rescue's word the kept error hid the death.)
+    @Test func deleteWhoseWorkerDiedAfterAnAnsweredFailureSucceeds() throws {
+        let nginx = try startWorkerNginx()
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("crash-after-503")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let id = try deleteKilledAfterItLanded(on: database, in: directory, nginx: nginx, name: "after-503.txt", answeredFirst: true) {
+            try EventStore(path: database, readOnly: true).job($0)
+        }
+        let store = try EventStore(path: database, readOnly: true)
+        let events = try store.events(jobID: id)
+        #expect(events.map(\.type).contains(.attemptFailed), "\(events.map(\.type))")
+        let expired = try #require(events.first { $0.type == .leaseExpired })
+        #expect(expired.data.resumePoint == .unanswered, "the rescue says the dead attempt may have done its work")
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
     /// The same for an `if_exists: fail` upload whose attempt died before it could say anything — not even
     /// that its bytes went out (a small upload's `sent_upload` may not reach the log first). A worker that
     /// claimed the job and died is played by a claim with a 1 ms lease, its PUT by the file nginx holds; the
@@ -157,16 +177,28 @@ import TestSupport
     /// (lease 2 s) is killed with SIGKILL once nginx carried the DELETE out, so the attempt ends without an
     /// outcome; a second worker drains. Checks that the kill came first and that the job then succeeded
     /// on its second attempt, the second DELETE meeting a 404. `job` reads the job from the database.
+    ///
+    /// With `answeredFirst` the first DELETE is answered 503 (an attempt that failed with an answer, its
+    /// error kept in the job's record) and the kill hits the second attempt; the third then succeeds.
     private func deleteKilledAfterItLanded(on database: String, in directory: TemporaryDirectory, nginx: NginxServer, name: String,
-                                           job: (String) throws -> JobRecord?) throws -> String {
+                                           answeredFirst: Bool = false, job: (String) throws -> JobRecord?) throws -> String {
         let path = nginx.root + "/" + name
         try Data("doomed".utf8).write(to: URL(fileURLWithPath: path))
-        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [
-            FaultRule(RequestMatch(method: "DELETE", pathContains: "/" + name), .stallInResponse(afterBytes: 0, seconds: 30), times: 1),
-        ])
+        // Every rule matching a request fires on it: the stall is added once the 503 was answered (the
+        // retry waits the 2 s its Retry-After asks for).
+        let busy = FaultRule(RequestMatch(method: "DELETE", pathContains: "/" + name),
+                             .respond(ProxyMessage(startLine: "HTTP/1.1 503 Service Unavailable",
+                                                   headers: [ProxyHeader("Content-Length", "0"), ProxyHeader("Retry-After", "2")])),
+                             times: 1)
+        let stall = FaultRule(RequestMatch(method: "DELETE", pathContains: "/" + name), .stallInResponse(afterBytes: 0, seconds: 30), times: 1)
+        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [answeredFirst ? busy : stall])
         defer { proxy.stop() }
         let id = try #require(try submit("- {kind: delete, destination: \"\(proxy.baseURL)/\(name)\"}\n", database: database, directory: directory).first)
         let first = try JobctlProcess.worker(database: database, ["--lease", "2"], logDirectory: directory.path)
+        if answeredFirst {
+            try #require(eventually(seconds: 30) { proxy.exchanges.contains { $0.response?.status == 503 } }, "no 503: \(first.log)")
+            proxy.add(stall)
+        }
         try #require(eventually(seconds: 30) { !FileManager.default.fileExists(atPath: path) }, "nginx never saw the DELETE: \(first.log)")
         first.signal(SIGKILL)
         _ = first.wait(seconds: 5)
@@ -176,7 +208,8 @@ import TestSupport
         #expect(second.wait(seconds: 60) == 0, "\(second.log)")
         let finished = try #require(try job(id))
         #expect(finished.state == .succeeded, "\(String(describing: finished.error)) \(second.log)")
-        #expect(finished.attempts == 2)
+        #expect(finished.attempts == (answeredFirst ? 3 : 2))
+        if answeredFirst { #expect(proxy.firedCounts == [1, 1], "the first DELETE was answered 503, the second stalled") }
         let deletes = proxy.exchanges.filter { $0.request.method == "DELETE" }
         #expect(deletes.last?.response?.status == 404, "the second attempt asked again and met a 404: \(deletes.map(\.faults))")
         return id

@@ -1,0 +1,152 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// An `if_exists: fail` transfer whose attempt finished the destination's file — linked it into place —
+/// and died before reporting, while the log holds an earlier checkpoint of that same file: the next
+/// attempt starts from the checkpoint and finds the destination taken by the very inode the checkpoint
+/// names. It takes that file as the job's own (compared by CRC32C) instead of failing the job for good on
+/// its own work, and removes the second name a death between the link and the unlink left; a file
+/// with the same bytes that is not that inode is refused, as always.
+///
+/// The dead attempt is played by a run that finishes and whose outcome is dropped: the files it leaves
+/// are those of a worker killed after the link, and the resume point the next attempt gets is the log's.
+@Suite("if_exists: fail after an attempt that linked its file and died", .onTestThreads)
+struct DiedAfterLinkTests {
+    private let payload = patternData(3_000_000, seed: 61)
+    private let jobID = "01DIEDAFTERLINK"
+
+    /// Attempt 1 paused part-way: the checkpoint the log holds.
+    private func checkpoint(_ backend: any StorageBackend, _ spec: JobSpec) async throws -> ResumePoint {
+        let control = TransferControl(jobID: jobID)
+        let recorder = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
+        }
+        let outcome = try await run(backend, spec, control: control, recorder: recorder).get()
+        guard case .stopped(.pause, let point?) = outcome else { throw TestServerError("expected a paused transfer, got \(outcome)") }
+        return point
+    }
+
+    /// The three cases for a download of `object` (holding `payload`) into `directory`.
+    private func checkDownload(_ backend: any StorageBackend, object: String, in directory: TemporaryDirectory) async throws {
+        let destination = directory.file("got.bin")
+        let spec = JobSpec(kind: .downloadFile, source: object, destination: destination, ifExists: .fail)
+        let point = try await checkpoint(backend, spec)
+        guard case .download(_, _, _, let temp?, let file?) = point else { throw TestServerError("expected a download checkpoint, got \(point)") }
+        #expect(OverwriteRule.fileWritten(by: point)?.identity == file)
+
+        // Attempt 2 finishes from the checkpoint; its worker dies before the report, and a death between
+        // the link and the unlink leaves the temporary name as a second link to the destination.
+        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(PartialFile.destinationFile(destination) == file, "the destination is the checkpoint's file")
+        #expect(link(destination, temp) == 0)
+
+        // Attempt 3 starts from the log's checkpoint.
+        let refusedOtherwise = try failure(await run(backend, JobSpec(kind: .downloadFile, source: object, destination: destination, ifExists: .fail)))
+        #expect(refusedOtherwise.code == .invalidArgument, "without the checkpoint the destination is someone's: \(refusedOtherwise)")
+        let taken = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(taken.skipped == nil && taken.verified == [.crc32c] && taken.size == Int64(payload.count), "\(taken)")
+        #expect(taken.crc32c == hashes(payload).crc32c)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+        #expect(!FileManager.default.fileExists(atPath: temp), "the second name is gone")
+        #expect(PartialFile.destinationFile(destination) == file)
+
+        // A death after the unlink: the destination alone. Taken the same way.
+        let again = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(again.skipped == nil && again.crc32c == hashes(payload).crc32c)
+
+        // The destination changed in place after the death: not the job's bytes, refused and kept.
+        let changed = FileHandle(forUpdatingAtPath: destination)
+        changed?.write(Data("x".utf8))
+        try changed?.close()
+        let changedBytes = try Data(contentsOf: URL(fileURLWithPath: destination))
+        let refusedChanged = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(refusedChanged.code == .invalidArgument && refusedChanged.message.contains("if_exists: fail"), "\(refusedChanged)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == changedBytes)
+
+        // The same bytes in another file (someone's copy, not the checkpoint's inode — made while that
+        // inode still exists, so its number cannot be reused): refused and kept.
+        let copy = directory.file("copy.bin")
+        try payload.write(to: URL(fileURLWithPath: copy))
+        #expect(rename(copy, destination) == 0)
+        #expect(PartialFile.destinationFile(destination) != file)
+        let refusedCopy = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(refusedCopy.code == .invalidArgument && refusedCopy.message.contains("if_exists: fail"), "\(refusedCopy)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+    }
+
+    @Test("download-file from file:// (the sidecar's CRC32C)")
+    func localDownload() async throws {
+        let (directory, buckets, _) = try localBuckets("jobctl-died-after-link")
+        defer { directory.remove() }
+        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets), checkpointInterval: 256 * 1024)
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/d.bin", data: payload)))
+        try await checkDownload(backend, object: "file://b/d.bin", in: directory)
+    }
+
+    @Test("download-file from GCS (the object's CRC32C)")
+    func gcsDownload() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server))
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/d.bin", data: payload)))
+        let directory = try TemporaryDirectory("jobctl-died-after-link")
+        defer { directory.remove() }
+        try await checkDownload(backend, object: "gs://\(server.bucket)/d.bin", in: directory)
+    }
+
+    @Test("download-file over HTTP (nginx serves no hash: the object is read back to compare)")
+    func httpDownload() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/d.bin"))
+        let directory = try TemporaryDirectory("jobctl-died-after-link")
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        try await checkDownload(backend, object: "\(server.baseURL)/d.bin", in: directory)
+    }
+
+    @Test("upload-file into file:// (the session file linked into place is the object)")
+    func localUpload() async throws {
+        let (directory, buckets, _) = try localBuckets("jobctl-died-after-link")
+        defer { directory.remove() }
+        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets), checkpointInterval: 256 * 1024)
+        let source = directory.file("source.bin")
+        try payload.write(to: URL(fileURLWithPath: source))
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/up.bin", ifExists: .fail)
+        let point = try await checkpoint(backend, spec)
+        let written = try #require(OverwriteRule.fileWritten(by: point), "\(point)")
+        let object = buckets + "/b/up.bin"
+
+        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(PartialFile.destinationFile(object) == written.identity, "the object is the session's file")
+        #expect(link(object, written.path) == 0)
+
+        #expect(try failure(await run(backend, spec)).code == .invalidArgument, "without the checkpoint the object is someone's")
+        let taken = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(taken.skipped == nil && taken.verified == [.crc32c] && taken.crc32c == hashes(payload).crc32c, "\(taken)")
+        #expect(!FileManager.default.fileExists(atPath: written.path), "the session's second name is gone")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: object)) == payload)
+
+        // Another source's bytes: refused, the object kept.
+        try patternData(3_000_000, seed: 62).write(to: URL(fileURLWithPath: source))
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(refused.code == .invalidArgument && refused.message.contains("if_exists: fail"), "\(refused)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: object)) == payload)
+    }
+
+    @Test("a sliced download's checkpoint names its file too; other points name none")
+    func pointsNamingAFile() {
+        let file = FileIdentity(device: 3, inode: 9)
+        let sliced = ResumePoint.slicedDownload(slices: [], generation: "1", tempPath: "/d/.x.jobctl-partial", file: file)
+        #expect(OverwriteRule.fileWritten(by: sliced)?.identity == file)
+        #expect(OverwriteRule.fileWritten(by: .download(bytesWritten: 5, generation: nil, etag: nil, tempPath: "/d/t", file: nil)) == nil)
+        #expect(OverwriteRule.fileWritten(by: .upload(sessionURI: "https://h/session?id=1", confirmedOffset: 0, total: nil)) == nil)
+        #expect(OverwriteRule.fileWritten(by: .unanswered) == nil)
+        // An overwrite rule never looks.
+        let rule = OverwriteRule(JobSpec(kind: .downloadFile, source: "gs://b/x", destination: "/d/x"), resumingFrom: sliced, existing: file)
+        #expect(!rule.acceptsIdentical)
+    }
+}
