@@ -150,3 +150,29 @@ struct DiedAfterLinkTests {
         #expect(!rule.acceptsIdentical)
     }
 }
+
+/// A `gs://` upload under `if_exists: fail` whose attempt finished its resumable session and died before
+/// reporting: the next attempt starts from the session the log holds.
+@Suite("if_exists: fail after an upload session finished unreported (GCS)", .onTestThreads)
+struct FinishedSessionTests {
+    @Test("the finished session answers the next attempt's status query with its object, taken as the job's upload")
+    func finishedSession() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server))
+        let payload = patternData(1_500_000, seed: 63)
+        let spec = JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/s.bin", data: payload, ifExists: .fail)
+        let control = TransferControl()
+        let recorder = EventRecorder { event in
+            if case .checkpoint(.upload, _) = event { control.stop(.pause) }
+        }
+        let outcome = try await run(backend, spec, control: control, recorder: recorder).get()
+        guard case .stopped(.pause, let point?) = outcome, case .upload = point else {
+            Issue.record("expected a paused session, got \(outcome)")
+            return
+        }
+        _ = try finished(await run(backend, spec, resume: point))
+        let taken = try finished(await run(backend, spec, resume: point))
+        #expect(taken.skipped == nil && taken.crc32c == hashes(payload).crc32c, "\(taken)")
+    }
+}
