@@ -283,7 +283,9 @@ final class LocalTransfer {
                let file = try? location.directory.openExisting(name, writable: true, context: .destination),
                let status = try? file.status() {
                 let isOurs = recorded.identity.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
-                if isOurs, recordedTotal == nil || recordedTotal == total, offset <= total, status.size >= offset {
+                // A session file with a second name (linked into place by an attempt that died before
+                // removing this name, the object since replaced) is never written to: only this name goes.
+                if isOurs, status.links == 1, recordedTotal == nil || recordedTotal == total, offset <= total, status.size >= offset {
                     try file.truncate(to: offset)
                     try rehash(file, upTo: offset, into: hashes)
                     try file.seek(to: offset)
@@ -291,8 +293,8 @@ final class LocalTransfer {
                                        folder: location.directory.path)
                 }
                 file.close()
-                // The source changed size or the session is short: its bytes are useless now. A file that is
-                // not the session is left alone.
+                // The source changed size, the session is short or linked elsewhere too: this name goes
+                // (only the name). A file that is not the session is left alone.
                 if isOurs { location.directory.remove(name, ifStill: status.identity) }
             }
         }

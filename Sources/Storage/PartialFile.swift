@@ -137,9 +137,13 @@ public final class PartialFile {
         guard let file = try? directory.openExisting(name, writable: true, context: .destination),
               let status = try? file.status() else { return nil }
         let isOurs = recorded.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
-        guard isOurs, status.size >= written else {
+        // A second name on the file (an attempt that died between linking it into place and removing this
+        // name, the destination since moved; anyone's hard link) makes it someone's file as well: never
+        // written to, as truncating it here would change that file too.
+        guard isOurs, status.links == 1, status.size >= written else {
             file.close()
-            // Ours but unusable (shorter than recorded): it goes. Someone else's file is left alone.
+            // Ours but unusable (shorter than recorded, or linked elsewhere too): this name goes — only the
+            // name, so a file it shares stays whole. Someone else's file is left alone.
             if isOurs { directory.remove(name, ifStill: status.identity) }
             return nil
         }

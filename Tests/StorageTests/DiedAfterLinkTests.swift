@@ -137,6 +137,62 @@ struct DiedAfterLinkTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: object)) == payload)
     }
 
+    /// The state a death between the link and the unlink leaves, and then the destination moved away
+    /// by its owner: the checkpoint's temporary name still names the moved file. An attempt resuming from
+    /// the checkpoint must not write into it (truncating it to the checkpoint's offset would change the
+    /// moved file): it drops that name and downloads afresh; stopped part-way, the moved file is whole.
+    @Test("a checkpoint's file with a second name is never written to (download and file:// upload)")
+    func neverWritesALinkedFile() async throws {
+        let (directory, buckets, _) = try localBuckets("jobctl-died-after-link")
+        defer { directory.remove() }
+        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets), checkpointInterval: 256 * 1024)
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/d.bin", data: payload)))
+
+        // Download.
+        let destination = directory.file("got.bin")
+        let kept = directory.file("kept.bin")
+        let spec = JobSpec(kind: .downloadFile, source: "file://b/d.bin", destination: destination, ifExists: .fail)
+        let point = try await checkpoint(backend, spec)
+        let temp = try #require(OverwriteRule.fileWritten(by: point)).path
+        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(link(destination, temp) == 0)
+        #expect(rename(destination, kept) == 0)
+        try await stopPartWay(backend, spec, from: point)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: kept)) == payload, "the moved file was written through its second name")
+        let fresh = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(fresh.crc32c == hashes(payload).crc32c)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+        #expect(PartialFile.destinationFile(destination) != PartialFile.destinationFile(kept))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: kept)) == payload)
+
+        // file:// upload: the object replaced by another writer after the link; its old file kept elsewhere.
+        let source = directory.file("source.bin")
+        try payload.write(to: URL(fileURLWithPath: source))
+        let upload = JobSpec(kind: .uploadFile, source: source, destination: "file://b/up.bin")
+        let session = try await checkpoint(backend, upload)
+        let sessionFile = try #require(OverwriteRule.fileWritten(by: session)).path
+        _ = try finished(await run(backend, upload, resume: session, control: TransferControl(jobID: jobID)))
+        let object = buckets + "/b/up.bin"
+        let keptObject = directory.file("kept-object.bin")
+        #expect(link(object, sessionFile) == 0)
+        #expect(rename(object, keptObject) == 0)
+        try await stopPartWay(backend, upload, from: session)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: keptObject)) == payload, "the kept object was written through its second name")
+        _ = try finished(await run(backend, upload, resume: session, control: TransferControl(jobID: jobID)))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: object)) == payload)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: keptObject)) == payload)
+    }
+
+    /// Runs `spec` from `point` and pauses it once it moved past 1.5 MB.
+    private func stopPartWay(_ backend: any StorageBackend, _ spec: JobSpec, from point: ResumePoint) async throws {
+        let control = TransferControl(jobID: jobID)
+        let recorder = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_500_000 { control.stop(.pause) }
+        }
+        let outcome = try await run(backend, spec, resume: point, control: control, recorder: recorder).get()
+        guard case .stopped(.pause, _) = outcome else { throw TestServerError("expected a pause part-way, got \(outcome)") }
+    }
+
     @Test("a sliced download's checkpoint names its file too; other points name none")
     func pointsNamingAFile() {
         let file = FileIdentity(device: 3, inode: 9)
