@@ -8,13 +8,13 @@ struct OverwriteRule {
     let mode: IfExists
     /// `fail` where an earlier attempt may have stored the object and died before saying so: after
     /// attempts that ended without a word (`ResumePoint.unanswered`), or when what is at the destination
-    /// is the very file an earlier attempt of this job was writing (`earlierFile`). An object holding
+    /// is the very file an earlier attempt of this job was writing (`earlierLink`). An object holding
     /// exactly the source's bytes (size and CRC32C) is then taken as the job's own instead of refused;
     /// anything else is refused as always.
     let acceptsIdentical: Bool
     /// The name an earlier attempt wrote the destination's file under (a download's temporary file, a
     /// `file://` upload's session), when the destination is that file: once the job takes it as its
-    /// own, that second link to it goes (`dropEarlierLink`).
+    /// own, or refuses it (its bytes changed since), that second link to it goes (`dropEarlierLink`).
     private let earlierLink: (path: String, identity: FileIdentity)?
 
     /// The rule for `spec` on an attempt starting at `resumePoint`. `existing` is the identity of the
@@ -57,6 +57,14 @@ struct OverwriteRule {
         _ = directory.remove(LocalFiles.lastComponent(earlierLink.path), ifStill: earlierLink.identity)
     }
 
+    /// The refusal of `fail` for `destination`, once the earlier attempt's second name for it (if any) is
+    /// gone: the file is not the job's, and that name must not outlive the job (a leftover sweep leaves a
+    /// file with two names alone).
+    private func refused(_ destination: String) -> StorageError {
+        dropEarlierLink()
+        return StorageError.destinationExists(destination)
+    }
+
     /// Whether the final write may replace what is at the destination.
     var replaces: Bool { mode != .fail }
 
@@ -78,7 +86,7 @@ struct OverwriteRule {
     /// is refused (`destinationExists`), as `beforeDownload` would have.
     func skipsDownload(of object: StorageObject, crc32c: String?, to destination: String) throws(StorageError) -> TransferOutcome? {
         guard mode == .skipIdentical || acceptsIdentical, PartialFile.destinationExists(destination) else { return nil }
-        let refusal: StorageError? = acceptsIdentical ? StorageError.destinationExists(destination) : nil
+        let refusal: StorageError? = acceptsIdentical ? refused(destination) : nil
         let path = LocalFiles.absolute(destination)
         // An unreadable or odd destination (a folder, a dangling link) is left to the download to report.
         guard let crc32c, let local = try? UploadSource(path: path), local.size == object.size else {
@@ -107,7 +115,7 @@ struct OverwriteRule {
         case .skip: return true
         case .fail:
             if acceptsIdentical, try Self.holdsSource(existing, source) { return true }
-            throw StorageError.destinationExists(destination)
+            throw refused(destination)
         case .skipIdentical:
             return try Self.holdsSource(existing, source)
         }

@@ -57,7 +57,9 @@ struct DiedAfterLinkTests {
         let again = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
         #expect(again.skipped == nil && again.crc32c == hashes(payload).crc32c)
 
-        // The destination changed in place after the death: not the job's bytes, refused and kept.
+        // The destination changed in place after the death: not the job's bytes, refused and kept, and
+        // the temporary name (back as a second link) goes with the refusal.
+        #expect(link(destination, temp) == 0)
         let changed = FileHandle(forUpdatingAtPath: destination)
         changed?.write(Data("x".utf8))
         try changed?.close()
@@ -65,6 +67,7 @@ struct DiedAfterLinkTests {
         let refusedChanged = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
         #expect(refusedChanged.code == .invalidArgument && refusedChanged.message.contains("if_exists: fail"), "\(refusedChanged)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == changedBytes)
+        #expect(!FileManager.default.fileExists(atPath: temp), "the second name went with the refusal")
 
         // The same bytes in another file (someone's copy, not the checkpoint's inode — made while that
         // inode still exists, so its number cannot be reused): refused and kept.
