@@ -520,6 +520,33 @@ final class FileSink: ResponseBodySink {
         self.progress = progress
     }
 
+    /// A 206 must carry the bytes asked for: one range (`Content-Range: bytes A-B/…`) starting at the
+    /// offset the request named. Any other answer (another start, no range, several ranges) would be
+    /// written at the wrong place, and over plain HTTP without a served hash nothing after would notice
+    /// (the sizes can add up). The partial file is dropped — a server that answers ranges wrongly is not
+    /// asked for one again — and the attempt fails, retryable: the next downloads the whole file.
+    private func checkRange(_ contentRange: String?) throws(StorageError) {
+        if let contentRange, Self.rangeStart(contentRange) == requestedOffset { return }
+        try partial.restart()
+        checksums.reset()
+        offset = 0
+        lastCheckpoint = 0
+        let answered = contentRange.map { "'Content-Range: \($0)'" } ?? "no Content-Range"
+        throw StorageError(.unknown, "the server answered the range from byte \(requestedOffset) with \(answered); the partial download "
+                               + "was dropped and a retry downloads the whole file", retryable: true)
+    }
+
+    /// The first byte of `bytes A-B/TOTAL` (or `bytes A-B/*`), nil for anything else.
+    static func rangeStart(_ contentRange: String) -> Int64? {
+        let value = contentRange.trimmingCharacters(in: .whitespaces)
+        guard value.lowercased().hasPrefix("bytes "), let dash = value.firstIndex(of: "-"),
+              let slash = value.firstIndex(of: "/"), dash < slash else { return nil }
+        let first = value[value.index(value.startIndex, offsetBy: 6)..<dash].trimmingCharacters(in: .whitespaces)
+        let last = value[value.index(after: dash)..<slash].trimmingCharacters(in: .whitespaces)
+        guard let start = Int64(first), let end = Int64(last), start >= 0, end >= start else { return nil }
+        return start
+    }
+
     /// Hashes the bytes already in the partial file (a resumed download).
     func hashExistingPrefix() throws(StorageError) {
         guard offset > 0 else { return }
@@ -541,6 +568,9 @@ final class FileSink: ResponseBodySink {
             offset = 0
             lastCheckpoint = 0
             restartedFromZero = true
+        }
+        if !receivedAny, status == 206 {
+            try checkRange(headers["content-range"])
         }
         if !receivedAny, needsMD5?(status, headers) == true { checksums.enableMD5() }
         responseHeaders = headers

@@ -1,0 +1,69 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// A resumed HTTP download asks `Range: bytes=N-`; a 206 that answers another range (a cache or a server
+/// bug: here the file's first bytes, labelled and sized as its start) must not be appended at N. Over
+/// plain HTTP without a served hash (nginx) nothing else would notice: the sizes add up. The attempt fails
+/// (retryable), the partial file is dropped, and the next attempt downloads the whole file afresh.
+@Suite("a 206 answering another range than asked", .onTestThreads)
+struct RangeAnswerTests {
+    private let payload = patternData(3_000_000, seed: 71)
+
+    @Test("HTTP: the wrong part is refused and the retry downloads the whole file")
+    func wrongRangeRefused() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/r.bin"))
+        let total = payload.count
+        let wrongStart = payload
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }), .rewriteResponse { _, response in
+                // nginx answered `bytes S-(T-1)/T` with the file's tail; send the head instead, as bytes 0-…
+                let length = response.body.count
+                response.setHeader("Content-Range", "bytes 0-\(length - 1)/\(total)")
+                response.body = wrongStart.prefix(length)
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-answer")
+        defer { directory.remove() }
+        let destination = directory.file("r.bin")
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let spec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/r.bin", destination: destination)
+
+        let control = TransferControl(jobID: "01RANGE")
+        let first = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
+        }
+        let paused = try await run(backend, spec, control: control, recorder: first).get()
+        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
+            Issue.record("expected a paused download, got \(paused)")
+            return
+        }
+
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE")))
+        #expect(refused.retryable && refused.message.contains("range"), "\(refused)")
+        #expect(proxy.exchanges.contains { $0.faults.contains("rewrite response") })
+        #expect(!FileManager.default.fileExists(atPath: destination), "nothing was committed")
+
+        // The next attempt starts from the log's checkpoint, as a worker's would: the dropped partial
+        // file is not resumed, and the whole file comes without a Range.
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE")))
+        #expect(result.size == Int64(total))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+        let last = try #require(proxy.exchanges.last { $0.request.method == "GET" })
+        #expect(last.request.header("Range") == nil, "the retry asked for the whole file")
+    }
+
+    @Test("Content-Range's first byte", arguments: [
+        ("bytes 0-99/100", Int64?.some(0)), ("bytes 1000000-2999999/3000000", 1_000_000), ("bytes 5-5/*", 5), ("Bytes 7-9/10", 7),
+        ("bytes */100", nil), ("bytes 9-5/10", nil), ("bytes -5-9/10", nil), ("bytes 5-9", nil), ("items 0-9/10", nil), ("", nil),
+        ("bytes 99999999999999999999-1/2", nil),
+    ])
+    func rangeStart(_ header: String, _ expected: Int64?) {
+        #expect(FileSink.rangeStart(header) == expected, "\(header)")
+    }
+}
