@@ -190,6 +190,28 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
 
     // MARK: - Parsing single settings
 
+    /// Checks the form of one environment setting's `value` as `fromEnvironment` reads it — a size, a
+    /// duration, a count, an endpoint, a list — without looking at files or the network (a credentials
+    /// file or a CA bundle is checked where it is used: another user may be the one able to read it).
+    /// Variables with no form to check pass. Throws the error `fromEnvironment` would.
+    public static func checkForm(of variable: String, value text: String) throws(StorageError) {
+        guard !text.isEmpty else { return }
+        switch variable {
+        case "JOBCTL_CHUNK_SIZE": _ = try chunkSize(parsing: text)
+        case "JOBCTL_RESUMABLE_THRESHOLD": _ = try resumableThreshold(parsing: text)
+        case "JOBCTL_STALL_TIMEOUT": _ = try stallTimeout(parsing: text, from: variable)
+        case "JOBCTL_SLICED_THRESHOLD": _ = try slicedThreshold(parsing: text, from: variable)
+        case "JOBCTL_SLICES": _ = try sliceCount(parsing: text, from: variable)
+        case "JOBCTL_REFUSE_EXECUTABLES": _ = try bucketList(text, variable: variable)
+        case "STORAGE_EMULATOR_HOST": _ = try emulatorEndpoint(text)
+        case "JOBCTL_TOKEN_COMMAND":
+            guard !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+                throw StorageError(.invalidArgument, "JOBCTL_TOKEN_COMMAND is blank; set it to a command that prints an access token, or unset it")
+            }
+        default: break
+        }
+    }
+
     /// `JOBCTL_RESUMABLE_THRESHOLD` values accepted: up to 1 GiB (the largest chunk); 0 or `off` sends
     /// every upload in a resumable session.
     public static let resumableThresholdRange: ClosedRange<Int64> = 0...(1 << 30)

@@ -1,6 +1,7 @@
 import Foundation
 import JobModel
 import Manifest
+import Storage
 
 // MARK: - The settings a configuration file may hold
 
@@ -116,11 +117,19 @@ struct Configuration: Sendable {
             for entry in entries {
                 guard let setting = Setting.all.first(where: { $0.key == entry.key }) else { continue }
                 let place = "\(path):\(entry.line):\(entry.column)"
-                if case .option(let spec) = setting.route {
+                switch setting.route {
+                case .option(let spec):
                     for value in entry.values {
                         do { try spec.validate?(value) } catch {
                             problems.append("\(place): error: \(entry.key): \(String(describing: error))")
                         }
+                    }
+                case .environment(let variable):
+                    // Its form, as the program reads the variable it stands for (files are checked where used).
+                    do throws(StorageError) {
+                        try StorageConfiguration.checkForm(of: variable, value: entry.values.joined(separator: ","))
+                    } catch {
+                        problems.append("\(place): error: \(entry.key): \(error.message)")
                     }
                 }
                 configuration.fileValues[entry.key] = (entry.values, place)

@@ -86,6 +86,15 @@ import TestSupport
             ("- concurrency\n", "1:1: error: a configuration file is a mapping of settings"),
             ("concurrency: 4\nconcurrency: 5\n", "2:1: error:"),
             ("concurrency: 'unclosed\n", "error:"),
+            // Settings that stand for environment variables are checked as the program reads those.
+            ("chunk_size: 3\n", "1:13: error: chunk_size: JOBCTL_CHUNK_SIZE must be between 256 KiB and 1 GiB, not '3'"),
+            ("slices: 0\n", "1:9: error: slices: JOBCTL_SLICES must be a whole number"),
+            ("stall_timeout: 99999999999999999999s\n", "1:16: error: stall_timeout: JOBCTL_STALL_TIMEOUT must be a duration"),
+            ("sliced_threshold: NaN\n", "1:19: error: sliced_threshold: JOBCTL_SLICED_THRESHOLD must be a size"),
+            ("resumable_threshold: 2GiB\n", "1:22: error: resumable_threshold: "),
+            ("storage_emulator_host: 'http://[::1'\n", "1:24: error: storage_emulator_host: STORAGE_EMULATOR_HOST must be"),
+            ("refuse_executables: ',,'\n", "1:21: error: refuse_executables: JOBCTL_REFUSE_EXECUTABLES lists"),
+            ("token_command: '  '\n", "1:16: error: token_command: JOBCTL_TOKEN_COMMAND is blank"),
           ])
     func malformed(text: String, message: String) throws {
         let workspace = try CLIWorkspace("configbad")
