@@ -142,6 +142,26 @@ import TestSupport
         #expect(try jobctl(["replay", "--verify"], database: database).status == 0)
     }
 
+    /// The answered failure, then the death, on PostgreSQL: the rescue's word reaches its projection row.
+    @Test func deleteWhoseWorkerDiedAfterAnAnsweredFailureSucceedsOnPostgreSQL() throws {
+        let nginx = try startWorkerNginx()
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("pg-crash-after-503")
+        defer { directory.remove() }
+        let server = try PostgresServer.shared()
+        let roles = try server.makeRoles("pgafter503")
+        let granted = try jobctl(["migrate", "--grant", roles.worker], database: roles.ownerURL)
+        try #require(granted.status == 0, "\(granted.stderr)")
+        let database = roles.workerURL
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let id = try deleteKilledAfterItLanded(on: database, in: directory, nginx: nginx, name: "pg-after-503.txt", answeredFirst: true) {
+            try store.job($0)
+        }
+        let expired = try #require(try store.events(jobID: id).first { $0.type == .leaseExpired })
+        #expect(expired.data.resumePoint == .unanswered)
+        #expect(try jobctl(["replay", "--verify"], database: database).status == 0)
+    }
+
     /// A delete whose only attempt died (played by a claim with a 1 ms lease) after nginx carried it
     /// out: the rescue fails the job (no attempts left) carrying `unanswered`, and after `jobctl retry`
     /// the new attempt takes the 404 as the delete done.
