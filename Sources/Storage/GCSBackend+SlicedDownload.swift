@@ -53,9 +53,9 @@ extension GCSBackend {
         // One Range request per unfinished slice, all at once; the engine runs them side by side.
         let results = await withTaskGroup(of: Result<HTTPResponse, TransferFailure>.self) { group in
             for (index, slice) in plan.enumerated() where !slice.isComplete {
-                let request = HTTPRequest(method: "GET", url: url,
-                                          headers: ["Range: bytes=\(slice.start + slice.confirmed)-\(slice.start + slice.length - 1)"])
-                let sink = SliceSink(state: state, index: index)
+                let from = slice.start + slice.confirmed
+                let request = HTTPRequest(method: "GET", url: url, headers: ["Range: bytes=\(from)-\(slice.start + slice.length - 1)"])
+                let sink = SliceSink(state: state, index: index, from: from)
                 group.addTask {
                     do throws(TransferFailure) {
                         return .success(try await send(request, control: control, sink: sink))
@@ -271,16 +271,35 @@ final class SlicedDownloadState: Sendable {
 }
 
 /// The response sink of one slice's Range request.
+///
+/// The answer must be the range asked for — a 206 whose `Content-Range` starts at `from` — checked before
+/// its first byte is written: the bytes of another range (a 200 with the whole object, a 206 of another
+/// part) written into the slice would fail the combined CRC32C at the end, and with it the job for good,
+/// where refusing them leaves the slice as it was and the attempt retryable.
 final class SliceSink: ResponseBodySink, Sendable {
     private let state: SlicedDownloadState
     private let index: Int
+    /// The first byte the request asked for.
+    private let from: Int64
+    /// Whether the answer's range was checked (its first body bytes arrived).
+    private let checked = Atomic<Bool>(false)
 
-    init(state: SlicedDownloadState, index: Int) {
+    init(state: SlicedDownloadState, index: Int, from: Int64) {
         self.state = state
         self.index = index
+        self.from = from
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        if !checked.load(ordering: .relaxed) {
+            let range = headers["content-range"]
+            guard status == 206, let range, FileSink.rangeStart(range) == from else {
+                let answered = status == 206 ? range.map { "'Content-Range: \($0)'" } ?? "no Content-Range" : "status \(status)"
+                throw StorageError(.unknown, "the server answered the slice's range from byte \(from) with \(answered); "
+                                       + "nothing of it was written, and a retry asks again", retryable: true)
+            }
+            checked.store(true, ordering: .relaxed)
+        }
         try state.write(bytes, slice: index)
     }
 }

@@ -140,6 +140,46 @@ import TestSupport
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
     }
 
+    /// A slice answered with another part of the object (a 206 whose Content-Range starts elsewhere, the
+    /// same length) is refused before a byte of it is written, retryably: the retry completes the object.
+    /// (Written, it would have failed the combined CRC32C, and the job for good.) So is a 200, the whole
+    /// object for one slice's Range.
+    @Test(arguments: [false, true]) func aSliceAnsweredWithAnotherRangeIsRefusedUnwritten(wholeObject: Bool) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let size = 6 << 20
+        let bytes = Self.payload(size)
+        let third = 2 * size / 4
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(third)-")),
+                      .rewriteResponse { _, response in
+                          if wholeObject {
+                              response.startLine = "HTTP/1.1 200 OK"
+                              response.setHeader("Content-Range", nil)
+                              response.body = bytes
+                          } else {
+                              response.setHeader("Content-Range", "bytes 0-\(response.body.count - 1)/\(size)")
+                              response.body = bytes.prefix(response.body.count)
+                          }
+                          response.setHeader("Content-Length", String(response.body.count))
+                      }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-range")
+        defer { directory.remove() }
+        let reference = "gs://\(server.bucket)/range.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+
+        let destination = directory.file("range.bin")
+        let job = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let error = try failure(await run(backend, job))
+        #expect(error.retryable && error.message.contains("range"), "\(error)")
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        #expect(try finished(await run(backend, job)).verified == [.crc32c])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+    }
+
     @Test func aStoppedDownloadResumesOnlyWhatEachSliceLacks() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
