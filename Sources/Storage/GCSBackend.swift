@@ -124,7 +124,7 @@ public struct GCSBackend: StorageBackend {
         }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
-            throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource",
+            throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(response.url))
         }
         return .finished(JobResult(object: object))
@@ -337,7 +337,7 @@ public struct GCSBackend: StorageBackend {
             throw await objectError(response, reference: reference, what: "the upload of \(reference)")
         }
         guard let json = response.json else {
-            throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource",
+            throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(url), retryable: true)
         }
         return .finished(try await verifiedUploadResult(json, source: source, checksums: checksums, reference: reference))
@@ -399,7 +399,7 @@ public struct GCSBackend: StorageBackend {
                 switch response.status {
                 case 200, 201:
                     guard let json = response.json else {
-                        throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource",
+                        throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource (\(GCSObjectJSON.needs))",
                                            httpStatus: response.status, url: redactedURL(session.uri), retryable: true)
                     }
                     return .finished(json)
@@ -567,12 +567,12 @@ public struct GCSBackend: StorageBackend {
                                       reference: StorageReference) async throws(StorageError) -> JobResult {
         var resource = json
         guard var object = GCSObjectJSON.object(from: resource) else {
-            throw StorageError(.unknown, "the upload finished but the object resource could not be read")
+            throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource (\(GCSObjectJSON.needs))")
         }
         if object.md5Hash == nil && object.crc32c == nil {
             resource = try await storedObjectResource(reference, generation: object.generation)
             guard let stored = GCSObjectJSON.object(from: resource) else {
-                throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource",
+                throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                    url: redactedURL(objectURL(reference)), retryable: true)
             }
             object = stored
@@ -623,7 +623,7 @@ public struct GCSBackend: StorageBackend {
         }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         guard let json = response.json else {
-            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource",
+            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(url), retryable: true)
         }
         return json
@@ -836,7 +836,7 @@ public struct GCSBackend: StorageBackend {
         }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
-            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource",
+            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(response.url))
         }
         return .value(object)
@@ -856,7 +856,7 @@ public struct GCSBackend: StorageBackend {
         if response.status == 404 { return .value(nil) }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
-            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource",
+            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(response.url))
         }
         return .value(object)

@@ -6,9 +6,16 @@ enum GCSObjectJSON {
     /// The custom-metadata key Firebase keeps download tokens under.
     static let downloadTokensKey = "firebaseStorageDownloadTokens"
 
+    /// What `object(from:)` needs, for messages: "not an object resource (…)".
+    static let needs = "a bucket, a name and a size in bytes"
+
     /// Decodes an object resource. Numbers may arrive as strings (the API) or numbers (some emulators).
+    /// Nil without a bucket, a name or a size that is a whole number of bytes: every GCS object resource
+    /// has all three, and a transfer planned from a resource without its size would move nothing (a
+    /// download with no hashes to compare would then commit an empty file as the object).
     static func object(from json: [String: Any]) -> StorageObject? {
-        guard let bucket = json["bucket"] as? String, let name = json["name"] as? String else { return nil }
+        guard let bucket = json["bucket"] as? String, let name = json["name"] as? String,
+              let size = stringValue(json["size"]).flatMap({ Int64($0) }), size >= 0 else { return nil }
         var custom: [String: String] = [:]
         var tokens: String?
         if let metadata = json["metadata"] as? [String: Any] {
@@ -18,7 +25,7 @@ enum GCSObjectJSON {
             }
         }
         return StorageObject(
-            bucket: bucket, name: name, size: stringValue(json["size"]).flatMap { Int64($0) } ?? 0,
+            bucket: bucket, name: name, size: size,
             contentType: json["contentType"] as? String, cacheControl: json["cacheControl"] as? String,
             contentDisposition: json["contentDisposition"] as? String, contentEncoding: json["contentEncoding"] as? String,
             contentLanguage: json["contentLanguage"] as? String, customMetadata: custom.isEmpty ? nil : custom,
