@@ -116,9 +116,31 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// Wraps https://www.sqlite.org/c3ref/open.html, https://www.sqlite.org/wal.html,
     /// https://www.sqlite.org/pragma.html#pragma_synchronous and
     /// https://www.sqlite.org/c3ref/busy_timeout.html.
+    /// Refuses a database path that is empty, or names something other than a regular file (after links):
+    /// opening a FIFO blocks until a writer comes, for ever; a directory or a device is no database, and
+    /// SQLite's own words for them ("disk I/O error", "no database") send the user the wrong way.
+    static func refuseNonFile(_ path: String) throws(StoreError) {
+        guard !path.isEmpty else { throw StoreError.io("the database path is empty: give --db a file name (or set JOBCTL_DB)") }
+        var info = stat()
+        guard stat(path, &info) == 0 else { return }   // missing: created or refused as such below
+        let kind: String? = switch info.st_mode & S_IFMT {
+        case S_IFREG: nil
+        case S_IFDIR: "a directory"
+        case S_IFIFO: "a FIFO"
+        case S_IFSOCK: "a socket"
+        case S_IFCHR: "a character device"
+        case S_IFBLK: "a block device"
+        default: "not a regular file"
+        }
+        if let kind {
+            throw StoreError.io("'\(path)' is \(kind), not a database file: give --db the path of a jobctl database file")
+        }
+    }
+
     public init(path: String, mode: OpenMode, busyTimeoutMs: Int32 = EventStore.defaultBusyTimeoutMs) throws(StoreError) {
         self.path = path
         self.mode = mode
+        try Self.refuseNonFile(path)
         if !FileManager.default.fileExists(atPath: path) {
             guard mode == .create else { throw StoreError.noDatabase(path: path) }
             try Self.createPrivateFile(path)

@@ -31,6 +31,27 @@ import TestSupport
                 "\(arguments) created files")
     }
 
+    /// A database path naming a FIFO, a directory or a device: every command refuses it at once with what
+    /// it is, creating nothing (a FIFO used to block the open for ever), and an empty path says so.
+    @Test("a database path that is a FIFO, a directory or a device is refused at once", arguments: [["list"], ["migrate"], ["worker", "--drain"]])
+    func nonFileDatabaseIsRefused(arguments: [String]) throws {
+        let workspace = try CLIWorkspace("cli-db-kind")
+        defer { workspace.directory.remove() }
+        let fifo = workspace.directory.file("queue.db")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let folder = workspace.directory.file("folder.db")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        for (path, kind) in [(fifo, "a FIFO"), (folder, "a directory"), ("/dev/null", "a character device")] {
+            let output = try runProcess("/usr/bin/timeout", ["20", PackagePaths.jobctlBinary, "--db", path] + arguments,
+                                        environment: ["NO_COLOR": "1"])
+            #expect(output.status == 1, "\(path) \(arguments): \(output.status) \(output.stderr)")
+            #expect(output.stderr.contains("'\(path)' is \(kind), not a database file"), "\(output.stderr)")
+        }
+        let empty = try runProcess("/usr/bin/timeout", ["20", PackagePaths.jobctlBinary, "--db", ""] + arguments, environment: ["NO_COLOR": "1"])
+        #expect(empty.status == 1 && empty.stderr.contains("the database path is empty"), "\(empty.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path).sorted() == ["folder.db", "queue.db"])
+    }
+
     @Test("submit and migrate create the database")
     func creatingCommands() throws {
         let workspace = try CLIWorkspace("cli-create")
