@@ -54,7 +54,8 @@ extension GCSBackend {
         let results = await withTaskGroup(of: Result<HTTPResponse, TransferFailure>.self) { group in
             for (index, slice) in plan.enumerated() where !slice.isComplete {
                 let from = slice.start + slice.confirmed
-                let request = HTTPRequest(method: "GET", url: url, headers: ["Range: bytes=\(from)-\(slice.start + slice.length - 1)"])
+                let request = HTTPRequest(method: "GET", url: url,
+                                          headers: Self.storedBytes(of: object) + ["Range: bytes=\(from)-\(slice.start + slice.length - 1)"])
                 let sink = SliceSink(state: state, index: index, from: from)
                 group.addTask {
                     do throws(TransferFailure) {

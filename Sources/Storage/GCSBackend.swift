@@ -678,7 +678,7 @@ public struct GCSBackend: StorageBackend {
 
         var servedHeaders: [String: String] = [:]
         if start < total {
-            var request = HTTPRequest(method: "GET", url: mediaURL(reference, generation: generation))
+            var request = HTTPRequest(method: "GET", url: mediaURL(reference, generation: generation), headers: Self.storedBytes(of: object))
             if start > 0 { request.headers.append("Range: bytes=\(start)-") }
             do throws(TransferFailure) {
                 let response = try await send(request, control: control, sink: sink)
@@ -724,6 +724,17 @@ public struct GCSBackend: StorageBackend {
     }
 
     /// The hashes the object's metadata reports, to compare a download with.
+    /// The header a media GET of `object` carries so that GCS serves the bytes it stores: for an object
+    /// stored with `Content-Encoding: gzip`, `Accept-Encoding: gzip`. Without it GCS decompresses the object
+    /// on the way (decompressive transcoding): another size than the metadata's, Range ignored, and hashes
+    /// — the metadata's and `x-goog-hash` — of the stored bytes, so the download could never be verified.
+    /// The stored (compressed) bytes are what is downloaded and verified, as `gcloud storage cp
+    /// --do-not-decompress` keeps them; libcurl decodes nothing (no `CURLOPT_ACCEPT_ENCODING` is set).
+    static func storedBytes(of object: StorageObject) -> [String] {
+        let encodings = object.contentEncoding?.lowercased().split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } ?? []
+        return encodings.contains("gzip") ? ["Accept-Encoding: gzip"] : []
+    }
+
     static func digests(of object: StorageObject) -> [ServedDigest] {
         var digests: [ServedDigest] = []
         if let md5 = object.md5Hash { digests.append(ServedDigest(algorithm: .md5, value: md5, source: "object metadata")) }
@@ -752,7 +763,7 @@ public struct GCSBackend: StorageBackend {
         progress.update(0)
         var servedHeaders: [String: String] = [:]
         do throws(TransferFailure) {
-            let response = try await send(HTTPRequest(method: "GET", url: url), control: control, sink: sink)
+            let response = try await send(HTTPRequest(method: "GET", url: url, headers: Self.storedBytes(of: object)), control: control, sink: sink)
             guard response.isSuccess else {
                 throw TransferFailure.failed(await objectError(response, reference: reference, what: "\(reference)"))
             }

@@ -1,0 +1,78 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// An object stored with `Content-Encoding: gzip` (`gsutil cp -Z`, web assets): GCS serves it
+/// decompressed to a client that does not send `Accept-Encoding: gzip` (decompressive transcoding) —
+/// another size than the metadata's, no Range, and hashes (`x-goog-hash`, the metadata's) of the stored
+/// bytes, not of the body — so such a download could never be verified. jobctl asks for the stored bytes
+/// and gets them verified. The emulator neither keeps `contentEncoding` nor transcodes, so the fault
+/// proxy plays GCS: it adds the encoding to the metadata and transcodes a media GET that does not ask
+/// for gzip.
+@Suite("GCS objects stored gzip-encoded", .onTestThreads)
+struct GzipEncodedObjectTests {
+    @Test("download-file and download-memory get the stored bytes, verified, without transcoding")
+    func storedBytes() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory("jobctl-gzip-object")
+        defer { directory.remove() }
+        let plain = Data(String(repeating: "a line of text that compresses well\n", count: 6_000).utf8)
+        let plainPath = directory.file("plain.txt")
+        try plain.write(to: URL(fileURLWithPath: plainPath))
+        let gzipped = try runProcess("/bin/gzip", ["-k", "-n", "-f", plainPath])
+        try #require(gzipped.status == 0, "\(gzipped.stderr)")
+        let stored = try Data(contentsOf: URL(fileURLWithPath: plainPath + ".gz"))
+        try #require(stored.count < plain.count / 10 && stored.starts(with: [0x1F, 0x8B]))
+
+        let direct = GCSBackend(configuration: emulatorConfiguration(server))
+        _ = try finished(await run(direct, JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/g.txt", data: stored)))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.target.contains("/o/g.txt") && !$0.target.contains("alt=media") }),
+                      .rewriteResponse { _, response in
+                          guard var json = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] else { return }
+                          json["contentEncoding"] = "gzip"
+                          response.body = (try? JSONSerialization.data(withJSONObject: json)) ?? Data()
+                          response.setHeader("Content-Length", String(response.body.count))
+                      }, times: 100),
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.target.contains("g.txt") && $0.target.contains("alt=media") }),
+                      .rewriteResponse { request, response in
+                          if request.header("Accept-Encoding")?.lowercased().contains("gzip") == true {
+                              response.setHeader("Content-Encoding", "gzip")
+                          } else {
+                              // Decompressive transcoding: the whole object decompressed, Range ignored.
+                              response.startLine = "HTTP/1.1 200 OK"
+                              response.setHeader("Content-Range", nil)
+                              response.setHeader("X-Goog-Stored-Content-Encoding", "gzip")
+                              response.body = plain
+                              response.setHeader("Content-Length", String(plain.count))
+                          }
+                      }, times: 100),
+        ])
+        defer { proxy.stop() }
+        var configuration = emulatorConfiguration(server)
+        configuration.gcsEndpoint = proxy.baseURL
+        configuration.firebaseEndpoint = proxy.baseURL
+        let backend = GCSBackend(configuration: configuration)
+
+        let destination = directory.file("g.txt")
+        let file = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "gs://\(server.bucket)/g.txt", destination: destination)))
+        #expect(file.verified == [.crc32c] && file.size == Int64(stored.count), "\(file)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == stored)
+        let memory = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://\(server.bucket)/g.txt", maxSize: 1 << 20)))
+        #expect(memory.data == stored && memory.verified == [.crc32c], "\(memory)")
+        // Sliced: each slice's Range is honoured once GCS does not transcode.
+        configuration.slicedThreshold = 64
+        configuration.sliceCount = 4
+        let sliced = directory.file("g-sliced.txt")
+        let slices = try finished(await run(GCSBackend(configuration: configuration),
+                                            JobSpec(kind: .downloadFile, source: "gs://\(server.bucket)/g.txt", destination: sliced)))
+        #expect(slices.verified == [.crc32c], "\(slices)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: sliced)) == stored)
+        let media = proxy.exchanges.filter { $0.request.target.contains("alt=media") }
+        #expect(media.count == 6 && media.allSatisfy { $0.request.header("Accept-Encoding") == "gzip" },
+                "\(stored.count) bytes: \(media.map { "\($0.request.header("Accept-Encoding") ?? "none") \($0.request.header("Range") ?? "")" })")
+    }
+}
