@@ -52,9 +52,7 @@ struct GzipEncodedObjectTests {
                       }, times: 100),
         ])
         defer { proxy.stop() }
-        var configuration = emulatorConfiguration(server)
-        configuration.gcsEndpoint = proxy.baseURL
-        configuration.firebaseEndpoint = proxy.baseURL
+        var configuration = emulatorConfiguration(server, through: proxy)
         let backend = GCSBackend(configuration: configuration)
 
         let destination = directory.file("g.txt")

@@ -29,9 +29,7 @@ struct ObjectResourceTests {
         defer { proxy.stop() }
         let direct = GCSBackend(configuration: emulatorConfiguration(server))
         _ = try finished(await run(direct, JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/n.bin", data: payload)))
-        var configuration = emulatorConfiguration(server)
-        configuration.gcsEndpoint = proxy.baseURL
-        configuration.firebaseEndpoint = proxy.baseURL
+        let configuration = emulatorConfiguration(server, through: proxy)
         let backend = GCSBackend(configuration: configuration)
         let directory = try TemporaryDirectory("jobctl-no-size")
         defer { directory.remove() }

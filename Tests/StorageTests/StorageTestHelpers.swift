@@ -34,10 +34,12 @@ final class EventRecorder: Sendable {
     }
 }
 
-/// A configuration for a test emulator: small chunks so multi-chunk paths run on small files.
-func emulatorConfiguration(_ server: EmulatorServer, chunkSize: Int = 256 * 1024) -> StorageConfiguration {
-    StorageConfiguration(gcsEndpoint: server.baseURL, usesEmulator: true, firebaseEndpoint: server.baseURL,
-                         chunkSize: chunkSize, stallTimeout: 30, connectTimeout: 5)
+/// A configuration for a test emulator: small chunks so multi-chunk paths run on small files. With
+/// `proxy`, every request goes through that fault proxy in front of the emulator.
+func emulatorConfiguration(_ server: EmulatorServer, chunkSize: Int = 256 * 1024, through proxy: FaultProxy? = nil) -> StorageConfiguration {
+    let endpoint = proxy?.baseURL ?? server.baseURL
+    return StorageConfiguration(gcsEndpoint: endpoint, usesEmulator: true, firebaseEndpoint: endpoint,
+                                chunkSize: chunkSize, stallTimeout: 30, connectTimeout: 5)
 }
 
 /// Runs a job and returns its outcome, or the typed error.

@@ -132,11 +132,7 @@ import TestSupport
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("pg-crash-delete")
         defer { directory.remove() }
-        let server = try PostgresServer.shared()
-        let roles = try server.makeRoles("pgdelete")
-        let granted = try jobctl(["migrate", "--grant", roles.worker], database: roles.ownerURL)
-        try #require(granted.status == 0, "\(granted.stderr)")
-        let database = roles.workerURL
+        let database = try grantedWorkerDatabase("pgdelete")
         let store = try PostgresStore(url: database, mode: .readOnly)
         _ = try deleteKilledAfterItLanded(on: database, in: directory, nginx: nginx, name: "pg-crash.txt") { try store.job($0) }
         #expect(try jobctl(["replay", "--verify"], database: database).status == 0)
@@ -148,11 +144,7 @@ import TestSupport
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("pg-crash-after-503")
         defer { directory.remove() }
-        let server = try PostgresServer.shared()
-        let roles = try server.makeRoles("pgafter503")
-        let granted = try jobctl(["migrate", "--grant", roles.worker], database: roles.ownerURL)
-        try #require(granted.status == 0, "\(granted.stderr)")
-        let database = roles.workerURL
+        let database = try grantedWorkerDatabase("pgafter503")
         let store = try PostgresStore(url: database, mode: .readOnly)
         let id = try deleteKilledAfterItLanded(on: database, in: directory, nginx: nginx, name: "pg-after-503.txt", answeredFirst: true) {
             try store.job($0)

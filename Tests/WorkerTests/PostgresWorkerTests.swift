@@ -19,11 +19,7 @@ import TestSupport
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("pg-workers")
         defer { directory.remove() }
-        let server = try PostgresServer.shared()
-        let roles = try server.makeRoles("pgscale")
-        let granted = try jobctl(["migrate", "--grant", roles.worker], database: roles.ownerURL)
-        try #require(granted.status == 0, "\(granted.stderr)")
-        let database = roles.workerURL
+        let database = try grantedWorkerDatabase("pgscale")
         let environment = ["JOBCTL_BUCKETS": directory.file("buckets")]
         try writePatternFile("\(nginx.root)/slow/big.bin", size: 16 << 20)
         let expected = try Data(contentsOf: URL(fileURLWithPath: "\(nginx.root)/slow/big.bin"))

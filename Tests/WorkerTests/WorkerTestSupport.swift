@@ -92,6 +92,15 @@ func submit(_ manifest: String, database: String, directory: TemporaryDirectory)
     return output.stdout.split(separator: "\n").map(String.init)
 }
 
+/// A database on the shared test PostgreSQL with roles made for `label`, migrated by its owner and granted
+/// to its worker role: the worker role's URL, what workers connect with.
+func grantedWorkerDatabase(_ label: String) throws -> String {
+    let roles = try PostgresServer.shared().makeRoles(label)
+    let granted = try jobctl(["migrate", "--grant", roles.worker], database: roles.ownerURL)
+    try #require(granted.status == 0, "\(granted.stderr)")
+    return roles.workerURL
+}
+
 /// Runs a jobctl command to completion against `database`.
 @discardableResult
 func jobctl(_ arguments: [String], database: String) throws -> ProcessOutput {
