@@ -906,12 +906,35 @@ public struct GCSBackend: StorageBackend {
             + (generation.map { "&generation=\($0)" } ?? "")
     }
 
-    /// Sends one request with the bearer token; on a 401 with a refreshable token (a command or Google
-    /// credentials), refreshes the token and sends it once more (the body source is recreated, the sink
-    /// has received nothing).
+    /// `scheme://host:port` of `url` (the scheme's default port when none is written), lowercased; nil
+    /// when it has no scheme or host.
+    static func origin(of url: String) -> String? {
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
+              let host = components.host?.lowercased(), !host.isEmpty else { return nil }
+        let port = components.port ?? (scheme == "https" ? 443 : scheme == "http" ? 80 : -1)
+        return "\(scheme)://\(host):\(port)"
+    }
+
+    /// Whether `url` is on the configured endpoint (same scheme, host and port): the only place the
+    /// bearer token goes. An upload session URI comes from the server's `Location` (and later from the
+    /// log); GCS puts it on the endpoint, and the session URI itself is the session's credential, so a
+    /// session elsewhere (a misconfigured emulator or proxy, a tampered log) gets the object's bytes
+    /// but never the account's token.
+    func sendsToken(to url: String) -> Bool {
+        guard let target = Self.origin(of: url) else { return false }
+        return target == Self.origin(of: endpoint)
+    }
+
+    /// Sends one request with the bearer token (only to the endpoint: `sendsToken(to:)`); on a 401 with a
+    /// refreshable token (a command or Google credentials), refreshes the token and sends it once more
+    /// (the body source is recreated, the sink has received nothing).
     func send(_ request: HTTPRequest, control: TransferControl?, source: (() -> any RequestBodySource)? = nil,
               sink: (any ResponseBodySink)? = nil,
               requestSent: (@Sendable () -> Void)? = nil) async throws(TransferFailure) -> HTTPResponse {
+        guard sendsToken(to: request.url) else {
+            return try await engine.perform(request, source: source?(), sink: sink, control: control,
+                                            options: configuration.curlOptions, requestSent: requestSent)
+        }
         var attempt = request
         let header: String?
         do {
