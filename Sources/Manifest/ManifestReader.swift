@@ -1177,6 +1177,7 @@ struct ManifestReader {
                 continue
             }
             guard let value = string(entry, expected: "a string") else { valid = false; continue }
+            guard headerSafe(value, "'\(name)'", at: entry.value.mark) else { valid = false; continue }
             switch field.snake {
             case "content_type":
                 guard value.contains("/"), !value.contains(where: \.isWhitespace) || value.contains(";") else {
@@ -1224,9 +1225,43 @@ struct ManifestReader {
                 valid = false
                 continue
             }
+            guard headerSafe(name, "the custom metadata key '\(Self.visible(name))'", at: entry.key.mark),
+                  headerSafe(scalar.value, "the custom metadata value of '\(Self.visible(name))'", at: entry.value.mark) else {
+                valid = false
+                continue
+            }
             custom[name] = scalar.value
         }
         return valid ? custom : nil
+    }
+
+    /// Whether `value` is free of control characters (horizontal tab aside), as an HTTP header value must
+    /// be: metadata becomes request headers (`Content-Type`, `x-goog-meta-KEY`, a plain-HTTP PUT's) and
+    /// headers GCS serves back. Otherwise reports it — by position and code point, never echoing the
+    /// value (it may carry terminal escapes) — and returns false, so the job is refused at submit rather
+    /// than failing when it runs.
+    private mutating func headerSafe(_ value: String, _ what: String, at mark: SourceMark) -> Bool {
+        for (index, scalar) in value.unicodeScalars.enumerated() where (scalar.value < 0x20 && scalar != "\t") || scalar.value == 0x7F {
+            let code = "U+" + String(repeating: "0", count: max(0, 4 - String(scalar.value, radix: 16).count))
+                + String(scalar.value, radix: 16, uppercase: true)
+            report(.invalidValue, "\(what) holds a control character (\(code) at character \(index + 1)); metadata becomes HTTP "
+                   + "headers, which cannot hold one", at: mark)
+            return false
+        }
+        return true
+    }
+
+    /// `text` with control characters shown as `\u{…}`, for quoting a name in a message.
+    static func visible(_ text: String) -> String {
+        var shown = ""
+        for scalar in text.unicodeScalars {
+            if scalar.value < 0x20 || scalar.value == 0x7F {
+                shown += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            } else {
+                shown.unicodeScalars.append(scalar)
+            }
+        }
+        return shown
     }
 
     // MARK: - Scalars

@@ -355,6 +355,15 @@ private let malformedCases: [MalformedCase] = [
     """, 6, 14, .wrongType, "custom metadata value for 'owner' must be a string, not a mapping"),
     .init("custom metadata is a list", "- kind: upload-data\n  data: x\n  destination: gs://b/x\n  metadata:\n    custom_metadata: [a]\n", 5, 22, .wrongType,
           "'custom_metadata' must be a mapping of names to strings, not a sequence"),
+    // Metadata becomes HTTP headers: a control character is refused at submit, never echoed.
+    .init("CR LF in cache_control", "- kind: upload-data\n  data: x\n  destination: http://127.0.0.1:1/x\n  metadata: {cache_control: \"max-age=1\\r\\nX-Injected: 1\"}\n",
+          4, 29, .invalidValue, "'cache_control' holds a control character (U+000D at character 10); metadata becomes HTTP headers"),
+    .init("an escape sequence in content_type", "- kind: upload-data\n  data: x\n  destination: gs://b/x\n  metadata: {content_type: \"\\e[31mred\"}\n",
+          4, 28, .invalidValue, "'content_type' holds a control character (U+001B at character 1)"),
+    .init("NUL in a custom metadata value", "- kind: update-metadata\n  destination: gs://b/x\n  metadata: {custom_metadata: {k: \"a\\0b\"}}\n",
+          3, 35, .invalidValue, "the custom metadata value of 'k' holds a control character (U+0000 at character 2)"),
+    .init("LF in a custom metadata key", "- kind: upload-data\n  data: x\n  destination: gs://b/x\n  metadata: {custom_metadata: {\"a\\nb\": v}}\n",
+          4, 32, .invalidValue, "the custom metadata key 'a\\u{A}b' holds a control character (U+000A at character 2)"),
 ]
 
 @Suite(.onTestThreads) struct MalformedManifestTests {
