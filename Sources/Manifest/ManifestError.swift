@@ -115,14 +115,39 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
         return (String(shown), caret - start + (start > 0 ? 3 : 0) + 1)
     }
 
-    /// `FILE:LINE:COL: error: MESSAGE`, the first line of `render()`.
-    public var description: String { "\(file):\(line):\(column): error: \(message)" }
+    /// `FILE:LINE:COL: error: MESSAGE`, the first line of `render()`. Control characters in the file name
+    /// or the message (a value quoted from the manifest: `\e[31m` decodes to an escape sequence) are
+    /// shown as `\u{1B}`, so no manifest can write terminal escapes through an error.
+    public var description: String { "\(Self.printable(file)):\(line):\(column): error: \(Self.printable(message))" }
+
+    /// `text` with every control character but the tab (and DEL) shown as `\u{…}`.
+    static func printable(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        var shown = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            if isControl(scalar) {
+                shown.append(contentsOf: "\\u{\(String(scalar.value, radix: 16, uppercase: true))}".unicodeScalars)
+            } else {
+                shown.append(scalar)
+            }
+        }
+        return String(shown)
+    }
+
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        (scalar.value < 0x20 && scalar != "\t") || (0x7F...0x9F).contains(scalar.value)
+    }
 
     /// Clang-style text: the diagnostic line, then the source line and a caret under the column.
     ///
     /// The caret line repeats the source line's tabs so the caret lines up however tabs are shown.
     public func render() -> String {
-        guard let sourceLine else { return description }
+        guard var sourceLine else { return description }
+        // A control character in the line as written (a raw escape byte) shows as one U+FFFD, so the
+        // caret stays under its column.
+        if sourceLine.unicodeScalars.contains(where: Self.isControl) {
+            sourceLine = String(String.UnicodeScalarView(sourceLine.unicodeScalars.map { Self.isControl($0) ? "\u{FFFD}" : $0 }))
+        }
         var caret = ""
         for scalar in sourceLine.unicodeScalars.prefix(max(0, caretColumn - 1)) {
             caret.unicodeScalars.append(scalar == "\t" ? "\t" : " ")

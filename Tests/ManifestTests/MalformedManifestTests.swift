@@ -421,6 +421,18 @@ private let malformedCases: [MalformedCase] = [
         #expect(noSource.render() == "f.yaml:1:1: error: gone")
     }
 
+    /// No manifest writes terminal escapes through an error: control characters in the file name and the
+    /// message (a quoted value) show as `\u{…}`, those in the source line as U+FFFD, the caret still
+    /// under its column.
+    @Test func controlCharactersAreShownNotSent() {
+        let error = ManifestError(code: .invalidValue, file: "m\u{1B}]0;t\u{7}.yaml", line: 1, column: 12, message: "not '\u{1B}[31m5'",
+                                  sourceLine: "a: \u{1B}[2J\u{9B}x: bad")
+        #expect(error.render() == "m\\u{1B}]0;t\\u{7}.yaml:1:12: error: not '\\u{1B}[31m5'\na: \u{FFFD}[2J\u{FFFD}x: bad\n           ^")
+        #expect(!error.render().unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 || $0.value == 0x9B })
+        let tab = ManifestError(code: .invalidValue, file: "f.yaml", line: 1, column: 3, message: "a\tb", sourceLine: "\tx")
+        #expect(tab.render() == "f.yaml:1:3: error: a\tb\n\tx\n\t ^")
+    }
+
     @Test func caretUnderAColumnAfterMultibyteText() throws {
         let errors = try #require(parse("- {kind: fetch-url, source: \"gs://b/é\", priority: très}\n").errors)
         #expect(errors.map(\.column) == [51])
