@@ -38,13 +38,27 @@ public enum ArchiveReader {
             }
             if chunk.isEmpty { break }
             fileDigest.update(chunk)
-            buffer.append(try decompressor.decompress(chunk))
-            var start = buffer.startIndex
-            while let newline = buffer[start...].firstIndex(of: 0x0A) {
-                try parser.take(Data(buffer[start..<newline]), event: event, blob: blob)
-                start = newline + 1
+            // Fed to zlib a slice at a time, so one call yields at most ~1,000 times the slice (gzip's
+            // best ratio): a crafted file cannot make a single call decompress gigabytes.
+            var offset = chunk.startIndex
+            while offset < chunk.endIndex {
+                let end = min(offset + inputSliceBytes, chunk.endIndex)
+                buffer.append(try decompressor.decompress(chunk[offset..<end]))
+                offset = end
+                var start = buffer.startIndex
+                while let newline = buffer[start...].firstIndex(of: 0x0A) {
+                    try parser.take(Data(buffer[start..<newline]), event: event, blob: blob)
+                    start = newline + 1
+                }
+                buffer.removeSubrange(buffer.startIndex..<start)
+                // A line still open past what any archive line can be: damaged, or not an archive (a
+                // gzip "bomb" of one endless line would otherwise be held whole).
+                let limit = parser.maximumNextLineBytes
+                if buffer.count > limit {
+                    throw RetentionError.invalidArchive("line \(parser.lineNumber + 1) runs past \(limit) bytes without ending, more than "
+                                                        + "any archive line can hold; the file is damaged or not a jobctl archive")
+                }
             }
-            buffer.removeSubrange(buffer.startIndex..<start)
         }
         guard decompressor.isFinished else {
             throw RetentionError.invalidArchive("the gzip stream ends early (the file is truncated)")
@@ -54,11 +68,31 @@ public enum ArchiveReader {
     }
 }
 
+extension ArchiveReader {
+    /// The compressed bytes handed to zlib per call.
+    static let inputSliceBytes = 16 * 1024
+    /// The longest header line accepted: a header is a few hundred bytes.
+    static let maximumHeaderLineBytes = 1 << 20
+    /// The longest line accepted: a blob's, the largest download-memory result (512 MiB) in base64,
+    /// with room for its JSON.
+    static let maximumLineBytes = 4 * (((512 << 20) + 2) / 3) + (1 << 20)
+}
+
+private let inputSliceBytes = ArchiveReader.inputSliceBytes
+
 /// The checks, line by line.
 private struct LineChecker {
     private enum Section: Int { case header, events, blobs, done }
     private var section = Section.header
     private var number = 0
+
+    /// Lines taken so far.
+    var lineNumber: Int { number }
+
+    /// How long the next line may grow: a header's is small, any other up to a blob's.
+    var maximumNextLineBytes: Int {
+        section == .header ? ArchiveReader.maximumHeaderLineBytes : ArchiveReader.maximumLineBytes
+    }
     private var header: ArchiveHeader?
     private let contentDigest = Digest(.sha256)
     private var lastSeq: Int64 = 0

@@ -40,6 +40,30 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["a.ndjson.gz"], "no temporary file is left")
     }
 
+    /// A crafted file whose first line never ends — 256 MiB of zeros in ~250 KB of gzip — is refused as
+    /// soon as the line outgrows any header, not held whole (before: every byte of it kept in memory,
+    /// ~900 MB resident for a 2 GB one before it was stopped); so is one past every line's limit later.
+    @Test("a line that never ends (a gzip bomb) is refused early, not held")
+    func endlessLine() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/bomb.ndjson.gz"
+        let compressor = try GzipCompressor()
+        var file = Data()
+        let zeros = Data(count: 16 << 20)
+        for _ in 0..<16 { file += try compressor.compress(zeros) }
+        file += try compressor.compress(Data(), finish: true)
+        try file.write(to: URL(fileURLWithPath: path))
+        #expect(file.count < 1 << 20)
+        do {
+            _ = try ArchiveReader.read(path)
+            Issue.record("the bomb was read")
+        } catch {
+            #expect(error.description.contains("line 1 runs past \(ArchiveReader.maximumHeaderLineBytes) bytes without ending"), "\(error)")
+        }
+        #expect(ArchiveReader.maximumLineBytes > 4 * ((512 << 20) / 3), "a blob of the largest download-memory result fits a line")
+    }
+
     @Test("gzip round-trips empty, small and large inputs fed in pieces")
     func gzipRoundTrip() throws {
         for size in [0, 1, 70_000, 1_000_000] {
