@@ -134,12 +134,32 @@ final class GCSTokenSource: Sendable {
         let reader = output.fileHandleForReading
         let readerThread = Thread {
             ThreadName.setCurrent("jobctl-token-io")
-            collected.finish(reader.readDataToEndOfFile())
+            // At most `maximumOutputBytes`: a command that prints without end is stopped, not collected.
+            var data = Data()
+            while true {
+                let chunk = reader.availableData
+                if chunk.isEmpty { break }
+                guard data.count + chunk.count <= maximumTokenCommandOutputBytes else {
+                    collected.overflow()
+                    // SIGKILL: SIGTERM can arrive blocked (a child inherits the signal mask), and its
+                    // output is unwanted anyway.
+                    kill(process.processIdentifier, SIGKILL)
+                    break
+                }
+                data += chunk
+            }
+            collected.finish(data)
         }
         readerThread.start()
         let (seconds, attoseconds) = timeLimit.components
         let limit = DispatchTime.now() + Double(seconds) + Double(attoseconds) / 1e18
-        guard exited.wait(timeout: limit) == .success else {
+        let tooMuch = failure("printed more than \(maximumTokenCommandOutputBytes / 1024) KiB, far more than a token, and was stopped")
+        let finished = exited.wait(timeout: limit) == .success
+        if !finished, collected.overflowed {
+            kill(process.processIdentifier, SIGKILL)
+            throw tooMuch
+        }
+        guard finished else {
             process.terminate()
             if exited.wait(timeout: .now() + 2) == .timedOut {
                 kill(process.processIdentifier, SIGKILL)
@@ -147,6 +167,8 @@ final class GCSTokenSource: Sendable {
             }
             throw failure("did not finish within \(DurationText.format(max(1, Int(seconds)))) and was stopped")
         }
+        // The reader stopped it, or it ended on its own having printed too much: either way, too much.
+        if collected.wait(until: .now() + 2) != nil, collected.overflowed { throw tooMuch }
         switch process.terminationReason {
         case .uncaughtSignal:
             throw failure("was killed by signal \(process.terminationStatus)")
@@ -165,11 +187,19 @@ final class GCSTokenSource: Sendable {
     }
 }
 
+/// The most a token command may print: an access token is a few KiB at most.
+let maximumTokenCommandOutputBytes = 64 * 1024
+
 /// The command's output, handed from the reading thread.
 private final class CollectedOutput: @unchecked Sendable {
     // @unchecked: `data` is written once before `done` is signalled and read only after waiting for it.
     private var data = Data()
     private let done = DispatchSemaphore(value: 0)
+    private let tooMuch = Atomic<Bool>(false)
+
+    /// The command printed more than `maximumTokenCommandOutputBytes` (set before it is stopped).
+    func overflow() { tooMuch.store(true, ordering: .sequentiallyConsistent) }
+    var overflowed: Bool { tooMuch.load(ordering: .sequentiallyConsistent) }
 
     func finish(_ data: Data) {
         self.data = data
@@ -178,6 +208,8 @@ private final class CollectedOutput: @unchecked Sendable {
 
     /// The output once the reader reached its end, or nil at `deadline`.
     func wait(until deadline: DispatchTime) -> Data? {
-        done.wait(timeout: deadline) == .success ? data : nil
+        guard done.wait(timeout: deadline) == .success else { return nil }
+        done.signal()   // a later wait returns at once
+        return data
     }
 }

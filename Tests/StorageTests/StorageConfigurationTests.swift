@@ -131,6 +131,22 @@ struct TokenCommandTests {
         }
     }
 
+    /// A command printing without end is stopped once it passes the limit, not collected until its time
+    /// runs out; one that prints too much and exits is refused the same way (its output never shown).
+    @Test("a command that prints more than any token is stopped, its output not kept")
+    func floodingCommand() throws {
+        for command in ["exec yes SECRET-FLOOD", "head -c 100000 /dev/zero | tr '\\0' a; echo SECRET-TAIL"] {
+            let started = ContinuousClock.now
+            let error = #expect(throws: StorageError.self) {
+                try GCSTokenSource.commandToken(command, timeLimit: .seconds(20))
+            }
+            #expect(error?.retryable == true)
+            #expect(error?.message.contains("printed more than 64 KiB") == true, "\(command): \(String(describing: error))")
+            #expect(error?.message.contains("SECRET") == false)
+            #expect(ContinuousClock.now - started < .seconds(15), "\(command): stopped at the limit, not at the time limit")
+        }
+    }
+
     @Test("a command that hangs is stopped at its time limit, and that is retryable too")
     func hangingCommand() throws {
         let started = ContinuousClock.now
