@@ -134,7 +134,7 @@ final class GCSTokenSource: Sendable {
         let reader = output.fileHandleForReading
         let readerThread = Thread {
             ThreadName.setCurrent("jobctl-token-io")
-            // At most `maximumOutputBytes`: a command that prints without end is stopped, not collected.
+            // At most `maximumTokenCommandOutputBytes`: a command that prints without end is stopped, not collected.
             var data = Data()
             while true {
                 let chunk = reader.availableData
@@ -142,8 +142,8 @@ final class GCSTokenSource: Sendable {
                 guard data.count + chunk.count <= maximumTokenCommandOutputBytes else {
                     collected.overflow()
                     // SIGKILL: SIGTERM can arrive blocked (a child inherits the signal mask), and its
-                    // output is unwanted anyway.
-                    kill(process.processIdentifier, SIGKILL)
+                    // output is unwanted anyway. Only while it runs: an exited one's pid may be reused.
+                    if process.isRunning { kill(process.processIdentifier, SIGKILL) }
                     break
                 }
                 data += chunk
@@ -156,7 +156,7 @@ final class GCSTokenSource: Sendable {
         let tooMuch = failure("printed more than \(maximumTokenCommandOutputBytes / 1024) KiB, far more than a token, and was stopped")
         let finished = exited.wait(timeout: limit) == .success
         if !finished, collected.overflowed {
-            kill(process.processIdentifier, SIGKILL)
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
             throw tooMuch
         }
         guard finished else {
@@ -167,8 +167,10 @@ final class GCSTokenSource: Sendable {
             }
             throw failure("did not finish within \(DurationText.format(max(1, Int(seconds)))) and was stopped")
         }
+        // The command exited; its output ends unless something it started in the background keeps it open.
+        let printed = collected.wait(until: .now() + 2)
         // The reader stopped it, or it ended on its own having printed too much: either way, too much.
-        if collected.wait(until: .now() + 2) != nil, collected.overflowed { throw tooMuch }
+        if printed != nil, collected.overflowed { throw tooMuch }
         switch process.terminationReason {
         case .uncaughtSignal:
             throw failure("was killed by signal \(process.terminationStatus)")
@@ -179,8 +181,7 @@ final class GCSTokenSource: Sendable {
         @unknown default:
             throw failure("ended abnormally (status \(process.terminationStatus))")
         }
-        // The command exited; its output ends unless something it started in the background keeps it open.
-        guard let data = collected.wait(until: .now() + 2) else {
+        guard let data = printed else {
             throw failure("exited but left its output open (a background process holds it)")
         }
         return data
