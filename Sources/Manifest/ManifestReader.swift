@@ -1225,8 +1225,8 @@ struct ManifestReader {
                 valid = false
                 continue
             }
-            guard headerSafe(name, "the custom metadata key '\(Self.visible(name))'", at: entry.key.mark),
-                  headerSafe(scalar.value, "the custom metadata value of '\(Self.visible(name))'", at: entry.value.mark) else {
+            guard headerSafe(name, "the custom metadata key '\(ManifestError.printable(name))'", at: entry.key.mark),
+                  headerSafe(scalar.value, "the custom metadata value of '\(ManifestError.printable(name))'", at: entry.value.mark) else {
                 valid = false
                 continue
             }
@@ -1249,19 +1249,6 @@ struct ManifestReader {
             return false
         }
         return true
-    }
-
-    /// `text` with control characters shown as `\u{…}`, for quoting a name in a message.
-    static func visible(_ text: String) -> String {
-        var shown = ""
-        for scalar in text.unicodeScalars {
-            if scalar.value < 0x20 || scalar.value == 0x7F {
-                shown += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
-            } else {
-                shown.unicodeScalars.append(scalar)
-            }
-        }
-        return shown
     }
 
     // MARK: - Scalars

@@ -78,8 +78,6 @@ extension ArchiveReader {
     static let maximumLineBytes = 4 * (((512 << 20) + 2) / 3) + (1 << 20)
 }
 
-private let inputSliceBytes = ArchiveReader.inputSliceBytes
-
 /// The checks, line by line.
 private struct LineChecker {
     private enum Section: Int { case header, events, blobs, done }

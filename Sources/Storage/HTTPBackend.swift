@@ -158,13 +158,9 @@ public struct HTTPBackend: StorageBackend {
         guard response.status == 200, let size = response.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
         var crc32c = servedDigests(response.headers, status: 200).first { $0.algorithm == .crc32c }?.value
         if crc32c == nil, rule.acceptsIdentical, PartialFile.destinationStatus(destination)?.size == size {
-            let sink = HashingSink(limit: size)
-            do throws(TransferFailure) {
-                let read = try await engine.perform(HTTPRequest(method: "GET", url: url, followRedirects: true), sink: sink, control: control,
-                                                    options: configuration.curlOptions)
-                if read.status == 200, sink.count == size { crc32c = sink.crc32c }
-            } catch {
-                if case .stopped(let reason) = error { return .stopped(reason) }
+            switch try await readBackCRC32C(url, size: size, followRedirects: true, control: control) {
+            case .stopped(let reason): return .stopped(reason)
+            case .value(let read): crc32c = read
             }
         }
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: size, crc32c: crc32c,
@@ -309,22 +305,33 @@ public struct HTTPBackend: StorageBackend {
         let ours = try await source.hashesOffPool(streamed: StreamChecksums(md5: false))
         var theirs = existing.crc32c
         if theirs == nil {
-            let sink = HashingSink(limit: source.size)
-            let response: HTTPResponse
-            do throws(TransferFailure) {
-                response = try await engine.perform(HTTPRequest(method: "GET", url: reference.description), sink: sink,
-                                                    control: control, options: configuration.curlOptions)
-            } catch {
-                switch error {
-                case .stopped(let reason): return .stopped(reason, .sentUpload(total: source.size))
-                case .failed: return nil
-                }
+            switch try await readBackCRC32C(reference.description, size: source.size, followRedirects: false, control: control) {
+            case .stopped(let reason): return .stopped(reason, .sentUpload(total: source.size))
+            case .value(let read): theirs = read
             }
-            guard response.isSuccess, sink.count == source.size else { return nil }
-            theirs = sink.crc32c
         }
-        guard theirs == ours.crc32c else { return nil }
+        guard let theirs, theirs == ours.crc32c else { return nil }
         return Self.uploaded(source, to: reference, contentType: contentType, hashes: ours, verified: [.crc32c])
+    }
+
+    /// The CRC32C of the file at `url` read back whole — a GET hashed as it streams, nothing kept — or nil
+    /// when the read fails, is not a success or is not exactly `size` bytes (`HashingSink` refuses more);
+    /// the stop reason when the transfer was stopped. What a comparison uses when the server reports
+    /// no CRC32C (nginx and most static servers).
+    private func readBackCRC32C(_ url: String, size: Int64, followRedirects: Bool,
+                                control: TransferControl) async throws(StorageError) -> StopOr<String?> {
+        let sink = HashingSink(limit: size)
+        let response: HTTPResponse
+        do throws(TransferFailure) {
+            response = try await engine.perform(HTTPRequest(method: "GET", url: url, followRedirects: followRedirects), sink: sink,
+                                                control: control, options: configuration.curlOptions)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason)
+            case .failed: return .value(nil)
+            }
+        }
+        return .value(response.isSuccess && sink.count == size ? sink.crc32c : nil)
     }
 
     /// What a HEAD says is at `reference` (size from `Content-Length`, hashes the server reports), nil on

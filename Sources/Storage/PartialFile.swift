@@ -49,9 +49,7 @@ public final class PartialFile {
     /// Whether something (a file, a folder, a link) is at `destination`, looked up relative to its folder
     /// without following links; false when the folder does not exist.
     public static func destinationExists(_ destination: String) -> Bool {
-        let absolute = LocalFiles.absolute(destination)
-        guard let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: false) else { return false }
-        return directory.entry(LocalFiles.lastComponent(absolute)) != nil
+        destinationEntry(destination) != nil
     }
 
     /// The identity of the regular file at `destination`, looked up relative to its folder without
@@ -62,10 +60,15 @@ public final class PartialFile {
 
     /// The status of the regular file at `destination` (see `destinationFile`).
     static func destinationStatus(_ destination: String) -> FileStatus? {
+        destinationEntry(destination).flatMap { $0.isRegular ? $0 : nil }
+    }
+
+    /// Whatever is at `destination` (a file, a folder, a link), looked up relative to its folder without
+    /// following links; nil when nothing is, or the folder does not exist.
+    private static func destinationEntry(_ destination: String) -> FileStatus? {
         let absolute = LocalFiles.absolute(destination)
-        guard let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: false),
-              let entry = directory.entry(LocalFiles.lastComponent(absolute)), entry.isRegular else { return nil }
-        return entry
+        guard let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: false) else { return nil }
+        return directory.entry(LocalFiles.lastComponent(absolute))
     }
 
     /// The temporary file's name for a destination file named `name`.

@@ -131,10 +131,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
             configuration.accessToken = token
         }
         if let command = value("JOBCTL_TOKEN_COMMAND") {
-            guard !command.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
-                throw StorageError(.invalidArgument, "JOBCTL_TOKEN_COMMAND is blank; set it to a command that prints an access token, or unset it")
-            }
-            configuration.tokenCommand = command
+            configuration.tokenCommand = try tokenCommand(parsing: command)
         }
         if configuration.accessToken != nil && configuration.tokenCommand != nil {
             throw StorageError(.invalidArgument,
@@ -204,12 +201,17 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         case "JOBCTL_SLICES": _ = try sliceCount(parsing: text, from: variable)
         case "JOBCTL_REFUSE_EXECUTABLES": _ = try bucketList(text, variable: variable)
         case "STORAGE_EMULATOR_HOST": _ = try emulatorEndpoint(text)
-        case "JOBCTL_TOKEN_COMMAND":
-            guard !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
-                throw StorageError(.invalidArgument, "JOBCTL_TOKEN_COMMAND is blank; set it to a command that prints an access token, or unset it")
-            }
+        case "JOBCTL_TOKEN_COMMAND": _ = try tokenCommand(parsing: text)
         default: break
         }
+    }
+
+    /// A `JOBCTL_TOKEN_COMMAND` value: any command but a blank one.
+    static func tokenCommand(parsing text: String) throws(StorageError) -> String {
+        guard !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            throw StorageError(.invalidArgument, "JOBCTL_TOKEN_COMMAND is blank; set it to a command that prints an access token, or unset it")
+        }
+        return text
     }
 
     /// `JOBCTL_RESUMABLE_THRESHOLD` values accepted: up to 1 GiB (the largest chunk); 0 or `off` sends

@@ -29,19 +29,34 @@ struct DiedAfterLinkTests {
         return point
     }
 
+    /// Attempt 1 checkpoints part-way; attempt 2 finishes from that checkpoint — links the file into place
+    /// at `destination` — and its worker dies before the report and before removing the earlier name,
+    /// which is left as a second link to the destination. Returns the checkpoint (what the log holds)
+    /// and the file it names.
+    private func diedAfterLink(_ backend: any StorageBackend, _ spec: JobSpec,
+                               at destination: String) async throws -> (point: ResumePoint, file: (path: String, identity: FileIdentity)) {
+        let point = try await checkpoint(backend, spec)
+        let file = try #require(OverwriteRule.fileWritten(by: point), "\(point)")
+        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
+        #expect(PartialFile.destinationFile(destination) == file.identity, "the destination is the checkpoint's file")
+        #expect(link(destination, file.path) == 0)
+        return (point, file)
+    }
+
+    /// A `LocalBackend` on a fresh folder of buckets that checkpoints every 256 KiB.
+    private func checkpointingLocalBackend() throws -> (directory: TemporaryDirectory, buckets: String, backend: LocalBackend) {
+        let (directory, buckets, _) = try localBuckets("jobctl-died-after-link")
+        return (directory, buckets, LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets), checkpointInterval: 256 * 1024))
+    }
+
     /// The three cases for a download of `object` (holding `payload`) into `directory`.
     private func checkDownload(_ backend: any StorageBackend, object: String, in directory: TemporaryDirectory) async throws {
         let destination = directory.file("got.bin")
         let spec = JobSpec(kind: .downloadFile, source: object, destination: destination, ifExists: .fail)
-        let point = try await checkpoint(backend, spec)
-        guard case .download(_, _, _, let temp?, let file?) = point else { throw TestServerError("expected a download checkpoint, got \(point)") }
-        #expect(OverwriteRule.fileWritten(by: point)?.identity == file)
-
-        // Attempt 2 finishes from the checkpoint; its worker dies before the report, and a death between
-        // the link and the unlink leaves the temporary name as a second link to the destination.
-        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
-        #expect(PartialFile.destinationFile(destination) == file, "the destination is the checkpoint's file")
-        #expect(link(destination, temp) == 0)
+        let (point, written) = try await diedAfterLink(backend, spec, at: destination)
+        guard case .download(_, _, _, let temp?, let file?) = point, temp == written.path, file == written.identity else {
+            throw TestServerError("expected a download checkpoint, got \(point)")
+        }
 
         // Attempt 3 starts from the log's checkpoint.
         let refusedOtherwise = try failure(await run(backend, JobSpec(kind: .downloadFile, source: object, destination: destination, ifExists: .fail)))
@@ -82,9 +97,8 @@ struct DiedAfterLinkTests {
 
     @Test("download-file from file:// (the sidecar's CRC32C)")
     func localDownload() async throws {
-        let (directory, buckets, _) = try localBuckets("jobctl-died-after-link")
+        let (directory, _, backend) = try checkpointingLocalBackend()
         defer { directory.remove() }
-        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets), checkpointInterval: 256 * 1024)
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/d.bin", data: payload)))
         try await checkDownload(backend, object: "file://b/d.bin", in: directory)
     }
@@ -113,19 +127,13 @@ struct DiedAfterLinkTests {
 
     @Test("upload-file into file:// (the session file linked into place is the object)")
     func localUpload() async throws {
-        let (directory, buckets, _) = try localBuckets("jobctl-died-after-link")
+        let (directory, buckets, backend) = try checkpointingLocalBackend()
         defer { directory.remove() }
-        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets), checkpointInterval: 256 * 1024)
         let source = directory.file("source.bin")
         try payload.write(to: URL(fileURLWithPath: source))
         let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/up.bin", ifExists: .fail)
-        let point = try await checkpoint(backend, spec)
-        let written = try #require(OverwriteRule.fileWritten(by: point), "\(point)")
         let object = buckets + "/b/up.bin"
-
-        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
-        #expect(PartialFile.destinationFile(object) == written.identity, "the object is the session's file")
-        #expect(link(object, written.path) == 0)
+        let (point, written) = try await diedAfterLink(backend, spec, at: object)
 
         #expect(try failure(await run(backend, spec)).code == .invalidArgument, "without the checkpoint the object is someone's")
         let taken = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
@@ -146,19 +154,15 @@ struct DiedAfterLinkTests {
     /// moved file): it drops that name and downloads afresh; stopped part-way, the moved file is whole.
     @Test("a checkpoint's file with a second name is never written to (download and file:// upload)")
     func neverWritesALinkedFile() async throws {
-        let (directory, buckets, _) = try localBuckets("jobctl-died-after-link")
+        let (directory, buckets, backend) = try checkpointingLocalBackend()
         defer { directory.remove() }
-        let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets), checkpointInterval: 256 * 1024)
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/d.bin", data: payload)))
 
         // Download.
         let destination = directory.file("got.bin")
         let kept = directory.file("kept.bin")
         let spec = JobSpec(kind: .downloadFile, source: "file://b/d.bin", destination: destination, ifExists: .fail)
-        let point = try await checkpoint(backend, spec)
-        let temp = try #require(OverwriteRule.fileWritten(by: point)).path
-        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID)))
-        #expect(link(destination, temp) == 0)
+        let (point, _) = try await diedAfterLink(backend, spec, at: destination)
         #expect(rename(destination, kept) == 0)
         try await stopPartWay(backend, spec, from: point)
         #expect(try Data(contentsOf: URL(fileURLWithPath: kept)) == payload, "the moved file was written through its second name")
@@ -172,12 +176,9 @@ struct DiedAfterLinkTests {
         let source = directory.file("source.bin")
         try payload.write(to: URL(fileURLWithPath: source))
         let upload = JobSpec(kind: .uploadFile, source: source, destination: "file://b/up.bin")
-        let session = try await checkpoint(backend, upload)
-        let sessionFile = try #require(OverwriteRule.fileWritten(by: session)).path
-        _ = try finished(await run(backend, upload, resume: session, control: TransferControl(jobID: jobID)))
         let object = buckets + "/b/up.bin"
         let keptObject = directory.file("kept-object.bin")
-        #expect(link(object, sessionFile) == 0)
+        let (session, _) = try await diedAfterLink(backend, upload, at: object)
         #expect(rename(object, keptObject) == 0)
         try await stopPartWay(backend, upload, from: session)
         #expect(try Data(contentsOf: URL(fileURLWithPath: keptObject)) == payload, "the kept object was written through its second name")
