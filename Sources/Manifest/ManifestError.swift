@@ -1,3 +1,5 @@
+import JobModel
+
 // MARK: - One error
 
 /// One problem in a manifest, at the line and column of the node that is wrong.
@@ -120,22 +122,11 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
     /// shown as `\u{1B}`, so no manifest can write terminal escapes through an error.
     public var description: String { "\(Self.printable(file)):\(line):\(column): error: \(Self.printable(message))" }
 
-    /// `text` with every control character but the tab (and DEL) shown as `\u{…}`.
-    static func printable(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: isControl) else { return text }
-        var shown = String.UnicodeScalarView()
-        for scalar in text.unicodeScalars {
-            if isControl(scalar) {
-                shown.append(contentsOf: "\\u{\(String(scalar.value, radix: 16, uppercase: true))}".unicodeScalars)
-            } else {
-                shown.append(scalar)
-            }
-        }
-        return String(shown)
-    }
+    /// `text` with every control character but the tab shown as `\u{…}`.
+    static func printable(_ text: String) -> String { TerminalText.printableKeepingTabs(text) }
 
     private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        (scalar.value < 0x20 && scalar != "\t") || (0x7F...0x9F).contains(scalar.value)
+        scalar != "\t" && TerminalText.isControl(scalar)
     }
 
     /// Clang-style text: the diagnostic line, then the source line and a caret under the column.

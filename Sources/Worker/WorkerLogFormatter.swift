@@ -141,7 +141,9 @@ public struct WorkerLogFormatter: Sendable {
     }
 
     /// `textValue(value)` appended as bytes. Plain is decided on UTF-8 bytes: a scalar above 0x7F is all
-    /// bytes of 0x80 and up, so "every scalar above 0x20, not DEL, `"` or `\`" is the same test per byte.
+    /// bytes of 0x80 and up, so "every scalar above 0x20, not DEL, `"` or `\`" is the same test per byte;
+    /// a 0xC2 byte (the lead byte of the C1 controls U+0080–U+009F, and of a few Latin-1 signs) sends the
+    /// value through the quoting, which shows C1 controls as `\u00xx`.
     static func appendTextValue(_ value: WorkerLogValue, to line: inout [UInt8]) {
         switch value {
         case .integer(let number):
@@ -151,7 +153,7 @@ public struct WorkerLogFormatter: Sendable {
         case .text(let raw):
             let text = SecretRedaction.redactURLs(in: raw)
             let plain = !text.isEmpty && text.utf8.allSatisfy { byte in
-                byte > 0x20 && byte != 0x7F && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+                byte > 0x20 && byte != 0x7F && byte != 0xC2 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
             }
             if plain {
                 line += text.utf8
@@ -184,9 +186,10 @@ public struct WorkerLogFormatter: Sendable {
         return Self.serialize(object)
     }
 
-    /// `text` as a JSON string literal, quotes included: byte for byte what `JSONSerialization` makes of
-    /// it with `.withoutEscapingSlashes` (`\"`, `\\`, `\b \f \n \r \t`, other controls as `\u00xx`,
-    /// everything else as it is), written by hand because serialising a one-element array per quoted
+    /// `text` as a JSON string literal, quotes included: what `JSONSerialization` makes of it with
+    /// `.withoutEscapingSlashes` (`\"`, `\\`, `\b \f \n \r \t`, other C0 controls as `\u00xx`, everything
+    /// else as it is) except that DEL and the C1 controls are escaped as `\u00xx` too (still JSON, and no
+    /// 8-bit CSI reaches a terminal reading the log), written by hand because serialising a one-element array per quoted
     /// field (every `succeeded` line's `rate="… KiB/s"`) cost about 1 % of a small-file drain's CPU.
     static func jsonString(_ text: String) -> String {
         var out: [UInt8] = []
@@ -198,7 +201,18 @@ public struct WorkerLogFormatter: Sendable {
     static func appendJSONString(_ text: String, to out: inout [UInt8]) {
         out.reserveCapacity(out.count + text.utf8.count + 2)
         out.append(UInt8(ascii: "\""))
+        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        var afterC2 = false
         for byte in text.utf8 {
+            if afterC2 {
+                afterC2 = false
+                if (0x80...0x9F).contains(byte) {
+                    out += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+                } else {
+                    out += [0xC2, byte]
+                }
+                continue
+            }
             switch byte {
             case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
             case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
@@ -207,12 +221,13 @@ public struct WorkerLogFormatter: Sendable {
             case 0x0A: out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
             case 0x0D: out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
             case 0x09: out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-            case 0x00..<0x20:
-                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+            case 0x00..<0x20, 0x7F:
                 out += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            case 0xC2: afterC2 = true
             default: out.append(byte)
             }
         }
+        if afterC2 { out.append(0xC2) }
         out.append(UInt8(ascii: "\""))
     }
 

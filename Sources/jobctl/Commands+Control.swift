@@ -224,7 +224,7 @@ extension Commands {
                         size, md5, crc32c, started, finished, job.error?.code.name ?? ""]
             }
             let columns = [
-                TableColumn("ID"), TableColumn("KIND", dropRank: 6), TableColumn("OUTCOME"), TableColumn("ATTEMPTS", dropRank: 3),
+                TableColumn("ID"), TableColumn("KIND", dropRank: 6), TableColumn("OUTCOME", painted: true), TableColumn("ATTEMPTS", dropRank: 3),
                 TableColumn("SIZE", dropRank: 5), TableColumn("MD5", dropRank: 1), TableColumn("CRC32C", dropRank: 2),
                 TableColumn("STARTED", dropRank: 4), TableColumn("FINISHED", dropRank: 7),
                 TableColumn("ERROR", fit: .elide(minimum: 8), elide: { Elide.end($0, to: $1) }),
@@ -234,7 +234,7 @@ extension Commands {
             var rows = 0
             var layout: TableLayout?
             try eachJob(2) { (pass, job) throws(StoreError) in
-                let row = cells(job)
+                let row = printableRow(cells(job), columns)
                 if pass == 1 {
                     for (index, cell) in row.enumerated() { natural[index] = max(natural[index], visibleWidth(cell)) }
                     counts[job.state.rawValue, default: 0] += 1

@@ -49,7 +49,7 @@ extension Commands {
              job.progressText, job.routeText(display), TimeText.age(job.createdAtMs, now: now)]
         }
         var columns = [
-            TableColumn("ID"), TableColumn("KIND", dropRank: 3), TableColumn("STATE"), TableColumn("ATTEMPTS", dropRank: 1),
+            TableColumn("ID"), TableColumn("KIND", dropRank: 3), TableColumn("STATE", painted: true), TableColumn("ATTEMPTS", dropRank: 1),
             TableColumn("PROGRESS", dropRank: 4), TableColumn("SOURCE → DESTINATION", fit: .elide(minimum: 30), elide: Elide.route),
             TableColumn("AGE", dropRank: 2),
         ]
@@ -97,7 +97,7 @@ extension Commands {
             return ExitCode.ok
         }
         var lines: [(String, String)] = [
-            ("id", job.id), ("kind", job.spec.kind.rawValue), ("state", context.paint(state: job.state)),
+            ("id", job.id), ("kind", job.spec.kind.rawValue), ("state", job.state.rawValue),
             ("queue", job.spec.queue), ("priority", "\(job.spec.priority)"),
             ("attempts", "\(job.attempts) of \(job.maxAttempts)"),
         ]
@@ -168,7 +168,9 @@ extension Commands {
         }
         let width = (lines.map(\.0.count).max() ?? 0) + 2
         let lineWidth = context.width
-        emit(lines.map { label, value in
+        emit(lines.map { label, raw in
+            // Values quote server replies and manifest values: control characters shown, never sent.
+            let value = label == "state" ? context.paint(state: job.state) : TerminalText.printable(raw)
             let head = (label + ":").padding(toLength: width, withPad: " ", startingAt: 0)
             guard let lineWidth, lineWidth - width >= 20, visibleWidth(value) > lineWidth - width else { return head + value }
             let indent = String(repeating: " ", count: width)
@@ -244,9 +246,9 @@ extension Commands {
                                    problems: report.problems.map(display.text))))
         } else if verify {
             for difference in report.differences {
-                emit("\(difference.jobID)  \(difference.column): stored \(difference.stored.map(display.text) ?? "null") ≠ rebuilt \(difference.rebuilt.map(display.text) ?? "null")")
+                emit(TerminalText.printable("\(difference.jobID)  \(difference.column): stored \(difference.stored.map(display.text) ?? "null") ≠ rebuilt \(difference.rebuilt.map(display.text) ?? "null")"))
             }
-            for problem in report.problems { emit("problem: \(display.text(problem))") }
+            for problem in report.problems { emit("problem: \(TerminalText.printable(display.text(problem)))") }
             let outcome = report.differences.isEmpty
                 ? "projection matches"
                 : "\(plural(report.differences.count, "difference")), \(plural(report.problems.count, "problem"))"

@@ -126,10 +126,11 @@ func emit(_ text: String) {
     StandardStreams.write(text.hasSuffix("\n") ? text : text + "\n", to: STDOUT_FILENO)
 }
 
-/// Writes to standard error. Any URL in the text has its secrets redacted: errors from any layer
-/// (a store error naming a database URL, a storage error's message) pass through here.
+/// Writes to standard error. Any URL in the text has its secrets redacted and every control character
+/// but the line break and the tab is shown as `\u{…}`: errors from any layer (a store error naming a
+/// database URL, a storage error quoting a server's reply) pass through here.
 func emitError(_ text: String) {
-    let safe = SecretRedaction.redactURLs(in: text)
+    let safe = TerminalText.printableKeepingLines(SecretRedaction.redactURLs(in: text))
     StandardStreams.write(safe.hasSuffix("\n") ? safe : safe + "\n", to: STDERR_FILENO)
 }
 

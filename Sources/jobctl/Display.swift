@@ -56,9 +56,7 @@ struct Display: Sendable {
         return output
     }
 
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
-    }
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool { TerminalText.isControl(scalar) }
 
     // MARK: - Errors
 
@@ -92,9 +90,10 @@ struct Display: Sendable {
 
     /// `cancelled: the transfer was stopped` — a state and its error — without saying the state twice:
     /// `cancelled by cli:ann while queued`, not `cancelled: cancelled by cli:ann while queued`.
+    /// Text for a terminal: the error's control characters shown as `\u{…}`.
     func stateLine(_ state: JobState, _ error: StorageError?, paint: (JobState) -> String) -> String {
         guard let error else { return paint(state) }
-        let line = errorLine(error, state: state)
+        let line = TerminalText.printable(errorLine(error, state: state))
         if line.lowercased().hasPrefix(state.rawValue + " ") {
             return paint(state) + line.dropFirst(state.rawValue.count)
         }

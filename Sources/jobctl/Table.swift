@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 
 /// A column of a plain-text table and how it gives way when the table is wider than the terminal.
 struct TableColumn {
@@ -14,15 +15,21 @@ struct TableColumn {
 
     var header: String
     var fit: Fit = .fixed
+    /// The column's cells carry this program's own colours (a job's state) and nothing from outside, so
+    /// their escape sequences are kept; every other cell has its control characters shown as `\u{…}`
+    /// (`printableRow`): cells hold server replies, manifest values and other processes' words.
+    var painted = false
     /// Columns with a drop rank are hidden, lowest first, when even their minimum widths do not fit.
     var dropRank: Int?
     /// How an `.elide` column's cell is cut to a width (default: in the middle).
     var elide: (String, Int) -> String = { Elide.middle($0, to: $1) }
 
-    init(_ header: String, fit: Fit = .fixed, dropRank: Int? = nil, elide: ((String, Int) -> String)? = nil) {
+    init(_ header: String, fit: Fit = .fixed, dropRank: Int? = nil, painted: Bool = false,
+         elide: ((String, Int) -> String)? = nil) {
         self.header = header
         self.fit = fit
         self.dropRank = dropRank
+        self.painted = painted
         if let elide { self.elide = elide }
     }
 
@@ -43,12 +50,21 @@ struct RenderedTable {
 /// Renders rows under headers, left-aligned, two spaces apart. With a `width`, the table is fitted:
 /// elastic columns shrink (eliding or wrapping their cells), then columns with a drop rank are hidden.
 func renderTable(_ columns: [TableColumn], _ rows: [[String]], width: Int?) -> RenderedTable {
+    let rows = rows.map { printableRow($0, columns) }
     let natural = columns.indices.map { index in
         rows.reduce(columns[index].header.count) { max($0, visibleWidth($1[index])) }
     }
     let layout = TableLayout(columns, natural: natural, width: width)
     let output = layout.lines(for: columns.map(\.header)) + rows.flatMap { layout.lines(for: $0) }
     return RenderedTable(text: output.joined(separator: "\n"), hidden: layout.hidden)
+}
+
+/// A row's cells as a terminal may show them: control characters in every cell of a column that is not
+/// `painted` written as `\u{…}` (`TerminalText.printable`).
+func printableRow(_ cells: [String], _ columns: [TableColumn]) -> [String] {
+    cells.enumerated().map { index, cell in
+        index < columns.count && columns[index].painted ? cell : TerminalText.printable(cell)
+    }
 }
 
 /// Where a table's columns go, from each column's widest cell (`natural`): what `renderTable` does

@@ -125,7 +125,7 @@ struct Watcher {
             if let progressLine { bar.draw(progressLine) }
         } else {
             bar.interrupt()
-            emitLine("\(RFC3339.string(event.atMs))  \(event.jobID)  \(status.rawValue)  \(Describe.event(event, display: display))")
+            emitLine("\(RFC3339.string(event.atMs))  \(event.jobID)  \(status.rawValue)  \(TerminalText.printable(Describe.event(event, display: display)))")
         }
     }
 

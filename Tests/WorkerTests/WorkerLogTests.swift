@@ -217,17 +217,28 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
 }
 
 @Suite("worker log quoting", .onTestThreads) struct WorkerLogQuotingTests {
-    /// What the formatter used to do: serialise a one-element array and drop its brackets.
+    /// What the formatter used to do: serialise a one-element array and drop its brackets; then DEL and
+    /// the C1 controls, which JSONSerialization leaves raw, as `\u00xx`.
     private static func viaJSONSerialization(_ text: String) throws -> String {
         let data = try JSONSerialization.data(withJSONObject: [text], options: [.sortedKeys, .withoutEscapingSlashes])
         let array = try #require(String(data: data, encoding: .utf8))
-        return String(array.dropFirst().dropLast())
+        var quoted = ""
+        for scalar in array.dropFirst().dropLast().unicodeScalars {
+            if (0x7F...0x9F).contains(scalar.value) {
+                quoted += "\\u00" + String(scalar.value, radix: 16)
+            } else {
+                quoted.unicodeScalars.append(scalar)
+            }
+        }
+        return quoted
     }
 
-    /// Every ASCII byte, alone and inside text, and text beyond ASCII, quote exactly as JSONSerialization did.
+    /// Every ASCII byte and every C1 control, alone and inside text, and text beyond ASCII, quote as
+    /// JSONSerialization did, DEL and C1 escaped.
     @Test func quotesEveryCharacterAsJSONSerializationDid() throws {
-        var samples = (0..<128).map { String(UnicodeScalar(UInt8($0))) }
-        samples += (0..<128).map { "a \(String(UnicodeScalar(UInt8($0)))) b" }
+        var samples = (0..<160).map { String(UnicodeScalar(UInt8($0))) }
+        samples += (0..<160).map { "a \(String(UnicodeScalar(UInt8($0)))) b" }
+        samples += ["\u{A0}\u{A9}\u{BF}\u{C0}", "\u{9B}31m", "x\u{85}"]
         samples += ["", "516.1 KiB/s", "say \"hi\" \\ path/to/x", "é ü 日本 🚀 \u{2028}\u{2029}", "tab\there\r\nnext\u{0B}\u{1F}"]
         for sample in samples {
             #expect(WorkerLogFormatter.jsonString(sample) == (try Self.viaJSONSerialization(sample)), "\(Array(sample.utf8))")
@@ -236,7 +247,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
 
     /// A quoted value reads back as the text it came from (the line splits back into its fields).
     @Test func quotedValuesParseBack() throws {
-        for sample in ["rate 1 KiB/s", "x\"y\\z\u{01}\n", "日本 語"] {
+        for sample in ["rate 1 KiB/s", "x\"y\\z\u{01}\n", "日本 語", "csi \u{9B}31m del \u{7F} nel \u{85} © \u{A0}"] {
             let quoted = WorkerLogFormatter.jsonString(sample)
             let parsed = try JSONSerialization.jsonObject(with: Data("[\(quoted)]".utf8)) as? [String]
             #expect(parsed == [sample])
@@ -285,7 +296,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         case .text(let raw):
             let text = SecretRedaction.redactURLs(in: raw)
             let plain = !text.isEmpty && text.unicodeScalars.allSatisfy { scalar in
-                scalar.value > 0x20 && scalar.value != 0x7F && scalar != "\"" && scalar != "\\"
+                scalar.value > 0x20 && !(0x7F...0xBF).contains(scalar.value) && scalar != "\"" && scalar != "\\"
             }
             if plain { return text }
             return WorkerLogFormatter.jsonString(text)

@@ -1,0 +1,44 @@
+/// Text shown to people on a terminal, with its control characters made visible.
+///
+/// Server replies (an error body, an object's content type or hash), manifest values (an idempotency
+/// key) and other processes' words (a cancel reason) reach `show`, `list`, `history`, `audit`, `watch`,
+/// error messages and the worker's log. A C0 control (ESC, BEL), DEL or a C1 control (U+009B is an
+/// 8-bit CSI) in them could recolour, retitle or clear the reader's terminal, or hide what follows; so
+/// each is written as `\u{1B}` instead, which reads as what it is and cannot act.
+public enum TerminalText {
+    /// C0 controls, DEL and C1 controls.
+    public static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+    }
+
+    /// `text` with every control character shown as `\u{…}`: for a single-line field (a table cell,
+    /// a `show` value), where a line break or a tab would break the layout too.
+    public static func printable(_ text: String) -> String {
+        escaping(text) { isControl($0) }
+    }
+
+    /// `text` with every control character but the line break and the tab shown as `\u{…}`: for
+    /// messages of several lines (standard error).
+    public static func printableKeepingLines(_ text: String) -> String {
+        escaping(text) { isControl($0) && $0 != "\n" && $0 != "\t" }
+    }
+
+    /// `text` with every control character but the tab shown as `\u{…}`: for a manifest's file name
+    /// and messages, whose columns count a tab as one.
+    public static func printableKeepingTabs(_ text: String) -> String {
+        escaping(text) { isControl($0) && $0 != "\t" }
+    }
+
+    private static func escaping(_ text: String, where shouldEscape: (Unicode.Scalar) -> Bool) -> String {
+        guard text.unicodeScalars.contains(where: shouldEscape) else { return text }
+        var shown = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            if shouldEscape(scalar) {
+                shown.append(contentsOf: "\\u{\(String(scalar.value, radix: 16, uppercase: true))}".unicodeScalars)
+            } else {
+                shown.append(scalar)
+            }
+        }
+        return String(shown)
+    }
+}

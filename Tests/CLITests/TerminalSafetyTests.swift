@@ -1,0 +1,123 @@
+import EventStore
+import Foundation
+import JobModel
+import Testing
+import TestSupport
+
+/// Text from outside — a server's error reply, an object's metadata, a manifest's key, another
+/// process's cancel reason — never sends a control character to the reader's terminal: every text
+/// output shows them as `\u{…}`, the worker's log as `\u00xx`, while `--json` keeps the exact value.
+@Suite("control characters in output", .onTestThreads) struct TerminalSafetyTests {
+    /// ESC sequences (colour, an OSC window title ended by BEL), an 8-bit CSI (U+009B), DEL and a CR
+    /// that would overwrite the line.
+    static let hostile = "deny \u{1B}[31mRED\u{1B}]0;pwned\u{07} \u{9B}2J\u{7F}\rX"
+
+    /// The bytes no text output may carry: C0 controls but the line break and the tab, DEL, C1 controls.
+    static func controls(in text: String) -> [String] {
+        text.unicodeScalars.filter { TerminalText.isControl($0) && $0 != "\n" && $0 != "\t" }
+            .map { "U+" + String($0.value, radix: 16, uppercase: true) }
+    }
+
+    /// A failed download whose error, cause and URL quote the hostile text, a cancelled job with it as
+    /// its reason and key, and a finished download whose object metadata carries it.
+    static func fabricate(in workspace: CLIWorkspace) throws -> [String] {
+        let store = try EventStore(path: workspace.database)
+        let now = Clock.nowMs()
+        let worker = "worker:test:1"
+        let ids = try store.submit([
+            JobSpec(kind: .downloadMemory, source: "http://127.0.0.1:1/report.csv", maxSize: 1024, maxAttempts: 1),
+            JobSpec(kind: .uploadData, destination: "file:///tmp/bucket/x", data: Data("hi".utf8), key: "k\(hostile)"),
+            JobSpec(kind: .downloadMemory, source: "gs://bucket/obj", maxSize: 1024),
+        ], actor: "cli:test", now: now).map(\.id)
+
+        var claim = try #require(try store.claim(owner: worker, queues: nil, limit: 1, leaseMs: 60_000, now: now).first)
+        let error = StorageError(.unauthorized, "permission denied: \(hostile)", httpStatus: 403,
+                                 url: "http://127.0.0.1:1/report.csv", retryable: false, cause: "body: \(hostile)")
+        try store.append(PendingEvent(jobID: ids[0], type: .started, actor: worker, leaseToken: claim.token, data: EventData(attempt: 1)), now: now)
+        try store.append(PendingEvent(jobID: ids[0], type: .failed, actor: worker, leaseToken: claim.token,
+                                      data: EventData(attempt: 1, error: error)), now: now + 1)
+
+        try store.append(PendingEvent(jobID: ids[1], type: .cancelled, actor: "cli:test",
+                                      data: EventData(reason: "because \(hostile)")), now: now + 2)
+
+        claim = try #require(try store.claim(owner: worker, queues: nil, limit: 1, leaseMs: 60_000, now: now + 3).first)
+        #expect(claim.record.id == ids[2])
+        let object = StorageObject(bucket: "bucket", name: "obj", size: 2, contentType: "text/\(hostile)",
+                                   md5Hash: "md5\(hostile)", crc32c: "crc\(hostile)", generation: "1")
+        try store.append(PendingEvent(jobID: ids[2], type: .started, actor: worker, leaseToken: claim.token, data: EventData(attempt: 1)), now: now + 3)
+        try store.append(PendingEvent(jobID: ids[2], type: .succeeded, actor: worker, leaseToken: claim.token,
+                                      data: EventData(result: JobResult(object: object, size: 2, data: Data("hi".utf8)))), now: now + 4)
+        return ids
+    }
+
+    @Test func textOutputsShowControlCharactersAndJSONKeepsThem() throws {
+        let workspace = try CLIWorkspace("terminal-safety")
+        defer { workspace.directory.remove() }
+        let ids = try Self.fabricate(in: workspace)
+        var commands: [[String]] = [["list"], ["audit"], ["replay", "--verify"]]
+        for id in ids { commands += [["show", id], ["history", id]] }
+        for arguments in commands {
+            let output = try workspace.jobctl(arguments)
+            let shown = arguments.joined(separator: " ")
+            #expect(Self.controls(in: output.stdout).isEmpty, "jobctl \(shown) sent \(Self.controls(in: output.stdout)):\n\(output.stdout)")
+            #expect(Self.controls(in: output.stderr).isEmpty, "jobctl \(shown) sent \(Self.controls(in: output.stderr)) to stderr")
+            #expect(!output.stdout.isEmpty, "jobctl \(shown) printed nothing: \(output.stderr)")
+        }
+        // `watch` writes text on a terminal only (JSON lines otherwise); there it draws its own progress
+        // line with CR and ESC[2K, so what is checked is that none of the hostile sequences arrives.
+        for id in ids {
+            let watched = try workspace.jobctlOnTerminal(["watch", id])
+            for raw in ["\u{1B}[31m", "\u{1B}]0;", "\u{07}", "\u{9B}", "\u{7F}"] {
+                #expect(!watched.stdout.contains(raw), "watch \(id) sent \(raw.debugDescription):\n\(watched.stdout.debugDescription)")
+            }
+            if id != ids[2] {   // the failed job's error, the cancelled job's reason
+                #expect(watched.stdout.contains("\\u{1B}[31mRED"), "\(watched.stdout.debugDescription)")
+            }
+        }
+        // Shown, not dropped: the reader sees what the server said.
+        let failed = try workspace.jobctl(["show", ids[0]]).stdout
+        #expect(failed.contains(#"deny \u{1B}[31mRED\u{1B}]0;pwned\u{7} \u{9B}2J\u{7F}\u{D}X"#), "\(failed)")
+        let cancelled = try workspace.jobctl(["show", ids[1]]).stdout
+        #expect(cancelled.contains(#"kdeny \u{1B}[31m"#), "\(cancelled)")
+        let finished = try workspace.jobctl(["show", ids[2]]).stdout
+        #expect(finished.contains(#"text/deny \u{1B}[31m"#), "\(finished)")
+        let history = try workspace.jobctl(["history", ids[1]]).stdout
+        #expect(history.contains(#"because deny \u{1B}"#), "\(history)")
+
+        // `--json` is for programs: the exact text, control characters and all (JSON escapes C0 itself).
+        let job = try #require(try workspace.json(["show", ids[0], "--json"]) as? [String: Any])
+        let jobError = try #require(job["error"] as? [String: Any])
+        #expect(jobError["message"] as? String == "permission denied: \(Self.hostile)")
+        let keyed = try #require(try workspace.json(["show", ids[1], "--json"]) as? [String: Any])
+        #expect(keyed["key"] as? String == "k\(Self.hostile)")
+    }
+
+    /// Through a real worker: a server (the fault proxy in front of nginx) refuses with the hostile text
+    /// in its reason phrase and body; neither the worker's log nor `show` sends it raw.
+    @Test func aServersReplyReachesNoTerminalRaw() throws {
+        let nginx = try NginxServer.start()
+        defer { nginx.stop() }
+        let proxy = try FaultProxy(upstreamPort: nginx.port)
+        defer { proxy.stop() }
+        let body = Data(#"{"error":{"code":403,"message":"\#(Self.hostile)"}}"#.utf8)
+        proxy.add(FaultRule(.any, .respond(.response(403, reason: "Forbidden \u{1B}[5m", headers: [ProxyHeader("Content-Type", "application/json")],
+                                                      body: body)), times: 10))
+        let workspace = try CLIWorkspace("terminal-safety-worker")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+            - {kind: download-memory, source: "\(proxy.baseURL)/x", max_size: 1000, max_attempts: 1}
+            - {kind: upload-data, data: hi, destination: "\(proxy.baseURL)/y", max_attempts: 1}
+            """)
+        #expect(ids.count == 2)
+        let worker = try workspace.jobctl(["worker", "--drain"])
+        #expect(worker.status == 2, "\(worker.stderr)")
+        #expect(Self.controls(in: worker.stderr).isEmpty, "the worker's log sent \(Self.controls(in: worker.stderr)):\n\(worker.stderr)")
+        #expect(worker.stderr.contains(#"\u001b[31mRED"#) && worker.stderr.contains(#"\u009b2J"#), "\(worker.stderr)")
+        for id in ids {
+            let shown = try workspace.jobctl(["show", id])
+            #expect(shown.stdout.contains("unauthorized"), "\(shown.stdout)")
+            #expect(Self.controls(in: shown.stdout).isEmpty, "show sent \(Self.controls(in: shown.stdout)):\n\(shown.stdout)")
+            #expect(shown.stdout.contains(#"\u{1B}[31mRED"#), "\(shown.stdout)")
+        }
+    }
+}
