@@ -822,7 +822,7 @@ public struct GCSBackend: StorageBackend {
             if let json = response.json, let updated = GCSObjectJSON.object(from: json) { object = updated }
             token = created
         }
-        let url = "\(configuration.firebaseEndpoint)/v0/b/\(reference.bucket)/o/\(reference.encodedPath)?alt=media&token=\(token ?? "")"
+        let url = "\(configuration.firebaseEndpoint)/v0/b/\(reference.bucket)/o/\(reference.encodedPath)?alt=media&token=\(StorageReference.percentEncode(token ?? "", keepSlash: false))"
         return .finished(JobResult(object: object, url: url))
     }
 

@@ -7,15 +7,21 @@ enum GCSObjectJSON {
     static let downloadTokensKey = "firebaseStorageDownloadTokens"
 
     /// What `object(from:)` needs, for messages: "not an object resource (…)".
-    static let needs = "a bucket, a name and a size in bytes"
+    static let needs = "a bucket, a name, a size in bytes and, if any, a generation that is a whole number"
 
     /// Decodes an object resource. Numbers may arrive as strings (the API) or numbers (some emulators).
     /// Nil without a bucket, a name or a size that is a whole number of bytes: every GCS object resource
     /// has all three, and a transfer planned from a resource without its size would move nothing (a
     /// download with no hashes to compare would then commit an empty file as the object).
+    ///
+    /// The generation and metageneration, when given, must be decimal numbers as GCS writes them (an
+    /// int64): they go back into query strings (`generation=`, `ifGenerationMatch=`) and the log, so a
+    /// value such as `1&alt=json` must not reach a URL.
     static func object(from json: [String: Any]) -> StorageObject? {
         guard let bucket = json["bucket"] as? String, let name = json["name"] as? String,
               let size = stringValue(json["size"]).flatMap({ Int64($0) }), size >= 0 else { return nil }
+        let generation = stringValue(json["generation"]), metageneration = stringValue(json["metageneration"])
+        guard [generation, metageneration].allSatisfy({ $0.map(isGenerationNumber) ?? true }) else { return nil }
         var custom: [String: String] = [:]
         var tokens: String?
         if let metadata = json["metadata"] as? [String: Any] {
@@ -30,7 +36,7 @@ enum GCSObjectJSON {
             contentDisposition: json["contentDisposition"] as? String, contentEncoding: json["contentEncoding"] as? String,
             contentLanguage: json["contentLanguage"] as? String, customMetadata: custom.isEmpty ? nil : custom,
             md5Hash: json["md5Hash"] as? String, crc32c: json["crc32c"] as? String,
-            generation: stringValue(json["generation"]), metageneration: stringValue(json["metageneration"]),
+            generation: generation, metageneration: metageneration,
             timeCreated: json["timeCreated"] as? String, updated: json["updated"] as? String, downloadTokens: tokens)
     }
 
@@ -68,6 +74,11 @@ enum GCSObjectJSON {
     static func encode(_ object: [String: Any]) -> Data {
         // Only strings, numbers, nulls and nested dictionaries of them are ever passed: serialisation cannot fail.
         (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+    }
+
+    /// 1 to 19 ASCII digits: an int64 generation, nothing a query string could carry further.
+    static func isGenerationNumber(_ text: String) -> Bool {
+        (1...19).contains(text.utf8.count) && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
     }
 
     private static func stringValue(_ value: Any?) -> String? {

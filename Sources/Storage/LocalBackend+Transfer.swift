@@ -508,7 +508,7 @@ final class LocalTransfer {
             try backend.writeMetadata(object, to: location)
             try location.directory.sync()
         }
-        let url = "file://" + StorageReference.percentEncode(location.path, keepSlash: true) + "?token=" + (token ?? "")
+        let url = "file://" + StorageReference.percentEncode(location.path, keepSlash: true) + "?token=" + StorageReference.percentEncode(token ?? "", keepSlash: false)
         return .finished(JobResult(object: object, url: url))
     }
 }

@@ -41,3 +41,57 @@ struct ObjectResourceTests {
         #expect(memory.message.contains("size"), "\(memory)")
     }
 }
+
+/// A server's generation goes back into query strings (`generation=`, `ifGenerationMatch=`) and its
+/// download token into the URL `fetch-url` returns: neither may carry a query of its own.
+@Suite("GCS values that return in URLs", .onTestThreads)
+struct ObjectResourceURLTests {
+    /// The emulator's metadata answers rewritten by `change`, for objects `upload` put there directly.
+    private static func proxied(_ server: EmulatorServer, change: @escaping @Sendable (inout [String: Any]) -> Void) throws -> FaultProxy {
+        try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.target.contains("/o/") && !$0.target.contains("alt=media") }),
+                      .rewriteResponse { _, response in
+                          guard var json = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] else { return }
+                          change(&json)
+                          response.body = (try? JSONSerialization.data(withJSONObject: json)) ?? Data()
+                          response.setHeader("Content-Length", String(response.body.count))
+                      }, times: 100),
+        ])
+    }
+
+    @Test("a generation that is not a whole number is refused before any URL carries it",
+          arguments: ["1&alt=json", "12 3", "1#x", "-1", "1.5", "", "99999999999999999999"])
+    func generationNotANumber(generation: String) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let payload = patternData(50_000, seed: 82)
+        let proxy = try Self.proxied(server) { json in json["generation"] = generation }
+        defer { proxy.stop() }
+        _ = try finished(await run(GCSBackend(configuration: emulatorConfiguration(server)),
+                                   JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/g.bin", data: payload)))
+        let backend = GCSBackend(configuration: emulatorConfiguration(server, through: proxy))
+        let directory = try TemporaryDirectory("jobctl-generation")
+        defer { directory.remove() }
+        let destination = directory.file("g.bin")
+        let refused = try failure(await run(backend, JobSpec(kind: .downloadFile, source: "gs://\(server.bucket)/g.bin", destination: destination)))
+        #expect(refused.message.contains("generation"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        let media = proxy.exchanges.filter { $0.request.target.contains("alt=media") }
+        #expect(media.isEmpty, "\(media.map(\.request.target))")
+    }
+
+    @Test("fetch-url percent-encodes a download token that is not a plain token")
+    func tokenIsEncoded() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let direct = GCSBackend(configuration: emulatorConfiguration(server))
+        _ = try finished(await run(direct, JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/t.txt", data: Data("t".utf8),
+                                                   metadata: UploadMetadata(customMetadata: [GCSObjectJSON.downloadTokensKey: "a&alt=json#b c,second"]))))
+        let fetched = try finished(await run(direct, JobSpec(kind: .fetchURL, source: "gs://\(server.bucket)/t.txt")))
+        let url = try #require(fetched.url)
+        #expect(url.hasSuffix("?alt=media&token=a%26alt%3Djson%23b%20c"), "\(url)")
+        let components = try #require(URLComponents(string: url))
+        #expect(components.queryItems?.map(\.name) == ["alt", "token"])
+        #expect(components.queryItems?.last?.value == "a&alt=json#b c")
+    }
+}
