@@ -93,8 +93,7 @@ final class LocalTransfer {
         // An existing object that is the session file an earlier attempt linked into place is the job's own.
         let rule = OverwriteRule(spec, resumingFrom: resumePoint, existing: existing?.identity)
         if let existing {
-            var object = try backend.readMetadata(location, status: existing)
-            object.size = existing.size
+            let object = try backend.readMetadata(location, status: existing)
             let spec = self.spec
             if try rule.skipsUpload(existing: object, destination: reference.description,
                                     source: { () throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: spec) }) {
@@ -366,8 +365,7 @@ final class LocalTransfer {
         guard status.isRegular else {
             throw StorageError(.objectNotFound, "object '\(reference)' does not exist ('\(location.path)' is not a regular file)")
         }
-        var object = try backend.readMetadata(location, status: status)
-        object.size = status.size
+        let object = try backend.readMetadata(location, status: status)
         return (file, object, location)
     }
 
@@ -532,7 +530,6 @@ extension LocalTransfer {
         try file.lockExclusive()
         let status = try file.status()
         var object = try backend.readMetadata(location, status: status)
-        object.size = status.size
         try checkGeneration(of: object, reference: location.reference)
         if let value = update.contentType { object.contentType = value }
         if let value = update.cacheControl { object.cacheControl = value }

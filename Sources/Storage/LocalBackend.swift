@@ -416,6 +416,9 @@ extension LocalBackend {
             var object = try SidecarJSON.decode(data) ?? JSONDecoder().decode(StorageObject.self, from: data)
             object.bucket = reference.bucket
             object.name = reference.fullPath
+            // The file is the object: a sidecar's size (another writer's, or a planted one) never
+            // stands for it, whichever operation reads it (download, fetch-url, get-metadata).
+            object.size = status.size
             return object
         } catch {
             throw StorageError(.internalError,

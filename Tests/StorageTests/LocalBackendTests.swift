@@ -593,6 +593,30 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         }
     }
 
+    /// A sidecar that lies about the size (written by another tool, or planted) never stands for the
+    /// object: every operation that reads it reports the file's own size.
+    @Test(arguments: [Int64(5), -3, 0, 1 << 40])
+    func aSidecarsSizeNeverStandsForTheFile(claimed: Int64) async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = Data("hello world".utf8)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/s.txt", data: bytes)))
+        let sidecar = URL(fileURLWithPath: sandbox.buckets + "/b/.s.txt.jobctl-meta.json")
+        var json = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: sidecar)) as? [String: Any])
+        json["size"] = claimed
+        try JSONSerialization.data(withJSONObject: json).write(to: sidecar)
+        for kind in [JobKind.fetchURL, .getMetadata] {
+            let result = try finished(try await run(sandbox.backend(), JobSpec(kind: kind, source: "file://b/s.txt")))
+            #expect(result.object?.size == Int64(bytes.count), "\(kind): \(String(describing: result.object))")
+        }
+        let memory = try finished(try await run(sandbox.backend(), JobSpec(kind: .downloadMemory, source: "file://b/s.txt", maxSize: 100)))
+        #expect(memory.data == bytes)
+        #expect(memory.object?.size == Int64(bytes.count))
+        let updated = try finished(try await run(sandbox.backend(), JobSpec(kind: .updateMetadata, destination: "file://b/s.txt",
+                                                                            metadata: UploadMetadata(cacheControl: "no-store"))))
+        #expect(updated.object?.size == Int64(bytes.count))
+    }
+
     @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
     func fullDiskIsATypedErrorAndLeavesNoFinalFile() async throws {
         let sandbox = try Sandbox()
