@@ -204,7 +204,7 @@ final class SQLiteConnection {
             sqlite3_finalize(raw)
         }
         let primary = code & 0xFF
-        let error = Self.error(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: nil)
+        let error = Self.error(code: code, message: Self.message(of: handle), sql: nil)
         return (error, primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY)
     }
 
@@ -215,7 +215,19 @@ final class SQLiteConnection {
     /// See https://www.sqlite.org/rescode.html
     func check(_ code: Int32, sql: String? = nil) throws(StoreError) {
         guard code != SQLITE_OK && code != SQLITE_ROW && code != SQLITE_DONE else { return }
-        throw Self.error(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+        throw Self.error(code: code, message: Self.message(of: handle), sql: sql)
+    }
+
+    /// The connection's last error message; for an I/O-class error (I/O, full, cannot open, permission)
+    /// with the operating system's own word on it, which SQLite's text leaves out: "disk I/O error" alone
+    /// does not say that the disk is full (`No space left on device`) or that a file may not be written.
+    static func message(of connection: OpaquePointer?) -> String {
+        let message = String(cString: sqlite3_errmsg(connection))
+        let primary = sqlite3_extended_errcode(connection) & 0xFF
+        guard [SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PERM].contains(primary) else { return message }
+        let number = sqlite3_system_errno(connection)
+        guard number != 0 else { return message }
+        return "\(message): \(String(cString: strerror(number)))"
     }
 
     static func error(code: Int32, message: String, sql: String?) -> StoreError {
@@ -292,7 +304,8 @@ final class SQLiteConnection {
         var errorMessage: UnsafeMutablePointer<CChar>?
         let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         if code != SQLITE_OK {
-            let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            // The connection's message is exec's own (SQLite copies it), plus the system's word on an I/O error.
+            let message = sqlite3_errcode(handle) == code ? Self.message(of: handle) : errorMessage.map { String(cString: $0) } ?? Self.message(of: handle)
             sqlite3_free(errorMessage)
             throw Self.error(code: code, message: message, sql: sql)
         }
@@ -309,7 +322,7 @@ final class SQLiteConnection {
         var raw: OpaquePointer?
         let code = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &raw, nil)
         guard code == SQLITE_OK, let raw else {
-            throw Self.error(code: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+            throw Self.error(code: code, message: Self.message(of: handle), sql: sql)
         }
         let statement = SQLiteStatement(handle: raw, database: handle, sql: sql)
         // A small cache: the store uses a few dozen distinct statements; dynamic IN-lists are the exception.
@@ -517,7 +530,7 @@ final class SQLiteStatement {
         case SQLITE_DONE: return false
         default:
             // sqlite3_reset returns the same error; reset now so the statement's locks are released.
-            let message = String(cString: sqlite3_errmsg(database))
+            let message = SQLiteConnection.message(of: database)
             sqlite3_reset(handle)
             throw SQLiteConnection.error(code: code, message: message, sql: sql)
         }
@@ -525,7 +538,7 @@ final class SQLiteStatement {
 
     private func check(_ code: Int32) throws(StoreError) {
         guard code != SQLITE_OK else { return }
-        throw SQLiteConnection.error(code: code, message: String(cString: sqlite3_errmsg(database)), sql: sql)
+        throw SQLiteConnection.error(code: code, message: SQLiteConnection.message(of: database), sql: sql)
     }
 
     // MARK: Columns (https://www.sqlite.org/c3ref/column_blob.html)

@@ -235,6 +235,9 @@ public final class WorkerPool: Sendable {
         var nextDue: Int64? = nil
         var shutdownStarted: Int64? = nil
         var consecutiveErrors = 0
+        // Since when the loop's store writes (rescues, claims) have all failed (nil: the last went
+        // through); see `drainGivesUp`.
+        var writesFailingSince: Int64?
         // While a drain waits for other workers' runs (nothing of its own running, nothing to claim): the
         // next wait, and when the queue was last asked about (see `drainWait`).
         var drainWaitMs: Int64?
@@ -287,6 +290,7 @@ public final class WorkerPool: Sendable {
                     let owner = config.owner
                     let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
                     metrics.rescued(rescued.count)
+                    writesFailingSince = nil
                 }
                 if Self.isDue(since: lastHeartbeat, every: heartbeatEvery, now: now) {
                     lastHeartbeat = now
@@ -314,6 +318,7 @@ public final class WorkerPool: Sendable {
                 let due = nextDue.map { $0 <= now } ?? false
                 if wantClaim && (changed || slotFreed || due || lastRescue == now) {
                     let claimed = try await claim(limit: room, now: now)
+                    writesFailingSince = nil
                     if claimed < room {
                         let queues = config.queues
                         nextDue = try await store.run { try $0.nextRunAfter(queues: queues) }
@@ -348,6 +353,16 @@ public final class WorkerPool: Sendable {
                 if case StoreError.damaged = error {
                     log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
                     throw error
+                }
+                // A drain with nothing running whose writes have all failed for a lease's length (a full
+                // disk, a database gone read-only) stops and says so, rather than retrying for ever: a
+                // drain is a command that ends. A worker without --drain keeps trying (a service outlives
+                // a full disk once space is freed).
+                let failingSince = writesFailingSince ?? now
+                writesFailingSince = failingSince
+                if Self.drainGivesUp(config, running: runningCount, failingForMs: now - failingSince) {
+                    log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
+                    throw WorkerStopped.storeRefusesWrites(String(describing: error), forMs: now - failingSince)
                 }
                 log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
                 await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
@@ -422,6 +437,13 @@ public final class WorkerPool: Sendable {
     /// The least time between two reads of the running jobs' control requests (a pause or cancel from
     /// `jobctl`, seen when the log has changed): well inside the second within which they are honoured.
     static let controlPollMs: Int64 = 100
+
+    /// Whether a drain stops on a store that refuses writes: only with nothing of its own running (a
+    /// run's outcome is retried while its lease holds, then abandoned), once the writes have failed for
+    /// the lease's length — how long the pool's own jobs would wait for a rescue anyway.
+    static func drainGivesUp(_ config: WorkerConfiguration, running: Int, failingForMs: Int64) -> Bool {
+        config.drain && running == 0 && failingForMs >= config.leaseMs
+    }
 
     // MARK: - Claims
 
@@ -813,6 +835,21 @@ struct LeaseSink: TaskEventSink {
         switch error {
         case .io, .busy: true
         default: false
+        }
+    }
+}
+
+/// Why a worker stopped before its work was done.
+public enum WorkerStopped: Error, Sendable, CustomStringConvertible {
+    /// A drain with nothing running found every store write refused for `forMs` (the store's error).
+    case storeRefusesWrites(String, forMs: Int64)
+
+    public var description: String {
+        switch self {
+        case .storeRefusesWrites(let error, let ms):
+            "the drain stopped: the event log refused every write for \(String(format: "%.1f", Double(ms) / 1_000)) s with no job running "
+                + "(\(error)); free space on its disk or make it writable, then run the worker again — no job is lost: "
+                + "those this worker held go back to the queue when their leases expire"
         }
     }
 }

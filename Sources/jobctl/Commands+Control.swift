@@ -156,7 +156,7 @@ extension Commands {
     static func isTerminalText(_ bytes: Data) -> Bool {
         guard let text = String(validating: bytes, as: UTF8.self) else { return false }
         return text.unicodeScalars.allSatisfy { scalar in
-            scalar == "\t" || scalar == "\n" || scalar == "\r" || !(scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value))
+            scalar == "\t" || scalar == "\n" || scalar == "\r" || !TerminalText.isControl(scalar)
         }
     }
 

@@ -18,7 +18,9 @@ extension Commands {
         when the signal arrives while the worker is still starting; a second signal exits at once (130).
         With --drain the worker exits once no job is queued or running: 0 when every job it ran ended
         well, 2 when any of them failed, so `jobctl submit jobs.yaml && jobctl worker --drain` works in
-        scripts. Storage settings come from the environment: STORAGE_EMULATOR_HOST,
+        scripts. When the event log refuses writes (its disk full, its file read-only), a worker retries;
+        a drain with nothing running stops after a lease's length of refusals and exits 1 saying so (the
+        jobs it held return to the queue when their leases expire). Storage settings come from the environment: STORAGE_EMULATOR_HOST,
         GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, else GOOGLE_APPLICATION_CREDENTIALS (a
         service-account key or authorized-user file; else gcloud's application-default file), else
         GCE_METADATA_HOST, else the metadata server on a Google Compute Engine machine (its DMI product
