@@ -79,3 +79,94 @@ public enum RFC3339 {
         return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
     }
 }
+
+// MARK: - Reading
+
+extension RFC3339 {
+    /// Epoch milliseconds of an RFC 3339 date-time (`2027-01-01T09:30:00Z`, `…T09:30:00.5+02:00`; `T` or
+    /// `t`, `Z` or `z`, fractional seconds cut to milliseconds); nil for anything else — and for any
+    /// field out of its range: a 13th month, February 30th, hour 24, minute 60, an offset of +99:00.
+    ///
+    /// Read by hand: Foundation's `ISO8601DateFormatter` rolls such values over (2027-02-29 became March
+    /// 1st, +99:00 became +09:00, `.123456789123` seconds the previous day), so a mistyped time was
+    /// stored as another one instead of being refused.
+    public static func parse(_ text: String) -> Int64? {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 20, let date = dateFields(bytes),
+              bytes[10] == UInt8(ascii: "T") || bytes[10] == UInt8(ascii: "t"),
+              let hour = number(bytes, 11, 2), bytes[13] == UInt8(ascii: ":"),
+              let minute = number(bytes, 14, 2), bytes[16] == UInt8(ascii: ":"),
+              let second = number(bytes, 17, 2),
+              hour <= 23, minute <= 59, second <= 59 else { return nil }
+        var at = 19
+        var milliseconds: Int64 = 0
+        if bytes[at] == UInt8(ascii: ".") {
+            at += 1
+            let start = at
+            while at < bytes.count, isDigit(bytes[at]) {
+                if at - start < 3 { milliseconds = milliseconds * 10 + Int64(bytes[at] - UInt8(ascii: "0")) }
+                at += 1
+            }
+            guard at > start else { return nil }
+            for _ in min(3, at - start)..<3 { milliseconds *= 10 }
+        }
+        guard at < bytes.count else { return nil }
+        var offsetMinutes: Int64 = 0
+        switch bytes[at] {
+        case UInt8(ascii: "Z"), UInt8(ascii: "z"):
+            at += 1
+        case UInt8(ascii: "+"), UInt8(ascii: "-"):
+            guard bytes.count == at + 6, let hours = number(bytes, at + 1, 2), bytes[at + 3] == UInt8(ascii: ":"),
+                  let minutes = number(bytes, at + 4, 2), hours <= 23, minutes <= 59 else { return nil }
+            offsetMinutes = (hours * 60 + minutes) * (bytes[at] == UInt8(ascii: "-") ? -1 : 1)
+            at += 6
+        default:
+            return nil
+        }
+        guard at == bytes.count else { return nil }
+        let days = daysFromCivil(year: date.year, month: date.month, day: date.day)
+        return ((days * 24 + hour) * 60 + minute - offsetMinutes) * 60_000 + second * 1_000 + milliseconds
+    }
+
+    /// Epoch milliseconds of a plain date (`2027-01-01`, midnight UTC); nil for anything else or a day
+    /// that does not exist.
+    public static func parseDate(_ text: String) -> Int64? {
+        let bytes = Array(text.utf8)
+        guard bytes.count == 10, let date = dateFields(bytes) else { return nil }
+        return daysFromCivil(year: date.year, month: date.month, day: date.day) * 86_400_000
+    }
+
+    /// `YYYY-MM-DD` at the start of `bytes`, the day checked against its month (leap years included).
+    private static func dateFields(_ bytes: [UInt8]) -> (year: Int64, month: Int64, day: Int64)? {
+        guard bytes.count >= 10, let year = number(bytes, 0, 4), bytes[4] == UInt8(ascii: "-"),
+              let month = number(bytes, 5, 2), bytes[7] == UInt8(ascii: "-"), let day = number(bytes, 8, 2),
+              (1...12).contains(month), day >= 1 else { return nil }
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        let lengths: [Int64] = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+        guard day <= lengths[Int(month - 1)] else { return nil }
+        return (year, month, day)
+    }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days-from-civil).
+    static func daysFromCivil(year: Int64, month: Int64, day: Int64) -> Int64 {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    /// The decimal number in `bytes[at..<at + width]`, all digits; nil otherwise.
+    private static func number(_ bytes: [UInt8], _ at: Int, _ width: Int) -> Int64? {
+        guard at + width <= bytes.count else { return nil }
+        var value: Int64 = 0
+        for byte in bytes[at..<(at + width)] {
+            guard isDigit(byte) else { return nil }
+            value = value * 10 + Int64(byte - UInt8(ascii: "0"))
+        }
+        return value
+    }
+
+    private static func isDigit(_ byte: UInt8) -> Bool { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) }
+}

@@ -252,7 +252,8 @@ extension ManifestReader {
             return nil
         }
         guard ms >= ManifestValueRange.earliestRunAfterMs, ms <= ManifestValueRange.latestRunAfterMs else {
-            report(.invalidValue, "'run_after' must be between 1970-01-01 and 9999-12-31, not '\(scalar.value)' (a past time runs at once)",
+            let hint = ms < ManifestValueRange.earliestRunAfterMs ? " (a past time since 1970 runs at once)" : ""
+            report(.invalidValue, "'run_after' must be between 1970-01-01 and 9999-12-31, not '\(scalar.value)'\(hint)",
                    at: scalar.mark)
             return nil
         }
@@ -261,19 +262,7 @@ extension ManifestReader {
 
     /// An RFC 3339 date-time as ms since the epoch; nil when it is not one (a date alone is not).
     static func rfc3339Milliseconds(_ text: String) -> Int64? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        // Four-digit years only: the formatter would read more digits, and RFC 3339 has four.
-        let bytes = Array(trimmed.utf8)
-        guard bytes.count >= 20, bytes[4] == UInt8(ascii: "-"), bytes[0..<4].allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
-        let formatter = ISO8601DateFormatter()
-        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]] {
-            formatter.formatOptions = options
-            guard let date = formatter.date(from: trimmed) else { continue }
-            let seconds = date.timeIntervalSince1970
-            guard seconds.isFinite, abs(seconds) < 1e14 else { return nil }
-            return Int64((seconds * 1000).rounded())
-        }
-        return nil
+        RFC3339.parse(text.trimmingCharacters(in: .whitespaces))
     }
 
     /// `delay:` — a duration (`90s`, `15m`, `2h`, `1d`; the DurationText grammar) of at most

@@ -322,18 +322,11 @@ enum TimeInput {
     /// An RFC 3339 time (with or without fractional seconds; with `dateOnly`, also a plain date) in epoch
     /// milliseconds, range-checked; nil when `text` is none of these.
     private static func absolute(_ text: String, option: String, dateOnly: Bool) throws -> Int64? {
-        let formatter = ISO8601DateFormatter()
-        var forms: [ISO8601DateFormatter.Options] = [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]]
-        if dateOnly { forms.append([.withFullDate]) }
-        for options in forms {
-            formatter.formatOptions = options
-            guard let date = formatter.date(from: text) else { continue }
-            let seconds = date.timeIntervalSince1970
-            guard seconds.isFinite, seconds >= Double(earliestMs) / 1000, seconds <= Double(latestMs) / 1000 else {
-                throw UsageError("--\(option) \(text) is out of range: expected a time between 1970-01-01 and 9999-12-31")
-            }
-            return Int64((seconds * 1000).rounded())
+        // Strict: a day or an hour out of range (2027-02-30, T24:00, +99:00) is refused, not rolled over.
+        guard let ms = RFC3339.parse(text) ?? (dateOnly ? RFC3339.parseDate(text) : nil) else { return nil }
+        guard ms >= earliestMs, ms <= latestMs else {
+            throw UsageError("--\(option) \(text) is out of range: expected a time between 1970-01-01 and 9999-12-31")
         }
-        return nil
+        return ms
     }
 }

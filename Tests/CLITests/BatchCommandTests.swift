@@ -262,7 +262,8 @@ import TestSupport
         let pastJob = try #require(try workspace.json(["show", "--json", pastID]) as? [String: Any])
         #expect(pastJob["run_after_ms"] as? Int64 == pastJob["created_at_ms"] as? Int64)
 
-        for bad in ["4000d", "yesterday", "10000-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "-5m", "99999999999999999999d"] {
+        for bad in ["4000d", "yesterday", "10000-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "-5m", "99999999999999999999d",
+                    "2027-02-30T00:00:00Z", "2027-01-01T00:00:00+99:00", "2027-01-01T24:00:00Z"] {
             let output = try workspace.jobctl(["submit", "--at", bad, past])
             #expect(output.status == 64, "--at \(bad): \(output.stderr)")
             #expect(output.stderr.contains("--at"), "--at \(bad): \(output.stderr)")

@@ -46,4 +46,46 @@ import Testing
         #expect(RFC3339.string(ms) == Self.foundation(ms))
         if ms == -1 { #expect(RFC3339.string(ms) == "1969-12-31T23:59:59.999Z") }
     }
+
+    /// Valid times read as Foundation reads them (where it reads them right), fractions cut to ms.
+    @Test(arguments: [
+        ("2027-01-01T00:00:00Z", Int64(1_798_761_600_000)),
+        ("2027-01-01t00:00:00z", 1_798_761_600_000),
+        ("2027-01-01T09:30:00+09:30", 1_798_761_600_000),
+        ("2026-12-31T14:00:00-10:00", 1_798_761_600_000),
+        ("2027-01-01T00:00:00.5Z", 1_798_761_600_500),
+        ("2027-01-01T00:00:00.123456789123Z", 1_798_761_600_123),
+        ("2024-02-29T12:00:00Z", 1_709_208_000_000),
+        ("2000-02-29T00:00:00Z", 951_782_400_000),
+        ("1970-01-01T00:00:00Z", 0),
+        ("1969-12-31T23:59:59.999Z", -1),
+        ("9999-12-31T23:59:59.999Z", 253_402_300_799_999),
+    ])
+    func parsesValidTimes(text: String, ms: Int64) {
+        #expect(RFC3339.parse(text) == ms)
+    }
+
+    /// Fields out of range are refused, not rolled over into another time.
+    @Test(arguments: [
+        "2027-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2027-04-31T00:00:00Z", "2027-13-01T00:00:00Z", "2027-00-10T00:00:00Z",
+        "2027-01-00T00:00:00Z", "2027-01-01T24:00:00Z", "2027-01-01T23:60:00Z", "2027-01-01T23:59:60Z",
+        "2027-01-01T00:00:00+99:00", "2027-01-01T00:00:00+24:00", "2027-01-01T00:00:00+05:99", "2027-01-01T00:00:00+0500",
+        "2027-01-01T00:00:00", "2027-01-01T00:00:00.Z", "2027-01-01 00:00:00Z", "2027-01-01T00:00:00Z ", "2027-1-01T00:00:00Z",
+        "+2027-01-01T00:00:00Z", "2027-01-01T00:00:00ZZ", "2027-01-01", "", "２０２７-01-01T00:00:00Z",
+    ])
+    func refusesOutOfRangeFields(text: String) {
+        #expect(RFC3339.parse(text) == nil, "\(text)")
+    }
+
+    /// Every day of four years, as a date and as midnight UTC, matches the calendar `string` writes.
+    @Test func datesRoundTripThroughTheWriter() {
+        var ms: Int64 = 1_704_067_200_000   // 2024-01-01
+        for _ in 0..<(366 + 365 * 3) {
+            let written = RFC3339.string(ms)
+            #expect(RFC3339.parse(written) == ms, "\(written)")
+            #expect(RFC3339.parseDate(String(written.prefix(10))) == ms, "\(written)")
+            ms += 86_400_000
+        }
+        #expect(RFC3339.parseDate("2027-02-30") == nil)
+    }
 }
