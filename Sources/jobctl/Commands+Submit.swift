@@ -33,6 +33,8 @@ extension Commands {
         let now = Clock.nowMs()
         let runAt = try arguments.value(Options.at)
         var manifestJobs: [ManifestJob] = []
+        // The manifest each of `manifestJobs` came from, as errors name it.
+        var manifestPaths: [String] = []
         var failures: [String] = []
         var readStdin = false
         for path in arguments.positionals {
@@ -57,7 +59,9 @@ extension Commands {
             var parser = ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments[Options.noCheckSources])
             parser.nowMs = now
             switch parser.parseJobs(data: data, path: displayPath) {
-            case .success(let parsed): manifestJobs += parsed
+            case .success(let parsed):
+                manifestJobs += parsed
+                manifestPaths += Array(repeating: displayPath, count: parsed.count)
             case .failure(let errors): failures.append(errors.render())
             }
         }
@@ -66,6 +70,10 @@ extension Commands {
             let expanded = try expandPrefixes(manifestJobs, context: context)
             specs = expanded.specs
             failures += expanded.failures
+            if failures.isEmpty {
+                let origins = expanded.origins.map { (path: manifestPaths[$0], line: manifestJobs[$0].line, column: manifestJobs[$0].column) }
+                failures += repeatedKeys(specs, origins: origins)
+            }
         }
         for note in manifestJobs.flatMap(\.notes) { emitError(note) }
         if let runAt {
@@ -134,15 +142,18 @@ extension Commands {
 
     /// The specs of `jobs`, with every prefix download listed and expanded; listing problems come back as
     /// rendered manifest errors at the job's `source`.
-    static func expandPrefixes(_ jobs: [ManifestJob], context: Context) throws -> (specs: [JobSpec], failures: [String]) {
-        guard jobs.contains(where: { $0.prefixExpansion != nil }) else { return (jobs.map(\.spec), []) }
+    /// `origins[i]` is the index in `jobs` of the job that made `specs[i]`.
+    static func expandPrefixes(_ jobs: [ManifestJob], context: Context) throws -> (specs: [JobSpec], origins: [Int], failures: [String]) {
+        guard jobs.contains(where: { $0.prefixExpansion != nil }) else { return (jobs.map(\.spec), Array(jobs.indices), []) }
         let configuration = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
         let lister = ObjectLister(configuration: configuration)
         var specs: [JobSpec] = []
+        var origins: [Int] = []
         var failures: [String] = []
-        for job in jobs {
+        for (index, job) in jobs.enumerated() {
             guard let expansion = job.prefixExpansion else {
                 specs.append(job.spec)
+                origins.append(index)
                 continue
             }
             let listed: Result<[String], StorageError> = try blockingRun {
@@ -157,11 +168,37 @@ extension Commands {
                 failures.append(expansion.listingFailed(Display.redacting.text(error.message)).render())
             case .success(let names):
                 switch expansion.jobs(objectNames: names) {
-                case .success(let expanded): specs += expanded
+                case .success(let expanded):
+                    specs += expanded
+                    origins += Array(repeating: index, count: expanded.count)
                 case .failure(let errors): failures.append(errors.render())
                 }
             }
         }
-        return (specs, failures)
+        return (specs, origins, failures)
+    }
+
+    /// An idempotency key given to two of the jobs submitted together, once folders and prefixes are
+    /// expanded (a folder job's key `K` names its files' jobs `K/PATH`, which another job's key may be),
+    /// or in two manifests: each an error at the second job's position. The log would otherwise take
+    /// the second as a resubmission of the first — refused as a different spec, naming a job that was
+    /// never submitted, or, for the same spec, merged into one job.
+    static func repeatedKeys(_ specs: [JobSpec], origins: [(path: String, line: Int, column: Int)]) -> [String] {
+        var first: [String: Int] = [:]
+        var failures: [String] = []
+        for (index, spec) in specs.enumerated() {
+            guard let key = spec.key else { continue }
+            guard let earlier = first[key] else {
+                first[key] = index
+                continue
+            }
+            let here = origins[index], there = origins[earlier]
+            let place = there.path == here.path ? "line \(there.line)" : "\(TerminalText.printable(there.path)):\(there.line)"
+            let expanded = specs[earlier].batch != nil || spec.batch != nil
+            let made = expanded ? " (a folder's or a prefix's job with key KEY gives each of its files' jobs the key KEY/PATH)" : ""
+            failures.append("\(TerminalText.printable(here.path)):\(here.line):\(here.column): error: idempotency key '\(TerminalText.printable(key))' "
+                            + "is already given to the job at \(place)\(made); give each job its own key")
+        }
+        return failures
     }
 }

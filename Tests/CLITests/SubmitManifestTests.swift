@@ -55,6 +55,40 @@ import Glibc
         #expect(newest.first?["destination"] as? String == "gs://nightly/2026-11-29/f99999.csv")
     }
 
+    // MARK: - Keys made by expansion
+
+    /// A folder job's key K gives its files' jobs K/PATH; one of those equal to another job's key (or a
+    /// key repeated in a second manifest) is an error at the job, and nothing is submitted. It used to
+    /// reach the log, which refused it "already names job 01M…" — a job that was never submitted.
+    @Test func aKeyMadeTwiceIsRefusedAtItsJob() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        try workspace.write("fold/a.txt", "a\n")
+        let folder = try workspace.write("folder.yaml", """
+        jobs:
+          - {kind: upload-data, data: x, destination: "file://b/z.txt", key: f/a.txt}
+          - {kind: upload-file, source: fold/, destination: "file://b/up/", key: f}
+        """)
+        let refused = try workspace.jobctl(["submit", folder])
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("folder.yaml:3:5: error: idempotency key 'f/a.txt' is already given to the job at line 2"),
+                "\(refused.stderr)")
+        #expect(!refused.stderr.contains("already names job"), "\(refused.stderr)")
+
+        let first = try workspace.write("one.yaml", "- {kind: upload-data, data: x, destination: \"file://b/z.txt\", key: k}\n")
+        let second = try workspace.write("two.yaml", "- {kind: upload-data, data: y, destination: \"file://b/y.txt\", key: k}\n")
+        let twice = try workspace.jobctl(["submit", first, second])
+        #expect(twice.status == 65, "\(twice.stderr)")
+        #expect(twice.stderr.contains("two.yaml:1:3: error: idempotency key 'k' is already given to the job at "), "\(twice.stderr)")
+        #expect(try workspace.jobctl(["list", "--json"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "[]"
+                || !FileManager.default.fileExists(atPath: workspace.database))
+
+        // Each on its own still submits, and a second submit of the same keyed job returns it.
+        let once = try workspace.jobctl(["submit", first])
+        #expect(once.status == 0, "\(once.stderr)")
+        #expect(try workspace.jobctl(["submit", first]).stdout == once.stdout)
+    }
+
     // MARK: - Upload sources
 
     @Test func uploadSourcesAreCheckedAtSubmit() throws {
