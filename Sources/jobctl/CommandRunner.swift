@@ -104,19 +104,21 @@ enum CommandRunner {
         } catch let error as UsageError {
             return usageFailure(error.message, usage: command.usageLine + "\n  See 'jobctl help \(command.name)'.")
         } catch let error as CommandFailure {
-            emitError("Error: \(error.message)")
+            emitError("Error: \(TerminalText.printable(error.message))")
             return error.exitCode
         } catch let error as StoreError {
-            emitError("Error: \(error)")
+            emitError("Error: \(TerminalText.printable(String(describing: error)))")
             return ExitCode.failure
         } catch {
-            emitError("Error: \(error)")
+            emitError("Error: \(TerminalText.printable(String(describing: error)))")
             return ExitCode.failure
         }
     }
 
+    /// An error is one line: a line break in a value it quotes (a path, an id typed on the command line)
+    /// is shown as `\u{A}`, so no input can fake a line of output after it.
     static func usageFailure(_ message: String, usage: String) -> Int32 {
-        emitError("Error: \(message)\nUsage: \(usage)")
+        emitError("Error: \(TerminalText.printable(message))\nUsage: \(usage)")
         return ExitCode.usage
     }
 

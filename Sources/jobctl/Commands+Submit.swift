@@ -49,7 +49,7 @@ extension Commands {
                 baseDirectory = FileManager.default.currentDirectoryPath
             } else {
                 guard let contents = ManifestParser().readContents(atPath: path) else {
-                    failures.append("\(path): error: cannot read the manifest (\(String(cString: strerror(errno))))")
+                    failures.append("\(TerminalText.printable(path)): error: cannot read the manifest (\(String(cString: strerror(errno))))")
                     continue
                 }
                 data = contents

@@ -120,4 +120,30 @@ import TestSupport
             #expect(shown.stdout.contains(#"\u{1B}[31mRED"#), "\(shown.stdout)")
         }
     }
+
+    /// An error quoting what was typed stays one line: a line break in a path or an id is shown as
+    /// `\u{A}`, so it cannot fake a line of output (a second "Error:" or a success) after it.
+    @Test func typedValuesCannotBreakAnErrorsLine() throws {
+        let workspace = try CLIWorkspace("terminal-safety-typed")
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: \"file://b/x\"}\n")
+        let cases: [(arguments: [String], shown: String)] = [
+            (["show", "x\nsucceeded"], #"no job matches 'x\u{A}succeeded'"#),
+            (["submit", "no\nfile.yaml"], #"no\u{A}file.yaml: error: cannot read the manifest"#),
+            (["li\nst"], #"unknown command 'li\u{A}st'"#),
+            (["list", "--state", "queued\nfake"], #"unknown state 'queued\u{A}fake'"#),
+        ]
+        for (arguments, shown) in cases {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status != 0)
+            #expect(output.stderr.contains(shown), "\(arguments): \(output.stderr)")
+            #expect(!output.stderr.split(separator: "\n").contains { $0.hasPrefix("succeeded") || $0.hasPrefix("file.yaml") || $0.hasPrefix("st") || $0.hasPrefix("fake") },
+                    "\(arguments): \(output.stderr)")
+        }
+        let missing = try runProcess(PackagePaths.jobctlBinary, ["--db", workspace.directory.file("a\nb.db"), "list"],
+                                     environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path)
+        #expect(missing.stderr.contains(#"a\u{A}b.db"#), "\(missing.stderr)")
+        #expect(missing.stderr.split(separator: "\n").count == 1, "\(missing.stderr)")
+    }
 }
+
