@@ -73,7 +73,14 @@ func posixError(_ code: Int32, operation: String, path: String) -> StorageError 
 /// `Retry-After` as seconds from now: either delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
 func retryAfterSeconds(_ value: String, now: Date = Date()) -> Double? {
     let text = value.trimmingCharacters(in: .whitespaces)
-    if let seconds = Double(text) { return max(0, seconds) }
+    // delta-seconds is digits (RFC 9110 §10.2.3; a fraction is taken too): not `inf`, `1e400`, `nan` or
+    // `0x10`, which Double() reads — an infinite wait could not even be written into the log's event.
+    // More digits than any wait are read as the longest.
+    let parts = text.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+    if let whole = parts.first, !whole.isEmpty, parts.allSatisfy({ $0.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) } }),
+       parts.count == 1 || !parts[1].isEmpty {
+        return whole.utf8.count > 9 ? 999_999_999 : Double(text)
+    }
     let formatter = DateFormatter()
     formatter.locale = Locale(identifier: "en_US_POSIX")
     formatter.timeZone = TimeZone(identifier: "GMT")

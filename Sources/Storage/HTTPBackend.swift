@@ -218,7 +218,11 @@ public struct HTTPBackend: StorageBackend {
                 report(.checkpoint(.sentUpload(total: total), bytesTotal: total))
             }
         }
+        // How far libcurl read the body (its latest position: a resend on a fresh connection reads it
+        // again from the start).
+        let handedOver = Atomic<Int64>(0)
         let body = UploadRangeBody(source: source, start: 0, end: total, checksums: checksums, progress: { offset in
+            handedOver.store(offset, ordering: .relaxed)
             progress.update(offset)
             if !replacing && offset == total { reportSent() }
         })
@@ -256,6 +260,14 @@ public struct HTTPBackend: StorageBackend {
             throw StorageError.destinationExists(url, httpStatus: 412)
         }
         guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
+        // A success that came before the body was all handed over (a server answering from the headers,
+        // then closing) cannot be for these bytes: without a hash in the answer nothing else would tell.
+        let read = handedOver.load(ordering: .relaxed)
+        if read < total {
+            throw StorageError(.unknown, "the server answered \(response.status) to the upload to \(redactedURL(url)) before its body was sent "
+                                   + "(\(read) of \(total) bytes handed over); the upload is not taken as done and a retry sends it again",
+                               httpStatus: response.status, url: redactedURL(url), retryable: true)
+        }
         // A server that reports only an MD5 gets one, read again from the source (never the case for GCS).
         let reported = reportedHashes(response.headers)
         let ours = try await source.hashesOffPool(streamed: checksums, md5: md5 || (reported.md5 != nil && reported.crc32c == nil))
@@ -406,7 +418,7 @@ public struct HTTPBackend: StorageBackend {
         let progress = ProgressThrottle(total: nil, report: report)
         // The total comes with the response headers, which the sink holds once the body starts.
         weak var headersSource: FileSink?
-        let sink = FileSink(partial: partial, requestedOffset: start, md5: md5,
+        let sink = FileSink(partial: partial, requestedOffset: start, sentValidator: start > 0 ? validator : nil, md5: md5,
                             checkpoint: { partial, headers in
                                 .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers)),
                                             bytesTotal: Self.totalSize(headers, offset: 0))
@@ -447,6 +459,7 @@ public struct HTTPBackend: StorageBackend {
             if response.status != 404 { try? await sink.partial.syncOffPool() } else { sink.partial.discard() }
             throw httpError(response, what: redactedURL(url))
         }
+        try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
         let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
         if let expected, sink.offset != expected {
             try? await sink.partial.syncOffPool()
@@ -504,6 +517,13 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
+        // The request asked for the whole object: a 206 is part of it (a server answering a range nobody
+        // asked for), not the object.
+        if response.status == 206 {
+            throw StorageError(.unknown, "the server answered the request for all of \(redactedURL(url)) with part of it (206, "
+                                   + "\(response.headers["content-range"].map { "'Content-Range: \($0)'" } ?? "no Content-Range")); "
+                                   + "nothing was kept and a retry asks again", httpStatus: 206, url: redactedURL(url), retryable: true)
+        }
         let served = servedDigests(response.headers, status: response.status)
         let streamed = sink.checksums.finish()
         let data = sink.data

@@ -506,10 +506,15 @@ final class FileSink: ResponseBodySink {
     /// Whether any body byte of this response arrived (the 200-instead-of-206 check runs once).
     private var receivedAny = false
 
+    /// The `If-Range` validator the request sent (the ETag, else Last-Modified of the version the prefix
+    /// came from); a 206 naming another version is refused (`checkRange`).
+    private let sentValidator: String?
+
     /// A sink that computes MD5 from the start when `md5` is true.
-    init(partial: PartialFile, requestedOffset: Int64, md5: Bool = false,
+    init(partial: PartialFile, requestedOffset: Int64, sentValidator: String? = nil, md5: Bool = false,
          checkpoint: @escaping (PartialFile, [String: String]) -> TransferEvent, report: @escaping @Sendable (TransferEvent) -> Void,
          progress: @escaping (Int64) -> Void) {
+        self.sentValidator = sentValidator
         self.partial = partial
         self.checksums = StreamChecksums(md5: md5)
         self.offset = partial.bytesWritten
@@ -521,19 +526,32 @@ final class FileSink: ResponseBodySink {
     }
 
     /// A 206 must carry the bytes asked for: one range (`Content-Range: bytes A-B/…`) starting at the
-    /// offset the request named. Any other answer (another start, no range, several ranges) would be
-    /// written at the wrong place, and over plain HTTP without a served hash nothing after would notice
+    /// offset the request named, of the version the prefix came from. Any other answer (another start,
+    /// no range, several ranges, the `*/SIZE` form; an ETag — or a Last-Modified — other than the
+    /// `If-Range` sent, from a server that ignored it) would be written at the wrong place or after
+    /// another version's bytes, and over plain HTTP without a served hash nothing after would notice
     /// (the sizes can add up). The partial file is dropped — a server that answers ranges wrongly is not
     /// asked for one again — and the attempt fails, retryable: the next downloads the whole file.
-    private func checkRange(_ contentRange: String?) throws(StorageError) {
-        if let contentRange, Self.rangeStart(contentRange) == requestedOffset { return }
+    ///
+    /// Checked at the first body byte, and after the response when none came (a 206 with no body).
+    func checkRange(_ headers: [String: String]) throws(StorageError) {
+        let contentRange = headers["content-range"]
+        let answered = headers["etag"] ?? headers["last-modified"]
+        let otherVersion = sentValidator != nil && answered != nil && answered != sentValidator
+        if let contentRange, Self.rangeStart(contentRange) == requestedOffset, !otherVersion { return }
         try partial.restart()
         checksums.reset()
         offset = 0
         lastCheckpoint = 0
-        let answered = contentRange.map { "'Content-Range: \($0)'" } ?? "no Content-Range"
-        throw StorageError(.unknown, "the server answered the range from byte \(requestedOffset) with \(answered); the partial download "
+        let what = otherVersion ? "another version ('\(answered ?? "")', not the '\(sentValidator ?? "")' of If-Range)"
+                                : contentRange.map { "'Content-Range: \($0)'" } ?? "no Content-Range"
+        throw StorageError(.unknown, "the server answered the range from byte \(requestedOffset) with \(what); the partial download "
                                + "was dropped and a retry downloads the whole file", retryable: true)
+    }
+
+    /// After a successful response: a 206 whose body never came was not checked at its first byte.
+    func checkEmptyRangeAnswer(status: Int, headers: [String: String]) throws(StorageError) {
+        if status == 206 && !receivedAny { try checkRange(headers) }
     }
 
     /// The first byte of `bytes A-B/TOTAL` (or `bytes A-B/*`), nil for anything else.
@@ -570,7 +588,7 @@ final class FileSink: ResponseBodySink {
             restartedFromZero = true
         }
         if !receivedAny, status == 206 {
-            try checkRange(headers["content-range"])
+            try checkRange(headers)
         }
         if !receivedAny, needsMD5?(status, headers) == true { checksums.enableMD5() }
         responseHeaders = headers

@@ -189,6 +189,11 @@ struct EngineTests {
         let now = Date(timeIntervalSince1970: 1_700_000_000)  // Tue, 14 Nov 2023 22:13:20 GMT
         #expect(retryAfterSeconds("7", now: now) == 7)
         #expect(retryAfterSeconds(" 2.5 ", now: now) == 2.5)
+        // Not numbers Double() would read: an infinite wait could not be written into the log.
+        for odd in ["inf", "-inf", "nan", "1e400", "1e3", "0x10", "+5", "-5", "5.", ".5", "1.2.3", ""] {
+            #expect(retryAfterSeconds(odd, now: now) == nil, "\(odd)")
+        }
+        #expect(retryAfterSeconds(String(repeating: "9", count: 400), now: now) == 999_999_999)
         #expect(retryAfterSeconds("Tue, 14 Nov 2023 22:13:50 GMT", now: now) == 30)
         #expect(retryAfterSeconds("Tuesday, 14-Nov-23 22:14:20 GMT", now: now) == 60)
         #expect(retryAfterSeconds("Tue Nov 14 22:13:30 2023", now: now) == 10)

@@ -58,6 +58,78 @@ struct RangeAnswerTests {
         #expect(last.request.header("Range") == nil, "the retry asked for the whole file")
     }
 
+    /// Answers to the resumed range that used to be taken: a 206 with no body (which nothing checked,
+    /// so the prefix was committed as the file), and a 206 of another version from a server that ignored
+    /// `If-Range` (the file then mixed two versions).
+    enum LyingAnswer: String, CaseIterable, Sendable {
+        case emptyWithoutRange, emptyUnsatisfiedForm, otherVersion
+    }
+
+    @Test("HTTP: a resumed range answered empty or from another version is refused, then the whole file comes", arguments: LyingAnswer.allCases)
+    func lyingRangeAnswerRefused(_ answer: LyingAnswer) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/v.bin"))
+        let other = patternData(payload.count, seed: 72)
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }), .rewriteResponse { _, response in
+                switch answer {
+                case .emptyWithoutRange:
+                    response.setHeader("Content-Range", nil)
+                    response.body = Data()
+                case .emptyUnsatisfiedForm:
+                    response.setHeader("Content-Range", "bytes */\(response.body.count)")
+                    response.body = Data()
+                case .otherVersion:
+                    // The right range, of another version: its own ETag, not the If-Range the request sent.
+                    response.setHeader("ETag", "\"another-version\"")
+                    response.body = other.suffix(response.body.count)
+                }
+                response.setHeader("Content-Length", String(response.body.count))
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-lie")
+        defer { directory.remove() }
+        let destination = directory.file("v.bin")
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let spec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/v.bin", destination: destination)
+        let control = TransferControl(jobID: "01RANGELIE")
+        let first = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
+        }
+        let paused = try await run(backend, spec, control: control, recorder: first).get()
+        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
+            Issue.record("expected a paused download, got \(paused)")
+            return
+        }
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE")))
+        #expect(refused.retryable && refused.message.contains("range"), "\(answer): \(refused)")
+        #expect(!FileManager.default.fileExists(atPath: destination), "\(answer): nothing may be committed")
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE")))
+        #expect(result.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(answer)")
+    }
+
+    /// download-memory asks for the whole object; a 206 (part of it) is not the object.
+    @Test("HTTP: download-memory refuses a 206 to its request for the whole object")
+    func memoryRefusesPartOfTheObject() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.prefix(300_000).write(to: URL(fileURLWithPath: server.root + "/m.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET"), .respond(.response(206, headers: [ProxyHeader("Content-Range", "bytes 0-999/300000")],
+                                                                      body: payload.prefix(1000))), times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let spec = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/m.bin", maxSize: 1 << 20)
+        let refused = try failure(await run(backend, spec))
+        #expect(refused.retryable && refused.httpStatus == 206, "\(refused)")
+        let result = try finished(await run(backend, spec))
+        #expect(result.data == payload.prefix(300_000))
+    }
+
     @Test("Content-Range's first byte", arguments: [
         ("bytes 0-99/100", Int64?.some(0)), ("bytes 1000000-2999999/3000000", 1_000_000), ("bytes 5-5/*", 5), ("Bytes 7-9/10", 7),
         ("bytes */100", nil), ("bytes 9-5/10", nil), ("bytes -5-9/10", nil), ("bytes 5-9", nil), ("items 0-9/10", nil), ("", nil),

@@ -649,4 +649,32 @@ struct UploadFaultTests {
         #expect(!FileManager.default.fileExists(atPath: server.root + "/wrong.bin"))
         #expect(FileManager.default.fileExists(atPath: server.root + "/right.bin"))
     }
+
+    /// A server that answers 200 from the headers alone, before any of the body, cannot have stored it;
+    /// without a hash in its answer nothing else would tell, and the upload used to succeed, reported as
+    /// all sent. It fails retryable now, and the retry (through to nginx) stores the bytes.
+    @Test("a plain-HTTP PUT answered 200 before its body was sent is not taken as done; the retry stores it")
+    func httpPutAnsweredBeforeItsBody() async throws {
+        let payload = patternData(8_000_000, seed: 46)
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "PUT"), .respondBeforeBody(.response(200, reason: "OK")), times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-early-answer")
+        defer { directory.remove() }
+        let source = directory.file("big.bin")
+        try payload.write(to: URL(fileURLWithPath: source))
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "\(proxy.baseURL)/early.bin")
+        let refused = try failure(await run(backend, spec))
+        #expect(refused.retryable && refused.message.contains("before its body was sent"), "\(refused.message)")
+        #expect(proxy.exchanges.first?.faults == ["respond 200 before the body"])
+        #expect(!FileManager.default.fileExists(atPath: server.root + "/early.bin"))
+        let stored = try finished(await run(backend, spec))
+        #expect(stored.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: server.root + "/early.bin")) == payload)
+    }
 }
+

@@ -131,6 +131,9 @@ public enum Fault: Sendable {
 
     /// Answers with this response without forwarding the request.
     case respond(ProxyMessage)
+    /// Answers with this response as soon as the request's head is read — none of its body — then
+    /// closes the connection (a server that decides from the headers alone).
+    case respondBeforeBody(ProxyMessage)
 
     // Response phase: after the upstream answered (it has acted on the request).
 
@@ -154,6 +157,7 @@ public enum Fault: Sendable {
         case .stallInRequestBody(let bytes, let seconds): "stall request body after \(bytes) for \(seconds)s"
         case .rewriteRequest: "rewrite request"
         case .respond(let message): "respond \(message.status)"
+        case .respondBeforeBody(let message): "respond \(message.status) before the body"
         case .rewriteResponse: "rewrite response"
         case .resetBeforeResponse: "reset before response"
         case .resetInResponse(let bytes): "reset in response after \(bytes)"
@@ -398,6 +402,18 @@ public final class FaultProxy: @unchecked Sendable {
         defer {
             exchange.duration = Date().timeIntervalSince(started)
             record(exchange)
+        }
+
+        for fault in faults {
+            guard case .respondBeforeBody(let early) = fault else { continue }
+            exchange.response = early
+            // `Connection: close` said (serialize drops hop-by-hop headers): the answer is final.
+            var framed = serialize(early, method: request.method)
+            framed.insert(contentsOf: Data("Connection: close\r\n".utf8), at: framed.range(of: Data("\r\n".utf8))!.upperBound)
+            _ = sendAll(fd, framed)
+            // Time for the client to read the answer before the close (which resets: its body is unread).
+            Thread.sleep(forTimeInterval: 0.2)
+            return .close
         }
 
         // Request body, with a reset or a stall part-way.
