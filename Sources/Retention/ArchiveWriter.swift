@@ -1,5 +1,6 @@
 import Checksums
 import Foundation
+import JobModel
 import StorePort
 #if canImport(Glibc)
 import Glibc
@@ -22,7 +23,7 @@ public enum ArchiveWriter {
     public static func write(_ selection: ArchiveSelection, to path: String, now: Int64) throws(RetentionError) -> WrittenArchive {
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
-        let temporary = "\(directory)/.\(url.lastPathComponent).\(getpid()).partial"
+        let temporary = "\(directory)/" + HiddenName.make(url.lastPathComponent, suffix: ".\(getpid()).partial")
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             throw RetentionError.io("cannot create '\(temporary)': \(String(cString: strerror(errno))); "

@@ -272,7 +272,7 @@ struct LocalLocation {
     /// The object's path, for URLs and messages.
     var path: String { directory.childPath(name) }
     /// The metadata sidecar's name: `.<name>.jobctl-meta.json`.
-    var sidecarName: String { "." + name + ".jobctl-meta.json" }
+    var sidecarName: String { HiddenName.make(name, suffix: ".jobctl-meta.json") }
     var sidecarPath: String { directory.childPath(sidecarName) }
 
     /// The endings of the names the backend keeps for itself.
@@ -317,13 +317,16 @@ struct LocalUploadSession: Equatable {
 
     /// `.<object>.<token>.jobctl-upload`; the token is the job id (or a random one outside the queue).
     static func name(forObject object: String, token: String) -> String {
-        "." + object + "." + token + ".jobctl-upload"
+        HiddenName.make(object, suffix: "." + token + ".jobctl-upload")
     }
 
     /// Whether `name` is a session name for the object named `object` (any token).
     static func isSession(_ name: String, forObject object: String) -> Bool {
-        name.hasPrefix("." + object + ".") && name.hasSuffix(".jobctl-upload")
-            && name.count > object.count + ".".count * 2 + ".jobctl-upload".count
+        // The token is what lies between the last two dots; the name is the one made with it.
+        guard name.hasSuffix(".jobctl-upload") else { return false }
+        let stem = name.dropLast(".jobctl-upload".count)
+        guard let dot = stem.lastIndex(of: "."), stem.index(after: dot) < stem.endIndex else { return false }
+        return name == self.name(forObject: object, token: String(stem[stem.index(after: dot)...]))
     }
 }
 
@@ -452,7 +455,7 @@ extension LocalBackend {
     func createMetadata(_ object: StorageObject, for location: LocalLocation,
                         diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
         let data = SidecarJSON.encode(object) ?? SidecarJSON.encodeWithFoundation(object)
-        let name = location.sidecarName + "." + Self.randomTag() + ".jobctl-meta.tmp"
+        let name = HiddenName.make(location.name, suffix: ".jobctl-meta.json." + Self.randomTag() + ".jobctl-meta.tmp")
         let file = try location.directory.createExclusive(name)
         do {
             let identity = try file.status().identity

@@ -73,7 +73,7 @@ public final class PartialFile {
 
     /// The temporary file's name for a destination file named `name`.
     public static func tempName(for name: String, jobID: String?) -> String {
-        jobID.map { ".\(name).\($0).jobctl-partial" } ?? ".\(name).jobctl-partial"
+        HiddenName.make(name, suffix: jobID.map { ".\($0).jobctl-partial" } ?? ".jobctl-partial")
     }
 
     /// The temporary path used for `destination` by job `jobID` (nil: a transfer run without a job).

@@ -593,6 +593,32 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         }
     }
 
+    /// Names of 213–255 bytes are legal, but the hidden files beside them (a download's partial file, an
+    /// object's sidecar and upload session) did not fit in a file name: every such transfer failed as
+    /// "not a usable path". Their hidden names are fitted now.
+    @Test func namesUpToTheLongestAFileMayHaveTransfer() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let objectName = String(repeating: "o", count: 250)
+        let localName = String(repeating: "l", count: 240)
+        let bytes = try randomData(300_000)
+        let source = sandbox.directory.file(localName)
+        try bytes.write(to: URL(fileURLWithPath: source))
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadFile, source: source, destination: "file://b/\(objectName)")))
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/d\(objectName.dropFirst())",
+                                                                  data: bytes)))
+        let destination = sandbox.directory.file("dl/\(localName)")
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/\(objectName)", destination: destination)))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+        let metadata = try finished(try await run(sandbox.backend(), JobSpec(kind: .getMetadata, source: "file://b/\(objectName)")))
+        #expect(metadata.object?.size == Int64(bytes.count) && metadata.object?.crc32c != nil)
+        // Only the objects, their sidecars (fitted) and the download are left: no temporary file.
+        let stored = sandbox.entries(sandbox.buckets + "/b")
+        #expect(stored.count == 4, "\(stored)")
+        #expect(stored.allSatisfy { $0.utf8.count <= 255 })
+        #expect(sandbox.entries(sandbox.directory.file("dl")) == [localName])
+    }
+
     /// A sidecar that lies about the size (written by another tool, or planted) never stands for the
     /// object: every operation that reads it reports the file's own size.
     @Test(arguments: [Int64(5), -3, 0, 1 << 40])
