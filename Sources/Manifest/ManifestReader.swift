@@ -573,7 +573,7 @@ struct ManifestReader {
                 return "a download-memory job keeps the bytes in the job store and takes no 'destination' (use download-file to write a file)"
             }
         default:
-            return "'\(name)' is not allowed in a \(kind.rawValue) job"
+            return "'\(name)' is not allowed in \(kind.rawValue.first.map { "aeiou".contains($0) } == true ? "an" : "a") \(kind.rawValue) job"
         }
     }
 
@@ -965,13 +965,18 @@ struct ManifestReader {
         case .value(let value):
             bytes = Int64(value)
         case .outOfRange:
-            report(.invalidSize, tooLarge, at: scalar.mark)
+            // Too many digits: too large, unless it is a negative number (no size is).
+            report(.invalidSize, scalar.value.hasPrefix("-") ? "'max_size' must be \(expected), not '\(scalar.value)'" : tooLarge,
+                   at: scalar.mark)
             return nil
         case .notAnInteger:
             bytes = ByteSize.parse(scalar.value)
-            // A well-formed size that ByteSize refuses is one too large for 64 bits.
+            // A well-formed size that ByteSize refuses is one too large for 64 bits — or a fraction of
+            // a byte (`1.5`), which is no size at all.
             if bytes == nil, Self.looksLikeSize(scalar.value) {
-                report(.invalidSize, tooLarge, at: scalar.mark)
+                let fractionOfAByte = scalar.value.trimmingCharacters(in: .whitespaces).allSatisfy { $0.isNumber || $0 == "." || $0 == "B" }
+                report(.invalidSize, fractionOfAByte ? "'max_size' must be a whole number of bytes (\(expected)), not '\(scalar.value)'" : tooLarge,
+                       at: scalar.mark)
                 return nil
             }
         }
@@ -1116,11 +1121,21 @@ struct ManifestReader {
                    at: isNull ? pair.key.mark : pair.value.mark)
             return nil
         }
-        guard let seconds = DurationText.parse(scalar.value) else {
+        let range = JobSpec.timeoutRange
+        let seconds: Int
+        switch DurationText.read(scalar.value, defaultUnitMs: nil) {
+        case .milliseconds(let ms) where ms % 1_000 == 0 && ms / 1_000 <= Int64(Int.max):
+            seconds = Int(ms / 1_000)
+        case .milliseconds(let ms) where ms % 1_000 != 0:
+            report(.invalidValue, "'timeout' must be whole seconds (\(expected)), not '\(scalar.value)'", at: scalar.mark)
+            return nil
+        case .milliseconds, .tooLarge:
+            report(.invalidValue, "'timeout' must be at most \(DurationText.format(range.upperBound)), not '\(scalar.value)'", at: scalar.mark)
+            return nil
+        case .invalid:
             report(.invalidValue, "'timeout' must be \(expected) (a unit is required), not '\(scalar.value)'", at: scalar.mark)
             return nil
         }
-        let range = JobSpec.timeoutRange
         guard range.contains(seconds) else {
             report(.invalidValue, "'timeout' must be at least \(DurationText.format(range.lowerBound)) and at most "
                    + "\(DurationText.format(range.upperBound)), not '\(scalar.value)'", at: scalar.mark)

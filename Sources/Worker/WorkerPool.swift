@@ -235,9 +235,11 @@ public final class WorkerPool: Sendable {
         var nextDue: Int64? = nil
         var shutdownStarted: Int64? = nil
         var consecutiveErrors = 0
-        // Since when the loop's store writes (rescues, claims) have all failed (nil: the last went
-        // through); see `drainGivesUp`.
+        // Since when the store has been failing with no job's outcome written (nil: one was written since
+        // the last failure); see `drainGivesUp`. Outcomes, not any write: claims and rescues can go
+        // through on a nearly full disk while every outcome is refused, and the drain went round for ever.
         var writesFailingSince: Int64?
+        var outcomesSeen = 0
         // While a drain waits for other workers' runs (nothing of its own running, nothing to claim): the
         // next wait, and when the queue was last asked about (see `drainWait`).
         var drainWaitMs: Int64?
@@ -252,13 +254,19 @@ public final class WorkerPool: Sendable {
 
         while true {
             let now = Clock.nowMs()
-            let (shuttingDown, runningCount, heldCount, claimAhead, activeCount, waitingCount, slotFreed, oldestRun, heldTooLong) = state.withLock { state in
+            let (shuttingDown, runningCount, heldCount, claimAhead, activeCount, waitingCount, slotFreed, oldestRun, heldTooLong, outcomes) = state.withLock { state in
                 let freed = state.slotFreed
                 state.slotFreed = false
                 let oldest = state.running.values.lazy.filter { !$0.transferReturned }.compactMap(\.launchedAtMs).min()
                 let stale = state.waiting.filter { id in state.running[id].map { now - $0.claimedAtMs >= Self.holdLimitMs(config) } ?? false }
+                let summary = state.summary
+                let outcomes = summary.succeeded + summary.failed + summary.retried + summary.paused + summary.cancelled + summary.released
                 return (state.shuttingDown, state.running.count, state.heldCount(config), state.claimAhead(config, now: now),
-                        state.active, state.waiting.count, freed, oldest, stale)
+                        state.active, state.waiting.count, freed, oldest, stale, outcomes)
+            }
+            if outcomes != outcomesSeen {
+                outcomesSeen = outcomes
+                writesFailingSince = nil
             }
             // Jobs claimed ahead that waited too long for a slot go back to the queue for other workers.
             for jobID in heldTooLong where !shuttingDown { stop(jobID, .shutdown) }
@@ -290,7 +298,6 @@ public final class WorkerPool: Sendable {
                     let owner = config.owner
                     let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
                     metrics.rescued(rescued.count)
-                    writesFailingSince = nil
                 }
                 if Self.isDue(since: lastHeartbeat, every: heartbeatEvery, now: now) {
                     lastHeartbeat = now
@@ -318,7 +325,6 @@ public final class WorkerPool: Sendable {
                 let due = nextDue.map { $0 <= now } ?? false
                 if wantClaim && (changed || slotFreed || due || lastRescue == now) {
                     let claimed = try await claim(limit: room, now: now)
-                    writesFailingSince = nil
                     if claimed < room {
                         let queues = config.queues
                         nextDue = try await store.run { try $0.nextRunAfter(queues: queues) }
@@ -354,10 +360,10 @@ public final class WorkerPool: Sendable {
                     log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
                     throw error
                 }
-                // A drain with nothing running whose writes have all failed for a lease's length (a full
-                // disk, a database gone read-only) stops and says so, rather than retrying for ever: a
-                // drain is a command that ends. A worker without --drain keeps trying (a service outlives
-                // a full disk once space is freed).
+                // A drain with nothing running whose store has failed for a lease's length with no outcome
+                // written (a full disk, a database gone read-only) stops and says so, rather than retrying
+                // for ever: a drain is a command that ends. A worker without --drain keeps trying (a
+                // service outlives a full disk once space is freed).
                 let failingSince = writesFailingSince ?? now
                 writesFailingSince = failingSince
                 if Self.drainGivesUp(config, running: runningCount, failingForMs: now - failingSince) {
@@ -439,8 +445,9 @@ public final class WorkerPool: Sendable {
     static let controlPollMs: Int64 = 100
 
     /// Whether a drain stops on a store that refuses writes: only with nothing of its own running (a
-    /// run's outcome is retried while its lease holds, then abandoned), once the writes have failed for
-    /// the lease's length — how long the pool's own jobs would wait for a rescue anyway.
+    /// run's outcome is retried while its lease holds, then abandoned), once the store has failed with
+    /// no outcome written for the lease's length — how long the pool's own jobs would wait for a rescue
+    /// anyway.
     static func drainGivesUp(_ config: WorkerConfiguration, running: Int, failingForMs: Int64) -> Bool {
         config.drain && running == 0 && failingForMs >= config.leaseMs
     }
@@ -841,13 +848,13 @@ struct LeaseSink: TaskEventSink {
 
 /// Why a worker stopped before its work was done.
 public enum WorkerStopped: Error, Sendable, CustomStringConvertible {
-    /// A drain with nothing running found every store write refused for `forMs` (the store's error).
+    /// A drain with nothing running found the store failing, no outcome written, for `forMs` (its error).
     case storeRefusesWrites(String, forMs: Int64)
 
     public var description: String {
         switch self {
         case .storeRefusesWrites(let error, let ms):
-            "the drain stopped: the event log refused every write for \(String(format: "%.1f", Double(ms) / 1_000)) s with no job running "
+            "the drain stopped: the event log kept failing for \(String(format: "%.1f", Double(ms) / 1_000)) s without recording any job's outcome, with no job running "
                 + "(\(error)); free space on its disk or make it writable, then run the worker again — no job is lost: "
                 + "those this worker held go back to the queue when their leases expire"
         }

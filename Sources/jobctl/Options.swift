@@ -82,7 +82,7 @@ enum Options {
     static let state = Option<[JobState]>("state", value: "state", repeatable: true,
                                           help: "Only jobs in this state (queued, running, paused, succeeded, failed, cancelled); repeatable or comma-separated.",
                                           choices: JobState.allCases.map(\.rawValue)) { text in
-        try text.split(separator: ",").map { part in
+        try text.split(separator: ",", omittingEmptySubsequences: false).map { part in
             guard let state = JobState(rawValue: String(part)) else {
                 throw UsageError("unknown state '\(part)'; expected one of \(JobState.allCases.map(\.rawValue).joined(separator: ", "))")
             }
@@ -92,7 +92,7 @@ enum Options {
     static let kind = Option<[JobKind]>("kind", value: "kind", repeatable: true,
                                         help: "Only jobs of this kind; repeatable or comma-separated.",
                                         choices: JobKind.allCases.map(\.rawValue)) { text in
-        try text.split(separator: ",").map { part in
+        try text.split(separator: ",", omittingEmptySubsequences: false).map { part in
             guard let kind = JobKind(rawValue: String(part)) else {
                 throw UsageError("unknown kind '\(part)'; expected one of \(JobKind.allCases.map(\.rawValue).joined(separator: ", "))")
             }
@@ -185,7 +185,7 @@ enum Options {
     static let on = Option<Set<ObserverStatus>>("on", value: "statuses",
                                                 help: "Only these observer statuses: resume, progress, pause, success, failure (comma-separated).",
                                                 choices: ObserverStatus.allCases.map(\.rawValue)) { text in
-        Set(try text.split(separator: ",").map { part in
+        Set(try text.split(separator: ",", omittingEmptySubsequences: false).map { part in
             guard let status = ObserverStatus(rawValue: part.trimmingCharacters(in: .whitespaces)) else {
                 throw UsageError("unknown status '\(part)'; expected resume, progress, pause, success or failure")
             }
@@ -219,7 +219,7 @@ enum Options {
     static let eventType = Option<[EventType]>("type", value: "type", repeatable: true,
                                                help: "Only events of this type (submitted, claimed, started, progress, …); repeatable or comma-separated.",
                                                choices: EventType.allCases.map(\.rawValue)) { text in
-        try text.split(separator: ",").map { part in
+        try text.split(separator: ",", omittingEmptySubsequences: false).map { part in
             guard let type = EventType(rawValue: String(part)) else {
                 throw UsageError("unknown event type '\(part)'; expected one of \(EventType.allCases.map(\.rawValue).joined(separator: ", "))")
             }
@@ -235,7 +235,14 @@ enum Options {
                                            help: "Remove download-memory result blobs whose jobs finished before this time (7d, or a date); the history keeps their hashes.") { text in
         try TimeInput.parse(text, option: "blobs-before", now: Clock.nowMs())
     }
-    static let archiveTo = Option<String>("to", value: "file", help: "The archive file to write (gzip-compressed NDJSON).")
+    static let archiveTo = Option<String>("to", value: "file", help: "The archive file to write (gzip-compressed NDJSON).") { text in
+        guard !text.isEmpty else { throw UsageError("--to expects the path of the archive file to write, not an empty text") }
+        var isFolder: ObjCBool = false
+        if FileManager.default.fileExists(atPath: text, isDirectory: &isFolder), isFolder.boolValue {
+            throw UsageError("--to '\(text)' is a folder; give the path of the archive file to write (in it, if you like)")
+        }
+        return text
+    }
     static let archiveFrom = Option<String>("from", value: "file", help: "Read the jobs from this archive file (written by `jobctl archive`) instead of the log.")
     static let force = Flag("force", help: "With --to: copy even while jobs are running (on the target they have no lease; the first worker's rescue expires them).")
 }

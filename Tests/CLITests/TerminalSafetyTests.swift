@@ -145,5 +145,28 @@ import TestSupport
         #expect(missing.stderr.contains(#"a\u{A}b.db"#), "\(missing.stderr)")
         #expect(missing.stderr.split(separator: "\n").count == 1, "\(missing.stderr)")
     }
+
+    /// Values that said nothing were taken as nothing: `--state ''` listed every job, `archive --to ''`
+    /// wrote a temporary file in the parent folder and `--to FOLDER` dumped a Foundation error. Usage
+    /// errors now, naming the problem.
+    @Test func emptyAndFolderValuesAreUsageErrors() throws {
+        let workspace = try CLIWorkspace("typed-empty")
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: \"file://b/x\"}\n")
+        let cases: [(arguments: [String], says: String)] = [
+            (["list", "--state", ""], "unknown state ''"),
+            (["list", "--state", ","], "unknown state ''"),
+            (["list", "--kind", ""], "unknown kind ''"),
+            (["history", "x", "--type", ""], "unknown event type ''"),
+            (["archive", "--before", "0s", "--to", ""], "--to expects the path of the archive file"),
+            (["archive", "--before", "0s", "--to", workspace.directory.path], "is a folder"),
+        ]
+        for (arguments, says) in cases {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 64, "\(arguments): \(output.status) \(output.stderr)")
+            #expect(output.stderr.contains(says), "\(arguments): \(output.stderr)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path + "/..").allSatisfy { !$0.hasSuffix(".partial") })
+    }
 }
 

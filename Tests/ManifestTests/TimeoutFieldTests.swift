@@ -28,7 +28,7 @@ import TestSupport
 
     @Test("bad timeouts are refused at the value", arguments: [
         ("0s", "at least 1s"), ("-5m", "a duration"), ("90", "a duration"), ("soon", "a duration"),
-        ("8d", "at most 7d"), ("99999999999999999d", "a duration"), ("1.5h", "a duration"),
+        ("8d", "at most 7d"), ("99999999999999999d", "at most 7d"), ("1.5h", "a duration"),
     ])
     func refused(value: String, fragment: String) throws {
         let errors = try #require(parse("- {kind: fetch-url, source: gs://b/x, timeout: \(value)}\n").errors)

@@ -130,6 +130,36 @@ struct RangeAnswerTests {
         #expect(result.data == payload.prefix(300_000))
     }
 
+    /// Two Content-Length headers that disagree (RFC 9112: an error): libcurl frames the body by one of
+    /// them, and the joined value defeated the size check, so a cut body was committed as the file.
+    @Test("HTTP: conflicting Content-Length headers are refused for a file and for memory", arguments: [JobKind.downloadFile, .downloadMemory])
+    func conflictingLengthsRefused(_ kind: JobKind) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.prefix(300_000).write(to: URL(fileURLWithPath: server.root + "/c.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET"), .rewriteResponse { _, response in
+                response.setHeader("Content-Length", nil)
+                // libcurl frames the body by the last one.
+                response.headers.append(ProxyHeader("Content-Length", String(response.body.count)))
+                response.headers.append(ProxyHeader("Content-Length", "10"))
+                response.body = response.body.prefix(10)
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-two-lengths")
+        defer { directory.remove() }
+        let destination = directory.file("c.bin")
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let spec = kind == .downloadFile ? JobSpec(kind: kind, source: "\(proxy.baseURL)/c.bin", destination: destination)
+                                         : JobSpec(kind: kind, source: "\(proxy.baseURL)/c.bin", maxSize: 1 << 20)
+        let refused = try failure(await run(backend, spec))
+        #expect(refused.retryable && refused.message.contains("conflicting Content-Length"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        let result = try finished(await run(backend, spec))
+        #expect(result.size == 300_000)
+    }
+
     @Test("Content-Range's first byte", arguments: [
         ("bytes 0-99/100", Int64?.some(0)), ("bytes 1000000-2999999/3000000", 1_000_000), ("bytes 5-5/*", 5), ("Bytes 7-9/10", 7),
         ("bytes */100", nil), ("bytes 9-5/10", nil), ("bytes -5-9/10", nil), ("bytes 5-9", nil), ("items 0-9/10", nil), ("", nil),

@@ -590,7 +590,9 @@ public final class FaultProxy: @unchecked Sendable {
         if message.startLine.hasPrefix("HTTP/1.0") { message.startLine = "HTTP/1.1" + message.startLine.dropFirst(8) }
         for name in ["Connection", "Keep-Alive", "Transfer-Encoding"] { message.setHeader(name, nil) }
         let bodiless = method == "HEAD" || message.status == 204 || message.status == 304
-        if !bodiless { message.setHeader("Content-Length", "\(message.body.count)") }
+        // Several Content-Length headers are a fault a rule wrote on purpose (a server contradicting itself).
+        let lengths = message.headers.filter { $0.name.caseInsensitiveCompare("Content-Length") == .orderedSame }.count
+        if !bodiless && lengths <= 1 { message.setHeader("Content-Length", "\(message.body.count)") }
         return encodeHead(message) + (bodiless ? Data() : message.body)
     }
 }
