@@ -12,6 +12,24 @@ import Testing
 struct RangeAnswerTests {
     private let payload = patternData(3_000_000, seed: 71)
 
+    /// The backend and spec of a download of `name` through `proxy` into `directory`, run until 1 MB is
+    /// written and paused there: the resume point a worker's next attempt would start from.
+    private static func pausedPartWay(_ proxy: FaultProxy, _ name: String, into directory: TemporaryDirectory, jobID: String)
+        async throws -> (backend: HTTPBackend, spec: JobSpec, point: ResumePoint)? {
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let spec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/\(name)", destination: directory.file(name))
+        let control = TransferControl(jobID: jobID)
+        let first = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
+        }
+        let paused = try await run(backend, spec, control: control, recorder: first).get()
+        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
+            Issue.record("expected a paused download, got \(paused)")
+            return nil
+        }
+        return (backend, spec, point)
+    }
+
     @Test("HTTP: the wrong part is refused and the retry downloads the whole file")
     func wrongRangeRefused() async throws {
         let server = try NginxServer.start()
@@ -31,18 +49,7 @@ struct RangeAnswerTests {
         let directory = try TemporaryDirectory("jobctl-range-answer")
         defer { directory.remove() }
         let destination = directory.file("r.bin")
-        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
-        let spec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/r.bin", destination: destination)
-
-        let control = TransferControl(jobID: "01RANGE")
-        let first = EventRecorder { event in
-            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
-        }
-        let paused = try await run(backend, spec, control: control, recorder: first).get()
-        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
-            Issue.record("expected a paused download, got \(paused)")
-            return
-        }
+        guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "r.bin", into: directory, jobID: "01RANGE") else { return }
 
         let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE")))
         #expect(refused.retryable && refused.message.contains("range"), "\(refused)")
@@ -92,17 +99,7 @@ struct RangeAnswerTests {
         let directory = try TemporaryDirectory("jobctl-range-lie")
         defer { directory.remove() }
         let destination = directory.file("v.bin")
-        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
-        let spec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/v.bin", destination: destination)
-        let control = TransferControl(jobID: "01RANGELIE")
-        let first = EventRecorder { event in
-            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
-        }
-        let paused = try await run(backend, spec, control: control, recorder: first).get()
-        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
-            Issue.record("expected a paused download, got \(paused)")
-            return
-        }
+        guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "v.bin", into: directory, jobID: "01RANGELIE") else { return }
         let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE")))
         #expect(refused.retryable && refused.message.contains("range"), "\(answer): \(refused)")
         #expect(!FileManager.default.fileExists(atPath: destination), "\(answer): nothing may be committed")
