@@ -240,6 +240,9 @@ public final class WorkerPool: Sendable {
         // through on a nearly full disk while every outcome is refused, and the drain went round for ever.
         var writesFailingSince: Int64?
         var outcomesSeen = 0
+        // When the store last failed: errors further apart than `streakGapMs` are not one streak (a drain
+        // waiting for another worker's long run may meet a lock held too long now and then).
+        var lastStoreError: Int64?
         // While a drain waits for other workers' runs (nothing of its own running, nothing to claim): the
         // next wait, and when the queue was last asked about (see `drainWait`).
         var drainWaitMs: Int64?
@@ -364,6 +367,8 @@ public final class WorkerPool: Sendable {
                 // written (a full disk, a database gone read-only) stops and says so, rather than retrying
                 // for ever: a drain is a command that ends. A worker without --drain keeps trying (a
                 // service outlives a full disk once space is freed).
+                if let last = lastStoreError, now - last > Self.streakGapMs(config) { writesFailingSince = nil }
+                lastStoreError = now
                 let failingSince = writesFailingSince ?? now
                 writesFailingSince = failingSince
                 if Self.drainGivesUp(config, running: runningCount, failingForMs: now - failingSince) {
@@ -448,6 +453,10 @@ public final class WorkerPool: Sendable {
     /// run's outcome is retried while its lease holds, then abandoned), once the store has failed with
     /// no outcome written for the lease's length — how long the pool's own jobs would wait for a rescue
     /// anyway.
+    /// Store errors at most this far apart are one streak: longer than the loop's longest wait after an
+    /// error (5 s), and than a lease.
+    static func streakGapMs(_ config: WorkerConfiguration) -> Int64 { max(config.leaseMs, 10_000) }
+
     static func drainGivesUp(_ config: WorkerConfiguration, running: Int, failingForMs: Int64) -> Bool {
         config.drain && running == 0 && failingForMs >= config.leaseMs
     }
