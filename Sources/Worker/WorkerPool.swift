@@ -449,14 +449,14 @@ public final class WorkerPool: Sendable {
     /// `jobctl`, seen when the log has changed): well inside the second within which they are honoured.
     static let controlPollMs: Int64 = 100
 
-    /// Whether a drain stops on a store that refuses writes: only with nothing of its own running (a
-    /// run's outcome is retried while its lease holds, then abandoned), once the store has failed with
-    /// no outcome written for the lease's length — how long the pool's own jobs would wait for a rescue
-    /// anyway.
     /// Store errors at most this far apart are one streak: longer than the loop's longest wait after an
     /// error (5 s), and than a lease.
     static func streakGapMs(_ config: WorkerConfiguration) -> Int64 { max(config.leaseMs, 10_000) }
 
+    /// Whether a drain stops on a store that refuses writes: only with nothing of its own running (a
+    /// run's outcome is retried while its lease holds, then abandoned), once the store has failed with
+    /// no outcome written for the lease's length — how long the pool's own jobs would wait for a rescue
+    /// anyway.
     static func drainGivesUp(_ config: WorkerConfiguration, running: Int, failingForMs: Int64) -> Bool {
         config.drain && running == 0 && failingForMs >= config.leaseMs
     }
