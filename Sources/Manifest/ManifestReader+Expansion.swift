@@ -247,7 +247,7 @@ extension ManifestReader {
                    at: isNull ? pair.key.mark : pair.value.mark)
             return nil
         }
-        guard let ms = Self.rfc3339Milliseconds(scalar.value) else {
+        guard let ms = RFC3339.parse(scalar.value.trimmingCharacters(in: .whitespaces)) else {
             report(.invalidValue, "'run_after' must be \(expected), not '\(scalar.value)'", at: scalar.mark)
             return nil
         }
@@ -258,11 +258,6 @@ extension ManifestReader {
             return nil
         }
         return ms
-    }
-
-    /// An RFC 3339 date-time as ms since the epoch; nil when it is not one (a date alone is not).
-    static func rfc3339Milliseconds(_ text: String) -> Int64? {
-        RFC3339.parse(text.trimmingCharacters(in: .whitespaces))
     }
 
     /// `delay:` — a duration (`90s`, `15m`, `2h`, `1d`; the DurationText grammar) of at most

@@ -699,7 +699,21 @@ private final class CurlExchange: @unchecked Sendable {
                 cause: "response headers incomplete after the status line \(responseCode)"))))
             return
         }
+        if let value = headers["content-length"], Self.conflictingLengths(value) {
+            // Several Content-Length headers that disagree (RFC 9112 §6.3: an error): libcurl framed the
+            // body by one of them, so it may be cut short, and no caller could read a size from the joined
+            // value. A fault of the exchange for every request, retryable.
+            complete(.failure(.failed(StorageError(
+                .unknown, "the server sent conflicting Content-Length headers (\(value)); its answer was not taken and a retry asks again",
+                url: redactedURL(request.url), retryable: true))))
+            return
+        }
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url)))
+    }
+
+    /// Whether a joined `Content-Length` value holds two different lengths.
+    static func conflictingLengths(_ value: String) -> Bool {
+        value.contains(",") && Set(value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }).count > 1
     }
 
     /// Resumes the caller. The handle stays with the exchange until the engine takes it back

@@ -460,10 +460,6 @@ public struct HTTPBackend: StorageBackend {
             throw httpError(response, what: redactedURL(url))
         }
         try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
-        if let conflict = Self.conflictingLength(response.headers, url: url) {
-            sink.partial.discard()
-            throw conflict
-        }
         let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
         if let expected, sink.offset != expected {
             try? await sink.partial.syncOffPool()
@@ -486,17 +482,6 @@ public struct HTTPBackend: StorageBackend {
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,
                                    verified: verified))
-    }
-
-    /// Several `Content-Length` headers that disagree (RFC 9112 §6.3: an error): libcurl framed the body
-    /// by one of them, so what arrived may be cut short, and the size check would not parse the joined
-    /// value — the answer is refused, retryable, nothing kept.
-    static func conflictingLength(_ headers: [String: String], url: String) -> StorageError? {
-        guard let value = headers["content-length"], value.contains(",") else { return nil }
-        let lengths = Set(value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
-        guard lengths.count > 1 else { return nil }
-        return StorageError(.unknown, "the server sent conflicting Content-Length headers (\(value)) for \(redactedURL(url)); "
-                                + "nothing was kept and a retry asks again", url: redactedURL(url), retryable: true)
     }
 
     /// The resume validator: the ETag when strong or weak, else Last-Modified.
@@ -532,7 +517,6 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
-        if let conflict = Self.conflictingLength(response.headers, url: url) { throw conflict }
         // The request asked for the whole object: a 206 is part of it (a server answering a range nobody
         // asked for), not the object.
         if response.status == 206 {

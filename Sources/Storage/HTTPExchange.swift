@@ -539,14 +539,19 @@ final class FileSink: ResponseBodySink {
         let answered = headers["etag"] ?? headers["last-modified"]
         let otherVersion = sentValidator != nil && answered != nil && answered != sentValidator
         if let contentRange, Self.rangeStart(contentRange) == requestedOffset, !otherVersion { return }
-        try partial.restart()
-        checksums.reset()
-        offset = 0
-        lastCheckpoint = 0
+        try restartFromZero()
         let what = otherVersion ? "another version ('\(answered ?? "")', not the '\(sentValidator ?? "")' of If-Range)"
                                 : contentRange.map { "'Content-Range: \($0)'" } ?? "no Content-Range"
         throw StorageError(.unknown, "the server answered the range from byte \(requestedOffset) with \(what); the partial download "
                                + "was dropped and a retry downloads the whole file", retryable: true)
+    }
+
+    /// Empties the partial file and forgets its hashes and checkpoints: the download starts at byte 0.
+    private func restartFromZero() throws(StorageError) {
+        try partial.restart()
+        checksums.reset()
+        offset = 0
+        lastCheckpoint = 0
     }
 
     /// After a successful response: a 206 whose body never came was not checked at its first byte.
@@ -581,10 +586,7 @@ final class FileSink: ResponseBodySink {
         defer { receivedAny = true }
         if !receivedAny, requestedOffset > 0, status == 200 {
             // The server ignored Range (or If-Range failed): start over with the full body.
-            try partial.restart()
-            checksums.reset()
-            offset = 0
-            lastCheckpoint = 0
+            try restartFromZero()
             restartedFromZero = true
         }
         if !receivedAny, status == 206 {

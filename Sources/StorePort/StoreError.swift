@@ -61,9 +61,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .invalidControl(let message):
             return message
         case .notFound(let id):
-            return "no job matches '\(TerminalText.printable(id))'; `jobctl list` shows the jobs there are"
+            return "no job matches '\(id)'; `jobctl list` shows the jobs there are"
         case .ambiguous(let prefix, let matches):
-            return "'\(TerminalText.printable(prefix))' matches \(matches.count) jobs (\(matches.prefix(5).joined(separator: ", "))"
+            return "'\(prefix)' matches \(matches.count) jobs (\(matches.prefix(5).joined(separator: ", "))"
                 + "\(matches.count > 5 ? ", …" : "")); give more characters of the id"
         case .sqlite(let code, let message, let sql):
             return "SQLite error \(code): \(message)" + (sql.map { " in `\(Self.abbreviate($0))`" } ?? "")
@@ -71,7 +71,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return "the database is busy: another process held the write lock past the busy timeout"
                 + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "") + "; try again or raise the busy timeout"
         case .noDatabase(let path):
-            return "no database at \(TerminalText.printable(path)): run `jobctl submit` or `jobctl migrate` to create one"
+            return "no database at \(path): run `jobctl submit` or `jobctl migrate` to create one"
         case .readOnly(let message):
             return message
         case .keyConflict(let key, let existingID):

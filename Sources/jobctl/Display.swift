@@ -44,10 +44,10 @@ struct Display: Sendable {
     /// Control characters (C0, DEL, C1) as `%XX`, so a decoded name cannot move the cursor or recolour
     /// the terminal.
     static func escapingControls(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        guard text.unicodeScalars.contains(where: TerminalText.isControl) else { return text }
         var output = ""
         for scalar in text.unicodeScalars {
-            if isControl(scalar) {
+            if TerminalText.isControl(scalar) {
                 for byte in String(scalar).utf8 { output += String(format: "%%%02X", byte) }
             } else {
                 output.unicodeScalars.append(scalar)
@@ -56,7 +56,6 @@ struct Display: Sendable {
         return output
     }
 
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool { TerminalText.isControl(scalar) }
 
     // MARK: - Errors
 
