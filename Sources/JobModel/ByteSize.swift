@@ -2,26 +2,62 @@ import Foundation
 
 /// Byte counts written with units: `512KiB`, `1MiB`, `2MB`, `1.5GiB`, `1000`, `10 B`.
 public enum ByteSize {
-    private static let units: [(suffix: String, factor: Double)] = [
-        ("KiB", 1024), ("MiB", 1024 * 1024), ("GiB", 1024 * 1024 * 1024), ("TiB", 1024 * 1024 * 1024 * 1024),
+    private static let units: [(suffix: String, factor: UInt64)] = [
+        ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40),
         ("KB", 1000), ("MB", 1_000_000), ("GB", 1_000_000_000), ("TB", 1_000_000_000_000),
-        ("K", 1024), ("M", 1024 * 1024), ("G", 1024 * 1024 * 1024), ("B", 1),
+        ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("B", 1),
     ]
 
-    /// Parses a size; nil when the text is not a non-negative size with a known unit.
+    /// What a size's text says.
+    public enum Reading: Equatable, Sendable {
+        case bytes(Int64)
+        /// A well-formed size that is not a whole number of bytes (`1.5B`, `1.5`, `0.0001KiB`).
+        case fractionOfAByte
+        /// A well-formed size beyond 2⁶³ − 1 bytes.
+        case tooLarge
+        /// No size at all: no digits, an unknown unit, a sign, an exponent, several points.
+        case notASize
+    }
+
+    /// Parses a size; nil when the text is not a non-negative, whole number of bytes with a known unit.
     public static func parse(_ text: String) -> Int64? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard !trimmed.isEmpty else { return nil }
-        if let plain = Int64(trimmed) { return plain >= 0 ? plain : nil }
-        for (suffix, factor) in units where trimmed.hasSuffix(suffix) {
-            let number = trimmed.dropLast(suffix.count).trimmingCharacters(in: .whitespaces)
-            guard !number.isEmpty, number.allSatisfy({ $0.isNumber || $0 == "." }),
-                  let value = Double(number), value >= 0 else { return nil }
-            let bytes = (value * factor).rounded()
-            guard bytes < 9.0e18, bytes == bytes.rounded(.down) else { return nil }
-            return Int64(bytes)
-        }
+        if case .bytes(let bytes) = read(text) { return bytes }
         return nil
+    }
+
+    /// Reads a size exactly, in integers: `1.5KiB` is 1536 bytes, `1.5B` no size (bytes are not rounded).
+    /// The number is ASCII digits with at most one point; the unit, if any, follows (spaces allowed).
+    public static func read(_ text: String) -> Reading {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        var number = Substring(trimmed)
+        var factor: UInt64 = 1
+        if let unit = units.first(where: { trimmed.hasSuffix($0.suffix) }) {
+            number = Substring(trimmed.dropLast(unit.suffix.count).trimmingCharacters(in: .whitespaces))
+            factor = unit.factor
+        }
+        let parts = number.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), parts.contains(where: { !$0.isEmpty }),
+              parts.allSatisfy({ $0.utf8.allSatisfy { (0x30...0x39).contains($0) } }) else { return .notASize }
+        let whole = Array(parts[0].utf8)
+        var fraction = parts.count == 2 ? Array(parts[1].utf8) : []
+        while fraction.last == 0x30 { fraction.removeLast() }
+        // The number as an integer mantissa over 10^scale.
+        var mantissa: UInt64 = 0
+        for (index, digit) in (whole + fraction).enumerated() {
+            let (times10, overflow) = mantissa.multipliedReportingOverflow(by: 10)
+            let (next, carry) = times10.addingReportingOverflow(UInt64(digit - 0x30))
+            if overflow || carry { return index < whole.count ? .tooLarge : .fractionOfAByte }
+            mantissa = next
+        }
+        guard fraction.count <= 19 else { return mantissa == 0 ? .bytes(0) : .fractionOfAByte }
+        var scale: UInt64 = 1
+        for _ in 0..<fraction.count { scale *= 10 }
+        let product = factor.multipliedFullWidth(by: mantissa)
+        guard product.high < scale else { return .tooLarge }
+        let (bytes, remainder) = scale.dividingFullWidth(product)
+        guard remainder == 0 else { return .fractionOfAByte }
+        guard bytes <= UInt64(Int64.max) else { return .tooLarge }
+        return .bytes(Int64(bytes))
     }
 
     /// `1.5 MiB`-style text for people.

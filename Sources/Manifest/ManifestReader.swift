@@ -970,14 +970,17 @@ struct ManifestReader {
                    at: scalar.mark)
             return nil
         case .notAnInteger:
-            bytes = ByteSize.parse(scalar.value)
-            // A well-formed size that ByteSize refuses is one too large for 64 bits — or a fraction of
-            // a byte (`1.5`), which is no size at all.
-            if bytes == nil, Self.looksLikeSize(scalar.value) {
-                let fractionOfAByte = scalar.value.trimmingCharacters(in: .whitespaces).allSatisfy { $0.isNumber || $0 == "." || $0 == "B" }
-                report(.invalidSize, fractionOfAByte ? "'max_size' must be a whole number of bytes (\(expected)), not '\(scalar.value)'" : tooLarge,
-                       at: scalar.mark)
+            switch ByteSize.read(scalar.value) {
+            case .bytes(let value):
+                bytes = value
+            case .fractionOfAByte:
+                report(.invalidSize, "'max_size' must be a whole number of bytes (\(expected)), not '\(scalar.value)'", at: scalar.mark)
                 return nil
+            case .tooLarge:
+                report(.invalidSize, tooLarge, at: scalar.mark)
+                return nil
+            case .notASize:
+                bytes = nil
             }
         }
         guard let bytes, bytes > 0 else {
@@ -1142,15 +1145,6 @@ struct ManifestReader {
             return nil
         }
         return seconds
-    }
-
-    /// Digits (with at most one `.`), optional blanks and an optional unit: a size, whatever its magnitude.
-    static func looksLikeSize(_ text: String) -> Bool {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        let number = trimmed.prefix { $0.isASCII && ($0.isNumber || $0 == ".") }
-        guard number.contains(where: \.isNumber), number.filter({ $0 == "." }).count <= 1 else { return false }
-        let unit = trimmed.dropFirst(number.count).trimmingCharacters(in: .whitespaces)
-        return ["", "B", "K", "M", "G", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"].contains(unit)
     }
 
     // MARK: - Metadata

@@ -474,8 +474,8 @@ final class MemorySink: ResponseBodySink {
 /// Writes a response body through a `PartialFile`, hashing, syncing and checkpointing as it goes; a
 /// checkpoint's sync runs off the engine thread (`BackgroundSyncs`), and `settle()` waits for it.
 ///
-/// When a ranged request is answered with the whole body (200 instead of 206), the partial file and
-/// the hashes start again from zero.
+/// When a ranged request is answered with anything but a 206 (a 200 or 203 carries the whole body, a
+/// 204 or an empty 200 an empty one), the partial file and the hashes start again from zero.
 final class FileSink: ResponseBodySink {
     let partial: PartialFile
     let checksums: StreamChecksums
@@ -554,9 +554,17 @@ final class FileSink: ResponseBodySink {
         lastCheckpoint = 0
     }
 
-    /// After a successful response: a 206 whose body never came was not checked at its first byte.
+    /// After a successful response whose body never came, so was not checked at its first byte: a 206
+    /// must still name the range asked for; any other answer to a ranged request says the object is now
+    /// empty, so the prefix must not stand for it.
     func checkEmptyRangeAnswer(status: Int, headers: [String: String]) throws(StorageError) {
-        if status == 206 && !receivedAny { try checkRange(headers) }
+        guard !receivedAny else { return }
+        if status == 206 {
+            try checkRange(headers)
+        } else if requestedOffset > 0 && offset > 0 {
+            try restartFromZero()
+            restartedFromZero = true
+        }
     }
 
     /// The first byte of `bytes A-B/TOTAL` (or `bytes A-B/*`), nil for anything else.
@@ -584,8 +592,9 @@ final class FileSink: ResponseBodySink {
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
         try checkSyncs()
         defer { receivedAny = true }
-        if !receivedAny, requestedOffset > 0, status == 200 {
-            // The server ignored Range (or If-Range failed): start over with the full body.
+        if !receivedAny, requestedOffset > 0, status != 206 {
+            // Not a part (the server ignored Range, If-Range failed, or a 203 from a proxy): the body is
+            // the whole object, so start over with it.
             try restartFromZero()
             restartedFromZero = true
         }

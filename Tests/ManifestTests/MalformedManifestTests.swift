@@ -316,6 +316,10 @@ private let malformedCases: [MalformedCase] = [
     // Not "too large": a fraction of a byte, a negative number of twenty digits.
     .init("size a fraction of a byte", "- {kind: download-memory, source: gs://b/x, max_size: 1.5}\n", 1, 55, .invalidSize,
           "'max_size' must be a whole number of bytes (a size like 1048576, 512KiB or 2MB), not '1.5'"),
+    .init("size of bytes and a half", "- {kind: download-memory, source: gs://b/x, max_size: 1.5B}\n", 1, 55, .invalidSize,
+          "'max_size' must be a whole number of bytes (a size like 1048576, 512KiB or 2MB), not '1.5B'"),
+    .init("size a fraction of a byte in KiB", "- {kind: download-memory, source: gs://b/x, max_size: 0.0001KiB}\n", 1, 55, .invalidSize,
+          "'max_size' must be a whole number of bytes (a size like 1048576, 512KiB or 2MB), not '0.0001KiB'"),
     .init("size negative past 64 bits", "- {kind: download-memory, source: gs://b/x, max_size: -99999999999999999999}\n", 1, 55, .invalidSize,
           "'max_size' must be a size like 1048576, 512KiB or 2MB, not '-99999999999999999999'"),
     .init("timeout past 64 bits", "- {kind: fetch-url, source: gs://b/x, timeout: 99999999999999999999d}\n", 1, 48, .invalidValue,

@@ -108,6 +108,33 @@ struct RangeAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(answer)")
     }
 
+    /// Answers to the resumed range that are not a part: a proxy's 203 carries the whole object (it was
+    /// appended to the prefix), a 204 says the object is empty (the prefix was committed as the file).
+    enum WholeAnswer: String, CaseIterable, Sendable {
+        case nonAuthoritative, noContent
+    }
+
+    @Test("HTTP: a resumed range answered with a whole or an empty object replaces the prefix", arguments: WholeAnswer.allCases)
+    func wholeAnswerReplacesThePrefix(_ answer: WholeAnswer) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/w.bin"))
+        let body = answer == .nonAuthoritative ? payload : Data()
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }),
+                      .respond(.response(answer == .nonAuthoritative ? 203 : 204, body: body)), times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-whole")
+        defer { directory.remove() }
+        let destination = directory.file("w.bin")
+        guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "w.bin", into: directory, jobID: "01RANGEWHOLE") else { return }
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGEWHOLE")))
+        #expect(proxy.exchanges.contains { $0.faults.contains { $0.hasPrefix("respond") } }, "\(answer): the fault was served")
+        #expect(result.size == Int64(body.count), "\(answer)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == body, "\(answer): the answer, not the prefix")
+    }
+
     /// download-memory asks for the whole object; a 206 (part of it) is not the object.
     @Test("HTTP: download-memory refuses a 206 to its request for the whole object")
     func memoryRefusesPartOfTheObject() async throws {
