@@ -640,16 +640,13 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// Turns the finished easy handle into a result and resumes the caller (engine thread).
     func finish(code: CURLcode, cause: String?) {
-        if let requestSent, let easy {
-            if code != CURLE_OK {
-                // Bytes of request written to a connection (its headers at least); 0 when none took it.
-                var requestBytes = 0
-                if jobctl_curl_easy_getinfo_long(easy, CURLINFO_REQUEST_SIZE, &requestBytes) == CURLE_OK, requestBytes > 0 {
-                    requestSent()
-                }
-            } else if let requestsStarted, requestsStarted > 1 {
-                requestSent()
-            }
+        // Bytes of request written to a connection (its headers at least); 0 when none took it.
+        var requestBytes = 0
+        if code != CURLE_OK, let easy {
+            jobctl_curl_easy_getinfo_long(easy, CURLINFO_REQUEST_SIZE, &requestBytes)
+        }
+        if let requestSent {
+            if requestBytes > 0 || (code == CURLE_OK && (requestsStarted ?? 0) > 1) { requestSent() }
         }
         if let stopReason, code != CURLE_OK {
             complete(.failure(.stopped(stopReason)))
@@ -680,7 +677,7 @@ private final class CurlExchange: @unchecked Sendable {
                 jobctl_curl_easy_getinfo_long(easy, CURLINFO_SSL_VERIFYRESULT, &verifyResult)
             }
             complete(.failure(.failed(curlFailure(code: Int(code.rawValue), text: text, url: request.url,
-                                                  verifyResult: verifyResult, trust: options.trust))))
+                                                  verifyResult: verifyResult, trust: options.trust, requestSent: requestBytes > 0))))
             return
         }
         var responseCode = 0
@@ -793,7 +790,7 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 /// when the chain was trusted and only the host name check failed); `trust` names the CAs used.
 /// Whether the job is retried is the retry policy's decision, so no message here promises it.
 func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
-                 trust: CertificateTrust = .systemDefault) -> StorageError {
+                 trust: CertificateTrust = .systemDefault, requestSent: Bool = false) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: jobctl_curl_easy_strerror(curlCode))
     let cause = "curl error \(code) (\(name)): \(text)"
@@ -812,6 +809,14 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
          CURLE_SEND_FAIL_REWIND, CURLE_PROXY:
         return StorageError(.unknown, "the connection failed mid-transfer",
                             url: redactedURL(url), retryable: true, cause: cause)
+    case CURLE_UNSUPPORTED_PROTOCOL where requestSent:
+        // The URL's scheme was fine (the request went out): the answer had no HTTP status line.
+        return StorageError(.unknown, "the server's answer is not HTTP (no status line)",
+                            url: redactedURL(url), retryable: true, cause: cause)
+    case CURLE_OUT_OF_MEMORY where requestSent:
+        // libcurl's word for response headers past its limit (100 KiB) as well as for memory running out.
+        return StorageError(.unknown, "the server's answer could not be taken in: its headers are larger than libcurl accepts "
+                                + "(100 KiB), or memory ran out", url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
         return StorageError(.invalidArgument, "the URL cannot be fetched: \(name)", url: redactedURL(url), cause: cause)
     case CURLE_PEER_FAILED_VERIFICATION:

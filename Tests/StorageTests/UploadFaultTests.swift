@@ -406,6 +406,28 @@ struct UploadFaultTests {
         #expect(error.url == "http://127.0.0.1/x?token=REDACTED")
     }
 
+    /// An answer without a status line (libcurl's "HTTP/0.9"), or with a header of a megabyte (libcurl's
+    /// "Out of memory"), came from a server that was reached: a server fault, retryable like a garbled
+    /// reply — not "the URL cannot be fetched", which is for a URL no request could be made from.
+    @Test("an answer that is not HTTP, or whose headers are too large, is a retryable server fault", arguments: [true, false])
+    func unreadableAnswersAreServerFaults(notHTTP: Bool) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let answer = notHTTP ? ProxyMessage(startLine: "SSH-2.0-OpenSSH_9.2", body: Data("x".utf8))
+                             : .response(200, headers: [ProxyHeader("X-Padding", String(repeating: "a", count: 1 << 20))], body: Data("x".utf8))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [FaultRule(.any, .respond(answer), times: .max)])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/a.bin", maxSize: 1 << 20)))
+        #expect(error.retryable, "\(error)")
+        #expect(error.message.contains(notHTTP ? "not HTTP" : "headers are larger"), "\(error)")
+        #expect(error.code == .unknown && !error.message.contains("cannot be fetched"), "\(error)")
+        #expect(proxy.exchanges.contains { $0.faults.contains { $0.hasPrefix("respond") } })
+        // A URL no request is made from stays a permanent error.
+        let scheme = curlFailure(code: 1, text: "Protocol \"gopher\" not supported", url: "gopher://127.0.0.1/x")
+        #expect(!scheme.retryable && scheme.code == .invalidArgument)
+    }
+
     @Test("every cut the proxy makes in an answer is a retryable error, never a success", arguments: [
         "resetBeforeResponse", "resetInStatusLine", "resetInHeaders", "resetInBody",
         "closeBeforeResponse", "closeInStatusLine", "closeInHeaders", "closeInBody",
