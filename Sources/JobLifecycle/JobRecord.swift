@@ -134,12 +134,13 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
         return .unanswered
     }
 
-    /// Whether a later attempt could fail on what an earlier one did and never reported: a delete (the
-    /// object gone), an `if_exists: fail` upload or download-file (the destination taken).
+    /// Whether a later attempt could fail on, or skip, what an earlier one did and never reported: a
+    /// delete (the object gone), an `if_exists: fail` or `skip` upload or download-file (the destination
+    /// taken: `skip` would report the job's own transfer as skipped).
     public var mayMeetItsOwnWork: Bool {
         switch kind {
         case .delete: true
-        case .uploadFile, .uploadData, .downloadFile: spec.ifExists == .fail
+        case .uploadFile, .uploadData, .downloadFile: spec.ifExists == .fail || spec.ifExists == .skip
         default: false
         }
     }

@@ -49,9 +49,9 @@ public struct GCSBackend: StorageBackend {
                 switch try await existingObject(reference, control: control) {
                 case .stopped(let reason): return .stopped(reason, nil)
                 case .value(let existing):
-                    if let existing, try await rule.skipsUpload(existing: existing, destination: reference.description,
-                                                                offPool: source) {
-                        return rule.settledUpload(existing)
+                    if let settled = try await rule.settlesUpload(existing: existing, destination: reference.description,
+                                                                  offPool: source) {
+                        return settled
                     }
                 }
             }
@@ -646,9 +646,15 @@ public struct GCSBackend: StorageBackend {
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let replacing = rule.replaces
         let object: StorageObject
-        switch try await metadata(reference, control: control) {
-        case .value(let value): object = value
-        case .stopped(let reason): return .stopped(reason, reason == .cancel ? nil : resumePoint)
+        do throws(StorageError) {
+            switch try await metadata(reference, control: control) {
+            case .value(let value): object = value
+            case .stopped(let reason): return .stopped(reason, reason == .cancel ? nil : resumePoint)
+            }
+        } catch {
+            // `skip` after attempts that died: no object to compare with, so the file stays, skipped.
+            if let settled = rule.unsettledDownload(to: destination) { return settled }
+            throw error
         }
         // `skip-identical`: GCS reports every object's CRC32C in its metadata.
         if let settled = try await rule.skipsDownloadOffPool(of: object, crc32c: object.crc32c, to: destination) { return settled }

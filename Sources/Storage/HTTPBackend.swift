@@ -69,14 +69,14 @@ public struct HTTPBackend: StorageBackend {
                 switch try await existingFile(reference, control: control) {
                 case .stopped(let reason): return .stopped(reason, sent)
                 case .value(let existing):
-                    if let existing, rule.mode == .fail, Self.mayHaveStored(sent, size: source.size),
+                    if let existing, rule.mode == .fail || rule.mode == .skip, Self.mayHaveStored(sent, size: source.size),
                        let own = try await earlierUploadFound(existing, source: source, reference: reference, contentType: contentType,
                                                               control: control) {
                         return own
                     }
-                    if let existing, try await rule.skipsUpload(existing: existing, destination: redactedURL(reference.description),
-                                                                offPool: source) {
-                        return rule.settledUpload(existing)
+                    if let settled = try await rule.settlesUpload(existing: existing, destination: redactedURL(reference.description),
+                                                                  offPool: source) {
+                        return settled
                     }
                 }
             }
@@ -90,7 +90,7 @@ public struct HTTPBackend: StorageBackend {
                 switch try await identicalDownload(reference, to: destination, rule: rule, control: control) {
                 case .stopped(let reason): return .stopped(reason, nil)
                 case .value(let settled?): return settled
-                case .value(nil): break
+                case .value(nil): if let settled = rule.unsettledDownload(to: destination) { return settled }
                 }
             }
             return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, replacing: rule.replaces,

@@ -95,9 +95,9 @@ final class LocalTransfer {
         if let existing {
             let object = try backend.readMetadata(location, status: existing)
             let spec = self.spec
-            if try rule.skipsUpload(existing: object, destination: reference.description,
-                                    source: { () throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: spec) }) {
-                return rule.settledUpload(object)
+            if let settled = try rule.settlesUpload(existing: object, destination: reference.description,
+                                                    source: { () throws(StorageError) in try OverwriteRule.sizeAndCRC32C(of: spec) }) {
+                return settled
             }
         }
         let hashes = StreamingHashes(md5: spec.wantsMD5)
@@ -389,7 +389,15 @@ final class LocalTransfer {
         }
         let rule = OverwriteRule(spec, resumingFrom: resumePoint, downloadingTo: destination)
         if let settled = try rule.beforeDownload(to: destination) { return settled }
-        let (file, object, _) = try openObject()
+        let opened: (LocalFile, StorageObject, LocalLocation)
+        do throws(StorageError) {
+            opened = try openObject()
+        } catch {
+            // `skip` after attempts that died: no object to compare with, so the file stays, skipped.
+            if let settled = rule.unsettledDownload(to: destination) { return settled }
+            throw error
+        }
+        let (file, object, _) = opened
         // `skip-identical`: the sidecar records every object's CRC32C.
         if let settled = try rule.skipsDownload(of: object, crc32c: object.crc32c, to: destination) { return settled }
         let total = object.size

@@ -6,11 +6,13 @@ import JobModel
 /// `If-None-Match: *` over HTTP), which is what makes the rule hold against a concurrent writer.
 struct OverwriteRule {
     let mode: IfExists
-    /// `fail` where an earlier attempt may have stored the object and died before saying so: after
-    /// attempts that ended without a word (`ResumePoint.unanswered`), or when what is at the destination
-    /// is the very file an earlier attempt of this job was writing (`earlierLink`). An object holding
-    /// exactly the source's bytes (size and CRC32C) is then taken as the job's own instead of refused;
-    /// anything else is refused as always.
+    /// `fail` or `skip` where an earlier attempt may have stored the object and died before saying so:
+    /// after attempts that ended without a word (`ResumePoint.unanswered`), or when what is at the
+    /// destination is the very file an earlier attempt of this job was writing (`earlierLink`). An object
+    /// holding exactly the source's bytes (size and CRC32C) is then taken as the job's own — its transfer,
+    /// verified by that comparison — instead of refused (`fail`) or reported skipped (`skip`, whose audit
+    /// would otherwise say the job moved nothing when its own attempt wrote the file); anything else is
+    /// refused or skipped as always.
     let acceptsIdentical: Bool
     /// The name an earlier attempt wrote the destination's file under (a download's temporary file, a
     /// `file://` upload's session), when the destination is that file: once the job takes it as its
@@ -21,16 +23,16 @@ struct OverwriteRule {
     /// regular file at a local destination (a download's, a `file://` object's), when there is one.
     init(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint? = nil, existing: FileIdentity? = nil) {
         mode = spec.ifExists ?? .overwrite
-        let earlier = mode == .fail ? Self.fileWritten(by: resumePoint) : nil
+        let earlier = mode.leavesExisting ? Self.fileWritten(by: resumePoint) : nil
         earlierLink = earlier.flatMap { existing != nil && $0.identity == existing ? $0 : nil }
-        acceptsIdentical = mode == .fail && (resumePoint == .unanswered || earlierLink != nil)
+        acceptsIdentical = mode.leavesExisting && (resumePoint == .unanswered || earlierLink != nil)
     }
 
     /// download-file: the rule for `spec` downloading to the local path `destination`, whose file is
-    /// looked at (without following a link) only where it can matter: `fail` with a resume point that
-    /// names a file.
+    /// looked at (without following a link) only where it can matter: `fail` or `skip` with a resume
+    /// point that names a file.
     init(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, downloadingTo destination: String) {
-        let looks = (spec.ifExists ?? .overwrite) == .fail && Self.fileWritten(by: resumePoint) != nil
+        let looks = (spec.ifExists ?? .overwrite).leavesExisting && Self.fileWritten(by: resumePoint) != nil
         self.init(spec, resumingFrom: resumePoint, existing: looks ? PartialFile.destinationFile(destination) : nil)
     }
 
@@ -65,6 +67,28 @@ struct OverwriteRule {
         return StorageError.destinationExists(destination)
     }
 
+    /// The outcome under `acceptsIdentical` when the local destination is not the object's bytes (or
+    /// cannot be compared): `fail` refuses, `skip` leaves the file and reports the job skipped — never a
+    /// download over it.
+    private func notTheJobs(_ destination: String) throws(StorageError) -> TransferOutcome {
+        if mode == .fail { throw refused(destination) }
+        dropEarlierLink()
+        return Self.skippedDownload(destination)
+    }
+
+    /// A download-file skipped because its destination exists.
+    private static func skippedDownload(_ destination: String) -> TransferOutcome {
+        .finished(JobResult(path: LocalFiles.absolute(destination), skipped: true))
+    }
+
+    /// download-file under `acceptsIdentical`, when the comparison could not be made (the server's
+    /// answer to a look failed): `skip` reports the job skipped rather than download over the file;
+    /// nil otherwise (`fail` goes on to a download that refuses to replace it).
+    func unsettledDownload(to destination: String) -> TransferOutcome? {
+        guard acceptsIdentical, mode == .skip, PartialFile.destinationExists(destination) else { return nil }
+        return Self.skippedDownload(destination)
+    }
+
     /// Whether the final write may replace what is at the destination.
     var replaces: Bool { mode != .fail }
 
@@ -72,52 +96,53 @@ struct OverwriteRule {
     /// job without a transfer (`skip`), nil when the download goes ahead; throws for `fail`.
     func beforeDownload(to destination: String) throws(StorageError) -> TransferOutcome? {
         // `acceptsIdentical`: settled once the object is known (`skipsDownload`).
-        guard mode == .skip || (mode == .fail && !acceptsIdentical), PartialFile.destinationExists(destination) else { return nil }
+        guard mode.leavesExisting && !acceptsIdentical, PartialFile.destinationExists(destination) else { return nil }
         if mode == .fail { throw StorageError.destinationExists(destination) }
-        return .finished(JobResult(path: LocalFiles.absolute(destination), skipped: true))
+        return Self.skippedDownload(destination)
     }
 
     /// download-file with `skip-identical`: the outcome when the local destination already holds the
     /// object's bytes — the same size and the CRC32C `crc32c` (base64, as GCS reports it) — nil when the
     /// download goes ahead (another rule, no destination, no CRC32C to compare, or a difference).
     ///
-    /// Under `fail` with `acceptsIdentical` a destination holding the object's bytes is the job's own
-    /// download from an attempt that died before saying so (a result, not a skip); any other destination
-    /// is refused (`destinationExists`), as `beforeDownload` would have.
+    /// Under `fail` or `skip` with `acceptsIdentical` a destination holding the object's bytes is the
+    /// job's own download from an attempt that died before saying so (a result, not a skip); any other
+    /// destination is refused (`fail`) or skipped (`skip`), as `beforeDownload` would have.
     func skipsDownload(of object: StorageObject, crc32c: String?, to destination: String) throws(StorageError) -> TransferOutcome? {
         guard mode == .skipIdentical || acceptsIdentical, PartialFile.destinationExists(destination) else { return nil }
-        let refusal: StorageError? = acceptsIdentical ? refused(destination) : nil
         let path = LocalFiles.absolute(destination)
         // An unreadable or odd destination (a folder, a dangling link) is left to the download to report.
         guard let crc32c, let local = try? UploadSource(path: path), local.size == object.size else {
-            if let refusal { throw refusal }
-            return nil
+            return acceptsIdentical ? try notTheJobs(destination) : nil
         }
         let ours = try OverwriteRule.sizeAndCRC32C(of: local)
         guard ours.crc32c == crc32c else {
-            if let refusal { throw refusal }
-            return nil
+            return acceptsIdentical ? try notTheJobs(destination) : nil
         }
         if acceptsIdentical { dropEarlierLink() }
         return .finished(JobResult(object: object, path: path, size: ours.size, crc32c: ours.crc32c, verified: [.crc32c],
                                    skipped: acceptsIdentical ? nil : true))
     }
 
-    /// Uploads: whether an existing object (`nil` when there is none) makes the upload unnecessary.
-    /// `source` gives the local source's size and CRC32C (base64, as GCS reports it), computed only
-    /// when `skip-identical` (or `acceptsIdentical`) needs them. Throws for `fail` when the object exists
-    /// (unless `acceptsIdentical` and it holds the source's bytes).
-    func skipsUpload(existing: StorageObject?, destination: String,
-                     source: () throws(StorageError) -> (size: Int64, crc32c: String)) throws(StorageError) -> Bool {
-        guard let existing else { return false }
+    /// Uploads: the outcome when an existing object (`nil` when there is none) makes the upload
+    /// unnecessary, nil when the upload goes ahead. `source` gives the local source's size and CRC32C
+    /// (base64, as GCS reports it), computed only when `skip-identical` (or `acceptsIdentical`) needs
+    /// them. Throws for `fail` when the object exists; under `acceptsIdentical` an object holding the
+    /// source's bytes is the job's own upload (`fail` and `skip` alike), not a refusal or a skip.
+    func settlesUpload(existing: StorageObject?, destination: String,
+                       source: () throws(StorageError) -> (size: Int64, crc32c: String)) throws(StorageError) -> TransferOutcome? {
+        guard let existing else { return nil }
+        if acceptsIdentical, try Self.holdsSource(existing, source) {
+            dropEarlierLink()
+            return .finished(JobResult(object: existing, size: existing.size, crc32c: existing.crc32c, verified: [.crc32c]))
+        }
         switch mode {
-        case .overwrite: return false
-        case .skip: return true
-        case .fail:
-            if acceptsIdentical, try Self.holdsSource(existing, source) { return true }
-            throw refused(destination)
-        case .skipIdentical:
-            return try Self.holdsSource(existing, source)
+        case .overwrite: return nil
+        case .skip:
+            dropEarlierLink()
+            return Self.skippedUpload(existing)
+        case .fail: throw refused(destination)
+        case .skipIdentical: return try Self.holdsSource(existing, source) ? Self.skippedUpload(existing) : nil
         }
     }
 
@@ -141,17 +166,17 @@ struct OverwriteRule {
         }
     }
 
-    /// `skipsUpload` with `source` as the local source, on `FileIO`'s threads under `skip-identical`, the
-    /// one rule that reads it.
-    func skipsUpload(existing: StorageObject?, destination: String, offPool source: UploadSource) async throws(StorageError) -> Bool {
+    /// `settlesUpload` with `source` as the local source, on `FileIO`'s threads under `skip-identical`
+    /// (or `acceptsIdentical`), the rules that read it.
+    func settlesUpload(existing: StorageObject?, destination: String, offPool source: UploadSource) async throws(StorageError) -> TransferOutcome? {
         guard readsSource else {
-            return try skipsUpload(existing: existing, destination: destination) { () throws(StorageError) in
+            return try settlesUpload(existing: existing, destination: destination) { () throws(StorageError) in
                 try OverwriteRule.sizeAndCRC32C(of: source)
             }
         }
         let rule = self
-        return try await FileIO.run(.compare, on: source) { source throws(StorageError) -> Bool in
-            try rule.skipsUpload(existing: existing, destination: destination) { () throws(StorageError) in
+        return try await FileIO.run(.compare, on: source) { source throws(StorageError) -> TransferOutcome? in
+            try rule.settlesUpload(existing: existing, destination: destination) { () throws(StorageError) in
                 try OverwriteRule.sizeAndCRC32C(of: source)
             }
         }
@@ -173,13 +198,9 @@ struct OverwriteRule {
     static func skippedUpload(_ existing: StorageObject) -> TransferOutcome {
         .finished(JobResult(object: existing, size: existing.size, crc32c: existing.crc32c, skipped: true))
     }
+}
 
-    /// The result when `skipsUpload` said true: skipped by `skip` or `skip-identical`, or under `fail`
-    /// (`acceptsIdentical`) the object an earlier attempt stored, compared by CRC32C — the job's upload,
-    /// not a skip.
-    func settledUpload(_ existing: StorageObject) -> TransferOutcome {
-        guard mode == .fail else { return Self.skippedUpload(existing) }
-        dropEarlierLink()
-        return .finished(JobResult(object: existing, size: existing.size, crc32c: existing.crc32c, verified: [.crc32c]))
-    }
+extension IfExists {
+    /// Whether the rule leaves an existing destination as it is (`fail` refuses, `skip` skips).
+    fileprivate var leavesExisting: Bool { self == .fail || self == .skip }
 }

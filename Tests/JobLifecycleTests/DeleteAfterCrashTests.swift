@@ -34,8 +34,10 @@ struct DeleteAfterCrashTests {
         #expect(try record(.delete, [claim(1)]).resumePointForAttempt == nil)
     }
 
-    @Test("after a crash (lease expired): unanswered for a delete and an if_exists: fail upload, nothing for others")
+    @Test("after a crash (lease expired): unanswered for a delete and an if_exists: fail or skip transfer, nothing for others")
     func afterCrash() throws {
+        #expect(try record(.uploadData, ifExists: .skip, [claim(1), crash, claim(2)]).resumePointForAttempt == .unanswered)
+        #expect(try record(.downloadFile, ifExists: .skip, [claim(1), crash, claim(2)]).resumePointForAttempt == .unanswered)
         #expect(try record(.delete, [claim(1), crash, claim(2)]).resumePointForAttempt == .unanswered)
         #expect(try record(.delete, [claim(1), crash, claim(2), crash, claim(3)]).resumePointForAttempt == .unanswered)
         #expect(try record(.uploadData, ifExists: .fail, [claim(1), crash, claim(2)]).resumePointForAttempt == .unanswered)

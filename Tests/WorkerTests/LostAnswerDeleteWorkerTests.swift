@@ -94,7 +94,9 @@ import TestSupport
     /// that its bytes went out (a small upload's `sent_upload` may not reach the log first). A worker that
     /// claimed the job and died is played by a claim with a 1 ms lease, its PUT by the file nginx holds; the
     /// next attempt finds the file, reads it back, finds the source's bytes and takes it as its own.
-    @Test func failRuleUploadWhoseWorkerDiedSucceedsOnTheNextAttempt() throws {
+    /// Under `if_exists: skip` the same file was reported skipped: an audit saying the job moved nothing.
+    @Test(arguments: [IfExists.fail, .skip])
+    func failRuleUploadWhoseWorkerDiedSucceedsOnTheNextAttempt(_ mode: IfExists) throws {
         let nginx = try startWorkerNginx()
         defer { nginx.stop() }
         let path = nginx.root + "/kept.txt"
@@ -102,7 +104,7 @@ import TestSupport
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
         let id = try #require(try submit("""
-        - {kind: upload-data, data: "written once", destination: "\(nginx.baseURL)/kept.txt", if_exists: fail}
+        - {kind: upload-data, data: "written once", destination: "\(nginx.baseURL)/kept.txt", if_exists: \(mode.rawValue)}
         """, database: database, directory: directory).first)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         do {
