@@ -181,8 +181,21 @@ final class CurlEngine: @unchecked Sendable {
             // Rate-limited exchanges paused in a callback continue once their buckets allow.
             var timeout: Int32 = 1000
             let now = ContinuousClock.now
-            for exchange in active.values {
-                if let wait = exchange.resumeIfAllowed(at: now) { timeout = min(timeout, Int32(wait)) }
+            var failed: [(UnsafeMutableRawPointer, CURLcode)] = []
+            for (easy, exchange) in active {
+                switch exchange.resumeIfAllowed(at: now) {
+                case .moving: break
+                case .paused(let wait): timeout = min(timeout, Int32(wait))
+                case .failed(let code): failed.append((easy, code))
+                }
+            }
+            // An unpause whose callbacks failed (the sink refused the bytes held back: a full disk) ends
+            // the exchange here: libcurl does not, and would go on delivering the rest of the body.
+            for (easy, code) in failed {
+                jobctl_curl_multi_remove_handle(multi, easy)
+                guard let exchange = active.removeValue(forKey: easy) else { continue }
+                exchange.finish(code: code, cause: nil)
+                recycle(exchange, into: &idle)
             }
             // Sleeps until a socket is ready, curl's own timer fires, a submission wakes us, a paused
             // exchange may continue, or 1 s.
@@ -452,7 +465,7 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// Request body bytes: https://curl.se/libcurl/c/CURLOPT_READFUNCTION.html
     func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        if checkStop() { return Int(CURL_READFUNC_ABORT) }
+        if bodyError != nil || checkStop() { return Int(CURL_READFUNC_ABORT) }
         guard let source else {
             // Fixed in-memory body.
             let body = request.body
@@ -499,7 +512,8 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// Response body bytes: https://curl.se/libcurl/c/CURLOPT_WRITEFUNCTION.html
     func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        if checkStop() { return false }
+        // After the sink failed nothing more reaches it (its file may be gone), whatever libcurl does.
+        if bodyError != nil || checkStop() { return false }
         if (200..<300).contains(status), let sink {
             do {
                 try sink.write(bytes, status: status, headers: headers)
@@ -546,23 +560,35 @@ private final class CurlExchange: @unchecked Sendable {
         return allowed
     }
 
+    /// What `resumeIfAllowed` did: the exchange moves, stays paused (for at most that many
+    /// milliseconds before the next look), or failed inside the unpause.
+    enum Resumption: Equatable {
+        case moving
+        case paused(Int)
+        case failed(CURLcode)
+    }
+
     /// Engine thread, outside callbacks: unpauses an exchange paused for its rate limits or its hashing
-    /// once they allow it again. Returns the milliseconds to wait when it must stay paused, nil otherwise.
-    func resumeIfAllowed(at now: ContinuousClock.Instant) -> Int? {
-        guard pausedForRate || pausedForHashing != nil, let easy else { return nil }
+    /// once they allow it again. The callbacks run inside the unpause, with the bytes libcurl held back;
+    /// when one of them fails (the sink could not write them) the unpause returns the error and the
+    /// engine must end the exchange itself (`failed`).
+    func resumeIfAllowed(at now: ContinuousClock.Instant) -> Resumption {
+        guard pausedForRate || pausedForHashing != nil, let easy else { return .moving }
         if pausedForRate {
             let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, bandwidth?.millisecondsUntilReady(at: now) ?? 0)
-            guard wait == 0 else { return wait }
+            guard wait == 0 else { return .paused(wait) }
         }
         if let (count, sending) = pausedForHashing {
             // The hashing queue frees a block every ~1–2 ms while it catches up.
-            guard hashingAllows(count, sending: sending) else { return 1 }
+            guard hashingAllows(count, sending: sending) else { return .paused(1) }
         }
         pausedForRate = false
         pausedForHashing = nil
-        // The callbacks may run (and pause again) inside this call.
-        _ = jobctl_curl_easy_pause(easy, CURLPAUSE_CONT)
-        return pausedForRate || pausedForHashing != nil ? 1 : nil
+        let code = jobctl_curl_easy_pause(easy, CURLPAUSE_CONT)
+        if code != CURLE_OK || bodyError != nil || stopReason != nil {
+            return .failed(code != CURLE_OK ? code : CURLE_WRITE_ERROR)
+        }
+        return pausedForRate || pausedForHashing != nil ? .paused(1) : .moving
     }
 
     /// One header line: https://curl.se/libcurl/c/CURLOPT_HEADERFUNCTION.html
@@ -652,7 +678,8 @@ private final class CurlExchange: @unchecked Sendable {
             complete(.failure(.stopped(stopReason)))
             return
         }
-        if let bodyError, code != CURLE_OK {
+        if let bodyError {
+            // Even should libcurl have reported success: bytes were refused, the body is not whole.
             complete(.failure(.failed(bodyError)))
             return
         }

@@ -81,3 +81,38 @@ import TestSupport
         #expect(readyAtStart && !readyInDebt && wait == 500 && readyLater && waitAfterPause == 500)
     }
 }
+
+/// A paced download onto a full disk: the write that fails runs inside libcurl's unpause, whose error
+/// the engine ignored — libcurl went on delivering the body to the sink whose file was already discarded
+/// (a precondition failure: the whole worker crashed, every retry again). Now the exchange ends there
+/// with the typed error, and a download beside it on the same engine finishes.
+@Suite(.onTestThreads) struct PacedFullDiskTests {
+    @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func pacedDownloadOntoAFullDiskFailsCleanly() async throws {
+        let server = try NginxServer.start(extraServerConfig: BandwidthTests.patientServer)
+        defer { server.stop() }
+        let payload = patternData(3 * 1_048_576, seed: 91)
+        try payload.write(to: URL(fileURLWithPath: server.root + "/big.bin"))
+        let directory = try TemporaryDirectory("jobctl-paced-full")
+        defer { directory.remove() }
+        let small = directory.file("small")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
+        let mount = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", small])
+        try #require(mount.status == 0, "mount failed: \(mount.stderr)")
+        defer { _ = try? runProcess("/bin/umount", [small]) }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5),
+                                  engine: CurlEngine(threadName: "paced-full-curl"))
+        let rate: Int64 = 8 * 1_048_576
+        async let full = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/big.bin", destination: small + "/big.bin",
+                                              maxRate: rate))
+        async let beside = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/big.bin", destination: directory.file("ok.bin"),
+                                                maxRate: rate))
+        let (fullResult, besideResult) = await (full, beside)
+        let error = try failure(fullResult)
+        #expect(error.code == .internalError && error.message.hasPrefix("disk full"), "\(error)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: small).isEmpty, "no file left on the full disk")
+        let ok = try finished(besideResult)
+        #expect(ok.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("ok.bin"))) == payload)
+    }
+}
