@@ -205,9 +205,14 @@ final class UploadSource {
     private let storage: Storage
     let size: Int64
 
-    /// Opens a local file for reading. Missing or unreadable files are `pathError` (not retryable).
-    init(path: String) throws(StorageError) {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    /// Opens a local file for reading. Missing or unreadable files are `pathError` (not retryable), as is
+    /// anything but a regular file (a FIFO is refused, not waited on), and — when `followingLinks` is
+    /// false — a symbolic link.
+    init(path: String, followingLinks: Bool = true) throws(StorageError) {
+        let (descriptor, notRegular) = LocalFiles.openRegularForReading(path, followingLinks: followingLinks)
+        if let notRegular {
+            throw StorageError(.pathError, "the source '\(path)' is \(notRegular), not a regular file: nothing was read from it")
+        }
         guard descriptor >= 0 else {
             throw posixError(errno, operation: "cannot open the source file", path: path)
         }

@@ -57,6 +57,32 @@ enum LocalFiles {
     }
 
     /// Maps an errno to a typed error with a remedy.
+    /// Opens a file jobctl only reads (an upload's source, a destination compared before a download)
+    /// without waiting: `O_NONBLOCK`, so a FIFO with no writer (or a device) planted there cannot hold
+    /// the open — and the job, unanswerable to cancel — for ever. Anything but a regular file is refused
+    /// (a negative descriptor, and what it is); a regular file's descriptor is blocking again (plain
+    /// reads). A negative descriptor with `notRegular` nil: the open failed, `errno` says why (ELOOP for a
+    /// symbolic link when `followingLinks` is false).
+    static func openRegularForReading(_ path: String, followingLinks: Bool = true) -> (descriptor: Int32, notRegular: String?) {
+        let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (followingLinks ? 0 : O_NOFOLLOW))
+        guard descriptor >= 0 else { return (-1, nil) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let code = errno
+            Glibc.close(descriptor)
+            errno = code
+            return (-1, nil)
+        }
+        let kind = info.st_mode & S_IFMT
+        guard kind == S_IFREG || kind == S_IFDIR else {
+            Glibc.close(descriptor)
+            return (-1, kind == S_IFIFO ? "a FIFO" : kind == S_IFSOCK ? "a socket" : "a device")
+        }
+        let flags = fcntl(descriptor, F_GETFL)
+        if flags >= 0 { _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK) }
+        return (descriptor, nil)
+    }
+
     static func error(_ code: Int32, _ operation: String, path: String, context: Context = .other) -> StorageError {
         let cause = String(cString: strerror(code))
         switch code {
@@ -255,7 +281,10 @@ final class LocalFile {
         folder = nil
         name = path
         self.context = context
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let (fd, notRegular) = LocalFiles.openRegularForReading(path)
+        if let notRegular {
+            throw StorageError(.pathError, "'\(path)' is \(notRegular), not a regular file: nothing was read from it")
+        }
         guard fd >= 0 else { throw LocalFiles.error(errno, "opening", path: path, context: context) }
         descriptor = fd
     }

@@ -111,8 +111,9 @@ struct OverwriteRule {
     func skipsDownload(of object: StorageObject, crc32c: String?, to destination: String) throws(StorageError) -> TransferOutcome? {
         guard mode == .skipIdentical || acceptsIdentical, PartialFile.destinationExists(destination) else { return nil }
         let path = LocalFiles.absolute(destination)
-        // An unreadable or odd destination (a folder, a dangling link) is left to the download to report.
-        guard let crc32c, let local = try? UploadSource(path: path), local.size == object.size else {
+        // An unreadable or odd destination (a folder, a link, a FIFO) is not the object's bytes: the
+        // download replaces it (or reports why it cannot), as it replaces a link without following it.
+        guard let crc32c, let local = try? UploadSource(path: path, followingLinks: false), local.size == object.size else {
             return acceptsIdentical ? try notTheJobs(destination) : nil
         }
         let ours = try OverwriteRule.sizeAndCRC32C(of: local)

@@ -1,0 +1,77 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// A FIFO where the worker expects a file it only reads — an upload's source, a destination compared
+/// before a download (`skip-identical`) — used to hold the attempt in `open` until some writer came:
+/// the job sat `started`, a cancel could not reach it, and the next worker hung on it again. Now such a
+/// file is refused at once (a source) or not taken for the object's bytes (a destination: the download
+/// replaces it). Each case has a writer that opens the FIFO after 5 s, so that the old behaviour ends
+/// (late) instead of hanging the suite, and the time taken is what tells the two apart.
+@Suite("FIFOs and links where a file is read", .onTestThreads)
+struct SpecialFileTests {
+    /// Opens `path` for writing after `seconds` (unblocking a reader that waits in `open`), then closes it.
+    private static func unblock(_ path: String, after seconds: UInt32) {
+        Thread {
+            sleep(seconds)
+            let descriptor = open(path, O_WRONLY | O_NONBLOCK)
+            if descriptor >= 0 { close(descriptor) }
+        }.start()
+    }
+
+    private static func seconds(since start: ContinuousClock.Instant) -> Double {
+        let elapsed = start.duration(to: .now)
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
+    @Test("an upload whose source is a FIFO fails at once, on file:// and over HTTP", arguments: [false, true])
+    func fifoSourceRefused(http: Bool) async throws {
+        let (directory, _, local) = try localBuckets("jobctl-fifo-source")
+        defer { directory.remove() }
+        let server = http ? try NginxServer.start() : nil
+        defer { server?.stop() }
+        let fifo = directory.file("source.fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        Self.unblock(fifo, after: 5)
+        let backend: any StorageBackend = http ? HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5)) : local
+        let destination = http ? "\(server!.baseURL)/f.bin" : "file://b/f.bin"
+        let start = ContinuousClock.now
+        let error = try failure(await run(backend, JobSpec(kind: .uploadFile, source: fifo, destination: destination)))
+        #expect(Self.seconds(since: start) < 3, "the open did not wait for a writer")
+        #expect(error.code == .pathError && error.message.contains("a FIFO"), "\(error)")
+        #expect(!error.retryable)
+    }
+
+    @Test("download-file with skip-identical over a FIFO or a link replaces it, neither waited on nor followed")
+    func specialDestinationsReplaced() async throws {
+        let (directory, _, backend) = try localBuckets("jobctl-fifo-destination")
+        defer { directory.remove() }
+        let payload = patternData(50_000, seed: 17)
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/d.bin", data: payload)))
+
+        let fifo = directory.file("fifo.bin")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        Self.unblock(fifo, after: 5)
+        let start = ContinuousClock.now
+        let downloaded = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "file://b/d.bin", destination: fifo,
+                                                                 ifExists: .skipIdentical)))
+        #expect(Self.seconds(since: start) < 3, "the comparison did not wait for a writer")
+        #expect(downloaded.skipped == nil && downloaded.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: fifo)) == payload)
+
+        // A link to a file with the object's very bytes is not the destination holding them: replaced,
+        // and the file it pointed at is left alone.
+        let elsewhere = directory.file("elsewhere.bin")
+        try payload.write(to: URL(fileURLWithPath: elsewhere))
+        let linked = directory.file("linked.bin")
+        #expect(symlink(elsewhere, linked) == 0)
+        let replaced = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "file://b/d.bin", destination: linked,
+                                                               ifExists: .skipIdentical)))
+        #expect(replaced.skipped == nil, "\(replaced)")
+        let status = try FileManager.default.attributesOfItem(atPath: linked)
+        #expect(status[.type] as? FileAttributeType == .typeRegular, "the link was replaced by the download")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: elsewhere)) == payload)
+    }
+}
