@@ -857,6 +857,11 @@ struct ManifestReader {
                                    + "\(ManifestValueRange.maximumKeyBytes) (hash a longer one)", at: valueMark)
                         return nil
                     }
+                    guard !Self.hasControlCharacter(key) else {
+                        report(.invalidValue, "'key' must not contain control characters (NUL, line breaks, escapes), not "
+                                   + "'\(TerminalText.printable(key))'", at: valueMark)
+                        return nil
+                    }
                     return key
                 })
             case .priority:
@@ -867,9 +872,8 @@ struct ManifestReader {
                 fields.checkSource = located(boolean(pair, expected: "true or false (false: the file may be missing at submit)"))
             case .queue:
                 fields.queue = located(string(pair, expected: "a queue name").flatMap { queue in
-                    let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-_.:"))
-                    guard !queue.isEmpty, queue.count <= 64, queue.unicodeScalars.allSatisfy({ $0.isASCII && allowed.contains($0) }) else {
-                        report(.invalidValue, "'queue' must be a name of 1 to 64 letters, digits, '-', '_', '.' or ':', not '\(queue)'", at: valueMark)
+                    guard QueueName.isValid(queue) else {
+                        report(.invalidValue, "'queue' must be \(QueueName.rule), not '\(TerminalText.printable(queue))'", at: valueMark)
                         return nil
                     }
                     return queue
@@ -1044,6 +1048,12 @@ struct ManifestReader {
                 valid = false
                 continue
             }
+            if Self.hasControlCharacter(scalar.value) {
+                report(.invalidDependency, "each of 'after' must be the key or id of a job, without control characters, not "
+                           + "'\(TerminalText.printable(scalar.value))'", at: item.mark)
+                valid = false
+                continue
+            }
             if let first = seen[scalar.value] {
                 report(.invalidDependency, "'\(scalar.value)' is already in 'after' (column \(first.column) of line \(first.line)); "
                            + "list each job once", at: item.mark)
@@ -1054,6 +1064,12 @@ struct ManifestReader {
             entries.append(Located(value: scalar.value, keyMark: pair.key.mark, valueMark: item.mark))
         }
         return valid ? entries : nil
+    }
+
+    /// Whether `text` holds a control character (C0, DEL, C1): no key or job id has one, and PostgreSQL
+    /// refuses a NUL in text outright (SQLite took it), so an idempotency key must not either.
+    static func hasControlCharacter(_ text: String) -> Bool {
+        text.unicodeScalars.contains(where: TerminalText.isControl)
     }
 
     /// Reports each cycle of `after:` entries among the manifest's keyed jobs once, at the entry that

@@ -127,7 +127,13 @@ enum Options {
         "claim-ahead", range: 0...1_024,
         help: "Jobs held claimed beyond the free slots (default --concurrency, grown up to 16× but at most 256 while jobs finish fast; 0: none)")
     static let workerQueue = Option<String>("queue", value: "name", repeatable: true,
-                                            help: "Only take jobs from this queue; repeatable (default: all queues).")
+                                            help: "Only take jobs from this queue; repeatable (default: all queues).") { text in
+        // A name no manifest can give (`queue:` has the same rule) would drain nothing, silently.
+        guard QueueName.isValid(text) else {
+            throw UsageError("--queue must be \(QueueName.rule) (as a manifest's queue:), not '\(TerminalText.printable(text))'")
+        }
+        return text
+    }
     static let drain = Flag("drain", help: "Exit once no job is queued or running (paused jobs do not hold it); exit 2 if a job it ran failed.")
     static let lease = Option<Int64>("lease", value: "seconds",
                                      help: "Lease length: seconds or a duration (30, 90s, 5m); a worker that stops heartbeating loses its jobs after this (default 30; 1s–24h).") { text in

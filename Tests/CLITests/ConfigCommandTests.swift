@@ -83,6 +83,9 @@ import TestSupport
             ("lease: forever\n", "1:8: error: lease: --lease expects"),
             ("concurrency: [1, 2]\n", "1:14: error: 'concurrency' takes one value, not a list"),
             ("queue:\n  a: b\n", "2:3: error: 'queue' takes a value or a list, not a mapping"),
+            // A queue no manifest can name (PostgreSQL refused the NUL in every claim, for ever).
+            ("queue: [media, \"q\\0x\"]\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
+            ("queue: 'bad name!'\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
             ("- concurrency\n", "1:1: error: a configuration file is a mapping of settings"),
             ("concurrency: 4\nconcurrency: 5\n", "2:1: error:"),
             ("concurrency: 'unclosed\n", "error:"),
