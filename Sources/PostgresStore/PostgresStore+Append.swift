@@ -71,8 +71,12 @@ extension PostgresStore {
     /// the same spec maps to its job, with a different spec refuses the whole batch (`keyConflict`).
     ///
     /// Two processes submitting the same new key at once take turns: each first takes a transaction
-    /// advisory lock per key of its batch (in key order), so the second looks the key up only after the
-    /// first has committed, and finds its job.
+    /// advisory lock for each of its keys' buckets (a hash of the key, one of `submitLockBuckets`, in
+    /// bucket order), so the second looks the key up only after the first has committed, and finds its
+    /// job. Buckets, not one lock per key: every lock is an entry in the server's shared lock table,
+    /// which holds `max_locks_per_transaction` (64 by default) per connection, and a submit of 20,000
+    /// keyed jobs ran out of it ("out of shared memory"); two submits of different keys in one bucket
+    /// only take turns.
     ///
     /// A submit that added many jobs (`analyzeAfterSubmitting`) to a table that had few updates the
     /// planner's statistics of `jobs` at once (`refreshPlannerStatistics`).
@@ -114,8 +118,9 @@ extension PostgresStore {
             try connection.store("SELECT pg_current_xact_id()")
             if !keys.isEmpty {
                 try connection.store("""
-                    SELECT pg_advisory_xact_lock(hashtextextended(key, \(Self.submitLockSeed)))
-                    FROM (SELECT key FROM unnest($1::text[]) AS key ORDER BY key) AS keys
+                    SELECT pg_advisory_xact_lock(\(Self.submitLockClass), bucket)
+                    FROM (SELECT DISTINCT (hashtextextended(key, \(Self.submitLockSeed)) & \(Self.submitLockBuckets - 1))::int AS bucket
+                          FROM unnest($1::text[]) AS key ORDER BY bucket) AS buckets
                     """, [postgresTextArray(keys)])
             }
             let plan = try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
@@ -136,9 +141,13 @@ extension PostgresStore {
 }
 
 extension PostgresStore {
-    /// The seed of the advisory-lock keys `submit` takes per idempotency key: keeps them apart from
-    /// other advisory locks (the migrator's).
+    /// The seed of the hash that puts an idempotency key in its bucket.
     static let submitLockSeed: Int64 = 0x6A6F_6263_746B
+    /// The advisory locks `submit` takes are the two-integer kind, this first integer ('jobc') and the
+    /// bucket: apart from the migrator's (a single bigint, a space of its own).
+    static let submitLockClass: Int32 = 0x6A6F_6263
+    /// How many buckets the keys hash into (a power of two): at most this many locks a submit.
+    static let submitLockBuckets = 256
 }
 
 // MARK: - Control

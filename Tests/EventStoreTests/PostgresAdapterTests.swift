@@ -150,6 +150,21 @@ struct PostgresAdapterTests {
         #expect(try stores[0].countJobs() == stores.count + 1)
     }
 
+    /// One lock a key used a lock-table entry per key: 20,000 keyed jobs in one submit failed ("out of
+    /// shared memory", max_locks_per_transaction 64 on a default server). Keys now lock their buckets.
+    @Test("one submit of 20,000 keyed jobs takes a bounded number of locks")
+    func manyKeysInOneSubmit() throws {
+        let url = try PostgresServer.shared().makeSchema("pgmanykeys")
+        let store = try PostgresStore(url: url, mode: .create)
+        let specs = (0..<20_000).map { uploadSpec(key: "k-\($0)") }
+        let outcomes = try store.submit(specs, actor: "cli:test", now: 1_000)
+        #expect(outcomes.count == 20_000 && outcomes.allSatisfy(\.created))
+        // Submitted again: every key maps to its job, nothing new.
+        let again = try store.submit(Array(specs.prefix(500)), actor: "cli:test", now: 2_000)
+        #expect(again.map(\.id) == outcomes.prefix(500).map(\.id) && !again.contains(where: \.created))
+        #expect(try store.countJobs() == 20_000)
+    }
+
     /// Replay reads the log in pages; a page boundary inside a job's events changes nothing.
     @Test("replay in small pages folds exactly what one page folds")
     func replayInPages() throws {
