@@ -26,7 +26,7 @@ extension GCSBackend {
     ///   pause, a failure or a crash) re-hashes those prefixes and requests only the rest of each slice.
     /// - Each slice keeps its own CRC32C; the whole object's is their `CRC32C.combine`, compared with the
     ///   object's. A mismatch removes the partial file and fails with `nonMatchingChecksum`.
-    func slicedDownload(_ object: StorageObject, of reference: StorageReference, to destination: String, replacing: Bool,
+    func slicedDownload(_ object: StorageObject, of reference: StorageReference, to destination: String, within: String?, replacing: Bool,
                         resumingFrom resume: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let total = object.size
@@ -41,7 +41,7 @@ extension GCSBackend {
         } else {
             usable = nil
         }
-        let partial = try PartialFile(slicing: destination, jobID: control.jobID, size: total, resumeFrom: usable)
+        let partial = try PartialFile(slicing: destination, jobID: control.jobID, size: total, resumeFrom: usable, within: within)
         if !partial.resumed { plan = plan.map { DownloadSlice(start: $0.start, length: $0.length) } }
         let progress = ProgressThrottle(total: total, report: report)
         let crcs = try await SlicedDownloadState.confirmedCRCs(of: partial, slices: plan)

@@ -70,7 +70,7 @@ public struct GCSBackend: StorageBackend {
             let rule = OverwriteRule(spec, resumingFrom: resumePoint, downloadingTo: destination)
             let resumePoint = resumePoint == .unanswered ? nil : resumePoint
             if let settled = try rule.beforeDownload(to: destination) { return settled }
-            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, rule: rule,
+            return try await downloadFile(reference, to: destination, within: spec.folderTail, md5: spec.wantsMD5, rule: rule,
                                           resumingFrom: resumePoint, control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
             return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
@@ -641,7 +641,7 @@ public struct GCSBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, rule: OverwriteRule,
+    private func downloadFile(_ reference: StorageReference, to destination: String, within: String?, md5: Bool, rule: OverwriteRule,
                               resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let replacing = rule.replaces
@@ -659,13 +659,13 @@ public struct GCSBackend: StorageBackend {
         // `skip-identical`: GCS reports every object's CRC32C in its metadata.
         if let settled = try await rule.skipsDownloadOffPool(of: object, crc32c: object.crc32c, to: destination) { return settled }
         if downloadsInSlices(object, md5: md5, resumingFrom: resumePoint) {
-            return try await slicedDownload(object, of: reference, to: destination, replacing: replacing, resumingFrom: resumePoint,
+            return try await slicedDownload(object, of: reference, to: destination, within: within, replacing: replacing, resumingFrom: resumePoint,
                                             control: control, report: report)
         }
         let generation = object.generation
         var resume = resumePoint
         if case .download(_, let recorded, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
-        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume, within: within)
         if partial.bytesWritten > object.size { try partial.restart() }
         let total = object.size
         let progress = ProgressThrottle(total: total, report: report)

@@ -93,7 +93,7 @@ public struct HTTPBackend: StorageBackend {
                 case .value(nil): if let settled = rule.unsettledDownload(to: destination) { return settled }
                 }
             }
-            return try await downloadFile(reference, to: destination, md5: spec.wantsMD5, replacing: rule.replaces,
+            return try await downloadFile(reference, to: destination, within: spec.folderTail, md5: spec.wantsMD5, replacing: rule.replaces,
                                           resumingFrom: resumePoint, control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
             return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
@@ -405,7 +405,8 @@ public struct HTTPBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, md5: Bool, replacing: Bool, resumingFrom resumePoint: ResumePoint?,
+    private func downloadFile(_ reference: StorageReference, to destination: String, within: String?, md5: Bool, replacing: Bool,
+                              resumingFrom resumePoint: ResumePoint?,
                               control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
@@ -413,7 +414,7 @@ public struct HTTPBackend: StorageBackend {
         var resume = resumePoint
         var validator: String?
         if case .download(_, _, let etag, _, _)? = resume, let etag, !etag.isEmpty { validator = etag } else { resume = nil }
-        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume)
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume, within: within)
         let start = partial.bytesWritten
         let progress = ProgressThrottle(total: nil, report: report)
         // The total comes with the response headers, which the sink holds once the body starts.

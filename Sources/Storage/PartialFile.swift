@@ -91,7 +91,13 @@ public final class PartialFile {
     /// holds at least `bytesWritten` bytes, it is truncated to `bytesWritten` and writing continues there.
     /// Otherwise a new temporary file is created and writing starts at 0; a different file found at the
     /// old name is never written to. Any other resume point (an upload's) is ignored.
-    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?) throws(StorageError) {
+    ///
+    /// `within` is the part of `destination` below a folder the user named (a prefix download's object
+    /// path, `JobBatch.path`): the folders in it come from object names, so they are opened (and made)
+    /// without following links — a link planted there by someone else is refused, never written
+    /// through — as the folders inside a `file://` bucket are. The folder the user named is opened as
+    /// named, links and all.
+    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?, within: String? = nil) throws(StorageError) {
         let absolute = LocalFiles.absolute(destination)
         let name = LocalFiles.lastComponent(absolute)
         guard !absolute.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
@@ -99,7 +105,7 @@ public final class PartialFile {
         }
         self.destination = absolute
         destinationName = name
-        directory = try SafeDirectory.open(trusted: LocalFiles.directory(of: absolute), create: true)
+        directory = try Self.openDirectory(of: absolute, within: within)
         let ours = Self.tempName(for: name, jobID: jobID)
 
         let opened: LocalFile
@@ -166,14 +172,15 @@ public final class PartialFile {
     /// new temporary file, extended to `size` (sparse) so that every slice writes at its own offset.
     /// The same safety as `init(destination:jobID:resumeFrom:)`: `O_NOFOLLOW`, the inode checked, a
     /// file that is not ours never written to.
-    public convenience init(slicing destination: String, jobID: String?, size: Int64, resumeFrom resume: ResumePoint?) throws(StorageError) {
+    public convenience init(slicing destination: String, jobID: String?, size: Int64, resumeFrom resume: ResumePoint?,
+                            within: String? = nil) throws(StorageError) {
         // A sliced resume point is read through the single-stream checks (same temp name, same inode) with
         // its size as the byte count, so the file is kept at full length.
         var translated: ResumePoint?
         if case .slicedDownload(_, let generation, let tempPath, let identity)? = resume, size > 0 {
             translated = .download(bytesWritten: size, generation: generation, etag: nil, tempPath: tempPath, file: identity)
         }
-        try self.init(destination: destination, jobID: jobID, resumeFrom: translated)
+        try self.init(destination: destination, jobID: jobID, resumeFrom: translated, within: within)
         if !resumed {
             do {
                 try file.truncate(to: size)
@@ -187,6 +194,18 @@ public final class PartialFile {
     }
 
     deinit { file.close() }
+
+    /// The folder of the absolute path `destination`, made where missing: opened as named, except the
+    /// folders of `within` (the tail of `destination` below the user's folder), opened one by one
+    /// without following links.
+    static func openDirectory(of destination: String, within: String?) throws(StorageError) -> SafeDirectory {
+        let folders = within.map { $0.split(separator: "/", omittingEmptySubsequences: false).dropLast().map(String.init) } ?? []
+        guard let within, !folders.isEmpty, destination.hasSuffix("/" + within) else {
+            return try SafeDirectory.open(trusted: LocalFiles.directory(of: destination), create: true)
+        }
+        let root = String(destination.dropLast(within.count + 1))
+        return try SafeDirectory.open(trusted: root.isEmpty ? "/" : root, create: true).descend(folders, create: true)
+    }
 
     /// Writes `bytes` at `offset` (a sliced download's slice), leaving `bytesWritten` — the file's full
     /// size, set when it was opened — as it is. Errors as `write(_:)`.
@@ -355,5 +374,15 @@ public final class PartialFile {
             chunk(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
             offset += Int64(count)
         }
+    }
+}
+
+extension JobSpec {
+    /// A download-file job's destination below the folder the user named, when the job came from a
+    /// prefix (`JobBatch.path`, the object's name relative to the prefix): see `PartialFile.init`'s
+    /// `within`. Nil for a job written one by one, whose whole path is the user's.
+    var folderTail: String? {
+        guard kind == .downloadFile, let batch, let destination, destination.hasSuffix("/" + batch.path) else { return nil }
+        return batch.path
     }
 }

@@ -75,3 +75,70 @@ struct SpecialFileTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: elsewhere)) == payload)
     }
 }
+
+/// A prefix download's folders below the one the user named come from object names: a link planted
+/// there (`restore/sub -> /elsewhere`) was followed, and the object written outside. Those folders are
+/// now opened without following links, on every backend; the folder the user named still may be a link.
+@Suite("a prefix download's folders are not followed through links", .onTestThreads)
+struct PrefixFolderLinkTests {
+    private let payload = patternData(40_000, seed: 23)
+
+    /// The job a prefix expansion makes for the object `sub/a.txt` under `restore/`.
+    private static func spec(source: String, restore: String) -> JobSpec {
+        var spec = JobSpec(kind: .downloadFile, source: source, destination: restore + "/sub/a.txt")
+        spec.batch = JobBatch(id: "01PREFIXLINK", source: "file://b/", path: "sub/a.txt")
+        return spec
+    }
+
+    private func check(_ backend: any StorageBackend, source: String, in directory: TemporaryDirectory) async throws {
+        // The user's folder is itself a link: followed, as named.
+        let real = directory.file("real-restore")
+        try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: true)
+        let restore = directory.file("restore")
+        #expect(symlink(real, restore) == 0)
+        let elsewhere = directory.file("elsewhere")
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        #expect(symlink(elsewhere, real + "/sub") == 0)
+
+        let refused = try failure(await run(backend, Self.spec(source: source, restore: restore)))
+        #expect(refused.code == .pathError && refused.message.contains("symbolic link"), "\(refused)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere).isEmpty, "nothing written through the link")
+
+        // The link gone, the folder is made and the object lands under the user's (linked) folder.
+        #expect(unlink(real + "/sub") == 0)
+        let result = try finished(await run(backend, Self.spec(source: source, restore: restore)))
+        #expect(result.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: real + "/sub/a.txt")) == payload)
+    }
+
+    @Test("file://")
+    func local() async throws {
+        let (directory, _, backend) = try localBuckets("jobctl-prefix-link")
+        defer { directory.remove() }
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/sub/a.txt", data: payload)))
+        try await check(backend, source: "file://b/sub/a.txt", in: directory)
+    }
+
+    @Test("HTTP")
+    func http() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try FileManager.default.createDirectory(atPath: server.root + "/sub", withIntermediateDirectories: true)
+        try payload.write(to: URL(fileURLWithPath: server.root + "/sub/a.txt"))
+        let directory = try TemporaryDirectory("jobctl-prefix-link")
+        defer { directory.remove() }
+        try await check(HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5)),
+                        source: "\(server.baseURL)/sub/a.txt", in: directory)
+    }
+
+    @Test("GCS")
+    func gcs() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server))
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/sub/a.txt", data: payload)))
+        let directory = try TemporaryDirectory("jobctl-prefix-link")
+        defer { directory.remove() }
+        try await check(backend, source: "gs://\(server.bucket)/sub/a.txt", in: directory)
+    }
+}
