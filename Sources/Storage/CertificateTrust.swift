@@ -92,8 +92,12 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
             throw unusable(variable, path, "does not exist")
         }
         guard !isDirectory.boolValue else { throw unusable(variable, path, "is a directory where a file is expected") }
-        guard let file = FileHandle(forReadingAtPath: path) else { throw unusable(variable, path, "cannot be read") }
-        defer { try? file.close() }
+        // Opened without waiting: a FIFO there held the worker's start for ever, deaf to SIGTERM.
+        let (descriptor, notRegular) = LocalFiles.openRegularForReading(path, allowingDirectories: false)
+        if let notRegular { throw unusable(variable, path, "is \(notRegular) where a file is expected") }
+        guard descriptor >= 0 else { throw unusable(variable, path, "cannot be read") }
+        let file = FileHandle(fileDescriptor: descriptor, closeOnDealloc: false)
+        defer { close(descriptor) }
         // Read until the first certificate (a system bundle starts with one), not the whole bundle: the
         // check runs at every worker's start. The tail of each block is kept, so a marker across two
         // blocks is found too.

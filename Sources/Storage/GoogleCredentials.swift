@@ -43,10 +43,16 @@ public enum GoogleCredentials: Sendable, Equatable, CustomStringConvertible {
         func problem(_ what: String) -> StorageError {
             StorageError(.unauthenticated, "\(source) names \(path), which \(what)")
         }
-        guard let handle = FileHandle(forReadingAtPath: path) else {
+        // Opened without waiting: a FIFO there held the worker's start for ever, deaf to SIGTERM.
+        let (descriptor, notRegular) = LocalFiles.openRegularForReading(path, allowingDirectories: false)
+        if let notRegular {
+            throw problem("is \(notRegular), not a file; point it at a service-account key or ADC file")
+        }
+        guard descriptor >= 0 else {
             throw problem("cannot be read (missing, or not readable by this user); point it at a service-account key or ADC file")
         }
-        defer { try? handle.close() }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: false)
+        defer { close(descriptor) }
         let data = (try? handle.read(upToCount: fileSizeLimit + 1)) ?? Data()
         guard data.count <= fileSizeLimit else {
             throw problem("is larger than 64 KiB, so it is not a credentials file")

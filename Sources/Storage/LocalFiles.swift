@@ -63,7 +63,9 @@ enum LocalFiles {
     /// (a negative descriptor, and what it is); a regular file's descriptor is blocking again (plain
     /// reads). A negative descriptor with `notRegular` nil: the open failed, `errno` says why (ELOOP for a
     /// symbolic link when `followingLinks` is false).
-    static func openRegularForReading(_ path: String, followingLinks: Bool = true) -> (descriptor: Int32, notRegular: String?) {
+    /// `allowingDirectories`: a directory is opened too (for callers that report one themselves).
+    static func openRegularForReading(_ path: String, followingLinks: Bool = true,
+                                      allowingDirectories: Bool = true) -> (descriptor: Int32, notRegular: String?) {
         let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (followingLinks ? 0 : O_NOFOLLOW))
         guard descriptor >= 0 else { return (-1, nil) }
         var info = stat()
@@ -74,9 +76,9 @@ enum LocalFiles {
             return (-1, nil)
         }
         let kind = info.st_mode & S_IFMT
-        guard kind == S_IFREG || kind == S_IFDIR else {
+        guard kind == S_IFREG || (kind == S_IFDIR && allowingDirectories) else {
             Glibc.close(descriptor)
-            return (-1, kind == S_IFIFO ? "a FIFO" : kind == S_IFSOCK ? "a socket" : "a device")
+            return (-1, kind == S_IFIFO ? "a FIFO" : kind == S_IFSOCK ? "a socket" : kind == S_IFDIR ? "a directory" : "a device")
         }
         let flags = fcntl(descriptor, F_GETFL)
         if flags >= 0 { _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK) }

@@ -376,6 +376,35 @@ struct GoogleCredentialsTests {
         #expect(error?.message.contains("SECRETGARBAGE") == false)
     }
 
+    /// A FIFO (or a directory) named as the key file or the CA bundle: the worker's start opened it and
+    /// waited for a writer for ever, its signals blocked (only SIGKILL ended it). Refused at once now. A
+    /// writer opens the FIFO after 5 s so that the old behaviour ends (late) rather than hangs the suite.
+    @Test("a FIFO or a folder as the key file or the CA bundle is refused at once",
+          arguments: ["GOOGLE_APPLICATION_CREDENTIALS", "JOBCTL_CA_BUNDLE"])
+    func specialFilesRefused(variable: String) throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let fifo = directory.file("special")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        Thread {
+            sleep(5)
+            let descriptor = open(fifo, O_WRONLY | O_NONBLOCK)
+            if descriptor >= 0 { close(descriptor) }
+        }.start()
+        let start = ContinuousClock.now
+        let refused = #expect(throws: StorageError.self) {
+            try StorageConfiguration.fromEnvironment([variable: fifo], localBucketsDirectory: "/nonexistent")
+        }
+        #expect(start.duration(to: .now) < .seconds(3), "not waited on")
+        #expect(refused?.message.contains("a FIFO") == true, "\(String(describing: refused))")
+        if variable == "GOOGLE_APPLICATION_CREDENTIALS" {
+            let folder = #expect(throws: StorageError.self) {
+                try StorageConfiguration.fromEnvironment([variable: directory.path], localBucketsDirectory: "/nonexistent")
+            }
+            #expect(folder?.message.contains("is a directory") == true, "\(String(describing: folder))")
+        }
+    }
+
     @Test("a missing key file, or an encrypted key, is refused without prompting")
     func missingOrEncryptedKey() throws {
         let directory = try TemporaryDirectory()
