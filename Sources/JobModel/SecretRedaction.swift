@@ -89,6 +89,10 @@ public enum SecretRedaction {
         var output = ""
         var index = text.startIndex
         let stops: Set<Character> = [" ", "\t", "\n", "\r", "\"", "'", "<", ">", "`", "\\"]
+        // In the query and the fragment an apostrophe is part of a value (`?a='&token=…`, a sub-delimiter
+        // RFC 3986 allows there), so no parameter after one goes unseen. A double quote (never raw in a
+        // URL) still ends it: JSON strings close with one.
+        let queryStops = stops.subtracting(["'"])
         while index < text.endIndex {
             guard let separator = nextSchemeSeparator(in: text, from: index) else {
                 output += text[index...]
@@ -105,7 +109,10 @@ public enum SecretRedaction {
             output += text[index..<start]
             let escaped = text[separator].hasPrefix(":\\/\\/")
             var end = separator.upperBound
-            while end < text.endIndex, !stops.contains(text[end]) || (escaped && text[end] == "\\" && text[text.index(after: end)...].hasPrefix("/")) {
+            var inQuery = false
+            while end < text.endIndex, !(inQuery ? queryStops : stops).contains(text[end])
+                    || (escaped && text[end] == "\\" && text[text.index(after: end)...].hasPrefix("/")) {
+                if text[end] == "?" || text[end] == "#" { inQuery = true }
                 end = text.index(after: end)
             }
             // Sentence punctuation after a URL is not part of it.

@@ -37,6 +37,17 @@ import Testing
         #expect(redactedJSON.contains("x=2"))
         #expect(SecretRedaction.redactURLs(in: "no urls here") == "no urls here")
     }
+
+    /// An apostrophe is legal in a query (`?a='`): the scan ended the URL there, and the worker's log
+    /// printed the `token=` after it.
+    @Test func aQuoteInTheQueryHidesNoParameter() {
+        let line = "claimed source=http://127.0.0.1:1/e500?a='&token=SECRET123 kind=download-memory"
+        let redacted = SecretRedaction.redactURLs(in: line)
+        #expect(!redacted.contains("SECRET123") && redacted.hasSuffix(" kind=download-memory"), "\(redacted)")
+        #expect(!SecretRedaction.redactURLs(in: "see 'https://h/x?a=1&sig=S2'.").contains("S2"))
+        // Before the query an apostrophe still ends a URL quoted in a sentence.
+        #expect(SecretRedaction.redactURLs(in: "'gs://b/o' and 'https://h/p'") == "'gs://b/o' and 'https://h/p'")
+    }
 }
 
 // MARK: - The byte-level guard against the Foundation search it replaced
