@@ -1,6 +1,7 @@
 import Foundation
 import JobModel
 import Manifest
+import PostgresStore
 import Storage
 
 // MARK: - The settings a configuration file may hold
@@ -46,7 +47,7 @@ struct Setting: Sendable {
 
     /// Every setting, in the order `jobctl config` lists them.
     static let all: [Setting] = [
-        Setting("db", .environment("JOBCTL_DB"), default: "jobctl.db", show: redactedURL),
+        Setting("db", .environment("JOBCTL_DB"), default: "jobctl.db", show: redactedDatabaseURL),
         Setting("buckets", .environment("JOBCTL_BUCKETS"), default: "buckets/ beside the database"),
         Setting("queue", .option(Options.workerQueue.spec), default: "every queue", list: true),
         Setting("concurrency", .option(Options.concurrency.spec), default: "4"),

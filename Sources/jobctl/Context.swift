@@ -69,7 +69,7 @@ struct Context: Sendable {
     }
 
     /// The database as it may be shown: a URL's password (`postgres://u:pw@…`) is redacted.
-    var databaseDisplay: String { redactedURL(databasePath) }
+    var databaseDisplay: String { redactedDatabaseURL(databasePath) }
 
     /// The width output should fit, or nil when it need not (a pipe without `COLUMNS`).
     var width: Int? { Terminal.width(environment: environment, stdoutIsTerminal: stdoutIsTerminal) }

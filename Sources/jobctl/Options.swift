@@ -210,7 +210,7 @@ enum Options {
     static let migrateTo = Option<String>("to", value: "url",
                                           help: "Copy the --db log into this empty PostgreSQL database (postgres://…) and verify it there.") { text in
         guard isPostgresURL(text) else {
-            throw UsageError("--to expects a postgres:// URL of an empty database, not '\(redactedURL(text))'")
+            throw UsageError("--to expects a postgres:// URL of an empty database, not '\(TerminalText.printable(redactedDatabaseURL(text)))'")
         }
         return text
     }

@@ -76,6 +76,26 @@ import TestSupport
         #expect(try Self.run(workspace, ["list", "--json", "--state", "succeeded"]).stdout.contains(ids[0]))
     }
 
+    /// A password holding `#` or `?` (libpq takes it) ended the generic URL redaction's user part early:
+    /// `config` printed it; so did `migrate --to` for a key/value connection string.
+    @Test("a PostgreSQL password is never shown, whatever characters it holds")
+    func databasePasswordsRedacted() throws {
+        let workspace = try CLIWorkspace("configpw")
+        defer { workspace.directory.remove() }
+        for url in ["postgres://u:SECRET123#x@127.0.0.1:1/db", "postgres://u:SECRET123?x@127.0.0.1:1/db",
+                    "postgresql://u:SECRET123/x@127.0.0.1:1/db"] {
+            let shown = try Self.run(workspace, ["--db", url, "config"])
+            #expect(shown.status == 0 && shown.stdout.contains("REDACTED"), "\(url): \(shown.stdout) \(shown.stderr)")
+            #expect(!shown.stdout.contains("SECRET123") && !shown.stderr.contains("SECRET123"), "\(url): \(shown.stdout)")
+            let json = try Self.run(workspace, ["--db", url, "config", "--json"])
+            #expect(!json.stdout.contains("SECRET123"), "\(url): \(json.stdout)")
+        }
+        let migrate = try Self.run(workspace, ["--db", workspace.directory.file("x.db"), "migrate", "--to",
+                                               "host=127.0.0.1 port=1 password=SECRET123"])
+        #expect(migrate.status == 64 && !migrate.stderr.contains("SECRET123") && migrate.stderr.contains("password=REDACTED"),
+                "\(migrate.stderr)")
+    }
+
     @Test("unknown keys, bad values and bad shapes are errors at their file:line:col, exit 64",
           arguments: [
             ("concurrency: 4\nconcurency: 8\n", "2:1: error: unknown setting 'concurency' (did you mean 'concurrency'?)"),
