@@ -1,5 +1,6 @@
 import Foundation
 import JobModel
+import Synchronization
 
 /// A token fetched from a credential source, and how long it is valid (nil: until the server refuses it,
 /// as for a token command's output).
@@ -100,15 +101,43 @@ actor AccessTokenCache {
 
     /// A token valid now, fetched when none is cached or the cached one is about to expire.
     func token() async throws(StorageError) -> String {
-        try await perform(state.tokenRequested(at: now()))
+        do throws(TransferFailure) {
+            return try await token(stoppingOn: nil)
+        } catch {
+            throw Self.unstopped(error)
+        }
     }
 
     /// A token to retry with after the server refused `rejected`.
     func token(replacing rejected: String) async throws(StorageError) -> String {
-        try await perform(state.tokenRejected(rejected))
+        do throws(TransferFailure) {
+            return try await token(replacing: rejected, stoppingOn: nil)
+        } catch {
+            throw Self.unstopped(error)
+        }
     }
 
-    private func perform(_ action: AccessTokenState.Action) async throws(StorageError) -> String {
+    /// `token()` for a transfer under `control`: a stop requested while it waits for a refresh (a pause,
+    /// a cancel, the worker's SIGTERM) ends the wait at once (`TransferFailure.stopped`) — the refresh
+    /// goes on for the others — so a job held by a slow token endpoint can still be paused and released.
+    func token(stoppingOn control: TransferControl?) async throws(TransferFailure) -> String {
+        try await perform(state.tokenRequested(at: now()), stoppingOn: control)
+    }
+
+    /// `token(replacing:)` for a transfer under `control` (see `token(stoppingOn:)`).
+    func token(replacing rejected: String, stoppingOn control: TransferControl?) async throws(TransferFailure) -> String {
+        try await perform(state.tokenRejected(rejected), stoppingOn: control)
+    }
+
+    /// The failure of a wait no control could stop: the refresh's own error.
+    private static func unstopped(_ failure: TransferFailure) -> StorageError {
+        switch failure {
+        case .failed(let cause): cause
+        case .stopped: StorageError(.cancelled, "fetching an access token was stopped")
+        }
+    }
+
+    private func perform(_ action: AccessTokenState.Action, stoppingOn control: TransferControl?) async throws(TransferFailure) -> String {
         switch action {
         case .use(let token):
             return token
@@ -129,7 +158,42 @@ actor AccessTokenCache {
         // Invariant: `startRefresh` or `awaitRefresh` means a refresh task exists (set above, or by the
         // caller that started it before its first await).
         guard let refresh else { preconditionFailure("no refresh task while refreshing") }
-        return try await refresh.value.get()
+        let result: Result<String, StorageError>
+        if let control {
+            switch await Self.wait(for: refresh, orStopOf: control) {
+            case .stopped(let reason): throw .stopped(reason)
+            case .value(let value): result = value
+            }
+        } else {
+            result = await refresh.value
+        }
+        switch result {
+        case .success(let token): return token
+        case .failure(let error): throw .failed(error)
+        }
+    }
+
+    /// How a stoppable wait for a refresh ended.
+    private enum Waited: Sendable {
+        case value(Result<String, StorageError>)
+        case stopped(StopReason)
+    }
+
+    /// The refresh's result, or the stop `control` is asked for first, whichever comes first.
+    private static func wait(for refresh: Task<Result<String, StorageError>, Never>,
+                             orStopOf control: TransferControl) async -> Waited {
+        let once = ResumeOnce<Waited>()
+        return await withCheckedContinuation { continuation in
+            once.set(continuation)
+            let key = control.addWaker {
+                if let reason = control.stopReason { once.resume(.stopped(reason)) }
+            }
+            Task {
+                let result = await refresh.value
+                control.removeWaker(key)
+                once.resume(.value(result))
+            }
+        }
     }
 
     private func finished(_ result: Result<FetchedToken, StorageError>) -> Result<String, StorageError> {
@@ -141,5 +205,22 @@ actor AccessTokenCache {
             state.refreshFailed()
             return .failure(error)
         }
+    }
+}
+
+/// A continuation resumed by the first of several callers; the others find it taken.
+private final class ResumeOnce<Value: Sendable>: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Value, Never>?>(nil)
+
+    func set(_ newValue: CheckedContinuation<Value, Never>) {
+        continuation.withLock { $0 = newValue }
+    }
+
+    func resume(_ value: Value) {
+        let taken = continuation.withLock { current -> CheckedContinuation<Value, Never>? in
+            defer { current = nil }
+            return current
+        }
+        taken?.resume(returning: value)
     }
 }

@@ -942,22 +942,13 @@ public struct GCSBackend: StorageBackend {
                                             options: configuration.curlOptions, requestSent: requestSent)
         }
         var attempt = request
-        let header: String?
-        do {
-            header = try await tokens.authorizationHeader()
-            if let header { attempt.headers.append(header) }
-        } catch {
-            throw .failed(error)
-        }
+        let header = try await tokens.authorizationHeader(stoppingOn: control)
+        if let header { attempt.headers.append(header) }
         let response = try await engine.perform(attempt, source: source?(), sink: sink, control: control,
                                                 options: configuration.curlOptions, requestSent: requestSent)
         guard response.status == 401, tokens.canRefresh else { return response }
         var retry = request
-        do {
-            retry.headers.append("Authorization: Bearer \(try await tokens.refresh(replacing: header))")
-        } catch {
-            throw .failed(error)
-        }
+        retry.headers.append("Authorization: Bearer \(try await tokens.refresh(replacing: header, stoppingOn: control))")
         return try await engine.perform(retry, source: source?(), sink: sink, control: control, options: configuration.curlOptions,
                                         requestSent: requestSent)
     }

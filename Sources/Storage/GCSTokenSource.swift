@@ -24,13 +24,15 @@ final class GCSTokenSource: Sendable {
                      now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
         self.init(accessToken: configuration.accessToken, tokenCommand: configuration.tokenCommand,
                   google: configuration.googleCredentials, options: configuration.curlOptions,
-                  refreshMargin: configuration.tokenRefreshMargin, commandTimeLimit: commandTimeLimit, now: now)
+                  refreshMargin: configuration.tokenRefreshMargin, commandTimeLimit: commandTimeLimit,
+                  fetchTimeLimit: configuration.tokenTimeLimit, now: now)
     }
 
     init(accessToken: String?, tokenCommand: String?, google: GoogleCredentials? = nil,
          options: CurlOptions = CurlOptions(connectTimeout: 15, stallTimeout: 60, trust: .systemDefault),
          refreshMargin: Duration = StorageConfiguration.defaultTokenRefreshMargin,
-         commandTimeLimit: Duration = .seconds(60), now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
+         commandTimeLimit: Duration = .seconds(60), fetchTimeLimit: Int = GoogleTokenFetcher.defaultTimeLimit,
+         now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
         fixedToken = accessToken
         if accessToken != nil {
             cache = nil
@@ -39,7 +41,7 @@ final class GCSTokenSource: Sendable {
                 FetchedToken(value: try await Self.commandTokenOffPool(command, timeLimit: commandTimeLimit), lifetime: nil)
             }
         } else if let google {
-            let fetcher = GoogleTokenFetcher(credentials: google, options: options)
+            let fetcher = GoogleTokenFetcher(credentials: google, options: options, timeLimit: fetchTimeLimit)
             cache = AccessTokenCache(margin: refreshMargin, now: now) { () async throws(StorageError) -> FetchedToken in
                 try await fetcher.fetch()
             }
@@ -51,11 +53,16 @@ final class GCSTokenSource: Sendable {
     /// Whether a 401 can be answered by fetching a fresh token.
     var canRefresh: Bool { cache != nil }
 
-    /// The `Authorization` header line, or nil when anonymous.
-    func authorizationHeader() async throws(StorageError) -> String? {
-        if let cache { return "Authorization: Bearer \(try await cache.token())" }
+    /// The `Authorization` header line, or nil when anonymous. A stop of `control` ends a wait for a
+    /// token being fetched (see `AccessTokenCache.token(stoppingOn:)`).
+    func authorizationHeader(stoppingOn control: TransferControl? = nil) async throws(TransferFailure) -> String? {
+        if let cache { return "Authorization: Bearer \(try await cache.token(stoppingOn: control))" }
         if let fixedToken {
-            try BearerToken.validate(fixedToken, source: "GOOGLE_OAUTH_ACCESS_TOKEN")
+            do throws(StorageError) {
+                try BearerToken.validate(fixedToken, source: "GOOGLE_OAUTH_ACCESS_TOKEN")
+            } catch {
+                throw .failed(error)
+            }
             return "Authorization: Bearer \(fixedToken)"
         }
         return nil
@@ -63,12 +70,12 @@ final class GCSTokenSource: Sendable {
 
     /// A fresh token after the server refused the one sent in `rejectedHeader` (a 401). When another
     /// request already replaced that token, the replacement is returned without fetching again.
-    func refresh(replacing rejectedHeader: String?) async throws(StorageError) -> String {
+    func refresh(replacing rejectedHeader: String?, stoppingOn control: TransferControl? = nil) async throws(TransferFailure) -> String {
         guard let cache else {
-            throw StorageError(.unauthenticated, "no token command or Google credentials are configured to refresh the access token")
+            throw .failed(StorageError(.unauthenticated, "no token command or Google credentials are configured to refresh the access token"))
         }
         let rejected = rejectedHeader.map { String($0.dropFirst("Authorization: Bearer ".count)) } ?? ""
-        return try await cache.token(replacing: rejected)
+        return try await cache.token(replacing: rejected, stoppingOn: control)
     }
 
     /// `commandToken` on a thread of its own: waiting for the command (up to its time limit) must not hold

@@ -10,6 +10,11 @@ import JobModel
 struct GoogleTokenFetcher: Sendable {
     let credentials: GoogleCredentials
     let options: CurlOptions
+    /// The most one token takes, its resends included, in seconds: the stall limit alone let an endpoint
+    /// that trickles a byte a second (or a metadata server that accepts and never answers, three sends
+    /// of a stall limit each) hold every `gs://` transfer of the worker for minutes.
+    var timeLimit = GoogleTokenFetcher.defaultTimeLimit
+    static let defaultTimeLimit = 60
 
     /// The metadata server is asked with a short connect limit: off GCE nothing answers, and a worker must
     /// not hang on it.
@@ -44,11 +49,17 @@ struct GoogleTokenFetcher: Sendable {
         var sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
         let response: HTTPResponse
         var attempt = 1
+        let limit = TransferControl().limited(toSeconds: timeLimit)
         while true {
             do {
-                response = try await CurlEngine.shared.perform(request, sink: sink, control: nil, options: options)
+                response = try await CurlEngine.shared.perform(request, sink: sink, control: limit, options: options)
                 break
             } catch {
+                if limit.deadline?.hasPassed() == true {
+                    throw StorageError(.unauthenticated, "\(what) gave no token within \(DurationText.format(timeLimit)) "
+                                           + "(the request and its resends); check that the endpoint answers",
+                                       url: redactedURL(request.url), retryable: true)
+                }
                 // A transport fault on the way to the endpoint (a reset keep-alive connection, an answer cut
                 // short) is tried again at once, twice, as Google's auth libraries do: the job itself should
                 // not fail, nor wait for its next attempt, because one token request was cut.

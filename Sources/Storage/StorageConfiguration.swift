@@ -19,6 +19,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public var googleCredentials: GoogleCredentials?
     /// How long before expiry a fetched token is replaced (at most half its lifetime).
     public var tokenRefreshMargin: Duration
+    /// The most one token from Google credentials takes, resends included, in seconds.
+    public var tokenTimeLimit: Int = GoogleTokenFetcher.defaultTimeLimit
     /// Resumable upload chunk size, a multiple of 256 KiB (default 8 MiB).
     public var chunkSize: Int
     /// GCS uploads up to this size, and up to one chunk, use one request instead of a resumable session

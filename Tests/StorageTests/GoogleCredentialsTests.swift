@@ -196,6 +196,61 @@ struct GoogleCredentialsTests {
         #expect(always.firedCounts == [GoogleTokenFetcher.transportAttempts])
     }
 
+    /// A token endpoint that trickles its answer (one byte a second) kept the stall limit from ever
+    /// tripping: the job waited minutes, every gs:// transfer with it. One token now takes at most the
+    /// fetch's time limit, resends included (60 s; 2 s here).
+    @Test("a token endpoint that trickles its answer fails within the fetch's time limit, retryable")
+    func tricklingTokenEndpointIsCutOff() async throws {
+        let server = try server()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "POST", pathContains: "/token"), .trickleResponse(bytes: 1, interval: 0.5), times: .max),
+        ])
+        defer { proxy.stop() }
+        let key = try server.writeJSON(["type": "authorized_user", "client_id": server.options.clientID,
+                                        "client_secret": server.options.clientSecret, "refresh_token": server.options.refreshToken,
+                                        "token_uri": "\(proxy.baseURL)/token"], name: "user-trickle.json")
+        var configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)
+        configuration.tokenTimeLimit = 2
+        let start = ContinuousClock.now
+        let error = try failure(await download(configuration))
+        let elapsed = start.duration(to: .now)
+        #expect(error.code == .unauthenticated && error.retryable && error.message.contains("gave no token within 2s"), "\(error)")
+        #expect(elapsed < .seconds(8), "\(elapsed)")
+    }
+
+    /// A transfer waiting for a token being fetched could not be stopped: the worker's SIGTERM paused
+    /// nothing, the job stayed held until its lease ran out (and, at its last attempt, failed). A stop
+    /// now ends the wait; the fetch goes on for whoever else waits.
+    @Test("a transfer waiting for a token stops at once when asked")
+    func waitForATokenIsStoppable() async throws {
+        let server = try server()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "POST", pathContains: "/token"), .stallInResponse(afterBytes: 0, seconds: 20), times: .max),
+        ])
+        defer { proxy.stop() }
+        let key = try server.writeJSON(["type": "authorized_user", "client_id": server.options.clientID,
+                                        "client_secret": server.options.clientSecret, "refresh_token": server.options.refreshToken,
+                                        "token_uri": "\(proxy.baseURL)/token"], name: "user-stall.json")
+        let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)
+        let control = TransferControl(jobID: "01TOKENWAIT")
+        Task {
+            try? await Task.sleep(for: .milliseconds(500))
+            control.stop(.pause)
+        }
+        let start = ContinuousClock.now
+        let outcome = try await run(GCSBackend(configuration: configuration),
+                                    JobSpec(kind: .downloadFile, source: "gs://bkt/obj.txt", destination: "/tmp/jobctl-never-written"),
+                                    control: control).get()
+        #expect(start.duration(to: .now) < .seconds(5), "stopped at once, not after the stalled fetch")
+        guard case .stopped(.pause, _) = outcome else {
+            Issue.record("expected a paused transfer, got \(outcome)")
+            return
+        }
+        #expect(!FileManager.default.fileExists(atPath: "/tmp/jobctl-never-written"))
+    }
+
     @Test("authorized user: the refresh token is exchanged at the file's token_uri")
     func authorizedUser() async throws {
         let server = try server()
@@ -304,10 +359,14 @@ struct GoogleCredentialsTests {
         let closed = ClosedLoopbackPort()
         let tokens = GCSTokenSource(accessToken: nil, tokenCommand: nil, google: .metadataServer(host: closed.hostAndPort))
         defer { withExtendedLifetime(closed) {} }
-        let error = await #expect(throws: StorageError.self) { try await tokens.authorizationHeader() }
-        #expect(error?.code == .unauthenticated)
-        #expect(error?.retryable == true)
-        #expect(error?.message.contains("GCE_METADATA_HOST") == true, "\(String(describing: error))")
+        let thrown = await #expect(throws: TransferFailure.self) { try await tokens.authorizationHeader() }
+        guard case .failed(let error)? = thrown else {
+            Issue.record("expected a failure, got \(String(describing: thrown))")
+            return
+        }
+        #expect(error.code == .unauthenticated)
+        #expect(error.retryable == true)
+        #expect(error.message.contains("GCE_METADATA_HOST") == true, "\(error)")
     }
 
     // MARK: - Failures name what to fix and never show a secret
