@@ -2,8 +2,12 @@
 #define JOBCTL_CFILESYSTEM_SHIM_H
 
 // What Glibc's Swift module leaves out: the filesystem type of an open file (`fstatfs(2)`, in
-// <sys/vfs.h>). Header-only: nothing is linked beyond libc.
+// <sys/vfs.h>), and a shell started with `posix_spawn` in a process group of its own. Header-only:
+// nothing is linked beyond libc.
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/vfs.h>
 
 /// The `f_type` magic number of the filesystem holding `fd` (TMPFS_MAGIC 0x01021994, …), or -1 when
@@ -12,6 +16,55 @@ static inline long jobctl_filesystem_type(int fd) {
     struct statfs info;
     if (fstatfs(fd, &info) != 0) return -1;
     return (long)info.f_type;
+}
+
+/// Glibc's (2.34+), which its Swift module does not show: closes every descriptor from `from` on in the
+/// spawned process.
+extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *, int);
+extern char **environ;
+extern int pipe2(int fds[2], int flags);
+
+/// A pipe whose two ends close on exec (`pipe2(O_CLOEXEC)`: no other thread's spawn can inherit them).
+static inline int jobctl_pipe_cloexec(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC);
+}
+
+/// Starts `/bin/sh -c command` as the leader of a process group of its own (so everything it starts can
+/// be stopped together), standard input and error on /dev/null, standard output the descriptor `out`,
+/// no other descriptor of this process inherited, its signals unblocked and SIGTERM, SIGINT, SIGHUP
+/// and SIGPIPE at their default action (a worker blocks the first two). 0 and the pid in `pid`, or an
+/// errno.
+static inline int jobctl_spawn_shell(const char *command, int out, pid_t *pid) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int error = posix_spawn_file_actions_init(&actions);
+    if (error != 0) return error;
+    error = posix_spawnattr_init(&attributes);
+    if (error != 0) {
+        posix_spawn_file_actions_destroy(&actions);
+        return error;
+    }
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGHUP);
+    sigaddset(&defaults, SIGPIPE);
+    if ((error = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0
+        && (error = posix_spawn_file_actions_adddup2(&actions, out, 1)) == 0
+        && (error = posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)) == 0
+        && (error = posix_spawn_file_actions_addclosefrom_np(&actions, 3)) == 0
+        && (error = posix_spawnattr_setsigmask(&attributes, &none)) == 0
+        && (error = posix_spawnattr_setsigdefault(&attributes, &defaults)) == 0
+        && (error = posix_spawnattr_setpgroup(&attributes, 0)) == 0
+        && (error = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)) == 0) {
+        char *const argv[] = {"sh", "-c", (char *)command, NULL};
+        error = posix_spawn(pid, "/bin/sh", &actions, &attributes, argv, environ);
+    }
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    return error;
 }
 
 #endif

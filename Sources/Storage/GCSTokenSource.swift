@@ -1,6 +1,7 @@
 import Foundation
 import JobModel
 import Synchronization
+import CFileSystem
 
 /// Supplies the bearer token for GCS requests, from the first configured source in this order (see
 /// `StorageConfiguration.fromEnvironment`): a fixed `accessToken`; the output of `tokenCommand` (run
@@ -119,26 +120,31 @@ final class GCSTokenSource: Sendable {
                              + "by hand to see why",
                          retryable: true, cause: cause)
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
+        // posix_spawn, not Foundation's Process: that handed the child a descriptor of its own, so a
+        // command counted as finished only once everything it started had exited, and it stopped only
+        // the shell. Here the command leads a process group, which is stopped whole.
+        var ends: [Int32] = [-1, -1]
+        guard jobctl_pipe_cloexec(&ends) == 0 else {
+            throw failure("could not be started", cause: String(cString: strerror(errno)))
+        }
+        var pid: pid_t = 0
+        let spawnError = command.withCString { jobctl_spawn_shell($0, ends[1], &pid) }
+        close(ends[1])
+        guard spawnError == 0 else {
+            close(ends[0])
+            throw failure("could not be started", cause: String(cString: strerror(spawnError)))
+        }
+        let group = CommandGroup(leader: pid)
+        // The shell's end, from a thread of its own (waitpid blocks).
         let exited = DispatchSemaphore(value: 0)
-        process.terminationHandler = { _ in exited.signal() }
-        do {
-            try process.run()
-        } catch {
-            throw failure("could not be started", cause: "\(error)")
+        let reaper = Thread {
+            ThreadName.setCurrent("jobctl-token-wait")
+            group.reap()
+            exited.signal()
         }
         // Read on a thread of its own, so a command that never exits cannot hold this one past the limit.
-        // Not a Dispatch global-queue block: with that queue's threads busy (a loaded process; the full
-        // test suite) the read started late, and a command that had exited looked as if a background
-        // process held its output.
         let collected = CollectedOutput()
-        let reader = output.fileHandleForReading
+        let reader = FileHandle(fileDescriptor: ends[0], closeOnDealloc: true)
         let readerThread = Thread {
             ThreadName.setCurrent("jobctl-token-io")
             // At most `maximumTokenCommandOutputBytes`: a command that prints without end is stopped, not collected.
@@ -148,50 +154,74 @@ final class GCSTokenSource: Sendable {
                 if chunk.isEmpty { break }
                 guard data.count + chunk.count <= maximumTokenCommandOutputBytes else {
                     collected.overflow()
-                    // SIGKILL: SIGTERM can arrive blocked (a child inherits the signal mask), and its
-                    // output is unwanted anyway. Only while it runs: an exited one's pid may be reused.
-                    if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+                    group.stopAll()
                     break
                 }
                 data += chunk
             }
             collected.finish(data)
         }
+        reaper.start()
         readerThread.start()
         let (seconds, attoseconds) = timeLimit.components
         let limit = DispatchTime.now() + Double(seconds) + Double(attoseconds) / 1e18
         let tooMuch = failure("printed more than \(maximumTokenCommandOutputBytes / 1024) KiB, far more than a token, and was stopped")
-        let finished = exited.wait(timeout: limit) == .success
-        if !finished, collected.overflowed {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            throw tooMuch
+        // Whichever comes first: the shell's end, or the reader giving up on too much output.
+        var finished = false
+        while !finished && DispatchTime.now() < limit && !collected.overflowed {
+            finished = exited.wait(timeout: min(limit, .now() + 0.05)) == .success
         }
-        guard finished else {
-            process.terminate()
-            if exited.wait(timeout: .now() + 2) == .timedOut {
-                kill(process.processIdentifier, SIGKILL)
-                _ = exited.wait(timeout: .now() + 2)
-            }
+        if !finished {
+            group.stopAll()
+            _ = exited.wait(timeout: .now() + 2)
+            if collected.overflowed { throw tooMuch }
             throw failure("did not finish within \(DurationText.format(max(1, Int(seconds)))) and was stopped")
         }
-        // The command exited; its output ends unless something it started in the background keeps it open.
+        // The command exited; its output ends unless something it started in the background keeps it open,
+        // which is stopped with the rest of its group.
         let printed = collected.wait(until: .now() + 2)
+        if printed == nil { group.stopAll() }
         // The reader stopped it, or it ended on its own having printed too much: either way, too much.
-        if printed != nil, collected.overflowed { throw tooMuch }
-        switch process.terminationReason {
-        case .uncaughtSignal:
-            throw failure("was killed by signal \(process.terminationStatus)")
-        case .exit where process.terminationStatus != 0:
-            throw failure("failed with exit status \(process.terminationStatus)")
-        case .exit:
-            break
-        @unknown default:
-            throw failure("ended abnormally (status \(process.terminationStatus))")
+        if collected.overflowed { throw tooMuch }
+        let status = group.status
+        let signal = status & 0x7F
+        if signal != 0 {
+            throw failure("was killed by signal \(signal)")
+        }
+        let code = (status >> 8) & 0xFF
+        if code != 0 {
+            throw failure("failed with exit status \(code)")
         }
         guard let data = printed else {
-            throw failure("exited but left its output open (a background process holds it)")
+            throw failure("exited but left its output open (a background process holds it; it was stopped)")
         }
         return data
+    }
+}
+
+/// A token command's process group, led by its shell.
+private final class CommandGroup: Sendable {
+    let leader: pid_t
+    /// The shell's wait status once reaped, nil before.
+    private let reaped = Mutex<Int32?>(nil)
+
+    init(leader: pid_t) { self.leader = leader }
+
+    /// Waits for the shell to exit and reaps it (blocks).
+    func reap() {
+        var status: Int32 = 0
+        while waitpid(leader, &status, 0) < 0 && errno == EINTR {}
+        reaped.withLock { $0 = status }
+    }
+
+    /// The shell's wait status (0 before it was reaped).
+    var status: Int32 { reaped.withLock { $0 } ?? 0 }
+
+    /// SIGKILL to the command and everything it started, its output being unwanted (SIGTERM could be
+    /// ignored). The group lives on while any member does, and its id is not reused before, so this is
+    /// safe after the shell is reaped too; `ESRCH` once every member is gone.
+    func stopAll() {
+        kill(-leader, SIGKILL)
     }
 }
 

@@ -147,6 +147,38 @@ struct TokenCommandTests {
         }
     }
 
+    /// The command ran under Foundation's Process, which handed it a descriptor of its own: it counted as
+    /// finished only once everything it started in the background had exited, and only the shell was
+    /// stopped (a `yes` under it printed on for the whole time limit). Now the command leads a process
+    /// group: its end is the shell's, and the whole group is stopped.
+    @Test("a command's background processes neither hold its token nor outlive a stop")
+    func backgroundProcesses() throws {
+        // Its output elsewhere: the token comes as soon as the shell exits.
+        var started = ContinuousClock.now
+        let token = try GCSTokenSource.commandToken("sleep 30 >/dev/null 2>&1 & echo tok-at-once", timeLimit: .seconds(20))
+        #expect(token == "tok-at-once")
+        #expect(ContinuousClock.now - started < .seconds(5), "not held by the background sleep")
+
+        // Holding the output: refused after a short wait, and stopped with the rest of its group.
+        started = ContinuousClock.now
+        let held = #expect(throws: StorageError.self) {
+            try GCSTokenSource.commandToken("sleep 217 & echo tok-held", timeLimit: .seconds(20))
+        }
+        #expect(held?.message.contains("left its output open") == true, "\(String(describing: held))")
+        #expect(ContinuousClock.now - started < .seconds(8))
+        usleep(200_000)
+        let left = try runProcess("/usr/bin/pgrep", ["-f", "^sleep 217$"])
+        #expect(left.stdout.isEmpty, "the background sleep was stopped: \(left.stdout)")
+
+        // A flood from a child of the shell (no exec): stopped at the size limit, not the time limit.
+        started = ContinuousClock.now
+        let flood = #expect(throws: StorageError.self) {
+            try GCSTokenSource.commandToken("yes SECRET-FLOOD; true", timeLimit: .seconds(20))
+        }
+        #expect(flood?.message.contains("printed more than 64 KiB") == true, "\(String(describing: flood))")
+        #expect(ContinuousClock.now - started < .seconds(8))
+    }
+
     @Test("a command that hangs is stopped at its time limit, and that is retryable too")
     func hangingCommand() throws {
         let started = ContinuousClock.now
