@@ -324,7 +324,11 @@ final class PostgresConnection {
         }
         let password = jobctl_PQpass(connection).map { String(cString: $0) }
         guard jobctl_PQstatus(connection) == CONNECTION_OK else {
-            let message = Self.scrub(String(cString: jobctl_PQerrorMessage(connection)), password: password)
+            // A target libpq could not parse has no password it knows of, and its message may quote a
+            // piece of the one written (`invalid integer value "SECRET" for connection option "port"`,
+            // from a password holding an unencoded `/`): those pieces are scrubbed too.
+            var message = Self.scrub(String(cString: jobctl_PQerrorMessage(connection)), password: password)
+            for piece in Self.writtenPasswordPieces(target) { message = Self.scrub(message, password: piece) }
             jobctl_PQfinish(connection)
             throw PostgresError.connectionFailed(target: redactedTarget, message: message)
         }
@@ -343,6 +347,19 @@ final class PostgresConnection {
         defer { duplicates.forEach { free($0) } }
         let pointers: [UnsafePointer<CChar>?] = duplicates.map { $0.map { UnsafePointer($0) } } + [nil]
         return pointers.withUnsafeBufferPointer { buffer in body(buffer.baseAddress) }
+    }
+
+    /// The password as written in a URL target's user information (between the first `:` after `//`
+    /// and the last `@`), whole, percent-decoded, and in the pieces a parser may have cut it into at
+    /// `/`, `?`, `#` and `:` — longest first.
+    static func writtenPasswordPieces(_ target: String) -> [String] {
+        guard let schemeEnd = target.range(of: "://") else { return [] }
+        let rest = target[schemeEnd.upperBound...]
+        guard let at = rest.lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") else { return [] }
+        let written = String(rest[rest.index(after: colon)..<at])
+        var pieces = [written, written.removingPercentEncoding ?? written]
+        pieces += written.split(whereSeparator: { "/?#:".contains($0) }).map(String.init)
+        return Array(Set(pieces)).filter { $0.count >= 4 }.sorted { $0.count > $1.count }
     }
 
     /// `message` with every occurrence of the connection's password replaced, for passwords long

@@ -37,6 +37,18 @@ struct RedactionTests {
         #expect(redacted.hasPrefix("postgres://jobs:REDACTED@"))
     }
 
+    /// libpq's own message for a target it cannot parse quoted a piece of the password (one holding an
+    /// unencoded `/`), which it never knew as a password, so the usual scrub missed it.
+    @Test("a target libpq cannot parse shows no piece of its password", arguments: [
+        "postgres://u:SECRET/123xyz@127.0.0.1:1/db", "postgres://u:SECRET:9999@127.0.0.1/db",
+    ])
+    func unparsableTargetScrubbed(target: String) {
+        let error = #expect(throws: PostgresError.self) { _ = try PostgresConnection(target, connectTimeoutSeconds: 1) }
+        let text = String(describing: error)
+        #expect(!text.contains("SECRET") && !text.contains("123xyz"), "\(text)")
+        #expect(PostgresConnection.writtenPasswordPieces(target).contains("SECRET"))
+    }
+
     @Test("postgres URLs are told apart from file paths")
     func recognisesURLs() {
         #expect(isPostgresURL("postgres://db/jobctl"))
