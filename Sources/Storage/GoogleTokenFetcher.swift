@@ -116,8 +116,11 @@ struct GoogleTokenFetcher: Sendable {
            error.allSatisfy({ $0 == "_" || ("a"..."z").contains($0) }) {
             code = ", \(error)"
         }
+        // Whether the job is tried again is the retry policy's to say, so the message promises nothing.
         let remedy = retryable
-            ? "it will be tried again"
+            ? "a refusal the endpoint may not repeat (retryable)"
+            : (300..<400).contains(response.status)
+            ? "a token endpoint does not redirect: check the token_uri (or GCE_METADATA_HOST) names the endpoint itself"
             : "check that the credentials are current (a deleted key, a revoked refresh token or a wrong token_uri is refused)"
         return StorageError(.unauthenticated, "\(what) refused to issue an access token (HTTP \(response.status)\(code)); \(remedy)",
                             httpStatus: response.status, url: redactedURL(response.url), retryable: retryable)

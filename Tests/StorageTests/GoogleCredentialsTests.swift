@@ -219,6 +219,27 @@ struct GoogleCredentialsTests {
         #expect(elapsed < .seconds(8), "\(elapsed)")
     }
 
+    /// The refusal's words: a redirect is a wrong endpoint, not stale credentials; a 5xx promises no retry
+    /// (the retry policy decides), it only says the refusal is temporary.
+    @Test("a token endpoint's redirect and 503 are told apart from a refusal of the credentials", arguments: [302, 503])
+    func redirectAndUnavailableWording(status: Int) async throws {
+        let server = try server()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "POST", pathContains: "/token"),
+                      .respond(.response(status, headers: [ProxyHeader("Location", "https://127.0.0.1:1/elsewhere")])), times: .max),
+        ])
+        defer { proxy.stop() }
+        let key = try server.writeJSON(["type": "authorized_user", "client_id": server.options.clientID,
+                                        "client_secret": server.options.clientSecret, "refresh_token": server.options.refreshToken,
+                                        "token_uri": "\(proxy.baseURL)/token"], name: "user-\(status).json")
+        let error = try failure(await download(try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)))
+        #expect(error.code == .unauthenticated && error.httpStatus == status, "\(error)")
+        #expect(!error.message.contains("will be tried again") && !error.message.contains("credentials are current"), "\(error)")
+        #expect(error.message.contains(status == 302 ? "does not redirect" : "retryable"), "\(error)")
+        #expect(error.retryable == (status == 503))
+    }
+
     /// A transfer waiting for a token being fetched could not be stopped: the worker's SIGTERM paused
     /// nothing, the job stayed held until its lease ran out (and, at its last attempt, failed). A stop
     /// now ends the wait; the fetch goes on for whoever else waits.
