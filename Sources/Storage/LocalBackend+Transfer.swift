@@ -214,6 +214,16 @@ final class LocalTransfer {
                                    + "folder, then retry the job")
         }
         temp.close()
+        // The object and its sidecar are two renames: a folder at either name (which a rename cannot
+        // replace) is refused before the first, so a failed job never leaves the object replaced
+        // beside its old metadata.
+        for name in [location.name, location.sidecarName] {
+            guard let found = location.directory.entry(name), found.isDirectory else { continue }
+            session.discard(in: location)
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            throw StorageError(.invalidArgument, "'\(location.directory.childPath(name))' is a folder, so the object "
+                                   + "'\(reference.description)' cannot be written there; nothing was changed — move the folder away")
+        }
         do throws(StorageError) {
             if rule.replaces {
                 try location.directory.rename(session.name, to: location.name)

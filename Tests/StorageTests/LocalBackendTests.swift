@@ -643,6 +643,32 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(updated.object?.size == Int64(bytes.count))
     }
 
+    /// The object and its sidecar are two renames; a folder at the sidecar's name made the second fail
+    /// after the first had replaced the object: the job failed, the object held the new bytes beside the
+    /// old metadata. A folder at either name is now refused before anything is renamed.
+    @Test("a folder at an object's or its sidecar's name fails the upload with nothing changed", arguments: [false, true])
+    func folderAtTheNameChangesNothing(atSidecar: Bool) async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let first = Data("version one".utf8)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/obj.txt", data: first)))
+        let bucket = sandbox.buckets + "/b"
+        let blocked = atSidecar ? bucket + "/.obj.txt.jobctl-meta.json" : bucket + "/obj.txt"
+        try FileManager.default.removeItem(atPath: blocked)
+        try FileManager.default.createDirectory(atPath: blocked + "/inside", withIntermediateDirectories: true)
+        let error = await expectError(.invalidArgument) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/obj.txt", data: Data("version two".utf8)))
+        }
+        #expect(error?.message.contains("is a folder") == true, "\(String(describing: error))")
+        if atSidecar {
+            #expect(try Data(contentsOf: URL(fileURLWithPath: bucket + "/obj.txt")) == first, "the object was not replaced")
+        }
+        var isDirectory: ObjCBool = false
+        #expect(FileManager.default.fileExists(atPath: blocked, isDirectory: &isDirectory) && isDirectory.boolValue)
+        #expect(sandbox.entries(bucket).allSatisfy { !$0.contains("jobctl-upload") && !$0.contains(".jobctl-meta.tmp") },
+                "\(sandbox.entries(bucket))")
+    }
+
     @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
     func fullDiskIsATypedErrorAndLeavesNoFinalFile() async throws {
         let sandbox = try Sandbox()
