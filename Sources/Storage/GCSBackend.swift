@@ -255,6 +255,11 @@ public struct GCSBackend: StorageBackend {
             let outcome = try await sendChunks(source, session: &current, checksums: checksums,
                                                control: control, progress: progress, report: report)
             session = current
+            if case .finishedEarly = outcome,
+               let whole = try await wholeStoredUpload(reference, source: source, checksums: checksums) {
+                // A session an earlier attempt finished (its answer lost) answers any chunk with the object.
+                return .finished(whole)
+            }
             switch outcome {
             case .finished(let object):
                 return .finished(try await verifiedUploadResult(object, source: source, checksums: checksums, reference: reference))
@@ -272,8 +277,8 @@ public struct GCSBackend: StorageBackend {
                 }
                 replacedSession = true
                 session = nil
-            case .untrusted(let problem):
-                // The session's offsets contradict what was sent: its contents cannot be trusted. Drop
+            case .untrusted(let problem), .finishedEarly(let problem):
+                // The session's offsets (or its end) contradict what was sent: its contents cannot be trusted. Drop
                 // it (so no later attempt resumes it) and send everything again in a new one, once.
                 await cancelUploadSession(current.uri)
                 guard !replacedSession else {
@@ -349,6 +354,9 @@ public struct GCSBackend: StorageBackend {
         case expired
         /// The server confirmed an offset that cannot be true (the reason): the session is unusable.
         case untrusted(String)
+        /// The server answered a chunk that was not the last with the object (the reason): believed only
+        /// if the stored object holds every byte of the source.
+        case finishedEarly(String)
     }
 
     /// PUTs `chunkSize` pieces from the session's confirmed offset until the server answers with the object.
@@ -398,6 +406,9 @@ public struct GCSBackend: StorageBackend {
             case .success(let response):
                 switch response.status {
                 case 200, 201:
+                    if start != end && end < total {
+                        return .finishedEarly("the server said the upload was complete after bytes \(start)-\(end - 1) of \(total)")
+                    }
                     guard let json = response.json else {
                         throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource (\(GCSObjectJSON.needs))",
                                            httpStatus: response.status, url: redactedURL(session.uri), retryable: true)
@@ -560,37 +571,88 @@ public struct GCSBackend: StorageBackend {
 
     /// Compares the stored object with the source — size, CRC32C, and MD5 when the job asked for it (or
     /// the object reports no CRC32C) — always: the hashes come from the final answer, or from the
-    /// object's metadata when that answer carried none, and ours cover every byte of the source
-    /// (computed again when the streamed ones skipped a range). A mismatch deletes that generation of
-    /// the object and fails with `nonMatchingChecksum`. The object's own MD5 stays in the result.
+    /// object's metadata when that answer carried none (or named another object), and ours cover every
+    /// byte of the source (computed again when the streamed ones skipped a range).
+    ///
+    /// A mismatch is checked against the stored object itself before anything is deleted: an answer can
+    /// be stale or forged (by something between this machine and the server), and the delete acts on
+    /// the generation it names. When the stored object holds the source's bytes the upload succeeded; when
+    /// it is the answer's generation and does not, that generation is deleted (`ifGenerationMatch`) and the
+    /// job fails with `nonMatchingChecksum`; when it is another generation, nothing is deleted and the
+    /// attempt fails retryable. The object's own MD5 stays in the result.
     private func verifiedUploadResult(_ json: [String: Any], source: UploadSource, checksums: StreamChecksums,
                                       reference: StorageReference) async throws(StorageError) -> JobResult {
         var resource = json
         guard var object = GCSObjectJSON.object(from: resource) else {
-            throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource (\(GCSObjectJSON.needs))")
+            // An error's JSON in a 200, say: the upload may well be stored, so the next attempt asks again.
+            throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource (\(GCSObjectJSON.needs))",
+                               url: redactedURL(objectURL(reference)), retryable: true)
         }
-        if object.md5Hash == nil && object.crc32c == nil {
-            resource = try await storedObjectResource(reference, generation: object.generation)
-            guard let stored = GCSObjectJSON.object(from: resource) else {
-                throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
+        let aboutThis = Self.names(object, reference)
+        if !aboutThis || (object.md5Hash == nil && object.crc32c == nil) {
+            // An answer about another object says nothing about this upload: the stored one is asked for.
+            resource = try await storedObjectResource(reference, generation: aboutThis ? object.generation : nil)
+            guard let stored = GCSObjectJSON.object(from: resource), Self.names(stored, reference) else {
+                throw StorageError(.unknown, "the server's metadata for \(reference) is not this object's resource (\(GCSObjectJSON.needs))",
                                    url: redactedURL(objectURL(reference)), retryable: true)
             }
             object = stored
         }
         let ours = try await source.hashesOffPool(streamed: checksums, md5: object.crc32c == nil && object.md5Hash != nil)
         let storedSize = resource["size"] == nil ? nil : object.size
-        if let mismatch = Self.uploadMismatch(object, storedSize: storedSize, sourceSize: source.size,
-                                              md5: ours.md5, crc32c: ours.crc32c) {
-            let deleted = await deleteBadObject(reference, generation: object.generation)
-            throw StorageError(.nonMatchingChecksum,
-                               "\(mismatch); " + (deleted ? "the object was deleted — upload again"
-                                                          : "the object could not be deleted — delete \(reference) and upload again"),
-                               url: redactedURL(objectURL(reference)))
+        guard let mismatch = Self.uploadMismatch(object, storedSize: storedSize, sourceSize: source.size,
+                                                 md5: ours.md5, crc32c: ours.crc32c) else {
+            return Self.uploaded(object, ours)
         }
+        // Before deleting: what is stored now?
+        let current = try await storedObjectResource(reference, generation: nil)
+        guard let stored = GCSObjectJSON.object(from: current), Self.names(stored, reference) else {
+            throw StorageError(.unknown, "\(mismatch), and the server's metadata for \(reference) is not this object's resource; "
+                                   + "nothing was deleted", url: redactedURL(objectURL(reference)), retryable: true)
+        }
+        let currentMismatch = Self.uploadMismatch(stored, storedSize: current["size"] == nil ? nil : stored.size, sourceSize: source.size,
+                                                  md5: ours.md5, crc32c: ours.crc32c)
+        if currentMismatch == nil && (stored.crc32c != nil || (stored.md5Hash != nil && ours.md5 != nil)) {
+            return Self.uploaded(stored, ours)
+        }
+        guard stored.generation != nil, stored.generation == object.generation else {
+            throw StorageError(.unknown, "\(mismatch) by the server's answer (generation \(object.generation ?? "none")), which does not "
+                                   + "describe the stored object (generation \(stored.generation ?? "none")); nothing was deleted — a retry "
+                                   + "uploads again", url: redactedURL(objectURL(reference)), retryable: true)
+        }
+        let deleted = await deleteBadObject(reference, generation: stored.generation)
+        throw StorageError(.nonMatchingChecksum,
+                           "\(currentMismatch ?? mismatch); " + (deleted ? "the object was deleted — upload again"
+                                                                         : "the object could not be deleted — delete \(reference) and upload again"),
+                           url: redactedURL(objectURL(reference)))
+    }
+
+    /// The result of an upload whose stored object matched the source's hashes `ours`.
+    private static func uploaded(_ object: StorageObject, _ ours: (md5: String?, crc32c: String)) -> JobResult {
         var verified: [ChecksumAlgorithm] = []
         if object.md5Hash != nil && ours.md5 != nil { verified.append(.md5) }
         if object.crc32c != nil { verified.append(.crc32c) }
         return JobResult(object: object, size: object.size, md5: ours.md5, crc32c: ours.crc32c, verified: verified)
+    }
+
+    /// Whether `object` is the one `reference` names (a server's answer about another is no answer).
+    private static func names(_ object: StorageObject, _ reference: StorageReference) -> Bool {
+        object.bucket == reference.bucket && object.name == reference.fullPath
+    }
+
+    /// After the server said an upload was complete before it had every byte (`ChunkOutcome.finishedEarly`):
+    /// the result when the stored object holds exactly the source's bytes (a session an earlier attempt
+    /// finished, its answer lost), nil otherwise — nothing is deleted either way.
+    private func wholeStoredUpload(_ reference: StorageReference, source: UploadSource,
+                                   checksums: StreamChecksums) async throws(StorageError) -> JobResult? {
+        let resource = try await storedObjectResource(reference, generation: nil)
+        guard let stored = GCSObjectJSON.object(from: resource), Self.names(stored, reference), resource["size"] != nil,
+              stored.crc32c != nil else { return nil }
+        let ours = try await source.hashesOffPool(streamed: checksums, md5: false)
+        guard Self.uploadMismatch(stored, storedSize: stored.size, sourceSize: source.size, md5: nil, crc32c: ours.crc32c) == nil else {
+            return nil
+        }
+        return Self.uploaded(stored, ours)
     }
 
     /// How the stored object differs from the uploaded source, or nil when it matches. A hash the

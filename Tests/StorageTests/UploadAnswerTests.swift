@@ -1,0 +1,109 @@
+import Foundation
+import JobModel
+@testable import Storage
+import TestSupport
+import Testing
+
+/// A resumable upload's answers that lie, from the server or from something between it and this machine
+/// (the fault proxy in front of the emulator rewrites them): a 200 before the last chunk, a final answer
+/// with another object's metadata or a wrong hash, an error's JSON in a 200. None may be taken as the
+/// upload's success, and none may make jobctl delete an object it did not write.
+@Suite("lying answers to a resumable upload", .onTestThreads)
+struct UploadAnswerTests {
+    private let payload = patternData(700_000, seed: 97)   // three chunks of 256 KiB
+
+    private static func chunk(endingAt end: Int64, of total: Int64) -> RequestMatch {
+        RequestMatch(method: "PUT", pathContains: "upload_id=", headerContains: ProxyHeader("Content-Range", "-\(end)/\(total)"))
+    }
+
+    /// `response`'s JSON body changed by `edit`, served as a 200.
+    private static func rewriteJSON(_ response: inout ProxyMessage, _ edit: (inout [String: Any]) -> Void) {
+        var object = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] ?? [:]
+        edit(&object)
+        response.startLine = "HTTP/1.1 200 OK"
+        response.setHeader("Range", nil)
+        response.setHeader("Content-Type", "application/json")
+        response.body = (try? JSONSerialization.data(withJSONObject: object)) ?? Data()
+    }
+
+    /// A 200 to the first chunk, carrying an object resource: forged with the whole payload's size and
+    /// hashes (success was reported for 262,144 bytes sent, the object never written), or the metadata of
+    /// the object already there (its generation was then deleted: data loss). Either way the stored object
+    /// is asked, found not to hold the payload, and the session is replaced; nothing is deleted.
+    @Test("a 200 before the last chunk is believed only if the stored object holds every byte", arguments: [true, false])
+    func earlyFinishIsChecked(forged: Bool) async throws {
+        let total = Int64(payload.count)
+        let oldBytes = patternData(1_000, seed: 98)
+        let ours = hashes(payload)
+        let setup = try UploadFaultTests.ProxiedEmulator([])
+        defer { setup.stop() }
+        let bucket = setup.server.bucket
+        let old = try finished(await run(setup.direct, JobSpec(kind: .uploadData, destination: "gs://\(bucket)/a.bin", data: oldBytes)))
+        let oldGeneration = try #require(old.object?.generation)
+        let proxy = try FaultProxy(upstreamPort: setup.server.port, rules: [
+            FaultRule(Self.chunk(endingAt: 256 * 1024 - 1, of: total), .rewriteResponse { _, response in
+                Self.rewriteJSON(&response) { object in
+                    object = ["kind": "storage#object", "bucket": bucket, "name": "a.bin", "generation": oldGeneration,
+                              "metageneration": "1", "size": forged ? String(total) : "1000", "contentType": "application/octet-stream"]
+                    if forged {
+                        object["md5Hash"] = ours.md5
+                        object["crc32c"] = ours.crc32c
+                    }
+                }
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: proxy.baseURL, usesEmulator: true, firebaseEndpoint: proxy.baseURL,
+                                                                     chunkSize: 256 * 1024, singleRequestLimit: 0, stallTimeout: 30, connectTimeout: 5))
+        let result = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "gs://\(bucket)/a.bin", data: payload)))
+        #expect(proxy.firedCounts == [1])
+        #expect(result.object?.size == total && result.object?.md5Hash == ours.md5, "\(String(describing: result.object))")
+        #expect(try await setup.storedBytes("a.bin") == payload, "the whole payload was sent again and stored")
+        #expect(!proxy.exchanges.contains { $0.request.method == "DELETE" && !$0.request.target.contains("upload_id=") },
+                "no object was deleted")
+        #expect(proxy.exchanges.filter { $0.request.method == "POST" }.count == 2, "a second session")
+    }
+
+    /// A final answer with another CRC32C (the stored object was right: it was deleted all the same), or
+    /// naming another bucket and object (recorded as the job's result): the stored object is asked.
+    @Test("a final answer about other bytes or another object is checked against the stored object", arguments: [true, false])
+    func finalAnswerIsChecked(wrongHash: Bool) async throws {
+        let total = Int64(payload.count)
+        let setup = try UploadFaultTests.ProxiedEmulator([
+            FaultRule(Self.chunk(endingAt: total - 1, of: total), .rewriteResponse { _, response in
+                Self.rewriteJSON(&response) { object in
+                    if wrongHash {
+                        object["crc32c"] = "AAAAAA=="
+                    } else {
+                        object["bucket"] = "otherbucket"
+                        object["name"] = "zzz/other.bin"
+                    }
+                }
+            }, times: 1),
+        ])
+        defer { setup.stop() }
+        let bucket = setup.server.bucket
+        let result = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(bucket)/b.bin", data: payload)))
+        #expect(setup.proxy.firedCounts == [1])
+        #expect(result.object?.bucket == bucket && result.object?.name == "b.bin", "\(String(describing: result.object))")
+        #expect(result.crc32c == hashes(payload).crc32c && result.verified?.contains(.crc32c) == true)
+        #expect(try await setup.storedBytes("b.bin") == payload)
+        #expect(!setup.proxy.exchanges.contains { $0.request.method == "DELETE" }, "the right object was not deleted")
+    }
+
+    /// An error's JSON in a 200 to the last chunk: the object may well be stored, so the attempt fails
+    /// retryable (it failed for good, though the emulator held the right bytes).
+    @Test("an error's JSON in a 200 to the last chunk is a retryable failure")
+    func errorInAFinalAnswerIsRetryable() async throws {
+        let total = Int64(payload.count)
+        let setup = try UploadFaultTests.ProxiedEmulator([
+            FaultRule(Self.chunk(endingAt: total - 1, of: total), .rewriteResponse { _, response in
+                Self.rewriteJSON(&response) { object in object = ["error": ["code": 503, "message": "backend error"]] }
+            }, times: 1),
+        ])
+        defer { setup.stop() }
+        let error = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/c.bin", data: payload)))
+        #expect(error.retryable, "\(error)")
+        #expect(setup.proxy.firedCounts == [1])
+    }
+}
