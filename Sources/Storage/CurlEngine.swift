@@ -314,7 +314,7 @@ private final class CurlExchange: @unchecked Sendable {
     }
 
     /// The job's own limit (`max_rate:`) and the process's (`--bwlimit`); bytes move only while neither is in debt.
-    private var ownRate: TokenBucket?
+    private let ownRate: SharedBandwidth?
     private let bandwidth: SharedBandwidth?
     /// Whether a callback paused the exchange for its rate limits.
     private var pausedForRate = false
@@ -326,7 +326,7 @@ private final class CurlExchange: @unchecked Sendable {
          control: TransferControl?, options: CurlOptions, requestSent: (@Sendable () -> Void)?) {
         self.requestSent = requestSent
         bandwidth = options.bandwidth
-        ownRate = control?.maxRate.map { TokenBucket(rate: $0) }
+        ownRate = control?.rateLimit
         self.request = request
         self.source = source
         self.sink = sink

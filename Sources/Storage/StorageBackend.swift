@@ -34,8 +34,9 @@ public final class TransferControl: Sendable {
     private let parent: TransferControl?
     /// When the attempt must end (the job's `timeout:`), if it has a limit.
     let deadline: TransferDeadline?
-    /// The job's own bandwidth limit in bytes per second (`max_rate:`), if it has one.
-    let maxRate: Int64?
+    /// The job's own bandwidth limit (`max_rate:`), if it has one: one bucket for every exchange of the
+    /// attempt, so the slices of a sliced download share the job's rate rather than each taking all of it.
+    let rateLimit: SharedBandwidth?
     /// The job the transfer belongs to (nil for a transfer run outside the queue). The hidden files it
     /// creates carry this id in their names (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`),
     /// which is what lets the orphan sweep prove whose a leftover is.
@@ -46,13 +47,13 @@ public final class TransferControl: Sendable {
         self.jobID = jobID
         parent = nil
         deadline = nil
-        maxRate = nil
+        rateLimit = nil
     }
 
     private init(parent: TransferControl, deadline: TransferDeadline?, maxRate: Int64?) {
         self.parent = parent
         self.deadline = deadline
-        self.maxRate = maxRate
+        rateLimit = maxRate.map { SharedBandwidth(rate: $0) }
         jobID = parent.jobID
     }
 

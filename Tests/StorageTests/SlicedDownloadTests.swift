@@ -56,6 +56,29 @@ import TestSupport
         #expect(!FileManager.default.fileExists(atPath: PartialFile.tempPath(for: destination)))
     }
 
+    /// Each slice's exchange had a bucket of the job's `max_rate` of its own: four slices moved at four
+    /// times the rate. The attempt's exchanges now share one. Asserted as a floor on the time taken,
+    /// which a loaded machine only lengthens: 4 MiB at 1 MiB/s, less the bucket's first half-second.
+    @Test func aSlicedDownloadKeepsTheJobsRate() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-rate")
+        defer { directory.remove() }
+        let bytes = Self.payload(4 << 20)
+        let reference = "gs://\(server.bucket)/big/paced.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        let destination = directory.file("paced.bin")
+        let started = ContinuousClock.now
+        _ = try finished(await run(backend, JobSpec(kind: .downloadFile, source: reference, destination: destination, maxRate: 1 << 20)))
+        let elapsed = started.duration(to: .now)
+        #expect(Self.mediaGets(proxy).count == 4, "sliced")
+        #expect(elapsed >= .milliseconds(3_000), "4 MiB at 1 MiB/s took \(elapsed)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+    }
+
     @Test func belowTheThresholdOrAskingForMD5DownloadsInOneStream() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
