@@ -100,8 +100,7 @@ final class LocalTransfer {
                 return settled
             }
         }
-        let hashes = StreamingHashes(md5: spec.wantsMD5)
-        let session = try openUploadSession(for: location, total: total, hashes: hashes)
+        let (session, hashes) = try openUploadSession(for: location, total: total, source: source, md5: spec.wantsMD5)
         let temp = session.file
         let offset = session.offset
         if case .file(let file) = source { try file.seek(to: offset) }
@@ -278,32 +277,39 @@ final class LocalTransfer {
         }
     }
 
-    /// Reopens the session named by an upload resume point (truncated to its confirmed offset, prefix
-    /// re-hashed from the temp file) when it belongs to this object and source size and is still the
-    /// file the session recorded (its identity; for sessions logged before identities were, a regular
-    /// file with one link owned by us); else creates a new one, `.<name>.<job id>.jobctl-upload`, with
+    /// Reopens the session named by an upload resume point (truncated to its confirmed offset, its
+    /// prefix hashed) when it is this job's for this object (the job's id in its name) and source size,
+    /// is still the file the session recorded (its identity; for sessions logged before identities were,
+    /// a regular file with one link owned by us), and its prefix is the source's (compared byte by byte:
+    /// a source changed since, or a session of other bytes, would make an object of two files whose
+    /// hashes are its own); else creates a new one, `.<name>.<job id>.jobctl-upload`, with
     /// `O_EXCL | O_NOFOLLOW`. A file at the recorded name that is not the session is never written to.
-    private func openUploadSession(for location: LocalLocation, total: Int64,
-                                   hashes: StreamingHashes) throws(StorageError) -> OpenSession {
+    /// Returns the session and the hashes of the bytes it holds so far.
+    private func openUploadSession(for location: LocalLocation, total: Int64, source: Source,
+                                   md5: Bool) throws(StorageError) -> (OpenSession, StreamingHashes) {
         if case .upload(let uri, let offset, let recordedTotal)? = resumePoint, let recorded = LocalUploadSession(uri: uri) {
             let name = LocalFiles.lastComponent(recorded.path)
-            if LocalFiles.directory(of: recorded.path) == location.directory.path,
-               LocalUploadSession.isSession(name, forObject: location.name),
+            // Another job's session (a log edited by hand, a resume point copied) is never resumed into.
+            let ownName = control.jobID.map { name == LocalUploadSession.name(forObject: location.name, token: $0) }
+                ?? LocalUploadSession.isSession(name, forObject: location.name)
+            if LocalFiles.directory(of: recorded.path) == location.directory.path, ownName,
                let file = try? location.directory.openExisting(name, writable: true, context: .destination),
                let status = try? file.status() {
                 let isOurs = recorded.identity.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
                 // A session file with a second name (linked into place by an attempt that died before
                 // removing this name, the object since replaced) is never written to: only this name goes.
                 if isOurs, status.links == 1, recordedTotal == nil || recordedTotal == total, offset <= total, status.size >= offset {
-                    try file.truncate(to: offset)
-                    try rehash(file, upTo: offset, into: hashes)
-                    try file.seek(to: offset)
-                    return OpenSession(file: file, name: name, identity: status.identity, offset: offset,
-                                       folder: location.directory.path)
+                    let hashes = StreamingHashes(md5: md5)
+                    if try prefix(of: file, matches: source, upTo: offset, hashing: hashes) {
+                        try file.truncate(to: offset)
+                        try file.seek(to: offset)
+                        return (OpenSession(file: file, name: name, identity: status.identity, offset: offset,
+                                            folder: location.directory.path), hashes)
+                    }
                 }
                 file.close()
-                // The source changed size, the session is short or linked elsewhere too: this name goes
-                // (only the name). A file that is not the session is left alone.
+                // The source changed (size or bytes), the session is short or linked elsewhere too: this
+                // name goes (only the name). A file that is not the session is left alone.
                 if isOurs { location.directory.remove(name, ifStill: status.identity) }
             }
         }
@@ -319,7 +325,8 @@ final class LocalTransfer {
             location.directory.remove(name)
             throw error
         }
-        return OpenSession(file: file, name: name, identity: identity, offset: 0, folder: location.directory.path)
+        return (OpenSession(file: file, name: name, identity: identity, offset: 0, folder: location.directory.path),
+                StreamingHashes(md5: md5))
     }
 
     /// Syncs the session file and reports the offset the next attempt resumes from.
@@ -347,18 +354,33 @@ final class LocalTransfer {
         }
     }
 
-    private func rehash(_ file: LocalFile, upTo length: Int64, into hashes: StreamingHashes) throws(StorageError) {
+    /// Whether the session file's first `length` bytes are the source's, read side by side; `hashes`
+    /// takes them as they compare equal (it is dropped when they do not).
+    private func prefix(of file: LocalFile, matches source: Source, upTo length: Int64,
+                        hashing hashes: StreamingHashes) throws(StorageError) -> Bool {
         try file.seek(to: 0)
-        var remaining = length
-        while remaining > 0 {
-            let want = Int(min(Int64(buffer.count), remaining))
+        let theirs = UnsafeMutableRawBufferPointer.allocate(byteCount: buffer.count, alignment: 16)
+        defer { theirs.deallocate() }
+        var position: Int64 = 0
+        while position < length {
+            let want = Int(min(Int64(buffer.count), length - position))
             let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
-            guard count > 0 else {
-                throw StorageError(.internalError, "upload session '\(file.path)' is shorter than its confirmed offset")
+            guard count > 0 else { return false }   // shorter than its confirmed offset
+            let read: Int
+            switch source {
+            case .file(let sourceFile):
+                read = try sourceFile.read(at: position, into: UnsafeMutableRawBufferPointer(rebasing: theirs[0..<count]))
+            case .data(let data):
+                read = min(count, max(0, data.count - Int(position)))
+                if read > 0 { _ = data.copyBytes(to: UnsafeMutableRawBufferPointer(rebasing: theirs[0..<read]), from: Int(position)..<Int(position) + read) }
+            }
+            guard read == count, let ours = buffer.baseAddress, let other = theirs.baseAddress, memcmp(ours, other, count) == 0 else {
+                return false
             }
             hashes.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-            remaining -= Int64(count)
+            position += Int64(count)
         }
+        return true
     }
 
     // MARK: - Downloads

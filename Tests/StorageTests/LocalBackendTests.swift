@@ -42,10 +42,13 @@ private struct Sandbox {
 /// Records what a transfer reports and optionally stops it at the first checkpoint.
 private final class Recorder: Sendable {
     private let events = Mutex<[TransferEvent]>([])
-    let control = TransferControl()
+    let control: TransferControl
     let stopAtCheckpoint: StopReason?
 
-    init(stopAtCheckpoint: StopReason? = nil) { self.stopAtCheckpoint = stopAtCheckpoint }
+    init(stopAtCheckpoint: StopReason? = nil, jobID: String? = nil) {
+        self.stopAtCheckpoint = stopAtCheckpoint
+        control = TransferControl(jobID: jobID)
+    }
 
     var report: @Sendable (TransferEvent) -> Void {
         { [self] event in
@@ -424,6 +427,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
 
     // MARK: - Pause, resume, cancel
 
+    /// The session's prefix is compared with the source's (see the two tests after this one), not sent again.
     @Test func pausedUploadResumesOnANewBackendWithoutRereadingThePrefix() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }
@@ -483,6 +487,50 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(second.statistics.sourceBytesRead == Int64(bytes.count) - offset, "the session was continued, not restarted")
         #expect(result.crc32c == checksums(bytes).crc32c)
         #expect(try Data(contentsOf: URL(fileURLWithPath: real + "/fresh/dir/l.bin")) == bytes)
+    }
+
+    /// A resume point naming another job's session (a log edited by hand, a resume point copied): that
+    /// file was cut to the offset and renamed onto the object — its bytes, and their CRC32C recorded as
+    /// the object's. Only a session carrying the job's own id is resumed; the other is left alone.
+    @Test func anotherJobsSessionIsNeverResumedInto() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(3 * 1024 * 1024)
+        let source = try sandbox.write("s.bin", bytes)
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/s.bin")
+        let stopped = try await run(sandbox.backend(checkpoint: 1024 * 1024), spec,
+                                    recorder: Recorder(stopAtCheckpoint: .pause, jobID: "01OTHERJOB"))
+        guard case .stopped(.pause, let point?) = stopped, case .upload(let uri, _, _) = point,
+              let sessionPath = LocalUploadSession(uri: uri)?.path else { Issue.record("\(stopped)"); return }
+        // Make the other job's session hold other bytes, as a different upload's would.
+        let otherBytes = try randomData(1024 * 1024)
+        let handle = try #require(FileHandle(forUpdatingAtPath: sessionPath))
+        try handle.write(contentsOf: otherBytes)
+        try handle.close()
+        let before = try Data(contentsOf: URL(fileURLWithPath: sessionPath))
+
+        let result = try finished(try await run(sandbox.backend(), spec, from: point, recorder: Recorder(jobID: "01THISJOB")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: sandbox.buckets + "/b/s.bin")) == bytes)
+        #expect(result.crc32c == checksums(bytes).crc32c)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: sessionPath)) == before, "the other job's session was left alone")
+    }
+
+    /// The source rewritten in place between a pause and the resume (same size, other bytes): the object
+    /// was the session's old prefix and the new rest, its CRC32C its own. The prefix is compared first.
+    @Test func aSourceChangedInPlaceStartsTheSessionOver() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let source = try sandbox.write("c.bin", try randomData(3 * 1024 * 1024))
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/c.bin")
+        let stopped = try await run(sandbox.backend(checkpoint: 1024 * 1024), spec,
+                                    recorder: Recorder(stopAtCheckpoint: .pause, jobID: "01CHANGED"))
+        guard case .stopped(.pause, let point?) = stopped else { Issue.record("\(stopped)"); return }
+        let rewritten = try randomData(3 * 1024 * 1024)
+        _ = try sandbox.write("c.bin", rewritten)
+        let result = try finished(try await run(sandbox.backend(), spec, from: point, recorder: Recorder(jobID: "01CHANGED")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: sandbox.buckets + "/b/c.bin")) == rewritten)
+        #expect(result.crc32c == checksums(rewritten).crc32c)
+        #expect(sandbox.entries(sandbox.buckets + "/b") == [".c.bin.jobctl-meta.json", "c.bin"])
     }
 
     @Test func uploadResumePointForAChangedSourceStartsOver() async throws {
