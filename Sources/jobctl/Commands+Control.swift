@@ -127,6 +127,14 @@ extension Commands {
                     }
                     throw CommandFailure("job \(job.id): the result blob is missing from the log")
                 }
+                // The log's bytes are checked before they are handed out: a damaged or edited log must not
+                // pass other bytes off as the job's result.
+                let stored = HashedBytes(blob)
+                guard stored.sha256 == hash.lowercased(), result.size.map({ $0 == Int64(blob.count) }) ?? true else {
+                    throw CommandFailure("job \(job.id): the stored result blob does not match its record (\(plural(Int64(blob.count), "byte")), "
+                        + "sha256 \(stored.sha256), where the job recorded \(result.size.map { plural($0, "byte") } ?? "no size"), sha256 \(hash)); "
+                        + "the log is damaged: nothing was written — run the job's download again")
+                }
                 bytes = blob
             case .fetchURL:
                 // The URL's token is the result itself: printed as it is.

@@ -50,4 +50,32 @@ struct InlineResultTests {
         let replay = try workspace.jobctl(["replay", "--verify"])
         #expect(replay.status == 0, "\(replay.stdout)\(replay.stderr)")
     }
+
+    /// A damaged or edited log: the blob's bytes replaced (other bytes of the same size, or 1 MiB of
+    /// zeros). `result` wrote them out as the job's result; it now checks them against the hash and the
+    /// size the job recorded, and writes nothing.
+    @Test("result refuses a blob whose bytes are not the ones the job recorded", arguments: [false, true])
+    func damagedBlobRefused(grown: Bool) throws {
+        let workspace = try CLIWorkspace("damaged-blob")
+        defer { workspace.directory.remove() }
+        let bytes = Data((0..<400).map { UInt8(($0 * 13) & 0xFF) })
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data_base64: "\(bytes.base64EncodedString())", destination: "file://r/b.bin", priority: 3}
+        - {kind: download-memory, source: "file://r/b.bin", priority: 2}
+        """)
+        #expect(try workspace.jobctl(["worker", "--drain", "--concurrency", "1"]).status == 0)
+        let replacement = grown ? "zeroblob(1048576)" : "randomblob(400)"
+        let damage = try runProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            c = sqlite3.connect(sys.argv[1])
+            c.execute("DROP TRIGGER blobs_refuse_update")
+            c.execute("UPDATE blobs SET data = \(replacement)")
+            c.commit()
+            """, workspace.database])
+        try #require(damage.status == 0, "\(damage.stderr)")
+        let output = workspace.directory.file("out.bin")
+        let result = try workspace.jobctl(["result", ids[1], "-o", output])
+        #expect(result.status == 1 && result.stderr.contains("does not match its record"), "\(result.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: output), "nothing was written")
+    }
 }
