@@ -84,3 +84,41 @@ import Testing
         #expect(throws: RetentionError.self) { _ = try GzipDecompressor().decompress(Data("not gzip".utf8)) }
     }
 }
+
+/// The archive reader's line splitting: whole lines out, in order, however the bytes are cut, and each
+/// byte searched for a newline once — a long line arriving in slices was searched again from its start
+/// at every slice (a 100 MiB line took 14 s, one just under the 683 MiB limit minutes and gigabytes).
+@Suite struct LineSplitterTests {
+    @Test("lines come out whole and in order whatever the slices")
+    func wholeLines() {
+        let text = Data("first\n\nthird line\nfourth".utf8)
+        for size in [1, 2, 3, 7, text.count] {
+            var splitter = LineSplitter()
+            var lines: [String] = []
+            var offset = 0
+            while offset < text.count {
+                splitter.append(text[offset..<min(offset + size, text.count)])
+                offset += size
+                while let line = splitter.next() { lines.append(String(decoding: line, as: UTF8.self)) }
+            }
+            #expect(lines == ["first", "", "third line"], "slices of \(size)")
+            #expect(splitter.openLineBytes == "fourth".utf8.count)
+        }
+    }
+
+    @Test("a 64 MiB line in 16 KiB slices is searched once")
+    func longLineSearchedOnce() {
+        var splitter = LineSplitter()
+        let slice = Data(repeating: 0x41, count: 16 * 1024)
+        let slices = 4 * 1024
+        for _ in 0..<slices {
+            splitter.append(slice)
+            #expect(splitter.next() == nil)
+        }
+        splitter.append(Data("\nnext".utf8))
+        let line = splitter.next()
+        #expect(line?.count == slices * slice.count)
+        #expect(splitter.searchedBytes == slices * slice.count + 1, "\(splitter.searchedBytes)")
+        #expect(splitter.openLineBytes == 4)
+    }
+}
