@@ -207,9 +207,7 @@ struct GoogleCredentialsTests {
             FaultRule(RequestMatch(method: "POST", pathContains: "/token"), .trickleResponse(bytes: 1, interval: 0.5), times: .max),
         ])
         defer { proxy.stop() }
-        let key = try server.writeJSON(["type": "authorized_user", "client_id": server.options.clientID,
-                                        "client_secret": server.options.clientSecret, "refresh_token": server.options.refreshToken,
-                                        "token_uri": "\(proxy.baseURL)/token"], name: "user-trickle.json")
+        let key = try server.authorizedUserFile(tokenURI: "\(proxy.baseURL)/token", name: "user-trickle.json")
         var configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)
         configuration.tokenTimeLimit = 2
         let start = ContinuousClock.now
@@ -230,9 +228,7 @@ struct GoogleCredentialsTests {
                       .respond(.response(status, headers: [ProxyHeader("Location", "https://127.0.0.1:1/elsewhere")])), times: .max),
         ])
         defer { proxy.stop() }
-        let key = try server.writeJSON(["type": "authorized_user", "client_id": server.options.clientID,
-                                        "client_secret": server.options.clientSecret, "refresh_token": server.options.refreshToken,
-                                        "token_uri": "\(proxy.baseURL)/token"], name: "user-\(status).json")
+        let key = try server.authorizedUserFile(tokenURI: "\(proxy.baseURL)/token", name: "user-\(status).json")
         let error = try failure(await download(try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)))
         #expect(error.code == .unauthenticated && error.httpStatus == status, "\(error)")
         #expect(!error.message.contains("will be tried again") && !error.message.contains("credentials are current"), "\(error)")
@@ -251,9 +247,7 @@ struct GoogleCredentialsTests {
             FaultRule(RequestMatch(method: "POST", pathContains: "/token"), .stallInResponse(afterBytes: 0, seconds: 20), times: .max),
         ])
         defer { proxy.stop() }
-        let key = try server.writeJSON(["type": "authorized_user", "client_id": server.options.clientID,
-                                        "client_secret": server.options.clientSecret, "refresh_token": server.options.refreshToken,
-                                        "token_uri": "\(proxy.baseURL)/token"], name: "user-stall.json")
+        let key = try server.authorizedUserFile(tokenURI: "\(proxy.baseURL)/token", name: "user-stall.json")
         let configuration = try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)
         let control = TransferControl(jobID: "01TOKENWAIT")
         Task {

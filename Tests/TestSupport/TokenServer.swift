@@ -111,9 +111,10 @@ public final class TokenServer: LoopbackServer, @unchecked Sendable {
     }
 
     /// Writes an authorized-user ADC file for this server and returns its path.
-    public func authorizedUserFile() throws -> String {
+    /// `tokenURI`: another token endpoint (a fault proxy in front of this one), written to file `name`.
+    public func authorizedUserFile(tokenURI: String? = nil, name: String = "authorized-user.json") throws -> String {
         try writeJSON(["type": "authorized_user", "client_id": options.clientID, "client_secret": options.clientSecret,
-                       "refresh_token": options.refreshToken, "token_uri": tokenURL], name: "authorized-user.json")
+                       "refresh_token": options.refreshToken, "token_uri": tokenURI ?? tokenURL], name: name)
     }
 
     /// Writes `object` as JSON to a file in the server's directory (mode 0600) and returns its path.
