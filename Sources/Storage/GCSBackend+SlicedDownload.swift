@@ -56,7 +56,7 @@ extension GCSBackend {
                 let from = slice.start + slice.confirmed
                 let request = HTTPRequest(method: "GET", url: url,
                                           headers: Self.storedBytes(of: object) + ["Range: bytes=\(from)-\(slice.start + slice.length - 1)"])
-                let sink = SliceSink(state: state, index: index, from: from)
+                let sink = SliceSink(state: state, index: index, from: from, generation: generation, crc32c: object.crc32c)
                 group.addTask {
                     do throws(TransferFailure) {
                         return .success(try await send(request, control: control, sink: sink))
@@ -273,22 +273,29 @@ final class SlicedDownloadState: Sendable {
 
 /// The response sink of one slice's Range request.
 ///
-/// The answer must be the range asked for — a 206 whose `Content-Range` starts at `from` — checked before
-/// its first byte is written: the bytes of another range (a 200 with the whole object, a 206 of another
-/// part) written into the slice would fail the combined CRC32C at the end, and with it the job for good,
-/// where refusing them leaves the slice as it was and the attempt retryable.
+/// The answer must be the range asked for — a 206 whose `Content-Range` starts at `from` — of the
+/// generation asked for (`x-goog-generation`, and the whole object's CRC32C in `x-goog-hash`, when the
+/// answer names them), checked before its first byte is written: the bytes of another range (a 200 with
+/// the whole object, a 206 of another part) or of another version (a cache, a proxy) written into the
+/// slice would fail the combined CRC32C at the end, and with it the job for good, where refusing them
+/// leaves the slice as it was and the attempt retryable.
 final class SliceSink: ResponseBodySink, Sendable {
     private let state: SlicedDownloadState
     private let index: Int
     /// The first byte the request asked for.
     private let from: Int64
+    /// The generation every slice asked for, and the object's CRC32C (base64) when its metadata gave one.
+    private let generation: String
+    private let crc32c: String?
     /// Whether the answer's range was checked (its first body bytes arrived).
     private let checked = Atomic<Bool>(false)
 
-    init(state: SlicedDownloadState, index: Int, from: Int64) {
+    init(state: SlicedDownloadState, index: Int, from: Int64, generation: String, crc32c: String?) {
         self.state = state
         self.index = index
         self.from = from
+        self.generation = generation
+        self.crc32c = crc32c
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
@@ -298,6 +305,17 @@ final class SliceSink: ResponseBodySink, Sendable {
                 let answered = status == 206 ? range.map { "'Content-Range: \($0)'" } ?? "no Content-Range" : "status \(status)"
                 throw StorageError(.unknown, "the server answered the slice's range from byte \(from) with \(answered); "
                                        + "nothing of it was written, and a retry asks again", retryable: true)
+            }
+            let answeredGeneration = headers["x-goog-generation"]
+            let answeredCRC = reportedHashes(headers).crc32c
+            if let answeredGeneration, answeredGeneration != generation {
+                throw StorageError(.unknown, "the server answered the slice from byte \(from) with generation \(answeredGeneration), "
+                                       + "not the \(generation) asked for; nothing of it was written, and a retry asks again", retryable: true)
+            }
+            if let crc32c, let answeredCRC, answeredCRC != crc32c {
+                throw StorageError(.unknown, "the server answered the slice from byte \(from) for an object whose CRC32C is \(answeredCRC), "
+                                       + "not the \(crc32c) of the generation asked for; nothing of it was written, and a retry asks again",
+                                   retryable: true)
             }
             checked.store(true, ordering: .relaxed)
         }

@@ -134,6 +134,43 @@ import TestSupport
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
     }
 
+    /// A slice answered from another version of the object (a cache or a proxy serving what it holds:
+    /// its own `x-goog-generation` or whole-object CRC32C in `x-goog-hash`) was written, and the combined
+    /// CRC32C failed the job for good. Refused before its first byte now, the attempt retryable; the next
+    /// one asks again and the file is right.
+    @Test(arguments: [true, false])
+    func aSliceOfAnotherVersionIsRefusedBeforeItIsWritten(byGeneration: Bool) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let other = Self.payload(6 << 20).map { $0 ^ 0x5A }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(2 * (6 << 20) / 4)-")),
+                      .rewriteResponse { _, response in
+                          response.body = Data(other.prefix(response.body.count))
+                          if byGeneration {
+                              response.setHeader("x-goog-generation", "999999")
+                          } else {
+                              response.setHeader("x-goog-hash", "crc32c=AAAAAA==")
+                          }
+                      }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-version")
+        defer { directory.remove() }
+        let reference = "gs://\(server.bucket)/version.bin"
+        let bytes = Self.payload(6 << 20)
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        let destination = directory.file("version.bin")
+        let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let control = TransferControl(jobID: "01SLICEVERSION")
+        let error = try failure(await run(backend, spec, control: control))
+        #expect(error.retryable && error.message.contains(byGeneration ? "generation 999999" : "CRC32C is AAAAAA=="), "\(error)")
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        _ = try finished(await run(backend, spec, control: TransferControl(jobID: "01SLICEVERSION")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+    }
+
     @Test func aShortSliceAnswerIsRetryableAndNeverCommitted() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
