@@ -306,19 +306,26 @@ final class SliceSink: ResponseBodySink, Sendable {
                 throw StorageError(.unknown, "the server answered the slice's range from byte \(from) with \(answered); "
                                        + "nothing of it was written, and a retry asks again", retryable: true)
             }
-            let answeredGeneration = headers["x-goog-generation"]
-            let answeredCRC = reportedHashes(headers).crc32c
-            if let answeredGeneration, answeredGeneration != generation {
-                throw StorageError(.unknown, "the server answered the slice from byte \(from) with generation \(answeredGeneration), "
-                                       + "not the \(generation) asked for; nothing of it was written, and a retry asks again", retryable: true)
-            }
-            if let crc32c, let answeredCRC, answeredCRC != crc32c {
-                throw StorageError(.unknown, "the server answered the slice from byte \(from) for an object whose CRC32C is \(answeredCRC), "
-                                       + "not the \(crc32c) of the generation asked for; nothing of it was written, and a retry asks again",
-                                   retryable: true)
-            }
+            try GCSBackend.checkVersion(headers, generation: generation, crc32c: crc32c, what: "the slice from byte \(from)")
             checked.store(true, ordering: .relaxed)
         }
         try state.write(bytes, slice: index)
+    }
+}
+
+extension GCSBackend {
+    /// A media answer must be of the generation asked for: its `x-goog-generation`, and the whole object's
+    /// CRC32C in its `x-goog-hash`, when it names them. Checked at the first body byte, before anything is
+    /// written: another version's bytes (a cache's, a proxy's) after a resumed prefix or in a slice would
+    /// fail the whole file's CRC32C at the end, and the job for good; refused, the attempt is retryable.
+    static func checkVersion(_ headers: [String: String], generation: String?, crc32c: String?, what: String) throws(StorageError) {
+        if let generation, let answered = headers["x-goog-generation"], answered != generation {
+            throw StorageError(.unknown, "the server answered \(what) with generation \(answered), not the \(generation) asked for; "
+                                   + "nothing of it was written, and a retry asks again", retryable: true)
+        }
+        if let crc32c, let answered = reportedHashes(headers).crc32c, answered != crc32c {
+            throw StorageError(.unknown, "the server answered \(what) for an object whose CRC32C is \(answered), not the \(crc32c) "
+                                   + "of the generation asked for; nothing of it was written, and a retry asks again", retryable: true)
+        }
     }
 }

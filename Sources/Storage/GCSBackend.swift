@@ -741,6 +741,10 @@ public struct GCSBackend: StorageBackend {
                             },
                             report: report,
                             progress: { progress.update($0) })
+        let crc32c = object.crc32c
+        sink.checkAnswer = { _, headers throws(StorageError) in
+            try GCSBackend.checkVersion(headers, generation: generation, crc32c: crc32c, what: "the download from byte \(start)")
+        }
         try await sink.hashExistingPrefixOffPool()
         progress.update(start)
 

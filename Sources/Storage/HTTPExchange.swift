@@ -488,6 +488,9 @@ final class FileSink: ResponseBodySink {
     /// When bytes were hashed before (a resumed download) it cannot start then: the caller hashes the
     /// file again at the end (`checksums.computesMD5` is false).
     var needsMD5: ((Int, [String: String]) -> Bool)?
+    /// Checks the answer at its first body byte, before anything of it is written (a GCS download: the
+    /// generation asked for); what it throws fails the exchange.
+    var checkAnswer: ((Int, [String: String]) throws(StorageError) -> Void)?
     private(set) var offset: Int64
     private var lastCheckpoint: Int64
     private let requestedOffset: Int64
@@ -597,6 +600,8 @@ final class FileSink: ResponseBodySink {
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
         try checkSyncs()
         defer { receivedAny = true }
+        // Before anything of the answer touches the file (a restart from zero included).
+        if !receivedAny, let checkAnswer { try checkAnswer(status, headers) }
         if !receivedAny, requestedOffset > 0, status != 206 {
             // Not a part (the server ignored Range, If-Range failed, or a 203 from a proxy): the body is
             // the whole object, so start over with it.

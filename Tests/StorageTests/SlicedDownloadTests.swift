@@ -171,6 +171,44 @@ import TestSupport
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
     }
 
+    /// The same for one stream: the rest of a paused download answered from another version was appended
+    /// to the prefix, and the file's CRC32C failed the job for good. Refused at its first byte, retryable,
+    /// the prefix kept: the next attempt resumes and the file is right.
+    @Test func aResumedRangeOfAnotherVersionIsRefusedBeforeItIsWritten() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }), .rewriteResponse { _, response in
+                response.setHeader("x-goog-generation", "999999")
+                response.body = Data(response.body.map { $0 ^ 0x5A })
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy, slicedThreshold: nil)
+        let directory = try TemporaryDirectory("jobctl-resumed-version")
+        defer { directory.remove() }
+        let bytes = Self.payload(12 << 20)
+        let reference = "gs://\(server.bucket)/resumed.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        let destination = directory.file("resumed.bin")
+        let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let control = TransferControl(jobID: "01RESUMEDVERSION")
+        let pausing = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
+        }
+        let paused = try await run(backend, spec, control: control, recorder: pausing).get()
+        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
+            Issue.record("expected a paused download, got \(paused)")
+            return
+        }
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RESUMEDVERSION")))
+        #expect(refused.retryable && refused.message.contains("generation 999999"), "\(refused)")
+        #expect(proxy.firedCounts == [1])
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RESUMEDVERSION")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+        #expect(result.verified == [.crc32c])
+    }
+
     @Test func aShortSliceAnswerIsRetryableAndNeverCommitted() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
