@@ -18,6 +18,9 @@ public struct StreamingReplay<Value: Equatable & CustomStringConvertible> {
     private let row: (JobRecord) throws(StoreError) -> [Value]
     /// The job being folded: its id and a fold of its events alone.
     private var current: (jobID: String, fold: ReplayFold)?
+    /// The seq of the current job's last event folded: read in version order, a job's events must also
+    /// be in log order (versions swapped between two events would otherwise fold as a consistent job).
+    private var currentLastSeq: Int64?
     private var problems: [(seq: Int64, text: String)] = []
     private var differences: [ReplayDifference] = []
     /// `job` waits for `dependsOn` unless that one succeeded: decided once every job is folded.
@@ -47,6 +50,11 @@ public struct StreamingReplay<Value: Equatable & CustomStringConvertible> {
         current = nil  // the fold is mutated in place, not copied
         let before = job.fold.problems.count
         eventsRead += 1
+        if let last = currentLastSeq, seq <= last {
+            let version = (try? decoded.get()).map { " version \($0.version)" } ?? ""
+            problems.append((seq, "event \(seq): job \(jobID)'s\(version) comes before its previous version (event \(last)) in the log"))
+        }
+        currentLastSeq = seq
         try job.fold.fold(decoded)
         for text in job.fold.problems[before...] { problems.append((seq, text)) }
         current = job
@@ -57,6 +65,7 @@ public struct StreamingReplay<Value: Equatable & CustomStringConvertible> {
     public mutating func finishJob(stored: (String) throws(StoreError) -> [Value]?) throws(StoreError) {
         guard let job = current else { return }
         current = nil
+        currentLastSeq = nil
         let record = job.fold.records[job.jobID]
         // Events of several jobs folded together would be a bug of the adapter's ordering.
         if job.fold.records.count > 1 {

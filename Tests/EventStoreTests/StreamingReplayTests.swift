@@ -47,6 +47,26 @@ struct StreamingReplayTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
+    /// Two events of one job with their versions swapped (a log edited behind the store's back, its
+    /// update trigger dropped): read in version order they folded into a consistent job, and `history`
+    /// showed `started` before `claimed`. A job's versions must follow the log's order.
+    @Test("versions that run against the log's order are a problem of the log")
+    func versionsOutOfLogOrder() throws {
+        let fixture = try StoreFixture("store-replay-order", engine: .sqlite)
+        defer { fixture.remove() }
+        let store = fixture.store
+        let ids = try ReplayTests.populate(fixture)
+        let id = try #require(ids["resumed"])
+        #expect(try store.replay(verify: true).isConsistent)
+        try fixture.sql("DROP TRIGGER events_refuse_update")
+        try fixture.sql("UPDATE events SET version = 1000 WHERE job_id = ? AND version = 2", [.text(id)])
+        try fixture.sql("UPDATE events SET version = 2 WHERE job_id = ? AND version = 3", [.text(id)])
+        try fixture.sql("UPDATE events SET version = 3 WHERE job_id = ? AND version = 1000", [.text(id)])
+        let report = try store.replay(verify: true)
+        #expect(!report.isConsistent)
+        #expect(report.problems.contains { $0.contains(id) && $0.contains("comes before its previous version") }, "\(report.problems)")
+    }
+
     @Test("a job waiting for one that has not succeeded is checked against its stored wait, in any id order", arguments: Engine.allCases)
     func dependencyWaits(engine: Engine) throws {
         let fixture = try StoreFixture("store-replay-stream-deps", engine: engine)
