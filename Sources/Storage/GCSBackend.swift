@@ -765,6 +765,13 @@ public struct GCSBackend: StorageBackend {
             }
         }
         try await sink.settle()
+        guard sink.offset <= total else {
+            // More than the object holds (another version's bytes, a transformed body): nothing to resume.
+            sink.partial.discard()
+            throw StorageError(.unknown, "the server sent \(sink.offset) bytes of an object of \(total); the partial file was dropped "
+                                   + "and a retry downloads it again", url: redactedURL(mediaURL(reference, generation: generation)),
+                               retryable: true)
+        }
         guard sink.offset == total else {
             try? await sink.partial.syncOffPool()
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(total) bytes; a retry resumes from there",

@@ -462,6 +462,12 @@ public struct HTTPBackend: StorageBackend {
         }
         try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
         let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
+        if let expected, sink.offset > expected {
+            // More than the answer announced: nothing to resume from.
+            sink.partial.discard()
+            throw StorageError(.unknown, "the server sent \(sink.offset) bytes of a file of \(expected); the partial file was dropped "
+                                   + "and a retry downloads it again", url: redactedURL(url), retryable: true)
+        }
         if let expected, sink.offset != expected {
             try? await sink.partial.syncOffPool()
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from there",

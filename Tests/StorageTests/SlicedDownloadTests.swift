@@ -209,6 +209,32 @@ import TestSupport
         #expect(result.verified == [.crc32c])
     }
 
+    /// More bytes than the object holds: the error said "a retry resumes from there", and kept a partial
+    /// file longer than the object. It is dropped now, and the message says the retry starts again.
+    @Test func moreBytesThanTheObjectHoldsDropThePartialFile() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .rewriteResponse { _, response in
+                response.body += Data(repeating: 0x21, count: 1_000)
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy, slicedThreshold: nil)
+        let directory = try TemporaryDirectory("jobctl-too-many-bytes")
+        defer { directory.remove() }
+        let bytes = Self.payload(1 << 20)
+        let reference = "gs://\(server.bucket)/long.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        let destination = directory.file("long.bin")
+        let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let error = try failure(await run(backend, spec, control: TransferControl(jobID: "01TOOMANYBYTES")))
+        #expect(error.retryable && error.message.contains("downloads it again") && !error.message.contains("resumes"), "\(error)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty, "no partial file kept")
+        _ = try finished(await run(backend, spec, control: TransferControl(jobID: "01TOOMANYBYTES")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+    }
+
     @Test func aShortSliceAnswerIsRetryableAndNeverCommitted() async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
