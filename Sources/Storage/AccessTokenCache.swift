@@ -99,42 +99,17 @@ actor AccessTokenCache {
         self.fetch = fetch
     }
 
-    /// A token valid now, fetched when none is cached or the cached one is about to expire.
-    func token() async throws(StorageError) -> String {
-        do throws(TransferFailure) {
-            return try await token(stoppingOn: nil)
-        } catch {
-            throw Self.unstopped(error)
-        }
-    }
-
-    /// A token to retry with after the server refused `rejected`.
-    func token(replacing rejected: String) async throws(StorageError) -> String {
-        do throws(TransferFailure) {
-            return try await token(replacing: rejected, stoppingOn: nil)
-        } catch {
-            throw Self.unstopped(error)
-        }
-    }
-
-    /// `token()` for a transfer under `control`: a stop requested while it waits for a refresh (a pause,
-    /// a cancel, the worker's SIGTERM) ends the wait at once (`TransferFailure.stopped`) — the refresh
-    /// goes on for the others — so a job held by a slow token endpoint can still be paused and released.
+    /// A token valid now, fetched when none is cached or the cached one is about to expire. A stop of
+    /// `control` requested while it waits for a refresh (a pause, a cancel, the worker's SIGTERM) ends the
+    /// wait at once (`TransferFailure.stopped`) — the refresh goes on for the others — so a job held by a
+    /// slow token endpoint can still be paused and released.
     func token(stoppingOn control: TransferControl?) async throws(TransferFailure) -> String {
         try await perform(state.tokenRequested(at: now()), stoppingOn: control)
     }
 
-    /// `token(replacing:)` for a transfer under `control` (see `token(stoppingOn:)`).
+    /// A token to retry with after the server refused `rejected` (a stop as in `token(stoppingOn:)`).
     func token(replacing rejected: String, stoppingOn control: TransferControl?) async throws(TransferFailure) -> String {
         try await perform(state.tokenRejected(rejected), stoppingOn: control)
-    }
-
-    /// The failure of a wait no control could stop: the refresh's own error.
-    private static func unstopped(_ failure: TransferFailure) -> StorageError {
-        switch failure {
-        case .failed(let cause): cause
-        case .stopped: StorageError(.cancelled, "fetching an access token was stopped")
-        }
     }
 
     private func perform(_ action: AccessTokenState.Action, stoppingOn control: TransferControl?) async throws(TransferFailure) -> String {

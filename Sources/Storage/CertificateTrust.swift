@@ -93,7 +93,7 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
         }
         guard !isDirectory.boolValue else { throw unusable(variable, path, "is a directory where a file is expected") }
         // Opened without waiting: a FIFO there held the worker's start for ever, deaf to SIGTERM.
-        let (descriptor, notRegular) = LocalFiles.openRegularForReading(path, allowingDirectories: false)
+        let (descriptor, _, notRegular) = LocalFiles.openRegularForReading(path, allowingDirectories: false)
         if let notRegular { throw unusable(variable, path, "is \(notRegular) where a file is expected") }
         guard descriptor >= 0 else { throw unusable(variable, path, "cannot be read") }
         let file = FileHandle(fileDescriptor: descriptor, closeOnDealloc: false)

@@ -605,12 +605,11 @@ public struct GCSBackend: StorageBackend {
             return Self.uploaded(object, ours)
         }
         // Before deleting: what is stored now?
-        let current = try await storedObjectResource(reference, generation: nil)
-        guard let stored = GCSObjectJSON.object(from: current), Self.names(stored, reference) else {
+        guard let (stored, storedSizeNow) = try await currentObject(reference) else {
             throw StorageError(.unknown, "\(mismatch), and the server's metadata for \(reference) is not this object's resource; "
                                    + "nothing was deleted", url: redactedURL(objectURL(reference)), retryable: true)
         }
-        let currentMismatch = Self.uploadMismatch(stored, storedSize: current["size"] == nil ? nil : stored.size, sourceSize: source.size,
+        let currentMismatch = Self.uploadMismatch(stored, storedSize: storedSizeNow, sourceSize: source.size,
                                                   md5: ours.md5, crc32c: ours.crc32c)
         if currentMismatch == nil && (stored.crc32c != nil || (stored.md5Hash != nil && ours.md5 != nil)) {
             return Self.uploaded(stored, ours)
@@ -645,14 +644,20 @@ public struct GCSBackend: StorageBackend {
     /// finished, its answer lost), nil otherwise — nothing is deleted either way.
     private func wholeStoredUpload(_ reference: StorageReference, source: UploadSource,
                                    checksums: StreamChecksums) async throws(StorageError) -> JobResult? {
-        let resource = try await storedObjectResource(reference, generation: nil)
-        guard let stored = GCSObjectJSON.object(from: resource), Self.names(stored, reference), resource["size"] != nil,
-              stored.crc32c != nil else { return nil }
+        guard let (stored, size) = try await currentObject(reference), size != nil, stored.crc32c != nil else { return nil }
         let ours = try await source.hashesOffPool(streamed: checksums, md5: false)
-        guard Self.uploadMismatch(stored, storedSize: stored.size, sourceSize: source.size, md5: nil, crc32c: ours.crc32c) == nil else {
+        guard Self.uploadMismatch(stored, storedSize: size, sourceSize: source.size, md5: nil, crc32c: ours.crc32c) == nil else {
             return nil
         }
         return Self.uploaded(stored, ours)
+    }
+
+    /// The object `reference` names as stored now (its latest generation) and its size when the metadata
+    /// gives one; nil when the server's answer is not that object's resource.
+    private func currentObject(_ reference: StorageReference) async throws(StorageError) -> (StorageObject, Int64?)? {
+        let resource = try await storedObjectResource(reference, generation: nil)
+        guard let stored = GCSObjectJSON.object(from: resource), Self.names(stored, reference) else { return nil }
+        return (stored, resource["size"] == nil ? nil : stored.size)
     }
 
     /// How the stored object differs from the uploaded source, or nil when it matches. A hash the

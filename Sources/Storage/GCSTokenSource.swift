@@ -166,11 +166,8 @@ final class GCSTokenSource: Sendable {
         let (seconds, attoseconds) = timeLimit.components
         let limit = DispatchTime.now() + Double(seconds) + Double(attoseconds) / 1e18
         let tooMuch = failure("printed more than \(maximumTokenCommandOutputBytes / 1024) KiB, far more than a token, and was stopped")
-        // Whichever comes first: the shell's end, or the reader giving up on too much output.
-        var finished = false
-        while !finished && DispatchTime.now() < limit && !collected.overflowed {
-            finished = exited.wait(timeout: min(limit, .now() + 0.05)) == .success
-        }
+        // A reader that gives up on too much output stops the whole group, so the shell's end comes then too.
+        let finished = exited.wait(timeout: limit) == .success
         if !finished {
             group.stopAll()
             _ = exited.wait(timeout: .now() + 2)

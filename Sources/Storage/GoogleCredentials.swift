@@ -44,7 +44,7 @@ public enum GoogleCredentials: Sendable, Equatable, CustomStringConvertible {
             StorageError(.unauthenticated, "\(source) names \(path), which \(what)")
         }
         // Opened without waiting: a FIFO there held the worker's start for ever, deaf to SIGTERM.
-        let (descriptor, notRegular) = LocalFiles.openRegularForReading(path, allowingDirectories: false)
+        let (descriptor, _, notRegular) = LocalFiles.openRegularForReading(path, allowingDirectories: false)
         if let notRegular {
             throw problem("is \(notRegular), not a file; point it at a service-account key or ADC file")
         }

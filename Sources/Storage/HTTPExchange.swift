@@ -209,22 +209,13 @@ final class UploadSource {
     /// anything but a regular file (a FIFO is refused, not waited on), and — when `followingLinks` is
     /// false — a symbolic link.
     init(path: String, followingLinks: Bool = true) throws(StorageError) {
-        let (descriptor, notRegular) = LocalFiles.openRegularForReading(path, followingLinks: followingLinks)
+        let (descriptor, info, notRegular) = LocalFiles.openRegularForReading(path, followingLinks: followingLinks,
+                                                                              allowingDirectories: false)
         if let notRegular {
             throw StorageError(.pathError, "the source '\(path)' is \(notRegular), not a regular file: nothing was read from it")
         }
         guard descriptor >= 0 else {
             throw posixError(errno, operation: "cannot open the source file", path: path)
-        }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else {
-            let code = errno
-            close(descriptor)
-            throw posixError(code, operation: "cannot inspect the source file", path: path)
-        }
-        guard (info.st_mode & S_IFMT) == S_IFREG else {
-            close(descriptor)
-            throw StorageError(.pathError, "the source '\(path)' is not a regular file")
         }
         storage = .file(descriptor: descriptor, path: path)
         size = Int64(info.st_size)

@@ -61,28 +61,29 @@ enum LocalFiles {
     /// without waiting: `O_NONBLOCK`, so a FIFO with no writer (or a device) planted there cannot hold
     /// the open — and the job, unanswerable to cancel — for ever. Anything but a regular file is refused
     /// (a negative descriptor, and what it is); a regular file's descriptor is blocking again (plain
-    /// reads). A negative descriptor with `notRegular` nil: the open failed, `errno` says why (ELOOP for a
-    /// symbolic link when `followingLinks` is false).
+    /// reads), and its `fstat` comes with it (callers need its size or kind: no second call). A negative
+    /// descriptor with `notRegular` nil: the open failed, `errno` says why (ELOOP for a symbolic link
+    /// when `followingLinks` is false).
     /// `allowingDirectories`: a directory is opened too (for callers that report one themselves).
-    static func openRegularForReading(_ path: String, followingLinks: Bool = true,
-                                      allowingDirectories: Bool = true) -> (descriptor: Int32, notRegular: String?) {
-        let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (followingLinks ? 0 : O_NOFOLLOW))
-        guard descriptor >= 0 else { return (-1, nil) }
+    static func openRegularForReading(_ path: String, followingLinks: Bool = true, allowingDirectories: Bool = true)
+        -> (descriptor: Int32, info: stat, notRegular: String?) {
         var info = stat()
+        let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (followingLinks ? 0 : O_NOFOLLOW))
+        guard descriptor >= 0 else { return (-1, info, nil) }
         guard fstat(descriptor, &info) == 0 else {
             let code = errno
             Glibc.close(descriptor)
             errno = code
-            return (-1, nil)
+            return (-1, info, nil)
         }
         let kind = info.st_mode & S_IFMT
         guard kind == S_IFREG || (kind == S_IFDIR && allowingDirectories) else {
             Glibc.close(descriptor)
-            return (-1, kind == S_IFIFO ? "a FIFO" : kind == S_IFSOCK ? "a socket" : kind == S_IFDIR ? "a directory" : "a device")
+            return (-1, info, kind == S_IFIFO ? "a FIFO" : kind == S_IFSOCK ? "a socket" : kind == S_IFDIR ? "a directory" : "a device")
         }
-        let flags = fcntl(descriptor, F_GETFL)
-        if flags >= 0 { _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK) }
-        return (descriptor, nil)
+        // The file status flags opened were O_RDONLY | O_NONBLOCK: clearing them all clears O_NONBLOCK alone.
+        _ = fcntl(descriptor, F_SETFL, 0)
+        return (descriptor, info, nil)
     }
 
     static func error(_ code: Int32, _ operation: String, path: String, context: Context = .other) -> StorageError {
@@ -278,17 +279,21 @@ final class LocalFile {
     }
 
     /// Opens `path` read-only, as the user named it: for files jobctl only reads (an upload's source).
-    /// Every file it creates or writes goes through `SafeDirectory` instead.
-    init(reading path: String, context: LocalFiles.Context) throws(StorageError) {
-        folder = nil
-        name = path
-        self.context = context
-        let (fd, notRegular) = LocalFiles.openRegularForReading(path)
+    /// Every file it creates or writes goes through `SafeDirectory` instead. Returns its status too.
+    static func reading(_ path: String, context: LocalFiles.Context) throws(StorageError) -> (LocalFile, FileStatus) {
+        let (fd, info, notRegular) = LocalFiles.openRegularForReading(path)
         if let notRegular {
             throw StorageError(.pathError, "'\(path)' is \(notRegular), not a regular file: nothing was read from it")
         }
         guard fd >= 0 else { throw LocalFiles.error(errno, "opening", path: path, context: context) }
-        descriptor = fd
+        return (LocalFile(opened: fd, path: path, context: context), FileStatus(info))
+    }
+
+    private init(opened descriptor: Int32, path: String, context: LocalFiles.Context) {
+        folder = nil
+        name = path
+        self.context = context
+        self.descriptor = descriptor
     }
 
     /// Adopts a descriptor `SafeDirectory` opened for `name` in the folder at `folder` (for messages).

@@ -27,11 +27,9 @@ struct FullDatabaseDiskTests {
     func aDrainStopsSayingSoAndTheNextFinishes() throws {
         let workspace = try CLIWorkspace("full-db-disk")
         defer { workspace.directory.remove() }
-        let small = workspace.directory.file("small")
-        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
-        let mount = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", small])
-        try #require(mount.status == 0, "mount failed: \(mount.stderr)")
-        defer { _ = try? runProcess("/bin/umount", [small]) }
+        let filesystem = try SmallFilesystem(at: workspace.directory.file("small"), size: "8m")
+        defer { filesystem.unmount() }
+        let small = filesystem.path
         let database = small + "/jobctl.db"
         let manifest = try workspace.write("jobs.yaml", (0..<120).map {
             "- {kind: upload-data, data: \"\(String(repeating: "x", count: 100)) \($0)\", destination: \"file://full/f\($0).txt\"}"

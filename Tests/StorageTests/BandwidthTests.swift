@@ -95,11 +95,9 @@ import TestSupport
         try payload.write(to: URL(fileURLWithPath: server.root + "/big.bin"))
         let directory = try TemporaryDirectory("jobctl-paced-full")
         defer { directory.remove() }
-        let small = directory.file("small")
-        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
-        let mount = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", small])
-        try #require(mount.status == 0, "mount failed: \(mount.stderr)")
-        defer { _ = try? runProcess("/bin/umount", [small]) }
+        let filesystem = try SmallFilesystem(at: directory.file("small"), size: "1m")
+        defer { filesystem.unmount() }
+        let small = filesystem.path
         let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5),
                                   engine: CurlEngine(threadName: "paced-full-curl"))
         let rate: Int64 = 8 * 1_048_576

@@ -721,11 +721,9 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
     func fullDiskIsATypedErrorAndLeavesNoFinalFile() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }
-        let small = sandbox.directory.file("small")
-        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
-        let mount = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", small])
-        try #require(mount.status == 0, "mount failed: \(mount.stderr)")
-        defer { _ = try? runProcess("/bin/umount", [small]) }
+        let filesystem = try SmallFilesystem(at: sandbox.directory.file("small"), size: "1m")
+        defer { filesystem.unmount() }
+        let small = filesystem.path
         let bytes = try randomData(2 * 1024 * 1024)
 
         // Upload into a bucket on the full filesystem.

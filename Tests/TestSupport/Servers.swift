@@ -315,3 +315,21 @@ public func patternData(_ count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> D
     }
     return Data(bytes)
 }
+
+/// A small tmpfs mounted at a new folder `path` (needs root), to fill a filesystem on purpose; `unmount`
+/// when done (a test that crashes leaves it mounted: `mount | grep` finds it).
+public struct SmallFilesystem {
+    public let path: String
+
+    /// Makes `path` and mounts a tmpfs of `size` (`1m`, `8m`) there.
+    public init(at path: String, size: String) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let mount = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path])
+        guard mount.status == 0 else { throw TestServerError("mount failed: \(mount.stderr)") }
+        self.path = path
+    }
+
+    public func unmount() {
+        _ = try? runProcess("/bin/umount", [path])
+    }
+}
