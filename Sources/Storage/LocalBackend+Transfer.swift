@@ -197,7 +197,7 @@ final class LocalTransfer {
         let sidecar: (name: String, identity: FileIdentity)
         do {
             try temp.sync()
-            sidecar = try backend.createMetadata(object, for: location, diskFull: &diskFull)
+            sidecar = try backend.createMetadata(object, describing: session.identity, for: location, diskFull: &diskFull)
         } catch {
             // A full disk ends the job, so its session goes to give the space back.
             if diskFull || temp.failedForLackOfSpace { session.discard(in: location) }
@@ -410,7 +410,7 @@ final class LocalTransfer {
 
     /// Compares the bytes read with the sidecar's hashes; the algorithms verified.
     private func verify(_ object: StorageObject, md5: String?, crc32c: String) throws(StorageError) -> [ChecksumAlgorithm] {
-        try recorded(object).verify(md5: md5, crc32c: crc32c, what: "downloaded bytes",
+        try recorded(object).verify(md5: md5, crc32c: crc32c, what: "download",
                                     remedy: "the object or its metadata is corrupt; the copy was removed")
     }
 
@@ -526,13 +526,11 @@ final class LocalTransfer {
     // MARK: - Download URL
 
     private func fetchURL() throws(StorageError) -> TransferOutcome {
-        let (file, initial, location) = try openObject()
+        let (file, _, location) = try openObject()
         // The object's lock serialises token creation across worker processes: exactly one token is made.
         try file.lockExclusive()
-        var object = initial
-        if let status = try? file.status() {
-            object = try backend.readMetadata(location, status: status)
-        }
+        let status = try file.status()
+        var object = try backend.readMetadata(location, status: status)
         var token = object.downloadTokens?.split(separator: ",").first.map {
             String($0).trimmingCharacters(in: .whitespaces)
         }
@@ -542,7 +540,7 @@ final class LocalTransfer {
             object.downloadTokens = created
             object.metageneration = String((Int(object.metageneration ?? "1") ?? 1) + 1)
             object.updated = LocalFiles.timestamp()
-            try backend.writeMetadata(object, to: location)
+            try backend.writeMetadata(object, describing: status.identity, to: location)
             try location.directory.sync()
         }
         let url = "file://" + StorageReference.percentEncode(location.path, keepSlash: true) + "?token=" + StorageReference.percentEncode(token ?? "", keepSlash: false)
@@ -581,7 +579,7 @@ extension LocalTransfer {
         object.customMetadata = custom.isEmpty ? nil : custom
         object.metageneration = String((Int(object.metageneration ?? "1") ?? 1) + 1)
         object.updated = LocalFiles.timestamp()
-        try backend.writeMetadata(object, to: location)
+        try backend.writeMetadata(object, describing: status.identity, to: location)
         try location.directory.sync()
         return .finished(JobResult(object: object))
     }

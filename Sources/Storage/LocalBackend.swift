@@ -28,8 +28,9 @@ import Glibc
 ///   is synced and a `.upload(sessionURI: "file-session:<device>:<inode>:<temp path>", …)` checkpoint
 ///   reported. A resumed session is used only while it is still that inode. On completion the temp
 ///   file and sidecar are synced and renamed into place and the directory synced. The object and its
-///   sidecar are two renames: a crash between them leaves the new object with the old sidecar, which
-///   the next download reports as `nonMatchingChecksum` rather than serving silently.
+///   sidecar are two renames; the sidecar names the file it describes (device and inode), so a crash
+///   between them leaves the new object beside a sidecar of another file, which is not believed: the
+///   object is served as a file without a sidecar until the job's retry writes both again.
 ///   Each upload is a new generation (metageneration 1, no download tokens). A session whose source
 ///   changed size since its resume point is discarded and the upload starts over. A session file left
 ///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it, and
@@ -401,22 +402,30 @@ extension LocalBackend {
     /// The largest sidecar read: metadata is a few hundred bytes.
     static let sidecarLimit = 1 << 20
 
-    /// The object's metadata: the sidecar when there is one, else derived from `status`. A symbolic link
-    /// at the sidecar's name is refused, never followed.
+    /// The object's metadata: the sidecar when there is one that describes this file, else derived from
+    /// `status`. A symbolic link at the sidecar's name is refused, never followed.
+    ///
+    /// A sidecar names the file it describes (its device and inode, kept by the rename that puts an
+    /// upload in place). Another file at the object's name — the new object of an upload that died
+    /// between its two renames, or a file put there by hand — is served as a file without a sidecar:
+    /// the old sidecar's checksums are another file's, and comparing them failed its downloads as
+    /// corrupt (`nonMatchingChecksum`) although every byte was right. A sidecar from before it named
+    /// its file is believed as before.
     func readMetadata(_ location: LocalLocation, status: FileStatus) throws(StorageError) -> StorageObject {
         let reference = location.reference
         guard let file = try location.directory.openExisting(location.sidecarName, writable: false, context: .other) else {
-            let time = LocalFiles.timestamp(Date(timeIntervalSince1970: Double(status.modifiedMicros) / 1_000_000))
-            return StorageObject(bucket: reference.bucket, name: reference.fullPath, size: status.size,
-                                 contentType: ContentTypes.infer(path: location.name), generation: String(status.modifiedMicros),
-                                 metageneration: "1", timeCreated: time, updated: time)
+            return Self.derivedMetadata(location, status: status)
         }
         guard try file.status().isRegular else {
             throw LocalFiles.unexpectedFileRefused(location.sidecarPath, what: "not a regular file", operation: "reading metadata")
         }
         let data = try file.readAll(limit: Self.sidecarLimit)
         do {
-            var object = try SidecarJSON.decode(data) ?? JSONDecoder().decode(StorageObject.self, from: data)
+            let sidecar = try SidecarJSON.decode(data) ?? SidecarJSON.decodeWithFoundation(data)
+            if let described = sidecar.file, described != status.identity {
+                return Self.derivedMetadata(location, status: status)
+            }
+            var object = sidecar.object
             object.bucket = reference.bucket
             object.name = reference.fullPath
             // The file is the object: a sidecar's size (another writer's, or a planted one) never
@@ -430,6 +439,14 @@ extension LocalBackend {
         }
     }
 
+    /// The metadata of a file no sidecar describes, from its `stat`: no checksums to verify against.
+    static func derivedMetadata(_ location: LocalLocation, status: FileStatus) -> StorageObject {
+        let time = LocalFiles.timestamp(Date(timeIntervalSince1970: Double(status.modifiedMicros) / 1_000_000))
+        return StorageObject(bucket: location.reference.bucket, name: location.reference.fullPath, size: status.size,
+                             contentType: ContentTypes.infer(path: location.name), generation: String(status.modifiedMicros),
+                             metageneration: "1", timeCreated: time, updated: time)
+    }
+
     /// Eight random lowercase hexadecimal digits (32 random bits), as the first eight of a random UUID's
     /// were, without formatting a whole UUID (~7,000 instructions an upload).
     static func randomTag() -> String {
@@ -437,11 +454,12 @@ extension LocalBackend {
         return String(repeating: "0", count: 8 - digits.count) + digits
     }
 
-    /// Writes the sidecar atomically: a new temporary file (`O_EXCL`, synced) renamed over the sidecar's
-    /// name, which replaces whatever was there. The caller syncs the directory.
-    func writeMetadata(_ object: StorageObject, to location: LocalLocation) throws(StorageError) {
+    /// Writes the sidecar of the object file `described` atomically: a new temporary file (`O_EXCL`,
+    /// synced) renamed over the sidecar's name, which replaces whatever was there. The caller syncs the
+    /// directory.
+    func writeMetadata(_ object: StorageObject, describing described: FileIdentity, to location: LocalLocation) throws(StorageError) {
         var diskFull = false
-        let temp = try createMetadata(object, for: location, diskFull: &diskFull)
+        let temp = try createMetadata(object, describing: described, for: location, diskFull: &diskFull)
         do {
             try location.directory.rename(temp.name, to: location.sidecarName)
         } catch {
@@ -450,11 +468,12 @@ extension LocalBackend {
         }
     }
 
-    /// Creates and syncs a new temporary sidecar beside the object, returning its name and identity; it is
-    /// removed again when writing fails, and `diskFull` then says whether the disk was full (by errno).
-    func createMetadata(_ object: StorageObject, for location: LocalLocation,
+    /// Creates and syncs a new temporary sidecar of the object file `described` beside the object,
+    /// returning its name and identity; it is removed again when writing fails, and `diskFull` then says
+    /// whether the disk was full (by errno).
+    func createMetadata(_ object: StorageObject, describing described: FileIdentity, for location: LocalLocation,
                         diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
-        let data = SidecarJSON.encode(object) ?? SidecarJSON.encodeWithFoundation(object)
+        let data = SidecarJSON.encode(object, describing: described) ?? SidecarJSON.encodeWithFoundation(object, describing: described)
         let name = HiddenName.make(location.name, suffix: ".jobctl-meta.json." + Self.randomTag() + ".jobctl-meta.tmp")
         let file = try location.directory.createExclusive(name)
         do {
@@ -472,25 +491,69 @@ extension LocalBackend {
     }
 }
 
-/// A sidecar's JSON: what `JSONEncoder` with `[.prettyPrinted, .sortedKeys]` writes for a `StorageObject`.
+/// A sidecar's JSON: what `JSONEncoder` with `[.prettyPrinted, .sortedKeys]` writes for a `StorageObject`
+/// and the object file it describes (`objectFile`, `DEVICE:INODE`; see `LocalBackend.readMetadata`).
 ///
 /// An object without custom metadata whose strings are printable ASCII (nearly every one a worker uploads)
 /// is written by hand, byte for byte as the encoder writes it: the encoder, with its reflection over
 /// `Codable` and its key sorting, cost ~49,000 instructions per upload. Any other object is left to it.
 enum SidecarJSON {
+    /// What a sidecar holds: the object's metadata and the file it describes (nil in a sidecar written
+    /// before sidecars named their file).
+    typealias Contents = (object: StorageObject, file: FileIdentity?)
+
     /// The sidecar's bytes as `JSONEncoder` writes them.
-    static func encodeWithFoundation(_ object: StorageObject) -> Data {
+    static func encodeWithFoundation(_ object: StorageObject, describing file: FileIdentity?) -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         // Encoding a struct of strings, numbers and a string dictionary cannot fail.
-        return (try? encoder.encode(object)) ?? Data()
+        return (try? encoder.encode(Document(object: object, file: file))) ?? Data()
+    }
+
+    /// A sidecar as `JSONDecoder` reads it: the object, and the file it describes when it names one (an
+    /// `objectFile` that is not `DEVICE:INODE` makes the sidecar invalid).
+    static func decodeWithFoundation(_ data: Data) throws -> Contents {
+        let decoder = JSONDecoder()
+        let object = try decoder.decode(StorageObject.self, from: data)
+        let named = try decoder.decode(NamedFile.self, from: data)
+        return (object, named.objectFile)
+    }
+
+    /// The object's members and `objectFile` in one JSON object.
+    private struct Document: Encodable {
+        let object: StorageObject
+        let file: FileIdentity?
+
+        func encode(to encoder: any Encoder) throws {
+            try object.encode(to: encoder)
+            var container = encoder.container(keyedBy: NamedFile.CodingKeys.self)
+            try container.encodeIfPresent(file?.description, forKey: .objectFile)
+        }
+    }
+
+    /// A sidecar's `objectFile` member.
+    private struct NamedFile: Decodable {
+        enum CodingKeys: String, CodingKey { case objectFile }
+        let objectFile: FileIdentity?
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            guard let text = try container.decodeIfPresent(String.self, forKey: .objectFile) else {
+                objectFile = nil
+                return
+            }
+            guard let file = FileIdentity(text) else {
+                throw DecodingError.dataCorruptedError(forKey: .objectFile, in: container, debugDescription: "not DEVICE:INODE")
+            }
+            objectFile = file
+        }
     }
 
     /// The members of a sidecar written by hand, in the encoder's key order (`customMetadata`, between
     /// `crc32c` and `downloadTokens`, is never one of them).
     private enum Member: CaseIterable {
         case bucket, cacheControl, contentDisposition, contentEncoding, contentLanguage, contentType, crc32c, downloadTokens
-        case generation, md5Hash, metageneration, name, size, timeCreated, updated
+        case generation, md5Hash, metageneration, name, objectFile, size, timeCreated, updated
 
         /// `"key" : `, as the encoder writes it before the value.
         var key: StaticString {
@@ -507,15 +570,16 @@ enum SidecarJSON {
             case .md5Hash: "\"md5Hash\" : "
             case .metageneration: "\"metageneration\" : "
             case .name: "\"name\" : "
+            case .objectFile: "\"objectFile\" : "
             case .size: "\"size\" : "
             case .timeCreated: "\"timeCreated\" : "
             case .updated: "\"updated\" : "
             }
         }
 
-        /// The member's string value in `object` (nil: left out, as `encodeIfPresent` leaves it); nil
-        /// for `size`, which is a number.
-        func text(in object: StorageObject) -> String? {
+        /// The member's string value in `object` or, for `objectFile`, of `file` (nil: left out, as
+        /// `encodeIfPresent` leaves it); nil for `size`, which is a number.
+        func text(in object: StorageObject, file: FileIdentity?) -> String? {
             switch self {
             case .bucket: object.bucket
             case .cacheControl: object.cacheControl
@@ -529,14 +593,16 @@ enum SidecarJSON {
             case .md5Hash: object.md5Hash
             case .metageneration: object.metageneration
             case .name: object.name
+            case .objectFile: file?.description
             case .size: nil
             case .timeCreated: object.timeCreated
             case .updated: object.updated
             }
         }
 
-        /// Sets the member's string value in `object` (`size` is set as a number instead).
-        func set(_ text: String, in object: inout StorageObject) {
+        /// Sets the member's string value in `object`, or `file` from `objectFile` (`size` is set as a
+        /// number instead); false for an `objectFile` that is not `DEVICE:INODE`.
+        func set(_ text: String, in object: inout StorageObject, file: inout FileIdentity?) -> Bool {
             switch self {
             case .bucket: object.bucket = text
             case .cacheControl: object.cacheControl = text
@@ -550,16 +616,20 @@ enum SidecarJSON {
             case .md5Hash: object.md5Hash = text
             case .metageneration: object.metageneration = text
             case .name: object.name = text
+            case .objectFile:
+                guard let named = FileIdentity(text) else { return false }
+                file = named
             case .size: break
             case .timeCreated: object.timeCreated = text
             case .updated: object.updated = text
             }
+            return true
         }
     }
 
     /// The same bytes written by hand; nil for an object with custom metadata or a string that is not
     /// printable ASCII (the encoder's escapes and key order there are its own business).
-    static func encode(_ object: StorageObject) -> Data? {
+    static func encode(_ object: StorageObject, describing file: FileIdentity?) -> Data? {
         guard object.customMetadata == nil else { return nil }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(512)
@@ -568,7 +638,7 @@ enum SidecarJSON {
             if member == .size {
                 appendKey(member.key, to: &bytes)
                 LocalFiles.appendBytes(of: String(object.size), to: &bytes)
-            } else if let text = member.text(in: object) {
+            } else if let text = member.text(in: object, file: file) {
                 appendKey(member.key, to: &bytes)
                 guard appendString(text, to: &bytes) else { return nil }
             }
@@ -582,10 +652,11 @@ enum SidecarJSON {
     /// nil for any other text, which `JSONDecoder` then reads (or refuses, with its own message). What
     /// it accepts is JSON that `JSONDecoder` reads as the same object: the decoder cost ~64,000
     /// instructions per download from a named bucket.
-    static func decode(_ data: Data) -> StorageObject? {
-        data.withUnsafeBytes { bytes in
+    static func decode(_ data: Data) -> Contents? {
+        data.withUnsafeBytes { bytes -> Contents? in
             var reader = SidecarReader(bytes: bytes)
             var object = StorageObject(bucket: "", name: "", size: 0)
+            var file: FileIdentity?
             var required = 0
             var remaining = Member.allCases[...]
             guard reader.skip("{\n  ") else { return nil }
@@ -598,14 +669,13 @@ enum SidecarJSON {
                     guard let size = reader.integer() else { return nil }
                     object.size = size
                 } else {
-                    guard let text = reader.string() else { return nil }
-                    member.set(text, in: &object)
+                    guard let text = reader.string(), member.set(text, in: &object, file: &file) else { return nil }
                 }
                 if member == .bucket || member == .name || member == .size { required += 1 }
             } while reader.skip(",\n  ")
             // The three members `StorageObject` cannot do without, each found once.
             guard reader.skip("\n}"), reader.atEnd, required == 3 else { return nil }
-            return object
+            return (object, file)
         }
     }
 

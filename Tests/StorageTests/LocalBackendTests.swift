@@ -717,6 +717,47 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
                 "\(sandbox.entries(bucket))")
     }
 
+    /// The object and its sidecar are two renames. A worker killed between them left the new object
+    /// beside the old sidecar, whose CRC32C failed every download of the new (whole, correct) bytes as
+    /// corrupt until the job was retried. The sidecar names the file it describes: another file at the
+    /// object's name is served as a file without one, and the next write of its metadata describes it.
+    @Test("an object renamed into place without its sidecar is served as a file without one")
+    func objectWithoutItsSidecar() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let first = try randomData(100_000)
+        let second = try randomData(70_000)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/o.bin", data: first)))
+        // The state a worker killed between the renames leaves: the new object in place (its session file
+        // renamed onto the name, so a new inode), the old object's sidecar beside it.
+        let bucket = sandbox.buckets + "/b"
+        let session = bucket + "/.o.bin.session"
+        try second.write(to: URL(fileURLWithPath: session))
+        #expect(rename(session, bucket + "/o.bin") == 0)
+
+        let destination = sandbox.directory.file("dl/o.bin")
+        let download = try finished(try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/o.bin", destination: destination)))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == second)
+        #expect(download.verified == [], "no checksum of this file is recorded")
+        let memory = try finished(try await run(sandbox.backend(), JobSpec(kind: .downloadMemory, source: "file://b/o.bin", maxSize: 1 << 20)))
+        #expect(memory.data == second)
+        let metadata = try #require(try finished(try await run(sandbox.backend(), JobSpec(kind: .getMetadata, source: "file://b/o.bin"))).object)
+        #expect(metadata.crc32c == nil && metadata.md5Hash == nil && metadata.size == Int64(second.count), "\(metadata)")
+
+        // Metadata written now (here a download token) describes the file in place: its checksums are
+        // still unknown, and an edit in place is no longer taken for another file.
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .fetchURL, source: "file://b/o.bin")))
+        let tokened = try #require(try finished(try await run(sandbox.backend(), JobSpec(kind: .getMetadata, source: "file://b/o.bin"))).object)
+        #expect(tokened.downloadTokens != nil && tokened.crc32c == nil, "\(tokened)")
+
+        // The job's retry (or any upload) writes both again: its checksum is recorded and verified.
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/o.bin", data: second)))
+        let again = try finished(try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/o.bin",
+                                                                          destination: sandbox.directory.file("dl/again.bin"))))
+        #expect(again.verified == [.crc32c])
+        #expect(sandbox.entries(bucket).filter { !$0.hasPrefix(".o.bin.jobctl-meta.json") && $0 != "o.bin" } == [], "\(sandbox.entries(bucket))")
+    }
+
     @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
     func fullDiskIsATypedErrorAndLeavesNoFinalFile() async throws {
         let sandbox = try Sandbox()

@@ -277,26 +277,53 @@ struct SidecarJSONTests {
         StorageObject(bucket: "b", name: "x", size: 1, contentType: "text/plain; charset=\u{0}"),
     ]
 
-    @Test("objects of printable ASCII are written byte for byte as JSONEncoder writes them", arguments: handWritten)
-    func sameBytes(object: StorageObject) throws {
-        let written = try #require(SidecarJSON.encode(object))
-        #expect(String(decoding: written, as: UTF8.self) == String(decoding: SidecarJSON.encodeWithFoundation(object), as: UTF8.self))
+    /// The files a sidecar may describe: none (one written before sidecars named their file) and others.
+    static let files: [FileIdentity?] = [nil, FileIdentity(device: 2049, inode: 1_234_567), FileIdentity(device: .max, inode: 0)]
+
+    @Test("objects of printable ASCII are written byte for byte as JSONEncoder writes them", arguments: handWritten, files)
+    func sameBytes(object: StorageObject, file: FileIdentity?) throws {
+        let written = try #require(SidecarJSON.encode(object, describing: file))
+        #expect(String(decoding: written, as: UTF8.self)
+                    == String(decoding: SidecarJSON.encodeWithFoundation(object, describing: file), as: UTF8.self))
         #expect(try JSONDecoder().decode(StorageObject.self, from: written) == object)
+        #expect(String(decoding: written, as: UTF8.self).contains("\"objectFile\" : ") == (file != nil))
     }
 
     @Test("custom metadata and other characters are left to JSONEncoder", arguments: leftToTheEncoder)
-    func leftAlone(object: StorageObject) {
-        #expect(SidecarJSON.encode(object) == nil)
+    func leftAlone(object: StorageObject) throws {
+        #expect(SidecarJSON.encode(object, describing: nil) == nil)
+        // JSONEncoder writes the file beside the object's members, and both are read back.
+        let file = FileIdentity(device: 7, inode: 8)
+        let contents = try SidecarJSON.decodeWithFoundation(SidecarJSON.encodeWithFoundation(object, describing: file))
+        #expect(contents.object == object && contents.file == file)
     }
 
-    @Test("sidecars written by hand are read back by hand as JSONDecoder reads them", arguments: handWritten)
-    func readBack(object: StorageObject) throws {
-        let written = try #require(SidecarJSON.encode(object))
-        #expect(SidecarJSON.decode(written) == object)
-        #expect(SidecarJSON.decode(SidecarJSON.encodeWithFoundation(object)) == object)
+    @Test("sidecars written by hand are read back by hand as JSONDecoder reads them", arguments: handWritten, files)
+    func readBack(object: StorageObject, file: FileIdentity?) throws {
+        let written = try #require(SidecarJSON.encode(object, describing: file))
+        let byHand = try #require(SidecarJSON.decode(written))
+        #expect(byHand.object == object && byHand.file == file)
+        let foundation = try #require(SidecarJSON.decode(SidecarJSON.encodeWithFoundation(object, describing: file)))
+        #expect(foundation.object == object && foundation.file == file)
+        let decoded = try SidecarJSON.decodeWithFoundation(written)
+        #expect(decoded.object == object && decoded.file == file)
     }
 
-    private static let canonical = String(decoding: SidecarJSON.encodeWithFoundation(uploaded), as: UTF8.self)
+    /// An `objectFile` that names no file is not taken for one (nor for no file at all): the sidecar is
+    /// refused, by hand and by JSONDecoder.
+    @Test(arguments: ["\"\"", "\"12\"", "\"1:2:3\"", "\"-1:2\"", "\"1:x\"", "12", "null"])
+    func objectFileThatNamesNoFile(value: String) {
+        let text = Self.withFile.replacingOccurrences(of: "\"objectFile\" : \"2049:99\"", with: "\"objectFile\" : " + value)
+        #expect(text != Self.withFile)
+        #expect(SidecarJSON.decode(Data(text.utf8)) == nil)
+        if value != "null" {
+            #expect(throws: (any Error).self) { try SidecarJSON.decodeWithFoundation(Data(text.utf8)) }
+        }
+    }
+
+    private static let canonical = String(decoding: SidecarJSON.encodeWithFoundation(uploaded, describing: nil), as: UTF8.self)
+    private static let withFile = String(decoding: SidecarJSON.encodeWithFoundation(uploaded, describing: FileIdentity(device: 2049, inode: 99)),
+                                         as: UTF8.self)
 
     /// Sidecars as a person or another version might have left them: each is either read by hand as
     /// JSONDecoder reads it, or left to JSONDecoder.
@@ -338,10 +365,11 @@ struct SidecarJSONTests {
         let data = Data(text.utf8)
         let foundation = try? JSONDecoder().decode(StorageObject.self, from: data)
         if let byHand = SidecarJSON.decode(data) {
-            #expect(byHand == foundation)
+            #expect(byHand.object == foundation)
+            #expect(byHand.file == nil)
         }
         if text == Self.canonical {
-            #expect(SidecarJSON.decode(data) == Self.uploaded)
+            #expect(SidecarJSON.decode(data)?.object == Self.uploaded)
         }
     }
 }
