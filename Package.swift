@@ -36,7 +36,7 @@ let package = Package(
         .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),
         .target(name: "Storage", dependencies: ["CCurl", "CFileSystem", "JobModel", "Checksums"]),
         .target(name: "Tasks", dependencies: ["JobModel", "Storage"]),
-        .target(name: "Worker", dependencies: ["JobModel", "JobLifecycle", "StorePort", "Storage", "Tasks"]),
+        .target(name: "Worker", dependencies: ["CFileSystem", "JobModel", "JobLifecycle", "StorePort", "Storage", "Tasks"]),
         .target(name: "Retention", dependencies: ["CZlib", "JobModel", "StorePort", "Checksums"]),
         .executableTarget(name: "jobctl", dependencies: ["JobModel", "JobLifecycle", "StorePort", "EventStore", "PostgresStore", "Manifest", "Storage", "Tasks", "Worker", "Retention"]),
 

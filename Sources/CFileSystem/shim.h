@@ -2,12 +2,13 @@
 #define JOBCTL_CFILESYSTEM_SHIM_H
 
 // What Glibc's Swift module leaves out: the filesystem type of an open file (`fstatfs(2)`, in
-// <sys/vfs.h>), and a shell started with `posix_spawn` in a process group of its own. Header-only:
-// nothing is linked beyond libc.
+// <sys/vfs.h>), a shell started with `posix_spawn` in a process group of its own, and `accept4`.
+// Header-only: nothing is linked beyond libc.
 
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/vfs.h>
 
 /// The `f_type` magic number of the filesystem holding `fd` (TMPFS_MAGIC 0x01021994, …), or -1 when
@@ -23,6 +24,13 @@ static inline long jobctl_filesystem_type(int fd) {
 extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *, int);
 extern char **environ;
 extern int pipe2(int fds[2], int flags);
+extern int accept4(int fd, struct sockaddr *address, socklen_t *length, int flags);
+
+/// A connection accepted on `listener` that closes on exec and never blocks (`accept4` with
+/// `SOCK_CLOEXEC | SOCK_NONBLOCK`: no other thread's spawn can inherit it between two calls).
+static inline int jobctl_accept_nonblocking(int listener) {
+    return accept4(listener, (struct sockaddr *)0, (socklen_t *)0, SOCK_CLOEXEC | SOCK_NONBLOCK);
+}
 
 /// A pipe whose two ends close on exec (`pipe2(O_CLOEXEC)`: no other thread's spawn can inherit them).
 static inline int jobctl_pipe_cloexec(int fds[2]) {

@@ -1,3 +1,4 @@
+import CFileSystem
 import Foundation
 import JobModel
 
@@ -49,14 +50,19 @@ public struct MetricsAddress: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// A tiny HTTP/1.1 server for Prometheus scrapes: `GET /metrics` answers 200 with the exposition
-/// text, any other request 404 (405 for another method on /metrics), one connection at a time on one
-/// thread. A request must arrive whole within `requestTimeoutMs` and `maxRequestBytes`, or the
-/// connection is answered 408/431 and closed, so a slow or hostile client holds the thread for at most
-/// that long. Every socket call of the project is in this file.
+/// text, any other request 404 (405 for another method on /metrics), on one thread that waits on every
+/// connection at once (`poll`). A request must arrive whole within `requestTimeoutMs` and
+/// `maxRequestBytes`, or the connection is answered 408/431 and closed. At most `maxConnections` are
+/// open: a new one beyond them closes the oldest that has not sent its request, so clients that
+/// connect and say nothing (however many, however often) never keep a scrape waiting — one connection
+/// at a time, each of them held the thread for the time limit, and a scrape queued behind them.
+/// Every socket call of the project is in this file.
 public final class MetricsServer: Sendable {
     /// The largest request head read; a scrape's is a few hundred bytes.
     public static let maxRequestBytes = 8_192
     public static let requestTimeoutMs = 2_000
+    /// Connections open at once (reading a request or writing an answer).
+    public static let maxConnections = 32
 
     public let address: MetricsAddress
     private let listener: Int32
@@ -67,7 +73,7 @@ public final class MetricsServer: Sendable {
     public init(address: MetricsAddress, body: @escaping @Sendable () -> String) throws(WorkerError) {
         self.address = address
         self.body = body
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw Self.failure("create a socket for", address) }
         var yes: Int32 = 1
         _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
@@ -81,7 +87,7 @@ public final class MetricsServer: Sendable {
         let bound = withUnsafePointer(to: &sin) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard bound == 0, listen(fd, 16) == 0 else {
+        guard bound == 0, listen(fd, 64) == 0 else {
             let error = Self.failure("listen on", address)
             close(fd)
             throw error
@@ -98,80 +104,157 @@ public final class MetricsServer: Sendable {
         thread.start()
     }
 
-    /// Stops accepting: the accept thread returns and the socket is closed.
+    /// Stops accepting: the serving thread closes every connection and the socket, and returns.
     public func stop() {
         shutdown(listener, Int32(SHUT_RDWR))
     }
 
     // MARK: - Serving
 
+    /// One open connection: the request read so far, then the answer left to send.
+    private struct Connection {
+        let fd: Int32
+        /// When the request must be in (then 408) or, once answered, the answer sent (then closed).
+        var deadlineNs: UInt64
+        var request: [UInt8] = []
+        /// The answer; nil while the request is being read.
+        var answer: [UInt8]?
+        /// How much of the answer was sent.
+        var sent = 0
+
+        init(fd: Int32, now: UInt64) {
+            self.fd = fd
+            deadlineNs = now + MetricsServer.timeLimitNs
+        }
+
+        /// Sets the answer, to be sent within the time limit from `now`.
+        mutating func answer(_ bytes: [UInt8], now: UInt64) {
+            answer = bytes
+            deadlineNs = now + MetricsServer.timeLimitNs
+        }
+    }
+
+    private static let timeLimitNs = UInt64(requestTimeoutMs) * 1_000_000
+
     private func serve() {
-        while true {
-            let connection = accept(listener, nil, nil)
-            if connection < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
+        var connections: [Connection] = []
+        var chunk = [UInt8](repeating: 0, count: 1_024)
+        serving: while true {
+            let now = DispatchTime.now().uptimeNanoseconds
+            var index = 0
+            while index < connections.count {
+                // A request not in within the time limit is answered 408; an answer not taken within it
+                // is given up.
+                if now >= connections[index].deadlineNs {
+                    if connections[index].answer == nil {
+                        connections[index].answer(Self.response(status: "408 Request Timeout", body: "request not received in time\n"), now: now)
+                    } else {
+                        connections[index].sent = connections[index].answer?.count ?? 0
+                    }
+                }
+                if Self.flush(&connections[index]) {
+                    close(connections[index].fd)
+                    connections.remove(at: index)
+                } else {
+                    index += 1
+                }
+            }
+            var polled = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
+            for connection in connections {
+                polled.append(pollfd(fd: connection.fd, events: Int16(connection.answer == nil ? POLLIN : POLLOUT), revents: 0))
+            }
+            let nextDeadline = connections.map(\.deadlineNs).min()
+            let waitMs = nextDeadline.map { Int32(clamping: ($0 - min($0, now)) / 1_000_000 + 1) } ?? -1
+            let ready = poll(&polled, nfds_t(polled.count), waitMs)
+            if ready < 0 {
+                if errno == EINTR { continue }
                 break
             }
-            answer(connection)
-            close(connection)
+            let polledAt = DispatchTime.now().uptimeNanoseconds
+            // Answers go out and requests are read before new connections are taken.
+            for (offset, entry) in polled.enumerated().dropFirst() where entry.revents != 0 {
+                let index = offset - 1
+                if connections[index].answer != nil { continue }  // writable: sent at the top of the loop
+                let count = chunk.withUnsafeMutableBytes { recv(connections[index].fd, $0.baseAddress, $0.count, 0) }
+                if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { continue }
+                if count <= 0 {
+                    connections[index].answer([], now: polledAt)  // closed or failed: nothing to answer
+                    continue
+                }
+                connections[index].request += chunk[0..<count]
+                if let answer = answer(to: connections[index].request) { connections[index].answer(answer, now: polledAt) }
+            }
+            if polled[0].revents & Int16(POLLIN) != 0 || polled[0].revents & Int16(POLLHUP | POLLERR) != 0 {
+                while true {
+                    let fd = jobctl_accept_nonblocking(listener)
+                    if fd < 0 {
+                        if errno == EINTR || errno == ECONNABORTED { continue }
+                        if errno == EAGAIN || errno == EWOULDBLOCK { break }
+                        break serving  // shut down (`stop`) or broken
+                    }
+                    if connections.count >= Self.maxConnections {
+                        // The oldest connection still without a request makes room; else the oldest.
+                        let victim = connections.firstIndex { $0.answer == nil } ?? 0
+                        close(connections[victim].fd)
+                        connections.remove(at: victim)
+                    }
+                    connections.append(Connection(fd: fd, now: polledAt))
+                }
+            }
         }
+        for connection in connections { close(connection.fd) }
         close(listener)
     }
 
-    private func answer(_ connection: Int32) {
-        var timeout = timeval(tv_sec: Self.requestTimeoutMs / 1000, tv_usec: (Self.requestTimeoutMs % 1000) * 1000)
-        _ = setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        _ = setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(Self.requestTimeoutMs) * 1_000_000
-        var request: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1_024)
-        while Self.headEnd(request) == nil {
-            if request.count >= Self.maxRequestBytes {
-                return respond(connection, status: "431 Request Header Fields Too Large", body: "request too large\n")
+    /// Sends what is left of the connection's answer without waiting; whether the connection is done
+    /// with (its answer sent, or the peer gone). Not while its request is being read.
+    private static func flush(_ connection: inout Connection) -> Bool {
+        guard let answer = connection.answer else { return false }
+        while connection.sent < answer.count {
+            let sent = answer[connection.sent...].withUnsafeBytes {
+                send(connection.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
             }
-            if DispatchTime.now().uptimeNanoseconds >= deadline {
-                return respond(connection, status: "408 Request Timeout", body: "request not received in time\n")
-            }
-            let count = chunk.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
-            if count < 0 && errno == EINTR { continue }
-            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                return respond(connection, status: "408 Request Timeout", body: "request not received in time\n")
-            }
-            if count <= 0 { return }
-            request += chunk[0..<count]
+            if sent < 0 && errno == EINTR { continue }
+            if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return false }
+            if sent <= 0 { return true }
+            connection.sent += sent
+        }
+        return true
+    }
+
+    /// The answer to a request head, or nil while it has not arrived whole (and is not too large).
+    private func answer(to request: [UInt8]) -> [UInt8]? {
+        guard Self.headEnd(request) != nil else {
+            return request.count >= Self.maxRequestBytes
+                ? Self.response(status: "431 Request Header Fields Too Large", body: "request too large\n") : nil
         }
         let line = String(decoding: request.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self)
         let parts = line.split(separator: " ", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else {
-            return respond(connection, status: "400 Bad Request", body: "not an HTTP/1.x request\n")
+            return Self.response(status: "400 Bad Request", body: "not an HTTP/1.x request\n")
         }
         let path = parts[1].split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
         guard path == "/metrics" else {
-            return respond(connection, status: "404 Not Found", body: "not found: metrics are at /metrics\n")
+            return Self.response(status: "404 Not Found", body: "not found: metrics are at /metrics\n")
         }
         switch parts[0] {
         case "GET":
-            respond(connection, status: "200 OK", contentType: "text/plain; version=0.0.4; charset=utf-8", body: body())
+            return Self.response(status: "200 OK", contentType: "text/plain; version=0.0.4; charset=utf-8", body: body())
         case "HEAD":
-            respond(connection, status: "200 OK", contentType: "text/plain; version=0.0.4; charset=utf-8", body: body(), headOnly: true)
+            return Self.response(status: "200 OK", contentType: "text/plain; version=0.0.4; charset=utf-8", body: body(), headOnly: true)
         default:
-            respond(connection, status: "405 Method Not Allowed", body: "only GET and HEAD\n", extra: "Allow: GET, HEAD\r\n")
+            return Self.response(status: "405 Method Not Allowed", body: "only GET and HEAD\n", extra: "Allow: GET, HEAD\r\n")
         }
     }
 
-    private func respond(_ connection: Int32, status: String, contentType: String = "text/plain; charset=utf-8", body: String,
-                         extra: String = "", headOnly: Bool = false) {
+    /// An answer's bytes: the status line, the headers (the connection closes after it) and the body.
+    private static func response(status: String, contentType: String = "text/plain; charset=utf-8", body: String,
+                                 extra: String = "", headOnly: Bool = false) -> [UInt8] {
         let payload = Array(body.utf8)
         let head = "HTTP/1.1 \(status)\r\nContent-Type: \(contentType)\r\nContent-Length: \(payload.count)\r\n\(extra)Connection: close\r\n\r\n"
         var bytes = Array(head.utf8)
         if !headOnly { bytes += payload }
-        var offset = 0
-        while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if sent < 0 && errno == EINTR { continue }
-            if sent <= 0 { return }
-            offset += sent
-        }
+        return bytes
     }
 
     /// Where the request head ends (after CR LF CR LF, or LF LF), or nil while it has not.

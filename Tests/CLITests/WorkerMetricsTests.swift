@@ -167,6 +167,24 @@ import TestSupport
         let stalled = try runProcess("\(PackagePaths.venv)/bin/python", [stall, "\(port)"])
         #expect(stalled.stdout == "HTTP/1.1 408 Request Timeout\n", "\(stalled.stdout)\(stalled.stderr)")
         #expect(try Self.curl(["http://127.0.0.1:\(port)/metrics"]).status == 200)
+        // Clients that connect and say nothing, more of them than the 32 connections kept, do not keep a
+        // scrape waiting: one connection at a time, the scrape waited 2 s behind each of them.
+        let idle = try workspace.write("idle.py", """
+            import socket, sys, time
+            port = int(sys.argv[1])
+            idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(40)]
+            time.sleep(0.2)
+            start = time.monotonic()
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+            status = s.recv(100).split(b"\\r\\n")[0].decode()
+            print(status, "%.3f" % (time.monotonic() - start))
+            """)
+        let crowded = try runProcess("\(PackagePaths.venv)/bin/python", [idle, "\(port)"])
+        let answer = crowded.stdout.split(separator: " ")
+        #expect(answer.prefix(3).joined(separator: " ") == "HTTP/1.1 200 OK", "\(crowded.stdout)\(crowded.stderr)")
+        #expect(answer.last.flatMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }.map { $0 < 1.5 } == true,
+                "the scrape waited: \(crowded.stdout)")
 
         signalIfRunning(worker, SIGTERM)
         worker.waitUntilExit()
