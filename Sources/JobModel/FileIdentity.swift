@@ -25,3 +25,23 @@ public struct FileIdentity: Codable, Sendable, Equatable, Hashable, CustomString
         self.init(device: device, inode: inode)
     }
 }
+
+/// What an upload's source file was when the upload read it first: its size, modification time and
+/// identity. Bytes read from a file that no longer matches (written to, grown, replaced by another file)
+/// must not be joined to those read before: an upload checks the file again before its last bytes go
+/// out, and a later attempt resumes an upload session only while the file still matches the stamp the
+/// session was started with.
+public struct SourceStamp: Codable, Sendable, Equatable, Hashable {
+    /// `st_size` in bytes.
+    public var size: Int64
+    /// `st_mtim` in nanoseconds since 1970.
+    public var modifiedNanos: Int64
+    /// `st_dev` and `st_ino`.
+    public var file: FileIdentity
+
+    public init(size: Int64, modifiedNanos: Int64, file: FileIdentity) {
+        self.size = size
+        self.modifiedNanos = modifiedNanos
+        self.file = file
+    }
+}

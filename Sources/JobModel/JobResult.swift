@@ -170,8 +170,10 @@ extension JobResult: CustomReflectable {
 /// `indirect`: a resume point rides in every progress report and record (nil mostly), and inline it made
 /// each of them 73 bytes wider.
 public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
-    /// A resumable upload session and the offset the server confirmed.
-    case upload(sessionURI: String, confirmedOffset: Int64, total: Int64?)
+    /// A resumable upload session and the offset the server confirmed. `source` is the source file as
+    /// the session's first bytes were read from it (absent for data, and in events logged before it was
+    /// recorded): a later attempt resumes the session only while the file still matches it.
+    case upload(sessionURI: String, confirmedOffset: Int64, total: Int64?, source: SourceStamp? = nil)
     /// A download: bytes safely written to `tempPath`, pinned to the object's generation or ETag.
     /// `file` is the temporary file's identity when it was written (absent in events logged before it
     /// was recorded): a resumed attempt appends only to that very file.
@@ -209,7 +211,7 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// Bytes that need not be sent again.
     public var bytesDone: Int64 {
         switch self {
-        case .upload(_, let offset, _): offset
+        case .upload(_, let offset, _, _): offset
         case .download(let written, _, _, _, _): written
         case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0 + $1.confirmed }
         case .sentUpload(let total): total

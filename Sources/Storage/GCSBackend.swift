@@ -206,8 +206,15 @@ public struct GCSBackend: StorageBackend {
         // A session that expired or cannot be trusted is replaced by a new one, once per attempt.
         var replacedSession = false
 
+        // A session whose bytes were read from the source as it was before a change (written to, or
+        // replaced by another file) is dropped: continuing it would store an object of two versions.
+        var resumable = resumePoint
+        if case .upload(let uri, _, _, let recordedSource?)? = resumePoint, let stamp = source.stamp, recordedSource != stamp {
+            await cancelUploadSession(uri)
+            resumable = nil
+        }
         // Continue an earlier session when one is given and still alive.
-        if case .upload(let uri, let confirmed, let recordedTotal)? = resumePoint, recordedTotal == nil || recordedTotal == total {
+        if case .upload(let uri, let confirmed, let recordedTotal, _)? = resumable, recordedTotal == nil || recordedTotal == total {
             switch try await queryUploadStatus(uri, total: total, recordedOffset: confirmed, control: control) {
             case .incomplete(let serverOffset):
                 if Self.implausibleOffset(serverOffset, floor: confirmed, ceiling: total, total: total) != nil {
@@ -216,7 +223,7 @@ public struct GCSBackend: StorageBackend {
                     replacedSession = true
                 } else {
                     session = UploadSession(uri: uri, confirmed: serverOffset, ceiling: total)
-                    report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: serverOffset, total: total), bytesTotal: total))
+                    report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: serverOffset, total: total, source: source.stamp), bytesTotal: total))
                 }
             case .finished(let object):
                 return .finished(try await verifiedUploadResult(object, source: source, checksums: checksums, reference: reference))
@@ -233,7 +240,7 @@ public struct GCSBackend: StorageBackend {
                     let uri = try await startUploadSession(reference, contentType: contentType, metadata: metadata, total: total,
                                                            ifGenerationMatchZero: ifGenerationMatchZero, control: control)
                     session = UploadSession(uri: uri, confirmed: 0, ceiling: 0)
-                    report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: 0, total: total), bytesTotal: total))
+                    report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: 0, total: total, source: source.stamp), bytesTotal: total))
                 } catch {
                     switch error {
                     case .stopped(let reason): return .stopped(reason, nil)
@@ -268,7 +275,7 @@ public struct GCSBackend: StorageBackend {
                     await cancelUploadSession(current.uri)
                     return .stopped(.cancel, nil)
                 }
-                return .stopped(reason, .upload(sessionURI: current.uri, confirmedOffset: current.confirmed, total: total))
+                return .stopped(reason, .upload(sessionURI: current.uri, confirmedOffset: current.confirmed, total: total, source: source.stamp))
             case .expired:
                 // The session vanished mid-upload: start one new session, once.
                 guard !replacedSession else {
@@ -400,8 +407,9 @@ public struct GCSBackend: StorageBackend {
             case .failure(.stopped(let reason)):
                 return .stopped(reason)
             case .failure(.failed(let failure)):
-                // A broken connection or a timeout: the chunk may or may not have landed.
-                guard failure.retryable, failure.httpStatus == nil else { throw failure }
+                // A broken connection or a timeout: the chunk may or may not have landed. Not a problem of
+                // the source file (`pathError`, such as one written to meanwhile): the session cannot help.
+                guard failure.retryable, failure.httpStatus == nil, failure.code != .pathError else { throw failure }
                 problem = failure
             case .success(let response):
                 switch response.status {
@@ -468,7 +476,7 @@ public struct GCSBackend: StorageBackend {
         if checksums.hashedUpTo < offset { try source.hashPrefix(upTo: offset, into: checksums) }
         session.confirmed = offset
         progress.update(offset)
-        report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: offset, total: source.size), bytesTotal: source.size))
+        report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: offset, total: source.size, source: source.stamp), bytesTotal: source.size))
     }
 
     private static func noProgress(_ session: UploadSession, total: Int64, cause: String) -> StorageError {

@@ -204,6 +204,8 @@ final class UploadSource {
 
     private let storage: Storage
     let size: Int64
+    /// The file as it was opened (nil for data): checked again before its last bytes are handed over.
+    let stamp: SourceStamp?
 
     /// Opens a local file for reading. Missing or unreadable files are `pathError` (not retryable), as is
     /// anything but a regular file (a FIFO is refused, not waited on), and — when `followingLinks` is
@@ -219,11 +221,13 @@ final class UploadSource {
         }
         storage = .file(descriptor: descriptor, path: path)
         size = Int64(info.st_size)
+        stamp = SourceStamp(info)
     }
 
     init(data: Data) {
         storage = .data(data)
         size = Int64(data.count)
+        stamp = nil
     }
 
     deinit {
@@ -242,6 +246,9 @@ final class UploadSource {
                     if count == 0 {
                         throw StorageError(.pathError, "the source file '\(path)' shrank while it was being uploaded; upload it again once it is stable")
                     }
+                    // Before the last bytes go out: a file written to meanwhile would make an object of two
+                    // versions (whose checksums match what was sent), so it is refused while nothing is stored.
+                    if offset + Int64(count) == size, let stamp { try Self.checkUnchanged(descriptor, path: path, since: stamp) }
                     return count
                 }
                 if errno == EINTR { continue }
@@ -254,6 +261,25 @@ final class UploadSource {
             }
             return wanted
         }
+    }
+
+    /// Throws when the open file no longer is what `stamp` recorded (its size or modification time):
+    /// retryable, as a file being written is often finished soon; the next attempt starts from its start.
+    static func checkUnchanged(_ descriptor: Int32, path: String, since stamp: SourceStamp) throws(StorageError) {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw posixError(errno, operation: "cannot check the source file", path: path) }
+        let now = SourceStamp(info)
+        guard now.size != stamp.size || now.modifiedNanos != stamp.modifiedNanos else { return }
+        throw sourceChanged(path, now: now, then: stamp)
+    }
+
+    /// The error for a source file that changed while its upload read it.
+    static func sourceChanged(_ path: String, now: SourceStamp, then: SourceStamp) -> StorageError {
+        let what = now.size != then.size ? "it holds \(now.size) bytes, not the \(then.size) it held when the upload began"
+            : "it was written to after the upload began"
+        return StorageError(.pathError, "the source file '\(path)' changed while it was being uploaded (\(what)); the object was not "
+                                + "written — a retry uploads the file again from its start",
+                            retryable: true)
     }
 
     /// CRC32C — and MD5 when the stream computed it or `md5` is true — of every byte of the source:

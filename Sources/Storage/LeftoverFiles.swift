@@ -83,7 +83,7 @@ public struct LeftoverFiles: Sendable {
             switch point {
             case .download(_, _, _, let temp, _): temp
             case .slicedDownload(_, _, let temp, _): temp
-            case .upload(let uri, _, _): LocalUploadSession(uri: uri)?.path
+            case .upload(let uri, _, _, _): LocalUploadSession(uri: uri)?.path
             case .sentUpload, .sentDelete, .unanswered: nil
             }
         })
@@ -180,7 +180,7 @@ public struct LeftoverFiles: Sendable {
         // before a draining worker exits). Following links on the way can only find more than the walk
         // that follows none, never less: a name `lstat` does not find, the folder does not hold.
         var recordedSession: LocalUploadSession?
-        if case .upload(let uri, _, _)? = job.resumePoint { recordedSession = LocalUploadSession(uri: uri) }
+        if case .upload(let uri, _, _, _)? = job.resumePoint { recordedSession = LocalUploadSession(uri: uri) }
         guard Self.mayExist(SafeDirectory.childPath(ours, in: place.folderPath))
                 || recordedSession.map({ Self.mayExist($0.path) }) == true,
               let directory = try? open(place) else { return [] }

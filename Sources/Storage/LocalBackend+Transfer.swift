@@ -70,6 +70,8 @@ final class LocalTransfer {
         let source: Source
         let total: Int64
         var sourceName: String?
+        // The source file as it was opened: checked again before the object is written.
+        var sourceStamp: SourceStamp?
         if spec.kind == .uploadFile {
             guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
             sourceName = LocalFiles.lastComponent(path)
@@ -80,6 +82,7 @@ final class LocalTransfer {
             }
             source = .file(file)
             total = status.size
+            sourceStamp = status.stamp
         } else {
             guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
             try backend.policy.check(reference: reference, sourceName: nil)
@@ -180,6 +183,15 @@ final class LocalTransfer {
             }
         }
 
+        // A file written to while it was copied would make an object of two versions (whose checksums
+        // match what was copied): refused before the object is written, and the session dropped.
+        if case .file(let file) = source, let then = sourceStamp {
+            let now = try file.status().stamp
+            if now.size != then.size || now.modifiedNanos != then.modifiedNanos {
+                session.discard(in: location)
+                throw UploadSource.sourceChanged(spec.source ?? "", now: now, then: then)
+            }
+        }
         let (md5, crc32c) = hashes.finish()
         let now = Date()
         let time = LocalFiles.timestamp(now)
@@ -286,7 +298,7 @@ final class LocalTransfer {
     /// Returns the session and the hashes of the bytes it holds so far.
     private func openUploadSession(for location: LocalLocation, total: Int64, source: Source,
                                    md5: Bool) throws(StorageError) -> (OpenSession, StreamingHashes) {
-        if case .upload(let uri, let offset, let recordedTotal)? = resumePoint, let recorded = LocalUploadSession(uri: uri) {
+        if case .upload(let uri, let offset, let recordedTotal, _)? = resumePoint, let recorded = LocalUploadSession(uri: uri) {
             let name = LocalFiles.lastComponent(recorded.path)
             // Another job's session (a log edited by hand, a resume point copied) is never resumed into.
             let ownName = control.jobID.map { name == LocalUploadSession.name(forObject: location.name, token: $0) }

@@ -216,6 +216,8 @@ struct FileStatus: Equatable {
     let size: Int64
     /// Modification time, microseconds since 1970.
     let modifiedMicros: Int64
+    /// Modification time, nanoseconds since 1970.
+    let modifiedNanos: Int64
     let identity: FileIdentity
     /// Hard links to the inode (`st_nlink`).
     let links: UInt64
@@ -231,6 +233,7 @@ struct FileStatus: Equatable {
         }
         size = Int64(info.st_size)
         modifiedMicros = Int64(info.st_mtim.tv_sec) * 1_000_000 + Int64(info.st_mtim.tv_nsec) / 1000
+        modifiedNanos = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
         identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
         links = UInt64(info.st_nlink)
         owner = UInt32(info.st_uid)
@@ -238,6 +241,8 @@ struct FileStatus: Equatable {
 
     var isRegular: Bool { kind == .regular }
     var isDirectory: Bool { kind == .directory }
+    /// The file's size, modification time and identity, as an upload records its source.
+    var stamp: SourceStamp { SourceStamp(size: size, modifiedNanos: modifiedNanos, file: identity) }
 
     /// Whether a file found at one of jobctl's own temporary names may be one jobctl left there itself: a
     /// regular file, with no other hard link, owned by this process's user. Anything else (a link, a
@@ -480,5 +485,12 @@ final class LocalFile {
                 throw StorageError(.internalError, "'\(path)' is larger than the \(limit) bytes expected: remove it and try again")
             }
         }
+    }
+}
+
+extension SourceStamp {
+    /// The stamp of a file from its `stat`.
+    init(_ info: stat) {
+        self = FileStatus(info).stamp
     }
 }

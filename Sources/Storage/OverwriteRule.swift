@@ -44,7 +44,7 @@ struct OverwriteRule {
         switch resumePoint {
         case .download(_, _, _, let temp?, let file?)?: (temp, file)
         case .slicedDownload(_, _, let temp, let file)?: (temp, file)
-        case .upload(let uri, _, _)?:
+        case .upload(let uri, _, _, _)?:
             LocalUploadSession(uri: uri).flatMap { session in session.identity.map { (session.path, $0) } }
         default: nil
         }

@@ -123,7 +123,7 @@ extension JobRecord {
             return resumePoint?.bytesDone ?? 0
         case .queued, .running, .paused:
             if spec.kind.isUpload {
-                if case .upload(_, let offset, _)? = resumePoint { return offset }
+                if case .upload(_, let offset, _, _)? = resumePoint { return offset }
                 return 0
             }
             return bytesDone
@@ -180,7 +180,7 @@ extension JobRecord {
 enum Describe {
     static func resumePoint(_ resume: ResumePoint) -> String {
         switch resume {
-        case .upload(_, let offset, let total):
+        case .upload(_, let offset, let total, _):
             "upload session, \(ByteSize.format(offset)) confirmed" + (total.map { " of \(ByteSize.format($0))" } ?? "")
         case .download(let written, let generation, _, _, _):
             "\(ByteSize.format(written)) written" + (generation.map { " (generation \($0))" } ?? "")

@@ -230,7 +230,7 @@ struct ResumePointView: Encodable {
     init(_ resume: ResumePoint, display: Display) {
         if case .slicedDownload(let slices, _, _, _) = resume { self.slices = slices } else { slices = nil }
         switch resume {
-        case .upload(let session, let offset, let total):
+        case .upload(let session, let offset, let total, _):
             type = "upload"
             sessionURI = display.url(session)
             confirmedOffset = offset

@@ -233,7 +233,7 @@ struct ProgressBar {
             return nil
         case .progress:
             var confirmed: Int64?
-            if case .upload(_, let offset, _)? = event.data.resumePoint { confirmed = offset }
+            if case .upload(_, let offset, _, _)? = event.data.resumePoint { confirmed = offset }
             return line(done: event.data.bytesDone ?? 0, confirmed: confirmed, total: event.data.bytesTotal,
                         atMs: event.atMs, width: width)
         default:

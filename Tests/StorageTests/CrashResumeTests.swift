@@ -76,7 +76,7 @@ struct CrashResumeTests {
         child.waitUntilExit()
         #expect(child.terminationReason == .uncaughtSignal, "the child must have been killed, not finished")
         let last = try #require(points.last, "the child logged no checkpoint; its output: \((try? String(contentsOfFile: childOutput, encoding: .utf8)) ?? "")")
-        guard case .upload(_, let confirmed, _) = last else {
+        guard case .upload(_, let confirmed, _, _) = last else {
             Issue.record("expected an upload resume point, got \(last)")
             return
         }

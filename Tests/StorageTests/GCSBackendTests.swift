@@ -35,7 +35,7 @@ struct GCSBackendTests {
         let sessionRecorder = EventRecorder()
         _ = try finished(await run(GCSBackend(configuration: sessions), JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/notes/hello.txt",
                                                                                 data: payload), recorder: sessionRecorder))
-        guard case .upload(let uri, 0, let total)? = sessionRecorder.checkpoints.first else {
+        guard case .upload(let uri, 0, let total, _)? = sessionRecorder.checkpoints.first else {
             Issue.record("no initial upload checkpoint: \(sessionRecorder.all)")
             return
         }
@@ -105,7 +105,7 @@ struct GCSBackendTests {
             if case .checkpoint(let point, _) = event, point.bytesDone >= 524_288 { control.stop(.pause) }
         }
         let outcome = try await run(GCSBackend(configuration: emulatorConfiguration(server)), spec, control: control, recorder: first).get()
-        guard case .stopped(.pause, let point?) = outcome, case .upload(_, let confirmed, let total) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .upload(_, let confirmed, let total, _) = point else {
             Issue.record("expected a paused upload with a resume point, got \(outcome)")
             return
         }
@@ -142,7 +142,7 @@ struct GCSBackendTests {
             if case .checkpoint = event { control.stop(.shutdown) }
         }
         let outcome = try await run(GCSBackend(configuration: emulatorConfiguration(server)), spec, control: control, recorder: first).get()
-        guard case .stopped(.shutdown, let point?) = outcome, case .upload(_, 0, _) = point else {
+        guard case .stopped(.shutdown, let point?) = outcome, case .upload(_, 0, _, _) = point else {
             Issue.record("expected a stop at offset 0, got \(outcome)")
             return
         }

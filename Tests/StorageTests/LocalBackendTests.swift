@@ -440,7 +440,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
 
         let stopped = try await run(first, spec, recorder: pausing)
 
-        guard case .stopped(.pause, let point?) = stopped, case .upload(let session, let offset, let recordedTotal) = point else {
+        guard case .stopped(.pause, let point?) = stopped, case .upload(let session, let offset, let recordedTotal, _) = point else {
             Issue.record("expected a pause with an upload resume point, got \(stopped)")
             return
         }
@@ -475,7 +475,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://fresh/dir/l.bin")
         let pausing = Recorder(stopAtCheckpoint: .pause)
         let stopped = try await run(sandbox.backend(checkpoint: 1024 * 1024, buckets: linked), spec, recorder: pausing)
-        guard case .stopped(.pause, let point?) = stopped, case .upload(let session, let offset, _) = point else {
+        guard case .stopped(.pause, let point?) = stopped, case .upload(let session, let offset, _, _) = point else {
             Issue.record("expected a pause with an upload resume point, got \(stopped)")
             return
         }
@@ -500,7 +500,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/s.bin")
         let stopped = try await run(sandbox.backend(checkpoint: 1024 * 1024), spec,
                                     recorder: Recorder(stopAtCheckpoint: .pause, jobID: "01OTHERJOB"))
-        guard case .stopped(.pause, let point?) = stopped, case .upload(let uri, _, _) = point,
+        guard case .stopped(.pause, let point?) = stopped, case .upload(let uri, _, _, _) = point,
               let sessionPath = LocalUploadSession(uri: uri)?.path else { Issue.record("\(stopped)"); return }
         // Make the other job's session hold other bytes, as a different upload's would.
         let otherBytes = try randomData(1024 * 1024)

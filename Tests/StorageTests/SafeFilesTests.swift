@@ -283,7 +283,7 @@ struct SafeFilesTests {
             let control = TransferControl(jobID: jobID)
             let point = try pausedPoint(await run(scene.local(checkpoint: 1024 * 1024), spec, control: control,
                                                   recorder: pauseAtFirstCheckpoint(control)))
-            guard case .upload(let uri, let offset, _) = point else { Issue.record("\(point)"); return }
+            guard case .upload(let uri, let offset, _, _) = point else { Issue.record("\(point)"); return }
             #expect(offset == 1024 * 1024)
             let path = String(uri.split(separator: ":", maxSplits: 3)[3])
             #expect(uri.hasPrefix("file-session:") && FileManager.default.fileExists(atPath: path), "\(uri)")

@@ -572,7 +572,7 @@ struct UploadFaultTests {
         #expect(starts == [0] + stride(from: 0, to: Int64(payload.count), by: Int(Self.quantum)).map { $0 }, "\(starts)")
         // The lie never became a checkpoint: the new session's checkpoint replaced the old one.
         let sessions = recorder.checkpoints.compactMap { point -> String? in
-            if case .upload(let uri, _, _) = point { return uri }
+            if case .upload(let uri, _, _, _) = point { return uri }
             return nil
         }
         #expect(Set(sessions).count == 2)

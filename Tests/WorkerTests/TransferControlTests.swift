@@ -417,7 +417,7 @@ import TestSupport
         #expect(try jobctl(["pause", id], database: database).status == 0)
         #expect(try eventually(seconds: 5) { try store.job(id)?.state == .paused })
         let paused = try #require(try store.job(id))
-        guard case .upload(let session, let offset, _)? = paused.resumePoint else {
+        guard case .upload(let session, let offset, _, _)? = paused.resumePoint else {
             Issue.record("no upload resume point after pause: \(String(describing: paused.resumePoint))")
             return
         }
@@ -434,7 +434,7 @@ import TestSupport
         let resumedClaim = try #require(events.lastIndex { $0.type == .claimed })
         let firstAfter = try #require(events[resumedClaim...].first { $0.type == .progress && $0.data.resumePoint != nil })
         #expect((firstAfter.data.resumePoint?.bytesDone ?? 0) >= offset, "restarted below the paused offset")
-        if case .upload(let resumedSession, _, _)? = firstAfter.data.resumePoint {
+        if case .upload(let resumedSession, _, _, _)? = firstAfter.data.resumePoint {
             #expect(resumedSession == session, "a new session was started instead of resuming")
         }
         #expect(try store.job(id)?.result?.object?.size == Int64(size))
