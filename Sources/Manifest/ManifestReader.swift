@@ -1355,9 +1355,14 @@ struct ManifestReader {
     /// nearest within about a third of its length in edits.
     static func closest(to name: String, among candidates: [String]) -> String? {
         func folded(_ text: String) -> String { text.lowercased().filter { $0 != "_" && $0 != "-" } }
-        if let same = candidates.first(where: { folded($0) == folded(name) }) { return same }
+        let foldedName = folded(name)
+        if let same = candidates.first(where: { folded($0) == foldedName }) { return same }
+        // A suggestion is at most a third of its length away, and an edit distance is at least the difference
+        // in length: a name more than twice as long as every candidate is taken for a misspelling of none.
+        // Not comparing it keeps a long value linear (a 16 MiB `kind:` took minutes, letter by letter).
+        guard name.count <= 2 * (candidates.map(\.count).max() ?? 0) else { return nil }
         // Ties go to the spelling closest as written, so `contentTyp` suggests `contentType`, not `content_type`.
-        let scored = candidates.map { ($0, editDistance(folded(name), folded($0)), editDistance(name, $0)) }
+        let scored = candidates.map { ($0, editDistance(foldedName, folded($0)), editDistance(name, $0)) }
         guard let best = scored.min(by: { ($0.1, $0.2) < ($1.1, $1.2) }), best.1 <= max(1, best.0.count / 3) else { return nil }
         return best.0
     }

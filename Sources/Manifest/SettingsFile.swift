@@ -50,7 +50,10 @@ public enum SettingsFile {
                     continue
                 }
                 guard keys.contains(key.value) else {
-                    let nearest = keys.min { editDistance($0, key.value) < editDistance($1, key.value) }
+                    // A name more than 3 characters longer than every key is more than 3 edits from each: not
+                    // compared, so a long one costs no quadratic work.
+                    let near = key.value.count <= (keys.map(\.count).max() ?? 0) + 3
+                    let nearest = near ? keys.min { editDistance($0, key.value) < editDistance($1, key.value) } : nil
                     let hint = nearest.flatMap { editDistance($0, key.value) <= 3 ? " (did you mean '\($0)'?)" : nil } ?? ""
                     report(.unknownKey, "unknown setting '\(key.value)'\(hint); `jobctl config` lists the settings there are",
                            at: key.mark)

@@ -169,6 +169,42 @@ private let deepCases: [DeepCase] = [
         }
     }
 
+    /// A long misspelt name is near no field, kind or value: it is refused with no suggestion, without
+    /// being compared letter by letter with each candidate (which took minutes for one 16 MiB `kind:`).
+    @Test func longUnknownNamesGetNoSuggestionAndCostLinearTime() throws {
+        let long = String(repeating: "q", count: 2 << 20)
+        let yaml = """
+            jobs:
+              - kind: \(long)
+                source: gs://b/x
+              - kind: upload-data
+                data: hi
+                destination: gs://b/x
+                if_exists: \(long)
+                checksums: [\(long)]
+                metadata:
+                  ? \(long)
+                  : v
+                ? \(long)
+                : 1
+
+            """
+        let started = Date()
+        let errors = try #require(parse(yaml).errors)
+        let settings = SettingsFile.read(text: "? \(long)\n: 1\n", path: "config.yaml", keys: ["concurrency", "lease"])
+        // Generous: linear takes about a second; compared letter by letter, minutes.
+        #expect(Date().timeIntervalSince(started) < 30)
+        #expect(errors.map(\.code) == [.unknownKind, .invalidValue, .invalidValue, .unknownKey, .unknownKey])
+        #expect(errors.map { "\($0.line):\($0.column)" } == ["2:11", "7:16", "8:17", "10:9", "12:7"])
+        #expect(errors.allSatisfy { !$0.message.contains("did you mean") })
+        guard case .failure(let refused) = settings else {
+            Issue.record("an unknown setting was accepted")
+            return
+        }
+        #expect(refused.errors.map(\.code) == [.unknownKey])
+        #expect(refused.errors.first?.message.contains("did you mean") == false)
+    }
+
     // MARK: - Scalars, jobs, bytes
 
     @Test func scalarLengthIsLimited() throws {
