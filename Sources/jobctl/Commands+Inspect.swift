@@ -116,6 +116,11 @@ extension Commands {
             changes += (job.spec.removeCustomMetadata ?? []).map { "delete custom \(display.text($0))" }
             lines.append(("changes", changes.joined(separator: ", ")))
         }
+        if let timeout = job.spec.timeoutSeconds { lines.append(("timeout", DurationText.format(timeout))) }
+        if let checksums = job.spec.checksums { lines.append(("checksums", checksums.map(\.rawValue).joined(separator: ", "))) }
+        if let ifExists = job.spec.ifExists { lines.append(("if exists", ifExists.rawValue)) }
+        if let rate = job.spec.maxRate { lines.append(("max rate", "\(ByteSize.format(rate))/s")) }
+        if let generation = job.spec.ifGeneration { lines.append(("if generation", "\(generation)")) }
         if let key = job.spec.key { lines.append(("key", key)) }
         if let after = job.spec.after { lines.append(("after", after.joined(separator: ", "))) }
         if let waiting, !waiting.isEmpty { lines.append(("waiting", "waiting for " + waiting.joined(separator: ", "))) }

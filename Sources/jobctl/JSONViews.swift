@@ -87,6 +87,14 @@ struct SpecView: Encodable {
     let priority: Int
     let maxAttempts: Int
     let queue: String
+    /// One attempt's limit (`timeout:`) in seconds, absent when there is none.
+    let timeoutSeconds: Int?
+    /// The hashes the job asks for (`checksums:`), absent for the default.
+    let checksums: [String]?
+    /// What a transfer does when its destination exists (`if_exists:`), absent for the default (overwrite).
+    let ifExists: String?
+    /// The job's own bandwidth (`max_rate:`) in bytes per second, absent when it has none.
+    let maxRate: Int64?
     /// The schedule (`run_after:`, `delay:`, `submit --at`), absent when the job runs at once.
     let runAfter: String?
     let runAfterMs: Int64?
@@ -110,6 +118,10 @@ struct SpecView: Encodable {
         priority = spec.priority
         maxAttempts = spec.maxAttempts
         queue = spec.queue
+        timeoutSeconds = spec.timeoutSeconds
+        checksums = spec.checksums?.map(\.rawValue)
+        ifExists = spec.ifExists?.rawValue
+        maxRate = spec.maxRate
         runAfter = spec.runAfterMs.map(RFC3339.string)
         runAfterMs = spec.runAfterMs
         batch = spec.batch.map { BatchView($0, display: display) }
@@ -119,7 +131,8 @@ struct SpecView: Encodable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case kind, source, destination, metadata, key, priority, queue, batch, after
+        case kind, source, destination, metadata, key, priority, queue, batch, after, checksums
+        case timeoutSeconds = "timeout_seconds", ifExists = "if_exists", maxRate = "max_rate"
         case removeCustomMetadata = "remove_custom_metadata"
         case ifGeneration = "if_generation"
         case dataBase64 = "data_base64", maxSize = "max_size", maxAttempts = "max_attempts"

@@ -109,6 +109,33 @@ import TestSupport
             .stdout.contains("1 job valid"))
     }
 
+    /// What a job will do is all shown: `timeout:`, `checksums:`, `if_exists:` and `max_rate:` were stored
+    /// and obeyed but missing from `show` and from every spec in JSON (a dry run's included).
+    @Test func everyFieldOfTheSpecIsShown() throws {
+        let workspace = try CLIWorkspace("spec-fields")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("fields.yaml", """
+        - {kind: download-file, source: "gs://b/x", destination: out/x, timeout: 1h30m, checksums: [md5], if_exists: skip-identical, max_rate: 10M}
+        - {kind: delete, destination: "gs://b/y", if_generation: 42}
+        """)
+        let dryRun = try #require(try workspace.json(["submit", "--dry-run", "--json", manifest]) as? [[String: Any]])
+        let ids = try workspace.submit(String(contentsOfFile: manifest, encoding: .utf8))
+        let shown = try #require(try workspace.json(["show", ids[0], "--json"]) as? [String: Any])
+        let history = try #require(try workspace.json(["history", ids[0], "--json"]) as? [[String: Any]])
+        let submitted = (history.first?["data"] as? [String: Any])?["spec"] as? [String: Any]
+        for spec in [dryRun.first, shown["spec"] as? [String: Any], submitted] {
+            #expect(spec?["timeout_seconds"] as? Int == 5_400, "\(spec ?? [:])")
+            #expect(spec?["checksums"] as? [String] == ["md5"], "\(spec ?? [:])")
+            #expect(spec?["if_exists"] as? String == "skip-identical", "\(spec ?? [:])")
+            #expect(spec?["max_rate"] as? Int == 10_485_760, "\(spec ?? [:])")
+        }
+        let text = try workspace.jobctl(["show", ids[0]]).stdout
+        for line in ["timeout:", "1h30m", "checksums:", "md5", "if exists:", "skip-identical", "max rate:", "10 MiB/s"] {
+            #expect(text.contains(line), "\(line) in \(text)")
+        }
+        #expect(try workspace.jobctl(["show", ids[1]]).stdout.contains("if generation: 42"))
+    }
+
     // MARK: - One JSON shape
 
     /// Every key of every command's JSON is snake_case (user metadata keys are kept as given), and an
