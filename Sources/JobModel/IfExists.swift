@@ -18,43 +18,43 @@ public enum IfExists: String, Codable, Sendable, Equatable, Hashable, CaseIterab
 /// A rate in bytes per second, written as rclone writes `--bwlimit`: `512k`, `10M`, `1.5G`
 /// (K, M, G, T are binary: 1024, 1024², …; `KiB`-style and `KB`-style units are accepted too). A bare
 /// number is bytes per second (rclone reads it as KiB/s: always write a unit to be clear).
+///
+/// Read exactly, as `ByteSize` reads sizes: a rate that is not a whole number of bytes per second
+/// (`1023.5`, `1.1M`) is refused, not rounded (rounded, `1023.5` passed the 1k minimum).
 public enum TransferRate {
     /// The rates accepted: 1 KiB/s to 1 TiB/s.
     public static let range: ClosedRange<Int64> = 1024...(1 << 40)
 
-    private static let units: [(suffix: String, factor: Double)] = [
-        ("KiB", 1024), ("MiB", 1_048_576), ("GiB", 1_073_741_824), ("TiB", 1_099_511_627_776),
-        ("KB", 1000), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12),
-        ("K", 1024), ("M", 1_048_576), ("G", 1_073_741_824), ("T", 1_099_511_627_776), ("B", 1), ("", 1),
-    ]
-
-    /// Bytes per second, or nil when `text` is not a rate.
-    public static func parse(_ text: String) -> Int64? {
+    /// What `text` says as a rate, in bytes per second.
+    public static func read(_ text: String) -> ByteSize.Reading {
         var trimmed = text.trimmingCharacters(in: .whitespaces)
         if trimmed.hasSuffix("/s") { trimmed.removeLast(2) }
         // rclone writes `512k`: a lower-case one-letter unit means the same as the upper-case one.
         if let last = trimmed.last, "kmgt".contains(last) {
             trimmed = String(trimmed.dropLast()) + last.uppercased()
         }
-        for (suffix, factor) in units where trimmed.hasSuffix(suffix) {
-            let number = trimmed.dropLast(suffix.count).trimmingCharacters(in: .whitespaces)
-            guard !number.isEmpty, number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }),
-                  let value = Double(number) else { return nil }
-            let bytes = (value * factor).rounded()
-            guard bytes < 9.0e18 else { return nil }
-            return Int64(bytes)
-        }
+        // `T` is the one rclone unit `ByteSize` does not spell alone.
+        if trimmed.hasSuffix("T") { trimmed = String(trimmed.dropLast()) + "TiB" }
+        return ByteSize.read(trimmed)
+    }
+
+    /// Bytes per second, or nil when `text` is not a whole number of bytes per second.
+    public static func parse(_ text: String) -> Int64? {
+        if case .bytes(let rate) = read(text) { return rate }
         return nil
     }
 
     /// A message for a rate that is malformed or out of `range`, naming `what` (`'max_rate'`, `--bwlimit`).
     public static func problem(with text: String, what: String) -> String? {
-        guard let rate = parse(text) else {
+        switch read(text) {
+        case .bytes(let rate) where range.contains(rate):
+            return nil
+        case .bytes, .tooLarge:
+            return "\(what) must be at least 1k (1024 bytes per second) and at most 1T per second, not '\(text)'"
+        case .fractionOfAByte:
+            return "\(what) must be a whole number of bytes per second (1.5M is, 1.1M is not; write a smaller unit), not '\(text)'"
+        case .notASize:
             return "\(what) must be a rate like 512k or 10M (bytes per second; K, M, G are 1024-based), not '\(text)'"
         }
-        guard range.contains(rate) else {
-            return "\(what) must be at least 1k (1024 bytes per second) and at most 1T per second, not '\(text)'"
-        }
-        return nil
     }
 }

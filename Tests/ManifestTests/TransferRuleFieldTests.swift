@@ -117,6 +117,7 @@ import TestSupport
     @Test("rates in rclone's syntax", arguments: [
         ("512k", Int64(524_288)), ("10M", Int64(10_485_760)), ("1.5M", Int64(1_572_864)), ("2048", Int64(2048)),
         ("1MiB", Int64(1_048_576)), ("1MB", Int64(1_000_000)), ("4m/s", Int64(4_194_304)), ("1G", Int64(1_073_741_824)),
+        ("1t", Int64(1) << 40), ("0.5T", Int64(1) << 39), ("1.5 k", Int64(1_536)),
     ])
     func rates(text: String, bytes: Int64) throws {
         let job = try #require(parse("- {kind: download-memory, source: gs://b/x, max_rate: \(text)}\n").jobs?.first)
@@ -138,6 +139,9 @@ import TestSupport
     @Test("bad rates are refused at the value", arguments: [
         ("fast", "a rate like 512k"), ("1000", "at least 1k"), ("2T", "at most 1T"), ("-1M", "a rate like"),
         ("10Q", "a rate like"), ("[1M]", "must be a rate"),
+        // Not rounded: 1023.5 was taken as 1024, over the minimum, and 1.1M as 1153434.
+        ("1023.5", "a whole number of bytes per second"), ("1.1M", "a whole number of bytes per second"),
+        ("99999999999999999999999k", "at most 1T"),
     ])
     func ratesRefused(value: String, fragment: String) throws {
         let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, max_rate: \(value)}\n").errors)
