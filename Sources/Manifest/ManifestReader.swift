@@ -1330,8 +1330,11 @@ struct ManifestReader {
     /// A YAML boolean (`true`/`false`, and YAML 1.1's `yes`/`no`, `on`/`off`); quoted text is refused.
     private mutating func boolean(_ pair: YAMLPair, expected: String) -> Bool? {
         let name = keyName(pair.key) ?? "value"
+        // A `!!bool` tag makes any text a boolean to `resolvedType`: only YAML's words for one are taken.
         if case .scalar(let scalar) = pair.value, scalar.resolvedType == .bool {
-            return ["true", "yes", "on", "y"].contains(scalar.value.lowercased())
+            let word = scalar.value.lowercased()
+            if ["true", "yes", "on", "y"].contains(word) { return true }
+            if ["false", "no", "off", "n"].contains(word) { return false }
         }
         let isNull = Self.isNull(pair.value)
         report(isNull ? .invalidValue : .wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)",

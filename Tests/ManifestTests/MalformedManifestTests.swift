@@ -291,6 +291,9 @@ private let malformedCases: [MalformedCase] = [
           "'check_source' is only for upload-file jobs"),
     .init("check_source is a word", "- kind: upload-file\n  source: a\n  destination: gs://b/a\n  check_source: maybe\n", 4, 17, .wrongType,
           "'check_source' must be true or false"),
+    // A `!!bool` tag makes no boolean of a word that is none (it was taken as false).
+    .init("check_source tagged !!bool but no boolean", "- kind: upload-file\n  source: a\n  destination: gs://b/a\n  check_source: !!bool maybe\n",
+          4, 17, .wrongType, "'check_source' must be true or false"),
 
     // MARK: Values
     .init("size is a word", """
