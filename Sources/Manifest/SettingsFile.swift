@@ -59,9 +59,12 @@ public enum SettingsFile {
                            at: key.mark)
                     continue
                 }
+                // YAML's null (`~`, `null`, nothing) sets no value, as `db:` does: taken as text, `db: ~` made a
+                // database named `~` and `queue: null` a worker of a queue named `null`.
+                func text(_ scalar: YAMLScalar) -> String { scalar.isNull ? "" : scalar.value }
                 switch pair.value {
                 case .scalar(let value):
-                    entries.append(SettingsEntry(key: key.value, values: [value.value], isList: false,
+                    entries.append(SettingsEntry(key: key.value, values: [text(value)], isList: false,
                                                  line: value.mark.line, column: value.mark.column))
                 case .sequence(let items, let mark):
                     guard listKeys.contains(key.value) else {
@@ -74,7 +77,7 @@ public enum SettingsFile {
                             report(.wrongType, "each '\(key.value)' entry must be text, not \(item.summary)", at: item.mark)
                             continue
                         }
-                        values.append(scalar.value)
+                        values.append(text(scalar))
                     }
                     entries.append(SettingsEntry(key: key.value, values: values, isList: true, line: mark.line, column: mark.column))
                 case .mapping(_, let mark):

@@ -76,6 +76,18 @@ import TestSupport
         #expect(try Self.run(workspace, ["list", "--json", "--state", "succeeded"]).stdout.contains(ids[0]))
     }
 
+    /// YAML's null sets no value, as an empty one does: `db: ~` made a database file named `~`.
+    @Test("a null setting keeps the default")
+    func nullKeepsTheDefault() throws {
+        let workspace = try CLIWorkspace("confignull")
+        defer { workspace.directory.remove() }
+        let file = try workspace.write("null.yaml", "db: ~\nbuckets: null\n")
+        let migrate = try Self.run(workspace, ["--config", file, "migrate"])
+        #expect(migrate.status == 0, "\(migrate.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("~")))
+        #expect(FileManager.default.fileExists(atPath: workspace.directory.file("jobctl.db")))
+    }
+
     /// A password holding `#` or `?` (libpq takes it) ended the generic URL redaction's user part early:
     /// `config` printed it; so did `migrate --to` for a key/value connection string.
     @Test("a PostgreSQL password is never shown, whatever characters it holds")
@@ -106,6 +118,9 @@ import TestSupport
             // A queue no manifest can name (PostgreSQL refused the NUL in every claim, for ever).
             ("queue: [media, \"q\\0x\"]\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
             ("queue: 'bad name!'\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
+            // YAML's null is no value, not the text 'null' (a worker of a queue named null took nothing).
+            ("queue: null\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
+            ("concurrency: ~\n", "1:14: error: concurrency: --concurrency expects a whole number"),
             ("- concurrency\n", "1:1: error: a configuration file is a mapping of settings"),
             ("concurrency: 4\nconcurrency: 5\n", "2:1: error:"),
             ("concurrency: 'unclosed\n", "error:"),
