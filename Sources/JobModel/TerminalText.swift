@@ -4,11 +4,20 @@
 /// key) and other processes' words (a cancel reason) reach `show`, `list`, `history`, `audit`, `watch`,
 /// error messages and the worker's log. A C0 control (ESC, BEL), DEL or a C1 control (U+009B is an
 /// 8-bit CSI) in them could recolour, retitle or clear the reader's terminal, or hide what follows; so
-/// each is written as `\u{1B}` instead, which reads as what it is and cannot act.
+/// each is written as `\u{1B}` instead, which reads as what it is and cannot act. So are the Unicode
+/// characters that rearrange what a terminal shows without being seen: the bidirectional embeddings,
+/// overrides and isolates (U+202A–U+202E, U+2066–U+2069; a U+202E in `evil\u{202E}txt.exe` shows it as
+/// `evilexe.txt`) and the line and paragraph separators (U+2028, U+2029).
 public enum TerminalText {
-    /// C0 controls, DEL and C1 controls.
+    /// C0 controls, DEL, C1 controls and the layout controls (`isLayoutControl`).
     public static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || isLayoutControl(scalar)
+    }
+
+    /// The line and paragraph separators and the bidirectional embeddings and overrides (U+2028–U+202E),
+    /// and the bidirectional isolates (U+2066–U+2069).
+    public static func isLayoutControl(_ scalar: Unicode.Scalar) -> Bool {
+        (0x2028...0x202E).contains(scalar.value) || (0x2066...0x2069).contains(scalar.value)
     }
 
     /// `text` with every control character shown as `\u{…}`: for a single-line field (a table cell,

@@ -142,8 +142,9 @@ public struct WorkerLogFormatter: Sendable {
 
     /// `textValue(value)` appended as bytes. Plain is decided on UTF-8 bytes: a scalar above 0x7F is all
     /// bytes of 0x80 and up, so "every scalar above 0x20, not DEL, `"` or `\`" is the same test per byte;
-    /// a 0xC2 byte (the lead byte of the C1 controls U+0080–U+009F, and of a few Latin-1 signs) sends the
-    /// value through the quoting, which shows C1 controls as `\u00xx`.
+    /// a 0xC2 byte (the lead byte of the C1 controls U+0080–U+009F, and of a few Latin-1 signs) or a 0xE2
+    /// (that of U+2000–U+2FFF, the layout controls among them: `TerminalText.isLayoutControl`) sends the
+    /// value through the quoting, which shows those controls as `\u00xx` and `\u20xx`.
     static func appendTextValue(_ value: WorkerLogValue, to line: inout [UInt8]) {
         switch value {
         case .integer(let number):
@@ -153,7 +154,7 @@ public struct WorkerLogFormatter: Sendable {
         case .text(let raw):
             let text = SecretRedaction.redactURLs(in: raw)
             let plain = !text.isEmpty && text.utf8.allSatisfy { byte in
-                byte > 0x20 && byte != 0x7F && byte != 0xC2 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+                byte > 0x20 && byte != 0x7F && byte != 0xC2 && byte != 0xE2 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
             }
             if plain {
                 line += text.utf8
@@ -188,9 +189,10 @@ public struct WorkerLogFormatter: Sendable {
 
     /// `text` as a JSON string literal, quotes included: what `JSONSerialization` makes of it with
     /// `.withoutEscapingSlashes` (`\"`, `\\`, `\b \f \n \r \t`, other C0 controls as `\u00xx`, everything
-    /// else as it is) except that DEL and the C1 controls are escaped as `\u00xx` too (still JSON, and no
-    /// 8-bit CSI reaches a terminal reading the log), written by hand because serialising a one-element array per quoted
-    /// field (every `succeeded` line's `rate="… KiB/s"`) cost about 1 % of a small-file drain's CPU.
+    /// else as it is) except that DEL, the C1 controls and the layout controls (`TerminalText.isLayoutControl`)
+    /// are escaped as `\uxxxx` too (still JSON, and no 8-bit CSI or bidirectional override reaches a terminal
+    /// reading the log), written by hand because serialising a one-element array per quoted field (every
+    /// `succeeded` line's `rate="… KiB/s"`) cost about 1 % of a small-file drain's CPU.
     static func jsonString(_ text: String) -> String {
         var out: [UInt8] = []
         appendJSONString(text, to: &out)
@@ -202,32 +204,44 @@ public struct WorkerLogFormatter: Sendable {
         out.reserveCapacity(out.count + text.utf8.count + 2)
         out.append(UInt8(ascii: "\""))
         let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        var afterC2 = false
-        for byte in text.utf8 {
-            if afterC2 {
-                afterC2 = false
-                if (0x80...0x9F).contains(byte) {
-                    out += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
-                } else {
-                    out += [0xC2, byte]
+        func escape(_ value: UInt32) {
+            out += [UInt8(ascii: "\\"), UInt8(ascii: "u"), hex[Int(value >> 12 & 0xF)], hex[Int(value >> 8 & 0xF)],
+                    hex[Int(value >> 4 & 0xF)], hex[Int(value & 0xF)]]
+        }
+        var text = text
+        text.withUTF8 { bytes in
+            var index = 0
+            while index < bytes.count {
+                let byte = bytes[index]
+                let next = index + 1 < bytes.count ? bytes[index + 1] : 0
+                // C2 80–9F: U+0080–U+009F. E2 80 A8–AE: U+2028–U+202E. E2 81 A6–A9: U+2066–U+2069.
+                if byte == 0xC2 && (0x80...0x9F).contains(next) {
+                    escape(UInt32(next))
+                    index += 2
+                    continue
                 }
-                continue
-            }
-            switch byte {
-            case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
-            case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
-            case 0x08: out += [UInt8(ascii: "\\"), UInt8(ascii: "b")]
-            case 0x0C: out += [UInt8(ascii: "\\"), UInt8(ascii: "f")]
-            case 0x0A: out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
-            case 0x0D: out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
-            case 0x09: out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-            case 0x00..<0x20, 0x7F:
-                out += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
-            case 0xC2: afterC2 = true
-            default: out.append(byte)
+                if byte == 0xE2 && index + 2 < bytes.count {
+                    let last = bytes[index + 2]
+                    if (next == 0x80 && (0xA8...0xAE).contains(last)) || (next == 0x81 && (0xA6...0xA9).contains(last)) {
+                        escape(0x2000 | UInt32(next & 0x3F) << 6 | UInt32(last & 0x3F))
+                        index += 3
+                        continue
+                    }
+                }
+                switch byte {
+                case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+                case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+                case 0x08: out += [UInt8(ascii: "\\"), UInt8(ascii: "b")]
+                case 0x0C: out += [UInt8(ascii: "\\"), UInt8(ascii: "f")]
+                case 0x0A: out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+                case 0x0D: out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+                case 0x09: out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+                case 0x00..<0x20, 0x7F: escape(UInt32(byte))
+                default: out.append(byte)
+                }
+                index += 1
             }
         }
-        if afterC2 { out.append(0xC2) }
         out.append(UInt8(ascii: "\""))
     }
 

@@ -8,14 +8,21 @@ import TestSupport
 /// process's cancel reason — never sends a control character to the reader's terminal: every text
 /// output shows them as `\u{…}`, the worker's log as `\u00xx`, while `--json` keeps the exact value.
 @Suite("control characters in output", .onTestThreads) struct TerminalSafetyTests {
-    /// ESC sequences (colour, an OSC window title ended by BEL), an 8-bit CSI (U+009B), DEL and a CR
-    /// that would overwrite the line.
-    static let hostile = "deny \u{1B}[31mRED\u{1B}]0;pwned\u{07} \u{9B}2J\u{7F}\rX"
+    /// ESC sequences (colour, an OSC window title ended by BEL), an 8-bit CSI (U+009B), DEL, a CR
+    /// that would overwrite the line, a right-to-left override that shows `txt.exe` as `exe.txt`, an
+    /// isolate and a line separator.
+    static let hostile = "deny \u{1B}[31mRED\u{1B}]0;pwned\u{07} \u{9B}2J\u{7F}\rX evil\u{202E}txt.exe \u{2067}iso\u{2069} \u{2028}"
 
-    /// The bytes no text output may carry: C0 controls but the line break and the tab, DEL, C1 controls.
+    /// What no text output may carry: C0 controls but the line break and the tab, DEL, C1 controls, the
+    /// bidirectional embeddings, overrides and isolates and the line and paragraph separators.
     static func controls(in text: String) -> [String] {
-        text.unicodeScalars.filter { TerminalText.isControl($0) && $0 != "\n" && $0 != "\t" }
-            .map { "U+" + String($0.value, radix: 16, uppercase: true) }
+        text.unicodeScalars.filter { scalar in
+            let value = scalar.value
+            let forbidden = value < 0x20 || (0x7F...0x9F).contains(value) || (0x2028...0x202E).contains(value)
+                || (0x2066...0x2069).contains(value)
+            return forbidden && scalar != "\n" && scalar != "\t"
+        }
+        .map { "U+" + String($0.value, radix: 16, uppercase: true) }
     }
 
     /// A failed download whose error, cause and URL quote the hostile text, a cancelled job with it as

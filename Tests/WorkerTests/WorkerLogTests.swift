@@ -217,8 +217,9 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
 }
 
 @Suite("worker log quoting", .onTestThreads) struct WorkerLogQuotingTests {
-    /// What the formatter used to do: serialise a one-element array and drop its brackets; then DEL and
-    /// the C1 controls, which JSONSerialization leaves raw, as `\u00xx`.
+    /// What the formatter used to do: serialise a one-element array and drop its brackets; then DEL, the
+    /// C1 controls and the bidirectional and line-breaking controls (U+2028–U+202E, U+2066–U+2069), which
+    /// JSONSerialization leaves raw, as `\uxxxx`.
     private static func viaJSONSerialization(_ text: String) throws -> String {
         let data = try JSONSerialization.data(withJSONObject: [text], options: [.sortedKeys, .withoutEscapingSlashes])
         let array = try #require(String(data: data, encoding: .utf8))
@@ -226,6 +227,8 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         for scalar in array.dropFirst().dropLast().unicodeScalars {
             if (0x7F...0x9F).contains(scalar.value) {
                 quoted += "\\u00" + String(scalar.value, radix: 16)
+            } else if (0x2028...0x202E).contains(scalar.value) || (0x2066...0x2069).contains(scalar.value) {
+                quoted += "\\u" + String(scalar.value, radix: 16)
             } else {
                 quoted.unicodeScalars.append(scalar)
             }
@@ -240,6 +243,8 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         samples += (0..<160).map { "a \(String(UnicodeScalar(UInt8($0)))) b" }
         samples += ["\u{A0}\u{A9}\u{BF}\u{C0}", "\u{9B}31m", "x\u{85}"]
         samples += ["", "516.1 KiB/s", "say \"hi\" \\ path/to/x", "é ü 日本 🚀 \u{2028}\u{2029}", "tab\there\r\nnext\u{0B}\u{1F}"]
+        // Around the layout controls: each of them, and the characters beside them that stay as they are.
+        samples += (0x2020...0x2070).map { "evil\(String(UnicodeScalar(UInt32($0))!))txt.exe" } + ["\u{202E}", "x\u{2069}", "\u{2066}\u{2069}\u{2026}"]
         for sample in samples {
             #expect(WorkerLogFormatter.jsonString(sample) == (try Self.viaJSONSerialization(sample)), "\(Array(sample.utf8))")
         }
@@ -296,7 +301,8 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         case .text(let raw):
             let text = SecretRedaction.redactURLs(in: raw)
             let plain = !text.isEmpty && text.unicodeScalars.allSatisfy { scalar in
-                scalar.value > 0x20 && !(0x7F...0xBF).contains(scalar.value) && scalar != "\"" && scalar != "\\"
+                scalar.value > 0x20 && !(0x7F...0xBF).contains(scalar.value) && !(0x2000...0x2FFF).contains(scalar.value)
+                    && scalar != "\"" && scalar != "\\"
             }
             if plain { return text }
             return WorkerLogFormatter.jsonString(text)
@@ -309,6 +315,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         var texts = ["", " ", "plain", "a b", "\"", "\\", "say \"hi\"", "back\\slash", "caf\u{E9}", "cafe\u{301}",
                      "\u{65E5}\u{672C}\u{8A9E}", "\u{1F680} rocket", "\u{1F469}\u{200D}\u{1F469}\u{200D}\u{1F467}",
                      "nbsp\u{A0}x", "nel\u{85}x", "\u{2028}\u{2029}", "\u{7F}", "x\u{7F}y", "\u{FEFF}bom",
+                     "evil\u{202E}txt.exe", "\u{2066}isolated\u{2069}", "dash \u{2014} ellipsis \u{2026}",
                      "https://h/x?token=abc&sig=def", "https:\\/\\/h\\/x?token=abc", "see https://u:pw@h/p#key=1.",
                      "file:///tmp/a b/c", "gs://b/o", "http://127.0.0.1:8080/small-jobctl/f00001.bin",
                      String(repeating: "long-value-", count: 200), String(repeating: "\u{E9}\"", count: 300),
