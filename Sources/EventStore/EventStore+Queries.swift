@@ -42,15 +42,17 @@ extension EventStore {
     /// and sorts every match: with 159,000 jobs queued, 197 ms to show 5 of them (BENCHMARKS.md).
     public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] {
         let order = " ORDER BY created_at_ms DESC, seq DESC"
-        guard var (sql, values) = Self.selection("SELECT \(JobRecord.selectColumns) FROM jobs", filter) else { return [] }
+        let selected = filter.readsResults ? JobRecord.selectColumns : JobRecord.selectColumnsWithoutResult
+        guard var (sql, values) = Self.selection("SELECT \(selected) FROM jobs", filter) else { return [] }
         sql += order
         var window: (sql: String, values: [SQLiteValue], limit: Int)?
         if let limit = filter.limit {
             sql += " LIMIT ?"
             values.append(.int(max(0, limit)))
-            let newest = "SELECT \(JobRecord.selectColumns) FROM (SELECT * FROM jobs INDEXED BY jobs_created"
+            let newest = "SELECT \(selected) FROM (SELECT * FROM jobs INDEXED BY jobs_created"
                 + "\(order) LIMIT \(Self.newestWindow(limit: limit))) AS jobs"
-            if limit > 0, filter != JobFilter(limit: limit), var (windowSQL, windowValues) = Self.selection(newest, filter) {
+            if limit > 0, filter != JobFilter(limit: limit, readsResults: filter.readsResults),
+               var (windowSQL, windowValues) = Self.selection(newest, filter) {
                 windowSQL += order + " LIMIT ?"
                 windowValues.append(.int(limit))
                 window = (windowSQL, windowValues, limit)
@@ -207,6 +209,16 @@ extension EventStore {
         try withConnection { (connection) throws(StoreError) -> Data? in
             try connection.first("SELECT data FROM blobs WHERE sha256 = ?", [.text(sha256.lowercased())]) { row in
                 row.blob(0)
+            }
+        }
+    }
+
+    /// The length of the bytes stored under a SHA-256 (hex, any case), or nil. SQLite answers
+    /// `length()` of a BLOB from the record's header, without reading its overflow pages.
+    public func blobSize(sha256: String) throws(StoreError) -> Int64? {
+        try withConnection { (connection) throws(StoreError) -> Int64? in
+            try connection.first("SELECT length(data) FROM blobs WHERE sha256 = ?", [.text(sha256.lowercased())]) { row in
+                row.int64(0)
             }
         }
     }

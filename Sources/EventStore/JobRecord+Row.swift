@@ -139,6 +139,10 @@ extension JobRecord {
     /// Selected `FROM jobs` (the table not renamed).
     static let selectColumns = columns.map { "jobs.\($0)" }.joined(separator: ", ") + ", \(specSQL), \(resultSQL)"
 
+    /// `selectColumns` with a NULL where the result would be: no job's `succeeded` payload is read
+    /// (`JobFilter.readsResults`), and the records have no result.
+    static let selectColumnsWithoutResult = columns.map { "jobs.\($0)" }.joined(separator: ", ") + ", \(specSQL), NULL"
+
     static let insertSQL = "INSERT INTO jobs (\(storedColumns)) VALUES (\(columns.map { _ in "?" }.joined(separator: ", ")))"
 
     /// The columns an event can change. The others (id, seq, kind, queue, priority, max_attempts,

@@ -40,6 +40,11 @@ extension JobRecord {
     /// reads. Selected `FROM jobs` (the table not renamed).
     static let postgresSelectColumns = postgresSelectColumns(of: "jobs")
 
+    /// `postgresSelectColumns` with a NULL where the result would be: no job's `succeeded` payload is
+    /// read (`JobFilter.readsResults`), and the records have no result.
+    static let postgresSelectColumnsWithoutResult = postgresColumns.map { "jobs.\($0)" }.joined(separator: ", ")
+        + ", \(postgresSpecSQL(of: "jobs")), NULL::text"
+
     /// How many values `postgresSelectColumns` selects: the stored columns, the spec and the result.
     static let postgresSelectedCount = postgresColumns.count + 2
 

@@ -30,7 +30,8 @@ extension PostgresStore {
 
     /// Jobs matching `filter`, newest first.
     public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] {
-        guard var (sql, values) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return [] }
+        let selected = filter.readsResults ? JobRecord.postgresSelectColumns : JobRecord.postgresSelectColumnsWithoutResult
+        guard var (sql, values) = Self.selection("SELECT \(selected) FROM jobs", filter) else { return [] }
         sql += " ORDER BY created_at_ms DESC, seq DESC"
         if let limit = filter.limit {
             values.append(.int(max(0, limit)))
@@ -240,6 +241,16 @@ extension PostgresStore {
             try connection.row("SELECT data FROM blobs WHERE sha256 = $1", [.text(sha256.lowercased())]) {
                 (row) throws(StoreError) -> Data in
                 do throws(PostgresError) { return try row.bytea(0) } catch { throw StoreError(error) }
+            }
+        }
+    }
+
+    /// The length of the bytes stored under a SHA-256 (hex, any case), or nil. `octet_length` of a
+    /// TOASTed `bytea` is read from its header: the bytes are neither read nor sent.
+    public func blobSize(sha256: String) throws(StoreError) -> Int64? {
+        try withConnection { (connection) throws(StoreError) -> Int64? in
+            try connection.row("SELECT octet_length(data) FROM blobs WHERE sha256 = $1", [.text(sha256.lowercased())]) {
+                (row) throws(StoreError) -> Int64 in try row.integer(0)
             }
         }
     }

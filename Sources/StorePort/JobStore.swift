@@ -125,6 +125,11 @@ public protocol JobStore: AnyObject, Sendable {
 
     /// The bytes stored under a SHA-256 (hex, any case), or nil.
     func blob(sha256: String) throws(StoreError) -> Data?
+    /// How many bytes are stored under a SHA-256 (hex, any case), or nil when none are: the stored
+    /// bytes' own length, not the `size` column beside them, read without reading the bytes. A
+    /// command checks it against what the job recorded before it loads them: a damaged log's blob may
+    /// be any size.
+    func blobSize(sha256: String) throws(StoreError) -> Int64?
 
     // MARK: Copying a log
 

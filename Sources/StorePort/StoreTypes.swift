@@ -283,11 +283,16 @@ public struct JobFilter: Sendable, Equatable {
     public var finishedUntil: Int64?
     /// Only jobs of this batch (the id `submit` printed for a folder, glob or prefix).
     public var batch: String?
+    /// Whether `jobs(filter:)` reads each succeeded job's result (its `succeeded` event's payload). A
+    /// listing that shows none leaves it false: the records' `result` is nil, and no payload is read —
+    /// a download-memory result's bytes, wherever they are kept, never come into memory to be dropped.
+    /// Chooses what is read, not which jobs match.
+    public var readsResults: Bool
 
     /// Creates a filter; the default lists every job.
     public init(states: Set<JobState>? = nil, kinds: Set<JobKind>? = nil, queue: String? = nil, limit: Int? = nil,
                 createdSince: Int64? = nil, createdUntil: Int64? = nil,
-                finishedSince: Int64? = nil, finishedUntil: Int64? = nil, batch: String? = nil) {
+                finishedSince: Int64? = nil, finishedUntil: Int64? = nil, batch: String? = nil, readsResults: Bool = true) {
         self.states = states
         self.kinds = kinds
         self.queue = queue
@@ -297,6 +302,7 @@ public struct JobFilter: Sendable, Equatable {
         self.finishedSince = finishedSince
         self.finishedUntil = finishedUntil
         self.batch = batch
+        self.readsResults = readsResults
     }
 }
 

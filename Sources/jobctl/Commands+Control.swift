@@ -119,12 +119,22 @@ extension Commands {
                     bytes = inline
                     break
                 }
-                guard let hash = result.blob, let blob = try store.blob(sha256: hash) else {
+                guard let hash = result.blob, let storedSize = try store.blobSize(sha256: hash) else {
                     if let hash = result.blob, let expired = try store.expiredBlob(sha256: hash) {
                         throw CommandFailure("job \(job.id): its result (\(plural(expired.size, "byte")), sha256 \(hash)) expired on "
                             + "\(RFC3339.string(expired.expiredAtMs)) (jobctl archive --blobs-before) and is no longer stored; "
                             + "`jobctl history \(job.id)` keeps its hash: run the job's download again to get the bytes")
                     }
+                    throw CommandFailure("job \(job.id): the result blob is missing from the log")
+                }
+                // The size first, from the blob's header: a damaged log's blob of another size (gigabytes,
+                // say) is refused before its bytes are read into memory.
+                if let recorded = result.size, storedSize != recorded {
+                    throw CommandFailure("job \(job.id): the stored result blob does not match its record (\(plural(storedSize, "byte")), "
+                        + "where the job recorded \(plural(recorded, "byte")), sha256 \(hash)); "
+                        + "the log is damaged: nothing was written — run the job's download again")
+                }
+                guard let blob = try store.blob(sha256: hash) else {
                     throw CommandFailure("job \(job.id): the result blob is missing from the log")
                 }
                 // The log's bytes are checked before they are handed out: a damaged or edited log must not

@@ -23,8 +23,9 @@ extension Commands {
         let limit = try arguments.value(Options.limit) ?? (json ? 0 : defaultListLimit)
         let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(),
                                queue: try arguments.value(Options.queue), limit: limit == 0 ? nil : limit,
-                               batch: try arguments.value(Options.batch))
+                               batch: try arguments.value(Options.batch), readsResults: json)
         let store = try context.openStore(readOnly: true)
+        // The table shows no result (a succeeded job's progress is 100%): none is read.
         let jobs = try store.jobs(filter: filter)
         if limit > 0, jobs.count == limit {
             let total = try store.countJobs(filter: filter)

@@ -65,6 +65,31 @@ extension CLIWorkspace {
     }
 }
 
+extension CLIWorkspace {
+    /// Runs `jobctl --db <workspace db> ARGS` (NO_COLOR set, standard output discarded) and returns its
+    /// exit status, its standard error and its peak resident memory: `ru_maxrss` of that one process,
+    /// from `wait4`. A small python3 process starts it and waits: Linux carries a process's peak across
+    /// fork and exec, so a child of this test process (tens of MiB) would report at least that.
+    func jobctlPeakMemory(_ arguments: [String]) throws -> (status: Int32, stderr: String, peakBytes: Int64) {
+        let errorPath = directory.file("stderr-\(UUID().uuidString.prefix(6)).txt")
+        let measured = try runProcess("/usr/bin/python3", ["-c", """
+            import os, sys
+            err = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            null = os.open(os.devnull, os.O_RDWR)
+            pid = os.posix_spawn(sys.argv[2], sys.argv[2:], dict(os.environ, NO_COLOR="1"), file_actions=[
+                (os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, null, 1), (os.POSIX_SPAWN_DUP2, err, 2)])
+            _, status, usage = os.wait4(pid, 0)
+            print(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024)
+            """, errorPath, PackagePaths.jobctlBinary, "--db", database] + arguments)
+        let fields = measured.stdout.split(separator: " ").compactMap { Int64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        guard measured.status == 0, fields.count == 2 else {
+            throw CLITestError("measuring jobctl \(arguments.joined(separator: " ")) failed: \(measured.stdout)\(measured.stderr)")
+        }
+        let stderr = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
+        return (Int32(fields[0]), stderr, fields[1])
+    }
+}
+
 /// A real `jobctl worker` on a workspace's database, started at once, its standard error written to a
 /// file in the workspace (`log()` reads it as it grows). Its environment is NO_COLOR, PATH, HOME (the
 /// workspace), JOBCTL_BUCKETS (the workspace's `buckets`), then `environment`. `kill()` ends it with

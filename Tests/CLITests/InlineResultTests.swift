@@ -78,4 +78,76 @@ struct InlineResultTests {
         #expect(result.status == 1 && result.stderr.contains("does not match its record"), "\(result.stderr)")
         #expect(!FileManager.default.fileExists(atPath: output), "nothing was written")
     }
+
+    /// A blob of another size than the job recorded (a damaged log: 400 bytes recorded, 96 MiB stored)
+    /// was read whole into memory, then hashed, before `result` refused it. Its length is compared
+    /// first now: refused before the bytes are read.
+    @Test("result refuses a blob larger than recorded without reading it into memory")
+    func oversizedBlobRefusedUnread() throws {
+        let workspace = try CLIWorkspace("oversized-blob")
+        defer { workspace.directory.remove() }
+        let bytes = Data((0..<400).map { UInt8(($0 * 11) & 0xFF) })
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data_base64: "\(bytes.base64EncodedString())", destination: "file://r/b.bin", priority: 3}
+        - {kind: download-memory, source: "file://r/b.bin", priority: 2}
+        """)
+        #expect(try workspace.jobctl(["worker", "--drain", "--concurrency", "1"]).status == 0)
+        let stored: Int64 = 96 << 20
+        let damage = try runProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            c = sqlite3.connect(sys.argv[1])
+            c.execute("DROP TRIGGER blobs_refuse_update")
+            c.execute("UPDATE blobs SET data = zeroblob(\(stored))")
+            c.commit()
+            """, workspace.database])
+        try #require(damage.status == 0, "\(damage.stderr)")
+        let output = workspace.directory.file("out.bin")
+        let result = try workspace.jobctlPeakMemory(["result", ids[1], "-o", output])
+        #expect(result.status == 1 && result.stderr.contains("does not match its record")
+                && result.stderr.contains("\(stored) bytes"), "\(result.stderr)")
+        #expect(result.peakBytes > 0 && result.peakBytes < stored / 2, "peak \(result.peakBytes) bytes for a \(stored)-byte blob")
+        #expect(!FileManager.default.fileExists(atPath: output), "nothing was written")
+    }
+
+    /// `list` read every succeeded job's payload and decoded its result, bytes and all: with a 100 MB
+    /// result kept in the event, ~650 MB of memory to print one row. The table shows no result, and
+    /// reads none now; `show` still has it.
+    @Test("list reads no result: a 64 MiB result in the event stays out of its memory")
+    func listLeavesResultsUnread() throws {
+        let workspace = try CLIWorkspace("list-no-result")
+        defer { workspace.directory.remove() }
+        let size = 64 << 20
+        let bucket = workspace.directory.file("buckets/r")
+        try FileManager.default.createDirectory(atPath: bucket, withIntermediateDirectories: true)
+        try writePatternFile(bucket + "/big.bin", size: Int64(size))
+        let ids = try workspace.submit("""
+        - {kind: download-memory, source: "file://r/big.bin", max_size: \(size)}
+        """)
+        let drained = try workspace.jobctl(["worker", "--drain", "--concurrency", "1"])
+        try #require(drained.status == 0, "\(drained.stderr)")
+        // The result's bytes moved into the succeeded event itself, as the store keeps small ones.
+        let inline = try runProcess("/usr/bin/python3", ["-c", """
+            import base64, json, sqlite3, sys
+            c = sqlite3.connect(sys.argv[1])
+            seq, text = c.execute("SELECT seq, data FROM events WHERE type = 'succeeded'").fetchone()
+            payload = json.loads(text)
+            digest = payload["result"].pop("blob")
+            (data,) = c.execute("SELECT data FROM blobs WHERE sha256 = ?", (digest,)).fetchone()
+            payload["result"]["data"] = base64.b64encode(data).decode()
+            c.execute("DROP TRIGGER events_refuse_update")
+            c.execute("UPDATE events SET data = ? WHERE seq = ?", (json.dumps(payload, sort_keys=True, separators=(",", ":")), seq))
+            c.commit()
+            """, workspace.database])
+        try #require(inline.status == 0, "\(inline.stderr)")
+        let shown = try #require(try workspace.json(["show", ids[0], "--json"]) as? [String: Any])
+        try #require((shown["result"] as? [String: Any])?["blob"] as? String != nil, "the result is in the log: \(shown)")
+
+        let listed = try workspace.jobctlPeakMemory(["list"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        #expect(listed.peakBytes > 0 && listed.peakBytes < Int64(size) * 3 / 4,
+                "peak \(listed.peakBytes) bytes beside a \(size)-byte result")
+        let table = try workspace.jobctl(["list"])
+        #expect(table.status == 0 && table.stdout.contains(ids[0]) && table.stdout.contains("succeeded")
+                && table.stdout.contains("100%"), "\(table.stdout)\(table.stderr)")
+    }
 }

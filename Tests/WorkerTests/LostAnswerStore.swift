@@ -111,6 +111,7 @@ final class LostAnswerStore: JobStore {
     }
     func queueStateCounts() throws(StoreError) -> [StoreStats.QueueStateCount] { try inner.queueStateCounts() }
     func blob(sha256: String) throws(StoreError) -> Data? { try inner.blob(sha256: sha256) }
+    func blobSize(sha256: String) throws(StoreError) -> Int64? { try inner.blobSize(sha256: sha256) }
     func logRows(afterSeq: Int64, limit: Int) throws(StoreError) -> [LogRow] { try inner.logRows(afterSeq: afterSeq, limit: limit) }
     func blobDigests() throws(StoreError) -> [String] { try inner.blobDigests() }
     func importLog(from source: any JobStore) throws(StoreError) -> LogImport { try inner.importLog(from: source) }
