@@ -852,6 +852,12 @@ public struct GCSBackend: StorageBackend {
         let url = mediaURL(reference, generation: object.generation)
         let sink = MemorySink(limit: maxSize, url: url, md5: Self.digests(of: object).needMD5(asked: md5),
                               progress: { progress.update($0) })
+        // As a download to a file: an answer of another version is refused at its first byte, retryable,
+        // instead of failing the final CRC32C for good.
+        let generation = object.generation, crc32c = object.crc32c
+        sink.checkAnswer = { _, headers throws(StorageError) in
+            try GCSBackend.checkVersion(headers, generation: generation, crc32c: crc32c, what: "the download to memory")
+        }
         progress.update(0)
         var servedHeaders: [String: String] = [:]
         do throws(TransferFailure) {

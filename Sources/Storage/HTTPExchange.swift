@@ -461,6 +461,9 @@ final class MemorySink: ResponseBodySink {
     private let url: String
     /// Decides at the first body byte, from the status and headers, whether MD5 must be computed too.
     var needsMD5: ((Int, [String: String]) -> Bool)?
+    /// Checks the answer at its first body byte, before anything of it is kept (a GCS download: the
+    /// generation asked for); what it throws fails the exchange.
+    var checkAnswer: ((Int, [String: String]) throws(StorageError) -> Void)?
 
     /// A sink that computes MD5 from the start when `md5` is true.
     init(limit: Int64, url: String, md5: Bool = false, progress: @escaping (Int64) -> Void) {
@@ -471,6 +474,7 @@ final class MemorySink: ResponseBodySink {
     }
 
     func write(_ bytes: UnsafeRawBufferPointer, status: Int, headers: [String: String]) throws(StorageError) {
+        if data.isEmpty, let checkAnswer { try checkAnswer(status, headers) }
         if data.isEmpty, let length = headers["content-length"].flatMap({ Int64($0) }), length > limit {
             // Refused before reading the body: the server announced more than we accept.
             throw StorageError(.downloadSizeExceeded,

@@ -209,6 +209,38 @@ import TestSupport
         #expect(result.verified == [.crc32c])
     }
 
+    /// A download to memory answered from another version of the object (its own `x-goog-generation`,
+    /// or a whole-object CRC32C in `x-goog-hash` other than the metadata's): the bytes were kept and only
+    /// the final CRC32C caught them, failing the job for good — or, with the right bytes under another
+    /// version's hash, not at all. Refused at the answer's first byte now, as a download to a file is,
+    /// retryable; the next attempt asks again and gets the object.
+    @Test(arguments: [true, false])
+    func aMemoryDownloadOfAnotherVersionIsRefusedAtItsFirstByte(byGeneration: Bool) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .rewriteResponse { _, response in
+                if byGeneration {
+                    response.setHeader("x-goog-generation", "999999")
+                    response.body = Data(response.body.map { $0 ^ 0x5A })
+                } else {
+                    response.setHeader("x-goog-hash", "crc32c=AAAAAA==")
+                }
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy, slicedThreshold: nil)
+        let bytes = Self.payload(300_000)
+        let reference = "gs://\(server.bucket)/memory-version.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        let spec = JobSpec(kind: .downloadMemory, source: reference, maxSize: 1 << 20)
+        let refused = try failure(await run(backend, spec))
+        #expect(refused.retryable && refused.message.contains(byGeneration ? "generation 999999" : "CRC32C is AAAAAA=="), "\(refused)")
+        #expect(proxy.firedCounts == [1])
+        let result = try finished(await run(backend, spec))
+        #expect(result.data == bytes && result.verified == [.crc32c])
+    }
+
     /// More bytes than the object holds: the error said "a retry resumes from there", and kept a partial
     /// file longer than the object. It is dropped now, and the message says the retry starts again.
     @Test func moreBytesThanTheObjectHoldsDropThePartialFile() async throws {
