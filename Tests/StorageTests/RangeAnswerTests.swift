@@ -65,6 +65,39 @@ struct RangeAnswerTests {
         #expect(last.request.header("Range") == nil, "the retry asked for the whole file")
     }
 
+    /// The HTTP twin of the GCS download's check (`SlicedDownloadTests`): a resumed range answered with
+    /// more bytes than its `Content-Range` holds (its total and Content-Length agree with each other, not
+    /// with the body libcurl was framed to read). Nothing can be resumed from such a file: the partial
+    /// file is dropped, the error says the retry downloads it again, and the retry gets the right file.
+    @Test("HTTP: a resumed range answered with more bytes than the range holds drops the partial file")
+    func moreBytesThanTheRangeHoldsDropThePartialFile() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/long.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }), .rewriteResponse { _, response in
+                // nginx's `Content-Range: bytes S-(T-1)/T` stays; 1,000 bytes more follow the range's.
+                response.body += Data(repeating: 0x21, count: 1_000)
+                response.setHeader("Content-Length", String(response.body.count))
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-long")
+        defer { directory.remove() }
+        let destination = directory.file("long.bin")
+        guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "long.bin", into: directory, jobID: "01RANGELONG") else { return }
+        try #require(try FileManager.default.contentsOfDirectory(atPath: directory.path).count == 1, "the paused download's partial file")
+
+        let error = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELONG")))
+        #expect(proxy.firedCounts == [1], "the resumed range was answered long")
+        #expect(error.retryable && error.message.contains("downloads it again") && !error.message.contains("resumes"), "\(error)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty, "no partial file kept")
+
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELONG")))
+        #expect(result.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+    }
+
     /// Answers to the resumed range that used to be taken: a 206 with no body (which nothing checked,
     /// so the prefix was committed as the file), and a 206 of another version from a server that ignored
     /// `If-Range` (the file then mixed two versions).
