@@ -9,14 +9,42 @@ extension EventStore {
     /// With `verify`, only reports the differences (works on a read-only store). Without, also
     /// rewrites the `jobs` table from the fold in one transaction. Lease expiries (in the rows since
     /// schema 10, but written by heartbeats, not events) and blobs are not compared.
+    ///
+    /// `verify` first runs SQLite's `PRAGMA quick_check` (every page and b-tree of the file, indexes
+    /// included, without comparing index entries to their rows): what it finds is a problem of the log,
+    /// before the fold's own, as is a read the damage then makes fail.
     public func replay(verify: Bool) throws(StoreError) -> ReplayReport {
         if verify {
             return try readTransaction { (connection) throws(StoreError) -> ReplayReport in
-                try Self.verify(connection)
+                let damage = try Self.quickCheck(connection)
+                guard !damage.isEmpty else { return try Self.verify(connection) }
+                do throws(StoreError) {
+                    var report = try Self.verify(connection)
+                    report.problems = damage + report.problems
+                    return report
+                } catch {
+                    return ReplayReport(eventsRead: 0, jobsRebuilt: 0, differences: [],
+                                        problems: damage + ["the log could not be replayed on the damaged file: \(error)"], rewritten: false)
+                }
             }
         }
         return try writeTransaction { (connection) throws(StoreError) -> ReplayReport in
             try Self.replay(connection, rewrite: true)
+        }
+    }
+
+    /// How many of `PRAGMA quick_check`'s findings a verify reports (SQLite stops looking there).
+    static let quickCheckLimit = 20
+
+    /// What `PRAGMA quick_check` finds wrong with the database file, each as a problem that says what
+    /// to do; empty when it answers `ok`. https://www.sqlite.org/pragma.html#pragma_quick_check
+    static func quickCheck(_ connection: SQLiteConnection) throws(StoreError) -> [String] {
+        let findings = try connection.query("PRAGMA quick_check(\(quickCheckLimit))") { row in row.text(0) }
+        guard findings != ["ok"] else { return [] }
+        return findings.map { finding in
+            "the database file is damaged (SQLite quick_check: \(finding)): stop every worker and keep a copy of the file with "
+                + "its -wal and -shm files; a damaged index is rebuilt by `sqlite3 FILE 'REINDEX'`, other damage needs "
+                + "`sqlite3 FILE .recover` into a new file"
         }
     }
 

@@ -255,7 +255,7 @@ extension Commands {
                 emit(TerminalText.printable("\(difference.jobID)  \(difference.column): stored \(difference.stored.map(display.text) ?? "null") ≠ rebuilt \(difference.rebuilt.map(display.text) ?? "null")"))
             }
             for problem in report.problems { emit("problem: \(TerminalText.printable(display.text(problem)))") }
-            let outcome = report.differences.isEmpty
+            let outcome = report.isConsistent
                 ? "projection matches"
                 : "\(plural(report.differences.count, "difference")), \(plural(report.problems.count, "problem"))"
             emit("replayed \(plural(report.eventsRead, "event")) into \(plural(report.jobsRebuilt, "job")): \(outcome)")

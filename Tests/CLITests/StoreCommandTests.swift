@@ -272,6 +272,47 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
 @Suite("a damaged database", .onTestThreads) struct DamagedDatabaseTests {
     /// The damage is found as the worker opens the log (the pool's own stop on a file damaged while it
     /// runs is `DamagedStoreTests` in the worker suite).
+    /// `replay --verify` compared the projection with the log and nothing else: an index whose page
+    /// was garbage went unseen (exit 0). It runs SQLite's `quick_check` first now, and what that finds
+    /// is a problem of the log: exit 1, the finding and the remedy.
+    @Test("replay --verify runs SQLite's quick_check: a garbage index page is a problem of the log")
+    func verifyFindsABrokenIndex() throws {
+        let workspace = try CLIWorkspace("cli-broken-index")
+        defer { workspace.directory.remove() }
+        let manifest = (0..<20).map { "- {kind: upload-data, data: \"job \($0)\", destination: \"file://out/\($0).txt\"}" }
+            .joined(separator: "\n") + "\n"
+        _ = try workspace.submit(manifest)
+        #expect(try workspace.jobctl(["worker", "--drain"]).status == 0)
+        let before = try workspace.jobctl(["replay", "--verify"])
+        try #require(before.status == 0, "\(before.stdout)\(before.stderr)")
+        let log = workspace.database + "-wal"
+        let logSize = FileManager.default.fileExists(atPath: log) ? try FileManager.default.attributesOfItem(atPath: log)[.size] as? Int : 0
+        #expect(logSize == 0, "the WAL was folded into the file, which is edited below")
+        // The root page of an index on the log (one page for 20 jobs' outcomes), found in the schema.
+        let found = try runProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            c = sqlite3.connect(sys.argv[1])
+            (root,) = c.execute("SELECT rootpage FROM sqlite_master WHERE type = 'index' AND name = 'events_outcomes_at'").fetchone()
+            (size,) = c.execute("PRAGMA page_size").fetchone()
+            print(root, size)
+            """, workspace.database])
+        let numbers = found.stdout.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        try #require(found.status == 0 && numbers.count == 2 && numbers[0] > 1, "\(found.stdout)\(found.stderr)")
+        let handle = try #require(FileHandle(forUpdatingAtPath: workspace.database))
+        try handle.seek(toOffset: UInt64((numbers[0] - 1) * numbers[1]))
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: numbers[1]))
+        try handle.close()
+
+        let verify = try workspace.jobctl(["replay", "--verify"])
+        #expect(verify.status == 1, "\(verify.stdout)\(verify.stderr)")
+        #expect(verify.stdout.contains("problem: the database file is damaged (SQLite quick_check: ")
+                && verify.stdout.contains("REINDEX"), "\(verify.stdout)\(verify.stderr)")
+        let json = try workspace.jobctl(["replay", "--verify", "--json"])
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any], "\(json.stdout)\(json.stderr)")
+        #expect(json.status == 1 && report["consistent"] as? Bool == false)
+        #expect((report["problems"] as? [String])?.contains { $0.contains("quick_check") } == true, "\(report)")
+    }
+
     @Test("a worker on a damaged database stops with status 1 and the remedy; so does list")
     func workerStopsAtOnce() throws {
         let workspace = try CLIWorkspace("cli-damaged")
