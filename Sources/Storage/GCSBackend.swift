@@ -423,7 +423,7 @@ public struct GCSBackend: StorageBackend {
                     }
                     return .finished(json)
                 case 308:
-                    let confirmed = Self.confirmedOffset(response.headers["range"], recorded: start)
+                    let confirmed = Self.confirmedOffset(response.headers["range"], recorded: start, total: total)
                     if let violation = Self.implausibleOffset(confirmed, floor: start, ceiling: session.ceiling, total: total) {
                         return .untrusted(violation)
                     }
@@ -508,13 +508,15 @@ public struct GCSBackend: StorageBackend {
         return nil
     }
 
-    /// `Range: bytes=0-N` → N+1; no Range → 0. The emulator answers `bytes=0-0` before any data,
-    /// which would claim one byte: when nothing was confirmed before, that means 0.
-    static func confirmedOffset(_ range: String?, recorded: Int64) -> Int64 {
+    /// `Range: bytes=0-N` → N+1; no Range → 0 (the resumable upload protocol: the server holds bytes 0
+    /// to N). The emulator answers `bytes=0-0` before any data, which would claim one byte: when nothing
+    /// was confirmed before, that means 0 — but not for an empty upload, of which no server can hold a
+    /// byte: there it is the one byte it says, which `implausibleOffset` refuses (the session is dropped).
+    static func confirmedOffset(_ range: String?, recorded: Int64, total: Int64) -> Int64 {
         guard let range, let dash = range.lastIndex(of: "-"), let last = Int64(range[range.index(after: dash)...]) else {
             return 0
         }
-        if last == 0 && recorded == 0 { return 0 }
+        if last == 0 && recorded == 0 && total > 0 { return 0 }
         return last + 1
     }
 
@@ -540,7 +542,7 @@ public struct GCSBackend: StorageBackend {
             }
         }
         switch response.status {
-        case 308: return .incomplete(Self.confirmedOffset(response.headers["range"], recorded: recordedOffset))
+        case 308: return .incomplete(Self.confirmedOffset(response.headers["range"], recorded: recordedOffset, total: total))
         case 200, 201:
             guard let json = response.json else { return .expired }
             return .finished(json)

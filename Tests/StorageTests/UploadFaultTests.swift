@@ -592,6 +592,52 @@ struct UploadFaultTests {
         #expect(await !setup.exists("liar.bin"))
     }
 
+    /// The one request of an empty upload's session (`Content-Range: bytes */0`), answered 308.
+    static func emptyUploadIncomplete(range: String?) -> FaultRule {
+        FaultRule(RequestMatch(method: "PUT", pathContains: "upload_id=", headerContains: ProxyHeader("Content-Range", "bytes */0")),
+                  .respond(.response(308, reason: "Resume Incomplete", headers: range.map { [ProxyHeader("Range", $0)] } ?? [])))
+    }
+
+    /// An empty upload in a session (`if_exists: fail` keeps one whatever the size) answered 308 (the
+    /// resumable upload protocol): without `Range` the server holds
+    /// nothing yet, so the same session is asked again and completes; `Range: bytes=0-0` says it holds
+    /// one byte of an empty object, which cannot be — it was read as "nothing" (the emulator's way before
+    /// any data) and the session kept. It is not believed now: the session is dropped and a new one
+    /// stores the object.
+    @Test("an empty upload's 308: no Range is nothing stored yet (same session); bytes=0-0 is a lie (new session)",
+          arguments: [false, true])
+    func emptyUploadIncomplete(claimsOneByte: Bool) async throws {
+        let setup = try ProxiedEmulator([Self.emptyUploadIncomplete(range: claimsOneByte ? "bytes=0-0" : nil)])
+        defer { setup.stop() }
+        let recorder = EventRecorder()
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/empty.bin",
+                                                                     data: Data(), ifExists: .fail), recorder: recorder))
+        #expect(uploaded.size == 0 && uploaded.object?.size == 0)
+        #expect(try await setup.storedBytes("empty.bin") == Data())
+        #expect(setup.proxy.firedCounts == [1])
+        let exchanges = setup.proxy.exchanges
+        let sessions = exchanges.filter { $0.request.method == "POST" }.count
+        #expect(sessions == (claimsOneByte ? 2 : 1), "\(exchanges.map(\.request.startLine))")
+        if claimsOneByte {
+            #expect(exchanges.contains { $0.request.method == "DELETE" && $0.request.target.contains("upload_id=") }, "the lying session was cancelled")
+        }
+        #expect(!recorder.checkpoints.contains { $0.bytesDone > 0 }, "no byte of an empty object was ever confirmed")
+    }
+
+    @Test("a server that keeps claiming a byte of an empty upload fails typed (internalError), never succeeded")
+    func emptyUploadPersistentLiarFails() async throws {
+        var rule = Self.emptyUploadIncomplete(range: "bytes=0-0")
+        rule.times = .max
+        let setup = try ProxiedEmulator([rule])
+        defer { setup.stop() }
+        let error = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/empty-liar.bin",
+                                                                 data: Data(), ifExists: .fail)))
+        #expect(error.code == .internalError && !error.retryable, "\(error)")
+        #expect(error.message.contains("confirmed 1 bytes of a 0-byte upload"), "\(error.message)")
+        #expect(setup.proxy.exchanges.filter { $0.request.method == "POST" }.count == 2)
+        #expect(await !setup.exists("empty-liar.bin"))
+    }
+
     @Test("the final hash is compared: one byte flipped on the way is nonMatchingChecksum and the object is deleted",
           arguments: [false, true])
     func corruptedByteIsCaught(finalAnswerWithoutHashes: Bool) async throws {
