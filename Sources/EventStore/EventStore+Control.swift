@@ -17,18 +17,27 @@ extension EventStore {
     public func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
         guard !specs.isEmpty else { return [] }
         return try writeTransaction { (connection) throws(StoreError) -> [SubmitOutcome] in
-            let plan = try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
-                try connection.first("SELECT id, \(JobRecord.specSQL) FROM jobs WHERE idempotency_key = ?", [.text(key)]) {
-                    (row) throws(StoreError) in
-                    // Re-encoded, so a spec an older jobctl wrote compares by content, not by its bytes.
-                    guard let stored = try StoreJSON.decode(EventData.self, row.text(1), what: "job \(row.text(0)) submitted event").spec else {
-                        throw StoreError.corrupt("job \(row.text(0)) has no spec in its submitted event: run `jobctl replay --verify`")
-                    }
-                    return (row.text(0), try StoreJSON.encode(stored))
-                }
-            }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
-            return try plan.persist(on: connection, actor: actor, now: now)
+            try Self.plan(specs, now: now, on: connection).persist(on: connection, actor: actor, now: now)
         }
+    }
+
+    /// What `submit` would do with `specs` now, read in one read transaction; nothing is written.
+    public func planSubmit(_ specs: [JobSpec], now: Int64) throws(StoreError) -> SubmitPlan {
+        try readTransaction { (connection) throws(StoreError) -> SubmitPlan in try Self.plan(specs, now: now, on: connection) }
+    }
+
+    /// The plan of `specs` against the log as `connection` reads it.
+    private static func plan(_ specs: [JobSpec], now: Int64, on connection: SQLiteConnection) throws(StoreError) -> SubmitPlan {
+        try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
+            try connection.first("SELECT id, \(JobRecord.specSQL) FROM jobs WHERE idempotency_key = ?", [.text(key)]) {
+                (row) throws(StoreError) in
+                // Re-encoded, so a spec an older jobctl wrote compares by content, not by its bytes.
+                guard let stored = try StoreJSON.decode(EventData.self, row.text(1), what: "job \(row.text(0)) submitted event").spec else {
+                    throw StoreError.corrupt("job \(row.text(0)) has no spec in its submitted event: run `jobctl replay --verify`")
+                }
+                return (row.text(0), try StoreJSON.encode(stored))
+            }
+        }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
     }
 }
 

@@ -123,14 +123,7 @@ extension PostgresStore {
                           FROM unnest($1::text[]) AS key ORDER BY bucket) AS buckets
                     """, [postgresTextArray(keys)])
             }
-            let plan = try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
-                try connection.row("SELECT id, \(JobRecord.postgresSpecSQL) FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
-                    (row) throws(StoreError) in
-                    let id = try row.string(0)
-                    let stored = try StoreJSON.decode(JobSpec.self, try row.string(1), what: "job \(id) spec")
-                    return (id, try StoreJSON.encode(stored))
-                }
-            }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
+            let plan = try Self.plan(specs, now: now, on: connection)
             let writer = PostgresBatchWriter(connection)
             writer.expectEvents(specs.count)
             let outcomes = try plan.persist(on: writer, actor: actor, now: now)
@@ -141,6 +134,23 @@ extension PostgresStore {
 }
 
 extension PostgresStore {
+    /// What `submit` would do with `specs` now, read in one read transaction; nothing is written.
+    public func planSubmit(_ specs: [JobSpec], now: Int64) throws(StoreError) -> SubmitPlan {
+        try readTransaction { (connection) throws(StoreError) -> SubmitPlan in try Self.plan(specs, now: now, on: connection) }
+    }
+
+    /// The plan of `specs` against the log as `connection` reads it.
+    static func plan(_ specs: [JobSpec], now: Int64, on connection: PostgresConnection) throws(StoreError) -> SubmitPlan {
+        try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
+            try connection.row("SELECT id, \(JobRecord.postgresSpecSQL) FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
+                (row) throws(StoreError) in
+                let id = try row.string(0)
+                let stored = try StoreJSON.decode(JobSpec.self, try row.string(1), what: "job \(id) spec")
+                return (id, try StoreJSON.encode(stored))
+            }
+        }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
+    }
+
     /// The seed of the hash that puts an idempotency key in its bucket.
     static let submitLockSeed: Int64 = 0x6A6F_6263_746B
     /// The advisory locks `submit` takes are the two-integer kind, this first integer ('jobc') and the

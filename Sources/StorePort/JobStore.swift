@@ -35,6 +35,9 @@ public protocol JobStore: AnyObject, Sendable {
     /// Submits jobs in one transaction: one `submitted` event per new job; a known idempotency key with
     /// the same spec maps to its existing job, with a different spec refuses the whole batch (`keyConflict`).
     func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome]
+    /// What `submit` would do with `specs` now (new jobs, jobs a key already names, `after:` resolved),
+    /// with the same refusals, read in one read transaction: nothing is written (`submit --dry-run`).
+    func planSubmit(_ specs: [JobSpec], now: Int64) throws(StoreError) -> SubmitPlan
 
     /// Appends events in one transaction (group commit), each checked on its own: expected version,
     /// lease token (fencing), and the lifecycle's rules. Throws only when the transaction fails.

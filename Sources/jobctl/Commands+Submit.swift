@@ -28,6 +28,9 @@ extension Commands {
 
         after: names (keys of jobs in these manifests or in the log, job ids, unique id prefixes) are
         resolved to job ids here; a name that means no job is an error at its line and column (exit 65).
+
+        --dry-run stores nothing and answers as the submit would: it reads the log (an empty one when the
+        database does not exist yet) for after: names, keys already there and key conflicts.
         """
     ) { arguments, context in
         let now = Clock.nowMs()
@@ -85,15 +88,45 @@ extension Commands {
             return ExitCode.dataError
         }
         let display = Display.redacting
+        // Where an `after:` name that means no job was written: the manifest's entry, with a caret under it.
+        func unknownDependency(_ name: String) -> Int32 {
+            let message = "'after' names '\(name)', which is neither the key of a job in the manifests nor a key, id or "
+                + "unique id prefix of a job in the log; name a job that exists (`jobctl list` shows them)"
+            let entry = manifestJobs.lazy.flatMap(\.dependencies).first { $0.name == name }
+            emitError(entry.map { ManifestErrors([$0.error(message)]).render() } ?? "Error: \(message)")
+            emitError("Error: nothing was submitted")
+            return ExitCode.dataError
+        }
         if arguments[Options.dryRun] {
+            // Planned against the log as `submit` plans (its `after:` names, keys already there, cycles),
+            // read only; with no log yet, against an empty one (which is what `submit` would create).
+            let plan: SubmitPlan
+            do {
+                let store: (any JobStore)?
+                do {
+                    store = try context.openStore(readOnly: true)
+                } catch StoreError.noDatabase {
+                    store = nil
+                }
+                if let store {
+                    plan = try store.planSubmit(specs, now: Clock.nowMs())
+                } else {
+                    plan = try SubmitPlan(specs, now: Clock.nowMs(), storedByKey: { _ in nil }, logJob: { _ in nil })
+                }
+            } catch StoreError.unknownDependency(let name) {
+                return unknownDependency(name)
+            }
             if arguments[Options.json] {
                 emit(try jsonText(specs.map { SpecView($0, display: display) }))
             } else {
-                for spec in specs {
-                    emit("\(spec.kind.rawValue)  \(spec.source.map(display.location) ?? "-") → \(spec.destination.map(display.location) ?? "-")")
+                for (spec, entry) in zip(specs, plan.entries) {
+                    let known = entry.creates ? "" : "  (already in the log as \(entry.id): not submitted again)"
+                    emit("\(spec.kind.rawValue)  \(spec.source.map(display.location) ?? "-") → \(spec.destination.map(display.location) ?? "-")\(known)")
                 }
                 for line in batchLines(specs) { emit(line) }
-                emit("\(plural(specs.count, "job")) valid; nothing submitted (--dry-run)")
+                let existing = plan.entries.filter { !$0.creates }.count
+                let note = existing == 0 ? "" : " (\(existing) already in the log under \(existing == 1 ? "its key" : "their keys"))"
+                emit("\(plural(specs.count, "job")) valid\(note); nothing submitted (--dry-run)")
             }
             return ExitCode.ok
         }
@@ -102,13 +135,7 @@ extension Commands {
         do {
             outcomes = try store.submit(specs, actor: context.actor, now: Clock.nowMs())
         } catch StoreError.unknownDependency(let name) {
-            // Where the name was written: the manifest's `after:` entry, with a caret under it.
-            let message = "'after' names '\(name)', which is neither the key of a job in the manifests nor a key, id or "
-                + "unique id prefix of a job in the log; name a job that exists (`jobctl list` shows them)"
-            let entry = manifestJobs.lazy.flatMap(\.dependencies).first { $0.name == name }
-            emitError(entry.map { ManifestErrors([$0.error(message)]).render() } ?? "Error: \(message)")
-            emitError("Error: nothing was submitted")
-            return ExitCode.dataError
+            return unknownDependency(name)
         }
         if arguments[Options.json] {
             struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool; let batch: String? }

@@ -45,7 +45,7 @@ import TestSupport
         let environment = ["STORAGE_EMULATOR_HOST": server.baseURL, "HOME": workspace.directory.path]
         let dryRun = try workspace.jobctl(["submit", "--dry-run", manifest], environment: environment)
         #expect(dryRun.status == 0 && dryRun.stdout.contains(" jobs from \(workspace.directory.path)/photos/\n3 jobs valid; nothing submitted"),
-                "\(dryRun.stdout)")
+                "\(dryRun.stdout)\(dryRun.stderr)")
         let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
         #expect(submitted.status == 0, "\(submitted.stderr)")
         #expect(submitted.stdout.split(separator: "\n").count == 3)

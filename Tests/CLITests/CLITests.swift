@@ -179,6 +179,40 @@ import TestSupport
         #expect(!FileManager.default.fileExists(atPath: workspace.database))
     }
 
+    /// A dry run answers as the submit would: an `after:` that names no job in the manifests or the log
+    /// (it said "1 job valid", exit 0, where the submit refused it, exit 65), a key whose job the log
+    /// holds with another spec, a cycle; and it says which jobs a key maps to a job already there.
+    @Test func dryRunPlansAgainstTheLog() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let missing = try workspace.write("missing.yaml", "- {kind: upload-data, data: x, destination: \"file://b/x\", after: [000000]}\n")
+        for _ in 0..<2 {
+            // With no log, then with one.
+            let refused = try workspace.jobctl(["submit", "--dry-run", missing])
+            #expect(refused.status == 65, "\(refused.stdout)\(refused.stderr)")
+            #expect(refused.stderr.contains("missing.yaml:1:") && refused.stderr.contains("'after' names '000000'"), "\(refused.stderr)")
+            #expect(try workspace.jobctl(["submit", missing]).status == 65)
+            _ = try workspace.jobctl(["migrate"])
+        }
+        let first = try workspace.write("first.yaml", "- {kind: upload-data, data: one, destination: \"file://b/one\", key: one}\n")
+        let firstID = try #require(try workspace.jobctl(["submit", first]).stdout.split(separator: "\n").first.map(String.init))
+        let second = try workspace.write("second.yaml", """
+            - {kind: upload-data, data: one, destination: "file://b/one", key: one}
+            - {kind: upload-data, data: two, destination: "file://b/two", after: [one]}
+            """)
+        let planned = try workspace.jobctl(["submit", "--dry-run", second])
+        #expect(planned.status == 0, "\(planned.stderr)")
+        #expect(planned.stdout.contains("(already in the log as \(firstID): not submitted again)"), "\(planned.stdout)")
+        #expect(planned.stdout.contains("2 jobs valid (1 already in the log under its key); nothing submitted"), "\(planned.stdout)")
+        #expect(try workspace.jobctl(["list", "--json"]).stdout.components(separatedBy: "\"id\"").count == 2, "nothing was stored")
+        // A key the log holds with another spec: refused by the dry run as by the submit.
+        let conflict = try workspace.write("conflict.yaml", "- {kind: upload-data, data: changed, destination: \"file://b/one\", key: one}\n")
+        let real = try workspace.jobctl(["submit", conflict])
+        let dry = try workspace.jobctl(["submit", "--dry-run", conflict])
+        #expect(real.status != 0 && dry.status == real.status, "\(dry.stdout)\(dry.stderr) / \(real.stderr)")
+        #expect(dry.stderr == real.stderr, "\(dry.stderr) / \(real.stderr)")
+    }
+
     @Test func badManifestSubmitsNothing() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }

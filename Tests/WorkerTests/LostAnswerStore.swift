@@ -60,6 +60,7 @@ final class LostAnswerStore: JobStore {
     func submit(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
         try inner.submit(specs, actor: actor, now: now)
     }
+    func planSubmit(_ specs: [JobSpec], now: Int64) throws(StoreError) -> SubmitPlan { try inner.planSubmit(specs, now: now) }
     func append(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         try inner.append(events, now: now)
     }
