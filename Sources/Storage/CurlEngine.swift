@@ -457,6 +457,8 @@ private final class CurlExchange: @unchecked Sendable {
     /// The one place a `CURLcode` from setup is checked.
     private func check(_ code: CURLcode) throws(TransferFailure) {
         guard code != CURLE_OK else { return }
+        // A handle that refused an option would refuse it again: it is freed, not kept for the next exchange.
+        reusable = false
         throw .failed(StorageError(.internalError, "libcurl refused an option: \(String(cString: jobctl_curl_easy_strerror(code)))",
                                    url: redactedURL(request.url), cause: String(cString: jobctl_curl_easy_strerror(code))))
     }
@@ -666,6 +668,11 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// Turns the finished easy handle into a result and resumes the caller (engine thread).
     func finish(code: CURLcode, cause: String?) {
+        // A handle whose exchange failed is not kept: libcurl 7.88 keeps the receive buffer of a transfer
+        // that failed before it had a connection (a host name that does not resolve, a redirect to a
+        // scheme it refuses), even through `curl_easy_reset`, and then refuses CURLOPT_BUFFERSIZE on
+        // that handle for good — every later exchange on it failed at set-up, another job's included.
+        if code != CURLE_OK { reusable = false }
         // Bytes of request written to a connection (its headers at least); 0 when none took it.
         var requestBytes = 0
         if code != CURLE_OK, let easy {

@@ -72,6 +72,40 @@ struct HandleReuseTests {
         #expect(engine.handlesCreated.load(ordering: .relaxed) == 2)
     }
 
+    /// libcurl 7.88 keeps the receive buffer of a transfer that failed before it had a connection — a
+    /// redirect to a scheme it refuses, a host name that does not resolve — through `curl_easy_reset`, and
+    /// then refuses `CURLOPT_BUFFERSIZE` on that handle. Kept, the handle failed every later exchange at
+    /// set-up with `internalError` (never retried): one bad URL failed the worker's next jobs, whatever they
+    /// fetched.
+    @Test("a handle whose exchange failed is not reused: a redirect to file:// does not fail the next exchanges")
+    func failedHandleNotKept() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let payload = patternData(64 * 1024, seed: 8)
+        try payload.write(to: URL(fileURLWithPath: server.root + "/p.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(pathContains: "/away"),
+                      .respond(.response(302, reason: "Found", headers: [ProxyHeader("Location", "file:///etc/hostname")])), times: 5),
+        ])
+        defer { proxy.stop() }
+        let engine = CurlEngine(threadName: "reuse-test-curl")
+        let backend = HTTPBackend(configuration: configuration, engine: engine)
+        let good = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/p.bin", maxSize: 1 << 20)
+        #expect(try finished(await run(backend, good)).data == payload)
+        for kind in [JobKind.downloadMemory, .downloadFile] {
+            let directory = try TemporaryDirectory()
+            defer { directory.remove() }
+            let away = JobSpec(kind: kind, source: "\(proxy.baseURL)/away", destination: kind == .downloadFile ? directory.file("a") : nil,
+                               maxSize: kind == .downloadMemory ? 1 << 20 : nil)
+            let refused = try failure(await run(backend, away))
+            #expect(refused.code != .internalError, "\(refused)")
+            // The next exchanges run as if nothing had happened, on a new handle.
+            #expect(try finished(await run(backend, good)).data == payload)
+            #expect(try finished(await run(backend, good)).data == payload)
+        }
+        #expect(engine.handlesCreated.load(ordering: .relaxed) == 3)
+    }
+
     @Test("a file upload reset on a reused connection in the middle of a series is sent again, whole, and the series goes on")
     func resetMidSeriesIsResent() async throws {
         let files = try TemporaryDirectory()
