@@ -710,8 +710,11 @@ private final class CurlExchange: @unchecked Sendable {
             if code == CURLE_PEER_FAILED_VERIFICATION, let easy {
                 jobctl_curl_easy_getinfo_long(easy, CURLINFO_SSL_VERIFYRESULT, &verifyResult)
             }
+            // A redirect libcurl did not follow ends the exchange with the redirect's status seen last.
+            let redirect = headersEnded && (300..<400).contains(status) ? status : nil
             complete(.failure(.failed(curlFailure(code: Int(code.rawValue), text: text, url: request.url,
-                                                  verifyResult: verifyResult, trust: options.trust, requestSent: requestBytes > 0))))
+                                                  verifyResult: verifyResult, trust: options.trust, requestSent: requestBytes > 0,
+                                                  redirect: redirect))))
             return
         }
         var responseCode = 0
@@ -822,12 +825,20 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 ///
 /// `verifyResult` is `CURLINFO_SSL_VERIFYRESULT` for a certificate failure (OpenSSL's X509 error, or 0
 /// when the chain was trusted and only the host name check failed); `trust` names the CAs used.
+/// `redirect` is the status of a redirect the exchange ended at, when it ended at one.
 /// Whether the job is retried is the retry policy's decision, so no message here promises it.
 func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
-                 trust: CertificateTrust = .systemDefault, requestSent: Bool = false) -> StorageError {
+                 trust: CertificateTrust = .systemDefault, requestSent: Bool = false, redirect: Int? = nil) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: jobctl_curl_easy_strerror(curlCode))
     let cause = "curl error \(code) (\(name)): \(text)"
+    if let redirect, curlCode == CURLE_UNSUPPORTED_PROTOCOL || curlCode == CURLE_URL_MALFORMAT {
+        // The server answered, with a Location that is not an http(s) URL (file://, ftp://, garbage): not
+        // an answer that is not HTTP, nor a URL of the job's. Asking again gets the same redirect. The
+        // Location is not shown (it may carry a token); libcurl's text names only its scheme or fault.
+        return StorageError(.unknown, "the server redirected (HTTP \(redirect)) to a URL that is not followed: redirects are followed "
+                                + "to valid http and https URLs only", httpStatus: redirect, url: redactedURL(url), cause: cause)
+    }
     switch curlCode {
     case CURLE_COULDNT_CONNECT:
         return StorageError(.unknown, "could not connect to the server; it may be down",

@@ -428,6 +428,32 @@ struct UploadFaultTests {
         #expect(!scheme.retryable && scheme.code == .invalidArgument)
     }
 
+    /// A redirect to a URL libcurl will not follow (another scheme, or no URL at all) is the server's answer,
+    /// the same at every attempt: not "an answer that is not HTTP" to retry, nor a fault of the job's URL.
+    /// Its Location is not shown: it may carry a token.
+    @Test("a redirect to file://, ftp:// or a malformed URL is a permanent error naming the redirect", arguments: [
+        "file:///etc/hostname", "ftp://127.0.0.1:1/x?token=SECRET", "http://[::1?token=SECRET",
+    ])
+    func unfollowableRedirectIsPermanent(location: String) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(.any, .respond(.response(302, reason: "Found", headers: [ProxyHeader("Location", location)])), times: .max),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        for spec in [JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/a.bin", maxSize: 1 << 20),
+                     JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/a.bin", destination: directory.file("a.bin"))] {
+            let error = try failure(await run(backend, spec))
+            #expect(!error.retryable && error.code == .unknown, "\(error)")
+            #expect(error.httpStatus == 302 && error.message.contains("redirected"), "\(error)")
+            #expect(!"\(error) \(error.cause ?? "")".contains("SECRET"), "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("a.bin")))
+    }
+
     @Test("every cut the proxy makes in an answer is a retryable error, never a success", arguments: [
         "resetBeforeResponse", "resetInStatusLine", "resetInHeaders", "resetInBody",
         "closeBeforeResponse", "closeInStatusLine", "closeInHeaders", "closeInBody",
