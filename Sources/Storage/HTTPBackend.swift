@@ -496,13 +496,17 @@ public struct HTTPBackend: StorageBackend {
         headers["etag"] ?? headers["last-modified"]
     }
 
-    /// The full size from `Content-Range: bytes A-B/TOTAL`, else `offset + Content-Length`.
+    /// The full size from `Content-Range: bytes A-B/TOTAL`, else `offset + Content-Length`. A
+    /// `Content-Length` beside `Transfer-Encoding` frames nothing (RFC 9112 §6.3: the transfer coding
+    /// wins, and libcurl ignores it) and is not read; one too large to add `offset` to says nothing either.
     private static func totalSize(_ headers: [String: String], offset: Int64) -> Int64? {
         if let range = headers["content-range"], let slash = range.lastIndex(of: "/"),
            let total = Int64(range[range.index(after: slash)...]) {
             return total
         }
-        return headers["content-length"].flatMap { Int64($0) }.map { $0 + offset }
+        guard headers["transfer-encoding"] == nil, let length = headers["content-length"].flatMap({ Int64($0) }) else { return nil }
+        let (total, overflow) = length.addingReportingOverflow(offset)
+        return overflow ? nil : total
     }
 
     // MARK: - Download to memory

@@ -168,6 +168,33 @@ struct RangeAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == body, "\(answer): the answer, not the prefix")
     }
 
+    /// A resumed range sent chunked, its total unknown (`bytes S-E/*`), with a Content-Length beside it that
+    /// frames nothing — here one near Int64.max: the size was taken as that length plus the offset, which
+    /// overflowed and stopped the worker (a trap). The transfer coding frames the body, so the length is
+    /// not read, and the resumed file is whole.
+    @Test("HTTP: a chunked resumed range with a Content-Length near Int64.max is downloaded, not a crash")
+    func chunkedRangeWithHugeLengthIgnored() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/c.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }), .rewriteResponse { _, response in
+                let range = response.header("Content-Range") ?? ""
+                response.setHeader("Content-Range", String(range.prefix { $0 != "/" }) + "/*")
+                response.setHeader("Transfer-Encoding", "chunked")
+                response.setHeader("Content-Length", String(Int64.max))
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-chunked")
+        defer { directory.remove() }
+        guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "c.bin", into: directory, jobID: "01RANGECHUNK") else { return }
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGECHUNK")))
+        #expect(proxy.firedCounts == [1], "the chunked answer was served")
+        #expect(result.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("c.bin"))) == payload)
+    }
+
     /// download-memory asks for the whole object; a 206 (part of it) is not the object.
     @Test("HTTP: download-memory refuses a 206 to its request for the whole object")
     func memoryRefusesPartOfTheObject() async throws {

@@ -584,16 +584,23 @@ public final class FaultProxy: @unchecked Sendable {
         return Data((text + "\r\n").utf8)
     }
 
-    /// The response as the client gets it: HTTP/1.1, framed by Content-Length, no hop-by-hop headers.
+    /// The response as the client gets it: HTTP/1.1, framed by Content-Length, no hop-by-hop headers —
+    /// unless a rule wrote `Transfer-Encoding: chunked` on it (the upstream's is gone once its body is read):
+    /// then the body goes as one chunk, and a Content-Length the rule wrote too is sent as written (a
+    /// server contradicting itself).
     private func serialize(_ response: ProxyMessage, method: String) -> Data {
         var message = response
         if message.startLine.hasPrefix("HTTP/1.0") { message.startLine = "HTTP/1.1" + message.startLine.dropFirst(8) }
-        for name in ["Connection", "Keep-Alive", "Transfer-Encoding"] { message.setHeader(name, nil) }
+        let chunked = message.header("Transfer-Encoding")?.lowercased() == "chunked"
+        for name in ["Connection", "Keep-Alive"] + (chunked ? [] : ["Transfer-Encoding"]) { message.setHeader(name, nil) }
         let bodiless = method == "HEAD" || message.status == 204 || message.status == 304
         // Several Content-Length headers are a fault a rule wrote on purpose (a server contradicting itself).
         let lengths = message.headers.filter { $0.name.caseInsensitiveCompare("Content-Length") == .orderedSame }.count
-        if !bodiless && lengths <= 1 { message.setHeader("Content-Length", "\(message.body.count)") }
-        return encodeHead(message) + (bodiless ? Data() : message.body)
+        if !bodiless && lengths <= 1 && !chunked { message.setHeader("Content-Length", "\(message.body.count)") }
+        guard !bodiless else { return encodeHead(message) }
+        guard chunked else { return encodeHead(message) + message.body }
+        let chunk = message.body.isEmpty ? Data() : Data("\(String(message.body.count, radix: 16))\r\n".utf8) + message.body + Data("\r\n".utf8)
+        return encodeHead(message) + chunk + Data("0\r\n\r\n".utf8)
     }
 }
 
