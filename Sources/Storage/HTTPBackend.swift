@@ -461,6 +461,15 @@ public struct HTTPBackend: StorageBackend {
             throw httpError(response, what: redactedURL(url))
         }
         try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
+        if response.status == 206, let range = response.headers["content-range"].flatMap(FileSink.rangeBounds),
+           sink.offset - 1 > range.last {
+            // Bytes past the end of the range the answer names: they belong nowhere it said, and a total
+            // written to match would have made the file look whole.
+            sink.partial.discard()
+            throw StorageError(.unknown, "the server sent bytes up to \(sink.offset - 1) in an answer for the range \(range.first)-\(range.last); "
+                                   + "the partial file was dropped and a retry downloads it again", httpStatus: 206, url: redactedURL(url),
+                               retryable: true)
+        }
         let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
         if let expected, sink.offset > expected {
             // More than the answer announced: nothing to resume from.

@@ -598,13 +598,18 @@ final class FileSink: ResponseBodySink {
 
     /// The first byte of `bytes A-B/TOTAL` (or `bytes A-B/*`), nil for anything else.
     static func rangeStart(_ contentRange: String) -> Int64? {
+        rangeBounds(contentRange)?.first
+    }
+
+    /// The first and last byte of `bytes A-B/TOTAL` (or `bytes A-B/*`), nil for anything else.
+    static func rangeBounds(_ contentRange: String) -> (first: Int64, last: Int64)? {
         let value = contentRange.trimmingCharacters(in: .whitespaces)
         guard value.lowercased().hasPrefix("bytes "), let dash = value.firstIndex(of: "-"),
               let slash = value.firstIndex(of: "/"), dash < slash else { return nil }
         let first = value[value.index(value.startIndex, offsetBy: 6)..<dash].trimmingCharacters(in: .whitespaces)
         let last = value[value.index(after: dash)..<slash].trimmingCharacters(in: .whitespaces)
         guard let start = Int64(first), let end = Int64(last), start >= 0, end >= start else { return nil }
-        return start
+        return (start, end)
     }
 
     /// Hashes the bytes already in the partial file (a resumed download).

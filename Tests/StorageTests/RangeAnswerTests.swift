@@ -99,21 +99,29 @@ struct RangeAnswerTests {
     }
 
     /// Answers to the resumed range that used to be taken: a 206 with no body (which nothing checked,
-    /// so the prefix was committed as the file), and a 206 of another version from a server that ignored
-    /// `If-Range` (the file then mixed two versions).
+    /// so the prefix was committed as the file), a 206 of another version from a server that ignored
+    /// `If-Range` (the file then mixed two versions), and a 206 whose body runs past the end of its
+    /// `Content-Range` — the whole file after the prefix, its total written so the sizes add up (the
+    /// file was committed as the prefix followed by the whole file).
     enum LyingAnswer: String, CaseIterable, Sendable {
-        case emptyWithoutRange, emptyUnsatisfiedForm, otherVersion
+        case emptyWithoutRange, emptyUnsatisfiedForm, otherVersion, longerThanItsRange
     }
 
-    @Test("HTTP: a resumed range answered empty or from another version is refused, then the whole file comes", arguments: LyingAnswer.allCases)
+    @Test("HTTP: a resumed range answered empty, from another version or past its end is refused, then the whole file comes",
+          arguments: LyingAnswer.allCases)
     func lyingRangeAnswerRefused(_ answer: LyingAnswer) async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
         try payload.write(to: URL(fileURLWithPath: server.root + "/v.bin"))
         let other = patternData(payload.count, seed: 72)
+        let whole = payload
         let proxy = try FaultProxy(upstreamPort: server.port, rules: [
             FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }), .rewriteResponse { _, response in
                 switch answer {
+                case .longerThanItsRange:
+                    let start = FileSink.rangeStart(response.header("Content-Range") ?? "") ?? 0
+                    response.setHeader("Content-Range", "bytes \(start)-\(whole.count - 1)/\(Int(start) + whole.count)")
+                    response.body = whole
                 case .emptyWithoutRange:
                     response.setHeader("Content-Range", nil)
                     response.body = Data()
