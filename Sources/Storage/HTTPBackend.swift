@@ -123,7 +123,7 @@ public struct HTTPBackend: StorageBackend {
         }
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
         let headers = response.headers
-        let reported = reportedHashes(headers)
+        let reported = reportedDigests(headers)
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath,
                                    size: headers["content-length"].flatMap { Int64($0) } ?? -1,
                                    contentType: headers["content-type"], cacheControl: headers["cache-control"],
@@ -269,7 +269,7 @@ public struct HTTPBackend: StorageBackend {
                                httpStatus: response.status, url: redactedURL(url), retryable: true)
         }
         // A server that reports only an MD5 gets one, read again from the source (never the case for GCS).
-        let reported = reportedHashes(response.headers)
+        let reported = reportedDigests(response.headers)
         let ours = try await source.hashesOffPool(streamed: checksums, md5: md5 || (reported.md5 != nil && reported.crc32c == nil))
         if let mismatch = Self.reportedHashMismatch(response.headers, md5: ours.md5, crc32c: ours.crc32c) {
             let deleted = await deleteBadUpload(url, etag: response.headers["etag"])
@@ -357,7 +357,7 @@ public struct HTTPBackend: StorageBackend {
         }
         if response.status == 404 || response.status == 410 { return .value(nil) }
         guard response.isSuccess else { throw httpError(response, what: "the look at \(redactedURL(url)) before uploading") }
-        let reported = reportedHashes(response.headers)
+        let reported = reportedDigests(response.headers)
         return .value(StorageObject(bucket: reference.bucket, name: reference.fullPath,
                                     size: response.headers["content-length"].flatMap { Int64($0) } ?? -1,
                                     md5Hash: reported.md5, crc32c: reported.crc32c))
@@ -385,7 +385,7 @@ public struct HTTPBackend: StorageBackend {
     /// differ from the uploaded bytes', or nil when they match or none was reported. An MD5 we did not
     /// compute (`md5` nil) is not compared.
     static func reportedHashMismatch(_ headers: [String: String], md5: String?, crc32c: String) -> String? {
-        let reported = reportedHashes(headers)
+        let reported = reportedDigests(headers)
         if let expected = reported.md5, let md5, expected != md5 {
             return "the server stored MD5 \(expected) but the uploaded bytes' is \(md5)"
         }

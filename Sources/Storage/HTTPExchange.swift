@@ -193,6 +193,16 @@ func reportedHashes(_ headers: [String: String]) -> (md5: String?, crc32c: Strin
     return (md5, crc32c)
 }
 
+/// `reportedHashes` as a plain HTTP server may write them, read the way a download's digests are
+/// (`canonicalDigest`): a CRC32C as base64 or as 8 hex digits, in GCS's base64; a value that is no digest
+/// of its algorithm is none (nil). Compared with an upload's bytes, a value that cannot be read is no
+/// proof of other bytes, and must not have the uploaded file deleted.
+func reportedDigests(_ headers: [String: String]) -> (md5: String?, crc32c: String?) {
+    let reported = reportedHashes(headers)
+    return (reported.md5.flatMap { canonicalDigest($0, algorithm: .md5) },
+            reported.crc32c.flatMap { canonicalDigest($0, algorithm: .crc32c) })
+}
+
 // MARK: - Upload sources
 
 /// The bytes of an upload: a local file read with `pread` (never loaded whole) or inline data.

@@ -744,6 +744,36 @@ struct UploadFaultTests {
         #expect(FileManager.default.fileExists(atPath: server.root + "/right.bin"))
     }
 
+    /// The hash a PUT's answer reports is read as a download's digests are: a CRC32C in hex is the same
+    /// CRC32C, and a value that is no digest at all proves nothing. Both were compared as text with our
+    /// base64, failed `nonMatchingChecksum`, and had the uploaded file — holding exactly the bytes sent —
+    /// deleted.
+    @Test("a plain-HTTP PUT whose answer reports its CRC32C in hex, or a hash that cannot be read, keeps the uploaded file")
+    func httpPutReportedHashForms() async throws {
+        let payload = patternData(50_000, seed: 47)
+        let crc32c = try #require(Data(base64Encoded: hashes(payload).crc32c))
+        let hex = crc32c.map { String(format: "%02x", $0) }.joined()
+        let server = try NginxServer.start(extraServerConfig: """
+            location = /hex.bin {
+                dav_methods PUT DELETE;
+                add_header x-goog-hash "crc32c=\(hex)" always;
+            }
+            location = /garbled.bin {
+                dav_methods PUT DELETE;
+                add_header x-goog-hash "crc32c=!!!,md5=zz" always;
+            }
+            """)
+        defer { server.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let inHex = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(server.baseURL)/hex.bin", data: payload)))
+        #expect(inHex.verified == [.crc32c])
+        let garbled = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(server.baseURL)/garbled.bin", data: payload)))
+        #expect(garbled.verified == [])
+        for name in ["hex.bin", "garbled.bin"] {
+            #expect(try Data(contentsOf: URL(fileURLWithPath: server.root + "/" + name)) == payload, "\(name)")
+        }
+    }
+
     /// A server that answers 200 from the headers alone, before any of the body, cannot have stored it;
     /// without a hash in its answer nothing else would tell, and the upload used to succeed, reported as
     /// all sent. It fails retryable now, and the retry (through to nginx) stores the bytes.
