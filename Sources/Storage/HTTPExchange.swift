@@ -576,11 +576,15 @@ final class FileSink: ResponseBodySink {
     func checkRange(_ headers: [String: String]) throws(StorageError) {
         let contentRange = headers["content-range"]
         let answered = headers["etag"] ?? headers["last-modified"]
-        let otherVersion = sentValidator != nil && answered != nil && answered != sentValidator
+        // A 206 names its version (RFC 9110 §15.3.7: the ETag a 200 would carry). One naming none cannot
+        // show it is the version of the If-Range sent: a server that ignored If-Range and sent no
+        // validator either spliced another version's bytes onto the prefix.
+        let otherVersion = sentValidator != nil && answered != sentValidator
         if let contentRange, Self.rangeStart(contentRange) == requestedOffset, !otherVersion { return }
         try restartFromZero()
-        let what = otherVersion ? "another version ('\(answered ?? "")', not the '\(sentValidator ?? "")' of If-Range)"
-                                : contentRange.map { "'Content-Range: \($0)'" } ?? "no Content-Range"
+        let what = !otherVersion ? contentRange.map { "'Content-Range: \($0)'" } ?? "no Content-Range"
+            : answered.map { "another version ('\($0)', not the '\(sentValidator ?? "")' of If-Range)" }
+            ?? "no ETag or Last-Modified to show it is the version of If-Range '\(sentValidator ?? "")'"
         throw StorageError(.unknown, "the server answered the range from byte \(requestedOffset) with \(what); the partial download "
                                + "was dropped and a retry downloads the whole file", retryable: true)
     }

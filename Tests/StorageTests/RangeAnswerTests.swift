@@ -100,11 +100,12 @@ struct RangeAnswerTests {
 
     /// Answers to the resumed range that used to be taken: a 206 with no body (which nothing checked,
     /// so the prefix was committed as the file), a 206 of another version from a server that ignored
-    /// `If-Range` (the file then mixed two versions), and a 206 whose body runs past the end of its
+    /// `If-Range` (the file then mixed two versions) — also when it names no version at all (no ETag, no
+    /// Last-Modified) — and a 206 whose body runs past the end of its
     /// `Content-Range` — the whole file after the prefix, its total written so the sizes add up (the
     /// file was committed as the prefix followed by the whole file).
     enum LyingAnswer: String, CaseIterable, Sendable {
-        case emptyWithoutRange, emptyUnsatisfiedForm, otherVersion, longerThanItsRange
+        case emptyWithoutRange, emptyUnsatisfiedForm, otherVersion, otherVersionUnnamed, longerThanItsRange
     }
 
     @Test("HTTP: a resumed range answered empty, from another version or past its end is refused, then the whole file comes",
@@ -128,6 +129,10 @@ struct RangeAnswerTests {
                 case .emptyUnsatisfiedForm:
                     response.setHeader("Content-Range", "bytes */\(response.body.count)")
                     response.body = Data()
+                case .otherVersionUnnamed:
+                    response.setHeader("ETag", nil)
+                    response.setHeader("Last-Modified", nil)
+                    response.body = other.suffix(response.body.count)
                 case .otherVersion:
                     // The right range, of another version: its own ETag, not the If-Range the request sent.
                     response.setHeader("ETag", "\"another-version\"")
