@@ -626,6 +626,11 @@ private final class CurlExchange: @unchecked Sendable {
         let value = String(decoding: bytes[valueStart..<end], as: UTF8.self)
         if let existing = headers[name] {
             headers[name] = existing + "," + value   // x-goog-hash comes once per algorithm
+            if name == "content-length", let easy, Self.conflictingLengths(headers[name] ?? "") {
+                // libcurl frames the body by one of them: the rest of the other may still come on this
+                // connection, and the next request sent on it (another job's) would read it as its answer.
+                jobctl_curl_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1)
+            }
         } else {
             headers[name] = value
         }

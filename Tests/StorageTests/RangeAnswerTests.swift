@@ -257,6 +257,34 @@ struct RangeAnswerTests {
         #expect(result.size == 300_000)
     }
 
+    /// Of two Content-Length headers libcurl frames the body by the last; the longer body's rest, arriving
+    /// after the answer was complete, stayed on the kept-alive connection, and the next request sent on it
+    /// (any job's) read it as the start of its answer: "not HTTP". The connection is closed instead.
+    @Test("HTTP: after conflicting Content-Length headers the connection is not reused: the next exchange gets a clean answer")
+    func conflictingLengthsCloseTheConnection() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.prefix(1_000).write(to: URL(fileURLWithPath: server.root + "/n.bin"))
+        let answer = ProxyMessage(startLine: "HTTP/1.1 200 OK",
+                                  headers: [ProxyHeader("Content-Length", "11"), ProxyHeader("Content-Length", "10")],
+                                  body: Data("0123456789X".utf8))
+        let head = "HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Length: 10\r\n\r\n".utf8.count
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            // The body framed by the last length, then (once the client moves on, at most 2 s later) the 11th byte.
+            FaultRule(RequestMatch(pathContains: "/two"), .respond(answer)),
+            FaultRule(RequestMatch(pathContains: "/two"), .stallInResponse(afterBytes: head + 10, seconds: 2)),
+        ])
+        defer { proxy.stop() }
+        let engine = CurlEngine(threadName: "two-lengths-curl")
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5), engine: engine)
+        let refused = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/two", maxSize: 1 << 20)))
+        #expect(refused.message.contains("conflicting Content-Length"), "\(refused)")
+        let next = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/n.bin", maxSize: 1 << 20)))
+        #expect(next.data == payload.prefix(1_000))
+        let exchanges = proxy.exchanges
+        #expect(exchanges.count == 2 && exchanges.last?.indexOnConnection == 1, "the next request went on a new connection")
+    }
+
     @Test("Content-Range's first byte", arguments: [
         ("bytes 0-99/100", Int64?.some(0)), ("bytes 1000000-2999999/3000000", 1_000_000), ("bytes 5-5/*", 5), ("Bytes 7-9/10", 7),
         ("bytes */100", nil), ("bytes 9-5/10", nil), ("bytes -5-9/10", nil), ("bytes 5-9", nil), ("items 0-9/10", nil), ("", nil),
