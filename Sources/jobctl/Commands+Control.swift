@@ -190,9 +190,14 @@ extension Commands {
         """
     ) { arguments, context in
         if arguments[Options.json] && arguments[Options.csv] { throw UsageError("--json and --csv cannot be combined") }
+        let since = try arguments.value(Options.since), until = try arguments.value(Options.until)
+        if let since, let until, since >= until {
+            // An empty window printed "no jobs", as if the log held none in it.
+            throw UsageError("--since (\(RFC3339.string(since))) is not before --until (\(RFC3339.string(until))): no job can be in "
+                                 + "between; relative times count back from now, so --since 2h --until 1h is the hour before the last")
+        }
         let filter = JobFilter(states: try arguments.stateSet(), kinds: try arguments.kindSet(), queue: nil, limit: nil,
-                               createdSince: try arguments.value(Options.since), createdUntil: try arguments.value(Options.until),
-                               batch: try arguments.value(Options.batch))
+                               createdSince: since, createdUntil: until, batch: try arguments.value(Options.batch))
         let display = arguments.display
         // Jobs are handed over one at a time and printed as they come (a table reads them twice: once
         // to measure its columns), so memory stays flat whatever the number of jobs.

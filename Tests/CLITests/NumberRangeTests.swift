@@ -41,6 +41,9 @@ import TestSupport
         (["list", "--limit", "99999999999999999999"], "--limit", "0 to 1000000000"),
         (["list", "--limit", "1e300"], "--limit", "0 to 1000000000"),
         (["list", "--limit=nan"], "--limit", "0 to 1000000000"),
+        (["audit", "--since", "1h", "--until", "2h"], "--since", "is not before --until"),
+        (["audit", "--since", "2026-01-02", "--until", "2026-01-01T00:00:00Z"], "--since", "is not before --until"),
+        (["audit", "--since", "2026-01-01", "--until", "2026-01-01"], "--since", "is not before --until"),
     ]
 
     @Test(arguments: hostile)
