@@ -17,7 +17,10 @@ public enum JobIDQuery: Sendable, Equatable {
 
     /// Reads `text`; `notFound` when it cannot be an id, `invalidControl` when it is too short.
     public init(_ text: String) throws(StoreError) {
-        let normalised = text.trimmingCharacters(in: .whitespaces).uppercased()
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        // ASCII only before upper-casing: `ß` upper-cases to `SS`, and `01ABCß` found `01ABCSS…`.
+        guard trimmed.unicodeScalars.allSatisfy(\.isASCII) else { throw StoreError.notFound(text) }
+        let normalised = trimmed.uppercased()
         guard !normalised.isEmpty, normalised.count <= 26, normalised.allSatisfy({ Self.alphabet.contains($0) }) else {
             throw StoreError.notFound(text)
         }

@@ -2,6 +2,7 @@ import Foundation
 import JobModel
 import Testing
 @testable import EventStore
+import StorePort
 import TestSupport
 
 /// Where a job is before a control command.
@@ -162,6 +163,11 @@ struct ControlTests {
         }
         #expect(throws: StoreError.notFound("ZZZZZZZZ")) { _ = try store.resolveID("ZZZZZZZZ") }
         #expect(throws: StoreError.notFound("not-an-id!")) { _ = try store.resolveID("not-an-id!") }
+        // Upper-cased as ASCII only: `ß` upper-cases to `SS` and `ﬀ` to `FF`, and a prefix holding them was
+        // looked up as those letters.
+        for typed in ["01abcdß", "01abcd\u{FB00}", "01ＡBCDEF"] {
+            #expect(throws: StoreError.notFound(typed)) { _ = try JobIDQuery(typed) }
+        }
         #expect {
             _ = try store.resolveID(String(a.prefix(5)))
         } throws: { error in
