@@ -89,7 +89,7 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
         self.file = file
         self.line = line
         self.column = column
-        self.message = SecretText.redacted(message)
+        self.message = Self.clipped(SecretText.redacted(message))
         if let redactedLine {
             let shown = Self.window(redactedLine.scalars, column: redactedLine.column(for: column))
             self.sourceLine = shown.line
@@ -102,6 +102,22 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
 
     /// The most characters of a source line shown under a diagnostic.
     static let maximumShownColumns = 160
+
+    /// The most characters of a message: its start (what is wrong) and its end (what to do instead) are
+    /// kept, and the middle — a value quoted from the manifest — is cut (a 16 MiB `kind:` was quoted whole,
+    /// a 16 MiB error on standard error).
+    static let maximumMessageLength = 1_000
+
+    /// `message` at most `maximumMessageLength` characters long, cut in the middle with a note.
+    static func clipped(_ message: String) -> String {
+        let scalars = message.unicodeScalars
+        guard scalars.count > maximumMessageLength else { return message }
+        let head = maximumMessageLength * 6 / 10, tail = maximumMessageLength * 3 / 10
+        var shown = String.UnicodeScalarView(scalars.prefix(head))
+        shown.append(contentsOf: " […\(scalars.count - head - tail) characters left out…] ".unicodeScalars)
+        shown.append(contentsOf: scalars.suffix(tail))
+        return String(shown)
+    }
 
     /// A long line cut to `maximumShownColumns` characters around the column, with `...` where text was
     /// left out (a 100 KB line of `[[[[` is not worth printing), and the column within what is shown.

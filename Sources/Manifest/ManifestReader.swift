@@ -543,7 +543,7 @@ struct ManifestReader {
         return value
     }
 
-    private static let kindList = JobKind.allCases.map(\.rawValue).joined(separator: ", ")
+    static let kindList = JobKind.allCases.map(\.rawValue).joined(separator: ", ")
 
     private static func notAllowedMessage(_ field: JobField, for kind: JobKind) -> String {
         let name = field.rawValue

@@ -197,6 +197,12 @@ private let deepCases: [DeepCase] = [
         #expect(errors.map(\.code) == [.unknownKind, .invalidValue, .invalidValue, .unknownKey, .unknownKey])
         #expect(errors.map { "\($0.line):\($0.column)" } == ["2:11", "7:16", "8:17", "10:9", "12:7"])
         #expect(errors.allSatisfy { !$0.message.contains("did you mean") })
+        // The value is cut out of the middle of each message (quoted whole, each was 2 MiB long): what is
+        // wrong and what is expected instead are kept.
+        #expect(errors.allSatisfy { $0.message.unicodeScalars.count <= 1_100 && $0.message.contains("characters left out") },
+                "\(errors.map(\.message.count))")
+        #expect(errors.first?.message.hasPrefix("unknown kind 'qqq") == true)
+        #expect(errors.first?.message.hasSuffix("expected one of \(ManifestReader.kindList)") == true, "\(errors.first?.message.suffix(200) ?? "")")
         guard case .failure(let refused) = settings else {
             Issue.record("an unknown setting was accepted")
             return
