@@ -789,7 +789,7 @@ public struct GCSBackend: StorageBackend {
         }
         guard sink.offset == total else {
             try? await sink.partial.syncOffPool()
-            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(total) bytes; a retry resumes from there",
+            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(total) bytes; a retry resumes from the last checkpoint the log holds, if any",
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }
         let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))

@@ -479,7 +479,7 @@ public struct HTTPBackend: StorageBackend {
         }
         if let expected, sink.offset != expected {
             try? await sink.partial.syncOffPool()
-            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from there",
+            throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from the last checkpoint the log holds, if any",
                                url: redactedURL(url), retryable: true)
         }
         // The final response's headers: a 200 after a ranged request (the file changed) replaced the prefix.
