@@ -51,6 +51,30 @@ struct InlineResultTests {
         #expect(replay.status == 0, "\(replay.stdout)\(replay.stderr)")
     }
 
+    /// Uploads `bytes` to a file:// object and downloads it to memory (kept as a blob: over 256 bytes);
+    /// the two jobs' ids.
+    private static func downloadToBlob(_ bytes: Data, in workspace: CLIWorkspace) throws -> [String] {
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data_base64: "\(bytes.base64EncodedString())", destination: "file://r/b.bin", priority: 3}
+        - {kind: download-memory, source: "file://r/b.bin", priority: 2}
+        """)
+        #expect(try workspace.jobctl(["worker", "--drain", "--concurrency", "1"]).status == 0)
+        return ids
+    }
+
+    /// Replaces every stored blob's bytes with the SQL `expression`, past the trigger that refuses it (a
+    /// damaged or edited log).
+    private static func replaceBlobs(in workspace: CLIWorkspace, with expression: String) throws {
+        let damage = try runProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            c = sqlite3.connect(sys.argv[1])
+            c.execute("DROP TRIGGER blobs_refuse_update")
+            c.execute("UPDATE blobs SET data = \(expression)")
+            c.commit()
+            """, workspace.database])
+        try #require(damage.status == 0, "\(damage.stderr)")
+    }
+
     /// A damaged or edited log: the blob's bytes replaced (other bytes of the same size, or 1 MiB of
     /// zeros). `result` wrote them out as the job's result; it now checks them against the hash and the
     /// size the job recorded, and writes nothing.
@@ -58,21 +82,8 @@ struct InlineResultTests {
     func damagedBlobRefused(grown: Bool) throws {
         let workspace = try CLIWorkspace("damaged-blob")
         defer { workspace.directory.remove() }
-        let bytes = Data((0..<400).map { UInt8(($0 * 13) & 0xFF) })
-        let ids = try workspace.submit("""
-        - {kind: upload-data, data_base64: "\(bytes.base64EncodedString())", destination: "file://r/b.bin", priority: 3}
-        - {kind: download-memory, source: "file://r/b.bin", priority: 2}
-        """)
-        #expect(try workspace.jobctl(["worker", "--drain", "--concurrency", "1"]).status == 0)
-        let replacement = grown ? "zeroblob(1048576)" : "randomblob(400)"
-        let damage = try runProcess("/usr/bin/python3", ["-c", """
-            import sqlite3, sys
-            c = sqlite3.connect(sys.argv[1])
-            c.execute("DROP TRIGGER blobs_refuse_update")
-            c.execute("UPDATE blobs SET data = \(replacement)")
-            c.commit()
-            """, workspace.database])
-        try #require(damage.status == 0, "\(damage.stderr)")
+        let ids = try Self.downloadToBlob(Data((0..<400).map { UInt8(($0 * 13) & 0xFF) }), in: workspace)
+        try Self.replaceBlobs(in: workspace, with: grown ? "zeroblob(1048576)" : "randomblob(400)")
         let output = workspace.directory.file("out.bin")
         let result = try workspace.jobctl(["result", ids[1], "-o", output])
         #expect(result.status == 1 && result.stderr.contains("does not match its record"), "\(result.stderr)")
@@ -86,21 +97,9 @@ struct InlineResultTests {
     func oversizedBlobRefusedUnread() throws {
         let workspace = try CLIWorkspace("oversized-blob")
         defer { workspace.directory.remove() }
-        let bytes = Data((0..<400).map { UInt8(($0 * 11) & 0xFF) })
-        let ids = try workspace.submit("""
-        - {kind: upload-data, data_base64: "\(bytes.base64EncodedString())", destination: "file://r/b.bin", priority: 3}
-        - {kind: download-memory, source: "file://r/b.bin", priority: 2}
-        """)
-        #expect(try workspace.jobctl(["worker", "--drain", "--concurrency", "1"]).status == 0)
+        let ids = try Self.downloadToBlob(Data((0..<400).map { UInt8(($0 * 11) & 0xFF) }), in: workspace)
         let stored: Int64 = 96 << 20
-        let damage = try runProcess("/usr/bin/python3", ["-c", """
-            import sqlite3, sys
-            c = sqlite3.connect(sys.argv[1])
-            c.execute("DROP TRIGGER blobs_refuse_update")
-            c.execute("UPDATE blobs SET data = zeroblob(\(stored))")
-            c.commit()
-            """, workspace.database])
-        try #require(damage.status == 0, "\(damage.stderr)")
+        try Self.replaceBlobs(in: workspace, with: "zeroblob(\(stored))")
         let output = workspace.directory.file("out.bin")
         let result = try workspace.jobctlPeakMemory(["result", ids[1], "-o", output])
         #expect(result.status == 1 && result.stderr.contains("does not match its record")
