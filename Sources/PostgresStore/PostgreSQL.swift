@@ -292,6 +292,8 @@ final class PostgresConnection {
     /// (`PostgresBatchWriter.flush`) and `PostgresStore.dataVersion` has not yet looked at: commits of
     /// these are this connection's own, not another's.
     var ownTransactionIDs: Set<Int64> = []
+    /// Gives the connection up when the server does not answer a call in time (nil: waits for ever).
+    private var answerWatchdog: AnswerWatchdog?
 
     /// Connects to `target`: a `postgres://user[:password]@host:port/db?sslmode=…` URL or a libpq
     /// key/value string. libpq itself honours `PGPASSWORD`, `~/.pgpass` and the other `PG*` variables
@@ -339,7 +341,31 @@ final class PostgresConnection {
         jobctl_PQsetNoticeProcessor(connection, { _, _ in }, nil)
     }
 
-    deinit { jobctl_PQfinish(handle) }
+    deinit {
+        answerWatchdog?.stop()
+        jobctl_PQfinish(handle)
+    }
+
+    /// How long each call waits for the server's answer before the connection is given up as lost
+    /// (nil, the default: for ever). See `AnswerWatchdog`.
+    func setAnswerTimeout(milliseconds: Int64?) {
+        answerWatchdog?.stop()
+        answerWatchdog = milliseconds.map { AnswerWatchdog(timeoutMs: $0) }
+    }
+
+    /// Runs `body`, a call that waits on the server, under the answer timeout: when it passes, the
+    /// socket is shut down (the wait ends) and the call fails as a lost connection saying why.
+    private func awaitingAnswer<T>(sql: String?, _ body: () throws(PostgresError) -> T) throws(PostgresError) -> T {
+        guard let watchdog = answerWatchdog else { return try body() }
+        watchdog.arm(socket: jobctl_PQsocket(handle))
+        let result: Result<T, PostgresError>
+        do throws(PostgresError) { result = .success(try body()) } catch { result = .failure(error) }
+        if watchdog.disarm(), case .failure = result {
+            let seconds = String(format: "%.1f", Double(watchdog.timeoutMs) / 1_000).replacingOccurrences(of: ".0", with: "")
+            throw PostgresError.connectionLost(message: "the server sent no answer for \(seconds) s, so the connection was given up", sql: sql)
+        }
+        return try result.get()
+    }
 
     /// Calls `body` with a NULL-terminated array of C strings that lives for the duration of the call.
     private static func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> T) -> T {
@@ -456,13 +482,15 @@ final class PostgresConnection {
         let preparedName = try prepared(sql, types: encoded.types)
         statementsSent += 1
         roundTrips += 1
-        let raw: OpaquePointer? = encoded.withValues { count, types, values, lengths, formats in
-            if let name = preparedName {
-                return jobctl_PQexecPrepared(handle, name, count, values, lengths, formats, 1)
+        return try awaitingAnswer(sql: sql) { () throws(PostgresError) -> PostgresResult in
+            let raw: OpaquePointer? = encoded.withValues { count, types, values, lengths, formats in
+                if let name = preparedName {
+                    return jobctl_PQexecPrepared(handle, name, count, values, lengths, formats, 1)
+                }
+                return jobctl_PQexecParams(handle, sql, count, types, values, lengths, formats, 1)
             }
-            return jobctl_PQexecParams(handle, sql, count, types, values, lengths, formats, 1)
+            return try check(raw, sql: sql)
         }
-        return try check(raw, sql: sql)
     }
 
     /// The name of `sql` prepared with `types` in this session, preparing it now when it is not yet
@@ -477,7 +505,9 @@ final class PostgresConnection {
         guard preparedNames.count < Self.preparedLimit else { return nil }
         preparedCount += 1
         let name = "jobctl_\(preparedCount)"
-        _ = try check(jobctl_PQprepare(handle, name, sql, Int32(types.count), types), sql: sql)
+        _ = try awaitingAnswer(sql: sql) { () throws(PostgresError) -> PostgresResult in
+            try check(jobctl_PQprepare(handle, name, sql, Int32(types.count), types), sql: sql)
+        }
         preparedNames[key] = name
         return name
     }
@@ -491,7 +521,7 @@ final class PostgresConnection {
         if !queued.isEmpty { _ = try pipeline(then: nil) }
         statementsSent += 1
         roundTrips += 1
-        _ = try check(jobctl_PQexec(handle, sql), sql: sql)
+        _ = try awaitingAnswer(sql: sql) { () throws(PostgresError) -> PostgresResult in try check(jobctl_PQexec(handle, sql), sql: sql) }
     }
 
     // MARK: Pipelines
@@ -592,6 +622,10 @@ final class PostgresConnection {
     ///
     /// See https://www.postgresql.org/docs/current/libpq-pipeline-mode.html
     private func pipeline(then last: QueuedStatement?) throws(PostgresError) -> PostgresResult {
+        try awaitingAnswer(sql: last?.sql ?? queued.last?.sql) { () throws(PostgresError) -> PostgresResult in try pipelineNow(then: last) }
+    }
+
+    private func pipelineNow(then last: QueuedStatement?) throws(PostgresError) -> PostgresResult {
         let statements = queued + (last.map { [$0] } ?? [])
         // A value that cannot be sent fails the call before anything is: the held-back statements
         // stay held back (and fail the transaction's COMMIT in turn), none is lost unsent.

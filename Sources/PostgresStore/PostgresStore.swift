@@ -59,7 +59,12 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// Every mode refuses a database migrated by a newer jobctl (`newerSchema`) before touching it;
     /// `readWrite` and `readOnly` refuse a database without jobctl's ledger (`noDatabase`), and
     /// `readOnly` one that still needs migrations (`olderSchema`).
-    public init(url: String, mode: OpenMode) throws(StoreError) {
+    ///
+    /// With `answerTimeoutMs`, a call (after the open's migrations) that waits that long for the server's answer gives the session up
+    /// as lost (`io`, "the server sent no answer for N s"), and the next call opens a new one: a worker
+    /// on a connection that went quiet (a stalled proxy, a vanished host) reports and recovers instead
+    /// of hanging for ever. Without it, as libpq does, calls wait as long as the server takes.
+    public init(url: String, mode: OpenMode, answerTimeoutMs: Int64? = nil) throws(StoreError) {
         self.location = redactedDatabaseURL(url)
         self.mode = mode
         let connection: PostgresConnection
@@ -87,6 +92,8 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         } catch {
             throw StoreError.io("\(error)")
         }
+        // Only from now on: the open's own migrations (an index built over a long log) take what they take.
+        connection.setAnswerTimeout(milliseconds: answerTimeoutMs)
         self.connection = connection
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).

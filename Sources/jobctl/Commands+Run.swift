@@ -91,7 +91,9 @@ extension Commands {
         if let limit = OpenFilesLimit.raiseSoftLimit(), limit.soft < OpenFilesLimit.needed(concurrency: concurrency) {
             log.openFilesLimitLow(limit, concurrency: concurrency, now: Clock.nowMs())
         }
-        let store = try context.openStore(worker: true)
+        // A statement left unanswered for a lease's length (at least 10 s) has cost the worker its leases
+        // anyway: the session is given up and opened again rather than waited on for ever.
+        let store = try context.openStore(worker: true, answerTimeoutMs: max(Int64(leaseMs), 10_000))
         let before = Clock.nowMs()
         if let reading = try? store.clockReading() {
             let after = Clock.nowMs()

@@ -84,9 +84,14 @@ struct Context: Sendable {
     /// A `worker` (a writer that runs for long and commits all the time) has an SQLite log's WAL
     /// checkpointed on a thread of its own rather than inside its commits (see
     /// `EventStore.checkpointInBackground()`).
-    func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false) throws -> any JobStore {
+    ///
+    /// A worker on PostgreSQL gives a session up once the server leaves a call unanswered for
+    /// `answerTimeoutMs` (see `PostgresStore.init`), then opens a new one.
+    func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false,
+                   answerTimeoutMs: Int64? = nil) throws -> any JobStore {
         if isPostgresURL(databasePath) {
-            return try PostgresStore(url: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
+            return try PostgresStore(url: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite,
+                                     answerTimeoutMs: answerTimeoutMs)
         }
         let store = try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
         if worker && !readOnly { try store.checkpointInBackground() }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import StorePort
 import TestSupport
 @testable import PostgresStore
 
@@ -343,6 +344,35 @@ struct PostgreSQLTests {
         #expect(try victim.first("SELECT 41 + 1") { (row) throws(PostgresError) in try row.int(0) } == 42)
     }
 
+    @Test("a store with an answer timeout gives up a call the server leaves unanswered, then goes on in a new session")
+    func answerTimeout() throws {
+        let fixture = try PostgresFixture("answer")
+        let store = try PostgresStore(url: fixture.url, mode: .create, answerTimeoutMs: 3_000)
+        let pid = try store.withConnection { Int64($0.backendPID) }
+        // The server keeps the call waiting for 30 s: to libpq, a stalled proxy or a vanished host looks
+        // the same. Without the timeout the call would wait for it (for ever, on a dead network).
+        let outcome = CallOutcome()
+        let started = Date()
+        Thread.detachNewThread {
+            do throws(StoreError) {
+                try store.withConnection { (connection) throws(StoreError) in _ = try connection.store("SELECT pg_sleep(30)") }
+                outcome.finish(nil, after: Date().timeIntervalSince(started))
+            } catch {
+                outcome.finish(error, after: Date().timeIntervalSince(started))
+            }
+        }
+        let (error, seconds) = try #require(outcome.wait(seconds: 20), "the call still waited for the server after 20 s")
+        #expect(seconds < 15, "the call took \(seconds) s")
+        let failure = try #require(error, "the call returned after \(seconds) s instead of failing")
+        let message = "\(failure)"
+        #expect(message.contains("connection to PostgreSQL was lost") && message.contains("no answer for 3 s"), "\(message)")
+        #expect(message.contains("pg_sleep"), "\(message)")
+        #expect(!message.contains(fixture.server.password))
+        // The next call opens a new session and is answered.
+        #expect(try store.counts().isEmpty)
+        #expect(try store.withConnection { Int64($0.backendPID) } != pid)
+    }
+
     @Test("a script of several statements runs as one, and the server version is known")
     func script() throws {
         let fixture = try PostgresFixture("script")
@@ -353,5 +383,23 @@ struct PostgreSQLTests {
         }
         #expect(tables == ["a", "b"])
         #expect(connection.serverVersion >= 100_000)
+    }
+}
+
+/// What a call run on another thread ended with (nil: it returned) and how long it took.
+private final class CallOutcome: @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: (StoreError?, Double)?
+    private let done = DispatchSemaphore(value: 0)
+
+    func finish(_ error: StoreError?, after seconds: Double) {
+        lock.withLock { result = (error, seconds) }
+        done.signal()
+    }
+
+    /// The outcome, or nil when the call has not ended within `seconds`.
+    func wait(seconds: Double) -> (StoreError?, Double)? {
+        guard done.wait(timeout: .now() + seconds) == .success else { return nil }
+        return lock.withLock { result }
     }
 }
