@@ -432,6 +432,15 @@ final class PostgresConnection {
         }
     }
 
+    /// Ends a session that cannot be used again (the server said it is ending it, or a pipeline broke
+    /// off with answers still due): its socket is shut down and libpq reads the end, so the connection
+    /// is bad (`isConnected` false) and the next use opens a new session instead of failing on this one.
+    private func abandonSession() {
+        let socket = jobctl_PQsocket(handle)
+        if socket >= 0 { shutdown(socket, Int32(SHUT_RDWR)) }
+        _ = jobctl_PQconsumeInput(handle)
+    }
+
     private var lastErrorMessage: String {
         Self.scrub(String(cString: jobctl_PQerrorMessage(handle)), password: password)
     }
@@ -722,16 +731,25 @@ final class PostgresConnection {
             }
         }
         if isConnected {
-            // The sync's own answer ends the pipeline.
+            // The sync's own answer ends the pipeline. In its place may come the FATAL error of a server
+            // ending the session after the last statement ran (terminated, shutting down): a lost connection.
             if let sync = jobctl_PQgetResult(handle) {
                 let status = jobctl_PQresultStatus(sync)
-                jobctl_PQclear(sync)
-                if status != PGRES_PIPELINE_SYNC {
+                if status == PGRES_PIPELINE_SYNC {
+                    jobctl_PQclear(sync)
+                } else if status == PGRES_FATAL_ERROR || status == PGRES_NONFATAL_ERROR || status == PGRES_BAD_RESPONSE {
+                    do throws(PostgresError) { _ = try check(sync, sql: lastSQL) } catch { firstError = firstError ?? error }
+                } else {
+                    jobctl_PQclear(sync)
                     firstError = firstError ?? PostgresError.unexpectedResult(status: String(cString: jobctl_PQresStatus(status)), sql: lastSQL)
                 }
             }
         }
-        jobctl_PQexitPipelineMode(handle)
+        if jobctl_PQexitPipelineMode(handle) != 1 {
+            // Answers are still due (the session broke off mid-pipeline): it cannot be used again, and
+            // left in pipeline mode it would refuse every later statement while libpq still calls it open.
+            abandonSession()
+        }
         if !isConnected {
             // A server that ended the session answers the statement it was running with a FATAL
             // error before closing: that, too, is a lost connection, not a refused statement.
@@ -788,7 +806,10 @@ final class PostgresConnection {
         case PGRES_FATAL_ERROR, PGRES_NONFATAL_ERROR, PGRES_BAD_RESPONSE:
             let message = Self.scrub(result.errorField(jobctl_pq_diag_message_primary()) ?? lastErrorMessage, password: password)
             // A server that went away (shut down, crashed, terminated this backend) leaves the
-            // connection bad; a statement the server refused leaves it usable.
+            // connection bad; a statement the server refused leaves it usable. A FATAL (or PANIC) error
+            // ends the session even when libpq has not yet read the end of it: the session is given up.
+            let severity = result.errorField(jobctl_pq_diag_severity())
+            if isConnected && (severity == "FATAL" || severity == "PANIC") { abandonSession() }
             guard isConnected else { throw PostgresError.connectionLost(message: message, sql: sql) }
             throw PostgresError.server(
                 // Errors libpq makes up itself carry no SQLSTATE; report them as internal errors.

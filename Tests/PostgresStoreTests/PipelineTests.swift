@@ -124,6 +124,65 @@ struct PipelineTests {
         #expect(try connection.first("SELECT sum(n)::bigint FROM t") { (row) throws(PostgresError) in try row.int64(0) } == 5)
     }
 
+    @Test("a session the server ends at any point of a pipeline's transaction is a lost connection, never an answer jobctl cannot explain, and the next call opens a new session")
+    func serverEndsSessionAtAnyPoint() throws {
+        let fixture = try PostgresFixture("pipekill")
+        let admin = try fixture.connect()
+        try admin.run("CREATE TABLE t (n bigint)")
+        let victim = try fixture.connect()
+        let shared = KilledSessions(pid: victim.backendPID)
+        let losses = 20
+        // The victim runs small pipelined transactions back to back while its sessions are terminated at
+        // random moments: before, between or after the statements, or after the COMMIT but before the
+        // pipeline's end (its sync).
+        let victimDone = DispatchSemaphore(value: 0)
+        let handOver = UncheckedConnection(victim)
+        Thread.detachNewThread {
+            let victim = handOver.connection
+            var n: Int64 = 0
+            while shared.lossCount < losses && shared.problems.count < 5 {
+                n += 1
+                do throws(PostgresError) {
+                    // A commit that waits 100 ms for its WAL flush, when the server ends the session only
+                    // once it is done: then the termination's FATAL comes after every statement's answer.
+                    if shared.needsSettings { try victim.executeScript("SET commit_delay = 100000; SET commit_siblings = 0") }
+                    shared.settingsDone()
+                    // One round trip as a group commit's: BEGIN, the writes, COMMIT.
+                    victim.enqueue("BEGIN")
+                    victim.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(n)])
+                    victim.enqueue("INSERT INTO t (n) VALUES ($1)", [.integer(-n)])
+                    let commit = try victim.execute("COMMIT")
+                    if commit.commandStatus != "COMMIT" { shared.problem("transaction \(n): \(commit.commandStatus)") }
+                } catch {
+                    guard case .connectionLost = error else {
+                        shared.problem("transaction \(n) failed with \(error)")
+                        if victim.isConnected && victim.isInTransaction { _ = try? victim.execute("ROLLBACK") }
+                        continue
+                    }
+                    if victim.isConnected { shared.problem("transaction \(n): lost, yet the connection still counts as open") }
+                    do throws(PostgresError) { try victim.reconnect() } catch {
+                        shared.problem("reconnect after transaction \(n) failed: \(error)")
+                        break
+                    }
+                    shared.lost(newPID: victim.backendPID)
+                }
+            }
+            victimDone.signal()
+        }
+        var terminations = 0
+        while victimDone.wait(timeout: .now() + .milliseconds(Int.random(in: 1...150))) == .timedOut {
+            _ = try admin.first("SELECT pg_terminate_backend($1::int)", [.integer(Int64(shared.pid))]) { (row) throws(PostgresError) in try row.bool(0) }
+            terminations += 1
+        }
+        #expect(shared.problems.isEmpty, "\(shared.problems)")
+        #expect(shared.lossCount >= losses, "only \(shared.lossCount) of \(terminations) terminations were seen")
+        // Each transaction committed whole or not at all.
+        let unpaired = try admin.first("SELECT count(*) FROM t a WHERE NOT EXISTS (SELECT 1 FROM t b WHERE b.n = -a.n)") {
+            (row) throws(PostgresError) in try row.int64(0)
+        }
+        #expect(unpaired == 0)
+    }
+
     @Test("a pipeline whose first answer is large and whose next statement is large does not deadlock")
     func largeBothWays() throws {
         let fixture = try PostgresFixture("pipelarge")
@@ -211,4 +270,40 @@ struct PipelineTests {
         }
         #expect(try store.replay(verify: true).isConsistent)
     }
+}
+
+
+/// The victim session of `serverEndsSessionAtAnyPoint`: its backend pid, how many losses it saw, and
+/// what went wrong.
+private final class KilledSessions: @unchecked Sendable {
+    private let lock = NSLock()
+    private var currentPID: Int32
+    private var losses = 0
+    private var recorded: [String] = []
+
+    init(pid: Int32) { currentPID = pid }
+
+    var pid: Int32 { lock.withLock { currentPID } }
+    var lossCount: Int { lock.withLock { losses } }
+    var problems: [String] { lock.withLock { recorded } }
+
+    private var settingsNeeded = true
+    var needsSettings: Bool { lock.withLock { settingsNeeded } }
+    func settingsDone() { lock.withLock { settingsNeeded = false } }
+
+    func lost(newPID: Int32) {
+        lock.withLock {
+            losses += 1
+            currentPID = newPID
+            settingsNeeded = true
+        }
+    }
+
+    func problem(_ text: String) { lock.withLock { recorded.append(text) } }
+}
+
+/// Hands a connection to the one thread that uses it from then on.
+private struct UncheckedConnection: @unchecked Sendable {
+    let connection: PostgresConnection
+    init(_ connection: PostgresConnection) { self.connection = connection }
 }
