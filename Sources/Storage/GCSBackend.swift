@@ -876,9 +876,16 @@ public struct GCSBackend: StorageBackend {
                 throw failure
             }
         }
+        let data = sink.data
+        guard Int64(data.count) == object.size else {
+            // An answer cut short where nothing marked its end (no Content-Length: the connection's close
+            // ended it), or one longer than the object: the transfer's fault, not the object's, so no
+            // checksum is compared and a retry fetches it again.
+            throw StorageError(.unknown, "the server sent \(data.count) bytes of an object of \(object.size); nothing was kept "
+                                   + "and a retry downloads it again", url: redactedURL(url), retryable: true)
+        }
         let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))
         let streamed = sink.checksums.finish()
-        let data = sink.data
         // MD5 wanted only once the media answer's headers were read, or an empty object: hash it here.
         let ours = served.needMD5(asked: md5) && streamed.md5 == nil
             ? (md5: Optional(Data(Digest.md5(data)).base64EncodedString()), crc32c: streamed.crc32c) : streamed

@@ -150,6 +150,10 @@ public enum Fault: Sendable {
     case stallInResponse(afterBytes: Int, seconds: Double)
     /// Sends the response `bytes` at a time with `interval` seconds between writes.
     case trickleResponse(bytes: Int, interval: Double)
+    /// Sends the response with neither a `Content-Length` nor chunked framing, then closes the
+    /// connection: the close marks the body's end (as over HTTP/1.0). With `closeInResponse` the client
+    /// cannot tell the cut from the end.
+    case unframedResponse
 
     var label: String {
         switch self {
@@ -164,6 +168,7 @@ public enum Fault: Sendable {
         case .closeInResponse(let bytes): "close in response after \(bytes)"
         case .stallInResponse(let bytes, let seconds): "stall response after \(bytes) for \(seconds)s"
         case .trickleResponse(let bytes, let interval): "trickle \(bytes) every \(interval)s"
+        case .unframedResponse: "response without a length"
         }
     }
 }
@@ -468,7 +473,8 @@ public final class FaultProxy: @unchecked Sendable {
         exchange.response = response
 
         // Delivery, with a cut, a stall or a trickle.
-        var bytes = serialize(response, method: request.method)
+        let unframed = faults.contains { if case .unframedResponse = $0 { true } else { false } }
+        var bytes = serialize(response, method: request.method, unframed: unframed)
         var cutAt: (Int, Ending)?
         var stallAt: (Int, Double)?
         var trickle: (Int, Double)?
@@ -491,6 +497,7 @@ public final class FaultProxy: @unchecked Sendable {
         }
         guard deliver(fd, bytes[sent...], trickle: trickle) else { return .close }
         if let (_, ending) = cutAt { return ending }
+        if unframed { return .close }
         if request.header("Connection")?.lowercased() == "close" { return .close }
         return .keepAlive
     }
@@ -587,8 +594,8 @@ public final class FaultProxy: @unchecked Sendable {
     /// The response as the client gets it: HTTP/1.1, framed by Content-Length, no hop-by-hop headers —
     /// unless a rule wrote `Transfer-Encoding: chunked` on it (the upstream's is gone once its body is read):
     /// then the body goes as one chunk, and a Content-Length the rule wrote too is sent as written (a
-    /// server contradicting itself).
-    private func serialize(_ response: ProxyMessage, method: String) -> Data {
+    /// server contradicting itself). `unframed`: no Content-Length at all, the body ends at the close.
+    private func serialize(_ response: ProxyMessage, method: String, unframed: Bool = false) -> Data {
         var message = response
         if message.startLine.hasPrefix("HTTP/1.0") { message.startLine = "HTTP/1.1" + message.startLine.dropFirst(8) }
         let chunked = message.header("Transfer-Encoding")?.lowercased() == "chunked"
@@ -596,7 +603,8 @@ public final class FaultProxy: @unchecked Sendable {
         let bodiless = method == "HEAD" || message.status == 204 || message.status == 304
         // Several Content-Length headers are a fault a rule wrote on purpose (a server contradicting itself).
         let lengths = message.headers.filter { $0.name.caseInsensitiveCompare("Content-Length") == .orderedSame }.count
-        if !bodiless && lengths <= 1 && !chunked { message.setHeader("Content-Length", "\(message.body.count)") }
+        if unframed { message.setHeader("Content-Length", nil) }
+        if !bodiless && lengths <= 1 && !chunked && !unframed { message.setHeader("Content-Length", "\(message.body.count)") }
         guard !bodiless else { return encodeHead(message) }
         guard chunked else { return encodeHead(message) + message.body }
         let chunk = message.body.isEmpty ? Data() : Data("\(String(message.body.count, radix: 16))\r\n".utf8) + message.body + Data("\r\n".utf8)
