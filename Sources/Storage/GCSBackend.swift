@@ -954,8 +954,11 @@ public struct GCSBackend: StorageBackend {
         }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
+            // A body that is no JSON at all was cut or garbled on the way (a truncation with nothing to mark
+            // the end, an interfering middlebox): asking again can help. JSON without the object's fields
+            // is what the server says, and stays an error.
             throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
-                               httpStatus: response.status, url: redactedURL(response.url))
+                               httpStatus: response.status, url: redactedURL(response.url), retryable: response.json == nil)
         }
         return .value(object)
     }
@@ -974,8 +977,11 @@ public struct GCSBackend: StorageBackend {
         if response.status == 404 { return .value(nil) }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
+            // A body that is no JSON at all was cut or garbled on the way (a truncation with nothing to mark
+            // the end, an interfering middlebox): asking again can help. JSON without the object's fields
+            // is what the server says, and stays an error.
             throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
-                               httpStatus: response.status, url: redactedURL(response.url))
+                               httpStatus: response.status, url: redactedURL(response.url), retryable: response.json == nil)
         }
         return .value(object)
     }

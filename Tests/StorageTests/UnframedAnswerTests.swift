@@ -47,4 +47,26 @@ struct UnframedAnswerTests {
         #expect(sameBytes(fetched.data, payload))
         #expect(fetched.crc32c == hashes(payload).crc32c)
     }
+
+    @Test("object metadata cut short (no JSON left) is retryable, and the retry downloads the file")
+    func metadataCut() async throws {
+        let payload = patternData(100_000, seed: 92)
+        let metadataGet = RequestMatch(method: "GET", predicate: { $0.target.contains("/o/") && !$0.target.contains("alt=media") })
+        let (server, proxy) = try await Self.cutting(metadataGet, afterBytes: 200, name: "d.bin", payload: payload)
+        defer {
+            proxy.stop()
+            server.stop()
+        }
+        let directory = try TemporaryDirectory("jobctl-unframed")
+        defer { directory.remove() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server, through: proxy))
+        let spec = JobSpec(kind: .downloadFile, source: "gs://\(server.bucket)/d.bin", destination: directory.file("d.bin"))
+        let cut = try failure(await run(backend, spec))
+        #expect(proxy.firedCounts == [1, 1])
+        #expect(cut.retryable && cut.message.contains("not an object resource"), "\(cut)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("d.bin")))
+        let downloaded = try finished(await run(backend, spec))
+        #expect(downloaded.crc32c == hashes(payload).crc32c)
+        #expect(sameBytes(try Data(contentsOf: URL(fileURLWithPath: directory.file("d.bin"))), payload))
+    }
 }
