@@ -228,7 +228,11 @@ public struct GCSBackend: StorageBackend {
             case .finished(let object):
                 return .finished(try await verifiedUploadResult(object, source: source, checksums: checksums, reference: reference))
             case .expired:
-                break
+                // A server that forgets a session once it is complete: the attempt that died may have sent
+                // the last chunk. Its object, holding exactly the source's bytes, is not stored again.
+                if let whole = try await storedByVanishedSession(reference, source: source, checksums: checksums, control: control) {
+                    return .finished(whole)
+                }
             case .stopped(let reason):
                 return .stopped(reason, reason == .cancel ? nil : resumePoint)
             }
@@ -277,6 +281,12 @@ public struct GCSBackend: StorageBackend {
                 }
                 return .stopped(reason, .upload(sessionURI: current.uri, confirmedOffset: current.confirmed, total: total, source: source.stamp))
             case .expired:
+                // The session vanished after its last chunk went out (the answer lost, and a server that
+                // forgets a complete session): the object that chunk stored is not stored a second time.
+                if current.ceiling >= total,
+                   let whole = try await storedByVanishedSession(reference, source: source, checksums: checksums, control: control) {
+                    return .finished(whole)
+                }
                 // The session vanished mid-upload: start one new session, once.
                 guard !replacedSession else {
                     throw StorageError(.unknown, "the upload session expired twice; a retry starts a new session",
@@ -657,6 +667,18 @@ public struct GCSBackend: StorageBackend {
         guard let (stored, size) = try await currentObject(reference), size != nil, stored.crc32c != nil else { return nil }
         let ours = try await source.hashesOffPool(streamed: checksums, md5: false)
         guard Self.uploadMismatch(stored, storedSize: size, sourceSize: source.size, md5: nil, crc32c: ours.crc32c) == nil else {
+            return nil
+        }
+        return Self.uploaded(stored, ours)
+    }
+
+    /// The object `reference` names, when it holds exactly the source's bytes (size and CRC32C): what a
+    /// session that vanished (404, 410) stored before it went. Nil when there is none or it differs.
+    private func storedByVanishedSession(_ reference: StorageReference, source: UploadSource, checksums: StreamChecksums,
+                                         control: TransferControl) async throws(StorageError) -> JobResult? {
+        guard case .value(let stored?) = try await existingObject(reference, control: control), stored.crc32c != nil else { return nil }
+        let ours = try await source.hashesOffPool(streamed: checksums, md5: false)
+        guard Self.uploadMismatch(stored, storedSize: stored.size, sourceSize: source.size, md5: nil, crc32c: ours.crc32c) == nil else {
             return nil
         }
         return Self.uploaded(stored, ours)

@@ -484,6 +484,62 @@ struct UploadFaultTests {
         #expect(upload.retryable, "\(cut): \(upload)")
     }
 
+    // MARK: - A session forgotten once complete
+
+    /// The session start POSTs among the exchanges.
+    private static func sessionStarts(_ exchanges: [ProxyExchange]) -> Int {
+        exchanges.filter { $0.request.method == "POST" && $0.request.target.contains("uploadType=resumable") }.count
+    }
+
+    @Test("the last chunk's answer lost and its session gone (404): the object it stored is the result, not stored again")
+    func lastAnswerLostSessionGone() async throws {
+        // The emulator forgets a session once it is complete: libcurl's resend of the last chunk meets a 404.
+        let setup = try ProxiedEmulator([FaultRule(Self.chunkPut(startingAt: 2 * Self.quantum), .resetBeforeResponse)])
+        defer { setup.stop() }
+        let payload = patternData(700_000, seed: 35)
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/gone.bin",
+                                                                     data: payload)))
+        #expect(setup.proxy.firedCounts == [1])
+        #expect(uploaded.crc32c == hashes(payload).crc32c && uploaded.verified == [.crc32c])
+        #expect(try await sameBytes(setup.storedBytes("gone.bin"), payload))
+        let exchanges = setup.proxy.exchanges
+        #expect(exchanges.contains { $0.response?.status == 404 }, "the session was asked for again and was gone")
+        #expect(Self.sessionStarts(exchanges) == 1, "\(exchanges.map(\.request.startLine))")
+        #expect(Self.chunkStarts(exchanges).filter { $0 == 0 }.count == 1, "no byte sent twice from the start")
+    }
+
+    @Test("a resumed session gone (404) after the dead attempt's last chunk landed: that object is the result, same generation")
+    func resumedSessionGoneAfterLastChunk() async throws {
+        // Every answer to the last chunk and to the status query lost: the attempt ends, its resume point
+        // short of the end, while the object is stored whole.
+        let setup = try ProxiedEmulator([
+            FaultRule(Self.chunkPut(startingAt: 2 * Self.quantum), .resetBeforeResponse, times: .max),
+            FaultRule(RequestMatch(method: "PUT", headerContains: ProxyHeader("Content-Range", "bytes */")), .resetBeforeResponse, times: .max),
+        ])
+        defer { setup.stop() }
+        let payload = patternData(700_000, seed: 36)
+        let spec = JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/resumed.bin", data: payload)
+        let recorder = EventRecorder()
+        let lost = try failure(await run(setup.backend, spec, recorder: recorder))
+        #expect(lost.retryable, "\(lost)")
+        let point = try #require(recorder.checkpoints.last)
+        guard case .upload(let uri, let confirmed, let total, let source) = point else {
+            Issue.record("not an upload's resume point: \(point)")
+            return
+        }
+        #expect(confirmed == 2 * Self.quantum)
+        // The next attempt talks to the emulator itself: the session, past the proxy that cuts its answers.
+        let direct = ResumePoint.upload(sessionURI: uri.replacingOccurrences(of: setup.proxy.baseURL, with: setup.server.baseURL),
+                                        confirmedOffset: confirmed, total: total, source: source)
+        let stored = try finished(await run(setup.direct, JobSpec(kind: .getMetadata, source: "gs://\(setup.server.bucket)/resumed.bin")))
+        let generation = try #require(stored.object?.generation)
+
+        let resumed = try finished(await run(setup.direct, spec, resume: direct))
+        #expect(resumed.object?.generation == generation, "stored again: \(resumed.object?.generation ?? "none") after \(generation)")
+        #expect(resumed.crc32c == hashes(payload).crc32c)
+        #expect(try await sameBytes(setup.storedBytes("resumed.bin"), payload))
+    }
+
     // MARK: - Item 3: the server's offset moved on without the client hearing of it
 
     @Test("a chunk stored but its answer lost: the resent chunk's 400 leads to a status query and the upload continues")
