@@ -25,6 +25,12 @@ struct AccessTokenResponse: Equatable {
         }
         guard body.count <= Self.sizeLimit else { throw malformed("more than 16 KiB, too much for a token") }
         guard let object = (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] else {
+            // A JSON object that breaks off was cut on the way (no Content-Length to show it: the close ended
+            // it), not a wrong endpoint: asking again can help.
+            if body.first(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) == UInt8(ascii: "{") {
+                throw StorageError(.unauthenticated, "\(what) answered with a JSON object that breaks off (cut short on the way); "
+                                       + "the answer is not shown (it may hold a token). A retry asks again", retryable: true)
+            }
             throw malformed("something that is not a JSON object")
         }
         guard let token = object["access_token"] as? String else { throw malformed("no 'access_token' text") }

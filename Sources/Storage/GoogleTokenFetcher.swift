@@ -47,13 +47,13 @@ struct GoogleTokenFetcher: Sendable {
             options.connectTimeout = min(options.connectTimeout, Self.metadataConnectTimeout)
         }
         var sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
-        let response: HTTPResponse
+        let answer: AccessTokenResponse
         var attempt = 1
         let limit = TransferControl().limited(toSeconds: timeLimit)
         while true {
+            let response: HTTPResponse
             do {
                 response = try await CurlEngine.shared.perform(request, sink: sink, control: limit, options: options)
-                break
             } catch {
                 if limit.deadline?.hasPassed() == true {
                     throw StorageError(.unauthenticated, "\(what) gave no token within \(DurationText.format(timeLimit)) "
@@ -70,12 +70,21 @@ struct GoogleTokenFetcher: Sendable {
                 attempt += 1
                 try? await Task.sleep(for: .milliseconds(100 * attempt))
                 sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
+                continue
+            }
+            guard response.isSuccess else {
+                throw Self.refusal(response, what: what)
+            }
+            do {
+                answer = try AccessTokenResponse(parsing: sink.data, from: what)
+                break
+            } catch where error.retryable && attempt < Self.transportAttempts {
+                // An answer cut short where nothing framed it (no Content-Length): sent again, as a reset one is.
+                attempt += 1
+                try? await Task.sleep(for: .milliseconds(100 * attempt))
+                sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
             }
         }
-        guard response.isSuccess else {
-            throw Self.refusal(response, what: what)
-        }
-        let answer = try AccessTokenResponse(parsing: sink.data, from: what)
         return FetchedToken(value: answer.token, lifetime: .seconds(answer.lifetime))
     }
 

@@ -196,6 +196,39 @@ struct GoogleCredentialsTests {
         #expect(always.firedCounts == [GoogleTokenFetcher.transportAttempts])
     }
 
+    /// A token answer cut short with nothing to mark its end (no Content-Length: the close ended it)
+    /// reads as a complete answer that is not JSON. It is the network's fault, not the endpoint's: the
+    /// request is sent again at once, as after a reset, and when every send is cut the transfer fails
+    /// retryable (it failed for good, as an endpoint that is no token endpoint).
+    @Test("a token answer cut short where nothing framed it is sent again; cut every time, it is retryable")
+    func tokenAnswerCutShort() async throws {
+        let server = try server()
+        defer { server.stop() }
+        let tokenPost = RequestMatch(method: "POST", pathContains: "/token")
+        func cutting(times: Int) throws -> FaultProxy {
+            try FaultProxy(upstreamPort: server.port, rules: [
+                FaultRule(tokenPost, .unframedResponse, times: times),
+                FaultRule(tokenPost, .rewriteResponse { _, response in response.body = response.body.prefix(response.body.count / 2) },
+                          times: times),
+            ])
+        }
+        let once = try cutting(times: 1)
+        defer { once.stop() }
+        let key = try server.authorizedUserFile(tokenURI: "\(once.baseURL)/token", name: "user-cut-once.json")
+        let result = try finished(await download(try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)))
+        #expect(result.data == Self.payload)
+        #expect(once.firedCounts == [1, 1])
+        #expect(server.tokenRequests.count == 2, "\(server.tokenRequests)")
+
+        let always = try cutting(times: .max)
+        defer { always.stop() }
+        let cutKey = try server.authorizedUserFile(tokenURI: "\(always.baseURL)/token", name: "user-cut-always.json")
+        let error = try failure(await download(try configuration(["GOOGLE_APPLICATION_CREDENTIALS": cutKey], server: server)))
+        #expect(error.code == .unauthenticated && error.retryable && error.message.contains("breaks off"), "\(error)")
+        #expect(!"\(error) \(error.cause ?? "")".contains("tok-"), "the token is never shown: \(error)")
+        #expect(always.firedCounts == [GoogleTokenFetcher.transportAttempts, GoogleTokenFetcher.transportAttempts])
+    }
+
     /// A token endpoint that trickles its answer (one byte a second) kept the stall limit from ever
     /// tripping: the job waited minutes, every gs:// transfer with it. One token now takes at most the
     /// fetch's time limit, resends included (60 s; 2 s here).
