@@ -182,7 +182,17 @@ final class CurlEngine: @unchecked Sendable {
             var timeout: Int32 = 1000
             let now = ContinuousClock.now
             var failed: [(UnsafeMutableRawPointer, CURLcode)] = []
-            for (easy, exchange) in active {
+            // The exchange that waited longest for a shared rate limit goes first: resumed in the
+            // dictionary's fixed order, the first took every byte the limit freed and the last ones none,
+            // until the stall limit failed them.
+            let waiting = active.sorted { first, second in
+                switch (first.value.waitedSince, second.value.waitedSince) {
+                case (let a?, let b?): a < b
+                case (_?, nil): true
+                default: false
+                }
+            }
+            for (easy, exchange) in waiting {
                 switch exchange.resumeIfAllowed(at: now) {
                 case .moving: break
                 case .paused(let wait): timeout = min(timeout, Int32(wait))
@@ -318,6 +328,9 @@ private final class CurlExchange: @unchecked Sendable {
     private let bandwidth: SharedBandwidth?
     /// Whether a callback paused the exchange for its rate limits.
     private var pausedForRate = false
+    /// When the exchange last waited for its rate limits: of the exchanges sharing a limit, the one that
+    /// waited longest is let go first (`waitedSince`), so none is held back for good by the others.
+    private(set) var waitedSince: ContinuousClock.Instant?
     /// The bytes a callback could not move because the body's hashing fell behind (a stream with MD5),
     /// and whether they were the request's: the exchange is paused until they can move without waiting.
     private var pausedForHashing: (count: Int, sending: Bool)?
@@ -536,7 +549,10 @@ private final class CurlExchange: @unchecked Sendable {
         guard ownRate != nil || bandwidth != nil else { return true }
         let now = ContinuousClock.now
         let ready = (ownRate?.isReady(at: now) ?? true) && (bandwidth?.isReady(at: now) ?? true)
-        if !ready { pausedForRate = true }
+        if !ready {
+            pausedForRate = true
+            if waitedSince == nil { waitedSince = now }
+        }
         return ready
     }
 
@@ -577,8 +593,11 @@ private final class CurlExchange: @unchecked Sendable {
     func resumeIfAllowed(at now: ContinuousClock.Instant) -> Resumption {
         guard pausedForRate || pausedForHashing != nil, let easy else { return .moving }
         if pausedForRate {
+            // Held back by our own limits, not by the server: no stall.
+            lastMovement = now
             let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, bandwidth?.millisecondsUntilReady(at: now) ?? 0)
             guard wait == 0 else { return .paused(wait) }
+            waitedSince = nil
         }
         if let (count, sending) = pausedForHashing {
             // The hashing queue frees a block every ~1–2 ms while it catches up.
@@ -647,7 +666,8 @@ private final class CurlExchange: @unchecked Sendable {
     func progressTick(downloaded: Int64, uploaded: Int64) -> Int32 {
         if checkStop() { return 1 }
         let now = ContinuousClock.now
-        if downloaded + uploaded != bytesMoved {
+        if downloaded + uploaded != bytesMoved || pausedForRate {
+            // Bytes moved, or our own rate limits hold the exchange back (the server is not stalling).
             bytesMoved = downloaded + uploaded
             lastMovement = now
         }

@@ -66,6 +66,36 @@ import TestSupport
         #expect(rate <= Double(limit) * 1.15, "measured \(rate) B/s for a shared limit of \(limit)")
     }
 
+    /// Four downloads under one shared limit, each needing longer than the stall limit at its share:
+    /// every one moves all along. The engine resumed the paused exchanges in its dictionary's fixed
+    /// order, so the first took every byte the limit freed, the others moved nothing, and the stall
+    /// limit failed them ("no data for 2 s") though the server was never slow.
+    @Test func sharedLimitStarvesNoExchange() async throws {
+        let server = try NginxServer.start(extraServerConfig: Self.patientServer)
+        defer { server.stop() }
+        let size = 512 * 1024
+        let names = ["a", "b", "c", "d"]
+        try FileManager.default.createDirectory(atPath: server.root + "/fair", withIntermediateDirectories: true)
+        for name in names {
+            try Data(repeating: 0x44, count: size).write(to: URL(fileURLWithPath: server.root + "/fair/\(name).bin"))
+        }
+        let directory = try TemporaryDirectory("jobctl-bwlimit-fair")
+        defer { directory.remove() }
+        var configuration = StorageConfiguration(stallTimeout: 2, connectTimeout: 5)
+        configuration.bandwidth = SharedBandwidth(rate: 512 * 1024)
+        let backend = HTTPBackend(configuration: configuration, engine: CurlEngine(threadName: "fair-test-curl"))
+        let results = await withTaskGroup(of: Result<TransferOutcome, StorageError>.self) { group in
+            for name in names {
+                group.addTask {
+                    await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/fair/\(name).bin",
+                                               destination: directory.file("\(name).bin")))
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        for result in results { #expect(try finished(result).size == Int64(size)) }
+    }
+
     @Test func bucketPacesChunks() {
         var bucket = TokenBucket(rate: 1000)
         let start = ContinuousClock.now
