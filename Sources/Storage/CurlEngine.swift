@@ -182,22 +182,28 @@ final class CurlEngine: @unchecked Sendable {
             var timeout: Int32 = 1000
             let now = ContinuousClock.now
             var failed: [(UnsafeMutableRawPointer, CURLcode)] = []
-            // The exchange that waited longest for a shared rate limit goes first: resumed in the
-            // dictionary's fixed order, the first took every byte the limit freed and the last ones none,
-            // until the stall limit failed them.
-            let waiting = active.sorted { first, second in
-                switch (first.value.waitedSince, second.value.waitedSince) {
-                case (let a?, let b?): a < b
-                case (_?, nil): true
-                default: false
-                }
-            }
-            for (easy, exchange) in waiting {
+            func resume(_ easy: UnsafeMutableRawPointer, _ exchange: CurlExchange) {
                 switch exchange.resumeIfAllowed(at: now) {
                 case .moving: break
                 case .paused(let wait): timeout = min(timeout, Int32(wait))
                 case .failed(let code): failed.append((easy, code))
                 }
+            }
+            // The exchange that waited longest for a shared rate limit goes first: resumed in the
+            // dictionary's fixed order, the first took every byte the limit freed and the last ones none,
+            // until the stall limit failed them. Sorted only while one waits: the loop turns at every step
+            // of every transfer, and a sorted copy each time is work for nothing when no limit holds one back.
+            if active.values.contains(where: { $0.waitedSince != nil }) {
+                let longestWaitingFirst = active.sorted { first, second in
+                    switch (first.value.waitedSince, second.value.waitedSince) {
+                    case (let a?, let b?): a < b
+                    case (_?, nil): true
+                    default: false
+                    }
+                }
+                for (easy, exchange) in longestWaitingFirst { resume(easy, exchange) }
+            } else {
+                for (easy, exchange) in active { resume(easy, exchange) }
             }
             // An unpause whose callbacks failed (the sink refused the bytes held back: a full disk) ends
             // the exchange here: libcurl does not, and would go on delivering the rest of the body.
