@@ -8,7 +8,7 @@ extension EventStore {
     public func archiveSelection(finishedBefore: Int64) throws(StoreError) -> ArchiveSelection {
         try readTransaction { (connection) throws(StoreError) -> ArchiveSelection in
             let finished = "state IN ('succeeded', 'failed', 'cancelled') AND finished_at_ms < ?"
-            let jobs = try connection.query(
+            let selected = try connection.query(
                 "SELECT id, version, state, finished_at_ms FROM jobs WHERE \(finished) ORDER BY finished_at_ms, seq",
                 [.integer(finishedBefore)]) { (row) throws(StoreError) -> ArchivedJob in
                 guard let state = JobState(rawValue: row.text(2)) else {
@@ -16,13 +16,19 @@ extension EventStore {
                 }
                 return ArchivedJob(id: row.text(0), version: row.int(1), state: state, finishedAtMs: row.int64(3))
             }
-            let rows = try connection.query(
+            let waits = try connection.query(
+                "SELECT job, depends_on FROM job_dependencies WHERE depends_on IN (SELECT id FROM jobs WHERE \(finished))",
+                [.integer(finishedBefore)]) { row in DependencyRow(job: row.text(0), dependsOn: row.text(1)) }
+            let jobs = ArchiveRemovalRules.withoutAwaited(selected, waits: waits)
+            let kept = jobs.count == selected.count ? nil : Set(jobs.map(\.id))
+            var rows = try connection.query(
                 "SELECT seq, job_id, version, type, at_ms, actor, lease, data FROM events "
                     + "WHERE job_id IN (SELECT id FROM jobs WHERE \(finished)) ORDER BY seq",
                 [.integer(finishedBefore)]) { (row) throws(StoreError) in
                 LogRow(seq: row.int64(0), jobID: row.text(1), version: row.int(2), type: row.text(3), atMs: row.int64(4),
                        actor: row.text(5), leaseToken: row.optionalInt64(6), data: row.text(7))
             }
+            if let kept { rows.removeAll { !kept.contains($0.jobID) } }
             var blobs: [ArchivedBlob] = []
             for digest in try ArchiveSelection.referencedBlobs(in: rows) {
                 // A blob already expired (--blobs-before) is not in the table: the file keeps its hash only.
@@ -50,6 +56,13 @@ extension EventStore {
             let highestSeq = try connection.first("SELECT max(seq) FROM events") { row in row.isNull(0) ? 0 : row.int64(0) } ?? 0
             for job in selection.jobs {
                 try connection.run("INSERT INTO archive_authorisations (job_id) VALUES (?)", [.text(job.id)])
+            }
+            if let wait = try connection.first("""
+                SELECT job, depends_on FROM job_dependencies
+                WHERE depends_on IN (SELECT job_id FROM archive_authorisations)
+                  AND job NOT IN (SELECT job_id FROM archive_authorisations) LIMIT 1
+                """, [], { row in DependencyRow(job: row.text(0), dependsOn: row.text(1)) }) {
+                throw ArchiveRemovalRules.awaited(wait)
             }
             try connection.run("DELETE FROM events WHERE job_id IN (SELECT job_id FROM archive_authorisations)")
             guard connection.changes == selection.rows.count else {

@@ -8,7 +8,7 @@ extension PostgresStore {
     public func archiveSelection(finishedBefore: Int64) throws(StoreError) -> ArchiveSelection {
         try readTransaction { (connection) throws(StoreError) -> ArchiveSelection in
             let finished = "state IN ('succeeded', 'failed', 'cancelled') AND finished_at_ms < $1"
-            let jobs = try connection.rows(
+            let selected = try connection.rows(
                 "SELECT id, version, state, finished_at_ms FROM jobs WHERE \(finished) ORDER BY finished_at_ms, seq",
                 [.integer(finishedBefore)]) { (row) throws(StoreError) -> ArchivedJob in
                 let id = try row.string(0)
@@ -17,7 +17,12 @@ extension PostgresStore {
                 }
                 return ArchivedJob(id: id, version: Int(try row.integer(1)), state: state, finishedAtMs: try row.integer(3))
             }
-            let rows = try connection.rows(
+            let waits = try connection.rows(
+                "SELECT job, depends_on FROM job_dependencies WHERE depends_on IN (SELECT id FROM jobs WHERE \(finished))",
+                [.integer(finishedBefore)]) { (row) throws(StoreError) in DependencyRow(job: try row.string(0), dependsOn: try row.string(1)) }
+            let jobs = ArchiveRemovalRules.withoutAwaited(selected, waits: waits)
+            let kept = jobs.count == selected.count ? nil : Set(jobs.map(\.id))
+            var rows = try connection.rows(
                 "SELECT seq, job_id, version, type, at_ms, actor, lease, data FROM events "
                     + "WHERE job_id IN (SELECT id FROM jobs WHERE \(finished)) ORDER BY seq",
                 [.integer(finishedBefore)]) { (row) throws(StoreError) -> LogRow in
@@ -25,6 +30,7 @@ extension PostgresStore {
                        atMs: try row.integer(4), actor: try row.string(5), leaseToken: try row.optionalInteger(6),
                        data: try row.string(7))
             }
+            if let kept { rows.removeAll { !kept.contains($0.jobID) } }
             var blobs: [ArchivedBlob] = []
             for digest in try ArchiveSelection.referencedBlobs(in: rows) {
                 let data = try connection.row("SELECT data FROM blobs WHERE sha256 = $1", [.text(digest)]) { (row) throws(StoreError) -> Data in
@@ -53,6 +59,13 @@ extension PostgresStore {
                 if let refusal = ArchiveRemovalRules.changed(job, now: found[job.id]) { throw refusal }
             }
             try connection.store("INSERT INTO archive_authorisations (job_id) SELECT unnest($1::text[])", [ids])
+            if let wait = try connection.row("""
+                SELECT job, depends_on FROM job_dependencies
+                WHERE depends_on IN (SELECT job_id FROM archive_authorisations)
+                  AND job NOT IN (SELECT job_id FROM archive_authorisations) LIMIT 1
+                """, [], { (row) throws(StoreError) in DependencyRow(job: try row.string(0), dependsOn: try row.string(1)) }) {
+                throw ArchiveRemovalRules.awaited(wait)
+            }
             let deleted = try connection.store("DELETE FROM events WHERE job_id IN (SELECT job_id FROM archive_authorisations)")
             guard deleted == selection.rows.count else {
                 throw StoreError.corrupt("the archived jobs have \(deleted) events in the log but \(selection.rows.count) "

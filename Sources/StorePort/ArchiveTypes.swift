@@ -81,6 +81,32 @@ public enum ArchiveRemovalRules {
         }
         return nil
     }
+
+    /// `jobs` less every job a job staying in the log waits for (`after:`, a row of `job_dependencies`
+    /// in `waits`), and in turn what those wait for. Such a job failed or was cancelled (a dependency
+    /// that succeeds drops its waits): its waiting dependants were cancelled with it, but one retried
+    /// since waits for it again, and only a `retry` of the dependency can still let it run. Archived
+    /// with its wait removed, the dependant would run though its dependency never succeeded; with its
+    /// wait kept, it would wait for a job no longer in the log.
+    public static func withoutAwaited(_ jobs: [ArchivedJob], waits: [DependencyRow]) -> [ArchivedJob] {
+        var selected = Set(jobs.map(\.id))
+        var changed = true
+        while changed {
+            changed = false
+            for wait in waits where selected.contains(wait.dependsOn) && !selected.contains(wait.job) {
+                selected.remove(wait.dependsOn)
+                changed = true
+            }
+        }
+        return selected.count == jobs.count ? jobs : jobs.filter { selected.contains($0.id) }
+    }
+
+    /// The refusal for a selected job that a job staying in the log has come to wait for since the
+    /// selection (a dependant retried, a job submitted `after:` it).
+    public static func awaited(_ wait: DependencyRow) -> StoreError {
+        .invalidControl("job \(wait.dependsOn) is waited for by job \(wait.job), which stays in the log (retried or submitted "
+            + "after the archive file was written); nothing was removed: run `jobctl archive` again to write a new file")
+    }
 }
 
 extension LogRow {

@@ -97,4 +97,41 @@ struct ArchiveStoreTests {
         let replay = try fixture.store.replay(verify: true)
         #expect(replay.isConsistent && replay.problems.isEmpty && replay.eventsRead == 2)
     }
+
+    @Test("a failed or cancelled job that a job staying in the log waits for (after:) is not archived", arguments: Engine.allCases)
+    func awaitedDependencyStays(engine: Engine) throws {
+        let fixture = try StoreFixture("archiveawaited", engine: engine)
+        defer { fixture.remove() }
+        var dependantSpec = uploadSpec(key: "b")
+        dependantSpec.after = ["a"]
+        let ids = try fixture.store.submit([uploadSpec(key: "a"), dependantSpec], actor: "cli:test", now: 1_000).map(\.id)
+        let (a, b) = (ids[0], ids[1])
+        // The dependency is cancelled (and its dependant with it); the dependant is retried: it waits for `a` again.
+        _ = try fixture.store.requestCancel(id: a, actor: "cli:test", now: 2_000)
+        #expect(try fixture.store.job(b)?.state == .cancelled)
+        _ = try fixture.store.retry(id: b, actor: "cli:test", now: 3_000)
+        let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
+        #expect(selection.jobs.isEmpty && selection.rows.isEmpty, "\(selection.jobs.map(\.id))")
+        // Nothing released the dependant: it is not claimed, and a retry of `a` can still let it run.
+        #expect(try fixture.store.claim(owner: "w", queues: nil, limit: 10, leaseMs: 30_000, now: 11_000).isEmpty)
+        #expect(try fixture.store.job(a)?.state == .cancelled)
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies WHERE job = ? AND depends_on = ?", [.text(b), .text(a)]) == "1")
+
+        // A job that comes to wait for a selected one after the selection (submitted `after:` it) refuses the removal.
+        _ = try fixture.store.requestCancel(id: b, actor: "cli:test", now: 12_000)
+        let both = try fixture.store.archiveSelection(finishedBefore: 20_000)
+        #expect(Set(both.jobs.map(\.id)) == [a, b])
+        var lateSpec = uploadSpec(key: "c")
+        lateSpec.after = ["a"]
+        let c = try #require(try fixture.store.submit([lateSpec], actor: "cli:test", now: 13_000).first?.id)
+        #expect {
+            try fixture.store.removeArchived(both, record: Self.record(both), actor: "cli:test", now: 14_000) {}
+        } throws: { error in
+            "\(error)".contains("job \(a) is waited for by job \(c)")
+        }
+        #expect(try fixture.store.job(a) != nil && fixture.store.job(b) != nil)
+        #expect(try fixture.store.events(jobID: ArchiveRecord.logJobID).isEmpty)
+        let replay = try fixture.store.replay(verify: true)
+        #expect(replay.isConsistent && replay.problems.isEmpty, "\(replay.problems)")
+    }
 }
