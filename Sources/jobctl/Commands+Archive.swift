@@ -2,7 +2,9 @@ import Foundation
 import JobLifecycle
 import JobModel
 import Retention
+import Storage
 import StorePort
+import Worker
 
 extension Commands {
     /// Set to a path, `jobctl archive` creates that file and then waits (until killed) just before its
@@ -25,7 +27,9 @@ extension Commands {
         the SHA-256 of the content. The file is written under a temporary name, synced, renamed and read
         back in full; only then does one transaction remove those jobs' events, rows and leases, and the
         blobs no remaining job references, and record the archive (file name, sha256, range and counts)
-        as an `archived` event of the log itself. This is the only way anything leaves the log.
+        as an `archived` event of the log itself. This is the only way anything leaves the log. Then the
+        partial downloads and upload sessions those jobs left on this machine are removed (as `jobctl
+        orphans --remove` would): out of the log, nothing could tie them to a job again.
 
         If the command is interrupted before that transaction commits, the log is unchanged; running it
         again writes FILE anew (a file left by an interrupted run is replaced, an archive the log records
@@ -113,6 +117,11 @@ extension Commands {
                                    beforeMs: selection.beforeMs, jobs: selection.jobs.count, events: selection.rows.count,
                                    blobs: selection.blobs.count, blobsRemoved: 0, firstSeq: written.header.firstSeq,
                                    lastSeq: written.header.lastSeq)
+        // What the archived jobs left on this machine (a download cancelled while paused): once they leave
+        // the log no sweep, and no `jobctl orphans`, can tie those files to a final job again.
+        let archivedIDs = Set(selection.jobs.map(\.id))
+        var candidates = try store.leftoverCandidates(finishedSince: selection.jobs.map(\.finishedAtMs).min())
+        candidates.finished.removeAll { !archivedIDs.contains($0.id) }
         let hold = context.environment[archiveHoldEnvironment]
         let event = try store.removeArchived(selection, record: record, actor: context.actor, now: Clock.nowMs()) {
             guard let hold, !hold.isEmpty else { return }
@@ -127,7 +136,30 @@ extension Commands {
                  + "\(Display.escapingControls(target)): \(plural(stored.events, "event")) (seq \(stored.firstSeq)–\(stored.lastSeq)), "
                  + "\(plural(stored.blobs, "blob")) (\(stored.blobsRemoved) removed from the log); sha256 \(stored.sha256)")
         }
+        removeLeftovers(candidates, context: context)
         return ArchiveView(stored)
+    }
+
+    /// Removes the leftover files of archived jobs (`Orphans`), saying so on standard error; the archive
+    /// stands whatever happens here (a file that changed meanwhile, storage settings that do not parse).
+    private static func removeLeftovers(_ candidates: LeftoverCandidates, context: Context) {
+        guard !candidates.finished.isEmpty else { return }
+        let backend: StorageRouter
+        do throws(StorageError) {
+            backend = StorageRouter(configuration: try StorageConfiguration.fromEnvironment(
+                context.environment, localBucketsDirectory: context.localBucketsDirectory))
+        } catch {
+            emitError("warning: the archived jobs' leftover files were not looked for: \(error.message)")
+            return
+        }
+        for orphan in Orphans.find(candidates, backend: backend) {
+            let path = Display.escapingControls(orphan.file.path)
+            if backend.remove(orphan.file) {
+                emitError("removed \(path), left by archived job \(orphan.file.jobID)")
+            } else {
+                emitError("warning: \(path), left by archived job \(orphan.file.jobID), changed meanwhile and was not removed")
+            }
+        }
     }
 
     /// `--dry-run`, or nothing to archive: says what would be (or is not) archived.

@@ -283,6 +283,32 @@ import TestSupport
         #expect(try workspace.jobctl(["archive", "verify", file]).status == 0)
     }
 
+    @Test("archive removes what its jobs left on disk: once they leave the log no sweep can tie the files to them")
+    func leftoversGoWithTheirJobs() throws {
+        let workspace = try CLIWorkspace("archiveleftovers")
+        defer { workspace.directory.remove() }
+        let out = workspace.directory.file("out")
+        let ids = try workspace.submit("""
+        - {kind: download-file, source: "file://docs/a.bin", destination: "\(out)/a.bin"}
+        - {kind: download-file, source: "file://docs/b.bin", destination: "\(out)/b.bin"}
+        """)
+        try #require(ids.count == 2)
+        // A partial download each, as a paused transfer keeps it; the first job is then cancelled while no worker runs it.
+        let partial = "\(out)/.a.bin.\(ids[0]).jobctl-partial"
+        let resumable = "\(out)/.b.bin.\(ids[1]).jobctl-partial"
+        for path in [partial, resumable] { _ = try workspace.write(String(path.dropFirst(workspace.directory.path.count + 1)), "bytes") }
+        #expect(try workspace.jobctl(["cancel", ids[0]]).status == 0)
+        #expect(try workspace.jobctl(["orphans"]).stdout.contains(partial))
+
+        let archived = try workspace.jobctl(["archive", "--before", "0s", "--to", workspace.directory.file("old.ndjson.gz")])
+        #expect(archived.status == 0, "\(archived.stderr)")
+        #expect(archived.stdout.contains("archived 1 job"), "\(archived.stdout)")
+        #expect(archived.stderr.contains("removed \(partial), left by archived job \(ids[0])"), "\(archived.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: partial))
+        // The queued job's file stays: it resumes from it.
+        #expect(FileManager.default.fileExists(atPath: resumable))
+    }
+
     @Test("archive's usage errors name the option and exit 64")
     func usageErrors() throws {
         let workspace = try CLIWorkspace("archiveusage")
