@@ -73,6 +73,11 @@ final class CurlEngine: @unchecked Sendable {
     /// libcurl's receive buffer: larger means fewer write callbacks per byte (each hashes and may write to disk).
     static let receiveBufferSize = 256 * 1024
 
+    /// Whether `url` is an https URL (the scheme compared as libcurl does, case-insensitively).
+    static func isHTTPS(_ url: String) -> Bool {
+        url.utf8.count >= 8 && url.prefix(8).lowercased() == "https://"
+    }
+
     /// Times an exchange was paused because its body's hashing fell behind, in this process (tests).
     static let hashingPauses = Atomic<Int>(0)
 
@@ -424,7 +429,10 @@ private final class CurlExchange: @unchecked Sendable {
         if request.followRedirects {
             try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1))
             try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_MAXREDIRS, 5))
-            try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https"))
+            // An https URL is followed to https only: a redirect to plain http would drop TLS, and the bytes
+            // would come from wherever anyone on the path says.
+            try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR,
+                                                     CurlEngine.isHTTPS(request.url) ? "https" : "http,https"))
         }
 
         // Headers. An empty `Expect:` stops curl waiting for a 100-continue the emulator never sends.
@@ -867,8 +875,10 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
         // The server answered, with a Location that is not an http(s) URL (file://, ftp://, garbage): not
         // an answer that is not HTTP, nor a URL of the job's. Asking again gets the same redirect. The
         // Location is not shown (it may carry a token); libcurl's text names only its scheme or fault.
-        return StorageError(.unknown, "the server redirected (HTTP \(redirect)) to a URL that is not followed: redirects are followed "
-                                + "to valid http and https URLs only", httpStatus: redirect, url: redactedURL(url), cause: cause)
+        let followed = CurlEngine.isHTTPS(url) ? "redirects of an https URL are followed to valid https URLs only (not to plain http, "
+            + "which would drop TLS)" : "redirects are followed to valid http and https URLs only"
+        return StorageError(.unknown, "the server redirected (HTTP \(redirect)) to a URL that is not followed: \(followed)",
+                            httpStatus: redirect, url: redactedURL(url), cause: cause)
     }
     switch curlCode {
     case CURLE_COULDNT_CONNECT:

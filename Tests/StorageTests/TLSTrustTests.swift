@@ -115,6 +115,37 @@ struct TLSTrustTests {
         #expect(!fixture.server.accessLog.contains("GET /x.txt"))
     }
 
+    /// A job whose URL says https was promised TLS: a redirect to plain http would fetch the bytes where
+    /// anyone on the path reads and rewrites them. It is refused as the server's answer (not retried);
+    /// redirects that keep TLS are still followed.
+    @Test("an https download redirected to plain http is refused; redirects that keep TLS are followed")
+    func redirectToPlainHTTPIsRefused() async throws {
+        let plain = try NginxServer.start()
+        defer { plain.stop() }
+        try Data("plain".utf8).write(to: URL(fileURLWithPath: plain.root + "/x.txt"))
+        let authority = try TestCertificateAuthority.create()
+        defer { authority.remove() }
+        let server = try NginxServer.start(extraServerConfig: """
+            location /down { return 302 \(plain.baseURL)/x.txt; }
+            location /moved { return 302 /x.txt; }
+            """, tls: try authority.issueServerCertificate(names: ["IP:127.0.0.1"]))
+        defer { server.stop() }
+        try Data("tls".utf8).write(to: URL(fileURLWithPath: server.root + "/x.txt"))
+        let backend = try backend(["JOBCTL_CA_BUNDLE": authority.certificatePath])
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        for spec in [JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/down", maxSize: 1 << 20),
+                     JobSpec(kind: .downloadFile, source: "\(server.baseURL)/down", destination: directory.file("x.txt"))] {
+            let error = try failure(await run(backend, spec))
+            #expect(!error.retryable && error.code == .unknown, "\(error)")
+            #expect(error.httpStatus == 302 && error.message.contains("https"), "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("x.txt")))
+        #expect(!plain.accessLog.contains("GET /x.txt"), "\(plain.accessLog)")
+        let moved = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/moved", maxSize: 1 << 20)))
+        #expect(moved.data == Data("tls".utf8))
+    }
+
     @Test("a CA file or directory that cannot serve is a clear error at start", arguments: ["JOBCTL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"])
     func unusableBundle(variable: String) throws {
         let directory = try TemporaryDirectory()
