@@ -205,6 +205,17 @@ extension Commands {
                 value = setting.show(set)
                 source = "environment ($\(variable))"
             }
+            if setting.key == "ca_bundle", source == "default" {
+                // Without JOBCTL_CA_BUNDLE the OpenSSL variables choose the CAs (`CertificateTrust`): the
+                // system's CAs are not what is trusted then.
+                let openssl = ["SSL_CERT_FILE", "SSL_CERT_DIR"].compactMap { variable in
+                    processEnvironment[variable].flatMap { $0.isEmpty ? nil : (variable, $0) }
+                }
+                if !openssl.isEmpty {
+                    value = openssl.map(\.1).joined(separator: " and ")
+                    source = "environment (" + openssl.map { "$\($0.0)" }.joined(separator: " and ") + ")"
+                }
+            }
             if setting.key == "db", let given = try? arguments.value(Options.database) {
                 value = setting.show(given)
                 source = "flag (--db)"

@@ -54,6 +54,31 @@ import TestSupport
         #expect(viaEnvironment["concurrency"]?["source"] == "\(other):1:14" && viaEnvironment["db"]?["source"] == "default")
     }
 
+    /// Without JOBCTL_CA_BUNDLE, SSL_CERT_FILE and SSL_CERT_DIR choose the CAs a worker trusts: the row
+    /// shows them, not "the system's CAs"; JOBCTL_CA_BUNDLE (from the environment or the file) still wins.
+    @Test("ca_bundle shows SSL_CERT_FILE / SSL_CERT_DIR when they choose the CAs")
+    func certificateVariablesShown() throws {
+        let workspace = try CLIWorkspace("configca")
+        defer { workspace.directory.remove() }
+        let unset = ["JOBCTL_CA_BUNDLE": "", "SSL_CERT_FILE": "", "SSL_CERT_DIR": ""]
+        let none = try Self.settings(try Self.run(workspace, ["config", "--json"], environment: unset))
+        #expect(none["ca_bundle"]?["value"] == "the system's CAs" && none["ca_bundle"]?["source"] == "default")
+        let file = try Self.settings(try Self.run(workspace, ["config", "--json"],
+                                                   environment: unset.merging(["SSL_CERT_FILE": "/srv/ca.pem"]) { $1 }))
+        #expect(file["ca_bundle"]?["value"] == "/srv/ca.pem" && file["ca_bundle"]?["source"] == "environment ($SSL_CERT_FILE)",
+                "\(file["ca_bundle"] ?? [:])")
+        let both = try Self.settings(try Self.run(workspace, ["config", "--json"],
+                                                   environment: unset.merging(["SSL_CERT_FILE": "/srv/ca.pem", "SSL_CERT_DIR": "/srv/certs"]) { $1 }))
+        #expect(both["ca_bundle"]?["value"] == "/srv/ca.pem and /srv/certs"
+                    && both["ca_bundle"]?["source"] == "environment ($SSL_CERT_FILE and $SSL_CERT_DIR)", "\(both["ca_bundle"] ?? [:])")
+        let bundle = try Self.settings(try Self.run(workspace, ["config", "--json"],
+                                                     environment: ["JOBCTL_CA_BUNDLE": "/srv/private.pem", "SSL_CERT_FILE": "/srv/ca.pem", "SSL_CERT_DIR": ""]))
+        #expect(bundle["ca_bundle"]?["value"] == "/srv/private.pem" && bundle["ca_bundle"]?["source"] == "environment ($JOBCTL_CA_BUNDLE)")
+        let fromFile = try workspace.write("xdg/jobctl/config.yaml", "ca_bundle: /srv/private.pem\n")
+        let filed = try Self.settings(try Self.run(workspace, ["config", "--json"], environment: unset.merging(["SSL_CERT_FILE": "/srv/ca.pem"]) { $1 }))
+        #expect(filed["ca_bundle"]?["value"] == "/srv/private.pem" && filed["ca_bundle"]?["source"] == "\(fromFile):1:12")
+    }
+
     @Test("the file's settings reach the commands: db for every command, worker flags unless given")
     func settingsApply() throws {
         let workspace = try CLIWorkspace("configapply")
