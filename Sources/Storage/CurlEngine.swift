@@ -880,6 +880,13 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
         return StorageError(.unknown, "the server redirected (HTTP \(redirect)) to a URL that is not followed: \(followed)",
                             httpStatus: redirect, url: redactedURL(url), cause: cause)
     }
+    if curlCode == CURLE_SSL_CONNECT_ERROR, text.contains("wrong version number") || text.contains("packet length too long") {
+        // OpenSSL's words for a first answer that is not TLS at all: an https URL aimed at a plain-http port
+        // (or a proxy or portal answering in its place). Asking again gets the same answer.
+        return StorageError(.unknown, "the server did not answer in TLS: the https URL may name a plain-http port; "
+                                + "use http:// for it, or the port the server speaks https on",
+                            url: redactedURL(url), cause: cause)
+    }
     switch curlCode {
     case CURLE_COULDNT_CONNECT:
         return StorageError(.unknown, "could not connect to the server; it may be down",

@@ -146,6 +146,20 @@ struct TLSTrustTests {
         #expect(moved.data == Data("tls".utf8))
     }
 
+    /// An https URL aimed at a plain-http port gets an answer that is not TLS, the same at every attempt:
+    /// a permanent error saying so, not "the connection failed" retried until the attempts run out.
+    @Test("https to a plain-http port is a permanent error saying the server did not answer in TLS")
+    func tlsToPlainPort() async throws {
+        let plain = try NginxServer.start()
+        defer { plain.stop() }
+        try Data("x".utf8).write(to: URL(fileURLWithPath: plain.root + "/x.txt"))
+        let url = plain.baseURL.replacingOccurrences(of: "http://", with: "https://") + "/x.txt"
+        let error = try failure(await run(try backend([:]), JobSpec(kind: .downloadMemory, source: url, maxSize: 1 << 20)))
+        #expect(error.code == .unknown && !error.retryable, "\(error)")
+        #expect(error.message.contains("did not answer in TLS") && error.message.contains("plain-http port"), "\(error)")
+        #expect(!plain.accessLog.contains("GET /x.txt"))
+    }
+
     @Test("a CA file or directory that cannot serve is a clear error at start", arguments: ["JOBCTL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"])
     func unusableBundle(variable: String) throws {
         let directory = try TemporaryDirectory()
