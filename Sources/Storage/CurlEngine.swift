@@ -408,6 +408,10 @@ private final class CurlExchange: @unchecked Sendable {
         if trust.exclusive || trust.caDirectory != nil {
             try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_CAPATH, trust.caDirectory))
         }
+        // libcurl keeps the CA store it loaded for 24 hours by default, by the file's name only: a bundle
+        // replaced while the worker runs (a private CA rotated, a CA withdrawn) went unread for a day, and
+        // one removed still served. Each new connection reads the CAs as they are now.
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_CA_CACHE_TIMEOUT, 0))
         // Larger buffers mean fewer callbacks per byte (each one hashes and may write to disk); they
         // are per exchange and fixed, so memory stays flat.
         // Rate limits (`max_rate:`, `--bwlimit`) are kept by pausing in the body callbacks

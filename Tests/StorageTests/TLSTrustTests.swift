@@ -160,6 +160,31 @@ struct TLSTrustTests {
         #expect(!plain.accessLog.contains("GET /x.txt"))
     }
 
+    /// A CA file replaced while the worker runs (a private CA rotated) is read again: a transfer after the
+    /// change trusts the new CAs and no longer the old ones.
+    @Test("a CA file replaced while the worker runs is read again")
+    func bundleReplacedWhileRunning() async throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        let other = try TestCertificateAuthority.create()
+        defer { other.remove() }
+        try Data("x".utf8).write(to: URL(fileURLWithPath: fixture.server.root + "/x.txt"))
+        let bundle = fixture.authority.directory.file("rotating.pem")
+        try FileManager.default.copyItem(atPath: fixture.authority.certificatePath, toPath: bundle)
+        let backend = try backend(["JOBCTL_CA_BUNDLE": bundle])
+        let spec = JobSpec(kind: .downloadMemory, source: "\(fixture.server.baseURL)/x.txt", maxSize: 1 << 20)
+        #expect(try finished(await run(backend, spec)).data == Data("x".utf8))
+        // A second server of the same CA: a new connection, so a new handshake (a connection kept from
+        // before the change stays as trusted as it was).
+        let second = try NginxServer.start(tls: try fixture.authority.issueServerCertificate(names: ["IP:127.0.0.1"], label: "second"))
+        defer { second.stop() }
+        try Data("x".utf8).write(to: URL(fileURLWithPath: second.root + "/x.txt"))
+        try FileManager.default.removeItem(atPath: bundle)
+        try FileManager.default.copyItem(atPath: other.certificatePath, toPath: bundle)
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(second.baseURL)/x.txt", maxSize: 1 << 20)))
+        #expect(error.message.contains("not trusted"), "\(error)")
+    }
+
     @Test("a CA file or directory that cannot serve is a clear error at start", arguments: ["JOBCTL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"])
     func unusableBundle(variable: String) throws {
         let directory = try TemporaryDirectory()
