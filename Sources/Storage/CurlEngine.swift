@@ -753,11 +753,15 @@ private final class CurlExchange: @unchecked Sendable {
             if code == CURLE_PEER_FAILED_VERIFICATION, let easy {
                 jobctl_curl_easy_getinfo_long(easy, CURLINFO_SSL_VERIFYRESULT, &verifyResult)
             }
+            // The status a proxy (from https_proxy, HTTPS_PROXY, ALL_PROXY, as libcurl reads them) answered
+            // the CONNECT with; 0 when no proxy was asked.
+            var proxyStatus = 0
+            if let easy { jobctl_curl_easy_getinfo_long(easy, CURLINFO_HTTP_CONNECTCODE, &proxyStatus) }
             // A redirect libcurl did not follow ends the exchange with the redirect's status seen last.
             let redirect = headersEnded && (300..<400).contains(status) ? status : nil
             complete(.failure(.failed(curlFailure(code: Int(code.rawValue), text: text, url: request.url,
                                                   verifyResult: verifyResult, trust: options.trust, requestSent: requestBytes > 0,
-                                                  redirect: redirect))))
+                                                  redirect: redirect, proxyStatus: proxyStatus))))
             return
         }
         var responseCode = 0
@@ -868,13 +872,23 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 ///
 /// `verifyResult` is `CURLINFO_SSL_VERIFYRESULT` for a certificate failure (OpenSSL's X509 error, or 0
 /// when the chain was trusted and only the host name check failed); `trust` names the CAs used.
-/// `redirect` is the status of a redirect the exchange ended at, when it ended at one.
+/// `redirect` is the status of a redirect the exchange ended at, when it ended at one. `proxyStatus` is
+/// what a proxy answered the tunnel's CONNECT (`CURLINFO_HTTP_CONNECTCODE`), 0 when none was asked.
 /// Whether the job is retried is the retry policy's decision, so no message here promises it.
 func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
-                 trust: CertificateTrust = .systemDefault, requestSent: Bool = false, redirect: Int? = nil) -> StorageError {
+                 trust: CertificateTrust = .systemDefault, requestSent: Bool = false, redirect: Int? = nil,
+                 proxyStatus: Int = 0) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: jobctl_curl_easy_strerror(curlCode))
     let cause = "curl error \(code) (\(name)): \(text)"
+    if proxyStatus >= 300 {
+        // The proxy the environment names answered, and refused the tunnel: the server was never asked.
+        // Its refusal (403 by policy, 407 for credentials) is the same at every attempt; a proxy that is
+        // busy or whose upstream is down (408, 429, 5xx) may not be.
+        return StorageError(.unknown, "the proxy refused to connect to the server (HTTP \(proxyStatus) to CONNECT); check "
+                                + "https_proxy / HTTPS_PROXY / ALL_PROXY and NO_PROXY", url: redactedURL(url),
+                            retryable: proxyStatus == 408 || proxyStatus == 429 || proxyStatus >= 500, cause: cause)
+    }
     if let redirect, curlCode == CURLE_UNSUPPORTED_PROTOCOL || curlCode == CURLE_URL_MALFORMAT {
         // The server answered, with a Location that is not an http(s) URL (file://, ftp://, garbage): not
         // an answer that is not HTTP, nor a URL of the job's. Asking again gets the same redirect. The
@@ -898,9 +912,12 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
     case CURLE_OPERATION_TIMEDOUT:
         return StorageError(.unknown, "the transfer timed out or stalled",
                             url: redactedURL(url), retryable: true, cause: cause)
-    case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_RESOLVE_HOST:
         return StorageError(.unknown, "the host name could not be resolved; check the endpoint or DNS",
                             url: redactedURL(url), retryable: true, cause: cause)
+    case CURLE_COULDNT_RESOLVE_PROXY:
+        return StorageError(.unknown, "the proxy's host name could not be resolved; check http_proxy / https_proxy / "
+                                + "HTTPS_PROXY / ALL_PROXY, or DNS", url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_WEIRD_SERVER_REPLY,
          CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_QUIC_CONNECT_ERROR, CURLE_SSL_CONNECT_ERROR,
          CURLE_SEND_FAIL_REWIND, CURLE_PROXY:
