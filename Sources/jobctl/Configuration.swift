@@ -222,15 +222,29 @@ extension Commands {
             }
             return Row(key: setting.key, value: value, source: source, variable: setting.routeName)
         }
+        // A value from the environment that the worker would refuse is not in effect: it is shown as set,
+        // named on standard error with the worker's own message, and the exit status is the worker's (1).
+        var problems: [String] = []
+        for setting in Setting.all {
+            guard case .environment(let variable) = setting.route, let set = processEnvironment[variable], !set.isEmpty else { continue }
+            do throws(StorageError) {
+                try StorageConfiguration.checkForm(of: variable, value: set)
+            } catch {
+                problems.append("jobctl config: $\(variable): \(error.message); the worker will not start with it")
+            }
+        }
+        let status = problems.isEmpty ? ExitCode.ok : ExitCode.failure
         if arguments[Options.json] {
             struct View: Encodable { let files: [String]; let settings: [Row] }
             emit(try jsonText(View(files: configuration.files, settings: rows)))
-            return ExitCode.ok
+            problems.forEach(emitError)
+            return status
         }
         let table = rows.map { [$0.key, $0.value, $0.source] }
         emit(renderTable([TableColumn("SETTING"), TableColumn("VALUE", fit: .elide(minimum: 12), elide: { Elide.end($0, to: $1) }),
                           TableColumn("SOURCE")], table, width: context.width).text)
         emit(configuration.files.isEmpty ? "no configuration file" : "files: \(configuration.files.joined(separator: ", "))")
-        return ExitCode.ok
+        problems.forEach(emitError)
+        return status
     }
 }

@@ -79,6 +79,24 @@ import TestSupport
         #expect(filed["ca_bundle"]?["value"] == "/srv/private.pem" && filed["ca_bundle"]?["source"] == "\(fromFile):1:12")
     }
 
+    /// A bad value in the environment is not passed off as in effect: the table still shows it, standard
+    /// error names the variable with the worker's message, and the exit status is the worker's.
+    @Test("a value from the environment the worker would refuse is named on standard error, exit 1")
+    func badEnvironmentValueNamed() throws {
+        let workspace = try CLIWorkspace("configbadenv")
+        defer { workspace.directory.remove() }
+        let bad = try Self.run(workspace, ["config"], environment: ["JOBCTL_STALL_TIMEOUT": "banana", "STORAGE_EMULATOR_HOST": "ftp://x"])
+        #expect(bad.status == 1, "\(bad.stderr)")
+        #expect(bad.stdout.contains("banana"))
+        #expect(bad.stderr.contains("$JOBCTL_STALL_TIMEOUT: JOBCTL_STALL_TIMEOUT must be a duration"), "\(bad.stderr)")
+        #expect(bad.stderr.contains("$STORAGE_EMULATOR_HOST: STORAGE_EMULATOR_HOST must be HOST:PORT"), "\(bad.stderr)")
+        let json = try Self.run(workspace, ["config", "--json"], environment: ["JOBCTL_SLICES": "99"])
+        #expect(json.status == 1 && json.stderr.contains("$JOBCTL_SLICES"), "\(json.stderr)")
+        #expect(try Self.settings(json)["slices"]?["value"] == "99")
+        let good = try Self.run(workspace, ["config"], environment: ["JOBCTL_STALL_TIMEOUT": "90s"])
+        #expect(good.status == 0 && good.stderr.isEmpty, "\(good.stderr)")
+    }
+
     @Test("the file's settings reach the commands: db for every command, worker flags unless given")
     func settingsApply() throws {
         let workspace = try CLIWorkspace("configapply")
