@@ -581,6 +581,12 @@ public struct GCSBackend: StorageBackend {
             throw .failed(StorageError(.unknown, "the server started no upload session (no Location header)",
                                        httpStatus: response.status, url: redactedURL(url)))
         }
+        if CurlEngine.isHTTPS(endpoint), !CurlEngine.isHTTPS(location) {
+            // The object's bytes would leave TLS. The session URI is not shown: it is the session's credential.
+            throw .failed(StorageError(.unknown, "the server started the upload session at a URL that is not https, though the "
+                                           + "endpoint is; the object's bytes are not sent without TLS",
+                                       httpStatus: response.status, url: redactedURL(url)))
+        }
         return location
     }
 

@@ -185,6 +185,30 @@ struct TLSTrustTests {
         #expect(error.message.contains("not trusted"), "\(error)")
     }
 
+    /// A GCS endpoint on https whose upload session starts at a plain http URL would take the object's
+    /// bytes out of TLS: the upload fails instead, and nothing is sent to the session.
+    @Test("an upload session at a plain http URL of an https endpoint is refused")
+    func plainSessionOfHTTPSEndpointRefused() async throws {
+        let plain = try NginxServer.start()
+        defer { plain.stop() }
+        let authority = try TestCertificateAuthority.create()
+        defer { authority.remove() }
+        let server = try NginxServer.start(extraServerConfig: """
+            location /upload/ { add_header Location "\(plain.baseURL)/session?upload_id=SESSIONSECRET" always; return 200 "{}"; }
+            """, tls: try authority.issueServerCertificate(names: ["IP:127.0.0.1"]))
+        defer { server.stop() }
+        var configuration = try StorageConfiguration.fromEnvironment(
+            ["STORAGE_EMULATOR_HOST": server.baseURL, "JOBCTL_CA_BUNDLE": authority.certificatePath, "JOBCTL_RESUMABLE_THRESHOLD": "off"],
+            localBucketsDirectory: "/tmp/buckets")
+        configuration.connectTimeout = 5
+        let spec = JobSpec(kind: .uploadData, destination: "gs://bucket/a.bin", data: patternData(1000, seed: 3))
+        let error = try failure(await run(GCSBackend(configuration: configuration), spec))
+        #expect(!error.retryable && error.message.contains("not sent without TLS"), "\(error)")
+        #expect(!"\(error) \(error.cause ?? "")".contains("SESSIONSECRET"))
+        #expect(server.accessLog.contains("POST /upload/"), "\(server.accessLog)")
+        #expect(!plain.accessLog.contains("/session"), "\(plain.accessLog)")
+    }
+
     @Test("a CA file or directory that cannot serve is a clear error at start", arguments: ["JOBCTL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"])
     func unusableBundle(variable: String) throws {
         let directory = try TemporaryDirectory()
