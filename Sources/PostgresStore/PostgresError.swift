@@ -52,9 +52,15 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
             return "a PostgreSQL database needs libpq, which could not be loaded (\(Self.oneLine(reason))); install it "
                 + "(Debian: libpq5), or use an SQLite database (a file path for --db)"
         case .connectionLost(let message, let sql):
-            return "the connection to PostgreSQL was lost: \(Self.oneLine(message))"
+            let text = "the connection to PostgreSQL was lost: \(Self.oneLine(message))"
                 + (sql.map { " (while running `\(Self.abbreviate($0))`)" } ?? "")
-                + "; check that the server is up and reachable, then try again"
+            // Lost at COMMIT, the transaction may have been written before the session went: "try again"
+            // made a rerun `submit` create its jobs a second time.
+            if let sql, sql.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("COMMIT") {
+                return text + "; the server may have committed the transaction before the connection went: check what it "
+                    + "wrote (`jobctl list`) before running the command again (jobs with a `key:` are never created twice)"
+            }
+            return text + "; check that the server is up and reachable, then try again"
         case .server(let sqlstate, let message, let detail, let hint, let sql):
             var text = "PostgreSQL error \(sqlstate): \(Self.oneLine(message))"
             if let detail, !detail.isEmpty { text += " (\(Self.oneLine(detail)))" }

@@ -162,6 +162,17 @@ struct PostgreSQLTests {
         #expect(try connection.first("SELECT 1") { (row) throws(PostgresError) in try row.int(0) } == 1)
     }
 
+    /// A connection lost while COMMIT ran may have committed: the message said "try again", and a
+    /// `submit` run again created its jobs a second time. Lost anywhere else, nothing was written.
+    @Test("a connection lost at COMMIT says the transaction may have been written; lost before, to try again")
+    func lostAtCommitMayHaveLanded() {
+        let atCommit = PostgresError.connectionLost(message: "server closed the connection unexpectedly", sql: "COMMIT").description
+        #expect(atCommit.contains("may have committed") && atCommit.contains("`jobctl list`") && !atCommit.contains("try again"),
+                "\(atCommit)")
+        let before = PostgresError.connectionLost(message: "server closed the connection unexpectedly", sql: "SELECT 1").description
+        #expect(before.hasSuffix("then try again"), "\(before)")
+    }
+
     @Test("a unique violation says which key, in its detail")
     func uniqueViolation() throws {
         let fixture = try PostgresFixture("unique")
