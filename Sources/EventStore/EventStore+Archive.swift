@@ -36,7 +36,8 @@ extension EventStore {
                     blobs.append(ArchivedBlob(sha256: digest, data: data))
                 }
             }
-            return ArchiveSelection(beforeMs: finishedBefore, jobs: jobs, rows: rows, blobs: blobs)
+            return ArchiveSelection(beforeMs: finishedBefore, jobs: jobs, rows: rows, blobs: blobs,
+                                    keptForDependants: selected.count - jobs.count)
         }
     }
 

@@ -39,7 +39,8 @@ extension PostgresStore {
                 // A blob already expired (--blobs-before) is not in the table: the file keeps its hash only.
                 if let data { blobs.append(ArchivedBlob(sha256: digest, data: data)) }
             }
-            return ArchiveSelection(beforeMs: finishedBefore, jobs: jobs, rows: rows, blobs: blobs)
+            return ArchiveSelection(beforeMs: finishedBefore, jobs: jobs, rows: rows, blobs: blobs,
+                                    keptForDependants: selected.count - jobs.count)
         }
     }
 

@@ -14,13 +14,17 @@ public struct ArchiveSelection: Sendable, Equatable {
     public var rows: [LogRow]
     /// The blobs their results reference, by ascending SHA-256.
     public var blobs: [ArchivedBlob]
+    /// Jobs that finished before then but stay in the log, since jobs staying there wait for them
+    /// (`ArchiveRemovalRules.withoutAwaited`).
+    public var keptForDependants: Int
 
     /// Creates a selection.
-    public init(beforeMs: Int64, jobs: [ArchivedJob], rows: [LogRow], blobs: [ArchivedBlob]) {
+    public init(beforeMs: Int64, jobs: [ArchivedJob], rows: [LogRow], blobs: [ArchivedBlob], keptForDependants: Int = 0) {
         self.beforeMs = beforeMs
         self.jobs = jobs
         self.rows = rows
         self.blobs = blobs
+        self.keptForDependants = keptForDependants
     }
 
     /// Whether there is nothing to archive.

@@ -135,6 +135,9 @@ extension Commands {
             emit("archived \(plural(stored.jobs, "job")) that finished before \(RFC3339.string(stored.beforeMs)) to "
                  + "\(Display.escapingControls(target)): \(plural(stored.events, "event")) (seq \(stored.firstSeq)–\(stored.lastSeq)), "
                  + "\(plural(stored.blobs, "blob")) (\(stored.blobsRemoved) removed from the log); sha256 \(stored.sha256)")
+            if selection.keptForDependants > 0 {
+                emitError("note: \(plural(selection.keptForDependants, "job")) more that finished then \(Self.keptReason(selection))")
+            }
         }
         removeLeftovers(candidates, context: context)
         return ArchiveView(stored)
@@ -169,22 +172,33 @@ extension Commands {
         struct View: Encodable {
             let dry_run: Bool; let before: String; let before_ms: Int64; let jobs: Int; let events: Int; let blobs: Int
             let states: [String: Int]; let first_seq: Int64; let last_seq: Int64; let job_ids: [String]
+            let kept_for_dependants: Int
         }
         let view = View(dry_run: dryRun, before: RFC3339.string(selection.beforeMs), before_ms: selection.beforeMs,
                         jobs: selection.jobs.count, events: selection.rows.count, blobs: selection.blobs.count,
                         states: states, first_seq: selection.rows.first?.seq ?? 0, last_seq: selection.rows.last?.seq ?? 0,
-                        job_ids: selection.jobs.map(\.id))
+                        job_ids: selection.jobs.map(\.id), kept_for_dependants: selection.keptForDependants)
         guard !json else { return view }
         let when = RFC3339.string(selection.beforeMs)
         if selection.isEmpty {
-            emit("nothing to archive: no job finished before \(when)" + (dryRun ? "" : "; no file was written"))
+            // Jobs that finished then but are kept are not "no job": said so, with why.
+            let none = selection.keptForDependants == 0 ? "no job finished before \(when)"
+                : "the \(plural(selection.keptForDependants, "job")) that finished before \(when) \(Self.keptReason(selection))"
+            emit("nothing to archive: \(none)" + (dryRun ? "" : "; no file was written"))
         } else {
             let breakdown = states.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
             emit("would archive \(plural(selection.jobs.count, "job")) that finished before \(when) (\(breakdown)): "
                  + "\(plural(selection.rows.count, "event")) (seq \(selection.rows.first?.seq ?? 0)–\(selection.rows.last?.seq ?? 0)), "
-                 + "\(plural(selection.blobs.count, "blob")); nothing was written or removed")
+                 + "\(plural(selection.blobs.count, "blob")); nothing was written or removed"
+                 + (selection.keptForDependants == 0 ? "" : "; \(plural(selection.keptForDependants, "job")) more \(Self.keptReason(selection))"))
         }
         return view
+    }
+
+    /// Why finished jobs stay in the log: jobs staying there wait for them.
+    private static func keptReason(_ selection: ArchiveSelection) -> String {
+        (selection.keptForDependants == 1 ? "stays" : "stay") + " in the log: jobs there wait for "
+            + (selection.keptForDependants == 1 ? "it" : "them") + " (after:); retry or cancel those first"
     }
 
     /// Refuses to overwrite an existing file unless it is an archive an interrupted run left behind:

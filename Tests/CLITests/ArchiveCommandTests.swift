@@ -309,6 +309,27 @@ import TestSupport
         #expect(FileManager.default.fileExists(atPath: resumable))
     }
 
+    /// A finished job kept in the log because a job there waits for it: "no job finished before then"
+    /// was not true; the archive says which were kept and why.
+    @Test("archive says which finished jobs it keeps for the jobs that wait for them")
+    func keptForDependantsSaid() throws {
+        let workspace = try CLIWorkspace("archivekept")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+        - {kind: download-memory, source: "file://docs/missing.bin", key: a}
+        - {kind: download-memory, source: "file://docs/missing.bin", after: [a]}
+        """)
+        try #require(ids.count == 2)
+        _ = try workspace.jobctl(["worker", "--drain"])
+        // The dependency failed (and its dependant was cancelled); the dependant retried waits for it again.
+        #expect(try workspace.jobctl(["retry", ids[1]]).status == 0)
+        let dry = try workspace.jobctl(["archive", "--before", "0s", "--dry-run"])
+        #expect(dry.status == 0 && dry.stdout.contains("nothing to archive: the 1 job that finished before")
+                && dry.stdout.contains("stays in the log: jobs there wait for it (after:)"), "\(dry.stdout)\(dry.stderr)")
+        let json = try #require(try workspace.json(["archive", "--before", "0s", "--dry-run", "--json"]) as? [String: Any])
+        #expect(json["kept_for_dependants"] as? Int == 1 && json["jobs"] as? Int == 0, "\(json)")
+    }
+
     @Test("archive's usage errors name the option and exit 64")
     func usageErrors() throws {
         let workspace = try CLIWorkspace("archiveusage")

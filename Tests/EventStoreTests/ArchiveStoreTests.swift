@@ -112,6 +112,7 @@ struct ArchiveStoreTests {
         _ = try fixture.store.retry(id: b, actor: "cli:test", now: 3_000)
         let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
         #expect(selection.jobs.isEmpty && selection.rows.isEmpty, "\(selection.jobs.map(\.id))")
+        #expect(selection.keptForDependants == 1)
         // Nothing released the dependant: it is not claimed, and a retry of `a` can still let it run.
         #expect(try fixture.store.claim(owner: "w", queues: nil, limit: 10, leaseMs: 30_000, now: 11_000).isEmpty)
         #expect(try fixture.store.job(a)?.state == .cancelled)
