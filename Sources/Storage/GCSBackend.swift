@@ -981,14 +981,18 @@ public struct GCSBackend: StorageBackend {
             }
         }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
+        return .value(try Self.objectResource(response, reference: reference))
+    }
+
+    /// The object a successful metadata answer describes. A body that is no JSON at all was cut or garbled
+    /// on the way (a truncation with nothing to mark the end, an interfering middlebox): asking again can
+    /// help. JSON without the object's fields is what the server says, and stays an error.
+    private static func objectResource(_ response: HTTPResponse, reference: StorageReference) throws(StorageError) -> StorageObject {
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
-            // A body that is no JSON at all was cut or garbled on the way (a truncation with nothing to mark
-            // the end, an interfering middlebox): asking again can help. JSON without the object's fields
-            // is what the server says, and stays an error.
             throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(response.url), retryable: response.json == nil)
         }
-        return .value(object)
+        return object
     }
 
     /// The object's metadata, nil when there is none (404), or the stop reason.
@@ -1004,14 +1008,7 @@ public struct GCSBackend: StorageBackend {
         }
         if response.status == 404 { return .value(nil) }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
-        guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
-            // A body that is no JSON at all was cut or garbled on the way (a truncation with nothing to mark
-            // the end, an interfering middlebox): asking again can help. JSON without the object's fields
-            // is what the server says, and stays an error.
-            throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
-                               httpStatus: response.status, url: redactedURL(response.url), retryable: response.json == nil)
-        }
-        return .value(object)
+        return .value(try Self.objectResource(response, reference: reference))
     }
 
     /// Maps a failed object request; a 404 is `bucketNotFound` when the bucket itself is missing.

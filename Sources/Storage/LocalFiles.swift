@@ -214,10 +214,10 @@ struct FileStatus: Equatable {
 
     let kind: Kind
     let size: Int64
-    /// Modification time, microseconds since 1970.
-    let modifiedMicros: Int64
     /// Modification time, nanoseconds since 1970.
     let modifiedNanos: Int64
+    /// Modification time, microseconds since 1970 (rounded down, before 1970 too).
+    var modifiedMicros: Int64 { modifiedNanos >= 0 ? modifiedNanos / 1000 : (modifiedNanos - 999) / 1000 }
     let identity: FileIdentity
     /// Hard links to the inode (`st_nlink`).
     let links: UInt64
@@ -232,7 +232,6 @@ struct FileStatus: Equatable {
         default: kind = .other
         }
         size = Int64(info.st_size)
-        modifiedMicros = Int64(info.st_mtim.tv_sec) * 1_000_000 + Int64(info.st_mtim.tv_nsec) / 1000
         modifiedNanos = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
         identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
         links = UInt64(info.st_nlink)
