@@ -209,7 +209,11 @@ public struct GCSBackend: StorageBackend {
         // A session whose bytes were read from the source as it was before a change (written to, or
         // replaced by another file) is dropped: continuing it would store an object of two versions.
         var resumable = resumePoint
-        if case .upload(let uri, _, _, let recordedSource?)? = resumePoint, let stamp = source.stamp, recordedSource != stamp {
+        if case .upload(let uri, _, _, _)? = resumePoint, CurlEngine.isHTTPS(endpoint), !CurlEngine.isHTTPS(uri) {
+            // Only an edited log holds one (a session the server started so is refused at once): nothing
+            // goes to it, not even the session's cancellation, and the upload starts a session of its own.
+            resumable = nil
+        } else if case .upload(let uri, _, _, let recordedSource?)? = resumePoint, let stamp = source.stamp, recordedSource != stamp {
             await cancelUploadSession(uri)
             resumable = nil
         }

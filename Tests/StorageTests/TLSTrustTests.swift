@@ -209,6 +209,32 @@ struct TLSTrustTests {
         #expect(!plain.accessLog.contains("/session"), "\(plain.accessLog)")
     }
 
+    /// The same session read back from the log (only an edited log can hold one): the resumed upload
+    /// sends it nothing — no status query, no bytes, no cancellation — and starts a session of its own.
+    @Test("a plain http upload session in the resume point of an https endpoint is not used")
+    func plainSessionInTheLogIsNotUsed() async throws {
+        let plain = try NginxServer.start()
+        defer { plain.stop() }
+        let authority = try TestCertificateAuthority.create()
+        defer { authority.remove() }
+        let server = try NginxServer.start(extraServerConfig: """
+            location /upload/ { return 503; }
+            """, tls: try authority.issueServerCertificate(names: ["IP:127.0.0.1"]))
+        defer { server.stop() }
+        var configuration = try StorageConfiguration.fromEnvironment(
+            ["STORAGE_EMULATOR_HOST": server.baseURL, "JOBCTL_CA_BUNDLE": authority.certificatePath, "JOBCTL_RESUMABLE_THRESHOLD": "off"],
+            localBucketsDirectory: "/tmp/buckets")
+        configuration.connectTimeout = 5
+        let data = patternData(1000, seed: 3)
+        let spec = JobSpec(kind: .uploadData, destination: "gs://bucket/a.bin", data: data)
+        let tampered = ResumePoint.upload(sessionURI: "\(plain.baseURL)/session?upload_id=SESSIONSECRET", confirmedOffset: 0,
+                                          total: Int64(data.count), source: nil)
+        let error = try failure(await run(GCSBackend(configuration: configuration), spec, resume: tampered))
+        #expect(error.httpStatus == 503, "\(error)")
+        #expect(server.accessLog.contains("POST /upload/"), "\(server.accessLog)")
+        #expect(!plain.accessLog.contains("/session"), "\(plain.accessLog)")
+    }
+
     @Test("a CA file or directory that cannot serve is a clear error at start", arguments: ["JOBCTL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"])
     func unusableBundle(variable: String) throws {
         let directory = try TemporaryDirectory()
