@@ -123,7 +123,7 @@ extension PostgresStore {
                           FROM unnest($1::text[]) AS key ORDER BY bucket) AS buckets
                     """, [postgresTextArray(keys)])
             }
-            let plan = try Self.plan(specs, now: now, on: connection)
+            let plan = try Self.plan(specs, now: now, on: connection, locking: true)
             let writer = PostgresBatchWriter(connection)
             writer.expectEvents(specs.count)
             let outcomes = try plan.persist(on: writer, actor: actor, now: now)
@@ -139,8 +139,11 @@ extension PostgresStore {
         try readTransaction { (connection) throws(StoreError) -> SubmitPlan in try Self.plan(specs, now: now, on: connection) }
     }
 
-    /// The plan of `specs` against the log as `connection` reads it.
-    static func plan(_ specs: [JobSpec], now: Int64, on connection: PostgresConnection) throws(StoreError) -> SubmitPlan {
+    /// The plan of `specs` against the log as `connection` reads it; `locking` (a submit's write
+    /// transaction) keeps each job an `after:` names in the log from being archived until it commits
+    /// (see `dependencyID(_:locking:)`).
+    static func plan(_ specs: [JobSpec], now: Int64, on connection: PostgresConnection,
+                     locking: Bool = false) throws(StoreError) -> SubmitPlan {
         try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
             try connection.row("SELECT id, \(JobRecord.postgresSpecSQL) FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
                 (row) throws(StoreError) in
@@ -148,7 +151,7 @@ extension PostgresStore {
                 let stored = try StoreJSON.decode(JobSpec.self, try row.string(1), what: "job \(id) spec")
                 return (id, try StoreJSON.encode(stored))
             }
-        }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name) })
+        }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name, locking: locking) })
     }
 
     /// The seed of the hash that puts an idempotency key in its bucket.
@@ -202,18 +205,28 @@ extension PostgresConnection: DecisionWriter {
     /// The job's projection row, locked until the transaction ends (`FOR UPDATE`), or nil.
     /// The job an `after:` name means: the job with that idempotency key, else the job with that id or
     /// unique id prefix; nil when there is none.
-    func dependencyID(_ name: String) throws(StoreError) -> String? {
+    ///
+    /// `locking` (in a submit's transaction) takes the job's row `FOR KEY SHARE` until the transaction
+    /// ends, so an archive cannot remove it between this look and the wait the submit records: an
+    /// archive that locked it first (`FOR UPDATE`) is waited for, and a job it removed is no longer
+    /// found; one that comes after waits for the submit and then sees the new wait (and keeps the job).
+    /// The weakest row lock: workers' and controls' updates of the job are not held up.
+    func dependencyID(_ name: String, locking: Bool = false) throws(StoreError) -> String? {
+        let found: String?
         if let id = try row("SELECT id FROM jobs WHERE idempotency_key = $1", [.text(name)], { (row) throws(StoreError) in try row.string(0) }) {
-            return id
-        }
-        do throws(StoreError) {
-            return try resolveID(name)
-        } catch {
-            switch error {
-            case .notFound, .invalidControl: return nil  // not an id, or too short to be a prefix
-            default: throw error
+            found = id
+        } else {
+            do throws(StoreError) {
+                found = try resolveID(name)
+            } catch {
+                switch error {
+                case .notFound, .invalidControl: return nil  // not an id, or too short to be a prefix
+                default: throw error
+                }
             }
         }
+        guard locking, let found else { return found }
+        return try row("SELECT id FROM jobs WHERE id = $1 FOR KEY SHARE", [.text(found)]) { (row) throws(StoreError) in try row.string(0) }
     }
 
     func lockJob(_ id: String) throws(StoreError) -> JobRecord? {

@@ -1,5 +1,6 @@
 import Foundation
 import JobModel
+import StorePort
 import TestSupport
 @testable import EventStore
 @testable import PostgresStore
@@ -134,5 +135,52 @@ struct ArchiveStoreTests {
         #expect(try fixture.store.events(jobID: ArchiveRecord.logJobID).isEmpty)
         let replay = try fixture.store.replay(verify: true)
         #expect(replay.isConsistent && replay.problems.isEmpty, "\(replay.problems)")
+    }
+
+    /// The submit's outcome, set on its thread before `done` is signalled and read after.
+    private final class SubmitResult: @unchecked Sendable {
+        var result: Result<[SubmitOutcome], StoreError>?
+    }
+
+    /// PostgreSQL runs a submit and an archive at once (SQLite has one writer). A submit naming a job
+    /// (`after:`) that an archive is removing waits for the archive's commit and is then refused, as
+    /// for any job that is not in the log; it never records a wait on a job no longer there.
+    @Test("PostgreSQL: a submit after a job an archive is removing waits for it and is refused")
+    func submitAfterAJobBeingArchived() throws {
+        let url = try PostgresServer.shared().makeSchema("archiveafter")
+        let archiver = try PostgresStore(url: url, mode: .create)
+        let submitter = try PostgresStore(url: url, mode: .readWrite)
+        let dependency = try archiver.submit([uploadSpec()], actor: "cli:test", now: 1_000)[0].id
+        _ = try archiver.requestCancel(id: dependency, actor: "cli:test", now: 2_000)
+        let selection = try archiver.archiveSelection(finishedBefore: 10_000)
+        #expect(selection.jobs.map(\.id) == [dependency])
+        var waiting = uploadSpec()
+        waiting.after = [dependency]
+        let spec = waiting
+        let outcome = SubmitResult()
+        let done = DispatchSemaphore(value: 0)
+        var endedBeforeTheArchive = false
+        _ = try archiver.removeArchived(selection, record: Self.record(selection), actor: "cli:test", now: 3_000) {
+            // The archive holds its rows: the submit starts now, and gets 1.5 s to end on its own.
+            startThread {
+                outcome.result = Result { () throws(StoreError) in try submitter.submit([spec], actor: "cli:test", now: 3_500) }
+                done.signal()
+            }
+            endedBeforeTheArchive = done.wait(timeout: .now() + 1.5) == .success
+        }
+        if !endedBeforeTheArchive { done.wait() }
+        #expect(!endedBeforeTheArchive, "the submit did not wait for the archive holding the job it names")
+        switch outcome.result {
+        case .failure(.unknownDependency(let name))?:
+            #expect(name == dependency)
+        default:
+            Issue.record("the submit was not refused: \(String(describing: outcome.result))")
+        }
+        let dangling = try archiver.withConnection { (connection) throws(StoreError) -> Int64 in
+            try connection.row("""
+                SELECT count(*) FROM job_dependencies d WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = d.depends_on)
+                """, []) { (row) throws(StoreError) in try row.integer(0) } ?? -1
+        }
+        #expect(dangling == 0, "a job waits for a job the archive removed")
     }
 }
