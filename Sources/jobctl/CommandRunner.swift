@@ -43,13 +43,14 @@ enum CommandRunner {
             return ExitCode.ok
         }
         switch first {
-        case "-h", "--help":
-            emit(overview)
-            return ExitCode.ok
         case "--version", "version":
+            if let extra = rest.dropFirst().first {
+                return usageFailure("'\(first)' takes no arguments (got '\(extra)')", usage: "jobctl --version")
+            }
             emit("jobctl \(jobctlVersion)")
             return ExitCode.ok
-        case "help":
+        case "help", "-h", "--help":
+            // `jobctl --help list` is `jobctl help list`, as git takes it.
             if rest.dropFirst().contains("--man") {
                 emit(ManPage.roff(commands: commands))
                 return ExitCode.ok
@@ -58,6 +59,10 @@ enum CommandRunner {
             guard let topic = topics.first else {
                 emit(overview)
                 return ExitCode.ok
+            }
+            if topics.count > 1 {
+                return usageFailure("help takes one topic (got '\(topics.joined(separator: "' '"))')",
+                                    usage: "jobctl help <command>")
             }
             if topic == "manifest" {
                 emit(ManifestReference.text)

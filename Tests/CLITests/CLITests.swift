@@ -42,6 +42,16 @@ import TestSupport
         let version = try workspace.jobctl(["--version"])
         #expect(version.status == 0)
         #expect(version.stdout.hasPrefix("jobctl "))
+        // A word after --version is a mistake said, not ignored; --help with a topic is help on it.
+        for arguments in [["--version", "x"], ["version", "--json"]] {
+            let extra = try workspace.jobctl(arguments)
+            #expect(extra.status == 64 && extra.stdout.isEmpty, "\(arguments)")
+            #expect(extra.stderr.contains("'\(arguments[0])' takes no arguments (got '\(arguments[1])')"), "\(extra.stderr)")
+        }
+        let topic = try workspace.jobctl(["--help", "list"])
+        #expect(topic.status == 0 && topic.stdout.contains("USAGE: jobctl list"), "\(topic.stdout)")
+        let twoTopics = try workspace.jobctl(["help", "list", "show"])
+        #expect(twoTopics.status == 64 && twoTopics.stderr.contains("help takes one topic (got 'list' 'show')"), "\(twoTopics.stderr)")
     }
 
     @Test func usageErrorsExit64() throws {
