@@ -26,8 +26,14 @@ struct AccessTokenResponse: Equatable {
         guard body.count <= Self.sizeLimit else { throw malformed("more than 16 KiB, too much for a token") }
         guard let object = (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] else {
             // A JSON object that breaks off was cut on the way (no Content-Length to show it: the close ended
-            // it), not a wrong endpoint: asking again can help.
-            if body.first(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) == UInt8(ascii: "{") {
+            // it), not a wrong endpoint: asking again can help. One that ends with its `}` is whole and
+            // unreadable (a number beyond range, bad text): asking again gets the same.
+            let isSpace: (UInt8) -> Bool = { [0x20, 0x09, 0x0A, 0x0D].contains($0) }
+            let (first, last) = (body.first(where: { !isSpace($0) }), body.last(where: { !isSpace($0) }))
+            if first == UInt8(ascii: "{"), last == UInt8(ascii: "}") {
+                throw malformed("a JSON object that cannot be read (a number out of range, or text that is not JSON)")
+            }
+            if first == UInt8(ascii: "{") {
                 throw StorageError(.unauthenticated, "\(what) answered with a JSON object that breaks off (cut short on the way); "
                                        + "the answer is not shown (it may hold a token). A retry asks again", retryable: true)
             }
