@@ -19,6 +19,7 @@ public enum SecretRedaction {
         "password", "passwd", "pwd", "pass",
         "sig", "signature", "x-goog-signature", "x-goog-credential", "googleaccessid",
         "upload_id", "uploadid", "code", "session", "sessionid", "session_id", "credential", "credentials",
+        "jsessionid", "phpsessid", "sid",
     ]
 
     /// Name fragments that make any parameter secret (`auth_token`, `X-Upload-Token`, `db_password`, …).
@@ -63,9 +64,9 @@ public enum SecretRedaction {
             rest = rest[..<hash]
         }
         if let mark = rest.firstIndex(of: "?") {
-            output += rest[..<mark] + "?" + redactParameters(rest[rest.index(after: mark)...])
+            output += redactPathParameters(rest[..<mark]) + "?" + redactParameters(rest[rest.index(after: mark)...])
         } else {
-            output += rest
+            output += redactPathParameters(rest)
         }
         if let fragment {
             output += "#" + redactParameters(fragment)
@@ -133,15 +134,15 @@ public enum SecretRedaction {
 
     // MARK: - Helpers
 
-    /// Whether a URL in `text` may have anything `redactURL` replaces: a userinfo (`@`), a query (`?`) or
-    /// a fragment (`#`); or a backslash (a JSON-escaped separator `:\/\/`, whose URL is re-escaped
+    /// Whether a URL in `text` may have anything `redactURL` replaces: a userinfo (`@`), a query (`?`),
+    /// a fragment (`#`) or path parameters (`;`); or a backslash (a JSON-escaped separator `:\/\/`, whose URL is re-escaped
     /// on the way out). Without any of these bytes `redactURL` returns each URL as it is (it keeps the
     /// scheme, the authority and the path byte for byte), so `redactURLs` returns `text` itself — the
     /// worker's `claimed` line names a plain `file://` or `gs://` source for every job.
     static func mayHoldSecret(_ text: String) -> Bool {
         for byte in text.utf8 {
             switch byte {
-            case UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: "\\"): return true
+            case UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: ";"), UInt8(ascii: "\\"): return true
             default: continue
             }
         }
@@ -168,6 +169,27 @@ public enum SecretRedaction {
         case let (nil, escaped?): return escaped
         case (nil, nil): return nil
         }
+    }
+
+    /// `/files;jsessionid=x/a.bin;token=y` → `/files;jsessionid=REDACTED/a.bin;token=REDACTED`: the
+    /// parameters a path segment carries after its `;` (RFC 3986 3.3), where servers put session ids.
+    private static func redactPathParameters(_ path: Substring) -> String {
+        guard path.contains(";") else { return String(path) }
+        var output = ""
+        var segmentStart = path.startIndex
+        while true {
+            let end = path[segmentStart...].firstIndex(of: "/") ?? path.endIndex
+            let segment = path[segmentStart..<end]
+            if let semicolon = segment.firstIndex(of: ";") {
+                output += segment[...semicolon] + redactParameters(segment[segment.index(after: semicolon)...])
+            } else {
+                output += segment
+            }
+            guard end < path.endIndex else { break }
+            output += "/"
+            segmentStart = path.index(after: end)
+        }
+        return output
     }
 
     /// `a=1&token=x;b` → `a=1&token=REDACTED;b` (both `&` and `;` separate parameters).

@@ -22,6 +22,10 @@ import Testing
         ("http://h/p?token=&key=REDACTED&sig=*****", "http://h/p?token=&key=REDACTED&sig=*****"),
         ("gs://bucket/a%20b.txt", "gs://bucket/a%20b.txt"),
         ("/local/path?token=x", "/local/path?token=x"),
+        // Path parameters (RFC 3986 3.3), where servers put session ids.
+        ("https://h/files;jsessionid=S1/a.bin;token=T1?x=1", "https://h/files;jsessionid=REDACTED/a.bin;token=REDACTED?x=1"),
+        ("http://h/a;PHPSESSID=S2;v=2", "http://h/a;PHPSESSID=REDACTED;v=2"),
+        ("http://h/a;b/c", "http://h/a;b/c"),
     ])
     func redaction(input: String, expected: String) {
         #expect(redactedURL(input) == expected)
@@ -36,6 +40,7 @@ import Testing
         #expect(!redactedJSON.contains("S1") && !redactedJSON.contains("T2"), "\(redactedJSON)")
         #expect(redactedJSON.contains("x=2"))
         #expect(SecretRedaction.redactURLs(in: "no urls here") == "no urls here")
+        #expect(SecretRedaction.redactURLs(in: "fetched https://h/d;jsessionid=S3 ok;") == "fetched https://h/d;jsessionid=REDACTED ok;")
     }
 
     /// An apostrophe is legal in a query (`?a='`): the scan ended the URL there, and the worker's log
