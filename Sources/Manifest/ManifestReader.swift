@@ -943,7 +943,7 @@ struct ManifestReader {
     }
 
     private mutating func readBase64(_ pair: YAMLPair) -> Data? {
-        guard let text = string(pair, expected: "base64 text") else { return nil }
+        guard let text = string(pair, expected: "base64 text", allowing: YAMLScalar.binaryTag) else { return nil }
         // Block scalars wrap long base64 over lines; the line breaks are not part of it.
         let compact = String(text.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) })
         guard let data = Data(base64Encoded: compact) else {
@@ -1288,11 +1288,16 @@ struct ManifestReader {
     }
 
     /// A scalar's text as written (so `key: 2024` is the string "2024"); reports null and collections.
-    private mutating func string(_ pair: YAMLPair, expected: String) -> String? {
+    /// `allowing`: a tag the field reads besides `!!str` (`!!binary` on base64 text).
+    private mutating func string(_ pair: YAMLPair, expected: String, allowing allowedTag: String? = nil) -> String? {
         let name = keyName(pair.key) ?? "value"
         switch pair.value {
         case .scalar(let scalar) where scalar.isNull:
             report(.invalidValue, "'\(name)' has no value; expected \(expected)", at: pair.key.mark)
+            return nil
+        case .scalar(let scalar) where scalar.tag != nil && scalar.tag != YAMLScalar.stringTag && scalar.tag != allowedTag:
+            // `!!int hello`, `!!binary …` on text: the tag asks for something this field does not take.
+            report(.wrongType, "'\(name)' must be \(expected), not a value tagged \(scalar.shownTag)", at: scalar.mark)
             return nil
         case .scalar(let scalar):
             return scalar.value

@@ -102,6 +102,12 @@ extension YAMLScalar {
     static let nullTag = "tag:yaml.org,2002:null"
     static let binaryTag = "tag:yaml.org,2002:binary"
 
+    /// The scalar's tag as written (`!!int` for YAML's own), or "no tag".
+    var shownTag: String {
+        guard let tag else { return "no tag" }
+        return tag.hasPrefix("tag:yaml.org,2002:") ? "!!" + tag.dropFirst("tag:yaml.org,2002:".count) : tag
+    }
+
     /// The type YAML gives this scalar: quoted and block scalars are strings, plain ones are resolved by
     /// their text (YAML 1.1 rules, so `yes` is a boolean — which is why custom metadata values must be quoted).
     var resolvedType: ResolvedType {

@@ -121,12 +121,15 @@ final class YAMLParser {
             }
             // The non-specific tag `!` only says "not plain"; the style already records that.
             let tag = Self.string(data.tag).flatMap { $0 == "!" ? nil : $0 }
+            try Self.checkTag(tag, allowed: Self.scalarTags, at: mark)
             return .scalar(YAMLScalar(value: value, style: style, tag: tag, mark: mark), anchor: Self.string(data.anchor))
         case YAML_SEQUENCE_START_EVENT:
+            try Self.checkTag(Self.string(event.data.sequence_start.tag), allowed: ["!", "tag:yaml.org,2002:seq"], at: mark)
             return .sequenceStart(anchor: Self.string(event.data.sequence_start.anchor), mark: mark)
         case YAML_SEQUENCE_END_EVENT:
             return .sequenceEnd
         case YAML_MAPPING_START_EVENT:
+            try Self.checkTag(Self.string(event.data.mapping_start.tag), allowed: ["!", "tag:yaml.org,2002:map"], at: mark)
             return .mappingStart(anchor: Self.string(event.data.mapping_start.anchor), mark: mark)
         case YAML_MAPPING_END_EVENT:
             return .mappingEnd
@@ -165,6 +168,23 @@ final class YAMLParser {
 
     private static func mark(_ mark: yaml_mark_t) -> SourceMark {
         SourceMark(line: Int(mark.line) + 1, column: Int(mark.column) + 1)
+    }
+
+    /// The scalar tags the manifest reader gives a meaning to (YAML's core types and `!!binary`).
+    static let scalarTags: Set<String> = ["tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                                          "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:binary"]
+
+    /// Refuses a tag outside `allowed`: an application tag (`!secret`), or a YAML type jobctl does not
+    /// read (`!!set`, `!!timestamp`), would otherwise be dropped and its value taken as plain text.
+    private static func checkTag(_ tag: String?, allowed: Set<String>, at mark: SourceMark) throws(ParseFailure) {
+        guard let tag, !allowed.contains(tag) else { return }
+        let shown = tag.hasPrefix("tag:yaml.org,2002:") ? "!!" + tag.dropFirst("tag:yaml.org,2002:".count) : tag
+        let known = allowed.contains("tag:yaml.org,2002:str") ? "a value takes !!str, !!int, !!float, !!bool, !!null or !!binary"
+            : allowed.contains("tag:yaml.org,2002:seq") ? "a sequence takes only !!seq" : "a mapping takes only !!map"
+        throw ParseFailure(problem: YAMLProblem(
+            kind: .unsupported,
+            message: "the tag '\(shown.prefix(200))' is not one jobctl reads (\(known)); remove it",
+            mark: mark))
     }
 
     private static func string(_ pointer: UnsafeMutablePointer<UInt8>?) -> String? {

@@ -121,6 +121,19 @@ private let malformedCases: [MalformedCase] = [
       priority: "5"
     """, 3, 13, .wrongType, "not the string '5'"),
     .init("priority tagged as a string", "- kind: fetch-url\n  source: gs://b/x\n  priority: !!str 5\n", 3, 13, .wrongType, "not the string '5'"),
+    // Tags jobctl gives no meaning to were dropped and the value taken as text.
+    .init("an application tag on a value", "- kind: !custom upload-data\n  data: x\n  destination: gs://b/x\n", 1, 9, .unsupportedYAML,
+          "the tag '!custom' is not one jobctl reads (a value takes !!str, !!int, !!float, !!bool, !!null or !!binary); remove it"),
+    .init("a YAML type jobctl does not read", "- kind: upload-data\n  data: !!timestamp 2026-01-01\n  destination: gs://b/x\n", 2, 9,
+          .unsupportedYAML, "the tag '!!timestamp' is not one jobctl reads"),
+    .init("!!set on a mapping", "- kind: update-metadata\n  destination: gs://b/x\n  metadata: !!set {a: 1}\n", 3, 13, .unsupportedYAML,
+          "the tag '!!set' is not one jobctl reads (a mapping takes only !!map)"),
+    .init("a tag on the job list", "!jobs\n- kind: upload-data\n  data: x\n  destination: gs://b/x\n", 1, 1, .unsupportedYAML,
+          "(a sequence takes only !!seq)"),
+    .init("!!int on text", "- kind: upload-data\n  data: !!int hello\n  destination: gs://b/x\n", 2, 9, .wrongType,
+          "'data' must be the text to upload, not a value tagged !!int"),
+    .init("!!binary on a reference", "- kind: upload-data\n  data: x\n  destination: !!binary Zm9v\n", 3, 16, .wrongType,
+          "'destination' must be a local path or storage reference, not a value tagged !!binary"),
     .init("bad !!binary data", "- kind: upload-data\n  data: !!binary '%%%'\n  destination: gs://b/x\n", 2, 9, .invalidBase64, "'data' is not valid base64"),
     .init("wrong kind does not fall back to the default kind", """
     defaults: {kind: fetch-url}
