@@ -342,6 +342,13 @@ private final class CurlExchange: @unchecked Sendable {
     /// When the exchange last waited for its rate limits: of the exchanges sharing a limit, the one that
     /// waited longest is let go first (`waitedSince`), so none is held back for good by the others.
     private(set) var waitedSince: ContinuousClock.Instant?
+    /// The exchange was let go in its turn (`resumeIfAllowed`): its next body callback moves its chunk
+    /// even if the limit is in debt by then. A download's held bytes move inside the unpause, but an
+    /// upload's body is asked for later, when the socket can take it; by then the downloads let go
+    /// after it had put the bucket in debt again, and the upload, paused once more at the back of the
+    /// line, moved nothing while three downloads shared the limit. The piece is still debited: the
+    /// average rate holds.
+    private var hasTurn = false
     /// The bytes a callback could not move because the body's hashing fell behind (a stream with MD5),
     /// and whether they were the request's: the exchange is paused until they can move without waiting.
     private var pausedForHashing: (count: Int, sending: Bool)?
@@ -565,6 +572,10 @@ private final class CurlExchange: @unchecked Sendable {
     /// Whether body bytes may move now; false marks the exchange paused (the callback returns PAUSE).
     func mayMoveBody() -> Bool {
         guard ownRate != nil || bandwidth != nil else { return true }
+        if hasTurn {
+            hasTurn = false
+            return true
+        }
         let now = ContinuousClock.now
         let ready = (ownRate?.isReady(at: now) ?? true) && (bandwidth?.isReady(at: now) ?? true)
         if !ready {
@@ -573,6 +584,15 @@ private final class CurlExchange: @unchecked Sendable {
         }
         return ready
     }
+
+    /// Whether a rate limit (`max_rate:`, `--bwlimit`) holds this exchange.
+    var isRateLimited: Bool { ownRate != nil || bandwidth != nil }
+
+    /// The most a rate-limited request body gives libcurl at a time: what libcurl hands a response's
+    /// write callback at most (CURL_MAX_WRITE_SIZE), so exchanges taking turns at a shared limit move
+    /// equal pieces. An upload filling its whole 64 KiB buffer each turn took four times a download's
+    /// share.
+    static let rateLimitedPiece = 16 * 1024
 
     /// Debits `count` body bytes from the rate limits.
     func movedBody(_ count: Int) {
@@ -616,6 +636,7 @@ private final class CurlExchange: @unchecked Sendable {
             let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, bandwidth?.millisecondsUntilReady(at: now) ?? 0)
             guard wait == 0 else { return .paused(wait) }
             waitedSince = nil
+            hasTurn = true
         }
         if let (count, sending) = pausedForHashing {
             // The hashing queue frees a block every ~1–2 ms while it catches up.
@@ -819,9 +840,11 @@ private final class CurlExchange: @unchecked Sendable {
 private let curlRead: jobctl_curl_data_callback = { buffer, size, count, context in
     guard let buffer, let context else { return Int(CURL_READFUNC_ABORT) }
     let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
-    guard exchange.mayMoveBody(), exchange.hashingAllows(size * count, sending: true) else { return Int(CURL_READFUNC_PAUSE) }
-    let result = exchange.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count))
-    if result <= size * count { exchange.movedBody(result) }
+    // Under a rate limit a request's body moves in the pieces a response's does (see `rateLimitedPiece`).
+    let room = exchange.isRateLimited ? min(size * count, CurlExchange.rateLimitedPiece) : size * count
+    guard exchange.mayMoveBody(), exchange.hashingAllows(room, sending: true) else { return Int(CURL_READFUNC_PAUSE) }
+    let result = exchange.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: room))
+    if result <= room { exchange.movedBody(result) }
     return result
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 import JobModel
 @testable import Storage
+import Synchronization
 import Testing
 import TestSupport
 
@@ -94,6 +95,50 @@ import TestSupport
             return await group.reduce(into: []) { $0.append($1) }
         }
         for result in results { #expect(try finished(result).size == Int64(size)) }
+    }
+
+    /// An upload beside downloads under one shared limit gets its turn as they do. Its body moves when
+    /// libcurl asks for it, after the unpause that let it go, and the downloads' held bytes, delivered
+    /// inside their own unpauses, had by then put the bucket in debt again: the upload paused once more
+    /// at the back of the line and moved ~2 % of the bytes while three downloads shared the rest.
+    @Test func uploadBesideDownloadsGetsItsTurn() async throws {
+        let server = try NginxServer.start(extraServerConfig: Self.patientServer)
+        defer { server.stop() }
+        let size = 512 * 1024
+        let names = ["a", "b", "c"]
+        try FileManager.default.createDirectory(atPath: server.root + "/turns", withIntermediateDirectories: true)
+        for name in names {
+            try Data(repeating: 0x45, count: size).write(to: URL(fileURLWithPath: server.root + "/turns/\(name).bin"))
+        }
+        let directory = try TemporaryDirectory("jobctl-bwlimit-turns")
+        defer { directory.remove() }
+        var configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
+        configuration.bandwidth = SharedBandwidth(rate: 1_048_576)
+        let backend = HTTPBackend(configuration: configuration, engine: CurlEngine(threadName: "turns-test-curl"))
+        // Four times a download's size: progress is reported every 256 KiB, and by turns the upload has
+        // sent about a download's size when they end.
+        let uploaded = Mutex<Int64>(0)
+        let recorder = EventRecorder { event in
+            if case .progress(let done, _) = event { uploaded.withLock { $0 = max($0, done) } }
+        }
+        let upload = Task {
+            await run(backend, JobSpec(kind: .uploadData, destination: "\(server.baseURL)/turns/up.bin", data: Data(repeating: 0x46, count: 4 * size)),
+                      recorder: recorder)
+        }
+        let downloads = await withTaskGroup(of: Result<TransferOutcome, StorageError>.self) { group in
+            for name in names {
+                group.addTask {
+                    await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/turns/\(name).bin",
+                                               destination: directory.file("\(name).bin")))
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let sent = uploaded.withLock { $0 }
+        print("[BandwidthTests] upload beside 3 downloads of \(size) bytes: \(sent) bytes sent when they ended")
+        for result in downloads { #expect(try finished(result).size == Int64(size)) }
+        #expect(try finished(await upload.value).size == Int64(4 * size))
+        #expect(sent >= Int64(size) / 2, "the upload had sent \(sent) bytes when the three downloads beside it ended")
     }
 
     @Test func bucketPacesChunks() {
