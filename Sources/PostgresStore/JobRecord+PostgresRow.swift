@@ -25,8 +25,29 @@ extension JobRecord {
     /// The spec's JSON text, from the job's `submitted` event: `jobs.seq` is that event's seq (its key).
     static let postgresSpecSQL = postgresSpecSQL(of: "jobs")
 
+    /// The spec's JSON text, from the `submitted` event at `table`'s seq.
+    ///
+    /// A `submitted` event whose JSON holds the escape `\u0000` (a NUL in an idempotency key, which an
+    /// SQLite log from before 2026-12-04 can hold and `migrate --to` copies) is selected whole: the
+    /// server's JSON functions refuse to take such a text apart ("unsupported Unicode escape sequence"),
+    /// so `decodeSpec(stored:jobID:)` takes the spec out of it here. The spec alone never holds the
+    /// escape otherwise, so the text says which of the two it is.
     static func postgresSpecSQL(of table: String) -> String {
-        "(SELECT (events.data::json -> 'spec')::text FROM events WHERE events.seq = \(table).seq)"
+        "(SELECT CASE WHEN strpos(events.data, \(nulEscapeSQL)) = 0 THEN (events.data::json -> 'spec')::text ELSE events.data END "
+            + "FROM events WHERE events.seq = \(table).seq)"
+    }
+
+    /// JSON's escape of a NUL, `\u0000`, as an SQL literal (standard strings: the backslash is itself).
+    static let nulEscapeSQL = "'\\u0000'"
+
+    /// The spec in `stored`, a text `postgresSpecSQL` selected: the spec's JSON, or a whole `submitted`
+    /// event's when its JSON holds `\u0000`.
+    static func decodeSpec(stored: String, jobID: String) throws(StoreError) -> JobSpec {
+        guard stored.contains("\\u0000") else {
+            return try StoreJSON.decode(JobSpec.self, stored, what: "job \(jobID) spec")
+        }
+        struct Submitted: Decodable { let spec: JobSpec }
+        return try StoreJSON.decode(Submitted.self, stored, what: "job \(jobID) submitted event").spec
     }
 
     /// The result's JSON text, from the job's last event when the job succeeded: `succeeded` is final (no
@@ -84,7 +105,7 @@ extension JobRecord {
             .text(id), .integer(seq), .text(kind.rawValue), .text(state.rawValue), .text(queue), .int(priority),
             .integer(runAfterMs), .int(attempts), .int(maxAttempts), .optional(leaseOwner), .optional(leaseToken),
             .integer(bytesDone), .optional(bytesTotal), try Self.json(resumePoint), try Self.json(error),
-            .optional(key), .bool(pauseRequested),
+            .optional(key.map(Self.postgresKeyText)), .bool(pauseRequested),
             .bool(cancelRequested), .int(version), .integer(createdAtMs), .integer(updatedAtMs),
             .optional(startedAtMs), .optional(finishedAtMs), .optional(batch),
         ]
@@ -103,6 +124,48 @@ extension JobRecord {
             .bool(pauseRequested), .bool(cancelRequested), .int(version), .integer(updatedAtMs),
             .optional(startedAtMs), .optional(finishedAtMs), .text(id),
         ]
+    }
+
+    // MARK: - The idempotency key's column
+
+    /// The escape of `postgresKeyText(_:)`: U+0001, a control character, which no key submitted since
+    /// 2026-12-04 holds (submit refuses them), so a key in use is stored exactly as it reads.
+    static let keyEscape: Unicode.Scalar = "\u{1}"
+
+    /// What `jobs.idempotency_key` holds for `key`: the key, with each U+0001 written twice and each NUL
+    /// written as U+0001 `0`. PostgreSQL's text refuses a NUL outright, and an SQLite log from before
+    /// 2026-12-04 can hold a key with one; escaping U+0001 too keeps the column one-to-one with keys, so
+    /// the unique index still refuses only equal keys. `key(postgresKeyText:)` reads it back. The log
+    /// itself is untouched: its JSON holds the key as `\u0000`.
+    static func postgresKeyText(_ key: String) -> String {
+        guard key.unicodeScalars.contains(where: { $0.value <= 1 }) else { return key }
+        var text = String.UnicodeScalarView()
+        for scalar in key.unicodeScalars {
+            switch scalar.value {
+            case 0: text.append(keyEscape); text.append("0")
+            case 1: text.append(keyEscape); text.append(keyEscape)
+            default: text.append(scalar)
+            }
+        }
+        return String(text)
+    }
+
+    /// The key `postgresKeyText(_:)` stored as `text`.
+    static func key(postgresKeyText text: String) -> String {
+        guard text.unicodeScalars.contains(keyEscape) else { return text }
+        var key = String.UnicodeScalarView()
+        var escaped = false
+        for scalar in text.unicodeScalars {
+            if escaped {
+                key.append(scalar == "0" ? "\u{0}" : scalar)
+                escaped = false
+            } else if scalar == keyEscape {
+                escaped = true
+            } else {
+                key.append(scalar)
+            }
+        }
+        return String(key)
     }
 
     private static func json<T: Encodable>(_ value: T?) throws(StoreError) -> PostgresValue {
@@ -135,7 +198,7 @@ extension JobRecord {
             error: try StoreJSON.decodeOptional(StorageError.self, try row.optionalString(14), what: "job \(id) error"),
             result: try StoreJSON.decodeOptional(JobResult.self, try row.optionalString(25), what: "job \(id) result"),
             spec: spec,
-            key: try row.optionalString(15), pauseRequested: try row.flag(16), cancelRequested: try row.flag(17),
+            key: try row.optionalString(15).map(Self.key(postgresKeyText:)), pauseRequested: try row.flag(16), cancelRequested: try row.flag(17),
             version: Int(try row.integer(18)), createdAtMs: try row.integer(19), updatedAtMs: try row.integer(20),
             startedAtMs: try row.optionalInteger(21), finishedAtMs: try row.optionalInteger(22))
     }
@@ -193,7 +256,7 @@ final class PostgresSpecCache: Sendable {
         if let hit = entries.withLock({ $0[id] }), hit.stored.hasSameUTF8(as: stored) {
             return hit.spec
         }
-        let spec = try StoreJSON.decode(JobSpec.self, stored, what: "job \(id) spec")
+        let spec = try JobRecord.decodeSpec(stored: stored, jobID: id)
         entries.withLock { entries in
             if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
             entries[id] = (stored, spec)

@@ -145,10 +145,11 @@ extension PostgresStore {
     static func plan(_ specs: [JobSpec], now: Int64, on connection: PostgresConnection,
                      locking: Bool = false) throws(StoreError) -> SubmitPlan {
         try SubmitPlan(specs, now: now, storedByKey: { (key) throws(StoreError) in
-            try connection.row("SELECT id, \(JobRecord.postgresSpecSQL) FROM jobs WHERE idempotency_key = $1", [.text(key)]) {
+            try connection.row("SELECT id, \(JobRecord.postgresSpecSQL) FROM jobs WHERE idempotency_key = $1",
+                               [.text(JobRecord.postgresKeyText(key))]) {
                 (row) throws(StoreError) in
                 let id = try row.string(0)
-                let stored = try StoreJSON.decode(JobSpec.self, try row.string(1), what: "job \(id) spec")
+                let stored = try JobRecord.decodeSpec(stored: try row.string(1), jobID: id)
                 return (id, try StoreJSON.encode(stored))
             }
         }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name, locking: locking) })
@@ -213,7 +214,7 @@ extension PostgresConnection: DecisionWriter {
     /// The weakest row lock: workers' and controls' updates of the job are not held up.
     func dependencyID(_ name: String, locking: Bool = false) throws(StoreError) -> String? {
         let found: String?
-        if let id = try row("SELECT id FROM jobs WHERE idempotency_key = $1", [.text(name)], { (row) throws(StoreError) in try row.string(0) }) {
+        if let id = try row("SELECT id FROM jobs WHERE idempotency_key = $1", [.text(JobRecord.postgresKeyText(name))], { (row) throws(StoreError) in try row.string(0) }) {
             found = id
         } else {
             do throws(StoreError) {

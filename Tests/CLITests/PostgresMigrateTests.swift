@@ -1,6 +1,7 @@
 import EventStore
 import Foundation
 import JobModel
+import PostgresStore
 import Testing
 import TestSupport
 
@@ -170,5 +171,101 @@ struct PostgresMigrateTests {
         #expect(history.contains("lease_expired"), "\(history)")
         #expect(try Self.listing(target, in: workspace).first?["state"] as? String == "succeeded")
         #expect(try String(contentsOfFile: workspace.directory.file("buckets-pg/docs/running.txt"), encoding: .utf8) == "was running")
+    }
+
+    @Test("a log with a NUL in an idempotency key (accepted before 2026-12-04) moves to PostgreSQL with every key exact")
+    func nulInKey() throws {
+        let workspace = try CLIWorkspace("pg-migrate-nul-key")
+        defer { workspace.directory.remove() }
+        // Keys as an old submit stored them. "a\u{1}0" is what a NUL escaped naively would become, and
+        // "b\u{1}" and "b\u{1}\u{1}" are two keys a U+0001 doubled in place would make meet.
+        let keys = ["old\u{0}key", "a\u{0}", "a\u{1}0", "b\u{1}", "b\u{1}\u{1}", "plain"]
+        let outcomes = try EventStore(path: workspace.database, mode: .create).submit(
+            keys.enumerated().map { index, key in
+                JobSpec(kind: .uploadData, destination: "file://docs/\(index).txt", data: Data("job \(index)".utf8), key: key)
+            }, actor: "cli:old-release", now: Clock.nowMs())
+        var ids = outcomes.map(\.id)
+        let worker = try workspace.jobctl(["worker", "--drain", "--concurrency", "2"],
+                                          environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(worker.status == 0, "\(worker.stdout)\(worker.stderr)")
+        // One still queued, to be run on the target.
+        let queuedKey = "queued\u{0}"
+        ids += try EventStore(path: workspace.database).submit(
+            [JobSpec(kind: .uploadData, destination: "file://docs/queued.txt", data: Data("queued".utf8), key: queuedKey)],
+            actor: "cli:old-release", now: Clock.nowMs()).map(\.id)
+        let target = try PostgresServer.shared().makeSchema("migratenul")
+
+        let migrated = try workspace.jobctl(["migrate", "--to", target])
+        print("migrate --to:", migrated.stdout, migrated.stderr)
+        #expect(migrated.status == 0, "\(migrated.stdout)\(migrated.stderr)")
+        #expect(migrated.stdout.contains("verified: replaying"), "\(migrated.stdout)")
+        let verify = try Self.jobctl(target, ["replay", "--verify"], in: workspace)
+        #expect(verify.status == 0 && verify.stdout.contains("projection matches"), "\(verify.stdout)\(verify.stderr)")
+
+        // The same jobs, keys and events on both stores, byte for byte.
+        let before = try Self.listing(workspace.database, in: workspace)
+        #expect(before.count == keys.count + 1)
+        #expect(try Self.listing(target, in: workspace) == before)
+        #expect(try Self.histories(workspace.database, ids: ids, in: workspace) == Self.histories(target, ids: ids, in: workspace))
+        for (id, key) in zip(ids, keys + [queuedKey]) {
+            let shown = try Self.jobctl(target, ["show", id, "--json"], in: workspace)
+            #expect(shown.status == 0, "\(shown.stderr)")
+            let job = try #require(try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])
+            #expect(job["key"] as? String == key, "\(shown.stdout)")
+            #expect((job["spec"] as? [String: Any])?["key"] as? String == key, "\(shown.stdout)")
+            #expect(try Self.jobctl(workspace.database, ["show", id, "--json"], in: workspace).stdout == shown.stdout)
+        }
+        // A key in use still finds its job on the target.
+        let again = try workspace.write("again.yaml", """
+            jobs:
+              - kind: upload-data
+                data: "job 5"
+                destination: file://docs/5.txt
+                key: plain
+            """)
+        let resubmitted = try Self.jobctl(target, ["submit", again], in: workspace)
+        #expect(resubmitted.status == 0, "\(resubmitted.stderr)")
+        #expect(resubmitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == ids[5], "\(resubmitted.stdout)")
+        // A worker on the target claims and runs the queued job, and its sweep reads the finished ones.
+        let targetWorker = try Self.jobctl(target, ["worker", "--drain", "--concurrency", "1"], in: workspace,
+                                           environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets-pg")])
+        #expect(targetWorker.status == 0, "\(targetWorker.stdout)\(targetWorker.stderr)")
+        let after = try Self.listing(target, in: workspace)
+        #expect(after.count == keys.count + 1 && after.allSatisfy { $0["state"] as? String == "succeeded" }, "\(after)")
+        #expect(try String(contentsOfFile: workspace.directory.file("buckets-pg/docs/queued.txt"), encoding: .utf8) == "queued")
+        let reverify = try Self.jobctl(target, ["replay", "--verify"], in: workspace)
+        #expect(reverify.status == 0, "\(reverify.stdout)\(reverify.stderr)")
+        let stats = try Self.jobctl(target, ["stats"], in: workspace)
+        #expect(stats.status == 0, "\(stats.stderr)")
+    }
+
+    @Test("schema 15 doubles the U+0001 of keys stored before it, so they read back as they were and verify")
+    func keyEscapeMigration() throws {
+        let server = try PostgresServer.shared()
+        let target = try server.makeSchema("keyescape")
+        let schema = try #require(target.components(separatedBy: "search_path%3D").last)
+        let workspace = try CLIWorkspace("pg-key-escape")
+        defer { workspace.directory.remove() }
+        // Keys a submit on schema 14 stored as they were (it refused only a NUL).
+        let keys = ["x\u{1}y", "x\u{1}\u{1}y", "z\u{1}"]
+        let ids = try PostgresStore(url: target, mode: .create).submit(
+            keys.enumerated().map { index, key in
+                JobSpec(kind: .uploadData, destination: "file://docs/\(index).txt", data: Data("job \(index)".utf8), key: key)
+            }, actor: "cli:schema-14", now: Clock.nowMs()).map(\.id)
+        for (id, key) in zip(ids, keys) {
+            let text = key.unicodeScalars.map { $0.value == 1 ? "' || chr(1) || '" : String($0) }.joined()
+            try server.psql(database: "postgres", "SET search_path TO \(schema); UPDATE jobs SET idempotency_key = '\(text)' WHERE id = '\(id)'")
+        }
+        try server.psql(database: "postgres", "SET search_path TO \(schema); DELETE FROM schema_migrations WHERE version >= 15")
+
+        let migrated = try Self.jobctl(target, ["migrate"], in: workspace)
+        #expect(migrated.status == 0 && migrated.stdout.contains("applied migration 15"), "\(migrated.stdout)\(migrated.stderr)")
+        let verify = try Self.jobctl(target, ["replay", "--verify"], in: workspace)
+        #expect(verify.status == 0 && verify.stdout.contains("projection matches"), "\(verify.stdout)\(verify.stderr)")
+        for (id, key) in zip(ids, keys) {
+            let shown = try Self.jobctl(target, ["show", id, "--json"], in: workspace)
+            let job = try #require(try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])
+            #expect(job["key"] as? String == key, "\(shown.stdout)\(shown.stderr)")
+        }
     }
 }
