@@ -263,4 +263,13 @@ extension EventStore {
             try connection.query("SELECT sha256 FROM blobs ORDER BY sha256") { row in row.text(0) }
         }
     }
+
+    /// Every record of an expired blob, in ascending hash order, exactly as stored.
+    public func expiredBlobRecords() throws(StoreError) -> [ExpiredBlob] {
+        try withConnection { (connection) throws(StoreError) -> [ExpiredBlob] in
+            try connection.query("SELECT sha256, size, expired_at_ms FROM expired_blobs ORDER BY sha256") { row in
+                ExpiredBlob(sha256: row.text(0), size: row.int64(1), expiredAtMs: row.int64(2))
+            }
+        }
+    }
 }

@@ -21,6 +21,16 @@ extension PostgresStore {
         }
     }
 
+    /// Every record of an expired blob, in ascending hash order, exactly as stored.
+    public func expiredBlobRecords() throws(StoreError) -> [ExpiredBlob] {
+        try withConnection { (connection) throws(StoreError) -> [ExpiredBlob] in
+            try connection.rows("SELECT sha256, size, expired_at_ms FROM expired_blobs ORDER BY sha256 COLLATE \"C\"") {
+                (row) throws(StoreError) in
+                ExpiredBlob(sha256: try row.string(0), size: try row.integer(1), expiredAtMs: try row.integer(2))
+            }
+        }
+    }
+
     /// How many log rows `importLog(from:)` reads from the source, and inserts, at a time.
     static let importPageSize = 1_000
 
@@ -33,13 +43,14 @@ extension PostgresStore {
     public func importLog(from source: any JobStore) throws(StoreError) -> LogImport {
         let location = location
         return try writeTransaction { (connection) throws(StoreError) -> LogImport in
-            try connection.store("LOCK TABLE events, jobs, blobs, leases IN ACCESS EXCLUSIVE MODE")
+            try connection.store("LOCK TABLE events, jobs, blobs, expired_blobs, leases IN ACCESS EXCLUSIVE MODE")
             let occupied = try connection.row("""
                 SELECT (SELECT count(*) FROM events)::bigint, (SELECT count(*) FROM jobs)::bigint,
-                       (SELECT count(*) FROM blobs)::bigint, (SELECT count(*) FROM leases)::bigint
-                """) { (row) throws(StoreError) in [try row.integer(0), try row.integer(1), try row.integer(2), try row.integer(3)] } ?? []
+                       (SELECT count(*) FROM blobs)::bigint, (SELECT count(*) FROM expired_blobs)::bigint,
+                       (SELECT count(*) FROM leases)::bigint
+                """) { (row) throws(StoreError) in try (0..<5).map { (index) throws(StoreError) in try row.integer(index) } } ?? []
             guard occupied.allSatisfy({ $0 == 0 }) else {
-                let names = ["events", "jobs", "blobs", "leases"]
+                let names = ["events", "jobs", "blobs", "expired blobs", "leases"]
                 let found = zip(names, occupied).filter { $0.1 > 0 }.map { "\($0.1) \($0.0)" }.joined(separator: ", ")
                 throw StoreError.invalidControl("the target database \(location) is not empty (\(found)); nothing was copied: "
                     + "migrate into a new, empty database")
@@ -82,8 +93,17 @@ extension PostgresStore {
                                      [.text(digest), .int(bytes.count), .bytea(bytes)])
             }
 
+            // The records of the blobs `archive --blobs-before` removed, so `result` on this store says a
+            // result expired (with its size and date) rather than that the log lost it.
+            let expired = try source.expiredBlobRecords()
+            for record in expired {
+                try connection.store("INSERT INTO expired_blobs (sha256, size, expired_at_ms) VALUES ($1, $2, $3)",
+                                     [.text(record.sha256), .integer(record.size), .integer(record.expiredAtMs)])
+            }
+
             let rebuilt = try Self.replay(connection, rewrite: true)
-            return LogImport(events: events, blobs: digests.count, jobs: rebuilt.jobsRebuilt, highestLeaseToken: highestToken)
+            return LogImport(events: events, blobs: digests.count, expiredBlobs: expired.count, jobs: rebuilt.jobsRebuilt,
+                             highestLeaseToken: highestToken)
         }
     }
 }

@@ -143,9 +143,15 @@ public protocol JobStore: AnyObject, Sendable {
     /// The SHA-256 of every stored blob, in ascending order.
     func blobDigests() throws(StoreError) -> [String]
 
-    /// Copies `source`'s whole log into this store, which must be empty (no events, jobs, blobs or
-    /// leases; otherwise `invalidControl` and nothing is written), in one transaction: every event
-    /// with its seq, version, time, actor, lease token and data; every blob; the fencing-token counter
+    /// Every record of a blob `expireBlobs` removed, in ascending hash order, exactly as stored: what
+    /// `jobctl migrate --to` copies beside the blobs, so `jobctl result` on the target still says that a
+    /// result expired rather than that the log lost it.
+    func expiredBlobRecords() throws(StoreError) -> [ExpiredBlob]
+
+    /// Copies `source`'s whole log into this store, which must be empty (no events, jobs, blobs,
+    /// expired blobs or leases; otherwise `invalidControl` and nothing is written), in one transaction:
+    /// every event with its seq, version, time, actor, lease token and data; every blob and every
+    /// expired blob's record (`expiredBlobRecords()`); the fencing-token counter
     /// set past the highest token in the log; the projection rebuilt by replay's fold. Leases are not
     /// copied: a job that was running has none, so the first rescue on this store expires it.
     func importLog(from source: any JobStore) throws(StoreError) -> LogImport
@@ -254,14 +260,17 @@ public struct LogImport: Sendable, Equatable {
     public var events: Int
     /// Blobs copied.
     public var blobs: Int
+    /// Records of expired blobs copied (`jobctl archive --blobs-before` removed their bytes).
+    public var expiredBlobs: Int
     /// Jobs in the rebuilt projection.
     public var jobs: Int
     /// The highest fencing token in the log (the next one handed out is above it); 0 when none.
     public var highestLeaseToken: Int64
 
-    public init(events: Int, blobs: Int, jobs: Int, highestLeaseToken: Int64) {
+    public init(events: Int, blobs: Int, expiredBlobs: Int = 0, jobs: Int, highestLeaseToken: Int64) {
         self.events = events
         self.blobs = blobs
+        self.expiredBlobs = expiredBlobs
         self.jobs = jobs
         self.highestLeaseToken = highestLeaseToken
     }

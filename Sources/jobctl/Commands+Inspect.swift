@@ -272,7 +272,8 @@ extension Commands {
         discussion: """
         With --to postgres://…, copies the log of --db (an SQLite file) into an empty PostgreSQL database:
         the schema is created there, every event is copied in seq order byte for byte (versions, times,
-        actors, lease tokens), every blob too, the fencing-token sequence is set past the highest token,
+        actors, lease tokens), every blob too (and the records of those `archive --blobs-before`
+        removed), the fencing-token sequence is set past the highest token,
         and the job projection is rebuilt by replay's fold; then the target is checked as by
         `jobctl replay --verify`, and the command fails (exit 1) if it does not match. A target that
         already holds events, jobs or blobs is refused and left unchanged. Leases are not copied. While
@@ -332,16 +333,21 @@ extension Commands {
         let check = try destination.replay(verify: true)
         if json {
             struct View: Encodable {
-                let target: String; let events: Int; let blobs: Int; let jobs: Int; let highest_lease_token: Int64
+                let target: String; let events: Int; let blobs: Int; let expired_blobs: Int; let jobs: Int; let highest_lease_token: Int64
                 let running_without_lease: Int; let verified: Bool; let differences: Int; let problems: [String]
             }
-            emit(try jsonText(View(target: destination.location, events: copied.events, blobs: copied.blobs, jobs: copied.jobs,
+            emit(try jsonText(View(target: destination.location, events: copied.events, blobs: copied.blobs,
+                                   expired_blobs: copied.expiredBlobs, jobs: copied.jobs,
                                    highest_lease_token: copied.highestLeaseToken, running_without_lease: running,
                                    verified: check.isConsistent, differences: check.differences.count,
                                    problems: check.problems.map(Display.redacting.text))))
         } else {
             emit("copied \(plural(copied.events, "event")) of \(plural(copied.jobs, "job")) and \(plural(copied.blobs, "blob")) "
                  + "from \(context.databaseDisplay) to \(destination.location)")
+            if copied.expiredBlobs > 0 {
+                emit("\(plural(copied.expiredBlobs, "expired blob")) recorded as expired on the target too "
+                     + "(their bytes were removed by `jobctl archive --blobs-before`)")
+            }
             if running > 0 {
                 emit("\(plural(running, "running job")) copied without a lease: the first worker on the target rescues \(running == 1 ? "it" : "them")")
             }

@@ -268,4 +268,26 @@ struct PostgresMigrateTests {
             #expect(job["key"] as? String == key, "\(shown.stdout)\(shown.stderr)")
         }
     }
+
+    @Test("a result archive --blobs-before removed is still reported expired after the move, not missing from the log")
+    func expiredBlobs() throws {
+        let workspace = try CLIWorkspace("pg-migrate-expired")
+        defer { workspace.directory.remove() }
+        let jobs = try ArchiveCommandTests.fabricate(in: workspace, engine: .sqlite)
+        let expired = try workspace.jobctl(["archive", "--blobs-before", "50d"])
+        #expect(expired.status == 0, "\(expired.stdout)\(expired.stderr)")
+        let onSource = try workspace.jobctl(["result", jobs.oldOwn, "-o", "-"])
+        #expect(onSource.status == 1 && onSource.stderr.contains("expired on"), "\(onSource.stderr)")
+        let target = try PostgresServer.shared().makeSchema("migrateexpired")
+
+        // --force: the fabricated log has a running job.
+        let migrated = try workspace.jobctl(["migrate", "--to", target, "--force", "--json"])
+        #expect(migrated.status == 0, "\(migrated.stdout)\(migrated.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(migrated.stdout.utf8)) as? [String: Any])
+        #expect(report["expired_blobs"] as? Int == 1, "\(migrated.stdout)")
+        let onTarget = try Self.jobctl(target, ["result", jobs.oldOwn, "-o", "-"], in: workspace)
+        print("result on the target:", onTarget.stderr)
+        #expect(onTarget.status == 1 && onTarget.stderr == onSource.stderr, "\(onTarget.stderr)")
+        #expect(try Self.jobctl(target, ["result", jobs.recent, "-o", "-"], in: workspace).stdout == ArchiveCommandTests.sharedBytes)
+    }
 }

@@ -115,6 +115,7 @@ final class LostAnswerStore: JobStore {
     func blobSize(sha256: String) throws(StoreError) -> Int64? { try inner.blobSize(sha256: sha256) }
     func logRows(afterSeq: Int64, limit: Int) throws(StoreError) -> [LogRow] { try inner.logRows(afterSeq: afterSeq, limit: limit) }
     func blobDigests() throws(StoreError) -> [String] { try inner.blobDigests() }
+    func expiredBlobRecords() throws(StoreError) -> [ExpiredBlob] { try inner.expiredBlobRecords() }
     func importLog(from source: any JobStore) throws(StoreError) -> LogImport { try inner.importLog(from: source) }
     func archiveSelection(finishedBefore: Int64) throws(StoreError) -> ArchiveSelection {
         try inner.archiveSelection(finishedBefore: finishedBefore)
