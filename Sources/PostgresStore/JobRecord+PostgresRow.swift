@@ -40,6 +40,17 @@ extension JobRecord {
     /// JSON's escape of a NUL, `\u0000`, as an SQL literal (standard strings: the backslash is itself).
     static let nulEscapeSQL = "'\\u0000'"
 
+    /// `column`, an event's JSON text, as the server's JSON functions take it apart: with each `\u0000`
+    /// read as `\u0001`. They refuse a text holding that escape outright ("unsupported Unicode escape
+    /// sequence"), which a server's error message, an object's metadata or an old log's idempotency key
+    /// can put in the log; one such event made every query that parsed it fail (`stats` for an hour,
+    /// `archive`, the orphan sweep). For what the server reads there — codes, sizes, blob hashes,
+    /// destinations — the two are alike (a NUL is in no hash, size or path); the same six characters
+    /// for six, so the text stays valid JSON.
+    static func parsableJSONSQL(_ column: String) -> String {
+        "(CASE WHEN strpos(\(column), \(nulEscapeSQL)) = 0 THEN \(column) ELSE replace(\(column), \(nulEscapeSQL), '\\u0001') END)"
+    }
+
     /// The spec in `stored`, a text `postgresSpecSQL` selected: the spec's JSON, or a whole `submitted`
     /// event's when its JSON holds `\u0000`.
     static func decodeSpec(stored: String, jobID: String) throws(StoreError) -> JobSpec {
@@ -52,9 +63,21 @@ extension JobRecord {
 
     /// The result's JSON text, from the job's last event when the job succeeded: `succeeded` is final (no
     /// event follows it) and the only event that sets a result, so it is the event at the job's version.
+    /// An event whose JSON holds `\u0000` (an object's metadata can) is selected whole, as for the spec,
+    /// and `decodeResult(stored:jobID:)` takes the result out of it.
     static func postgresResultSQL(of table: String) -> String {
-        "CASE WHEN \(table).state = 'succeeded' THEN (SELECT (events.data::json -> 'result')::text "
+        "CASE WHEN \(table).state = 'succeeded' THEN (SELECT CASE WHEN strpos(events.data, \(nulEscapeSQL)) = 0 "
+            + "THEN (events.data::json -> 'result')::text ELSE events.data END "
             + "FROM events WHERE events.job_id = \(table).id AND events.version = \(table).version) END"
+    }
+
+    /// The result in `stored`, a text `postgresResultSQL` selected (nil when it selected none).
+    static func decodeResult(stored: String?, jobID: String) throws(StoreError) -> JobResult? {
+        guard let stored, stored.contains("\\u0000") else {
+            return try StoreJSON.decodeOptional(JobResult.self, stored, what: "job \(jobID) result")
+        }
+        struct Succeeded: Decodable { let result: JobResult? }
+        return try StoreJSON.decode(Succeeded.self, stored, what: "job \(jobID) succeeded event").result
     }
 
     /// The stored columns, then the spec and the result read from the log: what `init(postgresRow:)`
@@ -196,7 +219,7 @@ extension JobRecord {
             leaseToken: try row.optionalInteger(10), bytesDone: try row.integer(11), bytesTotal: try row.optionalInteger(12),
             resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(13), what: "job \(id) resume_point"),
             error: try StoreJSON.decodeOptional(StorageError.self, try row.optionalString(14), what: "job \(id) error"),
-            result: try StoreJSON.decodeOptional(JobResult.self, try row.optionalString(25), what: "job \(id) result"),
+            result: try Self.decodeResult(stored: try row.optionalString(25), jobID: id),
             spec: spec,
             key: try row.optionalString(15).map(Self.key(postgresKeyText:)), pauseRequested: try row.flag(16), cancelRequested: try row.flag(17),
             version: Int(try row.integer(18)), createdAtMs: try row.integer(19), updatedAtMs: try row.integer(20),

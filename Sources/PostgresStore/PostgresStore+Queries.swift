@@ -387,9 +387,7 @@ extension PostgresStore {
               UNION ALL
               SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
               WHERE kind = 'upload-data' AND finished_at_ms >= $1) jobs
-             LEFT JOIN LATERAL (SELECT (CASE WHEN strpos(events.data, \(JobRecord.nulEscapeSQL)) = 0 THEN events.data
-                                        ELSE replace(events.data, \(JobRecord.nulEscapeSQL), '\\u0001') END)::json
-                                       -> 'spec' ->> 'destination' AS destination
+             LEFT JOIN LATERAL (SELECT \(JobRecord.parsableJSONSQL("events.data"))::json -> 'spec' ->> 'destination' AS destination
                                 FROM events WHERE events.seq = jobs.seq) submitted ON true
         WHERE jobs.state IN ('succeeded', 'failed', 'cancelled')
           AND (jobs.kind = 'download-file' OR submitted.destination LIKE 'file:%')

@@ -103,7 +103,7 @@ extension PostgresStore {
                    CASE WHEN type = 'succeeded' THEN coalesce((j -> 'result' ->> 'size')::bigint,
                        (j -> 'result' -> 'object' ->> 'size')::bigint, (j ->> 'bytesDone')::bigint, 0) ELSE 0 END AS bytes
             FROM (
-                SELECT type, at_ms > $\(first + 2) AS recent, data::json AS j FROM events
+                SELECT type, at_ms > $\(first + 2) AS recent, \(JobRecord.parsableJSONSQL("data"))::json AS j FROM events
                 WHERE type IN ('succeeded', 'failed', 'attempt_failed') AND at_ms > $\(first) AND at_ms <= $\(first + 1)\(
                     byQueue ? " AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id AND jobs.queue = $1)" : "")
                 OFFSET 0

@@ -73,4 +73,41 @@ struct PostgresCLITests {
             #expect(!output.stdout.contains(server.password) && !output.stderr.contains(server.password))
         }
     }
+
+    @Test("an outcome whose error message holds a NUL (a server's error body) leaves list, show, stats, archive and workers working",
+          arguments: StoreEngine.allCases)
+    func nulInOutcome(engine: StoreEngine) throws {
+        let nginx = try NginxServer.start(extraServerConfig: "error_page 404 /nul-error.txt;")
+        defer { nginx.stop() }
+        try Data("gone\u{0}for good".utf8).write(to: URL(fileURLWithPath: nginx.root + "/nul-error.txt"))
+        let workspace = try CLIWorkspace("pg-nul-outcome", engine: engine)
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", """
+            jobs:
+              - kind: download-file
+                source: \(nginx.baseURL)/missing.bin
+                destination: \(workspace.directory.file("missing.bin"))
+                max_attempts: 1
+            """)
+        let submitted = try workspace.jobctl(["submit", path])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let id = submitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let worker = try workspace.jobctl(["worker", "--drain", "--concurrency", "1"])
+        #expect(worker.status == 2, "\(worker.stdout)\(worker.stderr)")
+        let history = try workspace.jobctl(["history", id, "--json"])
+        #expect(history.stdout.contains("\\u0000"), "the server's message is kept with its NUL: \(history.stdout)\(history.stderr)")
+
+        #expect(try workspace.jobctl(["list", "--json"]).status == 0)
+        let shown = try workspace.jobctl(["show", id, "--json"])
+        #expect(shown.status == 0 && shown.stdout.contains("gone\\u0000for good"), "\(shown.stdout)\(shown.stderr)")
+        // The last hour's failures by error code: the server reads each outcome's JSON.
+        let stats = try workspace.jobctl(["stats", "--json"])
+        print("stats:", stats.stderr)
+        #expect(stats.status == 0 && stats.stdout.contains("objectNotFound"), "\(stats.stdout)\(stats.stderr)")
+        let archived = try workspace.jobctl(["archive", "--before", "2999-01-01", "--to", workspace.directory.file("a.gz")])
+        #expect(archived.status == 0, "\(archived.stdout)\(archived.stderr)")
+        let again = try workspace.jobctl(["worker", "--drain", "--concurrency", "1"])
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+    }
 }
