@@ -89,6 +89,7 @@ extension EventStore {
         }
 
         if rewrite {
+            try fold.refuseRewriteWithProblems()
             // The lease expiries of running jobs are not in the log (heartbeats extend them without an
             // event): kept across the rewrite, for the jobs that are still running under the same token.
             let expiries = try connection.query("""

@@ -19,6 +19,17 @@ public struct ReplayFold: Sendable {
     /// An empty fold.
     public init() {}
 
+    /// Throws `corrupt` when the fold met a problem, before a rewrite of the projection: the rows it
+    /// would write leave out every event it could not apply — one of a type this jobctl does not know,
+    /// written by a newer one, or a damaged one — so such a rewrite would quietly undo them. The log is
+    /// the truth; the projection stays as it was until a jobctl that reads every event rebuilds it.
+    public func refuseRewriteWithProblems() throws(StoreError) {
+        guard let first = problems.first else { return }
+        let count = problems.count == 1 ? "an event" : "\(problems.count) events"
+        throw StoreError.corrupt("the log holds \(count) this jobctl cannot apply (\(first)); nothing was rewritten "
+            + "(a type this jobctl does not know is a newer jobctl's: upgrade jobctl)")
+    }
+
     /// Folds the next event of the log: a decoded event, or the error its row gave. A `corrupt` error
     /// (a payload lacking what its type needs) is a problem of the log to report; any other is thrown.
     public mutating func fold(_ decoded: Result<JobEvent, StoreError>) throws(StoreError) {

@@ -179,4 +179,28 @@ struct ReplayTests {
         #expect(report.problems.first?.contains("a 'submitted' event has no 'spec'") == true, "\(report.problems)")
         #expect(report.problems.last?.contains("a 'claimed' event has no 'leaseOwner'") == true, "\(report.problems)")
     }
+
+    @Test("a replay that meets an event it cannot apply (a newer jobctl's type) rewrites nothing and says so", arguments: Engine.allCases)
+    func unknownEventRewritesNothing(engine: Engine) throws {
+        let fixture = try StoreFixture("store-replay-unknown", engine: engine)
+        defer { fixture.remove() }
+        let id = try fixture.submit()
+        try fixture.sql("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, 2, 'frobnicated', 6, 'x', NULL, '{\"v\":1}')",
+                        [.text(id)])
+        // A row the fold would change: a rewrite shows as the difference gone.
+        try fixture.sql("UPDATE jobs SET priority = 42 WHERE id = ?", [.text(id)])
+        let before = try fixture.store.replay(verify: true)
+        #expect(before.differences.count == 1 && before.problems.count == 1, "\(before)")
+
+        var message = ""
+        do {
+            let report = try fixture.store.replay(verify: false)
+            Issue.record("replay rewrote the projection past an event it could not apply: \(report)")
+        } catch {
+            message = "\(error)"
+        }
+        print("replay:", message)
+        #expect(message.contains("unknown type 'frobnicated'") && message.contains("nothing was rewritten"), "\(message)")
+        #expect(try fixture.store.replay(verify: true).differences.count == 1, "the projection was left as it was")
+    }
 }
