@@ -31,7 +31,7 @@ extension PostgresStore {
         }
     }
 
-    /// How many log rows `importLog(from:)` reads from the source, and inserts, at a time.
+    /// How many log rows `importLog(from:allowingRunning:)` reads from the source, and inserts, at a time.
     static let importPageSize = 1_000
 
     /// Copies `source`'s log into this empty database in one transaction (see `JobStore.importLog`).
@@ -40,7 +40,7 @@ extension PostgresStore {
     /// seeing half of it; the emptiness check runs under those locks. Events keep their seq
     /// (`OVERRIDING SYSTEM VALUE`), and the identity and `lease_tokens` sequences are moved past the
     /// highest values copied, so new events and tokens continue above them.
-    public func importLog(from source: any JobStore) throws(StoreError) -> LogImport {
+    public func importLog(from source: any JobStore, allowingRunning: Bool) throws(StoreError) -> LogImport {
         let location = location
         return try writeTransaction { (connection) throws(StoreError) -> LogImport in
             try connection.store("LOCK TABLE events, jobs, blobs, expired_blobs, leases IN ACCESS EXCLUSIVE MODE")
@@ -102,8 +102,18 @@ extension PostgresStore {
             }
 
             let rebuilt = try Self.replay(connection, rewrite: true)
-            return LogImport(events: events, blobs: digests.count, expiredBlobs: expired.count, jobs: rebuilt.jobsRebuilt,
-                             highestLeaseToken: highestToken)
+            let running = try connection.row("SELECT count(*) FROM jobs WHERE state = 'running'") { (row) throws(StoreError) in
+                Int(try row.integer(0))
+            } ?? 0
+            if running > 0 && !allowingRunning {
+                throw StoreError.invalidControl("\(running) \(running == 1 ? "job was" : "jobs were") running in the source when it was read; "
+                    + "nothing was copied: stop its workers first (what they do after the copy would be lost), or pass --force to "
+                    + "copy anyway (on the target those jobs have no lease, and the first worker's rescue expires them)")
+            }
+            var copied = LogImport(events: events, blobs: digests.count, expiredBlobs: expired.count, jobs: rebuilt.jobsRebuilt,
+                                   highestLeaseToken: highestToken)
+            copied.runningJobs = running
+            return copied
         }
     }
 }

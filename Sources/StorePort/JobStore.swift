@@ -154,7 +154,10 @@ public protocol JobStore: AnyObject, Sendable {
     /// expired blob's record (`expiredBlobRecords()`); the fencing-token counter
     /// set past the highest token in the log; the projection rebuilt by replay's fold. Leases are not
     /// copied: a job that was running has none, so the first rescue on this store expires it.
-    func importLog(from source: any JobStore) throws(StoreError) -> LogImport
+    /// Unless `allowingRunning`, a copy whose projection holds a running job is refused and nothing is
+    /// written: the check is made on what was copied, inside the transaction, so a worker that claimed
+    /// a job after the caller looked cannot slip it in (`runningJobs` says how many were copied).
+    func importLog(from source: any JobStore, allowingRunning: Bool) throws(StoreError) -> LogImport
 
     // MARK: Archiving
 
@@ -254,7 +257,7 @@ public struct LogRow: Sendable, Equatable {
     }
 }
 
-/// What `importLog(from:)` copied.
+/// What `importLog(from:allowingRunning:)` copied.
 public struct LogImport: Sendable, Equatable {
     /// Events copied.
     public var events: Int
@@ -266,6 +269,8 @@ public struct LogImport: Sendable, Equatable {
     public var jobs: Int
     /// The highest fencing token in the log (the next one handed out is above it); 0 when none.
     public var highestLeaseToken: Int64
+    /// Jobs copied in the running state (without a lease: the first rescue on the target expires them).
+    public var runningJobs: Int = 0
 
     public init(events: Int, blobs: Int, expiredBlobs: Int = 0, jobs: Int, highestLeaseToken: Int64) {
         self.events = events
@@ -338,7 +343,7 @@ extension JobStore {
     }
 
     /// Adapters that cannot be the target of a copy refuse it with a message saying which can.
-    public func importLog(from source: any JobStore) throws(StoreError) -> LogImport {
+    public func importLog(from source: any JobStore, allowingRunning: Bool) throws(StoreError) -> LogImport {
         throw StoreError.invalidControl("this store (\(location)) cannot be the target of `jobctl migrate --to`; the target must be a postgres:// URL")
     }
 

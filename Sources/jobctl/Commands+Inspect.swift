@@ -322,14 +322,16 @@ extension Commands {
     /// `jobctl migrate --to`: copies the --db log into an empty PostgreSQL database and verifies it.
     private static func copyLog(to target: String, force: Bool, json: Bool, context: Context) throws -> Int32 {
         let source = try context.openStore()
-        let running = try source.counts()[.running] ?? 0
-        if running > 0 && !force {
-            throw CommandFailure("\(plural(running, "job")) \(running == 1 ? "is" : "are") running in \(context.databaseDisplay); nothing was copied: "
+        let runningBefore = try source.counts()[.running] ?? 0
+        if runningBefore > 0 && !force {
+            throw CommandFailure("\(plural(runningBefore, "job")) \(runningBefore == 1 ? "is" : "are") running in \(context.databaseDisplay); nothing was copied: "
                 + "stop its workers first (what they do after the copy would be lost), or pass --force to copy anyway "
                 + "(on the target those jobs have no lease, and the first worker's rescue expires them)")
         }
         let destination = try PostgresStore(url: target, mode: .create)
-        let copied = try destination.importLog(from: source)
+        // Looked at again inside the copy's transaction: a job claimed since this look is refused there too.
+        let copied = try destination.importLog(from: source, allowingRunning: force)
+        let running = copied.runningJobs
         let check = try destination.replay(verify: true)
         if json {
             struct View: Encodable {

@@ -290,4 +290,27 @@ struct PostgresMigrateTests {
         #expect(onTarget.status == 1 && onTarget.stderr == onSource.stderr, "\(onTarget.stderr)")
         #expect(try Self.jobctl(target, ["result", jobs.recent, "-o", "-"], in: workspace).stdout == ArchiveCommandTests.sharedBytes)
     }
+
+    /// The CLI looks for running jobs before the copy, but a worker can claim one between that look
+    /// and the copy's read: the copy itself refuses a projection with a running job (unless --force),
+    /// inside its transaction, so nothing of it is committed.
+    @Test("a job running in what the copy read is refused inside the copy's transaction, unless forced")
+    func runningJobRefusedInsideTheCopy() throws {
+        let directory = try TemporaryDirectory("migraterunning")
+        defer { directory.remove() }
+        let source = try EventStore(path: directory.file("jobs.db"))
+        _ = try source.submit([JobSpec(kind: .uploadData, destination: "file://b/x.txt", data: Data("x".utf8))], actor: "cli:test", now: 1_000)
+        #expect(try source.claim(owner: "worker:a", queues: nil, limit: 1, leaseMs: 60_000, now: 2_000).count == 1)
+        let server = try PostgresServer.shared()
+        let refusedTarget = try PostgresStore(url: try server.makeSchema("migraterunning"), mode: .create)
+        #expect {
+            try refusedTarget.importLog(from: source, allowingRunning: false)
+        } throws: { error in
+            "\(error)".contains("1 job was running in the source when it was read; nothing was copied")
+        }
+        #expect(try refusedTarget.lastSeq() == 0 && refusedTarget.counts().isEmpty)
+        let forcedTarget = try PostgresStore(url: try server.makeSchema("migrateforced"), mode: .create)
+        let copied = try forcedTarget.importLog(from: source, allowingRunning: true)
+        #expect(copied.runningJobs == 1 && copied.events == 2)
+    }
 }

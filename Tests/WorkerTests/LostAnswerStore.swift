@@ -116,7 +116,9 @@ final class LostAnswerStore: JobStore {
     func logRows(afterSeq: Int64, limit: Int) throws(StoreError) -> [LogRow] { try inner.logRows(afterSeq: afterSeq, limit: limit) }
     func blobDigests() throws(StoreError) -> [String] { try inner.blobDigests() }
     func expiredBlobRecords() throws(StoreError) -> [ExpiredBlob] { try inner.expiredBlobRecords() }
-    func importLog(from source: any JobStore) throws(StoreError) -> LogImport { try inner.importLog(from: source) }
+    func importLog(from source: any JobStore, allowingRunning: Bool) throws(StoreError) -> LogImport {
+        try inner.importLog(from: source, allowingRunning: allowingRunning)
+    }
     func archiveSelection(finishedBefore: Int64) throws(StoreError) -> ArchiveSelection {
         try inner.archiveSelection(finishedBefore: finishedBefore)
     }
