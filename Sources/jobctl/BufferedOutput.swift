@@ -45,7 +45,7 @@ final class BufferedOutput {
     /// Writes out what is buffered.
     func flush() {
         guard !buffer.isEmpty else { return }
-        StandardStreams.write(buffer, to: STDOUT_FILENO)
+        StandardOutput.write(buffer)
         buffer.removeAll(keepingCapacity: true)
     }
 }

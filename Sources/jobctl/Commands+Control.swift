@@ -165,7 +165,7 @@ extension Commands {
         if output == nil, context.stdoutIsTerminal, !Self.isTerminalText(bytes) {
             throw CommandFailure("binary output can mess up your terminal; use -o FILE or pipe it (-o - prints it anyway)")
         }
-        StandardStreams.write(bytes, to: STDOUT_FILENO)
+        StandardOutput.write(bytes)
         return ExitCode.ok
     }
 

@@ -87,6 +87,8 @@ extension Commands {
         // its lines are dropped and its jobs go on, instead of SIGPIPE ending the process mid-transfer
         // with leases held. The event log is the record; the log lines only tell about it.
         signal(SIGPIPE, SIG_IGN)
+        // Its summary's output failing (the last thing it writes) makes its exit status say so, nothing more.
+        StandardOutput.keepRunningOnFailure()
         // Before the store opens, so that nothing is sized by the old limit.
         if let limit = OpenFilesLimit.raiseSoftLimit(), limit.soft < OpenFilesLimit.needed(concurrency: concurrency) {
             log.openFilesLimitLow(limit, concurrency: concurrency, now: Clock.nowMs())
@@ -129,6 +131,9 @@ extension Commands {
                                       retried: summary.retried, paused: summary.paused, cancelled: summary.cancelled,
                                       released: summary.released, abandoned: summary.abandoned,
                                       events_written: summary.eventsWritten, group_commits: summary.groupCommits)))
+            if let failure = StandardOutput.failure {
+                throw CommandFailure("\(failure): the summary was not printed (the jobs' outcomes are in the log)")
+            }
         }
         if drain, summary.failed > 0 {
             if textLog { emitError("jobctl worker: \(plural(summary.failed, "job")) ended failed (exit \(ExitCode.jobsFailed)); `jobctl list --state failed` shows them") }

@@ -126,9 +126,9 @@ struct Context: Sendable {
 
 // MARK: - Output helpers
 
-/// Writes to standard output.
+/// Writes to standard output (see `StandardOutput` for a write that fails).
 func emit(_ text: String) {
-    StandardStreams.write(text.hasSuffix("\n") ? text : text + "\n", to: STDOUT_FILENO)
+    StandardOutput.write(text.hasSuffix("\n") ? text : text + "\n")
 }
 
 /// Writes to standard error. Any URL in the text has its secrets redacted and every control character

@@ -244,13 +244,13 @@ struct ProgressBar {
     /// Redraws the bar in place.
     mutating func draw(_ line: String) {
         guard enabled else { return }
-        StandardStreams.write("\r\u{1B}[2K\(line)", to: STDOUT_FILENO)
+        StandardOutput.write("\r\u{1B}[2K\(line)")
         drawn = true
     }
 
     mutating func interrupt() {
         guard drawn else { return }
-        StandardStreams.write("\n", to: STDOUT_FILENO)
+        StandardOutput.write("\n")
         drawn = false
     }
 

@@ -138,4 +138,34 @@ struct StandardStreamTests {
         #expect(list.status == 128 + 13 || list.status == 0, "\(list.status) \(list.stderr)")
         #expect(list.stderr.isEmpty, "\(list.stderr)")
     }
+
+    /// Every command whose output goes to a full device (`/dev/full`) or to a closed descriptor ends with
+    /// exit 1 and says so on standard error; a submit's jobs are in the log all the same.
+    @Test("a command whose standard output fails (a full device, a closed descriptor) exits 1 and says so", arguments: [">/dev/full", ">&-"])
+    func failedOutput(redirection: String) throws {
+        let workspace = try CLIWorkspace("failed-output")
+        defer { workspace.directory.remove() }
+        // 600 jobs: more than one 64 KiB block of CSV or JSON.
+        let ids = try workspace.submit(Self.manifest(300))
+        let commands: [[String]] = [
+            ["list", "--limit", "0", "--json"], ["list", "--limit", "0"], ["audit", "--csv"], ["audit", "--json"], ["audit"],
+            ["show", ids[0]], ["history", ids[0]], ["stats"], ["pause", ids[0]], ["resume", ids[0]], ["--version"], ["help", "submit"],
+        ]
+        for command in commands {
+            let run = try Self.run(workspace, command, redirections: redirection)
+            #expect(run.status == 1, "\(command) \(redirection): \(run.status) \(run.stderr)")
+            #expect(run.stderr.contains("Error: writing to standard output failed: "), "\(command) \(redirection): \(run.stderr)")
+        }
+        try FileManager.default.createDirectory(atPath: workspace.directory.file("more"), withIntermediateDirectories: true)
+        let manifest = workspace.directory.file("more/m.yaml")
+        try Data("- {kind: upload-data, data: x, destination: \"file://b/extra.txt\"}\n".utf8).write(to: URL(fileURLWithPath: manifest))
+        let submit = try Self.run(workspace, ["submit", manifest], redirections: redirection)
+        #expect(submit.status == 1 && submit.stderr.contains("what the command changed in the log stays changed"), "\(submit.stderr)")
+        #expect(try workspace.jobctl(["list", "--limit", "0"]).stdout.contains("extra.txt"))
+        // The worker runs its jobs whatever its output; a summary it could not print makes it exit 1.
+        let worker = try Self.run(workspace, ["worker", "--drain", "--json"], redirections: redirection)
+        #expect(worker.status == 1 && worker.stderr.contains("the summary was not printed"), "\(worker.status) \(worker.stderr.suffix(400))")
+        let states = try #require(try workspace.json(["list", "--limit", "0", "--json"]) as? [[String: Any]])
+        #expect(states.count == 601 && states.allSatisfy { $0["state"] as? String == "succeeded" })
+    }
 }
