@@ -214,8 +214,8 @@ public struct ManifestParser: Sendable {
     // MARK: - Paths
 
     /// The absolute, standardised folder that relative paths in the manifest at `path` start from.
-    func resolvedBaseDirectory(for path: String) -> String {
-        let current = FileManager.default.currentDirectoryPath
+    /// Nil when that folder is relative and the current directory cannot be read (see `CurrentDirectory`).
+    func resolvedBaseDirectory(for path: String) -> String? {
         let base: String
         if let baseDirectory {
             base = baseDirectory
@@ -224,8 +224,9 @@ public struct ManifestParser: Sendable {
         } else {
             base = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
         }
-        let absolute = base.hasPrefix("/") ? base : current + "/" + base
-        return LocalPath.standardize(absolute.isEmpty ? "/" : absolute)
+        if base.hasPrefix("/") { return LocalPath.standardize(base) }
+        guard let current = CurrentDirectory.path else { return nil }
+        return LocalPath.standardize(current + "/" + base)
     }
 }
 

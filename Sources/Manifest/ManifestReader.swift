@@ -174,7 +174,8 @@ struct ManifestReader {
     let file: String
     let source: SourceText
     /// Absolute and standardised.
-    let baseDirectory: String
+    /// Nil when it is relative and the current directory cannot be read: relative paths are refused.
+    let baseDirectory: String?
     /// Whether upload-file sources are looked at on disk (unless a job says `check_source: false`).
     let checksSources: Bool
     let limits: ManifestLimits
@@ -186,7 +187,7 @@ struct ManifestReader {
     /// Idempotency keys seen so far, with the position of the job that used each first.
     private var idempotencyKeys: [String: SourceMark] = [:]
 
-    init(file: String, source: SourceText, baseDirectory: String, checksSources: Bool = true, limits: ManifestLimits = .default,
+    init(file: String, source: SourceText, baseDirectory: String?, checksSources: Bool = true, limits: ManifestLimits = .default,
          nowMs: Int64 = Clock.nowMs()) {
         self.nowMs = nowMs
         self.file = file
@@ -767,7 +768,14 @@ struct ManifestReader {
         if path.utf8.contains(0) {
             return fail(&self, "contains a NUL character")
         }
-        let absolute = path.hasPrefix("/") ? path : baseDirectory + "/" + path
+        let absolute: String
+        if path.hasPrefix("/") {
+            absolute = path
+        } else if let baseDirectory {
+            absolute = baseDirectory + "/" + path
+        } else {
+            return fail(&self, "'\(path)' is relative, and \(CurrentDirectory.missingMessage)")
+        }
         var standardized = LocalPath.standardize(absolute)
         let writtenAsFolder = path.hasSuffix("/") || path.hasSuffix("/.") || path == "." || path.hasSuffix("/..") || path == ".."
         if field == .source {

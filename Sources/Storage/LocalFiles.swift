@@ -159,10 +159,12 @@ enum LocalFiles {
         SlashSeparatedPath.directory(of: path)
     }
 
-    /// Makes a path absolute against the current directory.
+    /// Makes a path absolute against the current directory; left relative when that directory cannot
+    /// be read (removed while the process ran in it), so that using it fails with ENOENT instead of
+    /// reaching a folder of the same name at the root (Foundation's answer there is "").
     static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
-        let current = FileManager.default.currentDirectoryPath
+        guard let current = CurrentDirectory.path else { return path }
         return current.hasSuffix("/") ? current + path : current + "/" + path
     }
 

@@ -43,13 +43,13 @@ extension Commands {
         for path in arguments.positionals {
             let data: Data
             let displayPath: String
-            let baseDirectory: String
+            let baseDirectory: String?
             if path == "-" {
                 guard !readStdin else { throw UsageError("'-' (standard input) can be given only once") }
                 readStdin = true
                 data = ManifestParser().readContents(ofDescriptor: STDIN_FILENO) ?? Data()
                 displayPath = "<stdin>"
-                baseDirectory = FileManager.default.currentDirectoryPath
+                baseDirectory = CurrentDirectory.path
             } else {
                 guard let contents = ManifestParser().readContents(atPath: path) else {
                     failures.append("\(TerminalText.printable(path)): error: cannot read the manifest (\(String(cString: strerror(errno))))")

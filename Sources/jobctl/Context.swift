@@ -101,6 +101,12 @@ struct Context: Sendable {
     /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says
     /// otherwise; with a PostgreSQL database (no directory of its own), in `buckets/` of the current directory.
     var localBucketsDirectory: String {
+        let relative = isPostgresURL(databasePath) || !databasePath.hasPrefix("/")
+        if relative && CurrentDirectory.path == nil {
+            // The current directory was removed: left relative, so that a job using it fails (ENOENT)
+            // instead of Foundation's "" putting the buckets in /buckets at the root.
+            return isPostgresURL(databasePath) ? "buckets" : "\(SlashSeparatedPath.directory(of: databasePath))/buckets"
+        }
         if isPostgresURL(databasePath) {
             return "\(FileManager.default.currentDirectoryPath)/buckets"
         }
