@@ -47,7 +47,13 @@ extension Commands {
             if path == "-" {
                 guard !readStdin else { throw UsageError("'-' (standard input) can be given only once") }
                 readStdin = true
-                data = ManifestParser().readContents(ofDescriptor: STDIN_FILENO) ?? Data()
+                // A standard input that cannot be read (a folder: `submit - < dir`) is said so, as a manifest
+                // file is; it was read as empty and refused as "the manifest has no jobs".
+                guard let contents = ManifestParser().readContents(ofDescriptor: STDIN_FILENO) else {
+                    failures.append("<stdin>: error: cannot read the manifest from standard input (\(String(cString: strerror(errno))))")
+                    continue
+                }
+                data = contents
                 displayPath = "<stdin>"
                 baseDirectory = CurrentDirectory.path
             } else {

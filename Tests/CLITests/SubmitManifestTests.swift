@@ -243,4 +243,18 @@ import Glibc
         #expect(try result(ids[2])["verified"] as? [String] == ["crc32c"])
         #expect(try result(ids[2])["md5"] == nil)
     }
+
+    // MARK: - Standard input
+
+    /// A standard input that cannot be read (a folder) is an error saying so, as for a manifest file; it
+    /// was read as empty and refused as "the manifest has no jobs".
+    @Test func unreadableStandardInputSaysSo() throws {
+        let workspace = try CLIWorkspace("stdin-folder")
+        defer { workspace.directory.remove() }
+        let command = [PackagePaths.jobctlBinary, "--db", workspace.database, "submit", "-"].map { "'\($0)'" }.joined(separator: " ")
+        let output = try runProcess("/bin/bash", ["-c", "\(command) < '\(workspace.directory.path)'"], environment: ["NO_COLOR": "1"])
+        #expect(output.status == 65, "\(output.stderr)")
+        #expect(output.stderr.contains("<stdin>: error: cannot read the manifest from standard input (Is a directory)"), "\(output.stderr)")
+        #expect(!output.stderr.contains("no jobs"), "\(output.stderr)")
+    }
 }
