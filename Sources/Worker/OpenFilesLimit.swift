@@ -28,6 +28,11 @@ public struct OpenFilesLimit: Sendable, Equatable {
         UInt64(max(0, concurrency)) * 4 + 64
     }
 
+    /// The most transfers whose descriptors fit in `limit` (0 when not even one does).
+    public static func fittingConcurrency(_ limit: UInt64) -> Int {
+        limit < 64 ? 0 : Int(clamping: (limit - 64) / 4)
+    }
+
     /// The limit now, or nil if the system does not say.
     public static func current() -> OpenFilesLimit? {
         var limit = rlimit()

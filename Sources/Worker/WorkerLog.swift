@@ -133,14 +133,14 @@ public final class WorkerLog: Sendable {
 
     /// At start: the open-files limit (already raised to its hard ceiling) is below what `concurrency`
     /// transfers may need; transfers beyond it would fail with "too many open files".
-    public func openFilesLimitLow(_ limit: OpenFilesLimit, concurrency: Int, now: Int64) {
+    public func openFilesLimitLow(_ limit: OpenFilesLimit, concurrency: Int, running: Int, now: Int64) {
         let needed = OpenFilesLimit.needed(concurrency: concurrency)
         record(WorkerLogEntry(atMs: now, level: .warning, event: .openFilesLimit, fields: [
             ("limit", .integer(Int64(clamping: limit.soft))), ("concurrency", .integer(Int64(concurrency))),
-            ("needed", .integer(Int64(clamping: needed))),
+            ("needed", .integer(Int64(clamping: needed))), ("running", .integer(Int64(running))),
             ("action", .text("the open-files limit \(limit.soft) is below the \(needed) that --concurrency \(concurrency) may need, "
-                             + "and this process may not raise it; raise it (`ulimit -n`, LimitNOFILE= in a systemd unit) "
-                             + "or lower --concurrency")),
+                             + "and this process may not raise it: it runs \(running) transfers at a time; raise it (`ulimit -n`, "
+                             + "LimitNOFILE= in a systemd unit) or lower --concurrency")),
         ]))
     }
 

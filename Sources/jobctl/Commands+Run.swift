@@ -46,7 +46,7 @@ extension Commands {
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
         cancelled, lease_lost, released, abandoned; and warnings: store_error, slow_commit,
         signal_received, no_credentials, open_files_limit (the soft open-files limit is raised to the hard one at
-        start; this says when that is below what --concurrency may need). --log-format json prints one JSON object per line: time, time_ms, level, event,
+        start; this says when that is below what --concurrency may need, and the worker runs only the transfers that fit; below 68 it does not start). --log-format json prints one JSON object per line: time, time_ms, level, event,
         job, kind, fields. -q keeps only warnings and errors, -v adds progress. Text lines are coloured
         only on a terminal (never with NO_COLOR or --no-color) and carry no time when JOURNAL_STREAM is
         set (run by systemd: journald stamps each line). URLs in log lines are redacted.
@@ -57,16 +57,32 @@ extension Commands {
         unless --metrics-allow-remote is given; a port already in use stops the worker before it starts.
         """
     ) { arguments, context in
-        let concurrency = try arguments.value(Options.concurrency) ?? 4
+        let requested = try arguments.value(Options.concurrency) ?? 4
         let leaseMs = try arguments.value(Options.lease) ?? 30_000
         let queues = try arguments.values(Options.workerQueue)
         let drain = arguments[Options.drain]
-        let configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
-                                                leaseMs: leaseMs, drain: drain, claimAhead: try arguments.value(Options.claimAhead))
+        let claimAhead = try arguments.value(Options.claimAhead)
         let log = try workerLog(arguments, context)
         // The log's lines (written from a thread of their own) before anything this command or `main`
         // writes to standard error itself, and before the process exits.
         defer { log.flush() }
+        // Before the store opens, so that nothing is sized by the old limit. A limit below what the
+        // concurrency needs runs as many transfers as fit: out of descriptors, libdispatch's thread
+        // monitor traps (a worker at `ulimit -n 16` crashed with SIGILL) and a failed WAL open left it
+        // hanging, deaf to SIGTERM. One that fits no transfer at all stops the worker before it starts.
+        var concurrency = requested
+        if let limit = OpenFilesLimit.raiseSoftLimit(), limit.soft < OpenFilesLimit.needed(concurrency: requested) {
+            let fitting = OpenFilesLimit.fittingConcurrency(limit.soft)
+            guard fitting >= 1 else {
+                throw CommandFailure("the open-files limit \(limit.soft) is below the \(OpenFilesLimit.needed(concurrency: 1)) a worker needs "
+                                     + "to run one transfer beside its store and log, and this process may not raise it; raise it "
+                                     + "(`ulimit -n`, LimitNOFILE= in a systemd unit)")
+            }
+            concurrency = fitting
+            log.openFilesLimitLow(limit, concurrency: requested, running: fitting, now: Clock.nowMs())
+        }
+        let configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
+                                                leaseMs: leaseMs, drain: drain, claimAhead: claimAhead)
         let textLog = log.formatter.format == .text
         // Storage settings are checked before the event log is opened: a bad one stops the worker at once.
         var storage: StorageConfiguration
@@ -89,10 +105,6 @@ extension Commands {
         signal(SIGPIPE, SIG_IGN)
         // Its summary's output failing (the last thing it writes) makes its exit status say so, nothing more.
         StandardOutput.keepRunningOnFailure()
-        // Before the store opens, so that nothing is sized by the old limit.
-        if let limit = OpenFilesLimit.raiseSoftLimit(), limit.soft < OpenFilesLimit.needed(concurrency: concurrency) {
-            log.openFilesLimitLow(limit, concurrency: concurrency, now: Clock.nowMs())
-        }
         // A statement left unanswered for a lease's length (at least 10 s) has cost the worker its leases
         // anyway: the session is given up and opened again rather than waited on for ever.
         let store = try context.openStore(worker: true, answerTimeoutMs: max(Int64(leaseMs), 10_000))

@@ -80,8 +80,40 @@ import TestSupport
         #expect(line["level"] as? String == "warning")
         let fields = try #require(line["fields"] as? [String: Any])
         #expect(fields["limit"] as? Int == 100 && fields["needed"] as? Int == 128 && fields["concurrency"] as? Int == 16)
+        // (100 - 64) / 4 transfers fit.
+        #expect(fields["running"] as? Int == 9)
         #expect((fields["action"] as? String)?.contains("ulimit -n") == true)
         let states = try workspace.json(["list", "--json"]) as? [[String: Any]]
         #expect(states?.compactMap { $0["state"] as? String } == ["succeeded", "succeeded", "succeeded"])
+    }
+
+    /// Out of descriptors, libdispatch's thread monitor traps and a failed WAL open left the worker hanging
+    /// (deaf to SIGTERM, its claimed jobs `running`): a limit that fits no transfer beside the store and the
+    /// log stops the worker before it claims anything, with exit 1 saying what to raise.
+    @Test("a hard limit that fits no transfer stops the worker at start with exit 1, no job claimed", arguments: [12, 16, 40])
+    func refusesALimitThatFitsNoTransfer(limit: Int) throws {
+        let workspace = try CLIWorkspace("nofile-tiny")
+        defer { workspace.directory.remove() }
+        try FileManager.default.createDirectory(atPath: workspace.directory.file("objects"), withIntermediateDirectories: true)
+        var manifest = ""
+        for index in 0..<200 {
+            let path = workspace.directory.file("objects/o-\(index).bin")
+            try Data(repeating: UInt8(index % 251), count: 64).write(to: URL(fileURLWithPath: path))
+            manifest += "- {kind: download-memory, source: \"file://\(path)\"}\n"
+        }
+        _ = try workspace.submit(manifest)
+        let log = workspace.directory.file("worker.log")
+        let worker = try Self.workerUnderLimit("-n \(limit)", workspace, ["--drain", "--concurrency", "2"], log: log)
+        let deadline = Date().addingTimeInterval(30)
+        while worker.isRunning && Date() < deadline { usleep(50_000) }
+        let exited = !worker.isRunning
+        if !exited { signalIfRunning(worker, SIGKILL) }
+        worker.waitUntilExit()
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(exited, "still running after 30 s: \(text.suffix(600))")
+        #expect(worker.terminationReason == .exit && worker.terminationStatus == 1, "\(worker.terminationReason) \(worker.terminationStatus) \(text.suffix(600))")
+        #expect(text.contains("Error: the open-files limit \(limit) is below the 68 a worker needs to run one transfer"), "\(text.suffix(600))")
+        let states = try #require(try workspace.json(["list", "--limit", "0", "--json"]) as? [[String: Any]])
+        #expect(states.count == 200 && states.allSatisfy { $0["state"] as? String == "queued" })
     }
 }
