@@ -34,13 +34,13 @@ public final class PartialFile {
     public private(set) var bytesWritten: Int64
     /// Whether `init` continued an earlier temporary file instead of starting at 0.
     public let resumed: Bool
-    /// The temporary file's device and inode, recorded in resume points.
-    public let identity: FileIdentity
+    /// The temporary file's device and inode, recorded in resume points (a new one after `restart()`).
+    public private(set) var identity: FileIdentity
 
     private let directory: SafeDirectory
     private let tempName: String
     private let destinationName: String
-    private let file: LocalFile
+    private var file: LocalFile
     private var finished = false
 
     /// Whether the temporary file is on a filesystem kept in memory, whose syncs return at once.
@@ -296,17 +296,32 @@ public final class PartialFile {
         try file.duplicateDescriptor()
     }
 
-    /// Empties the temporary file to start again from byte 0 (the server sent the whole body to a ranged
-    /// request, or the resumed prefix is longer than the object). The file, its name and identity stay.
+    /// Starts again from byte 0 (the server sent the whole body to a ranged request, or the resumed
+    /// prefix is longer than the object) in a new temporary file at the same name; the old one's name is
+    /// removed. Not the old file emptied: a resumed file was written by an earlier attempt, and the worker
+    /// that ran it may not be dead — frozen past its lease (SIGSTOP, a stalled VM), then woken, it writes
+    /// on at its own offset until it hears its lease is gone. Its bytes are the object as it was, which
+    /// match ours at every offset while we resume the same version; after a restart they would not, and
+    /// landed behind our offset (in the file we then renamed into place) as a corrupt, "verified" file.
     public func restart() throws(StorageError) {
         precondition(!finished, "PartialFile restarted after commit or discard")
-        do {
-            try file.truncate(to: 0)
-            try file.seek(to: 0)
+        let fresh: LocalFile
+        do throws(StorageError) {
+            directory.remove(tempName, ifStill: identity)
+            fresh = try directory.createExclusive(tempName, replacingOwnLeftover: true)
+            do throws(StorageError) {
+                identity = try fresh.status().identity
+            } catch {
+                fresh.close()
+                directory.remove(tempName)
+                throw error
+            }
         } catch {
             discard()
             throw error
         }
+        file.close()
+        file = fresh
         bytesWritten = 0
         writeBackStart = 0
     }

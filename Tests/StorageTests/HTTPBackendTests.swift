@@ -133,6 +133,45 @@ struct HTTPBackendTests {
         #expect(last.contains("\" 200 10485760 \"bytes="), "a ranged request answered whole: \(last)")
     }
 
+    @Test("a restart from byte 0 writes a new file: a stale attempt still holding the old one cannot reach the result")
+    func restartLeavesTheOldFileToItsWriter() async throws {
+        // Worker A paused (here: stopped) part-way, then frozen past its lease with the partial file open;
+        // worker B resumes that file, the object changed meanwhile, so B's ranged request is answered whole.
+        // A, woken, goes on writing the old object's bytes at its own offset before it hears its lease is
+        // gone. Emptying the file in place let those bytes land in B's result: a file that matched nothing
+        // reported as downloaded. Now B restarts in a new file and A writes only into the one it holds.
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        try writePatternFile(server.root + "/f.bin", size: 8 << 20, seed: 1)
+        let backend = HTTPBackend(configuration: configuration())
+        let destination = directory.file("f.bin")
+        let spec = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/f.bin", destination: destination)
+        let control = TransferControl()
+        let first = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 2 << 20 { control.stop(.pause) }
+        }
+        let outcome = try await run(backend, spec, control: control, recorder: first).get()
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, _, let tempPath?, _) = point else {
+            Issue.record("expected a paused download with its temporary file, got \(outcome)")
+            return
+        }
+        let stale = try #require(FileHandle(forWritingAtPath: tempPath))
+        defer { try? stale.close() }
+        let staleBytes = try Data(contentsOf: URL(fileURLWithPath: server.root + "/f.bin"))[Int(written)..<Int(written) + (1 << 20)]
+
+        // Another size, hence another ETag (nginx's is the time in seconds and the size).
+        try writePatternFile(server.root + "/f.bin", size: 6 << 20, seed: 2)
+        let result = try finished(await run(backend, spec, resume: point))
+        #expect(result.size == 6 << 20)
+        // A wakes and writes the next MiB of the old object where it stood.
+        try stale.seek(toOffset: UInt64(written))
+        try stale.write(contentsOf: staleBytes)
+        try stale.synchronize()
+        #expect(try fileMD5(destination) == fileMD5(server.root + "/f.bin"), "the old attempt's bytes landed in the downloaded file")
+    }
+
     @Test("404 is objectNotFound; secrets in the query never reach the error")
     func notFoundAndRedaction() async throws {
         let server = try NginxServer.start()
