@@ -94,7 +94,10 @@ extension EventStore {
     ///
     /// See https://www.sqlite.org/pragma.html#pragma_data_version
     public func dataVersion() throws(StoreError) -> Int64 {
-        try withConnection { (connection) throws(StoreError) -> Int64 in
+        // Asked every poll interval by every worker, idle or not: the one place an idle worker would
+        // learn that its database file was deleted or replaced (no write syncs), and waited for ever.
+        try walSync?.checkDatabaseFile()
+        return try withConnection { (connection) throws(StoreError) -> Int64 in
             try connection.first("PRAGMA data_version") { row in row.int64(0) } ?? 0
         }
     }

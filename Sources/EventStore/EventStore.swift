@@ -60,7 +60,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// How long a write waits for a lock, in nanoseconds.
     private let busyTimeoutNs: UInt64
     /// Syncs the WAL after each write transaction (nil for a read-only open).
-    private let walSync: WALSync?
+    let walSync: WALSync?
     /// Checkpoints the WAL off the executor thread, once asked to (see `checkpointInBackground()`).
     private let checkpointer = Mutex<BackgroundCheckpointer?>(nil)
     /// Set while the executor's group commit runs its transaction: the executor syncs that commit

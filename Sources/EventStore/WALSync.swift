@@ -25,8 +25,17 @@ import Darwin
 /// operating system keeps the written pages) would then lose.
 ///
 /// See https://www.sqlite.org/pragma.html#pragma_synchronous and https://www.sqlite.org/wal.html
+///
+/// Each sync first checks that the database's path still names the file opened (`checkDatabaseFile`):
+/// a database deleted, moved away or replaced under a running worker (`rm`, `mv`, a backup restored
+/// over it) left it committing, and syncing, into a file no other process reads — and a new database
+/// made at the path took over, and removed, the `-wal` its commits were in: every outcome lost, the
+/// worker logging them as written.
 final class WALSync: Sendable {
     private let path: String
+    private let databasePath: String
+    /// The database file's device and inode when the store opened it (nil: it could not be looked at).
+    private let database: (device: dev_t, inode: ino_t)?
     /// The open WAL and its inode: reopened when the file at `path` is another one (SQLite deletes the
     /// WAL when the database's last connection closes, and a later open creates a new file).
     private let file = Mutex<(descriptor: Int32, inode: ino_t)?>(nil)
@@ -35,6 +44,23 @@ final class WALSync: Sendable {
     /// - Parameter databasePath: the database file; its WAL is that path with `-wal` appended.
     init(databasePath: String) {
         path = databasePath + "-wal"
+        self.databasePath = databasePath
+        var info = stat()
+        database = stat(databasePath, &info) == 0 ? (info.st_dev, info.st_ino) : nil
+    }
+
+    /// Throws `replaced` when the database's path no longer names the file the store opened.
+    func checkDatabaseFile() throws(StoreError) {
+        guard let database else { return }
+        var now = stat()
+        if stat(databasePath, &now) != 0 {
+            let code = errno
+            guard code == ENOENT || code == ENOTDIR else { return }   // unreadable for now: the sync says more
+            throw StoreError.replaced(path: databasePath, what: "was deleted or moved away")
+        }
+        if now.st_dev != database.device || now.st_ino != database.inode {
+            throw StoreError.replaced(path: databasePath, what: "was replaced by another file (moved, copied or restored over it)")
+        }
     }
 
     deinit {
@@ -43,6 +69,7 @@ final class WALSync: Sendable {
 
     /// Syncs the WAL: when it returns, every transaction committed before the call is on disk.
     func sync() throws(StoreError) {
+        try checkDatabaseFile()
         let result: Result<Void, StoreError> = file.withLock { cached in
             do throws(StoreError) {
                 let descriptor = try currentDescriptor(&cached)

@@ -328,7 +328,7 @@ extension PostgresConnection {
     /// errors are one step's refusal.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .busy, .readOnly, .damaged: throw error
+        case .io, .busy, .readOnly, .damaged, .replaced: throw error
         default: if !isConnected { throw error }
         }
     }

@@ -35,6 +35,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The database file is damaged, or is not a database at all (SQLite's "malformed" and "not a
     /// database"): no retry can help, so a worker stops rather than retrying for ever.
     case damaged(String)
+    /// The database file at `path` is no longer the file this process opened (`what` says how: deleted
+    /// or moved away, another file put there): what it writes would reach no one, so a worker stops.
+    case replaced(path: String, what: String)
     /// A stored row or event could not be decoded, or a value could not be encoded as JSON.
     case corrupt(String)
     /// An `after:` entry names no job: not a key of the jobs submitted with it, nor a key or id (prefix)
@@ -83,6 +86,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return "the database file is damaged or is not a jobctl database (\(message)): check that it is the file "
                 + "meant; if it is, stop every worker, keep a copy of it with its -wal and -shm files, and check it with "
                 + "`sqlite3 FILE 'PRAGMA integrity_check'` (`.recover` saves what can be read)"
+        case .replaced(let path, let what):
+            return "the database file '\(path)' \(what) while this process had it open: its writes would go to a file no "
+                + "other jobctl reads, and its -wal file may now be another database's; stop every jobctl process using "
+                + "'\(path)', put the file back (with its -wal and -shm files) or choose the database to keep, and start them again"
         case .corrupt(let message):
             return "stored data could not be read or written: \(message); `jobctl replay --verify` checks the log"
         case .unknownDependency(let name):

@@ -358,8 +358,9 @@ public final class WorkerPool: Sendable {
             } catch {
                 consecutiveErrors += 1
                 // A damaged database stays damaged: retrying would spin for ever (a drain never ending),
-                // so the worker stops and says what to do; its leases expire for the rescue.
-                if case StoreError.damaged = error {
+                // so the worker stops and says what to do; its leases expire for the rescue. So does one
+                // whose file was deleted or replaced: every write from here on would be lost.
+                if let error = error as? StoreError, Self.stopsTheWorker(error) {
                     log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
                     throw error
                 }
@@ -407,6 +408,15 @@ public final class WorkerPool: Sendable {
             }
         }
         for runner in due { runner.writeHeldEvents() }
+    }
+
+    /// Whether a store error ends the worker instead of being retried: the file is damaged, or is no
+    /// longer the one at the database's path.
+    static func stopsTheWorker(_ error: StoreError) -> Bool {
+        switch error {
+        case .damaged, .replaced: true
+        default: false
+        }
     }
 
     /// Whether something done at `since` and every `every` ms is due again at `now`; at once when the
