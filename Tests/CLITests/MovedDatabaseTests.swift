@@ -62,3 +62,33 @@ struct MovedDatabaseTests {
         }
     }
 }
+
+/// One database file under two hard-linked names: SQLite keeps the -wal and -shm (where WAL mode takes
+/// its locks) beside the name it opened, so two workers using the two names shared no lock and no log.
+@Suite("A hard-linked database is refused", .onTestThreads)
+struct HardLinkedDatabaseTests {
+    @Test("two workers on two hard links of one database: refused, not every job run twice")
+    func twoNames() throws {
+        let workspace = try CLIWorkspace("hard-linked-db")
+        defer { workspace.directory.remove() }
+        let jobs = (0..<100).map { "  - {kind: upload-data, data: \"x\($0)\", destination: \"file://linked/x\($0).txt\"}" }
+        _ = try workspace.submit("jobs:\n" + jobs.joined(separator: "\n"))
+        let second = workspace.database + "-second-name"
+        try FileManager.default.linkItem(atPath: workspace.database, toPath: second)
+        let first = try LoggedWorker(workspace, ["--drain", "--concurrency", "2"])
+        defer { first.kill() }
+        let other = try runProcess(PackagePaths.jobctlBinary, ["--db", second, "worker", "--drain", "--concurrency", "2"],
+                                   environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
+                                   currentDirectory: workspace.directory.path)
+        first.process.waitUntilExit()
+        // Both are refused: the file has two names whichever one a process opens it by.
+        #expect(first.process.terminationStatus == 1, "\(first.log())")
+        #expect(other.status == 1, "\(other.stderr)")
+        #expect(other.stderr.contains("'\(second)' has 2 hard links"), "\(other.stderr)")
+        let claims = other.stderr.split(separator: "\n").filter { $0.contains(" claimed ") }.count
+        #expect(claims == 0, "the worker on the second name ran \(claims) jobs the first one ran too")
+        // Reading by either name is refused the same way: each would make its own -wal and -shm.
+        let list = try workspace.jobctl(["list"])
+        #expect(list.status == 1 && list.stderr.contains("has 2 hard links"), "\(list.stderr)")
+    }
+}
