@@ -31,7 +31,7 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case workerStarted = "worker_started"
     /// The worker stopped (its summary).
     case workerStopped = "worker_stopped"
-    /// SIGTERM/SIGINT arrived: the first starts a graceful shutdown, a second exits at once.
+    /// SIGTERM/SIGINT/SIGHUP arrived: the first starts a graceful shutdown, a second exits at once.
     case signalReceived = "signal_received"
     /// A job was claimed under a lease.
     case claimed

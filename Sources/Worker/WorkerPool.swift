@@ -20,7 +20,7 @@ public struct WorkerConfiguration: Sendable {
     public var drain: Bool
     /// How often an idle worker checks the store's data version for new work and control requests.
     public var pollIntervalMs: Int64
-    /// Exit within this long after the first SIGTERM/SIGINT.
+    /// Exit within this long after the first SIGTERM/SIGINT/SIGHUP.
     public var shutdownGraceMs: Int64
     /// How often the orphan sweep runs after the one at start (0: only at start and before a drain exits).
     public var orphanSweepIntervalMs: Int64

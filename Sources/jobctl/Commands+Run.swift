@@ -13,7 +13,7 @@ extension Commands {
                   Options.logFormat, Options.quiet, Options.verbose, Options.metrics, Options.metricsAllowRemote,
                   Options.bandwidthLimit, Options.slicedThreshold, Options.slices, Options.json.help("Print the exit summary as JSON.")],
         discussion: """
-        Run as many worker processes on one database as you like. SIGTERM or SIGINT stops claiming, pauses
+        Run as many worker processes on one database as you like. SIGTERM, SIGINT or SIGHUP (unless started under nohup) stops claiming, pauses
         running transfers at their resume point, releases their leases and exits 0 within 10 seconds — also
         when the signal arrives while the worker is still starting; a second signal exits at once (130).
         With --drain the worker exits once no job is queued or running: 0 when every job it ran ended
@@ -229,7 +229,7 @@ private final class ResultBox<T>: @unchecked Sendable {
     var result: Result<T, Error>?
 }
 
-/// SIGTERM/SIGINT: the first starts a graceful shutdown, the second exits at once.
+/// SIGTERM/SIGINT/SIGHUP: the first starts a graceful shutdown, the second exits at once.
 final class SignalHandling: @unchecked Sendable {
     private let pool: WorkerPool
     private var sources: [DispatchSourceSignal] = []
@@ -238,7 +238,7 @@ final class SignalHandling: @unchecked Sendable {
 
     init(pool: WorkerPool) { self.pool = pool }
 
-    /// Starts reading SIGTERM and SIGINT. They are blocked in every thread (since `main` began), so
+    /// Starts reading SIGTERM, SIGINT and SIGHUP. They are blocked in every thread (since `main` began), so
     /// they stay pending until a signal source reads them; the disposition is left alone, because
     /// setting SIG_IGN would discard a signal that is already pending.
     func install() {

@@ -14,7 +14,7 @@ enum ExitCode {
     static let usage: Int32 = 64
     /// Bad manifest (EX_DATAERR).
     static let dataError: Int32 = 65
-    /// A worker interrupted twice (the second SIGTERM/SIGINT exits at once), as shells report SIGINT.
+    /// A worker interrupted twice (the second SIGTERM/SIGINT/SIGHUP exits at once), as shells report SIGINT.
     static let interrupted: Int32 = 130
 
     static let helpText = """
@@ -24,7 +24,7 @@ enum ExitCode {
       2    worker --drain: finished, but a job it ran ended failed
       64   usage error (unknown option, a number out of range, …)
       65   bad manifest (nothing was submitted)
-      130  worker: a second SIGTERM/SIGINT exited at once
+      130  worker: a second SIGTERM/SIGINT/SIGHUP exited at once
     """
 }
 

@@ -48,15 +48,25 @@ private final class WarnedFlag: @unchecked Sendable {
 
 // MARK: - Shutdown signals
 
-/// SIGTERM and SIGINT: blocked first thing in `main` (before any thread starts, so every thread
+/// SIGTERM, SIGINT and SIGHUP: blocked first thing in `main` (before any thread starts, so every thread
 /// inherits the mask), then either released again (every command but `worker`, which keeps the
 /// default "terminate") or handed to the worker's handlers, which read them through libdispatch
 /// signal sources. A signal that arrived in between stays pending and is handled, not lost: the
 /// disposition is never set to SIG_IGN, which would discard a pending signal.
 enum ShutdownSignals {
-    static let numbers: [Int32] = [SIGTERM, SIGINT]
+    /// SIGHUP too: the terminal a worker was started from closing (an ssh session ending) killed it at
+    /// once, its transfers cut and its jobs held until their leases ran out; there is nothing to reload.
+    /// Unless the process was started with SIGHUP ignored (`nohup`): it asked to outlive its terminal.
+    static let numbers: [Int32] = hangupIgnored ? [SIGTERM, SIGINT] : [SIGTERM, SIGINT, SIGHUP]
 
-    /// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread it starts later).
+    /// Whether SIGHUP's disposition, as inherited through exec, is "ignore".
+    private static let hangupIgnored: Bool = {
+        var current = sigaction()
+        guard sigaction(SIGHUP, nil, &current) == 0 else { return false }
+        return unsafeBitCast(current.__sigaction_handler.sa_handler, to: Int.self) == 1   // SIG_IGN
+    }()
+
+    /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and so in every thread it starts later).
     static func block() {
         var set = signalSet()
         pthread_sigmask(SIG_BLOCK, &set, nil)

@@ -9,7 +9,7 @@ import JobModel
 // A command started with its output closed fails its first write to it (see StandardOutput).
 if StandardStreams.ensureOpen().contains(STDOUT_FILENO) { StandardOutput.noteClosedAtStart() }
 
-// Then, before any thread exists (every thread inherits this mask): hold SIGTERM and SIGINT, so one
+// Then, before any thread exists (every thread inherits this mask): hold SIGTERM, SIGINT and SIGHUP, so one
 // that arrives while the worker is still starting waits for its handler instead of killing the process.
 // Commands other than `worker` release them again before they run.
 ShutdownSignals.block()

@@ -200,7 +200,10 @@ import TestSupport
     }
 
     /// SIGTERM: stop claiming, pause the transfer at its resume point, release the lease, exit 0 quickly.
-    @Test func sigtermReleasesAtTheResumePoint() throws {
+    /// SIGHUP (the terminal a worker runs in closing) the same: it used to kill the worker on the spot,
+    /// its job left running under a lease no one renewed.
+    @Test(arguments: [SIGTERM, SIGHUP])
+    func sigtermReleasesAtTheResumePoint(signal: Int32) throws {
         let nginx = try startWorkerNginx(slowRate: "4m")
         defer { nginx.stop() }
         let directory = try TemporaryDirectory("sigterm")
@@ -210,13 +213,14 @@ import TestSupport
         let destination = directory.file("big.bin")
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(destination)\"}\n",
                                          database: database, directory: directory).first)
-        let worker = try JobctlProcess.worker(database: database, logDirectory: directory.path)
+        // As a shell starts it: test threads block most signals, SIGHUP among them, and a child inherits that.
+        let worker = try JobctlProcess.worker(database: database, logDirectory: directory.path, cleanSignalMask: true)
         let store = try EventStore(path: database, readOnly: true)
         try #require(try eventually(seconds: 20) { (try store.job(id)?.bytesDone ?? 0) > 0 }, "\(worker.log)")
         let signalled = Date()
-        worker.signal(SIGTERM)
+        worker.signal(signal)
         let status = worker.wait(seconds: 10)
-        #expect(status == 0, "\(worker.log)")
+        #expect(status == 0, "signal \(signal): \(worker.log)")
         #expect(Date().timeIntervalSince(signalled) < 10)
         let job = try #require(try store.job(id))
         #expect(job.state == .queued)
