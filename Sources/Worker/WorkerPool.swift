@@ -136,6 +136,8 @@ public final class WorkerPool: Sendable {
         var summary = WorkerSummary()
         var shuttingDown = false
         var slotFreed = false
+        /// An error a job's write met that no retry mends (`stopsTheWorker`): the loop stops on it.
+        var fatalStoreError: StoreError?
         /// Runs finished lately, which size the claim-ahead buffer.
         var finishes = FinishCounter()
 
@@ -285,6 +287,9 @@ public final class WorkerPool: Sendable {
             // A store error (a lock held past the busy timeout, a full disk) must not kill the pool and
             // strand its running transfers: report it, wait a little, try again.
             do {
+                // A job's write found the log damaged or replaced: the loop's own questions may not (they can
+                // be answered from pages still cached), and the worker went on idling on it for ever.
+                if let fatal = state.withLock({ $0.fatalStoreError }) { throw fatal }
                 // Whether another writer changed the log (new jobs, control requests), asked at most every
                 // poll interval: the loop also turns at every freed slot, and each question is a read
                 // transaction on the store's thread.
@@ -530,7 +535,8 @@ public final class WorkerPool: Sendable {
         let jobID = record.id
         let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log, metrics: metrics,
                              leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) },
-                             leaseExpiresAtMs: { [weak self] in self?.leaseExpiry(of: record.id) })
+                             leaseExpiresAtMs: { [weak self] in self?.leaseExpiry(of: record.id) },
+                             storeFailed: { [weak self] error in self?.storeFailed(error) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePointForAttempt,
                                 backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil,
@@ -704,6 +710,13 @@ public final class WorkerPool: Sendable {
         }
     }
 
+    /// A job's write met an error that stops the worker: noted for the loop, which is woken to stop on it.
+    private func storeFailed(_ error: StoreError) {
+        guard Self.stopsTheWorker(error) else { return }
+        state.withLock { state in if state.fatalStoreError == nil { state.fatalStoreError = error } }
+        wakeup.signal()
+    }
+
     /// Logs, once per run, that the worker learnt it no longer holds the job's lease.
     private func noteLeaseLost(_ jobID: String, now: Int64) {
         let entry: Running? = state.withLock { state in
@@ -751,6 +764,8 @@ struct LeaseSink: TaskEventSink {
     let leaseLost: @Sendable () -> Void
     /// Until when the worker's lease holds as far as it knows (nil: the job is no longer held).
     let leaseExpiresAtMs: @Sendable () -> Int64?
+    /// Told of every write that failed for good (the pool stops on a damaged or replaced database).
+    let storeFailed: @Sendable (StoreError) -> Void
 
     /// The first wait before a failed write is tried again; it doubles up to `maxRetryDelayMs`.
     static let firstRetryDelayMs: Int64 = 50
@@ -808,6 +823,7 @@ struct LeaseSink: TaskEventSink {
                 leaseLost()
                 throw .staleLease
             }
+            storeFailed(failure)
             throw .storage(String(describing: failure))
         }
         // Outcomes (paused, succeeded, …) are reported by the pool when the run returns.
