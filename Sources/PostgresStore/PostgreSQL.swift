@@ -362,7 +362,8 @@ final class PostgresConnection {
         do throws(PostgresError) { result = .success(try body()) } catch { result = .failure(error) }
         if watchdog.disarm(), case .failure = result {
             let seconds = String(format: "%.1f", Double(watchdog.timeoutMs) / 1_000).replacingOccurrences(of: ".0", with: "")
-            throw PostgresError.connectionLost(message: "the server sent no answer for \(seconds) s, so the connection was given up", sql: sql)
+            throw PostgresError.connectionLost(message: "the server sent no answer for \(seconds) s, so the connection was given up "
+                                                   + "(the limit: JOBCTL_DB_ANSWER_TIMEOUT for commands, the lease for workers)", sql: sql)
         }
         return try result.get()
     }

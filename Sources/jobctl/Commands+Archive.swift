@@ -62,7 +62,7 @@ extension Commands {
         if before != nil, target == nil, !dryRun { throw UsageError("archive needs --to FILE: where the archived jobs are written") }
         if before == nil, target != nil { throw UsageError("--to applies only with --before") }
         let json = arguments[Options.json]
-        let store = try context.openStore(readOnly: dryRun)
+        let store = try context.openStore(readOnly: dryRun, wholeLog: true)
         var views: [String: any Encodable] = [:]
         if let before {
             let selection = try store.archiveSelection(finishedBefore: before)

@@ -233,7 +233,7 @@ extension Commands {
         options: [Options.verify, Options.json.help("Print the report as JSON.")]
     ) { arguments, context in
         let verify = arguments[Options.verify]
-        let store = try context.openStore(readOnly: verify)
+        let store = try context.openStore(readOnly: verify, wholeLog: true)
         let report = try store.replay(verify: verify)
         // Stored columns hold specs, errors and session URIs: their URLs are redacted like any other.
         let display = Display.redacting
@@ -298,7 +298,7 @@ extension Commands {
         if grant != nil && !isPostgresURL(context.databasePath) {
             throw UsageError("--grant applies only to a PostgreSQL database (--db postgres://…): an SQLite file has no roles")
         }
-        let store = try context.openStore(create: true)
+        let store = try context.openStore(create: true, wholeLog: true)
         let applied = store.appliedMigrations
         if let grant, let postgres = store as? PostgresStore {
             try postgres.grantWorkerRole(grant)
@@ -321,7 +321,7 @@ extension Commands {
 
     /// `jobctl migrate --to`: copies the --db log into an empty PostgreSQL database and verifies it.
     private static func copyLog(to target: String, force: Bool, json: Bool, context: Context) throws -> Int32 {
-        let source = try context.openStore()
+        let source = try context.openStore(wholeLog: true)
         let runningBefore = try source.counts()[.running] ?? 0
         if runningBefore > 0 && !force {
             throw CommandFailure("\(plural(runningBefore, "job")) \(runningBefore == 1 ? "is" : "are") running in \(context.databaseDisplay); nothing was copied: "

@@ -49,6 +49,8 @@ struct Setting: Sendable {
     static let all: [Setting] = [
         Setting("db", .environment("JOBCTL_DB"), default: "jobctl.db", show: redactedDatabaseURL),
         Setting("buckets", .environment("JOBCTL_BUCKETS"), default: "buckets/ beside the database"),
+        Setting("db_answer_timeout", .environment(Context.answerTimeoutVariable),
+                default: "30s on PostgreSQL (worker: its lease, at least 10s; archive, replay, migrate: none)"),
         Setting("queue", .option(Options.workerQueue.spec), default: "every queue", list: true),
         Setting("concurrency", .option(Options.concurrency.spec), default: "4"),
         Setting("claim_ahead", .option(Options.claimAhead.spec), default: "the concurrency"),
@@ -131,6 +133,11 @@ struct Configuration: Sendable {
                         try StorageConfiguration.checkForm(of: variable, value: entry.values.joined(separator: ","))
                     } catch {
                         problems.append("\(place): error: \(entry.key): \(error.message)")
+                    }
+                    if variable == Context.answerTimeoutVariable {
+                        do throws(UsageError) { _ = try Context.answerTimeoutMs(parsing: entry.values.joined(separator: ",")) } catch {
+                            problems.append("\(place): error: \(entry.key): \(error.message)")
+                        }
                     }
                 }
                 configuration.fileValues[entry.key] = (entry.values, place)
@@ -231,6 +238,11 @@ extension Commands {
                 try StorageConfiguration.checkForm(of: variable, value: set)
             } catch {
                 problems.append("jobctl config: $\(variable): \(error.message); the worker will not start with it")
+            }
+            if variable == Context.answerTimeoutVariable {
+                do throws(UsageError) { _ = try Context.answerTimeoutMs(parsing: set) } catch {
+                    problems.append("jobctl config: $\(variable): \(error.message); commands on PostgreSQL refuse it")
+                }
             }
         }
         let status = problems.isEmpty ? ExitCode.ok : ExitCode.failure

@@ -86,12 +86,39 @@ struct Context: Sendable {
     /// `EventStore.checkpointInBackground()`).
     ///
     /// A worker on PostgreSQL gives a session up once the server leaves a call unanswered for
-    /// `answerTimeoutMs` (see `PostgresStore.init`), then opens a new one.
-    func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false,
+    /// `answerTimeoutMs` (see `PostgresStore.init`), then opens a new one. Every other command waits at
+    /// most `JOBCTL_DB_ANSWER_TIMEOUT` (30 s by default) for an answer and then fails, so a stopped
+    /// server or a proxy that stopped forwarding cannot hang it; a `wholeLog` command (one that may keep
+    /// the server busy with the whole log in one statement: archive, replay, migrate) waits only as long
+    /// as the variable says, and as long as the server takes when it is unset.
+    /// The variable bounding a one-shot command's wait for a PostgreSQL server's answer.
+    static let answerTimeoutVariable = "JOBCTL_DB_ANSWER_TIMEOUT"
+    /// Its default.
+    static let defaultAnswerTimeoutMs: Int64 = 30_000
+
+    /// `JOBCTL_DB_ANSWER_TIMEOUT` in milliseconds (nil: no limit), `fallback` when it is unset or empty.
+    func databaseAnswerTimeoutMs(default fallback: Int64?) throws(UsageError) -> Int64? {
+        guard let text = environment[Self.answerTimeoutVariable], !text.isEmpty else { return fallback }
+        return try Self.answerTimeoutMs(parsing: text)
+    }
+
+    /// A duration of 1 s to 1 day (`45s`, `2m`), or `0` / `off` for no limit.
+    static func answerTimeoutMs(parsing text: String) throws(UsageError) -> Int64? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
+        if trimmed == "0" || trimmed == "off" { return nil }
+        guard case .milliseconds(let ms) = DurationText.read(trimmed), (1_000...86_400_000).contains(ms) else {
+            throw UsageError("\(answerTimeoutVariable)=\(text) is not a duration of 1s to 1d (e.g. 30s, 2m) or 0/off for no limit")
+        }
+        return ms
+    }
+
+    func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false, wholeLog: Bool = false,
                    answerTimeoutMs: Int64? = nil) throws -> any JobStore {
         if isPostgresURL(databasePath) {
+            let timeout = try worker ? answerTimeoutMs
+                : answerTimeoutMs ?? databaseAnswerTimeoutMs(default: wholeLog ? nil : Self.defaultAnswerTimeoutMs)
             return try PostgresStore(url: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite,
-                                     answerTimeoutMs: answerTimeoutMs)
+                                     answerTimeoutMs: timeout)
         }
         let store = try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
         if worker && !readOnly { try store.checkpointInBackground() }

@@ -1,0 +1,107 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// One-shot commands on PostgreSQL behind a connection that goes silent mid-session (a proxy that stops
+/// forwarding, a stopped server process): they fail after `JOBCTL_DB_ANSWER_TIMEOUT` instead of
+/// hanging, and a submit is never half-written.
+@Suite("PostgreSQL answer limit of one-shot commands", .onTestThreads)
+struct PostgresAnswerLimitTests {
+    static let manifest = """
+    jobs:
+      - kind: upload-data
+        data: "one"
+        destination: file://docs/one.txt
+      - kind: upload-data
+        data: "two"
+        destination: file://docs/two.txt
+    """
+
+    /// The workspace's database URL, reached through `proxy` instead.
+    static func proxied(_ workspace: CLIWorkspace, _ proxy: StallingTCPProxy) throws -> String {
+        let server = try PostgresServer.shared()
+        let direct = "@127.0.0.1:\(server.port)/"
+        #expect(workspace.database.contains(direct))
+        return workspace.database.replacingOccurrences(of: direct, with: "@127.0.0.1:\(proxy.port)/")
+    }
+
+    /// Runs jobctl with `arguments`, killing it when it still runs after `seconds` (then `status` is
+    /// nil): a hang fails the test instead of holding the whole run.
+    static func run(_ arguments: [String], environment: [String: String], within seconds: Double,
+                    in directory: String) throws -> (status: Int32?, stderr: String, elapsed: Double) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        process.arguments = arguments
+        process.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": directory].merging(environment) { _, new in new }
+        process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        let errorPath = "\(directory)/stderr-\(UUID().uuidString)"
+        guard FileManager.default.createFile(atPath: errorPath, contents: nil),
+              let errorFile = FileHandle(forWritingAtPath: errorPath) else {
+            throw CLITestError("could not create \(errorPath), a file the test needs")
+        }
+        defer { try? errorFile.close() }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = errorFile
+        let start = Date()
+        try process.run()
+        while process.isRunning && Date().timeIntervalSince(start) < seconds { usleep(50_000) }
+        let hung = process.isRunning
+        if hung { _ = signalIfRunning(process, SIGKILL) }
+        process.waitUntilExit()
+        let stderr = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
+        return (hung ? nil : process.terminationStatus, stderr, Date().timeIntervalSince(start))
+    }
+
+    @Test("list behind a proxy that stops forwarding at its query fails after the limit, naming it, exit 1")
+    func listStalled() throws {
+        let workspace = try CLIWorkspace("pg-stall-list", engine: .postgres)
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let proxy = try StallingTCPProxy(upstreamPort: try PostgresServer.shared().port, stallWhenClientSends: "FROM jobs")
+        defer { proxy.stop() }
+        let url = try Self.proxied(workspace, proxy)
+
+        let listed = try Self.run(["--db", url, "list"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "2s"],
+                                  within: 40, in: workspace.directory.path)
+        #expect(proxy.stalledConnections == 1)
+        #expect(listed.status == 1, "still running after \(Int(listed.elapsed)) s (nil: killed): \(listed.stderr)")
+        #expect(listed.stderr.contains("the server sent no answer for 2 s"), "\(listed.stderr)")
+        #expect(listed.stderr.contains("JOBCTL_DB_ANSWER_TIMEOUT"), "\(listed.stderr)")
+        #expect(listed.elapsed < 20, "took \(listed.elapsed) s")
+        #expect(!listed.stderr.contains(try PostgresServer.shared().password))
+    }
+
+    @Test("submit stalled at its COMMIT fails after the limit saying the outcome is unknown; nothing was half-written")
+    func submitStalledAtCommit() throws {
+        let workspace = try CLIWorkspace("pg-stall-submit", engine: .postgres)
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let path = try workspace.write("jobs.yaml", Self.manifest)
+        let proxy = try StallingTCPProxy(upstreamPort: try PostgresServer.shared().port, stallWhenClientSends: "COMMIT\u{0}")
+        defer { proxy.stop() }
+        // The statement's text ends with a NUL in the protocol (`READ COMMITTED` in BEGIN is not it).
+        let url = try Self.proxied(workspace, proxy)
+
+        let submitted = try Self.run(["--db", url, "submit", path], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "2s"],
+                                     within: 40, in: workspace.directory.path)
+        #expect(proxy.stalledConnections == 1)
+        #expect(submitted.status == 1, "still running after \(Int(submitted.elapsed)) s (nil: killed): \(submitted.stderr)")
+        #expect(submitted.stderr.contains("the server sent no answer for 2 s"), "\(submitted.stderr)")
+        #expect(submitted.stderr.contains("the server may have committed the transaction"), "\(submitted.stderr)")
+        #expect(submitted.elapsed < 20, "took \(submitted.elapsed) s")
+        // The COMMIT never reached the server: not one of the jobs is there (read directly).
+        let list = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(list.isEmpty, "\(list)")
+    }
+
+    @Test("a JOBCTL_DB_ANSWER_TIMEOUT that is not a duration is a usage error")
+    func badValue() throws {
+        let workspace = try CLIWorkspace("pg-stall-bad", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let output = try workspace.jobctl(["list"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "soon"])
+        #expect(output.status == 64, "\(output.stderr)")
+        #expect(output.stderr.contains("JOBCTL_DB_ANSWER_TIMEOUT=soon is not a duration"), "\(output.stderr)")
+        let config = try workspace.jobctl(["config"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "soon"])
+        #expect(config.status == 1 && config.stderr.contains("$JOBCTL_DB_ANSWER_TIMEOUT"), "\(config.stderr)")
+    }
+}

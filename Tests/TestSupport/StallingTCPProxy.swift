@@ -1,0 +1,155 @@
+import Foundation
+import Synchronization
+
+/// A TCP proxy on 127.0.0.1 that forwards bytes both ways to an upstream port until the client sends
+/// bytes holding `marker`; from then on that connection goes silent: those bytes and everything after
+/// them are held, in both directions, and its sockets stay open (a proxy or load balancer that accepted
+/// and then stopped forwarding). Other connections go on being forwarded. For protocols a real local
+/// server speaks but cannot be made to stall on demand (PostgreSQL's: a statement's text is sent as
+/// is, so its SQL is a marker).
+///
+/// `stop()` closes every socket; call it in a `defer`.
+public final class StallingTCPProxy: Sendable {
+    /// The port it listens on.
+    public let port: Int
+    private let upstreamPort: Int
+    private let marker: [UInt8]
+    private let listener: Int32
+    private let state = Mutex<State>(State())
+
+    private struct State {
+        var sockets: [Int32] = []
+        var stalled = 0
+        var stopped = false
+    }
+
+    /// How many connections went silent so far.
+    public var stalledConnections: Int { state.withLock { $0.stalled } }
+
+    /// Listens on a free port of 127.0.0.1 and forwards to `127.0.0.1:upstreamPort`.
+    public init(upstreamPort: Int, stallWhenClientSends marker: String) throws {
+        self.upstreamPort = upstreamPort
+        self.marker = Array(marker.utf8)
+        let socket = Self.makeSocket()
+        var address = Self.loopback(port: 0)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(socket, 16) == 0 else {
+            close(socket)
+            throw TestServerError("the stalling proxy could not listen: errno \(errno)")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
+        }
+        listener = socket
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread { [self] in acceptLoop() }
+    }
+
+    /// Closes the listener and every connection (held bytes are dropped).
+    public func stop() {
+        let sockets = state.withLock { state -> [Int32] in
+            state.stopped = true
+            defer { state.sockets = [] }
+            return state.sockets
+        }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        for socket in sockets {
+            shutdown(socket, Int32(SHUT_RDWR))
+            close(socket)
+        }
+    }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            let upstream = Self.makeSocket()
+            var address = Self.loopback(port: upstreamPort)
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            let kept = state.withLock { state -> Bool in
+                guard !state.stopped else { return false }
+                state.sockets += [client, upstream]
+                return true
+            }
+            guard kept, connected == 0 else {
+                close(client)
+                close(upstream)
+                if !kept { return }
+                continue
+            }
+            let silent = Silence()
+            Thread.detachNewThread { [self] in pump(from: client, to: upstream, silent: silent, watch: true) }
+            Thread.detachNewThread { [self] in pump(from: upstream, to: client, silent: silent, watch: false) }
+        }
+    }
+
+    /// Copies `from` to `to` until either closes. On the client's side (`watch`), bytes holding the
+    /// marker make the connection silent; a silent connection forwards nothing more either way (its
+    /// pumps stop reading, so the sockets stay open and unread).
+    private func pump(from: Int32, to: Int32, silent: Silence, watch: Bool) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var tail: [UInt8] = []
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(from, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else {
+                shutdown(to, Int32(SHUT_WR))
+                return
+            }
+            if watch {
+                // The marker may straddle two reads: the end of the last one is searched with this one.
+                let window = tail + buffer[0..<count]
+                if Self.contains(window, marker) {
+                    silent.flag.withLock { $0 = true }
+                    state.withLock { $0.stalled += 1 }
+                }
+                tail = Array(window.suffix(max(marker.count - 1, 0)))
+            }
+            if silent.flag.withLock({ $0 }) { return }
+            var sent = 0
+            while sent < count {
+                let written = buffer.withUnsafeBytes { write(to, $0.baseAddress! + sent, count - sent) }
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { return }
+                sent += written
+            }
+        }
+    }
+
+    /// Whether one connection has gone silent, shared by its two pumps.
+    private final class Silence: Sendable {
+        let flag = Mutex(false)
+    }
+
+    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+        for start in 0...(haystack.count - needle.count) where haystack[start..<(start + needle.count)].elementsEqual(needle) {
+            return true
+        }
+        return false
+    }
+
+    private static func makeSocket() -> Int32 {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        return socket
+    }
+
+    private static func loopback(port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return address
+    }
+}
