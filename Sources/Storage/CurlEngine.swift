@@ -281,6 +281,10 @@ struct CurlOptions: Sendable {
     var trust: CertificateTrust
     /// The bucket shared by every exchange of the worker (`--bwlimit`), if any.
     var bandwidth: SharedBandwidth?
+    /// Whether the exchange goes straight to its host whatever `http_proxy`, `HTTPS_PROXY`, `ALL_PROXY`
+    /// say: the metadata server's, as Google's auth libraries do (it is link-local to the machine, and
+    /// a proxy would be handed the machine's tokens).
+    var bypassesProxies = false
 }
 
 /// Why an exchange did not produce a response.
@@ -406,6 +410,11 @@ private final class CurlExchange: @unchecked Sendable {
             try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, max(1, Int(deadline.remainingMilliseconds))))
         }
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1))
+        if options.bypassesProxies {
+            // "*": no proxy for any host (https://curl.se/libcurl/c/CURLOPT_NOPROXY.html); it wins over the
+            // proxy variables libcurl reads from the environment. A reset handle has no such list again.
+            try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_NOPROXY, "*"))
+        }
         // Which CAs to trust (https://curl.se/libcurl/c/CURLOPT_CAINFO.html, CURLOPT_CAPATH.html). A nil
         // path with `exclusive` switches libcurl's default off; verification itself always stays on.
         let trust = options.trust

@@ -45,6 +45,9 @@ struct GoogleTokenFetcher: Sendable {
                 ? "the metadata server \(host) (a Google Compute Engine machine, or GCE_METADATA_HOST)"
                 : "the metadata server \(host) (GCE_METADATA_HOST)"
             options.connectTimeout = min(options.connectTimeout, Self.metadataConnectTimeout)
+            // Never through a proxy (`http_proxy` and the like), as Google's auth libraries ask it: the
+            // server is the machine's own, and its tokens are not to be handed to anything between.
+            options.bypassesProxies = true
         }
         var sink = MemorySink(limit: Int64(AccessTokenResponse.sizeLimit), url: request.url, progress: { _ in })
         let answer: AccessTokenResponse

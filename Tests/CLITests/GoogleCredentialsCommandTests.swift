@@ -22,6 +22,28 @@ import TestSupport
         for output in [worker.stdout, worker.stderr] { #expect(!output.contains("tok-1") && !output.contains("PRIVATE KEY")) }
     }
 
+    /// The metadata server is asked directly, never through `http_proxy` / `ALL_PROXY`, as Google's
+    /// auth libraries do: here the proxy refuses every connection, and the storage requests (to
+    /// `localhost`, in `no_proxy`) go around it, so only the token request could meet it.
+    @Test func metadataServerTokensBypassTheProxy() throws {
+        let server = try TokenServer.start()
+        defer { server.stop() }
+        try server.serve(Data("hi".utf8), metadata: #"{"bucket":"bkt","name":"a.txt","size":"2","generation":"1"}"#)
+        let deadProxy = ClosedLoopbackPort()
+        let workspace = try CLIWorkspace("credentials-metadata-proxy")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("- {kind: download-memory, source: \"gs://bkt/a.txt\", max_attempts: 1}\n")
+        let environment = ["GCE_METADATA_HOST": "127.0.0.1:\(server.port)",
+                           "STORAGE_EMULATOR_HOST": "http://localhost:\(server.port)", "HOME": workspace.directory.path,
+                           "http_proxy": "http://\(deadProxy.hostAndPort)", "ALL_PROXY": "http://\(deadProxy.hostAndPort)",
+                           "no_proxy": "localhost"]
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let result = try workspace.jobctl(["result", try #require(ids.first)])
+        #expect(result.stdout == "hi", "\(result.stderr)")
+        #expect(server.tokenRequests.map(\.metadataFlavor) == ["Google"], "one metadata token request: \(server.tokenRequests)")
+    }
+
     @Test func badKeyStopsTheWorkerAtStart() throws {
         let workspace = try CLIWorkspace("credentials-bad")
         defer { workspace.directory.remove() }
