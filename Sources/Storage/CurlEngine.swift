@@ -907,9 +907,12 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 /// `redirect` is the status of a redirect the exchange ended at, when it ended at one. `proxyStatus` is
 /// what a proxy answered the tunnel's CONNECT (`CURLINFO_HTTP_CONNECTCODE`), 0 when none was asked.
 /// Whether the job is retried is the retry policy's decision, so no message here promises it.
+///
+/// `environment` is where libcurl found its proxy variables (the process's), for naming a proxy that
+/// could not be reached.
 func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
                  trust: CertificateTrust = .systemDefault, requestSent: Bool = false, redirect: Int? = nil,
-                 proxyStatus: Int = 0) -> StorageError {
+                 proxyStatus: Int = 0, environment: [String: String] = ProcessInfo.processInfo.environment) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: jobctl_curl_easy_strerror(curlCode))
     let cause = "curl error \(code) (\(name)): \(text)"
@@ -938,7 +941,28 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
                             url: redactedURL(url), cause: cause)
     }
     switch curlCode {
-    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY:
+        // The connection that failed may be the proxy's (`http_proxy`, `https_proxy`, `ALL_PROXY`): then
+        // it is the proxy that is named, not the server, which was never reached.
+        if let proxy = ProxyEnvironment.describedProxy(for: url, environment: environment) {
+            let what: String? = if curlCode == CURLE_COULDNT_RESOLVE_PROXY {
+                "the host name of \(proxy.text) could not be resolved"
+            } else if text.contains(proxy.endpoint) {
+                "could not connect to \(proxy.text); it may be down"
+            } else if text.contains("CONNECT tunnel failed") {
+                "\(proxy.text) did not open a tunnel to the server (\(text))"
+            } else {
+                nil
+            }
+            if let what {
+                return StorageError(.unknown, "\(what): check the proxy, or leave this host out of it with no_proxy",
+                                    url: redactedURL(url), retryable: true, cause: SecretRedaction.redactURLs(in: cause))
+            }
+        }
+        if curlCode == CURLE_COULDNT_RESOLVE_PROXY {
+            return StorageError(.unknown, "the proxy's host name could not be resolved; check the proxy variables (http_proxy, "
+                                    + "https_proxy, ALL_PROXY) or DNS", url: redactedURL(url), retryable: true, cause: cause)
+        }
         return StorageError(.unknown, "could not connect to the server; it may be down",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_OPERATION_TIMEDOUT:
@@ -947,9 +971,6 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
     case CURLE_COULDNT_RESOLVE_HOST:
         return StorageError(.unknown, "the host name could not be resolved; check the endpoint or DNS",
                             url: redactedURL(url), retryable: true, cause: cause)
-    case CURLE_COULDNT_RESOLVE_PROXY:
-        return StorageError(.unknown, "the proxy's host name could not be resolved; check http_proxy / https_proxy / "
-                                + "HTTPS_PROXY / ALL_PROXY, or DNS", url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_WEIRD_SERVER_REPLY,
          CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_QUIC_CONNECT_ERROR, CURLE_SSL_CONNECT_ERROR,
          CURLE_SEND_FAIL_REWIND, CURLE_PROXY:

@@ -1,0 +1,85 @@
+import Foundation
+import JobModel
+
+/// The proxy variables libcurl reads from the environment, read as it reads them, for what jobctl
+/// says about them (an error naming the proxy, `jobctl config`); where a request goes is libcurl's
+/// decision alone.
+///
+/// See https://curl.se/libcurl/c/CURLOPT_PROXY.html and https://curl.se/libcurl/c/CURLOPT_NOPROXY.html
+/// ("Environment variables"): `[scheme]_proxy` (`http_proxy` in lower case only, `https_proxy` or
+/// `HTTPS_PROXY`), then `all_proxy` / `ALL_PROXY`; `no_proxy` / `NO_PROXY` list the hosts that go
+/// direct.
+public enum ProxyEnvironment {
+    /// Every variable libcurl honours for HTTP and HTTPS, in the order it looks them up.
+    public static let variables = ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"]
+
+    /// A proxy variable's value as it may be shown: the password of a `user:password@` (or a bare
+    /// `token@`) replaced, also in a value written without a scheme (`user:pw@proxy:3128`), which
+    /// libcurl takes as `http://`.
+    public static func redacted(_ value: String) -> String {
+        guard !value.contains("://") else { return redactedURL(value) }
+        let shown = redactedURL("http://" + value)
+        return String(shown.dropFirst("http://".count))
+    }
+
+    /// The proxy libcurl takes from `environment` for `url`, and the variable it came from; nil when
+    /// none is set for the URL's scheme, or `no_proxy` names its host.
+    static func proxy(for url: String, environment: [String: String]) -> (value: String, variable: String)? {
+        guard let schemeEnd = url.range(of: "://") else { return nil }
+        let scheme = url[..<schemeEnd.lowerBound].lowercased()
+        var names = ["\(scheme)_proxy"]
+        if scheme != "http" { names.append("\(scheme)_proxy".uppercased()) }
+        names += ["all_proxy", "ALL_PROXY"]
+        guard let found = names.lazy.compactMap({ name in environment[name].flatMap { $0.isEmpty ? nil : ($0, name) } }).first else {
+            return nil
+        }
+        if let host = endpoint(of: url)?.host, let list = environment["no_proxy"] ?? environment["NO_PROXY"],
+           excludes(list, host: host) {
+            return nil
+        }
+        return found
+    }
+
+    /// Whether a `no_proxy` list names `host`: `*` alone names every host; an entry (a leading `.`
+    /// dropped) names the host itself and the names under it.
+    static func excludes(_ list: String, host: String) -> Bool {
+        let entries = list.split(whereSeparator: { $0 == "," || $0 == " " }).map { String($0) }
+        if entries == ["*"] { return true }
+        let name = host.lowercased()
+        for var entry in entries.map({ $0.lowercased() }) {
+            if entry.hasPrefix(".") { entry.removeFirst() }
+            guard !entry.isEmpty else { continue }
+            if name == entry || name.hasSuffix("." + entry) { return true }
+        }
+        return false
+    }
+
+    /// The host and port of a URL or a proxy value (`[scheme://][user[:password]@]host[:port][/…]`);
+    /// `defaultPort` when none is written (a proxy's is 1080, or 443 for an `https://` proxy, as libcurl's).
+    static func endpoint(of text: String, defaultPort: Int = 1080) -> (host: String, port: Int)? {
+        var rest = Substring(text)
+        var fallback = defaultPort
+        if let schemeEnd = rest.range(of: "://") {
+            if rest[..<schemeEnd.lowerBound].lowercased() == "https" { fallback = 443 }
+            rest = rest[schemeEnd.upperBound...]
+        }
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        let hostAndPort = authority.lastIndex(of: "@").map { authority[authority.index(after: $0)...] } ?? authority
+        if hostAndPort.hasPrefix("["), let close = hostAndPort.firstIndex(of: "]") {
+            let host = String(hostAndPort[hostAndPort.index(after: hostAndPort.startIndex)..<close])
+            let after = hostAndPort[hostAndPort.index(after: close)...]
+            return (host, after.hasPrefix(":") ? Int(after.dropFirst()) ?? fallback : fallback)
+        }
+        let parts = hostAndPort.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let host = parts.first, !host.isEmpty else { return nil }
+        return (String(host), parts.count > 1 ? Int(parts[1]) ?? fallback : fallback)
+    }
+
+    /// The proxy `environment` sets for `url`, as it may be shown (its password redacted) with its
+    /// variable, and its host and port as libcurl names them in its messages (`HOST port PORT`).
+    static func describedProxy(for url: String, environment: [String: String]) -> (text: String, endpoint: String)? {
+        guard let (value, variable) = proxy(for: url, environment: environment),
+              let (host, port) = endpoint(of: value) else { return nil }
+        return ("the proxy \(redacted(value)) (from $\(variable))", "\(host) port \(port)")
+    }
+}

@@ -1,0 +1,28 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// A proxy from the environment that cannot be reached is named in the job's error (its password
+/// redacted), not taken for the server.
+@Suite("proxy errors", .onTestThreads) struct ProxyErrorTests {
+    @Test("a dead proxy is named, with its variable and without its password; the server is not blamed")
+    func deadProxyIsNamed() throws {
+        let deadProxy = ClosedLoopbackPort()
+        let deadServer = ClosedLoopbackPort()
+        let workspace = try CLIWorkspace("proxy-dead")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit(
+            "- {kind: download-memory, source: \"http://127.0.0.1:\(deadServer.port)/a.txt\", max_attempts: 1}\n")
+        var environment = Dictionary(uniqueKeysWithValues: ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
+                                                            "no_proxy", "NO_PROXY"].map { ($0, "") })
+        environment["http_proxy"] = "http://carol:pr0xy-s3cret@\(deadProxy.hostAndPort)"
+        environment["HOME"] = workspace.directory.path
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 2, "\(worker.stderr)")
+        let shown = try workspace.jobctl(["show", try #require(ids.first)])
+        let expected = "could not connect to the proxy http://carol:REDACTED@\(deadProxy.hostAndPort) (from $http_proxy)"
+        #expect(shown.stdout.contains(expected), "\(shown.stdout)")
+        #expect(!shown.stdout.contains("could not connect to the server"), "\(shown.stdout)")
+        for output in [worker.stdout, worker.stderr, shown.stdout, shown.stderr] { #expect(!output.contains("pr0xy-s3cret")) }
+    }
+}
