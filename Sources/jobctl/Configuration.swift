@@ -182,6 +182,21 @@ struct ConfigurationError: Error, CustomStringConvertible {
 
 // MARK: - jobctl config
 
+/// The proxy variables libcurl reads from the environment (not settings of the file: libcurl reads the
+/// process's environment itself), as `jobctl config` shows them: each with its value, a password in it
+/// redacted, or "none". `HTTP_PROXY` is shown only when set, since libcurl does not read it.
+func proxyRows(_ environment: [String: String]) -> [(key: String, value: String, source: String)] {
+    var rows = ProxyEnvironment.variables.map { variable -> (key: String, value: String, source: String) in
+        guard let value = environment[variable], !value.isEmpty else { return (variable, "none", "default") }
+        return (variable, ProxyEnvironment.redacted(value), "environment ($\(variable))")
+    }
+    if let ignored = environment["HTTP_PROXY"], !ignored.isEmpty {
+        rows.insert(("HTTP_PROXY", ProxyEnvironment.redacted(ignored), "environment ($HTTP_PROXY), not read: libcurl takes http_proxy"),
+                    at: 1)
+    }
+    return rows
+}
+
 extension Commands {
     static let config = CommandSpec(
         name: "config",
@@ -192,7 +207,9 @@ extension Commands {
         default. The file is YAML: --config FILE or $JOBCTL_CONFIG names it; otherwise
         /etc/jobctl/config.yaml and then $XDG_CONFIG_HOME/jobctl/config.yaml (~/.config/… when unset) are
         read when they exist, the second winning. Keys: \(Setting.all.map(\.key).joined(separator: ", ")).
-        An unknown key or a bad value is an error at its file, line and column. Secrets are redacted.
+        An unknown key or a bad value is an error at its file, line and column. The proxy variables of the
+        environment that HTTP(S) transfers honour (\(ProxyEnvironment.variables.joined(separator: ", "))) are listed
+        after the settings. Secrets are redacted, a proxy's password too.
         """
     ) { arguments, context in
         struct Row: Encodable {
@@ -228,7 +245,7 @@ extension Commands {
                 source = "flag (--db)"
             }
             return Row(key: setting.key, value: value, source: source, variable: setting.routeName)
-        }
+        } + proxyRows(processEnvironment).map { Row(key: $0.key, value: $0.value, source: $0.source, variable: $0.key) }
         // A value from the environment that the worker would refuse is not in effect: it is shown as set,
         // named on standard error with the worker's own message, and the exit status is the worker's (1).
         var problems: [String] = []

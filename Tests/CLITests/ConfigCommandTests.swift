@@ -97,6 +97,31 @@ import TestSupport
         #expect(good.status == 0 && good.stderr.isEmpty, "\(good.stderr)")
     }
 
+    @Test("the proxy variables libcurl honours are shown, text and JSON, their passwords redacted")
+    func proxyVariables() throws {
+        let workspace = try CLIWorkspace("config-proxy")
+        defer { workspace.directory.remove() }
+        // Every proxy variable given (empty ones count as unset), so the machine's own do not leak in.
+        var environment = Dictionary(uniqueKeysWithValues: ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                                                            "ALL_PROXY", "no_proxy", "NO_PROXY"].map { ($0, "") })
+        environment["https_proxy"] = "http://alice:pr0xy-s3cret@proxy.example:3128"
+        environment["ALL_PROXY"] = "bob:all-s3cret@socks.example:1080"
+        environment["no_proxy"] = "localhost,.internal"
+        let settings = try Self.settings(try Self.run(workspace, ["config", "--json"], environment: environment))
+        #expect(settings["https_proxy"]?["value"] == "http://alice:REDACTED@proxy.example:3128", "\(settings)")
+        #expect(settings["https_proxy"]?["source"] == "environment ($https_proxy)")
+        #expect(settings["https_proxy"]?["variable"] == "https_proxy")
+        #expect(settings["ALL_PROXY"]?["value"] == "bob:REDACTED@socks.example:1080", "\(settings)")
+        #expect(settings["no_proxy"]?["value"] == "localhost,.internal")
+        #expect(settings["http_proxy"]?["value"] == "none" && settings["http_proxy"]?["source"] == "default")
+        #expect(settings["HTTP_PROXY"] == nil, "shown only when set")
+        let text = try Self.run(workspace, ["config"], environment: environment)
+        #expect(text.status == 0, "\(text.stderr)")
+        #expect(text.stdout.contains("https_proxy") && text.stdout.contains("alice:REDACTED@proxy.example"), "\(text.stdout)")
+        #expect(text.stdout.contains("no_proxy") && text.stdout.contains("localhost,.internal"), "\(text.stdout)")
+        for output in [text.stdout, text.stderr] { #expect(!output.contains("s3cret")) }
+    }
+
     @Test("the file's settings reach the commands: db for every command, worker flags unless given")
     func settingsApply() throws {
         let workspace = try CLIWorkspace("configapply")
