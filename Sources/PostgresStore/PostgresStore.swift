@@ -279,6 +279,8 @@ extension StoreError {
             self = .readOnly("\(error)")
         case .conversion(let message):
             self = .corrupt(message)
+        case .connectionFailed, .connectionLost:
+            self = .unreachable("\(error)")
         default:
             self = .io("\(error)")
         }
@@ -328,7 +330,7 @@ extension PostgresConnection {
     /// errors are one step's refusal.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .busy, .readOnly, .damaged, .replaced: throw error
+        case .io, .unreachable, .busy, .readOnly, .damaged, .replaced: throw error
         default: if !isConnected { throw error }
         }
     }

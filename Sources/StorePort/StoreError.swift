@@ -32,6 +32,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case keyConflict(key: String, existingID: String)
     /// The file could not be opened, read or written.
     case io(String)
+    /// The database server could not be reached, or its connection was lost or stopped answering (a
+    /// server database only); the message says which and what to check.
+    case unreachable(String)
     /// The database file is damaged, or is not a database at all (SQLite's "malformed" and "not a
     /// database"): no retry can help, so a worker stops rather than retrying for ever.
     case damaged(String)
@@ -82,6 +85,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "nothing was submitted: give this job a new key, or submit the same spec to get \(existingID) back"
         case .io(let message):
             return "database I/O error: \(message)"
+        case .unreachable(let message):
+            return message
         case .damaged(let message):
             return "the database file is damaged or is not a jobctl database (\(message)): check that it is the file "
                 + "meant; if it is, stop every worker, keep a copy of it with its -wal and -shm files, and check it with "

@@ -379,7 +379,7 @@ public final class WorkerPool: Sendable {
                 writesFailingSince = failingSince
                 if Self.drainGivesUp(config, running: runningCount, failingForMs: now - failingSince) {
                     log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
-                    throw WorkerStopped.storeRefusesWrites(String(describing: error), forMs: now - failingSince)
+                    throw WorkerStopped.storeRefusesWrites(String(describing: error), cause: error as? StoreError, forMs: now - failingSince)
                 }
                 log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
                 await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
@@ -875,7 +875,7 @@ struct LeaseSink: TaskEventSink {
     /// Whether `error` says the store could not write (and may later), not that it refused this event.
     static func isTransient(_ error: StoreError) -> Bool {
         switch error {
-        case .io, .busy: true
+        case .io, .unreachable, .busy: true
         default: false
         }
     }
@@ -883,15 +883,28 @@ struct LeaseSink: TaskEventSink {
 
 /// Why a worker stopped before its work was done.
 public enum WorkerStopped: Error, Sendable, CustomStringConvertible {
-    /// A drain with nothing running found the store failing, no outcome written, for `forMs` (its error).
-    case storeRefusesWrites(String, forMs: Int64)
+    /// A drain with nothing running found the store failing, no outcome written, for `forMs` (its last
+    /// error, and that error when it is the store's own).
+    case storeRefusesWrites(String, cause: StoreError?, forMs: Int64)
 
     public var description: String {
         switch self {
-        case .storeRefusesWrites(let error, let ms):
+        case .storeRefusesWrites(let error, let cause, let ms):
             "the drain stopped: the event log kept failing for \(String(format: "%.1f", Double(ms) / 1_000)) s without recording any job's outcome, with no job running "
-                + "(\(error)); free space on its disk or make it writable, then run the worker again — no job is lost: "
+                + "(\(error)); \(Self.remedy(for: cause)), then run the worker again — no job is lost: "
                 + "those this worker held go back to the queue when their leases expire"
+        }
+    }
+
+    /// What to do about the error that stopped the drain: it is the error's cause that is named (a
+    /// server that cannot be reached is not a full disk).
+    private static func remedy(for error: StoreError?) -> String {
+        switch error {
+        case .unreachable?: "check that the database server is running and reachable from this machine"
+        case .readOnly?: "make the database writable"
+        case .busy?: "find the process that holds the database's write lock (a stopped worker, a long transaction)"
+        case .io?: "free space on the database's disk or make it writable"
+        default: "fix what the error says"
         }
     }
 }
