@@ -163,6 +163,10 @@ final class PostgresBatchWriter: DecisionWriter {
     /// The statement returns the transaction's id, which the connection notes as its own
     /// (`ownTransactionIDs`: `dataVersion` does not count this session's own commits).
     func flush() throws(StoreError) {
+        if !blobRows.isEmpty {
+            // The blobs' turns before they are stored (see `BlobTurns`), held back in the same pipeline.
+            connection.enqueue(BlobTurns.sharedSQL, [postgresTextArray(blobRows.keys.sorted())])
+        }
         let writes = try collectedWrites()
         guard !writes.isEmpty else { return }
         let (sql, parameters) = Self.statement(writes, then: "SELECT pg_current_xact_id_if_assigned()::text::bigint", [])

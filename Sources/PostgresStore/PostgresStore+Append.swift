@@ -391,6 +391,7 @@ extension PostgresConnection: DecisionWriter {
 
     /// Stores bytes once under their SHA-256 (hex), `sha256`.
     public func storeBlob(_ bytes: Data, sha256: String) throws(StoreError) {
+        try takeBlobTurns([sha256], exclusive: false)
         try store("INSERT INTO blobs (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
                   [.text(sha256), .int(bytes.count), .bytea(bytes)])
     }

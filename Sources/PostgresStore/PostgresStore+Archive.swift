@@ -81,6 +81,9 @@ extension PostgresStore {
             try connection.store("DELETE FROM archive_authorisations")
 
             var removed = 0
+            // Each blob's turn first (see `BlobTurns`), then its users read anew: a worker that stored
+            // the same bytes for a job of its own meanwhile has committed, or waits for this removal.
+            try connection.takeBlobTurns(selection.blobs.map(\.sha256), exclusive: true)
             for blob in selection.blobs {
                 let stillUsed = try connection.row(
                     "SELECT 1 FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version "
@@ -122,8 +125,18 @@ extension PostgresStore {
     /// Removes (or lists, with `dryRun`) the blobs only old jobs produced (see `JobStore.expireBlobs`).
     public func expireBlobs(finishedBefore: Int64, now: Int64, dryRun: Bool) throws(StoreError) -> BlobExpiry {
         let body = { (connection: PostgresConnection) throws(StoreError) -> BlobExpiry in
-            let found = try connection.rows(Self.expirableBlobsSQL + (dryRun ? "" : " FOR UPDATE OF b"), [.integer(finishedBefore)]) {
+            var found = try connection.rows(Self.expirableBlobsSQL + (dryRun ? "" : " FOR UPDATE OF b"), [.integer(finishedBefore)]) {
                 (row) throws(StoreError) in (try row.string(0), try row.integer(1))
+            }
+            if !dryRun, !found.isEmpty {
+                // The look above ran on the snapshot it began with, and a lock it waited for (a worker
+                // storing the same bytes) does not refresh it: with each blob's turn taken (see
+                // `BlobTurns`), the jobs that use it are read again, committed ones included.
+                try connection.takeBlobTurns(found.map(\.0), exclusive: true)
+                let still = Set(try connection.rows(Self.expirableBlobsSQL, [.integer(finishedBefore)]) { (row) throws(StoreError) in
+                    try row.string(0)
+                })
+                found.removeAll { !still.contains($0.0) }
             }
             if !dryRun {
                 for (digest, size) in found {
@@ -161,5 +174,44 @@ extension PostgresStore {
                 StoreClockReading(databaseNowMs: try row.integer(0), newestEventAtMs: try row.optionalInteger(1))
             } ?? StoreClockReading(databaseNowMs: nil, newestEventAtMs: nil)
         }
+    }
+}
+
+/// Turns on the bytes of one SHA-256 between the transactions that store a blob and those that remove
+/// one. A worker's group commit stores a download-memory result with `INSERT … ON CONFLICT DO NOTHING`,
+/// which neither waits for nor locks a row already there, and a removal (`archive`, `archive
+/// --blobs-before`) decides from the jobs that reference a blob as its snapshot shows them: the job a
+/// worker is finishing with the same bytes is not among them until it commits. So each side first
+/// takes an advisory lock of the digest's bucket — a worker shared (workers never wait for each other),
+/// a removal exclusive — and a removal reads the blob's users only once it holds the lock: a worker
+/// that came first has committed and its job keeps the blob; one that comes later waits for the
+/// removal's commit and then stores the bytes again. Advisory locks, not row locks: the worker role may
+/// only insert into `blobs` (a row lock needs UPDATE). Buckets, not one lock per digest, for the
+/// same reason as the submit's (`PostgresStore.submitLockBuckets`): the server's lock table is small.
+enum BlobTurns {
+    /// The first integer of the two-integer advisory locks ('jobb'), apart from the submit's and the migrator's.
+    static let lockClass: Int32 = 0x6A6F_6262
+    /// The seed of the hash that puts a digest in its bucket.
+    static let seed: Int64 = 0x626C_6F62_7331
+    /// How many buckets the digests hash into (a power of two).
+    static let buckets = 256
+
+    /// The statement that takes the turns of the digests in `$1` (`text[]`), in bucket order.
+    static func sql(exclusive: Bool) -> String {
+        """
+        SELECT \(exclusive ? "pg_advisory_xact_lock" : "pg_advisory_xact_lock_shared")(\(lockClass), bucket)
+        FROM (SELECT DISTINCT (hashtextextended(sha256, \(seed)) & \(buckets - 1))::int AS bucket
+              FROM unnest($1::text[]) AS sha256 ORDER BY bucket) AS buckets
+        """
+    }
+    static let sharedSQL = sql(exclusive: false)
+    static let exclusiveSQL = sql(exclusive: true)
+}
+
+extension PostgresConnection {
+    /// Takes the turns of `digests` until the transaction ends (see `BlobTurns`).
+    func takeBlobTurns(_ digests: [String], exclusive: Bool) throws(StoreError) {
+        guard !digests.isEmpty else { return }
+        _ = try store(exclusive ? BlobTurns.exclusiveSQL : BlobTurns.sharedSQL, [postgresTextArray(digests)])
     }
 }

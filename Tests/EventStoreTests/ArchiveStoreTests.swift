@@ -183,4 +183,105 @@ struct ArchiveStoreTests {
         }
         #expect(dangling == 0, "a job waits for a job the archive removed")
     }
+
+    /// What one thread of `blobRemovedBesideAWorkerStoringItAgain` got, set before its semaphore is
+    /// signalled and read after.
+    private final class Outcome<T>: @unchecked Sendable {
+        var result: Result<T, StoreError>?
+    }
+
+    /// PostgreSQL runs a worker's group commit beside an `archive` or an `archive --blobs-before`
+    /// (SQLite has one writer). A worker storing a download-memory result with the same bytes as an
+    /// old job's (the same SHA-256, so the same blob) while the old job's blob is being removed: the
+    /// new job keeps its blob whichever of the two comes first. A third transaction's key-share lock
+    /// of the blob's row holds the removal at its first statement that touches the row, which makes
+    /// the order certain: the expiry's look for the blob (which begins before the worker's commit),
+    /// the archive's delete of it (after it looked for the blob's users).
+    @Test("a blob removed (archive, --blobs-before) while a worker stores the same bytes for a new job stays for it",
+          arguments: ["archive", "expiry"])
+    func blobRemovedBesideAWorkerStoringItAgain(removal: String) throws {
+        let url = try PostgresServer.shared().makeSchema("blobrace\(removal)")
+        let remover = try PostgresStore(url: url, mode: .create)
+        let worker = try PostgresStore(url: url, mode: .readWrite)
+        let holder = try PostgresStore(url: url, mode: .readWrite)
+        let observer = try PostgresStore(url: url, mode: .readWrite)
+        let bytes = AppendTests.blobBytes
+        func succeed(_ store: PostgresStore, at now: Int64) throws -> (id: String, pending: PendingEvent) {
+            let id = try store.submit([memorySpec()], actor: "cli:test", now: now)[0].id
+            let claim = try #require(try store.claim(owner: workerName, queues: nil, limit: 1, leaseMs: 60_000, now: now).first)
+            #expect(claim.record.id == id)
+            return (id, try PendingEvent(jobID: id, type: .succeeded, actor: workerName, leaseToken: claim.token,
+                                     data: EventData(result: JobResult(size: Int64(bytes.count), data: bytes))))
+        }
+        // An old job's result, then a new job running that will end with the same bytes.
+        let old = try succeed(remover, at: 1_000)
+        let digest = try #require(try remover.append(old.pending, now: 2_000).data.result?.blob)
+        let new = try succeed(worker, at: 3_000)
+        let selection = try remover.archiveSelection(finishedBefore: 2_500)
+        #expect(selection.jobs.map(\.id) == [old.id] && selection.blobs.map(\.sha256) == [digest])
+
+        let (holding, release, released) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let held = Outcome<Void>()
+        startThread {
+            held.result = Result { () throws(StoreError) in
+                try holder.writeTransaction { (connection) throws(StoreError) in
+                    _ = try connection.store("SELECT 1 FROM blobs WHERE sha256 = $1 FOR KEY SHARE", [.text(digest)])
+                    holding.signal()
+                    release.wait()
+                }
+            }
+            if case .failure? = held.result { holding.signal() }
+            released.signal()
+        }
+        holding.wait()
+        if case .failure(let error)? = held.result { throw error }
+        let removerPID = try remover.withConnection { (connection) throws(StoreError) -> Int64 in
+            try connection.row("SELECT pg_backend_pid()") { (row) throws(StoreError) in try row.integer(0) } ?? -1
+        }
+        let removed = Outcome<[String]>()
+        let removalDone = DispatchSemaphore(value: 0)
+        startThread {
+            removed.result = Result { () throws(StoreError) -> [String] in
+                if removal == "archive" {
+                    _ = try remover.removeArchived(selection, record: Self.record(selection), actor: "cli:test", now: 4_000) {}
+                    return [digest]
+                }
+                return try remover.expireBlobs(finishedBefore: 2_500, now: 4_000, dryRun: false).digests
+            }
+            removalDone.signal()
+        }
+        // The removal waits for the key-share lock.
+        var waiting = false
+        for _ in 0..<500 where !waiting {
+            waiting = try observer.withConnection { (connection) throws(StoreError) -> Bool in
+                try connection.row("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+                                   [.integer(removerPID)]) { (row) throws(StoreError) in try row.integer(0) == 1 } ?? false
+            }
+            if !waiting { Thread.sleep(forTimeInterval: 0.02) }
+        }
+        #expect(waiting, "the removal never waited for the lock of the blob's row")
+        // The worker stores the same bytes as the new job's result, and gets 2 s to end on its own.
+        let stored = Outcome<JobEvent>()
+        let storeDone = DispatchSemaphore(value: 0)
+        startThread {
+            stored.result = Result { () throws(StoreError) -> JobEvent in try worker.append(new.pending, now: 5_000) }
+            storeDone.signal()
+        }
+        let storedAtOnce = storeDone.wait(timeout: .now() + 2) == .success
+        release.signal()
+        released.wait()
+        #expect(removalDone.wait(timeout: .now() + 30) == .success, "the removal did not end")
+        #expect(storedAtOnce || storeDone.wait(timeout: .now() + 30) == .success, "the worker's append did not end")
+
+        if case .failure(let error)? = removed.result { Issue.record("the removal failed: \(error)") }
+        let event = try #require(try stored.result?.get())
+        #expect(event.data.result?.blob == digest)
+        #expect(try worker.job(new.id)?.state == .succeeded)
+        #expect(try worker.blob(sha256: digest) == bytes, "the new job's result lost its bytes")
+        if removal == "expiry" {
+            #expect(try removed.result?.get() == [], "the expiry removed a blob a job finished after the cut-off uses")
+        } else {
+            #expect(try worker.job(old.id) == nil)
+        }
+    }
 }
