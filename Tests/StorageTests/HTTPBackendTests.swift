@@ -105,21 +105,28 @@ struct HTTPBackendTests {
         #expect(sent < total)
     }
 
+    /// A download of a `size`-byte pattern file `f.bin` from `server` into `directory`, paused after
+    /// 2 MiB: the backend, the job and the outcome (a pause with its resume point).
+    private func pausedDownload(of size: Int64, from server: NginxServer, into directory: TemporaryDirectory)
+        async throws -> (HTTPBackend, JobSpec, TransferOutcome) {
+        try writePatternFile(server.root + "/f.bin", size: size, seed: 1)
+        let backend = HTTPBackend(configuration: configuration())
+        let spec = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/f.bin", destination: directory.file("f.bin"))
+        let control = TransferControl()
+        let first = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 2 << 20 { control.stop(.pause) }
+        }
+        return (backend, spec, try await run(backend, spec, control: control, recorder: first).get())
+    }
+
     @Test("a file changed since the pause is fetched whole (If-Range fails → 200) and still verifies")
     func changedFileRestarts() async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        try writePatternFile(server.root + "/f.bin", size: 16 << 20, seed: 1)
-        let backend = HTTPBackend(configuration: configuration())
-        let destination = directory.file("f.bin")
-        let spec = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/f.bin", destination: destination)
-        let control = TransferControl()
-        let first = EventRecorder { event in
-            if case .progress(let done, _) = event, done >= 2 << 20 { control.stop(.pause) }
-        }
-        let outcome = try await run(backend, spec, control: control, recorder: first).get()
+        let (backend, spec, outcome) = try await pausedDownload(of: 16 << 20, from: server, into: directory)
+        let destination = try #require(spec.destination)
         guard case .stopped(.pause, let point?) = outcome else {
             Issue.record("expected a paused download, got \(outcome)")
             return
@@ -144,15 +151,8 @@ struct HTTPBackendTests {
         defer { server.stop() }
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        try writePatternFile(server.root + "/f.bin", size: 8 << 20, seed: 1)
-        let backend = HTTPBackend(configuration: configuration())
-        let destination = directory.file("f.bin")
-        let spec = JobSpec(kind: .downloadFile, source: "\(server.baseURL)/f.bin", destination: destination)
-        let control = TransferControl()
-        let first = EventRecorder { event in
-            if case .progress(let done, _) = event, done >= 2 << 20 { control.stop(.pause) }
-        }
-        let outcome = try await run(backend, spec, control: control, recorder: first).get()
+        let (backend, spec, outcome) = try await pausedDownload(of: 8 << 20, from: server, into: directory)
+        let destination = try #require(spec.destination)
         guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, _, let tempPath?, _) = point else {
             Issue.record("expected a paused download with its temporary file, got \(outcome)")
             return
