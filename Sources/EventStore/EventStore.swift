@@ -262,7 +262,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         // A WAL reader needs the -shm file, and SQLite could neither use nor create it here (read-only
         // directory or filesystem). With no -wal content every committed transaction is in the main
         // file, which an immutable open reads without -shm or locks. With -wal content it would not.
-        if Self.fileSize(path + "-wal") > 0 {
+        if Self.fileSize(sqliteSidecarPath(path, "-wal")) > 0 {
             throw StoreError.readOnly(
                 "cannot read '\(path)' here: its -wal file may hold transactions not yet copied into the database, "
                     + "and reading them needs '\(path)-shm', which cannot be created in a read-only directory or "

@@ -31,6 +31,17 @@ import Darwin
 /// over it) left it committing, and syncing, into a file no other process reads — and a new database
 /// made at the path took over, and removed, the `-wal` its commits were in: every outcome lost, the
 /// worker logging them as written.
+/// The path of a file SQLite keeps beside the database at `databasePath` (`-wal`, `-shm`, and jobctl's
+/// `-writer-lock` with them): beside the database file itself, the symbolic links on the way resolved, as
+/// SQLite's own VFS names them. Through a link, `databasePath + "-wal"` named a file that never exists, and
+/// every write failed its sync ("cannot find the write-ahead log"). A database not there yet keeps the path
+/// as given.
+func sqliteSidecarPath(_ databasePath: String, _ suffix: String) -> String {
+    guard let resolved = realpath(databasePath, nil) else { return databasePath + suffix }
+    defer { free(resolved) }
+    return String(cString: resolved) + suffix
+}
+
 final class WALSync: Sendable {
     private let path: String
     private let databasePath: String
@@ -43,7 +54,7 @@ final class WALSync: Sendable {
 
     /// - Parameter databasePath: the database file; its WAL is that path with `-wal` appended.
     init(databasePath: String) {
-        path = databasePath + "-wal"
+        path = sqliteSidecarPath(databasePath, "-wal")
         self.databasePath = databasePath
         var info = stat()
         database = stat(databasePath, &info) == 0 ? (info.st_dev, info.st_ino) : nil

@@ -47,8 +47,11 @@ final class WriterLock {
         case unusable
     }
 
-    /// The sidecar's path for the database at `databasePath`.
-    static func path(forDatabase databasePath: String) -> String { databasePath + "-writer-lock" }
+    /// The sidecar's path for the database at `databasePath`: beside the file itself, its symbolic links
+    /// resolved, as SQLite keeps the `-wal` and `-shm` there — writers opening one database by its name
+    /// and through a link take their turns at one lock (each had one of its own, and those through the
+    /// link polled SQLite's lock instead of waiting in the queue).
+    static func path(forDatabase databasePath: String) -> String { sqliteSidecarPath(databasePath, "-writer-lock") }
 
     /// The file's size: one page, the magic at offset 0 and the mutex at `mutexOffset`.
     static let fileSize = 4_096

@@ -54,6 +54,19 @@ struct WriterLockTests {
         sleep(120)
     }
 
+    @Test("a database opened through a symbolic link takes the lock beside the file itself, where SQLite keeps its -wal")
+    func symbolicLinkSharesTheLock() throws {
+        let fixture = try StoreFixture("writer-lock-link")
+        defer { fixture.remove() }
+        let link = fixture.directory.file("link.db")
+        #expect(symlink(fixture.path, link) == 0)
+        let throughLink = try EventStore(path: link, mode: .readWrite)
+        _ = try throughLink.submit([uploadSpec()], actor: "cli:test", now: 1_000)
+        #expect(throughLink.writerLockPath != nil && throughLink.writerLockPath == fixture.sqlite?.writerLockPath)
+        #expect(!FileManager.default.fileExists(atPath: link + "-writer-lock"))
+        #expect(FileManager.default.fileExists(atPath: fixture.path + "-wal") && !FileManager.default.fileExists(atPath: link + "-wal"))
+    }
+
     @Test("a writable open creates the lock file privately, without following links; a read-only open never creates it")
     func createdByWritersOnly() throws {
         let fixture = try StoreFixture("writer-lock-create")
