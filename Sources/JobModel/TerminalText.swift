@@ -20,6 +20,22 @@ public enum TerminalText {
         (0x2028...0x202E).contains(scalar.value) || (0x2066...0x2069).contains(scalar.value)
     }
 
+    /// The most characters of an error message `clipped(_:)` keeps.
+    public static let maximumMessageLength = 1_000
+
+    /// `message` at most `limit` characters long: its start (what is wrong) and its end (what to do)
+    /// kept, the middle — usually a value quoted from the input — cut with a note of how much. A
+    /// 120 KB `JOBCTL_STALL_TIMEOUT`, a 16 MiB `kind:`, was quoted whole on standard error.
+    public static func clipped(_ message: String, limit: Int = maximumMessageLength) -> String {
+        let scalars = message.unicodeScalars
+        guard scalars.count > limit else { return message }
+        let head = limit * 6 / 10, tail = limit * 3 / 10
+        var shown = String.UnicodeScalarView(scalars.prefix(head))
+        shown.append(contentsOf: " […\(scalars.count - head - tail) characters left out…] ".unicodeScalars)
+        shown.append(contentsOf: scalars.suffix(tail))
+        return String(shown)
+    }
+
     /// `text` with every control character shown as `\u{…}`: for a single-line field (a table cell,
     /// a `show` value), where a line break or a tab would break the layout too.
     public static func printable(_ text: String) -> String {

@@ -109,15 +109,7 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
     static let maximumMessageLength = 1_000
 
     /// `message` at most `maximumMessageLength` characters long, cut in the middle with a note.
-    static func clipped(_ message: String) -> String {
-        let scalars = message.unicodeScalars
-        guard scalars.count > maximumMessageLength else { return message }
-        let head = maximumMessageLength * 6 / 10, tail = maximumMessageLength * 3 / 10
-        var shown = String.UnicodeScalarView(scalars.prefix(head))
-        shown.append(contentsOf: " […\(scalars.count - head - tail) characters left out…] ".unicodeScalars)
-        shown.append(contentsOf: scalars.suffix(tail))
-        return String(shown)
-    }
+    static func clipped(_ message: String) -> String { TerminalText.clipped(message, limit: maximumMessageLength) }
 
     /// A long line cut to `maximumShownColumns` characters around the column, with `...` where text was
     /// left out (a 100 KB line of `[[[[` is not worth printing), and the column within what is shown.

@@ -98,7 +98,7 @@ enum CommandRunner {
         do {
             configuration = try Configuration.load(flag: try parsed.value(Options.config), environment: processEnvironment)
         } catch {
-            emitError("Error: configuration: \(error)")
+            emitError("Error: configuration: \(TerminalText.clipped(String(describing: error), limit: 4 * TerminalText.maximumMessageLength))")
             return ExitCode.usage
         }
         let filled = configuration.arguments(parsed, for: command)
@@ -109,13 +109,13 @@ enum CommandRunner {
         } catch let error as UsageError {
             return usageFailure(error.message, usage: command.usageLine + "\n  See 'jobctl help \(command.name)'.")
         } catch let error as CommandFailure {
-            emitError("Error: \(TerminalText.printable(error.message))")
+            emitError("Error: \(TerminalText.printable(TerminalText.clipped(error.message)))")
             return error.exitCode
         } catch let error as StoreError {
-            emitError("Error: \(TerminalText.printable(String(describing: error)))")
+            emitError("Error: \(TerminalText.printable(TerminalText.clipped(String(describing: error))))")
             return ExitCode.failure
         } catch {
-            emitError("Error: \(TerminalText.printable(String(describing: error)))")
+            emitError("Error: \(TerminalText.printable(TerminalText.clipped(String(describing: error))))")
             return ExitCode.failure
         }
     }
@@ -123,7 +123,7 @@ enum CommandRunner {
     /// An error is one line: a line break in a value it quotes (a path, an id typed on the command line)
     /// is shown as `\u{A}`, so no input can fake a line of output after it.
     static func usageFailure(_ message: String, usage: String) -> Int32 {
-        emitError("Error: \(TerminalText.printable(message))\nUsage: \(usage)")
+        emitError("Error: \(TerminalText.printable(TerminalText.clipped(message)))\nUsage: \(usage)")
         return ExitCode.usage
     }
 

@@ -254,11 +254,11 @@ extension Commands {
             do throws(StorageError) {
                 try StorageConfiguration.checkForm(of: variable, value: set)
             } catch {
-                problems.append("jobctl config: $\(variable): \(error.message); the worker will not start with it")
+                problems.append("jobctl config: $\(variable): \(TerminalText.clipped(error.message)); the worker will not start with it")
             }
             if variable == Context.answerTimeoutVariable {
                 do throws(UsageError) { _ = try Context.answerTimeoutMs(parsing: set) } catch {
-                    problems.append("jobctl config: $\(variable): \(error.message); commands on PostgreSQL refuse it")
+                    problems.append("jobctl config: $\(variable): \(TerminalText.clipped(error.message)); commands on PostgreSQL refuse it")
                 }
             }
         }
