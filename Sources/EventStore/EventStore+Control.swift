@@ -53,13 +53,15 @@ extension EventStore {
 
     /// Reads the job, asks the lifecycle, appends its answer (nothing for a repeat), all in one
     /// IMMEDIATE transaction.
-    public func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try writeTransaction { (connection) throws(StoreError) -> ControlResult in
+    public func control(_ command: JobCommand, id: String, actor: String, now: Int64,
+                        ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState) {
+        try writeTransaction { (connection) throws(StoreError) -> (result: ControlResult?, state: JobState) in
             let resolved = try connection.resolveID(id)
             guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
+            if let states, !states.contains(job.state) { return (nil, job.state) }
             let (events, record) = try connection.perform(command, jobID: job.id, on: job, actor: actor,
                                                           expectedVersion: job.version, now: now)
-            return ControlResult(record: record ?? job, isRepeat: events.isEmpty)
+            return (ControlResult(record: record ?? job, isRepeat: events.isEmpty), (record ?? job).state)
         }
     }
 }

@@ -60,7 +60,13 @@ public protocol JobStore: AnyObject, Sendable {
     /// Runs one control command (the lifecycle's pause, resume, cancel or retry) on the job `id` names
     /// (a unique prefix is fine): reads the job, asks the lifecycle, appends its answer — nothing for a
     /// harmless repeat — in one transaction. `requestPause` and its siblings below call this.
-    func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult
+    ///
+    /// With `ifStateIn`, the job is acted on only while its state, as the transaction reads it, is one of
+    /// those; otherwise nothing is written and the answer is nil with the state it is in. A bulk control
+    /// selects its jobs by state and then controls them one transaction each: a job a worker claimed in
+    /// between is no longer one it selected (`cancel --state queued` sent a running job a cancel).
+    func control(_ command: JobCommand, id: String, actor: String, now: Int64,
+                 ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState)
 
     // MARK: Queries
 
@@ -317,6 +323,13 @@ extension JobStore {
     /// Pauses a job: a queued job is `paused` at once; a running job gets `pause_requested` and its
     /// worker stops at the resume point. A repeat on a paused or pause-requested job. Refused while a
     /// cancel is pending and for final jobs. `id` may be a unique prefix.
+    /// `control(_:id:actor:now:ifStateIn:)` whatever the job's state.
+    public func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
+        let answer = try control(command, id: id, actor: actor, now: now, ifStateIn: nil)
+        guard let result = answer.result else { throw StoreError.notFound(id) }   // no state condition: never nil
+        return result
+    }
+
     public func requestPause(id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
         try control(.pause, id: id, actor: actor, now: now)
     }

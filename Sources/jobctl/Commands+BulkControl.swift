@@ -68,6 +68,8 @@ struct BulkControl {
         let command: String
         let dry_run: Bool
         let matched, changed, repeats, refused: Int
+        /// Jobs selected by `--state` whose state changed before their turn (a worker claimed one).
+        let no_longer_selected: Int
         let jobs: [Decision]
     }
 
@@ -88,12 +90,14 @@ struct BulkControl {
             decisions.append(Decision(id: given, kind: "-", state_before: "-", state: "-", outcome: "refused", events: [], reason: reason))
         }
         for job in targets {
-            decisions.append(dryRun ? predict(job, command) : perform(job, store: store, context: context, action: action))
+            decisions.append(dryRun ? predict(job, command)
+                                 : perform(job, store: store, context: context, action: action, command: command))
         }
         let report = Report(command: name, dry_run: dryRun, matched: targets.count,
                             changed: decisions.filter { $0.outcome == "changed" }.count,
                             repeats: decisions.filter { $0.outcome == "repeat" }.count,
-                            refused: decisions.filter { $0.outcome == "refused" }.count, jobs: decisions)
+                            refused: decisions.filter { $0.outcome == "refused" }.count,
+                            no_longer_selected: decisions.filter { $0.outcome == "no longer selected" }.count, jobs: decisions)
         if json {
             emit(try jsonText(report))
         } else {
@@ -115,11 +119,24 @@ struct BulkControl {
         }
     }
 
-    /// The store's control call for `job`, one transaction of its own.
+    /// The store's control call for `job`, one transaction of its own. Selected by `--state`, the job is
+    /// acted on only while it is still in one of those states (the store checks in the transaction): a
+    /// job a worker claimed since the listing is left alone and said so.
     private func perform(_ job: JobRecord, store: any JobStore, context: Context,
-                         action: (any JobStore, String, Context) throws -> ControlResult) -> Decision {
+                         action: (any JobStore, String, Context) throws -> ControlResult, command: JobCommand) -> Decision {
         do {
-            let result = try action(store, job.id, context)
+            let result: ControlResult
+            if let states = filter?.states {
+                let answer = try store.control(command, id: job.id, actor: context.actor, now: Clock.nowMs(), ifStateIn: states)
+                guard let done = answer.result else {
+                    return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: answer.state.rawValue,
+                                    outcome: "no longer selected", events: [],
+                                    reason: "it is \(answer.state.rawValue) now, no longer \(states.map(\.rawValue).sorted().joined(separator: " or ")); left alone")
+                }
+                result = done
+            } else {
+                result = try action(store, job.id, context)
+            }
             let events = result.isRepeat ? [] : try store.events(jobID: job.id)
                 .filter { $0.version > job.version && $0.actor == context.actor }.map(\.type.rawValue)
             return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: result.record.state.rawValue,
@@ -135,6 +152,8 @@ struct BulkControl {
         switch (decision.outcome, dryRun) {
         case ("refused", _):
             emitError("Error: \(decision.id): \(decision.reason ?? "refused")")
+        case ("no longer selected", _):
+            emit("\(decision.id)  \(state)  (\(decision.reason ?? "no longer selected"))")
         case ("repeat", true):
             emit("\(decision.id)  \(state)  already so; nothing would change")
         case ("repeat", false):
@@ -150,6 +169,7 @@ struct BulkControl {
         let prefix = report.dry_run ? "dry run: \(name) would change" : "\(name):"
         let counts = "\(report.changed) of \(plural(report.matched, "job")) changed"
         let tail = "\(report.repeats) already so, \(report.refused) refused"
+            + (report.no_longer_selected > 0 ? ", \(report.no_longer_selected) no longer \(filter?.states.map { $0.map(\.rawValue).sorted().joined(separator: "/") } ?? "selected")" : "")
         if report.dry_run {
             return "\(prefix) \(report.changed) of \(plural(report.matched, "job")) (\(tail)); nothing was changed"
         }

@@ -50,6 +50,7 @@ import TestSupport
         #expect(report["matched"] as? Int == 4)
         #expect(report["changed"] as? Int == 3)
         #expect(report["refused"] as? Int == 1)
+        #expect(report["no_longer_selected"] as? Int == 0)
         let jobs = try #require(report["jobs"] as? [[String: Any]])
         let byID = Dictionary(uniqueKeysWithValues: jobs.compactMap { job in (job["id"] as? String).map { ($0, job) } })
         #expect(byID[ids["a1"] ?? ""]?["events"] as? [String] == ["cancelled"])

@@ -199,4 +199,22 @@ struct ControlTests {
         #expect(Set(states.map(\.state)) == [.queued, .running, .paused, .succeeded, .failed, .cancelled])
         #expect(try fixture.store.controlStates(ids: []) == [])
     }
+
+    /// A bulk control selects by state, then controls each job in a transaction of its own: a job that
+    /// changed state in between (a worker claimed it) is left alone, with nothing written.
+    @Test("a control conditioned on states leaves a job no longer in them alone", arguments: Engine.allCases)
+    func conditionedOnState(engine: Engine) throws {
+        let fixture = try StoreFixture("controlifstate", engine: engine)
+        defer { fixture.remove() }
+        let claimedMeanwhile = try fixture.submit(now: 1_000)
+        let stillQueued = try fixture.submit(now: 1_000)
+        let claims = try fixture.store.claim(owner: "worker:a", queues: nil, limit: 1, leaseMs: 60_000, now: 2_000)
+        #expect(claims.map(\.record.id) == [claimedMeanwhile])
+        let left = try fixture.store.control(.cancel(by: "cli:test"), id: claimedMeanwhile, actor: "cli:test", now: 3_000, ifStateIn: [.queued])
+        #expect(left.result == nil && left.state == .running)
+        #expect(try fixture.store.job(claimedMeanwhile)?.cancelRequested == false)
+        #expect(try fixture.store.events(jobID: claimedMeanwhile).map(\.type) == [.submitted, .claimed])
+        let done = try fixture.store.control(.cancel(by: "cli:test"), id: stillQueued, actor: "cli:test", now: 3_000, ifStateIn: [.queued])
+        #expect(done.result?.record.state == .cancelled && done.state == .cancelled)
+    }
 }

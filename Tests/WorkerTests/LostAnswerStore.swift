@@ -74,8 +74,9 @@ final class LostAnswerStore: JobStore {
         try inner.heartbeat(owner: owner, leases: leases, leaseMs: leaseMs, now: now)
     }
     func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] { try inner.rescueExpired(now: now, actor: actor) }
-    func control(_ command: JobCommand, id: String, actor: String, now: Int64) throws(StoreError) -> ControlResult {
-        try inner.control(command, id: id, actor: actor, now: now)
+    func control(_ command: JobCommand, id: String, actor: String, now: Int64,
+                 ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState) {
+        try inner.control(command, id: id, actor: actor, now: now, ifStateIn: states)
     }
     func resolveID(_ text: String) throws(StoreError) -> String { try inner.resolveID(text) }
     func job(_ id: String) throws(StoreError) -> JobRecord? { try inner.job(id) }
