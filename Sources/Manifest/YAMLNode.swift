@@ -103,9 +103,11 @@ extension YAMLScalar {
     static let binaryTag = "tag:yaml.org,2002:binary"
 
     /// The scalar's tag as written (`!!int` for YAML's own), or "no tag".
-    var shownTag: String {
-        guard let tag else { return "no tag" }
-        return tag.hasPrefix("tag:yaml.org,2002:") ? "!!" + tag.dropFirst("tag:yaml.org,2002:".count) : tag
+    var shownTag: String { tag.map(Self.shown(tag:)) ?? "no tag" }
+
+    /// `tag` as a manifest writes it: `!!int` for YAML's own `tag:yaml.org,2002:int`, others as they are.
+    static func shown(tag: String) -> String {
+        tag.hasPrefix("tag:yaml.org,2002:") ? "!!" + tag.dropFirst("tag:yaml.org,2002:".count) : tag
     }
 
     /// The type YAML gives this scalar: quoted and block scalars are strings, plain ones are resolved by

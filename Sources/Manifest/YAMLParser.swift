@@ -178,7 +178,7 @@ final class YAMLParser {
     /// read (`!!set`, `!!timestamp`), would otherwise be dropped and its value taken as plain text.
     private static func checkTag(_ tag: String?, allowed: Set<String>, at mark: SourceMark) throws(ParseFailure) {
         guard let tag, !allowed.contains(tag) else { return }
-        let shown = tag.hasPrefix("tag:yaml.org,2002:") ? "!!" + tag.dropFirst("tag:yaml.org,2002:".count) : tag
+        let shown = YAMLScalar.shown(tag: tag)
         let known = allowed.contains("tag:yaml.org,2002:str") ? "a value takes !!str, !!int, !!float, !!bool, !!null or !!binary"
             : allowed.contains("tag:yaml.org,2002:seq") ? "a sequence takes only !!seq" : "a mapping takes only !!map"
         throw ParseFailure(problem: YAMLProblem(

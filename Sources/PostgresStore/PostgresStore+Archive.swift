@@ -87,7 +87,7 @@ extension PostgresStore {
             for blob in selection.blobs {
                 let stillUsed = try connection.row(
                     "SELECT 1 FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version "
-                        + "WHERE jobs.state = 'succeeded' AND (\(JobRecord.parsableJSONSQL("final.data"))::json -> 'result' ->> 'blob') = $1 LIMIT 1",
+                        + "WHERE jobs.state = 'succeeded' AND \(Self.finalResultBlobSQL) = $1 LIMIT 1",
                     [.text(blob.sha256)]) { _ in true } ?? false
                 if !stillUsed {
                     removed += try connection.store("DELETE FROM blobs WHERE sha256 = $1", [.text(blob.sha256)])
@@ -109,16 +109,20 @@ extension PostgresStore {
 }
 
 extension PostgresStore {
+    /// The blob hash of the result in a succeeded job's last event (`final`), read so that an event
+    /// holding `\u0000` does not stop the server's JSON functions (`JobRecord.parsableJSONSQL`).
+    private static let finalResultBlobSQL = "(\(JobRecord.parsableJSONSQL("final.data"))::json -> 'result' ->> 'blob')"
+
     /// The blobs only jobs that finished before `$1` produced, still stored. A result is stored only in
     /// the job's `succeeded` event, its last (schema 8).
     private static let expirableBlobsSQL = """
         SELECT b.sha256, b.size FROM blobs b
-        WHERE b.sha256 IN (SELECT \(JobRecord.parsableJSONSQL("final.data"))::json -> 'result' ->> 'blob'
+        WHERE b.sha256 IN (SELECT \(finalResultBlobSQL)
                            FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version
                            WHERE jobs.state = 'succeeded' AND jobs.kind = 'download-memory' AND jobs.finished_at_ms < $1)
           AND NOT EXISTS (SELECT 1 FROM jobs JOIN events final ON final.job_id = jobs.id AND final.version = jobs.version
                           WHERE jobs.state = 'succeeded' AND jobs.finished_at_ms >= $1
-                            AND (\(JobRecord.parsableJSONSQL("final.data"))::json -> 'result' ->> 'blob') = b.sha256)
+                            AND \(finalResultBlobSQL) = b.sha256)
         ORDER BY b.sha256 COLLATE "C"
         """
 

@@ -73,8 +73,7 @@ struct BulkControl {
         let jobs: [Decision]
     }
 
-    func run(context: Context, action: (any JobStore, String, Context) throws -> ControlResult,
-             lifecycle command: JobCommand) throws -> Int32 {
+    func run(context: Context, lifecycle command: JobCommand) throws -> Int32 {
         let store = try context.openStore(readOnly: dryRun)
         var targets: [JobRecord] = []
         var unresolved: [(String, String)] = []
@@ -91,7 +90,7 @@ struct BulkControl {
         }
         for job in targets {
             decisions.append(dryRun ? predict(job, command)
-                                 : perform(job, store: store, context: context, action: action, command: command))
+                                 : perform(job, store: store, context: context, command: command))
         }
         let report = Report(command: name, dry_run: dryRun, matched: targets.count,
                             changed: decisions.filter { $0.outcome == "changed" }.count,
@@ -119,23 +118,18 @@ struct BulkControl {
         }
     }
 
-    /// The store's control call for `job`, one transaction of its own. Selected by `--state`, the job is
-    /// acted on only while it is still in one of those states (the store checks in the transaction): a
-    /// job a worker claimed since the listing is left alone and said so.
-    private func perform(_ job: JobRecord, store: any JobStore, context: Context,
-                         action: (any JobStore, String, Context) throws -> ControlResult, command: JobCommand) -> Decision {
+    /// The store's control call for `job` (a filter selected it: without `--dry-run` the bulk form has
+    /// one), one transaction of its own. Selected by `--state`, the job is acted on only while it is
+    /// still in one of those states (the store checks in the transaction): a job a worker claimed since
+    /// the listing is left alone and said so.
+    private func perform(_ job: JobRecord, store: any JobStore, context: Context, command: JobCommand) -> Decision {
         do {
-            let result: ControlResult
-            if let states = filter?.states {
-                let answer = try store.control(command, id: job.id, actor: context.actor, now: Clock.nowMs(), ifStateIn: states)
-                guard let done = answer.result else {
-                    return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: answer.state.rawValue,
-                                    outcome: "no longer selected", events: [],
-                                    reason: "it is \(answer.state.rawValue) now, no longer \(states.map(\.rawValue).sorted().joined(separator: " or ")); left alone")
-                }
-                result = done
-            } else {
-                result = try action(store, job.id, context)
+            let states = filter?.states
+            let answer = try store.control(command, id: job.id, actor: context.actor, now: Clock.nowMs(), ifStateIn: states)
+            guard let result = answer.result else {
+                let selected = (states ?? []).map(\.rawValue).sorted().joined(separator: " or ")
+                return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: answer.state.rawValue,
+                                outcome: "no longer selected", events: [], reason: "it is \(answer.state.rawValue) now, no longer \(selected); left alone")
             }
             let events = result.isRepeat ? [] : try store.events(jobID: job.id)
                 .filter { $0.version > job.version && $0.actor == context.actor }.map(\.type.rawValue)

@@ -61,7 +61,7 @@ extension Commands {
             discussion: discussion + "\n\n" + BulkControl.discussion(name)
         ) { arguments, context in
             if let bulk = try BulkControl(name: name, arguments: arguments) {
-                return try bulk.run(context: context, action: action, lifecycle: lifecycle(context))
+                return try bulk.run(context: context, lifecycle: lifecycle(context))
             }
             let store = try context.openStore()
             let json = arguments[Options.json]

@@ -45,6 +45,22 @@ struct Setting: Sendable {
         }
     }
 
+    /// What is wrong with `value` for the environment variable `variable`, as the program that reads it
+    /// would refuse it (storage settings: the worker; the database answer limit: every PostgreSQL
+    /// command), or nil when it is fine or not checked by form.
+    static func formProblem(of variable: String, value: String) -> (message: String, refusedBy: String)? {
+        if variable == Context.answerTimeoutVariable {
+            do throws(UsageError) { _ = try Context.answerTimeoutMs(parsing: value) } catch {
+                return (error.message, "a command on PostgreSQL")
+            }
+            return nil
+        }
+        do throws(StorageError) { try StorageConfiguration.checkForm(of: variable, value: value) } catch {
+            return (error.message, "the worker")
+        }
+        return nil
+    }
+
     /// Every setting, in the order `jobctl config` lists them.
     static let all: [Setting] = [
         Setting("db", .environment("JOBCTL_DB"), default: "jobctl.db", show: redactedDatabaseURL),
@@ -129,15 +145,8 @@ struct Configuration: Sendable {
                     }
                 case .environment(let variable):
                     // Its form, as the program reads the variable it stands for (files are checked where used).
-                    do throws(StorageError) {
-                        try StorageConfiguration.checkForm(of: variable, value: entry.values.joined(separator: ","))
-                    } catch {
-                        problems.append("\(place): error: \(entry.key): \(error.message)")
-                    }
-                    if variable == Context.answerTimeoutVariable {
-                        do throws(UsageError) { _ = try Context.answerTimeoutMs(parsing: entry.values.joined(separator: ",")) } catch {
-                            problems.append("\(place): error: \(entry.key): \(error.message)")
-                        }
+                    if let problem = Setting.formProblem(of: variable, value: entry.values.joined(separator: ",")) {
+                        problems.append("\(place): error: \(entry.key): \(problem.message)")
                     }
                 }
                 configuration.fileValues[entry.key] = (entry.values, place)
@@ -251,15 +260,8 @@ extension Commands {
         var problems: [String] = []
         for setting in Setting.all {
             guard case .environment(let variable) = setting.route, let set = processEnvironment[variable], !set.isEmpty else { continue }
-            do throws(StorageError) {
-                try StorageConfiguration.checkForm(of: variable, value: set)
-            } catch {
-                problems.append("jobctl config: $\(variable): \(TerminalText.clipped(error.message)); the worker will not start with it")
-            }
-            if variable == Context.answerTimeoutVariable {
-                do throws(UsageError) { _ = try Context.answerTimeoutMs(parsing: set) } catch {
-                    problems.append("jobctl config: $\(variable): \(TerminalText.clipped(error.message)); commands on PostgreSQL refuse it")
-                }
+            if let problem = Setting.formProblem(of: variable, value: set) {
+                problems.append("jobctl config: $\(variable): \(TerminalText.clipped(problem.message)); \(problem.refusedBy) will not start with it")
             }
         }
         let status = problems.isEmpty ? ExitCode.ok : ExitCode.failure
