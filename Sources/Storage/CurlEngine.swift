@@ -948,9 +948,8 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
             let what: String? = if curlCode == CURLE_COULDNT_RESOLVE_PROXY {
                 "the host name of \(proxy.text) could not be resolved"
             } else if text.contains(proxy.endpoint) {
+                // (A proxy that answered and refused the tunnel is named above, by its CONNECT status.)
                 "could not connect to \(proxy.text); it may be down"
-            } else if text.contains("CONNECT tunnel failed") {
-                "\(proxy.text) did not open a tunnel to the server (\(text))"
             } else {
                 nil
             }
