@@ -74,23 +74,6 @@ struct Context: Sendable {
     /// The width output should fit, or nil when it need not (a pipe without `COLUMNS`).
     var width: Int? { Terminal.width(environment: environment, stdoutIsTerminal: stdoutIsTerminal) }
 
-    /// Opens the event log: read-only for commands that only read; otherwise read-write, applying
-    /// pending migrations. Only `create` (submit, migrate) makes a missing database; every other
-    /// command refuses one (`StoreError.noDatabase`), so a mistyped --db does not start a new queue.
-    ///
-    /// The one place the CLI names an adapter: every command works with the `JobStore` port. A
-    /// `postgres://` (or `postgresql://`) URL selects PostgreSQL; anything else is an SQLite file path.
-    ///
-    /// A `worker` (a writer that runs for long and commits all the time) has an SQLite log's WAL
-    /// checkpointed on a thread of its own rather than inside its commits (see
-    /// `EventStore.checkpointInBackground()`).
-    ///
-    /// A worker on PostgreSQL gives a session up once the server leaves a call unanswered for
-    /// `answerTimeoutMs` (see `PostgresStore.init`), then opens a new one. Every other command waits at
-    /// most `JOBCTL_DB_ANSWER_TIMEOUT` (30 s by default) for an answer and then fails, so a stopped
-    /// server or a proxy that stopped forwarding cannot hang it; a `wholeLog` command (one that may keep
-    /// the server busy with the whole log in one statement: archive, replay, migrate) waits only as long
-    /// as the variable says, and as long as the server takes when it is unset.
     /// The variable bounding a one-shot command's wait for a PostgreSQL server's answer.
     static let answerTimeoutVariable = "JOBCTL_DB_ANSWER_TIMEOUT"
     /// Its default.
@@ -112,6 +95,23 @@ struct Context: Sendable {
         return ms
     }
 
+    /// Opens the event log: read-only for commands that only read; otherwise read-write, applying
+    /// pending migrations. Only `create` (submit, migrate) makes a missing database; every other
+    /// command refuses one (`StoreError.noDatabase`), so a mistyped --db does not start a new queue.
+    ///
+    /// The one place the CLI names an adapter: every command works with the `JobStore` port. A
+    /// `postgres://` (or `postgresql://`) URL selects PostgreSQL; anything else is an SQLite file path.
+    ///
+    /// A `worker` (a writer that runs for long and commits all the time) has an SQLite log's WAL
+    /// checkpointed on a thread of its own rather than inside its commits (see
+    /// `EventStore.checkpointInBackground()`).
+    ///
+    /// A worker on PostgreSQL gives a session up once the server leaves a call unanswered for
+    /// `answerTimeoutMs` (see `PostgresStore.init`), then opens a new one. Every other command waits at
+    /// most `JOBCTL_DB_ANSWER_TIMEOUT` (30 s by default) for an answer and then fails, so a stopped
+    /// server or a proxy that stopped forwarding cannot hang it; a `wholeLog` command (one that may keep
+    /// the server busy with the whole log in one statement: archive, replay, migrate) waits only as long
+    /// as the variable says, and as long as the server takes when it is unset.
     func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false, wholeLog: Bool = false,
                    answerTimeoutMs: Int64? = nil) throws -> any JobStore {
         if isPostgresURL(databasePath) {
