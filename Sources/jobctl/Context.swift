@@ -44,6 +44,8 @@ struct Context: Sendable {
     let databasePath: String
     let useColor: Bool
     let stdoutIsTerminal: Bool
+    /// `TERM=dumb`: the terminal takes no escape sequences (no colour, a progress bar without erasing).
+    let terminalIsDumb: Bool
     let environment: [String: String]
     /// The configuration file's settings (already merged into `environment` and the arguments).
     let configuration: Configuration
@@ -59,7 +61,8 @@ struct Context: Sendable {
         databasePath = given ?? environment["JOBCTL_DB"].flatMap { $0.isEmpty ? nil : $0 } ?? "jobctl.db"
         stdoutIsTerminal = isatty(STDOUT_FILENO) == 1
         let noColor = environment["NO_COLOR"].map { !$0.isEmpty } ?? false
-        useColor = stdoutIsTerminal && !noColor && !arguments[Options.noColor] && environment["TERM"] != "dumb"
+        terminalIsDumb = environment["TERM"] == "dumb"
+        useColor = stdoutIsTerminal && !noColor && !arguments[Options.noColor] && !terminalIsDumb
     }
 
     /// `cli:<user>` — recorded as the actor of control events.

@@ -18,7 +18,8 @@ struct Watcher {
     func follow(jobID: String) throws -> Int32 {
         var lastSeq: Int64 = 0
         var lastVersion: Int64 = -1
-        var bar = ProgressBar(enabled: !json, countsConfirmedBytes: (try store.job(jobID))?.spec.kind.isUpload ?? false)
+        var bar = ProgressBar(enabled: !json, countsConfirmedBytes: (try store.job(jobID))?.spec.kind.isUpload ?? false,
+                              plain: context.terminalIsDumb)
         while true {
             let version = try store.dataVersion()
             if version != lastVersion {
@@ -149,11 +150,17 @@ struct ProgressBar {
     static let rateWindowMs: Int64 = 5_000
     private var samples: [(atMs: Int64, bytes: Int64)] = []
     private var confirmed: Int64 = 0
+    /// Redrawn without escape sequences (`TERM=dumb`): a carriage return, the line, and spaces over what
+    /// is left of a longer line before it.
+    let plain: Bool
     private var drawn = false
+    /// The characters of the line drawn last.
+    private var drawnWidth = 0
 
-    init(enabled: Bool, countsConfirmedBytes: Bool) {
+    init(enabled: Bool, countsConfirmedBytes: Bool, plain: Bool = false) {
         self.enabled = enabled
         self.countsConfirmedBytes = countsConfirmedBytes
+        self.plain = plain
     }
 
     /// Forgets the rate's history (after a pause, a release or at a new attempt).
@@ -244,14 +251,20 @@ struct ProgressBar {
     /// Redraws the bar in place.
     mutating func draw(_ line: String) {
         guard enabled else { return }
-        StandardOutput.write("\r\u{1B}[2K\(line)")
+        if plain {
+            StandardOutput.write("\r" + line + String(repeating: " ", count: max(0, drawnWidth - line.count)))
+        } else {
+            StandardOutput.write("\r\u{1B}[2K\(line)")
+        }
         drawn = true
+        drawnWidth = line.count
     }
 
     mutating func interrupt() {
         guard drawn else { return }
         StandardOutput.write("\n")
         drawn = false
+        drawnWidth = 0
     }
 
     mutating func finish() { interrupt() }

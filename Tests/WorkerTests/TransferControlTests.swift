@@ -579,4 +579,37 @@ import TestSupport
         #expect(!screen.contains("\u{1B}[32m"), "colour despite NO_COLOR")
         #expect(!screen.contains("{\""), "JSON on a terminal")
     }
+
+    /// `TERM=dumb` (Emacs' shell buffers, some CI consoles) takes no escape sequences: the bar is redrawn
+    /// with a carriage return alone, a shorter line padded with spaces over the longer one before it.
+    /// It was drawn with ESC[2K, which such a terminal shows as text.
+    @Test func progressBarOnADumbTerminalHasNoEscapes() throws {
+        let nginx = try startWorkerNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("watch-dumb")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(8 << 20))
+        let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
+                                         database: database, directory: directory).first)
+        let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
+        let columns = 50
+        let command = "stty cols \(columns) rows 20; exec \(PackagePaths.jobctlBinary) --db \(database) watch \(id)"
+        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"],
+                                    environment: ["NO_COLOR": "", "TERM": "dumb", "COLUMNS": ""])
+        #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
+        #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
+        let screen = output.stdout
+        #expect(screen.contains("MiB/8 MiB"), "no progress bar: \(screen.debugDescription)")
+        #expect(!screen.contains("\u{1B}"), "escape sequences on a dumb terminal: \(screen.debugDescription)")
+        #expect(screen.contains("succeeded"))
+        // Redraws of one line: each covers the one before it (as wide or wider), and fits the terminal.
+        for line in screen.split(whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
+            let draws = line.split(separator: "\r", omittingEmptySubsequences: true)
+            for draw in draws { #expect(draw.count <= columns, "\(draw.count) > \(columns): \(draw)") }
+            for (before, after) in zip(draws, draws.dropFirst()) {
+                #expect(after.count >= before.count, "'\(after)' leaves the end of '\(before)' on the screen")
+            }
+        }
+    }
 }
