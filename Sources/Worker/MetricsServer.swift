@@ -56,6 +56,10 @@ public struct MetricsAddress: Sendable, Equatable, CustomStringConvertible {
 /// open: a new one beyond them closes the oldest that has not sent its request, so clients that
 /// connect and say nothing (however many, however often) never keep a scrape waiting — one connection
 /// at a time, each of them held the thread for the time limit, and a scrape queued behind them.
+/// Once its answer is sent a connection is shut for writing and what the client still sends is read and
+/// dropped until it closes (or the time limit passes), as web servers close: a close with unread bytes
+/// (a request body, pipelined requests, a head past 8 KiB) sent the client a reset instead, which can
+/// take the answer with it.
 /// Every socket call of the project is in this file.
 public final class MetricsServer: Sendable {
     /// The largest request head read; a scrape's is a few hundred bytes.
@@ -121,6 +125,11 @@ public final class MetricsServer: Sendable {
         var answer: [UInt8]?
         /// How much of the answer was sent.
         var sent = 0
+        /// The answer is sent and the connection shut for writing: what arrives is read and dropped
+        /// until the client closes.
+        var draining = false
+        /// To be closed.
+        var done = false
 
         init(fd: Int32, now: UInt64) {
             self.fd = fd
@@ -138,21 +147,31 @@ public final class MetricsServer: Sendable {
 
     private func serve() {
         var connections: [Connection] = []
-        var chunk = [UInt8](repeating: 0, count: 1_024)
+        var chunk = [UInt8](repeating: 0, count: 16_384)
         serving: while true {
             let now = DispatchTime.now().uptimeNanoseconds
             var index = 0
             while index < connections.count {
                 // A request not in within the time limit is answered 408; an answer not taken within it
-                // is given up.
+                // is given up, and so is a client that does not close within it once answered.
                 if now >= connections[index].deadlineNs {
                     if connections[index].answer == nil {
                         connections[index].answer(Self.response(status: "408 Request Timeout", body: "request not received in time\n"), now: now)
                     } else {
-                        connections[index].sent = connections[index].answer?.count ?? 0
+                        connections[index].done = true
                     }
                 }
-                if Self.flush(&connections[index]) {
+                if !connections[index].done && !connections[index].draining {
+                    switch Self.flush(&connections[index]) {
+                    case .pending: break
+                    case .gone: connections[index].done = true
+                    case .sent:
+                        shutdown(connections[index].fd, Int32(SHUT_WR))
+                        connections[index].draining = true
+                        connections[index].deadlineNs = now + Self.timeLimitNs
+                    }
+                }
+                if connections[index].done {
                     close(connections[index].fd)
                     connections.remove(at: index)
                 } else {
@@ -161,7 +180,8 @@ public final class MetricsServer: Sendable {
             }
             var polled = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
             for connection in connections {
-                polled.append(pollfd(fd: connection.fd, events: Int16(connection.answer == nil ? POLLIN : POLLOUT), revents: 0))
+                let reading = connection.answer == nil || connection.draining
+                polled.append(pollfd(fd: connection.fd, events: Int16(reading ? POLLIN : POLLOUT), revents: 0))
             }
             let nextDeadline = connections.map(\.deadlineNs).min()
             let waitMs = nextDeadline.map { Int32(clamping: ($0 - min($0, now)) / 1_000_000 + 1) } ?? -1
@@ -174,13 +194,15 @@ public final class MetricsServer: Sendable {
             // Answers go out and requests are read before new connections are taken.
             for (offset, entry) in polled.enumerated().dropFirst() where entry.revents != 0 {
                 let index = offset - 1
-                if connections[index].answer != nil { continue }  // writable: sent at the top of the loop
+                // Writable: sent at the top of the loop.
+                if connections[index].answer != nil && !connections[index].draining { continue }
                 let count = chunk.withUnsafeMutableBytes { recv(connections[index].fd, $0.baseAddress, $0.count, 0) }
                 if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { continue }
                 if count <= 0 {
-                    connections[index].answer([], now: polledAt)  // closed or failed: nothing to answer
+                    connections[index].done = true  // closed or failed: nothing (more) to answer
                     continue
                 }
+                if connections[index].draining { continue }  // after the answer: dropped
                 connections[index].request += chunk[0..<count]
                 if let answer = answer(to: connections[index].request) { connections[index].answer(answer, now: polledAt) }
             }
@@ -193,8 +215,10 @@ public final class MetricsServer: Sendable {
                         break serving  // shut down (`stop`) or broken
                     }
                     if connections.count >= Self.maxConnections {
-                        // The oldest connection still without a request makes room; else the oldest.
-                        let victim = connections.firstIndex { $0.answer == nil } ?? 0
+                        // The oldest connection already answered makes room, else the oldest still without
+                        // a request, else the oldest.
+                        let victim = connections.firstIndex { $0.draining || $0.done }
+                            ?? connections.firstIndex { $0.answer == nil } ?? 0
                         close(connections[victim].fd)
                         connections.remove(at: victim)
                     }
@@ -206,25 +230,27 @@ public final class MetricsServer: Sendable {
         close(listener)
     }
 
-    /// Sends what is left of the connection's answer without waiting; whether the connection is done
-    /// with (its answer sent, or the peer gone). Not while its request is being read.
-    private static func flush(_ connection: inout Connection) -> Bool {
-        guard let answer = connection.answer else { return false }
+    private enum Flushed { case pending, sent, gone }
+
+    /// Sends what is left of the connection's answer without waiting: whether it is all sent, still
+    /// pending (also while the request is being read), or the peer is gone.
+    private static func flush(_ connection: inout Connection) -> Flushed {
+        guard let answer = connection.answer else { return .pending }
         while connection.sent < answer.count {
             let sent = answer[connection.sent...].withUnsafeBytes {
                 send(connection.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
             }
             if sent < 0 && errno == EINTR { continue }
-            if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return false }
-            if sent <= 0 { return true }
+            if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .pending }
+            if sent <= 0 { return .gone }
             connection.sent += sent
         }
-        return true
+        return .sent
     }
 
     /// The answer to a request head, or nil while it has not arrived whole (and is not too large).
     private func answer(to request: [UInt8]) -> [UInt8]? {
-        guard Self.headEnd(request) != nil else {
+        guard let end = Self.headEnd(request), end <= Self.maxRequestBytes else {
             return request.count >= Self.maxRequestBytes
                 ? Self.response(status: "431 Request Header Fields Too Large", body: "request too large\n") : nil
         }

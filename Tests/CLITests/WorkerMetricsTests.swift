@@ -192,6 +192,62 @@ import TestSupport
         #expect(!loopbackPortAnswers(port))
     }
 
+    /// A client whose bytes the server does not read (a request body, pipelined requests, a head past
+    /// 8 KiB) gets its whole answer and then the end of the connection, never a reset: the server shuts
+    /// its side and reads what is left until the client closes. Closing with those bytes unread sent a
+    /// reset, which can take the answer with it.
+    @Test func unreadRequestBytesDoNotResetTheAnswer() throws {
+        let workspace = try CLIWorkspace("metrics-unread")
+        defer { workspace.directory.remove() }
+        try #require(try workspace.jobctl(["migrate"]).status == 0)
+        let port = freeLoopbackPort()
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        worker.arguments = ["--db", workspace.database, "worker", "--metrics", "127.0.0.1:\(port)"]
+        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
+        worker.standardOutput = FileHandle.nullDevice
+        worker.standardError = FileHandle.nullDevice
+        try worker.run()
+        defer {
+            signalIfRunning(worker, SIGKILL)
+            worker.waitUntilExit()
+        }
+        #expect(eventuallyTrue(seconds: 10) { loopbackPortAnswers(port) })
+        // Each request is sent whole, then (as a client that writes before it reads) read after a pause.
+        let client = try workspace.write("unread.py", """
+            import socket, sys, time
+            port = int(sys.argv[1])
+            def ask(name, payload):
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                s.sendall(payload)
+                time.sleep(0.3)
+                data = b""
+                try:
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk: break
+                        data += chunk
+                except OSError as error:
+                    print(name, "reset after", len(data), "bytes:", error)
+                    return
+                head, _, body = data.partition(b"\\r\\n\\r\\n")
+                length = [int(l.split(b":")[1]) for l in head.split(b"\\r\\n") if l.lower().startswith(b"content-length:")]
+                print(name, head.split(b"\\r\\n")[0].decode(), "whole" if length == [len(body)] else "cut")
+            ask("body", b"POST /metrics HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 200000\\r\\n\\r\\n" + b"a" * 200000)
+            ask("pipelined", b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n" * 200)
+            ask("huge", b"GET /metrics HTTP/1.1\\r\\nX-Padding: " + b"a" * 30000 + b"\\r\\n\\r\\n")
+            """)
+        let output = try runProcess("\(PackagePaths.venv)/bin/python", [client, "\(port)"])
+        #expect(output.stdout == """
+            body HTTP/1.1 405 Method Not Allowed whole
+            pipelined HTTP/1.1 200 OK whole
+            huge HTTP/1.1 431 Request Header Fields Too Large whole
+
+            """, "\(output.stdout)\(output.stderr)")
+        // The endpoint still serves.
+        #expect(try Self.curl(["http://127.0.0.1:\(port)/metrics"]).status == 200)
+    }
+
     /// Bad addresses are usage errors (exit 64) that say what is expected; a remote bind needs the flag.
     @Test(arguments: [
         (["--metrics", "127.0.0.1:0"], "1 to 65535"),
