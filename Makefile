@@ -92,6 +92,10 @@ INSTALLED := $(BINDIR)/jobctl $(MANDIR)/jobctl.1 $(UNITDIR)/jobctl-worker@.servi
 	$(BASHCOMPDIR)/jobctl $(ZSHCOMPDIR)/_jobctl $(DOCDIR)/worker.env.example
 
 install: $(INSTALL_BUILD)
+	@# The unit's ExecStart= carries BINDIR: systemd reads % as a specifier (%v: the kernel's release), $ as a
+	@# variable and a space as the end of the path, and sed reads & and |. Such a path is refused, not mangled.
+	@case '$(BINDIR)' in /*) ;; *) echo "make install: PREFIX must be an absolute path; the unit runs '$(BINDIR)/jobctl'" >&2; exit 2;; esac
+	@case '$(BINDIR)' in *[!A-Za-z0-9/._+:@~-]*) echo "make install: '$(BINDIR)' (PREFIX/bin) has a character the systemd unit cannot carry as it is; use letters, digits and / . _ + : @ ~ -" >&2; exit 2;; esac
 	install -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 	  $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(DOCDIR)
 	install -m 755 $(BINARY) $(DESTDIR)$(BINDIR)/jobctl

@@ -86,6 +86,22 @@ struct PackagingTests {
         }
     }
 
+    /// The unit's `ExecStart=` carries PREFIX/bin: systemd reads `%` as a specifier, `$` as a variable and a
+    /// space as the end of the path, sed `&` and `|`. `PREFIX=/opt/jobctl%v` installed the binary in
+    /// `/opt/jobctl%v/bin` and a unit that ran `/opt/jobctl<kernel release>/bin/jobctl`; such a PREFIX
+    /// (and a relative one, which ExecStart= refuses) is refused before anything is installed.
+    @Test("make install refuses a PREFIX the unit cannot carry", arguments: ["/opt/jobctl%v", "/opt/a&b", "/opt/a b", "/opt/$$HOME", "opt"])
+    func makeInstallRefusesAPrefixTheUnitCannotCarry(_ prefix: String) throws {
+        let directory = try TemporaryDirectory("install-prefix")
+        defer { directory.remove() }
+        let destination = directory.file("root")
+        let variables = ["DESTDIR=\(destination)", "PREFIX=\(prefix)", "BINARY=\(PackagePaths.jobctlBinary)", "INSTALL_BUILD="]
+        let install = try runProcess("/usr/bin/make", ["-s", "-C", PackagePaths.root, "install"] + variables)
+        #expect(install.status != 0, "make install PREFIX=\(prefix) exited 0")
+        #expect(install.stderr.contains("make install: "), "\(prefix): \(install.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: destination), "\(prefix): files were installed")
+    }
+
     @Test("The man page is valid roff and documents every command and option of the binary")
     func manPageCoversEveryCommand() throws {
         let page = try manPage()
