@@ -16,6 +16,8 @@ import Glibc
 /// Here `write` appends to a buffer (at most `limit` bytes) and returns at once; the thread writes what
 /// has gathered, several lines in one `write(2)`. While the reader is stuck, lines beyond the limit are
 /// dropped and counted; once writing works again the log says how many. Lines keep their order.
+/// A write that fails (standard error a file on a full disk: ENOSPC, EIO) loses its lines; they are
+/// counted the same way, and the notice says why.
 /// `flush(waitingAtMost:)` waits for the buffer to drain — a worker calls it before it exits.
 public final class LogLineWriter: @unchecked Sendable {
     // @unchecked: every stored var is used only with `condition` locked.
@@ -30,18 +32,23 @@ public final class LogLineWriter: @unchecked Sendable {
     private var droppedInAll = 0
     /// Where in `pending` the lines were dropped: the count of them is written there, in order.
     private var dropMark = 0
+    /// Why they were lost, when a write failed (else the reader was not reading).
+    private var writeFailure: String?
     private let descriptor: Int32
     /// The most bytes held waiting.
     public let limit: Int
     private var started = false
     /// The line that says how many lines were dropped.
-    private var droppedNotice: @Sendable (Int) -> String = { count in
-        "jobctl worker: \(count) log line\(count == 1 ? "" : "s") dropped: standard error was not being read\n"
+    private var droppedNotice: @Sendable (Int, String) -> String = { count, reason in
+        "jobctl worker: \(count) log line\(count == 1 ? "" : "s") dropped: \(reason)\n"
     }
 
-    /// Sets the line that says how many lines were dropped (the worker's log makes it one of its own,
-    /// text or JSON).
-    public func setDroppedNotice(_ notice: @escaping @Sendable (Int) -> String) {
+    /// Why lines are dropped while the buffer is full.
+    public static let notReadReason = "standard error was not being read"
+
+    /// Sets the line that says how many lines were dropped and why (the worker's log makes it one of its
+    /// own, text or JSON).
+    public func setDroppedNotice(_ notice: @escaping @Sendable (_ count: Int, _ reason: String) -> String) {
         condition.lock()
         defer { condition.unlock() }
         droppedNotice = notice
@@ -119,16 +126,27 @@ public final class LogLineWriter: @unchecked Sendable {
             }
             var batch = pending
             pending.removeAll(keepingCapacity: true)
+            let lines = batch.reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
+            let noticed = dropped
             if dropped > 0 {
-                let notice = droppedNotice(dropped)
+                let notice = droppedNotice(dropped, writeFailure ?? Self.notReadReason)
                 batch.insert(contentsOf: notice.utf8, at: min(dropMark, batch.count))
                 dropped = 0
+                writeFailure = nil
             }
             writing = true
             condition.unlock()
-            // A failed write (a closed descriptor, a reader gone) loses the batch, as a direct write would.
-            _ = batch.withUnsafeBytes { StandardStreams.write($0, to: descriptor) }
+            // A failed write loses the batch, as a direct write would; its lines (and those its notice
+            // counted) are counted as dropped, to be noticed where they were once a write works again.
+            let written = batch.withUnsafeBytes { StandardStreams.write($0, to: descriptor) }
+            let failure = written ? nil : String(cString: strerror(errno))
             condition.lock()
+            if let failure {
+                dropped += noticed + lines
+                droppedInAll += lines
+                dropMark = 0  // the lost lines came before every line waiting now
+                writeFailure = "writing standard error failed: \(failure)"
+            }
             writing = false
             condition.broadcast()
             condition.unlock()

@@ -29,7 +29,9 @@ public final class WorkerLog: Sendable {
         self.write = write ?? { line in LogLineWriter.standardError.write(line) }
         flushes = write == nil
         if write == nil {
-            LogLineWriter.standardError.setDroppedNotice { [formatter] count in Self.droppedNotice(count, formatter: formatter) }
+            LogLineWriter.standardError.setDroppedNotice { [formatter] count, reason in
+                Self.droppedNotice(count, reason: reason, formatter: formatter)
+            }
         }
     }
 
@@ -49,10 +51,11 @@ public final class WorkerLog: Sendable {
     }
 
     /// The `log_lines_dropped` line for `count` lines, as `formatter` writes it.
-    static func droppedNotice(_ count: Int, formatter: WorkerLogFormatter, atMs: Int64 = Clock.nowMs()) -> String {
+    static func droppedNotice(_ count: Int, reason: String = LogLineWriter.notReadReason, formatter: WorkerLogFormatter,
+                              atMs: Int64 = Clock.nowMs()) -> String {
         var line = ""
         formatter.appendLine(WorkerLogEntry(atMs: atMs, level: .warning, event: .logLinesDropped, fields: [
-            ("lines", .integer(Int64(count))), ("reason", .text("standard error was not being read")),
+            ("lines", .integer(Int64(count))), ("reason", .text(reason)),
         ]), to: &line)
         return line
     }

@@ -71,8 +71,8 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     /// At start: the open-files limit, even raised to its hard ceiling, is below what the concurrency
     /// may need.
     case openFilesLimit = "open_files_limit"
-    /// Lines were dropped because standard error was not being read (`LogLineWriter`); written where
-    /// they were dropped, once writing works again.
+    /// Lines were dropped because standard error was not being read, or lost to a write that failed (a
+    /// full disk) (`LogLineWriter`); written where they were dropped, once writing works again.
     case logLinesDropped = "log_lines_dropped"
     /// The orphan sweep removed a file a final job left (a partial download, an upload session).
     case orphanRemoved = "orphan_removed"

@@ -97,6 +97,41 @@ struct LogLineWriterTests {
         #expect(counts.reduce(0, +) == dropped, "\(notices) for \(dropped) dropped")
         #expect(lines.last == "after" && lines.dropLast().last.map(notices.contains) == true, "\(lines.suffix(3))")
     }
+    /// Standard error a file on a full disk: the lines whose write failed are counted, and once writing
+    /// works again a notice in their place says how many and why. They were lost without a trace: a log
+    /// that skipped jobs read as complete.
+    @Test("lines lost to a write that failed (a full disk) are counted and said where they were")
+    func linesLostToAFullDiskAreSaid() throws {
+        let directory = try TemporaryDirectory("log-full-disk")
+        defer { directory.remove() }
+        let filesystem = try SmallFilesystem(at: directory.file("small"), size: "64k")
+        defer { filesystem.unmount() }
+        let path = "\(filesystem.path)/worker.log"
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        try #require(descriptor >= 0)
+        defer { close(descriptor) }
+        let writer = LogLineWriter(descriptor: descriptor)
+        // A first line of one whole page: the file has no room left in a page of its own.
+        let before = String(repeating: "b", count: 4_095) + "\n"
+        writer.write(before)
+        #expect(writer.flush(waitingAtMost: 5))
+        // Fill the filesystem to its last byte.
+        let filler = open("\(filesystem.path)/filler", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        try #require(filler >= 0)
+        let block = [UInt8](repeating: 0, count: 4_096)
+        while write(filler, block, block.count) > 0 {}
+        close(filler)
+        for index in 0..<10 { writer.write("lost \(index)\n") }
+        writer.flush(waitingAtMost: 5)
+        #expect(writer.droppedLines == 10)
+        // Space again: the next write says what was lost, then goes on.
+        try FileManager.default.removeItem(atPath: "\(filesystem.path)/filler")
+        writer.write("after\n")
+        #expect(writer.flush(waitingAtMost: 5))
+        let log = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(log == before + "jobctl worker: 10 log lines dropped: writing standard error failed: No space left on device\nafter\n", "\(log.suffix(200))")
+    }
+
     @Test("the worker's log says how many lines were dropped in its own format, text or JSON")
     func droppedNoticeInTheLogsFormat() throws {
         let json = WorkerLog.droppedNotice(7, formatter: WorkerLogFormatter(format: .json), atMs: 1_700_000_000_000)
