@@ -37,12 +37,14 @@ public struct MetricsAddress: Sendable, Equatable, CustomStringConvertible {
     /// Whether the host is in 127.0.0.0/8: only this machine can connect.
     public var isLoopback: Bool { Self.ipv4Octets(host)?.first == 127 }
 
-    /// The four octets of a dotted-quad address, or nil.
+    /// The four octets of a dotted-quad address, or nil. A leading zero (`127.0.0.01`) is refused, as
+    /// the socket layer's `inet_pton` refuses it (and older tools read it as octal).
     static func ipv4Octets(_ text: String) -> [UInt8]? {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 4 else { return nil }
         let octets = parts.compactMap { part -> UInt8? in
-            guard !part.isEmpty, part.count <= 3, part.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+            guard !part.isEmpty, part.count <= 3, part.allSatisfy({ $0.isASCII && $0.isNumber }),
+                  part.count == 1 || part.first != "0" else { return nil }
             return UInt8(part)
         }
         return octets.count == 4 ? octets : nil

@@ -259,6 +259,9 @@ import TestSupport
         (["--metrics", "127.0.0.1:"], "1 to 65535"),
         (["--metrics", "example.com:9464"], "IPv4"),
         (["--metrics", "127.0.0.256:9464"], "IPv4"),
+        // Leading zeros passed the check and failed at the bind (exit 1, "is not an IPv4 address").
+        (["--metrics", "127.0.0.01:9464"], "IPv4"),
+        (["--metrics", "127.000.000.001:9464"], "IPv4"),
         (["--metrics", "0.0.0.0:9464"], "--metrics-allow-remote"),
         (["--metrics", "192.0.2.1:9464"], "--metrics-allow-remote"),
         (["--metrics-allow-remote"], "needs --metrics"),
