@@ -1,11 +1,12 @@
-/// The `/`-separated parts of a path or object name, as `split(separator: "/")` returns them, cut on
-/// bytes when the text is ASCII.
+/// The `/`-separated parts of a path or object name, cut at its `/` bytes, as the filesystem and every
+/// storage server cut it.
 ///
-/// `String.split(separator:)` compares characters: it walks grapheme clusters, ~100 instructions a byte.
-/// A worker splits every job's object path several times (the reference, its name, its folder, its
-/// content type), which made those splits a few per cent of a small-object drain. In ASCII text every
-/// byte is one character except `\r\n`, and neither of those is `/`, so cutting at the `/` bytes gives
-/// exactly the same parts. Other text takes `split` itself.
+/// Not `split(separator: "/")`, which compares characters: a combining mark after a `/` joins it into
+/// another Character (`"/\u{301}"`), so `"a/../\u{301}x"` split that way is `["a", "../\u{301}x"]` and
+/// hides its `..` from every check, while the kernel walks `a`, `..`, `\u{301}x`. The byte `/` (0x2F)
+/// never occurs inside another character's UTF-8, so cutting at it gives the parts every reader of the
+/// name sees. (Character-wise it was also ~100 instructions a byte; a worker splits every job's path
+/// several times.)
 public enum SlashSeparatedPath {
     /// The parts of `text` between `/`s; empty parts are left out unless `keepingEmpty`.
     public static func parts(of text: String, keepingEmpty: Bool = false) -> [Substring] {
@@ -13,9 +14,15 @@ public enum SlashSeparatedPath {
         // One look at every byte: whether the text is ASCII, and how many parts it can have at most
         // (the array is made that big once instead of growing a part at a time).
         var slashes = 0
+        var ascii = true
         for byte in utf8 {
-            if byte >= 0x80 { return text.split(separator: "/", omittingEmptySubsequences: !keepingEmpty) }
+            if byte >= 0x80 { ascii = false }
             if byte == UInt8(ascii: "/") { slashes += 1 }
+        }
+        if !ascii {
+            // Sliced on scalars: a part may start with a combining mark, which is no Character boundary.
+            return text.unicodeScalars.split(separator: "/", maxSplits: .max, omittingEmptySubsequences: !keepingEmpty)
+                .map { Substring($0) }
         }
         var parts: [Substring] = []
         parts.reserveCapacity(slashes + 1)
@@ -32,14 +39,13 @@ public enum SlashSeparatedPath {
         return parts
     }
 
-    /// The last non-empty part of `text` (`split(separator: "/").last`), or nil when there is none.
+    /// The last non-empty part of `text` (`parts(of: text).last`), or nil when there is none.
     ///
-    /// An ASCII text is walked as a buffer of bytes (offsets, not `String.Index` steps: a content type
+    /// The text is walked as a buffer of bytes (offsets, not `String.Index` steps: a content type
     /// is inferred this way for every upload, and the index walk was most of it).
     public static func lastPart(of text: String) -> Substring? {
         var text = text
-        let found = text.withUTF8 { (bytes) -> (start: Int, end: Int)?? in
-            guard !bytes.contains(where: { $0 >= 0x80 }) else { return .some(nil) }
+        let found = text.withUTF8 { (bytes) -> (start: Int, end: Int)? in
             var end = bytes.count
             while end > 0, bytes[end - 1] == UInt8(ascii: "/") { end -= 1 }
             guard end > 0 else { return nil }
@@ -47,17 +53,16 @@ public enum SlashSeparatedPath {
             while start > 0, bytes[start - 1] != UInt8(ascii: "/") { start -= 1 }
             return (start, end)
         }
-        guard let found else { return nil }
-        guard let (start, end) = found else { return text.split(separator: "/").last }
+        guard let (start, end) = found else { return nil }
         let utf8 = text.utf8
-        return text[utf8.index(utf8.startIndex, offsetBy: start)..<utf8.index(utf8.startIndex, offsetBy: end)]
+        // Offsets next to a `/` byte are scalar boundaries (not always Character ones): sliced on scalars.
+        return Substring(text.unicodeScalars[utf8.index(utf8.startIndex, offsetBy: start)..<utf8.index(utf8.startIndex, offsetBy: end)])
     }
 
     /// Everything before the last `/` ("/" for top-level paths, "." for bare names).
     public static func directory(of text: String) -> String {
-        let found = text.utf8.allSatisfy({ $0 < 0x80 }) ? text.utf8.lastIndex(of: UInt8(ascii: "/")) : text.lastIndex(of: "/")
-        guard let slash = found else { return "." }
-        let parent = String(text[..<slash])
+        guard let slash = text.utf8.lastIndex(of: UInt8(ascii: "/")) else { return "." }
+        let parent = String(text.unicodeScalars[..<slash])
         return parent.isEmpty ? "/" : parent
     }
 }

@@ -100,17 +100,18 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     private init(parsingHTTP rest: String, scheme: Scheme, original: String) throws(StorageError) {
-        // An ASCII URL (nearly every one) is searched and split on bytes, where each byte is a Character;
-        // the Character-wise searches were most of a parse (~60 k instructions, for every job a worker
-        // runs). Other text keeps them: there a combining mark can join `#`, `?` or `/` into another
-        // Character, which they do not find.
+        // Searched and split on bytes, as curl and servers read a URL: a Character search missed a `#`,
+        // `?` or `/` that a combining mark joined into another Character (and was most of a parse).
         let ascii = Self.isASCII(rest)
         var remainder = rest
-        if let hash = Self.firstIndex(of: UInt8(ascii: "#"), in: remainder, ascii: ascii) { remainder = String(remainder[..<hash]) }
+        // Sliced on scalars: a byte found may be followed by a combining mark of the same Character.
+        if let hash = Self.firstIndex(of: UInt8(ascii: "#"), in: remainder, ascii: ascii) {
+            remainder = String(remainder.unicodeScalars[..<hash])
+        }
         var query: String?
         if let mark = Self.firstIndex(of: UInt8(ascii: "?"), in: remainder, ascii: ascii) {
-            query = String(remainder[remainder.index(after: mark)...])
-            remainder = String(remainder[..<mark])
+            query = String(remainder.unicodeScalars[remainder.utf8.index(after: mark)...])
+            remainder = String(remainder.unicodeScalars[..<mark])
         }
         let (host, rawPath) = Self.splitAuthority(remainder, ascii: ascii)
         guard !host.isEmpty else { throw StorageError(.invalidArgument, "'\(original)' has no host") }
@@ -120,7 +121,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         try Self.checkHost(host, in: original)
         let segments = ascii
             ? rawPath.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map { String(Substring($0)) }
-            : rawPath.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+            : SlashSeparatedPath.parts(of: rawPath).map(String.init)
         // Firebase form: /v0/b/BUCKET/o/ENCODED_PATH on any host.
         if segments.count >= 2, segments[0] == "v0", segments[1] == "b" {
             // Read the bucket from the raw path: collapsing `//` would turn `/v0/b//o/x` into bucket `o`.
@@ -165,7 +166,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     /// The reference one level up; nil at the root.
     public var parent: StorageReference? {
         guard !isRoot else { return nil }
-        var parts = fullPath.split(separator: "/")
+        var parts = SlashSeparatedPath.parts(of: fullPath)
         parts.removeLast()
         return StorageReference(unchecked: scheme, bucket: bucket, fullPath: parts.joined(separator: "/"), query: nil)
     }
@@ -246,7 +247,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     /// `splitAuthority`, told whether `text` is ASCII (then the `/` is found on bytes).
     private static func splitAuthority(_ text: String, ascii: Bool) -> (String, String) {
         guard let slash = firstIndex(of: UInt8(ascii: "/"), in: text, ascii: ascii) else { return (text, "") }
-        return (String(text[..<slash]), String(text[slash...]))
+        return (String(text.unicodeScalars[..<slash]), String(text.unicodeScalars[slash...]))
     }
 
     /// Whether every byte of `text` is ASCII: then each byte is a whole Character (or half of `\r\n`,
@@ -255,10 +256,12 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         text.utf8.allSatisfy { $0 < 0x80 }
     }
 
-    /// The first Character `byte` (an ASCII character) in `text`: on bytes when `text` is ASCII, by
-    /// Character otherwise (where a combining mark can make `#́` one Character that is not `#`).
+    /// The first `byte` (an ASCII character) in `text`, found on bytes whatever the text: a combining mark
+    /// after it (`#\u{301}`, `/\u{301}`) makes one Character that is not `#` or `/`, but curl, servers
+    /// and the filesystem all read the byte, so a Character search put a fragment into the path and a
+    /// whole `gs://b/\u{301}x` into the bucket's name. The index is a scalar boundary.
     private static func firstIndex(of byte: UInt8, in text: String, ascii: Bool) -> String.Index? {
-        ascii ? text.utf8.firstIndex(of: byte) : text.firstIndex(of: Character(Unicode.Scalar(byte)))
+        text.utf8.firstIndex(of: byte)
     }
 
     static func normalise(_ path: String) throws(StorageError) -> String {

@@ -219,10 +219,10 @@ public struct ManifestParser: Sendable {
         let base: String
         if let baseDirectory {
             base = baseDirectory
-        } else if path == "-" || !path.contains("/") {
+        } else if path == "-" || !path.utf8.contains(UInt8(ascii: "/")) {
             base = "."
         } else {
-            base = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
+            base = SlashSeparatedPath.directory(of: path)
         }
         if base.hasPrefix("/") { return LocalPath.standardize(base) }
         guard let current = CurrentDirectory.path else { return nil }

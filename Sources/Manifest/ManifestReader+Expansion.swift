@@ -20,7 +20,7 @@ extension ManifestReader {
         }
         if LocalPath.isDirectory(path) { return .folder(path) }
         guard PathPattern.isPattern(path), !FileManager.default.fileExists(atPath: path) else { return nil }
-        let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        let parts = SlashSeparatedPath.parts(of: path).map(String.init)
         guard let first = parts.firstIndex(where: PathPattern.isPattern) else { return nil }
         return .glob(root: "/" + parts[..<first].joined(separator: "/"), pattern: parts[first...].joined(separator: "/"))
     }

@@ -1,3 +1,5 @@
+import JobModel
+
 /// A glob pattern over `/`-separated relative paths, as shells, rsync and rclone write them.
 ///
 /// - `*` matches any run of characters within one path segment (never `/`);
@@ -41,7 +43,7 @@ public struct PathPattern: Sendable, Hashable, CustomStringConvertible {
             throw Problem(description: "'\(text)' starts with '/'; patterns are relative to the folder, glob root or prefix")
         }
         var segments: [Segment] = []
-        for part in text.split(separator: "/", omittingEmptySubsequences: true) {
+        for part in SlashSeparatedPath.parts(of: text) {
             if part == "**" {
                 if segments.last != .anyDepth { segments.append(.anyDepth) }
                 continue
@@ -72,14 +74,14 @@ public struct PathPattern: Sendable, Hashable, CustomStringConvertible {
 
     /// Whether the relative path `path` (segments separated by `/`) matches the whole pattern.
     public func matches(_ path: String) -> Bool {
-        let parts = path.split(separator: "/", omittingEmptySubsequences: true).map { Array($0.unicodeScalars) }
+        let parts = SlashSeparatedPath.parts(of: path).map { Array($0.unicodeScalars) }
         var failed = Set<Int>()
         return Self.match(segments[...], parts[...], failed: &failed)
     }
 
     /// Whether the file name (last segment) of `path` matches; for patterns without `/`.
     public func matchesName(of path: String) -> Bool {
-        guard let name = path.split(separator: "/").last else { return false }
+        guard let name = SlashSeparatedPath.lastPart(of: path) else { return false }
         return matches(String(name))
     }
 

@@ -29,12 +29,17 @@ public struct PrefixExpansion: Sendable, Hashable {
 
     /// The object names (full names in the bucket) relative to the prefix: what `include`/`exclude`
     /// patterns and destination paths see.
+    ///
+    /// Compared and cut on bytes, as the server listed them: `hasPrefix` compares Characters, so a name
+    /// whose `/` after the prefix carries a combining mark was not under it, and a name canonically
+    /// equivalent to the prefix (NFD for an NFC prefix) was, cut by a count of Characters.
     public func relativeName(_ objectName: String) -> String? {
         let base = prefix.fullPath
         if base.isEmpty { return objectName }
         let folder = base + "/"
-        guard objectName.hasPrefix(folder) else { return nil }
-        return String(objectName.dropFirst(folder.count))
+        guard objectName.utf8.starts(with: folder.utf8) else { return nil }
+        let start = objectName.utf8.index(objectName.utf8.startIndex, offsetBy: folder.utf8.count)
+        return String(objectName.unicodeScalars[start...])
     }
 
     /// One job per listed object under the prefix that the filter takes, in name order; an error at the
@@ -46,8 +51,9 @@ public struct PrefixExpansion: Sendable, Hashable {
         var specs: [JobSpec] = []
         var refused: [String] = []
         for name in objectNames.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
-            guard let relative = relativeName(name), !relative.isEmpty, !relative.hasSuffix("/") else { continue }
-            let parts = relative.split(separator: "/", omittingEmptySubsequences: false)
+            guard let relative = relativeName(name), !relative.isEmpty, relative.utf8.last != UInt8(ascii: "/") else { continue }
+            // Cut at the `/` bytes, as the kernel walks the destination (see `SlashSeparatedPath`).
+            let parts = SlashSeparatedPath.parts(of: relative, keepingEmpty: true)
             if parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) || relative.utf8.contains(0) {
                 refused.append(name)
                 continue

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import JobModel
 
 /// What `submit` finds wrong with an upload-file source on disk, before any job is stored.
 ///
@@ -38,7 +39,7 @@ enum SourceFile {
                 if lstat(path, &link) == 0, (link.st_mode & S_IFMT) == S_IFLNK {
                     return .danglingLink(target: linkTarget(path) ?? "?")
                 }
-                let name = path.split(separator: "/").last ?? ""
+                let name = SlashSeparatedPath.lastPart(of: path) ?? ""
                 return name.contains(where: { "*?[".contains($0) }) ? .glob : .missing
             case ENOTDIR:
                 return .unreachable("a folder on its path is a file")
@@ -86,6 +87,6 @@ extension LocalPath {
 
     /// The last component of an absolute, standardised path; nil for `/`.
     static func lastComponent(_ path: String) -> String? {
-        path.split(separator: "/").last.map(String.init)
+        SlashSeparatedPath.lastPart(of: path).map(String.init)
     }
 }

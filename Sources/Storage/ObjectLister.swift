@@ -93,7 +93,7 @@ extension LocalBackend {
         if !prefix.bucket.isEmpty, !(FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue) {
             throw StorageError(.bucketNotFound, "local bucket '\(prefix.bucket)' does not exist (no directory '\(root)')")
         }
-        if let reserved = prefix.fullPath.split(separator: "/").first(where: { LocalLocation.isReserved(String($0)) }) {
+        if let reserved = SlashSeparatedPath.parts(of: prefix.fullPath).first(where: { LocalLocation.isReserved(String($0)) }) {
             throw StorageError(.invalidArgument, "'\(reserved)' is reserved for jobctl's temporary and metadata files")
         }
         let base = prefix.fullPath

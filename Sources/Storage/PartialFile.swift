@@ -199,11 +199,13 @@ public final class PartialFile {
     /// folders of `within` (the tail of `destination` below the user's folder), opened one by one
     /// without following links.
     static func openDirectory(of destination: String, within: String?) throws(StorageError) -> SafeDirectory {
-        let folders = within.map { $0.split(separator: "/", omittingEmptySubsequences: false).dropLast().map(String.init) } ?? []
-        guard let within, !folders.isEmpty, destination.hasSuffix("/" + within) else {
+        // Cut and compared on bytes (see `SlashSeparatedPath`): Characters can join a `/` to a mark.
+        let folders = within.map { SlashSeparatedPath.parts(of: $0, keepingEmpty: true).dropLast().map(String.init) } ?? []
+        guard let within, !folders.isEmpty, destination.utf8.reversed().starts(with: ("/" + within).utf8.reversed()) else {
             return try SafeDirectory.open(trusted: LocalFiles.directory(of: destination), create: true)
         }
-        let root = String(destination.dropLast(within.count + 1))
+        let end = destination.utf8.index(destination.utf8.endIndex, offsetBy: -(within.utf8.count + 1))
+        let root = String(destination.unicodeScalars[..<end])
         return try SafeDirectory.open(trusted: root.isEmpty ? "/" : root, create: true).descend(folders, create: true)
     }
 

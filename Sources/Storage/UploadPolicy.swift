@@ -99,9 +99,10 @@ public struct UploadPolicy: Sendable, Equatable {
 
     /// Whether the `file:///` reference lies in `folder` (an absolute path) or below it.
     private static func isInFolder(_ reference: StorageReference, _ folder: String) -> Bool {
-        let parts = folder.split(separator: "/").map(String.init)
-        let path = reference.fullPath.split(separator: "/").map(String.init)
-        return path.count > parts.count && Array(path.prefix(parts.count)) == parts
+        // Cut at `/` bytes and compared byte for byte, as the filesystem does (see `SlashSeparatedPath`).
+        let parts = SlashSeparatedPath.parts(of: folder)
+        let path = SlashSeparatedPath.parts(of: reference.fullPath)
+        return path.count > parts.count && zip(path, parts).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
     }
 
     private static func trimmingSlashes(_ text: String) -> String {
@@ -117,7 +118,7 @@ public struct UploadPolicy: Sendable, Equatable {
         case .gs:
             return "bucket 'gs://\(reference.bucket)'"
         case .file where reference.bucket.isEmpty:
-            let folder = reference.fullPath.split(separator: "/").dropLast().joined(separator: "/")
+            let folder = SlashSeparatedPath.parts(of: reference.fullPath).dropLast().joined(separator: "/")
             return "local folder '/\(folder)'"
         case .file:
             return "local bucket 'file://\(reference.bucket)'"
@@ -128,7 +129,7 @@ public struct UploadPolicy: Sendable, Equatable {
 
     /// The refused extension `name` ends in (lower case), if any.
     static func executableExtension(of name: String) -> String? {
-        let last = name.split(separator: "/").last.map(String.init) ?? name
+        let last = SlashSeparatedPath.lastPart(of: name).map(String.init) ?? name
         guard let dot = last.lastIndex(of: ".") else { return nil }
         let ext = last[last.index(after: dot)...].lowercased()
         return executableExtensions.contains(ext) ? ext : nil

@@ -178,6 +178,48 @@ import TestSupport
         #expect(try jsonArray(workspace, ["list", "--json"]).count == before)
     }
 
+    /// Object names are cut at their `/` bytes, as the kernel and GCS cut them. A combining mark after a
+    /// `/` joins it into another Character, and Character-wise cuts skipped `photos/\u{301}y` in a prefix
+    /// download of `photos/` (not under it, Character by Character), kept `gs://b/%CC%81x`'s leading `/`
+    /// (it asked for the object `/\u{301}x`), read `gs://b/\u{301}x` as a bucket named `b/\u{301}x`, and
+    /// hid the `..` of `file://demo/../%CC%81x` until the worker refused the name.
+    @Test func namesWithAMarkAfterASlashAreCutAtTheSlash() throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let workspace = try CLIWorkspace("batch-marks")
+        defer { workspace.directory.remove() }
+        let environment = ["STORAGE_EMULATOR_HOST": server.baseURL, "HOME": workspace.directory.path,
+                           "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        for (name, text) in [("photos/ok.txt", "fine"), ("photos/\u{301}y", "marked in photos"), ("\u{301}x", "marked")] {
+            let source = try workspace.write("seed.bin", text)
+            let wrote = try runProcess(Self.python, [Self.interop, "write", server.bucket, name, source, "text/plain"],
+                                       environment: ["STORAGE_EMULATOR_HOST": server.baseURL])
+            #expect(wrote.status == 0, "\(wrote.stderr.suffix(1000))")
+        }
+        let prefix = try workspace.write("prefix.yaml", "- {kind: download-file, source: \"gs://\(server.bucket)/photos/\", destination: out/}\n")
+        let expanded = try workspace.jobctl(["submit", prefix], environment: environment)
+        #expect(expanded.status == 0 && batches(expanded.stderr).map(\.count) == [2], "\(expanded.stderr)")
+
+        try workspace.write("buckets/demo/a", "in the bucket")
+        try workspace.write("buckets/\u{301}x", "beside the bucket")
+        let climbing = try workspace.write("climbing.yaml", "- {kind: download-memory, source: \"file://demo/../%CC%81x\"}\n")
+        let refused = try workspace.jobctl(["submit", climbing], environment: environment)
+        #expect(refused.status == 65 && refused.stderr.contains("climbing.yaml:1:35: error:"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("contains a '..' segment"), "\(refused.stderr)")
+
+        let single = try workspace.write("single.yaml", "- {kind: download-memory, source: \"gs://\(server.bucket)/%CC%81x\"}\n"
+                                         + "- {kind: download-memory, source: \"gs://\(server.bucket)/\u{301}x\"}\n")
+        let submitted = try workspace.jobctl(["submit", single], environment: environment)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let read = { (path: String) in try? String(contentsOfFile: workspace.directory.file(path), encoding: .utf8) }
+        #expect(read("out/ok.txt") == "fine" && read("out/\u{301}y") == "marked in photos")
+        let jobs = try jsonArray(workspace, ["list", "--json"]).filter { $0["kind"] as? String == "download-memory" }
+        #expect(jobs.count == 2 && jobs.allSatisfy { $0["state"] as? String == "succeeded" && $0["source"] as? String == "gs://\(server.bucket)/%CC%81x" },
+                "\(jobs)")
+    }
+
     @Test(arguments: StoreEngine.allCases)
     func bulkControlAndWatchSelectABatch(engine: StoreEngine) throws {
         let workspace = try CLIWorkspace("batch-control", engine: engine)

@@ -1,7 +1,8 @@
 @testable import JobModel
 import Testing
 
-/// The byte-level split must give exactly the parts `split(separator: "/")` gives, for every text.
+/// The split must give exactly the parts a split at every `/` scalar gives (the kernel's and every
+/// server's parts), for every text: not `split(separator: "/")`, where a combining mark joins a `/`.
 struct SlashSeparatedPathTests {
     static let texts = [
         "", "/", "//", "a", "/a", "a/", "/a/", "a/b", "a//b", "/tmp/q/obj/o-000001.bin", "dir/sub/file.tar.gz",
@@ -9,13 +10,37 @@ struct SlashSeparatedPathTests {
         "a/\u{301}", "日本/語/", "emoji/👩‍👩‍👧/z", "mixed/ascii/and/ñ",
     ]
 
+    /// `text` cut at every `/` scalar, each part as its own string.
+    static func scalarParts(_ text: String, keepingEmpty: Bool = false) -> [String] {
+        text.unicodeScalars.split(separator: "/", maxSplits: .max, omittingEmptySubsequences: !keepingEmpty).map { String(String.UnicodeScalarView($0)) }
+    }
+
     @Test(arguments: texts)
     func partsMatchSplit(text: String) {
-        let expected = text.split(separator: "/").map(String.init)
-        #expect(SlashSeparatedPath.parts(of: text).map(String.init) == expected)
-        let expectedAll = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        #expect(SlashSeparatedPath.parts(of: text, keepingEmpty: true).map(String.init) == expectedAll)
-        #expect(SlashSeparatedPath.lastPart(of: text).map(String.init) == text.split(separator: "/").last.map(String.init))
+        let expected = Self.scalarParts(text)
+        // Compared as bytes: `==` on strings would call canonically equivalent parts equal.
+        #expect(SlashSeparatedPath.parts(of: text).map { Array($0.utf8) } == expected.map { Array($0.utf8) })
+        let expectedAll = Self.scalarParts(text, keepingEmpty: true)
+        #expect(SlashSeparatedPath.parts(of: text, keepingEmpty: true).map { Array($0.utf8) } == expectedAll.map { Array($0.utf8) })
+        #expect(SlashSeparatedPath.lastPart(of: text).map { Array($0.utf8) } == expected.last.map { Array($0.utf8) })
+        let directory = text.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(text.unicodeScalars[..<$0]) }
+        #expect(Array(SlashSeparatedPath.directory(of: text).utf8) == Array((directory.map { $0.isEmpty ? "/" : $0 } ?? ".").utf8))
+    }
+
+    /// A combining mark after a `/` joins it into another Character; the `..` before it is still a part,
+    /// so no reference can hide one (`a/../\u{301}x` named `\u{301}x` beside `a`'s folder).
+    @Test func aMarkAfterASlashHidesNoPart() throws {
+        #expect(SlashSeparatedPath.parts(of: "a/../\u{301}x").map(String.init) == ["a", "..", "\u{301}x"])
+        #expect(SlashSeparatedPath.lastPart(of: "d/\u{301}") == "\u{301}")
+        #expect(SlashSeparatedPath.directory(of: "/o/\u{301}x") == "/o")
+        for text in ["gs://b/a/../\u{301}x", "gs://b/a/../%CC%81x", "file://b/../%CC%81x", "file://b/..\u{600}/../\u{301}x",
+                     "file:///srv/./\u{301}", "http://h/v0/b/bk/o/a%2F..%2F%CC%81x", "https://storage.googleapis.com/bk/../\u{301}x",
+                     "http://h/a/../\u{301}x"] {
+            #expect(throws: StorageError.self, "\(text)") { try StorageReference(parsing: text) }
+        }
+        // A leading `/` before a mark is dropped, not kept in the name (`gs://b//\u{301}x` asked for `/\u{301}x`).
+        #expect(try StorageReference(parsing: "gs://b/%CC%81x").fullPath == "\u{301}x")
+        #expect(try StorageReference(parsing: "gs://b/d/%CC%81x").parent?.fullPath == "d")
     }
 
     @Test func referencesSplitTheirPathsAsBefore() throws {

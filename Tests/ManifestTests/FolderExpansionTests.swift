@@ -218,12 +218,27 @@ import TestSupport
         #expect(all.map(\.destination) == ["/srv/all/a", "/srv/all/b/c"])
     }
 
-    @Test(arguments: ["photos/../../etc/passwd", "photos//abs", "photos/./a", "photos/a\u{0}b"])
+    /// A combining mark after a `/` joins it into another Character: `split(separator: "/")` then saw
+    /// `../\u{301}evil` as one safe part, and the job wrote `out/../\u{301}evil`, beside the folder.
+    @Test(arguments: ["photos/../../etc/passwd", "photos//abs", "photos/./a", "photos/a\u{0}b", "photos/../\u{301}evil",
+                      "photos/a/..\u{600}/../\u{301}b", "photos/\u{600}/./\u{301}c", "photos/x//\u{301}"])
     func unsafeObjectNamesRefuseTheWholeExpansion(_ name: String) throws {
         let expansion = try prefixJob("- kind: download-file\n  source: gs://b/photos/\n  destination: out/\n")
         let errors = try #require(expansion.jobs(objectNames: ["photos/fine.jpg", name]).errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
         #expect(errors.first?.message.contains("has a name that is not a safe relative path") == true)
+    }
+
+    /// Names are under the prefix when their bytes are, and are cut there: an object whose name goes on
+    /// with a combining mark (`photos/\u{301}x`) is taken, not skipped for the Character `/\u{301}`, and
+    /// one canonically equal to the prefix but not the same bytes (NFD for an NFC prefix) is not under it.
+    @Test func namesAreUnderThePrefixByTheirBytes() throws {
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://b/caf%C3%A9/\n  destination: out/\n")
+        let specs = try #require(expansion.jobs(objectNames: ["caf\u{E9}/\u{301}x", "cafe\u{301}/nfd", "caf\u{E9}/d/\u{301}/y"]).jobs)
+        #expect(specs.map { Array(($0.source ?? "").utf8) } == ["gs://b/caf%C3%A9/d/%CC%81/y", "gs://b/caf%C3%A9/%CC%81x"].map { Array($0.utf8) })
+        #expect(specs.map { Array(($0.destination ?? "").utf8) }
+                == [testBase + "/out/d/\u{301}/y", testBase + "/out/\u{301}x"].map { Array($0.utf8) })
+        #expect(specs.map { $0.batch.map { Array($0.path.utf8) } } == [Array("d/\u{301}/y".utf8), Array("\u{301}x".utf8)])
     }
 
     @Test func anEmptyPrefixIsAnErrorAtTheJob() throws {

@@ -12,10 +12,21 @@ import Testing
 /// code before it gave, for every kind of path.
 @Suite("file:// object paths", .onTestThreads)
 struct LocalObjectPathTests {
-    /// `LocalLocation.isReserved` as it was written before (Character-wise `hasSuffix`).
+    /// `LocalLocation.isReserved` as the filesystem sees names: whether the bytes end in a reserved suffix
+    /// (not Character-wise `hasSuffix`, which a mark joining the suffix's `.` to the character before it
+    /// answered false for `\u{600}.jobctl-upload`).
     private static func reservedBefore(_ name: String) -> Bool {
-        name.hasSuffix(".jobctl-meta.json") || name.hasSuffix(".jobctl-upload") || name.hasSuffix(".jobctl-partial")
-            || name.hasSuffix(".jobctl-meta.tmp")
+        [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp"].contains {
+            Array(name.utf8).reversed().starts(with: Array($0.utf8).reversed())
+        }
+    }
+
+    @Test("a name ending in a reserved suffix is reserved whatever joins its first dot")
+    func reservedOnBytes() {
+        #expect(LocalLocation.isReserved("\u{600}.jobctl-upload") && LocalLocation.isReserved("x\u{600}.jobctl-meta.json"))
+        #expect(!LocalLocation.isReserved("x.jobctl-upload\u{301}"))
+        #expect(LocalObjectPath("d/y\u{600}.jobctl-partial/z").firstReserved == "y\u{600}.jobctl-partial")
+        #expect(LocalObjectPath("a/\u{301}x").parts == ["a", "\u{301}x"])
     }
 
     /// `LocalObjectPlace.of` as it was written before: split twice, joined, with the same bucket rules.
@@ -41,7 +52,7 @@ struct LocalObjectPathTests {
         "x.jobctl-meta.json", "d/.o.jobctl-upload/x", "d/.o.01JOB.jobctl-partial", "d/.o.jobctl-meta.json.ab12cd34.jobctl-meta.tmp",
         ".jobctl-upload", "jobctl-upload", "x.jobctl-uploa", "x.JOBCTL-UPLOAD", "x.jobctl-upload.bak", "x.jobctl-meta.json/",
         "a/x.jobctl-partial//", "x.jobctl-meta.jsonx",
-        // Not ASCII: the Character-wise code, where a combining mark joins a `/` or a suffix's last letter.
+        // Not ASCII: where a combining mark joins a `/` or a suffix's first dot into another Character.
         "é/ü.txt", "données/été.bin", "dir/\u{301}x", "a/\u{301}", "/\u{301}", "日本/語", "x.jobctl-meta.json\u{301}",
         "x.jobctl-upload\u{301}/y", "\u{600}.jobctl-upload", "é/x.jobctl-partial", "a\u{0}b/c",
     ]

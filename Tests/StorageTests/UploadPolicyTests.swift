@@ -110,6 +110,10 @@ struct UploadPolicyTests {
         ("/srv", "file:///srv/in/x.exe", true), ("/srv", "file:///srvx/x.exe", false), ("/srv/in", "file:///srv/x.exe", false),
         ("https://H:8443", "https://h:8443/x.exe", true), ("https://h:8443", "http://h:8443/x.exe", false),
         ("http://*", "https://h/x.exe", false), ("gs://*", "gs://any/x.exe", true),
+        // A mark after a `/` is a part of its own (Character-wise, `in/\u{301}x.exe` was one part: not below `/srv/in`);
+        // a folder canonically equal but not the same bytes is another folder.
+        ("/srv/in", "file:///srv/in/%CC%81x.exe", true), ("/srv/caf\u{E9}", "file:///srv/cafe%CC%81/x.exe", false),
+        ("/srv/caf\u{E9}", "file:///srv/caf%C3%A9/x.exe", true),
     ])
     func entryMatching(entry: String, destination: String, refused: Bool) throws {
         let policy = UploadPolicy(refusingExecutablesIn: [entry])
