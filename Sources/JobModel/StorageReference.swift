@@ -47,7 +47,26 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
             throw StorageError(.invalidArgument, "the bucket (or host) is empty")
         }
         let fullPath = try Self.normalise(path)
+        if scheme == .gs { try Self.checkObjectName(fullPath) }
         self.init(unchecked: scheme, bucket: bucket, fullPath: fullPath, query: query, rawPath: rawPath)
+    }
+
+    /// The longest Cloud Storage object name, in bytes of UTF-8.
+    public static let maximumObjectNameBytes = 1_024
+
+    /// Cloud Storage's rules for object names that a request cannot get past: at most 1,024 bytes, no
+    /// carriage return or line feed. Refused here, where a manifest reports them at the field: sent, a
+    /// longer name made the emulator drop the connection (retried five times as "the connection failed
+    /// mid-transfer") and Cloud Storage answer 400.
+    static func checkObjectName(_ name: String) throws(StorageError) {
+        let bytes = name.utf8.count
+        if bytes > maximumObjectNameBytes {
+            throw StorageError(.invalidArgument, "the object name is \(bytes) bytes; Cloud Storage names are at most "
+                + "\(maximumObjectNameBytes) bytes of UTF-8")
+        }
+        if name.utf8.contains(where: { $0 == 0x0A || $0 == 0x0D }) {
+            throw StorageError(.invalidArgument, "the object name contains a line feed or carriage return, which Cloud Storage names cannot hold")
+        }
     }
 
     private init(unchecked scheme: Scheme, bucket: String, fullPath: String, query: String?, rawPath: String? = nil) {

@@ -89,6 +89,35 @@ import Glibc
         #expect(try workspace.jobctl(["submit", first]).stdout == once.stdout)
     }
 
+    /// A `gs://` object name longer than Cloud Storage's 1,024 bytes, or holding a line feed, is an error at
+    /// its field, in every form that names a GCS object; the same name in a `file://` bucket is not. It
+    /// used to be submitted, and against the emulator the upload was retried five times as "the
+    /// connection failed mid-transfer".
+    @Test func cloudStorageObjectNamesAreCheckedAtSubmit() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let longest = String(repeating: "\u{E9}", count: 512)  // 1,024 bytes
+        let fits = try workspace.write("fits.yaml", """
+        - {kind: upload-data, data: x, destination: "gs://b/\(longest)"}
+        - {kind: upload-data, data: x, destination: "file://b/\(longest)x/y"}
+        """)
+        let fine = try workspace.jobctl(["submit", "--dry-run", fits])
+        #expect(fine.status == 0, "\(fine.stderr)")
+        let manifest = try workspace.write("long.yaml", """
+        - {kind: upload-data, data: x, destination: "gs://b/\(longest)x"}
+        - {kind: download-memory, source: "http://h/v0/b/b/o/\(String(repeating: "n", count: 1_025))"}
+        - {kind: download-memory, source: "https://storage.googleapis.com/b/a%0Ab"}
+        - {kind: upload-data, data: x, destination: "gs://b/a%0Db"}
+        """)
+        let refused = try workspace.jobctl(["submit", manifest])
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("long.yaml:1:45: error: 'destination' is not a valid storage reference: the object name is 1025 bytes; "
+                                        + "Cloud Storage names are at most 1024 bytes of UTF-8"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("long.yaml:2:35: error: 'source' is not a valid storage reference: the object name is 1025 bytes"), "\(refused.stderr)")
+        #expect(refused.stderr.components(separatedBy: "contains a line feed or carriage return").count == 3, "\(refused.stderr)")
+        #expect(refused.stderr.contains("4 errors generated."), "\(refused.stderr)")
+    }
+
     // MARK: - Upload sources
 
     @Test func uploadSourcesAreCheckedAtSubmit() throws {

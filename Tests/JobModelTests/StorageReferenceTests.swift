@@ -162,6 +162,19 @@ private let referenceCases: [ReferenceCase] = [
 
     // MARK: - Navigation
 
+    /// Cloud Storage names are 1 to 1,024 bytes of UTF-8 without CR or LF; other schemes have no such limit.
+    @Test func cloudStorageNamesKeepToCloudStorageRules() throws {
+        let longest = String(repeating: "n", count: 1_024)
+        #expect(try StorageReference(parsing: "gs://b/" + longest).fullPath == longest)
+        #expect(try StorageReference(parsing: "file://b/" + longest + "n").fullPath.utf8.count == 1_025)
+        for text in ["gs://b/\(longest)n", "gs://b/a/\(longest)", "http://h/v0/b/b/o/\(longest)n", "gs://b/a%0Ab", "gs://b/a\rb",
+                     "https://storage.googleapis.com/b/\(longest)%C3%A9"] {
+            #expect(throws: StorageError.self, "\(text)") { try StorageReference(parsing: text) }
+        }
+        #expect(throws: StorageError.self) { try StorageReference(parsing: "gs://b/a").child(longest) }
+        #expect(try StorageReference(parsing: "http://h/a%0Ab").fullPath == "a\nb")
+    }
+
     @Test func childNormalisesAndNests() throws {
         let root = try StorageReference(parsing: "gs://bucket")
         let child = try root.child("images//stars.jpg/")
