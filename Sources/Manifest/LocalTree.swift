@@ -64,6 +64,10 @@ enum LocalTree {
                     listing.skipped.append((path, "a device"))
                 case .typeSocket?:
                     listing.skipped.append((path, "a socket"))
+                case nil where name.unicodeScalars.contains("\u{FFFD}"):
+                    // The folder's listing decodes names as UTF-8, with U+FFFD for bytes that are not: such
+                    // a name reaches no file, and no job could name it (it was called a FIFO, or gone).
+                    listing.skipped.append((path, "a name that is not valid UTF-8, which no job can name: rename it"))
                 default:
                     listing.skipped.append((path, "not a regular file (a FIFO, or gone while listed)"))
                 }

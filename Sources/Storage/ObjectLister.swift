@@ -117,6 +117,11 @@ extension LocalBackend {
                 switch (try? files.attributesOfItem(atPath: start + "/" + path))?[.type] as? FileAttributeType {
                 case .typeRegular?: names.append(base.isEmpty ? path : base + "/" + path)
                 case .typeDirectory?: pending.append(path)
+                case nil where entry.unicodeScalars.contains("\u{FFFD}"):
+                    // Listed with U+FFFD for bytes that are not UTF-8: no reference can name the file, and
+                    // leaving it out silently downloaded the prefix without it.
+                    throw StorageError(.invalidArgument, "the file '\(start)/\(path)' in \(prefix) has a name "
+                        + "that is not valid UTF-8 (shown with U+FFFD), which no job can name: rename it, or narrow the prefix")
                 default: continue
                 }
             }

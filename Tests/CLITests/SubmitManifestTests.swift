@@ -118,6 +118,34 @@ import Glibc
         #expect(refused.stderr.contains("4 errors generated."), "\(refused.stderr)")
     }
 
+    /// A file whose name is not UTF-8 (byte 0xFF) is named for what it is: skipped from a folder upload
+    /// with a note saying so (it read "not a regular file (a FIFO, or gone while listed)"), and a
+    /// `file://` prefix holding one is refused (it was left out without a word, the others downloaded).
+    @Test func filesNamedInOtherEncodingsAreNamedForWhatTheyAre() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        try workspace.write("up/fine.txt", "fine")
+        try workspace.write("buckets/b/p/fine.txt", "fine")
+        for folder in ["up", "buckets/b/p"] {
+            let path = Array(workspace.directory.file(folder + "/latin").utf8) + [0xE9, 0xFF, 0]
+            let fd = path.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_CREAT | O_WRONLY, 0o644) } }
+            #expect(fd >= 0)
+            close(fd)
+        }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let upload = try workspace.write("up.yaml", "- {kind: upload-file, source: up/, destination: \"file://c/\"}\n")
+        let uploaded = try workspace.jobctl(["submit", "--dry-run", upload], environment: environment)
+        #expect(uploaded.status == 0, "\(uploaded.stderr)")
+        #expect(uploaded.stderr.contains("up.yaml:1:3: note: 'source' 'up/': skipped 'latin\u{FFFD}"), "\(uploaded.stderr)")
+        #expect(uploaded.stderr.contains("' (a name that is not valid UTF-8, which no job can name: rename it)"), "\(uploaded.stderr)")
+        let download = try workspace.write("down.yaml", "- {kind: download-file, source: \"file://b/p/\", destination: out/}\n")
+        let refused = try workspace.jobctl(["submit", download], environment: environment)
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("down.yaml:1:33: error: cannot list the prefix 'file://b/p/': the file '"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("/buckets/b/p/latin\u{FFFD}"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("' in file://b/p has a name that is not valid UTF-8 (shown with U+FFFD)"), "\(refused.stderr)")
+    }
+
     // MARK: - Upload sources
 
     @Test func uploadSourcesAreCheckedAtSubmit() throws {
