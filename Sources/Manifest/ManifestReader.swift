@@ -185,7 +185,8 @@ struct ManifestReader {
     /// Jobs made so far, expansions included, against `limits.maximumJobs`.
     var jobCount = 0
     /// Idempotency keys seen so far, with the position of the job that used each first.
-    private var idempotencyKeys: [String: SourceMark] = [:]
+    /// Keyed by bytes, as the log keys jobs: `==` calls NFC and NFD spellings of one name equal.
+    private var idempotencyKeys: [UTF8Key: SourceMark] = [:]
 
     init(file: String, source: SourceText, baseDirectory: String?, checksSources: Bool = true, limits: ManifestLimits = .default,
          nowMs: Int64 = Clock.nowMs()) {
@@ -366,12 +367,12 @@ struct ManifestReader {
         }
         let fields = own.merged(over: defaults)
         if let key = own.key {
-            if let first = idempotencyKeys[key.value] {
+            if let first = idempotencyKeys[UTF8Key(key.value)] {
                 report(.duplicateIdempotencyKey,
                        "idempotency key '\(key.value)' is already used by the job at line \(first.line); give each job its own key",
                        at: key.valueMark)
             } else {
-                idempotencyKeys[key.value] = mark
+                idempotencyKeys[UTF8Key(key.value)] = mark
             }
         }
         guard let kind = fields.kind?.value else {
@@ -407,7 +408,7 @@ struct ManifestReader {
         if let after = own.after?.value, !after.isEmpty {
             spec.after = after.map(\.value)
             if let key = own.key?.value {
-                for entry in after where entry.value == key {
+                for entry in after where entry.value.hasSameUTF8(as: key) {
                     report(.invalidDependency, "job '\(key)' cannot wait for itself; remove '\(key)' from its 'after'", at: entry.valueMark)
                 }
                 // A self-dependency is reported above, not again as a cycle.
@@ -1047,7 +1048,7 @@ struct ManifestReader {
             return nil
         }
         var entries: [Located<String>] = []
-        var seen: [String: SourceMark] = [:]
+        var seen: [UTF8Key: SourceMark] = [:]
         var valid = true
         for item in items {
             guard case .scalar(let scalar) = item, !scalar.isNull,
@@ -1062,13 +1063,13 @@ struct ManifestReader {
                 valid = false
                 continue
             }
-            if let first = seen[scalar.value] {
+            if let first = seen[UTF8Key(scalar.value)] {
                 report(.invalidDependency, "'\(scalar.value)' is already in 'after' (column \(first.column) of line \(first.line)); "
                            + "list each job once", at: item.mark)
                 valid = false
                 continue
             }
-            seen[scalar.value] = item.mark
+            seen[UTF8Key(scalar.value)] = item.mark
             entries.append(Located(value: scalar.value, keyMark: pair.key.mark, valueMark: item.mark))
         }
         return valid ? entries : nil
@@ -1083,29 +1084,30 @@ struct ManifestReader {
     /// Reports each cycle of `after:` entries among the manifest's keyed jobs once, at the entry that
     /// closes it (`a → b → a`: at b's `a`).
     mutating func reportDependencyCycles() {
-        var edges: [String: [Located<String>]] = [:]
-        for (key, entries) in dependenciesByKey where edges[key] == nil { edges[key] = entries }
-        var done: Set<String> = []
-        for (start, _) in dependenciesByKey where !done.contains(start) {
+        // By bytes, as the log keys jobs (`==` calls NFC and NFD spellings of one key equal).
+        var edges: [UTF8Key: [Located<String>]] = [:]
+        for (key, entries) in dependenciesByKey where edges[UTF8Key(key)] == nil { edges[UTF8Key(key)] = entries }
+        var done: Set<UTF8Key> = []
+        for (start, _) in dependenciesByKey where !done.contains(UTF8Key(start)) {
             var path: [String] = [start]
             var stack: [(key: String, next: Int)] = [(start, 0)]
             while let top = stack.last {
-                let targets = edges[top.key] ?? []
+                let targets = edges[UTF8Key(top.key)] ?? []
                 guard top.next < targets.count else {
                     stack.removeLast()
                     path.removeLast()
-                    done.insert(top.key)
+                    done.insert(UTF8Key(top.key))
                     continue
                 }
                 stack[stack.count - 1].next += 1
                 let target = targets[top.next]
-                if let from = path.firstIndex(of: target.value) {
+                if let from = path.firstIndex(where: { $0.hasSameUTF8(as: target.value) }) {
                     let cycle = (path[from...] + [target.value]).joined(separator: " → ")
                     report(.invalidDependency, "'after' makes a cycle (\(cycle)): these jobs would wait for each other forever; "
                                + "remove one of the entries", at: target.valueMark)
                     continue
                 }
-                guard !done.contains(target.value), edges[target.value] != nil else { continue }
+                guard !done.contains(UTF8Key(target.value)), edges[UTF8Key(target.value)] != nil else { continue }
                 stack.append((target.value, 0))
                 path.append(target.value)
             }

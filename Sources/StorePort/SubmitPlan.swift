@@ -29,42 +29,43 @@ public struct SubmitPlan: Sendable {
     public init(_ specs: [JobSpec], now: Int64,
                 storedByKey: (String) throws(StoreError) -> (id: String, spec: String)?,
                 logJob: (String) throws(StoreError) -> String?) throws(StoreError) {
-        // Ids first, so an `after:` may name a job later in the batch.
-        var stored: [String: (id: String, spec: String)] = [:]
-        var firstOfKey: [String: Int] = [:]
+        // Ids first, so an `after:` may name a job later in the batch. Keys and names are compared by their
+        // bytes, as the log compares them (`==` calls NFC and NFD spellings of one key equal).
+        var stored: [UTF8Key: (id: String, spec: String)] = [:]
+        var firstOfKey: [UTF8Key: Int] = [:]
         var ids: [String] = []
         for (index, spec) in specs.enumerated() {
             guard let key = spec.key else {
                 ids.append(JobID.generate(atMs: now))
                 continue
             }
-            if let first = firstOfKey[key] {
+            if let first = firstOfKey[UTF8Key(key)] {
                 ids.append(ids[first])
                 continue
             }
-            firstOfKey[key] = index
+            firstOfKey[UTF8Key(key)] = index
             if let existing = try storedByKey(key) {
-                stored[key] = existing
+                stored[UTF8Key(key)] = existing
                 ids.append(existing.id)
             } else {
                 ids.append(JobID.generate(atMs: now))
             }
         }
-        var resolved: [String: String] = [:]
+        var resolved: [UTF8Key: String] = [:]
         func resolve(_ name: String) throws(StoreError) -> String {
-            if let id = resolved[name] { return id }
+            if let id = resolved[UTF8Key(name)] { return id }
             let id: String
-            if let index = firstOfKey[name] {
+            if let index = firstOfKey[UTF8Key(name)] {
                 id = ids[index]
             } else if let found = try logJob(name) {
                 id = found
             } else {
                 throw StoreError.unknownDependency(name)
             }
-            resolved[name] = id
+            resolved[UTF8Key(name)] = id
             return id
         }
-        var firstSpec: [String: String] = [:]
+        var firstSpec: [UTF8Key: String] = [:]
         for (index, original) in specs.enumerated() {
             var spec = original
             if let names = spec.after {
@@ -80,14 +81,14 @@ public struct SubmitPlan: Sendable {
                 continue
             }
             let encoded = try StoreJSON.encode(spec)
-            if let existing = stored[key] ?? firstSpec[key].map({ (ids[index], $0) }) {
+            if let existing = stored[UTF8Key(key)] ?? firstSpec[UTF8Key(key)].map({ (ids[index], $0) }) {
                 guard encoded.hasSameUTF8(as: existing.spec) else {
                     throw StoreError.keyConflict(key: key, existingID: existing.id)
                 }
                 entries.append(Entry(spec: spec, id: existing.id, creates: false))
                 continue
             }
-            firstSpec[key] = encoded
+            firstSpec[UTF8Key(key)] = encoded
             entries.append(Entry(spec: spec, id: ids[index], creates: true))
         }
         if let cycle = Self.cycle(among: entries.filter(\.creates)) {

@@ -217,12 +217,14 @@ extension Commands {
     /// the second as a resubmission of the first — refused as a different spec, naming a job that was
     /// never submitted, or, for the same spec, merged into one job.
     static func repeatedKeys(_ specs: [JobSpec], origins: [(path: String, line: Int, column: Int)]) -> [String] {
-        var first: [String: Int] = [:]
+        // By bytes, as the log keys jobs (`==` calls NFC and NFD spellings equal: a folder holding both
+        // `café` and `cafe\u{301}` could not be submitted with a key).
+        var first: [UTF8Key: Int] = [:]
         var failures: [String] = []
         for (index, spec) in specs.enumerated() {
             guard let key = spec.key else { continue }
-            guard let earlier = first[key] else {
-                first[key] = index
+            guard let earlier = first[UTF8Key(key)] else {
+                first[UTF8Key(key)] = index
                 continue
             }
             let here = origins[index], there = origins[earlier]

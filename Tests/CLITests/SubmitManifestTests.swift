@@ -89,6 +89,35 @@ import Glibc
         #expect(try workspace.jobctl(["submit", first]).stdout == once.stdout)
     }
 
+    /// Keys are told apart by their bytes, as the log tells them apart: a folder holding `café` (NFC)
+    /// and `cafe\u{301}` (NFD) uploads as two jobs under a key, and two jobs keyed so are two jobs. The
+    /// manifest, the expanded keys' check and the submit plan compared with `==`, which calls the two
+    /// equal: "idempotency key 'nightly/café' is already given to the job at line 1", exit 65.
+    @Test func keysThatDifferOnlyInNormalisationAreTwoKeys() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        try workspace.write("up/caf\u{E9}", "composed")
+        try workspace.write("up/cafe\u{301}", "decomposed")
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let manifest = try workspace.write("m.yaml", """
+        - {kind: upload-file, source: up/, destination: "file://b/k/", key: nightly}
+        - {kind: upload-data, data: one, destination: "file://b/caf\u{E9}", key: "caf\u{E9}"}
+        - {kind: upload-data, data: two, destination: "file://b/cafe\u{301}", key: "cafe\u{301}", after: ["caf\u{E9}"]}
+        - {kind: upload-data, data: three, destination: "file://b/both", after: ["caf\u{E9}", "cafe\u{301}"]}
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n")
+        #expect(ids.count == 5 && Set(ids).count == 5, "\(submitted.stdout)")
+        let again = try workspace.jobctl(["submit", manifest], environment: environment)
+        #expect(again.status == 0 && again.stdout.split(separator: "\n").prefix(4) == ids.prefix(4), "\(again.stdout)\(again.stderr)")
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let read = { (path: String) in try? Data(contentsOf: URL(fileURLWithPath: workspace.directory.file(path))) }
+        #expect(read("buckets/b/k/caf\u{E9}") == Data("composed".utf8) && read("buckets/b/k/cafe\u{301}") == Data("decomposed".utf8))
+        #expect(read("buckets/b/caf\u{E9}") == Data("one".utf8) && read("buckets/b/cafe\u{301}") == Data("two".utf8))
+    }
+
     /// A `gs://` object name longer than Cloud Storage's 1,024 bytes, or holding a line feed, is an error at
     /// its field, in every form that names a GCS object; the same name in a `file://` bucket is not. It
     /// used to be submitted, and against the emulator the upload was retried five times as "the
