@@ -39,9 +39,9 @@ static inline int jobctl_pipe_cloexec(int fds[2]) {
 
 /// Starts `/bin/sh -c command` as the leader of a process group of its own (so everything it starts can
 /// be stopped together), standard input and error on /dev/null, standard output the descriptor `out`,
-/// no other descriptor of this process inherited, its signals unblocked and SIGTERM, SIGINT, SIGHUP
-/// and SIGPIPE at their default action (a worker blocks the first two). 0 and the pid in `pid`, or an
-/// errno.
+/// no other descriptor of this process inherited, its signals unblocked and SIGTERM, SIGINT, SIGHUP,
+/// SIGPIPE and SIGXFSZ at their default action (a worker blocks the first two and ignores the last two).
+/// 0 and the pid in `pid`, or an errno.
 static inline int jobctl_spawn_shell(const char *command, int out, pid_t *pid) {
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
@@ -59,6 +59,7 @@ static inline int jobctl_spawn_shell(const char *command, int out, pid_t *pid) {
     sigaddset(&defaults, SIGINT);
     sigaddset(&defaults, SIGHUP);
     sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGXFSZ);
     if ((error = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0
         && (error = posix_spawn_file_actions_adddup2(&actions, out, 1)) == 0
         && (error = posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)) == 0

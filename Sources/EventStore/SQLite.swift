@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import JobModel
 
 // The one file that calls libsqlite3. Everything else in the module speaks `SQLiteConnection`,
 // `SQLiteStatement`, `SQLiteRow` and `SQLiteValue`; no unsafe pointer leaves this file.
@@ -226,8 +227,27 @@ final class SQLiteConnection {
         let primary = sqlite3_extended_errcode(connection) & 0xFF
         guard [SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PERM].contains(primary) else { return message }
         let number = sqlite3_system_errno(connection)
+        if number == EFBIG || (number == 0 && primary != SQLITE_CANTOPEN), let full = fileAtSizeLimit(connection) {
+            // SQLite names neither the file nor the limit, and its errno is often gone by now (another
+            // call overwrote it): "disk I/O error" alone sent users to look for a failing disk.
+            return "\(message): \(String(cString: strerror(EFBIG))); \(FileSizeLimit.exceeded(full))"
+        }
         guard number != 0 else { return message }
         return "\(message): \(String(cString: strerror(number)))"
+    }
+
+    /// The database file, or its -wal, when one of them has reached the process's file size limit
+    /// (`RLIMIT_FSIZE`): a write past it fails with `EFBIG` (jobctl ignores SIGXFSZ), which SQLite
+    /// reports as a plain I/O error. A write stops short exactly at the limit, so the file is that long.
+    private static func fileAtSizeLimit(_ connection: OpaquePointer?) -> String? {
+        guard let limit = FileSizeLimit.bytes, let name = sqlite3_db_filename(connection, "main") else { return nil }
+        let database = String(cString: name)
+        guard !database.isEmpty else { return nil }
+        for path in [database, sqliteSidecarPath(database, "-wal")] {
+            var info = stat()
+            if stat(path, &info) == 0, UInt64(max(0, info.st_size)) >= limit { return path }
+        }
+        return nil
     }
 
     static func error(code: Int32, message: String, sql: String?) -> StoreError {

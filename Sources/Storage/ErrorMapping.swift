@@ -65,6 +65,8 @@ func posixError(_ code: Int32, operation: String, path: String) -> StorageError 
         return StorageError(.pathError, "\(operation) '\(path)': not a regular file path", cause: text)
     case ENOSPC, EDQUOT:
         return StorageError(.internalError, "\(operation) '\(path)': the disk is full; free space and retry the job", cause: text)
+    case EFBIG:
+        return StorageError(.internalError, "\(operation): \(FileSizeLimit.exceeded(path)); then retry the job", cause: text)
     default:
         return StorageError(.internalError, "\(operation) '\(path)': \(text)", cause: text)
     }

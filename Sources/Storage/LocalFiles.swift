@@ -98,6 +98,8 @@ enum LocalFiles {
                                 "permission denied while \(operation) '\(path)': check the file's owner and mode", cause: cause)
         case EROFS:
             return StorageError(.unauthorized, "'\(path)' is on a read-only filesystem (\(operation))", cause: cause)
+        case EFBIG:
+            return StorageError(.internalError, "\(FileSizeLimit.exceeded(path)) (\(operation)); then retry the job", cause: cause)
         case ENOENT:
             switch context {
             case .object: return StorageError(.objectNotFound, "object '\(path)' does not exist", cause: cause)

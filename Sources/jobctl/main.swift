@@ -14,5 +14,11 @@ if StandardStreams.ensureOpen().contains(STDOUT_FILENO) { StandardOutput.noteClo
 // Commands other than `worker` release them again before they run.
 ShutdownSignals.block()
 
+// A write past the file size limit (`ulimit -f`, systemd's LimitFSIZE=) fails with EFBIG instead of
+// SIGXFSZ killing the process: a worker growing its event log's -wal, or writing a download on one of its
+// own threads, died without a word with its jobs left running under leases (the next worker to claim them
+// died the same way), and a `submit` died mid-transaction. The error says which file and which limit.
+signal(SIGXFSZ, SIG_IGN)
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 exit(CommandRunner.run(arguments))

@@ -1,0 +1,82 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// jobctl under the resource limits an operator or a service manager sets (`ulimit`, systemd's `Limit*=`):
+/// each is met with an error that names it, never a silent death.
+@Suite("resource limits", .onTestThreads) struct ResourceLimitTests {
+    /// Runs `jobctl --db DB ARGS` in the workspace with its file size limit (`RLIMIT_FSIZE`) at `bytes`
+    /// and SIGXFSZ at its default action and unblocked, as a login shell or systemd starts it (the test
+    /// runner's children inherit it blocked): a small python3 process sets both, then becomes jobctl.
+    static func jobctl(fileSizeLimit bytes: Int, _ workspace: CLIWorkspace, _ arguments: [String]) throws -> ProcessOutput {
+        try runProcess("/usr/bin/python3", ["-c", """
+            import os, resource, signal, sys
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGXFSZ])
+            resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+            os.execv(sys.argv[2], sys.argv[2:])
+            """, String(bytes), PackagePaths.jobctlBinary, "--db", workspace.database] + arguments,
+                       environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
+                       currentDirectory: workspace.directory.path)
+    }
+
+    /// A manifest of `count` small upload-data jobs (its log is some hundreds of KiB).
+    static func manyJobs(_ count: Int) -> String {
+        (0..<count).map { "- {kind: upload-data, data: \"x\($0)\", destination: \"file://b/o\($0)\"}" }.joined(separator: "\n")
+    }
+
+    @Test("a file size limit (ulimit -f) the event log outgrows fails submit and stops a worker with an error naming it; SIGXFSZ killed them")
+    func fileSizeLimitOnTheLog() throws {
+        let workspace = try CLIWorkspace("fsize-log")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let manifest = try workspace.write("jobs.yaml", Self.manyJobs(2_000))
+        // The log is ~130 KiB; 2,000 jobs make its -wal grow past 256 KiB within the submit's transaction.
+        let submit = try Self.jobctl(fileSizeLimit: 262_144, workspace, ["submit", manifest])
+        #expect(submit.status == 1, "exit \(submit.status) (SIGXFSZ is 25): \(submit.stderr)")
+        #expect(submit.stderr.contains("file size limit (262144 bytes"), "\(submit.stderr)")
+        #expect(submit.stderr.contains("jobctl.db"), "\(submit.stderr)")
+        // Nothing of the refused transaction is in the log.
+        let listed = try #require(try workspace.json(["list", "--limit", "0", "--json"]) as? [[String: Any]])
+        #expect(listed.isEmpty)
+
+        // Submitted without the limit, a drain under it fills the -wal with the jobs' events and stops.
+        #expect(try workspace.jobctl(["submit", manifest]).status == 0)
+        #expect(try workspace.jobctl(["migrate"]).status == 0)   // checkpoints: the -wal starts empty
+        let drain = try Self.jobctl(fileSizeLimit: 262_144, workspace, ["worker", "--drain", "--lease", "2s"])
+        #expect(drain.status == 1, "exit \(drain.status) (SIGXFSZ is 25): \(drain.stderr.suffix(2_000))")
+        #expect(drain.stderr.contains("file size limit (262144 bytes"), "\(drain.stderr.suffix(2_000))")
+        // Without the limit, another worker finishes every job (the stopped one's leases expire).
+        let rest = try workspace.jobctl(["worker", "--drain", "--lease", "2s"])
+        #expect(rest.status == 0, "\(rest.stderr.suffix(2_000))")
+        let succeeded = try #require(try workspace.json(["list", "--state", "succeeded", "--limit", "0", "--json"]) as? [[String: Any]])
+        #expect(succeeded.count == 2_000)
+    }
+
+    @Test("a download or upload past the file size limit fails as its job's error naming the limit, its temporary file removed")
+    func fileSizeLimitOnATransfer() throws {
+        let workspace = try CLIWorkspace("fsize-transfer")
+        defer { workspace.directory.remove() }
+        let bucket = workspace.directory.file("buckets/b")
+        try FileManager.default.createDirectory(atPath: bucket, withIntermediateDirectories: true)
+        let bytes = Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try bytes.write(to: URL(fileURLWithPath: bucket + "/big.bin"))
+        try bytes.write(to: URL(fileURLWithPath: workspace.directory.file("big.bin")))
+        let ids = try workspace.submit("""
+        - {kind: download-file, source: "file://b/big.bin", destination: out/big.bin, max_attempts: 1}
+        - {kind: upload-file, source: big.bin, destination: "file://b/copy.bin", max_attempts: 1}
+        """)
+        try #require(ids.count == 2)
+        let drain = try Self.jobctl(fileSizeLimit: 1 << 20, workspace, ["worker", "--drain"])
+        #expect(drain.status == 2, "exit \(drain.status): \(drain.stderr.suffix(2_000))")
+        for id in ids {
+            let job = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+            let error = try #require(job["error"] as? [String: Any], "\(job)")
+            #expect(job["state"] as? String == "failed")
+            #expect((error["message"] as? String)?.contains("file size limit (1048576 bytes") == true, "\(error)")
+        }
+        let left = try FileManager.default.subpathsOfDirectory(atPath: workspace.directory.path)
+            .filter { $0.contains("jobctl-partial") || $0.contains("jobctl-upload") || $0.hasSuffix("copy.bin") || $0.hasSuffix("out/big.bin") }
+        #expect(left.isEmpty, "\(left)")
+    }
+}
