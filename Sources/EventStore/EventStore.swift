@@ -122,7 +122,14 @@ public final class EventStore: JobStore, @unchecked Sendable {
     static func refuseNonFile(_ path: String) throws(StoreError) {
         guard !path.isEmpty else { throw StoreError.io("the database path is empty: give --db a file name (or set JOBCTL_DB)") }
         var info = stat()
-        guard stat(path, &info) == 0 else { return }   // missing: created or refused as such below
+        guard stat(path, &info) == 0 else {
+            let number = errno
+            if number == ENOENT { return }   // missing: created or refused as such below
+            // Not "no database" (nor, for submit, "cannot create" one that exists): it could not be looked at.
+            throw StoreError.io("cannot reach the database '\(path)': \(String(cString: strerror(number)))"
+                                + (number == EACCES ? " (a folder on its path may not be searched by this user, \(Self.currentUser))" : "")
+                                + "; check the folders on its path")
+        }
         let kind: String? = switch info.st_mode & S_IFMT {
         case S_IFREG: nil
         case S_IFDIR: "a directory"
@@ -145,6 +152,27 @@ public final class EventStore: JobStore, @unchecked Sendable {
                                     + "lock out each other's writes; remove the other names (`find -samefile`) and use one, "
                                     + "or a symbolic link to it")
         }
+    }
+
+    /// This process's user as messages name it: "name (uid N)", or "uid N" when it has no name.
+    static var currentUser: String {
+        let uid = geteuid()
+        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
+        return "\(String(cString: name)) (uid \(uid))"
+    }
+
+    /// Why this user cannot open the existing file at `path` for reading (and, with `writing`, writing),
+    /// naming its owner and mode; nil when `access(2)` finds no lack of permission.
+    static func permissionProblem(_ path: String, writing: Bool) -> String? {
+        guard access(path, writing ? R_OK | W_OK : R_OK) != 0, errno == EACCES else { return nil }
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        let owner = getpwuid(info.st_uid).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(info.st_uid)"
+        let group = getgrgid(info.st_gid).flatMap { $0.pointee.gr_name.map { String(cString: $0) } } ?? "gid \(info.st_gid)"
+        let mode = String(info.st_mode & 0o7777, radix: 8)
+        return "permission denied: '\(path)' is owned by \(owner), group \(group), mode 0\(mode), and this user, "
+            + "\(currentUser), may not \(writing ? "read and write" : "read") it; run jobctl as a user who may, "
+            + "or change the file's owner, group or mode"
     }
 
     public init(path: String, mode: OpenMode, busyTimeoutMs: Int32 = EventStore.defaultBusyTimeoutMs) throws(StoreError) {

@@ -131,6 +131,7 @@ final class SQLiteConnection {
         guard code == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
             sqlite3_close_v2(db)
+            if let denied = EventStore.permissionProblem(path, writing: false) { throw StoreError.io("cannot open database: \(denied)") }
             throw StoreError.io("cannot open database '\(path)': \(message); check that the file exists and is readable")
         }
         self.handle = db
