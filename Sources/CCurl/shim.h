@@ -24,6 +24,7 @@
     X(struct curl_slist *, curl_slist_append, (struct curl_slist *list, const char *line), (list, line)) \
     X(void, curl_slist_free_all, (struct curl_slist *list), (list)) \
     X(CURLM *, curl_multi_init, (void), ()) \
+    X(CURLMcode, curl_multi_cleanup, (CURLM *multi), (multi)) \
     X(CURLMcode, curl_multi_add_handle, (CURLM *multi, CURL *handle), (multi, handle)) \
     X(CURLMcode, curl_multi_remove_handle, (CURLM *multi, CURL *handle), (multi, handle)) \
     X(CURLMcode, curl_multi_perform, (CURLM *multi, int *running), (multi, running)) \

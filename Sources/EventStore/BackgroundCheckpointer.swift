@@ -47,10 +47,11 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         try connection.execute("PRAGMA synchronous = NORMAL")
         // Handed to the thread, which alone uses it from here on.
         let handOver = HandOver(connection)
-        Thread { [self] in
-            ThreadName.setCurrent("jobctl-ckpt")
-            self.loop(handOver)
-        }.start()
+        do throws(ThreadStartFailure) {
+            try StartedThread.start(name: "jobctl-ckpt") { [self] in self.loop(handOver) }
+        } catch {
+            throw StoreError.io(error.description)
+        }
     }
 
     /// A commit left the log at `logPages` (the commit hook, on the committing thread): asks for a

@@ -230,7 +230,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         })
         var barrier: StoreExecutor.DurabilityBarrier?
         if let walSync { barrier = { () throws(StoreError) in try walSync.sync() } }
-        self.executor = StoreExecutor(name: "jobctl-store", busyRetryMs: Int64(busyTimeoutMs), writerLock: writerLock,
+        self.executor = try StoreExecutor(name: "jobctl-store", busyRetryMs: Int64(busyTimeoutMs), writerLock: writerLock,
                                       durabilityBarrier: barrier, appendCommitSpacingUs: Self.appendCommitSpacingUs) {
             (events, request) throws(StoreError) -> AppendAndClaimOutcome in
             guard let store = owner.withLock({ $0.store }) else {

@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 import Synchronization
 
 /// Gives up a connection whose server has not answered for too long.
@@ -23,11 +24,11 @@ final class AnswerWatchdog: Sendable {
     let timeoutMs: Int64
     private let state = Mutex(State())
 
-    init(timeoutMs: Int64) {
+    init(timeoutMs: Int64) throws(ThreadStartFailure) {
         self.timeoutMs = max(1, timeoutMs)
         let tick = UInt32(min(250, max(10, self.timeoutMs / 4)) * 1_000)
         // The thread holds the watchdog until `stop()`, which the connection calls when it goes.
-        Thread.detachNewThread { [self] in
+        try StartedThread.start(name: "jobctl-pg-watch") { [self] in
             while true {
                 usleep(tick)
                 let stop = state.withLock { state -> Bool in

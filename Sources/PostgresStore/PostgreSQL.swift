@@ -1,5 +1,6 @@
 import CPostgres
 import Foundation
+import JobModel
 
 // The one file that calls libpq. Everything else in the module speaks `PostgresConnection`,
 // `PostgresResult`, `PostgresRow` and `PostgresValue`; no unsafe pointer leaves this file.
@@ -348,9 +349,10 @@ final class PostgresConnection {
 
     /// How long each call waits for the server's answer before the connection is given up as lost
     /// (nil, the default: for ever). See `AnswerWatchdog`.
-    func setAnswerTimeout(milliseconds: Int64?) {
+    func setAnswerTimeout(milliseconds: Int64?) throws(ThreadStartFailure) {
         answerWatchdog?.stop()
-        answerWatchdog = milliseconds.map { AnswerWatchdog(timeoutMs: $0) }
+        answerWatchdog = nil
+        answerWatchdog = try milliseconds.map { (timeoutMs) throws(ThreadStartFailure) in try AnswerWatchdog(timeoutMs: timeoutMs) }
     }
 
     /// Runs `body`, a call that waits on the server, under the answer timeout: when it passes, the

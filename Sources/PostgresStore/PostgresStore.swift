@@ -93,12 +93,16 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
             throw StoreError.io("\(error)")
         }
         // Only from now on: the open's own migrations (an index built over a long log) take what they take.
-        connection.setAnswerTimeout(milliseconds: answerTimeoutMs)
+        do throws(ThreadStartFailure) {
+            try connection.setAnswerTimeout(milliseconds: answerTimeoutMs)
+        } catch {
+            throw StoreError.io(error.description)
+        }
         self.connection = connection
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
         let owner = Mutex<WeakPostgresStore>(WeakPostgresStore())
-        self.executor = StoreExecutor(name: "jobctl-pg-store") { (events, request) throws(StoreError) -> AppendAndClaimOutcome in
+        self.executor = try StoreExecutor(name: "jobctl-pg-store") { (events, request) throws(StoreError) -> AppendAndClaimOutcome in
             guard let store = owner.withLock({ $0.store }) else {
                 throw StoreError.io("the store was closed while appends were queued")
             }

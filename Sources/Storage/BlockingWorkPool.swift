@@ -45,13 +45,21 @@ final class BlockingWorkPool: @unchecked Sendable {
             start = true
         }
         condition.unlock()
-        if start {
-            let thread = Thread { [self] in
-                ThreadName.setCurrent(name)
+        guard start else { return }
+        do throws(ThreadStartFailure) {
+            try StartedThread.start(name: name, stackSize: 512 << 10) { [self] in
                 while let work = nextWork() { work() }
             }
-            thread.stackSize = 512 << 10
-            thread.start()
+        } catch {
+            // No thread to be had (a process limit): a thread the pool has takes the work; with none,
+            // the caller runs what waits, blocking as it would without the pool, rather than wait for a
+            // thread that never runs.
+            condition.lock()
+            threads -= 1
+            var stranded: [@Sendable () -> Void] = []
+            if threads == 0 { swap(&stranded, &waiting) }
+            condition.unlock()
+            for work in stranded { work() }
         }
     }
 

@@ -45,15 +45,26 @@ final class CurlEngine: @unchecked Sendable {
     static var shared: CurlEngine {
         get throws(TransferFailure) {
             switch sharedEngine {
-            case .success(let engine): return engine
+            case .success(let engine):
+                // Made at the first exchange; one whose thread the system refused is tried again at the next.
+                return try engine.withLock { (engine) throws(TransferFailure) -> CurlEngine in
+                    if let engine { return engine }
+                    do throws(ThreadStartFailure) {
+                        let started = try CurlEngine()
+                        engine = started
+                        return started
+                    } catch {
+                        throw .failed(StorageError(.unknown, "no HTTP exchange can run: \(error)", retryable: true))
+                    }
+                }
             case .failure(let failure): throw failure
             }
         }
     }
 
-    private static let sharedEngine: Result<CurlEngine, TransferFailure> = {
+    private static let sharedEngine: Result<Mutex<CurlEngine?>, TransferFailure> = {
         if let failure = CurlGlobal.failure { return .failure(.failed(StorageError(.internalError, failure))) }
-        return .success(CurlEngine())
+        return .success(Mutex(nil))
     }()
 
     /// Idle connections kept open for reuse. Generous: an idle socket costs one descriptor, while a
@@ -93,7 +104,7 @@ final class CurlEngine: @unchecked Sendable {
     /// An engine and its thread, named `threadName` (the process-wide one is `jobctl-curl`; tests that need
     /// an engine of their own name theirs otherwise, so thread counts of the shared one stay true). The
     /// thread runs for the life of the process.
-    init(threadName: String = "jobctl-curl") {
+    init(threadName: String = "jobctl-curl") throws(ThreadStartFailure) {
         CurlGlobal.initialise()
         // curl_multi_init only fails when malloc fails; there is no way to run transfers then.
         guard let multi = jobctl_curl_multi_init() else { fatalError("curl_multi_init failed: out of memory") }
@@ -102,11 +113,12 @@ final class CurlEngine: @unchecked Sendable {
         // is four per *currently added* handle, so sequential requests interleaved with other
         // transfers would lose their connection (https://curl.se/libcurl/c/CURLMOPT_MAXCONNECTS.html).
         jobctl_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, Self.connectionCacheSize)
-        let thread = Thread { [self] in
-            ThreadName.setCurrent(threadName)
-            self.run()
+        do throws(ThreadStartFailure) {
+            try StartedThread.start(name: threadName) { [self] in self.run() }
+        } catch {
+            jobctl_curl_multi_cleanup(multi)
+            throw error
         }
-        thread.start()
     }
 
     /// Performs one exchange. The body source and sink are driven on the engine thread until the

@@ -85,15 +85,18 @@ final class GCSTokenSource: Sendable {
     /// `file://` backend's I/O runs there).
     private static func commandTokenOffPool(_ command: String, timeLimit: Duration) async throws(StorageError) -> String {
         let result: Result<String, StorageError> = await withCheckedContinuation { continuation in
-            let thread = Thread {
-                ThreadName.setCurrent("jobctl-token")
-                do throws(StorageError) {
-                    continuation.resume(returning: .success(try commandToken(command, timeLimit: timeLimit)))
-                } catch {
-                    continuation.resume(returning: .failure(error))
+            do throws(ThreadStartFailure) {
+                try StartedThread.start(name: "jobctl-token") {
+                    do throws(StorageError) {
+                        continuation.resume(returning: .success(try commandToken(command, timeLimit: timeLimit)))
+                    } catch {
+                        continuation.resume(returning: .failure(error))
+                    }
                 }
+            } catch {
+                continuation.resume(returning: .failure(StorageError(.unauthenticated, "JOBCTL_TOKEN_COMMAND was not run: \(error)",
+                                                                     retryable: true)))
             }
-            thread.start()
         }
         return try result.get()
     }
@@ -137,32 +140,41 @@ final class GCSTokenSource: Sendable {
         let group = CommandGroup(leader: pid)
         // The shell's end, from a thread of its own (waitpid blocks).
         let exited = DispatchSemaphore(value: 0)
-        let reaper = Thread {
-            ThreadName.setCurrent("jobctl-token-wait")
-            group.reap()
-            exited.signal()
-        }
         // Read on a thread of its own, so a command that never exits cannot hold this one past the limit.
         let collected = CollectedOutput()
         let reader = FileHandle(fileDescriptor: ends[0], closeOnDealloc: true)
-        let readerThread = Thread {
-            ThreadName.setCurrent("jobctl-token-io")
-            // At most `maximumTokenCommandOutputBytes`: a command that prints without end is stopped, not collected.
-            var data = Data()
-            while true {
-                let chunk = reader.availableData
-                if chunk.isEmpty { break }
-                guard data.count + chunk.count <= maximumTokenCommandOutputBytes else {
-                    collected.overflow()
-                    group.stopAll()
-                    break
-                }
-                data += chunk
+        do throws(ThreadStartFailure) {
+            try StartedThread.start(name: "jobctl-token-wait") {
+                group.reap()
+                exited.signal()
             }
-            collected.finish(data)
+        } catch {
+            // Nothing would wait for the command: it is stopped and its end waited for here.
+            group.stopAll()
+            group.reap()
+            throw failure("was stopped", cause: error.description)
         }
-        reaper.start()
-        readerThread.start()
+        do throws(ThreadStartFailure) {
+            try StartedThread.start(name: "jobctl-token-io") {
+                // At most `maximumTokenCommandOutputBytes`: a command that prints without end is stopped, not collected.
+                var data = Data()
+                while true {
+                    let chunk = reader.availableData
+                    if chunk.isEmpty { break }
+                    guard data.count + chunk.count <= maximumTokenCommandOutputBytes else {
+                        collected.overflow()
+                        group.stopAll()
+                        break
+                    }
+                    data += chunk
+                }
+                collected.finish(data)
+            }
+        } catch {
+            group.stopAll()
+            _ = exited.wait(timeout: .now() + 2)
+            throw failure("was stopped", cause: error.description)
+        }
         let (seconds, attoseconds) = timeLimit.components
         let limit = DispatchTime.now() + Double(seconds) + Double(attoseconds) / 1e18
         let tooMuch = failure("printed more than \(maximumTokenCommandOutputBytes / 1024) KiB, far more than a token, and was stopped")

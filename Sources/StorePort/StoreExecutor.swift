@@ -174,20 +174,30 @@ public final class StoreExecutor: Sendable {
     /// `commit_delay` does the same for its WAL flushes); an append after a quiet spell is written at once.
     /// Durability is unchanged: a waiter still resumes only once its commit is synced.
     public init(name: String, busyRetryMs: Int64? = nil, writerLock: GroupCommitLock? = nil,
-                durabilityBarrier: DurabilityBarrier? = nil, appendCommitSpacingUs: Int64? = nil, flush: @escaping Flush) {
+                durabilityBarrier: DurabilityBarrier? = nil, appendCommitSpacingUs: Int64? = nil,
+                flush: @escaping Flush) throws(StoreError) {
         self.flush = flush
         self.appendCommitSpacingNs = appendCommitSpacingUs.flatMap { $0 > 0 ? UInt64($0) * 1_000 : nil }
-        self.syncer = durabilityBarrier.map { CommitSyncer(name: Self.syncThreadName(of: name), barrier: $0) }
+        do throws(ThreadStartFailure) {
+            self.syncer = try durabilityBarrier.map { (barrier) throws(ThreadStartFailure) in
+                try CommitSyncer(name: Self.syncThreadName(of: name), barrier: barrier)
+            }
+        } catch {
+            throw StoreError.io(error.description)
+        }
         self.writerLock = writerLock
         self.busyRetryNs = busyRetryMs.map { UInt64(max(0, $0)) * 1_000_000 }
         let started = DispatchSemaphore(value: 0)
-        let thread = Thread { [self] in
-            ThreadName.setCurrent(name)
-            self.thread.withLock { $0 = pthread_self() }
-            started.signal()
-            self.loop()
+        do throws(ThreadStartFailure) {
+            try StartedThread.start(name: name) { [self] in
+                self.thread.withLock { $0 = pthread_self() }
+                started.signal()
+                self.loop()
+            }
+        } catch {
+            syncer?.finish()  // its thread, started above, ends
+            throw StoreError.io(error.description)
         }
-        thread.start()
         // Calls made before the thread knows its own id would not be recognised as its own.
         started.wait()
     }
@@ -454,13 +464,9 @@ private final class CommitSyncer: Sendable {
     private let barrier: StoreExecutor.DurabilityBarrier
     private let ended = DispatchSemaphore(value: 0)
 
-    init(name: String, barrier: @escaping StoreExecutor.DurabilityBarrier) {
+    init(name: String, barrier: @escaping StoreExecutor.DurabilityBarrier) throws(ThreadStartFailure) {
         self.barrier = barrier
-        let thread = Thread { [self] in
-            ThreadName.setCurrent(name)
-            self.loop()
-        }
-        thread.start()
+        try StartedThread.start(name: name) { [self] in self.loop() }
     }
 
     /// Queues a committed write for the next sync.

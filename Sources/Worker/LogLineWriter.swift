@@ -75,10 +75,17 @@ public final class LogLineWriter: @unchecked Sendable {
         }
         pending.append(contentsOf: line.utf8)
         if !started {
-            started = true
-            let thread = Thread { [self] in run() }
-            thread.stackSize = 256 << 10
-            thread.start()
+            do throws(ThreadStartFailure) {
+                try StartedThread.start(name: "jobctl-log", stackSize: 256 << 10) { [self] in run() }
+                started = true
+            } catch {
+                // No thread to be had (a process limit): the lines go out from here, as before the
+                // thread existed, rather than wait for one that never runs. The next line tries again.
+                let batch = pending
+                pending.removeAll(keepingCapacity: true)
+                _ = batch.withUnsafeBytes { StandardStreams.write($0, to: descriptor) }
+                return
+            }
         }
         // A wake-up only when the thread waits for a first line, or lingers and a batch's worth is here:
         // one per line cost a 10,000-job drain a sixth more CPU.
@@ -111,7 +118,6 @@ public final class LogLineWriter: @unchecked Sendable {
     }
 
     private func run() {
-        ThreadName.setCurrent("jobctl-log")
         while true {
             condition.lock()
             while pending.isEmpty {

@@ -102,12 +102,13 @@ public final class MetricsServer: Sendable {
     }
 
     /// Serves on a thread of its own until `stop`.
-    public func start() {
-        let thread = Thread { [self] in
-            ThreadName.setCurrent("jobctl-metrics")
-            serve()
+    public func start() throws(ThreadStartFailure) {
+        do throws(ThreadStartFailure) {
+            try StartedThread.start(name: "jobctl-metrics") { [self] in serve() }
+        } catch {
+            close(listener)
+            throw error
         }
-        thread.start()
     }
 
     /// Stops accepting: the serving thread closes every connection and the socket, and returns.

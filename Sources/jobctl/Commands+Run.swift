@@ -124,7 +124,9 @@ extension Commands {
         }
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration,
                               log: log, metrics: metrics)
-        metricsServer?.start()
+        do throws(ThreadStartFailure) {
+            try metricsServer?.start()
+        } catch { throw CommandFailure(error.description) }
         defer { metricsServer?.stop() }
         // SIGTERM/SIGINT have been blocked since main started; one that came early is pending and is
         // handled as soon as the handlers exist.

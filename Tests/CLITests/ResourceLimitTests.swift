@@ -79,4 +79,38 @@ import TestSupport
             .filter { $0.contains("jobctl-partial") || $0.contains("jobctl-upload") || $0.hasSuffix("copy.bin") || $0.hasSuffix("out/big.bin") }
         #expect(left.isEmpty, "\(left)")
     }
+
+    /// Root can become `nobody` for one command (`setpriv`); a process limit binds only other users.
+    static var canRunAsNobody: Bool {
+        getuid() == 0 && getpwnam("nobody") != nil && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
+    }
+
+    /// A process and thread limit (`ulimit -u`, systemd's TasksMax=) that leaves jobctl no thread of its
+    /// own: each command says which thread the system refused and why. Foundation's `Thread.start()`
+    /// drops a failed `pthread_create`, and `list`, `submit` and the worker waited for ever for a store
+    /// thread that never ran. Run as `nobody` (root is exempt from the limit), under `timeout`.
+    @Test("a process limit that leaves no thread is an error naming it, not a hang",
+          .enabled(if: canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv)"))
+    func processLimitWithoutAThread() throws {
+        let workspace = try CLIWorkspace("nproc")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", Self.manyJobs(2))
+        #expect(try workspace.jobctl(["submit", manifest]).status == 0)
+        let nobody = try #require(getpwnam("nobody")).pointee
+        for path in [workspace.directory.path, workspace.database, manifest] { chown(path, nobody.pw_uid, nobody.pw_gid) }
+        for arguments in [["list"], ["submit", manifest], ["worker", "--drain"]] {
+            let command = ([PackagePaths.jobctlBinary, "--db", workspace.database] + arguments).map { "'\($0)'" }.joined(separator: " ")
+            let output = try runProcess("/usr/bin/timeout", ["-k", "5", "20", "/usr/bin/setpriv", "--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)",
+                                                             "--clear-groups", "--", "/bin/bash", "-c", "ulimit -u 1 && exec \(command)"],
+                                        environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
+                                        currentDirectory: workspace.directory.path)
+            print("\(arguments) under ulimit -u 1: exit \(output.status): \(output.stderr)")
+            #expect(output.status == 1, "\(arguments): exit \(output.status) (124: still waiting after 20 s): \(output.stderr)")
+            #expect(output.stderr.contains("cannot start the thread 'jobctl-") && output.stderr.contains("`ulimit -u`"),
+                    "\(arguments): \(output.stderr)")
+        }
+        // Nothing was written meanwhile: the two jobs are queued, once.
+        let listed = try #require(try workspace.json(["list", "--limit", "0", "--json"]) as? [[String: Any]])
+        #expect(listed.count == 2 && listed.allSatisfy { $0["state"] as? String == "queued" }, "\(listed)")
+    }
 }

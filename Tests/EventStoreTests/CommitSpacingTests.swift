@@ -36,8 +36,8 @@ struct CommitSpacingTests {
         var count: Int { batches.withLock { $0.count } }
     }
 
-    private func executor(spacingUs: Int64, _ flushed: Flushed) -> StoreExecutor {
-        StoreExecutor(name: "spacing-test", appendCommitSpacingUs: spacingUs) { events, _ in
+    private func executor(spacingUs: Int64, _ flushed: Flushed) throws -> StoreExecutor {
+        try StoreExecutor(name: "spacing-test", appendCommitSpacingUs: spacingUs) { events, _ in
             flushed.record(events)
             return writtenAsIs(events)
         }
@@ -66,7 +66,7 @@ struct CommitSpacingTests {
     @Test("an append soon after a commit waits, and the appends that come meanwhile share its commit")
     func appendsShareASpacedCommit() async throws {
         let flushed = Flushed()
-        let executor = executor(spacingUs: Self.anHourUs, flushed)
+        let executor = try executor(spacingUs: Self.anHourUs, flushed)
         defer { executor.stop() }
         let b = try await lingering(on: "b", after: executor, flushed)
         let c = Task { await executor.append(progressReport("c")) }
@@ -87,7 +87,7 @@ struct CommitSpacingTests {
     func callsAndClaimsDoNotWait() async throws {
         let flushed = Flushed()
         // Were the wait not ended, each step below would take an hour (the time limit stops it sooner).
-        let executor = executor(spacingUs: Self.anHourUs, flushed)
+        let executor = try executor(spacingUs: Self.anHourUs, flushed)
         defer { executor.stop() }
         var waiting = try await lingering(on: "b", after: executor, flushed)
         let seen = try await executor.run { flushed.all }
@@ -108,7 +108,7 @@ struct CommitSpacingTests {
         // "b" is queued while "a"'s commit is held shut, so it comes right after that commit, however
         // late this test's tasks run.
         let flushed = Flushed(holdingShut: "a")
-        let executor = executor(spacingUs: 1_000_000, flushed)
+        let executor = try executor(spacingUs: 1_000_000, flushed)
         defer { executor.stop() }
         let a = Task { await executor.append(progressReport("a")) }
         await pollUntil { flushed.count == 1 }
@@ -128,7 +128,7 @@ struct CommitSpacingTests {
     @Test("an append after a quiet spell is written at once")
     func quietAppendsDoNotWait() async throws {
         let flushed = Flushed()
-        let executor = executor(spacingUs: 2_000_000, flushed)
+        let executor = try executor(spacingUs: 2_000_000, flushed)
         defer { executor.stop() }
         _ = try await executor.append(progressReport("a")).get()
         try await Task.sleep(for: .milliseconds(2_500))

@@ -50,8 +50,8 @@ struct DeferredSyncTests {
         var all: [String] { ids.withLock { $0 } }
     }
 
-    private func executor(_ gate: Gate, _ flushed: Flushed) -> StoreExecutor {
-        StoreExecutor(name: "deferred-sync-test", durabilityBarrier: { () throws(StoreError) in try gate.barrier() }) { events, _ in
+    private func executor(_ gate: Gate, _ flushed: Flushed) throws -> StoreExecutor {
+        try StoreExecutor(name: "deferred-sync-test", durabilityBarrier: { () throws(StoreError) in try gate.barrier() }) { events, _ in
             flushed.record(events)
             return writtenAsIs(events)
         }
@@ -61,7 +61,7 @@ struct DeferredSyncTests {
     func waitersResumeAfterTheSync() async throws {
         let gate = Gate()
         let flushed = Flushed()
-        let executor = executor(gate, flushed)
+        let executor = try executor(gate, flushed)
         defer { executor.stop() }
         let resumed = Resumed()
         let first = Task {
@@ -98,7 +98,7 @@ struct DeferredSyncTests {
     func failedSyncReachesTheWaiters() async throws {
         let gate = Gate(failing: .io("the disk is gone"))
         let flushed = Flushed()
-        let executor = executor(gate, flushed)
+        let executor = try executor(gate, flushed)
         defer { executor.stop() }
         gate.open()
         let results = await executor.append([progressReport("a"), progressReport("b")])
@@ -116,7 +116,7 @@ struct DeferredSyncTests {
     func stopDrainsTheSyncs() async throws {
         let gate = Gate()
         let flushed = Flushed()
-        let executor = executor(gate, flushed)
+        let executor = try executor(gate, flushed)
         let waiter = Task { await executor.append(progressReport("a")) }
         await pollUntil { gate.count == 1 }
         startThread { usleep(100_000); gate.open() }

@@ -27,7 +27,7 @@ import TestSupport
         try Data(repeating: 0x5A, count: size).write(to: URL(fileURLWithPath: server.root + "/rate/a.bin"))
         let directory = try TemporaryDirectory("jobctl-rate")
         defer { directory.remove() }
-        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5), engine: CurlEngine(threadName: "rate-test-curl"))
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5), engine: try CurlEngine(threadName: "rate-test-curl"))
         let limit: Int64 = 1_048_576
         let started = ContinuousClock.now
         let result = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/rate/a.bin",
@@ -54,7 +54,7 @@ import TestSupport
         let limit: Int64 = 1_048_576
         var configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
         configuration.bandwidth = SharedBandwidth(rate: limit)
-        let backend = HTTPBackend(configuration: configuration, engine: CurlEngine(threadName: "rate-test-curl"))
+        let backend = HTTPBackend(configuration: configuration, engine: try CurlEngine(threadName: "rate-test-curl"))
         let started = ContinuousClock.now
         async let first = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/shared/a.bin", destination: directory.file("a.bin")))
         async let second = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/shared/b.bin", destination: directory.file("b.bin")))
@@ -84,7 +84,7 @@ import TestSupport
         defer { directory.remove() }
         var configuration = StorageConfiguration(stallTimeout: 2, connectTimeout: 5)
         configuration.bandwidth = SharedBandwidth(rate: 512 * 1024)
-        let backend = HTTPBackend(configuration: configuration, engine: CurlEngine(threadName: "fair-test-curl"))
+        let backend = HTTPBackend(configuration: configuration, engine: try CurlEngine(threadName: "fair-test-curl"))
         let results = await withTaskGroup(of: Result<TransferOutcome, StorageError>.self) { group in
             for name in names {
                 group.addTask {
@@ -114,7 +114,7 @@ import TestSupport
         defer { directory.remove() }
         var configuration = StorageConfiguration(stallTimeout: 30, connectTimeout: 5)
         configuration.bandwidth = SharedBandwidth(rate: 1_048_576)
-        let backend = HTTPBackend(configuration: configuration, engine: CurlEngine(threadName: "turns-test-curl"))
+        let backend = HTTPBackend(configuration: configuration, engine: try CurlEngine(threadName: "turns-test-curl"))
         // Four times a download's size: progress is reported every 256 KiB, and by turns the upload has
         // sent about a download's size when they end.
         let uploaded = Mutex<Int64>(0)
@@ -174,7 +174,7 @@ import TestSupport
         defer { filesystem.unmount() }
         let small = filesystem.path
         let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5),
-                                  engine: CurlEngine(threadName: "paced-full-curl"))
+                                  engine: try CurlEngine(threadName: "paced-full-curl"))
         let rate: Int64 = 8 * 1_048_576
         async let full = run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/big.bin", destination: small + "/big.bin",
                                               maxRate: rate))

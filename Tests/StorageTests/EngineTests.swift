@@ -48,7 +48,7 @@ struct EngineTests {
         // Each transfer's body arrives in a sink that notes the thread it is called on: all 32 must be
         // called on one and the same thread. (Counting threads by name was flaky: threads started from
         // the engine thread — libcurl's resolver, the runtime's — take its name.)
-        let engine = CurlEngine(threadName: "one-engine-curl")
+        let engine = try CurlEngine(threadName: "one-engine-curl")
         let sinks = payloads.map { _ in ThreadNotingSink() }
         let statuses = await withTaskGroup(of: (Int, Int?).self) { group in
             for index in payloads.indices {

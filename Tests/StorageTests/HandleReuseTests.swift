@@ -18,7 +18,7 @@ struct HandleReuseTests {
         defer { server.stop() }
         let proxy = try FaultProxy(upstreamPort: server.port)
         defer { proxy.stop() }
-        let engine = CurlEngine(threadName: "reuse-test-curl")
+        let engine = try CurlEngine(threadName: "reuse-test-curl")
         let backend = HTTPBackend(configuration: configuration, engine: engine)
         for round in 0..<6 {
             let payload = patternData(1_000 + round * 4_000, seed: UInt64(round + 1))
@@ -57,7 +57,7 @@ struct HandleReuseTests {
         defer { server.stop() }
         let payload = patternData(64 * 1024, seed: 7)
         try payload.write(to: URL(fileURLWithPath: server.root + "/p.bin"))
-        let engine = CurlEngine(threadName: "reuse-test-curl")
+        let engine = try CurlEngine(threadName: "reuse-test-curl")
         let backend = HTTPBackend(configuration: configuration, engine: engine)
         let source = "\(server.baseURL)/p.bin"
         #expect(try finished(await run(backend, JobSpec(kind: .downloadMemory, source: source, maxSize: 1 << 20))).data == payload)
@@ -88,7 +88,7 @@ struct HandleReuseTests {
                       .respond(.response(302, reason: "Found", headers: [ProxyHeader("Location", "file:///etc/hostname")])), times: 5),
         ])
         defer { proxy.stop() }
-        let engine = CurlEngine(threadName: "reuse-test-curl")
+        let engine = try CurlEngine(threadName: "reuse-test-curl")
         let backend = HTTPBackend(configuration: configuration, engine: engine)
         let good = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/p.bin", maxSize: 1 << 20)
         #expect(try finished(await run(backend, good)).data == payload)
@@ -122,7 +122,7 @@ struct HandleReuseTests {
                 FaultRule(RequestMatch(method: "PUT", pathContains: "/f3.bin", reusedConnection: true), .resetInRequestBody(afterBytes: 4_096)),
             ])
             defer { proxy.stop() }
-            let engine = CurlEngine(threadName: "reuse-test-curl")
+            let engine = try CurlEngine(threadName: "reuse-test-curl")
             let backend = HTTPBackend(configuration: configuration, engine: engine)
             for index in payloads.indices {
                 let uploaded = try finished(await run(backend, JobSpec(kind: .uploadFile, source: files.file("f\(index).bin"),

@@ -275,7 +275,7 @@ struct RangeAnswerTests {
             FaultRule(RequestMatch(pathContains: "/two"), .stallInResponse(afterBytes: head + 10, seconds: 2)),
         ])
         defer { proxy.stop() }
-        let engine = CurlEngine(threadName: "two-lengths-curl")
+        let engine = try CurlEngine(threadName: "two-lengths-curl")
         let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5), engine: engine)
         let refused = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/two", maxSize: 1 << 20)))
         #expect(refused.message.contains("conflicting Content-Length"), "\(refused)")

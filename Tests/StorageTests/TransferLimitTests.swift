@@ -53,7 +53,7 @@ struct TransferLimitTests {
         let started = ContinuousClock.now
         // An engine of its own: no connection another test left in the shared cache can stand in for this
         // one (a run of the whole suite once failed it in 3 ms, "the connection failed mid-transfer").
-        let backend = HTTPBackend(configuration: configuration(stall: 1), engine: CurlEngine(threadName: "stall-test-curl"))
+        let backend = HTTPBackend(configuration: configuration(stall: 1), engine: try CurlEngine(threadName: "stall-test-curl"))
         let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/stuck.bin", maxSize: 1 << 30)))
         let elapsed = ContinuousClock.now - started
         #expect(error.retryable)
