@@ -67,6 +67,18 @@ extension DecisionWriter {
     public func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
                         expectedVersion: Int? = nil, leaseToken: Int64? = nil, prepared: PreparedPayload? = nil,
                         now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
+        var ended: [EndedJob] = []
+        let result = try decide(command, jobID: jobID, on: current, actor: actor, expectedVersion: expectedVersion,
+                                leaseToken: leaseToken, prepared: prepared, now: now, ended: &ended)
+        try cancelWaitingDependants(of: ended, actor: actor, now: now)
+        return result
+    }
+
+    /// `perform` without the cascade: a job that ends failed or cancelled here is added to `ended`, for
+    /// `cancelWaitingDependants` to cancel what waits for it.
+    private func decide(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
+                        expectedVersion: Int?, leaseToken: Int64?, prepared: PreparedPayload?, now: Int64,
+                        ended: inout [EndedJob]) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
         precondition(current?.id.hasSameUTF8(as: jobID) ?? true,
                      "perform: the record is not job \(jobID)'s")
         var lifecycle = JobLifecycle(record: current)
@@ -96,7 +108,8 @@ extension DecisionWriter {
         if record.state != .running {
             try dropLease(jobID: record.id)
         }
-        if let later = try persistDependencies(of: record, stateBefore: current?.state, actor: actor, now: now) {
+        if let later = try persistDependencies(of: record, stateBefore: current?.state, actor: actor, now: now,
+                                               ended: &ended) {
             events += later.events
             record = later.record ?? record
         }
@@ -118,39 +131,72 @@ extension DecisionWriter {
 
     /// What `after:` makes of a decision, in its transaction: a new job's waits are recorded (none for a
     /// dependency that already succeeded; a dependency already failed or cancelled cancels it at once); a
-    /// job that just succeeded frees its dependants; one that just ended failed or cancelled has the
-    /// lifecycle cancel its waiting dependants, and theirs in turn (each `perform` does the next level).
+    /// job that just succeeded frees its dependants; one that just ended failed or cancelled goes into
+    /// `ended`, whose waiting dependants `cancelWaitingDependants` cancels.
     ///
     /// Returns the events a new job got beyond its `submitted` and the job after them, or nil.
     /// `stateBefore` is the job's state before the decision (nil: a new job); only the state is asked
     /// for, so the record before is not copied for every decision.
-    private func persistDependencies(of record: JobRecord, stateBefore: JobState?, actor: String,
-                                     now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?)? {
+    private func persistDependencies(of record: JobRecord, stateBefore: JobState?, actor: String, now: Int64,
+                                     ended: inout [EndedJob]) throws(StoreError) -> (events: [JobEvent], record: JobRecord?)? {
         guard let stateBefore else {
             guard let after = record.spec.after, !after.isEmpty else { return nil }
-            var ended: JobRecord?
+            var endedDependency: JobRecord?
             for dependency in after {
                 let known = try dependencyRecord(dependency)
                 if known?.state == .succeeded { continue }
                 try insertDependency(jobID: record.id, dependsOn: dependency)
-                if let known, known.state == .failed || known.state == .cancelled, ended == nil { ended = known }
+                if let known, known.state == .failed || known.state == .cancelled, endedDependency == nil {
+                    endedDependency = known
+                }
             }
-            guard let ended else { return nil }
-            return try perform(.dependencyEnded(dependency: ended.id, key: ended.key, outcome: ended.state), jobID: record.id,
-                               on: record, actor: actor, expectedVersion: record.version, now: now)
+            guard let endedDependency else { return nil }
+            // The new job's own cancel: one level, its stateBefore is `queued`.
+            return try decide(.dependencyEnded(dependency: endedDependency.id, key: endedDependency.key,
+                                               outcome: endedDependency.state),
+                              jobID: record.id, on: record, actor: actor, expectedVersion: record.version,
+                              leaseToken: nil, prepared: nil, now: now, ended: &ended)
         }
         guard stateBefore != record.state else { return nil }
         switch record.state {
         case .succeeded:
             try removeDependencies(on: record.id)
         case .failed, .cancelled:
-            for dependant in try waitingDependants(of: record.id) {
-                _ = try perform(.dependencyEnded(dependency: record.id, key: record.key, outcome: record.state),
-                                jobID: dependant.id, on: dependant, actor: actor, expectedVersion: dependant.version, now: now)
-            }
+            ended.append(EndedJob(id: record.id, key: record.key, state: record.state))
         case .queued, .running, .paused:
             break
         }
         return nil
     }
+
+    /// Cancels the queued or paused jobs waiting for the jobs in `ended`, and those waiting for them in
+    /// turn, level by level with a work list: a chain of any length takes no more stack than one link
+    /// (recursing once per link overflowed the stack at a few thousand). Each job's dependants are read
+    /// when its turn comes, after every cancel before it, so a job that waits for two of them (a
+    /// diamond) is read as it stands, already cancelled by the first, and not cancelled twice.
+    private func cancelWaitingDependants(of ended: [EndedJob], actor: String, now: Int64) throws(StoreError) {
+        var ended = ended
+        var next = 0
+        while next < ended.count {
+            let job = ended[next]
+            next += 1
+            for dependant in try waitingDependants(of: job.id) {
+                _ = try decide(.dependencyEnded(dependency: job.id, key: job.key, outcome: job.state), jobID: dependant.id,
+                               on: dependant, actor: actor, expectedVersion: dependant.version, leaseToken: nil,
+                               prepared: nil, now: now, ended: &ended)
+            }
+            // What was read is not needed again: a long cascade keeps only the jobs still to do.
+            if next >= 4_096 && next * 2 >= ended.count {
+                ended.removeFirst(next)
+                next = 0
+            }
+        }
+    }
+}
+
+/// A job that ended failed or cancelled in a decision, whose waiting dependants are still to cancel.
+struct EndedJob {
+    let id: String
+    let key: String?
+    let state: JobState
 }

@@ -101,6 +101,52 @@ import TestSupport
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
+    /// A job that waits for two jobs of one cascade (`c` after `a` and `b`, `b` after `a`) is cancelled
+    /// once, by the first: the cascade used to read `a`'s dependants once and cancel `c` again from that
+    /// stale row after `b`'s turn had cancelled it, and the duplicate version refused the whole cancel
+    /// (or a worker's `failed`) with a UNIQUE constraint error.
+    @Test(arguments: Engine.allCases)
+    func aJobWaitingForTwoJobsOfOneCascadeIsCancelledOnce(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-diamond", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"]), spec(key: "c", after: ["a", "b"]),
+                                            spec(key: "d", after: ["c", "b"])],
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        let claimed = try #require(try claim(fixture, now: 2_000).first)
+        try finish(fixture, claimed, succeeded: false, now: 3_000)
+        let states = try ids.map { try fixture.store.job($0)?.state }
+        #expect(states == [.failed, .cancelled, .cancelled, .cancelled])
+        #expect(try fixture.store.job(ids[2])?.error?.message == "dependency \(ids[0]) (key a) failed")
+        #expect(try fixture.store.events(jobID: ids[2]).map(\.type) == [.submitted, .cancelled])
+        #expect(try fixture.store.events(jobID: ids[3]).map(\.type) == [.submitted, .cancelled])
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
+
+    /// Cancelling the head of a long chain cancels every job after it in one transaction. The cascade
+    /// recursed once per link and overflowed the store thread's stack (SIGSEGV) a few thousand links
+    /// in; a chain submitted tail first after a job already cancelled took the same path at submit.
+    @Test(arguments: Engine.allCases)
+    func aLongChainIsCancelledWithoutRecursing(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-chain", engine: engine)
+        defer { fixture.remove() }
+        let length = 5_000
+        let chain = (0..<length).map { index in spec(key: "k\(index)", after: index == 0 ? nil : ["k\(index - 1)"]) }
+        let ids = try fixture.store.submit(chain, actor: "cli:test", now: 1_000).map(\.id)
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: ids[0], actor: "cli:test", now: 2_000)
+        let tail = try #require(try fixture.store.job(ids[length - 1]))
+        #expect(tail.state == .cancelled && tail.error?.message == "dependency \(ids[length - 2]) (key k\(length - 2)) was cancelled")
+        #expect(try fixture.scalar("SELECT count(*) FROM jobs WHERE state = 'cancelled'") == "\(length)")
+
+        // Submitted tail first, after a job already cancelled: each new job waits for the next one
+        // submitted, and the last one in (the head) is cancelled at once, and with it all of them.
+        let reversed = (0..<length).reversed().map { index in
+            spec(key: "r\(index)", after: [index == 0 ? ids[0] : "r\(index - 1)"])
+        }
+        let later = try fixture.store.submit(reversed, actor: "cli:test", now: 3_000).map(\.id)
+        #expect(try fixture.store.job(later[0])?.state == .cancelled)
+        #expect(try fixture.scalar("SELECT count(*) FROM jobs WHERE state = 'cancelled'") == "\(2 * length)")
+    }
+
     @Test(arguments: Engine.allCases)
     func dependenciesInTheLogResolveByKeyIdOrPrefix(engine: Engine) throws {
         let fixture = try StoreFixture("deps-log", engine: engine)
