@@ -92,14 +92,17 @@ public enum ArchiveRemovalRules {
     /// since waits for it again, and only a `retry` of the dependency can still let it run. Archived
     /// with its wait removed, the dependant would run though its dependency never succeeded; with its
     /// wait kept, it would wait for a job no longer in the log.
+    ///
+    /// One walk from the waits of the jobs staying, through each wait once: a chain of N waits takes N
+    /// steps (sweeping all the waits until nothing changed took N sweeps of N, minutes for 20,000).
     public static func withoutAwaited(_ jobs: [ArchivedJob], waits: [DependencyRow]) -> [ArchivedJob] {
         var selected = Set(jobs.map(\.id))
-        var changed = true
-        while changed {
-            changed = false
-            for wait in waits where selected.contains(wait.dependsOn) && !selected.contains(wait.job) {
-                selected.remove(wait.dependsOn)
-                changed = true
+        var waitedForBy: [String: [String]] = [:]
+        for wait in waits { waitedForBy[wait.job, default: []].append(wait.dependsOn) }
+        var staying = waits.compactMap { selected.contains($0.job) ? nil : $0.job }
+        while let job = staying.popLast() {
+            for dependency in waitedForBy.removeValue(forKey: job) ?? [] where selected.remove(dependency) != nil {
+                staying.append(dependency)
             }
         }
         return selected.count == jobs.count ? jobs : jobs.filter { selected.contains($0.id) }

@@ -223,4 +223,23 @@ import TestSupport
         _ = try fixture.store.control(.retry, id: ids[2], actor: "cli:test", now: 22_000)
         #expect(try claim(fixture, now: 23_000).map(\.record.id) == [ids[2]])
     }
+
+    /// The jobs an archive keeps for a waiting dependant are found in one walk: a cancelled chain of
+    /// 20,000 whose last job was retried keeps all of them, at once. Sweeping every wait until nothing
+    /// changed removed one link per sweep, 20,000 sweeps of 20,000 waits: minutes inside the archive's
+    /// read transaction.
+    @Test(.timeLimit(.minutes(1)))
+    func theJobsKeptForADependantAreFoundInOneWalk() {
+        let length = 20_000
+        let ids = (0..<length).map { String(format: "01CHAIN%019d", $0) }
+        // Every job but the last, retried and waiting again, is selected; each waits for the one before.
+        let selected = ids.dropLast().map { ArchivedJob(id: $0, version: 2, state: .cancelled, finishedAtMs: 1_000) }
+        let waits = (1..<length).map { DependencyRow(job: ids[$0], dependsOn: ids[$0 - 1]) }
+        #expect(ArchiveRemovalRules.withoutAwaited(selected, waits: waits).isEmpty)
+        // A job nothing staying waits for is still archived; with the last wait gone, nothing is kept.
+        let unrelated = [ArchivedJob(id: "01OTHER", version: 2, state: .failed, finishedAtMs: 1_000)]
+        #expect(ArchiveRemovalRules.withoutAwaited(selected + unrelated, waits: waits).map(\.id) == ["01OTHER"])
+        let alone = ArchiveRemovalRules.withoutAwaited(selected, waits: Array(waits.dropLast()))
+        #expect(alone.count == length - 1)
+    }
 }
