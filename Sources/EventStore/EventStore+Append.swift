@@ -285,10 +285,20 @@ extension SQLiteConnection: DecisionWriter {
 
     /// The queued or paused jobs with a row waiting on `jobID`, in submission order.
     public func waitingDependants(of jobID: String) throws(StoreError) -> [JobRecord] {
-        try query("""
-            SELECT \(JobRecord.selectColumns) FROM jobs
-            WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = ?) AND state IN ('queued', 'paused')
-            ORDER BY seq
-            """, [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(row: row, specs: decodedSpecs) }
+        try query(EventStore.waitingDependantsSQL, [.text(jobID)]) { (row) throws(StoreError) in
+            try JobRecord(row: row, specs: decodedSpecs)
+        }
     }
+}
+
+extension EventStore {
+    /// The jobs waiting on `?`, read through the `depends_on` index and then each by id. `+state` keeps
+    /// the planner off `jobs_claim`: with it, SQLite walked every queued job and looked each up in the
+    /// waits, for every job that ended failed or cancelled (each link of a cancelled chain, every failed
+    /// job of a long queue), whether anything waited for it or not.
+    static let waitingDependantsSQL = """
+        SELECT \(JobRecord.selectColumns) FROM jobs
+        WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = ?) AND +state IN ('queued', 'paused')
+        ORDER BY seq
+        """
 }
