@@ -31,8 +31,32 @@ public struct ManifestDependency: Sendable, Hashable {
     /// 1-based line and column of the entry.
     public var line: Int
     public var column: Int
-    /// The entry's source line (for the caret under an error), when known.
-    public var sourceLine: String?
+    /// The manifest's text, for `sourceLine`: shared by every entry, where a copy of the line in each
+    /// took the line's length times its entries (10,000 names on one line: 700 MB).
+    let source: SourceText?
+
+    /// The entry's source line (for the caret under an error), when known; made when asked for.
+    public var sourceLine: String? { source?.line(line) }
+
+    init(name: String, file: String, line: Int, column: Int, source: SourceText?) {
+        self.name = name
+        self.file = file
+        self.line = line
+        self.column = column
+        self.source = source
+    }
+
+    public static func == (left: ManifestDependency, right: ManifestDependency) -> Bool {
+        left.name == right.name && left.file == right.file && left.line == right.line && left.column == right.column
+            && left.sourceLine == right.sourceLine
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(name)
+        hasher.combine(file)
+        hasher.combine(line)
+        hasher.combine(column)
+    }
 
     /// An error at this entry.
     public func error(_ message: String) -> ManifestError {

@@ -262,7 +262,7 @@ struct ManifestReader {
                 var entry = ManifestJob(spec: spec, line: job.mark.line, column: job.mark.column)
                 entry.dependencies = lastDependencies.map { dependency in
                     ManifestDependency(name: dependency.value, file: file, line: dependency.valueMark.line,
-                                       column: dependency.valueMark.column, sourceLine: source.line(dependency.valueMark.line))
+                                       column: dependency.valueMark.column, source: source)
                 }
                 if index == 0 {
                     entry.notes = job.notes

@@ -82,4 +82,37 @@ import TestSupport
         let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
         #expect(jobs.count == 1)
     }
+
+    /// One job after 8,000 others, its names on one line: each entry kept its own copy of that 56 KB
+    /// line for a caret it might never need, 450 MB for the dry run (the line's length times its
+    /// entries). Under a 200 MB data limit the dry run succeeds; without the limit it stays small.
+    @Test("a job after thousands of names on one line is read in memory proportional to the manifest")
+    func manyNamesOnOneLineAreReadInLinearMemory() throws {
+        let workspace = try CLIWorkspace("deps-fan-in")
+        defer { workspace.directory.remove() }
+        let count = 8_000
+        var text = "jobs:\n"
+        for index in 0..<count {
+            text += "  - {kind: upload-data, data: x, destination: file://deps/i\(index), key: i\(index)}\n"
+        }
+        text += "  - {kind: upload-data, data: x, destination: file://deps/z, key: z, after: ["
+            + (0..<count).map { "i\($0)" }.joined(separator: ", ") + "]}\n"
+        let manifest = try workspace.write("fan-in.yaml", text)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "ulimit -d 200000 && exec \"$@\"", "sh", PackagePaths.jobctlBinary, "--db", workspace.database,
+                             "submit", "--dry-run", manifest]
+        process.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let log = workspace.directory.file("dry-run.log")
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        let handle = try #require(FileHandle(forWritingAtPath: log))
+        process.standardOutput = handle
+        process.standardError = handle
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(process.terminationReason == .exit && process.terminationStatus == 0, "\(output.suffix(2_000))")
+        #expect(output.contains("\(count + 1) jobs valid; nothing submitted (--dry-run)"), "\(output.suffix(2_000))")
+    }
 }
