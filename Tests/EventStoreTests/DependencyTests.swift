@@ -266,4 +266,28 @@ import TestSupport
         }
         #expect(dependants == [ids[1]])
     }
+
+    /// Archiving 10,000 jobs removes them in one transaction. One DELETE of every archived job's events
+    /// grew its statement journal past the 4 MiB kept in memory, and SQLite 3.40 fails the spill to a
+    /// file with SQLITE_FULL: "database or disk is full" with the disk nearly empty, nothing archived.
+    @Test
+    func archivingTenThousandJobsRemovesThemAll() throws {
+        let fixture = try StoreFixture("deps-archive-many")
+        defer { fixture.remove() }
+        let length = 10_000
+        let chain = (0..<length).map { index in spec(key: "k\(index)", after: index == 0 ? nil : ["k\(index - 1)"]) }
+        let ids = try fixture.store.submit(chain, actor: "cli:test", now: 1_000).map(\.id)
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: ids[0], actor: "cli:test", now: 2_000)
+        let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
+        #expect(selection.jobs.count == length && selection.rows.count == 2 * length)
+        let record = ArchiveRecord(file: "many.ndjson.gz", sha256: String(repeating: "a", count: 64), beforeMs: selection.beforeMs,
+                                   jobs: selection.jobs.count, events: selection.rows.count, blobs: 0, blobsRemoved: 0,
+                                   firstSeq: selection.rows.first?.seq ?? 0, lastSeq: selection.rows.last?.seq ?? 0)
+        _ = try fixture.store.removeArchived(selection, record: record, actor: "cli:test", now: 20_000) {}
+        #expect(try fixture.scalar("SELECT count(*) FROM jobs") == "0")
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies") == "0")
+        #expect(try fixture.scalar("SELECT count(*) FROM archive_authorisations") == "0")
+        #expect(try fixture.scalar("SELECT count(*) FROM events") == "1")
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
 }
