@@ -301,15 +301,19 @@ public final class WorkerPool: Sendable {
                     lastDataVersion = version
                 }
 
+                // Heartbeat before the rescue: after the wall clock stepped forward by more than a lease
+                // (NTP, a resumed VM), the rescue at the new time found this worker's own live leases
+                // expired and took its running jobs back (an attempt spent, the transfer abandoned; with
+                // max_attempts 1 the job failed). Renewed first, a live lease is never expired by its holder.
+                if Self.isDue(since: lastHeartbeat, every: heartbeatEvery, now: now) {
+                    lastHeartbeat = now
+                    try await heartbeat(now: now)
+                }
                 if Self.isDue(since: lastRescue, every: rescueEvery, now: now) {
                     lastRescue = now
                     let owner = config.owner
                     let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
                     metrics.rescued(rescued.count)
-                }
-                if Self.isDue(since: lastHeartbeat, every: heartbeatEvery, now: now) {
-                    lastHeartbeat = now
-                    try await heartbeat(now: now)
                 }
                 // Another writer's commit may carry a pause or cancel for a job here: read them, at most
                 // every `controlPollMs` (while other worker processes commit all the time, a read after

@@ -138,8 +138,10 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(quiet.log.contains("error   failed "), "\(quiet.log)")
     }
 
-    /// A worker frozen past its lease rescues its own job on waking and logs that it lost the lease
-    /// (learnt from its heartbeat or from the store refusing its next append, whichever comes first).
+    /// A worker frozen past its lease whose job another worker rescued meanwhile logs, on waking, that it
+    /// lost the lease (learnt from its heartbeat or from the store refusing its next append, whichever
+    /// comes first). The rescuer is a second worker whose queue has no jobs: a rescue takes any expired
+    /// lease. (A worker never expires a lease it still holds itself: it renews its leases before it rescues.)
     @Test func leaseLostIsLogged() throws {
         let nginx = try startWorkerNginx(slowRate: "2m")
         defer { nginx.stop() }
@@ -158,6 +160,8 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(((progress?["fields"] as? [String: Any])?["bytes"] as? Int ?? 0) > 0)
         worker.signal(SIGSTOP)
         usleep(1_600_000)  // past the 1 s lease: nothing else can make a lease expire
+        let rescuer = try JobctlProcess.worker(database: database, ["--drain", "--queue", "rescuer-only"], logDirectory: directory.path)
+        #expect(rescuer.wait(seconds: 20) == 0, "\(rescuer.log)")
         worker.signal(SIGCONT)
         #expect(eventually(seconds: 10) { !entries(jsonLines(worker.log).objects, "lease_lost", job: id).isEmpty }, "\(worker.log)")
         let lost = entries(jsonLines(worker.log).objects, "lease_lost", job: id).first
