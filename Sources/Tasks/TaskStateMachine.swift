@@ -267,7 +267,9 @@ public struct TaskStateMachine: Sendable {
         case .running, .stopping(.pause), .stopping(.cancel), .stopping(.shutdown):
             self.bytesDone = bytesDone
             if let bytesTotal { self.bytesTotal = bytesTotal }
-            if let last = lastProgressWrittenAtMs, nowMs - last < configuration.progressIntervalMs { return .none }
+            // A clock stepped back (nowMs before the last write) counts as due: measured from a time in the
+            // future, no progress was written until the clock caught up with it (an hour's step, an hour).
+            if let last = lastProgressWrittenAtMs, nowMs >= last, nowMs - last < configuration.progressIntervalMs { return .none }
             lastProgressWrittenAtMs = nowMs
             return .persist(event(.progress(progress(resumePoint)), nowMs))
         case .stopping(.leaseLost), .abandoned:

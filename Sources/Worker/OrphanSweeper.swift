@@ -114,7 +114,8 @@ final class OrphanSweeper: Sendable {
     func sweepIfDue(now: Int64, force: Bool = false) async {
         let due: Position? = state.withLock { state in
             if let previous = state.lastStart {
-                guard force || (intervalMs > 0 && now - previous >= intervalMs) else { return nil }
+                // As the pool's `isDue`: a clock stepped back is due now, not once it has caught up again.
+                guard force || (intervalMs > 0 && (now - previous >= intervalMs || now < previous)) else { return nil }
             }
             state.lastStart = now
             return state.next

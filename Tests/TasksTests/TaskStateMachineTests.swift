@@ -241,6 +241,20 @@ struct TaskStateMachineTests {
         #expect(machine.bytesDone == 30)
     }
 
+    /// The wall clock stepped back an hour during the transfer: progress was measured from the last write's
+    /// time, now an hour in the future, so nothing was written for an hour (`watch` and `show` froze).
+    @Test func progressAfterTheClockSteppedBackIsWritten() throws {
+        var machine = TaskStateMachine(attempt: 1, maxAttempts: 3)
+        _ = try machine.attemptStarted(nowMs: 10_000_000)
+        #expect(try machine.progressReported(bytesDone: 10, bytesTotal: 100, nowMs: 10_001_500) != .none)
+        // The clock steps back an hour: the next report is written, and the interval counts from it.
+        let stepped = try machine.progressReported(bytesDone: 20, bytesTotal: 100, nowMs: 6_401_600)
+        guard case .persist(let event) = stepped else { Issue.record("no progress written after the clock stepped back"); return }
+        #expect(event.data.bytesDone == 20 && event.atMs == 6_401_600)
+        #expect(try machine.progressReported(bytesDone: 30, bytesTotal: 100, nowMs: 6_401_900) == .none)
+        #expect(try machine.progressReported(bytesDone: 40, bytesTotal: 100, nowMs: 6_402_700) != .none)
+    }
+
     @Test func coalescedAwayReportsStillUpdateCounts() throws {
         var machine = TaskStateMachine(attempt: 1, maxAttempts: 3)
         _ = try machine.attemptStarted(nowMs: 0)

@@ -70,6 +70,28 @@ import TestSupport
         #expect(store.leftoverSkips.withLock { $0.last } == [])
     }
 
+    /// The wall clock stepped back an hour after a sweep: the next was measured from the last one's time,
+    /// now in the future, so no sweep ran for an hour and the interval. As the pool's loop, a time before
+    /// the last sweep is due at once, and the interval counts from it.
+    @Test func aClockSteppedBackDoesNotHoldTheSweepsBack() async throws {
+        let (directory, store, _, _) = try SweepWatermarkTests.downloadsWithPartials("sweep-clock-back", .sqlite, count: 1)
+        defer { directory.remove() }
+        let sweeper = OrphanSweeper(store: store, backend: SmallJobTests.localRouter(directory), host: "host-a",
+                                    intervalMs: 300_000, log: WorkerLog(minimumLevel: .info, write: { _ in }))
+        let start = Clock.nowMs()
+        await sweeper.sweepIfDue(now: start)
+        await sweeper.sweepIfDue(now: start + 300_000)
+        let sweeps = store.leftoverSkips.withLock { $0.count }
+        #expect(sweeps >= 1)
+        let stepped = start + 300_000 - 3_600_000
+        await sweeper.sweepIfDue(now: stepped)
+        #expect(store.leftoverSkips.withLock { $0.count } == sweeps + 1, "no sweep after the clock stepped back an hour")
+        await sweeper.sweepIfDue(now: stepped + 1_000)
+        #expect(store.leftoverSkips.withLock { $0.count } == sweeps + 1, "the interval counts from the sweep after the step")
+        await sweeper.sweepIfDue(now: stepped + 300_000)
+        #expect(store.leftoverSkips.withLock { $0.count } == sweeps + 2)
+    }
+
     /// A draining pool notes exactly the jobs whose first run it ended `succeeded`: its last sweep skips
     /// them, not a job that was paused and resumed before (a later run, which may find what an earlier
     /// one left), nor one that failed.
