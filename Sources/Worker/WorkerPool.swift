@@ -111,6 +111,11 @@ public final class WorkerPool: Sendable {
         var started: Bool
         /// When the runner was started (given a slot): where its logged duration and rate begin.
         var launchedAtMs: Int64?
+        /// The claim and the start on the monotonic clock: a run's duration is measured on it, since the
+        /// wall clock may step meanwhile (a run across a 2 h step forward was logged as 2 h long at a
+        /// rate of a few bytes a second; one across a step back as 0 ms long).
+        let claimedAt = ContinuousClock.now
+        var launchedAt: ContinuousClock.Instant?
         var stopRequested: StopReason?
         /// When the lease ends unless a heartbeat extends it (as this worker last set it).
         var leaseExpiresAtMs: Int64
@@ -550,7 +555,8 @@ public final class WorkerPool: Sendable {
         let (startNow, shuttingDown) = state.withLock { state in
             let startNow = state.shuttingDown || state.active < concurrency
             state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now,
-                                               firstRun: record.version == 2 && record.resumePoint == nil, started: startNow, launchedAtMs: startNow ? now : nil, leaseExpiresAtMs: now + leaseMs)
+                                               firstRun: record.version == 2 && record.resumePoint == nil, started: startNow, launchedAtMs: startNow ? now : nil,
+                                               launchedAt: startNow ? .now : nil, leaseExpiresAtMs: now + leaseMs)
             state.summary.claimed += 1
             if startNow { state.active += 1 } else { state.waiting.append(record.id) }
             return (startNow, state.shuttingDown)
@@ -567,6 +573,7 @@ public final class WorkerPool: Sendable {
             guard var entry = state.running[jobID], !entry.started else { continue }
             entry.started = true
             entry.launchedAtMs = now
+            entry.launchedAt = .now
             state.running[jobID] = entry
             state.active += 1
             taken.append((jobID, entry.runner))
@@ -623,7 +630,9 @@ public final class WorkerPool: Sendable {
             // claimed ahead first waits for one, and counting that wait made a 16 KiB transfer that took a
             // millisecond read as ~50 ms at ~330 KiB/s in a drain of small files. A run stopped before it
             // got a slot (released, paused, cancelled while held) counts from its claim.
-            let startedAtMs = entry.launchedAtMs ?? entry.claimedAtMs
+            // Measured on the monotonic clock, handed on as the wall-clock start it stands for.
+            let elapsed = (entry.launchedAt ?? entry.claimedAt).duration(to: .now)
+            let startedAtMs = now - max(0, elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
             log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
             metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
             if entry.firstRun, case .succeeded = outcome { sweeper.noteLeftNothing(jobID, kind: entry.kind) }
@@ -745,6 +754,7 @@ public final class WorkerPool: Sendable {
             if launchNow {
                 entry.started = true
                 entry.launchedAtMs = Clock.nowMs()
+                entry.launchedAt = .now
                 state.active += 1
                 state.waiting.removeAll { $0 == jobID }
             }
@@ -787,7 +797,7 @@ struct LeaseSink: TaskEventSink {
             PendingEvent(jobID: jobID, actor: owner, leaseToken: token,
                          occurredAtMs: event.type == .started ? event.atMs : nil, payload: event.payload)
         }
-        let before = Clock.nowMs()
+        let before = ContinuousClock.now   // a commit's time, not the wall clock's steps (a false slow_commit)
         var failure = await append(&remaining)
         // The store could not write at all (the server is down or restarting, the disk is full): the
         // events are not in the log, and the lease is still ours until it expires, so the write is tried
@@ -820,8 +830,10 @@ struct LeaseSink: TaskEventSink {
             failure = nil
         }
         let after = Clock.nowMs()
-        log.commitTook(after - before, jobID: jobID, kind: kind, event: last.type, now: after)
-        metrics.commitTook(after - before)
+        let took = before.duration(to: .now)
+        let tookMs = took.components.seconds * 1_000 + took.components.attoseconds / 1_000_000_000_000_000
+        log.commitTook(tookMs, jobID: jobID, kind: kind, event: last.type, now: after)
+        metrics.commitTook(tookMs)
         if let failure {
             if case .staleLease = failure {
                 leaseLost()

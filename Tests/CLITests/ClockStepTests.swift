@@ -80,4 +80,35 @@ struct ClockStepTests {
         worker.waitUntilExit()
         #expect(worker.terminationStatus == 0, "\(workerLog())")
     }
+
+    /// A run's duration (and the rate derived from it) was the difference of two wall-clock times: a 4 s
+    /// download across a 2 h step forward was logged `succeeded … duration_ms=7204…` at a rate of a few
+    /// hundred bytes a second. Measured on the monotonic clock, it is the 4 s the transfer took.
+    @Test("a run's logged duration is the time it took, whatever the wall clock did meanwhile")
+    func durationIgnoresTheStep() throws {
+        let workspace = try CLIWorkspace("clock-step-duration")
+        defer { workspace.directory.remove() }
+        let nginx = try NginxServer.start()
+        defer { nginx.stop() }
+        try FileManager.default.createDirectory(atPath: nginx.root + "/step", withIntermediateDirectories: true)
+        try Data(repeating: 0x5A, count: 4 << 20).write(to: URL(fileURLWithPath: nginx.root + "/step/down.bin"))
+        let offsetFile = try workspace.write("faketime-offset", "+0\n")
+        let id = try #require(try workspace.submit("""
+            - {kind: download-file, source: "\(nginx.baseURL)/step/down.bin", destination: down.bin, max_rate: 1M}
+            """).first)
+        let log = workspace.directory.file("worker.log")
+        let worker = try Self.startWorker(workspace, ["--drain"], offsetFile: offsetFile, log: log)
+        defer { if worker.isRunning { signalIfRunning(worker, SIGKILL); worker.waitUntilExit() } }
+        let workerLog = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+        try #require(eventuallyTrue(seconds: 20) { workerLog().contains(" started \(id)") }, "\(workerLog())")
+        try "+2h\n".write(toFile: offsetFile, atomically: true, encoding: .utf8)
+        worker.waitUntilExit()
+        #expect(worker.terminationStatus == 0, "\(workerLog())")
+
+        let succeeded = try #require(workerLog().split(separator: "\n").first { $0.contains(" succeeded \(id)") }, "\(workerLog())")
+        let duration = try #require(succeeded.split(separator: " ").first { $0.hasPrefix("duration_ms=") }
+            .flatMap { Int64($0.dropFirst("duration_ms=".count)) }, "\(succeeded)")
+        #expect((2_000..<60_000).contains(duration), "\(succeeded)")
+        #expect(!workerLog().contains("slow_commit"), "\(workerLog())")
+    }
 }
