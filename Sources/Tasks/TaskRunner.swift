@@ -222,8 +222,10 @@ public actor TaskRunner {
         backend.perform(spec, resumingFrom: resumePoint, control: control,
                         report: { event in mailbox.post(.transfer(event)) },
                         completion: { result in
-                            mailbox.post(.transferEnded(result))
+                            // Told before the outcome is posted, so the pool knows the transfer returned
+                            // before the outcome can be written (see `WorkerPool.heartbeat`).
                             transferReturned?()
+                            mailbox.post(.transferEnded(result))
                         })
     }
 

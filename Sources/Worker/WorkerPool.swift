@@ -698,12 +698,18 @@ public final class WorkerPool: Sendable {
         let lost = try await store.run { store in
             try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
         }
-        state.withLock { state in
+        // A run whose transfer has returned is writing its outcome: the heartbeat's update may have come
+        // just after that commit (the job no longer running), which is no lost lease. Its outcome's own
+        // append is fenced, so a lease really lost is still learnt, from there (`LeaseSink`). Taken for
+        // lost, 11 of 3,000 small jobs of a drain with a 1 s lease logged `lease_lost … stopping the
+        // transfer` and counted a lease loss, each having succeeded.
+        let reallyLost: [String] = state.withLock { state in
             for jobID in leases.keys where !lost.contains(jobID) {
                 state.running[jobID]?.leaseExpiresAtMs = now + config.leaseMs
             }
+            return lost.filter { state.running[$0]?.transferReturned != true }
         }
-        for jobID in lost {
+        for jobID in reallyLost {
             noteLeaseLost(jobID, now: now)
             stop(jobID, .leaseLost)
         }
