@@ -181,7 +181,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         try Self.refuseNonFile(path)
         if !FileManager.default.fileExists(atPath: path) {
             guard mode == .create else { throw StoreError.noDatabase(path: path) }
-            try Self.createPrivateFile(path)
+            try Self.createDatabaseFile(path)
         }
         let connection: SQLiteConnection
         var immutable = false
@@ -375,10 +375,19 @@ public final class EventStore: JobStore, @unchecked Sendable {
         try EventStore(path: path, mode: .create).appliedMigrations
     }
 
-    /// Creates the file with mode 0600 before SQLite sees it, so the log is private from the start
-    /// (SQLite gives its -wal and -shm files the same mode). An existing file keeps its mode.
-    private static func createPrivateFile(_ path: String) throws(StoreError) {
-        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    /// Creates the file before SQLite sees it: mode 0660 when the umask lets the group write (007, 002),
+    /// else 0600 (077, 027 and the common 022), and never any access for others (the log keeps URLs
+    /// with their secrets). So a worker run with `UMask=0007` shares its database with the members of its
+    /// group, and a user's database stays private under the usual umask. Never a group that may only
+    /// read: in a folder the group may write, such a reader's open leaves -wal and -shm files it owns,
+    /// with the database's mode, which the owner then cannot write ("attempt to write a readonly
+    /// database") until they are removed. SQLite gives its -wal and -shm files the database's mode, and
+    /// the writer lock takes it too. (SQLite's own default, 0644 less the umask, would let every user
+    /// read the log.) A dangling symbolic link's target is created so, as before; an existing file
+    /// (another process was first) keeps its mode unless it is still an empty file of this user.
+    private static func createDatabaseFile(_ path: String) throws(StoreError) {
+        // The kernel applies the umask (or a default ACL) to 0660; what the group is left decides.
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o660)
         guard descriptor >= 0 else {
             let number = errno
             let reason = String(cString: strerror(number))
@@ -387,7 +396,11 @@ public final class EventStore: JobStore, @unchecked Sendable {
             }
             throw StoreError.io("cannot create database '\(path)': \(reason); check the directory exists and is writable")
         }
-        close(descriptor)
+        defer { close(descriptor) }
+        var info = stat()
+        if fstat(descriptor, &info) == 0, info.st_size == 0, info.st_uid == geteuid(), info.st_mode & 0o020 == 0 {
+            _ = fchmod(descriptor, info.st_mode & 0o600)
+        }
     }
 
     // MARK: - The executor

@@ -10,7 +10,7 @@ import Darwin
 // `WriterLock`; no unsafe pointer leaves this file.
 
 /// The lock jobctl's writing processes take before `BEGIN IMMEDIATE` on one database: a process-shared,
-/// robust pthread mutex in a small file next to it (`<database>-writer-lock`, mode 0600).
+/// robust pthread mutex in a small file next to it (`<database>-writer-lock`, the database's mode).
 ///
 /// Why: SQLite's own write lock has no queue. A connection that finds it taken can only poll (our busy
 /// handler sleeps and tries again, each try several `fcntl` calls), so with four worker processes most
@@ -26,9 +26,12 @@ import Darwin
 /// SQLite rolls it back on its own. A stopped holder (SIGSTOP) keeps it, and others wait at most their
 /// timeout, as they wait for SQLite's lock.
 ///
-/// The file is created like the database: never through a symbolic link, `O_CLOEXEC`, mode 0600. It is
-/// made complete under a temporary name and linked into place, so no process can map a half-made mutex.
-/// Only writable opens create it.
+/// The file is created never through a symbolic link, `O_CLOEXEC`, with the database's permission bits
+/// whatever the umask, and its group where this user may give it (its owner too when root), as SQLite
+/// makes its -wal and -shm files: every user who may write the database may take the lock, whichever of
+/// them wrote first (a 0600 lock made by a worker left the members of its group to SQLite's locking
+/// alone). It is made complete under a temporary name and linked into place, so no process can map a
+/// half-made mutex. Only writable opens create it.
 ///
 /// Not `Sendable`: used only on the store's executor thread (a robust mutex is owned by the thread that
 /// locked it, and must be unlocked by it).
@@ -93,7 +96,7 @@ final class WriterLock {
         let path = Self.path(forDatabase: databasePath)
         var descriptor = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
         if descriptor < 0 && errno == ENOENT {
-            switch try create(path) {
+            switch try create(path, forDatabase: databasePath) {
             case .made, .alreadyThere: break
             case .notPermitted: return nil
             }
@@ -157,7 +160,7 @@ final class WriterLock {
     /// Makes a complete lock file under a unique temporary name and links it into place, so the name
     /// only ever shows a fully initialised mutex. `link` fails when the name exists (another process was
     /// first, or something was planted there), and never follows a symbolic link.
-    private static func create(_ path: String) throws(StoreError) -> Creation {
+    private static func create(_ path: String, forDatabase databasePath: String) throws(StoreError) -> Creation {
         let temporary = "\(path).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
         let descriptor = open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
@@ -169,6 +172,7 @@ final class WriterLock {
             close(descriptor)
             unlink(temporary)
         }
+        shareLikeDatabase(descriptor, databasePath)
         guard ftruncate(descriptor, off_t(fileSize)) == 0, let mapping = map(descriptor) else {
             throw StoreError.io("cannot create the writer lock '\(path)': \(String(cString: strerror(errno))); "
                                 + "check the directory is writable and the disk not full")
@@ -189,6 +193,21 @@ final class WriterLock {
         if number == EEXIST { return .alreadyThere }
         if number == EACCES || number == EROFS || number == EPERM { return .notPermitted }
         throw openError(path, errno: number)
+    }
+
+    /// Gives the new lock file the database's permission bits (less any execute bit) and group, and its
+    /// owner when root, as SQLite does for its -wal and -shm files (`robust_open`, `robustFchown`).
+    /// Best effort: where this user may not (not a member of the database's group), the file stays as
+    /// made, and a user who cannot open it uses SQLite's locking alone.
+    private static func shareLikeDatabase(_ descriptor: Int32, _ databasePath: String) {
+        var database = stat()
+        guard stat(databasePath, &database) == 0 else { return }
+        if geteuid() == 0 {
+            _ = fchown(descriptor, database.st_uid, database.st_gid)
+        } else if database.st_gid != getegid() {
+            _ = fchown(descriptor, uid_t.max, database.st_gid)  // uid -1: the owner stays
+        }
+        _ = fchmod(descriptor, database.st_mode & 0o666)
     }
 
     private static func map(_ descriptor: Int32) -> UnsafeMutableRawPointer? {

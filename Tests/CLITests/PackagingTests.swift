@@ -44,7 +44,7 @@ struct PackagingTests {
         for expected in ["KillSignal=SIGTERM", "Restart=on-failure", "TimeoutStopSec=30s", "ProtectSystem=strict",
                          "ReadWritePaths=/var/lib/jobctl", "StateDirectory=jobctl", "NoNewPrivileges=yes", "PrivateTmp=yes",
                          "ProtectHome=yes", "User=jobctl", "Environment=JOBCTL_DB=/var/lib/jobctl/jobctl.db",
-                         "EnvironmentFile=-/etc/jobctl/worker.env"] {
+                         "EnvironmentFile=-/etc/jobctl/worker.env", "Group=jobctl", "StateDirectoryMode=2770", "UMask=0007"] {
             #expect(settings.contains(expected), "missing \(expected)")
         }
     }
