@@ -123,8 +123,10 @@ extension Commands {
         if let rate = job.spec.maxRate { lines.append(("max rate", "\(ByteSize.format(rate))/s")) }
         if let generation = job.spec.ifGeneration { lines.append(("if generation", "\(generation)")) }
         if let key = job.spec.key { lines.append(("key", key)) }
-        if let after = job.spec.after { lines.append(("after", after.joined(separator: ", "))) }
-        if let waiting, !waiting.isEmpty { lines.append(("waiting", "waiting for " + waiting.joined(separator: ", "))) }
+        if let after = job.spec.after { lines.append(("after", DependencyStates.listed(after, atMost: DependencyStates.shownIDs))) }
+        if let waiting, !waiting.isEmpty {
+            lines.append(("waiting", "waiting for " + DependencyStates.listed(waiting, atMost: DependencyStates.shownIDs)))
+        }
         if let batch = job.spec.batch {
             lines.append(("batch", batch.id))
             var origin = "\(display.text(batch.source)) → \(batch.path)"
@@ -430,9 +432,21 @@ struct DependencyStates {
         return waiting
     }
 
-    /// "waiting for 01ABCDEFGH…, 01DEFGHJKM…" for a table cell, "-" for none.
+    /// "waiting for 01ABCDEFGH…, 01DEFGHJKM…" for a table cell (at most `cellIDs` ids, then "and N
+    /// more"), "-" for none.
     static func text(_ waiting: [String]?) -> String {
         guard let waiting, !waiting.isEmpty else { return "-" }
-        return "waiting for " + waiting.map { $0.count > 10 ? $0.prefix(10) + "…" : $0 }.joined(separator: ", ")
+        return "waiting for " + listed(waiting.map { $0.count > 10 ? $0.prefix(10) + "…" : $0 }, atMost: cellIDs)
+    }
+
+    /// Ids a `list` cell names; `show` names up to `shownIDs`. A job after 10,000 others printed every id:
+    /// 150 KB for `list --limit 3`, 560 KB for `show` (`--json` keeps them all).
+    static let cellIDs = 3
+    static let shownIDs = 20
+
+    /// `ids` joined by commas, the first `limit` of them, then "and N more".
+    static func listed(_ ids: [String], atMost limit: Int) -> String {
+        guard ids.count > limit else { return ids.joined(separator: ", ") }
+        return ids.prefix(limit).joined(separator: ", ") + " and \(plural(ids.count - limit, "more", "more"))"
     }
 }

@@ -115,4 +115,37 @@ import TestSupport
         #expect(process.terminationReason == .exit && process.terminationStatus == 0, "\(output.suffix(2_000))")
         #expect(output.contains("\(count + 1) jobs valid; nothing submitted (--dry-run)"), "\(output.suffix(2_000))")
     }
+
+    /// A job after many others: `list` names three of them in its cell and `show` twenty, each followed
+    /// by how many more; `show --json` keeps them all. Every id was printed: a job after 10,000 others
+    /// made `list --limit 3` print 150 KB and `show` 560 KB.
+    @Test("list and show name a few of many dependencies and say how many more")
+    func manyDependenciesAreCounted() throws {
+        let workspace = try CLIWorkspace("deps-many")
+        defer { workspace.directory.remove() }
+        let count = 30
+        var text = "jobs:\n"
+        for index in 0..<count {
+            text += "  - {kind: upload-data, data: x, destination: file://deps/i\(index), key: i\(index), run_after: \"2099-01-01T00:00:00Z\"}\n"
+        }
+        text += "  - {kind: upload-data, data: x, destination: file://deps/z, key: z, after: ["
+            + (0..<count).map { "i\($0)" }.joined(separator: ", ") + "]}\n"
+        let submitted = try workspace.jobctl(["submit", try workspace.write("many.yaml", text)])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let last = try #require(submitted.stdout.split(separator: "\n").last.map(String.init))
+
+        let listed = try workspace.jobctl(["list", "--limit", "1"], environment: ["COLUMNS": "400"])
+        print(listed.stdout)
+        #expect(listed.status == 0 && listed.stdout.contains("… and 27 more"), "\(listed.stdout)")
+        #expect(listed.stdout.components(separatedBy: "…, ").count == 3, "\(listed.stdout)")
+
+        let shown = try workspace.jobctl(["show", last])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        let lines = shown.stdout.split(separator: "\n").filter { $0.hasPrefix("after:") || $0.hasPrefix("waiting:") }
+        #expect(lines.count == 2 && lines.allSatisfy { $0.hasSuffix(" and 10 more") && $0.components(separatedBy: ", ").count == 20 },
+                "\(shown.stdout)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(try workspace.jobctl(["show", last, "--json"]).stdout.utf8))
+                                    as? [String: Any])
+        #expect((json["after"] as? [String])?.count == count, "\(json)")
+    }
 }
