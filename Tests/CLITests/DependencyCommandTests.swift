@@ -83,6 +83,17 @@ import TestSupport
         #expect(jobs.count == 1)
     }
 
+    /// `count` keyed upload-data jobs (each with `held` added to its fields) and a last one after all of
+    /// them, its names on one line.
+    static func fanIn(_ count: Int, held: String = "") -> String {
+        var text = "jobs:\n"
+        for index in 0..<count {
+            text += "  - {kind: upload-data, data: x, destination: file://deps/i\(index), key: i\(index)\(held)}\n"
+        }
+        return text + "  - {kind: upload-data, data: x, destination: file://deps/z, key: z, after: ["
+            + (0..<count).map { "i\($0)" }.joined(separator: ", ") + "]}\n"
+    }
+
     /// One job after 8,000 others, its names on one line: each entry kept its own copy of that 56 KB
     /// line for a caret it might never need, 450 MB for the dry run (the line's length times its
     /// entries). Under a 200 MB data limit the dry run succeeds; without the limit it stays small.
@@ -91,13 +102,7 @@ import TestSupport
         let workspace = try CLIWorkspace("deps-fan-in")
         defer { workspace.directory.remove() }
         let count = 8_000
-        var text = "jobs:\n"
-        for index in 0..<count {
-            text += "  - {kind: upload-data, data: x, destination: file://deps/i\(index), key: i\(index)}\n"
-        }
-        text += "  - {kind: upload-data, data: x, destination: file://deps/z, key: z, after: ["
-            + (0..<count).map { "i\($0)" }.joined(separator: ", ") + "]}\n"
-        let manifest = try workspace.write("fan-in.yaml", text)
+        let manifest = try workspace.write("fan-in.yaml", Self.fanIn(count))
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", "ulimit -d 200000 && exec \"$@\"", "sh", PackagePaths.jobctlBinary, "--db", workspace.database,
@@ -124,13 +129,8 @@ import TestSupport
         let workspace = try CLIWorkspace("deps-many")
         defer { workspace.directory.remove() }
         let count = 30
-        var text = "jobs:\n"
-        for index in 0..<count {
-            text += "  - {kind: upload-data, data: x, destination: file://deps/i\(index), key: i\(index), run_after: \"2099-01-01T00:00:00Z\"}\n"
-        }
-        text += "  - {kind: upload-data, data: x, destination: file://deps/z, key: z, after: ["
-            + (0..<count).map { "i\($0)" }.joined(separator: ", ") + "]}\n"
-        let submitted = try workspace.jobctl(["submit", try workspace.write("many.yaml", text)])
+        let manifest = try workspace.write("many.yaml", Self.fanIn(count, held: ", run_after: \"2099-01-01T00:00:00Z\""))
+        let submitted = try workspace.jobctl(["submit", manifest])
         #expect(submitted.status == 0, "\(submitted.stderr)")
         let last = try #require(submitted.stdout.split(separator: "\n").last.map(String.init))
 

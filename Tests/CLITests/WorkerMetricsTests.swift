@@ -5,6 +5,18 @@ import TestSupport
 /// `jobctl worker --metrics`: a real worker runs real jobs, curl scrapes the endpoint, and the Python
 /// `prometheus-client` parser (the reference reader of the format) reads what it served.
 @Suite("worker metrics endpoint", .onTestThreads) struct WorkerMetricsTests {
+    /// A worker on the workspace's log serving its metrics on 127.0.0.1:`port`, its output discarded.
+    static func metricsWorker(_ workspace: CLIWorkspace, port: Int) throws -> Process {
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        worker.arguments = ["--db", workspace.database, "worker", "--metrics", "127.0.0.1:\(port)"]
+        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
+        worker.standardOutput = FileHandle.nullDevice
+        worker.standardError = FileHandle.nullDevice
+        try worker.run()
+        return worker
+    }
+
     /// One parsed sample: its full name (with `_bucket`, `_sum`, …), labels and value.
     struct Sample: Decodable {
         let name: String
@@ -65,13 +77,7 @@ import TestSupport
         try #require(ids.count == 4)
 
         let port = freeLoopbackPort()
-        let worker = Process()
-        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        worker.arguments = ["--db", workspace.database, "worker", "--metrics", "127.0.0.1:\(port)"]
-        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
-        worker.standardOutput = FileHandle.nullDevice
-        worker.standardError = FileHandle.nullDevice
-        try worker.run()
+        let worker = try Self.metricsWorker(workspace, port: port)
         defer {
             signalIfRunning(worker, SIGKILL)
             worker.waitUntilExit()
@@ -201,13 +207,7 @@ import TestSupport
         defer { workspace.directory.remove() }
         try #require(try workspace.jobctl(["migrate"]).status == 0)
         let port = freeLoopbackPort()
-        let worker = Process()
-        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        worker.arguments = ["--db", workspace.database, "worker", "--metrics", "127.0.0.1:\(port)"]
-        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
-        worker.standardOutput = FileHandle.nullDevice
-        worker.standardError = FileHandle.nullDevice
-        try worker.run()
+        let worker = try Self.metricsWorker(workspace, port: port)
         defer {
             signalIfRunning(worker, SIGKILL)
             worker.waitUntilExit()

@@ -542,25 +542,31 @@ import TestSupport
     /// On a terminal (a pseudo-terminal from `script`), `watch` draws a progress bar with bytes, rate and
     /// ETA, redrawn in place and never wider than the terminal, then the outcome; the ETA reads as
     /// minutes and seconds, not raw seconds; with NO_COLOR there are no colour codes.
-    @Test func progressBarOnATerminal() throws {
+    /// What `watch` of a download of `mebibytes` MiB from nginx at 2 MB/s drew on a pseudo-terminal
+    /// (`script`) `columns` wide, run with `environment`; a worker drains the job meanwhile.
+    private func watchedOnATerminal(_ name: String, mebibytes: Int, columns: Int, environment: [String: String]) throws -> String {
         let nginx = try startWorkerNginx(slowRate: "2m")
         defer { nginx.stop() }
-        let directory = try TemporaryDirectory("watch-tty")
+        let directory = try TemporaryDirectory(name)
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
-        // 12 MiB at 2 MB/s: several progress events (the first comes one progress interval after
-        // `started`), so the watcher has two samples for a rate and an ETA before the end.
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(12 << 20))
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(mebibytes << 20))
         let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
                                          database: database, directory: directory).first)
         let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
-        let columns = 64
         let command = "stty cols \(columns) rows 20; exec \(PackagePaths.jobctlBinary) --db \(database) watch \(id)"
-        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"],
-                                    environment: ["NO_COLOR": "1", "TERM": "xterm", "COLUMNS": ""])
+        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: environment)
         #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
         #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
-        let screen = output.stdout
+        return output.stdout
+    }
+
+    @Test func progressBarOnATerminal() throws {
+        // 12 MiB at 2 MB/s: several progress events (the first comes one progress interval after
+        // `started`), so the watcher has two samples for a rate and an ETA before the end.
+        let columns = 64
+        let screen = try watchedOnATerminal("watch-tty", mebibytes: 12, columns: columns,
+                                            environment: ["NO_COLOR": "1", "TERM": "xterm", "COLUMNS": ""])
         #expect(screen.contains("resume"), "\(screen)")
         #expect(screen.contains("\r\u{1B}[2K["), "no in-place redraw: \(screen.debugDescription)")
         #expect(screen.contains("#"))
@@ -584,22 +590,9 @@ import TestSupport
     /// with a carriage return alone, a shorter line padded with spaces over the longer one before it.
     /// It was drawn with ESC[2K, which such a terminal shows as text.
     @Test func progressBarOnADumbTerminalHasNoEscapes() throws {
-        let nginx = try startWorkerNginx(slowRate: "2m")
-        defer { nginx.stop() }
-        let directory = try TemporaryDirectory("watch-dumb")
-        defer { directory.remove() }
-        let database = directory.file("jobctl.db")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(8 << 20))
-        let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
-                                         database: database, directory: directory).first)
-        let worker = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
         let columns = 50
-        let command = "stty cols \(columns) rows 20; exec \(PackagePaths.jobctlBinary) --db \(database) watch \(id)"
-        let output = try runProcess("/usr/bin/script", ["-qfec", command, "/dev/null"],
-                                    environment: ["NO_COLOR": "", "TERM": "dumb", "COLUMNS": ""])
-        #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
-        #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
-        let screen = output.stdout
+        let screen = try watchedOnATerminal("watch-dumb", mebibytes: 8, columns: columns,
+                                            environment: ["NO_COLOR": "", "TERM": "dumb", "COLUMNS": ""])
         #expect(screen.contains("MiB/8 MiB"), "no progress bar: \(screen.debugDescription)")
         #expect(!screen.contains("\u{1B}"), "escape sequences on a dumb terminal: \(screen.debugDescription)")
         #expect(screen.contains("succeeded"))
