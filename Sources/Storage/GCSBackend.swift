@@ -94,40 +94,69 @@ public struct GCSBackend: StorageBackend {
     /// with the job's keys set and a null for each key removed, so a server that merges `metadata` (GCS)
     /// and one that replaces it (some emulators) end with the same map; Firebase download tokens stay.
     ///
-    /// With `ifGeneration` the PATCH carries `ifGenerationMatch` (GCS answers 412 for another generation),
-    /// and the generation read first is compared too, so a server that ignores preconditions (the
-    /// emulator) still refuses a stale job.
+    /// Because the map sent repeats keys as they were read, the PATCH is conditional on the generation and
+    /// metageneration read (`ifGenerationMatch`, `ifMetagenerationMatch`): a change another client made in
+    /// between (a key it removed or set) is never undone. GCS answers such a PATCH 412; the object is read
+    /// again and the update made on what is there now, up to `metadataRounds` times.
+    ///
+    /// With `ifGeneration` the generation read is compared first, so a server that ignores preconditions
+    /// (the emulator) still refuses a stale job, and a 412 whose re-read finds another generation fails
+    /// with `generationMismatch`.
     private func updateMetadata(_ reference: StorageReference, set update: UploadMetadata, removing: [String], ifGeneration: Int64?,
                                 control: TransferControl) async throws(StorageError) -> TransferOutcome {
-        let current: StorageObject
-        switch try await metadata(reference, control: control) {
-        case .value(let object): current = object
-        case .stopped(let reason): return .stopped(reason, nil)
-        }
-        if let ifGeneration, current.generation != String(ifGeneration) {
-            throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: current.generation)
-        }
-        let body = GCSObjectJSON.patchBody(current: current, set: update, removing: removing)
-        let request = HTTPRequest(method: "PATCH", url: objectURL(reference) + Self.generationCondition(ifGeneration),
-                                  headers: ["Content-Type: application/json; charset=UTF-8"], body: body)
-        let response: HTTPResponse
-        do {
-            response = try await send(request, control: control)
-        } catch {
-            switch error {
+        for round in 1...Self.metadataRounds {
+            let current: StorageObject
+            switch try await metadata(reference, control: control) {
+            case .value(let object): current = object
             case .stopped(let reason): return .stopped(reason, nil)
-            case .failed(let failure): throw failure
             }
+            if let ifGeneration, current.generation != String(ifGeneration) {
+                throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: current.generation)
+            }
+            let body = GCSObjectJSON.patchBody(current: current, set: update, removing: removing)
+            let request = HTTPRequest(method: "PATCH", url: objectURL(reference) + Self.readConditions(current),
+                                      headers: ["Content-Type: application/json; charset=UTF-8"], body: body)
+            let response: HTTPResponse
+            do {
+                response = try await send(request, control: control)
+            } catch {
+                switch error {
+                case .stopped(let reason): return .stopped(reason, nil)
+                case .failed(let failure): throw failure
+                }
+            }
+            if response.status == 412 {
+                if round < Self.metadataRounds { continue }
+                throw Self.keptChanging(reference, response)
+            }
+            guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
+            guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
+                throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource (\(GCSObjectJSON.needs))",
+                                   httpStatus: response.status, url: redactedURL(response.url))
+            }
+            return .finished(JobResult(object: object))
         }
-        if response.status == 412, let ifGeneration {
-            throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: nil, httpStatus: 412)
-        }
-        guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
-        guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
-            throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource (\(GCSObjectJSON.needs))",
-                               httpStatus: response.status, url: redactedURL(response.url))
-        }
-        return .finished(JobResult(object: object))
+        preconditionFailure("the last round returns or throws")
+    }
+
+    /// How many times a metadata PATCH is made again on the object as read anew after a 412 (another client
+    /// changed the object between our read and our PATCH).
+    static let metadataRounds = 5
+
+    /// The query that makes a metadata PATCH conditional on the version `object` was read at: its
+    /// generation and metageneration, each when known.
+    static func readConditions(_ object: StorageObject) -> String {
+        let conditions = [object.generation.map { "ifGenerationMatch=\($0)" }, object.metageneration.map { "ifMetagenerationMatch=\($0)" }]
+            .compactMap { $0 }
+        return conditions.isEmpty ? "" : "?" + conditions.joined(separator: "&")
+    }
+
+    /// The error when the object changed under every PATCH of `metadataRounds`: retryable, as the next
+    /// attempt reads it again.
+    private static func keptChanging(_ reference: StorageReference, _ response: HTTPResponse) -> StorageError {
+        StorageError(.unknown, "\(reference) changed between reading its metadata and updating it \(metadataRounds) times in a row "
+                         + "(412 to ifMetagenerationMatch); nothing of this job was applied and a retry reads it again",
+                     httpStatus: 412, url: redactedURL(response.url), retryable: true)
     }
 
     /// The query that makes a request conditional on the object's generation, or nothing.
@@ -929,40 +958,49 @@ public struct GCSBackend: StorageBackend {
 
     // MARK: - Download URL
 
+    /// The object's Firebase download URL, creating a download token when it has none. The token goes
+    /// into the custom map as Firebase does; the whole map is sent (some servers replace `metadata`
+    /// instead of merging it), so the PATCH is conditional on the version read, as `updateMetadata`'s.
     private func fetchURL(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
-        var object: StorageObject
-        switch try await metadata(reference, control: control) {
-        case .value(let value): object = value
-        case .stopped(let reason): return .stopped(reason, nil)
-        }
-        var token = object.downloadTokens?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            .first(where: { !$0.isEmpty })
-        if token == nil {
-            // Create one as Firebase does: a random UUID in the object's custom metadata. The whole map is
-            // sent because some servers replace `metadata` instead of merging it.
-            let created = UUID().uuidString.lowercased()
-            var custom: [String: Any] = object.customMetadata ?? [:]
-            custom[GCSObjectJSON.downloadTokensKey] = created
-            let request = HTTPRequest(method: "PATCH", url: objectURL(reference),
-                                      headers: ["Content-Type: application/json; charset=UTF-8"],
-                                      body: GCSObjectJSON.encode(["metadata": custom]))
-            let response: HTTPResponse
-            do {
-                response = try await send(request, control: control)
-            } catch {
-                switch error {
-                case .stopped(let reason): return .stopped(reason, nil)
-                case .failed(let failure): throw failure
+        for round in 1...Self.metadataRounds {
+            var object: StorageObject
+            switch try await metadata(reference, control: control) {
+            case .value(let value): object = value
+            case .stopped(let reason): return .stopped(reason, nil)
+            }
+            var token = object.downloadTokens?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                .first(where: { !$0.isEmpty })
+            if token == nil {
+                // Create one as Firebase does: a random UUID in the object's custom metadata.
+                let created = UUID().uuidString.lowercased()
+                var custom: [String: Any] = object.customMetadata ?? [:]
+                custom[GCSObjectJSON.downloadTokensKey] = created
+                let request = HTTPRequest(method: "PATCH", url: objectURL(reference) + Self.readConditions(object),
+                                          headers: ["Content-Type: application/json; charset=UTF-8"],
+                                          body: GCSObjectJSON.encode(["metadata": custom]))
+                let response: HTTPResponse
+                do {
+                    response = try await send(request, control: control)
+                } catch {
+                    switch error {
+                    case .stopped(let reason): return .stopped(reason, nil)
+                    case .failed(let failure): throw failure
+                    }
                 }
+                if response.status == 412 {
+                    if round < Self.metadataRounds { continue }
+                    throw Self.keptChanging(reference, response)
+                }
+                guard response.isSuccess else {
+                    throw await objectError(response, reference: reference, what: "\(reference)")
+                }
+                if let json = response.json, let updated = GCSObjectJSON.object(from: json) { object = updated }
+                token = created
             }
-            guard response.isSuccess else {
-                throw await objectError(response, reference: reference, what: "\(reference)")
-            }
-            if let json = response.json, let updated = GCSObjectJSON.object(from: json) { object = updated }
-            token = created
+            let url = "\(configuration.firebaseEndpoint)/v0/b/\(reference.bucket)/o/\(reference.encodedPath)?alt=media&token=\(StorageReference.percentEncode(token ?? "", keepSlash: false))"
+            return .finished(JobResult(object: object, url: url))
         }
-        let url = "\(configuration.firebaseEndpoint)/v0/b/\(reference.bucket)/o/\(reference.encodedPath)?alt=media&token=\(StorageReference.percentEncode(token ?? "", keepSlash: false))"
-        return .finished(JobResult(object: object, url: url))
+        preconditionFailure("the last round returns or throws")
     }
 
     // MARK: - Metadata and errors

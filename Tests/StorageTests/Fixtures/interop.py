@@ -4,6 +4,7 @@ Usage (STORAGE_EMULATOR_HOST must point at the emulator):
   interop.py read BUCKET NAME OUTPUT_FILE   -> prints the object's metadata as JSON, writes its bytes
   interop.py write BUCKET NAME INPUT_FILE CONTENT_TYPE KEY=VALUE...  -> uploads, prints metadata as JSON
   interop.py describe BUCKET NAME           -> prints the object's metadata as JSON ({"error": ...} when missing)
+  interop.py patch BUCKET NAME KEY=VALUE... -KEY...  -> sets and deletes custom metadata keys, prints metadata as JSON
 """
 import json
 import sys
@@ -23,6 +24,7 @@ def describe(blob):
         "contentDisposition": blob.content_disposition,
         "contentLanguage": blob.content_language,
         "metadata": blob.metadata or {},
+        "metageneration": str(blob.metageneration),
     }
 
 
@@ -51,6 +53,20 @@ def main(argv):
         blob.metadata = dict(pair.split("=", 1) for pair in argv[6:])
         blob.upload_from_filename(argv[4], content_type=argv[5])
         blob.reload()
+        print(json.dumps(describe(blob)))
+        return 0
+    if command == "patch":
+        blob = bucket.get_blob(name)
+        # The whole map, the deleted keys as None: GCS merges it, the emulator replaces the map with it.
+        metadata = dict(blob.metadata or {})
+        for change in argv[4:]:
+            if change.startswith("-"):
+                metadata[change[1:]] = None
+            else:
+                key, value = change.split("=", 1)
+                metadata[key] = value
+        blob.metadata = metadata
+        blob.patch()
         print(json.dumps(describe(blob)))
         return 0
     print("unknown command", command, file=sys.stderr)
