@@ -124,10 +124,16 @@ public struct HTTPBackend: StorageBackend {
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
         let headers = response.headers
         let reported = reportedDigests(headers)
+        // An object GCS stores gzip-encoded, answered as it would serve it decompressed: no Content-Length,
+        // and `x-goog-hash` of the stored bytes. Described as GCS's own metadata describes it — the stored
+        // object: its length and its encoding, which the hashes are of.
+        let transcoded = isTranscoded(headers)
+        let length = transcoded ? headers["x-goog-stored-content-length"] : headers["content-length"]
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath,
-                                   size: headers["content-length"].flatMap { Int64($0) } ?? -1,
+                                   size: length.flatMap { Int64($0) } ?? -1,
                                    contentType: headers["content-type"], cacheControl: headers["cache-control"],
-                                   contentDisposition: headers["content-disposition"], contentEncoding: headers["content-encoding"],
+                                   contentDisposition: headers["content-disposition"],
+                                   contentEncoding: transcoded ? headers["x-goog-stored-content-encoding"] : headers["content-encoding"],
                                    contentLanguage: headers["content-language"], md5Hash: reported.md5, crc32c: reported.crc32c,
                                    generation: headers["etag"], updated: headers["last-modified"])
         return .finished(JobResult(object: object))

@@ -28,11 +28,8 @@ func servedDigests(_ headers: [String: String], status: Int) -> [ServedDigest] {
         guard let value = canonicalDigest(text, algorithm: algorithm) else { return }
         digests.append(ServedDigest(algorithm: algorithm, value: value, source: source))
     }
-    // GCS serves an object stored gzip-compressed decompressed to a client that does not accept gzip
-    // (decompressive transcoding); its x-goog-hash then describes the stored bytes, not the body.
-    let transcoded = headers["x-goog-stored-content-encoding"]?.lowercased() == "gzip"
-        && headers["content-encoding"]?.lowercased() != "gzip"
-    let reported = transcoded ? (md5: nil, crc32c: nil) : reportedHashes(headers)
+    // A body GCS decompressed on the way: its x-goog-hash describes the stored bytes, not the body.
+    let reported = isTranscoded(headers) ? (md5: nil, crc32c: nil) : reportedHashes(headers)
     if let md5 = reported.md5 { add(.md5, md5, from: "x-goog-hash") }
     if let crc32c = reported.crc32c { add(.crc32c, crc32c, from: headers["x-goog-hash"] == nil ? "x-amz-checksum-crc32c" : "x-goog-hash") }
     let wholeBody = status == 200
@@ -50,6 +47,13 @@ func servedDigests(_ headers: [String: String], status: Int) -> [ServedDigest] {
         }
     }
     return digests
+}
+
+/// Whether GCS served an object stored gzip-compressed decompressed, to a client that did not accept gzip
+/// (decompressive transcoding): `x-goog-stored-content-encoding: gzip` and no `Content-Encoding: gzip`.
+/// The answer's `x-goog-hash` then describes the stored bytes, and it has no `Content-Length`.
+func isTranscoded(_ headers: [String: String]) -> Bool {
+    headers["x-goog-stored-content-encoding"]?.lowercased() == "gzip" && headers["content-encoding"]?.lowercased() != "gzip"
 }
 
 /// `text` as GCS's base64 of the digest bytes, or nil when it is not a digest of `algorithm`'s length.

@@ -73,4 +73,31 @@ struct GzipEncodedObjectTests {
         #expect(media.count == 6 && media.allSatisfy { $0.request.header("Accept-Encoding") == "gzip" },
                 "\(stored.count) bytes: \(media.map { "\($0.request.header("Accept-Encoding") ?? "none") \($0.request.header("Range") ?? "")" })")
     }
+
+    /// A HEAD of an object's public URL (`get-metadata` of an http(s) source) that does not accept gzip is
+    /// answered as GCS would serve the object, decompressed: no Content-Length, and `x-goog-hash` of the
+    /// stored bytes. The metadata describes the stored object as GCS's own does: its length and encoding
+    /// go with the hashes. The proxy answers the HEAD as GCS documents it; nginx never transcodes.
+    @Test("get-metadata of an http(s) URL GCS would transcode describes the stored object: length, encoding and hashes together")
+    func transcodedHead() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let stored = Data("stored gzip bytes, 24 B.".utf8)
+        let digests = hashes(stored)
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "HEAD", pathContains: "/site/app.js"),
+                      .respond(ProxyMessage(startLine: "HTTP/1.1 200 OK", headers: [
+                          ProxyHeader("Content-Type", "text/javascript"),
+                          ProxyHeader("x-goog-stored-content-encoding", "gzip"),
+                          ProxyHeader("x-goog-stored-content-length", String(stored.count)),
+                          ProxyHeader("x-goog-hash", "crc32c=\(digests.crc32c),md5=\(digests.md5)"),
+                      ]))),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let read = try finished(await run(backend, JobSpec(kind: .getMetadata, source: "\(proxy.baseURL)/site/app.js")))
+        let object = try #require(read.object)
+        #expect(object.md5Hash == digests.md5 && object.crc32c == digests.crc32c)
+        #expect(object.size == Int64(stored.count) && object.contentEncoding == "gzip", "\(object)")
+    }
 }
