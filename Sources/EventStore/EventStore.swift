@@ -81,6 +81,16 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// See https://www.sqlite.org/pragma.html#pragma_wal_autocheckpoint
     public static let walCheckpointPages = 4_000
 
+    /// The size the WAL file is cut back to when SQLite starts the log over (after a checkpoint that
+    /// copied all of it): twice the length a checkpoint keeps it under, so a log of normal length is
+    /// never cut. SQLite reuses the file from its start but never shrinks it by itself: after a reader
+    /// held an old snapshot through a drain (an `audit` into a pipe read slowly), no checkpoint could
+    /// start the log over and it grew with every commit (~76 MiB for 15,000 jobs), and it stayed that
+    /// size for as long as any writer kept the database open.
+    ///
+    /// See https://www.sqlite.org/pragma.html#pragma_journal_size_limit
+    public static let walSizeLimitBytes = 2 * walCheckpointPages * 4_096
+
     /// While a worker's appends keep coming, a small group commit of them that comes less than this many
     /// microseconds after the previous one first waits this long for more (see `StoreExecutor.init`):
     /// each commit rewrites whole pages into the WAL (~14 of 4 KiB for a commit of a few small transfers'
@@ -209,6 +219,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
             try Self.enableWAL(connection, timeoutMs: Int64(busyTimeoutMs))
             try connection.execute("PRAGMA synchronous = FULL")
             try connection.execute("PRAGMA wal_autocheckpoint = \(Self.walCheckpointPages)")
+            try connection.execute("PRAGMA journal_size_limit = \(Self.walSizeLimitBytes)")
             self.appliedMigrations = try Migrator.migrate(connection, now: Clock.nowMs())
             // From here on every write transaction syncs the WAL itself, after COMMIT (see `WALSync`).
             try connection.execute("PRAGMA synchronous = NORMAL")

@@ -98,4 +98,51 @@ import TestSupport
         #expect(checkpointer.requests == 3)
         await settled(3)
     }
+
+    @Test("a WAL that grew while a reader held an old snapshot is cut back once the reader is done, the writer still open")
+    func aLogGrownBehindAReaderShrinksAfterIt() throws {
+        let directory = try TemporaryDirectory("wal-size-limit")
+        defer { directory.remove() }
+        let path = directory.file("jobs.db")
+        // A worker's store: open for as long as the test runs, so no close removes the WAL.
+        let writer = try EventStore(path: path, mode: .create)
+        try writer.checkpointInBackground()
+        _ = try writer.submit([JobSpec(kind: .uploadData, destination: "file:///tmp/first.txt", data: Data("x".utf8))],
+                              actor: "cli:test", now: 1_000)
+        // A reader (another connection, a long read of another program or of an older jobctl) stops
+        // inside its read transaction: no checkpoint can copy past its snapshot or start the log over.
+        let reader = try EventStore(path: path, mode: .readOnly)
+        let inside = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? reader.readTransaction { (connection) throws(StoreError) -> Int in
+                let jobs = try connection.first("SELECT count(*) FROM jobs") { row in row.int(0) } ?? 0
+                inside.signal()
+                release.wait()
+                return jobs
+            }
+            done.signal()
+        }
+        inside.wait()
+        let payload = Data(repeating: 0x61, count: 1 << 20)
+        for index in 0..<(EventStore.walSizeLimitBytes >> 20) + 8 {
+            _ = try writer.submit([JobSpec(kind: .uploadData, destination: "file:///tmp/big\(index).txt", data: payload)],
+                                  actor: "cli:test", now: 1_000)
+        }
+        let grown = (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+        try #require(grown > EventStore.walSizeLimitBytes, "the log grew behind the reader: \(grown) bytes")
+        release.signal()
+        done.wait()
+        // The writer goes on: a checkpoint copies the whole log, the next commit starts it over and cuts the file.
+        var size = grown
+        let deadline = Date().addingTimeInterval(10)
+        var commits = 0
+        while size > EventStore.walSizeLimitBytes && Date() < deadline {
+            _ = try writer.submit([JobSpec(kind: .uploadData, destination: "file:///tmp/small\(commits).txt", data: Data("x".utf8))],
+                                  actor: "cli:test", now: 1_000)
+            commits += 1
+            usleep(2_000)
+            size = (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+        }
+        #expect(size <= EventStore.walSizeLimitBytes, "grown to \(grown) bytes, \(size) after \(commits) more commits")
+    }
 }
