@@ -122,19 +122,52 @@ extension EventStore {
         return pattern + "%"
     }
 
-    /// Every job matching `filter`, oldest first, one at a time as SQLite steps the rows (the
-    /// `jobs_created` index gives the order), in one read transaction for every pass.
+    /// How many jobs `forEachJob` reads in one read transaction.
+    static let jobPageSize = 500
+
+    /// Every job matching `filter`, oldest first (the `jobs_created` index gives the order), read
+    /// `jobPageSize` at a time, each page in a read transaction of its own that ends before its jobs are
+    /// handed to `body`. A later pass reads the jobs the first one read (up to its last), as they are then.
+    ///
+    /// Why pages: `body` writes to standard output (`jobctl audit`), which may block for as long as
+    /// whoever reads it pleases (a pager, a slow pipe). One transaction around every pass held its
+    /// snapshot all that time, and while a reader holds a snapshot no checkpoint can copy the WAL past
+    /// it or start it over: beside four draining workers the WAL grew by ~5 KiB a job, without bound.
     public func forEachJob(filter: JobFilter, passes: Int,
                            _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
         guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, body) }
-        guard let (select, parameters) = Self.selection("SELECT \(JobRecord.selectColumns) FROM jobs", filter) else { return }
-        let query = select + " ORDER BY created_at_ms, seq"
         let specs = DecodedSpecCache.uncached()
-        try readTransaction { (connection) throws(StoreError) in
-            for pass in 1...max(1, passes) {
-                try connection.forEach(query, parameters) { (row) throws(StoreError) in
-                    try body(pass, try JobRecord(row: row, specs: specs))
+        // In the order of `jobs_created`, so a page reads its rows and stops: SQLite picked `jobs_claim`
+        // for a `--state` filter and sorted every job in that state for each page. `jobs_batch` holds
+        // the same order after the batch, and a batch is small.
+        let table = filter.batch == nil ? "jobs INDEXED BY jobs_created" : "jobs"
+        // The first pass's last job (created_at_ms, seq): later passes stop there.
+        var end: (Int64, Int64)?
+        for pass in 1...max(1, passes) {
+            var after: (Int64, Int64)?
+            while true {
+                var keys: [String] = []
+                var values: [SQLiteValue] = []
+                if let after {
+                    keys.append("(created_at_ms, seq) > (?, ?)")
+                    values += [.integer(after.0), .integer(after.1)]
                 }
+                if pass > 1 {
+                    guard let end else { return }
+                    keys.append("(created_at_ms, seq) <= (?, ?)")
+                    values += [.integer(end.0), .integer(end.1)]
+                }
+                guard let (select, parameters) = Self.selection("SELECT \(JobRecord.selectColumns) FROM \(table)", filter, and: keys)
+                else { return }
+                let query = select + " ORDER BY created_at_ms, seq LIMIT \(Self.jobPageSize)"
+                let page = try readTransaction { (connection) throws(StoreError) -> [JobRecord] in
+                    try connection.query(query, parameters + values) { (row) throws(StoreError) in try JobRecord(row: row, specs: specs) }
+                }
+                for job in page { try body(pass, job) }
+                guard let last = page.last else { break }
+                after = (last.createdAtMs, last.seq)
+                if pass == 1 { end = after }
+                if page.count < Self.jobPageSize { break }
             }
         }
     }
@@ -148,7 +181,8 @@ extension EventStore {
     }
 
     /// `select` with the WHERE clause of `filter` (its limit aside); nil when nothing can match.
-    static func selection(_ select: String, _ filter: JobFilter) -> (String, [SQLiteValue])? {
+    /// `and`: further clauses, their parameters after the filter's.
+    static func selection(_ select: String, _ filter: JobFilter, and more: [String] = []) -> (String, [SQLiteValue])? {
         var clauses: [String] = []
         var values: [SQLiteValue] = []
         if let states = filter.states {
@@ -181,6 +215,7 @@ extension EventStore {
                 values.append(.integer(bound))
             }
         }
+        clauses += more
         var sql = select
         if !clauses.isEmpty { sql += " WHERE " + clauses.joined(separator: " AND ") }
         return (sql, values)

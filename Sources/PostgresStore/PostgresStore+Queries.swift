@@ -101,25 +101,43 @@ extension PostgresStore {
     /// How many jobs read per FETCH when streaming jobs.
     static let jobPageSize = 1_000
 
-    /// Every job matching `filter`, oldest first, through a server-side cursor (`jobPageSize` rows per
-    /// FETCH: libpq holds a whole result in memory, so never one huge result), every pass in one
-    /// REPEATABLE READ snapshot.
+    /// Every job matching `filter`, oldest first, `jobPageSize` at a time, each page read in a
+    /// transaction of its own that ends before its jobs are handed to `body` (libpq holds a whole result
+    /// in memory, so never one huge result). A later pass reads the jobs the first one read (up to its
+    /// last), as they are then. One REPEATABLE READ snapshot around every pass stayed open for as long as
+    /// `body` waited on a slow reader of standard output (`jobctl audit | less`), holding back vacuum's
+    /// cleanup of every row the workers updated meanwhile.
     public func forEachJob(filter: JobFilter, passes: Int,
                            _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
         guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, body) }
         guard let (select, parameters) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return }
-        let query = select + " ORDER BY created_at_ms, seq"
-        try readTransaction { (connection) throws(StoreError) in
-            for pass in 1...max(1, passes) {
-                try connection.store("DECLARE job_rows NO SCROLL CURSOR FOR \(query)", parameters)
-                while true {
-                    let page = try connection.rows("FETCH FORWARD \(Self.jobPageSize) FROM job_rows", []) {
-                        (row) throws(StoreError) in try JobRecord(postgresRow: row)
-                    }
-                    if page.isEmpty { break }
-                    for job in page { try body(pass, job) }
+        // The first pass's last job (created_at_ms, seq): later passes stop there.
+        var end: (Int64, Int64)?
+        for pass in 1...max(1, passes) {
+            var after: (Int64, Int64)?
+            while true {
+                var keys: [String] = []
+                var values = parameters
+                if let after {
+                    values += [.integer(after.0), .integer(after.1)]
+                    keys.append("(created_at_ms, seq) > ($\(values.count - 1), $\(values.count))")
                 }
-                try connection.store("CLOSE job_rows")
+                if pass > 1 {
+                    guard let end else { return }
+                    values += [.integer(end.0), .integer(end.1)]
+                    keys.append("(created_at_ms, seq) <= ($\(values.count - 1), $\(values.count))")
+                }
+                var query = select
+                if !keys.isEmpty { query += (parameters.isEmpty ? " WHERE " : " AND ") + keys.joined(separator: " AND ") }
+                query += " ORDER BY created_at_ms, seq LIMIT \(Self.jobPageSize)"
+                let page = try readTransaction { (connection) throws(StoreError) -> [JobRecord] in
+                    try connection.rows(query, values) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+                }
+                for job in page { try body(pass, job) }
+                guard let last = page.last else { break }
+                after = (last.createdAtMs, last.seq)
+                if pass == 1 { end = after }
+                if page.count < Self.jobPageSize { break }
             }
         }
     }

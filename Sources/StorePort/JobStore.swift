@@ -83,8 +83,11 @@ public protocol JobStore: AnyObject, Sendable {
     func countJobs(filter: JobFilter) throws(StoreError) -> Int
     /// Every job matching `filter`, oldest first (submission time, then log order), handed to `body`
     /// one at a time as it is read, so memory stays flat whatever the number of jobs (`jobctl audit`).
-    /// With `passes` above 1 the same jobs are read again, pass after pass, all in one snapshot (a
-    /// table measures its columns, then prints). A `limit` falls back to `jobs(filter:)`.
+    /// With `passes` above 1 the same jobs are read again, pass after pass (a table measures its
+    /// columns, then prints). No snapshot is held while `body` runs: it may block on a slow reader of
+    /// standard output for as long as that pleases, and an open read transaction would keep SQLite's WAL
+    /// from being checkpointed (PostgreSQL's vacuum from cleaning up) all that time. A `limit` falls
+    /// back to `jobs(filter:)`.
     func forEachJob(filter: JobFilter, passes: Int, _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError)
     /// Every event of a job, oldest first.
     func events(jobID: String) throws(StoreError) -> [JobEvent]
