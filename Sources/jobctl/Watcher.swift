@@ -31,7 +31,8 @@ struct Watcher {
                     lastSeq = event.seq ?? lastSeq
                     try show(event, bar: &bar)
                 }
-                if let job, job.state.isFinal {
+                guard let job else { throw archivedAway("job \(jobID) is") }
+                if job.state.isFinal {
                     bar.finish()
                     if !json {
                         emitLine("\(job.id) \(display.stateLine(job.state, job.error, paint: context.paint(state:)))")
@@ -61,6 +62,8 @@ struct Watcher {
                 lastVersion = version
                 // States first, then events: every final state's event is printed before the exit.
                 let jobs = try store.jobs(filter: filter)
+                let gone = ids.subtracting(jobs.map(\.id))
+                if !gone.isEmpty { throw archivedAway(gone.count == 1 ? "job \(gone.first ?? "") of batch \(batch) is" : "\(gone.count) jobs of batch \(batch) are") }
                 while true {
                     let events = try store.events(afterSeq: lastSeq, limit: 500)
                     for event in events {
@@ -111,6 +114,18 @@ struct Watcher {
             if idle { return ExitCode.ok }
             usleep(pollInterval)
         }
+    }
+
+    /// A followed job that is no longer in the log was archived (the only way a job leaves it) after
+    /// it ended, before this watcher saw the end: it can no longer say how the job ended, only where
+    /// to look. Polling on for it never ended.
+    private func archivedAway(_ what: String) -> CommandFailure {
+        let file = (try? store.events(jobID: ArchiveRecord.logJobID))?.reversed().lazy.compactMap { event -> String? in
+            if case .archived(let record) = event.payload { return record.file }
+            return nil
+        }.first
+        let whereTo = file.map { TerminalText.printable($0) }.map { " (moved to \($0): `jobctl audit --from \($0)` shows how it ended)" } ?? ""
+        return CommandFailure("\(what) no longer in the log: archived after it ended, before watch saw the end\(whereTo)")
     }
 
     private func show(_ event: JobEvent, bar: inout ProgressBar) throws {
