@@ -110,6 +110,15 @@ public enum Clock {
     public static func nowMs() -> Int64 {
         Int64((Date().timeIntervalSince1970 * 1000).rounded())
     }
+
+    /// Milliseconds on the monotonic clock (since an arbitrary start): for durations, which the wall
+    /// clock's steps must not stretch or shrink. One `clock_gettime`, no 128-bit arithmetic (what
+    /// `ContinuousClock`'s `Duration` costs a worker's every run and commit).
+    public static func monotonicMs() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Int64(now.tv_sec) * 1_000 + Int64(now.tv_nsec) / 1_000_000
+    }
 }
 
 /// Makes monotonic job ids (`JobID`): each after the one before it. `JobID.generate` uses the

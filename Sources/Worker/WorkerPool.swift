@@ -114,8 +114,8 @@ public final class WorkerPool: Sendable {
         /// The claim and the start on the monotonic clock: a run's duration is measured on it, since the
         /// wall clock may step meanwhile (a run across a 2 h step forward was logged as 2 h long at a
         /// rate of a few bytes a second; one across a step back as 0 ms long).
-        let claimedAt = ContinuousClock.now
-        var launchedAt: ContinuousClock.Instant?
+        let claimedAt = Clock.monotonicMs()
+        var launchedAt: Int64?
         var stopRequested: StopReason?
         /// When the lease ends unless a heartbeat extends it (as this worker last set it).
         var leaseExpiresAtMs: Int64
@@ -556,7 +556,7 @@ public final class WorkerPool: Sendable {
             let startNow = state.shuttingDown || state.active < concurrency
             state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now,
                                                firstRun: record.version == 2 && record.resumePoint == nil, started: startNow, launchedAtMs: startNow ? now : nil,
-                                               launchedAt: startNow ? .now : nil, leaseExpiresAtMs: now + leaseMs)
+                                               launchedAt: startNow ? Clock.monotonicMs() : nil, leaseExpiresAtMs: now + leaseMs)
             state.summary.claimed += 1
             if startNow { state.active += 1 } else { state.waiting.append(record.id) }
             return (startNow, state.shuttingDown)
@@ -573,7 +573,7 @@ public final class WorkerPool: Sendable {
             guard var entry = state.running[jobID], !entry.started else { continue }
             entry.started = true
             entry.launchedAtMs = now
-            entry.launchedAt = .now
+            entry.launchedAt = Clock.monotonicMs()
             state.running[jobID] = entry
             state.active += 1
             taken.append((jobID, entry.runner))
@@ -631,8 +631,7 @@ public final class WorkerPool: Sendable {
             // millisecond read as ~50 ms at ~330 KiB/s in a drain of small files. A run stopped before it
             // got a slot (released, paused, cancelled while held) counts from its claim.
             // Measured on the monotonic clock, handed on as the wall-clock start it stands for.
-            let elapsed = (entry.launchedAt ?? entry.claimedAt).duration(to: .now)
-            let startedAtMs = now - max(0, elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
+            let startedAtMs = now - max(0, Clock.monotonicMs() - (entry.launchedAt ?? entry.claimedAt))
             log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
             metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
             if entry.firstRun, case .succeeded = outcome { sweeper.noteLeftNothing(jobID, kind: entry.kind) }
@@ -760,7 +759,7 @@ public final class WorkerPool: Sendable {
             if launchNow {
                 entry.started = true
                 entry.launchedAtMs = Clock.nowMs()
-                entry.launchedAt = .now
+                entry.launchedAt = Clock.monotonicMs()
                 state.active += 1
                 state.waiting.removeAll { $0 == jobID }
             }
@@ -803,7 +802,7 @@ struct LeaseSink: TaskEventSink {
             PendingEvent(jobID: jobID, actor: owner, leaseToken: token,
                          occurredAtMs: event.type == .started ? event.atMs : nil, payload: event.payload)
         }
-        let before = ContinuousClock.now   // a commit's time, not the wall clock's steps (a false slow_commit)
+        let before = Clock.monotonicMs()   // a commit's time, not the wall clock's steps (a false slow_commit)
         var failure = await append(&remaining)
         // The store could not write at all (the server is down or restarting, the disk is full): the
         // events are not in the log, and the lease is still ours until it expires, so the write is tried
@@ -836,8 +835,7 @@ struct LeaseSink: TaskEventSink {
             failure = nil
         }
         let after = Clock.nowMs()
-        let took = before.duration(to: .now)
-        let tookMs = took.components.seconds * 1_000 + took.components.attoseconds / 1_000_000_000_000_000
+        let tookMs = Clock.monotonicMs() - before
         log.commitTook(tookMs, jobID: jobID, kind: kind, event: last.type, now: after)
         metrics.commitTook(tookMs)
         if let failure {
