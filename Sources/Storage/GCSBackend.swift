@@ -113,23 +113,13 @@ public struct GCSBackend: StorageBackend {
             if let ifGeneration, current.generation != String(ifGeneration) {
                 throw StorageError.generationMismatch(reference.description, expected: ifGeneration, actual: current.generation)
             }
-            let body = GCSObjectJSON.patchBody(current: current, set: update, removing: removing)
-            let request = HTTPRequest(method: "PATCH", url: objectURL(reference) + Self.readConditions(current),
-                                      headers: ["Content-Type: application/json; charset=UTF-8"], body: body)
             let response: HTTPResponse
-            do {
-                response = try await send(request, control: control)
-            } catch {
-                switch error {
-                case .stopped(let reason): return .stopped(reason, nil)
-                case .failed(let failure): throw failure
-                }
+            switch try await conditionalPatch(reference, read: current, round: round, control: control,
+                                              body: GCSObjectJSON.patchBody(current: current, set: update, removing: removing)) {
+            case .applied(let answer): response = answer
+            case .changed: continue
+            case .stopped(let reason): return .stopped(reason, nil)
             }
-            if response.status == 412 {
-                if round < Self.metadataRounds { continue }
-                throw Self.keptChanging(reference, response)
-            }
-            guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
             guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
                 throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                    httpStatus: response.status, url: redactedURL(response.url))
@@ -142,6 +132,38 @@ public struct GCSBackend: StorageBackend {
     /// How many times a metadata PATCH is made again on the object as read anew after a 412 (another client
     /// changed the object between our read and our PATCH).
     static let metadataRounds = 5
+
+    /// How a metadata PATCH made on condition of the version read ended.
+    private enum ConditionalPatch {
+        /// The server applied it (a success status).
+        case applied(HTTPResponse)
+        /// The object changed since it was read (412) and `round` leaves another: read it again.
+        case changed
+        case stopped(StopReason)
+    }
+
+    /// PATCHes `body` onto `reference` on condition of the version `read` (`readConditions`): a 412 in
+    /// the last round is `keptChanging`, any other failure the object's error.
+    private func conditionalPatch(_ reference: StorageReference, read: StorageObject, round: Int, control: TransferControl,
+                                  body: Data) async throws(StorageError) -> ConditionalPatch {
+        let request = HTTPRequest(method: "PATCH", url: objectURL(reference) + Self.readConditions(read),
+                                  headers: ["Content-Type: application/json; charset=UTF-8"], body: body)
+        let response: HTTPResponse
+        do {
+            response = try await send(request, control: control)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason)
+            case .failed(let failure): throw failure
+            }
+        }
+        if response.status == 412 {
+            if round < Self.metadataRounds { return .changed }
+            throw Self.keptChanging(reference, response)
+        }
+        guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
+        return .applied(response)
+    }
 
     /// The query that makes a metadata PATCH conditional on the version `object` was read at: its
     /// generation and metageneration, each when known.
@@ -975,24 +997,12 @@ public struct GCSBackend: StorageBackend {
                 let created = UUID().uuidString.lowercased()
                 var custom: [String: Any] = object.customMetadata ?? [:]
                 custom[GCSObjectJSON.downloadTokensKey] = created
-                let request = HTTPRequest(method: "PATCH", url: objectURL(reference) + Self.readConditions(object),
-                                          headers: ["Content-Type: application/json; charset=UTF-8"],
-                                          body: GCSObjectJSON.encode(["metadata": custom]))
                 let response: HTTPResponse
-                do {
-                    response = try await send(request, control: control)
-                } catch {
-                    switch error {
-                    case .stopped(let reason): return .stopped(reason, nil)
-                    case .failed(let failure): throw failure
-                    }
-                }
-                if response.status == 412 {
-                    if round < Self.metadataRounds { continue }
-                    throw Self.keptChanging(reference, response)
-                }
-                guard response.isSuccess else {
-                    throw await objectError(response, reference: reference, what: "\(reference)")
+                switch try await conditionalPatch(reference, read: object, round: round, control: control,
+                                                  body: GCSObjectJSON.encode(["metadata": custom])) {
+                case .applied(let answer): response = answer
+                case .changed: continue
+                case .stopped(let reason): return .stopped(reason, nil)
                 }
                 if let json = response.json, let updated = GCSObjectJSON.object(from: json) { object = updated }
                 token = created
