@@ -80,17 +80,12 @@ import TestSupport
         #expect(left.isEmpty, "\(left)")
     }
 
-    /// Root can become `nobody` for one command (`setpriv`); a process limit binds only other users.
-    static var canRunAsNobody: Bool {
-        getuid() == 0 && getpwnam("nobody") != nil && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
-    }
-
     /// A process and thread limit (`ulimit -u`, systemd's TasksMax=) that leaves jobctl no thread of its
     /// own: each command says which thread the system refused and why. Foundation's `Thread.start()`
     /// drops a failed `pthread_create`, and `list`, `submit` and the worker waited for ever for a store
     /// thread that never ran. Run as `nobody` (root is exempt from the limit), under `timeout`.
     @Test("a process limit that leaves no thread is an error naming it, not a hang",
-          .enabled(if: canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv)"))
+          .enabled(if: DatabasePermissionTests.canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv; a process limit binds only other users)"))
     func processLimitWithoutAThread() throws {
         let workspace = try CLIWorkspace("nproc")
         defer { workspace.directory.remove() }
