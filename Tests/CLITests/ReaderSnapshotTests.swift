@@ -10,14 +10,19 @@ import TestSupport
 /// the log while it waits to write: beside writers, SQLite's WAL is still checkpointed and started over,
 /// and PostgreSQL's vacuum is not held back by an open transaction.
 @Suite("readers blocked on their output", .onTestThreads) struct ReaderSnapshotTests {
+    /// The workspace's log opened in this process, as a worker's store (created when needed).
+    static func store(_ workspace: CLIWorkspace, _ engine: StoreEngine) throws -> any JobStore {
+        engine == .sqlite ? try EventStore(path: workspace.database, mode: .create)
+                          : try PostgresStore(url: workspace.database, mode: .create)
+    }
+
     @Test("audit --csv into a pipe nobody reads holds no snapshot; read at last, it prints every job once",
           arguments: StoreEngine.allCases)
     func auditIntoAStalledPipe(engine: StoreEngine) throws {
         let workspace = try CLIWorkspace("audit-stalled-pipe", engine: engine)
         defer { workspace.directory.remove() }
         // A worker's store: open throughout (on SQLite, so no close removes the WAL).
-        let writer: any JobStore = engine == .sqlite ? try EventStore(path: workspace.database, mode: .create)
-                                                     : try PostgresStore(url: workspace.database, mode: .create)
+        let writer = try Self.store(workspace, engine)
         let jobs = 3_000
         _ = try writer.submit((0..<jobs).map { JobSpec(kind: .uploadData, destination: "file:///tmp/o\($0).txt", data: Data("x".utf8)) },
                               actor: "cli:test", now: 1_000)
@@ -86,8 +91,7 @@ import TestSupport
     func auditTableAcrossPages(engine: StoreEngine) throws {
         let workspace = try CLIWorkspace("audit-pages", engine: engine)
         defer { workspace.directory.remove() }
-        let writer: any JobStore = engine == .sqlite ? try EventStore(path: workspace.database, mode: .create)
-                                                     : try PostgresStore(url: workspace.database, mode: .create)
+        let writer = try Self.store(workspace, engine)
         let jobs = 2_345
         let submitted = try writer.submit((0..<jobs).map { JobSpec(kind: .uploadData, destination: "file:///tmp/o\($0).txt", data: Data("x".utf8)) },
                                           actor: "cli:test", now: 1_000).map(\.id)
