@@ -120,10 +120,7 @@ struct Configuration: Sendable {
         let (paths, explicit) = paths(flag: flag, environment: environment)
         var configuration = Configuration()
         for path in paths {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                let reason = explicit && !FileManager.default.fileExists(atPath: path) ? "no such file" : "cannot read it"
-                throw ConfigurationError("\(path): \(reason); check --config or $\(environmentVariable)")
-            }
+            let data = try ConfigurationFile.read(path, explicit: explicit)
             let text = String(decoding: data, as: UTF8.self)
             let read = SettingsFile.read(text: text, path: path, keys: Setting.all.map(\.key),
                                          listKeys: Set(Setting.all.filter(\.isList).map(\.key)))
@@ -180,6 +177,92 @@ struct Configuration: Sendable {
             filled.fillIfAbsent(spec.long, value.values)
         }
         return filled
+    }
+}
+
+/// Reading a configuration file the way `ssh` reads its own: only a regular file that no one but its
+/// owner — this user or root — may change. The file sets the token command (a command this user runs),
+/// the CAs trusted, the credentials and the servers every transfer goes to, so a file another user can
+/// write is another user's control over everything this user's jobs touch.
+enum ConfigurationFile {
+    /// The largest file read (a configuration is a few hundred bytes).
+    static let maxBytes = 1 << 20
+
+    /// The file's bytes, checked as above on the descriptor read (a file swapped in after the check is
+    /// not the one read); a `ConfigurationError` naming the file, what is wrong and the fix otherwise.
+    static func read(_ path: String, explicit: Bool) throws -> Data {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        guard descriptor >= 0 else {
+            let code = errno
+            let reason = code == ENOENT && explicit ? "no such file" : "cannot read it (\(String(cString: strerror(code))))"
+            throw ConfigurationError("\(path): \(reason); check --config or $\(Configuration.environmentVariable)")
+        }
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            throw ConfigurationError("\(path): not a regular file; check --config or $\(Configuration.environmentVariable)")
+        }
+        if let problem = writableByOthers(info, path: path) ?? folderProblem(of: path) {
+            throw ConfigurationError("\(path): refused: \(problem) — whoever can change it chooses the commands, "
+                                     + "certificates, credentials and servers jobctl uses as this user")
+        }
+        guard info.st_size <= maxBytes else {
+            throw ConfigurationError("\(path): \(info.st_size) bytes, more than a configuration file holds (\(maxBytes) at most)")
+        }
+        var data = Data()
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Foundation.read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else {
+                throw ConfigurationError("\(path): cannot read it (\(String(cString: strerror(errno)))); check --config or $\(Configuration.environmentVariable)")
+            }
+            if count == 0 { return data }
+            data.append(contentsOf: chunk[0..<count])
+            guard data.count <= maxBytes else {
+                throw ConfigurationError("\(path): more than a configuration file holds (\(maxBytes) bytes at most)")
+            }
+        }
+    }
+
+    /// What makes the file (its `stat`) another user's to change: an owner neither this user nor root,
+    /// or write permission for others. Group write is allowed: a group is one the administrator made
+    /// (the service's own, whose members write its database and so choose its transfers anyway).
+    static func writableByOthers(_ info: stat, path: String) -> String? {
+        let me = geteuid()
+        if info.st_uid != me && info.st_uid != 0 {
+            return "it belongs to \(userName(info.st_uid)), not to \(thisUserOrRoot) (chown it, or copy it and use --config)"
+        }
+        if info.st_mode & S_IWOTH != 0 {
+            return "every user may write to it (mode \(String(format: "%04o", info.st_mode & 0o7777)); chmod o-w \(path))"
+        }
+        return nil
+    }
+
+    /// The same for the folder holding `path`: one others may write to without the sticky bit lets them
+    /// put their own file in its place.
+    static func folderProblem(of path: String) -> String? {
+        let folder = (path as NSString).deletingLastPathComponent
+        var info = stat()
+        guard stat(folder.isEmpty ? "." : folder, &info) == 0 else { return nil }
+        let me = geteuid()
+        if info.st_uid != me && info.st_uid != 0 {
+            return "its folder \(folder.isEmpty ? "." : folder) belongs to \(userName(info.st_uid)), not to \(thisUserOrRoot)"
+        }
+        if info.st_mode & S_IWOTH != 0 && info.st_mode & S_ISVTX == 0 {
+            return "every user may replace it: its folder \(folder.isEmpty ? "." : folder) is writable by all (mode "
+                + "\(String(format: "%04o", info.st_mode & 0o7777))) without the sticky bit"
+        }
+        return nil
+    }
+
+    private static var thisUserOrRoot: String {
+        geteuid() == 0 ? "root" : "\(userName(geteuid())) or root"
+    }
+
+    private static func userName(_ uid: uid_t) -> String {
+        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
+        return "\(String(cString: name)) (uid \(uid))"
     }
 }
 

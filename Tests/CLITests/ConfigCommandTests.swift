@@ -229,4 +229,52 @@ import TestSupport
             #expect(output.stderr.count < 2_500 && output.stderr.contains("characters left out"), "\(output.stderr.count) characters: \(output.stderr.prefix(300))")
         }
     }
+
+    /// The file chooses the token command (run as this user), the CAs, the credentials and the servers:
+    /// like ssh's, a file another user can change is refused by every command before any of it is used.
+    @Test("a configuration file other users can change is refused, exit 64, by every command")
+    func othersCannotWriteTheFile() throws {
+        let workspace = try CLIWorkspace("configmode")
+        defer { workspace.directory.remove() }
+        let folder = workspace.directory.file("shared")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        chmod(folder, 0o755)
+        let file = try workspace.write("shared/config.yaml", "token_command: fetch-token\nconcurrency: 3\n")
+        let environment = ["JOBCTL_CONFIG": file]
+        func refused(_ expected: String, _ line: UInt = #line) throws {
+            for arguments in [["config"], ["--db", workspace.database, "list"], ["--db", workspace.database, "worker", "--drain"]] {
+                let output = try Self.run(workspace, arguments, environment: environment)
+                #expect(output.status == 64 && output.stderr.contains("\(file): refused: ") && output.stderr.contains(expected),
+                        "\(arguments), line \(line): exit \(output.status): \(output.stderr)")
+            }
+        }
+        func accepted(_ line: UInt = #line) throws {
+            let output = try Self.run(workspace, ["config", "--json"], environment: environment)
+            #expect(try Self.settings(output)["concurrency"]?["value"] == "3", "line \(line): \(output.stderr)")
+        }
+
+        chmod(file, 0o666)
+        try refused("every user may write to it (mode 0666; chmod o-w \(file))")
+        chmod(file, 0o664)   // group write: the administrator's group
+        try accepted()
+        chmod(file, 0o644)
+        chmod(folder, 0o777)
+        try refused("its folder \(folder) is writable by all (mode 0777) without the sticky bit")
+        chmod(folder, 0o1777)   // as /tmp: others may not replace this user's file
+        try accepted()
+        chmod(folder, 0o755)
+        if getuid() == 0, let nobody = getpwnam("nobody")?.pointee {
+            chown(file, nobody.pw_uid, nobody.pw_gid)
+            try refused("it belongs to nobody (uid \(nobody.pw_uid)), not to root (chown it")
+            chown(file, 0, 0)
+            chown(folder, nobody.pw_uid, nobody.pw_gid)
+            try refused("its folder \(folder) belongs to nobody (uid \(nobody.pw_uid))")
+            chown(folder, 0, 0)
+        }
+        try accepted()
+        let notAFile = workspace.directory.file("shared/folder.yaml")
+        try FileManager.default.createDirectory(atPath: notAFile, withIntermediateDirectories: true)
+        let output = try Self.run(workspace, ["config"], environment: ["JOBCTL_CONFIG": notAFile])
+        #expect(output.status == 64 && output.stderr.contains("\(notAFile): not a regular file"), "\(output.stderr)")
+    }
 }
