@@ -172,7 +172,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         if let path = value("GOOGLE_APPLICATION_CREDENTIALS") {
             return try GoogleCredentials.load(file: path, source: "GOOGLE_APPLICATION_CREDENTIALS")
         }
-        if !usesEmulator, let home = value("HOME") {
+        // A relative HOME would take the credentials of whatever folder the worker runs in.
+        if !usesEmulator, let home = value("HOME"), home.hasPrefix("/") {
             let path = (home.hasSuffix("/") ? home : home + "/") + wellKnownCredentialsPath
             if FileManager.default.fileExists(atPath: path) {
                 return try GoogleCredentials.load(file: path, source: "the gcloud application-default credentials file")

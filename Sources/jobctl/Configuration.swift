@@ -109,7 +109,10 @@ struct Configuration: Sendable {
             return ([explicit], true)
         }
         var paths = [systemPath]
-        if let base = environment["XDG_CONFIG_HOME"].flatMap({ $0.isEmpty ? nil : $0 }) ?? environment["HOME"].map({ "\($0)/.config" }) {
+        // Absolute paths only, as the XDG base directory specification says: a relative one would read
+        // a file from whatever folder the command runs in (a checkout's, a download's).
+        let absolute = { (name: String) in environment[name].flatMap { $0.hasPrefix("/") ? $0 : nil } }
+        if let base = absolute("XDG_CONFIG_HOME") ?? absolute("HOME").map({ "\($0)/.config" }) {
             paths.append("\(base)/jobctl/config.yaml")
         }
         return (paths.filter { FileManager.default.fileExists(atPath: $0) }, false)

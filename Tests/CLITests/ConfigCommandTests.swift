@@ -277,4 +277,22 @@ import TestSupport
         let output = try Self.run(workspace, ["config"], environment: ["JOBCTL_CONFIG": notAFile])
         #expect(output.status == 64 && output.stderr.contains("\(notAFile): not a regular file"), "\(output.stderr)")
     }
+
+    /// XDG_CONFIG_HOME and HOME name the user's file only when absolute (the XDG base directory
+    /// specification): a relative one read a configuration from whatever folder the command ran in.
+    @Test("a relative XDG_CONFIG_HOME or HOME is ignored: no configuration from the current folder")
+    func relativeConfigHomeIgnored() throws {
+        let workspace = try CLIWorkspace("configrelative")
+        defer { workspace.directory.remove() }
+        _ = try workspace.write("here/jobctl/config.yaml", "concurrency: 7\n")
+        _ = try workspace.write("home/.config/jobctl/config.yaml", "concurrency: 9\n")
+        for environment in [["XDG_CONFIG_HOME": "here"], ["XDG_CONFIG_HOME": "", "HOME": "home"]] {
+            let output = try Self.run(workspace, ["config", "--json"], environment: environment)
+            #expect(try Self.settings(output)["concurrency"]?["value"] == "4", "\(environment): \(output.stdout)")
+        }
+        // A relative XDG_CONFIG_HOME falls back to an absolute HOME's ~/.config, as when it is unset.
+        let output = try Self.run(workspace, ["config", "--json"],
+                                  environment: ["XDG_CONFIG_HOME": "here", "HOME": workspace.directory.file("home")])
+        #expect(try Self.settings(output)["concurrency"]?["value"] == "9", "\(output.stdout)")
+    }
 }

@@ -331,6 +331,15 @@ struct GoogleCredentialsTests {
         let emulated = try StorageConfiguration.fromEnvironment(["HOME": home.path, "STORAGE_EMULATOR_HOST": server.baseURL],
                                                                 localBucketsDirectory: "/nonexistent")
         #expect(emulated.googleCredentials == nil, "an emulator with nothing configured stays anonymous")
+
+        // The same folder named relative to the current one: a relative HOME is no home (it would take
+        // the credentials of whatever folder the worker runs in).
+        let depth = FileManager.default.currentDirectoryPath.split(separator: "/").count
+        let relative = String(repeating: "../", count: depth) + home.path.drop { $0 == "/" }
+        #expect(FileManager.default.fileExists(atPath: relative + "/" + StorageConfiguration.wellKnownCredentialsPath))
+        let relativeHome = try StorageConfiguration.fromEnvironment(["HOME": relative], localBucketsDirectory: "/nonexistent",
+                                                                    productNameFile: "/nonexistent")
+        #expect(relativeHome.googleCredentials == nil, "HOME=\(relative)")
     }
 
     @Test("metadata server: GCE_METADATA_HOST is asked with Metadata-Flavor: Google")
