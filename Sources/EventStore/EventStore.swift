@@ -165,11 +165,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
     }
 
     /// This process's user as messages name it: "name (uid N)", or "uid N" when it has no name.
-    static var currentUser: String {
-        let uid = geteuid()
-        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
-        return "\(String(cString: name)) (uid \(uid))"
-    }
+    static var currentUser: String { SystemUser.described(geteuid()) }
 
     /// Why this user cannot open the existing file at `path` for reading (and, with `writing`, writing),
     /// naming its owner and mode; nil when `access(2)` finds no lack of permission.
@@ -177,7 +173,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         guard access(path, writing ? R_OK | W_OK : R_OK) != 0, errno == EACCES else { return nil }
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
-        let owner = getpwuid(info.st_uid).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(info.st_uid)"
+        let owner = SystemUser.name(info.st_uid)
         let group = getgrgid(info.st_gid).flatMap { $0.pointee.gr_name.map { String(cString: $0) } } ?? "gid \(info.st_gid)"
         let mode = String(info.st_mode & 0o7777, radix: 8)
         return "permission denied: '\(path)' is owned by \(owner), group \(group), mode 0\(mode), and this user, "

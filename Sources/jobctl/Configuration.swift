@@ -234,7 +234,7 @@ enum ConfigurationFile {
     static func writableByOthers(_ info: stat, path: String) -> String? {
         let me = geteuid()
         if info.st_uid != me && info.st_uid != 0 {
-            return "it belongs to \(userName(info.st_uid)), not to \(thisUserOrRoot) (chown it, or copy it and use --config)"
+            return "it belongs to \(SystemUser.described(info.st_uid)), not to \(thisUserOrRoot) (chown it, or copy it and use --config)"
         }
         if info.st_mode & S_IWOTH != 0 {
             return "every user may write to it (mode \(String(format: "%04o", info.st_mode & 0o7777)); chmod o-w \(path))"
@@ -250,7 +250,7 @@ enum ConfigurationFile {
         guard stat(folder.isEmpty ? "." : folder, &info) == 0 else { return nil }
         let me = geteuid()
         if info.st_uid != me && info.st_uid != 0 {
-            return "its folder \(folder.isEmpty ? "." : folder) belongs to \(userName(info.st_uid)), not to \(thisUserOrRoot)"
+            return "its folder \(folder.isEmpty ? "." : folder) belongs to \(SystemUser.described(info.st_uid)), not to \(thisUserOrRoot)"
         }
         if info.st_mode & S_IWOTH != 0 && info.st_mode & S_ISVTX == 0 {
             return "every user may replace it: its folder \(folder.isEmpty ? "." : folder) is writable by all (mode "
@@ -260,12 +260,7 @@ enum ConfigurationFile {
     }
 
     private static var thisUserOrRoot: String {
-        geteuid() == 0 ? "root" : "\(userName(geteuid())) or root"
-    }
-
-    private static func userName(_ uid: uid_t) -> String {
-        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
-        return "\(String(cString: name)) (uid \(uid))"
+        geteuid() == 0 ? "root" : "\(SystemUser.described(geteuid())) or root"
     }
 }
 
