@@ -27,6 +27,13 @@ public struct ManifestLimits: Sendable, Hashable {
     public var maximumScalarBytes: Int
     /// The most jobs in one manifest (they are stored in one transaction).
     public var maximumJobs: Int
+    /// The most bytes of text libyaml may read for one value before handing it over: the scalar as
+    /// written (quotes, escapes, indentation, line breaks) or a run of comments and blank lines.
+    /// libyaml holds a scalar whole before the reader sees its length, so this is checked while it
+    /// reads: twice `maximumScalarBytes` (room for escapes and indentation), and 64 KiB for its buffers.
+    public var maximumScalarTextBytes: Int {
+        maximumScalarBytes.multipliedReportingOverflow(by: 2).partialValue.addingReportingOverflow(64 << 10).partialValue
+    }
 
     public init(maximumBytes: Int = 64 << 20, maximumDepth: Int = 64, maximumNodes: Int = 4_000_000,
                 maximumAliasNodes: Int = 100_000, aliasExpansionFactor: Int = 10,

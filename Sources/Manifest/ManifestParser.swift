@@ -36,7 +36,7 @@ public struct ManifestDependency: Sendable, Hashable {
     let source: SourceText?
 
     /// The entry's source line (for the caret under an error), when known; made when asked for.
-    public var sourceLine: String? { source?.line(line) }
+    public var sourceLine: String? { source?.quotedLine(line) }
 
     init(name: String, file: String, line: Int, column: Int, source: SourceText?) {
         self.name = name
@@ -153,25 +153,28 @@ public struct ManifestParser: Sendable {
     }
 
     /// As `parse(data:path:)`, keeping each job's position.
+    ///
+    /// The text is held once, as the bytes libyaml reads (see `YAMLParser`): it was copied four times
+    /// (bytes, a String, the String's bytes, libyaml's input), which took five times the manifest's size.
     public func parseJobs(data: Data, path: String) -> Result<[ManifestJob], ManifestErrors> {
-        let bytes = [UInt8](data)
-        if bytes.count > limits.maximumBytes {
-            return .failure(tooLarge(bytes, path: path))
+        if data.count > limits.maximumBytes {
+            return .failure(tooLarge([UInt8](data), path: path))
         }
-        if let offset = SourceText.firstInvalidUTF8Offset(bytes) {
+        // Checked on the Data's own bytes, so no copy is alive beside the one kept.
+        let isValid = data.withUnsafeBytes { String(validating: $0.bindMemory(to: UInt8.self), as: UTF8.self) != nil }
+        let bytes = [UInt8](data)
+        if !isValid, let offset = SourceText.firstInvalidUTF8Offset(bytes) {
             let mark = SourceText.mark(atByteOffset: offset, in: bytes[...])
             let isUTF16 = bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF])
             var message = "the manifest is not valid UTF-8 (byte 0x\(String(bytes[offset], radix: 16, uppercase: true)) at offset \(offset)); save it as UTF-8"
             if isUTF16 {
                 message = "the manifest is UTF-16; save it as UTF-8"
             }
-            let lineBytes = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
-            let sourceLine = !isUTF16 && lineBytes.indices.contains(mark.line - 1)
-                ? String(decoding: lineBytes[mark.line - 1], as: UTF8.self) : nil
+            let sourceLine = isUTF16 ? nil : Self.line(mark.line, splittingAtLineFeeds: bytes)
             return .failure(ManifestErrors([ManifestError(code: .invalidEncoding, file: path, line: mark.line,
                                                           column: mark.column, message: message, sourceLine: sourceLine)]))
         }
-        return parseJobs(text: String(decoding: bytes, as: UTF8.self), path: path)
+        return parseJobs(source: SourceText(bytes: bytes), path: path)
     }
 
     /// As `parse(text:path:)`, keeping each job's position.
@@ -179,7 +182,23 @@ public struct ManifestParser: Sendable {
         if text.utf8.count > limits.maximumBytes {
             return .failure(tooLarge(Array(text.utf8), path: path))
         }
-        let source = SourceText(text)
+        return parseJobs(source: SourceText(text), path: path)
+    }
+
+    /// The 1-based `number`th line of `bytes` split at line feeds, or nil past the end. Found by
+    /// walking, not by splitting the whole text: a split made one slice per line (32 bytes each), 2 GB
+    /// for a manifest of 60 MB of line breaks with one bad byte.
+    private static func line(_ number: Int, splittingAtLineFeeds bytes: [UInt8]) -> String? {
+        var start = bytes.startIndex
+        for _ in 1..<max(number, 1) {
+            guard let feed = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) else { return nil }
+            start = feed + 1
+        }
+        let end = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+        return String(decoding: bytes[start..<end], as: UTF8.self)
+    }
+
+    private func parseJobs(source: SourceText, path: String) -> Result<[ManifestJob], ManifestErrors> {
         let document = YAMLParser(source: source, limits: limits).parseDocument()
         var reader = ManifestReader(file: path, source: source, baseDirectory: resolvedBaseDirectory(for: path),
                                     checksSources: checksSources, limits: limits, nowMs: nowMs ?? Clock.nowMs())

@@ -215,7 +215,7 @@ struct ManifestReader {
         if let last = lastQuotedLine, last.number == mark.line {
             quoted = last.line
         } else {
-            quoted = source.line(mark.line).map(SecretText.RedactedLine.init)
+            quoted = source.quotedLine(mark.line).map(SecretText.RedactedLine.init)
             lastQuotedLine = (mark.line, quoted)
         }
         errors.append(ManifestError(code: code, file: file, line: mark.line, column: mark.column,

@@ -155,7 +155,7 @@ public enum ManifestReference {
         ]
         lines += wrap("\(ByteSize.format(Int64(limits.maximumBytes))) per manifest, \(limits.maximumDepth) levels of nesting, "
                       + "\(limits.maximumNodes) YAML nodes, \(limits.maximumJobs) jobs, \(ByteSize.format(Int64(limits.maximumScalarBytes))) "
-                      + "per scalar; aliases add at most \(limits.maximumAliasNodes) nodes or \(limits.aliasExpansionFactor) times the "
+                      + "per scalar (\(ByteSize.format(Int64(limits.maximumScalarTextBytes))) of its text as written, read no further); aliases add at most \(limits.maximumAliasNodes) nodes or \(limits.aliasExpansionFactor) times the "
                       + "nodes written, whichever is more.", indent: 2)
         return lines.joined(separator: "\n") + "\n"
     }

@@ -25,7 +25,7 @@ public enum SettingsFile {
         var errors: [ManifestError] = []
         func report(_ code: ManifestError.Code, _ message: String, at mark: SourceMark) {
             errors.append(ManifestError(code: code, file: path, line: mark.line, column: mark.column, message: message,
-                                        sourceLine: source.line(mark.line)))
+                                        sourceLine: source.quotedLine(mark.line)))
         }
         guard text.utf8.count <= limits.maximumBytes else {
             report(.limitExceeded, "the configuration file is larger than \(limits.maximumBytes) bytes", at: .start)

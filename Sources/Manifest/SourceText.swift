@@ -3,58 +3,94 @@ import Foundation
 /// The manifest text with its lines indexed the way YAML splits them, for positions and caret rendering.
 ///
 /// Lines are found once, by one pass over the UTF-8 bytes; a line's text is made only when an error
-/// quotes it, so a large manifest without errors pays for no per-line strings.
+/// quotes it, so a large manifest without errors pays for no per-line strings. The index keeps where
+/// every 64th line starts, and a line is found by walking from the one before it: an index entry per
+/// line took 16 bytes a line, so a manifest of 60 MB of line breaks (within the file size limit) took
+/// 1.3 GB of memory to refuse.
 struct SourceText: Sendable {
     /// The text's UTF-8 bytes (what libyaml reads).
     let bytes: [UInt8]
-    /// Byte offset where each line starts (line 1 after any byte-order mark), and where it ends (before
-    /// its line break).
-    private let lineStarts: [Int]
-    private let lineEnds: [Int]
+    /// Byte offset where line `1 + 64 × i` starts (line 1 after any byte-order mark).
+    private let checkpoints: [Int]
+    /// How many lines the text has (an empty text has one, empty).
+    let lineCount: Int
+    private static let linesPerCheckpoint = 64
 
     init(_ text: String) {
-        let bytes = Array(text.utf8)
-        self.bytes = bytes
-        // YAML line breaks: LF, CRLF, CR, and (YAML 1.1) NEL, LS and PS.
-        var starts = [bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0]
-        var ends: [Int] = []
-        bytes.withUnsafeBufferPointer { buffer in
-            let count = buffer.count
-            var index = 0
-            while index < count {
-                let byte = buffer[index]
-                var length = 0
-                if byte == 0x0A {
-                    length = 1
-                } else if byte == 0x0D {
-                    length = index + 1 < count && buffer[index + 1] == 0x0A ? 2 : 1
-                } else if byte == 0xC2, index + 1 < count, buffer[index + 1] == 0x85 {
-                    length = 2
-                } else if byte == 0xE2, index + 2 < count, buffer[index + 1] == 0x80, buffer[index + 2] == 0xA8 || buffer[index + 2] == 0xA9 {
-                    length = 3
-                }
-                if length > 0 {
-                    ends.append(index)
-                    index += length
-                    starts.append(index)
-                } else {
-                    index += 1
-                }
-            }
-        }
-        ends.append(bytes.count)
-        lineStarts = starts
-        lineEnds = ends
+        self.init(bytes: Array(text.utf8))
     }
 
-    /// How many lines the text has (an empty text has one, empty).
-    var lineCount: Int { lineStarts.count }
+    /// The text of UTF-8 `bytes` (valid UTF-8: the caller checked; invalid sequences show as U+FFFD).
+    init(bytes: [UInt8]) {
+        self.bytes = bytes
+        var checkpoints = [bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0]
+        var lines = 1
+        bytes.withUnsafeBufferPointer { buffer in
+            var index = 0
+            while let next = Self.nextLineStart(in: buffer, from: index) {
+                index = next
+                if lines % Self.linesPerCheckpoint == 0 { checkpoints.append(index) }
+                lines += 1
+            }
+        }
+        self.checkpoints = checkpoints
+        lineCount = lines
+    }
+
+    /// Where the line break at or after `index` is (its offset and length), or nil when none is left.
+    /// YAML line breaks: LF, CRLF, CR, and (YAML 1.1) NEL, LS and PS.
+    private static func lineBreak(in buffer: UnsafeBufferPointer<UInt8>, from start: Int) -> (offset: Int, length: Int)? {
+        let count = buffer.count
+        var index = start
+        while index < count {
+            let byte = buffer[index]
+            if byte == 0x0A {
+                return (index, 1)
+            } else if byte == 0x0D {
+                return (index, index + 1 < count && buffer[index + 1] == 0x0A ? 2 : 1)
+            } else if byte == 0xC2, index + 1 < count, buffer[index + 1] == 0x85 {
+                return (index, 2)
+            } else if byte == 0xE2, index + 2 < count, buffer[index + 1] == 0x80, buffer[index + 2] == 0xA8 || buffer[index + 2] == 0xA9 {
+                return (index, 3)
+            }
+            index += 1
+        }
+        return nil
+    }
+
+    private static func nextLineStart(in buffer: UnsafeBufferPointer<UInt8>, from index: Int) -> Int? {
+        lineBreak(in: buffer, from: index).map { $0.offset + $0.length }
+    }
+
+    /// The byte range of a 1-based line (without its line break), or nil past the end.
+    private func lineRange(_ number: Int) -> Range<Int>? {
+        guard number >= 1, number <= lineCount else { return nil }
+        return bytes.withUnsafeBufferPointer { buffer in
+            var start = checkpoints[(number - 1) / Self.linesPerCheckpoint]
+            for _ in 0..<((number - 1) % Self.linesPerCheckpoint) {
+                guard let next = Self.nextLineStart(in: buffer, from: start) else { return nil }
+                start = next
+            }
+            let end = Self.lineBreak(in: buffer, from: start)?.offset ?? buffer.count
+            return start..<max(start, end)
+        }
+    }
 
     /// The text of a 1-based line, or nil past the end.
     func line(_ number: Int) -> String? {
-        guard number >= 1, number <= lineStarts.count else { return nil }
-        let start = lineStarts[number - 1], end = max(lineStarts[number - 1], lineEnds[number - 1])
-        return String(decoding: bytes[start..<end], as: UTF8.self)
+        lineRange(number).map { String(decoding: bytes[$0], as: UTF8.self) }
+    }
+
+    /// The longest line an error quotes, in bytes: the quote is made into scalars with a map of its
+    /// redactions (12 bytes a character), so the 50 MB line of a `data:` past the limit took 600 MB to
+    /// quote, for the 160 characters shown.
+    static let maximumQuotedLineBytes = 1 << 20
+
+    /// The text of a 1-based line for an error to quote under it: nil past the end and for a line longer
+    /// than `maximumQuotedLineBytes` (the error then shows its position and message only).
+    func quotedLine(_ number: Int) -> String? {
+        guard let range = lineRange(number), range.count <= Self.maximumQuotedLineBytes else { return nil }
+        return String(decoding: bytes[range], as: UTF8.self)
     }
 
     /// The Unicode scalar at a mark, or nil past the end of its line.
@@ -71,8 +107,8 @@ struct SourceText: Sendable {
         guard let first = line(mark.line) else { return true }
         let rest = first.unicodeScalars.dropFirst(max(0, mark.column - 1))
         guard rest.allSatisfy({ $0.properties.isWhitespace }) else { return false }
-        guard mark.line < lineStarts.count else { return true }
-        return String(decoding: bytes[lineStarts[mark.line]...], as: UTF8.self).allSatisfy(\.isWhitespace)
+        guard let next = lineRange(mark.line + 1) else { return true }
+        return String(decoding: bytes[next.lowerBound...], as: UTF8.self).allSatisfy(\.isWhitespace)
     }
 
     /// The line and column of a UTF-8 byte offset into the text (libyaml reader errors give offsets).

@@ -31,28 +31,65 @@ struct YAMLDocument: Sendable {
 
 /// Reads one YAML document into a `YAMLNode` tree with libyaml's event API.
 ///
-/// The only type that touches libyaml: it owns the `yaml_parser_t` and a copy of the input (libyaml
-/// reads from it until the parser is deleted) and frees both in `deinit`. One parser parses once.
-/// See <https://pyyaml.org/wiki/LibYAML> and `yaml.h` (`yaml_parser_parse`).
+/// The only type that touches libyaml: it owns the `yaml_parser_t` and frees it in `deinit`. One parser
+/// parses once. See <https://pyyaml.org/wiki/LibYAML> and `yaml.h` (`yaml_parser_parse`).
+///
+/// libyaml reads the text through `InputFeed`, a read handler over the source's own bytes (no copy),
+/// which also bounds how much text libyaml may read for one event: libyaml builds a whole scalar before
+/// it hands it over, so a 50 MB `data:` was refused only once libyaml held it (about 490 MB of memory
+/// with the copies of the text). The feed stops libyaml at `ManifestLimits.maximumScalarTextBytes`.
 final class YAMLParser {
     private let limits: ManifestLimits
     private let parser: UnsafeMutablePointer<yaml_parser_t>
-    private let input: UnsafeMutableBufferPointer<UInt8>
+    private let feed: InputFeed
     private let isInitialized: Bool
     private let source: SourceText
+    /// Where the last event ended: where the text that crossed `maximumScalarTextBytes` began.
+    private var lastEventEnd = SourceMark.start
+
+    /// The text libyaml reads, handed over in the pieces it asks for, and the byte after which it may
+    /// read no more before the next event.
+    private final class InputFeed {
+        let bytes: [UInt8]
+        var offset = 0
+        var end = Int.max
+        var overran = false
+
+        init(bytes: [UInt8]) {
+            self.bytes = bytes
+        }
+
+        /// libyaml's read handler: up to `size` bytes into `buffer`; none at the end of the text; an
+        /// error (0) once the text for one event is longer than allowed.
+        static func read(_ data: UnsafeMutableRawPointer?, _ buffer: UnsafeMutablePointer<UInt8>?, _ size: Int,
+                         _ sizeRead: UnsafeMutablePointer<Int>?) -> Int32 {
+            guard let data, let buffer, let sizeRead else { return 0 }
+            let feed = Unmanaged<InputFeed>.fromOpaque(data).takeUnretainedValue()
+            let count = min(size, feed.bytes.count - feed.offset, max(0, feed.end - feed.offset))
+            if count == 0 && feed.offset < feed.bytes.count {
+                feed.overran = true
+                return 0
+            }
+            feed.bytes.withUnsafeBufferPointer { bytes in
+                buffer.update(from: bytes.baseAddress! + feed.offset, count: count)
+            }
+            feed.offset += count
+            sizeRead.pointee = count
+            return 1
+        }
+    }
 
     init(source: SourceText, limits: ManifestLimits = .default) {
         self.source = source
         self.limits = limits
-        let bytes = source.bytes
         parser = .allocate(capacity: 1)
         parser.initialize(to: yaml_parser_t())
-        input = .allocate(capacity: max(bytes.count, 1))
-        _ = input.initialize(from: bytes)
+        feed = InputFeed(bytes: source.bytes)
+        feed.end = limits.maximumScalarTextBytes
         // yaml_parser_initialize fails only when it cannot allocate its buffers.
         isInitialized = yaml_parser_initialize(parser) != 0
         if isInitialized {
-            yaml_parser_set_input_string(parser, input.baseAddress, bytes.count)
+            yaml_parser_set_input(parser, { InputFeed.read($0, $1, $2, $3) }, Unmanaged.passUnretained(feed).toOpaque())
         }
     }
 
@@ -60,7 +97,6 @@ final class YAMLParser {
         if isInitialized { yaml_parser_delete(parser) }
         parser.deinitialize(count: 1)
         parser.deallocate()
-        input.deallocate()
     }
 
     // MARK: - Events
@@ -87,8 +123,14 @@ final class YAMLParser {
             throw ParseFailure(problem: YAMLProblem(kind: .syntax, message: "libyaml could not allocate its parser", mark: .start))
         }
         var event = yaml_event_t()
-        guard yaml_parser_parse(parser, &event) != 0 else { throw ParseFailure(problem: currentProblem()) }
+        guard yaml_parser_parse(parser, &event) != 0 else {
+            if feed.overran { throw ParseFailure(problem: overrun()) }
+            throw ParseFailure(problem: currentProblem())
+        }
         defer { yaml_event_delete(&event) }
+        // The next event may take this much more text (libyaml reads ahead a buffer, 16 KiB, at most).
+        feed.end = feed.offset.addingReportingOverflow(limits.maximumScalarTextBytes).partialValue
+        lastEventEnd = Self.mark(event.end_mark)
         let mark = Self.mark(event.start_mark)
         switch event.type {
         case YAML_STREAM_START_EVENT:
@@ -136,6 +178,24 @@ final class YAMLParser {
         default:
             return .streamEnd
         }
+    }
+
+    /// The problem of text past `maximumScalarTextBytes` without an event: a scalar far too long (or
+    /// that much comment or blank text), reported where it began: after the last event or token.
+    private func overrun() -> YAMLProblem {
+        // libyaml may have scanned tokens past the last event (looking for a `:` after a possible key):
+        // the text began after the last of them.
+        var mark = lastEventEnd
+        let tokens = parser.pointee.tokens
+        if let head = tokens.head, let tail = tokens.tail, tail > head {
+            mark = max(mark, Self.mark((tail - 1).pointee.end_mark))
+        }
+        return YAMLProblem(
+            kind: .limitExceeded,
+            message: "more than \(limits.maximumScalarTextBytes) bytes of text follow here before the next value ends: a scalar "
+                + "longer than the limit of \(limits.maximumScalarBytes) bytes (or that much comment or blank text); "
+                + "upload a file this large with an upload-file job",
+            mark: mark)
     }
 
     /// libyaml's description of why it stopped, at its mark, with a hint for the classic mistake (tabs).

@@ -261,3 +261,49 @@ private let deepCases: [DeepCase] = [
         #expect(parser.readContents(atPath: directory.path) == nil)
     }
 }
+
+/// The text libyaml reads for one value is bounded while it reads (`maximumScalarTextBytes`): it hands a
+/// scalar over only whole, so the length check on the value came after libyaml held all of it.
+@Suite(.onTestThreads) struct ScalarTextLimitTests {
+    @Test func aScalarFarPastTheLimitIsRefusedBeforeLibyamlHoldsIt() throws {
+        let limits = ManifestLimits(maximumScalarBytes: 100)
+        let parser = ManifestParser(baseDirectory: testBase, limits: limits)
+        for (open, close) in [("", ""), ("\"", "\""), ("'", "'"), ("|\n    ", "")] {
+            let long = "- kind: upload-data\n  destination: gs://b/x\n  data: \(open)\(String(repeating: "x", count: 1 << 20))\(close)\n"
+            let errors = try #require(parser.parse(text: long, path: "s.yaml").errors)
+            #expect(errors.map(\.code) == [.limitExceeded])
+            // Where the text after the last value (`data`) begins.
+            #expect(errors.map { "\($0.line):\($0.column)" } == ["3:7"])
+            #expect(errors.first?.message.contains("more than 65736 bytes of text follow here") == true, "\(errors)")
+            // A line over a megabyte is not quoted under the error.
+            if !open.hasPrefix("|") { #expect(errors.first?.sourceLine == nil) }
+        }
+        // Comments and blank lines count as well (libyaml may have read up to 64 KiB ahead of the last value).
+        let blank = "- {kind: fetch-url, source: gs://b/a}\n" + String(repeating: "\n", count: 200_000) + "- {kind: fetch-url, source: gs://b/b}\n"
+        let errors = try #require(parser.parse(text: blank, path: "b.yaml").errors)
+        #expect(errors.map { "\($0.line):\($0.column)" } == ["1:38"])
+        // Under it, with escapes and indentation, the value limit alone applies.
+        let escaped = "- kind: upload-data\n  destination: gs://b/x\n  data: \"\(String(repeating: "\\x41", count: 100))\"\n"
+        #expect(parser.parse(text: escaped, path: "e.yaml").jobs?.first?.data?.count == 100)
+    }
+
+    /// Lines are found from an index of every 64th line: each kind of line break, on both sides of the
+    /// index's steps, gives the line a split gives.
+    @Test func linesAreFoundAcrossTheIndexSteps() throws {
+        let breaks = ["\n", "\r\n", "\r", "\u{85}", "\u{2028}", "\u{2029}"]
+        var text = "\u{FEFF}"
+        var expected: [String] = []
+        for number in 0..<300 {
+            let line = "line \(number) é"
+            expected.append(line)
+            text += line + breaks[number % breaks.count]
+        }
+        expected.append("")
+        let source = SourceText(text)
+        #expect(source.lineCount == expected.count)
+        for (index, line) in expected.enumerated() {
+            #expect(source.line(index + 1) == line, "line \(index + 1)")
+        }
+        #expect(source.line(0) == nil && source.line(expected.count + 1) == nil)
+    }
+}
