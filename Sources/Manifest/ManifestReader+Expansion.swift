@@ -196,8 +196,7 @@ extension ManifestReader {
         let sourceMark = own.source?.valueMark ?? mark
         return PrefixExpansion(prefix: prefix, destinationFolder: folder, filter: filter, template: template,
                                batchID: Self.batchID(key: template.key, nowMs: nowMs), limit: max(0, limits.maximumJobs - jobCount), file: file,
-                               jobMark: mark, sourceMark: sourceMark, jobLine: source.line(mark.line),
-                               sourceLine: source.line(sourceMark.line))
+                               jobMark: mark, sourceMark: sourceMark, source: source)
     }
 
     // MARK: - Field values

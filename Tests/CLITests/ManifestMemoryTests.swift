@@ -47,4 +47,17 @@ struct ManifestMemoryTests {
         #expect(bad.status == 65 && bad.stderr.contains("invalid.yaml:10485762:1: error: the manifest is not valid UTF-8"), "\(bad.stderr)")
         #expect(bad.peakBytes > 0 && bad.peakBytes < 150 << 20, "peak \(bad.peakBytes >> 20) MiB for 10 MiB of line breaks")
     }
+
+    @Test("3,000 prefix downloads on one line (flow style) share the manifest's text: less than 200 MB, not 1.5 GB")
+    func prefixJobsShareTheirLines() throws {
+        let workspace = try CLIWorkspace("prefix-lines")
+        defer { workspace.directory.remove() }
+        try workspace.write("bucket/photos/a.jpg", "a")
+        let prefix = "file://" + workspace.directory.file("bucket/photos/")
+        let jobs = (0..<3_000).map { "{kind: download-file, source: \"\(prefix)\", destination: \"out\($0)/\"}" }
+        let path = try workspace.write("prefixes.yaml", "jobs: [" + jobs.joined(separator: ", ") + "]\n")
+        let result = try workspace.jobctlPeakMemory(["submit", "--dry-run", path])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.peakBytes > 0 && result.peakBytes < 200 << 20, "peak \(result.peakBytes >> 20) MiB for a \(jobs.count)-job line")
+    }
 }
