@@ -85,8 +85,21 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
 
     // MARK: - Parsing
 
+    /// The longest reference, in bytes of UTF-8 as written: 16 KiB. Twice what common servers take in a
+    /// request line (nginx's and Apache's defaults refuse one over 8 KiB with 414), room for any signed
+    /// URL, and over the longest `gs://` reference (a 222-byte bucket, a 1,024-byte name percent-encoded).
+    /// Nothing bounded it: a 10 MB URL was accepted, stored in the job and sent (curl takes 8 MB).
+    public static let maximumReferenceBytes = 16_384
+
     /// Parses any accepted form; throws `invalidArgument` (or `pathError`) with a message that says why.
     public init(parsing text: String) throws(StorageError) {
+        // First, before any work on the text (and without quoting it).
+        let length = text.utf8.count
+        if length > Self.maximumReferenceBytes {
+            throw StorageError(.invalidArgument, "the reference is \(length) bytes long; jobctl takes at most \(Self.maximumReferenceBytes) bytes "
+                + "(servers commonly refuse a request line over 8 KiB, and Cloud Storage object names are at most "
+                + "\(Self.maximumObjectNameBytes) bytes)")
+        }
         // A worker parses every job's reference: the byte-level steps below keep Foundation's string search
         // and character sets out of that path (they were ~6 % of a small-file drain's CPU).
         let input = Self.hasEdgeWhitespace(text) ? text.trimmingCharacters(in: .whitespaces) : text

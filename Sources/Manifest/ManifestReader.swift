@@ -778,6 +778,14 @@ struct ManifestReader {
             return fail(&self, "'\(path)' is relative, and \(CurrentDirectory.missingMessage)")
         }
         var standardized = LocalPath.standardize(absolute)
+        // The kernel's bounds (ENAMETOOLONG): refused here, at the field, rather than by the worker.
+        if standardized.utf8.count >= Int(PATH_MAX) {
+            return fail(&self, "is \(standardized.utf8.count) bytes long as an absolute path; Linux takes paths of at most "
+                            + "\(Int(PATH_MAX) - 1) bytes (PATH_MAX)")
+        }
+        if let long = SlashSeparatedPath.parts(of: standardized).first(where: { $0.utf8.count > Int(NAME_MAX) }) {
+            return fail(&self, "has a name of \(long.utf8.count) bytes ('\(long.prefix(40))...'); file names are at most \(Int(NAME_MAX)) bytes")
+        }
         let writtenAsFolder = path.hasSuffix("/") || path.hasSuffix("/.") || path == "." || path.hasSuffix("/..") || path == ".."
         if field == .source {
             // A folder written as one keeps a trailing `/`: `uploadTree` expands it.
