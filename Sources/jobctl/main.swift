@@ -20,5 +20,7 @@ ShutdownSignals.block()
 // died the same way), and a `submit` died mid-transaction. The error says which file and which limit.
 signal(SIGXFSZ, SIG_IGN)
 
+// Last, a stack as large as the one jobctl is built for: under `ulimit -s 64` the command runs on a
+// thread with an 8 MiB stack (see StackSize); it died of SIGSEGV reading its first manifest job.
 let arguments = Array(CommandLine.arguments.dropFirst())
-exit(CommandRunner.run(arguments))
+exit(StackSize.run { CommandRunner.run(arguments) })

@@ -25,6 +25,34 @@ import TestSupport
         (0..<count).map { "- {kind: upload-data, data: \"x\($0)\", destination: \"file://b/o\($0)\"}" }.joined(separator: "\n")
     }
 
+    /// Runs `jobctl --db DB ARGS` in the workspace with its stack limit (`RLIMIT_STACK`, soft and hard)
+    /// at `kibibytes`, as `ulimit -s` in a shell sets it.
+    static func jobctl(stackLimitKiB kibibytes: Int, _ workspace: CLIWorkspace, _ arguments: [String]) throws -> ProcessOutput {
+        try runProcess("/usr/bin/python3", ["-c", """
+            import os, resource, sys
+            resource.setrlimit(resource.RLIMIT_STACK, (int(sys.argv[1]) * 1024, int(sys.argv[1]) * 1024))
+            os.execv(sys.argv[2], sys.argv[2:])
+            """, String(kibibytes), PackagePaths.jobctlBinary, "--db", workspace.database] + arguments,
+                       environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
+                       currentDirectory: workspace.directory.path)
+    }
+
+    @Test("under a 64 KiB stack limit (ulimit -s 64, soft and hard) submit, a worker and list run; submit died of SIGSEGV")
+    func smallStackLimit() throws {
+        let workspace = try CLIWorkspace("stack-limit")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", Self.manyJobs(20))
+        let submit = try Self.jobctl(stackLimitKiB: 64, workspace, ["submit", manifest])
+        #expect(submit.status == 0, "exit \(submit.status) (SIGSEGV is -11 or 139): \(submit.stderr.suffix(2_000))")
+        #expect(submit.stdout.split(separator: "\n").count == 20)
+        let drain = try Self.jobctl(stackLimitKiB: 64, workspace, ["worker", "--drain", "--concurrency", "4"])
+        #expect(drain.status == 0, "exit \(drain.status): \(drain.stderr.suffix(2_000))")
+        let listed = try Self.jobctl(stackLimitKiB: 64, workspace, ["list", "--state", "succeeded", "--limit", "0", "--json"])
+        #expect(listed.status == 0, "exit \(listed.status): \(listed.stderr.suffix(2_000))")
+        let jobs = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]]
+        #expect(jobs?.count == 20)
+    }
+
     @Test("a file size limit (ulimit -f) the event log outgrows fails submit and stops a worker with an error naming it; SIGXFSZ killed them")
     func fileSizeLimitOnTheLog() throws {
         let workspace = try CLIWorkspace("fsize-log")
