@@ -85,7 +85,8 @@ public enum RFC3339 {
 extension RFC3339 {
     /// Epoch milliseconds of an RFC 3339 date-time (`2027-01-01T09:30:00Z`, `…T09:30:00.5+02:00`; `T` or
     /// `t`, `Z` or `z`, fractional seconds cut to milliseconds); nil for anything else — and for any
-    /// field out of its range: a 13th month, February 30th, hour 24, minute 60, an offset of +99:00.
+    /// field out of its range: a 13th month, February 30th, hour 24, minute 60, an offset of +99:00,
+    /// second 60 anywhere but a leap second (23:59:60 UTC on a month's last day, read as 23:59:59.999).
     ///
     /// Read by hand: Foundation's `ISO8601DateFormatter` rolls such values over (2027-02-29 became March
     /// 1st, +99:00 became +09:00, `.123456789123` seconds the previous day), so a mistyped time was
@@ -97,7 +98,7 @@ extension RFC3339 {
               let hour = number(bytes, 11, 2), bytes[13] == UInt8(ascii: ":"),
               let minute = number(bytes, 14, 2), bytes[16] == UInt8(ascii: ":"),
               let second = number(bytes, 17, 2),
-              hour <= 23, minute <= 59, second <= 59 else { return nil }
+              hour <= 23, minute <= 59, second <= 60 else { return nil }
         var at = 19
         var milliseconds: Int64 = 0
         if bytes[at] == UInt8(ascii: ".") {
@@ -125,7 +126,30 @@ extension RFC3339 {
         }
         guard at == bytes.count else { return nil }
         let days = daysFromCivil(year: date.year, month: date.month, day: date.day)
-        return ((days * 24 + hour) * 60 + minute - offsetMinutes) * 60_000 + second * 1_000 + milliseconds
+        let minutes = (days * 24 + hour) * 60 + minute - offsetMinutes
+        guard second == 60 else { return minutes * 60_000 + second * 1_000 + milliseconds }
+        // A leap second: only 23:59:60 UTC on the last day of a month can be one (RFC 3339 §5.7; all
+        // 27 so far ended June or December). Read as 23:59:59.999, the last millisecond of the day: a
+        // millisecond clock has no 61st second, and this keeps it after every :59 and before midnight.
+        guard isLeapSecondMinute(minutes) else { return nil }
+        return minutes * 60_000 + 59_999
+    }
+
+    /// Whether the minute `minutes` (since the epoch, UTC) is 23:59 on the last day of a month.
+    private static func isLeapSecondMinute(_ minutes: Int64) -> Bool {
+        guard minutes >= 0, minutes % 1_440 == 1_439 else { return false }
+        return civil((minutes / 1_440 + 1) * 86_400_000)?.day == 1
+    }
+
+    /// Whether `text` would be an RFC 3339 time but for a second of 60 where no leap second can be
+    /// (`2027-01-01T23:59:60Z`: not the end of a month; `…T23:59:60+01:00`: 22:59:60 UTC), so a message
+    /// can say so rather than "not an RFC 3339 time".
+    public static func isMisplacedLeapSecond(_ text: String) -> Bool {
+        var bytes = Array(text.utf8)
+        guard parse(text) == nil, bytes.count >= 20, bytes[17] == UInt8(ascii: "6"), bytes[18] == UInt8(ascii: "0") else { return false }
+        bytes[17] = UInt8(ascii: "5")
+        bytes[18] = UInt8(ascii: "9")
+        return parse(String(decoding: bytes, as: UTF8.self)) != nil
     }
 
     /// Epoch milliseconds of a plain date (`2027-01-01`, midnight UTC); nil for anything else or a day

@@ -246,8 +246,14 @@ extension ManifestReader {
                    at: isNull ? pair.key.mark : pair.value.mark)
             return nil
         }
-        guard let ms = RFC3339.parse(scalar.value.trimmingCharacters(in: .whitespaces)) else {
-            report(.invalidValue, "'run_after' must be \(expected), not '\(scalar.value)'", at: scalar.mark)
+        let text = scalar.value.trimmingCharacters(in: .whitespaces)
+        guard let ms = RFC3339.parse(text) else {
+            if RFC3339.isMisplacedLeapSecond(text) {
+                report(.invalidValue, "'run_after' '\(scalar.value)' has second 60, a leap second, which only 23:59:60 UTC on the last "
+                           + "day of a month can be; write :59 or the next minute", at: scalar.mark)
+            } else {
+                report(.invalidValue, "'run_after' must be \(expected), not '\(scalar.value)'", at: scalar.mark)
+            }
             return nil
         }
         guard ms >= ManifestValueRange.earliestRunAfterMs, ms <= ManifestValueRange.latestRunAfterMs else {

@@ -336,7 +336,12 @@ enum TimeInput {
     /// milliseconds, range-checked; nil when `text` is none of these.
     private static func absolute(_ text: String, option: String, dateOnly: Bool) throws -> Int64? {
         // Strict: a day or an hour out of range (2027-02-30, T24:00, +99:00) is refused, not rolled over.
-        guard let ms = RFC3339.parse(text) ?? (dateOnly ? RFC3339.parseDate(text) : nil) else { return nil }
+        guard let ms = RFC3339.parse(text) ?? (dateOnly ? RFC3339.parseDate(text) : nil) else {
+            if RFC3339.isMisplacedLeapSecond(text) {
+                throw UsageError("--\(option) \(text) has second 60, a leap second, which only 23:59:60 UTC on the last day of a month can be")
+            }
+            return nil
+        }
         guard ms >= earliestMs, ms <= latestMs else {
             throw UsageError("--\(option) \(text) is out of range: expected a time between 1970-01-01 and 9999-12-31")
         }

@@ -88,4 +88,23 @@ import Testing
         }
         #expect(RFC3339.parseDate("2027-02-30") == nil)
     }
+
+    /// A leap second (23:59:60 UTC on the last day of a month) is read as 23:59:59.999, the last
+    /// millisecond of its day; second 60 anywhere else is refused, and said to be a misplaced leap second.
+    @Test func leapSecondsAreReadAsTheLastMillisecondOfTheirDay() throws {
+        let lastOf2016 = try #require(RFC3339.parse("2016-12-31T23:59:59Z"))
+        for text in ["2016-12-31T23:59:60Z", "2016-12-31T23:59:60.5Z", "2016-12-31t23:59:60z", "2017-01-01T00:59:60+01:00",
+                     "2016-12-31T18:59:60-05:00"] {
+            #expect(RFC3339.parse(text) == lastOf2016 + 999, "\(text)")
+        }
+        #expect(RFC3339.parse("2015-06-30T23:59:60Z") == RFC3339.parse("2015-06-30T23:59:59.999Z"))
+        #expect(RFC3339.parse("2027-02-28T23:59:60Z") == RFC3339.parse("2027-02-28T23:59:59.999Z"))
+        for text in ["2027-01-01T23:59:60Z", "2016-12-31T23:59:60+01:00", "2016-06-15T23:59:60Z", "2016-12-31T23:58:60Z",
+                     "2016-12-31T22:59:60Z", "2028-02-28T23:59:60Z"] {
+            #expect(RFC3339.parse(text) == nil, "\(text)")
+            #expect(RFC3339.isMisplacedLeapSecond(text), "\(text)")
+        }
+        #expect(!RFC3339.isMisplacedLeapSecond("2027-01-01T23:59:61Z") && !RFC3339.isMisplacedLeapSecond("2027-02-30T23:59:60Z"))
+        #expect(!RFC3339.isMisplacedLeapSecond("2016-12-31T23:59:60Z"))
+    }
 }

@@ -264,9 +264,12 @@ import TestSupport
           - {kind: fetch-url, source: gs://b/c, delay: 2h}
           - {kind: fetch-url, source: gs://b/d, run_after: 2001-01-01T00:00:00.5Z}
           - {kind: fetch-url, source: gs://b/e, delay: 0s}
+          - {kind: fetch-url, source: gs://b/f, run_after: 2016-12-31T23:59:60Z}
         """, path: "m.yaml").jobs)
+        // The leap second is read as 23:59:59.999 UTC (the last millisecond of 2016).
         #expect(specs.map(\.runAfterMs) == [
             1_800_000_000_000 + 900_000, 1_796_086_800_000, 1_800_000_000_000 + 7_200_000, 978_307_200_500, 1_800_000_000_000,
+            1_483_228_799_999,
         ])
         let plain = try #require(parse("- {kind: fetch-url, source: gs://b/a}\n").jobs)
         #expect(plain.first?.runAfterMs == nil)

@@ -242,6 +242,8 @@ private let malformedCases: [MalformedCase] = [
           "'run_after' must be an RFC 3339 time like 2026-12-01T02:00:00Z (or with an offset, +01:00), not 'tomorrow'"),
     .init("run_after without a time zone", "- kind: fetch-url\n  source: gs://b/a\n  run_after: 2026-12-01T02:00:00\n", 3, 14, .invalidValue,
           "'run_after' must be an RFC 3339 time"),
+    .init("run_after with a leap second where none can be", "- kind: fetch-url\n  source: gs://b/a\n  run_after: 2027-01-01T23:59:60Z\n", 3, 14,
+          .invalidValue, "'run_after' '2027-01-01T23:59:60Z' has second 60, a leap second, which only 23:59:60 UTC on the last day of a month can be"),
     .init("run_after a date alone", "- kind: fetch-url\n  source: gs://b/a\n  run_after: 2026-12-01\n", 3, 14, .invalidValue,
           "'run_after' must be an RFC 3339 time"),
     // Foundation's formatter rolled these over into other times (March 1st, +09:00, the next day).
