@@ -8,9 +8,10 @@ import JobModel
 /// `AuditRow`, printing it as a `String`, copying that into `Data` and indenting it line by line was a
 /// quarter of `audit --json`'s CPU on a big log. Only rows that need nothing special are written here —
 /// no error, no batch, every text printable ASCII without a quote or a backslash (JSON) or without a
-/// comma, quote or line break (CSV), every time between 1970 and 9999. For any other row the writers
-/// return false and leave the bytes untouched; the caller then takes `AuditRow`, so the two cannot
-/// disagree on the rows that are hard (`OutputUnitTests` compares them on every kind of row).
+/// comma or quote and not starting like a formula (CSV: `CSVField.isPlain`), every time between 1970
+/// and 9999. For any other row the writers return false and leave the bytes untouched; the caller then
+/// takes `AuditRow`, so the two cannot disagree on the rows that are hard (`OutputUnitTests` compares
+/// them on every kind of row).
 enum AuditRowWriter {
     /// Appends the job's row as a pretty-printed JSON object, each line after the first indented by
     /// `indent` spaces (2 for an element of `audit --json`'s array); false, with nothing appended, when
@@ -87,7 +88,7 @@ enum AuditRowWriter {
         func field(_ value: String?, comma: Bool = true) -> Bool {
             if comma { bytes.append(UInt8(ascii: ",")) }
             guard let value else { return true }
-            guard !value.utf8.contains(where: needsCSVQuotes) else { return false }
+            guard CSVField.isPlain(value) else { return false }
             bytes.append(contentsOf: value.utf8)
             return true
         }
@@ -119,11 +120,5 @@ enum AuditRowWriter {
     /// Text JSON prints as it is: printable ASCII other than the quote and the backslash.
     private static func isPlainJSON(_ byte: UInt8) -> Bool {
         byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
-    }
-
-    /// Bytes that make a CSV field quoted (or, for bytes outside ASCII, that the row take `csvLine`,
-    /// which decides quoting by `Character`).
-    private static func needsCSVQuotes(_ byte: UInt8) -> Bool {
-        byte == UInt8(ascii: ",") || byte == UInt8(ascii: "\"") || byte == 0x0A || byte == 0x0D || byte >= 0x80
     }
 }

