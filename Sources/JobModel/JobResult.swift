@@ -5,6 +5,8 @@ public struct StorageObject: Codable, Sendable, Equatable, Hashable {
     public var bucket: String
     /// The object's full path.
     public var name: String
+    /// The object's length in bytes; -1 when the server did not say (a plain HTTP HEAD without a
+    /// `Content-Length`). Shown through `knownSize`.
     public var size: Int64
     public var contentType: String?
     public var cacheControl: String?
@@ -45,6 +47,10 @@ public struct StorageObject: Codable, Sendable, Equatable, Hashable {
         self.updated = updated
         self.downloadTokens = downloadTokens
     }
+
+    /// The object's length, nil when the server did not report one (`size` is -1 then): what every
+    /// output shows ("unknown", a JSON field left out), never a size of -1 bytes.
+    public var knownSize: Int64? { size >= 0 ? size : nil }
 }
 
 /// What a finished job produced.

@@ -59,7 +59,8 @@ public struct StoreStats: Sendable, Equatable {
     public struct Window: Sendable, Equatable {
         public var lengthMs: Int64
         /// `succeeded` events, and the bytes they transferred: each one's result size, else its object's
-        /// size, else its bytes done (what the stores sum in `OutcomeGroup.bytes`).
+        /// size when the server reported one (not the -1 of an unknown size), else its bytes done (what
+        /// the stores sum in `OutcomeGroup.bytes`).
         public var succeeded = 0
         public var bytes: Int64 = 0
         /// `failed` events (final failures) by error code.

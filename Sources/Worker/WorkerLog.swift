@@ -254,7 +254,7 @@ public final class WorkerLog: Sendable {
             if let deleted = result.deleted { fields.append(("deleted", .text(deleted))) }
         case .succeeded(let result):
             event = .succeeded
-            let bytes = result.size ?? result.object?.size ?? 0
+            let bytes = result.size ?? result.object?.knownSize ?? 0
             fields.append(("bytes", .integer(bytes)))
             fields.append(("duration_ms", .integer(durationMs)))
             let seconds = Double(max(1, durationMs)) / 1000

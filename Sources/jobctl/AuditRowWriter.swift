@@ -66,7 +66,7 @@ enum AuditRowWriter {
             guard text("id", job.id), text("kind", job.spec.kind.rawValue), text("md5", result?.md5 ?? result?.object?.md5Hash) else {
                 return false
             }
-            number("size", result?.size ?? result?.object?.size ?? job.bytesTotal)
+            number("size", result?.size ?? result?.object?.knownSize ?? job.bytesTotal)
             guard text("source", job.spec.source.map(display.url)), time("started_at", job.startedAtMs) else { return false }
             number("started_at_ms", job.startedAtMs)
             guard text("state", job.state.rawValue), time("submitted_at", job.createdAtMs) else { return false }
@@ -105,7 +105,7 @@ enum AuditRowWriter {
         let written = field(job.id, comma: false) && field(job.spec.kind.rawValue) && field(job.state.rawValue)
             && { number(Int64(job.attempts)); return true }()
             && field(job.spec.source.map(display.url)) && field(job.spec.destination.map(display.url))
-            && { number(result?.size ?? result?.object?.size ?? job.bytesTotal); return true }()
+            && { number(result?.size ?? result?.object?.knownSize ?? job.bytesTotal); return true }()
             && field(result?.md5 ?? result?.object?.md5Hash) && field(result?.crc32c ?? result?.object?.crc32c)
             && time(job.createdAtMs) && time(job.startedAtMs) && time(job.finishedAtMs)
         if written {

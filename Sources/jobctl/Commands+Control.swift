@@ -238,7 +238,7 @@ extension Commands {
             }
         } else {
             func cells(_ job: JobRecord) -> [String] {
-                let size: String = (job.result?.size ?? job.result?.object?.size ?? job.bytesTotal).map { ByteSize.format($0) } ?? "-"
+                let size: String = (job.result?.size ?? job.result?.object?.knownSize ?? job.bytesTotal).map { ByteSize.format($0) } ?? "-"
                 let md5: String = job.result?.md5 ?? job.result?.object?.md5Hash ?? "-"
                 let crc32c: String = job.result?.crc32c ?? job.result?.object?.crc32c ?? "-"
                 let started: String = job.startedAtMs.map(RFC3339.string) ?? "-"

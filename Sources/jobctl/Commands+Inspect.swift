@@ -170,7 +170,7 @@ extension Commands {
             if let blob = result.bytesSHA256 { lines.append(("blob", "sha256:\(blob) (jobctl result \(job.id))")) }
             if let object = result.object {
                 let name = Display.escapingControls("\(object.bucket)/\(object.name)")
-                lines.append(("object", "\(name) (\(plural(object.size, "byte")), \(object.contentType ?? "?"))"))
+                lines.append(("object", "\(name) (\(object.knownSize.map { plural($0, "byte") } ?? "size unknown"), \(object.contentType ?? "?"))"))
                 if let generation = object.generation { lines.append(("generation", generation)) }
             }
         }

@@ -118,7 +118,7 @@ extension JobRecord {
     var confirmedBytes: Int64 {
         switch state {
         case .succeeded:
-            return result?.size ?? result?.object?.size ?? bytesTotal ?? bytesDone
+            return result?.size ?? result?.object?.knownSize ?? bytesTotal ?? bytesDone
         case .failed, .cancelled:
             return resumePoint?.bytesDone ?? 0
         case .queued, .running, .paused:

@@ -162,7 +162,8 @@ struct BatchView: Encodable {
 struct ObjectView: Encodable {
     let bucket: String
     let name: String
-    let size: Int64
+    /// Left out when the server did not report it.
+    let size: Int64?
     let contentType, cacheControl, contentDisposition, contentEncoding, contentLanguage: String?
     let customMetadata: [String: String]?
     let md5Hash, crc32c, generation, metageneration, timeCreated, updated, downloadTokens: String?
@@ -170,7 +171,7 @@ struct ObjectView: Encodable {
     init(_ object: StorageObject, display: Display) {
         bucket = object.bucket
         name = object.name
-        size = object.size
+        size = object.knownSize
         contentType = object.contentType
         cacheControl = object.cacheControl
         contentDisposition = object.contentDisposition
@@ -484,7 +485,7 @@ struct AuditRow: Encodable {
         batch = job.spec.batch.map { BatchView($0, display: display) }
         source = job.spec.source.map(display.url)
         destination = job.spec.destination.map(display.url)
-        size = job.result?.size ?? job.result?.object?.size ?? job.bytesTotal
+        size = job.result?.size ?? job.result?.object?.knownSize ?? job.bytesTotal
         md5 = job.result?.md5 ?? job.result?.object?.md5Hash
         crc32c = job.result?.crc32c ?? job.result?.object?.crc32c
         submittedAt = RFC3339.string(job.createdAtMs)

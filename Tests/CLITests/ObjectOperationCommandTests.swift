@@ -103,4 +103,41 @@ struct ObjectOperationCommandTests {
         #expect(audit.count == 2, "\(audit)")
         #expect(Set(audit.compactMap { $0["kind"] as? String }) == ["delete"], "\(audit)")
     }
+
+    /// A plain HTTP server need not say how long an object is: a HEAD answered without a
+    /// `Content-Length` (a dynamic handler, a proxy that drops it). get-metadata records the size as
+    /// unknown (-1 inside), which `show` printed as "-1 bytes", `--json` as `"size": -1`, `list` and
+    /// `audit` as a size of -1, and `stats` counted -1 bytes. Now "size unknown" and the field left out.
+    @Test(arguments: StoreEngine.allCases)
+    func anObjectWhoseSizeTheServerDidNotSayIsShownUnknown(engine: StoreEngine) throws {
+        let nginx = try NginxServer.start()
+        defer { nginx.stop() }
+        try Data("hello\n".utf8).write(to: URL(fileURLWithPath: nginx.root + "/page.txt"))
+        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [FaultRule(RequestMatch(method: "HEAD"), .unframedResponse, times: 5)])
+        defer { proxy.stop() }
+        let workspace = try CLIWorkspace("objops-unknown-size", engine: engine)
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("- {kind: get-metadata, source: \"\(proxy.baseURL)/page.txt\"}\n")
+        let id = try #require(ids.first)
+        let worker = try workspace.jobctl(["worker", "--drain"])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        // "-1 bytes", "size=-1", "-1 B", ",-1," (dates hold "-1" too: "2026-12-05").
+        let minusOne = { (text: String) in text.contains("-1 ") || text.contains("=-1") || text.contains(",-1,") || text.contains(": -1") }
+        #expect(!minusOne(worker.stderr), "\(worker.stderr)")
+
+        let shown = try workspace.jobctl(["show", id]).stdout
+        #expect(shown.contains("page.txt (size unknown,"), "\(shown)")
+        #expect(!minusOne(shown), "\(shown)")
+        let job = try jsonObject(try workspace.jobctl(["show", id, "--json"]).stdout)
+        let result = try #require(job["result"] as? [String: Any], "\(job)")
+        let object = try #require(result["object"] as? [String: Any], "\(result)")
+        #expect(object["size"] == nil && object["name"] as? String == "page.txt", "\(object)")
+        #expect(job["bytes_done"] as? Int == 0, "\(job)")
+        for arguments in [["list"], ["audit"], ["audit", "--csv"], ["history", id], ["stats"]] {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 0 && !minusOne(output.stdout), "\(arguments): \(output.stdout)")
+        }
+        let audit = try jsonArrayOfObjects(try workspace.jobctl(["audit", "--json"]).stdout)
+        #expect(audit.count == 1 && audit.first?["size"] == nil, "\(audit)")
+    }
 }
