@@ -23,6 +23,19 @@ public struct UploadMetadata: Codable, Sendable, Equatable, Hashable {
     public var isEmpty: Bool { self == UploadMetadata() }
 }
 
+/// A writable metadata field update-metadata can clear (`content_type: null` in a manifest; as
+/// gcloud's `--clear-content-type`, `--clear-custom-metadata`): GCS is sent the field as JSON null,
+/// which removes it. `customMetadata` clears every custom key (the download tokens stay: they are
+/// fetch-url's, not metadata the job writes).
+public enum MetadataField: String, Codable, Sendable, Equatable, Hashable, CaseIterable {
+    case contentType = "content_type"
+    case cacheControl = "cache_control"
+    case contentDisposition = "content_disposition"
+    case contentEncoding = "content_encoding"
+    case contentLanguage = "content_language"
+    case customMetadata = "custom_metadata"
+}
+
 /// A hash a transfer can compute and compare with the one storage reports.
 public enum ChecksumAlgorithm: String, Codable, Sendable, Equatable, Hashable, CaseIterable {
     case md5
@@ -59,6 +72,7 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
         var after: [String]?
         var removeCustomMetadata: [String]?
         var ifGeneration: Int64?
+        var clearMetadata: [MetadataField]?
     }
 
     /// The fields' box: copying a spec copies one reference (see `CopyOnWrite`).
@@ -170,6 +184,12 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
         get { storage.fields.removeCustomMetadata }
         set { storage.fields.removeCustomMetadata = newValue }
     }
+    /// update-metadata: the fields it removes (written `field: null`), in `MetadataField`'s order. Nil
+    /// (never empty) is not encoded.
+    public var clearMetadata: [MetadataField]? {
+        get { storage.fields.clearMetadata }
+        set { storage.fields.clearMetadata = newValue }
+    }
     /// delete and update-metadata: the object's generation the job expects (the manifest's
     /// `if_generation:`), sent as GCS's `ifGenerationMatch` and compared with a `file://` object's sidecar;
     /// another generation fails the job with the precondition error. Nil (no condition) is not encoded.
@@ -207,7 +227,7 @@ public struct JobSpec: Codable, Sendable, Equatable, Hashable {
                                  metadata: metadata, key: key, priority: priority, maxAttempts: maxAttempts, queue: queue,
                                  timeoutSeconds: timeoutSeconds, checksums: checksums, ifExists: ifExists, maxRate: maxRate,
                                  runAfterMs: runAfterMs, batch: batch, after: after, removeCustomMetadata: nil,
-                                 ifGeneration: nil))
+                                 ifGeneration: nil, clearMetadata: nil))
     }
 
     /// Whether the job asks for MD5 to be computed.

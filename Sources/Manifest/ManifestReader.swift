@@ -80,6 +80,9 @@ struct FieldSet {
     /// Custom metadata keys written with a null value (update-metadata deletes them; elsewhere an error),
     /// with the position of each key.
     var metadataRemovals: [String: SourceMark] = [:]
+    /// Metadata fields written with a null value (`cache_control: null`, `custom_metadata: null`:
+    /// update-metadata removes them; elsewhere an error), with the position of each key.
+    var metadataClears: [MetadataField: SourceMark] = [:]
     var key: Located<String>?
     var priority: Located<Int>?
     var maxAttempts: Located<Int>?
@@ -432,6 +435,10 @@ struct ManifestReader {
                 report(.wrongType, "custom metadata value for '\(name)' must be a string, not null (only update-metadata jobs delete "
                            + "keys with null)", at: keyMark)
             }
+            for (field, keyMark) in own.metadataClears.sorted(by: { $0.value < $1.value }) {
+                report(.wrongType, "'\(field.rawValue)' must be \(field == .customMetadata ? "a mapping" : "a string"), not null (only "
+                           + "update-metadata jobs remove fields with null)", at: keyMark)
+            }
         }
 
         switch kind {
@@ -503,10 +510,11 @@ struct ManifestReader {
             if update.customMetadata?.isEmpty == true { update.customMetadata = nil }
             if !update.isEmpty { spec.metadata = update }
             if !own.metadataRemovals.isEmpty { spec.removeCustomMetadata = own.metadataRemovals.keys.sorted() }
+            if !own.metadataClears.isEmpty { spec.clearMetadata = MetadataField.allCases.filter { own.metadataClears[$0] != nil } }
             if own.written[.metadata] != nil {
-                if let metadata = own.metadata, update.isEmpty && own.metadataRemovals.isEmpty {
-                    report(.invalidValue, "'metadata' changes nothing; give a field to set (content_type, cache_control, ...) or a "
-                               + "custom_metadata key to set or delete (key: null)", at: metadata.valueMark)
+                if let metadata = own.metadata, update.isEmpty && own.metadataRemovals.isEmpty && own.metadataClears.isEmpty {
+                    report(.invalidValue, "'metadata' changes nothing; give a field to set (content_type, cache_control, ...) or "
+                               + "remove (field: null), or a custom_metadata key to set or delete (key: null)", at: metadata.valueMark)
                 }
             } else if !own.misspelled.contains(.metadata) {
                 report(.missingField, "the update-metadata job has no 'metadata' (the fields to change: content_type, cache_control, "
@@ -857,10 +865,13 @@ struct ManifestReader {
             case .maxSize:
                 fields.maxSize = located(readSize(pair))
             case .metadata:
-                fields.metadata = located(readMetadata(pair, removals: &fields.metadataRemovals))
+                fields.metadata = located(readMetadata(pair, removals: &fields.metadataRemovals, clears: &fields.metadataClears))
                 if inDefaults {
                     for (name, mark) in fields.metadataRemovals.sorted(by: { $0.value < $1.value }) {
                         report(.wrongType, "custom metadata value for '\(name)' must be a string, not null (defaults delete no keys)", at: mark)
+                    }
+                    for (field, mark) in fields.metadataClears.sorted(by: { $0.value < $1.value }) {
+                        report(.wrongType, "'\(field.rawValue)' must not be null in defaults (defaults remove no fields)", at: mark)
                     }
                 }
             case .key:
@@ -1189,7 +1200,8 @@ struct ManifestReader {
         ("content_encoding", "contentEncoding"), ("content_language", "contentLanguage"), ("custom_metadata", "customMetadata"),
     ]
 
-    private mutating func readMetadata(_ pair: YAMLPair, removals: inout [String: SourceMark]) -> UploadMetadata? {
+    private mutating func readMetadata(_ pair: YAMLPair, removals: inout [String: SourceMark],
+                                       clears: inout [MetadataField: SourceMark]) -> UploadMetadata? {
         guard case .mapping(let pairs, _) = pair.value else {
             report(.wrongType, "'metadata' must be a mapping (content_type, cache_control, content_disposition, content_encoding, content_language, custom_metadata), not \(pair.value.summary)",
                    at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
@@ -1214,6 +1226,11 @@ struct ManifestReader {
                 continue
             }
             seen[field.snake] = (name, entry.key.mark)
+            // `field: null` (or `~`) removes the field (update-metadata; the caller reports it elsewhere).
+            if Self.isNull(entry.value), let cleared = MetadataField(rawValue: field.snake) {
+                clears[cleared] = entry.key.mark
+                continue
+            }
             if field.snake == "custom_metadata" {
                 guard let custom = readCustomMetadata(entry, removals: &removals) else { valid = false; continue }
                 metadata.customMetadata = custom

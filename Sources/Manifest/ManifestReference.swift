@@ -44,7 +44,8 @@ public enum ManifestReference {
                        defaultText: ByteSize.format(JobSpec.defaultMaxSize)),
             FieldEntry(name: "metadata", summary: "Object metadata: \(metadata) (or their camelCase spellings); "
                        + "custom_metadata is a mapping of strings. update-metadata: the fields to change (required, taken "
-                       + "from the job only, not from defaults); a custom_metadata key set to null is deleted.", defaultText: "none"),
+                       + "from the job only, not from defaults); a custom_metadata key set to null is deleted, a field set to null "
+                       + "(custom_metadata: every key but download tokens) is removed.", defaultText: "none"),
             FieldEntry(name: "key", summary: "Idempotency key, at most \(ManifestValueRange.maximumKeyBytes) bytes: the same job again "
                        + "creates no second one; the same key with a different job is refused. Not allowed in defaults.",
                        defaultText: "none"),

@@ -81,8 +81,9 @@ public struct GCSBackend: StorageBackend {
             case .value(let object): return .finished(JobResult(object: object))
             case .stopped(let reason): return .stopped(reason, nil)
             }
-        case .updateMetadata(let reference, let update, let removing):
-            return try await updateMetadata(reference, set: update, removing: removing, ifGeneration: spec.ifGeneration, control: control)
+        case .updateMetadata(let reference, let update, let removing, let clearing):
+            return try await updateMetadata(reference, set: update, removing: removing, clearing: clearing, ifGeneration: spec.ifGeneration,
+                                            control: control)
         case .delete(let reference):
             return try await delete(reference, ifGeneration: spec.ifGeneration, resumingFrom: resumePoint, control: control, report: report)
         }
@@ -102,8 +103,8 @@ public struct GCSBackend: StorageBackend {
     /// With `ifGeneration` the generation read is compared first, so a server that ignores preconditions
     /// (the emulator) still refuses a stale job, and a 412 whose re-read finds another generation fails
     /// with `generationMismatch`.
-    private func updateMetadata(_ reference: StorageReference, set update: UploadMetadata, removing: [String], ifGeneration: Int64?,
-                                control: TransferControl) async throws(StorageError) -> TransferOutcome {
+    private func updateMetadata(_ reference: StorageReference, set update: UploadMetadata, removing: [String], clearing: [MetadataField],
+                                ifGeneration: Int64?, control: TransferControl) async throws(StorageError) -> TransferOutcome {
         for round in 1...Self.metadataRounds {
             let current: StorageObject
             switch try await metadata(reference, control: control) {
@@ -115,7 +116,7 @@ public struct GCSBackend: StorageBackend {
             }
             let response: HTTPResponse
             switch try await conditionalPatch(reference, read: current, round: round, control: control,
-                                              body: GCSObjectJSON.patchBody(current: current, set: update, removing: removing)) {
+                                              body: GCSObjectJSON.patchBody(current: current, set: update, removing: removing, clearing: clearing)) {
             case .applied(let answer): response = answer
             case .changed: continue
             case .stopped(let reason): return .stopped(reason, nil)

@@ -53,15 +53,30 @@ enum GCSObjectJSON {
 
     /// The body of a metadata PATCH: the fields set, and `metadata` as `current`'s custom map (download
     /// tokens included) with the keys set and a JSON null for each key removed (GCS deletes those).
-    static func patchBody(current: StorageObject, set update: UploadMetadata, removing: [String]) -> Data {
+    static func patchBody(current: StorageObject, set update: UploadMetadata, removing: [String],
+                          clearing: [MetadataField]) -> Data {
         var body: [String: Any] = [:]
+        // A field sent as JSON null is removed (the JSON API's patch semantics, gcloud's --clear-…).
+        for field in clearing {
+            switch field {
+            case .contentType: body["contentType"] = NSNull()
+            case .cacheControl: body["cacheControl"] = NSNull()
+            case .contentDisposition: body["contentDisposition"] = NSNull()
+            case .contentEncoding: body["contentEncoding"] = NSNull()
+            case .contentLanguage: body["contentLanguage"] = NSNull()
+            case .customMetadata: break
+            }
+        }
         if let value = update.contentType { body["contentType"] = value }
         if let value = update.cacheControl { body["cacheControl"] = value }
         if let value = update.contentDisposition { body["contentDisposition"] = value }
         if let value = update.contentEncoding { body["contentEncoding"] = value }
         if let value = update.contentLanguage { body["contentLanguage"] = value }
-        if update.customMetadata != nil || !removing.isEmpty {
+        let clearsCustom = clearing.contains(.customMetadata)
+        if update.customMetadata != nil || !removing.isEmpty || clearsCustom {
             var custom: [String: Any] = current.customMetadata ?? [:]
+            // Every key the object has now is removed, key by key, so the download tokens are kept.
+            if clearsCustom { custom = custom.mapValues { _ in NSNull() } }
             if let tokens = current.downloadTokens { custom[downloadTokensKey] = tokens }
             for (key, value) in update.customMetadata ?? [:] { custom[key] = value }
             for key in removing { custom[key] = NSNull() }

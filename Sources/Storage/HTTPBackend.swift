@@ -102,7 +102,7 @@ public struct HTTPBackend: StorageBackend {
                                url: redactedURL(reference.description))
         case .getMetadata(let reference):
             return try await headMetadata(reference, control: control)
-        case .updateMetadata(let reference, _, _):
+        case .updateMetadata(let reference, _, _, _):
             throw StorageError(.invalidArgument, "update-metadata needs a gs:// or file:// reference; HTTP has no standard way to change "
                                    + "a file's metadata", url: redactedURL(reference.description))
         case .delete(let reference):

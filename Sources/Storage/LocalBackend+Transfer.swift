@@ -580,12 +580,18 @@ extension LocalTransfer {
         let status = try file.status()
         var object = try backend.readMetadata(location, status: status)
         try checkGeneration(of: object, reference: location.reference)
+        let clearing = spec.clearMetadata ?? []
+        if clearing.contains(.contentType) { object.contentType = nil }
+        if clearing.contains(.cacheControl) { object.cacheControl = nil }
+        if clearing.contains(.contentDisposition) { object.contentDisposition = nil }
+        if clearing.contains(.contentEncoding) { object.contentEncoding = nil }
+        if clearing.contains(.contentLanguage) { object.contentLanguage = nil }
         if let value = update.contentType { object.contentType = value }
         if let value = update.cacheControl { object.cacheControl = value }
         if let value = update.contentDisposition { object.contentDisposition = value }
         if let value = update.contentEncoding { object.contentEncoding = value }
         if let value = update.contentLanguage { object.contentLanguage = value }
-        var custom = object.customMetadata ?? [:]
+        var custom = clearing.contains(.customMetadata) ? [:] : object.customMetadata ?? [:]
         for (key, value) in update.customMetadata ?? [:] { custom[key] = value }
         for key in removing { custom[key] = nil }
         object.customMetadata = custom.isEmpty ? nil : custom

@@ -9,8 +9,8 @@ enum TransferPlan {
     case downloadMemory(StorageReference, maxSize: Int64)
     case fetchURL(StorageReference)
     case getMetadata(StorageReference)
-    /// The fields to set, and the custom metadata keys to delete.
-    case updateMetadata(StorageReference, set: UploadMetadata, removing: [String])
+    /// The fields to set, the custom metadata keys to delete and the fields to clear.
+    case updateMetadata(StorageReference, set: UploadMetadata, removing: [String], clearing: [MetadataField])
     case delete(StorageReference)
 
     /// Decodes `spec` for a backend serving `schemes`; `expected` names them in the error a reference of
@@ -49,11 +49,12 @@ enum TransferPlan {
         case .updateMetadata:
             let update = spec.metadata ?? UploadMetadata()
             let removing = spec.removeCustomMetadata ?? []
-            guard !update.isEmpty || !removing.isEmpty else {
+            let clearing = spec.clearMetadata ?? []
+            guard !update.isEmpty || !removing.isEmpty || !clearing.isEmpty else {
                 throw StorageError(.invalidArgument, "the update-metadata job changes nothing: give it 'metadata:' fields to set or remove")
             }
             try Self.checkHeaderSafe(update)
-            self = .updateMetadata(remote, set: update, removing: removing)
+            self = .updateMetadata(remote, set: update, removing: removing, clearing: clearing)
         case .delete:
             self = .delete(remote)
         }

@@ -204,6 +204,13 @@ extension JobSpec: FastJSONDecodable {
                 guard seen.first(18), let v = reader.optionalInt64() else { return false }; spec.ifGeneration = v
                 return true
             }
+            if reader.key(key, is: "clearMetadata") {
+                guard seen.first(19), let v = reader.optional({ $0.array { (e: inout JSONReader) -> MetadataField? in rawEnum(&e) } }) else {
+                    return false
+                }
+                spec.clearMetadata = v
+                return true
+            }
             return reader.skip()
         }
         guard read else { return nil }

@@ -152,7 +152,7 @@ extension JobSpec: FastJSONEncodable {
     func write(to json: inout JSONText) -> Bool {
         json.object { json in
             json.strings("after", after) && json.nested("batch", batch) && json.strings("checksums", checksums?.map(\.rawValue))
-                && json.data("data", data) && json.string("destination", destination) && json.string("ifExists", ifExists?.rawValue)
+                && json.strings("clearMetadata", clearMetadata?.map(\.rawValue)) && json.data("data", data) && json.string("destination", destination) && json.string("ifExists", ifExists?.rawValue)
                 && json.integer("ifGeneration", ifGeneration) && json.string("key", key) && json.string("kind", kind.rawValue)
                 && json.integer("maxAttempts", maxAttempts) && json.integer("maxRate", maxRate) && json.integer("maxSize", maxSize)
                 && json.nested("metadata", metadata) && json.integer("priority", priority) && json.string("queue", queue)

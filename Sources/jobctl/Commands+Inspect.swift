@@ -115,6 +115,7 @@ extension Commands {
             }
             changes += (set?.customMetadata ?? [:]).sorted { $0.key < $1.key }.map { "custom \(display.text($0.key))=\(display.text($0.value))" }
             changes += (job.spec.removeCustomMetadata ?? []).map { "delete custom \(display.text($0))" }
+            changes += (job.spec.clearMetadata ?? []).map { $0 == .customMetadata ? "delete every custom key" : "remove \($0.rawValue)" }
             lines.append(("changes", changes.joined(separator: ", ")))
         }
         if let timeout = job.spec.timeoutSeconds { lines.append(("timeout", DurationText.format(timeout))) }

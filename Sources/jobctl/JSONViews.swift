@@ -104,6 +104,8 @@ struct SpecView: Encodable {
     let after: [String]?
     /// update-metadata: the custom metadata keys it deletes.
     let removeCustomMetadata: [String]?
+    /// update-metadata: the fields it removes (`content_type`, …, `custom_metadata` for every custom key).
+    let clearMetadata: [String]?
     /// delete and update-metadata: the generation the object must be (`if_generation:`), absent when none.
     let ifGeneration: Int64?
 
@@ -127,13 +129,14 @@ struct SpecView: Encodable {
         batch = spec.batch.map { BatchView($0, display: display) }
         after = spec.after
         removeCustomMetadata = spec.removeCustomMetadata
+        clearMetadata = spec.clearMetadata?.map(\.rawValue)
         ifGeneration = spec.ifGeneration
     }
 
     enum CodingKeys: String, CodingKey {
         case kind, source, destination, metadata, key, priority, queue, batch, after, checksums
         case timeoutSeconds = "timeout_seconds", ifExists = "if_exists", maxRate = "max_rate"
-        case removeCustomMetadata = "remove_custom_metadata"
+        case removeCustomMetadata = "remove_custom_metadata", clearMetadata = "clear_metadata"
         case ifGeneration = "if_generation"
         case dataBase64 = "data_base64", maxSize = "max_size", maxAttempts = "max_attempts"
         case runAfter = "run_after", runAfterMs = "run_after_ms"

@@ -140,4 +140,62 @@ struct ObjectOperationCommandTests {
         let audit = try jsonArrayOfObjects(try workspace.jobctl(["audit", "--json"]).stdout)
         #expect(audit.count == 1 && audit.first?["size"] == nil, "\(audit)")
     }
+
+    /// update-metadata could not remove a field: `cache_control: null` was refused at submit ("has no
+    /// value; expected a string"), and nothing sent GCS the JSON null that removes one (gsutil `setmeta -h Cache-Control`,
+    /// gcloud `--clear-cache-control`, `--clear-custom-metadata`). Now `field: null` (or `~`) removes it:
+    /// GCS is sent the field as null and, for `custom_metadata: null`, each key as null; a `file://`
+    /// object's sidecar loses it. gcp-storage-emulator keeps a field PATCHed to null (real GCS removes it),
+    /// so the GCS side is checked as the request the proxy in front of it saw.
+    @Test func updateMetadataRemovesFieldsWrittenNull() throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let workspace = try CLIWorkspace("objops-clear")
+        defer { workspace.directory.remove() }
+        let environment = ["STORAGE_EMULATOR_HOST": proxy.baseURL, "HOME": workspace.directory.path,
+                           "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let gcs = "gs://\(server.bucket)/docs/a.txt", local = "file://demo/docs/a.txt"
+        let seed = try workspace.write("seed.yaml", [gcs, local].map { destination in
+            "- {kind: upload-data, data: hi, destination: \"\(destination)\", metadata: {content_type: text/markdown, cache_control: no-store, "
+                + "content_language: en, custom_metadata: {k1: \"1\", k2: \"2\"}}}\n"
+        }.joined())
+        #expect(try workspace.jobctl(["submit", seed], environment: environment).status == 0)
+        #expect(try workspace.jobctl(["worker", "--drain"], environment: environment).status == 0)
+
+        let update = try workspace.write("update.yaml", [gcs, local].map { destination in
+            "- {kind: update-metadata, destination: \"\(destination)\", metadata: {cache_control: null, content_language: ~, "
+                + "custom_metadata: null, content_disposition: inline}}\n"
+        }.joined())
+        let submitted = try workspace.jobctl(["submit", update], environment: environment)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 2)
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+
+        let patches = proxy.exchanges.filter { $0.request.method == "PATCH" }
+        #expect(patches.count == 1, "\(patches.map(\.request.startLine))")
+        let body = try #require(try patches.first.flatMap { try JSONSerialization.jsonObject(with: $0.request.body) as? [String: Any] })
+        #expect(body["cacheControl"] is NSNull && body["contentLanguage"] is NSNull, "\(body)")
+        #expect(body["contentDisposition"] as? String == "inline" && body["contentType"] == nil, "\(body)")
+        let custom = try #require(body["metadata"] as? [String: Any], "\(body)")
+        #expect(Set(custom.keys) == ["k1", "k2"] && custom.values.allSatisfy { $0 is NSNull }, "\(custom)")
+
+        let job = try jsonObject(try workspace.jobctl(["show", ids[1], "--json"]).stdout)
+        let object = try #require((job["result"] as? [String: Any])?["object"] as? [String: Any], "\(job)")
+        #expect(object["cache_control"] == nil && object["content_language"] == nil && object["custom_metadata"] == nil, "\(object)")
+        #expect(object["content_type"] as? String == "text/markdown" && object["content_disposition"] as? String == "inline", "\(object)")
+        #expect((job["spec"] as? [String: Any])?["clear_metadata"] as? [String] == ["cache_control", "content_language", "custom_metadata"],
+                "\(job)")
+        let shown = try workspace.jobctl(["show", ids[1]]).stdout
+        #expect(shown.contains("changes:") && shown.contains("remove cache_control, remove content_language, delete every custom key"),
+                "\(shown)")
+
+        // Only update-metadata removes: an upload's null is refused where it was written.
+        let upload = try workspace.write("upload.yaml", "- {kind: upload-data, data: x, destination: \"\(local)\", metadata: {cache_control: null}}\n")
+        let refused = try workspace.jobctl(["submit", upload], environment: environment)
+        #expect(refused.status == 65 && refused.stderr.contains("'cache_control' must be a string, not null"), "\(refused.stderr)")
+    }
 }

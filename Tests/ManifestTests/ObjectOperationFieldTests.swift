@@ -41,10 +41,27 @@ import TestSupport
         #expect(jobs.map(\.metadata).enumerated().allSatisfy { $0.offset == 2 || $0.element == nil })
     }
 
+    /// A metadata field written null removes it (update-metadata only), as gcloud's `--clear-…` flags:
+    /// `custom_metadata: null` every custom key. A null was refused as "must be a string".
+    @Test func nullFieldsClearThem() throws {
+        let jobs = try #require(parse("""
+        - kind: update-metadata
+          destination: gs://b/a
+          metadata: {custom_metadata: null, content_type: ~, cacheControl: null, content_language: en}
+        - kind: update-metadata
+          destination: gs://b/a
+          metadata: {content_encoding: null, content_disposition: null}
+        """).jobs)
+        #expect(jobs.map(\.clearMetadata) == [[.contentType, .cacheControl, .customMetadata], [.contentDisposition, .contentEncoding]])
+        #expect(jobs[0].metadata == UploadMetadata(contentLanguage: "en") && jobs[1].metadata == nil)
+        let text = String(decoding: try JSONEncoder().encode(jobs[1]), as: UTF8.self)
+        #expect(text.contains(#""clearMetadata":["content_disposition","content_encoding"]"#), "\(text)")
+    }
+
     @Test func specsWithoutRemovalsEncodeWithoutThem() throws {
         let job = try #require(parse("- {kind: upload-data, data: hi, destination: gs://b/x}\n").jobs?.first)
         let text = String(decoding: try JSONEncoder().encode(job), as: UTF8.self)
-        #expect(!text.contains("removeCustomMetadata"), "\(text)")
+        #expect(!text.contains("removeCustomMetadata") && !text.contains("clearMetadata"), "\(text)")
     }
 
     struct Bad: Sendable, CustomStringConvertible {
@@ -57,6 +74,11 @@ import TestSupport
     }
 
     static let malformed: [Bad] = [
+        Bad(name: "an upload with a null field", yaml: "- kind: upload-data\n  data: x\n  destination: gs://b/a\n  metadata: {cache_control: null}\n",
+            position: "4:14", code: .wrongType, message: "'cache_control' must be a string, not null (only update-metadata jobs remove fields with null)"),
+        Bad(name: "defaults with a null field",
+            yaml: "defaults:\n  metadata: {custom_metadata: null}\njobs:\n  - {kind: update-metadata, destination: gs://b/a, metadata: {content_type: null}}\n",
+            position: "2:14", code: .wrongType, message: "'custom_metadata' must not be null in defaults (defaults remove no fields)"),
         Bad(name: "update-metadata over http", yaml: "- kind: update-metadata\n  destination: https://example.com/a\n  metadata: {cache_control: x}\n",
             position: "2:16", code: .invalidReference, message: "HTTP has no standard way to change a file's metadata"),
         Bad(name: "update-metadata without metadata", yaml: "- kind: update-metadata\n  destination: gs://b/a\n",
