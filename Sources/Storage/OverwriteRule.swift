@@ -195,9 +195,10 @@ struct OverwriteRule {
         return try sizeAndCRC32C(of: UploadSource(path: path))
     }
 
-    /// The result of an upload that was skipped: the object as it is.
+    /// The result of an upload that was skipped: the object as it is (no size when the server did not
+    /// say one: a plain HTTP HEAD without `Content-Length`).
     static func skippedUpload(_ existing: StorageObject) -> TransferOutcome {
-        .finished(JobResult(object: existing, size: existing.size, crc32c: existing.crc32c, skipped: true))
+        .finished(JobResult(object: existing, size: existing.knownSize, crc32c: existing.crc32c, skipped: true))
     }
 }
 

@@ -141,6 +141,28 @@ struct ObjectOperationCommandTests {
         #expect(audit.count == 1 && audit.first?["size"] == nil, "\(audit)")
     }
 
+    /// An upload with `if_exists: skip` to an http(s) URL whose HEAD has no `Content-Length`: the skipped
+    /// job's result took the unknown size (-1) as its own, shown as "result size: -1 bytes" and counted
+    /// by `stats`. Now it has no size.
+    @Test func aSkippedUploadOverAnObjectOfUnknownSizeHasNoSize() throws {
+        let nginx = try NginxServer.start()
+        defer { nginx.stop() }
+        try Data("there\n".utf8).write(to: URL(fileURLWithPath: nginx.root + "/up.txt"))
+        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [FaultRule(RequestMatch(method: "HEAD"), .unframedResponse, times: 5)])
+        defer { proxy.stop() }
+        let workspace = try CLIWorkspace("objops-skip-unknown-size")
+        defer { workspace.directory.remove() }
+        let id = try #require(try workspace.submit("- {kind: upload-data, data: hi, destination: \"\(proxy.baseURL)/up.txt\", if_exists: skip}\n").first)
+        let worker = try workspace.jobctl(["worker", "--drain"])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let minusOne = { (text: String) in text.contains("-1 ") || text.contains("=-1") || text.contains(",-1,") || text.contains(": -1") }
+        for arguments in [["show", id], ["show", id, "--json"], ["audit", "--csv"], ["stats"]] {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 0 && !minusOne(output.stdout), "\(arguments): \(output.stdout)")
+        }
+        #expect(!minusOne(worker.stderr), "\(worker.stderr)")
+    }
+
     /// update-metadata could not remove a field: `cache_control: null` was refused at submit ("has no
     /// value; expected a string"), and nothing sent GCS the JSON null that removes one (gsutil `setmeta -h Cache-Control`,
     /// gcloud `--clear-cache-control`, `--clear-custom-metadata`). Now `field: null` (or `~`) removes it:
