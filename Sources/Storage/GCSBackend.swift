@@ -283,6 +283,9 @@ public struct GCSBackend: StorageBackend {
                 }
             case .finished(let object):
                 return .finished(try await verifiedUploadResult(object, source: source, checksums: checksums, reference: reference))
+            case .finishedUnread(let status):
+                return .finished(try await storedByFinishedSession(reference, uri: uri, status: status, source: source,
+                                                                   checksums: checksums, control: control))
             case .expired:
                 // A server that forgets a session once it is complete: the attempt that died may have sent
                 // the last chunk. Its object, holding exactly the source's bytes, is not stored again.
@@ -330,6 +333,9 @@ public struct GCSBackend: StorageBackend {
             switch outcome {
             case .finished(let object):
                 return .finished(try await verifiedUploadResult(object, source: source, checksums: checksums, reference: reference))
+            case .finishedUnread(let status):
+                return .finished(try await storedByFinishedSession(reference, uri: current.uri, status: status, source: source,
+                                                                   checksums: checksums, control: control))
             case .stopped(let reason):
                 if reason == .cancel {
                     await cancelUploadSession(current.uri)
@@ -423,6 +429,9 @@ public struct GCSBackend: StorageBackend {
 
     private enum ChunkOutcome {
         case finished([String: Any])
+        /// The session said the upload is complete (this status) in an answer that is no JSON (cut short
+        /// where nothing framed it, garbled on the way): the stored object has to tell.
+        case finishedUnread(Int)
         case stopped(StopReason)
         case expired
         /// The server confirmed an offset that cannot be true (the reason): the session is unusable.
@@ -483,10 +492,7 @@ public struct GCSBackend: StorageBackend {
                     if start != end && end < total {
                         return .finishedEarly("the server said the upload was complete after bytes \(start)-\(end - 1) of \(total)")
                     }
-                    guard let json = response.json else {
-                        throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource (\(GCSObjectJSON.needs))",
-                                           httpStatus: response.status, url: redactedURL(session.uri), retryable: true)
-                    }
+                    guard let json = response.json else { return .finishedUnread(response.status) }
                     return .finished(json)
                 case 308:
                     let confirmed = Self.confirmedOffset(response.headers["range"], recorded: start, total: total)
@@ -528,6 +534,8 @@ public struct GCSBackend: StorageBackend {
                 try confirm(serverOffset, of: source, in: &session, checksums: checksums, progress: progress, report: report)
             case .finished(let json):
                 return .finished(json)
+            case .finishedUnread(let status):
+                return .finishedUnread(status)
             case .expired:
                 return .expired
             case .stopped(let reason):
@@ -589,6 +597,8 @@ public struct GCSBackend: StorageBackend {
     private enum UploadStatus {
         case incomplete(Int64)
         case finished([String: Any])
+        /// Complete (200, 201), said in an answer that is no JSON: not a session gone (see `ChunkOutcome`).
+        case finishedUnread(Int)
         case expired
         case stopped(StopReason)
     }
@@ -610,7 +620,8 @@ public struct GCSBackend: StorageBackend {
         switch response.status {
         case 308: return .incomplete(Self.confirmedOffset(response.headers["range"], recorded: recordedOffset, total: total))
         case 200, 201:
-            guard let json = response.json else { return .expired }
+            // The session is complete whatever its body holds: one cut short is no sign that it is gone.
+            guard let json = response.json else { return .finishedUnread(response.status) }
             return .finished(json)
         case 404, 410: return .expired
         default: throw httpError(response, what: "the upload session")
@@ -744,6 +755,23 @@ public struct GCSBackend: StorageBackend {
             return nil
         }
         return Self.uploaded(stored, ours)
+    }
+
+    /// The result of a session that said it is complete in an answer with no object resource in it
+    /// (`ChunkOutcome.finishedUnread`): the stored object, when it holds exactly the source's bytes (size
+    /// and CRC32C). Anything else — no object, other bytes (another writer's, stored after ours) — throws
+    /// retryable with nothing deleted and no new session: the next attempt asks the same session again,
+    /// and a whole answer names the generation it stored. Starting over instead stored the source a
+    /// second time, over what another writer stored meanwhile.
+    private func storedByFinishedSession(_ reference: StorageReference, uri: String, status: Int, source: UploadSource,
+                                         checksums: StreamChecksums, control: TransferControl) async throws(StorageError) -> JobResult {
+        if let whole = try await storedByVanishedSession(reference, source: source, checksums: checksums, control: control) {
+            return whole
+        }
+        throw StorageError(.unknown, "the upload session said the upload is complete (\(status)), but its answer is not an object "
+                               + "resource (cut short or garbled) and \(reference) does not hold the uploaded bytes now; nothing was "
+                               + "deleted or sent again — a retry asks the session again",
+                           httpStatus: status, url: redactedURL(uri), retryable: true)
     }
 
     /// The object `reference` names as stored now (its latest generation) and its size when the metadata

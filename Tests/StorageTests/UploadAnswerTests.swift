@@ -106,4 +106,46 @@ struct UploadAnswerTests {
         #expect(error.retryable, "\(error)")
         #expect(setup.proxy.firedCounts == [1])
     }
+
+    /// A session that said it is complete (200) in an answer cut short where nothing framed it (no
+    /// `Content-Length`, the connection's close taken as its end) was taken for a session gone: when the
+    /// object no longer held the upload's bytes — another writer stored its own after ours — a new session
+    /// stored ours again over theirs. Now the stored object decides: the source's bytes, success; anything
+    /// else, a retryable failure with nothing sent or deleted, and the next attempt asks the same session.
+    @Test("a status answer 'complete' cut short is checked against the stored object, never a new session")
+    func cutCompleteAnswerStartsNoSession() async throws {
+        let total = Int64(payload.count)
+        let setup = try UploadFaultTests.ProxiedEmulator([])
+        defer { setup.stop() }
+        let bucket = setup.server.bucket
+        let spec = JobSpec(kind: .uploadData, destination: "gs://\(bucket)/s.bin", data: payload)
+        let recorder = EventRecorder()
+        _ = try finished(await run(setup.backend, spec, recorder: recorder))
+        let session = try #require(recorder.checkpoints.first)
+        // The status query of the next attempt (its first one died after the last chunk) is answered
+        // complete, cut short 40 bytes into its JSON.
+        let statusQuery = RequestMatch(method: "PUT", pathContains: "upload_id=", headerContains: ProxyHeader("Content-Range", "*/\(total)"))
+        let cutComplete = ProxyMessage.response(200, reason: "OK", headers: [ProxyHeader("Content-Type", "application/json")],
+                                                body: Data(#"{"kind": "storage#object", "bucket": "\#(bucket)", "name": "s.bin", "size": "\#(total)"}"#.utf8))
+        setup.proxy.add(FaultRule(statusQuery, .respond(cutComplete), times: 2))
+        setup.proxy.add(FaultRule(statusQuery, .unframedResponse, times: 2))
+        setup.proxy.add(FaultRule(statusQuery, .closeInResponse(afterBytes: 80), times: 2))
+
+        // The object is still the upload's: it is the result, stored once.
+        let before = setup.proxy.exchanges.count
+        let resumed = try finished(await run(setup.backend, spec, resume: session))
+        #expect(resumed.crc32c == hashes(payload).crc32c && resumed.object?.size == total, "\(resumed)")
+        #expect(setup.proxy.exchanges.dropFirst(before).filter { $0.request.method == "POST" }.isEmpty, "no new session")
+
+        // Another writer stored other bytes since: no new session puts ours back over them.
+        let theirs = patternData(5_000, seed: 99)
+        _ = try finished(await run(setup.direct, JobSpec(kind: .uploadData, destination: "gs://\(bucket)/s.bin", data: theirs)))
+        let after = setup.proxy.exchanges.count
+        let refused = try failure(await run(setup.backend, spec, resume: session))
+        #expect(refused.retryable && refused.message.contains("asks the session again"), "\(refused)")
+        #expect(setup.proxy.firedCounts == [2, 2, 2])
+        let requests = setup.proxy.exchanges.dropFirst(after).map { "\($0.request.method) \($0.request.target)" }
+        #expect(!requests.contains { $0.hasPrefix("POST") || $0.hasPrefix("DELETE") }, "\(requests)")
+        #expect(try await setup.storedBytes("s.bin") == theirs, "the other writer's object stayed")
+    }
 }
