@@ -476,7 +476,17 @@ public struct HTTPBackend: StorageBackend {
                                    + "the partial file was dropped and a retry downloads it again", httpStatus: 206, url: redactedURL(url),
                                retryable: true)
         }
-        let expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
+        var expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
+        if expected == nil, Self.isCloseDelimited(response) {
+            switch try await sizeOfUnframed(response, url: url, control: control) {
+            case .stopped(let reason):
+                let etag = Self.validator(response.headers)
+                return try await sink.outcome(of: .stopped(reason), bytesTotal: nil, report: report) { partial in
+                    partial.resumePoint(generation: nil, etag: etag)
+                }
+            case .value(let size): expected = size
+            }
+        }
         if let expected, sink.offset > expected {
             // More than the answer announced: nothing to resume from.
             sink.partial.discard()
@@ -504,6 +514,42 @@ public struct HTTPBackend: StorageBackend {
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,
                                    verified: verified))
+    }
+
+    /// Whether a successful answer's body was framed by nothing but the connection's close: no
+    /// `Content-Length`, not chunked (an HTTP/1.0 server, or a middlebox forwarding one). libcurl takes
+    /// the close for the end, so a cut looks like a whole answer.
+    static func isCloseDelimited(_ response: HTTPResponse) -> Bool {
+        (response.status == 200 || response.status == 203)
+            && response.headers["content-length"] == nil && response.headers["transfer-encoding"] == nil
+    }
+
+    /// The size the server says the file of a close-delimited answer has: none for an answer GCS
+    /// decompressed on the way, `x-goog-stored-content-length` (GCS behind a signed URL: the stored
+    /// bytes, as served), else a HEAD's `Content-Length` for the same version (its validator, when both
+    /// name one, the answer's). Nil when nothing tells (the HEAD fails or names no length): the answer is
+    /// then taken as whole, as curl takes it. Asked only for such answers, which are rare: a framed one
+    /// costs no extra request.
+    private func sizeOfUnframed(_ response: HTTPResponse, url: String, control: TransferControl) async throws(StorageError) -> StopOr<Int64?> {
+        // Decompressed on the way (GCS's transcoding): no length the server keeps describes the body.
+        if isTranscoded(response.headers) { return .value(nil) }
+        if let stored = response.headers["x-goog-stored-content-length"].flatMap({ Int64($0) }) { return .value(stored) }
+        let head: HTTPResponse
+        do throws(TransferFailure) {
+            head = try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control,
+                                            options: configuration.curlOptions)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason)
+            case .failed: return .value(nil)
+            }
+        }
+        guard head.status == 200, head.headers["transfer-encoding"] == nil,
+              let length = head.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
+        if let answered = Self.validator(response.headers), let now = Self.validator(head.headers), answered != now {
+            return .value(nil)   // another version by now: its size says nothing of this answer
+        }
+        return .value(length)
     }
 
     /// The resume validator: the ETag when strong or weak, else Last-Modified.
@@ -549,6 +595,16 @@ public struct HTTPBackend: StorageBackend {
             throw StorageError(.unknown, "the server answered the request for all of \(redactedURL(url)) with part of it (206, "
                                    + "\(response.headers["content-range"].map { "'Content-Range: \($0)'" } ?? "no Content-Range")); "
                                    + "nothing was kept and a retry asks again", httpStatus: 206, url: redactedURL(url), retryable: true)
+        }
+        if Self.isCloseDelimited(response) {
+            switch try await sizeOfUnframed(response, url: url, control: control) {
+            case .stopped(let reason): return .stopped(reason, nil)
+            case .value(let size?) where size != Int64(sink.data.count):
+                throw StorageError(.unknown, "the server sent \(sink.data.count) bytes of a file of \(size) (its answer had no length: the "
+                                       + "connection's close ended it); nothing was kept and a retry downloads it again",
+                                   url: redactedURL(url), retryable: true)
+            case .value: break
+            }
         }
         let served = servedDigests(response.headers, status: response.status)
         let streamed = sink.checksums.finish()

@@ -70,3 +70,101 @@ struct UnframedAnswerTests {
         #expect(sameBytes(try Data(contentsOf: URL(fileURLWithPath: directory.file("d.bin"))), payload))
     }
 }
+
+/// The same over plain HTTP: a 200 framed by the connection's close and cut short was a success with
+/// the first bytes only, to a file or to memory. Where the server tells the file's size — a HEAD's
+/// `Content-Length`, or `x-goog-stored-content-length` on the answer (GCS behind a signed URL) — a body
+/// of another size fails retryable, and the retry gets every byte; where nothing tells, it is taken as
+/// curl takes it (README, *Known limitations*).
+@Suite("HTTP answers cut short with no length to tell", .onTestThreads)
+struct UnframedHTTPAnswerTests {
+    private let payload = patternData(200_000, seed: 93)
+
+    /// nginx serving `payload` at /u.bin behind a proxy that cuts the first `times` GETs after 50,000
+    /// bytes, sent without a length, and also applies `extra`.
+    private func cutting(times: Int, _ extra: [FaultRule] = []) throws -> (NginxServer, FaultProxy) {
+        let server = try NginxServer.start()
+        do {
+            try payload.write(to: URL(fileURLWithPath: server.root + "/u.bin"))
+            let get = RequestMatch(method: "GET")
+            return (server, try FaultProxy(upstreamPort: server.port, rules: [
+                FaultRule(get, .unframedResponse, times: times),
+                FaultRule(get, .closeInResponse(afterBytes: 50_000), times: times),
+            ] + extra))
+        } catch {
+            server.stop()
+            throw error
+        }
+    }
+
+    @Test("a HEAD's Content-Length tells the cut: retryable, to a file and to memory, and the retry is whole")
+    func headTellsTheSize() async throws {
+        let (server, proxy) = try cutting(times: 2)
+        defer {
+            proxy.stop()
+            server.stop()
+        }
+        let directory = try TemporaryDirectory("jobctl-unframed-http")
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let fileSpec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/u.bin", destination: directory.file("u.bin"))
+        let memorySpec = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/u.bin", maxSize: 1 << 20)
+        let toFile = try failure(await run(backend, fileSpec))
+        #expect(toFile.retryable && toFile.message.contains("of 200000"), "\(toFile)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("u.bin")))
+        let toMemory = try failure(await run(backend, memorySpec))
+        #expect(toMemory.retryable && toMemory.message.contains("of a file of 200000"), "\(toMemory)")
+        #expect(proxy.firedCounts == [2, 2])
+        #expect(proxy.exchanges.filter { $0.request.method == "HEAD" }.count == 2)
+        #expect(try finished(await run(backend, memorySpec)).data == payload)
+        _ = try finished(await run(backend, fileSpec))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
+    }
+
+    @Test("x-goog-stored-content-length on the answer tells the cut where the HEAD does not")
+    func storedLengthTellsTheSize() async throws {
+        let total = payload.count
+        let (server, proxy) = try cutting(times: 1, [
+            FaultRule(RequestMatch(method: "GET"), .rewriteResponse { _, response in
+                response.setHeader("x-goog-stored-content-length", "\(total)")
+            }, times: .max),
+            FaultRule(RequestMatch(method: "HEAD"), .respond(.response(405, reason: "Method Not Allowed")), times: .max),
+        ])
+        defer {
+            proxy.stop()
+            server.stop()
+        }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let spec = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/u.bin", maxSize: 1 << 20)
+        let cut = try failure(await run(backend, spec))
+        #expect(cut.retryable && cut.message.contains("of a file of 200000"), "\(cut)")
+        #expect(!proxy.exchanges.contains { $0.request.method == "HEAD" }, "the answer told it")
+        #expect(try finished(await run(backend, spec)).data == payload)
+    }
+
+    /// GCS decompressing a gzip-stored object on the way (no `Accept-Encoding` sent), behind something
+    /// that forwards its answer framed by the close: `x-goog-stored-content-length` is the stored
+    /// (compressed) length, not the body's, and so may be a HEAD's `Content-Length`: neither may fail a
+    /// whole answer.
+    @Test("a transcoded answer is not held to the stored length")
+    func transcodedAnswerIsNotHeldToStoredLength() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/t.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET"), .rewriteResponse { _, response in
+                response.setHeader("x-goog-stored-content-encoding", "gzip")
+                response.setHeader("x-goog-stored-content-length", "24")
+            }, times: .max),
+            FaultRule(RequestMatch(method: "GET"), .unframedResponse, times: .max),
+            // A HEAD describing the stored bytes, as the metadata does.
+            FaultRule(RequestMatch(method: "HEAD"), .respond(.response(200, reason: "OK", headers: [
+                ProxyHeader("Content-Length", "24"), ProxyHeader("x-goog-stored-content-encoding", "gzip"),
+            ])), times: .max),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let whole = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/t.bin", maxSize: 1 << 20)))
+        #expect(whole.data == payload)
+    }
+}
