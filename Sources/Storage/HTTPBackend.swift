@@ -596,15 +596,20 @@ public struct HTTPBackend: StorageBackend {
                                    + "\(response.headers["content-range"].map { "'Content-Range: \($0)'" } ?? "no Content-Range")); "
                                    + "nothing was kept and a retry asks again", httpStatus: 206, url: redactedURL(url), retryable: true)
         }
-        if Self.isCloseDelimited(response) {
+        // The size the answer names (a Content-Range's total: a 200 that carries one says the file is
+        // larger than its body), else — for an answer the connection's close ended — the one the server
+        // tells otherwise: a body of another size is the transfer's fault, not the file's.
+        var expected = Self.totalSize(response.headers, offset: 0)
+        if expected == nil, Self.isCloseDelimited(response) {
             switch try await sizeOfUnframed(response, url: url, control: control) {
             case .stopped(let reason): return .stopped(reason, nil)
-            case .value(let size?) where size != Int64(sink.data.count):
-                throw StorageError(.unknown, "the server sent \(sink.data.count) bytes of a file of \(size) (its answer had no length: the "
-                                       + "connection's close ended it); nothing was kept and a retry downloads it again",
-                                   url: redactedURL(url), retryable: true)
-            case .value: break
+            case .value(let size): expected = size
             }
+        }
+        if let expected, expected != Int64(sink.data.count) {
+            let framing = response.headers["content-length"] == nil ? " (its answer had no length: the connection's close ended it)" : ""
+            throw StorageError(.unknown, "the server sent \(sink.data.count) bytes of a file of \(expected)\(framing); nothing was kept "
+                                   + "and a retry downloads it again", url: redactedURL(url), retryable: true)
         }
         let served = servedDigests(response.headers, status: response.status)
         let streamed = sink.checksums.finish()

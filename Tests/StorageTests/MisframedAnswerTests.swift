@@ -8,8 +8,10 @@ import Testing
 /// (as libcurl and RFC 9112 §6.3 take it); where anything else tells the object — a served hash, a GCS
 /// object's size — the difference fails the job typed, never a success. The rest of the body stayed on
 /// the kept-alive connection, and the next request sent on it (another job's) read it as the start of
-/// its own answer: "the server's answer is not HTTP". Now such a connection is not kept.
-@Suite("answers longer than their Content-Length", .onTestThreads)
+/// its own answer: "the server's answer is not HTTP". Now such a connection is not kept. And a 200 whose
+/// `Content-Range` names a larger file than its body was a whole download to memory (to a file it was
+/// already a short one).
+@Suite("answers whose length says otherwise than their body", .onTestThreads)
 struct MisframedAnswerTests {
     /// Over 256 KiB (libcurl's receive buffer): the rest arrives after libcurl's last read of the body,
     /// and waits on the connection (a shorter answer's rest comes in libcurl's first read, which drops it).
@@ -116,5 +118,25 @@ struct MisframedAnswerTests {
         #expect(try finished(await run(backend, memorySpec)).data == payload)
         _ = try finished(await run(backend, fileSpec))
         #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("g.bin"))) == payload)
+    }
+
+    @Test("HTTP: a 200 whose Content-Range names a larger file is a short download to memory too, retryable")
+    func contentRangeTotalTellsIt() async throws {
+        let total = payload.count + 1_000
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/p.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET"), .rewriteResponse { _, response in
+                response.setHeader("Content-Range", "bytes 0-\(response.body.count - 1)/\(total)")
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let spec = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/p.bin", maxSize: 1 << 20)
+        let short = try failure(await run(backend, spec))
+        #expect(short.retryable && short.message.contains("300000 bytes of a file of 301000"), "\(short)")
+        #expect(proxy.firedCounts == [1])
+        #expect(try finished(await run(backend, spec)).data == payload)
     }
 }
