@@ -111,7 +111,10 @@ extension PostgresStore {
     }
 
     private func submitInOneTransaction(_ specs: [JobSpec], actor: String, now: Int64) throws(StoreError) -> [SubmitOutcome] {
-        let keys = Set(specs.compactMap(\.key)).sorted()
+        // Every key by its bytes, as the log and its key index compare them: a Set of `String` kept one of
+        // a key's NFC and NFD spellings (`==` calls them equal), and the other's bucket went unlocked.
+        // Locked in the form the column stores (`postgresKeyText`), which a NUL cannot stop.
+        let keys = Set(specs.compactMap { $0.key.map { UTF8Key(JobRecord.postgresKeyText($0)) } }).map(\.string)
         return try writeTransaction { (connection) throws(StoreError) -> [SubmitOutcome] in
             // A transaction id before the first seq is taken, as every other writer has one from its
             // row locks: `tailEvents` relies on a running holder of a seq being in every later snapshot.

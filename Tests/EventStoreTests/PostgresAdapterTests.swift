@@ -1,5 +1,6 @@
 import Foundation
 import JobModel
+import Synchronization
 import Testing
 import TestSupport
 @testable import PostgresStore
@@ -148,6 +149,39 @@ struct PostgresAdapterTests {
         #expect(Set(shared.map(\.id)).count == 1)
         #expect(shared.filter(\.created).count == 1)
         #expect(try stores[0].countJobs() == stores.count + 1)
+    }
+
+    /// A key's NFC and NFD spellings are two keys (the unique index compares bytes), so a submit of both
+    /// takes both their turns. The keys to lock were a `Set` of `String`, whose `==` calls the two equal:
+    /// one spelling's bucket went unlocked, and a submit beside it of that spelling alone inserted it too
+    /// — one of the two failed with "duplicate key value violates unique constraint
+    /// jobs_idempotency_key_set" instead of finding the other's job.
+    @Test("a submit takes the turn of each key by its bytes: 'café' composed and decomposed both")
+    func keysTakeTheirTurnsByTheirBytes() throws {
+        let url = try PostgresServer.shared().makeSchema("pgnfdkeys")
+        let store = try PostgresStore(url: url, mode: .create)
+        let composed = "caf\u{E9}", decomposed = "cafe\u{301}"
+        let other = try PostgresConnection(url)
+        func bucket(_ key: String) throws -> Int64 {
+            try other.first("SELECT (hashtextextended($1, \(PostgresStore.submitLockSeed)) & \(PostgresStore.submitLockBuckets - 1))::bigint",
+                            [.text(key)]) { (row) throws(PostgresError) in try row.int64(0) } ?? -1
+        }
+        try #require(try bucket(composed) != bucket(decomposed), "the two spellings hash to one bucket")
+        // Another submit of the decomposed key holds its turn.
+        _ = try other.run("SELECT pg_advisory_lock(\(PostgresStore.submitLockClass), $1::int)", [.integer(try bucket(decomposed))])
+        let outcomes = Mutex<Result<[SubmitOutcome], any Error>?>(nil)
+        let submitting = Thread {
+            let result = Result { try store.submit([uploadSpec(key: composed), uploadSpec(key: decomposed)], actor: "cli:test", now: 1_000) }
+            outcomes.withLock { $0 = result }
+        }
+        submitting.start()
+        usleep(1_500_000)
+        #expect(outcomes.withLock { $0 == nil }, "the submit went on while another held the turn of the decomposed key")
+        _ = try other.run("SELECT pg_advisory_unlock(\(PostgresStore.submitLockClass), $1::int)", [.integer(try bucket(decomposed))])
+        let deadline = Date().addingTimeInterval(20)
+        while outcomes.withLock({ $0 == nil }) && Date() < deadline { usleep(20_000) }
+        let submitted = try #require(try outcomes.withLock { $0 }?.get())
+        #expect(submitted.count == 2 && submitted.allSatisfy(\.created) && Set(submitted.map(\.id)).count == 2)
     }
 
     /// One lock a key used a lock-table entry per key: 20,000 keyed jobs in one submit failed ("out of
