@@ -117,6 +117,43 @@ struct SubmitTests {
         #expect(try store.events(jobID: first[0].id).count == 1)
     }
 
+    /// A folder or prefix job's key is expanded with each file's path, so a key can be longer than the
+    /// 1,024 bytes a manifest allows, and longer than a PostgreSQL B-tree entry (2,704 bytes): on
+    /// PostgreSQL its submit failed whole, "index row size 3024 exceeds btree version 4 maximum 2704 for
+    /// index jobs_idempotency_key_set", where SQLite kept it. Letters that do not repeat, as a deep path's
+    /// names, so the server cannot compress the entry below the limit.
+    @Test("a key longer than a B-tree entry (a folder job's key with a deep path) is kept and still unique", arguments: Engine.allCases)
+    func longKeys(engine: Engine) throws {
+        let fixture = try StoreFixture("store-long-key", engine: engine)
+        defer { fixture.remove() }
+        let store = fixture.store
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        let letters = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        let path = (0..<12).map { _ in
+            String((0..<250).map { _ in
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return letters[Int(state >> 33) % letters.count]
+            })
+        }.joined(separator: "/")
+        let key = "nightly/" + path + "/f.txt"
+        #expect(key.utf8.count > 3_000)
+        let first = try store.submit([uploadSpec(key: key), uploadSpec(key: key + "2")], actor: "cli:test", now: 1)
+        #expect(first.map(\.created) == [true, true] && first[0].id != first[1].id)
+        #expect(try store.job(first[0].id)?.key == key)
+        // The same job again maps to it; another spec with the key is refused.
+        #expect(try store.submit([uploadSpec(key: key)], actor: "cli:test", now: 2).map(\.id) == [first[0].id])
+        var changed = uploadSpec(key: key)
+        changed.destination = "gs://bucket/other.bin"
+        #expect(throws: StoreError.keyConflict(key: key, existingID: first[0].id)) {
+            _ = try store.submit([changed], actor: "cli:test", now: 3)
+        }
+        // A job after it, named by its key, waits for it.
+        let after = try store.submit([JobSpec(kind: .uploadData, destination: "gs://b/o", data: Data("x".utf8), after: [key])],
+                                     actor: "cli:test", now: 4)
+        #expect(try store.job(after[0].id)?.spec.after == [first[0].id])
+        #expect(try store.jobs().count == 3)
+    }
+
     @Test("connections submitting concurrently to one file lose and duplicate nothing")
     func concurrentSubmitters() throws {
         let fixture = try StoreFixture("store-concurrent")
