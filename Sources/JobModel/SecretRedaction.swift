@@ -81,6 +81,12 @@ public enum SecretRedaction {
         // the common path (text without a URL). It finds whatever that search finds, and more only in
         // odd Unicode (a combining mark on the `:`), where the search below then finds nothing.
         guard mayHoldSchemeSeparator(text), mayHoldSecret(text) else { return text }
+        // Line by line when long: each search for the next URL ran to the end of the text, so the
+        // 5,000 errors of 5,000 duplicate keys (15,000 URLs in 1 MB) took 37 s to print, 10,000 six
+        // minutes. A URL ends at a line break, so the lines give the same text.
+        if text.utf8.count > 4_096, text.utf8.contains(UInt8(ascii: "\n")) {
+            return text.split(separator: "\n", omittingEmptySubsequences: false).map { redactURLs(in: String($0)) }.joined(separator: "\n")
+        }
         return redactURLsScanning(in: text)
     }
 
