@@ -147,10 +147,6 @@ static inline CURLcode jobctl_curl_easy_getinfo_pointer(CURL *handle, CURLINFO i
     (void)jobctl_curl_load();
     return jobctl_curl_table()->curl_easy_getinfo(handle, info, value);
 }
-static inline CURLcode jobctl_curl_easy_getinfo_socket(CURL *handle, CURLINFO info, curl_socket_t *value) {
-    (void)jobctl_curl_load();
-    return jobctl_curl_table()->curl_easy_getinfo(handle, info, value);
-}
 static inline CURLMcode jobctl_curl_multi_setopt_long(CURLM *multi, CURLMoption option, long value) {
     (void)jobctl_curl_load();
     return jobctl_curl_table()->curl_multi_setopt(multi, option, value);

@@ -190,7 +190,6 @@ final class CurlEngine: @unchecked Sendable {
             while let message = jobctl_curl_multi_info_read(multi, &remaining) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
                 let code = message.pointee.data.result
-                active[easy]?.dropConnectionIfMoreFollows(code)
                 jobctl_curl_multi_remove_handle(multi, easy)
                 guard let exchange = active.removeValue(forKey: easy) else { continue }
                 exchange.finish(code: code, cause: nil)
@@ -335,9 +334,6 @@ private final class CurlExchange: @unchecked Sendable {
     private var headers: [String: String] = [:]
     /// Whether the blank line ending the final response's headers arrived.
     private var headersEnded = false
-    /// Whether the final response came over HTTP/1.x: one exchange at a time on its connection (over
-    /// HTTP/2 other streams' frames may be waiting on it).
-    private var overHTTP1 = false
     private var body = Data()
     /// An error raised by the source or sink (it explains a READ/WRITE/ABORTED curl code).
     private var bodyError: StorageError?
@@ -556,13 +552,8 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// https://curl.se/libcurl/c/CURLOPT_PREREQFUNCTION.html — the request is about to go out on a
     /// connection (again, when libcurl resends it after a reused connection died).
-    /// A connection the engine shut down (`dropConnectionIfMoreFollows`) does not count: libcurl tries
-    /// it, its send fails at once, and it sends the request on a new one — no copy reached the server,
-    /// so a DELETE's 404 must stay "not found".
-    func requestStarting(localPort: Int, remotePort: Int) -> Int32 {
-        if !DroppedConnections.take(localPort: localPort, remotePort: remotePort) {
-            requestsStarted = (requestsStarted ?? 0) + 1
-        }
+    func requestStarting() -> Int32 {
+        requestsStarted = (requestsStarted ?? 0) + 1
         return CURL_PREREQFUNC_OK
     }
 
@@ -693,7 +684,6 @@ private final class CurlExchange: @unchecked Sendable {
         if line.starts(with: "HTTP/".utf8) {
             // A new response (after a redirect or a 1xx): forget the previous one's headers.
             status = HTTPStatusLine.code(line)
-            overHTTP1 = line.starts(with: "HTTP/1.".utf8)
             headers = [:]
             headersEnded = false
             return
@@ -844,50 +834,6 @@ private final class CurlExchange: @unchecked Sendable {
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url)))
     }
 
-    /// After an HTTP/1.x answer that libcurl took as complete and whose connection it kept: bytes already
-    /// waiting on that connection belong to no answer — the rest of a body longer than its
-    /// `Content-Length` (libcurl reads no further than the length, as RFC 9112 §6.3 frames the answer),
-    /// a body sent after a HEAD's headers — and the next request sent on it (another job's) read them as
-    /// the start of its own answer ("the server's answer is not HTTP"; bytes that look like an answer
-    /// would have been taken for one). The connection is shut down, so libcurl opens a new one for the
-    /// next request (it re-sends a request whose reused connection died, as when a server closes an idle
-    /// one; that try is not counted as a request that may have arrived, see `requestStarting`). One `recv`
-    /// that peeks and returns at once. Bytes that arrive later than this look are not
-    /// seen; over TLS the look sees records, so an unasked one costs at most a new connection.
-    ///
-    /// Called by the engine when libcurl reports the exchange done, before its handle leaves the multi
-    /// handle (libcurl names the connection only while it is in).
-    func dropConnectionIfMoreFollows(_ code: CURLcode) {
-        guard code == CURLE_OK, overHTTP1, headersEnded, let easy else { return }
-        var socket: curl_socket_t = -1
-        guard jobctl_curl_easy_getinfo_socket(easy, CURLINFO_ACTIVESOCKET, &socket) == CURLE_OK, socket >= 0 else { return }
-        var byte: UInt8 = 0
-        guard recv(socket, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0 else { return }
-        if let (local, remote) = Self.ports(of: socket) { DroppedConnections.add(localPort: local, remotePort: remote) }
-        shutdown(socket, Int32(SHUT_RDWR))
-    }
-
-    /// The local and remote ports of a connected socket (IPv4 or IPv6), as the prerequest callback names them.
-    private static func ports(of socket: curl_socket_t) -> (local: Int, remote: Int)? {
-        func port(_ lookup: (UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32) -> Int? {
-            var address = sockaddr_storage()
-            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            let found = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { lookup($0, &length) }
-            }
-            guard found == 0 else { return nil }
-            switch Int32(address.ss_family) {
-            case AF_INET:
-                return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin_port)) } }
-            case AF_INET6:
-                return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin6_port)) } }
-            default: return nil
-            }
-        }
-        guard let local = port({ getsockname(socket, $0, $1) }), let remote = port({ getpeername(socket, $0, $1) }) else { return nil }
-        return (local, remote)
-    }
-
     /// Whether a joined `Content-Length` value holds two different lengths.
     static func conflictingLengths(_ value: String) -> Bool {
         value.contains(",") && Set(value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }).count > 1
@@ -945,31 +891,9 @@ private let curlSeek: jobctl_curl_seek_callback = { context, offset, origin in
     return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().seekBody(to: Int64(offset), origin: origin)
 }
 
-private let curlPrerequest: jobctl_curl_prereq_callback = { context, _, _, remotePort, localPort in
+private let curlPrerequest: jobctl_curl_prereq_callback = { context, _, _, _, _ in
     guard let context else { return CURL_PREREQFUNC_OK }
-    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
-        .requestStarting(localPort: Int(localPort), remotePort: Int(remotePort))
-}
-
-/// The connections the engine shut down with bytes waiting on them (`dropConnectionIfMoreFollows`),
-/// by their local and remote ports, until libcurl tries one again (or too many pile up: a connection
-/// libcurl closed without trying it leaves its entry, and a new one on the same two ports is unlikely).
-private enum DroppedConnections {
-    private static let ports = Mutex<Set<Int>>([])
-
-    private static func key(_ localPort: Int, _ remotePort: Int) -> Int { localPort << 16 | (remotePort & 0xFFFF) }
-
-    static func add(localPort: Int, remotePort: Int) {
-        ports.withLock { ports in
-            if ports.count >= 1024 { ports.removeAll() }
-            ports.insert(key(localPort, remotePort))
-        }
-    }
-
-    /// Whether that connection is one of them (and forgets it).
-    static func take(localPort: Int, remotePort: Int) -> Bool {
-        ports.withLock { $0.remove(key(localPort, remotePort)) != nil }
-    }
+    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().requestStarting()
 }
 
 private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, downloaded, _, uploaded in

@@ -154,10 +154,6 @@ public enum Fault: Sendable {
     /// connection: the close marks the body's end (as over HTTP/1.0). With `closeInResponse` the client
     /// cannot tell the cut from the end.
     case unframedResponse
-    /// Sends the body whole with a `Content-Length` `by` bytes off its length, and keeps the connection
-    /// as after any answer: a server whose framing lies. Negative: fewer than the body holds, so its
-    /// rest waits on the connection as if it began the next answer.
-    case misstatedLength(by: Int)
 
     var label: String {
         switch self {
@@ -173,7 +169,6 @@ public enum Fault: Sendable {
         case .stallInResponse(let bytes, let seconds): "stall response after \(bytes) for \(seconds)s"
         case .trickleResponse(let bytes, let interval): "trickle \(bytes) every \(interval)s"
         case .unframedResponse: "response without a length"
-        case .misstatedLength(let by): "Content-Length off by \(by)"
         }
     }
 }
@@ -479,8 +474,7 @@ public final class FaultProxy: @unchecked Sendable {
 
         // Delivery, with a cut, a stall or a trickle.
         let unframed = faults.contains { if case .unframedResponse = $0 { true } else { false } }
-        let misstated = faults.lazy.compactMap { fault -> Int? in if case .misstatedLength(let by) = fault { by } else { nil } }.first
-        var bytes = serialize(response, method: request.method, unframed: unframed, misstatedBy: misstated)
+        var bytes = serialize(response, method: request.method, unframed: unframed)
         var cutAt: (Int, Ending)?
         var stallAt: (Int, Double)?
         var trickle: (Int, Double)?
@@ -601,8 +595,7 @@ public final class FaultProxy: @unchecked Sendable {
     /// unless a rule wrote `Transfer-Encoding: chunked` on it (the upstream's is gone once its body is read):
     /// then the body goes as one chunk, and a Content-Length the rule wrote too is sent as written (a
     /// server contradicting itself). `unframed`: no Content-Length at all, the body ends at the close.
-    /// `misstatedBy`: the Content-Length is that many bytes off the body sent.
-    private func serialize(_ response: ProxyMessage, method: String, unframed: Bool = false, misstatedBy: Int? = nil) -> Data {
+    private func serialize(_ response: ProxyMessage, method: String, unframed: Bool = false) -> Data {
         var message = response
         if message.startLine.hasPrefix("HTTP/1.0") { message.startLine = "HTTP/1.1" + message.startLine.dropFirst(8) }
         let chunked = message.header("Transfer-Encoding")?.lowercased() == "chunked"
@@ -611,9 +604,7 @@ public final class FaultProxy: @unchecked Sendable {
         // Several Content-Length headers are a fault a rule wrote on purpose (a server contradicting itself).
         let lengths = message.headers.filter { $0.name.caseInsensitiveCompare("Content-Length") == .orderedSame }.count
         if unframed { message.setHeader("Content-Length", nil) }
-        if !bodiless && lengths <= 1 && !chunked && !unframed {
-            message.setHeader("Content-Length", "\(max(0, message.body.count + (misstatedBy ?? 0)))")
-        }
+        if !bodiless && lengths <= 1 && !chunked && !unframed { message.setHeader("Content-Length", "\(message.body.count)") }
         guard !bodiless else { return encodeHead(message) }
         guard chunked else { return encodeHead(message) + message.body }
         let chunk = message.body.isEmpty ? Data() : Data("\(String(message.body.count, radix: 16))\r\n".utf8) + message.body + Data("\r\n".utf8)
