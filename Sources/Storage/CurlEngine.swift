@@ -334,6 +334,8 @@ private final class CurlExchange: @unchecked Sendable {
     private var headers: [String: String] = [:]
     /// Whether the blank line ending the final response's headers arrived.
     private var headersEnded = false
+    /// Whether the final response's status line is HTTP/1.x (see `HTTPResponse.isHTTP1`).
+    private var overHTTP1 = true
     private var body = Data()
     /// An error raised by the source or sink (it explains a READ/WRITE/ABORTED curl code).
     private var bodyError: StorageError?
@@ -684,6 +686,7 @@ private final class CurlExchange: @unchecked Sendable {
         if line.starts(with: "HTTP/".utf8) {
             // A new response (after a redirect or a 1xx): forget the previous one's headers.
             status = HTTPStatusLine.code(line)
+            overHTTP1 = line.starts(with: "HTTP/1.".utf8)
             headers = [:]
             headersEnded = false
             return
@@ -831,7 +834,7 @@ private final class CurlExchange: @unchecked Sendable {
                 url: redactedURL(request.url), retryable: true))))
             return
         }
-        complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url)))
+        complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url, isHTTP1: overHTTP1)))
     }
 
     /// Whether a joined `Content-Length` value holds two different lengths.

@@ -516,11 +516,12 @@ public struct HTTPBackend: StorageBackend {
                                    verified: verified))
     }
 
-    /// Whether a successful answer's body was framed by nothing but the connection's close: no
-    /// `Content-Length`, not chunked (an HTTP/1.0 server, or a middlebox forwarding one). libcurl takes
-    /// the close for the end, so a cut looks like a whole answer.
+    /// Whether a successful answer's body was framed by nothing but the connection's close: an HTTP/1.x
+    /// answer with no `Content-Length`, not chunked (an HTTP/1.0 server, or a middlebox forwarding one).
+    /// libcurl takes the close for the end, so a cut looks like a whole answer. Over HTTP/2 the stream
+    /// frames the body (a cut one is an error), so no length is needed and none is asked for.
     static func isCloseDelimited(_ response: HTTPResponse) -> Bool {
-        (response.status == 200 || response.status == 203)
+        response.isHTTP1 && (response.status == 200 || response.status == 203)
             && response.headers["content-length"] == nil && response.headers["transfer-encoding"] == nil
     }
 

@@ -43,6 +43,9 @@ struct HTTPResponse: Sendable {
     var body: Data
     /// The request URL (may hold secrets: redact before showing it).
     var url: String
+    /// Whether the answer came over HTTP/1.x, where a body without a length or chunks ends with the
+    /// connection; an HTTP/2 or HTTP/3 stream frames its body whatever the headers say.
+    var isHTTP1 = true
 
     var isSuccess: Bool { (200..<300).contains(status) }
 

@@ -167,4 +167,30 @@ struct UnframedHTTPAnswerTests {
         let whole = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/t.bin", maxSize: 1 << 20)))
         #expect(whole.data == payload)
     }
+
+    /// An HTTP/2 stream frames its body: an answer without `Content-Length` (nginx's `sub_filter` drops it)
+    /// is whole when the stream ends, and a cut one is an error. It was taken for one framed by the
+    /// connection's close and followed by a HEAD for the size — a request more for every such download,
+    /// and a failure whenever the HEAD named another length.
+    @Test("over HTTP/2 an answer without Content-Length is framed by its stream: no HEAD is asked")
+    func http2AnswerWithoutLengthIsFramed() async throws {
+        let authority = try TestCertificateAuthority.create()
+        defer { authority.remove() }
+        let server = try NginxServer.start(extraServerConfig: """
+            location /dyn/ { sub_filter 'zz' 'yy'; sub_filter_once off; sub_filter_types *; }
+            """, tls: try authority.issueServerCertificate(names: ["IP:127.0.0.1"]), http2: true)
+        defer { server.stop() }
+        let text = Data(String(repeating: "abcdefgh\n", count: 5_000).utf8)
+        try FileManager.default.createDirectory(atPath: server.root + "/dyn", withIntermediateDirectories: true)
+        try text.write(to: URL(fileURLWithPath: server.root + "/dyn/p.txt"))
+        let configuration = try StorageConfiguration.fromEnvironment(["JOBCTL_CA_BUNDLE": authority.certificatePath],
+                                                                     localBucketsDirectory: "/nonexistent")
+        let result = try finished(await run(HTTPBackend(configuration: configuration),
+                                            JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/dyn/p.txt", maxSize: 1 << 20)))
+        #expect(result.data == text)
+        // Two lines when a HEAD followed the GET (nginx writes each after its answer: wait a little for one).
+        let lines = server.accessLogLines(atLeast: 2, seconds: 1) { $0.contains("/dyn/p.txt") }
+        #expect(lines.contains { $0.contains("\"GET /dyn/p.txt HTTP/2.0\" 200") }, "not HTTP/2 or no length dropped: \(server.accessLog)")
+        #expect(!lines.contains { $0.contains("\"HEAD ") }, "\(server.accessLog)")
+    }
 }

@@ -188,25 +188,26 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
 
     /// Starts nginx; `extraServerConfig` is inserted into the `server` block before `location /` and
     /// `extraHTTPConfig` into the `http` block (e.g. a `log_format`); `$ROOT` in either is replaced by the
-    /// served directory. With `tls`, nginx speaks HTTPS (only) with that certificate and key.
+    /// served directory. With `tls`, nginx speaks HTTPS (only) with that certificate and key, and with
+    /// `http2` too it offers HTTP/2 (ALPN), which libcurl then takes.
     public static func start(extraServerConfig: String = "", extraHTTPConfig: String = "",
-                             tls: TLSServerCertificate? = nil) throws -> NginxServer {
+                             tls: TLSServerCertificate? = nil, http2: Bool = false) throws -> NginxServer {
         try retryingTakenPorts {
             let directory = try TemporaryDirectory("jobctl-nginx")
             try FileManager.default.createDirectory(atPath: directory.file("root"), withIntermediateDirectories: true)
             try FileManager.default.createDirectory(atPath: directory.file("tmp"), withIntermediateDirectories: true)
             return try NginxServer(directory: directory, extraServerConfig: extraServerConfig, extraHTTPConfig: extraHTTPConfig,
-                                   tls: tls)
+                                   tls: tls, http2: http2)
         }
     }
 
     private init(directory: TemporaryDirectory, extraServerConfig: String, extraHTTPConfig: String,
-                 tls: TLSServerCertificate?) throws {
+                 tls: TLSServerCertificate?, http2: Bool) throws {
         self.tls = tls
         let port = freeLoopbackPort()
         let dir = directory.path
         let listen = tls.map { """
-            listen 127.0.0.1:\(port) ssl;
+            listen 127.0.0.1:\(port) ssl\(http2 ? " http2" : "");
                     ssl_certificate \($0.certificatePath);
                     ssl_certificate_key \($0.keyPath);
             """ } ?? "listen 127.0.0.1:\(port);"
