@@ -170,7 +170,8 @@ public struct ManifestParser: Sendable {
             if isUTF16 {
                 message = "the manifest is UTF-16; save it as UTF-8"
             }
-            let sourceLine = isUTF16 ? nil : Self.line(mark.line, splittingAtLineFeeds: bytes)
+            // The line as any error quotes it (found through the text's sparse index, a long one left out).
+            let sourceLine = isUTF16 ? nil : SourceText(bytes: bytes).quotedLine(mark.line)
             return .failure(ManifestErrors([ManifestError(code: .invalidEncoding, file: path, line: mark.line,
                                                           column: mark.column, message: message, sourceLine: sourceLine)]))
         }
@@ -183,19 +184,6 @@ public struct ManifestParser: Sendable {
             return .failure(tooLarge(Array(text.utf8), path: path))
         }
         return parseJobs(source: SourceText(text), path: path)
-    }
-
-    /// The 1-based `number`th line of `bytes` split at line feeds, or nil past the end. Found by
-    /// walking, not by splitting the whole text: a split made one slice per line (32 bytes each), 2 GB
-    /// for a manifest of 60 MB of line breaks with one bad byte.
-    private static func line(_ number: Int, splittingAtLineFeeds bytes: [UInt8]) -> String? {
-        var start = bytes.startIndex
-        for _ in 1..<max(number, 1) {
-            guard let feed = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) else { return nil }
-            start = feed + 1
-        }
-        let end = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
-        return String(decoding: bytes[start..<end], as: UTF8.self)
     }
 
     private func parseJobs(source: SourceText, path: String) -> Result<[ManifestJob], ManifestErrors> {

@@ -33,8 +33,8 @@ enum CSVField {
     /// Whether a field written as bytes can be copied as it is: it neither starts like a formula nor
     /// holds a byte that needs quoting, escaping or `text(_:)`'s judgment (bytes outside ASCII).
     static func isPlain(_ value: String) -> Bool {
-        if let first = value.utf8.first, isFormulaLead(first), !isPlainInteger(value) { return false }
-        return !value.utf8.contains { $0 < 0x20 || $0 >= 0x7F || $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") }
+        !startsLikeFormula(value)
+            && !value.utf8.contains { $0 < 0x20 || $0 >= 0x7F || $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") }
     }
 
     private static func isFormulaLead(_ byte: UInt8) -> Bool {
