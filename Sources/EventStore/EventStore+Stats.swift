@@ -92,8 +92,8 @@ extension EventStore {
         SELECT type, code, recent, count(*), sum(bytes) FROM (
             SELECT type, at_ms > ?3 AS recent,
                    CASE WHEN type = 'succeeded' THEN NULL ELSE json_extract(data, '$.error.code') END AS code,
-                   CASE WHEN type = 'succeeded' THEN coalesce(json_extract(data, '$.result.size'),
-                       nullif(json_extract(data, '$.result.object.size'), -1), json_extract(data, '$.bytesDone'), 0) ELSE 0 END AS bytes
+                   CASE WHEN type = 'succeeded' AND json_extract(data, '$.result.skipped') IS NOT 1
+                       THEN coalesce(json_extract(data, '$.result.size'), 0) ELSE 0 END AS bytes
             FROM events
             WHERE (type = 'succeeded' OR type = 'failed' OR type = 'attempt_failed') AND at_ms > ?1 AND at_ms <= ?2\(
                 byQueue ? " AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id AND jobs.queue = ?4)" : "")

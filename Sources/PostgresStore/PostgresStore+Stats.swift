@@ -100,8 +100,8 @@ extension PostgresStore {
         FROM (
             SELECT type, recent,
                    CASE WHEN type = 'succeeded' THEN NULL ELSE (j -> 'error' ->> 'code')::bigint END AS code,
-                   CASE WHEN type = 'succeeded' THEN coalesce((j -> 'result' ->> 'size')::bigint,
-                       nullif((j -> 'result' -> 'object' ->> 'size')::bigint, -1), (j ->> 'bytesDone')::bigint, 0) ELSE 0 END AS bytes
+                   CASE WHEN type = 'succeeded' AND (j -> 'result' ->> 'skipped') IS DISTINCT FROM 'true'
+                       THEN coalesce((j -> 'result' ->> 'size')::bigint, 0) ELSE 0 END AS bytes
             FROM (
                 SELECT type, at_ms > $\(first + 2) AS recent, \(JobRecord.parsableJSONSQL("data"))::json AS j FROM events
                 WHERE type IN ('succeeded', 'failed', 'attempt_failed') AND at_ms > $\(first) AND at_ms <= $\(first + 1)\(

@@ -58,9 +58,10 @@ public struct StoreStats: Sendable, Equatable {
     /// Outcomes written within the last `lengthMs` before `StoreStats.nowMs`.
     public struct Window: Sendable, Equatable {
         public var lengthMs: Int64
-        /// `succeeded` events, and the bytes they transferred: each one's result size, else its object's
-        /// size when the server reported one (not the -1 of an unknown size), else its bytes done (what
-        /// the stores sum in `OutcomeGroup.bytes`).
+        /// `succeeded` events, and the bytes they transferred: each one's result size (`JobResult.size`,
+        /// the bytes moved), what the stores sum in `OutcomeGroup.bytes`. A job that moves no bytes
+        /// (get-metadata, update-metadata, fetch-url, delete) counts none, whatever size the object it
+        /// names has, and so does a transfer skipped because its destination was there (`skipped`).
         public var succeeded = 0
         public var bytes: Int64 = 0
         /// `failed` events (final failures) by error code.
