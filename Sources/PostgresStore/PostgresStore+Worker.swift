@@ -19,6 +19,24 @@ extension PostgresStore {
         }
     }
 
+    /// The job's newest event when it is `pending` as written, or nil — once no transaction holds the
+    /// job's row any more.
+    ///
+    /// A worker asks this when a write's answer was lost. The session that carried it may have been
+    /// given up while the server still ran the write (the answer timeout, a commit of a large
+    /// download-memory result that outlasted the lease): the server goes on to its COMMIT all the same,
+    /// holding the row's lock until then. Read before that commit, the log would not have the event yet
+    /// and the job would be reported abandoned; so the row is locked first (`FOR KEY SHARE`, which only a
+    /// writer's `FOR UPDATE` holds up), which waits for that transaction to end either way.
+    public func landedEvent(_ pending: PendingEvent) throws(StoreError) -> JobEvent? {
+        try writeTransaction { (connection) throws(StoreError) in
+            _ = try connection.row("SELECT 1 FROM jobs WHERE id = $1 FOR KEY SHARE", [.text(pending.jobID)]) {
+                (row) throws(StoreError) in try row.integer(0)
+            }
+        }
+        return try landedEventInHistory(pending)
+    }
+
     /// Extends to `now + leaseMs` every lease in `leases` (job id → token) that `owner` still holds
     /// (job running under that token). Returns the ids whose lease was lost. Appends no events. The
     /// job rows are updated in id order, as a group commit locks them, so the two cannot deadlock; the

@@ -404,6 +404,11 @@ extension JobStore {
 
     /// Built from `events(jobID:)` and `blob(sha256:)`: reads the job's whole history (a rare path).
     public func landedEvent(_ pending: PendingEvent) throws(StoreError) -> JobEvent? {
+        try landedEventInHistory(pending)
+    }
+
+    /// `landedEvent` as the job's history reads now: its newest event compared with `pending`.
+    public func landedEventInHistory(_ pending: PendingEvent) throws(StoreError) -> JobEvent? {
         guard let newest = try events(jobID: pending.jobID).last, newest.type == pending.type,
               newest.leaseToken == pending.leaseToken, newest.actor == pending.actor else { return nil }
         if newest.payload == pending.payload { return newest }

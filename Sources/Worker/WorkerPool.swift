@@ -831,7 +831,12 @@ struct LeaseSink: TaskEventSink {
             }
             failure = await append(&remaining)
         }
-        if let firstFailure, let refusal = failure, !Self.isTransient(refusal), await dropLanded(&remaining, failure: firstFailure) {
+        // A write whose outcome is unknown — a try failed without an answer, and the retries were refused
+        // or the lease ran out before one could be made — may be in the log all the same: a commit that
+        // took longer than the lease (a download's result of hundreds of MiB) is answered, or given up,
+        // only after it. Reported `abandoned`, such a job was `succeeded` in the log.
+        if let unknown = firstFailure ?? failure.flatMap({ Self.isTransient($0) ? $0 : nil }), failure != nil,
+           await dropLanded(&remaining, failure: unknown) {
             failure = nil
         }
         let after = Clock.nowMs()

@@ -9,6 +9,9 @@ import Synchronization
 /// store failed (`io`), as a worker hears it when the connection breaks after COMMIT. Every other call
 /// goes to the real store unchanged. A fault of our own around a real database, not a mock of one.
 ///
+/// With `answerDelayMs`, that failure is told only after so long (a commit whose answer came back, or
+/// was given up, after the lease had run out: a download's result of hundreds of MiB on PostgreSQL).
+///
 /// With `damagedFromRun`, the executor calls (`run`) from that one on fail as SQLite's would on a file
 /// damaged under the worker (`StoreError.damaged`), which no real file does on demand mid-run.
 ///
@@ -21,6 +24,7 @@ final class LostAnswerStore: JobStore {
     /// How many answers were lost so far (at most one).
     let lost = Mutex(0)
     let damagedFromRun: Int?
+    let answerDelayMs: Int64
     /// Executor calls so far.
     let runs = Mutex(0)
     /// `stats` calls so far (the whole statistics, outcome windows included).
@@ -34,10 +38,11 @@ final class LostAnswerStore: JobStore {
     /// `raiseSweepWatermark` calls so far.
     let watermarkRaises = Mutex(0)
 
-    init(_ inner: any JobStore, loseAnswerTo: EventType, damagedFromRun: Int? = nil) {
+    init(_ inner: any JobStore, loseAnswerTo: EventType, damagedFromRun: Int? = nil, answerDelayMs: Int64 = 0) {
         self.inner = inner
         self.loseAnswerTo = loseAnswerTo
         self.damagedFromRun = damagedFromRun
+        self.answerDelayMs = answerDelayMs
     }
 
     func appendGrouped(_ event: PendingEvent) async -> Result<JobEvent, StoreError> {
@@ -47,7 +52,9 @@ final class LostAnswerStore: JobStore {
             defer { count += 1 }
             return count == 0
         }
-        return loseIt ? .failure(.io("the connection broke after COMMIT (test fault)")) : result
+        guard loseIt else { return result }
+        if answerDelayMs > 0 { try? await Task.sleep(for: .milliseconds(answerDelayMs)) }
+        return .failure(.io("the connection broke after COMMIT (test fault)"))
     }
 
     // MARK: - Everything else: the real store

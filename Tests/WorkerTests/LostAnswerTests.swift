@@ -71,6 +71,53 @@ import TestSupport
     }
 }
 
+/// A commit that outlasts the lease: its answer is lost (the store failed, `io`) only once the lease the
+/// worker knows of has run out — as when a download's result of hundreds of MiB takes PostgreSQL longer
+/// to commit than the lease, and the session is given up meanwhile. The worker cannot retry the write
+/// (its lease is gone), but the job's outcome is in the log: it must say `succeeded`, not `abandoned`.
+@Suite("a write answered after the lease ran out", .onTestThreads) struct LateAnswerTests {
+    @Test(arguments: WorkerEngine.allCases)
+    func aCommitThatOutlastedTheLeaseIsNotAbandoned(engine: WorkerEngine) async throws {
+        let directory = try TemporaryDirectory("late-answer")
+        defer { directory.remove() }
+        let database = try engine.database(in: directory)
+        let payload = Data((0..<300).map { UInt8(truncatingIfNeeded: $0 * 7) })
+        try FileManager.default.createDirectory(atPath: directory.file("buckets/b"), withIntermediateDirectories: true)
+        try payload.write(to: URL(fileURLWithPath: directory.file("buckets/b/result.bin")))
+        let ids = try submit("- {kind: download-memory, source: \"file://b/result.bin\"}\n", database: database, directory: directory)
+        let id = try #require(ids.first)
+
+        let real: any JobStore = switch engine {
+        case .sqlite: try EventStore(path: database, mode: .readWrite)
+        case .postgres: try PostgresStore(url: database, mode: .readWrite)
+        }
+        let leaseMs: Int64 = 3_000
+        // Past the lease as the worker last renewed it: its heartbeats stop renewing a job once the
+        // store has it finished.
+        let store = LostAnswerStore(real, loseAnswerTo: .succeeded, answerDelayMs: leaseMs + 1_500)
+        let lines = Mutex<[String]>([])
+        let poolBox = Mutex<WorkerPool?>(nil)
+        let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
+            lines.withLock { $0.append(line) }
+            if line.contains("\"event\":\"succeeded\"") || line.contains("\"event\":\"abandoned\"") {
+                if let pool = poolBox.withLock({ $0 }) { startThread { pool.beginShutdown() } }
+            }
+        })
+        let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
+                              configuration: WorkerConfiguration(concurrency: 1, leaseMs: leaseMs, drain: true), log: log)
+        poolBox.withLock { $0 = pool }
+        let summary = try await pool.run()
+        let text = lines.withLock { $0.joined() }
+
+        #expect(store.lost.withLock { $0 } == 1, "the fault did not fire")
+        let events = try real.events(jobID: id)
+        #expect(events.last?.type == .succeeded, "\(events.map(\.type))")
+        #expect(summary.abandoned == 0 && summary.succeeded == 1, "\(summary)\n\(text)")
+        #expect(!text.contains("\"event\":\"abandoned\""), "\(text)")
+        #expect(text.contains("\"event\":\"write_landed\""), "\(text)")
+    }
+}
+
 /// A database damaged under a running worker: retrying cannot help, so the pool stops and says so
 /// instead of retrying for ever (a drain that never ends, a service that never reports it).
 @Suite("a damaged database under a worker", .onTestThreads) struct DamagedStoreTests {
