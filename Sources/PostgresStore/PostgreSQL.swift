@@ -474,6 +474,29 @@ final class PostgresConnection {
     /// one-time `PQprepare`s: what the adapter's statement budget per event is measured in.
     private(set) var statementsSent = 0
 
+    /// The largest message the server reads from a client (`PQ_LARGE_MESSAGE_LIMIT`, one byte less than
+    /// the 1 GB a server allocation may take): a statement's values travel in one message (`Bind`), and
+    /// a longer one makes the server end the session ("invalid message length") — after, in a pipeline,
+    /// the statements before it may already have run.
+    ///
+    /// See https://www.postgresql.org/docs/current/protocol-message-formats.html (Bind)
+    static let protocolMessageLimit = 0x3FFF_FFFE
+
+    /// The most one statement's values may take in their message: `protocolMessageLimit`, lower in tests
+    /// (so the limit can be met with a few MiB). A statement over it is refused before anything is sent
+    /// (`messageTooLarge`), and writers that may make one (a group commit's blobs) split what they send by it.
+    var messageLimit = PostgresConnection.protocolMessageLimit
+
+    /// The largest message of values this session has sent, in bytes (tests and diagnostics).
+    private(set) var largestMessageBytes = 0
+
+    /// Refuses `encoded` when its message would pass `messageLimit`; notes its size otherwise.
+    private func checkMessageSize(_ encoded: EncodedParameters, sql: String) throws(PostgresError) {
+        let bytes = encoded.messageBytes
+        guard bytes <= messageLimit else { throw PostgresError.messageTooLarge(bytes: bytes, limit: messageLimit, sql: sql) }
+        largestMessageBytes = max(largestMessageBytes, bytes)
+    }
+
     /// How many times this connection has waited for the server's answers: one per statement sent
     /// alone, one per pipeline however many statements it holds (not counting the one-time
     /// `PQprepare`s of statements sent alone).
@@ -491,6 +514,7 @@ final class PostgresConnection {
             return try pipeline(then: QueuedStatement(sql: sql, parameters: parameters, onResult: nil))
         }
         let encoded = try EncodedParameters(parameters)
+        try checkMessageSize(encoded, sql: sql)
         let preparedName = try prepared(sql, types: encoded.types)
         statementsSent += 1
         roundTrips += 1
@@ -601,6 +625,10 @@ final class PostgresConnection {
             storage.append(0)
         }
 
+        /// The size of the `Bind` message that carries these values: each value and its 4-byte length, its
+        /// 2-byte format code, and at most 32 bytes of names, counts and result formats.
+        var messageBytes: Int { storage.count - 1 + 6 * types.count + 32 }
+
         /// Calls `body` with what libpq's `PQexec…`/`PQsend…` calls take: the count, the types, a
         /// pointer to each value (nil for NULL) into the buffer, the lengths and the formats (binary).
         func withValues<R>(_ body: (Int32, [UInt32], [UnsafePointer<CChar>?], [Int32], [Int32]) -> R) -> R {
@@ -642,6 +670,7 @@ final class PostgresConnection {
         // A value that cannot be sent fails the call before anything is: the held-back statements
         // stay held back (and fail the transaction's COMMIT in turn), none is lost unsent.
         let encoded = try statements.map { (statement) throws(PostgresError) in try EncodedParameters(statement.parameters) }
+        for (index, parameters) in encoded.enumerated() { try checkMessageSize(parameters, sql: statements[index].sql) }
         queued.removeAll()
         let lastSQL = statements.last?.sql ?? ""
         guard jobctl_PQenterPipelineMode(handle) == 1 else {

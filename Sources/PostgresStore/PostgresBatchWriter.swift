@@ -11,7 +11,8 @@ import Synchronization
 /// - The rows of the group are collected and written together, a statement per table whatever the
 ///   number of jobs: every event in one `INSERT … SELECT FROM unnest(…)`, the projection rows in one
 ///   `UPDATE jobs … FROM unnest(…)` (only the job's last row of the group, with the lease expiry a
-///   claim set) and one multi-row insert for new jobs, the blobs in one insert,
+///   claim set) and one multi-row insert for new jobs, the blobs in one insert (or, when together they
+///   pass an eighth of the message limit, in inserts of their own, each message under it: `blobPacks`),
 ///   the rows of `job_dependencies` in one insert or one delete. The arrays travel in binary (`PostgresArray`): nothing is quoted or parsed as text.
 /// - All of them go as data-modifying `WITH` clauses of ONE statement (`flush`): before any read of
 ///   the transaction (so the read sees them) and at the end. A table gets at most one clause per
@@ -166,6 +167,17 @@ final class PostgresBatchWriter: DecisionWriter {
         if !blobRows.isEmpty {
             // The blobs' turns before they are stored (see `BlobTurns`), held back in the same pipeline.
             connection.enqueue(BlobTurns.sharedSQL, [postgresTextArray(blobRows.keys.sorted())])
+            // Large results go in inserts of their own, each message under the server's limit: in the
+            // group's one statement, two download-memory results of 512 MiB made a message past 1 GB,
+            // which the server answers by ending the session (the whole group commit lost, and lost again
+            // at every retry of the jobs it held).
+            if blobRows.values.reduce(0, { $0 + $1.count }) > connection.messageLimit / Self.sharedBlobFraction {
+                let blobs = blobRows.sorted { $0.key < $1.key }
+                blobRows.removeAll()
+                for pack in Self.blobPacks(blobs.map { ($0.key, $0.value) }, messageLimit: connection.messageLimit) {
+                    connection.enqueue(Self.blobInsertSQL, Self.blobParameters(pack))
+                }
+            }
         }
         let writes = try collectedWrites()
         guard !writes.isEmpty else { return }
@@ -226,13 +238,7 @@ final class PostgresBatchWriter: DecisionWriter {
         if !blobRows.isEmpty {
             let blobs = blobRows.sorted { $0.key < $1.key }
             blobRows.removeAll()
-            writes.append(HeldWrite(table: "blobs", sql: """
-                INSERT INTO blobs (sha256, size, data) SELECT * FROM unnest($1, $2, $3) ON CONFLICT (sha256) DO NOTHING
-                """, parameters: [
-                    Self.array(PostgresType.text, blobs.map { .text($0.key) }),
-                    Self.array(PostgresType.int8, blobs.map { .int($0.value.count) }),
-                    Self.array(PostgresType.bytea, blobs.map { .bytea($0.value) }),
-                ]))
+            writes.append(HeldWrite(table: "blobs", sql: Self.blobInsertSQL, parameters: Self.blobParameters(blobs.map { ($0.key, $0.value) })))
         }
         if !dependencyInserts.isEmpty {
             let rows = dependencyInserts
@@ -249,6 +255,44 @@ final class PostgresBatchWriter: DecisionWriter {
                                     parameters: [Self.array(PostgresType.text, ids.map(PostgresValue.text))]))
         }
         return writes
+    }
+
+    /// The insert of blobs: hashes, sizes and bytes as three arrays (`blobParameters`).
+    static let blobInsertSQL = "INSERT INTO blobs (sha256, size, data) SELECT * FROM unnest($1, $2, $3) ON CONFLICT (sha256) DO NOTHING"
+
+    private static func blobParameters(_ blobs: [(sha256: String, bytes: Data)]) -> [PostgresValue] {
+        [array(PostgresType.text, blobs.map { .text($0.sha256) }),
+         array(PostgresType.int8, blobs.map { .int($0.bytes.count) }),
+         array(PostgresType.bytea, blobs.map { .bytea($0.bytes) })]
+    }
+
+    /// Blobs ride in the group's one statement while together they are at most this fraction of the
+    /// message limit (the rest is room for the events and rows: a claim of thousands of jobs is a few MiB).
+    static let sharedBlobFraction = 8
+
+    /// What each blob adds to a message besides its bytes: its hash, its size and three lengths, with room.
+    static let blobOverheadBytes = 128
+
+    /// `blobs` cut, in order, into groups whose message stays under `messageLimit` (with a KiB for the
+    /// statement's own fields); a blob too large for any message is a group alone, which the connection
+    /// refuses (`messageTooLarge`) before anything is sent.
+    static func blobPacks(_ blobs: [(sha256: String, bytes: Data)], messageLimit: Int) -> [[(sha256: String, bytes: Data)]] {
+        let budget = messageLimit - 1_024
+        var packs: [[(sha256: String, bytes: Data)]] = []
+        var current: [(sha256: String, bytes: Data)] = []
+        var size = 0
+        for blob in blobs {
+            let added = blob.bytes.count + blobOverheadBytes
+            if !current.isEmpty && size + added > budget {
+                packs.append(current)
+                current = []
+                size = 0
+            }
+            current.append(blob)
+            size += added
+        }
+        if !current.isEmpty { packs.append(current) }
+        return packs
     }
 
     private static func array(_ elementType: UInt32, _ elements: [PostgresValue]) -> PostgresValue {

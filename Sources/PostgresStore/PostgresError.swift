@@ -21,6 +21,9 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
     case rolledBack(sql: String?)
     /// A value could not be sent or read as the Swift type asked for; the message says which and why.
     case conversion(String)
+    /// A statement's parameters (`bytes`, the message that carries them) are more than the server takes in
+    /// one message (`limit`); nothing was sent.
+    case messageTooLarge(bytes: Int, limit: Int, sql: String?)
     /// The wrapper was used in a way that cannot work (a transaction begun inside another); a bug in jobctl.
     case misuse(String)
     /// The database was migrated by a newer jobctl (`found`) than this binary knows (`known`); it was not touched.
@@ -83,6 +86,10 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
                 + " because a statement in it failed; nothing of it was written: run it again"
         case .conversion(let message):
             return "a PostgreSQL value could not be converted: \(message)"
+        case .messageTooLarge(let bytes, let limit, let sql):
+            return "a statement's values are \(bytes) bytes, more than PostgreSQL takes in one message (\(limit) bytes)"
+                + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "")
+                + "; nothing of it was sent: a download-memory result that large needs download-file (max_size is at most 512 MiB)"
         case .misuse(let message):
             return "\(message); this is a bug in jobctl: please report it"
         case .newerSchema(let found, let known):

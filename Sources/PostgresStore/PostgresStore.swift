@@ -283,6 +283,8 @@ extension StoreError {
             self = .readOnly("\(error)")
         case .conversion(let message):
             self = .corrupt(message)
+        case .messageTooLarge:
+            self = .tooLarge("\(error)")
         case .connectionFailed, .connectionLost:
             self = .unreachable("\(error)")
         default:

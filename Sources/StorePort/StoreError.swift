@@ -46,6 +46,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// An `after:` entry names no job: not a key of the jobs submitted with it, nor a key or id (prefix)
     /// of a job in the log.
     case unknownDependency(String)
+    /// A write larger than the database takes in one statement or one value (PostgreSQL: 1 GB); nothing
+    /// of it was sent. The message says how large and what to do.
+    case tooLarge(String)
 
     public var description: String {
         switch self {
@@ -100,6 +103,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unknownDependency(let name):
             return "'after' names '\(name)', which is neither the key of a job in the manifest nor a key or id (prefix) "
                 + "of a job in the log; nothing was submitted: name a job that exists (`jobctl list` shows them)"
+        case .tooLarge(let message):
+            return message
         }
     }
 
