@@ -2,10 +2,12 @@
 #define JOBCTL_CFILESYSTEM_SHIM_H
 
 // What Glibc's Swift module leaves out: the filesystem type of an open file (`fstatfs(2)`, in
-// <sys/vfs.h>), a shell started with `posix_spawn` in a process group of its own, and `accept4`.
+// <sys/vfs.h>), a shell started with `posix_spawn` in a process group of its own, `accept4`, and
+// `malloc_trim` (<malloc.h>).
 // Header-only: nothing is linked beyond libc.
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -25,6 +27,13 @@ extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *
 extern char **environ;
 extern int pipe2(int fds[2], int flags);
 extern int accept4(int fd, struct sockaddr *address, socklen_t *length, int flags);
+
+/// Hands the memory that malloc holds free back to the kernel (`malloc_trim(0)`: the free pages inside
+/// every arena, not only at their tops). glibc keeps what a thread's arena once held: a long-running
+/// worker's resident size settled near 70 MB for a live heap of 8–11 MB. Returns 1 when some memory was released.
+static inline int jobctl_release_free_memory(void) {
+    return malloc_trim(0);
+}
 
 /// A connection accepted on `listener` that closes on exec and never blocks (`accept4` with
 /// `SOCK_CLOEXEC | SOCK_NONBLOCK`: no other thread's spawn can inherit it between two calls).

@@ -1,3 +1,4 @@
+import CFileSystem
 import Foundation
 import JobModel
 import Storage
@@ -141,7 +142,11 @@ final class OrphanSweeper: Sendable {
             // A look at every job finished since the last sweep, and removals that sync folders: not on
             // the cooperative pool, where the worker's loop heartbeats the leases.
             let removed = await BlockingFileWork.run {
-                Orphans.find(candidates, backend: backend).filter { backend.remove($0.file) }
+                let removed = Orphans.find(candidates, backend: backend).filter { backend.remove($0.file) }
+                // Every periodic sweep (each `intervalMs`) also hands malloc's free pages back to the
+                // kernel (see `FreedMemory`); a drain's last sweep does not, as the process ends.
+                if !force { FreedMemory.release() }
+                return removed
             }
             for orphan in removed { log.orphanRemoved(orphan.file, jobState: orphan.jobState, now: Clock.nowMs()) }
             // Nothing new since the last sweep (an idle worker every `intervalMs`): no write.
@@ -151,4 +156,17 @@ final class OrphanSweeper: Sendable {
             log.orphanSweepFailed("\(error)", now: Clock.nowMs())
         }
     }
+}
+
+/// The memory malloc holds free, handed back to the kernel.
+///
+/// glibc gives each thread that allocates under contention an arena of its own (up to eight a core)
+/// and keeps what an arena once held: a worker that ran for 16 minutes at concurrency 16 over a
+/// mixed load settled near 70 MB resident for a live heap of 8–11 MB (the rest free inside the
+/// arenas), and each sweep's list of jobs to skip raised the plateau once more. `malloc_trim(0)`
+/// releases the free pages inside every arena, not only at their tops.
+enum FreedMemory {
+    /// Releases malloc's free pages; whether any were released.
+    @discardableResult
+    static func release() -> Bool { jobctl_release_free_memory() == 1 }
 }
