@@ -787,12 +787,8 @@ struct ManifestReader {
         }
         var standardized = LocalPath.standardize(absolute)
         // The kernel's bounds (ENAMETOOLONG): refused here, at the field, rather than by the worker.
-        if standardized.utf8.count >= Int(PATH_MAX) {
-            return fail(&self, "is \(standardized.utf8.count) bytes long as an absolute path; Linux takes paths of at most "
-                            + "\(Int(PATH_MAX) - 1) bytes (PATH_MAX)")
-        }
-        if let long = SlashSeparatedPath.parts(of: standardized).first(where: { $0.utf8.count > Int(NAME_MAX) }) {
-            return fail(&self, "has a name of \(long.utf8.count) bytes ('\(long.prefix(40))...'); file names are at most \(Int(NAME_MAX)) bytes")
+        if let problem = LocalPath.kernelBoundsProblem(standardized) {
+            return fail(&self, problem)
         }
         let writtenAsFolder = path.hasSuffix("/") || path.hasSuffix("/.") || path == "." || path.hasSuffix("/..") || path == ".."
         if field == .source {
@@ -810,6 +806,15 @@ struct ManifestReader {
             // The caller reported the source already when there is no name to add.
             guard let folderEntry, !folderEntry.isEmpty else { return nil }
             standardized = LocalPath.standardize(standardized + "/" + folderEntry)
+            // The object's name becomes the file's: a GCS name may have a 1,024-byte segment, which no
+            // file system takes (the folder itself passed above).
+            if folderEntry.utf8.count > Int(NAME_MAX) {
+                return fail(&self, "'\(text.value)' is a folder, and the object's name '\(folderEntry.prefix(40))...' is "
+                                + "\(folderEntry.utf8.count) bytes; file names are at most \(Int(NAME_MAX)) bytes: write the file's own name")
+            }
+            if let problem = LocalPath.kernelBoundsProblem(standardized) {
+                return fail(&self, "'\(text.value)' is a folder, and with the object's name the path \(problem); write a shorter one")
+            }
         }
         if standardized == "/" {
             return fail(&self, "'\(text.value)' names the root folder; expected a file")

@@ -84,6 +84,9 @@ public struct PrefixExpansion: Sendable, Hashable {
     public func jobs(objectNames: [String]) -> Result<[JobSpec], ManifestErrors> {
         var specs: [JobSpec] = []
         var refused: [String] = []
+        /// Objects whose path under the folder the kernel would refuse (ENAMETOOLONG), and why, for the first.
+        var tooLong: [String] = []
+        var tooLongProblem = ""
         for name in objectNames.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
             guard let relative = relativeName(name), !relative.isEmpty, relative.utf8.last != UInt8(ascii: "/") else { continue }
             // Cut at the `/` bytes, as the kernel walks the destination (see `SlashSeparatedPath`).
@@ -100,7 +103,13 @@ public struct PrefixExpansion: Sendable, Hashable {
                 refused.append(name)
                 continue
             }
-            spec.destination = destinationFolder + "/" + relative
+            let destination = destinationFolder + "/" + relative
+            if let problem = LocalPath.kernelBoundsProblem(destination) {
+                if tooLong.isEmpty { tooLongProblem = problem }
+                tooLong.append(name)
+                continue
+            }
+            spec.destination = destination
             spec.key = template.key.map { $0 + "/" + relative }
             spec.batch = JobBatch(id: batchID, source: prefix.description + (prefix.isRoot ? "" : "/"),
                                   include: filter.includeTexts, exclude: filter.excludeTexts, path: relative)
@@ -111,6 +120,12 @@ public struct PrefixExpansion: Sendable, Hashable {
             return .failure(ManifestErrors([error(.invalidPath, "the object '\(first)'\(more) under '\(prefixText)' has a name that is not a safe "
                 + "relative path ('..', '.', an empty segment or a leading '/'); it cannot be written under '\(destinationFolder)/': "
                 + "download it with a job of its own, or narrow the prefix or 'exclude:' it", at: sourceMark, line: sourceLine)]))
+        }
+        if let first = tooLong.first {
+            let more = tooLong.count > 1 ? " (and \(tooLong.count - 1) more)" : ""
+            return .failure(ManifestErrors([error(.invalidPath, "the object '\(first.prefix(40))...'\(more) under '\(prefixText)' would be "
+                + "written under '\(destinationFolder)/' as a path that \(tooLongProblem): download it with a job of its own that names "
+                + "a shorter destination, or narrow the prefix or 'exclude:' it", at: sourceMark, line: sourceLine)]))
         }
         if specs.isEmpty {
             let filtered = filter.include.isEmpty && filter.exclude.isEmpty ? "" : " that 'include'/'exclude' take"

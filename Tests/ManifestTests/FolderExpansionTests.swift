@@ -229,6 +229,31 @@ import TestSupport
         #expect(errors.first?.message.contains("has a name that is not a safe relative path") == true)
     }
 
+    /// An object's path under the destination folder is a local path like any other: a segment over
+    /// NAME_MAX (GCS takes 1,024-byte names without a `/`) or a whole path over PATH_MAX refuses the
+    /// expansion at `source`, as an unsafe name does, rather than failing that job in the worker with
+    /// ENAMETOOLONG.
+    @Test func objectPathsOverTheKernelsBoundsRefuseTheExpansion() throws {
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://b/photos/\n  destination: out/\n")
+        let long = "photos/2024/" + String(repeating: "n", count: 256)
+        let errors = try #require(expansion.jobs(objectNames: ["photos/fine.jpg", long]).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
+        #expect(errors.first?.message.contains("a path that has a name of 256 bytes (") == true, "\(errors)")
+        #expect(errors.first?.message.contains("file names are at most 255 bytes") == true, "\(errors)")
+        #expect(errors.first?.message.contains("'photos/2024/\(String(repeating: "n", count: 28))...'") == true, "\(errors)")
+        // 255 bytes a name is fine.
+        let fits = "photos/2024/" + String(repeating: "n", count: 255)
+        #expect(expansion.jobs(objectNames: [fits]).jobs?.map(\.destination) == [testBase + "/out/2024/" + String(repeating: "n", count: 255)])
+        // A folder deep enough that an object's path passes PATH_MAX (4,095 bytes and the NUL).
+        let folder = "/srv/" + String(repeating: "d/", count: 1_990)
+        let deep = try prefixJob("- kind: download-file\n  source: gs://b/photos/\n  destination: \(folder)\n")
+        let pathErrors = try #require(deep.jobs(objectNames: ["photos/a", "photos/" + String(repeating: "x", count: 120)]).errors)
+        #expect(pathErrors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
+        #expect(pathErrors.first?.message.contains("is 4105 bytes long as an absolute path; Linux takes paths of at most 4095 bytes") == true,
+                "\(pathErrors)")
+        #expect(deep.jobs(objectNames: ["photos/a"]).jobs?.count == 1)
+    }
+
     /// Names are under the prefix when their bytes are, and are cut there: an object whose name goes on
     /// with a combining mark (`photos/\u{301}x`) is taken, not skipped for the Character `/\u{301}`, and
     /// one canonically equal to the prefix but not the same bytes (NFD for an NFC prefix) is not under it.

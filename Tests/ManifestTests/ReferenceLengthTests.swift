@@ -53,4 +53,30 @@ import Testing
         #expect(deep.utf8.count == 4_095)
         #expect(parse("- {kind: download-file, source: gs://b/x, destination: \"\(deep)\"}").jobs?.first?.destination == deep)
     }
+
+    /// A download into a folder takes the object's own name (as `cp` does): that name, and the path it
+    /// makes, are held to the same bounds, at the field. A GCS name may have a 1,024-byte segment; as a
+    /// file name it failed only in the worker, with ENAMETOOLONG.
+    @Test func aFolderDestinationWithTheObjectsNameIsHeldToTheKernelsBounds() throws {
+        let longName = String(repeating: "n", count: 256)
+        let deepFolder = "/tmp/" + String(repeating: "a/", count: 2_000)
+        let lines = ["- {kind: download-file, source: \"gs://b/dir/\(longName)\", destination: out/}",
+                     "- {kind: download-file, source: \"gs://b/\(String(repeating: "m", count: 200))\", destination: \"\(deepFolder)\"}"]
+        let errors = try #require(parse(lines.joined(separator: "\n")).errors)
+        #expect(errors.map(\.code) == [.invalidPath, .invalidPath], "\(errors)")
+        // At the destination each job wrote.
+        #expect(errors.map { "\($0.line):\($0.column)" } == ["1:\(lines[0].utf8.count - 4)", "2:\(lines[1].utf8.count - deepFolder.utf8.count - 2)"],
+                "\(errors)")
+        #expect(errors.first?.message.contains("the object's name '\(longName.prefix(40))...' is 256 bytes; file names are at most 255 bytes") == true,
+                "\(errors.first?.message ?? "")")
+        #expect(errors.last?.message.contains("is 4205 bytes long as an absolute path") == true, "\(errors.last?.message ?? "")")
+        // A 255-byte name, and a path of 4095 bytes, are fine.
+        let fits = String(repeating: "n", count: 255)
+        #expect(parse("- {kind: download-file, source: \"gs://b/\(fits)\", destination: out/}").jobs?.first?.destination
+                == testBase + "/out/" + fits)
+        let deep = "/tmp/" + String(repeating: "a/", count: 1_920)
+        let exact = String(repeating: "m", count: 4_095 - deep.utf8.count)
+        #expect(parse("- {kind: download-file, source: \"gs://b/\(exact)\", destination: \"\(deep)\"}").jobs?.first?.destination
+                == deep + exact)
+    }
 }
