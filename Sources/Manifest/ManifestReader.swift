@@ -786,8 +786,17 @@ struct ManifestReader {
             return fail(&self, "'\(path)' is relative, and \(CurrentDirectory.missingMessage)")
         }
         var standardized = LocalPath.standardize(absolute)
-        // The kernel's bounds (ENAMETOOLONG): refused here, at the field, rather than by the worker.
-        if let problem = LocalPath.kernelBoundsProblem(standardized) {
+        // The kernel's bounds (ENAMETOOLONG): refused here, at the field, rather than by the worker. A
+        // glob's pattern is no path (`[0-9a-f]` is 8 bytes for one of a name's): its folder is held to
+        // them, and the files it takes exist, so they fit.
+        var bounded = standardized
+        if field == .source, PathPattern.isPattern(standardized), !FileManager.default.fileExists(atPath: standardized) {
+            let parts = SlashSeparatedPath.parts(of: standardized)
+            if let first = parts.firstIndex(where: { PathPattern.isPattern(String($0)) }) {
+                bounded = "/" + parts[..<first].joined(separator: "/")
+            }
+        }
+        if let problem = LocalPath.kernelBoundsProblem(bounded) {
             return fail(&self, problem)
         }
         let writtenAsFolder = path.hasSuffix("/") || path.hasSuffix("/.") || path == "." || path.hasSuffix("/..") || path == ".."

@@ -130,6 +130,29 @@ import TestSupport
         #expect(specs[0].batch?.id != specs[2].batch?.id, "each expanding job has its own batch")
     }
 
+    /// A glob is a pattern, not a path: a segment of character sets is longer than the names it matches
+    /// (`[0-9a-f]` is 8 bytes for one), so the kernel's NAME_MAX and PATH_MAX are not its bounds. An
+    /// exact pattern for `backup-<time>_<md5>.tar.gz` (66-byte names) is 346 bytes, and was refused as
+    /// "a name of 346 bytes"; the folder before it, and every file it takes, still are held to them.
+    @Test func aGlobSegmentLongerThanAFileNameIsAPattern() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let name = "backup-2026-01-01T00:00:00_0123456789abcdef0123456789abcdef.tar.gz"
+        try "b".write(toFile: tree.directory.file("photos/" + name), atomically: true, encoding: .utf8)
+        try "x".write(toFile: tree.directory.file("photos/backup-latest.tar.gz"), atomically: true, encoding: .utf8)
+        let digit = "[0-9]", hex = "[0-9a-f]"
+        let time = [String](repeating: digit, count: 4).joined() + "-" + digit + digit + "-" + digit + digit + "T"
+            + [digit + digit, digit + digit, digit + digit].joined(separator: ":")
+        let pattern = "backup-" + time + "_" + String(repeating: hex, count: 32) + ".tar.gz"
+        #expect(pattern.utf8.count == 346)
+        let specs = try #require(tree.parse("- {kind: upload-file, source: \"photos/\(pattern)\", destination: gs://b/}\n").jobs).map(\.spec)
+        #expect(specs.map(\.source) == [tree.base + "/photos/" + name])
+        // The folder before the pattern is a path: a name over 255 bytes there is refused as before.
+        let long = String(repeating: "f", count: 256)
+        let errors = try #require(tree.parse("- {kind: upload-file, source: \"\(long)/*.gz\", destination: gs://b/}\n").errors)
+        #expect(errors.map(\.code) == [.invalidPath] && errors.first?.message.contains("has a name of 256 bytes") == true, "\(errors)")
+    }
+
     @Test func includeAndExcludeFilterRelativePaths() throws {
         let tree = try Tree()
         defer { tree.remove() }
