@@ -48,6 +48,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         }
         let fullPath = try Self.normalise(path)
         if scheme == .gs { try Self.checkObjectName(fullPath) }
+        if scheme == .file { try Self.checkLocalName(bucket: bucket, fullPath) }
         self.init(unchecked: scheme, bucket: bucket, fullPath: fullPath, query: query, rawPath: rawPath)
     }
 
@@ -66,6 +67,31 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         }
         if name.utf8.contains(where: { $0 == 0x0A || $0 == 0x0D }) {
             throw StorageError(.invalidArgument, "the object name contains a line feed or carriage return, which Cloud Storage names cannot hold")
+        }
+    }
+
+    /// A `file://` object is a file: the kernel's bounds (`LocalPathBounds`), refused here, where a
+    /// manifest reports them at the field, rather than by the worker ("File name too long"). Without a
+    /// bucket the reference is an absolute path; with one, the bucket is a folder's name and the path
+    /// below it is only part of the file's (the buckets' folder comes first), checked as far as it goes.
+    static func checkLocalName(bucket: String, _ fullPath: String) throws(StorageError) {
+        if bucket.isEmpty {
+            if let problem = LocalPathBounds.problem("/" + fullPath) {
+                throw StorageError(.invalidArgument, "the local path \(problem)")
+            }
+            return
+        }
+        if bucket.utf8.count > Int(NAME_MAX) {
+            throw StorageError(.invalidArgument, "the local bucket's name is \(bucket.utf8.count) bytes; it names a folder, and file names "
+                + "are at most \(Int(NAME_MAX)) bytes")
+        }
+        let inBuckets = bucket.utf8.count + 1 + fullPath.utf8.count
+        if inBuckets >= Int(PATH_MAX) {
+            throw StorageError(.invalidArgument, "the bucket and object name are \(inBuckets) bytes as a path, and the buckets' folder "
+                + "comes before them; Linux takes paths of at most \(Int(PATH_MAX) - 1) bytes (PATH_MAX)")
+        }
+        if let problem = LocalPathBounds.problem(fullPath) {
+            throw StorageError(.invalidArgument, "the object's path \(problem)")
         }
     }
 

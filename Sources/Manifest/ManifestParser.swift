@@ -298,18 +298,9 @@ enum LocalPath {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// Why the kernel would refuse the absolute, standardised `path` with ENAMETOOLONG — as long as
-    /// PATH_MAX or longer, or a name longer than NAME_MAX — as a phrase after the path ("is … long …",
-    /// "has a name of …"); nil when it fits. Every local path a job gets is held to it at submit: the
-    /// one written, a folder's with the object's name added, each of a prefix's objects under its folder.
+    /// Why the kernel would refuse the absolute, standardised `path` (see `LocalPathBounds`); nil when it fits.
     static func kernelBoundsProblem(_ path: String) -> String? {
-        if path.utf8.count >= Int(PATH_MAX) {
-            return "is \(path.utf8.count) bytes long as an absolute path; Linux takes paths of at most \(Int(PATH_MAX) - 1) bytes (PATH_MAX)"
-        }
-        if let long = SlashSeparatedPath.parts(of: path).first(where: { $0.utf8.count > Int(NAME_MAX) }) {
-            return "has a name of \(long.utf8.count) bytes ('\(long.prefix(40))...'); file names are at most \(Int(NAME_MAX)) bytes"
-        }
-        return nil
+        LocalPathBounds.problem(path)
     }
 }
 

@@ -128,7 +128,7 @@ import Glibc
         let longest = String(repeating: "\u{E9}", count: 512)  // 1,024 bytes
         let fits = try workspace.write("fits.yaml", """
         - {kind: upload-data, data: x, destination: "gs://b/\(longest)"}
-        - {kind: upload-data, data: x, destination: "file://b/\(longest)x/y"}
+        - {kind: upload-data, data: x, destination: "file://b/\(String(repeating: String(longest.prefix(120)) + "/", count: 5))x/y"}
         """)
         let fine = try workspace.jobctl(["submit", "--dry-run", fits])
         #expect(fine.status == 0, "\(fine.stderr)")

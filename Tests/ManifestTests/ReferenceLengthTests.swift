@@ -79,4 +79,40 @@ import Testing
         #expect(parse("- {kind: download-file, source: \"gs://b/\(exact)\", destination: \"\(deep)\"}").jobs?.first?.destination
                 == deep + exact)
     }
+    /// A `file://` object is a file: its name's parts are file names, and a reference without a bucket
+    /// (`file:///abs/path`) is an absolute path. An upload to `file://b/dir/<300 bytes>` was "1 job
+    /// valid" and failed in the worker with "File name too long"; it is refused at its field, as a
+    /// local path is.
+    @Test func fileReferencesAreHeldToTheKernelsBounds() throws {
+        let long = String(repeating: "n", count: 256)
+        let deep = String(repeating: "d/", count: 2_048)
+        let errors = try #require(parse("""
+        - {kind: upload-data, data: hi, destination: "file://b/dir/\(long)"}
+        - {kind: upload-data, data: hi, destination: "file:///tmp/\(long)/x"}
+        - {kind: download-file, source: "file://b/\(long)", destination: out/x}
+        - {kind: upload-data, data: hi, destination: "file:///\(deep)x"}
+        - {kind: upload-data, data: hi, destination: "file://\(long)/x"}
+        - {kind: upload-data, data: hi, destination: "file://b/\(deep)x"}
+        """).errors)
+        #expect(errors.map(\.code) == [.invalidReference, .invalidReference, .invalidReference, .invalidReference, .invalidReference,
+                                       .invalidReference], "\(errors)")
+        #expect(errors.map(\.line) == [1, 2, 3, 4, 5, 6])
+        #expect(errors[5].message.contains("the bucket and object name are 4099 bytes as a path, and the buckets' folder comes before them"),
+                "\(errors[5].message)")
+        for error in errors.prefix(3) {
+            #expect(error.message.contains("has a name of 256 bytes ('\(long.prefix(40))...'); file names are at most 255 bytes"),
+                    "\(error.message)")
+        }
+        #expect(errors[3].message.contains("is 4098 bytes long as an absolute path"), "\(errors[3].message)")
+        #expect(errors[4].message.contains("the local bucket's name is 256 bytes"), "\(errors[4].message)")
+        // 255 bytes a name is fine, and so is a path of 4,095.
+        let fits = String(repeating: "n", count: 255)
+        let deepest = "/" + String(repeating: "d/", count: 2_046) + "xy"
+        #expect(deepest.utf8.count == 4_095)
+        let jobs = try #require(parse("""
+        - {kind: upload-data, data: hi, destination: "file://b/dir/\(fits)"}
+        - {kind: upload-data, data: hi, destination: "file://\(deepest)"}
+        """).jobs)
+        #expect(jobs.map(\.destination) == ["file://b/dir/\(fits)", "file://\(deepest)"])
+    }
 }
