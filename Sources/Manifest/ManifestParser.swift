@@ -297,11 +297,6 @@ enum LocalPath {
         if bytes.isEmpty { bytes.append(slash) }
         return String(decoding: bytes, as: UTF8.self)
     }
-
-    /// Why the kernel would refuse the absolute, standardised `path` (see `LocalPathBounds`); nil when it fits.
-    static func kernelBoundsProblem(_ path: String) -> String? {
-        LocalPathBounds.problem(path)
-    }
 }
 
 // MARK: - Byte-level text helpers

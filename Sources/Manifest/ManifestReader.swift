@@ -796,7 +796,7 @@ struct ManifestReader {
                 bounded = "/" + parts[..<first].joined(separator: "/")
             }
         }
-        if let problem = LocalPath.kernelBoundsProblem(bounded) {
+        if let problem = LocalPathBounds.problem(bounded) {
             return fail(&self, problem)
         }
         let writtenAsFolder = path.hasSuffix("/") || path.hasSuffix("/.") || path == "." || path.hasSuffix("/..") || path == ".."
@@ -821,7 +821,7 @@ struct ManifestReader {
                 return fail(&self, "'\(text.value)' is a folder, and the object's name '\(folderEntry.prefix(40))...' is "
                                 + "\(folderEntry.utf8.count) bytes; file names are at most \(Int(NAME_MAX)) bytes: write the file's own name")
             }
-            if let problem = LocalPath.kernelBoundsProblem(standardized) {
+            if let problem = LocalPathBounds.problem(standardized) {
                 return fail(&self, "'\(text.value)' is a folder, and with the object's name the path \(problem); write a shorter one")
             }
         }

@@ -84,7 +84,7 @@ public struct PrefixExpansion: Sendable, Hashable {
     public func jobs(objectNames: [String]) -> Result<[JobSpec], ManifestErrors> {
         var specs: [JobSpec] = []
         var refused: [String] = []
-        /// Objects whose path under the folder the kernel would refuse (ENAMETOOLONG), and why, for the first.
+        // Objects whose path under the folder the kernel would refuse (ENAMETOOLONG), and why, for the first.
         var tooLong: [String] = []
         var tooLongProblem = ""
         for name in objectNames.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
@@ -104,7 +104,7 @@ public struct PrefixExpansion: Sendable, Hashable {
                 continue
             }
             let destination = destinationFolder + "/" + relative
-            if let problem = LocalPath.kernelBoundsProblem(destination) {
+            if let problem = LocalPathBounds.problem(destination) {
                 if tooLong.isEmpty { tooLongProblem = problem }
                 tooLong.append(name)
                 continue
