@@ -61,6 +61,20 @@ struct Setting: Sendable {
         return nil
     }
 
+    /// The keys whose value is a local path (`db` unless a PostgreSQL URL).
+    static let pathKeys: Set<String> = ["db", "buckets", "google_application_credentials", "ca_bundle"]
+
+    /// Why a file's `value` for `key` is refused as a relative path, or nil. Unlike a flag or a variable,
+    /// given where the command runs, a file is read by every command wherever it runs: a relative path
+    /// there would name another database, buckets, credentials or CAs in every folder (a checkout's, a
+    /// download's) — the file's own folder is no better a guess. `~` is not expanded.
+    static func relativePathProblem(key: String, value: String) -> String? {
+        guard pathKeys.contains(key), !value.isEmpty, !value.hasPrefix("/") else { return nil }
+        if key == "db" && isPostgresURL(value) { return nil }
+        return "'\(key == "db" ? redactedDatabaseURL(value) : value)' is a relative path: read from a configuration file, it would name "
+            + "a file in whatever folder a command runs in; write it absolute (/…)"
+    }
+
     /// Every setting, in the order `jobctl config` lists them.
     static let all: [Setting] = [
         Setting("db", .environment("JOBCTL_DB"), default: "jobctl.db", show: redactedDatabaseURL),
@@ -148,6 +162,9 @@ struct Configuration: Sendable {
                     if let problem = Setting.formProblem(of: variable, value: entry.values.joined(separator: ",")) {
                         problems.append("\(place): error: \(entry.key): \(problem.message)")
                     }
+                }
+                if let problem = Setting.relativePathProblem(key: entry.key, value: entry.values.joined(separator: ",")) {
+                    problems.append("\(place): error: \(entry.key): \(problem)")
                 }
                 configuration.fileValues[entry.key] = (entry.values, place)
             }

@@ -201,6 +201,11 @@ import TestSupport
             ("storage_emulator_host: 'http://[::1'\n", "1:24: error: storage_emulator_host: STORAGE_EMULATOR_HOST must be"),
             ("refuse_executables: ',,'\n", "1:21: error: refuse_executables: JOBCTL_REFUSE_EXECUTABLES lists"),
             ("token_command: '  '\n", "1:16: error: token_command: JOBCTL_TOKEN_COMMAND is blank"),
+            // A relative path in a file names another file in every folder a command runs in.
+            ("db: jobs.db\n", "1:5: error: db: 'jobs.db' is a relative path"),
+            ("buckets: ../data/buckets\n", "1:10: error: buckets: '../data/buckets' is a relative path"),
+            ("ca_bundle: certs/ca.pem\n", "1:12: error: ca_bundle: 'certs/ca.pem' is a relative path"),
+            ("google_application_credentials: ~/key.json\n", "1:33: error: google_application_credentials: '~/key.json' is a relative path"),
           ])
     func malformed(text: String, message: String) throws {
         let workspace = try CLIWorkspace("configbad")
@@ -294,5 +299,22 @@ import TestSupport
         let output = try Self.run(workspace, ["config", "--json"],
                                   environment: ["XDG_CONFIG_HOME": "here", "HOME": workspace.directory.file("home")])
         #expect(try Self.settings(output)["concurrency"]?["value"] == "9", "\(output.stdout)")
+    }
+
+    @Test("absolute paths and PostgreSQL URLs in a file are taken; relative ones from a flag or the environment too")
+    func absolutePathsAndURLsTaken() throws {
+        let workspace = try CLIWorkspace("configpaths")
+        defer { workspace.directory.remove() }
+        let file = try workspace.write("paths.yaml", "db: postgres://u:secret@127.0.0.1:1/x\nbuckets: /srv/buckets\n"
+                                       + "ca_bundle: /etc/ssl/private.pem\ngoogle_application_credentials: /etc/key.json\n")
+        let output = try Self.run(workspace, ["--config", file, "config", "--json"])
+        #expect(output.status == 0, "\(output.stderr)")
+        let settings = try Self.settings(output)
+        #expect(settings["buckets"]?["value"] == "/srv/buckets" && settings["ca_bundle"]?["value"] == "/etc/ssl/private.pem")
+        #expect(!output.stdout.contains("secret"))
+        // The rule is the file's: a relative path given where the command runs means that folder.
+        let flag = try Self.run(workspace, ["--db", "here.db", "config", "--json"], environment: ["JOBCTL_BUCKETS": "b"])
+        #expect(flag.status == 0, "\(flag.stderr)")
+        #expect(try Self.settings(flag)["buckets"]?["value"] == "b")
     }
 }
