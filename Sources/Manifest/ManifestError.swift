@@ -158,29 +158,47 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
 // MARK: - All errors of a manifest
 
 /// Every problem found in one manifest, in source order. A manifest with any problem yields no jobs.
+///
+/// At most `ManifestLimits.maximumShownErrors` are held whole (the first in source order);
+/// `notShownCount` counts the others, which `render()` says are not shown.
 public struct ManifestErrors: Error, Sendable, Hashable, CustomStringConvertible, RandomAccessCollection {
+    /// The errors shown, in source order.
     public var errors: [ManifestError]
+    /// How many more errors the manifest has, past those in `errors` (counted once per code and position).
+    public var notShownCount: Int
 
-    public init(_ errors: [ManifestError]) {
+    public init(_ errors: [ManifestError], notShownCount: Int = 0) {
         self.errors = errors
+        self.notShownCount = notShownCount
     }
 
     public var startIndex: Int { errors.startIndex }
     public var endIndex: Int { errors.endIndex }
     public subscript(position: Int) -> ManifestError { errors[position] }
 
-    /// Each error rendered (`render()`), then a count line as clang prints: `2 errors generated.`
+    /// Every error found, shown or not.
+    public var totalCount: Int { errors.count + notShownCount }
+
+    /// Each error rendered (`render()`), then how many more were not shown (if any), then a count line as
+    /// clang prints: `2 errors generated.`
     public func render() -> String {
-        (errors.map { $0.render() } + [summary]).joined(separator: "\n")
+        (errors.map { $0.render() } + notShownLine + [summary]).joined(separator: "\n")
     }
 
-    /// `1 error generated.` / `N errors generated.`
+    /// `1 error generated.` / `N errors generated.`, counting those not shown.
     public var summary: String {
-        errors.count == 1 ? "1 error generated." : "\(errors.count) errors generated."
+        totalCount == 1 ? "1 error generated." : "\(totalCount) errors generated."
     }
 
-    /// One `FILE:LINE:COL: error: MESSAGE` line per error.
+    /// `N more errors not shown (...)` when some were left out.
+    private var notShownLine: [String] {
+        guard notShownCount > 0 else { return [] }
+        let what = notShownCount == 1 ? "1 more error" : "\(notShownCount) more errors"
+        return ["\(what) not shown after the first \(errors.count); fix these and run it again to see the next"]
+    }
+
+    /// One `FILE:LINE:COL: error: MESSAGE` line per error shown, then how many more were not shown.
     public var description: String {
-        errors.map(\.description).joined(separator: "\n")
+        (errors.map(\.description) + notShownLine).joined(separator: "\n")
     }
 }

@@ -27,6 +27,10 @@ public struct ManifestLimits: Sendable, Hashable {
     public var maximumScalarBytes: Int
     /// The most jobs in one manifest (they are stored in one transaction).
     public var maximumJobs: Int
+    /// The most errors shown for one manifest (the first in source order); the others are counted and
+    /// said to be not shown, as a compiler's error limit does. Not made at all, so a manifest of 200,000
+    /// errors is refused in about the time it takes to read.
+    public var maximumShownErrors: Int
     /// The most bytes of text libyaml may read for one value before handing it over: the scalar as
     /// written (quotes, escapes, indentation, line breaks) or a run of comments and blank lines.
     /// libyaml holds a scalar whole before the reader sees its length, so this is checked while it
@@ -37,7 +41,7 @@ public struct ManifestLimits: Sendable, Hashable {
 
     public init(maximumBytes: Int = 64 << 20, maximumDepth: Int = 64, maximumNodes: Int = 4_000_000,
                 maximumAliasNodes: Int = 100_000, aliasExpansionFactor: Int = 10,
-                maximumScalarBytes: Int = 16 << 20, maximumJobs: Int = 500_000) {
+                maximumScalarBytes: Int = 16 << 20, maximumJobs: Int = 500_000, maximumShownErrors: Int = 100) {
         self.maximumBytes = maximumBytes
         self.maximumDepth = maximumDepth
         self.maximumNodes = maximumNodes
@@ -45,6 +49,7 @@ public struct ManifestLimits: Sendable, Hashable {
         self.aliasExpansionFactor = aliasExpansionFactor
         self.maximumScalarBytes = maximumScalarBytes
         self.maximumJobs = maximumJobs
+        self.maximumShownErrors = maximumShownErrors
     }
 
     /// The limits `jobctl submit` applies.

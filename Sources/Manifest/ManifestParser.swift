@@ -201,7 +201,7 @@ public struct ManifestParser: Sendable {
         }
         // A syntax error leaves no tree to check; other YAML problems still let the jobs be checked.
         let jobs = document.root == nil && !document.problems.isEmpty ? [] : reader.read(document.root)
-        if !reader.errors.isEmpty { return .failure(ManifestErrors(reader.sortedErrors)) }
+        if let errors = reader.errors.errors { return .failure(errors) }
         return .success(jobs)
     }
 

@@ -77,8 +77,9 @@ extension ManifestReader {
                 report(.sourceUnavailable, "'source' '\(written.value)': the folder '\(folder.isEmpty ? root : root + "/" + folder)' cannot be read: \(reason)",
                        at: written.valueMark)
             case .tooMany(let limit):
+                let manifestLimit = limits.maximumJobs
                 report(.limitExceeded, "'source' '\(written.value)' holds more files than the \(limit) jobs the manifest may still make "
-                           + "(the limit is \(limits.maximumJobs)); narrow it with a glob or 'include'/'exclude', or split the manifest",
+                           + "(the limit is \(manifestLimit)); narrow it with a glob or 'include'/'exclude', or split the manifest",
                        at: written.valueMark)
             case .tooDeep(let path):
                 report(.limitExceeded, "'source' '\(written.value)' nests folders more than \(LocalTree.maximumDepth) deep (at '\(path)')",

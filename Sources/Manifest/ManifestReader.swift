@@ -25,6 +25,8 @@ enum JobField: String, CaseIterable, Sendable {
     case bucket
 
     /// Fields every kind takes.
+    /// Every field's name, in declaration order: what an unknown key is compared with.
+    static let names = allCases.map(\.rawValue)
     static let common: Set<JobField> = [.kind, .key, .priority, .maxAttempts, .queue, .timeout, .runAfter, .delay, .after]
 
     /// Every field each kind takes: the common ones and its own.
@@ -109,8 +111,15 @@ struct FieldSet {
     var bucket: Located<StorageReference>?
     /// Every field written, valid or not, with its key's position.
     var written: [JobField: SourceMark] = [:]
-    /// Fields an unknown key was probably meant to be (`destinaton`): not reported missing as well.
-    var misspelled: Set<JobField> = []
+    /// The unknown keys written, in order: see `isMisspelled(_:)`.
+    var unknownKeys: [String] = []
+
+    /// Whether an unknown key was probably meant to be `field` (`destinaton`): then the field is not
+    /// reported missing as well. Asked only when the field is missing, so a manifest of many unknown keys
+    /// pays for no suggestion it does not show (each is an edit distance against every field's name).
+    func isMisspelled(_ field: JobField) -> Bool {
+        unknownKeys.contains { ManifestReader.closest(to: $0, among: JobField.names) == field.rawValue }
+    }
 
     /// These fields with `defaults` filling the gaps; metadata merges field by field (custom metadata key by key).
     /// A field the job wrote with a wrong value is not filled from `defaults`: the job meant its own.
@@ -184,7 +193,8 @@ struct ManifestReader {
     let limits: ManifestLimits
     /// The submit's time (ms): `delay:` counts from it.
     let nowMs: Int64
-    private(set) var errors: [ManifestError] = []
+    /// The errors found so far: the first `limits.maximumShownErrors` whole, the others counted.
+    private(set) var errors: ManifestErrorCollector
     /// Jobs made so far, expansions included, against `limits.maximumJobs`.
     var jobCount = 0
     /// Idempotency keys seen so far, with the position of the job that used each first.
@@ -199,21 +209,19 @@ struct ManifestReader {
         self.baseDirectory = baseDirectory
         self.checksSources = checksSources
         self.limits = limits
-    }
-
-    /// Errors in source order (stable for equal positions), duplicates removed.
-    var sortedErrors: [ManifestError] {
-        var seen: Set<ManifestError> = []
-        let unique = errors.filter { seen.insert($0).inserted }
-        return unique.enumerated()
-            .sorted { ($0.element.line, $0.element.column, $0.offset) < ($1.element.line, $1.element.column, $1.offset) }
-            .map(\.element)
+        errors = ManifestErrorCollector(limit: limits.maximumShownErrors)
     }
 
     /// The last source line an error quoted, redacted: one long line with many errors is read once.
     private var lastQuotedLine: (number: Int, line: SecretText.RedactedLine?)?
 
-    mutating func report(_ code: ManifestError.Code, _ message: String, at mark: SourceMark) {
+    /// Reports an error at `mark`. `message` is made only for an error that will be shown (see
+    /// `ManifestErrorCollector`): past the limit an error is counted, not written.
+    mutating func report(_ code: ManifestError.Code, _ message: @autoclosure () -> String, at mark: SourceMark) {
+        guard errors.keeps(at: mark) else {
+            errors.count(code, at: mark)
+            return
+        }
         let quoted: SecretText.RedactedLine?
         if let last = lastQuotedLine, last.number == mark.line {
             quoted = last.line
@@ -221,8 +229,8 @@ struct ManifestReader {
             quoted = source.quotedLine(mark.line).map(SecretText.RedactedLine.init)
             lastQuotedLine = (mark.line, quoted)
         }
-        errors.append(ManifestError(code: code, file: file, line: mark.line, column: mark.column,
-                                    message: message, redactedLine: quoted))
+        let error = ManifestError(code: code, file: file, line: mark.line, column: mark.column, message: message(), redactedLine: quoted)
+        errors.add(error)
     }
 
     // MARK: - Top level
@@ -252,7 +260,8 @@ struct ManifestReader {
             return []
         }
         if jobNodes.count > limits.maximumJobs {
-            report(.limitExceeded, "the manifest lists \(jobNodes.count) jobs, more than the limit of \(limits.maximumJobs) (this is the first one over); "
+            let limit = limits.maximumJobs
+            report(.limitExceeded, "the manifest lists \(jobNodes.count) jobs, more than the limit of \(limit) (this is the first one over); "
                        + "split it into several manifests (jobctl submit takes them all in one transaction)",
                    at: jobNodes[limits.maximumJobs].mark)
             return []
@@ -379,12 +388,12 @@ struct ManifestReader {
             }
         }
         guard let kind = fields.kind?.value else {
-            if own.written[.kind] == nil && defaults.written[.kind] == nil && !own.misspelled.contains(.kind) {
+            if own.written[.kind] == nil && defaults.written[.kind] == nil && !own.isMisspelled(.kind) {
                 report(.missingField, "the job has no 'kind'; expected one of \(Self.kindList)", at: mark)
             }
             return nil
         }
-        let errorCount = errors.count
+        let errorCount = errors.reportCount
 
         // Fields this kind does not take: reported where the job wrote them; defaults that do not apply are skipped.
         let allowed = JobField.allowed[kind] ?? JobField.common
@@ -447,7 +456,7 @@ struct ManifestReader {
             let sourcePath = sourceText.flatMap { localPath($0, field: .source, kind: kind) }
             if let sourceText, let sourcePath, let tree = Self.uploadTree(sourcePath) {
                 let specs = expandUpload(tree, written: sourceText, template: spec, own: own, mark: mark)
-                return errors.count == errorCount ? ReadJob(specs: specs.specs, mark: mark, notes: specs.notes) : nil
+                return errors.reportCount == errorCount ? ReadJob(specs: specs.specs, mark: mark, notes: specs.notes) : nil
             }
             reportFiltersWithoutExpansion(own)
             spec.source = sourcePath
@@ -468,7 +477,7 @@ struct ManifestReader {
                 spec.data = base64.value
             case (nil, nil):
                 if own.written[.data] == nil && own.written[.dataBase64] == nil
-                    && !own.misspelled.contains(.data) && !own.misspelled.contains(.dataBase64) {
+                    && !own.isMisspelled(.data) && !own.isMisspelled(.dataBase64) {
                     report(.missingField, "the upload-data job has no 'data' (text) or 'data_base64' (bytes as base64)", at: mark)
                 }
             }
@@ -478,7 +487,7 @@ struct ManifestReader {
         case .downloadFile:
             if let sourceText = own.source, let prefix = listablePrefix(sourceText) {
                 guard let expansion = prefixExpansion(prefix, template: spec, own: own, mark: mark) else { return nil }
-                return errors.count == errorCount ? ReadJob(specs: [expansion.template], mark: mark, prefix: expansion) : nil
+                return errors.reportCount == errorCount ? ReadJob(specs: [expansion.template], mark: mark, prefix: expansion) : nil
             }
             reportFiltersWithoutExpansion(own)
             let sourceReference = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to download").flatMap {
@@ -516,7 +525,7 @@ struct ManifestReader {
                     report(.invalidValue, "'metadata' changes nothing; give a field to set (content_type, cache_control, ...) or "
                                + "remove (field: null), or a custom_metadata key to set or delete (key: null)", at: metadata.valueMark)
                 }
-            } else if !own.misspelled.contains(.metadata) {
+            } else if !own.isMisspelled(.metadata) {
                 report(.missingField, "the update-metadata job has no 'metadata' (the fields to change: content_type, cache_control, "
                            + "content_disposition, content_encoding, content_language, custom_metadata)", at: mark)
             }
@@ -536,18 +545,19 @@ struct ManifestReader {
         }
         jobCount += 1
         if jobCount > limits.maximumJobs {
-            report(.limitExceeded, "the manifest makes more than the limit of \(limits.maximumJobs) jobs (this one is over); "
+            let limit = limits.maximumJobs
+            report(.limitExceeded, "the manifest makes more than the limit of \(limit) jobs (this one is over); "
                        + "split it into several manifests", at: mark)
             return nil
         }
-        return errors.count == errorCount ? ReadJob(specs: [spec], mark: mark) : nil
+        return errors.reportCount == errorCount ? ReadJob(specs: [spec], mark: mark) : nil
     }
 
     /// The field's value, or nil after reporting it missing (unless it was written with a wrong value).
     private mutating func require(_ field: JobField, in fields: FieldSet, kind: JobKind, at mark: SourceMark,
                                   what: String) -> Located<String>? {
         let value = field == .source ? fields.source : fields.destination
-        if value == nil && fields.written[field] == nil && !fields.misspelled.contains(field) {
+        if value == nil && fields.written[field] == nil && !fields.isMisspelled(field) {
             report(.missingField, "the \(kind.rawValue) job has no '\(field.rawValue)' (\(what))", at: mark)
         }
         return value
@@ -839,15 +849,13 @@ struct ManifestReader {
         for pair in pairs {
             guard let name = keyName(pair.key) else { continue }
             guard let field = JobField(rawValue: name) else {
-                let candidates = JobField.allCases.map(\.rawValue)
-                var message = "unknown key '\(name)'"
-                if let suggested = Self.closest(to: name, among: candidates) {
-                    message += " (did you mean '\(suggested)'?)"
-                    JobField(rawValue: suggested).map { _ = fields.misspelled.insert($0) }
-                } else {
-                    message += "; a job takes \(candidates.joined(separator: ", "))"
+                fields.unknownKeys.append(name)
+                // Made only for an error that is shown (`report` takes the message lazily).
+                func message() -> String {
+                    if let suggested = Self.closest(to: name, among: JobField.names) { return "unknown key '\(name)' (did you mean '\(suggested)'?)" }
+                    return "unknown key '\(name)'; a job takes \(JobField.names.joined(separator: ", "))"
                 }
-                report(.unknownKey, message, at: pair.key.mark)
+                report(.unknownKey, message(), at: pair.key.mark)
                 continue
             }
             let keyMark = pair.key.mark
@@ -979,8 +987,9 @@ struct ManifestReader {
     private mutating func readKind(_ pair: YAMLPair) -> JobKind? {
         guard let text = string(pair, expected: "one of \(Self.kindList)") else { return nil }
         if let kind = JobKind(rawValue: text) { return kind }
-        let suggestion = Self.suggestion(for: text, among: JobKind.allCases.map(\.rawValue))
-        report(.unknownKind, "unknown kind '\(text)'\(suggestion); expected one of \(Self.kindList)", at: pair.value.mark)
+        // The suggestion is made only for an error that is shown (`report` takes the message lazily).
+        report(.unknownKind, "unknown kind '\(text)'\(Self.suggestion(for: text, among: JobKind.allCases.map(\.rawValue))); "
+                   + "expected one of \(Self.kindList)", at: pair.value.mark)
         return nil
     }
 
@@ -989,7 +998,8 @@ struct ManifestReader {
         // Block scalars wrap long base64 over lines; the line breaks are not part of it.
         let compact = String(text.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) })
         guard let data = Data(base64Encoded: compact) else {
-            report(.invalidBase64, "'\(keyName(pair.key) ?? "data_base64")' is not valid base64 (A-Z, a-z, 0-9, '+', '/', padded with '=' to a multiple of 4 characters)",
+            let name = keyName(pair.key) ?? "data_base64"
+            report(.invalidBase64, "'\(name)' is not valid base64 (A-Z, a-z, 0-9, '+', '/', padded with '=' to a multiple of 4 characters)",
                    at: pair.value.mark)
             return nil
         }
@@ -1057,8 +1067,9 @@ struct ManifestReader {
             guard case .scalar(let scalar) = item, !scalar.isNull,
                   let algorithm = ChecksumAlgorithm(rawValue: scalar.value.lowercased()) else {
                 if case .scalar(let scalar) = item, !scalar.isNull {
-                    let suggestion = Self.suggestion(for: scalar.value, among: ChecksumAlgorithm.allCases.map(\.rawValue))
-                    report(.invalidValue, "unknown checksum '\(scalar.value)'\(suggestion) in 'checksums'; use \(names)", at: item.mark)
+                    report(.invalidValue, "unknown checksum '\(scalar.value)'"
+                               + "\(Self.suggestion(for: scalar.value, among: ChecksumAlgorithm.allCases.map(\.rawValue))) in 'checksums'; use \(names)",
+                           at: item.mark)
                 } else {
                     report(.wrongType, "each of 'checksums' must be a hash name (\(names)), not \(item.summary)", at: item.mark)
                 }
@@ -1153,8 +1164,8 @@ struct ManifestReader {
         let expected = "one of \(names.joined(separator: ", "))"
         guard let text = string(pair, expected: expected) else { return nil }
         if let value = IfExists(rawValue: text) { return value }
-        let suggestion = Self.suggestion(for: text, among: names)
-        report(.invalidValue, "unknown 'if_exists' value '\(text)'\(suggestion); expected \(expected)", at: pair.value.mark)
+        report(.invalidValue, "unknown 'if_exists' value '\(text)'\(Self.suggestion(for: text, among: names)); expected \(expected)",
+               at: pair.value.mark)
         return nil
     }
 
@@ -1228,9 +1239,11 @@ struct ManifestReader {
             guard let name = keyName(entry.key) else { valid = false; continue }
             guard let field = Self.metadataKeys.first(where: { $0.snake == name || $0.camel == name }) else {
                 let candidates = Self.metadataKeys.flatMap { [$0.snake, $0.camel] }
-                let suggestion = Self.suggestion(for: name, among: candidates)
-                report(.unknownKey, "unknown metadata key '\(name)'\(suggestion)\(suggestion.isEmpty ? "; expected \(Self.metadataKeys.map(\.snake).joined(separator: ", "))" : "")",
-                       at: entry.key.mark)
+                func hint() -> String {
+                    let suggestion = Self.suggestion(for: name, among: candidates)
+                    return suggestion.isEmpty ? "; expected \(Self.metadataKeys.map(\.snake).joined(separator: ", "))" : suggestion
+                }
+                report(.unknownKey, "unknown metadata key '\(name)'\(hint())", at: entry.key.mark)
                 valid = false
                 continue
             }
@@ -1273,7 +1286,8 @@ struct ManifestReader {
     /// update-metadata, reported by the caller for every other kind).
     private mutating func readCustomMetadata(_ pair: YAMLPair, removals: inout [String: SourceMark]) -> [String: String]? {
         guard case .mapping(let pairs, _) = pair.value else {
-            report(.wrongType, "'\(keyName(pair.key) ?? "custom_metadata")' must be a mapping of names to strings, not \(pair.value.summary)",
+            let name = keyName(pair.key) ?? "custom_metadata"
+            report(.wrongType, "'\(name)' must be a mapping of names to strings, not \(pair.value.summary)",
                    at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
             return nil
         }

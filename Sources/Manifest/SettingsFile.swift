@@ -22,14 +22,17 @@ public enum SettingsFile {
     public static func read(text: String, path: String, keys: [String], listKeys: Set<String> = [],
                             limits: ManifestLimits = .default) -> Result<[SettingsEntry], ManifestErrors> {
         let source = SourceText(text)
-        var errors: [ManifestError] = []
-        func report(_ code: ManifestError.Code, _ message: String, at mark: SourceMark) {
-            errors.append(ManifestError(code: code, file: path, line: mark.line, column: mark.column, message: message,
-                                        sourceLine: source.quotedLine(mark.line)))
+        // As a manifest's: the first errors whole, the others only counted (their messages never made).
+        var errors = ManifestErrorCollector(limit: limits.maximumShownErrors)
+        func report(_ code: ManifestError.Code, _ message: @autoclosure () -> String, at mark: SourceMark) {
+            errors.report(code, at: mark) {
+                ManifestError(code: code, file: path, line: mark.line, column: mark.column, message: message(),
+                              sourceLine: source.quotedLine(mark.line))
+            }
         }
         guard text.utf8.count <= limits.maximumBytes else {
-            report(.limitExceeded, "the configuration file is larger than \(limits.maximumBytes) bytes", at: .start)
-            return .failure(ManifestErrors(errors))
+            return .failure(ManifestErrors([ManifestError(code: .limitExceeded, file: path, line: 1, column: 1,
+                                                          message: "the configuration file is larger than \(limits.maximumBytes) bytes")]))
         }
         let document = YAMLParser(source: source, limits: limits).parseDocument()
         for problem in document.problems {
@@ -52,10 +55,13 @@ public enum SettingsFile {
                 guard keys.contains(key.value) else {
                     // A name more than 3 characters longer than every key is more than 3 edits from each: not
                     // compared, so a long one costs no quadratic work.
-                    let near = key.value.count <= (keys.map(\.count).max() ?? 0) + 3
-                    let nearest = near ? keys.min { editDistance($0, key.value) < editDistance($1, key.value) } : nil
-                    let hint = nearest.flatMap { editDistance($0, key.value) <= 3 ? " (did you mean '\($0)'?)" : nil } ?? ""
-                    report(.unknownKey, "unknown setting '\(key.value)'\(hint); `jobctl config` lists the settings there are",
+                    // Made only when the error is shown (see `ManifestErrorCollector`).
+                    func hint() -> String {
+                        let near = key.value.count <= (keys.map(\.count).max() ?? 0) + 3
+                        let nearest = near ? keys.min { editDistance($0, key.value) < editDistance($1, key.value) } : nil
+                        return nearest.flatMap { editDistance($0, key.value) <= 3 ? " (did you mean '\($0)'?)" : nil } ?? ""
+                    }
+                    report(.unknownKey, "unknown setting '\(key.value)'\(hint()); `jobctl config` lists the settings there are",
                            at: key.mark)
                     continue
                 }
@@ -89,7 +95,7 @@ public enum SettingsFile {
             report(.invalidTopLevel, "a configuration file is a mapping of settings ('concurrency: 8'), not \(root.summary)",
                    at: root.mark)
         }
-        if !errors.isEmpty { return .failure(ManifestErrors(errors)) }
+        if let errors = errors.errors { return .failure(errors) }
         return .success(entries)
     }
 

@@ -216,15 +216,22 @@ extension Commands {
     /// or in two manifests: each an error at the second job's position. The log would otherwise take
     /// the second as a resubmission of the first — refused as a different spec, naming a job that was
     /// never submitted, or, for the same spec, merged into one job.
+    /// As a manifest's errors, at most `ManifestLimits.maximumShownErrors` are written; the others are
+    /// counted (two manifests repeating 200,000 keys printed 200,000 errors).
     static func repeatedKeys(_ specs: [JobSpec], origins: [(path: String, line: Int, column: Int)]) -> [String] {
         // By bytes, as the log keys jobs (`==` calls NFC and NFD spellings equal: a folder holding both
         // `café` and `cafe\u{301}` could not be submitted with a key).
         var first: [UTF8Key: Int] = [:]
         var failures: [String] = []
+        var notShown = 0
         for (index, spec) in specs.enumerated() {
             guard let key = spec.key else { continue }
             guard let earlier = first[UTF8Key(key)] else {
                 first[UTF8Key(key)] = index
+                continue
+            }
+            guard failures.count < ManifestLimits.default.maximumShownErrors else {
+                notShown += 1
                 continue
             }
             let here = origins[index], there = origins[earlier]
@@ -233,6 +240,10 @@ extension Commands {
             let made = expanded ? " (a folder's or a prefix's job with key KEY gives each of its files' jobs the key KEY/PATH)" : ""
             failures.append("\(TerminalText.printable(here.path)):\(here.line):\(here.column): error: idempotency key '\(TerminalText.printable(key))' "
                             + "is already given to the job at \(place)\(made); give each job its own key")
+        }
+        if notShown > 0 {
+            failures.append("\(plural(notShown, "more error")) not shown after the first \(failures.count); "
+                            + "fix these and run it again to see the next")
         }
         return failures
     }

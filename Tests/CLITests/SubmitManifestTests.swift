@@ -55,6 +55,37 @@ import Glibc
         #expect(newest.first?["destination"] as? String == "gs://nightly/2026-11-29/f99999.csv")
     }
 
+    /// A manifest of 5,000 errors prints the first 100 (each with its line and caret), says how many
+    /// more there are, counts them all, exits 65 and stores nothing; so do keys repeated across
+    /// manifests. Every error used to be printed (200,000 took about a minute to make and print).
+    @Test func onlyTheFirstHundredErrorsArePrinted() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("many.yaml", "jobs:\n" + String(repeating: "  - {kind: bogus, source: gs://b/x}\n", count: 5_000))
+        let output = try workspace.jobctl(["submit", path])
+        #expect(output.status == 65, "\(output.stderr.prefix(500))")
+        #expect(output.stdout.isEmpty)
+        let lines = output.stderr.split(separator: "\n").map(String.init)
+        let diagnostics = lines.filter { $0.contains(": error: ") }
+        #expect(diagnostics.count == 100)
+        #expect(diagnostics.first?.hasPrefix("\(path):2:12: error: unknown kind 'bogus'") == true, "\(diagnostics.first ?? "")")
+        #expect(diagnostics.last?.hasPrefix("\(path):101:12: error: unknown kind 'bogus'") == true, "\(diagnostics.last ?? "")")
+        #expect(lines.suffix(3) == ["4900 more errors not shown after the first 100; fix these and run it again to see the next",
+                                    "5000 errors generated.", "Error: nothing was submitted"], "\(lines.suffix(3))")
+        #expect(!FileManager.default.fileExists(atPath: workspace.database))
+
+        let keyed = (0..<150).map { "- {kind: upload-data, data: x, destination: \"file://b/\($0)\", key: k\($0)}\n" }.joined()
+        let first = try workspace.write("one.yaml", keyed)
+        let second = try workspace.write("two.yaml", keyed)
+        let twice = try workspace.jobctl(["submit", first, second])
+        #expect(twice.status == 65, "\(twice.stderr.prefix(500))")
+        let repeated = twice.stderr.split(separator: "\n").map(String.init)
+        #expect(repeated.filter { $0.contains(": error: idempotency key ") }.count == 100)
+        #expect(repeated.suffix(2) == ["50 more errors not shown after the first 100; fix these and run it again to see the next",
+                                       "Error: nothing was submitted"], "\(repeated.suffix(2))")
+        #expect(!FileManager.default.fileExists(atPath: workspace.database))
+    }
+
     // MARK: - Keys made by expansion
 
     /// A folder job's key K gives its files' jobs K/PATH; one of those equal to another job's key (or a
