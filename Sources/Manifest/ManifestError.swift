@@ -10,7 +10,7 @@ import JobModel
 public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible {
     /// What kind of problem it is; stable, for tests and tools.
     public enum Code: String, Sendable, Hashable, CaseIterable {
-        /// The file is not valid UTF-8.
+        /// The file is not valid UTF-8, or holds a byte-order mark past its start.
         case invalidEncoding
         /// libyaml refused the text (indentation, tabs, unclosed quotes, …).
         case syntax

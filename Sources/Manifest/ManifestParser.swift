@@ -187,6 +187,7 @@ public struct ManifestParser: Sendable {
     }
 
     private func parseJobs(source: SourceText, path: String) -> Result<[ManifestJob], ManifestErrors> {
+        if let errors = Self.byteOrderMarkErrors(in: source, path: path, limits: limits) { return .failure(errors) }
         let document = YAMLParser(source: source, limits: limits).parseDocument()
         var reader = ManifestReader(file: path, source: source, baseDirectory: resolvedBaseDirectory(for: path),
                                     checksSources: checksSources, limits: limits, nowMs: nowMs ?? Clock.nowMs())
@@ -203,6 +204,23 @@ public struct ManifestParser: Sendable {
         let jobs = document.root == nil && !document.problems.isEmpty ? [] : reader.read(document.root)
         if let errors = reader.errors.errors { return .failure(errors) }
         return .success(jobs)
+    }
+
+    /// An error at every byte-order mark past the start of `source`, or nil when there is none. Only
+    /// these are reported: what libyaml makes of the text after one (a BOM at the start of a line is
+    /// skipped, inside a line it is text) is not the problem.
+    static func byteOrderMarkErrors(in source: SourceText, path: String, limits: ManifestLimits) -> ManifestErrors? {
+        var errors = ManifestErrorCollector(limit: limits.maximumShownErrors)
+        source.forEachByteOrderMarkPastStart { mark in
+            errors.report(.invalidEncoding, at: mark) {
+                ManifestError(code: .invalidEncoding, file: path, line: mark.line, column: mark.column,
+                              message: "a byte-order mark (U+FEFF, the bytes EF BB BF) in the middle of the file, where only its first "
+                                + "bytes may hold one (files joined with `cat`?); remove it, or write \"\\uFEFF\" in a double-quoted "
+                                + "value if the character is meant",
+                              sourceLine: source.quotedLine(mark.line))
+            }
+        }
+        return errors.errors
     }
 
     // MARK: - Reading

@@ -34,6 +34,7 @@ public enum SettingsFile {
             return .failure(ManifestErrors([ManifestError(code: .limitExceeded, file: path, line: 1, column: 1,
                                                           message: "the configuration file is larger than \(limits.maximumBytes) bytes")]))
         }
+        if let errors = ManifestParser.byteOrderMarkErrors(in: source, path: path, limits: limits) { return .failure(errors) }
         let document = YAMLParser(source: source, limits: limits).parseDocument()
         for problem in document.problems {
             report(problem.kind == .duplicateKey ? .duplicateKey : .syntax, problem.message, at: problem.mark)

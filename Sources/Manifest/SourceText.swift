@@ -38,22 +38,29 @@ struct SourceText: Sendable {
     }
 
     /// Where the line break at or after `index` is (its offset and length), or nil when none is left.
-    /// YAML line breaks: LF, CRLF, CR, and (YAML 1.1) NEL, LS and PS.
     private static func lineBreak(in buffer: UnsafeBufferPointer<UInt8>, from start: Int) -> (offset: Int, length: Int)? {
-        let count = buffer.count
         var index = start
-        while index < count {
-            let byte = buffer[index]
-            if byte == 0x0A {
-                return (index, 1)
-            } else if byte == 0x0D {
-                return (index, index + 1 < count && buffer[index + 1] == 0x0A ? 2 : 1)
-            } else if byte == 0xC2, index + 1 < count, buffer[index + 1] == 0x85 {
-                return (index, 2)
-            } else if byte == 0xE2, index + 2 < count, buffer[index + 1] == 0x80, buffer[index + 2] == 0xA8 || buffer[index + 2] == 0xA9 {
-                return (index, 3)
-            }
+        while index < buffer.count {
+            if let length = lineBreakLength(in: buffer, at: index) { return (index, length) }
             index += 1
+        }
+        return nil
+    }
+
+    /// The length of the line break at `index`, or nil when none starts there.
+    /// YAML line breaks: LF, CRLF, CR, and (YAML 1.1) NEL, LS and PS.
+    @inline(__always)
+    private static func lineBreakLength(in buffer: UnsafeBufferPointer<UInt8>, at index: Int) -> Int? {
+        let count = buffer.count
+        let byte = buffer[index]
+        if byte == 0x0A {
+            return 1
+        } else if byte == 0x0D {
+            return index + 1 < count && buffer[index + 1] == 0x0A ? 2 : 1
+        } else if byte == 0xC2, index + 1 < count, buffer[index + 1] == 0x85 {
+            return 2
+        } else if byte == 0xE2, index + 2 < count, buffer[index + 1] == 0x80, buffer[index + 2] == 0xA8 || buffer[index + 2] == 0xA9 {
+            return 3
         }
         return nil
     }
@@ -141,6 +148,37 @@ struct SourceText: Sendable {
 
     private static func isBOM(_ bytes: ArraySlice<UInt8>, at index: Int) -> Bool {
         bytes[index...].starts(with: [0xEF, 0xBB, 0xBF])
+    }
+
+    /// Calls `body` with the position of every byte-order mark (U+FEFF, bytes EF BB BF) past the text's
+    /// first bytes, in order: one pass, and none at all when no 0xEF byte is there.
+    ///
+    /// A BOM opens a file; anywhere else it is what `cat a.yaml b.yaml` leaves where the second file began.
+    /// libyaml skips one at the start of a line and reads one inside a line as text, so the manifest
+    /// failed with an error about what followed it ("did not find expected key"), or not at all.
+    /// Lines are YAML's, as `line(_:)` splits them; the BOM counts as a column, as libyaml counts it.
+    func forEachByteOrderMarkPastStart(_ body: (SourceMark) -> Void) {
+        let bom: [UInt8] = [0xEF, 0xBB, 0xBF]
+        let start = bytes.starts(with: bom) ? 3 : 0
+        guard bytes.count >= start + 3, bytes[start...].contains(0xEF) else { return }
+        bytes.withUnsafeBufferPointer { buffer in
+            var line = 1
+            var column = 1
+            var index = start
+            while index < buffer.count {
+                let byte = buffer[index]
+                if byte == 0xEF, index + 2 < buffer.count, buffer[index + 1] == 0xBB, buffer[index + 2] == 0xBF {
+                    body(SourceMark(line: line, column: column))
+                } else if let length = Self.lineBreakLength(in: buffer, at: index) {
+                    line += 1
+                    column = 1
+                    index += length
+                    continue
+                }
+                if byte & 0xC0 != 0x80 { column += 1 }
+                index += 1
+            }
+        }
     }
 
     /// The byte offset of the first byte that is not part of valid UTF-8, or nil when all of it is valid.
