@@ -339,6 +339,9 @@ private final class CurlExchange: @unchecked Sendable {
     private var body = Data()
     /// An error raised by the source or sink (it explains a READ/WRITE/ABORTED curl code).
     private var bodyError: StorageError?
+    /// Why the response's headers were refused (a Content-Length that frames nothing, or two): the header
+    /// callback ended the exchange there.
+    private var refusedAnswer: StorageError?
     private var stopReason: StopReason?
     /// Which of the exchange's own limits cut it off, if one did.
     private var limitHit: TransferLimit?
@@ -674,8 +677,9 @@ private final class CurlExchange: @unchecked Sendable {
         return pausedForRate || pausedForHashing != nil ? .paused(1) : .moving
     }
 
-    /// One header line: https://curl.se/libcurl/c/CURLOPT_HEADERFUNCTION.html
-    func receiveHeader(_ bytes: UnsafeRawBufferPointer) {
+    /// One header line: https://curl.se/libcurl/c/CURLOPT_HEADERFUNCTION.html — false ends the exchange
+    /// (the callback then returns 0, which libcurl takes as an error, and closes the connection).
+    func receiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
         // Parsed as bytes: Foundation's trimming goes through NSString, and was 6 % of the samples of a
         // drain of small downloads (a dozen header lines per job).
         var start = bytes.startIndex
@@ -689,13 +693,14 @@ private final class CurlExchange: @unchecked Sendable {
             overHTTP1 = line.starts(with: "HTTP/1.".utf8)
             headers = [:]
             headersEnded = false
-            return
+            return true
         }
         if line.isEmpty {
-            if status != 0 { headersEnded = true }
-            return
+            guard status != 0 else { return true }
+            headersEnded = true
+            return framingAccepted()
         }
-        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return }
+        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return true }
         // Lowercased straight into the string's storage (a lazily mapped sequence took the slow path that
         // copies and checks byte by byte: ~1,000 instructions a header).
         let nameBytes = line[..<colon]
@@ -708,14 +713,52 @@ private final class CurlExchange: @unchecked Sendable {
         let value = String(decoding: bytes[valueStart..<end], as: UTF8.self)
         if let existing = headers[name] {
             headers[name] = existing + "," + value   // x-goog-hash comes once per algorithm
-            if name == "content-length", let easy, Self.conflictingLengths(headers[name] ?? "") {
-                // libcurl frames the body by one of them: the rest of the other may still come on this
-                // connection, and the next request sent on it (another job's) would read it as its answer.
-                jobctl_curl_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1)
-            }
         } else {
             headers[name] = value
         }
+        return true
+    }
+
+    /// Whether the response's `Content-Length` (every one it sent, joined) frames a body, checked where its
+    /// headers end, before libcurl reads a byte of the body: else `refusedAnswer` says why.
+    ///
+    /// RFC 9112 §6.3: a length that is not digits, or several that differ, is an unrecoverable error. libcurl
+    /// 7.88 frames such an answer as it can, and each way was a lie taken for an answer or a wait: a length
+    /// past 2^63 it takes for none and reads until the server closes — a server keeping the connection
+    /// open ended as "no data for N s"; of two headers it frames by the last (a longer one waited the
+    /// same way); `5x`, `+5` and `0x5` it reads as 5, 5 and 0 (the rest of the body left on the connection).
+    /// (A negative or empty one libcurl refuses itself, before this callback sees it: see `curlFailure`.)
+    /// Each fails the attempt at once as a fault of this answer, retryable, as conflicting lengths always
+    /// did; ending here closes the connection, so nothing of the body is left for the next request sent on
+    /// it. The same length written more than once (`5, 5`, `5, 005`) is the one length (RFC 9112 allows
+    /// it) and is passed on written once, so callers read a size from it.
+    private func framingAccepted() -> Bool {
+        guard let value = headers["content-length"] else { return true }
+        let lengths = value.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        let shown = TerminalText.clipped(TerminalText.printable(value), limit: 80)
+        guard lengths.contains(where: { !Self.isLength($0) }) else {
+            guard Set(lengths.map { $0.drop { $0 == "0" } }).count == 1 else {
+                refusedAnswer = StorageError(
+                    .unknown, "the server sent conflicting Content-Length headers (\(shown)); its answer was not taken and a retry asks again",
+                    url: redactedURL(request.url), retryable: true)
+                return false
+            }
+            headers["content-length"] = lengths[0]
+            return true
+        }
+        refusedAnswer = StorageError(.unknown, Self.notALengthMessage("(\(shown))"), url: redactedURL(request.url), retryable: true)
+        return false
+    }
+
+    /// What an answer whose Content-Length is not a length is told; `shown` names the value.
+    static func notALengthMessage(_ shown: String) -> String {
+        "the server sent a Content-Length that is not a length \(shown): a length is digits only, at most \(Int64.max); "
+            + "its answer was not taken and a retry asks again"
+    }
+
+    /// Whether `text` is a Content-Length: ASCII digits only, at most `Int64.max` (curl_off_t).
+    private static func isLength(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") } && Int64(text) != nil
     }
 
     private static func isSpace(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
@@ -773,6 +816,10 @@ private final class CurlExchange: @unchecked Sendable {
             complete(.failure(.stopped(stopReason)))
             return
         }
+        if let refusedAnswer {
+            complete(.failure(.failed(refusedAnswer)))
+            return
+        }
         if let bodyError {
             // Even should libcurl have reported success: bytes were refused, the body is not whole.
             complete(.failure(.failed(bodyError)))
@@ -825,21 +872,7 @@ private final class CurlExchange: @unchecked Sendable {
                 cause: "response headers incomplete after the status line \(responseCode)"))))
             return
         }
-        if let value = headers["content-length"], Self.conflictingLengths(value) {
-            // Several Content-Length headers that disagree (RFC 9112 §6.3: an error): libcurl framed the
-            // body by one of them, so it may be cut short, and no caller could read a size from the joined
-            // value. A fault of the exchange for every request, retryable.
-            complete(.failure(.failed(StorageError(
-                .unknown, "the server sent conflicting Content-Length headers (\(value)); its answer was not taken and a retry asks again",
-                url: redactedURL(request.url), retryable: true))))
-            return
-        }
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url, isHTTP1: overHTTP1)))
-    }
-
-    /// Whether a joined `Content-Length` value holds two different lengths.
-    static func conflictingLengths(_ value: String) -> Bool {
-        value.contains(",") && Set(value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }).count > 1
     }
 
     /// Resumes the caller. The handle stays with the exchange until the engine takes it back
@@ -885,8 +918,7 @@ private let curlWrite: jobctl_curl_data_callback = { buffer, size, count, contex
 private let curlHeader: jobctl_curl_data_callback = { buffer, size, count, context in
     guard let context else { return 0 }
     let exchange = Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue()
-    exchange.receiveHeader(UnsafeRawBufferPointer(start: buffer, count: size * count))
-    return size * count
+    return exchange.receiveHeader(UnsafeRawBufferPointer(start: buffer, count: size * count)) ? size * count : 0
 }
 
 private let curlSeek: jobctl_curl_seek_callback = { context, offset, origin in
@@ -954,6 +986,13 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
         return StorageError(.unknown, "the server did not answer in TLS: the https URL may name a plain-http port; "
                                 + "use http:// for it, or the port the server speaks https on",
                             url: redactedURL(url), cause: cause)
+    }
+    if curlCode == CURLE_WEIRD_SERVER_REPLY, text.hasPrefix("Invalid Content-Length") {
+        // libcurl refuses a negative or empty length itself, before the header callback sees the line (so
+        // `framingAccepted` cannot name it); any other length that is not one is refused there. A fault of
+        // this answer, retryable, as there.
+        return StorageError(.unknown, CurlExchange.notALengthMessage("(negative or empty)"), url: redactedURL(url),
+                            retryable: true, cause: cause)
     }
     switch curlCode {
     case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY:

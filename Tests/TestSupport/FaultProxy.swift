@@ -134,6 +134,10 @@ public enum Fault: Sendable {
     /// Answers with this response as soon as the request's head is read — none of its body — then
     /// closes the connection (a server that decides from the headers alone).
     case respondBeforeBody(ProxyMessage)
+    /// Answers with exactly these bytes, head and body as written (no header added, removed or reframed:
+    /// a `Content-Length` no real server sends), then keeps the connection open until the client leaves
+    /// (at most `seconds`): a server that waits for the client to read what it framed.
+    case respondAsWritten(Data, seconds: Double)
 
     // Response phase: after the upstream answered (it has acted on the request).
 
@@ -162,6 +166,7 @@ public enum Fault: Sendable {
         case .rewriteRequest: "rewrite request"
         case .respond(let message): "respond \(message.status)"
         case .respondBeforeBody(let message): "respond \(message.status) before the body"
+        case .respondAsWritten(let bytes, _): "respond \(bytes.count) bytes as written"
         case .rewriteResponse: "rewrite response"
         case .resetBeforeResponse: "reset before response"
         case .resetInResponse(let bytes): "reset in response after \(bytes)"
@@ -454,6 +459,12 @@ public final class FaultProxy: @unchecked Sendable {
 
         for fault in faults {
             if case .rewriteRequest(let rewrite) = fault { rewrite(&request) }
+        }
+        for fault in faults {
+            guard case .respondAsWritten(let bytes, let seconds) = fault else { continue }
+            guard sendAll(fd, bytes) else { return .close }
+            waitForClientToLeave(fd, seconds: seconds, readingPaused: false)
+            return .close
         }
 
         // The response: synthesized, or the upstream's.
