@@ -76,6 +76,9 @@ public enum ManifestValueRange {
     /// every store and RFC 3339 can write. A time in the past runs at once.
     public static let earliestRunAfterMs: Int64 = 0
     public static let latestRunAfterMs: Int64 = 253_402_300_799_999
+    /// Custom metadata of one object, its keys' and values' UTF-8 bytes together: at most 8 KiB, Cloud
+    /// Storage's limit (an upload or update past it is refused by the server, after the bytes went out).
+    public static let maximumCustomMetadataBytes = 8 << 10
     /// `delay`: at most 3650 days (ten years).
     public static let maximumDelayMs: Int64 = 3_650 * 86_400_000
 }

@@ -435,8 +435,11 @@ struct ManifestReader {
                 spec.ifExists = ifExists.value
             }
         }
-        if kind.isUpload, let metadata = fields.metadata?.value, !metadata.isEmpty {
-            spec.metadata = metadata
+        if kind.isUpload, let metadata = fields.metadata, !metadata.value.isEmpty {
+            spec.metadata = metadata.value
+            // Checked here, on the job as written (its defaults merged), before a folder or glob makes
+            // its files' jobs from it: every one of them carries this metadata.
+            checkCustomMetadataSize(metadata.value.customMetadata, at: metadata.valueMark)
         }
         // Only update-metadata deletes keys; a null elsewhere is reported where it was written.
         if kind.isUpload {
@@ -518,6 +521,7 @@ struct ManifestReader {
             var update = own.metadata?.value ?? UploadMetadata()
             if update.customMetadata?.isEmpty == true { update.customMetadata = nil }
             if !update.isEmpty { spec.metadata = update }
+            if let metadata = own.metadata { checkCustomMetadataSize(update.customMetadata, at: metadata.valueMark) }
             if !own.metadataRemovals.isEmpty { spec.removeCustomMetadata = own.metadataRemovals.keys.sorted() }
             if !own.metadataClears.isEmpty { spec.clearMetadata = MetadataField.allCases.filter { own.metadataClears[$0] != nil } }
             if own.written[.metadata] != nil {
@@ -551,6 +555,17 @@ struct ManifestReader {
             return nil
         }
         return errors.reportCount == errorCount ? ReadJob(specs: [spec], mark: mark) : nil
+    }
+
+    /// Reports custom metadata past Cloud Storage's 8 KiB an object (`ManifestValueRange.maximumCustomMetadataBytes`).
+    private mutating func checkCustomMetadataSize(_ custom: [String: String]?, at mark: SourceMark) {
+        guard let custom else { return }
+        let bytes = custom.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
+        let limit = ManifestValueRange.maximumCustomMetadataBytes
+        guard bytes > limit else { return }
+        report(.invalidValue, "the custom metadata is \(bytes) bytes (its keys and values, UTF-8), more than the \(limit) "
+                   + "(8 KiB) Cloud Storage allows an object; keep less in custom_metadata (defaults' included), or store it "
+                   + "in an object of its own", at: mark)
     }
 
     /// The field's value, or nil after reporting it missing (unless it was written with a wrong value).
