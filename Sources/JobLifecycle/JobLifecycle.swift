@@ -157,7 +157,8 @@ public enum LifecycleRefusal: Error, Sendable, Equatable, Hashable, CustomString
 ///
 /// **Dependencies** (`after:`): the store claims no job that waits for a job not yet succeeded. When a
 /// dependency ends failed or cancelled (`dependencyEnded`), a queued or paused dependant ends `cancelled`
-/// (error code `cancelled`, "dependency ID (key K) failed"); a running or finished one is a repeat. The
+/// (error code `cancelled`, "dependency ID (key K) failed", and the dependency's id in the event's
+/// `dependency`, for tools to read without parsing the message); a running or finished one is a repeat. The
 /// store applies this to the dependant's own dependants in turn, in the same transaction.
 ///
 /// **Attempts**: every claim charges one; a run that ends `paused` or `released` gives it back; a
@@ -365,7 +366,7 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             let message = dependencyMessage(dependency: dependency, key: key, outcome: outcome)
             let error = StorageError(.cancelled, message)
             let remedy = "retrying the dependency does not revive this job: retry it too (`jobctl retry \(job.id)`)"
-            return [DecidedEvent(.cancelled(.none, error: error, reason: remedy))]
+            return [DecidedEvent(.cancelled(.none, error: error, reason: remedy, dependency: dependency))]
         case .running, .succeeded, .failed, .cancelled:
             return []
         }

@@ -314,7 +314,7 @@ extension JobRecord {
             pauseRequested = false
         case .cancelRequested:
             cancelRequested = true
-        case .cancelled(_, let failure, let reason):
+        case .cancelled(_, let failure, let reason, _):
             state = .cancelled
             error = failure ?? StorageError(.cancelled, reason.map { "cancelled: \($0)" } ?? "the job was cancelled")
             clearLease()

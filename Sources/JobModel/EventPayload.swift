@@ -53,7 +53,9 @@ public indirect enum EventPayload: Sendable, Equatable, Hashable {
     /// Someone asked the running job to cancel.
     case cancelRequested(reason: String?)
     /// The job was cancelled; `error` has code `cancelled` (absent only in logs of early releases).
-    case cancelled(TransferProgress, error: StorageError?, reason: String?)
+    /// `dependency` names the job (`after:`) whose failure or cancellation cancelled this one; nil for
+    /// any other cancel (a user's, a worker's, a settled request) and in logs of earlier releases.
+    case cancelled(TransferProgress, error: StorageError?, reason: String?, dependency: String? = nil)
     /// The attempt failed with a retryable error; the job runs again at `retryAtMs`.
     case attemptFailed(TransferProgress, error: StorageError, retryAtMs: Int64)
     /// The lease ran out without a heartbeat (the worker died or stalled); another worker rescued the job.
@@ -144,7 +146,7 @@ extension EventPayload {
         case .paused: self = .paused(progress, reason: wire.reason)
         case .resumeRequested: self = .resumeRequested(reason: wire.reason)
         case .cancelRequested: self = .cancelRequested(reason: wire.reason)
-        case .cancelled: self = .cancelled(progress, error: wire.error, reason: wire.reason)
+        case .cancelled: self = .cancelled(progress, error: wire.error, reason: wire.reason, dependency: wire.dependency)
         case .attemptFailed:
             self = .attemptFailed(progress, error: try need(wire.error, "error"), retryAtMs: try need(wire.retryAtMs, "retryAtMs"))
         case .leaseExpired: self = .leaseExpired(progress, reason: wire.reason)
@@ -179,10 +181,11 @@ extension EventPayload {
         case .paused(let progress, let reason), .released(let progress, let reason), .leaseExpired(let progress, let reason):
             put(progress)
             wire.reason = reason
-        case .cancelled(let progress, let error, let reason):
+        case .cancelled(let progress, let error, let reason, let dependency):
             put(progress)
             wire.error = error
             wire.reason = reason
+            wire.dependency = dependency
         case .attemptFailed(let progress, let error, let retryAtMs):
             put(progress)
             wire.error = error
@@ -207,7 +210,7 @@ extension EventPayload {
     /// The progress a worker reported with this event, if the event carries any.
     public var progress: TransferProgress? {
         switch self {
-        case .started(let progress), .progress(let progress), .paused(let progress, _), .cancelled(let progress, _, _),
+        case .started(let progress), .progress(let progress), .paused(let progress, _), .cancelled(let progress, _, _, _),
              .attemptFailed(let progress, _, _), .released(let progress, _), .succeeded(let progress, _),
              .failed(let progress, _, _), .leaseExpired(let progress, _):
             progress
@@ -236,7 +239,7 @@ extension EventPayload {
     /// The error of a `cancelled`, `attempt_failed` or `failed` event.
     public var error: StorageError? {
         switch self {
-        case .cancelled(_, let error, _): error
+        case .cancelled(_, let error, _, _): error
         case .attemptFailed(_, let error, _), .failed(_, let error, _): error
         default: nil
         }
@@ -250,10 +253,12 @@ extension EventPayload {
         switch self {
         case .pauseRequested(let reason), .resumeRequested(let reason), .cancelRequested(let reason),
              .leaseExpired(_, let reason), .retried(let reason), .paused(_, let reason), .released(_, let reason),
-             .cancelled(_, _, let reason), .failed(_, _, let reason):
+             .cancelled(_, _, let reason, _), .failed(_, _, let reason):
             reason
         case .submitted, .claimed, .started, .progress, .attemptFailed, .succeeded, .archived:
             nil
         }
     }
+    /// cancelled: the dependency (`after:`) whose failure or cancellation cancelled the job, when it was one.
+    public var cancellingDependency: String? { if case .cancelled(_, _, _, let dependency) = self { dependency } else { nil } }
 }

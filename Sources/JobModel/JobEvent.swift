@@ -50,10 +50,13 @@ public struct EventData: Codable, Sendable, Equatable, Hashable {
     public var reason: String?
     /// archived: what was moved out of the log.
     public var archive: ArchiveRecord?
+    /// cancelled: the job (`after:`) whose failure or cancellation cancelled this one.
+    public var dependency: String?
 
     public init(v: Int = 1, spec: JobSpec? = nil, leaseOwner: String? = nil, leaseExpiresAtMs: Int64? = nil,
                 attempt: Int? = nil, bytesDone: Int64? = nil, bytesTotal: Int64? = nil, resumePoint: ResumePoint? = nil,
-                error: StorageError? = nil, retryAtMs: Int64? = nil, result: JobResult? = nil, reason: String? = nil, archive: ArchiveRecord? = nil) {
+                error: StorageError? = nil, retryAtMs: Int64? = nil, result: JobResult? = nil, reason: String? = nil, archive: ArchiveRecord? = nil,
+                dependency: String? = nil) {
         self.v = v
         self.spec = spec
         self.leaseOwner = leaseOwner
@@ -67,6 +70,7 @@ public struct EventData: Codable, Sendable, Equatable, Hashable {
         self.result = result
         self.reason = reason
         self.archive = archive
+        self.dependency = dependency
     }
 }
 

@@ -107,6 +107,10 @@ extension EventData: FastJSONDecodable {
                 guard seen.first(12), reader.null() else { return false }  // rare: Foundation reads it
                 return true
             }
+            if reader.key(key, is: "dependency") {
+                guard seen.first(13), let v = reader.optionalString() else { return false }; data.dependency = v
+                return true
+            }
             return reader.skip()
         }
         guard read else { return nil }

@@ -401,6 +401,8 @@ struct EventDataView: Encodable {
     let result: ResultView?
     let reason: String?
     let archive: ArchiveView?
+    /// cancelled: the job (`after:`) whose end cancelled this one.
+    let dependency: String?
 
     init(_ data: EventData, display: Display) {
         spec = data.spec.map { SpecView($0, display: display) }
@@ -417,10 +419,11 @@ struct EventDataView: Encodable {
         result = data.result.map { ResultView($0, display: display) }
         reason = data.reason.map { display.text(TimeText.rewritingEpochs(in: $0)) }
         archive = data.archive.map(ArchiveView.init)
+        dependency = data.dependency
     }
 
     enum CodingKeys: String, CodingKey {
-        case spec, attempt, error, result, reason, archive
+        case spec, attempt, error, result, reason, archive, dependency
         case leaseOwner = "lease_owner", leaseExpiresAt = "lease_expires_at", leaseExpiresAtMs = "lease_expires_at_ms"
         case bytesDone = "bytes_done", bytesTotal = "bytes_total", resumePoint = "resume_point"
         case retryAt = "retry_at", retryAtMs = "retry_at_ms"

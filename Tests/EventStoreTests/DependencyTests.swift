@@ -88,6 +88,8 @@ import TestSupport
         let cancelB = try #require(try fixture.store.events(jobID: ids[1]).last)
         let cancelC = try #require(try fixture.store.events(jobID: ids[2]).last)
         #expect(failed.type == .failed && cancelB.type == .cancelled && cancelC.type == .cancelled)
+        // Each cancel names its dependency in a field of its own, as read back from the log.
+        #expect(cancelB.payload.cancellingDependency == ids[0] && cancelC.payload.cancellingDependency == ids[1])
         #expect([cancelB.atMs, cancelC.atMs] == [failed.atMs, failed.atMs])
         #expect(try [cancelB.seq, cancelC.seq].map { try #require($0) } == [try #require(failed.seq) + 1, try #require(failed.seq) + 2])
         #expect(try fixture.store.replay(verify: true).isConsistent)

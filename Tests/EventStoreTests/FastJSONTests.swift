@@ -60,6 +60,9 @@ struct FastJSONTests {
             .started(TransferProgress(attempt: 1)),
             .succeeded(TransferProgress(attempt: 1, bytesDone: 64, bytesTotal: 64), result: Self.results()[1]),
             .failed(.none, error: StorageError(.objectNotFound, "no \"such\" object", httpStatus: 404, retryAfter: 3), reason: "é"),
+            // A dependant's cancel, with the dependency that ended (the field the fast reader must not skip).
+            .cancelled(.none, error: StorageError(.cancelled, "dependency 01DEP (key up) failed"),
+                       reason: "retrying the dependency does not revive this job", dependency: "01DEP"),
         ]
         for payload in common {
             let text = try StoreJSON.encode(payload.wire)

@@ -298,6 +298,7 @@ struct EventPayloadTests {
         .started(halfway), .progress(halfway),
         .pauseRequested(reason: "r"), .paused(halfway, reason: "r"), .resumeRequested(reason: "r"),
         .cancelRequested(reason: "r"), .cancelled(halfway, error: stopped, reason: "r"),
+        .cancelled(.none, error: StorageError(.cancelled, "dependency 01DEP failed"), reason: "r", dependency: "01DEP"),
         .attemptFailed(halfway, error: busy, retryAtMs: 9), .leaseExpired(.none, reason: "r"),
         .released(halfway, reason: "r"), .succeeded(halfway, result: JobResult(size: 3)),
         .failed(halfway, error: missing, reason: "r"), .retried(reason: "r"),
@@ -355,6 +356,18 @@ struct DependencyEndedTests {
             #expect(events.isEmpty)
             #expect(job.record?.state == before)
         }
+    }
+
+    @Test("the cancel names the dependency in a field of its own; a user's cancel names none")
+    func theCancelNamesItsDependency() throws {
+        var job = try LifeState.queued.make()
+        let cancellation = try #require(try drive(&job, .dependencyEnded(dependency: "01DEP", key: "up", outcome: .failed), at: now).first).payload
+        #expect(cancellation.cancellingDependency == "01DEP")
+        #expect(cancellation.wire.dependency == "01DEP")
+        #expect(try EventPayload(type: .cancelled, wire: cancellation.wire) == cancellation)
+        #expect(job.record?.error?.message == "dependency 01DEP (key up) failed")
+        var other = try LifeState.queued.make()
+        #expect(try drive(&other, .cancel(by: "cli:bob"), at: now).first?.payload.cancellingDependency == nil)
     }
 
     @Test("the message names a cancelled dependency, with or without its key")
