@@ -25,7 +25,7 @@ extension EventStore {
 
 // MARK: - Appending inside a transaction
 
-extension SQLiteConnection: DecisionWriter {
+extension SQLiteConnection: DependantsReader {
     /// The body of `EventStore.append(_:now:)`: refusals reported per event, each event's rows undone
     /// when it is refused. Throws only what sinks the whole transaction (busy, I/O, or SQLite rolled it
     /// back).
@@ -289,6 +289,30 @@ extension SQLiteConnection: DecisionWriter {
             try JobRecord(row: row, specs: decodedSpecs)
         }
     }
+
+    /// The cancelled jobs with a row waiting on `jobID`, in submission order. SQLite locks the whole
+    /// log for a write transaction: `locking` asks nothing more.
+    public func cancelledDependants(of jobID: String, locking: Bool) throws(StoreError) -> [JobRecord] {
+        try query(EventStore.cancelledDependantsSQL, [.text(jobID)]) { (row) throws(StoreError) in
+            try JobRecord(row: row, specs: decodedSpecs)
+        }
+    }
+
+    /// The jobs `jobID` still waits for and their states (nil: not in the log).
+    public func remainingDependencies(of jobID: String, locking: Bool) throws(StoreError) -> [(id: String, state: JobState?)] {
+        try query("""
+            SELECT d.depends_on, j.state FROM job_dependencies d LEFT JOIN jobs j ON j.id = d.depends_on
+            WHERE d.job = ? ORDER BY d.depends_on
+            """, [.text(jobID)]) { (row) throws(StoreError) in
+            (row.text(0), row.optionalText(1).flatMap(JobState.init(rawValue:)))
+        }
+    }
+
+    /// The payload of the job's event at `version`, or nil.
+    public func payload(ofJob jobID: String, version: Int) throws(StoreError) -> EventPayload? {
+        try first("SELECT \(JobEvent.selectColumns) FROM events WHERE job_id = ? AND version = ?",
+                  [.text(jobID), .int(version)]) { (row) throws(StoreError) in try JobEvent(row: row).payload }
+    }
 }
 
 extension EventStore {
@@ -299,6 +323,13 @@ extension EventStore {
     static let waitingDependantsSQL = """
         SELECT \(JobRecord.selectColumns) FROM jobs
         WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = ?) AND +state IN ('queued', 'paused')
+        ORDER BY seq
+        """
+
+    /// The cancelled jobs waiting on `?` (`retry --with-dependants`), read as `waitingDependantsSQL` reads.
+    static let cancelledDependantsSQL = """
+        SELECT \(JobRecord.selectColumns) FROM jobs
+        WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = ?) AND +state = 'cancelled'
         ORDER BY seq
         """
 }

@@ -31,6 +31,12 @@ public indirect enum JobCommand: Sendable, Equatable, Hashable {
     /// Job `dependency` (idempotency key `key`), which this job waits for (`after:`), ended `outcome`
     /// (failed or cancelled) for good, so this job can never run: a waiting job ends `cancelled`.
     case dependencyEnded(dependency: String, key: String?, outcome: JobState)
+    /// Job `dependency` (idempotency key `key`), which this job waits for (`after:`), was opened again by
+    /// `retry --with-dependants` (or by this command, for a dependency further up the chain). A job a
+    /// dependency's end cancelled opens again (`retried`) and waits for it once more. `cancellation` is
+    /// the job's last event (its `cancelled`, as the log holds it); `stillEnded` names another of its
+    /// dependencies that is still failed or cancelled and is not opened again with it (nil: none).
+    case dependencyRetried(dependency: String, key: String?, cancellation: EventPayload?, stillEnded: String?)
 
     /// The worker started (or resumed) the transfer.
     public static func start(_ progress: TransferProgress) -> JobCommand { .report(.started(progress)) }
@@ -161,6 +167,15 @@ public enum LifecycleRefusal: Error, Sendable, Equatable, Hashable, CustomString
 /// `dependency`, for tools to read without parsing the message); a running or finished one is a repeat. The
 /// store applies this to the dependant's own dependants in turn, in the same transaction.
 ///
+/// `dependencyRetried` is the way back: a `cancelled` job whose `cancelled` event names a dependency
+/// (`dependency`, written since that field exists) opens again (`retried`) when a dependency of its is
+/// retried with `--with-dependants`, and waits for it again. Refused, so the job stays cancelled, when
+/// it is not cancelled, when its cancel names no dependency (a user's cancel, a worker's, a log of an
+/// earlier release: the user decided, or nothing says otherwise), and while another of its dependencies
+/// is still failed or cancelled (it could never run; retrying that one with `--with-dependants` opens
+/// it, whichever dependency's end cancelled it). The store walks the chain and applies this to each
+/// dependant in turn, in the retry's transaction.
+///
 /// **Attempts**: every claim charges one; a run that ends `paused` or `released` gives it back; a
 /// failure or a crash (`lease_expired`) keeps it; `retried` starts afresh.
 ///
@@ -260,6 +275,9 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             return settled([pending], now: now)
         case .dependencyEnded(let dependency, let key, let outcome):
             return settled(try Self.dependencyEnded(job, dependency: dependency, key: key, outcome: outcome), now: now)
+        case .dependencyRetried(let dependency, let key, let cancellation, let stillEnded):
+            return try Self.dependencyRetried(job, dependency: dependency, key: key, cancellation: cancellation,
+                                              stillEnded: stillEnded)
         }
     }
 
@@ -365,11 +383,30 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         case .queued, .paused:
             let message = dependencyMessage(dependency: dependency, key: key, outcome: outcome)
             let error = StorageError(.cancelled, message)
-            let remedy = "retrying the dependency does not revive this job: retry it too (`jobctl retry \(job.id)`)"
+            let remedy = "`jobctl retry \(dependency) --with-dependants` opens it again with its dependency"
             return [DecidedEvent(.cancelled(.none, error: error, reason: remedy, dependency: dependency))]
         case .running, .succeeded, .failed, .cancelled:
             return []
         }
+    }
+
+    /// A job a dependency's end cancelled opens again now that `dependency` was retried; anything else
+    /// is refused with the reason it stays as it is.
+    private static func dependencyRetried(_ job: JobRecord, dependency: String, key: String?, cancellation: EventPayload?,
+                                          stillEnded: String?) throws(LifecycleRefusal) -> [DecidedEvent] {
+        guard job.state == .cancelled else {
+            throw .invalidControl("job \(job.id) is \(job.state.rawValue), not cancelled; retrying its dependency leaves it as it is")
+        }
+        guard cancellation?.type == .cancelled, cancellation?.cancellingDependency != nil else {
+            throw .invalidControl("job \(job.id) was not cancelled by a dependency's end (cancelled by hand, or by a jobctl "
+                                      + "that did not record why); it stays cancelled: `jobctl retry \(job.id)` opens it again")
+        }
+        if let stillEnded {
+            throw .invalidControl("job \(job.id) also waits for \(stillEnded), which is still failed or cancelled; it stays "
+                                      + "cancelled: `jobctl retry \(stillEnded) --with-dependants` opens it again")
+        }
+        let named = key.map { "\(dependency) (key \($0))" } ?? dependency
+        return [DecidedEvent(.retried(reason: "dependency \(named) opened again (`retry --with-dependants`)"))]
     }
 
     /// "dependency ID (key K) failed" / "… was cancelled".

@@ -76,8 +76,8 @@ public enum ManifestReference {
                        + "run_after. submit --at TIME sets either for jobs that give neither.", defaultText: "none"),
             FieldEntry(name: "after", summary: "Jobs this one waits for: a list of keys (of jobs in the manifest or the log), "
                        + "job ids or unique id prefixes. Not claimed until all have succeeded; cancelled when one ends "
-                       + "failed or cancelled (retrying that one later does not revive it: retry it too). Not allowed "
-                       + "in defaults.", defaultText: "none"),
+                       + "failed or cancelled (jobctl retry ID --with-dependants reopens it with that one). Not "
+                       + "allowed in defaults.", defaultText: "none"),
             FieldEntry(name: "bucket", summary: "In defaults: only: the bucket (gs://my-app.appspot.com, file://name) an object "
                        + "path written without a scheme resolves against, as reference(withPath:) does: 'destination: "
                        + "images/cat.jpg' (uploads, update-metadata, delete) or 'source: images/cat.jpg' (downloads, "

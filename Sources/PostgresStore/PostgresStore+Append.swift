@@ -187,11 +187,28 @@ extension PostgresStore {
             return (ControlResult(record: record ?? job, isRepeat: events.isEmpty), (record ?? job).state)
         }
     }
+
+    /// Locks the job's row, retries it and opens again the jobs its end cancelled (each locked as it is
+    /// read), in one transaction (a dry run: one read transaction, nothing locked or written).
+    public func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?,
+                                    dryRun: Bool) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
+        let body = { (connection: PostgresConnection) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) in
+            let resolved = try connection.resolveID(id)
+            guard let job = try dryRun ? connection.loadJob(resolved) : connection.lockJob(resolved) else {
+                throw StoreError.notFound(id)
+            }
+            if let states, !states.contains(job.state) { return (nil, job.state) }
+            let result = dryRun ? try connection.planRetryWithDependants(job, now: now)
+                                : try connection.retryWithDependants(job, actor: actor, now: now)
+            return (result, result.job.record.state)
+        }
+        return dryRun ? try readTransaction(body) : try writeTransaction(body)
+    }
 }
 
 // MARK: - Inside a transaction
 
-extension PostgresConnection: DecisionWriter {
+extension PostgresConnection: DependantsReader {
     /// The full id for an id or unique prefix (the rules are `JobIDQuery`'s).
     func resolveID(_ text: String) throws(StoreError) -> String {
         switch try JobIDQuery(text) {
@@ -456,5 +473,40 @@ extension PostgresConnection: DecisionWriter {
             WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = $1) AND state IN ('queued', 'paused')
             ORDER BY seq FOR UPDATE
             """, [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+    }
+
+    /// The cancelled jobs with a row waiting on `jobID`, in submission order; with `locking`, locked
+    /// (`FOR UPDATE`) until the transaction ends.
+    public func cancelledDependants(of jobID: String, locking: Bool) throws(StoreError) -> [JobRecord] {
+        try rows("""
+            SELECT \(JobRecord.postgresSelectColumns) FROM jobs
+            WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = $1) AND state = 'cancelled'
+            ORDER BY seq
+            """ + (locking ? " FOR UPDATE" : ""), [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+    }
+
+    /// The jobs `jobID` still waits for and their states (nil: not in the log). With `locking`, their
+    /// rows are held `FOR SHARE` until the transaction ends: a control that would end one of them (a
+    /// cancel, whose cascade cancels what waits for it) waits for this transaction, and then finds the
+    /// dependant it opened waiting; one that ended it first is waited for here, and its end is read.
+    public func remainingDependencies(of jobID: String, locking: Bool) throws(StoreError) -> [(id: String, state: JobState?)] {
+        let waits = try rows("SELECT depends_on FROM job_dependencies WHERE job = $1 ORDER BY depends_on", [.text(jobID)]) {
+            (row) throws(StoreError) in try row.string(0)
+        }
+        guard !waits.isEmpty else { return [] }
+        var states: [String: JobState] = [:]
+        let lock = locking ? " ORDER BY id FOR SHARE" : ""
+        for (id, state) in try rows("SELECT id, state FROM jobs WHERE id = ANY($1)" + lock, [.array(PostgresArray(elementType: PostgresType.text, elements: waits.map(PostgresValue.text)))], {
+            (row) throws(StoreError) in (try row.string(0), try row.string(1))
+        }) {
+            states[id] = JobState(rawValue: state)
+        }
+        return waits.map { id in (id, states[id]) }
+    }
+
+    /// The payload of the job's event at `version`, or nil.
+    public func payload(ofJob jobID: String, version: Int) throws(StoreError) -> EventPayload? {
+        try row("SELECT \(JobEvent.postgresSelectColumns) FROM events WHERE job_id = $1 AND version = $2",
+                [.text(jobID), .int(version)]) { (row) throws(StoreError) in try JobEvent(postgresRow: row).payload }
     }
 }

@@ -68,6 +68,15 @@ public protocol JobStore: AnyObject, Sendable {
     func control(_ command: JobCommand, id: String, actor: String, now: Int64,
                  ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState)
 
+    /// `retry` of the job `id` names, and every job that a dependency's end cancelled because of it,
+    /// through the chain (`DependantsReader.planDependantsRetry`; the rules are `JobLifecycle`'s
+    /// `dependencyRetried`): each gets its own `retried` event and waits for its dependencies again, all
+    /// in one transaction — a refusal of the job leaves every job as it was. With `ifStateIn`, as
+    /// `control`: nil (and the state) when the job is no longer in one of those states. `dryRun` reads
+    /// what would happen in one read transaction and writes nothing.
+    func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?,
+                             dryRun: Bool) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState)
+
     // MARK: Queries
 
     /// The full id for an id or a unique prefix (at least 6 characters, any case).

@@ -15,6 +15,8 @@ struct BulkControl {
     let ids: [String]
     let dryRun: Bool
     let json: Bool
+    /// `retry --with-dependants`: each job's retry reopens the dependants its end cancelled.
+    let withDependants: Bool
 
     /// The help paragraph every control command shows about filters.
     static func discussion(_ name: String) -> String {
@@ -46,6 +48,7 @@ struct BulkControl {
         self.name = name
         self.ids = ids
         self.json = arguments[Options.json]
+        withDependants = name == "retry" && arguments[Options.withDependants]
         filter = filtered ? JobFilter(states: states, kinds: kinds, queue: queue, createdSince: since, batch: batch) : nil
     }
 
@@ -60,8 +63,11 @@ struct BulkControl {
         let outcome: String
         /// The events appended (a dry run: the events the lifecycle would append).
         let events: [String]
-        /// Why it was refused.
+        /// Why it was refused (or, for a dependant, left cancelled).
         let reason: String?
+        /// With `--with-dependants`: the selected job whose retry reopens (or leaves cancelled) this
+        /// dependant; absent for the selected jobs themselves.
+        var dependant_of: String? = nil
     }
 
     struct Report: Encodable {
@@ -70,6 +76,9 @@ struct BulkControl {
         let matched, changed, repeats, refused: Int
         /// Jobs selected by `--state` whose state changed before their turn (a worker claimed one).
         let no_longer_selected: Int
+        /// With `--with-dependants`: the dependants reopened (or that would be) and those left cancelled.
+        let dependants_reopened: Int?
+        let dependants_kept: Int?
         let jobs: [Decision]
     }
 
@@ -88,15 +97,34 @@ struct BulkControl {
         for (given, reason) in unresolved {
             decisions.append(Decision(id: given, kind: "-", state_before: "-", state: "-", outcome: "refused", events: [], reason: reason))
         }
+        // A selected job a retry before it reopened as a dependant, by its id: the job whose retry did.
+        var reopenedWith: [String: String] = [:]
         for job in targets {
+            if withDependants {
+                if let root = reopenedWith[job.id] {
+                    decisions.append(Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue,
+                                              state: dryRun ? job.state.rawValue : JobState.queued.rawValue, outcome: "repeat", events: [],
+                                              reason: "reopened with \(root) above"))
+                    continue
+                }
+                let made = retryWithDependants(job, store: store, context: context)
+                for dependant in made.dropFirst() where dependant.outcome == "changed" { reopenedWith[dependant.id] = job.id }
+                decisions += made
+                continue
+            }
             decisions.append(dryRun ? predict(job, command)
                                  : perform(job, store: store, context: context, command: command))
         }
+        let selected = decisions.filter { $0.dependant_of == nil }
+        let dependants = decisions.filter { $0.dependant_of != nil }
         let report = Report(command: name, dry_run: dryRun, matched: targets.count,
-                            changed: decisions.filter { $0.outcome == "changed" }.count,
-                            repeats: decisions.filter { $0.outcome == "repeat" }.count,
-                            refused: decisions.filter { $0.outcome == "refused" }.count,
-                            no_longer_selected: decisions.filter { $0.outcome == "no longer selected" }.count, jobs: decisions)
+                            changed: selected.filter { $0.outcome == "changed" }.count,
+                            repeats: selected.filter { $0.outcome == "repeat" }.count,
+                            refused: selected.filter { $0.outcome == "refused" }.count,
+                            no_longer_selected: selected.filter { $0.outcome == "no longer selected" }.count,
+                            dependants_reopened: withDependants ? dependants.filter { $0.outcome == "changed" }.count : nil,
+                            dependants_kept: withDependants ? dependants.filter { $0.outcome == "kept" }.count : nil,
+                            jobs: decisions)
         if json {
             emit(try jsonText(report))
         } else {
@@ -141,9 +169,49 @@ struct BulkControl {
         }
     }
 
+    /// `retry --with-dependants` of `job` (a dry run: what it would do): the job's decision, then one per
+    /// dependant reopened (`changed`) or left cancelled (`kept`, with why). One transaction.
+    private func retryWithDependants(_ job: JobRecord, store: any JobStore, context: Context) -> [Decision] {
+        do {
+            let states = filter?.states
+            let answer = try store.retryWithDependants(id: job.id, actor: context.actor, now: Clock.nowMs(), ifStateIn: states, dryRun: dryRun)
+            guard let result = answer.result else {
+                let selected = (states ?? []).map(\.rawValue).sorted().joined(separator: " or ")
+                return [Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: answer.state.rawValue,
+                                 outcome: "no longer selected", events: [], reason: "it is \(answer.state.rawValue) now, no longer \(selected); left alone")]
+            }
+            let retried = EventType.retried.rawValue
+            var decisions = [Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue,
+                                      state: result.job.record.state.rawValue, outcome: "changed", events: [retried], reason: nil)]
+            for dependant in result.reopened {
+                decisions.append(Decision(id: dependant.id, kind: dependant.kind.rawValue, state_before: JobState.cancelled.rawValue,
+                                          state: dependant.state.rawValue, outcome: "changed", events: [retried], reason: nil,
+                                          dependant_of: job.id))
+            }
+            for kept in result.kept {
+                decisions.append(Decision(id: kept.record.id, kind: kept.record.kind.rawValue, state_before: kept.record.state.rawValue,
+                                          state: kept.record.state.rawValue, outcome: "kept", events: [], reason: kept.reason,
+                                          dependant_of: job.id))
+            }
+            return decisions
+        } catch {
+            return [Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
+                             outcome: "refused", events: [], reason: "\(error)")]
+        }
+    }
+
     private func printLine(_ decision: Decision, context: Context) {
         let state = JobState(rawValue: decision.state).map { context.paint(state: $0) } ?? decision.state
+        let with = decision.dependant_of.map { " (dependant of \($0))" } ?? ""
         switch (decision.outcome, dryRun) {
+        case ("kept", _):
+            emit("\(decision.id)  \(state)  left cancelled\(with): \(decision.reason ?? "")")
+        case ("changed", true) where decision.dependant_of != nil:
+            emit("\(decision.id)  \(state)  would append \(decision.events.joined(separator: ", "))\(with)")
+        case ("changed", false) where decision.dependant_of != nil:
+            emit("\(decision.id)  \(decision.state_before) → \(state)  (\(decision.events.joined(separator: ", ")))\(with)")
+        case ("repeat", _) where decision.reason != nil:
+            emit("\(decision.id)  \(state)  (\(decision.reason ?? ""))")
         case ("refused", _):
             emitError("Error: \(decision.id): \(decision.reason ?? "refused")")
         case ("no longer selected", _):
@@ -164,6 +232,8 @@ struct BulkControl {
         let counts = "\(report.changed) of \(plural(report.matched, "job")) changed"
         let tail = "\(report.repeats) already so, \(report.refused) refused"
             + (report.no_longer_selected > 0 ? ", \(report.no_longer_selected) no longer \(filter?.states.map { $0.map(\.rawValue).sorted().joined(separator: "/") } ?? "selected")" : "")
+            + (report.dependants_reopened.map { ", \(plural($0, "dependant")) \(report.dry_run ? "would be reopened" : "reopened")" } ?? "")
+            + (report.dependants_kept.map { $0 > 0 ? ", \(plural($0, "dependant")) left cancelled" : "" } ?? "")
         if report.dry_run {
             return "\(prefix) \(report.changed) of \(plural(report.matched, "job")) (\(tail)); nothing was changed"
         }

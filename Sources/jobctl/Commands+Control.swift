@@ -37,7 +37,15 @@ extension Commands {
 
     static let retry = controlCommand(
         "retry", abstract: "Re-queue failed or cancelled jobs as a new attempt.",
-        discussion: "The attempt budget starts again; the history keeps every earlier attempt. Other jobs are refused (exit 1)."
+        discussion: """
+        The attempt budget starts again; the history keeps every earlier attempt. Other jobs are refused (exit 1).
+        A job cancelled because a job it waits for (after:) failed or was cancelled stays cancelled when that
+        job is retried: --with-dependants reopens it too, and the jobs cancelled because of it in turn, each
+        with its own 'retried' event and in the same transaction as the retry (all or nothing); they wait for
+        the job again. A dependant cancelled by hand stays cancelled, and so does one that still waits for
+        another failed or cancelled job (retrying that one with --with-dependants reopens it).
+        """,
+        extraOptions: [Options.withDependants]
     ) { store, id, context in try store.retry(id: id, actor: context.actor, now: Clock.nowMs()) }
         lifecycle: { _ in .retry }
 
@@ -45,7 +53,7 @@ extension Commands {
     /// if any was refused. A harmless repeat (pausing a paused job, cancelling a cancelled one) exits 0
     /// and says so. `lifecycle` names the command `--dry-run` asks the lifecycle about.
     private static func controlCommand(
-        _ name: String, abstract: String, discussion: String,
+        _ name: String, abstract: String, discussion: String, extraOptions: [any OptionDeclaration] = [],
         action: @escaping @Sendable (any JobStore, String, Context) throws -> ControlResult,
         lifecycle: @escaping @Sendable (Context) -> JobCommand
     ) -> CommandSpec {
@@ -57,7 +65,7 @@ extension Commands {
                       Options.queue.help("Act on jobs of this queue."), Options.kind.help("Act on jobs of this kind; repeatable or comma-separated."),
                       Options.since.help("Act on jobs submitted at or after this time (RFC 3339, a date, or relative: 90s, 15m, 1h, 7d)."),
                       Options.batch.help("Act on the jobs of this batch (the id submit printed for a folder, glob or prefix)."),
-                      Options.dryRun.help("Print what would change for each job and the counts; change nothing.")],
+                      Options.dryRun.help("Print what would change for each job and the counts; change nothing.")] + extraOptions,
             discussion: discussion + "\n\n" + BulkControl.discussion(name)
         ) { arguments, context in
             if let bulk = try BulkControl(name: name, arguments: arguments) {
@@ -65,6 +73,9 @@ extension Commands {
             }
             let store = try context.openStore()
             let json = arguments[Options.json]
+            if name == "retry" && arguments[Options.withDependants] {
+                return try retryWithDependants(arguments.positionals, store: store, context: context, json: json)
+            }
             var views: [JobView] = []
             var refused = 0
             for given in arguments.positionals {
@@ -86,6 +97,38 @@ extension Commands {
             if json { emit(try jsonText(views)) }
             return refused == 0 ? ExitCode.ok : ExitCode.failure
         }
+    }
+
+    /// `retry ID... --with-dependants`: each job and the dependants it reopens, one transaction per job
+    /// given; one line per job changed (`--json`: every job reopened, the ones given and their
+    /// dependants), and a line per dependant left cancelled, saying why.
+    private static func retryWithDependants(_ given: [String], store: any JobStore, context: Context, json: Bool) throws -> Int32 {
+        var views: [JobView] = []
+        var refused = 0
+        for text in given {
+            do {
+                let id = try store.resolveID(text)
+                let answer = try store.retryWithDependants(id: id, actor: context.actor, now: Clock.nowMs(), ifStateIn: nil, dryRun: false)
+                guard let outcome = answer.result else { throw StoreError.notFound(text) }  // no state condition: never nil
+                views.append(JobView(outcome.job.record, display: .redacting))
+                views += outcome.reopened.map { JobView($0, display: .redacting) }
+                if !json {
+                    emit("\(outcome.job.record.id)  \(context.paint(state: outcome.job.record.state))")
+                    for dependant in outcome.reopened {
+                        emit("\(dependant.id)  \(context.paint(state: dependant.state))  (reopened with \(outcome.job.record.id))")
+                    }
+                }
+                for kept in outcome.kept {
+                    let line = "\(kept.record.id)  \(context.paint(state: kept.record.state))  (left cancelled: \(kept.reason))"
+                    if json { emitError(line) } else { emit(line) }
+                }
+            } catch {
+                refused += 1
+                emitError("Error: \(text): \(error)")
+            }
+        }
+        if json { emit(try jsonText(views)) }
+        return refused == 0 ? ExitCode.ok : ExitCode.failure
     }
 
     static let result = CommandSpec(

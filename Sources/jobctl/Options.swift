@@ -204,6 +204,8 @@ enum Options {
     static let output = Option<String>("output", short: "o", value: "file",
                                        help: "Write the result to this file instead of standard output (- for standard output, even a terminal).")
     static let dryRun = Flag("dry-run", help: "Validate the manifests and print what would be submitted; store nothing.")
+    static let withDependants = Flag("with-dependants",
+                                     help: "Also reopen the jobs cancelled because this one failed or was cancelled (after:), through the chain; they wait for it again.")
     static let removeOrphans = Flag("remove", help: "Remove the files listed now instead of waiting for a worker's sweep.")
     static let noCheckSources = Flag("no-check-sources", help: "Do not check that upload-file sources exist and are readable now (they will by the time the jobs run).")
     static let verify = Flag("verify", help: "Compare the rebuilt projection with the stored one; print differences, change nothing, exit 1 if any.")

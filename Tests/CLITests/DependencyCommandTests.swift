@@ -63,6 +63,113 @@ import TestSupport
         #expect(try workspace.jobctl(["replay", "--verify"], environment: environment).status == 0)
     }
 
+    /// A chain whose head fails for good (its object is missing) ends with its dependants cancelled;
+    /// once the object exists, `retry HEAD --with-dependants` reopens the chain — not the dependant a
+    /// user cancelled by hand — and a worker runs it to the end, in order.
+    @Test("retry --with-dependants reopens a failed chain and a worker runs it", arguments: StoreEngine.allCases)
+    func retryWithDependantsReopensAFailedChain(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("deps-retry", engine: engine)
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let manifest = try workspace.write("chain.yaml", """
+            jobs:
+              - kind: download-file
+                source: file://deps/one.txt
+                destination: out/one.txt
+                max_attempts: 1
+                key: first
+              - kind: upload-file
+                source: out/one.txt
+                destination: file://deps/two.txt
+                check_source: false
+                key: second
+                after: [first]
+              - kind: download-file
+                source: file://deps/two.txt
+                destination: out/three.txt
+                key: third
+                after: [second]
+              - kind: upload-data
+                data: by hand
+                destination: file://deps/hand.txt
+                key: hand
+                after: [first]
+            """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 4)
+        let (first, second, third, hand) = (ids[0], ids[1], ids[2], ids[3])
+        #expect(try workspace.jobctl(["cancel", hand], environment: environment).status == 0)
+
+        // The object is missing: the head fails for good (exit 2), its dependants end cancelled.
+        let failing = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(failing.status == 2, "\(failing.stderr)")
+        func states() throws -> [String?] {
+            let jobs = try jsonArray(workspace, ["list", "--json"], environment: environment)
+            let byID = Dictionary(uniqueKeysWithValues: jobs.compactMap { job in (job["id"] as? String).map { ($0, job["state"] as? String) } })
+            return ids.map { byID[$0] ?? nil }
+        }
+        #expect(try states() == ["failed", "cancelled", "cancelled", "cancelled"])
+        // The cancel names its dependency in a field of its own.
+        let history = try jsonArray(workspace, ["history", second, "--json"], environment: environment)
+        #expect((history.last?["data"] as? [String: Any])?["dependency"] as? String == first, "\(history)")
+
+        // A dry run of the bulk form says what would happen and changes nothing.
+        let dry = try workspace.jobctl(["retry", "--state", "failed", "--with-dependants", "--dry-run", "--json"], environment: environment)
+        #expect(dry.status == 0, "\(dry.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(dry.stdout.utf8)) as? [String: Any])
+        #expect(report["dependants_reopened"] as? Int == 2 && report["dependants_kept"] as? Int == 1, "\(report)")
+        let planned = try #require(report["jobs"] as? [[String: Any]])
+        #expect(planned.map { $0["id"] as? String } == [first, second, third, hand])
+        #expect(planned.map { $0["outcome"] as? String } == ["changed", "changed", "changed", "kept"])
+        #expect(planned.dropFirst().allSatisfy { $0["dependant_of"] as? String == first }, "\(planned)")
+        #expect(try states() == ["failed", "cancelled", "cancelled", "cancelled"])
+
+        try FileManager.default.createDirectory(atPath: workspace.directory.file("buckets/deps"), withIntermediateDirectories: true)
+        try "chained".write(toFile: workspace.directory.file("buckets/deps/one.txt"), atomically: true, encoding: .utf8)
+        let output = try workspace.jobctl(["retry", first, "--with-dependants", "--json"], environment: environment)
+        #expect(output.status == 0 && output.stderr.contains("\(hand)  cancelled  (left cancelled: "), "\(output.stderr)")
+        let retried = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]])
+        #expect(retried.map { $0["id"] as? String } == [first, second, third])
+        #expect(retried.allSatisfy { $0["state"] as? String == "queued" }, "\(retried)")
+        #expect(try states() == ["queued", "queued", "queued", "cancelled"])
+
+        let worker = try workspace.jobctl(["worker", "--drain", "--concurrency", "4"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+        #expect(try states() == ["succeeded", "succeeded", "succeeded", "cancelled"])
+        #expect(try String(contentsOfFile: workspace.directory.file("out/three.txt"), encoding: .utf8) == "chained")
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("buckets/deps/hand.txt")))
+        let verified = try workspace.jobctl(["replay", "--verify"], environment: environment)
+        #expect(verified.status == 0, "\(verified.stdout)\(verified.stderr)")
+    }
+
+    @Test("retry --with-dependants leaves a dependant cancelled by hand, and says so; other commands refuse the flag")
+    func retryWithDependantsSaysWhatItLeft() throws {
+        let workspace = try CLIWorkspace("deps-retry-text")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+            - {kind: upload-data, data: x, destination: 'file://b/a', key: a}
+            - {kind: upload-data, data: y, destination: 'file://b/b', key: b, after: [a]}
+            - {kind: upload-data, data: z, destination: 'file://b/c', key: c, after: [a]}
+            """)
+        try #require(ids.count == 3)
+        #expect(try workspace.jobctl(["cancel", ids[2]]).status == 0)
+        #expect(try workspace.jobctl(["cancel", ids[0]]).status == 0)
+        let retried = try workspace.jobctl(["retry", ids[0], "--with-dependants"])
+        #expect(retried.status == 0, "\(retried.stderr)")
+        #expect(retried.stdout == """
+            \(ids[0])  queued
+            \(ids[1])  queued  (reopened with \(ids[0]))
+            \(ids[2])  cancelled  (left cancelled: job \(ids[2]) was not cancelled by a dependency's end (cancelled by hand, \
+            or by a jobctl that did not record why); it stays cancelled: `jobctl retry \(ids[2])` opens it again)
+
+            """, "\(retried.stdout)")
+        let help = try workspace.jobctl(["retry", "--help"])
+        #expect(help.status == 0 && help.stdout.contains("--with-dependants"), "\(help.stdout)")
+        #expect(try workspace.jobctl(["pause", ids[0], "--with-dependants"]).status == 64)
+    }
+
     @Test("an unknown name is refused at its line and column, and nothing is submitted", arguments: StoreEngine.allCases)
     func anUnknownNameIsRefusedAtItsPosition(engine: StoreEngine) throws {
         let workspace = try CLIWorkspace("deps-unknown", engine: engine)

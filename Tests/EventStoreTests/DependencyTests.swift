@@ -103,6 +103,118 @@ import TestSupport
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
+    /// `retry --with-dependants`: the dependency and the jobs its failure cancelled, through the chain,
+    /// open again in one transaction, each with its own `retried`, and wait for it again; a dependant
+    /// cancelled by hand (and what its cancel cancelled) stays cancelled.
+    @Test(arguments: Engine.allCases)
+    func aRetryWithDependantsReopensTheChainItsFailureCancelled(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-reopen", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"]), spec(key: "c", after: ["b"]),
+                                            spec(key: "d", after: ["b"]), spec(key: "e", after: ["d"])],
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        // d is cancelled by hand (e with it, by the cascade), then a fails (b and c with it).
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: ids[3], actor: "cli:test", now: 1_500)
+        try finish(fixture, try #require(try claim(fixture, now: 2_000).first), succeeded: false, now: 3_000)
+        #expect(try ids.map { try fixture.store.job($0)?.state } == [.failed, .cancelled, .cancelled, .cancelled, .cancelled])
+        // Each dependency's cancel names its dependency in a field of its own; the user's names none.
+        let cancels = try ids.map { try fixture.store.events(jobID: $0).last?.payload }
+        #expect(cancels.map { $0?.cancellingDependency } == [nil, ids[0], ids[1], nil, ids[3]])
+
+        let before = try fixture.scalar("SELECT max(seq) FROM events")
+        let planned = try #require(try fixture.store.retryWithDependants(id: ids[0], actor: "cli:test", now: 3_500, ifStateIn: nil,
+                                                                          dryRun: true).result)
+        #expect(planned.reopened.map(\.id) == [ids[1], ids[2]] && planned.kept.map(\.record.id) == [ids[3]])
+        #expect(try fixture.scalar("SELECT max(seq) FROM events") == before, "a dry run wrote events")
+
+        let answer = try fixture.store.retryWithDependants(id: ids[0], actor: "cli:test", now: 4_000, ifStateIn: nil, dryRun: false)
+        let result = try #require(answer.result)
+        #expect(result.job.record.state == .queued && !result.job.isRepeat)
+        #expect(result.reopened.map(\.id) == [ids[1], ids[2]] && result.reopened.allSatisfy { $0.state == .queued })
+        #expect(result.kept.map(\.record.id) == [ids[3]])
+        #expect(result.kept.first?.reason.contains("was not cancelled by a dependency's end") == true, "\(result.kept)")
+        #expect(try ids.map { try fixture.store.job($0)?.state } == [.queued, .queued, .queued, .cancelled, .cancelled])
+        // One transaction: one time, consecutive seqs, a `retried` for every job opened.
+        let retried = try ids.prefix(3).map { id in try #require(try fixture.store.events(jobID: id).last) }
+        #expect(retried.map(\.type) == [.retried, .retried, .retried] && retried.allSatisfy { $0.atMs == 4_000 })
+        let seqs = try retried.map { try #require($0.seq) }
+        #expect(seqs == [seqs[0], seqs[0] + 1, seqs[0] + 2])
+        #expect(retried[2].payload.reason == "dependency \(ids[1]) (key b) opened again (`retry --with-dependants`)")
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+
+        // They wait for the dependency again: the chain runs in order.
+        for (index, id) in ids.prefix(3).enumerated() {
+            let claimed = try claim(fixture, now: 5_000 + Int64(index) * 1_000)
+            #expect(claimed.map(\.record.id) == [id])
+            try finish(fixture, try #require(claimed.first), succeeded: true, now: 5_500 + Int64(index) * 1_000)
+        }
+        #expect(try claim(fixture, now: 9_000).isEmpty)
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
+
+    /// A job waiting for two jobs that both failed stays cancelled while either is still failed, and
+    /// opens with the retry of the last, whichever of them its cancel named.
+    @Test(arguments: Engine.allCases)
+    func aJobWaitingForTwoFailedJobsOpensWithTheLast(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-two", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b"), spec(key: "c", after: ["a", "b"])],
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        let claimed = try claim(fixture, now: 2_000)
+        #expect(Set(claimed.map(\.record.id)) == Set(ids.prefix(2)))
+        for (index, job) in claimed.sorted(by: { $0.record.seq < $1.record.seq }).enumerated() {
+            try finish(fixture, job, succeeded: false, now: 3_000 + Int64(index))
+        }
+        #expect(try fixture.store.events(jobID: ids[2]).last?.payload.cancellingDependency == ids[0])
+
+        let first = try #require(try fixture.store.retryWithDependants(id: ids[0], actor: "cli:test", now: 4_000, ifStateIn: nil,
+                                                                        dryRun: false).result)
+        #expect(first.reopened.isEmpty && first.kept.map(\.record.id) == [ids[2]])
+        #expect(first.kept.first?.reason.contains("also waits for \(ids[1]), which is still failed or cancelled") == true, "\(first.kept)")
+        #expect(try fixture.store.events(jobID: ids[2]).map(\.type) == [.submitted, .cancelled])
+
+        let second = try #require(try fixture.store.retryWithDependants(id: ids[1], actor: "cli:test", now: 5_000, ifStateIn: nil,
+                                                                         dryRun: false).result)
+        #expect(second.reopened.map(\.id) == [ids[2]] && second.kept.isEmpty)
+        #expect(try fixture.store.job(ids[2])?.state == .queued)
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+        // c waits for both again.
+        #expect(Set(try claim(fixture, now: 6_000).map(\.record.id)) == Set(ids.prefix(2)))
+    }
+
+    /// All or nothing: when opening a dependant fails, the dependency's retry and every dependant opened
+    /// before it are undone with it.
+    @Test(arguments: Engine.allCases)
+    func aRetryWithDependantsIsOneTransaction(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-atomic", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"]), spec(key: "c", after: ["b"])],
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        try finish(fixture, try #require(try claim(fixture, now: 2_000).first), succeeded: false, now: 3_000)
+        // The last job's `retried` is refused by the database itself, after the others were written.
+        switch engine {
+        case .sqlite:
+            try fixture.sql("""
+                CREATE TRIGGER refuse_c BEFORE INSERT ON events WHEN NEW.job_id = '\(ids[2])' AND NEW.type = 'retried'
+                BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+                """)
+        case .postgres:
+            try fixture.sql("""
+                CREATE FUNCTION refuse_c() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                IF NEW.job_id = '\(ids[2])' AND NEW.type = 'retried' THEN RAISE EXCEPTION 'refused by the test'; END IF;
+                RETURN NEW; END $$
+                """)
+            try fixture.sql("CREATE TRIGGER refuse_c BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse_c()")
+        }
+        let before = try fixture.scalar("SELECT count(*) FROM events")
+        #expect(throws: StoreError.self) {
+            try fixture.store.retryWithDependants(id: ids[0], actor: "cli:test", now: 4_000, ifStateIn: nil, dryRun: false)
+        }
+        #expect(try ids.map { try fixture.store.job($0)?.state } == [.failed, .cancelled, .cancelled])
+        #expect(try fixture.scalar("SELECT count(*) FROM events") == before)
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
+
     /// A job that waits for two jobs of one cascade (`c` after `a` and `b`, `b` after `a`) is cancelled
     /// once, by the first: the cascade used to read `a`'s dependants once and cancel `c` again from that
     /// stale row after `b`'s turn had cancelled it, and the duplicate version refused the whole cancel
@@ -147,6 +259,13 @@ import TestSupport
         let later = try fixture.store.submit(reversed, actor: "cli:test", now: 3_000).map(\.id)
         #expect(try fixture.store.job(later[0])?.state == .cancelled)
         #expect(try fixture.scalar("SELECT count(*) FROM jobs WHERE state = 'cancelled'") == "\(2 * length)")
+
+        // Retried with its dependants, the head opens both chains again, walked the same way.
+        let reopened = try #require(try fixture.store.retryWithDependants(id: ids[0], actor: "cli:test", now: 4_000, ifStateIn: nil,
+                                                                           dryRun: false).result).reopened
+        #expect(reopened.count == 2 * length - 1)
+        #expect(try fixture.scalar("SELECT count(*) FROM jobs WHERE state = 'queued'") == "\(2 * length)")
+        #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
     @Test(arguments: Engine.allCases)

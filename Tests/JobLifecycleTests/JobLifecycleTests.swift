@@ -383,3 +383,47 @@ struct DependencyEndedTests {
         #expect(job.record?.error?.message == "dependency 01A was cancelled")
     }
 }
+
+/// `dependencyRetried` (`retry --with-dependants`): only a cancelled job whose cancel names a dependency
+/// opens again, and only once no other dependency of its is still failed or cancelled.
+struct DependencyRetriedTests {
+    /// The cancel a dependency's end decides, as the log holds it.
+    private func cancelledByDependency() throws -> (JobLifecycle, EventPayload) {
+        var job = try LifeState.queued.make()
+        let events = try drive(&job, .dependencyEnded(dependency: "01DEP", key: "up", outcome: .failed), at: now)
+        return (job, try #require(events.first).payload)
+    }
+
+    @Test("a job a dependency's end cancelled opens again and waits; with another dependency still ended it stays")
+    func aDependencyCancelOpensAgain() throws {
+        var (job, cancellation) = try cancelledByDependency()
+        let blocked = JobCommand.dependencyRetried(dependency: "01DEP", key: "up", cancellation: cancellation, stillEnded: "01OTHER")
+        guard case .failure(.invalidControl(let why)) = job.decide(blocked, now: now) else {
+            Issue.record("a job still waiting for an ended dependency was opened")
+            return
+        }
+        #expect(why.contains("also waits for 01OTHER, which is still failed or cancelled"), "\(why)")
+        let events = try drive(&job, .dependencyRetried(dependency: "01DEP", key: "up", cancellation: cancellation, stillEnded: nil),
+                               at: now + 1)
+        #expect(events == [DecidedEvent(.retried(reason: "dependency 01DEP (key up) opened again (`retry --with-dependants`)"))])
+        #expect(job.record?.state == .queued && job.record?.attempts == 0 && job.record?.error == nil)
+    }
+
+    @Test("any job but one a dependency's cancel ended is refused and left as it is", arguments: LifeState.allCases)
+    func everyOtherJobIsLeftAlone(state: LifeState) throws {
+        let job = try state.make()
+        // What the store would pass: the job's last event (a user's cancel, for the cancelled state).
+        let last: EventPayload? = state == .cancelled ? .cancelled(.none, error: StorageError(.cancelled, "cancelled by cli:bob"), reason: nil) : nil
+        let command = JobCommand.dependencyRetried(dependency: "01DEP", key: nil, cancellation: last, stillEnded: nil)
+        switch job.decide(command, now: now) {
+        case .success(let events):
+            Issue.record("\(state) was opened again: \(events)")
+        case .failure(let refusal):
+            switch state {
+            case .new: #expect(refusal == .notFound)
+            case .cancelled: #expect("\(refusal)".contains("was not cancelled by a dependency's end"), "\(refusal)")
+            default: #expect("\(refusal)".contains(", not cancelled; retrying its dependency leaves it as it is"), "\(refusal)")
+            }
+        }
+    }
+}

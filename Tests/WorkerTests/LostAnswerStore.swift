@@ -85,6 +85,10 @@ final class LostAnswerStore: JobStore {
                  ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState) {
         try inner.control(command, id: id, actor: actor, now: now, ifStateIn: states)
     }
+    func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?,
+                             dryRun: Bool) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
+        try inner.retryWithDependants(id: id, actor: actor, now: now, ifStateIn: states, dryRun: dryRun)
+    }
     func resolveID(_ text: String) throws(StoreError) -> String { try inner.resolveID(text) }
     func job(_ id: String) throws(StoreError) -> JobRecord? { try inner.job(id) }
     func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] { try inner.jobs(filter: filter) }

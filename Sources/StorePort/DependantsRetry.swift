@@ -1,0 +1,146 @@
+import JobLifecycle
+import JobModel
+
+// MARK: - The plan
+
+/// What `retry ID --with-dependants` does beyond the job itself: the jobs a dependency's end cancelled
+/// (through the chain) that open again, and the cancelled dependants that stay cancelled, with why.
+public struct DependantsRetryPlan: Sendable, Equatable {
+    /// A dependant that opens again, as read before, with the command that opens it.
+    public struct Reopening: Sendable, Equatable {
+        /// The job before it opens again.
+        public var record: JobRecord
+        /// The lifecycle's `dependencyRetried` for it, with the facts the store read.
+        public var command: JobCommand
+    }
+
+    /// A cancelled dependant left as it is.
+    public struct Kept: Sendable, Equatable {
+        /// The job.
+        public var record: JobRecord
+        /// Why it stays cancelled (the lifecycle's refusal).
+        public var reason: String
+    }
+
+    /// The dependants that open again, in the order they do: every one after the dependencies it
+    /// opens with.
+    public internal(set) var reopened: [Reopening] = []
+    /// The cancelled dependants (of the job or of one opened with it) that stay cancelled.
+    public internal(set) var kept: [Kept] = []
+}
+
+/// The outcome of `retry ID --with-dependants` (or what it would be, for `--dry-run`).
+public struct DependantsRetryResult: Sendable, Equatable {
+    /// The job retried (a dry run: as it is now).
+    public var job: ControlResult
+    /// The dependants opened again, after their `retried` (a dry run: as they are now, cancelled).
+    public var reopened: [JobRecord]
+    /// The cancelled dependants that stay cancelled, with why.
+    public var kept: [DependantsRetryPlan.Kept]
+
+    /// Creates a result.
+    public init(job: ControlResult, reopened: [JobRecord], kept: [DependantsRetryPlan.Kept]) {
+        self.job = job
+        self.reopened = reopened
+        self.kept = kept
+    }
+}
+
+// MARK: - What the store reads
+
+/// A write transaction (or, for a dry run, a read transaction) of an adapter, with the reads that
+/// opening dependants again needs on top of `DecisionWriter`'s row operations.
+public protocol DependantsReader: DecisionWriter {
+    /// The cancelled jobs that wait for `jobID` (a row of `job_dependencies`), in submission order;
+    /// with `locking`, locked where the engine locks rows.
+    func cancelledDependants(of jobID: String, locking: Bool) throws(StoreError) -> [JobRecord]
+    /// The jobs `jobID` still waits for (its rows of `job_dependencies`: none that succeeded) and their
+    /// states, nil for one not in the log; with `locking`, their rows are held against change (shared)
+    /// until the transaction ends, where the engine locks rows.
+    func remainingDependencies(of jobID: String, locking: Bool) throws(StoreError) -> [(id: String, state: JobState?)]
+    /// The payload of the job's event at `version`, or nil.
+    func payload(ofJob jobID: String, version: Int) throws(StoreError) -> EventPayload?
+}
+
+// MARK: - Planning and performing
+
+extension DependantsReader {
+    /// Which cancelled dependants of `job` open again when it is retried with its dependants, walked level
+    /// by level with a work list (a chain of any length, no recursion): a cancelled job waiting for one
+    /// that opens again is asked about (`JobCommand.dependencyRetried`, the rules are the lifecycle's),
+    /// with the dependency that opens it, the event that cancelled it and, of its other dependencies
+    /// still failed or cancelled, one that does not open with it. A job waiting for several is asked
+    /// again at each of them, so it opens once the last of them does; refused at every one, it is kept.
+    ///
+    /// Only reads: `retryWithDependants` performs the plan in the same transaction, a dry run shows it.
+    public func planDependantsRetry(of job: JobRecord, locking: Bool, now: Int64) throws(StoreError) -> DependantsRetryPlan {
+        var plan = DependantsRetryPlan()
+        // Job ids are ASCII (ULIDs): `String` equality is byte equality for them.
+        var opening: Set<String> = [job.id]
+        var keptInOrder: [JobRecord] = []
+        var keptBecause: [String: String] = [:]
+        var walk: [(id: String, key: String?)] = [(job.id, job.key)]
+        var next = 0
+        while next < walk.count {
+            let dependency = walk[next]
+            next += 1
+            for dependant in try cancelledDependants(of: dependency.id, locking: locking) where !opening.contains(dependant.id) {
+                let cancellation = try payload(ofJob: dependant.id, version: dependant.version)
+                let stillEnded = try remainingDependencies(of: dependant.id, locking: locking).first { other in
+                    guard !opening.contains(other.id) else { return false }
+                    guard let state = other.state else { return true }
+                    return state == .failed || state == .cancelled
+                }
+                let command = JobCommand.dependencyRetried(dependency: dependency.id, key: dependency.key,
+                                                           cancellation: cancellation, stillEnded: stillEnded?.id)
+                switch JobLifecycle(record: dependant).decide(command, now: now, expectedVersion: dependant.version) {
+                case .success(let events) where !events.isEmpty:
+                    opening.insert(dependant.id)
+                    plan.reopened.append(DependantsRetryPlan.Reopening(record: dependant, command: command))
+                    walk.append((dependant.id, dependant.key))
+                case .success:
+                    break
+                case .failure(let refusal):
+                    if keptBecause[dependant.id] == nil { keptInOrder.append(dependant) }
+                    keptBecause[dependant.id] = refusal.description
+                }
+            }
+        }
+        // A dependant refused at one of its dependencies and opened at a later one is not kept.
+        plan.kept = keptInOrder.filter { !opening.contains($0.id) }.map { record in
+            DependantsRetryPlan.Kept(record: record, reason: keptBecause[record.id] ?? "")
+        }
+        return plan
+    }
+
+    /// `retry` of `job` (its row as it stands in this write transaction, locked where the engine locks
+    /// rows), then every dependant `planDependantsRetry` opens again, each through the lifecycle and
+    /// with its own `retried` event, all in the caller's transaction: a refusal of any throws, and the
+    /// caller's rollback leaves every job as it was.
+    public func retryWithDependants(_ job: JobRecord, actor: String, now: Int64) throws(StoreError) -> DependantsRetryResult {
+        let (events, record) = try perform(.retry, jobID: job.id, on: job, actor: actor, expectedVersion: job.version, now: now)
+        let retried = record ?? job
+        let plan = try planDependantsRetry(of: retried, locking: true, now: now)
+        var reopened: [JobRecord] = []
+        reopened.reserveCapacity(plan.reopened.count)
+        for reopening in plan.reopened {
+            let dependant = reopening.record
+            let (_, after) = try perform(reopening.command, jobID: dependant.id, on: dependant, actor: actor,
+                                         expectedVersion: dependant.version, now: now)
+            reopened.append(after ?? dependant)
+        }
+        return DependantsRetryResult(job: ControlResult(record: retried, isRepeat: events.isEmpty), reopened: reopened,
+                                     kept: plan.kept)
+    }
+
+    /// What `retryWithDependants` would do to `job` (read in the caller's transaction), changing nothing:
+    /// the job's own retry is refused as it would be.
+    public func planRetryWithDependants(_ job: JobRecord, now: Int64) throws(StoreError) -> DependantsRetryResult {
+        if case .failure(let refusal) = JobLifecycle(record: job).decide(.retry, now: now, expectedVersion: job.version) {
+            throw StoreError(refusal, jobID: job.id)
+        }
+        let plan = try planDependantsRetry(of: job, locking: false, now: now)
+        return DependantsRetryResult(job: ControlResult(record: job, isRepeat: false), reopened: plan.reopened.map(\.record),
+                                     kept: plan.kept)
+    }
+}
