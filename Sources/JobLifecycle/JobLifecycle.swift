@@ -30,7 +30,8 @@ public indirect enum JobCommand: Sendable, Equatable, Hashable {
     case settle
     /// Job `dependency` (idempotency key `key`), which this job waits for (`after:`), ended `outcome`
     /// (failed or cancelled) for good, so this job can never run: a waiting job ends `cancelled`.
-    case dependencyEnded(dependency: String, key: String?, outcome: JobState)
+    /// `root` is the job whose own end began the cascade that reached `dependency` (nil: `dependency` is it).
+    case dependencyEnded(dependency: String, key: String?, outcome: JobState, root: String? = nil)
     /// Job `dependency` (idempotency key `key`), which this job waits for (`after:`), was opened again by
     /// `retry --with-dependants` (or by this command, for a dependency further up the chain). A job a
     /// dependency's end cancelled opens again (`retried`) and waits for it once more. `cancellation` is
@@ -273,8 +274,8 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         case .settle:
             guard let pending = Self.settlement(job) else { return [] }
             return settled([pending], now: now)
-        case .dependencyEnded(let dependency, let key, let outcome):
-            return settled(try Self.dependencyEnded(job, dependency: dependency, key: key, outcome: outcome), now: now)
+        case .dependencyEnded(let dependency, let key, let outcome, let root):
+            return settled(try Self.dependencyEnded(job, dependency: dependency, key: key, outcome: outcome, root: root), now: now)
         case .dependencyRetried(let dependency, let key, let cancellation, let stillEnded):
             return try Self.dependencyRetried(job, dependency: dependency, key: key, cancellation: cancellation,
                                               stillEnded: stillEnded)
@@ -374,8 +375,12 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
 
     /// A queued or paused job whose dependency ended failed or cancelled can never run: it ends
     /// `cancelled`, naming the dependency. Anything else is left as it is.
+    ///
+    /// Its remedy names the job to retry with `--with-dependants`: the one whose own end began the
+    /// cascade (`root`). The job's direct dependency, when a cascade cancelled it too, would open again
+    /// only to wait for the failed job above it — the chain's tail would wait for ever.
     private static func dependencyEnded(_ job: JobRecord, dependency: String, key: String?,
-                                        outcome: JobState) throws(LifecycleRefusal) -> [DecidedEvent] {
+                                        outcome: JobState, root: String?) throws(LifecycleRefusal) -> [DecidedEvent] {
         guard outcome == .failed || outcome == .cancelled else {
             throw .invalidControl("dependency \(dependency) is \(outcome.rawValue), not failed or cancelled; job \(job.id) still waits")
         }
@@ -383,7 +388,11 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         case .queued, .paused:
             let message = dependencyMessage(dependency: dependency, key: key, outcome: outcome)
             let error = StorageError(.cancelled, message)
-            let remedy = "`jobctl retry \(dependency) --with-dependants` opens it again with its dependency"
+            let remedy = if let root, root != dependency {
+                "`jobctl retry \(root) --with-dependants` opens it again with \(root), whose end cancelled its dependency"
+            } else {
+                "`jobctl retry \(dependency) --with-dependants` opens it again with its dependency"
+            }
             return [DecidedEvent(.cancelled(.none, error: error, reason: remedy, dependency: dependency))]
         case .running, .succeeded, .failed, .cancelled:
             return []

@@ -180,10 +180,14 @@ extension DecisionWriter {
         while next < ended.count {
             let job = ended[next]
             next += 1
+            let root = job.root ?? job.id
             for dependant in try waitingDependants(of: job.id) {
-                _ = try decide(.dependencyEnded(dependency: job.id, key: job.key, outcome: job.state), jobID: dependant.id,
+                let before = ended.count
+                _ = try decide(.dependencyEnded(dependency: job.id, key: job.key, outcome: job.state, root: root), jobID: dependant.id,
                                on: dependant, actor: actor, expectedVersion: dependant.version, leaseToken: nil,
                                prepared: nil, now: now, ended: &ended)
+                // The dependant this cancelled goes on the list; its own dependants' cancels name the same root.
+                for index in before..<ended.count { ended[index].root = root }
             }
             // What was read is not needed again: a long cascade keeps only the jobs still to do.
             if next >= 4_096 && next * 2 >= ended.count {
@@ -199,4 +203,6 @@ struct EndedJob {
     let id: String
     let key: String?
     let state: JobState
+    /// The job whose own end began the cascade that cancelled this one (nil: this job is it).
+    var root: String? = nil
 }

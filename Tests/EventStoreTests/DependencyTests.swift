@@ -90,6 +90,11 @@ import TestSupport
         #expect(failed.type == .failed && cancelB.type == .cancelled && cancelC.type == .cancelled)
         // Each cancel names its dependency in a field of its own, as read back from the log.
         #expect(cancelB.payload.cancellingDependency == ids[0] && cancelC.payload.cancellingDependency == ids[1])
+        // Each cancel's remedy names the job whose failure began it: c's dependency b, opened alone, would
+        // only wait for the failed a.
+        #expect(cancelB.payload.reason == "`jobctl retry \(ids[0]) --with-dependants` opens it again with its dependency")
+        #expect(cancelC.payload.reason == "`jobctl retry \(ids[0]) --with-dependants` opens it again with \(ids[0]), whose end cancelled its dependency",
+                "\(cancelC.payload.reason ?? "")")
         #expect([cancelB.atMs, cancelC.atMs] == [failed.atMs, failed.atMs])
         #expect(try [cancelB.seq, cancelC.seq].map { try #require($0) } == [try #require(failed.seq) + 1, try #require(failed.seq) + 2])
         #expect(try fixture.store.replay(verify: true).isConsistent)
