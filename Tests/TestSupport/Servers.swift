@@ -249,6 +249,19 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
     /// `ADDR [TIME] "REQUEST" STATUS BODY_BYTES "RANGE" CONNECTION_ID REQUESTS_ON_CONNECTION`.
     public var accessLog: String { (try? String(contentsOfFile: directory.file("access.log"), encoding: .utf8)) ?? "" }
 
+    /// The access log once every request nginx answered before this call has its line: for a check that a
+    /// request did NOT come. Read at once, the log could lack the line of one that did (nginx writes it
+    /// after the response, which the client may already hold), and the check pass whatever happened. A
+    /// marker request (curl, straight to the server, no proxy) follows them; its line comes after theirs,
+    /// since nginx's one worker logs each request before it reads the next. The marker's own line is in
+    /// the text returned (its path is `/.log-marker-…`).
+    public func settledAccessLog() -> String {
+        let marker = "/.log-marker-\(UUID().uuidString)"
+        _ = try? runProcess("/usr/bin/curl", ["-sk", "--noproxy", "*", "-o", "/dev/null", "--max-time", "5", baseURL + marker])
+        _ = accessLogLines(atLeast: 1) { $0.contains(marker) }
+        return accessLog
+    }
+
     /// The access log's lines that `matching` accepts, once there are at least `count` of them. nginx writes
     /// a request's line after it has sent the response, so a client can be done before the line is there:
     /// this polls for up to `seconds`, then returns what there is (the caller's expectation then fails).
