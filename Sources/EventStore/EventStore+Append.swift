@@ -320,16 +320,17 @@ extension EventStore {
     /// the planner off `jobs_claim`: with it, SQLite walked every queued job and looked each up in the
     /// waits, for every job that ended failed or cancelled (each link of a cancelled chain, every failed
     /// job of a long queue), whether anything waited for it or not.
-    static let waitingDependantsSQL = """
-        SELECT \(JobRecord.selectColumns) FROM jobs
-        WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = ?) AND +state IN ('queued', 'paused')
-        ORDER BY seq
-        """
+    static let waitingDependantsSQL = dependantsSQL(state: "IN ('queued', 'paused')")
 
     /// The cancelled jobs waiting on `?` (`retry --with-dependants`), read as `waitingDependantsSQL` reads.
-    static let cancelledDependantsSQL = """
+    static let cancelledDependantsSQL = dependantsSQL(state: "= 'cancelled'")
+
+    /// The jobs waiting on `?` whose state passes `state` (a condition on `+state`), in submission order.
+    private static func dependantsSQL(state: String) -> String {
+        """
         SELECT \(JobRecord.selectColumns) FROM jobs
-        WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = ?) AND +state = 'cancelled'
+        WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = ?) AND +state \(state)
         ORDER BY seq
         """
+    }
 }

@@ -468,19 +468,21 @@ extension PostgresConnection: DependantsReader {
 
     /// The queued or paused jobs with a row waiting on `jobID`, in submission order, locked.
     public func waitingDependants(of jobID: String) throws(StoreError) -> [JobRecord] {
-        try rows("""
-            SELECT \(JobRecord.postgresSelectColumns) FROM jobs
-            WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = $1) AND state IN ('queued', 'paused')
-            ORDER BY seq FOR UPDATE
-            """, [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+        try dependants(of: jobID, state: "IN ('queued', 'paused')", locking: true)
     }
 
     /// The cancelled jobs with a row waiting on `jobID`, in submission order; with `locking`, locked
     /// (`FOR UPDATE`) until the transaction ends.
     public func cancelledDependants(of jobID: String, locking: Bool) throws(StoreError) -> [JobRecord] {
+        try dependants(of: jobID, state: "= 'cancelled'", locking: locking)
+    }
+
+    /// The jobs with a row waiting on `jobID` whose state passes `state` (a condition on `state`), in
+    /// submission order; with `locking`, locked (`FOR UPDATE`) until the transaction ends.
+    private func dependants(of jobID: String, state: String, locking: Bool) throws(StoreError) -> [JobRecord] {
         try rows("""
             SELECT \(JobRecord.postgresSelectColumns) FROM jobs
-            WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = $1) AND state = 'cancelled'
+            WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = $1) AND state \(state)
             ORDER BY seq
             """ + (locking ? " FOR UPDATE" : ""), [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
     }

@@ -152,14 +152,10 @@ public struct HTTPBackend: StorageBackend {
                                    control: TransferControl) async throws(StorageError) -> StopOr<TransferOutcome?> {
         let url = reference.description
         let response: HTTPResponse
-        do throws(TransferFailure) {
-            response = try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control,
-                                                 options: configuration.curlOptions)
-        } catch {
-            switch error {
-            case .stopped(let reason): return .stopped(reason)
-            case .failed: return .value(nil)
-            }
+        switch await headIfAnswered(url, control: control) {
+        case .stopped(let reason): return .stopped(reason)
+        case .value(nil): return .value(nil)
+        case .value(let answered?): response = answered
         }
         guard response.status == 200, let size = response.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
         var crc32c = servedDigests(response.headers, status: 200).first { $0.algorithm == .crc32c }?.value
@@ -376,6 +372,20 @@ public struct HTTPBackend: StorageBackend {
     }
 
     /// One request without a body, its answer or the stop reason; a transfer failure is thrown as is.
+    /// A HEAD of `url` (redirects followed) for a look that is only a hint: nil when it failed (the
+    /// caller goes on without what it would have said), `stopped` when the transfer was.
+    private func headIfAnswered(_ url: String, control: TransferControl) async -> StopOr<HTTPResponse?> {
+        do throws(TransferFailure) {
+            return .value(try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control,
+                                                   options: configuration.curlOptions))
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason)
+            case .failed: return .value(nil)
+            }
+        }
+    }
+
     private func exchange(_ request: HTTPRequest, control: TransferControl) async throws(StorageError) -> StopOr<HTTPResponse> {
         do throws(TransferFailure) {
             return .value(try await engine.perform(request, control: control, options: configuration.curlOptions))
@@ -536,14 +546,10 @@ public struct HTTPBackend: StorageBackend {
         if isTranscoded(response.headers) { return .value(nil) }
         if let stored = response.headers["x-goog-stored-content-length"].flatMap({ Int64($0) }) { return .value(stored) }
         let head: HTTPResponse
-        do throws(TransferFailure) {
-            head = try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control,
-                                            options: configuration.curlOptions)
-        } catch {
-            switch error {
-            case .stopped(let reason): return .stopped(reason)
-            case .failed: return .value(nil)
-            }
+        switch await headIfAnswered(url, control: control) {
+        case .stopped(let reason): return .stopped(reason)
+        case .value(nil): return .value(nil)
+        case .value(let answered?): head = answered
         }
         guard head.status == 200, head.headers["transfer-encoding"] == nil,
               let length = head.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }

@@ -113,15 +113,16 @@ final class OrphanSweeper: Sendable {
     /// Removals and failures go to the worker's log; a failure never stops the worker. Called by the
     /// pool's loop, one sweep at a time.
     func sweepIfDue(now: Int64, force: Bool = false) async {
-        let due: Position? = state.withLock { state in
+        let due: (from: Position, periodic: Bool)? = state.withLock { state in
+            let periodic = state.lastStart != nil && !force
             if let previous = state.lastStart {
                 // As the pool's `isDue`: a clock stepped back is due now, not once it has caught up again.
                 guard force || (intervalMs > 0 && (now - previous >= intervalMs || now < previous)) else { return nil }
             }
             state.lastStart = now
-            return state.next
+            return (state.next, periodic)
         }
-        guard let from = due else { return }
+        guard let (from, periodic) = due else { return }
         let (backend, host) = (backend, host)
         // Each of these became final before this sweep began, so its read finds them all: from then on
         // they are never read again, and a failed sweep only reads them next time.
@@ -144,8 +145,9 @@ final class OrphanSweeper: Sendable {
             let removed = await BlockingFileWork.run {
                 let removed = Orphans.find(candidates, backend: backend).filter { backend.remove($0.file) }
                 // Every periodic sweep (each `intervalMs`) also hands malloc's free pages back to the
-                // kernel (see `FreedMemory`); a drain's last sweep does not, as the process ends.
-                if !force { FreedMemory.release() }
+                // kernel (see `FreedMemory`); not the first, at the worker's start, when there is nothing
+                // to give back yet, nor a drain's last, as the process ends.
+                if periodic { FreedMemory.release() }
                 return removed
             }
             for orphan in removed { log.orphanRemoved(orphan.file, jobState: orphan.jobState, now: Clock.nowMs()) }
