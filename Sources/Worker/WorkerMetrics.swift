@@ -97,14 +97,20 @@ public final class WorkerMetrics: Sendable {
     // MARK: - Exposition
 
     /// The counters and histograms in the text exposition format, followed by `groupCommits` (the
-    /// store's commit and event totals, and its events per commit) and `jobs` (job counts by queue and
-    /// state, nil when they could not be read).
-    public func exposition(groupCommits: GroupCommitStats, jobs: [StoreStats.QueueStateCount]?) -> String {
+    /// store's commit and event totals, and its events per commit) and `store` (job counts by queue and
+    /// state as last read, nil when none were; when; and whether the store answered in time).
+    public func exposition(groupCommits: GroupCommitStats, store: StoreReading) -> String {
         let counters = counters.withLock { $0 }
         var text = MetricsText()
 
-        text.family("jobctl_jobs", type: "gauge", help: "Jobs in the event log by queue and state (read from the store, cached for a second).")
-        if let jobs {
+        text.family("jobctl_store_up", type: "gauge",
+                    help: "1 when the store answered this scrape's job counts in time (or they were read in the last 1.5 s), 0 when it failed or did not answer within a second.")
+        text.sample("jobctl_store_up", [], store.up ? 1 : 0)
+        text.family("jobctl_jobs_read_time_seconds", type: "gauge",
+                    help: "When the jobctl_jobs counts shown were read from the store, in seconds since the epoch (no sample before a first read answered).")
+        if let readAtMs = store.readAtMs { text.sample("jobctl_jobs_read_time_seconds", [], Double(readAtMs) / 1000) }
+        text.family("jobctl_jobs", type: "gauge", help: "Jobs in the event log by queue and state, as last read from the store (cached 1.5 s; see jobctl_jobs_read_time_seconds).")
+        if let jobs = store.counts {
             // The store leaves out empty pairs; every state of a queue it names is shown, zeros included.
             var byQueue: [String: [JobState: Int]] = [:]
             for entry in jobs { byQueue[entry.queue, default: [:]][entry.state, default: 0] += entry.count }

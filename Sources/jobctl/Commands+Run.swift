@@ -53,7 +53,7 @@ extension Commands {
 
         --metrics 127.0.0.1:9464 serves Prometheus metrics (text format 0.0.4) at /metrics: job counts by
         queue and state, transfers and bytes by kind and outcome, durations, retries, lease losses and
-        rescues, store commit latency and events per commit. It has no authentication, so only a loopback address is accepted
+        rescues, store commit latency and events per commit, whether the store answers. It has no authentication, so only a loopback address is accepted
         unless --metrics-allow-remote is given; a port already in use stops the worker before it starts.
         """
     ) { arguments, context in

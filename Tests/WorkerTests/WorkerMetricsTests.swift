@@ -58,11 +58,63 @@ import TestSupport
         #expect(store.statsCalls.withLock { $0 } == 0)
     }
 
+    static func sampleLine(_ text: String, _ name: String) -> String? {
+        text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.map(String.init)
+    }
+
+    /// A store that does not answer (here another process holds SQLite's write lock while the worker's
+    /// executor waits in a commit, the job count read queued behind it) no longer holds the scrape until
+    /// it does — for the 30 s of the busy timeout, longer than Prometheus waits: the scrape answers
+    /// within about `storeWaitMs` with the counts last read, `jobctl_store_up 0` and their read time;
+    /// once the lock is released the counts are fresh again.
+    @Test func aStalledStoreDoesNotHoldTheScrape() async throws {
+        let directory = try TemporaryDirectory("metrics-stalled")
+        defer { directory.remove() }
+        let path = directory.file("jobctl.db")
+        let store = try EventStore(path: path)
+        let spec = JobSpec(kind: .uploadData, destination: "file://m/x.txt", data: Data("x".utf8))
+        _ = try store.submit([spec], actor: "test", now: Clock.nowMs())
+        let exporter = MetricsExporter(metrics: WorkerMetrics(), store: store, cacheMs: 0, storeWaitMs: 500)
+        let before = await Self.render(exporter)
+        #expect(Self.sampleLine(before, "jobctl_store_up") == "jobctl_store_up 1")
+        #expect(Self.jobsLine(before, queue: "default", state: "queued") == "jobctl_jobs{queue=\"default\",state=\"queued\"} 1")
+        let firstRead = try #require(Self.sampleLine(before, "jobctl_jobs_read_time_seconds"))
+
+        let lock = try SQLiteWriteLock(database: path)
+        var locked = true
+        defer { if locked { lock.release() } }
+        // A write on the store's executor that waits for the lock: every later call queues behind it.
+        let blocked = Task { try await store.run { store in try store.submit([spec], actor: "test", now: Clock.nowMs()) } }
+        try await Task.sleep(for: .milliseconds(200))
+        for _ in 0..<3 {
+            let started = ContinuousClock.now
+            let during = await Self.render(exporter)
+            let waited = ContinuousClock.now - started
+            #expect(waited < .seconds(5), "a scrape waited \(waited) for a stalled store")
+            #expect(Self.sampleLine(during, "jobctl_store_up") == "jobctl_store_up 0")
+            #expect(Self.jobsLine(during, queue: "default", state: "queued") == "jobctl_jobs{queue=\"default\",state=\"queued\"} 1")
+            #expect(Self.sampleLine(during, "jobctl_jobs_read_time_seconds") == firstRead)
+            #expect(during.contains("jobctl_store_group_commits_total "))
+        }
+        lock.release()
+        locked = false
+        _ = try await blocked.value
+        var after = ""
+        for _ in 0..<100 {
+            after = await Self.render(exporter)
+            if Self.sampleLine(after, "jobctl_store_up") == "jobctl_store_up 1" { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(Self.sampleLine(after, "jobctl_store_up") == "jobctl_store_up 1")
+        #expect(Self.jobsLine(after, queue: "default", state: "queued") == "jobctl_jobs{queue=\"default\",state=\"queued\"} 2")
+        #expect(Self.sampleLine(after, "jobctl_jobs_read_time_seconds") != firstRead)
+    }
+
     /// Label values are escaped as the format requires: backslash, double quote, line feed.
     @Test func labelValuesAreEscaped() {
-        let text = WorkerMetrics().exposition(groupCommits: GroupCommitStats(), jobs: [
+        let text = WorkerMetrics().exposition(groupCommits: GroupCommitStats(), store: StoreReading(counts: [
             StoreStats.QueueStateCount(queue: "a\"b\\c\nd", state: .queued, count: 3),
-        ])
+        ], readAtMs: 0, up: true))
         #expect(text.contains("jobctl_jobs{queue=\"a\\\"b\\\\c\\nd\",state=\"queued\"} 3\n"))
     }
 
@@ -92,7 +144,7 @@ import TestSupport
         var stats = GroupCommitStats()
         for size in [1, 1, 2, 3, 4, 5, 8, 9, 128, 129, 0] { stats.recordCommit(of: size) }
         #expect(stats.commits == 10 && stats.events == 290)
-        let text = WorkerMetrics().exposition(groupCommits: stats, jobs: nil)
+        let text = WorkerMetrics().exposition(groupCommits: stats, store: StoreReading(counts: nil, readAtMs: nil, up: false))
         let lines = text.split(separator: "\n").filter { $0.hasPrefix("jobctl_store_events_per_commit") }
         #expect(lines == [
             "jobctl_store_events_per_commit_bucket{le=\"1\"} 2", "jobctl_store_events_per_commit_bucket{le=\"2\"} 3",
