@@ -151,6 +151,10 @@ public final class MetricsServer: Sendable {
     private func serve() {
         var connections: [Connection] = []
         var chunk = [UInt8](repeating: 0, count: 16_384)
+        // After an accept that failed for want of a descriptor or memory, new connections wait in the
+        // listen queue until then (see `acceptPauseNs`).
+        var acceptPausedUntilNs: UInt64 = 0
+        var acceptPauseNs: UInt64 = 0
         serving: while true {
             let now = DispatchTime.now().uptimeNanoseconds
             var index = 0
@@ -181,12 +185,13 @@ public final class MetricsServer: Sendable {
                     index += 1
                 }
             }
-            var polled = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
+            let accepting = now >= acceptPausedUntilNs
+            var polled = [pollfd(fd: listener, events: accepting ? Int16(POLLIN) : 0, revents: 0)]
             for connection in connections {
                 let reading = connection.answer == nil || connection.draining
                 polled.append(pollfd(fd: connection.fd, events: Int16(reading ? POLLIN : POLLOUT), revents: 0))
             }
-            let nextDeadline = connections.map(\.deadlineNs).min()
+            let nextDeadline = (connections.map(\.deadlineNs) + (accepting ? [] : [acceptPausedUntilNs])).min()
             let waitMs = nextDeadline.map { Int32(clamping: ($0 - min($0, now)) / 1_000_000 + 1) } ?? -1
             let ready = poll(&polled, nfds_t(polled.count), waitMs)
             if ready < 0 {
@@ -209,14 +214,22 @@ public final class MetricsServer: Sendable {
                 connections[index].request += chunk[0..<count]
                 if let answer = answer(to: connections[index].request) { connections[index].answer(answer, now: polledAt) }
             }
-            if polled[0].revents & Int16(POLLIN) != 0 || polled[0].revents & Int16(POLLHUP | POLLERR) != 0 {
-                while true {
+            if polled[0].revents & Int16(POLLIN) != 0 || polled[0].revents & Int16(POLLHUP | POLLERR) != 0
+                || (!accepting && polledAt >= acceptPausedUntilNs) {
+                accepting: while true {
                     let fd = jobctl_accept_nonblocking(listener)
                     if fd < 0 {
-                        if errno == EINTR || errno == ECONNABORTED { continue }
-                        if errno == EAGAIN || errno == EWOULDBLOCK { break }
-                        break serving  // shut down (`stop`) or broken
+                        switch Self.acceptFailure(errno) {
+                        case .retry: continue accepting
+                        case .drained: break accepting
+                        case .pause:
+                            acceptPauseNs = min(max(acceptPauseNs * 2, Self.firstAcceptPauseNs), Self.longestAcceptPauseNs)
+                            acceptPausedUntilNs = polledAt + acceptPauseNs
+                            break accepting
+                        case .stop: break serving  // shut down (`stop`) or broken
+                        }
                     }
+                    acceptPauseNs = 0
                     if connections.count >= Self.maxConnections {
                         // The oldest connection already answered makes room, else the oldest still without
                         // a request, else the oldest.
@@ -232,6 +245,29 @@ public final class MetricsServer: Sendable {
         for connection in connections { close(connection.fd) }
         close(listener)
     }
+
+    /// What a failed `accept` means for the loop.
+    enum AcceptFailure: Equatable { case retry, drained, pause, stop }
+
+    /// `retry` at once: interrupted, or a connection that failed before it was taken (Linux passes its
+    /// pending network error to `accept`, which its manual says to treat like EAGAIN). `drained`: none
+    /// left. `pause`: no descriptor or memory for one now (EMFILE, ENFILE, ENOBUFS, ENOMEM) — the
+    /// connections wait in the listen queue while the server takes none for a moment, doubling from 5 ms
+    /// to 1 s; the listen queue is not drained, so waiting on it would only spin. Such a failure stopped
+    /// the server for the rest of the worker's life (the listener closed: scrapes refused). `stop`: the
+    /// listener was shut (`stop`) or is broken.
+    static func acceptFailure(_ error: Int32) -> AcceptFailure {
+        switch error {
+        case EINTR, ECONNABORTED, EPROTO, ENETDOWN, ENOPROTOOPT, EHOSTDOWN, ENONET, EHOSTUNREACH, EOPNOTSUPP, ENETUNREACH, EPERM:
+            return .retry
+        case EAGAIN, EWOULDBLOCK: return .drained
+        case EMFILE, ENFILE, ENOBUFS, ENOMEM: return .pause
+        default: return .stop
+        }
+    }
+
+    static let firstAcceptPauseNs: UInt64 = 5_000_000
+    static let longestAcceptPauseNs: UInt64 = 1_000_000_000
 
     private enum Flushed { case pending, sent, gone }
 

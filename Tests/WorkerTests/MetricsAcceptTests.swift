@@ -1,0 +1,91 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Worker
+
+/// The metrics server outlives an `accept` that fails for want of a descriptor: such a failure used to
+/// end its loop and close the listener, so every later scrape of that worker was refused.
+@Suite("metrics accept failures") struct MetricsAcceptTests {
+    @Test func failuresAreSortedByWhatTheyMean() {
+        #expect(MetricsServer.acceptFailure(EMFILE) == .pause)
+        #expect(MetricsServer.acceptFailure(ENFILE) == .pause)
+        #expect(MetricsServer.acceptFailure(ENOBUFS) == .pause)
+        #expect(MetricsServer.acceptFailure(ENOMEM) == .pause)
+        #expect(MetricsServer.acceptFailure(ECONNABORTED) == .retry)
+        #expect(MetricsServer.acceptFailure(EPROTO) == .retry)
+        #expect(MetricsServer.acceptFailure(EINTR) == .retry)
+        #expect(MetricsServer.acceptFailure(EAGAIN) == .drained)
+        #expect(MetricsServer.acceptFailure(EINVAL) == .stop)
+        #expect(MetricsServer.acceptFailure(EBADF) == .stop)
+    }
+
+    /// In a process of its own (its descriptor limit is lowered): clients connect until the process has
+    /// no descriptor left, so the server's `accept` fails with EMFILE; once they close, a scrape is
+    /// answered 200. Exits 0 when it is, 1 when the scrape failed, 2 when EMFILE was never reached, 3
+    /// when the test could not set up.
+    @Test func runningOutOfDescriptorsDoesNotStopTheServer() async {
+        await #expect(processExitsWith: .success) {
+            var limit = rlimit()
+            guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { exit(3) }
+            let port = freeLoopbackPort()
+            guard let address = try? MetricsAddress(parsing: "127.0.0.1:\(port)"),
+                  let server = try? MetricsServer(address: address, body: { "up 1\n" }) else { exit(3) }
+            guard (try? server.start()) != nil else { exit(3) }
+            let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
+            guard open > 0 else { exit(3) }
+            var lowered = limit
+            lowered.rlim_cur = rlim_t(open + 8)
+            guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &lowered) == 0 else { exit(3) }
+            var clients: [Int32] = []
+            var exhausted = false
+            for _ in 0..<64 {
+                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+                if fd < 0 { exhausted = errno == EMFILE; break }
+                clients.append(fd)
+                _ = connectToLoopback(fd, port: port)
+            }
+            // The server tries to take the connections queued beyond what it accepted, and cannot.
+            usleep(300_000)
+            for fd in clients { close(fd) }
+            guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { exit(3) }
+            guard exhausted else { exit(2) }
+            usleep(100_000)
+            let answer = scrapeStatusLine(port: port)
+            print("after EMFILE: '\(answer)'")
+            server.stop()
+            exit(answer.hasPrefix("HTTP/1.1 200") ? 0 : 1)
+        }
+    }
+}
+
+/// Connects `fd` to 127.0.0.1:`port`; whether it did.
+private func connectToLoopback(_ fd: Int32, port: Int) -> Bool {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = UInt16(port).bigEndian
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    } == 0
+}
+
+/// `GET /metrics` on a new connection: the answer's first line, or what went wrong (5 s at most).
+private func scrapeStatusLine(port: Int) -> String {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return "socket: errno \(errno)" }
+    defer { close(fd) }
+    var timeout = timeval(tv_sec: 5, tv_usec: 0)
+    _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    guard connectToLoopback(fd, port: port) else { return "connect: errno \(errno)" }
+    let request = Array("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+    guard send(fd, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else { return "send: errno \(errno)" }
+    var received: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 4_096)
+    while true {
+        let count = recv(fd, &buffer, buffer.count, 0)
+        if count <= 0 { break }
+        received += buffer[0..<count]
+    }
+    let text = String(decoding: received, as: UTF8.self)
+    return text.isEmpty ? "no answer: errno \(errno)" : String(text.prefix { $0 != "\r" && $0 != "\n" })
+}
