@@ -51,6 +51,8 @@ final class WALSync: Sendable {
     /// WAL when the database's last connection closes, and a later open creates a new file).
     private let file = Mutex<(descriptor: Int32, inode: ino_t)?>(nil)
     private let syncCount = Mutex(0)
+    /// The first failed sync, once there was one (see `sync`).
+    private let failed = Mutex<StoreError?>(nil)
 
     /// - Parameter databasePath: the database file; its WAL is that path with `-wal` appended.
     init(databasePath: String) {
@@ -79,14 +81,26 @@ final class WALSync: Sendable {
     }
 
     /// Syncs the WAL: when it returns, every transaction committed before the call is on disk.
+    ///
+    /// A failed `fdatasync` is final for this process (`failed`): Linux reports a write-back error once
+    /// and may drop the pages it could not write, marking them clean, so a later sync — through this
+    /// descriptor or a new one — succeeds without them, and reporting the commits after it written would
+    /// report lost ones (the WAL's frames chain: a crash then ends the log at the first lost frame). As
+    /// PostgreSQL does since 2018, the failure is not retried: every later sync fails with it.
+    /// See https://wiki.postgresql.org/wiki/Fsync_Errors
     func sync() throws(StoreError) {
         try checkDatabaseFile()
         let result: Result<Void, StoreError> = file.withLock { cached in
             do throws(StoreError) {
+                if let earlier = failed.withLock({ $0 }) { throw earlier }
                 let descriptor = try currentDescriptor(&cached)
                 while fdatasync(descriptor) != 0 {
                     let code = errno
-                    guard code == EINTR else { throw StoreError.io(Self.describe("cannot sync", path, code)) }
+                    guard code == EINTR else {
+                        let error = StoreError.syncFailed(Self.describe("cannot sync", path, code))
+                        failed.withLock { $0 = error }
+                        throw error
+                    }
                 }
                 return .success(())
             } catch {

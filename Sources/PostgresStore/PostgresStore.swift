@@ -336,7 +336,7 @@ extension PostgresConnection {
     /// errors are one step's refusal.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .unreachable, .busy, .readOnly, .damaged, .replaced: throw error
+        case .io, .unreachable, .busy, .readOnly, .damaged, .replaced, .syncFailed: throw error
         default: if !isConnected { throw error }
         }
     }

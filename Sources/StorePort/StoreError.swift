@@ -49,6 +49,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A write larger than the database takes in one statement or one value (PostgreSQL: 1 GB); nothing
     /// of it was sent. The message says how large and what to do.
     case tooLarge(String)
+    /// Syncing the database's write-ahead log failed (the message says how): the kernel may have dropped
+    /// the pages it could not write, so a later sync that succeeds proves nothing about them. This
+    /// process reports nothing written from then on, and a worker stops.
+    case syncFailed(String)
 
     public var description: String {
         switch self {
@@ -105,6 +109,11 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "of a job in the log; nothing was submitted: name a job that exists (`jobctl list` shows them)"
         case .tooLarge(let message):
             return message
+        case .syncFailed(let message):
+            return "the disk did not confirm the event log's writes (\(message)); a sync that fails may lose what it "
+                + "was to write even if a later one succeeds, so this process reports nothing more as written: stop "
+                + "every jobctl process using the database, check the disk (`dmesg`, its free space), start them again, "
+                + "and run `jobctl replay --verify`"
         }
     }
 

@@ -424,11 +424,11 @@ public final class WorkerPool: Sendable {
         for runner in due { runner.writeHeldEvents() }
     }
 
-    /// Whether a store error ends the worker instead of being retried: the file is damaged, or is no
-    /// longer the one at the database's path.
+    /// Whether a store error ends the worker instead of being retried: the file is damaged, is no
+    /// longer the one at the database's path, or its disk failed a sync.
     static func stopsTheWorker(_ error: StoreError) -> Bool {
         switch error {
-        case .damaged, .replaced: true
+        case .damaged, .replaced, .syncFailed: true
         default: false
         }
     }
