@@ -570,6 +570,13 @@ final class PostgresBatchWriter: DecisionWriter {
         return record
     }
 
+    /// The payload of the job's event at `version`, read after what the group collected is written
+    /// (the event may be one of this transaction's).
+    func payload(ofJob jobID: String, version: Int) throws(StoreError) -> EventPayload? {
+        try flush()
+        return try connection.payload(ofJob: jobID, version: version)
+    }
+
     /// Collects the row of `job_dependencies` for the group's one insert of them.
     func insertDependency(jobID: String, dependsOn: String) throws(StoreError) {
         if !dependencyRemovals.isEmpty { try flush() }

@@ -30,6 +30,8 @@ public protocol DecisionWriter {
     /// The queued or paused jobs that wait for `jobID`, in submission order, locked where the engine
     /// locks rows.
     func waitingDependants(of jobID: String) throws(StoreError) -> [JobRecord]
+    /// The payload of the job's event at `version`, or nil.
+    func payload(ofJob jobID: String, version: Int) throws(StoreError) -> EventPayload?
 }
 
 extension DecisionWriter {
@@ -151,9 +153,10 @@ extension DecisionWriter {
                 }
             }
             guard let endedDependency else { return nil }
-            // The new job's own cancel: one level, its stateBefore is `queued`.
+            // The new job's own cancel: one level, its stateBefore is `queued`. Its remedy names the job
+            // whose own end began the cascade that cancelled the dependency, as a cascade's cancels do.
             return try decide(.dependencyEnded(dependency: endedDependency.id, key: endedDependency.key,
-                                               outcome: endedDependency.state),
+                                               outcome: endedDependency.state, root: try cascadeRoot(of: endedDependency)),
                               jobID: record.id, on: record, actor: actor, expectedVersion: record.version,
                               leaseToken: nil, prepared: nil, now: now, ended: &ended)
         }
@@ -167,6 +170,22 @@ extension DecisionWriter {
             break
         }
         return nil
+    }
+
+    /// The job whose own end (a failure, a cancel by hand) cancelled `job` through a chain of dependency
+    /// cancels, each read from the `dependency` field of the job's `cancelled` event: `job` itself when a
+    /// dependency's end did not cancel it, or when the job above it is no longer failed or cancelled
+    /// (retried since: retrying `job` with its dependants is then the remedy).
+    private func cascadeRoot(of job: JobRecord) throws(StoreError) -> String {
+        var current = job
+        var seen: Set<String> = [job.id]
+        while current.state == .cancelled,
+              let cause = try payload(ofJob: current.id, version: current.version)?.cancellingDependency,
+              seen.insert(cause).inserted,
+              let above = try dependencyRecord(cause), above.state == .failed || above.state == .cancelled {
+            current = above
+        }
+        return current.id
     }
 
     /// Cancels the queued or paused jobs waiting for the jobs in `ended`, and those waiting for them in

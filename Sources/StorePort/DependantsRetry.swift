@@ -58,8 +58,6 @@ public protocol DependantsReader: DecisionWriter {
     /// states, nil for one not in the log; with `locking`, their rows are held against change (shared)
     /// until the transaction ends, where the engine locks rows.
     func remainingDependencies(of jobID: String, locking: Bool) throws(StoreError) -> [(id: String, state: JobState?)]
-    /// The payload of the job's event at `version`, or nil.
-    func payload(ofJob jobID: String, version: Int) throws(StoreError) -> EventPayload?
 }
 
 // MARK: - Planning and performing

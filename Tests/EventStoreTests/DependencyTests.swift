@@ -108,6 +108,44 @@ import TestSupport
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
+    /// A job submitted after its dependency was cancelled by a cascade is cancelled at once, and its
+    /// remedy names the job whose failure began the cascade, as the cascade's own cancels do: the
+    /// dependency, opened with its dependants, would only wait for that failed job. Following the
+    /// remedy runs the whole chain.
+    @Test(arguments: Engine.allCases)
+    func aLateDependantIsToldToRetryTheCascadesRoot(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-late-root", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"]), spec(key: "c", after: ["b"])],
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        try finish(fixture, try #require(try claim(fixture, now: 2_000).first), succeeded: false, now: 3_000)
+        // d waits for the cascade's tail c, e for d in the same submit, f for a itself.
+        let late = try fixture.store.submit([spec(key: "d", after: ["c"]), spec(key: "e", after: ["d"]), spec(key: "f", after: ["a"])],
+                                            actor: "cli:test", now: 3_500).map(\.id)
+        let cancels = try late.map { try #require(try fixture.store.events(jobID: $0).last) }
+        #expect(cancels.map(\.type) == [.cancelled, .cancelled, .cancelled])
+        let viaRoot = "`jobctl retry \(ids[0]) --with-dependants` opens it again with \(ids[0]), whose end cancelled its dependency"
+        #expect(cancels[0].payload.reason == viaRoot, "\(cancels[0].payload.reason ?? "")")
+        #expect(cancels[1].payload.reason == viaRoot, "\(cancels[1].payload.reason ?? "")")
+        #expect(cancels[2].payload.reason == "`jobctl retry \(ids[0]) --with-dependants` opens it again with its dependency")
+        #expect(cancels.map(\.payload.cancellingDependency) == [ids[2], late[0], ids[0]])
+
+        // b retried alone (not with its dependants): it waits for a again, so d's root is now c's cause, b.
+        _ = try fixture.store.control(.retry, id: ids[0], actor: "cli:test", now: 4_000)
+        _ = try fixture.store.control(.retry, id: ids[1], actor: "cli:test", now: 4_100)
+        let later = try #require(try fixture.store.submit([spec(key: "g", after: ["c"])], actor: "cli:test", now: 4_200).first?.id)
+        #expect(try fixture.store.events(jobID: later).last?.payload.reason
+                == "`jobctl retry \(ids[2]) --with-dependants` opens it again with its dependency")
+
+        // The remedy named for d opens a, b, c, d and e; claimed and finished in turn, every one succeeds.
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: ids[0], actor: "cli:test", now: 4_300)
+        let reopened = try #require(try fixture.store.retryWithDependants(id: ids[0], actor: "cli:test", now: 4_400, ifStateIn: nil,
+                                                                          dryRun: false).result)
+        #expect(Set(reopened.reopened.map(\.id)).isSuperset(of: [ids[1], ids[2], late[0], late[1], late[2]]),
+                "\(reopened.reopened.map(\.id))")
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
+
     /// `retry --with-dependants`: the dependency and the jobs its failure cancelled, through the chain,
     /// open again in one transaction, each with its own `retried`, and wait for it again; a dependant
     /// cancelled by hand (and what its cancel cancelled) stays cancelled.
