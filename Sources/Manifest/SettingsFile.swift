@@ -62,7 +62,7 @@ public enum SettingsFile {
                         let nearest = near ? keys.min { editDistance($0, key.value) < editDistance($1, key.value) } : nil
                         return nearest.flatMap { editDistance($0, key.value) <= 3 ? " (did you mean '\($0)'?)" : nil } ?? ""
                     }
-                    report(.unknownKey, "unknown setting '\(key.value)'\(hint()); `jobctl config` lists the settings there are",
+                    report(.unknownKey, "unknown setting '\(key.value)'\(hint()); `jobctl help config` lists the settings there are",
                            at: key.mark)
                     continue
                 }

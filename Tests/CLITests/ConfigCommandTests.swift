@@ -317,4 +317,20 @@ import TestSupport
         #expect(flag.status == 0, "\(flag.stderr)")
         #expect(try Self.settings(flag)["buckets"]?["value"] == "b")
     }
+    /// An unknown key's error names a command that lists the settings; that command must run while the
+    /// file still has the error (`jobctl config` loads the file first, so it failed with the same error).
+    @Test("the remedy an unknown key's error quotes runs while the key is still there and lists every key")
+    func unknownKeyRemedyRuns() throws {
+        let workspace = try CLIWorkspace("configremedy")
+        defer { workspace.directory.remove() }
+        let file = try workspace.write("typo.yaml", "concurency: 8\n")
+        let output = try Self.run(workspace, ["--config", file, "list"])
+        #expect(output.status == 64, "\(output.stderr)")
+        let quoted = try #require(output.stderr.firstMatch(of: /`jobctl ([a-z ]+)`/), "no remedy in: \(output.stderr)")
+        let remedy = try Self.run(workspace, ["--config", file] + quoted.1.split(separator: " ").map(String.init))
+        #expect(remedy.status == 0, "`jobctl \(quoted.1)` exited \(remedy.status): \(remedy.stderr)")
+        let keys = try Self.settings(try Self.run(workspace, ["config", "--json"])).values.filter { $0["key"] != $0["variable"] }.compactMap { $0["key"] }
+        #expect(keys.contains("db") && keys.contains("concurrency"))
+        for key in keys { #expect(remedy.stdout.contains(key), "`jobctl \(quoted.1)` does not name \(key)") }
+    }
 }
