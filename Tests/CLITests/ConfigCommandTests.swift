@@ -333,4 +333,22 @@ import TestSupport
         #expect(keys.contains("db") && keys.contains("concurrency"))
         for key in keys { #expect(remedy.stdout.contains(key), "`jobctl \(quoted.1)` does not name \(key)") }
     }
+
+    /// README's "Configuration file" section lists the keys; `jobctl config` knows the real ones.
+    @Test("README's list of configuration keys is the list jobctl reads")
+    func readmeListsEveryKey() throws {
+        let workspace = try CLIWorkspace("configreadme")
+        defer { workspace.directory.remove() }
+        // `jobctl help config` lists the keys from the settings table itself.
+        let help = try Self.run(workspace, ["help", "config"]).stdout.replacingOccurrences(of: "\n", with: " ")
+        let keyList = try #require(help.firstMatch(of: /Keys: ([a-z_, ]+)\./), "help config lists no keys: \(help)")
+        let known = Set(keyList.1.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        #expect(known.contains("db") && known.contains("slices"))
+        let readme = try String(contentsOfFile: PackagePaths.root + "/README.md", encoding: .utf8)
+        let line = try #require(readme.split(separator: "\n").first { $0.hasPrefix("Keys: `db`") }, "README has no 'Keys: `db`' line")
+        let paragraph = try #require(readme.range(of: String(line))).lowerBound
+        let listEnd = try #require(readme[paragraph...].range(of: " — each stands for")).lowerBound
+        let listed = Set(readme[paragraph..<listEnd].matches(of: /`([a-z_]+)`/).map { String($0.1) })
+        #expect(listed == known, "README lists \(listed.subtracting(known).sorted()) that jobctl lacks, and lacks \(known.subtracting(listed).sorted())")
+    }
 }
