@@ -94,13 +94,16 @@ struct CommandSpec: Sendable {
             lines.append("")
         }
         lines.append("OPTIONS:")
-        for option in options {
-            var flag = option.short.map { "-\($0), --\(option.long)" } ?? "--\(option.long)"
-            if let value = option.valueName { flag += " <\(value)>" }
-            lines.append(Self.column(flag, option.help))
-        }
+        lines += options.map(Self.optionLine)
         lines += ["", ExitCode.helpText]
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// One option's line in an OPTIONS list: `-c, --concurrency <n>` and its help.
+    static func optionLine(_ option: OptionSpec) -> String {
+        var flag = option.short.map { "-\($0), --\(option.long)" } ?? "--\(option.long)"
+        if let value = option.valueName { flag += " <\(value)>" }
+        return column(flag, option.help)
     }
 
     private static func column(_ left: String, _ right: String) -> String {

@@ -146,9 +146,13 @@ enum CommandRunner {
         lines += [
             "",
             "OPTIONS:",
-            "  --db <path|url>         The event log: an SQLite file or a postgres:// URL (default: $JOBCTL_DB, else ./jobctl.db).",
-            "  --version               Show the version.",
-            "  -h, --help              Show help information.",
+        ]
+        // Every global option, from the declarations each command's help lists too: this list used to be
+        // written out by hand and had lost --config and --no-color.
+        lines += CommandSpec.globalOptions.map(\.spec).filter { $0.long != Options.help.spec.long }.map(CommandSpec.optionLine)
+        lines += [
+            CommandSpec.optionLine(OptionSpec("version", help: "Show the version.")),
+            CommandSpec.optionLine(Options.help.spec),
             "",
             "  See 'jobctl help <command>' for detailed help, 'jobctl help manifest' for the manifest reference,",
             "  'jobctl help --man' for the manual page in roff.",

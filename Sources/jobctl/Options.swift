@@ -68,7 +68,7 @@ extension Option where Value == Int {
 /// command are set with `.help(_:)`.
 enum Options {
     // Global.
-    static let database = Option<String>("db", value: "path|url", help: "The event log: an SQLite file, or a postgres:// URL (default: $JOBCTL_DB, else ./jobctl.db).")
+    static let database = Option<String>("db", value: "path|url", help: "The event log: an SQLite file, or a postgres:// URL (default: $JOBCTL_DB, else the configuration file's db, else ./jobctl.db).")
     static let noColor = Flag("no-color", help: "Never use colours (also: NO_COLOR set, or output not a terminal).")
     static let help = Flag("help", short: "h", help: "Show help information.")
     static let config = Option<String>("config", value: "file", help: "Read settings from this YAML file (default: $JOBCTL_CONFIG, else /etc/jobctl/config.yaml and $XDG_CONFIG_HOME/jobctl/config.yaml).")

@@ -54,6 +54,28 @@ import TestSupport
         #expect(twoTopics.status == 64 && twoTopics.stderr.contains("help takes one topic (got 'list' 'show')"), "\(twoTopics.stderr)")
     }
 
+    /// `jobctl --help` lists the options every command takes before or after its name; it was written
+    /// out by hand and had lost --config and --no-color, and its --db line left out the file's `db`.
+    @Test("jobctl --help lists every global option, as each command's help does")
+    func overviewListsEveryGlobalOption() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let overview = try workspace.jobctl(["--help"])
+        let options = try #require(overview.stdout.components(separatedBy: "\nOPTIONS:\n").dropFirst().first)
+        let list = try workspace.jobctl(["help", "list"]).stdout
+        for global in ["--db <path|url>", "--config <file>", "--no-color", "-h, --help"] {
+            let line = try #require(list.split(separator: "\n").first { $0.hasPrefix("  \(global) ") }, "help list lacks \(global)")
+            #expect(options.contains(line), "jobctl --help lacks '\(line)'")
+        }
+        #expect(options.contains("--version"))
+        // Each of them works placed before the command, as the overview's usage shows.
+        let config = try workspace.write("settings.yaml", "concurrency: 3\n")
+        let placed = try runProcess(PackagePaths.jobctlBinary, ["--no-color", "--config", config, "--db", workspace.database, "config"],
+                                    environment: ["NO_COLOR": "", "JOBCTL_CONFIG": "", "JOBCTL_DB": ""],
+                                    currentDirectory: workspace.directory.path)
+        #expect(placed.status == 0 && placed.stdout.contains(config), "\(placed.stderr)")
+    }
+
     @Test func usageErrorsExit64() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
