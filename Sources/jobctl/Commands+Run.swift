@@ -172,6 +172,9 @@ extension Commands {
         """
     ) { arguments, context in
         let all = arguments[Options.all]
+        // As --metrics-allow-remote without --metrics and --force without --to: a flag that would change
+        // nothing is a mistake said, not ignored (`watch ID --exit-when-idle` followed the job as if unsaid).
+        if arguments[Options.exitWhenIdle] && !all { throw UsageError("--exit-when-idle applies only with --all") }
         if let batch = try arguments.value(Options.batch) {
             if all || arguments.positionals.first != nil { throw UsageError("--batch follows a batch: give no job id and no --all") }
             let store = try context.openStore(readOnly: true)

@@ -99,6 +99,23 @@ import TestSupport
         #expect(badLimit.status == 64)
     }
 
+    /// `--exit-when-idle` is "with --all" in the help; with a job id or a batch it changed nothing and
+    /// was taken silently (a script meaning to stop once idle followed one job until it ended).
+    @Test("watch --exit-when-idle without --all is a usage error, not ignored")
+    func exitWhenIdleNeedsAll() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let id = try #require(try workspace.submit("jobs:\n  - kind: upload-data\n    data: hi\n    destination: file://b/x.txt\n").first)
+        for arguments in [["watch", id, "--exit-when-idle"], ["watch", "--batch", id, "--exit-when-idle"]] {
+            // The job stays queued (no worker), so a watch that took the flag would follow it for ever:
+            // `timeout` ends it (exit 124).
+            let output = try runProcess("/usr/bin/timeout", ["10", PackagePaths.jobctlBinary, "--db", workspace.database] + arguments,
+                                        environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path)
+            #expect(output.status == 64 && output.stderr.contains("--exit-when-idle applies only with --all"),
+                    "\(arguments): exit \(output.status): \(output.stderr)")
+        }
+    }
+
     @Test(arguments: StoreEngine.allCases)
     func submitThenInspect(engine: StoreEngine) throws {
         let workspace = try CLIWorkspace("cli-inspect", engine: engine)
