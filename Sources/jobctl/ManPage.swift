@@ -50,13 +50,11 @@ enum ManPage {
         lines += [
             ".fi",
             ".SH ENVIRONMENT",
-            ".TP", "\\fBJOBCTL_DB\\fR", text("The event log when --db is not given (else ./jobctl.db)."),
-            ".TP", "\\fBJOBCTL_BUCKETS\\fR", text("The folder holding file://NAME buckets (else buckets/ beside the database)."),
-            ".TP", "\\fBJOBCTL_STALL_TIMEOUT\\fR", text("The worker's default --stall-timeout."),
-            ".TP", "\\fBJOBCTL_CHUNK_SIZE\\fR, \\fBJOBCTL_RESUMABLE_THRESHOLD\\fR",
-            text("A gs:// upload's chunk size (8MiB), and the size up to which an upload goes in one request instead of a resumable session (5MiB; 0 or off: always a session)."),
-            ".TP", "\\fBJOBCTL_SLICED_THRESHOLD\\fR, \\fBJOBCTL_SLICES\\fR", text("The worker's default --sliced-threshold and --slices."),
-            ".TP", "\\fBNO_COLOR\\fR", text("When set, no colours."),
+        ]
+        for (names, meaning) in environment {
+            lines += [".TP", names.map { "\\fB\(escape($0))\\fR" }.joined(separator: ", "), text(meaning)]
+        }
+        lines += [
             ".SH EXIT STATUS",
             ".nf",
         ]
@@ -66,11 +64,44 @@ enum ManPage {
             ".SH FILES",
             ".TP", "\\fI/var/lib/jobctl/jobctl.db\\fR", text("The database of the jobctl-worker@QUEUE.service units."),
             ".TP", "\\fI/etc/jobctl/worker.env\\fR", text("Environment variables for those units (JOBCTL_WORKER_ARGS adds worker options)."),
+            ".TP", "\\fI/etc/jobctl/config.yaml\\fR, \\fI$XDG_CONFIG_HOME/jobctl/config.yaml\\fR",
+            text("Settings (see jobctl help config), read when they exist unless --config or JOBCTL_CONFIG names another file; "
+                 + "the user's file (~/.config/jobctl/config.yaml when XDG_CONFIG_HOME is unset) wins key by key."),
             ".SH SEE ALSO",
             "\\fBsystemctl\\fR(1), \\fBsystemd.exec\\fR(5)",
         ]
         return lines.joined(separator: "\n") + "\n"
     }
+
+    /// Every environment variable jobctl reads, with what it means (the README's tables in short).
+    static let environment: [(names: [String], meaning: String)] = [
+        (["JOBCTL_DB"], "The event log when --db is not given (else the configuration file's db, else ./jobctl.db)."),
+        (["JOBCTL_CONFIG"], "The one configuration file read when --config is not given."),
+        (["XDG_CONFIG_HOME", "HOME"], "Where the user's configuration file is ($XDG_CONFIG_HOME/jobctl/config.yaml, else "
+            + "~/.config/jobctl/config.yaml); counted only when absolute. HOME also locates gcloud's "
+            + "application_default_credentials.json."),
+        (["JOBCTL_DB_ANSWER_TIMEOUT"], "PostgreSQL: how long a command other than worker waits for the server's answer "
+            + "(30s; 1s to 1d; 0 or off: no limit, the default of archive, replay and migrate)."),
+        (["JOBCTL_BUCKETS"], "The folder holding file://NAME buckets (else buckets/ beside the database)."),
+        (["STORAGE_EMULATOR_HOST"], "The GCS JSON API endpoint (HOST:PORT or http(s)://HOST:PORT), as Google's clients read it."),
+        (["GOOGLE_OAUTH_ACCESS_TOKEN", "JOBCTL_TOKEN_COMMAND"], "A bearer token for GCS, or a command printing one "
+            + "(not both); never logged or stored."),
+        (["GOOGLE_APPLICATION_CREDENTIALS"], "A service-account key or authorized-user JSON file (else gcloud's "
+            + "application-default file, then GCE_METADATA_HOST or the metadata server on GCE)."),
+        (["GCE_METADATA_HOST"], "HOST[:PORT] of the GCE metadata server to take tokens from."),
+        (["JOBCTL_CHUNK_SIZE", "JOBCTL_RESUMABLE_THRESHOLD"], "A gs:// upload's chunk size (8MiB), and the size up to "
+            + "which an upload goes in one request instead of a resumable session (5MiB; 0 or off: always a session)."),
+        (["JOBCTL_SLICED_THRESHOLD", "JOBCTL_SLICES"], "The worker's default --sliced-threshold and --slices."),
+        (["JOBCTL_STALL_TIMEOUT"], "The worker's default --stall-timeout."),
+        (["JOBCTL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"], "The CAs HTTPS servers are checked against: a PEM file or "
+            + "an openssl rehash directory (JOBCTL_CA_BUNDLE wins over the OpenSSL variables)."),
+        (["JOBCTL_REFUSE_EXECUTABLES"], "Comma-separated destinations that refuse .exe, .dll, .bat, .apk and .ipa uploads."),
+        (["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"],
+         "Proxies for http(s) and GCS requests, read as the curl tool reads them (HTTP_PROXY is not read)."),
+        (["COLUMNS"], "The width tables and watch fit (10 to 10000; else the terminal's width)."),
+        (["NO_COLOR"], "When set, no colours (also TERM=dumb, or --no-color)."),
+        (["JOURNAL_STREAM"], "Set by systemd: worker log lines carry no time, since journald stamps each line."),
+    ]
 
     /// Running text: escaped, and never starting with a control character.
     /// (One paragraph per call: the texts have no line breaks of their own.)

@@ -121,6 +121,28 @@ struct PackagingTests {
         }
         #expect(rendered.stdout.contains("MANIFEST REFERENCE"))
     }
+
+    /// The man page's ENVIRONMENT named six of the variables; the README documents every one jobctl
+    /// reads (its storage settings table, and the database, configuration and output variables).
+    @Test("The man page's ENVIRONMENT names every variable the README documents")
+    func manPageNamesEveryVariable() throws {
+        let page = try manPage()
+        let environment = try #require(page.components(separatedBy: ".SH ENVIRONMENT\n").dropFirst().first?
+            .components(separatedBy: "\n.SH ").first, "no ENVIRONMENT section")
+        let readme = try String(contentsOfFile: "\(PackagePaths.root)/README.md", encoding: .utf8)
+        let table = try #require(readme.components(separatedBy: "### Storage settings (environment)\n").dropFirst().first?
+            .components(separatedBy: "\n### ").first, "README has no storage settings section")
+        var variables = ["JOBCTL_DB", "JOBCTL_CONFIG", "XDG_CONFIG_HOME", "NO_COLOR", "JOURNAL_STREAM"]
+        for row in table.split(separator: "\n") where row.hasPrefix("| `") {
+            let firstCell = row.dropFirst(2).prefix { $0 != "|" }
+            // `HTTP_PROXY` is named there as the one jobctl does not read.
+            variables += firstCell.matches(of: /`([A-Za-z_]+)`/).map { String($0.1) }.filter { $0 != "HTTP_PROXY" }
+        }
+        #expect(variables.count > 20, "found only \(variables) in README")
+        for variable in variables {
+            #expect(environment.contains("\\fB\(variable)\\fR"), "the man page's ENVIRONMENT does not name \(variable)")
+        }
+    }
 }
 
 /// The README's copy of the manifest reference is what `jobctl help manifest` prints.
