@@ -168,7 +168,16 @@ extension Commands {
             if let md5 = result.md5 { lines.append(("md5", md5)) }
             if let crc = result.crc32c { lines.append(("crc32c", crc)) }
             if let url = result.url { lines.append(("url", display.url(url))) }
-            if let blob = result.bytesSHA256 { lines.append(("blob", "sha256:\(blob) (jobctl result \(job.id))")) }
+            if let blob = result.bytesSHA256 {
+                // A blob `archive --blobs-before` removed is named as such: `jobctl result` would only say so.
+                var expired: ExpiredBlob?
+                if result.data == nil, result.blob != nil, try store.blobSize(sha256: blob) == nil {
+                    expired = try store.expiredBlob(sha256: blob)
+                }
+                let remedy = expired.map { "expired \(RFC3339.string($0.expiredAtMs)) (jobctl archive --blobs-before)" }
+                    ?? "jobctl result \(job.id)"
+                lines.append(("blob", "sha256:\(blob) (\(remedy))"))
+            }
             if let object = result.object {
                 let name = Display.escapingControls("\(object.bucket)/\(object.name)")
                 lines.append(("object", "\(name) (\(object.knownSize.map { plural($0, "byte") } ?? "size unknown"), \(object.contentType ?? "?"))"))

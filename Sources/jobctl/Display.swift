@@ -215,6 +215,8 @@ enum Describe {
             if let size = result.size { parts.append(plural(size, "byte")) }
             if let url = result.url { parts.append(display.url(url)) }
             if let path = result.path { parts.append(display.location(path)) }
+            // A memory download's bytes are named by their hash, which outlives them (`archive --blobs-before`).
+            if let blob = result.bytesSHA256 { parts.append("blob sha256:\(blob)") }
         }
         if let reason = data.reason {
             let text = display.text(TimeText.rewritingEpochs(in: reason))

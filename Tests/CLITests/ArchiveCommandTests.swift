@@ -206,6 +206,16 @@ import TestSupport
         // The blob the recent job also produced stays, for both jobs.
         #expect(try workspace.jobctl(["result", jobs.oldShared, "-o", "-"]).stdout == Self.sharedBytes)
         #expect(try workspace.jobctl(["result", jobs.recent, "-o", "-"]).stdout == Self.sharedBytes)
+        // The error's remedy — `jobctl history ID` keeps its hash — holds in the history's text too, and
+        // `show` no longer points at `jobctl result` for bytes that are gone.
+        let remedy = try #require(result.stderr.firstMatch(of: /`jobctl (history [0-9A-Z]+)`/), "\(result.stderr)")
+        let historyText = try workspace.jobctl(remedy.1.split(separator: " ").map(String.init))
+        #expect(historyText.status == 0 && historyText.stdout.contains(own), "`jobctl \(remedy.1)` does not show \(own): \(historyText.stdout)")
+        let show = try workspace.jobctl(["show", jobs.oldOwn])
+        let blobLine = try #require(show.stdout.split(separator: "\n").first { $0.hasPrefix("blob:") }, "\(show.stdout)")
+        #expect(blobLine.contains(own) && blobLine.contains("expired") && !blobLine.contains("jobctl result"), "\(blobLine)")
+        let kept = try workspace.jobctl(["show", jobs.recent])
+        #expect(kept.stdout.contains("(jobctl result \(jobs.recent))"), "\(kept.stdout)")
         // The history still names the hash; the log and its projection agree.
         let history = try #require(try workspace.json(["history", jobs.oldOwn, "--json"]) as? [[String: Any]])
         let succeeded = try #require(history.last?["data"] as? [String: Any])
