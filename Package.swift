@@ -53,7 +53,7 @@ let package = Package(
         .testTarget(name: "TasksTests", dependencies: ["Tasks", "Storage", "JobModel", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: ["Worker", "EventStore", "PostgresStore", "StorePort", "Storage", "JobLifecycle", "JobModel", "TestSupport"]),
         .testTarget(name: "RetentionTests", dependencies: ["Retention", "JobModel", "StorePort", "Checksums"]),
-        .testTarget(name: "CLITests", dependencies: ["JobModel", "JobLifecycle", "Checksums", "StorePort", "EventStore", "PostgresStore", "TestSupport", "jobctl"]),
+        .testTarget(name: "CLITests", dependencies: ["JobModel", "JobLifecycle", "Checksums", "StorePort", "EventStore", "PostgresStore", "TestSupport", "Worker", "jobctl"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -44,9 +44,11 @@ extension Commands {
 
         Logs go to standard error, one line per job transition: claimed, started or resumed, paused,
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
-        cancelled, lease_lost, released, abandoned; and warnings: store_error, slow_commit,
-        signal_received, no_credentials, open_files_limit (the soft open-files limit is raised to the hard one at
-        start; this says when that is below what --concurrency may need, and the worker runs only the transfers that fit; below 68 it does not start). --log-format json prints one JSON object per line: time, time_ms, level, event,
+        cancelled, lease_lost, released, abandoned; and warnings: store_error, write_landed, slow_commit,
+        signal_received, clock_skew, no_credentials, open_files_limit (the soft open-files limit is raised to the hard one at
+        start; this says when that is below what --concurrency may need, and the worker runs only the transfers that fit; below 68 it does not start),
+        log_lines_dropped, orphan_sweep_failed; orphan_removed names a file the sweep of final jobs' leftovers removed, and
+        worker_started and worker_stopped (the summary) open and close the log. --log-format json prints one JSON object per line: time, time_ms, level, event,
         job, kind, fields. -q keeps only warnings and errors, -v adds progress. Text lines are coloured
         only on a terminal (never with NO_COLOR or --no-color) and carry no time when JOURNAL_STREAM is
         set (run by systemd: journald stamps each line). URLs in log lines are redacted.

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import TestSupport
+import Worker
 
 @Suite("jobctl binary", .onTestThreads) struct CLITests {
     static let manifest = """
@@ -74,6 +75,21 @@ import TestSupport
                                     environment: ["NO_COLOR": "", "JOBCTL_CONFIG": "", "JOBCTL_DB": ""],
                                     currentDirectory: workspace.directory.path)
         #expect(placed.status == 0 && placed.stdout.contains(config), "\(placed.stderr)")
+    }
+
+    /// `jobctl help worker` says what the log's lines are; it named 5 of the 12 events that are not a
+    /// job's transition (write_landed, clock_skew, log_lines_dropped, orphan_* and the start and stop
+    /// lines were missing), though README's *Worker logs* names them all.
+    @Test("jobctl help worker and README's Worker logs name every event a worker logs")
+    func everyWorkerLogEventDocumented() throws {
+        let help = try runProcess(PackagePaths.jobctlBinary, ["help", "worker"]).stdout
+        let readme = try String(contentsOfFile: PackagePaths.root + "/README.md", encoding: .utf8)
+        let section = try #require(readme.components(separatedBy: "### Worker logs\n").dropFirst().first?
+            .components(separatedBy: "\n### ").first, "README has no Worker logs section")
+        for event in WorkerLogEvent.allCases {
+            #expect(help.contains(event.rawValue), "jobctl help worker does not name \(event.rawValue)")
+            #expect(section.contains("`\(event.rawValue)`"), "README's Worker logs does not name `\(event.rawValue)`")
+        }
     }
 
     @Test func usageErrorsExit64() throws {
