@@ -67,4 +67,31 @@ struct ShippedExampleTests {
         #expect(states.count == 8 && states.values.allSatisfy { $0 == "succeeded" }, "\(states)")
         #expect(FileManager.default.fileExists(atPath: workspace.directory.file("var/gcs-example/pixel.png")))
     }
+    /// README's *Manifests* example, every field in use, is a manifest jobctl takes: with its upload
+    /// sources in place and an object under its prefix on the emulator, `submit --dry-run` accepts all of it.
+    @Test("README's manifest example is valid: submit --dry-run takes every job of it")
+    func readmeManifestExampleIsValid() throws {
+        let server = try EmulatorServer.start(bucket: "my-bucket")
+        defer { server.stop() }
+        let workspace = try CLIWorkspace("readmemanifest")
+        defer { workspace.directory.remove() }
+        let readme = try String(contentsOfFile: PackagePaths.root + "/README.md", encoding: .utf8)
+        let section = try #require(readme.components(separatedBy: "\n## Manifests\n").dropFirst().first)
+        let example = try #require(section.components(separatedBy: "```yaml\n").dropFirst().first?.components(separatedBy: "```").first)
+        let manifest = try workspace.write("example.yaml", example)
+        try workspace.write("photos/cat.jpg", "a cat")
+        try workspace.write("photos/2024/dog.jpg", "a dog")
+        let environment = ["STORAGE_EMULATOR_HOST": server.baseURL, "HOME": workspace.directory.path]
+        // The prefix the example restores from must hold an object.
+        let seed = try workspace.write("seed.yaml", "jobs:\n  - kind: upload-data\n    data: x\n    destination: gs://my-bucket/backup/cat.jpg\n")
+        #expect(try workspace.jobctl(["submit", seed], environment: environment).status == 0)
+        let (worker, _) = try Self.drain(workspace, environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+
+        let dryRun = try workspace.jobctl(["submit", "--dry-run", manifest], environment: environment)
+        #expect(dryRun.status == 0, "README's manifest example: \(dryRun.stderr)")
+        let jobs = try #require(dryRun.stdout.split(separator: "\n").last)
+        // Nine jobs written out, the folder's two files and the prefix's one object.
+        #expect(jobs == "12 jobs valid; nothing submitted (--dry-run)", "\(dryRun.stdout)")
+    }
 }
