@@ -232,12 +232,13 @@ extension Commands {
         if json {
             struct View: Encodable {
                 let file: String; let intact: Bool; let format_version: Int; let sha256: String; let before: String
-                let before_ms: Int64; let created_at: String; let jobs: Int; let events: Int; let blobs: Int
+                let before_ms: Int64; let created_at: String; let created_at_ms: Int64; let jobs: Int; let events: Int; let blobs: Int
                 let first_seq: Int64; let last_seq: Int64
             }
             emit(try jsonText(View(file: path, intact: true, format_version: check.header.version, sha256: check.fileSHA256,
                                    before: RFC3339.string(check.header.beforeMs), before_ms: check.header.beforeMs,
-                                   created_at: RFC3339.string(check.header.createdAtMs), jobs: check.jobs, events: check.events,
+                                   created_at: RFC3339.string(check.header.createdAtMs), created_at_ms: check.header.createdAtMs,
+                                   jobs: check.jobs, events: check.events,
                                    blobs: check.blobs, first_seq: check.header.firstSeq, last_seq: check.header.lastSeq)))
         } else {
             emit("\(Display.escapingControls(path)): intact — \(plural(check.jobs, "job")) that finished before "

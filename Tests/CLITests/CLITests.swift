@@ -92,6 +92,73 @@ import Worker
         }
     }
 
+    /// README: "JSON output is one dialect everywhere: snake_case keys …, times as RFC 3339 `…_at` beside
+    /// epoch milliseconds `…_at_ms`". Every command's --json is walked for a key that breaks it
+    /// (`archive verify --json` gave `created_at` alone).
+    @Test("every --json output keeps the one dialect: snake_case keys, each …_at beside its …_at_ms")
+    func jsonOutputsKeepOneDialect() throws {
+        let workspace = try CLIWorkspace("dialect")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+            jobs:
+              - kind: upload-data
+                data: "\(String(repeating: "x", count: 400))"
+                destination: file://b/x.txt
+                key: up
+              - kind: download-memory
+                source: file://b/x.txt
+                after: [up]
+              - kind: download-memory
+                source: file://b/missing.txt
+                max_attempts: 1
+            """)
+        try #require(ids.count == 3)
+        let worker = try workspace.jobctl(["worker", "--drain", "-q", "--json"], environment: ["JOBCTL_BUCKETS": ""])
+        #expect(worker.status == 2, "\(worker.stderr)")
+        let archive = workspace.directory.file("a.ndjson.gz")
+        var outputs: [(String, String)] = []
+        for arguments in [["list", "--json"], ["show", ids[1], "--json"], ["history", ids[1], "--json"], ["history", ids[2], "--json"],
+                          ["audit", "--json"], ["stats", "--json"], ["result", ids[1], "--json"], ["watch", ids[0], "--json"],
+                          ["orphans", "--json"], ["replay", "--verify", "--json"], ["config", "--json"], ["migrate", "--json"],
+                          ["retry", "--state", "failed", "--dry-run", "--json"], ["cancel", ids[0], "--json"],
+                          ["archive", "--before", "0s", "--to", archive, "--blobs-before", "0s", "--json"],
+                          ["archive", "verify", archive, "--json"], ["audit", "--from", archive, "--json"],
+                          ["history", "log", "--json"]] {
+            let output = try workspace.jobctl(arguments)
+            outputs.append((arguments.joined(separator: " "), output.stdout))
+        }
+        outputs.append(("worker --drain --json", worker.stdout))
+        var checked = 0
+        for (command, text) in outputs {
+            // `watch --json` prints JSON lines; the others one document.
+            let documents = command.hasPrefix("watch") ? text.split(separator: "\n").map(String.init) : [text]
+            for document in documents {
+                let value = try JSONSerialization.jsonObject(with: Data(document.utf8))
+                for problem in Self.dialectProblems(value, path: "") {
+                    Issue.record("jobctl \(command): \(problem)")
+                }
+                checked += 1
+            }
+        }
+        #expect(checked >= outputs.count)
+    }
+
+    private static func dialectProblems(_ value: Any, path: String) -> [String] {
+        if let array = value as? [Any] { return array.flatMap { dialectProblems($0, path: path + "[]") } }
+        guard let object = value as? [String: Any] else { return [] }
+        var problems: [String] = []
+        for (key, member) in object {
+            // Maps keyed by data, not field names: users' own metadata (kept as given) and the counts
+            // by error name (Firebase's `objectNotFound`).
+            if ["custom_metadata", "failures_by_code", "retries_by_code"].contains(key) { continue }
+            if key.contains(where: { $0.isUppercase || $0 == "-" }) { problems.append("\(path).\(key) is not snake_case") }
+            if key.hasSuffix("_at"), object[key + "_ms"] == nil { problems.append("\(path).\(key) has no \(key)_ms beside it") }
+            if key.hasSuffix("_at_ms"), object[String(key.dropLast(3))] == nil { problems.append("\(path).\(key) has no \(key.dropLast(3)) beside it") }
+            problems += dialectProblems(member, path: path + "." + key)
+        }
+        return problems
+    }
+
     @Test func usageErrorsExit64() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
