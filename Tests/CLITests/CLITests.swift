@@ -159,6 +159,40 @@ import Worker
         return problems
     }
 
+    /// Messages quote commands as remedies ("run `jobctl replay --verify`"). Each one quoted anywhere in
+    /// Sources must name a command this binary has and only options that command takes.
+    @Test("every `jobctl …` a message or help quotes names a real command and its real options")
+    func quotedCommandsExist() throws {
+        let sources = PackagePaths.root + "/Sources"
+        let files = try #require(FileManager.default.enumerator(atPath: sources)).compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") }
+        var quoted: Set<String> = []
+        for file in files {
+            let text = try String(contentsOfFile: sources + "/" + file, encoding: .utf8)
+            for match in text.matches(of: /`(jobctl [^`]+)`/) {
+                for part in match.1.components(separatedBy: "&&") { quoted.insert(part.trimmingCharacters(in: .whitespaces)) }
+            }
+        }
+        #expect(quoted.count > 20, "\(quoted)")
+        var helps: [String: ProcessOutput] = [:]
+        for command in quoted.sorted() {
+            let words = command.split(separator: " ").map(String.init)
+            guard words.count > 1 else { continue }
+            if words[1] == "help" {
+                let output = try runProcess(PackagePaths.jobctlBinary, Array(words.dropFirst()))
+                #expect(output.status == 0, "`\(command)` exited \(output.status): \(output.stderr)")
+                continue
+            }
+            let help = try helps[words[1]] ?? runProcess(PackagePaths.jobctlBinary, ["help", words[1]])
+            helps[words[1]] = help
+            #expect(help.status == 0, "`\(command)`: there is no command '\(words[1])'")
+            for option in words.dropFirst(2) where option.hasPrefix("--") {
+                let name = option.split(separator: "=")[0]
+                #expect(help.stdout.split(separator: "\n").contains { $0.hasPrefix("  \(name) ") || $0.contains(", \(name) ") || $0 == "  \(name)" },
+                        "`\(command)`: '\(words[1])' has no option \(name)")
+            }
+        }
+    }
+
     @Test func usageErrorsExit64() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
