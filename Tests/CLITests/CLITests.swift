@@ -193,6 +193,35 @@ import Worker
         }
     }
 
+    /// README: a command's events are `cli:USER` ($USER, else $LOGNAME, else uidN); a worker's are its
+    /// `owner=`, `worker:HOST:PID`.
+    @Test("events name their actor as README says: cli:$USER, else $LOGNAME, else uidN; a worker its owner")
+    func actorsAsDocumented() throws {
+        let workspace = try CLIWorkspace("actors")
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("one.yaml", "jobs:\n  - kind: upload-data\n    data: x\n    destination: file://b/x.txt\n")
+        func submittedActor(_ environment: [String: String]) throws -> String? {
+            // env -u: unset what the test process itself has, then set what this case gives.
+            let unset = ["USER", "LOGNAME"].flatMap { ["-u", $0] }
+            let output = try runProcess("/usr/bin/env", unset + environment.map { "\($0)=\($1)" }
+                                        + [PackagePaths.jobctlBinary, "--db", workspace.database, "submit", "--json", path],
+                                        currentDirectory: workspace.directory.path)
+            let jobs = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]]
+            let id = try #require(jobs?.first?["id"] as? String, "\(output.stderr)")
+            let events = try workspace.json(["history", id, "--json"]) as? [[String: Any]]
+            _ = try workspace.jobctl(["cancel", id])
+            return events?.first?["actor"] as? String
+        }
+        #expect(try submittedActor(["USER": "alice", "LOGNAME": "bob"]) == "cli:alice")
+        #expect(try submittedActor(["LOGNAME": "bob"]) == "cli:bob")
+        #expect(try submittedActor([:]) == "cli:uid\(getuid())")
+        let id = try #require(try workspace.submit("jobs:\n  - kind: upload-data\n    data: y\n    destination: file://b/y.txt\n").first)
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": ""])
+        let owner = try #require(worker.stderr.firstMatch(of: /owner=(worker:[^ ]+:[0-9]+)/), "\(worker.stderr)")
+        let events = try #require(try workspace.json(["history", id, "--json"]) as? [[String: Any]])
+        #expect(events.dropFirst().allSatisfy { $0["actor"] as? String == String(owner.1) }, "\(events.map { $0["actor"] ?? "" })")
+    }
+
     @Test func usageErrorsExit64() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
