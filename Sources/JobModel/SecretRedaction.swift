@@ -37,11 +37,15 @@ public enum SecretRedaction {
     }
 
     /// `url` with the password of its userinfo (`user:REDACTED@`, or `REDACTED@` when the userinfo is a
-    /// bare token) and the values of secret query and fragment parameters replaced by `REDACTED`.
+    /// bare token) and the values of secret query and fragment parameters replaced by `REDACTED`. A
+    /// PostgreSQL URL's bare userinfo is its user name (its password, if any, follows a colon): kept, as
+    /// the database URL's own redaction keeps it, so one database is not named two ways.
     ///
     /// Text that is not a URL is returned unchanged.
     public static func redactURL(_ url: String) -> String {
         guard let schemeEnd = url.range(of: "://") else { return url }
+        let scheme = url[..<schemeEnd.lowerBound].lowercased()
+        let bareUserinfoIsAName = scheme == "postgres" || scheme == "postgresql"
         var output = String(url[..<schemeEnd.upperBound])
         var rest = url[schemeEnd.upperBound...]
         let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
@@ -50,6 +54,8 @@ public enum SecretRedaction {
             let userinfo = authority[..<at]
             if let colon = userinfo.firstIndex(of: ":") {
                 output += userinfo[..<colon] + ":" + marker + "@"
+            } else if bareUserinfoIsAName {
+                output += userinfo + "@"
             } else {
                 output += marker + "@"
             }

@@ -18,6 +18,9 @@ import Testing
         ("http://h/p?acc%65ss_token=abc", "http://h/p?acc%65ss_token=REDACTED"),
         ("http://h/p?a=1;sig=x", "http://h/p?a=1;sig=REDACTED"),
         ("postgres://jobs:hunter2@db.example:5432/jobctl", "postgres://jobs:REDACTED@db.example:5432/jobctl"),
+        // A PostgreSQL URL's bare userinfo is a user name (as `migrate` prints it), an HTTP URL's a token.
+        ("postgres://jobs@db.example/jobctl", "postgres://jobs@db.example/jobctl"),
+        ("PostgreSQL://jobs@db.example/jobctl?password=x", "PostgreSQL://jobs@db.example/jobctl?password=REDACTED"),
         ("http://h/p", "http://h/p"),
         ("http://h/p?token=&key=REDACTED&sig=*****", "http://h/p?token=&key=REDACTED&sig=*****"),
         ("gs://bucket/a%20b.txt", "gs://bucket/a%20b.txt"),
