@@ -242,7 +242,16 @@ extension Commands {
     static let replay = CommandSpec(
         name: "replay",
         abstract: "Rebuild the job projection from the event log alone.",
-        options: [Options.verify, Options.json.help("Print the report as JSON.")]
+        options: [Options.verify, Options.json.help("Print the report as JSON.")],
+        discussion: """
+        The jobs table (what list, show, stats and the workers read) is a projection: every job's row
+        is the fold of its events. replay folds the whole log again and writes the rows it gets, in one
+        transaction; with --verify it writes nothing, compares job by job (each compared, then
+        forgotten, so memory does not grow with the log) and exits 1 on any difference. A log holding an
+        event this jobctl cannot apply (a type a newer jobctl wrote, a damaged payload) is refused (exit
+        1) and nothing is rewritten. Run `jobctl replay --verify` after restoring a backup, after a disk
+        error, or to audit that the table says what the log says.
+        """
     ) { arguments, context in
         let verify = arguments[Options.verify]
         let store = try context.openStore(readOnly: verify, wholeLog: true)
