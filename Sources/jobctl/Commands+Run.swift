@@ -169,8 +169,9 @@ extension Commands {
         succeeded → success, failed/cancelled → failure. On a terminal the progress bar shows the bytes
         (confirmed by the server, for uploads), the rate over the last few seconds and the time left, and
         every line fits the terminal's width. Exit status: 0 when the job succeeded, 1 when it failed or
-        was cancelled. With --batch: every event of the batch's jobs from their submission, then a count
-        by outcome once all of them have ended; 0 when all succeeded, 1 otherwise.
+        was cancelled. With --batch: every event of the batch's jobs from their submission, then, on a
+        terminal, a count by outcome once all of them have ended (JSON lines hold only events: each
+        job's last one is its outcome); 0 when all succeeded, 1 otherwise.
         """
     ) { arguments, context in
         let all = arguments[Options.all]
