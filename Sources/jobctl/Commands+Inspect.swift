@@ -297,10 +297,11 @@ extension Commands {
         removed), the fencing-token sequence is set past the highest token,
         and the job projection is rebuilt by replay's fold; then the target is checked as by
         `jobctl replay --verify`, and the command fails (exit 1) if it does not match. A target that
-        already holds events, jobs or blobs is refused and left unchanged. Leases are not copied. While
-        any job is running the copy is refused (stop the workers first: what they do after the copy
-        would be lost); with --force it goes ahead, and on the target those jobs have no lease, so the
-        first worker's rescue expires them and they are retried (or fail when out of attempts).
+        already holds events, jobs, blobs, expired blobs or leases is refused and left unchanged.
+        Leases are not copied. While any job is running the copy is refused (stop the workers first:
+        what they do after the copy would be lost); with --force it goes ahead, and on the target those
+        jobs have no lease, so the first worker's rescue expires them and they are retried (or fail
+        when out of attempts).
 
         With --grant ROLE (PostgreSQL, run as the role that owns the tables): after migrating, gives the
         existing ROLE what `jobctl worker` and every other command need and nothing else: SELECT and
