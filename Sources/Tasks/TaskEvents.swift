@@ -56,9 +56,18 @@ public protocol TaskEventSink: Sendable {
     /// Stores `events` for `jobID`, in order, together where the sink can (one commit); throws when any
     /// of them is refused. Returns once all of them are durable.
     func persist(_ events: [PendingTaskEvent], jobID: String) async throws(TaskSinkError)
+
+    /// Whether the job's log now ends it failed or cancelled. Asked after an attempt ended without
+    /// ending the job (paused, released, retry scheduled): the store honours a cancel the attempt's end
+    /// left pending in the same transaction (`cancelled` after the `paused`), and the files the attempt
+    /// kept to resume from are then the cancelled job's leftovers. False when it cannot tell.
+    func jobEndedForGood(jobID: String) async -> Bool
 }
 
 extension TaskEventSink {
+    /// Nothing tells this sink: false.
+    public func jobEndedForGood(jobID: String) async -> Bool { false }
+
     /// One after another.
     public func persist(_ events: [PendingTaskEvent], jobID: String) async throws(TaskSinkError) {
         for event in events { try await persist(event, jobID: jobID) }

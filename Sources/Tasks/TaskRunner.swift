@@ -200,15 +200,23 @@ public actor TaskRunner {
     /// now, recorded or not (a retry starts over). Paused, released and retry-scheduled jobs keep theirs:
     /// they resume from them. Runs after the final event is in the log and the transfer has returned,
     /// off the cooperative pool (a removal syncs the folder).
+    ///
+    /// An attempt that ended paused, released or retry-scheduled while a cancel was pending (a pause or a
+    /// shutdown stopped it first, or it failed before the worker read the request) is followed in the log
+    /// by `cancelled`, in the same transaction: its files go then too. Kept, they stayed until the next
+    /// worker's sweep — for ever when none came.
     private func discardLocalFilesIfFinal(_ outcome: TaskRunOutcome) async {
         switch outcome {
         case .failed, .cancelled:
-            let (backend, files) = (backend, JobLocalFiles(jobID: jobID, kind: spec.kind, destination: spec.destination,
-                                                           resumePoint: machine.resumePoint, finishedAtMs: clock()))
-            _ = await BlockingFileWork.run { backend.discardResumePoint(of: files) }
-        case .succeeded, .retryScheduled, .paused, .released, .abandoned:
             break
+        case .retryScheduled, .paused, .released:
+            guard await sink.jobEndedForGood(jobID: jobID) else { return }
+        case .succeeded, .abandoned:
+            return
         }
+        let (backend, files) = (backend, JobLocalFiles(jobID: jobID, kind: spec.kind, destination: spec.destination,
+                                                       resumePoint: machine.resumePoint, finishedAtMs: clock()))
+        _ = await BlockingFileWork.run { backend.discardResumePoint(of: files) }
     }
 
     private var isOver: Bool { machine.outcome != nil && !transferRunning }

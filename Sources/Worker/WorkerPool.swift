@@ -862,6 +862,12 @@ struct LeaseSink: TaskEventSink {
         }
     }
 
+    /// Whether the job is failed or cancelled in the log now (see `TaskEventSink.jobEndedForGood`).
+    func jobEndedForGood(jobID: String) async -> Bool {
+        let state = try? await store.run { store in try store.job(jobID)?.state }
+        return state == .cancelled || state == .failed
+    }
+
     /// Appends `remaining` in one group commit, removes those written before the first failure and
     /// returns that failure (nil: all written).
     private func append(_ remaining: inout [PendingEvent]) async -> StoreError? {
