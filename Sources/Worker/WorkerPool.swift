@@ -131,6 +131,11 @@ public final class WorkerPool: Sendable {
     private struct State: Sendable {
         /// Every job this worker holds a lease on: started ones and those claimed ahead.
         var running: [String: Running] = [:]
+        /// Runs whose job this worker claimed again while they were still ending (their outcome written,
+        /// their files being removed: a `retry` or `resume` came in between), by lease token. Their
+        /// entry in `running` is the new attempt's; they hold no lease, and give back their slot (or
+        /// their place among `finishing`) when they return.
+        var superseded: [Int64: Running] = [:]
         /// Jobs claimed ahead, in claim order, not started yet.
         var waiting: [String] = []
         /// Runners started whose transfer has not returned: the slots in use.
@@ -549,11 +554,15 @@ public final class WorkerPool: Sendable {
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePointForAttempt,
                                 backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil,
-                                transferReturned: { [weak self] in self?.transferReturned(jobID) })
+                                transferReturned: { [weak self] in self?.transferReturned(jobID, token: job.token) })
         let concurrency = configuration.concurrency
         let leaseMs = configuration.leaseMs
         let (startNow, shuttingDown) = state.withLock { state in
             let startNow = state.shuttingDown || state.active < concurrency
+            // The job's last attempt here wrote its end and has not returned yet: keyed by job, its entry
+            // would be taken for the new attempt's — by its return, which then dropped the new attempt from
+            // the books (no heartbeat, no control read, never started when claimed ahead).
+            if let previous = state.running[record.id] { state.superseded[previous.token] = previous }
             state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now,
                                                firstRun: record.version == 2 && record.resumePoint == nil, started: startNow, launchedAtMs: startNow ? now : nil,
                                                launchedAt: startNow ? Clock.monotonicMs() : nil, leaseExpiresAtMs: now + leaseMs)
@@ -605,7 +614,7 @@ public final class WorkerPool: Sendable {
     private static func runJob(_ jobID: String, _ handOver: RunnerHandOver, reportingTo pool: WorkerPool?) async {
         guard let runner = handOver.take() else { return }
         let outcome = await runner.run()
-        pool?.finished(jobID, outcome: outcome)
+        pool?.finished(jobID, runner: runner, outcome: outcome)
     }
 
     /// A runner handed to the task that runs it (see `launch`).
@@ -621,10 +630,16 @@ public final class WorkerPool: Sendable {
         state.withLock { $0.running[jobID]?.leaseExpiresAtMs }
     }
 
-    private func finished(_ jobID: String, outcome: TaskRunOutcome) {
+    /// The entry of `runner`'s run of `jobID`: the job's current one, or one a new claim superseded.
+    private static func entry(_ state: State, _ jobID: String, _ runner: TaskRunner) -> Running? {
+        if let entry = state.running[jobID], entry.runner === runner { return entry }
+        return state.superseded.values.first { $0.runner === runner }
+    }
+
+    private func finished(_ jobID: String, runner: TaskRunner, outcome: TaskRunOutcome) {
         // The run is logged (and counted) while the job is still among the running ones: a draining pool
         // only stops once none is, so no outcome's log line can be lost to the process exiting first.
-        if let entry = state.withLock({ $0.running[jobID] }) {
+        if let entry = state.withLock({ Self.entry($0, jobID, runner) }) {
             let now = Clock.nowMs()
             // A run's duration (and the rate the log derives from it) starts when it got its slot: a job
             // claimed ahead first waits for one, and counting that wait made a 16 KiB transfer that took a
@@ -639,7 +654,13 @@ public final class WorkerPool: Sendable {
         let config = configuration
         let now = Clock.nowMs()
         let (next, wake): ([(String, TaskRunner)], Bool) = state.withLock { state in
-            if let entry = state.running.removeValue(forKey: jobID), entry.started {
+            let entry: Running?
+            if let current = state.running[jobID], current.runner === runner {
+                entry = state.running.removeValue(forKey: jobID)
+            } else {
+                entry = state.superseded.first { $0.value.runner === runner }.flatMap { state.superseded.removeValue(forKey: $0.key) }
+            }
+            if let entry, entry.started {
                 if entry.transferReturned { state.finishing -= 1 } else { state.active -= 1 }
             }
             state.slotFreed = true
@@ -664,11 +685,11 @@ public final class WorkerPool: Sendable {
     /// A started job's transfer returned (the runner writes its outcome next): its slot goes to the next
     /// job claimed ahead at once, so a slot does not wait through the outcome's commit and sync. The job
     /// keeps its lease until `finished`.
-    private func transferReturned(_ jobID: String) {
+    private func transferReturned(_ jobID: String, token: Int64) {
         let config = configuration
         let now = Clock.nowMs()
         let (next, wake): ([(String, TaskRunner)], Bool) = state.withLock { state in
-            guard var entry = state.running[jobID], entry.started, !entry.transferReturned else { return ([], false) }
+            guard var entry = state.running[jobID], entry.token == token, entry.started, !entry.transferReturned else { return ([], false) }
             entry.transferReturned = true
             state.running[jobID] = entry
             state.active -= 1
