@@ -70,6 +70,7 @@ struct ControlStorm {
     struct Job {
         let id: String
         let source: String?
+        /// A local path, or a `gs://` object for an upload.
         let destination: String
     }
 
@@ -78,18 +79,23 @@ struct ControlStorm {
     mutating func run() throws {
         let nginx = try startWorkerNginx(slowRate: "1m")
         defer { nginx.stop() }
+        let emulator = try EmulatorServer.start(bucket: "race")
+        defer { emulator.stop() }
+        // Resumable uploads in 256 KiB chunks, all transfers held to 3 MB/s together: a session is paused
+        // with chunks confirmed and resumed, or cancelled, mid-way.
+        let environment = ["STORAGE_EMULATOR_HOST": emulator.baseURL, "JOBCTL_CHUNK_SIZE": "262144", "JOBCTL_RESUMABLE_THRESHOLD": "0"]
         let directory = try TemporaryDirectory("control-race")
         defer { directory.remove() }
         let database = try engine.database(in: directory)
         let out = directory.file("out")
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
 
-        // Slow downloads (0.3–2.5 s each at 1 MB/s) to be caught mid-transfer, small ones that race
+        // Slow downloads (1–6 s each at 1 MB/s) to be caught mid-transfer, small ones that race
         // through every stage in milliseconds, and ones that fail at once (503, one attempt).
         var lines: [String] = []
         var planned: [(source: String?, destination: String)] = []
         for index in 0..<8 {
-            let size = Int64(300_000 + (index * 311_111) % 2_200_000)
+            let size = Int64(1_000_000 + (index * 711_111) % 5_000_000)
             try writePatternFile("\(nginx.root)/slow/s\(index).bin", size: size, seed: UInt8(index + 1))
             let destination = "\(out)/s\(index).bin"
             lines.append("- {kind: download-file, source: \"\(nginx.baseURL)/slow/s\(index).bin\", destination: \"\(destination)\"}")
@@ -100,6 +106,13 @@ struct ControlStorm {
             let destination = "\(out)/f\(index).bin"
             lines.append("- {kind: download-file, source: \"\(nginx.baseURL)/f\(index).bin\", destination: \"\(destination)\"}")
             planned.append(("\(nginx.root)/f\(index).bin", destination))
+        }
+        for index in 0..<3 {
+            let source = directory.file("u\(index).bin")
+            try writePatternFile(source, size: Int64(1_500_000 + index * 700_000), seed: UInt8(50 + index))
+            let destination = "gs://\(emulator.bucket)/up/u\(index).bin"
+            lines.append("- {kind: upload-file, source: \"\(source)\", destination: \"\(destination)\"}")
+            planned.append((source, destination))
         }
         for index in 0..<2 {
             let destination = "\(out)/b\(index).bin"
@@ -113,8 +126,8 @@ struct ControlStorm {
 
         var workers: [JobctlProcess] = []
         func startWorker() throws -> JobctlProcess {
-            try JobctlProcess.worker(database: database, ["--concurrency", "2", "--claim-ahead", "2", "--lease", "2"],
-                                     logDirectory: directory.path)
+            try JobctlProcess.worker(database: database, ["--concurrency", "2", "--claim-ahead", "2", "--lease", "2", "--bwlimit", "3M"],
+                                     environment: environment, logDirectory: directory.path)
         }
         var logs: [JobctlProcess] = []
         defer { for worker in workers { worker.signal(SIGKILL) } }
@@ -148,18 +161,33 @@ struct ControlStorm {
                 logs.append(worker)
                 continue
             }
-            let command = commands[Int.random(in: 0..<commands.count, using: &random)]
+            var command = commands[Int.random(in: 0..<commands.count, using: &random)]
             let json = Bool.random(using: &random)
             let actor = "race\(counter)"
-            var arguments = [command]
+            var arguments: [String] = []
             var target: String? = nil
             if roll < 12 {
                 arguments += ["--state", states[Int.random(in: 0..<states.count, using: &random)]]
             } else {
-                let job = jobs[Int.random(in: 0..<jobs.count, using: &random)]
+                // Mostly a job that has not succeeded, with a command its state (as just read) takes: a
+                // succeeded job refuses everything.
+                let open = try jobs.filter { try store.job($0.id)?.state != .succeeded }
+                let pool = open.isEmpty || roll < 20 ? jobs : open
+                let job = pool[Int.random(in: 0..<pool.count, using: &random)]
+                if roll >= 40, let state = try store.job(job.id)?.state {
+                    let fitting: [String] = switch state {
+                    case .queued: ["pause", "cancel"]
+                    case .running: ["pause", "cancel", "resume", "pause"]
+                    case .paused: ["resume", "cancel", "resume"]
+                    case .failed, .cancelled: ["retry"]
+                    case .succeeded: commands
+                    }
+                    command = fitting[Int.random(in: 0..<fitting.count, using: &random)]
+                }
                 target = job.id
                 arguments.append(job.id)
             }
+            arguments.insert(command, at: 0)
             if json { arguments.append("--json") }
             let output = try runProcess(PackagePaths.jobctlBinary, ["--db", database] + arguments,
                                         environment: ["NO_COLOR": "1", "USER": actor])
@@ -189,8 +217,16 @@ struct ControlStorm {
 
         // While the last workers still run (no sweep since the jobs ended): nothing a finished job made
         // is left on disk, or open in a worker.
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: out).filter { $0.hasSuffix(".jobctl-partial") }
+        // A job a user cancelled while no worker ran it (paused, or back in the queue after a crash) leaves
+        // its file to the next worker's sweep (README, Guarantees); any other end takes it at once.
         let trails = try histories(jobs, store)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: out).filter { name in
+            guard name.hasSuffix(".jobctl-partial"), let job = jobs.first(where: { name.contains($0.id) }) else { return false }
+            let events = try store.events(jobID: job.id)
+            guard let end = events.last else { return true }
+            let before = events.dropLast().last
+            return !end.actor.hasPrefix("cli:") && before?.type != .leaseExpired
+        }
         #expect(leftovers.isEmpty, "\(context) partial files of finished jobs left behind: \(leftovers)\n\(trails)")
         for worker in workers where worker.process.isRunning {
             let pid = worker.process.processIdentifier
@@ -210,6 +246,7 @@ struct ControlStorm {
         workers.removeAll()
 
         try checkHistories(jobs, store: store, logs: allLogs)
+        try checkUploads(jobs, store: store, database: database, environment: environment, directory: directory)
         // Only a killed worker's leases expire: one that lives renews every lease it holds.
         for job in jobs {
             for event in try store.events(jobID: job.id) where event.type == .leaseExpired || (event.type == .failed && event.data.reason?.hasPrefix("lease expired") == true) {
@@ -219,6 +256,12 @@ struct ControlStorm {
             }
         }
         try checkLedger(fired, store: store, jobs: jobs)
+        if ControlRaceTests.environment["JOBCTL_CONTROL_RACE_VERBOSE"] != nil {
+            var counts: [String: Int] = [:]
+            for job in jobs { for event in try store.events(jobID: job.id) { counts[event.type.rawValue, default: 0] += 1 } }
+            let changed = fired.filter { $0.status == 0 && !$0.stdout.contains("already so") }.count
+            print("\(context) \(fired.count) controls, \(changed) acknowledged, \(killed.count) kills; events: \(counts.sorted { $0.key < $1.key })")
+        }
         let verify = try jobctl(["replay", "--verify"], database: database)
         #expect(verify.status == 0, "\(context) \(verify.stdout)\(verify.stderr)")
     }
@@ -243,6 +286,8 @@ struct ControlStorm {
             }
             let exists = FileManager.default.fileExists(atPath: job.destination)
             switch record.state {
+            case .succeeded where job.destination.hasPrefix("gs://"):
+                break  // read back in `checkUploads`
             case .succeeded:
                 if let source = job.source {
                     let same = (try? Data(contentsOf: URL(fileURLWithPath: job.destination))) == (try? Data(contentsOf: URL(fileURLWithPath: source)))
@@ -272,6 +317,23 @@ struct ControlStorm {
             }
         }
         _ = logs
+    }
+
+    /// Every upload that succeeded stored exactly its source's bytes: read back by a download job.
+    private func checkUploads(_ jobs: [Job], store: any JobStore, database: String, environment: [String: String],
+                              directory: TemporaryDirectory) throws {
+        let uploads = try jobs.filter { job in try job.destination.hasPrefix("gs://") && store.job(job.id)?.state == .succeeded }
+        guard !uploads.isEmpty else { return }
+        let copies = uploads.map { directory.file("copy-\($0.id).bin") }
+        let manifest = zip(uploads, copies).map { "- {kind: download-file, source: \"\($0.destination)\", destination: \"\($1)\"}" }
+        _ = try submit(manifest.joined(separator: "\n") + "\n", database: database, directory: directory)
+        let drain = try JobctlProcess.worker(database: database, ["--drain"], environment: environment, logDirectory: directory.path)
+        #expect(drain.wait(seconds: 60) == 0, "\(context) \(drain.log)")
+        for (job, copy) in zip(uploads, copies) {
+            let same = (try? Data(contentsOf: URL(fileURLWithPath: copy))) == (try? Data(contentsOf: URL(fileURLWithPath: job.source ?? "")))
+            let trail = try store.events(jobID: job.id).map(\.type.rawValue).joined(separator: " ")
+            #expect(same, "\(context) upload \(job.id) stored other bytes than its source\n\(trail)")
+        }
     }
 
     /// The first event that could not have followed the events before it, or nil.
