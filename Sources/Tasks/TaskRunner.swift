@@ -206,6 +206,9 @@ public actor TaskRunner {
     /// by `cancelled`, in the same transaction: its files go then too. Kept, they stayed until the next
     /// worker's sweep — for ever when none came.
     private func discardLocalFilesIfFinal(_ outcome: TaskRunOutcome) async {
+        // Taken before any wait: a file changed after it is a later attempt's (a `retry` and a new claim
+        // can come while the job's state is read), which the removal must spare.
+        let endedAtMs = clock()
         switch outcome {
         case .failed, .cancelled:
             break
@@ -215,7 +218,7 @@ public actor TaskRunner {
             return
         }
         let (backend, files) = (backend, JobLocalFiles(jobID: jobID, kind: spec.kind, destination: spec.destination,
-                                                       resumePoint: machine.resumePoint, finishedAtMs: clock()))
+                                                       resumePoint: machine.resumePoint, finishedAtMs: endedAtMs))
         _ = await BlockingFileWork.run { backend.discardResumePoint(of: files) }
     }
 
