@@ -62,11 +62,14 @@ extension SQLiteConnection: DependantsReader {
                     savepointPerEvent: Bool) throws(StoreError) -> [Result<JobEvent, StoreError>]? {
         var outcomes: [Result<JobEvent, StoreError>] = []
         outcomes.reserveCapacity(events.count)
-        // The rows this transaction has written, as written: a job's next event in the same batch
-        // starts from its record instead of reading and decoding the row again. Nothing else writes
-        // while this transaction holds the lock, and a refused event changes nothing, so a record
-        // here is the row's current state, its lease token included (schema 10: the lease is in the row).
-        var written: [String: JobRecord] = [:]
+        // The rows this batch has written, as written (`batchRecords`): a job's next event in the same
+        // batch starts from its record instead of reading and decoding the row again. Nothing else
+        // writes while this transaction holds the lock, every row write of the batch — an event's own,
+        // and a dependant its end cancelled — lands there, and a refused event's are taken back, so a
+        // record there is the row's current state, its lease token included (schema 10: the lease is
+        // in the row).
+        batchRecords = [:]
+        defer { batchRecords = nil }
         // When the next event is the same job's (a worker's `started` queued with the attempt's next
         // event), this one's projection write is held back and the next writes the row once, from the
         // row as stored to the record after both. A held write goes out as soon as the job's run of
@@ -78,10 +81,11 @@ extension SQLiteConnection: DependantsReader {
             holdingProjection = nextIsSameJob ? pending.jobID : nil
             // A refused event's rows are undone; the write it held goes with them.
             let heldBefore = heldProjection
+            let recordsBefore = batchRecords
             let changesBefore = totalChanges
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
-                let known = written[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
+                let known = batchRecords?[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
                 let append = { () throws(StoreError) -> (JobEvent, JobRecord) in
                     if let known {
                         return try self.appendEvent(pending, toRow: known, now: now)
@@ -89,13 +93,13 @@ extension SQLiteConnection: DependantsReader {
                     return try self.appendEvent(pending, now: now)
                 }
                 let (event, record) = savepointPerEvent ? try savepoint(append) : try append()
-                written[pending.jobID] = record
                 committedRecords.note(record)
                 outcomes.append(.success(event))
             } catch {
                 try throwIfTransactionLost(error)
                 if !savepointPerEvent && totalChanges != changesBefore { return nil }
                 heldProjection = heldBefore
+                batchRecords = recordsBefore
                 outcomes.append(.failure(error))
             }
             if !nextIsSameJob { try writeHeldProjection() }
@@ -220,6 +224,7 @@ extension SQLiteConnection: DependantsReader {
     /// While `holdingProjection` names the job, the write is held back (`appendBatch` writes it); a write
     /// held for it already keeps the row as stored, so the next write goes from there.
     public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
+        batchRecords?[record.id] = record
         var current = current
         if let held = heldProjection, held.record.id.hasSameUTF8(as: record.id) {
             heldProjection = nil

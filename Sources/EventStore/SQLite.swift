@@ -98,6 +98,11 @@ final class SQLiteConnection {
     /// and the record it is to become.
     var holdingProjection: String?
     var heldProjection: (stored: JobRecord?, record: JobRecord)?
+    /// While a group commit runs (`appendEach`; nil otherwise), every row `writeProjection` wrote in it,
+    /// by job id, as written: a job's next event in the batch starts from its row as it stands. Kept
+    /// by the one place every row write goes through, so it also holds the rows an event changed of
+    /// other jobs (the dependants a job's end cancelled), which the event's own result does not name.
+    var batchRecords: [String: JobRecord]?
     /// The event `insertEvent` wrote last: a final job's projection write takes its `finished_seq`
     /// (schema 14) from it when it is the job's event at the record's version.
     var lastInsertedEvent: (jobID: String, version: Int, seq: Int64)?

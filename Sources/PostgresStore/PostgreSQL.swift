@@ -293,6 +293,10 @@ final class PostgresConnection {
     /// (`PostgresBatchWriter.flush`) and `PostgresStore.dataVersion` has not yet looked at: commits of
     /// these are this connection's own, not another's.
     var ownTransactionIDs: Set<Int64> = []
+    /// While a group commit runs with a savepoint per event (`appendBatch`; nil otherwise), every job row
+    /// `writeProjection` wrote in it, by job id (byte for byte), as written: a job's next event in the
+    /// batch starts from its row as it stands — also a dependant an earlier event's end cancelled.
+    var batchRecords: [UTF8Key: JobRecord]?
     /// Gives the connection up when the server does not answer a call in time (nil: waits for ever).
     private var answerWatchdog: AnswerWatchdog?
 

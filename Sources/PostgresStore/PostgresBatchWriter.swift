@@ -89,6 +89,10 @@ final class PostgresBatchWriter: DecisionWriter {
     /// How many writes the writer has made or held back: a caller compares it before and after one
     /// decision to know whether that decision wrote anything.
     private(set) var writes = 0
+    /// Every job row the writer wrote, the last record of each (a flush does not forget them): what a
+    /// later decision of the group must start from — also for a job an earlier decision changed on the
+    /// way (a dependant its dependency's end cancelled).
+    private var writtenRecords: [UTF8Key: JobRecord] = [:]
 
     init(_ connection: PostgresConnection) {
         self.connection = connection
@@ -541,6 +545,7 @@ final class PostgresBatchWriter: DecisionWriter {
     /// for a job the group created, else an update).
     func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
         let key = UTF8Key(record.id)
+        writtenRecords[key] = record
         if projectionInserts[key] != nil {
             projectionInserts[key] = record
         } else if current == nil {
@@ -551,6 +556,11 @@ final class PostgresBatchWriter: DecisionWriter {
             projectionUpdates[key] = record
         }
         writes += 1
+    }
+
+    /// The job's row as this writer last wrote it, or nil when it wrote none.
+    func written(_ jobID: String) -> JobRecord? {
+        writtenRecords[UTF8Key(jobID)]
     }
 
     /// The job stopped running: the projection row written for it clears the expiry (its state is not

@@ -288,17 +288,23 @@ extension PostgresConnection: DependantsReader {
         }
         var outcomes: [Result<JobEvent, StoreError>] = []
         outcomes.reserveCapacity(events.count)
+        // The rows the batch writes (`batchRecords`): an event's own, and the dependants its end cancels.
+        batchRecords = [:]
+        defer { batchRecords = nil }
         for pending in events {
+            let recordsBefore = batchRecords
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
-                let known = current[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
-                let (event, record) = try savepoint { () throws(StoreError) in
+                let known = (batchRecords?[UTF8Key(pending.jobID)] ?? current[pending.jobID])
+                    .flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
+                let (event, _) = try savepoint { () throws(StoreError) in
                     try appendEvent(pending, to: known, now: now)
                 }
-                current[pending.jobID] = record
                 outcomes.append(.success(event))
             } catch {
                 try throwIfTransactionLost(error)
+                // The savepoint took the event's rows back.
+                batchRecords = recordsBefore
                 outcomes.append(.failure(error))
             }
         }
@@ -361,10 +367,12 @@ extension PostgresConnection: DependantsReader {
         for pending in events {
             let writesBefore = writer.writes
             do throws(StoreError) {
-                // Byte for byte: a `String` key also matches canonically equivalent text, another id.
-                let known = current[pending.jobID].flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
-                let (event, record) = try writer.appendEvent(pending, to: known, now: now)
-                current[pending.jobID] = record
+                // The job's row as it stands: as the batch wrote it (its own event, or the end of a job it
+                // waited for), else as locked. Byte for byte: a `String` key also matches canonically
+                // equivalent text, another id.
+                let known = (writer.written(pending.jobID) ?? current[pending.jobID])
+                    .flatMap { $0.id.hasSameUTF8(as: pending.jobID) ? $0 : nil }
+                let (event, _) = try writer.appendEvent(pending, to: known, now: now)
                 outcomes.append(.success(event))
             } catch {
                 try throwIfTransactionLost(error)
@@ -437,6 +445,7 @@ extension PostgresConnection: DependantsReader {
 
     /// Writes the whole row: an update when the job has one (the caller holds its lock), else an insert.
     public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
+        batchRecords?[UTF8Key(record.id)] = record
         if current != nil {
             try store(JobRecord.postgresUpdateSQL, try record.postgresUpdateValues())
         } else {
