@@ -318,7 +318,7 @@ protocol LifecycleImplementation: AnyObject {
     var label: String { get }
     var names: Names { get }
     /// Runs the step at `now`; returns its outcome, normalized.
-    func perform(_ step: LifecycleStep, now: Int64, specs: [SubmittedSpec]) throws -> String
+    func perform(_ step: LifecycleStep, now: Int64) throws -> String
     /// The implementation's state, normalized, after checking what it must hold on its own (the
     /// projection is the fold of the events, versions, seqs, final states); a broken invariant throws.
     func snapshot() throws -> Snapshot
@@ -417,7 +417,7 @@ final class LifecycleModel: LifecycleImplementation {
 
     private var byKey: [String: String] = [:]
 
-    func perform(_ step: LifecycleStep, now: Int64, specs _: [SubmittedSpec]) throws -> String {
+    func perform(_ step: LifecycleStep, now: Int64) throws -> String {
         do throws(StoreError) {
             return try performOrRefuse(step, now: now)
         } catch {
@@ -747,7 +747,7 @@ final class StoreUnderTest: LifecycleImplementation {
         }
     }
 
-    func perform(_ step: LifecycleStep, now: Int64, specs _: [SubmittedSpec]) throws -> String {
+    func perform(_ step: LifecycleStep, now: Int64) throws -> String {
         do throws(StoreError) {
             return try performOrRefuse(step, now: now)
         } catch {
@@ -956,7 +956,7 @@ final class LifecycleRun {
         steps.append((now, step))
         var outcomes: [String] = []
         for implementation in implementations {
-            outcomes.append(try implementation.perform(step, now: now, specs: []))
+            outcomes.append(try implementation.perform(step, now: now))
         }
         for (implementation, outcome) in zip(implementations, outcomes).dropFirst() where outcome != outcomes[0] {
             return failureReport("\(implementation.label) answered differently from the model:\n  model: \(outcomes[0])\n  \(implementation.label): \(outcome)")
