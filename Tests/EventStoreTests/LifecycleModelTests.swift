@@ -637,7 +637,8 @@ final class LifecycleModel: LifecycleImplementation {
             let endedDependency = (record.spec.after ?? []).compactMap { jobs[$0]?.record }
                 .first { $0.state == .failed || $0.state == .cancelled }
             if let dependency = endedDependency {
-                events += try decide(.dependencyEnded(dependency: dependency.id, key: dependency.key, outcome: dependency.state),
+                events += try decide(.dependencyEnded(dependency: dependency.id, key: dependency.key, outcome: dependency.state,
+                                                      root: cascadeRoot(of: dependency)),
                                      jobID: jobID, actor: actor, expectedVersion: record.version, leaseToken: nil, now: now,
                                      ended: &ended)
             }
@@ -645,6 +646,20 @@ final class LifecycleModel: LifecycleImplementation {
             ended.append((record.id, record.key, record.state, nil))
         }
         return events
+    }
+
+    /// The job whose own end began the cascade that cancelled `job`: up through each `cancelled` event's
+    /// `dependency` while the job above is still failed or cancelled (the store's rule, written again).
+    private func cascadeRoot(of job: JobRecord) -> String {
+        var current = job
+        var seen: Set<String> = [job.id]
+        while current.state == .cancelled,
+              let cause = log.last(where: { $0.jobID == current.id && $0.version == current.version })?.payload.cancellingDependency,
+              seen.insert(cause).inserted,
+              let above = jobs[cause]?.record, above.state == .failed || above.state == .cancelled {
+            current = above
+        }
+        return current.id
     }
 
     // MARK: Snapshot
