@@ -81,7 +81,7 @@ extension SQLiteConnection: DependantsReader {
             holdingProjection = nextIsSameJob ? pending.jobID : nil
             // A refused event's rows are undone; the write it held goes with them.
             let heldBefore = heldProjection
-            let recordsBefore = batchRecords
+            batchRecordsUndo.removeAll(keepingCapacity: true)
             let changesBefore = totalChanges
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
@@ -99,7 +99,7 @@ extension SQLiteConnection: DependantsReader {
                 try throwIfTransactionLost(error)
                 if !savepointPerEvent && totalChanges != changesBefore { return nil }
                 heldProjection = heldBefore
-                batchRecords = recordsBefore
+                for undo in batchRecordsUndo.reversed() { batchRecords?[undo.id] = undo.record }
                 outcomes.append(.failure(error))
             }
             if !nextIsSameJob { try writeHeldProjection() }
@@ -224,7 +224,9 @@ extension SQLiteConnection: DependantsReader {
     /// While `holdingProjection` names the job, the write is held back (`appendBatch` writes it); a write
     /// held for it already keeps the row as stored, so the next write goes from there.
     public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
-        batchRecords?[record.id] = record
+        if batchRecords != nil {
+            batchRecordsUndo.append((record.id, batchRecords?.updateValue(record, forKey: record.id)))
+        }
         var current = current
         if let held = heldProjection, held.record.id.hasSameUTF8(as: record.id) {
             heldProjection = nil

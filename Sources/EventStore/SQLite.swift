@@ -103,6 +103,10 @@ final class SQLiteConnection {
     /// by the one place every row write goes through, so it also holds the rows an event changed of
     /// other jobs (the dependants a job's end cancelled), which the event's own result does not name.
     var batchRecords: [String: JobRecord]?
+    /// What `writeProjection` replaced in `batchRecords` during the current event, oldest first: a
+    /// refused event's entries are put back from it (copying the whole map before each event cost a
+    /// copy of every record in it at the event's first write).
+    var batchRecordsUndo: [(id: String, record: JobRecord?)] = []
     /// The event `insertEvent` wrote last: a final job's projection write takes its `finished_seq`
     /// (schema 14) from it when it is the job's event at the record's version.
     var lastInsertedEvent: (jobID: String, version: Int, seq: Int64)?
