@@ -90,7 +90,7 @@ extension ManifestReader {
     }
 
     private mutating func finish(_ listing: LocalTree.Listing?, root: String, source: String, filter: PathFilter,
-                                 destination: (String) -> String?, template: JobSpec, quoted: String,
+                                 destination: FolderDestination, template: JobSpec, quoted: String,
                                  mark: SourceMark) -> (specs: [JobSpec], notes: [String]) {
         guard let listing else { return ([], []) }
         var notes: [String] = []
@@ -107,22 +107,48 @@ extension ManifestReader {
         let batch = Self.batchID(key: template.key, nowMs: nowMs)
         var specs: [JobSpec] = []
         specs.reserveCapacity(listing.files.count)
+        // Files whose object the destination cannot name (a gs:// name past 1,024 bytes or with a line
+        // break, a file:// path past the kernel's bounds): the expansion is refused, naming the first.
+        var unnamed: (relative: String, error: StorageError)?
+        var unnamedCount = 0
         for relative in listing.files {
             var spec = template
             spec.source = root + "/" + relative
-            guard let target = destination(relative) else { return ([], notes) }
+            let target: String
+            switch destination.reference(relative) {
+            case .success(let reference):
+                target = reference
+            case .failure(let error):
+                if unnamed == nil { unnamed = (relative, error) }
+                unnamedCount += 1
+                continue
+            }
             spec.destination = target
             spec.key = template.key.map { $0 + "/" + relative }
             spec.batch = JobBatch(id: batch, source: source, include: filter.includeTexts, exclude: filter.excludeTexts, path: relative)
             specs.append(spec)
         }
+        if let unnamed {
+            let more = unnamedCount > 1 ? " (and \(unnamedCount - 1) more)" : ""
+            report(.invalidReference, "\(quoted): its file '\(TerminalText.printable(unnamed.relative))'\(more) has no valid storage "
+                       + "reference under 'destination': \(unnamed.error.message); rename it, 'exclude:' it, or upload it with a job "
+                       + "of its own (or into a shorter destination)", at: destination.mark)
+            return ([], notes)
+        }
         jobCount += specs.count
         return (specs, notes)
     }
 
+    /// Where an expanding upload's files go: each relative path's reference, or why there is none.
+    struct FolderDestination {
+        /// Where the destination was written.
+        let mark: SourceMark
+        let reference: (String) -> Result<String, StorageError>
+    }
+
     /// The destination of an expanding upload: a folder reference (ending in `/`) or a bucket root; the
     /// function gives each relative path's reference. Nil after reporting.
-    private mutating func folderDestination(_ text: Located<String>?, mark: SourceMark) -> ((String) -> String?)? {
+    private mutating func folderDestination(_ text: Located<String>?, mark: SourceMark) -> FolderDestination? {
         guard let text else {
             report(.missingField, "the upload-file job has no 'destination' (the storage folder to upload into, ending in '/')", at: mark)
             return nil
@@ -142,17 +168,17 @@ extension ManifestReader {
             return nil
         }
         let written = text.value
-        return { relative in
-            do {
+        return FolderDestination(mark: text.valueMark) { relative in
+            do throws(StorageError) {
                 if plainHTTP {
                     let (path, rest) = Self.splitPath(written)
-                    return try StorageReference(parsing: path + StorageReference.percentEncode(relative, keepSlash: true) + rest).description
+                    return .success(try StorageReference(parsing: path + StorageReference.percentEncode(relative, keepSlash: true) + rest).description)
                 }
                 let base = reference.fullPath.isEmpty ? "" : reference.fullPath + "/"
-                return try StorageReference(scheme: reference.scheme, bucket: reference.bucket, path: base + relative,
-                                            query: reference.query).description
+                return .success(try StorageReference(scheme: reference.scheme, bucket: reference.bucket, path: base + relative,
+                                                     query: reference.query).description)
             } catch {
-                return nil
+                return .failure(error)
             }
         }
     }

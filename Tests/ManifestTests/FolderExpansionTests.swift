@@ -153,6 +153,32 @@ import TestSupport
         #expect(errors.map(\.code) == [.invalidPath] && errors.first?.message.contains("has a name of 256 bytes") == true, "\(errors)")
     }
 
+    /// A folder's or a glob's file whose object the destination cannot name — a file:// path past
+    /// PATH_MAX, a gs:// name with a line break — refuses the expansion at 'destination', naming the
+    /// file: it made the whole expansion no job at all, and submit said "0 jobs" and exited 0.
+    @Test func aFileTheDestinationCannotNameRefusesTheExpansion() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        // A folder of 4,081 bytes fits, and so do the photos' paths under it, but for '2024/05/b.jpg'.
+        let deep = (0..<20).map { _ in String(repeating: "d", count: 200) }.joined(separator: "/") + "/" + String(repeating: "e", count: 61)
+        #expect(deep.utf8.count == 4_081)
+        for source in ["photos/", "photos/**/*.jpg"] {
+            for destination in ["file:///\(deep)/", "file://b/\(deep)/"] {
+                let result = tree.parse("- {kind: upload-file, source: \"\(source)\", destination: \"\(destination)\"}\n")
+                let errors = try #require(result.errors, "\(source) → \(destination.prefix(12)): \(result)")
+                #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:\(48 + source.utf8.count) invalidReference"],
+                        "\(errors)")
+                #expect(errors.first?.message.contains("its file '2024/05/b.jpg' has no valid storage reference") == true, "\(errors)")
+                #expect(errors.first?.message.contains("PATH_MAX") == true, "\(errors)")
+            }
+        }
+        // A file name with a line break is no Cloud Storage object name: the folder's other files do not go alone.
+        try "x".write(toFile: tree.directory.file("photos/two\nlines.jpg"), atomically: true, encoding: .utf8)
+        let errors = try #require(tree.parse("- {kind: upload-file, source: photos/, destination: gs://b/up/}\n").errors)
+        #expect(errors.map(\.code) == [.invalidReference], "\(errors)")
+        #expect(errors.first?.message.contains("its file 'two\\u{A}lines.jpg' has no valid storage reference") == true, "\(errors)")
+    }
+
     @Test func includeAndExcludeFilterRelativePaths() throws {
         let tree = try Tree()
         defer { tree.remove() }
