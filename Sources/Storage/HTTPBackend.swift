@@ -371,7 +371,6 @@ public struct HTTPBackend: StorageBackend {
         case stopped(StopReason)
     }
 
-    /// One request without a body, its answer or the stop reason; a transfer failure is thrown as is.
     /// A HEAD of `url` (redirects followed) for a look that is only a hint: nil when it failed (the
     /// caller goes on without what it would have said), `stopped` when the transfer was.
     private func headIfAnswered(_ url: String, control: TransferControl) async -> StopOr<HTTPResponse?> {
@@ -386,6 +385,7 @@ public struct HTTPBackend: StorageBackend {
         }
     }
 
+    /// One request without a body, its answer or the stop reason; a transfer failure is thrown as is.
     private func exchange(_ request: HTTPRequest, control: TransferControl) async throws(StorageError) -> StopOr<HTTPResponse> {
         do throws(TransferFailure) {
             return .value(try await engine.perform(request, control: control, options: configuration.curlOptions))
