@@ -67,13 +67,13 @@ extension EventStore {
 
     /// Retries the job and opens again the jobs its end cancelled, in one IMMEDIATE transaction (a dry
     /// run: one read transaction, nothing written).
-    public func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?,
-                                    dryRun: Bool) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
+    public func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?, dryRun: Bool,
+                                    openedBefore: Set<String>) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
         let body = { (connection: SQLiteConnection) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) in
             let resolved = try connection.resolveID(id)
             guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
             if let states, !states.contains(job.state) { return (nil, job.state) }
-            let result = dryRun ? try connection.planRetryWithDependants(job, now: now)
+            let result = dryRun ? try connection.planRetryWithDependants(job, now: now, openedBefore: openedBefore)
                                 : try connection.retryWithDependants(job, actor: actor, now: now)
             return (result, result.job.record.state)
         }

@@ -190,15 +190,15 @@ extension PostgresStore {
 
     /// Locks the job's row, retries it and opens again the jobs its end cancelled (each locked as it is
     /// read), in one transaction (a dry run: one read transaction, nothing locked or written).
-    public func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?,
-                                    dryRun: Bool) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
+    public func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?, dryRun: Bool,
+                                    openedBefore: Set<String>) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
         let body = { (connection: PostgresConnection) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) in
             let resolved = try connection.resolveID(id)
             guard let job = try dryRun ? connection.loadJob(resolved) : connection.lockJob(resolved) else {
                 throw StoreError.notFound(id)
             }
             if let states, !states.contains(job.state) { return (nil, job.state) }
-            let result = dryRun ? try connection.planRetryWithDependants(job, now: now)
+            let result = dryRun ? try connection.planRetryWithDependants(job, now: now, openedBefore: openedBefore)
                                 : try connection.retryWithDependants(job, actor: actor, now: now)
             return (result, result.job.record.state)
         }

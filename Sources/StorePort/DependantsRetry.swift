@@ -70,11 +70,16 @@ extension DependantsReader {
     /// still failed or cancelled, one that does not open with it. A job waiting for several is asked
     /// again at each of them, so it opens once the last of them does; refused at every one, it is kept.
     ///
+    /// `openedBefore`: jobs taken as open although the log has them failed or cancelled (those a bulk
+    /// dry run's earlier retries would have opened).
+    ///
     /// Only reads: `retryWithDependants` performs the plan in the same transaction, a dry run shows it.
-    public func planDependantsRetry(of job: JobRecord, locking: Bool, now: Int64) throws(StoreError) -> DependantsRetryPlan {
+    public func planDependantsRetry(of job: JobRecord, locking: Bool, now: Int64,
+                                    openedBefore: Set<String> = []) throws(StoreError) -> DependantsRetryPlan {
         var plan = DependantsRetryPlan()
         // Job ids are ASCII (ULIDs): `String` equality is byte equality for them.
-        var opening: Set<String> = [job.id]
+        var opening = openedBefore
+        opening.insert(job.id)
         var keptInOrder: [JobRecord] = []
         var keptBecause: [String: String] = [:]
         var walk: [(id: String, key: String?)] = [(job.id, job.key)]
@@ -132,12 +137,13 @@ extension DependantsReader {
     }
 
     /// What `retryWithDependants` would do to `job` (read in the caller's transaction), changing nothing:
-    /// the job's own retry is refused as it would be.
-    public func planRetryWithDependants(_ job: JobRecord, now: Int64) throws(StoreError) -> DependantsRetryResult {
+    /// the job's own retry is refused as it would be. `openedBefore`: as `planDependantsRetry`.
+    public func planRetryWithDependants(_ job: JobRecord, now: Int64,
+                                        openedBefore: Set<String> = []) throws(StoreError) -> DependantsRetryResult {
         if case .failure(let refusal) = JobLifecycle(record: job).decide(.retry, now: now, expectedVersion: job.version) {
             throw StoreError(refusal, jobID: job.id)
         }
-        let plan = try planDependantsRetry(of: job, locking: false, now: now)
+        let plan = try planDependantsRetry(of: job, locking: false, now: now, openedBefore: openedBefore)
         return DependantsRetryResult(job: ControlResult(record: job, isRepeat: false), reopened: plan.reopened.map(\.record),
                                      kept: plan.kept)
     }

@@ -73,9 +73,11 @@ public protocol JobStore: AnyObject, Sendable {
     /// `dependencyRetried`): each gets its own `retried` event and waits for its dependencies again, all
     /// in one transaction — a refusal of the job leaves every job as it was. With `ifStateIn`, as
     /// `control`: nil (and the state) when the job is no longer in one of those states. `dryRun` reads
-    /// what would happen in one read transaction and writes nothing.
+    /// what would happen in one read transaction and writes nothing; `openedBefore` are the jobs that
+    /// the retries a dry run planned before this one would have opened (a bulk dry run: the jobs retried
+    /// and reopened before), which its plan takes as open, as the log would have them.
     func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?,
-                             dryRun: Bool) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState)
+                             dryRun: Bool, openedBefore: Set<String>) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState)
 
     // MARK: Queries
 
@@ -409,6 +411,12 @@ extension JobStore {
             if let record = try job(id) { states.append(JobControlState(record)) }
         }
         return states
+    }
+
+    /// `retryWithDependants` with no job taken as opened before.
+    public func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?,
+                                    dryRun: Bool) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
+        try retryWithDependants(id: id, actor: actor, now: now, ifStateIn: states, dryRun: dryRun, openedBefore: [])
     }
 
     /// Built from `events(jobID:)` and `blob(sha256:)`: reads the job's whole history (a rare path).

@@ -99,6 +99,9 @@ struct BulkControl {
         }
         // A selected job a retry before it reopened as a dependant, by its id: the job whose retry did.
         var reopenedWith: [String: String] = [:]
+        // A dry run's retries so far, and the dependants they reopened: what the log would hold open by
+        // now, for the plans after them (a dependant of two selected jobs opens with the second).
+        var openedBefore: Set<String> = []
         for job in targets {
             if withDependants {
                 if let root = reopenedWith[job.id] {
@@ -107,14 +110,23 @@ struct BulkControl {
                                               reason: "reopened with \(root) above"))
                     continue
                 }
-                let made = retryWithDependants(job, store: store, context: context)
+                let made = retryWithDependants(job, store: store, context: context, openedBefore: openedBefore)
                 for dependant in made.dropFirst() where dependant.outcome == "changed" { reopenedWith[dependant.id] = job.id }
+                if dryRun { openedBefore.formUnion(made.filter { $0.outcome == "changed" }.map(\.id)) }
                 decisions += made
                 continue
             }
             decisions.append(dryRun ? predict(job, command)
                                  : perform(job, store: store, context: context, command: command))
         }
+        // A dependant left cancelled at one selected job's retry and reopened by a later one's was not left
+        // cancelled: only its reopening is reported. One left cancelled at several is reported once, at
+        // the last (its reason as things end).
+        var lastKept: [String: Int] = [:]
+        for (index, decision) in decisions.enumerated() where decision.outcome == "kept" { lastKept[decision.id] = index }
+        decisions = decisions.enumerated().filter { index, decision in
+            decision.outcome != "kept" || (reopenedWith[decision.id] == nil && lastKept[decision.id] == index)
+        }.map(\.element)
         let selected = decisions.filter { $0.dependant_of == nil }
         let dependants = decisions.filter { $0.dependant_of != nil }
         let report = Report(command: name, dry_run: dryRun, matched: targets.count,
@@ -171,10 +183,11 @@ struct BulkControl {
 
     /// `retry --with-dependants` of `job` (a dry run: what it would do): the job's decision, then one per
     /// dependant reopened (`changed`) or left cancelled (`kept`, with why). One transaction.
-    private func retryWithDependants(_ job: JobRecord, store: any JobStore, context: Context) -> [Decision] {
+    private func retryWithDependants(_ job: JobRecord, store: any JobStore, context: Context, openedBefore: Set<String>) -> [Decision] {
         do {
             let states = filter?.states
-            let answer = try store.retryWithDependants(id: job.id, actor: context.actor, now: Clock.nowMs(), ifStateIn: states, dryRun: dryRun)
+            let answer = try store.retryWithDependants(id: job.id, actor: context.actor, now: Clock.nowMs(), ifStateIn: states,
+                                                       dryRun: dryRun, openedBefore: openedBefore)
             guard let result = answer.result else {
                 let selected = (states ?? []).map(\.rawValue).sorted().joined(separator: " or ")
                 return [Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: answer.state.rawValue,

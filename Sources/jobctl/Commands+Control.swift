@@ -101,10 +101,13 @@ extension Commands {
 
     /// `retry ID... --with-dependants`: each job and the dependants it reopens, one transaction per job
     /// given; one line per job changed (`--json`: every job reopened, the ones given and their
-    /// dependants), and a line per dependant left cancelled, saying why.
+    /// dependants), then a line per dependant left cancelled, saying why — once, and not for one that a
+    /// later job's retry reopened.
     private static func retryWithDependants(_ given: [String], store: any JobStore, context: Context, json: Bool) throws -> Int32 {
         var views: [JobView] = []
         var refused = 0
+        var opened: Set<String> = []
+        var kept: [DependantsRetryPlan.Kept] = []
         for text in given {
             do {
                 let id = try store.resolveID(text)
@@ -112,20 +115,27 @@ extension Commands {
                 guard let outcome = answer.result else { throw StoreError.notFound(text) }  // no state condition: never nil
                 views.append(JobView(outcome.job.record, display: .redacting))
                 views += outcome.reopened.map { JobView($0, display: .redacting) }
+                opened.insert(outcome.job.record.id)
+                opened.formUnion(outcome.reopened.map(\.id))
+                kept += outcome.kept
                 if !json {
                     emit("\(outcome.job.record.id)  \(context.paint(state: outcome.job.record.state))")
                     for dependant in outcome.reopened {
                         emit("\(dependant.id)  \(context.paint(state: dependant.state))  (reopened with \(outcome.job.record.id))")
                     }
                 }
-                for kept in outcome.kept {
-                    let line = "\(kept.record.id)  \(context.paint(state: kept.record.state))  (left cancelled: \(kept.reason))"
-                    if json { emitError(line) } else { emit(line) }
-                }
             } catch {
                 refused += 1
                 emitError("Error: \(text): \(error)")
             }
+        }
+        // The last reason each is left for, in the order first left.
+        var reasons: [String: String] = [:]
+        for dependant in kept { reasons[dependant.record.id] = dependant.reason }
+        var shown: Set<String> = []
+        for dependant in kept where !opened.contains(dependant.record.id) && shown.insert(dependant.record.id).inserted {
+            let line = "\(dependant.record.id)  \(context.paint(state: dependant.record.state))  (left cancelled: \(reasons[dependant.record.id] ?? dependant.reason))"
+            if json { emitError(line) } else { emit(line) }
         }
         if json { emit(try jsonText(views)) }
         return refused == 0 ? ExitCode.ok : ExitCode.failure

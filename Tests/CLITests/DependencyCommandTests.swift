@@ -170,6 +170,49 @@ import TestSupport
         #expect(try workspace.jobctl(["pause", ids[0], "--with-dependants"]).status == 64)
     }
 
+    /// A job waiting for two selected jobs (c after a and b, both cancelled) is left cancelled at the
+    /// first one's retry and reopened by the second's: a dry run says so as the real run does it, and
+    /// neither reports it left cancelled. The dry run planned each retry against the log as it stands,
+    /// so it said c stays cancelled (twice); the real run counted it as left cancelled and reopened.
+    @Test("a dependant of two selected jobs opens with the second, in a dry run too", arguments: StoreEngine.allCases)
+    func aDependantOfTwoSelectedJobsOpensWithTheSecond(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("deps-retry-two", engine: engine)
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+            - {kind: upload-data, data: x, destination: 'file://b/a', key: a, queue: first}
+            - {kind: upload-data, data: y, destination: 'file://b/b', key: b, queue: first}
+            - {kind: upload-data, data: z, destination: 'file://b/c', key: c, queue: second, after: [a, b]}
+            """)
+        try #require(ids.count == 3)
+        for id in ids.prefix(2) { #expect(try workspace.jobctl(["cancel", id]).status == 0) }
+        let empty: [String: String] = [:]
+        #expect(try jsonArray(workspace, ["list", "--json"], environment: empty).allSatisfy { $0["state"] as? String == "cancelled" })
+
+        for dryRun in [true, false] {
+            let output = try workspace.jobctl(["retry", "--state", "cancelled", "--queue", "first", "--with-dependants", "--json"]
+                                              + (dryRun ? ["--dry-run"] : []))
+            #expect(output.status == 0, "\(output.stderr)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+            #expect(report["dependants_reopened"] as? Int == 1 && report["dependants_kept"] as? Int == 0,
+                    "dry run \(dryRun): \(report)")
+            let jobs = try #require(report["jobs"] as? [[String: Any]])
+            #expect(jobs.map { "\($0["id"] as? String ?? "?") \($0["outcome"] as? String ?? "?") \($0["dependant_of"] as? String ?? "-")" }
+                    == ["\(ids[0]) changed -", "\(ids[1]) changed -", "\(ids[2]) changed \(ids[1])"], "dry run \(dryRun): \(jobs)")
+        }
+        #expect(try jsonArray(workspace, ["list", "--json"], environment: empty).allSatisfy { $0["state"] as? String == "queued" })
+
+        // Retried by id, one after the other: c is reopened with the second, and not said to be left cancelled.
+        for id in ids { #expect(try workspace.jobctl(["cancel", id]).status == 0) }
+        let byID = try workspace.jobctl(["retry", ids[0], ids[1], "--with-dependants"])
+        #expect(byID.status == 0, "\(byID.stderr)")
+        #expect(byID.stdout == """
+            \(ids[0])  queued
+            \(ids[1])  queued
+            \(ids[2])  queued  (reopened with \(ids[1]))
+
+            """, "\(byID.stdout)")
+    }
+
     @Test("an unknown name is refused at its line and column, and nothing is submitted", arguments: StoreEngine.allCases)
     func anUnknownNameIsRefusedAtItsPosition(engine: StoreEngine) throws {
         let workspace = try CLIWorkspace("deps-unknown", engine: engine)

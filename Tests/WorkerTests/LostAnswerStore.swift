@@ -85,9 +85,9 @@ final class LostAnswerStore: JobStore {
                  ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState) {
         try inner.control(command, id: id, actor: actor, now: now, ifStateIn: states)
     }
-    func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?,
-                             dryRun: Bool) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
-        try inner.retryWithDependants(id: id, actor: actor, now: now, ifStateIn: states, dryRun: dryRun)
+    func retryWithDependants(id: String, actor: String, now: Int64, ifStateIn states: Set<JobState>?, dryRun: Bool,
+                             openedBefore: Set<String>) throws(StoreError) -> (result: DependantsRetryResult?, state: JobState) {
+        try inner.retryWithDependants(id: id, actor: actor, now: now, ifStateIn: states, dryRun: dryRun, openedBefore: openedBefore)
     }
     func resolveID(_ text: String) throws(StoreError) -> String { try inner.resolveID(text) }
     func job(_ id: String) throws(StoreError) -> JobRecord? { try inner.job(id) }
