@@ -37,7 +37,10 @@ public indirect enum JobCommand: Sendable, Equatable, Hashable {
     /// dependency's end cancelled opens again (`retried`) and waits for it once more. `cancellation` is
     /// the job's last event (its `cancelled`, as the log holds it); `stillEnded` names another of its
     /// dependencies that is still failed or cancelled and is not opened again with it (nil: none).
-    case dependencyRetried(dependency: String, key: String?, cancellation: EventPayload?, stillEnded: String?)
+    /// `wasPaused`: the job was paused when the cascade cancelled it (its event before the `cancelled` is a
+    /// `paused`), so it opens paused, as its user left it.
+    case dependencyRetried(dependency: String, key: String?, cancellation: EventPayload?, stillEnded: String?,
+                           wasPaused: Bool = false)
 
     /// The worker started (or resumed) the transfer.
     public static func start(_ progress: TransferProgress) -> JobCommand { .report(.started(progress)) }
@@ -276,9 +279,9 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             return settled([pending], now: now)
         case .dependencyEnded(let dependency, let key, let outcome, let root):
             return settled(try Self.dependencyEnded(job, dependency: dependency, key: key, outcome: outcome, root: root), now: now)
-        case .dependencyRetried(let dependency, let key, let cancellation, let stillEnded):
+        case .dependencyRetried(let dependency, let key, let cancellation, let stillEnded, let wasPaused):
             return try Self.dependencyRetried(job, dependency: dependency, key: key, cancellation: cancellation,
-                                              stillEnded: stillEnded)
+                                              stillEnded: stillEnded, wasPaused: wasPaused)
         }
     }
 
@@ -399,10 +402,12 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         }
     }
 
-    /// A job a dependency's end cancelled opens again now that `dependency` was retried; anything else
-    /// is refused with the reason it stays as it is.
+    /// A job a dependency's end cancelled opens again now that `dependency` was retried — paused again
+    /// when it was paused then: the cascade ended it, not its user's pause, which a plain `retried` would
+    /// have dropped (it would run once its dependencies succeed); anything else is refused with the
+    /// reason it stays as it is.
     private static func dependencyRetried(_ job: JobRecord, dependency: String, key: String?, cancellation: EventPayload?,
-                                          stillEnded: String?) throws(LifecycleRefusal) -> [DecidedEvent] {
+                                          stillEnded: String?, wasPaused: Bool) throws(LifecycleRefusal) -> [DecidedEvent] {
         guard job.state == .cancelled else {
             throw .invalidControl("job \(job.id) is \(job.state.rawValue), not cancelled; retrying its dependency leaves it as it is")
         }
@@ -415,7 +420,10 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
                                       + "cancelled: `jobctl retry \(stillEnded) --with-dependants` opens it again")
         }
         let named = key.map { "\(dependency) (key \($0))" } ?? dependency
-        return [DecidedEvent(.retried(reason: "dependency \(named) opened again (`retry --with-dependants`)"))]
+        let retried = DecidedEvent(.retried(reason: "dependency \(named) opened again (`retry --with-dependants`)"))
+        guard wasPaused else { return [retried] }
+        return [retried, DecidedEvent(.paused(.none, reason: "it was paused when its dependency's end cancelled it; "
+                                                  + "`jobctl resume \(job.id)` lets it run"))]
     }
 
     /// "dependency ID (key K) failed" / "… was cancelled".

@@ -94,8 +94,12 @@ extension DependantsReader {
                     guard let state = other.state else { return true }
                     return state == .failed || state == .cancelled
                 }
+                // Paused when the cascade cancelled it: its event before the `cancelled` left it so.
+                let before = dependant.version > 1 ? try payload(ofJob: dependant.id, version: dependant.version - 1) : nil
+                let wasPaused = before?.type == .paused
                 let command = JobCommand.dependencyRetried(dependency: dependency.id, key: dependency.key,
-                                                           cancellation: cancellation, stillEnded: stillEnded?.id)
+                                                           cancellation: cancellation, stillEnded: stillEnded?.id,
+                                                           wasPaused: wasPaused)
                 switch JobLifecycle(record: dependant).decide(command, now: now, expectedVersion: dependant.version) {
                 case .success(let events) where !events.isEmpty:
                     opening.insert(dependant.id)

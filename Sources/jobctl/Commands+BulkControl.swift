@@ -198,7 +198,9 @@ struct BulkControl {
                                       state: result.job.record.state.rawValue, outcome: "changed", events: [retried], reason: nil)]
             for dependant in result.reopened {
                 decisions.append(Decision(id: dependant.id, kind: dependant.kind.rawValue, state_before: JobState.cancelled.rawValue,
-                                          state: dependant.state.rawValue, outcome: "changed", events: [retried], reason: nil,
+                                          state: dependant.state.rawValue, outcome: "changed",
+                                          // One paused when the cascade cancelled it opens paused (a dry run reads it as it is now).
+                                          events: dependant.state == .paused ? [retried, EventType.paused.rawValue] : [retried], reason: nil,
                                           dependant_of: job.id))
             }
             for kept in result.kept {

@@ -195,6 +195,29 @@ import TestSupport
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
+    /// A dependant its user had paused, then cancelled by its dependency's end, opens paused again: a plain
+    /// `retried` made it queued, and it would have run once its dependency succeeded.
+    @Test(arguments: Engine.allCases)
+    func aPausedDependantOpensPaused(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-paused", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"]), spec(key: "c", after: ["a"])],
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        _ = try fixture.store.control(.pause, id: ids[1], actor: "cli:test", now: 1_500, ifStateIn: nil)
+        try finish(fixture, try #require(try claim(fixture, now: 2_000).first), succeeded: false, now: 3_000)
+        #expect(try ids.map { try fixture.store.job($0)?.state } == [.failed, .cancelled, .cancelled])
+
+        let result = try #require(try fixture.store.retryWithDependants(id: ids[0], actor: "cli:test", now: 4_000, ifStateIn: nil,
+                                                                         dryRun: false).result)
+        #expect(result.reopened.map { "\($0.id) \($0.state)" } == ["\(ids[1]) paused", "\(ids[2]) queued"])
+        #expect(try ids.map { try fixture.store.job($0)?.state } == [.queued, .paused, .queued])
+        #expect(try fixture.store.events(jobID: ids[1]).map(\.type) == [.submitted, .paused, .cancelled, .retried, .paused])
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+        // a succeeds: c runs, b waits for its user.
+        try finish(fixture, try #require(try claim(fixture, now: 5_000).first), succeeded: true, now: 5_500)
+        #expect(try claim(fixture, now: 6_000).map(\.record.id) == [ids[2]])
+    }
+
     /// A job waiting for two jobs that both failed stays cancelled while either is still failed, and
     /// opens with the retry of the last, whichever of them its cancel named.
     @Test(arguments: Engine.allCases)

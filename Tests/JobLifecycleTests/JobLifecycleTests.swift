@@ -409,6 +409,15 @@ struct DependencyRetriedTests {
         #expect(job.record?.state == .queued && job.record?.attempts == 0 && job.record?.error == nil)
     }
 
+    @Test("a job paused when the cascade cancelled it opens paused")
+    func aPausedJobOpensPaused() throws {
+        var (job, cancellation) = try cancelledByDependency()
+        let events = try drive(&job, .dependencyRetried(dependency: "01DEP", key: nil, cancellation: cancellation, stillEnded: nil,
+                                                        wasPaused: true), at: now + 1)
+        #expect(events.map(\.payload.type) == [.retried, .paused])
+        #expect(job.record?.state == .paused && job.record?.attempts == 0 && job.record?.error == nil)
+    }
+
     @Test("any job but one a dependency's cancel ended is refused and left as it is", arguments: LifeState.allCases)
     func everyOtherJobIsLeftAlone(state: LifeState) throws {
         let job = try state.make()
