@@ -65,7 +65,7 @@ struct UploadPolicyTests {
             #expect(error.message.contains("server 'http://\(host)' refuses executable uploads (.exe)"), "\(error)")
         }
         #expect(!FileManager.default.fileExists(atPath: server.root + "/drop/setup.exe"))
-        let settled = server.settledAccessLog()
+        let settled = try server.settledAccessLog()
         #expect(!settled.contains("PUT"), "\(settled)")
 
         for entries in ["https://\(host)", "gs://*", "other.example:80"] {

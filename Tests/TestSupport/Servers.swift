@@ -254,11 +254,15 @@ public final class NginxServer: LoopbackServer, @unchecked Sendable {
     /// after the response, which the client may already hold), and the check pass whatever happened. A
     /// marker request (curl, straight to the server, no proxy) follows them; its line comes after theirs,
     /// since nginx's one worker logs each request before it reads the next. The marker's own line is in
-    /// the text returned (its path is `/.log-marker-…`).
-    public func settledAccessLog() -> String {
+    /// the text returned (its path is `/.log-marker-…`). Throws when the marker's line never comes (the
+    /// server stopped, or refused the marker before logging it): the log then settles nothing, and a check
+    /// that a request is absent from it would pass whatever happened.
+    public func settledAccessLog() throws -> String {
         let marker = "/.log-marker-\(UUID().uuidString)"
         _ = try? runProcess("/usr/bin/curl", ["-sk", "--noproxy", "*", "-o", "/dev/null", "--max-time", "5", baseURL + marker])
-        _ = accessLogLines(atLeast: 1) { $0.contains(marker) }
+        guard !accessLogLines(atLeast: 1, matching: { $0.contains(marker) }).isEmpty else {
+            throw TestServerError("the marker request \(marker) never reached nginx's access log: it cannot tell which requests came")
+        }
         return accessLog
     }
 
