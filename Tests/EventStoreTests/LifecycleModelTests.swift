@@ -560,8 +560,11 @@ final class LifecycleModel: LifecycleImplementation {
                     guard let state = jobs[other]?.record?.state else { return true }
                     return state == .failed || state == .cancelled
                 }
+                // Paused when the cascade cancelled it (its event before the `cancelled`): it opens paused.
+                let wasPaused = log.last { $0.jobID == dependant.id && $0.version == dependant.version - 1 }?.payload.type == .paused
                 let command = JobCommand.dependencyRetried(dependency: dependency.id, key: dependency.key,
-                                                           cancellation: cancellation, stillEnded: stillEnded)
+                                                           cancellation: cancellation, stillEnded: stillEnded,
+                                                           wasPaused: wasPaused)
                 switch JobLifecycle(record: dependant).decide(command, now: now, expectedVersion: dependant.version) {
                 case .success(let events) where !events.isEmpty:
                     opening.insert(dependant.id)
