@@ -158,6 +158,11 @@ public enum Fault: Sendable {
     /// connection: the close marks the body's end (as over HTTP/1.0). With `closeInResponse` the client
     /// cannot tell the cut from the end.
     case unframedResponse
+    /// Sends the response with a `Content-Length` of its body's length plus `by` (a server that
+    /// miscounts). Claiming more than the body, the connection is closed after the body (the client
+    /// waits for bytes that never come); claiming less, it is kept, so the bytes past the length are
+    /// what the next request on it reads first.
+    case wrongContentLength(by: Int)
 
     var label: String {
         switch self {
@@ -174,6 +179,7 @@ public enum Fault: Sendable {
         case .stallInResponse(let bytes, let seconds): "stall response after \(bytes) for \(seconds)s"
         case .trickleResponse(let bytes, let interval): "trickle \(bytes) every \(interval)s"
         case .unframedResponse: "response without a length"
+        case .wrongContentLength(let delta): "Content-Length off by \(delta)"
         }
     }
 }
@@ -213,6 +219,12 @@ public struct ProxyExchange: Sendable {
 
 // MARK: - The proxy
 
+/// Picks faults for one request besides the rules' (applied after theirs): given the request's head,
+/// its client connection's number (from 1, in accept order) and its index on that connection (from 1).
+/// A test drawing faults at random seeds its generator from the connection number, so a schedule can
+/// be replayed.
+public typealias FaultChooser = @Sendable (_ head: ProxyMessage, _ connection: Int, _ indexOnConnection: Int) -> [Fault]
+
 /// A loopback HTTP proxy in front of `127.0.0.1:upstreamPort` that injects faults by rule.
 ///
 /// ```swift
@@ -235,6 +247,9 @@ public final class FaultProxy: @unchecked Sendable {
     private let listener: Int32
     private let lock = NSLock()
     private var rules: [FaultRule]
+    private let chooser: FaultChooser?
+    /// Whether the log keeps request and response bodies (up to 1 MiB each); a long soak keeps heads only.
+    private let recordsBodies: Bool
     private var seen: [Int] = []
     private var fired: [Int] = []
     private var log: [ProxyExchange] = []
@@ -246,9 +261,14 @@ public final class FaultProxy: @unchecked Sendable {
     private let running = DispatchGroup()
 
     /// Starts listening on an ephemeral loopback port.
-    public init(upstreamPort: Int, rules: [FaultRule] = []) throws {
+    /// - Parameters:
+    ///   - chooser: faults for each request besides the rules' (see `FaultChooser`).
+    ///   - recordsBodies: false to keep only heads and byte counts in `exchanges` (many large transfers).
+    public init(upstreamPort: Int, rules: [FaultRule] = [], chooser: FaultChooser? = nil, recordsBodies: Bool = true) throws {
         self.upstreamPort = upstreamPort
         self.rules = rules
+        self.chooser = chooser
+        self.recordsBodies = recordsBodies
         seen = Array(repeating: 0, count: rules.count)
         fired = Array(repeating: 0, count: rules.count)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -376,8 +396,8 @@ public final class FaultProxy: @unchecked Sendable {
     }
 
     /// Picks the faults for a request and counts them against their rules.
-    private func faults(for head: ProxyMessage, index: Int) -> [Fault] {
-        lock.withLock {
+    private func faults(for head: ProxyMessage, connection: Int, index: Int) -> [Fault] {
+        let ruled: [Fault] = lock.withLock {
             var chosen: [Fault] = []
             for position in rules.indices where rules[position].match.matches(head, indexOnConnection: index) {
                 seen[position] += 1
@@ -387,10 +407,15 @@ public final class FaultProxy: @unchecked Sendable {
             }
             return chosen
         }
+        return ruled + (chooser?(head, connection, index) ?? [])
     }
 
     private func record(_ exchange: ProxyExchange) {
         var entry = exchange
+        if !recordsBodies {
+            entry.request.body = Data()
+            entry.response?.body = Data()
+        }
         if entry.request.body.count > 1 << 20 { entry.request.body = entry.request.body.prefix(1 << 20) }
         if let body = entry.response?.body, body.count > 1 << 20 { entry.response?.body = body.prefix(1 << 20) }
         lock.withLock {
@@ -404,7 +429,7 @@ public final class FaultProxy: @unchecked Sendable {
             _ = sendAll(fd, serialize(.response(400, reason: "Bad Request"), method: "GET"))
             return .close
         }
-        let faults = faults(for: request, index: index)
+        let faults = faults(for: request, connection: connection, index: index)
         lock.withLock { inProgress += 1 }
         let started = Date()
         var exchange = ProxyExchange(connection: connection, indexOnConnection: index, request: request, requestBodyBytes: 0,
@@ -485,7 +510,11 @@ public final class FaultProxy: @unchecked Sendable {
 
         // Delivery, with a cut, a stall or a trickle.
         let unframed = faults.contains { if case .unframedResponse = $0 { true } else { false } }
-        var bytes = serialize(response, method: request.method, unframed: unframed)
+        let misstated = faults.lazy.compactMap { fault -> Int? in
+            if case .wrongContentLength(let delta) = fault { return delta }
+            return nil
+        }.first
+        var bytes = serialize(response, method: request.method, unframed: unframed, lengthOffBy: misstated)
         var cutAt: (Int, Ending)?
         var stallAt: (Int, Double)?
         var trickle: (Int, Double)?
@@ -509,6 +538,7 @@ public final class FaultProxy: @unchecked Sendable {
         guard deliver(fd, bytes[sent...], trickle: trickle) else { return .close }
         if let (_, ending) = cutAt { return ending }
         if unframed { return .close }
+        if let misstated, misstated > 0 { return .close }
         if request.header("Connection")?.lowercased() == "close" { return .close }
         return .keepAlive
     }
@@ -606,7 +636,8 @@ public final class FaultProxy: @unchecked Sendable {
     /// unless a rule wrote `Transfer-Encoding: chunked` on it (the upstream's is gone once its body is read):
     /// then the body goes as one chunk, and a Content-Length the rule wrote too is sent as written (a
     /// server contradicting itself). `unframed`: no Content-Length at all, the body ends at the close.
-    private func serialize(_ response: ProxyMessage, method: String, unframed: Bool = false) -> Data {
+    /// `lengthOffBy`: the `Content-Length` sent is the body's length plus this (a miscounting server).
+    private func serialize(_ response: ProxyMessage, method: String, unframed: Bool = false, lengthOffBy: Int? = nil) -> Data {
         var message = response
         if message.startLine.hasPrefix("HTTP/1.0") { message.startLine = "HTTP/1.1" + message.startLine.dropFirst(8) }
         let chunked = message.header("Transfer-Encoding")?.lowercased() == "chunked"
@@ -616,6 +647,9 @@ public final class FaultProxy: @unchecked Sendable {
         let lengths = message.headers.filter { $0.name.caseInsensitiveCompare("Content-Length") == .orderedSame }.count
         if unframed { message.setHeader("Content-Length", nil) }
         if !bodiless && lengths <= 1 && !chunked && !unframed { message.setHeader("Content-Length", "\(message.body.count)") }
+        if let lengthOffBy, !bodiless, !chunked, !unframed {
+            message.setHeader("Content-Length", "\(max(0, message.body.count + lengthOffBy))")
+        }
         guard !bodiless else { return encodeHead(message) }
         guard chunked else { return encodeHead(message) + message.body }
         let chunk = message.body.isEmpty ? Data() : Data("\(String(message.body.count, radix: 16))\r\n".utf8) + message.body + Data("\r\n".utf8)
