@@ -538,18 +538,30 @@ public struct HTTPBackend: StorageBackend {
     /// The size the server says the file of a close-delimited answer has: none for an answer GCS
     /// decompressed on the way, `x-goog-stored-content-length` (GCS behind a signed URL: the stored
     /// bytes, as served), else a HEAD's `Content-Length` for the same version (its validator, when both
-    /// name one, the answer's). Nil when nothing tells (the HEAD fails or names no length): the answer is
-    /// then taken as whole, as curl takes it. Asked only for such answers, which are rare: a framed one
-    /// costs no extra request.
+    /// name one, the answer's). Nil when nothing tells (the HEAD is refused for good or names no length):
+    /// the answer is then taken as whole, as curl takes it. A HEAD that failed as a retry would not (a
+    /// reset, a stall, 408, 429, 5xx) throws retryable instead: the size was there to ask for, so a cut
+    /// answer must not pass for the file because one look at it was cut too. Asked only for such answers,
+    /// which are rare: a framed one costs no extra request.
     private func sizeOfUnframed(_ response: HTTPResponse, url: String, control: TransferControl) async throws(StorageError) -> StopOr<Int64?> {
         // Decompressed on the way (GCS's transcoding): no length the server keeps describes the body.
         if isTranscoded(response.headers) { return .value(nil) }
         if let stored = response.headers["x-goog-stored-content-length"].flatMap({ Int64($0) }) { return .value(stored) }
         let head: HTTPResponse
-        switch await headIfAnswered(url, control: control) {
-        case .stopped(let reason): return .stopped(reason)
-        case .value(nil): return .value(nil)
-        case .value(let answered?): head = answered
+        do throws(TransferFailure) {
+            head = try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control,
+                                            options: configuration.curlOptions)
+        } catch {
+            switch error {
+            case .stopped(let reason): return .stopped(reason)
+            case .failed(let failure):
+                guard failure.retryable else { return .value(nil) }
+                throw unframedSizeUnknown(url, cause: failure.message)
+            }
+        }
+        if !head.isSuccess {
+            let refusal = httpError(head, what: redactedURL(url))
+            if refusal.retryable { throw unframedSizeUnknown(url, cause: refusal.message) }
         }
         guard head.status == 200, head.headers["transfer-encoding"] == nil,
               let length = head.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
@@ -557,6 +569,12 @@ public struct HTTPBackend: StorageBackend {
             return .value(nil)   // another version by now: its size says nothing of this answer
         }
         return .value(length)
+    }
+
+    /// The retryable error of an answer the connection's close ended whose size the HEAD failed to tell.
+    private func unframedSizeUnknown(_ url: String, cause: String) -> StorageError {
+        StorageError(.unknown, "the answer had no length (the connection's close ended it, so a cut would look whole) and the HEAD "
+                         + "asking the file's size failed; a retry asks again", url: redactedURL(url), retryable: true, cause: cause)
     }
 
     /// The resume validator: the ETag when strong or weak, else Last-Modified.

@@ -121,6 +121,34 @@ struct UnframedHTTPAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
     }
 
+    /// Found by the chaos soak (seed 247): a download-memory job over HTTP succeeded with 18,931 of 21,353
+    /// bytes, its answer cut where nothing framed it and the HEAD that would have told the size stalled.
+    @Test("a HEAD that fails as a retry would (reset, 503) lets no cut answer pass: retryable, to a file and to memory",
+          arguments: ["reset", "503"])
+    func failedHeadDoesNotPassTheCut(headFault: String) async throws {
+        let fault: Fault = headFault == "reset" ? .resetBeforeResponse : .respond(.response(503, reason: "Service Unavailable"))
+        let (server, proxy) = try cutting(times: 2, [FaultRule(RequestMatch(method: "HEAD"), fault, times: .max)])
+        defer {
+            proxy.stop()
+            server.stop()
+        }
+        let directory = try TemporaryDirectory("jobctl-unframed-http")
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let fileSpec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/u.bin", destination: directory.file("u.bin"))
+        let memorySpec = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/u.bin", maxSize: 1 << 20)
+        let toFile = try failure(await run(backend, fileSpec))
+        #expect(toFile.retryable && toFile.message.contains("HEAD asking the file's size failed"), "\(toFile)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("u.bin")))
+        let toMemory = try failure(await run(backend, memorySpec))
+        #expect(toMemory.retryable && toMemory.message.contains("HEAD asking the file's size failed"), "\(toMemory)")
+        #expect(proxy.exchanges.filter { $0.request.method == "HEAD" }.count >= 2)
+        // The GETs are no longer cut: the retries are whole (and ask no HEAD).
+        #expect(try finished(await run(backend, memorySpec)).data == payload)
+        _ = try finished(await run(backend, fileSpec))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
+    }
+
     @Test("x-goog-stored-content-length on the answer tells the cut where the HEAD does not")
     func storedLengthTellsTheSize() async throws {
         let total = payload.count
