@@ -359,19 +359,13 @@ struct FastJSONTests {
 
 /// A deterministic generator (SplitMix64), so a failure names values that can be made again.
 struct SeededRandom {
-    private var state: UInt64
+    private var generator: SeededGenerator
     /// Only text that needs no escaping in JSON.
     var plain = false
 
-    init(seed: UInt64) { state = seed }
+    init(seed: UInt64) { generator = SeededGenerator(seed: seed) }
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    mutating func next() -> UInt64 { generator.next() }
 
     mutating func bool() -> Bool { next() & 1 == 1 }
     mutating func int(_ range: ClosedRange<Int>) -> Int { range.lowerBound + Int(next() % UInt64(range.count)) }

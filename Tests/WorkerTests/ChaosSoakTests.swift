@@ -95,9 +95,9 @@ import TestSupport
 
 /// SplitMix64: small, fast and fully determined by its seed.
 struct SoakRandom {
-    private var state: UInt64
+    private var generator: SeededGenerator
 
-    init(_ seed: UInt64) { state = seed }
+    init(_ seed: UInt64) { generator = SeededGenerator(seed: seed) }
 
     /// A generator for one key under a seed (a connection, a request), independent of every other key.
     init(_ seed: UInt64, _ keys: UInt64...) {
@@ -106,16 +106,10 @@ struct SoakRandom {
             var mixer = SoakRandom(mixed ^ (key &* 0x9E37_79B9_7F4A_7C15))
             mixed = mixer.next()
         }
-        state = mixed
+        generator = SeededGenerator(seed: mixed)
     }
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    mutating func next() -> UInt64 { generator.next() }
 
     /// Uniform in 0 ..< 1.
     mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
