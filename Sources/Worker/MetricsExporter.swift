@@ -61,8 +61,10 @@ public final class MetricsExporter: Sendable {
         }
         var answered = pending == nil
         if let pending {
-            // The semaphore is a latch: whoever passes signals it again for the next waiter.
-            if pending.done.wait(timeout: .now() + .milliseconds(Int(storeWaitMs))) == .success {
+            // Up to `storeWaitMs` from the read's start: during a long stall, later scrapes do not wait
+            // again. The semaphore is a latch: whoever passes signals it again for the next waiter.
+            let waitMs = max(0, pending.startedAtMs + storeWaitMs - now)
+            if pending.done.wait(timeout: .now() + .milliseconds(Int(waitMs))) == .success {
                 pending.done.signal()
                 answered = true
             }
