@@ -11,8 +11,10 @@ import TestSupport
 /// over a few jobs (submits alone and in batches, with keys, priorities, schedules, retry limits and
 /// `after:`; claims by several workers with several lease lengths; a worker's reports, alone and in
 /// group commits, under live, stale or missing tokens and expected versions; heartbeats; lease expiry
-/// and rescue; pause, resume, cancel and retry at every stage; `retry --with-dependants`) run in
-/// lockstep against three implementations:
+/// and rescue; pause, resume, cancel and retry at every stage, alone or with a bulk form's state
+/// guard (`ifStateIn`); `retry --with-dependants`, guarded or not, and its dry run; `archive` of the
+/// jobs finished before a time (less those a job staying waits for); `archive --blobs-before` and its
+/// dry run) run in lockstep against three implementations:
 ///
 /// - the model: `JobLifecycle` values, one per job, with the store's rules around them (claim order,
 ///   dependencies, leases, rescue) written here again from their documentation, in memory;
@@ -66,7 +68,8 @@ struct LifecycleModelTests {
         }
         // The generator reaches what it is meant to: each of these happened in some sequence.
         for outcome in ["claimed", "staleLease", "versionConflict", "invalidTransition", "invalidControl", "repeat",
-                        "rescued", "reopened", "dependency cancel", "keyConflict", "settled", "lost lease", "blob"]
+                        "rescued", "reopened", "dependency cancel", "keyConflict", "settled", "lost lease", "blob",
+                        "skipped", "dry run", "expired", "archived", "kept for dependants"]
             where seeds.count >= 20 {
             #expect(counts[outcome, default: 0] > 0, "no sequence reached '\(outcome)': \(counts)")
         }
@@ -215,8 +218,14 @@ enum LifecycleStep: CustomStringConvertible {
     case append([ReportStep], thenClaim: ClaimStep?)
     case heartbeat(worker: Int, claims: [Int], leaseMs: Int64)
     case rescue
-    case control(job: Int, ControlStep)
-    case retryWithDependants(job: Int)
+    /// With `ifStateIn`: a bulk form's guard (the job is acted on only while in one of those states).
+    case control(job: Int, ControlStep, ifStateIn: Set<JobState>? = nil)
+    /// With `ifStateIn`, as `control`; a `dryRun` plans and writes nothing.
+    case retryWithDependants(job: Int, ifStateIn: Set<JobState>? = nil, dryRun: Bool = false)
+    /// `archive`: the final jobs that finished before `finishedBefore` leave the log.
+    case archive(finishedBefore: Int64)
+    /// `archive --blobs-before` (a `dryRun` only lists).
+    case expireBlobs(finishedBefore: Int64, dryRun: Bool)
 
     var description: String {
         switch self {
@@ -225,11 +234,22 @@ enum LifecycleStep: CustomStringConvertible {
         case .append(let reports, let claim): "append \(reports)" + (claim.map { " then claim \($0)" } ?? "")
         case .heartbeat(let worker, let claims, let leaseMs): "heartbeat w\(worker) claims=\(claims.map { "#\($0)" }) lease=\(leaseMs)"
         case .rescue: "rescue"
-        case .control(let job, let command): "\(command.rawValue) J\(job)"
-        case .retryWithDependants(let job): "retry J\(job) --with-dependants"
+        case .control(let job, let command, let states): "\(command.rawValue) J\(job)" + stateGuard(states)
+        case .retryWithDependants(let job, let states, let dryRun):
+            "retry J\(job) --with-dependants" + stateGuard(states) + (dryRun ? " --dry-run" : "")
+        case .archive(let before): "archive --before \(before)"
+        case .expireBlobs(let before, let dryRun): "archive --blobs-before \(before)" + (dryRun ? " --dry-run" : "")
         }
     }
 }
+
+/// A bulk form's state guard, for a step's description.
+func stateGuard(_ states: Set<JobState>?) -> String {
+    states.map { " if-state-in \($0.map(\.rawValue).sorted())" } ?? ""
+}
+
+/// The first 12 hex digits of a blob's hash: enough to tell the sequence's few blobs apart.
+func blobName(_ sha256: String) -> String { "b" + sha256.prefix(12) }
 
 // MARK: - An implementation under test
 
@@ -242,6 +262,10 @@ struct Names {
     /// Own token of the nth claim, and the job it claimed.
     var claims: [(job: String, token: Int64)] = []
     var claimOfToken: [Int64: Int] = [:]
+    /// Own ids of the jobs an archive removed from the log.
+    var archived: Set<String> = []
+    /// Own ids of the jobs still in the log.
+    var live: [String] { ids.filter { !archived.contains($0) } }
 
     mutating func created(_ id: String) {
         nameOfID[id] = "J\(ids.count)"
@@ -473,17 +497,79 @@ final class LifecycleModel: LifecycleImplementation {
                 rescued.append(names.name(id))
             }
             return "rescued \(rescued)"
-        case .control(let job, let command):
+        case .control(let job, let command, let states):
             let jobID = names.ids[job]
             guard let record = jobs[jobID]?.record else { throw StoreError.notFound(jobID) }
+            if let states, !states.contains(record.state) { return "skipped \(record.state.rawValue)" }
             let events = try perform(command.command, jobID: jobID, actor: cliActor, expectedVersion: record.version,
                                      leaseToken: nil, now: now)
             let after = jobs[jobID]?.record ?? record
             return "\(events.isEmpty ? "repeat" : "done") \(after.state.rawValue) v\(after.version)"
-        case .retryWithDependants(let job):
-            return try retryWithDependants(names.ids[job], now: now)
+        case .retryWithDependants(let job, let states, let dryRun):
+            let jobID = names.ids[job]
+            guard let record = jobs[jobID]?.record else { throw StoreError.notFound(jobID) }
+            if let states, !states.contains(record.state) { return "skipped \(record.state.rawValue)" }
+            guard dryRun else { return try retryWithDependants(jobID, now: now, dryRun: false) }
+            // A dry run: the retry as it would go, then everything as it was.
+            let saved = (jobs, log, nextSeq, leaseExpiry, expiredBlobs)
+            defer { (jobs, log, nextSeq, leaseExpiry, expiredBlobs) = saved }
+            return try retryWithDependants(jobID, now: now, dryRun: true)
+        case .archive(let before):
+            return archive(finishedBefore: before)
+        case .expireBlobs(let before, let dryRun):
+            // Only the blobs this sequence's jobs produced: the stores hold earlier sequences' too.
+            var latest: [String: Int64] = [:]
+            for id in names.ids {
+                guard let record = jobs[id]?.record, record.state == .succeeded, let blob = record.result?.blob else { continue }
+                latest[blob] = max(latest[blob] ?? .min, record.finishedAtMs ?? .max)
+            }
+            let expiring = latest.filter { $0.value < before && !expiredBlobs.contains($0.key) }.keys.sorted()
+            if !dryRun { expiredBlobs.formUnion(expiring) }
+            let present = latest.keys.filter { !expiredBlobs.contains($0) }.sorted()
+            return "expired \(expiring.map(blobName)) present \(present.map(blobName))"
         }
     }
+
+    /// The state each archived job left the log in.
+    private var archivedStates: [String: JobState] = [:]
+
+    /// The final jobs that finished before `before` leave the log — except one a job staying in the log
+    /// still waits for (a `job_dependencies` row), and so on down its chain.
+    private func archive(finishedBefore before: Int64) -> String {
+        var selected: Set<String> = []
+        for id in names.live {
+            guard let record = jobs[id]?.record, [.succeeded, .failed, .cancelled].contains(record.state),
+                  let finished = record.finishedAtMs, finished < before else { continue }
+            selected.insert(id)
+        }
+        let byTime = selected
+        var changed = true
+        while changed {
+            changed = false
+            for id in names.live where !selected.contains(id) {
+                for dependency in waits(of: id) where selected.remove(dependency) != nil { changed = true }
+            }
+        }
+        for id in selected {
+            archivedStates[id] = jobs[id]?.record?.state
+            if let key = jobs[id]?.record?.key { byKey[key] = nil }
+            jobs[id] = nil
+            leaseExpiry[id] = nil
+            names.archived.insert(id)
+        }
+        return "archived \(selected.map(names.name).sorted()) kept \(byTime.subtracting(selected).map(names.name).sorted())"
+    }
+
+    /// The jobs `id` waits for: its `job_dependencies` rows (a dependency that succeeded, or left the
+    /// log, has none).
+    private func waits(of id: String) -> [String] {
+        (jobs[id]?.record?.spec.after ?? []).filter { dependency in
+            archivedStates[dependency] == nil && jobs[dependency]?.record?.state != .succeeded
+        }
+    }
+
+    /// The blobs of this sequence's jobs that an expiry removed, until a job stores the same bytes again.
+    private var expiredBlobs: Set<String> = []
 
     private var submissionOrder: [String] = []
 
@@ -515,7 +601,7 @@ final class LifecycleModel: LifecycleImplementation {
         while claimed.count < request.limit {
             let runnable = submissionOrder.compactMap { jobs[$0]?.record }.filter { job in
                 job.state == .queued && job.runAfterMs <= now && (request.queues?.contains(job.queue) ?? true)
-                    && (job.spec.after ?? []).allSatisfy { jobs[$0]?.record?.state == .succeeded }
+                    && waits(of: job.id).isEmpty
             }.sorted { a, b in
                 if a.priority != b.priority { return a.priority > b.priority }
                 if a.runAfterMs != b.runAfterMs { return a.runAfterMs < b.runAfterMs }
@@ -539,7 +625,7 @@ final class LifecycleModel: LifecycleImplementation {
 
     // MARK: Retry with dependants
 
-    private func retryWithDependants(_ jobID: String, now: Int64) throws(StoreError) -> String {
+    private func retryWithDependants(_ jobID: String, now: Int64, dryRun: Bool) throws(StoreError) -> String {
         guard let job = jobs[jobID]?.record else { throw StoreError.notFound(jobID) }
         _ = try perform(.retry, jobID: jobID, actor: cliActor, expectedVersion: job.version, leaseToken: nil, now: now)
         var opening: Set<String> = [jobID]
@@ -557,6 +643,9 @@ final class LifecycleModel: LifecycleImplementation {
                 let cancellation = log.last { $0.jobID == dependant.id }?.payload
                 let stillEnded = (dependant.spec.after ?? []).first { other in
                     guard !opening.contains(other) else { return false }
+                    // An archived job is not waited for (its waits left the log with it: it had succeeded,
+                    // or its dependants left with it).
+                    guard archivedStates[other] == nil else { return false }
                     guard let state = jobs[other]?.record?.state else { return true }
                     return state == .failed || state == .cancelled
                 }
@@ -580,8 +669,9 @@ final class LifecycleModel: LifecycleImplementation {
         for (record, command) in reopening {
             _ = try perform(command, jobID: record.id, actor: cliActor, expectedVersion: record.version, leaseToken: nil, now: now)
         }
-        let state = jobs[jobID]?.record?.state.rawValue ?? "?"
-        return "\(state) reopened \(reopening.map { names.name($0.record.id) }) kept \(kept.subtracting(opening).map(names.name).sorted())"
+        // A dry run shows the job as it is now.
+        let state = dryRun ? job.state.rawValue : jobs[jobID]?.record?.state.rawValue ?? "?"
+        return (dryRun ? "dry run " : "") + "\(state) reopened \(reopening.map { names.name($0.record.id) }) kept \(kept.subtracting(opening).map(names.name).sorted())"
     }
 
     // MARK: Deciding and folding
@@ -631,6 +721,8 @@ final class LifecycleModel: LifecycleImplementation {
             log.append(event)
             events.append(event)
             if case .claimed(_, let expiresAt, _) = event.payload { leaseExpiry[jobID] = expiresAt }
+            // Bytes stored again are a blob again.
+            if case .succeeded(_, let result) = event.payload, let blob = result.blob { expiredBlobs.remove(blob) }
         }
         jobs[jobID] = lifecycle
         guard let record = lifecycle.record, !events.isEmpty else { return events }
@@ -693,7 +785,7 @@ final class LifecycleModel: LifecycleImplementation {
             records[id] = record
             snapshot.records[names.name(id)] = names.record(record)
             if record.state == .running { snapshot.leaseExpiries[names.name(id)] = leaseExpiry[id] }
-            for dependency in record.spec.after ?? [] where jobs[dependency]?.record?.state != .succeeded {
+            for dependency in waits(of: id) {
                 snapshot.waits.insert("\(names.name(id)) waits for \(names.name(dependency))")
             }
         }
@@ -815,14 +907,46 @@ final class StoreUnderTest: LifecycleImplementation {
         case .rescue:
             // Only this sequence's jobs: every job of an earlier one is final.
             return "rescued \(try store.rescueExpired(now: now, actor: "rescuer").map(names.name))"
-        case .control(let job, let command):
-            let result = try store.control(command.command, id: names.ids[job], actor: cliActor, now: now)
+        case .control(let job, let command, let states):
+            let (answer, state) = try store.control(command.command, id: names.ids[job], actor: cliActor, now: now, ifStateIn: states)
+            guard let result = answer else {
+                if states == nil { throw StoreError.notFound(names.ids[job]) }
+                return "skipped \(state.rawValue)"
+            }
             return "\(result.isRepeat ? "repeat" : "done") \(result.record.state.rawValue) v\(result.record.version)"
-        case .retryWithDependants(let job):
-            let (result, _) = try store.retryWithDependants(id: names.ids[job], actor: cliActor, now: now, ifStateIn: nil, dryRun: false)
-            guard let result else { return "no result" }
-            return "\(result.job.record.state.rawValue) reopened \(result.reopened.map { names.name($0.id) }) "
+        case .retryWithDependants(let job, let states, let dryRun):
+            let (result, state) = try store.retryWithDependants(id: names.ids[job], actor: cliActor, now: now, ifStateIn: states,
+                                                                dryRun: dryRun)
+            guard let result else { return states == nil ? "no result" : "skipped \(state.rawValue)" }
+            return (dryRun ? "dry run " : "") + "\(result.job.record.state.rawValue) reopened \(result.reopened.map { names.name($0.id) }) "
                 + "kept \(result.kept.map { names.name($0.record.id) }.sorted())"
+        case .archive(let before):
+            // Only this sequence's jobs are compared: earlier sequences' finished before it began, and go too.
+            let selection = try store.archiveSelection(finishedBefore: before)
+            let byTime = try store.jobs(filter: JobFilter(createdSince: base)).filter { record in
+                [.succeeded, .failed, .cancelled].contains(record.state) && (record.finishedAtMs ?? .max) < before
+            }.map(\.id)
+            let selected = selection.jobs.map(\.id).filter { names.nameOfID[$0] != nil }
+            if !selection.isEmpty {
+                let record = ArchiveRecord(file: "lifecycle-model.archive", sha256: String(repeating: "0", count: 64), beforeMs: before,
+                                           jobs: selection.jobs.count, events: selection.rows.count, blobs: selection.blobs.count,
+                                           blobsRemoved: 0, firstSeq: selection.rows.first?.seq ?? 0,
+                                           lastSeq: selection.rows.last?.seq ?? 0)
+                _ = try store.removeArchived(selection, record: record, actor: cliActor, now: now, beforeCommit: {})
+            }
+            names.archived.formUnion(selected)
+            return "archived \(selected.map(names.name).sorted()) kept \(Set(byTime).subtracting(selected).map(names.name).sorted())"
+        case .expireBlobs(let before, let dryRun):
+            let expiry = try store.expireBlobs(finishedBefore: before, now: now, dryRun: dryRun)
+            // Only the blobs this sequence's jobs produced (as the model): the store holds earlier sequences' too.
+            var produced: Set<String> = []
+            for record in try store.jobs(filter: JobFilter(createdSince: base)) where record.state == .succeeded {
+                if let blob = record.result?.blob { produced.insert(blob) }
+            }
+            if expiry.digests != expiry.digests.sorted() { return "expiry digests out of order: \(expiry.digests)" }
+            var present: [String] = []
+            for blob in produced.sorted() where try store.blobSize(sha256: blob) != nil { present.append(blob) }
+            return "expired \(expiry.digests.filter(produced.contains).map(blobName)) present \(present.map(blobName))"
         }
     }
 
@@ -849,7 +973,8 @@ final class StoreUnderTest: LifecycleImplementation {
     func snapshot() throws -> Snapshot {
         var snapshot = Snapshot()
         let stored = try store.jobs(filter: JobFilter(createdSince: base))
-        for event in try store.events(afterSeq: log.last?.seq ?? seqBefore, limit: 1_000_000) {
+        for event in try store.events(afterSeq: log.last?.seq ?? seqBefore, limit: 1_000_000)
+            where event.jobID != ArchiveRecord.logJobID {
             guard names.nameOfID[event.jobID] != nil else {
                 throw InvariantBroken("\(label): an event (\(event.type.rawValue)) of \(event.jobID), not a job of this sequence")
             }
@@ -860,8 +985,8 @@ final class StoreUnderTest: LifecycleImplementation {
         }
         var records: [String: JobRecord] = [:]
         for record in stored { records[record.id] = record }
-        if Set(records.keys) != Set(names.ids) {
-            throw InvariantBroken("\(label): the store lists \(records.keys.map(names.name).sorted()), the sequence made \(names.ids.map(names.name))")
+        if Set(records.keys) != Set(names.live) {
+            throw InvariantBroken("\(label): the store lists \(records.keys.map(names.name).sorted()), the sequence has \(names.live.map(names.name))")
         }
         for (id, record) in records {
             let name = names.name(id)
@@ -891,8 +1016,9 @@ final class StoreUnderTest: LifecycleImplementation {
 
     /// `replay --verify` over the whole log.
     func verifyReplay() throws {
-        let all = try store.events(afterSeq: seqBefore, limit: 1_000_000)
-        if all.map(names.event) != log.map(names.event) {
+        // Less the events archives removed, and the archives' own.
+        let all = try store.events(afterSeq: seqBefore, limit: 1_000_000).filter { $0.jobID != ArchiveRecord.logJobID }
+        if all.map(names.event) != log.filter({ !names.archived.contains($0.jobID) }).map(names.event) {
             throw InvariantBroken("\(label): the sequence's events read again are not those read step by step")
         }
         let report = try store.replay(verify: true)
@@ -1032,6 +1158,12 @@ final class LifecycleRun {
         if outcome.contains("claimed [\"J") { counts["claimed", default: 0] += 1 }
         if outcome.hasPrefix("rescued [\"J") { counts["rescued", default: 0] += 1 }
         if outcome.contains("reopened [\"J") { counts["reopened", default: 0] += 1 }
+        if outcome.hasPrefix("skipped") { counts["skipped", default: 0] += 1 }
+        if outcome.hasPrefix("dry run") { counts["dry run", default: 0] += 1 }
+        if outcome.hasPrefix("expired [\"") { counts["expired", default: 0] += 1 }
+        if outcome.contains("present [\"") { counts["blob present", default: 0] += 1 }
+        if outcome.hasPrefix("archived [\"") { counts["archived", default: 0] += 1 }
+        if outcome.hasPrefix("archived") && !outcome.hasSuffix("kept []") { counts["kept for dependants", default: 0] += 1 }
         if case .heartbeat = step, !outcome.hasSuffix("[]") { counts["lost lease", default: 0] += 1 }
         for feature in model.features { counts[feature, default: 0] += 1 }
     }
@@ -1041,9 +1173,13 @@ final class LifecycleRun {
     /// The next step, from the model's state.
     private func generate() -> LifecycleStep {
         let jobs = model.jobCount
+        // Blobs are rare (a download-memory job that succeeded with more than 256 bytes): once there is
+        // one, expiry is tried more often.
+        let blobs = (0..<jobs).contains { model.record($0)?.result?.blob != nil }
         let kind = random.weighted([("submit", jobs < 3 ? 40 : (jobs < 10 ? 8 : 1)), ("claim", 14), ("append", jobs > 0 ? 30 : 0),
                                     ("heartbeat", 5), ("rescue", 5), ("control", jobs > 0 ? 18 : 0),
-                                    ("retryWithDependants", jobs > 0 ? 4 : 0)])
+                                    ("retryWithDependants", jobs > 0 ? 4 : 0), ("expireBlobs", blobs ? 10 : (jobs > 0 ? 2 : 0)),
+                                    ("archive", jobs > 0 ? 2 : 0)])
         switch kind {
         case "submit":
             return .submit(submitted())
@@ -1070,10 +1206,21 @@ final class LifecycleRun {
             return .rescue
         case "control":
             let command = random.weighted([(ControlStep.pause, 3), (.resume, 3), (.cancel, 3), (.retry, 2)])
-            return .control(job: preferredJob(for: command), command)
+            return .control(job: preferredJob(for: command), command, ifStateIn: stateGuard())
+        case "archive":
+            return .archive(finishedBefore: now - random.int64(-1...20_000))
+        case "expireBlobs":
+            return .expireBlobs(finishedBefore: random.chance(0.5) ? now + 1 : now - random.int64(0...20_000), dryRun: random.chance(0.3))
         default:
-            return .retryWithDependants(job: preferredJob(for: .retry))
+            return .retryWithDependants(job: preferredJob(for: .retry), ifStateIn: random.chance(0.5) ? stateGuard() : nil,
+                                        dryRun: random.chance(0.35))
         }
+    }
+
+    /// A bulk form's state guard (`--state`), one time in three; nil otherwise.
+    private func stateGuard() -> Set<JobState>? {
+        guard random.chance(0.35) else { return nil }
+        return random.pick([[.queued], [.running], [.paused], [.queued, .paused], [.failed, .cancelled], [.cancelled], [.failed]])
     }
 
     /// A job for `command`, mostly one it applies to.
@@ -1187,7 +1334,7 @@ final class LifecycleRun {
         var choices: [(Report, Int)] = [
             (.started(occurredEarlierBy: random.chance(0.5) ? random.int64(0...3_000) : nil), started ? 2 : 12),
             (.progress(random.int64(1...99)), started ? 6 : 1),
-            (.succeeded(resultBytes: record?.kind == .downloadMemory ? random.pick([10, 300]) : 0), started ? 6 : 1),
+            (.succeeded(resultBytes: record?.kind == .downloadMemory ? random.weighted([(10, 1), (300, 2)]) : 0), started ? 6 : 1),
             (attemptsLeft ? .retryable(retryAtMs: now + random.int64(0...10_000)) : .failed(limit: true), 4),
             (.failed(limit: false), 2),
             (.paused, record?.pauseRequested == true ? 8 : 1),
