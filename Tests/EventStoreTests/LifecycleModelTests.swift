@@ -69,7 +69,7 @@ struct LifecycleModelTests {
         // The generator reaches what it is meant to: each of these happened in some sequence.
         for outcome in ["claimed", "staleLease", "versionConflict", "invalidTransition", "invalidControl", "repeat",
                         "rescued", "reopened", "dependency cancel", "keyConflict", "settled", "lost lease", "blob",
-                        "skipped", "dry run", "expired", "archived", "kept for dependants"]
+                        "skipped", "dry run", "bulk dry run", "expired", "archived", "kept for dependants"]
             where seeds.count >= 20 {
             #expect(counts[outcome, default: 0] > 0, "no sequence reached '\(outcome)': \(counts)")
         }
@@ -222,6 +222,9 @@ enum LifecycleStep: CustomStringConvertible {
     case control(job: Int, ControlStep, ifStateIn: Set<JobState>? = nil)
     /// With `ifStateIn`, as `control`; a `dryRun` plans and writes nothing.
     case retryWithDependants(job: Int, ifStateIn: Set<JobState>? = nil, dryRun: Bool = false)
+    /// The dry run of a bulk `retry --with-dependants`: each job's plan takes the jobs the plans before
+    /// it opened as open (`openedBefore`); a job one of them reopened is not planned again.
+    case bulkRetryDryRun(jobs: [Int])
     /// `archive`: the final jobs that finished before `finishedBefore` leave the log.
     case archive(finishedBefore: Int64)
     /// `archive --blobs-before` (a `dryRun` only lists).
@@ -237,6 +240,7 @@ enum LifecycleStep: CustomStringConvertible {
         case .control(let job, let command, let states): "\(command.rawValue) J\(job)" + stateGuard(states)
         case .retryWithDependants(let job, let states, let dryRun):
             "retry J\(job) --with-dependants" + stateGuard(states) + (dryRun ? " --dry-run" : "")
+        case .bulkRetryDryRun(let jobs): "retry \(jobs.map { "J\($0)" }) --with-dependants --dry-run"
         case .archive(let before): "archive --before \(before)"
         case .expireBlobs(let before, let dryRun): "archive --blobs-before \(before)" + (dryRun ? " --dry-run" : "")
         }
@@ -514,6 +518,31 @@ final class LifecycleModel: LifecycleImplementation {
             let saved = (jobs, log, nextSeq, leaseExpiry, expiredBlobs)
             defer { (jobs, log, nextSeq, leaseExpiry, expiredBlobs) = saved }
             return try retryWithDependants(jobID, now: now, dryRun: true)
+        case .bulkRetryDryRun(let indices):
+            // Each retry as it would go, on what the ones before left; then everything as it was.
+            let saved = (jobs, log, nextSeq, leaseExpiry, expiredBlobs)
+            defer { (jobs, log, nextSeq, leaseExpiry, expiredBlobs) = saved }
+            var opened: Set<String> = []
+            var outcomes: [String] = []
+            for index in indices {
+                let jobID = names.ids[index]
+                if opened.contains(jobID) {
+                    outcomes.append("repeat")
+                    continue
+                }
+                guard jobs[jobID]?.record != nil else {
+                    outcomes.append("refused " + names.error(.notFound(jobID)))
+                    continue
+                }
+                do throws(StoreError) {
+                    outcomes.append(try retryWithDependants(jobID, now: now, dryRun: true))
+                    opened.insert(jobID)
+                    opened.formUnion(lastReopened)
+                } catch {
+                    outcomes.append("refused " + names.error(error))
+                }
+            }
+            return outcomes.joined(separator: "; ")
         case .archive(let before):
             return archive(finishedBefore: before)
         case .expireBlobs(let before, let dryRun):
@@ -529,6 +558,9 @@ final class LifecycleModel: LifecycleImplementation {
             return "expired \(expiring.map(blobName)) present \(present.map(blobName))"
         }
     }
+
+    /// The dependants the last `retryWithDependants` reopened.
+    private var lastReopened: [String] = []
 
     /// The state each archived job left the log in.
     private var archivedStates: [String: JobState] = [:]
@@ -666,6 +698,7 @@ final class LifecycleModel: LifecycleImplementation {
                 }
             }
         }
+        lastReopened = reopening.map(\.record.id)
         for (record, command) in reopening {
             _ = try perform(command, jobID: record.id, actor: cliActor, expectedVersion: record.version, leaseToken: nil, now: now)
         }
@@ -920,6 +953,28 @@ final class StoreUnderTest: LifecycleImplementation {
             guard let result else { return states == nil ? "no result" : "skipped \(state.rawValue)" }
             return (dryRun ? "dry run " : "") + "\(result.job.record.state.rawValue) reopened \(result.reopened.map { names.name($0.id) }) "
                 + "kept \(result.kept.map { names.name($0.record.id) }.sorted())"
+        case .bulkRetryDryRun(let indices):
+            var opened: Set<String> = []
+            var outcomes: [String] = []
+            for index in indices {
+                let jobID = names.ids[index]
+                if opened.contains(jobID) {
+                    outcomes.append("repeat")
+                    continue
+                }
+                do throws(StoreError) {
+                    let (answer, _) = try store.retryWithDependants(id: jobID, actor: cliActor, now: now, ifStateIn: nil, dryRun: true,
+                                                                    openedBefore: opened)
+                    guard let result = answer else { throw StoreError.notFound(jobID) }
+                    outcomes.append("dry run \(result.job.record.state.rawValue) reopened \(result.reopened.map { names.name($0.id) }) "
+                        + "kept \(result.kept.map { names.name($0.record.id) }.sorted())")
+                    opened.insert(jobID)
+                    opened.formUnion(result.reopened.map(\.id))
+                } catch {
+                    outcomes.append("refused " + names.error(error))
+                }
+            }
+            return outcomes.joined(separator: "; ")
         case .archive(let before):
             // Only this sequence's jobs are compared: earlier sequences' finished before it began, and go too.
             let selection = try store.archiveSelection(finishedBefore: before)
@@ -1160,6 +1215,7 @@ final class LifecycleRun {
         if outcome.contains("reopened [\"J") { counts["reopened", default: 0] += 1 }
         if outcome.hasPrefix("skipped") { counts["skipped", default: 0] += 1 }
         if outcome.hasPrefix("dry run") { counts["dry run", default: 0] += 1 }
+        if case .bulkRetryDryRun = step, outcome.contains("dry run"), outcome.contains("; ") { counts["bulk dry run", default: 0] += 1 }
         if outcome.hasPrefix("expired [\"") { counts["expired", default: 0] += 1 }
         if outcome.contains("present [\"") { counts["blob present", default: 0] += 1 }
         if outcome.hasPrefix("archived [\"") { counts["archived", default: 0] += 1 }
@@ -1179,7 +1235,7 @@ final class LifecycleRun {
         let kind = random.weighted([("submit", jobs < 3 ? 40 : (jobs < 10 ? 8 : 1)), ("claim", 14), ("append", jobs > 0 ? 30 : 0),
                                     ("heartbeat", 5), ("rescue", 5), ("control", jobs > 0 ? 18 : 0),
                                     ("retryWithDependants", jobs > 0 ? 4 : 0), ("expireBlobs", blobs ? 10 : (jobs > 0 ? 2 : 0)),
-                                    ("archive", jobs > 0 ? 2 : 0)])
+                                    ("archive", jobs > 0 ? 2 : 0), ("bulkRetryDryRun", jobs > 1 ? 3 : 0)])
         switch kind {
         case "submit":
             return .submit(submitted())
@@ -1207,6 +1263,11 @@ final class LifecycleRun {
         case "control":
             let command = random.weighted([(ControlStep.pause, 3), (.resume, 3), (.cancel, 3), (.retry, 2)])
             return .control(job: preferredJob(for: command), command, ifStateIn: stateGuard())
+        case "bulkRetryDryRun":
+            // The failed and cancelled jobs (as `retry --state failed,cancelled --with-dependants --dry-run`), now and then another.
+            var picked = (0..<jobs).filter { [.failed, .cancelled].contains(model.record($0)?.state) && random.chance(0.7) }
+            if picked.isEmpty || random.chance(0.1) { picked.append(random.int(0...(jobs - 1))) }
+            return .bulkRetryDryRun(jobs: picked)
         case "archive":
             return .archive(finishedBefore: now - random.int64(-1...20_000))
         case "expireBlobs":
