@@ -152,10 +152,10 @@ public struct HTTPBackend: StorageBackend {
                                    control: TransferControl) async throws(StorageError) -> StopOr<TransferOutcome?> {
         let url = reference.description
         let response: HTTPResponse
-        switch await headIfAnswered(url, control: control) {
+        switch await head(url, control: control) {
         case .stopped(let reason): return .stopped(reason)
-        case .value(nil): return .value(nil)
-        case .value(let answered?): response = answered
+        case .value(.failure): return .value(nil)
+        case .value(.success(let answered)): response = answered
         }
         guard response.status == 200, let size = response.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
         var crc32c = servedDigests(response.headers, status: 200).first { $0.algorithm == .crc32c }?.value
@@ -371,16 +371,17 @@ public struct HTTPBackend: StorageBackend {
         case stopped(StopReason)
     }
 
-    /// A HEAD of `url` (redirects followed) for a look that is only a hint: nil when it failed (the
-    /// caller goes on without what it would have said), `stopped` when the transfer was.
-    private func headIfAnswered(_ url: String, control: TransferControl) async -> StopOr<HTTPResponse?> {
+    /// A HEAD of `url` (redirects followed) for a look that is only a hint: its answer, or the failure
+    /// (the caller decides whether to go on without what it would have said); `stopped` when the
+    /// transfer was.
+    private func head(_ url: String, control: TransferControl) async -> StopOr<Result<HTTPResponse, StorageError>> {
         do throws(TransferFailure) {
-            return .value(try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control,
-                                                   options: configuration.curlOptions))
+            return .value(.success(try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true),
+                                                            control: control, options: configuration.curlOptions)))
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason)
-            case .failed: return .value(nil)
+            case .failed(let failure): return .value(.failure(failure))
             }
         }
     }
@@ -548,16 +549,12 @@ public struct HTTPBackend: StorageBackend {
         if isTranscoded(response.headers) { return .value(nil) }
         if let stored = response.headers["x-goog-stored-content-length"].flatMap({ Int64($0) }) { return .value(stored) }
         let head: HTTPResponse
-        do throws(TransferFailure) {
-            head = try await engine.perform(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control,
-                                            options: configuration.curlOptions)
-        } catch {
-            switch error {
-            case .stopped(let reason): return .stopped(reason)
-            case .failed(let failure):
-                guard failure.retryable else { return .value(nil) }
-                throw unframedSizeUnknown(url, cause: failure.message)
-            }
+        switch await self.head(url, control: control) {
+        case .stopped(let reason): return .stopped(reason)
+        case .value(.failure(let failure)):
+            guard failure.retryable else { return .value(nil) }
+            throw unframedSizeUnknown(url, cause: failure.message)
+        case .value(.success(let answered)): head = answered
         }
         if !head.isSuccess {
             let refusal = httpError(head, what: redactedURL(url))
