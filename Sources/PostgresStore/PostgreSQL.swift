@@ -297,6 +297,9 @@ final class PostgresConnection {
     /// `writeProjection` wrote in it, by job id (byte for byte), as written: a job's next event in the
     /// batch starts from its row as it stands — also a dependant an earlier event's end cancelled.
     var batchRecords: [UTF8Key: JobRecord]?
+    /// What `writeProjection` replaced in `batchRecords` during the current event, oldest first: a
+    /// refused event's entries are put back from it (as SQLite's connection does; no copy of the map).
+    var batchRecordsUndo: [(key: UTF8Key, record: JobRecord?)] = []
     /// Gives the connection up when the server does not answer a call in time (nil: waits for ever).
     private var answerWatchdog: AnswerWatchdog?
 

@@ -292,7 +292,7 @@ extension PostgresConnection: DependantsReader {
         batchRecords = [:]
         defer { batchRecords = nil }
         for pending in events {
-            let recordsBefore = batchRecords
+            batchRecordsUndo.removeAll(keepingCapacity: true)
             do throws(StoreError) {
                 // Byte for byte: a `String` key also matches canonically equivalent text, another id.
                 let known = (batchRecords?[UTF8Key(pending.jobID)] ?? current[pending.jobID])
@@ -304,7 +304,7 @@ extension PostgresConnection: DependantsReader {
             } catch {
                 try throwIfTransactionLost(error)
                 // The savepoint took the event's rows back.
-                batchRecords = recordsBefore
+                for undo in batchRecordsUndo.reversed() { batchRecords?[undo.key] = undo.record }
                 outcomes.append(.failure(error))
             }
         }
@@ -445,7 +445,10 @@ extension PostgresConnection: DependantsReader {
 
     /// Writes the whole row: an update when the job has one (the caller holds its lock), else an insert.
     public func writeProjection(_ record: JobRecord, replacing current: JobRecord?) throws(StoreError) {
-        batchRecords?[UTF8Key(record.id)] = record
+        if batchRecords != nil {
+            let key = UTF8Key(record.id)
+            batchRecordsUndo.append((key, batchRecords?.updateValue(record, forKey: key)))
+        }
         if current != nil {
             try store(JobRecord.postgresUpdateSQL, try record.postgresUpdateValues())
         } else {
