@@ -57,7 +57,8 @@ extension SQLiteConnection: DependantsReader {
     /// Appends `events` in order, reporting each one's outcome. With `savepointPerEvent` each event runs
     /// in its own savepoint, so a refused event's rows are undone whenever it failed; without, an event
     /// refused before it changed a row is its failure and the batch goes on, and one refused after it
-    /// changed rows abandons the batch: nil, and the caller undoes the rows of the whole batch.
+    /// changed rows — or a row write held for a job's next event that fails when it goes out — abandons
+    /// the batch: nil, and the caller undoes the rows of the whole batch.
     func appendEach(_ events: [PendingEvent], now: Int64,
                     savepointPerEvent: Bool) throws(StoreError) -> [Result<JobEvent, StoreError>]? {
         var outcomes: [Result<JobEvent, StoreError>] = []
@@ -78,7 +79,10 @@ extension SQLiteConnection: DependantsReader {
         defer { holdingProjection = nil; heldProjection = nil }
         for (index, pending) in events.enumerated() {
             let nextIsSameJob = index + 1 < events.count && events[index + 1].jobID.hasSameUTF8(as: pending.jobID)
-            holdingProjection = nextIsSameJob ? pending.jobID : nil
+            // Held only under the batch's one savepoint: a held write goes out after its event's step has
+            // ended (after the next event's, refused or not), where a failure could not be that event's
+            // alone. With a savepoint per event each event writes its own row inside its savepoint.
+            holdingProjection = nextIsSameJob && !savepointPerEvent ? pending.jobID : nil
             // A refused event's rows are undone; the write it held goes with them.
             let heldBefore = heldProjection
             batchRecordsUndo.removeAll(keepingCapacity: true)
@@ -102,7 +106,16 @@ extension SQLiteConnection: DependantsReader {
                 for undo in batchRecordsUndo.reversed() { batchRecords?[undo.id] = undo.record }
                 outcomes.append(.failure(error))
             }
-            if !nextIsSameJob { try writeHeldProjection() }
+            if !nextIsSameJob {
+                do throws(StoreError) {
+                    try writeHeldProjection()
+                } catch {
+                    // The held write is an earlier event's, already counted a success: the batch is
+                    // abandoned and runs again with a savepoint per event, where that event fails alone.
+                    try throwIfTransactionLost(error)
+                    return nil
+                }
+            }
         }
         return outcomes
     }

@@ -102,4 +102,75 @@ struct BatchSavepointTests {
         let report = try store.replay(verify: true)
         #expect(report.isConsistent, "\(report.differences) \(report.problems)")
     }
+
+    @Test("a job's later event in the batch starts from its row as an earlier refused event left it, not as that event wrote it")
+    func laterEventAfterARefusalAfterAWrite() throws {
+        let fixture = try StoreFixture("batch-undo")
+        defer { fixture.remove() }
+        let store = try sqlite(fixture)
+        let jobs = try (0..<3).map { _ in try fixture.running(now: 1_000) }
+        let ids = jobs.map(\.record.id)
+        // The second job has started in an earlier commit, so its outcome is its first event in the batch.
+        let started = try store.append([reportedStarted(jobs[1])], now: 1_500)
+        try #require(described(started, ids) == ["started v3"])
+        try fixture.sql("""
+            CREATE TRIGGER refuse_second_outcome BEFORE UPDATE ON jobs
+            WHEN NEW.id = '\(ids[1])' AND NEW.state = 'succeeded'
+            BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+            """)
+        // The second job's outcome fails at its row update, after it noted the row it wrote in the batch's
+        // own record of its rows; its progress, after another job's events, must be decided on the row as
+        // the refusal left it (running at version 3), not on that note (succeeded: a progress refused).
+        let progress = PendingEvent(jobID: ids[1], actor: workerName, leaseToken: jobs[1].token,
+                                    payload: .progress(TransferProgress(bytesDone: 1, bytesTotal: 1)))
+        let outcomes = try store.append([reportedStarted(jobs[0]), reportedSucceeded(jobs[0]), reportedSucceeded(jobs[1]),
+                                         reportedStarted(jobs[2]), reportedSucceeded(jobs[2]), progress], now: 2_000)
+        let texts = described(outcomes, ids)
+        #expect(texts.count == 6)
+        #expect(Array(texts[0...1]) == ["started v3", "succeeded v4"], "\(texts)")
+        #expect(texts.count > 2 && texts[2].contains("refused by the test"), "\(texts)")
+        #expect(Array(texts.dropFirst(3)) == ["started v3", "succeeded v4", "progress v4"], "\(texts)")
+        #expect(try store.withConnection { connection in connection.batchesRunAgainWithSavepoints } == 1)
+        #expect(try ids.map { id in try store.events(jobID: id).map(\.type) }
+                == [[.submitted, .claimed, .started, .succeeded], [.submitted, .claimed, .started, .progress],
+                    [.submitted, .claimed, .started, .succeeded]])
+        let second = try #require(try store.job(ids[1]))
+        #expect(second.state == .running && second.version == 4 && second.bytesDone == 1)
+        let report = try store.replay(verify: true)
+        #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+    }
+
+    @Test("a row write held for a job's next event that fails when it goes out refuses that job's event alone, not the whole commit")
+    func heldWriteThatFailsIsItsEventsFailure() throws {
+        let fixture = try StoreFixture("batch-held-write")
+        defer { fixture.remove() }
+        let store = try sqlite(fixture)
+        let jobs = try (0..<3).map { _ in try fixture.running(now: 1_000) }
+        let ids = jobs.map(\.record.id)
+        try fixture.sql("""
+            CREATE TRIGGER refuse_second_outcome BEFORE UPDATE ON jobs
+            WHEN NEW.id = '\(ids[1])' AND NEW.state = 'succeeded'
+            BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+            """)
+        // The second job's outcome is followed by its own stale progress (refused before it writes), so the
+        // outcome's row write is held for it and goes out only after that refusal — where it fails.
+        let stale = PendingEvent(jobID: ids[1], actor: workerName, leaseToken: jobs[1].token, expectedVersion: 2,
+                                 payload: .progress(TransferProgress(bytesDone: 1, bytesTotal: 1)))
+        let outcomes = try store.append([reportedStarted(jobs[0]), reportedSucceeded(jobs[0]),
+                                         reportedStarted(jobs[1]), reportedSucceeded(jobs[1]), stale,
+                                         reportedStarted(jobs[2]), reportedSucceeded(jobs[2])], now: 2_000)
+        let texts = described(outcomes, ids)
+        #expect(texts.count == 7)
+        #expect(Array(texts.prefix(3)) == ["started v3", "succeeded v4", "started v3"], "\(texts)")
+        #expect(texts.count > 3 && texts[3].contains("refused by the test"), "\(texts)")
+        #expect(texts.count > 4 && !texts[4].hasPrefix("progress"), "\(texts)")
+        #expect(Array(texts.dropFirst(5)) == ["started v3", "succeeded v4"], "\(texts)")
+        #expect(try ids.map { id in try store.events(jobID: id).map(\.type) }
+                == [[.submitted, .claimed, .started, .succeeded], [.submitted, .claimed, .started],
+                    [.submitted, .claimed, .started, .succeeded]])
+        let second = try #require(try store.job(ids[1]))
+        #expect(second.state == .running && second.version == 3)
+        let report = try store.replay(verify: true)
+        #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+    }
 }
