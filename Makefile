@@ -6,7 +6,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := demo
 
 BUILD_PACKAGES := libsqlite3-dev libcurl4-openssl-dev libyaml-dev libssl-dev libpq-dev zlib1g-dev
-TEST_PACKAGES := $(BUILD_PACKAGES) nginx-light python3-venv postgresql systemd bash-completion zsh faketime
+TEST_PACKAGES := $(BUILD_PACKAGES) nginx-light python3-venv postgresql systemd bash-completion zsh faketime strace
 PYTHON ?= python3
 VENV := .venv
 PEERS := gcp-storage-emulator==2026.7.19 google-cloud-storage==3.17.1 huey==3.5.4 prometheus-client==0.26.0 cryptography==50.0.2

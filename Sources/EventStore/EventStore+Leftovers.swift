@@ -3,7 +3,8 @@ import JobModel
 import StorePort
 
 extension EventStore {
-    /// Final download-file jobs and final uploads to `file://` (the jobs that create local temporary files)
+    /// Final download-file jobs and final jobs that write a `file://` object or its sidecar (uploads,
+    /// update-metadata, fetch-url: the jobs that create local temporary files)
     /// that finished at or after `finishedSince` (nil: all), oldest first, and the resume points of all
     /// unfinished jobs — read in one snapshot. Specs are not decoded: only the destination is read.
     public func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
@@ -90,7 +91,7 @@ extension EventStore {
     /// The finished jobs that create local files, finished at or after the second `?` (a time; the first
     /// is `Int64.min`): searched through `jobs_finished_seq_by_kind` (schema 14) by kind, so a log of a
     /// million other finished jobs (download-memory, uploads to `gs://`) costs nothing. The destination
-    /// comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is stored there only
+    /// (fetch-url: its source) comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is stored there only
     /// (schema 8).
     static let finishedLeftoverSQL = finishedLeftoverSelection + """
 
@@ -117,12 +118,17 @@ extension EventStore {
         """
 
     /// What the reads above select, and the conditions they share: the jobs of the kinds that leave
-    /// files whose `finished_seq` is above the first `?` (`Int64.min`: every final one).
+    /// files whose `finished_seq` is above the first `?` (`Int64.min`: every final one) — downloads to a
+    /// file, and the jobs that write a `file://` object or its sidecar (uploads, update-metadata; fetch-url,
+    /// whose object is its source).
     private static let finishedLeftoverSelection = """
-        SELECT jobs.id, jobs.state, jobs.kind, json_extract(submitted.data, '$.spec.destination') AS destination,
+        SELECT jobs.id, jobs.state, jobs.kind,
+               json_extract(submitted.data, CASE jobs.kind WHEN 'fetch-url' THEN '$.spec.source' ELSE '$.spec.destination' END)
+                   AS destination,
                jobs.resume_point, jobs.finished_at_ms
         FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
-        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data') AND jobs.finished_seq > ?
+        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data', 'update-metadata', 'fetch-url')
+          AND jobs.finished_seq > ?
           AND jobs.state IN ('succeeded', 'failed', 'cancelled')
           AND (jobs.kind = 'download-file' OR destination LIKE 'file:%')
         """

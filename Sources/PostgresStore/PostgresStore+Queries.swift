@@ -298,7 +298,8 @@ extension PostgresStore {
         }
     }
 
-    /// Final download-file jobs and final uploads to `file://` finished at or after `finishedSince`
+    /// Final download-file jobs and final jobs that write a `file://` object or its sidecar (uploads,
+    /// update-metadata, fetch-url) finished at or after `finishedSince`
     /// (nil: all), oldest first, and the resume points of all unfinished jobs, in one snapshot.
     public func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         let since = finishedSince ?? Int64.min
@@ -374,8 +375,8 @@ extension PostgresStore {
 
     /// The finished jobs that create local files, finished at or after `$1`, through
     /// `jobs_finished_by_kind` (schema 6) by kind and time: other finished jobs are never read. The
-    /// destination comes from the job's `submitted` event (its seq is `jobs.seq`): the spec is stored
-    /// there only (schema 8).
+    /// destination (fetch-url: its source) comes from the job's `submitted` event (its seq is `jobs.seq`):
+    /// the spec is stored there only (schema 8).
     ///
     /// One branch a kind: with `kind IN (…)` the planner took `jobs_finished` and filtered every job
     /// finished since `$1` by kind whenever the statistics still said no job had finished (a fresh or a
@@ -404,8 +405,15 @@ extension PostgresStore {
               WHERE kind = 'upload-file' AND finished_at_ms >= $1
               UNION ALL
               SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
-              WHERE kind = 'upload-data' AND finished_at_ms >= $1) jobs
-             LEFT JOIN LATERAL (SELECT \(JobRecord.parsableJSONSQL("events.data"))::json -> 'spec' ->> 'destination' AS destination
+              WHERE kind = 'upload-data' AND finished_at_ms >= $1
+              UNION ALL
+              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              WHERE kind = 'update-metadata' AND finished_at_ms >= $1
+              UNION ALL
+              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              WHERE kind = 'fetch-url' AND finished_at_ms >= $1) jobs
+             LEFT JOIN LATERAL (SELECT \(JobRecord.parsableJSONSQL("events.data"))::json -> 'spec'
+                                       ->> (CASE jobs.kind WHEN 'fetch-url' THEN 'source' ELSE 'destination' END) AS destination
                                 FROM events WHERE events.seq = jobs.seq) submitted ON true
         WHERE jobs.state IN ('succeeded', 'failed', 'cancelled')
           AND (jobs.kind = 'download-file' OR submitted.destination LIKE 'file:%')

@@ -9,7 +9,8 @@ public struct JobLocalFiles: Sendable, Equatable {
     /// The job.
     public var jobID: String
     public var kind: JobKind
-    /// download-file: the local destination path; uploads: the destination reference.
+    /// Where its files are made: download-file's local destination path, the destination reference of an
+    /// upload or update-metadata, the source reference of fetch-url (the object whose sidecar it writes).
     public var destination: String?
     /// The last resume point the log recorded, if any.
     public var resumePoint: ResumePoint?
@@ -25,6 +26,12 @@ public struct JobLocalFiles: Sendable, Equatable {
         self.resumePoint = resumePoint
         self.finishedAtMs = finishedAtMs
     }
+
+    /// Describes the local files of job `jobID` of `spec`.
+    public init(jobID: String, spec: JobSpec, resumePoint: ResumePoint?, finishedAtMs: Int64?) {
+        self.init(jobID: jobID, kind: spec.kind, destination: spec.kind == .fetchURL ? spec.source : spec.destination,
+                  resumePoint: resumePoint, finishedAtMs: finishedAtMs)
+    }
 }
 
 /// A hidden temporary file that a final job left behind and no longer needs.
@@ -35,6 +42,9 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
         case partialDownload = "partial-download"
         /// A `file://` upload's `.NAME.<session>.jobctl-upload`.
         case uploadSession = "upload-session"
+        /// A `file://` sidecar's `.NAME.jobctl-meta.json.<job id>.jobctl-meta.tmp`, written before it is
+        /// renamed into place (uploads, update-metadata, fetch-url).
+        case sidecarTemporary = "sidecar-temporary"
     }
 
     /// The job that made it.
@@ -48,11 +58,12 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
     public var identity: FileIdentity
 }
 
-/// Finds and removes the hidden files that final jobs left: partial downloads and `file://` upload
-/// sessions. Ownership must be provable, so that no user's file is ever removed:
+/// Finds and removes the hidden files that final jobs left: partial downloads, `file://` upload
+/// sessions and sidecar temporaries. Ownership must be provable, so that no user's file is ever removed:
 ///
-/// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`)
-///   beside the job's destination; or
+/// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`,
+///   `.NAME.jobctl-meta.json.<job id>.jobctl-meta.tmp`) beside the job's destination (fetch-url: its
+///   source); or
 /// - the file the job's last resume point recorded, when it recorded the file's identity (device and
 ///   inode) and the file at that path still has it.
 ///
@@ -132,7 +143,9 @@ public struct LeftoverFiles: Sendable {
             return partialCandidates(job, destination: destination)
         case .uploadFile, .uploadData:
             return sessionCandidates(job, destination: destination)
-        case .downloadMemory, .fetchURL, .getMetadata, .updateMetadata, .delete:
+        case .updateMetadata, .fetchURL:
+            return sidecarCandidates(job, reference: destination)
+        case .downloadMemory, .getMetadata, .delete:
             return []
         }
     }
@@ -179,12 +192,15 @@ public struct LeftoverFiles: Sendable {
         // without resolving the bucket root and opening each folder (eleven calls a job in the sweep
         // before a draining worker exits). Following links on the way can only find more than the walk
         // that follows none, never less: a name `lstat` does not find, the folder does not hold.
+        let sidecar = SidecarTemporary.name(forObject: place.name, token: job.jobID)
         var recordedSession: LocalUploadSession?
         if case .upload(let uri, _, _, _)? = job.resumePoint { recordedSession = LocalUploadSession(uri: uri) }
         guard Self.mayExist(SafeDirectory.childPath(ours, in: place.folderPath))
+                || Self.mayExist(SafeDirectory.childPath(sidecar, in: place.folderPath))
                 || recordedSession.map({ Self.mayExist($0.path) }) == true,
               let directory = try? open(place) else { return [] }
-        var candidates = [Candidate(directory: directory, name: ours, kind: .uploadSession, recorded: nil)]
+        var candidates = [Candidate(directory: directory, name: ours, kind: .uploadSession, recorded: nil),
+                          Candidate(directory: directory, name: sidecar, kind: .sidecarTemporary, recorded: nil)]
         if let session = recordedSession, let identity = session.identity, LocalFiles.directory(of: session.path) == directory.path {
             let name = LocalFiles.lastComponent(session.path)
             if LocalUploadSession.isSession(name, forObject: place.name) {
@@ -192,6 +208,16 @@ public struct LeftoverFiles: Sendable {
             }
         }
         return candidates
+    }
+
+    /// The sidecar temporary a job that rewrites a `file://` object's sidecar (update-metadata, fetch-url)
+    /// names with its id; as for uploads, one `lstat` says when there is none.
+    private func sidecarCandidates(_ job: JobLocalFiles, reference: String) -> [Candidate] {
+        guard let reference = try? StorageReference(parsing: reference), reference.scheme == .file,
+              let place = LocalObjectPlace.of(reference, bucketsDirectory: localBucketsDirectory) else { return [] }
+        let name = SidecarTemporary.name(forObject: place.name, token: job.jobID)
+        guard Self.mayExist(SafeDirectory.childPath(name, in: place.folderPath)), let directory = try? open(place) else { return [] }
+        return [Candidate(directory: directory, name: name, kind: .sidecarTemporary, recorded: nil)]
     }
 
     /// Opens an object's folder as the local backend does (no links followed inside a named bucket).

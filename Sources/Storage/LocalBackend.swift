@@ -20,7 +20,9 @@ import Glibc
 /// - Metadata lives beside the object in `.<name>.jobctl-meta.json` (a `StorageObject` as JSON): content
 ///   type and the other writable fields, custom metadata, base64 MD5 and big-endian CRC32C, size,
 ///   generation (microseconds since 1970 at upload), metageneration, RFC 3339 times and download tokens.
-///   Hidden files ending in `.jobctl-meta.json`, `.jobctl-upload` or `.jobctl-partial` are never objects.
+///   It is written through `.<name>.jobctl-meta.json.<job id>.jobctl-meta.tmp` (a random tag in place of
+///   the id outside the queue) and renamed over it. Hidden files ending in `.jobctl-meta.json`,
+///   `.jobctl-upload`, `.jobctl-partial` or `.jobctl-meta.tmp` are never objects.
 ///   A file without a sidecar (e.g. `file:///etc/hosts`) is served with metadata derived from `stat`
 ///   and no checksums to verify against.
 /// - Uploads stream through a fixed buffer into `.<name>.<job id>.jobctl-upload` beside the object
@@ -34,7 +36,8 @@ import Glibc
 ///   Each upload is a new generation (metageneration 1, no download tokens). A session whose source
 ///   changed size since its resume point is discarded and the upload starts over. A session file left
 ///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it, and
-///   removed once the job ends failed or cancelled (`leftovers(of:sparing:)`).
+///   removed once the job ends failed or cancelled (`leftovers(of:sparing:)`), as is a sidecar temporary
+///   a killed attempt left (a later attempt of the job replaces it at once).
 /// - Downloads go through `PartialFile` and resume pinned to the object's generation.
 /// - fetch-url returns `file:///<absolute path>?token=<token>`: for local buckets the URL is only
 ///   meaningful on this machine; the token (created once, as Firebase does) is what a download URL
@@ -118,7 +121,7 @@ public struct LocalBackend: StorageBackend {
         }
     }
 
-    /// Partial downloads and `file://` upload sessions, in named buckets too.
+    /// Partial downloads, `file://` upload sessions and sidecar temporaries, in named buckets too.
     public func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile] {
         LeftoverFiles(configuration: configuration).find(job, sparing: inUse)
     }
@@ -334,6 +337,18 @@ struct LocalUploadSession: Equatable {
     }
 }
 
+/// The temporary a sidecar is written to before it is renamed over `.<object>.jobctl-meta.json`:
+/// `.<object>.jobctl-meta.json.<token>.jobctl-meta.tmp`, the token the job's id (a random one outside the
+/// queue). The id ties a temporary a killed attempt left to its job, as it does a partial download or an
+/// upload session: the job's next attempt replaces it, and the sweep removes it once the job is final.
+/// One written by a jobctl that named it with a random tag ties it to nothing, and is left alone.
+enum SidecarTemporary {
+    /// The temporary's name beside the object named `object`, for `token` (a job id or a random tag).
+    static func name(forObject object: String, token: String) -> String {
+        HiddenName.make(object, suffix: ".jobctl-meta.json." + token + ".jobctl-meta.tmp")
+    }
+}
+
 extension LocalBackend {
     /// The directory holding bucket `name` ("" → "/").
     func bucketRoot(_ bucket: String) -> String {
@@ -458,11 +473,12 @@ extension LocalBackend {
     }
 
     /// Writes the sidecar of the object file `described` atomically: a new temporary file (`O_EXCL`,
-    /// synced) renamed over the sidecar's name, which replaces whatever was there. The caller syncs the
-    /// directory.
-    func writeMetadata(_ object: StorageObject, describing described: FileIdentity, to location: LocalLocation) throws(StorageError) {
+    /// synced, named with `jobID`: `SidecarTemporary`) renamed over the sidecar's name, which replaces
+    /// whatever was there. The caller syncs the directory.
+    func writeMetadata(_ object: StorageObject, describing described: FileIdentity, to location: LocalLocation,
+                       jobID: String?) throws(StorageError) {
         var diskFull = false
-        let temp = try createMetadata(object, describing: described, for: location, diskFull: &diskFull)
+        let temp = try createMetadata(object, describing: described, for: location, jobID: jobID, diskFull: &diskFull)
         do {
             try location.directory.rename(temp.name, to: location.sidecarName)
         } catch {
@@ -471,14 +487,16 @@ extension LocalBackend {
         }
     }
 
-    /// Creates and syncs a new temporary sidecar of the object file `described` beside the object,
-    /// returning its name and identity; it is removed again when writing fails, and `diskFull` then says
-    /// whether the disk was full (by errno).
+    /// Creates and syncs a new temporary sidecar of the object file `described` beside the object, named
+    /// for job `jobID` (`SidecarTemporary`; a random tag when nil), returning its name and identity; it is
+    /// removed again when writing fails, and `diskFull` then says whether the disk was full (by errno). A
+    /// file at the job's own name is one an earlier attempt of the job left when it was killed, and is
+    /// replaced (when it could be ours: `createExclusive(_:replacingOwnLeftover:)`).
     func createMetadata(_ object: StorageObject, describing described: FileIdentity, for location: LocalLocation,
-                        diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
+                        jobID: String?, diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
         let data = SidecarJSON.encode(object, describing: described) ?? SidecarJSON.encodeWithFoundation(object, describing: described)
-        let name = HiddenName.make(location.name, suffix: ".jobctl-meta.json." + Self.randomTag() + ".jobctl-meta.tmp")
-        let file = try location.directory.createExclusive(name)
+        let name = SidecarTemporary.name(forObject: location.name, token: jobID ?? Self.randomTag())
+        let file = try location.directory.createExclusive(name, replacingOwnLeftover: jobID != nil)
         do {
             let identity = try file.status().identity
             try file.write(data)

@@ -17,7 +17,8 @@ public struct StorageRouter: StorageBackend {
         leftoverFiles = LeftoverFiles(configuration: configuration)
     }
 
-    /// Partial downloads (whatever the source's scheme) and `file://` upload sessions, named buckets included.
+    /// Partial downloads (whatever the source's scheme), `file://` upload sessions and sidecar temporaries,
+    /// named buckets included.
     public func leftovers(of job: JobLocalFiles, sparing inUse: Set<String>) -> [LeftoverFile] {
         leftoverFiles.find(job, sparing: inUse)
     }

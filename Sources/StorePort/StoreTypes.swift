@@ -309,13 +309,14 @@ public struct JobFilter: Sendable, Equatable {
 // MARK: - LeftoverCandidates
 
 /// A final transfer job that may have left hidden files on local disk (a partial download, a `file://`
-/// upload session): what the orphan sweep needs to find them.
+/// upload session or sidecar temporary): what the orphan sweep needs to find them.
 public struct FinishedTransferRecord: Sendable, Equatable {
     public var id: String
     /// succeeded, failed or cancelled.
     public var state: JobState
     public var kind: JobKind
-    /// download-file: the local path; uploads: the destination reference.
+    /// download-file: the local path; uploads and update-metadata: the destination reference; fetch-url:
+    /// its source reference.
     public var destination: String?
     /// The last resume point the log recorded.
     public var resumePoint: ResumePoint?

@@ -196,8 +196,8 @@ public actor TaskRunner {
         return outcome
     }
 
-    /// A job that ended failed or cancelled never resumes, so its partial download or upload session goes
-    /// now, recorded or not (a retry starts over). Paused, released and retry-scheduled jobs keep theirs:
+    /// A job that ended failed or cancelled never resumes, so its partial download, upload session or
+    /// sidecar temporary (a killed attempt's) goes now, recorded or not (a retry starts over). Paused, released and retry-scheduled jobs keep theirs:
     /// they resume from them. Runs after the final event is in the log and the transfer has returned,
     /// off the cooperative pool (a removal syncs the folder).
     ///
@@ -217,8 +217,8 @@ public actor TaskRunner {
         case .succeeded, .abandoned:
             return
         }
-        let (backend, files) = (backend, JobLocalFiles(jobID: jobID, kind: spec.kind, destination: spec.destination,
-                                                       resumePoint: machine.resumePoint, finishedAtMs: endedAtMs))
+        let (backend, files) = (backend, JobLocalFiles(jobID: jobID, spec: spec, resumePoint: machine.resumePoint,
+                                                       finishedAtMs: endedAtMs))
         _ = await BlockingFileWork.run { backend.discardResumePoint(of: files) }
     }
 

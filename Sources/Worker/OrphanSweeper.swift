@@ -56,8 +56,9 @@ public enum Orphans {
 /// `jobctl orphans` reads every final job and lists it.
 ///
 /// A job whose first run this worker claimed straight after its submission (no earlier attempt, no
-/// resume point) and ended `succeeded` left nothing: its partial download or upload session was made by
-/// that run (an own leftover at the name replaced) and renamed into place by its success. The worker
+/// resume point) and ended `succeeded` left nothing: its partial download, upload session or sidecar
+/// temporary was made by that run (an own leftover at the name replaced) and renamed into place by its
+/// success. The worker
 /// notes such jobs (`noteLeftNothing`) and its sweeps skip them without reading them
 /// (`JobStore.leftoversSince(position:now:skipping:)`): a draining worker's last sweep over 2,000 downloads
 /// of its own spent ~25 ms reading their rows and looking for their partial files, ~6 % of the drain.
@@ -100,11 +101,11 @@ final class OrphanSweeper: Sendable {
     /// noted.
     func noteLeftNothing(_ jobID: String, kind: JobKind) {
         switch kind {
-        case .downloadFile, .uploadFile, .uploadData:
+        case .downloadFile, .uploadFile, .uploadData, .updateMetadata, .fetchURL:
             leftNothing.withLock { noted in
                 if noted.count < Self.leftNothingLimit { noted.insert(jobID) }
             }
-        case .downloadMemory, .fetchURL, .getMetadata, .updateMetadata, .delete:
+        case .downloadMemory, .getMetadata, .delete:
             break
         }
     }

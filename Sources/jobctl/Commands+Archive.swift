@@ -28,8 +28,8 @@ extension Commands {
         back in full; only then does one transaction remove those jobs' events, rows and leases, and the
         blobs no remaining job references, and record the archive (file name, sha256, range and counts)
         as an `archived` event of the log itself. This is the only way anything leaves the log. Then the
-        partial downloads and upload sessions those jobs left on this machine are removed (as `jobctl
-        orphans --remove` would): out of the log, nothing could tie them to a job again.
+        partial downloads, upload sessions and sidecar temporaries those jobs left on this machine are
+        removed (as `jobctl orphans --remove` would): out of the log, nothing could tie them to a job again.
 
         If the command is interrupted before that transaction commits, the log is unchanged; running it
         again writes FILE anew (a file left by an interrupted run is replaced, an archive the log records

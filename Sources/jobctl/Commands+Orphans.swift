@@ -8,12 +8,13 @@ import Worker
 extension Commands {
     static let orphans = CommandSpec(
         name: "orphans",
-        abstract: "List hidden files that finished jobs left behind (partial downloads, upload sessions).",
+        abstract: "List hidden files that finished jobs left behind (partial downloads, upload sessions, sidecar temporaries).",
         options: [Options.removeOrphans, Options.json.help("Print the files as JSON.")],
         discussion: """
         A job that ends failed or cancelled leaves nothing behind; what a crashed worker or a job cancelled
         while no worker ran it leaves (.NAME.<job id>.jobctl-partial beside a download's destination,
-        .NAME.<job id>.jobctl-upload beside a file:// object) is removed by the next worker's sweep (at start,
+        .NAME.<job id>.jobctl-upload and .NAME.jobctl-meta.json.<job id>.jobctl-meta.tmp beside a file://
+        object) is removed by the next worker's sweep (at start,
         of the jobs finished since the last complete sweep; every 5 minutes; before a draining worker exits).
         This command looks at every final job and lists what a sweep would remove:
         only files the event log ties to a final job, by the job id in their name or the identity (device and

@@ -55,4 +55,48 @@ import TestSupport
         #expect(none.status == 0 && none.stdout.isEmpty && none.stderr.contains("no leftover files"), "\(none)")
         #expect(try workspace.jobctl(["help", "orphans"]).stdout.contains("USAGE: jobctl orphans"))
     }
+
+    /// A sidecar temporary a killed worker left (update-metadata, fetch-url and uploads write one before
+    /// renaming it over the sidecar) names its job: listed and removed once that job is final, on either
+    /// store. One named with a random tag (an older jobctl's) ties it to no job and is left alone.
+    @Test("sidecar temporaries named with a final job's id are listed and removed, others kept", arguments: StoreEngine.allCases)
+    func sidecarTemporaries(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("orphans-sidecar", engine: engine)
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: upload-data, data: "u", destination: "file://docs/u.txt"}
+        - {kind: update-metadata, destination: "file://docs/m.txt", metadata: {content_type: text/plain}}
+        - {kind: fetch-url, source: "file://docs/f.txt"}
+        - {kind: update-metadata, destination: "file://docs/q.txt", metadata: {content_type: text/plain}}
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 4)
+        let folder = workspace.directory.file("buckets/docs")
+        func temporary(_ object: String, _ token: String) -> String { "\(folder)/.\(object).jobctl-meta.json.\(token).jobctl-meta.tmp" }
+        let left = [temporary("u.txt", ids[0]), temporary("m.txt", ids[1]), temporary("f.txt", ids[2])]
+        let kept = [
+            temporary("q.txt", ids[3]),               // its job is queued: its next attempt replaces it
+            temporary("m.txt", "ab12cd34"),           // an older jobctl's random tag: no job named
+            temporary("m.txt", JobID.generate()),     // a job this log does not know
+            temporary("u.txt", ids[1]),               // the right id beside another object
+        ]
+        for path in left + kept { try workspace.write(String(path.dropFirst(workspace.directory.path.count + 1)), "{}") }
+        #expect(try workspace.jobctl(["cancel", ids[0], ids[1], ids[2]]).status == 0)
+
+        func orphans(_ arguments: [String]) throws -> [[String: Any]] {
+            let output = try workspace.jobctl(["orphans", "--json"] + arguments, environment: environment)
+            try #require(output.status == 0, "\(output.stderr)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]])
+        }
+        let listed = try orphans([])
+        #expect(Set(listed.compactMap { $0["path"] as? String }) == Set(left), "\(listed)")
+        #expect(listed.allSatisfy { $0["kind"] as? String == "sidecar-temporary" && $0["state"] as? String == "cancelled" }, "\(listed)")
+        let removed = try orphans(["--remove"])
+        #expect(removed.count == 3 && removed.allSatisfy { $0["removed"] as? Bool == true }, "\(removed)")
+        for path in left { #expect(!FileManager.default.fileExists(atPath: path), "kept \(path)") }
+        for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
+    }
 }

@@ -12,8 +12,10 @@ final class JobctlProcess: @unchecked Sendable {
     /// - Parameter cleanSignalMask: start jobctl with no signal blocked, as a shell would. A child
     ///   otherwise inherits the blocked-signal mask of the test thread that spawns it (test threads
     ///   block most signals), which would hide how jobctl itself handles an early SIGTERM.
+    /// - Parameter tracer: a command (strace and its options) that runs jobctl as its child; `killTracee`
+    ///   signals jobctl itself.
     init(database: String, arguments: [String], environment: [String: String] = [:], logDirectory: String,
-         cleanSignalMask: Bool = false) throws {
+         cleanSignalMask: Bool = false, tracer: [String]? = nil) throws {
         logPath = "\(logDirectory)/jobctl-\(UUID().uuidString.prefix(6)).log"
         #expect(FileManager.default.createFile(atPath: logPath, contents: nil), "could not create a file the test needs")
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
@@ -22,6 +24,9 @@ final class JobctlProcess: @unchecked Sendable {
             process.executableURL = URL(fileURLWithPath: "\(PackagePaths.venv)/bin/python")
             process.arguments = ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv(sys.argv[1], sys.argv[1:])",
                                  PackagePaths.jobctlBinary, "--db", database] + arguments
+        } else if let tracer, let command = tracer.first {
+            process.executableURL = URL(fileURLWithPath: command)
+            process.arguments = Array(tracer.dropFirst()) + [PackagePaths.jobctlBinary, "--db", database] + arguments
         } else {
             process.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
             process.arguments = ["--db", database] + arguments
@@ -43,6 +48,17 @@ final class JobctlProcess: @unchecked Sendable {
     }
 
     func signal(_ number: Int32) { signalIfRunning(process, number) }
+
+    /// Sends `number` to the jobctl a tracer started (the tracer's child); returns whether there was one.
+    func killTracee(_ number: Int32) -> Bool {
+        let pid = process.processIdentifier
+        guard process.isRunning, let children = try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8) else {
+            return false
+        }
+        let tracees = children.split(separator: " ").compactMap { Int32($0) }.filter(runsJobctl(pid:))
+        for tracee in tracees { kill(tracee, number) }
+        return !tracees.isEmpty
+    }
 
     /// Waits for exit up to `seconds`; returns the status, or nil on timeout.
     func wait(seconds: Double) -> Int32? {
