@@ -24,9 +24,8 @@ import TestSupport
 /// code other than `unknown`, and the jobs that cannot succeed (a memory download over its `max_size`,
 /// `if_exists: fail` over a file) fail with theirs; no worker we did not kill crashed; `jobctl replay
 /// --verify` agrees; after a worker's start sweep, `jobctl orphans` lists nothing and no hidden jobctl
-/// file (partial download, upload session) is left in any folder; each job's events are a legal lifecycle.
-/// A sidecar temporary (`.jobctl-meta.tmp`) a kill left is counted, not failed: README's Known
-/// limitations says no sweep removes one.
+/// file (partial download, upload session, sidecar temporary) is left in any folder; each job's events
+/// are a legal lifecycle.
 ///
 /// A failing round prints its seed, its problems, the faults each connection got and the workers' logs.
 /// Rounds of the fixed seeds take 10–25 s each on the 2-core machine.
@@ -261,8 +260,6 @@ struct ChaosRound {
         var problems: [String] = []
         var kills = 0
         var faultedRequests = 0
-        /// Sidecar temporaries a kill left (a known limitation; see `run`).
-        var knownLeftovers: [String] = []
         var requests = 0
         var requestKinds: [String: Int] = [:]
         /// The error codes failed jobs ended with.
@@ -279,7 +276,7 @@ struct ChaosRound {
             let sent = requestKinds.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
             let codes = failureCodes.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", ")
             return "\(counts) (failures: \(codes)); \(kills) kills; \(faultedRequests) of \(requests) requests faulted (\(kinds)); "
-                + "requests: \(sent); \(knownLeftovers.count) sidecar temporaries left; \(problems.count) problems"
+                + "requests: \(sent); \(problems.count) problems"
         }
 
         var failureText: String {
@@ -417,13 +414,7 @@ struct ChaosRound {
         }
         for folder in [directory.file("out"), buckets, nginx.root] {
             for leftover in hiddenLeftovers(under: folder) {
-                // README, Known limitations: a sidecar write a kill interrupted leaves its temporary, which no
-                // sweep removes (its name does not tie it to a job). Counted, not failed, until that changes.
-                if leftover.hasSuffix(".jobctl-meta.tmp") {
-                    report.knownLeftovers.append(leftover)
-                } else {
-                    report.problems.append("left behind after the sweep: \(leftover)")
-                }
+                report.problems.append("left behind after the sweep: \(leftover)")
             }
         }
 
