@@ -56,6 +56,61 @@ extension PostgresStore {
         }
     }
 
+    /// The worker's heartbeat: `heartbeat`'s extension, on a connection of its own (`leaseLane`), so it
+    /// never waits behind a commit of the store's executor. A lease is reported renewed only once the
+    /// transaction that extended it has committed.
+    ///
+    /// First the leases whose rows no other transaction holds are extended at once, in one statement
+    /// that skips locked rows (`FOR UPDATE SKIP LOCKED`), and committed: a row held by a slow commit
+    /// delays nobody else's renewal. A row held by another transaction is most often held by this
+    /// worker's own commit of an event of that job; its lease is waited for next, in a transaction of
+    /// its own, for at most `leaseWaitMs` (`lock_timeout`): the waiting renewal is queued for the row
+    /// ahead of any rescue (a rescue skips locked rows), so it extends the lease the moment that commit
+    /// ends. One it could not lock in that time is in neither set of the answer. Rows are locked in id
+    /// order, as a group commit locks them, so the two cannot deadlock. Only `lease_expires_at_ms`
+    /// changes, which no index holds (a HOT update).
+    ///
+    /// See https://www.postgresql.org/docs/current/sql-select.html#SQL-FOR-UPDATE-SHARE and
+    /// https://www.postgresql.org/docs/current/runtime-config-client.html#GUC-LOCK-TIMEOUT
+    public func renewLeases(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) async throws -> LeaseRenewal {
+        guard !leases.isEmpty else { return LeaseRenewal(renewed: [], lost: []) }
+        try refuseWriteIfReadOnly()
+        let ids = leases.keys.sorted()
+        let parameters: [PostgresValue] = [
+            postgresTextArray(ids),
+            .array(PostgresArray(elementType: PostgresType.int8, elements: ids.map { .optional(leases[$0]) })),
+            .text(owner), .integer(now + leaseMs),
+        ]
+        let waitBegin = Self.writeBegin + ["SELECT set_config('lock_timeout', '\(Self.leaseWaitMs(leaseMs: leaseMs))ms', true)"]
+        return try await leaseLane.run { (connection) throws(StoreError) -> LeaseRenewal in
+            var renewal = try Self.transaction(Self.writeBegin, on: connection, readOnly: false) { (connection) throws(StoreError) in
+                try connection.renewUnheldLeases(parameters)
+            }
+            let held = ids.filter { !renewal.renewed.contains($0) && !renewal.lost.contains($0) }
+            guard !held.isEmpty else { return renewal }
+            let heldParameters: [PostgresValue] = [
+                postgresTextArray(held),
+                .array(PostgresArray(elementType: PostgresType.int8, elements: held.map { .optional(leases[$0]) })),
+                .text(owner), .integer(now + leaseMs),
+            ]
+            let waited = try Self.transaction(waitBegin, on: connection, readOnly: false) { (connection) throws(StoreError) in
+                try connection.renewHeldLeases(heldParameters)
+            }
+            if let waited {
+                renewal.renewed.formUnion(waited)
+                renewal.lost.formUnion(Set(held).subtracting(waited))
+            }
+            return renewal
+        }
+    }
+
+    /// How long `renewLeases` waits for the rows another transaction holds: a sixth of the lease (half a
+    /// worker's heartbeat period, so the next renewal of the other leases is late by at most that), at
+    /// least 50 ms, at most 5 s.
+    static func leaseWaitMs(leaseMs: Int64) -> Int64 {
+        min(5_000, max(50, leaseMs / 6))
+    }
+
     /// Rescues running jobs whose lease expired (or vanished) by `now`, exactly as the SQLite adapter
     /// does (the lifecycle's `expireLease`). Jobs another transaction holds are skipped (`SKIP
     /// LOCKED`); the lease is in the job row, so the lock reads it as it stands: a heartbeat that
@@ -155,6 +210,63 @@ extension PostgresStore {
 }
 
 extension PostgresConnection {
+    /// The leases in `$1` (ids, sorted) and `$2` (their tokens) that `$3` holds, locked in id order.
+    private static func heldLeases(skippingLocked: Bool) -> String {
+        """
+        WITH leases AS (SELECT * FROM unnest($1::text[], $2::int8[]) AS l(id, token)),
+        held AS (
+            SELECT jobs.id FROM jobs JOIN leases ON jobs.id = leases.id AND jobs.lease_token = leases.token
+            WHERE jobs.id = ANY($1::text[]) AND jobs.state = 'running' AND jobs.lease_owner = $3
+            ORDER BY jobs.id FOR UPDATE OF jobs\(skippingLocked ? " SKIP LOCKED" : "")
+        )
+        """
+    }
+
+    /// `renewLeases`' first statement: extends to `$4` the leases of `heldLeases` whose rows no other
+    /// transaction holds; says of each lease whether it was extended, and whether it was still held
+    /// as the statement's snapshot saw it (the rows it skipped: neither extended nor lost).
+    private static let renewUnheldSQL = heldLeases(skippingLocked: true) + """
+        , renewed AS (UPDATE jobs SET lease_expires_at_ms = $4 FROM held WHERE jobs.id = held.id RETURNING jobs.id)
+        SELECT leases.id, EXISTS (SELECT 1 FROM renewed WHERE renewed.id = leases.id),
+               EXISTS (SELECT 1 FROM jobs WHERE jobs.id = leases.id AND jobs.state = 'running'
+                       AND jobs.lease_token = leases.token AND jobs.lease_owner = $3)
+        FROM leases
+        """
+
+    /// `renewLeases`' second statement: waits for the rows of `heldLeases`, then extends to `$4` the
+    /// leases still held once it has them (the lock's wait re-reads each row as the holder left it).
+    private static let renewHeldSQL = heldLeases(skippingLocked: false) + """
+        UPDATE jobs SET lease_expires_at_ms = $4 FROM held WHERE jobs.id = held.id RETURNING jobs.id
+        """
+
+    /// Runs `renewUnheldSQL`; the caller holds a write transaction.
+    func renewUnheldLeases(_ parameters: [PostgresValue]) throws(StoreError) -> LeaseRenewal {
+        var renewal = LeaseRenewal(renewed: [], lost: [])
+        let rows = try rows(Self.renewUnheldSQL, parameters) { (row) throws(StoreError) in
+            (try row.string(0), try row.flag(1), try row.flag(2))
+        }
+        for (id, renewed, held) in rows {
+            if renewed { renewal.renewed.insert(id) } else if !held { renewal.lost.insert(id) }
+        }
+        return renewal
+    }
+
+    /// Runs `renewHeldSQL` in a savepoint; the caller holds a write transaction with a `lock_timeout`.
+    /// The ids whose lease it extended, or nil when a row's lock was not granted in time.
+    func renewHeldLeases(_ parameters: [PostgresValue]) throws(StoreError) -> Set<String>? {
+        try store("SAVEPOINT lease_wait")
+        let result: PostgresResult
+        do throws(PostgresError) {
+            result = try execute(Self.renewHeldSQL, parameters)
+        } catch {
+            // 55P03 lock_not_available: `lock_timeout` passed. Anything else sinks the transaction.
+            guard case .server(let sqlstate, _, _, _, _) = error, sqlstate == "55P03" else { throw StoreError(error) }
+            try store("ROLLBACK TO SAVEPOINT lease_wait")
+            return nil
+        }
+        return Set(try result.rows.map { (row) throws(StoreError) in try row.string(0) })
+    }
+
     /// The body of `PostgresStore.claim`; the caller holds a write transaction. `writer` (a new one when
     /// nil) writes the claims; every write is sent when this returns.
     func claim(_ request: ClaimRequest, writer given: PostgresBatchWriter? = nil) throws(StoreError) -> [ClaimedJob] {

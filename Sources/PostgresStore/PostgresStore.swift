@@ -11,11 +11,12 @@ import Synchronization
 /// UPDATE`, claims with `SKIP LOCKED`), so the lifecycle always decides on the job's current row; the
 /// unique `(job_id, version)` of `events` backs the expected-version check. A transaction the server
 /// aborts for a deadlock or a serialization failure is run again, whole. Within a process every use
-/// of the one connection runs on the store's executor (`StoreExecutor`), which also group-commits the
-/// worker's appends.
+/// of the store's connection runs on the store's executor (`StoreExecutor`), which also group-commits
+/// the worker's appends; a worker's lease renewals alone run on a second connection, opened at the
+/// first renewal (`LeaseRenewalLane`).
 ///
 /// `@unchecked Sendable` is sound because the only mutable state, the connection, is reached solely
-/// through `withConnection`, which runs on the executor thread.
+/// through `withConnection`, which runs on the executor thread (the lane's connection, on its own).
 public final class PostgresStore: JobStore, @unchecked Sendable {
     /// How `init(url:mode:)` opens the database (the same modes as the SQLite adapter's).
     public enum OpenMode: Sendable, Equatable, CaseIterable {
@@ -44,6 +45,9 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
 
     private let connection: PostgresConnection
     private let executor: StoreExecutor
+    /// Where `renewLeases` runs: a connection and a thread of its own, so that a heartbeat never waits
+    /// behind a commit of the executor's.
+    let leaseLane: LeaseRenewalLane
     /// `tailEvents`' gaps: the first seq of each gap it has seen below a later event, and the `xmax`
     /// of the snapshot it first saw it in (`Int64.min` once it is known to be for good).
     let tailGaps = Mutex<[Int64: Int64]>([:])
@@ -99,6 +103,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
             throw StoreError.io(error.description)
         }
         self.connection = connection
+        self.leaseLane = LeaseRenewalLane(url: url, answerTimeoutMs: answerTimeoutMs)
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
         let owner = Mutex<WeakPostgresStore>(WeakPostgresStore())
@@ -168,10 +173,15 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// Runs `body` in one READ COMMITTED write transaction and commits; rolls back when it throws. A
     /// transaction the server aborted for a deadlock or serialization failure (`busy`) runs again.
     func writeTransaction<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        try refuseWriteIfReadOnly()
+        return try transaction(Self.writeBegin, body)
+    }
+
+    /// Throws `readOnly` when the store was opened read-only (before a write).
+    func refuseWriteIfReadOnly() throws(StoreError) {
         guard !isReadOnly else {
             throw StoreError.readOnly("the store at '\(location)' was opened read-only and this operation writes; open it read-write")
         }
-        return try transaction(Self.writeBegin, body)
     }
 
     /// How a write transaction begins: READ COMMITTED, and its statements run on their prepared
@@ -217,31 +227,38 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     func transaction<T>(_ begin: [String], _ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         let readOnly = isReadOnly
         return try withConnection { (connection) throws(StoreError) -> T in
-            var attempt = 1
-            var reopened = false
-            while true {
-                let tripsBefore = connection.roundTrips
-                var committing = false
-                do throws(StoreError) {
-                    for statement in begin { connection.enqueue(statement) }
-                    let result = try body(connection)
-                    committing = true
-                    let commit: PostgresResult
-                    do throws(PostgresError) { commit = try connection.execute("COMMIT") } catch { throw StoreError(error) }
-                    guard commit.commandStatus == "COMMIT" else { throw StoreError(PostgresError.rolledBack(sql: nil)) }
-                    return result
-                } catch {
-                    connection.discardQueued()
-                    if !connection.isConnected, !reopened, !committing, connection.roundTrips == tripsBefore + 1 {
-                        // The first round trip, the one carrying BEGIN, found the connection dead.
-                        reopened = true
-                        try Self.reopen(connection, readOnly: readOnly)
-                        continue
-                    }
-                    if connection.isConnected && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
-                    guard case .busy = error, attempt < Self.attemptsPerTransaction else { throw error }
-                    attempt += 1
+            try Self.transaction(begin, on: connection, readOnly: readOnly, body)
+        }
+    }
+
+    /// `transaction(_:_:)` on `connection`, which the caller's thread owns (the store's executor, or
+    /// the lease renewals' lane).
+    static func transaction<T>(_ begin: [String], on connection: PostgresConnection, readOnly: Bool,
+                               _ body: (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        var attempt = 1
+        var reopened = false
+        while true {
+            let tripsBefore = connection.roundTrips
+            var committing = false
+            do throws(StoreError) {
+                for statement in begin { connection.enqueue(statement) }
+                let result = try body(connection)
+                committing = true
+                let commit: PostgresResult
+                do throws(PostgresError) { commit = try connection.execute("COMMIT") } catch { throw StoreError(error) }
+                guard commit.commandStatus == "COMMIT" else { throw StoreError(PostgresError.rolledBack(sql: nil)) }
+                return result
+            } catch {
+                connection.discardQueued()
+                if !connection.isConnected, !reopened, !committing, connection.roundTrips == tripsBefore + 1 {
+                    // The first round trip, the one carrying BEGIN, found the connection dead.
+                    reopened = true
+                    try Self.reopen(connection, readOnly: readOnly)
+                    continue
                 }
+                if connection.isConnected && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
+                guard case .busy = error, attempt < Self.attemptsPerTransaction else { throw error }
+                attempt += 1
             }
         }
     }

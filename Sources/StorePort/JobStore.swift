@@ -52,6 +52,13 @@ public protocol JobStore: AnyObject, Sendable {
     /// Extends the leases `owner` still holds; returns the job ids whose lease was lost.
     func heartbeat(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) throws(StoreError) -> Set<String>
 
+    /// A worker's heartbeat: extends the leases `owner` still holds, as `heartbeat` does, without waiting
+    /// behind the store's queued writes where the store can (PostgreSQL renews on a connection of its
+    /// own, so a commit slower than a lease does not let the worker's other leases run out). Says which
+    /// leases the server extended and which are lost; a lease in neither was not extended this time (its
+    /// row is held by a write still in progress) and keeps the expiry it had.
+    func renewLeases(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) async throws -> LeaseRenewal
+
     /// Rescues running jobs whose lease expired by `now`; returns their ids.
     func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String]
 
@@ -302,6 +309,13 @@ public struct LogImport: Sendable, Equatable {
 }
 
 extension JobStore {
+    /// `heartbeat` on the store's executor, behind whatever is queued there (SQLite: a heartbeat needs the
+    /// database's one write lock, as every commit does). Every lease not lost was extended.
+    public func renewLeases(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) async throws -> LeaseRenewal {
+        let lost = try await run { store in try store.heartbeat(owner: owner, leases: leases, leaseMs: leaseMs, now: now) }
+        return LeaseRenewal(renewed: Set(leases.keys).subtracting(lost), lost: lost)
+    }
+
     /// `leftoversSince(position:now:skipping:)` skipping nothing.
     public func leftoversSince(position: Int64?, now: Int64) throws(StoreError) -> (candidates: LeftoverCandidates, position: Int64) {
         try leftoversSince(position: position, now: now, skipping: [])

@@ -245,6 +245,23 @@ public struct ClaimRequest: Sendable, Equatable {
     public var isEmpty: Bool { limit <= 0 || queues.map(\.isEmpty) ?? false }
 }
 
+// MARK: - LeaseRenewal
+
+/// What a worker's heartbeat (`JobStore.renewLeases`) did to each lease it was given.
+public struct LeaseRenewal: Sendable, Equatable {
+    /// The jobs whose lease the server extended to the heartbeat's `now + leaseMs`.
+    public var renewed: Set<String>
+    /// The jobs whose lease `owner` no longer holds under the token given (rescued, ended, taken over).
+    public var lost: Set<String>
+
+    /// A lease in neither set was not extended this time: its job's row was held by another write still
+    /// in progress (a commit of the worker's own, a control); it keeps the expiry it had.
+    public init(renewed: Set<String>, lost: Set<String>) {
+        self.renewed = renewed
+        self.lost = lost
+    }
+}
+
 // MARK: - AppendAndClaimOutcome
 
 /// What `EventStore.append(_:now:thenClaim:)` did: the per-event outcomes and the claim's.
