@@ -242,7 +242,7 @@ public final class WorkerPool: Sendable {
         var lastDataVersionCheck: Int64 = 0
         var controlPollPending = false
         var lastControlPoll: Int64 = 0
-        var lastHeartbeat = Clock.nowMs()
+        let heartbeats = HeartbeatTurns()
         var lastRescue: Int64 = 0
         var nextDue: Int64? = nil
         var shutdownStarted: Int64? = nil
@@ -263,6 +263,10 @@ public final class WorkerPool: Sendable {
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = max(200, config.leaseMs / 3)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
+        // The loop waits on the store at every turn (a claim joins a group commit); the keeper renews the
+        // leases while it does, so a commit slower than a lease does not let them run out.
+        let leaseKeeper = Task { [self] in await keepLeases(heartbeats, every: heartbeatEvery) }
+        defer { leaseKeeper.cancel() }
         log.workerStarted(owner: config.owner, concurrency: config.concurrency, leaseMs: config.leaseMs,
                           queues: config.queues, drain: config.drain, now: Clock.nowMs())
         await sweeper.sweepIfDue(now: Clock.nowMs())
@@ -315,10 +319,9 @@ public final class WorkerPool: Sendable {
                 // (NTP, a resumed VM), the rescue at the new time found this worker's own live leases
                 // expired and took its running jobs back (an attempt spent, the transfer abandoned; with
                 // max_attempts 1 the job failed). Renewed first, a live lease is never expired by its holder.
-                if Self.isDue(since: lastHeartbeat, every: heartbeatEvery, now: now) {
-                    lastHeartbeat = now
-                    try await heartbeat(now: now)
-                }
+                // At the time the heartbeat is made, not the turn's `now`: the turn may have waited on the
+                // store since, and a lease renewed from a time long past could already have run out.
+                try await heartbeats.beatIfDue(every: heartbeatEvery) { [self] now in try await heartbeat(now: now) }
                 if Self.isDue(since: lastRescue, every: rescueEvery, now: now) {
                     lastRescue = now
                     let owner = config.owner
@@ -403,6 +406,8 @@ public final class WorkerPool: Sendable {
             await sweeper.sweepIfDue(now: now)
             await wakeup.wait(milliseconds: drainWaitMs ?? config.pollIntervalMs)
         }
+        leaseKeeper.cancel()
+        await leaseKeeper.value
         if config.drain && !isShuttingDown { await sweeper.sweepIfDue(now: Clock.nowMs(), force: true) }
         // Every run has reported; its task may still be on its last statements. Once none is left, no
         // task holds the pool or the store (see `launch`). Not when runs outlived the shutdown's grace.
@@ -711,20 +716,33 @@ public final class WorkerPool: Sendable {
 
     // MARK: - Leases and control
 
+    /// Heartbeats while the pool runs (until cancelled), whenever one is due and the loop has not made
+    /// it: the loop heartbeats only between its waits on the store. Errors are the loop's to report (its
+    /// own calls meet them too); here the next turn simply tries again.
+    private func keepLeases(_ heartbeats: HeartbeatTurns, every: Int64) async {
+        let tick = max(20, every / 4)
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(tick))
+            if Task.isCancelled { return }
+            try? await heartbeats.beatIfDue(every: every) { [self] now in try await heartbeat(now: now) }
+        }
+    }
+
+    /// Renews the leases of every job held (`JobStore.renewLeases`), and stops the runs whose lease is
+    /// lost. Only a lease the store says it extended is noted as extended.
     private func heartbeat(now: Int64) async throws {
         let leases = state.withLock { state in state.running.mapValues(\.token) }
         guard !leases.isEmpty else { return }
         let config = configuration
-        let lost = try await store.run { store in
-            try store.heartbeat(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
-        }
+        let renewal = try await store.renewLeases(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
+        let lost = renewal.lost
         // A run whose transfer has returned is writing its outcome: the heartbeat's update may have come
         // just after that commit (the job no longer running), which is no lost lease. Its outcome's own
         // append is fenced, so a lease really lost is still learnt, from there (`LeaseSink`). Taken for
         // lost, 11 of 3,000 small jobs of a drain with a 1 s lease logged `lease_lost … stopping the
         // transfer` and counted a lease loss, each having succeeded.
         let reallyLost: [String] = state.withLock { state in
-            for jobID in leases.keys where !lost.contains(jobID) {
+            for jobID in renewal.renewed where state.running[jobID]?.token == leases[jobID] {
                 state.running[jobID]?.leaseExpiresAtMs = now + config.leaseMs
             }
             return lost.filter { state.running[$0]?.transferReturned != true }
