@@ -47,13 +47,15 @@ extension Commands {
             if path == "-" {
                 guard !readStdin else { throw UsageError("'-' (standard input) can be given only once") }
                 readStdin = true
-                // A standard input that cannot be read (a folder: `submit - < dir`) is said so, as a manifest
-                // file is; it was read as empty and refused as "the manifest has no jobs".
-                guard let contents = ManifestParser().readContents(ofDescriptor: STDIN_FILENO) else {
-                    failures.append("<stdin>: error: cannot read the manifest from standard input (\(String(cString: strerror(errno))))")
+                // A standard input that cannot be read (a folder: `submit - < dir`, or closed: `0<&-`) is said
+                // so, as a manifest file is; it was read as empty and refused as "the manifest has no jobs".
+                switch StandardInput.readManifest(with: ManifestParser()) {
+                case .success(let contents):
+                    data = contents
+                case .failure(let failure):
+                    failures.append("<stdin>: error: \(failure)")
                     continue
                 }
-                data = contents
                 displayPath = "<stdin>"
                 baseDirectory = CurrentDirectory.path
             } else {

@@ -7,7 +7,10 @@ import JobModel
 // First, descriptors 0, 1 and 2 are open (on /dev/null where the caller closed them): otherwise the
 // next file or socket opened would take the number, and output meant for the terminal would land in it.
 // A command started with its output closed fails its first write to it (see StandardOutput).
-if StandardStreams.ensureOpen().contains(STDOUT_FILENO) { StandardOutput.noteClosedAtStart() }
+// A command that reads its standard input (`submit -`) refuses one closed at start (see StandardInput).
+let reopenedAtStart = StandardStreams.ensureOpen()
+if reopenedAtStart.contains(STDOUT_FILENO) { StandardOutput.noteClosedAtStart() }
+if reopenedAtStart.contains(STDIN_FILENO) { StandardInput.noteClosedAtStart() }
 
 // Then, before any thread exists (every thread inherits this mask): hold SIGTERM, SIGINT and SIGHUP, so one
 // that arrives while the worker is still starting waits for its handler instead of killing the process.

@@ -374,4 +374,29 @@ import Glibc
         #expect(output.stderr.contains("<stdin>: error: cannot read the manifest from standard input (Is a directory)"), "\(output.stderr)")
         #expect(!output.stderr.contains("no jobs"), "\(output.stderr)")
     }
+
+    /// A standard input the caller closed (`submit - 0<&-`) is an error saying so, exit 65, nothing
+    /// submitted: jobctl puts `/dev/null` on a closed descriptor at start, and that read as an empty
+    /// manifest ("the manifest has no jobs"), as if the caller had sent one. `/dev/null` given on purpose is
+    /// an empty manifest, refused as an empty manifest file is, with the same message.
+    @Test func closedStandardInputSaysSo() throws {
+        let workspace = try CLIWorkspace("stdin-closed")
+        defer { workspace.directory.remove() }
+        let command = [PackagePaths.jobctlBinary, "--db", workspace.database, "submit", "-"].map { "'\($0)'" }.joined(separator: " ")
+        let closed = try runProcess("/bin/bash", ["-c", "\(command) 0<&-"], environment: ["NO_COLOR": "1"])
+        #expect(closed.status == 65, "\(closed.stderr)")
+        #expect(closed.stderr.contains("<stdin>: error: cannot read the manifest from standard input (Bad file descriptor: it was "
+                                       + "closed when jobctl started); give the manifest on it (`jobctl submit - < FILE`)"), "\(closed.stderr)")
+        #expect(!closed.stderr.contains("no jobs"), "\(closed.stderr)")
+        #expect(closed.stderr.contains("Error: nothing was submitted"), "\(closed.stderr)")
+
+        let devNull = try runProcess("/bin/bash", ["-c", "\(command) < /dev/null"], environment: ["NO_COLOR": "1"])
+        let emptyFile = try workspace.write("empty.yaml", "")
+        let fromFile = try workspace.jobctl(["submit", emptyFile], environment: ["NO_COLOR": "1"])
+        #expect(devNull.status == 65 && fromFile.status == 65, "\(devNull.stderr)\(fromFile.stderr)")
+        #expect(devNull.stderr.contains("<stdin>:1:1: error: the manifest has no jobs"), "\(devNull.stderr)")
+        #expect(devNull.stderr.replacingOccurrences(of: "<stdin>", with: emptyFile) == fromFile.stderr,
+                "\(devNull.stderr)\n\(fromFile.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.database), "nothing submitted: no log was created")
+    }
 }
