@@ -139,12 +139,15 @@ public enum LifecycleRefusal: Error, Sendable, Equatable, Hashable, CustomString
 ///
 /// | event \ state                                       | queued | running | paused | succeeded/failed/cancelled |
 /// |-----------------------------------------------------|--------|---------|--------|----------------------------|
-/// | started, progress, pause_requested, cancel_requested, attempt_failed, lease_expired, released, succeeded, failed | – | ✓ | – | – |
+/// | started, progress, pause_requested, cancel_requested, attempt_failed¹, lease_expired, released, succeeded, failed | – | ✓ | – | – |
 /// | paused                                              | ✓      | ✓       | –      | – |
 /// | resume_requested                                    | –      | ✓       | ✓      | – |
 /// | cancelled                                           | ✓      | ✓       | ✓      | – |
 /// | retried                                             | –      | –       | –      | failed, cancelled |
 /// | submitted, claimed                                  | only through `submit` and `claim` |
+///
+/// ¹ Not for the job's last attempt (`attempts` at `max_attempts`): its failure is final, reported as
+/// `failed` (`retryLimitExceeded`), as the rescue of a last attempt decides it.
 ///
 /// **Control** (`pause`, `resume`, `cancel`, `retry`):
 ///
@@ -262,6 +265,9 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             guard Self.allows(payload.type, in: job.state) else {
                 throw .invalidTransition(state: job.state, event: payload.type)
             }
+            if payload.type == .attemptFailed, job.attempts >= job.maxAttempts {
+                throw .invalidControl(Self.lastAttemptMessage(job))
+            }
             return settled([DecidedEvent(payload, leaseToken: leaseToken)], now: now)
         case .pause:
             return settled(try Self.pause(job), now: now)
@@ -306,6 +312,18 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         // The log's own event: never a job's.
         case .archived: false
         }
+    }
+
+    /// Why an `attempt_failed` of the job's last attempt is refused. It would queue the job for an attempt
+    /// beyond `max_attempts`: claimed again, attempt 4 of 3, and a crash of that run failed it only then.
+    /// The failure of the last attempt is final, as the rescue of a last attempt is (`expiry`); it is the
+    /// reporter's to say so with `failed`, as our worker does, and its own error and reason go with it —
+    /// the lifecycle does not store another event than the one reported (whose answer is that event, and
+    /// which a retried write looks for in the log).
+    private static func lastAttemptMessage(_ job: JobRecord) -> String {
+        "job \(job.id): attempt \(job.attempts) of \(job.maxAttempts) was its last (max_attempts), so its failure is final: "
+            + "report it as 'failed' (error code retryLimitExceeded), not 'attempt_failed', which would queue the job for "
+            + "an attempt it does not have; nothing was recorded"
     }
 
     // MARK: - Control

@@ -69,4 +69,39 @@ struct AttemptCountingTests {
         #expect(record.error?.message.contains("attempt 2 of 2") == true, "\(String(describing: record.error))")
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
+
+    /// The failure of the last attempt is final. A client's `attempt_failed` for it (our worker writes
+    /// `failed` there) was taken: the job went back to the queue, was claimed as attempt 3 of 2, and only
+    /// a crash of that run (its rescue) failed it. Now it is refused, nothing is recorded, the job stays
+    /// running under the reporter's lease, and nothing can claim it; left so, its rescue fails it.
+    @Test("max_attempts 2: an attempt_failed of the last attempt is refused; no third attempt", arguments: Engine.allCases)
+    func theLastAttemptCannotFailRetryable(engine: Engine) throws {
+        let fixture = try StoreFixture("store-attempts-last", engine: engine)
+        defer { fixture.remove() }
+        let id = try fixture.submit(uploadSpec(maxAttempts: 2))
+        let busy = StorageError(.unknown, "HTTP 503: the server is busy", httpStatus: 503, retryable: true)
+        // The first attempt's failure leaves one: back to the queue, runnable at 2,000.
+        let first = try Self.claim(fixture, now: 1_000)
+        try fixture.append(PendingEvent(jobID: id, type: .attemptFailed, actor: workerName, leaseToken: first.token,
+                                        data: EventData(attempt: 1, error: busy, retryAtMs: 2_000)), now: 1_500)
+        let last = try Self.claim(fixture, now: 2_000)
+        #expect(last.record.attempts == 2)
+        let refusal = #expect(throws: StoreError.self) {
+            try fixture.append(PendingEvent(jobID: id, type: .attemptFailed, actor: workerName, leaseToken: last.token,
+                                            data: EventData(attempt: 2, error: busy, retryAtMs: 3_000)), now: 2_500)
+        }
+        #expect(refusal.map { "\($0)" }?.contains("attempt 2 of 2 was its last (max_attempts), so its failure is final: "
+                                                    + "report it as 'failed'") == true, "\(String(describing: refusal))")
+        let running = try #require(try fixture.store.job(id))
+        #expect(running.state == .running && running.attempts == 2 && running.version == last.record.version)
+        #expect(try fixture.store.claim(owner: workerName, queues: nil, limit: 1, leaseMs: 1_000, now: 3_500).isEmpty,
+                "no third attempt")
+        // Its reporter gives up: the lease runs out, and the rescue of a last attempt fails the job.
+        #expect(try fixture.store.rescueExpired(now: 10_000, actor: "w2") == [id])
+        let record = try #require(try fixture.store.job(id))
+        #expect(record.state == .failed && record.error?.code == .retryLimitExceeded && record.attempts == 2,
+                "\(record.state) \(String(describing: record.error)) attempt \(record.attempts)")
+        #expect(try fixture.store.events(jobID: id).filter { $0.type == .claimed }.count == 2)
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
 }

@@ -69,7 +69,8 @@ struct LifecycleModelTests {
         // The generator reaches what it is meant to: each of these happened in some sequence.
         for outcome in ["claimed", "staleLease", "versionConflict", "invalidTransition", "invalidControl", "repeat",
                         "rescued", "reopened", "dependency cancel", "keyConflict", "settled", "lost lease", "blob",
-                        "skipped", "dry run", "bulk dry run", "expired", "archived", "kept for dependants"]
+                        "skipped", "dry run", "bulk dry run", "expired", "archived", "kept for dependants",
+                        "attempt_failed of a last attempt"]
             where seeds.count >= 20 {
             #expect(counts[outcome, default: 0] > 0, "no sequence reached '\(outcome)': \(counts)")
         }
@@ -1201,6 +1202,7 @@ final class LifecycleRun {
         if outcome.hasPrefix("rescued [\"J") { counts["rescued", default: 0] += 1 }
         if outcome.contains("reopened [\"J") { counts["reopened", default: 0] += 1 }
         if outcome.hasPrefix("skipped") { counts["skipped", default: 0] += 1 }
+        if outcome.contains("was its last (max_attempts)") { counts["attempt_failed of a last attempt", default: 0] += 1 }
         if outcome.hasPrefix("dry run") { counts["dry run", default: 0] += 1 }
         if case .bulkRetryDryRun = step, outcome.contains("dry run"), outcome.contains("; ") { counts["bulk dry run", default: 0] += 1 }
         if outcome.hasPrefix("expired [\"") { counts["expired", default: 0] += 1 }
@@ -1389,6 +1391,9 @@ final class LifecycleRun {
             (.released, 2),
             (.cancelled, record?.cancelRequested == true ? 8 : 1),
         ]
+        // Now and then a client's `attempt_failed` for the last attempt (our worker writes `failed` there):
+        // refused, the failure of the last attempt being final.
+        if !attemptsLeft { choices.append((.retryable(retryAtMs: now + random.int64(0...10_000)), 1)) }
         if !started { choices.removeAll { if case .progress = $0.0 { true } else { false } } }
         return random.weighted(choices)
     }

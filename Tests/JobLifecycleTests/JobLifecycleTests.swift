@@ -166,6 +166,7 @@ private let table: [LifeState: [Command: String]] = {
     ]) { $1 }
     var lastAttempt = running
     lastAttempt[.expireLease] = "failed -> failed"  // a crash keeps its charge: no attempts are left
+    lastAttempt[.finishRetry] = "refused: invalidControl"  // the last attempt's failure is final: `failed`, not a retry
     var notYetRunnable = queued
     notYetRunnable[.claim] = "refused: notRunnableYet"
     var staleQueuedPause = queued
