@@ -286,6 +286,9 @@ extension SQLiteConnection: DependantsReader {
     /// The job's projection row, or nil.
     public func dependencyRecord(_ jobID: String) throws(StoreError) -> JobRecord? { try loadJob(jobID) }
 
+    /// The job's projection row, not locked, or nil.
+    public func unlockedRecord(_ jobID: String) throws(StoreError) -> JobRecord? { try loadJob(jobID) }
+
     /// Inserts a row of `job_dependencies`.
     public func insertDependency(jobID: String, dependsOn: String) throws(StoreError) {
         try run("INSERT OR IGNORE INTO job_dependencies (job, depends_on) VALUES (?, ?)", [.text(jobID), .text(dependsOn)])

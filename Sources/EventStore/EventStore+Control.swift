@@ -59,9 +59,18 @@ extension EventStore {
             let resolved = try connection.resolveID(id)
             guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
             if let states, !states.contains(job.state) { return (nil, job.state) }
-            let (events, record) = try connection.perform(command, jobID: job.id, on: job, actor: actor,
-                                                          expectedVersion: job.version, now: now)
+            let (events, record) = try connection.control(command, on: job, actor: actor, now: now)
             return (ControlResult(record: record ?? job, isRepeat: events.isEmpty), (record ?? job).state)
+        }
+    }
+
+    /// What `control` would append to the job now, read in one read transaction; nothing is written.
+    public func planControl(_ command: JobCommand, id: String, now: Int64,
+                            openedBefore: Set<String>) throws(StoreError) -> (events: [DecidedEvent], record: JobRecord) {
+        try readTransaction { (connection) throws(StoreError) -> (events: [DecidedEvent], record: JobRecord) in
+            let resolved = try connection.resolveID(id)
+            guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
+            return (try connection.planControl(command, on: job, now: now, openedBefore: openedBefore), job)
         }
     }
 

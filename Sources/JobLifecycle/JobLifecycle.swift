@@ -21,7 +21,8 @@ public indirect enum JobCommand: Sendable, Equatable, Hashable {
     case resume
     /// Cancel the job; `actor` is named in the error a queued or paused job is cancelled with.
     case cancel(by: String)
-    /// Open a failed or cancelled job again (the CLI's `retry`).
+    /// Open a failed or cancelled job again (the CLI's `retry`). For a job that waits for others
+    /// (`after:`), decided on how they stand (`decide`'s `dependencies`, which the store reads).
     case retry
     /// The job's lease, held by `holder`, ran out at `expiredAtMs` (nil: the lease row vanished).
     case expireLease(holder: String, expiredAtMs: Int64?)
@@ -94,6 +95,43 @@ public struct DecidedEvent: Sendable, Equatable, Hashable {
     }
 }
 
+/// How the jobs a job waits for (`after:`) stand, as the store read them in a command's transaction: what
+/// a `retry` of the job is decided on. A job that waits for one that failed or was cancelled can never run.
+public struct DependencyStanding: Sendable, Equatable, Hashable {
+    /// A job it waits for that has not succeeded.
+    public struct Dependency: Sendable, Equatable, Hashable {
+        /// The job's id.
+        public var id: String
+        /// Its idempotency key, named beside the id.
+        public var key: String?
+        /// Its state; nil when it is not in the log.
+        public var state: JobState?
+        /// The job whose retry with `--with-dependants` opens it again: for one a cascade cancelled, the
+        /// job whose own end began the cascade (while that one is still failed or cancelled); else itself.
+        public var root: String
+
+        /// Creates a dependency as read.
+        public init(id: String, key: String?, state: JobState?, root: String) {
+            self.id = id
+            self.key = key
+            self.state = state
+            self.root = root
+        }
+    }
+
+    /// The jobs it still waits for (none that succeeded), in the store's order.
+    public var unfinished: [Dependency]
+    /// Whether the job's own `cancelled` names a dependency (a dependency's end cancelled it): a retry of
+    /// that cascade's first job with `--with-dependants` opens it again, while a job cancelled by hand stays.
+    public var cancelledByDependency: Bool
+
+    /// Creates the standing as read.
+    public init(unfinished: [Dependency], cancelledByDependency: Bool) {
+        self.unfinished = unfinished
+        self.cancelledByDependency = cancelledByDependency
+    }
+}
+
 /// Why the lifecycle refused a command. Each description says what to do.
 public enum LifecycleRefusal: Error, Sendable, Equatable, Hashable, CustomStringConvertible {
     /// The job does not exist (only `submit` may name a job that has no events).
@@ -159,10 +197,13 @@ public enum LifecycleRefusal: Error, Sendable, Equatable, Hashable, CustomString
 /// | running, cancel pending    | refused          | refused                | repeat             | refused |
 /// | paused                     | repeat           | `resume_requested` → queued | `cancelled`   | refused |
 /// | succeeded                  | refused          | refused                | refused            | refused |
-/// | failed                     | refused          | refused (use retry)    | refused            | `retried` |
-/// | cancelled                  | refused          | refused (use retry)    | repeat             | `retried` |
+/// | failed                     | refused          | refused (use retry)    | refused            | `retried`² |
+/// | cancelled                  | refused          | refused (use retry)    | repeat             | `retried`² |
 ///
 /// A *repeat* asks for what already holds or is on its way: no events. A *refusal* says why.
+///
+/// ² Refused while a job it waits for (`after:`) is failed or cancelled, or not in the log: it could never
+/// run. The refusal names the retry that opens it with that job (`--with-dependants`).
 ///
 /// **Claim**: a queued job whose `run_after` has come gets `claimed` with the new token and attempt
 /// `attempts + 1`. **Lease expiry** of a running job: `lease_expired`, or `failed`
@@ -226,17 +267,21 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
     ///   - expectedVersion: the version the caller saw; refused (`versionConflict`) unless current.
     ///   - leaseToken: the reporting worker's token; refused (`staleLease`) unless the job is running
     ///     under exactly it. Ignored by `claim`, which carries its new token.
-    public func decide(_ command: JobCommand, now: Int64, expectedVersion: Int? = nil,
-                       leaseToken: Int64? = nil) -> Result<[DecidedEvent], LifecycleRefusal> {
+    ///   - dependencies: how the jobs this one waits for (`after:`) stand, read in the command's
+    ///     transaction. A `retry` of a job that waits for any is refused without it; other commands
+    ///     ignore it.
+    public func decide(_ command: JobCommand, now: Int64, expectedVersion: Int? = nil, leaseToken: Int64? = nil,
+                       dependencies: DependencyStanding? = nil) -> Result<[DecidedEvent], LifecycleRefusal> {
         do throws(LifecycleRefusal) {
-            return .success(try decided(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken))
+            return .success(try decided(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken,
+                                        dependencies: dependencies))
         } catch {
             return .failure(error)
         }
     }
 
-    private func decided(_ command: JobCommand, now: Int64, expectedVersion: Int?,
-                         leaseToken: Int64?) throws(LifecycleRefusal) -> [DecidedEvent] {
+    private func decided(_ command: JobCommand, now: Int64, expectedVersion: Int?, leaseToken: Int64?,
+                         dependencies: DependencyStanding?) throws(LifecycleRefusal) -> [DecidedEvent] {
         if case .report(let payload) = command, payload.type == .submitted || payload.type == .claimed {
             throw .invalidControl("'\(payload.type.rawValue)' events are written by submit and claim, not reported")
         }
@@ -276,7 +321,7 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         case .cancel(let actor):
             return settled(try Self.cancel(job, by: actor), now: now)
         case .retry:
-            return settled(try Self.retry(job), now: now)
+            return settled(try Self.retry(job, dependencies: dependencies), now: now)
         case .expireLease(let holder, let expiredAtMs):
             guard job.state == .running else { throw .invalidTransition(state: job.state, event: .leaseExpired) }
             return settled([Self.expiry(job, holder: holder, expiredAtMs: expiredAtMs)], now: now)
@@ -380,9 +425,25 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
         }
     }
 
-    private static func retry(_ job: JobRecord) throws(LifecycleRefusal) -> [DecidedEvent] {
+    /// A failed or cancelled job opens again — unless it waits for a job that failed or was cancelled (or
+    /// left the log): opened, it could never run, and nothing would say so. Refused then, naming the
+    /// dependency and the retry that opens it with the job (the cascade's first job, with
+    /// `--with-dependants`), as `dependencyRetried` keeps such a job cancelled.
+    private static func retry(_ job: JobRecord, dependencies: DependencyStanding?) throws(LifecycleRefusal) -> [DecidedEvent] {
         switch job.state {
         case .failed, .cancelled:
+            if let after = job.spec.after, !after.isEmpty {
+                guard let dependencies else {
+                    throw .invalidControl("job \(job.id) waits for other jobs (after:), and its retry was asked without how they "
+                                              + "stand; nothing was changed")
+                }
+                let ended = dependencies.unfinished.filter { dependency in
+                    dependency.state.map { $0 == .failed || $0 == .cancelled } ?? true
+                }
+                if !ended.isEmpty {
+                    throw .invalidControl(neverRunsMessage(job, ended: ended, cancelledByDependency: dependencies.cancelledByDependency))
+                }
+            }
             return [DecidedEvent(.retried(reason: nil))]
         case .succeeded:
             throw .invalidControl("job \(job.id) has already succeeded; only failed or cancelled jobs can be retried")
@@ -390,6 +451,31 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             throw .invalidControl(
                 "job \(job.id) is \(job.state.rawValue), not failed or cancelled; only those can be retried")
         }
+    }
+
+    /// "job B still waits for A (key a), which failed; retried alone, it could never run: `jobctl retry A
+    /// --with-dependants` opens it again with A".
+    private static func neverRunsMessage(_ job: JobRecord, ended: [DependencyStanding.Dependency],
+                                         cancelledByDependency: Bool) -> String {
+        let named = ended.map { dependency in
+            let how = switch dependency.state {
+            case .failed?: "which failed"
+            case .cancelled?: "which was cancelled"
+            default: "which is no longer in the log"
+            }
+            return (dependency.key.map { "\(dependency.id) (key \($0))" } ?? dependency.id) + ", " + how
+        }.joined(separator: ", and ")
+        let stuck = "job \(job.id) still waits for \(named); retried alone, it could never run"
+        if ended.contains(where: { $0.state == nil }) {
+            return stuck + ": submit it again without that dependency"
+        }
+        var roots: [String] = []
+        for dependency in ended where !roots.contains(dependency.root) { roots.append(dependency.root) }
+        let command = "`jobctl retry \(roots.joined(separator: " ")) --with-dependants`"
+        if cancelledByDependency {
+            return stuck + ": \(command) opens it again with " + (roots.count == 1 ? roots[0] : "them")
+        }
+        return stuck + ": \(command) first, then `jobctl retry \(job.id)`"
     }
 
     // MARK: - Dependencies

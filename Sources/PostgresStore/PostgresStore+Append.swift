@@ -182,9 +182,18 @@ extension PostgresStore {
             let resolved = try connection.resolveID(id)
             guard let job = try connection.lockJob(resolved) else { throw StoreError.notFound(id) }
             if let states, !states.contains(job.state) { return (nil, job.state) }
-            let (events, record) = try connection.perform(command, jobID: job.id, on: job, actor: actor,
-                                                          expectedVersion: job.version, now: now)
+            let (events, record) = try connection.control(command, on: job, actor: actor, now: now)
             return (ControlResult(record: record ?? job, isRepeat: events.isEmpty), (record ?? job).state)
+        }
+    }
+
+    /// What `control` would append to the job now, read in one read transaction; nothing is locked or written.
+    public func planControl(_ command: JobCommand, id: String, now: Int64,
+                            openedBefore: Set<String>) throws(StoreError) -> (events: [DecidedEvent], record: JobRecord) {
+        try readTransaction { (connection) throws(StoreError) -> (events: [DecidedEvent], record: JobRecord) in
+            let resolved = try connection.resolveID(id)
+            guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
+            return (try connection.planControl(command, on: job, now: now, openedBefore: openedBefore), job)
         }
     }
 
@@ -466,6 +475,9 @@ extension PostgresConnection: DependantsReader {
 
     /// The job's projection row, locked, or nil.
     public func dependencyRecord(_ jobID: String) throws(StoreError) -> JobRecord? { try lockJob(jobID) }
+
+    /// The job's projection row, not locked, or nil.
+    public func unlockedRecord(_ jobID: String) throws(StoreError) -> JobRecord? { try loadJob(jobID) }
 
     /// Inserts a row of `job_dependencies`.
     public func insertDependency(jobID: String, dependsOn: String) throws(StoreError) {

@@ -65,13 +65,16 @@ extension DecisionWriter {
     /// a decided event that is exactly that payload is stored as it says, without hashing or encoding
     /// here; any other is readied here.
     ///
+    /// `dependencies` is how the jobs the job waits for stand, for a `retry` (`DependantsReader.control`
+    /// reads them).
+    ///
     /// Returns the events appended (empty for a repeat) and the job after them.
     public func perform(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
                         expectedVersion: Int? = nil, leaseToken: Int64? = nil, prepared: PreparedPayload? = nil,
-                        now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
+                        dependencies: DependencyStanding? = nil, now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
         var ended: [EndedJob] = []
         let result = try decide(command, jobID: jobID, on: current, actor: actor, expectedVersion: expectedVersion,
-                                leaseToken: leaseToken, prepared: prepared, now: now, ended: &ended)
+                                leaseToken: leaseToken, prepared: prepared, dependencies: dependencies, now: now, ended: &ended)
         try cancelWaitingDependants(of: ended, actor: actor, now: now)
         return result
     }
@@ -79,13 +82,15 @@ extension DecisionWriter {
     /// `perform` without the cascade: a job that ends failed or cancelled here is added to `ended`, for
     /// `cancelWaitingDependants` to cancel what waits for it.
     private func decide(_ command: JobCommand, jobID: String, on current: JobRecord?, actor: String,
-                        expectedVersion: Int?, leaseToken: Int64?, prepared: PreparedPayload?, now: Int64,
+                        expectedVersion: Int?, leaseToken: Int64?, prepared: PreparedPayload?,
+                        dependencies: DependencyStanding? = nil, now: Int64,
                         ended: inout [EndedJob]) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
         precondition(current?.id.hasSameUTF8(as: jobID) ?? true,
                      "perform: the record is not job \(jobID)'s")
         var lifecycle = JobLifecycle(record: current)
         let decided: [DecidedEvent]
-        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken) {
+        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken,
+                                dependencies: dependencies) {
         case .success(let events): decided = events
         case .failure(let refusal): throw StoreError(refusal, jobID: jobID)
         }
@@ -175,14 +180,22 @@ extension DecisionWriter {
     /// The job whose own end (a failure, a cancel by hand) cancelled `job` through a chain of dependency
     /// cancels, each read from the `dependency` field of the job's `cancelled` event: `job` itself when a
     /// dependency's end did not cancel it, or when the job above it is no longer failed or cancelled
-    /// (retried since: retrying `job` with its dependants is then the remedy).
+    /// (retried since: retrying `job` with its dependants is then the remedy). The jobs above are read
+    /// (and locked) as dependencies.
     private func cascadeRoot(of job: JobRecord) throws(StoreError) -> String {
+        try cascadeRoot(of: job, opened: []) { (id) throws(StoreError) in try dependencyRecord(id) }
+    }
+
+    /// `cascadeRoot(of:)`, reading each job above with `record`; `opened` are jobs taken as open although
+    /// the log has them failed or cancelled (a bulk dry run's earlier retries).
+    func cascadeRoot(of job: JobRecord, opened: Set<String>,
+                     record: (String) throws(StoreError) -> JobRecord?) throws(StoreError) -> String {
         var current = job
         var seen: Set<String> = [job.id]
         while current.state == .cancelled,
               let cause = try payload(ofJob: current.id, version: current.version)?.cancellingDependency,
-              seen.insert(cause).inserted,
-              let above = try dependencyRecord(cause), above.state == .failed || above.state == .cancelled {
+              seen.insert(cause).inserted, !opened.contains(cause),
+              let above = try record(cause), above.state == .failed || above.state == .cancelled {
             current = above
         }
         return current.id

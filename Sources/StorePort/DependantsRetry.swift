@@ -58,6 +58,59 @@ public protocol DependantsReader: DecisionWriter {
     /// states, nil for one not in the log; with `locking`, their rows are held against change (shared)
     /// until the transaction ends, where the engine locks rows.
     func remainingDependencies(of jobID: String, locking: Bool) throws(StoreError) -> [(id: String, state: JobState?)]
+    /// The job's projection row as this transaction reads it, or nil; never locked (a dry run's read
+    /// transaction takes no locks, and reading up a chain of cancels for a message must not lock it).
+    func unlockedRecord(_ jobID: String) throws(StoreError) -> JobRecord?
+}
+
+// MARK: - Control
+
+extension DependantsReader {
+    /// How the jobs `job` waits for (`after:`) stand in this transaction: what its `retry` is decided on;
+    /// nil for a job that waits for none, for which nothing is read. With `locking`, their rows are held
+    /// as `remainingDependencies` holds them: a dependency cannot end between this read and the commit of
+    /// the retry that read it open. `openedBefore`: jobs taken as open (as `planDependantsRetry`).
+    public func dependencyStanding(of job: JobRecord, locking: Bool,
+                                   openedBefore: Set<String> = []) throws(StoreError) -> DependencyStanding? {
+        guard let after = job.spec.after, !after.isEmpty else { return nil }
+        var unfinished: [DependencyStanding.Dependency] = []
+        for (id, state) in try remainingDependencies(of: job.id, locking: locking) {
+            let record = try unlockedRecord(id)
+            if openedBefore.contains(id) {
+                unfinished.append(DependencyStanding.Dependency(id: id, key: record?.key, state: .queued, root: id))
+                continue
+            }
+            let root = if let record {
+                try cascadeRoot(of: record, opened: openedBefore) { (above) throws(StoreError) in try unlockedRecord(above) }
+            } else {
+                id
+            }
+            unfinished.append(DependencyStanding.Dependency(id: id, key: record?.key, state: state, root: root))
+        }
+        let cancellation = job.state == .cancelled ? try payload(ofJob: job.id, version: job.version) : nil
+        return DependencyStanding(unfinished: unfinished, cancelledByDependency: cancellation?.cancellingDependency != nil)
+    }
+
+    /// A control command (pause, resume, cancel, retry) on `job`, its row as it stands in this write
+    /// transaction (locked where the engine locks rows): `perform`, with how the jobs it waits for stand
+    /// when it is a retry (read here, their rows held until the commit).
+    public func control(_ command: JobCommand, on job: JobRecord, actor: String,
+                        now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
+        let dependencies = command == .retry ? try dependencyStanding(of: job, locking: true) : nil
+        return try perform(command, jobID: job.id, on: job, actor: actor, expectedVersion: job.version,
+                           dependencies: dependencies, now: now)
+    }
+
+    /// What `control` would append to `job` (read in the caller's transaction), changing nothing: the
+    /// lifecycle's events, or its refusal thrown. `openedBefore`: as `planDependantsRetry`.
+    public func planControl(_ command: JobCommand, on job: JobRecord, now: Int64,
+                            openedBefore: Set<String> = []) throws(StoreError) -> [DecidedEvent] {
+        let dependencies = command == .retry ? try dependencyStanding(of: job, locking: false, openedBefore: openedBefore) : nil
+        switch JobLifecycle(record: job).decide(command, now: now, expectedVersion: job.version, dependencies: dependencies) {
+        case .success(let events): return events
+        case .failure(let refusal): throw StoreError(refusal, jobID: job.id)
+        }
+    }
 }
 
 // MARK: - Planning and performing
@@ -121,11 +174,12 @@ extension DependantsReader {
     }
 
     /// `retry` of `job` (its row as it stands in this write transaction, locked where the engine locks
-    /// rows), then every dependant `planDependantsRetry` opens again, each through the lifecycle and
-    /// with its own `retried` event, all in the caller's transaction: a refusal of any throws, and the
-    /// caller's rollback leaves every job as it was.
+    /// rows; refused, as `control` refuses it, while a job it waits for is failed or cancelled), then
+    /// every dependant `planDependantsRetry` opens again, each through the lifecycle and with its own
+    /// `retried` event, all in the caller's transaction: a refusal of any throws, and the caller's
+    /// rollback leaves every job as it was.
     public func retryWithDependants(_ job: JobRecord, actor: String, now: Int64) throws(StoreError) -> DependantsRetryResult {
-        let (events, record) = try perform(.retry, jobID: job.id, on: job, actor: actor, expectedVersion: job.version, now: now)
+        let (events, record) = try control(.retry, on: job, actor: actor, now: now)
         let retried = record ?? job
         let plan = try planDependantsRetry(of: retried, locking: true, now: now)
         var reopened: [JobRecord] = []
@@ -144,9 +198,7 @@ extension DependantsReader {
     /// the job's own retry is refused as it would be. `openedBefore`: as `planDependantsRetry`.
     public func planRetryWithDependants(_ job: JobRecord, now: Int64,
                                         openedBefore: Set<String> = []) throws(StoreError) -> DependantsRetryResult {
-        if case .failure(let refusal) = JobLifecycle(record: job).decide(.retry, now: now, expectedVersion: job.version) {
-            throw StoreError(refusal, jobID: job.id)
-        }
+        _ = try planControl(.retry, on: job, now: now, openedBefore: openedBefore)
         let plan = try planDependantsRetry(of: job, locking: false, now: now, openedBefore: openedBefore)
         return DependantsRetryResult(job: ControlResult(record: job, isRepeat: false), reopened: plan.reopened.map(\.record),
                                      kept: plan.kept)

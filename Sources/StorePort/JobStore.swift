@@ -75,6 +75,13 @@ public protocol JobStore: AnyObject, Sendable {
     func control(_ command: JobCommand, id: String, actor: String, now: Int64,
                  ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState)
 
+    /// What `control` would do to the job `id` names now (`--dry-run`), read in one read transaction and
+    /// decided on the same facts (a retry: how the jobs it waits for stand), nothing written: the events
+    /// the lifecycle would append (none for a repeat) and the job as read, or the refusal thrown.
+    /// `openedBefore`: as `retryWithDependants`'s (a bulk dry run's retries before this one).
+    func planControl(_ command: JobCommand, id: String, now: Int64,
+                     openedBefore: Set<String>) throws(StoreError) -> (events: [DecidedEvent], record: JobRecord)
+
     /// `retry` of the job `id` names, and every job that a dependency's end cancelled because of it,
     /// through the chain (`DependantsReader.planDependantsRetry`; the rules are `JobLifecycle`'s
     /// `dependencyRetried`): each gets its own `retried` event and waits for its dependencies again, all

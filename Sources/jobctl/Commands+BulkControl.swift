@@ -116,8 +116,11 @@ struct BulkControl {
                 decisions += made
                 continue
             }
-            decisions.append(dryRun ? predict(job, command)
-                                 : perform(job, store: store, context: context, command: command))
+            let decision = dryRun ? predict(job, command, store: store, openedBefore: openedBefore)
+                                  : perform(job, store: store, context: context, command: command)
+            // A retry opens the job for the plans after it, as the log would have it by then.
+            if dryRun && decision.outcome == "changed" && command == .retry { openedBefore.insert(job.id) }
+            decisions.append(decision)
         }
         // A dependant left cancelled at one selected job's retry and reopened by a later one's was not left
         // cancelled: only its reopening is reported. One left cancelled at several is reported once, at
@@ -146,15 +149,17 @@ struct BulkControl {
         return report.refused == 0 ? ExitCode.ok : ExitCode.failure
     }
 
-    /// The lifecycle's answer for `job` as read: nothing is appended.
-    private func predict(_ job: JobRecord, _ command: JobCommand) -> Decision {
-        switch JobLifecycle(record: job).decide(command, now: Clock.nowMs(), expectedVersion: job.version) {
-        case .success(let events):
-            return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
+    /// The lifecycle's answer for `job`, read again by the store with the facts the command would be
+    /// decided on (a retry: how the jobs it waits for stand, those in `openedBefore` taken as open, as the
+    /// retries before it would leave them): nothing is appended.
+    private func predict(_ job: JobRecord, _ command: JobCommand, store: any JobStore, openedBefore: Set<String>) -> Decision {
+        do {
+            let (events, record) = try store.planControl(command, id: job.id, now: Clock.nowMs(), openedBefore: openedBefore)
+            return Decision(id: job.id, kind: job.kind.rawValue, state_before: record.state.rawValue, state: record.state.rawValue,
                             outcome: events.isEmpty ? "repeat" : "changed", events: events.map(\.payload.type.rawValue), reason: nil)
-        case .failure(let refusal):
+        } catch {
             return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
-                            outcome: "refused", events: [], reason: "\(StoreError(refusal, jobID: job.id))")
+                            outcome: "refused", events: [], reason: "\(error)")
         }
     }
 

@@ -43,7 +43,9 @@ extension Commands {
         job is retried: --with-dependants reopens it too, and the jobs cancelled because of it in turn, each
         with its own 'retried' event and in the same transaction as the retry (all or nothing); they wait for
         the job again. A dependant cancelled by hand stays cancelled, and so does one that still waits for
-        another failed or cancelled job (retrying that one with --with-dependants reopens it).
+        another failed or cancelled job (retrying that one with --with-dependants reopens it). A job that
+        waits for a job still failed or cancelled is refused, with or without --with-dependants: reopened, it
+        could never run; the error names the job to retry with --with-dependants.
         """,
         extraOptions: [Options.withDependants]
     ) { store, id, context in try store.retry(id: id, actor: context.actor, now: Clock.nowMs()) }

@@ -170,6 +170,62 @@ import TestSupport
         #expect(try workspace.jobctl(["pause", ids[0], "--with-dependants"]).status == 64)
     }
 
+    /// `retry` of a job whose dependency is still failed or cancelled is refused (exit 1, with and without
+    /// `--json`), naming the dependency and the retry that opens the job with it: it re-queued the job,
+    /// which waited for ever. The bulk form refuses it at its turn — taken once a retry before it in the
+    /// same run opened the dependency — and its dry run says the same, job by job.
+    @Test("retry refuses a dependant whose dependency has ended; the bulk form and its dry run agree", arguments: StoreEngine.allCases)
+    func retryRefusesADependantThatCouldNeverRun(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("deps-retry-refused", engine: engine)
+        defer { workspace.directory.remove() }
+        // y is listed (so submitted, and selected) before x, the job it waits for.
+        let ids = try workspace.submit("""
+            - {kind: upload-data, data: a, destination: 'file://b/a', key: a}
+            - {kind: upload-data, data: b, destination: 'file://b/b', key: b, after: [a], queue: second}
+            - {kind: upload-data, data: y, destination: 'file://b/y', key: y, after: [x]}
+            - {kind: upload-data, data: x, destination: 'file://b/x', key: x}
+            """)
+        try #require(ids.count == 4)
+        let (a, b, y, x) = (ids[0], ids[1], ids[2], ids[3])
+        #expect(try workspace.jobctl(["cancel", a, x]).status == 0)
+        let refusal = "job \(b) still waits for \(a) (key a), which was cancelled; retried alone, it could never run: "
+            + "`jobctl retry \(a) --with-dependants` opens it again with \(a)"
+
+        let plain = try workspace.jobctl(["retry", b])
+        #expect(plain.status == 1 && plain.stdout.isEmpty, "\(plain.stdout)\(plain.stderr)")
+        #expect(plain.stderr == "Error: \(b): \(refusal)\n", "\(plain.stderr)")
+        let json = try workspace.jobctl(["retry", b, "--json"])
+        let printed = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [Any]
+        #expect(json.status == 1 && printed?.isEmpty == true, "\(json.stdout)")
+        #expect(json.stderr == "Error: \(b): \(refusal)\n", "\(json.stderr)")
+        let withDependants = try workspace.jobctl(["retry", b, "--with-dependants"])
+        #expect(withDependants.status == 1 && withDependants.stderr == "Error: \(b): \(refusal)\n", "\(withDependants.stderr)")
+
+        func outcomes(_ arguments: [String]) throws -> (status: Int32, jobs: [String]) {
+            let output = try workspace.jobctl(["retry"] + arguments + ["--json"])
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any], "\(output.stderr)")
+            let jobs = try #require(report["jobs"] as? [[String: Any]])
+            return (output.status, jobs.map { "\($0["id"] as? String ?? "?") \($0["outcome"] as? String ?? "?") \($0["reason"] as? String ?? "-")" })
+        }
+        // b alone, by a filter: refused, in the dry run as in the run.
+        for dryRun in [true, false] {
+            let alone = try outcomes(["--state", "cancelled", "--queue", "second"] + (dryRun ? ["--dry-run"] : []))
+            #expect(alone.status == 1 && alone.jobs == ["\(b) refused \(refusal)"], "dry run \(dryRun): \(alone)")
+        }
+        // Every cancelled job, oldest first: b after a is taken (a opened first); y before x is refused.
+        let forY = "job \(y) still waits for \(x) (key x), which was cancelled; retried alone, it could never run: "
+            + "`jobctl retry \(x) --with-dependants` opens it again with \(x)"
+        let expected = ["\(a) changed -", "\(b) changed -", "\(y) refused \(forY)", "\(x) changed -"]
+        let dry = try outcomes(["--state", "cancelled", "--dry-run"])
+        #expect(dry.status == 1 && dry.jobs == expected, "\(dry.jobs)")
+        let states = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(states.allSatisfy { $0["state"] as? String == "cancelled" }, "the dry run changed nothing")
+        let run = try outcomes(["--state", "cancelled"])
+        #expect(run.status == 1 && run.jobs == expected, "\(run.jobs)")
+        // y is retried now that x is open again.
+        #expect(try workspace.jobctl(["retry", y]).status == 0)
+    }
+
     /// A job waiting for two selected jobs (c after a and b, both cancelled) is left cancelled at the
     /// first one's retry and reopened by the second's: a dry run says so as the real run does it, and
     /// neither reports it left cancelled. The dry run planned each retry against the log as it stands,

@@ -108,6 +108,62 @@ import TestSupport
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
+    /// A plain `retry` of a job whose dependency is still failed or cancelled is refused: it re-queued the
+    /// job, which then waited for ever, and nothing said so. The refusal names the dependency and the
+    /// retry that opens the job with it (the cascade's first job, `--with-dependants`); a job cancelled by
+    /// hand is told to retry it after that. `retry --with-dependants` of such a job is refused the same
+    /// way, its dry run and a dry run's plan (`planControl`) too — unless an earlier retry of the dry run
+    /// opened the dependency. Once the dependency is open again, the same retries are taken.
+    @Test(arguments: Engine.allCases)
+    func aDependantIsNotRetriedAloneWhileItsDependencyHasEnded(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-retry-alone", engine: engine)
+        defer { fixture.remove() }
+        let ids = try fixture.store.submit([spec(key: "a"), spec(key: "b", after: ["a"]), spec(key: "c", after: ["b"]),
+                                            spec(key: "d"), spec(key: "e", after: ["d"])],
+                                           actor: "cli:test", now: 1_000).map(\.id)
+        let (a, b, c, d, e) = (ids[0], ids[1], ids[2], ids[3], ids[4])
+        // e is cancelled by hand, then d: e's cancel names no dependency.
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: e, actor: "cli:test", now: 1_500)
+        _ = try fixture.store.control(.cancel(by: "cli:test"), id: d, actor: "cli:test", now: 1_600)
+        let claimed = try #require(try claim(fixture, now: 2_000).first { $0.record.id == a })
+        try finish(fixture, claimed, succeeded: false, now: 3_000)
+        #expect(try [b, c, e].map { try fixture.store.job($0)?.state } == [.cancelled, .cancelled, .cancelled])
+        let versions = try ids.map { try fixture.store.job($0)?.version }
+
+        func refusal(_ body: () throws -> Void) -> String {
+            do { try body() } catch { return "\(error)" }
+            return "taken"
+        }
+        let forB = "job \(b) still waits for \(a) (key a), which failed; retried alone, it could never run: "
+            + "`jobctl retry \(a) --with-dependants` opens it again with \(a)"
+        let forC = "job \(c) still waits for \(b) (key b), which was cancelled; retried alone, it could never run: "
+            + "`jobctl retry \(a) --with-dependants` opens it again with \(a)"
+        let forE = "job \(e) still waits for \(d) (key d), which was cancelled; retried alone, it could never run: "
+            + "`jobctl retry \(d) --with-dependants` first, then `jobctl retry \(e)`"
+        #expect(refusal { _ = try fixture.store.control(.retry, id: b, actor: "cli:test", now: 4_000) } == forB)
+        #expect(refusal { _ = try fixture.store.control(.retry, id: c, actor: "cli:test", now: 4_000) } == forC)
+        #expect(refusal { _ = try fixture.store.control(.retry, id: e, actor: "cli:test", now: 4_000) } == forE)
+        for dryRun in [false, true] {
+            #expect(refusal { _ = try fixture.store.retryWithDependants(id: b, actor: "cli:test", now: 4_000, ifStateIn: nil,
+                                                                       dryRun: dryRun) } == forB, "dry run: \(dryRun)")
+        }
+        #expect(refusal { _ = try fixture.store.planControl(.retry, id: b, now: 4_000, openedBefore: []) } == forB)
+        // Nothing changed, and no job can be claimed.
+        #expect(try ids.map { try fixture.store.job($0)?.version } == versions)
+        #expect(try claim(fixture, now: 4_500).isEmpty)
+
+        // A dry run whose earlier retry opened a takes b's retry as the real run would.
+        #expect(try fixture.store.planControl(.retry, id: b, now: 4_000, openedBefore: [a]).events.map(\.payload.type) == [.retried])
+        // The remedies named: each job opens, and waits for its dependency again.
+        let reopened = try #require(try fixture.store.retryWithDependants(id: a, actor: "cli:test", now: 5_000, ifStateIn: nil,
+                                                                          dryRun: false).result)
+        #expect(reopened.reopened.map(\.id) == [b, c])
+        _ = try fixture.store.control(.retry, id: d, actor: "cli:test", now: 5_100)
+        #expect(try fixture.store.control(.retry, id: e, actor: "cli:test", now: 5_200).record.state == .queued)
+        #expect(Set(try claim(fixture, now: 6_000).map(\.record.id)) == [a, d])
+        #expect(try fixture.store.replay(verify: true).isConsistent)
+    }
+
     /// A job submitted after its dependency was cancelled by a cascade is cancelled at once, and its
     /// remedy names the job whose failure began the cascade, as the cascade's own cancels do: the
     /// dependency, opened with its dependants, would only wait for that failed job. Following the
@@ -383,9 +439,9 @@ import TestSupport
     }
 
     /// Archiving removes the waits on and of the archived jobs, so replay still matches; a failed or
-    /// cancelled job that a job staying in the log waits for (a dependant retried) stays in the log with
-    /// its waits — archived, the wait went with it, and the dependant ran though its dependency never
-    /// succeeded.
+    /// cancelled job that a job staying in the log waits for (a dependant retried alone, which a release
+    /// before `retry` refused that wrote) stays in the log with its waits — archived, the wait went with
+    /// it, and the dependant ran though its dependency never succeeded.
     @Test(arguments: Engine.allCases)
     func archivingADependencyRemovesItsWaits(engine: Engine) throws {
         let fixture = try StoreFixture("deps-archive", engine: engine)
@@ -395,8 +451,11 @@ import TestSupport
         _ = try fixture.store.control(.cancel(by: "cli:test"), id: ids[0], actor: "cli:test", now: 2_000)
         _ = try fixture.store.control(.cancel(by: "cli:test"), id: ids[2], actor: "cli:test", now: 2_500)
         #expect(try fixture.store.job(ids[1])?.state == .cancelled && fixture.store.job(ids[3])?.state == .cancelled)
-        // Retried while its dependency is still cancelled, d waits again.
-        _ = try fixture.store.control(.retry, id: ids[3], actor: "cli:test", now: 3_000)
+        // Retried while its dependency is still cancelled, d waits again: `retry` refuses that now (it could
+        // never run), and the `retried` goes in as a release before that wrote it.
+        #expect(throws: StoreError.self) { try fixture.store.control(.retry, id: ids[3], actor: "cli:test", now: 3_000) }
+        _ = try fixture.perform(.report(.retried(reason: nil)), jobID: ids[3], leaseToken: nil, now: 3_000)
+        #expect(try fixture.store.job(ids[3])?.state == .queued)
         #expect(try claim(fixture, now: 3_500).isEmpty)
         let selection = try fixture.store.archiveSelection(finishedBefore: 10_000)
         #expect(Set(selection.jobs.map(\.id)) == [ids[0], ids[1]], "c stays: d waits for it")

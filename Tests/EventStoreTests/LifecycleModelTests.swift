@@ -70,7 +70,7 @@ struct LifecycleModelTests {
         for outcome in ["claimed", "staleLease", "versionConflict", "invalidTransition", "invalidControl", "repeat",
                         "rescued", "reopened", "dependency cancel", "keyConflict", "settled", "lost lease", "blob",
                         "skipped", "dry run", "bulk dry run", "expired", "archived", "kept for dependants",
-                        "attempt_failed of a last attempt"]
+                        "retry of a job that could never run", "attempt_failed of a last attempt"]
             where seeds.count >= 20 {
             #expect(counts[outcome, default: 0] > 0, "no sequence reached '\(outcome)': \(counts)")
         }
@@ -729,7 +729,9 @@ final class LifecycleModel: LifecycleImplementation {
         var lifecycle = jobs[jobID] ?? JobLifecycle()
         let before = lifecycle.record?.state
         let decided: [DecidedEvent]
-        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken) {
+        let dependencies = command == .retry ? lifecycle.record.flatMap(dependencyStanding) : nil
+        switch lifecycle.decide(command, now: now, expectedVersion: expectedVersion, leaseToken: leaseToken,
+                                dependencies: dependencies) {
         case .success(let events): decided = events
         case .failure(let refusal): throw StoreError(refusal, jobID: jobID)
         }
@@ -762,6 +764,18 @@ final class LifecycleModel: LifecycleImplementation {
             ended.append((record.id, record.key, record.state, nil))
         }
         return events
+    }
+
+    /// How the jobs `job` waits for stand, as the stores read it for a retry (the store's rule, written
+    /// again): its waits in id order, each with its state, key and cascade root; nil when it waits for none.
+    private func dependencyStanding(of job: JobRecord) -> DependencyStanding? {
+        guard let after = job.spec.after, !after.isEmpty else { return nil }
+        let unfinished = waits(of: job.id).sorted().map { id in
+            let record = jobs[id]?.record
+            return DependencyStanding.Dependency(id: id, key: record?.key, state: record?.state, root: record.map(cascadeRoot) ?? id)
+        }
+        let cancellation = job.state == .cancelled ? log.last { $0.jobID == job.id }?.payload : nil
+        return DependencyStanding(unfinished: unfinished, cancelledByDependency: cancellation?.cancellingDependency != nil)
     }
 
     /// The job whose own end began the cascade that cancelled `job`: up through each `cancelled` event's
@@ -1202,6 +1216,7 @@ final class LifecycleRun {
         if outcome.hasPrefix("rescued [\"J") { counts["rescued", default: 0] += 1 }
         if outcome.contains("reopened [\"J") { counts["reopened", default: 0] += 1 }
         if outcome.hasPrefix("skipped") { counts["skipped", default: 0] += 1 }
+        if outcome.contains("retried alone, it could never run") { counts["retry of a job that could never run", default: 0] += 1 }
         if outcome.contains("was its last (max_attempts)") { counts["attempt_failed of a last attempt", default: 0] += 1 }
         if outcome.hasPrefix("dry run") { counts["dry run", default: 0] += 1 }
         if case .bulkRetryDryRun = step, outcome.contains("dry run"), outcome.contains("; ") { counts["bulk dry run", default: 0] += 1 }

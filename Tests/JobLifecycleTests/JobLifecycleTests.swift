@@ -437,3 +437,44 @@ struct DependencyRetriedTests {
         }
     }
 }
+
+/// A plain `retry` of a job that waits for others (`after:`) is decided on how they stand: opened while
+/// one of them is failed or cancelled, it could never run.
+struct RetryOfADependantTests {
+    private typealias Dependency = DependencyStanding.Dependency
+
+    @Test("a retry is refused while a dependency is failed, cancelled or gone, naming the retry that opens it; taken once none is")
+    func aRetryWaitsForItsDependencies() throws {
+        var dependant = spec
+        dependant.after = ["01A", "01B"]
+        var job = JobLifecycle()
+        try drive(&job, .submit(dependant), at: 100)
+        try drive(&job, .dependencyEnded(dependency: "01A", key: "a", outcome: .failed), at: 200)
+        func refusal(_ unfinished: [Dependency]?, cancelledByDependency: Bool = true) -> String? {
+            let standing = unfinished.map { DependencyStanding(unfinished: $0, cancelledByDependency: cancelledByDependency) }
+            switch job.decide(.retry, now: now, dependencies: standing) {
+            case .failure(.invalidControl(let why)): return why
+            case .failure(let other): return "\(other)"
+            case .success: return nil
+            }
+        }
+        let failedA = Dependency(id: "01A", key: "a", state: .failed, root: "01A")
+        let cancelledB = Dependency(id: "01B", key: nil, state: .cancelled, root: "01R")
+        let never = "retried alone, it could never run"
+        #expect(refusal(nil)?.contains("its retry was asked without how they stand") == true, "a store must say how they stand")
+        #expect(refusal([failedA, cancelledB]) == "job JOB still waits for 01A (key a), which failed, and 01B, which was cancelled; "
+                + "\(never): `jobctl retry 01A 01R --with-dependants` opens it again with them")
+        #expect(refusal([cancelledB], cancelledByDependency: false) == "job JOB still waits for 01B, which was cancelled; \(never): "
+                + "`jobctl retry 01R --with-dependants` first, then `jobctl retry JOB`")
+        #expect(refusal([Dependency(id: "01B", key: nil, state: nil, root: "01B")])
+                == "job JOB still waits for 01B, which is no longer in the log; \(never): submit it again without that dependency")
+        // Dependencies that can still succeed: it opens, and waits for them.
+        let open = DependencyStanding(unfinished: [Dependency(id: "01A", key: "a", state: .queued, root: "01A"),
+                                                   Dependency(id: "01B", key: nil, state: .running, root: "01B")],
+                                      cancelledByDependency: true)
+        #expect(try job.decide(.retry, now: now, dependencies: open).get() == [DecidedEvent(.retried(reason: nil))])
+        // A job that waits for nothing needs no standing.
+        var alone = try LifeState.failed.make()
+        #expect(try drive(&alone, .retry, at: now).map(\.payload.type) == [.retried])
+    }
+}
