@@ -102,26 +102,41 @@ struct BulkControl {
         // A dry run's retries so far, and the dependants they reopened: what the log would hold open by
         // now, for the plans after them (a dependant of two selected jobs opens with the second).
         var openedBefore: Set<String> = []
-        for job in targets {
+        // A selected job that waits for another (`after:`) and whose retry was refused goes once more after
+        // the others: a later selected job's retry may open the job it waits for (or, with
+        // --with-dependants, reopen it with that one), so what a bulk retry does does not depend on which
+        // of the two is older.
+        var waitingTurn: [JobRecord] = []
+        func take(_ job: JobRecord, mayWait: Bool) {
             if withDependants {
                 if let root = reopenedWith[job.id] {
                     decisions.append(Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue,
                                               state: dryRun ? job.state.rawValue : JobState.queued.rawValue, outcome: "repeat", events: [],
                                               reason: "reopened with \(root) above"))
-                    continue
+                    return
                 }
                 let made = retryWithDependants(job, store: store, context: context, openedBefore: openedBefore)
+                if mayWait, made.first?.outcome == "refused", !(job.spec.after ?? []).isEmpty {
+                    waitingTurn.append(job)
+                    return
+                }
                 for dependant in made.dropFirst() where dependant.outcome == "changed" { reopenedWith[dependant.id] = job.id }
                 if dryRun { openedBefore.formUnion(made.filter { $0.outcome == "changed" }.map(\.id)) }
                 decisions += made
-                continue
+                return
             }
             let decision = dryRun ? predict(job, command, store: store, openedBefore: openedBefore)
                                   : perform(job, store: store, context: context, command: command)
+            if mayWait, command == .retry, decision.outcome == "refused", !(job.spec.after ?? []).isEmpty {
+                waitingTurn.append(job)
+                return
+            }
             // A retry opens the job for the plans after it, as the log would have it by then.
             if dryRun && decision.outcome == "changed" && command == .retry { openedBefore.insert(job.id) }
             decisions.append(decision)
         }
+        for job in targets { take(job, mayWait: true) }
+        for job in waitingTurn { take(job, mayWait: false) }
         // A dependant left cancelled at one selected job's retry and reopened by a later one's was not left
         // cancelled: only its reopening is reported. One left cancelled at several is reported once, at
         // the last (its reason as things end).
