@@ -320,7 +320,7 @@ extension PostgresStore {
             return FinishedTransferRecord(
                 id: id, state: state, kind: kind, destination: try row.optionalString(3),
                 resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(4), what: "job \(id) resume_point"),
-                finishedAtMs: try row.optionalInteger(5) ?? 0)
+                finishedAtMs: try row.optionalInteger(5) ?? 0, leaseTokens: FinishedTransferRecord.leaseTokens(fromList: try row.optionalString(6)))
         }
     }
 
@@ -395,9 +395,14 @@ extension PostgresStore {
           AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS skipped(id) WHERE skipped.id = jobs.id)
         """
 
-    /// What `finishedLeftoverSQL` and `finishedLeftoverSkippingSQL` select, and the conditions they share.
+    /// What `finishedLeftoverSQL` and `finishedLeftoverSkippingSQL` select, and the conditions they share;
+    /// the jobs that write a `file://` sidecar with the lease tokens of their claims (through the log's
+    /// UNIQUE (job_id, version) index), which name their sidecar temporaries.
     private static let finishedLeftoverSelection = """
-        SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms
+        SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms,
+               CASE WHEN jobs.kind = 'download-file' THEN NULL
+                    ELSE (SELECT string_agg(claims.lease::text, ',') FROM events claims
+                          WHERE claims.job_id = jobs.id AND claims.type = 'claimed') END AS tokens
         FROM (SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
               WHERE kind = 'download-file' AND finished_at_ms >= $1
               UNION ALL

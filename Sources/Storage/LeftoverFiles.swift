@@ -17,20 +17,30 @@ public struct JobLocalFiles: Sendable, Equatable {
     /// When the job reached its final state (ms since 1970). A file modified after it belongs to a later
     /// attempt (the job was retried since) and is never a leftover.
     public var finishedAtMs: Int64?
+    /// The lease tokens of the job's attempts (its `claimed` events) that may have written a `file://`
+    /// sidecar's temporary, each named with its attempt's token (`SidecarTemporary`).
+    public var leaseTokens: [Int64]
 
     /// Describes a job's local files.
-    public init(jobID: String, kind: JobKind, destination: String?, resumePoint: ResumePoint?, finishedAtMs: Int64?) {
+    public init(jobID: String, kind: JobKind, destination: String?, resumePoint: ResumePoint?, finishedAtMs: Int64?,
+                leaseTokens: [Int64] = []) {
         self.jobID = jobID
         self.kind = kind
         self.destination = destination
         self.resumePoint = resumePoint
         self.finishedAtMs = finishedAtMs
+        self.leaseTokens = leaseTokens
     }
 
     /// Describes the local files of job `jobID` of `spec`.
-    public init(jobID: String, spec: JobSpec, resumePoint: ResumePoint?, finishedAtMs: Int64?) {
+    public init(jobID: String, spec: JobSpec, resumePoint: ResumePoint?, finishedAtMs: Int64?, leaseTokens: [Int64] = []) {
         self.init(jobID: jobID, kind: spec.kind, destination: spec.kind == .fetchURL ? spec.source : spec.destination,
-                  resumePoint: resumePoint, finishedAtMs: finishedAtMs)
+                  resumePoint: resumePoint, finishedAtMs: finishedAtMs, leaseTokens: leaseTokens)
+    }
+
+    /// The names of the sidecar temporaries the job's attempts wrote beside the object named `object`.
+    func sidecarTemporaries(forObject object: String) -> [String] {
+        leaseTokens.map { SidecarTemporary.name(forObject: object, token: SidecarTemporary.tag(jobID: jobID, leaseToken: $0)) }
     }
 }
 
@@ -42,7 +52,7 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
         case partialDownload = "partial-download"
         /// A `file://` upload's `.NAME.<session>.jobctl-upload`.
         case uploadSession = "upload-session"
-        /// A `file://` sidecar's `.NAME.jobctl-meta.json.<job id>.jobctl-meta.tmp`, written before it is
+        /// A `file://` sidecar's `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`, written before it is
         /// renamed into place (uploads, update-metadata, fetch-url).
         case sidecarTemporary = "sidecar-temporary"
     }
@@ -62,8 +72,8 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
 /// sessions and sidecar temporaries. Ownership must be provable, so that no user's file is ever removed:
 ///
 /// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`,
-///   `.NAME.jobctl-meta.json.<job id>.jobctl-meta.tmp`) beside the job's destination (fetch-url: its
-///   source); or
+///   `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`, the token one of the job's claims)
+///   beside the job's destination (fetch-url: its source); or
 /// - the file the job's last resume point recorded, when it recorded the file's identity (device and
 ///   inode) and the file at that path still has it.
 ///
@@ -192,15 +202,15 @@ public struct LeftoverFiles: Sendable {
         // without resolving the bucket root and opening each folder (eleven calls a job in the sweep
         // before a draining worker exits). Following links on the way can only find more than the walk
         // that follows none, never less: a name `lstat` does not find, the folder does not hold.
-        let sidecar = SidecarTemporary.name(forObject: place.name, token: job.jobID)
+        let sidecars = job.sidecarTemporaries(forObject: place.name)
         var recordedSession: LocalUploadSession?
         if case .upload(let uri, _, _, _)? = job.resumePoint { recordedSession = LocalUploadSession(uri: uri) }
         guard Self.mayExist(SafeDirectory.childPath(ours, in: place.folderPath))
-                || Self.mayExist(SafeDirectory.childPath(sidecar, in: place.folderPath))
+                || sidecars.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: place.folderPath)) })
                 || recordedSession.map({ Self.mayExist($0.path) }) == true,
               let directory = try? open(place) else { return [] }
-        var candidates = [Candidate(directory: directory, name: ours, kind: .uploadSession, recorded: nil),
-                          Candidate(directory: directory, name: sidecar, kind: .sidecarTemporary, recorded: nil)]
+        var candidates = [Candidate(directory: directory, name: ours, kind: .uploadSession, recorded: nil)]
+        candidates += sidecars.map { Candidate(directory: directory, name: $0, kind: .sidecarTemporary, recorded: nil) }
         if let session = recordedSession, let identity = session.identity, LocalFiles.directory(of: session.path) == directory.path {
             let name = LocalFiles.lastComponent(session.path)
             if LocalUploadSession.isSession(name, forObject: place.name) {
@@ -210,14 +220,15 @@ public struct LeftoverFiles: Sendable {
         return candidates
     }
 
-    /// The sidecar temporary a job that rewrites a `file://` object's sidecar (update-metadata, fetch-url)
-    /// names with its id; as for uploads, one `lstat` says when there is none.
+    /// The sidecar temporaries a job that rewrites a `file://` object's sidecar (update-metadata, fetch-url)
+    /// names with its id and its attempts' tokens; as for uploads, one `lstat` a name says when there is none.
     private func sidecarCandidates(_ job: JobLocalFiles, reference: String) -> [Candidate] {
         guard let reference = try? StorageReference(parsing: reference), reference.scheme == .file,
               let place = LocalObjectPlace.of(reference, bucketsDirectory: localBucketsDirectory) else { return [] }
-        let name = SidecarTemporary.name(forObject: place.name, token: job.jobID)
-        guard Self.mayExist(SafeDirectory.childPath(name, in: place.folderPath)), let directory = try? open(place) else { return [] }
-        return [Candidate(directory: directory, name: name, kind: .sidecarTemporary, recorded: nil)]
+        let names = job.sidecarTemporaries(forObject: place.name)
+        guard names.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: place.folderPath)) }),
+              let directory = try? open(place) else { return [] }
+        return names.map { Candidate(directory: directory, name: $0, kind: .sidecarTemporary, recorded: nil) }
     }
 
     /// Opens an object's folder as the local backend does (no links followed inside a named bucket).

@@ -209,7 +209,7 @@ final class LocalTransfer {
         let sidecar: (name: String, identity: FileIdentity)
         do {
             try temp.sync()
-            sidecar = try backend.createMetadata(object, describing: session.identity, for: location, jobID: control.jobID,
+            sidecar = try backend.createMetadata(object, describing: session.identity, for: location, control: control,
                                                  diskFull: &diskFull)
         } catch {
             // A full disk ends the job, so its session goes to give the space back.
@@ -553,7 +553,7 @@ final class LocalTransfer {
             object.downloadTokens = created
             object.metageneration = String((Int(object.metageneration ?? "1") ?? 1) + 1)
             object.updated = LocalFiles.timestamp()
-            try backend.writeMetadata(object, describing: status.identity, to: location, jobID: control.jobID)
+            try backend.writeMetadata(object, describing: status.identity, to: location, control: control)
             try location.directory.sync()
         }
         let url = "file://" + StorageReference.percentEncode(location.path, keepSlash: true) + "?token=" + StorageReference.percentEncode(token ?? "", keepSlash: false)
@@ -598,7 +598,7 @@ extension LocalTransfer {
         object.customMetadata = custom.isEmpty ? nil : custom
         object.metageneration = String((Int(object.metageneration ?? "1") ?? 1) + 1)
         object.updated = LocalFiles.timestamp()
-        try backend.writeMetadata(object, describing: status.identity, to: location, jobID: control.jobID)
+        try backend.writeMetadata(object, describing: status.identity, to: location, control: control)
         try location.directory.sync()
         return .finished(JobResult(object: object))
     }

@@ -338,14 +338,25 @@ struct LocalUploadSession: Equatable {
 }
 
 /// The temporary a sidecar is written to before it is renamed over `.<object>.jobctl-meta.json`:
-/// `.<object>.jobctl-meta.json.<token>.jobctl-meta.tmp`, the token the job's id (a random one outside the
-/// queue). The id ties a temporary a killed attempt left to its job, as it does a partial download or an
-/// upload session: the job's next attempt replaces it, and the sweep removes it once the job is final.
-/// One written by a jobctl that named it with a random tag ties it to nothing, and is left alone.
+/// `.<object>.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp` (a random tag in place of both
+/// outside the queue). The id and the attempt's lease token tie a temporary a killed attempt left to its
+/// job, and the sweep removes it once the job is final (`LeftoverFiles`, from the tokens of the job's
+/// claims). The token keeps each attempt's name its own: a temporary is written whole and then renamed
+/// by name, so a name two live attempts shared (a worker that lost the lease, woken, and the retry)
+/// let one rename the other's file — empty, half written, or describing its own object file — into
+/// place, or find the name gone and fail the job. One written by a jobctl that named it with a random
+/// tag ties it to nothing, and is left alone.
 enum SidecarTemporary {
-    /// The temporary's name beside the object named `object`, for `token` (a job id or a random tag).
+    /// The temporary's name beside the object named `object`, for `token` (`tag(jobID:leaseToken:)`, or a
+    /// random tag).
     static func name(forObject object: String, token: String) -> String {
         HiddenName.make(object, suffix: ".jobctl-meta.json." + token + ".jobctl-meta.tmp")
+    }
+
+    /// The token in the name of the temporary of job `jobID`'s attempt under lease `leaseToken` (nil: an
+    /// attempt that has none, which only tests make).
+    static func tag(jobID: String, leaseToken: Int64?) -> String {
+        leaseToken.map { jobID + "." + String($0) } ?? jobID
     }
 }
 
@@ -473,12 +484,12 @@ extension LocalBackend {
     }
 
     /// Writes the sidecar of the object file `described` atomically: a new temporary file (`O_EXCL`,
-    /// synced, named with `jobID`: `SidecarTemporary`) renamed over the sidecar's name, which replaces
+    /// synced, named for the attempt `control` runs: `SidecarTemporary`) renamed over the sidecar's name, which replaces
     /// whatever was there. The caller syncs the directory.
     func writeMetadata(_ object: StorageObject, describing described: FileIdentity, to location: LocalLocation,
-                       jobID: String?) throws(StorageError) {
+                       control: TransferControl) throws(StorageError) {
         var diskFull = false
-        let temp = try createMetadata(object, describing: described, for: location, jobID: jobID, diskFull: &diskFull)
+        let temp = try createMetadata(object, describing: described, for: location, control: control, diskFull: &diskFull)
         do {
             try location.directory.rename(temp.name, to: location.sidecarName)
         } catch {
@@ -488,15 +499,16 @@ extension LocalBackend {
     }
 
     /// Creates and syncs a new temporary sidecar of the object file `described` beside the object, named
-    /// for job `jobID` (`SidecarTemporary`; a random tag when nil), returning its name and identity; it is
-    /// removed again when writing fails, and `diskFull` then says whether the disk was full (by errno). A
-    /// file at the job's own name is one an earlier attempt of the job left when it was killed, and is
-    /// replaced (when it could be ours: `createExclusive(_:replacingOwnLeftover:)`).
+    /// for the attempt `control` runs (`SidecarTemporary`: its job's id and lease token; a random tag
+    /// outside the queue), returning its name and identity; it is removed again when writing fails, and
+    /// `diskFull` then says whether the disk was full (by errno). A file at the attempt's own name can
+    /// only be this attempt's, and is replaced (when it could be ours: `createExclusive(_:replacingOwnLeftover:)`).
     func createMetadata(_ object: StorageObject, describing described: FileIdentity, for location: LocalLocation,
-                        jobID: String?, diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
+                        control: TransferControl, diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
         let data = SidecarJSON.encode(object, describing: described) ?? SidecarJSON.encodeWithFoundation(object, describing: described)
-        let name = SidecarTemporary.name(forObject: location.name, token: jobID ?? Self.randomTag())
-        let file = try location.directory.createExclusive(name, replacingOwnLeftover: jobID != nil)
+        let token = control.jobID.map { SidecarTemporary.tag(jobID: $0, leaseToken: control.leaseToken) } ?? Self.randomTag()
+        let name = SidecarTemporary.name(forObject: location.name, token: token)
+        let file = try location.directory.createExclusive(name, replacingOwnLeftover: control.jobID != nil)
         do {
             let identity = try file.status().identity
             try file.write(data)

@@ -41,10 +41,16 @@ public final class TransferControl: Sendable {
     /// creates carry this id in their names (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`),
     /// which is what lets the orphan sweep prove whose a leftover is.
     public let jobID: String?
+    /// The lease token of the attempt (nil outside the queue, or when the caller has none). A file that
+    /// each attempt writes whole and renames into place (a `file://` sidecar's temporary) carries it
+    /// beside the job's id, so two live attempts of one job — a worker that lost the lease, frozen then
+    /// woken, and the retry — never share the name.
+    public let leaseToken: Int64?
 
-    /// A control for the transfer of job `jobID`.
-    public init(jobID: String? = nil) {
+    /// A control for the transfer of job `jobID`, attempt `leaseToken`.
+    public init(jobID: String? = nil, leaseToken: Int64? = nil) {
         self.jobID = jobID
+        self.leaseToken = leaseToken
         parent = nil
         deadline = nil
         rateLimit = nil
@@ -55,6 +61,7 @@ public final class TransferControl: Sendable {
         self.deadline = deadline
         rateLimit = maxRate.map { SharedBandwidth(rate: $0) }
         jobID = parent.jobID
+        leaseToken = parent.leaseToken
     }
 
     /// This control with a deadline `seconds` from now (the job's `timeout:`) and the job's `max_rate:`,

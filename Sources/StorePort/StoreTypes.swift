@@ -339,15 +339,25 @@ public struct FinishedTransferRecord: Sendable, Equatable {
     public var resumePoint: ResumePoint?
     /// When the job reached its final state.
     public var finishedAtMs: Int64
+    /// The lease tokens of the job's claims, which name the sidecar temporaries its attempts wrote (jobs
+    /// that write a `file://` sidecar; empty for downloads).
+    public var leaseTokens: [Int64]
 
     public init(id: String, state: JobState, kind: JobKind, destination: String?, resumePoint: ResumePoint?,
-                finishedAtMs: Int64) {
+                finishedAtMs: Int64, leaseTokens: [Int64] = []) {
         self.id = id
         self.state = state
         self.kind = kind
         self.destination = destination
         self.resumePoint = resumePoint
         self.finishedAtMs = finishedAtMs
+        self.leaseTokens = leaseTokens
+    }
+
+    /// The tokens of a comma-separated list the stores' reads aggregate (nil or empty: none).
+    public static func leaseTokens(fromList list: String?) -> [Int64] {
+        guard let list, !list.isEmpty else { return [] }
+        return list.split(separator: ",").compactMap { Int64($0) }
     }
 }
 

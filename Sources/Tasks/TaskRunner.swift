@@ -63,12 +63,14 @@ public actor TaskRunner {
     ///     returned (finished, stopped or failed) and before its outcome is written: what the transfer
     ///     held (a connection, a file) is free from then on, so a worker can start its next transfer
     ///     while this attempt's end is committed.
+    ///   - leaseToken: the attempt's lease token: the temporaries it writes whole and renames (a `file://`
+    ///     sidecar's) carry it, so no other attempt of the job shares their names.
     ///   - clock: wall-clock milliseconds (injectable for tests).
     ///   - random: numbers in `0 ..< 1` for retry jitter (injectable for tests).
     public init(jobID: String, spec: JobSpec, attempt: Int, maxAttempts: Int? = nil, resumePoint: ResumePoint? = nil,
                 bytesTotal: Int64? = nil, backend: any StorageBackend, sink: any TaskEventSink,
                 configuration: TaskStateMachine.Configuration = .init(), holdStarted: Bool = false,
-                transferReturned: (@Sendable () -> Void)? = nil,
+                transferReturned: (@Sendable () -> Void)? = nil, leaseToken: Int64? = nil,
                 clock: @escaping @Sendable () -> Int64 = { Clock.nowMs() },
                 random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
         self.jobID = jobID
@@ -79,7 +81,7 @@ public actor TaskRunner {
         self.sink = sink
         self.holdsStarted = holdStarted
         self.transferReturned = transferReturned
-        self.control = TransferControl(jobID: jobID)
+        self.control = TransferControl(jobID: jobID, leaseToken: leaseToken)
         self.clock = clock
         self.random = random
     }
@@ -196,8 +198,10 @@ public actor TaskRunner {
         return outcome
     }
 
-    /// A job that ended failed or cancelled never resumes, so its partial download, upload session or
-    /// sidecar temporary (a killed attempt's) goes now, recorded or not (a retry starts over). Paused, released and retry-scheduled jobs keep theirs:
+    /// A job that ended failed or cancelled never resumes, so its partial download or upload session goes
+    /// now, recorded or not (a retry starts over), and this attempt's sidecar temporary if it is still
+    /// there (a killed earlier attempt's, named with that attempt's lease token, is the sweep's, which
+    /// reads the job's tokens from the log). Paused, released and retry-scheduled jobs keep theirs:
     /// they resume from them. Runs after the final event is in the log and the transfer has returned,
     /// off the cooperative pool (a removal syncs the folder).
     ///
@@ -218,7 +222,7 @@ public actor TaskRunner {
             return
         }
         let (backend, files) = (backend, JobLocalFiles(jobID: jobID, spec: spec, resumePoint: machine.resumePoint,
-                                                       finishedAtMs: endedAtMs))
+                                                       finishedAtMs: endedAtMs, leaseTokens: control.leaseToken.map { [$0] } ?? []))
         _ = await BlockingFileWork.run { backend.discardResumePoint(of: files) }
     }
 

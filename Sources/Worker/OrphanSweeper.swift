@@ -25,7 +25,7 @@ public enum Orphans {
         let inUse = LeftoverFiles.pathsInUse(candidates.unfinishedResumePoints)
         return candidates.finished.flatMap { job in
             let files = JobLocalFiles(jobID: job.id, kind: job.kind, destination: job.destination,
-                                      resumePoint: job.resumePoint, finishedAtMs: job.finishedAtMs)
+                                      resumePoint: job.resumePoint, finishedAtMs: job.finishedAtMs, leaseTokens: job.leaseTokens)
             return backend.leftovers(of: files, sparing: inUse).map { Orphan(file: $0, jobState: job.state) }
         }
     }

@@ -559,7 +559,8 @@ public final class WorkerPool: Sendable {
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePointForAttempt,
                                 backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil,
-                                transferReturned: { [weak self] in self?.transferReturned(jobID, token: job.token) })
+                                transferReturned: { [weak self] in self?.transferReturned(jobID, token: job.token) },
+                                leaseToken: job.token)
         let concurrency = configuration.concurrency
         let leaseMs = configuration.leaseMs
         let (startNow, shuttingDown) = state.withLock { state in

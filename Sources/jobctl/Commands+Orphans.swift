@@ -13,7 +13,7 @@ extension Commands {
         discussion: """
         A job that ends failed or cancelled leaves nothing behind; what a crashed worker or a job cancelled
         while no worker ran it leaves (.NAME.<job id>.jobctl-partial beside a download's destination,
-        .NAME.<job id>.jobctl-upload and .NAME.jobctl-meta.json.<job id>.jobctl-meta.tmp beside a file://
+        .NAME.<job id>.jobctl-upload and .NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp beside a file://
         object) is removed by the next worker's sweep (at start,
         of the jobs finished since the last complete sweep; every 5 minutes; before a draining worker exits).
         This command looks at every final job and lists what a sweep would remove:

@@ -1,5 +1,8 @@
+import EventStore
 import Foundation
 import JobModel
+import PostgresStore
+import StorePort
 import Testing
 import TestSupport
 
@@ -57,9 +60,11 @@ import TestSupport
     }
 
     /// A sidecar temporary a killed worker left (update-metadata, fetch-url and uploads write one before
-    /// renaming it over the sidecar) names its job: listed and removed once that job is final, on either
-    /// store. One named with a random tag (an older jobctl's) ties it to no job and is left alone.
-    @Test("sidecar temporaries named with a final job's id are listed and removed, others kept", arguments: StoreEngine.allCases)
+    /// renaming it over the sidecar) names its job and its attempt's lease token: listed and removed once
+    /// that job is final, for every attempt the log gave it, on either store. One named with a random tag
+    /// (an older jobctl's), a token the job never held, or no token ties it to no attempt and is left alone.
+    @Test("sidecar temporaries named with a final job's id and one of its tokens are listed and removed, others kept",
+          arguments: StoreEngine.allCases)
     func sidecarTemporaries(engine: StoreEngine) throws {
         let workspace = try CLIWorkspace("orphans-sidecar", engine: engine)
         defer { workspace.directory.remove() }
@@ -74,17 +79,41 @@ import TestSupport
         try #require(submitted.status == 0, "\(submitted.stderr)")
         let ids = submitted.stdout.split(separator: "\n").map(String.init)
         try #require(ids.count == 4)
+        // Each job runs; the first three fail an attempt and run again (two tokens each), the last runs on.
+        let store: any JobStore = switch engine {
+        case .sqlite: try EventStore(path: workspace.database, mode: .readWrite)
+        case .postgres: try PostgresStore(url: workspace.database, mode: .readWrite)
+        }
+        func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1_000) }
+        let firstClaims = try store.claim(owner: "worker:test", queues: nil, limit: 10, leaseMs: 60_000, now: nowMs())
+        try #require(firstClaims.map(\.record.id) == ids)
+        for claim in firstClaims.prefix(3) {
+            _ = try store.append(PendingEvent(jobID: claim.record.id, actor: "worker:test", leaseToken: claim.token,
+                                              payload: .attemptFailed(.none, error: StorageError(.internalError, "busy", retryable: true),
+                                                                      retryAtMs: nowMs())), now: nowMs())
+        }
+        let secondClaims = try store.claim(owner: "worker:test", queues: nil, limit: 10, leaseMs: 60_000, now: nowMs() + 1)
+        try #require(secondClaims.map(\.record.id) == Array(ids.prefix(3)))
         let folder = workspace.directory.file("buckets/docs")
         func temporary(_ object: String, _ token: String) -> String { "\(folder)/.\(object).jobctl-meta.json.\(token).jobctl-meta.tmp" }
-        let left = [temporary("u.txt", ids[0]), temporary("m.txt", ids[1]), temporary("f.txt", ids[2])]
+        func tokens(_ index: Int) -> [Int64] { [firstClaims[index].token, secondClaims[index].token] }
+        let left = zip(["u.txt", "m.txt", "f.txt"], 0..<3).flatMap { object, index in
+            tokens(index).map { temporary(object, "\(ids[index]).\($0)") }
+        }
         let kept = [
-            temporary("q.txt", ids[3]),               // its job is queued: its next attempt replaces it
-            temporary("m.txt", "ab12cd34"),           // an older jobctl's random tag: no job named
-            temporary("m.txt", JobID.generate()),     // a job this log does not know
-            temporary("u.txt", ids[1]),               // the right id beside another object
+            temporary("q.txt", "\(ids[3]).\(firstClaims[3].token)"),   // its job is running: not final
+            temporary("m.txt", "ab12cd34"),                            // an older jobctl's random tag: no job named
+            temporary("m.txt", "\(JobID.generate()).\(firstClaims[1].token)"), // a job this log does not know
+            temporary("u.txt", "\(ids[1]).\(firstClaims[1].token)"),   // the right id and token beside another object
+            temporary("m.txt", "\(ids[1]).\(firstClaims[3].token)"),   // another job's token
+            temporary("m.txt", ids[1]),                                // no token: no attempt of the job names it so
         ]
         for path in left + kept { try workspace.write(String(path.dropFirst(workspace.directory.path.count + 1)), "{}") }
-        #expect(try workspace.jobctl(["cancel", ids[0], ids[1], ids[2]]).status == 0)
+        for claim in secondClaims {
+            _ = try store.append(PendingEvent(jobID: claim.record.id, actor: "worker:test", leaseToken: claim.token,
+                                              payload: .failed(.none, error: StorageError(.objectNotFound, "gone"), reason: nil)),
+                                 now: nowMs() + 10)
+        }
 
         func orphans(_ arguments: [String]) throws -> [[String: Any]] {
             let output = try workspace.jobctl(["orphans", "--json"] + arguments, environment: environment)
@@ -93,9 +122,9 @@ import TestSupport
         }
         let listed = try orphans([])
         #expect(Set(listed.compactMap { $0["path"] as? String }) == Set(left), "\(listed)")
-        #expect(listed.allSatisfy { $0["kind"] as? String == "sidecar-temporary" && $0["state"] as? String == "cancelled" }, "\(listed)")
+        #expect(listed.allSatisfy { $0["kind"] as? String == "sidecar-temporary" && $0["state"] as? String == "failed" }, "\(listed)")
         let removed = try orphans(["--remove"])
-        #expect(removed.count == 3 && removed.allSatisfy { $0["removed"] as? Bool == true }, "\(removed)")
+        #expect(removed.count == left.count && removed.allSatisfy { $0["removed"] as? Bool == true }, "\(removed)")
         for path in left { #expect(!FileManager.default.fileExists(atPath: path), "kept \(path)") }
         for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
     }

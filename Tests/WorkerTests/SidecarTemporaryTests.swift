@@ -1,11 +1,12 @@
-import EventStore
+@testable import EventStore
 import Foundation
 import JobModel
+@testable import Storage
 import Testing
 import TestSupport
 
 /// A worker SIGKILLed while it writes a `file://` object's metadata sidecar: between creating the
-/// temporary (`.NAME.jobctl-meta.json.<job id>.jobctl-meta.tmp`) and renaming it into place. The worker
+/// temporary (`.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`) and renaming it into place. The worker
 /// runs under strace, which holds each of its renames for a minute before the kernel sees it, so the kill
 /// lands in that window every time; then the temporary must not outlive the job, on either store.
 @Suite("a sidecar write killed mid-way", .onTestThreads, .serialized) struct SidecarTemporaryTests {
@@ -50,8 +51,9 @@ import TestSupport
         #expect(second.log.contains("\(scene.id) file=sidecar-temporary path=\(temporary)"), "\(second.log)")
     }
 
-    /// The job's next attempt writes the sidecar under the same name: the killed attempt's temporary is
-    /// replaced, and renamed into place, not left beside it.
+    /// The job's next attempt writes the sidecar under a name of its own (its lease token); the killed
+    /// attempt's temporary, named with its token, is the job's leftover once it succeeded, and the
+    /// draining worker's last sweep removes it.
     @Test("killed between creating the sidecar temporary and renaming it, then retried: nothing is left",
           arguments: Writer.allCases)
     func retriedJobReplacesItsTemporary(writer: Writer) throws {
@@ -66,6 +68,85 @@ import TestSupport
         #expect(Self.entries(scene.bucket) == [".obj.bin.jobctl-meta.json", "obj.bin"], "left behind: \(Self.entries(scene.bucket))")
     }
 
+    /// Two live attempts of one upload: the first, in a worker frozen past its lease just before it renames
+    /// its sidecar temporary into place (strace holds that rename 6 s: its object is in place), and the
+    /// retry another worker runs after the rescue (its object's rename held 10 s, its sidecar temporary
+    /// written). The first wakes while the retry waits. With one name for every attempt of the job
+    /// (`.NAME.jobctl-meta.json.<job id>.jobctl-meta.tmp`), the retry replaced the first attempt's temporary,
+    /// the woken first attempt renamed the retry's into place, and the retry's own rename then found the
+    /// name gone: the job ended failed ("… does not exist (renaming into place)", not retryable). With each
+    /// attempt's own name (its lease token in it) each renames its own file, and the retry succeeds with
+    /// its sidecar in place. (update-metadata and fetch-url hold the object's lock across their sidecar
+    /// write, so their attempts take turns there.)
+    @Test("two live attempts of an upload (one frozen past its lease, then woken) never rename each other's sidecar temporary",
+          arguments: [Writer.uploadData, .uploadFile])
+    func liveAttemptsKeepTheirOwnTemporaries(writer: Writer) throws {
+        let scene = try KilledSidecarWrite(writer, engine: .sqlite, label: "sidecar-live")
+        defer { scene.directory.remove() }
+        let strace = "/usr/bin/strace"
+        try #require(FileManager.default.isExecutableFile(atPath: strace), "strace is not installed (Debian package strace; make test-deps installs it)")
+        // Holds the worker's `rename`th rename (the object's is the first, the sidecar's the second) `seconds`.
+        func tracer(holdingRename rename: Int, for seconds: Int) -> [String] {
+            [strace, "-f", "-qq", "-o", "/dev/null", "--seccomp-bpf", "-e", "trace=rename,renameat,renameat2",
+             "-e", "inject=rename,renameat,renameat2:delay_enter=\(seconds)s:when=\(rename)"]
+        }
+        // Each written temporary, by name: its inode and change time (an inode freed is soon given again).
+        func temporaries() -> [String: String] {
+            var found: [String: String] = [:]
+            for name in Self.entries(scene.bucket) where name.hasSuffix(".jobctl-meta.tmp") {
+                var info = stat()
+                if lstat(scene.bucket + "/" + name, &info) == 0, info.st_size > 0 {
+                    found[name] = "\(info.st_ino) \(info.st_ctim.tv_sec).\(info.st_ctim.tv_nsec)"
+                }
+            }
+            return found
+        }
+        // One slot and no claim ahead: the frozen attempt's worker takes nothing else meanwhile.
+        let first = try JobctlProcess(database: scene.database, arguments: ["worker", "--concurrency", "1", "--claim-ahead", "0"],
+                                      environment: scene.environment, logDirectory: scene.directory.path,
+                                      tracer: tracer(holdingRename: 2, for: 6))
+        defer {
+            _ = first.killTracee(SIGKILL)
+            first.signal(SIGKILL)
+            _ = first.wait(seconds: 10)
+        }
+        var firstTemporary: [String: String] = [:]
+        try #require(eventually(seconds: 30) { firstTemporary = temporaries(); return !firstTemporary.isEmpty },
+                     "the first attempt never wrote its sidecar temporary: \(first.log)")
+        let held = Date()
+        // Its lease is lost (as when it stays frozen past it): the next worker rescues the job and retries it.
+        let store = try EventStore(path: scene.database, mode: .readWrite)
+        try store.withConnection { (connection) throws(StoreError) in
+            try connection.run("UPDATE jobs SET lease_owner = 'worker:gone', lease_expires_at_ms = 0 WHERE id = ?", [.text(scene.id)])
+        }
+        let second = try JobctlProcess(database: scene.database, arguments: ["worker", "--drain", "--lease", "30"],
+                                       environment: scene.environment, logDirectory: scene.directory.path,
+                                       tracer: tracer(holdingRename: 1, for: 10))
+        defer {
+            _ = second.killTracee(SIGKILL)
+            second.signal(SIGKILL)
+        }
+        // The retry's temporary is written while the first attempt's rename is still held.
+        let retryWrote = eventually(seconds: 30) {
+            temporaries().contains { name, file in firstTemporary[name] != file }
+        }
+        try #require(retryWrote, "the retry never wrote its sidecar temporary: \(second.log)")
+        try #require(Date().timeIntervalSince(held) < 5, "the retry wrote its temporary after the first attempt's rename went out; nothing to test")
+
+        #expect(second.wait(seconds: 90) == 0, "\(second.log)")
+        let job = try scene.engine.reader(scene.database).job(scene.id)
+        #expect(job?.state == .succeeded, "\(job?.error?.message ?? "") \(second.log)")
+        #expect(job?.attempts == 2)
+        // The sidecar in place is the retry's, whole, describing the object file in place (the retry's).
+        let sidecar = (try? Data(contentsOf: URL(fileURLWithPath: scene.bucket + "/.obj.bin.jobctl-meta.json"))) ?? Data()
+        let fields = try? JSONSerialization.jsonObject(with: sidecar) as? [String: Any]
+        var object = stat()
+        #expect(lstat(scene.bucket + "/obj.bin", &object) == 0)
+        #expect(fields?["objectFile"] as? String == "\(object.st_dev):\(object.st_ino)",
+                "sidecar in place: \(String(decoding: sidecar, as: UTF8.self).debugDescription)")
+        #expect(fields?["crc32c"] as? String == job?.result?.crc32c, "\(fields ?? [:])")
+        #expect(Self.entries(scene.bucket) == [".obj.bin.jobctl-meta.json", "obj.bin"], "left behind: \(Self.entries(scene.bucket))")
+    }
 }
 
 /// One job that writes a sidecar, run by a worker that is killed while the sidecar's rename is held.
@@ -113,9 +194,12 @@ struct KilledSidecarWrite {
         _ = worker.wait(seconds: 10)
         try #require(written, "the worker never created a sidecar temporary: \(worker.log)")
         try #require(killed, "the worker under strace was not found to kill")
-        try #require(try engine.reader(database).job(id)?.state == .running, "the job ended before the worker was killed; nothing to test")
-        // The job's id is in the name: nothing else ties a temporary to its job.
-        #expect(found == [".obj.bin.jobctl-meta.json.\(id).jobctl-meta.tmp"], "\(found)")
+        let running = try engine.reader(database).job(id)
+        try #require(running?.state == .running, "the job ended before the worker was killed; nothing to test")
+        // The job's id and the attempt's lease token are in the name: nothing else ties a temporary to its
+        // job, and no other attempt of it writes there.
+        let token = try #require(running?.leaseToken)
+        #expect(found == [".obj.bin.jobctl-meta.json.\(id).\(token).jobctl-meta.tmp"], "\(found)")
         return bucket + "/" + found[0]
     }
 }
