@@ -173,4 +173,89 @@ struct BatchSavepointTests {
         let report = try store.replay(verify: true)
         #expect(report.isConsistent, "\(report.differences) \(report.problems)")
     }
+    /// The same commit through the held path (one savepoint for the batch, a job's `started` written with
+    /// its next event) and with a savepoint per event (nothing held), for a batch that has no failure
+    /// after a write: a dependency cascade inside a held run, a dependant's own event after its cancel, a
+    /// refused outcome after its `started`, a retry scheduled, and a claim in the same commit of a job a
+    /// success in the batch freed. Everything the commit writes — outcomes, event rows, job rows with their
+    /// `finished_seq`, the claim — must be the same.
+    @Test("no failure after a write: the held path writes exactly what a savepoint per event writes, claims included")
+    func heldPathAgreesWithSavepointPerEvent() throws {
+        func spec(_ key: String, after: String? = nil) -> JobSpec {
+            var spec = uploadSpec(key: key)
+            spec.after = after.map { [$0] }
+            return spec
+        }
+        struct Written: Equatable {
+            var outcomes: [String]
+            var claimed: [String]
+            var events: [[String]]
+            var rows: [[String]]
+        }
+        func run(_ label: String, savepointPerEvent: Bool) throws -> Written {
+            let fixture = try StoreFixture(label)
+            defer { fixture.remove() }
+            let store = try sqlite(fixture)
+            let ids = try store.submit([spec("a"), spec("b", after: "a"), spec("c", after: "b"), spec("x"), spec("y", after: "x"),
+                                        spec("d"), spec("e")], actor: "cli:test", now: 1_000).map(\.id)
+            let claims = try store.claim(owner: workerName, queues: nil, limit: 10, leaseMs: 30_000, now: 1_000)
+            try #require(claims.map(\.record.id) == [ids[0], ids[3], ids[5], ids[6]])
+            let (a, x, d, e) = (claims[0], claims[1], claims[2], claims[3])
+            let events = [
+                reportedStarted(a),
+                PendingEvent(jobID: a.record.id, actor: workerName, leaseToken: a.token,
+                             payload: .failed(.none, error: StorageError(.objectNotFound, "gone", httpStatus: 404), reason: nil)),
+                PendingEvent(jobID: ids[1], actor: "tool:test", payload: .resumeRequested(reason: "by a tool")),
+                reportedStarted(x), reportedSucceeded(x),
+                reportedStarted(d),
+                PendingEvent(jobID: d.record.id, actor: workerName, leaseToken: d.token, expectedVersion: 2,
+                             payload: .succeeded(TransferProgress(bytesDone: 1, bytesTotal: 1), result: JobResult(size: 1))),
+                reportedStarted(e),
+                PendingEvent(jobID: e.record.id, actor: workerName, leaseToken: e.token,
+                             payload: .progress(TransferProgress(bytesDone: 1, bytesTotal: 2))),
+                PendingEvent(jobID: e.record.id, actor: workerName, leaseToken: e.token,
+                             payload: .attemptFailed(TransferProgress(bytesDone: 1, bytesTotal: 2),
+                                                     error: StorageError(.unknown, "busy", httpStatus: 503, retryable: true),
+                                                     retryAtMs: 5_000)),
+            ]
+            let request = ClaimRequest(owner: workerName, queues: nil, limit: 10, leaseMs: 30_000, now: 2_000)
+            let outcome: AppendAndClaimOutcome
+            if savepointPerEvent {
+                outcome = try store.writeTransaction { (connection) throws(StoreError) -> AppendAndClaimOutcome in
+                    let appended = try connection.appendEach(events, now: 2_000, savepointPerEvent: true) ?? []
+                    let claimed = try connection.savepoint { () throws(StoreError) in try connection.claim(request) }
+                    return AppendAndClaimOutcome(appended: appended, claimed: .success(claimed))
+                }
+            } else {
+                outcome = try store.append(events, now: 2_000, thenClaim: request)
+                #expect(try store.withConnection { connection in connection.batchesRunAgainWithSavepoints } == 0)
+            }
+            let report = try store.replay(verify: true)
+            #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+            func named(_ text: String) -> String {
+                var text = text
+                for (index, id) in ids.enumerated() { text = text.replacingOccurrences(of: id, with: "job\(index)") }
+                return text
+            }
+            let eventRows = try store.withConnection { (connection) throws(StoreError) in
+                try connection.query("SELECT seq, job_id, version, type, at_ms, actor, lease, data FROM events ORDER BY seq") { row in
+                    (0..<8).map { row.value($0).description }
+                }
+            }
+            return Written(outcomes: described(outcome.appended, ids),
+                           claimed: try outcome.claimed.get().map { named($0.record.id) + " token \($0.token)" },
+                           events: eventRows.map { $0.map(named) },
+                           rows: try fixture.allRows().map { $0.map(named) })
+        }
+        let held = try run("batch-held", savepointPerEvent: false)
+        let perEvent = try run("batch-per-event", savepointPerEvent: true)
+        // The batch did what it was built to: the cascade, the refusals, the retry and the freed job's claim.
+        #expect(held.outcomes.count == 10 && held.outcomes[2].contains("cancelled") && held.outcomes[6].contains("version"),
+                "\(held.outcomes)")
+        #expect(held.claimed.count == 1 && held.claimed.first?.hasPrefix("job4 ") == true, "\(held.claimed)")
+        #expect(held.outcomes == perEvent.outcomes)
+        #expect(held.claimed == perEvent.claimed)
+        #expect(held.events == perEvent.events)
+        #expect(held.rows == perEvent.rows)
+    }
 }
