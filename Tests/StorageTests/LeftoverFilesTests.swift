@@ -172,4 +172,57 @@ struct LeftoverFilesTests {
         try FileManager.default.removeItem(atPath: randomSession)
         #expect(finder.find(files).isEmpty)
     }
+    /// A sidecar temporary (`.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`) is the job's
+    /// only for a token of one of its claims, beside its object (fetch-url: its source), as a regular file
+    /// with one link not modified after the job finished, and never through a link inside a named bucket.
+    @Test("sidecar temporaries: only the job's tokens beside its object, never through a link in a named bucket")
+    func sidecarTemporaries() throws {
+        let directory = try TemporaryDirectory("leftovers-sidecars")
+        defer { directory.remove() }
+        let buckets = directory.file("buckets")
+        let job = JobID.generate()
+        func temporary(_ folder: String, _ object: String, _ token: String) -> String {
+            "\(folder)/.\(object).jobctl-meta.json.\(token).jobctl-meta.tmp"
+        }
+        let docs = "\(buckets)/docs/dir"
+        let ours = [temporary(docs, "u.txt", "\(job).3"), temporary(docs, "u.txt", "\(job).7")]
+        let notOurs = [
+            temporary(docs, "u.txt", "\(job).5"),                    // a token the job never held
+            temporary(docs, "u.txt", job),                          // no token
+            temporary(docs, "u.txt", "\(JobID.generate()).3"),      // another job's, with one of our tokens
+            temporary(docs, "v.txt", "\(job).3"),                    // beside another object
+        ]
+        for path in ours + notOurs { try create(path, "{}") }
+        // Through a link inside the named bucket (`docs/linked` → a folder outside it): never looked in.
+        let outside = directory.file("outside")
+        try create(temporary(outside, "w.txt", "\(job).3"), "{}")
+        try FileManager.default.createSymbolicLink(atPath: "\(buckets)/docs/linked", withDestinationPath: outside)
+        // A link and a file with a second name at our names: not ours to remove.
+        let elsewhere = directory.file("elsewhere.json")
+        try create(elsewhere, "{}")
+        try FileManager.default.createSymbolicLink(atPath: temporary(docs, "x.txt", "\(job).3"), withDestinationPath: elsewhere)
+        try FileManager.default.linkItem(atPath: elsewhere, toPath: temporary(docs, "y.txt", "\(job).3"))
+        let finder = LeftoverFiles(localBucketsDirectory: buckets)
+        func found(_ kind: JobKind, _ reference: String, finishedAtMs: Int64? = nil) -> [String] {
+            let files = JobLocalFiles(jobID: job, kind: kind, destination: reference, resumePoint: nil,
+                                      finishedAtMs: finishedAtMs ?? now, leaseTokens: [3, 7])
+            return finder.find(files).filter { $0.kind == .sidecarTemporary }.map(\.path).sorted()
+        }
+        for kind in [JobKind.uploadData, .uploadFile, .updateMetadata, .fetchURL] {
+            #expect(found(kind, "file://docs/dir/u.txt") == ours.sorted(), "\(kind)")
+            #expect(found(kind, "file://docs/linked/w.txt").isEmpty, "\(kind)")
+            #expect(found(kind, "file://docs/dir/x.txt").isEmpty, "\(kind)")
+            #expect(found(kind, "file://docs/dir/y.txt").isEmpty, "\(kind)")
+            // Modified after the job finished: a later attempt's (the job retried since).
+            #expect(found(kind, "file://docs/dir/u.txt", finishedAtMs: Clock.nowMs() - 60_000).isEmpty, "\(kind)")
+            #expect(found(kind, "gs://docs/dir/u.txt").isEmpty, "\(kind)")
+        }
+        // No claim known: nothing is the job's.
+        #expect(finder.find(JobLocalFiles(jobID: job, kind: .updateMetadata, destination: "file://docs/dir/u.txt",
+                                          resumePoint: nil, finishedAtMs: now)).isEmpty)
+        // The default bucket (an absolute path): its folder as the path names it.
+        let absolute = directory.file("abs")
+        try create(temporary(absolute, "a.txt", "\(job).7"), "{}")
+        #expect(found(.fetchURL, "file://\(absolute)/a.txt") == [temporary(absolute, "a.txt", "\(job).7")])
+    }
 }
