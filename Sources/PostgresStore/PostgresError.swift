@@ -46,6 +46,38 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
         sqlstate == "40001" || sqlstate == "40P01"
     }
 
+    /// The SQLSTATE and the server's message when the server refused what a statement wrote for a reason
+    /// of the rows themselves, which the same rows meet again whenever they are written and other rows
+    /// need not: nil for any other failure.
+    ///
+    /// Those are the classes of the data, not of the session or the transaction: 22 (a value the column
+    /// or type does not take), 23 (a constraint: NOT NULL, unique, foreign key, check, exclusion), 44 (a
+    /// view's check option) and P0 (a PL/pgSQL function or trigger that raised: RAISE, ASSERT). Every
+    /// other class is about the transaction or the session and stays so: 40 (a deadlock or serialization
+    /// failure: the transaction runs again), 55 (a lock not had in time), 57 (a cancel, a statement
+    /// timeout, a server shutting down), 53 (disk, memory, connections), 08 (the connection), 25 (the
+    /// transaction's state, a read-only session), 58 and XX (the server's own failures); and 42 (a
+    /// missing table, column or function, a privilege the role lacks), which every event of a group meets
+    /// alike: a set-up to fix, during which a worker keeps trying its writes.
+    ///
+    /// The message is the server's primary message on one line, at most `rowRefusalMessageLimit`
+    /// characters: not its detail, which may repeat the refused row's values (a check constraint's
+    /// "Failing row contains (…)": a whole event with its data), nor the statement.
+    ///
+    /// See https://www.postgresql.org/docs/current/errcodes-appendix.html
+    public var rowRefusal: (sqlstate: String, message: String)? {
+        guard case .server(let sqlstate, let message, _, _, _) = self,
+              Self.rowRefusalClasses.contains(String(sqlstate.prefix(2))) else { return nil }
+        let line = Self.oneLine(message)
+        return (sqlstate, line.count > Self.rowRefusalMessageLimit ? String(line.prefix(Self.rowRefusalMessageLimit - 3)) + "..." : line)
+    }
+
+    /// The SQLSTATE classes of `rowRefusal`.
+    static let rowRefusalClasses: Set<String> = ["22", "23", "44", "P0"]
+
+    /// The longest server message `rowRefusal` keeps.
+    static let rowRefusalMessageLimit = 300
+
     public var description: String {
         switch self {
         case .connectionFailed(let target, let message):

@@ -13,8 +13,12 @@ extension PostgresStore {
     ///
     /// First without savepoints, through a `PostgresBatchWriter` (one write statement for the batch): a
     /// refusal comes before its event writes anything, so the others go on without it. Should an event
-    /// fail after it wrote (which no lifecycle rule does today), the transaction is rolled back and
-    /// the batch runs again with a savepoint per event, which undoes exactly that event.
+    /// fail after it wrote (which no lifecycle rule does today), or the server refuse the batch's write
+    /// for a reason of one of its rows (`serverRefused`: a constraint, a value, a trigger of the
+    /// operator's that raised), the transaction is rolled back and the batch runs again with a savepoint
+    /// per event, which undoes exactly that event: the server's refusal is that event's failure, and the
+    /// others are written. Any other failure of the server (a deadlock, a lost connection, a full disk)
+    /// fails the batch as a whole, as before.
     public func append(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         guard !events.isEmpty else { return [] }
         let abandoned = FastPathAbandoned()
@@ -23,7 +27,7 @@ extension PostgresStore {
                 try connection.appendBatchWithoutSavepoints(events, now: now, abandoned: abandoned)
             }
         } catch {
-            guard abandoned.isSet else { throw error }
+            guard abandoned.isSet || error.isServerRefusal else { throw error }
         }
         return try writeTransaction { (connection) throws(StoreError) -> [Result<JobEvent, StoreError>] in
             try connection.appendBatch(events, now: now)
@@ -31,8 +35,8 @@ extension PostgresStore {
     }
 
     /// Appends `events` exactly as `append(_:now:)` does, then claims exactly as `claim` does, in ONE
-    /// transaction. The claim runs in its own savepoint: a claim refused for a reason of its own is
-    /// returned as its failure and the appends still commit.
+    /// transaction. The claim runs in its own savepoint: a claim refused for a reason of its own (the
+    /// server's refusal of its rows included) is returned as its failure and the appends still commit.
     public func append(_ events: [PendingEvent], now: Int64,
                        thenClaim request: ClaimRequest) throws(StoreError) -> AppendAndClaimOutcome {
         let abandoned = FastPathAbandoned()
@@ -42,7 +46,9 @@ extension PostgresStore {
                 return try connection.claimAfterAppends(appended, request, abandoned: abandoned)
             }
         } catch {
-            guard abandoned.isSet else { throw error }
+            // The refused write may be the appends' or the claim's (they go in one statement, with the
+            // COMMIT): with a savepoint each, the one it belongs to fails alone.
+            guard abandoned.isSet || error.isServerRefusal else { throw error }
         }
         return try writeTransaction { (connection) throws(StoreError) -> AppendAndClaimOutcome in
             try connection.claimAfterAppends(try connection.appendBatch(events, now: now), request, abandoned: nil)
@@ -56,8 +62,18 @@ final class HeldResult {
     var result: PostgresResult?
 }
 
-/// Set when a batch appended without savepoints had an event fail after it wrote: the caller rolls the
-/// transaction back and runs the batch again with a savepoint per event.
+extension StoreError {
+    /// Whether the server refused rows a statement wrote (`serverRefused`): the transaction is aborted,
+    /// and the write it belongs to is refused again if it is written again.
+    var isServerRefusal: Bool {
+        if case .serverRefused = self { return true }
+        return false
+    }
+}
+
+/// Set when a batch appended without savepoints had an event fail after it wrote, or the server refused
+/// one of the batch's writes: the caller rolls the transaction back and runs the batch again with a
+/// savepoint per event.
 final class FastPathAbandoned: Sendable {
     private let flag = Mutex(false)
     var isSet: Bool { flag.withLock { $0 } }
@@ -287,7 +303,8 @@ extension PostgresConnection: DependantsReader {
 
     /// The body of `PostgresStore.append(_:now:)`. The rows of every job in the batch are locked first,
     /// in id order, so two processes' batches cannot deadlock on each other; each event then runs in
-    /// its own savepoint.
+    /// its own savepoint, its writes sent at once: a write the server refuses (`serverRefused`) is that
+    /// event's failure, its savepoint rolled back, and the transaction goes on.
     func appendBatch(_ events: [PendingEvent], now: Int64) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         let ids = Array(Set(events.map(\.jobID))).sorted()
         var current: [String: JobRecord] = [:]
@@ -323,7 +340,10 @@ extension PostgresConnection: DependantsReader {
     /// `PostgresStore.append(_:now:)` without a savepoint per event: the rows are locked as in
     /// `appendBatch` (their leases with them), every event written through one `PostgresBatchWriter`.
     /// An event refused before it wrote is its failure and the batch goes on; one that failed after it
-    /// wrote sets `abandoned` and throws (the caller rolls back and runs `appendBatch`).
+    /// wrote sets `abandoned` and throws (the caller rolls back and runs `appendBatch`), and so does a
+    /// refusal of the server (`serverRefused`), which aborted the transaction: the refused write went
+    /// out with this event's read, or it was an earlier event's. A refusal that comes with the COMMIT
+    /// is the caller's to see.
     func appendBatchWithoutSavepoints(_ events: [PendingEvent], now: Int64,
                                       abandoned: FastPathAbandoned) throws(StoreError) -> [Result<JobEvent, StoreError>] {
         guard !events.isEmpty else { return [] }
@@ -385,7 +405,7 @@ extension PostgresConnection: DependantsReader {
                 outcomes.append(.success(event))
             } catch {
                 try throwIfTransactionLost(error)
-                if writer.writes != writesBefore {
+                if writer.writes != writesBefore || error.isServerRefusal {
                     abandoned.set()
                     throw error
                 }
@@ -402,7 +422,8 @@ extension PostgresConnection: DependantsReader {
     /// With `abandoned` (the batch without savepoints), the claim runs without a savepoint too: a claim
     /// that failed before it wrote leaves nothing to undo; one that failed after it wrote sets
     /// `abandoned` and throws, and the caller runs everything again with savepoints (`abandoned` nil:
-    /// the claim in a savepoint of its own).
+    /// the claim in a savepoint of its own). So does a refusal of the server (`serverRefused`): the
+    /// transaction is aborted, and the refused write may be the appends' (sent with the claim's query).
     func claimAfterAppends(_ appended: [Result<JobEvent, StoreError>], _ request: ClaimRequest,
                            abandoned: FastPathAbandoned?) throws(StoreError) -> AppendAndClaimOutcome {
         guard !request.isEmpty else { return AppendAndClaimOutcome(appended: appended, claimed: .success([])) }
@@ -412,7 +433,7 @@ extension PostgresConnection: DependantsReader {
                 return AppendAndClaimOutcome(appended: appended, claimed: .success(try claim(request, writer: writer)))
             } catch {
                 try throwIfTransactionLost(error)
-                if writer.writes > 0 {
+                if writer.writes > 0 || error.isServerRefusal {
                     abandoned.set()
                     throw error
                 }

@@ -289,8 +289,14 @@ private struct WeakPostgresStore {
 extension StoreError {
     /// The store's error for a PostgreSQL failure: deadlocks and serialization failures are `busy` (the
     /// transaction runs again), a write in a read-only session `readOnly`, a newer schema `newerSchema`,
-    /// anything else `io` with the server's message (never a password: `PostgresError` holds none).
+    /// a refusal of the rows a statement wrote (a constraint, a value, a trigger that raised:
+    /// `PostgresError.rowRefusal`) `serverRefused`, anything else `io` with the server's message (never a
+    /// password: `PostgresError` holds none).
     init(_ error: PostgresError) {
+        if let refusal = error.rowRefusal {
+            self = .serverRefused(sqlstate: refusal.sqlstate, message: refusal.message)
+            return
+        }
         switch error {
         case _ where error.isSerializationFailure:
             self = .busy(sql: nil)
@@ -350,7 +356,8 @@ extension PostgresConnection {
     }
 
     /// Rethrows `error` when it sinks the whole transaction (connection, deadlock, read-only); other
-    /// errors are one step's refusal.
+    /// errors are one step's refusal — the server's refusal of a step's rows (`serverRefused`) too, which
+    /// aborts the transaction unless the step ran in a savepoint: without one the caller must not go on.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
         case .io, .unreachable, .busy, .readOnly, .damaged, .replaced, .syncFailed: throw error

@@ -49,6 +49,11 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A write larger than the database takes in one statement or one value (PostgreSQL: 1 GB); nothing
     /// of it was sent. The message says how large and what to do.
     case tooLarge(String)
+    /// The database server refused a write for a reason of the rows it wrote — a constraint, a value it
+    /// does not take, a trigger that raised — with SQLSTATE `sqlstate` and `message` (the server's primary
+    /// message, not its detail, which may repeat a whole row). Nothing of that write was written; written
+    /// again, it is refused again. In a group commit it is one event's refusal: the others are written.
+    case serverRefused(sqlstate: String, message: String)
     /// Syncing the database's write-ahead log failed (the message says how): the kernel may have dropped
     /// the pages it could not write, so a later sync that succeeds proves nothing about them. This
     /// process reports nothing written from then on, and a worker stops.
@@ -109,6 +114,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "of a job in the log; nothing was submitted: name a job that exists (`jobctl list` shows them)"
         case .tooLarge(let message):
             return message
+        case .serverRefused(let sqlstate, let message):
+            return "the database server refused the write (SQLSTATE \(sqlstate): \(message)); nothing of it was written, "
+                + "and written again it is refused again: the value, or the constraint or trigger on jobctl's tables that "
+                + "the server names, must change first"
         case .syncFailed(let message):
             return "the disk did not confirm the event log's writes (\(message)); a sync that fails may lose what it "
                 + "was to write even if a later one succeeds, so this process reports nothing more as written: stop "

@@ -200,9 +200,147 @@ struct PipelineTests {
 
     // MARK: - The store's group commit
 
-    @Test("a group commit whose write fails on the server is rolled back whole, reports the server's error, and the store goes on")
-    func groupCommitFailsWhole() throws {
+    /// How a test makes the server refuse one row of a group commit's write.
+    enum RowRule: String, CaseIterable, CustomTestStringConvertible {
+        /// A PL/pgSQL trigger raising P0001 (RAISE EXCEPTION).
+        case triggerRaises = "P0001"
+        /// A trigger raising a data exception (22023, invalid parameter value).
+        case triggerRaisesDataException = "22023"
+        /// A check constraint on `events` (23514), whose detail names the failing row, data included.
+        case checkConstraint = "23514"
+
+        var testDescription: String { "\(self) (\(rawValue))" }
+
+        /// Makes the server refuse the `type` event of job `jobID` from now on.
+        func install(refusing type: EventType, ofJob jobID: String, on store: PostgresStore) throws {
+            try store.withConnection { (connection) throws(StoreError) in
+                switch self {
+                case .triggerRaises, .triggerRaisesDataException:
+                    try connection.store("""
+                        CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $f$
+                        BEGIN
+                          IF NEW.job_id = '\(jobID)' AND NEW.type = '\(type.rawValue)' THEN
+                            RAISE EXCEPTION 'refused by the test' USING ERRCODE = '\(rawValue)';
+                          END IF;
+                          RETURN NEW;
+                        END $f$
+                        """)
+                    try connection.store("CREATE TRIGGER refuse_one BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse_one()")
+                case .checkConstraint:
+                    try connection.store("""
+                        ALTER TABLE events ADD CONSTRAINT refuse_one CHECK (job_id <> '\(jobID)' OR type <> '\(type.rawValue)') NOT VALID
+                        """)
+                }
+            }
+        }
+
+        /// Undoes `install`.
+        func remove(from store: PostgresStore) throws {
+            try store.withConnection { (connection) throws(StoreError) in
+                switch self {
+                case .triggerRaises, .triggerRaisesDataException:
+                    try connection.store("DROP TRIGGER refuse_one ON events")
+                    try connection.store("DROP FUNCTION refuse_one()")
+                case .checkConstraint:
+                    try connection.store("ALTER TABLE events DROP CONSTRAINT refuse_one")
+                }
+            }
+        }
+
+        /// Whether `message` is the server's refusal by this rule, without the refused row's values.
+        func matches(_ message: String) -> Bool {
+            switch self {
+            case .triggerRaises, .triggerRaisesDataException: message == "refused by the test"
+            case .checkConstraint: message.contains("refuse_one") && !message.contains("Failing row") && !message.contains("attempt")
+            }
+        }
+    }
+
+    @Test("a group commit whose write the server refuses for one event's row writes the others and refuses that event alone, with the server's SQLSTATE and message",
+          arguments: RowRule.allCases)
+    func groupCommitRefusesOneEventAlone(rule: RowRule) throws {
         let fixture = try PostgresFixture("pipegroup")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let ids = try store.submit((0..<3).map { k in
+            JobSpec(kind: .uploadData, destination: "file://pipe/\(k).txt", data: Data("x".utf8))
+        }, actor: "cli:test", now: 1_000).map(\.id)
+        let claimed = try store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 60_000, now: 2_000)
+        try #require(claimed.map(\.record.id) == ids)
+        let before = try store.events(afterSeq: 0, limit: 1_000)
+        // A real server-side refusal in the group's one write statement: one job's `started` event (the
+        // other two are fine).
+        try rule.install(refusing: .started, ofJob: ids[1], on: store)
+        let events = try claimed.map { job in
+            try PendingEvent(jobID: job.record.id, type: .started, actor: "w", leaseToken: job.token, data: EventData(attempt: 1))
+        }
+        let outcomes = try store.append(events, now: 3_000)
+        try #require(outcomes.count == 3)
+        #expect((try? outcomes[0].get()) != nil, "\(outcomes[0])")
+        #expect((try? outcomes[2].get()) != nil, "\(outcomes[2])")
+        guard case .failure(.serverRefused(let sqlstate, let message)) = outcomes[1] else {
+            Issue.record("expected the server's refusal of job \(ids[1])'s event, got \(outcomes[1])")
+            return
+        }
+        #expect(sqlstate == rule.rawValue)
+        #expect(rule.matches(message), "\(message)")
+        #expect(String(describing: StoreError.serverRefused(sqlstate: sqlstate, message: message)).contains("SQLSTATE \(rule.rawValue)"))
+        // The others' events and rows are written; the refused one's not.
+        #expect(try store.events(afterSeq: 0, limit: 1_000).count == before.count + 2)
+        #expect(try store.events(jobID: ids[0]).map(\.type) == [.submitted, .claimed, .started])
+        #expect(try store.events(jobID: ids[1]).map(\.type) == [.submitted, .claimed])
+        #expect(try store.events(jobID: ids[2]).map(\.type) == [.submitted, .claimed, .started])
+        #expect(try store.job(ids[1])?.version == 2)
+        #expect(try store.replay(verify: true).isConsistent)
+
+        // Refused again while the rule stands; written once it is gone.
+        guard case .failure(.serverRefused)? = try store.append([events[1]], now: 4_000).first else {
+            Issue.record("the refused event was written while the rule stands")
+            return
+        }
+        try rule.remove(from: store)
+        #expect((try? store.append([events[1]], now: 5_000).first?.get()) != nil)
+        #expect(try store.counts() == [.running: 3])
+        #expect(try store.events(afterSeq: 0, limit: 1_000).count == before.count + 3)
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    @Test("a group commit with a claim whose write the server refuses for one row refuses that event, or the claim, alone",
+          arguments: [EventType.succeeded, .claimed])
+    func groupCommitWithClaimRefusesOneWriteAlone(refused type: EventType) throws {
+        let fixture = try PostgresFixture("pipegroupclaim")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let ids = try store.submit((0..<5).map { k in
+            JobSpec(kind: .uploadData, destination: "file://pipe/\(k).txt", data: Data("x".utf8))
+        }, actor: "cli:test", now: 1_000).map(\.id)
+        let claimed = try store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 60_000, now: 2_000)
+        try #require(claimed.map(\.record.id) == Array(ids.prefix(3)))
+        // The refused row: job 1's outcome, or the claim of job 3 (the next in line).
+        try RowRule.triggerRaises.install(refusing: type, ofJob: type == .claimed ? ids[3] : ids[1], on: store)
+        let outcomes = try claimed.map { job in
+            try PendingEvent(jobID: job.record.id, type: .succeeded, actor: "w", leaseToken: job.token,
+                             data: EventData(result: JobResult(size: 1)))
+        }
+        let both = try store.append(outcomes, now: 3_000,
+                                    thenClaim: ClaimRequest(owner: "w", queues: nil, limit: 2, leaseMs: 60_000, now: 3_000))
+        let refusal = StoreError.serverRefused(sqlstate: "P0001", message: "refused by the test")
+        if type == .claimed {
+            // Every outcome written; the claim refused as a whole (its own savepoint), nothing claimed.
+            #expect(both.appended.allSatisfy { (try? $0.get()) != nil }, "\(both.appended)")
+            #expect(throws: refusal) { try both.claimed.get() }
+            #expect(try store.counts() == [.succeeded: 3, .queued: 2])
+        } else {
+            #expect((try? both.appended[0].get()) != nil && (try? both.appended[2].get()) != nil, "\(both.appended)")
+            #expect(throws: refusal) { try both.appended[1].get() }
+            #expect(try both.claimed.get().map(\.record.id) == Array(ids.suffix(2)))
+            #expect(try store.counts() == [.succeeded: 2, .running: 3])
+        }
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    @Test("a group commit whose write fails on the server for the transaction as a whole is rolled back whole, reports the server's error, and the store goes on",
+          arguments: ["55P03", "57014", "53100", "42501", "40P01"])
+    func groupCommitFailsWholeForTheTransaction(sqlstate: String) throws {
+        let fixture = try PostgresFixture("pipegroupwhole")
         let store = try PostgresStore(url: fixture.url, mode: .create)
         let ids = try store.submit((0..<3).map { k in
             JobSpec(kind: .uploadData, destination: "file://pipe/\(k).txt", data: Data("x".utf8))
@@ -210,14 +348,14 @@ struct PipelineTests {
         let claimed = try store.claim(owner: "w", queues: nil, limit: 3, leaseMs: 60_000, now: 2_000)
         try #require(claimed.count == 3)
         let before = try store.events(afterSeq: 0, limit: 1_000)
-        // A real server-side failure in the group's one write statement: a trigger refusing one
-        // job's `started` event (the other two are fine).
+        // The same trigger, raising what a lock timeout, a cancel, a full disk, a missing privilege or a
+        // deadlock raises: none of them is about the row.
         try store.withConnection { (connection) throws(StoreError) in
             try connection.store("""
                 CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $f$
                 BEGIN
                   IF NEW.job_id = '\(ids[1])' AND NEW.type = 'started' THEN
-                    RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'P0001';
+                    RAISE EXCEPTION 'failed by the test' USING ERRCODE = '\(sqlstate)';
                   END IF;
                   RETURN NEW;
                 END $f$
@@ -230,12 +368,15 @@ struct PipelineTests {
         let error: StoreError? = {
             do throws(StoreError) { _ = try store.append(events, now: 3_000); return nil } catch { return error }
         }()
-        guard case .io(let message)? = error else {
-            Issue.record("expected the server's error, got \(String(describing: error))")
-            return
+        switch error {
+        case .busy? where sqlstate == "40P01":
+            break
+        case .io(let message)?:
+            #expect(message.contains(sqlstate), "\(message)")
+            #expect(message.contains("failed by the test"), "\(message)")
+        default:
+            Issue.record("expected the server's error for the whole group, got \(String(describing: error))")
         }
-        #expect(message.contains("P0001"), "\(message)")
-        #expect(message.contains("refused by the test"), "\(message)")
         // Nothing of the group was written: no event, no projection change.
         #expect(try store.events(afterSeq: 0, limit: 1_000).map(\.seq) == before.map(\.seq))
         #expect(try store.counts() == [.running: 3])
