@@ -18,8 +18,7 @@ public struct JobLocalFiles: Sendable, Equatable {
     /// attempt (the job was retried since) and is never a leftover.
     public var finishedAtMs: Int64?
     /// The lease tokens of the job's attempts (its `claimed` events) that may have written a `file://`
-    /// sidecar's temporary or an upload's commit name, each named with its attempt's token
-    /// (`SidecarTemporary`, `UploadCommit`).
+    /// sidecar's temporary, each named with its attempt's token (`SidecarTemporary`).
     public var leaseTokens: [Int64]
 
     /// Describes a job's local files.
@@ -43,12 +42,6 @@ public struct JobLocalFiles: Sendable, Equatable {
     func sidecarTemporaries(forObject object: String) -> [String] {
         leaseTokens.map { SidecarTemporary.name(forObject: object, token: SidecarTemporary.tag(jobID: jobID, leaseToken: $0)) }
     }
-
-    /// The names the job's upload attempts gave their finished session files before renaming them onto
-    /// the object named `object`.
-    func commitNames(forObject object: String) -> [String] {
-        leaseTokens.map { UploadCommit.name(forObject: object, tag: SidecarTemporary.tag(jobID: jobID, leaseToken: $0)) }
-    }
 }
 
 /// A hidden temporary file that a final job left behind and no longer needs.
@@ -57,8 +50,7 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
     public enum Kind: String, Sendable, Codable {
         /// A download's `.NAME.<job id>.jobctl-partial` (or an older `.NAME.jobctl-partial` it recorded).
         case partialDownload = "partial-download"
-        /// A `file://` upload's `.NAME.<session>.jobctl-upload`, or the finished session under its
-        /// attempt's commit name `.NAME.<job id>.<lease token>.jobctl-commit`.
+        /// A `file://` upload's `.NAME.<session>.jobctl-upload`.
         case uploadSession = "upload-session"
         /// A `file://` sidecar's `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`, written before it is
         /// renamed into place (uploads, update-metadata, fetch-url).
@@ -80,8 +72,7 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
 /// sessions and sidecar temporaries. Ownership must be provable, so that no user's file is ever removed:
 ///
 /// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`,
-///   `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`, `.NAME.<job id>.<lease token>.jobctl-commit`,
-///   the token one of the job's claims)
+///   `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`, the token one of the job's claims)
 ///   beside the job's destination (fetch-url: its source); or
 /// - the file the job's last resume point recorded, when it recorded the file's identity (device and
 ///   inode) and the file at that path still has it.
@@ -212,16 +203,13 @@ public struct LeftoverFiles: Sendable {
         // before a draining worker exits). Following links on the way can only find more than the walk
         // that follows none, never less: a name `lstat` does not find, the folder does not hold.
         let sidecars = job.sidecarTemporaries(forObject: place.name)
-        let commits = job.commitNames(forObject: place.name)
         var recordedSession: LocalUploadSession?
         if case .upload(let uri, _, _, _)? = job.resumePoint { recordedSession = LocalUploadSession(uri: uri) }
         guard Self.mayExist(SafeDirectory.childPath(ours, in: place.folderPath))
                 || sidecars.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: place.folderPath)) })
-                || commits.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: place.folderPath)) })
                 || recordedSession.map({ Self.mayExist($0.path) }) == true,
               let directory = try? open(place) else { return [] }
         var candidates = [Candidate(directory: directory, name: ours, kind: .uploadSession, recorded: nil)]
-        candidates += commits.map { Candidate(directory: directory, name: $0, kind: .uploadSession, recorded: nil) }
         candidates += sidecars.map { Candidate(directory: directory, name: $0, kind: .sidecarTemporary, recorded: nil) }
         if let session = recordedSession, let identity = session.identity, LocalFiles.directory(of: session.path) == directory.path {
             let name = LocalFiles.lastComponent(session.path)

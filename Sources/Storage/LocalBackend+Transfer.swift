@@ -216,56 +216,37 @@ final class LocalTransfer {
             if diskFull || temp.failedForLackOfSpace { session.discard(in: location) }
             throw error
         }
-        // Only the file this upload wrote goes onto the object, never one swapped in at the session's
-        // name — which this job's other live attempt shares (this worker frozen past its lease, and the
-        // retry, which resumes or restarts the session by that name). The file is given this attempt's
-        // own name through its descriptor (`UploadCommit`), which only this attempt renames; a file
-        // that lost its name meanwhile gets none, and nothing is renamed.
-        let commitName = UploadCommit.name(forObject: location.name,
-                                           tag: control.jobID.map { SidecarTemporary.tag(jobID: $0, leaseToken: control.leaseToken) }
-                                               ?? LocalBackend.randomTag())
-        let pinned: Bool
-        do {
-            pinned = try location.directory.link(temp, identity: session.identity, knownAs: session.name, to: commitName)
-        } catch {
-            session.discard(in: location)
+        // Only the file this upload wrote is renamed onto the object: never one swapped in at its name.
+        guard let current = location.directory.entry(session.name), current.isRegular, current.identity == session.identity else {
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
-            throw error
-        }
-        temp.close()
-        guard pinned else {
-            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
-            // Another attempt's session, or another writer's file, is at the name now: a retry starts
-            // over (and refuses a file that is not the job's).
             throw StorageError(.pathError,
                                "the upload session file '\(location.directory.childPath(session.name))' was replaced by another file "
-                                   + "during the upload (another attempt of the job, or another writer); nothing was renamed onto "
-                                   + "'\(location.path)'", retryable: true)
+                                   + "during the upload; nothing was renamed onto '\(location.path)' — check who writes in that "
+                                   + "folder, then retry the job")
         }
-        // The session's name goes while it is still this file: the bytes are under the commit name.
-        location.directory.remove(session.name, ifStill: session.identity)
+        temp.close()
         // The object and its sidecar are two renames: a folder at either name (which a rename cannot
         // replace) is refused before the first, so a failed job never leaves the object replaced
         // beside its old metadata.
         for name in [location.name, location.sidecarName] {
             guard let found = location.directory.entry(name), found.isDirectory else { continue }
-            location.directory.remove(commitName, ifStill: session.identity)
+            session.discard(in: location)
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
             throw StorageError(.invalidArgument, "'\(location.directory.childPath(name))' is a folder, so the object "
                                    + "'\(reference.description)' cannot be written there; nothing was changed — move the folder away")
         }
         do throws(StorageError) {
             if rule.replaces {
-                try location.directory.rename(commitName, to: location.name)
+                try location.directory.rename(session.name, to: location.name)
             } else {
                 // `if_exists: fail`: linked into place only if nothing took the name since the check above.
-                guard try location.directory.linkExclusive(commitName, to: location.name) else {
+                guard try location.directory.linkExclusive(session.name, to: location.name) else {
                     throw StorageError.destinationExists(reference.description)
                 }
-                location.directory.remove(commitName, ifStill: session.identity)
+                location.directory.remove(session.name, ifStill: session.identity)
             }
         } catch {
-            location.directory.remove(commitName, ifStill: session.identity)
+            session.discard(in: location)
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
             throw error
         }

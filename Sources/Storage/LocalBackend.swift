@@ -22,24 +22,22 @@ import Glibc
 ///   generation (microseconds since 1970 at upload), metageneration, RFC 3339 times and download tokens.
 ///   It is written through `.<name>.jobctl-meta.json.<job id>.jobctl-meta.tmp` (a random tag in place of
 ///   the id outside the queue) and renamed over it. Hidden files ending in `.jobctl-meta.json`,
-///   `.jobctl-upload`, `.jobctl-partial`, `.jobctl-meta.tmp` or `.jobctl-commit` are never objects.
+///   `.jobctl-upload`, `.jobctl-partial` or `.jobctl-meta.tmp` are never objects.
 ///   A file without a sidecar (e.g. `file:///etc/hosts`) is served with metadata derived from `stat`
 ///   and no checksums to verify against.
 /// - Uploads stream through a fixed buffer into `.<name>.<job id>.jobctl-upload` beside the object
 ///   (created with `O_EXCL | O_NOFOLLOW`), hashing as they go; every `checkpointInterval` bytes the file
 ///   is synced and a `.upload(sessionURI: "file-session:<device>:<inode>:<temp path>", …)` checkpoint
 ///   reported. A resumed session is used only while it is still that inode. On completion the temp
-///   file and sidecar are synced, the file this attempt wrote is given the attempt's own name through
-///   its descriptor (`UploadCommit`) and that name renamed into place, then the sidecar, and the
-///   directory synced. The object and its
+///   file and sidecar are synced and renamed into place and the directory synced. The object and its
 ///   sidecar are two renames; the sidecar names the file it describes (device and inode), so a crash
 ///   between them leaves the new object beside a sidecar of another file, which is not believed: the
 ///   object is served as a file without a sidecar until the job's retry writes both again.
 ///   Each upload is a new generation (metageneration 1, no download tokens). A session whose source
 ///   changed size since its resume point is discarded and the upload starts over. A session file left
 ///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it, and
-///   removed once the job ends failed or cancelled (`leftovers(of:sparing:)`), as are a sidecar
-///   temporary and a commit name a killed attempt left (once the job is final, whatever its end).
+///   removed once the job ends failed or cancelled (`leftovers(of:sparing:)`), as is a sidecar temporary
+///   a killed attempt left (a later attempt of the job replaces it at once).
 /// - Downloads go through `PartialFile` and resume pinned to the object's generation.
 /// - fetch-url returns `file:///<absolute path>?token=<token>`: for local buckets the URL is only
 ///   meaningful on this machine; the token (created once, as Firebase does) is what a download URL
@@ -195,7 +193,7 @@ struct LocalObjectPlace: Equatable {
 /// every byte is one Character (`\r\n` aside, which holds neither `/` nor a byte of a reserved suffix),
 /// so the parts and the answers are the ones `SlashSeparatedPath` and `LocalLocation.isReserved` give
 /// (both on bytes too). Those cost ~9,000 instructions a job here (two splits, each walking the text
-/// twice, a `String` per part, a check per reserved suffix per part). Other text takes them.
+/// twice, a `String` per part, four suffix checks per part). Other text takes them.
 struct LocalObjectPath {
     /// The non-empty parts between `/`s, as `SlashSeparatedPath.parts(of:)` gives them.
     let parts: [String]
@@ -281,7 +279,7 @@ struct LocalLocation {
     var sidecarPath: String { directory.childPath(sidecarName) }
 
     /// The endings of the names the backend keeps for itself.
-    static let reservedSuffixes = [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp", ".jobctl-commit"]
+    static let reservedSuffixes = [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp"]
 
     /// Names the backend keeps for itself; no object may take one.
     ///
@@ -359,23 +357,6 @@ enum SidecarTemporary {
     /// attempt that has none, which only tests make).
     static func tag(jobID: String, leaseToken: Int64?) -> String {
         leaseToken.map { jobID + "." + String($0) } ?? jobID
-    }
-}
-
-/// The name a finished upload session file takes, through its open descriptor, before it is renamed onto
-/// the object: `.<object>.<job id>.<lease token>.jobctl-commit` (`SidecarTemporary.tag`; a random tag
-/// outside the queue). The session's own name, `.<object>.<job id>.jobctl-upload`, is how a retry resumes
-/// it, so two live attempts of a job (a worker frozen past its lease, and the retry) share it: renamed by
-/// that name, the woken attempt put the retry's file — maybe half written — onto the object, and the
-/// retry's own rename found the name gone. Linked from the descriptor, the name is this attempt's inode
-/// or nothing (the retry replaced the session: the link fails, and nothing is renamed), and no other
-/// attempt renames it. One a killed attempt left is removed by the sweep once the job is final, as its
-/// sidecar temporary is (`LeftoverFiles`, from the tokens of the job's claims).
-enum UploadCommit {
-    /// The name beside the object named `object`, for `tag` (`SidecarTemporary.tag(jobID:leaseToken:)`,
-    /// or a random tag).
-    static func name(forObject object: String, tag: String) -> String {
-        HiddenName.make(object, suffix: "." + tag + ".jobctl-commit")
     }
 }
 

@@ -241,48 +241,6 @@ final class SafeDirectory {
         return true
     }
 
-    /// Gives the open `file`, the regular file `identity` this directory holds as `current`, the second
-    /// name `name` in this directory: through its descriptor (`linkat` of `/proc/self/fd/N` with
-    /// `AT_SYMLINK_FOLLOW`), so the name is that inode whatever sits at `current` now. Returns false, and
-    /// adds no name, when the file has none left (another writer replaced `current` — its file is never
-    /// linked). Where `/proc` is not mounted (or refuses the link) `current` is linked by name and the
-    /// name given is checked to be `identity`, else removed again (false). A file already at `name` that
-    /// can only be our leftover is replaced; anything else there is refused.
-    /// `descriptors` is where the process's open files are named (tests name a folder that does not exist).
-    func link(_ file: LocalFile, identity: FileIdentity, knownAs current: String, to name: String,
-              descriptors: String = "/proc/self/fd") throws(StorageError) -> Bool {
-        try Self.checkName(current)
-        try Self.checkName(name)
-        let open = "\(descriptors)/\(file.descriptor)"
-        for attempt in 0..<2 {
-            var linked = open.withCString { source in name.withCString { linkat(AT_FDCWD, source, descriptor, $0, AT_SYMLINK_FOLLOW) } } == 0
-            var code = linked ? 0 : errno
-            var info = stat()
-            // ENOENT with the descriptor's entry in /proc: the file has no name left. Without /proc (or
-            // when it refuses the link), by name.
-            if !linked, code != EEXIST, !(code == ENOENT && lstat(open, &info) == 0) {
-                linked = current.withCString { source in name.withCString { linkat(descriptor, source, descriptor, $0, 0) } } == 0
-                code = linked ? 0 : errno
-            }
-            if linked {
-                guard let found = entry(name), found.isRegular, found.identity == identity else {
-                    remove(name)
-                    return false
-                }
-                return true
-            }
-            if code == ENOENT { return false }
-            guard code == EEXIST, attempt == 0, let found = entry(name), found.isRegular, found.couldBeOurLeftover else {
-                if code == EEXIST, let found = entry(name) {
-                    throw LocalFiles.unexpectedFileRefused(childPath(name), what: found.kindDescription, operation: "linking")
-                }
-                throw LocalFiles.error(code, "linking into place", path: childPath(name), context: .destination)
-            }
-            _ = name.withCString { unlinkat(descriptor, $0, 0) }
-        }
-        throw LocalFiles.unexpectedFileRefused(childPath(name), what: "a file that keeps reappearing", operation: "linking")
-    }
-
     /// `unlinkat(2)`, ignoring a name that is already gone. Removing a link removes the link only.
     func remove(_ name: String) {
         guard (try? Self.checkName(name)) != nil else { return }

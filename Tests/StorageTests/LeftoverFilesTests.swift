@@ -225,37 +225,4 @@ struct LeftoverFilesTests {
         try create(temporary(absolute, "a.txt", "\(job).7"), "{}")
         #expect(found(.fetchURL, "file://\(absolute)/a.txt") == [temporary(absolute, "a.txt", "\(job).7")])
     }
-
-    /// An upload's commit name (`.NAME.<job id>.<lease token>.jobctl-commit`: the finished session file,
-    /// linked by the attempt before it is renamed onto the object) is the job's only for a token of one of
-    /// its claims, beside its object, as a regular file with one link, and only for uploads.
-    @Test("upload commit names: only the job's tokens beside its object, one link, uploads only")
-    func commitNames() throws {
-        let directory = try TemporaryDirectory("leftovers-commits")
-        defer { directory.remove() }
-        let buckets = directory.file("buckets")
-        let job = JobID.generate()
-        func commit(_ object: String, _ tag: String) -> String { "\(buckets)/docs/dir/.\(object).\(tag).jobctl-commit" }
-        let ours = [commit("u.txt", "\(job).3"), commit("u.txt", "\(job).7")]
-        let notOurs = [commit("u.txt", "\(job).5"), commit("u.txt", job), commit("u.txt", "\(JobID.generate()).3"), commit("v.txt", "\(job).3")]
-        for path in ours + notOurs { try create(path, "bytes") }
-        // A commit name that is still the object's second name (killed between the link and the removal).
-        try create("\(buckets)/docs/dir/x.txt", "bytes")
-        try FileManager.default.linkItem(atPath: "\(buckets)/docs/dir/x.txt", toPath: commit("x.txt", "\(job).3"))
-        let finder = LeftoverFiles(localBucketsDirectory: buckets)
-        func found(_ kind: JobKind, _ reference: String) -> [String] {
-            let files = JobLocalFiles(jobID: job, kind: kind, destination: reference, resumePoint: nil, finishedAtMs: now,
-                                      leaseTokens: [3, 7])
-            return finder.find(files).filter { $0.path.hasSuffix(".jobctl-commit") }.map(\.path).sorted()
-        }
-        for kind in [JobKind.uploadData, .uploadFile] {
-            #expect(found(kind, "file://docs/dir/u.txt") == ours.sorted(), "\(kind)")
-            #expect(finder.find(JobLocalFiles(jobID: job, kind: kind, destination: "file://docs/dir/u.txt", resumePoint: nil,
-                                              finishedAtMs: now, leaseTokens: [3])).map(\.kind) == [.uploadSession], "\(kind)")
-            #expect(found(kind, "file://docs/dir/x.txt").isEmpty, "\(kind)")
-        }
-        #expect(found(.updateMetadata, "file://docs/dir/u.txt").isEmpty)
-        #expect(found(.fetchURL, "file://docs/dir/u.txt").isEmpty)
-        #expect(found(.downloadFile, "file://docs/dir/u.txt").isEmpty)
-    }
 }

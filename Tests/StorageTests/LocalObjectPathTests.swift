@@ -16,7 +16,7 @@ struct LocalObjectPathTests {
     /// (not Character-wise `hasSuffix`, which a mark joining the suffix's `.` to the character before it
     /// answered false for `\u{600}.jobctl-upload`).
     private static func reservedBefore(_ name: String) -> Bool {
-        [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp", ".jobctl-commit"].contains {
+        [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp"].contains {
             Array(name.utf8).reversed().starts(with: Array($0.utf8).reversed())
         }
     }
@@ -50,7 +50,6 @@ struct LocalObjectPathTests {
         longName, "d/" + longName, String(repeating: "deep/", count: 64) + "leaf",
         // Reserved names, in the object's place and in a folder's, and names that only look like one.
         "x.jobctl-meta.json", "d/.o.jobctl-upload/x", "d/.o.01JOB.jobctl-partial", "d/.o.jobctl-meta.json.ab12cd34.jobctl-meta.tmp",
-        "d/.o.01JOB.7.jobctl-commit", "x.jobctl-commit/y",
         ".jobctl-upload", "jobctl-upload", "x.jobctl-uploa", "x.JOBCTL-UPLOAD", "x.jobctl-upload.bak", "x.jobctl-meta.json/",
         "a/x.jobctl-partial//", "x.jobctl-meta.jsonx",
         // Not ASCII: where a combining mark joins a `/` or a suffix's first dot into another Character.
