@@ -246,8 +246,18 @@ final class LocalTransfer {
                 location.directory.remove(session.name, ifStill: session.identity)
             }
         } catch {
+            // The session's name gone at the rename: another live attempt of the job (a worker frozen past
+            // its lease between its check and its rename, then woken) renamed it onto the object. What is
+            // there now is not known to be this attempt's whole file and its sidecar describes another:
+            // the next attempt writes both again (README, Known limitations: a frozen worker's file).
+            let taken = location.directory.entry(session.name) == nil
             session.discard(in: location)
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            if taken {
+                throw StorageError(.pathError, "the upload session file '\(location.directory.childPath(session.name))' was "
+                                       + "renamed away while this attempt committed it (another attempt of the job, or another "
+                                       + "writer); '\(location.path)' is written again by the next attempt", retryable: true)
+            }
             throw error
         }
         do {

@@ -147,6 +147,97 @@ import TestSupport
         #expect(fields?["crc32c"] as? String == job?.result?.crc32c, "\(fields ?? [:])")
         #expect(Self.entries(scene.bucket) == [".obj.bin.jobctl-meta.json", "obj.bin"], "left behind: \(Self.entries(scene.bucket))")
     }
+
+    /// Two live attempts of one upload, at their object commits: the first, in a worker frozen past its
+    /// lease just before it renames its session file onto the object (strace holds its first rename 6 s:
+    /// its session written, its sidecar temporary too), and the retry another worker runs after the
+    /// rescue, which restarts the session under the same name (`.NAME.<job id>.jobctl-upload`) and is held
+    /// 10 s at its own commit. The first wakes while the retry waits and renames the retry's file onto the
+    /// object (by the shared name; README, Known limitations). The retry's rename then found the name gone
+    /// and the job ended failed ("… does not exist (renaming into place)", not retryable), the object
+    /// beside a sidecar describing another file. Now that failure is retryable: the next attempt writes
+    /// both again, the object holds the source's bytes, its sidecar describes it (a download verifies its
+    /// CRC32C) and nothing hidden is left.
+    @Test("two live attempts of an upload (one frozen past its lease at its commit, then woken): the job still ends with the source's object and its sidecar",
+          arguments: [Writer.uploadData, .uploadFile])
+    func liveAttemptsAtTheirCommitsEndWithTheSourcesObject(writer: Writer) throws {
+        let scene = try KilledSidecarWrite(writer, engine: .sqlite, label: "session-live")
+        defer { scene.directory.remove() }
+        let strace = "/usr/bin/strace"
+        try #require(FileManager.default.isExecutableFile(atPath: strace), "strace is not installed (Debian package strace; make test-deps installs it)")
+        // Holds the worker's first rename (its upload's commit) `seconds`.
+        func tracer(holdingCommitFor seconds: Int) -> [String] {
+            let calls = "rename,renameat,renameat2"
+            return [strace, "-f", "-qq", "-o", "/dev/null", "--seccomp-bpf", "-e", "trace=\(calls)",
+                    "-e", "inject=\(calls):delay_enter=\(seconds)s:when=1"]
+        }
+        // Each written sidecar temporary, by name: its inode and change time.
+        func temporaries() -> [String: String] {
+            var found: [String: String] = [:]
+            for name in Self.entries(scene.bucket) where name.hasSuffix(".jobctl-meta.tmp") {
+                var info = stat()
+                if lstat(scene.bucket + "/" + name, &info) == 0, info.st_size > 0 {
+                    found[name] = "\(info.st_ino) \(info.st_ctim.tv_sec).\(info.st_ctim.tv_nsec)"
+                }
+            }
+            return found
+        }
+        let first = try JobctlProcess(database: scene.database, arguments: ["worker", "--concurrency", "1", "--claim-ahead", "0"],
+                                      environment: scene.environment, logDirectory: scene.directory.path,
+                                      tracer: tracer(holdingCommitFor: 6))
+        defer {
+            _ = first.killTracee(SIGKILL)
+            first.signal(SIGKILL)
+            _ = first.wait(seconds: 10)
+        }
+        // The sidecar temporary is written after the session is whole, just before the commit.
+        var firstTemporary: [String: String] = [:]
+        try #require(eventually(seconds: 30) { firstTemporary = temporaries(); return !firstTemporary.isEmpty },
+                     "the first attempt never reached its commit: \(first.log)")
+        let held = Date()
+        let store = try EventStore(path: scene.database, mode: .readWrite)
+        try store.withConnection { (connection) throws(StoreError) in
+            try connection.run("UPDATE jobs SET lease_owner = 'worker:gone', lease_expires_at_ms = 0 WHERE id = ?", [.text(scene.id)])
+        }
+        let second = try JobctlProcess(database: scene.database, arguments: ["worker", "--drain", "--lease", "30"],
+                                       environment: scene.environment, logDirectory: scene.directory.path,
+                                       tracer: tracer(holdingCommitFor: 10))
+        defer {
+            _ = second.killTracee(SIGKILL)
+            second.signal(SIGKILL)
+        }
+        // The retry wrote its session (under the shared name) and its sidecar temporary while the first
+        // attempt's commit is still held.
+        let retryWrote = eventually(seconds: 30) {
+            temporaries().contains { name, file in firstTemporary[name] != file }
+        }
+        try #require(retryWrote, "the retry never reached its commit: \(second.log)")
+        try #require(Date().timeIntervalSince(held) < 5, "the retry reached its commit after the first attempt's went out; nothing to test")
+
+        #expect(second.wait(seconds: 90) == 0, "\(second.log)")
+        let job = try scene.engine.reader(scene.database).job(scene.id)
+        #expect(job?.state == .succeeded, "\(job?.error?.message ?? "") \(second.log)")
+        // The retry's commit found its session taken and ended retryably; the attempt after it wrote both.
+        #expect(job?.attempts == 3, "\(second.log)")
+        let expected = writer == .uploadData ? Data("fresh bytes".utf8)
+            : try Data(contentsOf: URL(fileURLWithPath: scene.directory.file("source.bin")))
+        let stored = try? Data(contentsOf: URL(fileURLWithPath: scene.bucket + "/obj.bin"))
+        #expect(stored == expected, "object of \(stored?.count ?? -1) bytes, the source's \(expected.count)")
+        // What the draining worker's last sweep left: the object and its sidecar only.
+        #expect(Self.entries(scene.bucket) == [".obj.bin.jobctl-meta.json", "obj.bin"], "left behind: \(Self.entries(scene.bucket))")
+
+        // The sidecar describes the object: a download finds its checksums and verifies them.
+        let download = try #require(try submit("- {kind: download-memory, source: \"file://media/obj.bin\"}\n",
+                                               database: scene.database, directory: scene.directory).first)
+        let reader = try JobctlProcess.worker(database: scene.database, ["--drain"], environment: scene.environment,
+                                              logDirectory: scene.directory.path)
+        #expect(reader.wait(seconds: 30) == 0, "\(reader.log)")
+        let read = try scene.engine.reader(scene.database).job(download)
+        #expect(read?.state == .succeeded, "\(read?.error?.message ?? "")")
+        #expect(read?.result?.size == Int64(expected.count))
+        #expect(read?.result?.verified?.contains(.crc32c) == true, "verified: \(String(describing: read?.result?.verified))")
+        #expect(read?.result?.crc32c == job?.result?.crc32c)
+    }
 }
 
 /// One job that writes a sidecar, run by a worker that is killed while the sidecar's rename is held.
