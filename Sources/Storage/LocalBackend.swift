@@ -20,8 +20,8 @@ import Glibc
 /// - Metadata lives beside the object in `.<name>.jobctl-meta.json` (a `StorageObject` as JSON): content
 ///   type and the other writable fields, custom metadata, base64 MD5 and big-endian CRC32C, size,
 ///   generation (microseconds since 1970 at upload), metageneration, RFC 3339 times and download tokens.
-///   It is written through `.<name>.jobctl-meta.json.<job id>.jobctl-meta.tmp` (a random tag in place of
-///   the id outside the queue) and renamed over it. Hidden files ending in `.jobctl-meta.json`,
+///   It is written through `.<name>.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp` (a random
+///   tag in place of both outside the queue: `SidecarTemporary`) and renamed over it. Hidden files ending in `.jobctl-meta.json`,
 ///   `.jobctl-upload`, `.jobctl-partial` or `.jobctl-meta.tmp` are never objects.
 ///   A file without a sidecar (e.g. `file:///etc/hosts`) is served with metadata derived from `stat`
 ///   and no checksums to verify against.
@@ -36,8 +36,8 @@ import Glibc
 ///   Each upload is a new generation (metageneration 1, no download tokens). A session whose source
 ///   changed size since its resume point is discarded and the upload starts over. A session file left
 ///   by an attempt that failed (other than by a full disk) is kept for the retry that resumes it, and
-///   removed once the job ends failed or cancelled (`leftovers(of:sparing:)`), as is a sidecar temporary
-///   a killed attempt left (a later attempt of the job replaces it at once).
+///   removed once the job ends failed or cancelled (`leftovers(of:sparing:)`); a sidecar temporary a
+///   killed attempt left is removed by the sweep once the job is final, whatever its end.
 /// - Downloads go through `PartialFile` and resume pinned to the object's generation.
 /// - fetch-url returns `file:///<absolute path>?token=<token>`: for local buckets the URL is only
 ///   meaningful on this machine; the token (created once, as Firebase does) is what a download URL

@@ -164,8 +164,8 @@ public protocol StorageBackend: Sendable {
                  completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void)
 
     /// The hidden temporary files a final job left on local disk: a download's partial file, a `file://`
-    /// upload's session file, a `file://` sidecar's temporary. Only files whose name carries the job's id, or that are the very file its
-    /// resume point recorded (by identity), are listed — never a file merely named like ours — and never
+    /// upload's session file, a `file://` sidecar's temporary. Only files whose name carries the job's id,
+    /// or that are the very file its resume point recorded (by identity), are listed — never a file merely named like ours — and never
     /// one in `inUse` (paths that unfinished jobs' resume points name) or modified after the job finished.
     /// The default finds downloads' partials and `file:///` sessions and sidecar temporaries; backends
     /// that know where named local buckets live find those too.
@@ -194,7 +194,8 @@ extension StorageBackend {
     }
 
     /// Removes what a job that ended failed or cancelled left on local disk (its partial download or
-    /// upload session, recorded or not, or a killed attempt's sidecar temporary): such a job never resumes from them. Returns what was removed.
+    /// upload session, recorded or not, or a killed attempt's sidecar temporary): such a job never resumes
+    /// from them. Returns what was removed.
     @discardableResult
     public func discardResumePoint(of job: JobLocalFiles) -> [LeftoverFile] {
         leftovers(of: job, sparing: []).filter { remove($0) }

@@ -45,7 +45,9 @@ extension Commands {
         the job again. A dependant cancelled by hand stays cancelled, and so does one that still waits for
         another failed or cancelled job (retrying that one with --with-dependants reopens it). A job that
         waits for a job still failed or cancelled is refused, with or without --with-dependants: reopened, it
-        could never run; the error names the job to retry with --with-dependants.
+        could never run; the error names the job to retry with --with-dependants. Jobs given (or selected)
+        together are taken in turn, and one refused goes once more after the others: its dependency retried
+        after it in the same command opens it, whichever was named first.
         """,
         extraOptions: [Options.withDependants]
     ) { store, id, context in try store.retry(id: id, actor: context.actor, now: Clock.nowMs()) }
@@ -80,7 +82,10 @@ extension Commands {
             }
             var views: [JobView] = []
             var refused = 0
-            for given in arguments.positionals {
+            // A retry refused goes once more after the others (see `BulkControl`'s `take`): a retry after
+            // it may open the job it waits for.
+            var waitingTurn: [String] = []
+            func take(_ given: String, mayWait: Bool) {
                 do {
                     let id = try store.resolveID(given)
                     let outcome = try action(store, id, context)
@@ -92,10 +97,13 @@ extension Commands {
                         emit("\(record.id)  \(context.paint(state: record.state))\(note)")
                     }
                 } catch {
+                    if mayWait && name == "retry" { waitingTurn.append(given); return }
                     refused += 1
                     emitError("Error: \(given): \(error)")
                 }
             }
+            for given in arguments.positionals { take(given, mayWait: true) }
+            for given in waitingTurn { take(given, mayWait: false) }
             if json { emit(try jsonText(views)) }
             return refused == 0 ? ExitCode.ok : ExitCode.failure
         }
@@ -110,9 +118,13 @@ extension Commands {
         var refused = 0
         var opened: Set<String> = []
         var kept: [DependantsRetryPlan.Kept] = []
-        for text in given {
+        // A job refused goes once more after the others: a later job's retry may reopen it (its line says
+        // so) or open the job it waits for.
+        var waitingTurn: [String] = []
+        func take(_ text: String, mayWait: Bool) {
             do {
                 let id = try store.resolveID(text)
+                if !mayWait && opened.contains(id) { return }
                 let answer = try store.retryWithDependants(id: id, actor: context.actor, now: Clock.nowMs(), ifStateIn: nil, dryRun: false)
                 guard let outcome = answer.result else { throw StoreError.notFound(text) }  // no state condition: never nil
                 views.append(JobView(outcome.job.record, display: .redacting))
@@ -127,10 +139,13 @@ extension Commands {
                     }
                 }
             } catch {
+                if mayWait { waitingTurn.append(text); return }
                 refused += 1
                 emitError("Error: \(text): \(error)")
             }
         }
+        for text in given { take(text, mayWait: true) }
+        for text in waitingTurn { take(text, mayWait: false) }
         // The last reason each is left for, in the order first left.
         var reasons: [String: String] = [:]
         for dependant in kept { reasons[dependant.record.id] = dependant.reason }

@@ -225,6 +225,29 @@ import TestSupport
         #expect(after.allSatisfy { $0["state"] as? String == "queued" }, "\(after.map { $0["state"] ?? "?" })")
     }
 
+    /// `retry Y X` and `retry Y X --with-dependants`, Y waiting for X and named first: Y's retry is refused
+    /// at its turn (X still cancelled) and goes once more after X's. Before, Y was reported refused (exit
+    /// 1) and, without --with-dependants, left cancelled.
+    @Test("a retry of listed jobs does not depend on whether a dependant is named before its dependency",
+          arguments: StoreEngine.allCases)
+    func retryOfListedJobsInEitherOrder(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("deps-retry-listed", engine: engine)
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+            - {kind: upload-data, data: y, destination: 'file://b/y', key: y, after: [x]}
+            - {kind: upload-data, data: x, destination: 'file://b/x', key: x}
+            """)
+        try #require(ids.count == 2)
+        let (y, x) = (ids[0], ids[1])
+        for extra in [[], ["--with-dependants"]] {
+            #expect(try workspace.jobctl(["cancel", x, y]).status == 0)
+            let retried = try workspace.jobctl(["retry", y, x] + extra)
+            #expect(retried.status == 0 && retried.stderr.isEmpty, "\(extra): \(retried.stdout)\(retried.stderr)")
+            let states = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+            #expect(states.allSatisfy { $0["state"] as? String == "queued" }, "\(extra): \(states.map { $0["state"] ?? "?" })")
+        }
+    }
+
     /// `retry --with-dependants` of every cancelled job, a dependant older than the job it waits for: the
     /// dependant's own retry is refused at its turn (its dependency still cancelled), then the dependency's
     /// reopens it. Before, the run reported it refused and exited 1 though it ended queued.
