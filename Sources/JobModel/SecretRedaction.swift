@@ -132,6 +132,12 @@ public enum SecretRedaction {
             while end > separator.upperBound, ".,;:)]}!".contains(text[text.index(before: end)]) {
                 end = text.index(before: end)
             }
+            // A URL quoted with apostrophes whose query ran on to the closing one: that one is the
+            // quote's, not the last value's (a value that truly ends in one shows only that apostrophe).
+            if inQuery, start > index, text[text.index(before: start)] == "'",
+               end > separator.upperBound, text[text.index(before: end)] == "'" {
+                end = text.index(before: end)
+            }
             let candidate = String(text[start..<end])
             if escaped {
                 let plain = candidate.replacingOccurrences(of: "\\/", with: "/")
