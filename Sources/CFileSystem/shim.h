@@ -2,8 +2,8 @@
 #define JOBCTL_CFILESYSTEM_SHIM_H
 
 // What Glibc's Swift module leaves out: the filesystem type of an open file (`fstatfs(2)`, in
-// <sys/vfs.h>), a shell started with `posix_spawn` in a process group of its own, `accept4`, and
-// `malloc_trim` (<malloc.h>).
+// <sys/vfs.h>), a rename that never replaces (`renameat2(2)` with `RENAME_NOREPLACE`), a shell started
+// with `posix_spawn` in a process group of its own, `accept4`, and `malloc_trim` (<malloc.h>).
 // Header-only: nothing is linked beyond libc.
 
 #include <fcntl.h>
@@ -11,7 +11,9 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
 /// The `f_type` magic number of the filesystem holding `fd` (TMPFS_MAGIC 0x01021994, …), or -1 when
 /// `fstatfs` fails.
@@ -19,6 +21,14 @@ static inline long jobctl_filesystem_type(int fd) {
     struct statfs info;
     if (fstatfs(fd, &info) != 0) return -1;
     return (long)info.f_type;
+}
+
+/// `renameat2(directory, from, directory, to, RENAME_NOREPLACE)`: `from` takes the name `to` only while
+/// nothing is there, in one step (EEXIST otherwise). Through `syscall(2)`, as glibc before 2.28 had no
+/// wrapper; EINVAL where the filesystem cannot refuse a replacement (some network filesystems), ENOSYS
+/// on kernels before 3.15. https://man7.org/linux/man-pages/man2/rename.2.html
+static inline int jobctl_rename_noreplace(int directory, const char *from, const char *to) {
+    return (int)syscall(SYS_renameat2, directory, from, directory, to, 1u /* RENAME_NOREPLACE */);
 }
 
 /// Glibc's (2.34+), which its Swift module does not show: closes every descriptor from `from` on in the

@@ -121,7 +121,7 @@ extension EventStore {
     /// files whose `finished_seq` is above the first `?` (`Int64.min`: every final one) — downloads to a
     /// file, and the jobs that write a `file://` object or its sidecar (uploads, update-metadata; fetch-url,
     /// whose object is its source), these with the lease tokens of their claims (through the log's
-    /// UNIQUE (job_id, version) index: the job's own events), which name their sidecar temporaries.
+    /// UNIQUE (job_id, version) index: the job's own events), which name their sidecar temporaries and upload sessions.
     private static let finishedLeftoverSelection = """
         SELECT jobs.id, jobs.state, jobs.kind,
                json_extract(submitted.data, CASE jobs.kind WHEN 'fetch-url' THEN '$.spec.source' ELSE '$.spec.destination' END)

@@ -397,7 +397,7 @@ extension PostgresStore {
 
     /// What `finishedLeftoverSQL` and `finishedLeftoverSkippingSQL` select, and the conditions they share;
     /// the jobs that write a `file://` sidecar with the lease tokens of their claims (through the log's
-    /// UNIQUE (job_id, version) index), which name their sidecar temporaries.
+    /// UNIQUE (job_id, version) index), which name their sidecar temporaries and upload sessions.
     private static let finishedLeftoverSelection = """
         SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms,
                CASE WHEN jobs.kind = 'download-file' THEN NULL

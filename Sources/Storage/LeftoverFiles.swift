@@ -18,7 +18,8 @@ public struct JobLocalFiles: Sendable, Equatable {
     /// attempt (the job was retried since) and is never a leftover.
     public var finishedAtMs: Int64?
     /// The lease tokens of the job's attempts (its `claimed` events) that may have written a `file://`
-    /// sidecar's temporary, each named with its attempt's token (`SidecarTemporary`).
+    /// sidecar's temporary or upload session, each named with its attempt's token (`SidecarTemporary`,
+    /// `LocalUploadSession.tag`).
     public var leaseTokens: [Int64]
 
     /// Describes a job's local files.
@@ -42,6 +43,13 @@ public struct JobLocalFiles: Sendable, Equatable {
     func sidecarTemporaries(forObject object: String) -> [String] {
         leaseTokens.map { SidecarTemporary.name(forObject: object, token: SidecarTemporary.tag(jobID: jobID, leaseToken: $0)) }
     }
+
+    /// The names of the upload sessions the job's attempts wrote beside the object named `object`: each
+    /// attempt's own (its lease token in it), and the one an older jobctl named for the job alone.
+    func uploadSessions(forObject object: String) -> [String] {
+        [LocalUploadSession.name(forObject: object, token: jobID)]
+            + leaseTokens.map { LocalUploadSession.name(forObject: object, token: LocalUploadSession.tag(jobID: jobID, leaseToken: $0)) }
+    }
 }
 
 /// A hidden temporary file that a final job left behind and no longer needs.
@@ -50,7 +58,8 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
     public enum Kind: String, Sendable, Codable {
         /// A download's `.NAME.<job id>.jobctl-partial` (or an older `.NAME.jobctl-partial` it recorded).
         case partialDownload = "partial-download"
-        /// A `file://` upload's `.NAME.<session>.jobctl-upload`.
+        /// A `file://` upload's session, `.NAME.<job id>.<lease token>.jobctl-upload` (or an older
+        /// jobctl's `.NAME.<job id>.jobctl-upload`).
         case uploadSession = "upload-session"
         /// A `file://` sidecar's `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`, written before it is
         /// renamed into place (uploads, update-metadata, fetch-url).
@@ -72,7 +81,8 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
 /// sessions and sidecar temporaries. Ownership must be provable, so that no user's file is ever removed:
 ///
 /// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`,
-///   `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`, the token one of the job's claims)
+///   `.NAME.<job id>.<lease token>.jobctl-upload`, `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`,
+///   the token one of the job's claims)
 ///   beside the job's destination (fetch-url: its source); or
 /// - the file the job's last resume point recorded, when it recorded the file's identity (device and
 ///   inode) and the file at that path still has it.
@@ -197,7 +207,7 @@ public struct LeftoverFiles: Sendable {
     private func sessionCandidates(_ job: JobLocalFiles, destination: String) -> [Candidate] {
         guard let reference = try? StorageReference(parsing: destination), reference.scheme == .file,
               let place = LocalObjectPlace.of(reference, bucketsDirectory: localBucketsDirectory) else { return [] }
-        let ours = LocalUploadSession.name(forObject: place.name, token: job.jobID)
+        let sessions = job.uploadSessions(forObject: place.name)
         // As for downloads: nearly every finished upload left nothing, and one `lstat` per name says so
         // without resolving the bucket root and opening each folder (eleven calls a job in the sweep
         // before a draining worker exits). Following links on the way can only find more than the walk
@@ -205,11 +215,11 @@ public struct LeftoverFiles: Sendable {
         let sidecars = job.sidecarTemporaries(forObject: place.name)
         var recordedSession: LocalUploadSession?
         if case .upload(let uri, _, _, _)? = job.resumePoint { recordedSession = LocalUploadSession(uri: uri) }
-        guard Self.mayExist(SafeDirectory.childPath(ours, in: place.folderPath))
+        guard sessions.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: place.folderPath)) })
                 || sidecars.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: place.folderPath)) })
                 || recordedSession.map({ Self.mayExist($0.path) }) == true,
               let directory = try? open(place) else { return [] }
-        var candidates = [Candidate(directory: directory, name: ours, kind: .uploadSession, recorded: nil)]
+        var candidates = sessions.map { Candidate(directory: directory, name: $0, kind: .uploadSession, recorded: nil) }
         candidates += sidecars.map { Candidate(directory: directory, name: $0, kind: .sidecarTemporary, recorded: nil) }
         if let session = recordedSession, let identity = session.identity, LocalFiles.directory(of: session.path) == directory.path {
             let name = LocalFiles.lastComponent(session.path)

@@ -92,8 +92,10 @@ final class LocalTransfer {
 
         let location = try backend.locate(reference, creating: true)
         let existing = (spec.ifExists ?? .overwrite) == .overwrite ? nil : location.directory.entry(location.name).flatMap { $0.isRegular ? $0 : nil }
-        // An existing object that is the session file an earlier attempt linked into place is the job's own.
-        let rule = OverwriteRule(spec, resumingFrom: resumePoint, existing: existing?.identity)
+        // An existing object that is the session file an earlier attempt linked into place is the job's own
+        // (its second name, where a death after the link left one, under the name it has now).
+        let rule = OverwriteRule(spec, resumingFrom: existing == nil ? resumePoint : sessionNamedAsNow(in: location),
+                                 existing: existing?.identity)
         if let existing {
             let object = try backend.readMetadata(location, status: existing)
             let spec = self.spec
@@ -217,7 +219,12 @@ final class LocalTransfer {
             throw error
         }
         // Only the file this upload wrote is renamed onto the object: never one swapped in at its name.
-        guard let current = location.directory.entry(session.name), current.isRegular, current.identity == session.identity else {
+        guard let current = location.directory.entry(session.name) else {
+            // Its name gone: another attempt of the job adopted the file (this one lost its lease).
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            throw Self.sessionTaken(session, in: location)
+        }
+        guard current.isRegular, current.identity == session.identity else {
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
             throw StorageError(.pathError,
                                "the upload session file '\(location.directory.childPath(session.name))' was replaced by another file "
@@ -246,18 +253,13 @@ final class LocalTransfer {
                 location.directory.remove(session.name, ifStill: session.identity)
             }
         } catch {
-            // The session's name gone at the rename: another live attempt of the job (a worker frozen past
-            // its lease between its check and its rename, then woken) renamed it onto the object. What is
-            // there now is not known to be this attempt's whole file and its sidecar describes another:
-            // the next attempt writes both again (README, Known limitations: a frozen worker's file).
+            // The session's name gone at the rename: another attempt of the job adopted the file (this
+            // one, frozen past its lease between its check and its rename, woke after the retry took
+            // it), or another writer moved it. Nothing of this attempt's went onto the object.
             let taken = location.directory.entry(session.name) == nil
             session.discard(in: location)
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
-            if taken {
-                throw StorageError(.pathError, "the upload session file '\(location.directory.childPath(session.name))' was "
-                                       + "renamed away while this attempt committed it (another attempt of the job, or another "
-                                       + "writer); '\(location.path)' is written again by the next attempt", retryable: true)
-            }
+            if taken { throw Self.sessionTaken(session, in: location) }
             throw error
         }
         do {
@@ -269,6 +271,15 @@ final class LocalTransfer {
         try location.directory.sync()
         // The sidecar records the hashes of the bytes written here: there is no other copy to compare with.
         return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, verified: []))
+    }
+
+    /// The error of an attempt whose session file lost its name before the commit renamed it: another
+    /// attempt of the job adopted it (this one lost its lease, so the error is seldom written), or
+    /// another writer moved it; retryable, as the next attempt resumes or writes the object again.
+    private static func sessionTaken(_ session: OpenSession, in location: LocalLocation) -> StorageError {
+        StorageError(.pathError, "the upload session file '\(location.directory.childPath(session.name))' was renamed away "
+                         + "before this attempt committed it (another attempt of the job took it over, or another writer "
+                         + "moved it); nothing was renamed onto '\(location.path)' — the next attempt writes it", retryable: true)
     }
 
     /// Bytes handed to `copy_file_range` at once (at most a checkpoint's worth: a stop is noticed
@@ -299,56 +310,139 @@ final class LocalTransfer {
         }
     }
 
-    /// Reopens the session named by an upload resume point (truncated to its confirmed offset, its
-    /// prefix hashed) when it is this job's for this object (the job's id in its name) and source size,
-    /// is still the file the session recorded (its identity; for sessions logged before identities were,
-    /// a regular file with one link owned by us), and its prefix is the source's (compared byte by byte:
-    /// a source changed since, or a session of other bytes, would make an object of two files whose
-    /// hashes are its own); else creates a new one, `.<name>.<job id>.jobctl-upload`, with
-    /// `O_EXCL | O_NOFOLLOW`. A file at the recorded name that is not the session is never written to.
-    /// Returns the session and the hashes of the bytes it holds so far.
+    /// Resumes the session named by an upload resume point when it is this job's for this object (the
+    /// job's id in its name), still the file the session recorded (its identity; for sessions logged
+    /// before identities were, a regular file with one link owned by us), of the source's size, and its
+    /// prefix is the source's (compared byte by byte: a source changed since, or a session of other
+    /// bytes, would make an object of two files whose hashes are its own); else creates a new one. A
+    /// file at the recorded name that is not the session is never written to.
+    ///
+    /// Each attempt writes under a name of its own, `.<name>.<job id>.<lease token>.jobctl-upload`
+    /// (`LocalUploadSession.tag`), created with `O_EXCL | O_NOFOLLOW`; an attempt that resumes adopts
+    /// the earlier attempt's file by renaming it to its own name (`renameExclusive`: one step, one
+    /// link), so a worker that lost the lease, frozen and then woken, finds its name gone at its commit
+    /// and never renames the retry's file onto the object. A session named by an older jobctl for the
+    /// job alone (`.<name>.<job id>.jobctl-upload`) is adopted the same way. When the recorded name is
+    /// gone, the file is looked for by its identity among the job's session names (an attempt killed
+    /// after it adopted the file, before it recorded its own name). Returns the session and the hashes
+    /// of the bytes it holds so far.
     private func openUploadSession(for location: LocalLocation, total: Int64, source: Source,
                                    md5: Bool) throws(StorageError) -> (OpenSession, StreamingHashes) {
-        if case .upload(let uri, let offset, let recordedTotal, _)? = resumePoint, let recorded = LocalUploadSession(uri: uri) {
-            let name = LocalFiles.lastComponent(recorded.path)
-            // Another job's session (a log edited by hand, a resume point copied) is never resumed into.
-            let ownName = control.jobID.map { name == LocalUploadSession.name(forObject: location.name, token: $0) }
-                ?? LocalUploadSession.isSession(name, forObject: location.name)
-            if LocalFiles.directory(of: recorded.path) == location.directory.path, ownName,
-               let file = try? location.directory.openExisting(name, writable: true, context: .destination),
-               let status = try? file.status() {
-                let isOurs = recorded.identity.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
-                // A session file with a second name (linked into place by an attempt that died before
-                // removing this name, the object since replaced) is never written to: only this name goes.
-                if isOurs, status.links == 1, recordedTotal == nil || recordedTotal == total, offset <= total, status.size >= offset {
+        let token = control.jobID.map { LocalUploadSession.tag(jobID: $0, leaseToken: control.leaseToken) }
+            ?? String(UUID().uuidString.prefix(12).lowercased())
+        let ownName = LocalUploadSession.name(forObject: location.name, token: token)
+        if case .upload(let uri, let offset, let recordedTotal, _)? = resumePoint, let recorded = LocalUploadSession(uri: uri),
+           LocalFiles.directory(of: recorded.path) == location.directory.path,
+           let name = sessionFile(recorded, in: location),
+           let file = try? location.directory.openExisting(name, writable: true, context: .destination),
+           let status = try? file.status() {
+            let isOurs = recorded.identity.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
+            // A session file with a second name (linked into place by an attempt that died before
+            // removing this name, the object since replaced) is never written to: only this name goes.
+            if isOurs, status.links == 1, recordedTotal == nil || recordedTotal == total, offset <= total, status.size >= offset {
+                switch try adopt(name, status: status, as: ownName, in: location) {
+                case .adopted:
                     let hashes = StreamingHashes(md5: md5)
                     if try prefix(of: file, matches: source, upTo: offset, hashing: hashes) {
                         try file.truncate(to: offset)
                         try file.seek(to: offset)
-                        return (OpenSession(file: file, name: name, identity: status.identity, offset: offset,
+                        return (OpenSession(file: file, name: ownName, identity: status.identity, offset: offset,
                                             folder: location.directory.path), hashes)
                     }
+                    // The source changed (size or bytes): the session goes, under the name it has now.
+                    file.close()
+                    location.directory.remove(ownName, ifStill: status.identity)
+                case .lost:
+                    // Another attempt adopted it first (this one's lease is gone, or going): start afresh.
+                    file.close()
                 }
+            } else {
                 file.close()
-                // The source changed (size or bytes), the session is short or linked elsewhere too: this
-                // name goes (only the name). A file that is not the session is left alone.
+                // The source changed size, the session is short or linked elsewhere too: this name goes
+                // (only the name). A file that is not the session is left alone.
                 if isOurs { location.directory.remove(name, ifStill: status.identity) }
             }
         }
-        let token = control.jobID ?? String(UUID().uuidString.prefix(12).lowercased())
-        let name = LocalUploadSession.name(forObject: location.name, token: token)
-        // A leftover at the job's own name is an earlier attempt's that never reached a checkpoint.
-        let file = try location.directory.createExclusive(name, replacingOwnLeftover: control.jobID != nil)
+        // A leftover at the attempt's own name can only be its own.
+        let file = try location.directory.createExclusive(ownName, replacingOwnLeftover: control.jobID != nil)
         let identity: FileIdentity
         do {
             identity = try file.status().identity
         } catch {
             file.close()
-            location.directory.remove(name)
+            location.directory.remove(ownName)
             throw error
         }
-        return (OpenSession(file: file, name: name, identity: identity, offset: 0, folder: location.directory.path),
+        return (OpenSession(file: file, name: ownName, identity: identity, offset: 0, folder: location.directory.path),
                 StreamingHashes(md5: md5))
+    }
+
+    /// The name in the object's folder of the session file `recorded` names, when it is this job's for
+    /// this object: the recorded name while something is there, else (an attempt killed after adopting
+    /// it under its own name) the job's session name whose file has the recorded identity; nil when
+    /// neither is found. The folder is read only then, and read even when the object is that file (a
+    /// death between the link of `if_exists: fail` and the unlink leaves a session name beside it, which
+    /// the caller removes).
+    private func sessionFile(_ recorded: LocalUploadSession, in location: LocalLocation) -> String? {
+        let name = LocalFiles.lastComponent(recorded.path)
+        // Another job's session (a log edited by hand, a resume point copied) is never resumed into.
+        let isJobs: (String) -> Bool = { candidate in
+            self.control.jobID.map { LocalUploadSession.isSession(candidate, forObject: location.name, ofJob: $0) }
+                ?? LocalUploadSession.isSession(candidate, forObject: location.name)
+        }
+        guard isJobs(name) else { return nil }
+        if location.directory.entry(name) != nil { return name }
+        guard let identity = recorded.identity, control.jobID != nil else { return nil }
+        let found = location.directory.names { candidate in
+            candidate.hasSuffix(".jobctl-upload") && isJobs(candidate)
+                && location.directory.entry(candidate).map { $0.isRegular && $0.identity == identity } == true
+        }
+        return found.count == 1 ? found[0] : nil
+    }
+
+    /// The resume point with its session under the name the file has now: a later attempt that took the
+    /// session over (renamed it to its own name) and died before it recorded a checkpoint left the log
+    /// naming a name that is gone.
+    private func sessionNamedAsNow(in location: LocalLocation) -> ResumePoint? {
+        guard case .upload(let uri, let offset, let total, let stamp)? = resumePoint, let recorded = LocalUploadSession(uri: uri),
+              LocalFiles.directory(of: recorded.path) == location.directory.path,
+              let name = sessionFile(recorded, in: location), name != LocalFiles.lastComponent(recorded.path) else { return resumePoint }
+        let moved = LocalUploadSession(path: location.directory.childPath(name), identity: recorded.identity)
+        return .upload(sessionURI: moved.uri, confirmedOffset: offset, total: total, source: stamp)
+    }
+
+    /// What `adopt` did with an earlier attempt's session file.
+    private enum Adoption {
+        /// The file is this attempt's, under its own name.
+        case adopted
+        /// Another attempt renamed it first (or this attempt's own name was taken): it is not this attempt's.
+        case lost
+    }
+
+    /// Gives the session file at `name` (its status `status`, checked as the job's) this attempt's own
+    /// name `ownName`, by a rename that never replaces and never leaves the file a second link: killed
+    /// before it, the file keeps the name the log recorded; killed after it, the next attempt finds it
+    /// by its identity (`sessionFile`). The file at `ownName` afterwards must be the one checked: one
+    /// swapped in at `name` between the check and the rename is given its name back and refused.
+    private func adopt(_ name: String, status: FileStatus, as ownName: String, in location: LocalLocation) throws(StorageError) -> Adoption {
+        guard name != ownName else { return .adopted }
+        switch try location.directory.renameExclusive(name, to: ownName) {
+        case .renamed:
+            break
+        case .sourceGone, .targetTaken:
+            // Another attempt took it first; or something sits at this attempt's own name, which the new
+            // session's exclusive create replaces when it can only be a leftover of ours, else refuses.
+            return .lost
+        }
+        guard let adopted = location.directory.entry(ownName), adopted.isRegular, adopted.identity == status.identity,
+              adopted.links == 1 else {
+            _ = try? location.directory.renameExclusive(ownName, to: name)
+            throw StorageError(.pathError,
+                               "the upload session file '\(location.directory.childPath(name))' was replaced by another file "
+                                   + "while this attempt resumed it; nothing was written to it — check who writes in that "
+                                   + "folder, then retry the job")
+        }
+        return .adopted
     }
 
     /// Syncs the session file and reports the offset the next attempt resumes from.

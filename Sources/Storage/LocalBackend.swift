@@ -25,10 +25,13 @@ import Glibc
 ///   `.jobctl-upload`, `.jobctl-partial` or `.jobctl-meta.tmp` are never objects.
 ///   A file without a sidecar (e.g. `file:///etc/hosts`) is served with metadata derived from `stat`
 ///   and no checksums to verify against.
-/// - Uploads stream through a fixed buffer into `.<name>.<job id>.jobctl-upload` beside the object
-///   (created with `O_EXCL | O_NOFOLLOW`), hashing as they go; every `checkpointInterval` bytes the file
-///   is synced and a `.upload(sessionURI: "file-session:<device>:<inode>:<temp path>", …)` checkpoint
-///   reported. A resumed session is used only while it is still that inode. On completion the temp
+/// - Uploads stream through a fixed buffer into `.<name>.<job id>.<lease token>.jobctl-upload` beside the
+///   object (created with `O_EXCL | O_NOFOLLOW`; a name each attempt has to itself), hashing as they go;
+///   every `checkpointInterval` bytes the file is synced and a
+///   `.upload(sessionURI: "file-session:<device>:<inode>:<temp path>", …)` checkpoint reported. A resumed
+///   session is used only while it is still that inode, and the attempt resuming it first renames it to
+///   its own name (never a link), so an earlier attempt, woken after its lease was lost, finds its name
+///   gone at its commit instead of renaming the retry's file onto the object. On completion the temp
 ///   file and sidecar are synced and renamed into place and the directory synced. The object and its
 ///   sidecar are two renames; the sidecar names the file it describes (device and inode), so a crash
 ///   between them leaves the new object beside a sidecar of another file, which is not believed: the
@@ -322,18 +325,41 @@ struct LocalUploadSession: Equatable {
         Self.prefix + (identity.map { "\($0):" } ?? "") + path
     }
 
-    /// `.<object>.<token>.jobctl-upload`; the token is the job id (or a random one outside the queue).
+    /// `.<object>.<token>.jobctl-upload`: the token is `tag(jobID:leaseToken:)` for an attempt of a job
+    /// (the job's id alone in a session an older jobctl wrote), a random one outside the queue.
     static func name(forObject object: String, token: String) -> String {
         HiddenName.make(object, suffix: "." + token + ".jobctl-upload")
     }
 
-    /// Whether `name` is a session name for the object named `object` (any token).
+    /// The token in the name of the session of job `jobID`'s attempt under lease `leaseToken`:
+    /// `<job id>.<lease token>`, so two live attempts of one job (a worker that lost the lease, frozen
+    /// then woken, and the retry) never write or rename a file by the same name. Without a lease token
+    /// (only tests run an attempt without one) the job's id alone, the name older jobctls used.
+    static func tag(jobID: String, leaseToken: Int64?) -> String {
+        SidecarTemporary.tag(jobID: jobID, leaseToken: leaseToken)
+    }
+
+    /// Whether `name` is a session name for the object named `object` (any token, with or without a
+    /// lease token after it).
     static func isSession(_ name: String, forObject object: String) -> Bool {
-        // The token is what lies between the last two dots; the name is the one made with it.
+        guard name.hasSuffix(".jobctl-upload") else { return false }
+        let parts = name.dropLast(".jobctl-upload".count).split(separator: ".", omittingEmptySubsequences: false)
+        // The token is the last part, or the last two (`<job id>.<lease token>`); the name is the one made with it.
+        return [1, 2].contains { count in
+            parts.count > count && parts.suffix(count).allSatisfy { !$0.isEmpty }
+                && name == self.name(forObject: object, token: parts.suffix(count).joined(separator: "."))
+        }
+    }
+
+    /// Whether `name` is a session of job `jobID` for the object named `object`: an attempt's
+    /// (`.<object>.<job id>.<lease token>.jobctl-upload`) or one an older jobctl named for the job alone
+    /// (`.<object>.<job id>.jobctl-upload`).
+    static func isSession(_ name: String, forObject object: String, ofJob jobID: String) -> Bool {
+        if name == self.name(forObject: object, token: jobID) { return true }
         guard name.hasSuffix(".jobctl-upload") else { return false }
         let stem = name.dropLast(".jobctl-upload".count)
-        guard let dot = stem.lastIndex(of: "."), stem.index(after: dot) < stem.endIndex else { return false }
-        return name == self.name(forObject: object, token: String(stem[stem.index(after: dot)...]))
+        guard let dot = stem.lastIndex(of: "."), let token = Int64(stem[stem.index(after: dot)...]) else { return false }
+        return name == self.name(forObject: object, token: tag(jobID: jobID, leaseToken: token))
     }
 }
 

@@ -1,3 +1,4 @@
+import CFileSystem
 import Foundation
 import JobModel
 #if canImport(Glibc)
@@ -227,6 +228,60 @@ final class SafeDirectory {
         guard from.withCString({ source in to.withCString { renameat(descriptor, source, descriptor, $0) } }) == 0 else {
             throw LocalFiles.error(errno, "renaming into place", path: childPath(to), context: .destination)
         }
+    }
+
+    /// What a rename that never replaces (`renameExclusive`) did.
+    enum ExclusiveRename: Equatable {
+        /// `from` now has the name `to`.
+        case renamed
+        /// Nothing was at `from` any more: nothing changed.
+        case sourceGone
+        /// Something was at `to`: nothing changed.
+        case targetTaken
+    }
+
+    /// `renameat2(2)` with `RENAME_NOREPLACE` within this directory: `from` takes the name `to` only
+    /// while nothing is at `to`, in one step, and keeps its one link (never a second name, as `linkat`
+    /// would give it until the first is removed). Where the filesystem cannot refuse a replacement
+    /// (EINVAL) or the kernel has no such call (ENOSYS), `to` is looked at first and `renameat` used.
+    func renameExclusive(_ from: String, to: String) throws(StorageError) -> ExclusiveRename {
+        try Self.checkName(from)
+        try Self.checkName(to)
+        var result = from.withCString { source in to.withCString { jobctl_rename_noreplace(descriptor, source, $0) } }
+        if result != 0, errno == EINVAL || errno == ENOSYS {
+            if entry(to) != nil { return .targetTaken }
+            result = from.withCString { source in to.withCString { renameat(descriptor, source, descriptor, $0) } }
+        }
+        guard result == 0 else {
+            switch errno {
+            case ENOENT: return .sourceGone
+            case EEXIST: return .targetTaken
+            default: throw LocalFiles.error(errno, "renaming", path: childPath(from), context: .destination)
+            }
+        }
+        return .renamed
+    }
+
+    /// The names in this directory that `matching` accepts (`.` and `..` never offered). Reads the whole
+    /// directory: for what is rarely needed (finding a session file a killed attempt renamed).
+    func names(matching: (String) -> Bool) -> [String] {
+        let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else { return [] }
+        guard let stream = fdopendir(copy) else {
+            _ = Glibc.close(copy)
+            return []
+        }
+        defer { closedir(stream) }
+        // The duplicate shares the directory's offset: read from its start.
+        rewinddir(stream)
+        var found: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != ".", name != "..", matching(name) { found.append(name) }
+        }
+        return found
     }
 
     /// `linkat(2)` within this directory: `to` becomes a second name of `from` only when nothing is at

@@ -199,8 +199,8 @@ public actor TaskRunner {
     }
 
     /// A job that ended failed or cancelled never resumes, so its partial download or upload session goes
-    /// now, recorded or not (a retry starts over), and this attempt's sidecar temporary if it is still
-    /// there (a killed earlier attempt's, named with that attempt's lease token, is the sweep's, which
+    /// now, recorded or not (a retry starts over), and this attempt's session and sidecar temporary if
+    /// still there (a killed earlier attempt's, named with that attempt's lease token, are the sweep's, which
     /// reads the job's tokens from the log). Paused, released and retry-scheduled jobs keep theirs:
     /// they resume from them. Runs after the final event is in the log and the transfer has returned,
     /// off the cooperative pool (a removal syncs the folder).

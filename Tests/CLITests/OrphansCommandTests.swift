@@ -128,4 +128,69 @@ import TestSupport
         for path in left { #expect(!FileManager.default.fileExists(atPath: path), "kept \(path)") }
         for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
     }
+
+    /// Each attempt of a `file://` upload writes its session under a name of its own (its lease token in
+    /// it): the sessions a final job's attempts left are listed and removed, on either store, with the one
+    /// an older jobctl named for the job alone; a running job's, a token the job never held, an unknown
+    /// job's and a random tag are left alone.
+    @Test("upload sessions named with a final job's id and one of its tokens are listed and removed, others kept",
+          arguments: StoreEngine.allCases)
+    func uploadSessionsOfEachAttempt(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("orphans-session", engine: engine)
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        _ = try workspace.write("r.bin", "r")
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: upload-data, data: "u", destination: "file://docs/u.txt"}
+        - {kind: upload-file, source: "\(workspace.directory.file("r.bin"))", destination: "file://docs/r.txt"}
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 2)
+        let store: any JobStore = switch engine {
+        case .sqlite: try EventStore(path: workspace.database, mode: .readWrite)
+        case .postgres: try PostgresStore(url: workspace.database, mode: .readWrite)
+        }
+        func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1_000) }
+        // The first job fails an attempt and runs again (two tokens); the second runs on.
+        let firstClaims = try store.claim(owner: "worker:test", queues: nil, limit: 10, leaseMs: 60_000, now: nowMs())
+        try #require(firstClaims.map(\.record.id) == ids)
+        _ = try store.append(PendingEvent(jobID: ids[0], actor: "worker:test", leaseToken: firstClaims[0].token,
+                                          payload: .attemptFailed(.none, error: StorageError(.internalError, "busy", retryable: true),
+                                                                  retryAtMs: nowMs())), now: nowMs())
+        let secondClaim = try #require(try store.claim(owner: "worker:test", queues: nil, limit: 10, leaseMs: 60_000, now: nowMs() + 1).first)
+        try #require(secondClaim.record.id == ids[0])
+        let folder = workspace.directory.file("buckets/docs")
+        func session(_ object: String, _ token: String) -> String { "\(folder)/.\(object).\(token).jobctl-upload" }
+        let left = [
+            session("u.txt", "\(ids[0]).\(firstClaims[0].token)"),
+            session("u.txt", "\(ids[0]).\(secondClaim.token)"),
+            session("u.txt", ids[0]),                                          // an older jobctl's, for the job alone
+        ]
+        let kept = [
+            session("r.txt", "\(ids[1]).\(firstClaims[1].token)"),           // its job is running: not final
+            session("u.txt", "\(ids[0]).\(firstClaims[1].token)"),           // a token the job never held
+            session("u.txt", "\(JobID.generate()).\(firstClaims[0].token)"), // a job this log does not know
+            session("r.txt", "\(ids[0]).\(firstClaims[0].token)"),           // the right id and token beside another object
+            session("u.txt", "0123456789ab"),                                 // a random tag (outside the queue)
+        ]
+        for path in left + kept { try workspace.write(String(path.dropFirst(workspace.directory.path.count + 1)), "bytes") }
+        _ = try store.append(PendingEvent(jobID: ids[0], actor: "worker:test", leaseToken: secondClaim.token,
+                                          payload: .failed(.none, error: StorageError(.objectNotFound, "gone"), reason: nil)),
+                             now: nowMs() + 10)
+
+        func orphans(_ arguments: [String]) throws -> [[String: Any]] {
+            let output = try workspace.jobctl(["orphans", "--json"] + arguments, environment: environment)
+            try #require(output.status == 0, "\(output.stderr)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]])
+        }
+        let listed = try orphans([])
+        #expect(Set(listed.compactMap { $0["path"] as? String }) == Set(left), "\(listed)")
+        #expect(listed.allSatisfy { $0["kind"] as? String == "upload-session" && $0["state"] as? String == "failed" }, "\(listed)")
+        let removed = try orphans(["--remove"])
+        #expect(removed.count == left.count && removed.allSatisfy { $0["removed"] as? Bool == true }, "\(removed)")
+        for path in left { #expect(!FileManager.default.fileExists(atPath: path), "kept \(path)") }
+        for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
+    }
 }

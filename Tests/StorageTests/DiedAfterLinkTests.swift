@@ -148,6 +148,39 @@ struct DiedAfterLinkTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: object)) == payload)
     }
 
+    /// As `localUpload`, with each attempt's own session name (its lease token in it): attempt 2 took the
+    /// checkpoint's session over (renamed it to its name), linked it into place and died before the
+    /// unlink, so the log's checkpoint names a name that is gone and the second link is attempt 2's name.
+    /// Attempt 3 finds that name by the file's identity, removes it, and takes the object as the job's.
+    @Test("upload-file into file:// with per-attempt session names: the second name a death after the link left is found and removed")
+    func localUploadWithLeaseTokens() async throws {
+        let (directory, buckets, backend) = try checkpointingLocalBackend()
+        defer { directory.remove() }
+        let source = directory.file("source.bin")
+        try payload.write(to: URL(fileURLWithPath: source))
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/up.bin", ifExists: .fail)
+        let object = buckets + "/b/up.bin"
+        let first = TransferControl(jobID: jobID, leaseToken: 1)
+        let recorder = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_000_000 { first.stop(.pause) }
+        }
+        let paused = try await run(backend, spec, control: first, recorder: recorder).get()
+        guard case .stopped(.pause, let point?) = paused else { throw TestServerError("expected a paused transfer, got \(paused)") }
+        let written = try #require(OverwriteRule.fileWritten(by: point), "\(point)")
+        #expect(written.path == buckets + "/b/.up.bin.\(jobID).1.jobctl-upload")
+        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID, leaseToken: 2)))
+        let secondName = buckets + "/b/.up.bin.\(jobID).2.jobctl-upload"
+        #expect(PartialFile.destinationFile(object) == written.identity, "the object is the checkpoint's file")
+        #expect(!FileManager.default.fileExists(atPath: written.path))
+        #expect(link(object, secondName) == 0)
+
+        let taken = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: jobID, leaseToken: 3)))
+        #expect(taken.skipped == nil && taken.verified == [.crc32c] && taken.crc32c == hashes(payload).crc32c, "\(taken)")
+        #expect(!FileManager.default.fileExists(atPath: secondName), "the session's second name is gone")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: object)) == payload)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: buckets + "/b").sorted() == [".up.bin.jobctl-meta.json", "up.bin"])
+    }
+
     /// The state a death between the link and the unlink leaves, and then the destination moved away
     /// by its owner: the checkpoint's temporary name still names the moved file. An attempt resuming from
     /// the checkpoint must not write into it (truncating it to the checkpoint's offset would change the

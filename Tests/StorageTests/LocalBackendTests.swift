@@ -45,9 +45,9 @@ private final class Recorder: Sendable {
     let control: TransferControl
     let stopAtCheckpoint: StopReason?
 
-    init(stopAtCheckpoint: StopReason? = nil, jobID: String? = nil) {
+    init(stopAtCheckpoint: StopReason? = nil, jobID: String? = nil, leaseToken: Int64? = nil) {
         self.stopAtCheckpoint = stopAtCheckpoint
-        control = TransferControl(jobID: jobID)
+        control = TransferControl(jobID: jobID, leaseToken: leaseToken)
     }
 
     var report: @Sendable (TransferEvent) -> Void {
@@ -460,6 +460,44 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(second.statistics.kernelCopiedBytes == total - offset, "the rest was copied by the kernel")
         #expect(resuming.progress.first == offset)
         #expect(sandbox.entries(sandbox.buckets + "/b/dir") == [".big.bin.jobctl-meta.json", "big.bin"])
+    }
+
+    /// Each attempt writes its session under a name of its own (`.NAME.<job id>.<lease token>.jobctl-upload`),
+    /// and one that resumes takes the earlier file over by renaming it to that name: the same inode, no
+    /// second link, the earlier name gone (a worker woken after its lease was lost then finds its name
+    /// gone at its commit, and never renames the retry's file onto the object). A session an older jobctl
+    /// named for the job alone (`.NAME.<job id>.jobctl-upload`) is taken over the same way, and the
+    /// attempt after that resumes from the new name, reading only the rest of the source.
+    @Test func anOlderJobctlsSessionIsTakenOverUnderTheAttemptsOwnName() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(5 * 1024 * 1024 + 7)
+        let total = Int64(bytes.count)
+        let source = try sandbox.write("o.bin", bytes)
+        let spec = JobSpec(kind: .uploadFile, source: source, destination: "file://b/o.bin")
+        let folder = sandbox.buckets + "/b"
+        // No lease token: the name older jobctls gave every attempt of the job.
+        let stopped = try await run(sandbox.backend(checkpoint: 1024 * 1024), spec,
+                                    recorder: Recorder(stopAtCheckpoint: .pause, jobID: "01OLDJOB"))
+        guard case .stopped(.pause, let point?) = stopped, case .upload(let uri, let offset, _, _) = point,
+              let old = LocalUploadSession(uri: uri) else { Issue.record("\(stopped)"); return }
+        #expect(old.path == folder + "/.o.bin.01OLDJOB.jobctl-upload")
+
+        let resumed = try await run(sandbox.backend(checkpoint: 1024 * 1024), spec, from: point,
+                                    recorder: Recorder(stopAtCheckpoint: .pause, jobID: "01OLDJOB", leaseToken: 7))
+        guard case .stopped(.pause, let next?) = resumed, case .upload(let nextURI, let nextOffset, _, _) = next,
+              let adopted = LocalUploadSession(uri: nextURI) else { Issue.record("\(resumed)"); return }
+        #expect(adopted.path == folder + "/.o.bin.01OLDJOB.7.jobctl-upload")
+        #expect(adopted.identity == old.identity, "taken over, not copied")
+        #expect(nextOffset == offset + 1024 * 1024)
+        #expect(sandbox.entries(folder) == [".o.bin.01OLDJOB.7.jobctl-upload"])
+
+        let last = sandbox.backend(checkpoint: 1024 * 1024)
+        let result = try finished(try await run(last, spec, from: next, recorder: Recorder(jobID: "01OLDJOB", leaseToken: 8)))
+        #expect(last.statistics.sourceBytesRead == total - nextOffset, "the session was continued, not restarted")
+        #expect(result.crc32c == checksums(bytes).crc32c)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: folder + "/o.bin")) == bytes)
+        #expect(sandbox.entries(folder) == [".o.bin.jobctl-meta.json", "o.bin"])
     }
 
     /// Buckets reached through a symbolic link are named by their real path in resume points, also a

@@ -96,12 +96,17 @@ import TestSupport
         let id = try #require(try submit("- {kind: upload-file, source: \"\(source)\", destination: \"file://media/big.bin\"}\n",
                                          database: database, directory: directory).first)
         let bucket = directory.file("buckets/media")
-        let session = "\(bucket)/.big.bin.\(id).jobctl-upload"
         let store = try EventStore(path: database, readOnly: true)
+        // The attempt's own name: the job's id and its lease token.
+        var session = ""
 
         // Held to 8 MiB/s (6 s for the file): a wide window for the kill, however busy the machine.
         let first = try JobctlProcess.worker(database: database, ["--lease", "1", "--bwlimit", "8M"], logDirectory: directory.path)
-        let started = eventually(seconds: 20) { exists(session) }
+        let started = eventually(seconds: 20) {
+            guard let token = try? store.job(id)?.leaseToken else { return false }
+            session = "\(bucket)/.big.bin.\(id).\(token).jobctl-upload"
+            return exists(session)
+        }
         first.signal(SIGKILL)
         _ = first.wait(seconds: 5)
         try #require(started, "the upload never created its session file: \(first.log)")

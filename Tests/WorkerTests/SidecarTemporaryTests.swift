@@ -1,5 +1,6 @@
 @testable import EventStore
 import Foundation
+import JobLifecycle
 import JobModel
 @testable import Storage
 import Testing
@@ -151,13 +152,12 @@ import TestSupport
     /// Two live attempts of one upload, at their object commits: the first, in a worker frozen past its
     /// lease just before it renames its session file onto the object (strace holds its first rename 6 s:
     /// its session written, its sidecar temporary too), and the retry another worker runs after the
-    /// rescue, which restarts the session under the same name (`.NAME.<job id>.jobctl-upload`) and is held
-    /// 10 s at its own commit. The first wakes while the retry waits and renames the retry's file onto the
-    /// object (by the shared name; README, Known limitations). The retry's rename then found the name gone
-    /// and the job ended failed ("… does not exist (renaming into place)", not retryable), the object
-    /// beside a sidecar describing another file. Now that failure is retryable: the next attempt writes
-    /// both again, the object holds the source's bytes, its sidecar describes it (a download verifies its
-    /// CRC32C) and nothing hidden is left.
+    /// rescue, held 10 s at its own commit. With one session name for every attempt of the job
+    /// (`.NAME.<job id>.jobctl-upload`) the retry restarted the session under it, the first woke and
+    /// renamed the retry's file onto the object, and the retry's rename found the name gone: the job
+    /// needed a third attempt (before that, it ended failed). With each attempt's own name (its lease
+    /// token in it) each renames its own file, and the retry succeeds: the object holds the source's
+    /// bytes, its sidecar describes it (a download verifies its CRC32C) and nothing hidden is left.
     @Test("two live attempts of an upload (one frozen past its lease at its commit, then woken): the job still ends with the source's object and its sidecar",
           arguments: [Writer.uploadData, .uploadFile])
     func liveAttemptsAtTheirCommitsEndWithTheSourcesObject(writer: Writer) throws {
@@ -217,8 +217,8 @@ import TestSupport
         #expect(second.wait(seconds: 90) == 0, "\(second.log)")
         let job = try scene.engine.reader(scene.database).job(scene.id)
         #expect(job?.state == .succeeded, "\(job?.error?.message ?? "") \(second.log)")
-        // The retry's commit found its session taken and ended retryably; the attempt after it wrote both.
-        #expect(job?.attempts == 3, "\(second.log)")
+        // The retry's own session and sidecar went into place: no attempt after it.
+        #expect(job?.attempts == 2, "\(second.log)")
         let expected = writer == .uploadData ? Data("fresh bytes".utf8)
             : try Data(contentsOf: URL(fileURLWithPath: scene.directory.file("source.bin")))
         let stored = try? Data(contentsOf: URL(fileURLWithPath: scene.bucket + "/obj.bin"))
@@ -238,6 +238,199 @@ import TestSupport
         #expect(read?.result?.verified?.contains(.crc32c) == true, "verified: \(String(describing: read?.result?.verified))")
         #expect(read?.result?.crc32c == job?.result?.crc32c)
     }
+
+    /// The bytes of the object and the files beside it, and a download of it that verifies its sidecar's
+    /// CRC32C (the one the upload's result records).
+    private static func expectSourcesObject(_ scene: KilledSidecarWrite, job: JobRecord?) throws {
+        let expected = try Data(contentsOf: URL(fileURLWithPath: scene.directory.file("source.bin")))
+        let stored = try? Data(contentsOf: URL(fileURLWithPath: scene.bucket + "/obj.bin"))
+        #expect(stored == expected, "object of \(stored?.count ?? -1) bytes, the source's \(expected.count)")
+        #expect(Self.entries(scene.bucket) == [".obj.bin.jobctl-meta.json", "obj.bin"], "left behind: \(Self.entries(scene.bucket))")
+        let download = try #require(try submit("- {kind: download-memory, source: \"file://media/obj.bin\", max_size: 100MiB}\n",
+                                               database: scene.database, directory: scene.directory).first)
+        let reader = try JobctlProcess.worker(database: scene.database, ["--drain"], environment: scene.environment,
+                                              logDirectory: scene.directory.path)
+        #expect(reader.wait(seconds: 30) == 0, "\(reader.log)")
+        let read = try scene.engine.reader(scene.database).job(download)
+        #expect(read?.state == .succeeded, "\(read?.error?.message ?? "")")
+        #expect(read?.result?.size == Int64(expected.count))
+        #expect(read?.result?.verified?.contains(.crc32c) == true, "verified: \(String(describing: read?.result?.verified))")
+        #expect(read?.result?.crc32c == job?.result?.crc32c)
+    }
+
+    /// The size of a source whose upload records a resume point (`file://` checkpoints every 64 MiB) and
+    /// goes on past it.
+    static let resumableSourceSize: Int64 = (64 << 20) + (3 << 20)
+
+    /// Runs the scene's upload in a worker whose renames strace holds (its commit: its session whole and
+    /// its checkpoint in the log), SIGKILLs it there and lets its lease run out; returns the session
+    /// its resume point records.
+    private static func killAtCommitAfterCheckpoint(_ scene: KilledSidecarWrite) throws -> LocalUploadSession {
+        let path = try scene.killMidWrite(lease: 1, afterCheckpoint: true)
+        let job = try scene.engine.reader(scene.database).job(scene.id)
+        let (session, offset) = try #require(recordedSession(job), "no session to resume: \(String(describing: job?.resumePoint))")
+        #expect(offset == 64 << 20)
+        #expect(FileManager.default.fileExists(atPath: session.path), "\(Self.entries(scene.bucket))")
+        #expect(FileManager.default.fileExists(atPath: path))
+        try scene.expireLease()
+        return session
+    }
+
+    /// The device and inode of the object file: a session taken over and committed is the very file the
+    /// first attempt's resume point recorded.
+    private static func objectFile(_ scene: KilledSidecarWrite) -> FileIdentity? {
+        var info = stat()
+        guard lstat(scene.bucket + "/obj.bin", &info) == 0 else { return nil }
+        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
+    /// The upload session `job`'s resume point records, and its offset.
+    static func recordedSession(_ job: JobRecord?) -> (LocalUploadSession, Int64)? {
+        guard case .upload(let uri, let offset, _, _)? = job?.resumePoint, let session = LocalUploadSession(uri: uri) else { return nil }
+        return (session, offset)
+    }
+
+    /// Two live attempts of one upload, the retry resuming the first's session: the first checkpointed
+    /// (its session in the log) and is frozen past its lease just before it renames that session onto
+    /// the object (strace holds its commit 8 s); the retry another worker runs after the rescue takes the
+    /// session over and is held 14 s at its own commit. With one name for every attempt the retry
+    /// resumed the file under the shared name, the first woke and renamed it onto the object (its
+    /// sidecar beside it), and the retry's rename found the name gone: the job needed a third attempt.
+    /// Now the retry renames the session to its own name first; the woken first attempt's rename fails
+    /// (its name is gone: ENOENT), and the retry's file and sidecar go into place at the second attempt.
+    @Test("a retry takes over a frozen attempt's upload session under its own name: the woken attempt's rename fails, the retry's object stands")
+    func retryAdoptsAFrozenAttemptsSession() throws {
+        let scene = try KilledSidecarWrite(.uploadFile, engine: .sqlite, label: "session-adopt", sourceSize: Self.resumableSourceSize)
+        defer { scene.directory.remove() }
+        let strace = "/usr/bin/strace"
+        try #require(FileManager.default.isExecutableFile(atPath: strace), "strace is not installed (Debian package strace; make test-deps installs it)")
+        let firstTrace = scene.directory.file("first.strace")
+        // The first attempt's commit is its first rename; the retry's is its first `renameat` (it takes the
+        // session over with `renameat2`, which is not held).
+        let first = try JobctlProcess(database: scene.database, arguments: ["worker", "--concurrency", "1", "--claim-ahead", "0"],
+                                      environment: scene.environment, logDirectory: scene.directory.path,
+                                      tracer: [strace, "-f", "-qq", "-s", "300", "-o", firstTrace, "--seccomp-bpf",
+                                               "-e", "trace=rename,renameat,renameat2",
+                                               "-e", "inject=rename,renameat,renameat2:delay_enter=8s:when=1"])
+        defer {
+            _ = first.killTracee(SIGKILL)
+            first.signal(SIGKILL)
+            _ = first.wait(seconds: 10)
+        }
+        try #require(eventually(seconds: 60) { Self.entries(scene.bucket).contains { $0.hasSuffix(".jobctl-meta.tmp") } },
+                     "the first attempt never reached its commit: \(first.log)")
+        let held = Date()
+        var running: JobRecord?
+        let recorded = eventually(seconds: 5) {
+            running = try? scene.engine.reader(scene.database).job(scene.id)
+            return Self.recordedSession(running) != nil
+        }
+        try #require(recorded, "the first attempt recorded no session to resume: \(String(describing: running?.resumePoint))")
+        let (session, _) = try #require(Self.recordedSession(running))
+        let firstToken = try #require(running?.leaseToken)
+        #expect(LocalFiles.lastComponent(session.path) == ".obj.bin.\(scene.id).\(firstToken).jobctl-upload")
+        try scene.expireLease()
+        let second = try JobctlProcess(database: scene.database, arguments: ["worker", "--drain", "--lease", "30"],
+                                       environment: scene.environment, logDirectory: scene.directory.path,
+                                       tracer: [strace, "-f", "-qq", "-o", "/dev/null", "--seccomp-bpf", "-e", "trace=rename,renameat",
+                                                "-e", "inject=rename,renameat:delay_enter=14s:when=1"])
+        defer {
+            _ = second.killTracee(SIGKILL)
+            second.signal(SIGKILL)
+        }
+        // The retry reached its commit (its sidecar temporary written) while the first attempt's is held.
+        let retryWrote = eventually(seconds: 30) {
+            Self.entries(scene.bucket).filter { $0.hasSuffix(".jobctl-meta.tmp") }.count == 2
+        }
+        try #require(retryWrote, "the retry never reached its commit: \(second.log)")
+        try #require(Date().timeIntervalSince(held) < 7, "the retry reached its commit after the first attempt's went out; nothing to test")
+
+        #expect(second.wait(seconds: 90) == 0, "\(second.log)")
+        let job = try scene.engine.reader(scene.database).job(scene.id)
+        #expect(job?.state == .succeeded, "\(job?.error?.message ?? "") \(second.log)")
+        #expect(job?.attempts == 2, "\(second.log)")
+        // The woken first attempt's commit found its session's name gone.
+        let failedRename = eventually(seconds: 10) {
+            let trace = (try? String(contentsOfFile: firstTrace, encoding: .utf8)) ?? ""
+            return trace.split(separator: "\n").contains {
+                $0.contains("\"\(LocalFiles.lastComponent(session.path))\"") && $0.contains("\"obj.bin\")") && $0.contains("= -1 ENOENT")
+            }
+        }
+        #expect(failedRename, "the first attempt's renames: \((try? String(contentsOfFile: firstTrace, encoding: .utf8)) ?? "")")
+        // The retry took the first attempt's session over: the object is that file.
+        #expect(Self.objectFile(scene) == session.identity)
+        try Self.expectSourcesObject(scene, job: job)
+    }
+
+    /// Where a worker is SIGKILLed while it takes an earlier attempt's upload session over.
+    enum AdoptionStep: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// Held at the rename's entry: the session still has the name the log recorded.
+        case beforeRename = "before the rename"
+        /// Held at the rename's exit: the session has the attempt's own name, which the log never recorded.
+        case afterRename = "after the rename"
+
+        var testDescription: String { rawValue }
+    }
+
+    /// An upload's attempt killed at its commit (its session checkpointed), then the retry killed while it
+    /// takes that session over (strace holds its `renameat2` before or after the kernel runs it): the job
+    /// is never left failed for good, and the third attempt resumes and finishes it. Killed after the
+    /// rename, the session is no longer at the name the log recorded: the next attempt finds it by its
+    /// identity among the job's session names.
+    @Test("a worker killed before or after it takes an upload session over leaves a job the next attempt finishes",
+          arguments: AdoptionStep.allCases)
+    func killedWhileAdoptingTheSession(step: AdoptionStep) throws {
+        let scene = try KilledSidecarWrite(.uploadFile, engine: .sqlite, label: "session-adopt-kill", sourceSize: Self.resumableSourceSize)
+        defer { scene.directory.remove() }
+        let recorded = try Self.killAtCommitAfterCheckpoint(scene)
+        let recordedName = LocalFiles.lastComponent(recorded.path)
+        let strace = "/usr/bin/strace"
+        let when = step == .beforeRename ? "delay_enter" : "delay_exit"
+        let second = try JobctlProcess(database: scene.database, arguments: ["worker", "--lease", "1"],
+                                       environment: scene.environment, logDirectory: scene.directory.path,
+                                       tracer: [strace, "-f", "-qq", "-o", "/dev/null", "--seccomp-bpf", "-e", "trace=renameat2",
+                                                "-e", "inject=renameat2:\(when)=60s:when=1"])
+        defer {
+            _ = second.killTracee(SIGKILL)
+            second.signal(SIGKILL)
+        }
+        var ownName = ""
+        let reached = eventually(seconds: 30) {
+            guard let job = try? scene.engine.reader(scene.database).job(scene.id), job.attempts >= 1, job.state == .running,
+                  let token = job.leaseToken else { return false }
+            ownName = ".obj.bin.\(scene.id).\(token).jobctl-upload"
+            guard !recordedName.hasSuffix(".\(token).jobctl-upload") else { return false }
+            switch step {
+            case .beforeRename: return second.traceeIsIn(syscall: 316)   // renameat2, held at its entry
+            case .afterRename: return Self.entries(scene.bucket).contains(ownName)
+            }
+        }
+        let killed = second.killTracee(SIGKILL)
+        second.signal(SIGKILL)
+        _ = second.wait(seconds: 10)
+        try #require(reached, "the retry never took the session over: \(Self.entries(scene.bucket)) \(second.log)")
+        try #require(killed, "the worker under strace was not found to kill")
+        switch step {
+        case .beforeRename:
+            #expect(Self.entries(scene.bucket).contains(recordedName) && !Self.entries(scene.bucket).contains(ownName),
+                    "\(Self.entries(scene.bucket))")
+        case .afterRename:
+            #expect(!Self.entries(scene.bucket).contains(recordedName) && Self.entries(scene.bucket).contains(ownName),
+                    "\(Self.entries(scene.bucket))")
+        }
+        #expect(try scene.engine.reader(scene.database).job(scene.id)?.state == .running)
+        try scene.expireLease()
+
+        let third = try JobctlProcess.worker(database: scene.database, ["--drain", "--lease", "30"], environment: scene.environment,
+                                             logDirectory: scene.directory.path)
+        #expect(third.wait(seconds: 60) == 0, "\(third.log)")
+        let job = try scene.engine.reader(scene.database).job(scene.id)
+        #expect(job?.state == .succeeded, "\(job?.error?.message ?? "") \(third.log)")
+        #expect(job?.attempts == 3, "\(third.log)")
+        // The third attempt went on from the session (found by its identity after the rename), not afresh.
+        #expect(Self.objectFile(scene) == recorded.identity)
+        try Self.expectSourcesObject(scene, job: job)
+    }
 }
 
 /// One job that writes a sidecar, run by a worker that is killed while the sidecar's rename is held.
@@ -249,7 +442,7 @@ struct KilledSidecarWrite {
     let id: String
     let engine: WorkerEngine
 
-    init(_ writer: SidecarTemporaryTests.Writer, engine: WorkerEngine, label: String) throws {
+    init(_ writer: SidecarTemporaryTests.Writer, engine: WorkerEngine, label: String, sourceSize: Int64 = 100_000) throws {
         directory = try TemporaryDirectory(label)
         self.engine = engine
         database = try engine.database(in: directory)
@@ -261,24 +454,26 @@ struct KilledSidecarWrite {
             try Data("old bytes".utf8).write(to: URL(fileURLWithPath: bucket + "/obj.bin"))
         }
         let source = directory.file("source.bin")
-        try writePatternFile(source, size: 100_000)
+        try writePatternFile(source, size: sourceSize)
         id = try #require(try submit(writer.manifestLine(source: source), database: database, directory: directory).first)
     }
 
     /// Runs the job in a worker whose renames strace holds, SIGKILLs the worker once the job's sidecar
     /// temporary is on disk, and returns the temporary's path.
-    func killMidWrite() throws -> String {
+    /// `afterCheckpoint`: not before the job's resume point (a checkpointed session) is in the log.
+    func killMidWrite(lease: Int = 1, afterCheckpoint: Bool = false) throws -> String {
         let strace = "/usr/bin/strace"
         try #require(FileManager.default.isExecutableFile(atPath: strace), "strace is not installed (Debian package strace; make test-deps installs it)")
-        let worker = try JobctlProcess(database: database, arguments: ["worker", "--lease", "1"], environment: environment,
+        let worker = try JobctlProcess(database: database, arguments: ["worker", "--lease", String(lease)], environment: environment,
                                        logDirectory: directory.path,
                                        tracer: [strace, "-f", "-qq", "-o", "/dev/null", "--seccomp-bpf",
                                                 "-e", "trace=rename,renameat,renameat2",
                                                 "-e", "inject=rename,renameat,renameat2:delay_enter=60s"])
         var found: [String] = []
-        let written = eventually(seconds: 30) {
+        let written = eventually(seconds: 60) {
             found = (try? FileManager.default.contentsOfDirectory(atPath: bucket))?.filter { $0.hasSuffix(".jobctl-meta.tmp") } ?? []
             return !found.isEmpty
+                && (!afterCheckpoint || SidecarTemporaryTests.recordedSession(try? engine.reader(database).job(id)) != nil)
         }
         let killed = worker.killTracee(SIGKILL)
         worker.signal(SIGKILL)
@@ -292,5 +487,14 @@ struct KilledSidecarWrite {
         let token = try #require(running?.leaseToken)
         #expect(found == [".obj.bin.jobctl-meta.json.\(id).\(token).jobctl-meta.tmp"], "\(found)")
         return bucket + "/" + found[0]
+    }
+
+    /// Ends the running attempt's lease now (as when its worker stays away past it): the next worker
+    /// rescues the job.
+    func expireLease() throws {
+        let store = try EventStore(path: database, mode: .readWrite)
+        try store.withConnection { (connection) throws(StoreError) in
+            try connection.run("UPDATE jobs SET lease_owner = 'worker:gone', lease_expires_at_ms = 0 WHERE id = ?", [.text(id)])
+        }
     }
 }

@@ -60,6 +60,23 @@ final class JobctlProcess: @unchecked Sendable {
         return !tracees.isEmpty
     }
 
+    /// Whether a thread of the jobctl a tracer started is stopped in system call `number` (x86-64
+    /// numbering, as `/proc/PID/task/TID/syscall` shows it): held there by the tracer's injected delay.
+    func traceeIsIn(syscall number: Int) -> Bool {
+        let pid = process.processIdentifier
+        guard process.isRunning, let children = try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8) else {
+            return false
+        }
+        for tracee in children.split(separator: " ").compactMap({ Int32($0) }).filter(runsJobctl(pid:)) {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(tracee)/task")) ?? []
+            for task in tasks {
+                let call = (try? String(contentsOfFile: "/proc/\(tracee)/task/\(task)/syscall", encoding: .utf8)) ?? ""
+                if call.split(separator: " ").first == Substring(String(number)) { return true }
+            }
+        }
+        return false
+    }
+
     /// Waits for exit up to `seconds`; returns the status, or nil on timeout.
     func wait(seconds: Double) -> Int32? {
         let deadline = Date().addingTimeInterval(seconds)
