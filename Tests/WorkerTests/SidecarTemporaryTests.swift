@@ -11,6 +11,14 @@ import TestSupport
 /// runs under strace, which holds each of its renames for a minute before the kernel sees it, so the kill
 /// lands in that window every time; then the temporary must not outlive the job, on either store.
 @Suite("a sidecar write killed mid-way", .onTestThreads, .serialized) struct SidecarTemporaryTests {
+    /// `renameat2`'s system call number, as `/proc/PID/task/TID/syscall` shows it (Glibc's module has no
+    /// `SYS_renameat2`).
+    #if arch(arm64)
+    static let renameat2Number = 276
+    #else
+    static let renameat2Number = 316
+    #endif
+
     /// The jobs that write a sidecar, and the object each finds in place (nil: the job makes it).
     enum Writer: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case uploadFile = "upload-file", uploadData = "upload-data", updateMetadata = "update-metadata", fetchURL = "fetch-url"
@@ -401,7 +409,7 @@ import TestSupport
             ownName = ".obj.bin.\(scene.id).\(token).jobctl-upload"
             guard !recordedName.hasSuffix(".\(token).jobctl-upload") else { return false }
             switch step {
-            case .beforeRename: return second.traceeIsIn(syscall: 316)   // renameat2, held at its entry
+            case .beforeRename: return second.traceeIsIn(syscall: Self.renameat2Number)   // held at its entry
             case .afterRename: return Self.entries(scene.bucket).contains(ownName)
             }
         }

@@ -60,8 +60,8 @@ final class JobctlProcess: @unchecked Sendable {
         return !tracees.isEmpty
     }
 
-    /// Whether a thread of the jobctl a tracer started is stopped in system call `number` (x86-64
-    /// numbering, as `/proc/PID/task/TID/syscall` shows it): held there by the tracer's injected delay.
+    /// Whether a thread of the jobctl a tracer started is stopped in system call `number` (the machine's
+    /// numbering, `SYS_…`, as `/proc/PID/task/TID/syscall` shows it): held there by the tracer's injected delay.
     func traceeIsIn(syscall number: Int) -> Bool {
         let pid = process.processIdentifier
         guard process.isRunning, let children = try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8) else {
