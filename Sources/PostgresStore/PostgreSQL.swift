@@ -794,7 +794,14 @@ final class PostgresConnection {
             // error before closing: that, too, is a lost connection, not a refused statement.
             switch firstError {
             case .server(_, let message, _, _, let sql)?: throw PostgresError.connectionLost(message: message, sql: sql)
-            case .connectionLost?: break
+            case .connectionLost(let message, let sql)?:
+                // Lost before the answer to a COMMIT the pipeline carried was read, the transaction may
+                // have committed whichever statement's answer was being read: the loss is the COMMIT's.
+                // Named after the statement before it, a `submit` whose jobs were written said "try again".
+                if let commit = statements.indices.first(where: { PostgresError.isCommit(statements[$0].sql) && results[$0] == nil }) {
+                    throw PostgresError.connectionLost(message: message, sql: statements[commit].sql)
+                }
+                throw PostgresError.connectionLost(message: message, sql: sql)
             default: throw PostgresError.connectionLost(message: lastErrorMessage, sql: lastSQL)
             }
         }

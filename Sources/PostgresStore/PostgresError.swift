@@ -91,7 +91,7 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
                 + (sql.map { " (while running `\(Self.abbreviate($0))`)" } ?? "")
             // Lost at COMMIT, the transaction may have been written before the session went: "try again"
             // made a rerun `submit` create its jobs a second time.
-            if let sql, sql.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("COMMIT") {
+            if let sql, Self.isCommit(sql) {
                 return text + "; the server may have committed the transaction before the connection went: check what it "
                     + "wrote (`jobctl list`) before running the command again (jobs with a `key:` are never created twice)"
             }
@@ -130,6 +130,11 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
         case .migrationFailed(let version, let name, let cause):
             return "migration \(version)_\(name) failed and was rolled back: \(cause)"
         }
+    }
+
+    /// Whether `sql` is a transaction's COMMIT: a connection lost while it ran may have committed.
+    static func isCommit(_ sql: String) -> Bool {
+        sql.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("COMMIT")
     }
 
     private static func oneLine(_ text: String) -> String {

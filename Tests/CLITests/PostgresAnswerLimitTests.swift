@@ -94,6 +94,44 @@ struct PostgresAnswerLimitTests {
         #expect(list.isEmpty, "\(list)")
     }
 
+    /// The group commit's last write travels with its COMMIT in one pipeline. A connection reset once
+    /// the server had answered both was reported against the write ("check that the server is up and
+    /// reachable, then try again"), though every job was written: a `submit` run again made them twice.
+    @Test("submit whose COMMIT answer is lost to a reset says the jobs may be written; they are, and a resubmit adds none")
+    func submitAnswerLostAfterCommit() throws {
+        let workspace = try CLIWorkspace("pg-lost-commit", engine: .postgres)
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let numbered = """
+        jobs:
+          - {kind: upload-data, data: "one", destination: file://docs/one.txt, key: lost-commit-1}
+          - {kind: upload-data, data: "two", destination: file://docs/two.txt, key: lost-commit-2}
+        """
+        let path = try workspace.write("jobs.yaml", numbered)
+        let server = try PostgresServer.shared()
+        let proxy = try TCPFaultProxy(upstreamPort: server.port, rules: [
+            TCPFaultProxy.Rule(marker: "COMMIT\u{0}", after: ["INSERT INTO events"], action: .resetAfterAnswer),
+        ])
+        defer { proxy.stop() }
+        let url = workspace.database.replacingOccurrences(of: "@127.0.0.1:\(server.port)/", with: "@127.0.0.1:\(proxy.port)/")
+        #expect(url != workspace.database)
+
+        let submitted = try Self.run(["--db", url, "submit", path], environment: [:], within: 40, in: workspace.directory.path)
+        #expect(proxy.firedRules.count == 1)
+        #expect(submitted.status == 1, "\(submitted.stderr)")
+        #expect(submitted.stderr.contains("the server may have committed the transaction"), "\(submitted.stderr)")
+        #expect(!submitted.stderr.contains("then try again"), "\(submitted.stderr)")
+        #expect(!submitted.stderr.contains(server.password))
+        // The server had committed: both jobs are there, and submitting again (as told) adds none.
+        let list = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(list.count == 2, "\(list)")
+        let again = try workspace.jobctl(["submit", path])
+        #expect(again.status == 0, "\(again.stderr)")
+        let after = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(after.count == 2, "\(after)")
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+    }
+
     @Test("a JOBCTL_DB_ANSWER_TIMEOUT that is not a duration is a usage error")
     func badValue() throws {
         let workspace = try CLIWorkspace("pg-stall-bad", engine: .postgres)
