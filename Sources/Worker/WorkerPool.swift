@@ -150,6 +150,12 @@ public final class WorkerPool: Sendable {
         var fatalStoreError: StoreError?
         /// Runs finished lately, which size the claim-ahead buffer.
         var finishes = FinishCounter()
+        /// The highest lease token this worker has held.
+        var highestToken: Int64 = 0
+        /// Set when a claim failed without an answer: it may have committed, leaving jobs leased to this
+        /// worker that it does not know of. The next turn adopts the running jobs leased to this worker
+        /// under a token above this one that it does not hold (see `adoptUnansweredClaims`).
+        var unansweredClaimAbove: Int64?
 
         /// The jobs that count against the slots and the claim-ahead buffer: every job held but those
         /// whose outcome is being written, of which up to `concurrency` are not counted (so a slow
@@ -304,6 +310,9 @@ public final class WorkerPool: Sendable {
                 // A job's write found the log damaged or replaced: the loop's own questions may not (they can
                 // be answered from pages still cached), and the worker went on idling on it for ever.
                 if let fatal = state.withLock({ $0.fatalStoreError }) { throw fatal }
+                // Before anything else (the rescue would expire them once their lease ran out): jobs a claim
+                // whose answer was lost leased to this worker.
+                if let floor = state.withLock({ $0.unansweredClaimAbove }) { try await adoptUnansweredClaims(above: floor, now: now) }
                 // Whether another writer changed the log (new jobs, control requests), asked at most every
                 // poll interval: the loop also turns at every freed slot, and each question is a read
                 // transaction on the store's thread.
@@ -540,11 +549,43 @@ public final class WorkerPool: Sendable {
 
     private func claim(limit: Int, now: Int64) async throws -> Int {
         let config = configuration
-        let claimed = try await store.claimGrouped(
-            ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
+        let claimed: [ClaimedJob]
+        do {
+            claimed = try await store.claimGrouped(
+                ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
+        } catch {
+            // The claim may have committed with only its answer lost (a connection reset after the
+            // server's COMMIT): its jobs are leased to this worker, which knows nothing of them.
+            state.withLock { $0.unansweredClaimAbove = $0.unansweredClaimAbove ?? $0.highestToken }
+            throw error
+        }
         log.claimed(claimed, leaseMs: config.leaseMs, now: now)
         for job in claimed { hold(job, now: now) }
         return claimed.count
+    }
+
+    /// Takes up the jobs a claim whose answer was lost leased to this worker: running, leased to its
+    /// owner (unique to this process) under a token above `floor` — the highest it held before that
+    /// claim, so none of its own earlier runs (an abandoned one is left to the rescue) — and not held.
+    /// Each is held as if the claim had answered: its `claimed` event is in the log with the attempt
+    /// charged, and until now only the rescue would have ended it, once the lease ran out, as a run
+    /// lost to a crash (with `max_attempts: 1` the job failed, its worker alive).
+    private func adoptUnansweredClaims(above floor: Int64, now: Int64) async throws {
+        let owner = configuration.owner
+        let leased = try await store.run { store in
+            try store.jobs(filter: JobFilter(states: [.running], readsResults: false)).filter { $0.leaseOwner == owner }
+        }
+        let adopted = state.withLock { state -> [ClaimedJob] in
+            state.unansweredClaimAbove = nil
+            let held = Set(state.running.values.map(\.token)).union(state.superseded.keys)
+            return leased.compactMap { record in
+                guard let token = record.leaseToken, token > floor, !held.contains(token) else { return nil }
+                return ClaimedJob(record: record, token: token)
+            }
+        }
+        guard !adopted.isEmpty else { return }
+        log.claimed(adopted, leaseMs: configuration.leaseMs, now: now)
+        for job in adopted { hold(job, now: now) }
     }
 
     /// Takes a claimed job: starts it when a slot is free, else keeps it waiting for one. A job claimed
@@ -573,6 +614,7 @@ public final class WorkerPool: Sendable {
                                                firstRun: record.version == 2 && record.resumePoint == nil, started: startNow, launchedAtMs: startNow ? now : nil,
                                                launchedAt: startNow ? Clock.monotonicMs() : nil, leaseExpiresAtMs: now + leaseMs)
             state.summary.claimed += 1
+            state.highestToken = max(state.highestToken, job.token)
             if startNow { state.active += 1 } else { state.waiting.append(record.id) }
             return (startNow, state.shuttingDown)
         }

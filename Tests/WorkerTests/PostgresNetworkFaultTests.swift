@@ -1,0 +1,61 @@
+import Foundation
+import JobModel
+import PostgresStore
+import Testing
+import TestSupport
+
+/// Worker processes on PostgreSQL behind a network that misbehaves between them and the server (a
+/// `TCPFaultProxy` in the URL): answers lost after the server acted, connections that go silent.
+@Suite("workers on PostgreSQL behind a faulty network", .onTestThreads) struct PostgresNetworkFaultTests {
+    /// `database` with its port replaced by `proxy`'s.
+    static func proxied(_ database: String, _ proxy: TCPFaultProxy) throws -> String {
+        let server = try PostgresServer.shared()
+        let direct = "@127.0.0.1:\(server.port)/"
+        #expect(database.contains(direct))
+        return database.replacingOccurrences(of: direct, with: "@127.0.0.1:\(proxy.port)/")
+    }
+
+    /// A claim whose COMMIT the server carried out but whose answer a reset lost: its jobs were leased to
+    /// the worker, which knew nothing of them. They sat `running` until the lease ran out and the rescue
+    /// took them back as runs lost to a crash — an attempt spent each, and with `max_attempts: 1` they
+    /// failed ("its worker died or lost its lease"), the worker alive and well.
+    @Test func aClaimWhoseAnswerWasLostIsTakenUpByItsWorker() throws {
+        let directory = try TemporaryDirectory("pg-lost-claim")
+        defer { directory.remove() }
+        let database = try PostgresServer.shared().makeSchema("pglostclaim")
+        let migrated = try jobctl(["migrate"], database: database)
+        try #require(migrated.status == 0, "\(migrated.stderr)")
+        let count = 12
+        let ids = try submit((0..<count).map { "- {kind: upload-data, data: \"job \($0)\", destination: file://out/\($0).txt, max_attempts: 1}\n" }
+                                 .joined(), database: database, directory: directory)
+        #expect(ids.count == count)
+        // The first claim's statement is sent as text (it is prepared in that pipeline); the COMMIT after it
+        // reaches the server, and its answer is held back and replaced by a reset.
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
+            TCPFaultProxy.Rule(marker: "COMMIT\u{0}", after: ["nextval('lease_tokens')"], action: .resetAfterAnswer),
+        ])
+        defer { proxy.stop() }
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy),
+                                              ["--drain", "--lease", "3", "--concurrency", "4"],
+                                              environment: ["JOBCTL_BUCKETS": directory.file("buckets")], logDirectory: directory.path)
+        let status = worker.wait(seconds: 60)
+        #expect(status == 0, "\(worker.log)")
+        #expect(proxy.firedRules.count == 1, "the claim's answer was never lost: \(worker.log)")
+        #expect(worker.log.contains("store_error"), "\(worker.log)")
+
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let jobs = try store.jobs()
+        #expect(jobs.count == count)
+        #expect(jobs.allSatisfy { $0.state == .succeeded && $0.attempts == 1 },
+                "\(jobs.filter { $0.state != .succeeded }.map { "\($0.id) \($0.state)" }) \(worker.log)")
+        for id in ids {
+            let types = try store.events(jobID: id).map(\.type)
+            #expect(types.filter { $0 == .claimed }.count == 1, "\(id): \(types)")
+            #expect(!types.contains(.leaseExpired), "\(id): \(types)")
+        }
+        #expect(!worker.log.contains("lease_lost") && !worker.log.contains("warning abandoned"), "\(worker.log)")
+        let verified = try jobctl(["replay", "--verify"], database: database)
+        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+        #expect(!worker.log.contains(try PostgresServer.shared().password))
+    }
+}
