@@ -20,17 +20,17 @@ import Synchronization
 /// `executor` only under its lock.
 final class LeaseRenewalLane: @unchecked Sendable {
     private let url: String
-    private let answerTimeoutMs: Int64?
     private let executor = Mutex<StoreExecutor?>(nil)
     /// Opened on the executor's thread, used there only.
     private var connection: PostgresConnection?
+    /// The answer timeout set on `connection` (on the executor's thread only).
+    private var connectionTimeoutMs: Int64?
 
     /// The thread's name (at most 15 bytes, Linux's limit).
     static let threadName = "jobctl-pg-lease"
 
-    init(url: String, answerTimeoutMs: Int64?) {
+    init(url: String) {
         self.url = url
-        self.answerTimeoutMs = answerTimeoutMs
     }
 
     deinit {
@@ -38,10 +38,12 @@ final class LeaseRenewalLane: @unchecked Sendable {
     }
 
     /// Runs `body` with the lane's connection on the lane's thread (both made on first use); a
-    /// connection the server dropped is opened again first.
-    func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws(StoreError) -> T) async throws -> T {
+    /// connection the server dropped is opened again first. Each of its calls waits at most
+    /// `answerTimeoutMs` for the server's answer, then the connection is given up (see `AnswerWatchdog`).
+    func run<T: Sendable>(answerTimeoutMs: Int64,
+                          _ body: @escaping @Sendable (PostgresConnection) throws(StoreError) -> T) async throws -> T {
         let executor = try startedExecutor()
-        return try await executor.run { [self] in try body(try self.openConnection()) }
+        return try await executor.run { [self] in try body(try self.openConnection(answerTimeoutMs: answerTimeoutMs)) }
     }
 
     private func startedExecutor() throws(StoreError) -> StoreExecutor {
@@ -56,20 +58,25 @@ final class LeaseRenewalLane: @unchecked Sendable {
         }
     }
 
-    /// The connection, opened (or opened again) as the store's own is, with the same answer timeout.
-    private func openConnection() throws(StoreError) -> PostgresConnection {
+    /// The connection, opened (or opened again) as the store's own is, waiting at most `answerTimeoutMs`.
+    private func openConnection(answerTimeoutMs: Int64) throws(StoreError) -> PostgresConnection {
+        let current: PostgresConnection
         if let connection {
             if !connection.isConnected {
                 do throws(PostgresError) { try connection.reconnect() } catch { throw StoreError(error) }
             }
-            return connection
+            current = connection
+        } else {
+            do throws(PostgresError) { current = try PostgresConnection(url) } catch { throw StoreError(error) }
+            connection = current
+            connectionTimeoutMs = nil
         }
-        let opened: PostgresConnection
-        do throws(PostgresError) { opened = try PostgresConnection(url) } catch { throw StoreError(error) }
-        do throws(ThreadStartFailure) { try opened.setAnswerTimeout(milliseconds: answerTimeoutMs) } catch {
-            throw StoreError.io(error.description)
+        if connectionTimeoutMs != answerTimeoutMs {
+            do throws(ThreadStartFailure) { try current.setAnswerTimeout(milliseconds: answerTimeoutMs) } catch {
+                throw StoreError.io(error.description)
+            }
+            connectionTimeoutMs = answerTimeoutMs
         }
-        connection = opened
-        return opened
+        return current
     }
 }

@@ -81,9 +81,11 @@ extension PostgresStore {
             .array(PostgresArray(elementType: PostgresType.int8, elements: ids.map { .optional(leases[$0]) })),
             .text(owner), .integer(now + leaseMs),
         ]
-        let waitBegin = Self.writeBegin + ["SELECT set_config('lock_timeout', '\(Self.leaseWaitMs(leaseMs: leaseMs))ms', true)"]
-        return try await leaseLane.run { (connection) throws(StoreError) -> LeaseRenewal in
-            var renewal = try Self.transaction(Self.writeBegin, on: connection, readOnly: false) { (connection) throws(StoreError) in
+        let answerMs = Self.leaseAnswerTimeoutMs(leaseMs: leaseMs)
+        let begin = Self.writeBeginStatements(idleTimeoutMs: answerMs)
+        let waitBegin = begin + ["SELECT set_config('lock_timeout', '\(Self.leaseWaitMs(leaseMs: leaseMs))ms', true)"]
+        return try await leaseLane.run(answerTimeoutMs: answerMs) { (connection) throws(StoreError) -> LeaseRenewal in
+            var renewal = try Self.transaction(begin, on: connection, readOnly: false) { (connection) throws(StoreError) in
                 try connection.renewUnheldLeases(parameters)
             }
             let held = ids.filter { !renewal.renewed.contains($0) && !renewal.lost.contains($0) }
@@ -102,6 +104,20 @@ extension PostgresStore {
             }
             return renewal
         }
+    }
+
+    /// How long a lease renewal's statement waits for the server's answer before its connection is given
+    /// up and opened again, and how long its transaction may stay idle on the server: a third of the lease
+    /// (a heartbeat's period), and at least the lock wait (`leaseWaitMs`) and half a second more.
+    ///
+    /// The store's own limit (the lease, at least 10 s) was used before: a renewal that went unanswered
+    /// (a connection a proxy or a NAT stopped forwarding) was given up only once the leases it renewed had
+    /// run out, and other workers rescued the jobs of a worker whose transfers were running well (with
+    /// `max_attempts: 1` they failed). Given up after a third of the lease, a renewal on a new connection
+    /// still comes a third of a lease before they expire; a renewal stalled while its transaction held
+    /// the rows (at its COMMIT) frees them as soon, the server ending the idle transaction.
+    static func leaseAnswerTimeoutMs(leaseMs: Int64) -> Int64 {
+        max(leaseWaitMs(leaseMs: leaseMs) + 500, leaseMs / 3)
     }
 
     /// How long `renewLeases` waits for the rows another transaction holds: a sixth of the lease (half a

@@ -103,7 +103,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
             throw StoreError.io(error.description)
         }
         self.connection = connection
-        self.leaseLane = LeaseRenewalLane(url: url, answerTimeoutMs: answerTimeoutMs)
+        self.leaseLane = LeaseRenewalLane(url: url)
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
         let owner = Mutex<WeakPostgresStore>(WeakPostgresStore())
@@ -204,9 +204,15 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// rescued, since the rescue skips locked rows (`SKIP LOCKED`), and a drain would wait for ever.
     /// The frozen worker, when it wakes, finds its connection gone and its leases taken (fencing).
     /// Both settings are made by one statement (`set_config(…, true)` is `SET LOCAL`).
-    static let writeBegin = ["BEGIN ISOLATION LEVEL READ COMMITTED",
-                             "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), "
-                                 + "set_config('idle_in_transaction_session_timeout', '\(idleWriteTimeoutSeconds)s', true)"]
+    static let writeBegin = writeBeginStatements(idleTimeoutMs: Int64(idleWriteTimeoutSeconds) * 1_000)
+
+    /// `writeBegin` with another limit on the time the transaction may stay idle (the lease renewals'
+    /// lane sets its own, shorter one).
+    static func writeBeginStatements(idleTimeoutMs: Int64) -> [String] {
+        ["BEGIN ISOLATION LEVEL READ COMMITTED",
+         "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), "
+             + "set_config('idle_in_transaction_session_timeout', '\(idleTimeoutMs)ms', true)"]
+    }
 
     /// See `writeBegin`.
     static let idleWriteTimeoutSeconds = 10

@@ -58,4 +58,53 @@ import TestSupport
         #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
         #expect(!worker.log.contains(try PostgresServer.shared().password))
     }
+
+    /// The lease renewals' own connection goes silent (a proxy or a NAT that stopped forwarding it) while
+    /// the store's connection and the transfer go on. Its renewal was given up only after the store's
+    /// answer limit (the lease, at least 10 s), when the leases it renewed had already run out: another
+    /// worker rescued the running download (with `max_attempts: 1` it failed), the worker lost it.
+    @Test func aSilentLeaseConnectionIsReplacedBeforeTheLeasesRunOut() throws {
+        let nginx = try startWorkerNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("pg-silent-lease")
+        defer { directory.remove() }
+        let database = try PostgresServer.shared().makeSchema("pgsilentlease")
+        let migrated = try jobctl(["migrate"], database: database)
+        try #require(migrated.status == 0, "\(migrated.stderr)")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: 18 << 20)
+        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
+                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
+                                          database: database, directory: directory).first)
+        // Connection 1 is the store's, 2 the lease renewals' (opened at the first heartbeat, 2 s in): its
+        // second renewal, 4 s in, never reaches the server, nor does anything after it on that connection.
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
+            TCPFaultProxy.Rule(marker: "BEGIN ISOLATION", connection: 2, nth: 2, action: .stall),
+        ])
+        defer { proxy.stop() }
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--lease", "6", "--concurrency", "1"],
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        try #require(try eventually(seconds: 20) { (try store.job(job)?.resumePoint?.bytesDone ?? 0) > 0 }, "\(worker.log)")
+        // Another worker, straight to the server, rescues any lease that runs out (every 3 s).
+        let rescuer = try JobctlProcess.worker(database: database, ["--lease", "6", "--concurrency", "1"], logDirectory: directory.path)
+        defer { rescuer.signal(SIGKILL) }
+
+        let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
+        #expect(ended, "\(worker.log)")
+        #expect(proxy.firedRules.count == 1, "the lease connection never went silent: \(worker.log)")
+        let record = try #require(try store.job(job))
+        #expect(record.state == .succeeded && record.attempts == 1, "\(record.state) \(worker.log) \(rescuer.log)")
+        let types = try store.events(jobID: job).map(\.type)
+        #expect(types.filter { $0 == .claimed }.count == 1 && !types.contains(.leaseExpired), "\(types)")
+        #expect(!worker.log.contains("lease_lost"), "\(worker.log)")
+        // The renewal was given up and ran again on a new connection (nothing of it had reached the server).
+        #expect(proxy.acceptedConnections >= 3, "\(proxy.acceptedConnections) connections")
+        worker.signal(SIGTERM)
+        rescuer.signal(SIGTERM)
+        #expect(worker.wait(seconds: 20) == 0, "\(worker.log)")
+        #expect(rescuer.wait(seconds: 20) == 0, "\(rescuer.log)")
+        let verified = try jobctl(["replay", "--verify"], database: database)
+        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+    }
 }
