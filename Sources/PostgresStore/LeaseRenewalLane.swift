@@ -43,7 +43,16 @@ final class LeaseRenewalLane: @unchecked Sendable {
     func run<T: Sendable>(answerTimeoutMs: Int64,
                           _ body: @escaping @Sendable (PostgresConnection) throws(StoreError) -> T) async throws -> T {
         let executor = try startedExecutor()
-        return try await executor.run { [self] in try body(try self.openConnection(answerTimeoutMs: answerTimeoutMs)) }
+        return try await executor.run { [self] in
+            let connection: PostgresConnection
+            do throws(StoreError) { connection = try self.openConnection(answerTimeoutMs: answerTimeoutMs) } catch { throw Unopened(cause: error) }
+            return try body(connection)
+        }
+    }
+
+    /// The lane's connection could not be opened (or opened again): nothing was sent on it.
+    struct Unopened: Error {
+        let cause: StoreError
     }
 
     private func startedExecutor() throws(StoreError) -> StoreExecutor {
@@ -67,7 +76,12 @@ final class LeaseRenewalLane: @unchecked Sendable {
             }
             current = connection
         } else {
-            do throws(PostgresError) { current = try PostgresConnection(url) } catch { throw StoreError(error) }
+            // Waits for the server no longer than for an answer (libpq takes 2 s at least): a connection
+            // opened into a silent network must fail while the leases it is to renew still hold.
+            let connectSeconds = Int(max(2, (answerTimeoutMs + 999) / 1_000))
+            do throws(PostgresError) { current = try PostgresConnection(url, connectTimeoutSeconds: connectSeconds) } catch {
+                throw StoreError(error)
+            }
             connection = current
             connectionTimeoutMs = nil
         }

@@ -84,7 +84,23 @@ extension PostgresStore {
         let answerMs = Self.leaseAnswerTimeoutMs(leaseMs: leaseMs)
         let begin = Self.writeBeginStatements(idleTimeoutMs: answerMs)
         let waitBegin = begin + ["SELECT set_config('lock_timeout', '\(Self.leaseWaitMs(leaseMs: leaseMs))ms', true)"]
-        return try await leaseLane.run(answerTimeoutMs: answerMs) { (connection) throws(StoreError) -> LeaseRenewal in
+        do {
+            return try await renewLeasesOnLane(ids: ids, leases: leases, parameters: parameters, owner: owner, leaseMs: leaseMs,
+                                               now: now, answerMs: answerMs, begin: begin, waitBegin: waitBegin)
+        } catch is LeaseRenewalLane.Unopened {
+            // The lane's connection cannot be opened while the store's may live (the server refuses a
+            // second session: `max_connections`, a pooler's limit, a firewall; or the network dropped only
+            // that one): the leases are renewed on the store's connection, behind whatever it is writing,
+            // rather than left to run out with nothing said. A server that refuses that one too fails here.
+            let lost = try await run { store in try store.heartbeat(owner: owner, leases: leases, leaseMs: leaseMs, now: now) }
+            return LeaseRenewal(renewed: Set(ids).subtracting(lost), lost: lost)
+        }
+    }
+
+    /// `renewLeases` on the lane's connection.
+    private func renewLeasesOnLane(ids: [String], leases: [String: Int64], parameters: [PostgresValue], owner: String, leaseMs: Int64,
+                                   now: Int64, answerMs: Int64, begin: [String], waitBegin: [String]) async throws -> LeaseRenewal {
+        try await leaseLane.run(answerTimeoutMs: answerMs) { (connection) throws(StoreError) -> LeaseRenewal in
             var renewal = try Self.transaction(begin, on: connection, readOnly: false) { (connection) throws(StoreError) in
                 try connection.renewUnheldLeases(parameters)
             }

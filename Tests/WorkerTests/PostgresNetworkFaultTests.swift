@@ -107,4 +107,48 @@ import TestSupport
         let verified = try jobctl(["replay", "--verify"], database: database)
         #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
     }
+
+    /// The lease renewals' connection cannot be opened while the store's own lives (the server or a
+    /// firewall refusing a second session): the renewals failed, without a word, until the leases ran
+    /// out and another worker took the running download (with `max_attempts: 1` it failed).
+    @Test func leasesAreRenewedWhenTheirOwnConnectionCannotBeOpened() throws {
+        let nginx = try startWorkerNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("pg-refused-lease")
+        defer { directory.remove() }
+        let database = try PostgresServer.shared().makeSchema("pgrefusedlease")
+        let migrated = try jobctl(["migrate"], database: database)
+        try #require(migrated.status == 0, "\(migrated.stderr)")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: 12 << 20)
+        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
+                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
+                                          database: database, directory: directory).first)
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port)
+        defer { proxy.stop() }
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--lease", "6", "--concurrency", "1"],
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        // Once the store's connection is open, no other is let through (the first renewal comes 2 s in).
+        try #require(eventually(seconds: 10) { proxy.acceptedConnections >= 1 })
+        proxy.refuseNewConnections(true)
+        try #require(try eventually(seconds: 20) { try store.events(jobID: job).contains { $0.type == .started } }, "\(worker.log)")
+        let rescuer = try JobctlProcess.worker(database: database, ["--lease", "6", "--concurrency", "1"], logDirectory: directory.path)
+        defer { rescuer.signal(SIGKILL) }
+
+        let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
+        #expect(ended, "\(worker.log)")
+        #expect(proxy.acceptedConnections == 1)
+        let record = try #require(try store.job(job))
+        #expect(record.state == .succeeded && record.attempts == 1, "\(record.state) \(worker.log) \(rescuer.log)")
+        let types = try store.events(jobID: job).map(\.type)
+        #expect(types.filter { $0 == .claimed }.count == 1 && !types.contains(.leaseExpired), "\(types)")
+        #expect(!worker.log.contains("lease_lost"), "\(worker.log)")
+        worker.signal(SIGTERM)
+        rescuer.signal(SIGTERM)
+        #expect(worker.wait(seconds: 20) == 0, "\(worker.log)")
+        #expect(rescuer.wait(seconds: 20) == 0, "\(rescuer.log)")
+        let verified = try jobctl(["replay", "--verify"], database: database)
+        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+    }
 }
