@@ -132,6 +132,28 @@ struct PostgresAnswerLimitTests {
         #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
     }
 
+    @Test("list whose answer is cut mid-message, or trickles slower than the limit, fails saying so, exit 1")
+    func listAnswerCutOrTrickled() throws {
+        let workspace = try CLIWorkspace("pg-cut-list", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", Self.manifest)
+        #expect(try workspace.jobctl(["submit", path]).status == 0)
+        let server = try PostgresServer.shared()
+        for (action, expected) in [(TCPFaultProxy.Action.cutAnswer(bytes: 200), "the connection to PostgreSQL was lost"),
+                                   (.trickleAnswer(bytes: 1, intervalMs: 50), "the server sent no answer for 2 s")] {
+            let proxy = try TCPFaultProxy(upstreamPort: server.port, rules: [TCPFaultProxy.Rule(marker: "FROM jobs", action: action)])
+            defer { proxy.stop() }
+            let url = workspace.database.replacingOccurrences(of: "@127.0.0.1:\(server.port)/", with: "@127.0.0.1:\(proxy.port)/")
+            let listed = try Self.run(["--db", url, "list", "--json"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "2s"],
+                                      within: 40, in: workspace.directory.path)
+            #expect(proxy.firedRules.count == 1, "\(action)")
+            #expect(listed.status == 1, "\(action): \(listed.stderr)")
+            #expect(listed.stderr.contains(expected), "\(action): \(listed.stderr)")
+            #expect(listed.elapsed < 20, "\(action): took \(listed.elapsed) s")
+            #expect(!listed.stderr.contains(server.password))
+        }
+    }
+
     @Test("a JOBCTL_DB_ANSWER_TIMEOUT that is not a duration is a usage error")
     func badValue() throws {
         let workspace = try CLIWorkspace("pg-stall-bad", engine: .postgres)
