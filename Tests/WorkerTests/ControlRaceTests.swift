@@ -212,7 +212,10 @@ struct ControlStorm {
             let events = try store.events(jobID: job.id)
             guard let end = events.last else { return true }
             let before = events.dropLast().last
-            return !end.actor.hasPrefix("cli:") && before?.type != .leaseExpired
+            // A rescue ends a killed worker's run: `lease_expired`, or at the last attempt `failed` for the
+            // expired lease itself (the run's file, made before its held `started` was written, is the sweep's).
+            let rescued = before?.type == .leaseExpired || (end.type == .failed && end.data.reason?.hasPrefix("lease expired") == true)
+            return !end.actor.hasPrefix("cli:") && !rescued
         }
         #expect(leftovers.isEmpty, "\(context) partial files of finished jobs left behind: \(leftovers)\n\(trails)")
         for worker in workers where worker.process.isRunning {
