@@ -153,9 +153,8 @@ public final class WorkerPool: Sendable {
         /// The highest lease token this worker has held.
         var highestToken: Int64 = 0
         /// Set when a claim failed without an answer: it may have committed, leaving jobs leased to this
-        /// worker that it does not know of. The next turn adopts the running jobs leased to this worker
-        /// under a token above this one that it does not hold (see `adoptUnansweredClaims`).
-        var unansweredClaimAbove: Int64?
+        /// worker that it does not know of. The next turn adopts them (see `adoptUnansweredClaims`).
+        var unansweredClaims: UnansweredClaims?
 
         /// The jobs that count against the slots and the claim-ahead buffer: every job held but those
         /// whose outcome is being written, of which up to `concurrency` are not counted (so a slow
@@ -312,7 +311,7 @@ public final class WorkerPool: Sendable {
                 if let fatal = state.withLock({ $0.fatalStoreError }) { throw fatal }
                 // Before anything else (the rescue would expire them once their lease ran out): jobs a claim
                 // whose answer was lost leased to this worker.
-                if let floor = state.withLock({ $0.unansweredClaimAbove }) { try await adoptUnansweredClaims(above: floor, now: now) }
+                if let lost = state.withLock({ $0.unansweredClaims }) { try await adoptUnansweredClaims(lost, now: now) }
                 // Whether another writer changed the log (new jobs, control requests), asked at most every
                 // poll interval: the loop also turns at every freed slot, and each question is a read
                 // transaction on the store's thread.
@@ -556,7 +555,11 @@ public final class WorkerPool: Sendable {
         } catch {
             // The claim may have committed with only its answer lost (a connection reset after the
             // server's COMMIT): its jobs are leased to this worker, which knows nothing of them.
-            state.withLock { $0.unansweredClaimAbove = $0.unansweredClaimAbove ?? $0.highestToken }
+            state.withLock { state in
+                var lost = state.unansweredClaims ?? UnansweredClaims(aboveToken: state.highestToken, leaseExpiries: [])
+                lost.leaseExpiries.insert(now + config.leaseMs)
+                state.unansweredClaims = lost
+            }
             throw error
         }
         log.claimed(claimed, leaseMs: config.leaseMs, now: now)
@@ -564,28 +567,51 @@ public final class WorkerPool: Sendable {
         return claimed.count
     }
 
-    /// Takes up the jobs a claim whose answer was lost leased to this worker: running, leased to its
-    /// owner (unique to this process) under a token above `floor` — the highest it held before that
-    /// claim, so none of its own earlier runs (an abandoned one is left to the rescue) — and not held.
+    /// Takes up the jobs a claim whose answer was lost leased to this worker (see `UnansweredClaims`).
     /// Each is held as if the claim had answered: its `claimed` event is in the log with the attempt
     /// charged, and until now only the rescue would have ended it, once the lease ran out, as a run
     /// lost to a crash (with `max_attempts: 1` the job failed, its worker alive).
-    private func adoptUnansweredClaims(above floor: Int64, now: Int64) async throws {
+    private func adoptUnansweredClaims(_ lost: UnansweredClaims, now: Int64) async throws {
         let owner = configuration.owner
         let leased = try await store.run { store in
-            try store.jobs(filter: JobFilter(states: [.running], readsResults: false)).filter { $0.leaseOwner == owner }
+            try store.jobs(filter: JobFilter(states: [.running], readsResults: false))
+                .filter { $0.leaseOwner == owner && ($0.leaseToken ?? Int64.min) > lost.aboveToken }
+                .map { record in (record, try store.events(jobID: record.id).last) }
         }
         let adopted = state.withLock { state -> [ClaimedJob] in
-            state.unansweredClaimAbove = nil
+            state.unansweredClaims = nil
             let held = Set(state.running.values.map(\.token)).union(state.superseded.keys)
-            return leased.compactMap { record in
-                guard let token = record.leaseToken, token > floor, !held.contains(token) else { return nil }
-                return ClaimedJob(record: record, token: token)
+            return leased.compactMap { record, last in
+                lost.adopts(record, lastEvent: last, owner: owner, held: held).map { ClaimedJob(record: record, token: $0) }
             }
         }
         guard !adopted.isEmpty else { return }
         log.claimed(adopted, leaseMs: configuration.leaseMs, now: now)
         for job in adopted { hold(job, now: now) }
+    }
+
+    /// Claims of this worker that failed without an answer, which may have committed: what tells their
+    /// jobs from every other running job.
+    struct UnansweredClaims: Sendable, Equatable {
+        /// The highest lease token the worker held before the first of them: its earlier runs (an
+        /// abandoned one is the rescue's) have tokens at most this.
+        var aboveToken: Int64
+        /// The lease expiry each of them gave its jobs (`now + lease`, in the `claimed` events they wrote).
+        var leaseExpiries: Set<Int64>
+
+        /// The token under which this worker takes up `record`, or nil when it is not a job these claims
+        /// leased to it: running, leased to `owner` under a token above `aboveToken` that the worker does
+        /// not hold, with its last event the `claimed` of that token, that owner and one of these claims'
+        /// expiries. The owner name (`worker:<host>:<pid>`) is not proof alone: two containers may share a
+        /// host name and a pid, and another live worker's job must never be run twice under one token.
+        func adopts(_ record: JobRecord, lastEvent: JobEvent?, owner: String, held: Set<Int64>) -> Int64? {
+            guard record.state == .running, record.leaseOwner == owner, let token = record.leaseToken, token > aboveToken,
+                  !held.contains(token), let last = lastEvent, last.type == .claimed, last.leaseToken == token,
+                  last.data.leaseOwner == owner, let expiry = last.data.leaseExpiresAtMs, leaseExpiries.contains(expiry) else {
+                return nil
+            }
+            return token
+        }
     }
 
     /// Takes a claimed job: starts it when a slot is free, else keeps it waiting for one. A job claimed

@@ -1,4 +1,6 @@
+@testable import Worker
 import Foundation
+import JobLifecycle
 import JobModel
 import PostgresStore
 import Testing
@@ -150,5 +152,55 @@ import TestSupport
         #expect(rescuer.wait(seconds: 20) == 0, "\(rescuer.log)")
         let verified = try jobctl(["replay", "--verify"], database: database)
         #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+    }
+}
+
+/// Which running jobs a worker takes up after a claim of its own went unanswered: only that claim's. The
+/// owner name (`worker:<host>:<pid>`) alone is not proof: two containers may share a host name and a pid,
+/// and a job another live worker runs must never be run a second time under the same lease token.
+@Suite struct UnansweredClaimAdoptionTests {
+    static let owner = "worker:box:1"
+    static let lost = WorkerPool.UnansweredClaims(aboveToken: 40, leaseExpiries: [10_000, 12_000])
+
+    /// A job of `owner` under `token`, its last event `last` (nil: the `claimed` the lost claim wrote).
+    static func scene(token: Int64, owner: String = owner, claimedOwner: String = owner, expiry: Int64 = 10_000,
+                      lastType: EventType = .claimed) throws -> (JobRecord, JobEvent) {
+        let spec = JobSpec(kind: .uploadData, destination: "file:///tmp/o", data: Data("x".utf8), maxAttempts: 1)
+        let submitted = try JobEvent(jobID: "JOB", version: 1, type: .submitted, atMs: 1, actor: "cli:u", data: EventData(spec: spec))
+        var record = try #require(JobRecord(submitted: submitted))
+        let claimed = try JobEvent(jobID: "JOB", version: 2, type: .claimed, atMs: 2, actor: claimedOwner, leaseToken: token,
+                                   data: EventData(leaseOwner: claimedOwner, leaseExpiresAtMs: expiry, attempt: 1))
+        record.apply(claimed)
+        record.leaseOwner = owner
+        guard lastType != .claimed else { return (record, claimed) }
+        let next = try JobEvent(jobID: "JOB", version: 3, type: lastType, atMs: 3, actor: claimedOwner, leaseToken: token,
+                                data: EventData(attempt: 1, bytesDone: 0))
+        record.apply(next)
+        return (record, next)
+    }
+
+    @Test func theLostClaimsOwnJobIsTakenUp() throws {
+        let (record, last) = try Self.scene(token: 41)
+        #expect(Self.lost.adopts(record, lastEvent: last, owner: Self.owner, held: []) == 41)
+        let (later, laterLast) = try Self.scene(token: 45, expiry: 12_000)
+        #expect(Self.lost.adopts(later, lastEvent: laterLast, owner: Self.owner, held: [41]) == 45)
+    }
+
+    @Test func anotherWorkersJobUnderTheSameOwnerNameIsLeftAlone() throws {
+        // Claimed by a worker of the same name at another time (its own lease expiry)…
+        let (other, otherLast) = try Self.scene(token: 42, expiry: 10_500)
+        #expect(Self.lost.adopts(other, lastEvent: otherLast, owner: Self.owner, held: []) == nil)
+        // …or already started there (its last event is no longer the claim).
+        let (started, startedLast) = try Self.scene(token: 43, lastType: .started)
+        #expect(Self.lost.adopts(started, lastEvent: startedLast, owner: Self.owner, held: []) == nil)
+    }
+
+    @Test func heldEarlierAndOthersJobsAreLeftAlone() throws {
+        let (held, heldLast) = try Self.scene(token: 41)
+        #expect(Self.lost.adopts(held, lastEvent: heldLast, owner: Self.owner, held: [41]) == nil)
+        let (earlier, earlierLast) = try Self.scene(token: 40)
+        #expect(Self.lost.adopts(earlier, lastEvent: earlierLast, owner: Self.owner, held: []) == nil)
+        let (foreign, foreignLast) = try Self.scene(token: 44, owner: "worker:box:2", claimedOwner: "worker:box:2")
+        #expect(Self.lost.adopts(foreign, lastEvent: foreignLast, owner: Self.owner, held: []) == nil)
     }
 }
