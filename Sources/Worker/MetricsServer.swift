@@ -55,7 +55,8 @@ public struct MetricsAddress: Sendable, Equatable, CustomStringConvertible {
 /// text, any other request 404 (405 for another method on /metrics), on one thread that waits on every
 /// connection at once (`poll`). A request must arrive whole within `requestTimeoutMs` and
 /// `maxRequestBytes`, or the connection is answered 408/431 and closed. At most `maxConnections` are
-/// open: a new one beyond them closes the oldest that has not sent its request, so clients that
+/// open: a new one beyond them closes the oldest that has not sent its request (what a connection sent
+/// before it was taken is read as it is taken), so clients that
 /// connect and say nothing (however many, however often) never keep a scrape waiting — one connection
 /// at a time, each of them held the thread for the time limit, and a scrape queued behind them.
 /// Once its answer is sent a connection is shut for writing and what the client still sends is read and
@@ -168,16 +169,7 @@ public final class MetricsServer: Sendable {
                         connections[index].done = true
                     }
                 }
-                if !connections[index].done && !connections[index].draining {
-                    switch Self.flush(&connections[index]) {
-                    case .pending: break
-                    case .gone: connections[index].done = true
-                    case .sent:
-                        shutdown(connections[index].fd, Int32(SHUT_WR))
-                        connections[index].draining = true
-                        connections[index].deadlineNs = now + Self.timeLimitNs
-                    }
-                }
+                Self.sendAnswer(&connections[index], now: now)
                 if connections[index].done {
                     close(connections[index].fd)
                     connections.remove(at: index)
@@ -201,18 +193,8 @@ public final class MetricsServer: Sendable {
             let polledAt = DispatchTime.now().uptimeNanoseconds
             // Answers go out and requests are read before new connections are taken.
             for (offset, entry) in polled.enumerated().dropFirst() where entry.revents != 0 {
-                let index = offset - 1
                 // Writable: sent at the top of the loop.
-                if connections[index].answer != nil && !connections[index].draining { continue }
-                let count = chunk.withUnsafeMutableBytes { recv(connections[index].fd, $0.baseAddress, $0.count, 0) }
-                if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { continue }
-                if count <= 0 {
-                    connections[index].done = true  // closed or failed: nothing (more) to answer
-                    continue
-                }
-                if connections[index].draining { continue }  // after the answer: dropped
-                connections[index].request += chunk[0..<count]
-                if let answer = answer(to: connections[index].request) { connections[index].answer(answer, now: polledAt) }
+                receive(&connections[offset - 1], chunk: &chunk, now: polledAt)
             }
             if polled[0].revents & Int16(POLLIN) != 0 || polled[0].revents & Int16(POLLHUP | POLLERR) != 0
                 || (!accepting && polledAt >= acceptPausedUntilNs) {
@@ -230,15 +212,26 @@ public final class MetricsServer: Sendable {
                         }
                     }
                     acceptPauseNs = 0
+                    // A client sends its request as soon as it has connected, so a scrape that waited in the
+                    // listen queue has its request in already: read now, it is answered, and never taken for
+                    // a client that said nothing when the connections taken with it make room below. Read
+                    // only at the next turn, it was closed unanswered whenever 32 others were taken after it.
+                    var connection = Connection(fd: fd, now: polledAt)
+                    receive(&connection, chunk: &chunk, now: polledAt)
+                    Self.sendAnswer(&connection, now: polledAt)
+                    if connection.done {
+                        close(fd)
+                        continue accepting
+                    }
                     if connections.count >= Self.maxConnections {
                         // The oldest connection already answered makes room, else the oldest still without
-                        // a request, else the oldest.
+                        // a whole request, else the oldest.
                         let victim = connections.firstIndex { $0.draining || $0.done }
                             ?? connections.firstIndex { $0.answer == nil } ?? 0
                         close(connections[victim].fd)
                         connections.remove(at: victim)
                     }
-                    connections.append(Connection(fd: fd, now: polledAt))
+                    connections.append(connection)
                 }
             }
         }
@@ -268,6 +261,36 @@ public final class MetricsServer: Sendable {
 
     static let firstAcceptPauseNs: UInt64 = 5_000_000
     static let longestAcceptPauseNs: UInt64 = 1_000_000_000
+
+    /// Reads what the client sent on `connection`, without waiting: its request (answered once whole),
+    /// or what it sends after the answer (dropped). A close or a failure marks it done.
+    private func receive(_ connection: inout Connection, chunk: inout [UInt8], now: UInt64) {
+        if connection.done || (connection.answer != nil && !connection.draining) { return }
+        let fd = connection.fd
+        let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { return }
+        if count <= 0 {
+            connection.done = true  // closed or failed: nothing (more) to answer
+            return
+        }
+        if connection.draining { return }  // after the answer: dropped
+        connection.request += chunk[0..<count]
+        if let answer = answer(to: connection.request) { connection.answer(answer, now: now) }
+    }
+
+    /// Sends what is left of the connection's answer, if it has one; once all is sent, shuts the
+    /// connection for writing and reads on until the client closes (within the time limit).
+    private static func sendAnswer(_ connection: inout Connection, now: UInt64) {
+        guard !connection.done && !connection.draining else { return }
+        switch flush(&connection) {
+        case .pending: break
+        case .gone: connection.done = true
+        case .sent:
+            shutdown(connection.fd, Int32(SHUT_WR))
+            connection.draining = true
+            connection.deadlineNs = now + timeLimitNs
+        }
+    }
 
     private enum Flushed { case pending, sent, gone }
 

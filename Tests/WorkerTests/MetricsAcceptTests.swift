@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TestSupport
 @testable import Worker
@@ -64,6 +65,69 @@ import TestSupport
             exit(answer.hasPrefix("HTTP/1.1 200") ? 0 : 1)
         }
     }
+}
+
+/// A scrape is answered however many other clients connect with it: the server took every connection
+/// waiting in its listen queue at once and, past 32, closed the oldest it had not yet read from — a
+/// scrape whose request had arrived but was still unread was reset (a worker scraped every 0.2 s lost
+/// one scrape in fifty while 200 clients sent requests and did not read the answers; half of 400 scrapes
+/// sent at once were reset).
+@Suite("metrics connections") struct MetricsConnectionTests {
+    @Test func aScrapeTakenWithManySilentConnectionsIsAnswered() throws {
+        let port = freeLoopbackPort()
+        // The first answer takes half a second: meanwhile the scrape and the silent clients wait in the
+        // listen queue, and the server takes them all in one go.
+        let calls = Mutex(0)
+        let server = try MetricsServer(address: MetricsAddress(parsing: "127.0.0.1:\(port)")) {
+            if calls.withLock({ count in count += 1; return count }) == 1 { usleep(500_000) }
+            return "up 1\n"
+        }
+        try server.start()
+        defer { server.stop() }
+        let slow = try #require(sendScrape(port: port))
+        defer { close(slow) }
+        usleep(150_000)  // the server is in the first answer
+        let scrape = try #require(sendScrape(port: port))
+        defer { close(scrape) }
+        var silent: [Int32] = []
+        defer { silent.forEach { close($0) } }
+        for _ in 0..<(MetricsServer.maxConnections + 8) {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            try #require(fd >= 0 && connectToLoopback(fd, port: port))
+            silent.append(fd)
+        }
+        let answer = readAnswer(scrape)
+        #expect(answer.hasPrefix("HTTP/1.1 200 OK"), "the scrape got '\(answer.prefix(80))'")
+        #expect(answer.hasSuffix("\r\n\r\nup 1\n"), "the scrape got '\(answer.suffix(80))'")
+    }
+}
+
+/// A connection to 127.0.0.1:`port` that has sent `GET /metrics`, or nil.
+private func sendScrape(port: Int) -> Int32? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    var timeout = timeval(tv_sec: 5, tv_usec: 0)
+    _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    let request = Array("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+    guard connectToLoopback(fd, port: port), send(fd, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else {
+        close(fd)
+        return nil
+    }
+    return fd
+}
+
+/// Everything the server sends on `fd` until it closes (5 s at most), and how the reading ended when
+/// not by a close.
+private func readAnswer(_ fd: Int32) -> String {
+    var received: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 4_096)
+    while true {
+        let count = recv(fd, &buffer, buffer.count, 0)
+        if count < 0 { return String(decoding: received, as: UTF8.self) + "<recv failed: \(String(cString: strerror(errno)))>" }
+        if count == 0 { break }
+        received += buffer[0..<count]
+    }
+    return String(decoding: received, as: UTF8.self)
 }
 
 /// Connects `fd` to 127.0.0.1:`port`; whether it did.
