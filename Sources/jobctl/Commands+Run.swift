@@ -13,7 +13,7 @@ extension Commands {
                   Options.logFormat, Options.quiet, Options.verbose, Options.metrics, Options.metricsAllowRemote,
                   Options.bandwidthLimit, Options.slicedThreshold, Options.slices, Options.json.help("Print the exit summary as JSON.")],
         discussion: """
-        Run as many worker processes on one database as you like. SIGTERM, SIGINT or SIGHUP (unless started under nohup) stops claiming, pauses
+        Run as many worker processes on one database as you like. SIGTERM, SIGINT or SIGHUP (SIGINT and SIGHUP not when started ignoring them: `worker &` in a script, nohup) stops claiming, pauses
         running transfers at their resume point, releases their leases and exits 0 within 10 seconds — also
         when the signal arrives while the worker is still starting; a second signal exits at once (130).
         With --drain the worker exits once no job is queued or running: 0 when every job it ran ended

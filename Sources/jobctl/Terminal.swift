@@ -56,15 +56,19 @@ private final class WarnedFlag: @unchecked Sendable {
 enum ShutdownSignals {
     /// SIGHUP too: the terminal a worker was started from closing (an ssh session ending) killed it at
     /// once, its transfers cut and its jobs held until their leases ran out; there is nothing to reload.
-    /// Unless the process was started with SIGHUP ignored (`nohup`): it asked to outlive its terminal.
-    static let numbers: [Int32] = hangupIgnored ? [SIGTERM, SIGINT] : [SIGTERM, SIGINT, SIGHUP]
+    /// SIGINT and SIGHUP are left alone when the process was started ignoring them, as Unix programs
+    /// leave them: `nohup` ignores SIGHUP (it asked to outlive its terminal), and a shell ignores SIGINT
+    /// in what a script starts with `&` (a Ctrl-C meant for the script must not stop it). Read anyway,
+    /// an ignored SIGINT that came in the process's first milliseconds, before `block`, was discarded
+    /// and one that came later stopped the worker. SIGTERM, a supervisor's stop, is always read.
+    static let numbers: [Int32] = [SIGTERM] + [SIGINT, SIGHUP].filter { !ignoredAtStart($0) }
 
-    /// Whether SIGHUP's disposition, as inherited through exec, is "ignore".
-    private static let hangupIgnored: Bool = {
+    /// Whether `number`'s disposition, as inherited through exec, is "ignore".
+    private static func ignoredAtStart(_ number: Int32) -> Bool {
         var current = sigaction()
-        guard sigaction(SIGHUP, nil, &current) == 0 else { return false }
+        guard sigaction(number, nil, &current) == 0 else { return false }
         return unsafeBitCast(current.__sigaction_handler.sa_handler, to: Int.self) == 1   // SIG_IGN
-    }()
+    }
 
     /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and so in every thread it starts later).
     static func block() {
