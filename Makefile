@@ -91,11 +91,22 @@ DOCDIR := $(PREFIX)/share/doc/jobctl
 INSTALLED := $(BINDIR)/jobctl $(MANDIR)/jobctl.1 $(UNITDIR)/jobctl-worker@.service $(SYSUSERSDIR)/jobctl.conf \
 	$(BASHCOMPDIR)/jobctl $(ZSHCOMPDIR)/_jobctl $(DOCDIR)/worker.env.example
 
+## PREFIX/bin goes into the unit's ExecStart=, where systemd reads % as a specifier (%v: the kernel's release), $
+## as a variable and a space as the end of the path, and sed reads & and |; PREFIX and DESTDIR go into every
+## install and rm command below. A path with any other character than these is refused before anything is
+## installed or removed, not mangled. The check reads them from the environment: pasted into its shell code,
+## a quote in one ended the command in a syntax error, and a backquoted command in it ran.
+PATH_CHARACTERS := A-Za-z0-9/._+:@~-
+install uninstall: export JOBCTL_INSTALL_BINDIR = $(BINDIR)
+install uninstall: export JOBCTL_INSTALL_DESTDIR = $(DESTDIR)
+define check_install_paths
+	@case "$$JOBCTL_INSTALL_BINDIR" in /*) ;; *) printf '%s\n' "make $@: PREFIX must be an absolute path; the unit runs '$$JOBCTL_INSTALL_BINDIR/jobctl'" >&2; exit 2;; esac
+	@case "$$JOBCTL_INSTALL_BINDIR" in *[!$(PATH_CHARACTERS)]*) printf '%s\n' "make $@: '$$JOBCTL_INSTALL_BINDIR' (PREFIX/bin) has a character the systemd unit cannot carry as it is; use letters, digits and / . _ + : @ ~ -" >&2; exit 2;; esac
+	@case "$$JOBCTL_INSTALL_DESTDIR" in *[!$(PATH_CHARACTERS)]*) printf '%s\n' "make $@: DESTDIR '$$JOBCTL_INSTALL_DESTDIR' has a character the install commands cannot carry as it is; use letters, digits and / . _ + : @ ~ -" >&2; exit 2;; esac
+endef
+
 install: $(INSTALL_BUILD)
-	@# The unit's ExecStart= carries BINDIR: systemd reads % as a specifier (%v: the kernel's release), $ as a
-	@# variable and a space as the end of the path, and sed reads & and |. Such a path is refused, not mangled.
-	@case '$(BINDIR)' in /*) ;; *) echo "make install: PREFIX must be an absolute path; the unit runs '$(BINDIR)/jobctl'" >&2; exit 2;; esac
-	@case '$(BINDIR)' in *[!A-Za-z0-9/._+:@~-]*) echo "make install: '$(BINDIR)' (PREFIX/bin) has a character the systemd unit cannot carry as it is; use letters, digits and / . _ + : @ ~ -" >&2; exit 2;; esac
+	$(check_install_paths)
 	install -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 	  $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(DOCDIR)
 	install -m 755 $(BINARY) $(DESTDIR)$(BINDIR)/jobctl
@@ -111,6 +122,7 @@ install: $(INSTALL_BUILD)
 	fi
 
 uninstall:
+	$(check_install_paths)
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 

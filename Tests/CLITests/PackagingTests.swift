@@ -102,6 +102,33 @@ struct PackagingTests {
         #expect(!FileManager.default.fileExists(atPath: destination), "\(prefix): files were installed")
     }
 
+    /// The check above pasted PREFIX into shell code: a quote or a line break in it ended in a shell
+    /// syntax error instead of the refusal, and a backquoted command in it ran — in the message that
+    /// refused it (`PREFIX=/opt/a\`id\`` printed `/opt/auid=0(root)…`). DESTDIR and uninstall's paths
+    /// were pasted unchecked into `install` and `rm -f` (`DESTDIR="/tmp/stage dir"` installed into `dir/`
+    /// in the current folder). Every such PREFIX or DESTDIR is refused by name, and nothing in it runs.
+    @Test("make install and uninstall refuse a hostile PREFIX or DESTDIR without running any of it",
+          arguments: ["PREFIX=/opt/a`touch MARKER`", "PREFIX=/opt/a$$(touch MARKER)", "PREFIX=/opt/a'b", "PREFIX=/opt/a\"b",
+                      "PREFIX=/opt/a\nb", "DESTDIR=ROOT/stage dir", "DESTDIR=ROOT/a`touch MARKER`", "DESTDIR=ROOT/a'b"])
+    func hostilePathsAreRefusedUnrun(_ assignment: String) throws {
+        let directory = try TemporaryDirectory("install-hostile")
+        defer { directory.remove() }
+        let marker = directory.file("marker")
+        let root = directory.file("root")
+        let variable = assignment.replacingOccurrences(of: "MARKER", with: marker).replacingOccurrences(of: "ROOT", with: root)
+            .replacingOccurrences(of: "\\n", with: "\n")
+        let defaults = ["DESTDIR=\(root)", "PREFIX=/usr"].filter { !$0.hasPrefix(variable.prefix { $0 != "=" } + "=") }
+        for target in ["install", "uninstall"] {
+            let output = try runProcess("/usr/bin/make", ["-s", "-C", PackagePaths.root, target, variable] + defaults
+                                        + ["BINARY=\(PackagePaths.jobctlBinary)", "INSTALL_BUILD="], currentDirectory: directory.path)
+            #expect(output.status != 0, "make \(target) \(variable) exited 0")
+            #expect(output.stderr.contains("make \(target): "), "make \(target) \(variable): \(output.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: marker), "make \(target) \(variable) ran the command in it")
+            let left = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+            #expect(left.isEmpty, "make \(target) \(variable) wrote \(left)")
+        }
+    }
+
     @Test("The man page is valid roff and documents every command and option of the binary")
     func manPageCoversEveryCommand() throws {
         let page = try manPage()
