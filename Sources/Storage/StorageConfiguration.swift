@@ -225,7 +225,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// (gcloud storage's `resumable_threshold`). The chunk size caps it where it is smaller.
     public static func resumableThreshold(parsing text: String) throws(StorageError) -> Int {
         if text.trimmingCharacters(in: .whitespaces).lowercased() == "off" { return 0 }
-        guard let bytes = ByteSize.parse(text) else {
+        guard let bytes = sizeOrTooLarge(text) else {
             throw StorageError(.invalidArgument,
                                "JOBCTL_RESUMABLE_THRESHOLD must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'")
         }
@@ -237,7 +237,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
 
     /// A chunk size (`8MiB`, `8388608`) within `chunkSizeRange`, rounded down to a multiple of 256 KiB.
     public static func chunkSize(parsing text: String) throws(StorageError) -> Int {
-        guard let bytes = ByteSize.parse(text) else {
+        guard let bytes = sizeOrTooLarge(text) else {
             throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be a size like 8MiB or 8388608 (bytes), not '\(text)'")
         }
         guard bytes >= Int64(chunkSizeRange.lowerBound), bytes <= Int64(chunkSizeRange.upperBound) else {
@@ -249,22 +249,42 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// A stall limit (`60s`, `5m`) within `stallTimeoutRange`, in seconds; `source` names where the text
     /// came from (`JOBCTL_STALL_TIMEOUT`, `--stall-timeout`) in the error.
     public static func stallTimeout(parsing text: String, from source: String) throws(StorageError) -> Int {
-        guard let seconds = DurationText.parse(text) else {
+        let outOfRange = StorageError(.invalidArgument,
+                                      "\(source) must be between \(DurationText.format(stallTimeoutRange.lowerBound)) and "
+                                          + "\(DurationText.format(stallTimeoutRange.upperBound)), not '\(text)'")
+        // Too large to hold, or below a second, is out of range (it was called no duration, "a unit is
+        // required", whatever its unit); between whole seconds, not a whole number of them.
+        let milliseconds: Int64
+        switch DurationText.read(text) {
+        case .milliseconds(let ms): milliseconds = ms
+        case .tooLarge: throw outOfRange
+        case .invalid:
             throw StorageError(.invalidArgument, "\(source) must be a duration like 60s or 5m (a unit is required), not '\(text)'")
         }
-        guard stallTimeoutRange.contains(seconds) else {
-            throw StorageError(.invalidArgument,
-                               "\(source) must be between \(DurationText.format(stallTimeoutRange.lowerBound)) and "
-                                   + "\(DurationText.format(stallTimeoutRange.upperBound)), not '\(text)'")
+        guard let seconds = Int(exactly: milliseconds / 1_000), stallTimeoutRange.contains(seconds), milliseconds >= 1_000 else {
+            throw outOfRange
+        }
+        guard milliseconds % 1_000 == 0 else {
+            throw StorageError(.invalidArgument, "\(source) must be whole seconds (60s, 5m), not '\(text)'")
         }
         return seconds
+    }
+
+    /// The bytes a size says; `Int64.max` for one too large to hold, so that the caller's range check
+    /// refuses it as out of range (it was called no size at all); nil for no size.
+    static func sizeOrTooLarge(_ text: String) -> Int64? {
+        switch ByteSize.read(text) {
+        case .bytes(let bytes): bytes
+        case .tooLarge: .max
+        case .fractionOfAByte, .notASize: nil
+        }
     }
 
     /// A sliced-download threshold (`150MiB`, `1048576`) within `slicedThresholdRange`, or nil for `0`
     /// and `off` (no slicing); `source` names where the text came from in the error.
     public static func slicedThreshold(parsing text: String, from source: String) throws(StorageError) -> Int64? {
         if text.trimmingCharacters(in: .whitespaces).lowercased() == "off" { return nil }
-        guard let bytes = ByteSize.parse(text) else {
+        guard let bytes = sizeOrTooLarge(text) else {
             throw StorageError(.invalidArgument, "\(source) must be a size like 150MiB, or 0 or off to never slice downloads, not '\(text)'")
         }
         if bytes == 0 { return nil }

@@ -195,7 +195,7 @@ import TestSupport
             // Settings that stand for environment variables are checked as the program reads those.
             ("chunk_size: 3\n", "1:13: error: chunk_size: JOBCTL_CHUNK_SIZE must be between 256 KiB and 1 GiB, not '3'"),
             ("slices: 0\n", "1:9: error: slices: JOBCTL_SLICES must be a whole number"),
-            ("stall_timeout: 99999999999999999999s\n", "1:16: error: stall_timeout: JOBCTL_STALL_TIMEOUT must be a duration"),
+            ("stall_timeout: 99999999999999999999s\n", "1:16: error: stall_timeout: JOBCTL_STALL_TIMEOUT must be between 1s and 1h"),
             ("sliced_threshold: NaN\n", "1:19: error: sliced_threshold: JOBCTL_SLICED_THRESHOLD must be a size"),
             ("resumable_threshold: 2GiB\n", "1:22: error: resumable_threshold: "),
             ("storage_emulator_host: 'http://[::1'\n", "1:24: error: storage_emulator_host: STORAGE_EMULATOR_HOST must be"),

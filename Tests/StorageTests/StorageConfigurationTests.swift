@@ -101,6 +101,32 @@ struct StorageConfigurationTests {
             #expect(error?.message.contains("--stall-timeout") == true)
         }
     }
+
+    /// A number too large for a size or a duration to hold, or a duration in milliseconds, was refused as
+    /// no size or duration at all: `JOBCTL_CHUNK_SIZE=99999999999999999999` "must be a size like 8MiB or
+    /// 8388608 (bytes)", `JOBCTL_STALL_TIMEOUT=999ms` "must be a duration like 60s or 5m (a unit is
+    /// required)" — it has one. Each is refused for what is wrong with it: its range, or its fraction.
+    @Test("a setting's number too large, or not whole seconds, is refused as such, not as malformed",
+          arguments: [
+            ("JOBCTL_CHUNK_SIZE", "99999999999999999999", "must be between 256 KiB and 1 GiB"),
+            ("JOBCTL_CHUNK_SIZE", "18446744073709551616KiB", "must be between 256 KiB and 1 GiB"),
+            ("JOBCTL_RESUMABLE_THRESHOLD", "99999999999999999999", "must be between 0 and 1 GiB"),
+            ("JOBCTL_SLICED_THRESHOLD", "99999999999999999999", "must be between 1 MiB and 1 TiB"),
+            ("JOBCTL_SLICED_THRESHOLD", "9999999999TiB", "must be between 1 MiB and 1 TiB"),
+            ("JOBCTL_STALL_TIMEOUT", "99999999999999999999s", "must be between 1s and 1h"),
+            ("JOBCTL_STALL_TIMEOUT", "9223372036854775807ms", "must be between 1s and 1h"),
+            ("JOBCTL_STALL_TIMEOUT", "999ms", "must be between 1s and 1h"),
+            ("JOBCTL_STALL_TIMEOUT", "1500ms", "must be whole seconds"),
+            ("JOBCTL_SLICES", "99999999999999999999", "from 2 to 16"),
+          ])
+    func numbersOutOfRangeAreNamedSo(variable: String, value: String, expected: String) throws {
+        let error = #expect(throws: StorageError.self) {
+            try StorageConfiguration.fromEnvironment([variable: value], localBucketsDirectory: Self.buckets)
+        }
+        #expect(error?.message.contains(expected) == true, "\(variable)=\(value): \(error?.message ?? "accepted")")
+        #expect(error?.message.contains("a unit is required") == false && error?.message.contains("like") == false,
+                "\(variable)=\(value): \(error?.message ?? "accepted")")
+    }
 }
 
 /// A failing token command is retryable (the job is retried with backoff) and the error names the
