@@ -59,6 +59,8 @@ public final class EventStore: JobStore, @unchecked Sendable {
     private var writerLock: WriterLock?
     /// How long a write waits for a lock, in nanoseconds.
     private let busyTimeoutNs: UInt64
+    /// A cap on every wait for a lock, set by `capLockWaits` (see `LockWaitCap`).
+    private let lockWaitCap = LockWaitCap()
     /// Syncs the WAL after each write transaction (nil for a read-only open).
     let walSync: WALSync?
     /// Checkpoints the WAL off the executor thread, once asked to (see `checkpointInBackground()`).
@@ -222,6 +224,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         }
         let walSync = mode == .readOnly ? nil : WALSync(databasePath: path)
         self.walSync = walSync
+        connection.lockWaitCap = lockWaitCap
         self.connection = connection
         self.busyTimeoutNs = UInt64(max(0, busyTimeoutMs)) * 1_000_000
         // Only writers take it, so only they create it (after the checks above refused what they refuse).
@@ -539,16 +542,34 @@ extension EventStore {
     /// held it for the whole wait.
     fileprivate func lockWriters(waitingAtMostNs waitNs: UInt64) throws(StoreError) -> Bool {
         guard let lock = writerLock, !lock.isHeld else { return false }
-        switch lock.lock(waitingAtMostNs: waitNs) {
-        case .acquired:
-            return true
-        case .timedOut:
-            throw StoreError.busy(sql: "BEGIN IMMEDIATE")
-        case .unusable:
-            // SQLite's locking alone is still correct, only slower with several processes.
-            writerLock = nil
-            return false
+        // In slices, so that a cap set meanwhile (`capLockWaits`) ends the wait.
+        let startedNs = DispatchTime.now().uptimeNanoseconds
+        while true {
+            let waitedNs = DispatchTime.now().uptimeNanoseconds - startedNs
+            let limitNs = min(waitNs, lockWaitCap.ns)
+            let slice = min(limitNs - min(waitedNs, limitNs), Self.writerLockWaitSliceNs)
+            switch lock.lock(waitingAtMostNs: slice) {
+            case .acquired:
+                return true
+            case .timedOut:
+                if DispatchTime.now().uptimeNanoseconds - startedNs >= min(waitNs, lockWaitCap.ns) {
+                    throw StoreError.busy(sql: "BEGIN IMMEDIATE")
+                }
+            case .unusable:
+                // SQLite's locking alone is still correct, only slower with several processes.
+                writerLock = nil
+                return false
+            }
         }
+    }
+
+    /// The longest single wait for the writer lock before the cap is looked at again.
+    static let writerLockWaitSliceNs: UInt64 = 100_000_000
+
+    /// See `JobStore.capLockWaits`.
+    public func capLockWaits(atMostNs limitNs: UInt64?) {
+        lockWaitCap.set(limitNs)
+        executor.capBusyRetries(atMostNs: limitNs)
     }
 
     fileprivate func unlockWriters() {
@@ -586,4 +607,14 @@ extension SQLiteConnection {
             throw error
         }
     }
+}
+
+/// A cap on every wait of one store for another process's lock (SQLite's busy handler, the writer lock),
+/// which another thread may set at any time: `UInt64.max` for none.
+final class LockWaitCap: Sendable {
+    private let value = Atomic<UInt64>(.max)
+
+    var ns: UInt64 { value.load(ordering: .relaxed) }
+
+    func set(_ limitNs: UInt64?) { value.store(limitNs ?? .max, ordering: .relaxed) }
 }

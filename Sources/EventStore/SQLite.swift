@@ -80,6 +80,8 @@ final class SQLiteConnection {
     private var busyStartedNs: UInt64 = 0
     /// A shorter limit for the waits of `withBusyWait(atMostNs:_:)`'s body, or nil.
     private var busyWaitCapNs: UInt64?
+    /// The store's cap on every lock wait, which another thread may lower at any time.
+    var lockWaitCap: LockWaitCap?
     let path: String
     /// Job specs this connection has decoded, by their JSON text (see `DecodedSpecCache`).
     let decodedSpecs = DecodedSpecCache()
@@ -304,7 +306,7 @@ final class SQLiteConnection {
         clock_gettime(CLOCK_MONOTONIC, &now)
         let nowNs = UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
         if count == 0 { busyStartedNs = nowNs }
-        guard nowNs &- busyStartedNs < min(busyTimeoutNs, busyWaitCapNs ?? .max) else { return 0 }
+        guard nowNs &- busyStartedNs < min(busyTimeoutNs, busyWaitCapNs ?? .max, lockWaitCap?.ns ?? .max) else { return 0 }
         usleep(useconds_t(min(1_000, 20 << min(count, 6))))
         return 1
     }

@@ -25,6 +25,12 @@ public protocol JobStore: AnyObject, Sendable {
     /// Whether the store was opened read-only (list, show, history, watch, audit, replay --verify).
     var isReadOnly: Bool { get }
 
+    /// Cuts every wait for another process's lock short to `atMostNs` from now on (nil: waits last their
+    /// usual time again). A stopping worker with nothing left to write asks it, and one whose grace has
+    /// run out: waiting out a lock another process holds (SQLite's busy timeout is 30 s, per statement)
+    /// kept it from exiting for as long, past a service manager's stop timeout.
+    func capLockWaits(atMostNs: UInt64?)
+
     // MARK: Migrations
 
     /// The schema migrations this open applied (empty when the schema was already current).
@@ -316,6 +322,9 @@ public struct LogImport: Sendable, Equatable {
 }
 
 extension JobStore {
+    /// No lock waits to cut short (PostgreSQL: its answer timeout bounds every wait).
+    public func capLockWaits(atMostNs: UInt64?) {}
+
     /// `heartbeat` on the store's executor, behind whatever is queued there (SQLite: a heartbeat needs the
     /// database's one write lock, as every commit does). Every lease not lost was extended.
     public func renewLeases(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) async throws -> LeaseRenewal {

@@ -123,6 +123,8 @@ public final class StoreExecutor: Sendable {
     /// How long a group commit may keep retrying while `flush` finds the write lock taken (nil: it
     /// does not retry; `flush` waits for the lock itself).
     private let busyRetryNs: UInt64?
+    /// A cap on `busyRetryNs` another thread may set at any time (`capBusyRetries`); `UInt64.max`: none.
+    private let busyRetryCapNs = Atomic<UInt64>(.max)
     /// A lock between processes that each group commit holds around `flush` (nil: none).
     private let writerLock: GroupCommitLock?
     private let stats = Mutex(GroupCommitStats())
@@ -355,6 +357,12 @@ public final class StoreExecutor: Sendable {
         appends.removeAll(keepingCapacity: true)
     }
 
+    /// Cuts the retries of a group commit that another process's write lock keeps out short to `atMostNs`
+    /// (nil: the busy timeout again), for a stopping worker (see `JobStore.capLockWaits`).
+    public func capBusyRetries(atMostNs limitNs: UInt64?) {
+        busyRetryCapNs.store(limitNs ?? .max, ordering: .relaxed)
+    }
+
     /// `flush`, and while it reports the write lock busy (and `busyRetryNs` allows), again with the
     /// appends queued meanwhile added to `appends`.
     ///
@@ -368,12 +376,13 @@ public final class StoreExecutor: Sendable {
         guard let busyRetryNs else { return try flushHoldingWriterLock(&appends, thenClaim: &claim, waitingAtMostNs: nil) }
         let started = Self.monotonicNs()
         while true {
+            let limitNs = min(busyRetryNs, busyRetryCapNs.load(ordering: .relaxed))
             do throws(StoreError) {
                 let waited = Self.monotonicNs() &- started
                 return try flushHoldingWriterLock(&appends, thenClaim: &claim,
-                                                  waitingAtMostNs: busyRetryNs > waited ? busyRetryNs - waited : 0)
+                                                  waitingAtMostNs: limitNs > waited ? limitNs - waited : 0)
             } catch {
-                guard case .busy = error, Self.monotonicNs() &- started < busyRetryNs else { throw error }
+                guard case .busy = error, Self.monotonicNs() &- started < min(limitNs, busyRetryCapNs.load(ordering: .relaxed)) else { throw error }
                 let gathered = takeQueued(claimToo: false).appends
                 appends += gathered
                 stats.withLock { $0.recordBusyRetry(gathering: gathered.count) }

@@ -202,6 +202,8 @@ public final class WorkerPool: Sendable {
     private let backend: any StorageBackend
     private let state = Mutex(State())
     private let wakeup = Wakeup()
+    /// Cuts the store's lock waits short once the shutdown's grace has run out (see `beginShutdown`).
+    private let graceTimer = GraceTimer()
     /// The jobs' tasks not ended yet (see `launch`).
     private let jobTasks = JobTasks()
     private let sweeper: OrphanSweeper
@@ -232,11 +234,38 @@ public final class WorkerPool: Sendable {
             return (state.running.values.map(\.runner), Self.startWaiting(&state, limit: .max, now: Clock.nowMs()))
         }
         wakeup.signal()
+        // A write waiting for a lock another process holds (SQLite waits up to its busy timeout, 30 s, per
+        // statement) kept the loop from seeing the grace run out, and the worker from exiting: with nothing
+        // to write it waited out the other process's lock, then wrote nothing; with runs to release it
+        // exited only once the lock was free (40 s while another client held it for 40), past systemd's stop
+        // timeout. With nothing to release the waits are cut to a second now (a wait already that long
+        // ends at once; this process's own checkpointer or a claim in flight still gets its second);
+        // otherwise once the grace is over.
+        if runners.isEmpty && held.isEmpty {
+            store.capLockWaits(atMostNs: Self.stoppingLockWaitNs)
+        } else {
+            // On a dispatch queue, not a task: the cooperative pool's threads may all be waiting then.
+            let store = self.store, graceTimer = self.graceTimer
+            let armed = graceTimer.state.withLock { timer in
+                guard !timer.armed else { return false }
+                timer.armed = true
+                return true
+            }
+            if armed {
+                // Weakly: held here, the store outlived the command and its database was never closed (its WAL left).
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(configuration.shutdownGraceMs))) { [weak store] in
+                    if !graceTimer.state.withLock({ $0.runEnded }) { store?.capLockWaits(atMostNs: WorkerPool.stoppingLockWaitNs) }
+                }
+            }
+        }
         for runner in runners {
             runner.requestStop(.shutdown)
         }
         for (jobID, runner) in held { launch(jobID, runner) }
     }
+
+    /// How long a stopping worker's writes wait for a lock (see `beginShutdown`).
+    static let stoppingLockWaitNs: UInt64 = 1_000_000_000
 
     public var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
 
@@ -416,6 +445,7 @@ public final class WorkerPool: Sendable {
         }
         leaseKeeper.cancel()
         await leaseKeeper.value
+        graceTimer.state.withLock { $0.runEnded = true }
         if config.drain && !isShuttingDown { await sweeper.sweepIfDue(now: Clock.nowMs(), force: true) }
         // Every run has reported; its task may still be on its last statements. Once none is left, no
         // task holds the pool or the store (see `launch`). Not when runs outlived the shutdown's grace.
@@ -425,6 +455,7 @@ public final class WorkerPool: Sendable {
         summary.groupCommits = stats.commits
         summary.eventsWritten = stats.events
         log.workerStopped(summary, now: Clock.nowMs())
+        store.capLockWaits(atMostNs: nil)
         return summary
     }
 
@@ -1046,4 +1077,10 @@ public enum WorkerStopped: Error, Sendable, CustomStringConvertible {
         default: "fix what the error says"
         }
     }
+}
+
+/// Whether a stopping pool's grace timer was set, and whether the pool's run has ended since (then the
+/// timer does nothing).
+private final class GraceTimer: Sendable {
+    let state = Mutex<(armed: Bool, runEnded: Bool)>((false, false))
 }

@@ -1,0 +1,53 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// A worker stops within its grace even while another process holds the database's write lock.
+@Suite("A worker stops while another process holds the write lock", .onTestThreads)
+struct LockedStopTests {
+    /// The worker's loop was waiting to write (its rescue pass: SQLite waits up to its busy timeout,
+    /// 30 s, and the store retried group commits as long): it logged `signal_received` at once but
+    /// exited only when the other process let go — 23 s after SIGINT with nothing to release, 40 s
+    /// after SIGTERM with four transfers to release while another client held the lock for 40 s, past
+    /// systemd's 30 s stop timeout. With nothing to write it now exits at once; with runs to release,
+    /// when the grace (8 s) is over.
+    @Test("an idle worker stopped while another process holds the write lock exits at once")
+    func idleWorkerStopsAtOnce() throws {
+        let workspace = try CLIWorkspace("locked-stop")
+        defer { workspace.directory.remove() }
+        // The database exists; its one job is for another queue, so the worker holds nothing.
+        _ = try workspace.submit("- {kind: upload-data, data: \"x\", destination: \"file://locked/x.txt\", queue: elsewhere}")
+        let holder = Process()
+        let input = Pipe(), output = Pipe()
+        holder.executableURL = URL(fileURLWithPath: "\(PackagePaths.venv)/bin/python")
+        holder.arguments = ["-c", """
+            import sqlite3, sys
+            connection = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+            connection.execute("BEGIN IMMEDIATE")
+            print("locked", flush=True)
+            sys.stdin.read()
+            connection.execute("ROLLBACK")
+            """, workspace.database]
+        holder.standardInput = input
+        holder.standardOutput = output
+        try holder.run()
+        defer {
+            try? input.fileHandleForWriting.close()
+            holder.waitUntilExit()
+        }
+        try #require(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("locked"))
+
+        let worker = try LoggedWorker(workspace, ["--queue", "default"])
+        defer { worker.kill() }
+        try #require(eventuallyTrue(seconds: 20) { worker.log().contains(" worker_started ") }, "\(worker.log())")
+        Thread.sleep(forTimeInterval: 0.5)  // its first rescue pass waits for the lock
+        let signalled = Date()
+        kill(worker.process.processIdentifier, SIGTERM)
+        let stopped = eventuallyTrue(seconds: 5) { !worker.process.isRunning }
+        #expect(stopped, "still running \(String(format: "%.1f", Date().timeIntervalSince(signalled))) s after SIGTERM: \(worker.log())")
+        try? input.fileHandleForWriting.close()  // lets a worker that waited for the lock go
+        worker.process.waitUntilExit()
+        #expect(worker.process.terminationReason == .exit && worker.process.terminationStatus == 0, "\(worker.log())")
+        #expect(worker.log().contains("signal_received signal=15"), "\(worker.log())")
+    }
+}
