@@ -30,8 +30,8 @@ public final class StallingTCPProxy: Sendable {
     public init(upstreamPort: Int, stallWhenClientSends marker: String) throws {
         self.upstreamPort = upstreamPort
         self.marker = Array(marker.utf8)
-        let socket = Self.makeSocket()
-        var address = Self.loopback(port: 0)
+        let socket = LoopbackTCP.makeSocket()
+        var address = LoopbackTCP.loopback(port: 0)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -70,8 +70,8 @@ public final class StallingTCPProxy: Sendable {
                 if errno == EINTR { continue }
                 return
             }
-            let upstream = Self.makeSocket()
-            var address = Self.loopback(port: upstreamPort)
+            let upstream = LoopbackTCP.makeSocket()
+            var address = LoopbackTCP.loopback(port: upstreamPort)
             let connected = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
@@ -108,7 +108,7 @@ public final class StallingTCPProxy: Sendable {
             if watch {
                 // The marker may straddle two reads: the end of the last one is searched with this one.
                 let window = tail + buffer[0..<count]
-                if Self.contains(window, marker) {
+                if LoopbackTCP.contains(window, marker) {
                     silent.flag.withLock { $0 = true }
                     state.withLock { $0.stalled += 1 }
                 }
@@ -128,28 +128,5 @@ public final class StallingTCPProxy: Sendable {
     /// Whether one connection has gone silent, shared by its two pumps.
     private final class Silence: Sendable {
         let flag = Mutex(false)
-    }
-
-    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
-        guard !needle.isEmpty, haystack.count >= needle.count else { return false }
-        for start in 0...(haystack.count - needle.count) where haystack[start..<(start + needle.count)].elementsEqual(needle) {
-            return true
-        }
-        return false
-    }
-
-    private static func makeSocket() -> Int32 {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        return socket
-    }
-
-    private static func loopback(port: Int) -> sockaddr_in {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return address
     }
 }

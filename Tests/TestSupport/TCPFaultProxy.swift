@@ -76,8 +76,8 @@ public final class TCPFaultProxy: Sendable {
     /// Listens on a free port of 127.0.0.1 and forwards to `127.0.0.1:upstreamPort`.
     public init(upstreamPort: Int, rules: [Rule] = []) throws {
         self.upstreamPort = upstreamPort
-        let socket = Self.makeSocket()
-        var address = Self.loopback(port: 0)
+        let socket = LoopbackTCP.makeSocket()
+        var address = LoopbackTCP.loopback(port: 0)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -172,8 +172,8 @@ public final class TCPFaultProxy: Sendable {
                 Self.reset(client)
                 continue
             }
-            let upstream = Self.makeSocket()
-            var address = Self.loopback(port: upstreamPort)
+            let upstream = LoopbackTCP.makeSocket()
+            var address = LoopbackTCP.loopback(port: upstreamPort)
             let connected = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
@@ -207,12 +207,12 @@ public final class TCPFaultProxy: Sendable {
                 for (index, rule) in state.rules.enumerated() where state.fired[index] == nil {
                     if let connection = rule.connection, connection != link.number { continue }
                     var done = progress[index] ?? 0
-                    while done < rule.after.count && Self.contains(Self.straddling(tail, chunk, rule.after[done]), Array(rule.after[done].utf8)) {
+                    while done < rule.after.count && LoopbackTCP.contains(Self.straddling(tail, chunk, rule.after[done]), Array(rule.after[done].utf8)) {
                         done += 1
                     }
                     progress[index] = done
                     guard done == rule.after.count,
-                          Self.contains(Self.straddling(tail, chunk, rule.marker), Array(rule.marker.utf8)) else { continue }
+                          LoopbackTCP.contains(Self.straddling(tail, chunk, rule.marker), Array(rule.marker.utf8)) else { continue }
                     state.seen[index] += 1
                     guard state.seen[index] >= rule.nth else { continue }
                     state.fired[index] = "connection \(link.number)"
@@ -275,7 +275,7 @@ public final class TCPFaultProxy: Sendable {
             case .swallowingAnswer:
                 held += chunk
                 // ReadyForQuery: 'Z', length 5, a status byte.
-                if Self.contains(held, [0x5A, 0, 0, 0, 5]) {
+                if LoopbackTCP.contains(held, [0x5A, 0, 0, 0, 5]) {
                     resetFromServerSide(link)
                     return
                 }
@@ -355,28 +355,5 @@ public final class TCPFaultProxy: Sendable {
     /// begin it (fewer than the marker's length, so a marker wholly in the last read is not seen twice).
     private static func straddling(_ tail: [UInt8], _ chunk: [UInt8], _ marker: String) -> [UInt8] {
         Array(tail.suffix(max(0, marker.utf8.count - 1))) + chunk
-    }
-
-    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
-        guard !needle.isEmpty, haystack.count >= needle.count else { return false }
-        for start in 0...(haystack.count - needle.count) where haystack[start..<(start + needle.count)].elementsEqual(needle) {
-            return true
-        }
-        return false
-    }
-
-    private static func makeSocket() -> Int32 {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        return socket
-    }
-
-    private static func loopback(port: Int) -> sockaddr_in {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return address
     }
 }
