@@ -264,13 +264,21 @@ public final class WorkerPool: Sendable {
         for (jobID, runner) in held { launch(jobID, runner) }
     }
 
+    /// Why a run still going when the worker stopped was left (see the end of `run`).
+    static let leftAtStopReason = "the worker stopped before this run's outcome could be written (the shutdown grace ran out); "
+        + "the job stays running until its lease expires, then it is rescued"
+
     /// How long a stopping worker's writes wait for a lock (see `beginShutdown`).
     static let stoppingLockWaitNs: UInt64 = 1_000_000_000
 
     public var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
 
     /// Runs until shutdown (or, with `drain`, until no job is queued or running). Returns what it did.
-    public func run() async throws -> WorkerSummary {
+    ///
+    /// `opened` is called just after `worker_started` is logged and `closing` just before
+    /// `worker_stopped` is (or before the error is thrown): what logs about the worker from outside, such
+    /// as the signal handling, does so between them, so that those two lines open and close the log.
+    public func run(opened: () -> Void = {}, closing: () -> Void = {}) async throws -> WorkerSummary {
         let config = configuration
         var lastDataVersion: Int64 = -1
         var lastDataVersionCheck: Int64 = 0
@@ -303,6 +311,9 @@ public final class WorkerPool: Sendable {
         defer { leaseKeeper.cancel() }
         log.workerStarted(owner: config.owner, concurrency: config.concurrency, leaseMs: config.leaseMs,
                           queues: config.queues, drain: config.drain, now: Clock.nowMs())
+        var closed = false
+        defer { if !closed { closing() } }
+        opened()
         await sweeper.sweepIfDue(now: Clock.nowMs())
 
         while true {
@@ -450,10 +461,32 @@ public final class WorkerPool: Sendable {
         // Every run has reported; its task may still be on its last statements. Once none is left, no
         // task holds the pool or the store (see `launch`). Not when runs outlived the shutdown's grace.
         if state.withLock({ $0.running.isEmpty }) { await jobTasks.untilNone() }
-        var summary = state.withLock { $0.summary }
+        // Runs still going when the grace ran out (their `released` waiting for a lock another process
+        // holds, a transfer that would not stop) are left to their leases: the summary said
+        // `abandoned=0` while they stayed `running`. They are logged and counted as abandoned now, and
+        // their entries dropped, so a run that returns later is neither logged after `worker_stopped`
+        // nor counted twice.
+        let now = Clock.nowMs()
+        let (left, summaryLeft): ([(String, Running)], WorkerSummary) = state.withLock { state in
+            // Superseded runs wrote their outcome already (see `State.superseded`): nothing of theirs is left.
+            let left = state.running.map { ($0.key, $0.value) }
+            state.running.removeAll()
+            state.waiting.removeAll()
+            state.summary.abandoned += left.count
+            return (left, state.summary)
+        }
+        for (jobID, entry) in left.sorted(by: { $0.0 < $1.0 }) {
+            let startedAtMs = now - max(0, Clock.monotonicMs() - (entry.launchedAt ?? entry.claimedAt))
+            let outcome = TaskRunOutcome.abandoned(reason: Self.leftAtStopReason)
+            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
+            metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
+        }
+        var summary = summaryLeft
         let stats = store.groupCommitStats
         summary.groupCommits = stats.commits
         summary.eventsWritten = stats.events
+        closed = true
+        closing()
         log.workerStopped(summary, now: Clock.nowMs())
         store.capLockWaits(atMostNs: nil)
         return summary

@@ -131,12 +131,16 @@ extension Commands {
         } catch { throw CommandFailure(error.description) }
         defer { metricsServer?.stop() }
         // SIGTERM/SIGINT have been blocked since main started; one that came early is pending and is
-        // handled as soon as the handlers exist.
+        // handled as soon as the handlers exist. They exist only between `worker_started` and
+        // `worker_stopped`: installed before the run, a pending signal was logged before `worker_started`,
+        // and one that came as the run ended after `worker_stopped`. A signal after the run stays pending
+        // (blocked) while the process closes its database and exits.
         let signals = SignalHandling(pool: pool)
-        signals.install()
         // Kept alive through the run (its handlers hold it weakly); released with the pool and the store
         // when this returns, which closes the database (a checkpoint, the WAL removed).
-        let summary = try withExtendedLifetime(signals) { try blockingRun { try await pool.run() } }
+        let summary = try withExtendedLifetime(signals) {
+            try blockingRun { try await pool.run(opened: { signals.install() }, closing: { signals.uninstall() }) }
+        }
         log.flush()
         if arguments[Options.json] {
             struct Summary: Encodable {
@@ -242,6 +246,8 @@ final class SignalHandling: @unchecked Sendable {
     private let pool: WorkerPool
     private var sources: [DispatchSourceSignal] = []
     private var received = 0
+    /// Set by `uninstall`: the worker has stopped, and a signal read since changes nothing.
+    private var stopped = false
     private let queue = DispatchQueue(label: "jobctl.signals")
 
     init(pool: WorkerPool) { self.pool = pool }
@@ -250,6 +256,11 @@ final class SignalHandling: @unchecked Sendable {
     /// they stay pending until a signal source reads them; the disposition is left alone, because
     /// setting SIG_IGN would discard a signal that is already pending.
     func install() {
+        queue.sync { installOnQueue() }
+    }
+
+    private func installOnQueue() {
+        guard !stopped, sources.isEmpty else { return }
         for number in ShutdownSignals.numbers {
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
             // Weak: a handler holding this object (and through it the pool and the store) kept the store
@@ -257,7 +268,7 @@ final class SignalHandling: @unchecked Sendable {
             // checkpointed nor removed the WAL (up to ~16 MiB), and the next process to open the log
             // read all of it again to rebuild the WAL index.
             source.setEventHandler { [weak self] in
-                guard let self else { return }
+                guard let self, !stopped else { return }
                 received += 1
                 if received == 1 {
                     pool.log.signalReceived(number, exitingNow: false, now: Clock.nowMs())
@@ -276,7 +287,16 @@ final class SignalHandling: @unchecked Sendable {
     }
 
     /// Stops reading the signals (they stay blocked, so one that comes later waits, unhandled, until the
-    /// process exits).
+    /// process exits). On the handlers' queue, so no handler is running once this returns, and none runs
+    /// after: a signal read meanwhile is dropped, not logged after `worker_stopped`.
+    func uninstall() {
+        queue.sync {
+            stopped = true
+            for source in sources { source.cancel() }
+            sources = []
+        }
+    }
+
     deinit {
         for source in sources { source.cancel() }
     }

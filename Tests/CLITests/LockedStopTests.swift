@@ -50,4 +50,65 @@ struct LockedStopTests {
         #expect(worker.process.terminationReason == .exit && worker.process.terminationStatus == 0, "\(worker.log())")
         #expect(worker.log().contains("signal_received signal=15"), "\(worker.log())")
     }
+
+    /// Runs whose `released` could not be written before the grace ran out (another process held the
+    /// write lock) were left to their leases, as intended, but `worker_stopped` said `abandoned=0` and no
+    /// line named them, while the jobs stayed `running`. Each is now logged `abandoned` and counted.
+    @Test("a worker that cannot release its runs before the grace ends logs and counts them as abandoned")
+    func unreleasedRunsAreCounted() throws {
+        let workspace = try CLIWorkspace("locked-stop-running")
+        defer { workspace.directory.remove() }
+        let server = try TrickleServer(.trickle(interval: 0.05))
+        defer { server.stop() }
+        let ids = try workspace.submit("""
+            - {kind: download-file, source: "\(server.baseURL)/a.bin", destination: out/a.bin}
+            - {kind: download-file, source: "\(server.baseURL)/b.bin", destination: out/b.bin}
+            """)
+        try #require(ids.count == 2)
+        let worker = try LoggedWorker(workspace, ["--concurrency", "2"])
+        defer { worker.kill() }
+        try #require(eventuallyTrue(seconds: 20) { ids.allSatisfy { worker.log().contains(" started \($0)") } }, "\(worker.log())")
+
+        let holder = Process()
+        let input = Pipe(), output = Pipe()
+        holder.executableURL = URL(fileURLWithPath: "\(PackagePaths.venv)/bin/python")
+        holder.arguments = ["-c", """
+            import sqlite3, sys
+            connection = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+            connection.execute("BEGIN IMMEDIATE")
+            print("locked", flush=True)
+            sys.stdin.read()
+            connection.execute("ROLLBACK")
+            """, workspace.database]
+        holder.standardInput = input
+        holder.standardOutput = output
+        try holder.run()
+        defer {
+            try? input.fileHandleForWriting.close()
+            holder.waitUntilExit()
+        }
+        try #require(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("locked"))
+
+        kill(worker.process.processIdentifier, SIGTERM)
+        // The grace (8 s) and a second's wait for the lock.
+        #expect(eventuallyTrue(seconds: 20) { !worker.process.isRunning }, "\(worker.log())")
+        worker.process.waitUntilExit()
+        let log = worker.log()
+        #expect(worker.process.terminationReason == .exit && worker.process.terminationStatus == 0, "\(log)")
+        for id in ids {
+            #expect(log.contains(" abandoned \(id) "), "no abandoned line for \(id):\n\(log)")
+            #expect(!log.contains(" released \(id) "), "\(log)")
+        }
+        let stopped = try #require(log.split(separator: "\n").first { $0.contains(" worker_stopped ") }, "\(log)")
+        #expect(stopped.contains(" abandoned=2 "), "\(stopped)")
+        // It is the last line: nothing of the runs left behind is logged after it.
+        #expect(log.split(separator: "\n").last.map(String.init) == String(stopped), "\(log)")
+
+        try? input.fileHandleForWriting.close()
+        holder.waitUntilExit()
+        for id in ids {
+            let shown = try workspace.jobctl(["show", id])
+            #expect(shown.stdout.contains("running"), "\(shown.stdout)\(shown.stderr)")
+        }
+    }
 }

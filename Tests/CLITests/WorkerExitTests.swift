@@ -68,4 +68,36 @@ struct WorkerExitTests {
         let replay = try workspace.jobctl(["replay", "--verify"])
         #expect(replay.status == 0, "\(replay.stdout)\(replay.stderr)")
     }
+
+    /// Whether `pid` blocks `signal` (Linux: the `SigBlk` mask of `/proc/PID/status`).
+    private static func blocks(_ pid: Int32, _ signal: Int32) -> Bool {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigBlk:") }),
+              let mask = UInt64(line.dropFirst("SigBlk:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { return false }
+        return mask & (1 << UInt64(signal - 1)) != 0
+    }
+
+    /// A SIGTERM that came while the worker was starting (blocked, so pending) was read as soon as the
+    /// handlers were installed, before the pool's run began: `signal_received` came before
+    /// `worker_started`. The handlers now exist only between the two lines that open and close the log.
+    @Test("a signal that comes while the worker starts is logged after worker_started")
+    func earlySignalIsLoggedInOrder() throws {
+        let workspace = try CLIWorkspace("worker-exit-early-signal")
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit("- {kind: upload-data, data: \"x\", destination: \"file://exit/x.txt\", queue: elsewhere}")
+        for round in 0..<3 {
+            let worker = try LoggedWorker(workspace, ["--queue", "default"], logName: "worker-\(round).log")
+            defer { worker.kill() }
+            let pid = worker.process.processIdentifier
+            try #require(eventuallyTrue(seconds: 20) { Self.blocks(pid, SIGTERM) || !worker.process.isRunning }, "\(worker.log())")
+            kill(pid, SIGTERM)
+            #expect(eventuallyTrue(seconds: 20) { !worker.process.isRunning }, "\(worker.log())")
+            worker.process.waitUntilExit()
+            let events = worker.log().split(separator: "\n").compactMap { line in
+                ["worker_started", "signal_received", "worker_stopped"].first { line.contains(" \($0) ") }
+            }
+            #expect(events == ["worker_started", "signal_received", "worker_stopped"], "round \(round + 1):\n\(worker.log())")
+            #expect(worker.process.terminationStatus == 0, "\(worker.log())")
+        }
+    }
 }
