@@ -312,17 +312,19 @@ public final class MetricsServer: Sendable {
 
     /// The answer to a request head, or nil while it has not arrived whole (and is not too large).
     private func answer(to request: [UInt8]) -> [UInt8]? {
-        guard let end = Self.headEnd(request), end <= Self.maxRequestBytes else {
+        // Empty lines before the request line are ignored (RFC 9112 §2.2: a client may send a CR LF after
+        // a POST's body); they were taken for the request line, and the request answered 400.
+        let start = request.firstIndex { $0 != 13 && $0 != 10 }
+        guard let start, let end = Self.headEnd(request[start...]), end <= Self.maxRequestBytes else {
             return request.count >= Self.maxRequestBytes
                 ? Self.response(status: "431 Request Header Fields Too Large", body: "request too large\n") : nil
         }
-        let line = String(decoding: request.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self)
+        let line = String(decoding: request[start...].prefix { $0 != 13 && $0 != 10 }, as: UTF8.self)
         let parts = line.split(separator: " ", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else {
             return Self.response(status: "400 Bad Request", body: "not an HTTP/1.x request\n")
         }
-        let path = parts[1].split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
-        guard path == "/metrics" else {
+        guard Self.path(of: parts[1]) == "/metrics" else {
             return Self.response(status: "404 Not Found", body: "not found: metrics are at /metrics\n")
         }
         switch parts[0] {
@@ -345,12 +347,28 @@ public final class MetricsServer: Sendable {
         return bytes
     }
 
-    /// Where the request head ends (after CR LF CR LF, or LF LF), or nil while it has not.
-    private static func headEnd(_ bytes: [UInt8]) -> Int? {
+    /// The path a request target names, without its query: the target itself in origin form
+    /// (`/metrics?x`), the part after the authority in absolute form (`http://host:port/metrics`, which
+    /// RFC 9112 §3.2.2 says a server must accept; it was answered 404). The host in it is never looked
+    /// at: the server answers whatever name it was reached by.
+    static func path(of target: Substring) -> Substring {
+        var rest = target
+        if let colon = rest.firstIndex(of: ":"), rest[..<colon].lowercased() == "http" || rest[..<colon].lowercased() == "https",
+           rest[rest.index(after: colon)...].hasPrefix("//") {
+            let authority = rest[rest.index(colon, offsetBy: 3)...]
+            // An empty path in absolute form is "/" (RFC 9110 §4.2.3).
+            rest = authority.firstIndex { $0 == "/" || $0 == "?" }.map { authority[$0...] } ?? "/"
+            if rest.hasPrefix("?") { rest = "/" }
+        }
+        return rest.prefix { $0 != "?" }
+    }
+
+    /// Where the request head ends (after CR LF CR LF, or LF LF), as an index of `bytes`, or nil while it has not.
+    private static func headEnd(_ bytes: ArraySlice<UInt8>) -> Int? {
         guard bytes.count >= 2 else { return nil }
-        for index in 1..<bytes.count where bytes[index] == 10 {
+        for index in (bytes.startIndex + 1)..<bytes.endIndex where bytes[index] == 10 {
             if bytes[index - 1] == 10 { return index + 1 }
-            if index >= 3, bytes[index - 1] == 13, bytes[index - 2] == 10, bytes[index - 3] == 13 { return index + 1 }
+            if index - bytes.startIndex >= 3, bytes[index - 1] == 13, bytes[index - 2] == 10, bytes[index - 3] == 13 { return index + 1 }
         }
         return nil
     }

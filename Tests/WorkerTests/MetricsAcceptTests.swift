@@ -102,13 +102,47 @@ import TestSupport
     }
 }
 
+/// Requests RFC 9112 says a server must (absolute form, §3.2.2) or should (an empty line before the
+/// request line, §2.2) accept: they were answered 404 and 400.
+@Suite("metrics request forms") struct MetricsRequestFormTests {
+    @Test(arguments: [
+        ("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 200 OK"),
+        ("GET http://127.0.0.1:PORT/metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 200 OK"),
+        ("GET HTTP://example.invalid/metrics?x=1 HTTP/1.1\r\nHost: example.invalid\r\n\r\n", "HTTP/1.1 200 OK"),
+        ("\r\nGET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 200 OK"),
+        ("\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK"),
+        ("\nGET /metrics HTTP/1.1\n\n", "HTTP/1.1 200 OK"),
+        // Only the path counts: the host's text is not a path, and another path is still not found.
+        ("GET http://127.0.0.1:PORT/other HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found"),
+        ("GET http://metrics HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found"),
+        ("GET //metrics HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found"),
+        ("\r\nGARBAGE\r\n\r\n", "HTTP/1.1 400 Bad Request"),
+    ])
+    func requestFormIsAnswered(request: String, status: String) throws {
+        let port = freeLoopbackPort()
+        let server = try MetricsServer(address: MetricsAddress(parsing: "127.0.0.1:\(port)")) { "up 1\n" }
+        try server.start()
+        defer { server.stop() }
+        let fd = try #require(sendRequest(request.replacingOccurrences(of: "PORT", with: "\(port)"), port: port))
+        defer { close(fd) }
+        let answer = readAnswer(fd)
+        #expect(answer.hasPrefix(status + "\r\n"), "\(request.debugDescription) got '\(answer.prefix(80))'")
+        if status.hasSuffix("200 OK") { #expect(answer.hasSuffix("\r\n\r\nup 1\n"), "\(answer)") }
+    }
+}
+
 /// A connection to 127.0.0.1:`port` that has sent `GET /metrics`, or nil.
 private func sendScrape(port: Int) -> Int32? {
+    sendRequest("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", port: port)
+}
+
+/// A connection to 127.0.0.1:`port` that has sent `text`, or nil.
+private func sendRequest(_ text: String, port: Int) -> Int32? {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { return nil }
     var timeout = timeval(tv_sec: 5, tv_usec: 0)
     _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    let request = Array("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+    let request = Array(text.utf8)
     guard connectToLoopback(fd, port: port), send(fd, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else {
         close(fd)
         return nil
