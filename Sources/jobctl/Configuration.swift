@@ -129,7 +129,15 @@ struct Configuration: Sendable {
         if let base = absolute("XDG_CONFIG_HOME") ?? absolute("HOME").map({ "\($0)/.config" }) {
             paths.append("\(base)/jobctl/config.yaml")
         }
-        return (paths.filter { FileManager.default.fileExists(atPath: $0) }, false)
+        return (paths.filter(isPresent), false)
+    }
+
+    /// Whether something is at `path` itself, not following a last symbolic link: a default file that
+    /// is missing is silently not read, but a link to nowhere (or to itself) was skipped as if missing,
+    /// while the same link given as `--config` was an error. Read, it is now an error naming it.
+    static func isPresent(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
     }
 
     /// Reads the configuration; throws a `ConfigurationError` with every problem at its file, line and column.
@@ -214,8 +222,15 @@ enum ConfigurationFile {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard descriptor >= 0 else {
             let code = errno
+            var link = stat()
+            if !explicit, lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK {
+                let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: path)).map { " to \($0)" } ?? ""
+                throw ConfigurationError("\(path): a symbolic link\(target) that cannot be followed (\(String(cString: strerror(code)))); "
+                                         + "fix the link or remove it (jobctl reads this file when it exists)")
+            }
             let reason = code == ENOENT && explicit ? "no such file" : "cannot read it (\(String(cString: strerror(code))))"
-            throw ConfigurationError("\(path): \(reason); check --config or $\(Configuration.environmentVariable)")
+            let remedy = explicit ? "check --config or $\(Configuration.environmentVariable)" : "jobctl reads this file when it exists"
+            throw ConfigurationError("\(path): \(reason); \(remedy)")
         }
         defer { close(descriptor) }
         var info = stat()

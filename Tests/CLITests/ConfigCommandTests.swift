@@ -283,6 +283,35 @@ import TestSupport
         #expect(output.status == 64 && output.stderr.contains("\(notAFile): not a regular file"), "\(output.stderr)")
     }
 
+    /// `FileManager.fileExists` follows links: a default file that was a dangling or looping link was
+    /// skipped as if missing (its settings silently not applied), while the same link as `--config` was
+    /// an error. It is an error naming the file now; a default file that is missing stays silent.
+    @Test("a default configuration file that is a dangling or looping link is an error naming it, exit 64")
+    func brokenLinkAtDefaultPathIsReported() throws {
+        let workspace = try CLIWorkspace("configlink")
+        defer { workspace.directory.remove() }
+        let folder = workspace.directory.file("xdg/jobctl")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let file = folder + "/config.yaml"
+        let missing = try Self.run(workspace, ["config", "--json"])
+        #expect(missing.status == 0, "a missing default file: \(missing.stderr)")
+        for (target, why) in [(folder + "/gone.yaml", "No such file"), ("config.yaml", "Too many levels of symbolic links")] {
+            try? FileManager.default.removeItem(atPath: file)
+            try FileManager.default.createSymbolicLink(atPath: file, withDestinationPath: target)
+            for arguments in [["config"], ["--db", workspace.database, "list"]] {
+                let output = try Self.run(workspace, arguments)
+                #expect(output.status == 64 && output.stderr.contains("\(file): a symbolic link to \(target) that cannot be followed")
+                        && output.stderr.contains(why), "\(arguments): exit \(output.status): \(output.stderr)")
+            }
+        }
+        // Pointing somewhere readable, the link is read as before.
+        _ = try workspace.write("xdg/jobctl/real.yaml", "concurrency: 6\n")
+        try FileManager.default.removeItem(atPath: file)
+        try FileManager.default.createSymbolicLink(atPath: file, withDestinationPath: "real.yaml")
+        let output = try Self.run(workspace, ["config", "--json"])
+        #expect(try Self.settings(output)["concurrency"]?["value"] == "6", "\(output.stderr)")
+    }
+
     /// XDG_CONFIG_HOME and HOME name the user's file only when absolute (the XDG base directory
     /// specification): a relative one read a configuration from whatever folder the command ran in.
     @Test("a relative XDG_CONFIG_HOME or HOME is ignored: no configuration from the current folder")
