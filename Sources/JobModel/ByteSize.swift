@@ -1,11 +1,18 @@
 import Foundation
 
-/// Byte counts written with units: `512KiB`, `1MiB`, `2MB`, `1.5GiB`, `1000`, `10 B`.
+/// Byte counts written with units: `512KiB`, `1MiB`, `2MB`, `1.5GiB`, `1000`, `10 B`, `512k`: the one
+/// grammar of every size and rate a user types.
+///
+/// The number is `DecimalText`'s digits, with at most one point; the unit, if any, follows (spaces
+/// allowed between): `KiB` `MiB` `GiB` `TiB` (1024-based), `KB` `MB` `GB` `TB` (1000-based), `B`, and
+/// rclone's one-letter `K` `M` `G` `T` (1024-based), in either case. `--bwlimit` took `1k` and `1T`
+/// while the size settings refused them.
 public enum ByteSize {
     private static let units: [(suffix: String, factor: UInt64)] = [
         ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40),
         ("KB", 1000), ("MB", 1_000_000), ("GB", 1_000_000_000), ("TB", 1_000_000_000_000),
-        ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("B", 1),
+        ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40),
+        ("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("t", 1 << 40), ("B", 1),
     ]
 
     /// What a size's text says.
@@ -28,11 +35,11 @@ public enum ByteSize {
     /// Reads a size exactly, in integers: `1.5KiB` is 1536 bytes, `1.5B` no size (bytes are not rounded).
     /// The number is ASCII digits with at most one point; the unit, if any, follows (spaces allowed).
     public static func read(_ text: String) -> Reading {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        var number = Substring(trimmed)
+        let trimmed = DecimalText.trimmed(text)
+        var number = trimmed
         var factor: UInt64 = 1
         if let unit = units.first(where: { trimmed.hasSuffix($0.suffix) }) {
-            number = Substring(trimmed.dropLast(unit.suffix.count).trimmingCharacters(in: .whitespaces))
+            number = DecimalText.trimmed(trimmed.dropLast(unit.suffix.count))
             factor = unit.factor
         }
         let parts = number.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)

@@ -1,6 +1,45 @@
-/// Integers written as decimal ASCII straight into a byte buffer: what `String(value)` prints, without
-/// making that string. The log lines, the stored JSON and the audit rows each write several a job.
+/// Decimal integers: the one grammar every number a user types is read with (flags, environment
+/// variables, configuration keys, manifest fields; sizes, rates and durations read their digits with it
+/// too), and written as ASCII straight into a byte buffer.
+///
+/// A number is one or more ASCII digits (`0`–`9`) and nothing else: no sign (`+4` was taken as 4 by one
+/// setting and refused by others), no `_` or `,` separators, no `0x`/`0o` prefix, no other script's
+/// digits. Spaces and tabs around the text are ignored; any other space (a no-break space pasted from a
+/// page) is refused, as everything else is: a text that might mean something else is refused, never
+/// read as a guess.
 public enum DecimalText {
+    /// What a number's text says.
+    public enum Reading: Equatable, Sendable {
+        case value(Int64)
+        /// Digits only, but more than `Int64` holds.
+        case tooLarge
+        /// Not a number in this grammar.
+        case invalid
+    }
+
+    /// `text` without the spaces and tabs around it (only those: see the type's summary).
+    public static func trimmed(_ text: some StringProtocol) -> Substring {
+        let isBlank: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+        let string = Substring(text)
+        guard let first = string.firstIndex(where: { !isBlank($0) }), let last = string.lastIndex(where: { !isBlank($0) }) else {
+            return string[string.endIndex...]
+        }
+        return string[first...last]
+    }
+
+    /// Whether `text` is one or more ASCII digits and nothing else (nothing trimmed).
+    public static func isDigits(_ text: some StringProtocol) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+    }
+
+    /// Reads `text` as above, never trapping.
+    public static func read(_ text: some StringProtocol) -> Reading {
+        let digits = trimmed(text)
+        guard isDigits(digits) else { return .invalid }
+        guard let value = Int64(digits) else { return .tooLarge }
+        return .value(value)
+    }
+
     /// `value` in decimal, as `String(value)` prints it, appended to `bytes`.
     public static func append(_ value: Int64, to bytes: inout [UInt8]) {
         if value < 0 { bytes.append(UInt8(ascii: "-")) }

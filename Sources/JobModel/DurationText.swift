@@ -25,7 +25,7 @@ public enum DurationText {
 
     /// Reads `text`; a bare number is in `defaultUnitMs` (nil: a unit is required).
     public static func read(_ text: String, defaultUnitMs: Int64? = nil) -> Reading {
-        let bytes = Array(text.trimmingCharacters(in: .whitespaces).lowercased().utf8)
+        let bytes = Array(DecimalText.trimmed(text).lowercased().utf8)
         guard !bytes.isEmpty else { return .invalid }
         if bytes.allSatisfy(isDigit) {
             guard let factor = defaultUnitMs else { return .invalid }

@@ -27,15 +27,10 @@ public enum TransferRate {
 
     /// What `text` says as a rate, in bytes per second.
     public static func read(_ text: String) -> ByteSize.Reading {
-        var trimmed = text.trimmingCharacters(in: .whitespaces)
+        // A size's grammar (rclone's `512k` among its units), per second.
+        var trimmed = DecimalText.trimmed(text)
         if trimmed.hasSuffix("/s") { trimmed.removeLast(2) }
-        // rclone writes `512k`: a lower-case one-letter unit means the same as the upper-case one.
-        if let last = trimmed.last, "kmgt".contains(last) {
-            trimmed = String(trimmed.dropLast()) + last.uppercased()
-        }
-        // `T` is the one rclone unit `ByteSize` does not spell alone.
-        if trimmed.hasSuffix("T") { trimmed = String(trimmed.dropLast()) + "TiB" }
-        return ByteSize.read(trimmed)
+        return ByteSize.read(String(trimmed))
     }
 
     /// Bytes per second, or nil when `text` is not a whole number of bytes per second.

@@ -1032,7 +1032,7 @@ struct ManifestReader {
         let tooLarge = "'max_size' must be at most 512MiB (\(range.upperBound) bytes): a memory download is kept in memory and in the job database; "
             + "use download-file for larger objects, not '\(scalar.value)'"
         let bytes: Int64?
-        switch scalar.integerReading {
+        switch scalar.decimalReading {
         case .value(let value):
             bytes = Int64(value)
         case .outOfRange:
@@ -1391,7 +1391,12 @@ struct ManifestReader {
         let name = keyName(pair.key) ?? "value"
         if case .scalar(let scalar) = pair.value {
             let outOfRange = "'\(name)' must be between \(range.lowerBound) and \(range.upperBound), not \(scalar.value)"
-            switch scalar.integerReading {
+            if scalar.decimalReading == .notAnInteger, scalar.integerReading != .notAnInteger {
+                report(.invalidValue, "'\(name)' must be \(expected) written in decimal digits only (no sign, separator or "
+                       + "0x/0o prefix), not \(scalar.value)", at: scalar.mark)
+                return nil
+            }
+            switch scalar.decimalReading {
             case .value(let value) where range.contains(value):
                 return value
             case .value(let value) where value < range.lowerBound && range.lowerBound == 1:

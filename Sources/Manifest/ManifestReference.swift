@@ -40,7 +40,7 @@ public enum ManifestReference {
                        defaultText: nil),
             FieldEntry(name: "data_base64", summary: "The bytes to upload, base64-encoded; excludes data.", defaultText: nil),
             FieldEntry(name: "max_size", summary: "The largest object the download may return, \(ByteSize.format(size.lowerBound)) to "
-                       + "\(ByteSize.format(size.upperBound)); units B, KiB, MiB, GiB, KB, MB, GB.",
+                       + "\(ByteSize.format(size.upperBound)); units B, KiB, MiB, GiB, KB, MB, GB, and K, M, G (1024-based, either case).",
                        defaultText: ByteSize.format(JobSpec.defaultMaxSize)),
             FieldEntry(name: "metadata", summary: "Object metadata: \(metadata) (or their camelCase spellings); "
                        + "custom_metadata is a mapping of strings. update-metadata: the fields to change (required, taken "

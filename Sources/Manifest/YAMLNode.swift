@@ -1,3 +1,5 @@
+import JobModel
+
 // MARK: - Positions
 
 /// A place in the manifest text: 1-based line and column (columns count Unicode scalars, as libyaml does).
@@ -157,6 +159,19 @@ extension YAMLScalar {
         /// Written as an integer, but beyond what 64 bits hold.
         case outOfRange
         case value(Int)
+    }
+
+    /// The integer a plain (or `!!int`) scalar says in the grammar of every number a user types
+    /// (`DecimalText`: digits only), a minus allowed so that a negative value is reported as one. YAML's
+    /// other integer forms (`+4`, `0x10`, `0o17`, `1_000`) are `notAnInteger` here: fields take numbers
+    /// as the command line and the environment do, not each in a grammar of its own.
+    var decimalReading: IntegerReading {
+        guard tag == Self.intTag || (tag == nil && style == .plain) else { return .notAnInteger }
+        let negative = value.hasPrefix("-")
+        let digits = negative ? value.dropFirst() : Substring(value)
+        guard DecimalText.isDigits(digits) else { return .notAnInteger }
+        guard let number = Int((negative ? "-" : "") + digits) else { return .outOfRange }
+        return .value(number)
     }
 
     /// The integer a plain (or `!!int`) scalar denotes: decimal with optional sign, `0x` hex, `0o` octal;

@@ -224,7 +224,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// The largest GCS upload sent in one request (`5MiB`, `0`, `off`), within `resumableThresholdRange`
     /// (gcloud storage's `resumable_threshold`). The chunk size caps it where it is smaller.
     public static func resumableThreshold(parsing text: String) throws(StorageError) -> Int {
-        if text.trimmingCharacters(in: .whitespaces).lowercased() == "off" { return 0 }
+        if DecimalText.trimmed(text).lowercased() == "off" { return 0 }
         guard let bytes = sizeOrTooLarge(text) else {
             throw StorageError(.invalidArgument,
                                "JOBCTL_RESUMABLE_THRESHOLD must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'")
@@ -283,7 +283,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// A sliced-download threshold (`150MiB`, `1048576`) within `slicedThresholdRange`, or nil for `0`
     /// and `off` (no slicing); `source` names where the text came from in the error.
     public static func slicedThreshold(parsing text: String, from source: String) throws(StorageError) -> Int64? {
-        if text.trimmingCharacters(in: .whitespaces).lowercased() == "off" { return nil }
+        if DecimalText.trimmed(text).lowercased() == "off" { return nil }
         guard let bytes = sizeOrTooLarge(text) else {
             throw StorageError(.invalidArgument, "\(source) must be a size like 150MiB, or 0 or off to never slice downloads, not '\(text)'")
         }
@@ -296,7 +296,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
 
     /// A slice count within `sliceCountRange`; `source` names where the text came from in the error.
     public static func sliceCount(parsing text: String, from source: String) throws(StorageError) -> Int {
-        guard let count = Int(text.trimmingCharacters(in: .whitespaces)), sliceCountRange.contains(count) else {
+        guard case .value(let value) = DecimalText.read(text), let count = Int(exactly: value), sliceCountRange.contains(count) else {
             throw StorageError(.invalidArgument,
                                "\(source) must be a whole number of slices from \(sliceCountRange.lowerBound) to \(sliceCountRange.upperBound), not '\(text)'")
         }

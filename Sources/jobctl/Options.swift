@@ -257,19 +257,23 @@ enum Options {
 
 // MARK: - Numbers from users
 
-/// Whole numbers from the command line: digits only, range-checked, never trapping.
+/// Whole numbers from the command line: `DecimalText`'s grammar (digits only: `+4` is refused as
+/// `-4` is), range-checked, never trapping.
 enum NumberInput {
     static func integer(_ text: String, option: String, range: ClosedRange<Int>) throws -> Int {
         let expected = "a whole number from \(range.lowerBound) to \(range.upperBound)"
-        guard let value = Int(text) else {
-            let digits = text.drop { $0 == "-" || $0 == "+" }
-            if !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) {
-                throw UsageError("--\(option) \(text) is out of range: expected \(expected)")
-            }
-            throw UsageError("--\(option) expects \(expected), not '\(text)'")
+        let outOfRange = UsageError("--\(option) \(text) is out of range: expected \(expected)")
+        switch DecimalText.read(text) {
+        case .value(let value):
+            guard let value = Int(exactly: value), range.contains(value) else { throw outOfRange }
+            return value
+        case .tooLarge:
+            throw outOfRange
+        case .invalid:
+            // A minus and digits is a number, one below any range here.
+            if text.hasPrefix("-"), DecimalText.isDigits(DecimalText.trimmed(text.dropFirst())) { throw outOfRange }
+            throw UsageError("--\(option) expects \(expected) (digits only), not '\(text)'")
         }
-        guard range.contains(value) else { throw UsageError("--\(option) \(text) is out of range: expected \(expected)") }
-        return value
     }
 }
 

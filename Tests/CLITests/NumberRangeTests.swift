@@ -92,4 +92,36 @@ import TestSupport
         #expect(output.stdout.contains("file://b/x.txt"))
         #expect(output.stderr.contains("COLUMNS") && output.stderr.contains("10 to 10000"), "\(output.stderr)")
     }
+
+    /// One grammar for every number a user types: `--concurrency +4` ran 4 transfers while a size or a
+    /// duration refused a sign; a no-break space around a size, a rate or a duration was trimmed while
+    /// `--concurrency` refused even a plain space; `1k` and `1T` were rates but not sizes; JOBCTL_SLICES
+    /// took `+4`. Now digits only everywhere, spaces and tabs around ignored, anything else refused.
+    @Test(arguments: [
+        (["--concurrency", "+4"], [:], false), (["--claim-ahead", "+0"], [:], false), (["--concurrency", " 4 "], [:], true),
+        (["--concurrency", "4\u{A0}"], [:], false), (["--concurrency", "\u{0664}"], [:], false),
+        (["--stall-timeout", "\u{A0}60s"], [:], false), (["--stall-timeout", " 60s\t"], [:], true),
+        (["--bwlimit", "\u{A0}1M"], [:], false), (["--bwlimit", "+1M"], [:], false), (["--bwlimit", "1T"], [:], true),
+        (["--sliced-threshold", "1T"], [:], true), (["--sliced-threshold", "150m"], [:], true),
+        (["--sliced-threshold", "\u{A0}150MiB"], [:], false), (["--sliced-threshold", "+150MiB"], [:], false),
+        (["--slices", "+4"], [:], false), (["--slices", " 4"], [:], true),
+        ([], ["JOBCTL_SLICES": "+4"], false), ([], ["JOBCTL_SLICES": "4"], true),
+        ([], ["JOBCTL_CHUNK_SIZE": "8m"], true), ([], ["JOBCTL_CHUNK_SIZE": "\u{A0}8MiB"], false),
+        ([], ["JOBCTL_STALL_TIMEOUT": "\u{2003}60s"], false),
+    ] as [([String], [String: String], Bool)])
+    func oneGrammarForNumbers(arguments: [String], environment: [String: String], accepted: Bool) throws {
+        let workspace = try CLIWorkspace("number-grammar")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let output = try workspace.jobctl(["worker", "--drain"] + arguments, environment: environment)
+        let shown = (arguments + environment.map { "\($0.key)=\($0.value)" }).map(\.debugDescription).joined(separator: " ")
+        if accepted {
+            #expect(output.status == 0, "\(shown) was refused: \(output.stderr)")
+        } else {
+            // A flag is a usage error (64); a variable the worker refuses ends it with 1, naming it.
+            #expect(output.status == (arguments.isEmpty ? 1 : 64), "\(shown) exited \(output.status): \(output.stderr)")
+            #expect(output.stderr.contains(arguments.first ?? environment.keys.first ?? ""), "\(output.stderr)")
+            #expect(!output.stderr.contains("Fatal error"), "\(output.stderr)")
+        }
+    }
 }

@@ -328,7 +328,7 @@ private let malformedCases: [MalformedCase] = [
     .init("priority past 64 bits", "- kind: fetch-url\n  source: gs://b/x\n  priority: -99999999999999999999\n", 3, 13, .invalidValue,
           "'priority' must be between -1000000000 and 1000000000, not -99999999999999999999"),
     .init("priority too high", "- kind: fetch-url\n  source: gs://b/x\n  priority: 0x7fffffffffffffff\n", 3, 13, .invalidValue,
-          "'priority' must be between -1000000000 and 1000000000, not 0x7fffffffffffffff"),
+          "written in decimal digits only (no sign, separator or 0x/0o prefix), not 0x7fffffffffffffff"),
     .init("priority is 1e400", "- kind: fetch-url\n  source: gs://b/x\n  priority: 1e400\n", 3, 13, .wrongType,
           "'priority' must be an integer (higher runs first), not the number 1e400"),
     // Not "too large": a fraction of a byte, a negative number of twenty digits.

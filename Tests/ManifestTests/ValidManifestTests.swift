@@ -119,11 +119,29 @@ import TestSupport
 
     @Test(arguments: [
         ("1048576", Int64(1_048_576)), ("512KiB", 524_288), ("1MiB", 1_048_576), ("2MB", 2_000_000),
-        ("\"0.5GiB\"", 536_870_912), ("512MiB", 536_870_912), ("0.25GB", 250_000_000), ("'64 KB'", 64_000), ("0x100", 256), ("10_000", 10_000), ("1K", 1024),
+        ("\"0.5GiB\"", 536_870_912), ("512MiB", 536_870_912), ("0.25GB", 250_000_000), ("'64 KB'", 64_000), ("1K", 1024),
+        ("1k", 1024), ("2m", 2_097_152), ("\"256 m\"", 268_435_456),
     ])
     func maxSizeUnits(_ written: String, _ bytes: Int64) throws {
         let jobs = try #require(parse("- {kind: download-memory, source: gs://b/x, max_size: \(written)}").jobs)
         #expect(jobs.first?.maxSize == bytes)
+    }
+
+    /// Numbers in a manifest follow the grammar of every number a user types (digits only, the units of
+    /// sizes and rates as `--bwlimit` takes them): YAML's `+4`, `0x10`, `0o17` and `1_000` were read as
+    /// numbers here while the command line and the environment refused them, and `1k` was a rate but
+    /// not a size.
+    @Test(arguments: [
+        ("max_attempts: +4", "decimal digits only"), ("max_attempts: 0x10", "decimal digits only"),
+        ("max_attempts: 0o17", "decimal digits only"), ("max_attempts: 1_000", "decimal digits only"),
+        ("priority: +5", "decimal digits only"), ("priority: -0x5", "decimal digits only"),
+        ("max_size: +5", "'max_size' must be"), ("max_size: 0x100", "'max_size' must be"),
+        ("max_size: 10_000", "'max_size' must be"), ("max_size: \"\u{A0}5KiB\"", "'max_size' must be"),
+        ("max_rate: \"\u{A0}1M\"", "'max_rate' must be"), ("timeout: \"\u{A0}60s\"", "'timeout'"),
+    ])
+    func otherNumberFormsAreRefused(_ field: String, _ message: String) throws {
+        let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, \(field)}\n").errors, "\(field) was taken")
+        #expect(errors.count == 1 && errors.first?.message.contains(message) == true, "\(field): \(errors)")
     }
 
     @Test func localPathsResolveAgainstTheManifestFolder() throws {
