@@ -1,4 +1,5 @@
 import Foundation
+import StorePort
 
 /// Everything the PostgreSQL store can fail with. Each description says what happened and what to do.
 ///
@@ -87,15 +88,10 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
             return "a PostgreSQL database needs libpq, which could not be loaded (\(Self.oneLine(reason))); install it "
                 + "(Debian: libpq5), or use an SQLite database (a file path for --db)"
         case .connectionLost(let message, let sql):
-            let text = "the connection to PostgreSQL was lost: \(Self.oneLine(message))"
-                + (sql.map { " (while running `\(Self.abbreviate($0))`)" } ?? "")
             // Lost at COMMIT, the transaction may have been written before the session went: "try again"
             // made a rerun `submit` create its jobs a second time.
-            if let sql, Self.isCommit(sql) {
-                return text + "; the server may have committed the transaction before the connection went: check what it "
-                    + "wrote (`jobctl list`) before running the command again (jobs with a `key:` are never created twice)"
-            }
-            return text + "; check that the server is up and reachable, then try again"
+            if let sql, Self.isCommit(sql) { return Self.loss(message, sql: sql) + "; " + StoreError.commitUnconfirmedAdvice }
+            return Self.loss(message, sql: sql) + "; check that the server is up and reachable, then try again"
         case .server(let sqlstate, let message, let detail, let hint, let sql):
             var text = "PostgreSQL error \(sqlstate): \(Self.oneLine(message))"
             if let detail, !detail.isEmpty { text += " (\(Self.oneLine(detail)))" }
@@ -130,6 +126,11 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
         case .migrationFailed(let version, let name, let cause):
             return "migration \(version)_\(name) failed and was rolled back: \(cause)"
         }
+    }
+
+    /// What `connectionLost` says happened, without what to do.
+    static func loss(_ message: String, sql: String?) -> String {
+        "the connection to PostgreSQL was lost: \(oneLine(message))" + (sql.map { " (while running `\(abbreviate($0))`)" } ?? "")
     }
 
     /// Whether `sql` is a transaction's COMMIT: a connection lost while it ran may have committed.

@@ -314,6 +314,9 @@ extension StoreError {
             self = .corrupt(message)
         case .messageTooLarge:
             self = .tooLarge("\(error)")
+        case .connectionLost(let message, let sql?) where PostgresError.isCommit(sql):
+            // What to do about it is the writer's to say (a command's user checks; a worker looks itself).
+            self = .commitUnconfirmed(PostgresError.loss(message, sql: sql))
         case .connectionFailed, .connectionLost:
             self = .unreachable("\(error)")
         default:
@@ -366,7 +369,7 @@ extension PostgresConnection {
     /// aborts the transaction unless the step ran in a savepoint: without one the caller must not go on.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .unreachable, .busy, .readOnly, .damaged, .replaced, .syncFailed: throw error
+        case .io, .unreachable, .commitUnconfirmed, .busy, .readOnly, .damaged, .replaced, .syncFailed: throw error
         default: if !isConnected { throw error }
         }
     }

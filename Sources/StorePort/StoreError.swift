@@ -35,6 +35,11 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The database server could not be reached, or its connection was lost or stopped answering (a
     /// server database only); the message says which and what to check.
     case unreachable(String)
+    /// The connection to the database server was lost, or stopped answering, while a transaction's COMMIT
+    /// was under way: the server may have committed it. `message` says what happened and gives no advice,
+    /// which depends on who wrote: a command is run again by its user (`description` says to check first);
+    /// a worker finds out from the log itself before it writes again (`landedAdvice` says so in its log).
+    case commitUnconfirmed(String)
     /// The database file is damaged, or is not a database at all (SQLite's "malformed" and "not a
     /// database"): no retry can help, so a worker stops rather than retrying for ever.
     case damaged(String)
@@ -99,6 +104,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return "database I/O error: \(message)"
         case .unreachable(let message):
             return message
+        case .commitUnconfirmed(let message):
+            return message + "; " + Self.commitUnconfirmedAdvice
         case .damaged(let message):
             return "the database file is damaged or is not a jobctl database (\(message)): check that it is the file "
                 + "meant; if it is, stop every worker, keep a copy of it with its -wal and -shm files, and check it with "
@@ -125,6 +132,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "and run `jobctl replay --verify`"
         }
     }
+
+    /// What a user does after a command's write whose COMMIT went unanswered: it may be in the log.
+    public static let commitUnconfirmedAdvice = "the server may have committed the transaction before the connection went: "
+        + "check what it wrote (`jobctl list`) before running the command again (jobs with a `key:` are never created twice)"
 
     private static func abbreviate(_ sql: String) -> String {
         let flat = sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")

@@ -160,9 +160,19 @@ public final class WorkerLog: Sendable {
 
     func storeError(_ error: any Error, consecutive: Int, stopping: Bool = false, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: stopping ? .error : .warning, event: .storeError, fields: [
-            ("error", .text(String(describing: error))), ("consecutive", .integer(Int64(consecutive))),
+            ("error", .text(Self.describe(error))), ("consecutive", .integer(Int64(consecutive))),
             ("action", .text(stopping ? "stopping" : "retrying")),
         ]))
+    }
+
+    /// `error` as a worker's log says it. A write whose COMMIT went unanswered says what the worker does
+    /// about it: its description's advice (check `jobctl list` before running the command again) is for
+    /// a command's user, and a worker finds out itself (a job's write is looked for in the log before it
+    /// is written again, a claim's jobs are taken up, a renewal is made again).
+    static func describe(_ error: any Error) -> String {
+        guard case .commitUnconfirmed(let message)? = error as? StoreError else { return String(describing: error) }
+        return message + "; the server may have committed the transaction before the connection went: this worker finds "
+            + "out for itself before writing again (`write_landed` says a job's write had landed)"
     }
 
     /// A task's event could not be written (the store failed, not refused it) and is tried again while
@@ -170,7 +180,7 @@ public final class WorkerLog: Sendable {
     func writeRetrying(_ error: StoreError, jobID: String, kind: JobKind, event: EventType, attempt: Int, delayMs: Int64,
                        leaseExpiresAtMs: Int64, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: .warning, event: .storeError, jobID: jobID, kind: kind, fields: [
-            ("error", .text(String(describing: error))), ("event", .text(event.rawValue)),
+            ("error", .text(Self.describe(error))), ("event", .text(event.rawValue)),
             ("consecutive", .integer(Int64(attempt))), ("retry_in_ms", .integer(delayMs)),
             ("lease_left_ms", .integer(max(0, leaseExpiresAtMs - now))),
             ("action", .text("retrying the write while the lease holds")),
@@ -182,7 +192,7 @@ public final class WorkerLog: Sendable {
     func writeLanded(jobID: String, kind: JobKind, event: EventType, seq: Int64?, failure: StoreError, now: Int64) {
         var fields: [(String, WorkerLogValue)] = [("event", .text(event.rawValue))]
         if let seq { fields.append(("seq", .integer(seq))) }
-        fields += [("failure", .text(String(describing: failure))),
+        fields += [("failure", .text(Self.describe(failure))),
                    ("action", .text("the earlier try had committed; carrying on as written"))]
         record(WorkerLogEntry(atMs: now, level: .warning, event: .writeLanded, jobID: jobID, kind: kind, fields: fields))
     }

@@ -444,7 +444,7 @@ public final class WorkerPool: Sendable {
                 writesFailingSince = failingSince
                 if Self.drainGivesUp(config, running: runningCount, failingForMs: now - failingSince) {
                     log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
-                    throw WorkerStopped.storeRefusesWrites(String(describing: error), cause: error as? StoreError, forMs: now - failingSince)
+                    throw WorkerStopped.storeRefusesWrites(WorkerLog.describe(error), cause: error as? StoreError, forMs: now - failingSince)
                 }
                 log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
                 await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
@@ -1021,7 +1021,7 @@ struct LeaseSink: TaskEventSink {
                 throw .staleLease
             }
             storeFailed(failure)
-            throw .storage(String(describing: failure))
+            throw .storage(WorkerLog.describe(failure))
         }
         // Outcomes (paused, succeeded, …) are reported by the pool when the run returns.
         for event in events {
@@ -1078,7 +1078,7 @@ struct LeaseSink: TaskEventSink {
     /// Whether `error` says the store could not write (and may later), not that it refused this event.
     static func isTransient(_ error: StoreError) -> Bool {
         switch error {
-        case .io, .unreachable, .busy: true
+        case .io, .unreachable, .commitUnconfirmed, .busy: true
         default: false
         }
     }
@@ -1103,7 +1103,7 @@ public enum WorkerStopped: Error, Sendable, CustomStringConvertible {
     /// server that cannot be reached is not a full disk).
     private static func remedy(for error: StoreError?) -> String {
         switch error {
-        case .unreachable?: "check that the database server is running and reachable from this machine"
+        case .unreachable?, .commitUnconfirmed?: "check that the database server is running and reachable from this machine"
         case .readOnly?: "make the database writable"
         case .busy?: "find the process that holds the database's write lock (a stopped worker, a long transaction)"
         case .io?: "free space on the database's disk or make it writable"

@@ -121,6 +121,7 @@ struct PostgresAnswerLimitTests {
         #expect(submitted.status == 1, "\(submitted.stderr)")
         #expect(submitted.stderr.contains("the server may have committed the transaction"), "\(submitted.stderr)")
         #expect(!submitted.stderr.contains("then try again"), "\(submitted.stderr)")
+        #expect(submitted.stderr.contains("check what it wrote (`jobctl list`) before running the command again"), "\(submitted.stderr)")
         #expect(!submitted.stderr.contains(server.password))
         // The server had committed: both jobs are there, and submitting again (as told) adds none.
         let list = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])

@@ -44,6 +44,11 @@ import TestSupport
         #expect(status == 0, "\(worker.log)")
         #expect(proxy.firedRules.count == 1, "the claim's answer was never lost: \(worker.log)")
         #expect(worker.log.contains("store_error"), "\(worker.log)")
+        // The lost COMMIT's line says what the worker does about it, not a command's user's check
+        // ("`jobctl list` before running the command again"): the worker finds out for itself.
+        let lostCommit = worker.log.split(separator: "\n").filter { $0.contains("store_error") && $0.contains("COMMIT") }
+        #expect(!lostCommit.isEmpty && lostCommit.allSatisfy { $0.contains("this worker finds out for itself") }, "\(worker.log)")
+        #expect(!worker.log.contains("jobctl list"), "\(worker.log)")
 
         let store = try PostgresStore(url: database, mode: .readOnly)
         let jobs = try store.jobs()
