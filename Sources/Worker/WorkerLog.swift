@@ -175,6 +175,17 @@ public final class WorkerLog: Sendable {
             + "out for itself before writing again (`write_landed` says a job's write had landed)"
     }
 
+    /// A heartbeat could not renew the leases of the `leases` jobs held (the first failure of a streak;
+    /// the next renewal comes `everyMs` later); the first of them runs out in `leaseLeftMs`.
+    func leasesNotRenewed(_ error: any Error, leases: Int, leaseLeftMs: Int64, everyMs: Int64, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .storeError, fields: [
+            ("error", .text(Self.describe(error))), ("leases", .integer(Int64(leases))),
+            ("lease_left_ms", .integer(max(0, leaseLeftMs))),
+            ("action", .text("the running jobs' leases were not renewed: trying again every \(everyMs) ms (said again only after one "
+                             + "succeeds); should they run out first, the rescue takes the jobs back")),
+        ]))
+    }
+
     /// A task's event could not be written (the store failed, not refused it) and is tried again while
     /// the lease holds.
     func writeRetrying(_ error: StoreError, jobID: String, kind: JobKind, event: EventType, attempt: Int, delayMs: Int64,

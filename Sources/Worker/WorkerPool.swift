@@ -201,6 +201,8 @@ public final class WorkerPool: Sendable {
     private let store: any JobStore
     private let backend: any StorageBackend
     private let state = Mutex(State())
+    /// Whether the last lease renewal failed: a streak of failures is logged once, at its first.
+    private let renewalsFailing = Mutex(false)
     private let wakeup = Wakeup()
     /// Cuts the store's lock waits short once the shutdown's grace has run out (see `beginShutdown`).
     private let graceTimer = GraceTimer()
@@ -303,7 +305,7 @@ public final class WorkerPool: Sendable {
         var drainWaitStarted: Int64 = 0
         var lastDrainCheck: Int64 = 0
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
-        let heartbeatEvery = max(200, config.leaseMs / 3)
+        let heartbeatEvery = Self.heartbeatEveryMs(config)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
         // The loop waits on the store at every turn (a claim joins a group commit); the keeper renews the
         // leases while it does, so a commit slower than a lease does not let them run out.
@@ -571,6 +573,9 @@ public final class WorkerPool: Sendable {
 
     /// Claiming ahead happens only while every running transfer started less than this long ago.
     static let claimAheadWindowMs: Int64 = 1_000
+
+    /// How often the leases are renewed: three times a lease.
+    static func heartbeatEveryMs(_ config: WorkerConfiguration) -> Int64 { max(200, config.leaseMs / 3) }
 
     /// How long a job claimed ahead may wait for a slot before it is released for other workers:
     /// a third of the lease (one heartbeat period), at least a second.
@@ -867,7 +872,20 @@ public final class WorkerPool: Sendable {
         let leases = state.withLock { state in state.running.mapValues(\.token) }
         guard !leases.isEmpty else { return }
         let config = configuration
-        let renewal = try await store.renewLeases(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
+        let renewal: LeaseRenewal
+        do {
+            renewal = try await store.renewLeases(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
+        } catch {
+            // The lease keeper's beats throw to no one: unsaid, the leases ran out and the running jobs
+            // went to the rescue with nothing in the log to say why.
+            if !renewalsFailing.withLock({ failing in defer { failing = true }; return failing }) {
+                let expiries = state.withLock { state in leases.keys.compactMap { state.running[$0]?.leaseExpiresAtMs } }
+                log.leasesNotRenewed(error, leases: leases.count, leaseLeftMs: (expiries.min() ?? now) - now,
+                                     everyMs: Self.heartbeatEveryMs(config), now: Clock.nowMs())
+            }
+            throw error
+        }
+        renewalsFailing.withLock { $0 = false }
         let lost = renewal.lost
         // A run whose transfer has returned is writing its outcome: the heartbeat's update may have come
         // just after that commit (the job no longer running), which is no lost lease. Its outcome's own

@@ -158,6 +158,47 @@ import TestSupport
         let verified = try jobctl(["replay", "--verify"], database: database)
         #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
     }
+
+    /// A lease renewal whose connection was lost mid-way failed, and the lease keeper swallowed the
+    /// error: nothing in the log said the leases were not being renewed (only a later failure of the
+    /// worker's loop, if any, was logged), so leases that then ran out left no trace of why.
+    @Test func aFailedLeaseRenewalIsLoggedOnceWithItsCause() throws {
+        let nginx = try startWorkerNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("pg-reset-lease")
+        defer { directory.remove() }
+        let database = try PostgresServer.shared().makeSchema("pgresetlease")
+        let migrated = try jobctl(["migrate"], database: database)
+        try #require(migrated.status == 0, "\(migrated.stderr)")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: 12 << 20)
+        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
+                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
+                                          database: database, directory: directory).first)
+        // Connection 2 is the lease renewals' (opened at the first heartbeat, 2 s in): its second renewal,
+        // 4 s in, loses its connection mid-way, at its COMMIT (a renewal whose first round trip finds the
+        // connection dead runs again at once on a new one); the next renewal opens connection 3.
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
+            TCPFaultProxy.Rule(marker: "COMMIT\u{0}", connection: 2, nth: 2, action: .resetAfterAnswer),
+        ])
+        defer { proxy.stop() }
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--lease", "6", "--concurrency", "1"],
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+
+        let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
+        #expect(ended, "\(worker.log)")
+        #expect(proxy.firedRules.count == 1, "the lease connection was never reset: \(worker.log)")
+        worker.signal(SIGTERM)
+        #expect(worker.wait(seconds: 20) == 0, "\(worker.log)")
+        let notRenewed = worker.log.split(separator: "\n").filter { $0.contains("leases were not renewed") }
+        #expect(notRenewed.count == 1, "\(worker.log)")
+        #expect(notRenewed.allSatisfy { $0.contains("store_error") && $0.contains("the connection to PostgreSQL was lost") },
+                "\(notRenewed)")
+        #expect(!worker.log.contains(try PostgresServer.shared().password))
+        let record = try #require(try store.job(job))
+        #expect(record.state == .succeeded && record.attempts == 1, "\(record.state) \(worker.log)")
+    }
 }
 
 /// Which running jobs a worker takes up after a claim of its own went unanswered: only that claim's. The
