@@ -15,17 +15,23 @@ import Synchronization
 final class AnswerWatchdog: Sendable {
     private struct State {
         var socket: Int32 = -1
+        var armedAt: UInt64 = 0
         var deadline: UInt64?
         var fired = false
+        /// The limit the last wait given up was held to (`timeoutMs`, or less under `cap`).
+        var firedLimitMs: Int64 = 0
         var stopped = false
     }
 
     /// How long a call may wait for the server.
     let timeoutMs: Int64
+    /// A shorter limit set from another thread (a stopping worker's), which also shortens a wait under way.
+    private let cap: AnswerWaitCap?
     private let state = Mutex(State())
 
-    init(timeoutMs: Int64) throws(ThreadStartFailure) {
+    init(timeoutMs: Int64, cap: AnswerWaitCap? = nil) throws(ThreadStartFailure) {
         self.timeoutMs = max(1, timeoutMs)
+        self.cap = cap
         let tick = UInt32(min(250, max(10, self.timeoutMs / 4)) * 1_000)
         // The thread holds the watchdog until `stop()`, which the connection calls when it goes.
         try StartedThread.start(name: "jobctl-pg-watch") { [self] in
@@ -33,10 +39,13 @@ final class AnswerWatchdog: Sendable {
                 usleep(tick)
                 let stop = state.withLock { state -> Bool in
                     if state.stopped { return true }
-                    if let deadline = state.deadline, Self.nowNs() >= deadline {
+                    guard let deadline = state.deadline else { return false }
+                    let limitMs = min(timeoutMs, cap?.milliseconds ?? timeoutMs)
+                    if Self.nowNs() >= min(deadline, state.armedAt + UInt64(max(1, limitMs)) * 1_000_000) {
                         shutdown(state.socket, Int32(SHUT_RDWR))
                         state.deadline = nil
                         state.fired = true
+                        state.firedLimitMs = limitMs
                     }
                     return false
                 }
@@ -51,7 +60,8 @@ final class AnswerWatchdog: Sendable {
         state.withLock { state in
             state.socket = socket
             state.fired = false
-            state.deadline = Self.nowNs() + UInt64(timeoutMs) * 1_000_000
+            state.armedAt = Self.nowNs()
+            state.deadline = state.armedAt + UInt64(timeoutMs) * 1_000_000
         }
     }
 
@@ -65,6 +75,9 @@ final class AnswerWatchdog: Sendable {
         }
     }
 
+    /// The limit the last wait given up was held to: `timeoutMs`, or the cap's when that was shorter.
+    var firedLimitMs: Int64 { state.withLock { $0.firedLimitMs } }
+
     /// Ends the watchdog's thread (within one tick).
     func stop() {
         state.withLock { $0.stopped = true; $0.deadline = nil }
@@ -74,5 +87,17 @@ final class AnswerWatchdog: Sendable {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+}
+
+/// A limit on a connection's answer waits shorter than its answer timeout, set from any thread: a
+/// stopping worker's writes must fail (and be tried on a new connection) within its grace.
+final class AnswerWaitCap: Sendable {
+    private let limit = Mutex<Int64?>(nil)
+
+    /// The limit in milliseconds (nil: none beyond the answer timeout).
+    var milliseconds: Int64? {
+        get { limit.withLock { $0 } }
+        set { limit.withLock { $0 = newValue } }
     }
 }

@@ -356,10 +356,11 @@ final class PostgresConnection {
 
     /// How long each call waits for the server's answer before the connection is given up as lost
     /// (nil, the default: for ever). See `AnswerWatchdog`.
-    func setAnswerTimeout(milliseconds: Int64?) throws(ThreadStartFailure) {
+    /// `cap`, when given, shortens the limit from another thread (see `AnswerWaitCap`).
+    func setAnswerTimeout(milliseconds: Int64?, cap: AnswerWaitCap? = nil) throws(ThreadStartFailure) {
         answerWatchdog?.stop()
         answerWatchdog = nil
-        answerWatchdog = try milliseconds.map { (timeoutMs) throws(ThreadStartFailure) in try AnswerWatchdog(timeoutMs: timeoutMs) }
+        answerWatchdog = try milliseconds.map { (timeoutMs) throws(ThreadStartFailure) in try AnswerWatchdog(timeoutMs: timeoutMs, cap: cap) }
     }
 
     /// Runs `body`, a call that waits on the server, under the answer timeout: when it passes, the
@@ -370,7 +371,7 @@ final class PostgresConnection {
         let result: Result<T, PostgresError>
         do throws(PostgresError) { result = .success(try body()) } catch { result = .failure(error) }
         if watchdog.disarm(), case .failure = result {
-            let seconds = String(format: "%.1f", Double(watchdog.timeoutMs) / 1_000).replacingOccurrences(of: ".0", with: "")
+            let seconds = String(format: "%.1f", Double(watchdog.firedLimitMs) / 1_000).replacingOccurrences(of: ".0", with: "")
             throw PostgresError.connectionLost(message: "the server sent no answer for \(seconds) s, so the connection was given up "
                                                    + "(the limit: JOBCTL_DB_ANSWER_TIMEOUT for commands, the lease for workers)", sql: sql)
         }

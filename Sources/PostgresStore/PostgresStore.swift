@@ -48,6 +48,8 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// Where `renewLeases` runs: a connection and a thread of its own, so that a heartbeat never waits
     /// behind a commit of the executor's.
     let leaseLane: LeaseRenewalLane
+    /// Shortens the store's connection's answer waits (see `capAnswerWaits`).
+    private let answerWaitCap = AnswerWaitCap()
     /// `tailEvents`' gaps: the first seq of each gap it has seen below a later event, and the `xmax`
     /// of the snapshot it first saw it in (`Int64.min` once it is known to be for good).
     let tailGaps = Mutex<[Int64: Int64]>([:])
@@ -98,7 +100,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         }
         // Only from now on: the open's own migrations (an index built over a long log) take what they take.
         do throws(ThreadStartFailure) {
-            try connection.setAnswerTimeout(milliseconds: answerTimeoutMs)
+            try connection.setAnswerTimeout(milliseconds: answerTimeoutMs, cap: answerWaitCap)
         } catch {
             throw StoreError.io(error.description)
         }
@@ -282,6 +284,14 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// Creates (if needed) and migrates the database at `url`; returns the versions applied now.
     public static func migrate(url: String) throws(StoreError) -> [Int] {
         try PostgresStore(url: url, mode: .create).appliedMigrations
+    }
+}
+
+extension PostgresStore {
+    /// See `JobStore.capAnswerWaits`: the store's own connection (the lease renewals' waits are a third
+    /// of a lease already).
+    public func capAnswerWaits(atMostMs: Int64?) {
+        answerWaitCap.milliseconds = atMostMs
     }
 }
 

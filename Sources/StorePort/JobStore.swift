@@ -31,6 +31,12 @@ public protocol JobStore: AnyObject, Sendable {
     /// kept it from exiting for as long, past a service manager's stop timeout.
     func capLockWaits(atMostNs: UInt64?)
 
+    /// Cuts every wait for the database server's answer short to `atMostMs` (nil: the usual limit again),
+    /// a wait under way too; the connection it was cut on is given up and the next call opens a new one.
+    /// A stopping worker asks it, so that a write its connection stalled fails, and is tried again on a
+    /// new connection, within its grace. A database without a server (SQLite) has nothing to cut.
+    func capAnswerWaits(atMostMs: Int64?)
+
     // MARK: Migrations
 
     /// The schema migrations this open applied (empty when the schema was already current).
@@ -324,6 +330,9 @@ public struct LogImport: Sendable, Equatable {
 extension JobStore {
     /// No lock waits to cut short (PostgreSQL: its answer timeout bounds every wait).
     public func capLockWaits(atMostNs: UInt64?) {}
+
+    /// No server's answers to wait for (SQLite).
+    public func capAnswerWaits(atMostMs: Int64?) {}
 
     /// `heartbeat` on the store's executor, behind whatever is queued there (SQLite: a heartbeat needs the
     /// database's one write lock, as every commit does). Every lease not lost was extended.

@@ -199,6 +199,45 @@ import TestSupport
         let record = try #require(try store.job(job))
         #expect(record.state == .succeeded && record.attempts == 1, "\(record.state) \(worker.log)")
     }
+
+    /// SIGTERM while the store's connection has gone silent: the `released` write waited the store's
+    /// answer limit (the lease, at least 10 s), past the stop grace (8 s), and the worker exited without
+    /// trying it once on a new connection: the running job was left to the rescue (an attempt spent).
+    @Test func aStoppingWorkerReleasesItsJobOnANewConnectionWithinTheGrace() throws {
+        let nginx = try startWorkerNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("pg-stalled-release")
+        defer { directory.remove() }
+        let database = try PostgresServer.shared().makeSchema("pgstalledrelease")
+        let migrated = try jobctl(["migrate"], database: database)
+        try #require(migrated.status == 0, "\(migrated.stderr)")
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: 40 << 20)
+        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
+                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
+                                          database: database, directory: directory).first)
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port)
+        defer { proxy.stop() }
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--lease", "6", "--concurrency", "1"],
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        try #require(try eventually(seconds: 20) { (try store.job(job)?.resumePoint?.bytesDone ?? 0) > 0 }, "\(worker.log)")
+        // The store's connection (1) goes silent at its next transaction; the lease renewals' stays up.
+        proxy.add(TCPFaultProxy.Rule(marker: "BEGIN", connection: 1, action: .stall))
+        try #require(eventually(seconds: 10) { proxy.firedRules.count == 1 }, "\(worker.log)")
+        let stopped = Date()
+        worker.signal(SIGTERM)
+        let status = worker.wait(seconds: 30)
+        let tookSeconds = Date().timeIntervalSince(stopped)
+        #expect(status == 0, "\(worker.log)")
+        #expect(tookSeconds < 9, "took \(tookSeconds) s: \(worker.log)")
+        let types = try store.events(jobID: job).map(\.type)
+        #expect(types.last == .released && !types.contains(.leaseExpired), "\(types) \(worker.log)")
+        let record = try #require(try store.job(job))
+        #expect(record.state == .queued, "\(record.state) \(worker.log)")
+        #expect(proxy.acceptedConnections >= 3, "\(proxy.acceptedConnections) connections")
+        #expect(!worker.log.contains(try PostgresServer.shared().password))
+    }
 }
 
 /// Which running jobs a worker takes up after a claim of its own went unanswered: only that claim's. The
