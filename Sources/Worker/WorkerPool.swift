@@ -248,7 +248,7 @@ public final class WorkerPool: Sendable {
         } else {
             // A `released` its store connection stalled failed only at the answer limit (the lease, at
             // least 10 s), after the grace: the worker exited without trying it on a new connection, and
-            // the jobs waited for the rescue. Cut to a third of the grace, a retry still fits in it.
+            // the jobs waited for the rescue. Cut to half the grace, a retry still fits in it.
             store.capAnswerWaits(atMostMs: Self.stoppingAnswerWaitMs(configuration))
             // On a dispatch queue, not a task: the cooperative pool's threads may all be waiting then.
             let store = self.store, graceTimer = self.graceTimer
@@ -277,9 +277,10 @@ public final class WorkerPool: Sendable {
     /// How long a stopping worker's writes wait for a lock (see `beginShutdown`).
     static let stoppingLockWaitNs: UInt64 = 1_000_000_000
 
-    /// How long a stopping worker with runs to release waits for the database server's answer: a third
-    /// of the grace (at least a second), leaving room for a retry on a new connection.
-    static func stoppingAnswerWaitMs(_ config: WorkerConfiguration) -> Int64 { max(1_000, config.shutdownGraceMs / 3) }
+    /// How long a stopping worker with runs to release waits for the database server's answer: half the
+    /// grace (at least a second), leaving room for a retry on a new connection; an outcome's commit that
+    /// takes longer (a large result) is cut and its retry asks whether it landed.
+    static func stoppingAnswerWaitMs(_ config: WorkerConfiguration) -> Int64 { max(1_000, config.shutdownGraceMs / 2) }
 
     public var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
 
