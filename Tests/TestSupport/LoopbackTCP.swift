@@ -3,8 +3,38 @@ import Foundation
 import Glibc
 #endif
 
-/// What the test proxies of our own share: a listening socket on 127.0.0.1 and a byte search.
+/// What the test proxies of our own share: a listening socket on 127.0.0.1, a connection to an upstream
+/// port there, and a byte search.
 enum LoopbackTCP {
+    /// A socket listening on a free port of 127.0.0.1, and that port; `who` names the proxy in the error.
+    static func listen(_ who: String) throws -> (socket: Int32, port: Int) {
+        let socket = makeSocket()
+        var address = loopback(port: 0)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, Glibc.listen(socket, 16) == 0 else {
+            close(socket)
+            throw TestServerError("\(who) could not listen: errno \(errno)")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
+        }
+        return (socket, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    /// A socket connected to 127.0.0.1:`port`, and whether the connection was made (the socket is the
+    /// caller's to close either way).
+    static func connect(port: Int) -> (socket: Int32, connected: Bool) {
+        let socket = makeSocket()
+        var address = loopback(port: port)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        return (socket, result == 0)
+    }
+
     /// Whether `needle` occurs in `haystack` (an empty needle never does).
     static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
         guard !needle.isEmpty, haystack.count >= needle.count else { return false }

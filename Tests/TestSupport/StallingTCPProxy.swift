@@ -30,21 +30,7 @@ public final class StallingTCPProxy: Sendable {
     public init(upstreamPort: Int, stallWhenClientSends marker: String) throws {
         self.upstreamPort = upstreamPort
         self.marker = Array(marker.utf8)
-        let socket = LoopbackTCP.makeSocket()
-        var address = LoopbackTCP.loopback(port: 0)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(socket, 16) == 0 else {
-            close(socket)
-            throw TestServerError("the stalling proxy could not listen: errno \(errno)")
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
-        }
-        listener = socket
-        port = Int(UInt16(bigEndian: address.sin_port))
+        (listener, port) = try LoopbackTCP.listen("the stalling proxy")
         Thread.detachNewThread { [self] in acceptLoop() }
     }
 
@@ -70,17 +56,13 @@ public final class StallingTCPProxy: Sendable {
                 if errno == EINTR { continue }
                 return
             }
-            let upstream = LoopbackTCP.makeSocket()
-            var address = LoopbackTCP.loopback(port: upstreamPort)
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
+            let (upstream, connected) = LoopbackTCP.connect(port: upstreamPort)
             let kept = state.withLock { state -> Bool in
                 guard !state.stopped else { return false }
                 state.sockets += [client, upstream]
                 return true
             }
-            guard kept, connected == 0 else {
+            guard kept, connected else {
                 close(client)
                 close(upstream)
                 if !kept { return }

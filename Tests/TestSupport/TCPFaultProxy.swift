@@ -76,21 +76,7 @@ public final class TCPFaultProxy: Sendable {
     /// Listens on a free port of 127.0.0.1 and forwards to `127.0.0.1:upstreamPort`.
     public init(upstreamPort: Int, rules: [Rule] = []) throws {
         self.upstreamPort = upstreamPort
-        let socket = LoopbackTCP.makeSocket()
-        var address = LoopbackTCP.loopback(port: 0)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(socket, 16) == 0 else {
-            close(socket)
-            throw TestServerError("the TCP fault proxy could not listen: errno \(errno)")
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
-        }
-        listener = socket
-        port = Int(UInt16(bigEndian: address.sin_port))
+        (listener, port) = try LoopbackTCP.listen("the TCP fault proxy")
         state.withLock { state in
             state.rules = rules
             state.seen = Array(repeating: 0, count: rules.count)
@@ -172,12 +158,8 @@ public final class TCPFaultProxy: Sendable {
                 Self.reset(client)
                 continue
             }
-            let upstream = LoopbackTCP.makeSocket()
-            var address = LoopbackTCP.loopback(port: upstreamPort)
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            guard connected == 0 else {
+            let (upstream, connected) = LoopbackTCP.connect(port: upstreamPort)
+            guard connected else {
                 close(upstream)
                 Self.reset(client)
                 continue

@@ -71,17 +71,9 @@ import TestSupport
     /// answer limit (the lease, at least 10 s), when the leases it renewed had already run out: another
     /// worker rescued the running download (with `max_attempts: 1` it failed), the worker lost it.
     @Test func aSilentLeaseConnectionIsReplacedBeforeTheLeasesRunOut() throws {
-        let nginx = try startWorkerNginx(slowRate: "1m")
-        defer { nginx.stop() }
-        let directory = try TemporaryDirectory("pg-silent-lease")
-        defer { directory.remove() }
-        let database = try PostgresServer.shared().makeSchema("pgsilentlease")
-        let migrated = try jobctl(["migrate"], database: database)
-        try #require(migrated.status == 0, "\(migrated.stderr)")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: 18 << 20)
-        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
-                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
-                                          database: database, directory: directory).first)
+        let scene = try SlowDownload(directory: "pg-silent-lease", schema: "pgsilentlease", mebibytes: 18)
+        defer { scene.stop() }
+        let (directory, database, job) = (scene.directory, scene.database, scene.job)
         // Connection 1 is the store's, 2 the lease renewals' (opened at the first heartbeat, 2 s in): its
         // second renewal, 4 s in, never reaches the server, nor does anything after it on that connection.
         let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
@@ -119,17 +111,9 @@ import TestSupport
     /// firewall refusing a second session): the renewals failed, without a word, until the leases ran
     /// out and another worker took the running download (with `max_attempts: 1` it failed).
     @Test func leasesAreRenewedWhenTheirOwnConnectionCannotBeOpened() throws {
-        let nginx = try startWorkerNginx(slowRate: "1m")
-        defer { nginx.stop() }
-        let directory = try TemporaryDirectory("pg-refused-lease")
-        defer { directory.remove() }
-        let database = try PostgresServer.shared().makeSchema("pgrefusedlease")
-        let migrated = try jobctl(["migrate"], database: database)
-        try #require(migrated.status == 0, "\(migrated.stderr)")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: 12 << 20)
-        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
-                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
-                                          database: database, directory: directory).first)
+        let scene = try SlowDownload(directory: "pg-refused-lease", schema: "pgrefusedlease", mebibytes: 12)
+        defer { scene.stop() }
+        let (directory, database, job) = (scene.directory, scene.database, scene.job)
         let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port)
         defer { proxy.stop() }
         let store = try PostgresStore(url: database, mode: .readOnly)
@@ -163,17 +147,9 @@ import TestSupport
     /// error: nothing in the log said the leases were not being renewed (only a later failure of the
     /// worker's loop, if any, was logged), so leases that then ran out left no trace of why.
     @Test func aFailedLeaseRenewalIsLoggedOnceWithItsCause() throws {
-        let nginx = try startWorkerNginx(slowRate: "1m")
-        defer { nginx.stop() }
-        let directory = try TemporaryDirectory("pg-reset-lease")
-        defer { directory.remove() }
-        let database = try PostgresServer.shared().makeSchema("pgresetlease")
-        let migrated = try jobctl(["migrate"], database: database)
-        try #require(migrated.status == 0, "\(migrated.stderr)")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: 12 << 20)
-        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
-                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
-                                          database: database, directory: directory).first)
+        let scene = try SlowDownload(directory: "pg-reset-lease", schema: "pgresetlease", mebibytes: 12)
+        defer { scene.stop() }
+        let (directory, database, job) = (scene.directory, scene.database, scene.job)
         // Connection 2 is the lease renewals' (opened at the first heartbeat, 2 s in): its second renewal,
         // 4 s in, loses its connection mid-way, at its COMMIT (a renewal whose first round trip finds the
         // connection dead runs again at once on a new one); the next renewal opens connection 3.
@@ -204,17 +180,9 @@ import TestSupport
     /// answer limit (the lease, at least 10 s), past the stop grace (8 s), and the worker exited without
     /// trying it once on a new connection: the running job was left to the rescue (an attempt spent).
     @Test func aStoppingWorkerReleasesItsJobOnANewConnectionWithinTheGrace() throws {
-        let nginx = try startWorkerNginx(slowRate: "1m")
-        defer { nginx.stop() }
-        let directory = try TemporaryDirectory("pg-stalled-release")
-        defer { directory.remove() }
-        let database = try PostgresServer.shared().makeSchema("pgstalledrelease")
-        let migrated = try jobctl(["migrate"], database: database)
-        try #require(migrated.status == 0, "\(migrated.stderr)")
-        try writePatternFile("\(nginx.root)/slow/big.bin", size: 40 << 20)
-        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
-                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
-                                          database: database, directory: directory).first)
+        let scene = try SlowDownload(directory: "pg-stalled-release", schema: "pgstalledrelease", mebibytes: 40)
+        defer { scene.stop() }
+        let (directory, database, job) = (scene.directory, scene.database, scene.job)
         let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port)
         defer { proxy.stop() }
         let store = try PostgresStore(url: database, mode: .readOnly)
@@ -237,6 +205,37 @@ import TestSupport
         #expect(record.state == .queued, "\(record.state) \(worker.log)")
         #expect(proxy.acceptedConnections >= 3, "\(proxy.acceptedConnections) connections")
         #expect(!worker.log.contains(try PostgresServer.shared().password))
+    }
+}
+
+/// A fresh schema holding one `download-file` job (`max_attempts: 1`) of a file nginx serves at 1 MB/s:
+/// long enough for the lease renewals a scene meddles with.
+struct SlowDownload {
+    let nginx: NginxServer
+    let directory: TemporaryDirectory
+    let database: String
+    let job: String
+
+    init(directory name: String, schema: String, mebibytes: Int) throws {
+        nginx = try startWorkerNginx(slowRate: "1m")
+        do {
+            directory = try TemporaryDirectory(name)
+            database = try PostgresServer.shared().makeSchema(schema)
+            let migrated = try jobctl(["migrate"], database: database)
+            try #require(migrated.status == 0, "\(migrated.stderr)")
+            try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(mebibytes) << 20)
+            job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", "
+                                              + "destination: \"\(directory.file("big.bin"))\", max_attempts: 1}\n",
+                                          database: database, directory: directory).first)
+        } catch {
+            nginx.stop()
+            throw error
+        }
+    }
+
+    func stop() {
+        nginx.stop()
+        directory.remove()
     }
 }
 
