@@ -17,25 +17,8 @@ struct LockedStopTests {
         defer { workspace.directory.remove() }
         // The database exists; its one job is for another queue, so the worker holds nothing.
         _ = try workspace.submit("- {kind: upload-data, data: \"x\", destination: \"file://locked/x.txt\", queue: elsewhere}")
-        let holder = Process()
-        let input = Pipe(), output = Pipe()
-        holder.executableURL = URL(fileURLWithPath: "\(PackagePaths.venv)/bin/python")
-        holder.arguments = ["-c", """
-            import sqlite3, sys
-            connection = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-            connection.execute("BEGIN IMMEDIATE")
-            print("locked", flush=True)
-            sys.stdin.read()
-            connection.execute("ROLLBACK")
-            """, workspace.database]
-        holder.standardInput = input
-        holder.standardOutput = output
-        try holder.run()
-        defer {
-            try? input.fileHandleForWriting.close()
-            holder.waitUntilExit()
-        }
-        try #require(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("locked"))
+        let lock = try SQLiteWriteLock(database: workspace.database)
+        defer { lock.release() }
 
         let worker = try LoggedWorker(workspace, ["--queue", "default"])
         defer { worker.kill() }
@@ -45,7 +28,7 @@ struct LockedStopTests {
         kill(worker.process.processIdentifier, SIGTERM)
         let stopped = eventuallyTrue(seconds: 5) { !worker.process.isRunning }
         #expect(stopped, "still running \(String(format: "%.1f", Date().timeIntervalSince(signalled))) s after SIGTERM: \(worker.log())")
-        try? input.fileHandleForWriting.close()  // lets a worker that waited for the lock go
+        lock.release()  // lets a worker that waited for the lock go
         worker.process.waitUntilExit()
         #expect(worker.process.terminationReason == .exit && worker.process.terminationStatus == 0, "\(worker.log())")
         #expect(worker.log().contains("signal_received signal=15"), "\(worker.log())")
@@ -69,25 +52,8 @@ struct LockedStopTests {
         defer { worker.kill() }
         try #require(eventuallyTrue(seconds: 20) { ids.allSatisfy { worker.log().contains(" started \($0)") } }, "\(worker.log())")
 
-        let holder = Process()
-        let input = Pipe(), output = Pipe()
-        holder.executableURL = URL(fileURLWithPath: "\(PackagePaths.venv)/bin/python")
-        holder.arguments = ["-c", """
-            import sqlite3, sys
-            connection = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-            connection.execute("BEGIN IMMEDIATE")
-            print("locked", flush=True)
-            sys.stdin.read()
-            connection.execute("ROLLBACK")
-            """, workspace.database]
-        holder.standardInput = input
-        holder.standardOutput = output
-        try holder.run()
-        defer {
-            try? input.fileHandleForWriting.close()
-            holder.waitUntilExit()
-        }
-        try #require(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("locked"))
+        let lock = try SQLiteWriteLock(database: workspace.database)
+        defer { lock.release() }
 
         kill(worker.process.processIdentifier, SIGTERM)
         // The grace (8 s) and a second's wait for the lock.
@@ -104,8 +70,7 @@ struct LockedStopTests {
         // It is the last line: nothing of the runs left behind is logged after it.
         #expect(log.split(separator: "\n").last.map(String.init) == String(stopped), "\(log)")
 
-        try? input.fileHandleForWriting.close()
-        holder.waitUntilExit()
+        lock.release()
         for id in ids {
             let shown = try workspace.jobctl(["show", id])
             #expect(shown.stdout.contains("running"), "\(shown.stdout)\(shown.stderr)")

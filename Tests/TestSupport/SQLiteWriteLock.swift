@@ -1,15 +1,14 @@
 import Foundation
-import TestSupport
 
 /// Another SQLite client (Python's sqlite3 module) holding the database's write lock
 /// (`BEGIN IMMEDIATE`) until `release()`: while it is held, no worker can commit an event, so a
 /// test can hold a worker in the middle of a step that must write.
-final class SQLiteWriteLock: @unchecked Sendable {
+public final class SQLiteWriteLock: @unchecked Sendable {
     private let process = Process()
     private let input = Pipe()
 
     /// Returns once the lock is held.
-    init(database: String) throws {
+    public init(database: String) throws {
         let script = """
         import sqlite3, sys
         connection = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
@@ -27,12 +26,12 @@ final class SQLiteWriteLock: @unchecked Sendable {
         let line = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
         guard line.hasPrefix("locked") else {
             release()
-            throw WorkerTestError("could not take the write lock on \(database): '\(line)'")
+            throw TestServerError("could not take the write lock on \(database): '\(line)'")
         }
     }
 
     /// Rolls back and waits for the client to exit.
-    func release() {
+    public func release() {
         try? input.fileHandleForWriting.close()
         process.waitUntilExit()
     }
