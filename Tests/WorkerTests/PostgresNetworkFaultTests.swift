@@ -92,19 +92,10 @@ import TestSupport
         let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
         #expect(ended, "\(worker.log)")
         #expect(proxy.firedRules.count == 1, "the lease connection never went silent: \(worker.log)")
-        let record = try #require(try store.job(job))
-        #expect(record.state == .succeeded && record.attempts == 1, "\(record.state) \(worker.log) \(rescuer.log)")
-        let types = try store.events(jobID: job).map(\.type)
-        #expect(types.filter { $0 == .claimed }.count == 1 && !types.contains(.leaseExpired), "\(types)")
-        #expect(!worker.log.contains("lease_lost"), "\(worker.log)")
+        try scene.expectRunOnce(store: store, worker: worker, rescuer: rescuer)
         // The renewal was given up and ran again on a new connection (nothing of it had reached the server).
         #expect(proxy.acceptedConnections >= 3, "\(proxy.acceptedConnections) connections")
-        worker.signal(SIGTERM)
-        rescuer.signal(SIGTERM)
-        #expect(worker.wait(seconds: 20) == 0, "\(worker.log)")
-        #expect(rescuer.wait(seconds: 20) == 0, "\(rescuer.log)")
-        let verified = try jobctl(["replay", "--verify"], database: database)
-        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+        scene.stopAndVerify(worker, rescuer)
     }
 
     /// The lease renewals' connection cannot be opened while the store's own lives (the server or a
@@ -130,17 +121,8 @@ import TestSupport
         let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
         #expect(ended, "\(worker.log)")
         #expect(proxy.acceptedConnections == 1)
-        let record = try #require(try store.job(job))
-        #expect(record.state == .succeeded && record.attempts == 1, "\(record.state) \(worker.log) \(rescuer.log)")
-        let types = try store.events(jobID: job).map(\.type)
-        #expect(types.filter { $0 == .claimed }.count == 1 && !types.contains(.leaseExpired), "\(types)")
-        #expect(!worker.log.contains("lease_lost"), "\(worker.log)")
-        worker.signal(SIGTERM)
-        rescuer.signal(SIGTERM)
-        #expect(worker.wait(seconds: 20) == 0, "\(worker.log)")
-        #expect(rescuer.wait(seconds: 20) == 0, "\(rescuer.log)")
-        let verified = try jobctl(["replay", "--verify"], database: database)
-        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+        try scene.expectRunOnce(store: store, worker: worker, rescuer: rescuer)
+        scene.stopAndVerify(worker, rescuer)
     }
 
     /// A lease renewal whose connection was lost mid-way failed, and the lease keeper swallowed the
@@ -236,6 +218,23 @@ struct SlowDownload {
     func stop() {
         nginx.stop()
         directory.remove()
+    }
+
+    /// The download succeeded at its one attempt, claimed once, never rescued, its worker's lease never lost.
+    func expectRunOnce(store: PostgresStore, worker: JobctlProcess, rescuer: JobctlProcess) throws {
+        let record = try #require(try store.job(job))
+        #expect(record.state == .succeeded && record.attempts == 1, "\(record.state) \(worker.log) \(rescuer.log)")
+        let types = try store.events(jobID: job).map(\.type)
+        #expect(types.filter { $0 == .claimed }.count == 1 && !types.contains(.leaseExpired), "\(types)")
+        #expect(!worker.log.contains("lease_lost"), "\(worker.log)")
+    }
+
+    /// Stops the workers (each must exit 0) and checks the log replays into its projection.
+    func stopAndVerify(_ workers: JobctlProcess...) {
+        for worker in workers { worker.signal(SIGTERM) }
+        for worker in workers { #expect(worker.wait(seconds: 20) == 0, "\(worker.log)") }
+        let verified = try? jobctl(["replay", "--verify"], database: database)
+        #expect(verified?.status == 0, "\(verified?.stdout ?? "") \(verified?.stderr ?? "")")
     }
 }
 
