@@ -17,12 +17,23 @@ public final class WorkerLog: Sendable {
     public let slowCommitMs: Int64
     private let write: @Sendable (String) -> Void
     private let lock = Mutex(())
+    /// Lines recorded before `worker_started`, written right after it (see `init`'s `holdingUntilStarted`);
+    /// nil once they were (or when nothing is held).
+    private let held: Mutex<String?>
+    /// Whether `held` is nil: the check on every line, without the lock.
+    private let holding: Atomic<Bool>
 
     /// A log writing each line (with its line feed) through `write`, by default to standard error from
     /// a thread of its own (`LogLineWriter`: a reader that stops reading cannot stop the worker). The
     /// lines of one claim come in one call, each with its line feed.
+    ///
+    /// With `holdingUntilStarted`, what is logged before `worker_started` (the warnings of a worker's start:
+    /// `open_files_limit`, `clock_skew`, `no_credentials`) is written just after that line, so that
+    /// `worker_started` opens each run's log; should the worker stop before it starts, `flush` writes them.
     public init(minimumLevel: WorkerLogLevel = .info, formatter: WorkerLogFormatter = WorkerLogFormatter(),
-                slowCommitMs: Int64 = 1_000, write: (@Sendable (String) -> Void)? = nil) {
+                slowCommitMs: Int64 = 1_000, holdingUntilStarted: Bool = false, write: (@Sendable (String) -> Void)? = nil) {
+        held = Mutex(holdingUntilStarted ? "" : nil)
+        holding = Atomic(holdingUntilStarted)
         self.minimumLevel = minimumLevel
         self.formatter = formatter
         self.slowCommitMs = slowCommitMs
@@ -67,6 +78,7 @@ public final class WorkerLog: Sendable {
     /// Waits (up to `seconds`) until the lines logged so far are written: before the process exits, or
     /// writes to standard error of its own.
     public func flush(waitingAtMost seconds: Double = 2) {
+        releaseHeld()
         if flushes { LogLineWriter.standardError.flush(waitingAtMost: seconds) }
     }
 
@@ -78,10 +90,34 @@ public final class WorkerLog: Sendable {
 
     /// Formats and writes `entry` when its level is enabled; lines from concurrent tasks never interleave.
     public func record(_ entry: WorkerLogEntry) {
-        guard isEnabled(entry.level) else { return }
+        guard isEnabled(entry.level) || entry.event == .workerStarted else { return }
         var line = ""
-        formatter.appendLine(entry, to: &line)
-        emit(line)
+        if isEnabled(entry.level) { formatter.appendLine(entry, to: &line) }
+        if holding.load(ordering: .acquiring) {
+            let kept = held.withLock { held -> Bool in
+                guard held != nil else { return false }
+                if entry.event == .workerStarted {
+                    line += held ?? ""
+                    held = nil
+                    holding.store(false, ordering: .releasing)
+                    return false
+                }
+                held? += line
+                return true
+            }
+            if kept { return }
+        }
+        if !line.isEmpty { emit(line) }
+    }
+
+    /// Writes the lines held for `worker_started` (see `init`) now, and holds no more.
+    private func releaseHeld() {
+        guard holding.load(ordering: .acquiring) else { return }
+        let lines = held.withLock { held -> String in
+            defer { held = nil; holding.store(false, ordering: .releasing) }
+            return held ?? ""
+        }
+        if !lines.isEmpty { emit(lines) }
     }
 
     /// Hands whole lines to the writer, so that no other line comes between them. The default writer

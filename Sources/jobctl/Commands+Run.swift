@@ -214,7 +214,8 @@ private func workerLog(_ arguments: ParsedArguments, _ context: Context) throws 
     let noColor = !(environment["NO_COLOR"] ?? "").isEmpty || arguments[Options.noColor] || environment["TERM"] == "dumb"
     let color = format == .text && isatty(STDERR_FILENO) == 1 && !noColor && !underSystemd
     let level: WorkerLogLevel = arguments[Options.quiet] ? .warning : arguments[Options.verbose] ? .debug : .info
-    return WorkerLog(minimumLevel: level, formatter: WorkerLogFormatter(format: format, timestamps: !underSystemd, color: color))
+    return WorkerLog(minimumLevel: level, formatter: WorkerLogFormatter(format: format, timestamps: !underSystemd, color: color),
+                     holdingUntilStarted: true)
 }
 
 /// Runs an async body to completion from synchronous command code.

@@ -50,10 +50,10 @@ import TestSupport
                        "public buckets"] {
             #expect(line.contains(source), "\(source) missing from \(line)")
         }
-        // Said at start: before the worker's first line.
+        // Said at start, just after `worker_started`, which opens the run's log.
         let lines = log.split(separator: "\n")
-        #expect(lines.firstIndex { $0.contains(" no_credentials ") } ?? 1 < lines.firstIndex { $0.contains(" worker_started ") } ?? 0,
-                "\(log)")
+        #expect(lines.first?.contains(" worker_started ") == true, "\(log)")
+        #expect(lines.dropFirst().first?.contains(" no_credentials ") == true, "\(log)")
         // The JSON log carries the same event as a warning.
         let again = try CLIWorkspace("no-credentials-json", engine: engine)
         defer { again.directory.remove() }

@@ -15,12 +15,13 @@ import TestSupport
     }
 
     /// A shell that sets `ulimit` then becomes `jobctl --db DB ARGS` (same pid).
-    static func workerUnderLimit(_ ulimit: String, _ workspace: CLIWorkspace, _ arguments: [String], log: String) throws -> Process {
+    static func workerUnderLimit(_ ulimit: String, _ workspace: CLIWorkspace, _ arguments: [String], log: String,
+                                 environment: [String: String] = [:]) throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", "ulimit \(ulimit) && exec \"$@\"", "sh", PackagePaths.jobctlBinary, "--db", workspace.database, "worker"]
             + arguments
-        process.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
+        process.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"].merging(environment) { _, given in given }
         _ = FileManager.default.createFile(atPath: log, contents: nil)
         let handle = FileHandle(forWritingAtPath: log)
         process.standardOutput = handle
@@ -75,7 +76,10 @@ import TestSupport
         worker.waitUntilExit()
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(worker.terminationStatus == 0, "\(text)")
-        let warning = try #require(text.split(separator: "\n").first { $0.contains("\"open_files_limit\"") }, "\(text)")
+        let lines = text.split(separator: "\n")
+        let warning = try #require(lines.first { $0.contains("\"open_files_limit\"") }, "\(text)")
+        // Logged at start, but after `worker_started`, which opens the run's log.
+        #expect(lines.first?.contains("\"worker_started\"") == true && lines.dropFirst().first == warning, "\(text)")
         let line = try #require(try JSONSerialization.jsonObject(with: Data(warning.utf8)) as? [String: Any])
         #expect(line["level"] as? String == "warning")
         let fields = try #require(line["fields"] as? [String: Any])
@@ -85,6 +89,27 @@ import TestSupport
         #expect((fields["action"] as? String)?.contains("ulimit -n") == true)
         let states = try workspace.json(["list", "--json"]) as? [[String: Any]]
         #expect(states?.compactMap { $0["state"] as? String } == ["succeeded", "succeeded", "succeeded"])
+    }
+
+    /// The start's warnings wait for `worker_started`; a worker that stops before it starts still writes
+    /// them (before its error), since they may say why.
+    @Test("a worker that stops before it starts still logs the open-files warning, before its error")
+    func warningOfAWorkerThatNeverStarted() throws {
+        let workspace = try CLIWorkspace("nofile-never")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let log = workspace.directory.file("worker.log")
+        let missing = workspace.directory.file("no-such-bundle.pem")
+        let worker = try Self.workerUnderLimit("-n 100", workspace, ["--drain", "--concurrency", "16"], log: log,
+                                               environment: ["JOBCTL_CA_BUNDLE": missing])
+        worker.waitUntilExit()
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(worker.terminationStatus == 1, "\(text)")
+        let lines = text.split(separator: "\n")
+        let warning = try #require(lines.firstIndex { $0.contains(" open_files_limit ") }, "\(text)")
+        let error = try #require(lines.firstIndex { $0.contains("JOBCTL_CA_BUNDLE") && $0.contains("does not exist") }, "\(text)")
+        #expect(warning < error, "\(text)")
+        #expect(!text.contains("worker_started"), "\(text)")
     }
 
     /// Out of descriptors, libdispatch's thread monitor traps and a failed WAL open left the worker hanging
