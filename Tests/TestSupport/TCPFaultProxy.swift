@@ -7,7 +7,7 @@ import Synchronization
 /// can pick "the answer to this worker's claim's COMMIT". Where `StallingTCPProxy` only goes silent, this
 /// one also resets a connection before the server sees the statement, resets it once the server has
 /// answered (the server acted, the client never hears of it), cuts the answer after some bytes, or
-/// trickles it.
+/// trickles it (and may then go silent part way through it).
 ///
 /// Connections are numbered from 1 in accept order (a worker opens its store's connection first, then
 /// its lease renewals' at its first heartbeat). `stop()` closes every socket; call it in a `defer`.
@@ -28,8 +28,9 @@ public final class TCPFaultProxy: Sendable {
         /// an answer cut mid-message.
         case cutAnswer(bytes: Int)
         /// Forwards the triggering bytes, then everything the server sends `bytes` at a time with
-        /// `intervalMs` between writes.
-        case trickleAnswer(bytes: Int, intervalMs: Int)
+        /// `intervalMs` between writes; with `silentAfter`, only that many bytes, and then nothing more
+        /// either way with the sockets left open (a server or path gone quiet part way through an answer).
+        case trickleAnswer(bytes: Int, intervalMs: Int, silentAfter: Int? = nil)
     }
 
     /// One fault: fires on the `nth` connection-matching time a client sends `marker` after it sent every
@@ -66,6 +67,10 @@ public final class TCPFaultProxy: Sendable {
         var refusing = false
         var stopped = false
     }
+
+    /// When a `trickleAnswer(…, silentAfter:)` rule's connection went silent (nil: none has yet).
+    public var wentSilentAt: Date? { silencedAt.withLock { $0 } }
+    private let silencedAt = Mutex<Date?>(nil)
 
     /// The rules that fired, by index, with the connection they fired on.
     public var firedRules: [Int: String] { state.withLock { $0.fired } }
@@ -128,7 +133,8 @@ public final class TCPFaultProxy: Sendable {
             case silent
             case swallowingAnswer
             case cutting(left: Int)
-            case trickling(bytes: Int, intervalMs: Int)
+            /// `left`: how many more bytes go through before the connection goes silent (nil: all).
+            case trickling(bytes: Int, intervalMs: Int, left: Int?)
             case reset
         }
 
@@ -214,8 +220,8 @@ public final class TCPFaultProxy: Sendable {
                 link.mode.withLock { $0 = .swallowingAnswer }
             case .cutAnswer(let bytes)?:
                 link.mode.withLock { $0 = .cutting(left: bytes) }
-            case .trickleAnswer(let bytes, let intervalMs)?:
-                link.mode.withLock { $0 = .trickling(bytes: max(1, bytes), intervalMs: intervalMs) }
+            case .trickleAnswer(let bytes, let intervalMs, let silentAfter)?:
+                link.mode.withLock { $0 = .trickling(bytes: max(1, bytes), intervalMs: intervalMs, left: silentAfter) }
             case nil:
                 break
             }
@@ -268,14 +274,18 @@ public final class TCPFaultProxy: Sendable {
                     return
                 }
                 link.mode.withLock { $0 = .cutting(left: left - chunk.count) }
-            case .trickling(let bytes, let intervalMs):
+            case .trickling(let bytes, let intervalMs, var left):
                 var offset = 0
-                while offset < chunk.count {
+                while offset < chunk.count && left != 0 {
                     usleep(UInt32(intervalMs) * 1_000)
-                    let end = min(chunk.count, offset + bytes)
+                    let end = min(chunk.count, offset + min(bytes, left ?? bytes))
                     guard Self.writeAll(link.client, Array(chunk[offset..<end])) else { return }
+                    left = left.map { $0 - (end - offset) }
                     offset = end
                 }
+                let silent = left == 0
+                if silent { silencedAt.withLock { $0 = Date() } }
+                link.mode.withLock { $0 = silent ? .silent : .trickling(bytes: bytes, intervalMs: intervalMs, left: left) }
             case .reset:
                 return
             }
