@@ -39,14 +39,19 @@ final class LeaseRenewalLane: @unchecked Sendable {
 
     /// Runs `body` with the lane's connection on the lane's thread (both made on first use); a
     /// connection the server dropped is opened again first. Each of its calls waits at most
-    /// `answerTimeoutMs` for the server's answer, then the connection is given up (see `AnswerWatchdog`).
+    /// `answerTimeoutMs` for the server's whole answer, then the connection is given up (see `AnswerWatchdog`).
+    ///
+    /// The whole answer, not the silence in it (`timingAnswersWhole`): the limit is what makes a renewal
+    /// that goes unanswered run again on a new connection before the leases it renews run out, and an
+    /// answer trickling in past it — a path that still delivers a byte now and then — comes too late
+    /// for that as surely as no answer at all.
     func run<T: Sendable>(answerTimeoutMs: Int64,
                           _ body: @escaping @Sendable (PostgresConnection) throws(StoreError) -> T) async throws -> T {
         let executor = try startedExecutor()
         return try await executor.run { [self] in
             let connection: PostgresConnection
             do throws(StoreError) { connection = try self.openConnection(answerTimeoutMs: answerTimeoutMs) } catch { throw Unopened(cause: error) }
-            return try body(connection)
+            return try connection.timingAnswersWhole { () throws(StoreError) -> T in try body(connection) }
         }
     }
 

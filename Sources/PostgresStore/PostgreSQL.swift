@@ -354,25 +354,42 @@ final class PostgresConnection {
         jobctl_PQfinish(handle)
     }
 
-    /// How long each call waits for the server's answer before the connection is given up as lost
-    /// (nil, the default: for ever). See `AnswerWatchdog`.
-    /// `cap`, when given, shortens the limit from another thread (see `AnswerWaitCap`).
+    /// How long a call may go without a byte of the server's answer before the connection is given up
+    /// as lost (nil, the default: for ever); within `timingAnswersWhole`, how long the call may take in
+    /// all. See `AnswerWatchdog`. `cap`, when given, bounds whole calls shorter from another thread (see
+    /// `AnswerWaitCap`).
     func setAnswerTimeout(milliseconds: Int64?, cap: AnswerWaitCap? = nil) throws(ThreadStartFailure) {
         answerWatchdog?.stop()
         answerWatchdog = nil
         answerWatchdog = try milliseconds.map { (timeoutMs) throws(ThreadStartFailure) in try AnswerWatchdog(timeoutMs: timeoutMs, cap: cap) }
     }
 
+    /// While set (`timingAnswersWhole`), the answer timeout bounds each call as a whole.
+    private var answersTimedWhole = false
+
+    /// Runs `body` with the answer timeout bounding each of its calls as a whole, however steadily the
+    /// answer arrives, instead of the silence in it: for calls whose answer is worth nothing once it
+    /// comes later than that (a worker's lease renewals, its group commits and claims; see their callers).
+    func timingAnswersWhole<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        let outer = answersTimedWhole
+        answersTimedWhole = true
+        defer { answersTimedWhole = outer }
+        return try body()
+    }
+
     /// Runs `body`, a call that waits on the server, under the answer timeout: when it passes, the
     /// socket is shut down (the wait ends) and the call fails as a lost connection saying why.
     private func awaitingAnswer<T>(sql: String?, _ body: () throws(PostgresError) -> T) throws(PostgresError) -> T {
         guard let watchdog = answerWatchdog else { return try body() }
-        watchdog.arm(socket: jobctl_PQsocket(handle))
+        watchdog.arm(socket: jobctl_PQsocket(handle), measure: answersTimedWhole ? .wholeCall : .silence)
         let result: Result<T, PostgresError>
         do throws(PostgresError) { result = .success(try body()) } catch { result = .failure(error) }
-        if watchdog.disarm(), case .failure = result {
-            let seconds = String(format: "%.1f", Double(watchdog.firedLimitMs) / 1_000).replacingOccurrences(of: ".0", with: "")
-            throw PostgresError.connectionLost(message: "the server sent no answer for \(seconds) s, so the connection was given up "
+        if watchdog.disarm(), case .failure = result, let firing = watchdog.lastFiring {
+            let seconds = String(format: "%.1f", Double(firing.limitMs) / 1_000).replacingOccurrences(of: ".0", with: "")
+            let what = !firing.answerBegun ? "the server sent no answer for \(seconds) s"
+                : firing.wholeCall ? "the server had not finished its answer within \(seconds) s"
+                : "the server sent no more of its answer for \(seconds) s"
+            throw PostgresError.connectionLost(message: "\(what), so the connection was given up "
                                                    + "(the limit: JOBCTL_DB_ANSWER_TIMEOUT for commands, the lease for workers)", sql: sql)
         }
         return try result.get()

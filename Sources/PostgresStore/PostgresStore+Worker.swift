@@ -14,7 +14,9 @@ extension PostgresStore {
     public func claim(owner: String, queues: [String]?, limit: Int, leaseMs: Int64, now: Int64) throws(StoreError) -> [ClaimedJob] {
         let request = ClaimRequest(owner: owner, queues: queues, limit: limit, leaseMs: leaseMs, now: now)
         guard !request.isEmpty else { return [] }
-        return try writeTransaction { (connection) throws(StoreError) -> [ClaimedJob] in
+        // Bounded as a whole call, as the executor's claims are (see `groupCommit`): claimed jobs whose
+        // answer trickles in later than that may have had their leases run out before the worker knows them.
+        return try wholeCallWriteTransaction { (connection) throws(StoreError) -> [ClaimedJob] in
             try connection.claim(request)
         }
     }
@@ -43,7 +45,9 @@ extension PostgresStore {
     /// update changes only `lease_expires_at_ms`, which no index holds (a HOT update).
     public func heartbeat(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) throws(StoreError) -> Set<String> {
         guard !leases.isEmpty else { return [] }
-        return try writeTransaction { (connection) throws(StoreError) -> Set<String> in
+        // Bounded as a whole call, as the lease renewals' lane is (`LeaseRenewalLane.run`): a renewal
+        // answered after the leases ran out renewed nothing.
+        return try wholeCallWriteTransaction { (connection) throws(StoreError) -> Set<String> in
             var lost: Set<String> = []
             for (jobID, token) in leases.sorted(by: { $0.key < $1.key }) {
                 let changed = try connection.store("""

@@ -66,10 +66,12 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// `readWrite` and `readOnly` refuse a database without jobctl's ledger (`noDatabase`), and
     /// `readOnly` one that still needs migrations (`olderSchema`).
     ///
-    /// With `answerTimeoutMs`, a call (after the open's migrations) that waits that long for the server's answer gives the session up
-    /// as lost (`io`, "the server sent no answer for N s"), and the next call opens a new one: a worker
-    /// on a connection that went quiet (a stalled proxy, a vanished host) reports and recovers instead
-    /// of hanging for ever. Without it, as libpq does, calls wait as long as the server takes.
+    /// With `answerTimeoutMs`, a call (after the open's migrations) that goes that long without a byte of the server's answer gives the
+    /// session up as lost (`io`, "the server sent no answer for N s", or "no more of its answer"), and the next call opens a new one:
+    /// a worker on a connection that went quiet (a stalled proxy, a vanished host) reports and recovers instead of hanging for ever,
+    /// while a large answer that keeps arriving through a slow link is read however long it takes. A worker's group commits and
+    /// claims, and its lease renewals, are bounded as whole calls instead (`groupCommit`, `LeaseRenewalLane.run`). Without it, as
+    /// libpq does, calls wait as long as the server takes.
     public init(url: String, mode: OpenMode, answerTimeoutMs: Int64? = nil) throws(StoreError) {
         self.location = redactedDatabaseURL(url)
         self.mode = mode
@@ -164,10 +166,31 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     public var groupCommitStats: GroupCommitStats { executor.groupCommitStats }
 
     /// One group commit: the appends, then the claim when there is one, in one transaction.
+    ///
+    /// Each of its calls is bounded as a whole by the answer timeout (`timingAnswersWhole`), not by the
+    /// silence in its answer: these are a worker's writes (its runners' events, its claims), whose limit
+    /// is its lease. Every runner's writes wait behind the one under way, while the lease renewals' own
+    /// connection keeps their leases alive: a commit whose answer trickled on past the lease would hold
+    /// them all, and the jobs with them, on a worker that cannot write them. Given up, it is tried on a
+    /// new session (or its loss found out, `landedEvent`). Its answers are small (a claim's: the jobs
+    /// of the worker's free slots), never the large results a silence limit is for.
     private func groupCommit(_ events: [PendingEvent], thenClaim request: ClaimRequest?) throws(StoreError) -> AppendAndClaimOutcome {
         let now = Clock.nowMs()
-        if let request { return try append(events, now: now, thenClaim: request) }
-        return AppendAndClaimOutcome(appended: try append(events, now: now), claimed: .success([]))
+        return try connection.timingAnswersWhole { () throws(StoreError) -> AppendAndClaimOutcome in
+            if let request { return try append(events, now: now, thenClaim: request) }
+            return AppendAndClaimOutcome(appended: try append(events, now: now), claimed: .success([]))
+        }
+    }
+
+    /// `writeTransaction`, each of its calls bounded as a whole by the answer timeout (see `groupCommit`
+    /// and `PostgresConnection.timingAnswersWhole`): for a worker's claims and lease writes.
+    func wholeCallWriteTransaction<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        try refuseWriteIfReadOnly()
+        return try withConnection { (connection) throws(StoreError) -> T in
+            try connection.timingAnswersWhole { () throws(StoreError) -> T in
+                try Self.transaction(Self.writeBegin, on: connection, readOnly: false, body)
+            }
+        }
     }
 
     // MARK: - Transactions
