@@ -111,7 +111,8 @@ struct Context: Sendable {
     ///
     /// A worker on PostgreSQL gives a session up once the server leaves a call unanswered for
     /// `answerTimeoutMs` (see `PostgresStore.init`), then opens a new one. Every other command waits at
-    /// most `JOBCTL_DB_ANSWER_TIMEOUT` (30 s by default) for an answer and then fails, so a stopped
+    /// most `JOBCTL_DB_ANSWER_TIMEOUT` (30 s by default) without a byte of the answer (an answer still
+    /// arriving is read however long it takes) and then fails, so a stopped
     /// server or a proxy that stopped forwarding cannot hang it; a `wholeLog` command (one that may keep
     /// the server busy with the whole log in one statement: archive, replay, migrate) waits only as long
     /// as the variable says, and as long as the server takes when it is unset.

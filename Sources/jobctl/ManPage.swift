@@ -80,8 +80,8 @@ enum ManPage {
         (["XDG_CONFIG_HOME", "HOME"], "Where the user's configuration file is ($XDG_CONFIG_HOME/jobctl/config.yaml, else "
             + "~/.config/jobctl/config.yaml); counted only when absolute. HOME also locates gcloud's "
             + "application_default_credentials.json."),
-        (["JOBCTL_DB_ANSWER_TIMEOUT"], "PostgreSQL: how long a command other than worker waits for the server's answer "
-            + "(30s; 1s to 1d; 0 or off: no limit, the default of archive, replay and migrate)."),
+        (["JOBCTL_DB_ANSWER_TIMEOUT"], "PostgreSQL: how long a command other than worker waits without a byte of the server's "
+            + "answer, before it or part way through it (30s; 1s to 1d; 0 or off: no limit, the default of archive, replay and migrate)."),
         (["JOBCTL_BUCKETS"], "The folder holding file://NAME buckets (else buckets/ beside the database)."),
         (["STORAGE_EMULATOR_HOST"], "The GCS JSON API endpoint (HOST:PORT or http(s)://HOST:PORT), as Google's clients read it."),
         (["GOOGLE_OAUTH_ACCESS_TOKEN", "JOBCTL_TOKEN_COMMAND"], "A bearer token for GCS, or a command printing one "
