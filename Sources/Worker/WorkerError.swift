@@ -6,6 +6,9 @@ public struct WorkerError: Error, Sendable, CustomStringConvertible {
         case invalidMetricsAddress
         /// The metrics endpoint could not listen (address in use, not this machine's, …).
         case metricsListenFailed
+        /// The service manager's notification variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, `WATCHDOG_PID`)
+        /// are set but unusable, or no socket could be opened to use them.
+        case serviceNotifyFailed
     }
 
     public let code: Code

@@ -289,7 +289,11 @@ public final class WorkerPool: Sendable {
     /// `opened` is called just after `worker_started` is logged and `closing` just before
     /// `worker_stopped` is (or before the error is thrown): what logs about the worker from outside, such
     /// as the signal handling, does so between them, so that those two lines open and close the log.
-    public func run(opened: () -> Void = {}, closing: () -> Void = {}) async throws -> WorkerSummary {
+    ///
+    /// `turned` is called at every turn of the worker's loop (at least every poll interval, also while
+    /// it stops) with the runs under way and the summary so far: a service manager's watchdog is fed there.
+    public func run(opened: () -> Void = {}, closing: () -> Void = {},
+                    turned: (_ running: Int, _ summary: WorkerSummary) -> Void = { _, _ in }) async throws -> WorkerSummary {
         let config = configuration
         var lastDataVersion: Int64 = -1
         var lastDataVersionCheck: Int64 = 0
@@ -329,16 +333,17 @@ public final class WorkerPool: Sendable {
 
         while true {
             let now = Clock.nowMs()
-            let (shuttingDown, runningCount, heldCount, claimAhead, activeCount, waitingCount, slotFreed, oldestRun, heldTooLong, outcomes) = state.withLock { state in
+            let (shuttingDown, runningCount, heldCount, claimAhead, activeCount, waitingCount, slotFreed, oldestRun, heldTooLong, summarySoFar) = state.withLock { state in
                 let freed = state.slotFreed
                 state.slotFreed = false
                 let oldest = state.running.values.lazy.filter { !$0.transferReturned }.compactMap(\.launchedAtMs).min()
                 let stale = state.waiting.filter { id in state.running[id].map { now - $0.claimedAtMs >= Self.holdLimitMs(config) } ?? false }
-                let summary = state.summary
-                let outcomes = summary.succeeded + summary.failed + summary.retried + summary.paused + summary.cancelled + summary.released
                 return (state.shuttingDown, state.running.count, state.heldCount(config), state.claimAhead(config, now: now),
-                        state.active, state.waiting.count, freed, oldest, stale, outcomes)
+                        state.active, state.waiting.count, freed, oldest, stale, state.summary)
             }
+            turned(activeCount, summarySoFar)
+            let outcomes = summarySoFar.succeeded + summarySoFar.failed + summarySoFar.retried + summarySoFar.paused
+                + summarySoFar.cancelled + summarySoFar.released
             if outcomes != outcomesSeen {
                 outcomesSeen = outcomes
                 writesFailingSince = nil

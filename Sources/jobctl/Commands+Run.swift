@@ -95,6 +95,11 @@ extension Commands {
         if let rate = try arguments.value(Options.bandwidthLimit) { storage.bandwidth = SharedBandwidth(rate: rate) }
         if let threshold = try arguments.value(Options.slicedThreshold) { storage.slicedThreshold = threshold }
         if let count = try arguments.value(Options.slices) { storage.sliceCount = count }
+        // Under a Type=notify unit: READY=1 once started, STOPPING=1, STATUS=, the watchdog's pings.
+        let notifier: ServiceNotifier?
+        do throws(WorkerError) {
+            notifier = try ServiceNotifier.fromEnvironment(ServiceEnvironment.taken)
+        } catch { throw CommandFailure(error.message) }
         let metricsAddress = try arguments.value(Options.metrics)
         if let metricsAddress, !metricsAddress.isLoopback, !arguments[Options.metricsAllowRemote] {
             throw UsageError("--metrics \(metricsAddress) is not a loopback address and the endpoint has no authentication; "
@@ -135,11 +140,19 @@ extension Commands {
         // `worker_stopped`: installed before the run, a pending signal was logged before `worker_started`,
         // and one that came as the run ended after `worker_stopped`. A signal after the run stays pending
         // (blocked) while the process closes its database and exits.
-        let signals = SignalHandling(pool: pool)
+        let signals = SignalHandling(pool: pool, notifier: notifier)
+        let slots = concurrency
         // Kept alive through the run (its handlers hold it weakly); released with the pool and the store
         // when this returns, which closes the database (a checkpoint, the WAL removed).
         let summary = try withExtendedLifetime(signals) {
-            try blockingRun { try await pool.run(opened: { signals.install() }, closing: { signals.uninstall() }) }
+            try blockingRun {
+                try await pool.run(opened: {
+                    signals.install()
+                    notifier?.ready(status: "started: \(slots) transfer slots, queues \(queues.isEmpty ? "*" : queues.joined(separator: ","))")
+                }, closing: { signals.uninstall() }, turned: { running, summary in
+                    notifier?.turned(status: serviceStatus(running: running, of: slots, summary))
+                })
+            }
         }
         log.flush()
         if arguments[Options.json] {
@@ -218,6 +231,18 @@ private func workerLog(_ arguments: ParsedArguments, _ context: Context) throws 
                      holdingUntilStarted: true)
 }
 
+/// The service manager's notification variables, taken out of the environment before any thread started
+/// (see `main` and `ServiceNotifier.takeEnvironment`).
+enum ServiceEnvironment {
+    static let taken = ServiceNotifier.takeEnvironment()
+}
+
+/// What `systemctl status` shows of a worker (`STATUS=`).
+private func serviceStatus(running: Int, of slots: Int, _ summary: WorkerSummary) -> String {
+    "\(running) of \(slots) transfers running; since start \(summary.succeeded) succeeded, \(summary.failed) failed, "
+        + "\(summary.retried) retried"
+}
+
 /// Runs an async body to completion from synchronous command code.
 func blockingRun<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
     let box = ResultBox<T>()
@@ -245,13 +270,17 @@ private final class ResultBox<T>: @unchecked Sendable {
 /// SIGTERM/SIGINT/SIGHUP: the first starts a graceful shutdown, the second exits at once.
 final class SignalHandling: @unchecked Sendable {
     private let pool: WorkerPool
+    private let notifier: ServiceNotifier?
     private var sources: [DispatchSourceSignal] = []
     private var received = 0
     /// Set by `uninstall`: the worker has stopped, and a signal read since changes nothing.
     private var stopped = false
     private let queue = DispatchQueue(label: "jobctl.signals")
 
-    init(pool: WorkerPool) { self.pool = pool }
+    init(pool: WorkerPool, notifier: ServiceNotifier? = nil) {
+        self.pool = pool
+        self.notifier = notifier
+    }
 
     /// Starts reading SIGTERM, SIGINT and SIGHUP. They are blocked in every thread (since `main` began), so
     /// they stay pending until a signal source reads them; the disposition is left alone, because
@@ -273,6 +302,7 @@ final class SignalHandling: @unchecked Sendable {
                 received += 1
                 if received == 1 {
                     pool.log.signalReceived(number, exitingNow: false, now: Clock.nowMs())
+                    notifier?.stopping(status: "stopping: finishing or pausing the transfers, releasing their leases")
                     pool.beginShutdown()
                 } else {
                     pool.log.signalReceived(number, exitingNow: true, now: Clock.nowMs())

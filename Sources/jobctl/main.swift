@@ -12,6 +12,11 @@ let reopenedAtStart = StandardStreams.ensureOpen()
 if reopenedAtStart.contains(STDOUT_FILENO) { StandardOutput.noteClosedAtStart() }
 if reopenedAtStart.contains(STDIN_FILENO) { StandardInput.noteClosedAtStart() }
 
+// Before any thread exists (`unsetenv` is not safe beside one reading the environment): the service
+// manager's notification variables are taken out of the environment, for `worker` alone, so that no
+// process jobctl starts (a token command) inherits them and speaks for it.
+_ = ServiceEnvironment.taken
+
 // Then, before any thread exists (every thread inherits this mask): hold SIGTERM, SIGINT and SIGHUP, so one
 // that arrives while the worker is still starting waits for its handler instead of killing the process.
 // Commands other than `worker` release them again before they run.

@@ -37,14 +37,15 @@ struct PackagingTests {
         #expect(output.stderr.isEmpty && output.stdout.isEmpty, "systemd-analyze verify: \(output.stderr)\(output.stdout)")
     }
 
-    @Test("The unit stops gracefully, restarts on failure and writes only its state directory")
+    @Test("The unit says when the worker is ready, feeds a watchdog, stops gracefully, restarts on failure and writes only its state directory")
     func unitSettings() throws {
         let unit = try String(contentsOfFile: Self.unitSource, encoding: .utf8)
         let settings = unit.split(separator: "\n").filter { !$0.hasPrefix("#") && $0.contains("=") }.map(String.init)
         for expected in ["KillSignal=SIGTERM", "Restart=on-failure", "TimeoutStopSec=30s", "ProtectSystem=strict",
                          "ReadWritePaths=/var/lib/jobctl", "StateDirectory=jobctl", "NoNewPrivileges=yes", "PrivateTmp=yes",
                          "ProtectHome=yes", "User=jobctl", "Environment=JOBCTL_DB=/var/lib/jobctl/jobctl.db",
-                         "EnvironmentFile=-/etc/jobctl/worker.env", "Group=jobctl", "StateDirectoryMode=2770", "UMask=0007"] {
+                         "EnvironmentFile=-/etc/jobctl/worker.env", "Group=jobctl", "StateDirectoryMode=2770", "UMask=0007",
+                         "Type=notify", "NotifyAccess=main", "WatchdogSec=3min"] {
             #expect(settings.contains(expected), "missing \(expected)")
         }
     }

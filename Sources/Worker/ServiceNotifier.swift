@@ -1,0 +1,177 @@
+import Foundation
+import JobModel
+import Synchronization
+
+/// Tells the service manager how the worker is doing, by the systemd notification protocol: a unit
+/// with `Type=notify` counts the worker started only once it says `READY=1` (its database open, its
+/// metrics endpoint bound, `worker_started` logged), so `systemctl start` waits for that and fails when
+/// the worker stops first; `STOPPING=1` at the first SIGTERM; `STATUS=` what it has done, which
+/// `systemctl status` shows; and, with `WatchdogSec=`, `WATCHDOG=1` from the worker's loop at half the
+/// interval, so a worker whose loop hangs is killed and restarted instead of holding its place silent.
+///
+/// The protocol is one datagram of `KEY=value` lines to the Unix socket `NOTIFY_SOCKET` names (a path,
+/// or `@name` in the abstract namespace); `WATCHDOG_USEC` is the watchdog's interval, for this process
+/// only when `WATCHDOG_PID` is unset or names it. No library is needed. A datagram that cannot be sent
+/// (the manager restarted, its socket full) is dropped: the next one says as much.
+///
+/// See sd_notify(3) and systemd.service(5) (`Type=notify`, `WatchdogSec=`).
+public final class ServiceNotifier: Sendable {
+    /// The variables the protocol reads: `main` takes them out of the environment before any thread
+    /// starts (`takeEnvironment`), so that no command this process runs (a token command) can speak for it.
+    public static let variables = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"]
+
+    private let socket: Int32
+    private let address: sockaddr_un
+    private let addressLength: socklen_t
+    /// Half the watchdog's interval, in milliseconds (nil: no watchdog).
+    public let watchdogEveryMs: Int64?
+    private struct Sent {
+        var watchdogAtMs: Int64?
+        var status: String?
+        var statusAtMs: Int64?
+    }
+    private let sent = Mutex(Sent())
+
+    /// How often a changed `STATUS=` is sent at most.
+    static let statusEveryMs: Int64 = 1_000
+
+    /// The notifier `environment` asks for (nil: `NOTIFY_SOCKET` is unset or empty, as outside a
+    /// `Type=notify` unit); `pid` is this process's, for `WATCHDOG_PID`. Throws a message saying what is
+    /// wrong with a variable that is set but unusable: a `Type=notify` unit whose worker cannot say it is
+    /// ready would be killed at the start timeout with nothing said.
+    public static func fromEnvironment(_ environment: [String: String], pid: Int32 = getpid()) throws(WorkerError) -> ServiceNotifier? {
+        guard let target = environment["NOTIFY_SOCKET"], !target.isEmpty else { return nil }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        var bytes = Array(target.utf8)
+        let abstract = bytes.first == UInt8(ascii: "@")
+        guard abstract || bytes.first == UInt8(ascii: "/") else {
+            throw Self.unusable("NOTIFY_SOCKET", target, "is neither an absolute path nor an abstract socket name (@name)")
+        }
+        guard !bytes.contains(0), bytes.count > 1 else { throw Self.unusable("NOTIFY_SOCKET", target, "is not a socket name") }
+        // A path needs its terminating NUL; an abstract name's leading NUL takes the `@`'s place.
+        guard bytes.count + (abstract ? 0 : 1) <= capacity else {
+            throw Self.unusable("NOTIFY_SOCKET", target, "is longer than a Unix socket address holds (\(capacity - 1) bytes)")
+        }
+        if abstract { bytes[0] = 0 }
+        withUnsafeMutableBytes(of: &address.sun_path) { path in
+            path.copyBytes(from: bytes)
+        }
+        let length = socklen_t(MemoryLayout<sockaddr_un>.offset(of: \.sun_path)! + bytes.count + (abstract ? 0 : 1))
+
+        var watchdogEveryMs: Int64?
+        let forThisProcess: Bool
+        if let owner = environment["WATCHDOG_PID"], !owner.isEmpty {
+            guard case .value(let named) = DecimalText.read(owner), named > 0 else {
+                throw Self.unusable("WATCHDOG_PID", owner, "is not a process id")
+            }
+            forThisProcess = named == Int64(pid)
+        } else {
+            forThisProcess = true
+        }
+        if forThisProcess, let interval = environment["WATCHDOG_USEC"], !interval.isEmpty {
+            guard case .value(let microseconds) = DecimalText.read(interval) else {
+                throw Self.unusable("WATCHDOG_USEC", interval, "is not a number of microseconds")
+            }
+            // 0 turns the watchdog off (sd_watchdog_enabled(3)); below 2 ms a ping every half interval
+            // would be all this process does.
+            if microseconds > 0 {
+                guard microseconds >= 2_000 else {
+                    throw Self.unusable("WATCHDOG_USEC", interval, "is below 2 ms; give WatchdogSec= a value of seconds")
+                }
+                watchdogEveryMs = microseconds / 2_000
+            }
+        }
+        let socket = Glibc.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard socket >= 0 else {
+            let code = errno
+            throw WorkerError(.serviceNotifyFailed, "cannot open a socket to tell the service manager (NOTIFY_SOCKET) that the "
+                                  + "worker is ready: \(String(cString: strerror(code)))", errno: code)
+        }
+        return ServiceNotifier(socket: socket, address: address, addressLength: length, watchdogEveryMs: watchdogEveryMs)
+    }
+
+    private init(socket: Int32, address: sockaddr_un, addressLength: socklen_t, watchdogEveryMs: Int64?) {
+        self.socket = socket
+        self.address = address
+        self.addressLength = addressLength
+        self.watchdogEveryMs = watchdogEveryMs
+    }
+
+    deinit { close(socket) }
+
+    private static func unusable(_ variable: String, _ value: String, _ problem: String) -> WorkerError {
+        WorkerError(.serviceNotifyFailed, "\(variable)='\(TerminalText.printable(String(value.prefix(200))))' \(problem); the service manager sets it "
+                        + "for a Type=notify unit: check the unit, or unset it")
+    }
+
+    /// Reads the protocol's variables and removes them from this process's environment, so that no
+    /// process it starts inherits them. Call it before any other thread exists (`unsetenv` is not
+    /// safe beside threads reading the environment).
+    public static func takeEnvironment() -> [String: String] {
+        var taken: [String: String] = [:]
+        for name in variables {
+            if let value = getenv(name) {
+                taken[name] = String(cString: value)
+                unsetenv(name)
+            }
+        }
+        return taken
+    }
+
+    /// The worker is ready: it has opened its database and logged `worker_started`.
+    public func ready(status: String) {
+        send("READY=1\nSTATUS=\(Self.oneLine(status))\nMAINPID=\(getpid())")
+        sent.withLock { $0.status = status; $0.statusAtMs = Clock.monotonicMs() }
+    }
+
+    /// The worker is stopping (its first shutdown signal): it finishes or pauses its transfers.
+    public func stopping(status: String) {
+        send("STOPPING=1\nSTATUS=\(Self.oneLine(status))")
+        sent.withLock { $0.status = status; $0.statusAtMs = Clock.monotonicMs() }
+    }
+
+    /// One turn of the worker's loop: the watchdog's ping when half its interval has passed since the
+    /// last, and `status` when it changed (at most once a second).
+    public func turned(status: @autoclosure () -> String, nowMs: Int64 = Clock.monotonicMs()) {
+        var lines: [String] = []
+        let text = status()
+        sent.withLock { sent in
+            if let every = watchdogEveryMs, Self.due(since: sent.watchdogAtMs, every: every, now: nowMs) {
+                lines.append("WATCHDOG=1")
+                sent.watchdogAtMs = nowMs
+            }
+            if text != sent.status, Self.due(since: sent.statusAtMs, every: Self.statusEveryMs, now: nowMs) {
+                lines.append("STATUS=\(Self.oneLine(text))")
+                sent.status = text
+                sent.statusAtMs = nowMs
+            }
+        }
+        if !lines.isEmpty { send(lines.joined(separator: "\n")) }
+    }
+
+    /// Whether `every` milliseconds have passed since `last` (nil: never sent).
+    private static func due(since last: Int64?, every: Int64, now: Int64) -> Bool {
+        guard let last else { return true }
+        return now - last >= every || now < last
+    }
+
+    /// A status is one line (a queue name cannot hold a line feed, but nothing here relies on that).
+    private static func oneLine(_ text: String) -> String {
+        String(text.map { $0.isNewline ? " " : $0 })
+    }
+
+    private func send(_ message: String) {
+        var address = self.address
+        let length = addressLength
+        let bytes = Array(message.utf8)
+        _ = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { target in
+                bytes.withUnsafeBytes { body in
+                    sendto(socket, body.baseAddress, body.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT), target, length)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// A worker under a `Type=notify` unit speaks the service manager's notification protocol: one datagram
+/// of `KEY=value` lines to the Unix socket `NOTIFY_SOCKET` names. The socket here is the test's own,
+/// read as systemd reads it.
+@Suite("worker notifies the service manager", .onTestThreads) struct ServiceNotifyTests {
+    /// A datagram socket bound where `NOTIFY_SOCKET` will name it, as the service manager binds one.
+    final class NotifySocket {
+        let descriptor: Int32
+        /// The value for `NOTIFY_SOCKET`.
+        let name: String
+
+        /// Bound at `path`, or (nil) at a fresh name in the abstract namespace.
+        init(path: String? = nil) throws {
+            descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard descriptor >= 0 else { throw CLITestError("socket: \(String(cString: strerror(errno)))") }
+            name = path ?? "@jobctl-notify-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            var bytes = Array(name.utf8)
+            if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }
+            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+            let length = socklen_t(MemoryLayout<sockaddr_un>.offset(of: \.sun_path)! + bytes.count + (path == nil ? 0 : 1))
+            let bound = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) }
+            }
+            guard bound == 0 else { throw CLITestError("bind \(name): \(String(cString: strerror(errno)))") }
+        }
+
+        deinit { close(descriptor) }
+
+        /// The next datagram, or nil when none came within `seconds`.
+        func receive(within seconds: Double) -> String? {
+            var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, Int32(seconds * 1_000)) == 1 else { return nil }
+            var buffer = [UInt8](repeating: 0, count: 4_096)
+            let count = recv(descriptor, &buffer, buffer.count, 0)
+            guard count >= 0 else { return nil }
+            return String(decoding: buffer[..<count], as: UTF8.self)
+        }
+
+        /// Every datagram that comes within `seconds`.
+        func receiveAll(for seconds: Double) -> [String] {
+            var messages: [String] = []
+            let end = Date().addingTimeInterval(seconds)
+            while case let left = end.timeIntervalSinceNow, left > 0 {
+                if let message = receive(within: left) { messages.append(message) }
+            }
+            return messages
+        }
+    }
+
+    @Test("READY=1 after worker_started, STATUS= with its counts, the watchdog's pings, STOPPING=1 at SIGTERM")
+    func readyStatusWatchdogStopping() throws {
+        let workspace = try CLIWorkspace("notify")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let listener = try NotifySocket()
+        let worker = try LoggedWorker(workspace, ["--concurrency", "2"],
+                                      environment: ["NOTIFY_SOCKET": listener.name, "WATCHDOG_USEC": "200000"])
+        defer { worker.kill() }
+        let ready = try #require(listener.receive(within: 20), "no datagram:\n\(worker.log())")
+        let lines = ready.split(separator: "\n").map(String.init)
+        #expect(lines.contains("READY=1"), "\(ready)")
+        #expect(lines.contains("MAINPID=\(worker.process.processIdentifier)"), "\(ready)")
+        #expect(lines.contains("STATUS=started: 2 transfer slots, queues *"), "\(ready)")
+        // Ready only once started: `worker_started` is logged first (by the log's own thread, so it may
+        // reach the file a moment later).
+        #expect(eventuallyTrue(seconds: 5) { worker.log().contains(" worker_started ") }, "\(worker.log())")
+
+        // An interval of 0.2 s: a ping every 0.1 s.
+        let pings = listener.receiveAll(for: 1.2).filter { $0.split(separator: "\n").contains("WATCHDOG=1") }
+        #expect(pings.count >= 6 && pings.count <= 14, "\(pings.count) pings in 1.2 s")
+
+        _ = try workspace.submit("""
+            - {kind: upload-data, data: one, destination: "file://notify/1.txt"}
+            - {kind: upload-data, data: two, destination: "file://notify/2.txt"}
+            """)
+        var status: String?
+        let counted = eventuallyTrue(seconds: 20) {
+            for message in listener.receiveAll(for: 0.2) {
+                for line in message.split(separator: "\n") where line.hasPrefix("STATUS=") { status = String(line) }
+            }
+            return status?.contains("2 succeeded") == true
+        }
+        #expect(counted, "last status: \(status ?? "none")\n\(worker.log())")
+        #expect(status == "STATUS=0 of 2 transfers running; since start 2 succeeded, 0 failed, 0 retried", "\(status ?? "none")")
+
+        signalIfRunning(worker.process, SIGTERM)
+        var stopping: String?
+        _ = eventuallyTrue(seconds: 10) {
+            stopping = listener.receiveAll(for: 0.2).first { $0.split(separator: "\n").contains("STOPPING=1") }
+            return stopping != nil
+        }
+        #expect(stopping?.contains("STATUS=stopping") == true, "\(stopping ?? "no STOPPING=1")")
+        worker.process.waitUntilExit()
+        #expect(worker.process.terminationStatus == 0, "\(worker.log())")
+    }
+
+    @Test("a socket path works as the abstract name does; a watchdog meant for another process is not fed")
+    func socketPathAndAnotherProcessWatchdog() throws {
+        let workspace = try CLIWorkspace("notify-path")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        // Short: a Unix socket's path holds 107 bytes.
+        let path = "/tmp/jobctl-notify-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
+        defer { unlink(path) }
+        let listener = try NotifySocket(path: path)
+        let worker = try LoggedWorker(workspace, [], environment: ["NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000",
+                                                                   "WATCHDOG_PID": "\(getpid())"])
+        defer { worker.kill() }
+        let ready = try #require(listener.receive(within: 20), "no datagram:\n\(worker.log())")
+        #expect(ready.split(separator: "\n").contains("READY=1"), "\(ready)")
+        let later = listener.receiveAll(for: 1)
+        #expect(!later.contains { $0.split(separator: "\n").contains("WATCHDOG=1") }, "\(later)")
+        worker.stop()
+        #expect(worker.process.terminationStatus == 0, "\(worker.log())")
+    }
+
+    /// A Type=notify unit whose worker cannot say it is ready is killed at its start timeout with
+    /// nothing said: a variable set but unusable stops the worker at once, saying which and why.
+    @Test("an unusable NOTIFY_SOCKET, WATCHDOG_USEC or WATCHDOG_PID stops the worker at start, exit 1, naming it",
+          arguments: [
+              (["NOTIFY_SOCKET": "run/notify"], "NOTIFY_SOCKET='run/notify' is neither an absolute path nor an abstract socket name"),
+              (["NOTIFY_SOCKET": "/" + String(repeating: "d", count: 120)], "is longer than a Unix socket address holds (107 bytes)"),
+              (["NOTIFY_SOCKET": "@", ], "NOTIFY_SOCKET='@' is not a socket name"),
+              (["NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "30s"], "WATCHDOG_USEC='30s' is not a number of microseconds"),
+              (["NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "500"], "WATCHDOG_USEC='500' is below 2 ms"),
+              (["NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "-1"], "WATCHDOG_PID='-1' is not a process id"),
+          ])
+    func unusableVariables(environment: [String: String], message: String) throws {
+        let workspace = try CLIWorkspace("notify-bad")
+        defer { workspace.directory.remove() }
+        let result = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains(message), "\(result.stderr)")
+        #expect(!result.stderr.contains("worker_started"), "\(result.stderr)")
+    }
+
+    /// `systemctl start` of a Type=notify unit fails when the worker exits before READY=1, and waits for
+    /// it otherwise: a worker that stops at start (here a CA bundle that is not there) never says it.
+    @Test("a worker that stops at start never says READY=1")
+    func noReadyWhenTheStartFails() throws {
+        let workspace = try CLIWorkspace("notify-fail")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let listener = try NotifySocket()
+        let result = try workspace.jobctl(["worker"], environment: ["NOTIFY_SOCKET": listener.name, "WATCHDOG_USEC": "200000",
+                                                                    "JOBCTL_CA_BUNDLE": workspace.directory.file("none.pem")])
+        #expect(result.status == 1 && result.stderr.contains("JOBCTL_CA_BUNDLE"), "\(result.stderr)")
+        let sent = listener.receiveAll(for: 0.3)
+        #expect(!sent.contains { $0.split(separator: "\n").contains("READY=1") }, "\(sent)")
+    }
+
+    @Test("without NOTIFY_SOCKET (or with it empty) nothing is sent and WATCHDOG_USEC alone changes nothing")
+    func unsetMeansSilent() throws {
+        let workspace = try CLIWorkspace("notify-none")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        for environment in [["WATCHDOG_USEC": "junk"], ["NOTIFY_SOCKET": "", "WATCHDOG_USEC": "junk"]] {
+            let result = try workspace.jobctl(["worker", "--drain"], environment: environment)
+            #expect(result.status == 0, "\(environment): \(result.stderr)")
+        }
+    }
+}
