@@ -2,6 +2,9 @@ import Checksums
 import Foundation
 import JobModel
 import StorePort
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What `ArchiveReader.read` found in an intact archive.
 public struct ArchiveCheck: Sendable, Equatable {
@@ -23,19 +26,14 @@ public enum ArchiveReader {
     /// Reads `path`, handing each event row and blob to the closures as it goes; throws at the first problem.
     public static func read(_ path: String, event: (LogRow) throws(RetentionError) -> Void = { _ in },
                             blob: (ArchivedBlob) throws(RetentionError) -> Void = { _ in }) throws(RetentionError) -> ArchiveCheck {
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw RetentionError.io("cannot open '\(path)': \(String(cString: strerror(errno))); check the path")
-        }
-        defer { try? handle.close() }
+        let descriptor = try openArchiveFile(path)
+        defer { close(descriptor) }
         let decompressor = try GzipDecompressor()
         let fileDigest = Digest(.sha256)
         var parser = LineChecker()
         var lines = LineSplitter()
         while true {
-            let chunk: Data
-            do { chunk = try handle.read(upToCount: 256 * 1024) ?? Data() } catch {
-                throw RetentionError.io("cannot read '\(path)': \(error)")
-            }
+            let chunk = try readChunk(descriptor, path: path)
             if chunk.isEmpty { break }
             fileDigest.update(chunk)
             // Fed to zlib a slice at a time, so one call yields at most ~1,000 times the slice (gzip's
@@ -66,6 +64,53 @@ public enum ArchiveReader {
 }
 
 extension ArchiveReader {
+    /// Opens `path` for reading if it is a regular file (after links). Opened without waiting, then
+    /// checked: a FIFO there held `archive verify`, `audit --from` and `archive --to` (which reads an
+    /// existing file before replacing it) in `open` until a writer came, for ever; a directory failed
+    /// only at its first read, with Foundation's error text.
+    private static func openArchiveFile(_ path: String) throws(RetentionError) -> Int32 {
+        let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+        guard descriptor >= 0 else {
+            throw RetentionError.io("cannot open '\(path)': \(String(cString: strerror(errno))); check the path")
+        }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let code = errno
+            close(descriptor)
+            throw RetentionError.io("cannot open '\(path)': \(String(cString: strerror(code))); check the path")
+        }
+        let kind: String? = switch info.st_mode & S_IFMT {
+        case S_IFREG: nil
+        case S_IFDIR: "a directory"
+        case S_IFIFO: "a FIFO"
+        case S_IFSOCK: "a socket"
+        case S_IFCHR: "a character device"
+        case S_IFBLK: "a block device"
+        default: "not a regular file"
+        }
+        if let kind {
+            close(descriptor)
+            throw RetentionError.io("'\(path)' is \(kind), not an archive file; give the path of a file `jobctl archive` wrote")
+        }
+        // Opened O_RDONLY | O_NONBLOCK: clearing every status flag clears O_NONBLOCK alone.
+        _ = fcntl(descriptor, F_SETFL, 0)
+        return descriptor
+    }
+
+    /// The next bytes of the file (empty at its end).
+    private static func readChunk(_ descriptor: Int32, path: String) throws(RetentionError) -> Data {
+        var chunk = Data(count: readChunkBytes)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { throw RetentionError.io("cannot read '\(path)': \(String(cString: strerror(errno)))") }
+            chunk.count = count
+            return chunk
+        }
+    }
+
+    /// The file's bytes read per call.
+    static let readChunkBytes = 256 * 1024
     /// The compressed bytes handed to zlib per call.
     static let inputSliceBytes = 16 * 1024
     /// The longest header line accepted: a header is a few hundred bytes.

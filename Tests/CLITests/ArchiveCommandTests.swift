@@ -293,6 +293,52 @@ import TestSupport
         #expect(try workspace.jobctl(["archive", "verify", file]).status == 0)
     }
 
+    /// A FIFO named as the file: `archive verify`, `audit --from` and `archive --to` (which reads an
+    /// existing file before replacing it) waited in `open` for a writer for ever. A directory failed at
+    /// its first read with Foundation's error text, a device as damaged gzip. Each is refused at once
+    /// now, named for what it is, and the log keeps its jobs. A writer opens each FIFO after 5 s so
+    /// that the old behaviour ends (late) rather than hangs the suite.
+    @Test("archive verify, audit --from and archive --to refuse a FIFO, a folder or a device at once, naming it")
+    func specialFilesRefused() throws {
+        let workspace = try CLIWorkspace("archivespecial")
+        defer { workspace.directory.remove() }
+        let jobs = try Self.fabricate(in: workspace, engine: .sqlite)
+        let folder = workspace.directory.file("folder")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        let commands: [(arguments: (String) -> [String], status: Int32)] = [
+            ({ ["archive", "verify", $0] }, 1),
+            ({ ["audit", "--from", $0, "--json"] }, 1),
+            ({ ["archive", "--before", "90d", "--to", $0] }, 1),
+        ]
+        for (index, command) in commands.enumerated() {
+            let fifo = workspace.directory.file("fifo-\(index).ndjson.gz")
+            #expect(mkfifo(fifo, 0o600) == 0)
+            Thread {
+                sleep(5)
+                let descriptor = Glibc.open(fifo, O_WRONLY | O_NONBLOCK)
+                if descriptor >= 0 { close(descriptor) }
+            }.start()
+            let start = ContinuousClock.now
+            let output = try workspace.jobctl(command.arguments(fifo))
+            #expect(start.duration(to: .now) < .seconds(3), "\(command.arguments(fifo)) waited for a writer")
+            #expect(output.status == command.status && output.stderr.contains("'\(fifo)' is a FIFO, not an archive file"),
+                    "\(command.arguments(fifo)): \(output.status) \(output.stderr)")
+            var info = stat()
+            #expect(lstat(fifo, &info) == 0 && info.st_mode & S_IFMT == S_IFIFO, "the FIFO is left as it was")
+        }
+        for (path, kind) in [(folder, "a directory"), ("/dev/zero", "a character device")] {
+            for command in commands.prefix(2) {
+                let output = try workspace.jobctl(command.arguments(path))
+                #expect(output.status == command.status && output.stderr.contains("'\(path)' is \(kind), not an archive file"),
+                        "\(command.arguments(path)): \(output.status) \(output.stderr)")
+            }
+        }
+        // Nothing left the log.
+        let listed = try workspace.jobctl(["list", "--json"])
+        let ids = Self.ids(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)))
+        #expect(ids.isSuperset(of: jobs.archived), "\(listed.stdout)")
+    }
+
     @Test("archive removes what its jobs left on disk: once they leave the log no sweep can tie the files to them")
     func leftoversGoWithTheirJobs() throws {
         let workspace = try CLIWorkspace("archiveleftovers")
