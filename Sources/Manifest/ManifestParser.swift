@@ -160,22 +160,27 @@ public struct ManifestParser: Sendable {
         if data.count > limits.maximumBytes {
             return .failure(tooLarge([UInt8](data), path: path))
         }
+        let bytes = [UInt8](data)
+        if let errors = Self.encodingErrors(data, bytes, path: path, document: "the manifest") { return .failure(errors) }
+        return parseJobs(source: SourceText(bytes: bytes), path: path)
+    }
+
+    /// The error for a `document` ("the manifest", "the configuration file") whose bytes are not UTF-8, at
+    /// the first byte that is not, or nil when they are. `data` and `bytes` hold the same bytes.
+    static func encodingErrors(_ data: Data, _ bytes: [UInt8], path: String, document: String) -> ManifestErrors? {
         // Checked on the Data's own bytes, so no copy is alive beside the one kept.
         let isValid = data.withUnsafeBytes { String(validating: $0.bindMemory(to: UInt8.self), as: UTF8.self) != nil }
-        let bytes = [UInt8](data)
-        if !isValid, let offset = SourceText.firstInvalidUTF8Offset(bytes) {
-            let mark = SourceText.mark(atByteOffset: offset, in: bytes[...])
-            let isUTF16 = bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF])
-            var message = "the manifest is not valid UTF-8 (byte 0x\(String(bytes[offset], radix: 16, uppercase: true)) at offset \(offset)); save it as UTF-8"
-            if isUTF16 {
-                message = "the manifest is UTF-16; save it as UTF-8"
-            }
-            // The line as any error quotes it (found through the text's sparse index, a long one left out).
-            let sourceLine = isUTF16 ? nil : SourceText(bytes: bytes).quotedLine(mark.line)
-            return .failure(ManifestErrors([ManifestError(code: .invalidEncoding, file: path, line: mark.line,
-                                                          column: mark.column, message: message, sourceLine: sourceLine)]))
+        guard !isValid, let offset = SourceText.firstInvalidUTF8Offset(bytes) else { return nil }
+        let mark = SourceText.mark(atByteOffset: offset, in: bytes[...])
+        let isUTF16 = bytes.starts(with: [0xFF, 0xFE]) || bytes.starts(with: [0xFE, 0xFF])
+        var message = "\(document) is not valid UTF-8 (byte 0x\(String(bytes[offset], radix: 16, uppercase: true)) at offset \(offset)); save it as UTF-8"
+        if isUTF16 {
+            message = "\(document) is UTF-16; save it as UTF-8"
         }
-        return parseJobs(source: SourceText(bytes: bytes), path: path)
+        // The line as any error quotes it (found through the text's sparse index, a long one left out).
+        let sourceLine = isUTF16 ? nil : SourceText(bytes: bytes).quotedLine(mark.line)
+        return ManifestErrors([ManifestError(code: .invalidEncoding, file: path, line: mark.line,
+                                             column: mark.column, message: message, sourceLine: sourceLine)])
     }
 
     /// As `parse(text:path:)`, keeping each job's position.

@@ -18,6 +18,22 @@ public struct SettingsEntry: Sendable, Equatable {
 /// — a YAML error, an unknown key, a nested mapping — is an error at its file, line and column, in the
 /// manifest's format (`FILE:LINE:COL: error: …`, the line and a caret).
 public enum SettingsFile {
+    /// Reads the file's bytes `data` (from `path`, for messages), refusing anything that is not UTF-8 at
+    /// the first byte that is not: decoded with replacement characters, `db: /srv/caf\u{E9}.db` written in
+    /// Latin-1 named another file (`caf\u{FFFD}.db`), which `migrate` and `submit` then created.
+    public static func read(data: Data, path: String, keys: [String], listKeys: Set<String> = [],
+                            limits: ManifestLimits = .default) -> Result<[SettingsEntry], ManifestErrors> {
+        guard data.count <= limits.maximumBytes else {
+            return .failure(ManifestErrors([ManifestError(code: .limitExceeded, file: path, line: 1, column: 1,
+                                                          message: "the configuration file is larger than \(limits.maximumBytes) bytes")]))
+        }
+        let bytes = [UInt8](data)
+        if let errors = ManifestParser.encodingErrors(data, bytes, path: path, document: "the configuration file") {
+            return .failure(errors)
+        }
+        return read(text: String(decoding: bytes, as: UTF8.self), path: path, keys: keys, listKeys: listKeys, limits: limits)
+    }
+
     /// Reads `text` (from `path`, for messages); `keys` are the known keys, `listKeys` those that may be lists.
     public static func read(text: String, path: String, keys: [String], listKeys: Set<String> = [],
                             limits: ManifestLimits = .default) -> Result<[SettingsEntry], ManifestErrors> {

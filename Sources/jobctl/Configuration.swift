@@ -146,8 +146,7 @@ struct Configuration: Sendable {
         var configuration = Configuration()
         for path in paths {
             let data = try ConfigurationFile.read(path, explicit: explicit)
-            let text = String(decoding: data, as: UTF8.self)
-            let read = SettingsFile.read(text: text, path: path, keys: Setting.all.map(\.key),
+            let read = SettingsFile.read(data: data, path: path, keys: Setting.all.map(\.key),
                                          listKeys: Set(Setting.all.filter(\.isList).map(\.key)))
             let entries: [SettingsEntry]
             switch read {

@@ -217,6 +217,32 @@ import TestSupport
         #expect(missing.status == 64 && missing.stderr.contains("no such file"), "\(missing.stderr)")
     }
 
+    /// The file's bytes were decoded with replacement characters: a path written in Latin-1
+    /// (`db: …/caf\xE9.db`) named another file, `caf\u{FFFD}.db`, which `migrate` then created and filled;
+    /// a UTF-16 file was "control characters are not allowed". Refused now at the first byte that is not
+    /// UTF-8, as a manifest is, and nothing is made.
+    @Test("a configuration file that is not UTF-8 is an error at its first bad byte, exit 64; no database is made")
+    func notUTF8() throws {
+        let workspace = try CLIWorkspace("configutf8")
+        defer { workspace.directory.remove() }
+        let latin1 = workspace.directory.file("latin1.yaml")
+        let (first, second) = ("concurrency: 4\n", "db: \(workspace.directory.path)/caf")
+        try (Data((first + second).utf8) + Data([0xE9]) + Data(".db\n".utf8)).write(to: URL(fileURLWithPath: latin1))
+        let utf16 = workspace.directory.file("utf16.yaml")
+        try #require("concurrency: 4\n".data(using: .utf16)).write(to: URL(fileURLWithPath: utf16))
+        let offset = first.utf8.count + second.utf8.count
+        for (file, message) in [(latin1, "\(latin1):2:\(second.utf8.count + 1): error: the configuration file is not valid UTF-8 "
+                                     + "(byte 0xE9 at offset \(offset))"),
+                                (utf16, "\(utf16):1:1: error: the configuration file is UTF-16; save it as UTF-8")] {
+            for arguments in [["config"], ["migrate"]] {
+                let output = try Self.run(workspace, ["--config", file] + arguments)
+                #expect(output.status == 64 && output.stderr.contains(message), "\(arguments): \(output.status) \(output.stderr)")
+            }
+        }
+        let made = try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path).filter { $0.contains(".db") }
+        #expect(made.isEmpty, "\(made)")
+    }
+
     /// A setting's value is quoted in its error; a huge one was quoted whole (a 120 KB line on standard
     /// error). Errors keep their start and end and say how much was left out.
     @Test("a huge bad value is quoted clipped in every error, not whole")
