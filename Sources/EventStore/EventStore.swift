@@ -204,8 +204,8 @@ public final class EventStore: JobStore, @unchecked Sendable {
         // Read the ledger before anything can write: a newer schema is refused untouched.
         let applied = try Migrator.appliedVersions(connection)
         try Migrator.refuseNewer(applied)
-        if applied.isEmpty && mode != .create {
-            try Self.refuseNonDatabase(path, connection)
+        if applied.isEmpty {
+            try Self.refuseNonDatabase(path, connection, creating: mode == .create)
         }
         if mode == .readOnly {
             let found = applied.max() ?? 0
@@ -337,12 +337,16 @@ public final class EventStore: JobStore, @unchecked Sendable {
         return connection
     }
 
-    /// Called when a file that is not being created has no migration ledger: empty (or a file another
-    /// program made), it is no jobctl database, and migrating it would turn a mistyped path into a
-    /// new queue.
-    private static func refuseNonDatabase(_ path: String, _ connection: SQLiteConnection) throws(StoreError) {
+    /// Called when a file has no migration ledger. Empty, it is no jobctl database: migrating it would
+    /// turn a mistyped path into a new queue, so only a creating open (`submit`, `migrate`) goes on. A
+    /// file another program made is refused by every open: `submit` and `migrate` put jobctl's tables
+    /// into it and switched it to WAL — another application's database changed by a mistyped `--db`.
+    private static func refuseNonDatabase(_ path: String, _ connection: SQLiteConnection, creating: Bool) throws(StoreError) {
         let tables = try connection.first("SELECT count(*) FROM sqlite_master") { row in row.int(0) } ?? 0
-        if tables == 0 { throw StoreError.noDatabase(path: path) }
+        if tables == 0 {
+            if creating { return }
+            throw StoreError.noDatabase(path: path)
+        }
         throw StoreError.io("'\(path)' is an SQLite database but not jobctl's (it has no schema_migrations table); "
                             + "check the path")
     }

@@ -339,6 +339,33 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         #expect(list.status == 1 && list.stderr.contains("is damaged or is not a jobctl database"), "\(list.stderr)")
     }
 
+    /// `submit` and `migrate` (the creating commands) took another program's SQLite database for a new
+    /// one: they added jobctl's tables to it and switched its journal to WAL. Refused now, as the
+    /// other commands refuse it, and the file is left byte for byte as it was.
+    @Test("another application's SQLite database is refused by submit and migrate too, and left unchanged")
+    func foreignDatabaseUntouched() throws {
+        let workspace = try CLIWorkspace("cli-foreign-db")
+        defer { workspace.directory.remove() }
+        let made = try runProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            connection = sqlite3.connect(sys.argv[1])
+            connection.execute("CREATE TABLE notes (body TEXT)")
+            connection.execute("INSERT INTO notes VALUES ('keep me')")
+            connection.commit()
+            """, workspace.database])
+        try #require(made.status == 0, "\(made.stderr)")
+        let before = try Data(contentsOf: URL(fileURLWithPath: workspace.database))
+        let manifest = try workspace.write("jobs.yaml", "jobs:\n  - kind: upload-data\n    data: x\n    destination: file://b/x\n")
+        for arguments in [["migrate"], ["submit", manifest], ["list"]] {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 1 && output.stderr.contains("is an SQLite database but not jobctl's"),
+                    "\(arguments): \(output.status) \(output.stderr)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: workspace.database)) == before, "the other program's database was changed")
+        let left = try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path).filter { $0.hasPrefix("jobctl.db") }
+        #expect(left == ["jobctl.db"], "\(left)")
+    }
+
     @Test("a file that is not a database is named as such")
     func notADatabase() throws {
         let workspace = try CLIWorkspace("cli-not-a-db")
