@@ -202,12 +202,15 @@ extension Commands {
     }
 
     /// Refuses to overwrite an existing file unless it is an archive an interrupted run left behind:
-    /// an intact archive the log does not record. Anything else — an archive the log records (the only
-    /// copy of those jobs), or some other file — stays.
+    /// an intact archive the log does not record, every job of which is still in the log. Anything
+    /// else — an archive the log records (the only copy of those jobs), another log's archive (the only
+    /// copy of its jobs: it was replaced, as unrecorded here, by a second database archiving to the same
+    /// name), or some other file — stays.
     private static func refuseToReplace(_ target: String, store: any JobStore) throws {
         guard FileManager.default.fileExists(atPath: target) else { return }
         let check: ArchiveCheck
-        do throws(RetentionError) { check = try ArchiveReader.read(target) } catch {
+        var jobIDs = Set<String>()
+        do throws(RetentionError) { check = try ArchiveReader.read(target, event: { row in jobIDs.insert(row.jobID) }) } catch {
             throw CommandFailure("'\(target)' already exists and is not an intact jobctl archive (\(error)); nothing was archived: "
                 + "choose another --to file")
         }
@@ -219,8 +222,18 @@ extension Commands {
             throw CommandFailure("'\(target)' is an archive the log records (sha256 \(check.fileSHA256)) and may be the only copy of "
                 + "its jobs; nothing was archived: choose another --to file")
         }
-        // An intact archive the log never recorded: written by a run interrupted before its removal
-        // committed, so every job in it is still in the log. It is replaced.
+        // An intact archive the log never recorded, every job of which is still in the log: written by a
+        // run interrupted before its removal committed. It is replaced.
+        let ids = Array(jobIDs)
+        var found = 0
+        for start in stride(from: 0, to: ids.count, by: 1_000) {
+            found += try store.controlStates(ids: Array(ids[start..<min(start + 1_000, ids.count)])).count
+        }
+        if found < ids.count {
+            throw CommandFailure("'\(target)' is an archive of \(plural(ids.count - found, "job")) not in this log (another log's "
+                + "archive, or one this log no longer records) and may be the only copy of them; nothing was archived: "
+                + "choose another --to file")
+        }
     }
 
     /// `jobctl archive verify FILE`.

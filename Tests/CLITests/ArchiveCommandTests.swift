@@ -293,6 +293,33 @@ import TestSupport
         #expect(try workspace.jobctl(["archive", "verify", file]).status == 0)
     }
 
+    /// An intact archive this log does not record was replaced as "what an interrupted run leaves" — but
+    /// another database's archive written to the same name is that too: the second log's `archive`
+    /// replaced the only copy of the first log's archived jobs. It is replaced now only when every job
+    /// in it is still in this log.
+    @Test("archive --to refuses to replace another log's archive, the only copy of its jobs")
+    func anotherLogsArchiveKept() throws {
+        let first = try CLIWorkspace("archiveownerone")
+        defer { first.directory.remove() }
+        let second = try CLIWorkspace("archiveownertwo")
+        defer { second.directory.remove() }
+        let firstJobs = try Self.fabricate(in: first, engine: .sqlite)
+        let secondJobs = try Self.fabricate(in: second, engine: .sqlite)
+        let file = first.directory.file("backup.ndjson.gz")
+        let archived = try first.jobctl(["archive", "--before", "90d", "--to", file])
+        try #require(archived.status == 0, "\(archived.stderr)")
+        let before = try Self.sha256sum(file)
+        let output = try second.jobctl(["archive", "--before", "90d", "--to", file])
+        #expect(output.status == 1 && output.stderr.contains("'\(file)' is an archive of 3 jobs not in this log")
+                    && output.stderr.contains("nothing was archived"), "\(output.status) \(output.stderr)")
+        #expect(try Self.sha256sum(file) == before, "the first log's archive was replaced")
+        let audit = try first.jobctl(["audit", "--from", file, "--json"])
+        #expect(Self.ids(try JSONSerialization.jsonObject(with: Data(audit.stdout.utf8))) == firstJobs.archived, "\(audit.stderr)")
+        let listed = try second.jobctl(["list", "--json"])
+        #expect(Self.ids(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8))).isSuperset(of: secondJobs.archived),
+                "the second log kept its jobs: \(listed.stdout)")
+    }
+
     /// A FIFO named as the file: `archive verify`, `audit --from` and `archive --to` (which reads an
     /// existing file before replacing it) waited in `open` for a writer for ever. A directory failed at
     /// its first read with Foundation's error text, a device as damaged gzip. Each is refused at once
