@@ -104,11 +104,12 @@ enum ArchiveJSON {
         }
     }
 
-    static func decode<T: Decodable>(_ type: T.Type, _ line: Data, number: Int) throws(RetentionError) -> T {
+    /// Decodes line `number`; an error names it as `what` ("event line"), never by a Swift type's name.
+    static func decode<T: Decodable>(_ type: T.Type, _ line: Data, number: Int, what: String) throws(RetentionError) -> T {
         let decoder = JSONDecoder()
         decoder.keyDecodingStrategy = .convertFromSnakeCase
         do { return try decoder.decode(type, from: line) } catch {
-            throw RetentionError.invalidArchive("line \(number) is not a valid \(type) record (\(Self.reason(error)))")
+            throw RetentionError.invalidArchive("line \(number) is not a valid \(what) (\(Self.reason(error)))")
         }
     }
 
@@ -117,7 +118,7 @@ enum ArchiveJSON {
         case DecodingError.keyNotFound(let key, _): "no '\(key.stringValue)'"
         case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
             "wrong type at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
-        case DecodingError.dataCorrupted: "not JSON"
+        case DecodingError.dataCorrupted: "not JSON in UTF-8, or a number out of range"
         default: "\(error)"
         }
     }

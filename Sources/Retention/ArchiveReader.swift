@@ -144,14 +144,14 @@ private struct LineChecker {
                        blob: (ArchivedBlob) throws(RetentionError) -> Void) throws(RetentionError) {
         number += 1
         guard section != .done else { throw RetentionError.invalidArchive("line \(number) follows the trailer") }
-        let kind = try ArchiveJSON.decode(ArchiveRecordKind.self, line, number: number).record
+        let kind = try ArchiveJSON.decode(ArchiveRecordKind.self, line, number: number, what: "archive line").record
         if kind != "trailer" {
             contentDigest.update(line)
             contentDigest.update(Data([0x0A]))
         }
         switch (section, kind) {
         case (.header, "header"):
-            let found = try ArchiveJSON.decode(ArchiveHeader.self, line, number: number)
+            let found = try ArchiveJSON.decode(ArchiveHeader.self, line, number: number, what: "header")
             guard found.format == ArchiveHeader.formatName else {
                 throw RetentionError.invalidArchive("line 1 names format '\(found.format)', not '\(ArchiveHeader.formatName)'")
             }
@@ -164,7 +164,7 @@ private struct LineChecker {
         case (.header, _):
             throw RetentionError.invalidArchive("line 1 is a '\(kind)' record, not the header")
         case (.events, "event"):
-            let found = try ArchiveJSON.decode(ArchiveEventLine.self, line, number: number)
+            let found = try ArchiveJSON.decode(ArchiveEventLine.self, line, number: number, what: "event line")
             guard found.seq > lastSeq else {
                 throw RetentionError.invalidArchive("line \(number): event seq \(found.seq) does not follow seq \(lastSeq)")
             }
@@ -182,7 +182,7 @@ private struct LineChecker {
             try event(found.row)
         case (.events, "blob"), (.blobs, "blob"):
             section = .blobs
-            let found = try ArchiveJSON.decode(ArchiveBlobLine.self, line, number: number)
+            let found = try ArchiveJSON.decode(ArchiveBlobLine.self, line, number: number, what: "blob line")
             guard let bytes = Data(base64Encoded: found.base64) else {
                 throw RetentionError.invalidArchive("line \(number): blob \(found.sha256) is not valid base64")
             }
@@ -193,7 +193,7 @@ private struct LineChecker {
             blobs += 1
             try blob(ArchivedBlob(sha256: found.sha256, data: bytes))
         case (.events, "trailer"), (.blobs, "trailer"):
-            let found = try ArchiveJSON.decode(ArchiveTrailer.self, line, number: number)
+            let found = try ArchiveJSON.decode(ArchiveTrailer.self, line, number: number, what: "trailer")
             let content = hex(contentDigest.finalize())
             guard found.lines == number - 1 else {
                 throw RetentionError.invalidArchive("the trailer counts \(found.lines) lines but \(number - 1) precede it")

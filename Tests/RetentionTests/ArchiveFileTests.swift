@@ -40,6 +40,36 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["a.ndjson.gz"], "no temporary file is left")
     }
 
+    /// A damaged line was named by the reader's Swift type ("line 2 is not a valid ArchiveEventLine
+    /// record (not JSON)"), and a line of valid JSON with a number no Int64 holds was "not JSON".
+    @Test("a damaged line is named by its line number and its kind of record, not by a Swift type")
+    func damagedLineNamed() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let header = #"{"record":"header","format":"jobctl-archive","version":1,"before_ms":1,"created_at_ms":1,"jobs":1,"#
+            + #""events":1,"blobs":0,"first_seq":1,"last_seq":1}"#
+        let cases: [(Data, String)] = [
+            (Data(#"{"record":"event","seq":1,"#.utf8) + Data([0xFF]) + Data("}".utf8),
+             "line 2 is not a valid archive line (not JSON in UTF-8, or a number out of range)"),
+            (Data(#"{"record":"event","seq":1e300,"job_id":"A","version":1,"type":"submitted","at_ms":1,"actor":"a","data":"{}"}"#.utf8),
+             "line 2 is not a valid event line (not JSON in UTF-8, or a number out of range)"),
+            (Data(#"{"record":"event","seq":"1"}"#.utf8), "line 2 is not a valid event line (wrong type at 'seq')"),
+            (Data(#"{"record":"header"}"#.utf8), "line 2: a 'header' record is out of place"),
+        ]
+        for (index, (line, message)) in cases.enumerated() {
+            let path = directory + "/damaged-\(index).ndjson.gz"
+            let compressor = try GzipCompressor()
+            try (try compressor.compress(Data((header + "\n").utf8) + line + Data("\n".utf8), finish: true))
+                .write(to: URL(fileURLWithPath: path))
+            do {
+                _ = try ArchiveReader.read(path)
+                Issue.record("case \(index) was read")
+            } catch {
+                #expect(error.description.contains(message) && !error.description.contains("Archive"), "\(error)")
+            }
+        }
+    }
+
     /// A crafted file whose first line never ends — 256 MiB of zeros in ~250 KB of gzip — is refused as
     /// soon as the line outgrows any header, not held whole (before: every byte of it kept in memory,
     /// ~900 MB resident for a 2 GB one before it was stopped); so is one past every line's limit later.
