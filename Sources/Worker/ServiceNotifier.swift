@@ -134,15 +134,19 @@ public final class ServiceNotifier: Sendable {
 
     /// One turn of the worker's loop: the watchdog's ping when half its interval has passed since the
     /// last, and `status` when it changed (at most once a second).
-    public func turned(status: @autoclosure () -> String, nowMs: Int64 = Clock.monotonicMs()) {
+    /// The loop turns at every freed slot (thousands of times a second in a drain of small jobs): the
+    /// status is only made when one may be sent.
+    public func turned(status: () -> String, nowMs: Int64 = Clock.monotonicMs()) {
         var lines: [String] = []
-        let text = status()
+        let (ping, statusDue) = sent.withLock { sent in
+            (watchdogEveryMs.map { Self.due(since: sent.watchdogAtMs, every: $0, now: nowMs) } ?? false,
+             Self.due(since: sent.statusAtMs, every: Self.statusEveryMs, now: nowMs))
+        }
+        if ping { lines.append("WATCHDOG=1") }
+        let text = statusDue ? status() : nil
         sent.withLock { sent in
-            if let every = watchdogEveryMs, Self.due(since: sent.watchdogAtMs, every: every, now: nowMs) {
-                lines.append("WATCHDOG=1")
-                sent.watchdogAtMs = nowMs
-            }
-            if text != sent.status, Self.due(since: sent.statusAtMs, every: Self.statusEveryMs, now: nowMs) {
+            if ping { sent.watchdogAtMs = nowMs }
+            if let text, text != sent.status {
                 lines.append("STATUS=\(Self.oneLine(text))")
                 sent.status = text
                 sent.statusAtMs = nowMs

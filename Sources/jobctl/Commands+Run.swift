@@ -150,7 +150,7 @@ extension Commands {
                     signals.install()
                     notifier?.ready(status: "started: \(slots) transfer slots, queues \(queues.isEmpty ? "*" : queues.joined(separator: ","))")
                 }, closing: { signals.uninstall() }, turned: { running, summary in
-                    notifier?.turned(status: serviceStatus(running: running, of: slots, summary))
+                    notifier?.turned(status: { serviceStatus(running: running, of: slots, summary) })
                 })
             }
         }
