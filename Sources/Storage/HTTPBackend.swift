@@ -345,7 +345,8 @@ public struct HTTPBackend: StorageBackend {
             case .failed: return .value(nil)
             }
         }
-        return .value(response.isSuccess && sink.count == size ? sink.crc32c : nil)
+        let isFile = Self.noFileAnswer(status: response.status, headers: response.headers, rangeAsked: false, url: url) == nil
+        return .value(isFile && sink.count == size ? sink.crc32c : nil)
     }
 
     /// What a HEAD says is at `reference` (size from `Content-Length`, hashes the server reports), nil on
@@ -453,8 +454,13 @@ public struct HTTPBackend: StorageBackend {
         try await sink.hashExistingPrefixOffPool()
 
         var request = HTTPRequest(method: "GET", url: url, followRedirects: true)
-        if start > 0, let validator {
+        let rangeAsked = start > 0 && validator != nil
+        if rangeAsked, let validator {
             request.headers += ["Range: bytes=\(start)-", "If-Range: \(validator)"]
+        }
+        // Before anything of an answer that carries no file is written (a 202's status document).
+        sink.checkAnswer = { status, headers throws(StorageError) in
+            if let refusal = Self.noFileAnswer(status: status, headers: headers, rangeAsked: rangeAsked, url: url) { throw refusal }
         }
         let response: HTTPResponse
         do throws(TransferFailure) {
@@ -476,6 +482,11 @@ public struct HTTPBackend: StorageBackend {
         guard response.isSuccess else {
             if response.status != 404 { try? await sink.partial.syncOffPool() } else { sink.partial.discard() }
             throw httpError(response, what: redactedURL(url))
+        }
+        // One without a body (a 204) never reached the check above.
+        if let refusal = Self.noFileAnswer(status: response.status, headers: response.headers, rangeAsked: rangeAsked, url: url) {
+            if refusal.retryable { try? await sink.partial.syncOffPool() } else { sink.partial.discard() }
+            throw refusal
         }
         try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
         if response.status == 206, let range = response.headers["content-range"].flatMap(FileSink.rangeBounds),
@@ -525,6 +536,38 @@ public struct HTTPBackend: StorageBackend {
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,
                                    verified: verified))
+    }
+
+    /// The error for a successful answer to a download's GET that carries no file, nil for one that does:
+    /// a 200 (203: a proxy's copy of it) or, to a range asked for, a 206. A file, even an empty one, comes
+    /// as a 200 (of length 0): a `204 No Content` says there is nothing to send (an endpoint with no file,
+    /// an export not ready), a 202 that the request was accepted and its result is not there yet — so
+    /// fails retryable, as the result may come —, 201, 205, 207 and the rest answer something else. They
+    /// were taken as the file, an empty one when they had no body: a job succeeded without it, where
+    /// tools that check what they got (rclone's size check) fail. A 206 to a request that asked no range
+    /// is part of the file at best; a `Content-Range` of unknown total (`bytes 0-999/*`) let that part
+    /// pass for the file.
+    static func noFileAnswer(status: Int, headers: [String: String], rangeAsked: Bool, url: String) -> StorageError? {
+        switch status {
+        case 200, 203: return nil
+        case 206 where rangeAsked: return nil
+        case 206:
+            return StorageError(.unknown, "the server answered the request for all of \(redactedURL(url)) with part of it (206, "
+                                    + "\(headers["content-range"].map { "'Content-Range: \($0)'" } ?? "no Content-Range")); "
+                                    + "nothing was kept and a retry asks again", httpStatus: 206, url: redactedURL(url), retryable: true)
+        case 202:
+            return StorageError(.unknown, "the server answered 202 Accepted to the download of \(redactedURL(url)): no file yet (its "
+                                    + "request was accepted, the result is not ready); nothing was kept and a retry asks again",
+                                httpStatus: 202, url: redactedURL(url), retryable: true)
+        case 204:
+            return StorageError(.unknown, "the server answered 204 No Content to the download of \(redactedURL(url)): no file "
+                                    + "(an empty file is answered 200 with a length of 0); nothing was kept. Check that the URL "
+                                    + "names a file", httpStatus: 204, url: redactedURL(url))
+        default:
+            return StorageError(.unknown, "the server answered \(status) to the download of \(redactedURL(url)), which carries no file "
+                                    + "(a file is answered 200); nothing was kept. Check that the URL names a file",
+                                httpStatus: status, url: redactedURL(url))
+        }
     }
 
     /// Whether a successful answer's body was framed by nothing but the connection's close: an HTTP/1.x
@@ -600,6 +643,9 @@ public struct HTTPBackend: StorageBackend {
         let progress = ProgressThrottle(total: nil, report: report)
         let sink = MemorySink(limit: maxSize, url: url, md5: md5, progress: { progress.update($0) })
         sink.needsMD5 = { status, headers in servedDigests(headers, status: status).needMD5(asked: md5) }
+        sink.checkAnswer = { status, headers throws(StorageError) in
+            if let refusal = Self.noFileAnswer(status: status, headers: headers, rangeAsked: false, url: url) { throw refusal }
+        }
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(HTTPRequest(method: "GET", url: url, followRedirects: true), sink: sink,
@@ -611,12 +657,9 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
-        // The request asked for the whole object: a 206 is part of it (a server answering a range nobody
-        // asked for), not the object.
-        if response.status == 206 {
-            throw StorageError(.unknown, "the server answered the request for all of \(redactedURL(url)) with part of it (206, "
-                                   + "\(response.headers["content-range"].map { "'Content-Range: \($0)'" } ?? "no Content-Range")); "
-                                   + "nothing was kept and a retry asks again", httpStatus: 206, url: redactedURL(url), retryable: true)
+        // The request asked for the whole object: a 206 is part of it, a 204 nothing.
+        if let refusal = Self.noFileAnswer(status: response.status, headers: response.headers, rangeAsked: false, url: url) {
+            throw refusal
         }
         // The size the answer names (a Content-Range's total: a 200 that carries one says the file is
         // larger than its body), else — for an answer the connection's close ended — the one the server

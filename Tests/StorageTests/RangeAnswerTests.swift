@@ -154,21 +154,15 @@ struct RangeAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(answer)")
     }
 
-    /// Answers to the resumed range that are not a part: a proxy's 203 carries the whole object (it was
-    /// appended to the prefix), a 204 says the object is empty (the prefix was committed as the file).
-    enum WholeAnswer: String, CaseIterable, Sendable {
-        case nonAuthoritative, noContent
-    }
-
-    @Test("HTTP: a resumed range answered with a whole or an empty object replaces the prefix", arguments: WholeAnswer.allCases)
-    func wholeAnswerReplacesThePrefix(_ answer: WholeAnswer) async throws {
+    /// A proxy's 203 to the resumed range carries the whole object, which was appended to the prefix.
+    @Test("HTTP: a resumed range answered with the whole object (a proxy's 203) replaces the prefix")
+    func wholeAnswerReplacesThePrefix() async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
         try payload.write(to: URL(fileURLWithPath: server.root + "/w.bin"))
-        let body = answer == .nonAuthoritative ? payload : Data()
         let proxy = try FaultProxy(upstreamPort: server.port, rules: [
             FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }),
-                      .respond(.response(answer == .nonAuthoritative ? 203 : 204, body: body)), times: 1),
+                      .respond(.response(203, body: payload)), times: 1),
         ])
         defer { proxy.stop() }
         let directory = try TemporaryDirectory("jobctl-range-whole")
@@ -176,9 +170,35 @@ struct RangeAnswerTests {
         let destination = directory.file("w.bin")
         guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "w.bin", into: directory, jobID: "01RANGEWHOLE") else { return }
         let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGEWHOLE")))
-        #expect(proxy.exchanges.contains { $0.faults.contains { $0.hasPrefix("respond") } }, "\(answer): the fault was served")
-        #expect(result.size == Int64(body.count), "\(answer)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == body, "\(answer): the answer, not the prefix")
+        #expect(proxy.exchanges.contains { $0.faults.contains { $0.hasPrefix("respond") } }, "the fault was served")
+        #expect(result.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "the answer, not the prefix")
+    }
+
+    /// A 204 to the resumed range was taken for an empty object: the prefix was dropped and an empty file
+    /// committed, a success. No server answers an empty file so (it is a 200 of length 0): the answer
+    /// carries no file, and the download fails saying so, committing nothing.
+    @Test("HTTP: a resumed range answered 204 No Content commits nothing")
+    func noContentToAResumedRangeCommitsNothing() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/e.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }),
+                      .respond(.response(204, reason: "No Content")), times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-empty")
+        defer { directory.remove() }
+        let destination = directory.file("e.bin")
+        guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "e.bin", into: directory, jobID: "01RANGEEMPTY") else { return }
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGEEMPTY")))
+        #expect(proxy.firedCounts == [1], "the 204 was served")
+        #expect(refused.httpStatus == 204 && refused.message.contains("no file"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: destination), "nothing may be committed")
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGEEMPTY")))
+        #expect(result.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
     }
 
     /// A resumed range sent chunked, its total unknown (`bytes S-E/*`), with a Content-Length beside it that
