@@ -606,7 +606,12 @@ public struct HTTPBackend: StorageBackend {
         guard head.status == 200, head.headers["transfer-encoding"] == nil,
               let length = head.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
         if let answered = Self.validator(response.headers), let now = Self.validator(head.headers), answered != now {
-            return .value(nil)   // another version by now: its size says nothing of this answer
+            // Another version by now (a file replaced, a page made anew for each request): its size says
+            // nothing of this answer's, and a cut one must not pass for the file because of it. The
+            // validators are the server's text, not quoted.
+            throw StorageError(.unknown, "the answer had no length (the connection's close ended it, so a cut would look whole) and "
+                                   + "the HEAD asking the file's size found another version (its ETag, else Last-Modified, is not "
+                                   + "the answer's); a retry downloads it again", url: redactedURL(url), retryable: true)
         }
         return .value(length)
     }

@@ -149,6 +149,47 @@ struct UnframedHTTPAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
     }
 
+    /// The HEAD after a cut answer names another version than the answer did (a page made anew for each
+    /// request, or a file replaced meanwhile): its length says nothing of the answer's, and nothing else
+    /// told it, so the cut answer was the file — 50,000 of 200,000 bytes, a success.
+    @Test("a HEAD naming another version than the cut answer lets it not pass either: retryable, to a file and to memory",
+          arguments: ["ETag", "Last-Modified"])
+    func headOfAnotherVersionDoesNotPassTheCut(validator: String) async throws {
+        let (server, proxy) = try cutting(times: 2, [
+            FaultRule(RequestMatch(method: "HEAD"), .rewriteResponse { _, response in
+                if validator == "ETag" {
+                    response.setHeader("ETag", "\"another-version\"")
+                } else {
+                    response.setHeader("ETag", nil)
+                    response.setHeader("Last-Modified", "Sat, 05 Dec 2026 12:00:00 GMT")
+                }
+            }, times: .max),
+            FaultRule(RequestMatch(method: "GET"), .rewriteResponse { _, response in
+                if validator != "ETag" { response.setHeader("ETag", nil) }
+            }, times: .max),
+        ])
+        defer {
+            proxy.stop()
+            server.stop()
+        }
+        let directory = try TemporaryDirectory("jobctl-unframed-http")
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let fileSpec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/u.bin", destination: directory.file("u.bin"))
+        let memorySpec = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/u.bin", maxSize: 1 << 20)
+        let toFile = try failure(await run(backend, fileSpec))
+        #expect(toFile.retryable && toFile.message.contains("another version"), "\(toFile)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("u.bin")))
+        let toMemory = try failure(await run(backend, memorySpec))
+        #expect(toMemory.retryable && toMemory.message.contains("another version"), "\(toMemory)")
+        #expect(proxy.firedCounts.prefix(2) == [2, 2])
+        #expect(proxy.exchanges.filter { $0.request.method == "HEAD" }.count == 2)
+        // The GETs are no longer cut: the retries are whole.
+        #expect(try finished(await run(backend, memorySpec)).data == payload)
+        _ = try finished(await run(backend, fileSpec))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
+    }
+
     @Test("x-goog-stored-content-length on the answer tells the cut where the HEAD does not")
     func storedLengthTellsTheSize() async throws {
         let total = payload.count
