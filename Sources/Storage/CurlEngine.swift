@@ -83,6 +83,9 @@ final class CurlEngine: @unchecked Sendable {
 
     /// libcurl's receive buffer: larger means fewer write callbacks per byte (each hashes and may write to disk).
     static let receiveBufferSize = 256 * 1024
+    /// Redirects an exchange that follows them follows at most (`CURLOPT_MAXREDIRS`): more is a loop, or
+    /// a chain no file server makes.
+    static let maxRedirects = 5
 
     /// Whether `url` is an https URL (the scheme compared as libcurl does, case-insensitively).
     static func isHTTPS(_ url: String) -> Bool {
@@ -465,7 +468,7 @@ private final class CurlExchange: @unchecked Sendable {
         try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
         if request.followRedirects {
             try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1))
-            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_MAXREDIRS, 5))
+            try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_MAXREDIRS, CurlEngine.maxRedirects))
             // An https URL is followed to https only: a redirect to plain http would drop TLS, and the bytes
             // would come from wherever anyone on the path says.
             try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR,
@@ -980,6 +983,13 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
         let followed = CurlEngine.isHTTPS(url) ? "redirects of an https URL are followed to valid https URLs only (not to plain http, "
             + "which would drop TLS)" : "redirects are followed to valid http and https URLs only"
         return StorageError(.unknown, "the server redirected (HTTP \(redirect)) to a URL that is not followed: \(followed)",
+                            httpStatus: redirect, url: redactedURL(url), cause: cause)
+    }
+    if let redirect, curlCode == CURLE_TOO_MANY_REDIRECTS {
+        // A loop (a URL redirected to itself, or two to each other) or a chain longer than is followed: the
+        // same at every attempt. The Locations are not shown (they may carry a token).
+        return StorageError(.unknown, "the server redirected more than \(CurlEngine.maxRedirects) times (HTTP \(redirect) last): a redirect loop, or a chain "
+                                + "longer than is followed; download from the URL the chain ends at",
                             httpStatus: redirect, url: redactedURL(url), cause: cause)
     }
     if curlCode == CURLE_SSL_CONNECT_ERROR, text.contains("wrong version number") || text.contains("packet length too long") {

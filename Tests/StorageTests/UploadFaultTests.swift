@@ -454,6 +454,25 @@ struct UploadFaultTests {
         #expect(!FileManager.default.fileExists(atPath: directory.file("a.bin")))
     }
 
+    /// A server redirecting a URL to itself: libcurl stops after 5 redirects. The error said only
+    /// libcurl's "the transfer failed: Number of redirects hit maximum amount".
+    @Test("a redirect loop is a permanent error that names the redirects")
+    func redirectLoop() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(.any, .respond(.response(302, reason: "Found", headers: [ProxyHeader("Location", "/loop.bin?token=SECRET")])),
+                      times: .max),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/loop.bin", maxSize: 1 << 20)))
+        #expect(!error.retryable && error.httpStatus == 302, "\(error)")
+        #expect(error.message.contains("redirected more than 5 times"), "\(error)")
+        #expect(!"\(error) \(error.cause ?? "")".contains("SECRET"), "\(error)")
+        #expect(proxy.exchanges.count == 6, "the first request and 5 redirects followed")
+    }
+
     @Test("every cut the proxy makes in an answer is a retryable error, never a success", arguments: [
         "resetBeforeResponse", "resetInStatusLine", "resetInHeaders", "resetInBody",
         "closeBeforeResponse", "closeInStatusLine", "closeInHeaders", "closeInBody",
