@@ -999,6 +999,12 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
                                 + "use http:// for it, or the port the server speaks https on",
                             url: redactedURL(url), cause: cause)
     }
+    if curlCode == CURLE_RECV_ERROR, text.hasPrefix("Too large response headers") {
+        // libcurl's limit on an answer's headers in all (300 KiB; each line has its own, below): the server
+        // was reached and sent them, so it is no connection failing. A fault of the server's, as one long line is.
+        return StorageError(.unknown, "the server's answer could not be taken in: its headers together are larger than libcurl "
+                                + "accepts (300 KiB)", url: redactedURL(url), retryable: true, cause: cause)
+    }
     if curlCode == CURLE_WEIRD_SERVER_REPLY, text.hasPrefix("Invalid Content-Length") {
         // libcurl refuses a negative or empty length itself, before the header callback sees the line (so
         // `framingAccepted` cannot name it); any other length that is not one is refused there. A fault of
@@ -1046,8 +1052,8 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
         return StorageError(.unknown, "the server's answer is not HTTP (no status line)",
                             url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_OUT_OF_MEMORY where requestSent:
-        // libcurl's word for response headers past its limit (100 KiB) as well as for memory running out.
-        return StorageError(.unknown, "the server's answer could not be taken in: its headers are larger than libcurl accepts "
+        // libcurl's word for a response header line past its limit (100 KiB) as well as for memory running out.
+        return StorageError(.unknown, "the server's answer could not be taken in: a header is larger than libcurl accepts "
                                 + "(100 KiB), or memory ran out", url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
         return StorageError(.invalidArgument, "the URL cannot be fetched: \(name)", url: redactedURL(url), cause: cause)

@@ -406,21 +406,29 @@ struct UploadFaultTests {
         #expect(error.url == "http://127.0.0.1/x?token=REDACTED")
     }
 
-    /// An answer without a status line (libcurl's "HTTP/0.9"), or with a header of a megabyte (libcurl's
-    /// "Out of memory"), came from a server that was reached: a server fault, retryable like a garbled
-    /// reply — not "the URL cannot be fetched", which is for a URL no request could be made from.
-    @Test("an answer that is not HTTP, or whose headers are too large, is a retryable server fault", arguments: [true, false])
-    func unreadableAnswersAreServerFaults(notHTTP: Bool) async throws {
+    /// An answer without a status line (libcurl's "HTTP/0.9"), with a header of a megabyte (libcurl's
+    /// "Out of memory"), or with 400 KiB of short header lines (libcurl's limit for them all, which said
+    /// "the connection failed mid-transfer") came from a server that was reached: a server fault,
+    /// retryable like a garbled reply — not "the URL cannot be fetched", which is for a URL no request
+    /// could be made from.
+    @Test("an answer that is not HTTP, or whose headers are too large, is a retryable server fault",
+          arguments: ["not HTTP", "a header is larger", "headers together are larger"])
+    func unreadableAnswersAreServerFaults(expected: String) async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
-        let answer = notHTTP ? ProxyMessage(startLine: "SSH-2.0-OpenSSH_9.2", body: Data("x".utf8))
-                             : .response(200, headers: [ProxyHeader("X-Padding", String(repeating: "a", count: 1 << 20))], body: Data("x".utf8))
+        let answer = switch expected {
+        case "not HTTP": ProxyMessage(startLine: "SSH-2.0-OpenSSH_9.2", body: Data("x".utf8))
+        case "a header is larger": ProxyMessage.response(200, headers: [ProxyHeader("X-Padding", String(repeating: "a", count: 1 << 20))],
+                                                          body: Data("x".utf8))
+        default: ProxyMessage.response(200, headers: (0..<4_000).map { ProxyHeader("X-Padding-\($0)", String(repeating: "a", count: 100)) },
+                                       body: Data("x".utf8))
+        }
         let proxy = try FaultProxy(upstreamPort: server.port, rules: [FaultRule(.any, .respond(answer), times: .max)])
         defer { proxy.stop() }
         let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
         let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/a.bin", maxSize: 1 << 20)))
         #expect(error.retryable, "\(error)")
-        #expect(error.message.contains(notHTTP ? "not HTTP" : "headers are larger"), "\(error)")
+        #expect(error.message.contains(expected), "\(error)")
         #expect(error.code == .unknown && !error.message.contains("cannot be fetched"), "\(error)")
         #expect(proxy.exchanges.contains { $0.faults.contains { $0.hasPrefix("respond") } })
         // A URL no request is made from stays a permanent error.
