@@ -101,3 +101,31 @@ struct GzipEncodedObjectTests {
         #expect(object.size == Int64(stored.count) && object.contentEncoding == "gzip", "\(object)")
     }
 }
+
+/// A plain-HTTP server sending `Content-Encoding: gzip` to a request that did not ask for it (no
+/// `Accept-Encoding` is sent): the bytes are kept as sent, as curl without `--compressed` keeps them, and
+/// verified against a digest of those bytes (RFC 9530's `Repr-Digest` covers the encoded representation).
+/// Decoding them would make a file the server's digests and length do not describe.
+@Suite("HTTP answers gzip-encoded unasked", .onTestThreads)
+struct UnaskedGzipTests {
+    @Test("the encoded bytes are the file, verified by the digest of what was sent")
+    func encodedBytesKept() async throws {
+        let sent = patternData(50_000, seed: 58)
+        let server = try NginxServer.start(extraServerConfig: """
+            location = /g.bin { add_header Content-Encoding gzip; add_header Repr-Digest "crc32c=:\(hashes(sent).crc32c):"; }
+            """)
+        defer { server.stop() }
+        try sent.write(to: URL(fileURLWithPath: server.root + "/g.bin"))
+        let directory = try TemporaryDirectory("jobctl-unasked-gzip")
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let file = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/g.bin",
+                                                           destination: directory.file("g.bin"))))
+        #expect(file.verified == [.crc32c])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("g.bin"))) == sent)
+        let memory = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/g.bin", maxSize: 1 << 20)))
+        #expect(memory.data == sent && memory.verified == [.crc32c])
+        let metadata = try finished(await run(backend, JobSpec(kind: .getMetadata, source: "\(server.baseURL)/g.bin")))
+        #expect(metadata.object?.contentEncoding == "gzip" && metadata.object?.size == Int64(sent.count), "\(String(describing: metadata.object))")
+    }
+}
