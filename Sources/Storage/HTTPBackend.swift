@@ -498,6 +498,16 @@ public struct HTTPBackend: StorageBackend {
                                    + "the partial file was dropped and a retry downloads it again", httpStatus: 206, url: redactedURL(url),
                                retryable: true)
         }
+        if response.status == 206, let range = response.headers["content-range"].flatMap(FileSink.rangeBounds),
+           sink.offset - 1 < range.last {
+            // Short of the range the answer names: cut where only the close framed it, or framed by a
+            // Content-Length the range contradicts. With the total unknown (`bytes S-E/*`) nothing below
+            // would tell, the offset plus the body always adding up. The bytes that came are the range's.
+            try? await sink.partial.syncOffPool()
+            throw StorageError(.unknown, "the answer for the range \(range.first)-\(range.last) ended after byte \(sink.offset - 1); "
+                                   + "a retry resumes from the last checkpoint the log holds, if any", httpStatus: 206,
+                               url: redactedURL(url), retryable: true)
+        }
         var expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
         if expected == nil, Self.isCloseDelimited(response) {
             switch try await sizeOfUnframed(response, url: url, control: control) {

@@ -201,6 +201,40 @@ struct RangeAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
     }
 
+    /// A resumed range answered with the right start and version but ending before its own
+    /// `Content-Range` does, that range's total unknown (`bytes S-E/*`): cut where only the close framed
+    /// it, or framed by a Content-Length shorter than the range. The total was taken as the offset plus
+    /// the body's length, which always adds up, and the short file was committed. The bytes that came are
+    /// the right ones: they are kept, and the next attempt resumes.
+    @Test("HTTP: a resumed range whose body ends before its Content-Range does (total unknown) is not the file",
+          arguments: ["framed short", "cut unframed"])
+    func rangeEndingEarlyRefused(how: String) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/s.bin"))
+        let ranged = RequestMatch(method: "GET", predicate: { $0.header("Range") != nil })
+        let unknownTotal = FaultRule(ranged, .rewriteResponse { _, response in
+            let range = response.header("Content-Range") ?? ""
+            response.setHeader("Content-Range", String(range.prefix { $0 != "/" }) + "/*")
+            if how == "framed short" { response.body = response.body.prefix(500_000) }
+        }, times: 1)
+        let cut: [FaultRule] = how == "cut unframed"
+            ? [FaultRule(ranged, .unframedResponse, times: 1), FaultRule(ranged, .closeInResponse(afterBytes: 500_000), times: 1)] : []
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [unknownTotal] + cut)
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-short")
+        defer { directory.remove() }
+        let destination = directory.file("s.bin")
+        guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "s.bin", into: directory, jobID: "01RANGESHORT") else { return }
+        let short = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESHORT")))
+        #expect(proxy.firedCounts.allSatisfy { $0 == 1 }, "\(proxy.firedCounts)")
+        #expect(short.retryable && short.message.contains("ended after byte"), "\(how): \(short)")
+        #expect(!FileManager.default.fileExists(atPath: destination), "\(how): nothing may be committed")
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESHORT")))
+        #expect(result.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(how)")
+    }
+
     /// A resumed range sent chunked, its total unknown (`bytes S-E/*`), with a Content-Length beside it that
     /// frames nothing — here one near Int64.max: the size was taken as that length plus the offset, which
     /// overflowed and stopped the worker (a trap). The transfer coding frames the body, so the length is
