@@ -431,7 +431,12 @@ public struct HTTPBackend: StorageBackend {
         // Without a validator a resumed prefix could belong to another version of the file: start over.
         var resume = resumePoint
         var validator: String?
-        if case .download(_, _, let etag, _, _)? = resume, let etag, !etag.isEmpty { validator = etag } else { resume = nil }
+        // (One that cannot be sent back, from a log written before `validator` left such out, is none.)
+        if case .download(_, _, let etag, _, _)? = resume, let etag, !etag.isEmpty, HeaderValues.firstControlCharacter(in: etag) == nil {
+            validator = etag
+        } else {
+            resume = nil
+        }
         let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume, within: within)
         let start = partial.bytesWritten
         let progress = ProgressThrottle(total: nil, report: report)
@@ -632,9 +637,12 @@ public struct HTTPBackend: StorageBackend {
                          + "asking the file's size failed; a retry asks again", url: redactedURL(url), retryable: true, cause: cause)
     }
 
-    /// The resume validator: the ETag when strong or weak, else Last-Modified.
+    /// The resume validator: the ETag when strong or weak, else Last-Modified. None when it holds a control
+    /// character: the engine refuses to send it back in `If-Range` (it could add headers), so it pins no
+    /// version — and, kept in a resume point, it failed the next attempt for good (`invalidArgument`).
     private static func validator(_ headers: [String: String]) -> String? {
-        headers["etag"] ?? headers["last-modified"]
+        guard let value = headers["etag"] ?? headers["last-modified"], HeaderValues.firstControlCharacter(in: value) == nil else { return nil }
+        return value
     }
 
     /// The full size from `Content-Range: bytes A-B/TOTAL`, else `offset + Content-Length`. A

@@ -235,6 +235,52 @@ struct RangeAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(how)")
     }
 
+    /// A server whose ETag (or Last-Modified) holds a control character (DEL here; libcurl passes it): the
+    /// checkpoint kept it as the resume validator, and the next attempt's `If-Range` carrying it was refused
+    /// before it was sent — rightly, it could smuggle headers — as `invalidArgument`: the job failed for
+    /// good on the server's text. Such a validator cannot pin a version, so there is none: the next
+    /// attempt downloads the whole file.
+    @Test("HTTP: a validator holding a control character is not sent back: the next attempt downloads the whole file",
+          arguments: ["ETag", "Last-Modified"])
+    func unsendableValidatorNotResumed(header: String) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/k.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET"), .rewriteResponse { _, response in
+                if header == "ETag" {
+                    response.setHeader("ETag", "\"k\u{7F}1\"")
+                } else {
+                    response.setHeader("ETag", nil)
+                    response.setHeader("Last-Modified", "Sat, 05 Dec 2026 12:00:00 GMT\u{7F}")
+                }
+            }, times: .max),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-validator")
+        defer { directory.remove() }
+        guard let (backend, spec, paused) = try await Self.pausedPartWay(proxy, "k.bin", into: directory, jobID: "01RANGEVALID") else { return }
+        // As a log written before the fix holds it: the server's validator, as it came.
+        guard case .download(let written, let generation, _, let tempPath, let file) = paused else {
+            Issue.record("not a download's resume point: \(paused)")
+            return
+        }
+        let sent = header == "ETag" ? "\"k\u{7F}1\"" : "Sat, 05 Dec 2026 12:00:00 GMT\u{7F}"
+        let point = ResumePoint.download(bytesWritten: written, generation: generation, etag: sent, tempPath: tempPath, file: file)
+        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGEVALID")))
+        #expect(result.size == Int64(payload.count))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("k.bin"))) == payload, "\(header)")
+        let last = try #require(proxy.exchanges.last { $0.request.method == "GET" })
+        #expect(last.request.header("Range") == nil && last.request.header("If-Range") == nil, "\(header): the whole file was asked for")
+        // What this attempt's checkpoints record carries no such validator.
+        let again = try await Self.pausedPartWay(proxy, "k.bin", into: directory, jobID: "01RANGEVALID2")
+        guard case .download(_, _, let etag, _, _)? = again?.point else {
+            Issue.record("not a download's resume point: \(String(describing: again?.point))")
+            return
+        }
+        #expect(etag == nil, "\(header): \(String(describing: etag))")
+    }
+
     /// A resumed range sent chunked, its total unknown (`bytes S-E/*`), with a Content-Length beside it that
     /// frames nothing — here one near Int64.max: the size was taken as that length plus the offset, which
     /// overflowed and stopped the worker (a trap). The transfer coding frames the body, so the length is
