@@ -589,9 +589,17 @@ public struct HTTPBackend: StorageBackend {
     /// answer with no `Content-Length`, not chunked (an HTTP/1.0 server, or a middlebox forwarding one).
     /// libcurl takes the close for the end, so a cut looks like a whole answer. Over HTTP/2 the stream
     /// frames the body (a cut one is an error), so no length is needed and none is asked for.
+    /// A `Transfer-Encoding` whose last coding is not `chunked` (`identity` from an old server) frames
+    /// nothing either: the close ends the body (RFC 9112 §6.3), and libcurl reads it so.
     static func isCloseDelimited(_ response: HTTPResponse) -> Bool {
         response.isHTTP1 && (response.status == 200 || response.status == 203)
-            && response.headers["content-length"] == nil && response.headers["transfer-encoding"] == nil
+            && response.headers["content-length"] == nil && !isChunked(response.headers)
+    }
+
+    /// Whether the answer's transfer codings end in `chunked`, which frames its body.
+    private static func isChunked(_ headers: [String: String]) -> Bool {
+        guard let codings = headers["transfer-encoding"] else { return false }
+        return codings.split(separator: ",").last?.trimmingCharacters(in: .whitespaces).lowercased() == "chunked"
     }
 
     /// The size the server says the file of a close-delimited answer has: none for an answer GCS

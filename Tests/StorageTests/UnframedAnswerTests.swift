@@ -190,6 +190,36 @@ struct UnframedHTTPAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
     }
 
+    /// A `Transfer-Encoding` that does not end in `chunked` (`identity`, from old servers) frames nothing:
+    /// the body ends at the close (RFC 9112 §6.3), and libcurl reads it so. Such an answer was taken for a
+    /// framed one — it has a Transfer-Encoding — so no HEAD was asked and a cut one was the file. (One
+    /// libcurl cannot decode, `gzip` alone, it refuses.)
+    @Test("an answer whose Transfer-Encoding is not chunked is framed by the close too: a cut one is retryable",
+          arguments: ["identity", "Identity , identity"])
+    func transferEncodingWithoutChunkedIsUnframed(coding: String) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/u.bin"))
+        // Cut at 50,000 bytes and closed.
+        let cut = Data("HTTP/1.1 200 OK\r\nTransfer-Encoding: \(coding)\r\nConnection: close\r\n\r\n".utf8) + payload.prefix(50_000)
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET"), .respondAsWritten(cut, seconds: 0), times: 2),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-unframed-http")
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let fileSpec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/u.bin", destination: directory.file("u.bin"))
+        let memorySpec = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/u.bin", maxSize: 1 << 20)
+        let toFile = try failure(await run(backend, fileSpec))
+        #expect(toFile.retryable && toFile.message.contains("of 200000"), "\(coding): \(toFile)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("u.bin")))
+        let toMemory = try failure(await run(backend, memorySpec))
+        #expect(toMemory.retryable && toMemory.message.contains("of a file of 200000"), "\(coding): \(toMemory)")
+        #expect(proxy.firedCounts == [2])
+        #expect(try finished(await run(backend, memorySpec)).data == payload)
+    }
+
     @Test("x-goog-stored-content-length on the answer tells the cut where the HEAD does not")
     func storedLengthTellsTheSize() async throws {
         let total = payload.count
