@@ -158,7 +158,9 @@ public struct HTTPBackend: StorageBackend {
         case .value(.success(let answered)): response = answered
         }
         guard response.status == 200, let size = response.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
-        var crc32c = servedDigests(response.headers, status: 200).first { $0.algorithm == .crc32c }?.value
+        // One CRC32C, or none when the server's disagree (a header sent twice with two values).
+        let reportedCRC32C = Set(servedDigests(response.headers, status: 200).filter { $0.algorithm == .crc32c }.map(\.value))
+        var crc32c = reportedCRC32C.count == 1 ? reportedCRC32C.first : nil
         if crc32c == nil, rule.acceptsIdentical, PartialFile.destinationStatus(destination)?.size == size {
             switch try await readBackCRC32C(url, size: size, followRedirects: true, control: control) {
             case .stopped(let reason): return .stopped(reason)

@@ -20,6 +20,7 @@ struct ServedDigest: Equatable, Sendable {
 ///   whole object only on a 200; on a 206 they cover the part sent and are not read.
 ///
 /// Names are case-insensitive; CRC32C is read as base64 of its 4 big-endian bytes or as 8 hex digits.
+/// Each value counts, also of a header sent twice: `verify` then needs the file to match them all.
 /// A value that does not decode to a digest of the algorithm's length is ignored (it verifies nothing),
 /// as are algorithms we do not compute (`sha-256`).
 func servedDigests(_ headers: [String: String], status: Int) -> [ServedDigest] {
@@ -28,12 +29,25 @@ func servedDigests(_ headers: [String: String], status: Int) -> [ServedDigest] {
         guard let value = canonicalDigest(text, algorithm: algorithm) else { return }
         digests.append(ServedDigest(algorithm: algorithm, value: value, source: source))
     }
+    // Every value a header gives, as for the dictionaries below: one sent twice with two values (a cache
+    // or proxy adding its own) cannot be matched by one file, and keeping one of them (the last, or none
+    // when two Content-MD5 lines joined read as no digest) let a file pass that matched it or nothing.
     // A body GCS decompressed on the way: its x-goog-hash describes the stored bytes, not the body.
-    let reported = isTranscoded(headers) ? (md5: nil, crc32c: nil) : reportedHashes(headers)
-    if let md5 = reported.md5 { add(.md5, md5, from: "x-goog-hash") }
-    if let crc32c = reported.crc32c { add(.crc32c, crc32c, from: headers["x-goog-hash"] == nil ? "x-amz-checksum-crc32c" : "x-goog-hash") }
+    if !isTranscoded(headers) {
+        let goog = (headers["x-goog-hash"] ?? "").split(separator: ",").compactMap { item -> (String, String)? in
+            let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            return pair.count == 2 ? (pair[0].lowercased(), pair[1]) : nil
+        }
+        for (name, value) in goog where name == "md5" { add(.md5, value, from: "x-goog-hash") }
+        for (name, value) in goog where name == "crc32c" { add(.crc32c, value, from: "x-goog-hash") }
+        for value in (headers["x-amz-checksum-crc32c"] ?? "").split(separator: ",") {
+            add(.crc32c, String(value), from: "x-amz-checksum-crc32c")
+        }
+    }
     let wholeBody = status == 200
-    if wholeBody, let md5 = headers["content-md5"] { add(.md5, md5, from: "Content-MD5") }
+    for value in wholeBody ? (headers["content-md5"] ?? "").split(separator: ",") : [] {
+        add(.md5, String(value), from: "Content-MD5")
+    }
     var dictionaries = [("digest", "Digest"), ("repr-digest", "Repr-Digest")]
     if wholeBody { dictionaries.append(("content-digest", "Content-Digest")) }
     for (name, display) in dictionaries {

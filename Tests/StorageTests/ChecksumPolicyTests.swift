@@ -136,6 +136,37 @@ struct ChecksumPolicyTests {
         #expect(memoryError.code == .nonMatchingChecksum)
     }
 
+    /// A hash header sent twice with two values (a cache or proxy adding its own beside the origin's): the
+    /// file cannot match both. `x-goog-hash`'s last CRC32C silently replaced the first, and two
+    /// `Content-MD5` lines, joined, read as no digest at all: a download matching the one left, or none,
+    /// succeeded as verified or unchecked. Every value is compared, as `Digest`'s and `Repr-Digest`'s were.
+    @Test("a hash header repeated with another value fails the download: every value is compared",
+          arguments: ["x-goog-hash crc32c", "x-amz-checksum-crc32c", "Content-MD5"])
+    func repeatedHashHeaderWithAnotherValue(form: String) async throws {
+        let payload = patternData(100_000, seed: 94)
+        let other = corrupted(payload)
+        let lines: String = switch form {
+        case "x-goog-hash crc32c":
+            "add_header x-goog-hash \"crc32c=\(hashes(other).crc32c)\"; add_header x-goog-hash \"crc32c=\(hashes(payload).crc32c)\";"
+        case "x-amz-checksum-crc32c":
+            "add_header x-amz-checksum-crc32c \"\(hashes(other).crc32c)\"; add_header x-goog-hash \"crc32c=\(hashes(payload).crc32c)\";"
+        default:
+            "add_header Content-MD5 \"\(hashes(payload).md5)\"; add_header Content-MD5 \"\(hashes(other).md5)\";"
+        }
+        let server = try NginxServer.start(extraServerConfig: "location = /twice.bin { \(lines) }")
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/twice.bin"))
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: httpConfiguration())
+        let destination = directory.file("twice.bin")
+        let error = try failure(await run(backend, JobSpec(kind: .downloadFile, source: "\(server.baseURL)/twice.bin", destination: destination)))
+        #expect(error.code == .nonMatchingChecksum, "\(form): \(error)")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) == [], "no copy is left")
+        let memoryError = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/twice.bin")))
+        #expect(memoryError.code == .nonMatchingChecksum, "\(form): \(memoryError)")
+    }
+
     @Test("a Range-resumed download (206) is verified against the whole-object digest, and a 206's Content-MD5 is not used")
     func rangeResumedDownloadVerifiedWhole() async throws {
         let total = 6 << 20

@@ -172,6 +172,31 @@ private func inode(_ path: String) throws -> UInt64 {
         #expect(journal.recorded == [.compare])
         #expect(contents(destination) == "served bytes")
     }
+
+    /// A HEAD reporting two CRC32Cs (the one matching the local file last): the last was taken, and the
+    /// file kept, whatever the other said. A server whose hashes disagree proves nothing equal.
+    @Test func disagreeingCRC32CsProveNothing() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try Data("served bytes".utf8).write(to: URL(fileURLWithPath: server.root + "/x.txt"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "HEAD"), .respond(ProxyMessage(startLine: "HTTP/1.1 200 OK", headers: [
+                ProxyHeader("Content-Length", "12"),
+                ProxyHeader("x-goog-hash", "crc32c=\(CRC32CBase64.of("other  bytes"))"),
+                ProxyHeader("x-goog-hash", "crc32c=\(CRC32CBase64.of("served bytes"))"),
+            ])), times: .max),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let directory = try TemporaryDirectory("jobctl-identical-http")
+        defer { directory.remove() }
+        let destination = directory.file("x.txt")
+        try Data("served bytes".utf8).write(to: URL(fileURLWithPath: destination))
+        let download = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/x.txt", destination: destination, ifExists: .skipIdentical)
+        let result = try finished(await run(backend, download))
+        #expect(result.skipped == nil, "kept on a hash the server contradicts")
+        #expect(proxy.exchanges.filter { $0.request.method == "GET" }.count == 1)
+    }
 }
 
 /// Base64 CRC32C of a text, as GCS writes it.
