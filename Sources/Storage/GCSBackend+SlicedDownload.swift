@@ -323,7 +323,8 @@ extension GCSBackend {
             throw StorageError(.unknown, "the server answered \(what) with generation \(answered), not the \(generation) asked for; "
                                    + "nothing of it was written, and a retry asks again", retryable: true)
         }
-        if let crc32c, let answered = reportedHashes(headers).crc32c, answered != crc32c {
+        // Every CRC32C the answer gives (a header sent twice by a cache in between): one that differs is enough.
+        if let crc32c, let answered = reportedHashValues(headers).crc32c.first(where: { $0 != crc32c }) {
             throw StorageError(.unknown, "the server answered \(what) for an object whose CRC32C is \(answered), not the \(crc32c) "
                                    + "of the generation asked for; nothing of it was written, and a retry asks again", retryable: true)
         }

@@ -404,12 +404,21 @@ public struct HTTPBackend: StorageBackend {
     /// How the hashes the server reported for the stored file (`x-goog-hash`, `x-amz-checksum-crc32c`)
     /// differ from the uploaded bytes', or nil when they match or none was reported. An MD5 we did not
     /// compute (`md5` nil) is not compared.
+    /// Every value the answer gives is compared (`reportedHashValues`): one header sent twice with two
+    /// values cannot both describe what was stored, and the last alone decided — an upload passed as
+    /// verified beside a value that said otherwise. Two values of one algorithm that disagree are a
+    /// mismatch whatever the bytes' (MD5's is not computed when no single MD5 was reported).
     static func reportedHashMismatch(_ headers: [String: String], md5: String?, crc32c: String) -> String? {
-        let reported = reportedDigests(headers)
-        if let expected = reported.md5, let md5, expected != md5 {
+        let every = reportedHashValues(headers)
+        let reportedMD5 = every.md5.compactMap { canonicalDigest($0, algorithm: .md5) }
+        let reportedCRC32C = every.crc32c.compactMap { canonicalDigest($0, algorithm: .crc32c) }
+        for (name, values) in [("MD5", Array(Set(reportedMD5))), ("CRC32C", Array(Set(reportedCRC32C)))] where values.count > 1 {
+            return "the server reported \(values.count) different \(name)s for the uploaded file (\(values.sorted().joined(separator: ", ")))"
+        }
+        if let expected = reportedMD5.first, let md5, expected != md5 {
             return "the server stored MD5 \(expected) but the uploaded bytes' is \(md5)"
         }
-        if let expected = reported.crc32c, expected != crc32c {
+        if let expected = reportedCRC32C.first, expected != crc32c {
             return "the server stored CRC32C \(expected) but the uploaded bytes' is \(crc32c)"
         }
         return nil

@@ -185,13 +185,26 @@ final class StreamChecksums {
 /// `x-amz-checksum-crc32c` (S3, when the upload asked for it). ETags are not read: nginx's is
 /// mtime-size, and S3's is an MD5 only for some uploads.
 func reportedHashes(_ headers: [String: String]) -> (md5: String?, crc32c: String?) {
-    var md5: String?
-    var crc32c = headers["x-amz-checksum-crc32c"]
+    let every = reportedHashValues(headers)
+    return (every.md5.count == 1 ? every.md5.first : nil, every.crc32c.count == 1 ? every.crc32c.first : nil)
+}
+
+/// Every distinct MD5 and CRC32C value the answer's hash headers give (`x-goog-hash`'s, then
+/// `x-amz-checksum-crc32c`), as written. A header sent twice (a cache or proxy adding its own) is one
+/// line of comma-separated values here, and a value of each algorithm is kept, not only the last:
+/// `reportedHashes` gives one only when they agree, and an upload's check compares every one.
+func reportedHashValues(_ headers: [String: String]) -> (md5: [String], crc32c: [String]) {
+    var md5: [String] = []
+    var crc32c: [String] = []
+    func add(_ value: String, to values: inout [String]) { if !values.contains(value) { values.append(value) } }
     for item in (headers["x-goog-hash"] ?? "").split(separator: ",") {
         let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
         guard pair.count == 2 else { continue }
-        if pair[0] == "md5" { md5 = pair[1] }
-        if pair[0] == "crc32c" { crc32c = pair[1] }
+        if pair[0] == "md5" { add(pair[1], to: &md5) }
+        if pair[0] == "crc32c" { add(pair[1], to: &crc32c) }
+    }
+    for item in (headers["x-amz-checksum-crc32c"] ?? "").split(separator: ",") {
+        add(item.trimmingCharacters(in: .whitespaces), to: &crc32c)
     }
     return (md5, crc32c)
 }

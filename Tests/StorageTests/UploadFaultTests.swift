@@ -827,6 +827,35 @@ struct UploadFaultTests {
         #expect(FileManager.default.fileExists(atPath: server.root + "/right.bin"))
     }
 
+    /// A hash header the PUT's answer carries twice with two values (a cache or proxy adding its own)
+    /// cannot describe one stored file: the last `x-goog-hash` CRC32C (or `x-goog-hash`'s over
+    /// `x-amz-checksum-crc32c`) alone was compared, and an upload passed as verified beside a value that
+    /// said the server stored other bytes.
+    @Test("a plain-HTTP PUT whose answer repeats a hash header with another value is nonMatchingChecksum",
+          arguments: ["x-goog-hash twice", "x-amz-checksum-crc32c and x-goog-hash", "md5 twice"])
+    func httpPutRepeatedHashHeader(form: String) async throws {
+        let payload = patternData(50_000, seed: 48)
+        let ours = hashes(payload)
+        var changed = payload
+        changed[changed.count / 2] ^= 0x01
+        let other = hashes(changed)
+        let lines: String = switch form {
+        case "x-goog-hash twice":
+            "add_header x-goog-hash \"crc32c=\(other.crc32c)\" always; add_header x-goog-hash \"crc32c=\(ours.crc32c)\" always;"
+        case "x-amz-checksum-crc32c and x-goog-hash":
+            "add_header x-amz-checksum-crc32c \"\(other.crc32c)\" always; add_header x-goog-hash \"crc32c=\(ours.crc32c)\" always;"
+        default:
+            "add_header x-goog-hash \"md5=\(other.md5)\" always; add_header x-goog-hash \"md5=\(ours.md5)\" always;"
+        }
+        let server = try NginxServer.start(extraServerConfig: "location = /twice.bin { dav_methods PUT DELETE; \(lines) }")
+        defer { server.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let error = try failure(await run(backend, JobSpec(kind: .uploadData, destination: "\(server.baseURL)/twice.bin", data: payload)))
+        #expect(error.code == .nonMatchingChecksum, "\(form): \(error)")
+        #expect(error.message.contains("reported 2 different"), "\(form): \(error.message)")
+        #expect(!FileManager.default.fileExists(atPath: server.root + "/twice.bin"), "\(form): the upload is deleted")
+    }
+
     /// The hash a PUT's answer reports is read as a download's digests are: a CRC32C in hex is the same
     /// CRC32C, and a value that is no digest at all proves nothing. Both were compared as text with our
     /// base64, failed `nonMatchingChecksum`, and had the uploaded file — holding exactly the bytes sent —
