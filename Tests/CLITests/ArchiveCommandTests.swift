@@ -293,6 +293,37 @@ import TestSupport
         #expect(try workspace.jobctl(["archive", "verify", file]).status == 0)
     }
 
+    /// A crafted file is hostile input: one event line that never ends (80 MiB of one byte, ~80 KB of
+    /// gzip) was held until it passed the one limit every line had, a 512 MiB blob's base64 (683 MiB;
+    /// one of 800 MB took ~39 s and ~750 MB); it is refused at an event line's 64 MiB now. A fake blob
+    /// line was held four times over (the line, a copy, a String, the bytes); now its base64 streams
+    /// through the SHA-256 check and the mismatch is named as before.
+    @Test("archive verify and audit --from refuse an endless line at its kind's limit, and a fake blob by its hash")
+    func craftedLinesRefused() throws {
+        let workspace = try CLIWorkspace("archivecrafted")
+        defer { workspace.directory.remove() }
+        let header = #"{"before_ms":1,"blobs":1,"created_at_ms":1,"events":1,"first_seq":1,"format":"jobctl-archive","jobs":1,"#
+            + #""last_seq":1,"record":"header","version":1}"# + "\n"
+        var endless = Data((header + #"{"actor":""#).utf8)
+        endless.append(Data(repeating: 0x41, count: 80 << 20))
+        let endlessFile = workspace.directory.file("endless.gz")
+        try gzip(endless, in: workspace).write(to: URL(fileURLWithPath: endlessFile))
+        for command in [["archive", "verify", endlessFile], ["audit", "--from", endlessFile]] {
+            let refused = try workspace.jobctl(command)
+            #expect(refused.status == 1 && refused.stderr.contains("line 2 runs past 67108864 bytes without ending, more than any "
+                                                                   + "event line can hold"), "\(command): \(refused.stderr)")
+        }
+        var fake = Data((header.replacingOccurrences(of: #""events":1"#, with: #""events":0"#)
+                            .replacingOccurrences(of: #""jobs":1"#, with: #""jobs":0"#) + #"{"base64":""#).utf8)
+        fake.append(Data(repeating: 0x41, count: 4 * (20 << 20)))
+        fake.append(Data((#"","record":"blob","sha256":""# + String(repeating: "0", count: 64) + #"","size":\#(3 * (20 << 20))}"# + "\n").utf8))
+        let fakeFile = workspace.directory.file("fake-blob.gz")
+        try gzip(fake, in: workspace).write(to: URL(fileURLWithPath: fakeFile))
+        let refused = try workspace.jobctl(["archive", "verify", fakeFile])
+        #expect(refused.status == 1 && refused.stderr.contains("line 2: blob \(String(repeating: "0", count: 64)) does not match its bytes "
+                                                               + "(\(3 * (20 << 20)) bytes, sha256 "), "\(refused.stderr)")
+    }
+
     /// An intact archive this log does not record was replaced as "what an interrupted run leaves" — but
     /// another database's archive written to the same name is that too: the second log's `archive`
     /// replaced the only copy of the first log's archived jobs. It is replaced now only when every job
