@@ -44,7 +44,16 @@ public enum ArchiveWriter {
             }
             try sink.line(try ArchiveJSON.encode(header))
             for row in selection.rows {
-                try sink.line(try ArchiveJSON.encode(ArchiveEventLine(row)))
+                let line = try ArchiveJSON.encode(ArchiveEventLine(row))
+                // The reader refuses an event line past its limit (a crafted file's endless line): one
+                // written past it would be read back as damaged after the whole file was written.
+                let limit = ArchiveRecordKind.event.maximumLineBytes
+                guard line.count <= limit else {
+                    throw RetentionError.io("job \(row.jobID)'s event \(row.version) (seq \(row.seq)) takes \(line.count) bytes as "
+                        + "an archive line, more than the \(limit) an archive's event line may hold; nothing was archived: "
+                        + "archive with an earlier --before to leave that job in the log")
+                }
+                try sink.line(line)
             }
             for blob in selection.blobs {
                 try sink.line(try ArchiveJSON.encode(ArchiveBlobLine(sha256: blob.sha256, size: blob.data.count,

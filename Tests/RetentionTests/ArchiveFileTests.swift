@@ -67,6 +67,28 @@ import Testing
         try file.write(to: URL(fileURLWithPath: path))
     }
 
+    /// The reader refuses an event line past 64 MiB; the writer wrote one anyway and only the read-back
+    /// of the finished file refused it, as "damaged or not a jobctl archive".
+    @Test("an event line too long for the reader is refused when written, naming the job")
+    func eventTooLongRefusedWhenWritten() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let data = "{\"v\":\"" + String(repeating: "x", count: 64 << 20) + "\"}"
+        let row = LogRow(seq: 1, jobID: "A", version: 1, type: EventType.submitted.rawValue, atMs: 1, actor: "cli:test",
+                         leaseToken: nil, data: data)
+        let selection = ArchiveSelection(beforeMs: 5_000, jobs: [ArchivedJob(id: "A", version: 1, state: .cancelled, finishedAtMs: 10)],
+                                         rows: [row], blobs: [])
+        let path = directory + "/long.ndjson.gz"
+        do {
+            _ = try ArchiveWriter.write(selection, to: path, now: 6_000)
+            Issue.record("an event line the reader refuses was written")
+        } catch {
+            #expect(error.description.contains("job A's event 1 (seq 1) takes"), "\(error)")
+            #expect(error.description.contains("more than the 67108864 an archive's event line may hold"), "\(error)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).isEmpty, "nothing is left behind")
+    }
+
     /// A damaged line was named by the reader's Swift type ("line 2 is not a valid ArchiveEventLine
     /// record (not JSON)"), and a line of valid JSON with a number no Int64 holds was "not JSON".
     @Test("a damaged line is named by its line number and its kind of record, not by a Swift type")
