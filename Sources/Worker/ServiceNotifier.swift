@@ -1,6 +1,10 @@
+import CFileSystem
 import Foundation
 import JobModel
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Tells the service manager how the worker is doing, by the systemd notification protocol: a unit
 /// with `Type=notify` counts the worker started only once it says `READY=1` (its database open, its
