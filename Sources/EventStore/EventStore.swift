@@ -142,15 +142,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
                                 + (number == EACCES ? " (a folder on its path may not be searched by this user, \(Self.currentUser))" : "")
                                 + "; check the folders on its path")
         }
-        let kind: String? = switch info.st_mode & S_IFMT {
-        case S_IFREG: nil
-        case S_IFDIR: "a directory"
-        case S_IFIFO: "a FIFO"
-        case S_IFSOCK: "a socket"
-        case S_IFCHR: "a character device"
-        case S_IFBLK: "a block device"
-        default: "not a regular file"
-        }
+        let kind = FileKind.notRegular(mode: info.st_mode)
         if let kind {
             throw StoreError.io("'\(path)' is \(kind), not a database file: give --db the path of a jobctl database file")
         }

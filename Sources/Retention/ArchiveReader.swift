@@ -76,15 +76,7 @@ extension ArchiveReader {
             close(descriptor)
             throw RetentionError.io("cannot open '\(path)': \(String(cString: strerror(code))); check the path")
         }
-        let kind: String? = switch info.st_mode & S_IFMT {
-        case S_IFREG: nil
-        case S_IFDIR: "a directory"
-        case S_IFIFO: "a FIFO"
-        case S_IFSOCK: "a socket"
-        case S_IFCHR: "a character device"
-        case S_IFBLK: "a block device"
-        default: "not a regular file"
-        }
+        let kind = FileKind.notRegular(mode: info.st_mode)
         if let kind {
             close(descriptor)
             throw RetentionError.io("'\(path)' is \(kind), not an archive file; give the path of a file `jobctl archive` wrote")
