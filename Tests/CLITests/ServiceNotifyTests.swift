@@ -154,6 +154,27 @@ import TestSupport
         #expect(!sent.contains { $0.split(separator: "\n").contains("READY=1") }, "\(sent)")
     }
 
+    /// The protocol's variables are the worker's alone: a token command it runs (here one that writes
+    /// what it sees, for a gs:// job against a port nothing listens on) must not be able to speak for it.
+    @Test("a token command the worker runs does not inherit NOTIFY_SOCKET, WATCHDOG_USEC or WATCHDOG_PID")
+    func tokenCommandDoesNotInheritThem() throws {
+        let workspace = try CLIWorkspace("notify-child")
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit("""
+            - {kind: download-memory, source: "gs://b/o.txt", max_attempts: 1}
+            """)
+        let listener = try NotifySocket()
+        let seen = workspace.directory.file("seen.txt")
+        let command = "printf '%s %s %s' \"${NOTIFY_SOCKET-unset}\" \"${WATCHDOG_USEC-unset}\" \"${WATCHDOG_PID-unset}\" > '\(seen)'; echo token"
+        let result = try workspace.jobctl(["worker", "--drain"], environment: [
+            "NOTIFY_SOCKET": listener.name, "WATCHDOG_USEC": "60000000", "WATCHDOG_PID": "\(getpid())",
+            "STORAGE_EMULATOR_HOST": "127.0.0.1:9", "JOBCTL_TOKEN_COMMAND": command,
+        ])
+        #expect(result.status == 2, "the job fails (nothing listens): \(result.stderr)")
+        let text = try String(contentsOfFile: seen, encoding: .utf8)
+        #expect(text == "unset unset unset", "the token command saw: \(text)")
+    }
+
     @Test("without NOTIFY_SOCKET (or with it empty) nothing is sent and WATCHDOG_USEC alone changes nothing")
     func unsetMeansSilent() throws {
         let workspace = try CLIWorkspace("notify-none")
