@@ -62,6 +62,9 @@ demo: release
 TEST_WIDTH ?= $(shell echo $$(( $$(nproc) * 4 )))
 test: venv
 	swift build --build-tests
+	@# The release binary too (what `make demo` and `make install` build): its whole-module compile
+	@# finds what the debug build lets through (an import another file of the module made).
+	swift build -c release --product jobctl --static-swift-stdlib
 	swift test --skip-build --experimental-maximum-parallelization-width $(TEST_WIDTH) 2>&1 | tee .build/test-output.txt; rc=$${PIPESTATUS[0]}; \
 	if [ $$rc != 0 ]; then echo "=== what failed (from .build/test-output.txt) ==="; \
 	  grep -E -A2 "recorded an issue|Fatal error|signal code" .build/test-output.txt | head -24; fi; \
