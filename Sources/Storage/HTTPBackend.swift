@@ -616,11 +616,13 @@ public struct HTTPBackend: StorageBackend {
     /// The size the server says the file of a close-delimited answer has: none for an answer GCS
     /// decompressed on the way, `x-goog-stored-content-length` (GCS behind a signed URL: the stored
     /// bytes, as served), else a HEAD's `Content-Length` for the same version (its validator, when both
-    /// name one, the answer's). Nil when nothing tells (the HEAD is refused for good or names no length):
-    /// the answer is then taken as whole, as curl takes it. A HEAD that failed as a retry would not (a
-    /// reset, a stall, 408, 429, 5xx) throws retryable instead: the size was there to ask for, so a cut
-    /// answer must not pass for the file because one look at it was cut too. Asked only for such answers,
-    /// which are rare: a framed one costs no extra request.
+    /// name one, the answer's). Nil when nothing tells (the HEAD is refused — not implemented, or not
+    /// allowed by a URL signed for GET — or names no length): the answer is then taken as whole, as curl
+    /// takes it. A HEAD that failed as a retry would not (a reset, a stall, 408, 429, 5xx) throws
+    /// retryable instead: the size was there to ask for, so a cut answer must not pass for the file
+    /// because one look at it was cut too. So does a HEAD that says there is no file (404, 410, a 2xx
+    /// other than 200) or whose length frames nothing: see `headSaysNoSize`. Asked only for such
+    /// answers, which are rare: a framed one costs no extra request.
     private func sizeOfUnframed(_ response: HTTPResponse, url: String, control: TransferControl) async throws(StorageError) -> StopOr<Int64?> {
         // Decompressed on the way (GCS's transcoding): no length the server keeps describes the body.
         if isTranscoded(response.headers) { return .value(nil) }
@@ -630,15 +632,16 @@ public struct HTTPBackend: StorageBackend {
         case .stopped(let reason): return .stopped(reason)
         case .value(.failure(let failure)):
             guard failure.retryable else { return .value(nil) }
-            throw unframedSizeUnknown(url, cause: failure.message)
+            throw unframedSizeUnknown(url, "failed", cause: failure.message)
         case .value(.success(let answered)): head = answered
         }
-        if !head.isSuccess {
-            let refusal = httpError(head, what: redactedURL(url))
-            if refusal.retryable { throw unframedSizeUnknown(url, cause: refusal.message) }
+        switch Self.headSaysNoSize(head) {
+        case .lenient: return .value(nil)
+        case .refused(let what):
+            throw unframedSizeUnknown(url, what, cause: head.isSuccess ? nil : httpError(head, what: redactedURL(url)).message)
+        case nil: break
         }
-        guard head.status == 200, head.headers["transfer-encoding"] == nil,
-              let length = head.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
+        guard let length = head.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
         if let answered = Self.validator(response.headers), let now = Self.validator(head.headers), answered != now {
             // Another version by now (a file replaced, a page made anew for each request): its size says
             // nothing of this answer's, and a cut one must not pass for the file because of it. The
@@ -650,10 +653,59 @@ public struct HTTPBackend: StorageBackend {
         return .value(length)
     }
 
-    /// The retryable error of an answer the connection's close ended whose size the HEAD failed to tell.
-    private func unframedSizeUnknown(_ url: String, cause: String) -> StorageError {
+    /// What a HEAD asked for the size of a close-delimited answer says when it names no usable length:
+    /// `lenient` when the server only declines to tell (the answer is then taken as whole, as curl takes
+    /// it), `refused` (what the HEAD did, for the message) when a cut answer must not pass because of it;
+    /// nil when its `Content-Length`, if any, is the file's size.
+    enum HeadWithoutSize: Equatable {
+        case lenient
+        case refused(String)
+    }
+
+    /// Reads the HEAD's status and framing for `sizeOfUnframed`; each status's treatment is explained beside it.
+    static func headSaysNoSize(_ head: HTTPResponse) -> HeadWithoutSize? {
+        switch head.status {
+        case 200, 203:
+            // The file (203: a proxy's copy of its 200, as a download takes it). `Content-Length` beside
+            // `Transfer-Encoding` frames nothing (RFC 9112 §6.3: such a message "ought to be handled as an
+            // error"): a length that may be anything's must neither pass a cut answer nor fail a whole one
+            // for good. A `Transfer-Encoding` alone (chunked: the server does not know the size ahead, a
+            // page made as it is sent) tells nothing and is lenient, as a HEAD with no length is.
+            guard head.headers["transfer-encoding"] != nil else { return nil }
+            guard head.headers["content-length"] != nil else { return .lenient }
+            return .refused("answered with both Transfer-Encoding and Content-Length, so its length frames nothing (RFC 9112 §6.3)")
+        case 404, 410:
+            // No file any more (deleted or moved since the GET answered): the cut answer may be all that
+            // is left of it, and must not become the file. The retry meets the 404 and fails as a download
+            // of a missing file does (objectNotFound). A server answering HEAD 404 for a file its GET
+            // serves is too broken to guess for: HEAD must be answered as GET (RFC 9110 §9.3.2).
+            return .refused("found no file (\(head.status))")
+        case 201...299:
+            // A success that is no file (204 No Content, 202 not ready, 206 part of it, …): what a GET
+            // answered so would fail (`noFileAnswer`); it names no size of the file, and a cut answer
+            // must not pass for the file because of it. The retry's GET tells what is there.
+            return .refused("answered \(head.status), which is no file")
+        case 501:
+            // HEAD not implemented: the server will never tell, however often it is asked (it is a 5xx,
+            // which a retry would otherwise wait out). Lenient, as 405.
+            return .lenient
+        case 408, 429, 500...599:
+            // Busy or failing this time (as a retry takes it): asked again, it may tell the size.
+            return .refused("failed")
+        default:
+            // Refused for good without saying the file is gone: 405 (HEAD not allowed), 403, 401 or 400
+            // from a URL signed for GET alone (S3's and GCS's signatures cover the method), a redirect
+            // left after those followed. Nothing will tell the size: the answer is taken as curl takes it
+            // (README, Known limitations).
+            return .lenient
+        }
+    }
+
+    /// The retryable error of an answer the connection's close ended whose size the HEAD did not tell,
+    /// `what` saying what the HEAD did ("failed", "found no file (404)").
+    private func unframedSizeUnknown(_ url: String, _ what: String, cause: String?) -> StorageError {
         StorageError(.unknown, "the answer had no length (the connection's close ended it, so a cut would look whole) and the HEAD "
-                         + "asking the file's size failed; a retry asks again", url: redactedURL(url), retryable: true, cause: cause)
+                         + "asking the file's size \(what); a retry asks again", url: redactedURL(url), retryable: true, cause: cause)
     }
 
     /// The resume validator: the ETag when strong or weak, else Last-Modified. None when it holds a control

@@ -190,6 +190,96 @@ struct UnframedHTTPAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
     }
 
+    /// The HEAD after a cut answer says there is no file — deleted in between (a real 404 from nginx),
+    /// 410, a 2xx that is no file (204, 202) — or sends a `Content-Length` beside `Transfer-Encoding`,
+    /// which frames nothing: none tells the file's size, yet the cut answer passed for the whole file
+    /// (50,000 of 200,000 bytes, a success). Now the attempt fails retryable; the retry meets what is
+    /// there: nginx's 404 (objectNotFound, for good), or the file, whole.
+    @Test("a HEAD saying there is no file (deleted, 410, 204, 202) or with a length that frames nothing lets no cut answer pass",
+          arguments: ["deleted", "410", "204", "202", "Transfer-Encoding beside Content-Length"])
+    func headSayingNoFileDoesNotPassTheCut(form: String) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let path = server.root + "/u.bin"
+        try payload.write(to: URL(fileURLWithPath: path))
+        let headFault: Fault = switch form {
+        case "410": .respond(.response(410, reason: "Gone"))
+        case "204": .respond(.response(204, reason: "No Content"))
+        case "202": .respond(.response(202, reason: "Accepted"))
+        default: .rewriteResponse { _, response in
+            if form != "deleted" { response.setHeader("Transfer-Encoding", "chunked") }
+        }
+        }
+        let get = RequestMatch(method: "GET")
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(get, .unframedResponse, times: 2),
+            FaultRule(get, .closeInResponse(afterBytes: 50_000), times: 2),
+            // The file deleted once nginx answered the GET (its whole body is in the proxy by then).
+            FaultRule(get, .rewriteResponse { _, _ in
+                if form == "deleted" { try? FileManager.default.removeItem(atPath: path) }
+            }, times: 2),
+            FaultRule(RequestMatch(method: "HEAD"), headFault, times: .max),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-unframed-http")
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let fileSpec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/u.bin", destination: directory.file("u.bin"))
+        let memorySpec = JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/u.bin", maxSize: 1 << 20)
+        let said = switch form {
+        case "deleted": "found no file (404)"
+        case "410": "found no file (410)"
+        case "204", "202": "answered \(form), which is no file"
+        default: "both Transfer-Encoding and Content-Length"
+        }
+        let toFile = try failure(await run(backend, fileSpec))
+        #expect(toFile.retryable && toFile.message.contains(said), "\(form): \(toFile)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("u.bin")))
+        if form == "deleted" { try payload.write(to: URL(fileURLWithPath: path)) }
+        let toMemory = try failure(await run(backend, memorySpec))
+        #expect(toMemory.retryable && toMemory.message.contains(said), "\(form): \(toMemory)")
+        #expect(proxy.firedCounts.prefix(2) == [2, 2])
+        #expect(proxy.exchanges.filter { $0.request.method == "HEAD" }.count == 2)
+        if form == "deleted" {
+            // The retry meets the file gone, and fails as a download of a missing file does.
+            for spec in [memorySpec, fileSpec] {
+                let gone = try failure(await run(backend, spec))
+                #expect(gone.code == .objectNotFound && !gone.retryable && gone.httpStatus == 404, "\(gone)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: directory.file("u.bin")))
+        } else {
+            // The GETs are no longer cut: the retries are whole (and ask no HEAD).
+            #expect(try finished(await run(backend, memorySpec)).data == payload)
+            _ = try finished(await run(backend, fileSpec))
+            #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
+        }
+    }
+
+    /// A HEAD refused for good without saying the file is gone — 403 (a URL signed for GET alone), 405,
+    /// 501 (HEAD not implemented) — tells nothing and never will: a whole answer framed by the close is
+    /// taken as the file, as curl takes it. A 501 was taken as a 5xx a retry waits out, and failed every
+    /// attempt of a whole download.
+    @Test("a HEAD refused for good (403, 405, 501) leaves a whole answer without a length a success",
+          arguments: [403, 405, 501])
+    func refusedHeadLeavesAWholeAnswerWhole(status: Int) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/u.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET"), .unframedResponse, times: .max),
+            FaultRule(RequestMatch(method: "HEAD"), .respond(.response(status)), times: .max),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-unframed-http")
+        defer { directory.remove() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let memory = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "\(proxy.baseURL)/u.bin", maxSize: 1 << 20)))
+        #expect(memory.data == payload)
+        _ = try finished(await run(backend, JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/u.bin", destination: directory.file("u.bin"))))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("u.bin"))) == payload)
+        #expect(proxy.exchanges.filter { $0.request.method == "HEAD" }.count == 2, "the HEAD was asked, and refused")
+    }
+
     /// A `Transfer-Encoding` that does not end in `chunked` (`identity`, from old servers) frames nothing:
     /// the body ends at the close (RFC 9112 §6.3), and libcurl reads it so. Such an answer was taken for a
     /// framed one — it has a Transfer-Encoding — so no HEAD was asked and a cut one was the file. (One
