@@ -122,6 +122,11 @@ public struct HTTPBackend: StorageBackend {
         case .value(let answer): response = answer
         }
         guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
+        // A 204 (or another 2xx that is no file) was an object of size -1: it names none.
+        if let refusal = Self.noFileAnswer(status: response.status, headers: response.headers, rangeAsked: false, url: url,
+                                           request: .metadata) {
+            throw refusal
+        }
         let headers = response.headers
         let reported = reportedDigests(headers)
         // An object GCS stores gzip-encoded, answered as it would serve it decompressed: no Content-Length,
@@ -573,27 +578,39 @@ public struct HTTPBackend: StorageBackend {
     /// tools that check what they got (rclone's size check) fail. A 206 to a request that asked no range
     /// is part of the file at best; a `Content-Range` of unknown total (`bytes 0-999/*`) let that part
     /// pass for the file.
-    static func noFileAnswer(status: Int, headers: [String: String], rangeAsked: Bool, url: String) -> StorageError? {
+    ///
+    /// get-metadata's HEAD (`request: .metadata`) is held to the same: a HEAD is answered as the GET
+    /// would be (RFC 9110 §9.3.2), and a 204 was read as a file of unknown size (-1).
+    static func noFileAnswer(status: Int, headers: [String: String], rangeAsked: Bool, url: String,
+                             request: NoFileRequest = .download) -> StorageError? {
+        let asked = request == .download ? "the download of \(redactedURL(url))" : "the HEAD asking the metadata of \(redactedURL(url))"
+        let kept = request == .download ? "; nothing was kept" : ""
         switch status {
         case 200, 203: return nil
         case 206 where rangeAsked: return nil
         case 206:
             return StorageError(.unknown, "the server answered the request for all of \(redactedURL(url)) with part of it (206, "
-                                    + "\(headers["content-range"].map { "'Content-Range: \($0)'" } ?? "no Content-Range")); "
-                                    + "nothing was kept and a retry asks again", httpStatus: 206, url: redactedURL(url), retryable: true)
+                                    + "\(headers["content-range"].map { "'Content-Range: \($0)'" } ?? "no Content-Range"))\(kept) "
+                                    + "and a retry asks again", httpStatus: 206, url: redactedURL(url), retryable: true)
         case 202:
-            return StorageError(.unknown, "the server answered 202 Accepted to the download of \(redactedURL(url)): no file yet (its "
-                                    + "request was accepted, the result is not ready); nothing was kept and a retry asks again",
+            return StorageError(.unknown, "the server answered 202 Accepted to \(asked): no file yet (its "
+                                    + "request was accepted, the result is not ready)\(kept) and a retry asks again",
                                 httpStatus: 202, url: redactedURL(url), retryable: true)
         case 204:
-            return StorageError(.unknown, "the server answered 204 No Content to the download of \(redactedURL(url)): no file "
-                                    + "(an empty file is answered 200 with a length of 0); nothing was kept. Check that the URL "
+            return StorageError(.unknown, "the server answered 204 No Content to \(asked): no file "
+                                    + "(an empty file is answered 200 with a length of 0)\(kept). Check that the URL "
                                     + "names a file", httpStatus: 204, url: redactedURL(url))
         default:
-            return StorageError(.unknown, "the server answered \(status) to the download of \(redactedURL(url)), which carries no file "
-                                    + "(a file is answered 200); nothing was kept. Check that the URL names a file",
+            return StorageError(.unknown, "the server answered \(status) to \(asked), which carries no file "
+                                    + "(a file is answered 200)\(kept). Check that the URL names a file",
                                 httpStatus: status, url: redactedURL(url))
         }
+    }
+
+    /// Which request `noFileAnswer` judges: a download's GET, or get-metadata's HEAD (which keeps nothing).
+    enum NoFileRequest {
+        case download
+        case metadata
     }
 
     /// Whether a successful answer's body was framed by nothing but the connection's close: an HTTP/1.x

@@ -71,4 +71,26 @@ struct NotAFileAnswerTests {
         _ = try finished(await run(backend, spec))
         #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("p.bin"))) == payload)
     }
+
+    /// get-metadata over HTTP reads a HEAD, answered as the GET would be: a 204 (nginx's `return 204`)
+    /// or another 2xx that is no file was an object of size -1 — a success naming a file that is not
+    /// there. It fails as a download's GET answered so does (202 retryable: the result may come).
+    @Test("get-metadata answered 204, 205 or 202 by a HEAD fails typed instead of naming an object of size -1",
+          arguments: [204, 205, 202])
+    func metadataOfNoFileRefused(status: Int) async throws {
+        let server = try NginxServer.start(extraServerConfig: "location = /nothing { return \(status); }")
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/n.bin"))
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let error = try failure(await run(backend, JobSpec(kind: .getMetadata, source: "\(server.baseURL)/nothing?token=SECRET")))
+        #expect(error.httpStatus == status && error.message.contains("\(status)") && error.message.contains("no file"), "\(error)")
+        #expect(error.message.contains("metadata") && !error.message.contains("nothing was kept"), "\(error)")
+        #expect(error.retryable == (status == 202), "\(error)")
+        #expect(error.url == "\(server.baseURL)/nothing?token=REDACTED", "\(error)")
+        let lines = server.accessLogLines(atLeast: 1) { $0.contains("\"HEAD /nothing?token=SECRET HTTP/1.1\" \(status) ") }
+        #expect(lines.count == 1, "nginx answered the HEAD itself: \(server.accessLog)")
+        // A file is still read as one.
+        let file = try finished(await run(backend, JobSpec(kind: .getMetadata, source: "\(server.baseURL)/n.bin")))
+        #expect(file.object?.size == Int64(payload.count))
+    }
 }
