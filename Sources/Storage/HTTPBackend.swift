@@ -281,11 +281,8 @@ public struct HTTPBackend: StorageBackend {
         let reported = reportedDigests(response.headers)
         let ours = try await source.hashesOffPool(streamed: checksums, md5: md5 || (reported.md5 != nil && reported.crc32c == nil))
         if let mismatch = Self.reportedHashMismatch(response.headers, md5: ours.md5, crc32c: ours.crc32c) {
-            let deleted = await deleteBadUpload(url, etag: response.headers["etag"])
-            throw StorageError(.nonMatchingChecksum,
-                               "\(mismatch); " + (deleted ? "the uploaded file was deleted — upload again"
-                                                          : "the uploaded file could not be deleted — delete it and upload again"),
-                               httpStatus: response.status, url: redactedURL(url))
+            let deletion = await deleteBadUpload(url, etag: response.headers["etag"])
+            throw StorageError(.nonMatchingChecksum, "\(mismatch); \(deletion)", httpStatus: response.status, url: redactedURL(url))
         }
         var verified: [ChecksumAlgorithm] = []
         if reported.md5 != nil && ours.md5 != nil { verified.append(.md5) }
@@ -430,11 +427,38 @@ public struct HTTPBackend: StorageBackend {
     }
 
     /// Deletes an upload the server reported with other bytes than were sent; with `If-Match` when the
-    /// PUT returned an ETag, so only that version goes. Best effort; true when the server confirmed it.
-    private func deleteBadUpload(_ url: String, etag: String?) async -> Bool {
+    /// PUT returned an ETag, so only that version goes. Best effort: what became of the file, as the end
+    /// of the error's message (what the user is to do).
+    ///
+    /// An ETag that cannot be sent back (a control character, which the engine refuses to put in a
+    /// header; longer than servers take in a header line, which they refuse) was sent all the same: the
+    /// DELETE failed and the message said only that the file could not be deleted. Sending it without
+    /// `If-Match` could remove a newer version someone else wrote since, so the file is left, and the
+    /// message says why.
+    private func deleteBadUpload(_ url: String, etag: String?) async -> String {
+        if let etag, let unsendable = HeaderValues.whyNotSendableBack(etag) {
+            return "the uploaded file was not deleted: the ETag the server answered with \(unsendable), so it cannot be sent back "
+                + "in If-Match, and a delete without it could remove a version someone else wrote since — check the file, delete it "
+                + "and upload again"
+        }
         let request = HTTPRequest(method: "DELETE", url: url, headers: etag.map { ["If-Match: \($0)"] } ?? [])
-        guard let response = try? await engine.perform(request, control: nil, options: configuration.curlOptions) else { return false }
-        return response.isSuccess
+        let response: HTTPResponse
+        do throws(TransferFailure) {
+            response = try await engine.perform(request, control: nil, options: configuration.curlOptions)
+        } catch {
+            let why = switch error {
+            case .failed(let failure): failure.message
+            case .stopped: "the transfer was stopped"
+            }
+            return "the uploaded file could not be deleted (\(why)) — delete it and upload again"
+        }
+        if response.isSuccess { return "the uploaded file was deleted — upload again" }
+        if response.status == 412 {
+            // If-Match compares strongly: a weak ETag (`W/"…"`) never matches, as a version written since does not.
+            return "the uploaded file was not deleted: the server answered 412 to the DELETE, as the file no longer matches the "
+                + "ETag the upload was answered with (written again since, or a weak ETag) — check the file, delete it and upload again"
+        }
+        return "the uploaded file could not be deleted (the server answered \(response.status) to the DELETE) — delete it and upload again"
     }
 
     // MARK: - Download to a file

@@ -24,6 +24,24 @@ enum HeaderValues {
                                + "break the request's headers; \(remedy)")
     }
 
+    /// The longest value a server sent that is sent back to it (an ETag in `If-Match`), in bytes: the
+    /// header line must fit the 8 KiB common servers take (nginx's `large_client_header_buffers`, Apache's
+    /// `LimitRequestFieldSize`); a longer one is refused (400, 431) instead of compared.
+    static let longestSentBack = 8_000
+
+    /// Why `value`, a header value a server sent, cannot be sent back to it in a request's header — it
+    /// holds a control character, or is longer than `longestSentBack` — as words to follow "the value";
+    /// nil when it can. The value itself is not quoted.
+    static func whyNotSendableBack(_ value: String) -> String? {
+        if let bad = firstControlCharacter(in: value) {
+            return "holds a control character (\(bad.name) at character \(bad.position))"
+        }
+        if value.utf8.count > longestSentBack {
+            return "is \(value.utf8.count) bytes long (more than the \(longestSentBack) a header may carry)"
+        }
+        return nil
+    }
+
     /// Whether `line` is a header line curl may send as it is: `Name: value` with a token name and a value
     /// free of control characters (horizontal tab allowed).
     static func isSafeLine(_ line: String) -> Bool {

@@ -827,6 +827,39 @@ struct UploadFaultTests {
         #expect(FileManager.default.fileExists(atPath: server.root + "/right.bin"))
     }
 
+    /// The cleanup DELETE of a PUT reported with other bytes carries the answer's ETag in `If-Match`, so
+    /// only that version goes. An ETag that cannot be sent back — a control character (the engine
+    /// refuses the request), longer than a header line servers take (nginx refuses it, 400) — was sent
+    /// all the same: the DELETE failed, and the message said only "could not be deleted". Without
+    /// `If-Match` it could remove a version someone else wrote since: no DELETE is sent, the file stays,
+    /// and the message says why.
+    @Test("a mismatched PUT whose ETag cannot be sent back in If-Match is not deleted, and the message says why",
+          arguments: ["control character", "too long"])
+    func httpPutMismatchWithUnsendableETag(form: String) async throws {
+        let payload = patternData(50_000, seed: 49)
+        let server = try NginxServer.start(extraServerConfig: """
+            location = /bad.bin {
+                dav_methods PUT DELETE;
+                add_header x-goog-hash "crc32c=AAAAAA==" always;
+            }
+            """)
+        defer { server.stop() }
+        let etag = form == "control character" ? "\"v1\u{1}\"" : "\"" + String(repeating: "e", count: 9_000) + "\""
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "PUT"), .rewriteResponse { _, response in response.setHeader("ETag", etag) }, times: .max),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let error = try failure(await run(backend, JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)/bad.bin", data: payload)))
+        #expect(error.code == .nonMatchingChecksum, "\(form): \(error)")
+        let why = form == "control character" ? "holds a control character" : "is 9002 bytes long"
+        #expect(error.message.contains("was not deleted") && error.message.contains(why) && error.message.contains("If-Match"),
+                "\(form): \(error.message)")
+        #expect(!error.message.contains("\u{1}") && !error.message.contains("eeee"), "the ETag is not quoted: \(error.message)")
+        #expect(proxy.exchanges.map(\.request.method) == ["PUT"], "no DELETE without the ETag pinning the version")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: server.root + "/bad.bin")) == payload, "the file is left")
+    }
+
     /// A hash header the PUT's answer carries twice with two values (a cache or proxy adding its own)
     /// cannot describe one stored file: the last `x-goog-hash` CRC32C (or `x-goog-hash`'s over
     /// `x-amz-checksum-crc32c`) alone was compared, and an upload passed as verified beside a value that
