@@ -364,6 +364,12 @@ public struct HTTPBackend: StorageBackend {
         }
         if response.status == 404 || response.status == 410 { return .value(nil) }
         guard response.isSuccess else { throw httpError(response, what: "the look at \(redactedURL(url)) before uploading") }
+        // A 204 (or another 2xx that is no file) was a file of size -1 there: `skip` skipped the upload,
+        // the job succeeding with nothing uploaded, and `fail` refused it. It tells neither way.
+        if let refusal = Self.noFileAnswer(status: response.status, headers: response.headers, rangeAsked: false, url: url,
+                                           request: .lookBeforeUpload) {
+            throw refusal
+        }
         let reported = reportedDigests(response.headers)
         return .value(StorageObject(bucket: reference.bucket, name: reference.fullPath,
                                     size: response.headers["content-length"].flatMap { Int64($0) } ?? -1,
@@ -472,7 +478,7 @@ public struct HTTPBackend: StorageBackend {
         var resume = resumePoint
         var validator: String?
         // (One that cannot be sent back, from a log written before `validator` left such out, is none.)
-        if case .download(_, _, let etag, _, _)? = resume, let etag, !etag.isEmpty, HeaderValues.firstControlCharacter(in: etag) == nil {
+        if case .download(_, _, let etag, _, _)? = resume, let etag, !etag.isEmpty, HeaderValues.whyNotSendableBack(etag) == nil {
             validator = etag
         } else {
             resume = nil
@@ -607,7 +613,11 @@ public struct HTTPBackend: StorageBackend {
     /// would be (RFC 9110 §9.3.2), and a 204 was read as a file of unknown size (-1).
     static func noFileAnswer(status: Int, headers: [String: String], rangeAsked: Bool, url: String,
                              request: NoFileRequest = .download) -> StorageError? {
-        let asked = request == .download ? "the download of \(redactedURL(url))" : "the HEAD asking the metadata of \(redactedURL(url))"
+        let asked = switch request {
+        case .download: "the download of \(redactedURL(url))"
+        case .metadata: "the HEAD asking the metadata of \(redactedURL(url))"
+        case .lookBeforeUpload: "the look at \(redactedURL(url)) before uploading (HEAD)"
+        }
         let kept = request == .download ? "; nothing was kept" : ""
         switch status {
         case 200, 203: return nil
@@ -635,6 +645,8 @@ public struct HTTPBackend: StorageBackend {
     enum NoFileRequest {
         case download
         case metadata
+        /// The HEAD an upload under `if_exists: skip`, `fail` or `skip-identical` looks with first.
+        case lookBeforeUpload
     }
 
     /// Whether a successful answer's body was framed by nothing but the connection's close: an HTTP/1.x
@@ -749,11 +761,12 @@ public struct HTTPBackend: StorageBackend {
                          + "asking the file's size \(what); a retry asks again", url: redactedURL(url), retryable: true, cause: cause)
     }
 
-    /// The resume validator: the ETag when strong or weak, else Last-Modified. None when it holds a control
-    /// character: the engine refuses to send it back in `If-Range` (it could add headers), so it pins no
-    /// version — and, kept in a resume point, it failed the next attempt for good (`invalidArgument`).
+    /// The resume validator: the ETag when strong or weak, else Last-Modified. None when it cannot be sent
+    /// back (`HeaderValues.whyNotSendableBack`): one holding a control character the engine refuses to put
+    /// in `If-Range` (it could add headers), one longer than a header may carry the server refuses (400) —
+    /// so it pins no version, and, kept in a resume point, it failed the next attempt for good (`invalidArgument`).
     private static func validator(_ headers: [String: String]) -> String? {
-        guard let value = headers["etag"] ?? headers["last-modified"], HeaderValues.firstControlCharacter(in: value) == nil else { return nil }
+        guard let value = headers["etag"] ?? headers["last-modified"], HeaderValues.whyNotSendableBack(value) == nil else { return nil }
         return value
     }
 

@@ -93,4 +93,23 @@ struct NotAFileAnswerTests {
         let file = try finished(await run(backend, JobSpec(kind: .getMetadata, source: "\(server.baseURL)/n.bin")))
         #expect(file.object?.size == Int64(payload.count))
     }
+
+    /// An upload under `if_exists: skip` or `fail` looks with a HEAD first. One answered 204 (or another
+    /// 2xx that is no file) was a file of size -1 there: `skip` skipped the upload — the job succeeded,
+    /// nothing uploaded — and `fail` refused it as existing. It says neither: the job fails typed, and
+    /// no PUT is sent on its word.
+    @Test("an upload under skip or fail whose look before (HEAD) is answered 204 or 202 fails typed, sending no PUT",
+          arguments: [(IfExists.skip, 204), (IfExists.fail, 204), (IfExists.skip, 202)])
+    func lookBeforeUploadAnsweredNoFile(mode: IfExists, status: Int) async throws {
+        let server = try NginxServer.start(extraServerConfig: "location = /nothing { return \(status); }")
+        defer { server.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 10, connectTimeout: 5))
+        let spec = JobSpec(kind: .uploadData, destination: "\(server.baseURL)/nothing", data: Data("bytes".utf8), ifExists: mode)
+        let error = try failure(await run(backend, spec))
+        #expect(error.httpStatus == status && error.message.contains("before uploading") && error.message.contains("no file"), "\(error)")
+        #expect(error.retryable == (status == 202), "\(error)")
+        let lines = server.accessLogLines(atLeast: 1) { $0.contains("\"HEAD /nothing HTTP/1.1\" \(status) ") }
+        #expect(lines.count == 1, "\(server.accessLog)")
+        #expect(!server.accessLog.contains("\"PUT /nothing"), "\(server.accessLog)")
+    }
 }

@@ -235,13 +235,17 @@ struct RangeAnswerTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(how)")
     }
 
+    /// An ETag longer than a header may carry (`HeaderValues.longestSentBack`).
+    static let longETag = "\"" + String(repeating: "e", count: 9_000) + "\""
+
     /// A server whose ETag (or Last-Modified) holds a control character (DEL here; libcurl passes it): the
     /// checkpoint kept it as the resume validator, and the next attempt's `If-Range` carrying it was refused
     /// before it was sent — rightly, it could smuggle headers — as `invalidArgument`: the job failed for
     /// good on the server's text. Such a validator cannot pin a version, so there is none: the next
-    /// attempt downloads the whole file.
-    @Test("HTTP: a validator holding a control character is not sent back: the next attempt downloads the whole file",
-          arguments: ["ETag", "Last-Modified"])
+    /// attempt downloads the whole file. So for one longer than a header may carry (9,000 bytes: nginx
+    /// answered the `If-Range` carrying it 400, `invalidArgument`, the job failed for good).
+    @Test("HTTP: a validator holding a control character, or too long to send back, is not sent back: the next attempt downloads the whole file",
+          arguments: ["ETag", "Last-Modified", "long ETag"])
     func unsendableValidatorNotResumed(header: String) async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
@@ -250,6 +254,8 @@ struct RangeAnswerTests {
             FaultRule(RequestMatch(method: "GET"), .rewriteResponse { _, response in
                 if header == "ETag" {
                     response.setHeader("ETag", "\"k\u{7F}1\"")
+                } else if header == "long ETag" {
+                    response.setHeader("ETag", Self.longETag)
                 } else {
                     response.setHeader("ETag", nil)
                     response.setHeader("Last-Modified", "Sat, 05 Dec 2026 12:00:00 GMT\u{7F}")
@@ -265,7 +271,7 @@ struct RangeAnswerTests {
             Issue.record("not a download's resume point: \(paused)")
             return
         }
-        let sent = header == "ETag" ? "\"k\u{7F}1\"" : "Sat, 05 Dec 2026 12:00:00 GMT\u{7F}"
+        let sent = header == "ETag" ? "\"k\u{7F}1\"" : header == "long ETag" ? Self.longETag : "Sat, 05 Dec 2026 12:00:00 GMT\u{7F}"
         let point = ResumePoint.download(bytesWritten: written, generation: generation, etag: sent, tempPath: tempPath, file: file)
         let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGEVALID")))
         #expect(result.size == Int64(payload.count))
