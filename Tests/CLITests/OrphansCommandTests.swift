@@ -193,4 +193,64 @@ import TestSupport
         for path in left { #expect(!FileManager.default.fileExists(atPath: path), "kept \(path)") }
         for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
     }
+
+    /// Each attempt of a download writes its partial file under its own lease token: the names of a final
+    /// job's claims (and the job's shared name of older jobctls) are leftovers, any other token or job not.
+    @Test("partial downloads named with a final job's id and one of its tokens are listed and removed, others kept",
+          arguments: StoreEngine.allCases)
+    func partialDownloadsOfEachAttempt(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("orphans-partial", engine: engine)
+        defer { workspace.directory.remove() }
+        let folder = workspace.directory.file("out")
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: download-file, source: "file://docs/a.txt", destination: "\(folder)/a.bin"}
+        - {kind: download-file, source: "file://docs/b.txt", destination: "\(folder)/b.bin"}
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest])
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 2)
+        let store: any JobStore = switch engine {
+        case .sqlite: try EventStore(path: workspace.database, mode: .readWrite)
+        case .postgres: try PostgresStore(url: workspace.database, mode: .readWrite)
+        }
+        func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1_000) }
+        // The first job fails an attempt and runs again (two tokens); the second runs on.
+        let firstClaims = try store.claim(owner: "worker:test", queues: nil, limit: 10, leaseMs: 60_000, now: nowMs())
+        try #require(firstClaims.map(\.record.id) == ids)
+        _ = try store.append(PendingEvent(jobID: ids[0], actor: "worker:test", leaseToken: firstClaims[0].token,
+                                          payload: .attemptFailed(.none, error: StorageError(.internalError, "busy", retryable: true),
+                                                                  retryAtMs: nowMs())), now: nowMs())
+        let secondClaim = try #require(try store.claim(owner: "worker:test", queues: nil, limit: 10, leaseMs: 60_000, now: nowMs() + 1).first)
+        try #require(secondClaim.record.id == ids[0])
+        func partial(_ file: String, _ token: String) -> String { "\(folder)/.\(file).\(token).jobctl-partial" }
+        let left = [
+            partial("a.bin", "\(ids[0]).\(firstClaims[0].token)"),
+            partial("a.bin", "\(ids[0]).\(secondClaim.token)"),
+            partial("a.bin", ids[0]),                                          // an older jobctl's, shared by every attempt
+        ]
+        let kept = [
+            partial("b.bin", "\(ids[1]).\(firstClaims[1].token)"),           // its job is running: not final
+            partial("a.bin", "\(ids[0]).\(firstClaims[1].token)"),           // a token the job never held
+            partial("a.bin", "\(JobID.generate()).\(firstClaims[0].token)"), // a job this log does not know
+            partial("b.bin", "\(ids[0]).\(firstClaims[0].token)"),           // the right id and token beside another file
+        ]
+        for path in left + kept { try workspace.write(String(path.dropFirst(workspace.directory.path.count + 1)), "bytes") }
+        _ = try store.append(PendingEvent(jobID: ids[0], actor: "worker:test", leaseToken: secondClaim.token,
+                                          payload: .failed(.none, error: StorageError(.objectNotFound, "gone"), reason: nil)),
+                             now: nowMs() + 10)
+
+        func orphans(_ arguments: [String]) throws -> [[String: Any]] {
+            let output = try workspace.jobctl(["orphans", "--json"] + arguments)
+            try #require(output.status == 0, "\(output.stderr)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]])
+        }
+        let listed = try orphans([])
+        #expect(Set(listed.compactMap { $0["path"] as? String }) == Set(left), "\(listed)")
+        #expect(listed.allSatisfy { $0["kind"] as? String == "partial-download" && $0["state"] as? String == "failed" }, "\(listed)")
+        let removed = try orphans(["--remove"])
+        #expect(removed.count == left.count && removed.allSatisfy { $0["removed"] as? Bool == true }, "\(removed)")
+        for path in left { #expect(!FileManager.default.fileExists(atPath: path), "kept \(path)") }
+        for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
+    }
 }
