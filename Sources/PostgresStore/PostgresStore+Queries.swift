@@ -396,12 +396,13 @@ extension PostgresStore {
         """
 
     /// What `finishedLeftoverSQL` and `finishedLeftoverSkippingSQL` select, and the conditions they share;
-    /// every job with the lease tokens of its claims (through the log's UNIQUE (job_id, version) index),
-    /// which name its partial downloads, sidecar temporaries and upload sessions.
+    /// the jobs that write a `file://` sidecar with the lease tokens of their claims (through the log's
+    /// UNIQUE (job_id, version) index), which name their sidecar temporaries and upload sessions.
     private static let finishedLeftoverSelection = """
         SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms,
-               (SELECT string_agg(claims.lease::text, ',') FROM events claims
-                WHERE claims.job_id = jobs.id AND claims.type = 'claimed') AS tokens
+               CASE WHEN jobs.kind = 'download-file' THEN NULL
+                    ELSE (SELECT string_agg(claims.lease::text, ',') FROM events claims
+                          WHERE claims.job_id = jobs.id AND claims.type = 'claimed') END AS tokens
         FROM (SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
               WHERE kind = 'download-file' AND finished_at_ms >= $1
               UNION ALL

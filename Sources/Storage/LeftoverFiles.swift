@@ -17,9 +17,9 @@ public struct JobLocalFiles: Sendable, Equatable {
     /// When the job reached its final state (ms since 1970). A file modified after it belongs to a later
     /// attempt (the job was retried since) and is never a leftover.
     public var finishedAtMs: Int64?
-    /// The lease tokens of the job's attempts (its `claimed` events) that may have written a partial
-    /// download, a `file://` sidecar's temporary or upload session, each named with its attempt's token
-    /// (`PartialFile.tempName(for:jobID:leaseToken:)`, `SidecarTemporary`, `LocalUploadSession.tag`).
+    /// The lease tokens of the job's attempts (its `claimed` events) that may have written a `file://`
+    /// sidecar's temporary or upload session, each named with its attempt's token (`SidecarTemporary`,
+    /// `LocalUploadSession.tag`).
     public var leaseTokens: [Int64]
 
     /// Describes a job's local files.
@@ -44,13 +44,6 @@ public struct JobLocalFiles: Sendable, Equatable {
         leaseTokens.map { SidecarTemporary.name(forObject: object, token: SidecarTemporary.tag(jobID: jobID, leaseToken: $0)) }
     }
 
-    /// The names of the partial files the job's attempts wrote beside the destination file named `name`:
-    /// each attempt's own (its lease token in it), and the one an older jobctl named for the job alone.
-    func partialDownloads(forDestination name: String) -> [String] {
-        [PartialFile.tempName(for: name, jobID: jobID)]
-            + leaseTokens.map { PartialFile.tempName(for: name, jobID: jobID, leaseToken: $0) }
-    }
-
     /// The names of the upload sessions the job's attempts wrote beside the object named `object`: each
     /// attempt's own (its lease token in it), and the one an older jobctl named for the job alone.
     func uploadSessions(forObject object: String) -> [String] {
@@ -63,8 +56,7 @@ public struct JobLocalFiles: Sendable, Equatable {
 public struct LeftoverFile: Sendable, Equatable, Hashable {
     /// What the file was for.
     public enum Kind: String, Sendable, Codable {
-        /// A download's `.NAME.<job id>.<lease token>.jobctl-partial` (or an older jobctl's
-        /// `.NAME.<job id>.jobctl-partial`, or an older `.NAME.jobctl-partial` it recorded).
+        /// A download's `.NAME.<job id>.jobctl-partial` (or an older `.NAME.jobctl-partial` it recorded).
         case partialDownload = "partial-download"
         /// A `file://` upload's session, `.NAME.<job id>.<lease token>.jobctl-upload` (or an older
         /// jobctl's `.NAME.<job id>.jobctl-upload`).
@@ -88,8 +80,7 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
 /// Finds and removes the hidden files that final jobs left: partial downloads, `file://` upload
 /// sessions and sidecar temporaries. Ownership must be provable, so that no user's file is ever removed:
 ///
-/// - a file whose name carries the job's id (`.NAME.<job id>.<lease token>.jobctl-partial`,
-///   `.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`,
+/// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`,
 ///   `.NAME.<job id>.<lease token>.jobctl-upload`, `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`,
 ///   the token one of the job's claims)
 ///   beside the job's destination (fetch-url: its source); or
@@ -184,7 +175,7 @@ public struct LeftoverFiles: Sendable {
         let name = LocalFiles.lastComponent(absolute)
         guard !name.isEmpty else { return [] }
         let folder = LocalFiles.directory(of: absolute)
-        let names = job.partialDownloads(forDestination: name)
+        let ours = PartialFile.tempName(for: name, jobID: job.jobID)
         var recorded: (name: String, identity: FileIdentity)?
         if case .download(_, _, _, let temp?, let identity?)? = job.resumePoint,
            LocalFiles.directory(of: temp) == folder,
@@ -195,12 +186,12 @@ public struct LeftoverFiles: Sendable {
         // folder (the sweep before a draining worker exits looks at every download it finished: this was
         // three calls each). The path resolves as `open(trusted:)` resolves it (links in the folder's
         // components followed, the name itself not), so a name it does not find, the folder would not hold.
-        guard names.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: folder)) })
+        guard Self.mayExist(SafeDirectory.childPath(ours, in: folder))
                 || recorded.map({ Self.mayExist(SafeDirectory.childPath($0.name, in: folder)) }) == true,
               let directory = try? SafeDirectory.open(trusted: folder, create: false) else {
             return []
         }
-        var candidates = names.map { Candidate(directory: directory, name: $0, kind: .partialDownload, recorded: nil) }
+        var candidates = [Candidate(directory: directory, name: ours, kind: .partialDownload, recorded: nil)]
         if let recorded {
             candidates.append(Candidate(directory: directory, name: recorded.name, kind: .partialDownload, recorded: recorded.identity))
         }

@@ -7,11 +7,9 @@ import Glibc
 /// A download-file target: bytes go to a hidden temporary file beside the destination, which is synced
 /// and atomically renamed over the destination on `commit()`.
 ///
-/// Each attempt of a job writes under a name of its own, `.<name>.<job id>.<lease token>.jobctl-partial`
-/// (`.<name>.<job id>.jobctl-partial`, the name every attempt shared before, for an attempt without a
-/// lease token and for partials logged by an older jobctl, which are still resumed; `.<name>.jobctl-partial`
-/// for a transfer run without a job, and for partials logged before job ids were part of the name). The
-/// job id and the attempt's lease token in the name are what let the orphan sweep prove whose a leftover is.
+/// The temporary file is `.<name>.<job id>.jobctl-partial` (`.<name>.jobctl-partial` for a transfer run
+/// without a job, and for partials logged before job ids were part of the name, which are still resumed).
+/// The job id in the name is what lets the orphan sweep prove whose a leftover is.
 ///
 /// Every file operation goes through a `SafeDirectory` opened on the destination's folder: the
 /// temporary file is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, a resumed one is opened with
@@ -22,15 +20,11 @@ import Glibc
 ///
 /// The attempt that writes the temporary file holds its writer lock (`LocalFile.lockWhileWriting`) from
 /// when it has the file open until it is renamed into place or removed. A later attempt continues it
-/// only when it takes that lock itself (the earlier worker died, its lock going with it, or finished with
-/// the file), and then first renames it to its own name with `renameat2(RENAME_NOREPLACE)`. A worker
-/// frozen past its lease (SIGSTOP, a stalled VM) keeps its lock and, woken, writes on through its
-/// descriptor — so its file is not continued: the later attempt removes its name and writes a new file
-/// under its own. Every commit renames only the attempt's own name: a worker woken anywhere in its
-/// commit, even between its last check and its rename, finds its name gone and renames nothing, or
-/// renames its own file, whole and verified — never another attempt's unfinished one, which no other
-/// attempt's name ever leads to (when every attempt shared one name, a worker frozen between the check
-/// and the rename renamed the retry's half-written file onto the destination).
+/// only when it takes that lock itself: the earlier worker died (its lock went with it), or finished
+/// with the file. A worker frozen past its lease (SIGSTOP, a stalled VM) keeps its lock and, woken,
+/// writes on through its descriptor — so its file is not continued: the later attempt starts a new one
+/// at the name, and the frozen worker writes into a file no name leads to (gone when it closes it), whose
+/// commit then finds the name another file's and renames nothing.
 ///
 /// The destination therefore never holds a half-written file: it is either absent, the previous
 /// version, or the complete new one. A missing parent directory is created (like `gsutil cp`).
@@ -85,57 +79,34 @@ public final class PartialFile {
         return directory.entry(LocalFiles.lastComponent(absolute))
     }
 
-    /// The temporary file's name for a destination file named `name`, written by the attempt of job
-    /// `jobID` under lease `leaseToken`: `.<name>.<job id>.<lease token>.jobctl-partial`. Without a lease
-    /// token (only tests run an attempt without one, and older jobctls named every attempt so) the job's
-    /// id alone; without a job (a transfer run outside the queue, or a partial logged before job ids were
-    /// in the name) neither.
-    public static func tempName(for name: String, jobID: String?, leaseToken: Int64? = nil) -> String {
-        guard let jobID else { return HiddenName.make(name, suffix: ".jobctl-partial") }
-        return HiddenName.make(name, suffix: "." + SidecarTemporary.tag(jobID: jobID, leaseToken: leaseToken) + ".jobctl-partial")
+    /// The temporary file's name for a destination file named `name`.
+    public static func tempName(for name: String, jobID: String?) -> String {
+        HiddenName.make(name, suffix: jobID.map { ".\($0).jobctl-partial" } ?? ".jobctl-partial")
     }
 
-    /// The temporary path used for `destination` by job `jobID`'s attempt under lease `leaseToken` (see
-    /// `tempName(for:jobID:leaseToken:)`).
-    public static func tempPath(for destination: String, jobID: String? = nil, leaseToken: Int64? = nil) -> String {
+    /// The temporary path used for `destination` by job `jobID` (nil: a transfer run without a job).
+    public static func tempPath(for destination: String, jobID: String? = nil) -> String {
         let absolute = LocalFiles.absolute(destination)
         let directory = LocalFiles.directory(of: absolute)
-        return (directory == "/" ? "" : directory) + "/"
-            + tempName(for: LocalFiles.lastComponent(absolute), jobID: jobID, leaseToken: leaseToken)
-    }
-
-    /// Whether `name` is a temporary file name of job `jobID` for the destination file named
-    /// `destinationName`: an attempt's (`.<name>.<job id>.<lease token>.jobctl-partial`) or the one every
-    /// attempt of the job shared in older jobctls (`.<name>.<job id>.jobctl-partial`).
-    static func isTempName(_ name: String, for destinationName: String, ofJob jobID: String) -> Bool {
-        if name == tempName(for: destinationName, jobID: jobID) { return true }
-        guard name.hasSuffix(".jobctl-partial") else { return false }
-        let stem = name.dropLast(".jobctl-partial".count)
-        guard let dot = stem.lastIndex(of: "."), let token = Int64(stem[stem.index(after: dot)...]) else { return false }
-        return name == tempName(for: destinationName, jobID: jobID, leaseToken: token)
+        return (directory == "/" ? "" : directory) + "/" + tempName(for: LocalFiles.lastComponent(absolute), jobID: jobID)
     }
 
     /// Opens the temporary file for `destination`, resuming or creating it.
     ///
-    /// When `resume` is `.download` naming a temporary file of this destination's (an attempt's of the
-    /// job, the job's shared name of older jobctls, or the name used before job ids were part of it; none
-    /// means the job's shared name), that file is still the inode recorded in the resume point (for old
-    /// resume points without one: a regular file with one link, owned by us), holds at least
-    /// `bytesWritten` bytes and no live attempt holds its writer lock, this attempt takes the lock, renames
-    /// the file to its own name (`renameat2(RENAME_NOREPLACE)`), truncates it to `bytesWritten` and writes
-    /// on there. When the recorded name is gone, the file is looked for by its identity among the job's
-    /// names (an attempt killed after it took the file over, before it recorded its own name).
-    /// Otherwise a new temporary file is created under this attempt's own name and writing starts at 0;
-    /// a different file found at the old name is never written to, and one a live attempt holds loses its
-    /// name. Any other resume point (an upload's) is ignored.
+    /// When `resume` is `.download` naming this destination's temporary file (the job's, or the name used
+    /// before job ids were part of it; none means the job's), that file is still the inode recorded in the
+    /// resume point (for old resume points without one: a regular file with one link, owned by us), holds
+    /// at least `bytesWritten` bytes and no live attempt holds its writer lock, it is truncated to
+    /// `bytesWritten` and writing continues there.
+    /// Otherwise a new temporary file is created and writing starts at 0; a different file found at the
+    /// old name is never written to. Any other resume point (an upload's) is ignored.
     ///
     /// `within` is the part of `destination` below a folder the user named (a prefix download's object
     /// path, `JobBatch.path`): the folders in it come from object names, so they are opened (and made)
     /// without following links — a link planted there by someone else is refused, never written
     /// through — as the folders inside a `file://` bucket are. The folder the user named is opened as
     /// named, links and all.
-    public init(destination: String, jobID: String?, leaseToken: Int64? = nil, resumeFrom resume: ResumePoint?,
-                within: String? = nil) throws(StorageError) {
+    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?, within: String? = nil) throws(StorageError) {
         let absolute = LocalFiles.absolute(destination)
         let name = LocalFiles.lastComponent(absolute)
         guard !absolute.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
@@ -144,18 +115,17 @@ public final class PartialFile {
         self.destination = absolute
         destinationName = name
         directory = try Self.openDirectory(of: absolute, within: within)
-        let ours = Self.tempName(for: name, jobID: jobID, leaseToken: leaseToken)
+        let ours = Self.tempName(for: name, jobID: jobID)
 
         let opened: LocalFile
-        if let (file, start) = Self.resumable(resume, in: directory, destinationName: name, jobID: jobID, ours: ours) {
+        if let (file, name, start) = Self.resumable(resume, in: directory, destinationName: name, ours: ours) {
             opened = file
-            tempName = ours
+            tempName = name
             bytesWritten = start
             resumed = true
         } else {
-            // A file at this attempt's own name can only be its own leftover (or, without a lease token,
-            // an earlier attempt's, not continued): its name goes (its writer, if one still writes it,
-            // keeps a file that no name leads to).
+            // A file at the name is an earlier attempt's, not continued: its name goes (its writer, if
+            // one still writes it, keeps a file that no name leads to).
             opened = try directory.createExclusive(ours, replacingOwnLeftover: true)
             tempName = ours
             bytesWritten = 0
@@ -171,30 +141,18 @@ public final class PartialFile {
         file = opened
     }
 
-    /// The earlier temporary file `resume` names, opened, checked, locked, renamed to this attempt's own
-    /// name `ours` and positioned at its resume offset; nil when there is none to continue (the caller
-    /// starts a new one).
+    /// The earlier temporary file `resume` names, opened, checked and positioned at its resume offset;
+    /// nil when there is none to continue (the caller starts a new one).
     private static func resumable(_ resume: ResumePoint?, in directory: SafeDirectory, destinationName: String,
-                                  jobID: String?, ours: String) -> (LocalFile, Int64)? {
+                                  ours: String) -> (LocalFile, String, Int64)? {
         guard case .download(let written, _, _, let previousTemp, let recorded)? = resume, written > 0 else { return nil }
-        var name: String
+        let name: String
         if let previousTemp {
             name = LocalFiles.lastComponent(previousTemp)
             let legacy = tempName(for: destinationName, jobID: nil)
-            // Another job's file (a log edited by hand, a resume point copied) is never resumed into.
-            let isJobs = name == ours || name == legacy || jobID.map { isTempName(name, for: destinationName, ofJob: $0) } == true
-            guard LocalFiles.directory(of: previousTemp) == directory.path, isJobs else { return nil }
+            guard LocalFiles.directory(of: previousTemp) == directory.path, name == ours || name == legacy else { return nil }
         } else {
-            name = tempName(for: destinationName, jobID: jobID)
-        }
-        if directory.entry(name) == nil, let recorded, let jobID {
-            // An attempt killed after it took the file over under its own name, before it recorded that name.
-            let found = directory.names { candidate in
-                candidate.hasSuffix(".jobctl-partial") && isTempName(candidate, for: destinationName, ofJob: jobID)
-                    && directory.entry(candidate).map { $0.isRegular && $0.identity == recorded } == true
-            }
-            guard found.count == 1 else { return nil }
-            name = found[0]
+            name = ours
         }
         // A link at the name is refused here; if it sits at our own name, creating the new file reports it.
         guard let file = try? directory.openExisting(name, writable: true, context: .destination),
@@ -212,28 +170,12 @@ public final class PartialFile {
         }
         // An attempt that still writes it (frozen past its lease, its descriptor open) holds its lock:
         // not continued, as its writes — its cut back to its own resume point among them — would land in
-        // this attempt's file (and, once renamed, in the destination). Its name goes: woken, its writer
-        // writes into a file no name leads to (gone when it closes it), and its commit finds its name
-        // gone and renames nothing. Taken, the lock was let go after this open, perhaps by a commit that
-        // renamed the file into place: the rename below then finds the name gone, or another file there.
-        guard file.lockWhileWriting(status.identity) != .heldElsewhere else {
+        // this attempt's file (and, once renamed, in the destination). Taken, the lock was let go after
+        // this open, perhaps by a commit that renamed the file into place: still at the name, it is one
+        // no other attempt writes.
+        guard file.lockWhileWriting(status.identity) != .heldElsewhere,
+              let named = directory.entry(name), named.isRegular, named.identity == status.identity, named.links == 1 else {
             file.close()
-            directory.remove(name, ifStill: status.identity)
-            return nil
-        }
-        // The file takes this attempt's name in one step that never replaces and never leaves it a second
-        // link: killed before it, the file keeps the name the log recorded; after it, the next attempt
-        // finds it by its identity. Only the file locked here may be written: one swapped in at the old
-        // name meanwhile is given its name back and left alone.
-        if name != ours {
-            guard (try? directory.renameExclusive(name, to: ours)) == .renamed else {
-                file.close()
-                return nil
-            }
-        }
-        guard let named = directory.entry(ours), named.isRegular, named.identity == status.identity, named.links == 1 else {
-            file.close()
-            if name != ours { _ = try? directory.renameExclusive(ours, to: name) }
             return nil
         }
         do {
@@ -243,25 +185,24 @@ public final class PartialFile {
             file.close()
             return nil
         }
-        return (file, written)
+        return (file, name, written)
     }
 
     /// Opens the temporary file of a sliced download of `size` bytes: the one `resume` names when it is
     /// a `.slicedDownload` of this destination's temporary file, still the recorded inode and still
     /// `size` bytes long (`resumed` is then true and the slices' confirmed bytes are valid); otherwise a
     /// new temporary file, extended to `size` (sparse) so that every slice writes at its own offset.
-    /// The same safety as `init(destination:jobID:leaseToken:resumeFrom:within:)`: `O_NOFOLLOW`, the
-    /// inode checked, a file that is not ours never written to, an earlier attempt's taken over under this
-    /// attempt's own name.
-    public convenience init(slicing destination: String, jobID: String?, leaseToken: Int64? = nil, size: Int64,
-                            resumeFrom resume: ResumePoint?, within: String? = nil) throws(StorageError) {
+    /// The same safety as `init(destination:jobID:resumeFrom:)`: `O_NOFOLLOW`, the inode checked, a
+    /// file that is not ours never written to.
+    public convenience init(slicing destination: String, jobID: String?, size: Int64, resumeFrom resume: ResumePoint?,
+                            within: String? = nil) throws(StorageError) {
         // A sliced resume point is read through the single-stream checks (same temp name, same inode) with
         // its size as the byte count, so the file is kept at full length.
         var translated: ResumePoint?
         if case .slicedDownload(_, let generation, let tempPath, let identity)? = resume, size > 0 {
             translated = .download(bytesWritten: size, generation: generation, etag: nil, tempPath: tempPath, file: identity)
         }
-        try self.init(destination: destination, jobID: jobID, leaseToken: leaseToken, resumeFrom: translated, within: within)
+        try self.init(destination: destination, jobID: jobID, resumeFrom: translated, within: within)
         if !resumed {
             do {
                 try file.truncate(to: size)
@@ -435,8 +376,8 @@ public final class PartialFile {
         try sync()
         guard let current = directory.entry(tempName), current.isRegular, current.identity == identity else {
             discard()
-            // Retryable: the usual writer is a later attempt of the job that took this file over, or removed
-            // its name, while this worker was frozen past its lease; the next attempt resumes or starts over.
+            // Retryable: the usual writer is a worker that lost this job's lease (frozen, then woken) and
+            // renamed or removed the temporary name it shared; the next attempt starts over on its own file.
             throw StorageError(.pathError,
                                "the temporary file '\(tempPath)' was replaced by another file while the download ran "
                                    + "(a worker that lost this job's lease, or another program writing in that folder); "

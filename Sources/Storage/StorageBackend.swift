@@ -38,13 +38,13 @@ public final class TransferControl: Sendable {
     /// attempt, so the slices of a sliced download share the job's rate rather than each taking all of it.
     let rateLimit: SharedBandwidth?
     /// The job the transfer belongs to (nil for a transfer run outside the queue). The hidden files it
-    /// creates carry this id in their names (`.NAME.<job id>.<lease token>.jobctl-partial`, `.NAME.<job id>.<lease token>.jobctl-upload`),
+    /// creates carry this id in their names (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.<lease token>.jobctl-upload`),
     /// which is what lets the orphan sweep prove whose a leftover is.
     public let jobID: String?
     /// The lease token of the attempt (nil outside the queue, or when the caller has none). A file that
-    /// an attempt renames into place (a download's partial file, a `file://` sidecar's temporary, a `file://`
-    /// upload's session) carries it beside the job's id, so two live attempts of one job — a worker that
-    /// lost the lease, frozen then woken, and the retry — never share the name.
+    /// an attempt renames into place (a `file://` sidecar's temporary, a `file://` upload's session) carries it
+    /// beside the job's id, so two live attempts of one job — a worker that lost the lease, frozen then
+    /// woken, and the retry — never share the name.
     public let leaseToken: Int64?
 
     /// A control for the transfer of job `jobID`, attempt `leaseToken`.

@@ -339,8 +339,8 @@ public struct FinishedTransferRecord: Sendable, Equatable {
     public var resumePoint: ResumePoint?
     /// When the job reached its final state.
     public var finishedAtMs: Int64
-    /// The lease tokens of the job's claims, which name the partial downloads, sidecar temporaries and
-    /// `file://` upload sessions its attempts wrote.
+    /// The lease tokens of the job's claims, which name the sidecar temporaries and `file://` upload
+    /// sessions its attempts wrote (jobs that write a `file://` sidecar; empty for downloads).
     public var leaseTokens: [Int64]
 
     public init(id: String, state: JobState, kind: JobKind, destination: String?, resumePoint: ResumePoint?,

@@ -72,33 +72,6 @@ struct LeftoverFilesTests {
         for path in [someoneElses, legacy, otherName] { #expect(FileManager.default.fileExists(atPath: path)) }
     }
 
-    @Test("each attempt's partial, named with the job id and one of the job's lease tokens, is found; another token's is not")
-    func partialDownloadsOfEachAttempt() throws {
-        let directory = try TemporaryDirectory("leftovers")
-        defer { directory.remove() }
-        let destination = directory.file("out/report.pdf")
-        let job = JobID.generate()
-        let attempts = [PartialFile.tempPath(for: destination, jobID: job, leaseToken: 41),
-                        PartialFile.tempPath(for: destination, jobID: job, leaseToken: 42)]
-        #expect(attempts[0] == directory.file("out/.report.pdf.\(job).41.jobctl-partial"))
-        let notOurs = [PartialFile.tempPath(for: destination, jobID: job, leaseToken: 43),            // a token the job never held
-                       PartialFile.tempPath(for: destination, jobID: JobID.generate(), leaseToken: 41), // another job's
-                       PartialFile.tempPath(for: directory.file("out/other.pdf"), jobID: job, leaseToken: 41)]
-        for path in attempts + notOurs { try create(path) }
-        let finder = LeftoverFiles(localBucketsDirectory: nil)
-        let files = JobLocalFiles(jobID: job, kind: .downloadFile, destination: destination, resumePoint: nil, finishedAtMs: now,
-                                  leaseTokens: [41, 42])
-        let found = finder.find(files)
-        #expect(Set(found.map(\.path)) == Set(attempts), "\(found)")
-        #expect(found.allSatisfy { $0.kind == .partialDownload && $0.jobID == job })
-        // Without the job's tokens (as the stores read downloads before), only the job's shared name counts.
-        var tokenless = files
-        tokenless.leaseTokens = []
-        #expect(finder.find(tokenless).isEmpty)
-        for leftover in found { #expect(LeftoverFiles.remove(leftover)) }
-        for path in notOurs { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
-    }
-
     @Test("the look before opening the folder finds what the folder holds: a folder reached through a link, the recorded old name alone, nothing")
     func quickLookBeforeOpening() throws {
         let directory = try TemporaryDirectory("leftovers")

@@ -1,7 +1,4 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import JobModel
 import Storage
 import Testing
@@ -142,101 +139,5 @@ import TestSupport
         partial.discard()
         partial.discard()
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
-    }
-
-    /// Each attempt of a job writes under a name of its own (its lease token in it), so no commit can
-    /// rename another attempt's file. A retry continues an earlier attempt's file (its writer gone) by
-    /// renaming it to its own name first, after taking its writer lock: the earlier attempt's name then
-    /// leads nowhere, and its commit — had its worker only been frozen — renames nothing. The job's
-    /// shared name of older jobctls is continued the same way, and a file the retry took over but never
-    /// recorded under its new name is found again by its identity.
-    @Test func eachAttemptWritesUnderItsOwnNameAndTakesAnEarlierFileOverByRenamingIt() throws {
-        let directory = try TemporaryDirectory("jobctl-partial")
-        defer { directory.remove() }
-        let destination = directory.file("out.bin")
-        var first: PartialFile? = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 7, resumeFrom: nil)
-        #expect(first?.tempPath == directory.file(".out.bin.01JOB.7.jobctl-partial"))
-        try write(first!, "0123456789")
-        try first!.sync()
-        let point = first!.resumePoint(generation: "1", etag: nil)
-        let written = first!.identity
-        first = nil   // its worker died: its lock went with it
-
-        let second = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 8, resumeFrom: point)
-        #expect(second.resumed && second.bytesWritten == 10 && second.identity == written)
-        #expect(second.tempPath == directory.file(".out.bin.01JOB.8.jobctl-partial"))
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [".out.bin.01JOB.8.jobctl-partial"])
-        if case .download(_, _, _, let temp, let file) = second.resumePoint(generation: "1", etag: nil) {
-            #expect(temp == second.tempPath && file == written)
-        } else {
-            Issue.record("not a download resume point")
-        }
-
-        // The recorded name gone, the file is looked for by its identity among the job's names: the second
-        // attempt's, which it still holds (frozen past its lease), so it is not taken over and loses its name.
-        try write(second, "ab")
-        try second.sync()
-        let third = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 9, resumeFrom: point)
-        #expect(!third.resumed, "a file its writer still holds was taken over")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [".out.bin.01JOB.9.jobctl-partial"])
-        third.discard()
-
-        // The name every attempt shared in older jobctls: taken over under the attempt's own name.
-        let legacy = directory.file(".out.bin.01JOB.jobctl-partial")
-        var old: PartialFile? = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: nil)
-        #expect(old?.tempPath == legacy)
-        try write(old!, "abcdef")
-        try old!.sync()
-        let oldPoint = old!.resumePoint(generation: "1", etag: nil)
-        old = nil
-        var adopted: PartialFile? = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 10, resumeFrom: oldPoint)
-        #expect(adopted?.resumed == true && adopted?.bytesWritten == 6)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [".out.bin.01JOB.10.jobctl-partial"])
-        let adoptedIdentity = adopted?.identity
-        adopted = nil   // killed before it recorded a checkpoint: the log still names the old name
-        let found = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 11, resumeFrom: oldPoint)
-        #expect(found.resumed && found.bytesWritten == 6 && found.identity == adoptedIdentity)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [".out.bin.01JOB.11.jobctl-partial"])
-        // Another job's file is never taken over, whatever the log says.
-        let otherJobs = ResumePoint.download(bytesWritten: 6, generation: "1", etag: nil,
-                                             tempPath: directory.file(".out.bin.01OTHER.11.jobctl-partial"), file: adoptedIdentity)
-        try write(found, "g")
-        try found.sync()
-        #expect(rename(found.tempPath, directory.file(".out.bin.01OTHER.11.jobctl-partial")) == 0)
-        let stranger = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 12, resumeFrom: otherJobs)
-        #expect(!stranger.resumed)
-        #expect(FileManager.default.fileExists(atPath: directory.file(".out.bin.01OTHER.11.jobctl-partial")))
-        stranger.discard()
-        found.discard()
-    }
-
-    /// The commit window: an attempt frozen past its lease after its commit checked its name, before it
-    /// renamed it, renames its own name when it wakes. Under the name every attempt shared, the retry's
-    /// file sat there by then, unfinished, and went onto the destination; under its own name, the frozen
-    /// attempt's name is gone (the retry removed it, finding its lock held) and nothing is renamed, or it
-    /// is still there and holds its own file, whole. Here the retry writes while the frozen attempt's file
-    /// keeps its name, then it is renamed as the woken commit's rename would.
-    @Test func aWokenCommitRenamesOnlyItsOwnFile() throws {
-        let directory = try TemporaryDirectory("jobctl-partial")
-        defer { directory.remove() }
-        let destination = directory.file("out.bin")
-        let frozen = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 1, resumeFrom: nil)
-        try write(frozen, "whole")
-        try frozen.sync()
-        let frozenName = frozen.tempPath
-        let retry = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 2,
-                                    resumeFrom: frozen.resumePoint(generation: "1", etag: nil))
-        #expect(!retry.resumed && retry.tempPath != frozenName)
-        try write(retry, "ha")
-        // The frozen attempt's rename, by the name its check saw: the retry's half-written file is not there.
-        #expect(!FileManager.default.fileExists(atPath: frozenName), "a live attempt's file kept its name")
-        #expect(rename(frozenName, destination) != 0)
-        #expect(!FileManager.default.fileExists(atPath: destination))
-        try write(retry, "lf")
-        #expect(try retry.commit() == destination)
-        #expect(try String(contentsOfFile: destination, encoding: .utf8) == "half")
-        #expect(throws: StorageError.self) { _ = try frozen.commit() }
-        #expect(try String(contentsOfFile: destination, encoding: .utf8) == "half")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["out.bin"])
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import JobModel
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -180,14 +179,4 @@ public func signalChildIfRunning(_ pid: pid_t, _ signal: Int32) -> Bool {
 public func uniquePrefix(of id: String, among ids: [String]) -> String {
     let common = ids.filter { $0 != id }.map { zip($0, id).prefix { $0 == $1 }.count }.max() ?? 0
     return String(id.prefix(max(6, common + 1)))
-}
-
-/// The partial file the latest attempt of download job `jobID` writes for `destination` (a path), as
-/// its log `events` say: each attempt names its own with its lease token, that of its `claimed` event
-/// (`.NAME.<job id>.<lease token>.jobctl-partial`); nil before the job was claimed.
-public func attemptPartial(of destination: String, jobID: String, events: [JobEvent]) -> String? {
-    guard let token = events.last(where: { $0.type == .claimed })?.leaseToken else { return nil }
-    let folder = (destination as NSString).deletingLastPathComponent
-    let name = (destination as NSString).lastPathComponent
-    return "\(folder)/.\(name).\(jobID).\(token).jobctl-partial"
 }

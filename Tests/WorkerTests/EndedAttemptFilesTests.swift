@@ -51,10 +51,9 @@ private final class HeldRemovalBackend: StorageBackend {
 /// What an attempt that ended removes: its own files, never the next attempt's.
 @Suite("an ended attempt's files", .onTestThreads) struct EndedAttemptFilesTests {
     /// A download is cancelled, retried and claimed again while the cancelled attempt's files are still
-    /// to be removed; the new attempt creates its partial file (under a name of its own; once, every
-    /// attempt's) and writes slowly. The old attempt's removal must leave that file alone: it is younger
-    /// than the attempt's end. Were the removal to take everything older than the moment it runs, it
-    /// would unlink the new attempt's file,
+    /// to be removed; the new attempt creates its partial file (the same name) and writes slowly. The old
+    /// attempt's removal must leave that file alone: it is younger than the attempt's end. Were the
+    /// removal to take everything older than the moment it runs, it would unlink the new attempt's file,
     /// which would go on writing into a file no name reaches — a pause would then resume from byte 0, and
     /// a success find no file to rename.
     @Test(arguments: WorkerEngine.allCases)
@@ -68,19 +67,17 @@ private final class HeldRemovalBackend: StorageBackend {
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
         let id = try #require(try submit("- {kind: download-file, source: \"\(trickle.baseURL)/slow.bin\", destination: \"\(out)/slow.bin\"}\n",
                                          database: database, directory: directory).first)
+        let partial = "\(out)/.slow.bin.\(id).jobctl-partial"
         let store = try SmallJobTests.store(engine, database)
         let control = try SmallJobTests.store(engine, database)
         let backend = HeldRemovalBackend(SmallJobTests.localRouter(directory))
         let pool = WorkerPool(store: store, backend: backend, configuration: WorkerConfiguration(concurrency: 2, leaseMs: 60_000))
         let run = Task { try await pool.run() }
         defer { backend.releaseRemoval() }
-        // The partial file of the attempt that claimed the job last (each names its own with its lease token).
-        let partial = { attemptPartial(of: "\(out)/slow.bin", jobID: id, events: (try? store.events(jobID: id)) ?? []) ?? "" }
-        let size = { ((try? FileManager.default.attributesOfItem(atPath: partial()))?[.size] as? Int) ?? 0 }
-        let inode = { ((try? FileManager.default.attributesOfItem(atPath: partial()))?[.systemFileNumber] as? Int) ?? 0 }
+        let size = { ((try? FileManager.default.attributesOfItem(atPath: partial))?[.size] as? Int) ?? 0 }
+        let inode = { ((try? FileManager.default.attributesOfItem(atPath: partial))?[.systemFileNumber] as? Int) ?? 0 }
 
-        try #require(try await eventually(seconds: 60) { size() > 0 }, "the first attempt never wrote \(partial())")
-        let first = partial()
+        try #require(try await eventually(seconds: 60) { size() > 0 }, "the first attempt never wrote \(partial)")
         backend.holdNextRemoval()
         _ = try control.requestCancel(id: id, actor: "cli:test", now: Clock.nowMs())
         let ending = try await eventually(seconds: 60) { backend.held }
@@ -93,15 +90,13 @@ private final class HeldRemovalBackend: StorageBackend {
         }
         let writing = try await eventually(seconds: 60) { size() > 0 }
         try #require(begun && writing, "the retried attempt did not start its own partial file")
-        let secondPath = partial()
-        #expect(secondPath != first, "the attempts share a partial file's name")
         let second = inode()
         // The new file's last write is then older than the removal (one byte every 0.3 s).
         try await Task.sleep(for: .milliseconds(150))
         backend.releaseRemoval()
         try await Task.sleep(for: .milliseconds(500))
 
-        #expect(FileManager.default.fileExists(atPath: secondPath) && inode() == second,
+        #expect(FileManager.default.fileExists(atPath: partial) && inode() == second,
                 "the new attempt's partial file was removed by the cancelled attempt's end")
         _ = try control.requestPause(id: id, actor: "cli:test", now: Clock.nowMs())
         let paused = try await eventually(seconds: 30) { try store.job(id)?.state == .paused }
@@ -114,7 +109,7 @@ private final class HeldRemovalBackend: StorageBackend {
             return
         }
         // The paused job resumes from its bytes: the file its resume point names holds them.
-        #expect(tempPath == secondPath)
+        #expect(tempPath == partial)
         #expect(size() >= Int(written) && written > 0, "resume point \(written) bytes, file \(size()) bytes")
         #expect(try store.replay(verify: true).isConsistent)
     }

@@ -14,18 +14,13 @@ import TestSupport
 /// end meanwhile. Then the second wakes and cuts; strace holds it before it writes more, unless it stops
 /// first (it heard its lease is gone).
 @Suite("a frozen attempt's file is not taken over", .onTestThreads, .serialized) struct FrozenWriterTests {
-    /// `ftruncate`'s, `pread64`'s, `read`'s and `renameat`'s system call numbers, as
-    /// `/proc/PID/task/TID/syscall` shows them.
+    /// `ftruncate`'s and `pread64`'s system call numbers, as `/proc/PID/task/TID/syscall` shows them.
     #if arch(arm64)
     static let ftruncateNumber = 46
     static let preadNumber = 67
-    static let readNumber = 63
-    static let renameatNumber = 38
     #else
     static let ftruncateNumber = 77
     static let preadNumber = 17
-    static let readNumber = 0
-    static let renameatNumber = 264
     #endif
 
     /// How long strace holds the second attempt before it cuts the file.
@@ -138,12 +133,12 @@ import TestSupport
         try SidecarTemporaryTests.expectSourcesObject(scene, job: job)
     }
 
-    /// The same scene for a download to a file. Without the writer lock the third attempt resumed the
-    /// partial file the frozen second one had open and renamed it into place; the held cut then cut the
-    /// destination back to 64 MiB: "destination of 67108864 bytes, the object's 70254592". Now the second
-    /// attempt takes the first's file over under its own name (`.NAME.<job id>.<lease token>.jobctl-partial`)
-    /// after taking its lock; the third finds the file locked, removes its name and writes one of its own
-    /// (the frozen attempt's file then has none), and the destination is the object, whole.
+    /// The same scene for a download to a file (the partial file every attempt of the job names
+    /// `.NAME.<job id>.jobctl-partial`). Without the writer lock the third attempt resumed the partial
+    /// file the frozen second one had open and renamed it into place; the held cut then cut the
+    /// destination back to 64 MiB: "destination of 67108864 bytes, the object's 70254592". Now the third
+    /// attempt finds the file locked and starts a new one at the name (the frozen attempt's file then has
+    /// none), and the destination is the object, whole.
     @Test("a retry does not resume a partial download a frozen attempt still holds: the destination is the object, whole")
     func frozenPartialDownloadIsNotResumed() throws {
         try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/strace"),
@@ -151,11 +146,10 @@ import TestSupport
         let scene = try FrozenDownload(label: "frozen-partial")
         defer { scene.directory.remove() }
         let recorded = try scene.killAtCommitAfterCheckpoint()
+        #expect(Self.identity(scene.partial) == recorded)
 
         // Held at the cut of the partial file (`-P`: no other file's), before and after the kernel runs it.
-        // The file then has the second attempt's name, which its lease token (the next few) is in.
-        let next = try scene.nextLeaseTokens()
-        let second = try Self.traced(next.flatMap { ["-P", scene.partial(token: $0)] } + ["-e", "trace=ftruncate",
+        let second = try Self.traced(["-P", scene.partial, "-e", "trace=ftruncate",
                                       "-e", "inject=ftruncate:delay_enter=\(Int(Self.freeze))s:delay_exit=60s:when=1"],
                                      database: scene.database, environment: scene.environment, directory: scene.directory)
         defer {
@@ -163,17 +157,15 @@ import TestSupport
             second.signal(SIGKILL)
             _ = second.wait(seconds: 10)
         }
-        var secondName = ""
         let frozen = eventually(seconds: 60) {
             guard let job = try? EventStore(path: scene.database, readOnly: true).job(scene.id), job.state == .running,
-                  job.attempts == 2, let token = job.leaseToken else { return false }
-            secondName = scene.partial(token: token)
+                  job.attempts == 2 else { return false }
             return Self.heldCutting(second, to: Self.checkpoint)
         }
         let heldAt = Date()
         try #require(frozen, "the second attempt never reached its cut: \(Self.entries(scene.folder)) \(second.log)")
-        // It took the first attempt's file over under its own name (its lock went with the SIGKILLed worker).
-        #expect(Self.identity(secondName) == recorded, "\(Self.entries(scene.folder))")
+        // It resumed the first attempt's file (its lock went with the SIGKILLed worker).
+        #expect(Self.identity(scene.partial) == recorded)
         try Self.expireLease(scene.database, job: scene.id)
 
         let third = try JobctlProcess.worker(database: scene.database, ["--drain", "--lease", "30"], environment: scene.environment,
@@ -192,77 +184,6 @@ import TestSupport
         let stored = try? Data(contentsOf: URL(fileURLWithPath: scene.destination))
         #expect(stored == expected, "destination of \(stored?.count ?? -1) bytes, the object's \(expected.count)")
         #expect(Self.identity(scene.destination) != recorded, "the destination is the file the frozen attempt holds")
-        #expect(Self.entries(scene.folder) == ["out.bin"], "left behind: \(Self.entries(scene.folder))")
-    }
-
-    /// The commit window of a download: the first attempt is frozen in its commit, after its last check
-    /// that the temporary name still holds its own file, before its rename (strace holds the rename 20 s).
-    /// Its lease expires and a second attempt starts, finds the file locked (its writer is alive) and
-    /// writes a new one; strace holds it after a few MiB. Then the first wakes and renames. When every
-    /// attempt shared `.NAME.<job id>.jobctl-partial`, the second attempt's new file sat at that name, and
-    /// the woken rename put it — a few MiB of 67 — onto the destination: "destination of 3145728 bytes,
-    /// the object's 70254592". Now the second attempt writes under its own name and removed the first's:
-    /// the woken rename renames nothing. A third attempt then finishes the job; its worker's last sweep
-    /// removes the second's file, named with a token of the job's claims.
-    @Test("a worker frozen in its download's commit, woken while a retry writes, never renames the retry's unfinished file")
-    func frozenCommitRenamesNoRetrysFile() throws {
-        try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/strace"),
-                     "strace is not installed (Debian package strace; make test-deps installs it)")
-        let scene = try FrozenDownload(label: "frozen-commit")
-        defer { scene.directory.remove() }
-        let first = try Self.traced(["-e", "trace=rename,renameat,renameat2",
-                                     "-e", "inject=rename,renameat,renameat2:delay_enter=\(Int(Self.freeze))s:when=1"],
-                                    database: scene.database, environment: scene.environment, directory: scene.directory)
-        defer {
-            _ = first.killTracee(SIGKILL)
-            first.signal(SIGKILL)
-            _ = first.wait(seconds: 10)
-        }
-        let committing = eventually(seconds: 60) {
-            guard let job = try? EventStore(path: scene.database, readOnly: true).job(scene.id), job.state == .running,
-                  job.attempts == 1 else { return false }
-            return first.traceeIsIn(syscall: Self.renameatNumber)
-        }
-        let heldAt = Date()
-        try #require(committing, "the first attempt never reached its commit's rename: \(Self.entries(scene.folder)) \(first.log)")
-        try Self.expireLease(scene.database, job: scene.id)
-
-        // Held at its fourth read of the object (`-P`: no other file's): a few MiB written.
-        let second = try Self.traced(["-P", scene.object, "-e", "trace=read", "-e", "inject=read:delay_enter=60s:when=4"],
-                                     database: scene.database, environment: scene.environment, directory: scene.directory)
-        defer {
-            _ = second.killTracee(SIGKILL)
-            second.signal(SIGKILL)
-            _ = second.wait(seconds: 10)
-        }
-        let writing = eventually(seconds: 60) {
-            guard let job = try? EventStore(path: scene.database, readOnly: true).job(scene.id), job.state == .running,
-                  job.attempts == 2 else { return false }
-            return second.traceeIsIn(syscall: Self.readNumber)
-        }
-        try #require(writing, "the second attempt never started writing: \(Self.entries(scene.folder)) \(second.log)")
-        try #require(Date().timeIntervalSince(heldAt) < Self.freeze - 2, "the first attempt woke before the second wrote; nothing to test")
-        #expect(!FileManager.default.fileExists(atPath: scene.destination))
-
-        // The first attempt's rename goes out now.
-        Thread.sleep(until: heldAt.addingTimeInterval(Self.freeze + 3))
-        let expected = try Data(contentsOf: URL(fileURLWithPath: scene.source))
-        let landed = try? Data(contentsOf: URL(fileURLWithPath: scene.destination))
-        #expect(landed == nil || landed == expected,
-                "destination of \(landed?.count ?? -1) bytes, the object's \(expected.count): \(Self.entries(scene.folder))")
-        for worker in [first, second] {
-            _ = worker.killTracee(SIGKILL)
-            worker.signal(SIGKILL)
-            _ = worker.wait(seconds: 10)
-        }
-
-        try Self.expireLease(scene.database, job: scene.id)
-        let third = try JobctlProcess.worker(database: scene.database, ["--drain", "--lease", "30"], environment: scene.environment,
-                                             logDirectory: scene.directory.path)
-        #expect(third.wait(seconds: 60) == 0, "\(third.log)")
-        let job = try EventStore(path: scene.database, readOnly: true).job(scene.id)
-        #expect(job?.state == .succeeded, "\(job?.error?.message ?? "") \(third.log)")
-        #expect((try? Data(contentsOf: URL(fileURLWithPath: scene.destination))) == expected)
         #expect(Self.entries(scene.folder) == ["out.bin"], "left behind: \(Self.entries(scene.folder))")
     }
 
@@ -299,20 +220,8 @@ struct FrozenDownload {
     let destination: String
     let id: String
 
-    /// The object's file in the bucket.
-    var object: String { directory.file("buckets/media/obj.bin") }
-
-    /// The partial file the job's attempt under lease `token` names.
-    func partial(token: Int64) -> String { folder + "/.out.bin.\(id).\(token).jobctl-partial" }
-
-    /// The lease tokens the next few claims in the log get.
-    func nextLeaseTokens() throws -> [Int64] {
-        let store = try EventStore(path: database, mode: .readWrite)
-        let last = try store.withConnection { (connection) throws(StoreError) -> Int64 in
-            try connection.first("SELECT last_token FROM lease_counter WHERE id = 1") { row in row.int64(0) } ?? 0
-        }
-        return (1...4).map { last + $0 }
-    }
+    /// The partial file every attempt of the job names.
+    var partial: String { folder + "/.out.bin.\(id).jobctl-partial" }
 
     init(label: String) throws {
         directory = try TemporaryDirectory(label)
@@ -344,12 +253,11 @@ struct FrozenDownload {
                                                 "-e", "inject=rename,renameat,renameat2:delay_enter=60s"])
         var identity: FileIdentity?
         let checkpointed = eventually(seconds: 60) {
-            guard let job = try? EventStore(path: database, readOnly: true).job(id), let token = job.leaseToken,
-                  case .download(let written, _, _, let temp, let file?)? = job.resumePoint,
-                  written == FrozenWriterTests.checkpoint, temp == partial(token: token) else { return false }
+            guard case .download(let written, _, _, _, let file?)? = try? EventStore(path: database, readOnly: true).job(id)?.resumePoint,
+                  written == FrozenWriterTests.checkpoint else { return false }
             identity = file
             // Every byte written: the commit's rename is next (held).
-            let size = (try? FileManager.default.attributesOfItem(atPath: partial(token: token))[.size] as? Int64) ?? nil
+            let size = (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int64) ?? nil
             return size == SidecarTemporaryTests.resumableSourceSize
         }
         let killed = worker.killTracee(SIGKILL)
