@@ -120,9 +120,6 @@ final class LocalTransfer {
                     return .stopped(.cancel, nil)
                 }
                 try temp.sync()
-                // Let go now (its lock too), not when the transfer's objects are freed: the next attempt
-                // may start in this process at once.
-                temp.close()
                 return .stopped(reason, .upload(sessionURI: session.uri, confirmedOffset: done, total: total))
             }
             let want = Int(min(Int64(buffer.count), total - done))
@@ -591,9 +588,6 @@ final class LocalTransfer {
                     return .stopped(.cancel, nil)
                 }
                 try partial.sync()
-                // Let go now (its lock too), not when the transfer's objects are freed: the next attempt
-                // may start in this process at once.
-                partial.close()
                 return .stopped(reason, checkpoint(partial))
             }
             let want = Int(min(Int64(buffer.count), total - partial.bytesWritten))

@@ -217,15 +217,6 @@ public final class PartialFile {
 
     deinit { file.close() }
 
-    /// Lets the file go — its descriptor and its writer lock — without removing it: an attempt that
-    /// stopped (paused, released, failed retryable) and keeps its file for the next one to resume. Left to
-    /// `deinit`, the file was let go when the last object holding it was freed, which can come after the
-    /// attempt has ended (an HTTP exchange is freed on the transfer engine's thread): a next attempt in the
-    /// same process meanwhile found the lock held and started over. Nothing may be written after.
-    public func close() {
-        file.close()
-    }
-
     /// The folder of the absolute path `destination`, made where missing: opened as named, except the
     /// folders of `within` (the tail of `destination` below the user's folder), opened one by one
     /// without following links.
