@@ -53,15 +53,10 @@ import TestSupport
         let directory = try TemporaryDirectory("jobctl-partial")
         defer { directory.remove() }
         let destination = directory.file("missing/parent/f.bin")
-        // The first attempt ends (its file closed) before the second continues its file: one whose
-        // writer still has it open is not continued (`aPartialFileItsWriterStillHoldsIsNotResumed`).
-        let tempPath: String
-        do {
-            let first = try PartialFile(destination: destination, jobID: nil, resumeFrom: nil)
-            try write(first, "0123456789")
-            try first.sync()
-            tempPath = first.tempPath
-        }
+        let first = try PartialFile(destination: destination, jobID: nil, resumeFrom: nil)
+        try write(first, "0123456789")
+        try first.sync()
+        let tempPath = first.tempPath
 
         // Bytes beyond the recorded point (written after the last checkpoint) are dropped.
         let point = ResumePoint.download(bytesWritten: 6, generation: "1", etag: nil, tempPath: tempPath)
@@ -90,45 +85,6 @@ import TestSupport
         let second = try PartialFile(destination: destination, jobID: nil, resumeFrom: point)
         #expect(second.bytesWritten == 0 && !second.resumed)
         #expect(try FileManager.default.attributesOfItem(atPath: second.tempPath)[.size] as? Int == 0)
-    }
-
-    /// A partial file whose writer still has it open (an attempt frozen past its lease) is not resumed:
-    /// its writer may still write or cut it back. The later attempt starts a new file at the name; the
-    /// writer's late bytes go to its own file, and its commit renames nothing. (The holder here is in this
-    /// process, so it is waited for `LocalFile.writerLockWaitHere` first.) Once the writer's descriptor is
-    /// closed (as a killed worker's are), the next attempt resumes it.
-    @Test func aPartialFileItsWriterStillHoldsIsNotResumed() throws {
-        let directory = try TemporaryDirectory("jobctl-partial")
-        defer { directory.remove() }
-        let destination = directory.file("out.bin")
-        let holder = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: nil)
-        try write(holder, "0123456789")
-        try holder.sync()
-        let retry = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: holder.resumePoint(generation: "1", etag: nil))
-        #expect(!retry.resumed && retry.bytesWritten == 0)
-        #expect(retry.identity != holder.identity)
-        try write(holder, "late")
-        try write(retry, "ours")
-        #expect(try String(contentsOfFile: retry.tempPath, encoding: .utf8) == "ours")
-        do {
-            _ = try holder.commit()
-            Issue.record("the frozen writer's commit renamed a file into place")
-        } catch {
-            #expect(error.code == .pathError && error.retryable, "\(error)")
-        }
-        #expect(try retry.commit() == destination)
-        #expect(try String(contentsOfFile: destination, encoding: .utf8) == "ours")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["out.bin"])
-
-        // Its writer gone (its descriptor closed), the next attempt continues the file.
-        var gone: PartialFile? = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: nil)
-        try write(gone!, "0123456789")
-        try gone!.sync()
-        let point = gone!.resumePoint(generation: "1", etag: nil)
-        let written = gone!.identity
-        gone = nil
-        let next = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: point)
-        #expect(next.resumed && next.bytesWritten == 10 && next.identity == written)
     }
 
     @Test func discardRemovesTheTemporaryFile() throws {
