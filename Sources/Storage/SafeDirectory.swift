@@ -17,11 +17,18 @@ import Glibc
 ///   the final name is never opened for writing.
 /// - Directories below a trusted root are opened one component at a time with `O_DIRECTORY |
 ///   O_NOFOLLOW` (`descend`), so a symbolic link anywhere below the root is refused.
+/// - Nothing it makes is writable by other users, whatever the umask (`fileMode`, `folderMode`): under
+///   umask 000 downloads, `file://` objects, sidecars and folders came out 0666 and 0777, so any local
+///   user could rewrite a verified download or a sidecar's checksums, or plant files in a bucket.
 ///
 /// Not `Sendable`: one transfer owns it.
 final class SafeDirectory {
     /// The directory's path as it was reached: for messages and for the paths recorded in resume points.
     let path: String
+    /// The mode every file is created with before the umask: 0666 less other users' write bit.
+    static let fileMode: mode_t = 0o664
+    /// The mode every folder is made with before the umask: 0777 less other users' write bit.
+    static let folderMode: mode_t = 0o775
     private var descriptor: Int32
 
     private init(descriptor: Int32, path: String) {
@@ -125,7 +132,7 @@ final class SafeDirectory {
             let child = { Self.path(of: components[...index], in: self.path) }
             var fd = name.withCString { openat(current.descriptor, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             if fd < 0 && errno == ENOENT && create {
-                if name.withCString({ mkdirat(current.descriptor, $0, 0o777) }) != 0 && errno != EEXIST {
+                if name.withCString({ mkdirat(current.descriptor, $0, Self.folderMode) }) != 0 && errno != EEXIST {
                     let code = errno
                     throw LocalFiles.error(code, "creating directory", path: child(), context: context)
                 }
@@ -187,7 +194,7 @@ final class SafeDirectory {
     /// with `replacingOwnLeftover`, a regular file that can only be jobctl's own leftover (one link, our
     /// owner — see `FileStatus.couldBeOurLeftover`) is removed and the create tried once more; anything
     /// else is refused and left alone.
-    func createExclusive(_ name: String, replacingOwnLeftover: Bool = false, mode: mode_t = 0o666) throws(StorageError) -> LocalFile {
+    func createExclusive(_ name: String, replacingOwnLeftover: Bool = false, mode: mode_t = SafeDirectory.fileMode) throws(StorageError) -> LocalFile {
         try Self.checkName(name)
         for attempt in 0..<3 {
             let fd = name.withCString { openat(descriptor, $0, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
