@@ -229,7 +229,8 @@ extension Commands {
             }
         }
         if let output, output != "-" {
-            try write(bytes, toFile: output)
+            // A fetched URL carries its token, and --show-secrets puts download tokens in the metadata.
+            try write(bytes, toFile: output, secret: job.spec.kind == .fetchURL || display.showSecrets)
             return ExitCode.ok
         }
         if output == nil, context.stdoutIsTerminal, !Self.isTerminalText(bytes) {

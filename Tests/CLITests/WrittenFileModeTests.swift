@@ -53,4 +53,53 @@ struct WrittenFileModeTests {
             #expect(mode & 0o060 == 0o060, "\(name) is \(String(mode & 0o7777, radix: 8))")
         }
     }
+
+    @Test("result -o writes into a device or a pipe and never replaces it; a fetched URL's file is 0600")
+    func resultOutputTargets() throws {
+        let (workspace, fetchID) = try Self.drained(umask: "022")
+        defer { workspace.directory.remove() }
+        let url = try workspace.jobctl(["result", fetchID]).stdout
+
+        // A secret in a new file: the token URL, private whatever the umask.
+        let file = workspace.directory.file("url.txt")
+        let written = try workspace.jobctl(["result", fetchID, "-o", file])
+        #expect(written.status == 0, "\(written.stderr)")
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == url)
+        #expect(try Self.status(file).st_mode & 0o777 == 0o600)
+
+        // A device (a null device of our own as root; /dev/null itself otherwise, where a user cannot
+        // create the temporary file the rename needed): written into, still a device afterwards.
+        var device = "/dev/null"
+        if geteuid() == 0 {
+            device = workspace.directory.file("null")
+            try #require(mknod(device, S_IFCHR | 0o666, dev_t(0x0103)) == 0)
+        }
+        let toDevice = try workspace.jobctl(["result", fetchID, "-o", device])
+        #expect(toDevice.status == 0, "\(toDevice.stderr)")
+        #expect(try Self.status(device).st_mode & S_IFMT == S_IFCHR, "\(device) was replaced")
+
+        // Standard output by name (what /dev/stdout and a shell's /dev/fd/N lead to): the bytes arrive there.
+        let toStdout = try workspace.jobctl(["result", fetchID, "-o", "/proc/self/fd/1"])
+        #expect(toStdout.status == 0, "\(toStdout.stderr)")
+        #expect(toStdout.stdout == url)
+
+        // A FIFO nothing reads: refused at once, and left a FIFO.
+        let fifo = workspace.directory.file("fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let toFIFO = try workspace.jobctl(["result", fetchID, "-o", fifo])
+        #expect(toFIFO.status == 1)
+        #expect(toFIFO.stderr.contains("is a FIFO that nothing reads"), "\(toFIFO.stderr)")
+        #expect(try Self.status(fifo).st_mode & S_IFMT == S_IFIFO, "the FIFO was replaced")
+
+        // A hard link at the name: replaced, the other name's bytes unchanged.
+        let other = try workspace.write("other.txt", "mine\n")
+        let linked = workspace.directory.file("linked.txt")
+        try #require(link(other, linked) == 0)
+        #expect(try workspace.jobctl(["result", fetchID, "-o", linked]).status == 0)
+        #expect(try String(contentsOfFile: other, encoding: .utf8) == "mine\n")
+        #expect(try String(contentsOfFile: linked, encoding: .utf8) == url)
+        // No temporary file is left beside them.
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path).filter { $0.hasSuffix(".jobctl-output") }
+        #expect(leftovers.isEmpty, "\(leftovers)")
+    }
 }
