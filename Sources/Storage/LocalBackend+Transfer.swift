@@ -645,7 +645,7 @@ final class LocalTransfer {
     private func fetchURL() throws(StorageError) -> TransferOutcome {
         let (file, _, location) = try openObject()
         // The object's lock serialises token creation across worker processes: exactly one token is made.
-        try file.lockExclusive()
+        if let stopped = try lockObject(file) { return stopped }
         let status = try file.status()
         var object = try backend.readMetadata(location, status: status)
         var token = object.downloadTokens?.split(separator: ",").first.map {
@@ -681,7 +681,7 @@ extension LocalTransfer {
         let removing = spec.removeCustomMetadata ?? []
         let (file, _, location) = try openObject(field: "destination")
         defer { file.close() }
-        try file.lockExclusive()
+        if let stopped = try lockObject(file) { return stopped }
         let status = try file.status()
         var object = try backend.readMetadata(location, status: status)
         try checkGeneration(of: object, reference: location.reference)
@@ -733,8 +733,8 @@ extension LocalTransfer {
         var lockedObject: LocalFile?
         if spec.ifGeneration != nil {
             let (file, object, _) = try openObject(field: "destination")
-            try file.lockExclusive()
             lockedObject = file
+            if let stopped = try lockObject(file) { return stopped }
             try checkGeneration(of: object, reference: reference)
         }
         defer { lockedObject?.close() }
@@ -746,6 +746,16 @@ extension LocalTransfer {
         }
         try location.directory.sync()
         return .finished(JobResult(deleted: reference.description))
+    }
+
+    /// Takes `file`'s lock (the object's: see `LocalFile.lockExclusive`): nil once taken, the stopped
+    /// outcome when the job was cancelled or paused while another process held it.
+    private func lockObject(_ file: LocalFile) throws(StorageError) -> TransferOutcome? {
+        let control = control
+        guard try file.lockExclusive(waitingAtMostMs: LocalBackend.objectLockWaitMs, stopped: { control.stopReason != nil }) else {
+            return .stopped(control.stopReason ?? .cancel, nil)
+        }
+        return nil
     }
 
     /// Throws the precondition error when the job names a generation (`if_generation:`) the object's

@@ -456,6 +456,8 @@ extension LocalBackend {
 extension LocalBackend {
     /// The largest sidecar read: metadata is a few hundred bytes.
     static let sidecarLimit = 1 << 20
+    /// How long an object's lock is waited for while another process holds it (`LocalFile.lockExclusive`).
+    static let objectLockWaitMs = 10_000
 
     /// The object's metadata: the sidecar when there is one that describes this file, else derived from
     /// `status`. A symbolic link at the sidecar's name is refused, never followed.

@@ -465,13 +465,32 @@ final class LocalFile {
         _ = syncFileRange(descriptor, offset, count, LocalFiles.syncFileRangeWrite)
     }
 
-    /// `flock(LOCK_EX)`: serialises read-modify-write of an object's sidecar across processes.
-    func lockExclusive() throws(StorageError) {
-        while flock(descriptor, LOCK_EX) != 0 {
-            if errno == EINTR { continue }
-            throw failure(errno, "locking")
+    /// `flock(LOCK_EX)`: serialises read-modify-write of an object's sidecar across processes. Never waits
+    /// for ever: any process that may read the object can hold its lock (another user's `flock`), and a
+    /// blocking `flock` held the job there — deaf to cancel, pause and the worker's SIGTERM, rescued after
+    /// its lease only to wait again. The lock is tried without blocking, backing off from 1 to 20 ms
+    /// (jobctl's own holders keep it for one sidecar write); false as soon as `stopped()` says the job
+    /// was stopped; after `waitingAtMostMs` a retryable error naming the holder's lock.
+    func lockExclusive(waitingAtMostMs: Int, stopped: () -> Bool) throws(StorageError) -> Bool {
+        let start = ContinuousClock.now
+        var pauseMs = 1
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            if code == EINTR { continue }
+            guard code == EWOULDBLOCK else { throw failure(code, "locking") }
+            if stopped() { return false }
+            guard start.duration(to: .now) < .milliseconds(waitingAtMostMs) else {
+                throw StorageError(.internalError,
+                                   "'\(path)' stayed locked by another process for \(waitingAtMostMs / 1_000) s (flock): "
+                                       + "find who holds it (`fuser \(path)`); the job is tried again",
+                                   retryable: true)
+            }
+            usleep(useconds_t(pauseMs * 1_000))
+            pauseMs = min(pauseMs * 2, 20)
         }
+        return true
     }
+
 
     /// Reads the whole file from offset 0, refusing files larger than `limit` bytes.
     func readAll(limit: Int) throws(StorageError) -> Data {
