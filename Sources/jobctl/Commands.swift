@@ -91,7 +91,7 @@ func write(_ data: Data, toFile path: String, secret: Bool = false) throws {
     if secret {
         _ = fchmod(descriptor, 0o600)
     } else if exists {
-        _ = fchmod(descriptor, found.st_mode & 0o7777)
+        _ = fchmod(descriptor, found.st_mode & 0o777)
     }
     try writeAll(descriptor)
     guard fsync(descriptor) == 0 else { throw failure(errno) }
