@@ -272,6 +272,10 @@ public struct GCSBackend: StorageBackend {
         // Continue an earlier session when one is given and still alive.
         if case .upload(let uri, let confirmed, let recordedTotal, _)? = resumable, recordedTotal == nil || recordedTotal == total {
             switch try await queryUploadStatus(uri, total: total, recordedOffset: confirmed, control: control) {
+            case .unreadable:
+                // Nothing it holds can be read from its answer: start afresh.
+                await cancelUploadSession(uri)
+                replacedSession = true
             case .incomplete(let serverOffset):
                 if Self.implausibleOffset(serverOffset, floor: confirmed, ceiling: total, total: total) != nil {
                     // It lost bytes it had confirmed, or claims more than exists: start afresh.
@@ -495,7 +499,9 @@ public struct GCSBackend: StorageBackend {
                     guard let json = response.json else { return .finishedUnread(response.status) }
                     return .finished(json)
                 case 308:
-                    let confirmed = Self.confirmedOffset(response.headers["range"], recorded: start, total: total)
+                    guard let confirmed = Self.confirmedOffset(response.headers["range"], recorded: start, total: total) else {
+                        return .untrusted(Self.unreadableRange(response.headers["range"]))
+                    }
                     if let violation = Self.implausibleOffset(confirmed, floor: start, ceiling: session.ceiling, total: total) {
                         return .untrusted(violation)
                     }
@@ -524,6 +530,8 @@ public struct GCSBackend: StorageBackend {
                 throw Self.noProgress(session, total: total, cause: problem.description)
             }
             switch try await queryUploadStatus(session.uri, total: total, recordedOffset: start, control: control) {
+            case .unreadable(let problem):
+                return .untrusted(problem)
             case .incomplete(let serverOffset):
                 if let violation = Self.implausibleOffset(serverOffset, floor: start, ceiling: session.ceiling, total: total) {
                     return .untrusted(violation)
@@ -586,16 +594,34 @@ public struct GCSBackend: StorageBackend {
     /// to N). The emulator answers `bytes=0-0` before any data, which would claim one byte: when nothing
     /// was confirmed before, that means 0 — but not for an empty upload, of which no server can hold a
     /// byte: there it is the one byte it says, which `implausibleOffset` refuses (the session is dropped).
-    static func confirmedOffset(_ range: String?, recorded: Int64, total: Int64) -> Int64 {
-        guard let range, let dash = range.lastIndex(of: "-"), let last = Int64(range[range.index(after: dash)...]) else {
-            return 0
-        }
+    ///
+    /// Nil for a Range that is no single `bytes=0-N` with N an offset (`unreadableRange`): a range not
+    /// from byte 0, two different ranges (a header sent twice; repeats of one value are that value), an
+    /// end that is no decimal number or has no successor. The protocol has no such answer, so nothing
+    /// the session holds can be read from it (taking the text after the last dash read `bytes=0-N,
+    /// bytes=0-M` as M, and trapped on an N of Int64.max).
+    static func confirmedOffset(_ range: String?, recorded: Int64, total: Int64) -> Int64? {
+        guard let range else { return 0 }
+        let values = Set(range.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        guard values.count == 1, let value = values.first?.utf8, value.count > 8,
+              value.prefix(8).elementsEqual("bytes=0-".utf8) else { return nil }
+        let digits = value.dropFirst(8)
+        guard digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+              let last = Int64(String(decoding: digits, as: UTF8.self)), last < .max else { return nil }
         if last == 0 && recorded == 0 && total > 0 { return 0 }
         return last + 1
     }
 
+    /// Why a session whose 308 carried `range` (which `confirmedOffset` cannot read) is not trusted.
+    static func unreadableRange(_ range: String?) -> String {
+        let shown = (range ?? "").prefix(60)
+        return "its 308 said it holds 'Range: \(shown)\((range ?? "").count > 60 ? "…" : "")', which is no single bytes=0-N"
+    }
+
     private enum UploadStatus {
         case incomplete(Int64)
+        /// Incomplete (308), with a Range that says nothing readable (the reason): the session is unusable.
+        case unreadable(String)
         case finished([String: Any])
         /// Complete (200, 201), said in an answer that is no JSON: not a session gone (see `ChunkOutcome`).
         case finishedUnread(Int)
@@ -618,7 +644,11 @@ public struct GCSBackend: StorageBackend {
             }
         }
         switch response.status {
-        case 308: return .incomplete(Self.confirmedOffset(response.headers["range"], recorded: recordedOffset, total: total))
+        case 308:
+            guard let offset = Self.confirmedOffset(response.headers["range"], recorded: recordedOffset, total: total) else {
+                return .unreadable(Self.unreadableRange(response.headers["range"]))
+            }
+            return .incomplete(offset)
         case 200, 201:
             // The session is complete whatever its body holds: one cut short is no sign that it is gone.
             guard let json = response.json else { return .finishedUnread(response.status) }

@@ -701,6 +701,53 @@ struct UploadFaultTests {
         #expect(await !setup.exists("liar.bin"))
     }
 
+    /// A 308 whose `Range` is no single `bytes=0-N` — an end past any offset, a range not from byte 0, two
+    /// ranges (a header sent twice with two values), an end that is no number — says nothing the upload
+    /// can go on from: the session is dropped, a new one stores the object. The first of these trapped on
+    /// `N + 1` and took the worker down; the others were read as an offset from the text after the last
+    /// dash.
+    @Test("a 308 whose Range is no single bytes=0-N: the session is dropped, a new one uploads the right bytes", arguments: [
+        ["bytes=0-9223372036854775807"],
+        ["bytes=4096-262143"],
+        ["bytes=0-262143", "bytes=0-0"],
+        ["bytes=0-26214x"],
+    ])
+    func unreadableRangeRecoversInNewSession(ranges: [String]) async throws {
+        let setup = try ProxiedEmulator([FaultRule(Self.chunkPut(startingAt: 0), .rewriteResponse { _, response in
+            guard response.status == 308 else { return }
+            response.setHeader("Range", nil)
+            response.headers += ranges.map { ProxyHeader("Range", $0) }
+        })])
+        defer { setup.stop() }
+        let payload = patternData(700_000, seed: 45)
+        let uploaded = try finished(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/range.bin",
+                                                                     data: payload)))
+        #expect(uploaded.object?.size == Int64(payload.count))
+        #expect(try await sameBytes(setup.storedBytes("range.bin"), payload))
+        #expect(setup.proxy.firedCounts == [1])
+        let exchanges = setup.proxy.exchanges
+        #expect(exchanges.filter { $0.request.method == "POST" }.count == 2, "\(exchanges.map(\.request.startLine))")
+        #expect(exchanges.contains { $0.request.method == "DELETE" && $0.request.target.contains("upload_id=") }, "the session was cancelled")
+    }
+
+    @Test("a 308's Range read as an offset only when it is one bytes=0-N", arguments: [
+        ("bytes=0-262143", Int64(262_144)),
+        ("bytes=0-262143,bytes=0-262143", Int64(262_144)),
+        ("bytes=0-0", Int64(0)),
+        ("bytes=0-9223372036854775806", Int64.max),
+        ("bytes=0-9223372036854775807", nil),
+        ("bytes=0-99999999999999999999", nil),
+        ("bytes=1-262143", nil),
+        ("bytes=0-262143,bytes=0-524287", nil),
+        ("bytes=0-", nil),
+        ("bytes=0--5", nil),
+        ("bytes=0-+5", nil),
+        ("0-262143", nil),
+    ] as [(String, Int64?)])
+    func confirmedOffsets(range: String, offset: Int64?) {
+        #expect(GCSBackend.confirmedOffset(range, recorded: 0, total: 1_000_000) == offset)
+    }
+
     /// The one request of an empty upload's session (`Content-Range: bytes */0`), answered 308.
     static func emptyUploadIncomplete(range: String?) -> FaultRule {
         FaultRule(RequestMatch(method: "PUT", pathContains: "upload_id=", headerContains: ProxyHeader("Content-Range", "bytes */0")),
