@@ -674,8 +674,14 @@ public struct GCSBackend: StorageBackend {
         guard response.isSuccess else {
             throw .failed(await objectError(response, reference: reference, what: "the upload of \(reference)"))
         }
-        guard let location = response.headers["location"], !location.isEmpty else {
+        guard let header = response.headers["location"], !header.isEmpty else {
             throw .failed(StorageError(.unknown, "the server started no upload session (no Location header)",
+                                       httpStatus: response.status, url: redactedURL(url)))
+        }
+        guard let location = Self.sessionURI(header, startedAt: url) else {
+            // Not shown: it is the session's credential, and no URL `redactedURL` would recognise.
+            throw .failed(StorageError(.unknown, "the server started the upload session at a Location that is no http(s) URL; "
+                                           + "nothing was sent to it — check the endpoint and anything between it and this machine",
                                        httpStatus: response.status, url: redactedURL(url)))
         }
         if CurlEngine.isHTTPS(endpoint), !CurlEngine.isHTTPS(location) {
@@ -685,6 +691,24 @@ public struct GCSBackend: StorageBackend {
                                        httpStatus: response.status, url: redactedURL(url)))
         }
         return location
+    }
+
+    /// The session URI a session-start answer's `Location` names: an absolute http(s) URL as it is (GCS's),
+    /// a relative reference resolved against `request`, the URL that started the session (RFC 9110
+    /// §10.2.2); nil for anything else — another scheme, no host, text that is no URL — which libcurl
+    /// would refuse as a URL of the job's, after it became the job's checkpoint.
+    static func sessionURI(_ location: String, startedAt request: String) -> String? {
+        guard let components = URLComponents(string: location) else { return nil }
+        let resolved: String
+        if components.scheme != nil {
+            resolved = location
+        } else {
+            guard let base = URL(string: request), let url = URL(string: location, relativeTo: base) else { return nil }
+            resolved = url.absoluteString
+        }
+        guard let absolute = URLComponents(string: resolved), let scheme = absolute.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", let host = absolute.host, !host.isEmpty else { return nil }
+        return resolved
     }
 
     /// Best effort: tells the server a cancelled session will not be finished.

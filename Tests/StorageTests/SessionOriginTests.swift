@@ -45,6 +45,60 @@ struct SessionOriginTests {
         #expect(back.data == payload)
     }
 
+    /// The session URI is the session-start answer's `Location`, which HTTP lets be a relative reference
+    /// (RFC 9110 §10.2.2: resolved against the request's URL). Taken as it came, a relative one was handed to
+    /// libcurl as a URL and the upload failed for good as `invalidArgument` ("the URL cannot be fetched"),
+    /// blaming the job, with the unusable URI recorded as the job's checkpoint; a Location on another scheme
+    /// (ftp://, file://) or none at all failed the same way. A relative one is now resolved; anything that
+    /// is no http(s) URL is refused where it arrives, as the server's fault, and never becomes a checkpoint.
+    @Test("a session Location relative to the endpoint is resolved; one that is no http(s) URL fails as the server's fault", arguments: [
+        "relative", "scheme-relative", "ftp", "file", "garbage",
+    ])
+    func sessionLocationForms(form: String) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let endpoint = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "POST", predicate: { $0.target.contains("uploadType=resumable") }),
+                      .rewriteResponse { _, response in
+                          guard let location = response.header("Location"), let url = URLComponents(string: location),
+                                let query = url.percentEncodedQuery else { return }
+                          let pathAndQuery = url.percentEncodedPath + "?" + query
+                          let moved = switch form {
+                          case "relative": pathAndQuery
+                          case "scheme-relative": "//\(url.host ?? ""):\(url.port ?? 80)" + pathAndQuery
+                          case "ftp": "ftp://\(url.host ?? ""):\(url.port ?? 21)" + pathAndQuery
+                          case "file": "file://" + pathAndQuery
+                          default: "http://[not a host" + pathAndQuery
+                          }
+                          response.setHeader("Location", moved)
+                      }, times: 10),
+        ])
+        defer { endpoint.stop() }
+        var configuration = emulatorConfiguration(server, through: endpoint)
+        configuration.singleRequestLimit = 0   // every upload in a resumable session
+        let backend = GCSBackend(configuration: configuration)
+        let payload = patternData(600_000, seed: 92)
+        let recorder = EventRecorder()
+        let outcome = await run(backend, JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/l.bin", data: payload), recorder: recorder)
+        let sessions = recorder.checkpoints.compactMap { point -> String? in
+            if case .upload(let uri, _, _, _) = point { return uri }
+            return nil
+        }
+        if form == "relative" || form == "scheme-relative" {
+            let result = try finished(outcome)
+            #expect(result.crc32c == hashes(payload).crc32c)
+            #expect(!sessions.isEmpty && sessions.allSatisfy { $0.hasPrefix(endpoint.baseURL + "/") }, "\(sessions)")
+            let back = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://\(server.bucket)/l.bin", maxSize: 1 << 20)))
+            #expect(back.data == payload)
+        } else {
+            let error = try failure(outcome)
+            #expect(error.code == .unknown && !error.retryable, "\(error)")
+            #expect(error.message.contains("upload session") && error.message.contains("Location"), "\(error.message)")
+            #expect(sessions.isEmpty, "an unusable session URI became a checkpoint: \(sessions)")
+            #expect(!endpoint.exchanges.contains { $0.request.method == "PUT" })
+        }
+    }
+
     @Test("origins compare scheme, host and port, the default port filled in", arguments: [
         ("http://127.0.0.1:8080/a", "http://127.0.0.1:8080", true), ("https://storage.googleapis.com/upload?x", "https://storage.googleapis.com", true),
         ("https://storage.googleapis.com:443/u", "https://storage.googleapis.com", true), ("HTTPS://Storage.GoogleAPIs.com/u", "https://storage.googleapis.com", true),
