@@ -119,7 +119,7 @@ struct GoogleTokenFetcher: Sendable {
                            body: Data(body.utf8))
     }
 
-    /// The error for a non-2xx answer: retryable for 408, 429 and 5xx; otherwise the credentials were
+    /// The error for a non-2xx answer: retryable for 408, 429 and 5xx (with its Retry-After); otherwise the credentials were
     /// refused, which trying again does not change.
     private static func refusal(_ response: HTTPResponse, what: String) -> StorageError {
         let retryable = response.status == 408 || response.status == 429 || (500...599).contains(response.status)
@@ -134,7 +134,10 @@ struct GoogleTokenFetcher: Sendable {
             : (300..<400).contains(response.status)
             ? "a token endpoint does not redirect: check the token_uri (or GCE_METADATA_HOST) names the endpoint itself"
             : "check that the credentials are current (a deleted key, a revoked refresh token or a wrong token_uri is refused)"
+        // A busy endpoint's wait (429, 503), as for the storage API's answers (`httpError`): the job's retry
+        // waits that long rather than its own backoff of seconds, which sent it into the rate limit again.
+        let retryAfter = retryable ? response.headers["retry-after"].flatMap { retryAfterSeconds($0) } : nil
         return StorageError(.unauthenticated, "\(what) refused to issue an access token (HTTP \(response.status)\(code)); \(remedy)",
-                            httpStatus: response.status, url: redactedURL(response.url), retryable: retryable)
+                            httpStatus: response.status, url: redactedURL(response.url), retryable: retryable, retryAfter: retryAfter)
     }
 }

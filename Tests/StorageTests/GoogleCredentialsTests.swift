@@ -196,6 +196,40 @@ struct GoogleCredentialsTests {
         #expect(always.firedCounts == [GoogleTokenFetcher.transportAttempts])
     }
 
+    /// A token endpoint that is busy (429, 503) says how long to wait in `Retry-After`, as the storage API
+    /// does; the job's retry waits that long instead of its own backoff (seconds), which sent the next
+    /// attempts into the endpoint's rate limit again. Both of RFC 9110's forms are read, as for GCS answers.
+    @Test("a token endpoint's 429 or 503 with Retry-After: the job's error carries the wait", arguments: [
+        (429, "120"), (503, "7.5"), (503, "HTTP-date"),
+    ])
+    func busyTokenEndpointCarriesRetryAfter(status: Int, retryAfter: String) async throws {
+        let server = try server()
+        defer { server.stop() }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        let header = retryAfter == "HTTP-date" ? formatter.string(from: Date().addingTimeInterval(600)) : retryAfter
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "POST", pathContains: "/token"),
+                      .respond(.response(status, reason: "Busy", headers: [ProxyHeader("Retry-After", header)],
+                                         body: Data(#"{"error":"rate_limit_exceeded"}"#.utf8))), times: .max),
+        ])
+        defer { proxy.stop() }
+        let key = try server.writeJSON(["type": "authorized_user", "client_id": server.options.clientID,
+                                        "client_secret": server.options.clientSecret, "refresh_token": server.options.refreshToken,
+                                        "token_uri": "\(proxy.baseURL)/token"], name: "user-busy.json")
+        let error = try failure(await download(try configuration(["GOOGLE_APPLICATION_CREDENTIALS": key], server: server)))
+        #expect(error.code == .unauthenticated && error.retryable && error.httpStatus == status, "\(error)")
+        let wait = try #require(error.retryAfter, "\(error)")
+        if retryAfter == "HTTP-date" {
+            #expect(wait > 590 && wait <= 600, "\(wait)")
+        } else {
+            #expect(wait == Double(retryAfter))
+        }
+        #expect(proxy.firedCounts == [1], "a refusal is not sent again within the attempt")
+    }
+
     /// A token answer cut short with nothing to mark its end (no Content-Length: the close ended it)
     /// reads as a complete answer that is not JSON. It is the network's fault, not the endpoint's: the
     /// request is sent again at once, as after a reset, and when every send is cut the transfer fails
