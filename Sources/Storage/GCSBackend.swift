@@ -261,7 +261,12 @@ public struct GCSBackend: StorageBackend {
         // A session whose bytes were read from the source as it was before a change (written to, or
         // replaced by another file) is dropped: continuing it would store an object of two versions.
         var resumable = resumePoint
-        if case .upload(let uri, _, _, _)? = resumePoint, CurlEngine.isHTTPS(endpoint), !CurlEngine.isHTTPS(uri) {
+        if case .upload(let uri, _, _, _)? = resumePoint, Self.sessionURI(uri, startedAt: endpoint) != uri {
+            // No http(s) URL (recorded before such a Location was refused where it arrives — an attempt that
+            // could send it nothing —, or an edited log): libcurl would refuse it as the job's own URL, for
+            // good. Nothing goes to it, and the upload starts a session of its own.
+            resumable = nil
+        } else if case .upload(let uri, _, _, _)? = resumePoint, CurlEngine.isHTTPS(endpoint), !CurlEngine.isHTTPS(uri) {
             // Only an edited log holds one (a session the server started so is refused at once): nothing
             // goes to it, not even the session's cancellation, and the upload starts a session of its own.
             resumable = nil

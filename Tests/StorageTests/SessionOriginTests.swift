@@ -99,6 +99,32 @@ struct SessionOriginTests {
         }
     }
 
+    /// A session URI read back from the log that is no http(s) URL — recorded before such a Location was
+    /// refused where it arrives (an attempt whose first PUT then failed, having sent nothing), or an edited
+    /// log — is not used: the upload starts a session of its own. It failed for good as `invalidArgument`
+    /// at the status query, at every attempt, as the job's own URL would.
+    @Test("a resume point's session URI that is no http(s) URL is not used; a new session stores the object", arguments: [
+        "/upload/storage/v1/b/test-bucket/o?uploadType=resumable&name=r.bin&upload_id=OLD",
+        "ftp://127.0.0.1:1/upload?upload_id=OLD",
+        "http://[not a host/upload?upload_id=OLD",
+    ])
+    func unusableSessionInTheLogIsNotUsed(recorded: String) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let endpoint = try FaultProxy(upstreamPort: server.port)
+        defer { endpoint.stop() }
+        var configuration = emulatorConfiguration(server, through: endpoint)
+        configuration.singleRequestLimit = 0
+        let payload = patternData(300_000, seed: 93)
+        let resume = ResumePoint.upload(sessionURI: recorded, confirmedOffset: 0, total: Int64(payload.count), source: nil)
+        let result = try finished(await run(GCSBackend(configuration: configuration),
+                                            JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/r.bin", data: payload), resume: resume))
+        #expect(result.crc32c == hashes(payload).crc32c)
+        let exchanges = endpoint.exchanges
+        #expect(exchanges.filter { $0.request.method == "POST" }.count == 1, "\(exchanges.map(\.request.startLine))")
+        #expect(!exchanges.contains { $0.request.target.contains("upload_id=OLD") })
+    }
+
     @Test("origins compare scheme, host and port, the default port filled in", arguments: [
         ("http://127.0.0.1:8080/a", "http://127.0.0.1:8080", true), ("https://storage.googleapis.com/upload?x", "https://storage.googleapis.com", true),
         ("https://storage.googleapis.com:443/u", "https://storage.googleapis.com", true), ("HTTPS://Storage.GoogleAPIs.com/u", "https://storage.googleapis.com", true),
