@@ -1023,7 +1023,8 @@ public struct GCSBackend: StorageBackend {
         }
         let progress = ProgressThrottle(total: object.size, report: report)
         let url = mediaURL(reference, generation: object.generation)
-        let sink = MemorySink(limit: maxSize, url: url, md5: Self.digests(of: object).needMD5(asked: md5),
+        // The object's size is the most its media answer may hold (max_size was compared with it above).
+        let sink = MemorySink(limit: object.size, url: url, md5: Self.digests(of: object).needMD5(asked: md5),
                               progress: { progress.update($0) })
         // As a download to a file: an answer of another version is refused at its first byte, retryable,
         // instead of failing the final CRC32C for good.
@@ -1042,8 +1043,13 @@ public struct GCSBackend: StorageBackend {
         } catch {
             switch error {
             case .stopped(let reason): return .stopped(reason, nil)   // memory downloads restart from zero
-            case .failed(var failure):
-                if failure.code == .downloadSizeExceeded { failure.total = object.size }
+            case .failed(let failure) where failure.code == .downloadSizeExceeded:
+                // An answer longer than the object (a body transcoded on the way, another one spliced in):
+                // the transfer's fault, as a longer one is below (and as a download to a file takes it),
+                // not the object's — it fits max_size.
+                throw StorageError(.unknown, "the server sent more than the \(object.size) bytes of \(reference); nothing was kept "
+                                       + "and a retry downloads it again", url: redactedURL(url), retryable: true, cause: failure.message)
+            case .failed(let failure):
                 throw failure
             }
         }

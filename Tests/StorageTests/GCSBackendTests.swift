@@ -255,6 +255,36 @@ struct GCSBackendTests {
         #expect(recorder.progress.allSatisfy { $0 == 0 }, "no body bytes may be read: \(recorder.progress)")
     }
 
+    /// The media answer holds more than the object the metadata describes — a proxy that dropped
+    /// `Accept-Encoding`, so GCS decompressed a gzip-stored object on the way, or another body spliced in —
+    /// past the job's max_size though the object is within it. That is the transfer's fault, as a longer
+    /// answer below max_size is (and as a download to a file takes it): retryable, nothing kept. It failed
+    /// for good as downloadSizeExceeded, "the object is 150000 bytes, more than the maximum", with the
+    /// object's own 100,000 bytes as its total, telling the user to raise a limit the object fits.
+    @Test("download-memory: an answer longer than the object, past max_size, is retryable, not downloadSizeExceeded",
+          arguments: [false, true])
+    func answerLongerThanTheObject(unframed: Bool) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let payload = patternData(100_000, seed: 61)
+        _ = try finished(await run(GCSBackend(configuration: emulatorConfiguration(server)),
+                                   JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/longer.bin", data: payload)))
+        let media = RequestMatch(method: "GET", pathContains: "alt=media")
+        var rules = [FaultRule(media, .rewriteResponse { _, response in
+            response.body += patternData(50_000, seed: 62)
+            response.setHeader("Content-Length", String(response.body.count))
+        }, times: .max)]
+        // Without a Content-Length the excess is found while the body arrives, not from the headers.
+        if unframed { rules.append(FaultRule(media, .unframedResponse, times: .max)) }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: rules)
+        defer { proxy.stop() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server, through: proxy))
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://\(server.bucket)/longer.bin", maxSize: 120_000)))
+        #expect(error.code == .unknown && error.retryable, "\(error)")
+        #expect(!error.message.contains("max_size"), "\(error.message)")
+        #expect(proxy.firedCounts.first == 1)
+    }
+
     @Test("a cancelled download removes its partial file")
     func cancelledDownloadRemovesPartial() async throws {
         let server = try EmulatorServer.start()
