@@ -319,7 +319,10 @@ extension GCSBackend {
     /// written: another version's bytes (a cache's, a proxy's) after a resumed prefix or in a slice would
     /// fail the whole file's CRC32C at the end, and the job for good; refused, the attempt is retryable.
     static func checkVersion(_ headers: [String: String], generation: String?, crc32c: String?, what: String) throws(StorageError) {
-        if let generation, let answered = headers["x-goog-generation"], answered != generation {
+        // Every generation the answer gives (a header sent twice arrives joined by commas): one that
+        // differs is enough, repeats of the one asked for are that one.
+        if let generation, let answered = headers["x-goog-generation"]?.split(separator: ",")
+            .map({ $0.trimmingCharacters(in: .whitespaces) }).first(where: { $0 != generation }) {
             throw StorageError(.unknown, "the server answered \(what) with generation \(answered), not the \(generation) asked for; "
                                    + "nothing of it was written, and a retry asks again", retryable: true)
         }

@@ -241,6 +241,46 @@ import TestSupport
         #expect(result.data == bytes && result.verified == [.crc32c])
     }
 
+    /// `x-goog-generation` sent twice with the generation asked for (a proxy or cache that adds the
+    /// upstream's headers to its own) is that generation: the answers were refused as "generation G,G, not
+    /// the G asked for" at every attempt, so the download could never finish, though `x-goog-hash` sent
+    /// twice was already read value by value. Two values of which one is another generation stay refused.
+    @Test(arguments: [(false, false), (true, false), (false, true), (true, true)])
+    func aGenerationHeaderSentTwiceIsReadValueByValue(sliced: Bool, oneDiffers: Bool) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .rewriteResponse { request, response in
+                guard let asked = URLComponents(string: "http://host" + request.target)?.queryItems?
+                    .first(where: { $0.name == "generation" })?.value else { return }
+                response.setHeader("x-goog-generation", nil)
+                response.headers.append(ProxyHeader("x-goog-generation", asked))
+                response.headers.append(ProxyHeader("X-Goog-Generation", oneDiffers ? "999999" : asked))
+            }, times: .max),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy, slicedThreshold: sliced ? 100_000 : nil)
+        let directory = try TemporaryDirectory("jobctl-generation-twice")
+        defer { directory.remove() }
+        let bytes = Self.payload(400_000)
+        let reference = "gs://\(server.bucket)/twice.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        let destination = directory.file("twice.bin")
+        let outcome = await run(backend, JobSpec(kind: .downloadFile, source: reference, destination: destination))
+        let memory = await run(backend, JobSpec(kind: .downloadMemory, source: reference, maxSize: 1 << 20))
+        if oneDiffers {
+            let error = try failure(outcome)
+            #expect(error.retryable && error.message.contains("999999"), "\(error)")
+            #expect(!FileManager.default.fileExists(atPath: destination))
+            #expect(try failure(memory).retryable)
+        } else {
+            #expect(try finished(outcome).verified == [.crc32c])
+            #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+            #expect(try finished(memory).data == bytes)
+        }
+        #expect(proxy.firedCounts.first ?? 0 >= (sliced ? 5 : 2))
+    }
+
     /// More bytes than the object holds: the error said "a retry resumes from there", and kept a partial
     /// file longer than the object. It is dropped now, and the message says the retry starts again.
     @Test func moreBytesThanTheObjectHoldsDropThePartialFile() async throws {
