@@ -2,10 +2,12 @@
 #define JOBCTL_CFILESYSTEM_SHIM_H
 
 // What Glibc's Swift module leaves out: the filesystem type of an open file (`fstatfs(2)`, in
-// <sys/vfs.h>), a rename that never replaces (`renameat2(2)` with `RENAME_NOREPLACE`), a shell started
+// <sys/vfs.h>), a rename that never replaces (`renameat2(2)` with `RENAME_NOREPLACE`), an open file
+// description's lock (`F_OFD_SETLK`, a GNU extension, and `fcntl`'s variadic pointer), a shell started
 // with `posix_spawn` in a process group of its own, `accept4`, and `malloc_trim` (<malloc.h>).
 // Header-only: nothing is linked beyond libc.
 
+#include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
@@ -29,6 +31,45 @@ static inline long jobctl_filesystem_type(int fd) {
 /// on kernels before 3.15. https://man7.org/linux/man-pages/man2/rename.2.html
 static inline int jobctl_rename_noreplace(int directory, const char *from, const char *to) {
     return (int)syscall(SYS_renameat2, directory, from, directory, to, 1u /* RENAME_NOREPLACE */);
+}
+
+/// `fcntl(fd, F_OFD_SETLK)` with an exclusive (write) lock on the whole file, never waiting: 0 when
+/// taken (or already held through this open file description), 1 when another open file description
+/// holds a lock on the file (EAGAIN, EACCES), -1 with errno otherwise (ENOLCK, EINVAL where the
+/// filesystem has no such locks). The lock belongs to the open file description, not to the process:
+/// two descriptors a process opened separately conflict, a duplicate (`dup`) shares it, and it goes
+/// with the description's last descriptor (a close, or the process's death, however it died).
+/// https://man7.org/linux/man-pages/man2/fcntl.2.html ("Open file description locks")
+static inline int jobctl_lock_open_file(int fd) {
+#ifndef F_OFD_SETLK
+#define F_OFD_SETLK 37
+#endif
+    struct flock lock = {0};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = 0;
+    lock.l_len = 0;   // to the end, however far the file grows
+    lock.l_pid = 0;   // required for F_OFD_* requests
+    if (fcntl(fd, F_OFD_SETLK, &lock) == 0) return 0;
+    if (errno == EAGAIN || errno == EACCES) return 1;
+    return -1;
+}
+
+/// Lets go of the lock `jobctl_lock_open_file` took through `fd`'s open file description (`F_OFD_SETLK`
+/// with `F_UNLCK`): 0, or -1 with errno. A close lets the lock go only with the description's last
+/// descriptor, and a child forked meanwhile by any thread (`posix_spawn`, between its clone and its exec)
+/// holds a copy of every descriptor: unlocked first, the lock goes when its holder means it to.
+static inline int jobctl_unlock_open_file(int fd) {
+#ifndef F_OFD_SETLK
+#define F_OFD_SETLK 37
+#endif
+    struct flock lock = {0};
+    lock.l_type = F_UNLCK;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = 0;
+    lock.l_len = 0;
+    lock.l_pid = 0;
+    return fcntl(fd, F_OFD_SETLK, &lock);
 }
 
 /// Glibc's (2.34+), which its Swift module does not show: closes every descriptor from `from` on in the

@@ -97,11 +97,13 @@ extension GCSBackend {
         if let stop {
             let point = try state.confirm()
             report(.checkpoint(point, bytesTotal: total))
+            partial.close()
             return .stopped(stop, point)
         }
         if let failure {
             // A retry continues every slice from what is synced now; a final failure leaves nothing behind.
             if failure.retryable { _ = try? state.confirm() } else { partial.discard() }
+            partial.close()
             throw failure
         }
         guard state.isComplete else {

@@ -757,9 +757,11 @@ extension FileSink {
             try await partial.syncOffPool()
             let point = resumePoint(partial)
             report(.checkpoint(point, bytesTotal: bytesTotal))
+            partial.close()
             return .stopped(reason, point)
         case .failed(let failure):
             if failure.retryable { try? await partial.syncOffPool() } else { partial.discard() }
+            partial.close()
             throw failure
         }
     }

@@ -120,6 +120,9 @@ final class LocalTransfer {
                     return .stopped(.cancel, nil)
                 }
                 try temp.sync()
+                // Let go now (its lock too), not when the transfer's objects are freed: the next attempt
+                // may start in this process at once.
+                temp.close()
                 return .stopped(reason, .upload(sessionURI: session.uri, confirmedOffset: done, total: total))
             }
             let want = Int(min(Int64(buffer.count), total - done))
@@ -231,7 +234,9 @@ final class LocalTransfer {
                                    + "during the upload; nothing was renamed onto '\(location.path)' — check who writes in that "
                                    + "folder, then retry the job")
         }
-        temp.close()
+        // The session stays open, its writer lock held, until it is renamed onto the object: a later
+        // attempt that finds it at its name meanwhile does not take it over.
+        defer { temp.close() }
         // The object and its sidecar are two renames: a folder at either name (which a rename cannot
         // replace) is refused before the first, so a failed job never leaves the object replaced
         // beside its old metadata.
@@ -303,10 +308,11 @@ final class LocalTransfer {
             LocalUploadSession(path: SafeDirectory.childPath(name, in: folder), identity: identity).uri
         }
 
-        /// Closes and removes the session file while it is still this one (cancel, full disk, failed rename).
+        /// Removes the session file while it is still this one, then closes it (cancel, full disk, failed
+        /// rename): its writer lock keeps a later attempt from taking it over in between.
         func discard(in location: LocalLocation) {
-            file.close()
             location.directory.remove(name, ifStill: identity)
+            file.close()
         }
     }
 
@@ -324,8 +330,10 @@ final class LocalTransfer {
     /// and never renames the retry's file onto the object. A session named by an older jobctl for the
     /// job alone (`.<name>.<job id>.jobctl-upload`) is adopted the same way. When the recorded name is
     /// gone, the file is looked for by its identity among the job's session names (an attempt killed
-    /// after it adopted the file, before it recorded its own name). Returns the session and the hashes
-    /// of the bytes it holds so far.
+    /// after it adopted the file, before it recorded its own name). Every attempt holds its session's
+    /// writer lock (`LocalFile.lockWhileWriting`) while it has it open; a session whose lock another
+    /// attempt holds (one frozen past its lease) is not adopted: its name is removed and a new session
+    /// made. Returns the session and the hashes of the bytes it holds so far.
     private func openUploadSession(for location: LocalLocation, total: Int64, source: Source,
                                    md5: Bool) throws(StorageError) -> (OpenSession, StreamingHashes) {
         let token = control.jobID.map { LocalUploadSession.tag(jobID: $0, leaseToken: control.leaseToken) }
@@ -339,7 +347,18 @@ final class LocalTransfer {
             let isOurs = recorded.identity.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
             // A session file with a second name (linked into place by an attempt that died before
             // removing this name, the object since replaced) is never written to: only this name goes.
-            if isOurs, status.links == 1, recordedTotal == nil || recordedTotal == total, offset <= total, status.size >= offset {
+            // One whose writer lock another attempt holds (frozen past its lease, its descriptor still
+            // open) is not taken over: its writes — its cut back to its own resume point among them —
+            // would land in this attempt's file and, once renamed, in the object. Its name goes (only the
+            // name, as for a session of a changed source): its writer, woken, writes into a file no name
+            // leads to, gone when it closes it, and its commit finds the name gone and renames nothing.
+            // The lock is taken before the rename, which then moves only the file locked here (`adopt`).
+            let usable = isOurs && status.links == 1 && (recordedTotal == nil || recordedTotal == total)
+                && offset <= total && status.size >= offset
+            if usable, file.lockWhileWriting(status.identity) == .heldElsewhere {
+                file.close()
+                location.directory.remove(name, ifStill: status.identity)
+            } else if usable {
                 switch try adopt(name, status: status, as: ownName, in: location) {
                 case .adopted:
                     let hashes = StreamingHashes(md5: md5)
@@ -368,6 +387,7 @@ final class LocalTransfer {
         let identity: FileIdentity
         do {
             identity = try file.status().identity
+            _ = file.lockWhileWriting(identity)
         } catch {
             file.close()
             location.directory.remove(ownName)
@@ -571,6 +591,9 @@ final class LocalTransfer {
                     return .stopped(.cancel, nil)
                 }
                 try partial.sync()
+                // Let go now (its lock too), not when the transfer's objects are freed: the next attempt
+                // may start in this process at once.
+                partial.close()
                 return .stopped(reason, checkpoint(partial))
             }
             let want = Int(min(Int64(buffer.count), total - partial.bytesWritten))

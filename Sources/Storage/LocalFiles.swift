@@ -1,6 +1,7 @@
 import CFileSystem
 import Foundation
 import JobModel
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -316,8 +317,20 @@ final class LocalFile {
 
     func close() {
         if descriptor >= 0 {
+            // The writer lock is let go before the close, not by it: a close ends the lock only with its
+            // open file description's last descriptor, and a child that any thread of this process was
+            // starting meanwhile (between its fork and its exec) holds a copy of every descriptor — a
+            // next attempt here would find the lock held and start over.
+            if heldWriterLock != nil { _ = jobctl_unlock_open_file(descriptor) }
             _ = Glibc.close(descriptor)
             descriptor = -1
+        }
+        if let held = heldWriterLock {
+            heldWriterLock = nil
+            // Forgotten only while it is still this file's entry: another open file may have taken the
+            // lock between the close and here.
+            let key = ObjectIdentifier(self)
+            Self.writerLocksHere.withLock { if $0[held] == key { $0[held] = nil } }
         }
     }
 
@@ -491,6 +504,56 @@ final class LocalFile {
         return true
     }
 
+    /// What `lockWhileWriting(_:)` found.
+    enum WriterLock: Equatable {
+        /// This open file holds the lock now.
+        case taken
+        /// Another open file holds it: an attempt in another process that writes the file, or one in
+        /// this process that did not let it go in time.
+        case heldElsewhere
+        /// The filesystem keeps no such locks (the errno): nothing can be known about other writers.
+        case unavailable(Int32)
+    }
+
+    /// The files whose writer lock an open file of this process holds, and which one (`writerLockKey`).
+    private static let writerLocksHere = Mutex<[FileIdentity: ObjectIdentifier]>([:])
+    /// The file this one holds the writer lock of, if it does: let go (and forgotten) at `close()`.
+    private var heldWriterLock: FileIdentity?
+
+    /// How long a writer lock another open file of this process holds is waited for: an attempt whose
+    /// transfer ended (paused, failed) lets its file go when the objects holding it are freed, which can
+    /// come a moment after the next attempt starts (an HTTP exchange is freed on the transfer engine's
+    /// thread, once it notices the stop).
+    static let writerLockWaitHere: Duration = .seconds(2)
+
+    /// Takes, without waiting, the lock that marks a file an attempt writes and a later attempt may take
+    /// over and continue (an upload session, a download's partial file; `identity` is this file's):
+    /// exclusive, on the whole file, held by this open file description (`F_OFD_SETLK`) until it is
+    /// closed. A worker that dies, however (SIGKILL included), lets it go; one frozen (SIGSTOP, a stalled
+    /// VM) past its lease keeps it, and its descriptor keeps writing. So the writer takes it as soon as it
+    /// has the file open, and a later attempt adopts the file only when it takes the lock itself
+    /// (`.heldElsewhere`: it leaves the file alone). A lock another open file of this process holds is
+    /// waited for, up to `writerLockWaitHere`, in steps of 10 ms: a process frozen stops all its threads,
+    /// so such a holder is an attempt that ended and has yet to close the file. Unlike `flock`, which
+    /// serialises the sidecar's rewrites on the object, an OFD lock is not the process's: two descriptors
+    /// it opened conflict.
+    func lockWhileWriting(_ identity: FileIdentity) -> WriterLock {
+        let deadline = ContinuousClock.now + Self.writerLockWaitHere
+        while true {
+            switch jobctl_lock_open_file(descriptor) {
+            case 0:
+                Self.writerLocksHere.withLock { $0[identity] = ObjectIdentifier(self) }
+                heldWriterLock = identity
+                return .taken
+            case 1:
+                let here = Self.writerLocksHere.withLock { $0[identity] != nil }
+                guard here, ContinuousClock.now < deadline else { return .heldElsewhere }
+                usleep(10_000)
+            default:
+                return .unavailable(errno)
+            }
+        }
+    }
 
     /// Reads the whole file from offset 0, refusing files larger than `limit` bytes.
     func readAll(limit: Int) throws(StorageError) -> Data {

@@ -18,6 +18,14 @@ import Glibc
 /// A symbolic link planted at the temporary name is never followed: the download fails with
 /// `pathError` naming it, and the link's target is untouched.
 ///
+/// The attempt that writes the temporary file holds its writer lock (`LocalFile.lockWhileWriting`) from
+/// when it has the file open until it is renamed into place or removed. A later attempt continues it
+/// only when it takes that lock itself: the earlier worker died (its lock went with it), or finished
+/// with the file. A worker frozen past its lease (SIGSTOP, a stalled VM) keeps its lock and, woken,
+/// writes on through its descriptor — so its file is not continued: the later attempt starts a new one
+/// at the name, and the frozen worker writes into a file no name leads to (gone when it closes it), whose
+/// commit then finds the name another file's and renames nothing.
+///
 /// The destination therefore never holds a half-written file: it is either absent, the previous
 /// version, or the complete new one. A missing parent directory is created (like `gsutil cp`).
 /// The temporary file survives `deinit` so that a paused or interrupted download can continue from
@@ -87,8 +95,9 @@ public final class PartialFile {
     ///
     /// When `resume` is `.download` naming this destination's temporary file (the job's, or the name used
     /// before job ids were part of it; none means the job's), that file is still the inode recorded in the
-    /// resume point (for old resume points without one: a regular file with one link, owned by us) and
-    /// holds at least `bytesWritten` bytes, it is truncated to `bytesWritten` and writing continues there.
+    /// resume point (for old resume points without one: a regular file with one link, owned by us), holds
+    /// at least `bytesWritten` bytes and no live attempt holds its writer lock, it is truncated to
+    /// `bytesWritten` and writing continues there.
     /// Otherwise a new temporary file is created and writing starts at 0; a different file found at the
     /// old name is never written to. Any other resume point (an upload's) is ignored.
     ///
@@ -115,6 +124,8 @@ public final class PartialFile {
             bytesWritten = start
             resumed = true
         } else {
+            // A file at the name is an earlier attempt's, not continued: its name goes (its writer, if
+            // one still writes it, keeps a file that no name leads to).
             opened = try directory.createExclusive(ours, replacingOwnLeftover: true)
             tempName = ours
             bytesWritten = 0
@@ -126,6 +137,7 @@ public final class PartialFile {
             opened.close()
             throw error
         }
+        if !resumed { _ = opened.lockWhileWriting(identity) }
         file = opened
     }
 
@@ -154,6 +166,16 @@ public final class PartialFile {
             // Ours but unusable (shorter than recorded, or linked elsewhere too): this name goes — only the
             // name, so a file it shares stays whole. Someone else's file is left alone.
             if isOurs { directory.remove(name, ifStill: status.identity) }
+            return nil
+        }
+        // An attempt that still writes it (frozen past its lease, its descriptor open) holds its lock:
+        // not continued, as its writes — its cut back to its own resume point among them — would land in
+        // this attempt's file (and, once renamed, in the destination). Taken, the lock was let go after
+        // this open, perhaps by a commit that renamed the file into place: still at the name, it is one
+        // no other attempt writes.
+        guard file.lockWhileWriting(status.identity) != .heldElsewhere,
+              let named = directory.entry(name), named.isRegular, named.identity == status.identity, named.links == 1 else {
+            file.close()
             return nil
         }
         do {
@@ -194,6 +216,15 @@ public final class PartialFile {
     }
 
     deinit { file.close() }
+
+    /// Lets the file go — its descriptor and its writer lock — without removing it: an attempt that
+    /// stopped (paused, released, failed retryable) and keeps its file for the next one to resume. Left to
+    /// `deinit`, the file was let go when the last object holding it was freed, which can come after the
+    /// attempt has ended (an HTTP exchange is freed on the transfer engine's thread): a next attempt in the
+    /// same process meanwhile found the lock held and started over. Nothing may be written after.
+    public func close() {
+        file.close()
+    }
 
     /// The folder of the absolute path `destination`, made where missing: opened as named, except the
     /// folders of `within` (the tail of `destination` below the user's folder), opened one by one
@@ -313,6 +344,7 @@ public final class PartialFile {
             fresh = try directory.createExclusive(tempName, replacingOwnLeftover: true)
             do throws(StorageError) {
                 identity = try fresh.status().identity
+                _ = fresh.lockWhileWriting(identity)
             } catch {
                 fresh.close()
                 directory.remove(tempName)
@@ -336,6 +368,9 @@ public final class PartialFile {
     /// With `replacing: false` (`if_exists: fail`) the file is linked into place only when nothing is at
     /// the destination (`linkat`, so the check and the write are one step); otherwise the temporary file
     /// is removed and the error says the destination exists.
+    ///
+    /// The file stays open (its writer lock held) until it is renamed or removed: a later attempt that
+    /// finds it at the temporary name meanwhile does not take it over.
     public func commit(replacing: Bool = true) throws(StorageError) -> String {
         precondition(!finished, "PartialFile committed twice or after discard")
         try sync()
@@ -349,7 +384,6 @@ public final class PartialFile {
                                    + "nothing was renamed onto '\(destination)'; the download is tried again",
                                retryable: true)
         }
-        file.close()
         do throws(StorageError) {
             if replacing {
                 try directory.rename(tempName, to: destinationName)
@@ -365,6 +399,7 @@ public final class PartialFile {
             throw error
         }
         finished = true
+        file.close()
         try directory.sync()
         return destination
     }
@@ -372,8 +407,9 @@ public final class PartialFile {
     /// Closes and removes the temporary file (cancel, checksum mismatch, full disk). Harmless to repeat; a
     /// file that is no longer ours at the temporary name is left alone.
     public func discard() {
-        file.close()
+        // Removed before it is closed: its lock keeps a later attempt from taking it over in between.
         if !finished { directory.remove(tempName, ifStill: identity) }
+        file.close()
         finished = true
     }
 

@@ -1,6 +1,6 @@
 import Foundation
 import JobModel
-import Storage
+@testable import Storage
 import Testing
 import TestSupport
 
@@ -53,10 +53,15 @@ import TestSupport
         let directory = try TemporaryDirectory("jobctl-partial")
         defer { directory.remove() }
         let destination = directory.file("missing/parent/f.bin")
-        let first = try PartialFile(destination: destination, jobID: nil, resumeFrom: nil)
-        try write(first, "0123456789")
-        try first.sync()
-        let tempPath = first.tempPath
+        // The first attempt ends (its file closed) before the second continues its file: one whose
+        // writer still has it open is not continued (`aPartialFileItsWriterStillHoldsIsNotResumed`).
+        let tempPath: String
+        do {
+            let first = try PartialFile(destination: destination, jobID: nil, resumeFrom: nil)
+            try write(first, "0123456789")
+            try first.sync()
+            tempPath = first.tempPath
+        }
 
         // Bytes beyond the recorded point (written after the last checkpoint) are dropped.
         let point = ResumePoint.download(bytesWritten: 6, generation: "1", etag: nil, tempPath: tempPath)
@@ -85,6 +90,101 @@ import TestSupport
         let second = try PartialFile(destination: destination, jobID: nil, resumeFrom: point)
         #expect(second.bytesWritten == 0 && !second.resumed)
         #expect(try FileManager.default.attributesOfItem(atPath: second.tempPath)[.size] as? Int == 0)
+    }
+
+    /// A partial file whose writer still has it open (an attempt frozen past its lease) is not resumed:
+    /// its writer may still write or cut it back. The later attempt starts a new file at the name; the
+    /// writer's late bytes go to its own file, and its commit renames nothing. (The holder here is in this
+    /// process, so it is waited for `LocalFile.writerLockWaitHere` first.) Once the writer's descriptor is
+    /// closed (as a killed worker's are), the next attempt resumes it.
+    @Test func aPartialFileItsWriterStillHoldsIsNotResumed() throws {
+        let directory = try TemporaryDirectory("jobctl-partial")
+        defer { directory.remove() }
+        let destination = directory.file("out.bin")
+        let holder = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: nil)
+        try write(holder, "0123456789")
+        try holder.sync()
+        let retry = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: holder.resumePoint(generation: "1", etag: nil))
+        #expect(!retry.resumed && retry.bytesWritten == 0)
+        #expect(retry.identity != holder.identity)
+        try write(holder, "late")
+        try write(retry, "ours")
+        #expect(try String(contentsOfFile: retry.tempPath, encoding: .utf8) == "ours")
+        do {
+            _ = try holder.commit()
+            Issue.record("the frozen writer's commit renamed a file into place")
+        } catch {
+            #expect(error.code == .pathError && error.retryable, "\(error)")
+        }
+        #expect(try retry.commit() == destination)
+        #expect(try String(contentsOfFile: destination, encoding: .utf8) == "ours")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["out.bin"])
+
+        // Its writer gone (its descriptor closed), the next attempt continues the file.
+        var gone: PartialFile? = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: nil)
+        try write(gone!, "0123456789")
+        try gone!.sync()
+        let point = gone!.resumePoint(generation: "1", etag: nil)
+        let written = gone!.identity
+        gone = nil
+        let next = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: point)
+        #expect(next.resumed && next.bytesWritten == 10 && next.identity == written)
+    }
+
+    /// An attempt that ended lets its file's writer lock go as it closes the file, even while another
+    /// process holds a copy of the file's descriptor: a child that any thread of this process starts
+    /// (a token command; in the tests, nginx and the fault proxy) holds a copy of every descriptor from
+    /// its fork until its exec, and a close lets the lock go only with the last copy. The child here keeps
+    /// its copy (as fd 3 of a `sleep`), as one slow to reach its exec does under load; the next attempt in
+    /// this process must still continue the file, not start over.
+    @Test func aStoppedAttemptsFileIsResumedThoughAChildHoldsACopyOfItsDescriptor() throws {
+        let directory = try TemporaryDirectory("jobctl-partial")
+        defer { directory.remove() }
+        let destination = directory.file("out.bin")
+        var first: PartialFile? = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: nil)
+        try write(first!, "0123456789")
+        try first!.sync()
+        let point = first!.resumePoint(generation: "1", etag: nil)
+        let written = first!.identity
+        let copy = try first!.duplicateDescriptor()
+        let child = try Self.spawnHolding(copy, ["/bin/sleep", "60"])
+        close(copy)
+        defer {
+            kill(child, SIGKILL)
+            var status: Int32 = 0
+            _ = waitpid(child, &status, 0)
+        }
+        let heldByChild = try String(contentsOfFile: "/proc/\(child)/fdinfo/3", encoding: .utf8)
+        #expect(heldByChild.contains("OFDLCK"), "the child's copy shares the attempt's locked description: \(heldByChild)")
+
+        first!.close()   // the attempt ended (paused)
+        first = nil
+        let next = try PartialFile(destination: destination, jobID: "01JOB", resumeFrom: point)
+        #expect(next.resumed && next.bytesWritten == 10 && next.identity == written)
+        var prefix = Data()
+        try next.readBack { prefix.append(contentsOf: $0) }
+        #expect(String(decoding: prefix, as: UTF8.self) == "0123456789")
+        try write(next, "AB")
+        #expect(try next.commit() == destination)
+        #expect(try String(contentsOfFile: destination, encoding: .utf8) == "0123456789AB")
+    }
+
+    /// Starts `arguments` with `descriptor` as its fd 3 (and /dev/null for 0 to 2); returns its pid.
+    private static func spawnHolding(_ descriptor: Int32, _ arguments: [String]) throws -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, descriptor, 3)
+        let cStrings = arguments.map { strdup($0) }
+        defer { cStrings.forEach { free($0) } }
+        var argv = cStrings + [nil]
+        var pid: pid_t = 0
+        let error = posix_spawn(&pid, arguments[0], &actions, nil, &argv, environ)
+        guard error == 0 else { throw StorageError(.internalError, "posix_spawn failed: errno \(error)") }
+        return pid
     }
 
     @Test func discardRemovesTheTemporaryFile() throws {

@@ -249,7 +249,7 @@ import TestSupport
 
     /// The bytes of the object and the files beside it, and a download of it that verifies its sidecar's
     /// CRC32C (the one the upload's result records).
-    private static func expectSourcesObject(_ scene: KilledSidecarWrite, job: JobRecord?) throws {
+    static func expectSourcesObject(_ scene: KilledSidecarWrite, job: JobRecord?) throws {
         let expected = try Data(contentsOf: URL(fileURLWithPath: scene.directory.file("source.bin")))
         let stored = try? Data(contentsOf: URL(fileURLWithPath: scene.bucket + "/obj.bin"))
         #expect(stored == expected, "object of \(stored?.count ?? -1) bytes, the source's \(expected.count)")
@@ -273,7 +273,7 @@ import TestSupport
     /// Runs the scene's upload in a worker whose renames strace holds (its commit: its session whole and
     /// its checkpoint in the log), SIGKILLs it there and lets its lease run out; returns the session
     /// its resume point records.
-    private static func killAtCommitAfterCheckpoint(_ scene: KilledSidecarWrite) throws -> LocalUploadSession {
+    static func killAtCommitAfterCheckpoint(_ scene: KilledSidecarWrite) throws -> LocalUploadSession {
         let path = try scene.killMidWrite(lease: 1, afterCheckpoint: true)
         let job = try scene.engine.reader(scene.database).job(scene.id)
         let (session, offset) = try #require(recordedSession(job), "no session to resume: \(String(describing: job?.resumePoint))")
@@ -298,16 +298,17 @@ import TestSupport
         return (session, offset)
     }
 
-    /// Two live attempts of one upload, the retry resuming the first's session: the first checkpointed
-    /// (its session in the log) and is frozen past its lease just before it renames that session onto
-    /// the object (strace holds its commit 8 s); the retry another worker runs after the rescue takes the
-    /// session over and is held 14 s at its own commit. With one name for every attempt the retry
-    /// resumed the file under the shared name, the first woke and renamed it onto the object (its
-    /// sidecar beside it), and the retry's rename found the name gone: the job needed a third attempt.
-    /// Now the retry renames the session to its own name first; the woken first attempt's rename fails
-    /// (its name is gone: ENOENT), and the retry's file and sidecar go into place at the second attempt.
-    @Test("a retry takes over a frozen attempt's upload session under its own name: the woken attempt's rename fails, the retry's object stands")
-    func retryAdoptsAFrozenAttemptsSession() throws {
+    /// Two live attempts of one upload: the first checkpointed (its session in the log) and is frozen
+    /// past its lease just before it renames that session onto the object (strace holds its commit 8 s);
+    /// the retry another worker runs after the rescue is held 14 s at its own commit. With one name for
+    /// every attempt the retry resumed the file under the shared name, the first woke and renamed it onto
+    /// the object (its sidecar beside it), and the retry's rename found the name gone: the job needed a
+    /// third attempt. The frozen attempt still holds its session's writer lock, so the retry does not
+    /// take the session over (it would write into a file the other still may): it removes the session's
+    /// name and uploads into a session of its own. The woken first attempt's rename fails (its name is
+    /// gone: ENOENT), and the retry's file and sidecar go into place at the second attempt.
+    @Test("a retry leaves the session of an attempt frozen at its commit: the woken attempt's rename fails, the retry's object stands")
+    func retryLeavesAFrozenAttemptsSession() throws {
         let scene = try KilledSidecarWrite(.uploadFile, engine: .sqlite, label: "session-adopt", sourceSize: Self.resumableSourceSize)
         defer { scene.directory.remove() }
         let strace = "/usr/bin/strace"
@@ -365,8 +366,8 @@ import TestSupport
             }
         }
         #expect(failedRename, "the first attempt's renames: \((try? String(contentsOfFile: firstTrace, encoding: .utf8)) ?? "")")
-        // The retry took the first attempt's session over: the object is that file.
-        #expect(Self.objectFile(scene) == session.identity)
+        // The retry uploaded into a session of its own: the object is not the file the first attempt held.
+        #expect(Self.objectFile(scene) != session.identity)
         try Self.expectSourcesObject(scene, job: job)
     }
 
