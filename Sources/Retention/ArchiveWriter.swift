@@ -30,6 +30,9 @@ public enum ArchiveWriter {
                 + "check that the directory exists and is writable")
         }
         var renamed = false
+        // Closed once: before the rename, or on the way out when something failed first. A second close
+        // would close whatever file the process (another thread) has opened under that number since.
+        var closed = false
         defer {
             if !renamed { unlink(temporary) }
         }
@@ -63,6 +66,7 @@ public enum ArchiveWriter {
             guard fsync(descriptor) == 0 else {
                 throw RetentionError.io("cannot sync '\(temporary)' to disk: \(String(cString: strerror(errno)))")
             }
+            closed = true
             close(descriptor)
             guard rename(temporary, path) == 0 else {
                 throw RetentionError.io("cannot rename '\(temporary)' to '\(path)': \(String(cString: strerror(errno)))")
@@ -71,7 +75,7 @@ public enum ArchiveWriter {
             try syncDirectory(directory)
             return WrittenArchive(path: path, size: size, sha256: hex(fileDigest.finalize()), header: header)
         } catch {
-            if !renamed { close(descriptor) }
+            if !closed { close(descriptor) }
             throw error
         }
     }

@@ -328,6 +328,49 @@ import TestSupport
     /// another database's archive written to the same name is that too: the second log's `archive`
     /// replaced the only copy of the first log's archived jobs. It is replaced now only when every job
     /// in it is still in this log.
+    /// The archive's temporary file was closed before its rename and, when the rename failed, closed
+    /// again on the way out: a second close of a number the process may have given to another file since
+    /// (another thread's database or transfer file), which it would close under that file's owner. strace
+    /// makes the rename fail (EIO) and records every open and close: the temporary's descriptor must be
+    /// closed once.
+    @Test("a failed rename of the archive closes its temporary file once, never a descriptor reused since")
+    func failedRenameClosesOnce() throws {
+        let strace = "/usr/bin/strace"
+        try #require(FileManager.default.isExecutableFile(atPath: strace), "strace is not installed (Debian package strace; make test-deps installs it)")
+        let workspace = try CLIWorkspace("archiverename")
+        defer { workspace.directory.remove() }
+        let jobs = try Self.fabricate(in: workspace, engine: .sqlite)
+        let file = workspace.directory.file("backup.ndjson.gz")
+        let trace = workspace.directory.file("archive.strace")
+        let output = try runProcess(strace, ["-f", "-qq", "-o", trace, "-e", "trace=open,openat,close,rename,renameat,renameat2",
+                                             "-e", "inject=rename,renameat,renameat2:error=EIO",
+                                             PackagePaths.jobctlBinary, "--db", workspace.database,
+                                             "archive", "--before", "90d", "--to", file],
+                                    environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path)
+        #expect(output.status == 1 && output.stderr.contains("cannot rename") && output.stderr.contains("nothing was removed from the log"),
+                "\(output.status) \(output.stderr)")
+        // Each line: "PID call(args) = result" (a call another thread interrupted comes in two lines,
+        // "close(5 <unfinished ...>" then "<... close resumed>) = 0": its first names the descriptor).
+        let lines = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").map(String.init)
+        let opened = try #require(lines.firstIndex { $0.contains(".partial\"") && $0.contains("O_CREAT") },
+                                  "the temporary's open is in the trace: \(lines.suffix(20))")
+        let descriptor = try #require(lines[opened].split(separator: "=").last.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) },
+                                      "\(lines[opened])")
+        // From its open to the next open that returns the same number: its closes.
+        var closes: [String] = []
+        for line in lines[(opened + 1)...] {
+            if line.contains("open"), line.hasSuffix("= \(descriptor)") { break }
+            if line.contains("close(\(descriptor))") || line.contains("close(\(descriptor) ") { closes.append(line) }
+        }
+        #expect(closes.count == 1, "the temporary's descriptor \(descriptor) closed \(closes.count) times: \(closes)")
+        #expect(!FileManager.default.fileExists(atPath: file))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path).allSatisfy { !$0.hasSuffix(".partial") },
+                "the temporary is removed")
+        let listed = try workspace.jobctl(["list", "--json"])
+        #expect(Self.ids(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8))).isSuperset(of: jobs.archived),
+                "the log kept its jobs: \(listed.stdout)")
+    }
+
     @Test("archive --to refuses to replace another log's archive, the only copy of its jobs")
     func anotherLogsArchiveKept() throws {
         let first = try CLIWorkspace("archiveownerone")
