@@ -43,6 +43,12 @@ public enum SecretRedaction {
     ///
     /// Text that is not a URL is returned unchanged.
     public static func redactURL(_ url: String) -> String {
+        var hidden: [Substring] = []
+        return redact(url, hidden: &hidden)
+    }
+
+    /// `redactURL`, adding each value it replaced to `hidden`.
+    private static func redact(_ url: String, hidden: inout [Substring]) -> String {
         guard let schemeEnd = url.range(of: "://") else { return url }
         let scheme = url[..<schemeEnd.lowerBound].lowercased()
         let bareUserinfoIsAName = scheme == "postgres" || scheme == "postgresql"
@@ -54,10 +60,12 @@ public enum SecretRedaction {
             let userinfo = authority[..<at]
             if let colon = userinfo.firstIndex(of: ":") {
                 output += userinfo[..<colon] + ":" + marker + "@"
+                hidden.append(userinfo[userinfo.index(after: colon)...])
             } else if bareUserinfoIsAName {
                 output += userinfo + "@"
             } else {
                 output += marker + "@"
+                hidden.append(userinfo)
             }
             output += authority[authority.index(after: at)...]
         } else {
@@ -70,12 +78,40 @@ public enum SecretRedaction {
             rest = rest[..<hash]
         }
         if let mark = rest.firstIndex(of: "?") {
-            output += redactPathParameters(rest[..<mark]) + "?" + redactParameters(rest[rest.index(after: mark)...])
+            output += redactPathParameters(rest[..<mark], hidden: &hidden) + "?"
+                + redactParameters(rest[rest.index(after: mark)...], hidden: &hidden)
         } else {
-            output += redactPathParameters(rest)
+            output += redactPathParameters(rest, hidden: &hidden)
         }
         if let fragment {
-            output += "#" + redactParameters(fragment)
+            output += "#" + redactParameters(fragment, hidden: &hidden)
+        }
+        return output
+    }
+
+    /// The secret values `redactURL` hides in `url`: the password of its userinfo (or a bare token
+    /// userinfo that is not a PostgreSQL user name) and the values of secret query, fragment and path
+    /// parameters, each as written and percent-decoded. For `scrub`: a server's or libcurl's text may
+    /// quote them without the URL around them (a request target `/a?sig=…`, a header).
+    public static func secretValues(in url: String) -> [String] {
+        var values: [Substring] = []
+        _ = redact(url, hidden: &values)
+        var all: [String] = []
+        for value in values where !isMasked(value) {
+            all.append(String(value))
+            if let decoded = percentDecoded(value), decoded != String(value) { all.append(decoded) }
+        }
+        return all
+    }
+
+    /// `text` with every occurrence of each of `secrets` replaced by `REDACTED`, longest first; a
+    /// secret shorter than 4 characters is left alone (replacing it would mangle ordinary words). For
+    /// what a server, libcurl or libpq says back, which may quote a secret the request carried.
+    public static func scrub(_ text: String, secrets: some Sequence<String>) -> String {
+        let long = Set(secrets.filter { $0.count >= 4 && $0 != marker }).sorted { $0.count > $1.count }
+        var output = text
+        for secret in long where output.contains(secret) {
+            output = output.replacingOccurrences(of: secret, with: marker)
         }
         return output
     }
@@ -191,7 +227,7 @@ public enum SecretRedaction {
 
     /// `/files;jsessionid=x/a.bin;token=y` → `/files;jsessionid=REDACTED/a.bin;token=REDACTED`: the
     /// parameters a path segment carries after its `;` (RFC 3986 3.3), where servers put session ids.
-    private static func redactPathParameters(_ path: Substring) -> String {
+    private static func redactPathParameters(_ path: Substring, hidden: inout [Substring]) -> String {
         guard path.contains(";") else { return String(path) }
         var output = ""
         var segmentStart = path.startIndex
@@ -199,7 +235,7 @@ public enum SecretRedaction {
             let end = path[segmentStart...].firstIndex(of: "/") ?? path.endIndex
             let segment = path[segmentStart..<end]
             if let semicolon = segment.firstIndex(of: ";") {
-                output += segment[...semicolon] + redactParameters(segment[segment.index(after: semicolon)...])
+                output += segment[...semicolon] + redactParameters(segment[segment.index(after: semicolon)...], hidden: &hidden)
             } else {
                 output += segment
             }
@@ -211,7 +247,7 @@ public enum SecretRedaction {
     }
 
     /// `a=1&token=x;b` → `a=1&token=REDACTED;b` (both `&` and `;` separate parameters).
-    private static func redactParameters(_ parameters: Substring) -> String {
+    private static func redactParameters(_ parameters: Substring, hidden: inout [Substring]) -> String {
         var output = ""
         var current = parameters.startIndex
         while current <= parameters.endIndex {
@@ -220,6 +256,7 @@ public enum SecretRedaction {
             if let equals = part.firstIndex(of: "="), isSecretName(part[..<equals]),
                !isMasked(part[part.index(after: equals)...]) {
                 output += part[...equals] + marker
+                hidden.append(part[part.index(after: equals)...])
             } else {
                 output += part
             }

@@ -417,10 +417,10 @@ final class PostgresConnection {
     }
 
     /// `message` with every occurrence of the connection's password replaced, for passwords long
-    /// enough that the replacement cannot mangle ordinary words.
+    /// enough that the replacement cannot mangle ordinary words (`SecretRedaction.scrub`, as a server's
+    /// answer quoting an HTTP request's credentials is scrubbed).
     private static func scrub(_ message: String, password: String?) -> String {
-        guard let password, password.count >= 4 else { return message }
-        return message.replacingOccurrences(of: password, with: "REDACTED")
+        SecretRedaction.scrub(message, secrets: password.map { [$0] } ?? [])
     }
 
     // MARK: Status

@@ -877,7 +877,8 @@ private final class CurlExchange: @unchecked Sendable {
                 cause: "response headers incomplete after the status line \(responseCode)"))))
             return
         }
-        complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url, isHTTP1: overHTTP1)))
+        complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url,
+                                       headerSecrets: HTTPRequest.headerSecrets(request.headers), isHTTP1: overHTTP1)))
     }
 
     /// Resumes the caller. The handle stays with the exchange until the engine takes it back
@@ -961,13 +962,15 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 /// Whether the job is retried is the retry policy's decision, so no message here promises it.
 ///
 /// `environment` is where libcurl found its proxy variables (the process's), for naming a proxy that
-/// could not be reached.
+/// could not be reached. libcurl's text is quoted as the cause without the proxies' passwords and the
+/// URL's secrets (it quotes a proxy it cannot read whole, scheme or not), and with its URLs redacted.
 func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
                  trust: CertificateTrust = .systemDefault, requestSent: Bool = false, redirect: Int? = nil,
                  proxyStatus: Int = 0, environment: [String: String] = ProcessInfo.processInfo.environment) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: jobctl_curl_easy_strerror(curlCode))
-    let cause = "curl error \(code) (\(name)): \(text)"
+    let quoted = SecretRedaction.scrub(text, secrets: ProxyEnvironment.secrets(environment) + SecretRedaction.secretValues(in: url))
+    let cause = "curl error \(code) (\(name)): \(SecretRedaction.redactURLs(in: quoted))"
     if proxyStatus >= 300 {
         // The proxy the environment names answered, and refused the tunnel: the server was never asked.
         // Its refusal (403 by policy, 407 for credentials) is the same at every attempt; a proxy that is
@@ -1027,7 +1030,7 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
             }
             if let what {
                 return StorageError(.unknown, "\(what): check the proxy, or leave this host out of it with no_proxy",
-                                    url: redactedURL(url), retryable: true, cause: SecretRedaction.redactURLs(in: cause))
+                                    url: redactedURL(url), retryable: true, cause: cause)
             }
         }
         if curlCode == CURLE_COULDNT_RESOLVE_PROXY {

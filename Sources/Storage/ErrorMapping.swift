@@ -6,8 +6,15 @@ import Glibc
 
 // MARK: - HTTP statuses
 
-/// The server's own message from a JSON error body (`{"error": {"message": …}}`) or a short text body.
+/// The server's own message from a JSON error body (`{"error": {"message": …}}`) or a short text body,
+/// without the secrets the request carried (a server may quote its `Authorization` header, or the signed
+/// target it was asked for) and with every URL in it redacted: as an error's message and cause it is
+/// stored in the log and shown.
 func serverMessage(_ response: HTTPResponse) -> String? {
+    rawServerMessage(response).map { SecretRedaction.redactURLs(in: SecretRedaction.scrub($0, secrets: response.requestSecrets)) }
+}
+
+private func rawServerMessage(_ response: HTTPResponse) -> String? {
     if let json = response.json {
         if let error = json["error"] as? [String: Any], let message = error["message"] as? String, !message.isEmpty {
             return message

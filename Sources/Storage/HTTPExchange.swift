@@ -33,6 +33,18 @@ struct HTTPRequest: Sendable {
         self.body = body
         self.bodyLength = Int64(body.count)
     }
+
+    /// The credentials among `headers`: the value of each header named like a secret (`Authorization`,
+    /// `X-Api-Key`, … as `SecretRedaction.isSecretName` has it), without its scheme word (the token of
+    /// `Bearer TOKEN`: a quote of the header then reads `Bearer REDACTED`).
+    static func headerSecrets(_ headers: [String]) -> [String] {
+        headers.compactMap { line in
+            guard let colon = line.firstIndex(of: ":"), SecretRedaction.isSecretName(line[..<colon]) else { return nil }
+            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            guard let space = value.firstIndex(of: " ") else { return value }
+            return value[value.index(after: space)...].trimmingCharacters(in: .whitespaces)
+        }
+    }
 }
 
 /// A complete response: status, headers (lower-cased names; repeated headers joined by `,`) and the
@@ -43,11 +55,18 @@ struct HTTPResponse: Sendable {
     var body: Data
     /// The request URL (may hold secrets: redact before showing it).
     var url: String
+    /// The credentials the request's headers carried (`HTTPRequest.headerSecrets`).
+    var headerSecrets: [String] = []
     /// Whether the answer came over HTTP/1.x, where a body without a length or chunks ends with the
     /// connection; an HTTP/2 or HTTP/3 stream frames its body whatever the headers say.
     var isHTTP1 = true
 
     var isSuccess: Bool { (200..<300).contains(status) }
+
+    /// What the request carried that the server's text must not be quoted with: its header credentials
+    /// and its URL's secret values (a server may echo the request target, `/a?sig=…`, with no URL
+    /// around it for `SecretRedaction.redactURLs` to find).
+    var requestSecrets: [String] { headerSecrets + SecretRedaction.secretValues(in: url) }
 
     /// The JSON body as a dictionary, when it is one.
     var json: [String: Any]? {

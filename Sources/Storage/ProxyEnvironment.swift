@@ -22,6 +22,15 @@ public enum ProxyEnvironment {
         return String(shown.dropFirst("http://".count))
     }
 
+    /// The passwords of every proxy variable in `environment` (also of one written without a scheme),
+    /// for scrubbing libcurl's messages: one naming a proxy it cannot read quotes the value whole
+    /// (`Unsupported proxy syntax in 'user:password@proxy:99999'`).
+    static func secrets(_ environment: [String: String]) -> [String] {
+        variables.flatMap { name in
+            environment[name].map { SecretRedaction.secretValues(in: $0.contains("://") ? $0 : "http://" + $0) } ?? []
+        }
+    }
+
     /// The proxy libcurl takes from `environment` for `url`, and the variable it came from; nil when
     /// none is set for the URL's scheme, or `no_proxy` names its host.
     static func proxy(for url: String, environment: [String: String]) -> (value: String, variable: String)? {

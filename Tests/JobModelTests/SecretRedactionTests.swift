@@ -34,6 +34,22 @@ import Testing
         #expect(redactedURL(input) == expected)
     }
 
+    /// The values `redactURL` hides, for scrubbing a text that quotes them without their URL: each
+    /// one it replaces, as written and decoded; nothing of a URL it leaves alone.
+    @Test func secretValuesAreWhatRedactionHides() {
+        #expect(SecretRedaction.secretValues(in: "http://u:p@ss@h/a;jsessionid=J1/b?x=1&sig=a%2Fb&token=#access_token=F1")
+                == ["p@ss", "J1", "a%2Fb", "a/b", "F1"])
+        #expect(SecretRedaction.secretValues(in: "https://ghp_abc@h/p?key=REDACTED") == ["ghp_abc"])
+        #expect(SecretRedaction.secretValues(in: "postgres://jobs@db/x") == [])
+        #expect(SecretRedaction.secretValues(in: "http://h/p?alt=media") == [])
+        for url in ["http://u:p@ss@h/a;jsessionid=JSESS1/b?x=1&sig=a%2Fb#access_token=FRAG1", "https://ghp_abc@h/p?key=K3Y1&a=1"] {
+            let scrubbed = SecretRedaction.scrub(url, secrets: SecretRedaction.secretValues(in: url))
+            #expect(scrubbed == redactedURL(url), "\(scrubbed)")
+        }
+        // A secret too short to be told from ordinary text is left in it.
+        #expect(SecretRedaction.scrub("a b abc abcd", secrets: ["a", "abc", "abcd"]) == "a b abc REDACTED")
+    }
+
     @Test func urlsInsideTextAreRedacted() {
         let text = "the upload to http://h/u?upload_id=SESSION failed; see <https://u:pw@h/x?key=K>, then 'gs://b/o'."
         let redacted = SecretRedaction.redactURLs(in: text)
