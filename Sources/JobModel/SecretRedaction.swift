@@ -47,6 +47,14 @@ public enum SecretRedaction {
         return redact(url, hidden: &hidden)
     }
 
+    /// A URL, or a value read as one whose `http://` is left out (`user:password@proxy:3128` in a proxy
+    /// variable, `host:port` in `STORAGE_EMULATOR_HOST`), redacted as `redactURL` redacts it; written
+    /// back without the scheme it did not have.
+    public static func redactEndpoint(_ value: String) -> String {
+        guard !value.contains("://") else { return redactURL(value) }
+        return String(redactURL("http://" + value).dropFirst("http://".count))
+    }
+
     /// `redactURL`, adding each value it replaced to `hidden`.
     private static func redact(_ url: String, hidden: inout [Substring]) -> String {
         guard let schemeEnd = url.range(of: "://") else { return url }

@@ -17,9 +17,7 @@ public enum ProxyEnvironment {
     /// `token@`) replaced, also in a value written without a scheme (`user:pw@proxy:3128`), which
     /// libcurl takes as `http://`.
     public static func redacted(_ value: String) -> String {
-        guard !value.contains("://") else { return redactedURL(value) }
-        let shown = redactedURL("http://" + value)
-        return String(shown.dropFirst("http://".count))
+        SecretRedaction.redactEndpoint(value)
     }
 
     /// The passwords of every proxy variable in `environment` (also of one written without a scheme),

@@ -308,7 +308,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     static func emulatorEndpoint(_ text: String) throws(StorageError) -> String {
         var endpoint = text.contains("://") ? text : "http://" + text
         while endpoint.hasSuffix("/") { endpoint.removeLast() }
-        let problem = "STORAGE_EMULATOR_HOST must be HOST:PORT or http(s)://HOST:PORT, not '\(redactedURL(text))'"
+        let problem = "STORAGE_EMULATOR_HOST must be HOST:PORT or http(s)://HOST:PORT, not '\(SecretRedaction.redactEndpoint(text))'"
         guard let reference = try? StorageReference(parsing: endpoint + "/") else {
             throw StorageError(.invalidArgument, problem)
         }

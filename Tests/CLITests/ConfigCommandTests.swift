@@ -122,6 +122,27 @@ import TestSupport
         for output in [text.stdout, text.stderr] { #expect(!output.contains("s3cret")) }
     }
 
+    /// `STORAGE_EMULATOR_HOST` with a password (refused: the worker does not start with it) is shown as
+    /// the refusal shows it, password redacted, with a scheme or without one (`HOST:PORT` form).
+    @Test("an emulator host's password is redacted by config, text and JSON, and by the worker's refusal",
+          arguments: [("http://emu:S3CR3T-emu@127.0.0.1:9023", "http://emu:REDACTED@127.0.0.1:9023"),
+                      ("emu:S3CR3T-emu@127.0.0.1:9023", "emu:REDACTED@127.0.0.1:9023")])
+    func emulatorHostPassword(_ value: String, _ shown: String) throws {
+        let workspace = try CLIWorkspace("config-emulator")
+        defer { workspace.directory.remove() }
+        let environment = ["STORAGE_EMULATOR_HOST": value, "JOBCTL_DB": workspace.database]
+        let json = try Self.run(workspace, ["config", "--json"], environment: environment)
+        #expect(try Self.settings(json)["storage_emulator_host"]?["value"] == shown, "\(json.stdout)")
+        let text = try Self.run(workspace, ["config"], environment: environment)
+        #expect(text.stdout.contains(shown) && text.stderr.contains("not '\(shown)'"), "\(text.stdout)\(text.stderr)")
+        let worker = try Self.run(workspace, ["worker", "--drain"], environment: environment)
+        #expect(worker.status == 64 || worker.status == 1, "\(worker.stderr)")
+        #expect(worker.stderr.contains("not '\(shown)'"), "\(worker.stderr)")
+        for (command, output) in [("config --json", json), ("config", text), ("worker", worker)] {
+            #expect(!(output.stdout + output.stderr).contains("S3CR3T"), "jobctl \(command):\n\(output.stdout)\(output.stderr)")
+        }
+    }
+
     @Test("the file's settings reach the commands: db for every command, worker flags unless given")
     func settingsApply() throws {
         let workspace = try CLIWorkspace("configapply")
