@@ -30,12 +30,12 @@ struct GoogleTokenFetcher: Sendable {
             let assertion = try key.assertion(issuedAt: Int(Date().timeIntervalSince1970))
             request = Self.formPost(key.tokenURI, [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
                                                    ("assertion", assertion)])
-            what = "the token endpoint of \(key) (token_uri \(key.tokenURI))"
+            what = "the token endpoint of \(key) (token_uri \(redactedURL(key.tokenURI)))"
         case .authorizedUser(let user):
             request = Self.formPost(user.tokenURI, [("grant_type", "refresh_token"), ("client_id", user.clientID),
                                                     ("client_secret", user.clientSecret),
                                                     ("refresh_token", user.refreshToken)])
-            what = "the token endpoint of the \(user) (\(user.tokenURI))"
+            what = "the token endpoint of the \(user) (\(redactedURL(user.tokenURI)))"
         case .metadataServer(let host):
             request = HTTPRequest(method: "GET",
                                   url: "http://\(host)/computeMetadata/v1/instance/service-accounts/default/token",

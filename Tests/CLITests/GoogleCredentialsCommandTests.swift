@@ -44,6 +44,26 @@ import TestSupport
         #expect(server.tokenRequests.map(\.metadataFlavor) == ["Google"], "one metadata token request: \(server.tokenRequests)")
     }
 
+    /// A key file's `token_uri` is named in the error of a token request that failed as every URL is:
+    /// its secrets redacted, in what commands print and in the log's own copy of the error.
+    @Test func tokenURISecretsAreRedactedInErrors() throws {
+        let server = try TokenServer.start()
+        defer { server.stop() }
+        let deadEndpoint = ClosedLoopbackPort()
+        let workspace = try CLIWorkspace("credentials-token-uri")
+        defer { workspace.directory.remove() }
+        let id = try #require(try workspace.submit("- {kind: download-memory, source: \"gs://bkt/a.txt\", max_attempts: 1}\n").first)
+        let keyFile = try server.serviceAccountKeyFile(tokenURI: "http://127.0.0.1:\(deadEndpoint.port)/token?key=S3CR3T-uri")
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: [
+            "GOOGLE_APPLICATION_CREDENTIALS": keyFile, "STORAGE_EMULATOR_HOST": server.baseURL, "HOME": workspace.directory.path])
+        #expect(worker.status == 2, "\(worker.stderr)")
+        let stored = try workspace.jobctl(["history", id, "--json", "--show-secrets"])
+        #expect(stored.stdout.contains("/token?key=REDACTED"), "\(stored.stdout)")
+        for output in [worker.stdout, worker.stderr, stored.stdout, try workspace.jobctl(["show", id]).stdout] {
+            #expect(!output.contains("S3CR3T"), "\(output)")
+        }
+    }
+
     @Test func badKeyStopsTheWorkerAtStart() throws {
         let workspace = try CLIWorkspace("credentials-bad")
         defer { workspace.directory.remove() }
