@@ -878,7 +878,7 @@ private final class CurlExchange: @unchecked Sendable {
             return
         }
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url,
-                                       headerSecrets: HTTPRequest.headerSecrets(request.headers), isHTTP1: overHTTP1)))
+                                       requestHeaders: request.headers, isHTTP1: overHTTP1)))
     }
 
     /// Resumes the caller. The handle stays with the exchange until the engine takes it back

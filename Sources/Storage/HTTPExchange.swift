@@ -55,8 +55,8 @@ struct HTTPResponse: Sendable {
     var body: Data
     /// The request URL (may hold secrets: redact before showing it).
     var url: String
-    /// The credentials the request's headers carried (`HTTPRequest.headerSecrets`).
-    var headerSecrets: [String] = []
+    /// The request's header lines (may hold credentials: never shown; see `requestSecrets`).
+    var requestHeaders: [String] = []
     /// Whether the answer came over HTTP/1.x, where a body without a length or chunks ends with the
     /// connection; an HTTP/2 or HTTP/3 stream frames its body whatever the headers say.
     var isHTTP1 = true
@@ -66,7 +66,8 @@ struct HTTPResponse: Sendable {
     /// What the request carried that the server's text must not be quoted with: its header credentials
     /// and its URL's secret values (a server may echo the request target, `/a?sig=…`, with no URL
     /// around it for `SecretRedaction.redactURLs` to find).
-    var requestSecrets: [String] { headerSecrets + SecretRedaction.secretValues(in: url) }
+    /// Worked out only when an error quotes the server (not for every answer).
+    var requestSecrets: [String] { HTTPRequest.headerSecrets(requestHeaders) + SecretRedaction.secretValues(in: url) }
 
     /// The JSON body as a dictionary, when it is one.
     var json: [String: Any]? {
