@@ -969,7 +969,8 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
                  proxyStatus: Int = 0, environment: [String: String] = ProcessInfo.processInfo.environment) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: jobctl_curl_easy_strerror(curlCode))
-    let quoted = SecretRedaction.scrub(text, secrets: ProxyEnvironment.secrets(environment) + SecretRedaction.secretValues(in: url))
+    let quoted = SecretRedaction.scrub(ProxyEnvironment.scrubbed(text, environment: environment),
+                                       secrets: SecretRedaction.secretValues(in: url))
     let cause = "curl error \(code) (\(name)): \(SecretRedaction.redactURLs(in: quoted))"
     if proxyStatus >= 300 {
         // The proxy the environment names answered, and refused the tunnel: the server was never asked.

@@ -20,13 +20,20 @@ public enum ProxyEnvironment {
         SecretRedaction.redactEndpoint(value)
     }
 
-    /// The passwords of every proxy variable in `environment` (also of one written without a scheme),
-    /// for scrubbing libcurl's messages: one naming a proxy it cannot read quotes the value whole
-    /// (`Unsupported proxy syntax in 'user:password@proxy:99999'`).
-    static func secrets(_ environment: [String: String]) -> [String] {
-        variables.flatMap { name in
-            environment[name].map { SecretRedaction.secretValues(in: $0.contains("://") ? $0 : "http://" + $0) } ?? []
+    /// libcurl's `text` without the passwords of the proxy variables in `environment`: a message naming
+    /// a proxy it cannot read quotes the value whole (`Unsupported proxy syntax in 'user:pw@proxy:99999'`),
+    /// scheme or not, which then reads as `redacted` shows it (a password of any length); a password
+    /// quoted elsewhere is replaced too (`SecretRedaction.scrub`, 4 characters or more).
+    static func scrubbed(_ text: String, environment: [String: String]) -> String {
+        var output = text
+        var secrets: [String] = []
+        for name in variables {
+            guard let value = environment[name], !value.isEmpty else { continue }
+            secrets += SecretRedaction.secretValues(in: value.contains("://") ? value : "http://" + value)
+            let shown = redacted(value)
+            if shown != value, output.contains(value) { output = output.replacingOccurrences(of: value, with: shown) }
         }
+        return SecretRedaction.scrub(output, secrets: secrets)
     }
 
     /// The proxy libcurl takes from `environment` for `url`, and the variable it came from; nil when
