@@ -3,8 +3,8 @@ import Foundation
 /// Byte counts written with units: `512KiB`, `1MiB`, `2MB`, `1.5GiB`, `1000`, `10 B`, `512k`: the one
 /// grammar of every size and rate a user types.
 ///
-/// The number is `DecimalText`'s digits, with at most one point; the unit, if any, follows (spaces
-/// allowed between): `KiB` `MiB` `GiB` `TiB` (1024-based), `KB` `MB` `GB` `TB` (1000-based), `B`, and
+/// The number is `DecimalText`'s digits, with at most one point (a bare count, without a unit, has no
+/// leading zero, as no number has); the unit, if any, follows (spaces allowed between): `KiB` `MiB` `GiB` `TiB` (1024-based), `KB` `MB` `GB` `TB` (1000-based), `B`, and
 /// rclone's one-letter `K` `M` `G` `T` (1024-based), in either case. `--bwlimit` took `1k` and `1T`
 /// while the size settings refused them.
 public enum ByteSize {
@@ -38,13 +38,16 @@ public enum ByteSize {
         let trimmed = DecimalText.trimmed(text)
         var number = trimmed
         var factor: UInt64 = 1
-        if let unit = units.first(where: { trimmed.hasSuffix($0.suffix) }) {
+        let unit = units.first(where: { trimmed.hasSuffix($0.suffix) })
+        if let unit {
             number = DecimalText.trimmed(trimmed.dropLast(unit.suffix.count))
             factor = unit.factor
         }
         let parts = number.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
         guard (1...2).contains(parts.count), parts.contains(where: { !$0.isEmpty }),
               parts.allSatisfy({ $0.utf8.allSatisfy { (0x30...0x39).contains($0) } }) else { return .notASize }
+        // A bare byte count is a plain number: `010` is no size, as it is no number (see `DecimalText`).
+        if unit == nil, parts.count == 1, DecimalText.hasLeadingZero(parts[0]) { return .notASize }
         let whole = Array(parts[0].utf8)
         var fraction = parts.count == 2 ? Array(parts[1].utf8) : []
         while fraction.last == 0x30 { fraction.removeLast() }

@@ -4,17 +4,36 @@
 ///
 /// A number is one or more ASCII digits (`0`–`9`) and nothing else: no sign (`+4` was taken as 4 by one
 /// setting and refused by others), no `_` or `,` separators, no `0x`/`0o` prefix, no other script's
-/// digits. Spaces and tabs around the text are ignored; any other space (a no-break space pasted from a
-/// page) is refused, as everything else is: a text that might mean something else is refused, never
-/// read as a guess.
+/// digits, and no leading zero (`010` is octal 8 to YAML 1.1 — which a manifest's `%YAML 1.1` names —
+/// to C's `strtol` and to shells, decimal 10 to YAML 1.2: it was read as 10 whatever the writer meant).
+/// Spaces and tabs around the text are ignored; any other space (a no-break space pasted from a page)
+/// is refused, as everything else is: a text that might mean something else is refused, never read as
+/// a guess.
 public enum DecimalText {
     /// What a number's text says.
     public enum Reading: Equatable, Sendable {
         case value(Int64)
         /// Digits only, but more than `Int64` holds.
         case tooLarge
+        /// Digits, but more than one with a zero first (`010`, `00`): see the type's summary.
+        case leadingZero
         /// Not a number in this grammar.
         case invalid
+    }
+
+    /// Why a number with a leading zero is refused, for messages.
+    public static let leadingZeroRule = "a number may not start with 0: 010 is octal 8 to YAML 1.1, C and shells, "
+        + "decimal 10 to others; write it without the leading zero"
+
+    /// ` (` + `leadingZeroRule` + `)` when `text` is a plain number but for its leading zero, else "": for
+    /// a message about a size, a rate, a duration or a count that refused it.
+    public static func leadingZeroNote(for text: some StringProtocol) -> String {
+        read(text) == .leadingZero ? " (\(leadingZeroRule))" : ""
+    }
+
+    /// Whether `digits` (ASCII digits, nothing trimmed) are more than one with a zero first.
+    public static func hasLeadingZero(_ digits: some StringProtocol) -> Bool {
+        digits.utf8.count > 1 && digits.utf8.first == UInt8(ascii: "0")
     }
 
     /// `text` without the spaces and tabs around it (only those: see the type's summary).
@@ -36,6 +55,7 @@ public enum DecimalText {
     public static func read(_ text: some StringProtocol) -> Reading {
         let digits = trimmed(text)
         guard isDigits(digits) else { return .invalid }
+        guard !hasLeadingZero(digits) else { return .leadingZero }
         guard let value = Int64(digits) else { return .tooLarge }
         return .value(value)
     }

@@ -28,7 +28,10 @@ public enum DurationText {
         let bytes = Array(DecimalText.trimmed(text).lowercased().utf8)
         guard !bytes.isEmpty else { return .invalid }
         if bytes.allSatisfy(isDigit) {
-            guard let factor = defaultUnitMs else { return .invalid }
+            // A bare number is a plain number: no leading zero (see `DecimalText`).
+            guard let factor = defaultUnitMs, bytes.count == 1 || bytes[0] != UInt8(ascii: "0") else {
+                return .invalid
+            }
             return scaled(bytes[...], by: factor)
         }
         var total: Int64 = 0

@@ -1040,6 +1040,9 @@ struct ManifestReader {
             report(.invalidSize, scalar.value.hasPrefix("-") ? "'max_size' must be \(expected), not '\(scalar.value)'" : tooLarge,
                    at: scalar.mark)
             return nil
+        case .leadingZero:
+            report(.invalidSize, "'max_size' must be \(expected): \(Self.leadingZeroRule), not '\(scalar.value)'", at: scalar.mark)
+            return nil
         case .notAnInteger:
             switch ByteSize.read(scalar.value) {
             case .bytes(let value):
@@ -1385,6 +1388,10 @@ struct ManifestReader {
         }
     }
 
+    /// Why `010` is refused where a manifest takes a number.
+    static let leadingZeroRule = "a number may not start with 0 (YAML 1.1 reads 010 as octal 8, YAML 1.2 as decimal 10): "
+        + "write it without the leading zero"
+
     /// A plain integer in `range`; quoted numbers are strings and are refused, as are null, collections,
     /// floats (`1e400`) and integers outside the range (reported with the range, never trapped on).
     private mutating func integer(_ pair: YAMLPair, in range: ClosedRange<Int>, expected: String) -> Int? {
@@ -1404,6 +1411,9 @@ struct ManifestReader {
                 return nil
             case .value, .outOfRange:
                 report(.invalidValue, outOfRange, at: scalar.mark)
+                return nil
+            case .leadingZero:
+                report(.invalidValue, "'\(name)' must be \(expected): \(Self.leadingZeroRule), not \(scalar.value)", at: scalar.mark)
                 return nil
             case .notAnInteger:
                 break

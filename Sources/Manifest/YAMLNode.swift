@@ -158,18 +158,23 @@ extension YAMLScalar {
         case notAnInteger
         /// Written as an integer, but beyond what 64 bits hold.
         case outOfRange
+        /// Decimal digits with a zero first (`010`): octal 8 in YAML 1.1, decimal 10 in YAML 1.2 (see
+        /// `DecimalText`); only `decimalReading` says this.
+        case leadingZero
         case value(Int)
     }
 
     /// The integer a plain (or `!!int`) scalar says in the grammar of every number a user types
     /// (`DecimalText`: digits only), a minus allowed so that a negative value is reported as one. YAML's
-    /// other integer forms (`+4`, `0x10`, `0o17`, `1_000`) are `notAnInteger` here: fields take numbers
-    /// as the command line and the environment do, not each in a grammar of its own.
+    /// other integer forms (`+4`, `0x10`, `0o17`, `1_000`) are `notAnInteger` here, and `010` (octal 8 in
+    /// YAML 1.1, decimal 10 in YAML 1.2) is `leadingZero`: fields take numbers as the command line and the
+    /// environment do, not each in a grammar of its own.
     var decimalReading: IntegerReading {
         guard tag == Self.intTag || (tag == nil && style == .plain) else { return .notAnInteger }
         let negative = value.hasPrefix("-")
         let digits = negative ? value.dropFirst() : Substring(value)
         guard DecimalText.isDigits(digits) else { return .notAnInteger }
+        guard !DecimalText.hasLeadingZero(digits) else { return .leadingZero }
         guard let number = Int((negative ? "-" : "") + digits) else { return .outOfRange }
         return .value(number)
     }

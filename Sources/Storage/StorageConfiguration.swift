@@ -227,7 +227,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         if DecimalText.trimmed(text).lowercased() == "off" { return 0 }
         guard let bytes = sizeOrTooLarge(text) else {
             throw StorageError(.invalidArgument,
-                               "JOBCTL_RESUMABLE_THRESHOLD must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'")
+                               "JOBCTL_RESUMABLE_THRESHOLD must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'\(DecimalText.leadingZeroNote(for: text))")
         }
         guard resumableThresholdRange.contains(bytes) else {
             throw StorageError(.invalidArgument, "JOBCTL_RESUMABLE_THRESHOLD must be between 0 and 1 GiB, not '\(text)'")
@@ -238,7 +238,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// A chunk size (`8MiB`, `8388608`) within `chunkSizeRange`, rounded down to a multiple of 256 KiB.
     public static func chunkSize(parsing text: String) throws(StorageError) -> Int {
         guard let bytes = sizeOrTooLarge(text) else {
-            throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be a size like 8MiB or 8388608 (bytes), not '\(text)'")
+            throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be a size like 8MiB or 8388608 (bytes), not '\(text)'\(DecimalText.leadingZeroNote(for: text))")
         }
         guard bytes >= Int64(chunkSizeRange.lowerBound), bytes <= Int64(chunkSizeRange.upperBound) else {
             throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be between 256 KiB and 1 GiB, not '\(text)'")
@@ -285,7 +285,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public static func slicedThreshold(parsing text: String, from source: String) throws(StorageError) -> Int64? {
         if DecimalText.trimmed(text).lowercased() == "off" { return nil }
         guard let bytes = sizeOrTooLarge(text) else {
-            throw StorageError(.invalidArgument, "\(source) must be a size like 150MiB, or 0 or off to never slice downloads, not '\(text)'")
+            throw StorageError(.invalidArgument, "\(source) must be a size like 150MiB, or 0 or off to never slice downloads, not '\(text)'\(DecimalText.leadingZeroNote(for: text))")
         }
         if bytes == 0 { return nil }
         guard slicedThresholdRange.contains(bytes) else {
@@ -298,7 +298,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public static func sliceCount(parsing text: String, from source: String) throws(StorageError) -> Int {
         guard case .value(let value) = DecimalText.read(text), let count = Int(exactly: value), sliceCountRange.contains(count) else {
             throw StorageError(.invalidArgument,
-                               "\(source) must be a whole number of slices from \(sliceCountRange.lowerBound) to \(sliceCountRange.upperBound), not '\(text)'")
+                               "\(source) must be a whole number of slices from \(sliceCountRange.lowerBound) to \(sliceCountRange.upperBound), not '\(text)'"
+                                   + DecimalText.leadingZeroNote(for: text))
         }
         return count
     }

@@ -18,11 +18,17 @@ public struct MetricsAddress: Sendable, Equatable, CustomStringConvertible {
         }
         let hostText = String(text[..<colon])
         let portText = String(text[text.index(after: colon)...])
-        guard !portText.isEmpty, portText.allSatisfy({ $0.isASCII && $0.isNumber }) else {
-            throw WorkerError(.invalidMetricsAddress, "--metrics expects a port from 1 to 65535 after the colon, not '\(portText)'")
-        }
-        guard let port = Int(portText), (1...65_535).contains(port) else {
+        // The grammar of every number a user types (DecimalText), with no spaces inside an address.
+        let port: Int
+        switch DecimalText.isDigits(portText) ? DecimalText.read(portText) : .invalid {
+        case .value(let value) where (1...65_535).contains(value):
+            port = Int(value)
+        case .value, .tooLarge:
             throw WorkerError(.invalidMetricsAddress, "--metrics port \(portText) is out of range: expected a whole number from 1 to 65535")
+        case .leadingZero:
+            throw WorkerError(.invalidMetricsAddress, "--metrics port \(portText): \(DecimalText.leadingZeroRule)")
+        case .invalid:
+            throw WorkerError(.invalidMetricsAddress, "--metrics expects a port from 1 to 65535 after the colon, not '\(portText)'")
         }
         let host = hostText == "localhost" ? "127.0.0.1" : hostText
         guard Self.ipv4Octets(host) != nil else {

@@ -269,6 +269,8 @@ enum NumberInput {
             return value
         case .tooLarge:
             throw outOfRange
+        case .leadingZero:
+            throw UsageError("--\(option) \(text): \(DecimalText.leadingZeroRule)")
         case .invalid:
             // A minus and digits is a number, one below any range here.
             if text.hasPrefix("-"), DecimalText.isDigits(DecimalText.trimmed(text.dropFirst())) { throw outOfRange }
@@ -293,7 +295,8 @@ enum DurationInput {
         case .milliseconds, .tooLarge:
             throw UsageError("--\(option) \(text) is out of range: expected a duration \(rangeText)")
         case .invalid:
-            throw UsageError("--\(option) expects whole seconds or a duration like 90s, 15m or 1h \(rangeText), not '\(text)'")
+            throw UsageError("--\(option) expects whole seconds or a duration like 90s, 15m or 1h \(rangeText), not '\(text)'"
+                             + DecimalText.leadingZeroNote(for: text))
         }
     }
 }

@@ -108,6 +108,12 @@ import TestSupport
         ([], ["JOBCTL_SLICES": "+4"], false), ([], ["JOBCTL_SLICES": "4"], true),
         ([], ["JOBCTL_CHUNK_SIZE": "8m"], true), ([], ["JOBCTL_CHUNK_SIZE": "\u{A0}8MiB"], false),
         ([], ["JOBCTL_STALL_TIMEOUT": "\u{2003}60s"], false),
+        // No leading zero on a plain number (010: octal 8 to YAML 1.1, C and shells; 10 to others); one
+        // before a unit is no number's (060s).
+        (["--concurrency", "04"], [:], false), (["--claim-ahead", "00"], [:], false), (["--lease", "030"], [:], false),
+        (["--metrics", "127.0.0.1:09464"], [:], false), (["--bwlimit", "01024"], [:], false),
+        (["--sliced-threshold", "01048576"], [:], false), (["--stall-timeout", "060s"], [:], true),
+        ([], ["JOBCTL_SLICES": "04"], false), ([], ["JOBCTL_CHUNK_SIZE": "08388608"], false),
     ] as [([String], [String: String], Bool)])
     func oneGrammarForNumbers(arguments: [String], environment: [String: String], accepted: Bool) throws {
         let workspace = try CLIWorkspace("number-grammar")

@@ -138,6 +138,10 @@ import TestSupport
         ("max_size: +5", "'max_size' must be"), ("max_size: 0x100", "'max_size' must be"),
         ("max_size: 10_000", "'max_size' must be"), ("max_size: \"\u{A0}5KiB\"", "'max_size' must be"),
         ("max_rate: \"\u{A0}1M\"", "'max_rate' must be"), ("timeout: \"\u{A0}60s\"", "'timeout'"),
+        // 010 is octal 8 to YAML 1.1 (libyaml's version, which `%YAML 1.1` names), decimal 10 to YAML 1.2.
+        ("priority: 010", "may not start with 0"), ("priority: -010", "may not start with 0"),
+        ("max_attempts: 08", "may not start with 0"), ("priority: 00", "may not start with 0"),
+        ("max_size: 010", "may not start with 0"), ("max_rate: \"01024\"", "'max_rate' must be"),
     ])
     func otherNumberFormsAreRefused(_ field: String, _ message: String) throws {
         let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, \(field)}\n").errors, "\(field) was taken")
