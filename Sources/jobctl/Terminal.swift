@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -14,7 +15,10 @@ enum Terminal {
     /// The current width, read again on every call (a terminal can be resized while `watch` runs).
     static func width(environment: [String: String], stdoutIsTerminal: Bool) -> Int? {
         if let text = environment["COLUMNS"], !text.isEmpty {
-            if let value = Int(text), columnsRange.contains(value) { return value }
+            // The grammar of every number a user types (`Int` took `+80` and refused ` 80 `).
+            if case .value(let value) = DecimalText.read(text), let width = Int(exactly: value), columnsRange.contains(width) {
+                return width
+            }
             warnOnce("jobctl: ignoring COLUMNS='\(text)': expected a whole number from \(columnsRange.lowerBound) to \(columnsRange.upperBound)")
         }
         guard stdoutIsTerminal else { return nil }

@@ -93,6 +93,20 @@ import TestSupport
         #expect(output.stderr.contains("COLUMNS") && output.stderr.contains("10 to 10000"), "\(output.stderr)")
     }
 
+    /// COLUMNS is read in the grammar of every number a user types: `Int` took `+80` (and `080`) and
+    /// warned about ` 80 `, which every flag and variable takes.
+    @Test(arguments: [(" 80 ", true), ("80\t", true), ("+80", false), ("080", false), ("80\u{A0}", false)])
+    func columnsFollowTheNumberGrammar(value: String, accepted: Bool) throws {
+        let workspace = try CLIWorkspace("columns-grammar")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        #expect(try workspace.jobctl(["submit", manifest]).status == 0)
+        let output = try workspace.jobctl(["list"], environment: ["COLUMNS": value])
+        #expect(output.status == 0, "\(output.stderr)")
+        #expect(output.stdout.contains("file://b/x.txt"))
+        #expect(output.stderr.contains("ignoring COLUMNS") != accepted, "COLUMNS=\(value.debugDescription): \(output.stderr)")
+    }
+
     /// One grammar for every number a user types: `--concurrency +4` ran 4 transfers while a size or a
     /// duration refused a sign; a no-break space around a size, a rate or a duration was trimmed while
     /// `--concurrency` refused even a plain space; `1k` and `1T` were rates but not sizes; JOBCTL_SLICES
