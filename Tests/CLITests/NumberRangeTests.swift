@@ -107,6 +107,18 @@ import TestSupport
         #expect(output.stderr.contains("ignoring COLUMNS") != accepted, "COLUMNS=\(value.debugDescription): \(output.stderr)")
     }
 
+    /// JOBCTL_DB_ANSWER_TIMEOUT is a duration as every other: a no-break space around it was trimmed
+    /// (Foundation's whitespace) where every duration refuses one, and `0s` was refused where `0` means
+    /// no limit.
+    @Test(arguments: [("0s", true), ("0m", true), (" 30s\t", true), ("\u{A0}30s", false), ("30s\u{2003}", false)])
+    func answerTimeoutFollowsTheDurationGrammar(value: String, accepted: Bool) throws {
+        let workspace = try CLIWorkspace("answer-timeout-grammar")
+        defer { workspace.directory.remove() }
+        let output = try workspace.jobctl(["config"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": value])
+        #expect(output.status == (accepted ? 0 : 1), "\(value.debugDescription): \(output.stderr)")
+        #expect(output.stderr.contains("JOBCTL_DB_ANSWER_TIMEOUT") != accepted, "\(value.debugDescription): \(output.stderr)")
+    }
+
     /// One grammar for every number a user types: `--concurrency +4` ran 4 transfers while a size or a
     /// duration refused a sign; a no-break space around a size, a rate or a duration was trimmed while
     /// `--concurrency` refused even a plain space; `1k` and `1T` were rates but not sizes; JOBCTL_SLICES
