@@ -273,7 +273,9 @@ extension ManifestReader {
                    at: isNull ? pair.key.mark : pair.value.mark)
             return nil
         }
-        let text = scalar.value.trimmingCharacters(in: .whitespaces)
+        // Spaces and tabs around ignored, as around every value a user types (DecimalText); a no-break
+        // space is not (Foundation's .whitespaces trimmed every Unicode space).
+        let text = String(DecimalText.trimmed(scalar.value))
         guard let ms = RFC3339.parse(text) else {
             if RFC3339.isMisplacedLeapSecond(text) {
                 report(.invalidValue, "'run_after' '\(scalar.value)' has second 60, a leap second, which only 23:59:60 UTC on the last "

@@ -343,7 +343,10 @@ enum TimeInput {
 
     /// An RFC 3339 time (with or without fractional seconds; with `dateOnly`, also a plain date) in epoch
     /// milliseconds, range-checked; nil when `text` is none of these.
-    private static func absolute(_ text: String, option: String, dateOnly: Bool) throws -> Int64? {
+    private static func absolute(_ written: String, option: String, dateOnly: Bool) throws -> Int64? {
+        // Spaces and tabs around ignored, as around a relative time or any number (`--since " 1h"` was
+        // taken and `--since " 2026-01-01"` refused).
+        let text = String(DecimalText.trimmed(written))
         // Strict: a day or an hour out of range (2027-02-30, T24:00, +99:00) is refused, not rolled over.
         guard let ms = RFC3339.parse(text) ?? (dateOnly ? RFC3339.parseDate(text) : nil) else {
             if RFC3339.isMisplacedLeapSecond(text) {

@@ -119,6 +119,18 @@ import TestSupport
         #expect(output.stderr.contains("JOBCTL_DB_ANSWER_TIMEOUT") != accepted, "\(value.debugDescription): \(output.stderr)")
     }
 
+    /// A time option trims what a number or a relative time trims (spaces and tabs): `--since " 1h"` was
+    /// taken and `--since " 2026-01-01"` refused.
+    @Test(arguments: [(["--since", " 2026-01-01 "], true), (["--until", "\t9999-12-31T00:00:00Z"], true),
+                      (["--since", "2026-01-01T10:00:00+01:00 "], true), (["--since", "\u{A0}2026-01-01"], false)])
+    func timesTrimAsNumbersDo(arguments: [String], accepted: Bool) throws {
+        let workspace = try CLIWorkspace("time-blanks")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let output = try workspace.jobctl(["audit"] + arguments)
+        #expect(output.status == (accepted ? 0 : 64), "\(arguments.map(\.debugDescription)): \(output.stderr)")
+    }
+
     /// One grammar for every number a user types: `--concurrency +4` ran 4 transfers while a size or a
     /// duration refused a sign; a no-break space around a size, a rate or a duration was trimmed while
     /// `--concurrency` refused even a plain space; `1k` and `1T` were rates but not sizes; JOBCTL_SLICES

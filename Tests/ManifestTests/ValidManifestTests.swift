@@ -142,6 +142,9 @@ import TestSupport
         ("priority: 010", "may not start with 0"), ("priority: -010", "may not start with 0"),
         ("max_attempts: 08", "may not start with 0"), ("priority: 00", "may not start with 0"),
         ("max_size: 010", "may not start with 0"), ("max_rate: \"01024\"", "'max_rate' must be"),
+        // A time trims what a number trims (spaces and tabs), not a no-break space.
+        ("run_after: \"2027-01-01T00:00:00Z\\u00A0\"", "'run_after' must be"),
+        ("run_after: \"\\u2003 2027-01-01T00:00:00Z\"", "'run_after' must be"),
     ])
     func otherNumberFormsAreRefused(_ field: String, _ message: String) throws {
         let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, \(field)}\n").errors, "\(field) was taken")
