@@ -52,6 +52,17 @@ extension Option where Value == String {
     }
 }
 
+extension Option where Value == String {
+    /// A path (or URL) option: any text but an empty one, which names no file and was refused only once
+    /// the command ran (exit 1, "the database path is empty", "cannot open ''") — a usage error, 64.
+    static func path(_ long: String, short: Character? = nil, value valueName: String, what: String, help: String) -> Option {
+        Option(long, short: short, value: valueName, help: help) { text in
+            guard !text.isEmpty else { throw UsageError("--\(long) expects \(what), not an empty text") }
+            return text
+        }
+    }
+}
+
 extension Option where Value == Int {
     /// A whole number that must lie in `range`; the range is named in the help and in every refusal.
     static func integer(_ long: String, short: Character? = nil, value valueName: String = "n", range: ClosedRange<Int>,
@@ -68,7 +79,7 @@ extension Option where Value == Int {
 /// command are set with `.help(_:)`.
 enum Options {
     // Global.
-    static let database = Option<String>("db", value: "path|url", help: "The event log: an SQLite file, or a postgres:// URL (default: $JOBCTL_DB, else the configuration file's db, else ./jobctl.db).")
+    static let database = Option<String>.path("db", value: "path|url", what: "a database file's path or a postgres:// URL", help: "The event log: an SQLite file, or a postgres:// URL (default: $JOBCTL_DB, else the configuration file's db, else ./jobctl.db).")
     static let noColor = Flag("no-color", help: "Never use colours (also: NO_COLOR set, or output not a terminal).")
     static let help = Flag("help", short: "h", help: "Show help information.")
     static let config = Option<String>("config", value: "file", help: "Read settings from this YAML file (default: $JOBCTL_CONFIG, else /etc/jobctl/config.yaml and $XDG_CONFIG_HOME/jobctl/config.yaml).")
@@ -201,7 +212,7 @@ enum Options {
     static let exitWhenIdle = Flag("exit-when-idle", help: "With --all: exit once no job is queued or running.")
 
     // Others.
-    static let output = Option<String>("output", short: "o", value: "file",
+    static let output = Option<String>.path("output", short: "o", value: "file", what: "the path of the file to write (- for standard output)",
                                        help: "Write the result to this file instead of standard output (- for standard output, even a terminal).")
     static let dryRun = Flag("dry-run", help: "Validate the manifests and print what would be submitted; store nothing.")
     static let withDependants = Flag("with-dependants",
@@ -251,7 +262,7 @@ enum Options {
         }
         return text
     }
-    static let archiveFrom = Option<String>("from", value: "file", help: "Read the jobs from this archive file (written by `jobctl archive`) instead of the log.")
+    static let archiveFrom = Option<String>.path("from", value: "file", what: "the path of an archive file", help: "Read the jobs from this archive file (written by `jobctl archive`) instead of the log.")
     static let force = Flag("force", help: "With --to: copy even while jobs are running (on the target they have no lease; the first worker's rescue expires them).")
 }
 

@@ -131,6 +131,21 @@ import TestSupport
         #expect(output.status == (accepted ? 0 : 64), "\(arguments.map(\.debugDescription)): \(output.stderr)")
     }
 
+    /// A path option given an empty value (`--db=`, `--from=`, `-o ''`) is a usage error before the
+    /// command runs, as `archive --to=` was: it was refused only once the command ran, exit 1.
+    @Test(arguments: [["--db=", "list"], ["audit", "--from="], ["result", "01ABCDEFGHJKMNPQRSTVWXYZ00", "-o", ""]])
+    func emptyPathsAreUsageErrors(arguments: [String]) throws {
+        let workspace = try CLIWorkspace("empty-paths")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        // `--db=` replaces the workspace's --db (given twice it is refused for that).
+        let withDatabase = arguments.first == "--db=" ? arguments : ["--db", workspace.database] + arguments
+        let output = try runProcess(PackagePaths.jobctlBinary, withDatabase, environment: ["NO_COLOR": "1"],
+                                    currentDirectory: workspace.directory.path)
+        #expect(output.status == 64, "\(arguments): \(output.stderr)")
+        #expect(output.stderr.contains("not an empty text"), "\(arguments): \(output.stderr)")
+    }
+
     /// One grammar for every number a user types: `--concurrency +4` ran 4 transfers while a size or a
     /// duration refused a sign; a no-break space around a size, a rate or a duration was trimmed while
     /// `--concurrency` refused even a plain space; `1k` and `1T` were rates but not sizes; JOBCTL_SLICES
