@@ -1463,25 +1463,8 @@ struct ManifestReader {
         // Not comparing it keeps a long value linear (a 16 MiB `kind:` took minutes, letter by letter).
         guard name.count <= 2 * (candidates.map(\.count).max() ?? 0) else { return nil }
         // Ties go to the spelling closest as written, so `contentTyp` suggests `contentType`, not `content_type`.
-        let scored = candidates.map { ($0, editDistance(foldedName, folded($0)), editDistance(name, $0)) }
+        let scored = candidates.map { ($0, NearestName.editDistance(foldedName, folded($0)), NearestName.editDistance(name, $0)) }
         guard let best = scored.min(by: { ($0.1, $0.2) < ($1.1, $1.2) }), best.1 <= max(1, best.0.count / 3) else { return nil }
         return best.0
-    }
-
-    /// Levenshtein distance over characters.
-    static func editDistance(_ lhs: String, _ rhs: String) -> Int {
-        let a = Array(lhs), b = Array(rhs)
-        if a.isEmpty { return b.count }
-        if b.isEmpty { return a.count }
-        var previous = Array(0...b.count)
-        var current = [Int](repeating: 0, count: b.count + 1)
-        for i in 1...a.count {
-            current[0] = i
-            for j in 1...b.count {
-                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-            }
-            swap(&previous, &current)
-        }
-        return previous[b.count]
     }
 }

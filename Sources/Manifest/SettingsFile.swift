@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 
 /// One setting of a configuration file: a key and its value(s), with where they were written.
 public struct SettingsEntry: Sendable, Equatable {
@@ -70,13 +71,9 @@ public enum SettingsFile {
                     continue
                 }
                 guard keys.contains(key.value) else {
-                    // A name more than 3 characters longer than every key is more than 3 edits from each: not
-                    // compared, so a long one costs no quadratic work.
                     // Made only when the error is shown (see `ManifestErrorCollector`).
                     func hint() -> String {
-                        let near = key.value.count <= (keys.map(\.count).max() ?? 0) + 3
-                        let nearest = near ? keys.min { editDistance($0, key.value) < editDistance($1, key.value) } : nil
-                        return nearest.flatMap { editDistance($0, key.value) <= 3 ? " (did you mean '\($0)'?)" : nil } ?? ""
+                        NearestName.nearest(to: key.value, among: keys, within: 3).map { " (did you mean '\($0)'?)" } ?? ""
                     }
                     report(.unknownKey, "unknown setting '\(key.value)'\(hint()); `jobctl help config` lists the settings there are",
                            at: key.mark)
@@ -114,20 +111,5 @@ public enum SettingsFile {
         }
         if let errors = errors.errors { return .failure(errors) }
         return .success(entries)
-    }
-
-    private static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a), b = Array(b)
-        if a.isEmpty { return b.count }
-        if b.isEmpty { return a.count }
-        var previous = Array(0...b.count)
-        for i in 1...a.count {
-            var current = [i] + Array(repeating: 0, count: b.count)
-            for j in 1...b.count {
-                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-            }
-            previous = current
-        }
-        return previous[b.count]
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 
 // MARK: - Command descriptions
 
@@ -181,8 +182,8 @@ struct ParsedArguments: Sendable {
                 name = option.long
             }
             guard let option = spec.options.first(where: { $0.long == name }) else {
-                let suggestion = spec.options.map(\.long).min { editDistance($0, name) < editDistance($1, name) }
-                let hint = suggestion.flatMap { editDistance($0, name) <= 2 ? " (did you mean '--\($0)'?)" : nil } ?? ""
+                let hint = NearestName.nearest(to: name, among: spec.options.map(\.long), within: 2)
+                    .map { " (did you mean '--\($0)'?)" } ?? ""
                 throw UsageError("unknown option '--\(name)'\(hint)")
             }
             if option.valueName == nil {
@@ -216,20 +217,4 @@ struct ParsedArguments: Sendable {
         }
         return parsed
     }
-}
-
-/// Levenshtein distance, for "did you mean" hints.
-func editDistance(_ a: String, _ b: String) -> Int {
-    let a = Array(a), b = Array(b)
-    if a.isEmpty { return b.count }
-    if b.isEmpty { return a.count }
-    var previous = Array(0...b.count)
-    for i in 1...a.count {
-        var current = [i] + Array(repeating: 0, count: b.count)
-        for j in 1...b.count {
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-        }
-        previous = current
-    }
-    return previous[b.count]
 }

@@ -77,8 +77,8 @@ enum CommandRunner {
             break
         }
         guard let command = commands.first(where: { $0.name == first }) else {
-            let suggestion = commands.map(\.name).min { editDistance($0, first) < editDistance($1, first) }
-            let hint = suggestion.flatMap { editDistance($0, first) <= 2 ? " (did you mean '\($0)'?)" : nil } ?? ""
+            let hint = NearestName.nearest(to: first, among: commands.map(\.name), within: 2)
+                .map { " (did you mean '\($0)'?)" } ?? ""
             return usageFailure("unknown command '\(first)'\(hint)", usage: "jobctl <command> [<options>]  (see 'jobctl --help')")
         }
         let parsed: ParsedArguments

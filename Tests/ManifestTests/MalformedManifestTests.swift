@@ -559,7 +559,7 @@ private let malformedCases: [MalformedCase] = [
     }
 
     @Test func editDistanceSuggestions() {
-        #expect(ManifestReader.editDistance("kitten", "sitting") == 3)
+        #expect(NearestName.editDistance("kitten", "sitting") == 3)
         #expect(ManifestReader.suggestion(for: "maxSize", among: JobField.allCases.map(\.rawValue)) == " (did you mean 'max_size'?)")
         #expect(ManifestReader.suggestion(for: "prority", among: JobField.allCases.map(\.rawValue)) == " (did you mean 'priority'?)")
         #expect(ManifestReader.suggestion(for: "colour", among: JobField.allCases.map(\.rawValue)) == "")
