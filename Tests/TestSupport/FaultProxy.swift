@@ -124,6 +124,10 @@ public enum Fault: Sendable {
     case resetInRequestBody(afterBytes: Int)
     /// Stops reading the request body after `afterBytes` for `seconds` (or until the client leaves).
     case stallInRequestBody(afterBytes: Int, seconds: Double)
+    /// Reads the request body `bytes` at a time with `interval` seconds between reads, into a receive
+    /// buffer made small (a server or middlebox reading slowly). The client still writes its socket's send
+    /// buffer full at once, and then sees its body move only as that buffer drains.
+    case trickleRequestBody(bytes: Int, interval: Double)
     /// Changes the request before it is forwarded (e.g. flips a body byte).
     case rewriteRequest(@Sendable (inout ProxyMessage) -> Void)
 
@@ -168,6 +172,7 @@ public enum Fault: Sendable {
         switch self {
         case .resetInRequestBody(let bytes): "reset in request body after \(bytes)"
         case .stallInRequestBody(let bytes, let seconds): "stall request body after \(bytes) for \(seconds)s"
+        case .trickleRequestBody(let bytes, let interval): "trickle request body \(bytes) every \(interval)s"
         case .rewriteRequest: "rewrite request"
         case .respond(let message): "respond \(message.status)"
         case .respondBeforeBody(let message): "respond \(message.status) before the body"
@@ -460,11 +465,26 @@ public final class FaultProxy: @unchecked Sendable {
             let length = Int(request.header("Content-Length") ?? "0") ?? 0
             var cut: Int?
             var stall: (at: Int, seconds: Double)?
+            var trickle: (bytes: Int, interval: Double)?
             for fault in faults {
                 switch fault {
                 case .resetInRequestBody(let bytes) where cut == nil: cut = min(bytes, length)
                 case .stallInRequestBody(let bytes, let seconds) where stall == nil: stall = (min(bytes, length), seconds)
+                case .trickleRequestBody(let bytes, let interval) where trickle == nil: trickle = (max(1, bytes), interval)
                 default: break
+                }
+            }
+            if let trickle {
+                var small: Int32 = Int32(max(2048, trickle.bytes))
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+                while request.body.count < (cut ?? length) {
+                    guard let piece = reader.readSome(atMost: min(trickle.bytes, (cut ?? length) - request.body.count)) else {
+                        exchange.request.body = request.body
+                        exchange.requestBodyBytes = request.body.count
+                        return .close
+                    }
+                    request.body.append(piece)
+                    if request.body.count < (cut ?? length) { usleep(useconds_t(trickle.interval * 1_000_000)) }
                 }
             }
             if let stall, stall.at < (cut ?? length) {
@@ -745,6 +765,21 @@ private final class SocketReader {
                 return String(decoding: line, as: UTF8.self)
             }
             guard fill() else { return nil }
+        }
+    }
+
+    /// Up to `count` bytes (at least one): what is buffered, else one `recv` of at most `count`; nil at EOF.
+    func readSome(atMost count: Int) -> Data? {
+        guard count > 0 else { return Data() }
+        if !buffer.isEmpty { return take(min(count, buffer.count)) }
+        guard !ended else { return nil }
+        var chunk = [UInt8](repeating: 0, count: count)
+        while true {
+            let received = recv(fd, &chunk, count, 0)
+            if received > 0 { return Data(chunk[0..<received]) }
+            if received < 0 && errno == EINTR { continue }
+            ended = true
+            return nil
         }
     }
 
