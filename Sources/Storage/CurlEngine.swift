@@ -28,8 +28,9 @@ import Synchronization
 ///   (`curl_multi_wakeup`), whose next `curl_multi_perform` runs every transfer's progress callback
 ///   (which libcurl also calls at least once a second, even on a stalled connection); the callback
 ///   reads `TransferControl.stopReason` and aborts the exchange from inside curl.
-/// - The same callback enforces the stall limit (no byte moved for `CurlOptions.stallTimeout`) and the
-///   job's deadline, so each failure says which limit was hit; `CURLOPT_TIMEOUT_MS` backs the deadline up
+/// - The same callback enforces the stall limit and the minimum rate (`MovementWindow`: nothing, or less
+///   than `CurlOptions.minRate` on average, moved over the last `CurlOptions.stallTimeout` of running
+///   time) and the job's deadline, so each failure says which limit was hit; `CURLOPT_TIMEOUT_MS` backs the deadline up
 ///   in phases where libcurl calls no progress callback.
 /// - Every header line is checked before it reaches curl: a control character in a value (CR LF from a
 ///   token or a manifest) would start a header of its own, so such a request is refused, never sent.
@@ -290,7 +291,8 @@ private enum CurlGlobal {
 struct CurlOptions: Sendable {
     /// Seconds to resolve, connect and finish the TLS handshake.
     var connectTimeout: Int
-    /// Seconds without a byte moved (either way) before the exchange fails as stalled.
+    /// Seconds without a byte moved (either way) before the exchange fails as stalled: the window
+    /// `minRate` is measured over too.
     var stallTimeout: Int
     /// The CAs HTTPS servers are checked against.
     var trust: CertificateTrust
@@ -300,6 +302,10 @@ struct CurlOptions: Sendable {
     /// say: the metadata server's, as Google's auth libraries do (it is link-local to the machine, and
     /// a proxy would be handed the machine's tokens).
     var bypassesProxies = false
+    /// The least average rate, in bytes per second, over the last `stallTimeout` seconds of running time
+    /// before the exchange fails as too slow (`--min-rate`, `JOBCTL_MIN_RATE`); 0: off. Lowered for an
+    /// exchange its rate limits hold (see `MovementWindow.minimum(_:limitedTo:)`).
+    var minRate: Int64 = StorageConfiguration.defaultMinRate
 }
 
 /// Why an exchange did not produce a response.
@@ -348,13 +354,16 @@ private final class CurlExchange: @unchecked Sendable {
     private var stopReason: StopReason?
     /// Which of the exchange's own limits cut it off, if one did.
     private var limitHit: TransferLimit?
-    /// Bytes moved (both directions) at the last progress tick, and when that count last changed.
-    private var bytesMoved: Int64 = 0
-    private var lastMovement = ContinuousClock.now
+    /// What moved over the last stall window, jobctl's own pauses left out (set again at `start`).
+    private var movement: MovementWindow
+    /// Bytes of response headers received: they move too (libcurl's progress counts only bodies, so a
+    /// server trickling its headers was "no data" while it sent them).
+    private var headerBytes: Int64 = 0
     private static let errorBodyLimit = 64 * 1024
 
-    private enum TransferLimit {
-        case stalled
+    private enum TransferLimit: Equatable {
+        /// Too little moved over the last stall window (nothing, or below the minimum rate).
+        case movedTooLittle(MovementWindow.Shortfall)
         case deadline
     }
 
@@ -382,6 +391,10 @@ private final class CurlExchange: @unchecked Sendable {
         self.requestSent = requestSent
         bandwidth = options.bandwidth
         ownRate = control?.rateLimit
+        movement = MovementWindow(window: .seconds(options.stallTimeout),
+                                  minimum: MovementWindow.minimum(options.minRate, limitedTo: [control?.rateLimit?.rate, options.bandwidth?.rate]
+                                      .compactMap { $0 }.min()),
+                                  startedAt: .now)
         self.request = request
         self.source = source
         self.sink = sink
@@ -415,7 +428,7 @@ private final class CurlExchange: @unchecked Sendable {
             throw .failed(StorageError(.internalError, "libcurl could not create a handle (out of memory)"))
         }
         self.easy = easy
-        lastMovement = .now
+        movement = MovementWindow(window: movement.window, minimum: movement.minimum, startedAt: .now)
         let context = Unmanaged.passUnretained(self).toOpaque()
         try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_URL, request.url))
         // The path is sent exactly as given: no `/./` or `/../` folding (references refuse dot segments,
@@ -609,6 +622,7 @@ private final class CurlExchange: @unchecked Sendable {
         let ready = (ownRate?.isReady(at: now) ?? true) && (bandwidth?.isReady(at: now) ?? true)
         if !ready {
             pausedForRate = true
+            movement.paused(at: now)
             if waitedSince == nil { waitedSince = now }
         }
         return ready
@@ -641,6 +655,7 @@ private final class CurlExchange: @unchecked Sendable {
         if !allowed {
             if pausedForHashing == nil { CurlEngine.hashingPauses.add(1, ordering: .relaxed) }
             pausedForHashing = (count, sending)
+            movement.paused(at: .now)
         }
         return allowed
     }
@@ -660,8 +675,6 @@ private final class CurlExchange: @unchecked Sendable {
     func resumeIfAllowed(at now: ContinuousClock.Instant) -> Resumption {
         guard pausedForRate || pausedForHashing != nil, let easy else { return .moving }
         if pausedForRate {
-            // Held back by our own limits, not by the server: no stall.
-            lastMovement = now
             let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, bandwidth?.millisecondsUntilReady(at: now) ?? 0)
             guard wait == 0 else { return .paused(wait) }
             waitedSince = nil
@@ -673,6 +686,8 @@ private final class CurlExchange: @unchecked Sendable {
         }
         pausedForRate = false
         pausedForHashing = nil
+        // Held back by our own limits until now, not by the server: that time is no stall, nor slowness.
+        movement.resumed(at: now)
         let code = jobctl_curl_easy_pause(easy, CURLPAUSE_CONT)
         if code != CURLE_OK || bodyError != nil || stopReason != nil {
             return .failed(code != CURLE_OK ? code : CURLE_WRITE_ERROR)
@@ -683,6 +698,7 @@ private final class CurlExchange: @unchecked Sendable {
     /// One header line: https://curl.se/libcurl/c/CURLOPT_HEADERFUNCTION.html — false ends the exchange
     /// (the callback then returns 0, which libcurl takes as an error, and closes the connection).
     func receiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        headerBytes += Int64(bytes.count)
         // Parsed as bytes: Foundation's trimming goes through NSString, and was 6 % of the samples of a
         // drain of small downloads (a dozen header lines per job).
         var start = bytes.startIndex
@@ -773,21 +789,33 @@ private final class CurlExchange: @unchecked Sendable {
     }
 
     /// https://curl.se/libcurl/c/CURLOPT_XFERINFOFUNCTION.html — nonzero aborts the exchange. Called at
-    /// least once a second while the exchange runs, so it also enforces the stall limit and the deadline.
+    /// least once a second while the exchange runs, so it also enforces the stall limit, the minimum rate
+    /// and the deadline.
     func progressTick(downloaded: Int64, uploaded: Int64) -> Int32 {
         if checkStop() { return 1 }
         let now = ContinuousClock.now
-        if downloaded + uploaded != bytesMoved || pausedForRate {
-            // Bytes moved, or our own rate limits hold the exchange back (the server is not stalling).
-            bytesMoved = downloaded + uploaded
-            lastMovement = now
-        }
         if let deadline = control?.deadline, deadline.hasPassed(at: now) {
             limitHit = .deadline
-        } else if lastMovement.duration(to: now) >= .seconds(options.stallTimeout) {
-            limitHit = .stalled
+        } else if let shortfall = movement.ticked(bytes: headerBytes + downloaded + uploaded, at: now) {
+            limitHit = .movedTooLittle(shortfall)
         }
         return limitHit == nil ? 0 : 1
+    }
+
+    /// What an exchange that moved too little over the last stall window is told: which limit, by how
+    /// much, and how to change it. Retryable: another attempt may find a faster path or server.
+    private func movedTooLittleError(_ shortfall: MovementWindow.Shortfall) -> StorageError {
+        let message: String
+        switch shortfall {
+        case .stalled:
+            message = "no data for \(options.stallTimeout) s (the limit is set by worker --stall-timeout or JOBCTL_STALL_TIMEOUT)"
+        case .tooSlow(let rate):
+            let lowered = movement.minimum < options.minRate ? ", lowered to a quarter of this transfer's rate limit (max_rate, --bwlimit)" : ""
+            message = "the transfer moved only \(ByteSize.format(rate))/s over the last \(options.stallTimeout) s, below the minimum "
+                + "of \(ByteSize.format(movement.minimum))/s\(lowered) (set by worker --min-rate or JOBCTL_MIN_RATE, 0 turns it off; "
+                + "the window by --stall-timeout or JOBCTL_STALL_TIMEOUT)"
+        }
+        return StorageError(.unknown, message, url: redactedURL(request.url), retryable: true)
     }
 
     private func checkStop() -> Bool {
@@ -836,11 +864,8 @@ private final class CurlExchange: @unchecked Sendable {
             complete(.failure(.failed(deadline.error(url: request.url))))
             return
         }
-        if limitHit == .stalled, code != CURLE_OK {
-            complete(.failure(.failed(StorageError(
-                .unknown, "no data for \(options.stallTimeout) s "
-                    + "(the limit is set by worker --stall-timeout or JOBCTL_STALL_TIMEOUT)",
-                url: redactedURL(request.url), retryable: true))))
+        if case .movedTooLittle(let shortfall) = limitHit, code != CURLE_OK {
+            complete(.failure(.failed(movedTooLittleError(shortfall))))
             return
         }
         guard code == CURLE_OK else {

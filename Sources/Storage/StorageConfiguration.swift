@@ -34,6 +34,10 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// A transfer that moves no byte for this many seconds fails as retryable ("no data for 60 s"):
     /// `JOBCTL_STALL_TIMEOUT` or `worker --stall-timeout`, within `stallTimeoutRange`.
     public var stallTimeout: Int
+    /// A transfer whose average rate over the last `stallTimeout` seconds (jobctl's own pauses left out)
+    /// stays below this many bytes per second fails as retryable: `JOBCTL_MIN_RATE` or `worker --min-rate`,
+    /// within `minRateRange`; 0 turns it off. Not part of `init`: set it after.
+    public var minRate: Int64 = StorageConfiguration.defaultMinRate
     /// Connection timeout in seconds (name lookup, TCP and TLS handshakes).
     public var connectTimeout: Int
     /// The certificate authorities HTTPS servers are checked against.
@@ -62,6 +66,12 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public static let defaultSliceCount = 4
     /// Slice counts accepted.
     public static let sliceCountRange = 2...16
+    /// The default minimum rate: 1 KiB/s, what curl users commonly pass as `--speed-limit`. A real
+    /// link, even a congested mobile one, moves that much a second; a server or middlebox trickling
+    /// less holds its worker slot for nothing.
+    public static let defaultMinRate: Int64 = 1024
+    /// Minimum rates accepted: 0 (off) to 1 TiB/s.
+    public static let minRateRange: ClosedRange<Int64> = 0...(1 << 40)
     /// Stall limits accepted: one second to one hour.
     public static let stallTimeoutRange = 1...3600
     /// Tokens are replaced five minutes before they expire, as Google's libraries do (within minutes).
@@ -94,7 +104,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
 
     /// Reads `STORAGE_EMULATOR_HOST`, `GOOGLE_OAUTH_ACCESS_TOKEN`, `JOBCTL_TOKEN_COMMAND`,
     /// `GOOGLE_APPLICATION_CREDENTIALS`, the gcloud well-known credentials file, `GCE_METADATA_HOST`,
-    /// `JOBCTL_CHUNK_SIZE`, `JOBCTL_STALL_TIMEOUT`, `JOBCTL_BUCKETS`, `JOBCTL_REFUSE_EXECUTABLES`
+    /// `JOBCTL_CHUNK_SIZE`, `JOBCTL_STALL_TIMEOUT`, `JOBCTL_MIN_RATE`, `JOBCTL_BUCKETS`, `JOBCTL_REFUSE_EXECUTABLES`
     /// (comma-separated bucket names) and the CA settings (`CertificateTrust.fromEnvironment`).
     ///
     /// An unset or empty variable keeps the default; any other value is checked, and a bad one throws
@@ -152,6 +162,9 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         if let text = value("JOBCTL_STALL_TIMEOUT") {
             configuration.stallTimeout = try stallTimeout(parsing: text, from: "JOBCTL_STALL_TIMEOUT")
         }
+        if let text = value("JOBCTL_MIN_RATE") {
+            configuration.minRate = try minRate(parsing: text, from: "JOBCTL_MIN_RATE")
+        }
         if let text = value("JOBCTL_SLICED_THRESHOLD") {
             configuration.slicedThreshold = try slicedThreshold(parsing: text, from: "JOBCTL_SLICED_THRESHOLD")
         }
@@ -200,6 +213,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         case "JOBCTL_CHUNK_SIZE": _ = try chunkSize(parsing: text)
         case "JOBCTL_RESUMABLE_THRESHOLD": _ = try resumableThreshold(parsing: text)
         case "JOBCTL_STALL_TIMEOUT": _ = try stallTimeout(parsing: text, from: variable)
+        case "JOBCTL_MIN_RATE": _ = try minRate(parsing: text, from: variable)
         case "JOBCTL_SLICED_THRESHOLD": _ = try slicedThreshold(parsing: text, from: variable)
         case "JOBCTL_SLICES": _ = try sliceCount(parsing: text, from: variable)
         case "JOBCTL_REFUSE_EXECUTABLES": _ = try bucketList(text, variable: variable)
@@ -268,6 +282,24 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
             throw StorageError(.invalidArgument, "\(source) must be whole seconds (60s, 5m), not '\(text)'")
         }
         return seconds
+    }
+
+    /// A minimum rate (`1k`, `1KiB/s`, `512`: bytes per second, read as `--bwlimit` is) within
+    /// `minRateRange`; `0` or `off` turns it off. `source` names where the text came from in the error.
+    public static func minRate(parsing text: String, from source: String) throws(StorageError) -> Int64 {
+        if DecimalText.trimmed(text).lowercased() == "off" { return 0 }
+        switch TransferRate.read(text) {
+        case .bytes(let rate) where minRateRange.contains(rate):
+            return rate
+        case .bytes, .tooLarge:
+            throw StorageError(.invalidArgument, "\(source) must be at most 1T per second (or 0 to turn the minimum off), not '\(text)'")
+        case .fractionOfAByte:
+            throw StorageError(.invalidArgument,
+                               "\(source) must be a whole number of bytes per second (1.5k is, 1.1k is not; write a smaller unit), not '\(text)'")
+        case .notASize:
+            throw StorageError(.invalidArgument,
+                               "\(source) must be a rate like 1k or 10KiB/s (bytes per second; K, M, G are 1024-based), or 0 to turn it off, not '\(text)'")
+        }
     }
 
     /// The bytes a size says; `Int64.max` for one too large to hold, so that the caller's range check
@@ -340,13 +372,14 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// The per-exchange settings the curl engine applies.
     var curlOptions: CurlOptions {
         // A limit below one second would fail every exchange at its first progress tick.
-        CurlOptions(connectTimeout: connectTimeout, stallTimeout: max(1, stallTimeout), trust: certificateTrust, bandwidth: bandwidth)
+        CurlOptions(connectTimeout: connectTimeout, stallTimeout: max(1, stallTimeout), trust: certificateTrust, bandwidth: bandwidth,
+                    minRate: max(0, minRate))
     }
 
     public var description: String {
         "StorageConfiguration(gcsEndpoint: \(gcsEndpoint), token: \(accessToken == nil ? "none" : "set (hidden)"), "
             + "tokenCommand: \(tokenCommand == nil ? "none" : "set"), "
             + "credentials: \(googleCredentials.map { "\($0)" } ?? "none"), chunkSize: \(chunkSize), singleRequestLimit: \(singleRequestLimit), buckets: \(localBucketsDirectory), "
-            + "stallTimeout: \(stallTimeout) s, slicedThreshold: \(slicedThreshold.map(String.init) ?? "off"), slices: \(sliceCount), trust: \(certificateTrust))"
+            + "stallTimeout: \(stallTimeout) s, minRate: \(minRate) B/s, slicedThreshold: \(slicedThreshold.map(String.init) ?? "off"), slices: \(sliceCount), trust: \(certificateTrust))"
     }
 }

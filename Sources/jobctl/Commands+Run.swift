@@ -10,7 +10,7 @@ extension Commands {
         name: "worker",
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
         options: [Options.concurrency, Options.claimAhead, Options.workerQueue, Options.drain, Options.lease, Options.stallTimeout,
-                  Options.logFormat, Options.quiet, Options.verbose, Options.metrics, Options.metricsAllowRemote,
+                  Options.minRate, Options.logFormat, Options.quiet, Options.verbose, Options.metrics, Options.metricsAllowRemote,
                   Options.bandwidthLimit, Options.slicedThreshold, Options.slices, Options.json.help("Print the exit summary as JSON.")],
         discussion: """
         Run as many worker processes on one database as you like. SIGTERM, SIGINT or SIGHUP (SIGINT and SIGHUP not when started ignoring them: `worker &` in a script, nohup) stops claiming, pauses
@@ -26,7 +26,7 @@ extension Commands {
         GCE_METADATA_HOST, else the metadata server on a Google Compute Engine machine (its DMI product
         name); with none of these and gs:// jobs queued, one no_credentials warning at start (public
         buckets work anonymously); JOBCTL_CHUNK_SIZE, JOBCTL_RESUMABLE_THRESHOLD, JOBCTL_STALL_TIMEOUT,
-        JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR),
+        JOBCTL_MIN_RATE, JOBCTL_BUCKETS, JOBCTL_REFUSE_EXECUTABLES, JOBCTL_CA_BUNDLE (else SSL_CERT_FILE / SSL_CERT_DIR),
         JOBCTL_SLICED_THRESHOLD, JOBCTL_SLICES; a bad value stops the worker before it starts.
 
         Claiming ahead: besides the jobs it runs (--concurrency), a worker holds up to --claim-ahead more,
@@ -92,6 +92,7 @@ extension Commands {
             storage = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
         } catch { throw CommandFailure(error.message) }
         if let stall = try arguments.value(Options.stallTimeout) { storage.stallTimeout = stall }
+        if let rate = try arguments.value(Options.minRate) { storage.minRate = rate }
         if let rate = try arguments.value(Options.bandwidthLimit) { storage.bandwidth = SharedBandwidth(rate: rate) }
         if let threshold = try arguments.value(Options.slicedThreshold) { storage.slicedThreshold = threshold }
         if let count = try arguments.value(Options.slices) { storage.sliceCount = count }

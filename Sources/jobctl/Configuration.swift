@@ -86,6 +86,7 @@ struct Setting: Sendable {
         Setting("claim_ahead", .option(Options.claimAhead.spec), default: "the concurrency"),
         Setting("lease", .option(Options.lease.spec), default: "30s"),
         Setting("stall_timeout", .environment("JOBCTL_STALL_TIMEOUT"), default: "60s"),
+        Setting("min_rate", .environment("JOBCTL_MIN_RATE"), default: "1KiB/s"),
         Setting("log_format", .option(Options.logFormat.spec), default: "text"),
         Setting("metrics", .option(Options.metrics.spec), default: "off"),
         Setting("bwlimit", .option(Options.bandwidthLimit.spec), default: "unlimited"),

@@ -93,6 +93,7 @@ enum ManPage {
             + "which an upload goes in one request instead of a resumable session (5MiB; 0 or off: always a session)."),
         (["JOBCTL_SLICED_THRESHOLD", "JOBCTL_SLICES"], "The worker's default --sliced-threshold and --slices."),
         (["JOBCTL_STALL_TIMEOUT"], "The worker's default --stall-timeout."),
+        (["JOBCTL_MIN_RATE"], "The worker's default --min-rate."),
         (["JOBCTL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"], "The CAs HTTPS servers are checked against: a PEM file or "
             + "an openssl rehash directory (JOBCTL_CA_BUNDLE wins over the OpenSSL variables)."),
         (["JOBCTL_REFUSE_EXECUTABLES"], "Comma-separated destinations that refuse .exe, .dll, .bat, .apk and .ipa uploads."),

@@ -178,6 +178,12 @@ enum Options {
             return try StorageConfiguration.stallTimeout(parsing: text, from: "--stall-timeout")
         } catch { throw UsageError(error.message) }
     }
+    static let minRate = Option<Int64>("min-rate", value: "rate",
+                                       help: "Retry a transfer moving less than this a second over the last --stall-timeout (jobctl's own pauses left out; at most a quarter of a max_rate or --bwlimit holding it), as curl's --speed-limit: 512, 1k, 10KiB/s; 0 turns it off (default $JOBCTL_MIN_RATE, else 1KiB/s).") { text in
+        do throws(StorageError) {
+            return try StorageConfiguration.minRate(parsing: text, from: "--min-rate")
+        } catch { throw UsageError(error.message) }
+    }
     static let bandwidthLimit = Option<Int64>("bwlimit", value: "rate",
                                               help: "Bandwidth shared by all of this worker's http(s) and gs:// transfers, as rclone writes it: 512k, 10M (bytes per second, 1k to 1T).") { text in
         if let problem = TransferRate.problem(with: text, what: "--bwlimit") { throw UsageError(problem) }

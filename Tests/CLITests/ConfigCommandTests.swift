@@ -41,9 +41,12 @@ import TestSupport
         #expect(!text.stdout.contains("hunter2") && !text.stdout.contains("s3cr3t") && text.stdout.contains("files: \(file)"))
 
         let fromEnvironment = try Self.settings(try Self.run(workspace, ["config", "--json"],
-                                                              environment: ["JOBCTL_DB": "env.db", "JOBCTL_STALL_TIMEOUT": "90s"]))
+                                                              environment: ["JOBCTL_DB": "env.db", "JOBCTL_STALL_TIMEOUT": "90s",
+                                                                            "JOBCTL_MIN_RATE": "512"]))
         #expect(fromEnvironment["db"]?["value"] == "env.db" && fromEnvironment["db"]?["source"] == "environment ($JOBCTL_DB)")
         #expect(fromEnvironment["stall_timeout"]?["value"] == "90s")
+        #expect(fromEnvironment["min_rate"]?["value"] == "512" && fromEnvironment["min_rate"]?["source"] == "environment ($JOBCTL_MIN_RATE)")
+        #expect(fromFile["min_rate"]?["value"] == "1KiB/s" && fromFile["min_rate"]?["source"] == "default")
         let fromFlag = try Self.settings(try Self.run(workspace, ["config", "--json", "--db", "flag.db"], environment: ["JOBCTL_DB": "env.db"]))
         #expect(fromFlag["db"]?["value"] == "flag.db" && fromFlag["db"]?["source"] == "flag (--db)")
 

@@ -44,6 +44,38 @@ import TestSupport
         #expect(stall.error?.message.contains("no data for 1 s") == true, "\(String(describing: stall.error))")
     }
 
+    /// A download trickling ~500 B/s: below the 1 KiB/s default minimum it fails at the first window's
+    /// end, naming the rate and the minimum; with `--min-rate 0` the same trickle is let finish.
+    @Test func minimumRateFailsATrickleUnlessTurnedOff() throws {
+        let nginx = try NginxServer.start()
+        defer { nginx.stop() }
+        let payload = patternData(2_000, seed: 9)
+        try payload.write(to: URL(fileURLWithPath: nginx.root + "/trickle.bin"))
+        let proxy = try FaultProxy(upstreamPort: nginx.port, rules: [
+            FaultRule(RequestMatch(method: "GET"), .trickleResponse(bytes: 50, interval: 0.1), times: 2),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("minrate")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let slow = try submit("- {kind: download-memory, source: \"\(proxy.baseURL)/trickle.bin\", max_attempts: 1, timeout: 20s}\n",
+                              database: database, directory: directory)
+        let failed = try drain(database, ["--stall-timeout", "1s"], directory: directory)
+        #expect(failed.status == 2, "\(failed.log)")
+        let store = try EventStore(path: database, readOnly: true)
+        let job = try #require(try store.job(slow[0]))
+        #expect(job.error?.message.contains("below the minimum of 1 KiB/s") == true
+                    && job.error?.message.contains("--min-rate") == true, "\(String(describing: job.error))")
+
+        let allowed = try submit("- {kind: download-memory, source: \"\(proxy.baseURL)/trickle.bin\", max_attempts: 1, timeout: 20s}\n",
+                                 database: database, directory: directory)
+        let run = try drain(database, ["--stall-timeout", "1s", "--min-rate", "0"], directory: directory)
+        #expect(run.status == 0, "\(run.log)")
+        let finished = try #require(try EventStore(path: database, readOnly: true).job(allowed[0]))
+        #expect(finished.state == .succeeded, "\(String(describing: finished.error))")
+        #expect(proxy.firedCounts == [2])
+    }
+
     @Test func failingTokenCommandIsRetriedThenNamesItsExitStatus() throws {
         let directory = try TemporaryDirectory("token")
         defer { directory.remove() }
@@ -97,6 +129,9 @@ import TestSupport
         ([:], ["--stall-timeout", "0s"], 64, "--stall-timeout"),
         ([:], ["--stall-timeout", "soon"], 64, "--stall-timeout"),
         ([:], ["--stall-timeout=2h"], 64, "--stall-timeout"),
+        (["JOBCTL_MIN_RATE": "slow"], [], 1, "JOBCTL_MIN_RATE"),
+        ([:], ["--min-rate", "1.5"], 64, "--min-rate"),
+        ([:], ["--min-rate", "fast"], 64, "--min-rate"),
     ] as [([String: String], [String], Int32, String)])
     func badSettingsStopTheWorkerAtStart(environment: [String: String], arguments: [String], status: Int32, named: String) throws {
         let directory = try TemporaryDirectory("settings")
