@@ -237,6 +237,11 @@ final class LocalTransfer {
         // The session stays open, its writer lock held, until it is renamed onto the object: a later
         // attempt that finds it at its name meanwhile does not take it over.
         defer { temp.close() }
+        guard location.directory.isStillAtItsPath else {
+            session.discard(in: location)
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            throw LocalBackend.folderMoved(location)
+        }
         // The object and its sidecar are two renames: a folder at either name (which a rename cannot
         // replace) is refused before the first, so a failed job never leaves the object replaced
         // beside its old metadata.

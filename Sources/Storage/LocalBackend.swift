@@ -518,12 +518,23 @@ extension LocalBackend {
                        control: TransferControl) throws(StorageError) {
         var diskFull = false
         let temp = try createMetadata(object, describing: described, for: location, control: control, diskFull: &diskFull)
-        do {
+        do throws(StorageError) {
+            guard location.directory.isStillAtItsPath else { throw Self.folderMoved(location) }
             try location.directory.rename(temp.name, to: location.sidecarName)
         } catch {
             location.directory.remove(temp.name, ifStill: temp.identity)
             throw error
         }
+    }
+
+    /// The error of a write whose object folder is no longer at its path (moved away, or another made or
+    /// linked at its name) when its file was about to be renamed in: renamed through the folder's
+    /// descriptor, it would have landed in the moved folder while the job reported the object at its
+    /// name. Retryable: the next attempt opens the folder now at the path.
+    static func folderMoved(_ location: LocalLocation) -> StorageError {
+        StorageError(.pathError, "the folder '\(location.directory.path)' was moved away or replaced while '\(location.reference)' "
+                         + "was being written; nothing was renamed into it — the next attempt writes the object where the "
+                         + "path leads now", retryable: true)
     }
 
     /// Creates and syncs a new temporary sidecar of the object file `described` beside the object, named

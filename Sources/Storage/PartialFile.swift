@@ -363,7 +363,8 @@ public final class PartialFile {
     /// Syncs, renames the temporary file over the destination and syncs the directory, so the rename
     /// survives a crash. Returns the final (absolute) path. Whatever was at the destination (a file, a
     /// symbolic link) is replaced, never written through; a temporary name that no longer holds this
-    /// file (swapped meanwhile) is not renamed into place.
+    /// file (swapped meanwhile), or a folder no longer at the destination's path (moved away, another
+    /// made at its name), is not renamed into place (retryable `pathError`).
     ///
     /// With `replacing: false` (`if_exists: fail`) the file is linked into place only when nothing is at
     /// the destination (`linkat`, so the check and the write are one step); otherwise the temporary file
@@ -382,6 +383,15 @@ public final class PartialFile {
                                "the temporary file '\(tempPath)' was replaced by another file while the download ran "
                                    + "(a worker that lost this job's lease, or another program writing in that folder); "
                                    + "nothing was renamed onto '\(destination)'; the download is tried again",
+                               retryable: true)
+        }
+        guard directory.isStillAtItsPath else {
+            discard()
+            // Retryable: the next attempt opens the folder now at that path (or makes it again).
+            throw StorageError(.pathError,
+                               "the folder '\(directory.path)' was moved away or replaced while the download ran; nothing was "
+                                   + "renamed onto '\(destination)' (the file would have landed in the moved folder); "
+                                   + "the download is tried again",
                                retryable: true)
         }
         do throws(StorageError) {

@@ -178,6 +178,23 @@ final class SafeDirectory {
         return !bytes.isEmpty && !(bytes.count <= 2 && dots == bytes.count)
     }
 
+    // MARK: - Identity
+
+    /// Whether `path` still names this directory (the same device and inode; links on the way followed,
+    /// as when it was opened by that path). Asked before a rename puts a finished file in place: a folder
+    /// moved away (`mv dl dl.old`) and another made at its name while a transfer ran left the descriptor
+    /// on the moved one, so the file was renamed into `dl.old` while the job reported it at `dl/…`. False
+    /// when nothing is at the path any more; true when it cannot be told (the rename then decides). A
+    /// folder moved between this check and the rename still takes the file: the check narrows the window
+    /// to those few microseconds, it cannot close it.
+    var isStillAtItsPath: Bool {
+        var opened = stat()
+        guard fstat(descriptor, &opened) == 0 else { return true }
+        var named = stat()
+        guard path.withCString({ fstatat(AT_FDCWD, $0, &named, 0) }) == 0 else { return errno != ENOENT && errno != ENOTDIR }
+        return named.st_dev == opened.st_dev && named.st_ino == opened.st_ino
+    }
+
     // MARK: - Files
 
     /// What is at `name` now, without following a link (`fstatat` with `AT_SYMLINK_NOFOLLOW`); nil when
