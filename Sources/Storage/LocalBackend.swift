@@ -539,17 +539,26 @@ extension LocalBackend {
 
     /// Creates and syncs a new temporary sidecar of the object file `described` beside the object, named
     /// for the attempt `control` runs (`SidecarTemporary`: its job's id and lease token; a random tag
-    /// outside the queue), returning its name and identity; it is removed again when writing fails, and
-    /// `diskFull` then says whether the disk was full (by errno). A file at the attempt's own name can
-    /// only be this attempt's, and is replaced (when it could be ours: `createExclusive(_:replacingOwnLeftover:)`).
+    /// outside the queue), returning its name and identity; it is removed again when writing fails (only
+    /// while its name still holds it), and `diskFull` then says whether the disk was full (by errno). A
+    /// file at the attempt's own name can only be this attempt's, and is replaced (when it could be ours:
+    /// `createExclusive(_:replacingOwnLeftover:)`).
     func createMetadata(_ object: StorageObject, describing described: FileIdentity, for location: LocalLocation,
                         control: TransferControl, diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
         let data = SidecarJSON.encode(object, describing: described) ?? SidecarJSON.encodeWithFoundation(object, describing: described)
         let token = control.jobID.map { SidecarTemporary.tag(jobID: $0, leaseToken: control.leaseToken) } ?? Self.randomTag()
         let name = SidecarTemporary.name(forObject: location.name, token: token)
         let file = try location.directory.createExclusive(name, replacingOwnLeftover: control.jobID != nil)
+        let identity: FileIdentity
         do {
-            let identity = try file.status().identity
+            identity = try file.status().identity
+        } catch {
+            // Which file is ours cannot be told: whatever is at the name is left (the orphan sweep knows
+            // the attempt's temporary by its name once the job is final).
+            file.close()
+            throw error
+        }
+        do {
             try file.write(data)
             try file.sync()
             file.close()
@@ -557,7 +566,9 @@ extension LocalBackend {
         } catch {
             diskFull = file.failedForLackOfSpace
             file.close()
-            location.directory.remove(name)
+            // Only while the name still holds the file made here: another writer may have renamed its
+            // own file onto the name since (a failed sync can take seconds), and that one is not ours.
+            location.directory.remove(name, ifStill: identity)
             throw error
         }
     }

@@ -77,6 +77,44 @@ import TestSupport
         #expect(Self.entries(scene.bucket) == [".obj.bin.jobctl-meta.json", "obj.bin"], "left behind: \(Self.entries(scene.bucket))")
     }
 
+    /// A sidecar temporary whose write fails is removed only while its name still holds the file the
+    /// attempt made. Its sync is held 4 s by strace and then fails with EAGAIN (a temporary failure: the
+    /// job is retried, not final, so no sweep of a final job's files follows); meanwhile another file is
+    /// renamed onto the temporary's name. The failed attempt removed whatever was at the name by name,
+    /// that other file too; now it is left alone.
+    @Test("a failed sidecar write removes its own temporary only, not a file renamed onto the name while its sync hung")
+    func failedWriteRemovesOnlyItsOwnTemporary() throws {
+        let scene = try KilledSidecarWrite(.updateMetadata, engine: .sqlite, label: "sidecar-failed-sync")
+        defer { scene.directory.remove() }
+        let strace = "/usr/bin/strace"
+        try #require(FileManager.default.isExecutableFile(atPath: strace), "strace is not installed (Debian package strace; make test-deps installs it)")
+        // The worker's first fsync is the sidecar temporary's (SQLite and the WAL sync use fdatasync).
+        let worker = try JobctlProcess(database: scene.database, arguments: ["worker", "--concurrency", "1"],
+                                       environment: scene.environment, logDirectory: scene.directory.path,
+                                       tracer: [strace, "-f", "-qq", "-o", "/dev/null", "--seccomp-bpf", "-e", "trace=fsync",
+                                                "-e", "inject=fsync:error=EAGAIN:delay_enter=4s:when=1"])
+        defer {
+            _ = worker.killTracee(SIGKILL)
+            worker.signal(SIGKILL)
+            _ = worker.wait(seconds: 10)
+        }
+        var temporary = ""
+        try #require(eventually(seconds: 60) {
+            temporary = Self.entries(scene.bucket).first { $0.hasSuffix(".jobctl-meta.tmp") }.map { scene.bucket + "/" + $0 } ?? ""
+            var info = stat()
+            return !temporary.isEmpty && lstat(temporary, &info) == 0 && info.st_size > 0
+        }, "the worker never wrote its sidecar temporary: \(worker.log)")
+        let held = Date()
+        let theirs = scene.directory.file("theirs.json")
+        try Data("not this attempt's".utf8).write(to: URL(fileURLWithPath: theirs))
+        try #require(rename(theirs, temporary) == 0)
+        try #require(Date().timeIntervalSince(held) < 3, "the file was renamed after the held sync ended; nothing to test")
+        try #require(eventually(seconds: 30) { worker.log.contains("temporary failure while syncing") }, "\(worker.log)")
+        #expect(worker.log.contains(temporary), "the failure was another file's: \(worker.log)")
+        #expect((try? String(contentsOfFile: temporary, encoding: .utf8)) == "not this attempt's",
+                "removed: \(Self.entries(scene.bucket)) \(worker.log)")
+    }
+
     /// Two live attempts of one upload: the first, in a worker frozen past its lease just before it renames
     /// its sidecar temporary into place (strace holds that rename 6 s: its object is in place), and the
     /// retry another worker runs after the rescue (its object's rename held 10 s, its sidecar temporary
