@@ -1,3 +1,4 @@
+import JobModel
 import StorePort
 import Synchronization
 #if canImport(Glibc)
@@ -57,9 +58,12 @@ final class WALSync: Sendable {
     /// - Parameter databasePath: the database file; its WAL is that path with `-wal` appended.
     init(databasePath: String) {
         path = sqliteSidecarPath(databasePath, "-wal")
-        self.databasePath = databasePath
+        // Checked by its absolute path, as SQLite names the file: a relative one (`--db ../data/jobctl.db`)
+        // was looked up again from the current directory at every check, so moving that directory (the
+        // database untouched) stopped the worker as if its database had been moved away.
+        self.databasePath = CurrentDirectory.anchored(databasePath)
         var info = stat()
-        database = stat(databasePath, &info) == 0 ? (info.st_dev, info.st_ino) : nil
+        database = stat(self.databasePath, &info) == 0 ? (info.st_dev, info.st_ino) : nil
     }
 
     /// Throws `replaced` when the database's path no longer names the file the store opened.

@@ -130,7 +130,10 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
             if FileManager.default.fileExists(atPath: buckets, isDirectory: &isDirectory), !isDirectory.boolValue {
                 throw StorageError(.invalidArgument, "JOBCTL_BUCKETS names '\(buckets)', which is a file; it must be the directory named local buckets live in")
             }
-            configuration.localBucketsDirectory = buckets
+            // Taken from the folder the command started in, once: looked up again for every job, a relative
+            // folder followed the worker's current directory when that was moved, and uploads made a new
+            // bucket folder beside it.
+            configuration.localBucketsDirectory = CurrentDirectory.anchored(buckets)
         }
         if let emulator = value("STORAGE_EMULATOR_HOST") {
             let endpoint = try emulatorEndpoint(emulator)
