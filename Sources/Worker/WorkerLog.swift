@@ -178,7 +178,7 @@ public final class WorkerLog: Sendable {
             ("limit", .integer(Int64(clamping: limit.soft))), ("concurrency", .integer(Int64(concurrency))),
             ("needed", .integer(Int64(clamping: needed))), ("running", .integer(Int64(running))),
             ("action", .text("the open-files limit \(limit.soft) is below the \(needed) that --concurrency \(concurrency) may need, "
-                             + "and this process may not raise it: it runs \(running) transfers at a time; raise it (`ulimit -n`, "
+                             + "and this process may not raise it: it runs \(running == 1 ? "one transfer" : "\(running) transfers") at a time; raise it (`ulimit -n`, "
                              + "LimitNOFILE= in a systemd unit) or lower --concurrency")),
         ]))
     }
