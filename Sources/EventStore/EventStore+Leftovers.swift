@@ -121,13 +121,14 @@ extension EventStore {
     /// files whose `finished_seq` is above the first `?` (`Int64.min`: every final one) — downloads to a
     /// file, and the jobs that write a `file://` object or its sidecar (uploads, update-metadata; fetch-url,
     /// whose object is its source), these with the lease tokens of their claims (through the log's
-    /// UNIQUE (job_id, version) index: the job's own events), which name their sidecar temporaries and upload sessions.
+    /// UNIQUE (job_id, version) index: the job's own events), which name their sidecar temporaries and upload sessions,
+    /// and a download's attempts' own partial files (read only for a download claimed more than once).
     private static let finishedLeftoverSelection = """
         SELECT jobs.id, jobs.state, jobs.kind,
                json_extract(submitted.data, CASE jobs.kind WHEN 'fetch-url' THEN '$.spec.source' ELSE '$.spec.destination' END)
                    AS destination,
                jobs.resume_point, jobs.finished_at_ms,
-               CASE WHEN jobs.kind = 'download-file' THEN NULL
+               CASE WHEN jobs.kind = 'download-file' AND jobs.attempts <= 1 THEN NULL
                     ELSE (SELECT group_concat(claims.lease) FROM events claims
                           WHERE claims.job_id = jobs.id AND claims.type = 'claimed') END AS tokens
         FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq

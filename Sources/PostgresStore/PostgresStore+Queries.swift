@@ -397,25 +397,26 @@ extension PostgresStore {
 
     /// What `finishedLeftoverSQL` and `finishedLeftoverSkippingSQL` select, and the conditions they share;
     /// the jobs that write a `file://` sidecar with the lease tokens of their claims (through the log's
-    /// UNIQUE (job_id, version) index), which name their sidecar temporaries and upload sessions.
+    /// UNIQUE (job_id, version) index), which name their sidecar temporaries and upload sessions, and a
+    /// download's attempts' own partial files: read only for a download that was claimed more than once.
     private static let finishedLeftoverSelection = """
         SELECT jobs.id, jobs.state, jobs.kind, submitted.destination, jobs.resume_point, jobs.finished_at_ms,
-               CASE WHEN jobs.kind = 'download-file' THEN NULL
+               CASE WHEN jobs.kind = 'download-file' AND jobs.attempts <= 1 THEN NULL
                     ELSE (SELECT string_agg(claims.lease::text, ',') FROM events claims
                           WHERE claims.job_id = jobs.id AND claims.type = 'claimed') END AS tokens
-        FROM (SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+        FROM (SELECT id, seq, state, kind, resume_point, finished_at_ms, attempts FROM jobs
               WHERE kind = 'download-file' AND finished_at_ms >= $1
               UNION ALL
-              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              SELECT id, seq, state, kind, resume_point, finished_at_ms, attempts FROM jobs
               WHERE kind = 'upload-file' AND finished_at_ms >= $1
               UNION ALL
-              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              SELECT id, seq, state, kind, resume_point, finished_at_ms, attempts FROM jobs
               WHERE kind = 'upload-data' AND finished_at_ms >= $1
               UNION ALL
-              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              SELECT id, seq, state, kind, resume_point, finished_at_ms, attempts FROM jobs
               WHERE kind = 'update-metadata' AND finished_at_ms >= $1
               UNION ALL
-              SELECT id, seq, state, kind, resume_point, finished_at_ms FROM jobs
+              SELECT id, seq, state, kind, resume_point, finished_at_ms, attempts FROM jobs
               WHERE kind = 'fetch-url' AND finished_at_ms >= $1) jobs
              LEFT JOIN LATERAL (SELECT \(JobRecord.parsableJSONSQL("events.data"))::json -> 'spec'
                                        ->> (CASE jobs.kind WHEN 'fetch-url' THEN 'source' ELSE 'destination' END) AS destination

@@ -41,7 +41,8 @@ extension GCSBackend {
         } else {
             usable = nil
         }
-        let partial = try PartialFile(slicing: destination, jobID: control.jobID, size: total, resumeFrom: usable, within: within)
+        let partial = try PartialFile(slicing: destination, jobID: control.jobID, leaseToken: control.leaseToken, size: total,
+                                      resumeFrom: usable, recorded: resume, within: within)
         if !partial.resumed { plan = plan.map { DownloadSlice(start: $0.start, length: $0.length) } }
         let progress = ProgressThrottle(total: total, report: report)
         let crcs = try await SlicedDownloadState.confirmedCRCs(of: partial, slices: plan)

@@ -483,7 +483,8 @@ public struct HTTPBackend: StorageBackend {
         } else {
             resume = nil
         }
-        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume, within: within)
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
+                                      resumeFrom: resume, recorded: resumePoint, within: within)
         let start = partial.bytesWritten
         let progress = ProgressThrottle(total: nil, report: report)
         // The total comes with the response headers, which the sink holds once the body starts.

@@ -19,7 +19,7 @@ public struct JobLocalFiles: Sendable, Equatable {
     public var finishedAtMs: Int64?
     /// The lease tokens of the job's attempts (its `claimed` events) that may have written a `file://`
     /// sidecar's temporary or upload session, each named with its attempt's token (`SidecarTemporary`,
-    /// `LocalUploadSession.tag`).
+    /// `LocalUploadSession.tag`), or a partial download of its own (`PartialFile.tempName(for:jobID:leaseToken:)`).
     public var leaseTokens: [Int64]
 
     /// Describes a job's local files.
@@ -56,7 +56,8 @@ public struct JobLocalFiles: Sendable, Equatable {
 public struct LeftoverFile: Sendable, Equatable, Hashable {
     /// What the file was for.
     public enum Kind: String, Sendable, Codable {
-        /// A download's `.NAME.<job id>.jobctl-partial` (or an older `.NAME.jobctl-partial` it recorded).
+        /// A download's `.NAME.<job id>.jobctl-partial`, an attempt's `.NAME.<job id>.<lease token>.jobctl-partial`
+        /// (or an older `.NAME.jobctl-partial` it recorded).
         case partialDownload = "partial-download"
         /// A `file://` upload's session, `.NAME.<job id>.<lease token>.jobctl-upload` (or an older
         /// jobctl's `.NAME.<job id>.jobctl-upload`).
@@ -80,7 +81,8 @@ public struct LeftoverFile: Sendable, Equatable, Hashable {
 /// Finds and removes the hidden files that final jobs left: partial downloads, `file://` upload
 /// sessions and sidecar temporaries. Ownership must be provable, so that no user's file is ever removed:
 ///
-/// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.jobctl-upload`,
+/// - a file whose name carries the job's id (`.NAME.<job id>.jobctl-partial`, `.NAME.<job id>.<lease token>.jobctl-partial`,
+///   `.NAME.<job id>.jobctl-upload`,
 ///   `.NAME.<job id>.<lease token>.jobctl-upload`, `.NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp`,
 ///   the token one of the job's claims)
 ///   beside the job's destination (fetch-url: its source); or
@@ -179,19 +181,25 @@ public struct LeftoverFiles: Sendable {
         var recorded: (name: String, identity: FileIdentity)?
         if case .download(_, _, _, let temp?, let identity?)? = job.resumePoint,
            LocalFiles.directory(of: temp) == folder,
-           LocalFiles.lastComponent(temp) == PartialFile.tempName(for: name, jobID: nil) {
+           LocalFiles.lastComponent(temp) == PartialFile.tempName(for: name, jobID: nil)
+            || PartialFile.isAttemptTempName(LocalFiles.lastComponent(temp), for: name, jobID: job.jobID) {
             recorded = (LocalFiles.lastComponent(temp), identity)
         }
+        // An attempt that found the job's file held by a frozen one wrote a file of its own, named with
+        // its lease token: the tokens of the job's claims prove those names (read for a retried job only).
+        let attempts = job.leaseTokens.map { PartialFile.tempName(for: name, jobID: job.jobID, leaseToken: $0) }
         // Nearly every finished download left nothing: one `lstat` per name says so without opening the
         // folder (the sweep before a draining worker exits looks at every download it finished: this was
         // three calls each). The path resolves as `open(trusted:)` resolves it (links in the folder's
         // components followed, the name itself not), so a name it does not find, the folder would not hold.
         guard Self.mayExist(SafeDirectory.childPath(ours, in: folder))
+                || attempts.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: folder)) })
                 || recorded.map({ Self.mayExist(SafeDirectory.childPath($0.name, in: folder)) }) == true,
               let directory = try? SafeDirectory.open(trusted: folder, create: false) else {
             return []
         }
         var candidates = [Candidate(directory: directory, name: ours, kind: .partialDownload, recorded: nil)]
+        candidates += attempts.map { Candidate(directory: directory, name: $0, kind: .partialDownload, recorded: nil) }
         if let recorded {
             candidates.append(Candidate(directory: directory, name: recorded.name, kind: .partialDownload, recorded: recorded.identity))
         }

@@ -578,7 +578,8 @@ final class LocalTransfer {
         if case .download(_, let generation, _, _, _)? = resume, generation != object.generation {
             resume = nil  // The object changed since the pause: its prefix would be stale.
         }
-        let partial = try PartialFile(destination: destination, jobID: control.jobID, resumeFrom: resume, within: spec.folderTail)
+        let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
+                                      resumeFrom: resume, recorded: resumePoint, within: spec.folderTail)
         if partial.bytesWritten > total { try partial.restart() }
         let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         try partial.readBack { hashes.update($0) }

@@ -84,6 +84,23 @@ public final class PartialFile {
         HiddenName.make(name, suffix: jobID.map { ".\($0).jobctl-partial" } ?? ".jobctl-partial")
     }
 
+    /// The temporary file's name for a destination file named `name` that the attempt of job `jobID`
+    /// holding lease `leaseToken` starts when it finds the job's file held by a frozen attempt
+    /// (`.<name>.<job id>.<lease token>.jobctl-partial`).
+    public static func tempName(for name: String, jobID: String, leaseToken: Int64) -> String {
+        HiddenName.make(name, suffix: ".\(jobID).\(leaseToken).jobctl-partial")
+    }
+
+    /// Whether `candidate` is an attempt's own temporary name (`tempName(for:jobID:leaseToken:)`) for
+    /// `name` and job `jobID`, whatever its lease token.
+    static func isAttemptTempName(_ candidate: String, for name: String, jobID: String) -> Bool {
+        let suffix = ".jobctl-partial"
+        guard candidate.hasSuffix(suffix) else { return false }
+        let stem = candidate.dropLast(suffix.count)
+        guard let dot = stem.lastIndex(of: "."), let token = Int64(stem[stem.index(after: dot)...]) else { return false }
+        return candidate == tempName(for: name, jobID: jobID, leaseToken: token)
+    }
+
     /// The temporary path used for `destination` by job `jobID` (nil: a transfer run without a job).
     public static func tempPath(for destination: String, jobID: String? = nil) -> String {
         let absolute = LocalFiles.absolute(destination)
@@ -106,7 +123,19 @@ public final class PartialFile {
     /// without following links — a link planted there by someone else is refused, never written
     /// through — as the folders inside a `file://` bucket are. The folder the user named is opened as
     /// named, links and all.
-    public init(destination: String, jobID: String?, resumeFrom resume: ResumePoint?, within: String? = nil) throws(StorageError) {
+    ///
+    /// `leaseToken` is the attempt's lease token. An attempt that finds the job's file held by another
+    /// live attempt (frozen past its lease) removes that file's name and starts a file under a name of
+    /// its own, `tempName(for:jobID:leaseToken:)`, recorded in its resume points; so does one whose resume
+    /// point records such a name it cannot continue. A frozen attempt woken between its commit's check
+    /// that its name still leads to its file and its rename then finds the name gone, never the
+    /// rescuer's unfinished file: no one starts a file at a name such an attempt may still rename.
+    ///
+    /// `recorded` is the job's resume point as the log has it, when the caller passes `resume` as nil
+    /// because its prefix is stale (the object changed): an attempt's own file it names is not
+    /// continued, so its name goes, and the new file gets a name of its own as well.
+    public init(destination: String, jobID: String?, leaseToken: Int64? = nil, resumeFrom resume: ResumePoint?,
+                recorded: ResumePoint? = nil, within: String? = nil) throws(StorageError) {
         let absolute = LocalFiles.absolute(destination)
         let name = LocalFiles.lastComponent(absolute)
         guard !absolute.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
@@ -118,16 +147,35 @@ public final class PartialFile {
         let ours = Self.tempName(for: name, jobID: jobID)
 
         let opened: LocalFile
-        if let (file, name, start) = Self.resumable(resume, in: directory, destinationName: name, ours: ours) {
+        switch Self.resumable(resume, in: directory, destinationName: name, ours: ours, jobID: jobID) {
+        case .resumed(let file, let name, let start):
             opened = file
             tempName = name
             bytesWritten = start
             resumed = true
-        } else {
-            // A file at the name is an earlier attempt's, not continued: its name goes (its writer, if
-            // one still writes it, keeps a file that no name leads to).
-            opened = try directory.createExclusive(ours, replacingOwnLeftover: true)
-            tempName = ours
+        case .none(var frozenWriter):
+            if resume == nil, let jobID, let stale = Self.attemptsOwnName(recorded, destinationName: name, jobID: jobID, in: directory) {
+                if let found = directory.entry(stale), found.isRegular, found.links == 1, found.couldBeOurLeftover {
+                    directory.remove(stale, ifStill: found.identity)
+                }
+                frozenWriter = true
+            }
+            // A file at the job's name is an earlier attempt's, not continued: its name goes (its writer,
+            // if one still writes it, keeps a file that no name leads to). When an attempt still holds
+            // it, or held the file the resume point names, that attempt may be frozen between its
+            // commit's check and its rename of the job's name: a new file there would be the one it
+            // renames onto the destination. This attempt's file then gets a name of its own, and nothing
+            // of the job's is left at the job's name (what an attempt finds there, locked or not, is one
+            // no later attempt will continue).
+            let fresh: String
+            if let jobID, let leaseToken, frozenWriter || Self.heldElsewhere(ours, in: directory) {
+                if let found = directory.entry(ours), found.couldBeOurLeftover { directory.remove(ours, ifStill: found.identity) }
+                fresh = Self.tempName(for: name, jobID: jobID, leaseToken: leaseToken)
+            } else {
+                fresh = ours
+            }
+            opened = try directory.createExclusive(fresh, replacingOwnLeftover: true)
+            tempName = fresh
             bytesWritten = 0
             resumed = false
         }
@@ -141,22 +189,63 @@ public final class PartialFile {
         file = opened
     }
 
+    /// What `resumable` found.
+    private enum Resumable {
+        /// The earlier file, opened, locked and positioned at its resume offset.
+        case resumed(LocalFile, String, Int64)
+        /// Nothing to continue; `frozenWriter`: the recorded file is held by another live attempt, or the
+        /// resume point names an attempt's own name (such an attempt found the job's file held), so a
+        /// frozen attempt may still rename the job's name.
+        case none(frozenWriter: Bool)
+    }
+
+    /// The attempt's own temporary name (`tempName(for:jobID:leaseToken:)`) in `directory` that `recorded`
+    /// names, if any.
+    private static func attemptsOwnName(_ recorded: ResumePoint?, destinationName: String, jobID: String,
+                                        in directory: SafeDirectory) -> String? {
+        let path: String?
+        switch recorded {
+        case .download(_, _, _, let temp, _)?: path = temp
+        case .slicedDownload(_, _, let temp, _)?: path = temp
+        default: path = nil
+        }
+        guard let path, LocalFiles.directory(of: path) == directory.path else { return nil }
+        let name = LocalFiles.lastComponent(path)
+        return isAttemptTempName(name, for: destinationName, jobID: jobID) ? name : nil
+    }
+
+    /// Whether the file at `name` is held (its writer lock) by another live attempt; its name is then
+    /// removed, so that attempt writes and renames only a file no name leads to.
+    private static func heldElsewhere(_ name: String, in directory: SafeDirectory) -> Bool {
+        guard let file = try? directory.openExisting(name, writable: true, context: .destination) else { return false }
+        defer { file.close() }
+        guard let status = try? file.status(), status.isRegular, status.links == 1, status.couldBeOurLeftover,
+              file.lockWhileWriting(status.identity) == .heldElsewhere else { return false }
+        directory.remove(name, ifStill: status.identity)
+        return true
+    }
+
     /// The earlier temporary file `resume` names, opened, checked and positioned at its resume offset;
-    /// nil when there is none to continue (the caller starts a new one).
+    /// `.none` when there is none to continue (the caller starts a new one).
     private static func resumable(_ resume: ResumePoint?, in directory: SafeDirectory, destinationName: String,
-                                  ours: String) -> (LocalFile, String, Int64)? {
-        guard case .download(let written, _, _, let previousTemp, let recorded)? = resume, written > 0 else { return nil }
+                                  ours: String, jobID: String?) -> Resumable {
+        guard case .download(let written, _, _, let previousTemp, let recorded)? = resume else { return .none(frozenWriter: false) }
         let name: String
+        var attemptsOwn = false
         if let previousTemp {
             name = LocalFiles.lastComponent(previousTemp)
             let legacy = tempName(for: destinationName, jobID: nil)
-            guard LocalFiles.directory(of: previousTemp) == directory.path, name == ours || name == legacy else { return nil }
+            attemptsOwn = jobID.map { isAttemptTempName(name, for: destinationName, jobID: $0) } ?? false
+            guard LocalFiles.directory(of: previousTemp) == directory.path, name == ours || name == legacy || attemptsOwn else {
+                return .none(frozenWriter: false)
+            }
         } else {
             name = ours
         }
+        guard written > 0 else { return .none(frozenWriter: attemptsOwn) }
         // A link at the name is refused here; if it sits at our own name, creating the new file reports it.
         guard let file = try? directory.openExisting(name, writable: true, context: .destination),
-              let status = try? file.status() else { return nil }
+              let status = try? file.status() else { return .none(frozenWriter: attemptsOwn) }
         let isOurs = recorded.map { status.isRegular && status.identity == $0 } ?? status.couldBeOurLeftover
         // A second name on the file (an attempt that died between linking it into place and removing this
         // name, the destination since moved; anyone's hard link) makes it someone's file as well: never
@@ -166,26 +255,31 @@ public final class PartialFile {
             // Ours but unusable (shorter than recorded, or linked elsewhere too): this name goes — only the
             // name, so a file it shares stays whole. Someone else's file is left alone.
             if isOurs { directory.remove(name, ifStill: status.identity) }
-            return nil
+            return .none(frozenWriter: attemptsOwn)
         }
         // An attempt that still writes it (frozen past its lease, its descriptor open) holds its lock:
         // not continued, as its writes — its cut back to its own resume point among them — would land in
         // this attempt's file (and, once renamed, in the destination). Taken, the lock was let go after
         // this open, perhaps by a commit that renamed the file into place: still at the name, it is one
         // no other attempt writes.
-        guard file.lockWhileWriting(status.identity) != .heldElsewhere,
-              let named = directory.entry(name), named.isRegular, named.identity == status.identity, named.links == 1 else {
+        guard file.lockWhileWriting(status.identity) != .heldElsewhere else {
+            // Its name goes: the attempt that holds it writes on, and commits, a file no name leads to.
             file.close()
-            return nil
+            directory.remove(name, ifStill: status.identity)
+            return .none(frozenWriter: true)
+        }
+        guard let named = directory.entry(name), named.isRegular, named.identity == status.identity, named.links == 1 else {
+            file.close()
+            return .none(frozenWriter: attemptsOwn)
         }
         do {
             try file.truncate(to: written)
             try file.seek(to: written)
         } catch {
             file.close()
-            return nil
+            return .none(frozenWriter: attemptsOwn)
         }
-        return (file, name, written)
+        return .resumed(file, name, written)
     }
 
     /// Opens the temporary file of a sliced download of `size` bytes: the one `resume` names when it is
@@ -194,15 +288,16 @@ public final class PartialFile {
     /// new temporary file, extended to `size` (sparse) so that every slice writes at its own offset.
     /// The same safety as `init(destination:jobID:resumeFrom:)`: `O_NOFOLLOW`, the inode checked, a
     /// file that is not ours never written to.
-    public convenience init(slicing destination: String, jobID: String?, size: Int64, resumeFrom resume: ResumePoint?,
-                            within: String? = nil) throws(StorageError) {
+    public convenience init(slicing destination: String, jobID: String?, leaseToken: Int64? = nil, size: Int64,
+                            resumeFrom resume: ResumePoint?, recorded: ResumePoint? = nil, within: String? = nil) throws(StorageError) {
         // A sliced resume point is read through the single-stream checks (same temp name, same inode) with
         // its size as the byte count, so the file is kept at full length.
         var translated: ResumePoint?
         if case .slicedDownload(_, let generation, let tempPath, let identity)? = resume, size > 0 {
             translated = .download(bytesWritten: size, generation: generation, etag: nil, tempPath: tempPath, file: identity)
         }
-        try self.init(destination: destination, jobID: jobID, resumeFrom: translated, within: within)
+        try self.init(destination: destination, jobID: jobID, leaseToken: leaseToken, resumeFrom: translated, recorded: recorded,
+                      within: within)
         if !resumed {
             do {
                 try file.truncate(to: size)

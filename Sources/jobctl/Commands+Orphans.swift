@@ -12,13 +12,14 @@ extension Commands {
         options: [Options.removeOrphans, Options.json.help("Print the files as JSON.")],
         discussion: """
         A job that ends failed or cancelled leaves nothing behind; what a crashed worker or a job cancelled
-        while no worker ran it leaves (.NAME.<job id>.jobctl-partial beside a download's destination,
+        while no worker ran it leaves (.NAME.<job id>.jobctl-partial beside a download's destination, or
+        .NAME.<job id>.<lease token>.jobctl-partial for an attempt that found it held by a frozen one,
         .NAME.<job id>.<lease token>.jobctl-upload and
         .NAME.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp beside a file:// object) is removed by the next worker's sweep (at start, of the jobs finished
         since the last complete sweep; every 5 minutes; before a draining worker exits).
         This command looks at every final job and lists what a sweep would remove:
         only files the event log ties to a final job, by the job id in their name (with the token of one
-        of its claims, for an upload session or a sidecar temporary) or the identity (device and inode) it recorded; a file
+        of its claims, for an attempt's own partial download, an upload session or a sidecar temporary) or the identity (device and inode) it recorded; a file
         merely named like ours is never listed. The log is only read. Named local
         buckets are found as the worker finds them (JOBCTL_BUCKETS, else buckets/ beside the database).
         """

@@ -193,4 +193,63 @@ import TestSupport
         for path in left { #expect(!FileManager.default.fileExists(atPath: path), "kept \(path)") }
         for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
     }
+
+    /// A download attempt that finds the job's partial file held by a frozen attempt writes one of its
+    /// own, `.NAME.<job id>.<lease token>.jobctl-partial`; killed before it recorded it (no checkpoint),
+    /// no later attempt knows it. Once the job is final, the tokens of its claims prove those names: they
+    /// are listed and removed on either store; a token the job never held, another job's id, another
+    /// file's name and a job claimed once (no claims read) are left alone.
+    @Test("partial downloads named with a retried final job's id and one of its tokens are listed and removed, others kept",
+          arguments: StoreEngine.allCases)
+    func partialDownloadsOfAttempts(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("orphans-partial", engine: engine)
+        defer { workspace.directory.remove() }
+        let out = workspace.directory.file("out")
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: download-file, source: "http://127.0.0.1:9/a.bin", destination: "\(out)/a.bin"}
+        - {kind: download-file, source: "http://127.0.0.1:9/b.bin", destination: "\(out)/b.bin"}
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest])
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 2)
+        let store: any JobStore = switch engine {
+        case .sqlite: try EventStore(path: workspace.database, mode: .readWrite)
+        case .postgres: try PostgresStore(url: workspace.database, mode: .readWrite)
+        }
+        func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1_000) }
+        // Both are claimed; the first fails an attempt and is claimed again (a rescuer's token).
+        let firstClaims = try store.claim(owner: "worker:test", queues: nil, limit: 10, leaseMs: 60_000, now: nowMs())
+        try #require(firstClaims.map(\.record.id) == ids)
+        _ = try store.append(PendingEvent(jobID: ids[0], actor: "worker:test", leaseToken: firstClaims[0].token,
+                                          payload: .attemptFailed(.none, error: StorageError(.internalError, "busy", retryable: true),
+                                                                  retryAtMs: nowMs())), now: nowMs())
+        let secondClaim = try #require(try store.claim(owner: "worker:test", queues: nil, limit: 10, leaseMs: 60_000, now: nowMs() + 1).first)
+        try #require(secondClaim.record.id == ids[0])
+        func partial(_ name: String, _ id: String, _ token: Int64) -> String { "\(out)/.\(name).\(id).\(token).jobctl-partial" }
+        let left = [
+            partial("a.bin", ids[0], secondClaim.token),
+            partial("a.bin", ids[0], firstClaims[0].token),
+        ]
+        let kept = [
+            partial("a.bin", ids[0], firstClaims[1].token),              // a token the job never held
+            partial("a.bin", JobID.generate(), secondClaim.token),        // a job this log does not know
+            partial("c.bin", ids[0], secondClaim.token),                  // the right id and token beside another file
+            partial("b.bin", ids[1], firstClaims[1].token),               // claimed once: its claims are not read
+        ]
+        for path in left + kept { try workspace.write(String(path.dropFirst(workspace.directory.path.count + 1)), "bytes") }
+        for (id, token) in [(ids[0], secondClaim.token), (ids[1], firstClaims[1].token)] {
+            _ = try store.append(PendingEvent(jobID: id, actor: "worker:test", leaseToken: token,
+                                              payload: .failed(.none, error: StorageError(.objectNotFound, "gone"), reason: nil)),
+                                 now: nowMs() + 10)
+        }
+
+        let listed = try #require(try workspace.json(["orphans", "--json"]) as? [[String: Any]])
+        #expect(Set(listed.compactMap { $0["path"] as? String }) == Set(left), "\(listed)")
+        #expect(listed.allSatisfy { $0["kind"] as? String == "partial-download" && $0["state"] as? String == "failed" }, "\(listed)")
+        let removed = try #require(try workspace.json(["orphans", "--remove", "--json"]) as? [[String: Any]])
+        #expect(removed.count == left.count && removed.allSatisfy { $0["removed"] as? Bool == true }, "\(removed)")
+        for path in left { #expect(!FileManager.default.fileExists(atPath: path), "kept \(path)") }
+        for path in kept { #expect(FileManager.default.fileExists(atPath: path), "removed \(path)") }
+    }
 }

@@ -131,6 +131,98 @@ import TestSupport
         #expect(next.resumed && next.bytesWritten == 10 && next.identity == written)
     }
 
+    /// A retry that finds the job's file held by another attempt (frozen past its lease) removes that
+    /// file's name and writes under a name of its own, its lease token in it. The frozen attempt, woken
+    /// between its commit's check that its name still leads to its file and its rename, renames the job's
+    /// name: nothing is there, so the retry's unfinished file never reaches the destination. The retry's
+    /// resume point records its own name; a later attempt continues that file and renames it into place.
+    /// (The holder here is in this process, so it is waited for `LocalFile.writerLockWaitHere` first.)
+    @Test func aRetryThatFindsTheFileHeldWritesUnderItsOwnNameAndALaterAttemptContinuesIt() throws {
+        let directory = try TemporaryDirectory("jobctl-partial")
+        defer { directory.remove() }
+        let destination = directory.file("out.bin")
+        let shared = PartialFile.tempPath(for: destination, jobID: "01JOB")
+        let frozen = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 1, resumeFrom: nil)
+        #expect(frozen.tempPath == shared)
+        try write(frozen, "0123456789")
+        try frozen.sync()
+        let own = directory.file(".out.bin.01JOB.2.jobctl-partial")
+        var retry: PartialFile? = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 2,
+                                                  resumeFrom: frozen.resumePoint(generation: "1", etag: nil))
+        #expect(!retry!.resumed && retry!.bytesWritten == 0)
+        #expect(retry!.tempPath == own)
+        try write(retry!, "abc")
+        try retry!.sync()
+        // The frozen attempt, past its commit's check, wakes and renames the job's name.
+        let renamed = rename(shared, destination)
+        #expect(renamed == -1 && errno == ENOENT, "the frozen attempt's rename found a file at \(shared)")
+        let landed = try? String(contentsOfFile: destination, encoding: .utf8)
+        #expect(landed == nil, "the destination holds the retry's unfinished file: \(landed ?? "")")
+        do {
+            _ = try frozen.commit()
+            Issue.record("the frozen attempt's commit renamed a file into place")
+        } catch {
+            #expect(error.code == .pathError && error.retryable, "\(error)")
+        }
+
+        // The retry stops (paused); its resume point names its own file, which the next attempt continues.
+        let point = retry!.resumePoint(generation: "1", etag: nil)
+        guard case .download(3, _, _, let recorded?, let file?) = point else {
+            Issue.record("resume point \(point)")
+            return
+        }
+        #expect(recorded == own && file == retry!.identity)
+        retry!.close()
+        retry = nil
+        let next = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 3, resumeFrom: point)
+        #expect(next.resumed && next.bytesWritten == 3 && next.tempPath == own)
+        try write(next, "def")
+        #expect(try next.commit() == destination)
+        #expect(try String(contentsOfFile: destination, encoding: .utf8) == "abcdef")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["out.bin"])
+    }
+
+    /// An attempt without a resume point that finds the job's file held also writes under its own name
+    /// (a frozen attempt that never checkpointed may be in its commit); one whose resume point names an
+    /// attempt's own file it does not continue (the object changed) removes that file and writes under
+    /// its own name again (and removes what an earlier attempt left at the job's name). A resume point
+    /// without a recorded name (an older log's) means the job's name.
+    @Test func attemptsOwnNamesWithoutAResumePointAndForAStaleOneAndOlderResumePoints() throws {
+        let directory = try TemporaryDirectory("jobctl-partial")
+        defer { directory.remove() }
+        let destination = directory.file("out.bin")
+        let shared = PartialFile.tempPath(for: destination, jobID: "01JOB")
+        let held = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 1, resumeFrom: nil)
+        try write(held, "held")
+        let retry = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 2, resumeFrom: nil)
+        #expect(retry.tempPath == directory.file(".out.bin.01JOB.2.jobctl-partial"))
+        #expect(!FileManager.default.fileExists(atPath: shared), "the held file keeps its name")
+        try write(retry, "x")
+        try retry.sync()
+        let point = retry.resumePoint(generation: "1", etag: nil)
+        retry.close()
+        held.discard()
+        try Data("left".utf8).write(to: URL(fileURLWithPath: shared))   // an earlier attempt's, continued by no one
+
+        let changed = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 3, resumeFrom: nil, recorded: point)
+        #expect(changed.tempPath == directory.file(".out.bin.01JOB.3.jobctl-partial"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [".out.bin.01JOB.3.jobctl-partial"])
+        changed.discard()
+
+        do {
+            let first = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 4, resumeFrom: nil)
+            #expect(first.tempPath == shared)
+            try write(first, "0123")
+            try first.sync()
+            first.close()
+        }
+        let older = ResumePoint.download(bytesWritten: 4, generation: "1", etag: nil, tempPath: nil)
+        let next = try PartialFile(destination: destination, jobID: "01JOB", leaseToken: 5, resumeFrom: older)
+        #expect(next.resumed && next.bytesWritten == 4 && next.tempPath == shared)
+        next.discard()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
+    }
+
     /// An attempt that ended lets its file's writer lock go as it closes the file, even while another
     /// process holds a copy of the file's descriptor: a child that any thread of this process starts
     /// (a token command; in the tests, nginx and the fault proxy) holds a copy of every descriptor from

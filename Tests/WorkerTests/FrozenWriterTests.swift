@@ -14,13 +14,18 @@ import TestSupport
 /// end meanwhile. Then the second wakes and cuts; strace holds it before it writes more, unless it stops
 /// first (it heard its lease is gone).
 @Suite("a frozen attempt's file is not taken over", .onTestThreads, .serialized) struct FrozenWriterTests {
-    /// `ftruncate`'s and `pread64`'s system call numbers, as `/proc/PID/task/TID/syscall` shows them.
+    /// `ftruncate`'s and `pread64`'s system call numbers, as `/proc/PID/task/TID/syscall` shows them; and
+    /// those of the renames and reads (`read`, `pread64`).
     #if arch(arm64)
     static let ftruncateNumber = 46
     static let preadNumber = 67
+    static let renameNumbers: Set<String> = ["38", "276"]
+    static let readNumbers: Set<String> = ["63", "67"]
     #else
     static let ftruncateNumber = 77
     static let preadNumber = 17
+    static let renameNumbers: Set<String> = ["82", "264", "316"]
+    static let readNumbers: Set<String> = ["0", "17"]
     #endif
 
     /// How long strace holds the second attempt before it cuts the file.
@@ -50,6 +55,21 @@ import TestSupport
                     .split(separator: " ")
                 if fields.count > 2, fields[0] == Substring(String(ftruncateNumber)),
                    fields[2] == Substring("0x" + String(length, radix: 16)) { return true }
+            }
+        }
+        return false
+    }
+
+    /// Whether a thread of the jobctl `worker`'s strace started is in one of the system calls `numbers`.
+    private static func held(_ worker: JobctlProcess, in numbers: Set<String>) -> Bool {
+        let pid = worker.process.processIdentifier
+        guard worker.process.isRunning,
+              let children = try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8) else { return false }
+        for tracee in children.split(separator: " ").compactMap({ Int32($0) }).filter(runsJobctl(pid:)) {
+            for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(tracee)/task")) ?? [] {
+                let fields = ((try? String(contentsOfFile: "/proc/\(tracee)/task/\(task)/syscall", encoding: .utf8)) ?? "")
+                    .split(separator: " ")
+                if let number = fields.first, numbers.contains(String(number)) { return true }
             }
         }
         return false
@@ -184,6 +204,91 @@ import TestSupport
         let stored = try? Data(contentsOf: URL(fileURLWithPath: scene.destination))
         #expect(stored == expected, "destination of \(stored?.count ?? -1) bytes, the object's \(expected.count)")
         #expect(Self.identity(scene.destination) != recorded, "the destination is the file the frozen attempt holds")
+        #expect(Self.entries(scene.folder) == ["out.bin"], "left behind: \(Self.entries(scene.folder))")
+    }
+
+    /// A download's first attempt frozen in its commit, after its check that the job's partial name
+    /// still leads to its file and before its rename (strace holds the rename 20 s), its lease lost; the
+    /// rescuer finds the file's lock held and starts a file of its own, and is held after 2 MiB (its third
+    /// read of the object). When every attempt's file had the job's one name, the woken first attempt
+    /// renamed the rescuer's unfinished file onto the destination: "destination of 2097152 bytes, the
+    /// object's 70254592". Now the rescuer's file has a name of its own (its lease token in it) and the
+    /// first attempt's rename finds the job's name gone. The rescuer is then SIGKILLed before any
+    /// checkpoint recorded its name; a third attempt downloads the object, and the sweep of the draining
+    /// worker that ran it removes the killed rescuer's file (its name proven by the job's claims).
+    @Test("a worker frozen between its commit's check and its rename, woken while a rescuer writes, never renames the rescuer's unfinished file")
+    func frozenCommitDoesNotRenameTheRescuersFile() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/strace"),
+                     "strace is not installed (Debian package strace; make test-deps installs it)")
+        let scene = try FrozenDownload(label: "frozen-commit")
+        defer { scene.directory.remove() }
+        let first = try Self.traced(["-e", "trace=rename,renameat,renameat2",
+                                     "-e", "inject=rename,renameat,renameat2:delay_enter=\(Int(Self.freeze))s"],
+                                    database: scene.database, environment: scene.environment, directory: scene.directory)
+        defer {
+            _ = first.killTracee(SIGKILL)
+            first.signal(SIGKILL)
+            _ = first.wait(seconds: 10)
+        }
+        // Held at its commit's rename: every byte written, its checkpoint in the log.
+        let committing = eventually(seconds: 60) {
+            guard case .download(let written, _, _, _, _)? = try? EventStore(path: scene.database, readOnly: true).job(scene.id)?.resumePoint,
+                  written == Self.checkpoint else { return false }
+            let size = (try? FileManager.default.attributesOfItem(atPath: scene.partial)[.size] as? Int64) ?? nil
+            return size == SidecarTemporaryTests.resumableSourceSize && Self.held(first, in: Self.renameNumbers)
+        }
+        let heldAt = Date()
+        try #require(committing, "the first attempt never reached its commit: \(Self.entries(scene.folder)) \(first.log)")
+        let frozenFile = try #require(Self.identity(scene.partial))
+        try Self.expireLease(scene.database, job: scene.id)
+
+        let object = scene.directory.file("buckets/media/obj.bin")
+        let rescuer = try Self.traced(["-P", object, "-e", "trace=read,pread64",
+                                       "-e", "inject=read,pread64:delay_enter=60s:when=3"],
+                                      database: scene.database, environment: scene.environment, directory: scene.directory)
+        defer {
+            _ = rescuer.killTracee(SIGKILL)
+            rescuer.signal(SIGKILL)
+            _ = rescuer.wait(seconds: 10)
+        }
+        var rescuersFile: String?
+        let rescuing = eventually(seconds: 30) {
+            guard let job = try? EventStore(path: scene.database, readOnly: true).job(scene.id), job.attempts == 2,
+                  Self.held(rescuer, in: Self.readNumbers) else { return false }
+            rescuersFile = Self.entries(scene.folder).map { scene.folder + "/" + $0 }.first { path in
+                path.hasSuffix(".jobctl-partial") && Self.identity(path) != frozenFile
+            }
+            return rescuersFile != nil
+        }
+        try #require(rescuing, "the rescuer never started its file: \(Self.entries(scene.folder)) \(rescuer.log)")
+        try #require(Date().timeIntervalSince(heldAt) < Self.freeze - 2, "the rescuer started after the held rename went out; nothing to test")
+        let unfinished = try #require(rescuersFile)
+        let written = (try? FileManager.default.attributesOfItem(atPath: unfinished)[.size] as? Int64) ?? nil
+        #expect(written == 2 << 20, "the rescuer's file: \(written ?? -1) bytes")
+
+        // The held rename goes out; the first attempt's commit is over.
+        Thread.sleep(until: heldAt.addingTimeInterval(Self.freeze + 3))
+        try #require(rescuer.process.isRunning && Self.held(rescuer, in: Self.readNumbers), "the rescuer is no longer held: \(rescuer.log)")
+        let expected = try Data(contentsOf: URL(fileURLWithPath: scene.source))
+        let stored = try? Data(contentsOf: URL(fileURLWithPath: scene.destination))
+        #expect(stored == nil || stored == expected, "destination of \(stored?.count ?? -1) bytes, the object's \(expected.count)")
+        #expect(FileManager.default.fileExists(atPath: unfinished), "the rescuer's file lost its name: \(Self.entries(scene.folder))")
+        _ = first.killTracee(SIGKILL)
+        first.signal(SIGKILL)
+        _ = first.wait(seconds: 10)
+
+        // The rescuer dies before any checkpoint recorded its file's name; a third attempt finishes.
+        _ = rescuer.killTracee(SIGKILL)
+        rescuer.signal(SIGKILL)
+        _ = rescuer.wait(seconds: 10)
+        try Self.expireLease(scene.database, job: scene.id)
+        let third = try JobctlProcess.worker(database: scene.database, ["--drain", "--lease", "30"], environment: scene.environment,
+                                             logDirectory: scene.directory.path)
+        #expect(third.wait(seconds: 60) == 0, "\(third.log)")
+        let job = try EventStore(path: scene.database, readOnly: true).job(scene.id)
+        #expect(job?.state == .succeeded, "\(job?.error?.message ?? "") \(third.log)")
+        #expect(job?.attempts == 3)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: scene.destination)) == expected)
         #expect(Self.entries(scene.folder) == ["out.bin"], "left behind: \(Self.entries(scene.folder))")
     }
 
