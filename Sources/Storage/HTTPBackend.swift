@@ -113,11 +113,13 @@ public struct HTTPBackend: StorageBackend {
     // MARK: - Object operations
 
     /// get-metadata over HTTP: a HEAD, its headers read as the object's metadata (`Content-Length`, the
-    /// content headers, hashes the server reports, the ETag as generation, `Last-Modified`).
+    /// content headers, hashes the server reports, the ETag as generation, `Last-Modified`). Redirects are
+    /// followed as a download's GET follows them (an https URL's to https only), so the metadata is that of
+    /// the file a download of the URL fetches.
     private func headMetadata(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
         let url = reference.description
         let response: HTTPResponse
-        switch try await exchange(HTTPRequest(method: "HEAD", url: url), control: control) {
+        switch try await exchange(HTTPRequest(method: "HEAD", url: url, followRedirects: true), control: control) {
         case .stopped(let reason): return .stopped(reason, nil)
         case .value(let answer): response = answer
         }
