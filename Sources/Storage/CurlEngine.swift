@@ -332,6 +332,11 @@ private final class CurlExchange: @unchecked Sendable {
     /// Times libcurl was about to send the request (`CURLOPT_PREREQFUNCTION`, set only with
     /// `requestSent`); nil when the library does not offer the callback (before 7.80).
     private var requestsStarted: Int?
+    /// Requests libcurl was about to send since the latest status line arrived, counted when the
+    /// prerequest callback is set (`countsRequests`). After a redirect's status, one or more means the
+    /// redirect was followed (the target was reached and asked); none, that it was not.
+    private var requestsSinceAnswer = 0
+    private var countsRequests = false
     var continuation: CheckedContinuation<Result<HTTPResponse, TransferFailure>, Never>?
 
     private var easy: UnsafeMutableRawPointer?
@@ -527,9 +532,11 @@ private final class CurlExchange: @unchecked Sendable {
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_NOPROGRESS, 0))
         try check(jobctl_curl_easy_setopt_xferinfo_callback(easy, curlProgress))
         try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_XFERINFODATA, context))
-        if requestSent != nil, jobctl_curl_easy_setopt_prereq_callback(easy, curlPrerequest) == CURLE_OK {
+        if requestSent != nil || request.followRedirects,
+           jobctl_curl_easy_setopt_prereq_callback(easy, curlPrerequest) == CURLE_OK {
             try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, context))
             requestsStarted = 0
+            countsRequests = true
         }
         return easy
     }
@@ -575,6 +582,7 @@ private final class CurlExchange: @unchecked Sendable {
     /// connection (again, when libcurl resends it after a reused connection died).
     func requestStarting() -> Int32 {
         requestsStarted = (requestsStarted ?? 0) + 1
+        requestsSinceAnswer += 1
         return CURL_PREREQFUNC_OK
     }
 
@@ -709,6 +717,7 @@ private final class CurlExchange: @unchecked Sendable {
         if line.starts(with: "HTTP/".utf8) {
             // A new response (after a redirect or a 1xx): forget the previous one's headers.
             status = HTTPStatusLine.code(line)
+            requestsSinceAnswer = 0
             overHTTP1 = line.starts(with: "HTTP/1.".utf8)
             headers = [:]
             headersEnded = false
@@ -879,11 +888,24 @@ private final class CurlExchange: @unchecked Sendable {
             // the CONNECT with; 0 when no proxy was asked.
             var proxyStatus = 0
             if let easy { jobctl_curl_easy_getinfo_long(easy, CURLINFO_HTTP_CONNECTCODE, &proxyStatus) }
-            // A redirect libcurl did not follow ends the exchange with the redirect's status seen last.
-            let redirect = headersEnded && (300..<400).contains(status) ? status : nil
+            // A redirect libcurl did not follow ends the exchange with the redirect's status seen last, and
+            // no request after it. One it followed to a server whose answer is not HTTP (no status line:
+            // libcurl's "HTTP/0.9", the code of a scheme it refuses) was that server's fault, not the redirect's.
+            let followedLast = countsRequests && requestsSinceAnswer > 0
+            let redirect = headersEnded && (300..<400).contains(status) && !followedLast ? status : nil
+            // Where the exchange failed, when a redirect took it elsewhere: what failed there is named as that
+            // server's, not the job's URL's.
+            var redirects = 0
+            var redirectedTo: String?
+            if let easy, jobctl_curl_easy_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &redirects) == CURLE_OK, redirects > 0 {
+                var effective: UnsafeMutableRawPointer?
+                if jobctl_curl_easy_getinfo_pointer(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective {
+                    redirectedTo = String(cString: effective.assumingMemoryBound(to: CChar.self))
+                }
+            }
             complete(.failure(.failed(curlFailure(code: Int(code.rawValue), text: text, url: request.url,
                                                   verifyResult: verifyResult, trust: options.trust, requestSent: requestBytes > 0,
-                                                  redirect: redirect, proxyStatus: proxyStatus))))
+                                                  redirect: redirect, redirectedTo: redirectedTo, proxyStatus: proxyStatus))))
             return
         }
         var responseCode = 0
@@ -982,7 +1004,8 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 ///
 /// `verifyResult` is `CURLINFO_SSL_VERIFYRESULT` for a certificate failure (OpenSSL's X509 error, or 0
 /// when the chain was trusted and only the host name check failed); `trust` names the CAs used.
-/// `redirect` is the status of a redirect the exchange ended at, when it ended at one. `proxyStatus` is
+/// `redirect` is the status of a redirect the exchange ended at, when it ended at one (not followed);
+/// `redirectedTo` the URL libcurl had last gone to (its effective URL) when it followed one. `proxyStatus` is
 /// what a proxy answered the tunnel's CONNECT (`CURLINFO_HTTP_CONNECTCODE`), 0 when none was asked.
 /// Whether the job is retried is the retry policy's decision, so no message here promises it.
 ///
@@ -991,20 +1014,13 @@ private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, download
 /// URL's secrets (it quotes a proxy it cannot read whole, scheme or not), and with its URLs redacted.
 func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
                  trust: CertificateTrust = .systemDefault, requestSent: Bool = false, redirect: Int? = nil,
-                 proxyStatus: Int = 0, environment: [String: String] = ProcessInfo.processInfo.environment) -> StorageError {
+                 redirectedTo: String? = nil, proxyStatus: Int = 0,
+                 environment: [String: String] = ProcessInfo.processInfo.environment) -> StorageError {
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: jobctl_curl_easy_strerror(curlCode))
     let quoted = SecretRedaction.scrub(ProxyEnvironment.scrubbed(text, environment: environment),
                                        secrets: SecretRedaction.secretValues(in: url))
     let cause = "curl error \(code) (\(name)): \(SecretRedaction.redactURLs(in: quoted))"
-    if proxyStatus >= 300 {
-        // The proxy the environment names answered, and refused the tunnel: the server was never asked.
-        // Its refusal (403 by policy, 407 for credentials) is the same at every attempt; a proxy that is
-        // busy or whose upstream is down (408, 429, 5xx) may not be.
-        return StorageError(.unknown, "the proxy refused to connect to the server (HTTP \(proxyStatus) to CONNECT); check "
-                                + "https_proxy / HTTPS_PROXY / ALL_PROXY and NO_PROXY", url: redactedURL(url),
-                            retryable: proxyStatus == 408 || proxyStatus == 429 || proxyStatus >= 500, cause: cause)
-    }
     if let redirect, curlCode == CURLE_UNSUPPORTED_PROTOCOL || curlCode == CURLE_URL_MALFORMAT {
         // The server answered, with a Location that is not an http(s) URL (file://, ftp://, garbage): not
         // an answer that is not HTTP, nor a URL of the job's. Asking again gets the same redirect. The
@@ -1020,6 +1036,42 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
         return StorageError(.unknown, "the server redirected more than \(CurlEngine.maxRedirects) times (HTTP \(redirect) last): a redirect loop, or a chain "
                                 + "longer than is followed; download from the URL the chain ends at",
                             httpStatus: redirect, url: redactedURL(url), cause: cause)
+    }
+    // A redirect followed to another server: what failed there (its certificate, its port, its name) is
+    // that server's, and named so; the job's URL only led there. Its scheme, host and port are shown, never
+    // its path or query (a signed URL's signature).
+    let elsewhere = redirectedTo.flatMap { redirectTarget($0, from: url) }
+    var failure = transportFailure(curlCode: curlCode, name: name, text: text, url: url, cause: cause, verifyResult: verifyResult,
+                                   trust: trust, requestSent: requestSent, proxyStatus: proxyStatus, environment: environment,
+                                   certificateHost: elsewhere?.host)
+    if let elsewhere { failure.message += "; the server had redirected the request to \(elsewhere.origin)" }
+    return failure
+}
+
+/// Where a followed redirect took the exchange, when that is another server than the job's URL names:
+/// its origin (`scheme://host:port`) and its host as a certificate names it (`host:port`); nil when the
+/// effective URL is on the job's own origin or has no host.
+func redirectTarget(_ effectiveURL: String, from url: String) -> (origin: String, host: String)? {
+    guard let components = URLComponents(string: effectiveURL), let scheme = components.scheme?.lowercased(),
+          let host = components.host?.lowercased(), !host.isEmpty,
+          let origin = GCSBackend.origin(of: effectiveURL), origin != GCSBackend.origin(of: url) else { return nil }
+    let shownHost = host.contains(":") ? "[\(host)]" : host
+    let port = components.port ?? (scheme == "https" ? 443 : 80)
+    return ("\(scheme)://\(shownHost):\(port)", "\(shownHost):\(port)")
+}
+
+/// `curlFailure` past the redirects libcurl did not follow: the failure of the transport itself.
+/// `certificateHost` names the server whose certificate was refused when it is not the job's URL's.
+private func transportFailure(curlCode: CURLcode, name: String, text: String, url: String, cause: String, verifyResult: Int,
+                              trust: CertificateTrust, requestSent: Bool, proxyStatus: Int, environment: [String: String],
+                              certificateHost: String?) -> StorageError {
+    if proxyStatus >= 300 {
+        // The proxy the environment names answered, and refused the tunnel: the server was never asked.
+        // Its refusal (403 by policy, 407 for credentials) is the same at every attempt; a proxy that is
+        // busy or whose upstream is down (408, 429, 5xx) may not be.
+        return StorageError(.unknown, "the proxy refused to connect to the server (HTTP \(proxyStatus) to CONNECT); check "
+                                + "https_proxy / HTTPS_PROXY / ALL_PROXY and NO_PROXY", url: redactedURL(url),
+                            retryable: proxyStatus == 408 || proxyStatus == 429 || proxyStatus >= 500, cause: cause)
     }
     if curlCode == CURLE_SSL_CONNECT_ERROR, text.contains("wrong version number") || text.contains("packet length too long") {
         // OpenSSL's words for a first answer that is not TLS at all: an https URL aimed at a plain-http port
@@ -1087,7 +1139,7 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
     case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
         return StorageError(.invalidArgument, "the URL cannot be fetched: \(name)", url: redactedURL(url), cause: cause)
     case CURLE_PEER_FAILED_VERIFICATION:
-        return certificateFailure(verifyResult: verifyResult, url: url, trust: trust, cause: cause)
+        return certificateFailure(verifyResult: verifyResult, url: url, host: certificateHost, trust: trust, cause: cause)
     case CURLE_SSL_CACERT_BADFILE:
         return StorageError(.unknown, "the CA certificates could not be loaded from \(trust) (set by "
                                 + "\(trust.source ?? "libcurl's defaults")); point JOBCTL_CA_BUNDLE (or SSL_CERT_FILE / SSL_CERT_DIR) "
@@ -1101,8 +1153,8 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
 /// Why the server's certificate was refused, from OpenSSL's verify result (`man openssl-verify`):
 /// a certificate that is expired or not yet valid, a chain no trusted CA issued, or — chain trusted,
 /// result 0 (or libcurl's "not verified yet" 1) — a certificate for another host name. None is retryable.
-private func certificateFailure(verifyResult: Int, url: String, trust: CertificateTrust, cause: String) -> StorageError {
-    let host = redactedURL(url).split(separator: "/", omittingEmptySubsequences: true).dropFirst().first.map(String.init) ?? url
+private func certificateFailure(verifyResult: Int, url: String, host: String?, trust: CertificateTrust, cause: String) -> StorageError {
+    let host = host ?? redactedURL(url).split(separator: "/", omittingEmptySubsequences: true).dropFirst().first.map(String.init) ?? url
     switch verifyResult {
     case 0, 1:
         return StorageError(.unknown, "the server's TLS certificate is not valid for \(host): it names other hosts. "

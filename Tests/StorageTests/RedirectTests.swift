@@ -46,4 +46,49 @@ struct RedirectTests {
         #expect(!error.retryable && error.httpStatus == 302 && error.message.contains("https"), "\(error)")
         #expect(try asked() == before, "the plain-http server was asked: \(server.accessLog)")
     }
+
+    /// A redirect followed to a server whose answer is not HTTP (no status line: libcurl's "HTTP/0.9",
+    /// the same code as a scheme it refuses to follow) is that server's fault, retryable as it is without
+    /// the redirect — not "a redirect to a URL that is not followed", which failed the job for good while
+    /// blaming a Location that was a valid http URL.
+    @Test("a redirect followed to a server whose answer is not HTTP is a retryable server fault, not an unfollowed redirect")
+    func redirectToAnswerThatIsNotHTTP() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let target = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(.any, .respond(ProxyMessage(startLine: "SSH-2.0-OpenSSH_9.2", body: Data("x".utf8))), times: .max),
+        ])
+        defer { target.stop() }
+        let front = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(.any, .respond(.response(302, reason: "Found", headers: [ProxyHeader("Location", "\(target.baseURL)/a.bin")])),
+                      times: .max),
+        ])
+        defer { front.stop() }
+        let error = try failure(await run(try backend(), JobSpec(kind: .downloadMemory, source: "\(front.baseURL)/a.bin", maxSize: 1 << 20)))
+        #expect(target.exchanges.contains { $0.faults.contains { $0.hasPrefix("respond") } }, "the redirect was not followed")
+        #expect(error.retryable, "\(error)")
+        #expect(error.message.contains("not HTTP") && !error.message.contains("not followed"), "\(error)")
+    }
+
+    /// A failure at the server a redirect led to names that server: a certificate for another name there
+    /// was reported as "the server's TLS certificate is not valid for" the job's own host and port — a
+    /// plain-http server that has no certificate at all.
+    @Test("a certificate refused at a redirect's target names the target, not the job's server")
+    func certificateAtRedirectTargetNamesIt() async throws {
+        let authority = try TestCertificateAuthority.create()
+        defer { authority.remove() }
+        let secure = try NginxServer.start(tls: try authority.issueServerCertificate(names: ["DNS:example.test"]))
+        defer { secure.stop() }
+        try Data("x".utf8).write(to: URL(fileURLWithPath: secure.root + "/x.txt"))
+        let front = try NginxServer.start(extraServerConfig: """
+            location /moved { return 302 \(secure.baseURL)/x.txt?X-Goog-Signature=SECRETSIG; }
+            """)
+        defer { front.stop() }
+        let error = try failure(await run(try backend(["JOBCTL_CA_BUNDLE": authority.certificatePath]),
+                                          JobSpec(kind: .downloadMemory, source: "\(front.baseURL)/moved", maxSize: 1 << 20)))
+        #expect(!error.retryable && error.message.contains("not valid for"), "\(error)")
+        #expect(error.message.contains("127.0.0.1:\(secure.port)"), "\(error)")
+        #expect(!error.message.contains("127.0.0.1:\(front.port)") || error.message.contains("redirect"), "\(error)")
+        #expect(!"\(error) \(error.cause ?? "")".contains("SECRETSIG"), "\(error)")
+    }
 }
