@@ -462,6 +462,10 @@ private final class CurlExchange: @unchecked Sendable {
         if trust.exclusive || trust.caDirectory != nil {
             try check(jobctl_curl_easy_setopt_string(easy, CURLOPT_CAPATH, trust.caDirectory))
         }
+        // TLS 1.2 at the least (RFC 8996 deprecates 1.0 and 1.1), whatever OpenSSL's configuration allows:
+        // libcurl's default floor is OpenSSL's, which `OPENSSL_CONF` or a legacy system policy lowers to TLS 1.0
+        // (https://curl.se/libcurl/c/CURLOPT_SSLVERSION.html).
+        try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_SSLVERSION, Int(CURL_SSLVERSION_TLSv1_2)))
         // libcurl keeps the CA store it loaded for 24 hours by default, by the file's name only: a bundle
         // replaced while the worker runs (a private CA rotated, a CA withdrawn) went unread for a day, and
         // one removed still served. Each new connection reads the CAs as they are now.
@@ -1079,6 +1083,12 @@ private func transportFailure(curlCode: CURLcode, name: String, text: String, ur
         return StorageError(.unknown, "the server did not answer in TLS: the https URL may name a plain-http port; "
                                 + "use http:// for it, or the port the server speaks https on",
                             url: redactedURL(url), cause: cause)
+    }
+    if curlCode == CURLE_SSL_CONNECT_ERROR, text.contains("alert protocol version") || text.contains("unsupported protocol") {
+        // The server offers only TLS older than 1.2 (or the handshake ended on its "protocol version" alert):
+        // the same at every attempt, and not a connection failing.
+        return StorageError(.unknown, "the server speaks no TLS version this machine uses (TLS 1.2 or later; TLS 1.0 and 1.1 "
+                                + "are refused): upgrade the server's TLS", url: redactedURL(url), cause: cause)
     }
     if curlCode == CURLE_RECV_ERROR, text.hasPrefix("Too large response headers") {
         // libcurl's limit on an answer's headers in all (300 KiB; each line has its own, below): the server
