@@ -22,6 +22,9 @@ struct MovementWindow {
 
     /// The stall window: how much running time the rule looks back over.
     let window: Duration
+    /// A sixteenth of the window: the least running time between two samples (worked out once: a
+    /// `Duration` division is a 128-bit one, and libcurl calls the progress callback many times a second).
+    private let step: Duration
     /// The least average rate over the window, in bytes per second; 0 checks only that bytes move.
     let minimum: Int64
 
@@ -35,6 +38,7 @@ struct MovementWindow {
 
     init(window: Duration, minimum: Int64, startedAt start: ContinuousClock.Instant) {
         self.window = window
+        step = window / 16
         self.minimum = max(0, minimum)
         samples = [(.zero, 0)]
         runningSince = start
@@ -76,7 +80,7 @@ struct MovementWindow {
             samples = [(running, bytes)]
             return nil
         }
-        if running - samples[samples.count - 1].running >= window / 16 { samples.append((running, bytes)) }
+        if running - samples[samples.count - 1].running >= step { samples.append((running, bytes)) }
         while samples.count >= 2, running - samples[1].running >= window { samples.removeFirst() }
         let span = running - samples[0].running
         guard span >= window else { return nil }
