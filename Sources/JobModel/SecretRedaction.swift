@@ -43,6 +43,10 @@ public enum SecretRedaction {
     ///
     /// Text that is not a URL is returned unchanged.
     public static func redactURL(_ url: String) -> String {
+        // Without `@`, `?`, `#` or `;` there is nothing to replace, and `redact` gives the text back byte
+        // for byte: a byte scan says so at a fraction of its cost (its Character walks and Foundation
+        // searches were ~130,000 instructions for a 50-byte URL, paid by every download's answer check).
+        guard mayHoldSecret(url) else { return url }
         var hidden: [Substring] = []
         return redact(url, hidden: &hidden)
     }

@@ -616,6 +616,12 @@ public struct HTTPBackend: StorageBackend {
     /// would be (RFC 9110 §9.3.2), and a 204 was read as a file of unknown size (-1).
     static func noFileAnswer(status: Int, headers: [String: String], rangeAsked: Bool, url: String,
                              request: NoFileRequest = .download) -> StorageError? {
+        switch status {
+        case 200, 203: return nil
+        case 206 where rangeAsked: return nil
+        default: break
+        }
+        // Made only for an answer that is refused: every download's answer passes through here.
         let asked = switch request {
         case .download: "the download of \(redactedURL(url))"
         case .metadata: "the HEAD asking the metadata of \(redactedURL(url))"
@@ -623,8 +629,6 @@ public struct HTTPBackend: StorageBackend {
         }
         let kept = request == .download ? "; nothing was kept" : ""
         switch status {
-        case 200, 203: return nil
-        case 206 where rangeAsked: return nil
         case 206:
             return StorageError(.unknown, "the server answered the request for all of \(redactedURL(url)) with part of it (206, "
                                     + "\(headers["content-range"].map { "'Content-Range: \($0)'" } ?? "no Content-Range"))\(kept) "

@@ -156,4 +156,18 @@ private let secretGuardInputs: [String] = guardInputs + [
         #expect(redacted == lines.map { SecretRedaction.redactURLs(in: $0) }.joined(separator: "\n"))
         #expect(redacted.contains("https://u:REDACTED@h/y?X-Goog-Signature=REDACTED&a=1") && !redacted.contains("Signature=s1&"))
     }
+
+    /// A URL without `@`, `?`, `#` or `;` holds nothing to hide: it comes back byte for byte (by a byte
+    /// scan, without the parse), whatever its scheme, case or script; one with them still goes through
+    /// the parse.
+    @Test func aURLWithNothingToHideComesBackAsItIs() {
+        for url in ["http://127.0.0.1:8080/small/f00001.bin", "gs://bucket/a/b c.txt", "file:///tmp/caf\u{e9}/x",
+                    "HTTPS://Host/%41%2F/token=x", "s3://b/k\u{301}e\u{301}", "not a url", ""] {
+            #expect(SecretRedaction.redactURL(url) == url)
+            #expect(Array(SecretRedaction.redactURL(url).utf8) == Array(url.utf8))
+        }
+        #expect(SecretRedaction.redactURL("https://h/a;token=x") == "https://h/a;token=REDACTED")
+        #expect(SecretRedaction.redactURL("https://u:p@h/a") == "https://u:REDACTED@h/a")
+        #expect(SecretRedaction.redactURL("https://h/a#access_token=x") == "https://h/a#access_token=REDACTED")
+    }
 }
