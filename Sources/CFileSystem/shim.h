@@ -33,6 +33,21 @@ static inline int jobctl_rename_noreplace(int directory, const char *from, const
     return (int)syscall(SYS_renameat2, directory, from, directory, to, 1u /* RENAME_NOREPLACE */);
 }
 
+#ifndef F_OFD_SETLK
+#define F_OFD_SETLK 37
+#endif
+
+/// `fcntl(fd, F_OFD_SETLK)` of `type` (`F_WRLCK`, `F_UNLCK`) on the whole file, however far it grows.
+static inline int jobctl_set_open_file_lock(int fd, short type) {
+    struct flock lock = {0};
+    lock.l_type = type;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = 0;
+    lock.l_len = 0;   // to the end, however far the file grows
+    lock.l_pid = 0;   // required for F_OFD_* requests
+    return fcntl(fd, F_OFD_SETLK, &lock);
+}
+
 /// `fcntl(fd, F_OFD_SETLK)` with an exclusive (write) lock on the whole file, never waiting: 0 when
 /// taken (or already held through this open file description), 1 when another open file description
 /// holds a lock on the file (EAGAIN, EACCES), -1 with errno otherwise (ENOLCK, EINVAL where the
@@ -41,16 +56,7 @@ static inline int jobctl_rename_noreplace(int directory, const char *from, const
 /// with the description's last descriptor (a close, or the process's death, however it died).
 /// https://man7.org/linux/man-pages/man2/fcntl.2.html ("Open file description locks")
 static inline int jobctl_lock_open_file(int fd) {
-#ifndef F_OFD_SETLK
-#define F_OFD_SETLK 37
-#endif
-    struct flock lock = {0};
-    lock.l_type = F_WRLCK;
-    lock.l_whence = SEEK_SET;
-    lock.l_start = 0;
-    lock.l_len = 0;   // to the end, however far the file grows
-    lock.l_pid = 0;   // required for F_OFD_* requests
-    if (fcntl(fd, F_OFD_SETLK, &lock) == 0) return 0;
+    if (jobctl_set_open_file_lock(fd, F_WRLCK) == 0) return 0;
     if (errno == EAGAIN || errno == EACCES) return 1;
     return -1;
 }
@@ -60,16 +66,7 @@ static inline int jobctl_lock_open_file(int fd) {
 /// descriptor, and a child forked meanwhile by any thread (`posix_spawn`, between its clone and its exec)
 /// holds a copy of every descriptor: unlocked first, the lock goes when its holder means it to.
 static inline int jobctl_unlock_open_file(int fd) {
-#ifndef F_OFD_SETLK
-#define F_OFD_SETLK 37
-#endif
-    struct flock lock = {0};
-    lock.l_type = F_UNLCK;
-    lock.l_whence = SEEK_SET;
-    lock.l_start = 0;
-    lock.l_len = 0;
-    lock.l_pid = 0;
-    return fcntl(fd, F_OFD_SETLK, &lock);
+    return jobctl_set_open_file_lock(fd, F_UNLCK);
 }
 
 /// Glibc's (2.34+), which its Swift module does not show: closes every descriptor from `from` on in the
