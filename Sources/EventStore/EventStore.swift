@@ -334,7 +334,13 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// file another program made is refused by every open: `submit` and `migrate` put jobctl's tables
     /// into it and switched it to WAL — another application's database changed by a mistyped `--db`.
     private static func refuseNonDatabase(_ path: String, _ connection: SQLiteConnection, creating: Bool) throws(StoreError) {
-        let tables = try connection.first("SELECT count(*) FROM sqlite_master") { row in row.int(0) } ?? 0
+        // One read of the schema: the ledger read before it may have come just before another jobctl
+        // process, creating this database at once (concurrent first submits), committed its tables —
+        // which counted alone read as another program's database.
+        let (tables, ledger) = try connection.first(
+            "SELECT count(*), count(CASE WHEN type = 'table' AND name = 'schema_migrations' THEN 1 END) FROM sqlite_master"
+        ) { row in (row.int(0), row.int(1)) } ?? (0, 0)
+        if ledger > 0 { return }
         if tables == 0 {
             if creating { return }
             throw StoreError.noDatabase(path: path)
