@@ -59,15 +59,25 @@ demo: release
 ## At most TEST_WIDTH tests run at once (four a core by default), each on a thread of its own (see
 ## Tests/TestSupport/TestThreads.swift): unbounded, every suite started its servers and processes at once
 ## (load average 43 on two cores, and a hang).
+## A test running longer than JOBCTL_TEST_STUCK_SECONDS is named while it runs, with what its processes
+## wait on, and at twice that the test process aborts with every thread's stack (Tests/TestSupport/
+## StuckTests.swift); TEST_TIME_LIMIT ends the whole run whatever hangs, naming the tests it left running.
 TEST_WIDTH ?= $(shell echo $$(( $$(nproc) * 4 )))
+TEST_TIME_LIMIT ?= 40m
 test: venv
 	swift build --build-tests
 	@# The release binary too (what `make demo` and `make install` build): its whole-module compile
 	@# finds what the debug build lets through (an import another file of the module made).
 	swift build -c release --product jobctl --static-swift-stdlib
-	swift test --skip-build --experimental-maximum-parallelization-width $(TEST_WIDTH) 2>&1 | tee .build/test-output.txt; rc=$${PIPESTATUS[0]}; \
+	@rm -f .build/stuck-tests.txt
+	timeout --kill-after=30s $(TEST_TIME_LIMIT) swift test --skip-build --experimental-maximum-parallelization-width $(TEST_WIDTH) 2>&1 | tee .build/test-output.txt; rc=$${PIPESTATUS[0]}; \
 	if [ $$rc != 0 ]; then echo "=== what failed (from .build/test-output.txt) ==="; \
-	  grep -E -A2 "recorded an issue|Fatal error|signal code" .build/test-output.txt | head -24; fi; \
+	  grep -E -A2 "recorded an issue|Fatal error|signal code|running longer than|still running after" .build/test-output.txt | head -40; \
+	  echo "=== tests started and not ended ==="; bash .ci/unfinished-tests .build/test-output.txt | head -100; \
+	  [ ! -s .build/stuck-tests.txt ] || { echo "=== stuck tests reported while they ran ==="; head -c 20000 .build/stuck-tests.txt; }; \
+	  if [ $$rc = 124 ] || [ $$rc = 137 ]; then echo "=== the run passed TEST_TIME_LIMIT ($(TEST_TIME_LIMIT)) and was stopped; what still ran ==="; \
+	    session=$$(ps -o sid= -p $$$$ | tr -d " "); ps -s $$session -o pid,ppid,stat,wchan:24,etime,args --forest | cut -c1-250 | head -200; \
+	    pkill -KILL -s $$session -f jobctlPackageTests.xctest; sleep 1; pkill -KILL -s $$session -f "$(CURDIR)/.build/debug/jobctl"; fi; fi; \
 	exit $$rc
 
 BENCH_PACKAGES := curl rclone time

@@ -164,8 +164,8 @@ import TestSupport
             try await Task.sleep(for: .milliseconds(20))
         }
         #expect(FileManager.default.fileExists(atPath: hold), "the child never reached the point before its commit")
-        signalIfRunning(child, SIGKILL)
-        child.waitUntilExit()
+        child.signalTree(SIGKILL)
+        child.waitForExit()
         #expect(child.terminationReason == .uncaughtSignal)
 
         // The log is as it was: every job, every event, no archive recorded, and it verifies.

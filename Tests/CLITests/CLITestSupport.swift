@@ -124,8 +124,8 @@ final class LoggedWorker {
 
     /// Sends `signal` (if it still runs) and waits for it to exit.
     func stop(_ signal: Int32 = SIGTERM) {
-        signalIfRunning(process, signal)
-        process.waitUntilExit()
+        if signal == SIGKILL { process.signalTree(SIGKILL) } else { signalIfRunning(process, signal) }
+        process.waitForExit()
     }
 
     /// Ends it with SIGKILL if it still runs, and waits.

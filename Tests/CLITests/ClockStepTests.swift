@@ -61,7 +61,7 @@ struct ClockStepTests {
             """).first)
         let log = workspace.directory.file("worker.log")
         let worker = try Self.startWorker(workspace, ["--lease", "30s", "--concurrency", "1"], offsetFile: offsetFile, log: log)
-        defer { if worker.isRunning { signalIfRunning(worker, SIGKILL); worker.waitUntilExit() } }
+        defer { if worker.isRunning { worker.signalTree(SIGKILL); worker.waitForExit() } }
         let workerLog = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
         try #require(eventuallyTrue(seconds: 20) { workerLog().contains(" started \(id)") }, "\(workerLog())")
 
@@ -77,7 +77,7 @@ struct ClockStepTests {
         #expect(!shown.stdout.contains("retryLimitExceeded"), "\(shown.stdout)")
 
         signalIfRunning(worker, SIGTERM)
-        worker.waitUntilExit()
+        worker.waitForExit()
         #expect(worker.terminationStatus == 0, "\(workerLog())")
     }
 
@@ -98,11 +98,11 @@ struct ClockStepTests {
             """).first)
         let log = workspace.directory.file("worker.log")
         let worker = try Self.startWorker(workspace, ["--drain"], offsetFile: offsetFile, log: log)
-        defer { if worker.isRunning { signalIfRunning(worker, SIGKILL); worker.waitUntilExit() } }
+        defer { if worker.isRunning { worker.signalTree(SIGKILL); worker.waitForExit() } }
         let workerLog = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
         try #require(eventuallyTrue(seconds: 20) { workerLog().contains(" started \(id)") }, "\(workerLog())")
         try "+2h\n".write(toFile: offsetFile, atomically: true, encoding: .utf8)
-        worker.waitUntilExit()
+        worker.waitForExit()
         #expect(worker.terminationStatus == 0, "\(workerLog())")
 
         let succeeded = try #require(workerLog().split(separator: "\n").first { $0.contains(" succeeded \(id)") }, "\(workerLog())")

@@ -137,7 +137,7 @@ import TestSupport
         try worker.run()
         defer {
             _ = signalIfRunning(worker, SIGTERM)
-            worker.waitUntilExit()
+            worker.waitForExit()
         }
         #expect(eventuallyTrue(seconds: 20) { FileManager.default.fileExists(atPath: database + "-shm") })
 

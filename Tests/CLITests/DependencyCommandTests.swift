@@ -370,7 +370,7 @@ import TestSupport
         process.standardError = handle
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        process.waitUntilExit()
+        process.waitForExit()
         let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(process.terminationReason == .exit && process.terminationStatus == 0, "\(output.suffix(2_000))")
         #expect(output.contains("\(count + 1) jobs valid; nothing submitted (--dry-run)"), "\(output.suffix(2_000))")

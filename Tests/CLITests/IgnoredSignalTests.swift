@@ -26,8 +26,8 @@ struct IgnoredSignalTests {
         worker.standardOutput = FileHandle.nullDevice
         try worker.run()
         defer {
-            _ = signalIfRunning(worker, SIGKILL)
-            worker.waitUntilExit()
+            worker.signalTree(SIGKILL)
+            worker.waitForExit()
         }
         let log = { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
         // Logged once the signal handlers are in place.
@@ -40,7 +40,7 @@ struct IgnoredSignalTests {
 
         kill(worker.processIdentifier, SIGTERM)
         #expect(eventuallyTrue(seconds: 10) { !worker.isRunning }, "SIGTERM did not stop the worker: \(log())")
-        worker.waitUntilExit()
+        worker.waitForExit()
         #expect(worker.terminationReason == .exit && worker.terminationStatus == 0, "\(worker.terminationStatus): \(log())")
         #expect(log().contains("signal_received signal=15"), "\(log())")
     }

@@ -29,7 +29,7 @@ struct LockedStopTests {
         let stopped = eventuallyTrue(seconds: 5) { !worker.process.isRunning }
         #expect(stopped, "still running \(String(format: "%.1f", Date().timeIntervalSince(signalled))) s after SIGTERM: \(worker.log())")
         lock.release()  // lets a worker that waited for the lock go
-        worker.process.waitUntilExit()
+        worker.process.waitForExit()
         #expect(worker.process.terminationReason == .exit && worker.process.terminationStatus == 0, "\(worker.log())")
         #expect(worker.log().contains("signal_received signal=15"), "\(worker.log())")
     }
@@ -58,7 +58,7 @@ struct LockedStopTests {
         kill(worker.process.processIdentifier, SIGTERM)
         // The grace (8 s) and a second's wait for the lock.
         #expect(eventuallyTrue(seconds: 20) { !worker.process.isRunning }, "\(worker.log())")
-        worker.process.waitUntilExit()
+        worker.process.waitForExit()
         let log = worker.log()
         #expect(worker.process.terminationReason == .exit && worker.process.terminationStatus == 0, "\(log)")
         for id in ids {

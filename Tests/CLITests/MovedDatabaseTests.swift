@@ -107,7 +107,7 @@ struct HardLinkedDatabaseTests {
         let other = try runProcess(PackagePaths.jobctlBinary, ["--db", second, "worker", "--drain", "--concurrency", "2"],
                                    environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
                                    currentDirectory: workspace.directory.path)
-        first.process.waitUntilExit()
+        first.process.waitForExit()
         // Both are refused: the file has two names whichever one a process opens it by.
         #expect(first.process.terminationStatus == 1, "\(first.log())")
         #expect(other.status == 1, "\(other.stderr)")

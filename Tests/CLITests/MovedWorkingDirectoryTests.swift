@@ -32,8 +32,8 @@ struct MovedWorkingDirectoryTests {
         worker.standardError = handle
         try worker.run()
         defer {
-            signalIfRunning(worker, SIGKILL)
-            worker.waitUntilExit()
+            worker.signalTree(SIGKILL)
+            worker.waitForExit()
         }
         func text() -> String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
         try #require(eventuallyTrue(seconds: 30) { text().contains("worker_started") }, "\(text())")
@@ -50,7 +50,7 @@ struct MovedWorkingDirectoryTests {
         let shown = try workspace.json(["show", ids[0], "--json"]) as? [String: Any]
         #expect(shown?["state"] as? String == "succeeded", "\(shown ?? [:])")
         signalIfRunning(worker, SIGTERM)
-        worker.waitUntilExit()
+        worker.waitForExit()
         #expect(worker.terminationStatus == 0, "\(text())")
     }
 }

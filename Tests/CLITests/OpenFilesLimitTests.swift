@@ -42,8 +42,8 @@ import TestSupport
         let log = workspace.directory.file("worker.log")
         let worker = try Self.workerUnderLimit("-Sn 64", workspace, ["--log-format", "json"], log: log)
         defer {
-            signalIfRunning(worker, SIGKILL)
-            worker.waitUntilExit()
+            worker.signalTree(SIGKILL)
+            worker.waitForExit()
         }
         let deadline = Date().addingTimeInterval(30)
         while worker.isRunning, Date() < deadline,
@@ -56,7 +56,7 @@ import TestSupport
         #expect(limit.hard == inherited.hard)
         #expect(!((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("open_files_limit"))
         signalIfRunning(worker, SIGTERM)
-        worker.waitUntilExit()
+        worker.waitForExit()
         #expect(worker.terminationStatus == 0)
     }
 
@@ -73,7 +73,7 @@ import TestSupport
         let log = workspace.directory.file("worker.log")
         // Soft and hard 100: 16 transfers may need 16 × 4 + 64 = 128.
         let worker = try Self.workerUnderLimit("-n 100", workspace, ["--drain", "--concurrency", "16", "--log-format", "json"], log: log)
-        worker.waitUntilExit()
+        worker.waitForExit()
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(worker.terminationStatus == 0, "\(text)")
         let lines = text.split(separator: "\n")
@@ -102,7 +102,7 @@ import TestSupport
         let missing = workspace.directory.file("no-such-bundle.pem")
         let worker = try Self.workerUnderLimit("-n 100", workspace, ["--drain", "--concurrency", "16"], log: log,
                                                environment: ["JOBCTL_CA_BUNDLE": missing])
-        worker.waitUntilExit()
+        worker.waitForExit()
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(worker.terminationStatus == 1, "\(text)")
         let lines = text.split(separator: "\n")
@@ -132,8 +132,8 @@ import TestSupport
         let deadline = Date().addingTimeInterval(30)
         while worker.isRunning && Date() < deadline { usleep(50_000) }
         let exited = !worker.isRunning
-        if !exited { signalIfRunning(worker, SIGKILL) }
-        worker.waitUntilExit()
+        if !exited { worker.signalTree(SIGKILL) }
+        worker.waitForExit()
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(exited, "still running after 30 s: \(text.suffix(600))")
         #expect(worker.terminationReason == .exit && worker.terminationStatus == 1, "\(worker.terminationReason) \(worker.terminationStatus) \(text.suffix(600))")

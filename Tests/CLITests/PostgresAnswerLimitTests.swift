@@ -49,8 +49,8 @@ struct PostgresAnswerLimitTests {
         try process.run()
         while process.isRunning && Date().timeIntervalSince(start) < seconds { usleep(50_000) }
         let hung = process.isRunning
-        if hung { _ = signalIfRunning(process, SIGKILL) }
-        process.waitUntilExit()
+        if hung { process.signalTree(SIGKILL) }
+        process.waitForExit()
         let stderr = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
         let stdout = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
         return (hung ? nil : process.terminationStatus, stdout, stderr, Date().timeIntervalSince(start))

@@ -34,7 +34,7 @@ struct PostgresDrainStopTests {
         worker.standardOutput = FileHandle.nullDevice
         worker.standardError = log
         try worker.run()
-        defer { if worker.isRunning { _ = signalIfRunning(worker, SIGKILL); worker.waitUntilExit() } }
+        defer { if worker.isRunning { worker.signalTree(SIGKILL); worker.waitForExit() } }
         // The worker is up and waiting for the delayed job when the server goes.
         let started = Date()
         while Date().timeIntervalSince(started) < 30,

@@ -78,7 +78,7 @@ import TestSupport
         }
 
         let printed = output.fileHandleForReading.readDataToEndOfFile()
-        audit.waitUntilExit()
+        audit.waitForExit()
         let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(audit.terminationStatus == 0, "\(stderr)")
         let lines = String(decoding: printed, as: UTF8.self).split(separator: "\n")

@@ -95,7 +95,7 @@ import TestSupport
             return stopping != nil
         }
         #expect(stopping?.contains("STATUS=stopping") == true, "\(stopping ?? "no STOPPING=1")")
-        worker.process.waitUntilExit()
+        worker.process.waitForExit()
         #expect(worker.process.terminationStatus == 0, "\(worker.log())")
     }
 

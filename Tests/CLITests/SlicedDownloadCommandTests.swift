@@ -54,8 +54,8 @@ import TestSupport
         }
         // Wait for the first checkpoint in the log, then kill the worker without warning.
         let checkpointed = try eventuallyTrue(seconds: 60) { try resumePoint()?["type"] as? String == "sliced_download" }
-        signalIfRunning(first, SIGKILL)
-        first.waitUntilExit()
+        first.signalTree(SIGKILL)
+        first.waitForExit()
         #expect(checkpointed, "the worker logged no sliced checkpoint: \((try? String(contentsOfFile: firstLog, encoding: .utf8)) ?? "")")
         let firstRound = proxy.exchanges.count
         #expect(Self.mediaRanges(proxy).count == 4, "\(Self.mediaRanges(proxy))")

@@ -84,8 +84,8 @@ struct StandardStreamTests {
         let deadline = Date().addingTimeInterval(120)
         while process.isRunning && Date() < deadline { usleep(50_000) }
         let exited = !process.isRunning
-        if !exited { signalIfRunning(process, SIGKILL) }
-        process.waitUntilExit()
+        if !exited { process.signalTree(SIGKILL) }
+        process.waitForExit()
         #expect(exited, "the worker was still running after 120 s: it waited for its log's reader")
         #expect(process.terminationStatus == 0)
         let states = try #require(try workspace.json(["list", "--limit", "0", "--json"]) as? [[String: Any]])
@@ -112,8 +112,8 @@ struct StandardStreamTests {
         process.currentDirectoryURL = URL(fileURLWithPath: workspace.directory.path)
         try process.run()
         defer {
-            _ = signalIfRunning(process, SIGKILL)
-            process.waitUntilExit()
+            process.signalTree(SIGKILL)
+            process.waitForExit()
         }
         // The worker is running once it has run both jobs (the download's copy is on disk).
         let copy = workspace.directory.file("copies/bytes-0.txt")

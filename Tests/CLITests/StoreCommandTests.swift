@@ -232,8 +232,8 @@ import TestSupport
         let done = try eventuallyTrue(seconds: 20) {
             try workspace.jobctl(["show", id]).stdout.contains("succeeded")
         }
-        signalIfRunning(worker, SIGKILL)
-        worker.waitUntilExit()
+        worker.signalTree(SIGKILL)
+        worker.waitForExit()
         try #require(done)
         let wal = workspace.database + "-wal"
         let walSize = try #require(try FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int)

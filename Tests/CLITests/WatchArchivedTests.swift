@@ -49,7 +49,7 @@ import TestSupport
             while process.isRunning && Date() < deadline { usleep(20_000) }
             #expect(!process.isRunning, "watch (\(what)) still polls for a job that is gone")
             if process.isRunning { process.terminate() }
-            process.waitUntilExit()
+            process.waitForExit()
             let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             #expect(process.terminationStatus == 1, "\(what): \(stderr)")
             #expect(stderr.contains("\(what) no longer in the log") && stderr.contains("jobctl audit --from old.jsonl.gz"), "\(stderr)")

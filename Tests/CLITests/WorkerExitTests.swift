@@ -92,7 +92,7 @@ struct WorkerExitTests {
             try #require(eventuallyTrue(seconds: 20) { Self.blocks(pid, SIGTERM) || !worker.process.isRunning }, "\(worker.log())")
             kill(pid, SIGTERM)
             #expect(eventuallyTrue(seconds: 20) { !worker.process.isRunning }, "\(worker.log())")
-            worker.process.waitUntilExit()
+            worker.process.waitForExit()
             let events = worker.log().split(separator: "\n").compactMap { line in
                 ["worker_started", "signal_received", "worker_stopped"].first { line.contains(" \($0) ") }
             }

@@ -79,8 +79,8 @@ import TestSupport
         let port = freeLoopbackPort()
         let worker = try Self.metricsWorker(workspace, port: port)
         defer {
-            signalIfRunning(worker, SIGKILL)
-            worker.waitUntilExit()
+            worker.signalTree(SIGKILL)
+            worker.waitForExit()
         }
 
         // Every job ends (the retried one after its one retry, about a second later)…
@@ -193,7 +193,7 @@ import TestSupport
                 "the scrape waited: \(crowded.stdout)")
 
         signalIfRunning(worker, SIGTERM)
-        worker.waitUntilExit()
+        worker.waitForExit()
         #expect(worker.terminationStatus == 0)
         #expect(!loopbackPortAnswers(port))
     }
@@ -209,8 +209,8 @@ import TestSupport
         let port = freeLoopbackPort()
         let worker = try Self.metricsWorker(workspace, port: port)
         defer {
-            signalIfRunning(worker, SIGKILL)
-            worker.waitUntilExit()
+            worker.signalTree(SIGKILL)
+            worker.waitForExit()
         }
         #expect(eventuallyTrue(seconds: 10) { loopbackPortAnswers(port) })
         // Each request is sent whole, then (as a client that writes before it reads) read after a pause.

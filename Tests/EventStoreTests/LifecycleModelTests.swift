@@ -43,6 +43,7 @@ struct LifecycleModelTests {
 
     @Test("the stores follow the lifecycle model step by step, and agree with each other")
     func storesFollowTheModel() throws {
+        StuckTests.allow(seconds: Double(Self.sequences) * 5 + 600)
         let seeds: [UInt64]
         if let one = ProcessInfo.processInfo.environment["JOBCTL_LIFECYCLE_SEED"].flatMap(UInt64.init) {
             seeds = [one]

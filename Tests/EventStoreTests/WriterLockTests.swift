@@ -39,7 +39,7 @@ struct WriterLockTests {
         func killAndWait() {
             signal(SIGCONT)
             signal(SIGKILL)
-            process.waitUntilExit()
+            process.waitForExit()
         }
     }
 
@@ -240,7 +240,7 @@ struct WriterLockTests {
         #expect(Date().timeIntervalSince(started) >= 0.25, "it waited for the holder")
         #expect(lock.recoveredFromDeadOwner == 1)
         lock.unlock()
-        holder.process.waitUntilExit()
+        holder.process.waitForExit()
     }
 
     @Test("a group commit that waited for the lock writes everything queued meanwhile in one transaction")

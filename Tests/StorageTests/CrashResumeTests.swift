@@ -72,8 +72,8 @@ struct CrashResumeTests {
         }
         // A test starved past its deadline still reads what the child logged meanwhile.
         points = Self.readLog(log)
-        signalIfRunning(child, SIGKILL)
-        child.waitUntilExit()
+        child.signalTree(SIGKILL)
+        child.waitForExit()
         #expect(child.terminationReason == .uncaughtSignal, "the child must have been killed, not finished")
         let last = try #require(points.last, "the child logged no checkpoint; its output: \((try? String(contentsOfFile: childOutput, encoding: .utf8)) ?? "")")
         guard case .upload(_, let confirmed, _, _) = last else {

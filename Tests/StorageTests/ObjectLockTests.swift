@@ -12,7 +12,7 @@ import Glibc
 /// (another user's `flock FILE sleep …`): a blocking `flock` held the job for ever, deaf to cancel and
 /// pause (and so to the worker's SIGTERM), and its retry after the lease waited again. The lock is now
 /// waited for while the job runs, up to `Self.limitMs`, then the attempt fails retryable.
-@Suite("file:// object lock held by another process")
+@Suite("file:// object lock held by another process", .onTestThreads)
 struct ObjectLockTests {
     /// A bucket holding `file://b/s.txt`, the object's path, and a descriptor of the object holding its lock
     /// (an open file description of its own, as another process's would be).

@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 
 /// Another SQLite client (Python's sqlite3 module) holding the database's write lock
 /// (`BEGIN IMMEDIATE`) until `release()`: while it is held, no worker can commit an event, so a
@@ -33,6 +34,6 @@ public final class SQLiteWriteLock: @unchecked Sendable {
     /// Rolls back and waits for the client to exit.
     public func release() {
         try? input.fileHandleForWriting.close()
-        process.waitUntilExit()
+        process.waitForExit()
     }
 }

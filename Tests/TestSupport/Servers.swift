@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -138,9 +139,9 @@ public class LoopbackServer: @unchecked Sendable {
             kill(process.processIdentifier, stopSignal)
             let deadline = Date().addingTimeInterval(5)
             while process.isRunning && Date() < deadline { usleep(10_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            if process.isRunning { process.signalTree(SIGKILL) }
         }
-        process.waitUntilExit()
+        process.waitForExit(seconds: 30)
         if removeFiles { directory.remove() }
     }
 

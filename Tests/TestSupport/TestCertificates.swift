@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 
 /// A server certificate and its private key, as PEM files (for an HTTPS `NginxServer`).
 public struct TLSServerCertificate: Sendable {

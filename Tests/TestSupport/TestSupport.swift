@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,10 +52,14 @@ public struct ProcessOutput: Sendable {
     public let stderr: String
 }
 
-/// Runs a program with arguments, optional stdin and environment additions, and waits for it.
+/// Runs a program with arguments, optional stdin and environment additions, and waits for it — at most
+/// `seconds`: a program still running then (a hung command, or its output held open by something it
+/// started) is killed with what it started, an issue is recorded and `ProcessTimeout` thrown, so a hang
+/// fails its test instead of the run.
 @discardableResult
 public func runProcess(_ executable: String, _ arguments: [String], stdin: String? = nil,
-                       environment: [String: String] = [:], currentDirectory: String? = nil) throws -> ProcessOutput {
+                       environment: [String: String] = [:], currentDirectory: String? = nil,
+                       seconds: Double = 300, sourceLocation: SourceLocation = #_sourceLocation) throws -> ProcessOutput {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
@@ -69,20 +74,41 @@ public func runProcess(_ executable: String, _ arguments: [String], stdin: Strin
     try process.run()
     if let stdin { inPipe.fileHandleForWriting.write(Data(stdin.utf8)) }
     try inPipe.fileHandleForWriting.close()
-    // Read both pipes concurrently so a chatty child cannot block on a full pipe; stderr on a thread of
-    // its own (see `startThread`).
-    let errBox = OutputBox()
-    let errRead = DispatchSemaphore(value: 0)
+    // Read both pipes concurrently so a chatty child cannot block on a full pipe, each on a thread of
+    // its own (see `startThread`), while this one keeps the time.
+    let outBox = OutputBox(), errBox = OutputBox()
+    let read = DispatchSemaphore(value: 0)
+    startThread {
+        outBox.data = outPipe.fileHandleForReading.readDataToEndOfFile()
+        read.signal()
+    }
     startThread {
         errBox.data = errPipe.fileHandleForReading.readDataToEndOfFile()
-        errRead.signal()
+        read.signal()
     }
-    let out = outPipe.fileHandleForReading.readDataToEndOfFile()
-    errRead.wait()
-    process.waitUntilExit()
+    let deadline = DispatchTime.now() + .milliseconds(Int(seconds * 1000))
+    if read.wait(timeout: deadline) == .timedOut || read.wait(timeout: deadline) == .timedOut {
+        let killed = process.descendants
+        process.signalTree(SIGKILL)
+        let command = ([executable] + arguments).joined(separator: " ").prefix(400)
+        Issue.record("\(command) did not end within \(Int(seconds)) s; killed with what it started (\(killed))",
+                     sourceLocation: sourceLocation)
+        throw ProcessTimeout(command: String(command), seconds: seconds)
+    }
+    // Its output ended; the program itself may still be on its way out.
+    guard process.waitForExit(seconds: 60, sourceLocation: sourceLocation) else {
+        throw ProcessTimeout(command: ([executable] + arguments).joined(separator: " "), seconds: seconds)
+    }
     return ProcessOutput(status: process.terminationStatus,
-                         stdout: String(decoding: out, as: UTF8.self),
+                         stdout: String(decoding: outBox.data, as: UTF8.self),
                          stderr: String(decoding: errBox.data, as: UTF8.self))
+}
+
+/// `runProcess`'s program did not end within its limit.
+public struct ProcessTimeout: Error, CustomStringConvertible {
+    public let command: String
+    public let seconds: Double
+    public var description: String { "\(command) did not end within \(Int(seconds)) s" }
 }
 
 private final class OutputBox: @unchecked Sendable {

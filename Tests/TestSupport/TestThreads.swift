@@ -24,7 +24,11 @@ public struct OnTestThreads: SuiteTrait, TestTrait, TestScoping {
     public func provideScope(for test: Test, testCase: Test.Case?,
                              performing function: @Sendable () async throws -> Void) async throws {
         guard testCase != nil else { return try await function() }
-        try await withTaskExecutorPreference(TestThreads.shared) { try await function() }
+        let key = StuckTests.shared.started("\(test.id)")
+        defer { StuckTests.shared.finished(key) }
+        try await StuckTests.$current.withValue(key) {
+            try await withTaskExecutorPreference(TestThreads.shared) { try await function() }
+        }
     }
 }
 

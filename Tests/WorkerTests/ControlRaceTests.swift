@@ -23,6 +23,7 @@ import TestSupport
 
     @Test(arguments: WorkerEngine.allCases)
     func randomControlsKeepTheirPromises(engine: WorkerEngine) throws {
+        StuckTests.allow(seconds: Self.stormSeconds * 4 + 600)
         let seed = Self.environment["JOBCTL_CONTROL_RACE_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64(UInt32.max))
         var storm = ControlStorm(engine: engine, seed: seed, seconds: Self.stormSeconds)
         try storm.run()

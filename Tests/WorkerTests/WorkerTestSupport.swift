@@ -47,7 +47,11 @@ final class JobctlProcess: @unchecked Sendable {
                           cleanSignalMask: cleanSignalMask)
     }
 
-    func signal(_ number: Int32) { signalIfRunning(process, number) }
+    /// Sends `number` to the process; SIGKILL goes to everything it started too (a tracer's jobctl, a
+    /// worker's token command), which would otherwise keep it "running" to Foundation (`waitForExit`).
+    func signal(_ number: Int32) {
+        if number == SIGKILL { process.signalTree(SIGKILL) } else { signalIfRunning(process, number) }
+    }
 
     /// Sends `number` to the jobctl a tracer started (the tracer's child); returns whether there was one.
     func killTracee(_ number: Int32) -> Bool {
@@ -89,8 +93,8 @@ final class JobctlProcess: @unchecked Sendable {
 
     deinit {
         if process.isRunning {
-            signalIfRunning(process, SIGKILL)
-            process.waitUntilExit()
+            process.signalTree(SIGKILL)
+            process.waitForExit(seconds: 30)
         }
     }
 }

@@ -1,0 +1,73 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Bounded waits for the tests' child processes.
+///
+/// Foundation's `Process` on Linux learns that its child ended when a socket it handed the child closes,
+/// and every process the child starts inherits that socket (swift-corelibs-foundation issue 4795): a
+/// child that ended while something it started runs on (strace's tracee, a worker's `sleep`, a server's
+/// own children) is "running" for as long as they live, and `waitUntilExit()` waits with it — with no
+/// limit. A CI run hung that way until its own time limit, an hour and a half later, saying nothing of
+/// where. These waits end: a child is signalled with everything it started, and a wait that outlives
+/// its limit kills what it can, records an issue naming the program, and returns.
+extension Process {
+    /// The processes this child started that still descend from it (not those whose parent already
+    /// ended: the kernel gives them to another), parents before their children.
+    public var descendants: [pid_t] {
+        guard isRunning else { return [] }
+        var found: [pid_t] = []
+        var queue: [pid_t] = [processIdentifier]
+        while !queue.isEmpty, found.count < 4096 {
+            let parent = queue.removeFirst()
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(parent)/task")) ?? []
+            for task in tasks {
+                let text = (try? String(contentsOfFile: "/proc/\(parent)/task/\(task)/children", encoding: .utf8)) ?? ""
+                for child in text.split(separator: " ").compactMap({ pid_t($0) }) where !found.contains(child) {
+                    found.append(child)
+                    queue.append(child)
+                }
+            }
+        }
+        return found
+    }
+
+    /// Sends `signal` to this child (only while it has not ended; see `signalIfRunning`) and to every
+    /// process it started that still descends from it, the deepest first: SIGKILL then leaves nothing
+    /// behind holding Foundation's socket or the child's pipes.
+    public func signalTree(_ signal: Int32) {
+        guard isRunning else { return }
+        for pid in descendants.reversed() { kill(pid, signal) }
+        signalIfRunning(self, signal)
+    }
+
+    /// Waits up to `seconds` for this child to be seen ended. Past that, SIGKILLs it and what it started,
+    /// gives that 10 s, and records an issue when it still is not seen ended. Returns whether it ended
+    /// within `seconds`.
+    @discardableResult
+    public func waitForExit(seconds: Double = 120, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+        if Self.poll(self, seconds: seconds) { return true }
+        let name = executableURL?.lastPathComponent ?? "a child"
+        let leftovers = descendants
+        signalTree(SIGKILL)
+        if !Self.poll(self, seconds: 10) {
+            Issue.record("\(name) (pid \(processIdentifier)) is not seen ended \(Int(seconds)) s on and 10 s after SIGKILL: something it started holds Foundation's exit socket",
+                         sourceLocation: sourceLocation)
+        } else {
+            Issue.record("\(name) (pid \(processIdentifier), \(arguments ?? [])) did not end within \(Int(seconds)) s; killed with what it started (\(leftovers))",
+                         sourceLocation: sourceLocation)
+        }
+        return false
+    }
+
+    private static func poll(_ process: Process, seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning {
+            if Date() >= deadline { return false }
+            usleep(10_000)
+        }
+        return true
+    }
+}
