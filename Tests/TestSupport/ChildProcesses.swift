@@ -34,12 +34,18 @@ extension Process {
         return found
     }
 
-    /// Sends `signal` to this child (only while it has not ended; see `signalIfRunning`) and to every
-    /// process it started that still descends from it, the deepest first: SIGKILL then leaves nothing
-    /// behind holding Foundation's socket or the child's pipes.
+    /// Sends `signal` to this child (only while Foundation has not reaped it; see `signalIfRunning`), to
+    /// every process it started that still descends from it, the deepest first, and to the child's
+    /// process group — Foundation starts each child as the leader of a group of its own, which what it
+    /// starts stays in even once orphaned (strace's tracee after strace died, a shell's `sleep &`):
+    /// SIGKILL then leaves nothing behind holding Foundation's socket or the child's pipes. The group's
+    /// id cannot name another group meanwhile: the kernel does not reuse an id while a process or a
+    /// group holds it, and an unreaped child holds its own.
     public func signalTree(_ signal: Int32) {
         guard isRunning else { return }
         for pid in descendants.reversed() { kill(pid, signal) }
+        let pid = processIdentifier
+        if getpgid(pid) == pid { kill(-pid, signal) }
         signalIfRunning(self, signal)
     }
 
