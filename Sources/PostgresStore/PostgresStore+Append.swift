@@ -136,11 +136,7 @@ extension PostgresStore {
             // row locks: `tailEvents` relies on a running holder of a seq being in every later snapshot.
             try connection.store("SELECT pg_current_xact_id()")
             if !keys.isEmpty {
-                try connection.store("""
-                    SELECT pg_advisory_xact_lock(\(Self.submitLockClass), bucket)
-                    FROM (SELECT DISTINCT (hashtextextended(key, \(Self.submitLockSeed)) & \(Self.submitLockBuckets - 1))::int AS bucket
-                          FROM unnest($1::text[]) AS key ORDER BY bucket) AS buckets
-                    """, [postgresTextArray(keys)])
+                try connection.store(Self.submitTurnsSQL, [postgresTextArray(keys)])
             }
             let plan = try Self.plan(specs, now: now, on: connection, locking: true)
             let writer = PostgresBatchWriter(connection)
@@ -176,11 +172,45 @@ extension PostgresStore {
 
     /// The seed of the hash that puts an idempotency key in its bucket.
     static let submitLockSeed: Int64 = 0x6A6F_6263_746B
-    /// The advisory locks `submit` takes are the two-integer kind, this first integer ('jobc') and the
-    /// bucket: apart from the migrator's (a single bigint, a space of its own).
-    static let submitLockClass: Int32 = 0x6A6F_6263
-    /// How many buckets the keys hash into (a power of two): at most this many locks a submit.
+    /// The second integer of a submit's advisory locks is this tag ('joc' and a zero byte) with the
+    /// bucket in its low byte; the first is the log's schema (`AdvisoryLockSpace`).
+    static let submitLockTag: Int32 = 0x6A6F_6300
+    /// How many buckets the keys hash into (a power of two, at most 256): at most this many locks a submit.
     static let submitLockBuckets = 256
+
+    /// Takes the turns of the keys in `$1` (`text[]`), in bucket order, with `function`
+    /// (`pg_advisory_xact_lock`; tests hold one with `pg_advisory_lock` and let it go with
+    /// `pg_advisory_unlock`).
+    static func submitTurnsSQL(_ function: String) -> String {
+        AdvisoryLockSpace.turnsSQL(function, tag: submitLockTag, buckets: submitLockBuckets,
+                                   bucketOf: "hashtextextended(key, \(submitLockSeed))", from: "unnest($1::text[]) AS key")
+    }
+    static let submitTurnsSQL = submitTurnsSQL("pg_advisory_xact_lock")
+}
+
+/// The advisory locks jobctl takes in a transaction (a submit's key turns, the blobs' turns) are the
+/// two-integer kind, and the first integer is the log's own: its schema's object id. Advisory locks
+/// belong to the database, not to a schema — with one constant there, two jobctl logs in two schemas
+/// of one database (one URL's `search_path` each) took turns with each other: a submit in one waited
+/// out a transaction of the other that held its bucket (a stalled session holds it until the server
+/// ends it), and gave up after its answer limit ("the server sent no answer for 30 s"). The migrator's
+/// lock (a single bigint) stays one for the database: migrations of two schemas at once take turns,
+/// briefly.
+enum AdvisoryLockSpace {
+    /// The log's schema (where `jobs` resolves on the connection's search path), as an int4: its object
+    /// id with the top bit cleared (object ids above 2^31 are rare; two schemas 2^31 apart share a space).
+    static let sql = "(SELECT (relnamespace::bigint & 2147483647)::int FROM pg_class WHERE oid = 'jobs'::regclass)"
+
+    /// `function(space, tag | bucket)` for each distinct bucket (`bucketOf` & (buckets - 1), over the rows
+    /// `from` gives), in bucket order: two transactions taking overlapping sets never wait in a cycle.
+    static func turnsSQL(_ function: String, tag: Int32, buckets: Int, bucketOf: String, from: String) -> String {
+        """
+        SELECT \(function)(turns.space, turns.bucket)
+        FROM (SELECT \(sql) AS space, buckets.bucket
+              FROM (SELECT DISTINCT (\(tag)::bigint | (\(bucketOf) & \(buckets - 1)))::int AS bucket FROM \(from)) AS buckets
+              ORDER BY buckets.bucket) AS turns
+        """
+    }
 }
 
 // MARK: - Control

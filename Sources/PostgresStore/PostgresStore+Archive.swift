@@ -193,8 +193,10 @@ extension PostgresStore {
 /// only insert into `blobs` (a row lock needs UPDATE). Buckets, not one lock per digest, for the
 /// same reason as the submit's (`PostgresStore.submitLockBuckets`): the server's lock table is small.
 enum BlobTurns {
-    /// The first integer of the two-integer advisory locks ('jobb'), apart from the submit's and the migrator's.
-    static let lockClass: Int32 = 0x6A6F_6262
+    /// The second integer of the blobs' advisory locks is this tag ('job' and a zero byte) with the
+    /// bucket in its low byte, apart from the submit's ('joc'); the first is the log's schema
+    /// (`AdvisoryLockSpace`).
+    static let lockTag: Int32 = 0x6A6F_6200
     /// The seed of the hash that puts a digest in its bucket.
     static let seed: Int64 = 0x626C_6F62_7331
     /// How many buckets the digests hash into (a power of two).
@@ -202,11 +204,8 @@ enum BlobTurns {
 
     /// The statement that takes the turns of the digests in `$1` (`text[]`), in bucket order.
     static func sql(exclusive: Bool) -> String {
-        """
-        SELECT \(exclusive ? "pg_advisory_xact_lock" : "pg_advisory_xact_lock_shared")(\(lockClass), bucket)
-        FROM (SELECT DISTINCT (hashtextextended(sha256, \(seed)) & \(buckets - 1))::int AS bucket
-              FROM unnest($1::text[]) AS sha256 ORDER BY bucket) AS buckets
-        """
+        AdvisoryLockSpace.turnsSQL(exclusive ? "pg_advisory_xact_lock" : "pg_advisory_xact_lock_shared", tag: lockTag,
+                                   buckets: buckets, bucketOf: "hashtextextended(sha256, \(seed))", from: "unnest($1::text[]) AS sha256")
     }
     static let sharedSQL = sql(exclusive: false)
     static let exclusiveSQL = sql(exclusive: true)

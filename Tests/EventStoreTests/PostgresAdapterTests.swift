@@ -168,7 +168,7 @@ struct PostgresAdapterTests {
         }
         try #require(try bucket(composed) != bucket(decomposed), "the two spellings hash to one bucket")
         // Another submit of the decomposed key holds its turn.
-        _ = try other.run("SELECT pg_advisory_lock(\(PostgresStore.submitLockClass), $1::int)", [.integer(try bucket(decomposed))])
+        _ = try other.run(PostgresStore.submitTurnsSQL("pg_advisory_lock"), [postgresTextArray([decomposed])])
         let outcomes = Mutex<Result<[SubmitOutcome], any Error>?>(nil)
         let submitting = Thread {
             let result = Result { try store.submit([uploadSpec(key: composed), uploadSpec(key: decomposed)], actor: "cli:test", now: 1_000) }
@@ -177,13 +177,60 @@ struct PostgresAdapterTests {
         submitting.start()
         usleep(1_500_000)
         #expect(outcomes.withLock { $0 == nil }, "the submit went on while another held the turn of the decomposed key")
-        _ = try other.run("SELECT pg_advisory_unlock(\(PostgresStore.submitLockClass), $1::int)", [.integer(try bucket(decomposed))])
+        _ = try other.run(PostgresStore.submitTurnsSQL("pg_advisory_unlock"), [postgresTextArray([decomposed])])
         // A minute: on a loaded machine (CI's suite, the server's fsync behind the disk's write-back) a
         // submit's commit has taken more than 20 s; a submit that never takes its turn still fails here.
         let deadline = Date().addingTimeInterval(60)
         while outcomes.withLock({ $0 == nil }) && Date() < deadline { usleep(20_000) }
         let submitted = try #require(try outcomes.withLock { $0 }?.get(), "the submit did not end within a minute of the turn's release")
         #expect(submitted.count == 2 && submitted.allSatisfy(\.created) && Set(submitted.map(\.id)).count == 2)
+    }
+
+    /// Advisory locks belong to the database: with one constant for every log, a submit in one schema
+    /// waited for a transaction of another schema's log that held its key's bucket, and gave up after
+    /// its answer limit (seen in a CI run: 30 s on `SELECT pg_advisory_xact_lock(…)`, another test's
+    /// stalled session holding the bucket). Each log's locks are its schema's now; within a log a key's
+    /// turn is still taken.
+    @Test("a submit does not wait for a turn another schema's log holds, and still waits for its own log's")
+    func turnsAreTheLogsOwn() throws {
+        let server = try PostgresServer.shared()
+        let first = try server.makeSchema("pgturnsa"), second = try server.makeSchema("pgturnsb")
+        let firstStore = try PostgresStore(url: first, mode: .create)
+        let secondStore = try PostgresStore(url: second, mode: .create)
+        let holder = try PostgresConnection(first)
+        _ = try holder.run(PostgresStore.submitTurnsSQL("pg_advisory_lock"), [postgresTextArray(["shared-key"])])
+        var held = true
+        defer { if held { _ = try? holder.run(PostgresStore.submitTurnsSQL("pg_advisory_unlock"), [postgresTextArray(["shared-key"])]) } }
+
+        // Each submit on a thread of its own: one that waits for a turn waits without limit.
+        final class Submitting: Sendable {
+            let outcome = Mutex<Result<[SubmitOutcome], any Error>?>(nil)
+            init(_ store: PostgresStore) {
+                startThread { [self] in
+                    let result = Result { try store.submit([uploadSpec(key: "shared-key")], actor: "cli:test", now: 1_000) }
+                    outcome.withLock { $0 = result }
+                }
+            }
+            func ended(within seconds: Double) -> Bool {
+                let deadline = Date().addingTimeInterval(seconds)
+                while outcome.withLock({ $0 == nil }) && Date() < deadline { usleep(20_000) }
+                return outcome.withLock { $0 != nil }
+            }
+        }
+
+        // The other schema's log: at once (10 s: a loaded machine's commit).
+        let other = Submitting(secondStore)
+        #expect(other.ended(within: 10), "the other schema's submit waited for this log's turn")
+        // The holder's own log: waits for the turn.
+        let own = Submitting(firstStore)
+        #expect(!own.ended(within: 1.5), "the submit went on while its log's turn of the key was held")
+        _ = try holder.run(PostgresStore.submitTurnsSQL("pg_advisory_unlock"), [postgresTextArray(["shared-key"])])
+        held = false
+        try #require(own.ended(within: 60) && other.ended(within: 60), "a submit did not end within a minute of the turn's release")
+        for submit in [other, own] {
+            let submitted = try #require(try submit.outcome.withLock { $0 }?.get())
+            #expect(submitted.count == 1 && submitted[0].created)
+        }
     }
 
     /// One lock a key used a lock-table entry per key: 20,000 keyed jobs in one submit failed ("out of

@@ -111,7 +111,7 @@ public final class PostgresServer: Sendable {
     /// Creates a fresh, empty schema with a unique name in the shared `postgres` database and returns
     /// a URL whose connections use it (`options=-c search_path=NAME`): every unqualified table,
     /// sequence and function a test creates or reads is its own. Database-wide things (advisory locks,
-    /// `pg_stat_activity`) are shared with other tests.
+    /// `pg_stat_activity`) are shared with other tests; jobctl's own advisory locks are each schema's (`AdvisoryLockSpace`).
     public func makeSchema(_ label: String = "test") throws -> String {
         let name = Self.uniqueName(label)
         try psql(database: "postgres", "CREATE SCHEMA \(name)")
