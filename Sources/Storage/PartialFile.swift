@@ -167,15 +167,23 @@ public final class PartialFile {
             // renames onto the destination. This attempt's file then gets a name of its own, and nothing
             // of the job's is left at the job's name (what an attempt finds there, locked or not, is one
             // no later attempt will continue).
-            let fresh: String
-            if let jobID, let leaseToken, frozenWriter || Self.heldElsewhere(ours, in: directory) {
-                if let found = directory.entry(ours), found.couldBeOurLeftover { directory.remove(ours, ifStill: found.identity) }
-                fresh = Self.tempName(for: name, jobID: jobID, leaseToken: leaseToken)
+            // Nearly always nothing is at the job's name: created at once, in one call (looking first for
+            // an attempt holding a file there cost every download a failed open). Something there: the
+            // checks above and below, as before.
+            if !frozenWriter, jobID != nil, leaseToken != nil, let created = try directory.createIfAbsent(ours) {
+                opened = created
+                tempName = ours
             } else {
-                fresh = ours
+                let fresh: String
+                if let jobID, let leaseToken, frozenWriter || Self.heldElsewhere(ours, in: directory) {
+                    if let found = directory.entry(ours), found.couldBeOurLeftover { directory.remove(ours, ifStill: found.identity) }
+                    fresh = Self.tempName(for: name, jobID: jobID, leaseToken: leaseToken)
+                } else {
+                    fresh = ours
+                }
+                opened = try directory.createExclusive(fresh, replacingOwnLeftover: true)
+                tempName = fresh
             }
-            opened = try directory.createExclusive(fresh, replacingOwnLeftover: true)
-            tempName = fresh
             bytesWritten = 0
             resumed = false
         }
@@ -467,9 +475,9 @@ public final class PartialFile {
     ///
     /// The file stays open (its writer lock held) until it is renamed or removed: a later attempt that
     /// finds it at the temporary name meanwhile does not take it over.
-    public func commit(replacing: Bool = true) throws(StorageError) -> String {
+    public func commit(replacing: Bool = true, syncing: Bool = true) throws(StorageError) -> String {
         precondition(!finished, "PartialFile committed twice or after discard")
-        try sync()
+        if syncing { try sync() }
         guard let current = directory.entry(tempName), current.isRegular, current.identity == identity else {
             discard()
             // Retryable: the usual writer is a worker that lost this job's lease (frozen, then woken) and
@@ -505,7 +513,7 @@ public final class PartialFile {
         }
         finished = true
         file.close()
-        try directory.sync()
+        if syncing { try directory.sync() }
         return destination
     }
 

@@ -229,6 +229,17 @@ final class SafeDirectory {
         throw LocalFiles.unexpectedFileRefused(childPath(name), what: "a file that keeps reappearing", operation: "creating")
     }
 
+    /// Creates `name` (read-write, `O_CREAT | O_EXCL | O_NOFOLLOW`) when nothing is at the name; nil
+    /// when something is (a file, a link, anything: the caller looks), one `openat` either way.
+    func createIfAbsent(_ name: String, mode: mode_t = SafeDirectory.fileMode) throws(StorageError) -> LocalFile? {
+        try Self.checkName(name)
+        let fd = name.withCString { openat(descriptor, $0, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
+        if fd >= 0 { return LocalFile(adopting: fd, name: name, in: path, context: .destination) }
+        let code = errno
+        if code == EEXIST { return nil }
+        throw LocalFiles.error(code, "creating", path: childPath(name), context: .destination)
+    }
+
     /// Opens the existing `name` without following a link; nil when nothing is there. A link there is
     /// refused with `pathError`. `O_NONBLOCK` keeps a pipe planted at the name from hanging the open (it
     /// changes nothing for regular files); callers check `status().isRegular` before using the file.
