@@ -8,11 +8,12 @@ import Glibc
 /// The tests' bounded waits for their child processes (`TestSupport/ChildProcesses.swift`) and the stuck
 /// test report (`StuckTests`).
 @Suite(.onTestThreads) struct ChildProcessesTests {
-    /// A shell that starts `sleep 60`, writes its pid to `pidFile` and then runs `then`.
-    private static func shellWithSleep(_ pidFile: String, then: String) throws -> Process {
+    /// A shell that starts `sleep 60` (in a session of its own with `setsid`), writes its pid to
+    /// `pidFile` and then runs `then`.
+    private static func shellWithSleep(_ pidFile: String, setsid: Bool = false, then: String) throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", "sleep 60 & echo $! > '\(pidFile)'; \(then)"]
+        process.arguments = ["-c", "\(setsid ? "setsid " : "")sleep 60 & echo $! > '\(pidFile)'; \(then)"]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
@@ -92,12 +93,7 @@ import Glibc
     @Test func aWaitForAChildWhoseOrphanLeftItsGroupEndsAtItsLimit() throws {
         let directory = try TemporaryDirectory("jobctl-children")
         defer { directory.remove() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", "setsid sleep 60 & echo $! > '\(directory.file("away.pid"))'; exit 0"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try Self.shellWithSleep(directory.file("away.pid"), setsid: true, then: "exit 0")
         let orphan = try #require(Self.pid(in: directory.file("away.pid")))
         defer { kill(orphan, SIGKILL) }
         let started = Date()
