@@ -93,7 +93,7 @@ extension CLIWorkspace {
 /// A real `jobctl worker` on a workspace's database, started at once, its standard error written to a
 /// file in the workspace (`log()` reads it as it grows). Its environment is NO_COLOR, PATH, HOME (the
 /// workspace), JOBCTL_BUCKETS (the workspace's `buckets`), then `environment`. `kill()` ends it with
-/// SIGKILL if it still runs and waits: call it in a `defer`.
+/// SIGKILL if it still runs and waits: call it in a `defer` (the object's end kills it too).
 final class LoggedWorker {
     let process = Process()
     let logPath: String
@@ -117,7 +117,15 @@ final class LoggedWorker {
         try process.run()
     }
 
-    deinit { try? logFile.close() }
+    /// A worker still running when its test lets it go (a failed `#require` left early) is killed with
+    /// what it started: left running, it polled the rest of the run's machine for as long as the run.
+    deinit {
+        if process.isRunning {
+            process.signalTree(SIGKILL)
+            process.waitForExit(seconds: 30)
+        }
+        try? logFile.close()
+    }
 
     /// What the worker has written to standard error so far.
     func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
