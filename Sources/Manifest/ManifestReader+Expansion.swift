@@ -267,12 +267,7 @@ extension ManifestReader {
     /// between 1970-01-01 and 9999-12-31, as ms.
     mutating func readRunAfter(_ pair: YAMLPair) -> Int64? {
         let expected = "an RFC 3339 time like 2026-12-01T02:00:00Z (or with an offset, +01:00)"
-        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
-            let isNull = Self.isNull(pair.value)
-            report(isNull ? .invalidValue : .wrongType, "'run_after' must be \(expected), not \(pair.value.summary)",
-                   at: isNull ? pair.key.mark : pair.value.mark)
-            return nil
-        }
+        guard let scalar = quantity(pair, name: "run_after", expected: expected) else { return nil }
         // Spaces and tabs around ignored, as around every value a user types (DecimalText); a no-break
         // space is not (Foundation's .whitespaces trimmed every Unicode space).
         let text = String(DecimalText.trimmed(scalar.value))
@@ -298,12 +293,7 @@ extension ManifestReader {
     /// `ManifestValueRange.maximumDelayMs`, as ms.
     mutating func readDelay(_ pair: YAMLPair) -> Int64? {
         let expected = "a duration like 90s, 15m, 2h or 1d"
-        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
-            let isNull = Self.isNull(pair.value)
-            report(isNull ? .invalidValue : .wrongType, "'delay' must be \(expected), not \(pair.value.summary)",
-                   at: isNull ? pair.key.mark : pair.value.mark)
-            return nil
-        }
+        guard let scalar = quantity(pair, name: "delay", expected: expected) else { return nil }
         switch DurationText.read(scalar.value, defaultUnitMs: nil) {
         case .milliseconds(let ms) where ms <= ManifestValueRange.maximumDelayMs:
             return ms

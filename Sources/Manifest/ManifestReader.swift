@@ -1023,11 +1023,11 @@ struct ManifestReader {
 
     private mutating func readSize(_ pair: YAMLPair) -> Int64? {
         let expected = "a size like 1048576, 512KiB or 2MB"
-        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
-            report(Self.isNull(pair.value) ? .invalidSize : .wrongType, "'max_size' must be \(expected), not \(pair.value.summary)",
-                   at: Self.isNull(pair.value) ? pair.key.mark : pair.value.mark)
+        if Self.isNull(pair.value) {
+            report(.invalidSize, "'max_size' must be \(expected), not \(pair.value.summary)", at: pair.key.mark)
             return nil
         }
+        guard let scalar = quantity(pair, name: "max_size", expected: expected, integerTag: true) else { return nil }
         let range = ManifestValueRange.maxSize
         let tooLarge = "'max_size' must be at most 512MiB (\(range.upperBound) bytes): a memory download is kept in memory and in the job database; "
             + "use download-file for larger objects, not '\(scalar.value)'"
@@ -1190,12 +1190,7 @@ struct ManifestReader {
     /// `max_rate:` — bytes per second written as rclone writes `--bwlimit` (`512k`, `10M`), within `TransferRate.range`.
     private mutating func readRate(_ pair: YAMLPair) -> Int64? {
         let expected = "a rate like 512k or 10M (bytes per second)"
-        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
-            let isNull = Self.isNull(pair.value)
-            report(isNull ? .invalidValue : .wrongType, "'max_rate' must be \(expected), not \(pair.value.summary)",
-                   at: isNull ? pair.key.mark : pair.value.mark)
-            return nil
-        }
+        guard let scalar = quantity(pair, name: "max_rate", expected: expected, integerTag: true) else { return nil }
         if let problem = TransferRate.problem(with: scalar.value, what: "'max_rate'") {
             report(.invalidValue, problem, at: scalar.mark)
             return nil
@@ -1206,12 +1201,7 @@ struct ManifestReader {
     /// `timeout:` — one attempt's limit — as seconds, within `JobSpec.timeoutRange`.
     private mutating func readTimeout(_ pair: YAMLPair) -> Int? {
         let expected = "a duration like 90s, 30m or 1h30m"
-        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
-            let isNull = Self.isNull(pair.value)
-            report(isNull ? .invalidValue : .wrongType, "'timeout' must be \(expected), not \(pair.value.summary)",
-                   at: isNull ? pair.key.mark : pair.value.mark)
-            return nil
-        }
+        guard let scalar = quantity(pair, name: "timeout", expected: expected) else { return nil }
         let range = JobSpec.timeoutRange
         let seconds: Int
         switch DurationText.read(scalar.value, defaultUnitMs: nil) {
@@ -1384,6 +1374,33 @@ struct ManifestReader {
             return scalar.value
         case .mapping, .sequence:
             report(.wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)", at: pair.value.mark)
+            return nil
+        }
+    }
+
+    /// The scalar of a field whose value is a quantity written as text (a size, a rate, a duration, a
+    /// time); reports null and collections as each of them did. A tag must ask for text the field reads:
+    /// none or `!!str`, or `!!int` on a plain whole number where `integerTag` (a size or a rate may be
+    /// digits alone). Any other (`!!float 5`, `!!bool 5m`), or `!!int` on text that is no whole number
+    /// (`!!int 5MiB`), asks for a value the field does not take: the text was read as if the tag were not
+    /// there. (Tags jobctl does not know at all, `!!timestamp` among them, are refused before this.)
+    mutating func quantity(_ pair: YAMLPair, name: String, expected: String, integerTag: Bool = false) -> YAMLScalar? {
+        guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
+            let isNull = Self.isNull(pair.value)
+            report(isNull ? .invalidValue : .wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)",
+                   at: isNull ? pair.key.mark : pair.value.mark)
+            return nil
+        }
+        switch scalar.tag {
+        case nil, YAMLScalar.stringTag?:
+            return scalar
+        case YAMLScalar.intTag? where integerTag:
+            guard case .notAnInteger = scalar.decimalReading else { return scalar }
+            report(.wrongType, "'\(name)' must be \(expected), not '\(scalar.value)' tagged !!int, which is no whole number; "
+                   + "drop the tag", at: scalar.mark)
+            return nil
+        default:
+            report(.wrongType, "'\(name)' must be \(expected), not a value tagged \(scalar.shownTag)", at: scalar.mark)
             return nil
         }
     }
