@@ -110,7 +110,16 @@ enum Options {
             return kind
         }
     }
-    static let queue = Option<String>("queue", value: "name", help: "Only jobs of this queue.")
+    static let queue = Option<String>("queue", value: "name", help: "Only jobs of this queue.", parse: queueName)
+    /// A queue's name as a manifest's `queue:` takes it: a name no manifest can give would select nothing,
+    /// silently (`list --queue 'no such queue!'` said "no jobs"), and text with control characters went to
+    /// the terminal as it was (`stats --queue` prints it back).
+    static func queueName(_ text: String) throws -> String {
+        guard QueueName.isValid(text) else {
+            throw UsageError("--queue must be \(QueueName.rule) (as a manifest's queue:), not '\(TerminalText.printable(text))'")
+        }
+        return text
+    }
     static let limit = Option<Int>.integer("limit", range: 0...1_000_000_000,
                                            help: "At most n jobs, newest first; 0 for all, default 50 for the table and all for --json")
     static let since = Option<Int64>("since", value: "time",
@@ -138,13 +147,8 @@ enum Options {
         "claim-ahead", range: 0...1_024,
         help: "Jobs held claimed beyond the free slots (default --concurrency, grown up to 16× but at most 256 while jobs finish fast; 0: none)")
     static let workerQueue = Option<String>("queue", value: "name", repeatable: true,
-                                            help: "Only take jobs from this queue; repeatable (default: all queues).") { text in
-        // A name no manifest can give (`queue:` has the same rule) would drain nothing, silently.
-        guard QueueName.isValid(text) else {
-            throw UsageError("--queue must be \(QueueName.rule) (as a manifest's queue:), not '\(TerminalText.printable(text))'")
-        }
-        return text
-    }
+                                            help: "Only take jobs from this queue; repeatable (default: all queues).",
+                                            parse: queueName)
     static let drain = Flag("drain", help: "Exit once no job is queued or running (paused jobs do not hold it); exit 2 if a job it ran failed.")
     static let lease = Option<Int64>("lease", value: "seconds",
                                      help: "Lease length: seconds or a duration (30, 90s, 5m); a worker that stops heartbeating loses its jobs after this (default 30; 1s–24h).") { text in
