@@ -47,6 +47,12 @@ import TestSupport
             ((try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0) > 0
         }
         try #require(writing, "the download never began writing \(partial)")
+        // `started` goes to the log with the attempt's next event (a progress tick): a cancel requested
+        // before it is in the store's answer to that append, and the attempt stops cancelled at once —
+        // a history without the attempt's own end (seen on PostgreSQL in a CI run: submitted, claimed,
+        // cancel_requested, started, cancelled). The request comes once `started` is there.
+        let started = try await eventually(seconds: 60) { try store.events(jobID: id).contains { $0.type == .started } }
+        try #require(started, "the attempt's started event never reached the log")
 
         _ = try SmallJobTests.store(engine, database).requestCancel(id: id, actor: "cli:test", now: Clock.nowMs())
         switch ending {
