@@ -22,6 +22,12 @@ public final class WorkerLog: Sendable {
     private let held: Mutex<String?>
     /// Whether `held` is nil: the check on every line, without the lock.
     private let holding: Atomic<Bool>
+    /// Set when `worker_stopped` is recorded: it closes the log, and a line recorded after it (a run the
+    /// stop left behind, whose commit gave up on a lock another process held: `slow_commit` 2 ms after
+    /// the summary, in a CI run) is dropped.
+    private let closed = Atomic<Bool>(false)
+    /// Lines being recorded now: `worker_stopped` waits for them, so none is written after it.
+    private let recording = Atomic<Int>(0)
 
     /// A log writing each line (with its line feed) through `write`, by default to standard error from
     /// a thread of its own (`LogLineWriter`: a reader that stops reading cannot stop the worker). The
@@ -89,7 +95,25 @@ public final class WorkerLog: Sendable {
     public func isEnabled(_ level: WorkerLogLevel) -> Bool { level >= minimumLevel }
 
     /// Formats and writes `entry` when its level is enabled; lines from concurrent tasks never interleave.
+    /// Nothing is written after `worker_stopped`.
     public func record(_ entry: WorkerLogEntry) {
+        if entry.event == .workerStopped {
+            // Closed first, then the lines already past the check below are let out: the summary is last.
+            closed.store(true, ordering: .sequentiallyConsistent)
+            while recording.load(ordering: .sequentiallyConsistent) > 0 { sched_yield() }
+        } else {
+            // A log opens again with the next run's `worker_started` (tests run pools one after another on one log).
+            if entry.event == .workerStarted { closed.store(false, ordering: .sequentiallyConsistent) }
+            recording.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            defer { recording.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+            guard !closed.load(ordering: .sequentiallyConsistent) else { return }
+            recordOpen(entry)
+            return
+        }
+        recordOpen(entry)
+    }
+
+    private func recordOpen(_ entry: WorkerLogEntry) {
         guard isEnabled(entry.level) || entry.event == .workerStarted else { return }
         var line = ""
         if isEnabled(entry.level) { formatter.appendLine(entry, to: &line) }

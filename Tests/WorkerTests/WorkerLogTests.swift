@@ -218,6 +218,31 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         log.record(WorkerLogEntry(atMs: 0, level: .error, event: .failed))
         #expect(lines.withLock { $0.count } == 2)
     }
+
+    /// `worker_stopped` closes the log: a run the stop left behind (its commit giving up on a lock another
+    /// process held) logged `slow_commit` 2 ms after it in a CI run. Lines recorded from many threads while
+    /// the summary is recorded all come before it; the next `worker_started` opens the log again.
+    @Test func nothingIsWrittenAfterWorkerStopped() async {
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(write: { line in lines.withLock { $0.append(line) } })
+        log.record(WorkerLogEntry(atMs: 0, level: .info, event: .workerStarted))
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    for _ in 0..<2_000 { log.record(WorkerLogEntry(atMs: 0, level: .warning, event: .slowCommit)) }
+                }
+            }
+            group.addTask { log.record(WorkerLogEntry(atMs: 0, level: .info, event: .workerStopped)) }
+        }
+        log.record(WorkerLogEntry(atMs: 0, level: .warning, event: .slowCommit))
+        let written = lines.withLock { $0 }
+        #expect(written.last?.contains("worker_stopped") == true, "\(written.suffix(3))")
+        #expect(written.filter { $0.contains("worker_stopped") }.count == 1)
+
+        log.record(WorkerLogEntry(atMs: 0, level: .info, event: .workerStarted))
+        log.record(WorkerLogEntry(atMs: 0, level: .warning, event: .slowCommit))
+        #expect(lines.withLock { $0.suffix(2).map { $0.contains("worker_started") || $0.contains("slow_commit") } } == [true, true])
+    }
 }
 
 @Suite("worker log quoting", .onTestThreads) struct WorkerLogQuotingTests {
