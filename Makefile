@@ -76,7 +76,7 @@ test: venv
 	  echo "=== tests started and not ended ==="; bash .ci/unfinished-tests .build/test-output.txt | head -100; \
 	  [ ! -s .build/stuck-tests.txt ] || { echo "=== stuck tests reported while they ran ==="; head -c 20000 .build/stuck-tests.txt; }; \
 	  if [ $$rc = 124 ] || [ $$rc = 137 ]; then echo "=== the run passed TEST_TIME_LIMIT ($(TEST_TIME_LIMIT)) and was stopped; what still ran ==="; \
-	    session=$$(ps -o sid= -p $$$$ | tr -d " "); ps -s $$session -o pid,ppid,stat,wchan:24,etime,args --forest | cut -c1-250 | head -200; \
+	    session=$$(ps -o sid= -p $$$$ | tr -d " "); ps -s $$session -o pid,ppid,stat,wchan:24,etime,args --forest | sed -E 's#(://[^:/@ ]+:)[^@ ]+@#\1***@#g' | cut -c1-250 | head -200; \
 	    pkill -KILL -s $$session -f jobctlPackageTests.xctest; sleep 1; pkill -KILL -s $$session -f "$(CURDIR)/.build/debug/jobctl"; fi; fi; \
 	exit $$rc
 

@@ -120,11 +120,12 @@ import Glibc
         #expect(output.status == 3 && output.stdout == "out\n" && output.stderr == "err\n")
     }
 
-    /// The stuck test report names each process under the test process with its command line.
+    /// The stuck test report names each process under the test process with its command line, a URL's
+    /// password hidden (the tests' PostgreSQL roles have passwords in their URLs).
     @Test func theStuckTestReportListsTheTestProcessesChildren() throws {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sleep")
-        process.arguments = ["37"]
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "sleep 37; :", "postgres://role:secret-pw@127.0.0.1/db"]
         try process.run()
         defer {
             process.signalTree(SIGKILL)
@@ -132,7 +133,9 @@ import Glibc
         }
         let report = StuckTests.processes()
         #expect(report.contains("\(process.processIdentifier) ppid \(getpid()) "), "\(report)")
-        #expect(report.contains("/bin/sleep 37"), "\(report)")
+        #expect(report.contains("sleep 37"), "\(report)")
+        #expect(report.contains("postgres://role:***@127.0.0.1/db") && !report.contains("secret-pw"),
+                "a URL's password is not printed: \(report)")
         #expect(report.contains("test-thread"), "the test process's threads: \(report)")
     }
 }

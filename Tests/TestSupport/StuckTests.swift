@@ -172,7 +172,9 @@ public final class StuckTests: @unchecked Sendable {
         let comm = (read("\(path)/comm") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
         let wchan = read("\(path)/wchan") ?? ""
         let line = command ? (read("\(path)/cmdline") ?? "").split(separator: "\0").joined(separator: " ") : ""
-        return "\(pid) ppid \(ppid) \(state) \(comm) wchan=\(wchan.isEmpty ? "-" : wchan) \(line.prefix(300))"
+        // A URL's password (the tests' PostgreSQL roles) is not printed.
+        let shown = line.replacingOccurrences(of: "(://[^:/@ ]+:)[^@ ]+@", with: "$1***@", options: .regularExpression)
+        return "\(pid) ppid \(ppid) \(state) \(comm) wchan=\(wchan.isEmpty ? "-" : wchan) \(shown.prefix(300))"
     }
 
     private static func read(_ path: String) -> String? {
