@@ -1023,11 +1023,7 @@ struct ManifestReader {
 
     private mutating func readSize(_ pair: YAMLPair) -> Int64? {
         let expected = "a size like 1048576, 512KiB or 2MB"
-        if Self.isNull(pair.value) {
-            report(.invalidSize, "'max_size' must be \(expected), not \(pair.value.summary)", at: pair.key.mark)
-            return nil
-        }
-        guard let scalar = quantity(pair, name: "max_size", expected: expected, integerTag: true) else { return nil }
+        guard let scalar = quantity(pair, name: "max_size", expected: expected, integerTag: true, nullCode: .invalidSize) else { return nil }
         let range = ManifestValueRange.maxSize
         let tooLarge = "'max_size' must be at most 512MiB (\(range.upperBound) bytes): a memory download is kept in memory and in the job database; "
             + "use download-file for larger objects, not '\(scalar.value)'"
@@ -1384,10 +1380,11 @@ struct ManifestReader {
     /// digits alone). Any other (`!!float 5`, `!!bool 5m`), or `!!int` on text that is no whole number
     /// (`!!int 5MiB`), asks for a value the field does not take: the text was read as if the tag were not
     /// there. (Tags jobctl does not know at all, `!!timestamp` among them, are refused before this.)
-    mutating func quantity(_ pair: YAMLPair, name: String, expected: String, integerTag: Bool = false) -> YAMLScalar? {
+    mutating func quantity(_ pair: YAMLPair, name: String, expected: String, integerTag: Bool = false,
+                           nullCode: ManifestError.Code = .invalidValue) -> YAMLScalar? {
         guard case .scalar(let scalar) = pair.value, !scalar.isNull else {
             let isNull = Self.isNull(pair.value)
-            report(isNull ? .invalidValue : .wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)",
+            report(isNull ? nullCode : .wrongType, "'\(name)' must be \(expected), not \(pair.value.summary)",
                    at: isNull ? pair.key.mark : pair.value.mark)
             return nil
         }

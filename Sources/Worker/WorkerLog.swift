@@ -97,19 +97,22 @@ public final class WorkerLog: Sendable {
     /// Formats and writes `entry` when its level is enabled; lines from concurrent tasks never interleave.
     /// Nothing is written after `worker_stopped`.
     public func record(_ entry: WorkerLogEntry) {
-        if entry.event == .workerStopped {
+        switch entry.event {
+        case .workerStopped:
             // Closed first, then the lines already past the check below are let out: the summary is last.
             closed.store(true, ordering: .sequentiallyConsistent)
             while recording.load(ordering: .sequentiallyConsistent) > 0 { sched_yield() }
-        } else {
-            // A log opens again with the next run's `worker_started` (tests run pools one after another on one log).
-            if entry.event == .workerStarted { closed.store(false, ordering: .sequentiallyConsistent) }
-            recording.wrappingAdd(1, ordering: .sequentiallyConsistent)
-            defer { recording.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
-            guard !closed.load(ordering: .sequentiallyConsistent) else { return }
             recordOpen(entry)
             return
+        case .workerStarted:
+            // A log opens again with the next run's `worker_started` (tests run pools one after another on one log).
+            closed.store(false, ordering: .sequentiallyConsistent)
+        default:
+            break
         }
+        recording.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        defer { recording.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+        guard !closed.load(ordering: .sequentiallyConsistent) else { return }
         recordOpen(entry)
     }
 

@@ -132,7 +132,7 @@ final class LoggedWorker {
 
     /// Sends `signal` (if it still runs) and waits for it to exit.
     func stop(_ signal: Int32 = SIGTERM) {
-        if signal == SIGKILL { process.signalTree(SIGKILL) } else { signalIfRunning(process, signal) }
+        process.send(signal)
         process.waitForExit()
     }
 

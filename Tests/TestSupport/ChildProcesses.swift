@@ -18,20 +18,7 @@ extension Process {
     /// ended: the kernel gives them to another), parents before their children.
     public var descendants: [pid_t] {
         guard isRunning else { return [] }
-        var found: [pid_t] = []
-        var queue: [pid_t] = [processIdentifier]
-        while !queue.isEmpty, found.count < 4096 {
-            let parent = queue.removeFirst()
-            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(parent)/task")) ?? []
-            for task in tasks {
-                let text = (try? String(contentsOfFile: "/proc/\(parent)/task/\(task)/children", encoding: .utf8)) ?? ""
-                for child in text.split(separator: " ").compactMap({ pid_t($0) }) where !found.contains(child) {
-                    found.append(child)
-                    queue.append(child)
-                }
-            }
-        }
-        return found
+        return processTree(under: processIdentifier).map(\.pid)
     }
 
     /// Sends `signal` to this child (only while Foundation has not reaped it; see `signalIfRunning`), to
@@ -41,12 +28,22 @@ extension Process {
     /// SIGKILL then leaves nothing behind holding Foundation's socket or the child's pipes. The group's
     /// id cannot name another group meanwhile: the kernel does not reuse an id while a process or a
     /// group holds it, and an unreaped child holds its own.
-    public func signalTree(_ signal: Int32) {
-        guard isRunning else { return }
-        for pid in descendants.reversed() { kill(pid, signal) }
+    /// Returns the descendants it signalled.
+    @discardableResult
+    public func signalTree(_ signal: Int32) -> [pid_t] {
+        guard isRunning else { return [] }
+        let signalled = descendants
+        for pid in signalled.reversed() { kill(pid, signal) }
         let pid = processIdentifier
         if getpgid(pid) == pid { kill(-pid, signal) }
         signalIfRunning(self, signal)
+        return signalled
+    }
+
+    /// `signal` to this child alone (SIGTERM, SIGSTOP: what the child itself answers), SIGKILL to its
+    /// tree (`signalTree`): the rule of every test helper that stops a child.
+    public func send(_ signal: Int32) {
+        if signal == SIGKILL { signalTree(SIGKILL) } else { signalIfRunning(self, signal) }
     }
 
     /// Waits up to `seconds` for this child to be seen ended. Past that, SIGKILLs it and what it started,
@@ -56,8 +53,7 @@ extension Process {
     public func waitForExit(seconds: Double = 120, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
         if Self.poll(self, seconds: seconds) { return true }
         let name = executableURL?.lastPathComponent ?? "a child"
-        let leftovers = descendants
-        signalTree(SIGKILL)
+        let leftovers = signalTree(SIGKILL)
         if !Self.poll(self, seconds: 10) {
             Issue.record("\(name) (pid \(processIdentifier)) is not seen ended \(Int(seconds)) s on and 10 s after SIGKILL: something it started holds Foundation's exit socket",
                          sourceLocation: sourceLocation)
@@ -76,4 +72,24 @@ extension Process {
         }
         return true
     }
+}
+
+/// Every process descending from `root` (the children each of its threads started, theirs, and so on),
+/// each with its parent, parents before their children.
+public func processTree(under root: pid_t) -> [(pid: pid_t, parent: pid_t)] {
+    var found: [(pid: pid_t, parent: pid_t)] = []
+    var seen: Set<pid_t> = []
+    var queue: [pid_t] = [root]
+    while !queue.isEmpty, found.count < 4096 {
+        let parent = queue.removeFirst()
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(parent)/task")) ?? []
+        for task in tasks {
+            let text = (try? String(contentsOfFile: "/proc/\(parent)/task/\(task)/children", encoding: .utf8)) ?? ""
+            for child in text.split(separator: " ").compactMap({ pid_t($0) }) where seen.insert(child).inserted {
+                found.append((child, parent))
+                queue.append(child)
+            }
+        }
+    }
+    return found
 }

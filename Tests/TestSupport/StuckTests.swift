@@ -133,27 +133,9 @@ public final class StuckTests: @unchecked Sendable {
     /// command line.
     public static func processes() -> String {
         let me = getpid()
-        var parents: [Int32: Int32] = [:]
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        for entry in entries {
-            guard let pid = Int32(entry), let stat = read("/proc/\(pid)/stat") else { continue }
-            // "pid (comm) state ppid …": comm may hold spaces and parentheses; the last ')' ends it.
-            guard let close = stat.lastIndex(of: ")") else { continue }
-            let fields = stat[stat.index(after: close)...].split(separator: " ")
-            if fields.count > 1, let ppid = Int32(fields[1]) { parents[pid] = ppid }
-        }
-        func descends(_ pid: Int32) -> Bool {
-            var current = pid, steps = 0
-            while let parent = parents[current], steps < 64 {
-                if parent == me { return true }
-                current = parent
-                steps += 1
-            }
-            return false
-        }
         var text = "  processes under the test process \(me):\n"
-        for pid in parents.keys.sorted() where descends(pid) {
-            text += "    \(describe("/proc/\(pid)", pid: pid, ppid: parents[pid] ?? 0))\n"
+        for (pid, parent) in processTree(under: me) {
+            text += "    \(describe("/proc/\(pid)", pid: pid, ppid: parent))\n"
         }
         text += "  threads of the test process:\n"
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []

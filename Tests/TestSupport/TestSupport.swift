@@ -88,8 +88,7 @@ public func runProcess(_ executable: String, _ arguments: [String], stdin: Strin
     }
     let deadline = DispatchTime.now() + .milliseconds(Int(seconds * 1000))
     if read.wait(timeout: deadline) == .timedOut || read.wait(timeout: deadline) == .timedOut {
-        let killed = process.descendants
-        process.signalTree(SIGKILL)
+        let killed = process.signalTree(SIGKILL)
         let command = ([executable] + arguments).joined(separator: " ").prefix(400)
         Issue.record("\(command) did not end within \(Int(seconds)) s; killed with what it started (\(killed))",
                      sourceLocation: sourceLocation)

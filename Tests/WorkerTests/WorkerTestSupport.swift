@@ -49,9 +49,7 @@ final class JobctlProcess: @unchecked Sendable {
 
     /// Sends `number` to the process; SIGKILL goes to everything it started too (a tracer's jobctl, a
     /// worker's token command), which would otherwise keep it "running" to Foundation (`waitForExit`).
-    func signal(_ number: Int32) {
-        if number == SIGKILL { process.signalTree(SIGKILL) } else { signalIfRunning(process, number) }
-    }
+    func signal(_ number: Int32) { process.send(number) }
 
     /// Sends `number` to the jobctl a tracer started (the tracer's child); returns whether there was one.
     func killTracee(_ number: Int32) -> Bool {
