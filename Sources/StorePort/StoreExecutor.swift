@@ -136,8 +136,11 @@ public final class StoreExecutor: Sendable {
     /// How long a small group commit of appends alone waits for more when the previous group commit was
     /// made less than this long before (nil: a commit starts as soon as anything is queued). See `init`.
     private let appendCommitSpacingNs: UInt64?
-    /// When the last group commit was made (monotonic ns); read and written on the executor thread only.
-    private let lastCommitEndNs = Atomic<UInt64>(0)
+    /// When the last group commit was made (monotonic ns; `neverCommitted` before the first); read and
+    /// written on the executor thread only. Not 0 before the first: the monotonic clock counts from the
+    /// machine's boot, so a first append within the spacing of the boot would wait the spacing out.
+    private let lastCommitEndNs = Atomic<UInt64>(StoreExecutor.neverCommitted)
+    private static let neverCommitted = UInt64.max
 
     /// A group commit that already holds this many appends does not wait for more (see `init`).
     static let spacedCommitFullAt = 32
@@ -300,7 +303,8 @@ public final class StoreExecutor: Sendable {
         while var batch = queue.takeAll() {
             if let spacing = appendCommitSpacingNs, batch.count < Self.spacedCommitFullAt, batch.allSatisfy(\.isAppend) {
                 let now = Self.monotonicNs()
-                if now &- lastCommitEndNs.load(ordering: .relaxed) < spacing {
+                let last = lastCommitEndNs.load(ordering: .relaxed)
+                if last != Self.neverCommitted, now &- last < spacing {
                     queue.linger(untilNs: now &+ spacing)
                     let gathered = queue.takeQueued()
                     batch += gathered

@@ -82,6 +82,23 @@ struct CommitSpacingTests {
         #expect(stats.spacedCommits == 1 && stats.eventsGatheredWhileSpacing == 1, "\(stats)")
     }
 
+    /// The monotonic clock counts from the machine's boot: taking "no commit yet" for a commit at 0, the
+    /// first append on a machine up for less than the spacing waited the spacing out (a test process on
+    /// a fresh CI machine sat in the hour-long spacing of the tests here until it was killed).
+    @Test("the first append is written at once, however long the spacing")
+    func firstAppendDoesNotWait() async throws {
+        let flushed = Flushed()
+        let executor = try executor(spacingUs: Self.aCenturyUs, flushed)
+        defer { executor.stop() }
+        let first = Task { await executor.append(progressReport("a")) }
+        await pollUntil { flushed.count == 1 }
+        try #require(flushed.all == [["a"]], "the first append waited for the spacing after the machine's boot")
+        #expect(try await first.value.get().jobID == "a")
+        #expect(executor.groupCommitStats.spacedCommits == 0)
+    }
+
+    private static let aCenturyUs: Int64 = 100 * 365 * 86_400 * 1_000_000
+
     @Test("a call or a claim ends the wait at once; the appends before it are written first",
           .timeLimit(.minutes(10)))
     func callsAndClaimsDoNotWait() async throws {

@@ -120,6 +120,48 @@ import Glibc
         #expect(output.status == 3 && output.stdout == "out\n" && output.stderr == "err\n")
     }
 
+    /// A child waited for with `waitForExit` lets go of its pipes. Before, the Process (held by its
+    /// run-loop source until `waitUntilExit`) kept its standard output's and error's read ends open for
+    /// the rest of the run: 6,000 descriptors in a full run, and Foundation's spawn crashed reading its
+    /// /proc/self/fd listing.
+    @Test func aChildWaitedForLetsGoOfItsPipes() throws {
+        var links: [(descriptor: Int32, link: String)] = []
+        do {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/echo")
+            process.arguments = ["hello"]
+            let output = Pipe(), errors = Pipe()
+            process.standardOutput = output
+            process.standardError = errors
+            try process.run()
+            for handle in [output.fileHandleForReading, errors.fileHandleForReading] {
+                links.append((handle.fileDescriptor, Self.link(of: handle.fileDescriptor)))
+            }
+            #expect(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "hello\n")
+            #expect(process.waitForExit(seconds: 30))
+        }
+        #expect(links.allSatisfy { $0.link.hasPrefix("pipe:") }, "\(links)")
+        // A descriptor number may be reused meanwhile, never for the same pipe (its inode is in the link).
+        for (descriptor, link) in links {
+            #expect(Self.link(of: descriptor) != link, "descriptor \(descriptor) still holds \(link)")
+        }
+    }
+
+    private static func link(of descriptor: Int32) -> String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor)")) ?? ""
+    }
+
+    /// A private PostgreSQL server's `shutDown` reaps its supervising shell. Left a zombie, it kept Swift
+    /// Testing's exit-test monitor (`waitid(P_ALL, WNOWAIT)` in a loop) spinning on a core for the rest
+    /// of the run, and the exit tests waiting behind it.
+    @Test func aPrivateServersShutDownReapsItsSupervisor() throws {
+        let server = try PostgresServer.makePrivate()
+        let supervisor = try #require(server.supervisorProcessID)
+        #expect(kill(supervisor, 0) == 0)
+        server.shutDown()
+        #expect(kill(supervisor, 0) == -1 && errno == ESRCH, "the supervisor \(supervisor) is still there (a zombie: \(Self.ended(supervisor)))")
+    }
+
     /// The stuck test report names each process under the test process with its command line, a URL's
     /// password hidden (the tests' PostgreSQL roles have passwords in their URLs).
     @Test func theStuckTestReportListsTheTestProcessesChildren() throws {

@@ -35,6 +35,8 @@ public final class PostgresServer: Sendable {
     /// The supervising shell of this server.
     private let supervisorBox = SupervisorPID()
     private var supervisorPID: Int32? { supervisorBox.get() }
+    /// The supervising shell's pid (a child of this process), for a test that checks it is reaped.
+    public var supervisorProcessID: pid_t? { supervisorPID }
 
     /// The server of this test process, started on first call. Throws (every time) when it cannot start.
     public static func shared() throws -> PostgresServer {
@@ -71,7 +73,27 @@ public final class PostgresServer: Sendable {
     public func shutDown() {
         guard controllable else { return }
         _ = try? pgctl(["stop", "-m", "immediate", "-w", "-t", "30"])
-        if let pid = supervisorPID { signalChildIfRunning(pid, SIGTERM) }
+        if let pid = supervisorPID { Self.stopAndReap(pid) }
+    }
+
+    /// Sends SIGTERM to a supervisor (if it still runs) and reaps it — SIGKILL after `seconds` — so that
+    /// it does not stay behind as a zombie. A zombie child costs the test process more than a slot:
+    /// Swift Testing's exit-test monitor, once started, waits for any child (`waitid(P_ALL, WNOWAIT)`)
+    /// and loops at once on one it did not start, so each zombie kept a core busy for the rest of the
+    /// run and held up the exit tests behind it.
+    private static func stopAndReap(_ pid: pid_t, seconds: Double = 60) {
+        signalChildIfRunning(pid, SIGTERM)
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            let reaped = waitpid(pid, nil, WNOHANG)
+            if reaped == pid || (reaped == -1 && errno != EINTR) { return }
+            if Date() > deadline {
+                kill(pid, SIGKILL)
+                while waitpid(pid, nil, 0) == -1 && errno == EINTR {}
+                return
+            }
+            usleep(20_000)
+        }
     }
 
     /// Runs `pg_ctl ARGS -D data` as the cluster's owner with clean signals and closed descriptors (the
@@ -294,12 +316,12 @@ public final class PostgresServer: Sendable {
             if pidFile.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }).contains("ready") { return }
             if FileManager.default.fileExists(atPath: "\(directory)/initdb.failed") {
                 let log = (try? String(contentsOfFile: "\(directory)/initdb.log", encoding: .utf8)) ?? ""
-                kill(supervisor, SIGTERM)
+                Self.stopAndReap(supervisor)
                 throw TestServerError("initdb failed: \(log.suffix(2000))")
             }
             if !supervisorRunning() || Date() > deadline {
                 let log = (try? String(contentsOfFile: "\(directory)/server.log", encoding: .utf8)) ?? ""
-                kill(supervisor, SIGTERM)
+                Self.stopAndReap(supervisor)
                 throw TestServerError("PostgreSQL did not start on 127.0.0.1:\(port): \(log.suffix(2000))")
             }
             usleep(20_000)
