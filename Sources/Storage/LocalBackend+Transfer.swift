@@ -243,14 +243,16 @@ final class LocalTransfer {
             throw LocalBackend.folderMoved(location)
         }
         // The object and its sidecar are two renames: a folder at either name (which a rename cannot
-        // replace) is refused before the first, so a failed job never leaves the object replaced
-        // beside its old metadata.
-        for name in [location.name, location.sidecarName] {
-            guard let found = location.directory.entry(name), found.isDirectory else { continue }
+        // replace), or a device, socket or pipe (which it would), is refused before the first, so a
+        // failed job never leaves the object replaced beside its old metadata.
+        do throws(StorageError) {
+            for name in [location.name, location.sidecarName] {
+                try location.directory.refuseUnreplaceable(name, for: "writing the object '\(reference.description)'")
+            }
+        } catch {
             session.discard(in: location)
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
-            throw StorageError(.invalidArgument, "'\(location.directory.childPath(name))' is a folder, so the object "
-                                   + "'\(reference.description)' cannot be written there; nothing was changed — move the folder away")
+            throw error
         }
         do throws(StorageError) {
             if rule.replaces {

@@ -499,6 +499,7 @@ public final class PartialFile {
         }
         do throws(StorageError) {
             if replacing {
+                try directory.refuseUnreplaceable(destinationName, for: "a download")
                 try directory.rename(tempName, to: destinationName)
             } else {
                 guard try directory.linkExclusive(tempName, to: destinationName) else {

@@ -205,6 +205,18 @@ final class SafeDirectory {
         return FileStatus(info)
     }
 
+    /// Refuses `name` as the target of a replacing rename when what sits there is a folder (a rename
+    /// cannot replace it) or a device, socket or pipe (a rename would: `/dev/null` as a download's
+    /// destination became a regular file for every other program). Nothing there, a regular file or a
+    /// symbolic link (replaced, never followed) passes. `what` names the write in the message.
+    func refuseUnreplaceable(_ name: String, for what: String) throws(StorageError) {
+        guard let found = entry(name), found.isDirectory || found.kind == .other else { return }
+        let advice = found.isDirectory ? "move the folder away or choose a file's path" : "choose a file's path"
+        throw StorageError(.invalidArgument, "'\(childPath(name))' is \(found.kindDescription): \(what) replaces only "
+                               + "a file or a symbolic link, so nothing was written there — \(advice)",
+                           retryable: false)
+    }
+
     /// Creates `name` (read-write) with `O_CREAT | O_EXCL | O_NOFOLLOW`.
     ///
     /// When something already sits at the name: a symbolic link is refused (`pathError`, not followed);

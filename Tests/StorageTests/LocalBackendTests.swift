@@ -731,9 +731,11 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
 
     /// The object and its sidecar are two renames; a folder at the sidecar's name made the second fail
     /// after the first had replaced the object: the job failed, the object held the new bytes beside the
-    /// old metadata. A folder at either name is now refused before anything is renamed.
-    @Test("a folder at an object's or its sidecar's name fails the upload with nothing changed", arguments: [false, true])
-    func folderAtTheNameChangesNothing(atSidecar: Bool) async throws {
+    /// old metadata. A folder at either name is now refused before anything is renamed, and so is a
+    /// pipe (a device or socket alike), which a rename would have replaced.
+    @Test("a folder or a pipe at an object's or its sidecar's name fails the upload with nothing changed",
+          arguments: [false, true], [Blocker.folder, .pipe])
+    func blockerAtTheNameChangesNothing(atSidecar: Bool, blocker: Blocker) async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }
         let first = Data("version one".utf8)
@@ -741,18 +743,64 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         let bucket = sandbox.buckets + "/b"
         let blocked = atSidecar ? bucket + "/.obj.txt.jobctl-meta.json" : bucket + "/obj.txt"
         try FileManager.default.removeItem(atPath: blocked)
-        try FileManager.default.createDirectory(atPath: blocked + "/inside", withIntermediateDirectories: true)
+        try blocker.make(at: blocked)
         let error = await expectError(.invalidArgument) { () throws(StorageError) in
             try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/obj.txt", data: Data("version two".utf8)))
         }
-        #expect(error?.message.contains("is a folder") == true, "\(String(describing: error))")
+        #expect(error?.message.contains("is \(blocker.words)") == true, "\(String(describing: error))")
+        #expect(error?.retryable == false)
         if atSidecar {
             #expect(try Data(contentsOf: URL(fileURLWithPath: bucket + "/obj.txt")) == first, "the object was not replaced")
         }
-        var isDirectory: ObjCBool = false
-        #expect(FileManager.default.fileExists(atPath: blocked, isDirectory: &isDirectory) && isDirectory.boolValue)
+        #expect(blocker.isThere(at: blocked), "the \(blocker) at \(blocked) was replaced")
         #expect(sandbox.entries(bucket).allSatisfy { !$0.contains("jobctl-upload") && !$0.contains(".jobctl-meta.tmp") },
                 "\(sandbox.entries(bucket))")
+    }
+
+    /// What a test plants where jobctl would write.
+    enum Blocker: CustomStringConvertible {
+        case folder, pipe
+        var description: String { self == .folder ? "folder" : "pipe" }
+        /// `kindDescription`'s words for it.
+        var words: String { self == .folder ? "a directory" : "a device, socket or pipe" }
+        func make(at path: String) throws {
+            switch self {
+            case .folder: try FileManager.default.createDirectory(atPath: path + "/inside", withIntermediateDirectories: true)
+            case .pipe: guard mkfifo(path, 0o644) == 0 else { throw CocoaError(.fileWriteUnknown) }
+            }
+        }
+        func isThere(at path: String) -> Bool {
+            var info = stat()
+            guard lstat(path, &info) == 0 else { return false }
+            return info.st_mode & S_IFMT == (self == .folder ? S_IFDIR : S_IFIFO)
+        }
+    }
+
+    /// A download's destination that is a device, socket or pipe is refused, not replaced: `/dev/null`
+    /// as a destination (a user trying a download out) became a regular file for every program on a
+    /// machine where the worker runs as root. The pipe is what any user can make; a character device
+    /// as well where this process may make one (as root).
+    @Test("a download onto a pipe or a device is refused and leaves it in place")
+    func downloadOntoADeviceIsRefused() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/x.txt", data: Data("x".utf8))))
+        let pipe = sandbox.directory.file("pipe")
+        #expect(mkfifo(pipe, 0o644) == 0)
+        var targets = [(pipe, S_IFIFO)]
+        let device = sandbox.directory.file("null")
+        // 1:3, the null device
+        if mknod(device, S_IFCHR | 0o666, dev_t(1 << 8 | 3)) == 0 { targets.append((device, S_IFCHR)) }
+        for (path, kind) in targets {
+            let error = await expectError(.invalidArgument) { () throws(StorageError) in
+                try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/x.txt", destination: path))
+            }
+            #expect(error?.message.contains("is a device, socket or pipe") == true, "\(String(describing: error))")
+            #expect(error?.retryable == false)
+            var info = stat()
+            #expect(lstat(path, &info) == 0 && info.st_mode & S_IFMT == kind, "\(path) was replaced")
+        }
+        #expect(sandbox.entries(sandbox.directory.path).allSatisfy { !$0.contains("jobctl") }, "\(sandbox.entries(sandbox.directory.path))")
     }
 
     /// The object and its sidecar are two renames. A worker killed between them left the new object

@@ -173,7 +173,14 @@ import Glibc
             process.signalTree(SIGKILL)
             process.waitForExit(seconds: 20)
         }
-        let report = StuckTests.processes()
+        // Until the child has exec'd the shell, its command line is not there yet (a loaded CI run once
+        // took the report between the two).
+        var report = StuckTests.processes()
+        let deadline = Date().addingTimeInterval(20)
+        while !report.contains("sleep 37") && Date() < deadline {
+            usleep(20_000)
+            report = StuckTests.processes()
+        }
         #expect(report.contains("\(process.processIdentifier) ppid \(getpid()) "), "\(report)")
         #expect(report.contains("sleep 37"), "\(report)")
         #expect(report.contains("postgres://role:***@127.0.0.1/db") && !report.contains("secret-pw"),
