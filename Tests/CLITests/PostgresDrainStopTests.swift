@@ -46,7 +46,7 @@ struct PostgresDrainStopTests {
         try server.stop()
 
         let stopped = Date()
-        while worker.isRunning && Date().timeIntervalSince(stopped) < 60 { usleep(50_000) }
+        _ = worker.ended(within: 60 - Date().timeIntervalSince(stopped))
         let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
         #expect(!worker.isRunning, "still running 60 s after the server stopped: \(text.suffix(2000))")
         if worker.isRunning { return }

@@ -64,6 +64,10 @@ extension Process {
         return false
     }
 
+    /// Whether this child is seen ended within `seconds`: polled, nothing signalled, no issue recorded
+    /// (for a test that expects a child to stay); once ended, Foundation lets it go (see `poll`).
+    public func ended(within seconds: Double) -> Bool { Self.poll(self, seconds: seconds) }
+
     private static func poll(_ process: Process, seconds: Double) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while process.isRunning {

@@ -251,20 +251,22 @@ import TestSupport
             rescuer.signal(SIGKILL)
             _ = rescuer.wait(seconds: 10)
         }
+        // Held at its third read of the object, two of 1 MiB written. (A thread in `pread64` alone does not
+        // say so: SQLite reads the database with it; a loaded CI run once looked while the file was empty.)
         var rescuersFile: String?
+        var written: Int64 = -1
         let rescuing = eventually(seconds: 30) {
             guard let job = try? EventStore(path: scene.database, readOnly: true).job(scene.id), job.attempts == 2,
                   Self.held(rescuer, in: Self.readNumbers) else { return false }
             rescuersFile = Self.entries(scene.folder).map { scene.folder + "/" + $0 }.first { path in
                 path.hasSuffix(".jobctl-partial") && Self.identity(path) != frozenFile
             }
-            return rescuersFile != nil
+            written = rescuersFile.flatMap { (try? FileManager.default.attributesOfItem(atPath: $0)[.size] as? Int64) ?? nil } ?? -1
+            return written == 2 << 20
         }
-        try #require(rescuing, "the rescuer never started its file: \(Self.entries(scene.folder)) \(rescuer.log)")
+        try #require(rescuing, "the rescuer never held 2 MiB in its file (\(written) bytes): \(Self.entries(scene.folder)) \(rescuer.log)")
         try #require(Date().timeIntervalSince(heldAt) < Self.freeze - 2, "the rescuer started after the held rename went out; nothing to test")
         let unfinished = try #require(rescuersFile)
-        let written = (try? FileManager.default.attributesOfItem(atPath: unfinished)[.size] as? Int64) ?? nil
-        #expect(written == 2 << 20, "the rescuer's file: \(written ?? -1) bytes")
 
         // The held rename goes out; the first attempt's commit is over.
         Thread.sleep(until: heldAt.addingTimeInterval(Self.freeze + 3))

@@ -81,10 +81,7 @@ final class JobctlProcess: @unchecked Sendable {
 
     /// Waits for exit up to `seconds`; returns the status, or nil on timeout.
     func wait(seconds: Double) -> Int32? {
-        let deadline = Date().addingTimeInterval(seconds)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        if process.isRunning { return nil }
-        return process.terminationStatus
+        process.ended(within: seconds) ? process.terminationStatus : nil
     }
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
