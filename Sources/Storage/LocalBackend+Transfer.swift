@@ -760,6 +760,7 @@ extension LocalTransfer {
         guard found.isRegular else {
             throw StorageError(.objectNotFound, "object '\(reference)' does not exist ('\(location.path)' is not a regular file)")
         }
+        try ProtectedFiles.refuse(found.identity, at: location.path, "deleting the object '\(reference.description)'")
         // The sidecar's generation is compared under the object's lock, as update-metadata writes it.
         var lockedObject: LocalFile?
         if spec.ifGeneration != nil {

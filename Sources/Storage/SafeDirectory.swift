@@ -208,9 +208,12 @@ final class SafeDirectory {
     /// Refuses `name` as the target of a replacing rename when what sits there is a folder (a rename
     /// cannot replace it) or a device, socket or pipe (a rename would: `/dev/null` as a download's
     /// destination became a regular file for every other program). Nothing there, a regular file or a
-    /// symbolic link (replaced, never followed) passes. `what` names the write in the message.
+    /// symbolic link (replaced, never followed) passes, unless it is one of `ProtectedFiles` (the event
+    /// log's own). `what` names the write in the message.
     func refuseUnreplaceable(_ name: String, for what: String) throws(StorageError) {
-        guard let found = entry(name), found.isDirectory || found.kind == .other else { return }
+        guard let found = entry(name) else { return }
+        try ProtectedFiles.refuse(found.identity, at: childPath(name), what)
+        guard found.isDirectory || found.kind == .other else { return }
         let advice = found.isDirectory ? "move the folder away or choose a file's path" : "choose a file's path"
         throw StorageError(.invalidArgument, "'\(childPath(name))' is \(found.kindDescription): \(what) replaces only "
                                + "a file or a symbolic link, so nothing was written there — \(advice)",

@@ -230,7 +230,8 @@ extension Commands {
         }
         if let output, output != "-" {
             // A fetched URL carries its token, and --show-secrets puts download tokens in the metadata.
-            try write(bytes, toFile: output, secret: job.spec.kind == .fetchURL || display.showSecrets)
+            try write(bytes, toFile: output, secret: job.spec.kind == .fetchURL || display.showSecrets,
+                      protected: context.localLogFiles)
             return ExitCode.ok
         }
         if output == nil, context.stdoutIsTerminal, !Self.isTerminalText(bytes) {

@@ -41,8 +41,9 @@ extension ParsedArguments {
 /// Anything else at `path` is written into, never replaced, as `curl -o` does: a device (`/dev/null`,
 /// which a rename made as root replaced with a regular file), a terminal or a pipe (`/dev/stdout`,
 /// `/dev/fd/3`, a shell's `>(…)`, which failed "No such file or directory"), a FIFO (opened without
-/// waiting: with no reader it is refused at once). A folder is refused.
-func write(_ data: Data, toFile path: String, secret: Bool = false) throws {
+/// waiting: with no reader it is refused at once). A folder is refused, and so is any of `protected`
+/// (the command's own SQLite log: `result -o jobctl.db` replaced the event log with a job's bytes).
+func write(_ data: Data, toFile path: String, secret: Bool = false, protected: [String] = []) throws {
     func failure(_ code: Int32, _ doing: String = "write") -> CommandFailure {
         CommandFailure("cannot \(doing) '\(Display.escapingControls(path))': \(String(cString: strerror(code))); "
             + "check the directory exists and is writable")
@@ -60,6 +61,13 @@ func write(_ data: Data, toFile path: String, secret: Bool = false) throws {
     }
     var found = stat()
     let exists = stat(path, &found) == 0
+    for file in protected {
+        var info = stat()
+        if exists, stat(file, &info) == 0, info.st_dev == found.st_dev, info.st_ino == found.st_ino {
+            throw CommandFailure("'\(Display.escapingControls(path))' is this command's event log ('\(Display.escapingControls(file))'): "
+                                 + "-o never writes over it; choose another file")
+        }
+    }
     if exists && found.st_mode & S_IFMT == S_IFDIR {
         throw CommandFailure("'\(Display.escapingControls(path))' is a folder: give -o the path of a file")
     }

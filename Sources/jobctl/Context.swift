@@ -2,6 +2,7 @@ import EventStore
 import Foundation
 import JobModel
 import PostgresStore
+import Storage
 
 /// Process exit codes (sysexits-style where one fits). `ExitCode.helpText` lists them for `--help`.
 enum ExitCode {
@@ -128,9 +129,17 @@ struct Context: Sendable {
                                      answerTimeoutMs: timeout)
         }
         let store = try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
-        if worker && !readOnly { try store.checkpointInBackground() }
+        if worker && !readOnly {
+            try store.checkpointInBackground()
+            // No job of this worker writes over or deletes the log it records them in.
+            ProtectedFiles.protect(localLogFiles, as: "this worker's event log")
+        }
         return store
     }
+
+    /// The files of the SQLite log this command uses (none for PostgreSQL): what no output of it may
+    /// write over.
+    var localLogFiles: [String] { isPostgresURL(databasePath) ? [] : sqliteLogFiles(databasePath) }
 
     /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says
     /// otherwise; with a PostgreSQL database (no directory of its own), in `buckets/` of the current directory.

@@ -776,6 +776,39 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         }
     }
 
+    /// The worker's own event log is never written over or deleted by its jobs: a download whose
+    /// destination was the database renamed a file over it (every job's history gone), and a `file://`
+    /// object of its name in a bucket folder holding it did the same; a delete removed it. Known by
+    /// identity, so a hard link to the file is refused as well.
+    @Test("a download, an upload or a delete onto a protected file (the event log's) is refused and leaves it whole")
+    func protectedFilesAreNeverWrittenOver() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/x.txt", data: Data("x".utf8))))
+        let log = Data("the event log".utf8)
+        let database = try sandbox.write("jobctl.db", log)
+        let inBucket = sandbox.buckets + "/b/jobctl.db"
+        #expect(link(database, inBucket) == 0)
+        ProtectedFiles.protect([database], as: "this worker's event log")
+        // Before the sandbox goes: its inode may be another test's file next.
+        defer { ProtectedFiles.unprotect([database]) }
+        let attempts: [(String, JobSpec)] = [
+            ("download", JobSpec(kind: .downloadFile, source: "file://b/x.txt", destination: database)),
+            ("upload", JobSpec(kind: .uploadData, destination: "file://b/jobctl.db", data: Data("over".utf8))),
+            ("delete", JobSpec(kind: .delete, destination: "file://b/jobctl.db")),
+        ]
+        for (what, spec) in attempts {
+            let error = await expectError(.invalidArgument) { () throws(StorageError) in
+                try await run(sandbox.backend(), spec)
+            }
+            #expect(error?.message.contains("this worker's event log") == true, "\(what): \(String(describing: error))")
+            #expect(error?.retryable == false, "\(what)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: database)) == log, "\(what) changed the log")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: inBucket)) == log, "\(what) changed the log's other name")
+        }
+        #expect(sandbox.entries(sandbox.directory.path).allSatisfy { !$0.contains("jobctl-partial") }, "\(sandbox.entries(sandbox.directory.path))")
+    }
+
     /// A download's destination that is a device, socket or pipe is refused, not replaced: `/dev/null`
     /// as a destination (a user trying a download out) became a regular file for every program on a
     /// machine where the worker runs as root. The pipe is what any user can make; a character device

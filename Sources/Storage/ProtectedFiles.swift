@@ -1,0 +1,43 @@
+import Foundation
+import JobModel
+import Synchronization
+
+/// Files no transfer of this process may replace or delete: the event log's own (an SQLite database and
+/// its `-wal`, `-shm`, `-journal` and writer-lock files), registered by a worker once it has opened them.
+/// A download whose destination was the database (`destination: jobctl.db`, a typo or a hostile
+/// manifest), or a `file://` object of that name in a bucket folder that holds it, renamed a file over
+/// the log: every job's history gone, and the worker only noticed on its next write. Files are known by
+/// device and inode, so another path to one (a link to its folder, a hard link) is the same file.
+public enum ProtectedFiles {
+    private static let files = Mutex<[FileIdentity: String]>([:])
+
+    /// Registers each of `paths` that exists now, as `description` (for messages: "this worker's event log").
+    public static func protect(_ paths: [String], as description: String) {
+        var found: [FileIdentity: String] = [:]
+        for path in paths {
+            var info = stat()
+            guard stat(path, &info) == 0 else { continue }
+            let shown = realpath(path, nil).map { resolved in defer { free(resolved) }; return String(cString: resolved) } ?? path
+            found[FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))] = "\(description) ('\(shown)')"
+        }
+        files.withLock { $0.merge(found) { _, new in new } }
+    }
+
+    /// Forgets `paths` (each as it is now): before a protected file goes, since its inode may then be
+    /// given to a new file that nothing protects (tests; a worker's log files outlive the worker).
+    public static func unprotect(_ paths: [String]) {
+        var gone: [FileIdentity] = []
+        for path in paths {
+            var info = stat()
+            if stat(path, &info) == 0 { gone.append(FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))) }
+        }
+        files.withLock { files in for identity in gone { files[identity] = nil } }
+    }
+
+    /// Refuses `identity` when it is a protected file: `path` is where the job would write or delete.
+    static func refuse(_ identity: FileIdentity, at path: String, _ what: String) throws(StorageError) {
+        guard let description = files.withLock({ $0[identity] }) else { return }
+        throw StorageError(.invalidArgument, "'\(path)' is \(description): \(what) never replaces or deletes it, "
+                               + "so nothing was written there — choose another path", retryable: false)
+    }
+}
