@@ -37,16 +37,16 @@ import Darwin
 /// SQLite's own VFS names them. Through a link, `databasePath + "-wal"` named a file that never exists, and
 /// every write failed its sync ("cannot find the write-ahead log"). A database not there yet keeps the path
 /// as given.
-/// The files an SQLite log at `databasePath` consists of: the database, its `-wal`, `-shm` and
-/// `-journal` files and jobctl's writer lock (what no transfer may write over: `ProtectedFiles`).
-public func sqliteLogFiles(_ databasePath: String) -> [String] {
-    [databasePath] + ["-wal", "-shm", "-journal", "-writer-lock"].map { sqliteSidecarPath(databasePath, $0) }
-}
-
 func sqliteSidecarPath(_ databasePath: String, _ suffix: String) -> String {
     guard let resolved = realpath(databasePath, nil) else { return databasePath + suffix }
     defer { free(resolved) }
     return String(cString: resolved) + suffix
+}
+
+/// The files an SQLite log at `databasePath` consists of: the database, its `-wal`, `-shm` and
+/// `-journal` files and jobctl's writer lock (what no transfer may write over: `ProtectedFiles`).
+public func sqliteLogFiles(_ databasePath: String) -> [String] {
+    [databasePath] + ["-wal", "-shm", "-journal", "-writer-lock"].map { sqliteSidecarPath(databasePath, $0) }
 }
 
 final class WALSync: Sendable {

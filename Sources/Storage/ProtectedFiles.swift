@@ -38,6 +38,6 @@ public enum ProtectedFiles {
     static func refuse(_ identity: FileIdentity, at path: String, _ what: String) throws(StorageError) {
         guard let description = files.withLock({ $0[identity] }) else { return }
         throw StorageError(.invalidArgument, "'\(path)' is \(description): \(what) never replaces or deletes it, "
-                               + "so nothing was written there — choose another path", retryable: false)
+                               + "so nothing was changed — choose another path", retryable: false)
     }
 }
