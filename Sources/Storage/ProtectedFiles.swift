@@ -15,10 +15,9 @@ public enum ProtectedFiles {
     public static func protect(_ paths: [String], as description: String) {
         var found: [FileIdentity: String] = [:]
         for path in paths {
-            var info = stat()
-            guard stat(path, &info) == 0 else { continue }
+            guard let identity = identity(of: path) else { continue }
             let shown = realpath(path, nil).map { resolved in defer { free(resolved) }; return String(cString: resolved) } ?? path
-            found[FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))] = "\(description) ('\(shown)')"
+            found[identity] = "\(description) ('\(shown)')"
         }
         files.withLock { $0.merge(found) { _, new in new } }
     }
@@ -26,12 +25,14 @@ public enum ProtectedFiles {
     /// Forgets `paths` (each as it is now): before a protected file goes, since its inode may then be
     /// given to a new file that nothing protects (tests; a worker's log files outlive the worker).
     public static func unprotect(_ paths: [String]) {
-        var gone: [FileIdentity] = []
-        for path in paths {
-            var info = stat()
-            if stat(path, &info) == 0 { gone.append(FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))) }
-        }
+        let gone = paths.compactMap(identity(of:))
         files.withLock { files in for identity in gone { files[identity] = nil } }
+    }
+
+    /// The file at `path` (links followed), as `FileStatus` knows files; nil when there is none.
+    private static func identity(of path: String) -> FileIdentity? {
+        var info = stat()
+        return stat(path, &info) == 0 ? FileStatus(info).identity : nil
     }
 
     /// Refuses `identity` when it is a protected file: `path` is where the job would write or delete.
