@@ -283,6 +283,7 @@ struct ManifestReader {
                 jobs.append(entry)
             }
         }
+        checkSourcesAfterDependencies()
         reportDependencyCycles()
         return errors.isEmpty ? jobs : []
     }
@@ -366,6 +367,37 @@ struct ManifestReader {
 
     /// The `after:` entries of the jobs read so far, by the job's key (jobs without a key cannot be named).
     private var dependenciesByKey: [(key: String, entries: [Located<String>])] = []
+
+    /// The local file each keyed download-file job read so far writes, by its key; a folder (ending in
+    /// `/`) for a prefix's download.
+    private var localFilesWrittenByKey: [UTF8Key: String] = [:]
+
+    /// upload-file sources missing at submit whose jobs wait (`after:`) for others: checked at the end
+    /// of the manifest, when every job that might write them has been read.
+    private var sourcesAfterDependencies: [(path: String, written: Located<String>, after: [Located<String>])] = []
+
+    /// Reports each missing source in `sourcesAfterDependencies` unless a download-file job of this
+    /// manifest that its job waits for, directly or through other jobs, writes it: a chain that fetches
+    /// a file and then uploads it needs no `check_source: false`. The job's own `after:` decides, so it
+    /// runs only once that download succeeded (a failed one cancels it).
+    private mutating func checkSourcesAfterDependencies() {
+        guard !sourcesAfterDependencies.isEmpty else { return }
+        var edges: [UTF8Key: [Located<String>]] = [:]
+        for (key, entries) in dependenciesByKey where edges[UTF8Key(key)] == nil { edges[UTF8Key(key)] = entries }
+        for (path, written, after) in sourcesAfterDependencies {
+            var seen: Set<UTF8Key> = []
+            var pending = after.map { UTF8Key($0.value) }
+            var writtenByAWaitedJob = false
+            while let key = pending.popLast(), !writtenByAWaitedJob {
+                guard seen.insert(key).inserted else { continue }
+                if let file = localFilesWrittenByKey[key] {
+                    writtenByAWaitedJob = file.hasSuffix("/") ? path.hasPrefix(file) : file == path
+                }
+                pending += (edges[key] ?? []).map { UTF8Key($0.value) }
+            }
+            if !writtenByAWaitedJob { checkSourceFile(path, written: written) }
+        }
+    }
 
     private mutating func readJob(_ node: YAMLNode, defaults: FieldSet) -> ReadJob? {
         guard case .mapping(let pairs, let mark) = node else {
@@ -464,7 +496,12 @@ struct ManifestReader {
             reportFiltersWithoutExpansion(own)
             spec.source = sourcePath
             if let path = spec.source, let sourceText, checksSources, fields.checkSource?.value ?? true {
-                checkSourceFile(path, written: sourceText)
+                if let after = own.after?.value, !after.isEmpty, SourceFile.problem(at: path)?.isAbsence == true {
+                    // Perhaps a job it waits for writes it: decided once every job of the manifest is read.
+                    sourcesAfterDependencies.append((path, sourceText, after))
+                } else {
+                    checkSourceFile(path, written: sourceText)
+                }
             }
             spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the storage reference to upload to").flatMap {
                 uploadDestination($0, sourcePath: spec.source, other: own.source)
@@ -490,6 +527,9 @@ struct ManifestReader {
         case .downloadFile:
             if let sourceText = own.source, let prefix = listablePrefix(sourceText) {
                 guard let expansion = prefixExpansion(prefix, template: spec, own: own, mark: mark) else { return nil }
+                if let key = own.key?.value {
+                    localFilesWrittenByKey[UTF8Key(key)] = expansion.destinationFolder + "/"
+                }
                 return errors.reportCount == errorCount ? ReadJob(specs: [expansion.template], mark: mark, prefix: expansion) : nil
             }
             reportFiltersWithoutExpansion(own)
@@ -499,6 +539,9 @@ struct ManifestReader {
             spec.source = sourceReference?.description
             spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the local file to write").flatMap {
                 localPath($0, field: .destination, kind: kind, folderEntry: sourceReference?.name)
+            }
+            if let key = own.key?.value, let destination = spec.destination {
+                localFilesWrittenByKey[UTF8Key(key)] = destination
             }
         case .downloadMemory:
             spec.source = require(.source, in: own, kind: kind, at: mark, what: "the storage reference to download").flatMap {
@@ -740,7 +783,8 @@ struct ManifestReader {
         guard let problem = SourceFile.problem(at: path) else { return }
         let quoted = "'source' '\(written.value)'"
         let absolute = written.value == path ? "" : " (\(path))"
-        let optOut = "if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with --no-check-sources"
+        let optOut = "if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with "
+            + "--no-check-sources; a download-file job that writes it can be named in the job's 'after:'"
         switch problem {
         case .missing:
             report(.sourceUnavailable, "\(quoted) does not exist\(absolute); \(optOut)", at: written.valueMark)

@@ -26,6 +26,15 @@ enum SourceFile {
         case unreadable(String)
         /// A folder on the way cannot be searched, is a file, or links loop (the reason, from errno).
         case unreachable(String)
+
+        /// Nothing there to read yet — no file, or a link to none: what a download the job waits for
+        /// may write (it replaces a link by a file).
+        var isAbsence: Bool {
+            switch self {
+            case .missing, .danglingLink: true
+            default: false
+            }
+        }
     }
 
     /// The problem with reading `path` as an upload source, or nil when the worker could read it now.

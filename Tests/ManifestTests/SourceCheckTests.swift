@@ -110,4 +110,53 @@ import TestSupport
             "2:31 sourceUnavailable", "3:31 sourceUnavailable",
         ])
     }
+
+    /// A source that a download-file job writes is not looked for when the upload waits for that job,
+    /// directly or through others, wherever in the manifest the download is; otherwise it is.
+    @Test func aSourceThatAWaitedForDownloadWritesIsNotLookedFor() throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        func parse(_ yaml: String) -> Result<[JobSpec], ManifestErrors> {
+            ManifestParser(baseDirectory: folder.path).parse(text: yaml, path: "m.yaml")
+        }
+        // The download after the upload in the file, the upload waiting for it by its key.
+        let direct = try #require(parse("""
+        - {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, after: [fetch]}
+        - {kind: download-file, source: gs://b/src.csv, destination: out/a.csv, key: fetch}
+        """).jobs)
+        #expect(direct.map(\.source) == [folder.path + "/out/a.csv", "gs://b/src.csv"])
+        // Through another job; and into a folder, under the object's name.
+        #expect(try #require(parse("""
+        - {kind: download-file, source: gs://b/src.csv, destination: out/, key: fetch}
+        - {kind: download-memory, source: gs://b/other, key: look, after: [fetch]}
+        - {kind: upload-file, source: out/src.csv, destination: gs://b/a.csv, after: [look]}
+        """).jobs).count == 3)
+        // A prefix's download writes under its folder.
+        #expect(try #require(parse("""
+        - {kind: download-file, source: gs://b/photos/, destination: out/photos/, key: fetch}
+        - {kind: upload-file, source: out/photos/2024/x.jpg, destination: gs://c/x.jpg, after: [fetch]}
+        """).jobs).count == 2)
+        // Refused where nothing waited for writes the file: no after:, a download of another file, a
+        // download that is not waited for, a job after: names only in the log.
+        for yaml in [
+            "- {kind: download-file, source: gs://b/src.csv, destination: out/a.csv, key: fetch}\n"
+                + "- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv}",
+            "- {kind: download-file, source: gs://b/src.csv, destination: out/b.csv, key: fetch}\n"
+                + "- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, after: [fetch]}",
+            "- {kind: download-file, source: gs://b/src.csv, destination: out/a.csv, key: fetch, after: [up]}\n"
+                + "- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, key: up, after: [other]}",
+            "- {kind: download-file, source: gs://b/src.csv, destination: out/a.csv}\n"
+                + "- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, after: [in-the-log]}",
+        ] {
+            let errors = try #require(parse(yaml).errors, "\(yaml)")
+            #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:31 sourceUnavailable"], "\(yaml)")
+            #expect(errors.first?.message.contains("a download-file job that writes it can be named in the job's 'after:'") == true)
+        }
+        // A source that is there but unusable is refused at once, whatever the job waits for.
+        let pipe = try #require(parse("""
+        - {kind: download-file, source: gs://b/src.csv, destination: pipe, key: fetch}
+        - {kind: upload-file, source: pipe, destination: gs://b/a.csv, after: [fetch]}
+        """).errors)
+        #expect(pipe.map(\.message).first?.contains("is a FIFO, not a regular file") == true, "\(pipe)")
+    }
 }
