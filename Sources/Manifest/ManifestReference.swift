@@ -86,7 +86,7 @@ public enum ManifestReference {
                        + "images/cat.jpg. The submitted job stores the full reference; '..' is refused as in full references.",
                        defaultText: "none (object paths must be full references)"),
             FieldEntry(name: "max_rate", summary: "This job's bandwidth, bytes per second with rclone's units: 512k, 10M "
-                       + "(K/M/G/T are 1024s); http(s) and gs:// transfers.", defaultText: "unlimited"),
+                       + "(K/M/G/T are 1024s); gs://, http(s) and file:// transfers.", defaultText: "unlimited"),
             FieldEntry(name: "if_generation", summary: "delete and update-metadata: act only while the object is this "
                        + "generation (a positive integer, as get-metadata shows it); gs:// sends ifGenerationMatch, file:// "
                        + "compares the sidecar's generation; another generation fails the job without retries "

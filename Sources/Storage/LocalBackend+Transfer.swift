@@ -27,6 +27,39 @@ final class LocalTransfer {
 
     deinit { allocatedBuffer?.deallocate() }
 
+    /// The job's `max_rate:` and the worker's `--bwlimit`, if any: the buckets network transfers draw from.
+    private lazy var rateLimits: [SharedBandwidth] = [control.rateLimit, backend.configuration.bandwidth].compactMap { $0 }
+
+    /// Holds the next step of a copy, `bytes` long, to the rate limits, and ends the attempt once the
+    /// job's `timeout:` has passed (a retryable error, as for a network transfer). Returns the step to
+    /// take — under a limit at most a sixteenth of a second's worth of the lowest, so the rate holds
+    /// over short spans too — once the buckets allow it, or at once when a stop was asked for (the
+    /// loop's next turn sees it). The wait sleeps in slices of at most 100 ms, watching for a stop.
+    private func paced(_ bytes: Int) throws(StorageError) -> Int {
+        let deadline = control.deadline
+        if let deadline, deadline.hasPassed() { throw timedOut(deadline) }
+        // The common case, no limit at all, reads two fields and builds nothing.
+        guard bytes > 0, control.rateLimit != nil || backend.configuration.bandwidth != nil,
+              let lowest = rateLimits.map(\.rate).min() else { return bytes }
+        let step = min(bytes, TokenBucket.chunkSize(for: lowest))
+        while control.stopReason == nil {
+            let now = ContinuousClock.now
+            let wait = rateLimits.map { $0.millisecondsUntilReady(at: now) }.max() ?? 0
+            guard wait > 0 else { break }
+            if let deadline, deadline.hasPassed(at: now) { throw timedOut(deadline) }
+            let slice = min(wait, 100, deadline.map { Int($0.remainingMilliseconds) + 1 } ?? 100)
+            usleep(useconds_t(slice * 1000))
+        }
+        let now = ContinuousClock.now
+        for bucket in rateLimits { bucket.take(step, at: now) }
+        return step
+    }
+
+    /// The error of a copy still running at the job's `timeout:`, naming the job's reference.
+    private func timedOut(_ deadline: TransferDeadline) -> StorageError {
+        deadline.error(url: (spec.kind.isUpload ? spec.destination : spec.source) ?? "")
+    }
+
     /// The streaming buffer (`LocalFiles.bufferSize` bytes), allocated when first used: an in-memory
     /// download reads straight into its result and never needs it, and a megabyte allocated and freed
     /// per job cost it ~1,500 instructions (and the kernel a mapping).
@@ -125,7 +158,7 @@ final class LocalTransfer {
                 temp.close()
                 return .stopped(reason, .upload(sessionURI: session.uri, confirmedOffset: done, total: total))
             }
-            let want = Int(min(Int64(buffer.count), total - done))
+            let room = Int(min(Int64(buffer.count), total - done))
             // A file source is copied by the kernel where it can; the CRC is then taken from the bytes
             // stored (read back from the page cache), so it describes exactly what the object holds.
             if case .file(let file) = source, kernelCopy {
@@ -133,7 +166,8 @@ final class LocalTransfer {
                 do {
                     // Larger steps than the buffer: the kernel copies without it, and each step is a
                     // system call, a read-back for the CRC and a progress report.
-                    copied = try temp.copyInKernel(from: file, count: Int(min(Self.kernelCopyStep, backend.checkpointInterval, total - done)))
+                    let step = try paced(Int(min(Self.kernelCopyStep, backend.checkpointInterval, total - done)))
+                    copied = try temp.copyInKernel(from: file, count: step)
                 } catch {
                     if temp.failedForLackOfSpace { session.discard(in: location) }
                     throw error
@@ -154,6 +188,7 @@ final class LocalTransfer {
                 }
                 kernelCopy = false
             }
+            let want = try paced(room)
             let chunk: UnsafeRawBufferPointer
             switch source {
             case .file(let file):
@@ -604,7 +639,7 @@ final class LocalTransfer {
                 partial.close()
                 return .stopped(reason, checkpoint(partial))
             }
-            let want = Int(min(Int64(buffer.count), total - partial.bytesWritten))
+            let want = try paced(Int(min(Int64(buffer.count), total - partial.bytesWritten)))
             let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
             guard count > 0 else {
                 partial.discard()
@@ -656,7 +691,7 @@ final class LocalTransfer {
             // Bytes in memory do not survive the process, so a stopped in-memory download has no resume
             // point: it stops at once and the next attempt starts over.
             if let reason = control.stopReason { return .stopped(reason, nil) }
-            let range = filled..<(filled + min(LocalFiles.bufferSize, data.count - filled))
+            let range = filled..<(filled + (try paced(min(LocalFiles.bufferSize, data.count - filled))))
             let count = try file.read(into: &data, range)
             guard count > 0 else {
                 throw StorageError(.objectNotFound, "object '\(location.reference)' shrank while it was read: download it again",

@@ -107,6 +107,9 @@ public struct LocalBackend: StorageBackend {
     func perform(_ spec: JobSpec, parsed: StorageReference?, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                  report: @escaping @Sendable (TransferEvent) -> Void,
                  completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
+        // The job's `timeout:` and `max_rate:` hold a local copy as they hold a network transfer (checked
+        // between its steps; see `LocalTransfer.paced`).
+        let control = control.limited(toSeconds: spec.timeoutSeconds, maxRate: spec.maxRate)
         let work: @Sendable () -> Void = {
             let transfer = LocalTransfer(backend: self, spec: spec, parsed: parsed, resumePoint: resumePoint, control: control,
                                          report: report)
@@ -117,6 +120,9 @@ public struct LocalBackend: StorageBackend {
             }
         }
         switch spec.kind {
+        case .downloadMemory where control.rateLimit != nil || configuration.bandwidth != nil:
+            // A paced read sleeps between its steps: on a thread of its own, not one of the read queue's few.
+            FileIO.pool.run(work)
         case .downloadMemory, .getMetadata:
             Self.readQueue.async(execute: work)
         case .uploadFile, .uploadData, .downloadFile, .fetchURL, .updateMetadata, .delete:

@@ -189,7 +189,7 @@ enum Options {
         } catch { throw UsageError(error.message) }
     }
     static let bandwidthLimit = Option<Int64>("bwlimit", value: "rate",
-                                              help: "Bandwidth shared by all of this worker's http(s) and gs:// transfers, as rclone writes it: 512k, 10M (bytes per second, 1k to 1T).") { text in
+                                              help: "Bandwidth shared by all of this worker's transfers (gs://, http(s), file://), as rclone writes it: 512k, 10M (bytes per second, 1k to 1T).") { text in
         if let problem = TransferRate.problem(with: text, what: "--bwlimit") { throw UsageError(problem) }
         // `problem` returned nil, so the text parses.
         return TransferRate.parse(text) ?? 0

@@ -1,0 +1,118 @@
+import Foundation
+import JobModel
+@testable import Storage
+import Testing
+import TestSupport
+
+/// `max_rate:`, `--bwlimit` and `timeout:` on `file://` copies, which ignored all three: a `max_rate: 1M`
+/// upload of 2 MiB went at the disk's speed, a `timeout: 1s` copy ran as long as it took.
+///
+/// As for network transfers (`BandwidthTests`), the rate's ceiling is asserted (+15 %), not a floor: a
+/// test that is slowed by the machine still passes, a copy that is not held fails.
+@Suite(.onTestThreads) struct LocalPacingTests {
+    struct Sandbox {
+        let directory: TemporaryDirectory
+        var buckets: String { directory.file("buckets") }
+
+        init() throws {
+            directory = try TemporaryDirectory("jobctl-local-pacing")
+            try FileManager.default.createDirectory(atPath: directory.file("buckets/b"), withIntermediateDirectories: true)
+        }
+
+        func backend(bandwidth: SharedBandwidth? = nil) -> LocalBackend {
+            var configuration = StorageConfiguration(localBucketsDirectory: buckets)
+            configuration.bandwidth = bandwidth
+            return LocalBackend(configuration: configuration)
+        }
+
+        func file(_ name: String, size: Int) throws -> String {
+            let path = directory.file(name)
+            try Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31) }).write(to: URL(fileURLWithPath: path))
+            return path
+        }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    @Test func anUploadHonoursMaxRate() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let size = 2 * 1_048_576, limit: Int64 = 1_048_576
+        let source = try sandbox.file("a.bin", size: size)
+        let backend = sandbox.backend()
+        let (result, elapsed) = await timedOffTestThreads {
+            await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/a.bin", maxRate: limit))
+        }
+        let rate = Double(size) / Self.seconds(elapsed)
+        print("[LocalPacingTests] max_rate \(limit) B/s: \(size) bytes uploaded in \(Self.seconds(elapsed)) s = \(Int(rate)) B/s")
+        #expect(try finished(result).size == Int64(size))
+        #expect(rate <= Double(limit) * 1.15, "measured \(rate) B/s for a limit of \(limit)")
+        #expect(FileManager.default.contentsEqual(atPath: source, andPath: sandbox.buckets + "/b/a.bin"))
+    }
+
+    /// A download to a file and one to memory at once, under one worker-wide limit: their total is held to it.
+    @Test func downloadsShareTheWorkersLimit() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let size = 1_048_576, limit: Int64 = 1_048_576
+        let object = try Data(contentsOf: URL(fileURLWithPath: try sandbox.file("buckets/b/o.bin", size: size)))
+        let backend = sandbox.backend(bandwidth: SharedBandwidth(rate: limit))
+        let destination = sandbox.directory.file("out.bin")
+        let (results, elapsed) = await timedOffTestThreads {
+            async let toFile = run(backend, JobSpec(kind: .downloadFile, source: "file://b/o.bin", destination: destination))
+            async let toMemory = run(backend, JobSpec(kind: .downloadMemory, source: "file://b/o.bin", maxSize: Int64(size)))
+            return await [toFile, toMemory]
+        }
+        let rate = Double(2 * size) / Self.seconds(elapsed)
+        print("[LocalPacingTests] --bwlimit \(limit) B/s shared by 2 downloads: \(2 * size) bytes in \(Self.seconds(elapsed)) s = \(Int(rate)) B/s")
+        #expect(try finished(results[0]).size == Int64(size))
+        #expect(try finished(results[1]).data == object)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == object)
+        #expect(rate <= Double(limit) * 1.15, "measured \(rate) B/s for a shared limit of \(limit)")
+    }
+
+    /// A copy still running at its `timeout:` fails as a network transfer does: retryable, with the
+    /// limit named, and nothing written at the object's name.
+    @Test func aCopyEndsAtItsTimeout() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let source = try sandbox.file("slow.bin", size: 4 * 1_048_576)
+        let backend = sandbox.backend()
+        let (result, elapsed) = await timedOffTestThreads {
+            await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/slow.bin", timeoutSeconds: 1,
+                                       maxRate: 1_048_576))
+        }
+        let error = try failure(result)
+        #expect(error.message.contains("the job's 1s timeout passed before the transfer finished"), "\(error)")
+        #expect(error.retryable)
+        #expect(Self.seconds(elapsed) < 3.5, "the copy ran \(Self.seconds(elapsed)) s past a 1 s timeout")
+        #expect(!FileManager.default.fileExists(atPath: sandbox.buckets + "/b/slow.bin"))
+    }
+
+    /// A pause asked for while a paced copy waits for its limit is seen within the wait's slice, and
+    /// the copy stops at a resume point, not after the whole file.
+    @Test func aPausedCopyStopsWhileItWaits() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let source = try sandbox.file("long.bin", size: 8 * 1_048_576)
+        let backend = sandbox.backend()
+        let control = TransferControl(jobID: "01PACEDPAUSEJOB0000000000", leaseToken: 1)
+        Task.detached {
+            try? await Task.sleep(for: .milliseconds(500))
+            control.stop(.pause)
+        }
+        let (result, elapsed) = await timedOffTestThreads {
+            await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/long.bin", maxRate: 262_144),
+                      control: control)
+        }
+        guard case .success(.stopped(.pause, .upload(_, let confirmed, let total, _)?)) = result else {
+            Issue.record("expected a pause at a resume point, got \(result)")
+            return
+        }
+        #expect(total == Int64(8 * 1_048_576))
+        #expect(confirmed < Int64(4 * 1_048_576), "the paced copy went on to \(confirmed) bytes")
+        #expect(Self.seconds(elapsed) < 5, "the pause took \(Self.seconds(elapsed)) s to be seen")
+    }
+}
