@@ -46,9 +46,13 @@ extension EventStore {
 /// The control commands. Their rules (which state gets which event, what is a harmless repeat, what
 /// is refused and why) are `JobLifecycle`'s; the store reads the job, asks, and persists the answer.
 extension EventStore {
-    /// Resolves an id or a unique id prefix (at least 6 characters, any case) to the full job id.
+    /// The id of the job `text` names, as `after:` names jobs: its idempotency key, else its id or a
+    /// unique id prefix (at least 6 characters, any case).
     public func resolveID(_ text: String) throws(StoreError) -> String {
-        try withConnection { (connection) throws(StoreError) -> String in try connection.resolveID(text) }
+        try withConnection { (connection) throws(StoreError) -> String in
+            if let id = try connection.keyedJobID(text) { return id }
+            return try connection.resolveID(text)
+        }
     }
 
     /// Reads the job, asks the lifecycle, appends its answer (nothing for a repeat), all in one
@@ -91,12 +95,15 @@ extension EventStore {
 }
 
 extension SQLiteConnection {
+    /// The id of the job whose idempotency key is `key`, or nil.
+    func keyedJobID(_ key: String) throws(StoreError) -> String? {
+        try first("SELECT id FROM jobs WHERE idempotency_key = ?", [.text(key)], { row in row.text(0) })
+    }
+
     /// The job an `after:` name means: the job with that idempotency key, else the job with that id or
     /// unique id prefix; nil when there is none.
     func dependencyID(_ name: String) throws(StoreError) -> String? {
-        if let id = try first("SELECT id FROM jobs WHERE idempotency_key = ?", [.text(name)], { row in row.text(0) }) {
-            return id
-        }
+        if let id = try keyedJobID(name) { return id }
         do throws(StoreError) {
             return try resolveID(name)
         } catch {

@@ -216,9 +216,13 @@ enum AdvisoryLockSpace {
 // MARK: - Control
 
 extension PostgresStore {
-    /// Resolves an id or a unique id prefix (at least 6 characters, any case) to the full job id.
+    /// The id of the job `text` names, as `after:` names jobs: its idempotency key, else its id or a
+    /// unique id prefix (at least 6 characters, any case).
     public func resolveID(_ text: String) throws(StoreError) -> String {
-        try withConnection { (connection) throws(StoreError) -> String in try connection.resolveID(text) }
+        try withConnection { (connection) throws(StoreError) -> String in
+            if let id = try connection.keyedJobID(text) { return id }
+            return try connection.resolveID(text)
+        }
     }
 
     /// Locks the job's row, asks the lifecycle, appends its answer (nothing for a repeat).
@@ -280,7 +284,13 @@ extension PostgresConnection: DependantsReader {
         }
     }
 
-    /// The job's projection row, locked until the transaction ends (`FOR UPDATE`), or nil.
+    /// The id of the job whose idempotency key is `key`, or nil.
+    func keyedJobID(_ key: String) throws(StoreError) -> String? {
+        try row("SELECT id FROM jobs WHERE idempotency_key = $1", [.text(JobRecord.postgresKeyText(key))]) {
+            (row) throws(StoreError) in try row.string(0)
+        }
+    }
+
     /// The job an `after:` name means: the job with that idempotency key, else the job with that id or
     /// unique id prefix; nil when there is none.
     ///
@@ -291,7 +301,7 @@ extension PostgresConnection: DependantsReader {
     /// The weakest row lock: workers' and controls' updates of the job are not held up.
     func dependencyID(_ name: String, locking: Bool = false) throws(StoreError) -> String? {
         let found: String?
-        if let id = try row("SELECT id FROM jobs WHERE idempotency_key = $1", [.text(JobRecord.postgresKeyText(name))], { (row) throws(StoreError) in try row.string(0) }) {
+        if let id = try keyedJobID(name) {
             found = id
         } else {
             do throws(StoreError) {
@@ -307,6 +317,7 @@ extension PostgresConnection: DependantsReader {
         return try row("SELECT id FROM jobs WHERE id = $1 FOR KEY SHARE", [.text(found)]) { (row) throws(StoreError) in try row.string(0) }
     }
 
+    /// The job's projection row, locked until the transaction ends (`FOR UPDATE`), or nil.
     func lockJob(_ id: String) throws(StoreError) -> JobRecord? {
         try row("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = $1 FOR UPDATE", [.text(id)]) {
             (row) throws(StoreError) in try JobRecord(postgresRow: row)

@@ -29,7 +29,7 @@ public enum JobIDQuery: Sendable, Equatable {
             return
         }
         guard normalised.count >= 6 else {
-            throw StoreError.invalidControl("job id prefix '\(text)' is too short: give at least 6 characters of the id")
+            throw StoreError.invalidControl("'\(text)' is no job's key, and too short for a job id prefix: give at least 6 characters of the id")
         }
         self = .prefix(normalised)
     }

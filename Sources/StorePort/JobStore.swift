@@ -107,7 +107,8 @@ public protocol JobStore: AnyObject, Sendable {
 
     // MARK: Queries
 
-    /// The full id for an id or a unique prefix (at least 6 characters, any case).
+    /// The id of the job `text` names, as `after:` names jobs: its idempotency key, else its full id or a
+    /// unique prefix of it (at least 6 characters, any case).
     func resolveID(_ text: String) throws(StoreError) -> String
     /// The job with exactly this id, or nil.
     func job(_ id: String) throws(StoreError) -> JobRecord?
@@ -500,7 +501,7 @@ extension JobStore {
         return try outcome.get()
     }
 
-    /// The job a full id or unique prefix names; `notFound` otherwise.
+    /// The job a key, full id or unique id prefix names (`resolveID`); `notFound` otherwise.
     public func job(resolving text: String) throws(StoreError) -> JobRecord {
         let id = try resolveID(text)
         guard let job = try job(id) else { throw StoreError.notFound(text) }

@@ -63,7 +63,7 @@ extension Commands {
     ) -> CommandSpec {
         CommandSpec(
             name: name, abstract: abstract,
-            arguments: [ArgumentSpec("id", optional: true, variadic: true, help: "Job ids (or unique prefixes); or select jobs with the filters below.")],
+            arguments: [ArgumentSpec("id", optional: true, variadic: true, help: "Job ids, unique id prefixes or job keys; or select jobs with the filters below.")],
             options: [Options.json.help("Print the resulting jobs as JSON (with a filter: a report object)."),
                       Options.state.help("Act on jobs in this state; repeatable or comma-separated."),
                       Options.queue.help("Act on jobs of this queue."), Options.kind.help("Act on jobs of this kind; repeatable or comma-separated."),
@@ -161,7 +161,7 @@ extension Commands {
     static let result = CommandSpec(
         name: "result",
         abstract: "Print what a finished job produced.",
-        arguments: [ArgumentSpec("id", help: "A job id (or a unique prefix).")],
+        arguments: [ArgumentSpec("id", help: "A job id, a unique prefix of one, or the job's key.")],
         options: [Options.output, Options.json.help("Print the result record as JSON."), Options.showSecrets],
         discussion: """
         download-memory: the bytes (refused on a terminal when they are not text: use -o FILE, a pipe, or

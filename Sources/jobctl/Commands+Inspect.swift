@@ -81,7 +81,7 @@ extension Commands {
     static let show = CommandSpec(
         name: "show",
         abstract: "Show one job: spec, state, attempts, bytes, error and result.",
-        arguments: [ArgumentSpec("id", help: "A job id (or a unique prefix of at least 6 characters).")],
+        arguments: [ArgumentSpec("id", help: "A job id, a unique prefix of one (at least 6 characters), or the job's key.")],
         options: [Options.json.help("Print the job as JSON."), Options.showSecrets],
         discussion: """
         Progress counts the bytes the server confirmed for an upload (bytes sent but not confirmed are shown
@@ -200,7 +200,7 @@ extension Commands {
     static let history = CommandSpec(
         name: "history",
         abstract: "Show every event of a job, oldest first.",
-        arguments: [ArgumentSpec("id", help: "A job id (or a unique prefix); `log` for the log's own events (archives).")],
+        arguments: [ArgumentSpec("id", help: "A job id, a unique prefix of one, or the job's key; `log` for the log's own events (archives).")],
         options: [Options.json.help("Print the events as a JSON array (every event, --type applied)."), Options.showSecrets,
                   Options.eventType, Options.allEvents],
         discussion: """

@@ -179,7 +179,7 @@ extension Commands {
     static let watch = CommandSpec(
         name: "watch",
         abstract: "Follow a job until it ends: a progress bar on a terminal, JSON lines otherwise.",
-        arguments: [ArgumentSpec("id", optional: true, help: "A job id (or a unique prefix); omit with --all or --batch.")],
+        arguments: [ArgumentSpec("id", optional: true, help: "A job id, a unique prefix of one, or the job's key; omit with --all or --batch.")],
         options: [Options.all, Options.batch.help("Follow every job of this batch (the id submit printed) until all of them end."),
                   Options.on, Options.json.help("Print one JSON object per event even on a terminal."), Options.exitWhenIdle],
         discussion: """

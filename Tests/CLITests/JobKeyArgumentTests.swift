@@ -1,0 +1,65 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// A job's key names it wherever a command takes a job, as `after:` names it: `show up` said "no job
+/// matches 'up'" for a job submitted with `key: up`.
+@Suite("Commands take a job's key", .onTestThreads)
+struct JobKeyArgumentTests {
+    @Test("show, history, result, pause, resume, cancel and retry take a key; a key comes before an id prefix, as in after:",
+          arguments: StoreEngine.allCases)
+    func keysNameJobs(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("job-key", engine: engine)
+        defer { workspace.directory.remove() }
+        // `ABCDEF` is also six id characters: as a key it names its job, never an id prefix.
+        let path = try workspace.write("jobs.yaml", """
+        jobs:
+          - {kind: upload-data, data: "one", destination: file://b/one.txt, key: nightly-photos}
+          - {kind: upload-data, data: "two", destination: file://b/two.txt, key: ABCDEF}
+          - {kind: upload-data, data: "three", destination: file://b/three.txt}
+        """)
+        let submitted = try workspace.jobctl(["submit", path])
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 3)
+
+        let shown = try workspace.jobctl(["show", "nightly-photos"])
+        #expect(shown.status == 0 && shown.stdout.contains("id:          \(ids[0])"), "\(shown.stdout)\(shown.stderr)")
+        let byLowerCase = try workspace.jobctl(["show", "abcdef"])
+        #expect(byLowerCase.status != 0, "a key is matched as written: \(byLowerCase.stdout)")
+        let second = try workspace.json(["show", "--json", "ABCDEF"]) as? [String: Any]
+        #expect(second?["id"] as? String == ids[1])
+        // A key that is also a prefix of another job's id names the keyed job, as in after:.
+        let prefix = String(ids[2].prefix(8))
+        let shadowing = try workspace.write("more.yaml", "jobs:\n  - {kind: upload-data, data: x, destination: file://b/x.txt, key: \(prefix)}\n")
+        let more = try workspace.jobctl(["submit", shadowing])
+        try #require(more.status == 0, "\(more.stderr)")
+        let keyed = try workspace.json(["show", "--json", prefix]) as? [String: Any]
+        #expect(keyed?["id"] as? String == more.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(keyed?["id"] as? String != ids[2])
+
+        let paused = try workspace.jobctl(["pause", "nightly-photos", "ABCDEF"])
+        #expect(paused.status == 0, "\(paused.stderr)")
+        #expect(paused.stdout.contains("\(ids[0])  paused") && paused.stdout.contains("\(ids[1])  paused"), "\(paused.stdout)")
+        let resumed = try workspace.jobctl(["resume", "nightly-photos"])
+        #expect(resumed.status == 0 && resumed.stdout.contains("\(ids[0])  queued"), "\(resumed.stdout)\(resumed.stderr)")
+        let cancelled = try workspace.jobctl(["cancel", "ABCDEF"])
+        #expect(cancelled.status == 0 && cancelled.stdout.contains("\(ids[1])  cancelled"), "\(cancelled.stdout)\(cancelled.stderr)")
+        let retried = try workspace.jobctl(["retry", "ABCDEF"])
+        #expect(retried.status == 0 && retried.stdout.contains("\(ids[1])  queued"), "\(retried.stdout)\(retried.stderr)")
+
+        let drained = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(drained.status == 0, "\(drained.stderr)")
+        let result = try workspace.jobctl(["result", "nightly-photos"])
+        #expect(result.status == 0 && result.stdout.contains("\"name\" : \"one.txt\""), "\(result.stdout)\(result.stderr)")
+        let history = try workspace.jobctl(["history", "nightly-photos"])
+        #expect(history.status == 0 && history.stdout.contains("paused") && history.stdout.contains("succeeded"),
+                "\(history.stdout)\(history.stderr)")
+
+        // What names no job says so, a short text both ways.
+        let unknown = try workspace.jobctl(["show", "no-such-key"])
+        #expect(unknown.status == 1 && unknown.stderr.contains("no job matches 'no-such-key'"), "\(unknown.stderr)")
+        let short = try workspace.jobctl(["show", "abc"])
+        #expect(short.status == 1 && short.stderr.contains("'abc' is no job's key, and too short for a job id prefix"), "\(short.stderr)")
+    }
+}
