@@ -144,6 +144,9 @@ public final class PartialFile {
         self.destination = absolute
         destinationName = name
         directory = try Self.openDirectory(of: absolute, within: within)
+        // What the commit would refuse (a folder, a device, a pipe, the worker's own log) is refused
+        // before a byte is fetched, not after the whole transfer; the commit checks again.
+        try directory.refuseUnreplaceable(name, for: "a download")
         let ours = Self.tempName(for: name, jobID: jobID)
 
         let opened: LocalFile

@@ -825,11 +825,15 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         // 1:3, the null device
         if mknod(device, S_IFCHR | 0o666, dev_t(1 << 8 | 3)) == 0 { targets.append((device, S_IFCHR)) }
         for (path, kind) in targets {
+            let recorder = Recorder()
             let error = await expectError(.invalidArgument) { () throws(StorageError) in
-                try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/x.txt", destination: path))
+                try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/x.txt", destination: path),
+                              recorder: recorder)
             }
             #expect(error?.message.contains("is a device, socket or pipe") == true, "\(String(describing: error))")
             #expect(error?.retryable == false)
+            // Refused before the transfer began: not one progress report (the commit refused it after).
+            #expect(!recorder.all.contains { if case .progress = $0 { true } else { false } }, "\(recorder.all)")
             var info = stat()
             #expect(lstat(path, &info) == 0 && info.st_mode & S_IFMT == kind, "\(path) was replaced")
         }
