@@ -62,7 +62,8 @@ public final class TCPFaultProxy: Sendable {
         var rules: [Rule] = []
         var seen: [Int] = []
         var fired: [Int: String] = [:]
-        var sockets: [Int32] = []
+        /// The connections not yet closed.
+        var links: [Link] = []
         var accepted = 0
         var refusing = false
         var stopped = false
@@ -86,8 +87,14 @@ public final class TCPFaultProxy: Sendable {
             state.rules = rules
             state.seen = Array(repeating: 0, count: rules.count)
         }
-        Thread.detachNewThread { [self] in acceptLoop() }
+        Thread.detachNewThread { [self] in
+            defer { acceptDone.signal() }
+            acceptLoop()
+        }
     }
+
+    /// Signalled when the accept loop has returned (it no longer touches the listener).
+    private let acceptDone = DispatchSemaphore(value: 0)
 
     /// Adds a rule for bytes sent from now on.
     public func add(_ rule: Rule) {
@@ -103,17 +110,30 @@ public final class TCPFaultProxy: Sendable {
     }
 
     /// Closes the listener and every connection.
+    ///
+    /// A descriptor is closed only once no thread of the proxy can use it any more: the sockets are shut
+    /// down first (which wakes every pump), and closed after both pumps of their connection returned.
+    /// Closed at once, a descriptor number was reused by the test process's next socket — another
+    /// test's libpq connection — while a pump trickling an answer still wrote to it: that connection's
+    /// start-up read "received x" (a stopped proxy's `repeat('x', …)` answer) and both tests failed.
     public func stop() {
-        let sockets = state.withLock { state -> [Int32] in
+        let links = state.withLock { state -> [Link] in
             state.stopped = true
-            defer { state.sockets = [] }
-            return state.sockets
+            defer { state.links = [] }
+            return state.links
         }
         shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
-        for socket in sockets {
-            shutdown(socket, Int32(SHUT_RDWR))
-            close(socket)
+        if acceptDone.wait(timeout: .now() + 30) == .success { close(listener) }
+        for link in links {
+            shutdown(link.client, Int32(SHUT_RDWR))
+            shutdown(link.upstream, Int32(SHUT_RDWR))
+        }
+        for link in links {
+            // A pump still running after that long keeps its descriptors: better leaked than reused.
+            guard link.requestsDone.wait(timeout: .now() + 30) == .success,
+                  link.answersDone.wait(timeout: .now() + 30) == .success else { continue }
+            close(link.client)
+            close(link.upstream)
         }
     }
 
@@ -127,6 +147,8 @@ public final class TCPFaultProxy: Sendable {
         let mode = Mutex<Mode>(.forwarding)
         /// Signalled when the server-to-client pump has returned (it no longer touches either socket).
         let answersDone = DispatchSemaphore(value: 0)
+        /// Signalled when the client-to-server pump has returned.
+        let requestsDone = DispatchSemaphore(value: 0)
 
         enum Mode: Equatable {
             case forwarding
@@ -170,9 +192,12 @@ public final class TCPFaultProxy: Sendable {
                 Self.reset(client)
                 continue
             }
-            state.withLock { $0.sockets += [client, upstream] }
             let link = Link(client: client, upstream: upstream, number: number)
-            Thread.detachNewThread { [self] in clientToServer(link) }
+            state.withLock { $0.links.append(link) }
+            Thread.detachNewThread { [self] in
+                defer { link.requestsDone.signal() }
+                clientToServer(link)
+            }
             Thread.detachNewThread { [self] in serverToClient(link) }
         }
     }
@@ -308,7 +333,10 @@ public final class TCPFaultProxy: Sendable {
             Self.setAbortiveClose(link.client)
             shutdown(link.upstream, Int32(SHUT_RDWR))
             link.answersDone.wait()
-            forget(link)
+            link.answersDone.signal()   // for `stop`, which may wait on it too
+            // Whoever takes the link out of the list closes its descriptors: here, or `stop` (once
+            // this pump has returned).
+            guard forget(link) else { return }
             close(link.client)
             close(link.upstream)
         } else {
@@ -316,8 +344,13 @@ public final class TCPFaultProxy: Sendable {
         }
     }
 
-    private func forget(_ link: Link) {
-        state.withLock { $0.sockets.removeAll { $0 == link.client || $0 == link.upstream } }
+    /// Takes `link` out of the list; false when `stop` took it first.
+    private func forget(_ link: Link) -> Bool {
+        state.withLock { state in
+            guard let index = state.links.firstIndex(where: { $0 === link }) else { return false }
+            state.links.remove(at: index)
+            return true
+        }
     }
 
     // MARK: - Sockets
