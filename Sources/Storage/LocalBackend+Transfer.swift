@@ -35,9 +35,16 @@ final class LocalTransfer {
     /// take — under a limit at most a sixteenth of a second's worth of the lowest, so the rate holds
     /// over short spans too — once the buckets allow it, or at once when a stop was asked for (the
     /// loop's next turn sees it). The wait sleeps in slices of at most 100 ms, watching for a stop.
-    private func paced(_ bytes: Int) throws(StorageError) -> Int {
+    ///
+    /// `keepingProgress` runs before the timeout's error is thrown: it syncs what the attempt wrote and
+    /// reports it as a checkpoint, so the retry resumes there instead of starting over (local copies
+    /// otherwise checkpoint every 64 MiB, which a rate-limited copy may take minutes to reach).
+    private func paced(_ bytes: Int, keepingProgress: () -> Void = {}) throws(StorageError) -> Int {
         let deadline = control.deadline
-        if let deadline, deadline.hasPassed() { throw timedOut(deadline) }
+        if let deadline, deadline.hasPassed() {
+            keepingProgress()
+            throw timedOut(deadline)
+        }
         // The common case, no limit at all, reads two fields and builds nothing.
         guard bytes > 0, control.rateLimit != nil || backend.configuration.bandwidth != nil,
               let lowest = rateLimits.map(\.rate).min() else { return bytes }
@@ -46,7 +53,10 @@ final class LocalTransfer {
             let now = ContinuousClock.now
             let wait = rateLimits.map { $0.millisecondsUntilReady(at: now) }.max() ?? 0
             guard wait > 0 else { break }
-            if let deadline, deadline.hasPassed(at: now) { throw timedOut(deadline) }
+            if let deadline, deadline.hasPassed(at: now) {
+                keepingProgress()
+                throw timedOut(deadline)
+            }
             let slice = min(wait, 100, deadline.map { Int($0.remainingMilliseconds) + 1 } ?? 100)
             usleep(useconds_t(slice * 1000))
         }
@@ -176,7 +186,9 @@ final class LocalTransfer {
                 do {
                     // Larger steps than the buffer: the kernel copies without it, and each step is a
                     // system call, a read-back for the CRC and a progress report.
-                    let step = try paced(Int(min(Self.kernelCopyStep, backend.checkpointInterval, total - done)))
+                    let step = try paced(Int(min(Self.kernelCopyStep, backend.checkpointInterval, total - done))) {
+                        keepUploaded(session, in: location, done: done, since: lastCheckpoint, total: total)
+                    }
                     copied = try temp.copyInKernel(from: file, count: step)
                 } catch {
                     if temp.failedForLackOfSpace { session.discard(in: location) }
@@ -198,7 +210,7 @@ final class LocalTransfer {
                 }
                 kernelCopy = false
             }
-            let want = try paced(room)
+            let want = try paced(room) { keepUploaded(session, in: location, done: done, since: lastCheckpoint, total: total) }
             let chunk: UnsafeRawBufferPointer
             switch source {
             case .file(let file):
@@ -528,6 +540,13 @@ final class LocalTransfer {
         report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: done, total: total), bytesTotal: total))
     }
 
+    /// A timed-out upload's bytes since its last checkpoint, kept for the retry: a checkpoint at `done`,
+    /// best effort (the timeout's error follows whatever happens here).
+    private func keepUploaded(_ session: OpenSession, in location: LocalLocation, done: Int64, since lastCheckpoint: Int64, total: Int64) {
+        guard done > lastCheckpoint else { return }
+        try? checkpoint(session, in: location, done: done, total: total)
+    }
+
     /// Hashes `count` bytes the kernel just copied into `file` at `offset`, read back through the buffer.
     private func hashStored(_ file: LocalFile, at offset: Int64, count: Int, into hashes: StreamingHashes) throws(StorageError) {
         var hashed = 0
@@ -650,7 +669,11 @@ final class LocalTransfer {
                 partial.close()
                 return .stopped(reason, checkpoint(partial))
             }
-            let want = try paced(Int(min(Int64(buffer.count), total - partial.bytesWritten)))
+            let want = try paced(Int(min(Int64(buffer.count), total - partial.bytesWritten))) {
+                // Timed out: what was written is kept for the retry to continue.
+                guard partial.bytesWritten > lastCheckpoint, (try? partial.sync()) != nil else { return }
+                report(.checkpoint(checkpoint(partial), bytesTotal: total))
+            }
             let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
             guard count > 0 else {
                 partial.discard()

@@ -323,8 +323,10 @@ public final class WorkerLog: Sendable {
         record(WorkerLogEntry(atMs: now, level: .debug, event: .progress, jobID: jobID, kind: kind, fields: fields))
     }
 
-    /// The outcome of a run the pool started at `startedAtMs`.
-    func finished(jobID: String, kind: JobKind, outcome: TaskRunOutcome, startedAtMs: Int64, now: Int64) {
+    /// The outcome of a run the pool started at `startedAtMs`, continuing from `resumedFrom` bytes that
+    /// an earlier attempt moved: the rate is of the bytes this run moved (a 5 MB upload under `max_rate:
+    /// 2M` that resumed at 4.3 MB read "15 MiB/s"), `bytes` the whole object's.
+    func finished(jobID: String, kind: JobKind, outcome: TaskRunOutcome, startedAtMs: Int64, resumedFrom: Int64 = 0, now: Int64) {
         let durationMs = max(0, now - startedAtMs)
         var fields: [(String, WorkerLogValue)] = []
         fields.reserveCapacity(6)  // the most any outcome below adds but a failure's error fields
@@ -340,10 +342,12 @@ public final class WorkerLog: Sendable {
             event = .succeeded
             let bytes = result.size ?? result.object?.knownSize ?? 0
             fields.append(("bytes", .integer(bytes)))
+            let moved = bytes - min(bytes, max(0, resumedFrom))
+            if moved < bytes { fields.append(("moved_bytes", .integer(moved))) }
             fields.append(("duration_ms", .integer(durationMs)))
             let seconds = Double(max(1, durationMs)) / 1000
-            fields.append(("rate", .text(ByteSize.format(Int64(Double(bytes) / seconds)) + "/s")))
-            fields.append(("bytes_per_second", .integer(Int64(Double(bytes) / seconds))))
+            fields.append(("rate", .text(ByteSize.format(Int64(Double(moved) / seconds)) + "/s")))
+            fields.append(("bytes_per_second", .integer(Int64(Double(moved) / seconds))))
             if let path = result.path { fields.append(("path", .text(path))) }
         case .failed(let error):
             event = .failed

@@ -111,6 +111,8 @@ public final class WorkerPool: Sendable {
         var started: Bool
         /// When the runner was started (given a slot): where its logged duration and rate begin.
         var launchedAtMs: Int64?
+        /// The bytes an earlier attempt left to resume from: the logged rate counts only what this run moved.
+        var resumedFromBytes: Int64 = 0
         /// The claim and the start on the monotonic clock: a run's duration is measured on it, since the
         /// wall clock may step meanwhile (a run across a 2 h step forward was logged as 2 h long at a
         /// rate of a few bytes a second; one across a step back as 0 ms long).
@@ -722,6 +724,7 @@ public final class WorkerPool: Sendable {
             if let previous = state.running[record.id] { state.superseded[previous.token] = previous }
             state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now,
                                                firstRun: record.version == 2 && record.resumePoint == nil, started: startNow, launchedAtMs: startNow ? now : nil,
+                                               resumedFromBytes: record.resumePointForAttempt?.bytesDone ?? 0,
                                                launchedAt: startNow ? Clock.monotonicMs() : nil, leaseExpiresAtMs: now + leaseMs)
             state.summary.claimed += 1
             state.highestToken = max(state.highestToken, job.token)
@@ -805,7 +808,8 @@ public final class WorkerPool: Sendable {
             // got a slot (released, paused, cancelled while held) counts from its claim.
             // Measured on the monotonic clock, handed on as the wall-clock start it stands for.
             let startedAtMs = now - max(0, Clock.monotonicMs() - (entry.launchedAt ?? entry.claimedAt))
-            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
+            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, resumedFrom: entry.resumedFromBytes,
+                         now: now)
             metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
             if entry.firstRun, case .succeeded = outcome { sweeper.noteLeftNothing(jobID, kind: entry.kind) }
         }
