@@ -31,8 +31,17 @@ public final class StallingTCPProxy: Sendable {
         self.upstreamPort = upstreamPort
         self.marker = Array(marker.utf8)
         (listener, port) = try LoopbackTCP.listen("the stalling proxy")
-        Thread.detachNewThread { [self] in acceptLoop() }
+        threads.enter()
+        Thread.detachNewThread { [self] in
+            defer { threads.leave() }
+            acceptLoop()
+        }
     }
+
+    /// The accept loop and every pump: `stop` closes descriptors only once all have returned, since a
+    /// number closed while a thread still used it may already name another test's socket (see
+    /// `TCPFaultProxy.stop`).
+    private let threads = DispatchGroup()
 
     /// Closes the listener and every connection (held bytes are dropped).
     public func stop() {
@@ -42,11 +51,11 @@ public final class StallingTCPProxy: Sendable {
             return state.sockets
         }
         shutdown(listener, Int32(SHUT_RDWR))
+        for socket in sockets { shutdown(socket, Int32(SHUT_RDWR)) }
+        // A thread still running after that long keeps its descriptors: better leaked than reused.
+        guard threads.wait(timeout: .now() + 30) == .success else { return }
         close(listener)
-        for socket in sockets {
-            shutdown(socket, Int32(SHUT_RDWR))
-            close(socket)
-        }
+        for socket in sockets { close(socket) }
     }
 
     private func acceptLoop() {
@@ -59,7 +68,8 @@ public final class StallingTCPProxy: Sendable {
             let (upstream, connected) = LoopbackTCP.connect(port: upstreamPort)
             let kept = state.withLock { state -> Bool in
                 guard !state.stopped else { return false }
-                state.sockets += [client, upstream]
+                // Closed just below when not connected: never listed, so `stop` does not close them again.
+                if connected { state.sockets += [client, upstream] }
                 return true
             }
             guard kept, connected else {
@@ -69,8 +79,16 @@ public final class StallingTCPProxy: Sendable {
                 continue
             }
             let silent = Silence()
-            Thread.detachNewThread { [self] in pump(from: client, to: upstream, silent: silent, watch: true) }
-            Thread.detachNewThread { [self] in pump(from: upstream, to: client, silent: silent, watch: false) }
+            threads.enter()
+            threads.enter()
+            Thread.detachNewThread { [self] in
+                defer { threads.leave() }
+                pump(from: client, to: upstream, silent: silent, watch: true)
+            }
+            Thread.detachNewThread { [self] in
+                defer { threads.leave() }
+                pump(from: upstream, to: client, silent: silent, watch: false)
+            }
         }
     }
 
