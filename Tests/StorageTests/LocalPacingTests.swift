@@ -78,7 +78,7 @@ import TestSupport
     @Test func aCopyEndsAtItsTimeout() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }
-        let source = try sandbox.file("slow.bin", size: 4 * 1_048_576)
+        let source = try sandbox.file("slow.bin", size: 8 * 1_048_576)
         let backend = sandbox.backend()
         let (result, elapsed) = await timedOffTestThreads {
             await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/slow.bin", timeoutSeconds: 1,
@@ -87,7 +87,8 @@ import TestSupport
         let error = try failure(result)
         #expect(error.message.contains("the job's 1s timeout passed before the transfer finished"), "\(error)")
         #expect(error.retryable)
-        #expect(Self.seconds(elapsed) < 3.5, "the copy ran \(Self.seconds(elapsed)) s past a 1 s timeout")
+        // The whole copy takes 8 s at its rate: it was cut short (loosely bounded, for a loaded machine).
+        #expect(Self.seconds(elapsed) < 6, "the copy ran \(Self.seconds(elapsed)) s past a 1 s timeout")
         #expect(!FileManager.default.fileExists(atPath: sandbox.buckets + "/b/slow.bin"))
     }
 
@@ -113,6 +114,7 @@ import TestSupport
         }
         #expect(total == Int64(8 * 1_048_576))
         #expect(confirmed < Int64(4 * 1_048_576), "the paced copy went on to \(confirmed) bytes")
-        #expect(Self.seconds(elapsed) < 5, "the pause took \(Self.seconds(elapsed)) s to be seen")
+        // The whole copy takes 32 s at its rate (loosely bounded, for a loaded machine).
+        #expect(Self.seconds(elapsed) < 20, "the pause took \(Self.seconds(elapsed)) s to be seen")
     }
 }

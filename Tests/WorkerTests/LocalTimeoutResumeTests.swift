@@ -17,13 +17,13 @@ import TestSupport
         let directory = try TemporaryDirectory("local-timeout-resume")
         defer { directory.remove() }
         try FileManager.default.createDirectory(atPath: directory.file("buckets/b"), withIntermediateDirectories: true)
-        let size = 3 * 1_048_576, limit = 1_048_576
+        let size = 2 * 1_048_576, limit = 1_048_576
         let source = directory.file("source.bin")
         let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ $0 >> 9) })
         try bytes.write(to: URL(fileURLWithPath: source))
         let database = directory.file("jobctl.db")
         let ids = try submit("""
-        - {kind: upload-file, source: "\(source)", destination: "file://b/o.bin", max_rate: 1M, timeout: 1s, max_attempts: 6}
+        - {kind: upload-file, source: "\(source)", destination: "file://b/o.bin", max_rate: 1M, timeout: 1s, max_attempts: 12}
         """, database: database, directory: directory)
         let id = try #require(ids.first)
         let store = try EventStore(path: database, mode: .readWrite)
