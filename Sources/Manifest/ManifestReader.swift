@@ -784,7 +784,7 @@ struct ManifestReader {
         let quoted = "'source' '\(written.value)'"
         let absolute = written.value == path ? "" : " (\(path))"
         let optOut = "if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with "
-            + "--no-check-sources; a download-file job that writes it can be named in the job's 'after:'"
+            + "--no-check-sources; a download-file job of this manifest that writes it can be named in the job's 'after:'"
         switch problem {
         case .missing:
             report(.sourceUnavailable, "\(quoted) does not exist\(absolute); \(optOut)", at: written.valueMark)

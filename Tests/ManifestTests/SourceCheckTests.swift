@@ -150,7 +150,7 @@ import TestSupport
         ] {
             let errors = try #require(parse(yaml).errors, "\(yaml)")
             #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:31 sourceUnavailable"], "\(yaml)")
-            #expect(errors.first?.message.contains("a download-file job that writes it can be named in the job's 'after:'") == true)
+            #expect(errors.first?.message.contains("a download-file job of this manifest that writes it can be named in the job's 'after:'") == true)
         }
         // A source that is there but unusable is refused at once, whatever the job waits for.
         let pipe = try #require(parse("""
