@@ -65,6 +65,16 @@ final class LocalTransfer {
         return step
     }
 
+    /// Bytes between a copy's checkpoints: the backend's interval (64 MiB: a local copy moves that in
+    /// well under a second), or at most 8 MiB — a network download's — for a copy a rate limit holds,
+    /// which may take minutes to move 64 MiB, all of it lost to a killed worker.
+    private var checkpointBytes: Int64 {
+        control.rateLimit == nil && backend.configuration.bandwidth == nil
+            ? backend.checkpointInterval : min(backend.checkpointInterval, Self.pacedCheckpointInterval)
+    }
+
+    static let pacedCheckpointInterval: Int64 = 8 << 20
+
     /// The error of a copy still running at the job's `timeout:`, naming the job's reference.
     private func timedOut(_ deadline: TransferDeadline) -> StorageError {
         deadline.error(url: (spec.kind.isUpload ? spec.destination : spec.source) ?? "")
@@ -186,7 +196,7 @@ final class LocalTransfer {
                 do {
                     // Larger steps than the buffer: the kernel copies without it, and each step is a
                     // system call, a read-back for the CRC and a progress report.
-                    let step = try paced(Int(min(Self.kernelCopyStep, backend.checkpointInterval, total - done))) {
+                    let step = try paced(Int(min(Self.kernelCopyStep, checkpointBytes, total - done))) {
                         keepUploaded(session, in: location, done: done, since: lastCheckpoint, total: total)
                     }
                     copied = try temp.copyInKernel(from: file, count: step)
@@ -202,7 +212,7 @@ final class LocalTransfer {
                     backend.statistics.addKernelCopiedBytes(copied)
                     done += Int64(copied)
                     report(.progress(bytesDone: done, bytesTotal: total))
-                    if done - lastCheckpoint >= backend.checkpointInterval && done < total {
+                    if done - lastCheckpoint >= checkpointBytes && done < total {
                         try checkpoint(session, in: location, done: done, total: total)
                         lastCheckpoint = done
                     }
@@ -239,7 +249,7 @@ final class LocalTransfer {
             hashes.update(chunk)
             done += Int64(chunk.count)
             report(.progress(bytesDone: done, bytesTotal: total))
-            if done - lastCheckpoint >= backend.checkpointInterval && done < total {
+            if done - lastCheckpoint >= checkpointBytes && done < total {
                 try checkpoint(session, in: location, done: done, total: total)
                 lastCheckpoint = done
             }
@@ -684,7 +694,7 @@ final class LocalTransfer {
             try partial.write(chunk)
             hashes.update(chunk)
             report(.progress(bytesDone: partial.bytesWritten, bytesTotal: total))
-            if partial.bytesWritten - lastCheckpoint >= backend.checkpointInterval && partial.bytesWritten < total {
+            if partial.bytesWritten - lastCheckpoint >= checkpointBytes && partial.bytesWritten < total {
                 try partial.sync()
                 lastCheckpoint = partial.bytesWritten
                 report(.checkpoint(checkpoint(partial), bytesTotal: total))

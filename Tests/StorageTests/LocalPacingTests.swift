@@ -117,4 +117,29 @@ import TestSupport
         // The whole copy takes 32 s at its rate (loosely bounded, for a loaded machine).
         #expect(Self.seconds(elapsed) < 20, "the pause took \(Self.seconds(elapsed)) s to be seen")
     }
+
+    /// A copy a limit holds checkpoints every 8 MiB, as a network download does, instead of every
+    /// 64 MiB: what a killed worker loses is bounded in time, not only in bytes.
+    @Test func aPacedCopyCheckpointsEvery8MiB() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let size = 9 * 1_048_576
+        let source = try sandbox.file("nine.bin", size: size)
+        let upload = EventRecorder()
+        let control = TransferControl(jobID: "01PACEDCHECKPOINTJOB000000", leaseToken: 1)
+        _ = try finished(await run(sandbox.backend(), JobSpec(kind: .uploadFile, source: source, destination: "file://b/nine.bin",
+                                                              maxRate: 16 * 1_048_576), control: control, recorder: upload))
+        #expect(upload.checkpoints.count == 1, "\(upload.checkpoints)")
+        if case .upload(_, let offset, _, _)? = upload.checkpoints.first { #expect(offset >= 8 * 1_048_576 && offset < Int64(size)) }
+        let download = EventRecorder()
+        _ = try finished(await run(sandbox.backend(bandwidth: SharedBandwidth(rate: 16 * 1_048_576)),
+                                   JobSpec(kind: .downloadFile, source: "file://b/nine.bin", destination: sandbox.directory.file("nine.out")),
+                                   control: TransferControl(jobID: "01PACEDCHECKPOINTJOB000001", leaseToken: 1), recorder: download))
+        #expect(download.checkpoints.count == 1, "\(download.checkpoints)")
+        // Without a limit a copy this size takes no checkpoint.
+        let unlimited = EventRecorder()
+        _ = try finished(await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/nine.bin",
+                                                              destination: sandbox.directory.file("nine.again")), recorder: unlimited))
+        #expect(unlimited.checkpoints.isEmpty)
+    }
 }
