@@ -49,10 +49,7 @@ extension EventStore {
     /// The id of the job `text` names, as `after:` names jobs: its idempotency key, else its id or a
     /// unique id prefix (at least 6 characters, any case).
     public func resolveID(_ text: String) throws(StoreError) -> String {
-        try withConnection { (connection) throws(StoreError) -> String in
-            if let id = try connection.keyedJobID(text) { return id }
-            return try connection.resolveID(text)
-        }
+        try withConnection { (connection) throws(StoreError) -> String in try connection.namedJobID(text) }
     }
 
     /// Reads the job, asks the lifecycle, appends its answer (nothing for a repeat), all in one
@@ -100,12 +97,17 @@ extension SQLiteConnection {
         try first("SELECT id FROM jobs WHERE idempotency_key = ?", [.text(key)], { row in row.text(0) })
     }
 
-    /// The job an `after:` name means: the job with that idempotency key, else the job with that id or
-    /// unique id prefix; nil when there is none.
-    func dependencyID(_ name: String) throws(StoreError) -> String? {
+    /// The job `name` names: the job with that idempotency key, else the job with that id or unique id
+    /// prefix; `notFound`, `ambiguous` or `invalidControl` (too short) when there is none.
+    func namedJobID(_ name: String) throws(StoreError) -> String {
         if let id = try keyedJobID(name) { return id }
+        return try resolveID(name)
+    }
+
+    /// The job an `after:` name means (`namedJobID`); nil when there is none.
+    func dependencyID(_ name: String) throws(StoreError) -> String? {
         do throws(StoreError) {
-            return try resolveID(name)
+            return try namedJobID(name)
         } catch {
             switch error {
             case .notFound, .invalidControl: return nil  // not an id, or too short to be a prefix

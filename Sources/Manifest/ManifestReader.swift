@@ -374,7 +374,8 @@ struct ManifestReader {
 
     /// upload-file sources missing at submit whose jobs wait (`after:`) for others: checked at the end
     /// of the manifest, when every job that might write them has been read.
-    private var sourcesAfterDependencies: [(path: String, written: Located<String>, after: [Located<String>])] = []
+    private var sourcesAfterDependencies: [(problem: SourceFile.Problem, path: String, written: Located<String>,
+                                            after: [Located<String>])] = []
 
     /// Reports each missing source in `sourcesAfterDependencies` unless a download-file job of this
     /// manifest that its job waits for, directly or through other jobs, writes it: a chain that fetches
@@ -384,7 +385,7 @@ struct ManifestReader {
         guard !sourcesAfterDependencies.isEmpty else { return }
         var edges: [UTF8Key: [Located<String>]] = [:]
         for (key, entries) in dependenciesByKey where edges[UTF8Key(key)] == nil { edges[UTF8Key(key)] = entries }
-        for (path, written, after) in sourcesAfterDependencies {
+        for (problem, path, written, after) in sourcesAfterDependencies {
             var seen: Set<UTF8Key> = []
             var pending = after.map { UTF8Key($0.value) }
             var writtenByAWaitedJob = false
@@ -395,7 +396,7 @@ struct ManifestReader {
                 }
                 pending += (edges[key] ?? []).map { UTF8Key($0.value) }
             }
-            if !writtenByAWaitedJob { checkSourceFile(path, written: written) }
+            if !writtenByAWaitedJob { reportSourceProblem(problem, path: path, written: written) }
         }
     }
 
@@ -495,12 +496,13 @@ struct ManifestReader {
             }
             reportFiltersWithoutExpansion(own)
             spec.source = sourcePath
-            if let path = spec.source, let sourceText, checksSources, fields.checkSource?.value ?? true {
-                if let after = own.after?.value, !after.isEmpty, SourceFile.problem(at: path)?.isAbsence == true {
+            if let path = spec.source, let sourceText, checksSources, fields.checkSource?.value ?? true,
+               let problem = SourceFile.problem(at: path) {
+                if let after = own.after?.value, !after.isEmpty, problem.isAbsence {
                     // Perhaps a job it waits for writes it: decided once every job of the manifest is read.
-                    sourcesAfterDependencies.append((path, sourceText, after))
+                    sourcesAfterDependencies.append((problem, path, sourceText, after))
                 } else {
-                    checkSourceFile(path, written: sourceText)
+                    reportSourceProblem(problem, path: path, written: sourceText)
                 }
             }
             spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the storage reference to upload to").flatMap {
@@ -777,10 +779,9 @@ struct ManifestReader {
 
     // MARK: - Upload sources
 
-    /// Reports an upload source the worker could not read: missing, a folder or glob, not a regular file,
-    /// unreadable. Symbolic links are followed, as the worker follows them when it opens the file.
-    private mutating func checkSourceFile(_ path: String, written: Located<String>) {
-        guard let problem = SourceFile.problem(at: path) else { return }
+    /// Reports what `SourceFile.problem(at:)` found wrong with an upload source the worker could not read:
+    /// missing, a folder or glob, not a regular file, unreadable (links followed, as the worker follows them).
+    private mutating func reportSourceProblem(_ problem: SourceFile.Problem, path: String, written: Located<String>) {
         let quoted = "'source' '\(written.value)'"
         let absolute = written.value == path ? "" : " (\(path))"
         let optOut = "if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with "

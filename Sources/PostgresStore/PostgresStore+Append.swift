@@ -219,10 +219,7 @@ extension PostgresStore {
     /// The id of the job `text` names, as `after:` names jobs: its idempotency key, else its id or a
     /// unique id prefix (at least 6 characters, any case).
     public func resolveID(_ text: String) throws(StoreError) -> String {
-        try withConnection { (connection) throws(StoreError) -> String in
-            if let id = try connection.keyedJobID(text) { return id }
-            return try connection.resolveID(text)
-        }
+        try withConnection { (connection) throws(StoreError) -> String in try connection.namedJobID(text) }
     }
 
     /// Locks the job's row, asks the lifecycle, appends its answer (nothing for a repeat).
@@ -291,8 +288,14 @@ extension PostgresConnection: DependantsReader {
         }
     }
 
-    /// The job an `after:` name means: the job with that idempotency key, else the job with that id or
-    /// unique id prefix; nil when there is none.
+    /// The job `name` names: the job with that idempotency key, else the job with that id or unique id
+    /// prefix; `notFound`, `ambiguous` or `invalidControl` (too short) when there is none.
+    func namedJobID(_ name: String) throws(StoreError) -> String {
+        if let id = try keyedJobID(name) { return id }
+        return try resolveID(name)
+    }
+
+    /// The job an `after:` name means (`namedJobID`); nil when there is none.
     ///
     /// `locking` (in a submit's transaction) takes the job's row `FOR KEY SHARE` until the transaction
     /// ends, so an archive cannot remove it between this look and the wait the submit records: an
@@ -300,20 +303,16 @@ extension PostgresConnection: DependantsReader {
     /// found; one that comes after waits for the submit and then sees the new wait (and keeps the job).
     /// The weakest row lock: workers' and controls' updates of the job are not held up.
     func dependencyID(_ name: String, locking: Bool = false) throws(StoreError) -> String? {
-        let found: String?
-        if let id = try keyedJobID(name) {
-            found = id
-        } else {
-            do throws(StoreError) {
-                found = try resolveID(name)
-            } catch {
-                switch error {
-                case .notFound, .invalidControl: return nil  // not an id, or too short to be a prefix
-                default: throw error
-                }
+        let found: String
+        do throws(StoreError) {
+            found = try namedJobID(name)
+        } catch {
+            switch error {
+            case .notFound, .invalidControl: return nil  // not an id, or too short to be a prefix
+            default: throw error
             }
         }
-        guard locking, let found else { return found }
+        guard locking else { return found }
         return try row("SELECT id FROM jobs WHERE id = $1 FOR KEY SHARE", [.text(found)]) { (row) throws(StoreError) in try row.string(0) }
     }
 

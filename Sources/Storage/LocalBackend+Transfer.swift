@@ -14,6 +14,10 @@ final class LocalTransfer {
     private let control: TransferControl
     private let report: @Sendable (TransferEvent) -> Void
     private var allocatedBuffer: UnsafeMutableRawBufferPointer?
+    /// The job's `max_rate:` and the worker's `--bwlimit`, if any: the buckets network transfers draw
+    /// from (`CurlExchange` holds the same two).
+    private let ownRate: SharedBandwidth?
+    private let sharedRate: SharedBandwidth?
 
     init(backend: LocalBackend, spec: JobSpec, parsed: StorageReference? = nil, resumePoint: ResumePoint?,
          control: TransferControl, report: @escaping @Sendable (TransferEvent) -> Void) {
@@ -23,12 +27,16 @@ final class LocalTransfer {
         self.resumePoint = resumePoint
         self.control = control
         self.report = report
+        ownRate = control.rateLimit
+        sharedRate = backend.configuration.bandwidth
+    }
+
+    /// Whether a copy under `control` and `configuration` is held to a rate limit (its steps then sleep).
+    static func isPaced(_ control: TransferControl, _ configuration: StorageConfiguration) -> Bool {
+        control.rateLimit != nil || configuration.bandwidth != nil
     }
 
     deinit { allocatedBuffer?.deallocate() }
-
-    /// The job's `max_rate:` and the worker's `--bwlimit`, if any: the buckets network transfers draw from.
-    private lazy var rateLimits: [SharedBandwidth] = [control.rateLimit, backend.configuration.bandwidth].compactMap { $0 }
 
     /// Holds the next step of a copy, `bytes` long, to the rate limits, and ends the attempt once the
     /// job's `timeout:` has passed (a retryable error, as for a network transfer). Returns the step to
@@ -45,13 +53,12 @@ final class LocalTransfer {
             keepingProgress()
             throw timedOut(deadline)
         }
-        // The common case, no limit at all, reads two fields and builds nothing.
-        guard bytes > 0, control.rateLimit != nil || backend.configuration.bandwidth != nil,
-              let lowest = rateLimits.map(\.rate).min() else { return bytes }
+        let lowest = min(ownRate?.rate ?? .max, sharedRate?.rate ?? .max)
+        guard bytes > 0, lowest < .max else { return bytes }
         let step = min(bytes, TokenBucket.chunkSize(for: lowest))
         while control.stopReason == nil {
             let now = ContinuousClock.now
-            let wait = rateLimits.map { $0.millisecondsUntilReady(at: now) }.max() ?? 0
+            let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, sharedRate?.millisecondsUntilReady(at: now) ?? 0)
             guard wait > 0 else { break }
             if let deadline, deadline.hasPassed(at: now) {
                 keepingProgress()
@@ -61,7 +68,8 @@ final class LocalTransfer {
             usleep(useconds_t(slice * 1000))
         }
         let now = ContinuousClock.now
-        for bucket in rateLimits { bucket.take(step, at: now) }
+        ownRate?.take(step, at: now)
+        sharedRate?.take(step, at: now)
         return step
     }
 
@@ -69,8 +77,7 @@ final class LocalTransfer {
     /// well under a second), or at most 8 MiB — a network download's — for a copy a rate limit holds,
     /// which may take minutes to move 64 MiB, all of it lost to a killed worker.
     private var checkpointBytes: Int64 {
-        control.rateLimit == nil && backend.configuration.bandwidth == nil
-            ? backend.checkpointInterval : min(backend.checkpointInterval, Self.pacedCheckpointInterval)
+        ownRate == nil && sharedRate == nil ? backend.checkpointInterval : min(backend.checkpointInterval, Self.pacedCheckpointInterval)
     }
 
     static let pacedCheckpointInterval: Int64 = 8 << 20

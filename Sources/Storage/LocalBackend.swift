@@ -120,7 +120,7 @@ public struct LocalBackend: StorageBackend {
             }
         }
         switch spec.kind {
-        case .downloadMemory where control.rateLimit != nil || configuration.bandwidth != nil:
+        case .downloadMemory where LocalTransfer.isPaced(control, configuration):
             // A paced read sleeps between its steps: on a thread of its own, not one of the read queue's few.
             FileIO.pool.run(work)
         case .downloadMemory, .getMetadata:
