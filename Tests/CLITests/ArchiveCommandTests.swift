@@ -491,6 +491,27 @@ import TestSupport
         #expect(json["kept_for_dependants"] as? Int == 1 && json["jobs"] as? Int == 0, "\(json)")
     }
 
+
+    @Test("a key lasts while its job is in the log: after archive the same key makes a new job, and after: refuses it saying why",
+          arguments: StoreEngine.allCases)
+    func keysEndWithTheArchivedJob(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("archivekeys", engine: engine)
+        defer { workspace.directory.remove() }
+        let manifest = "- {kind: upload-data, data: x, destination: \"file://b/x\", key: nightly}\n"
+        let first = try workspace.submit(manifest)
+        #expect(try workspace.submit(manifest) == first, "the key maps to its job while it is in the log")
+        let drained = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(drained.status == 0, "\(drained.stderr)")
+        let archived = try workspace.jobctl(["archive", "--before", "0s", "--to", workspace.directory.file("a.gz")])
+        #expect(archived.status == 0 && archived.stdout.contains("archived 1 job"), "\(archived.stdout)\(archived.stderr)")
+        let waiting = try workspace.write("waiting.yaml", "- {kind: download-memory, source: \"file://b/x\", after: [nightly]}\n")
+        let refused = try workspace.jobctl(["submit", waiting])
+        #expect(refused.status == 65 && refused.stderr.contains("'after' names 'nightly'")
+                && refused.stderr.contains("a job `jobctl archive` moved out of the log is named by nothing"), "\(refused.stderr)")
+        let again = try workspace.submit(manifest)
+        #expect(again.count == 1 && again != first, "the archived job's key names nothing: a new job")
+        #expect(try workspace.jobctl(["show", "nightly"]).stdout.contains(again[0]))
+    }
     @Test("archive's usage errors name the option and exit 64")
     func usageErrors() throws {
         let workspace = try CLIWorkspace("archiveusage")
