@@ -14,6 +14,9 @@ public struct ManifestJob: Sendable, Hashable {
     public var prefixExpansion: PrefixExpansion?
     /// The job's `after:` entries, each with where it was written (the names are also in `spec.after`).
     public var dependencies: [ManifestDependency] = []
+    /// An upload source missing now that a job outside this manifest, which the job waits for, may write:
+    /// the submit decides, seeing the other manifests and the log (`PendingSourceCheck.unresolved`).
+    public var pendingSourceCheck: PendingSourceCheck?
 
     public init(spec: JobSpec, line: Int, column: Int) {
         self.spec = spec

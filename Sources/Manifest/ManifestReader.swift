@@ -233,6 +233,12 @@ struct ManifestReader {
         errors.add(error)
     }
 
+    /// The error `report` would add at `mark`, not added: for a check the submit finishes.
+    func error(_ code: ManifestError.Code, _ message: String, at mark: SourceMark) -> ManifestError {
+        ManifestError(code: code, file: file, line: mark.line, column: mark.column, message: message,
+                      redactedLine: source.quotedLine(mark.line).map(SecretText.RedactedLine.init))
+    }
+
     // MARK: - Top level
 
     /// The jobs of the document; empty when anything was reported.
@@ -269,7 +275,9 @@ struct ManifestReader {
         var jobs: [ManifestJob] = []
         jobs.reserveCapacity(jobNodes.count)
         for node in jobNodes {
+            let deferredBefore = sourcesAfterDependencies.count
             guard let job = readJob(node, defaults: defaults) else { continue }
+            for deferred in deferredBefore..<sourcesAfterDependencies.count { sourcesAfterDependencies[deferred].job = jobs.count }
             for (index, spec) in job.specs.enumerated() {
                 var entry = ManifestJob(spec: spec, line: job.mark.line, column: job.mark.column)
                 entry.dependencies = lastDependencies.map { dependency in
@@ -283,7 +291,7 @@ struct ManifestReader {
                 jobs.append(entry)
             }
         }
-        checkSourcesAfterDependencies()
+        checkSourcesAfterDependencies(of: &jobs)
         reportDependencyCycles()
         return errors.isEmpty ? jobs : []
     }
@@ -373,30 +381,42 @@ struct ManifestReader {
     private var localFilesWrittenByKey: [UTF8Key: String] = [:]
 
     /// upload-file sources missing at submit whose jobs wait (`after:`) for others: checked at the end
-    /// of the manifest, when every job that might write them has been read.
+    /// of the manifest, when every job that might write them has been read. `job` is the index of the
+    /// job's entry in the jobs read.
     private var sourcesAfterDependencies: [(problem: SourceFile.Problem, path: String, written: Located<String>,
-                                            after: [Located<String>])] = []
+                                            after: [Located<String>], job: Int)] = []
 
     /// Reports each missing source in `sourcesAfterDependencies` unless a download-file job of this
     /// manifest that its job waits for, directly or through other jobs, writes it: a chain that fetches
     /// a file and then uploads it needs no `check_source: false`. The job's own `after:` decides, so it
-    /// runs only once that download succeeded (a failed one cancels it).
-    private mutating func checkSourcesAfterDependencies() {
+    /// runs only once that download succeeded (a failed one cancels it). When the chain names a job
+    /// outside this manifest (in another manifest of the submit, or in the log), the check is left to the
+    /// submit, which sees those (`PendingSourceCheck`): the job carries the error it would report.
+    private mutating func checkSourcesAfterDependencies(of jobs: inout [ManifestJob]) {
         guard !sourcesAfterDependencies.isEmpty else { return }
         var edges: [UTF8Key: [Located<String>]] = [:]
         for (key, entries) in dependenciesByKey where edges[UTF8Key(key)] == nil { edges[UTF8Key(key)] = entries }
-        for (problem, path, written, after) in sourcesAfterDependencies {
+        for (problem, path, written, after, job) in sourcesAfterDependencies {
             var seen: Set<UTF8Key> = []
             var pending = after.map { UTF8Key($0.value) }
             var writtenByAWaitedJob = false
+            var namesAJobElsewhere = false
             while let key = pending.popLast(), !writtenByAWaitedJob {
                 guard seen.insert(key).inserted else { continue }
+                if idempotencyKeys[key] == nil { namesAJobElsewhere = true }
                 if let file = localFilesWrittenByKey[key] {
-                    writtenByAWaitedJob = file.hasSuffix("/") ? path.hasPrefix(file) : file == path
+                    writtenByAWaitedJob = PendingSourceCheck.writes(file, path)
                 }
                 pending += (edges[key] ?? []).map { UTF8Key($0.value) }
             }
-            if !writtenByAWaitedJob { reportSourceProblem(problem, path: path, written: written) }
+            if writtenByAWaitedJob { continue }
+            let (code, message) = sourceProblem(problem, path: path, written: written)
+            if namesAJobElsewhere, jobs.indices.contains(job) {
+                jobs[job].pendingSourceCheck = PendingSourceCheck(path: path, after: after.map(\.value),
+                                                                  error: error(code, message, at: written.valueMark))
+            } else {
+                report(code, message, at: written.valueMark)
+            }
         }
     }
 
@@ -500,7 +520,7 @@ struct ManifestReader {
                let problem = SourceFile.problem(at: path) {
                 if let after = own.after?.value, !after.isEmpty, problem.isAbsence {
                     // Perhaps a job it waits for writes it: decided once every job of the manifest is read.
-                    sourcesAfterDependencies.append((problem, path, sourceText, after))
+                    sourcesAfterDependencies.append((problem, path, sourceText, after, -1))
                 } else {
                     reportSourceProblem(problem, path: path, written: sourceText)
                 }
@@ -782,29 +802,34 @@ struct ManifestReader {
     /// Reports what `SourceFile.problem(at:)` found wrong with an upload source the worker could not read:
     /// missing, a folder or glob, not a regular file, unreadable (links followed, as the worker follows them).
     private mutating func reportSourceProblem(_ problem: SourceFile.Problem, path: String, written: Located<String>) {
+        let (code, message) = sourceProblem(problem, path: path, written: written)
+        report(code, message, at: written.valueMark)
+    }
+
+    /// What is said of an upload source that cannot be read now.
+    private func sourceProblem(_ problem: SourceFile.Problem, path: String, written: Located<String>) -> (ManifestError.Code, String) {
         let quoted = "'source' '\(written.value)'"
         let absolute = written.value == path ? "" : " (\(path))"
         let optOut = "if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with "
-            + "--no-check-sources; a download-file job of this manifest that writes it can be named in the job's 'after:'"
+            + "--no-check-sources; a download-file job that writes it (in the manifests submitted, or not yet finished in the log) "
+            + "can be named in the job's 'after:'"
         switch problem {
         case .missing:
-            report(.sourceUnavailable, "\(quoted) does not exist\(absolute); \(optOut)", at: written.valueMark)
+            return (.sourceUnavailable, "\(quoted) does not exist\(absolute); \(optOut)")
         case .danglingLink(let target):
-            report(.sourceUnavailable, "\(quoted) is a symbolic link to '\(target)', which does not exist; \(optOut)", at: written.valueMark)
+            return (.sourceUnavailable, "\(quoted) is a symbolic link to '\(target)', which does not exist; \(optOut)")
         case .glob:
             // Unescaped pattern characters make a glob before this check; escaped ones name a file.
-            report(.sourceUnavailable, "\(quoted) names no file (its '*', '?' or '[' are escaped, so it is not a glob); \(optOut)",
-                   at: written.valueMark)
+            return (.sourceUnavailable, "\(quoted) names no file (its '*', '?' or '[' are escaped, so it is not a glob); \(optOut)")
         case .folder:
             // A folder expands before this check; one that became a folder since is reported as such.
-            report(.unsupportedSource, "\(quoted) is a folder; write it with a trailing '/' to upload every file in it", at: written.valueMark)
+            return (.unsupportedSource, "\(quoted) is a folder; write it with a trailing '/' to upload every file in it")
         case .notRegular(let what):
-            report(.sourceUnavailable, "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)",
-                   at: written.valueMark)
+            return (.sourceUnavailable, "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)")
         case .unreadable(let reason):
-            report(.sourceUnavailable, "\(quoted) cannot be read\(absolute): \(reason); the worker must be able to read it", at: written.valueMark)
+            return (.sourceUnavailable, "\(quoted) cannot be read\(absolute): \(reason); the worker must be able to read it")
         case .unreachable(let reason):
-            report(.sourceUnavailable, "\(quoted) cannot be reached\(absolute): \(reason)", at: written.valueMark)
+            return (.sourceUnavailable, "\(quoted) cannot be reached\(absolute): \(reason)")
         }
     }
 

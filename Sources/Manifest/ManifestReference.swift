@@ -28,8 +28,8 @@ public enum ManifestReference {
             FieldEntry(name: "kind", summary: "What the job does: \(kinds). Required.", defaultText: nil),
             FieldEntry(name: "source", summary: "A local path (relative to the manifest's folder) or a storage reference "
                        + "(gs://, file://, http(s)://). Required. upload-file sources must exist when submitted "
-                       + "unless check_source: false, or a download-file job of the manifest that the upload waits for "
-                       + "(after:) writes them. An upload-file folder (photos/) or glob (\"photos/**/*.jpg\"), and a "
+                       + "unless check_source: false, or a download-file job that the upload waits for (after:) writes them "
+                       + "(in the manifests submitted, or not yet finished in the log). An upload-file folder (photos/) or glob (\"photos/**/*.jpg\"), and a "
                        + "download-file prefix (gs://b/photos/, file://bucket/photos/), expand at submit into one job per "
                        + "file or object (see FOLDERS, GLOBS AND PREFIXES). get-metadata: the object (an http(s) URL is "
                        + "read with a HEAD).", defaultText: nil),

@@ -76,6 +76,9 @@ extension Commands {
             case .failure(let errors): failures.append(errors.render())
             }
         }
+        if failures.isEmpty {
+            failures += try unwrittenSources(manifestJobs, context: context)
+        }
         var specs: [JobSpec] = []
         if failures.isEmpty {
             let expanded = try expandPrefixes(manifestJobs, context: context)
@@ -159,6 +162,47 @@ extension Commands {
             }
         }
         return ExitCode.ok
+    }
+
+    /// The rendered errors of the missing upload sources that the manifests left to the submit
+    /// (`PendingSourceCheck`): those no download-file job their job waits for writes, looking through every
+    /// manifest given and the log (read only; no log yet is an empty one).
+    static func unwrittenSources(_ jobs: [ManifestJob], context: Context) throws -> [String] {
+        guard jobs.contains(where: { $0.pendingSourceCheck != nil }) else { return [] }
+        var store: (any JobStore)?
+        var opened = false
+        let errors = try PendingSourceCheck.unresolved(jobs) { (name) throws -> PendingSourceCheck.LoggedJob? in
+            if !opened {
+                opened = true
+                do {
+                    store = try context.openStore(readOnly: true)
+                } catch StoreError.noDatabase {
+                    store = nil
+                }
+            }
+            guard let store else { return nil }
+            let id: String
+            do throws(StoreError) {
+                id = try store.resolveID(name)
+            } catch {
+                switch error {
+                case .notFound, .ambiguous, .invalidControl: return nil  // the submit says what is wrong with the name
+                default: throw error
+                }
+            }
+            guard let job = try store.job(id) else { return nil }
+            let open = job.state == .queued || job.state == .running || job.state == .paused
+            return PendingSourceCheck.LoggedJob(writes: open && job.spec.kind == .downloadFile ? job.spec.destination : nil,
+                                                after: job.spec.after ?? [])
+        }
+        guard !errors.isEmpty else { return [] }
+        var byFile: [String: [ManifestError]] = [:]
+        var order: [String] = []
+        for error in errors {
+            if byFile[error.file] == nil { order.append(error.file) }
+            byFile[error.file, default: []].append(error)
+        }
+        return order.map { ManifestErrors(byFile[$0] ?? []).render() }
     }
 
     /// "batch ID: N jobs from SOURCE" for each batch among `specs`, in order of appearance.

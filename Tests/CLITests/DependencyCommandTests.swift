@@ -403,4 +403,52 @@ import TestSupport
                                     as? [String: Any])
         #expect((json["after"] as? [String])?.count == count, "\(json)")
     }
+
+    @Test("an upload's missing source that a download in another manifest or in the log writes is left to it",
+          arguments: StoreEngine.allCases)
+    func aSourceWrittenByAnotherManifestsOrTheLogsDownload(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("deps-source", engine: engine)
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        func submit(_ paths: [String]) throws -> ProcessOutput { try workspace.jobctl(["submit"] + paths, environment: environment) }
+        let put = try workspace.write("put.yaml", "- {kind: upload-data, data: fetched, destination: file://deps/src.txt, key: put}\n")
+        let fetch = try workspace.write("fetch.yaml", """
+            - {kind: download-file, source: file://deps/src.txt, destination: out/a.txt, key: fetch, after: [put]}
+
+            """)
+        let publish = try workspace.write("publish.yaml", """
+            - {kind: upload-file, source: out/a.txt, destination: file://deps/published.txt, key: publish, after: [fetch]}
+
+            """)
+        let wrong = try workspace.write("wrong.yaml", """
+            - {kind: upload-file, source: out/b.txt, destination: file://deps/b.txt, after: [fetch]}
+
+            """)
+        // Alone, before the download is anywhere: refused at the source, naming the remedy.
+        let alone = try submit([publish])
+        #expect(alone.status == 65 && alone.stderr.contains("publish.yaml:1:31: error: 'source' 'out/a.txt' does not exist")
+                && alone.stderr.contains("not yet finished in the log) can be named in the job's 'after:'"), "\(alone.stderr)")
+        // Beside the manifest of the download that writes it (dry run: validated the same way).
+        let together = try submit(["--dry-run", put, fetch, publish])
+        #expect(together.status == 0 && together.stdout.contains("3 jobs valid"), "\(together.stdout)\(together.stderr)")
+        // After it, with the download queued in the log: taken; a source it does not write still refused.
+        #expect(try submit([put, fetch]).status == 0)
+        let later = try submit([publish])
+        #expect(later.status == 0, "\(later.stderr)")
+        let refused = try submit([wrong])
+        #expect(refused.status == 65 && refused.stderr.contains("wrong.yaml:1:31: error: 'source' 'out/b.txt' does not exist"),
+                "\(refused.stderr)")
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+        #expect(try String(contentsOfFile: workspace.directory.file("buckets/deps/published.txt"), encoding: .utf8) == "fetched")
+        // The download finished: a new upload waiting for it needs its file now.
+        try FileManager.default.removeItem(atPath: workspace.directory.file("out/a.txt"))
+        let again = try workspace.write("again.yaml", """
+            - {kind: upload-file, source: out/a.txt, destination: file://deps/again.txt, after: [fetch]}
+
+            """)
+        let finished = try submit([again])
+        #expect(finished.status == 65 && finished.stderr.contains("again.yaml:1:31: error: 'source' 'out/a.txt' does not exist"),
+                "\(finished.stderr)")
+    }
 }
