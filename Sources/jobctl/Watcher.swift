@@ -159,7 +159,7 @@ struct Watcher {
 /// never wider than the terminal.
 struct ProgressBar {
     let enabled: Bool
-    /// Uploads: the bar counts the bytes the server confirmed, not the bytes sent.
+    /// Uploads: the bytes the server confirmed (the resume point) are drawn apart from those only sent.
     let countsConfirmedBytes: Bool
     /// The rate is measured over this much of the recent past.
     static let rateWindowMs: Int64 = 5_000
@@ -193,22 +193,26 @@ struct ProgressBar {
         while let first = samples.first, samples.count > 2, atMs - first.atMs > Self.rateWindowMs { samples.removeFirst() }
     }
 
-    /// The line for `done` bytes moved (`confirmed` by the server, for uploads) of `total`, fitted to `width`.
+    /// The line for `done` bytes moved (of which `confirmed` by the server, for uploads) of `total`, fitted
+    /// to `width`. The bar, the percentage and the bytes follow what was moved, as gcloud's and rclone's
+    /// do (an upload's confirmed offset moves only at a chunk or checkpoint: a bar of it sat at 0 % through
+    /// a whole small upload); an upload's bar is solid (`#`) to the confirmed offset, where a failure would
+    /// resume, and `=` beyond it, and the line names that offset.
     mutating func line(done: Int64, confirmed newConfirmed: Int64?, total: Int64?, atMs: Int64, width: Int?) -> String {
         record(done: done, atMs: atMs)
         if let newConfirmed { confirmed = newConfirmed }
-        let shown = countsConfirmedBytes ? confirmed : done
+        let kept = countsConfirmedBytes ? min(confirmed, done) : done
         var head = ""
         var tail: [String] = []
-        var bar: Double?
+        var bar: (kept: Double, moved: Double)?
         if let total, total > 0 {
-            let fraction = min(1, Double(shown) / Double(total))
-            bar = fraction
-            head = String(format: "%3d%% ", Int(fraction * 100)) + "\(ByteSize.format(shown))/\(ByteSize.format(total))"
+            let fraction = min(1, Double(done) / Double(total))
+            bar = (min(fraction, Double(kept) / Double(total)), fraction)
+            head = String(format: "%3d%% ", Int(fraction * 100)) + "\(ByteSize.format(done))/\(ByteSize.format(total))"
         } else {
-            head = ByteSize.format(shown)
+            head = ByteSize.format(done)
         }
-        if countsConfirmedBytes, done > shown { head += " (\(ByteSize.format(done)) sent)" }
+        if countsConfirmedBytes, done > kept { head += " (\(ByteSize.format(kept)) confirmed)" }
         if let rate, rate > 0 {
             tail.append("\(ByteSize.format(Int64(rate)))/s")
             if let total, total > done {
@@ -220,8 +224,10 @@ struct ProgressBar {
         func compose(barWidth: Int, tailCount: Int) -> String {
             var text = ""
             if let bar, barWidth > 0 {
-                let filled = Int(bar * Double(barWidth))
-                text = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "] "
+                let moved = Int(bar.moved * Double(barWidth))
+                let kept = min(moved, Int(bar.kept * Double(barWidth)))
+                text = "[" + String(repeating: "#", count: kept) + String(repeating: "=", count: moved - kept)
+                    + String(repeating: ".", count: barWidth - moved) + "] "
             }
             text += head
             for part in tail.prefix(tailCount) { text += "  " + part }

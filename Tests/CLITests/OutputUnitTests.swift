@@ -85,12 +85,20 @@ import TestSupport
         #expect(TimeText.duration(seconds: 2 * 86400 + 3 * 3600) == "2d03h")
     }
 
-    /// An upload's bar counts what the server confirmed; what was only sent is shown apart.
-    @Test func uploadBarCountsConfirmedBytes() {
+    /// An upload's bar moves with the bytes sent (a bar of the confirmed offset sat at 0 % through a whole
+    /// small upload); the part the server confirmed is solid and named.
+    @Test func uploadBarShowsSentAndConfirmedBytes() {
         var bar = ProgressBar(enabled: false, countsConfirmedBytes: true)
-        let line = bar.observe(progress(8 << 20, of: 8 << 20, at: 0, confirmed: 0), width: nil) ?? ""
-        #expect(line.contains("  0% 0 B/8 MiB"), "\(line)")
-        #expect(line.contains("(8 MiB sent)"), "\(line)")
+        let sent = bar.observe(progress(2 << 20, of: 8 << 20, at: 0, confirmed: 0), width: 100) ?? ""
+        #expect(sent.hasPrefix("[=======.......................]  25% 2 MiB/8 MiB (0 B confirmed)"), "\(sent)")
+        let half = bar.observe(progress(6 << 20, of: 8 << 20, at: 1_000, confirmed: 4 << 20), width: 100) ?? ""
+        #expect(half.hasPrefix("[###############=======........]  75% 6 MiB/8 MiB (4 MiB confirmed)"), "\(half)")
+        let whole = bar.observe(progress(8 << 20, of: 8 << 20, at: 2_000, confirmed: 8 << 20), width: 100) ?? ""
+        #expect(whole.hasPrefix("[##############################] 100% 8 MiB/8 MiB") && !whole.contains("confirmed"), "\(whole)")
+        // A download's bar is what was written.
+        var download = ProgressBar(enabled: false, countsConfirmedBytes: false)
+        let line = download.observe(progress(2 << 20, of: 8 << 20, at: 0), width: 100) ?? ""
+        #expect(line.hasPrefix("[#######.......................]  25% 2 MiB/8 MiB") && !line.contains("confirmed"), "\(line)")
     }
 
     @Test(arguments: [100, 60, 40, 25, 12])
