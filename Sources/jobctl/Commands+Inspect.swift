@@ -47,7 +47,7 @@ extension Commands {
         let now = Clock.nowMs()
         var rows = jobs.map { job in
             [job.id, job.spec.kind.rawValue, context.paint(state: job.state), "\(job.attempts)/\(job.maxAttempts)",
-             job.progressText, job.routeText(display), TimeText.age(job.createdAtMs, now: now)]
+             job.movingProgressText, job.routeText(display), TimeText.age(job.createdAtMs, now: now)]
         }
         var columns = [
             TableColumn("ID"), TableColumn("KIND", dropRank: 3), TableColumn("STATE", painted: true), TableColumn("ATTEMPTS", dropRank: 1),

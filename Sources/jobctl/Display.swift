@@ -137,9 +137,15 @@ extension JobRecord {
     }
 
     /// `42%` or `1.2 MiB` or `-`, from the confirmed bytes.
-    var progressText: String {
+    var progressText: String { progressText(of: confirmedBytes) }
+
+    /// `progressText`, but of what a running job has moved so far (for an upload: sent, confirmed or
+    /// not), as `watch`'s bar counts it: `list`'s column. A stopped upload counts what it confirmed,
+    /// where it resumes.
+    var movingProgressText: String { progressText(of: state == .running ? max(bytesDone, confirmedBytes) : confirmedBytes) }
+
+    private func progressText(of done: Int64) -> String {
         if state == .succeeded { return "100%" }
-        let done = confirmedBytes
         if let total = bytesTotal, total > 0 {
             return "\(Int((Double(done) / Double(total) * 100).rounded(.down)))%"
         }

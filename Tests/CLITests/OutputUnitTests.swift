@@ -101,6 +101,27 @@ import TestSupport
         #expect(line.hasPrefix("[#######.......................]  25% 2 MiB/8 MiB") && !line.contains("confirmed"), "\(line)")
     }
 
+    /// `list`'s column counts what a running upload sent, as the bar does; a paused one what it confirmed
+    /// (where it resumes); a download what it wrote.
+    @Test func listProgressCountsWhatARunningUploadSent() throws {
+        let spec = JobSpec(kind: .uploadFile, source: "/tmp/a", destination: "gs://b/o")
+        var record = try #require(JobRecord(submitted: JobEvent(jobID: "J", version: 1, atMs: 0, actor: "cli:u", payload: .submitted(spec: spec))))
+        record.state = .running
+        record.bytesTotal = 8 << 20
+        record.bytesDone = 6 << 20
+        record.resumePoint = .upload(sessionURI: "https://h/s", confirmedOffset: 2 << 20, total: 8 << 20)
+        #expect(record.movingProgressText == "75%" && record.progressText == "25%")
+        record.state = .paused
+        #expect(record.movingProgressText == "25%")
+        var download = try #require(JobRecord(submitted: JobEvent(jobID: "D", version: 1, atMs: 0, actor: "cli:u",
+                                                                  payload: .submitted(spec: JobSpec(kind: .downloadFile, source: "gs://b/o",
+                                                                                                    destination: "/tmp/o")))))
+        download.state = .running
+        download.bytesTotal = 8 << 20
+        download.bytesDone = 4 << 20
+        #expect(download.movingProgressText == "50%" && download.progressText == "50%")
+    }
+
     @Test(arguments: [100, 60, 40, 25, 12])
     func progressLineFitsTheWidth(width: Int) {
         var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
