@@ -234,6 +234,28 @@ extension PostgresStore {
         }
     }
 
+    /// `control` of each job in one transaction, each row locked as its turn comes and each job in a
+    /// savepoint (see `JobStore.controlEach`).
+    public func controlEach(_ command: JobCommand, ids: [String], actor: String, now: Int64,
+                            ifStateIn states: Set<JobState>?) throws(StoreError) -> [Result<ControlAnswer, StoreError>] {
+        guard !ids.isEmpty else { return [] }
+        return try writeTransaction { (connection) throws(StoreError) -> [Result<ControlAnswer, StoreError>] in
+            ids.map { (id) -> Result<ControlAnswer, StoreError> in
+                do throws(StoreError) {
+                    return .success(try connection.savepoint { () throws(StoreError) -> ControlAnswer in
+                        guard let job = try connection.lockJob(id) else { throw StoreError.notFound(id) }
+                        if let states, !states.contains(job.state) { return ControlAnswer(result: nil, state: job.state, events: []) }
+                        let (events, record) = try connection.control(command, on: job, actor: actor, now: now)
+                        return ControlAnswer(result: ControlResult(record: record ?? job, isRepeat: events.isEmpty),
+                                             state: (record ?? job).state, events: events.map(\.type))
+                    })
+                } catch {
+                    return .failure(error)
+                }
+            }
+        }
+    }
+
     /// What `control` would append to the job now, read in one read transaction; nothing is locked or written.
     public func planControl(_ command: JobCommand, id: String, now: Int64,
                             openedBefore: Set<String>) throws(StoreError) -> (events: [DecidedEvent], record: JobRecord) {

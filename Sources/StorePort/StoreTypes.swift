@@ -163,6 +163,21 @@ public struct SubmitOutcome: Sendable, Equatable, Hashable {
 // MARK: - ControlResult
 
 /// What a control command did to one job.
+/// What `JobStore.controlEach` did to one job: as `control` answers (`result` nil when the job was in
+/// none of the states asked for, `state` the state it is in after), and the events it appended.
+public struct ControlAnswer: Sendable, Equatable {
+    public var result: ControlResult?
+    public var state: JobState
+    /// The types of the events appended, in order (none for a repeat or a job left alone).
+    public var events: [EventType]
+
+    public init(result: ControlResult?, state: JobState, events: [EventType]) {
+        self.result = result
+        self.state = state
+        self.events = events
+    }
+}
+
 public struct ControlResult: Sendable, Equatable {
     /// The job after the command (after any event the store appended to honour it).
     public var record: JobRecord

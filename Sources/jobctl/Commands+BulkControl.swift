@@ -6,9 +6,10 @@ import StorePort
 /// pause / resume / cancel / retry on every job a filter selects (`--state`, `--queue`, `--kind`,
 /// `--since`, `--batch`), or with `--dry-run` on ids or a filter: what would change, then the counts.
 ///
-/// Each job still goes through the store's own control call, one at a time, so every rule (and every
-/// refusal) is the lifecycle's, exactly as for one id; a dry run asks the same lifecycle about the
-/// job as read and appends nothing.
+/// Each job still goes through the store's control of one job, in turn, so every rule (and every
+/// refusal) is the lifecycle's, exactly as for one id; `jobsPerTransaction` of them share a transaction
+/// (each in a savepoint of its own), so a bulk control of thousands is not a sync per job. A dry run asks
+/// the same lifecycle about the job as read and appends nothing.
 struct BulkControl {
     let name: String
     let filter: JobFilter?
@@ -125,8 +126,8 @@ struct BulkControl {
                 decisions += made
                 return
             }
-            let decision = dryRun ? predict(job, command, store: store, openedBefore: openedBefore)
-                                  : perform(job, store: store, context: context, command: command)
+            // Only a dry run comes here: the changes go through `performEach`, many jobs a transaction.
+            let decision = predict(job, command, store: store, openedBefore: openedBefore)
             if mayWait, command == .retry, decision.outcome == "refused", !(job.spec.after ?? []).isEmpty {
                 waitingTurn.append(job)
                 return
@@ -135,8 +136,28 @@ struct BulkControl {
             if dryRun && decision.outcome == "changed" && command == .retry { openedBefore.insert(job.id) }
             decisions.append(decision)
         }
-        for job in targets { take(job, mayWait: true) }
-        for job in waitingTurn { take(job, mayWait: false) }
+        // Without --dry-run or --with-dependants, `jobsPerTransaction` jobs at a time go through the store
+        // in one transaction (`controlEach`), each still the lifecycle's decision on the job as it stands.
+        func takeAll(_ jobs: [JobRecord], mayWait: Bool) {
+            guard !dryRun, !withDependants else {
+                for job in jobs { take(job, mayWait: mayWait) }
+                return
+            }
+            for start in stride(from: 0, to: jobs.count, by: Self.jobsPerTransaction) {
+                let chunk = Array(jobs[start..<min(jobs.count, start + Self.jobsPerTransaction)])
+                for (job, decision) in zip(chunk, performEach(chunk, store: store, context: context, command: command)) {
+                    if mayWait, command == .retry, decision.outcome == "refused", !(job.spec.after ?? []).isEmpty {
+                        waitingTurn.append(job)
+                    } else {
+                        decisions.append(decision)
+                    }
+                }
+            }
+        }
+        takeAll(targets, mayWait: true)
+        let secondTurn = waitingTurn
+        waitingTurn = []
+        takeAll(secondTurn, mayWait: false)
         // A dependant left cancelled at one selected job's retry and reopened by a later one's was not left
         // cancelled: only its reopening is reported. One left cancelled at several is reported once, at
         // the last (its reason as things end).
@@ -178,26 +199,38 @@ struct BulkControl {
         }
     }
 
-    /// The store's control call for `job` (a filter selected it: without `--dry-run` the bulk form has
-    /// one), one transaction of its own. Selected by `--state`, the job is acted on only while it is
-    /// still in one of those states (the store checks in the transaction): a job a worker claimed since
-    /// the listing is left alone and said so.
-    private func perform(_ job: JobRecord, store: any JobStore, context: Context, command: JobCommand) -> Decision {
+    /// Jobs a bulk control changes in one transaction: a few milliseconds of the write lock, one sync for
+    /// them all.
+    static let jobsPerTransaction = 256
+
+    /// The store's control call for each of `jobs` (a filter selected them: without `--dry-run` the bulk
+    /// form has one), all in one transaction (`controlEach`); a failed transaction refuses them all with
+    /// its error. Selected by `--state`, a job is acted on only while it is still in one of those states
+    /// (the store checks in the transaction): a job a worker claimed since the listing is left alone and
+    /// said so.
+    private func performEach(_ jobs: [JobRecord], store: any JobStore, context: Context, command: JobCommand) -> [Decision] {
+        let states = filter?.states
+        let answers: [Result<ControlAnswer, StoreError>]
         do {
-            let states = filter?.states
-            let answer = try store.control(command, id: job.id, actor: context.actor, now: Clock.nowMs(), ifStateIn: states)
-            guard let result = answer.result else {
-                let selected = (states ?? []).map(\.rawValue).sorted().joined(separator: " or ")
-                return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: answer.state.rawValue,
-                                outcome: "no longer selected", events: [], reason: "it is \(answer.state.rawValue) now, no longer \(selected); left alone")
-            }
-            let events = result.isRepeat ? [] : try store.events(jobID: job.id)
-                .filter { $0.version > job.version && $0.actor == context.actor }.map(\.type.rawValue)
-            return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: result.record.state.rawValue,
-                            outcome: result.isRepeat ? "repeat" : "changed", events: events, reason: nil)
+            answers = try store.controlEach(command, ids: jobs.map(\.id), actor: context.actor, now: Clock.nowMs(), ifStateIn: states)
         } catch {
-            return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
-                            outcome: "refused", events: [], reason: "\(error)")
+            answers = Array(repeating: .failure(error), count: jobs.count)
+        }
+        return zip(jobs, answers).map { job, answer in
+            switch answer {
+            case .success(let answer):
+                guard let result = answer.result else {
+                    let selected = (states ?? []).map(\.rawValue).sorted().joined(separator: " or ")
+                    return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: answer.state.rawValue,
+                                    outcome: "no longer selected", events: [],
+                                    reason: "it is \(answer.state.rawValue) now, no longer \(selected); left alone")
+                }
+                return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: result.record.state.rawValue,
+                                outcome: result.isRepeat ? "repeat" : "changed", events: answer.events.map(\.rawValue), reason: nil)
+            case .failure(let error):
+                return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
+                                outcome: "refused", events: [], reason: "\(error)")
+            }
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import JobLifecycle
 import JobModel
 import Testing
 @testable import EventStore
@@ -132,6 +133,68 @@ struct ControlTests {
             if command == .retry { #expect(record.attempts == 0 && record.error == nil && record.runAfterMs == 5_000) }
             if state == .queued { #expect(record.runAfterMs == 5_000) }
         }
+        #expect(try store.replay(verify: true).isConsistent)
+    }
+
+    @Test("controlEach decides every job as control does, in one call; a refused or unknown job fails alone",
+          arguments: Engine.allCases, [ControlCommand.cancel, .retry, .pause])
+    func controlEachAsControlDoes(engine: Engine, command: ControlCommand) throws {
+        let fixture = try StoreFixture("store-control-each", engine: engine)
+        defer { fixture.remove() }
+        let store = fixture.store
+        // Those that claim a job first: `prepare` claims the oldest queued job.
+        let setups: [ControlSetup] = [.running, .runningPauseRequested, .runningCancelRequested, .runningBothRequested,
+                                      .succeeded, .failed, .paused, .cancelled, .queued]
+        #expect(Set(setups) == Set(ControlSetup.allCases))
+        var ids: [String] = []
+        for setup in setups { ids.append(try Self.prepare(setup, in: fixture)) }
+        let before = try ids.map { try #require(try store.job($0)) }
+        let missing = "01ZZZZZZZZZZZZZZZZZZZZZZZZ"
+        let lifecycle: JobCommand = switch command {
+        case .pause: .pause
+        case .resume: .resume
+        case .cancel: .cancel(by: "cli:test")
+        case .retry: .retry
+        }
+        let answers = try store.controlEach(lifecycle, ids: Array(ids.prefix(3)) + [missing] + Array(ids.dropFirst(3)),
+                                            actor: "cli:test", now: 5_000, ifStateIn: nil)
+        try #require(answers.count == ids.count + 1)
+        var byJob = answers
+        let unknown = byJob.remove(at: 3)
+        #expect(throws: StoreError.self) { try unknown.get() }
+        for (index, setup) in setups.enumerated() {
+            let answer = byJob[index]
+            let now = try #require(try store.job(ids[index]))
+            switch Self.expected(setup, command) {
+            case .refused(let because):
+                guard case .failure(.invalidControl(let message)) = answer else {
+                    Issue.record("\(setup): \(answer), expected a refusal")
+                    continue
+                }
+                #expect(message.contains(because), "\(setup): \(message)")
+                #expect(now == before[index], "\(setup): a refused job is left as it was")
+            case .repeats:
+                let got = try answer.get()
+                let result = try #require(got.result, "\(setup)")
+                #expect(result.isRepeat && now == before[index] && got.events.isEmpty, "\(setup)")
+            case .appends(let state, let pauseRequested, let cancelRequested):
+                let got = try answer.get()
+                let result = try #require(got.result, "\(setup)")
+                #expect(!result.isRepeat && got.state == state && now == result.record, "\(setup)")
+                #expect(now.state == state && now.pauseRequested == pauseRequested && now.cancelRequested == cancelRequested,
+                        "\(setup)")
+                #expect(got.events.count == now.version - before[index].version && !got.events.isEmpty, "\(setup): \(got.events)")
+            }
+        }
+        // A state condition: only the jobs still in it are acted on, the others answered with their state.
+        let queued = try fixture.submit()
+        let running = try #require(setups.firstIndex(of: .running).map { ids[$0] })
+        let runningState = try #require(try store.job(running)).state
+        let answers2 = try store.controlEach(.cancel(by: "cli:test"), ids: [queued, running], actor: "cli:test",
+                                             now: 6_000, ifStateIn: [.queued])
+        let first = try answers2[0].get(), second = try answers2[1].get()
+        #expect(first.state == JobState.cancelled && first.result != nil)
+        #expect(second.result == nil && second.state == runningState)
         #expect(try store.replay(verify: true).isConsistent)
     }
 

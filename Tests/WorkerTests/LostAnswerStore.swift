@@ -85,6 +85,10 @@ final class LostAnswerStore: JobStore {
                  ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState) {
         try inner.control(command, id: id, actor: actor, now: now, ifStateIn: states)
     }
+    func controlEach(_ command: JobCommand, ids: [String], actor: String, now: Int64,
+                     ifStateIn states: Set<JobState>?) throws(StoreError) -> [Result<ControlAnswer, StoreError>] {
+        try inner.controlEach(command, ids: ids, actor: actor, now: now, ifStateIn: states)
+    }
     func planControl(_ command: JobCommand, id: String, now: Int64,
                      openedBefore: Set<String>) throws(StoreError) -> (events: [DecidedEvent], record: JobRecord) {
         try inner.planControl(command, id: id, now: now, openedBefore: openedBefore)
