@@ -135,7 +135,7 @@ public enum ManifestReference {
                 + "any depth; a source holding *, ? or [ (and naming no file) is a glob: * and ? match within one path "
                 + "segment, [a-z] and [!a-z] one character, ** any number of segments, \\ escapes. download-file: a gs:// "
                 + "or file:// source ending in '/' (or a bucket root) takes every object under that prefix (GCS: the list "
-                + "API, page by page; file://: a walk of the bucket folder).",
+                + "API, page by page; file://: a walk of the bucket folder, which leaves out links, FIFOs and devices and names them in a note).",
             "Each file or object becomes a job of its own (own id, own history), all sharing a batch id that submit "
                 + "prints and list, show, audit, watch --batch and pause|resume|cancel|retry --batch use. The destination "
                 + "must end in '/' (or be a bucket root): each job writes to it plus the path relative to the folder, "

@@ -143,6 +143,15 @@ public struct PrefixExpansion: Sendable, Hashable {
     public var prefixText: String { prefix.description + (prefix.isRoot || prefix.description.hasSuffix("/") ? "" : "/") }
 
     /// The error for a prefix that could not be listed (`cause` says why and what to do), at `source`.
+    /// The note saying what the listing left out (entries of a `file://` bucket that are no objects:
+    /// links, FIFOs, devices), at the job's `source`, as a folder upload names what it skips; nil for none.
+    public func skippedNote(_ skipped: [(path: String, what: String)]) -> String? {
+        guard let first = skipped.first else { return nil }
+        let more = skipped.count > 1 ? " and \(skipped.count - 1) more entries that are no objects" : ""
+        return "\(file):\(sourceMark.line):\(sourceMark.column): note: 'source' '\(prefixText)': skipped '\(first.path)' "
+            + "(\(first.what))\(more); a link in a bucket is never followed: name its target in a job of its own"
+    }
+
     public func listingFailed(_ cause: String) -> ManifestErrors {
         ManifestErrors([error(.sourceUnavailable, "cannot list the prefix '\(prefixText)': \(cause)", at: sourceMark, line: sourceLine)])
     }

@@ -27,11 +27,25 @@ public struct ObjectLister: Sendable {
     /// `/`; every object for a bucket root), at most `limit + 1` of them (so a caller can tell "more than
     /// the limit").
     public func objectNames(under prefix: StorageReference, limit: Int) async throws(StorageError) -> [String] {
+        try await listing(under: prefix, limit: limit).names
+    }
+
+    /// What a listing found: the object names (as `objectNames`), and the entries of a `file://` bucket
+    /// under the prefix that are no objects and were left out (links, FIFOs, sockets, devices), each with
+    /// its path relative to the bucket and what it is.
+    public struct Listing: Sendable {
+        public var names: [String] = []
+        public var skipped: [(path: String, what: String)] = []
+    }
+
+    /// `objectNames`, with what a `file://` walk left out.
+    public func listing(under prefix: StorageReference, limit: Int) async throws(StorageError) -> Listing {
         switch prefix.scheme {
         case .gs:
-            return try await GCSBackend(configuration: configuration).objectNames(under: prefix, pageSize: pageSize, limit: limit)
+            return Listing(names: try await GCSBackend(configuration: configuration).objectNames(under: prefix, pageSize: pageSize,
+                                                                                                 limit: limit))
         case .file:
-            return try LocalBackend(configuration: configuration).objectNames(under: prefix, limit: limit)
+            return try LocalBackend(configuration: configuration).listing(under: prefix, limit: limit)
         case .http, .https:
             throw StorageError(.invalidArgument, "'\(prefix)' is a plain \(prefix.scheme.rawValue) URL, which cannot be listed; "
                                + "name each file in a job of its own")
@@ -87,7 +101,7 @@ extension GCSBackend {
 
 extension LocalBackend {
     /// Walks a `file://` prefix (see `ObjectLister`).
-    func objectNames(under prefix: StorageReference, limit: Int) throws(StorageError) -> [String] {
+    func listing(under prefix: StorageReference, limit: Int) throws(StorageError) -> ObjectLister.Listing {
         let root = bucketRoot(prefix.bucket)
         var isDirectory: ObjCBool = false
         if !prefix.bucket.isEmpty, !(FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue) {
@@ -100,8 +114,9 @@ extension LocalBackend {
         let start = base.isEmpty ? root : (root == "/" ? "" : root) + "/" + base
         let files = FileManager.default
         // A prefix that names no folder lists nothing, as an empty prefix does on GCS.
-        guard files.fileExists(atPath: start, isDirectory: &isDirectory), isDirectory.boolValue else { return [] }
+        guard files.fileExists(atPath: start, isDirectory: &isDirectory), isDirectory.boolValue else { return ObjectLister.Listing() }
         var names: [String] = []
+        var skipped: [(path: String, what: String)] = []
         var pending: [String] = [""]
         while let relative = pending.popLast(), names.count <= limit {
             let folder = relative.isEmpty ? start : start + "/" + relative
@@ -114,7 +129,8 @@ extension LocalBackend {
             for entry in entries where !LocalLocation.isReserved(entry) {
                 let path = relative.isEmpty ? entry : relative + "/" + entry
                 // Read without following links: a link is neither an object nor a folder of the bucket.
-                switch (try? files.attributesOfItem(atPath: start + "/" + path))?[.type] as? FileAttributeType {
+                let type = (try? files.attributesOfItem(atPath: start + "/" + path))?[.type] as? FileAttributeType
+                switch type {
                 case .typeRegular?: names.append(base.isEmpty ? path : base + "/" + path)
                 case .typeDirectory?: pending.append(path)
                 case nil where entry.unicodeScalars.contains("\u{FFFD}"):
@@ -122,10 +138,18 @@ extension LocalBackend {
                     // leaving it out silently downloaded the prefix without it.
                     throw StorageError(.invalidArgument, "the file '\(start)/\(path)' in \(prefix) has a name "
                         + "that is not valid UTF-8 (shown with U+FFFD), which no job can name: rename it, or narrow the prefix")
-                default: continue
+                default:
+                    // Said, not left out silently: a link in a bucket is never followed (its target is no object).
+                    let what = switch type {
+                    case .typeSymbolicLink?: "a symbolic link"
+                    case .typeSocket?: "a socket"
+                    case .typeCharacterSpecial?, .typeBlockSpecial?: "a device"
+                    default: "not a regular file: a FIFO, or gone while listed"
+                    }
+                    skipped.append((base.isEmpty ? path : base + "/" + path, what))
                 }
             }
         }
-        return names
+        return ObjectLister.Listing(names: names, skipped: skipped)
     }
 }

@@ -80,16 +80,18 @@ extension Commands {
             failures += try unwrittenSources(manifestJobs, context: context)
         }
         var specs: [JobSpec] = []
+        var listingNotes: [String] = []
         if failures.isEmpty {
             let expanded = try expandPrefixes(manifestJobs, context: context)
             specs = expanded.specs
+            listingNotes = expanded.notes
             failures += expanded.failures
             if failures.isEmpty {
                 let origins = expanded.origins.map { (path: manifestPaths[$0], line: manifestJobs[$0].line, column: manifestJobs[$0].column) }
                 failures += repeatedKeys(specs, origins: origins)
             }
         }
-        for note in manifestJobs.flatMap(\.notes) { emitError(note) }
+        for note in manifestJobs.flatMap(\.notes) + listingNotes { emitError(note) }
         if let runAt {
             for index in specs.indices where specs[index].runAfterMs == nil { specs[index].runAfterMs = runAt }
         }
@@ -220,24 +222,26 @@ extension Commands {
     }
 
     /// The specs of `jobs`, with every prefix download listed and expanded; listing problems come back as
-    /// rendered manifest errors at the job's `source`.
+    /// rendered manifest errors at the job's `source`, and what a listing left out as notes there.
     /// `origins[i]` is the index in `jobs` of the job that made `specs[i]`.
-    static func expandPrefixes(_ jobs: [ManifestJob], context: Context) throws -> (specs: [JobSpec], origins: [Int], failures: [String]) {
-        guard jobs.contains(where: { $0.prefixExpansion != nil }) else { return (jobs.map(\.spec), Array(jobs.indices), []) }
+    static func expandPrefixes(_ jobs: [ManifestJob],
+                               context: Context) throws -> (specs: [JobSpec], origins: [Int], failures: [String], notes: [String]) {
+        guard jobs.contains(where: { $0.prefixExpansion != nil }) else { return (jobs.map(\.spec), Array(jobs.indices), [], []) }
         let configuration = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
         let lister = ObjectLister(configuration: configuration)
         var specs: [JobSpec] = []
         var origins: [Int] = []
         var failures: [String] = []
+        var notes: [String] = []
         for (index, job) in jobs.enumerated() {
             guard let expansion = job.prefixExpansion else {
                 specs.append(job.spec)
                 origins.append(index)
                 continue
             }
-            let listed: Result<[String], StorageError> = try blockingRun {
+            let listed: Result<ObjectLister.Listing, StorageError> = try blockingRun {
                 do throws(StorageError) {
-                    return .success(try await lister.objectNames(under: expansion.prefix, limit: expansion.limit))
+                    return .success(try await lister.listing(under: expansion.prefix, limit: expansion.limit))
                 } catch {
                     return .failure(error)
                 }
@@ -245,8 +249,9 @@ extension Commands {
             switch listed {
             case .failure(let error):
                 failures.append(expansion.listingFailed(Display.redacting.text(error.message)).render())
-            case .success(let names):
-                switch expansion.jobs(objectNames: names) {
+            case .success(let listing):
+                if let note = expansion.skippedNote(listing.skipped) { notes.append(note) }
+                switch expansion.jobs(objectNames: listing.names) {
                 case .success(let expanded):
                     specs += expanded
                     origins += Array(repeating: index, count: expanded.count)
@@ -254,7 +259,7 @@ extension Commands {
                 }
             }
         }
-        return (specs, origins, failures)
+        return (specs, origins, failures, notes)
     }
 
     /// An idempotency key given to two of the jobs submitted together, once folders and prefixes are

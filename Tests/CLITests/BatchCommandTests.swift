@@ -142,6 +142,9 @@ import TestSupport
         try workspace.write("buckets/demo/photos/x.txt", "local x")
         try workspace.write("buckets/demo/photos/deep/y.txt", "local y")
         try workspace.write("buckets/demo/other/z.txt", "not this")
+        // A link in the bucket is no object: left out, and said so at the job's source.
+        try FileManager.default.createSymbolicLink(atPath: workspace.directory.file("buckets/demo/photos/linked.txt"),
+                                                   withDestinationPath: workspace.directory.file("buckets/demo/other/z.txt"))
         let environment = ["STORAGE_EMULATOR_HOST": server.baseURL, "HOME": workspace.directory.path,
                            "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
         let manifest = try workspace.write("down.yaml", """
@@ -153,6 +156,8 @@ import TestSupport
         #expect(submitted.status == 0, "\(submitted.stderr)")
         #expect(batches(submitted.stderr).map(\.count) == [2, 2], "\(submitted.stderr)")
         #expect(batches(submitted.stderr).map(\.source) == ["gs://\(server.bucket)/photos/", "file://demo/photos/"])
+        #expect(submitted.stderr.contains("down.yaml:3:35: note: 'source' 'file://demo/photos/': skipped 'photos/linked.txt' "
+                                          + "(a symbolic link); a link in a bucket is never followed"), "\(submitted.stderr)")
         let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
         #expect(worker.status == 0, "\(worker.stderr)")
         let read = { (path: String) in try? String(contentsOfFile: workspace.directory.file(path), encoding: .utf8) }

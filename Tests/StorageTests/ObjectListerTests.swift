@@ -96,6 +96,14 @@ import Testing
         #expect(names.sorted() == ["photos/2024/b.jpg", "photos/a.jpg"])
         let root = try await lister.objectNames(under: try StorageReference(parsing: "file://demo/"), limit: 100)
         #expect(root.sorted() == ["photos/2024/b.jpg", "photos/a.jpg", "top.txt"])
+        // What is left out is said: the links and a FIFO, each with what it is (jobctl's own files are not).
+        #expect(mkfifo(bucket + "/photos/2024/pipe", 0o600) == 0)
+        let listing = try await lister.listing(under: try StorageReference(parsing: "file://demo/photos/"), limit: 100)
+        #expect(listing.names.sorted() == ["photos/2024/b.jpg", "photos/a.jpg"])
+        #expect(listing.skipped.map { "\($0.path): \($0.what)" }.sorted() == [
+            "photos/2024/pipe: not a regular file: a FIFO, or gone while listed", "photos/link.jpg: a symbolic link",
+            "photos/outside: a symbolic link",
+        ])
         #expect(try await lister.objectNames(under: try StorageReference(parsing: "file://demo/nothing/"), limit: 100).isEmpty)
         do {
             _ = try await lister.objectNames(under: try StorageReference(parsing: "file://absent/photos/"), limit: 100)
