@@ -185,11 +185,13 @@ extension Commands {
         discussion: """
         Statuses follow the Firebase task observers: started → resume, progress → progress, paused → pause,
         succeeded → success, failed/cancelled → failure. On a terminal the progress bar shows the bytes
-        (confirmed by the server, for uploads), the rate over the last few seconds and the time left, and
-        every line fits the terminal's width. Exit status: 0 when the job succeeded, 1 when it failed or
-        was cancelled. With --batch: every event of the batch's jobs from their submission, then, on a
-        terminal, a count by outcome once all of them have ended (JSON lines hold only events: each
-        job's last one is its outcome); 0 when all succeeded, 1 otherwise.
+        (for uploads: sent, the part the server confirmed drawn solid), the rate over the last few seconds
+        and the time left, and every line fits the terminal's width. Exit status: 0 when the job
+        succeeded, 1 when it failed or was cancelled. With --batch: every event of the batch's jobs from
+        their submission, below them on a terminal one bar for the whole batch (jobs ended and failed,
+        bytes moved, the rate, the time left at the pace jobs end), and a count by outcome once all of
+        them have ended (JSON lines hold only events: each job's last one is its outcome); 0 when all
+        succeeded, 1 otherwise.
         """
     ) { arguments, context in
         let all = arguments[Options.all]

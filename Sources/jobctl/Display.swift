@@ -142,7 +142,10 @@ extension JobRecord {
     /// `progressText`, but of what a running job has moved so far (for an upload: sent, confirmed or
     /// not), as `watch`'s bar counts it: `list`'s column. A stopped upload counts what it confirmed,
     /// where it resumes.
-    var movingProgressText: String { progressText(of: state == .running ? max(bytesDone, confirmedBytes) : confirmedBytes) }
+    var movingProgressText: String { progressText(of: movingBytes) }
+
+    /// The bytes `movingProgressText` counts.
+    var movingBytes: Int64 { state == .running ? max(bytesDone, confirmedBytes) : confirmedBytes }
 
     private func progressText(of done: Int64) -> String {
         if state == .succeeded { return "100%" }

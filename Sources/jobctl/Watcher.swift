@@ -56,6 +56,8 @@ struct Watcher {
         var lastSeq = start - 1
         var lastVersion: Int64 = -1
         var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
+        var whole: ProgressBar? = json ? nil : ProgressBar(enabled: true, countsConfirmedBytes: false, plain: context.terminalIsDumb)
+        var progress = BatchProgress()
         while true {
             let version = try store.dataVersion()
             if version != lastVersion {
@@ -68,11 +70,13 @@ struct Watcher {
                     let events = try store.events(afterSeq: lastSeq, limit: 500)
                     for event in events {
                         lastSeq = event.seq ?? lastSeq
-                        if ids.contains(event.jobID) { try show(event, bar: &bar) }
+                        if ids.contains(event.jobID) { try show(event, bar: &bar, above: &whole) }
                     }
                     if events.count < 500 { break }
                 }
+                whole?.draw(progress.line(jobs, atMs: Clock.nowMs(), width: context.width))
                 if jobs.allSatisfy(\.state.isFinal) {
+                    whole?.finish()
                     var counts: [String: Int] = [:]
                     for job in jobs { counts[job.state.rawValue, default: 0] += 1 }
                     if !json {
@@ -129,6 +133,12 @@ struct Watcher {
     }
 
     private func show(_ event: JobEvent, bar: inout ProgressBar) throws {
+        var none: ProgressBar?
+        try show(event, bar: &bar, above: &none)
+    }
+
+    /// Shows `event`; a line it prints goes in the place of `above`'s bar (drawn again by the caller).
+    private func show(_ event: JobEvent, bar: inout ProgressBar, above: inout ProgressBar?) throws {
         // The bar sees every event (so a pause or a new attempt restarts its rate even when filtered out).
         let progressLine = bar.observe(event, width: context.width)
         guard let status = ObserverStatus(event.type) else { return }
@@ -141,6 +151,7 @@ struct Watcher {
             if let progressLine { bar.draw(progressLine) }
         } else {
             bar.interrupt()
+            above?.clear()
             emitLine("\(RFC3339.string(event.atMs))  \(event.jobID)  \(status.rawValue)  \(TerminalText.printable(Describe.event(event, display: display)))")
         }
     }
@@ -219,7 +230,12 @@ struct ProgressBar {
                 tail.append("ETA \(TimeText.duration(seconds: Int64((Double(total - done) / rate).rounded(.up))))")
             }
         }
-        // Fit: the bar gives way first (30 → 10 columns, then none), then the ETA, then the rate.
+        return Self.fit(bar: bar, head: head, tail: tail, width: width)
+    }
+
+    /// `[###==...] HEAD  TAIL…` fitted to `width`: the bar gives way first (30 → 10 columns, then none),
+    /// then the tail's parts from the last (the ETA, then the rate), then the head is cut at its end.
+    static func fit(bar: (kept: Double, moved: Double)?, head: String, tail: [String], width: Int?) -> String {
         let limit = width.map { max(1, $0 - 1) } ?? Int.max
         func compose(barWidth: Int, tailCount: Int) -> String {
             var text = ""
@@ -289,4 +305,44 @@ struct ProgressBar {
     }
 
     mutating func finish() { interrupt() }
+
+    /// Takes the line drawn last off the terminal (the cursor stays at its start), for a line printed
+    /// in its place; `draw` puts it back below.
+    mutating func clear() {
+        guard drawn else { return }
+        StandardOutput.write(plain ? "\r" + String(repeating: " ", count: drawnWidth) + "\r" : "\r\u{1B}[2K")
+        drawn = false
+        drawnWidth = 0
+    }
+}
+
+/// `watch --batch`'s line on a terminal: the batch's jobs as one bar, kept below the event lines —
+/// jobs ended of all (and how many of them failed), the bytes moved, the rate over the last few
+/// seconds and the time left at the pace jobs have been ending. A batch is a folder or a prefix of
+/// thousands of small files, where one job's bar says nothing of the whole.
+struct BatchProgress {
+    private var samples: [(atMs: Int64, ended: Int, bytes: Int64)] = []
+
+    mutating func line(_ jobs: [JobRecord], atMs: Int64, width: Int?) -> String {
+        let ended = jobs.filter(\.state.isFinal).count
+        let failed = jobs.filter { $0.state == .failed || $0.state == .cancelled }.count
+        let bytes = jobs.reduce(Int64(0)) { $0 + $1.movingBytes }
+        if let last = samples.last, ended < last.ended || bytes < last.bytes || atMs < last.atMs { samples.removeAll() }
+        samples.append((atMs, ended, bytes))
+        while let first = samples.first, samples.count > 2, atMs - first.atMs > ProgressBar.rateWindowMs { samples.removeFirst() }
+        let fraction = jobs.isEmpty ? 1 : Double(ended) / Double(jobs.count)
+        var head = String(format: "%3d%% ", Int(fraction * 100)) + "\(ended)/\(jobs.count) jobs"
+        if failed > 0 { head += " (\(failed) failed)" }
+        if bytes > 0 { head += ", \(ByteSize.format(bytes))" }
+        var tail: [String] = []
+        if let first = samples.first, let last = samples.last, last.atMs > first.atMs {
+            let seconds = Double(last.atMs - first.atMs) / 1000
+            if last.bytes > first.bytes { tail.append("\(ByteSize.format(Int64(Double(last.bytes - first.bytes) / seconds)))/s") }
+            if last.ended > first.ended, ended < jobs.count {
+                let perSecond = Double(last.ended - first.ended) / seconds
+                tail.append("ETA \(TimeText.duration(seconds: Int64((Double(jobs.count - ended) / perSecond).rounded(.up))))")
+            }
+        }
+        return ProgressBar.fit(bar: (fraction, fraction), head: head, tail: tail, width: width)
+    }
 }

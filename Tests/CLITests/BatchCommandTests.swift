@@ -276,6 +276,12 @@ import TestSupport
         #expect(!events.isEmpty && events.allSatisfy { batchJobs.contains($0["job_id"] as? String ?? "") }, "\(watched.stdout)")
         #expect(events.filter { $0["status"] as? String == "success" }.count == 2, "\(watched.stdout)")
         #expect(try workspace.jobctl(["watch", "--batch", ids[0]]).status == 1, "a cancelled batch did not all succeed")
+        // On a terminal: the batch as one bar below the event lines (jobs ended, of them failed, bytes).
+        let shown = try workspace.jobctlOnTerminal(["watch", "--batch", ids[1]], columns: 100)
+        #expect(shown.stdout.contains("[##############################] 100% 2/2 jobs, 20 B")
+                && shown.stdout.contains("batch \(ids[1]): 2 jobs: 2 succeeded"), "\(shown.stdout)")
+        let cancelledBatch = try workspace.jobctlOnTerminal(["watch", "--batch", ids[0]], columns: 100)
+        #expect(cancelledBatch.stdout.contains("100% 2/2 jobs (2 failed)"), "\(cancelledBatch.stdout)")
         let unknown = try workspace.jobctl(["watch", "--batch", "01ARZ3NDEKTSV4RRFFQ69G5FAV"])
         #expect(unknown.status == 1 && unknown.stderr.contains("no job has the batch id"))
     }
