@@ -144,7 +144,9 @@ struct TableLayout {
     }
 }
 
-/// Columns a string takes on a terminal: ANSI colour sequences take none.
+/// Columns a string takes on a terminal: ANSI colour sequences take none, a wide character (CJK,
+/// Hangul, fullwidth forms, emoji) two, a combining mark or zero-width format character none
+/// (`TerminalWidth`): counting characters put a Japanese file name's row past the terminal's edge.
 func visibleWidth(_ text: String) -> Int {
     // Printable ASCII (most cells: ids, times, sizes, checksums) is one column per byte; walking the
     // string by `Character` was a tenth of `audit`'s table on a big log. Anything else — an escape,
@@ -155,30 +157,89 @@ func visibleWidth(_ text: String) -> Int {
     for character in text {
         if character == "\u{1B}" { inEscape = true; continue }
         if inEscape { if character == "m" { inEscape = false }; continue }
-        count += 1
+        count += TerminalWidth.of(character)
     }
     return count
 }
 
-/// Wraps text at spaces into lines of at most `width` characters (a longer word is split); lines
-/// after the first start with `indent`.
+/// The columns a character takes on a terminal, as wcwidth(3) counts them: two for East Asian Wide and
+/// Fullwidth characters (Unicode's EastAsianWidth W and F: CJK ideographs, kana, Hangul syllables,
+/// fullwidth forms) and emoji shown as emoji, none for a cluster that is only a combining mark or a
+/// zero-width format character (a mark after a base is part of the base's `Character`), one otherwise.
+enum TerminalWidth {
+    /// The East Asian Wide and Fullwidth ranges that are not emoji (emoji go by `isEmojiPresentation`).
+    private static let wide: [ClosedRange<UInt32>] = [
+        0x1100...0x115F, 0x2329...0x232A, 0x2E80...0x303E, 0x3041...0x33FF, 0x3400...0x4DBF, 0x4E00...0x9FFF,
+        0xA000...0xA4CF, 0xA960...0xA97F, 0xAC00...0xD7A3, 0xF900...0xFAFF, 0xFE10...0xFE19, 0xFE30...0xFE6F,
+        0xFF00...0xFF60, 0xFFE0...0xFFE6, 0x16FE0...0x16FE4, 0x16FF0...0x16FF1, 0x17000...0x187F7, 0x18800...0x18CD5,
+        0x18D00...0x18D08, 0x1AFF0...0x1B2FB, 0x1F200...0x1F202, 0x1F210...0x1F23B, 0x1F240...0x1F248,
+        0x1F250...0x1F251, 0x20000...0x2FFFD, 0x30000...0x3FFFD,
+    ]
+
+    static func of(_ character: Character) -> Int {
+        guard let first = character.unicodeScalars.first else { return 0 }
+        if first.isASCII { return 1 }
+        let properties = first.properties
+        switch properties.generalCategory {
+        case .nonspacingMark, .enclosingMark, .format: return 0
+        default: break
+        }
+        if (0x1160...0x11FF).contains(first.value) { return 0 }  // Hangul medial vowels and final consonants
+        if properties.isEmojiPresentation { return 2 }
+        // Text-style emoji asked for as emoji (VS16) are drawn wide.
+        if properties.isEmoji, character.unicodeScalars.contains("\u{FE0F}") { return 2 }
+        return wide.contains { $0.contains(first.value) } ? 2 : 1
+    }
+
+    /// The longest start of `text` at most `width` columns wide.
+    static func prefix(_ text: String, width: Int) -> String {
+        var used = 0
+        var end = text.startIndex
+        for index in text.indices {
+            let next = used + of(text[index])
+            if next > width { break }
+            used = next
+            end = text.index(after: index)
+        }
+        return String(text[..<end])
+    }
+
+    /// The longest end of `text` at most `width` columns wide.
+    static func suffix(_ text: String, width: Int) -> String {
+        var used = 0
+        var start = text.endIndex
+        while start > text.startIndex {
+            let before = text.index(before: start)
+            let next = used + of(text[before])
+            if next > width { break }
+            used = next
+            start = before
+        }
+        return String(text[start...])
+    }
+}
+
+/// Wraps text at spaces into lines of at most `width` columns (a longer word is split); lines after
+/// the first start with `indent`.
 func wrap(_ text: String, width: Int, indent: String = "") -> [String] {
     var lines: [String] = []
     var current = ""
-    func limit() -> Int { max(1, lines.isEmpty ? width : width - indent.count) }
+    func limit() -> Int { max(1, lines.isEmpty ? width : width - visibleWidth(indent)) }
     for word in text.split(separator: " ", omittingEmptySubsequences: false) {
         if current.isEmpty {
             current = String(word)
-        } else if current.count + 1 + word.count <= limit() {
+        } else if visibleWidth(current) + 1 + visibleWidth(String(word)) <= limit() {
             current += " " + word
         } else {
             lines.append(current)
             current = String(word)
         }
-        while current.count > limit() {
-            let cut = limit()
-            lines.append(String(current.prefix(cut)))
-            current = String(current.dropFirst(cut))
+        while visibleWidth(current) > limit() {
+            // At least one character a line, so a character wider than the line still moves on.
+            var cut = TerminalWidth.prefix(current, width: limit())
+            if cut.isEmpty { cut = String(current.prefix(1)) }
+            lines.append(cut)
+            current = String(current.dropFirst(cut.count))
         }
     }
     lines.append(current)
@@ -186,43 +247,45 @@ func wrap(_ text: String, width: Int, indent: String = "") -> [String] {
 }
 
 /// Cutting text to a width with an ellipsis.
+/// Widths are terminal columns (`visibleWidth`): a wide character counts two.
 enum Elide {
     /// `gs://bucket/ver…/file.txt`: the start and the end stay, the middle goes.
     static func middle(_ text: String, to width: Int) -> String {
-        guard text.count > width else { return text }
-        guard width > 1 else { return String(text.prefix(width)) }
+        guard visibleWidth(text) > width else { return text }
+        guard width > 1 else { return TerminalWidth.prefix(text, width: width) }
         let keep = width - 1
-        let head = (keep + 1) / 2
-        return String(text.prefix(head)) + "…" + String(text.suffix(keep - head))
+        let head = TerminalWidth.prefix(text, width: (keep + 1) / 2)
+        return head + "…" + TerminalWidth.suffix(text, width: keep - visibleWidth(head))
     }
 
     /// `source → destination` with each side elided in the middle, so both stay visible.
     static func route(_ text: String, to width: Int) -> String {
-        guard text.count > width else { return text }
+        guard visibleWidth(text) > width else { return text }
         let arrow = " → "
         guard let range = text.range(of: arrow) else { return middle(text, to: width) }
         let source = String(text[..<range.lowerBound])
         let destination = String(text[range.upperBound...])
-        let room = width - arrow.count
+        let room = width - visibleWidth(arrow)
         guard room >= 2 else { return middle(text, to: width) }
         // Share the room; a side shorter than its half gives the rest to the other.
         var sourceWidth = room / 2
         var destinationWidth = room - sourceWidth
-        if source.count < sourceWidth {
-            destinationWidth += sourceWidth - source.count
-            sourceWidth = source.count
-        } else if destination.count < destinationWidth {
-            sourceWidth += destinationWidth - destination.count
-            destinationWidth = destination.count
+        let sourceNeeds = visibleWidth(source), destinationNeeds = visibleWidth(destination)
+        if sourceNeeds < sourceWidth {
+            destinationWidth += sourceWidth - sourceNeeds
+            sourceWidth = sourceNeeds
+        } else if destinationNeeds < destinationWidth {
+            sourceWidth += destinationWidth - destinationNeeds
+            destinationWidth = destinationNeeds
         }
         return middle(source, to: sourceWidth) + arrow + middle(destination, to: destinationWidth)
     }
 
     /// Cut at the end: `a long message…`.
     static func end(_ text: String, to width: Int) -> String {
-        guard text.count > width else { return text }
-        guard width > 1 else { return String(text.prefix(width)) }
-        return String(text.prefix(width - 1)) + "…"
+        guard visibleWidth(text) > width else { return text }
+        guard width > 1 else { return TerminalWidth.prefix(text, width: width) }
+        return TerminalWidth.prefix(text, width: width - 1) + "…"
     }
 }
 

@@ -8,7 +8,7 @@ import TestSupport
 /// The CLI's pure output helpers, tested as values: the progress bar's rate and ETA, table fitting
 /// and elision, duration parsing with checked arithmetic.
 @Suite("CLI output helpers", .onTestThreads) struct OutputUnitTests {
-    @Test("a cell's visible width: printable ASCII by its bytes, anything else by characters without colour codes")
+    @Test("a cell's visible width: printable ASCII by its bytes, anything else by its terminal columns without colour codes")
     func visibleWidthCountsColumns() {
         /// The width as `visibleWidth` counted before its ASCII shortcut: characters outside ANSI sequences.
         func characters(_ text: String) -> Int {
@@ -22,8 +22,24 @@ import TestSupport
             return count
         }
         let cells = ["", "01M8QR43ERNMYW13N5YDE0JC2C", "2026-12-01T02:49:43.801Z", "64 B", "N7UECQ==", " ~!@#$%^&*()_+{}|:\"<>?`-=[]\\;',./",
-                     "\u{1B}[32msucceeded\u{1B}[0m", "a\r\nb", "tab\there", "\u{7F}", "é", "e\u{301}", "🚀x", "日本語", "\u{1B}[1mé\u{1B}[0m"]
+                     "\u{1B}[32msucceeded\u{1B}[0m", "a\r\nb", "tab\there", "\u{7F}", "é", "e\u{301}", "\u{1B}[1mé\u{1B}[0m"]
         for cell in cells { #expect(visibleWidth(cell) == characters(cell), "\(cell.debugDescription)") }
+        // Wide characters take two columns, as a terminal draws them; marks and zero-width ones none.
+        let wide: [(String, Int)] = [("日本語", 6), ("写真.jpg", 8), ("🚀x", 3), ("한국어", 6), ("ｆｕｌｌ", 8), ("\u{3000}", 2),
+                                     ("❤\u{FE0F}", 2), ("❤", 1), ("\u{301}", 0), ("a\u{200B}b", 2), ("ｶﾀｶﾅ", 4), ("\u{1B}[1m日\u{1B}[0m", 2)]
+        for (text, columns) in wide { #expect(visibleWidth(text) == columns, "\(text.debugDescription)") }
+        // Cut by columns: the middle, the end, and a route's two sides; never wider than asked, and as wide
+        // as a wide character allows.
+        #expect(Elide.end("日本語のファイル", to: 7) == "日本語…")
+        #expect(Elide.middle("写真フォルダ/名前.jpg", to: 12) == "写真フ….jpg")  // 11 columns: half of 前 does not fit
+        #expect(Elide.middle("写真フォルダ/名前.jpg", to: 13) == "写真フ…前.jpg")
+        for width in 3...20 {
+            for text in ["/tmp/写真の名前がとても長いファイル名です.jpg → file://bkt/照片/写真の名前.jpg", "日本語日本語日本語日本語"] {
+                let cut = Elide.route(text, to: width)
+                #expect(visibleWidth(cut) <= width && visibleWidth(cut) >= width - 2, "\(width): \(cut)")
+            }
+        }
+        #expect(wrap("日本語 の ファイル名です", width: 8).allSatisfy { visibleWidth($0) <= 8 })
         #expect(visibleWidth("a\r\nb") == 3)
         #expect(visibleWidth("\u{1B}[32msucceeded\u{1B}[0m") == 9)
         #expect(visibleWidth("01M8QR43ERNMYW13N5YDE0JC2C") == 26)
