@@ -180,6 +180,22 @@ extension EventStore {
         }
     }
 
+    public func tally(filter: JobFilter) throws(StoreError) -> [JobState: JobTally] {
+        guard let (query, parameters) = Self.selection("SELECT state, count(*), coalesce(sum(bytes_done), 0) FROM jobs", filter) else {
+            return [:]
+        }
+        return try withConnection { (connection) throws(StoreError) -> [JobState: JobTally] in
+            var tally: [JobState: JobTally] = [:]
+            try connection.forEach(query + " GROUP BY state", parameters) { (row) throws(StoreError) in
+                guard let state = JobState(rawValue: row.text(0)) else {
+                    throw StoreError.corrupt("jobs table holds unknown state '\(row.text(0))'")
+                }
+                tally[state] = JobTally(count: row.int(1), bytesDone: row.int64(2))
+            }
+            return tally
+        }
+    }
+
     /// `select` with the WHERE clause of `filter` (its limit aside); nil when nothing can match.
     /// `and`: further clauses, their parameters after the filter's.
     static func selection(_ select: String, _ filter: JobFilter, and more: [String] = []) -> (String, [SQLiteValue])? {

@@ -150,6 +150,23 @@ extension PostgresStore {
         }
     }
 
+    public func tally(filter: JobFilter) throws(StoreError) -> [JobState: JobTally] {
+        guard let (query, parameters) = Self.selection("SELECT state, count(*), coalesce(sum(bytes_done), 0)::bigint FROM jobs",
+                                                       filter) else { return [:] }
+        return try withConnection { (connection) throws(StoreError) -> [JobState: JobTally] in
+            var tally: [JobState: JobTally] = [:]
+            for (name, count, bytes) in try connection.rows(query + " GROUP BY state", parameters, {
+                (row) throws(StoreError) in (try row.string(0), try row.integer(1), try row.integer(2))
+            }) {
+                guard let state = JobState(rawValue: name) else {
+                    throw StoreError.corrupt("jobs table holds unknown state '\(name)'")
+                }
+                tally[state] = JobTally(count: Int(count), bytesDone: bytes)
+            }
+            return tally
+        }
+    }
+
     /// `select` with the WHERE clause of `filter` (its limit aside); nil when nothing can match.
     private static func selection(_ select: String, _ filter: JobFilter) -> (String, [PostgresValue])? {
         var clauses: [String] = []

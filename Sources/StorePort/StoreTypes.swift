@@ -163,6 +163,18 @@ public struct SubmitOutcome: Sendable, Equatable, Hashable {
 // MARK: - ControlResult
 
 /// What a control command did to one job.
+/// Jobs of one state in `JobStore.tally`: how many, and the bytes they report done (moved so far for
+/// a running job; the size for a succeeded transfer).
+public struct JobTally: Sendable, Equatable {
+    public var count: Int
+    public var bytesDone: Int64
+
+    public init(count: Int, bytesDone: Int64) {
+        self.count = count
+        self.bytesDone = bytesDone
+    }
+}
+
 /// What `JobStore.controlEach` did to one job: as `control` answers (`result` nil when the job was in
 /// none of the states asked for, `state` the state it is in after), and the events it appended.
 public struct ControlAnswer: Sendable, Equatable {

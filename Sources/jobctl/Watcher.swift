@@ -62,10 +62,15 @@ struct Watcher {
             let version = try store.dataVersion()
             if version != lastVersion {
                 lastVersion = version
-                // States first, then events: every final state's event is printed before the exit.
-                let jobs = try store.jobs(filter: filter)
-                let gone = ids.subtracting(jobs.map(\.id))
-                if !gone.isEmpty { throw archivedAway(gone.count == 1 ? "job \(gone.first ?? "") of batch \(batch) is" : "\(gone.count) jobs of batch \(batch) are") }
+                // States first, then events: every final state's event is printed before the exit. Counted
+                // by state in one query: reading every record at each change cost a batch of 20,000 jobs
+                // ~6 s of CPU over its drain.
+                let tally = try store.tally(filter: filter)
+                let present = tally.values.reduce(0) { $0 + $1.count }
+                if present < ids.count {
+                    let gone = ids.subtracting(try store.jobs(filter: filter).map(\.id))
+                    throw archivedAway(gone.count == 1 ? "job \(gone.first ?? "") of batch \(batch) is" : "\(gone.count) jobs of batch \(batch) are")
+                }
                 while true {
                     let events = try store.events(afterSeq: lastSeq, limit: 500)
                     for event in events {
@@ -74,16 +79,15 @@ struct Watcher {
                     }
                     if events.count < 500 { break }
                 }
-                whole?.draw(progress.line(jobs, atMs: Clock.nowMs(), width: context.width))
-                if jobs.allSatisfy(\.state.isFinal) {
+                whole?.draw(progress.line(tally, atMs: Clock.nowMs(), width: context.width))
+                if tally.keys.allSatisfy(\.isFinal) {
                     whole?.finish()
-                    var counts: [String: Int] = [:]
-                    for job in jobs { counts[job.state.rawValue, default: 0] += 1 }
                     if !json {
-                        emitLine("batch \(batch): \(plural(jobs.count, "job")): "
-                                 + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+                        emitLine("batch \(batch): \(plural(present, "job")): "
+                                 + tally.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value.count) \($0.key.rawValue)" }
+                                     .joined(separator: ", "))
                     }
-                    return jobs.allSatisfy { $0.state == .succeeded } ? ExitCode.ok : ExitCode.failure
+                    return tally.keys.allSatisfy { $0 == .succeeded } ? ExitCode.ok : ExitCode.failure
                 }
             }
             usleep(pollInterval)
@@ -323,24 +327,25 @@ struct ProgressBar {
 struct BatchProgress {
     private var samples: [(atMs: Int64, ended: Int, bytes: Int64)] = []
 
-    mutating func line(_ jobs: [JobRecord], atMs: Int64, width: Int?) -> String {
-        let ended = jobs.filter(\.state.isFinal).count
-        let failed = jobs.filter { $0.state == .failed || $0.state == .cancelled }.count
-        let bytes = jobs.reduce(Int64(0)) { $0 + $1.movingBytes }
+    mutating func line(_ tally: [JobState: JobTally], atMs: Int64, width: Int?) -> String {
+        let total = tally.values.reduce(0) { $0 + $1.count }
+        let ended = tally.filter { $0.key.isFinal }.values.reduce(0) { $0 + $1.count }
+        let failed = (tally[.failed]?.count ?? 0) + (tally[.cancelled]?.count ?? 0)
+        let bytes = tally.values.reduce(Int64(0)) { $0 + $1.bytesDone }
         if let last = samples.last, ended < last.ended || bytes < last.bytes || atMs < last.atMs { samples.removeAll() }
         samples.append((atMs, ended, bytes))
         while let first = samples.first, samples.count > 2, atMs - first.atMs > ProgressBar.rateWindowMs { samples.removeFirst() }
-        let fraction = jobs.isEmpty ? 1 : Double(ended) / Double(jobs.count)
-        var head = String(format: "%3d%% ", Int(fraction * 100)) + "\(ended)/\(jobs.count) jobs"
+        let fraction = total == 0 ? 1 : Double(ended) / Double(total)
+        var head = String(format: "%3d%% ", Int(fraction * 100)) + "\(ended)/\(total) jobs"
         if failed > 0 { head += " (\(failed) failed)" }
         if bytes > 0 { head += ", \(ByteSize.format(bytes))" }
         var tail: [String] = []
         if let first = samples.first, let last = samples.last, last.atMs > first.atMs {
             let seconds = Double(last.atMs - first.atMs) / 1000
             if last.bytes > first.bytes { tail.append("\(ByteSize.format(Int64(Double(last.bytes - first.bytes) / seconds)))/s") }
-            if last.ended > first.ended, ended < jobs.count {
+            if last.ended > first.ended, ended < total {
                 let perSecond = Double(last.ended - first.ended) / seconds
-                tail.append("ETA \(TimeText.duration(seconds: Int64((Double(jobs.count - ended) / perSecond).rounded(.up))))")
+                tail.append("ETA \(TimeText.duration(seconds: Int64((Double(total - ended) / perSecond).rounded(.up))))")
             }
         }
         return ProgressBar.fit(bar: (fraction, fraction), head: head, tail: tail, width: width)

@@ -60,6 +60,21 @@ import TestSupport
         #expect(selected.allSatisfy { $0.batch == batch })
         #expect(try fixture.store.countJobs(filter: JobFilter(states: [.queued], batch: batch)) == 3)
         #expect(try fixture.store.jobs(filter: JobFilter(batch: JobID.generate())).isEmpty)
+        // Counted by state with their bytes in one query (watch --batch): one job running with bytes done,
+        // one cancelled, one queued; the job outside the batch not counted.
+        let claimed = try #require(try fixture.store.claim(owner: "worker:w", queues: nil, limit: 1, leaseMs: 30_000, now: 1_100).first)
+        try #require(ids.prefix(3).contains(claimed.record.id))
+        try fixture.append(PendingEvent(jobID: claimed.record.id, type: .started, actor: "worker:w", leaseToken: claimed.token,
+                                        data: EventData(bytesDone: 0)), now: 1_200)
+        try fixture.append(PendingEvent(jobID: claimed.record.id, type: .progress, actor: "worker:w", leaseToken: claimed.token,
+                                        data: EventData(bytesDone: 4_096, bytesTotal: 10_000)), now: 1_300)
+        let other = try #require(ids.prefix(3).first { $0 != claimed.record.id })
+        _ = try fixture.store.requestCancel(id: other, actor: "cli:test", now: 1_400)
+        let tally = try fixture.store.tally(filter: JobFilter(batch: batch))
+        #expect(tally == [.running: JobTally(count: 1, bytesDone: 4_096), .cancelled: JobTally(count: 1, bytesDone: 0),
+                          .queued: JobTally(count: 1, bytesDone: 0)], "\(tally)")
+        #expect(try fixture.store.tally(filter: JobFilter(batch: JobID.generate())).isEmpty)
+        #expect(try fixture.store.tally(filter: JobFilter(states: [])).isEmpty)
         // The batch is recorded in the submitted event, whence replay rebuilds the column.
         let submitted = try #require(try fixture.store.events(jobID: ids[0]).first)
         #expect(submitted.payload.spec?.batch?.source == "/data/photos/")

@@ -85,6 +85,7 @@ final class LostAnswerStore: JobStore {
                  ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState) {
         try inner.control(command, id: id, actor: actor, now: now, ifStateIn: states)
     }
+    func tally(filter: JobFilter) throws(StoreError) -> [JobState: JobTally] { try inner.tally(filter: filter) }
     func controlEach(_ command: JobCommand, ids: [String], actor: String, now: Int64,
                      ifStateIn states: Set<JobState>?) throws(StoreError) -> [Result<ControlAnswer, StoreError>] {
         try inner.controlEach(command, ids: ids, actor: actor, now: now, ifStateIn: states)
