@@ -825,7 +825,8 @@ struct ManifestReader {
             // A folder expands before this check; one that became a folder since is reported as such.
             return (.unsupportedSource, "\(quoted) is a folder; write it with a trailing '/' to upload every file in it")
         case .notRegular(let what):
-            return (.sourceUnavailable, "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)")
+            return (.sourceUnavailable,
+                    "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)")
         case .unreadable(let reason):
             return (.sourceUnavailable, "\(quoted) cannot be read\(absolute): \(reason); the worker must be able to read it")
         case .unreachable(let reason):

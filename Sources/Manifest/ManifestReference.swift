@@ -29,8 +29,8 @@ public enum ManifestReference {
             FieldEntry(name: "source", summary: "A local path (relative to the manifest's folder) or a storage reference "
                        + "(gs://, file://, http(s)://). Required. upload-file sources must exist when submitted "
                        + "unless check_source: false, or a download-file job that the upload waits for (after:) writes them "
-                       + "(in the manifests submitted, or not yet finished in the log). An upload-file folder (photos/) or glob (\"photos/**/*.jpg\"), and a "
-                       + "download-file prefix (gs://b/photos/, file://bucket/photos/), expand at submit into one job per "
+                       + "(in the manifests submitted, or not yet finished in the log). An upload-file folder (photos/) or glob "
+                       + "(\"photos/**/*.jpg\"), and a download-file prefix (gs://b/photos/, file://bucket/photos/), expand at submit into one job per "
                        + "file or object (see FOLDERS, GLOBS AND PREFIXES). get-metadata: the object (an http(s) URL is "
                        + "read with a HEAD).", defaultText: nil),
             FieldEntry(name: "destination", summary: "A local path or storage reference; ending in '/' means into that "
@@ -135,7 +135,8 @@ public enum ManifestReference {
                 + "any depth; a source holding *, ? or [ (and naming no file) is a glob: * and ? match within one path "
                 + "segment, [a-z] and [!a-z] one character, ** any number of segments, \\ escapes. download-file: a gs:// "
                 + "or file:// source ending in '/' (or a bucket root) takes every object under that prefix (GCS: the list "
-                + "API, page by page; file://: a walk of the bucket folder, which leaves out links, FIFOs and devices and names them in a note).",
+                + "API, page by page; file://: a walk of the bucket folder, which leaves out links, FIFOs and devices and "
+                + "names them in a note).",
             "Each file or object becomes a job of its own (own id, own history), all sharing a batch id that submit "
                 + "prints and list, show, audit, watch --batch and pause|resume|cancel|retry --batch use. The destination "
                 + "must end in '/' (or be a bucket root): each job writes to it plus the path relative to the folder, "

@@ -142,7 +142,6 @@ public struct PrefixExpansion: Sendable, Hashable {
     /// The prefix as a user reads it, ending in `/` unless it is a bucket root.
     public var prefixText: String { prefix.description + (prefix.isRoot || prefix.description.hasSuffix("/") ? "" : "/") }
 
-    /// The error for a prefix that could not be listed (`cause` says why and what to do), at `source`.
     /// The note saying what the listing left out (entries of a `file://` bucket that are no objects:
     /// links, FIFOs, devices), at the job's `source`, as a folder upload names what it skips; nil for none.
     public func skippedNote(_ skipped: [(path: String, what: String)]) -> String? {
@@ -152,6 +151,7 @@ public struct PrefixExpansion: Sendable, Hashable {
             + "(\(first.what))\(more); a link in a bucket is never followed: name its target in a job of its own"
     }
 
+    /// The error for a prefix that could not be listed (`cause` says why and what to do), at `source`.
     public func listingFailed(_ cause: String) -> ManifestErrors {
         ManifestErrors([error(.sourceUnavailable, "cannot list the prefix '\(prefixText)': \(cause)", at: sourceMark, line: sourceLine)])
     }

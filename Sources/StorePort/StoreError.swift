@@ -118,7 +118,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return "stored data could not be read or written: \(message); `jobctl replay --verify` checks the log"
         case .unknownDependency(let name):
             return "'after' names '\(name)', which is neither the key of a job in the manifest nor a key or id (prefix) "
-                + "of a job in the log; nothing was submitted: name a job that exists (`jobctl list` shows them; a job `jobctl archive` moved out of the log is named by nothing)"
+                + "of a job in the log; nothing was submitted: name a job that exists (`jobctl list` shows them; a job "
+                + "`jobctl archive` moved out of the log is named by nothing)"
         case .tooLarge(let message):
             return message
         case .serverRefused(let sqlstate, let message):

@@ -104,7 +104,8 @@ extension Commands {
         // Where an `after:` name that means no job was written: the manifest's entry, with a caret under it.
         func unknownDependency(_ name: String) -> Int32 {
             let message = "'after' names '\(name)', which is neither the key of a job in the manifests nor a key, id or "
-                + "unique id prefix of a job in the log; name a job that exists (`jobctl list` shows them; a job `jobctl archive` moved out of the log is named by nothing)"
+                + "unique id prefix of a job in the log; name a job that exists (`jobctl list` shows them; a job "
+                + "`jobctl archive` moved out of the log is named by nothing)"
             let entry = manifestJobs.lazy.flatMap(\.dependencies).first { $0.name == name }
             emitError(entry.map { ManifestErrors([$0.error(message)]).render() } ?? "Error: \(message)")
             emitError("Error: nothing was submitted")

@@ -69,7 +69,8 @@ struct Watcher {
                 let present = tally.values.reduce(0) { $0 + $1.count }
                 if present < ids.count {
                     let gone = ids.subtracting(try store.jobs(filter: filter).map(\.id))
-                    throw archivedAway(gone.count == 1 ? "job \(gone.first ?? "") of batch \(batch) is" : "\(gone.count) jobs of batch \(batch) are")
+                    throw archivedAway(gone.count == 1 ? "job \(gone.first ?? "") of batch \(batch) is"
+                                                       : "\(gone.count) jobs of batch \(batch) are")
                 }
                 while true {
                     let events = try store.events(afterSeq: lastSeq, limit: 500)
