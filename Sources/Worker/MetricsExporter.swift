@@ -50,6 +50,14 @@ public final class MetricsExporter: Sendable {
     /// The exposition text. Called from the metrics server's thread (never a thread of Swift's
     /// cooperative pool), so waiting there for the store's executor blocks no task.
     public func render() -> String {
+        metrics.exposition(groupCommits: store.groupCommitStats, store: storeReading())
+    }
+
+    /// Whether the store answered a read of the job counts in time (the last 1.5 s's read, or one made now
+    /// and waited for at most `storeWaitMs`): `jobctl_store_up`, and `/readyz`'s store condition.
+    public func storeUp() -> Bool { storeReading().up }
+
+    private func storeReading() -> StoreReading {
         let now = Clock.nowMs()
         let pending: Read? = state.withLock { state in
             if let checked = state.checkedAtMs, now >= checked, now - checked < cacheMs { return nil }
@@ -69,10 +77,9 @@ public final class MetricsExporter: Sendable {
                 answered = true
             }
         }
-        let shown = state.withLock { state in
+        return state.withLock { state in
             StoreReading(counts: state.counts, readAtMs: state.countsReadAtMs, up: answered && state.lastAnswered)
         }
-        return metrics.exposition(groupCommits: store.groupCommitStats, store: shown)
     }
 
     /// Reads the counts on a task of its own; the result lands in `state` whenever the store answers.

@@ -58,7 +58,8 @@ public struct MetricsAddress: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// A tiny HTTP/1.1 server for Prometheus scrapes: `GET /metrics` answers 200 with the exposition
-/// text, any other request 404 (405 for another method on /metrics), on one thread that waits on every
+/// text, `GET /healthz` and `/readyz` the worker's probes (200 or 503 with a line saying why), any
+/// other request 404 (405 for another method on those paths), on one thread that waits on every
 /// connection at once (`poll`). A request must arrive whole within `requestTimeoutMs` and
 /// `maxRequestBytes`, or the connection is answered 408/431 and closed. At most `maxConnections` are
 /// open: a new one beyond them closes the oldest that has not sent its request (what a connection sent
@@ -80,12 +81,21 @@ public final class MetricsServer: Sendable {
     public let address: MetricsAddress
     private let listener: Int32
     private let body: @Sendable () -> String
+    private let probe: @Sendable (HealthProbe) -> (ok: Bool, text: String)
+
+    /// The probes served beside the metrics: `/healthz` (the worker is alive) and `/readyz` (it takes work).
+    public enum HealthProbe: Sendable {
+        case live, ready
+    }
 
     /// Binds and listens on `address` now (so a busy port fails before the worker starts), answering
-    /// scrapes with `body()` once `start` runs.
-    public init(address: MetricsAddress, body: @escaping @Sendable () -> String) throws(WorkerError) {
+    /// scrapes with `body()` once `start` runs, and `/healthz` and `/readyz` with `probe` (200 with its
+    /// text when it says ok, else 503).
+    public init(address: MetricsAddress, body: @escaping @Sendable () -> String,
+                probe: @escaping @Sendable (HealthProbe) -> (ok: Bool, text: String) = { _ in (true, "ok\n") }) throws(WorkerError) {
         self.address = address
         self.body = body
+        self.probe = probe
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw Self.failure("create a socket for", address) }
         var yes: Int32 = 1
@@ -330,8 +340,17 @@ public final class MetricsServer: Sendable {
         guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else {
             return Self.response(status: "400 Bad Request", body: "not an HTTP/1.x request\n")
         }
-        guard Self.path(of: parts[1]) == "/metrics" else {
-            return Self.response(status: "404 Not Found", body: "not found: metrics are at /metrics\n")
+        let path = Self.path(of: parts[1])
+        if path == "/healthz" || path == "/readyz" {
+            guard parts[0] == "GET" || parts[0] == "HEAD" else {
+                return Self.response(status: "405 Method Not Allowed", body: "only GET and HEAD\n", extra: "Allow: GET, HEAD\r\n")
+            }
+            let answer = probe(path == "/healthz" ? .live : .ready)
+            return Self.response(status: answer.ok ? "200 OK" : "503 Service Unavailable", body: answer.text,
+                                 extra: "Cache-Control: no-store\r\n", headOnly: parts[0] == "HEAD")
+        }
+        guard path == "/metrics" else {
+            return Self.response(status: "404 Not Found", body: "not found: metrics are at /metrics, probes at /healthz and /readyz\n")
         }
         switch parts[0] {
         case "GET":

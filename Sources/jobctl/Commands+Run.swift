@@ -123,11 +123,17 @@ extension Commands {
         }
         MissingCredentials.warnIfNeeded(storage: storage, store: store, queues: configuration.queues, log: log, now: Clock.nowMs())
         let metrics = WorkerMetrics()
+        let health = WorkerHealth()
         var metricsServer: MetricsServer?
         if let metricsAddress {
             let exporter = MetricsExporter(metrics: metrics, store: store)
             do throws(WorkerError) {
-                metricsServer = try MetricsServer(address: metricsAddress, body: { exporter.render() })
+                metricsServer = try MetricsServer(address: metricsAddress, body: { exporter.render() }, probe: { probe in
+                    switch probe {
+                    case .live: health.live()
+                    case .ready: health.ready(storeUp: exporter.storeUp())
+                    }
+                })
             } catch { throw CommandFailure(error.message) }
         }
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration,
@@ -141,7 +147,7 @@ extension Commands {
         // `worker_stopped`: installed before the run, a pending signal was logged before `worker_started`,
         // and one that came as the run ended after `worker_stopped`. A signal after the run stays pending
         // (blocked) while the process closes its database and exits.
-        let signals = SignalHandling(pool: pool, notifier: notifier)
+        let signals = SignalHandling(pool: pool, notifier: notifier, health: health)
         let slots = concurrency
         // Kept alive through the run (its handlers hold it weakly); released with the pool and the store
         // when this returns, which closes the database (a checkpoint, the WAL removed).
@@ -151,6 +157,7 @@ extension Commands {
                     signals.install()
                     notifier?.ready(status: "started: \(slots) transfer slots, queues \(queues.isEmpty ? "*" : queues.joined(separator: ","))")
                 }, closing: { signals.uninstall() }, turned: { running, summary in
+                    health.loopTurned()
                     notifier?.turned(status: { serviceStatus(running: running, of: slots, summary) })
                 })
             }
@@ -274,15 +281,17 @@ private final class ResultBox<T>: @unchecked Sendable {
 final class SignalHandling: @unchecked Sendable {
     private let pool: WorkerPool
     private let notifier: ServiceNotifier?
+    private let health: WorkerHealth?
     private var sources: [DispatchSourceSignal] = []
     private var received = 0
     /// Set by `uninstall`: the worker has stopped, and a signal read since changes nothing.
     private var stopped = false
     private let queue = DispatchQueue(label: "jobctl.signals")
 
-    init(pool: WorkerPool, notifier: ServiceNotifier? = nil) {
+    init(pool: WorkerPool, notifier: ServiceNotifier? = nil, health: WorkerHealth? = nil) {
         self.pool = pool
         self.notifier = notifier
+        self.health = health
     }
 
     /// Starts reading SIGTERM, SIGINT and SIGHUP. They are blocked in every thread (since `main` began), so
@@ -306,6 +315,7 @@ final class SignalHandling: @unchecked Sendable {
                 if received == 1 {
                     pool.log.signalReceived(number, exitingNow: false, now: Clock.nowMs())
                     notifier?.stopping(status: "stopping: finishing or pausing the transfers, releasing their leases")
+                    health?.stopping()
                     pool.beginShutdown()
                 } else {
                     pool.log.signalReceived(number, exitingNow: true, now: Clock.nowMs())

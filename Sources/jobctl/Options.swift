@@ -168,7 +168,7 @@ enum Options {
     static let verbose = Flag("verbose", short: "v", help: "Also log transfer progress (about one line a second per running job).")
 
     static let metrics = Option<MetricsAddress>("metrics", value: "host:port",
-                                                 help: "Serve Prometheus metrics at http://HOST:PORT/metrics (HOST an IPv4 loopback address unless --metrics-allow-remote; port 1–65535).") { text in
+                                                 help: "Serve Prometheus metrics at http://HOST:PORT/metrics, and the probes /healthz and /readyz (HOST an IPv4 loopback address unless --metrics-allow-remote; port 1–65535).") { text in
         do throws(WorkerError) {
             return try MetricsAddress(parsing: text)
         } catch { throw UsageError(error.message) }

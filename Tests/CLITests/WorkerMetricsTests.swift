@@ -89,6 +89,11 @@ import TestSupport
             return jobs.allSatisfy { ["succeeded", "failed"].contains($0["state"] as? String ?? "") }
         }
         try #require(settled)
+        // Its probes: alive, and ready (its loop turns, its store answers).
+        let live = try Self.curl(["http://127.0.0.1:\(port)/healthz"])
+        #expect(live.status == 200 && live.body == "ok\n", "\(live)")
+        let ready = try Self.curl(["http://127.0.0.1:\(port)/readyz"])
+        #expect(ready.status == 200 && ready.body == "ready\n", "\(ready)")
         // …and the worker counts a run just after its outcome is committed: wait for all five runs.
         var families: [String: Family] = [:]
         let counted = try eventuallyTrue(seconds: 10) {

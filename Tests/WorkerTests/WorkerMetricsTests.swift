@@ -94,6 +94,7 @@ import TestSupport
             // The first scrape waits out the bound; the later ones, the read still stalled, at once.
             if round > 0 { #expect(waited < .milliseconds(700), "scrape \(round) waited \(waited) again") }
             #expect(Self.sampleLine(during, "jobctl_store_up") == "jobctl_store_up 0")
+            #expect(!exporter.storeUp(), "/readyz reads the store as down")
             #expect(Self.jobsLine(during, queue: "default", state: "queued") == "jobctl_jobs{queue=\"default\",state=\"queued\"} 1")
             #expect(Self.sampleLine(during, "jobctl_jobs_read_time_seconds") == firstRead)
             #expect(during.contains("jobctl_store_group_commits_total "))
@@ -108,6 +109,7 @@ import TestSupport
             try await Task.sleep(for: .milliseconds(50))
         }
         #expect(Self.sampleLine(after, "jobctl_store_up") == "jobctl_store_up 1")
+        #expect(exporter.storeUp())
         #expect(Self.jobsLine(after, queue: "default", state: "queued") == "jobctl_jobs{queue=\"default\",state=\"queued\"} 2")
         #expect(Self.sampleLine(after, "jobctl_jobs_read_time_seconds") != firstRead)
     }

@@ -1,0 +1,60 @@
+import JobModel
+import Synchronization
+
+/// What `--metrics`' `/healthz` and `/readyz` answer, for a supervisor's probes (a container
+/// orchestrator's liveness and readiness checks, a load balancer, `curl -f`).
+///
+/// Live: the worker's loop turned within `stalledAfterMs` (it turns at least every few seconds, idle
+/// or not, and a store call waits at most its busy timeout of 30 s); a loop stuck longer is a worker to
+/// restart. Ready: live, not stopping (a first SIGTERM began the shutdown), and the store answered the
+/// last read in time — a worker whose database does not answer takes no work, though it is alive.
+public final class WorkerHealth: Sendable {
+    /// A loop that has not turned for this long is reported stalled.
+    public static let stalledAfterMs: Int64 = 60_000
+
+    private struct State {
+        var turnedAtMs: Int64?
+        var stopping = false
+    }
+
+    private let state = Mutex(State())
+    private let startedAtMs: Int64
+
+    public init(nowMs: Int64 = Clock.monotonicMs()) {
+        startedAtMs = nowMs
+    }
+
+    /// One turn of the worker's loop.
+    public func loopTurned(nowMs: Int64 = Clock.monotonicMs()) {
+        state.withLock { $0.turnedAtMs = nowMs }
+    }
+
+    /// The worker began its shutdown.
+    public func stopping() {
+        state.withLock { $0.stopping = true }
+    }
+
+    /// Whether the worker is alive, and a line saying so or why not.
+    public func live(nowMs: Int64 = Clock.monotonicMs()) -> (ok: Bool, text: String) {
+        let turnedAt = state.withLock { $0.turnedAtMs }
+        // Before its first turn the worker is starting (opening the store, the first sweep): as stalled
+        // as a loop only after the same time.
+        let since = nowMs - (turnedAt ?? startedAtMs)
+        if since > Self.stalledAfterMs {
+            let what = turnedAt == nil ? "has not started its loop" : "has not turned its loop"
+            return (false, "stalled: the worker \(what) for \(since / 1000) s\n")
+        }
+        return (true, turnedAt == nil ? "ok: starting\n" : "ok\n")
+    }
+
+    /// Whether the worker takes work: alive, not stopping, its store answering (`storeUp`).
+    public func ready(storeUp: Bool, nowMs: Int64 = Clock.monotonicMs()) -> (ok: Bool, text: String) {
+        let live = live(nowMs: nowMs)
+        guard live.ok else { return live }
+        let (stopping, turned) = state.withLock { ($0.stopping, $0.turnedAtMs != nil) }
+        if stopping { return (false, "not ready: stopping (finishing or pausing its transfers)\n") }
+        if !turned { return (false, "not ready: starting\n") }
+        if !storeUp { return (false, "not ready: the store did not answer in time\n") }
+        return (true, "ready\n")
+    }
+}

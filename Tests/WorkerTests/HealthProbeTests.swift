@@ -1,0 +1,57 @@
+import Foundation
+import Synchronization
+import Testing
+import TestSupport
+@testable import Worker
+
+/// `--metrics`' probes: `/healthz` (alive: the worker's loop turns) and `/readyz` (takes work: alive,
+/// not stopping, its store answering), as a supervisor's probe reads them.
+@Suite("health probes") struct HealthProbeTests {
+    @Test func aliveWhileTheLoopTurnsReadyWhileTheStoreAnswersAndItIsNotStopping() {
+        let health = WorkerHealth(nowMs: 0)
+        // Starting: alive (not yet for a stall's length), not ready.
+        #expect(health.live(nowMs: 1_000) == (true, "ok: starting\n"))
+        #expect(health.ready(storeUp: true, nowMs: 1_000) == (false, "not ready: starting\n"))
+        #expect(health.live(nowMs: WorkerHealth.stalledAfterMs + 1).ok == false)
+        health.loopTurned(nowMs: 2_000)
+        #expect(health.live(nowMs: 3_000) == (true, "ok\n"))
+        #expect(health.ready(storeUp: true, nowMs: 3_000) == (true, "ready\n"))
+        #expect(health.ready(storeUp: false, nowMs: 3_000) == (false, "not ready: the store did not answer in time\n"))
+        // A loop that stopped turning: neither alive nor ready, saying for how long.
+        let stalled = health.live(nowMs: 2_000 + WorkerHealth.stalledAfterMs + 1_000)
+        #expect(!stalled.ok && stalled.text == "stalled: the worker has not turned its loop for 61 s\n", "\(stalled)")
+        #expect(!health.ready(storeUp: true, nowMs: 2_000 + WorkerHealth.stalledAfterMs + 1_000).ok)
+        health.loopTurned(nowMs: 70_000)
+        health.stopping()
+        #expect(health.live(nowMs: 70_100).ok)
+        #expect(health.ready(storeUp: true, nowMs: 70_100) == (false, "not ready: stopping (finishing or pausing its transfers)\n"))
+    }
+
+    /// The server answers the probes with 200 or 503 and the probe's line, to GET and HEAD; other methods 405.
+    @Test func theServerAnswersTheProbes() throws {
+        let port = freeLoopbackPort()
+        let ready = Mutex(true)
+        let server = try MetricsServer(address: try MetricsAddress(parsing: "127.0.0.1:\(port)"), body: { "up 1\n" }, probe: { probe in
+            switch probe {
+            case .live: (true, "ok\n")
+            case .ready: ready.withLock { $0 } ? (true, "ready\n") : (false, "not ready: stopping\n")
+            }
+        })
+        try server.start()
+        defer { server.stop() }
+        func curl(_ arguments: [String]) throws -> String {
+            let output = try runProcess("/usr/bin/curl", ["-s", "--max-time", "10", "-w", "|%{http_code}"] + arguments)
+            return output.stdout
+        }
+        let base = "http://127.0.0.1:\(port)"
+        #expect(try curl(["\(base)/healthz"]) == "ok\n|200")
+        #expect(try curl(["\(base)/readyz"]) == "ready\n|200")
+        ready.withLock { $0 = false }
+        #expect(try curl(["\(base)/readyz"]) == "not ready: stopping\n|503")
+        #expect(try curl(["-I", "\(base)/readyz"]).hasPrefix("HTTP/1.1 503 Service Unavailable"))
+        #expect(try curl(["-X", "POST", "\(base)/healthz"]) == "only GET and HEAD\n|405")
+        #expect(try curl(["\(base)/healthz?verbose=1"]) == "ok\n|200")
+        #expect(try curl(["\(base)/metrics"]) == "up 1\n|200")
+        #expect(try curl(["\(base)/other"]).hasSuffix("|404"))
+    }
+}
