@@ -58,10 +58,9 @@ extension EventStore {
                         ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState) {
         try writeTransaction { (connection) throws(StoreError) -> (result: ControlResult?, state: JobState) in
             let resolved = try connection.resolveID(id)
-            guard let job = try connection.loadJob(resolved) else { throw StoreError.notFound(id) }
-            if let states, !states.contains(job.state) { return (nil, job.state) }
-            let (events, record) = try connection.control(command, on: job, actor: actor, now: now)
-            return (ControlResult(record: record ?? job, isRepeat: events.isEmpty), (record ?? job).state)
+            let answer = try connection.controlAnswer(command, id: id, job: try connection.loadJob(resolved), actor: actor, now: now,
+                                                      ifStateIn: states)
+            return (answer.result, answer.state)
         }
     }
 
@@ -73,11 +72,8 @@ extension EventStore {
             ids.map { (id) -> Result<ControlAnswer, StoreError> in
                 do throws(StoreError) {
                     return .success(try connection.savepoint { () throws(StoreError) -> ControlAnswer in
-                        guard let job = try connection.loadJob(id) else { throw StoreError.notFound(id) }
-                        if let states, !states.contains(job.state) { return ControlAnswer(result: nil, state: job.state, events: []) }
-                        let (events, record) = try connection.control(command, on: job, actor: actor, now: now)
-                        return ControlAnswer(result: ControlResult(record: record ?? job, isRepeat: events.isEmpty),
-                                             state: (record ?? job).state, events: events.map(\.type))
+                        try connection.controlAnswer(command, id: id, job: try connection.loadJob(id), actor: actor, now: now,
+                                                     ifStateIn: states)
                     })
                 } catch {
                     return .failure(error)

@@ -101,6 +101,18 @@ extension DependantsReader {
                            dependencies: dependencies, now: now)
     }
 
+    /// `control` of `job` (read, and locked where the engine locks rows, as `id` in the caller's write
+    /// transaction; nil: no such job) for `JobStore.control` and `controlEach`: with `ifStateIn`, a job
+    /// in none of those states is left alone (no result, its state).
+    public func controlAnswer(_ command: JobCommand, id: String, job: JobRecord?, actor: String, now: Int64,
+                              ifStateIn states: Set<JobState>?) throws(StoreError) -> ControlAnswer {
+        guard let job else { throw StoreError.notFound(id) }
+        if let states, !states.contains(job.state) { return ControlAnswer(result: nil, state: job.state, events: []) }
+        let (events, record) = try control(command, on: job, actor: actor, now: now)
+        return ControlAnswer(result: ControlResult(record: record ?? job, isRepeat: events.isEmpty), state: (record ?? job).state,
+                             events: events.map(\.type))
+    }
+
     /// What `control` would append to `job` (read in the caller's transaction), changing nothing: the
     /// lifecycle's events, or its refusal thrown. `openedBefore`: as `planDependantsRetry`.
     public func planControl(_ command: JobCommand, on job: JobRecord, now: Int64,
