@@ -11,7 +11,7 @@ extension Commands {
         abstract: "Append the jobs of one or more YAML manifests to the event log.",
         arguments: [ArgumentSpec("manifest", variadic: true, help: "A manifest file, or - for standard input.")],
         options: [Options.json.help("Print an array of {id, key, kind, created, batch} instead of one id per line."), Options.dryRun,
-                  Options.noCheckSources, Options.at],
+                  Options.noCheckSources, Options.at, Options.wait],
         discussion: """
         Every manifest is validated before anything is stored: one bad job anywhere submits nothing and
         prints FILE:LINE:COL: error: lines (exit 65). Jobs whose idempotency key already exists are not
@@ -29,12 +29,18 @@ extension Commands {
         after: names (keys of jobs in these manifests or in the log, job ids, unique id prefixes) are
         resolved to job ids here; a name that means no job is an error at its line and column (exit 65).
 
+        --wait then waits until every job it names has ended (a worker runs them): exit 0 when all
+        succeeded, 1 when any failed or was cancelled. Standard output keeps the ids; on standard error a
+        bar counts the jobs ended when it is a terminal, and a count by outcome ends the wait
+        (`jobctl submit --wait nightly.yaml && publish`).
+
         --dry-run stores nothing and answers as the submit would: it reads the log (an empty one when the
         database does not exist yet) for after: names, keys already there and key conflicts.
         """
     ) { arguments, context in
         let now = Clock.nowMs()
         let runAt = try arguments.value(Options.at)
+        if arguments[Options.wait] && arguments[Options.dryRun] { throw UsageError("--wait waits for submitted jobs: not with --dry-run") }
         var manifestJobs: [ManifestJob] = []
         // The manifest each of `manifestJobs` came from, as errors name it.
         var manifestPaths: [String] = []
@@ -163,6 +169,11 @@ extension Commands {
             if existing > 0 {
                 emitError("note: \(plural(existing, "job")) already existed with the same key and \(existing == 1 ? "was" : "were") not submitted again")
             }
+        }
+        if arguments[Options.wait] {
+            var seen: Set<String> = []
+            let ids = outcomes.map(\.id).filter { seen.insert($0).inserted }
+            return try Watcher(store: store, context: context, statuses: nil, json: false).waitForEnd(of: ids)
         }
         return ExitCode.ok
     }

@@ -77,6 +77,9 @@ struct Context: Sendable {
 
     /// The width output should fit, or nil when it need not (a pipe without `COLUMNS`).
     var width: Int? { Terminal.width(environment: environment, stdoutIsTerminal: stdoutIsTerminal) }
+    /// Whether standard error is a terminal (where `submit --wait` draws its bar), and its width.
+    var stderrIsTerminal: Bool { isatty(STDERR_FILENO) == 1 }
+    var stderrWidth: Int? { Terminal.width(environment: environment, stdoutIsTerminal: stderrIsTerminal, descriptor: STDERR_FILENO) }
 
     /// The variable bounding a one-shot command's wait for a PostgreSQL server's answer.
     static let answerTimeoutVariable = "JOBCTL_DB_ANSWER_TIMEOUT"

@@ -225,6 +225,8 @@ enum Options {
     static let output = Option<String>.path("output", short: "o", value: "file", what: "the path of the file to write (- for standard output)",
                                        help: "Write the result to this file instead of standard output (- for standard output, even a terminal).")
     static let dryRun = Flag("dry-run", help: "Validate the manifests and print what would be submitted; store nothing.")
+    static let wait = Flag("wait", help: "Then wait until every job submitted (or already in the log under its key) has ended: exit 0 "
+                           + "when all succeeded, 1 otherwise (a bar on standard error when it is a terminal, a count by outcome at the end).")
     static let withDependants = Flag("with-dependants",
                                      help: "Also reopen the jobs cancelled because this one failed or was cancelled (after:), through the chain; they wait for it again.")
     static let removeOrphans = Flag("remove", help: "Remove the files listed now instead of waiting for a worker's sweep.")

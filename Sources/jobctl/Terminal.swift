@@ -13,7 +13,7 @@ enum Terminal {
     static let columnsRange = 10...10_000
 
     /// The current width, read again on every call (a terminal can be resized while `watch` runs).
-    static func width(environment: [String: String], stdoutIsTerminal: Bool) -> Int? {
+    static func width(environment: [String: String], stdoutIsTerminal: Bool, descriptor: Int32 = STDOUT_FILENO) -> Int? {
         if let text = environment["COLUMNS"], !text.isEmpty {
             // The grammar of every number a user types (`Int` took `+80` and refused ` 80 `).
             if case .value(let value) = DecimalText.read(text), let width = Int(exactly: value), columnsRange.contains(width) {
@@ -23,7 +23,7 @@ enum Terminal {
         }
         guard stdoutIsTerminal else { return nil }
         var size = winsize()
-        guard ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
+        guard ioctl(descriptor, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
         return Int(size.ws_col)
     }
 

@@ -95,6 +95,58 @@ struct Watcher {
         }
     }
 
+    /// Waits until every job of `ids` has ended (`submit --wait`): exit 0 when all succeeded, 1 otherwise.
+    /// Nothing goes to standard output (it holds the submitted ids); standard error gets a bar of the
+    /// jobs ended when it is a terminal, then a count by outcome. Only the jobs not yet ended are read
+    /// again, at most every `waitReadIntervalMs` and only when the log changed: a job that ended is done
+    /// with, even if a retry opens it later.
+    func waitForEnd(of ids: [String]) throws -> Int32 {
+        var remaining = ids
+        var ended: [JobState: Int] = [:]
+        var lastVersion: Int64 = -1
+        var lastReadMs: Int64?
+        var bar = ProgressBar(enabled: context.stderrIsTerminal, countsConfirmedBytes: false, plain: context.terminalIsDumb,
+                              toStandardError: true)
+        while true {
+            let now = Clock.monotonicMs()
+            let version = try store.dataVersion()
+            if version != lastVersion, lastReadMs.map({ now - $0 >= Self.waitReadIntervalMs }) ?? true {
+                lastVersion = version
+                lastReadMs = now
+                var open: [String] = []
+                var found: Set<String> = []
+                for start in stride(from: 0, to: remaining.count, by: 500) {
+                    let page = Array(remaining[start..<min(remaining.count, start + 500)])
+                    for job in try store.controlStates(ids: page) {
+                        found.insert(job.id)
+                        if job.state.isFinal { ended[job.state, default: 0] += 1 } else { open.append(job.id) }
+                    }
+                }
+                if let gone = remaining.first(where: { !found.contains($0) }) {
+                    bar.finish()
+                    throw archivedAway("job \(gone) is")
+                }
+                remaining = open
+                let done = ids.count - remaining.count
+                let failed = (ended[.failed] ?? 0) + (ended[.cancelled] ?? 0)
+                let fraction = ids.isEmpty ? 1 : Double(done) / Double(ids.count)
+                let head = String(format: "%3d%% ", Int(fraction * 100)) + "\(done)/\(ids.count) jobs ended"
+                    + (failed > 0 ? " (\(failed) failed)" : "")
+                bar.draw(ProgressBar.fit(bar: (fraction, fraction), head: head, tail: [], width: context.stderrWidth))
+                if remaining.isEmpty {
+                    bar.finish()
+                    emitError("\(plural(ids.count, "job")): "
+                              + ended.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }.joined(separator: ", "))
+                    return failed == 0 ? ExitCode.ok : ExitCode.failure
+                }
+            }
+            usleep(pollInterval)
+        }
+    }
+
+    /// How often `waitForEnd` reads the jobs it waits for again, at most.
+    static let waitReadIntervalMs: Int64 = 200
+
     /// Follows every job's events from now on.
     func followAll(exitWhenIdle: Bool) throws -> Int32 {
         var lastSeq = try store.lastSeq()
@@ -188,10 +240,22 @@ struct ProgressBar {
     /// The characters of the line drawn last.
     private var drawnWidth = 0
 
-    init(enabled: Bool, countsConfirmedBytes: Bool, plain: Bool = false) {
+    /// Drawn on standard error (`submit --wait`, whose standard output holds the ids), not standard output.
+    let toStandardError: Bool
+
+    init(enabled: Bool, countsConfirmedBytes: Bool, plain: Bool = false, toStandardError: Bool = false) {
         self.enabled = enabled
         self.countsConfirmedBytes = countsConfirmedBytes
         self.plain = plain
+        self.toStandardError = toStandardError
+    }
+
+    private func write(_ text: String) {
+        if toStandardError {
+            StandardStreams.write(text, to: STDERR_FILENO)
+        } else {
+            StandardOutput.write(text)
+        }
     }
 
     /// Forgets the rate's history (after a pause, a release or at a new attempt).
@@ -294,9 +358,9 @@ struct ProgressBar {
     mutating func draw(_ line: String) {
         guard enabled else { return }
         if plain {
-            StandardOutput.write("\r" + line + String(repeating: " ", count: max(0, drawnWidth - line.count)))
+            write("\r" + line + String(repeating: " ", count: max(0, drawnWidth - line.count)))
         } else {
-            StandardOutput.write("\r\u{1B}[2K\(line)")
+            write("\r\u{1B}[2K\(line)")
         }
         drawn = true
         drawnWidth = line.count
@@ -304,7 +368,7 @@ struct ProgressBar {
 
     mutating func interrupt() {
         guard drawn else { return }
-        StandardOutput.write("\n")
+        write("\n")
         drawn = false
         drawnWidth = 0
     }
@@ -315,7 +379,7 @@ struct ProgressBar {
     /// in its place; `draw` puts it back below.
     mutating func clear() {
         guard drawn else { return }
-        StandardOutput.write(plain ? "\r" + String(repeating: " ", count: drawnWidth) + "\r" : "\r\u{1B}[2K")
+        write(plain ? "\r" + String(repeating: " ", count: drawnWidth) + "\r" : "\r\u{1B}[2K")
         drawn = false
         drawnWidth = 0
     }

@@ -451,4 +451,39 @@ import TestSupport
         #expect(finished.status == 65 && finished.stderr.contains("again.yaml:1:31: error: 'source' 'out/a.txt' does not exist"),
                 "\(finished.stderr)")
     }
+
+    @Test("submit --wait returns when every job has ended: 0 when all succeeded, 1 otherwise; the ids on standard output",
+          arguments: StoreEngine.allCases)
+    func submitWaitsForItsJobs(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("submit-wait", engine: engine)
+        defer { workspace.directory.remove() }
+        try workspace.write("buckets/deps/a.txt", "a")
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let worker = try LoggedWorker(workspace, [])
+        defer { worker.kill() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        // A chain: the second waits for the first, so the wait spans two runs.
+        let good = try workspace.write("good.yaml", """
+            - {kind: download-file, source: file://deps/a.txt, destination: out/a.txt, key: fetch}
+            - {kind: upload-file, source: out/a.txt, destination: file://deps/b.txt, after: [fetch], key: publish}
+
+            """)
+        let waited = try workspace.jobctl(["submit", "--wait", good], environment: environment)
+        #expect(waited.status == 0 && waited.stdout.split(separator: "\n").count == 2, "\(waited.stdout)\(waited.stderr)")
+        #expect(waited.stderr.contains("2 jobs: 2 succeeded"), "\(waited.stderr)")
+        #expect(try String(contentsOfFile: workspace.directory.file("buckets/deps/b.txt"), encoding: .utf8) == "a")
+        // One that fails: exit 1, counted.
+        let bad = try workspace.write("bad.yaml", """
+            - {kind: download-file, source: file://deps/missing.txt, destination: out/m.txt, max_attempts: 1}
+            - {kind: upload-data, data: c, destination: file://deps/c.txt}
+
+            """)
+        let failed = try workspace.jobctl(["submit", "--wait", bad], environment: environment)
+        #expect(failed.status == 1 && failed.stderr.contains("2 jobs: 1 failed, 1 succeeded"), "\(failed.stderr)")
+        // Jobs already in the log under their keys are waited for too (ended already: at once).
+        let again = try workspace.jobctl(["submit", "--wait", good], environment: environment)
+        #expect(again.status == 0 && again.stdout == waited.stdout, "\(again.stdout)\(again.stderr)")
+        let dry = try workspace.jobctl(["submit", "--wait", "--dry-run", good])
+        #expect(dry.status == 64 && dry.stderr.contains("not with --dry-run"), "\(dry.stderr)")
+    }
 }
