@@ -70,6 +70,12 @@ extension Commands {
             columns.append(TableColumn("WAITING FOR", dropRank: 7))
             for (index, wait) in waits.enumerated() { rows[index].append(DependencyStates.text(wait)) }
         }
+        // Why a job failed (or its last attempt did, for one queued for a retry), by its error's name: a
+        // `list --state failed` said only "failed", and each job's `show` said why.
+        if jobs.contains(where: { $0.error != nil && $0.error?.code != .cancelled }) {
+            columns.append(TableColumn("ERROR", fit: .elide(minimum: 12), dropRank: 8, elide: { Elide.end($0, to: $1) }))
+            for (index, job) in jobs.enumerated() { rows[index].append(job.error.map { $0.code.name } ?? "-") }
+        }
         let table = renderTable(columns, rows, width: context.width)
         emit(table.text)
         if !table.hidden.isEmpty {

@@ -480,6 +480,10 @@ import TestSupport
             """)
         let failed = try workspace.jobctl(["submit", "--wait", bad], environment: environment)
         #expect(failed.status == 1 && failed.stderr.contains("2 jobs: 1 failed, 1 succeeded"), "\(failed.stderr)")
+        // list says why a job failed, by its error's name.
+        let listed = try workspace.jobctl(["list", "--state", "failed"])
+        let lines = listed.stdout.split(separator: "\n")
+        #expect(lines.first?.hasSuffix("ERROR") == true && lines.count == 2 && lines[1].hasSuffix("objectNotFound"), "\(listed.stdout)")
         // Jobs already in the log under their keys are waited for too (ended already: at once).
         let again = try workspace.jobctl(["submit", "--wait", good], environment: environment)
         #expect(again.status == 0 && again.stdout == waited.stdout, "\(again.stdout)\(again.stderr)")
