@@ -137,7 +137,10 @@ extension SQLiteConnection {
     func resolveID(_ text: String) throws(StoreError) -> String {
         switch try JobIDQuery(text) {
         case .exact(let id):
-            return try JobIDQuery.resolve(text, matches: first("SELECT id FROM jobs WHERE id = ?", [.text(id)]) { row in row.text(0) }.map { [$0] } ?? [])
+            let found = try first("SELECT id FROM jobs WHERE id = ?", [.text(id)]) { row in row.text(0) }
+            return try JobIDQuery.resolve(text, matches: found.map { [$0] } ?? [], batchSize: { () throws(StoreError) in
+                try first("SELECT count(*) FROM jobs WHERE batch = ?", [.text(id)]) { row in row.int(0) } ?? 0
+            })
         case .prefix(let prefix):
             // The prefix holds only id characters, so GLOB needs no escaping and can use the primary key.
             return try JobIDQuery.resolve(text, matches: query("SELECT id FROM jobs WHERE id GLOB ? ORDER BY id LIMIT ?",

@@ -288,7 +288,12 @@ extension PostgresConnection: DependantsReader {
         switch try JobIDQuery(text) {
         case .exact(let id):
             let found = try row("SELECT id FROM jobs WHERE id = $1", [.text(id)]) { (row) throws(StoreError) in try row.string(0) }
-            return try JobIDQuery.resolve(text, matches: found.map { [$0] } ?? [])
+            return try JobIDQuery.resolve(text, matches: found.map { [$0] } ?? [], batchSize: { () throws(StoreError) in
+                let count = try row("SELECT count(*) FROM jobs WHERE batch = $1", [.text(id)]) { (row) throws(StoreError) in
+                    try row.integer(0)
+                }
+                return Int(count ?? 0)
+            })
         case .prefix(let prefix):
             // The prefix holds only id characters, so LIKE needs no escaping.
             let matches = try rows("SELECT id FROM jobs WHERE id LIKE $1 ORDER BY id LIMIT $2",

@@ -35,9 +35,20 @@ public enum JobIDQuery: Sendable, Equatable {
     }
 
     /// The one id the lookup found (`matches`, at most `matchLimit`, sorted), or why there is none.
-    public static func resolve(_ text: String, matches: [String]) throws(StoreError) -> String {
+    /// `batchSize`: for a whole id no job has, how many jobs have it as their batch id (a batch's id is
+    /// a ULID like a job's, and the one `submit` prints for a folder: `watch ID` with it said only that
+    /// no job matches).
+    public static func resolve(_ text: String, matches: [String],
+                               batchSize: () throws(StoreError) -> Int = { 0 }) throws(StoreError) -> String {
         switch matches.count {
-        case 0: throw StoreError.notFound(text)
+        case 0:
+            let batch = try batchSize()
+            guard batch == 0 else {
+                throw StoreError.invalidControl("'\(text)' is the id of a batch of \(batch == 1 ? "1 job" : "\(batch) jobs"), "
+                    + "not of a job: give it with --batch (`jobctl watch --batch \(text)`; list, audit and the controls take "
+                    + "--batch too)")
+            }
+            throw StoreError.notFound(text)
         case 1: return matches[0]
         default: throw StoreError.ambiguous(prefix: text, matches: matches)
         }

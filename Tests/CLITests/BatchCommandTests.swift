@@ -282,6 +282,12 @@ import TestSupport
                 && shown.stdout.contains("batch \(ids[1]): 2 jobs: 2 succeeded"), "\(shown.stdout)")
         let cancelledBatch = try workspace.jobctlOnTerminal(["watch", "--batch", ids[0]], columns: 100)
         #expect(cancelledBatch.stdout.contains("100% 2/2 jobs (2 failed)"), "\(cancelledBatch.stdout)")
+        // A batch's id where a job's belongs says so (it said no job matches).
+        for command in [["watch", ids[1]], ["show", ids[1]], ["cancel", ids[1]]] {
+            let asJob = try workspace.jobctl(command)
+            #expect(asJob.status == 1 && asJob.stderr.contains("'\(ids[1])' is the id of a batch of 2 jobs, not of a job: give it with --batch"),
+                    "\(command): \(asJob.stderr)")
+        }
         let unknown = try workspace.jobctl(["watch", "--batch", "01ARZ3NDEKTSV4RRFFQ69G5FAV"])
         #expect(unknown.status == 1 && unknown.stderr.contains("no job has the batch id"))
     }
