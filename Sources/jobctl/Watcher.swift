@@ -124,7 +124,7 @@ struct Watcher {
                 }
                 if let gone = remaining.first(where: { !found.contains($0) }) {
                     bar.finish()
-                    throw archivedAway("job \(gone) is")
+                    throw archivedAway("job \(gone) is", before: "submit --wait")
                 }
                 remaining = open
                 let done = ids.count - remaining.count
@@ -180,13 +180,13 @@ struct Watcher {
     /// A followed job that is no longer in the log was archived (the only way a job leaves it) after
     /// it ended, before this watcher saw the end: it can no longer say how the job ended, only where
     /// to look. Polling on for it never ended.
-    private func archivedAway(_ what: String) -> CommandFailure {
+    private func archivedAway(_ what: String, before command: String = "watch") -> CommandFailure {
         let file = (try? store.events(jobID: ArchiveRecord.logJobID))?.reversed().lazy.compactMap { event -> String? in
             if case .archived(let record) = event.payload { return record.file }
             return nil
         }.first
         let whereTo = file.map { TerminalText.printable($0) }.map { " (moved to \($0): `jobctl audit --from \($0)` shows how it ended)" } ?? ""
-        return CommandFailure("\(what) no longer in the log: archived after it ended, before watch saw the end\(whereTo)")
+        return CommandFailure("\(what) no longer in the log: archived after it ended, before \(command) saw the end\(whereTo)")
     }
 
     private func show(_ event: JobEvent, bar: inout ProgressBar) throws {
