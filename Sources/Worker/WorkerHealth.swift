@@ -5,12 +5,15 @@ import Synchronization
 /// orchestrator's liveness and readiness checks, a load balancer, `curl -f`).
 ///
 /// Live: the worker's loop turned within `stalledAfterMs` (it turns at least every few seconds, idle
-/// or not, and a store call waits at most its busy timeout of 30 s); a loop stuck longer is a worker to
-/// restart. Ready: live, not stopping (a first SIGTERM began the shutdown), and the store answered the
+/// or not; the limit is longer than one store call may wait: SQLite's busy timeout of 30 s, a PostgreSQL
+/// answer timeout); a loop stuck longer is a worker to restart. Ready: live, not stopping (a first SIGTERM began the shutdown), and the store answered the
 /// last read in time — a worker whose database does not answer takes no work, though it is alive.
 public final class WorkerHealth: Sendable {
-    /// A loop that has not turned for this long is reported stalled.
+    /// A loop that has not turned for this long is reported stalled, by default.
     public static let stalledAfterMs: Int64 = 60_000
+
+    /// A loop that has not turned for this long is reported stalled.
+    public let stalledAfterMs: Int64
 
     private struct State {
         var turnedAtMs: Int64?
@@ -20,8 +23,11 @@ public final class WorkerHealth: Sendable {
     private let state = Mutex(State())
     private let startedAtMs: Int64
 
-    public init(nowMs: Int64 = Clock.monotonicMs()) {
+    /// - Parameter storeWaitMs: the longest one store call may wait for an answer: the limit is at least
+    ///   half a minute longer (and at least `WorkerHealth.stalledAfterMs`).
+    public init(storeWaitMs: Int64 = 30_000, nowMs: Int64 = Clock.monotonicMs()) {
         startedAtMs = nowMs
+        stalledAfterMs = max(Self.stalledAfterMs, storeWaitMs + 30_000)
     }
 
     /// One turn of the worker's loop.
@@ -40,7 +46,7 @@ public final class WorkerHealth: Sendable {
         // Before its first turn the worker is starting (opening the store, the first sweep): as stalled
         // as a loop only after the same time.
         let since = nowMs - (turnedAt ?? startedAtMs)
-        if since > Self.stalledAfterMs {
+        if since > stalledAfterMs {
             let what = turnedAt == nil ? "has not started its loop" : "has not turned its loop"
             return (false, "stalled: the worker \(what) for \(since / 1000) s\n")
         }

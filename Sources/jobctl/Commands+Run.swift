@@ -115,7 +115,8 @@ extension Commands {
         StandardOutput.keepRunningOnFailure()
         // A statement left unanswered for a lease's length (at least 10 s) has cost the worker its leases
         // anyway: the session is given up and opened again rather than waited on for ever.
-        let store = try context.openStore(worker: true, answerTimeoutMs: max(Int64(leaseMs), 10_000))
+        let answerTimeoutMs = max(Int64(leaseMs), 10_000)
+        let store = try context.openStore(worker: true, answerTimeoutMs: answerTimeoutMs)
         let before = Clock.nowMs()
         if let reading = try? store.clockReading() {
             let after = Clock.nowMs()
@@ -123,7 +124,8 @@ extension Commands {
         }
         MissingCredentials.warnIfNeeded(storage: storage, store: store, queues: configuration.queues, log: log, now: Clock.nowMs())
         let metrics = WorkerMetrics()
-        let health = WorkerHealth()
+        // SQLite's busy timeout is 30 s; a PostgreSQL call waits at most the answer timeout.
+        let health = WorkerHealth(storeWaitMs: context.usesPostgres ? answerTimeoutMs : 30_000)
         var metricsServer: MetricsServer?
         if let metricsAddress {
             let exporter = MetricsExporter(metrics: metrics, store: store)

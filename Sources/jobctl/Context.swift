@@ -144,6 +144,9 @@ struct Context: Sendable {
     /// write over.
     var localLogFiles: [String] { isPostgresURL(databasePath) ? [] : sqliteLogFiles(databasePath) }
 
+    /// Whether the event log is a PostgreSQL database (else an SQLite file).
+    var usesPostgres: Bool { isPostgresURL(databasePath) }
+
     /// Named local buckets (`file://NAME/…`) live in `buckets/` beside the database unless JOBCTL_BUCKETS says
     /// otherwise; with a PostgreSQL database (no directory of its own), in `buckets/` of the current directory.
     var localBucketsDirectory: String {

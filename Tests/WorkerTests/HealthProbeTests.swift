@@ -21,6 +21,10 @@ import TestSupport
         let stalled = health.live(nowMs: 2_000 + WorkerHealth.stalledAfterMs + 1_000)
         #expect(!stalled.ok && stalled.text == "stalled: the worker has not turned its loop for 61 s\n", "\(stalled)")
         #expect(!health.ready(storeUp: true, nowMs: 2_000 + WorkerHealth.stalledAfterMs + 1_000).ok)
+        // A store call that may wait longer (a PostgreSQL answer timeout of an hour's lease) lengthens the limit.
+        let patient = WorkerHealth(storeWaitMs: 3_600_000, nowMs: 0)
+        patient.loopTurned(nowMs: 0)
+        #expect(patient.stalledAfterMs == 3_630_000 && patient.live(nowMs: 3_600_000).ok && !patient.live(nowMs: 3_700_000).ok)
         health.loopTurned(nowMs: 70_000)
         health.stopping()
         #expect(health.live(nowMs: 70_100).ok)
