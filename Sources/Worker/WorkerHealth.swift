@@ -6,8 +6,9 @@ import Synchronization
 ///
 /// Live: the worker's loop turned within `stalledAfterMs` (it turns at least every few seconds, idle
 /// or not; the limit is longer than one store call may wait: SQLite's busy timeout of 30 s, a PostgreSQL
-/// answer timeout); a loop stuck longer is a worker to restart. Ready: live, not stopping (a first SIGTERM began the shutdown), and the store answered the
-/// last read in time — a worker whose database does not answer takes no work, though it is alive.
+/// answer timeout); a loop stuck longer is a worker to restart. Ready: live, not stopping (a first
+/// SIGTERM began the shutdown), and the store answered the last read in time — a worker whose database
+/// does not answer takes no work, though it is alive.
 public final class WorkerHealth: Sendable {
     /// A loop that has not turned for this long is reported stalled, by default.
     public static let stalledAfterMs: Int64 = 60_000
