@@ -172,11 +172,41 @@ public func bindToLoopback(_ fd: Int32) -> Int? {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
-/// A free TCP port on 127.0.0.1 (bound then released; good enough for test servers).
+/// A free TCP port on 127.0.0.1 for a test server (bound then released), below the kernel's ephemeral
+/// range (`/proc/sys/net/ipv4/ip_local_port_range`, 32768–60999 here): a port the kernel chose was one
+/// an outgoing connection of another test (curl, libpq, the worker) could take as its own local port
+/// before the server bound it, and the server then failed with "Address already in use" (a metrics
+/// server), or an emulator that could not bind never listened. Falls back to a kernel-chosen port when
+/// none of the tries is free.
 public func freeLoopbackPort() -> Int {
+    let (low, _) = ephemeralPortRange()
+    let range = 10_000...max(10_001, min(low, 65_536) - 1)
+    for _ in 0..<(low > 11_000 ? 64 : 0) {
+        let candidate = Int.random(in: range)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { break }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(candidate).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        close(fd)
+        if bound == 0 { return candidate }
+    }
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
     return bindToLoopback(fd) ?? 0
+}
+
+/// The kernel's range of ports for outgoing connections' local ends (32768–60999 when it cannot be read).
+private func ephemeralPortRange() -> (Int, Int) {
+    guard let text = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8) else {
+        return (32_768, 60_999)
+    }
+    let numbers = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).compactMap { Int($0) }
+    return numbers.count == 2 ? (numbers[0], numbers[1]) : (32_768, 60_999)
 }
 
 /// Sends `signal` to the child `process` only while it has not ended. Process ids are reused: this
