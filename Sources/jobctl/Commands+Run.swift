@@ -125,15 +125,17 @@ extension Commands {
         MissingCredentials.warnIfNeeded(storage: storage, store: store, queues: configuration.queues, log: log, now: Clock.nowMs())
         let metrics = WorkerMetrics()
         // SQLite's busy timeout is 30 s; a PostgreSQL call waits at most the answer timeout.
-        let health = WorkerHealth(storeWaitMs: context.usesPostgres ? answerTimeoutMs : 30_000)
+        // Kept only for the probes `--metrics` serves: the loop's turns are thousands a second in a drain.
+        let health = metricsAddress == nil ? nil : WorkerHealth(storeWaitMs: context.usesPostgres ? answerTimeoutMs : 30_000)
         var metricsServer: MetricsServer?
         if let metricsAddress {
             let exporter = MetricsExporter(metrics: metrics, store: store)
             do throws(WorkerError) {
                 metricsServer = try MetricsServer(address: metricsAddress, body: { exporter.render() }, probe: { probe in
+                    guard let health else { return (true, "ok\n") }
                     switch probe {
-                    case .live: health.live()
-                    case .ready: health.ready(storeUp: exporter.storeUp())
+                    case .live: return health.live()
+                    case .ready: return health.ready(storeUp: exporter.storeUp())
                     }
                 })
             } catch { throw CommandFailure(error.message) }
@@ -159,7 +161,7 @@ extension Commands {
                     signals.install()
                     notifier?.ready(status: "started: \(slots) transfer slots, queues \(queues.isEmpty ? "*" : queues.joined(separator: ","))")
                 }, closing: { signals.uninstall() }, turned: { running, summary in
-                    health.loopTurned()
+                    health?.loopTurned()
                     notifier?.turned(status: { serviceStatus(running: running, of: slots, summary) })
                 })
             }

@@ -84,9 +84,7 @@ struct Watcher {
                 if tally.keys.allSatisfy(\.isFinal) {
                     whole?.finish()
                     if !json {
-                        emitLine("batch \(batch): \(plural(present, "job")): "
-                                 + tally.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value.count) \($0.key.rawValue)" }
-                                     .joined(separator: ", "))
+                        emitLine("batch \(batch): \(BatchProgress.outcomes(tally))")
                     }
                     return tally.keys.allSatisfy { $0 == .succeeded } ? ExitCode.ok : ExitCode.failure
                 }
@@ -107,6 +105,7 @@ struct Watcher {
         var lastReadMs: Int64?
         var bar = ProgressBar(enabled: context.stderrIsTerminal, countsConfirmedBytes: false, plain: context.terminalIsDumb,
                               toStandardError: true)
+        var progress = BatchProgress()
         while true {
             let now = Clock.monotonicMs()
             let version = try store.dataVersion()
@@ -127,17 +126,14 @@ struct Watcher {
                     throw archivedAway("job \(gone) is", before: "submit --wait")
                 }
                 remaining = open
-                let done = ids.count - remaining.count
-                let failed = (ended[.failed] ?? 0) + (ended[.cancelled] ?? 0)
-                let fraction = ids.isEmpty ? 1 : Double(done) / Double(ids.count)
-                let head = String(format: "%3d%% ", Int(fraction * 100)) + "\(done)/\(ids.count) jobs ended"
-                    + (failed > 0 ? " (\(failed) failed)" : "")
-                bar.draw(ProgressBar.fit(bar: (fraction, fraction), head: head, tail: [], width: context.stderrWidth))
+                // The jobs as `watch --batch` counts a batch: those not ended as queued (their bytes are not read).
+                var tally = ended.mapValues { JobTally(count: $0, bytesDone: 0) }
+                if !remaining.isEmpty { tally[.queued] = JobTally(count: remaining.count, bytesDone: 0) }
+                bar.draw(progress.line(tally, atMs: Clock.nowMs(), width: context.stderrWidth))
                 if remaining.isEmpty {
                     bar.finish()
-                    emitError("\(plural(ids.count, "job")): "
-                              + ended.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }.joined(separator: ", "))
-                    return failed == 0 ? ExitCode.ok : ExitCode.failure
+                    emitError(BatchProgress.outcomes(tally))
+                    return tally.keys.allSatisfy { $0 == .succeeded } ? ExitCode.ok : ExitCode.failure
                 }
             }
             usleep(pollInterval)
@@ -391,6 +387,12 @@ struct ProgressBar {
 /// thousands of small files, where one job's bar says nothing of the whole.
 struct BatchProgress {
     private var samples: [(atMs: Int64, ended: Int, bytes: Int64)] = []
+
+    /// `12 jobs: 1 failed, 11 succeeded`: the jobs counted by state, states in name order.
+    static func outcomes(_ tally: [JobState: JobTally]) -> String {
+        "\(plural(tally.values.reduce(0) { $0 + $1.count }, "job")): "
+            + tally.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value.count) \($0.key.rawValue)" }.joined(separator: ", ")
+    }
 
     mutating func line(_ tally: [JobState: JobTally], atMs: Int64, width: Int?) -> String {
         let total = tally.values.reduce(0) { $0 + $1.count }
