@@ -54,19 +54,37 @@ public enum SecretRedaction {
     /// A URL, or a value read as one whose `http://` is left out (`user:password@proxy:3128` in a proxy
     /// variable, `host:port` in `STORAGE_EMULATOR_HOST`), redacted as `redactURL` redacts it; written
     /// back without the scheme it did not have.
+    ///
+    /// An endpoint has no path worth keeping, so its userinfo runs to its last `@` whatever it holds
+    /// (`http://u:a/b@c@proxy:3128`).
     public static func redactEndpoint(_ value: String) -> String {
-        guard !value.contains("://") else { return redactURL(value) }
-        return String(redactURL("http://" + value).dropFirst("http://".count))
+        guard mayHoldSecret(value) else { return value }
+        var hidden: [Substring] = []
+        guard !value.contains("://") else { return redact(value, hidden: &hidden, endpoint: true) }
+        return String(redact("http://" + value, hidden: &hidden, endpoint: true).dropFirst("http://".count))
     }
 
-    /// `redactURL`, adding each value it replaced to `hidden`.
-    private static func redact(_ url: String, hidden: inout [Substring]) -> String {
+    /// The secret values `redactEndpoint` hides in `value`, as `secretValues(in:)` gives them.
+    public static func endpointSecretValues(in value: String) -> [String] {
+        var values: [Substring] = []
+        _ = redact(value.contains("://") ? value : "http://" + value, hidden: &values, endpoint: true)
+        return shownForms(of: values)
+    }
+
+    /// `redactURL`, adding each value it replaced to `hidden`. An `endpoint`'s userinfo runs to its
+    /// last `@` (see `redactEndpoint`).
+    private static func redact(_ url: String, hidden: inout [Substring], endpoint: Bool = false) -> String {
         guard let schemeEnd = url.range(of: "://") else { return url }
         let scheme = url[..<schemeEnd.lowerBound].lowercased()
         let bareUserinfoIsAName = scheme == "postgres" || scheme == "postgresql"
         var output = String(url[..<schemeEnd.upperBound])
         var rest = url[schemeEnd.upperBound...]
-        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        var authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        if endpoint, let lastAt = rest.lastIndex(of: "@"), lastAt >= authorityEnd {
+            authorityEnd = rest[lastAt...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        } else if let end = passwordWithDelimitersEnd(rest, authorityEnd: authorityEnd) {
+            authorityEnd = end
+        }
         let authority = rest[..<authorityEnd]
         if let at = authority.lastIndex(of: "@") {
             let userinfo = authority[..<at]
@@ -108,6 +126,11 @@ public enum SecretRedaction {
     public static func secretValues(in url: String) -> [String] {
         var values: [Substring] = []
         _ = redact(url, hidden: &values)
+        return shownForms(of: values)
+    }
+
+    /// Each hidden value as written and percent-decoded, those already masked left out.
+    private static func shownForms(of values: [Substring]) -> [String] {
         var all: [String] = []
         for value in values where !isMasked(value) {
             all.append(String(value))
@@ -199,6 +222,27 @@ public enum SecretRedaction {
     }
 
     // MARK: - Helpers
+
+    /// Where the authority of `rest` (a URL after its `://`) ends when its password holds a `/`, `?` or
+    /// `#` written raw (`http://u:pa/ss@proxy:3128`, as people paste proxy and database URLs): the
+    /// index after the host and port that follow its `@`; nil when the URL reads as one without such a
+    /// password. RFC 3986 ends the authority at the first of those three, which would leave the password
+    /// in the path, shown. Read as a password when what precedes the first delimiter is `name:value`
+    /// with a value that is not a port number (and not an IPv6 literal's colons), and an `@` follows the
+    /// delimiter before the next `/`; the last `@` before that `/` ends the userinfo (a password may
+    /// hold `@` too). A path with an `@` after a real port (`https://h:8443/@scope/p`) is left alone;
+    /// one that reads either way is redacted rather than shown.
+    private static func passwordWithDelimitersEnd(_ rest: Substring, authorityEnd: Substring.Index) -> Substring.Index? {
+        guard authorityEnd < rest.endIndex, !rest.hasPrefix("["),
+              let colon = rest[..<authorityEnd].firstIndex(of: ":"), !rest[..<authorityEnd].contains("@") else { return nil }
+        let afterColon = rest[rest.index(after: colon)..<authorityEnd]
+        guard !afterColon.allSatisfy({ $0.isASCII && $0.isNumber }), let firstAt = rest[authorityEnd...].firstIndex(of: "@") else { return nil }
+        let hostStart = rest.index(after: firstAt)
+        let hostEnd = rest[hostStart...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        // The last `@` before the host's end; the host and port after it.
+        let lastAt = rest[..<hostEnd].lastIndex(of: "@") ?? firstAt
+        return rest[rest.index(after: lastAt)...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+    }
 
     /// Whether a URL in `text` may have anything `redactURL` replaces: a userinfo (`@`), a query (`?`),
     /// a fragment (`#`) or path parameters (`;`); or a backslash (a JSON-escaped separator `:\/\/`, whose URL is re-escaped

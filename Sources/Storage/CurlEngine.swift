@@ -899,14 +899,7 @@ private final class CurlExchange: @unchecked Sendable {
             let redirect = headersEnded && (300..<400).contains(status) && !followedLast ? status : nil
             // Where the exchange failed, when a redirect took it elsewhere: what failed there is named as that
             // server's, not the job's URL's.
-            var redirects = 0
-            var redirectedTo: String?
-            if let easy, jobctl_curl_easy_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &redirects) == CURLE_OK, redirects > 0 {
-                var effective: UnsafeMutableRawPointer?
-                if jobctl_curl_easy_getinfo_pointer(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective {
-                    redirectedTo = String(cString: effective.assumingMemoryBound(to: CChar.self))
-                }
-            }
+            let redirectedTo = followedRedirectURL()
             complete(.failure(.failed(curlFailure(code: Int(code.rawValue), text: text, url: request.url,
                                                   verifyResult: verifyResult, trust: options.trust, requestSent: requestBytes > 0,
                                                   redirect: redirect, redirectedTo: redirectedTo, proxyStatus: proxyStatus))))
@@ -929,7 +922,18 @@ private final class CurlExchange: @unchecked Sendable {
             return
         }
         complete(.success(HTTPResponse(status: responseCode, headers: headers, body: body, url: request.url,
-                                       requestHeaders: request.headers, isHTTP1: overHTTP1)))
+                                       requestHeaders: request.headers, isHTTP1: overHTTP1, redirectedTo: followedRedirectURL())))
+    }
+
+    /// The URL libcurl ended at (its effective URL) when it followed a redirect; nil when it followed none.
+    private func followedRedirectURL() -> String? {
+        var redirects = 0
+        guard let easy, jobctl_curl_easy_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &redirects) == CURLE_OK, redirects > 0 else {
+            return nil
+        }
+        var effective: UnsafeMutableRawPointer?
+        guard jobctl_curl_easy_getinfo_pointer(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective else { return nil }
+        return String(cString: effective.assumingMemoryBound(to: CChar.self))
     }
 
     /// Resumes the caller. The handle stays with the exchange until the engine takes it back
@@ -1023,7 +1027,8 @@ func curlFailure(code: Int, text: String, url: String, verifyResult: Int = 0,
     let curlCode = CURLcode(rawValue: UInt32(code))
     let name = String(cString: jobctl_curl_easy_strerror(curlCode))
     let quoted = SecretRedaction.scrub(ProxyEnvironment.scrubbed(text, environment: environment),
-                                       secrets: SecretRedaction.secretValues(in: url))
+                                       secrets: SecretRedaction.secretValues(in: url)
+                                           + (redirectedTo.map { SecretRedaction.secretValues(in: $0) } ?? []))
     let cause = "curl error \(code) (\(name)): \(SecretRedaction.redactURLs(in: quoted))"
     if let redirect, curlCode == CURLE_UNSUPPORTED_PROTOCOL || curlCode == CURLE_URL_MALFORMAT {
         // The server answered, with a Location that is not an http(s) URL (file://, ftp://, garbage): not

@@ -60,6 +60,9 @@ struct HTTPResponse: Sendable {
     /// Whether the answer came over HTTP/1.x, where a body without a length or chunks ends with the
     /// connection; an HTTP/2 or HTTP/3 stream frames its body whatever the headers say.
     var isHTTP1 = true
+    /// The URL a followed redirect led to (libcurl's effective URL), when one was followed: its secrets
+    /// (a token the redirect added) are the request's too (may hold secrets: never shown whole).
+    var redirectedTo: String?
 
     var isSuccess: Bool { (200..<300).contains(status) }
 
@@ -67,7 +70,10 @@ struct HTTPResponse: Sendable {
     /// and its URL's secret values (a server may echo the request target, `/a?sig=…`, with no URL
     /// around it for `SecretRedaction.redactURLs` to find).
     /// Worked out only when an error quotes the server (not for every answer).
-    var requestSecrets: [String] { HTTPRequest.headerSecrets(requestHeaders) + SecretRedaction.secretValues(in: url) }
+    var requestSecrets: [String] {
+        HTTPRequest.headerSecrets(requestHeaders) + SecretRedaction.secretValues(in: url)
+            + (redirectedTo.map { SecretRedaction.secretValues(in: $0) } ?? [])
+    }
 
     /// The JSON body as a dictionary, when it is one.
     var json: [String: Any]? {

@@ -29,7 +29,7 @@ public enum ProxyEnvironment {
         var secrets: [String] = []
         for name in variables {
             guard let value = environment[name], !value.isEmpty else { continue }
-            secrets += SecretRedaction.secretValues(in: value.contains("://") ? value : "http://" + value)
+            secrets += SecretRedaction.endpointSecretValues(in: value)
             let shown = redacted(value)
             if shown != value, output.contains(value) { output = output.replacingOccurrences(of: value, with: shown) }
         }

@@ -25,4 +25,30 @@ import TestSupport
         #expect(!shown.stdout.contains("could not connect to the server"), "\(shown.stdout)")
         for output in [worker.stdout, worker.stderr, shown.stdout, shown.stderr] { #expect(!output.contains("pr0xy-s3cret")) }
     }
+
+    /// A password with `/`, `?` or `#` written raw, as people paste them: RFC 3986 ends a URL's
+    /// authority at the first of those, which left the rest of the password in what was shown.
+    @Test("a proxy password holding / ? or # is hidden in the job's error, the worker's log and config",
+          arguments: ["pr0/xy-s3cr3t", "pr0?xy-s3cr3t", "pr0#xy-s3cr3t"])
+    func delimitersInThePassword(password: String) throws {
+        let deadProxy = ClosedLoopbackPort()
+        let deadServer = ClosedLoopbackPort()
+        let workspace = try CLIWorkspace("proxy-delimiters")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit(
+            "- {kind: download-memory, source: \"http://127.0.0.1:\(deadServer.port)/a.txt\", max_attempts: 1}\n")
+        var environment = Dictionary(uniqueKeysWithValues: ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
+                                                            "no_proxy", "NO_PROXY"].map { ($0, "") })
+        environment["http_proxy"] = "http://carol:\(password)@\(deadProxy.hostAndPort)"
+        environment["HOME"] = workspace.directory.path
+        let worker = try workspace.jobctl(["worker", "--drain", "-v"], environment: environment)
+        #expect(worker.status == 2, "\(worker.stderr)")
+        let shown = try workspace.jobctl(["show", "--json", try #require(ids.first)])
+        let config = try workspace.jobctl(["config"], environment: environment)
+        #expect(config.stdout.contains("http://carol:REDACTED@\(deadProxy.hostAndPort)"), "\(config.stdout)")
+        #expect(worker.stderr.contains("the proxy http://carol:REDACTED@"), "\(worker.stderr)")
+        for output in [worker.stdout, worker.stderr, shown.stdout, shown.stderr, config.stdout, config.stderr] {
+            #expect(!output.contains("xy-s3cr3t"), "\(output)")
+        }
+    }
 }

@@ -29,6 +29,16 @@ import Testing
         ("https://h/files;jsessionid=S1/a.bin;token=T1?x=1", "https://h/files;jsessionid=REDACTED/a.bin;token=REDACTED?x=1"),
         ("http://h/a;PHPSESSID=S2;v=2", "http://h/a;PHPSESSID=REDACTED;v=2"),
         ("http://h/a;b/c", "http://h/a;b/c"),
+        // A password holding `/`, `?` or `#` raw (pasted proxy URLs): RFC 3986 would end the authority
+        // there and leave the rest of the password in the path.
+        ("http://u:pa/ssS3CRET@127.0.0.1:3128", "http://u:REDACTED@127.0.0.1:3128"),
+        ("http://u:pa#ssS3CRET@127.0.0.1:3128/x?y=1", "http://u:REDACTED@127.0.0.1:3128/x?y=1"),
+        ("http://u:pa?ss@S3CRET@proxy:3128", "http://u:REDACTED@proxy:3128"),
+        // An `@` in a path after a real port, or without a colon before it, is a path's.
+        ("https://h:8443/@scope/pkg", "https://h:8443/@scope/pkg"),
+        ("https://registry.example/@scope/pkg", "https://registry.example/@scope/pkg"),
+        ("http://[::1]:8080/a@b", "http://[::1]:8080/a@b"),
+        ("http://h:/a@b", "http://h:/a@b"),
     ])
     func redaction(input: String, expected: String) {
         #expect(redactedURL(input) == expected)
@@ -42,6 +52,12 @@ import Testing
         #expect(SecretRedaction.secretValues(in: "https://ghp_abc@h/p?key=REDACTED") == ["ghp_abc"])
         #expect(SecretRedaction.secretValues(in: "postgres://jobs@db/x") == [])
         #expect(SecretRedaction.secretValues(in: "http://h/p?alt=media") == [])
+        #expect(SecretRedaction.secretValues(in: "http://u:pa/ssS3CRET@proxy:3128") == ["pa/ssS3CRET"])
+        #expect(SecretRedaction.redactEndpoint("u:pa?ssS3CRET@proxy:3128") == "u:REDACTED@proxy:3128")
+        // An endpoint's userinfo runs to its last `@`: it has no path an `@` could belong to.
+        #expect(SecretRedaction.redactEndpoint("http://u:a/b@c/d@proxy:3128") == "http://u:REDACTED@proxy:3128")
+        #expect(SecretRedaction.endpointSecretValues(in: "u:a/b@c/d@proxy:3128") == ["a/b@c/d"])
+        #expect(SecretRedaction.redactEndpoint("proxy:3128") == "proxy:3128")
         for url in ["http://u:p@ss@h/a;jsessionid=JSESS1/b?x=1&sig=a%2Fb#access_token=FRAG1", "https://ghp_abc@h/p?key=K3Y1&a=1"] {
             let scrubbed = SecretRedaction.scrub(url, secrets: SecretRedaction.secretValues(in: url))
             #expect(scrubbed == redactedURL(url), "\(scrubbed)")

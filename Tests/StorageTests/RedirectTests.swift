@@ -47,6 +47,23 @@ struct RedirectTests {
         #expect(try asked() == before, "the plain-http server was asked: \(server.accessLog)")
     }
 
+    /// A server's refusal quoting the request it was asked, after a redirect that added a token: the
+    /// server's text was scrubbed of the job's URL's secrets only, so the redirect's token reached the
+    /// error (and the log) where its target was quoted without a scheme (`/echo?token=…`).
+    @Test("a server's error quoting a redirect's token does not reach the job's error")
+    func redirectTokenInServerTextIsHidden() async throws {
+        let server = try NginxServer.start(extraServerConfig: """
+            location /redir { return 302 /echo?token=R3DIRS3CRET&x=1; }
+            location /echo { default_type text/plain; return 403 "no access for $request_uri"; }
+            """)
+        defer { server.stop() }
+        let error = try failure(await run(try backend(), JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/redir?token=given",
+                                                                 maxSize: 1 << 20)))
+        #expect(error.httpStatus == 403, "\(error)")
+        #expect(error.message.contains("no access for /echo?token=REDACTED&x=1"), "\(error)")
+        #expect(!"\(error) \(error.cause ?? "")".contains("R3DIRS3CRET"), "\(error)")
+    }
+
     /// A redirect followed to a server whose answer is not HTTP (no status line: libcurl's "HTTP/0.9",
     /// the same code as a scheme it refuses to follow) is that server's fault, retryable as it is without
     /// the redirect — not "a redirect to a URL that is not followed", which failed the job for good while
