@@ -262,9 +262,12 @@ final class UploadSource {
     /// Opens a local file for reading. Missing or unreadable files are `pathError` (not retryable), as is
     /// anything but a regular file (a FIFO is refused, not waited on), and — when `followingLinks` is
     /// false — a symbolic link.
-    init(path: String, followingLinks: Bool = true) throws(StorageError) {
-        let (descriptor, info, notRegular) = LocalFiles.openRegularForReading(path, followingLinks: followingLinks,
-                                                                              allowingDirectories: false)
+    /// A folder or glob expansion's file (`batch`) is reached without following links below the folder
+    /// (`LocalFiles.openUploadSource`).
+    init(path: String, followingLinks: Bool = true, batch: JobBatch? = nil) throws(StorageError) {
+        let (descriptor, info, notRegular) = batch == nil
+            ? LocalFiles.openRegularForReading(path, followingLinks: followingLinks, allowingDirectories: false)
+            : try LocalFiles.openUploadSource(path, batch: batch)
         if let notRegular {
             throw StorageError(.pathError, "the source '\(path)' is \(notRegular), not a regular file: nothing was read from it")
         }

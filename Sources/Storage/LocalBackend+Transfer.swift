@@ -145,7 +145,7 @@ final class LocalTransfer {
             guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
             sourceName = LocalFiles.lastComponent(path)
             try backend.policy.check(reference: reference, sourceName: sourceName)
-            let (file, status) = try LocalFile.reading(path, context: .source)
+            let (file, status) = try LocalFile.reading(path, batch: spec.batch, context: .source)
             guard !status.isDirectory else {
                 throw StorageError(.invalidArgument, "source '\(path)' is a directory: upload-file takes one regular file")
             }

@@ -87,6 +87,31 @@ enum LocalFiles {
         return (descriptor, info, nil)
     }
 
+    /// Opens an upload's source for reading, as `openRegularForReading` does. A file a folder or glob
+    /// expansion listed (its `batch`, local) is reached from the folder that was named, one component at
+    /// a time without following a link (`SafeDirectory.descend`, then `O_NOFOLLOW`): submit listed the
+    /// folder without its links, and a link placed there since — a file or a subfolder swapped for one
+    /// pointing at `/etc/shadow` by whoever may write to the folder being backed up — is refused, not
+    /// uploaded. The named folder itself is opened as written (its own links followed), as every path a
+    /// user writes is. A source named by itself is opened as written too.
+    static func openUploadSource(_ path: String, batch: JobBatch?) throws(StorageError)
+        -> (descriptor: Int32, info: stat, notRegular: String?) {
+        guard let batch, batch.source.hasPrefix("/"), !batch.path.isEmpty,
+              path.utf8.count > batch.path.utf8.count + 1, path.utf8.reversed().starts(with: ("/" + batch.path).utf8.reversed()) else {
+            return openRegularForReading(path, allowingDirectories: false)
+        }
+        let root = String(decoding: path.utf8.dropLast(batch.path.utf8.count + 1), as: UTF8.self)
+        let components = batch.path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let refused = { (found: String) in
+            StorageError(.pathError, "a symbolic link was found at '\(found)', below the folder '\(root)' this job's file was "
+                         + "listed from, and was not followed: submit listed the folder without its links, and one placed "
+                         + "since is not uploaded (check who placed it); name a link's target in a job of its own")
+        }
+        let folder = try SafeDirectory.open(trusted: root, create: false, context: .source)
+            .descend(Array(components.dropLast()), create: false, context: .source, linkRefused: refused)
+        return try folder.openRegularForReading(components[components.count - 1], linkRefused: refused)
+    }
+
     static func error(_ code: Int32, _ operation: String, path: String, context: Context = .other) -> StorageError {
         let cause = String(cString: strerror(code))
         switch code {
@@ -289,8 +314,11 @@ final class LocalFile {
 
     /// Opens `path` read-only, as the user named it: for files jobctl only reads (an upload's source).
     /// Every file it creates or writes goes through `SafeDirectory` instead. Returns its status too.
-    static func reading(_ path: String, context: LocalFiles.Context) throws(StorageError) -> (LocalFile, FileStatus) {
-        let (fd, info, notRegular) = LocalFiles.openRegularForReading(path)
+    /// A folder or glob expansion's file (`batch`) is reached without following links below the folder
+    /// (`LocalFiles.openUploadSource`).
+    static func reading(_ path: String, batch: JobBatch? = nil, context: LocalFiles.Context) throws(StorageError) -> (LocalFile, FileStatus) {
+        let (fd, info, notRegular) = batch == nil ? LocalFiles.openRegularForReading(path)
+                                                  : try LocalFiles.openUploadSource(path, batch: batch)
         if let notRegular {
             throw StorageError(.pathError, "'\(path)' is \(notRegular), not a regular file: nothing was read from it")
         }

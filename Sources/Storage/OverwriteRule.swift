@@ -192,7 +192,7 @@ struct OverwriteRule {
     static func sizeAndCRC32C(of spec: JobSpec) throws(StorageError) -> (size: Int64, crc32c: String) {
         if let data = spec.data { return try sizeAndCRC32C(of: UploadSource(data: data)) }
         guard let path = spec.source else { throw StorageError(.invalidArgument, "\(spec.kind.rawValue) needs a source") }
-        return try sizeAndCRC32C(of: UploadSource(path: path))
+        return try sizeAndCRC32C(of: UploadSource(path: path, batch: spec.batch))
     }
 
     /// The result of an upload that was skipped: the object as it is (no size when the server did not

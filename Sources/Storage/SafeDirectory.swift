@@ -125,7 +125,10 @@ final class SafeDirectory {
     ///
     /// Only the last folder's path is built (once, at the end); a folder's path on the way is made only
     /// for a message. Joining each one as it was opened cost ~1,200 instructions per component.
-    func descend(_ components: [String], create: Bool, context: LocalFiles.Context = .destination) throws(StorageError) -> SafeDirectory {
+    /// `linkRefused` makes the error for a link found at a component (by its path), when the caller
+    /// has more to say than that jobctl does not write through links.
+    func descend(_ components: [String], create: Bool, context: LocalFiles.Context = .destination,
+                 linkRefused: ((String) -> StorageError)? = nil) throws(StorageError) -> SafeDirectory {
         var current = self
         for (index, name) in components.enumerated() {
             try Self.checkName(name)
@@ -141,7 +144,9 @@ final class SafeDirectory {
             guard fd >= 0 else {
                 let code = errno
                 if code == ELOOP || code == ENOTDIR, let found = current.entry(name) {
-                    if found.kind == .symbolicLink { throw LocalFiles.symbolicLinkRefused(child(), operation: "opening directory") }
+                    if found.kind == .symbolicLink {
+                        throw linkRefused?(child()) ?? LocalFiles.symbolicLinkRefused(child(), operation: "opening directory")
+                    }
                     if !found.isDirectory {
                         throw StorageError(.pathError, "'\(child())' is not a directory (a file sits on the path): choose another path")
                     }
@@ -268,6 +273,36 @@ final class SafeDirectory {
             throw LocalFiles.error(code, "opening", path: childPath(name), context: context)
         }
         return LocalFile(adopting: fd, name: name, in: path, context: context)
+    }
+
+    /// Opens the existing `name` read-only without following a link, as `LocalFiles.openRegularForReading`
+    /// opens a path: anything but a regular file is refused (`notRegular`), a link with `pathError`
+    /// (`linkRefused`), and a negative descriptor with `notRegular` nil leaves `errno` saying why.
+    func openRegularForReading(_ name: String, linkRefused: (String) -> StorageError) throws(StorageError)
+        -> (descriptor: Int32, info: stat, notRegular: String?) {
+        try Self.checkName(name)
+        var info = stat()
+        let fd = name.withCString { openat(descriptor, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+        guard fd >= 0 else {
+            let code = errno
+            if code == ELOOP { throw linkRefused(childPath(name)) }
+            errno = code
+            return (-1, info, nil)
+        }
+        guard fstat(fd, &info) == 0 else {
+            let code = errno
+            _ = Glibc.close(fd)
+            errno = code
+            return (-1, info, nil)
+        }
+        let kind = info.st_mode & S_IFMT
+        guard kind == S_IFREG else {
+            _ = Glibc.close(fd)
+            return (-1, info, kind == S_IFIFO ? "a FIFO" : kind == S_IFSOCK ? "a socket" : kind == S_IFDIR ? "a directory" : "a device")
+        }
+        // Opened O_RDONLY | O_NONBLOCK: clearing the status flags clears O_NONBLOCK alone.
+        _ = fcntl(fd, F_SETFL, 0)
+        return (fd, info, nil)
     }
 
     /// `renameat(2)` within this directory: `to` is replaced atomically by `from`, whatever it was (a

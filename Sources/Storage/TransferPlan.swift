@@ -30,7 +30,7 @@ enum TransferPlan {
             guard let path = spec.source else { throw StorageError(.invalidArgument, "upload-file needs a source path") }
             try policy.check(reference: remote, sourceName: LocalFiles.lastComponent(path))
             let contentType = try Self.headerSafeContentType(spec, destination: remote)
-            self = .upload(try UploadSource(path: path), to: remote, contentType: contentType)
+            self = .upload(try UploadSource(path: path, batch: spec.batch), to: remote, contentType: contentType)
         case .uploadData:
             guard let data = spec.data else { throw StorageError(.invalidArgument, "upload-data needs data") }
             try policy.check(reference: remote, sourceName: nil)

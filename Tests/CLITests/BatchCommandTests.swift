@@ -126,6 +126,55 @@ import TestSupport
         #expect(!server.accessLogLines(atLeast: 1, matching: { $0.contains("PUT /archive/2026/11/app.log?v=1") }).isEmpty, "\(server.accessLog)")
     }
 
+    /// A folder or glob is listed at submit without its links; a file or subfolder swapped for a link
+    /// after that (by whoever may write to the folder being backed up) was opened through the link when
+    /// the job ran, so a root worker uploaded `/etc/shadow`. Each is refused now, on `file://` (its own
+    /// copy) and on HTTP (the network backends' source); the folder named (here through a link) is
+    /// still followed, as every path a user writes is.
+    @Test func linksPlacedInAFolderAfterSubmitAreNotUploaded() throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let workspace = try CLIWorkspace("batch-links")
+        defer { workspace.directory.remove() }
+        try workspace.write("docs/a.txt", "a, listed")
+        try workspace.write("docs/c.txt", "c, listed")
+        try workspace.write("docs/sub/b.txt", "b, listed")
+        try workspace.write("outside/secret.txt", "S3CRET-OUTSIDE")
+        try workspace.write("outside/b.txt", "S3CRET-B")
+        try FileManager.default.createSymbolicLink(atPath: workspace.directory.file("docslink"), withDestinationPath: "docs")
+        let manifest = try workspace.write("m.yaml", """
+        - {kind: upload-file, source: docs/, destination: "file://b/backup/", max_attempts: 1}
+        - {kind: upload-file, source: "docslink/**/*.txt", destination: "\(server.baseURL)/archive/", max_attempts: 1}
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest])
+        #expect(submitted.status == 0 && batches(submitted.stderr).map(\.count) == [3, 3], "\(submitted.stderr)")
+        let docs = workspace.directory.file("docs")
+        try FileManager.default.removeItem(atPath: docs + "/a.txt")
+        try FileManager.default.createSymbolicLink(atPath: docs + "/a.txt", withDestinationPath: workspace.directory.file("outside/secret.txt"))
+        try FileManager.default.removeItem(atPath: docs + "/sub")
+        try FileManager.default.createSymbolicLink(atPath: docs + "/sub", withDestinationPath: workspace.directory.file("outside"))
+
+        let worker = try workspace.jobctl(["worker", "--drain"])
+        #expect(worker.status == 2, "\(worker.stderr)")
+        let jobs = try jsonArray(workspace, ["list", "--json"])
+        let byDestination = Dictionary(jobs.compactMap { job in (job["destination"] as? String).map { ($0, job) } }) { a, _ in a }
+        for destination in ["file://b/backup/a.txt", "file://b/backup/sub/b.txt", "\(server.baseURL)/archive/a.txt", "\(server.baseURL)/archive/sub/b.txt"] {
+            let job = try #require(byDestination[destination], "\(byDestination.keys.sorted())")
+            #expect(job["state"] as? String == "failed", "\(destination): \(job)")
+            let shown = try workspace.jobctl(["show", try #require(job["id"] as? String)])
+            #expect(shown.stdout.contains("pathError") && shown.stdout.contains("was not followed"), "\(destination): \(shown.stdout)")
+        }
+        for destination in ["file://b/backup/c.txt", "\(server.baseURL)/archive/c.txt"] {
+            #expect(byDestination[destination]?["state"] as? String == "succeeded", "\(destination): \(String(describing: byDestination[destination]))")
+        }
+        let bucket = workspace.directory.file("buckets/b/backup")
+        #expect((try? String(contentsOfFile: bucket + "/c.txt", encoding: .utf8)) == "c, listed")
+        #expect((try? String(contentsOfFile: server.root + "/archive/c.txt", encoding: .utf8)) == "c, listed")
+        for path in [bucket + "/a.txt", bucket + "/sub/b.txt", server.root + "/archive/a.txt", server.root + "/archive/sub/b.txt"] {
+            #expect(!FileManager.default.fileExists(atPath: path), "\(path) was written")
+        }
+    }
+
     @Test(arguments: StoreEngine.allCases)
     func prefixesDownloadIntoAFolderFromTheEmulatorAndAFileBucket(engine: StoreEngine) throws {
         let server = try EmulatorServer.start()
