@@ -132,7 +132,11 @@ final class SQLiteConnection {
         var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_PRIVATECACHE
         flags |= readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
         if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
-        var name = path
+        // A relative name is given as `./NAME`: SQLite (Debian's is built to read URIs) takes `file:NAME`
+        // as a URI and `:memory:` as no file at all, while everything else of jobctl (the writer lock, the
+        // WAL sync, the permission checks) names the file as written — `--db file:real.db` committed into
+        // `real.db` and then failed for want of `file:real.db-wal`.
+        var name = path.hasPrefix("/") ? path : "./" + path
         if immutable && readOnly {
             flags |= SQLITE_OPEN_URI
             name = "file:\(Self.uriPath(path))?immutable=1"

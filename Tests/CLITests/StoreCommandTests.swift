@@ -53,6 +53,30 @@ import TestSupport
         #expect(try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path).sorted() == ["folder.db", "queue.db"])
     }
 
+    /// A relative `--db` that SQLite would read as a URI (`file:NAME`) or as no file (`:memory:`) names
+    /// the file written, as for every other path: `--db file:real.db` committed into `real.db`, then
+    /// failed (exit 1, no id printed) for want of `file:real.db-wal`, and took its writer lock on the
+    /// wrong file.
+    @Test("a relative --db reading like an SQLite URI or :memory: is the file of that name")
+    func uriLikeNamesAreFiles() throws {
+        let workspace = try CLIWorkspace("cli-db-uri")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        let plain = try runProcess(PackagePaths.jobctlBinary, ["--db", "real.db", "submit", manifest], currentDirectory: workspace.directory.path)
+        #expect(plain.status == 0, "\(plain.stderr)")
+        for name in ["file:real.db", ":memory:"] {
+            let submitted = try runProcess(PackagePaths.jobctlBinary, ["--db", name, "submit", manifest], currentDirectory: workspace.directory.path)
+            #expect(submitted.status == 0 && submitted.stdout.count == 27, "\(name): \(submitted.stdout)\(submitted.stderr)")
+            let listed = try runProcess(PackagePaths.jobctlBinary, ["--db", name, "list", "--json"], currentDirectory: workspace.directory.path)
+            #expect(listed.status == 0 && listed.stdout.contains(submitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)),
+                    "\(name): \(listed.stdout)\(listed.stderr)")
+            #expect(FileManager.default.fileExists(atPath: workspace.directory.file(name)))
+        }
+        let real = try runProcess(PackagePaths.jobctlBinary, ["--db", "real.db", "list", "--json"], currentDirectory: workspace.directory.path)
+        let jobs = try #require(try JSONSerialization.jsonObject(with: Data(real.stdout.utf8)) as? [Any])
+        #expect(jobs.count == 1, "\(real.stdout)")
+    }
+
     @Test("submit and migrate create the database")
     func creatingCommands() throws {
         let workspace = try CLIWorkspace("cli-create")
