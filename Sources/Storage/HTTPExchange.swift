@@ -299,7 +299,7 @@ final class UploadSource {
                 let count = pread(descriptor, base, wanted, off_t(offset))
                 if count >= 0 {
                     if count == 0 {
-                        throw StorageError(.pathError, "the source file '\(path)' shrank while it was being uploaded; upload it again once it is stable")
+                        throw UploadSource.sourceShrank(path, expected: size, found: offset)
                     }
                     // Before the last bytes go out: a file written to meanwhile would make an object of two
                     // versions (whose checksums match what was sent), so it is refused while nothing is stored.
@@ -329,6 +329,15 @@ final class UploadSource {
     }
 
     /// The error for a source file that changed while its upload read it.
+    /// The source ended before the size it had when the upload began (`found` bytes read of `expected`):
+    /// changed, as `sourceChanged` says of one written to or grown — retryable, the next attempt reading it
+    /// as it then is.
+    static func sourceShrank(_ path: String, expected: Int64, found: Int64) -> StorageError {
+        StorageError(.pathError, "the source file '\(path)' shrank while it was being uploaded (it ended after \(found) bytes, not the "
+                         + "\(expected) it held when the upload began); the object was not written — a retry uploads the file again "
+                         + "from its start", retryable: true)
+    }
+
     static func sourceChanged(_ path: String, now: SourceStamp, then: SourceStamp) -> StorageError {
         let what = now.size != then.size ? "it holds \(now.size) bytes, not the \(then.size) it held when the upload began"
             : "it was written to after the upload began"

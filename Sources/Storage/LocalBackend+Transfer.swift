@@ -233,8 +233,9 @@ final class LocalTransfer {
             case .file(let file):
                 let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
                 guard count > 0 else {
-                    throw StorageError(.invalidArgument, "source '\(spec.source ?? "")' shrank during the upload "
-                                       + "(expected \(total) bytes, found \(done)): upload it again once it stops changing")
+                    // Changed, as below: the session's bytes are of another version, dropped.
+                    session.discard(in: location)
+                    throw UploadSource.sourceShrank(spec.source ?? "", expected: total, found: done)
                 }
                 chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
             case .data(let data):

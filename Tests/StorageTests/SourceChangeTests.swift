@@ -113,4 +113,33 @@ struct SourceChangeTests {
         let result = try finished(await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/disk.img")))
         #expect(result.crc32c == hashes(try Data(contentsOf: URL(fileURLWithPath: source))).crc32c)
     }
+
+    /// A source cut short while it is read (a log rotated by truncation) is changed as much as one
+    /// written to: the `file://` copy failed it for good (`invalidArgument`) where growth or an edit is
+    /// retried, and the HTTP body's read said so without making it retryable.
+    @Test("a source cut short during the upload is a retryable change, on file:// and HTTP alike")
+    func shrunk() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let buckets = directory.file("buckets")
+        try FileManager.default.createDirectory(atPath: buckets, withIntermediateDirectories: true)
+        let local = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets))
+        let http = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        for (backend, destination) in [(local as any StorageBackend, "file://b/cut.bin"), (http, "\(server.baseURL)/cut.bin")] {
+            let source = directory.file("cut.bin")
+            try Self.writeDatedBack(patternData(3 << 20, seed: 27), to: source)
+            // Paced, so the file is cut while most of it is still to be read.
+            let recorder = EventRecorder { event in
+                if case .progress(let done, _) = event, done > 0 { truncate(source, 1 << 20) }
+            }
+            let error = try failure(await run(backend, JobSpec(kind: .uploadFile, source: source, destination: destination, maxRate: 4 << 20),
+                                              recorder: recorder))
+            #expect(error.code == .pathError && error.retryable, "\(destination): \(error)")
+            #expect(error.message.contains("shrank while it was being uploaded"), "\(destination): \(error)")
+        }
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: buckets + "/b")) ?? []).isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: server.root + "/cut.bin"))
+    }
 }
