@@ -153,6 +153,24 @@ import Glibc
     /// its field, in every form that names a GCS object; the same name in a `file://` bucket is not. It
     /// used to be submitted, and against the emulator the upload was retried five times as "the
     /// connection failed mid-transfer".
+    /// A Firebase-form URL is a `gs://` object on Firebase's host and on the emulator's that
+    /// `STORAGE_EMULATOR_HOST` names; on any other host it is a plain URL: read as `gs://` there, a pasted
+    /// emulator URL went to Google's servers with the worker's credentials.
+    @Test func firebaseFormURLsNameObjectsOnlyOnFirebasesOrTheEmulatorsHost() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("fb.yaml", """
+        - {kind: download-memory, source: "http://127.0.0.1:9199/v0/b/demo/o/a%2Fb.txt"}
+        - {kind: download-memory, source: "http://127.0.0.1:9200/v0/b/demo/o/a%2Fb.txt?alt=media&token=t"}
+        - {kind: download-memory, source: "https://firebasestorage.googleapis.com/v0/b/demo/o/c.txt"}
+        """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: ["STORAGE_EMULATOR_HOST": "http://127.0.0.1:9199"])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let sources = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]]).compactMap { $0["source"] as? String }
+        #expect(Set(sources) == ["gs://demo/a/b.txt", "http://127.0.0.1:9200/v0/b/demo/o/a%2Fb.txt?alt=media&token=REDACTED",
+                                 "gs://demo/c.txt"], "\(sources)")
+    }
+
     @Test func cloudStorageObjectNamesAreCheckedAtSubmit() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
@@ -165,7 +183,7 @@ import Glibc
         #expect(fine.status == 0, "\(fine.stderr)")
         let manifest = try workspace.write("long.yaml", """
         - {kind: upload-data, data: x, destination: "gs://b/\(longest)x"}
-        - {kind: download-memory, source: "http://h/v0/b/b/o/\(String(repeating: "n", count: 1_025))"}
+        - {kind: download-memory, source: "https://firebasestorage.googleapis.com/v0/b/b/o/\(String(repeating: "n", count: 1_025))"}
         - {kind: download-memory, source: "https://storage.googleapis.com/b/a%0Ab"}
         - {kind: upload-data, data: x, destination: "gs://b/a%0Db"}
         """)

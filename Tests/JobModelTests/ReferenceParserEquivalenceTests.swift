@@ -20,6 +20,8 @@ struct ReferenceParserEquivalenceTests {
         "http://h/./x", "http://h/a/../b", "http://h/a/%2e%2e/b", "http://h/a/.../b",
         "http://h/v0/b/bucket/o/a%2Fb.txt", "http://h/v0/b/bucket", "http://h/v0/b/", "http://h/v0/b//o/x",
         "http://h//v0/b/bk/o/x", "http://h/v0/b/bk/x/y", "http://h/v0/b/b%20k/o/x", "http://h/v0/b/bk/o",
+        "https://firebasestorage.googleapis.com/v0/b/bucket/o/a%2Fb.txt", "https://firebasestorage.googleapis.com/v0/b//o/x",
+        "https://firebasestorage.googleapis.com//v0/b/bk/o/x", "https://firebasestorage.googleapis.com/v0/b/bk/x/y",
         "https://storage.googleapis.com/bucket/a/b", "https://STORAGE.googleapis.com/bucket", "https://storage.googleapis.com/",
         "https://storage.googleapis.com/b%21/x", "https://storage.googleapis.com/bk/a%2Fb",
         " http://h/x ", "\thttp://h/x", "http://h/x\u{3000}", "\u{3000}http://h/x",
@@ -81,7 +83,7 @@ struct ReferenceParserEquivalenceTests {
         #expect(try StorageReference(parsing: "http://h/x?\u{301}a=1").query == "%CC%81a=1")
         let gs = try StorageReference(parsing: "gs://b/\u{301}x")
         #expect(gs.bucket == "b" && gs.fullPath == "\u{301}x" && gs.description == "gs://b/%CC%81x")
-        let firebase = try StorageReference(parsing: "http://h/v0/b/bk/o/\u{301}y")
+        let firebase = try StorageReference(parsing: "http://h/v0/b/bk/o/\u{301}y", firebaseHosts: ["h"])
         #expect(firebase.scheme == .gs && firebase.bucket == "bk" && firebase.fullPath == "\u{301}y")
         #expect(Self.handPicked.contains(where: Self.joinsADelimiter) && !Self.joinsADelimiter("http://h/\u{E9}#x"))
         #expect(StorageReference.isASCII("http://h/x") && !StorageReference.isASCII("http://h/\u{E9}"))

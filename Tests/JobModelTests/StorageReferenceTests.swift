@@ -47,15 +47,20 @@ private let referenceCases: [ReferenceCase] = [
     .init("gs://bucket/café.txt", .reference(.gs, bucket: "bucket", path: "café.txt", description: "gs://bucket/caf%C3%A9.txt")),
     .init("gs://bucket/%E2%9C%93/%f0%9f%93%81", .reference(.gs, bucket: "bucket", path: "✓/📁", description: "gs://bucket/%E2%9C%93/%F0%9F%93%81")),
     .init("gs://bucket/what?.txt", .reference(.gs, bucket: "bucket", path: "what?.txt", description: "gs://bucket/what%3F.txt")),
-    // Firebase form on any host.
+    // Firebase form on Firebase's host (and the emulator's: `FirebaseHostTests`).
     .init("https://firebasestorage.googleapis.com/v0/b/my-app.appspot.com/o/images%2Fstars.jpg",
           .reference(.gs, bucket: "my-app.appspot.com", path: "images/stars.jpg", description: "gs://my-app.appspot.com/images/stars.jpg")),
     .init("https://firebasestorage.googleapis.com/v0/b/b/o/images%20stars.jpg?alt=media&token=0f1e",
           .reference(.gs, bucket: "b", path: "images stars.jpg", description: "gs://b/images%20stars.jpg")),
-    .init("http://127.0.0.1:9023/v0/b/b/o/a%2Fb.txt", .reference(.gs, bucket: "b", path: "a/b.txt", description: "gs://b/a/b.txt")),
-    .init("http://localhost:9199/v0/b/demo/o/a%2F%2Fb%2F", .reference(.gs, bucket: "demo", path: "a/b", description: "gs://demo/a/b")),
-    .init("https://example.com/v0/b/bucket", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
-    .init("https://example.com/v0/b/bucket/o/", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    .init("https://FirebaseStorage.googleapis.com/v0/b/demo/o/a%2F%2Fb%2F", .reference(.gs, bucket: "demo", path: "a/b", description: "gs://demo/a/b")),
+    .init("https://firebasestorage.googleapis.com/v0/b/bucket", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    .init("https://firebasestorage.googleapis.com/v0/b/bucket/o/", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    // The same path on any other host is a plain URL, requested as written (not sent to Google).
+    .init("http://127.0.0.1:9023/v0/b/b/o/a%2Fb.txt",
+          .reference(.http, bucket: "127.0.0.1:9023", path: "v0/b/b/o/a/b.txt", description: "http://127.0.0.1:9023/v0/b/b/o/a%2Fb.txt")),
+    .init("https://example.com/v0/b/bucket/o/x?alt=media&token=t",
+          .reference(.https, bucket: "example.com", path: "v0/b/bucket/o/x", description: "https://example.com/v0/b/bucket/o/x?alt=media&token=t",
+                     query: "alt=media&token=t")),
     // storage.googleapis.com/BUCKET/PATH
     .init("https://storage.googleapis.com/my-bucket/dir/file.bin",
           .reference(.gs, bucket: "my-bucket", path: "dir/file.bin", description: "gs://my-bucket/dir/file.bin")),
@@ -83,21 +88,21 @@ private let referenceCases: [ReferenceCase] = [
     .init("ftp://host/x", .failure(.invalidArgument, "unknown scheme 'ftp'")),
     .init("gs://", .failure(.invalidArgument, "no bucket")),
     .init("gs:///path", .failure(.invalidArgument, "no bucket")),
-    .init("https://h/v0/b//o/x", .failure(.invalidArgument, "no bucket")),
-    .init("https://h/v0/b//o/o/x", .failure(.invalidArgument, "no bucket")),
+    .init("https://firebasestorage.googleapis.com/v0/b//o/x", .failure(.invalidArgument, "no bucket")),
+    .init("https://firebasestorage.googleapis.com/v0/b//o/o/x", .failure(.invalidArgument, "no bucket")),
     .init("http:///x", .failure(.invalidArgument, "no host")),
     .init("gs://bucket/%zz", .failure(.invalidArgument, "malformed percent escape")),
     .init("gs://bucket/abc%", .failure(.invalidArgument, "malformed percent escape")),
     .init("gs://bucket/%4", .failure(.invalidArgument, "malformed percent escape")),
-    .init("https://h/v0/b/b/o/a%2", .failure(.invalidArgument, "malformed percent escape")),
+    .init("https://firebasestorage.googleapis.com/v0/b/b/o/a%2", .failure(.invalidArgument, "malformed percent escape")),
     .init("gs://bucket/%FF", .failure(.invalidArgument, "invalid UTF-8")),
     .init("gs://bucket/a/../b", .failure(.pathError, "'..'")),
     .init("gs://bucket/./a", .failure(.pathError, "'.'")),
-    .init("https://h/v0/b/b/o/a%2F..%2Fb", .failure(.pathError, "'..'")),
+    .init("https://firebasestorage.googleapis.com/v0/b/b/o/a%2F..%2Fb", .failure(.pathError, "'..'")),
     .init("file:///tmp/../etc/passwd", .failure(.pathError, "'..'")),
     .init("gs://bucket/a%00b", .failure(.pathError, "NUL")),
     .init("https://user:secret@example.com/x", .failure(.invalidArgument, "credentials")),
-    .init("https://token@h/v0/b/b/o/x", .failure(.invalidArgument, "credentials")),
+    .init("https://token@firebasestorage.googleapis.com/v0/b/b/o/x", .failure(.invalidArgument, "credentials")),
     .init("gs://user:secret@bucket/x", .failure(.invalidArgument, "credentials")),
     .init("http://example.com:0/x", .failure(.invalidArgument, "invalid port")),
     .init("http://example.com:70000/x", .failure(.invalidArgument, "invalid port")),
@@ -107,10 +112,10 @@ private let referenceCases: [ReferenceCase] = [
     .init("http://exa_mple.com/x", .failure(.invalidArgument, "invalid host")),
     .init("gs://bad bucket/x", .failure(.invalidArgument, "invalid bucket name")),
     .init("gs://bucket!/x", .failure(.invalidArgument, "invalid bucket name")),
-    .init("https://h/v0/b/b%21/o/x", .failure(.invalidArgument, "invalid bucket name")),
+    .init("https://firebasestorage.googleapis.com/v0/b/b%21/o/x", .failure(.invalidArgument, "invalid bucket name")),
     .init("file://../etc/passwd", .failure(.invalidArgument, "invalid bucket name")),
     .init("gs://./x", .failure(.invalidArgument, "invalid bucket name")),
-    .init("https://h/v0/b/b/x/y", .failure(.invalidArgument, "/v0/b/BUCKET/o/PATH")),
+    .init("https://firebasestorage.googleapis.com/v0/b/b/x/y", .failure(.invalidArgument, "/v0/b/BUCKET/o/PATH")),
     // The byte-level scheme search and trim give what Foundation's search and `.whitespaces` trim gave.
     .init("\tgs://bucket/x\t", .reference(.gs, bucket: "bucket", path: "x", description: "gs://bucket/x")),
     .init("\u{00A0}gs://bucket/x\u{3000}", .reference(.gs, bucket: "bucket", path: "x", description: "gs://bucket/x")),
@@ -128,6 +133,19 @@ private let referenceCases: [ReferenceCase] = [
     .init("\ngs://bucket/x", .failure(.invalidArgument, "unknown scheme")),
     .init("http://h@evil/x?u=a@b", .failure(.invalidArgument, "credentials in URLs are refused")),
 ]
+
+/// A Firebase-form URL names a `gs://` object on Firebase's host and on the emulator's that
+/// `STORAGE_EMULATOR_HOST` names; a pasted emulator URL read as `gs://` on any host was sent to Google.
+@Suite struct FirebaseHostTests {
+    @Test func theEmulatorsHostReadsAsGS() throws {
+        let hosts: Set<String> = ["firebasestorage.googleapis.com", "127.0.0.1:9199"]
+        let emulator = try StorageReference(parsing: "http://127.0.0.1:9199/v0/b/demo/o/a%2Fb.txt?alt=media", firebaseHosts: hosts)
+        #expect(emulator.description == "gs://demo/a/b.txt")
+        let other = try StorageReference(parsing: "http://127.0.0.1:9200/v0/b/demo/o/a%2Fb.txt", firebaseHosts: hosts)
+        #expect(other.scheme == .http && other.bucket == "127.0.0.1:9200")
+        #expect(StorageReference.firebaseHosts.contains("firebasestorage.googleapis.com"))
+    }
+}
 
 @Suite struct StorageReferenceTests {
     @Test(arguments: referenceCases)
@@ -169,7 +187,7 @@ private let referenceCases: [ReferenceCase] = [
         // A file:// name may be longer than 1,024 bytes, in names a file system takes (at most 255 bytes each).
         let segmented = String(repeating: String(repeating: "n", count: 204) + "/", count: 5) + "n"
         #expect(try StorageReference(parsing: "file://b/" + segmented).fullPath.utf8.count == 1_026)
-        for text in ["gs://b/\(longest)n", "gs://b/a/\(longest)", "http://h/v0/b/b/o/\(longest)n", "gs://b/a%0Ab", "gs://b/a\rb",
+        for text in ["gs://b/\(longest)n", "gs://b/a/\(longest)", "https://firebasestorage.googleapis.com/v0/b/b/o/\(longest)n", "gs://b/a%0Ab", "gs://b/a\rb",
                      "https://storage.googleapis.com/b/\(longest)%C3%A9"] {
             #expect(throws: StorageError.self, "\(text)") { try StorageReference(parsing: text) }
         }
@@ -235,7 +253,7 @@ private let referenceCases: [ReferenceCase] = [
     }
 
     @Test func codableUsesTheCanonicalText() throws {
-        let reference = try StorageReference(parsing: "http://127.0.0.1:9023/v0/b/b/o/a%20b.txt")
+        let reference = try StorageReference(parsing: "https://firebasestorage.googleapis.com/v0/b/b/o/a%20b.txt")
         let data = try JSONEncoder().encode([reference])
         #expect(String(decoding: data, as: UTF8.self) == #"["gs:\/\/b\/a%20b.txt"]"#)
         #expect(try JSONDecoder().decode([StorageReference].self, from: data) == [reference])

@@ -52,7 +52,8 @@ import TestSupport
                                              customMetadata: ["album": "2024", "owner": "ada"])),
             JobSpec(kind: .uploadData, destination: "gs://my-bucket/hello.txt", data: Data("hello\nworld\n".utf8)),
             JobSpec(kind: .uploadData, destination: "gs://my-bucket/b64/hello.bin", data: Data("hello".utf8)),
-            JobSpec(kind: .downloadFile, source: "gs://my-bucket/photos/a.jpg", destination: "/srv/out/a.jpg"),
+            // A Firebase-form URL on a host other than Firebase's (or the emulator's `STORAGE_EMULATOR_HOST`) is a plain URL.
+            JobSpec(kind: .downloadFile, source: "http://127.0.0.1:9023/v0/b/my-bucket/o/photos%2Fa.jpg", destination: "/srv/out/a.jpg"),
             JobSpec(kind: .downloadMemory, source: "gs://my-bucket/config.json", maxSize: 524_288),
             JobSpec(kind: .downloadMemory, source: "gs://my-bucket/small.json", maxSize: JobSpec.defaultMaxSize),
             JobSpec(kind: .fetchURL, source: "gs://my-bucket/photos/a.jpg", key: "share-a", priority: -3, maxAttempts: 2, queue: "links"),

@@ -1,5 +1,5 @@
 import Foundation
-import JobModel
+@testable import JobModel
 import Storage
 import TestSupport
 import Testing
@@ -362,9 +362,14 @@ struct GCSBackendTests {
         let second = try finished(await run(backend, JobSpec(kind: .fetchURL, source: "gs://\(server.bucket)/dir/file%20name.txt")))
         #expect(second.url == url)
 
-        // The Firebase-form URL is itself a reference this backend accepts.
-        let viaURL = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: String(url.prefix(while: { $0 != "?" })))))
+        // The Firebase-form URL names the object where STORAGE_EMULATOR_HOST names its host (here given
+        // to the parse: this process has no such variable); on any other host it is a plain URL.
+        let plain = String(url.prefix(while: { $0 != "?" }))
+        let named = try StorageReference(parsing: plain, firebaseHosts: ["firebasestorage.googleapis.com", "127.0.0.1:\(server.port)"])
+        #expect(named.description == "gs://\(server.bucket)/dir/file%20name.txt")
+        let viaURL = try finished(await run(backend, JobSpec(kind: .downloadMemory, source: named.description)))
         #expect(viaURL.data == payload)
+        #expect(try StorageReference(parsing: plain).scheme == .http)
     }
 
     // MARK: - Errors
