@@ -38,6 +38,14 @@ public struct GCSBackend: StorageBackend {
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.
         let control = control.limited(toSeconds: spec.timeoutSeconds, maxRate: spec.maxRate)
+        let outcome = try await perform(spec, limitedBy: control, resumingFrom: resumePoint, report: report)
+        await control.waitOutOwnRate()
+        return outcome
+    }
+
+    /// `perform` under the attempt's own control (its timeout and `max_rate:`).
+    private func perform(_ spec: JobSpec, limitedBy control: TransferControl, resumingFrom resumePoint: ResumePoint?,
+                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
                                policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):

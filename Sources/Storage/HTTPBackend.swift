@@ -54,6 +54,14 @@ public struct HTTPBackend: StorageBackend {
                  report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.
         let control = control.limited(toSeconds: spec.timeoutSeconds, maxRate: spec.maxRate)
+        let outcome = try await perform(spec, parsed: parsed, limitedBy: control, resumingFrom: resumePoint, report: report)
+        await control.waitOutOwnRate()
+        return outcome
+    }
+
+    /// `perform` under the attempt's own control (its timeout and `max_rate:`).
+    private func perform(_ spec: JobSpec, parsed: StorageReference?, limitedBy control: TransferControl, resumingFrom resumePoint: ResumePoint?,
+                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         switch try TransferPlan(spec, parsed: parsed, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             let rule = OverwriteRule(spec, resumingFrom: resumePoint)

@@ -114,7 +114,9 @@ public struct LocalBackend: StorageBackend {
             let transfer = LocalTransfer(backend: self, spec: spec, parsed: parsed, resumePoint: resumePoint, control: control,
                                          report: report)
             do throws(StorageError) {
-                completion(.success(try transfer.run()))
+                let outcome = try transfer.run()
+                control.waitOutOwnRateBlocking()
+                completion(.success(outcome))
             } catch {
                 completion(.failure(error))
             }

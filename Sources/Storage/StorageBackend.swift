@@ -71,6 +71,28 @@ public final class TransferControl: Sendable {
         return TransferControl(parent: self, deadline: seconds.map { TransferDeadline(seconds: $0) }, maxRate: maxRate)
     }
 
+    /// Waits until the job's own `max_rate:` bucket is out of debt (at once without one, or when a stop
+    /// is asked for): a transfer takes each step before waiting for it, so one of a step or less —
+    /// every transfer of 16 KiB at `max_rate: 1k` — finished at once, and a longer one a step early; an
+    /// attempt ends when its bytes were due at the job's rate. `--bwlimit`'s shared debt is paid by the
+    /// transfers after it instead.
+    func waitOutOwnRate() async {
+        while stopReason == nil, let rateLimit {
+            let wait = rateLimit.millisecondsUntilReady(at: .now)
+            guard wait > 0 else { return }
+            try? await Task.sleep(for: .milliseconds(min(wait, 100)))
+        }
+    }
+
+    /// `waitOutOwnRate` for a thread that may block (a `file://` copy's).
+    func waitOutOwnRateBlocking() {
+        while stopReason == nil, let rateLimit {
+            let wait = rateLimit.millisecondsUntilReady(at: .now)
+            guard wait > 0 else { return }
+            usleep(useconds_t(min(wait, 100) * 1000))
+        }
+    }
+
     /// Asks the transfer to stop. The first reason wins; whoever waits on the transfer's behalf (the
     /// curl engine asleep in `curl_multi_poll`) is woken to see it at once.
     public func stop(_ newReason: StopReason) {

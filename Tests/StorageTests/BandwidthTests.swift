@@ -40,6 +40,37 @@ import TestSupport
         #expect(rate <= Double(limit) * 1.15, "measured \(rate) B/s for a limit of \(limit)")
     }
 
+    /// A transfer of less than one step of its limit (16 KiB) took that step at once and ended: 12,000
+    /// bytes at `max_rate: 1k` in 3 ms. An attempt now ends when its bytes were due at the job's rate —
+    /// over HTTP either way and on `file://`. A floor, which a loaded machine only lengthens.
+    @Test("a transfer smaller than one step of its max_rate still takes its bytes' time, on HTTP and file://")
+    func aSmallTransferTakesItsTime() async throws {
+        let server = try NginxServer.start(extraServerConfig: Self.patientServer)
+        defer { server.stop() }
+        let size = 12_000
+        let payload = patternData(size, seed: 31)
+        try payload.write(to: URL(fileURLWithPath: server.root + "/small.bin"))
+        let directory = try TemporaryDirectory("jobctl-rate-small")
+        defer { directory.remove() }
+        try FileManager.default.createDirectory(atPath: directory.file("buckets"), withIntermediateDirectories: true)
+        let limit: Int64 = 16_384
+        let http = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5), engine: try CurlEngine(threadName: "rate-small-curl"))
+        let local = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets")))
+        let cases: [(String, any StorageBackend, JobSpec)] = [
+            ("HTTP download", http, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/small.bin", maxSize: 1 << 20, maxRate: limit)),
+            ("HTTP upload", http, JobSpec(kind: .uploadData, destination: "\(server.baseURL)/up.bin", data: payload, maxRate: limit)),
+            ("file:// upload", local, JobSpec(kind: .uploadData, destination: "file://b/up.bin", data: payload, maxRate: limit)),
+        ]
+        for (name, backend, spec) in cases {
+            let started = ContinuousClock.now
+            _ = try finished(await run(backend, spec))
+            let elapsed = started.duration(to: .now)
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            print("[BandwidthTests] \(name): \(size) bytes at max_rate \(limit) B/s in \(seconds) s")
+            #expect(seconds >= Double(size) / Double(limit) * 0.95, "\(name): \(size) bytes in \(seconds) s at \(limit) B/s")
+        }
+    }
+
     /// Two downloads at once under one shared limit (the worker's `--bwlimit`): their total rate is the limit.
     @Test func concurrentDownloadsShareOneLimit() async throws {
         let server = try NginxServer.start(extraServerConfig: Self.patientServer)
