@@ -10,6 +10,27 @@ public enum HiddenName {
     /// The longest file name (`NAME_MAX`).
     public static let maximumBytes = 255
 
+    /// The endings of the names a `file://` folder keeps for jobctl's own files (sidecars, upload
+    /// sessions, partial downloads, sidecar temporaries): no object may take one.
+    public static let reservedSuffixes = [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp"]
+
+    /// Whether `name` (one path component) ends in a reserved suffix, compared on bytes as the names are
+    /// on disk (a character that joins the next one, U+0600, made `x\u{600}.jobctl-upload` not end in
+    /// `.jobctl-upload` for `hasSuffix`, though its bytes do).
+    public static func isReserved(_ name: some StringProtocol) -> Bool {
+        reservedSuffixes.contains { name.utf8.reversed().starts(with: $0.utf8.reversed()) }
+    }
+
+    /// The first component of `path` (`/`-separated) that `isReserved`, if any.
+    public static func reservedComponent(in path: String) -> String? {
+        path.split(separator: "/").first(where: isReserved).map(String.init)
+    }
+
+    /// Why a `file://` object may not have `name`: the message the backend and `submit` give.
+    public static func reservedMessage(_ name: String) -> String {
+        "'\(name)' is reserved for jobctl's temporary and metadata files: choose another name"
+    }
+
     /// `.` + `name` + `suffix` (which starts with its own `.`), with `name` shortened when the whole
     /// would be longer than `maximumBytes`.
     public static func make(_ name: String, suffix: String) -> String {

@@ -175,6 +175,9 @@ extension ManifestReader {
                     return .success(try StorageReference(parsing: path + StorageReference.percentEncode(relative, keepSlash: true) + rest).description)
                 }
                 let base = reference.fullPath.isEmpty ? "" : reference.fullPath + "/"
+                if reference.scheme == .file, let reserved = HiddenName.reservedComponent(in: relative) {
+                    throw StorageError(.invalidArgument, HiddenName.reservedMessage(reserved))
+                }
                 return .success(try StorageReference(scheme: reference.scheme, bucket: reference.bucket, path: base + relative,
                                                      query: reference.query).description)
             } catch {

@@ -703,6 +703,11 @@ struct ManifestReader {
     private mutating func referenceValue(_ text: Located<String>, field: JobField, kind: JobKind,
                                          other: Located<String>?) -> StorageReference? {
         guard let reference = parsedReference(text, field: field, other: other) else { return nil }
+        // Refused here, at its line, not by the worker when the job runs.
+        if reference.scheme == .file, let reserved = HiddenName.reservedComponent(in: reference.fullPath) {
+            report(.invalidReference, "'\(field.rawValue)' '\(text.value)': \(HiddenName.reservedMessage(reserved))", at: text.valueMark)
+            return nil
+        }
         if reference.isRoot {
             let verb = kind.isUpload ? "an upload needs" : "a \(kind.rawValue) job needs"
             let example = (try? reference.child("path/file.txt").description) ?? "\(reference)path/file.txt"

@@ -289,16 +289,12 @@ struct LocalLocation {
     var sidecarName: String { HiddenName.make(name, suffix: ".jobctl-meta.json") }
     var sidecarPath: String { directory.childPath(sidecarName) }
 
-    /// The endings of the names the backend keeps for itself.
-    static let reservedSuffixes = [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp"]
+    /// The endings of the names the backend keeps for itself (`HiddenName.reservedSuffixes`).
+    static let reservedSuffixes = HiddenName.reservedSuffixes
 
-    /// Names the backend keeps for itself; no object may take one.
-    ///
-    /// Compared on bytes, as the names are on disk: `hasSuffix` compares Characters, and a character that
-    /// joins the next one (U+0600, a prepended mark) made `x\u{600}.jobctl-upload` not end in
-    /// `.jobctl-upload`, though its bytes do.
+    /// Names the backend keeps for itself; no object may take one (`HiddenName.isReserved`).
     static func isReserved(_ name: String) -> Bool {
-        reservedSuffixes.contains { name.utf8.reversed().starts(with: $0.utf8.reversed()) }
+        HiddenName.isReserved(name)
     }
 }
 
@@ -414,7 +410,7 @@ extension LocalBackend {
         }
         let path = LocalObjectPath(reference.fullPath)
         if let reserved = path.firstReserved {
-            throw StorageError(.invalidArgument, "'\(reserved)' is reserved for jobctl's temporary and metadata files: choose another name")
+            throw StorageError(.invalidArgument, HiddenName.reservedMessage(reserved))
         }
         guard let place = LocalObjectPlace.of(reference, path: path, bucketsDirectory: configuration.localBucketsDirectory) else {
             throw StorageError(.invalidArgument, "'\(reference)' names no object")

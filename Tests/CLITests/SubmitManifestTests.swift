@@ -171,6 +171,33 @@ import Glibc
                                  "gs://demo/c.txt"], "\(sources)")
     }
 
+    /// A `file://` object named like jobctl's own hidden files (a sidecar, an upload session, a partial
+    /// download) passed submit and failed only when it ran; now an error at its field, and a folder
+    /// whose file would take such a name is refused at its destination, as other unnameable files are.
+    @Test func reservedFileNamesAreRefusedAtSubmit() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        try workspace.write("docs/.a.txt.jobctl-meta.json", "{}")
+        try workspace.write("docs/b.txt", "b")
+        let manifest = try workspace.write("res.yaml", """
+        - {kind: upload-data, data: x, destination: "file://b/.hello.txt.jobctl-meta.json"}
+        - {kind: download-file, source: "file://b/dir/x.jobctl-upload/y", destination: out/y}
+        - {kind: upload-file, source: docs/, destination: "file://b/backup/"}
+        - {kind: upload-data, data: x, destination: "gs://b/.hello.txt.jobctl-meta.json"}
+        """)
+        let refused = try workspace.jobctl(["submit", manifest])
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("res.yaml:1:45: error: 'destination' 'file://b/.hello.txt.jobctl-meta.json': "
+                                        + "'.hello.txt.jobctl-meta.json' is reserved for jobctl's temporary and metadata files"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("res.yaml:2:33: error: 'source' 'file://b/dir/x.jobctl-upload/y': 'x.jobctl-upload' is reserved"),
+                "\(refused.stderr)")
+        #expect(refused.stderr.contains("res.yaml:3:51: error: 'source' 'docs/': its file '.a.txt.jobctl-meta.json' has no valid storage "
+                                        + "reference under 'destination': '.a.txt.jobctl-meta.json' is reserved"), "\(refused.stderr)")
+        // A gs:// object may have any such name: the names are file://'s own.
+        #expect(refused.stderr.contains("3 errors generated."), "\(refused.stderr)")
+        #expect(try workspace.jobctl(["list"]).stdout.split(separator: "\n").count <= 1)
+    }
+
     @Test func cloudStorageObjectNamesAreCheckedAtSubmit() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
