@@ -40,7 +40,8 @@ import Darwin
 func sqliteSidecarPath(_ databasePath: String, _ suffix: String) -> String {
     guard let resolved = realpath(databasePath, nil) else { return databasePath + suffix }
     defer { free(resolved) }
-    return String(cString: resolved) + suffix
+    // A real path that is not UTF-8 is named as given: decoded, it would name another file.
+    return (PathText.decoded(cString: resolved) ?? databasePath) + suffix
 }
 
 /// The files an SQLite log at `databasePath` consists of: the database, its `-wal`, `-shm` and

@@ -19,7 +19,12 @@ public enum CurrentDirectory {
             var buffer = [UInt8](repeating: 0, count: size)
             if buffer.withUnsafeMutableBufferPointer({ getcwd(UnsafeMutableRawPointer($0.baseAddress)?.assumingMemoryBound(to: CChar.self), size) }) != nil {
                 // Linux answers "(unreachable)…" for a directory outside the process's root; it is no path.
-                let path = String(decoding: buffer.prefix { $0 != 0 }, as: UTF8.self)
+                // A path that is not UTF-8 cannot be named by a String: decoded with replacement characters
+                // (U+FFFD) it named another folder — a look-alike the worker then created and wrote into.
+                guard let path = PathText.decoded(buffer.prefix { $0 != 0 }) else {
+                    errno = EILSEQ
+                    return nil
+                }
                 return path.hasPrefix("/") ? path : nil
             }
             guard errno == ERANGE, size < 1 << 20 else { return nil }
@@ -40,8 +45,9 @@ public enum CurrentDirectory {
         let last = slash.map { String(trimmed[trimmed.index(after: $0)...]) } ?? trimmed
         if last != "..", last != ".", let real = realpath(folder, nil) {
             defer { free(real) }
-            let base = String(cString: real)
-            return base == "/" ? "/" + last : base + "/" + last
+            if let base = PathText.decoded(cString: real) {
+                return base == "/" ? "/" + last : base + "/" + last
+            }
         }
         guard let current = path else { return relative }
         return current.hasSuffix("/") ? current + relative : current + "/" + relative
@@ -49,7 +55,27 @@ public enum CurrentDirectory {
 
     /// What a relative path cannot start from when `path` is nil, and what to do.
     public static var missingMessage: String {
-        "the current directory cannot be read (\(String(cString: strerror(errno)))): was it removed while jobctl ran in it? "
+        if errno == EILSEQ {
+            return "the current directory's path is not valid UTF-8, and jobctl names files by UTF-8 paths: "
+                + "cd into a folder whose path is, or write absolute paths"
+        }
+        return "the current directory cannot be read (\(String(cString: strerror(errno)))): was it removed while jobctl ran in it? "
             + "cd into an existing folder, or write absolute paths"
+    }
+}
+
+/// Paths the system gives back (`getcwd`, `realpath`, `readlink`) as Strings, or nil when their bytes
+/// are not UTF-8: jobctl names files by UTF-8 paths, and decoding with replacement characters (U+FFFD)
+/// names another file, which it would then create, write or upload.
+public enum PathText {
+    /// `bytes` as a String, or nil when they are not valid UTF-8.
+    public static func decoded(_ bytes: some Collection<UInt8>) -> String? {
+        let text = String(decoding: bytes, as: UTF8.self)
+        return text.utf8.elementsEqual(bytes) ? text : nil
+    }
+
+    /// A NUL-terminated C string as a String, or nil when it is not valid UTF-8.
+    public static func decoded(cString: UnsafePointer<CChar>) -> String? {
+        String(validatingCString: cString)
     }
 }

@@ -300,9 +300,9 @@ public func parseManifest(text: String, path: String, baseDirectory: String) -> 
 // MARK: - Local paths
 
 /// Lexical path handling: no file system access, no symlink resolution.
-enum LocalPath {
+public enum LocalPath {
     /// Removes `.` segments, applies `..` segments and repeated `/` (never climbing above `/`).
-    static func standardize(_ path: String) -> String {
+    public static func standardize(_ path: String) -> String {
         // On UTF-8 bytes: every submit standardises each job's path, and `/`, `.` are ASCII.
         let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
         var parts: [Substring.UTF8View] = []

@@ -83,7 +83,7 @@ enum SourceFile {
         var buffer = [CChar](repeating: 0, count: 4097)
         let count = readlink(path, &buffer, buffer.count - 1)
         guard count >= 0 else { return nil }
-        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return PathText.decoded(buffer[..<count].map { UInt8(bitPattern: $0) })
     }
 }
 

@@ -200,7 +200,7 @@ enum LocalFiles {
     static func resolved(_ path: String) -> String? {
         guard let pointer = realpath(path, nil) else { return nil }
         defer { free(pointer) }
-        return String(cString: pointer)
+        return PathText.decoded(cString: pointer)
     }
 
     /// The current time as RFC 3339 with milliseconds, UTC (`2026-11-29T13:42:23.824Z`).

@@ -16,7 +16,7 @@ public enum ProtectedFiles {
         var found: [FileIdentity: String] = [:]
         for path in paths {
             guard let identity = identity(of: path) else { continue }
-            let shown = realpath(path, nil).map { resolved in defer { free(resolved) }; return String(cString: resolved) } ?? path
+            let shown = realpath(path, nil).flatMap { resolved in defer { free(resolved) }; return PathText.decoded(cString: resolved) } ?? path
             found[identity] = "\(description) ('\(shown)')"
         }
         files.withLock { $0.merge(found) { _, new in new } }

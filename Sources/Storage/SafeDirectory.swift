@@ -113,7 +113,8 @@ final class SafeDirectory {
                 let count = readlink(path, base, capacity - 1)
                 if count >= capacity - 1 { return nil }
                 guard count > 0 else { return .some(nil) }
-                return String(decoding: UnsafeRawBufferPointer(start: base, count: count), as: UTF8.self)
+                // Not UTF-8: no String names it (decoded, it would name another folder).
+                return .some(PathText.decoded(UnsafeRawBufferPointer(start: base, count: count)))
             }
         }
     }

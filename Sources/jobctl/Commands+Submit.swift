@@ -71,7 +71,13 @@ extension Commands {
                 }
                 data = contents
                 displayPath = path
-                baseDirectory = URL(fileURLWithPath: path).standardizedFileURL.deletingLastPathComponent().path
+                // Made absolute from `CurrentDirectory` (not Foundation's, which decodes a folder's path that
+                // is not UTF-8 with replacement characters, so relative paths named a look-alike folder).
+                guard let absolute = path.hasPrefix("/") ? path : CurrentDirectory.path.map({ $0 + "/" + path }) else {
+                    failures.append("\(TerminalText.printable(path)): error: the manifest's folder is unknown: \(CurrentDirectory.missingMessage)")
+                    continue
+                }
+                baseDirectory = SlashSeparatedPath.directory(of: LocalPath.standardize(absolute))
             }
             var parser = ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments[Options.noCheckSources])
             parser.nowMs = now

@@ -1,6 +1,7 @@
 import EventStore
 import Foundation
 import JobModel
+import Manifest
 import PostgresStore
 import Storage
 
@@ -151,16 +152,15 @@ struct Context: Sendable {
     /// otherwise; with a PostgreSQL database (no directory of its own), in `buckets/` of the current directory.
     var localBucketsDirectory: String {
         let relative = isPostgresURL(databasePath) || !databasePath.hasPrefix("/")
-        if relative && CurrentDirectory.path == nil {
+        let current = CurrentDirectory.path
+        if relative && current == nil {
             // The current directory was removed: left relative, so that a job using it fails (ENOENT)
             // instead of Foundation's "" putting the buckets in /buckets at the root.
             return isPostgresURL(databasePath) ? "buckets" : "\(SlashSeparatedPath.directory(of: databasePath))/buckets"
         }
-        if isPostgresURL(databasePath) {
-            return "\(FileManager.default.currentDirectoryPath)/buckets"
-        }
-        let directory = URL(fileURLWithPath: databasePath).deletingLastPathComponent().path
-        return "\(directory)/buckets"
+        let absolute = isPostgresURL(databasePath) ? nil : databasePath.hasPrefix("/") ? databasePath : (current ?? "") + "/" + databasePath
+        guard let absolute else { return "\(current ?? "")/buckets" }
+        return "\(SlashSeparatedPath.directory(of: LocalPath.standardize(absolute)))/buckets"
     }
 
     func paint(_ text: String, _ code: String) -> String {

@@ -31,4 +31,23 @@ signal(SIGXFSZ, SIG_IGN)
 // Last, a stack as large as the one jobctl is built for: under `ulimit -s 64` the command runs on a
 // thread with an 8 MiB stack (see StackSize); it died of SIGSEGV reading its first manifest job.
 let arguments = Array(CommandLine.arguments.dropFirst())
+// An argument that is not UTF-8 (a path with byte 0xFF) reaches Swift with replacement characters, and so
+// names another file: refused as a usage error, as the current directory's path is (`CurrentDirectory`).
+if let bad = (1..<Int(CommandLine.argc)).first(where: { index in
+    CommandLine.unsafeArgv[index].map { String(validatingCString: $0) == nil } ?? false
+}) {
+    ShutdownSignals.unblock()
+    exit(CommandRunner.usageFailure("argument \(bad) ('\(CommandLine.arguments[bad])') is not valid UTF-8, and jobctl names files by "
+                                        + "UTF-8 paths: rename the file or folder, or reach it by a path that is",
+                                    usage: "jobctl <command> [<options>]  (see 'jobctl --help')"))
+}
+// So is a variable naming a file or folder jobctl reads or writes.
+for name in ["JOBCTL_DB", "JOBCTL_BUCKETS", "JOBCTL_CONFIG", "JOBCTL_CA_BUNDLE", "GOOGLE_APPLICATION_CREDENTIALS", "SSL_CERT_FILE",
+             "SSL_CERT_DIR", "HOME", "XDG_CONFIG_HOME"] {
+    if let value = getenv(name), String(validatingCString: value) == nil {
+        ShutdownSignals.unblock()
+        exit(CommandRunner.usageFailure("$\(name) is not valid UTF-8, and jobctl names files by UTF-8 paths: rename the file or folder, "
+                                            + "or set the variable to a path that is", usage: "jobctl <command> [<options>]  (see 'jobctl --help')"))
+    }
+}
 exit(StackSize.run { CommandRunner.run(arguments) })

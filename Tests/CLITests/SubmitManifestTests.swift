@@ -171,6 +171,38 @@ import Glibc
                                  "gs://demo/c.txt"], "\(sources)")
     }
 
+    /// A folder whose path is not UTF-8 cannot be named by a Swift String: decoded with replacement
+    /// characters, a submit run inside one resolved its relative paths against a look-alike folder
+    /// (`dir\u{FFFD}`), which the worker then created and wrote into. Now the submit is refused (65),
+    /// an argument that is not UTF-8 is a usage error (64), and a relative `--db` there is the file given.
+    @Test func aCurrentDirectoryThatIsNotUTF8IsNotReplacedByALookAlike() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let script = """
+            mkdir -p "$(printf 'dir\\377')" && cd "$(printf 'dir\\377')" || exit 99
+            printf 'jobs:\\n  - {kind: download-file, source: file://b/x, destination: out/x.txt}\\n' > m.yaml
+            "$0" --db ../j.db submit m.yaml; echo "relative=$?"
+            "$0" --db ../j.db submit "$PWD/m.yaml"; echo "absolute=$?"
+            "$0" --db ./x.db migrate >/dev/null; echo "migrate=$?"
+            JOBCTL_DB="$PWD/y.db" "$0" list; echo "variable=$?"
+            ls -a; cd .. && ls -a
+            """
+        let output = try runProcess("/bin/sh", ["-c", script, PackagePaths.jobctlBinary], currentDirectory: workspace.directory.path)
+        #expect(output.stdout.contains("relative=65") && output.stdout.contains("absolute=64") && output.stdout.contains("migrate=0")
+                && output.stdout.contains("variable=64"),
+                "\(output.stdout)\(output.stderr)")
+        #expect(output.stderr.contains("m.yaml: error: the manifest's folder is unknown: the current directory's path is not valid UTF-8"),
+                "\(output.stderr)")
+        #expect(output.stderr.contains("is not valid UTF-8, and jobctl names files by UTF-8 paths"), "\(output.stderr)")
+        #expect(output.stderr.contains("$JOBCTL_DB is not valid UTF-8"), "\(output.stderr)")
+        // The database and its writer lock where they were named; no look-alike folder beside it.
+        let listed = output.stdout.split(separator: "\n").map(String.init)
+        #expect(listed.contains("x.db") && listed.contains("x.db-writer-lock"), "\(output.stdout)")
+        // (Foundation lists the real folder with a replacement character too: one entry is the real one.)
+        #expect((try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path)).filter { $0.hasPrefix("dir") }.count == 1,
+                "\(output.stdout)")
+    }
+
     /// A `file://` object named like jobctl's own hidden files (a sidecar, an upload session, a partial
     /// download) passed submit and failed only when it ran; now an error at its field, and a folder
     /// whose file would take such a name is refused at its destination, as other unnameable files are.
