@@ -304,9 +304,48 @@ public final class EventStore: JobStore, @unchecked Sendable {
         return (immutable, true)
     }
 
+    /// SQLite gives a `-wal` or `-shm` file it creates the database's mode: a command that only read the
+    /// database while its owner had made it read-only (`chmod 444`) left them 0444, and once the database
+    /// was writable again every write failed "the database is read-only", naming neither file. A writer
+    /// whose user owns such a file, and may write the database, gives it the database's mode, as SQLite
+    /// would have (through a descriptor opened without following a link).
+    static func restoreSidecarModes(_ path: String) {
+        var database = stat()
+        guard stat(path, &database) == 0, access(path, W_OK) == 0 else { return }
+        for suffix in ["-wal", "-shm"] {
+            let sidecar = sqliteSidecarPath(path, suffix)
+            let descriptor = open(sidecar, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard descriptor >= 0 else { continue }
+            defer { close(descriptor) }
+            var info = stat()
+            guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_uid == geteuid(),
+                  info.st_mode & 0o200 == 0 else { continue }
+            _ = fchmod(descriptor, database.st_mode & 0o777)
+        }
+    }
+
+    /// What keeps a writer out when the database itself may be written but its `-wal` or `-shm` may not
+    /// (another user's reader left it, with a mode this user cannot write): SQLite then says only that
+    /// the database is read-only. Nil when nothing such is there.
+    static func unwritableSidecar(_ path: String) -> String? {
+        guard access(path, W_OK) == 0 else { return nil }
+        for suffix in ["-wal", "-shm"] {
+            let sidecar = sqliteSidecarPath(path, suffix)
+            var info = stat()
+            guard lstat(sidecar, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, access(sidecar, W_OK) != 0 else { continue }
+            let mode = String(info.st_mode & 0o777, radix: 8)
+            return "the database '\(path)' may be written, but its '\(sidecar)' may not by this user (mode 0\(mode), owner uid "
+                + "\(info.st_uid)): a command that read the database while it was read-only left it so; remove it while no jobctl "
+                + "runs on this database, or make it writable for this user"
+        }
+        return nil
+    }
+
     /// Opens for writing, refusing at once a file that cannot be written: SQLite silently opens such a
     /// file read-only and would fail only at the first write, with a less helpful message.
     private static func openForWriting(_ path: String, busyTimeoutMs: Int32) throws(StoreError) -> SQLiteConnection {
+        restoreSidecarModes(path)
+        if let blocking = unwritableSidecar(path) { throw StoreError.readOnly(blocking) }
         let connection = try SQLiteConnection(path: path, readOnly: false, create: false)
         try connection.setBusyTimeout(milliseconds: busyTimeoutMs)
         if connection.isReadOnly {

@@ -52,6 +52,47 @@ import TestSupport
         }
     }
 
+    /// SQLite gives the `-wal` and `-shm` files a reader creates the database's mode: a `list` while the
+    /// owner had made the database read-only left them 0444, and after `chmod 644` every write failed
+    /// "the database is read-only" (a worker retried for 30 s and exited 1), naming neither file. The
+    /// owner's writer now gives its own such files the database's mode; one another user left is named.
+    @Test("a -shm and -wal a reader left while the database was read-only do not keep its owner's writes out",
+          .enabled(if: canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv)"))
+    func sidecarsLeftReadOnlyByAReader() throws {
+        let workspace = try CLIWorkspace("db-sidecar-modes")
+        defer { workspace.directory.remove() }
+        let nobody = try #require(getpwnam("nobody")).pointee
+        let folder = workspace.directory.file("state")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        chmod(workspace.directory.path, 0o755)
+        chown(folder, nobody.pw_uid, nobody.pw_gid)
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: \"x\", destination: \"file://b/x\"}\n")
+        chmod(manifest, 0o644)
+        let database = folder + "/jobctl.db"
+        #expect(try Self.jobctlAsNobody(database, ["submit", manifest], in: workspace.directory.path).status == 0)
+        chmod(database, 0o444)
+        let read = try Self.jobctlAsNobody(database, ["list"], in: workspace.directory.path)
+        #expect(read.status == 0, "\(read.stderr)")
+        chmod(database, 0o644)
+        let submitted = try Self.jobctlAsNobody(database, ["submit", manifest], in: workspace.directory.path)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        for suffix in ["-wal", "-shm"] {
+            guard let mode = Self.ownership(database + suffix)?.mode else { continue }
+            #expect(mode & 0o777 == 0o644, "\(suffix): \(String(mode, radix: 8))")
+        }
+
+        // Another user's -shm that this user may not write: named, with what to do.
+        let shm = database + "-shm"
+        _ = unlink(shm)
+        #expect(FileManager.default.createFile(atPath: shm, contents: Data(count: 32_768)))
+        chmod(shm, 0o444)
+        chown(shm, 61_999, 61_999)
+        let refused = try Self.jobctlAsNobody(database, ["submit", manifest], in: workspace.directory.path)
+        #expect(refused.status == 1, "\(refused.stderr)")
+        #expect(refused.stderr.contains("may not by this user (mode 0444, owner uid 61999)") && refused.stderr.contains("-shm"),
+                "\(refused.stderr)")
+    }
+
     // MARK: - A database shared by group (the service setup)
 
     /// Two unprivileged users sharing a group, as the worker unit sets them up: `worker` (its primary
