@@ -183,7 +183,10 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// A download: bytes safely written to `tempPath`, pinned to the object's generation or ETag.
     /// `file` is the temporary file's identity when it was written (absent in events logged before it
     /// was recorded): a resumed attempt appends only to that very file.
-    case download(bytesWritten: Int64, generation: String?, etag: String?, tempPath: String?, file: FileIdentity? = nil)
+    /// `total` is the file's size as the answer the bytes came from named it (absent in events logged
+    /// before it was recorded): a resumed range whose answer names another size belongs to another file.
+    case download(bytesWritten: Int64, generation: String?, etag: String?, tempPath: String?, file: FileIdentity? = nil,
+                  total: Int64? = nil)
     /// A sliced download of one GCS generation: the object's byte ranges fetched in parallel into
     /// `tempPath` (the very file `file`), each with the bytes from its start that are synced there.
     /// A later attempt fetches only what each slice still lacks.
@@ -218,7 +221,7 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     public var bytesDone: Int64 {
         switch self {
         case .upload(_, let offset, _, _): offset
-        case .download(let written, _, _, _, _): written
+        case .download(let written, _, _, _, _, _): written
         case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0 + $1.confirmed }
         case .sentUpload(let total): total
         case .sentDelete, .unanswered: 0

@@ -13,7 +13,7 @@ extension GCSBackend {
     func downloadsInSlices(_ object: StorageObject, md5: Bool, resumingFrom resume: ResumePoint?) -> Bool {
         guard let threshold = configuration.slicedThreshold, object.size >= threshold, object.size > 0,
               object.generation != nil, object.crc32c != nil, !md5 else { return false }
-        if case .download(let written, let generation, _, _, _)? = resume, written > 0, generation == object.generation { return false }
+        if case .download(let written, let generation, _, _, _, _)? = resume, written > 0, generation == object.generation { return false }
         return true
     }
 

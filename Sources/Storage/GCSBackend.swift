@@ -920,7 +920,7 @@ public struct GCSBackend: StorageBackend {
         }
         let generation = object.generation
         var resume = resumePoint
-        if case .download(_, let recorded, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
+        if case .download(_, let recorded, _, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: within)
         if partial.bytesWritten > object.size { try partial.restart() }

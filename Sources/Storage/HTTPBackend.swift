@@ -487,9 +487,12 @@ public struct HTTPBackend: StorageBackend {
         // Without a validator a resumed prefix could belong to another version of the file: start over.
         var resume = resumePoint
         var validator: String?
+        // The file's size as the answer the kept bytes came from named it (logs before it was recorded: none).
+        var recordedTotal: Int64?
         // (One that cannot be sent back, from a log written before `validator` left such out, is none.)
-        if case .download(_, _, let etag, _, _)? = resume, let etag, !etag.isEmpty, HeaderValues.whyNotSendableBack(etag) == nil {
+        if case .download(_, _, let etag, _, _, let total)? = resume, let etag, !etag.isEmpty, HeaderValues.whyNotSendableBack(etag) == nil {
             validator = etag
+            recordedTotal = total
         } else {
             resume = nil
         }
@@ -501,8 +504,9 @@ public struct HTTPBackend: StorageBackend {
         weak var headersSource: FileSink?
         let sink = FileSink(partial: partial, requestedOffset: start, sentValidator: start > 0 ? validator : nil, md5: md5,
                             checkpoint: { partial, headers in
-                                .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers)),
-                                            bytesTotal: Self.totalSize(headers, offset: 0))
+                                let total = Self.totalSize(headers, offset: 0)
+                                return .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers), total: total),
+                                                   bytesTotal: total)
                             },
                             report: report,
                             progress: { done in
@@ -520,18 +524,33 @@ public struct HTTPBackend: StorageBackend {
         if rangeAsked, let validator {
             request.headers += ["Range: bytes=\(start)-", "If-Range: \(validator)"]
         }
-        // Before anything of an answer that carries no file is written (a 202's status document).
+        // Before anything of an answer that carries no file is written (a 202's status document), nor the
+        // rest of another file: a resumed range whose answer names another size than the one the kept
+        // bytes came from (`Content-Range: bytes S-E/TOTAL`) is of another version, whatever its validator
+        // says — a server that kept its ETag across a change had the two spliced into one file that passed.
+        let sizeChanged = Mutex<Bool>(false)
         sink.checkAnswer = { status, headers throws(StorageError) in
             if let refusal = Self.noFileAnswer(status: status, headers: headers, rangeAsked: rangeAsked, url: url) { throw refusal }
+            if status == 206, rangeAsked, let recordedTotal, let total = Self.rangeTotal(headers), total != recordedTotal {
+                sizeChanged.withLock { $0 = true }
+                throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size (\(recordedTotal) bytes when its download began, "
+                                       + "\(total) now) though its validator did not; the partial file was dropped and a retry starts "
+                                       + "the download again", httpStatus: 206, url: redactedURL(url), retryable: true)
+            }
         }
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(request, sink: sink, control: control, options: configuration.curlOptions)
         } catch {
+            if sizeChanged.withLock({ $0 }), case .failed(let failure) = error {
+                sink.partial.discard()
+                throw failure
+            }
             // The validator from this response (if any) pins the resumed range to the same version.
             let etag = Self.validator(sink.responseHeaders) ?? validator
+            let total = Self.totalSize(sink.responseHeaders, offset: 0) ?? recordedTotal
             return try await sink.outcome(of: error, bytesTotal: nil, report: report) { partial in
-                partial.resumePoint(generation: nil, etag: etag)
+                partial.resumePoint(generation: nil, etag: etag, total: total)
             }
         }
         try await sink.settle()
@@ -569,6 +588,13 @@ public struct HTTPBackend: StorageBackend {
             throw StorageError(.unknown, "the answer for the range \(range.first)-\(range.last) ended after byte \(sink.offset - 1); "
                                    + "a retry resumes from the last checkpoint the log holds, if any", httpStatus: 206,
                                url: redactedURL(url), retryable: true)
+        }
+        if response.status == 206, rangeAsked, let recordedTotal, sink.offset > recordedTotal {
+            // A resumed range of unknown total (`bytes S-E/*`) ran past the size the kept bytes' answer named.
+            sink.partial.discard()
+            throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size (\(recordedTotal) bytes when its download began, "
+                                   + "\(sink.offset) bytes came now) though its validator did not; the partial file was dropped and "
+                                   + "a retry starts the download again", httpStatus: 206, url: redactedURL(url), retryable: true)
         }
         var expected = Self.totalSize(response.headers, offset: response.status == 206 ? start : 0)
         if expected == nil, Self.isCloseDelimited(response) {
@@ -783,6 +809,12 @@ public struct HTTPBackend: StorageBackend {
     private static func validator(_ headers: [String: String]) -> String? {
         guard let value = headers["etag"] ?? headers["last-modified"], HeaderValues.whyNotSendableBack(value) == nil else { return nil }
         return value
+    }
+
+    /// The total a `Content-Range: bytes A-B/TOTAL` names; nil without one, or for `/*`.
+    private static func rangeTotal(_ headers: [String: String]) -> Int64? {
+        guard let range = headers["content-range"], let slash = range.lastIndex(of: "/") else { return nil }
+        return Int64(range[range.index(after: slash)...])
     }
 
     /// The full size from `Content-Range: bytes A-B/TOTAL`, else `offset + Content-Length`. A

@@ -114,7 +114,7 @@ public struct LeftoverFiles: Sendable {
     public static func pathsInUse(_ resumePoints: [ResumePoint]) -> Set<String> {
         Set(resumePoints.compactMap { point -> String? in
             switch point {
-            case .download(_, _, _, let temp, _): temp
+            case .download(_, _, _, let temp, _, _): temp
             case .slicedDownload(_, _, let temp, _): temp
             case .upload(let uri, _, _, _): LocalUploadSession(uri: uri)?.path
             case .sentUpload, .sentDelete, .unanswered: nil
@@ -179,7 +179,7 @@ public struct LeftoverFiles: Sendable {
         let folder = LocalFiles.directory(of: absolute)
         let ours = PartialFile.tempName(for: name, jobID: job.jobID)
         var recorded: (name: String, identity: FileIdentity)?
-        if case .download(_, _, _, let temp?, let identity?)? = job.resumePoint,
+        if case .download(_, _, _, let temp?, let identity?, _)? = job.resumePoint,
            LocalFiles.directory(of: temp) == folder,
            LocalFiles.lastComponent(temp) == PartialFile.tempName(for: name, jobID: nil)
             || PartialFile.isAttemptTempName(LocalFiles.lastComponent(temp), for: name, jobID: job.jobID) {

@@ -660,7 +660,7 @@ final class LocalTransfer {
         let total = object.size
         transferBytes = total
         var resume = resumePoint
-        if case .download(_, let generation, _, _, _)? = resume, generation != object.generation {
+        if case .download(_, let generation, _, _, _, _)? = resume, generation != object.generation {
             resume = nil  // The object changed since the pause: its prefix would be stale.
         }
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,

@@ -216,7 +216,7 @@ public final class PartialFile {
                                         in directory: SafeDirectory) -> String? {
         let path: String?
         switch recorded {
-        case .download(_, _, _, let temp, _)?: path = temp
+        case .download(_, _, _, let temp, _, _)?: path = temp
         case .slicedDownload(_, _, let temp, _)?: path = temp
         default: path = nil
         }
@@ -240,7 +240,7 @@ public final class PartialFile {
     /// `.none` when there is none to continue (the caller starts a new one).
     private static func resumable(_ resume: ResumePoint?, in directory: SafeDirectory, destinationName: String,
                                   ours: String, jobID: String?) -> Resumable {
-        guard case .download(let written, _, _, let previousTemp, let recorded)? = resume else { return .none(frozenWriter: false) }
+        guard case .download(let written, _, _, let previousTemp, let recorded, _)? = resume else { return .none(frozenWriter: false) }
         let name: String
         var attemptsOwn = false
         if let previousTemp {
@@ -382,8 +382,8 @@ public final class PartialFile {
 
     /// Where a later attempt continues from: the bytes written so far (synced by the caller), this
     /// temporary file and its identity, pinned to `generation` or `etag`.
-    public func resumePoint(generation: String?, etag: String?) -> ResumePoint {
-        .download(bytesWritten: bytesWritten, generation: generation, etag: etag, tempPath: tempPath, file: identity)
+    public func resumePoint(generation: String?, etag: String?, total: Int64? = nil) -> ResumePoint {
+        .download(bytesWritten: bytesWritten, generation: generation, etag: etag, tempPath: tempPath, file: identity, total: total)
     }
 
     /// Appends `bytes`. A full disk throws `internalError` ("disk full …", not retryable) and removes the

@@ -185,7 +185,7 @@ struct GCSBackendTests {
             if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
         }
         let outcome = try await run(backend, spec, control: control, recorder: first).get()
-        guard case .stopped(.pause, let point?) = outcome, case .download(let written, let generation, _, let temp, _) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, let generation, _, let temp, _, _) = point else {
             Issue.record("expected a paused download, got \(outcome)")
             return
         }
@@ -220,7 +220,7 @@ struct GCSBackendTests {
             if case .progress(let done, _) = event, done >= 500_000 { control.stop(.pause) }
         }
         let outcome = try await run(backend, spec, control: control, recorder: first).get()
-        guard case .stopped(.pause, let point?) = outcome, case .download(_, _, _, let temp?, _) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .download(_, _, _, let temp?, _, _) = point else {
             Issue.record("expected a paused download, got \(outcome)")
             return
         }

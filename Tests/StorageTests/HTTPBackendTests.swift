@@ -71,7 +71,7 @@ struct HTTPBackendTests {
         let filesystem = try runProcess("/usr/bin/stat", ["-f", "--format=%T", directory.path]).stdout
             .trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(firstJournal.recorded == (filesystem == "tmpfs" ? [] : [.sync]), "\(filesystem): \(firstJournal.recorded)")
-        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, let etag, _, _) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, let etag, _, _, _) = point else {
             Issue.record("expected a paused download, got \(outcome)")
             return
         }
@@ -88,7 +88,7 @@ struct HTTPBackendTests {
         let checkpoints = second.checkpoints
         #expect(checkpoints.count == 2, "\(checkpoints)")
         var previous = written
-        for case .download(let bytes, _, let validator, _, _) in checkpoints {
+        for case .download(let bytes, _, let validator, _, _, _) in checkpoints {
             #expect(bytes - previous >= 8 << 20 && bytes - previous < 9 << 20, "checkpoint gap \(bytes - previous)")
             #expect(validator == etag)
             previous = bytes
@@ -153,7 +153,7 @@ struct HTTPBackendTests {
         defer { directory.remove() }
         let (backend, spec, outcome) = try await pausedDownload(of: 8 << 20, from: server, into: directory)
         let destination = try #require(spec.destination)
-        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, _, let tempPath?, _) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, _, let tempPath?, _, _) = point else {
             Issue.record("expected a paused download with its temporary file, got \(outcome)")
             return
         }

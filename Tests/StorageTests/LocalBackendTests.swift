@@ -599,7 +599,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         let stopped = try await run(sandbox.backend(checkpoint: 3 * 1024 * 1024), spec, recorder: Recorder(stopAtCheckpoint: .pause))
 
         guard case .stopped(.pause, let point?) = stopped,
-              case .download(let written, let generation, _, let tempPath?, _) = point else {
+              case .download(let written, let generation, _, let tempPath?, _, _) = point else {
             Issue.record("expected a paused download with a resume point, got \(stopped)")
             return
         }
