@@ -48,7 +48,8 @@ public enum ManifestReference {
                        + "from the job only, not from defaults); a custom_metadata key set to null is deleted, a field set to null "
                        + "(custom_metadata: every key but download tokens) is removed.", defaultText: "none"),
             FieldEntry(name: "key", summary: "Idempotency key, at most \(ManifestValueRange.maximumKeyBytes) bytes: the same job again "
-                       + "creates no second one; the same key with a different job is refused. A key holds while its job is in the "
+                       + "creates no second one (its run time aside: it keeps the one its first submit gave it, whatever `delay:` or "
+                       + "`submit --at` say again); the same key with a different job is refused. A key holds while its job is in the "
                        + "log: once `jobctl archive` moved the job out, the key names nothing. Not allowed in defaults.",
                        defaultText: "none"),
             FieldEntry(name: "priority", summary: "Higher runs first, \(priority.lowerBound) to \(priority.upperBound).",

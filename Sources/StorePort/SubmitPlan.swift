@@ -82,7 +82,9 @@ public struct SubmitPlan: Sendable {
             }
             let encoded = try StoreJSON.encode(spec)
             if let existing = stored[UTF8Key(key)] ?? firstSpec[UTF8Key(key)].map({ (ids[index], $0) }) {
-                guard encoded.hasSameUTF8(as: existing.spec) else {
+                var same = encoded.hasSameUTF8(as: existing.spec)
+                if !same { same = try Self.sameButForRunTime(spec, existing.spec) }
+                guard same else {
                     throw StoreError.keyConflict(key: key, existingID: existing.id)
                 }
                 entries.append(Entry(spec: spec, id: existing.id, creates: false))
@@ -95,6 +97,19 @@ public struct SubmitPlan: Sendable {
             throw StoreError.invalidControl("'after' makes a cycle (\(cycle.joined(separator: " → "))): these jobs would wait "
                                                 + "for each other forever; nothing was submitted: remove one of the edges")
         }
+    }
+
+    /// Whether `spec` and the stored spec (canonical JSON) differ only in when the job may run: `delay:`
+    /// and `submit --at 1h` are worked out at each submit, so the same manifest submitted again named
+    /// another time, and was refused as another spec under the key. The job keeps the time its first
+    /// submit gave it, as a key's job keeps everything else.
+    static func sameButForRunTime(_ spec: JobSpec, _ stored: String) throws(StoreError) -> Bool {
+        var existing = try StoreJSON.decode(JobSpec.self, stored, what: "a stored spec")
+        guard existing.runAfterMs != nil || spec.runAfterMs != nil else { return false }
+        var given = spec
+        given.runAfterMs = nil
+        existing.runAfterMs = nil
+        return try StoreJSON.encode(given).hasSameUTF8(as: StoreJSON.encode(existing))
     }
 
     /// A cycle of `after:` edges among new jobs (ids, the first repeated at the end), or nil. Jobs in the

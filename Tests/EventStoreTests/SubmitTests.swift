@@ -73,6 +73,31 @@ struct SubmitTests {
         #expect("\(expected)".contains("nightly-1") && "\(expected)".contains(original.id))
     }
 
+    /// `delay:` and `submit --at 1h` are worked out at each submit: the same manifest submitted again named
+    /// another run time, and was refused as another spec under its key. It maps to the job, which keeps
+    /// the time its first submit gave it; any other field still counts.
+    @Test("a keyed job submitted again with another run time maps to the job, which keeps its first", arguments: Engine.allCases)
+    func runTimeIsNotTheSpec(engine: Engine) throws {
+        let fixture = try StoreFixture("store-key-runtime", engine: engine)
+        defer { fixture.remove() }
+        let store = fixture.store
+        var scheduled = uploadSpec(key: "later")
+        scheduled.runAfterMs = 3_600_000
+        let original = try store.submit([scheduled], actor: "cli:test", now: 1)[0]
+        var again = uploadSpec(key: "later")
+        again.runAfterMs = 3_601_000
+        #expect(try store.submit([again], actor: "cli:test", now: 1_001)[0]
+            == SubmitOutcome(id: original.id, key: "later", kind: .uploadFile, created: false))
+        // Without a time (`submit` without `--at` after `submit --at 1h`) too.
+        #expect(try store.submit([uploadSpec(key: "later")], actor: "cli:test", now: 2_001)[0].id == original.id)
+        #expect(try store.job(original.id)?.runAfterMs == 3_600_000)
+        again.priority = 9
+        #expect(throws: StoreError.keyConflict(key: "later", existingID: original.id)) {
+            _ = try store.submit([again], actor: "cli:test", now: 3_001)
+        }
+        #expect(try store.jobs().count == 1)
+    }
+
     @Test("a spec stored with other JSON bytes (another key order) still matches its key", arguments: Engine.allCases)
     func keyMatchIsCanonical(engine: Engine) throws {
         let fixture = try StoreFixture("store-key-canonical", engine: engine)
