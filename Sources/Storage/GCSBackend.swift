@@ -751,7 +751,13 @@ public struct GCSBackend: StorageBackend {
         let aboutThis = Self.names(object, reference)
         if !aboutThis || (object.md5Hash == nil && object.crc32c == nil) {
             // An answer about another object says nothing about this upload: the stored one is asked for.
-            resource = try await storedObjectResource(reference, generation: aboutThis ? object.generation : nil)
+            do {
+                resource = try await storedObjectResource(reference, generation: aboutThis ? object.generation : nil)
+            } catch where error.code == .objectNotFound {
+                // The session said the upload is complete, and nothing (of that generation) is stored.
+                throw StorageError(.unknown, "the upload session said the upload is complete, but \(reference) is not stored; "
+                                       + "a retry uploads it again", url: redactedURL(objectURL(reference)), retryable: true)
+            }
             guard let stored = GCSObjectJSON.object(from: resource), Self.names(stored, reference) else {
                 throw StorageError(.unknown, "the server's metadata for \(reference) is not this object's resource (\(GCSObjectJSON.needs))",
                                    url: redactedURL(objectURL(reference)), retryable: true)
@@ -843,8 +849,15 @@ public struct GCSBackend: StorageBackend {
 
     /// The object `reference` names as stored now (its latest generation) and its size when the metadata
     /// gives one; nil when the server's answer is not that object's resource.
+    /// None stored (404) is nil too: a session's false "complete" to a chunk of a new object was taken
+    /// for the job's own missing object, and failed it for good (`objectNotFound`).
     private func currentObject(_ reference: StorageReference) async throws(StorageError) -> (StorageObject, Int64?)? {
-        let resource = try await storedObjectResource(reference, generation: nil)
+        let resource: [String: Any]
+        do {
+            resource = try await storedObjectResource(reference, generation: nil)
+        } catch where error.code == .objectNotFound {
+            return nil
+        }
         guard let stored = GCSObjectJSON.object(from: resource), Self.names(stored, reference) else { return nil }
         return (stored, resource["size"] == nil ? nil : stored.size)
     }

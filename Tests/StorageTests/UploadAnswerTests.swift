@@ -64,6 +64,34 @@ struct UploadAnswerTests {
         #expect(proxy.exchanges.filter { $0.request.method == "POST" }.count == 2, "a second session")
     }
 
+    /// The same false 200 to the first chunk of an object that does not exist yet: the stored object was
+    /// asked, its 404 taken for the job's own missing object, and the job failed for good
+    /// (`objectNotFound`, "check the path"). Nothing stored means the session did not finish: replaced.
+    @Test("a 200 before the last chunk of a new object replaces the session, not failing the job as not found")
+    func earlyFinishOfANewObject() async throws {
+        let total = Int64(payload.count)
+        let ours = hashes(payload)
+        let setup = try UploadFaultTests.ProxiedEmulator([])
+        defer { setup.stop() }
+        let bucket = setup.server.bucket
+        let proxy = try FaultProxy(upstreamPort: setup.server.port, rules: [
+            FaultRule(Self.chunk(endingAt: 256 * 1024 - 1, of: total), .rewriteResponse { _, response in
+                Self.rewriteJSON(&response) { object in
+                    object = ["kind": "storage#object", "bucket": bucket, "name": "new.bin", "generation": "1", "metageneration": "1",
+                              "size": String(total), "md5Hash": ours.md5 ?? "", "crc32c": ours.crc32c]
+                }
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: proxy.baseURL, usesEmulator: true, firebaseEndpoint: proxy.baseURL,
+                                                                     chunkSize: 256 * 1024, singleRequestLimit: 0, stallTimeout: 30, connectTimeout: 5))
+        let result = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "gs://\(bucket)/new.bin", data: payload)))
+        #expect(proxy.firedCounts == [1])
+        #expect(result.object?.size == total, "\(String(describing: result.object))")
+        #expect(try await setup.storedBytes("new.bin") == payload)
+        #expect(proxy.exchanges.filter { $0.request.method == "POST" }.count == 2, "a second session")
+    }
+
     /// A final answer with another CRC32C (the stored object was right: it was deleted all the same), or
     /// naming another bucket and object (recorded as the job's result): the stored object is asked.
     @Test("a final answer about other bytes or another object is checked against the stored object", arguments: [true, false])
