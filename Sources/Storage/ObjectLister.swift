@@ -60,6 +60,7 @@ extension GCSBackend {
         var names: [String] = []
         var pageToken: String?
         var pages = 0
+        var tokensSeen: Set<String> = []
         repeat {
             var url = "\(endpoint)/storage/v1/b/\(StorageReference.percentEncode(prefix.bucket, keepSlash: false))/o?maxResults=\(pageSize)"
             if !path.isEmpty { url += "&prefix=" + StorageReference.percentEncode(path, keepSlash: false) }
@@ -90,6 +91,13 @@ extension GCSBackend {
             }
             pageToken = (json["nextPageToken"] as? String).flatMap { $0.isEmpty ? nil : $0 }
             pages += 1
+            // A token given before leads back to pages already read: followed, the listing went round for
+            // 100,000 pages (hours at a real server's pace).
+            if let pageToken, !tokensSeen.insert(pageToken).inserted {
+                throw StorageError(.unknown, "the server's object list of \(prefix) gave a page token it had given before (after \(pages) "
+                                       + "pages): its pages go round, so the listing was stopped", url: redactedURL(response.url),
+                                   retryable: true)
+            }
             // A server that keeps answering with a token and no end is not followed for ever.
             if pages > 100_000 {
                 throw StorageError(.unknown, "the object list of \(prefix) did not end after \(pages) pages")
