@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 
 /// Whether `target` names a PostgreSQL database rather than an SQLite file: a `postgres://` or
 /// `postgresql://` URL (libpq's URI form). Key/value connection strings are accepted by
@@ -25,7 +26,9 @@ public func redactedDatabaseURL(_ target: String) -> String {
         if let at = rest.lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") {
             text = String(text[..<colon]) + ":REDACTED" + String(text[at...])
         }
-        return PasswordScanner(text).redactingQueryParameters()
+        // libpq percent-decodes a URL's query keys (`pass%77ord=` is its password), as the shared URL
+        // redaction reads them: what the scanner's literal match leaves, that catches.
+        return SecretRedaction.redactURL(PasswordScanner(text).redactingQueryParameters())
     }
     return PasswordScanner(text).redactingKeywords()
 }

@@ -1,4 +1,5 @@
 import Foundation
+import JobModel
 import Testing
 @testable import PostgresStore
 import TestSupport
@@ -21,6 +22,9 @@ struct RedactionTests {
               ("password=s3cret", "password=REDACTED"),
               ("PASSWORD=s3cret host=db", "PASSWORD=REDACTED host=db"),
               ("/var/lib/jobctl/jobs.db", "/var/lib/jobctl/jobs.db"),
+              // libpq percent-decodes a URL's query keys: `pass%77ord` is its password.
+              ("postgres://db/jobctl?user=jobs&pass%77ord=s3cret", "postgres://db/jobctl?user=jobs&pass%77ord=REDACTED"),
+              ("postgres://db/jobctl?%70assword=s3cret&sslmode=require", "postgres://db/jobctl?%70assword=REDACTED&sslmode=require"),
           ])
     func redacts(input: String, expected: String) {
         let redacted = redactedDatabaseURL(input)
@@ -71,7 +75,8 @@ struct RedactionTests {
             if let at = rest.lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") {
                 text = String(text[..<colon]) + ":REDACTED" + String(text[at...])
             }
-            return replacing(#"([?&][A-Za-z_]*password=)[^&]*"#, in: text)
+            // Then the shared URL redaction, which reads query keys percent-decoded, as libpq does.
+            return SecretRedaction.redactURL(replacing(#"([?&][A-Za-z_]*password=)[^&]*"#, in: text))
         }
         return replacing(#"((?:^|\s)[A-Za-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)"#, in: text)
     }
