@@ -20,6 +20,48 @@ struct PostgresCLITests {
         priority: -1
     """
 
+    /// A PostgreSQL session lost under `watch` (a server restarted, an administrator's
+    /// `pg_terminate_backend`) ended it with exit 1 at once — read by `submit --wait x && publish` as a
+    /// failed job — though the job then succeeded. The watcher rides it out now, as workers do.
+    @Test("watch rides out its PostgreSQL session ended under it and reports how the job ended")
+    func watchRidesOutALostSession() throws {
+        let workspace = try CLIWorkspace("pg-watch-lost", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let server = try PostgresServer.shared()
+        let ids = try workspace.submit("- {kind: upload-data, data: x, destination: file://b/x.txt, key: lost}\n")
+        let tag = "watch_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
+        let watch = Process()
+        watch.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        watch.arguments = ["--db", workspace.database + "&application_name=\(tag)", "watch", try #require(ids.first)]
+        watch.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
+        let errors = workspace.directory.file("watch.err")
+        #expect(FileManager.default.createFile(atPath: errors, contents: nil))
+        let errorFile = try #require(FileHandle(forWritingAtPath: errors))
+        watch.standardOutput = FileHandle.nullDevice
+        watch.standardError = errorFile
+        try watch.run()
+        defer {
+            if watch.isRunning { watch.signalTree(SIGKILL); watch.waitForExit(seconds: 30) }
+            try? errorFile.close()
+        }
+        // Ended by the server as an administrator would end it, once the watcher's session is there.
+        var ended = false
+        for _ in 0..<100 where !ended {
+            ended = try server.psql(database: "postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                        + "WHERE application_name = '\(tag)'").contains("t")
+            if !ended { usleep(100_000) }
+        }
+        #expect(ended, "the watcher's session was never seen")
+        // The job runs after the loss; the watcher sees it end.
+        usleep(1_500_000)
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        #expect(watch.waitForExit(seconds: 60), "watch did not end")
+        let said = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+        #expect(watch.terminationStatus == 0, "\(said)")
+        #expect(said.contains("trying again for up to 60 s") && said.contains("the event log answers again"), "\(said)")
+    }
+
     @Test("migrate, submit, worker --drain, list, result and replay --verify; the password is never printed")
     func happyPath() throws {
         let workspace = try CLIWorkspace("pg-cli", engine: .postgres)
