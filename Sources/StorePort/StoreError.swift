@@ -51,6 +51,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// An `after:` entry names no job: not a key of the jobs submitted with it, nor a key or id (prefix)
     /// of a job in the log.
     case unknownDependency(String)
+    /// `after:` edges among the jobs of one submit close a cycle: the indices (in the submitted specs) of
+    /// the jobs on it, in order, the first repeated at the end.
+    case dependencyCycle(specIndices: [Int])
     /// A write larger than the database takes in one statement or one value (PostgreSQL: 1 GB); nothing
     /// of it was sent. The message says how large and what to do.
     case tooLarge(String)
@@ -120,6 +123,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return "'after' names '\(name)', which is neither the key of a job in the manifest nor a key or id (prefix) "
                 + "of a job in the log; nothing was submitted: name a job that exists (`jobctl list` shows them; a job "
                 + "`jobctl archive` moved out of the log is named by nothing)"
+        case .dependencyCycle(let indices):
+            return "'after' makes a cycle among the jobs submitted (jobs \(indices.map { String($0 + 1) }.joined(separator: " → "))): "
+                + "they would wait for each other forever; nothing was submitted: remove one of the edges"
         case .tooLarge(let message):
             return message
         case .serverRefused(let sqlstate, let message):

@@ -94,8 +94,10 @@ public struct SubmitPlan: Sendable {
             entries.append(Entry(spec: spec, id: ids[index], creates: true))
         }
         if let cycle = Self.cycle(among: entries.filter(\.creates)) {
-            throw StoreError.invalidControl("'after' makes a cycle (\(cycle.joined(separator: " → "))): these jobs would wait "
-                                                + "for each other forever; nothing was submitted: remove one of the edges")
+            // Named by the specs that made them, which the submit can place in its manifests.
+            var indexOf: [String: Int] = [:]
+            for (index, entry) in entries.enumerated() where entry.creates && indexOf[entry.id] == nil { indexOf[entry.id] = index }
+            throw StoreError.dependencyCycle(specIndices: cycle.compactMap { indexOf[$0] })
         }
     }
 

@@ -93,13 +93,15 @@ extension Commands {
         }
         var specs: [JobSpec] = []
         var listingNotes: [String] = []
+        // Where each spec's job was written: its manifest, line and column.
+        var origins: [(path: String, line: Int, column: Int)] = []
         if failures.isEmpty {
             let expanded = try expandPrefixes(manifestJobs, context: context)
             specs = expanded.specs
             listingNotes = expanded.notes
             failures += expanded.failures
             if failures.isEmpty {
-                let origins = expanded.origins.map { (path: manifestPaths[$0], line: manifestJobs[$0].line, column: manifestJobs[$0].column) }
+                origins = expanded.origins.map { (path: manifestPaths[$0], line: manifestJobs[$0].line, column: manifestJobs[$0].column) }
                 failures += repeatedKeys(specs, origins: origins)
             }
         }
@@ -123,6 +125,25 @@ extension Commands {
             emitError("Error: nothing was submitted")
             return ExitCode.dataError
         }
+        // A cycle through jobs of several manifests (one manifest's own is refused as it is read): at the
+        // first job's entry, each job named by its key (or its place) and where it was written.
+        func dependencyCycle(_ indices: [Int]) -> Int32 {
+            func name(_ index: Int) -> String {
+                specs[index].key.map { "'\(TerminalText.printable($0))'" }
+                    ?? "the job at \(TerminalText.printable(origins[index].path)):\(origins[index].line)"
+            }
+            guard let first = indices.first, first < origins.count else {
+                emitError("Error: \(StoreError.dependencyCycle(specIndices: indices))")
+                return ExitCode.dataError
+            }
+            let places = Set(indices.dropLast()).sorted().map { "\(TerminalText.printable(origins[$0].path)):\(origins[$0].line)" }
+            let origin = origins[first]
+            emitError("\(TerminalText.printable(origin.path)):\(origin.line):\(origin.column): error: 'after' makes a cycle: "
+                      + indices.map(name).joined(separator: " → ") + " (written at \(places.joined(separator: ", "))): these jobs would "
+                      + "wait for each other forever; remove one of the edges")
+            emitError("Error: nothing was submitted")
+            return ExitCode.dataError
+        }
         if arguments[Options.dryRun] {
             // Planned against the log as `submit` plans (its `after:` names, keys already there, cycles),
             // read only; with no log yet, against an empty one (which is what `submit` would create).
@@ -141,6 +162,8 @@ extension Commands {
                 }
             } catch StoreError.unknownDependency(let name) {
                 return unknownDependency(name)
+            } catch StoreError.dependencyCycle(let indices) {
+                return dependencyCycle(indices)
             }
             if arguments[Options.json] {
                 emit(try jsonText(specs.map { SpecView($0, display: display) }))
@@ -162,6 +185,8 @@ extension Commands {
             outcomes = try store.submit(specs, actor: context.actor, now: Clock.nowMs())
         } catch StoreError.unknownDependency(let name) {
             return unknownDependency(name)
+        } catch StoreError.dependencyCycle(let indices) {
+            return dependencyCycle(indices)
         }
         if arguments[Options.json] {
             struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool; let batch: String? }
