@@ -52,7 +52,9 @@ public enum SettingsFile {
                                                           message: "the configuration file is larger than \(limits.maximumBytes) bytes")]))
         }
         if let errors = ManifestParser.byteOrderMarkErrors(in: source, path: path, limits: limits) { return .failure(errors) }
-        let document = YAMLParser(source: source, limits: limits).parseDocument()
+        let document = YAMLParser(source: source, limits: limits,
+                                  secondDocumentMessage: "a configuration file is one YAML document, but a second one starts here; "
+                                      + "put every setting in the one mapping").parseDocument()
         for problem in document.problems {
             report(problem.kind == .duplicateKey ? .duplicateKey : .syntax, problem.message, at: problem.mark)
         }
@@ -80,9 +82,15 @@ public enum SettingsFile {
                     continue
                 }
                 // YAML's null (`~`, `null`, nothing) sets no value, as `db:` does: taken as text, `db: ~` made a
-                // database named `~` and `queue: null` a worker of a queue named `null`.
+                // database named `~` and `queue: null` a worker of a queue named `null`. A setting left null (or
+                // an empty list) is left to its default, as the reference says: kept as an empty value, `config`
+                // showed it set to nothing by the file, and `concurrency: ~` was refused as "not ''".
                 func text(_ scalar: YAMLScalar) -> String { scalar.isNull ? "" : scalar.value }
                 switch pair.value {
+                case .scalar(let value) where value.isNull:
+                    continue
+                case .sequence(let items, _) where items.isEmpty:
+                    continue
                 case .scalar(let value):
                     entries.append(SettingsEntry(key: key.value, values: [text(value)], isList: false,
                                                  line: value.mark.line, column: value.mark.column))

@@ -79,9 +79,14 @@ final class YAMLParser {
         }
     }
 
-    init(source: SourceText, limits: ManifestLimits = .default) {
+    /// What a second document is told: the file is a manifest unless the reader says otherwise.
+    let secondDocumentMessage: String
+
+    init(source: SourceText, limits: ManifestLimits = .default,
+         secondDocumentMessage: String = "a manifest is one YAML document, but a second one starts here; put all jobs under one 'jobs:' list") {
         self.source = source
         self.limits = limits
+        self.secondDocumentMessage = secondDocumentMessage
         parser = .allocate(capacity: 1)
         parser.initialize(to: yaml_parser_t())
         feed = InputFeed(bytes: source.bytes)
@@ -319,7 +324,7 @@ final class YAMLParser {
                     if documents > 1 {
                         throw ParseFailure(problem: YAMLProblem(
                             kind: .unsupported,
-                            message: "a manifest is one YAML document, but a second one starts here; put all jobs under one 'jobs:' list",
+                            message: secondDocumentMessage,
                             mark: mark))
                     }
                 case .scalar(let scalar, let anchor):

@@ -178,6 +178,17 @@ import TestSupport
         #expect(migrate.status == 0, "\(migrate.stderr)")
         #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("~")))
         #expect(FileManager.default.fileExists(atPath: workspace.directory.file("jobctl.db")))
+        // Every key alike: null (or an empty list) is the key left out. `concurrency: ~` was refused as
+        // "not ''", `stall_timeout: ~` shown as set to nothing by the file, `queue: []` likewise.
+        let nulls = try workspace.write("nulls.yaml", "concurrency: ~\nstall_timeout: ~\nqueue: []\nlease: null\n")
+        let shown = try Self.run(workspace, ["--config", nulls, "config", "--json"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any], "\(shown.stdout)")
+        let rows = try #require(document["settings"] as? [[String: Any]], "\(shown.stdout)")
+        for key in ["concurrency", "stall_timeout", "queue", "lease"] {
+            let row = rows.first { $0["key"] as? String == key }
+            #expect(row?["source"] as? String == "default", "\(key): \(String(describing: row))")
+        }
     }
 
     /// A password holding `#` or `?` (libpq takes it) ended the generic URL redaction's user part early:
@@ -210,9 +221,9 @@ import TestSupport
             // A queue no manifest can name (PostgreSQL refused the NUL in every claim, for ever).
             ("queue: [media, \"q\\0x\"]\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
             ("queue: 'bad name!'\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
-            // YAML's null is no value, not the text 'null' (a worker of a queue named null took nothing).
-            ("queue: null\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
-            ("concurrency: ~\n", "1:14: error: concurrency: --concurrency expects a whole number"),
+            // A null in a list is no name (a worker of a queue named null took nothing).
+            ("queue: [media, null]\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
+            ("concurrency: 4\n---\nqueue: x\n", "2:1: error: a configuration file is one YAML document, but a second one starts here"),
             ("- concurrency\n", "1:1: error: a configuration file is a mapping of settings"),
             ("concurrency: 4\nconcurrency: 5\n", "2:1: error:"),
             ("concurrency: 'unclosed\n", "error:"),
