@@ -124,20 +124,18 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The hosts whose Firebase-form URLs (`/v0/b/BUCKET/o/PATH`) name a `gs://` object: Firebase's own,
-    /// and an emulator's that `STORAGE_EMULATOR_HOST` or `FIREBASE_STORAGE_EMULATOR_HOST` names (where
-    /// `gs://` requests go), each `host[:port]` in lower case. As Firebase's `refFromURL` reads only its
-    /// host and the emulator's: the same path on any other host read as `gs://` sent a pasted emulator
-    /// URL (`http://127.0.0.1:9199/v0/b/…`) to Google's servers, with whatever Google credentials the
-    /// worker had; there it is a plain URL, requested as written.
+    /// and the emulator's that `STORAGE_EMULATOR_HOST` names (where `gs://` requests go), each
+    /// `host[:port]` in lower case. As Firebase's `refFromURL` reads only its host and the emulator's: the
+    /// same path on any other host read as `gs://` sent a pasted emulator URL (`http://127.0.0.1:9199/v0/b/…`)
+    /// to Google's servers, with whatever Google credentials the worker had; there it is a plain URL,
+    /// requested as written.
     static let firebaseHosts: Set<String> = {
         var hosts: Set<String> = ["firebasestorage.googleapis.com", "firebasestorage.googleapis.com:443"]
-        let environment = ProcessInfo.processInfo.environment
-        for name in ["STORAGE_EMULATOR_HOST", "FIREBASE_STORAGE_EMULATOR_HOST"] {
-            guard var value = environment[name]?.trimmingCharacters(in: .whitespaces).lowercased(), !value.isEmpty else { continue }
-            if let separator = value.range(of: "://") { value = String(value[separator.upperBound...]) }
-            while value.hasSuffix("/") { value.removeLast() }
-            if !value.isEmpty { hosts.insert(value) }
-        }
+        guard var value = ProcessInfo.processInfo.environment["STORAGE_EMULATOR_HOST"]?
+            .trimmingCharacters(in: .whitespaces).lowercased() else { return hosts }
+        if let separator = value.range(of: "://") { value = String(value[separator.upperBound...]) }
+        while value.hasSuffix("/") { value.removeLast() }
+        if !value.isEmpty { hosts.insert(value) }
         return hosts
     }()
 
