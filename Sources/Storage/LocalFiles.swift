@@ -68,8 +68,15 @@ enum LocalFiles {
     /// `allowingDirectories`: a directory is opened too (for callers that report one themselves).
     static func openRegularForReading(_ path: String, followingLinks: Bool = true, allowingDirectories: Bool = true)
         -> (descriptor: Int32, info: stat, notRegular: String?) {
-        var info = stat()
         let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (followingLinks ? 0 : O_NOFOLLOW))
+        return regularOnly(descriptor, allowingDirectories: allowingDirectories)
+    }
+
+    /// `descriptor` (opened `O_RDONLY | O_NONBLOCK`, or negative with `errno` set) as
+    /// `openRegularForReading` answers: with its `fstat`, blocking again when it is a regular file (or an
+    /// allowed directory), else closed, with what it is.
+    static func regularOnly(_ descriptor: Int32, allowingDirectories: Bool) -> (descriptor: Int32, info: stat, notRegular: String?) {
+        var info = stat()
         guard descriptor >= 0 else { return (-1, info, nil) }
         guard fstat(descriptor, &info) == 0 else {
             let code = errno

@@ -282,28 +282,9 @@ final class SafeDirectory {
     func openRegularForReading(_ name: String, linkRefused: (String) -> StorageError) throws(StorageError)
         -> (descriptor: Int32, info: stat, notRegular: String?) {
         try Self.checkName(name)
-        var info = stat()
         let fd = name.withCString { openat(descriptor, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-        guard fd >= 0 else {
-            let code = errno
-            if code == ELOOP { throw linkRefused(childPath(name)) }
-            errno = code
-            return (-1, info, nil)
-        }
-        guard fstat(fd, &info) == 0 else {
-            let code = errno
-            _ = Glibc.close(fd)
-            errno = code
-            return (-1, info, nil)
-        }
-        let kind = info.st_mode & S_IFMT
-        guard kind == S_IFREG else {
-            _ = Glibc.close(fd)
-            return (-1, info, kind == S_IFIFO ? "a FIFO" : kind == S_IFSOCK ? "a socket" : kind == S_IFDIR ? "a directory" : "a device")
-        }
-        // Opened O_RDONLY | O_NONBLOCK: clearing the status flags clears O_NONBLOCK alone.
-        _ = fcntl(fd, F_SETFL, 0)
-        return (fd, info, nil)
+        if fd < 0 && errno == ELOOP { throw linkRefused(childPath(name)) }
+        return LocalFiles.regularOnly(fd, allowingDirectories: false)
     }
 
     /// `renameat(2)` within this directory: `to` is replaced atomically by `from`, whatever it was (a
