@@ -27,6 +27,22 @@ final class Watcher {
     /// How long `watch` and `submit --wait` ride out a log that stopped answering before they give up.
     static let reconnectLimit: Duration = .seconds(60)
 
+    /// Polls with `iteration` until it gives an exit code, `pollInterval` apart; `iteration` is told when
+    /// the poll before it was lost (`poll`), so it reads again what it had read (its last version forgotten).
+    private func pollUntilEnd(_ iteration: (_ lost: Bool) throws -> Int32?) throws -> Int32 {
+        var lost = false
+        while true {
+            switch try poll({ try iteration(lost) }) {
+            case .some(.some(let code)): return code
+            case .some(.none): lost = false
+            case .none:
+                lost = true
+                continue
+            }
+            usleep(pollInterval)
+        }
+    }
+
     /// Runs one poll of a watcher's loop: a lost PostgreSQL session (a server restarted, a connection
     /// ended by an administrator or a middlebox) is ridden out as a worker rides it out — the store opened
     /// again every second, a note on standard error — for up to `reconnectLimit`, instead of ending
@@ -61,37 +77,28 @@ final class Watcher {
         var lastVersion: Int64 = -1
         var bar = ProgressBar(enabled: !json, countsConfirmedBytes: (try store.job(jobID))?.spec.kind.isUpload ?? false,
                               plain: context.terminalIsDumb)
-        while true {
-            let ended: Int32?? = try poll { () throws -> Int32? in
-                let version = try store.dataVersion()
-                if version != lastVersion {
-                    lastVersion = version
-                    // The state first, then the events: when the state is final, its event is already in the
-                    // log, so it is printed before the watcher exits (events are append-only).
-                    let job = try store.job(jobID)
-                    for event in try store.events(jobID: jobID) where (event.seq ?? 0) > lastSeq {
-                        lastSeq = event.seq ?? lastSeq
-                        try show(event, bar: &bar)
-                    }
-                    guard let job else { throw archivedAway("job \(jobID) is") }
-                    if job.state.isFinal {
-                        bar.finish()
-                        if !json {
-                            emitLine("\(job.id) \(display.stateLine(job.state, job.error, paint: context.paint(state:)))")
-                        }
-                        return job.state == .succeeded ? ExitCode.ok : ExitCode.failure
-                    }
+        return try pollUntilEnd { lost in
+            if lost { lastVersion = -1 }
+            let version = try store.dataVersion()
+            if version != lastVersion {
+                lastVersion = version
+                // The state first, then the events: when the state is final, its event is already in the
+                // log, so it is printed before the watcher exits (events are append-only).
+                let job = try store.job(jobID)
+                for event in try store.events(jobID: jobID) where (event.seq ?? 0) > lastSeq {
+                    lastSeq = event.seq ?? lastSeq
+                    try show(event, bar: &bar)
                 }
-                return nil
+                guard let job else { throw archivedAway("job \(jobID) is") }
+                if job.state.isFinal {
+                    bar.finish()
+                    if !json {
+                        emitLine("\(job.id) \(display.stateLine(job.state, job.error, paint: context.paint(state:)))")
+                    }
+                    return job.state == .succeeded ? ExitCode.ok : ExitCode.failure
+                }
             }
-            switch ended {
-            case .some(.some(let code)): return code
-            case .some(.none): break
-            case .none:
-                lastVersion = -1
-                continue
-            }
-            usleep(pollInterval)
+            return nil
         }
     }
 
@@ -109,48 +116,39 @@ final class Watcher {
         var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
         var whole: ProgressBar? = json ? nil : ProgressBar(enabled: true, countsConfirmedBytes: false, plain: context.terminalIsDumb)
         var progress = BatchProgress()
-        while true {
-            let ended: Int32?? = try poll { () throws -> Int32? in
-                let version = try store.dataVersion()
-                if version != lastVersion {
-                    lastVersion = version
-                    // States first, then events: every final state's event is printed before the exit. Counted
-                    // by state in one query: reading every record at each change cost a batch of 20,000 jobs
-                    // ~6 s of CPU over its drain.
-                    let tally = try store.tally(filter: filter)
-                    let present = tally.values.reduce(0) { $0 + $1.count }
-                    if present < ids.count {
-                        let gone = ids.subtracting(try store.jobs(filter: filter).map(\.id))
-                        throw archivedAway(gone.count == 1 ? "job \(gone.first ?? "") of batch \(batch) is"
-                                                           : "\(gone.count) jobs of batch \(batch) are")
-                    }
-                    while true {
-                        let events = try store.events(afterSeq: lastSeq, limit: 500)
-                        for event in events {
-                            lastSeq = event.seq ?? lastSeq
-                            if ids.contains(event.jobID) { try show(event, bar: &bar, above: &whole) }
-                        }
-                        if events.count < 500 { break }
-                    }
-                    whole?.draw(progress.line(tally, atMs: Clock.nowMs(), width: context.width))
-                    if tally.keys.allSatisfy(\.isFinal) {
-                        whole?.finish()
-                        if !json {
-                            emitLine("batch \(batch): \(BatchProgress.outcomes(tally))")
-                        }
-                        return tally.keys.allSatisfy { $0 == .succeeded } ? ExitCode.ok : ExitCode.failure
-                    }
+        return try pollUntilEnd { lost in
+            if lost { lastVersion = -1 }
+            let version = try store.dataVersion()
+            if version != lastVersion {
+                lastVersion = version
+                // States first, then events: every final state's event is printed before the exit. Counted
+                // by state in one query: reading every record at each change cost a batch of 20,000 jobs
+                // ~6 s of CPU over its drain.
+                let tally = try store.tally(filter: filter)
+                let present = tally.values.reduce(0) { $0 + $1.count }
+                if present < ids.count {
+                    let gone = ids.subtracting(try store.jobs(filter: filter).map(\.id))
+                    throw archivedAway(gone.count == 1 ? "job \(gone.first ?? "") of batch \(batch) is"
+                                                       : "\(gone.count) jobs of batch \(batch) are")
                 }
-                return nil
+                while true {
+                    let events = try store.events(afterSeq: lastSeq, limit: 500)
+                    for event in events {
+                        lastSeq = event.seq ?? lastSeq
+                        if ids.contains(event.jobID) { try show(event, bar: &bar, above: &whole) }
+                    }
+                    if events.count < 500 { break }
+                }
+                whole?.draw(progress.line(tally, atMs: Clock.nowMs(), width: context.width))
+                if tally.keys.allSatisfy(\.isFinal) {
+                    whole?.finish()
+                    if !json {
+                        emitLine("batch \(batch): \(BatchProgress.outcomes(tally))")
+                    }
+                    return tally.keys.allSatisfy { $0 == .succeeded } ? ExitCode.ok : ExitCode.failure
+                }
             }
-            switch ended {
-            case .some(.some(let code)): return code
-            case .some(.none): break
-            case .none:
-                lastVersion = -1
-                continue
-            }
-            usleep(pollInterval)
+            return nil
         }
     }
 
@@ -167,47 +165,38 @@ final class Watcher {
         var bar = ProgressBar(enabled: context.stderrIsTerminal, countsConfirmedBytes: false, plain: context.terminalIsDumb,
                               toStandardError: true)
         var progress = BatchProgress()
-        while true {
-            let ended: Int32?? = try poll { () throws -> Int32? in
-                let now = Clock.monotonicMs()
-                let version = try store.dataVersion()
-                if version != lastVersion, lastReadMs.map({ now - $0 >= Self.waitReadIntervalMs }) ?? true {
-                    lastVersion = version
-                    lastReadMs = now
-                    var open: [String] = []
-                    var found: Set<String> = []
-                    for start in stride(from: 0, to: remaining.count, by: 500) {
-                        let page = Array(remaining[start..<min(remaining.count, start + 500)])
-                        for job in try store.controlStates(ids: page) {
-                            found.insert(job.id)
-                            if job.state.isFinal { ended[job.state, default: 0] += 1 } else { open.append(job.id) }
-                        }
-                    }
-                    if let gone = remaining.first(where: { !found.contains($0) }) {
-                        bar.finish()
-                        throw archivedAway("job \(gone) is", before: "submit --wait")
-                    }
-                    remaining = open
-                    // The jobs as `watch --batch` counts a batch: those not ended as queued (their bytes are not read).
-                    var tally = ended.mapValues { JobTally(count: $0, bytesDone: 0) }
-                    if !remaining.isEmpty { tally[.queued] = JobTally(count: remaining.count, bytesDone: 0) }
-                    bar.draw(progress.line(tally, atMs: Clock.nowMs(), width: context.stderrWidth))
-                    if remaining.isEmpty {
-                        bar.finish()
-                        emitError(BatchProgress.outcomes(tally))
-                        return tally.keys.allSatisfy { $0 == .succeeded } ? ExitCode.ok : ExitCode.failure
+        return try pollUntilEnd { lost in
+            if lost { lastVersion = -1 }
+            let now = Clock.monotonicMs()
+            let version = try store.dataVersion()
+            if version != lastVersion, lastReadMs.map({ now - $0 >= Self.waitReadIntervalMs }) ?? true {
+                lastVersion = version
+                lastReadMs = now
+                var open: [String] = []
+                var found: Set<String> = []
+                for start in stride(from: 0, to: remaining.count, by: 500) {
+                    let page = Array(remaining[start..<min(remaining.count, start + 500)])
+                    for job in try store.controlStates(ids: page) {
+                        found.insert(job.id)
+                        if job.state.isFinal { ended[job.state, default: 0] += 1 } else { open.append(job.id) }
                     }
                 }
-                return nil
+                if let gone = remaining.first(where: { !found.contains($0) }) {
+                    bar.finish()
+                    throw archivedAway("job \(gone) is", before: "submit --wait")
+                }
+                remaining = open
+                // The jobs as `watch --batch` counts a batch: those not ended as queued (their bytes are not read).
+                var tally = ended.mapValues { JobTally(count: $0, bytesDone: 0) }
+                if !remaining.isEmpty { tally[.queued] = JobTally(count: remaining.count, bytesDone: 0) }
+                bar.draw(progress.line(tally, atMs: Clock.nowMs(), width: context.stderrWidth))
+                if remaining.isEmpty {
+                    bar.finish()
+                    emitError(BatchProgress.outcomes(tally))
+                    return tally.keys.allSatisfy { $0 == .succeeded } ? ExitCode.ok : ExitCode.failure
+                }
             }
-            switch ended {
-            case .some(.some(let code)): return code
-            case .some(.none): break
-            case .none:
-                lastVersion = -1
-                continue
-            }
-            usleep(pollInterval)
+            return nil
         }
     }
 
@@ -219,38 +208,29 @@ final class Watcher {
         var lastSeq = try store.lastSeq()
         var lastVersion: Int64 = -1
         var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
-        while true {
-            let ended: Int32?? = try poll { () throws -> Int32? in
-                // Idle is decided before the events are read, so every event up to that moment is printed
-                // before the watcher exits.
-                var idle = false
-                if exitWhenIdle {
-                    let counts = try store.counts()
-                    idle = (counts[.queued] ?? 0) == 0 && (counts[.running] ?? 0) == 0
-                }
-                let version = try store.dataVersion()
-                if version != lastVersion || idle {
-                    lastVersion = version
-                    while true {
-                        let events = try store.tailEvents(afterSeq: lastSeq, limit: 500)
-                        for event in events {
-                            lastSeq = event.seq ?? lastSeq
-                            try show(event, bar: &bar)
-                        }
-                        if events.count < 500 { break }
+        return try pollUntilEnd { lost in
+            if lost { lastVersion = -1 }
+            // Idle is decided before the events are read, so every event up to that moment is printed
+            // before the watcher exits.
+            var idle = false
+            if exitWhenIdle {
+                let counts = try store.counts()
+                idle = (counts[.queued] ?? 0) == 0 && (counts[.running] ?? 0) == 0
+            }
+            let version = try store.dataVersion()
+            if version != lastVersion || idle {
+                lastVersion = version
+                while true {
+                    let events = try store.tailEvents(afterSeq: lastSeq, limit: 500)
+                    for event in events {
+                        lastSeq = event.seq ?? lastSeq
+                        try show(event, bar: &bar)
                     }
+                    if events.count < 500 { break }
                 }
-                if idle { return ExitCode.ok }
-                return nil
             }
-            switch ended {
-            case .some(.some(let code)): return code
-            case .some(.none): break
-            case .none:
-                lastVersion = -1
-                continue
-            }
-            usleep(pollInterval)
+            if idle { return ExitCode.ok }
+            return nil
         }
     }
 
