@@ -1,3 +1,5 @@
+import Foundation
+
 /// Text shown to people on a terminal, with its control characters made visible.
 ///
 /// Server replies (an error body, an object's content type or hash), manifest values (an idempotency
@@ -52,6 +54,46 @@ public enum TerminalText {
     /// and messages, whose columns count a tab as one.
     public static func printableKeepingTabs(_ text: String) -> String {
         escaping(text) { isControl($0) && $0 != "\t" }
+    }
+
+    /// `json` — JSON text as `JSONEncoder` writes it, UTF-8 — with every control character it left as it
+    /// is written as a JSON escape: DEL as `\u007f`, the C1 controls as `\u0080`–`\u009f` and the layout
+    /// controls (`isLayoutControl`) as `\u2028`–`\u202e`, `\u2066`–`\u2069`, as the worker's log writes
+    /// them. The encoder escapes only C0: a DEL, an 8-bit CSI or a right-to-left override in a value
+    /// (custom metadata, a key) reached the terminal of whoever ran `jobctl result` or `list --json`.
+    /// Still JSON, and the same values to a program that reads it; other non-ASCII text stays as it is.
+    /// Outside its strings JSON text is ASCII structure, so every such byte sequence is inside a string.
+    public static func escapingJSONControls(_ json: Data) -> Data {
+        // C2 80–9F: U+0080–U+009F. E2 80 A8–AE: U+2028–U+202E. E2 81 A6–A9: U+2066–U+2069.
+        guard json.contains(where: { $0 == 0x7F || $0 == 0xC2 || $0 == 0xE2 }) else { return json }
+        let bytes = [UInt8](json)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count + 16)
+        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        func escape(_ value: UInt32) {
+            out += [UInt8(ascii: "\\"), UInt8(ascii: "u"), hex[Int(value >> 12 & 0xF)], hex[Int(value >> 8 & 0xF)],
+                    hex[Int(value >> 4 & 0xF)], hex[Int(value & 0xF)]]
+        }
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            let next = index + 1 < bytes.count ? bytes[index + 1] : 0
+            if byte == 0x7F {
+                escape(0x7F)
+                index += 1
+            } else if byte == 0xC2, (0x80...0x9F).contains(next) {
+                escape(UInt32(next))
+                index += 2
+            } else if byte == 0xE2, index + 2 < bytes.count,
+                      (next == 0x80 && (0xA8...0xAE).contains(bytes[index + 2])) || (next == 0x81 && (0xA6...0xA9).contains(bytes[index + 2])) {
+                escape(0x2000 | UInt32(next & 0x3F) << 6 | UInt32(bytes[index + 2] & 0x3F))
+                index += 3
+            } else {
+                out.append(byte)
+                index += 1
+            }
+        }
+        return Data(out)
     }
 
     private static func escaping(_ text: String, where shouldEscape: (Unicode.Scalar) -> Bool) -> String {

@@ -297,7 +297,7 @@ extension Commands {
                 do { object = try encoder.encode(AuditRow(job, display: display)) } catch {
                     throw StoreError.corrupt("job \(job.id) could not be encoded as JSON: \(error)")
                 }
-                output.write(indented: object)
+                output.write(indented: TerminalText.escapingJSONControls(object))
             }
             output.write(count == 0 ? try jsonText([AuditRow]()) + "\n" : "\n]\n")
         } else if arguments[Options.csv] {

@@ -194,16 +194,17 @@ func emitError(_ text: String) {
     StandardStreams.write(safe.hasSuffix("\n") ? safe : safe + "\n", to: STDERR_FILENO)
 }
 
-/// JSON for `--json` output: sorted keys, pretty-printed, no escaped slashes.
+/// JSON for `--json` output: sorted keys, pretty-printed, no escaped slashes, and no control character
+/// left raw (`TerminalText.escapingJSONControls`: the encoder escapes C0 only).
 func jsonText<T: Encodable>(_ value: T) throws -> String {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-    return String(decoding: try encoder.encode(value), as: UTF8.self)
+    return String(decoding: TerminalText.escapingJSONControls(try encoder.encode(value)), as: UTF8.self)
 }
 
 /// One JSON object per line (for streams: `watch`).
 func jsonLine<T: Encodable>(_ value: T) throws -> String {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-    return String(decoding: try encoder.encode(value), as: UTF8.self)
+    return String(decoding: TerminalText.escapingJSONControls(try encoder.encode(value)), as: UTF8.self)
 }

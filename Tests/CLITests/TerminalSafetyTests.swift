@@ -99,6 +99,40 @@ import TestSupport
         #expect(keyed["key"] as? String == "k\(Self.hostile)")
     }
 
+    /// JSON output went out as `JSONEncoder` wrote it, which escapes C0 controls only: `jobctl result` of
+    /// a get-metadata job (its text form is the object's metadata as JSON) sent a custom value's U+202E and
+    /// 8-bit CSI to the terminal, and `list --json` a key's DEL. Every JSON output now writes DEL, the C1
+    /// controls and the layout controls as `\u…` escapes: no raw control, and the same values once decoded.
+    @Test func jsonOutputsEscapeEveryControlCharacter() throws {
+        let workspace = try CLIWorkspace("terminal-safety-json")
+        defer { workspace.directory.remove() }
+        let store = try EventStore(path: workspace.database)
+        let now = Clock.nowMs()
+        let worker = "worker:test:1"
+        let ids = try store.submit([
+            JobSpec(kind: .getMetadata, source: "gs://bucket/obj", key: "k\(Self.hostile)"),
+        ], actor: "cli:test", now: now).map(\.id)
+        let claim = try #require(try store.claim(owner: worker, queues: nil, limit: 1, leaseMs: 60_000, now: now).first)
+        let object = StorageObject(bucket: "bucket", name: "obj", size: 2, customMetadata: ["label": Self.hostile])
+        try store.append(PendingEvent(jobID: ids[0], type: .started, actor: worker, leaseToken: claim.token, data: EventData(attempt: 1)), now: now)
+        try store.append(PendingEvent(jobID: ids[0], type: .succeeded, actor: worker, leaseToken: claim.token,
+                                      data: EventData(result: JobResult(object: object))), now: now + 1)
+
+        for arguments in [["result", ids[0]], ["result", ids[0], "--json"], ["list", "--json"], ["show", ids[0], "--json"],
+                          ["history", ids[0], "--json"], ["audit", "--json"]] {
+            let output = try workspace.jobctl(arguments)
+            let shown = arguments.joined(separator: " ")
+            #expect(output.status == 0, "jobctl \(shown): \(output.stderr)")
+            #expect(Self.controls(in: output.stdout).isEmpty, "jobctl \(shown) sent \(Self.controls(in: output.stdout)):\n\(output.stdout)")
+        }
+        let result = try workspace.jobctl(["result", ids[0]]).stdout
+        #expect(result.contains(#"\u007f\r"#) && result.contains(#"\u009b2J"#) && result.contains(#"evil\u202etxt.exe"#), "\(result)")
+        let metadata = try #require(try JSONSerialization.jsonObject(with: Data(result.utf8)) as? [String: Any])
+        #expect((metadata["custom_metadata"] as? [String: String])?["label"] == Self.hostile, "\(metadata)")
+        let listed = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(listed.first?["key"] as? String == "k\(Self.hostile)", "\(listed)")
+    }
+
     /// Through a real worker: a server (the fault proxy in front of nginx) refuses with the hostile text
     /// in its reason phrase and body; neither the worker's log nor `show` sends it raw.
     @Test func aServersReplyReachesNoTerminalRaw() throws {
