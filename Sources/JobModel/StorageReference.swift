@@ -390,6 +390,44 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Cloud Storage's bucket naming rules, as a sentence for messages.
+    public static let cloudStorageBucketRule = "Cloud Storage bucket names are 3 to 63 characters (up to 222 with dots, "
+        + "at most 63 between two), lower-case letters, digits, '-', '_' and '.', starting and ending with a letter or digit, "
+        + "and not an IP address"
+
+    /// Why no Cloud Storage bucket can be named `bucket`, or nil when one can. Parsing takes any name
+    /// `isValidBucketName` allows, for `gs://` as for `file://` (where a bucket is a folder's name, and
+    /// `file://B` or `file://x` are fine); a `gs://` name against these rules would reach the server only
+    /// when the job runs, and fail there. So `submit` checks each `gs://` reference it reads with this,
+    /// and reports a mistake (`gs://MyBucket/x`, `gs://b/x`) at its line. Checked on bytes, ASCII only.
+    /// https://cloud.google.com/storage/docs/buckets#naming
+    public static func cloudStorageBucketProblem(_ bucket: String) -> String? {
+        let bytes = Array(bucket.utf8)
+        let isLower = { (byte: UInt8) in byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z") }
+        let isDigit = { (byte: UInt8) in byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+        if bytes.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) {
+            return "it has upper-case letters (write '\(bucket.lowercased())')"
+        }
+        if let other = bytes.first(where: { !isLower($0) && !isDigit($0) && !"-_.".utf8.contains($0) }) {
+            return "it holds '\(Character(Unicode.Scalar(other)))'"
+        }
+        let hasDots = bytes.contains(UInt8(ascii: "."))
+        if bytes.count < 3 || bytes.count > (hasDots ? 222 : 63) {
+            return "it is \(bytes.count) character\(bytes.count == 1 ? "" : "s") long"
+        }
+        guard let first = bytes.first, let last = bytes.last, isLower(first) || isDigit(first), isLower(last) || isDigit(last) else {
+            return "it does not start and end with a letter or digit"
+        }
+        let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        if parts.contains(where: { $0.count > 63 }) {
+            return "a part between its dots is longer than 63 characters"
+        }
+        if parts.count == 4, parts.allSatisfy({ !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(isDigit) }) {
+            return "it is an IP address"
+        }
+        return nil
+    }
+
     /// ASCII letters and digits, `-`, `_` and `.`, and not dots only (`.`, `..` would climb out of a
     /// local bucket's directory). Checked on bytes: a worker checks every job's bucket, and building a
     /// Foundation `CharacterSet` for it was 5 % of a small-job drain's instructions.

@@ -155,7 +155,7 @@ extension ManifestReader {
         }
         let reference: StorageReference
         do {
-            reference = try StorageReference(parsing: text.value)
+            reference = try Self.submittedReference(text.value)
         } catch {
             report(.invalidReference, "'destination' is not a valid storage reference: \(error.message)", at: text.valueMark)
             return nil
@@ -204,7 +204,7 @@ extension ManifestReader {
     /// A download-file `source` that names a prefix to list: a `gs://` or `file://` reference ending in
     /// `/`, or a bucket root. Nil for anything else (the usual checks then run).
     func listablePrefix(_ text: Located<String>) -> StorageReference? {
-        guard let reference = try? StorageReference(parsing: text.value), reference.scheme == .gs || reference.scheme == .file else {
+        guard let reference = try? Self.submittedReference(text.value), reference.scheme == .gs || reference.scheme == .file else {
             return nil
         }
         guard reference.isRoot || Self.namesFolder(text.value, plainHTTP: false) else { return nil }

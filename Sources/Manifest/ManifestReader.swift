@@ -684,10 +684,22 @@ struct ManifestReader {
         referenceValue(text, field: field, kind: kind, other: other)?.description
     }
 
+    /// `text` parsed as a reference a user submits: a `gs://` one (written as such, as a Firebase or a
+    /// storage.googleapis.com URL) must name a bucket Cloud Storage can have. Parsing alone takes any
+    /// bucket a `file://` folder may be named, and `gs://MyBucket/x` or `gs://b/x` failed only when the job ran.
+    static func submittedReference(_ text: String) throws(StorageError) -> StorageReference {
+        let reference = try StorageReference(parsing: text)
+        if reference.scheme == .gs, let problem = StorageReference.cloudStorageBucketProblem(reference.bucket) {
+            throw StorageError(.invalidArgument, "the bucket name '\(reference.bucket)' cannot be a Cloud Storage bucket's: \(problem); "
+                + StorageReference.cloudStorageBucketRule)
+        }
+        return reference
+    }
+
     /// The reference `text` names, or nil after reporting why it names none.
     private mutating func parsedReference(_ text: Located<String>, field: JobField, other: Located<String>?) -> StorageReference? {
         do {
-            return try StorageReference(parsing: text.value)
+            return try Self.submittedReference(text.value)
         } catch {
             var message = "'\(field.rawValue)' is not a valid storage reference: \(error.message)"
             if !text.value.containsUTF8("://"), let other, other.value.containsUTF8("://") {
@@ -1058,7 +1070,7 @@ struct ManifestReader {
         guard let text = string(pair, expected: expected) else { return nil }
         let reference: StorageReference
         do {
-            reference = try StorageReference(parsing: text)
+            reference = try Self.submittedReference(text)
         } catch {
             report(.invalidReference, "'bucket' is not a valid bucket: \(error.message); expected \(expected)", at: pair.value.mark)
             return nil

@@ -495,10 +495,10 @@ import Worker
         for p in 0..<processes {
             var text = "jobs:\n"
             for j in 0..<jobsEach {
-                text += "  - {kind: upload-data, data: \"\(p)-\(j)\", destination: \"gs://b/p\(p)/\(j).txt\", key: \"k-\(p)-\(j)\"}\n"
+                text += "  - {kind: upload-data, data: \"\(p)-\(j)\", destination: \"gs://bkt/p\(p)/\(j).txt\", key: \"k-\(p)-\(j)\"}\n"
             }
             // Every process also submits one shared key: exactly one job may exist for it.
-            text += "  - {kind: upload-data, data: shared, destination: gs://b/shared.txt, key: shared}\n"
+            text += "  - {kind: upload-data, data: shared, destination: gs://bkt/shared.txt, key: shared}\n"
             paths.append(try workspace.write("m\(p).yaml", text))
         }
         let manifestPaths = paths

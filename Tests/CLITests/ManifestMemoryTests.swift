@@ -24,7 +24,7 @@ struct ManifestMemoryTests {
     func hugeScalarRefusedWhileRead() throws {
         let workspace = try CLIWorkspace("huge-scalar")
         defer { workspace.directory.remove() }
-        let head = "jobs:\n  - kind: upload-data\n    destination: gs://b/x\n    data: \""
+        let head = "jobs:\n  - kind: upload-data\n    destination: gs://bkt/x\n    data: \""
         let path = try Self.manifest(workspace, "scalar.yaml", head: head, filler: UInt8(ascii: "a"), size: 50 << 20, tail: Data("\"\n".utf8))
         let result = try workspace.jobctlPeakMemory(["submit", "--dry-run", path])
         #expect(result.status == 65, "\(result.stderr)")

@@ -105,7 +105,7 @@ import TestSupport
         #expect(show.stdout.contains("1 byte inline"))
         let json = try workspace.jobctl(["show", ids[0], "--json"])
         #expect(json.stdout.contains("gs://bucket/reports/annual%20report%20%28final%29.pdf"), "\(json.stdout)")
-        #expect(try workspace.jobctl(["submit", "--dry-run", workspace.write("one.yaml", "- {kind: upload-data, data: x, destination: \"gs://b/x\"}\n")])
+        #expect(try workspace.jobctl(["submit", "--dry-run", workspace.write("one.yaml", "- {kind: upload-data, data: x, destination: \"gs://bkt/x\"}\n")])
             .stdout.contains("1 job valid"))
     }
 
@@ -115,8 +115,8 @@ import TestSupport
         let workspace = try CLIWorkspace("spec-fields")
         defer { workspace.directory.remove() }
         let manifest = try workspace.write("fields.yaml", """
-        - {kind: download-file, source: "gs://b/x", destination: out/x, timeout: 1h30m, checksums: [md5], if_exists: skip-identical, max_rate: 10M}
-        - {kind: delete, destination: "gs://b/y", if_generation: 42}
+        - {kind: download-file, source: "gs://bkt/x", destination: out/x, timeout: 1h30m, checksums: [md5], if_exists: skip-identical, max_rate: 10M}
+        - {kind: delete, destination: "gs://bkt/y", if_generation: 42}
         """)
         let dryRun = try #require(try workspace.json(["submit", "--dry-run", "--json", manifest]) as? [[String: Any]])
         let ids = try workspace.submit(String(contentsOfFile: manifest, encoding: .utf8))

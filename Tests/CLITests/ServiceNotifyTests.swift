@@ -161,7 +161,7 @@ import TestSupport
         let workspace = try CLIWorkspace("notify-child")
         defer { workspace.directory.remove() }
         _ = try workspace.submit("""
-            - {kind: download-memory, source: "gs://b/o.txt", max_attempts: 1}
+            - {kind: download-memory, source: "gs://bkt/o.txt", max_attempts: 1}
             """)
         let listener = try NotifySocket()
         let seen = workspace.directory.file("seen.txt")

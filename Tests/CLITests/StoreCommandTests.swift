@@ -85,7 +85,7 @@ import TestSupport
         #expect(migrated.status == 0, "\(migrated.stderr)")
         #expect(FileManager.default.fileExists(atPath: workspace.database))
         let other = workspace.directory.file("other.db")
-        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: gs://b/x.txt}\n")
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: gs://bkt/x.txt}\n")
         let submitted = try runProcess(PackagePaths.jobctlBinary, ["--db", other, "submit", manifest])
         #expect(submitted.status == 0, "\(submitted.stderr)")
         #expect(FileManager.default.fileExists(atPath: other))
@@ -99,7 +99,7 @@ import TestSupport
         let workspace = try CLIWorkspace("cli-key")
         defer { workspace.directory.remove() }
         let first = try workspace.write("first.yaml", """
-        - {kind: upload-data, data: "one", destination: gs://b/report.txt, key: nightly}
+        - {kind: upload-data, data: "one", destination: gs://bkt/report.txt, key: nightly}
         """)
         let id = try workspace.jobctl(["submit", first]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(id.count == 26)
@@ -108,8 +108,8 @@ import TestSupport
         #expect(again.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == id)
 
         let changed = try workspace.write("changed.yaml", """
-        - {kind: upload-data, data: "new", destination: gs://b/new.txt}
-        - {kind: upload-data, data: "two", destination: gs://b/report.txt, key: nightly}
+        - {kind: upload-data, data: "new", destination: gs://bkt/new.txt}
+        - {kind: upload-data, data: "two", destination: gs://bkt/report.txt, key: nightly}
         """)
         let refused = try workspace.jobctl(["submit", changed])
         #expect(refused.status == 1)
@@ -126,8 +126,8 @@ import TestSupport
         let workspace = try CLIWorkspace("cli-control")
         defer { workspace.directory.remove() }
         let manifest = try workspace.write("jobs.yaml", """
-        - {kind: upload-data, data: a, destination: gs://b/a.txt}
-        - {kind: upload-data, data: b, destination: gs://b/b.txt}
+        - {kind: upload-data, data: a, destination: gs://bkt/a.txt}
+        - {kind: upload-data, data: b, destination: gs://bkt/b.txt}
         """)
         let ids = try workspace.jobctl(["submit", manifest]).stdout.split(separator: "\n").map(String.init)
         try #require(ids.count == 2)
@@ -229,7 +229,7 @@ import TestSupport
         #expect(result.status == 0 && result.stdout == "hello", "\(result.stderr)")
 
         // Writes are refused, saying why, and touch nothing.
-        let otherManifest = try workspace.write("more.yaml", "- {kind: upload-data, data: x, destination: gs://b/x.txt}\n")
+        let otherManifest = try workspace.write("more.yaml", "- {kind: upload-data, data: x, destination: gs://bkt/x.txt}\n")
         for arguments in [["submit", otherManifest], ["worker", "--drain"], ["cancel", ids[0]], ["replay"], ["migrate"]] {
             let refused = try readOnly(arguments)
             #expect(refused.status == 1, "\(arguments): \(refused.stdout)\(refused.stderr)")

@@ -61,7 +61,7 @@ import Glibc
     @Test func onlyTheFirstHundredErrorsArePrinted() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
-        let path = try workspace.write("many.yaml", "jobs:\n" + String(repeating: "  - {kind: bogus, source: gs://b/x}\n", count: 5_000))
+        let path = try workspace.write("many.yaml", "jobs:\n" + String(repeating: "  - {kind: bogus, source: gs://bkt/x}\n", count: 5_000))
         let output = try workspace.jobctl(["submit", path])
         #expect(output.status == 65, "\(output.stderr.prefix(500))")
         #expect(output.stdout.isEmpty)
@@ -215,7 +215,7 @@ import Glibc
         - {kind: upload-data, data: x, destination: "file://b/.hello.txt.jobctl-meta.json"}
         - {kind: download-file, source: "file://b/dir/x.jobctl-upload/y", destination: out/y}
         - {kind: upload-file, source: docs/, destination: "file://b/backup/"}
-        - {kind: upload-data, data: x, destination: "gs://b/.hello.txt.jobctl-meta.json"}
+        - {kind: upload-data, data: x, destination: "gs://bkt/.hello.txt.jobctl-meta.json"}
         """)
         let refused = try workspace.jobctl(["submit", manifest])
         #expect(refused.status == 65, "\(refused.stderr)")
@@ -235,16 +235,16 @@ import Glibc
         defer { workspace.directory.remove() }
         let longest = String(repeating: "\u{E9}", count: 512)  // 1,024 bytes
         let fits = try workspace.write("fits.yaml", """
-        - {kind: upload-data, data: x, destination: "gs://b/\(longest)"}
+        - {kind: upload-data, data: x, destination: "gs://bkt/\(longest)"}
         - {kind: upload-data, data: x, destination: "file://b/\(String(repeating: String(longest.prefix(120)) + "/", count: 5))x/y"}
         """)
         let fine = try workspace.jobctl(["submit", "--dry-run", fits])
         #expect(fine.status == 0, "\(fine.stderr)")
         let manifest = try workspace.write("long.yaml", """
-        - {kind: upload-data, data: x, destination: "gs://b/\(longest)x"}
-        - {kind: download-memory, source: "https://firebasestorage.googleapis.com/v0/b/b/o/\(String(repeating: "n", count: 1_025))"}
-        - {kind: download-memory, source: "https://storage.googleapis.com/b/a%0Ab"}
-        - {kind: upload-data, data: x, destination: "gs://b/a%0Db"}
+        - {kind: upload-data, data: x, destination: "gs://bkt/\(longest)x"}
+        - {kind: download-memory, source: "https://firebasestorage.googleapis.com/v0/b/bkt/o/\(String(repeating: "n", count: 1_025))"}
+        - {kind: download-memory, source: "https://storage.googleapis.com/bkt/a%0Ab"}
+        - {kind: upload-data, data: x, destination: "gs://bkt/a%0Db"}
         """)
         let refused = try workspace.jobctl(["submit", manifest])
         #expect(refused.status == 65, "\(refused.stderr)")
@@ -253,6 +253,26 @@ import Glibc
         #expect(refused.stderr.contains("long.yaml:2:35: error: 'source' is not a valid storage reference: the object name is 1025 bytes"), "\(refused.stderr)")
         #expect(refused.stderr.components(separatedBy: "contains a line feed or carriage return").count == 3, "\(refused.stderr)")
         #expect(refused.stderr.contains("4 errors generated."), "\(refused.stderr)")
+    }
+
+    /// `gs://BKT/x` and `gs://b/x` name buckets Cloud Storage cannot have: they were submitted and failed
+    /// only when a worker ran them. Refused at submit now (65), at the value, saying the rule.
+    @Test func cloudStorageBucketNamesAreCheckedAtSubmit() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("buckets.yaml", """
+        - {kind: download-memory, source: gs://BKT/x}
+        - {kind: upload-data, data: x, destination: gs://b/x}
+        - {kind: upload-data, data: x, destination: file://B/x}
+        """)
+        let refused = try workspace.jobctl(["submit", manifest])
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("buckets.yaml:1:35: error: 'source' is not a valid storage reference: the bucket name 'BKT' "
+                                        + "cannot be a Cloud Storage bucket's: it has upper-case letters (write 'bkt'); Cloud Storage bucket "
+                                        + "names are 3 to 63 characters"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("buckets.yaml:2:45: error: 'destination' is not a valid storage reference: the bucket name 'b' "
+                                        + "cannot be a Cloud Storage bucket's: it is 1 character long"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("2 errors generated."), "\(refused.stderr)")
     }
 
     /// A file whose name is not UTF-8 (byte 0xFF) is named for what it is: skipped from a folder upload
@@ -291,10 +311,10 @@ import Glibc
         try workspace.write("data/here.csv", "a,b\n")
         let path = try workspace.write("jobs.yaml", """
         jobs:
-          - {kind: upload-file, source: data/here.csv, destination: gs://b/here.csv}
-          - {kind: upload-file, source: data/later.csv, destination: gs://b/later.csv}
-          - {kind: upload-file, source: "data/*.txt", destination: gs://b/}
-          - {kind: upload-file, source: data, destination: gs://b/}
+          - {kind: upload-file, source: data/here.csv, destination: gs://bkt/here.csv}
+          - {kind: upload-file, source: data/later.csv, destination: gs://bkt/later.csv}
+          - {kind: upload-file, source: "data/*.txt", destination: gs://bkt/}
+          - {kind: upload-file, source: data, destination: gs://bkt/}
         """)
         let refused = try workspace.jobctl(["submit", path])
         #expect(refused.status == 65)
@@ -308,15 +328,15 @@ import Glibc
         // Without the glob: the missing file is fine once the check is off.
         let later = try workspace.write("later.yaml", """
         jobs:
-          - {kind: upload-file, source: data/here.csv, destination: gs://b/here.csv}
-          - {kind: upload-file, source: data/later.csv, destination: gs://b/later.csv}
+          - {kind: upload-file, source: data/here.csv, destination: gs://bkt/here.csv}
+          - {kind: upload-file, source: data/later.csv, destination: gs://bkt/later.csv}
         """)
         #expect(try workspace.jobctl(["submit", "--dry-run", later]).status == 65)
         let unchecked = try workspace.jobctl(["submit", "--no-check-sources", later])
         #expect(unchecked.status == 0, "\(unchecked.stderr)")
         #expect(unchecked.stdout.split(separator: "\n").count == 2)
         let perJob = try workspace.write("per-job.yaml", """
-        - {kind: upload-file, source: data/later.csv, destination: gs://b/later.csv, check_source: false}
+        - {kind: upload-file, source: data/later.csv, destination: gs://bkt/later.csv, check_source: false}
         """)
         #expect(try workspace.jobctl(["submit", perJob]).status == 0)
         #expect(try workspace.jobctl(["help", "submit"]).stdout.contains("--no-check-sources"))
@@ -328,7 +348,7 @@ import Glibc
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
         let source = try workspace.write("secret.csv", "a,b\n")
-        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-file, source: secret.csv, destination: gs://b/s.csv}\n")
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-file, source: secret.csv, destination: gs://bkt/s.csv}\n")
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: workspace.directory.path)
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: manifest)
         try FileManager.default.setAttributes([.posixPermissions: 0o000], ofItemAtPath: source)

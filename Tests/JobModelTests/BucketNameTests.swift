@@ -38,3 +38,28 @@ struct BucketNameTests {
         #expect((try? StorageReference(parsing: "file://my_bucket.1/x"))?.bucket == "my_bucket.1")
     }
 }
+
+/// Cloud Storage's own naming rules, which `submit` holds `gs://` buckets to (parsing takes any name a
+/// `file://` folder may have): https://cloud.google.com/storage/docs/buckets#naming
+struct CloudStorageBucketNameTests {
+    @Test("names Cloud Storage can have", arguments: [
+        "abc", "my-bucket", "my_bucket", "0bucket9", "my-app.appspot.com", "test-bucket", String(repeating: "a", count: 63),
+        String(repeating: String(repeating: "a", count: 63) + ".", count: 3) + String(repeating: "b", count: 30),  // 222
+        "1.2.3.4x", "1.2.3",
+    ])
+    func accepted(_ name: String) {
+        #expect(StorageReference.cloudStorageBucketProblem(name) == nil, "\(name)")
+    }
+
+    @Test("names Cloud Storage cannot have, and why", arguments: [
+        ("BKT", "upper-case letters (write 'bkt')"), ("My-Bucket", "upper-case"), ("b", "1 character long"), ("ab", "2 characters long"),
+        (String(repeating: "a", count: 64), "64 characters long"), ("-abc", "start and end with a letter or digit"),
+        ("abc_", "start and end"), (".abc", "start and end"), (String(repeating: "a", count: 64) + ".com", "between its dots"),
+        (String(repeating: String(repeating: "a", count: 63) + ".", count: 3) + String(repeating: "b", count: 31), "223 characters long"),
+        ("192.168.5.4", "an IP address"),
+    ])
+    func refused(_ name: String, _ reason: String) throws {
+        let problem = try #require(StorageReference.cloudStorageBucketProblem(name), "\(name)")
+        #expect(problem.contains(reason), "\(name): \(problem)")
+    }
+}

@@ -18,22 +18,22 @@ struct JoinedFiles: Sendable, CustomTestStringConvertible {
 /// with the mark inside a value. It is an error at the mark itself.
 @Suite(.onTestThreads) struct ByteOrderMarkTests {
     static let bom: [UInt8] = [0xEF, 0xBB, 0xBF]
-    static let first = Array("jobs:\n  - kind: download-memory\n    source: gs://b/a\n".utf8)
-    static let second = bom + Array("jobs:\n  - kind: download-memory\n    source: gs://b/c\n".utf8)
+    static let first = Array("jobs:\n  - kind: download-memory\n    source: gs://bkt/a\n".utf8)
+    static let second = bom + Array("jobs:\n  - kind: download-memory\n    source: gs://bkt/c\n".utf8)
 
     /// Where each concatenation puts the second file's mark.
     @Test(arguments: [
         JoinedFiles(name: "two mappings: at the start of line 4", bytes: first + second, position: "4:1", line: "\u{FEFF}jobs:"),
         JoinedFiles(name: "two lists, the first without a mark",
-                    bytes: Array("- kind: download-memory\n  source: gs://b/a\n".utf8) + bom + Array("- kind: download-memory\n  source: gs://b/c\n".utf8),
+                    bytes: Array("- kind: download-memory\n  source: gs://bkt/a\n".utf8) + bom + Array("- kind: download-memory\n  source: gs://bkt/c\n".utf8),
                     position: "3:1", line: "\u{FEFF}- kind: download-memory"),
-        JoinedFiles(name: "the first without a final line break: inside line 3", bytes: first.dropLast() + second, position: "3:21",
-                    line: "    source: gs://b/a\u{FEFF}jobs:"),
+        JoinedFiles(name: "the first without a final line break: inside line 3", bytes: first.dropLast() + second, position: "3:23",
+                    line: "    source: gs://bkt/a\u{FEFF}jobs:"),
         JoinedFiles(name: "both with marks, CRLF lines: the first's is the file's own",
-                    bytes: bom + Array("jobs:\r\n  - kind: download-memory\r\n    source: gs://b/a\r\n".utf8) + second, position: "4:1",
+                    bytes: bom + Array("jobs:\r\n  - kind: download-memory\r\n    source: gs://bkt/a\r\n".utf8) + second, position: "4:1",
                     line: "\u{FEFF}jobs:"),
         JoinedFiles(name: "inside a quoted value, after a NEL (a YAML line break)",
-                    bytes: Array("- kind: upload-data\n  destination: gs://b/x\n  data: \"a\u{85}".utf8) + bom + Array("b\"\n".utf8),
+                    bytes: Array("- kind: upload-data\n  destination: gs://bkt/x\n  data: \"a\u{85}".utf8) + bom + Array("b\"\n".utf8),
                     position: "4:1", line: "\u{FEFF}b\""),
     ])
     func aMarkPastTheStartIsAnErrorAtIt(_ joined: JoinedFiles) throws {
@@ -50,13 +50,13 @@ struct JoinedFiles: Sendable, CustomTestStringConvertible {
 
     /// Each mark is an error of its own; the file's opening mark is none.
     @Test func everyMarkIsReportedAndTheOpeningOneIsNot() throws {
-        let text = "\u{FEFF}- {kind: download-memory, source: gs://b/a}\n\u{FEFF}- {kind: download-memory, source: gs://b/b}\n"
-            + "- {kind: download-memory, source: \"gs://b/c\u{FEFF}\"}\n"
+        let text = "\u{FEFF}- {kind: download-memory, source: gs://bkt/a}\n\u{FEFF}- {kind: download-memory, source: gs://bkt/b}\n"
+            + "- {kind: download-memory, source: \"gs://bkt/c\u{FEFF}\"}\n"
         let errors = try #require(parse(text).errors)
-        #expect(errors.map { "\($0.line):\($0.column)" } == ["2:1", "3:44"])
-        #expect(parse("\u{FEFF}- {kind: download-memory, source: gs://b/a}\n").jobs?.count == 1)
+        #expect(errors.map { "\($0.line):\($0.column)" } == ["2:1", "3:46"])
+        #expect(parse("\u{FEFF}- {kind: download-memory, source: gs://bkt/a}\n").jobs?.count == 1)
         // The character written as an escape is a value like any other.
-        #expect(parse("- {kind: upload-data, destination: gs://b/x, data: \"\\uFEFFhi\"}\n").jobs?.first?.data == Data("\u{FEFF}hi".utf8))
+        #expect(parse("- {kind: upload-data, destination: gs://bkt/x, data: \"\\uFEFFhi\"}\n").jobs?.first?.data == Data("\u{FEFF}hi".utf8))
     }
 
     /// A configuration file is read by the same reader, and refused the same way.

@@ -15,31 +15,31 @@ import TestSupport
             source: http://example.com/a.bin
           - kind: upload-data
             data: hi
-            destination: gs://b/x.txt
+            destination: gs://bkt/x.txt
             checksums: [crc32c, MD5, crc32c]
           - kind: download-file
-            source: gs://b/x.txt
+            source: gs://bkt/x.txt
             destination: out/x.txt
             checksums: []
           - kind: fetch-url
-            source: gs://b/x.txt
+            source: gs://bkt/x.txt
         """).jobs)
         // Kept in one order without repeats; an empty list is the default (CRC32C); fetch-url moves no
         // bytes, so a default does not apply to it.
         #expect(jobs.map(\.checksums) == [[.md5], [.md5, .crc32c], [], nil])
         #expect(jobs.map(\.wantsMD5) == [true, true, false, false])
-        let none = try #require(parse("- {kind: download-memory, source: gs://b/x}\n").jobs)
+        let none = try #require(parse("- {kind: download-memory, source: gs://bkt/x}\n").jobs)
         #expect(none.first?.checksums == nil)
     }
 
     @Test("unknown names and non-lists are refused where they were written", arguments: [
-        ("[md5, sha1]", 1, 62, "unknown checksum 'sha1'"),
-        ("[crc32]", 1, 57, "did you mean 'crc32c'?"),
-        ("md5", 1, 56, "must be a list of hash names"),
-        ("[md5, [crc32c]]", 1, 62, "must be a hash name"),
+        ("[md5, sha1]", 1, 64, "unknown checksum 'sha1'"),
+        ("[crc32]", 1, 59, "did you mean 'crc32c'?"),
+        ("md5", 1, 58, "must be a list of hash names"),
+        ("[md5, [crc32c]]", 1, 64, "must be a hash name"),
     ])
     func refused(value: String, line: Int, column: Int, fragment: String) throws {
-        let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, checksums: \(value)}\n").errors)
+        let errors = try #require(parse("- {kind: download-memory, source: gs://bkt/x, checksums: \(value)}\n").errors)
         #expect(errors.count == 1)
         let error = try #require(errors.first)
         #expect(error.line == line && error.column == column, "\(error)")
@@ -48,13 +48,13 @@ import TestSupport
     }
 
     @Test func refusedInDefaults() throws {
-        let errors = try #require(parse("defaults: {checksums: [sha256]}\njobs:\n  - {kind: download-memory, source: gs://b/x}\n").errors)
+        let errors = try #require(parse("defaults: {checksums: [sha256]}\njobs:\n  - {kind: download-memory, source: gs://bkt/x}\n").errors)
         #expect(errors.count == 1)
         #expect(errors.first?.line == 1)
     }
 
     @Test func notAllowedOnFetchURL() throws {
-        let errors = try #require(parse("- {kind: fetch-url, source: gs://b/x, checksums: [md5]}\n").errors)
+        let errors = try #require(parse("- {kind: fetch-url, source: gs://bkt/x, checksums: [md5]}\n").errors)
         #expect(errors.count == 1)
         #expect(errors.first?.code == .fieldNotAllowed)
     }

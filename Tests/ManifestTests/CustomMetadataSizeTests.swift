@@ -24,7 +24,7 @@ import TestSupport
             let over = """
                 - kind: upload-file
                   source: \(source)
-                  destination: gs://b/up/
+                  destination: gs://bkt/up/
                   metadata: {custom_metadata: \(Self.custom(8_193))}
 
                 """
@@ -46,7 +46,7 @@ import TestSupport
             jobs:
               - kind: upload-data
                 data: hi
-                destination: gs://b/x
+                destination: gs://bkt/x
                 metadata: {custom_metadata: {own: "\(String(repeating: "é", count: 1_600))"}}
 
             """
@@ -55,9 +55,9 @@ import TestSupport
         #expect(errors.map { "\($0.line):\($0.column)" } == ["7:15"])
         #expect(errors.first?.message.contains("8209 bytes") == true, "\(errors)")
 
-        let update = "- {kind: update-metadata, destination: gs://b/x, metadata: {custom_metadata: \(Self.custom(9_000))}}\n"
+        let update = "- {kind: update-metadata, destination: gs://bkt/x, metadata: {custom_metadata: \(Self.custom(9_000))}}\n"
         #expect(try #require(parse(update).errors).map(\.code) == [.invalidValue])
-        let small = "- {kind: update-metadata, destination: gs://b/x, metadata: {custom_metadata: \(Self.custom(100))}}\n"
+        let small = "- {kind: update-metadata, destination: gs://bkt/x, metadata: {custom_metadata: \(Self.custom(100))}}\n"
         #expect(parse(small).jobs?.count == 1)
     }
 }

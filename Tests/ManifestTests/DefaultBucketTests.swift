@@ -61,21 +61,21 @@ import TestSupport
     }
 
     static let malformed: [Bad] = [
-        Bad(name: "dot-dot in a relative path", yaml: "defaults:\n  bucket: gs://b\njobs:\n  - kind: download-memory\n    source: a/../etc\n",
+        Bad(name: "dot-dot in a relative path", yaml: "defaults:\n  bucket: gs://bkt\njobs:\n  - kind: download-memory\n    source: a/../etc\n",
             line: 5, column: 13, code: .invalidReference, message: "contains a '..' segment"),
-        Bad(name: "bucket in a job", yaml: "- kind: download-memory\n  source: gs://b/x\n  bucket: gs://b\n",
+        Bad(name: "bucket in a job", yaml: "- kind: download-memory\n  source: gs://bkt/x\n  bucket: gs://bkt\n",
             line: 3, column: 3, code: .fieldNotAllowed, message: "'bucket' belongs in 'defaults:'"),
-        Bad(name: "an http bucket", yaml: "defaults:\n  bucket: https://example.com\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n",
+        Bad(name: "an http bucket", yaml: "defaults:\n  bucket: https://example.com\njobs:\n  - {kind: fetch-url, source: gs://bkt/x}\n",
             line: 2, column: 11, code: .invalidReference, message: "is not a gs:// or file:// bucket"),
-        Bad(name: "a bucket with a path", yaml: "defaults:\n  bucket: gs://b/images\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n",
-            line: 2, column: 11, code: .invalidReference, message: "write the bucket alone, such as gs://b/"),
-        Bad(name: "a bucket without a scheme", yaml: "defaults:\n  bucket: my-app\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n",
+        Bad(name: "a bucket with a path", yaml: "defaults:\n  bucket: gs://bkt/images\njobs:\n  - {kind: fetch-url, source: gs://bkt/x}\n",
+            line: 2, column: 11, code: .invalidReference, message: "write the bucket alone, such as gs://bkt/"),
+        Bad(name: "a bucket without a scheme", yaml: "defaults:\n  bucket: my-app\njobs:\n  - {kind: fetch-url, source: gs://bkt/x}\n",
             line: 2, column: 11, code: .invalidReference, message: "'bucket' is not a valid bucket"),
-        Bad(name: "a plain local file URL", yaml: "defaults:\n  bucket: file:///tmp\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n",
+        Bad(name: "a plain local file URL", yaml: "defaults:\n  bucket: file:///tmp\njobs:\n  - {kind: fetch-url, source: gs://bkt/x}\n",
             line: 2, column: 11, code: .invalidReference, message: "is not a gs:// or file:// bucket"),
-        Bad(name: "a list for a bucket", yaml: "defaults:\n  bucket: [gs://b]\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n",
+        Bad(name: "a list for a bucket", yaml: "defaults:\n  bucket: [gs://bkt]\njobs:\n  - {kind: fetch-url, source: gs://bkt/x}\n",
             line: 2, column: 11, code: .wrongType, message: "'bucket' must be a bucket such as gs://my-app.appspot.com"),
-        Bad(name: "a bucket without a value", yaml: "defaults:\n  bucket:\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n",
+        Bad(name: "a bucket without a value", yaml: "defaults:\n  bucket:\njobs:\n  - {kind: fetch-url, source: gs://bkt/x}\n",
             line: 2, column: 3, code: .invalidValue, message: "'bucket' has no value"),
     ]
 

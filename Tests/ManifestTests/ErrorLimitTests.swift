@@ -10,7 +10,7 @@ import TestSupport
     /// count still says 1,000. Every error used to be made, redacted, quoted and printed (200,000 took a
     /// minute, nearly all of it on the "did you mean" suggestions no one read).
     @Test func onlyTheFirstHundredErrorsAreShownAndEveryOneIsCounted() throws {
-        let yaml = "jobs:\n" + String(repeating: "  - {kind: bogus, source: gs://b/x}\n", count: 1_000)
+        let yaml = "jobs:\n" + String(repeating: "  - {kind: bogus, source: gs://bkt/x}\n", count: 1_000)
         guard case .failure(let errors) = parse(yaml) else {
             Issue.record("a manifest of unknown kinds parsed")
             return
@@ -37,12 +37,12 @@ import TestSupport
         parser.nowMs = 0
         let yaml = """
             jobs:
-              - {kind: download-memory, source: gs://b/a, key: a, after: [b]}
-              - {kind: download-memory, source: gs://b/b, key: b, after: [a]}
-              - {kind: bogus, source: gs://b/x}
-              - {kind: bogus, source: gs://b/x}
-              - {kind: bogus, source: gs://b/x}
-              - {kind: bogus, source: gs://b/x}
+              - {kind: download-memory, source: gs://bkt/a, key: a, after: [b]}
+              - {kind: download-memory, source: gs://bkt/b, key: b, after: [a]}
+              - {kind: bogus, source: gs://bkt/x}
+              - {kind: bogus, source: gs://bkt/x}
+              - {kind: bogus, source: gs://bkt/x}
+              - {kind: bogus, source: gs://bkt/x}
 
             """
         guard case .failure(let errors) = parser.parse(text: yaml, path: "late.yaml") else {
@@ -64,7 +64,7 @@ import TestSupport
                                     limits: ManifestLimits(maximumShownErrors: 1))
         parser.nowMs = 0
         let yaml = """
-            x-common: &common {kind: download-memory, sorce: gs://b/x, max_sise: 1KiB}
+            x-common: &common {kind: download-memory, sorce: gs://bkt/x, max_sise: 1KiB}
             jobs:
               - {<<: *common}
               - {<<: *common}

@@ -9,14 +9,14 @@ import TestSupport
 @Suite(.onTestThreads) struct FolderDestinationTests {
     /// upload-file `t.csv` (or `a b.csv`) to each destination, and where it must go.
     @Test(arguments: [
-        ("gs://b/folder/", "gs://b/folder/t.csv"),
-        ("gs://b/deep/er/", "gs://b/deep/er/t.csv"),
-        ("gs://b/", "gs://b/t.csv"),
-        ("gs://b", "gs://b/t.csv"),
-        ("gs://b/folder%2F", "gs://b/folder/t.csv"),
-        ("https://firebasestorage.googleapis.com/v0/b/b/o/folder%2F", "gs://b/folder/t.csv"),
-        ("https://firebasestorage.googleapis.com/v0/b/b/o/folder%2F?alt=media", "gs://b/folder/t.csv"),
-        ("https://storage.googleapis.com/b/folder/", "gs://b/folder/t.csv"),
+        ("gs://bkt/folder/", "gs://bkt/folder/t.csv"),
+        ("gs://bkt/deep/er/", "gs://bkt/deep/er/t.csv"),
+        ("gs://bkt/", "gs://bkt/t.csv"),
+        ("gs://bkt", "gs://bkt/t.csv"),
+        ("gs://bkt/folder%2F", "gs://bkt/folder/t.csv"),
+        ("https://firebasestorage.googleapis.com/v0/b/bkt/o/folder%2F", "gs://bkt/folder/t.csv"),
+        ("https://firebasestorage.googleapis.com/v0/b/bkt/o/folder%2F?alt=media", "gs://bkt/folder/t.csv"),
+        ("https://storage.googleapis.com/bkt/folder/", "gs://bkt/folder/t.csv"),
         ("file://demo/inbox/", "file://demo/inbox/t.csv"),
         ("file://demo/", "file://demo/t.csv"),
         ("file:///srv/exports/", "file:///srv/exports/t.csv"),
@@ -24,8 +24,8 @@ import TestSupport
         ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/t.csv"),
         ("'http://127.0.0.1:8080/put/?X-Goog-Signature=abc'", "http://127.0.0.1:8080/put/t.csv?X-Goog-Signature=abc"),
         // No trailing slash: the name as written.
-        ("gs://b/folder", "gs://b/folder"),
-        ("gs://b/folder/renamed.csv", "gs://b/folder/renamed.csv"),
+        ("gs://bkt/folder", "gs://bkt/folder"),
+        ("gs://bkt/folder/renamed.csv", "gs://bkt/folder/renamed.csv"),
         ("http://127.0.0.1:8080/put/x?a=b/", "http://127.0.0.1:8080/put/x?a=b/"),
     ])
     func uploadFileIntoAFolderKeepsTheFilesName(_ destination: String, _ expected: String) throws {
@@ -48,8 +48,8 @@ import TestSupport
     }
 
     @Test func theNameIsEncodedAsAnObjectName() throws {
-        let jobs = try #require(parse("- {kind: upload-file, source: 'in/a b%.csv', destination: gs://b/folder/}\n").jobs)
-        #expect(jobs.first?.destination == "gs://b/folder/a%20b%25.csv")
+        let jobs = try #require(parse("- {kind: upload-file, source: 'in/a b%.csv', destination: gs://bkt/folder/}\n").jobs)
+        #expect(jobs.first?.destination == "gs://bkt/folder/a%20b%25.csv")
         #expect(try StorageReference(parsing: jobs.first?.destination ?? "").fullPath == "folder/a b%.csv")
     }
 
@@ -76,16 +76,16 @@ import TestSupport
         try FileManager.default.createDirectory(atPath: directory.file("out"), withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(atPath: directory.file("linked"), withDestinationPath: "out")
         let yaml = """
-        - {kind: download-file, source: gs://b/reports/r.json, destination: out/}
-        - {kind: download-file, source: gs://b/reports/r.json, destination: out}
-        - {kind: download-file, source: gs://b/reports/r.json, destination: linked}
-        - {kind: download-file, source: gs://b/reports/r.json, destination: .}
-        - {kind: download-file, source: gs://b/reports/r.json, destination: "file://\(base)/out/"}
-        - {kind: download-file, source: gs://b/reports/r.json, destination: not-yet/}
-        - {kind: download-file, source: gs://b/reports/r.json, destination: out/copy.json}
-        - {kind: download-file, source: gs://b/reports/r.json, destination: new-name}
+        - {kind: download-file, source: gs://bkt/reports/r.json, destination: out/}
+        - {kind: download-file, source: gs://bkt/reports/r.json, destination: out}
+        - {kind: download-file, source: gs://bkt/reports/r.json, destination: linked}
+        - {kind: download-file, source: gs://bkt/reports/r.json, destination: .}
+        - {kind: download-file, source: gs://bkt/reports/r.json, destination: "file://\(base)/out/"}
+        - {kind: download-file, source: gs://bkt/reports/r.json, destination: not-yet/}
+        - {kind: download-file, source: gs://bkt/reports/r.json, destination: out/copy.json}
+        - {kind: download-file, source: gs://bkt/reports/r.json, destination: new-name}
         - {kind: download-file, source: "http://127.0.0.1:8080/files/x.bin?sig=abc", destination: out/}
-        - {kind: download-file, source: "https://firebasestorage.googleapis.com/v0/b/b/o/a%2Fb%20c.txt", destination: out/}
+        - {kind: download-file, source: "https://firebasestorage.googleapis.com/v0/b/bkt/o/a%2Fb%20c.txt", destination: out/}
         """
         let jobs = try #require(ManifestParser(baseDirectory: base).parse(text: yaml, path: "m.yaml").jobs)
         #expect(jobs.map(\.destination) == [
@@ -99,15 +99,15 @@ import TestSupport
     @Test func onlyDownloadFileTakesAFolder() throws {
         let errors = try #require(parse("""
         - {kind: download-memory, source: file://demo/folder/}
-        - {kind: fetch-url, source: "https://firebasestorage.googleapis.com/v0/b/b/o/folder%2F"}
+        - {kind: fetch-url, source: "https://firebasestorage.googleapis.com/v0/b/bkt/o/folder%2F"}
         """).errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:35 invalidReference", "2:29 invalidReference"])
         #expect(errors.allSatisfy { $0.message.contains("ends in '/', so it names a folder; only download-file jobs expand a prefix") })
-        let prefix = ManifestParser(baseDirectory: testBase).parseJobs(text: "- {kind: download-file, source: gs://b/folder/, destination: out/}\n",
+        let prefix = ManifestParser(baseDirectory: testBase).parseJobs(text: "- {kind: download-file, source: gs://bkt/folder/, destination: out/}\n",
                                                                        path: "m.yaml")
         let jobs = try #require(prefix.jobs)
         let job = try #require(jobs.first)
-        #expect(job.prefixExpansion?.prefixText == "gs://b/folder/")
+        #expect(job.prefixExpansion?.prefixText == "gs://bkt/folder/")
         #expect(job.prefixExpansion?.destinationFolder == testBase + "/out")
     }
 }

@@ -87,13 +87,13 @@ import TestSupport
         jobs:
           - kind: upload-file
             source: photos/
-            destination: gs://b/backup/
+            destination: gs://bkt/backup/
             queue: photos
         """).jobs)
         let specs = jobs.map(\.spec)
         #expect(specs.map(\.destination) == [
-            "gs://b/backup/.hidden.jpg", "gs://b/backup/2024/05/b.jpg", "gs://b/backup/2024/c.JPG", "gs://b/backup/a.jpg",
-            "gs://b/backup/notes.txt",
+            "gs://bkt/backup/.hidden.jpg", "gs://bkt/backup/2024/05/b.jpg", "gs://bkt/backup/2024/c.JPG", "gs://bkt/backup/a.jpg",
+            "gs://bkt/backup/notes.txt",
         ])
         #expect(specs.map(\.source) == [".hidden.jpg", "2024/05/b.jpg", "2024/c.JPG", "a.jpg", "notes.txt"].map { tree.base + "/photos/" + $0 })
         let batch = try #require(specs.first?.batch)
@@ -115,14 +115,14 @@ import TestSupport
         let specs = try #require(tree.parse("""
         - kind: upload-file
           source: "photos/**/*.jpg"
-          destination: gs://b/
+          destination: gs://bkt/
           exclude: [".*"]
         - kind: upload-file
           source: "photos/2024/*"
           destination: "http://127.0.0.1:9/put/here/?sig=1"
         """).jobs).map(\.spec)
         #expect(specs.map(\.destination) == [
-            "gs://b/2024/05/b.jpg", "gs://b/a.jpg",
+            "gs://bkt/2024/05/b.jpg", "gs://bkt/a.jpg",
             "http://127.0.0.1:9/put/here/c.JPG?sig=1",
         ])
         #expect(specs[0].batch?.source == tree.base + "/photos/**/*.jpg")
@@ -145,11 +145,11 @@ import TestSupport
             + [digit + digit, digit + digit, digit + digit].joined(separator: ":")
         let pattern = "backup-" + time + "_" + String(repeating: hex, count: 32) + ".tar.gz"
         #expect(pattern.utf8.count == 346)
-        let specs = try #require(tree.parse("- {kind: upload-file, source: \"photos/\(pattern)\", destination: gs://b/}\n").jobs).map(\.spec)
+        let specs = try #require(tree.parse("- {kind: upload-file, source: \"photos/\(pattern)\", destination: gs://bkt/}\n").jobs).map(\.spec)
         #expect(specs.map(\.source) == [tree.base + "/photos/" + name])
         // The folder before the pattern is a path: a name over 255 bytes there is refused as before.
         let long = String(repeating: "f", count: 256)
-        let errors = try #require(tree.parse("- {kind: upload-file, source: \"\(long)/*.gz\", destination: gs://b/}\n").errors)
+        let errors = try #require(tree.parse("- {kind: upload-file, source: \"\(long)/*.gz\", destination: gs://bkt/}\n").errors)
         #expect(errors.map(\.code) == [.invalidPath] && errors.first?.message.contains("has a name of 256 bytes") == true, "\(errors)")
     }
 
@@ -174,7 +174,7 @@ import TestSupport
         }
         // A file name with a line break is no Cloud Storage object name: the folder's other files do not go alone.
         try "x".write(toFile: tree.directory.file("photos/two\nlines.jpg"), atomically: true, encoding: .utf8)
-        let errors = try #require(tree.parse("- {kind: upload-file, source: photos/, destination: gs://b/up/}\n").errors)
+        let errors = try #require(tree.parse("- {kind: upload-file, source: photos/, destination: gs://bkt/up/}\n").errors)
         #expect(errors.map(\.code) == [.invalidReference], "\(errors)")
         #expect(errors.first?.message.contains("its file 'two\\u{A}lines.jpg' has no valid storage reference") == true, "\(errors)")
     }
@@ -194,7 +194,7 @@ import TestSupport
         let none = try #require(tree.parse("""
         - kind: upload-file
           source: photos/
-          destination: gs://b/x/
+          destination: gs://bkt/x/
           include: ["*.gif"]
         """).errors)
         #expect(none.map { "\($0.line):\($0.column) \($0.code)" } == ["1:3 emptyExpansion"])
@@ -206,12 +206,12 @@ import TestSupport
     @Test func keysAndBatchIdsAreStableForKeyedJobs() throws {
         let tree = try Tree()
         defer { tree.remove() }
-        let yaml = "- {kind: upload-file, source: photos/2024/, destination: gs://b/y/, key: nightly}\n"
+        let yaml = "- {kind: upload-file, source: photos/2024/, destination: gs://bkt/y/, key: nightly}\n"
         let first = try #require(tree.parse(yaml).jobs).map(\.spec)
         let second = try #require(tree.parse(yaml).jobs).map(\.spec)
         #expect(first.map(\.key) == ["nightly/05/b.jpg", "nightly/c.JPG"])
         #expect(first == second)
-        let unkeyed = "- {kind: upload-file, source: photos/2024/, destination: gs://b/y/}\n"
+        let unkeyed = "- {kind: upload-file, source: photos/2024/, destination: gs://bkt/y/}\n"
         let once = try #require(tree.parse(unkeyed).jobs)
         let again = try #require(tree.parse(unkeyed).jobs)
         #expect(once.first?.spec.batch?.id != again.first?.spec.batch?.id)
@@ -220,11 +220,11 @@ import TestSupport
     @Test func aFolderNeedsAFolderDestination() throws {
         let tree = try Tree()
         defer { tree.remove() }
-        let errors = try #require(tree.parse("- kind: upload-file\n  source: photos/\n  destination: gs://b/one.jpg\n").errors)
+        let errors = try #require(tree.parse("- kind: upload-file\n  source: photos/\n  destination: gs://bkt/one.jpg\n").errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["3:16 invalidReference"])
         // A bucket root is a folder.
-        let rooted = try #require(tree.parse("- {kind: upload-file, source: photos/2024/05, destination: gs://b}\n").jobs)
-        #expect(rooted.map(\.spec.destination) == ["gs://b/b.jpg"])
+        let rooted = try #require(tree.parse("- {kind: upload-file, source: photos/2024/05, destination: gs://bkt}\n").jobs)
+        #expect(rooted.map(\.spec.destination) == ["gs://bkt/b.jpg"])
     }
 
     @Test func theJobLimitCountsExpandedFiles() throws {
@@ -232,7 +232,7 @@ import TestSupport
         defer { tree.remove() }
         var parser = ManifestParser(baseDirectory: tree.base, limits: ManifestLimits(maximumJobs: 3))
         parser.nowMs = 0
-        let errors = try #require(parser.parseJobs(text: "- {kind: upload-file, source: photos/, destination: gs://b/}\n", path: "m.yaml").errors)
+        let errors = try #require(parser.parseJobs(text: "- {kind: upload-file, source: photos/, destination: gs://bkt/}\n", path: "m.yaml").errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:31 limitExceeded"])
     }
 
@@ -249,7 +249,7 @@ import TestSupport
     @Test func aPrefixBecomesOneJobPerObjectUnderTheFolder() throws {
         let expansion = try prefixJob("""
         - kind: download-file
-          source: gs://b/photos/
+          source: gs://bkt/photos/
           destination: out/
           key: pull
           exclude: ["*.tmp"]
@@ -257,10 +257,10 @@ import TestSupport
         let specs = try #require(expansion.jobs(objectNames: [
             "photos/2024/b.jpg", "photos/a.jpg", "photos/", "photos/2024/", "photos/x.tmp", "other/c.jpg", "photosX/d.jpg",
         ]).jobs)
-        #expect(specs.map(\.source) == ["gs://b/photos/2024/b.jpg", "gs://b/photos/a.jpg"])
+        #expect(specs.map(\.source) == ["gs://bkt/photos/2024/b.jpg", "gs://bkt/photos/a.jpg"])
         #expect(specs.map(\.destination) == [testBase + "/out/2024/b.jpg", testBase + "/out/a.jpg"])
         #expect(specs.map(\.key) == ["pull/2024/b.jpg", "pull/a.jpg"])
-        #expect(specs.allSatisfy { $0.batch?.source == "gs://b/photos/" && $0.batch?.id == expansion.batchID && $0.kind == .downloadFile })
+        #expect(specs.allSatisfy { $0.batch?.source == "gs://bkt/photos/" && $0.batch?.id == expansion.batchID && $0.kind == .downloadFile })
         // A bucket root lists everything; file:// buckets too.
         let root = try prefixJob("- {kind: download-file, source: \"file://demo/\", destination: /srv/all/}\n")
         let all = try #require(root.jobs(objectNames: ["a", "b/c"]).jobs)
@@ -272,7 +272,7 @@ import TestSupport
     @Test(arguments: ["photos/../../etc/passwd", "photos//abs", "photos/./a", "photos/a\u{0}b", "photos/../\u{301}evil",
                       "photos/a/..\u{600}/../\u{301}b", "photos/\u{600}/./\u{301}c", "photos/x//\u{301}"])
     func unsafeObjectNamesRefuseTheWholeExpansion(_ name: String) throws {
-        let expansion = try prefixJob("- kind: download-file\n  source: gs://b/photos/\n  destination: out/\n")
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://bkt/photos/\n  destination: out/\n")
         let errors = try #require(expansion.jobs(objectNames: ["photos/fine.jpg", name]).errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
         #expect(errors.first?.message.contains("has a name that is not a safe relative path") == true)
@@ -283,7 +283,7 @@ import TestSupport
     /// expansion at `source`, as an unsafe name does, rather than failing that job in the worker with
     /// ENAMETOOLONG.
     @Test func objectPathsOverTheKernelsBoundsRefuseTheExpansion() throws {
-        let expansion = try prefixJob("- kind: download-file\n  source: gs://b/photos/\n  destination: out/\n")
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://bkt/photos/\n  destination: out/\n")
         let long = "photos/2024/" + String(repeating: "n", count: 256)
         let errors = try #require(expansion.jobs(objectNames: ["photos/fine.jpg", long]).errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
@@ -295,7 +295,7 @@ import TestSupport
         #expect(expansion.jobs(objectNames: [fits]).jobs?.map(\.destination) == [testBase + "/out/2024/" + String(repeating: "n", count: 255)])
         // A folder deep enough that an object's path passes PATH_MAX (4,095 bytes and the NUL).
         let folder = "/srv/" + String(repeating: "d/", count: 1_990)
-        let deep = try prefixJob("- kind: download-file\n  source: gs://b/photos/\n  destination: \(folder)\n")
+        let deep = try prefixJob("- kind: download-file\n  source: gs://bkt/photos/\n  destination: \(folder)\n")
         let pathErrors = try #require(deep.jobs(objectNames: ["photos/a", "photos/" + String(repeating: "x", count: 120)]).errors)
         #expect(pathErrors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
         #expect(pathErrors.first?.message.contains("is 4105 bytes long as an absolute path; Linux takes paths of at most 4095 bytes") == true,
@@ -307,19 +307,19 @@ import TestSupport
     /// with a combining mark (`photos/\u{301}x`) is taken, not skipped for the Character `/\u{301}`, and
     /// one canonically equal to the prefix but not the same bytes (NFD for an NFC prefix) is not under it.
     @Test func namesAreUnderThePrefixByTheirBytes() throws {
-        let expansion = try prefixJob("- kind: download-file\n  source: gs://b/caf%C3%A9/\n  destination: out/\n")
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://bkt/caf%C3%A9/\n  destination: out/\n")
         let specs = try #require(expansion.jobs(objectNames: ["caf\u{E9}/\u{301}x", "cafe\u{301}/nfd", "caf\u{E9}/d/\u{301}/y"]).jobs)
-        #expect(specs.map { Array(($0.source ?? "").utf8) } == ["gs://b/caf%C3%A9/d/%CC%81/y", "gs://b/caf%C3%A9/%CC%81x"].map { Array($0.utf8) })
+        #expect(specs.map { Array(($0.source ?? "").utf8) } == ["gs://bkt/caf%C3%A9/d/%CC%81/y", "gs://bkt/caf%C3%A9/%CC%81x"].map { Array($0.utf8) })
         #expect(specs.map { Array(($0.destination ?? "").utf8) }
                 == [testBase + "/out/d/\u{301}/y", testBase + "/out/\u{301}x"].map { Array($0.utf8) })
         #expect(specs.map { $0.batch.map { Array($0.path.utf8) } } == [Array("d/\u{301}/y".utf8), Array("\u{301}x".utf8)])
     }
 
     @Test func anEmptyPrefixIsAnErrorAtTheJob() throws {
-        let expansion = try prefixJob("jobs:\n  - kind: download-file\n    source: gs://b/photos/\n    destination: out/\n")
+        let expansion = try prefixJob("jobs:\n  - kind: download-file\n    source: gs://bkt/photos/\n    destination: out/\n")
         let errors = try #require(expansion.jobs(objectNames: ["photos/", "elsewhere/a"]).errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:5 emptyExpansion"])
-        #expect(errors.first?.render().hasPrefix("m.yaml:2:5: error: the prefix 'gs://b/photos/' holds no object") == true)
+        #expect(errors.first?.render().hasPrefix("m.yaml:2:5: error: the prefix 'gs://bkt/photos/' holds no object") == true)
         let listing = expansion.listingFailed("the bucket 'b' does not exist")
         #expect(listing.errors.map { "\($0.line):\($0.column) \($0.code)" } == ["3:13 sourceUnavailable"])
     }
@@ -333,19 +333,19 @@ import TestSupport
         defaults:
           delay: 15m
         jobs:
-          - {kind: fetch-url, source: gs://b/a}
-          - {kind: fetch-url, source: gs://b/b, run_after: "2026-12-01T02:00:00+01:00"}
-          - {kind: fetch-url, source: gs://b/c, delay: 2h}
-          - {kind: fetch-url, source: gs://b/d, run_after: 2001-01-01T00:00:00.5Z}
-          - {kind: fetch-url, source: gs://b/e, delay: 0s}
-          - {kind: fetch-url, source: gs://b/f, run_after: 2016-12-31T23:59:60Z}
+          - {kind: fetch-url, source: gs://bkt/a}
+          - {kind: fetch-url, source: gs://bkt/b, run_after: "2026-12-01T02:00:00+01:00"}
+          - {kind: fetch-url, source: gs://bkt/c, delay: 2h}
+          - {kind: fetch-url, source: gs://bkt/d, run_after: 2001-01-01T00:00:00.5Z}
+          - {kind: fetch-url, source: gs://bkt/e, delay: 0s}
+          - {kind: fetch-url, source: gs://bkt/f, run_after: 2016-12-31T23:59:60Z}
         """, path: "m.yaml").jobs)
         // The leap second is read as 23:59:59.999 UTC (the last millisecond of 2016).
         #expect(specs.map(\.runAfterMs) == [
             1_800_000_000_000 + 900_000, 1_796_086_800_000, 1_800_000_000_000 + 7_200_000, 978_307_200_500, 1_800_000_000_000,
             1_483_228_799_999,
         ])
-        let plain = try #require(parse("- {kind: fetch-url, source: gs://b/a}\n").jobs)
+        let plain = try #require(parse("- {kind: fetch-url, source: gs://bkt/a}\n").jobs)
         #expect(plain.first?.runAfterMs == nil)
     }
 }

@@ -53,12 +53,12 @@ private let deepCases: [DeepCase] = [
         // Five levels before the value: the top mapping, the jobs list, the job, metadata, custom_metadata.
         func yaml(_ levels: Int) -> String {
             let nested = String(repeating: "[", count: levels) + String(repeating: "]", count: levels)
-            return "jobs:\n  - {kind: upload-data, data: x, destination: gs://b/x, metadata: {custom_metadata: {a: \(nested)}}}\n"
+            return "jobs:\n  - {kind: upload-data, data: x, destination: gs://bkt/x, metadata: {custom_metadata: {a: \(nested)}}}\n"
         }
         // 64 levels: read, and refused only because a custom metadata value must be a string.
         #expect(parse(yaml(59)).errors?.map(\.code) == [.wrongType])
         #expect(parse(yaml(60)).errors?.map(\.code) == [.limitExceeded])
-        #expect(parse(yaml(60)).errors?.map(\.column) == [89 + 59])
+        #expect(parse(yaml(60)).errors?.map(\.column) == [91 + 59])
     }
 
     /// An alias puts its anchor's whole subtree where it stands: the depth counts it.
@@ -67,7 +67,7 @@ private let deepCases: [DeepCase] = [
         let yaml = """
         x-a: &a \(inner)
         x-b: \(String(repeating: "[", count: 30))*a\(String(repeating: "]", count: 30))
-        jobs: [{kind: fetch-url, source: gs://b/x}]
+        jobs: [{kind: fetch-url, source: gs://bkt/x}]
         """
         let errors = try #require(parse(yaml).errors)
         #expect(errors.map(\.code) == [.limitExceeded])
@@ -95,7 +95,7 @@ private let deepCases: [DeepCase] = [
     @Test func mergingACommonAnchorIntoEveryJobIsFine() throws {
         var yaml = "x-common: &common {kind: fetch-url, queue: media, priority: 3, max_attempts: 2}\njobs:\n"
         for index in 0..<15_000 {
-            yaml += "  - {<<: *common, source: gs://b/\(index)}\n"
+            yaml += "  - {<<: *common, source: gs://bkt/\(index)}\n"
         }
         let jobs = try #require(parse(yaml).jobs, "\(parse(yaml).errors ?? [])")
         #expect(jobs.count == 15_000)
@@ -126,7 +126,7 @@ private let deepCases: [DeepCase] = [
         let parser = ManifestParser(baseDirectory: testBase, limits: ManifestLimits(maximumBytes: 100_000))
         var yaml = "x-blob: &blob \(String(repeating: "z", count: 10_000))\njobs:\n"
         for index in 0..<12 {
-            yaml += "  - {kind: upload-data, data: *blob, destination: gs://b/\(index)}\n"
+            yaml += "  - {kind: upload-data, data: *blob, destination: gs://bkt/\(index)}\n"
         }
         let errors = try #require(parser.parse(text: yaml, path: "a.yaml").errors)
         #expect(errors.map(\.code) == [.limitExceeded])
@@ -139,7 +139,7 @@ private let deepCases: [DeepCase] = [
     @Test func nodeCountIsLimitedWhereItIsCrossed() throws {
         var yaml = "jobs:\n"
         for index in 0..<300 {
-            yaml += "  - {kind: fetch-url, source: gs://b/\(index)}\n"
+            yaml += "  - {kind: fetch-url, source: gs://bkt/\(index)}\n"
         }
         let parser = ManifestParser(baseDirectory: testBase, limits: ManifestLimits(maximumNodes: 1_000))
         let errors = try #require(parser.parse(text: yaml, path: "n.yaml").errors)
@@ -178,10 +178,10 @@ private let deepCases: [DeepCase] = [
         let yaml = """
             jobs:
               - kind: \(long)
-                source: gs://b/x
+                source: gs://bkt/x
               - kind: upload-data
                 data: hi
-                destination: gs://b/x
+                destination: gs://bkt/x
                 if_exists: \(long)
                 checksums: [\(long)]
                 metadata:
@@ -217,9 +217,9 @@ private let deepCases: [DeepCase] = [
 
     @Test func scalarLengthIsLimited() throws {
         let parser = ManifestParser(baseDirectory: testBase, limits: ManifestLimits(maximumScalarBytes: 100))
-        let fits = "- {kind: upload-data, data: \"\(String(repeating: "x", count: 100))\", destination: gs://b/x}\n"
+        let fits = "- {kind: upload-data, data: \"\(String(repeating: "x", count: 100))\", destination: gs://bkt/x}\n"
         #expect(parser.parse(text: fits, path: "s.yaml").jobs?.first?.data?.count == 100)
-        let long = "- kind: upload-data\n  destination: gs://b/x\n  data: \(String(repeating: "x", count: 101))\n"
+        let long = "- kind: upload-data\n  destination: gs://bkt/x\n  data: \(String(repeating: "x", count: 101))\n"
         let errors = try #require(parser.parse(text: long, path: "s.yaml").errors)
         #expect(errors.map(\.code) == [.limitExceeded])
         #expect(errors.map { "\($0.line):\($0.column)" } == ["3:9"])
@@ -228,7 +228,7 @@ private let deepCases: [DeepCase] = [
 
     @Test func numberOfJobsIsLimited() throws {
         let parser = ManifestParser(baseDirectory: testBase, limits: ManifestLimits(maximumJobs: 3))
-        let yaml = (0..<5).map { "- {kind: fetch-url, source: gs://b/\($0)}\n" }.joined()
+        let yaml = (0..<5).map { "- {kind: fetch-url, source: gs://bkt/\($0)}\n" }.joined()
         let errors = try #require(parser.parse(text: yaml, path: "j.yaml").errors)
         #expect(errors.map(\.code) == [.limitExceeded])
         // At the first job over the limit: the fourth.
@@ -239,15 +239,15 @@ private let deepCases: [DeepCase] = [
 
     @Test func fileSizeIsLimitedWhereItIsCrossed() throws {
         let parser = ManifestParser(baseDirectory: testBase, limits: ManifestLimits(maximumBytes: 50))
-        let yaml = "- {kind: fetch-url, source: gs://b/a}\n- {kind: fetch-url, source: gs://b/b}\n"
+        let yaml = "- {kind: fetch-url, source: gs://bkt/a}\n- {kind: fetch-url, source: gs://bkt/b}\n"
         for result in [parser.parse(text: yaml, path: "big.yaml"), parser.parse(data: Data(yaml.utf8), path: "big.yaml")] {
             let errors = try #require(result.errors)
             #expect(errors.map(\.code) == [.limitExceeded])
-            // Byte 50 is on line 2 (which starts at byte 38), column 13.
-            #expect(errors.map { "\($0.line):\($0.column)" } == ["2:13"])
+            // Byte 50 is on line 2 (which starts at byte 40), column 11.
+            #expect(errors.map { "\($0.line):\($0.column)" } == ["2:11"])
             #expect(errors.first?.message.contains("larger than the limit of 50 bytes") == true)
         }
-        #expect(parser.parse(text: String(yaml.prefix(38)), path: "small.yaml").jobs?.count == 1)
+        #expect(parser.parse(text: String(yaml.prefix(40)), path: "small.yaml").jobs?.count == 1)
     }
 
     /// Reading stops one byte past the limit, so a huge file is refused without being read whole.
@@ -271,7 +271,7 @@ private let deepCases: [DeepCase] = [
         let limits = ManifestLimits(maximumScalarBytes: 100)
         let parser = ManifestParser(baseDirectory: testBase, limits: limits)
         for (open, close) in [("", ""), ("\"", "\""), ("'", "'"), ("|\n    ", "")] {
-            let long = "- kind: upload-data\n  destination: gs://b/x\n  data: \(open)\(String(repeating: "x", count: 1 << 20))\(close)\n"
+            let long = "- kind: upload-data\n  destination: gs://bkt/x\n  data: \(open)\(String(repeating: "x", count: 1 << 20))\(close)\n"
             let errors = try #require(parser.parse(text: long, path: "s.yaml").errors)
             #expect(errors.map(\.code) == [.limitExceeded])
             // Where the text after the last value (`data`) begins.
@@ -281,11 +281,11 @@ private let deepCases: [DeepCase] = [
             if !open.hasPrefix("|") { #expect(errors.first?.sourceLine == nil) }
         }
         // Comments and blank lines count as well (libyaml may have read up to 64 KiB ahead of the last value).
-        let blank = "- {kind: fetch-url, source: gs://b/a}\n" + String(repeating: "\n", count: 200_000) + "- {kind: fetch-url, source: gs://b/b}\n"
+        let blank = "- {kind: fetch-url, source: gs://bkt/a}\n" + String(repeating: "\n", count: 200_000) + "- {kind: fetch-url, source: gs://bkt/b}\n"
         let errors = try #require(parser.parse(text: blank, path: "b.yaml").errors)
-        #expect(errors.map { "\($0.line):\($0.column)" } == ["1:38"])
+        #expect(errors.map { "\($0.line):\($0.column)" } == ["1:40"])
         // Under it, with escapes and indentation, the value limit alone applies.
-        let escaped = "- kind: upload-data\n  destination: gs://b/x\n  data: \"\(String(repeating: "\\x41", count: 100))\"\n"
+        let escaped = "- kind: upload-data\n  destination: gs://bkt/x\n  data: \"\(String(repeating: "\\x41", count: 100))\"\n"
         #expect(parser.parse(text: escaped, path: "e.yaml").jobs?.first?.data?.count == 100)
     }
 

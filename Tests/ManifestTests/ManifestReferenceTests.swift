@@ -38,14 +38,14 @@ struct ManifestReferenceTests {
     func documentedFieldsParse() throws {
         // A field the reference documents but the reader refuses would fail here, whatever the tables say.
         let manifest = """
-        defaults: {bucket: "gs://b"}
+        defaults: {bucket: "gs://bkt"}
         jobs:
-          - {kind: upload-data, data: hi, destination: "gs://b/o", metadata: {content_type: text/plain}, key: k1,
+          - {kind: upload-data, data: hi, destination: "gs://bkt/o", metadata: {content_type: text/plain}, key: k1,
              priority: 1, max_attempts: 2, queue: q, timeout: 1m, checksums: [md5]}
-          - {kind: upload-data, data_base64: aGk=, destination: "gs://b/p"}
-          - {kind: upload-file, source: a.txt, destination: "gs://b/a", check_source: false, if_exists: skip, max_rate: 10M}
-          - {kind: download-memory, source: "gs://b/o", max_size: 1MiB, run_after: "2026-12-01T02:00:00Z"}
-          - {kind: download-file, source: "gs://b/photos/", destination: out/, include: ["*.jpg"], exclude: ["x/**"], delay: 15m}
+          - {kind: upload-data, data_base64: aGk=, destination: "gs://bkt/p"}
+          - {kind: upload-file, source: a.txt, destination: "gs://bkt/a", check_source: false, if_exists: skip, max_rate: 10M}
+          - {kind: download-memory, source: "gs://bkt/o", max_size: 1MiB, run_after: "2026-12-01T02:00:00Z"}
+          - {kind: download-file, source: "gs://bkt/photos/", destination: out/, include: ["*.jpg"], exclude: ["x/**"], delay: 15m}
           - {kind: update-metadata, destination: o, metadata: {custom_metadata: {gone: null}}, if_generation: 5}
         """
         for field in ManifestReference.documentedFields {

@@ -46,10 +46,10 @@ import TestSupport
     @Test func nullFieldsClearThem() throws {
         let jobs = try #require(parse("""
         - kind: update-metadata
-          destination: gs://b/a
+          destination: gs://bkt/a
           metadata: {custom_metadata: null, content_type: ~, cacheControl: null, content_language: en}
         - kind: update-metadata
-          destination: gs://b/a
+          destination: gs://bkt/a
           metadata: {content_encoding: null, content_disposition: null}
         """).jobs)
         #expect(jobs.map(\.clearMetadata) == [[.contentType, .cacheControl, .customMetadata], [.contentDisposition, .contentEncoding]])
@@ -59,7 +59,7 @@ import TestSupport
     }
 
     @Test func specsWithoutRemovalsEncodeWithoutThem() throws {
-        let job = try #require(parse("- {kind: upload-data, data: hi, destination: gs://b/x}\n").jobs?.first)
+        let job = try #require(parse("- {kind: upload-data, data: hi, destination: gs://bkt/x}\n").jobs?.first)
         let text = String(decoding: try JSONEncoder().encode(job), as: UTF8.self)
         #expect(!text.contains("removeCustomMetadata") && !text.contains("clearMetadata"), "\(text)")
     }
@@ -74,42 +74,42 @@ import TestSupport
     }
 
     static let malformed: [Bad] = [
-        Bad(name: "an upload with a null field", yaml: "- kind: upload-data\n  data: x\n  destination: gs://b/a\n  metadata: {cache_control: null}\n",
+        Bad(name: "an upload with a null field", yaml: "- kind: upload-data\n  data: x\n  destination: gs://bkt/a\n  metadata: {cache_control: null}\n",
             position: "4:14", code: .wrongType, message: "'cache_control' must be a string, not null (only update-metadata jobs remove fields with null)"),
         Bad(name: "defaults with a null field",
-            yaml: "defaults:\n  metadata: {custom_metadata: null}\njobs:\n  - {kind: update-metadata, destination: gs://b/a, metadata: {content_type: null}}\n",
+            yaml: "defaults:\n  metadata: {custom_metadata: null}\njobs:\n  - {kind: update-metadata, destination: gs://bkt/a, metadata: {content_type: null}}\n",
             position: "2:14", code: .wrongType, message: "'custom_metadata' must not be null in defaults (defaults remove no fields)"),
         Bad(name: "update-metadata over http", yaml: "- kind: update-metadata\n  destination: https://example.com/a\n  metadata: {cache_control: x}\n",
             position: "2:16", code: .invalidReference, message: "HTTP has no standard way to change a file's metadata"),
-        Bad(name: "update-metadata without metadata", yaml: "- kind: update-metadata\n  destination: gs://b/a\n",
+        Bad(name: "update-metadata without metadata", yaml: "- kind: update-metadata\n  destination: gs://bkt/a\n",
             position: "1:3", code: .missingField, message: "the update-metadata job has no 'metadata'"),
-        Bad(name: "update-metadata with empty metadata", yaml: "- kind: update-metadata\n  destination: gs://b/a\n  metadata: {}\n",
+        Bad(name: "update-metadata with empty metadata", yaml: "- kind: update-metadata\n  destination: gs://bkt/a\n  metadata: {}\n",
             position: "3:13", code: .invalidValue, message: "'metadata' changes nothing"),
-        Bad(name: "update-metadata with a source", yaml: "- kind: update-metadata\n  source: gs://b/a\n  destination: gs://b/a\n  metadata: {cache_control: x}\n",
+        Bad(name: "update-metadata with a source", yaml: "- kind: update-metadata\n  source: gs://bkt/a\n  destination: gs://bkt/a\n  metadata: {cache_control: x}\n",
             position: "2:3", code: .fieldNotAllowed, message: "a update-metadata job names its object with 'destination', not 'source'"),
-        Bad(name: "update-metadata with a bad content type", yaml: "- kind: update-metadata\n  destination: gs://b/a\n  metadata: {content_type: plain}\n",
+        Bad(name: "update-metadata with a bad content type", yaml: "- kind: update-metadata\n  destination: gs://bkt/a\n  metadata: {content_type: plain}\n",
             position: "3:28", code: .invalidValue, message: "must be a media type"),
-        Bad(name: "get-metadata with a destination", yaml: "- kind: get-metadata\n  source: gs://b/a\n  destination: /tmp/x\n",
+        Bad(name: "get-metadata with a destination", yaml: "- kind: get-metadata\n  source: gs://bkt/a\n  destination: /tmp/x\n",
             position: "3:3", code: .fieldNotAllowed, message: "a get-metadata job reads the object named by 'source'"),
         Bad(name: "get-metadata without a source", yaml: "- kind: get-metadata\n  queue: q\n",
             position: "1:3", code: .missingField, message: "the get-metadata job has no 'source'"),
-        Bad(name: "get-metadata with metadata", yaml: "- kind: get-metadata\n  source: gs://b/a\n  metadata: {cache_control: x}\n",
+        Bad(name: "get-metadata with metadata", yaml: "- kind: get-metadata\n  source: gs://bkt/a\n  metadata: {cache_control: x}\n",
             position: "3:3", code: .fieldNotAllowed, message: "'metadata' is only for uploads and update-metadata"),
-        Bad(name: "get-metadata of a bucket root", yaml: "- kind: get-metadata\n  source: gs://b/\n",
+        Bad(name: "get-metadata of a bucket root", yaml: "- kind: get-metadata\n  source: gs://bkt/\n",
             position: "2:11", code: .bucketRoot, message: "is a bucket root"),
         Bad(name: "delete without a destination", yaml: "- kind: delete\n  priority: 1\n",
             position: "1:3", code: .missingField, message: "the delete job has no 'destination'"),
-        Bad(name: "delete with metadata", yaml: "- kind: delete\n  destination: gs://b/a\n  metadata: {cache_control: x}\n",
+        Bad(name: "delete with metadata", yaml: "- kind: delete\n  destination: gs://bkt/a\n  metadata: {cache_control: x}\n",
             position: "3:3", code: .fieldNotAllowed, message: "'metadata' is only for uploads and update-metadata"),
-        Bad(name: "delete with a source", yaml: "- kind: delete\n  source: gs://b/a\n  destination: gs://b/a\n",
+        Bad(name: "delete with a source", yaml: "- kind: delete\n  source: gs://bkt/a\n  destination: gs://bkt/a\n",
             position: "2:3", code: .fieldNotAllowed, message: "a delete job names its object with 'destination', not 'source'"),
-        Bad(name: "delete with a dot-dot path", yaml: "- kind: delete\n  destination: gs://b/a/../b\n",
+        Bad(name: "delete with a dot-dot path", yaml: "- kind: delete\n  destination: gs://bkt/a/../b\n",
             position: "2:16", code: .invalidReference, message: "contains a '..' segment"),
         Bad(name: "delete of a relative path without a bucket", yaml: "- kind: delete\n  destination: a/b.txt\n",
             position: "2:16", code: .invalidReference, message: "set 'bucket:' in 'defaults:'"),
-        Bad(name: "a null custom value in an upload", yaml: "- kind: upload-data\n  data: x\n  destination: gs://b/a\n  metadata:\n    custom_metadata: {gone: null}\n",
+        Bad(name: "a null custom value in an upload", yaml: "- kind: upload-data\n  data: x\n  destination: gs://bkt/a\n  metadata:\n    custom_metadata: {gone: null}\n",
             position: "5:23", code: .wrongType, message: "custom metadata value for 'gone' must be a string, not null"),
-        Bad(name: "a null custom value in defaults", yaml: "defaults:\n  metadata: {custom_metadata: {gone: null}}\njobs:\n  - {kind: delete, destination: gs://b/a}\n",
+        Bad(name: "a null custom value in defaults", yaml: "defaults:\n  metadata: {custom_metadata: {gone: null}}\njobs:\n  - {kind: delete, destination: gs://bkt/a}\n",
             position: "2:32", code: .wrongType, message: "defaults delete no keys"),
     ]
 

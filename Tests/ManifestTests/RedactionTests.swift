@@ -70,7 +70,7 @@ import TestSupport
         let errors = try #require(parse("""
         - kind: upload-data
           data: x
-          destination: gs://b/x
+          destination: gs://bkt/x
           password: hunter2
           metadata:
             custom_metadata: {api_key: 12345, note: ok}
@@ -89,7 +89,7 @@ import TestSupport
 
     /// The idempotency key is a manifest field, not a secret.
     @Test func theIdempotencyKeyIsShown() throws {
-        let errors = try #require(parse("- {kind: fetch-url, source: gs://b/x, key: nightly-1, priority: high}\n").errors)
+        let errors = try #require(parse("- {kind: fetch-url, source: gs://bkt/x, key: nightly-1, priority: high}\n").errors)
         #expect(errors.first?.sourceLine?.contains("key: nightly-1") == true)
     }
 

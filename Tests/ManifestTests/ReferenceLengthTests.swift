@@ -20,11 +20,11 @@ import Testing
             let errors = try #require(parse("""
             - {kind: download-file, source: "\(url(bytes))", destination: out/x}
             - {kind: upload-data, data: hi, destination: "\(url(bytes))"}
-            - {kind: fetch-url, source: "gs://b/\(String(repeating: "%41", count: bytes / 3))"}
-            - {kind: download-file, source: gs://b/x, destination: "file:///\(String(repeating: "d/", count: bytes / 2))"}
+            - {kind: fetch-url, source: "gs://bkt/\(String(repeating: "%41", count: bytes / 3))"}
+            - {kind: download-file, source: gs://bkt/x, destination: "file:///\(String(repeating: "d/", count: bytes / 2))"}
             """).errors)
             #expect(errors.map(\.code) == [.invalidReference, .invalidReference, .invalidReference, .invalidReference], "\(errors)")
-            #expect(errors.map { "\($0.line):\($0.column)" } == ["1:33", "2:46", "3:29", "4:56"])
+            #expect(errors.map { "\($0.line):\($0.column)" } == ["1:33", "2:46", "3:29", "4:58"])
             for error in errors {
                 #expect(error.message.contains("bytes long; jobctl takes at most 16384 bytes"), "\(error.message.prefix(300))")
                 #expect(error.message.count < 1_000)
@@ -38,9 +38,9 @@ import Testing
         let longPath = "/tmp/" + String(repeating: "a/", count: 2_100) + "x"
         let longName = "/tmp/" + String(repeating: "n", count: 256)
         let errors = try #require(parse("""
-        - {kind: download-file, source: gs://b/x, destination: "\(longPath)"}
-        - {kind: download-file, source: gs://b/x, destination: "\(longName)"}
-        - {kind: upload-file, source: "\(longPath)", destination: gs://b/x}
+        - {kind: download-file, source: gs://bkt/x, destination: "\(longPath)"}
+        - {kind: download-file, source: gs://bkt/x, destination: "\(longName)"}
+        - {kind: upload-file, source: "\(longPath)", destination: gs://bkt/x}
         """).errors)
         #expect(errors.map(\.code) == [.invalidPath, .invalidPath, .invalidPath], "\(errors)")
         #expect(errors[0].message.contains("is 4206 bytes long as an absolute path; Linux takes paths of at most 4095 bytes"), "\(errors[0].message)")
@@ -48,10 +48,10 @@ import Testing
         #expect(errors[2].message.contains("is 4206 bytes long as an absolute path"), "\(errors[2].message)")
         // 255 bytes a name and 4095 a path are fine.
         let fits = "/tmp/" + String(repeating: "n", count: 255)
-        #expect(parse("- {kind: download-file, source: gs://b/x, destination: \"\(fits)\"}").jobs?.first?.destination == fits)
+        #expect(parse("- {kind: download-file, source: gs://bkt/x, destination: \"\(fits)\"}").jobs?.first?.destination == fits)
         let deep = "/tmp/" + String(repeating: "a/", count: 2_044) + "xy"
         #expect(deep.utf8.count == 4_095)
-        #expect(parse("- {kind: download-file, source: gs://b/x, destination: \"\(deep)\"}").jobs?.first?.destination == deep)
+        #expect(parse("- {kind: download-file, source: gs://bkt/x, destination: \"\(deep)\"}").jobs?.first?.destination == deep)
     }
 
     /// A download into a folder takes the object's own name (as `cp` does): that name, and the path it
@@ -60,8 +60,8 @@ import Testing
     @Test func aFolderDestinationWithTheObjectsNameIsHeldToTheKernelsBounds() throws {
         let longName = String(repeating: "n", count: 256)
         let deepFolder = "/tmp/" + String(repeating: "a/", count: 2_000)
-        let lines = ["- {kind: download-file, source: \"gs://b/dir/\(longName)\", destination: out/}",
-                     "- {kind: download-file, source: \"gs://b/\(String(repeating: "m", count: 200))\", destination: \"\(deepFolder)\"}"]
+        let lines = ["- {kind: download-file, source: \"gs://bkt/dir/\(longName)\", destination: out/}",
+                     "- {kind: download-file, source: \"gs://bkt/\(String(repeating: "m", count: 200))\", destination: \"\(deepFolder)\"}"]
         let errors = try #require(parse(lines.joined(separator: "\n")).errors)
         #expect(errors.map(\.code) == [.invalidPath, .invalidPath], "\(errors)")
         // At the destination each job wrote.
@@ -72,11 +72,11 @@ import Testing
         #expect(errors.last?.message.contains("is 4205 bytes long as an absolute path") == true, "\(errors.last?.message ?? "")")
         // A 255-byte name, and a path of 4095 bytes, are fine.
         let fits = String(repeating: "n", count: 255)
-        #expect(parse("- {kind: download-file, source: \"gs://b/\(fits)\", destination: out/}").jobs?.first?.destination
+        #expect(parse("- {kind: download-file, source: \"gs://bkt/\(fits)\", destination: out/}").jobs?.first?.destination
                 == testBase + "/out/" + fits)
         let deep = "/tmp/" + String(repeating: "a/", count: 1_920)
         let exact = String(repeating: "m", count: 4_095 - deep.utf8.count)
-        #expect(parse("- {kind: download-file, source: \"gs://b/\(exact)\", destination: \"\(deep)\"}").jobs?.first?.destination
+        #expect(parse("- {kind: download-file, source: \"gs://bkt/\(exact)\", destination: \"\(deep)\"}").jobs?.first?.destination
                 == deep + exact)
     }
     /// A `file://` object is a file: its name's parts are file names, and a reference without a bucket

@@ -24,7 +24,7 @@ import TestSupport
 
         /// Parses one upload-file job reading `source`, with the checks on unless `checks` is false.
         func parse(source: String, extra: String = "", defaults: String = "", checks: Bool = true) -> Result<[JobSpec], ManifestErrors> {
-            let yaml = "\(defaults)jobs:\n  - kind: upload-file\n    source: \(source)\n    destination: gs://b/x\n\(extra)"
+            let yaml = "\(defaults)jobs:\n  - kind: upload-file\n    source: \(source)\n    destination: gs://bkt/x\n\(extra)"
             return ManifestParser(baseDirectory: path, checksSources: checks).parse(text: yaml, path: "m.yaml")
         }
     }
@@ -69,7 +69,7 @@ import TestSupport
                     || errors.map(\.code) == [.invalidReference], "\(errors)")
         }
         // With a folder destination only the empty expansion is left.
-        let yaml = "jobs:\n  - kind: upload-file\n    source: \(source)\n    destination: gs://b/x/\n"
+        let yaml = "jobs:\n  - kind: upload-file\n    source: \(source)\n    destination: gs://bkt/x/\n"
         let errors = try #require(ManifestParser(baseDirectory: folder.path).parse(text: yaml, path: "m.yaml").errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:5 emptyExpansion"])
         #expect(errors.first?.message.contains("holds no regular file; nothing would be uploaded") == true, "\(errors)")
@@ -91,8 +91,8 @@ import TestSupport
         let mixed = ManifestParser(baseDirectory: folder.path).parse(text: """
         defaults: {check_source: false}
         jobs:
-          - {kind: upload-file, source: later.csv, destination: gs://b/later.csv}
-          - {kind: fetch-url, source: gs://b/later.csv}
+          - {kind: upload-file, source: later.csv, destination: gs://bkt/later.csv}
+          - {kind: fetch-url, source: gs://bkt/later.csv}
         """, path: "m.yaml")
         #expect(mixed.jobs?.count == 2)
     }
@@ -102,9 +102,9 @@ import TestSupport
         let folder = try Folder()
         defer { folder.directory.remove() }
         let result = ManifestParser(baseDirectory: folder.path).parse(text: """
-        - {kind: upload-file, source: t.csv, destination: gs://b/t.csv}
-        - {kind: upload-file, source: one.csv, destination: gs://b/one.csv}
-        - {kind: upload-file, source: two.csv, destination: gs://b/two.csv}
+        - {kind: upload-file, source: t.csv, destination: gs://bkt/t.csv}
+        - {kind: upload-file, source: one.csv, destination: gs://bkt/one.csv}
+        - {kind: upload-file, source: two.csv, destination: gs://bkt/two.csv}
         """, path: "m.yaml")
         #expect(try #require(result.errors).map { "\($0.line):\($0.column) \($0.code)" } == [
             "2:31 sourceUnavailable", "3:31 sourceUnavailable",
@@ -121,28 +121,28 @@ import TestSupport
         }
         // The download after the upload in the file, the upload waiting for it by its key.
         let direct = try #require(parse("""
-        - {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, after: [fetch]}
-        - {kind: download-file, source: gs://b/src.csv, destination: out/a.csv, key: fetch}
+        - {kind: upload-file, source: out/a.csv, destination: gs://bkt/a.csv, after: [fetch]}
+        - {kind: download-file, source: gs://bkt/src.csv, destination: out/a.csv, key: fetch}
         """).jobs)
-        #expect(direct.map(\.source) == [folder.path + "/out/a.csv", "gs://b/src.csv"])
+        #expect(direct.map(\.source) == [folder.path + "/out/a.csv", "gs://bkt/src.csv"])
         // Through another job; and into a folder, under the object's name.
         #expect(try #require(parse("""
-        - {kind: download-file, source: gs://b/src.csv, destination: out/, key: fetch}
-        - {kind: download-memory, source: gs://b/other, key: look, after: [fetch]}
-        - {kind: upload-file, source: out/src.csv, destination: gs://b/a.csv, after: [look]}
+        - {kind: download-file, source: gs://bkt/src.csv, destination: out/, key: fetch}
+        - {kind: download-memory, source: gs://bkt/other, key: look, after: [fetch]}
+        - {kind: upload-file, source: out/src.csv, destination: gs://bkt/a.csv, after: [look]}
         """).jobs).count == 3)
         // A prefix's download writes under its folder.
         #expect(try #require(parse("""
-        - {kind: download-file, source: gs://b/photos/, destination: out/photos/, key: fetch}
-        - {kind: upload-file, source: out/photos/2024/x.jpg, destination: gs://c/x.jpg, after: [fetch]}
+        - {kind: download-file, source: gs://bkt/photos/, destination: out/photos/, key: fetch}
+        - {kind: upload-file, source: out/photos/2024/x.jpg, destination: gs://ckt/x.jpg, after: [fetch]}
         """).jobs).count == 2)
         // Refused where nothing waited for writes the file and every job waited for is in the manifest:
         // no after:, a download of another file.
         for yaml in [
-            "- {kind: download-file, source: gs://b/src.csv, destination: out/a.csv, key: fetch}\n"
-                + "- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv}",
-            "- {kind: download-file, source: gs://b/src.csv, destination: out/b.csv, key: fetch}\n"
-                + "- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, after: [fetch]}",
+            "- {kind: download-file, source: gs://bkt/src.csv, destination: out/a.csv, key: fetch}\n"
+                + "- {kind: upload-file, source: out/a.csv, destination: gs://bkt/a.csv}",
+            "- {kind: download-file, source: gs://bkt/src.csv, destination: out/b.csv, key: fetch}\n"
+                + "- {kind: upload-file, source: out/a.csv, destination: gs://bkt/a.csv, after: [fetch]}",
         ] {
             let errors = try #require(parse(yaml).errors, "\(yaml)")
             #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:31 sourceUnavailable"], "\(yaml)")
@@ -152,10 +152,10 @@ import TestSupport
         // A chain that names a job outside the manifest (another manifest's, or the log's) is left to the
         // submit, with the error it would report.
         for yaml in [
-            "- {kind: download-file, source: gs://b/src.csv, destination: out/a.csv, key: fetch, after: [up]}\n"
-                + "- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, key: up, after: [other]}",
-            "- {kind: download-file, source: gs://b/src.csv, destination: out/a.csv}\n"
-                + "- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, after: [other]}",
+            "- {kind: download-file, source: gs://bkt/src.csv, destination: out/a.csv, key: fetch, after: [up]}\n"
+                + "- {kind: upload-file, source: out/a.csv, destination: gs://bkt/a.csv, key: up, after: [other]}",
+            "- {kind: download-file, source: gs://bkt/src.csv, destination: out/a.csv}\n"
+                + "- {kind: upload-file, source: out/a.csv, destination: gs://bkt/a.csv, after: [other]}",
         ] {
             let jobs = try ManifestParser(baseDirectory: folder.path).parseJobs(data: Data(yaml.utf8), path: "m.yaml").get()
             let check = try #require(jobs[1].pendingSourceCheck, "\(yaml)")
@@ -179,15 +179,15 @@ import TestSupport
         }
         // Another manifest of the same submit: its download, keyed 'other', writes the file.
         let upload = try ManifestParser(baseDirectory: folder.path).parseJobs(
-            data: Data("- {kind: upload-file, source: out/a.csv, destination: gs://b/a.csv, after: [other]}".utf8), path: "up.yaml").get()
+            data: Data("- {kind: upload-file, source: out/a.csv, destination: gs://bkt/a.csv, after: [other]}".utf8), path: "up.yaml").get()
         let download = try ManifestParser(baseDirectory: folder.path).parseJobs(
-            data: Data("- {kind: download-file, source: gs://b/src.csv, destination: out/a.csv, key: other}".utf8), path: "down.yaml").get()
+            data: Data("- {kind: download-file, source: gs://bkt/src.csv, destination: out/a.csv, key: other}".utf8), path: "down.yaml").get()
         #expect(PendingSourceCheck.unresolved(upload + download) { _ in nil }.isEmpty)
         #expect(PendingSourceCheck.unresolved(upload) { _ in nil }.count == 1)
         // A source that is there but unusable is refused at once, whatever the job waits for.
         let pipe = try #require(parse("""
-        - {kind: download-file, source: gs://b/src.csv, destination: pipe, key: fetch}
-        - {kind: upload-file, source: pipe, destination: gs://b/a.csv, after: [fetch]}
+        - {kind: download-file, source: gs://bkt/src.csv, destination: pipe, key: fetch}
+        - {kind: upload-file, source: pipe, destination: gs://bkt/a.csv, after: [fetch]}
         """).errors)
         #expect(pipe.map(\.message).first?.contains("is a FIFO, not a regular file") == true, "\(pipe)")
     }

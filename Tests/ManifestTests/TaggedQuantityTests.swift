@@ -20,7 +20,7 @@ import TestSupport
     ])
     func refused(kind: String, field: String, name: String, fragment: String) throws {
         let destination = kind == "download-file" ? ", destination: /tmp/out.bin" : ""
-        let errors = try #require(parse("- {kind: \(kind), source: gs://b/x\(destination), \(field)}\n").errors)
+        let errors = try #require(parse("- {kind: \(kind), source: gs://bkt/x\(destination), \(field)}\n").errors)
         #expect(errors.count == 1, "\(errors)")
         let error = try #require(errors.first)
         #expect(error.code == .wrongType, "\(error)")
@@ -30,9 +30,9 @@ import TestSupport
     @Test func textTagsAndWholeNumbersAreRead() throws {
         let jobs = try #require(parse("""
         jobs:
-          - {kind: download-memory, source: gs://b/a, max_size: !!int 4096}
-          - {kind: download-memory, source: gs://b/b, max_size: !!str 5KiB}
-          - {kind: download-file, source: gs://b/c, destination: /tmp/c.bin, max_rate: !!str 10M, timeout: !!str 90s, delay: !!str 1m}
+          - {kind: download-memory, source: gs://bkt/a, max_size: !!int 4096}
+          - {kind: download-memory, source: gs://bkt/b, max_size: !!str 5KiB}
+          - {kind: download-file, source: gs://bkt/c, destination: /tmp/c.bin, max_rate: !!str 10M, timeout: !!str 90s, delay: !!str 1m}
         """).jobs)
         #expect(jobs.map(\.maxSize) == [4096, 5 * 1024, nil])
         #expect(jobs[2].timeoutSeconds == 90)

@@ -15,14 +15,14 @@ import TestSupport
             source: http://example.com/a.bin
           - kind: upload-data
             data: hi
-            destination: gs://b/x.txt
+            destination: gs://bkt/x.txt
             timeout: 90s
           - kind: fetch-url
-            source: gs://b/x.txt
+            source: gs://bkt/x.txt
             timeout: 1h30m
         """).jobs)
         #expect(jobs.map(\.timeoutSeconds) == [1800, 90, 5400])
-        let none = try #require(parse("- {kind: fetch-url, source: gs://b/x}\n").jobs)
+        let none = try #require(parse("- {kind: fetch-url, source: gs://bkt/x}\n").jobs)
         #expect(none.first?.timeoutSeconds == nil)
     }
 
@@ -31,16 +31,16 @@ import TestSupport
         ("8d", "at most 7d"), ("99999999999999999d", "at most 7d"), ("1.5h", "a duration"),
     ])
     func refused(value: String, fragment: String) throws {
-        let errors = try #require(parse("- {kind: fetch-url, source: gs://b/x, timeout: \(value)}\n").errors)
+        let errors = try #require(parse("- {kind: fetch-url, source: gs://bkt/x, timeout: \(value)}\n").errors)
         #expect(errors.count == 1)
         let error = try #require(errors.first)
         #expect(error.code == .invalidValue || error.code == .wrongType)
-        #expect(error.line == 1 && error.column == 48, "\(error)")
+        #expect(error.line == 1 && error.column == 50, "\(error)")
         #expect(error.message.contains("'timeout'") && error.message.contains(fragment), "\(error.message)")
     }
 
     @Test func refusedInDefaults() throws {
-        let errors = try #require(parse("defaults: {timeout: 0s}\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n").errors)
+        let errors = try #require(parse("defaults: {timeout: 0s}\njobs:\n  - {kind: fetch-url, source: gs://bkt/x}\n").errors)
         #expect(errors.count == 1)
         #expect(errors.first?.line == 1)
     }

@@ -13,30 +13,30 @@ import TestSupport
         jobs:
           - kind: upload-data
             data: hi
-            destination: gs://b/x.txt
+            destination: gs://bkt/x.txt
           - kind: upload-data
             data: hi
-            destination: gs://b/y.txt
+            destination: gs://bkt/y.txt
             if_exists: skip-identical
           - kind: download-file
-            source: gs://b/x.txt
+            source: gs://bkt/x.txt
             destination: /tmp/x.txt
             if_exists: fail
           - kind: upload-data
             data: hi
-            destination: gs://b/z.txt
+            destination: gs://bkt/z.txt
             if_exists: overwrite
           - kind: fetch-url
-            source: gs://b/x.txt
+            source: gs://bkt/x.txt
         """).jobs)
         #expect(jobs.map(\.ifExists) == [.skip, .skipIdentical, .fail, nil, nil])
     }
 
     @Test func specsWithoutTheFieldsEncodeWithoutThem() throws {
-        let job = try #require(parse("- {kind: upload-data, data: hi, destination: gs://b/x, if_exists: overwrite}\n").jobs?.first)
+        let job = try #require(parse("- {kind: upload-data, data: hi, destination: gs://bkt/x, if_exists: overwrite}\n").jobs?.first)
         let text = String(decoding: try JSONEncoder().encode(job), as: UTF8.self)
         #expect(!text.contains("ifExists") && !text.contains("maxRate"), "\(text)")
-        let limited = try #require(parse("- {kind: upload-data, data: hi, destination: gs://b/x, if_exists: fail, max_rate: 1M}\n").jobs?.first)
+        let limited = try #require(parse("- {kind: upload-data, data: hi, destination: gs://bkt/x, if_exists: fail, max_rate: 1M}\n").jobs?.first)
         let decoded = try JSONDecoder().decode(JobSpec.self, from: try JSONEncoder().encode(limited))
         #expect(decoded == limited && decoded.ifExists == .fail && decoded.maxRate == 1_048_576)
     }
@@ -46,10 +46,10 @@ import TestSupport
         ("[skip]", "must be one of"),
     ])
     func ifExistsRefused(value: String, fragment: String) throws {
-        let errors = try #require(parse("- {kind: upload-data, data: hi, destination: gs://b/x, if_exists: \(value)}\n").errors)
+        let errors = try #require(parse("- {kind: upload-data, data: hi, destination: gs://bkt/x, if_exists: \(value)}\n").errors)
         #expect(errors.count == 1)
         let error = try #require(errors.first)
-        #expect(error.line == 1 && error.column == 67, "\(error)")
+        #expect(error.line == 1 && error.column == 69, "\(error)")
         #expect(error.message.contains(fragment), "\(error.message)")
     }
 
@@ -57,30 +57,30 @@ import TestSupport
         let jobs = try #require(parse("""
         defaults: {if_exists: skip-identical}
         jobs:
-          - {kind: download-file, source: gs://b/x, destination: /tmp/x}
+          - {kind: download-file, source: gs://bkt/x, destination: /tmp/x}
           - {kind: download-file, source: file://b/y, destination: /tmp/y, if_exists: skip}
         """).jobs)
         #expect(jobs.map(\.ifExists) == [.skipIdentical, .skip])
     }
 
     @Test func skipIdenticalIsRefusedWhereNothingIsCompared() throws {
-        let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, if_exists: skip-identical}\n").errors)
-        #expect(errors.map(\.line) == [1] && errors.map(\.column) == [45])
+        let errors = try #require(parse("- {kind: download-memory, source: gs://bkt/x, if_exists: skip-identical}\n").errors)
+        #expect(errors.map(\.line) == [1] && errors.map(\.column) == [47])
         #expect(errors.first?.code == .fieldNotAllowed)
-        let misspelled = try #require(parse("- {kind: download-file, source: gs://b/x, destination: /tmp/x, if_exists: skip-identicl}\n").errors)
-        #expect(misspelled.map(\.line) == [1] && misspelled.map(\.column) == [75])
+        let misspelled = try #require(parse("- {kind: download-file, source: gs://bkt/x, destination: /tmp/x, if_exists: skip-identicl}\n").errors)
+        #expect(misspelled.map(\.line) == [1] && misspelled.map(\.column) == [77])
         #expect(misspelled.first?.message.contains("did you mean 'skip-identical'") == true, "\(misspelled)")
     }
 
     @Test func ifGenerationOnDeleteAndUpdateMetadata() throws {
         let jobs = try #require(parse("""
         jobs:
-          - {kind: delete, destination: gs://b/x, if_generation: 1700000000123456}
+          - {kind: delete, destination: gs://bkt/x, if_generation: 1700000000123456}
           - kind: update-metadata
             destination: file://bucket/y
             metadata: {content_type: text/plain}
             if_generation: 3
-          - {kind: delete, destination: gs://b/z}
+          - {kind: delete, destination: gs://bkt/z}
         """).jobs)
         #expect(jobs.map(\.ifGeneration) == [1_700_000_000_123_456, 3, nil])
         let text = String(decoding: try JSONEncoder().encode(jobs[2]), as: UTF8.self)
@@ -93,24 +93,24 @@ import TestSupport
         ("0", "must be at least 1"), ("-3", "must be at least 1"), ("abc", "must be the object's generation"),
     ])
     func ifGenerationRefused(value: String, fragment: String) throws {
-        let errors = try #require(parse("- {kind: delete, destination: gs://b/x, if_generation: \(value)}\n").errors)
-        #expect(errors.map(\.line) == [1] && errors.map(\.column) == [56], "\(errors)")
+        let errors = try #require(parse("- {kind: delete, destination: gs://bkt/x, if_generation: \(value)}\n").errors)
+        #expect(errors.map(\.line) == [1] && errors.map(\.column) == [58], "\(errors)")
         #expect(errors.first?.message.contains(fragment) == true, "\(errors)")
     }
 
     @Test func ifGenerationIsRefusedWhereThereIsNoGeneration() throws {
         let http = try #require(parse("- {kind: delete, destination: http://h/x, if_generation: 5}\n").errors)
         #expect(http.map(\.column) == [43] && http.first?.message.contains("no generation") == true, "\(http)")
-        let download = try #require(parse("- {kind: download-file, source: gs://b/x, destination: /tmp/x, if_generation: 5}\n").errors)
-        #expect(download.map(\.column) == [64] && download.first?.code == .fieldNotAllowed, "\(download)")
-        let shared = try #require(parse("defaults: {if_generation: 5}\njobs:\n  - {kind: delete, destination: gs://b/x}\n").errors)
+        let download = try #require(parse("- {kind: download-file, source: gs://bkt/x, destination: /tmp/x, if_generation: 5}\n").errors)
+        #expect(download.map(\.column) == [66] && download.first?.code == .fieldNotAllowed, "\(download)")
+        let shared = try #require(parse("defaults: {if_generation: 5}\njobs:\n  - {kind: delete, destination: gs://bkt/x}\n").errors)
         #expect(shared.map(\.line) == [1] && shared.map(\.column) == [12], "\(shared)")
         #expect(shared.first?.message.contains("cannot be a default") == true)
     }
 
     @Test func ifExistsIsRefusedWhereNothingIsWritten() throws {
-        let errors = try #require(parse("- {kind: fetch-url, source: gs://b/x, if_exists: skip}\n").errors)
-        #expect(errors.map(\.column) == [39])
+        let errors = try #require(parse("- {kind: fetch-url, source: gs://bkt/x, if_exists: skip}\n").errors)
+        #expect(errors.map(\.column) == [41])
         #expect(errors.first?.code == .fieldNotAllowed)
     }
 
@@ -120,7 +120,7 @@ import TestSupport
         ("1t", Int64(1) << 40), ("0.5T", Int64(1) << 39), ("1.5 k", Int64(1_536)),
     ])
     func rates(text: String, bytes: Int64) throws {
-        let job = try #require(parse("- {kind: download-memory, source: gs://b/x, max_rate: \(text)}\n").jobs?.first)
+        let job = try #require(parse("- {kind: download-memory, source: gs://bkt/x, max_rate: \(text)}\n").jobs?.first)
         #expect(job.maxRate == bytes)
         #expect(TransferRate.parse(text) == bytes)
     }
@@ -129,9 +129,9 @@ import TestSupport
         let jobs = try #require(parse("""
         defaults: {max_rate: 1M}
         jobs:
-          - {kind: download-memory, source: gs://b/x}
-          - {kind: download-memory, source: gs://b/y, max_rate: 64k}
-          - {kind: fetch-url, source: gs://b/x}
+          - {kind: download-memory, source: gs://bkt/x}
+          - {kind: download-memory, source: gs://bkt/y, max_rate: 64k}
+          - {kind: fetch-url, source: gs://bkt/x}
         """).jobs)
         #expect(jobs.map(\.maxRate) == [1_048_576, 65_536, nil])
     }
@@ -144,15 +144,15 @@ import TestSupport
         ("99999999999999999999999k", "at most 1T"),
     ])
     func ratesRefused(value: String, fragment: String) throws {
-        let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, max_rate: \(value)}\n").errors)
+        let errors = try #require(parse("- {kind: download-memory, source: gs://bkt/x, max_rate: \(value)}\n").errors)
         #expect(errors.count == 1)
         let error = try #require(errors.first)
-        #expect(error.line == 1 && error.column == 55, "\(error)")
+        #expect(error.line == 1 && error.column == 57, "\(error)")
         #expect(error.message.contains("'max_rate'") && error.message.contains(fragment), "\(error.message)")
     }
 
     @Test func nullRateIsReportedAtTheKey() throws {
-        let errors = try #require(parse("defaults:\n  max_rate:\njobs:\n  - {kind: fetch-url, source: gs://b/x}\n").errors)
+        let errors = try #require(parse("defaults:\n  max_rate:\njobs:\n  - {kind: fetch-url, source: gs://bkt/x}\n").errors)
         #expect(errors.map(\.line) == [2] && errors.map(\.column) == [3])
     }
 }

@@ -74,25 +74,25 @@ import TestSupport
             customMetadata: {team: storage, tier: "1"}
         jobs:
           - data: a
-            destination: gs://b/a.txt
+            destination: gs://bkt/a.txt
           - data: b
-            destination: gs://b/b.txt
+            destination: gs://bkt/b.txt
             queue: urgent
             priority: 0
             metadata:
               content_type: text/markdown
               custom_metadata: {tier: "2"}
           - kind: download-memory
-            source: gs://b/a.txt
+            source: gs://bkt/a.txt
           - kind: download-memory
-            source: gs://b/a.txt
+            source: gs://bkt/a.txt
             max_size: 10
           - kind: fetch-url
-            source: gs://b/a.txt
+            source: gs://bkt/a.txt
             max_attempts: 1
         """).jobs)
         #expect(jobs.count == 5)
-        #expect(jobs[0] == JobSpec(kind: .uploadData, destination: "gs://b/a.txt", data: Data("a".utf8),
+        #expect(jobs[0] == JobSpec(kind: .uploadData, destination: "gs://bkt/a.txt", data: Data("a".utf8),
                                    metadata: UploadMetadata(contentType: "text/plain", cacheControl: "no-store",
                                                             customMetadata: ["team": "storage", "tier": "1"]),
                                    priority: 7, maxAttempts: 9, queue: "nightly"))
@@ -101,20 +101,20 @@ import TestSupport
         #expect(jobs[1].metadata == UploadMetadata(contentType: "text/markdown", cacheControl: "no-store",
                                                    customMetadata: ["team": "storage", "tier": "2"]))
         // Defaults that do not apply to a kind (metadata on a download) are skipped, not errors.
-        #expect(jobs[2] == JobSpec(kind: .downloadMemory, source: "gs://b/a.txt", maxSize: 2_000_000, priority: 7, maxAttempts: 9, queue: "nightly"))
+        #expect(jobs[2] == JobSpec(kind: .downloadMemory, source: "gs://bkt/a.txt", maxSize: 2_000_000, priority: 7, maxAttempts: 9, queue: "nightly"))
         #expect(jobs[3].maxSize == 10)
-        #expect(jobs[4] == JobSpec(kind: .fetchURL, source: "gs://b/a.txt", priority: 7, maxAttempts: 1, queue: "nightly"))
+        #expect(jobs[4] == JobSpec(kind: .fetchURL, source: "gs://bkt/a.txt", priority: 7, maxAttempts: 1, queue: "nightly"))
     }
 
     @Test func bareSequenceOfJobs() throws {
         let jobs = try #require(parse("""
         - kind: fetch-url
-          source: gs://b/x
-        - {kind: download-memory, source: "gs://b/y", max_size: 1MiB}
+          source: gs://bkt/x
+        - {kind: download-memory, source: "gs://bkt/y", max_size: 1MiB}
         """).jobs)
         #expect(jobs == [
-            JobSpec(kind: .fetchURL, source: "gs://b/x"),
-            JobSpec(kind: .downloadMemory, source: "gs://b/y", maxSize: 1_048_576),
+            JobSpec(kind: .fetchURL, source: "gs://bkt/x"),
+            JobSpec(kind: .downloadMemory, source: "gs://bkt/y", maxSize: 1_048_576),
         ])
     }
 
@@ -124,7 +124,7 @@ import TestSupport
         ("1k", 1024), ("2m", 2_097_152), ("\"256 m\"", 268_435_456),
     ])
     func maxSizeUnits(_ written: String, _ bytes: Int64) throws {
-        let jobs = try #require(parse("- {kind: download-memory, source: gs://b/x, max_size: \(written)}").jobs)
+        let jobs = try #require(parse("- {kind: download-memory, source: gs://bkt/x, max_size: \(written)}").jobs)
         #expect(jobs.first?.maxSize == bytes)
     }
 
@@ -148,7 +148,7 @@ import TestSupport
         ("run_after: \"\\u2003 2027-01-01T00:00:00Z\"", "'run_after' must be"),
     ])
     func otherNumberFormsAreRefused(_ field: String, _ message: String) throws {
-        let errors = try #require(parse("- {kind: download-memory, source: gs://b/x, \(field)}\n").errors, "\(field) was taken")
+        let errors = try #require(parse("- {kind: download-memory, source: gs://bkt/x, \(field)}\n").errors, "\(field) was taken")
         #expect(errors.count == 1 && errors.first?.message.contains(message) == true, "\(field): \(errors)")
     }
 
@@ -162,9 +162,9 @@ import TestSupport
           destination: file:///var/exports/export.json
         - kind: upload-file
           source: file:///var/lib/app/a%20b.txt
-          destination: gs://b/a b.txt
+          destination: gs://bkt/a b.txt
         - kind: download-file
-          source: gs://b/reports/2024/summary.json
+          source: gs://bkt/reports/2024/summary.json
           destination: downloads/
         - kind: download-file
           source: file://demo/report.csv
@@ -172,10 +172,10 @@ import TestSupport
         """).jobs)
         #expect(jobs.map(\.source) == [
             "/srv/manifests/data/report.csv", "/var/lib/app/export.json", "/var/lib/app/a b.txt",
-            "gs://b/reports/2024/summary.json", "file://demo/report.csv",
+            "gs://bkt/reports/2024/summary.json", "file://demo/report.csv",
         ])
         #expect(jobs.map(\.destination) == [
-            "file://demo/report.csv", "file:///var/exports/export.json", "gs://b/a%20b.txt",
+            "file://demo/report.csv", "file:///var/exports/export.json", "gs://bkt/a%20b.txt",
             "/srv/manifests/downloads/summary.json", "/tmp/copy.csv",
         ])
     }
@@ -183,11 +183,11 @@ import TestSupport
     @Test func baseDirectoryDefaultsToTheManifestsFolder() throws {
         // Sources are not looked for: a.txt exists in neither folder.
         let parser = ManifestParser(checksSources: false)
-        let jobs = try #require(parser.parse(text: "- {kind: upload-file, source: a.txt, destination: gs://b/a}",
+        let jobs = try #require(parser.parse(text: "- {kind: upload-file, source: a.txt, destination: gs://bkt/a}",
                                              path: "jobs/nightly.yaml").jobs)
         let current = FileManager.default.currentDirectoryPath
         #expect(jobs.first?.source == LocalPath.standardize(current + "/jobs/a.txt"))
-        let absolute = try #require(parser.parse(text: "- {kind: upload-file, source: a.txt, destination: gs://b/a}",
+        let absolute = try #require(parser.parse(text: "- {kind: upload-file, source: a.txt, destination: gs://bkt/a}",
                                                  path: "/etc/jobctl/nightly.yaml").jobs)
         #expect(absolute.first?.source == "/etc/jobctl/a.txt")
     }
@@ -201,17 +201,17 @@ import TestSupport
         jobs:
           - <<: *common
             data: one
-            destination: gs://b/1
+            destination: gs://bkt/1
           - <<: *common
             queue: other
             data: two
-            destination: &dest gs://b/2
+            destination: &dest gs://bkt/2
           - kind: fetch-url
             source: *dest
         """).jobs)
         #expect(jobs.map(\.kind) == [.uploadData, .uploadData, .fetchURL])
         #expect(jobs.map(\.queue) == ["media", "other", "default"])
-        #expect(jobs[2].source == "gs://b/2")
+        #expect(jobs[2].source == "gs://bkt/2")
     }
 
     @Test func aliasesWithinJobs() throws {
@@ -222,16 +222,16 @@ import TestSupport
           - &first
             kind: upload-data
             data: one
-            destination: gs://b/1
+            destination: gs://bkt/1
             key: k1
           - <<: *first
-            destination: gs://b/2
+            destination: gs://bkt/2
             key: k2
           - kind: fetch-url
-            source: gs://b/1
+            source: gs://bkt/1
             <<: *d
         """).jobs)
-        #expect(jobs.map(\.destination) == ["gs://b/1", "gs://b/2", nil])
+        #expect(jobs.map(\.destination) == ["gs://bkt/1", "gs://bkt/2", nil])
         #expect(jobs.map(\.queue) == ["media", "media", "media"])
         #expect(jobs[1].data == Data("one".utf8))
         #expect(jobs.map(\.key) == ["k1", "k2", nil])
@@ -241,9 +241,9 @@ import TestSupport
         let jobs = try ManifestParser(baseDirectory: testBase).parseJobs(text: """
         jobs:
           - kind: fetch-url
-            source: gs://b/x
+            source: gs://bkt/x
           -   kind: fetch-url
-              source: gs://b/y
+              source: gs://bkt/y
         """, path: "x.yaml").get()
         #expect(jobs.map { [$0.line, $0.column] } == [[2, 5], [4, 7]])
     }
@@ -252,7 +252,7 @@ import TestSupport
         let directory = try TemporaryDirectory("manifest")
         defer { directory.remove() }
         let path = directory.file("nightly.yaml")
-        try "\u{FEFF}jobs:\r\n  - {kind: upload-file, source: in/a.txt, destination: gs://b/a}\r\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "\u{FEFF}jobs:\r\n  - {kind: upload-file, source: in/a.txt, destination: gs://bkt/a}\r\n".write(toFile: path, atomically: true, encoding: .utf8)
         try FileManager.default.createDirectory(atPath: directory.file("in"), withIntermediateDirectories: true)
         try "a".write(toFile: directory.file("in/a.txt"), atomically: true, encoding: .utf8)
         let jobs = try ManifestParser().parse(contentsOf: path).get()
@@ -266,16 +266,16 @@ import TestSupport
         let jobs = try #require(parse("""
         - kind: upload-data
           data: 42
-          destination: "gs://b/the answer.txt"
+          destination: "gs://bkt/the answer.txt"
           key: 2024-01-01
           queue: "7"
         - kind: upload-data
           data: ""
-          destination: 'gs://b/empty'
+          destination: 'gs://bkt/empty'
           key: yes
         """).jobs)
         #expect(jobs[0].data == Data("42".utf8))
-        #expect(jobs[0].destination == "gs://b/the%20answer.txt")
+        #expect(jobs[0].destination == "gs://bkt/the%20answer.txt")
         #expect(jobs[0].key == "2024-01-01")
         #expect(jobs[0].queue == "7")
         #expect(jobs[1].data == Data())
@@ -288,7 +288,7 @@ import TestSupport
           data: !!binary |
             aGVs
             bG8=
-          destination: gs://b/x
+          destination: gs://bkt/x
           priority: !!int "5"
           key: !!str 12
         """).jobs)
@@ -303,11 +303,11 @@ import TestSupport
         let yaml = """
             jobs:
               - kind: fetch-url
-                source: gs://b/late
+                source: gs://bkt/late
                 after: [first, 01JDEPS0PREFIX]
               - kind: upload-data
                 data: x
-                destination: gs://b/first
+                destination: gs://bkt/first
                 key: first
             """
         let jobs = try ManifestParser().parseJobs(text: yaml, path: "deps.yaml").get()
@@ -317,7 +317,7 @@ import TestSupport
                     == ["deps.yaml:4:13 first", "deps.yaml:4:20 01JDEPS0PREFIX"])
         #expect(jobs[1].spec.after == nil && jobs[1].dependencies.isEmpty)
         // An empty list is no dependency, so the spec encodes as one written without it.
-        let none = try ManifestParser().parse(text: "- kind: fetch-url\n  source: gs://b/a\n  after: []\n", path: "m.yaml").get()
+        let none = try ManifestParser().parse(text: "- kind: fetch-url\n  source: gs://bkt/a\n  after: []\n", path: "m.yaml").get()
         #expect(none.first?.after == nil)
     }
 
