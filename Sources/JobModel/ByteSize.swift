@@ -3,10 +3,13 @@ import Foundation
 /// Byte counts written with units: `512KiB`, `1MiB`, `2MB`, `1.5GiB`, `1000`, `10 B`, `512k`: the one
 /// grammar of every size and rate a user types.
 ///
-/// The number is `DecimalText`'s digits, with at most one point (a bare count, without a unit, has no
-/// leading zero, as no number has); the unit, if any, follows (spaces allowed between): `KiB` `MiB` `GiB` `TiB` (1024-based), `KB` `MB` `GB` `TB` (1000-based), `B`, and
-/// rclone's one-letter `K` `M` `G` `T` (1024-based), in either case. `--bwlimit` took `1k` and `1T`
-/// while the size settings refused them.
+/// Without a unit a size is a plain number of bytes, read as `DecimalText` reads every number: digits
+/// only, no point and no leading zero (`1.0` and `010` are refused, as `priority:` refuses them; `1.0`
+/// was 1 byte). With a unit the number may have a fraction, with digits on both sides of its one point
+/// (`1.5M`, `0.5M`; not `.5M` or `5.M`), and may start with 0, as `060s` may: YAML reads no text with a
+/// unit as octal. The unit follows (spaces allowed between): `KiB` `MiB` `GiB` `TiB` (1024-based), `KB`
+/// `MB` `GB` `TB` (1000-based), `B`, and rclone's one-letter `K` `M` `G` `T` (1024-based), in either
+/// case. `--bwlimit` took `1k` and `1T` while the size settings refused them.
 public enum ByteSize {
     private static let units: [(suffix: String, factor: UInt64)] = [
         ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40),
@@ -18,11 +21,12 @@ public enum ByteSize {
     /// What a size's text says.
     public enum Reading: Equatable, Sendable {
         case bytes(Int64)
-        /// A well-formed size that is not a whole number of bytes (`1.5B`, `1.5`, `0.0001KiB`).
+        /// A well-formed size that is not a whole number of bytes (`1.5B`, `0.0001KiB`).
         case fractionOfAByte
         /// A well-formed size beyond 2⁶³ − 1 bytes.
         case tooLarge
-        /// No size at all: no digits, an unknown unit, a sign, an exponent, several points.
+        /// No size at all: no digits, an unknown unit, a sign, an exponent, several points, a point
+        /// without digits on both sides, a point or a leading zero without a unit (`grammarNote` says which).
         case notASize
     }
 
@@ -33,7 +37,7 @@ public enum ByteSize {
     }
 
     /// Reads a size exactly, in integers: `1.5KiB` is 1536 bytes, `1.5B` no size (bytes are not rounded).
-    /// The number is ASCII digits with at most one point; the unit, if any, follows (spaces allowed).
+    /// The grammar is the type's: see there.
     public static func read(_ text: String) -> Reading {
         let trimmed = DecimalText.trimmed(text)
         var number = trimmed
@@ -44,10 +48,10 @@ public enum ByteSize {
             factor = unit.factor
         }
         let parts = number.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
-        guard (1...2).contains(parts.count), parts.contains(where: { !$0.isEmpty }),
-              parts.allSatisfy({ $0.utf8.allSatisfy { (0x30...0x39).contains($0) } }) else { return .notASize }
-        // A bare byte count is a plain number: `010` is no size, as it is no number (see `DecimalText`).
-        if unit == nil, parts.count == 1, DecimalText.hasLeadingZero(parts[0]) { return .notASize }
+        // Digits on both sides of a point: `.5M` and `5.M` are no sizes.
+        guard (1...2).contains(parts.count), parts.allSatisfy(DecimalText.isDigits) else { return .notASize }
+        // A bare byte count is a plain number: `010` and `1.0` are no sizes, as they are no numbers (see `DecimalText`).
+        if unit == nil, parts.count == 2 || DecimalText.hasLeadingZero(parts[0]) { return .notASize }
         let whole = Array(parts[0].utf8)
         var fraction = parts.count == 2 ? Array(parts[1].utf8) : []
         while fraction.last == 0x30 { fraction.removeLast() }
@@ -68,6 +72,24 @@ public enum ByteSize {
         guard remainder == 0 else { return .fractionOfAByte }
         guard bytes <= UInt64(Int64.max) else { return .tooLarge }
         return .bytes(Int64(bytes))
+    }
+
+    /// ` (why)` when `text` is refused by one of the grammar's rules a near miss breaks (a point without
+    /// a unit, a point without digits on both sides, a leading zero without a unit), else "": for a
+    /// message about a size or a rate that refused it, after what a size looks like.
+    public static func grammarNote(for text: String) -> String {
+        var trimmed = DecimalText.trimmed(text)
+        if trimmed.hasSuffix("/s") { trimmed.removeLast(2) }
+        let unit = units.first(where: { trimmed.hasSuffix($0.suffix) })
+        let number = unit.map { DecimalText.trimmed(trimmed.dropLast($0.suffix.count)) } ?? trimmed
+        let parts = number.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 2, parts.allSatisfy({ $0.utf8.allSatisfy { (0x30...0x39).contains($0) } }) else {
+            return unit == nil ? DecimalText.leadingZeroNote(for: number) : ""
+        }
+        if parts[0].isEmpty || parts[1].isEmpty {
+            return " (a fraction has digits on both sides of its point: 0.5M, not .5M; 5M, not 5.M)"
+        }
+        return unit == nil ? " (without a unit the number is a whole number of bytes, written without a point; a fraction takes a unit: 1.5KiB)" : ""
     }
 
     /// `1.5 MiB`-style text for people.

@@ -49,7 +49,7 @@ public enum TransferRate {
         case .fractionOfAByte:
             return "\(what) must be a whole number of bytes per second (1.5M is, 1.1M is not; write a smaller unit), not '\(text)'"
         case .notASize:
-            return "\(what) must be a rate like 512k or 10M (bytes per second; K, M, G are 1024-based), not '\(text)'\(DecimalText.leadingZeroNote(for: text))"
+            return "\(what) must be a rate like 512k or 10M (bytes per second; K, M, G are 1024-based), not '\(text)'\(ByteSize.grammarNote(for: text))"
         }
     }
 }

@@ -1142,7 +1142,7 @@ struct ManifestReader {
             }
         }
         guard let bytes, bytes > 0 else {
-            report(.invalidSize, "'max_size' must be \(expected), not '\(scalar.value)'", at: scalar.mark)
+            report(.invalidSize, "'max_size' must be \(expected), not '\(scalar.value)'\(ByteSize.grammarNote(for: scalar.value))", at: scalar.mark)
             return nil
         }
         guard bytes <= range.upperBound else {

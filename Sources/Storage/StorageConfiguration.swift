@@ -244,7 +244,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         if DecimalText.trimmed(text).lowercased() == "off" { return 0 }
         guard let bytes = sizeOrTooLarge(text) else {
             throw StorageError(.invalidArgument,
-                               "JOBCTL_RESUMABLE_THRESHOLD must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'\(DecimalText.leadingZeroNote(for: text))")
+                               "JOBCTL_RESUMABLE_THRESHOLD must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'\(ByteSize.grammarNote(for: text))")
         }
         guard resumableThresholdRange.contains(bytes) else {
             throw StorageError(.invalidArgument, "JOBCTL_RESUMABLE_THRESHOLD must be between 0 and 1 GiB, not '\(text)'")
@@ -255,7 +255,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// A chunk size (`8MiB`, `8388608`) within `chunkSizeRange`, rounded down to a multiple of 256 KiB.
     public static func chunkSize(parsing text: String) throws(StorageError) -> Int {
         guard let bytes = sizeOrTooLarge(text) else {
-            throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be a size like 8MiB or 8388608 (bytes), not '\(text)'\(DecimalText.leadingZeroNote(for: text))")
+            throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be a size like 8MiB or 8388608 (bytes), not '\(text)'\(ByteSize.grammarNote(for: text))")
         }
         guard bytes >= Int64(chunkSizeRange.lowerBound), bytes <= Int64(chunkSizeRange.upperBound) else {
             throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be between 256 KiB and 1 GiB, not '\(text)'")
@@ -301,7 +301,8 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
                                "\(source) must be a whole number of bytes per second (1.5k is, 1.1k is not; write a smaller unit), not '\(text)'")
         case .notASize:
             throw StorageError(.invalidArgument,
-                               "\(source) must be a rate like 1k or 10KiB/s (bytes per second; K, M, G are 1024-based), or 0 to turn it off, not '\(text)'")
+                               "\(source) must be a rate like 1k or 10KiB/s (bytes per second; K, M, G are 1024-based), or 0 to turn it off, not '\(text)'"
+                                   + ByteSize.grammarNote(for: text))
         }
     }
 
@@ -320,7 +321,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public static func slicedThreshold(parsing text: String, from source: String) throws(StorageError) -> Int64? {
         if DecimalText.trimmed(text).lowercased() == "off" { return nil }
         guard let bytes = sizeOrTooLarge(text) else {
-            throw StorageError(.invalidArgument, "\(source) must be a size like 150MiB, or 0 or off to never slice downloads, not '\(text)'\(DecimalText.leadingZeroNote(for: text))")
+            throw StorageError(.invalidArgument, "\(source) must be a size like 150MiB, or 0 or off to never slice downloads, not '\(text)'\(ByteSize.grammarNote(for: text))")
         }
         if bytes == 0 { return nil }
         guard slicedThresholdRange.contains(bytes) else {

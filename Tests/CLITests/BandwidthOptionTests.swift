@@ -8,7 +8,7 @@ import TestSupport
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
         for (rate, fragment) in [("fast", "a rate like 512k"), ("10", "at least 1k"), ("5T", "at most 1T"),
-                                 ("1023.5", "a whole number of bytes per second")] {
+                                 ("1023.5", "without a unit the number is a whole number of bytes"), (".5M", "digits on both sides of its point")] {
             let output = try workspace.jobctl(["worker", "--drain", "--bwlimit", rate])
             #expect(output.status == 64, "\(rate): \(output.stderr)")
             #expect(output.stderr.hasPrefix("Error: --bwlimit must be") && output.stderr.contains(fragment), "\(output.stderr)")

@@ -264,7 +264,7 @@ private let referenceCases: [ReferenceCase] = [
     @Test(arguments: [
         ("1048576", Int64(1_048_576)), ("512KiB", 524_288), ("1MiB", 1_048_576), ("2MB", 2_000_000),
         ("1.5GiB", 1_610_612_736), ("10 B", 10), ("0", 0), ("1K", 1024), ("3KB", 3000),
-        ("0.5KiB", 512), (".25K", 256), ("1.00B", 1), ("0.000001MB", 1), ("0.3MB", 300_000), ("1.1TB", 1_100_000_000_000),
+        ("0.5KiB", 512), ("0.25K", 256), ("1.00B", 1), ("010M", 10_485_760), ("00.5M", 524_288), ("0.000001MB", 1), ("0.3MB", 300_000), ("1.1TB", 1_100_000_000_000),
         ("1.099511627776TB", 1_099_511_627_776), ("8388607.75TiB", 9_223_371_761_976_868_864), ("9223372036854775807", .max), ("9223372036854775807B", .max),
     ])
     func parsesSizes(_ text: String, _ bytes: Int64) {
@@ -272,7 +272,9 @@ private let referenceCases: [ReferenceCase] = [
     }
 
     @Test(arguments: ["", "lots", "-1", "1.5", "MiB", "1 XiB", "-2MB", "1e3", "99999999TiB", "1.5B", "0.0001KiB", ".", "1..5K",
-                      "1.2.3K", "\u{0661}K", "+1K", " 1 . 5K", "inf", "nanB"])
+                      "1.2.3K", "\u{0661}K", "+1K", " 1 . 5K", "inf", "nanB",
+                      // A fraction has digits on both sides of its point, and only with a unit: `1.0` was 1 byte.
+                      ".25K", ".5M", "5.M", "5./s", "1.0", "1.00", "0.0", "010", "00"])
     func refusesNonSizes(_ text: String) {
         #expect(ByteSize.parse(text) == nil)
     }
@@ -280,7 +282,7 @@ private let referenceCases: [ReferenceCase] = [
     /// Sizes are read exactly: a fraction of a byte is no size (it was rounded: `1.5B` was 2 bytes, and
     /// a size too precise for a Double was off by some bytes), and the reading says which refusal.
     @Test(arguments: [
-        ("1.5B", ByteSize.Reading.fractionOfAByte), ("1.5", .fractionOfAByte), ("0.0001KiB", .fractionOfAByte),
+        ("1.5B", ByteSize.Reading.fractionOfAByte), ("1.5", .notASize), ("1.0", .notASize), ("0.0001KiB", .fractionOfAByte),
         ("1.0000000000000000000000001KiB", .fractionOfAByte), ("0.00000000000000000000001B", .fractionOfAByte),
         ("9223372036854775808", .tooLarge), ("8388608TiB", .tooLarge), ("99999999999999999999999MB", .tooLarge),
         ("18446744073709551616.5B", .tooLarge), ("2.5 XB", .notASize), ("-1.5K", .notASize), ("1,5K", .notASize),

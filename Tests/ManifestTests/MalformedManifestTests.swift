@@ -333,7 +333,13 @@ private let malformedCases: [MalformedCase] = [
           "'priority' must be an integer (higher runs first), not the number 1e400"),
     // Not "too large": a fraction of a byte, a negative number of twenty digits.
     .init("size a fraction of a byte", "- {kind: download-memory, source: gs://bkt/x, max_size: 1.5}\n", 1, 57, .invalidSize,
-          "'max_size' must be a whole number of bytes (a size like 1048576, 512KiB or 2MB), not '1.5'"),
+          "'max_size' must be a size like 1048576, 512KiB or 2MB, not '1.5' (without a unit the number is a whole number of bytes, "
+          + "written without a point; a fraction takes a unit: 1.5KiB)"),
+    // `1.0` was 1 byte, where `priority: 1.0` is refused: a number without a unit has no point.
+    .init("size a whole number with a point", "- {kind: download-memory, source: gs://bkt/x, max_size: 1.0}\n", 1, 57, .invalidSize,
+          "'max_size' must be a size like 1048576, 512KiB or 2MB, not '1.0' (without a unit the number is a whole number of bytes"),
+    .init("size a fraction without a whole part", "- {kind: download-memory, source: gs://bkt/x, max_size: .5KiB}\n", 1, 57, .invalidSize,
+          "not '.5KiB' (a fraction has digits on both sides of its point: 0.5M, not .5M; 5M, not 5.M)"),
     .init("size of bytes and a half", "- {kind: download-memory, source: gs://bkt/x, max_size: 1.5B}\n", 1, 57, .invalidSize,
           "'max_size' must be a whole number of bytes (a size like 1048576, 512KiB or 2MB), not '1.5B'"),
     .init("key with a NUL", "- {kind: fetch-url, source: gs://bkt/x, key: \"k\\0ey\"}\n", 1, 46, .invalidValue,

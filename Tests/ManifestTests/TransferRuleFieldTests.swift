@@ -140,7 +140,9 @@ import TestSupport
         ("fast", "a rate like 512k"), ("1000", "at least 1k"), ("2T", "at most 1T"), ("-1M", "a rate like"),
         ("10Q", "a rate like"), ("[1M]", "must be a rate"),
         // Not rounded: 1023.5 was taken as 1024, over the minimum, and 1.1M as 1153434.
-        ("1023.5", "a whole number of bytes per second"), ("1.1M", "a whole number of bytes per second"),
+        ("1023.5", "not '1023.5' (without a unit the number is a whole number of bytes"), ("1.1M", "a whole number of bytes per second"),
+        // A point has digits on both sides: `.5M` and `5.M` were 512 KiB/s and 5 MiB/s.
+        (".5M", "digits on both sides of its point"), ("5.M", "digits on both sides of its point"), ("1.0", "without a point"),
         ("99999999999999999999999k", "at most 1T"),
     ])
     func ratesRefused(value: String, fragment: String) throws {
