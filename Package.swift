@@ -33,7 +33,7 @@ let package = Package(
                 plugins: ["EmbedMigrations"]),
         .target(name: "PostgresStore", dependencies: ["CPostgres", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
                 plugins: ["EmbedMigrations"]),
-        .target(name: "Manifest", dependencies: ["CYAML", "JobModel"]),
+        .target(name: "Manifest", dependencies: ["CYAML", "CFileSystem", "JobModel"]),
         .target(name: "Storage", dependencies: ["CCurl", "CFileSystem", "JobModel", "Checksums"]),
         .target(name: "Tasks", dependencies: ["JobModel", "Storage"]),
         .target(name: "Worker", dependencies: ["CFileSystem", "JobModel", "JobLifecycle", "StorePort", "Storage", "Tasks"]),

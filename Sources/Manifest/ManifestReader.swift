@@ -846,6 +846,8 @@ struct ManifestReader {
                     "\(quoted) is \(what), not a regular file; upload-file reads regular files (or symbolic links to them)")
         case .unreadable(let reason):
             return (.sourceUnavailable, "\(quoted) cannot be read\(absolute): \(reason); the worker must be able to read it")
+        case .generated(let filesystem):
+            return (.sourceUnavailable, "\(quoted)\(absolute) \(FileKind.generatedRefusal(filesystem, path: path))")
         case .unreachable(let reason):
             return (.sourceUnavailable, "\(quoted) cannot be reached\(absolute): \(reason)")
         }

@@ -3,13 +3,14 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import CFileSystem
 import JobModel
 
 /// What `submit` finds wrong with an upload-file source on disk, before any job is stored.
 ///
 /// The checks match what the worker does when the job runs: it opens the path for reading, following
-/// symbolic links, and takes only a regular file. So here: `stat` (following links), a regular file,
-/// and an `open(O_RDONLY)` that succeeds.
+/// symbolic links, and takes only a regular file, not one on procfs or sysfs. So here: `stat` (following
+/// links), a regular file, and an `open(O_RDONLY)` that succeeds, on no such filesystem.
 enum SourceFile {
     enum Problem: Equatable {
         /// Nothing at that path.
@@ -24,6 +25,8 @@ enum SourceFile {
         case notRegular(String)
         /// A regular file that cannot be opened for reading (the reason, from errno).
         case unreadable(String)
+        /// A file on a filesystem the kernel fills as it is read ("procfs": `FileKind.generatedFilesystem`).
+        case generated(String)
         /// A folder on the way cannot be searched, is a file, or links loop (the reason, from errno).
         case unreachable(String)
 
@@ -71,7 +74,10 @@ enum SourceFile {
         // O_NONBLOCK: opening never waits, whatever the file turns into between stat and open.
         let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else { return .unreadable(reason(errno)) }
-        close(descriptor)
+        defer { close(descriptor) }
+        if let filesystem = FileKind.generatedFilesystem(type: jobctl_filesystem_type(descriptor)) {
+            return .generated(filesystem)
+        }
         return nil
     }
 

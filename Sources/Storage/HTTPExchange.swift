@@ -274,6 +274,7 @@ final class UploadSource {
         guard descriptor >= 0 else {
             throw posixError(errno, operation: "cannot open the source file", path: path)
         }
+        try LocalFiles.refuseGeneratedSource(descriptor, path: path)
         storage = .file(descriptor: descriptor, path: path)
         size = Int64(info.st_size)
         stamp = SourceStamp(info)

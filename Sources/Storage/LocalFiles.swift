@@ -119,6 +119,16 @@ enum LocalFiles {
         return try folder.openRegularForReading(components[components.count - 1], linkRefused: refused)
     }
 
+    /// Refuses an upload's source on a filesystem the kernel fills as it is read (procfs, sysfs:
+    /// `FileKind.generatedFilesystem`), closing `descriptor`: its `stat` size is not its content, and the
+    /// upload of `/proc/self/status` stored an empty object. `pathError`, not retryable: it never reads
+    /// otherwise. Submit refuses the same source at its line; this is for a job submitted without the check.
+    static func refuseGeneratedSource(_ descriptor: Int32, path: String) throws(StorageError) {
+        guard let filesystem = FileKind.generatedFilesystem(type: jobctl_filesystem_type(descriptor)) else { return }
+        Glibc.close(descriptor)
+        throw StorageError(.pathError, "the source '\(path)' \(FileKind.generatedRefusal(filesystem, path: path)): nothing was uploaded")
+    }
+
     static func error(_ code: Int32, _ operation: String, path: String, context: Context = .other) -> StorageError {
         let cause = String(cString: strerror(code))
         switch code {
@@ -330,6 +340,7 @@ final class LocalFile {
             throw StorageError(.pathError, "'\(path)' is \(notRegular), not a regular file: nothing was read from it")
         }
         guard fd >= 0 else { throw LocalFiles.error(errno, "opening", path: path, context: context) }
+        if context == .source { try LocalFiles.refuseGeneratedSource(fd, path: path) }
         return (LocalFile(opened: fd, path: path, context: context), FileStatus(info))
     }
 

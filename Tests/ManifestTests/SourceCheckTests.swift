@@ -46,6 +46,10 @@ import TestSupport
         ("dangling.csv", .sourceUnavailable, "'source' 'dangling.csv' is a symbolic link to 'gone.csv', which does not exist"),
         ("pipe", .sourceUnavailable, "'source' 'pipe' is a FIFO, not a regular file"),
         ("t.csv/inner", .sourceUnavailable, "'source' 't.csv/inner' cannot be reached (FOLDER/t.csv/inner): a folder on its path is a file"),
+        // Its size is 0 and its content ~1.5 KB: the upload stored an empty object.
+        ("/proc/self/status", .sourceUnavailable, "'source' '/proc/self/status' is on procfs, whose files the kernel makes as they are "
+            + "read: their size (0 bytes for most of /proc) is not their content, so an upload would store an empty or cut object; "
+            + "copy it to a regular file first"),
     ])
     func refusedAtTheSourcesPosition(_ source: String, _ code: ManifestError.Code, _ message: String) throws {
         let folder = try Folder()

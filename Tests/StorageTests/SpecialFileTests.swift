@@ -42,6 +42,25 @@ struct SpecialFileTests {
         #expect(!error.retryable)
     }
 
+    /// `/proc/self/status` says it is 0 bytes and holds about 1.5 KB: the upload read its size, sent
+    /// nothing and stored an empty object. A file of procfs or sysfs is refused before a byte is sent.
+    @Test("an upload whose source is on procfs fails at once, on file:// and over HTTP", arguments: [false, true])
+    func procfsSourceRefused(http: Bool) async throws {
+        let (directory, _, local) = try localBuckets("jobctl-procfs-source")
+        defer { directory.remove() }
+        let server = http ? try NginxServer.start() : nil
+        defer { server?.stop() }
+        let backend: any StorageBackend = http ? HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5)) : local
+        let destination = http ? "\(server!.baseURL)/status.txt" : "file://b/status.txt"
+        let error = try failure(await run(backend, JobSpec(kind: .uploadFile, source: "/proc/self/status", destination: destination)))
+        #expect(error.code == .pathError && error.message.contains("'/proc/self/status' is on procfs"), "\(error)")
+        #expect(error.message.contains("copy it to a regular file first"), "\(error)")
+        #expect(!error.retryable)
+        if !http {
+            #expect(!FileManager.default.fileExists(atPath: directory.file("b/status.txt")), "an object was stored")
+        }
+    }
+
     @Test("download-file with skip-identical onto a FIFO is refused and onto a link replaces it, neither waited on nor followed")
     func specialDestinations() async throws {
         let (directory, _, backend) = try localBuckets("jobctl-fifo-destination")
