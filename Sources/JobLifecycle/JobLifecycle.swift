@@ -304,8 +304,18 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             if let pending = Self.settlement(job) { return settled([pending], now: now) }
             guard job.state == .queued else { throw .invalidTransition(state: job.state, event: .claimed) }
             guard job.runAfterMs <= now else { throw .notRunnableYet(runAfterMs: job.runAfterMs) }
-            return settled([DecidedEvent(.claimed(leaseOwner: owner, leaseExpiresAtMs: now + leaseMs,
-                                                  attempt: job.attempts + 1), leaseToken: token)], now: now)
+            // A row whose numbers no run could have left (edited by hand, or damaged) trapped the worker's
+            // arithmetic here, at every start, with every other job waiting behind it: the job is set aside
+            // (paused, saying why) and the claim goes on to the next.
+            let (attempt, attemptOverflow) = job.attempts.addingReportingOverflow(1)
+            let (expiry, expiryOverflow) = now.addingReportingOverflow(leaseMs)
+            guard !attemptOverflow, !expiryOverflow else {
+                return settled([DecidedEvent(.paused(.none, reason: "its row's attempt count (\(job.attempts)) is out of range, which no run "
+                                                         + "leaves: the row was changed outside jobctl; `jobctl replay` rebuilds it from the "
+                                                         + "log, then `jobctl resume` runs it"))], now: now)
+            }
+            return settled([DecidedEvent(.claimed(leaseOwner: owner, leaseExpiresAtMs: expiry, attempt: attempt), leaseToken: token)],
+                           now: now)
         case .report(let payload):
             guard Self.allows(payload.type, in: job.state) else {
                 throw .invalidTransition(state: job.state, event: payload.type)

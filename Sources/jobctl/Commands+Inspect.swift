@@ -423,7 +423,7 @@ enum HistoryEntry: Equatable {
 
     /// "12 progress events over 9s: 1.0 MB → 10.0 MB of 10.0 MB".
     static func describeRun(_ first: JobEvent, _ last: JobEvent, _ count: Int) -> String {
-        var text = "\(count) progress events over \(TimeText.duration(seconds: max(0, last.atMs - first.atMs) / 1_000))"
+        var text = "\(count) progress events over \(TimeText.duration(seconds: max(0, TimeText.between(first.atMs, last.atMs)) / 1_000))"
         if let from = first.data.bytesDone, let to = last.data.bytesDone {
             text += ": \(ByteSize.format(from)) → \(ByteSize.format(to))"
             if let total = last.data.bytesTotal { text += " of \(ByteSize.format(total))" }

@@ -46,7 +46,7 @@ extension Commands {
         if let oldest = stats.oldestQueued {
             var line = "oldest queued: \(oldest.jobID) (\(oldest.queue)), submitted \(TimeText.age(oldest.createdAtMs, now: stats.nowMs)) ago"
             if oldest.runAfterMs > stats.nowMs {
-                line += ", runs in \(TimeText.duration(seconds: (oldest.runAfterMs - stats.nowMs + 999) / 1000))"
+                line += ", runs in \(TimeText.duration(seconds: TimeText.between(stats.nowMs, oldest.runAfterMs) / 1000 + 1))"
             }
             lines.append(line)
         } else {
@@ -61,8 +61,8 @@ extension Commands {
                 for lease in worker.leases {
                     let expiry = lease.expiresAtMs.map { expires in
                         expires >= stats.nowMs
-                            ? "lease expires in \(TimeText.duration(seconds: (expires - stats.nowMs) / 1000))"
-                            : "lease expired \(TimeText.duration(seconds: (stats.nowMs - expires) / 1000)) ago"
+                            ? "lease expires in \(TimeText.duration(seconds: TimeText.between(stats.nowMs, expires) / 1000))"
+                            : "lease expired \(TimeText.duration(seconds: TimeText.between(expires, stats.nowMs) / 1000)) ago"
                     } ?? "no live lease"
                     lines.append("    \(lease.jobID)  \(lease.kind.rawValue)  \(lease.queue)  \(expiry)")
                 }
@@ -156,7 +156,7 @@ struct StatsView: Encodable {
         oldest_queued = stats.oldestQueued.map { oldest in
             Oldest(id: oldest.jobID, queue: oldest.queue, created_at: RFC3339.string(oldest.createdAtMs),
                    created_at_ms: oldest.createdAtMs, run_after_ms: oldest.runAfterMs,
-                   age_ms: max(0, stats.nowMs - oldest.createdAtMs), run_after: RFC3339.string(oldest.runAfterMs))
+                   age_ms: max(0, TimeText.between(oldest.createdAtMs, stats.nowMs)), run_after: RFC3339.string(oldest.runAfterMs))
         }
         running = Self.workers(stats).map { worker in
             Worker(worker: worker.owner, jobs: worker.leases.map { lease in

@@ -5,11 +5,18 @@ import JobModel
 enum TimeText {
     /// `12s`, `5m`, `3h`, `2d`.
     static func age(_ ms: Int64, now: Int64) -> String {
-        let seconds = max(0, (now - ms) / 1000)
+        let seconds = max(0, between(ms, now) / 1000)
         if seconds < 60 { return "\(seconds)s" }
         if seconds < 3600 { return "\(seconds / 60)m" }
         if seconds < 86400 { return "\(seconds / 3600)h" }
         return "\(seconds / 86400)d"
+    }
+
+    /// `to - from` in milliseconds, held to Int64's range: times read from the log are not trusted to be
+    /// near each other (a row edited by hand with `created_at_ms = -2⁶³` trapped `list` and `stats`).
+    static func between(_ from: Int64, _ to: Int64) -> Int64 {
+        let (difference, overflow) = to.subtractingReportingOverflow(from)
+        return overflow ? (to > from ? .max : .min) : difference
     }
 
     /// A duration in two units at most: `45s`, `6m14s`, `1h02m`, `2d03h`.

@@ -295,6 +295,41 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
 /// A database file that is damaged, or is no database at all: every command says so and what to do,
 /// and a worker stops at once instead of retrying for ever (a drain that never ends).
 @Suite("a damaged database", .onTestThreads) struct DamagedDatabaseTests {
+    /// Rows edited by hand with numbers no run leaves: `attempts = 2⁶³ − 1` trapped every worker start
+    /// (an overflow in the claim, SIGILL), with the healthy job behind it never run; `created_at_ms` and
+    /// `lease_expires_at_ms = −2⁶³` trapped `list` and `stats`. The job is set aside (paused, saying why),
+    /// the others run, and the readers show what the rows hold.
+    @Test("a row with numbers out of range traps no command: the worker sets its job aside and runs the others")
+    func outOfRangeNumbersTrapNothing() throws {
+        let workspace = try CLIWorkspace("db-out-of-range")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data: a, destination: file://b/a, priority: 9}
+        - {kind: upload-data, data: b, destination: file://b/b}
+        - {kind: upload-data, data: c, destination: file://b/c, queue: later}
+        """)
+        try #require(ids.count == 3)
+        let edit = try runProcess("\(PackagePaths.venv)/bin/python", ["-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            db.execute("UPDATE jobs SET attempts = 9223372036854775807 WHERE id = ?", (sys.argv[2],))
+            db.execute("UPDATE jobs SET created_at_ms = -9223372036854775808 WHERE id = ?", (sys.argv[3],))
+            db.commit()
+            """, workspace.database, ids[0], ids[2]])
+        #expect(edit.status == 0, "\(edit.stderr)")
+        let worker = try workspace.jobctl(["worker", "--drain", "--queue", "default"])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        let state = { (id: String) in jobs.first { $0["id"] as? String == id }?["state"] as? String }
+        #expect(state(ids[0]) == "paused" && state(ids[1]) == "succeeded" && state(ids[2]) == "queued", "\(jobs)")
+        let history = try workspace.jobctl(["history", ids[0]])
+        #expect(history.stdout.contains("paused") && history.stdout.contains("out of range"), "\(history.stdout)")
+        for arguments in [["list"], ["stats"], ["stats", "--json"], ["history", ids[0]]] {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 0, "\(arguments): \(output.stderr)")
+        }
+    }
+
     /// The damage is found as the worker opens the log (the pool's own stop on a file damaged while it
     /// runs is `DamagedStoreTests` in the worker suite).
     /// `replay --verify` compared the projection with the log and nothing else: an index whose page
