@@ -66,6 +66,16 @@ extension Commands {
         var views: [String: any Encodable] = [:]
         if let before {
             let selection = try store.archiveSelection(finishedBefore: before)
+            // Every event read as `audit --from` will read it: a damaged one (an event whose data no longer
+            // decodes) was moved out with the rest, the file said intact and then refused by `audit --from`
+            // whole, and the only sign of the damage gone from the log.
+            for row in selection.rows {
+                if case .failure(let error) = row.decoded {
+                    throw CommandFailure("job \(row.jobID)'s event \(row.seq) cannot be read (\(error)): the log is damaged there "
+                                         + "(`jobctl replay --verify` lists what is); nothing was archived, since an archive of it "
+                                         + "could not be read back")
+                }
+            }
             if dryRun || selection.isEmpty {
                 views["archive"] = try reportSelection(selection, dryRun: dryRun, json: json)
             } else if let target {

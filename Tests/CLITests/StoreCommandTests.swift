@@ -299,6 +299,37 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
     /// (an overflow in the claim, SIGILL), with the healthy job behind it never run; `created_at_ms` and
     /// `lease_expires_at_ms = −2⁶³` trapped `list` and `stats`. The job is set aside (paused, saying why),
     /// the others run, and the readers show what the rows hold.
+    /// A finished job whose event no longer decodes was archived with the rest: the file said intact,
+    /// `audit --from` then refused it whole, and the damage's only sign left the log. Refused now.
+    @Test("archive refuses jobs whose events do not decode, naming the event, and leaves the log as it was")
+    func archiveRefusesDamagedEvents() throws {
+        let workspace = try CLIWorkspace("db-archive-damaged")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data: a, destination: file://b/a}
+        - {kind: upload-data, data: b, destination: file://b/b}
+        """)
+        try #require(ids.count == 2)
+        #expect(try workspace.jobctl(["worker", "--drain"]).status == 0)
+        let edit = try runProcess("\(PackagePaths.venv)/bin/python", ["-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            db.execute("DROP TRIGGER events_refuse_update")
+            db.execute("UPDATE events SET data = '{\\"spec\\":' WHERE job_id = ? AND version = 1", (sys.argv[2],))
+            db.commit()
+            """, workspace.database, ids[1]])
+        #expect(edit.status == 0, "\(edit.stderr)")
+        let archived = try workspace.jobctl(["archive", "--before", "0s", "--to", workspace.directory.file("a.gz")])
+        #expect(archived.status == 1, "\(archived.stdout)\(archived.stderr)")
+        #expect(archived.stderr.contains("job \(ids[1])'s event") && archived.stderr.contains("nothing was archived"), "\(archived.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("a.gz")))
+        let events = try runProcess("\(PackagePaths.venv)/bin/python", ["-c", """
+            import sqlite3, sys
+            print(sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM events WHERE job_id IN (?, ?)", (sys.argv[2], sys.argv[3])).fetchone()[0])
+            """, workspace.database, ids[0], ids[1]])
+        #expect(Int(events.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 >= 8, "\(events.stdout)\(events.stderr)")
+    }
+
     @Test("a row with numbers out of range traps no command: the worker sets its job aside and runs the others")
     func outOfRangeNumbersTrapNothing() throws {
         let workspace = try CLIWorkspace("db-out-of-range")
