@@ -93,6 +93,23 @@ public final class ServiceNotifier: Sendable {
             throw WorkerError(.serviceNotifyFailed, "cannot open a socket to tell the service manager (NOTIFY_SOCKET) that the "
                                   + "worker is ready: \(String(cString: strerror(code)))", errno: code)
         }
+        // Nothing listening there (no such socket, or one no one reads): every datagram was dropped unsaid,
+        // and a Type=notify unit waited its TimeoutStartSec (15 min) for a READY=1 that never came. Asked
+        // once, with a socket of its own (the one kept sends to the address each time).
+        let probe = Glibc.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        if probe >= 0 {
+            defer { close(probe) }
+            var probeAddress = address
+            let reached = withUnsafePointer(to: &probeAddress) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(probe, $0, length) }
+            }
+            if reached != 0 {
+                let code = errno
+                close(socket)
+                throw Self.unusable("NOTIFY_SOCKET", target,
+                                    "names no socket the service manager listens on (\(String(cString: strerror(code))))")
+            }
+        }
         return ServiceNotifier(socket: socket, address: address, addressLength: length, watchdogEveryMs: watchdogEveryMs)
     }
 

@@ -124,6 +124,8 @@ import TestSupport
     @Test("an unusable NOTIFY_SOCKET, WATCHDOG_USEC or WATCHDOG_PID stops the worker at start, exit 1, naming it",
           arguments: [
               (["NOTIFY_SOCKET": "run/notify"], "NOTIFY_SOCKET='run/notify' is neither an absolute path nor an abstract socket name"),
+              // Nothing there: READY=1 went nowhere, and a Type=notify unit waited 15 minutes.
+              (["NOTIFY_SOCKET": "/nonexistent/notify"], "NOTIFY_SOCKET='/nonexistent/notify' names no socket the service manager listens on"),
               (["NOTIFY_SOCKET": "/" + String(repeating: "d", count: 120)], "is longer than a Unix socket address holds (107 bytes)"),
               (["NOTIFY_SOCKET": "@", ], "NOTIFY_SOCKET='@' is not a socket name"),
               (["NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "30s"], "WATCHDOG_USEC='30s' is not a number of microseconds"),
