@@ -488,14 +488,15 @@ public struct HTTPBackend: StorageBackend {
         var resume = resumePoint
         var validator: String?
         // The file's size as the answer the kept bytes came from named it (logs before it was recorded: none).
-        var recordedTotal: Int64?
+        var kept: Int64?
         // (One that cannot be sent back, from a log written before `validator` left such out, is none.)
         if case .download(_, _, let etag, _, _, let total)? = resume, let etag, !etag.isEmpty, HeaderValues.whyNotSendableBack(etag) == nil {
             validator = etag
-            recordedTotal = total
+            kept = total
         } else {
             resume = nil
         }
+        let recordedTotal = kept
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: within)
         let start = partial.bytesWritten
@@ -504,9 +505,9 @@ public struct HTTPBackend: StorageBackend {
         weak var headersSource: FileSink?
         let sink = FileSink(partial: partial, requestedOffset: start, sentValidator: start > 0 ? validator : nil, md5: md5,
                             checkpoint: { partial, headers in
-                                let total = Self.totalSize(headers, offset: 0)
-                                return .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers), total: total),
-                                                   bytesTotal: total)
+                                .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers),
+                                                                total: Self.fileSize(headers) ?? recordedTotal),
+                                            bytesTotal: Self.totalSize(headers, offset: 0))
                             },
                             report: report,
                             progress: { done in
@@ -548,7 +549,7 @@ public struct HTTPBackend: StorageBackend {
             }
             // The validator from this response (if any) pins the resumed range to the same version.
             let etag = Self.validator(sink.responseHeaders) ?? validator
-            let total = Self.totalSize(sink.responseHeaders, offset: 0) ?? recordedTotal
+            let total = Self.fileSize(sink.responseHeaders) ?? recordedTotal
             return try await sink.outcome(of: error, bytesTotal: nil, report: report) { partial in
                 partial.resumePoint(generation: nil, etag: etag, total: total)
             }
@@ -809,6 +810,12 @@ public struct HTTPBackend: StorageBackend {
     private static func validator(_ headers: [String: String]) -> String? {
         guard let value = headers["etag"] ?? headers["last-modified"], HeaderValues.whyNotSendableBack(value) == nil else { return nil }
         return value
+    }
+
+    /// The whole file's size as an answer names it, for a resume point: a range's total (`bytes A-B/TOTAL`;
+    /// none for `/*` — its `Content-Length` is the range's, not the file's), else a whole answer's length.
+    private static func fileSize(_ headers: [String: String]) -> Int64? {
+        headers["content-range"] == nil ? totalSize(headers, offset: 0) : rangeTotal(headers)
     }
 
     /// The total a `Content-Range: bytes A-B/TOTAL` names; nil without one, or for `/*`.
