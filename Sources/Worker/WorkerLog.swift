@@ -168,6 +168,13 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
+    /// The worker exits with an error (`message`, exit status `exitCode`) instead of running or finishing.
+    public func workerFailed(_ message: String, exitCode: Int32, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .error, event: .workerFailed, fields: [
+            ("error", .text(message)), ("exit_code", .integer(Int64(exitCode))),
+        ]))
+    }
+
     func workerStopped(_ summary: WorkerSummary, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: .info, event: .workerStopped, fields: [
             ("claimed", .integer(Int64(summary.claimed))), ("succeeded", .integer(Int64(summary.succeeded))),

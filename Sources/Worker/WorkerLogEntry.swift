@@ -31,6 +31,8 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case workerStarted = "worker_started"
     /// The worker stopped (its summary).
     case workerStopped = "worker_stopped"
+    /// The worker could not start or go on (a bad setting, no database): the error it exits with.
+    case workerFailed = "worker_failed"
     /// SIGTERM/SIGINT/SIGHUP arrived: the first starts a graceful shutdown, a second exits at once.
     case signalReceived = "signal_received"
     /// A job was claimed under a lease.

@@ -107,14 +107,14 @@ enum CommandRunner {
         do {
             return try command.run(filled, context)
         } catch let error as UsageError {
+            if FailureReport.report(error.message, exitCode: ExitCode.usage) { return ExitCode.usage }
             return usageFailure(error.message, usage: command.usageLine + "\n  See 'jobctl help \(command.name)'.")
         } catch let error as CommandFailure {
+            if FailureReport.report(error.message, exitCode: error.exitCode) { return error.exitCode }
             emitError("Error: \(TerminalText.printable(TerminalText.clipped(error.message)))")
             return error.exitCode
-        } catch let error as StoreError {
-            emitError("Error: \(TerminalText.printable(TerminalText.clipped(String(describing: error))))")
-            return ExitCode.failure
         } catch {
+            if FailureReport.report(String(describing: error), exitCode: ExitCode.failure) { return ExitCode.failure }
             emitError("Error: \(TerminalText.printable(TerminalText.clipped(String(describing: error))))")
             return ExitCode.failure
         }

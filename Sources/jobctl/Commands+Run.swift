@@ -68,6 +68,14 @@ extension Commands {
         // The log's lines (written from a thread of their own) before anything this command or `main`
         // writes to standard error itself, and before the process exits.
         defer { log.flush() }
+        // A failure from here on (a bad setting, no database, a metrics port taken) is a line of the log's
+        // own format: in JSON lines, one more of them.
+        if log.formatter.format == .json {
+            FailureReport.set { message, exitCode in
+                log.workerFailed(message, exitCode: exitCode, now: Clock.nowMs())
+                log.flush()
+            }
+        }
         // Before the store opens, so that nothing is sized by the old limit. A limit below what the
         // concurrency needs runs as many transfers as fit: out of descriptors, libdispatch's thread
         // monitor traps (a worker at `ulimit -n 16` crashed with SIGILL) and a failed WAL open left it

@@ -1,5 +1,6 @@
 import EventStore
 import Foundation
+import Synchronization
 import JobModel
 import Manifest
 import PostgresStore
@@ -28,6 +29,25 @@ enum ExitCode {
       65   bad manifest (nothing was submitted)
       130  worker: a second SIGTERM/SIGINT/SIGHUP exited at once
     """
+}
+
+/// How a command's failure reaches standard error when it is not the `Error: …` line: a worker whose
+/// log is JSON lines (`--log-format json`) writes it as one more of them (`worker_failed`), so a log
+/// shipper that reads only JSON is not handed a plain line at the moment the worker fails.
+enum FailureReport {
+    private static let reporter = Mutex<(@Sendable (String, Int32) -> Void)?>(nil)
+
+    /// Sets who reports failures from now on (nil: the `Error: …` line).
+    static func set(_ report: (@Sendable (String, Int32) -> Void)?) {
+        reporter.withLock { $0 = report }
+    }
+
+    /// Reports `message` through the reporter set, if any; whether it did.
+    static func report(_ message: String, exitCode: Int32) -> Bool {
+        guard let report = reporter.withLock({ $0 }) else { return false }
+        report(message, exitCode)
+        return true
+    }
 }
 
 /// A failure to report as `Error: …` with exit code 1 (or a given code).

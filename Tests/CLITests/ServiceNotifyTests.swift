@@ -141,6 +141,33 @@ import TestSupport
         #expect(!result.stderr.contains("worker_started"), "\(result.stderr)")
     }
 
+    /// With `--log-format json` a worker that cannot start wrote its error as a plain `Error:` line, the one
+    /// line a JSON-only log shipper could not read, at the moment that mattered. It is a `worker_failed`
+    /// line of the log now, with the exit status; the text format keeps the `Error:` line.
+    @Test("a worker that cannot start says why in its log's format: a worker_failed JSON line with --log-format json")
+    func startFailureInTheLogsFormat() throws {
+        let workspace = try CLIWorkspace("log-format-failure")
+        defer { workspace.directory.remove() }
+        let missing = workspace.directory.file("none.db")
+        for (arguments, environment, status, said) in [
+            (["--db", missing, "worker", "--log-format", "json"], [String: String](), Int32(1), "no database at"),
+            (["--db", missing, "worker", "--log-format", "json"], ["JOBCTL_STALL_TIMEOUT": "banana"], Int32(1), "JOBCTL_STALL_TIMEOUT"),
+        ] {
+            let output = try runProcess(PackagePaths.jobctlBinary, arguments, environment: environment.merging(["NO_COLOR": "1"]) { a, _ in a })
+            #expect(output.status == status, "\(output.stderr)")
+            let lines = output.stderr.split(separator: "\n")
+            #expect(!lines.isEmpty && lines.allSatisfy { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) is [String: Any] },
+                    "\(output.stderr)")
+            let failure = lines.compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
+                .first { $0["event"] as? String == "worker_failed" }
+            let fields = failure?["fields"] as? [String: Any]
+            #expect(failure?["level"] as? String == "error" && (fields?["error"] as? String)?.contains(said) == true
+                    && fields?["exit_code"] as? Int == Int(status), "\(output.stderr)")
+        }
+        let text = try runProcess(PackagePaths.jobctlBinary, ["--db", missing, "worker"], environment: ["NO_COLOR": "1"])
+        #expect(text.status == 1 && text.stderr.hasPrefix("Error: no database at"), "\(text.stderr)")
+    }
+
     /// `systemctl start` of a Type=notify unit fails when the worker exits before READY=1, and waits for
     /// it otherwise: a worker that stops at start (here a CA bundle that is not there) never says it.
     @Test("a worker that stops at start never says READY=1")
