@@ -61,6 +61,10 @@ struct CompletionTests {
         #expect(try bashCompletions(["jobctl", "worker", "--log-format", "="]) == ["text", "json"])
         #expect(try bashCompletions(["jobctl", "help", "man"]) == ["manifest"])
         #expect(try bashCompletions(["jobctl", "completion", ""]) == ["bash", "zsh"])
+        // A choice already given is not offered again: after `archive verify` comes a file.
+        #expect(try bashCompletions(["jobctl", "archive", ""]) == ["verify"])
+        #expect(try bashCompletions(["jobctl", "archive", "verify", ""]).isEmpty)
+        #expect(try bashCompletions(["jobctl", "--db", "x.db", "archive", "verify", "v"]).isEmpty)
         // A value with no fixed set and a manifest argument: nothing, so bash falls back to file names.
         #expect(try bashCompletions(["jobctl", "submit", ""]).isEmpty)
         #expect(try bashCompletions(["jobctl", "list", "--queue", ""]).isEmpty)
