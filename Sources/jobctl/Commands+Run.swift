@@ -49,7 +49,7 @@ extension Commands {
         start; this says when that is below what --concurrency may need, and the worker runs only the transfers that fit; below 68 it does not start),
         log_lines_dropped, orphan_sweep_failed; orphan_removed names a file the sweep of final jobs' leftovers removed, and
         worker_started and worker_stopped (the summary) open and close the log. --log-format json prints one JSON object per line: time, time_ms, level, event,
-        job, kind, fields. -q keeps only warnings and errors, -v adds progress. Text lines are coloured
+        job, kind, fields; a worker that cannot start or go on then says why in one more, worker_failed (error, exit_code). -q keeps only warnings and errors, -v adds progress. Text lines are coloured
         only on a terminal (never with NO_COLOR or --no-color) and carry no time when JOURNAL_STREAM is
         set (run by systemd: journald stamps each line). URLs in log lines are redacted.
 
