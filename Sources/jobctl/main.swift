@@ -33,7 +33,8 @@ signal(SIGXFSZ, SIG_IGN)
 let arguments = Array(CommandLine.arguments.dropFirst())
 // An argument that is not UTF-8 (a path with byte 0xFF) reaches Swift with replacement characters, and so
 // names another file: refused as a usage error, as the current directory's path is (`CurrentDirectory`).
-if let bad = (1..<Int(CommandLine.argc)).first(where: { index in
+// (A stride, not a range: started with no arguments at all, argc is 0, and `1..<0` traps.)
+if let bad = stride(from: 1, to: Int(CommandLine.argc), by: 1).first(where: { index in
     CommandLine.unsafeArgv[index].map { String(validatingCString: $0) == nil } ?? false
 }) {
     ShutdownSignals.unblock()
