@@ -202,13 +202,13 @@ struct LocalObjectPlace: Equatable {
 ///
 /// An ASCII path is cut, and its parts checked for reserved names, on its bytes in one pass: in ASCII
 /// every byte is one Character (`\r\n` aside, which holds neither `/` nor a byte of a reserved suffix),
-/// so the parts and the answers are the ones `SlashSeparatedPath` and `LocalLocation.isReserved` give
+/// so the parts and the answers are the ones `SlashSeparatedPath` and `HiddenName.isReserved` give
 /// (both on bytes too). Those cost ~9,000 instructions a job here (two splits, each walking the text
 /// twice, a `String` per part, four suffix checks per part). Other text takes them.
 struct LocalObjectPath {
     /// The non-empty parts between `/`s, as `SlashSeparatedPath.parts(of:)` gives them.
     let parts: [String]
-    /// The first part that is a name the backend keeps for itself (`LocalLocation.isReserved`).
+    /// The first part that is a name the backend keeps for itself (`HiddenName.isReserved`).
     let firstReserved: String?
     /// Every part but the last, joined by `/`.
     let joinedFolders: String
@@ -219,7 +219,7 @@ struct LocalObjectPath {
             return
         }
         parts = SlashSeparatedPath.parts(of: text).map(String.init)
-        firstReserved = parts.first(where: LocalLocation.isReserved)
+        firstReserved = parts.first(where: HiddenName.isReserved)
         joinedFolders = parts.dropLast().joined(separator: "/")
     }
 
@@ -256,9 +256,9 @@ struct LocalObjectPath {
         return LocalObjectPath(parts: parts, firstReserved: firstReserved, joinedFolders: folders)
     }
 
-    /// `LocalLocation.isReserved` for a name of ASCII bytes, compared as bytes.
+    /// `HiddenName.isReserved` for a name of ASCII bytes, compared as bytes.
     static func isReserved(_ name: UnsafeBufferPointer<UInt8>) -> Bool {
-        LocalLocation.reservedSuffixes.contains { suffix in
+        HiddenName.reservedSuffixes.contains { suffix in
             let tail = suffix.utf8
             return tail.count <= name.count
                 && (tail.withContiguousStorageIfAvailable { $0.elementsEqual(name[(name.count - $0.count)...]) }
@@ -289,13 +289,6 @@ struct LocalLocation {
     var sidecarName: String { HiddenName.make(name, suffix: ".jobctl-meta.json") }
     var sidecarPath: String { directory.childPath(sidecarName) }
 
-    /// The endings of the names the backend keeps for itself (`HiddenName.reservedSuffixes`).
-    static let reservedSuffixes = HiddenName.reservedSuffixes
-
-    /// Names the backend keeps for itself; no object may take one (`HiddenName.isReserved`).
-    static func isReserved(_ name: String) -> Bool {
-        HiddenName.isReserved(name)
-    }
 }
 
 /// A `file://` upload session: the hidden file the bytes go to before it is renamed onto the object,

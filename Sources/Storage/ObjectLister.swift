@@ -115,8 +115,8 @@ extension LocalBackend {
         if !prefix.bucket.isEmpty, !(FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue) {
             throw StorageError(.bucketNotFound, "local bucket '\(prefix.bucket)' does not exist (no directory '\(root)')")
         }
-        if let reserved = SlashSeparatedPath.parts(of: prefix.fullPath).first(where: { LocalLocation.isReserved(String($0)) }) {
-            throw StorageError(.invalidArgument, "'\(reserved)' is reserved for jobctl's temporary and metadata files")
+        if let reserved = HiddenName.reservedComponent(in: prefix.fullPath) {
+            throw StorageError(.invalidArgument, HiddenName.reservedMessage(reserved))
         }
         let base = prefix.fullPath
         let start = base.isEmpty ? root : (root == "/" ? "" : root) + "/" + base
@@ -134,7 +134,7 @@ extension LocalBackend {
             } catch {
                 throw StorageError(.unauthorized, "the folder '\(folder)' of \(prefix) cannot be read", cause: "\(error)")
             }
-            for entry in entries where !LocalLocation.isReserved(entry) {
+            for entry in entries where !HiddenName.isReserved(entry) {
                 let path = relative.isEmpty ? entry : relative + "/" + entry
                 // Read without following links: a link is neither an object nor a folder of the bucket.
                 let type = (try? files.attributesOfItem(atPath: start + "/" + path))?[.type] as? FileAttributeType

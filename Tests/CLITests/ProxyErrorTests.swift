@@ -5,18 +5,25 @@ import TestSupport
 /// A proxy from the environment that cannot be reached is named in the job's error (its password
 /// redacted), not taken for the server.
 @Suite("proxy errors", .onTestThreads) struct ProxyErrorTests {
-    @Test("a dead proxy is named, with its variable and without its password; the server is not blamed")
-    func deadProxyIsNamed() throws {
-        let deadProxy = ClosedLoopbackPort()
+    /// Submits one download from a server that is not there into `workspace`, and the environment that
+    /// sends it through `proxy` (`http_proxy`; every other proxy variable empty): the job's ids and that environment.
+    static func jobThroughProxy(_ workspace: CLIWorkspace, _ proxy: String) throws -> (ids: [String], environment: [String: String]) {
         let deadServer = ClosedLoopbackPort()
-        let workspace = try CLIWorkspace("proxy-dead")
-        defer { workspace.directory.remove() }
         let ids = try workspace.submit(
             "- {kind: download-memory, source: \"http://127.0.0.1:\(deadServer.port)/a.txt\", max_attempts: 1}\n")
         var environment = Dictionary(uniqueKeysWithValues: ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
                                                             "no_proxy", "NO_PROXY"].map { ($0, "") })
-        environment["http_proxy"] = "http://carol:pr0xy-s3cret@\(deadProxy.hostAndPort)"
+        environment["http_proxy"] = proxy
         environment["HOME"] = workspace.directory.path
+        return (ids, environment)
+    }
+
+    @Test("a dead proxy is named, with its variable and without its password; the server is not blamed")
+    func deadProxyIsNamed() throws {
+        let deadProxy = ClosedLoopbackPort()
+        let workspace = try CLIWorkspace("proxy-dead")
+        defer { workspace.directory.remove() }
+        let (ids, environment) = try Self.jobThroughProxy(workspace, "http://carol:pr0xy-s3cret@\(deadProxy.hostAndPort)")
         let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
         #expect(worker.status == 2, "\(worker.stderr)")
         let shown = try workspace.jobctl(["show", try #require(ids.first)])
@@ -32,15 +39,9 @@ import TestSupport
           arguments: ["pr0/xy-s3cr3t", "pr0?xy-s3cr3t", "pr0#xy-s3cr3t"])
     func delimitersInThePassword(password: String) throws {
         let deadProxy = ClosedLoopbackPort()
-        let deadServer = ClosedLoopbackPort()
         let workspace = try CLIWorkspace("proxy-delimiters")
         defer { workspace.directory.remove() }
-        let ids = try workspace.submit(
-            "- {kind: download-memory, source: \"http://127.0.0.1:\(deadServer.port)/a.txt\", max_attempts: 1}\n")
-        var environment = Dictionary(uniqueKeysWithValues: ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
-                                                            "no_proxy", "NO_PROXY"].map { ($0, "") })
-        environment["http_proxy"] = "http://carol:\(password)@\(deadProxy.hostAndPort)"
-        environment["HOME"] = workspace.directory.path
+        let (ids, environment) = try Self.jobThroughProxy(workspace, "http://carol:\(password)@\(deadProxy.hostAndPort)")
         let worker = try workspace.jobctl(["worker", "--drain", "-v"], environment: environment)
         #expect(worker.status == 2, "\(worker.stderr)")
         let shown = try workspace.jobctl(["show", "--json", try #require(ids.first)])

@@ -12,7 +12,7 @@ import Testing
 /// code before it gave, for every kind of path.
 @Suite("file:// object paths", .onTestThreads)
 struct LocalObjectPathTests {
-    /// `LocalLocation.isReserved` as the filesystem sees names: whether the bytes end in a reserved suffix
+    /// `HiddenName.isReserved` as the filesystem sees names: whether the bytes end in a reserved suffix
     /// (not Character-wise `hasSuffix`, which a mark joining the suffix's `.` to the character before it
     /// answered false for `\u{600}.jobctl-upload`).
     private static func reservedBefore(_ name: String) -> Bool {
@@ -23,8 +23,8 @@ struct LocalObjectPathTests {
 
     @Test("a name ending in a reserved suffix is reserved whatever joins its first dot")
     func reservedOnBytes() {
-        #expect(LocalLocation.isReserved("\u{600}.jobctl-upload") && LocalLocation.isReserved("x\u{600}.jobctl-meta.json"))
-        #expect(!LocalLocation.isReserved("x.jobctl-upload\u{301}"))
+        #expect(HiddenName.isReserved("\u{600}.jobctl-upload") && HiddenName.isReserved("x\u{600}.jobctl-meta.json"))
+        #expect(!HiddenName.isReserved("x.jobctl-upload\u{301}"))
         #expect(LocalObjectPath("d/y\u{600}.jobctl-partial/z").firstReserved == "y\u{600}.jobctl-partial")
         #expect(LocalObjectPath("a/\u{301}x").parts == ["a", "\u{301}x"])
     }
@@ -69,7 +69,7 @@ struct LocalObjectPathTests {
     @Test("the reserved check on bytes answers as hasSuffix did", arguments: paths)
     func reservedAsBefore(path: String) {
         for part in SlashSeparatedPath.parts(of: path).map(String.init) {
-            #expect(LocalLocation.isReserved(part) == Self.reservedBefore(part), "\(part)")
+            #expect(HiddenName.isReserved(part) == Self.reservedBefore(part), "\(part)")
             if part.utf8.allSatisfy({ $0 < 0x80 }) {
                 let bytes = Array(part.utf8)
                 #expect(bytes.withUnsafeBufferPointer(LocalObjectPath.isReserved) == Self.reservedBefore(part), "\(part)")
