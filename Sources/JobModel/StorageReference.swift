@@ -166,7 +166,9 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
             let (bucket, path) = Self.splitAuthority(rest)
             guard !bucket.isEmpty else { throw StorageError(.invalidArgument, "'\(text)' has no bucket: expected gs://BUCKET/PATH") }
             try Self.checkBucketName(bucket, in: text)
-            try self.init(scheme: .gs, bucket: bucket, path: try Self.percentDecode(path, in: text))
+            let decoded = try Self.percentDecode(path, in: text)
+            try Self.refuseEmptyObjectSegments(String(decoded.utf8.dropFirst()) ?? "", in: text)
+            try self.init(scheme: .gs, bucket: bucket, path: decoded)
         case "file":
             let (authority, path) = Self.splitAuthority(rest)
             let bucket = authority.lowercased() == "localhost" ? "" : authority
@@ -217,7 +219,13 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
                     throw StorageError(.invalidArgument, "'\(original)': a Firebase URL reads /v0/b/BUCKET/o/PATH")
                 }
                 path = try Self.percentDecode(segments.dropFirst(4).joined(separator: "/"), in: original)
+                // The segments above dropped any `//` written raw: asked of the written path too.
+                let afterBucket = afterPrefix.utf8.drop(while: { $0 != UInt8(ascii: "/") })
+                if afterBucket.starts(with: "/o/".utf8) {
+                    try Self.refuseEmptyObjectSegments(String(afterBucket.dropFirst(3)) ?? "", in: original)
+                }
             }
+            try Self.refuseEmptyObjectSegments(path, in: original)
             try self.init(scheme: .gs, bucket: bucket, path: path)
             return
         }
@@ -226,11 +234,39 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
             let bucket = try Self.percentDecode(first, in: original)
             try Self.checkBucketName(bucket, in: original)
             let path = try Self.percentDecode(segments.dropFirst().joined(separator: "/"), in: original)
+            // The segments dropped any `//` written raw: asked of the written path after the bucket too.
+            let afterBucket = rawPath.utf8.dropFirst().drop(while: { $0 != UInt8(ascii: "/") }).dropFirst()
+            try Self.refuseEmptyObjectSegments(String(afterBucket) ?? "", in: original)
+            try Self.refuseEmptyObjectSegments(path, in: original)
             try self.init(scheme: .gs, bucket: bucket, path: path)
             return
         }
         let path = try Self.percentDecode(rawPath, in: original)
         try self.init(scheme: scheme, bucket: host, path: path, query: query, rawPath: rawPath)
+    }
+
+    /// Refuses a Cloud Storage object name (decoded, after the bucket's `/`) with an empty segment: `//`
+    /// inside it, or a `/` first. Cloud Storage names are flat — `d/x//y` and `d/x/y` are two objects —
+    /// but references normalise as Firebase's `child` does, `//` collapsed and a leading `/` dropped, so
+    /// `gs://b/d/x//y` (or `d%2Fx%2F%2Fy`, or the Firebase form) named `d/x/y`: a download read the other
+    /// object and a `delete` removed it. Such a name cannot be addressed, so it is refused, saying so. One
+    /// `/` at the end is a prefix's (`gs://b/photos/`), trimmed as before.
+    static func refuseEmptyObjectSegments(_ name: String, in text: String) throws(StorageError) {
+        var previousWasSlash = true  // a `/` first is an empty first segment
+        for byte in name.utf8 {
+            let isSlash = byte == UInt8(ascii: "/")
+            if isSlash && previousWasSlash {
+                throw StorageError(.invalidArgument, "'\(text)' names an object with an empty segment ('//', or a '/' first): "
+                    + "jobctl reads object paths as Firebase does, with repeated '/' collapsed, so it would act on '\(Self.collapsed(name))', "
+                    + "another object; jobctl cannot name such an object")
+            }
+            previousWasSlash = isSlash
+        }
+    }
+
+    /// `name` with its empty segments dropped, for the message above.
+    private static func collapsed(_ name: String) -> String {
+        SlashSeparatedPath.parts(of: name).joined(separator: "/")
     }
 
     // MARK: - Navigation (as Firebase's StorageReference)

@@ -248,8 +248,11 @@ public struct WorkerLogFormatter: Sendable {
     private static func serialize(_ object: Any) -> String {
         // Only strings, numbers, NSNull, arrays and dictionaries of them are built above, which
         // JSONSerialization always accepts; the fallback keeps the line count right regardless.
+        // JSONSerialization escapes only C0: DEL, the C1 controls (an 8-bit CSI) and the layout controls
+        // (a bidirectional override, U+2028) in a name reached a terminal reading the log raw, as the text
+        // format's `appendJSONString` does not let them.
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]),
-              let text = String(data: data, encoding: .utf8) else { return "{}" }
+              let text = String(data: TerminalText.escapingJSONControls(data), encoding: .utf8) else { return "{}" }
         return text
     }
 }

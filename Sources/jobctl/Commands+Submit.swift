@@ -103,6 +103,7 @@ extension Commands {
             if failures.isEmpty {
                 origins = expanded.origins.map { (path: manifestPaths[$0], line: manifestJobs[$0].line, column: manifestJobs[$0].column) }
                 failures += repeatedKeys(specs, origins: origins)
+                if failures.isEmpty { failures += repeatedDestinations(specs, origins: origins) }
             }
         }
         for note in manifestJobs.flatMap(\.notes) + listingNotes { emitError(note) }
@@ -303,6 +304,62 @@ extension Commands {
             }
         }
         return (specs, origins, failures, notes)
+    }
+
+    /// A file or object that two of the jobs submitted together write (downloads to one local file, uploads
+    /// to one object), once folders and prefixes are expanded, where neither waits for the other through
+    /// `after:`: each an error at the second job's position. Three plain-URL downloads of `…/x/f.txt`,
+    /// `…/y/f.txt` and `…/z/f.txt` into `out/` all succeeded, each reporting `out/f.txt`, which held one of
+    /// them — which one depending on the order they happened to run. Jobs ordered by `after:` (directly
+    /// or through other jobs of the submit) write in that order, so they may share a destination.
+    /// Written as `repeatedKeys` writes its errors (at most `ManifestLimits.maximumShownErrors`).
+    static func repeatedDestinations(_ specs: [JobSpec], origins: [(path: String, line: Int, column: Int)]) -> [String] {
+        var writer: [UTF8Key: Int] = [:]
+        var keyed: [UTF8Key: Int] = [:]
+        for (index, spec) in specs.enumerated() { if let key = spec.key { keyed[UTF8Key(key)] = keyed[UTF8Key(key)] ?? index } }
+        // Whether `from` waits for `to`, through the `after:` names of jobs of this submit.
+        func waits(_ from: Int, for to: Int) -> Bool {
+            var seen: Set<Int> = [from]
+            var pending = [from]
+            while let index = pending.popLast() {
+                for name in specs[index].after ?? [] {
+                    guard let next = keyed[UTF8Key(name)], !seen.contains(next) else { continue }
+                    if next == to { return true }
+                    seen.insert(next)
+                    pending.append(next)
+                }
+            }
+            return false
+        }
+        var failures: [String] = []
+        var notShown = 0
+        for (index, spec) in specs.enumerated() where spec.kind.isUpload || spec.kind == .downloadFile {
+            guard let destination = spec.destination else { continue }
+            let written = UTF8Key((spec.kind.isUpload ? "object " : "file ") + destination)
+            guard let earlier = writer[written] else {
+                writer[written] = index
+                continue
+            }
+            writer[written] = index
+            if waits(index, for: earlier) || waits(earlier, for: index) { continue }
+            guard failures.count < ManifestLimits.default.maximumShownErrors else {
+                notShown += 1
+                continue
+            }
+            let here = origins[index], there = origins[earlier]
+            let place = there.path == here.path ? "line \(there.line)" : "\(TerminalText.printable(there.path)):\(there.line)"
+            let what = spec.kind.isUpload ? "uploads to" : "downloads to"
+            let expanded = specs[earlier].batch != nil || spec.batch != nil ? " (as the files of a folder, glob or prefix job map)" : ""
+            failures.append("\(TerminalText.printable(here.path)):\(here.line):\(here.column): error: this job \(what) "
+                            + "'\(Display.redacting.location(destination))', as the job at \(place) does\(expanded), and neither waits for the "
+                            + "other ('after:'): what it ends up holding would depend on which ran last; give each job its own destination, "
+                            + "or order them with 'after:'")
+        }
+        if notShown > 0 {
+            failures.append("\(plural(notShown, "more error")) not shown after the first \(failures.count); "
+                            + "fix these and run it again to see the next")
+        }
+        return failures
     }
 
     /// An idempotency key given to two of the jobs submitted together, once folders and prefixes are

@@ -36,18 +36,20 @@ struct Display: Sendable {
         let lowered = text.lowercased()
         if lowered.hasPrefix("gs://") || lowered.hasPrefix("file://"),
            let reference = try? StorageReference(parsing: text) {
-            return "\(reference.scheme.rawValue)://\(reference.bucket)/\(Self.escapingControls(reference.fullPath))"
+            return "\(reference.scheme.rawValue)://\(reference.bucket)/\(Self.escapingControls(reference.fullPath, percent: true))"
         }
         return Self.escapingControls(url(text))
     }
 
     /// Control characters (C0, DEL, C1) as `%XX`, so a decoded name cannot move the cursor or recolour
-    /// the terminal.
-    static func escapingControls(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: TerminalText.isControl) else { return text }
+    /// the terminal. With `percent`, `%` itself as `%25` too: a `gs://` or `file://` reference's path is
+    /// percent-decoded when read back, so the object named `c/a%2Fb` printed as `gs://b/c/a%2Fb` was, pasted
+    /// into a manifest, another object (`c/a/b`), and the names `tab<TAB>x` and `tab%09x` printed alike.
+    static func escapingControls(_ text: String, percent: Bool = false) -> String {
+        guard text.unicodeScalars.contains(where: { TerminalText.isControl($0) || percent && $0 == "%" }) else { return text }
         var output = ""
         for scalar in text.unicodeScalars {
-            if TerminalText.isControl(scalar) {
+            if TerminalText.isControl(scalar) || percent && scalar == "%" {
                 for byte in String(scalar).utf8 { output += String(format: "%%%02X", byte) }
             } else {
                 output.unicodeScalars.append(scalar)

@@ -429,6 +429,97 @@ import Glibc
         #expect(jobs.allSatisfy { $0["state"] as? String == "succeeded" }, "\(jobs)")
     }
 
+    /// Three downloads of `…/x/f.txt`, `…/y/f.txt` and `…/z/f.txt` into `out/` were submitted and all
+    /// succeeded, each reporting `out/f.txt`, which held one of them; two uploads to one object likewise.
+    /// Now an error at the second job (65, nothing submitted) unless one waits for the other.
+    @Test func twoJobsWritingOneDestinationAreRefusedUnlessOrdered() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let buckets = workspace.directory.file("buckets")
+        let environment = ["JOBCTL_BUCKETS": buckets]
+        for folder in ["x", "y", "z"] { try workspace.write("buckets/src/\(folder)/f.txt", "from \(folder)\n") }
+        let downloads = try workspace.write("down.yaml", """
+        jobs:
+          - {kind: download-file, source: "file://src/x/f.txt", destination: out/}
+          - {kind: download-file, source: "file://src/y/f.txt", destination: out/}
+          - {kind: download-file, source: "file://src/z/f.txt", destination: out/z.txt}
+        """)
+        let refused = try workspace.jobctl(["submit", downloads], environment: environment)
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("down.yaml:3:5: error: this job downloads to '\(workspace.directory.file("out/f.txt"))', as the job "
+                                        + "at line 2 does, and neither waits for the other"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("Error: nothing was submitted"))
+        #expect(try !FileManager.default.fileExists(atPath: workspace.database)
+                || workspace.jobctl(["list", "--json"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "[]")
+
+        let uploads = try workspace.write("up.yaml", """
+        - {kind: upload-data, data: one, destination: "file://dst/a.txt"}
+        - {kind: upload-data, data: two, destination: "gs://bkt/a.txt"}
+        - {kind: upload-data, data: three, destination: "file://dst/a.txt"}
+        """)
+        let twice = try workspace.jobctl(["submit", uploads], environment: environment)
+        #expect(twice.status == 65, "\(twice.stderr)")
+        #expect(twice.stderr.contains("up.yaml:3:3: error: this job uploads to 'file://dst/a.txt', as the job at line 1 does"), "\(twice.stderr)")
+        #expect(!twice.stderr.contains("up.yaml:2:"), "\(twice.stderr)")
+
+        // Ordered by `after:`, directly or through another job, they write in turn: submitted, and the
+        // last one's bytes are what the object holds.
+        let ordered = try workspace.write("ordered.yaml", """
+        - {kind: upload-data, data: one, destination: "file://dst/b.txt", key: first}
+        - {kind: upload-data, data: two, destination: "file://dst/other.txt", key: middle, after: [first]}
+        - {kind: upload-data, data: three, destination: "file://dst/b.txt", after: [middle]}
+        """)
+        let submitted = try workspace.jobctl(["submit", ordered], environment: environment)
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        #expect(try workspace.jobctl(["worker", "--drain"], environment: environment).status == 0)
+        #expect(try String(contentsOfFile: buckets + "/dst/b.txt", encoding: .utf8) == "three")
+    }
+
+    /// A `gs://` or `file://` name holding `%` printed as written: the object `c/a%2Fb` showed as
+    /// `gs://bkt/c/a%2Fb`, which read back (pasted into a manifest) names `c/a/b`, and the names
+    /// `tab<TAB>x` and `tab%09x` printed alike. `%` is now `%25` in them; the path printed reads back as
+    /// the same object.
+    @Test func printedReferencesReadBackAsTheSameObject() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let manifest = try workspace.write("m.yaml", """
+        - {kind: upload-data, data: x, destination: "gs://bkt/c/a%252Fb"}
+        - {kind: upload-data, data: x, destination: "gs://bkt/c/tab%09x"}
+        - {kind: upload-data, data: x, destination: "gs://bkt/c/tab%2509x"}
+        - {kind: upload-data, data: x, destination: "file://lb/100%25.txt"}
+        """)
+        let plan = try workspace.jobctl(["submit", "--dry-run", manifest], environment: environment)
+        #expect(plan.status == 0, "\(plan.stderr)")
+        let lines = plan.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.contains("upload-data  - → gs://bkt/c/a%252Fb"), "\(plan.stdout)")
+        #expect(lines.contains("upload-data  - → gs://bkt/c/tab%09x"), "\(plan.stdout)")
+        #expect(lines.contains("upload-data  - → gs://bkt/c/tab%2509x"), "\(plan.stdout)")
+        #expect(lines.contains("upload-data  - → file://lb/100%25.txt"), "\(plan.stdout)")
+        let ids = try workspace.jobctl(["submit", manifest], environment: environment).stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 4)
+        let shown = try workspace.jobctl(["show", ids[0]], environment: environment).stdout
+        #expect(shown.contains("gs://bkt/c/a%252Fb"), "\(shown)")
+    }
+
+    /// `gs://b/d/x//y` (or `d%2Fx%2F%2Fy`, or the Firebase form) named `d/x/y`, another object — a delete
+    /// removed it. Refused at the field (65).
+    @Test func cloudStorageNamesWithEmptySegmentsAreRefusedAtSubmit() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("m.yaml", """
+        - {kind: delete, destination: "gs://bkt/d/x//y"}
+        - {kind: download-memory, source: "gs://bkt/d/x%2F%2Fy"}
+        - {kind: download-memory, source: "gs://bkt/d/x/y"}
+        """)
+        let refused = try workspace.jobctl(["submit", manifest])
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("m.yaml:1:"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("m.yaml:2:"), "\(refused.stderr)")
+        #expect(!refused.stderr.contains("m.yaml:3:"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("it would act on 'd/x/y', another object"), "\(refused.stderr)")
+    }
+
     /// `checksums:` goes from the manifest (job or defaults) through the worker into the result: the
     /// default verifies CRC32C only; asking for MD5 stores it in the sidecar and compares it on the way back.
     @Test func checksumsFieldReachesTheResult() throws {

@@ -22,7 +22,9 @@ enum CharacterwiseReferenceParser {
             let (bucket, path) = Self.splitAuthority(rest)
             guard !bucket.isEmpty else { throw StorageError(.invalidArgument, "'\(text)' has no bucket: expected gs://BUCKET/PATH") }
             try checkBucketName(bucket, in: text)
-            return try StorageReference(scheme: .gs, bucket: bucket, path: try StorageReference.percentDecode(path, in: text))
+            let decoded = try StorageReference.percentDecode(path, in: text)
+            try StorageReference.refuseEmptyObjectSegments(String(decoded.dropFirst()), in: text)
+            return try StorageReference(scheme: .gs, bucket: bucket, path: decoded)
         case "file":
             let (authority, path) = Self.splitAuthority(rest)
             let bucket = authority.lowercased() == "localhost" ? "" : authority
@@ -65,7 +67,12 @@ enum CharacterwiseReferenceParser {
                     throw StorageError(.invalidArgument, "'\(original)': a Firebase URL reads /v0/b/BUCKET/o/PATH")
                 }
                 path = try StorageReference.percentDecode(segments.dropFirst(4).joined(separator: "/"), in: original)
+                let afterBucket = afterPrefix.drop(while: { $0 != "/" })
+                if afterBucket.hasPrefix("/o/") {
+                    try StorageReference.refuseEmptyObjectSegments(String(afterBucket.dropFirst(3)), in: original)
+                }
             }
+            try StorageReference.refuseEmptyObjectSegments(path, in: original)
             return try StorageReference(scheme: .gs, bucket: bucket, path: path)
         }
         // https://storage.googleapis.com/BUCKET/PATH
@@ -73,6 +80,8 @@ enum CharacterwiseReferenceParser {
             let bucket = try StorageReference.percentDecode(first, in: original)
             try checkBucketName(bucket, in: original)
             let path = try StorageReference.percentDecode(segments.dropFirst().joined(separator: "/"), in: original)
+            try StorageReference.refuseEmptyObjectSegments(String(rawPath.dropFirst().drop(while: { $0 != "/" }).dropFirst()), in: original)
+            try StorageReference.refuseEmptyObjectSegments(path, in: original)
             return try StorageReference(scheme: .gs, bucket: bucket, path: path)
         }
         let path = try StorageReference.percentDecode(rawPath, in: original)

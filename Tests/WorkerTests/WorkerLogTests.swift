@@ -209,6 +209,26 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect((object?["fields"] as? [String: Any])?["delay_ms"] as? Int == 1500)
     }
 
+    /// `--log-format json` wrote DEL, the C1 controls and the layout controls of a name raw: an object
+    /// named `c/csi\u{9B}2J` or `c/\u{202E}evil.exe` in a prefix download put an 8-bit CSI and a
+    /// right-to-left override on the terminal reading the log (`JSONSerialization` escapes only C0),
+    /// while the text format escaped them. Still JSON, and the same values to a program reading it.
+    @Test func jsonLinesEscapeEveryControlCharacter() throws {
+        let hostile = "out/csi\u{9B}2J del\u{7F} \u{202E}evil.exe ls\u{2028}x \u{2066}iso"
+        let entry = WorkerLogEntry(atMs: 0, level: .info, event: .claimed, jobID: "01JOB", kind: .downloadFile,
+                                   fields: [("destination", .text(hostile))])
+        let json = WorkerLogFormatter(format: .json).line(entry)
+        for scalar in json.unicodeScalars {
+            #expect(!TerminalText.isControl(scalar) && !TerminalText.isLayoutControl(scalar),
+                    "raw U+\(String(scalar.value, radix: 16)) in \(json)")
+        }
+        for escaped in ["\\u009b", "\\u007f", "\\u202e", "\\u2028", "\\u2066"] {
+            #expect(json.contains(escaped), "\(escaped) missing from \(json)")
+        }
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+        #expect((object["fields"] as? [String: Any])?["destination"] as? String == hostile)
+    }
+
     @Test func levelsFilter() {
         let lines = Mutex<[String]>([])
         let log = WorkerLog(minimumLevel: .warning, write: { line in lines.withLock { $0.append(line) } })
