@@ -73,7 +73,7 @@ public enum SecretRedaction {
 
     /// `redactURL`, adding each value it replaced to `hidden`. An `endpoint`'s userinfo runs to its
     /// last `@` (see `redactEndpoint`).
-    private static func redact(_ url: String, hidden: inout [Substring], endpoint: Bool = false) -> String {
+    private static func redact(_ url: String, hidden: inout [Substring], endpoint: Bool = false, depth: Int = 0) -> String {
         guard let schemeEnd = url.range(of: "://") else { return url }
         let scheme = url[..<schemeEnd.lowerBound].lowercased()
         let bareUserinfoIsAName = scheme == "postgres" || scheme == "postgresql"
@@ -108,13 +108,13 @@ public enum SecretRedaction {
             rest = rest[..<hash]
         }
         if let mark = rest.firstIndex(of: "?") {
-            output += redactPathParameters(rest[..<mark], hidden: &hidden) + "?"
-                + redactParameters(rest[rest.index(after: mark)...], hidden: &hidden)
+            output += redactPathParameters(rest[..<mark], hidden: &hidden, depth: depth) + "?"
+                + redactParameters(rest[rest.index(after: mark)...], hidden: &hidden, depth: depth)
         } else {
-            output += redactPathParameters(rest, hidden: &hidden)
+            output += redactPathParameters(rest, hidden: &hidden, depth: depth)
         }
         if let fragment {
-            output += "#" + redactParameters(fragment, hidden: &hidden)
+            output += "#" + redactParameters(fragment, hidden: &hidden, depth: depth)
         }
         return output
     }
@@ -283,7 +283,7 @@ public enum SecretRedaction {
 
     /// `/files;jsessionid=x/a.bin;token=y` → `/files;jsessionid=REDACTED/a.bin;token=REDACTED`: the
     /// parameters a path segment carries after its `;` (RFC 3986 3.3), where servers put session ids.
-    private static func redactPathParameters(_ path: Substring, hidden: inout [Substring]) -> String {
+    private static func redactPathParameters(_ path: Substring, hidden: inout [Substring], depth: Int) -> String {
         guard path.contains(";") else { return String(path) }
         var output = ""
         var segmentStart = path.startIndex
@@ -291,7 +291,7 @@ public enum SecretRedaction {
             let end = path[segmentStart...].firstIndex(of: "/") ?? path.endIndex
             let segment = path[segmentStart..<end]
             if let semicolon = segment.firstIndex(of: ";") {
-                output += segment[...semicolon] + redactParameters(segment[segment.index(after: semicolon)...], hidden: &hidden)
+                output += segment[...semicolon] + redactParameters(segment[segment.index(after: semicolon)...], hidden: &hidden, depth: depth)
             } else {
                 output += segment
             }
@@ -303,7 +303,7 @@ public enum SecretRedaction {
     }
 
     /// `a=1&token=x;b` → `a=1&token=REDACTED;b` (both `&` and `;` separate parameters).
-    private static func redactParameters(_ parameters: Substring, hidden: inout [Substring]) -> String {
+    private static func redactParameters(_ parameters: Substring, hidden: inout [Substring], depth: Int) -> String {
         var output = ""
         var current = parameters.startIndex
         while current <= parameters.endIndex {
@@ -313,6 +313,9 @@ public enum SecretRedaction {
                !isMasked(part[part.index(after: equals)...]) {
                 output += part[...equals] + marker
                 hidden.append(part[part.index(after: equals)...])
+            } else if let equals = part.firstIndex(of: "="), let nested = redactNested(part[part.index(after: equals)...],
+                                                                                        hidden: &hidden, depth: depth) {
+                output += part[...equals] + nested
             } else {
                 output += part
             }
@@ -321,6 +324,34 @@ public enum SecretRedaction {
             current = parameters.index(after: end)
         }
         return output
+    }
+
+    /// A parameter's value that is itself a URL (a redirect target, `next=http://u:pw@h/x?token=…`),
+    /// redacted as one; nil when it is none or holds nothing to hide. Written raw, it is redacted in place
+    /// (the outer URL's `&` already ended it); percent-encoded (`next=http%3A%2F%2F…`), a value whose
+    /// decoding holds a secret is hidden whole. Past three URLs deep a value holding one is hidden whole,
+    /// so a crafted chain costs no more than that.
+    private static func redactNested(_ value: Substring, hidden: inout [Substring], depth: Int) -> String? {
+        let raw = value.contains("://")
+        guard raw || value.range(of: "%3A%2F%2F", options: .caseInsensitive) != nil else { return nil }
+        if depth >= 3 {
+            hidden.append(value)
+            return marker
+        }
+        if raw {
+            var found: [Substring] = []
+            let redacted = redact(String(value), hidden: &found, depth: depth + 1)
+            guard !found.isEmpty else { return nil }
+            hidden += found
+            return redacted
+        }
+        guard let decoded = percentDecoded(value), decoded.contains("://") else { return nil }
+        var found: [Substring] = []
+        _ = redact(decoded, hidden: &found, depth: depth + 1)
+        guard !found.isEmpty else { return nil }
+        hidden.append(value)
+        hidden += found
+        return marker
     }
 
     /// A value with nothing left to hide: empty, already `REDACTED`, or masked with `*` (as a caller

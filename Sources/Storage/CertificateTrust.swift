@@ -130,6 +130,16 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
                                "\(variable) names the directory '\(path)', which holds no certificate under a subject-hash "
                                    + "name (like 1a2b3c4d.0) that OpenSSL looks up; run `openssl rehash '\(path)'` after adding the CA files")
         }
+        // OpenSSL opens a hash name when a certificate's issuer has that hash, on libcurl's one thread: a
+        // FIFO (or a device) there held that open — and with it every transfer of the worker, deaf to
+        // their timeouts — for ever. Each is asked of `stat`, which does not open it.
+        for name in names.sorted() where isHashName(name) {
+            var status = stat()
+            guard stat(path + "/" + name, &status) == 0 else { continue }  // a dangling link: OpenSSL skips it
+            if let kind = FileKind.notRegular(mode: status.st_mode) {
+                throw unusable(variable, path, "holds '\(name)', \(kind) where a certificate file is expected")
+            }
+        }
     }
 
     /// `HHHHHHHH.N` (certificates) or `HHHHHHHH.rN` (CRLs): eight hex digits, a dot, a counter.

@@ -70,9 +70,12 @@ struct HTTPResponse: Sendable {
     /// and its URL's secret values (a server may echo the request target, `/a?sig=…`, with no URL
     /// around it for `SecretRedaction.redactURLs` to find).
     /// Worked out only when an error quotes the server (not for every answer).
+    /// The proxies' credentials (libcurl's, from the process's environment) are among them: a proxy may
+    /// answer in the server's place (a 407 quoting `Proxy-Authorization: Basic …`).
     var requestSecrets: [String] {
         HTTPRequest.headerSecrets(requestHeaders) + SecretRedaction.secretValues(in: url)
             + (redirectedTo.map { SecretRedaction.secretValues(in: $0) } ?? [])
+            + ProxyEnvironment.secretValues(environment: ProcessInfo.processInfo.environment)
     }
 
     /// The JSON body as a dictionary, when it is one.

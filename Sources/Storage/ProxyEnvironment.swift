@@ -36,6 +36,29 @@ public enum ProxyEnvironment {
         return SecretRedaction.scrub(output, secrets: secrets)
     }
 
+    /// What the proxies in `environment` are sent that a server's or a proxy's text must not be quoted
+    /// with: each password (as written and percent-decoded, as libcurl sends it) and the `Basic` token of
+    /// its `user:password`. A proxy answering 407 with the request's head, or "bad credentials user:pw",
+    /// as its body put the password, or its base64, into the job's error, the log and every output.
+    static func secretValues(environment: [String: String]) -> [String] {
+        var secrets: [String] = []
+        for name in variables {
+            guard let value = environment[name], !value.isEmpty, value.contains("@") else { continue }
+            secrets += SecretRedaction.endpointSecretValues(in: value)
+            var rest = Substring(value)
+            if let schemeEnd = rest.range(of: "://") { rest = rest[schemeEnd.upperBound...] }
+            guard let at = rest.lastIndex(of: "@") else { continue }
+            let userinfo = rest[..<at]
+            let user = userinfo.prefix { $0 != ":" }
+            let password = userinfo.dropFirst(user.count + 1)
+            let decodedUser = String(user).removingPercentEncoding ?? String(user)
+            let decodedPassword = String(password).removingPercentEncoding ?? String(password)
+            secrets.append(decodedPassword)
+            secrets.append(Data("\(decodedUser):\(decodedPassword)".utf8).base64EncodedString())
+        }
+        return secrets
+    }
+
     /// The proxy libcurl takes from `environment` for `url`, and the variable it came from; nil when
     /// none is set for the URL's scheme, or `no_proxy` names its host.
     static func proxy(for url: String, environment: [String: String]) -> (value: String, variable: String)? {

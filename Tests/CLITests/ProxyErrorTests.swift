@@ -52,4 +52,32 @@ import TestSupport
             #expect(!output.contains("xy-s3cr3t"), "\(output)")
         }
     }
+    /// A proxy that answers 407 quoting what it was sent — the request's head, `Proxy-Authorization:
+    /// Basic …` included, or "bad credentials user:password" — put the proxy's password, whole or in
+    /// base64, into the job's error, the worker's log and every output. Both forms are hidden now.
+    @Test("a proxy's 407 quoting its credentials, plainly or in Basic form, shows neither")
+    func proxyAnswerQuotingItsCredentials() throws {
+        let server = ClosedLoopbackPort()
+        let proxy = try FaultProxy(upstreamPort: server.port, chooser: { head, _, _ in
+            let body = "bad credentials puser:pPaSsW0rd; you sent Proxy-Authorization: \(head.header("Proxy-Authorization") ?? "none")"
+            return [.respond(.response(407, reason: "Proxy Authentication Required", body: Data(body.utf8)))]
+        })
+        defer { proxy.stop() }
+        let workspace = try CLIWorkspace("proxy-407")
+        defer { workspace.directory.remove() }
+        let (ids, environment) = try Self.jobThroughProxy(workspace, "http://puser:pPaSsW0rd@127.0.0.1:\(proxy.port)")
+        let worker = try workspace.jobctl(["worker", "--drain", "-v"], environment: environment)
+        #expect(worker.status == 2, "\(worker.stderr)")
+        let sent = proxy.exchanges.compactMap { $0.request.header("Proxy-Authorization") }
+        #expect(sent.contains("Basic " + Data("puser:pPaSsW0rd".utf8).base64EncodedString()), "\(sent)")
+        let id = try #require(ids.first)
+        let shown = try workspace.jobctl(["show", id])
+        #expect(shown.stdout.contains("407"), "\(shown.stdout)")
+        #expect(shown.stdout.contains("bad credentials puser:REDACTED"), "\(shown.stdout)")
+        let outputs = [worker.stdout, worker.stderr, shown.stdout, try workspace.jobctl(["show", "--json", id]).stdout,
+                       try workspace.jobctl(["history", id]).stdout, try workspace.jobctl(["audit", "--csv"]).stdout]
+        for output in outputs {
+            #expect(!output.contains("pPaSsW0rd") && !output.contains("cHVzZXI6cFBhU3NXMHJk"), "\(output)")
+        }
+    }
 }

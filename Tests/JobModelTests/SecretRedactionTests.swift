@@ -39,6 +39,13 @@ import Testing
         ("https://registry.example/@scope/pkg", "https://registry.example/@scope/pkg"),
         ("http://[::1]:8080/a@b", "http://[::1]:8080/a@b"),
         ("http://h:/a@b", "http://h:/a@b"),
+        // A URL inside a parameter's value (a redirect target) keeps no password or token: raw, redacted
+        // in place; percent-encoded, hidden whole when its decoding holds one; past three levels, whole.
+        ("http://h/nothere?next=http://u2:pw2secret@h2:81/x?token=TOK1&sig=S", "http://h/nothere?next=http://u2:REDACTED@h2:81/x?token=REDACTED&sig=REDACTED"),
+        ("http://h/p?next=https://h2/x?a=1", "http://h/p?next=https://h2/x?a=1"),
+        ("http://h/p?next=http%3A%2F%2Fh2%2Fx%3Ftoken%3DTOK2&a=1", "http://h/p?next=REDACTED&a=1"),
+        ("http://h/p?next=http%3A%2F%2Fh2%2Fx%3Fa%3D1", "http://h/p?next=http%3A%2F%2Fh2%2Fx%3Fa%3D1"),
+        ("http://h/p?a=http://h?b=http://h?c=http://h?d=http://h?e=1", "http://h/p?a=http://h?b=http://h?c=http://h?d=REDACTED"),
     ])
     func redaction(input: String, expected: String) {
         #expect(redactedURL(input) == expected)

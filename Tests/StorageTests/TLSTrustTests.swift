@@ -257,6 +257,30 @@ struct TLSTrustTests {
         }
     }
 
+    /// A FIFO under a subject-hash name in a CA directory passed the start check, and OpenSSL's open of it
+    /// (when a server's issuer had that hash) held libcurl's one thread — every transfer of the worker,
+    /// past their timeouts — for ever. Each hash name is now checked for a regular file at start.
+    @Test("a CA directory's hash name that is a FIFO or a directory is refused at start", arguments: ["JOBCTL_CA_BUNDLE", "SSL_CERT_DIR"])
+    func hashNameThatIsNotAFile(variable: String) throws {
+        let authority = try TestCertificateAuthority.create()
+        defer { authority.directory.remove() }
+        let hashed = try authority.hashedDirectory()
+        #expect(try StorageConfiguration.fromEnvironment([variable: hashed], localBucketsDirectory: "/tmp/buckets").certificateTrust
+            .caDirectory == hashed)
+        #expect(mkfifo(hashed + "/0badcafe.0", 0o600) == 0)
+        let error = #expect(throws: StorageError.self) {
+            try StorageConfiguration.fromEnvironment([variable: hashed], localBucketsDirectory: "/tmp/buckets")
+        }
+        #expect(error?.message.contains("holds '0badcafe.0', a FIFO where a certificate file is expected") == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains(variable) == true, "\(error?.message ?? "")")
+        unlink(hashed + "/0badcafe.0")
+        try FileManager.default.createDirectory(atPath: hashed + "/0badcafe.1", withIntermediateDirectories: false)
+        let folder = #expect(throws: StorageError.self) {
+            try StorageConfiguration.fromEnvironment([variable: hashed], localBucketsDirectory: "/tmp/buckets")
+        }
+        #expect(folder?.message.contains("holds '0badcafe.1', a directory where") == true, "\(folder?.message ?? "")")
+    }
+
     @Test("a CA file is read only up to its first certificate, wherever that lies; a marker across two reads counts")
     func certificateFoundWhereverItLies() throws {
         let directory = try TemporaryDirectory()
