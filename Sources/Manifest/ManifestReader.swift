@@ -560,7 +560,7 @@ struct ManifestReader {
             }
             spec.source = sourceReference?.description
             spec.destination = require(.destination, in: own, kind: kind, at: mark, what: "the local file to write").flatMap {
-                localPath($0, field: .destination, kind: kind, folderEntry: sourceReference?.name)
+                localPath($0, field: .destination, kind: kind, folderEntry: sourceReference.map(Self.folderEntryName))
             }
             if let key = own.key?.value, let destination = spec.destination {
                 localFilesWrittenByKey[UTF8Key(key)] = destination
@@ -853,6 +853,18 @@ struct ManifestReader {
         }
     }
 
+    /// The name a download of `source` into a folder gives its file: the object's name; for a plain
+    /// http(s) URL, the last segment of the path as written, percent-decoded — `…/ok/a%2Fb` is the file
+    /// `a/b` names, which `localPath` refuses, not `b` (the path's decoded, collapsed form), where
+    /// `…/ok/c%2Fb` went too.
+    static func folderEntryName(_ source: StorageReference) -> String {
+        guard source.scheme == .http || source.scheme == .https, let raw = source.rawPath,
+              let slash = raw.utf8.lastIndex(of: UInt8(ascii: "/")) else { return source.name }
+        let segment = String(raw.utf8[raw.utf8.index(after: slash)...]) ?? ""
+        guard !segment.isEmpty, let decoded = try? StorageReference.percentDecode(segment) else { return source.name }
+        return decoded
+    }
+
     /// An absolute, standardised local path: relative paths start at the base directory; `file:///` URLs are accepted.
     ///
     /// For download-file's destination, a folder — written with a trailing `/`, or a folder that exists —
@@ -929,6 +941,12 @@ struct ManifestReader {
         if writtenAsFolder || LocalPath.isDirectory(standardized) {
             // The caller reported the source already when there is no name to add.
             guard let folderEntry, !folderEntry.isEmpty else { return nil }
+            // A URL's last segment decoded (`a%2Fb`, `evil%0Aname`): no file can be named so, and a `/`
+            // would put the file in a subfolder other jobs may write too.
+            if folderEntry.utf8.contains(UInt8(ascii: "/")) || folderEntry.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+                return fail(&self, "'\(text.value)' is a folder, and the source's name, decoded, is '\(TerminalText.printable(folderEntry))', "
+                                + "which holds a '/' or a control character no file name should: write the file's own name")
+            }
             standardized = LocalPath.standardize(standardized + "/" + folderEntry)
             // The object's name becomes the file's: a GCS name may have a 1,024-byte segment, which no
             // file system takes (the folder itself passed above).

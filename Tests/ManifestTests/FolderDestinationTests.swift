@@ -94,6 +94,31 @@ import TestSupport
         ])
     }
 
+    /// A plain URL's file name is its last segment as written, decoded: `…/ok/a%2Fb` and `…/ok/c%2Fb`
+    /// both went to `out/b` (the path's decoded, collapsed name), each reporting success there, and
+    /// `%0A` or `%1B` made a file name holding a line break or an escape. Refused at the destination;
+    /// the file's own name written works, and an escape that makes a name (`a%20b`) is decoded.
+    @Test func aURLsLastSegmentThatMakesNoFileNameIsRefused() throws {
+        let directory = try TemporaryDirectory("folder-destination-url")
+        defer { directory.remove() }
+        let base = LocalPath.standardize(directory.path)
+        let yaml = """
+        - {kind: download-file, source: "http://127.0.0.1:8080/ok/a%2Fb", destination: out/}
+        - {kind: download-file, source: "http://127.0.0.1:8080/ok/evil%0Aname%1B[31m", destination: out/}
+        - {kind: download-file, source: "http://127.0.0.1:8080/ok/a%2Fb", destination: out/ab.bin}
+        - {kind: download-file, source: "http://127.0.0.1:8080/ok/a%20b?x=1", destination: out/}
+        """
+        let result = ManifestParser(baseDirectory: base).parse(text: yaml, path: "m.yaml")
+        let errors = try #require(result.errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:80 invalidPath", "2:93 invalidPath"], "\(errors)")
+        #expect(errors.first?.message.contains("the source's name, decoded, is 'a/b', which holds a '/'") == true, "\(errors)")
+        let fine = try #require(ManifestParser(baseDirectory: base).parse(text: """
+        - {kind: download-file, source: "http://127.0.0.1:8080/ok/a%2Fb", destination: out/ab.bin}
+        - {kind: download-file, source: "http://127.0.0.1:8080/ok/a%20b?x=1", destination: out/}
+        """, path: "m.yaml").jobs)
+        #expect(fine.map(\.destination) == [base + "/out/ab.bin", base + "/out/a b"])
+    }
+
     /// A source ending in `/` names a folder: only download-file expands it (a prefix); the other kinds
     /// refuse it rather than silently turn it into the object `folder`.
     @Test func onlyDownloadFileTakesAFolder() throws {
