@@ -217,6 +217,17 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
+    /// At start: `SSLKEYLOGFILE` names `path`. libcurl (with OpenSSL) appends every TLS session's secrets
+    /// there, as browsers do for debugging: whoever can read the file can decrypt the worker's traffic,
+    /// the bearer tokens sent to Cloud Storage included. Honoured, as by the curl tool, and said.
+    public func tlsKeyLog(path: String, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .tlsKeyLog, fields: [
+            ("path", .text(path)),
+            ("action", .text("SSLKEYLOGFILE is set: every TLS session's keys are written to this file, and whoever can read it can "
+                             + "decrypt this worker's traffic, tokens included; unset it unless you are debugging TLS")),
+        ]))
+    }
+
     /// At start: `queuedJobs` `gs://` jobs wait and none of `lookedFor` gave credentials; they run
     /// anonymously, which only public buckets allow.
     func noCredentials(queuedJobs: Int, lookedFor: [String], now: Int64) {

@@ -73,6 +73,8 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     /// At start: the open-files limit, even raised to its hard ceiling, is below what the concurrency
     /// may need.
     case openFilesLimit = "open_files_limit"
+    /// At start: `SSLKEYLOGFILE` is set, so libcurl writes every TLS session's secrets to that file.
+    case tlsKeyLog = "tls_key_log"
     /// Lines were dropped because standard error was not being read, or lost to a write that failed (a
     /// full disk) (`LogLineWriter`); written where they were dropped, once writing works again.
     case logLinesDropped = "log_lines_dropped"

@@ -307,11 +307,15 @@ struct ConfigurationError: Error, CustomStringConvertible {
 
 /// The proxy variables libcurl reads from the environment (not settings of the file: libcurl reads the
 /// process's environment itself), as `jobctl config` shows them: each with its value, a password in it
-/// redacted, or "none". `HTTP_PROXY` is shown only when set, since libcurl does not read it.
+/// redacted, or "none". `HTTP_PROXY` is shown only when set, since libcurl does not read it; so is
+/// `SSLKEYLOGFILE`, which libcurl does read: it writes every TLS session's keys there.
 func proxyRows(_ environment: [String: String]) -> [(key: String, value: String, source: String)] {
     var rows = ProxyEnvironment.variables.map { variable -> (key: String, value: String, source: String) in
         guard let value = environment[variable], !value.isEmpty else { return (variable, "none", "default") }
         return (variable, ProxyEnvironment.redacted(value), "environment ($\(variable))")
+    }
+    if let keyLog = environment["SSLKEYLOGFILE"], !keyLog.isEmpty {
+        rows.append(("SSLKEYLOGFILE", keyLog, "environment ($SSLKEYLOGFILE): libcurl writes every TLS session's keys there"))
     }
     if let ignored = environment["HTTP_PROXY"], !ignored.isEmpty {
         rows.insert(("HTTP_PROXY", ProxyEnvironment.redacted(ignored), "environment ($HTTP_PROXY), not read: libcurl takes http_proxy"),

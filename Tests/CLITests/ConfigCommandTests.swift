@@ -125,6 +125,27 @@ import TestSupport
         for output in [text.stdout, text.stderr] { #expect(!output.contains("s3cret")) }
     }
 
+    /// libcurl writes every TLS session's keys to `SSLKEYLOGFILE` (as the curl tool does), and nothing
+    /// said so: `config` did not show it and the worker started silently. Shown when set, and a
+    /// `tls_key_log` warning when a worker starts.
+    @Test func aTLSKeyLogFileIsShownAndWarnedOf() throws {
+        let workspace = try CLIWorkspace("config-keylog")
+        defer { workspace.directory.remove() }
+        let unset = try Self.settings(try Self.run(workspace, ["config", "--json"], environment: ["SSLKEYLOGFILE": ""]))
+        #expect(unset["SSLKEYLOGFILE"] == nil, "shown only when set")
+        let keys = workspace.directory.file("keys.log")
+        let environment = ["SSLKEYLOGFILE": keys]
+        let settings = try Self.settings(try Self.run(workspace, ["config", "--json"], environment: environment))
+        #expect(settings["SSLKEYLOGFILE"]?["value"] == keys, "\(settings)")
+        #expect(settings["SSLKEYLOGFILE"]?["source"]?.contains("writes every TLS session's keys there") == true, "\(settings)")
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: \"file:///\(workspace.directory.file("x.txt"))\"}\n")
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "\(worker.stderr)")
+        #expect(worker.stderr.contains("tls_key_log") && worker.stderr.contains(keys), "\(worker.stderr)")
+        let quiet = try workspace.jobctl(["worker", "--drain"], environment: ["SSLKEYLOGFILE": ""])
+        #expect(!quiet.stderr.contains("tls_key_log"), "\(quiet.stderr)")
+    }
+
     /// `STORAGE_EMULATOR_HOST` with a password (refused: the worker does not start with it) is shown as
     /// the refusal shows it, password redacted, with a scheme or without one (`HOST:PORT` form).
     @Test("an emulator host's password is redacted by config, text and JSON, and by the worker's refusal",
