@@ -348,6 +348,9 @@ private final class CurlExchange: @unchecked Sendable {
     private var headers: [String: String] = [:]
     /// Whether the blank line ending the final response's headers arrived.
     private var headersEnded = false
+    /// Whether a byte of the response's body arrived: header lines after it are the trailer fields of a
+    /// chunked body, which libcurl hands to the header callback too.
+    private var bodyStarted = false
     /// Whether the final response's status line is HTTP/1.x (see `HTTPResponse.isHTTP1`).
     private var overHTTP1 = true
     private var body = Data()
@@ -608,6 +611,7 @@ private final class CurlExchange: @unchecked Sendable {
     func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
         // After the sink failed nothing more reaches it (its file may be gone), whatever libcurl does.
         if bodyError != nil || checkStop() { return false }
+        if !bodyStarted, !bytes.isEmpty { bodyStarted = true }
         if (200..<300).contains(status), let sink {
             do {
                 try sink.write(bytes, status: status, headers: headers)
@@ -711,6 +715,12 @@ private final class CurlExchange: @unchecked Sendable {
     /// (the callback then returns 0, which libcurl takes as an error, and closes the connection).
     func receiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
         headerBytes += Int64(bytes.count)
+        // A chunked body's trailer fields (RFC 9112 §7.1.2) come through here after the body, and were
+        // taken as the answer's headers: a trailer `Content-Range` made a whole answer a cut one, a line
+        // `HTTP/1.1 404 Not Found` a new answer (curl error 43), and an `x-goog-hash` was checked over
+        // HTTP/1.1 but not over HTTP/2, whose trailers never come here. RFC 9110 §6.5.1: fields of the
+        // trailer are not to be merged into the header; none is read.
+        if bodyStarted || isTrailerOfEmptyChunkedBody { return true }
         // Parsed as bytes: Foundation's trimming goes through NSString, and was 6 % of the samples of a
         // drain of small downloads (a dozen header lines per job).
         var start = bytes.startIndex
@@ -725,6 +735,7 @@ private final class CurlExchange: @unchecked Sendable {
             overHTTP1 = line.starts(with: "HTTP/1.".utf8)
             headers = [:]
             headersEnded = false
+            bodyStarted = false
             return true
         }
         if line.isEmpty {
@@ -749,6 +760,14 @@ private final class CurlExchange: @unchecked Sendable {
             headers[name] = value
         }
         return true
+    }
+
+    /// Whether a header line now is a trailer of a chunked answer with no body byte: the final answer's
+    /// headers ended (not a 1xx's or a redirect's, which another answer follows; not a proxy's CONNECT
+    /// answer, which has no chunked body) and it was chunked.
+    private var isTrailerOfEmptyChunkedBody: Bool {
+        headersEnded && overHTTP1 && status >= 200 && !(300..<400).contains(status)
+            && headers["transfer-encoding"]?.lowercased().contains("chunked") == true
     }
 
     /// Whether the response's `Content-Length` (every one it sent, joined) frames a body, checked where its
