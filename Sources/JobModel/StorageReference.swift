@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A location in storage, modelled on Firebase's `StorageReference`.
 ///
@@ -98,7 +101,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
 
     private init(unchecked scheme: Scheme, bucket: String, fullPath: String, query: String?, rawPath: String? = nil) {
         self.scheme = scheme
-        self.bucket = bucket
+        self.bucket = scheme == .http || scheme == .https ? Self.canonicalHost(bucket) : bucket
         self.fullPath = fullPath
         if scheme == .http || scheme == .https {
             self.query = query.map(Self.escapingUnsafeBytes)
@@ -499,6 +502,44 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
                 throw StorageError(.invalidArgument, "'\(text)' has an invalid port '\(pieces[1])'")
             }
         }
+    }
+
+    /// `host[:port]` as one text for each endpoint: an IPv4 address written in any form libcurl (and
+    /// `inet_aton`) connects to the same as its dotted quad — `2130706433`, `0x7f000001`, `0177.0.0.1`,
+    /// `127.1` — is that dotted quad, and a port's leading zeros are dropped (`018080` is `18080`).
+    /// Every comparison of servers (`JOBCTL_REFUSE_EXECUTABLES`, the destinations two jobs share) compared
+    /// the text, so the same server written another way got past them. Names and IPv6 literals are kept
+    /// as written (their case is compared apart). Hosts that are none of these come back unchanged.
+    public static func canonicalHost(_ hostAndPort: String) -> String {
+        var host = Substring(hostAndPort)
+        var port: Substring?
+        if host.hasPrefix("[") {
+            guard let close = host.firstIndex(of: "]") else { return hostAndPort }
+            let after = host[host.index(after: close)...]
+            if after.hasPrefix(":") { port = after.dropFirst() }
+            host = host[...close]
+        } else if let colon = host.lastIndex(of: ":") {
+            port = host[host.index(after: colon)...]
+            host = host[..<colon]
+        }
+        var canonical = String(host)
+        if !host.isEmpty, host.utf8.allSatisfy({ isHexDigitByte($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "x")
+                                                  || $0 == UInt8(ascii: "X") }),
+           host.utf8.first.map({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) == true {
+            var address = in_addr()
+            if inet_aton(String(host), &address) != 0 {
+                let value = UInt32(bigEndian: address.s_addr)
+                canonical = "\(value >> 24).\(value >> 16 & 0xFF).\(value >> 8 & 0xFF).\(value & 0xFF)"
+            }
+        }
+        guard let port else { return canonical }
+        let digits = port.drop { $0 == "0" }
+        return canonical + ":" + (digits.isEmpty && !port.isEmpty ? "0" : String(digits))
+    }
+
+    private static func isHexDigitByte(_ byte: UInt8) -> Bool {
+        (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "f"))
+            || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "F"))
     }
 
     /// `checkHost` for an ASCII host that is not an IPv6 literal, on bytes (the Character-wise split and

@@ -79,7 +79,7 @@ public struct UploadPolicy: Sendable, Equatable {
             // A bare name: a bucket of that name, or a server with that host[:port].
             switch reference.scheme {
             case .gs, .file: return !reference.bucket.isEmpty && reference.bucket == entry
-            case .http, .https: return reference.bucket.lowercased() == entry.lowercased()
+            case .http, .https: return reference.bucket.lowercased() == StorageReference.canonicalHost(entry).lowercased()
             }
         }
         let scheme = entry[..<separator.lowerBound].lowercased()
@@ -93,7 +93,7 @@ public struct UploadPolicy: Sendable, Equatable {
             if rest.hasPrefix("/") { return reference.bucket.isEmpty && isInFolder(reference, rest) }
             return !reference.bucket.isEmpty && reference.bucket == trimmingSlashes(rest)
         case .http, .https:
-            return reference.bucket.lowercased() == trimmingSlashes(rest).lowercased()
+            return reference.bucket.lowercased() == StorageReference.canonicalHost(trimmingSlashes(rest)).lowercased()
         }
     }
 

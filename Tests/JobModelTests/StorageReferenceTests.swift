@@ -65,6 +65,14 @@ private let referenceCases: [ReferenceCase] = [
     .init("https://FirebaseStorage.googleapis.com/v0/b/demo/o/a%2Fb%2F", .reference(.gs, bucket: "demo", path: "a/b", description: "gs://demo/a/b")),
     .init("https://firebasestorage.googleapis.com/v0/b/bucket", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
     .init("https://firebasestorage.googleapis.com/v0/b/bucket/o/", .reference(.gs, bucket: "bucket", path: "", description: "gs://bucket/")),
+    // An IPv4 address in any form inet_aton reads is its dotted quad, a port without leading zeros: one
+    // server is one text, so comparisons of servers (JOBCTL_REFUSE_EXECUTABLES) cannot be written past.
+    .init("http://2130706433:018080/x", .reference(.http, bucket: "127.0.0.1:18080", path: "x", description: "http://127.0.0.1:18080/x")),
+    .init("http://0x7F000001/x", .reference(.http, bucket: "127.0.0.1", path: "x", description: "http://127.0.0.1/x")),
+    .init("http://0177.0.0.1:80/x", .reference(.http, bucket: "127.0.0.1:80", path: "x", description: "http://127.0.0.1:80/x")),
+    .init("http://127.1/x", .reference(.http, bucket: "127.0.0.1", path: "x", description: "http://127.0.0.1/x")),
+    .init("http://deadbeef/x", .reference(.http, bucket: "deadbeef", path: "x", description: "http://deadbeef/x")),
+    .init("http://1.2.3.4.5/x", .reference(.http, bucket: "1.2.3.4.5", path: "x", description: "http://1.2.3.4.5/x")),
     // The same path on any other host is a plain URL, requested as written (not sent to Google).
     .init("http://127.0.0.1:9023/v0/b/b/o/a%2Fb.txt",
           .reference(.http, bucket: "127.0.0.1:9023", path: "v0/b/b/o/a/b.txt", description: "http://127.0.0.1:9023/v0/b/b/o/a%2Fb.txt")),

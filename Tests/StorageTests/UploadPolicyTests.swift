@@ -115,6 +115,12 @@ struct UploadPolicyTests {
         // a folder canonically equal but not the same bytes is another folder.
         ("/srv/in", "file:///srv/in/%CC%81x.exe", true), ("/srv/caf\u{E9}", "file:///srv/cafe%CC%81/x.exe", false),
         ("/srv/caf\u{E9}", "file:///srv/caf%C3%A9/x.exe", true),
+        // One server written another way (libcurl connects to the same address): an IPv4 address in
+        // decimal, hex, octal or short form, or a port with leading zeros, got past the entry.
+        ("http://127.0.0.1:18080", "http://2130706433:18080/x.exe", true), ("http://127.0.0.1:18080", "http://0x7f000001:18080/x.exe", true),
+        ("http://127.0.0.1:18080", "http://0177.0.0.1:18080/x.exe", true), ("http://127.0.0.1:18080", "http://127.1:18080/x.exe", true),
+        ("http://127.0.0.1:18080", "http://127.0.0.1:018080/x.exe", true), ("127.0.0.1:18080", "http://127.1:18080/x.exe", true),
+        ("http://0x7f000001:18080", "http://127.0.0.1:18080/x.exe", true), ("http://127.0.0.1:18080", "http://127.0.0.2:18080/x.exe", false),
     ])
     func entryMatching(entry: String, destination: String, refused: Bool) throws {
         let policy = UploadPolicy(refusingExecutablesIn: [entry])
