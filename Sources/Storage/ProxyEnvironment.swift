@@ -77,6 +77,46 @@ public enum ProxyEnvironment {
         return found
     }
 
+    /// The proxy schemes libcurl takes (https://curl.se/libcurl/c/CURLOPT_PROXY.html); none written is http.
+    static let schemes: Set<String> = ["http", "https", "socks4", "socks4a", "socks5", "socks5h"]
+
+    /// Why libcurl cannot use the proxy `value` (a variable's), or nil: a scheme it does not take
+    /// (`ftp://`), no host, or a port that is not 1–65535. Such a value failed each transfer as "could
+    /// not connect to the server; it may be down" or "the proxy's name could not be resolved", retried,
+    /// while the worker had started and `config` said nothing — every storage setting is checked at start.
+    public static func problem(_ value: String) -> String? {
+        var rest = Substring(value)
+        if let schemeEnd = rest.range(of: "://") {
+            let scheme = rest[..<schemeEnd.lowerBound].lowercased()
+            guard schemes.contains(scheme) else {
+                return "its scheme '\(scheme)' is not one libcurl takes for a proxy (\(schemes.sorted().joined(separator: ", ")))"
+            }
+            rest = rest[schemeEnd.upperBound...]
+        }
+        // An endpoint's userinfo runs to its last `@` (a password may hold `/`, `?` or `#`: `redactEndpoint`).
+        if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
+        let hostAndPort = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        var host = hostAndPort
+        var port: Substring?
+        if hostAndPort.hasPrefix("[") {
+            guard let close = hostAndPort.firstIndex(of: "]") else { return "its IPv6 host has no closing ']'" }
+            host = hostAndPort[...close]
+            let after = hostAndPort[hostAndPort.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { return "something follows its IPv6 host that is not a port" }
+                port = after.dropFirst()
+            }
+        } else if let colon = hostAndPort.lastIndex(of: ":") {
+            host = hostAndPort[..<colon]
+            port = hostAndPort[hostAndPort.index(after: colon)...]
+        }
+        if host.isEmpty || host == "[]" { return "it names no host" }
+        if let port, !(port.allSatisfy { $0.isASCII && $0.isNumber } && (Int(port).map { (1...65_535).contains($0) } ?? false)) {
+            return "its port '\(port)' is not a number from 1 to 65535"
+        }
+        return nil
+    }
+
     /// Whether a `no_proxy` list names `host`: `*` alone names every host; an entry (a leading `.`
     /// dropped) names the host itself and the names under it.
     static func excludes(_ list: String, host: String) -> Bool {

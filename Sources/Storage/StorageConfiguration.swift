@@ -178,6 +178,12 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
             configuration.executableUploadPolicy = try bucketList(list, variable: "JOBCTL_REFUSE_EXECUTABLES")
         }
         configuration.certificateTrust = try CertificateTrust.fromEnvironment(environment)
+        for variable in ProxyEnvironment.variables where !variable.lowercased().hasPrefix("no_") {
+            if let set = value(variable), let problem = ProxyEnvironment.problem(set) {
+                throw StorageError(.invalidArgument, "$\(variable) is '\(ProxyEnvironment.redacted(set))', which libcurl cannot use as a "
+                    + "proxy: \(problem); write [http://|https://|socks5h://…][user:password@]host[:port]")
+            }
+        }
         return configuration
     }
 

@@ -382,6 +382,12 @@ extension Commands {
                 problems.append("jobctl config: $\(variable): \(TerminalText.clipped(problem.message)); \(problem.refusedBy) will not start with it")
             }
         }
+        for variable in ProxyEnvironment.variables where !variable.lowercased().hasPrefix("no_") {
+            if let set = processEnvironment[variable], !set.isEmpty, let problem = ProxyEnvironment.problem(set) {
+                problems.append("jobctl config: $\(variable): libcurl cannot use '\(ProxyEnvironment.redacted(set))' as a proxy: "
+                                + "\(problem); the worker will not start with it")
+            }
+        }
         let status = problems.isEmpty ? ExitCode.ok : ExitCode.failure
         if arguments[Options.json] {
             struct View: Encodable { let files: [String]; let settings: [Row] }

@@ -125,6 +125,28 @@ import TestSupport
         for output in [text.stdout, text.stderr] { #expect(!output.contains("s3cret")) }
     }
 
+    /// A proxy value libcurl cannot use (`ftp://`, a port past 65535) failed every transfer as "could not
+    /// connect to the server", retried, with the worker started and `config` at exit 0. Both say so now.
+    @Test(arguments: [("ALL_PROXY", "ftp://127.0.0.1:21", "scheme 'ftp'"), ("http_proxy", "http://u:pw-s3cret@127.0.0.1:99999", "port '99999'"),
+                      ("https_proxy", "http://[::1:1", "closing ']'"), ("http_proxy", "http://:3128", "names no host")])
+    func anUnusableProxyIsRefusedAtStart(variable: String, value: String, named: String) throws {
+        let workspace = try CLIWorkspace("config-bad-proxy")
+        defer { workspace.directory.remove() }
+        var environment = Dictionary(uniqueKeysWithValues: ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"].map { ($0, "") })
+        environment[variable] = value
+        let config = try Self.run(workspace, ["config"], environment: environment)
+        #expect(config.status == 1, "\(config.stderr)")
+        #expect(config.stderr.contains("$\(variable)") && config.stderr.contains(named), "\(config.stderr)")
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: \"file:///\(workspace.directory.file("x.txt"))\"}\n")
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 1, "\(worker.stderr)")
+        #expect(worker.stderr.contains("$\(variable)") && worker.stderr.contains(named), "\(worker.stderr)")
+        for output in [config.stdout, config.stderr, worker.stderr] { #expect(!output.contains("pw-s3cret")) }
+        // A usable one is taken as before.
+        environment[variable] = "socks5h://127.0.0.1:1080"
+        #expect(try Self.run(workspace, ["config"], environment: environment).status == 0)
+    }
+
     /// libcurl writes every TLS session's keys to `SSLKEYLOGFILE` (as the curl tool does), and nothing
     /// said so: `config` did not show it and the worker started silently. Shown when set, and a
     /// `tls_key_log` warning when a worker starts.
