@@ -25,7 +25,9 @@ let package = Package(
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["MigrationEmbedder"]),
 
         // MARK: - Library modules
-        .target(name: "JobModel"),
+        // JobModel's hidden names (`HiddenName`) take the SHA-256 of a long name from Checksums, which
+        // depends on no jobctl module.
+        .target(name: "JobModel", dependencies: ["Checksums"]),
         .target(name: "JobLifecycle", dependencies: ["JobModel"]),
         .target(name: "StorePort", dependencies: ["JobModel", "JobLifecycle", "Checksums"]),
         .target(name: "Checksums", dependencies: ["CCrypto", "CCRC32C"]),

@@ -39,16 +39,20 @@ public struct JobLocalFiles: Sendable, Equatable {
                   resumePoint: resumePoint, finishedAtMs: finishedAtMs, leaseTokens: leaseTokens)
     }
 
-    /// The names of the sidecar temporaries the job's attempts wrote beside the object named `object`.
+    /// The names of the sidecar temporaries the job's attempts wrote beside the object named `object`
+    /// (for a long name, also as an older jobctl shortened it: `HiddenName.forms`).
     func sidecarTemporaries(forObject object: String) -> [String] {
-        leaseTokens.map { SidecarTemporary.name(forObject: object, token: SidecarTemporary.tag(jobID: jobID, leaseToken: $0)) }
+        leaseTokens.flatMap { SidecarTemporary.names(forObject: object, token: SidecarTemporary.tag(jobID: jobID, leaseToken: $0)) }
     }
 
     /// The names of the upload sessions the job's attempts wrote beside the object named `object`: each
-    /// attempt's own (its lease token in it), and the one an older jobctl named for the job alone.
+    /// attempt's own (its lease token in it), and the one an older jobctl named for the job alone (for a
+    /// long name, each also as an older jobctl shortened it).
     func uploadSessions(forObject object: String) -> [String] {
-        [LocalUploadSession.name(forObject: object, token: jobID)]
-            + leaseTokens.map { LocalUploadSession.name(forObject: object, token: LocalUploadSession.tag(jobID: jobID, leaseToken: $0)) }
+        LocalUploadSession.names(forObject: object, token: jobID)
+            + leaseTokens.flatMap {
+                LocalUploadSession.names(forObject: object, token: LocalUploadSession.tag(jobID: jobID, leaseToken: $0))
+            }
     }
 }
 
@@ -177,28 +181,29 @@ public struct LeftoverFiles: Sendable {
         let name = LocalFiles.lastComponent(absolute)
         guard !name.isEmpty else { return [] }
         let folder = LocalFiles.directory(of: absolute)
-        let ours = PartialFile.tempName(for: name, jobID: job.jobID)
+        // The job's name, and for a long destination name also as an older jobctl shortened it.
+        let ours = PartialFile.tempNames(for: name, jobID: job.jobID)
         var recorded: (name: String, identity: FileIdentity)?
         if case .download(_, _, _, let temp?, let identity?, _)? = job.resumePoint,
            LocalFiles.directory(of: temp) == folder,
-           LocalFiles.lastComponent(temp) == PartialFile.tempName(for: name, jobID: nil)
+           PartialFile.isTempName(LocalFiles.lastComponent(temp), for: name, jobID: nil)
             || PartialFile.isAttemptTempName(LocalFiles.lastComponent(temp), for: name, jobID: job.jobID) {
             recorded = (LocalFiles.lastComponent(temp), identity)
         }
         // An attempt that found the job's file held by a frozen one wrote a file of its own, named with
         // its lease token: the tokens of the job's claims prove those names (read for a retried job only).
-        let attempts = job.leaseTokens.map { PartialFile.tempName(for: name, jobID: job.jobID, leaseToken: $0) }
+        let attempts = job.leaseTokens.flatMap { PartialFile.tempNames(for: name, jobID: job.jobID, leaseToken: $0) }
         // Nearly every finished download left nothing: one `lstat` per name says so without opening the
         // folder (the sweep before a draining worker exits looks at every download it finished: this was
         // three calls each). The path resolves as `open(trusted:)` resolves it (links in the folder's
         // components followed, the name itself not), so a name it does not find, the folder would not hold.
-        guard Self.mayExist(SafeDirectory.childPath(ours, in: folder))
+        guard ours.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: folder)) })
                 || attempts.contains(where: { Self.mayExist(SafeDirectory.childPath($0, in: folder)) })
                 || recorded.map({ Self.mayExist(SafeDirectory.childPath($0.name, in: folder)) }) == true,
               let directory = try? SafeDirectory.open(trusted: folder, create: false) else {
             return []
         }
-        var candidates = [Candidate(directory: directory, name: ours, kind: .partialDownload, recorded: nil)]
+        var candidates = ours.map { Candidate(directory: directory, name: $0, kind: .partialDownload, recorded: nil) }
         candidates += attempts.map { Candidate(directory: directory, name: $0, kind: .partialDownload, recorded: nil) }
         if let recorded {
             candidates.append(Candidate(directory: directory, name: recorded.name, kind: .partialDownload, recorded: recorded.identity))

@@ -355,6 +355,8 @@ final class LocalTransfer {
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
             throw error
         }
+        // A sidecar an older jobctl wrote for a long name under the name it then had is the old object's.
+        backend.removeOlderSidecar(of: location)
         try location.directory.sync()
         // The sidecar records the hashes of the bytes written here: there is no other copy to compare with.
         return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, verified: []))
@@ -837,8 +839,9 @@ extension LocalTransfer {
             if resumePoint?.deleteMayBeDone == true {
                 if let sidecar = location.directory.entry(location.sidecarName), sidecar.isRegular {
                     location.directory.remove(location.sidecarName, ifStill: sidecar.identity)
-                    try location.directory.sync()
                 }
+                backend.removeOlderSidecar(of: location)
+                try location.directory.sync()
                 return .finished(JobResult(deleted: reference.description))
             }
             throw StorageError(.objectNotFound, "object '\(reference)' does not exist; check the path")
@@ -863,6 +866,9 @@ extension LocalTransfer {
         if let sidecar = location.directory.entry(location.sidecarName), sidecar.isRegular {
             location.directory.remove(location.sidecarName, ifStill: sidecar.identity)
         }
+        // An older jobctl's sidecar of a long name goes only when it names this object: under that name
+        // may be the sidecar of the object named that cut form.
+        backend.removeOlderSidecar(of: location)
         try location.directory.sync()
         return .finished(JobResult(deleted: reference.description))
     }

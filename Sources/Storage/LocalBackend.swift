@@ -22,7 +22,9 @@ import Glibc
 ///   generation (microseconds since 1970 at upload), metageneration, RFC 3339 times and download tokens.
 ///   It is written through `.<name>.jobctl-meta.json.<job id>.<lease token>.jobctl-meta.tmp` (a random
 ///   tag in place of both outside the queue: `SidecarTemporary`) and renamed over it. Hidden files ending in `.jobctl-meta.json`,
-///   `.jobctl-upload`, `.jobctl-partial` or `.jobctl-meta.tmp` are never objects.
+///   `.jobctl-upload`, `.jobctl-partial` or `.jobctl-meta.tmp` are never objects, nor is a name ending in
+///   `.jobctl-cut` (what a long name's shortened hidden names keep of it: `HiddenName`). A sidecar names
+///   its object too; one naming another is not believed.
 ///   A file without a sidecar (e.g. `file:///etc/hosts`) is served with metadata derived from `stat`
 ///   and no checksums to verify against.
 /// - Uploads stream through a fixed buffer into `.<name>.<job id>.<lease token>.jobctl-upload` beside the
@@ -285,9 +287,13 @@ struct LocalLocation {
 
     /// The object's path, for URLs and messages.
     var path: String { directory.childPath(name) }
-    /// The metadata sidecar's name: `.<name>.jobctl-meta.json`.
-    var sidecarName: String { HiddenName.make(name, suffix: ".jobctl-meta.json") }
+    /// The metadata sidecar's name: `.<name>.jobctl-meta.json` (`HiddenName`: shortened for a long name).
+    var sidecarName: String { HiddenName.make(name, suffix: LocalBackend.sidecarSuffix) }
     var sidecarPath: String { directory.childPath(sidecarName) }
+    /// The name an older jobctl gave a long name's sidecar (`HiddenName.olderName`), still read; nil for
+    /// a name that fits. It may be another object's own sidecar (older jobctls shared it with the object
+    /// named that cut form): only a sidecar there that names this object is this object's.
+    var olderSidecarName: String? { HiddenName.olderName(name, suffix: LocalBackend.sidecarSuffix) }
 
 }
 
@@ -325,8 +331,21 @@ struct LocalUploadSession: Equatable {
     /// `.<object>.<token>.jobctl-upload`: the token is `tag(jobID:leaseToken:)` for an attempt of a job
     /// (the job's id alone in a session an older jobctl wrote), a random one outside the queue.
     static func name(forObject object: String, token: String) -> String {
-        HiddenName.make(object, suffix: "." + token + ".jobctl-upload")
+        HiddenName.make(object, suffix: suffix(token))
     }
+
+    /// `name(forObject:token:)` and, for a long object name, the name an older jobctl gave the session
+    /// (`HiddenName.forms`).
+    static func names(forObject object: String, token: String) -> [String] {
+        HiddenName.forms(object, suffix: suffix(token))
+    }
+
+    /// Whether `candidate` is the session of `object` for `token` under either of its names.
+    static func isName(_ candidate: String, forObject object: String, token: String) -> Bool {
+        HiddenName.isName(candidate, of: object, suffix: suffix(token))
+    }
+
+    private static func suffix(_ token: String) -> String { "." + token + ".jobctl-upload" }
 
     /// The token in the name of the session of job `jobID`'s attempt under lease `leaseToken`:
     /// `<job id>.<lease token>`, so two live attempts of one job (a worker that lost the lease, frozen
@@ -337,26 +356,26 @@ struct LocalUploadSession: Equatable {
     }
 
     /// Whether `name` is a session name for the object named `object` (any token, with or without a
-    /// lease token after it).
+    /// lease token after it; under the name made now or the one an older jobctl gave a long name).
     static func isSession(_ name: String, forObject object: String) -> Bool {
         guard name.hasSuffix(".jobctl-upload") else { return false }
         let parts = name.dropLast(".jobctl-upload".count).split(separator: ".", omittingEmptySubsequences: false)
         // The token is the last part, or the last two (`<job id>.<lease token>`); the name is the one made with it.
         return [1, 2].contains { count in
             parts.count > count && parts.suffix(count).allSatisfy { !$0.isEmpty }
-                && name == self.name(forObject: object, token: parts.suffix(count).joined(separator: "."))
+                && isName(name, forObject: object, token: parts.suffix(count).joined(separator: "."))
         }
     }
 
     /// Whether `name` is a session of job `jobID` for the object named `object`: an attempt's
     /// (`.<object>.<job id>.<lease token>.jobctl-upload`) or one an older jobctl named for the job alone
-    /// (`.<object>.<job id>.jobctl-upload`).
+    /// (`.<object>.<job id>.jobctl-upload`), under either name of a long object's (`HiddenName.forms`).
     static func isSession(_ name: String, forObject object: String, ofJob jobID: String) -> Bool {
-        if name == self.name(forObject: object, token: jobID) { return true }
+        if isName(name, forObject: object, token: jobID) { return true }
         guard name.hasSuffix(".jobctl-upload") else { return false }
         let stem = name.dropLast(".jobctl-upload".count)
         guard let dot = stem.lastIndex(of: "."), let token = Int64(stem[stem.index(after: dot)...]) else { return false }
-        return name == self.name(forObject: object, token: tag(jobID: jobID, leaseToken: token))
+        return isName(name, forObject: object, token: tag(jobID: jobID, leaseToken: token))
     }
 }
 
@@ -373,8 +392,16 @@ enum SidecarTemporary {
     /// The temporary's name beside the object named `object`, for `token` (`tag(jobID:leaseToken:)`, or a
     /// random tag).
     static func name(forObject object: String, token: String) -> String {
-        HiddenName.make(object, suffix: ".jobctl-meta.json." + token + ".jobctl-meta.tmp")
+        HiddenName.make(object, suffix: suffix(token))
     }
+
+    /// `name(forObject:token:)` and, for a long object name, the name an older jobctl gave the temporary
+    /// (`HiddenName.forms`): the sweep looks for both.
+    static func names(forObject object: String, token: String) -> [String] {
+        HiddenName.forms(object, suffix: suffix(token))
+    }
+
+    private static func suffix(_ token: String) -> String { LocalBackend.sidecarSuffix + "." + token + ".jobctl-meta.tmp" }
 
     /// The token in the name of the temporary of job `jobID`'s attempt under lease `leaseToken` (nil: an
     /// attempt that has none, which only tests make).
@@ -451,6 +478,8 @@ extension LocalBackend {
 // MARK: - Metadata sidecar
 
 extension LocalBackend {
+    /// The ending of a sidecar's name (`HiddenName.make(name, suffix:)`).
+    static let sidecarSuffix = ".jobctl-meta.json"
     /// The largest sidecar read: metadata is a few hundred bytes.
     static let sidecarLimit = 1 << 20
     /// How long an object's lock is waited for while another process holds it (`LocalFile.lockExclusive`).
@@ -465,32 +494,72 @@ extension LocalBackend {
     /// the old sidecar's checksums are another file's, and comparing them failed its downloads as
     /// corrupt (`nonMatchingChecksum`) although every byte was right. A sidecar from before it named
     /// its file is believed as before.
+    ///
+    /// A sidecar records the object's name too: one that names another object (by its last part, so a
+    /// folder moved with its files keeps them) is not this object's either. That is what tells a long
+    /// name's sidecar, written by an older jobctl under the name it then had (`olderSidecarName`, read
+    /// when there is no sidecar at the current name), from the sidecar of the object named that cut form,
+    /// whose own sidecar name it is.
     func readMetadata(_ location: LocalLocation, status: FileStatus) throws(StorageError) -> StorageObject {
-        let reference = location.reference
-        guard let file = try location.directory.openExisting(location.sidecarName, writable: false, context: .other) else {
-            return Self.derivedMetadata(location, status: status)
+        if let object = try believedSidecar(location.sidecarName, of: location, status: status) { return object }
+        if let older = location.olderSidecarName, let object = try believedSidecar(older, of: location, status: status) {
+            return object
         }
+        return Self.derivedMetadata(location, status: status)
+    }
+
+    /// The object's metadata from the sidecar at `name` when there is one there that describes this file
+    /// and names this object; nil otherwise. A link there is refused, never followed; so is anything but
+    /// a regular file, and a file that is not a sidecar's JSON.
+    private func believedSidecar(_ name: String, of location: LocalLocation, status: FileStatus) throws(StorageError) -> StorageObject? {
+        guard let file = try location.directory.openExisting(name, writable: false, context: .other) else { return nil }
+        defer { file.close() }
         guard try file.status().isRegular else {
-            throw LocalFiles.unexpectedFileRefused(location.sidecarPath, what: "not a regular file", operation: "reading metadata")
+            throw LocalFiles.unexpectedFileRefused(location.directory.childPath(name), what: "not a regular file",
+                                                   operation: "reading metadata")
         }
         let data = try file.readAll(limit: Self.sidecarLimit)
+        let sidecar: SidecarJSON.Contents
         do {
-            let sidecar = try SidecarJSON.decode(data) ?? SidecarJSON.decodeWithFoundation(data)
-            if let described = sidecar.file, described != status.identity {
-                return Self.derivedMetadata(location, status: status)
-            }
-            var object = sidecar.object
-            object.bucket = reference.bucket
-            object.name = reference.fullPath
-            // The file is the object: a sidecar's size (another writer's, or a planted one) never
-            // stands for it, whichever operation reads it (download, fetch-url, get-metadata).
-            object.size = status.size
-            return object
+            sidecar = try SidecarJSON.decode(data) ?? SidecarJSON.decodeWithFoundation(data)
         } catch {
-            throw StorageError(.internalError,
-                               "metadata sidecar '\(location.sidecarPath)' is not valid JSON: remove it or upload the object again",
-                               cause: String(describing: error))
+            throw StorageError(.internalError, "metadata sidecar '\(location.directory.childPath(name))' is not valid JSON: "
+                                   + "remove it or upload the object again", cause: String(describing: error))
         }
+        if let described = sidecar.file, described != status.identity { return nil }
+        guard Self.names(sidecar.object, location) else { return nil }
+        var object = sidecar.object
+        object.bucket = location.reference.bucket
+        object.name = location.reference.fullPath
+        // The file is the object: a sidecar's size (another writer's, or a planted one) never
+        // stands for it, whichever operation reads it (download, fetch-url, get-metadata).
+        object.size = status.size
+        return object
+    }
+
+    /// Whether the sidecar's `object` is that of the object at `location`: the last part of the name it
+    /// records (after its last `/`) is the object's file name, byte for byte. A sidecar recording no
+    /// name is believed.
+    static func names(_ object: StorageObject, _ location: LocalLocation) -> Bool {
+        let recorded = object.name.utf8
+        let name = location.name.utf8
+        guard !recorded.isEmpty else { return true }
+        guard recorded.count >= name.count, recorded.reversed().starts(with: name.reversed()) else { return false }
+        let before = recorded.dropLast(name.count)
+        return before.isEmpty || before.last == UInt8(ascii: "/")
+    }
+
+    /// Removes the sidecar an older jobctl wrote for the object under `olderSidecarName`, once its
+    /// metadata is at the current name (written, or the object deleted): only a regular file there that
+    /// names this object, and only while it is still that file. Best effort; the caller syncs the folder.
+    func removeOlderSidecar(of location: LocalLocation) {
+        guard let older = location.olderSidecarName,
+              let file = try? location.directory.openExisting(older, writable: false, context: .other) else { return }
+        defer { file.close() }
+        guard let status = try? file.status(), status.isRegular, let data = try? file.readAll(limit: Self.sidecarLimit),
+              let sidecar = SidecarJSON.decode(data) ?? (try? SidecarJSON.decodeWithFoundation(data)),
+              !sidecar.object.name.isEmpty, Self.names(sidecar.object, location) else { return }
+        location.directory.remove(older, ifStill: status.identity)
     }
 
     /// The metadata of a file no sidecar describes, from its `stat`: no checksums to verify against.
@@ -522,6 +591,8 @@ extension LocalBackend {
             location.directory.remove(temp.name, ifStill: temp.identity)
             throw error
         }
+        // Read from an older jobctl's name (a long name's), the metadata is at the current one now.
+        removeOlderSidecar(of: location)
     }
 
     /// The error of a write whose object folder is no longer at its path (moved away, or another made or

@@ -81,7 +81,18 @@ public final class PartialFile {
 
     /// The temporary file's name for a destination file named `name`.
     public static func tempName(for name: String, jobID: String?) -> String {
-        HiddenName.make(name, suffix: jobID.map { ".\($0).jobctl-partial" } ?? ".jobctl-partial")
+        HiddenName.make(name, suffix: suffix(jobID: jobID))
+    }
+
+    /// `tempName(for:jobID:)` and, for a long name, the name an older jobctl gave the same file
+    /// (`HiddenName.forms`): still resumed and swept.
+    static func tempNames(for name: String, jobID: String?) -> [String] {
+        HiddenName.forms(name, suffix: suffix(jobID: jobID))
+    }
+
+    /// Whether `candidate` is `tempName(for:jobID:)` under either of its names (`tempNames`).
+    static func isTempName(_ candidate: String, for name: String, jobID: String?) -> Bool {
+        HiddenName.isName(candidate, of: name, suffix: suffix(jobID: jobID))
     }
 
     /// The temporary file's name for a destination file named `name` that the attempt of job `jobID`
@@ -91,14 +102,24 @@ public final class PartialFile {
         HiddenName.make(name, suffix: ".\(jobID).\(leaseToken).jobctl-partial")
     }
 
-    /// Whether `candidate` is an attempt's own temporary name (`tempName(for:jobID:leaseToken:)`) for
-    /// `name` and job `jobID`, whatever its lease token.
+    /// `tempName(for:jobID:leaseToken:)` and, for a long name, an older jobctl's name of the file.
+    static func tempNames(for name: String, jobID: String, leaseToken: Int64) -> [String] {
+        HiddenName.forms(name, suffix: ".\(jobID).\(leaseToken).jobctl-partial")
+    }
+
+    /// `.<job id>.jobctl-partial`, or `.jobctl-partial` without a job.
+    private static func suffix(jobID: String?) -> String {
+        jobID.map { ".\($0).jobctl-partial" } ?? ".jobctl-partial"
+    }
+
+    /// Whether `candidate` is an attempt's own temporary name (`tempName(for:jobID:leaseToken:)`, or an
+    /// older jobctl's name of it) for `name` and job `jobID`, whatever its lease token.
     static func isAttemptTempName(_ candidate: String, for name: String, jobID: String) -> Bool {
         let suffix = ".jobctl-partial"
         guard candidate.hasSuffix(suffix) else { return false }
         let stem = candidate.dropLast(suffix.count)
         guard let dot = stem.lastIndex(of: "."), let token = Int64(stem[stem.index(after: dot)...]) else { return false }
-        return candidate == tempName(for: name, jobID: jobID, leaseToken: token)
+        return HiddenName.isName(candidate, of: name, suffix: ".\(jobID).\(token).jobctl-partial")
     }
 
     /// The temporary path used for `destination` by job `jobID` (nil: a transfer run without a job).
@@ -245,9 +266,12 @@ public final class PartialFile {
         var attemptsOwn = false
         if let previousTemp {
             name = LocalFiles.lastComponent(previousTemp)
-            let legacy = tempName(for: destinationName, jobID: nil)
             attemptsOwn = jobID.map { isAttemptTempName(name, for: destinationName, jobID: $0) } ?? false
-            guard LocalFiles.directory(of: previousTemp) == directory.path, name == ours || name == legacy || attemptsOwn else {
+            // The job's name (`ours`), the one before job ids were part of it, or an attempt's own; for a
+            // long destination name each also as an older jobctl shortened it.
+            guard LocalFiles.directory(of: previousTemp) == directory.path,
+                  name == ours || isTempName(name, for: destinationName, jobID: jobID)
+                    || isTempName(name, for: destinationName, jobID: nil) || attemptsOwn else {
                 return .none(frozenWriter: false)
             }
         } else {

@@ -204,8 +204,9 @@ import Glibc
     }
 
     /// A `file://` object named like jobctl's own hidden files (a sidecar, an upload session, a partial
-    /// download) passed submit and failed only when it ran; now an error at its field, and a folder
-    /// whose file would take such a name is refused at its destination, as other unnameable files are.
+    /// download, the part a long name's shortened hidden name keeps of it) passed submit and failed only
+    /// when it ran; now an error at its field, and a folder whose file would take such a name is refused
+    /// at its destination, as other unnameable files are.
     @Test func reservedFileNamesAreRefusedAtSubmit() throws {
         let workspace = try CLIWorkspace()
         defer { workspace.directory.remove() }
@@ -216,6 +217,7 @@ import Glibc
         - {kind: download-file, source: "file://b/dir/x.jobctl-upload/y", destination: out/y}
         - {kind: upload-file, source: docs/, destination: "file://b/backup/"}
         - {kind: upload-data, data: x, destination: "gs://bkt/.hello.txt.jobctl-meta.json"}
+        - {kind: upload-data, data: x, destination: "file://b/a~0f.jobctl-cut"}
         """)
         let refused = try workspace.jobctl(["submit", manifest])
         #expect(refused.status == 65, "\(refused.stderr)")
@@ -225,8 +227,11 @@ import Glibc
                 "\(refused.stderr)")
         #expect(refused.stderr.contains("res.yaml:3:51: error: 'source' 'docs/': its file '.a.txt.jobctl-meta.json' has no valid storage "
                                         + "reference under 'destination': '.a.txt.jobctl-meta.json' is reserved"), "\(refused.stderr)")
+        // The ending a shortened hidden name keeps of a long name's (`HiddenName.shortenedMarker`).
+        #expect(refused.stderr.contains("res.yaml:5:45: error: 'destination' 'file://b/a~0f.jobctl-cut': 'a~0f.jobctl-cut' is reserved"),
+                "\(refused.stderr)")
         // A gs:// object may have any such name: the names are file://'s own.
-        #expect(refused.stderr.contains("3 errors generated."), "\(refused.stderr)")
+        #expect(refused.stderr.contains("4 errors generated."), "\(refused.stderr)")
         #expect(try workspace.jobctl(["list"]).stdout.split(separator: "\n").count <= 1)
     }
 

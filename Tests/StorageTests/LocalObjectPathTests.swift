@@ -16,7 +16,7 @@ struct LocalObjectPathTests {
     /// (not Character-wise `hasSuffix`, which a mark joining the suffix's `.` to the character before it
     /// answered false for `\u{600}.jobctl-upload`).
     private static func reservedBefore(_ name: String) -> Bool {
-        [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp"].contains {
+        [".jobctl-meta.json", ".jobctl-upload", ".jobctl-partial", ".jobctl-meta.tmp", ".jobctl-cut"].contains {
             Array(name.utf8).reversed().starts(with: Array($0.utf8).reversed())
         }
     }
@@ -51,7 +51,7 @@ struct LocalObjectPathTests {
         // Reserved names, in the object's place and in a folder's, and names that only look like one.
         "x.jobctl-meta.json", "d/.o.jobctl-upload/x", "d/.o.01JOB.jobctl-partial", "d/.o.jobctl-meta.json.ab12cd34.jobctl-meta.tmp",
         ".jobctl-upload", "jobctl-upload", "x.jobctl-uploa", "x.JOBCTL-UPLOAD", "x.jobctl-upload.bak", "x.jobctl-meta.json/",
-        "a/x.jobctl-partial//", "x.jobctl-meta.jsonx",
+        "a/x.jobctl-partial//", "x.jobctl-meta.jsonx", "d/x~0f.jobctl-cut", "d/x.jobctl-cut/y", "x.jobctl-cutx", "x.jobctl-cu",
         // Not ASCII: where a combining mark joins a `/` or a suffix's first dot into another Character.
         "é/ü.txt", "données/été.bin", "dir/\u{301}x", "a/\u{301}", "/\u{301}", "日本/語", "x.jobctl-meta.json\u{301}",
         "x.jobctl-upload\u{301}/y", "\u{600}.jobctl-upload", "é/x.jobctl-partial", "a\u{0}b/c",
@@ -205,7 +205,8 @@ struct LocalComponentRefusalTests {
         let scene = try Scene("refuse-reserved")
         defer { scene.directory.remove() }
         let cases = [("file://b/d/.o.jobctl-upload/x", ".o.jobctl-upload"), ("file://b/d/x.jobctl-meta.json", "x.jobctl-meta.json"),
-                     ("file://b/é/x.jobctl-partial", "x.jobctl-partial"), ("file:///tmp/x.jobctl-meta.tmp", "x.jobctl-meta.tmp")]
+                     ("file://b/é/x.jobctl-partial", "x.jobctl-partial"), ("file:///tmp/x.jobctl-meta.tmp", "x.jobctl-meta.tmp"),
+                     ("file://b/d/x~0f.jobctl-cut", "x~0f.jobctl-cut")]
         for (source, reserved) in cases {
             let error = try failure(await scene.runBothWays(JobSpec(kind: .downloadMemory, source: source)))
             #expect(error.code == .invalidArgument)
