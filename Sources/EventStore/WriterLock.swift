@@ -140,7 +140,8 @@ final class WriterLock {
         let directory = SlashSeparatedPath.directory(of: path)
         guard let name = SlashSeparatedPath.lastPart(of: path) else { return }
         let prefix = name + "."
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        // Read strictly: a name that is not UTF-8, decoded with U+FFFD, named another file (the one spelled so).
+        guard let names = try? DirectoryEntries.read(path: directory).names else { return }
         let now = time(nil)
         for name in names where name.hasPrefix(prefix) && name.hasSuffix(".tmp") {
             let middle = name.dropFirst(prefix.count).dropLast(".tmp".count).split(separator: ".", omittingEmptySubsequences: false)

@@ -78,4 +78,30 @@ public enum PathText {
     public static func decoded(cString: UnsafePointer<CChar>) -> String? {
         String(validatingCString: cString)
     }
+
+    /// `bytes` for a message: the UTF-8 in them as text, each byte that is not UTF-8 as `\xFF`. Decoded
+    /// with U+FFFD instead, `bad\xFF.txt` read as the name of another file, `bad\u{FFFD}.txt`.
+    public static func shown(_ bytes: some Collection<UInt8>) -> String {
+        let all = Array(bytes)
+        var text = ""
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = all.makeIterator()
+        // The parser reads ahead, but what it answers covers the bytes in order: the lengths add up to
+        // the position of the next answer.
+        var position = 0
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid(let encoded):
+                text.unicodeScalars.append(Unicode.UTF8.decode(encoded))
+                position += encoded.count
+            case .error(let length):
+                for byte in all[position..<position + length] {
+                    text += "\\x" + String(byte, radix: 16, uppercase: true)
+                }
+                position += length
+            case .emptyInput:
+                return text
+            }
+        }
+    }
 }

@@ -94,10 +94,8 @@ extension ManifestReader {
                                  mark: SourceMark) -> (specs: [JobSpec], notes: [String]) {
         guard let listing else { return ([], []) }
         var notes: [String] = []
-        if let first = listing.skipped.first {
-            let more = listing.skipped.count > 1 ? " and \(listing.skipped.count - 1) more entries that are not regular files" : ""
-            notes.append("\(file):\(mark.line):\(mark.column): note: \(quoted): skipped '\(first.path)' (\(first.what))\(more); "
-                         + "links are not followed out of the folder: name their targets in jobs of their own")
+        if let skipped = listing.skippedText {
+            notes.append("\(file):\(mark.line):\(mark.column): note: \(quoted): skipped \(skipped)")
         }
         guard !listing.files.isEmpty else {
             let filtered = filter.include.isEmpty && filter.exclude.isEmpty ? "" : " that 'include'/'exclude' take"

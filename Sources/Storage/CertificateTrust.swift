@@ -122,7 +122,7 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
             throw unusable(variable, path, "does not exist")
         }
         guard isDirectory.boolValue else { throw unusable(variable, path, "is a file where a directory is expected") }
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: path) else {
+        guard let names = try? DirectoryEntries.read(path: path).names else {
             throw unusable(variable, path, "cannot be read")
         }
         guard names.contains(where: isHashName) else {

@@ -128,24 +128,28 @@ extension LocalBackend {
         var pending: [String] = [""]
         while let relative = pending.popLast(), names.count <= limit {
             let folder = relative.isEmpty ? start : start + "/" + relative
-            let entries: [String]
+            let entries: DirectoryEntries
             do {
-                entries = try files.contentsOfDirectory(atPath: folder)
+                entries = try DirectoryEntries.read(path: folder)
             } catch {
-                throw StorageError(.unauthorized, "the folder '\(folder)' of \(prefix) cannot be read", cause: "\(error)")
+                throw StorageError(.unauthorized, "the folder '\(folder)' of \(prefix) cannot be read: \(error.reason)")
             }
-            for entry in entries where !HiddenName.isReserved(entry) {
+            // A name that is not UTF-8 (a file's or a folder's): no reference can name it, and leaving it out
+            // silently downloaded the prefix without it. Read with U+FFFD for its bytes, it named a file of
+            // that spelling when there was one, which was then listed twice.
+            if let bytes = entries.undecodable.min(by: { $0.lexicographicallyPrecedes($1) }) {
+                let path = (relative.isEmpty ? "" : relative + "/") + PathText.shown(bytes)
+                let more = entries.undecodable.count > 1 ? " (and \(entries.undecodable.count - 1) more beside it)" : ""
+                throw StorageError(.invalidArgument, "'\(start)/\(path)'\(more) in \(prefix) has a name that is not valid UTF-8 "
+                    + "(a byte that is not shown as \\xNN), which no job can name: rename it, or narrow the prefix")
+            }
+            for entry in entries.names where !HiddenName.isReserved(entry) {
                 let path = relative.isEmpty ? entry : relative + "/" + entry
                 // Read without following links: a link is neither an object nor a folder of the bucket.
                 let type = (try? files.attributesOfItem(atPath: start + "/" + path))?[.type] as? FileAttributeType
                 switch type {
                 case .typeRegular?: names.append(base.isEmpty ? path : base + "/" + path)
                 case .typeDirectory?: pending.append(path)
-                case nil where entry.unicodeScalars.contains("\u{FFFD}"):
-                    // Listed with U+FFFD for bytes that are not UTF-8: no reference can name the file, and
-                    // leaving it out silently downloaded the prefix without it.
-                    throw StorageError(.invalidArgument, "the file '\(start)/\(path)' in \(prefix) has a name "
-                        + "that is not valid UTF-8 (shown with U+FFFD), which no job can name: rename it, or narrow the prefix")
                 default:
                     // Said, not left out silently: a link in a bucket is never followed (its target is no object).
                     let what = switch type {

@@ -330,25 +330,10 @@ final class SafeDirectory {
     }
 
     /// The names in this directory that `matching` accepts (`.` and `..` never offered). Reads the whole
-    /// directory: for what is rarely needed (finding a session file a killed attempt renamed).
+    /// directory: for what is rarely needed (finding a session file a killed attempt renamed). A name
+    /// that is not UTF-8 is never offered: decoded with U+FFFD, it named another file, the one spelled so.
     func names(matching: (String) -> Bool) -> [String] {
-        let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
-        guard copy >= 0 else { return [] }
-        guard let stream = fdopendir(copy) else {
-            _ = Glibc.close(copy)
-            return []
-        }
-        defer { closedir(stream) }
-        // The duplicate shares the directory's offset: read from its start.
-        rewinddir(stream)
-        var found: [String] = []
-        while let entry = readdir(stream) {
-            let name = withUnsafePointer(to: &entry.pointee.d_name) { pointer in
-                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
-            if name != ".", name != "..", matching(name) { found.append(name) }
-        }
-        return found
+        ((try? DirectoryEntries.read(descriptor: descriptor))?.names ?? []).filter(matching)
     }
 
     /// `linkat(2)` within this directory: `to` becomes a second name of `from` only when nothing is at

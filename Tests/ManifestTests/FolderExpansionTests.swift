@@ -179,6 +179,48 @@ import TestSupport
         #expect(errors.first?.message.contains("its file 'two\\u{A}lines.jpg' has no valid storage reference") == true, "\(errors)")
     }
 
+    /// Makes the file (or, with `folder`, the folder) whose path is `bytes` (not UTF-8: no String names it).
+    static func make(_ bytes: [UInt8], folder: Bool = false, holding text: String = "x") throws {
+        let path = bytes.map { CChar(bitPattern: $0) } + [0]
+        if folder {
+            guard mkdir(path, 0o755) == 0 else { throw CocoaError(.fileWriteUnknown) }
+            return
+        }
+        let fd = open(path, O_CREAT | O_WRONLY | O_EXCL, 0o644)
+        guard fd >= 0 else { throw CocoaError(.fileWriteUnknown) }
+        _ = text.utf8CString.withUnsafeBufferPointer { write(fd, $0.baseAddress, text.utf8.count) }
+        close(fd)
+    }
+
+    /// Names that are not UTF-8 are read as bytes and skipped with a note, never as the name with U+FFFD
+    /// for those bytes: beside `bad\u{FFFD}.txt`, `bad\xFF.txt` was listed as `bad\u{FFFD}.txt`, looked up
+    /// by that name, and so the look-alike was planned twice (two jobs for one file, one destination) and
+    /// the file itself dropped without a word; a folder `d\xFF/` beside `d\u{FFFD}/` likewise, with
+    /// everything in it. Folder uploads and globs alike; a key made the second job "already given".
+    @Test func namesThatAreNotUTF8AreSkippedNeverTakenForALookAlike() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let folder = tree.directory.file("mixed")
+        try FileManager.default.createDirectory(atPath: folder + "/d\u{FFFD}", withIntermediateDirectories: true)
+        try "look-alike".write(toFile: folder + "/bad\u{FFFD}.txt", atomically: true, encoding: .utf8)
+        try "other".write(toFile: folder + "/d\u{FFFD}/other.txt", atomically: true, encoding: .utf8)
+        let base = Array(folder.utf8)
+        try Self.make(base + Array("/bad".utf8) + [0xFF] + Array(".txt".utf8), holding: "the file not named in UTF-8")
+        try Self.make(base + Array("/d".utf8) + [0xFF], folder: true)
+        try Self.make(base + Array("/d".utf8) + [0xFF] + Array("/secret.txt".utf8), holding: "only copy")
+        try Self.make(base + Array("/c".utf8) + [0xC0, 0xAF], holding: "an overlong '/'")
+        for source in ["mixed/", "mixed/**"] {
+            let jobs = try #require(tree.parse("- {kind: upload-file, source: \"\(source)\", destination: gs://bkt/up/, key: k}\n").jobs,
+                                    "\(source)")
+            #expect(jobs.map(\.spec.source) == [folder + "/bad\u{FFFD}.txt", folder + "/d\u{FFFD}/other.txt"], "\(source)")
+            #expect(jobs.map(\.spec.key) == ["k/bad\u{FFFD}.txt", "k/d\u{FFFD}/other.txt"], "\(source)")
+            let notes = jobs.flatMap(\.notes)
+            #expect(notes == ["m.yaml:1:3: note: 'source' '\(source)': skipped 'bad\\xFF.txt' (a name that is not valid UTF-8, which "
+                              + "no job can name: rename it) and 2 more entries: 2 names that are not valid UTF-8; a file whose name is "
+                              + "not UTF-8 is uploaded once it is renamed"], "\(notes)")
+        }
+    }
+
     @Test func includeAndExcludeFilterRelativePaths() throws {
         let tree = try Tree()
         defer { tree.remove() }
