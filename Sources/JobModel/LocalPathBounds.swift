@@ -19,4 +19,16 @@ public enum LocalPathBounds {
         }
         return nil
     }
+
+    /// `path` for a message, its middle left out when it is longer than `limit` characters (a path near
+    /// PATH_MAX is 4,000 of them): its start and its end, which say where it is and what it is.
+    public static func shortened(_ path: String, limit: Int = 160) -> String {
+        let scalars = path.unicodeScalars
+        guard scalars.count > limit else { return path }
+        let head = limit / 2, tail = limit * 3 / 8
+        var shown = String.UnicodeScalarView(scalars.prefix(head))
+        shown.append(contentsOf: "[…\(scalars.count - head - tail) characters…]".unicodeScalars)
+        shown.append(contentsOf: scalars.suffix(tail))
+        return String(shown)
+    }
 }

@@ -8,10 +8,17 @@ import JobModel
 /// note. FIFOs, sockets and devices are skipped the same way, and so are names that are not UTF-8
 /// (`DirectoryEntries`: no String, so no job, can name them). The folder itself may be reached through
 /// a link: the user named it.
+///
+/// Each folder below it is opened from its parent's descriptor (`openat` with `O_NOFOLLOW`) and each entry
+/// looked at from there (`fstatat`), so a walk goes as deep as the folders go: a path of PATH_MAX bytes
+/// or more could not be looked up whole (ENAMETOOLONG), and the folder there was taken for "a FIFO, or
+/// gone while listed", with every file below it left out. A file the walk takes at such a path is
+/// returned in `tooLong` (no job could open it), and a lookup that fails for any reason but the entry
+/// being gone stops the walk, saying why.
 enum LocalTree {
     /// What a walk left out, and why.
     enum Skip: Equatable, CaseIterable {
-        case symbolicLink, device, socket, fifo, notRegular, undecodableName
+        case symbolicLink, device, socket, fifo, notRegular, undecodableName, changed
 
         /// As it is said of one entry: "a symbolic link".
         var what: String {
@@ -20,8 +27,9 @@ enum LocalTree {
             case .device: "a device"
             case .socket: "a socket"
             case .fifo: "a FIFO"
-            case .notRegular: "not a regular file (a FIFO, or gone while listed)"
+            case .notRegular: "not a regular file"
             case .undecodableName: "a name that is not valid UTF-8, which no job can name: rename it"
+            case .changed: "removed, or replaced by a link or a file, while the folder was listed"
             }
         }
 
@@ -35,6 +43,7 @@ enum LocalTree {
             case .fifo: one ? "FIFO" : "FIFOs"
             case .notRegular: one ? "entry that is not a regular file" : "entries that are not regular files"
             case .undecodableName: one ? "name that is not valid UTF-8" : "names that are not valid UTF-8"
+            case .changed: one ? "entry changed while listed" : "entries changed while listed"
             }
             return "\(count) \(noun)"
         }
@@ -47,9 +56,12 @@ enum LocalTree {
         /// Entries left out, relative to the root (a name that is not UTF-8 shown with `\xFF` for its
         /// bytes: `PathText.shown`), with what they are.
         var skipped: [(path: String, kind: Skip)] = []
+        /// Files `accept` took whose absolute path the kernel refuses (PATH_MAX bytes or more), relative to
+        /// the root, with `LocalPathBounds`'s words for why; in byte order.
+        var tooLong: [(path: String, problem: String)] = []
 
         static func == (lhs: Listing, rhs: Listing) -> Bool {
-            lhs.files == rhs.files && lhs.skipped.map(\.path) == rhs.skipped.map(\.path)
+            lhs.files == rhs.files && lhs.skipped.map(\.path) == rhs.skipped.map(\.path) && lhs.tooLong.map(\.path) == rhs.tooLong.map(\.path)
         }
 
         /// What was left out, for a note after "skipped": the first entry and what it is, then how many
@@ -79,7 +91,8 @@ enum LocalTree {
 
     /// Why a walk stopped.
     enum Failure: Error, Equatable {
-        /// A folder could not be read (the path relative to the root, "" for the root; the reason).
+        /// A folder could not be read, or an entry in it looked at (the path relative to the root, "" for
+        /// the root; the reason).
         case unreadable(String, String)
         /// More than `limit` files.
         case tooMany(Int)
@@ -87,20 +100,44 @@ enum LocalTree {
         case tooDeep(String)
     }
 
-    /// Folders deeper than this are refused (without links there are no loops; this bounds the walk).
+    /// Folders deeper than this are refused (without links there are no loops; this bounds the walk, and
+    /// the descriptors it holds open: at most one a level).
     static let maximumDepth = 256
+
+    /// A folder of the walk, open; closed when nothing below it is left to open.
+    private final class OpenFolder {
+        let descriptor: Int32
+        init(_ descriptor: Int32) { self.descriptor = descriptor }
+        deinit { close(descriptor) }
+    }
 
     /// Walks `root` (absolute). `accept` sees each regular file's relative path; only accepted files are
     /// kept and counted against `limit`.
     static func walk(_ root: String, limit: Int, accept: (String) -> Bool) throws(Failure) -> Listing {
         var listing = Listing()
-        var pending: [(relative: String, depth: Int)] = [("", 0)]
-        let files = FileManager.default
-        while let (relative, depth) = pending.popLast() {
-            let folder = relative.isEmpty ? root : root + "/" + relative
+        let rootDescriptor = root.withCString { open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard rootDescriptor >= 0 else { throw .unreadable("", reason(errno)) }
+        // Folders still to list: each opened from its parent (kept open until then) by its name.
+        var pending: [(parent: OpenFolder, name: String, relative: String, depth: Int)] = []
+        var next: (folder: OpenFolder, relative: String, depth: Int)? = (OpenFolder(rootDescriptor), "", 0)
+        while true {
+            if next == nil {
+                guard let (parent, name, relative, depth) = pending.popLast() else { break }
+                let descriptor = name.withCString { openat(parent.descriptor, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                guard descriptor >= 0 else {
+                    let code = errno
+                    // Gone, or a link or a file put at its name, since it was seen as a folder.
+                    guard code == ENOENT || code == ELOOP || code == ENOTDIR else { throw .unreadable(relative, reason(code)) }
+                    listing.skipped.append((relative, .changed))
+                    continue
+                }
+                next = (OpenFolder(descriptor), relative, depth)
+            }
+            guard let (folder, relative, depth) = next else { break }
+            next = nil
             let entries: DirectoryEntries
             do {
-                entries = try DirectoryEntries.read(path: folder)
+                entries = try DirectoryEntries.read(descriptor: folder.descriptor)
             } catch {
                 throw .unreadable(relative, error.reason)
             }
@@ -113,22 +150,35 @@ enum LocalTree {
             }
             for name in entries.names {
                 let path = relative.isEmpty ? name : relative + "/" + name
-                // attributesOfItem reads the entry itself (lstat): a link is seen as a link.
-                let type = (try? files.attributesOfItem(atPath: root + "/" + path))?[.type] as? FileAttributeType
-                switch type {
-                case .typeRegular?:
+                // The entry itself (a link is seen as a link), from the folder's descriptor: whatever the
+                // length of the path. Every failure but "gone" is said, not taken for what the entry is.
+                var info = stat()
+                guard name.withCString({ fstatat(folder.descriptor, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+                    let code = errno
+                    guard code == ENOENT else { throw .unreadable(path, reason(code)) }
+                    listing.skipped.append((path, .changed))
+                    continue
+                }
+                switch info.st_mode & S_IFMT {
+                case S_IFREG:
                     guard accept(path) else { continue }
-                    listing.files.append(path)
-                    if listing.files.count > limit { throw .tooMany(limit) }
-                case .typeDirectory?:
+                    if let problem = LocalPathBounds.problem(root + "/" + path) {
+                        listing.tooLong.append((path, problem))
+                    } else {
+                        listing.files.append(path)
+                    }
+                    if listing.files.count + listing.tooLong.count > limit { throw .tooMany(limit) }
+                case S_IFDIR:
                     guard depth + 1 <= maximumDepth else { throw .tooDeep(path) }
-                    pending.append((path, depth + 1))
-                case .typeSymbolicLink?:
+                    pending.append((folder, name, path, depth + 1))
+                case S_IFLNK:
                     listing.skipped.append((path, .symbolicLink))
-                case .typeCharacterSpecial?, .typeBlockSpecial?:
+                case S_IFCHR, S_IFBLK:
                     listing.skipped.append((path, .device))
-                case .typeSocket?:
+                case S_IFSOCK:
                     listing.skipped.append((path, .socket))
+                case S_IFIFO:
+                    listing.skipped.append((path, .fifo))
                 default:
                     listing.skipped.append((path, .notRegular))
                 }
@@ -136,6 +186,11 @@ enum LocalTree {
         }
         listing.files.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         listing.skipped.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
+        listing.tooLong.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
         return listing
+    }
+
+    private static func reason(_ code: Int32) -> String {
+        String(cString: strerror(code)).lowercased()
     }
 }

@@ -60,11 +60,11 @@ extension ManifestReader {
         if let glob {
             let listing = walk(root, written: written) { path in glob.matches(path) && taken.takes(path) }
             return finish(listing, root: root, source: root + "/" + glob.text, filter: taken, destination: destination,
-                          template: template, quoted: quoted, mark: mark)
+                          template: template, quoted: quoted, mark: mark, sourceMark: written.valueMark)
         }
         let listing = walk(root, written: written) { taken.takes($0) }
         return finish(listing, root: root, source: root + "/", filter: taken, destination: destination, template: template,
-                      quoted: quoted, mark: mark)
+                      quoted: quoted, mark: mark, sourceMark: written.valueMark)
     }
 
     private mutating func walk(_ root: String, written: Located<String>, accept: (String) -> Bool) -> LocalTree.Listing? {
@@ -91,11 +91,19 @@ extension ManifestReader {
 
     private mutating func finish(_ listing: LocalTree.Listing?, root: String, source: String, filter: PathFilter,
                                  destination: FolderDestination, template: JobSpec, quoted: String,
-                                 mark: SourceMark) -> (specs: [JobSpec], notes: [String]) {
+                                 mark: SourceMark, sourceMark: SourceMark) -> (specs: [JobSpec], notes: [String]) {
         guard let listing else { return ([], []) }
         var notes: [String] = []
         if let skipped = listing.skippedText {
             notes.append("\(file):\(mark.line):\(mark.column): note: \(quoted): skipped \(skipped)")
+        }
+        // A file the walk reached (from its folder's descriptor) at a path the kernel refuses: no job could
+        // open it. It was left out with the whole folder as "a FIFO, or gone while listed".
+        if let first = listing.tooLong.first {
+            let more = listing.tooLong.count > 1 ? " (and \(listing.tooLong.count - 1) more)" : ""
+            report(.invalidPath, "\(quoted): its file '\(TerminalText.printable(LocalPathBounds.shortened(first.path)))'\(more) \(first.problem), "
+                       + "so no job could open it; move it to a shorter path, or 'exclude:' it", at: sourceMark)
+            return ([], notes)
         }
         guard !listing.files.isEmpty else {
             let filtered = filter.include.isEmpty && filter.exclude.isEmpty ? "" : " that 'include'/'exclude' take"

@@ -1,5 +1,8 @@
 import Foundation
 import JobModel
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Lists the objects under a prefix: what `submit` expands a `download-file` job from a prefix into.
 ///
@@ -108,7 +111,22 @@ extension GCSBackend {
 }
 
 extension LocalBackend {
+    /// A folder of a walk, open; closed when nothing below it is left to open.
+    private final class OpenFolder {
+        let descriptor: Int32
+        init(_ descriptor: Int32) { self.descriptor = descriptor }
+        deinit { Glibc.close(descriptor) }
+    }
+
     /// Walks a `file://` prefix (see `ObjectLister`).
+    ///
+    /// Each folder is opened from its parent's descriptor (`openat`, `O_NOFOLLOW`) and each entry looked
+    /// at from there (`fstatat`): a folder whose path reached PATH_MAX bytes could not be looked up by
+    /// its path (ENAMETOOLONG), and was left out as "a FIFO, or gone while listed" with every object in
+    /// it. A folder too deep for a `file://` reference to name what is in it (the bucket's name and the
+    /// object's, PATH_MAX bytes or more: `StorageReference.checkLocalName`) refuses the listing, saying
+    /// how long and what the limit is; so does any lookup that fails for another reason than the entry
+    /// being gone.
     func listing(under prefix: StorageReference, limit: Int) throws(StorageError) -> ObjectLister.Listing {
         let root = bucketRoot(prefix.bucket)
         var isDirectory: ObjCBool = false
@@ -120,19 +138,39 @@ extension LocalBackend {
         }
         let base = prefix.fullPath
         let start = base.isEmpty ? root : (root == "/" ? "" : root) + "/" + base
-        let files = FileManager.default
-        // A prefix that names no folder lists nothing, as an empty prefix does on GCS.
-        guard files.fileExists(atPath: start, isDirectory: &isDirectory), isDirectory.boolValue else { return ObjectLister.Listing() }
+        let startDescriptor = start.withCString { Glibc.open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard startDescriptor >= 0 else {
+            let code = errno
+            // A prefix that names no folder lists nothing, as an empty prefix does on GCS.
+            if code == ENOENT || code == ENOTDIR { return ObjectLister.Listing() }
+            throw StorageError(.unauthorized, "the folder '\(start)' of \(prefix) cannot be read: \(Self.reason(code))")
+        }
         var names: [String] = []
         var skipped: [(path: String, what: String)] = []
-        var pending: [String] = [""]
-        while let relative = pending.popLast(), names.count <= limit {
-            let folder = relative.isEmpty ? start : start + "/" + relative
+        let objectName = { (path: String) in base.isEmpty ? path : base + "/" + path }
+        var pending: [(parent: OpenFolder, name: String, relative: String)] = []
+        var next: (folder: OpenFolder, relative: String)? = (OpenFolder(startDescriptor), "")
+        while names.count <= limit {
+            if next == nil {
+                guard let (parent, name, relative) = pending.popLast() else { break }
+                let descriptor = name.withCString { openat(parent.descriptor, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                guard descriptor >= 0 else {
+                    let code = errno
+                    guard code == ENOENT || code == ELOOP || code == ENOTDIR else {
+                        throw StorageError(.unauthorized, "the folder '\(start)/\(relative)' of \(prefix) cannot be read: \(Self.reason(code))")
+                    }
+                    skipped.append((objectName(relative), "removed, or replaced by a link or a file, while the bucket was listed"))
+                    continue
+                }
+                next = (OpenFolder(descriptor), relative)
+            }
+            guard let (folder, relative) = next else { break }
+            next = nil
             let entries: DirectoryEntries
             do {
-                entries = try DirectoryEntries.read(path: folder)
+                entries = try DirectoryEntries.read(descriptor: folder.descriptor)
             } catch {
-                throw StorageError(.unauthorized, "the folder '\(folder)' of \(prefix) cannot be read: \(error.reason)")
+                throw StorageError(.unauthorized, "the folder '\(start)/\(relative)' of \(prefix) cannot be read: \(error.reason)")
             }
             // A name that is not UTF-8 (a file's or a folder's): no reference can name it, and leaving it out
             // silently downloaded the prefix without it. Read with U+FFFD for its bytes, it named a file of
@@ -146,22 +184,46 @@ extension LocalBackend {
             for entry in entries.names where !HiddenName.isReserved(entry) {
                 let path = relative.isEmpty ? entry : relative + "/" + entry
                 // Read without following links: a link is neither an object nor a folder of the bucket.
-                let type = (try? files.attributesOfItem(atPath: start + "/" + path))?[.type] as? FileAttributeType
-                switch type {
-                case .typeRegular?: names.append(base.isEmpty ? path : base + "/" + path)
-                case .typeDirectory?: pending.append(path)
+                var info = stat()
+                guard entry.withCString({ fstatat(folder.descriptor, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+                    let code = errno
+                    guard code == ENOENT else {
+                        throw StorageError(.unauthorized, "'\(start)/\(path)' in \(prefix) cannot be looked at: \(Self.reason(code))")
+                    }
+                    skipped.append((objectName(path), "removed while the bucket was listed"))
+                    continue
+                }
+                switch info.st_mode & S_IFMT {
+                case S_IFREG:
+                    names.append(objectName(path))
+                case S_IFDIR:
+                    // Every object below would be named past the kernel's bound: said here, where the walk
+                    // stops (no reference could name them, and the walk would go on as deep as they go).
+                    let length = prefix.bucket.utf8.count + 1 + objectName(path).utf8.count + 2
+                    if length >= Int(PATH_MAX) {
+                        throw StorageError(.invalidArgument, "the folder '\(LocalPathBounds.shortened(objectName(path)))' in \(prefix) is too deep for what is in it "
+                            + "to be named: a file:// reference to a file there is \(length) bytes or more as a path (with the bucket's name), "
+                            + "and Linux takes paths of at most \(Int(PATH_MAX) - 1) bytes (PATH_MAX); move its files to a shorter path, "
+                            + "or narrow the prefix")
+                    }
+                    pending.append((folder, entry, path))
                 default:
                     // Said, not left out silently: a link in a bucket is never followed (its target is no object).
-                    let what = switch type {
-                    case .typeSymbolicLink?: "a symbolic link"
-                    case .typeSocket?: "a socket"
-                    case .typeCharacterSpecial?, .typeBlockSpecial?: "a device"
-                    default: "not a regular file: a FIFO, or gone while listed"
+                    let what = switch info.st_mode & S_IFMT {
+                    case S_IFLNK: "a symbolic link"
+                    case S_IFSOCK: "a socket"
+                    case S_IFIFO: "a FIFO"
+                    case S_IFCHR, S_IFBLK: "a device"
+                    default: "not a regular file"
                     }
-                    skipped.append((base.isEmpty ? path : base + "/" + path, what))
+                    skipped.append((objectName(path), what))
                 }
             }
         }
         return ObjectLister.Listing(names: names, skipped: skipped)
+    }
+
+    private static func reason(_ code: Int32) -> String {
+        String(cString: strerror(code)).lowercased()
     }
 }

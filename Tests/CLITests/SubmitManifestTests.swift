@@ -362,6 +362,42 @@ import Glibc
                 "\(refused.stderr)")
     }
 
+    /// A folder whose path reaches 4,096 bytes (PATH_MAX) inside an uploaded folder, or inside a file://
+    /// bucket being prefix-downloaded, was skipped with a note calling it "not a regular file (a FIFO, or
+    /// gone while listed)", and every file below it left out: the lookup by its whole path failed with
+    /// ENAMETOOLONG, and any failure read as "not a regular file". Both are errors at 'source' now, with
+    /// the length and the limit, and nothing is submitted.
+    @Test func aFolderPastPathMaxIsAnErrorAtTheSourceNotAFIFO() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        var deep: [DeepFolder] = []
+        defer { deep.forEach { $0.remove() } }
+        for root in ["src", "buckets/lb/deep"] {
+            try workspace.write(root + "/shallow.txt", "s\n")
+            deep.append(try DeepFolder(in: workspace.directory.file(root)))
+        }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let upload = try workspace.write("u.yaml", "jobs:\n  - {kind: upload-file, source: src/, destination: \"file://lb/up/\"}\n")
+        let uploaded = try workspace.jobctl(["submit", upload], environment: environment)
+        let length = (workspace.directory.file("src/") + deep[0].relativeFile).utf8.count
+        #expect(uploaded.status == 65, "\(uploaded.stderr)")
+        #expect(uploaded.stderr.contains("u.yaml:2:33: error: 'source' 'src/': its file '00ddd"), "\(uploaded.stderr)")
+        #expect(uploaded.stderr.contains("/deep.txt' is \(length) bytes long as an absolute path; Linux takes paths of at most 4095 bytes "
+                                         + "(PATH_MAX), so no job could open it"), "\(uploaded.stderr)")
+        let download = try workspace.write("d.yaml", "jobs:\n  - {kind: download-file, source: \"file://lb/deep/\", destination: out/}\n")
+        let downloaded = try workspace.jobctl(["submit", download], environment: environment)
+        #expect(downloaded.status == 65, "\(downloaded.stderr)")
+        #expect(downloaded.stderr.contains("d.yaml:2:35: error: cannot list the prefix 'file://lb/deep/': the folder 'deep/00ddd"),
+                "\(downloaded.stderr)")
+        #expect(downloaded.stderr.contains("is too deep for what is in it to be named: a file:// reference to a file there is 4230 bytes "
+                                           + "or more as a path (with the bucket's name), and Linux takes paths of at most 4095 bytes (PATH_MAX)"),
+                "\(downloaded.stderr)")
+        for output in [uploaded, downloaded] {
+            #expect(!output.stderr.contains("FIFO"), "\(output.stderr)")
+        }
+        #expect(!(try workspace.jobctl(["list"]).stdout.contains("shallow")), "nothing was submitted")
+    }
+
     // MARK: - Upload sources
 
     @Test func uploadSourcesAreCheckedAtSubmit() throws {

@@ -221,6 +221,41 @@ import TestSupport
         }
     }
 
+    /// A folder whose path reaches PATH_MAX could not be looked up by its path (ENAMETOOLONG), and the
+    /// walk took it for "not a regular file (a FIFO, or gone while listed)", leaving out every file below
+    /// it without an error. The walk now goes down from each folder's descriptor: a file it takes at a path
+    /// the kernel refuses is an error at 'source' saying how long the path is and what the limit is; one
+    /// that 'exclude:' or the glob leaves out is no concern, and a FIFO is called a FIFO.
+    @Test func aFilePastPathMaxIsAnErrorAtTheSourceNotAFIFO() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let source = tree.directory.file("src")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try "s".write(toFile: source + "/shallow.txt", atomically: true, encoding: .utf8)
+        #expect(mkfifo(source + "/pipe", 0o600) == 0)
+        let deep = try DeepFolder(in: source)
+        defer { deep.remove() }
+        let length = (tree.base + "/src/" + deep.relativeFile).utf8.count
+        #expect(length > 4_096)
+        for written in ["src/", "src/**"] {
+            let result = tree.parse("- {kind: upload-file, source: \"\(written)\", destination: gs://bkt/up/}\n")
+            let errors = try #require(result.errors, "\(written): \(result)")
+            #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:31 invalidPath"], "\(errors)")
+            let message = errors.first?.message ?? ""
+            #expect(message.hasPrefix("'source' '\(written)': its file '00ddd"), "\(message)")
+            #expect(message.contains("dddd/deep.txt' is \(length) bytes long as an absolute path; Linux takes paths of at most 4095 bytes "
+                                     + "(PATH_MAX), so no job could open it; move it to a shorter path, or 'exclude:' it"), "\(message)")
+        }
+        // Left out by 'exclude:' or by the glob: the rest is planned, and only the FIFO is noted, as a FIFO.
+        for yaml in ["- {kind: upload-file, source: src/, destination: gs://bkt/up/, exclude: [deep.txt]}\n",
+                     "- {kind: upload-file, source: \"src/*.txt\", destination: gs://bkt/up/}\n"] {
+            let jobs = try #require(tree.parse(yaml).jobs, "\(yaml)")
+            #expect(jobs.map(\.spec.source) == [tree.base + "/src/shallow.txt"], "\(yaml)")
+            #expect(jobs.flatMap(\.notes) == ["m.yaml:1:3: note: 'source' '\(yaml.contains("*") ? "src/*.txt" : "src/")': skipped 'pipe' (a FIFO)"],
+                    "\(jobs.flatMap(\.notes))")
+        }
+    }
+
     @Test func includeAndExcludeFilterRelativePaths() throws {
         let tree = try Tree()
         defer { tree.remove() }

@@ -130,15 +130,43 @@ import Testing
         let listing = try await lister.listing(under: try StorageReference(parsing: "file://demo/photos/"), limit: 100)
         #expect(listing.names.sorted() == ["photos/2024/b.jpg", "photos/a.jpg"])
         #expect(listing.skipped.map { "\($0.path): \($0.what)" }.sorted() == [
-            "photos/2024/pipe: not a regular file: a FIFO, or gone while listed", "photos/link.jpg: a symbolic link",
+            "photos/2024/pipe: a FIFO", "photos/link.jpg: a symbolic link",
             "photos/outside: a symbolic link",
         ])
         #expect(try await lister.objectNames(under: try StorageReference(parsing: "file://demo/nothing/"), limit: 100).isEmpty)
+        #expect(try await lister.objectNames(under: try StorageReference(parsing: "file://demo/top.txt/"), limit: 100).isEmpty)
         do {
             _ = try await lister.objectNames(under: try StorageReference(parsing: "file://absent/photos/"), limit: 100)
             Issue.record("a missing local bucket was listed")
         } catch {
             #expect(error.code == .bucketNotFound)
+        }
+    }
+
+    /// A folder whose path reached PATH_MAX could not be looked up by its path (ENAMETOOLONG) and was
+    /// left out as "not a regular file: a FIFO, or gone while listed", with every object in it. Walked
+    /// from each folder's descriptor, it is found; what is in it is too deep for any file:// reference
+    /// to name, and the listing says so, with the length and the limit. A folder in a bucket that cannot
+    /// be searched is an error too, not a folder gone.
+    @Test func aFolderTooDeepToNameRefusesTheListing() async throws {
+        let directory = try TemporaryDirectory("lister-deep")
+        defer { directory.remove() }
+        let bucket = directory.file("buckets/demo/deep")
+        try FileManager.default.createDirectory(atPath: bucket, withIntermediateDirectories: true)
+        try "s".write(toFile: bucket + "/shallow.txt", atomically: true, encoding: .utf8)
+        let deep = try DeepFolder(in: bucket)
+        defer { deep.remove() }
+        let lister = ObjectLister(configuration: StorageConfiguration(localBucketsDirectory: directory.file("buckets")))
+        do {
+            let names = try await lister.objectNames(under: try StorageReference(parsing: "file://demo/deep/"), limit: 100)
+            Issue.record("listed \(names.count) names: \(names.map { $0.prefix(20) })")
+        } catch {
+            #expect(error.code == .invalidArgument, "\(error)")
+            // demo/deep/00…/…/20…/x: 4 + 1 + 4 + 21 × 201 + 2 bytes.
+            #expect(error.message.hasPrefix("the folder 'deep/00ddd"), "\(error.message)")
+            #expect(error.message.contains("in file://demo/deep is too deep for what is in it to be named: a file:// reference to a file "
+                                           + "there is 4232 bytes or more as a path (with the bucket's name), and Linux takes paths of at "
+                                           + "most 4095 bytes (PATH_MAX)"), "\(error.message)")
         }
     }
 }
