@@ -13,16 +13,29 @@ enum UploadTree: Equatable {
 
 extension ManifestReader {
     /// Whether `path` (from `localPath`, a folder keeping its trailing `/`) is a folder or a glob; nil for
-    /// one file. An existing file whose name holds `*`, `?` or `[` is that file.
+    /// one file (`literalSource` names it). An existing file whose name holds `*`, `?` or `[` is that file.
     static func uploadTree(_ path: String) -> UploadTree? {
         if path.hasSuffix("/") {
-            return .folder(path == "/" ? "/" : String(path.dropLast()))
+            return .folder(path == "/" ? "/" : literalSource(String(path.dropLast())))
         }
-        if LocalPath.isDirectory(path) { return .folder(path) }
+        let literal = literalSource(path)
+        if LocalPath.isDirectory(literal) { return .folder(literal) }
         guard PathPattern.isPattern(path), !FileManager.default.fileExists(atPath: path) else { return nil }
         let parts = SlashSeparatedPath.parts(of: path).map(String.init)
         guard let first = parts.firstIndex(where: PathPattern.isPattern) else { return nil }
-        return .glob(root: "/" + parts[..<first].joined(separator: "/"), pattern: parts[first...].joined(separator: "/"))
+        // The folder before the pattern is written in the glob's syntax too: `photos\[1\]/*.jpg` walks `photos[1]`.
+        let written = "/" + parts[..<first].joined(separator: "/")
+        let root = LocalPath.exists(written) ? written : PathPattern.unescaped(written)
+        return .glob(root: root, pattern: parts[first...].joined(separator: "/"))
+    }
+
+    /// The file (or folder) an upload-file `source` that is no glob names: a path whose `*`, `?` and `[`
+    /// are all escaped (`src/br\[x\].txt`) names it without the escapes (`src/br[x].txt`), as a glob
+    /// would take them; it was looked up with its backslashes, and "named no file". A path whose name as
+    /// written exists names that, as an existing name holding `*` is that file and no glob.
+    static func literalSource(_ path: String) -> String {
+        guard !PathPattern.isPattern(path), PathPattern.escapesPatternCharacter(path), !LocalPath.exists(path) else { return path }
+        return PathPattern.unescaped(path)
     }
 
     /// One spec per regular file of a folder or glob, destinations under the destination folder; nil specs

@@ -515,7 +515,7 @@ struct ManifestReader {
                 return errors.reportCount == errorCount ? ReadJob(specs: specs.specs, mark: mark, notes: specs.notes) : nil
             }
             reportFiltersWithoutExpansion(own)
-            spec.source = sourcePath
+            spec.source = sourcePath.map(Self.literalSource)
             if let path = spec.source, let sourceText, checksSources, fields.checkSource?.value ?? true,
                let problem = SourceFile.problem(at: path) {
                 if let after = own.after?.value, !after.isEmpty, problem.isAbsence {
@@ -837,7 +837,8 @@ struct ManifestReader {
             return (.sourceUnavailable, "\(quoted) is a symbolic link to '\(target)', which does not exist; \(optOut)")
         case .glob:
             // Unescaped pattern characters make a glob before this check; escaped ones name a file.
-            return (.sourceUnavailable, "\(quoted) names no file (its '*', '?' or '[' are escaped, so it is not a glob); \(optOut)")
+            return (.sourceUnavailable, "\(quoted) names no file (its '*', '?' or '[' are escaped, so it is not a glob; the file "
+                        + "looked for is '\(path)'); \(optOut)")
         case .folder:
             // A folder expands before this check; one that became a folder since is reported as such.
             return (.unsupportedSource, "\(quoted) is a folder; write it with a trailing '/' to upload every file in it")

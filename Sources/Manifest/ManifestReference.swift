@@ -147,8 +147,9 @@ public enum ManifestReference {
                 + "matches the file's name at any depth (as rsync and .gitignore), one with '/' the whole path. A path is "
                 + "taken when it matches an include (or there is none) and no exclude.",
             "Symbolic links inside a folder are not followed (like rsync without -L): they are skipped and a note names "
-                + "them; FIFOs, sockets and devices likewise. Object names that are not safe relative paths (.., ., empty "
-                + "segments) refuse the whole submit. An expansion that takes nothing is an error at the job's line. With "
+                + "them; FIFOs, sockets and devices likewise. Object names no job can download (.., ., empty segments, a NUL, "
+                + "a gs:// name over 1,024 bytes) refuse the whole submit, each with its reason, unless include/exclude "
+                + "leave them out. An expansion that takes nothing is an error at the job's line. With "
                 + "key:, each job's key is the key plus '/' plus its relative path, so submitting the manifest again maps "
                 + "to the same jobs.",
         ] {

@@ -72,6 +72,38 @@ public struct PathPattern: Sendable, Hashable, CustomStringConvertible {
         return false
     }
 
+    /// Whether `text` holds a `\` before a `*`, `?` or `[`: a path written with its pattern characters
+    /// escaped, to name a file whose name holds them.
+    public static func escapesPatternCharacter(_ text: String) -> Bool {
+        var escaped = false
+        for scalar in text.unicodeScalars {
+            if escaped {
+                if scalar == "*" || scalar == "?" || scalar == "[" { return true }
+                escaped = false
+                continue
+            }
+            if scalar == "\\" { escaped = true }
+        }
+        return false
+    }
+
+    /// `text` with its escapes taken as the pattern takes them: each `\` dropped, the character after it
+    /// kept (`br\[x\].txt` is `br[x].txt`, `a\\b` is `a\b`); a `\` at the end is kept.
+    public static func unescaped(_ text: String) -> String {
+        var result = String.UnicodeScalarView()
+        var escaped = false
+        for scalar in text.unicodeScalars {
+            if !escaped && scalar == "\\" {
+                escaped = true
+                continue
+            }
+            escaped = false
+            result.append(scalar)
+        }
+        if escaped { result.append("\\") }
+        return String(result)
+    }
+
     /// Whether the relative path `path` (segments separated by `/`) matches the whole pattern.
     public func matches(_ path: String) -> Bool {
         let parts = SlashSeparatedPath.parts(of: path).map { Array($0.unicodeScalars) }

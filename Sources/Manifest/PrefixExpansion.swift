@@ -77,30 +77,41 @@ public struct PrefixExpansion: Sendable, Hashable {
     }
 
     /// One job per listed object under the prefix that the filter takes, in name order; an error at the
-    /// job's position when none is left, or at `source` when an object's name cannot become a local path
-    /// (`..`, `.`, empty segments — an absolute name — or a NUL).
+    /// job's position when none is left, or at `source` when a name the filter takes cannot become a
+    /// local path (`..`, `.`, empty segments — an absolute name — or a NUL) or a reference (a `gs://`
+    /// name over 1,024 bytes), each with its own reason.
+    ///
+    /// The filter comes first: a name it leaves out is never downloaded, so `exclude:` — which the
+    /// errors offer — leaves such a name out too (it was refused before the filters were asked).
     ///
     /// Names ending in `/` are the zero-byte "folder" placeholders consoles create: skipped.
     public func jobs(objectNames: [String]) -> Result<[JobSpec], ManifestErrors> {
         var specs: [JobSpec] = []
-        var refused: [String] = []
+        // Names the filter takes that no job can download, by why: not a safe relative path, a NUL, no reference.
+        var unsafe: [String] = []
+        var withNUL: [String] = []
+        var unnamed: [(name: String, reason: String)] = []
         // Objects whose path under the folder the kernel would refuse (ENAMETOOLONG), and why, for the first.
         var tooLong: [String] = []
         var tooLongProblem = ""
         for name in objectNames.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
             guard let relative = relativeName(name), !relative.isEmpty, relative.utf8.last != UInt8(ascii: "/") else { continue }
-            // Cut at the `/` bytes, as the kernel walks the destination (see `SlashSeparatedPath`).
-            let parts = SlashSeparatedPath.parts(of: relative, keepingEmpty: true)
-            if parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) || relative.utf8.contains(0) {
-                refused.append(name)
+            guard filter.takes(relative) else { continue }
+            if relative.utf8.contains(0) {
+                withNUL.append(name)
                 continue
             }
-            guard filter.takes(relative) else { continue }
+            // Cut at the `/` bytes, as the kernel walks the destination (see `SlashSeparatedPath`).
+            let parts = SlashSeparatedPath.parts(of: relative, keepingEmpty: true)
+            if parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) {
+                unsafe.append(name)
+                continue
+            }
             var spec = template
             do {
                 spec.source = try StorageReference(scheme: prefix.scheme, bucket: prefix.bucket, path: name, query: prefix.query).description
             } catch {
-                refused.append(name)
+                unnamed.append((name, error.message))
                 continue
             }
             let destination = destinationFolder + "/" + relative
@@ -115,12 +126,25 @@ public struct PrefixExpansion: Sendable, Hashable {
                                   include: filter.includeTexts, exclude: filter.excludeTexts, path: relative)
             specs.append(spec)
         }
-        if let first = refused.first {
-            let more = refused.count > 1 ? " (and \(refused.count - 1) more)" : ""
-            return .failure(ManifestErrors([error(.invalidPath, "the object '\(first)'\(more) under '\(prefixText)' has a name that is not a safe "
-                + "relative path ('..', '.', an empty segment or a leading '/'); it cannot be written under '\(destinationFolder)/': "
-                + "download it with a job of its own, or narrow the prefix or 'exclude:' it", at: sourceMark, line: sourceLine)]))
+        // No job can download these (a reference naming one is refused, or names another object), so the
+        // advice is to leave them out.
+        var refusals: [ManifestError] = []
+        let more = { (count: Int) in count > 1 ? " (and \(count - 1) more)" : "" }
+        let shown = { (name: String) in LocalPathBounds.shortened(name) }
+        if let first = unsafe.first {
+            refusals.append(error(.invalidPath, "the object '\(shown(first))'\(more(unsafe.count)) under '\(prefixText)' has a name that is not a "
+                + "safe relative path ('..', '.', an empty segment or a leading '/'): it cannot be written under '\(destinationFolder)/', "
+                + "and no reference names it as it is; 'exclude:' it or narrow the prefix", at: sourceMark, line: sourceLine))
         }
+        if let first = withNUL.first {
+            refusals.append(error(.invalidPath, "the object '\(shown(first))'\(more(withNUL.count)) under '\(prefixText)' has a NUL character in "
+                + "its name, which no file name and no reference can hold; 'exclude:' it or narrow the prefix", at: sourceMark, line: sourceLine))
+        }
+        if let first = unnamed.first {
+            refusals.append(error(.invalidPath, "the object '\(shown(first.name))'\(more(unnamed.count)) under '\(prefixText)' cannot be named "
+                + "by a reference: \(first.reason); 'exclude:' it or narrow the prefix", at: sourceMark, line: sourceLine))
+        }
+        if !refusals.isEmpty { return .failure(ManifestErrors(refusals)) }
         if let first = tooLong.first {
             let more = tooLong.count > 1 ? " (and \(tooLong.count - 1) more)" : ""
             return .failure(ManifestErrors([error(.invalidPath, "the object '\(first.prefix(40))...'\(more) under '\(prefixText)' would be "

@@ -100,6 +100,12 @@ extension LocalPath {
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
+    /// Whether anything is at `path` (`lstat`: a link is something, wherever it points).
+    static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
+    }
+
     /// The last component of an absolute, standardised path; nil for `/`.
     static func lastComponent(_ path: String) -> String? {
         SlashSeparatedPath.lastPart(of: path).map(String.init)

@@ -352,7 +352,31 @@ import TestSupport
         let expansion = try prefixJob("- kind: download-file\n  source: gs://bkt/photos/\n  destination: out/\n")
         let errors = try #require(expansion.jobs(objectNames: ["photos/fine.jpg", name]).errors)
         #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
-        #expect(errors.first?.message.contains("has a name that is not a safe relative path") == true)
+        let reason = name.contains("\u{0}") ? "has a NUL character in its name" : "has a name that is not a safe relative path"
+        #expect(errors.first?.message.contains(reason) == true, "\(errors)")
+    }
+
+    /// Each name no job can download is refused for its own reason: a NUL, and a name over Cloud
+    /// Storage's 1,024 bytes, were "not a safe relative path ('..', '.', an empty segment or a leading
+    /// '/')". And the advice to "'exclude:' it" holds: the filters are asked first (such names were
+    /// refused before them, so no exclude could leave them out).
+    @Test func eachRefusedObjectNameHasItsOwnReasonAndExcludeLeavesItOut() throws {
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://bkt/e/\n  destination: out/\n")
+        let long = "e/l/" + String(repeating: "m", count: 1_021)
+        #expect(long.utf8.count == 1_025)
+        let names = ["e/ok", "e/x//y", "e/n/nul\u{0}x", long]
+        let errors = try #require(expansion.jobs(objectNames: names).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath", "2:11 invalidPath", "2:11 invalidPath"])
+        let messages = errors.map(\.message)
+        #expect(messages.count { $0.contains("not a safe relative path") } == 1, "\(messages)")
+        #expect(messages.contains { $0.hasPrefix("the object 'e/x//y' under 'gs://bkt/e/' has a name that is not a safe relative path") },
+                "\(messages)")
+        #expect(messages.contains { $0.hasPrefix("the object 'e/n/nul\u{0}x' under 'gs://bkt/e/' has a NUL character in its name, which no "
+                                                 + "file name and no reference can hold; 'exclude:' it or narrow the prefix") }, "\(messages)")
+        #expect(messages.contains { $0.contains("cannot be named by a reference: the object name is 1025 bytes; Cloud Storage names are at "
+                                                + "most 1024 bytes of UTF-8; 'exclude:' it or narrow the prefix") }, "\(messages)")
+        let filtered = try prefixJob("- kind: download-file\n  source: gs://bkt/e/\n  destination: out/\n  exclude: [\"x/**\", \"n/*\", \"l/*\"]\n")
+        #expect(filtered.jobs(objectNames: names).jobs?.map(\.source) == ["gs://bkt/e/ok"])
     }
 
     /// An object's path under the destination folder is a local path like any other: a segment over

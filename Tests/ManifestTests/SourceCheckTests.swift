@@ -40,6 +40,32 @@ import TestSupport
         #expect(try #require(folder.parse(source: "'a[1].csv'").jobs).count == 1)
     }
 
+    /// A source whose `*`, `?` and `[` are all escaped is no glob, and names the file without the escapes,
+    /// as a glob takes them: `a\[1\].csv` was looked up with its backslashes and "named no file (its
+    /// '*', '?' or '[' are escaped, so it is not a glob)" while `a[1].csv` was there. A folder and a
+    /// glob's folder written so are found the same way; a name that exists with its backslashes is that.
+    @Test func aSourceWithItsGlobCharactersEscapedNamesTheFileWithoutTheEscapes() throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        #expect(try #require(folder.parse(source: "'a\\[1\\].csv'").jobs).map(\.source) == [folder.path + "/a[1].csv"])
+        #expect(try #require(folder.parse(source: "'\(folder.path)/a\\[1\\].csv'").jobs).map(\.source) == [folder.path + "/a[1].csv"])
+        let missing = try #require(folder.parse(source: "'no\\[1\\].csv'").errors)
+        #expect(missing.map(\.code) == [.sourceUnavailable])
+        #expect(missing.first?.message.hasPrefix("'source' 'no\\[1\\].csv' names no file (its '*', '?' or '[' are escaped, so it is not "
+                                                 + "a glob; the file looked for is '\(folder.path)/no[1].csv')") == true, "\(missing)")
+        // A file named with the backslashes is the one named.
+        try "literal".write(toFile: folder.directory.file("b\\[2\\].csv"), atomically: true, encoding: .utf8)
+        #expect(try #require(folder.parse(source: "'b\\[2\\].csv'").jobs).map(\.source) == [folder.path + "/b\\[2\\].csv"])
+        // A folder, and the folder before a glob.
+        try FileManager.default.createDirectory(atPath: folder.directory.file("c[3]/d"), withIntermediateDirectories: true)
+        try "x".write(toFile: folder.directory.file("c[3]/d/x.csv"), atomically: true, encoding: .utf8)
+        for source in ["'c\\[3\\]/'", "'c\\[3\\]/**/*.csv'"] {
+            let yaml = "- {kind: upload-file, source: \(source), destination: gs://bkt/up/}\n"
+            let specs = try #require(ManifestParser(baseDirectory: folder.path).parse(text: yaml, path: "m.yaml").jobs, "\(source)")
+            #expect(specs.map(\.source) == [folder.path + "/c[3]/d/x.csv"], "\(source)")
+        }
+    }
+
     /// Each problem at the source's line and column, with what to do about it.
     @Test(arguments: [
         ("missing.csv", ManifestError.Code.sourceUnavailable, "'source' 'missing.csv' does not exist (FOLDER/missing.csv); if it will exist when the job runs, add 'check_source: false' to the job (or to 'defaults:') or submit with --no-check-sources"),
