@@ -84,7 +84,8 @@ public struct PrefixExpansion: Sendable, Hashable {
     /// The filter comes first: a name it leaves out is never downloaded, so `exclude:` — which the
     /// errors offer — leaves such a name out too (it was refused before the filters were asked).
     ///
-    /// Names ending in `/` are the zero-byte "folder" placeholders consoles create: skipped.
+    /// Names ending in `/` are skipped: the zero-byte "folder" placeholders consoles create, and objects
+    /// holding data that no local file can be named after (`slashNamedNote` says which).
     public func jobs(objectNames: [String]) -> Result<[JobSpec], ManifestErrors> {
         var specs: [JobSpec] = []
         // Names the filter takes that no job can download, by why: not a safe relative path, a NUL, no reference.
@@ -173,6 +174,23 @@ public struct PrefixExpansion: Sendable, Hashable {
         let more = skipped.count > 1 ? " and \(skipped.count - 1) more entries that are no objects" : ""
         return "\(file):\(sourceMark.line):\(sourceMark.column): note: 'source' '\(prefixText)': skipped '\(first.path)' "
             + "(\(first.what))\(more); a link in a bucket is never followed: name its target in a job of its own"
+    }
+
+    /// The note saying which objects holding data were skipped because their names end in `/` (listed by
+    /// `ObjectLister` with their sizes), at the job's `source`; nil for none the filters take. Only the
+    /// zero-byte "folder" placeholders are skipped without a word: such an object with content was left
+    /// out silently too, and alone under its prefix made it "hold no object".
+    public func slashNamedNote(_ objects: [(name: String, size: Int64)]) -> String? {
+        let taken = objects.filter { object in
+            guard let relative = relativeName(object.name) else { return false }
+            return relative.isEmpty || filter.takes(relative)
+        }.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        guard let first = taken.first else { return nil }
+        let more = taken.count > 1 ? " and \(taken.count - 1) more such \(taken.count == 2 ? "object" : "objects")" : ""
+        return "\(file):\(sourceMark.line):\(sourceMark.column): note: 'source' '\(prefixText)': skipped the object "
+            + "'\(LocalPathBounds.shortened(first.name))' (\(first.size) \(first.size == 1 ? "byte" : "bytes"))\(more): its name ends in '/', "
+            + "which no local file's can, and it holds data, so it is no empty folder placeholder; copy it to a name without "
+            + "the trailing '/' to download it"
     }
 
     /// The error for a prefix that could not be listed (`cause` says why and what to do), at `source`.

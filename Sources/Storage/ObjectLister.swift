@@ -39,14 +39,17 @@ public struct ObjectLister: Sendable {
     public struct Listing: Sendable {
         public var names: [String] = []
         public var skipped: [(path: String, what: String)] = []
+        /// The `gs://` objects (among `names`) whose names end in `/` and that hold data, with their sizes:
+        /// not the zero-byte "folder" placeholders consoles make, which a prefix download skips without a
+        /// word, but objects no local file can be named after, which it skips saying so.
+        public var slashNamed: [(name: String, size: Int64)] = []
     }
 
     /// `objectNames`, with what a `file://` walk left out.
     public func listing(under prefix: StorageReference, limit: Int) async throws(StorageError) -> Listing {
         switch prefix.scheme {
         case .gs:
-            return Listing(names: try await GCSBackend(configuration: configuration).objectNames(under: prefix, pageSize: pageSize,
-                                                                                                 limit: limit))
+            return try await GCSBackend(configuration: configuration).objectListing(under: prefix, pageSize: pageSize, limit: limit)
         case .file:
             return try LocalBackend(configuration: configuration).listing(under: prefix, limit: limit)
         case .http, .https:
@@ -58,9 +61,10 @@ public struct ObjectLister: Sendable {
 
 extension GCSBackend {
     /// Lists `prefix` page by page (see `ObjectLister`).
-    func objectNames(under prefix: StorageReference, pageSize: Int, limit: Int) async throws(StorageError) -> [String] {
+    func objectListing(under prefix: StorageReference, pageSize: Int, limit: Int) async throws(StorageError) -> ObjectLister.Listing {
         let path = prefix.isRoot ? "" : prefix.fullPath + "/"
         var names: [String] = []
+        var slashNamed: [(name: String, size: Int64)] = []
         var pageToken: String?
         var pages = 0
         var tokensSeen: Set<String> = []
@@ -90,7 +94,13 @@ extension GCSBackend {
                                    url: redactedURL(response.url))
             }
             for item in json["items"] as? [[String: Any]] ?? [] {
-                if let name = item["name"] as? String { names.append(name) }
+                guard let name = item["name"] as? String else { continue }
+                names.append(name)
+                // The JSON API gives the size as a decimal string.
+                if name.utf8.last == UInt8(ascii: "/"),
+                   let size = (item["size"] as? String).flatMap({ Int64($0) }) ?? (item["size"] as? NSNumber)?.int64Value, size > 0 {
+                    slashNamed.append((name, size))
+                }
             }
             pageToken = (json["nextPageToken"] as? String).flatMap { $0.isEmpty ? nil : $0 }
             pages += 1
@@ -106,7 +116,7 @@ extension GCSBackend {
                 throw StorageError(.unknown, "the object list of \(prefix) did not end after \(pages) pages")
             }
         } while pageToken != nil && names.count <= limit
-        return names
+        return ObjectLister.Listing(names: names, slashNamed: slashNamed)
     }
 }
 

@@ -295,6 +295,7 @@ extension Commands {
                 failures.append(expansion.listingFailed(Display.redacting.text(error.message)).render())
             case .success(let listing):
                 if let note = expansion.skippedNote(listing.skipped) { notes.append(note) }
+                if let note = expansion.slashNamedNote(listing.slashNamed) { notes.append(note) }
                 switch expansion.jobs(objectNames: listing.names) {
                 case .success(let expanded):
                     specs += expanded

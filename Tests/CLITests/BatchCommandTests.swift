@@ -232,6 +232,39 @@ import TestSupport
         #expect(try jsonArray(workspace, ["list", "--json"]).count == before)
     }
 
+    /// A prefix download skipped every object whose name ends in `/`, also one holding data (only the
+    /// zero-byte "folder" placeholders are meant), without a word; alone under its prefix, the prefix
+    /// "held no object". Such an object cannot be a local file of its name: it is skipped with a note
+    /// naming it, its size and why, and the placeholders are still skipped silently.
+    @Test func anObjectWithDataWhoseNameEndsInASlashIsSkippedWithANote() throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let workspace = try CLIWorkspace("batch-slash")
+        defer { workspace.directory.remove() }
+        for (name, text) in [("k/keep/", "14 bytes of data"), ("k/other.txt", "x"), ("k/empty/", ""), ("only/report/", "the only object")] {
+            // Written by the official client (the emulator drops a media upload of no bytes).
+            let body = try workspace.write("seed-\(name.count)-\(text.count)", text)
+            let wrote = try runProcess(Self.python, [Self.interop, "write", server.bucket, name, body, "application/octet-stream"],
+                                       environment: ["STORAGE_EMULATOR_HOST": server.baseURL])
+            #expect(wrote.status == 0, "\(name): \(wrote.stderr.suffix(1000))")
+        }
+        let environment = ["STORAGE_EMULATOR_HOST": server.baseURL, "HOME": workspace.directory.path]
+        let manifest = try workspace.write("k.yaml", "jobs:\n  - {kind: download-file, source: \"gs://\(server.bucket)/k/\", destination: out/}\n")
+        let listed = try workspace.jobctl(["submit", "--dry-run", manifest], environment: environment)
+        #expect(listed.status == 0, "\(listed.stderr)")
+        #expect(listed.stdout.contains("gs://\(server.bucket)/k/other.txt → ") && listed.stdout.contains("1 job valid"), "\(listed.stdout)")
+        #expect(listed.stderr.contains("k.yaml:2:35: note: 'source' 'gs://\(server.bucket)/k/': skipped the object 'k/keep/' (16 bytes): its "
+                                       + "name ends in '/', which no local file's can, and it holds data, so it is no empty folder placeholder"),
+                "\(listed.stderr)")
+        #expect(!listed.stderr.contains("k/empty/"), "a placeholder is skipped without a word: \(listed.stderr)")
+        let only = try workspace.write("only.yaml", "jobs:\n  - {kind: download-file, source: \"gs://\(server.bucket)/only/\", destination: out/}\n")
+        let refused = try workspace.jobctl(["submit", "--dry-run", only], environment: environment)
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("only.yaml:2:35: note: 'source' 'gs://\(server.bucket)/only/': skipped the object 'only/report/' (15 bytes)"),
+                "\(refused.stderr)")
+        #expect(refused.stderr.contains("only.yaml:2:5: error: the prefix 'gs://\(server.bucket)/only/' holds no object"), "\(refused.stderr)")
+    }
+
     /// Object names are cut at their `/` bytes, as the kernel and GCS cut them. A combining mark after a
     /// `/` joins it into another Character, and Character-wise cuts skipped `photos/\u{301}y` in a prefix
     /// download of `photos/` (not under it, Character by Character), kept `gs://b/%CC%81x`'s leading `/`

@@ -416,6 +416,19 @@ import TestSupport
         #expect(specs.map { $0.batch.map { Array($0.path.utf8) } } == [Array("d/\u{301}/y".utf8), Array("\u{301}x".utf8)])
     }
 
+    /// Objects holding data under names ending in `/` are named in a note (the first, how many more),
+    /// those the filters take; the zero-byte placeholders never reach it (the lister leaves them out).
+    @Test func objectsWithDataWhoseNamesEndInASlashAreNoted() throws {
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://bkt/k/\n  destination: out/\n  exclude: [\"*.tmp\"]\n")
+        #expect(expansion.slashNamedNote([]) == nil)
+        #expect(expansion.slashNamedNote([("k/x.tmp/", 3), ("other/keep/", 4)]) == nil)
+        let note = try #require(expansion.slashNamedNote([("k/z/", 1), ("k/keep/", 16), ("k/x.tmp/", 3), ("k/a/b/", 2)]))
+        #expect(note.hasPrefix("m.yaml:2:11: note: 'source' 'gs://bkt/k/': skipped the object 'k/a/b/' (2 bytes) and 2 more such objects: "
+                               + "its name ends in '/'"), "\(note)")
+        // The objects themselves make no job, whatever their size.
+        #expect(expansion.jobs(objectNames: ["k/keep/", "k/a/b/", "k/ok"]).jobs?.map(\.source) == ["gs://bkt/k/ok"])
+    }
+
     @Test func anEmptyPrefixIsAnErrorAtTheJob() throws {
         let expansion = try prefixJob("jobs:\n  - kind: download-file\n    source: gs://bkt/photos/\n    destination: out/\n")
         let errors = try #require(expansion.jobs(objectNames: ["photos/", "elsewhere/a"]).errors)
