@@ -288,6 +288,17 @@ public final class EventStore: JobStore, @unchecked Sendable {
         let connection = try SQLiteConnection(path: path, readOnly: true, create: false)
         try connection.setBusyTimeout(milliseconds: busyTimeoutMs)
         guard let problem = connection.probe() else { return (connection, false) }
+        // A hot rollback journal (another program switched the file to `journal_mode=delete` and died
+        // mid-transaction): the main file holds that transaction's uncommitted pages until a writable
+        // open rolls them back from the journal, which a read-only one may not do (SQLite refuses it,
+        // READONLY_ROLLBACK). An immutable open would read those pages as if committed.
+        if let journal = hotJournal(path) {
+            throw StoreError.readOnly(
+                "cannot read '\(path)' read-only: '\(journal)' is a hot rollback journal (another program was writing "
+                    + "the database in rollback-journal mode and stopped mid-transaction), so the database file holds "
+                    + "uncommitted changes until a writable open rolls them back; run `jobctl migrate` (or any writing "
+                    + "command) on it once, where the database and its folder are writable")
+        }
         guard problem.walFilesUnavailable else { throw problem.error }
         // A WAL reader needs the -shm file, and SQLite could neither use nor create it here (read-only
         // directory or filesystem). With no -wal content every committed transaction is in the main
@@ -302,6 +313,17 @@ public final class EventStore: JobStore, @unchecked Sendable {
         let immutable = try SQLiteConnection(path: path, readOnly: true, create: false, immutable: true)
         if let problem = immutable.probe() { throw problem.error }
         return (immutable, true)
+    }
+
+    /// The database's `-journal` file when it is there and not empty: a rollback journal SQLite may have
+    /// to play back before the main file can be read as committed ("hot"; an empty one, or none, never is).
+    ///
+    /// See https://www.sqlite.org/fileformat.html#the_rollback_journal
+    static func hotJournal(_ path: String) -> String? {
+        let journal = sqliteSidecarPath(path, "-journal")
+        var info = stat()
+        guard lstat(journal, &info) == 0, info.st_size > 0 else { return nil }
+        return journal
     }
 
     /// SQLite gives a `-wal` or `-shm` file it creates the database's mode: a command that only read the

@@ -280,6 +280,49 @@ import TestSupport
         #expect(refused.stdout.isEmpty)
         #expect(try workspace.jobctl(["list", "--json"]).stdout == expected.stdout)
     }
+
+    /// Another program switched the file to a rollback journal and died mid-transaction, leaving a hot
+    /// `-journal`: SQLite refuses a read-only open until a writable one rolls it back, and the readers took
+    /// that for "the -shm cannot be created" and read the file as immutable — the dead transaction's
+    /// uncommitted pages with it (`stats` and `list` showed its rows, exit 0, or called the file damaged).
+    /// Refused now, saying what rolls it back; a writing command does, and the readers see the log as it was.
+    @Test("a hot rollback journal is never read past by the readers: refused, saying a writing command rolls it back")
+    func hotRollbackJournal() throws {
+        let workspace = try CLIWorkspace("cli-hot-journal")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data: a, destination: file://b/a}
+        - {kind: upload-data, data: b, destination: file://b/b}
+        """)
+        try #require(ids.count == 2)
+        let before = try workspace.jobctl(["list", "--json"])
+        try #require(before.status == 0, "\(before.stderr)")
+        let died = try runProcess("/usr/bin/python3", ["-c", """
+            import os, signal, sqlite3, sys
+            c = sqlite3.connect(sys.argv[1], isolation_level=None)
+            c.execute("PRAGMA journal_mode = DELETE")
+            c.execute("PRAGMA cache_size = 1")
+            c.execute("BEGIN IMMEDIATE")
+            c.execute("UPDATE jobs SET queue = queue || '-UNCOMMITTED'")
+            for i in range(50): c.execute("UPDATE jobs SET updated_at_ms = updated_at_ms + 1")
+            c.execute("CREATE INDEX uncommitted ON jobs (queue, updated_at_ms)")
+            os.kill(os.getpid(), signal.SIGKILL)
+            """, workspace.database])
+        #expect(died.status != 0)
+        let journal = workspace.database + "-journal"
+        let journalSize = try FileManager.default.attributesOfItem(atPath: journal)[.size] as? Int ?? 0
+        try #require(journalSize > 0, "no hot journal was left")
+        for arguments in [["list"], ["list", "--json"], ["stats"], ["show", ids[0]]] {
+            let read = try workspace.jobctl(arguments)
+            #expect(read.status == 1, "\(arguments): \(read.stdout)\(read.stderr)")
+            #expect(read.stderr.contains("hot rollback journal") && read.stderr.contains("`jobctl migrate`"), "\(arguments): \(read.stderr)")
+            #expect(!read.stdout.contains("UNCOMMITTED"), "\(arguments): \(read.stdout)")
+        }
+        // A writable open rolls the journal back; the log is as it was before the other program.
+        let migrate = try workspace.jobctl(["migrate"])
+        #expect(migrate.status == 0, "\(migrate.stderr)")
+        #expect(try workspace.jobctl(["list", "--json"]).stdout == before.stdout)
+    }
 }
 
 /// Polls `condition` every 20 ms until it holds or `seconds` pass.
