@@ -111,9 +111,12 @@ final class OrphanSweeper: Sendable {
     }
 
     /// Sweeps when the first sweep has not run yet, `intervalMs` has passed since the last, or `force`.
-    /// Removals and failures go to the worker's log; a failure never stops the worker. Called by the
-    /// pool's loop, one sweep at a time.
-    func sweepIfDue(now: Int64, force: Bool = false) async {
+    /// Removals and failures go to the worker's log. Returns the store's error when the sweep failed on
+    /// one (nil otherwise): the pool stops on those no retry mends (a damaged database), as it does when
+    /// a claim or a commit meets them; the others only wait for the next sweep. Called by the pool's
+    /// loop, one sweep at a time.
+    @discardableResult
+    func sweepIfDue(now: Int64, force: Bool = false) async -> StoreError? {
         let due: (from: Position, periodic: Bool)? = state.withLock { state in
             let periodic = state.lastStart != nil && !force
             if let previous = state.lastStart {
@@ -123,7 +126,7 @@ final class OrphanSweeper: Sendable {
             state.lastStart = now
             return (state.next, periodic)
         }
-        guard let (from, periodic) = due else { return }
+        guard let (from, periodic) = due else { return nil }
         let (backend, host) = (backend, host)
         // Each of these became final before this sweep began, so its read finds them all: from then on
         // they are never read again, and a failed sweep only reads them next time.
@@ -155,8 +158,10 @@ final class OrphanSweeper: Sendable {
             // Nothing new since the last sweep (an idle worker every `intervalMs`): no write.
             if reached != start { try await store.run { store in try store.raiseSweepWatermark(host: host, to: reached) } }
             state.withLock { $0.next = .stopped(reached) }
+            return nil
         } catch {
             log.orphanSweepFailed("\(error)", now: Clock.nowMs())
+            return error as? StoreError
         }
     }
 }

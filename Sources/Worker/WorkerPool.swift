@@ -331,7 +331,9 @@ public final class WorkerPool: Sendable {
         var closed = false
         defer { if !closed { closing() } }
         opened()
-        await sweeper.sweepIfDue(now: Clock.nowMs())
+        // A sweep that found the database damaged stops the worker at the loop's next turn (`storeFailed`),
+        // as a claim or a commit that finds it does: the sweep's own log line says to stop every worker.
+        if let failure = await sweeper.sweepIfDue(now: Clock.nowMs()) { storeFailed(failure) }
 
         while true {
             let now = Clock.nowMs()
@@ -469,16 +471,24 @@ public final class WorkerPool: Sendable {
                 continue
             }
             consecutiveErrors = 0
-            await sweeper.sweepIfDue(now: now)
+            if let failure = await sweeper.sweepIfDue(now: now) { storeFailed(failure) }
             await wakeup.wait(milliseconds: drainWaitMs ?? config.pollIntervalMs)
         }
         leaseKeeper.cancel()
         await leaseKeeper.value
         graceTimer.state.withLock { $0.runEnded = true }
-        if config.drain && !isShuttingDown { await sweeper.sweepIfDue(now: Clock.nowMs(), force: true) }
+        if config.drain && !isShuttingDown, let failure = await sweeper.sweepIfDue(now: Clock.nowMs(), force: true) {
+            storeFailed(failure)
+        }
         // Every run has reported; its task may still be on its last statements. Once none is left, no
         // task holds the pool or the store (see `launch`). Not when runs outlived the shutdown's grace.
         if state.withLock({ $0.running.isEmpty }) { await jobTasks.untilNone() }
+        // The drain's last sweep (or a heartbeat since the loop's last turn) found the database damaged:
+        // the drain did not end well, whatever ran.
+        if let fatal = state.withLock({ $0.fatalStoreError }) {
+            log.storeError(fatal, consecutive: consecutiveErrors + 1, stopping: true, now: Clock.nowMs())
+            throw fatal
+        }
         // Runs still going when the grace ran out (their `released` waiting for a lock another process
         // holds, a transfer that would not stop) are left to their leases: the summary said
         // `abandoned=0` while they stayed `running`. They are logged and counted as abandoned now, and
@@ -897,6 +907,8 @@ public final class WorkerPool: Sendable {
         } catch {
             // The lease keeper's beats throw to no one: unsaid, the leases ran out and the running jobs
             // went to the rescue with nothing in the log to say why.
+            // One no retry mends (a damaged database) stops the worker, the lease keeper's beats' too.
+            if let error = error as? StoreError { storeFailed(error) }
             if !renewalsFailing.withLock({ failing in defer { failing = true }; return failing }) {
                 let expiries = state.withLock { state in leases.keys.compactMap { state.running[$0]?.leaseExpiresAtMs } }
                 log.leasesNotRenewed(error, leases: leases.count, leaseLeftMs: (expiries.min() ?? now) - now,

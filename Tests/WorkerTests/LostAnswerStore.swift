@@ -37,6 +37,9 @@ final class LostAnswerStore: JobStore {
     let failingLeftoverReads = Mutex(0)
     /// `raiseSweepWatermark` calls so far.
     let watermarkRaises = Mutex(0)
+    /// From which `leftoversSince` call on (1: the first) every one fails as SQLite's would on a file whose
+    /// pages the sweep reads are damaged (`StoreError.damaged`); nil: none does.
+    let damagedLeftoverReadsFrom = Mutex<Int?>(nil)
 
     init(_ inner: any JobStore, loseAnswerTo: EventType, damagedFromRun: Int? = nil, answerDelayMs: Int64 = 0) {
         self.inner = inner
@@ -120,6 +123,9 @@ final class LostAnswerStore: JobStore {
             return left > 0
         }
         if fail { throw StoreError.io("the connection broke while reading leftover candidates (test fault)") }
+        if let from = damagedLeftoverReadsFrom.withLock({ $0 }), leftoverReads.withLock({ $0.count }) >= from {
+            throw StoreError.damaged("SQLite: database disk image is malformed, code 11 (test fault)")
+        }
         return try inner.leftoversSince(position: position, now: now, skipping: skipping)
     }
     func sweepWatermark(host: String) throws(StoreError) -> Int64? { try inner.sweepWatermark(host: host) }

@@ -152,4 +152,44 @@ import TestSupport
         #expect(stopping.count == 1 && stopping[0].contains("\"action\":\"stopping\"") && stopping[0].contains("\"level\":\"error\""),
                 "\(stopping)")
     }
+
+    /// The orphan sweep met the damage where no claim or commit did (a page of old events only it reads):
+    /// it logged `orphan_sweep_failed` with the error's own "stop every worker", and the worker went on
+    /// writing into the file (12,986 events more) and exited 0. A sweep's damaged store now stops the
+    /// worker as a claim's does: at its start, before any claim; or at a drain's last sweep, the drain
+    /// failing with it.
+    @Test("a sweep that finds the database damaged stops the worker, at its start or at a drain's end",
+          arguments: [1, 2])
+    func theSweepsDamageStopsTheWorker(damagedFromSweep: Int) async throws {
+        let directory = try TemporaryDirectory("damaged-sweep")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let ids = try submit("- {kind: upload-data, data: \"x\", destination: \"file://b/x.txt\"}\n", database: database, directory: directory)
+        let store = LostAnswerStore(try EventStore(path: database, mode: .readWrite), loseAnswerTo: .submitted)
+        store.damagedLeftoverReadsFrom.withLock { $0 = damagedFromSweep }
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
+            lines.withLock { $0.append(line) }
+        })
+        let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
+                              configuration: WorkerConfiguration(concurrency: 1, drain: true), log: log)
+        let watchdog = Task {
+            try? await Task.sleep(for: .seconds(120))
+            pool.beginShutdown()
+        }
+        defer { watchdog.cancel() }
+        await #expect {
+            _ = try await pool.run()
+        } throws: { error in
+            guard case StoreError.damaged = error else { return false }
+            return true
+        }
+        let text = lines.withLock { $0.joined(separator: "\n") }
+        #expect(text.contains("\"event\":\"orphan_sweep_failed\""), "\(text)")
+        let stopping = lines.withLock { $0.filter { $0.contains("\"event\":\"store_error\"") } }
+        #expect(stopping.count == 1 && stopping[0].contains("\"action\":\"stopping\""), "\(stopping)")
+        // Stopped at its start, the worker claimed nothing; at the drain's end, its job had run.
+        let state = try #require(try store.inner.job(ids[0])).state
+        #expect(state == (damagedFromSweep == 1 ? .queued : .succeeded), "\(state)")
+    }
 }
