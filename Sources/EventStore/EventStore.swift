@@ -616,7 +616,7 @@ extension EventStore {
                 return true
             case .timedOut:
                 if DispatchTime.now().uptimeNanoseconds - startedNs >= min(waitNs, lockWaitCap.ns) {
-                    throw StoreError.busy(sql: "BEGIN IMMEDIATE")
+                    throw StoreError.busy(sql: "BEGIN IMMEDIATE", holder: .writerLock(path: lock.path))
                 }
             case .unusable:
                 // SQLite's locking alone is still correct, only slower with several processes.

@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import JobModel
 #if canImport(Glibc)
@@ -25,6 +26,17 @@ import Darwin
 /// makes the mutex consistent — the transaction the dead holder left open was never committed, and
 /// SQLite rolls it back on its own. A stopped holder (SIGSTOP) keeps it, and others wait at most their
 /// timeout, as they wait for SQLite's lock.
+///
+/// A lock file copied while a writer held it (a backup of a live folder restored, a VM snapshot) names,
+/// as its owner, a thread that no longer exists anywhere: no kernel ever marks such a mutex's owner dead,
+/// and every writer waited its whole busy timeout and failed, for ever. So every process that has the file
+/// open keeps a shared open-file-description lock on its first byte, and a writer kept waiting for a
+/// second looks at the owner: when no thread of that id exists in this pid namespace and no other open
+/// description of the file holds that lock (no process, in any namespace, has it open), the owner is
+/// marked dead as the kernel marks a dead holder's (`markVanishedOwnerDead`), and the next take recovers
+/// it as from any dead holder. A live owner is never so marked: in this namespace its thread exists, in
+/// another one its process has the file open. (An older jobctl, which takes no such lock, in another pid
+/// namespace is the one holder this could miss; SQLite's own lock still keeps its writes apart.)
 ///
 /// The file is created never through a symbolic link, `O_CLOEXEC`, with the database's permission bits
 /// whatever the umask, and its group where this user may give it (its owner too when root), as SQLite
@@ -70,12 +82,28 @@ final class WriterLock {
     private(set) var isHeld = false
     /// Times a holder's death was repaired (tests).
     private(set) var recoveredFromDeadOwner = 0
+    /// Whether this open file description holds the shared lock on the file's first byte that says the
+    /// file is in use (false where the filesystem has no such locks: then no owner is ever taken for gone).
+    private var markedInUse = false
+    /// Since when takes of the lock have been timing out (monotonic ns; nil: the last take succeeded), and
+    /// when the owner was last looked at.
+    private var contendedSinceNs: UInt64?
+    private var ownerLookedAtNs: UInt64 = 0
+    /// How long takes must have been timing out before the owner is looked at, and how often it is then.
+    static let ownerCheckAfterNs: UInt64 = 1_000_000_000
+    static let ownerCheckEveryNs: UInt64 = 100_000_000
 
     private init(path: String, descriptor: Int32, mapping: UnsafeMutableRawPointer) {
         self.path = path
         self.descriptor = descriptor
         self.mapping = mapping
         self.mutex = (mapping + Self.mutexOffset).bindMemory(to: pthread_mutex_t.self, capacity: 1)
+        // Shared: conflicts only with a writer's momentary exclusive one (`markVanishedOwnerDead`), so retried briefly.
+        for _ in 0..<100 {
+            if jobctl_open_file_lock_first_byte(descriptor, Int16(F_RDLCK)) == 0 { markedInUse = true; break }
+            guard errno == EAGAIN || errno == EACCES else { break }
+            usleep(1_000)
+        }
     }
 
     deinit {
@@ -247,6 +275,7 @@ final class WriterLock {
         switch code {
         case 0:
             isHeld = true
+            contendedSinceNs = nil
             return .acquired
         case EOWNERDEAD:
             // The holder died holding it. Nothing is protected by the mutex itself (SQLite's journal
@@ -254,12 +283,48 @@ final class WriterLock {
             pthread_mutex_consistent(mutex)
             recoveredFromDeadOwner += 1
             isHeld = true
+            contendedSinceNs = nil
             return .acquired
         case ETIMEDOUT, EBUSY:
+            let now = DispatchTime.now().uptimeNanoseconds
+            let since = contendedSinceNs ?? now
+            contendedSinceNs = since
+            if now - since >= Self.ownerCheckAfterNs, now - ownerLookedAtNs >= Self.ownerCheckEveryNs {
+                ownerLookedAtNs = now
+                // Marked dead, the mutex is this thread's at the next take (`EOWNERDEAD`), unless another
+                // waiter takes it first.
+                if markVanishedOwnerDead() { return lock(waitingAtMostNs: 0) }
+            }
             return .timedOut
         default:
             return .unusable
         }
+    }
+
+    /// glibc's robust mutex keeps its owner's thread id in its first word, with these flags
+    /// (https://man7.org/linux/man-pages/man2/get_robust_list.2.html, the kernel's futex.h).
+    static let futexWaiters = Int32(bitPattern: 0x8000_0000)
+    static let futexOwnerDied: Int32 = 0x4000_0000
+    static let futexThreadIDMask: Int32 = 0x3FFF_FFFF
+
+    /// When the mutex's owner cannot exist — no thread of its id in this pid namespace, and no other open
+    /// file description of the lock file marked in use, so no process anywhere has the file open — marks
+    /// it dead as the kernel marks a holder's that died (the id cleared, `FUTEX_OWNER_DIED` set, the
+    /// waiters bit kept), in one compare-and-swap, so that nothing changed meanwhile is overwritten.
+    /// Whether it did.
+    func markVanishedOwnerDead() -> Bool {
+        let word = (mapping + Self.mutexOffset).assumingMemoryBound(to: Int32.self)
+        let observed = jobctl_atomic_load_int32(word)
+        let owner = observed & Self.futexThreadIDMask
+        // Free, or already marked dead (the next take recovers it).
+        guard owner != 0, observed & Self.futexOwnerDied == 0 else { return false }
+        // A live thread of that id (EPERM: one of another user) is no vanished owner.
+        guard kill(owner, 0) != 0, errno == ESRCH else { return false }
+        // The owner may live in another pid namespace: its process has the file open, marked in use.
+        guard markedInUse, jobctl_open_file_lock_first_byte(descriptor, Int16(F_WRLCK)) == 0 else { return false }
+        defer { _ = jobctl_open_file_lock_first_byte(descriptor, Int16(F_RDLCK)) }
+        let dead = (observed & Self.futexWaiters) | Self.futexOwnerDied
+        return jobctl_atomic_compare_exchange_int32(word, observed, dead) == 1
     }
 
     /// Releases the lock (nothing when this object does not hold it).

@@ -21,8 +21,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case ambiguous(prefix: String, matches: [String])
     /// SQLite returned `code` (extended result code) with `message` while running `sql`.
     case sqlite(code: Int32, message: String, sql: String?)
-    /// Another connection held the write lock past the busy timeout.
-    case busy(sql: String?)
+    /// Another connection held the write lock past the busy timeout; `holder` says whose it was, when
+    /// that is known (see `BusyHolder`).
+    case busy(sql: String?, holder: BusyHolder? = nil)
     /// There is no database at `path`, and the command may not create one (only `submit` and `migrate` do).
     case noDatabase(path: String)
     /// A write was refused because the database (its file, its directory or the filesystem) is read-only;
@@ -93,7 +94,12 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "\(matches.count > 5 ? ", …" : "")); give more characters of the id"
         case .sqlite(let code, let message, let sql):
             return "SQLite error \(code): \(message)" + (sql.map { " in `\(Self.abbreviate($0))`" } ?? "")
-        case .busy(let sql):
+        case .busy(let sql, .writerLock(let writerLock)?):
+            return "the database is busy: jobctl's writer lock '\(writerLock)' was held by another process past the busy timeout"
+                + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "") + "; try again. If no jobctl process uses this database "
+                + "(`fuser -v '\(writerLock)'` or `lsof '\(writerLock)'` lists none), the lock file is stale (copied while "
+                + "a writer held it, as by a backup of a live folder): remove it, and the next writer makes a new one"
+        case .busy(let sql, _):
             return "the database is busy: another process held the write lock past the busy timeout"
                 + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "") + "; try again or raise the busy timeout"
         case .noDatabase(let path):
@@ -148,6 +154,13 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         let flat = sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")
         return flat.count > 120 ? String(flat.prefix(117)) + "..." : flat
     }
+}
+
+/// Whose lock a `StoreError.busy` was kept waiting by, when the store can tell.
+public enum BusyHolder: Sendable, Equatable {
+    /// jobctl's writer lock beside the database (not SQLite's own lock) was not given up: another jobctl
+    /// writer held it, or the file is stale (copied while held).
+    case writerLock(path: String)
 }
 
 extension StoreError {
