@@ -193,7 +193,12 @@ public final class EventStore: JobStore, @unchecked Sendable {
         self.isImmutable = immutable
         try connection.enableDefensive()
         try connection.execute("PRAGMA foreign_keys = ON")
-        // Read the ledger before anything can write: a newer schema is refused untouched.
+        // Read the ledger before anything can write: a newer schema is refused untouched, and so is another
+        // program's table of the ledger's name (its versions are not jobctl's).
+        if let columns = try Migrator.foreignLedgerColumns(connection) {
+            throw StoreError.io("'\(path)' is an SQLite database but not jobctl's (its schema_migrations table, with columns "
+                                + "\(columns.joined(separator: ", ")), is another program's migration ledger); check the path")
+        }
         let applied = try Migrator.appliedVersions(connection)
         try Migrator.refuseNewer(applied)
         if applied.isEmpty {

@@ -44,6 +44,21 @@ enum Migrator {
         )
         """
 
+    /// The columns of jobctl's ledger (`createLedgerSQL`).
+    static let ledgerColumns: Set<String> = ["version", "name", "applied_at_ms", "checksum"]
+
+    /// The columns of the file's `schema_migrations` table when it is not jobctl's ledger — another
+    /// program's of the same name: golang-migrate's (`version`, `dirty`), dbmate's or Rails' (one text
+    /// `version`) —, nil when it is jobctl's or there is none. Read before the ledger's versions, which
+    /// such a table holds too, in numbers of its own. Reads only.
+    ///
+    /// See https://www.sqlite.org/pragma.html#pragma_table_info
+    static func foreignLedgerColumns(_ connection: SQLiteConnection) throws(StoreError) -> [String]? {
+        let columns = try connection.query("SELECT name FROM pragma_table_info('schema_migrations')") { row in row.text(0) }
+        guard !columns.isEmpty, !ledgerColumns.isSubset(of: Set(columns.map { $0.lowercased() })) else { return nil }
+        return columns
+    }
+
     /// The versions recorded in the ledger; empty when there is no ledger yet. Reads only.
     static func appliedVersions(_ connection: SQLiteConnection) throws(StoreError) -> Set<Int> {
         let hasLedger = try connection.first(

@@ -500,6 +500,38 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         #expect(left == ["jobctl.db"], "\(left)")
     }
 
+    /// Another application's migration ledger of jobctl's ledger's name was taken for jobctl's: golang-migrate's
+    /// `version 3` made `list` say "run jobctl migrate", and `migrate` and `submit` switched the file to WAL
+    /// before failing on a raw SQL error; dbmate's timestamps read as a newer jobctl's schema. Told apart by
+    /// its columns now, and refused untouched, as any other program's database.
+    @Test("another application's schema_migrations table is not taken for jobctl's ledger: refused, the file unchanged",
+          arguments: [
+              "CREATE TABLE schema_migrations (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL); INSERT INTO schema_migrations VALUES (3, 0)",
+              "CREATE TABLE schema_migrations (version varchar(128) NOT NULL PRIMARY KEY); INSERT INTO schema_migrations VALUES ('20240101120000')",
+              "CREATE TABLE schema_migrations (version varchar NOT NULL PRIMARY KEY); INSERT INTO schema_migrations VALUES ('3')",
+          ])
+    func foreignMigrationLedger(ledger: String) throws {
+        let workspace = try CLIWorkspace("cli-foreign-ledger")
+        defer { workspace.directory.remove() }
+        let made = try runProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            connection = sqlite3.connect(sys.argv[1])
+            connection.executescript(sys.argv[2] + "; CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('keep me');")
+            connection.commit()
+            """, workspace.database, ledger])
+        try #require(made.status == 0, "\(made.stderr)")
+        let before = try Data(contentsOf: URL(fileURLWithPath: workspace.database))
+        let manifest = try workspace.write("jobs.yaml", "jobs:\n  - kind: upload-data\n    data: x\n    destination: file://b/x\n")
+        for arguments in [["migrate"], ["submit", manifest], ["list"], ["stats"]] {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 1 && output.stderr.contains("is an SQLite database but not jobctl's")
+                        && output.stderr.contains("schema_migrations"), "\(arguments): \(output.status) \(output.stderr)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: workspace.database)) == before, "the other program's database was changed")
+        let left = try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path).filter { $0.hasPrefix("jobctl.db") }
+        #expect(left == ["jobctl.db"], "\(left)")
+    }
+
     @Test("a file that is not a database is named as such")
     func notADatabase() throws {
         let workspace = try CLIWorkspace("cli-not-a-db")
