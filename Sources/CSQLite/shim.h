@@ -65,4 +65,16 @@ static inline int jobctl_open_file_lock_first_byte(int fd, short type) {
     return fcntl(fd, F_OFD_SETLK, &lock);
 }
 
+/// Whether another process holds a POSIX (`fcntl`) lock on byte `offset` of `fd`'s file that a write
+/// lock there would conflict with (`F_GETLK`, which changes nothing): 1 held, 0 not, -1 with errno.
+static inline int jobctl_posix_write_lock_held(int fd, long offset) {
+    struct flock lock = {0};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = offset;
+    lock.l_len = 1;
+    if (fcntl(fd, F_GETLK, &lock) != 0) return -1;
+    return lock.l_type != F_UNLCK ? 1 : 0;
+}
+
 #endif

@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 @_exported import JobLifecycle
 import JobModel
@@ -207,6 +208,10 @@ public final class EventStore: JobStore, @unchecked Sendable {
         if mode == .readOnly {
             let found = applied.max() ?? 0
             if found < Migrator.latestVersion {
+                // Not "run migrate" while another process is migrating it.
+                if Self.writeLockHeldElsewhere(path) {
+                    throw StoreError.busy(sql: nil, holder: .migration(from: found, to: Migrator.latestVersion))
+                }
                 throw StoreError.olderSchema(found: found, known: Migrator.latestVersion)
             }
             self.appliedMigrations = []
@@ -318,6 +323,21 @@ public final class EventStore: JobStore, @unchecked Sendable {
         let immutable = try SQLiteConnection(path: path, readOnly: true, create: false, immutable: true)
         if let problem = immutable.probe() { throw problem.error }
         return (immutable, true)
+    }
+
+    /// Whether another process holds SQLite's write lock on the WAL database at `path` (and still does a
+    /// tenth of a second later: not one commit): `WAL_WRITE_LOCK`, a POSIX lock on byte 120 of the `-shm`
+    /// file, asked of the kernel (`F_GETLK`) through a read-only descriptor, so the reader changes nothing.
+    /// False when it cannot tell (no `-shm`).
+    ///
+    /// See https://www.sqlite.org/walformat.html#locks
+    static func writeLockHeldElsewhere(_ path: String) -> Bool {
+        let descriptor = open(sqliteSidecarPath(path, "-shm"), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        guard jobctl_posix_write_lock_held(descriptor, 120) == 1 else { return false }
+        usleep(100_000)
+        return jobctl_posix_write_lock_held(descriptor, 120) == 1
     }
 
     /// The database's `-journal` file when it is there and not empty: a rollback journal SQLite may have

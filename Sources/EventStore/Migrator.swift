@@ -102,7 +102,13 @@ enum Migrator {
         var applied: [Int] = []
         for group in groups {
             var current: Migration?
-            try connection.run("BEGIN IMMEDIATE")
+            do throws(StoreError) {
+                try connection.run("BEGIN IMMEDIATE")
+            } catch {
+                // Behind, and SQLite's write lock held for the whole busy timeout: another process is migrating.
+                if case .busy(let sql, nil) = error { throw StoreError.busy(sql: sql, holder: .migration(from: before.max() ?? 0, to: latestVersion)) }
+                throw error
+            }
             do throws(StoreError) {
                 try connection.execute(createLedgerSQL)
                 let ledger = try appliedVersions(connection)

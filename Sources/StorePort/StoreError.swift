@@ -99,6 +99,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "") + "; try again. If no jobctl process uses this database "
                 + "(`fuser -v '\(writerLock)'` or `lsof '\(writerLock)'` lists none), the lock file is stale (copied while "
                 + "a writer held it, as by a backup of a live folder): remove it, and the next writer makes a new one"
+        case .busy(_, .migration(let from, let to)?):
+            return "the database is busy: a migration of this database is in progress (its schema is at version \(from) of \(to), "
+                + "and another process has held its write lock all the while; a large log takes minutes): wait for it to finish, "
+                + "then try again"
         case .busy(let sql, _):
             return "the database is busy: another process held the write lock past the busy timeout"
                 + (sql.map { " (`\(Self.abbreviate($0))`)" } ?? "") + "; try again or raise the busy timeout"
@@ -161,6 +165,10 @@ public enum BusyHolder: Sendable, Equatable {
     /// jobctl's writer lock beside the database (not SQLite's own lock) was not given up: another jobctl
     /// writer held it, or the file is stale (copied while held).
     case writerLock(path: String)
+    /// The schema is at version `from`, behind this jobctl's `to`, and another process held SQLite's write
+    /// lock all the while: migrating it (a large log takes minutes), as every writer of a database behind
+    /// does first.
+    case migration(from: Int, to: Int)
 }
 
 extension StoreError {

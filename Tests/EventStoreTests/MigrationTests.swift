@@ -104,6 +104,51 @@ struct MigrationTests {
         #expect("\(expected)".contains("upgrade jobctl"))
     }
 
+    /// While one process migrated a large log (71 s for 450,000 jobs), every other writer failed after its
+    /// busy timeout with the generic "busy … raise the busy timeout", and `list` said "run `jobctl migrate`".
+    /// Both say now that a migration is in progress: another process (here a Python one, the ledger one
+    /// version behind) holds SQLite's write lock on a schema behind. Once it has let go, a reader says
+    /// "migrate" again.
+    @Test("while another process migrates, writers and readers say a migration is in progress")
+    func migrationInProgressIsSaid() throws {
+        let directory = try TemporaryDirectory("store-migrating")
+        defer { directory.remove() }
+        let path = directory.file("jobs.db")
+        do { _ = try EventStore(path: path) }
+        let known = EventStore.knownSchemaVersion
+        let held = directory.file("held")
+        let migrating = Process()
+        migrating.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        migrating.arguments = ["-c", """
+            import sqlite3, sys, time
+            c = sqlite3.connect(sys.argv[1], isolation_level=None)
+            c.execute("DELETE FROM schema_migrations WHERE version = ?", (int(sys.argv[3]),))
+            c.execute("BEGIN IMMEDIATE")
+            open(sys.argv[2], "w").close()
+            time.sleep(120)
+            """, path, held, String(known)]
+        try migrating.run()
+        defer {
+            signalIfRunning(migrating, SIGKILL)
+            migrating.waitForExit()
+        }
+        let deadline = Date().addingTimeInterval(30)
+        while !FileManager.default.fileExists(atPath: held) && migrating.isRunning && Date() < deadline { usleep(10_000) }
+        try #require(FileManager.default.fileExists(atPath: held), "the other process never took the lock")
+
+        func saysMigrating(_ error: any Error) -> Bool {
+            guard case StoreError.busy = error else { return false }
+            return "\(error)".contains("a migration of this database is in progress") && "\(error)".contains("version \(known - 1) of \(known)")
+        }
+        #expect { _ = try EventStore(path: path, mode: .readWrite, busyTimeoutMs: 300) } throws: { saysMigrating($0) }
+        #expect { _ = try EventStore(path: path, mode: .readOnly, busyTimeoutMs: 300) } throws: { saysMigrating($0) }
+        signalIfRunning(migrating, SIGKILL)
+        migrating.waitForExit()
+        #expect(throws: StoreError.olderSchema(found: known - 1, known: known)) {
+            _ = try EventStore(path: path, mode: .readOnly, busyTimeoutMs: 300)
+        }
+    }
+
     @Test("read-only opens work while a writer holds a transaction, and refuse writes")
     func readOnlyWhileWriting() throws {
         let fixture = try StoreFixture("store-readonly")
