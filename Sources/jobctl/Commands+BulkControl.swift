@@ -69,6 +69,13 @@ struct BulkControl {
         /// With `--with-dependants`: the selected job whose retry reopens (or leaves cancelled) this
         /// dependant; absent for the selected jobs themselves.
         var dependant_of: String? = nil
+        /// Whether its transaction's COMMIT went unanswered (`StoreError.outcomeUnknown`): the change may
+        /// have been made, so the job never goes through the command again.
+        var unconfirmed = false
+
+        enum CodingKeys: String, CodingKey {
+            case id, kind, state_before, state, outcome, events, reason, dependant_of
+        }
     }
 
     struct Report: Encodable {
@@ -106,7 +113,8 @@ struct BulkControl {
         // A selected job that waits for another (`after:`) and whose retry was refused goes once more after
         // the others: a later selected job's retry may open the job it waits for (or, with
         // --with-dependants, reopen it with that one), so what a bulk retry does does not depend on which
-        // of the two is older.
+        // of the two is older. Not one whose COMMIT went unanswered (`Decision.unconfirmed`): its retry may
+        // have been made, and made again it re-ran the job (or was refused for the state the first left).
         var waitingTurn: [JobRecord] = []
         func take(_ job: JobRecord, mayWait: Bool) {
             if withDependants {
@@ -117,7 +125,7 @@ struct BulkControl {
                     return
                 }
                 let made = retryWithDependants(job, store: store, context: context, openedBefore: openedBefore)
-                if mayWait, made.first?.outcome == "refused", !(job.spec.after ?? []).isEmpty {
+                if mayWait, let first = made.first, first.outcome == "refused", !first.unconfirmed, !(job.spec.after ?? []).isEmpty {
                     waitingTurn.append(job)
                     return
                 }
@@ -146,7 +154,7 @@ struct BulkControl {
             for start in stride(from: 0, to: jobs.count, by: Self.jobsPerTransaction) {
                 let chunk = Array(jobs[start..<min(jobs.count, start + Self.jobsPerTransaction)])
                 for (job, decision) in zip(chunk, performEach(chunk, store: store, context: context, command: command)) {
-                    if mayWait, command == .retry, decision.outcome == "refused", !(job.spec.after ?? []).isEmpty {
+                    if mayWait, command == .retry, decision.outcome == "refused", !decision.unconfirmed, !(job.spec.after ?? []).isEmpty {
                         waitingTurn.append(job)
                     } else {
                         decisions.append(decision)
@@ -229,7 +237,7 @@ struct BulkControl {
                                 outcome: result.isRepeat ? "repeat" : "changed", events: answer.events.map(\.rawValue), reason: nil)
             case .failure(let error):
                 return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
-                                outcome: "refused", events: [], reason: "\(error)")
+                                outcome: "refused", events: [], reason: "\(error)", unconfirmed: error.outcomeUnknown)
             }
         }
     }
@@ -264,7 +272,7 @@ struct BulkControl {
             return decisions
         } catch {
             return [Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
-                             outcome: "refused", events: [], reason: "\(error)")]
+                             outcome: "refused", events: [], reason: "\(error)", unconfirmed: error.outcomeUnknown)]
         }
     }
 

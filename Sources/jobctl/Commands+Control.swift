@@ -83,7 +83,8 @@ extension Commands {
             var views: [JobView] = []
             var refused = 0
             // A retry refused goes once more after the others (see `BulkControl`'s `take`): a retry after
-            // it may open the job it waits for.
+            // it may open the job it waits for. Not one whose COMMIT went unanswered: it may have been made
+            // (a retry run twice re-ran the job, or was refused for the state the first left it in).
             var waitingTurn: [String] = []
             func take(_ given: String, mayWait: Bool) {
                 do {
@@ -97,7 +98,10 @@ extension Commands {
                         emit("\(record.id)  \(context.paint(state: record.state))\(note)")
                     }
                 } catch {
-                    if mayWait && name == "retry" { waitingTurn.append(given); return }
+                    if mayWait && name == "retry" && (error as? StoreError)?.outcomeUnknown != true {
+                        waitingTurn.append(given)
+                        return
+                    }
                     refused += 1
                     emitError("Error: \(given): \(error)")
                 }
@@ -119,7 +123,7 @@ extension Commands {
         var opened: Set<String> = []
         var kept: [DependantsRetryPlan.Kept] = []
         // A job refused goes once more after the others: a later job's retry may reopen it (its line says
-        // so) or open the job it waits for.
+        // so) or open the job it waits for. Not one whose COMMIT went unanswered: it may have been made.
         var waitingTurn: [String] = []
         func take(_ text: String, mayWait: Bool) {
             do {
@@ -139,7 +143,10 @@ extension Commands {
                     }
                 }
             } catch {
-                if mayWait { waitingTurn.append(text); return }
+                if mayWait && (error as? StoreError)?.outcomeUnknown != true {
+                    waitingTurn.append(text)
+                    return
+                }
                 refused += 1
                 emitError("Error: \(text): \(error)")
             }
@@ -355,5 +362,15 @@ extension Commands {
         }
         output.flush()
         return ExitCode.ok
+    }
+}
+
+extension StoreError {
+    /// Whether the write this error ended may have been made all the same: its COMMIT went unanswered
+    /// (`commitUnconfirmed`). A control whose outcome is unknown is never run again as if it had failed:
+    /// run twice, a retry re-ran its job (or its second try was refused for the state the first had left).
+    var outcomeUnknown: Bool {
+        if case .commitUnconfirmed = self { return true }
+        return false
     }
 }

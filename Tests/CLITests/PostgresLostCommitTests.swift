@@ -1,0 +1,73 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// Control commands on PostgreSQL whose transaction's COMMIT reaches the server while its answer is lost
+/// (a `TCPFaultProxy` resets the connection once the server has answered): the change may have been
+/// made, and the command must say so rather than act as if it had failed.
+@Suite("PostgreSQL controls whose COMMIT answer is lost", .onTestThreads)
+struct PostgresLostCommitTests {
+    /// The workspace's database URL, reached through `proxy` instead.
+    static func proxied(_ workspace: CLIWorkspace, _ proxy: TCPFaultProxy) throws -> String {
+        let server = try PostgresServer.shared()
+        let direct = "@127.0.0.1:\(server.port)/"
+        #expect(workspace.database.contains(direct))
+        return workspace.database.replacingOccurrences(of: direct, with: "@127.0.0.1:\(proxy.port)/")
+    }
+
+    /// Runs `jobctl ARGS` through a proxy that lets the first transaction writing an event commit on the
+    /// server and resets the connection instead of passing on the COMMIT's answer.
+    static func withLostCommit(_ workspace: CLIWorkspace, _ arguments: [String]) throws -> ProcessOutput {
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
+            TCPFaultProxy.Rule(marker: "COMMIT\u{0}", after: ["INSERT INTO events"], action: .resetAfterAnswer),
+        ])
+        defer { proxy.stop() }
+        let output = try runProcess(PackagePaths.jobctlBinary, ["--db", try proxied(workspace, proxy)] + arguments,
+                                    environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path, seconds: 60)
+        #expect(proxy.firedRules.count == 1, "\(arguments): the COMMIT's answer was never lost: \(output.stderr)")
+        #expect(!output.stderr.contains(try PostgresServer.shared().password))
+        return output
+    }
+
+    /// How many `retried` events job `key` has.
+    static func retries(_ workspace: CLIWorkspace, _ key: String) throws -> Int {
+        try #require(try workspace.json(["history", key, "--json", "--type", "retried"]) as? [[String: Any]]).count
+    }
+
+    /// `retry`'s refusals go once more after the other jobs given (a job retried after them may open the
+    /// one they wait for), and a refusal was any error: a retry whose COMMIT answer was lost ran again. With
+    /// a worker about, the job ran twice (`retried` twice in its history); without one, the second try was
+    /// refused ("job … is queued, not failed or cancelled", exit 1), or, selected by --state, said "it is
+    /// queued now, no longer failed; left alone" (exit 0) of the job its own first try had retried.
+    @Test("retry, single or bulk, with or without --with-dependants, whose COMMIT answer is lost is not tried again and says it may have been made")
+    func retryIsNotRunAgain() throws {
+        let workspace = try CLIWorkspace("pg-lost-retry", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let buckets = workspace.directory.file("buckets")
+        _ = try workspace.submit("""
+            jobs:
+              - {kind: upload-data, data: x, destination: file://b/dep.txt, key: dep}
+              - {kind: download-memory, source: file://src/missing.bin, max_attempts: 1, key: plain}
+              - {kind: download-memory, source: file://src/missing.bin, max_attempts: 1, key: withdeps}
+              - {kind: download-memory, source: file://src/missing.bin, max_attempts: 1, after: [dep], queue: bulk1, key: bulk}
+              - {kind: download-memory, source: file://src/missing.bin, max_attempts: 1, after: [dep], queue: bulk2, key: bulkdeps}
+            """)
+        let drained = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": buckets])
+        try #require(drained.status == 2, "\(drained.stderr)")
+
+        for (key, arguments) in [("plain", ["retry", "plain"]), ("withdeps", ["retry", "withdeps", "--with-dependants"]),
+                                 ("bulk", ["retry", "--state", "failed", "--queue", "bulk1"]),
+                                 ("bulkdeps", ["retry", "--state", "failed", "--queue", "bulk2", "--with-dependants"])] {
+            let retried = try Self.withLostCommit(workspace, arguments)
+            let said = retried.stdout + retried.stderr
+            #expect(retried.status == 1, "\(arguments): \(said)")
+            #expect(retried.stderr.contains("the server may have committed the transaction"), "\(arguments): \(said)")
+            #expect(!said.contains("not failed or cancelled") && !said.contains("left alone"), "\(arguments): \(said)")
+            // The server had committed the one retry: the job is queued again, retried once.
+            #expect(try Self.retries(workspace, key) == 1, "\(arguments): \(said)")
+            let job = try #require(try workspace.json(["show", key, "--json"]) as? [String: Any])
+            #expect(job["state"] as? String == "queued", "\(arguments): \(job)")
+        }
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+    }
+}
