@@ -25,7 +25,9 @@ struct BulkControl {
         Instead of ids, --state, --queue, --kind, --since and --batch select every matching job (oldest first), and
         \(name) goes to each in turn; a summary line counts the jobs changed, already so and refused. --dry-run
         (with ids or filters) prints what would happen to each job and changes nothing. Exit 1 when any job
-        was (or, with --dry-run, would be) refused; harmless repeats do not count.
+        was (or, with --dry-run, would be) refused; harmless repeats do not count. A job whose transaction's
+        COMMIT went unanswered (a PostgreSQL connection lost just then) is counted as of unknown outcome (exit
+        1): the change may have been made, and its line says how to tell.
         """
     }
 
@@ -58,30 +60,27 @@ struct BulkControl {
         let id: String
         let kind: String
         let state_before: String
-        /// The state after the command (a dry run: the state now).
+        /// The state after the command (a dry run: the state now); `unknown` when the outcome is.
         let state: String
-        /// `changed`, `repeat` or `refused`.
+        /// `changed`, `repeat` or `refused`; `unknown` when the transaction's COMMIT went unanswered (the
+        /// change may have been made: the job never goes through the command again, and `reason` says
+        /// how to tell); for a dependant with `--with-dependants`, also `kept`.
         let outcome: String
         /// The events appended (a dry run: the events the lifecycle would append).
         let events: [String]
-        /// Why it was refused (or, for a dependant, left cancelled).
+        /// Why it was refused (or, for a dependant, left cancelled), or why its outcome is unknown.
         let reason: String?
         /// With `--with-dependants`: the selected job whose retry reopens (or leaves cancelled) this
         /// dependant; absent for the selected jobs themselves.
         var dependant_of: String? = nil
-        /// Whether its transaction's COMMIT went unanswered (`StoreError.outcomeUnknown`): the change may
-        /// have been made, so the job never goes through the command again.
-        var unconfirmed = false
-
-        enum CodingKeys: String, CodingKey {
-            case id, kind, state_before, state, outcome, events, reason, dependant_of
-        }
     }
 
     struct Report: Encodable {
         let command: String
         let dry_run: Bool
         let matched, changed, repeats, refused: Int
+        /// Jobs whose transaction's COMMIT went unanswered: changed or not, nobody knows (see `Decision.outcome`).
+        let unknown: Int
         /// Jobs selected by `--state` whose state changed before their turn (a worker claimed one).
         let no_longer_selected: Int
         /// With `--with-dependants`: the dependants reopened (or that would be) and those left cancelled.
@@ -113,8 +112,8 @@ struct BulkControl {
         // A selected job that waits for another (`after:`) and whose retry was refused goes once more after
         // the others: a later selected job's retry may open the job it waits for (or, with
         // --with-dependants, reopen it with that one), so what a bulk retry does does not depend on which
-        // of the two is older. Not one whose COMMIT went unanswered (`Decision.unconfirmed`): its retry may
-        // have been made, and made again it re-ran the job (or was refused for the state the first left).
+        // of the two is older. Not one whose COMMIT went unanswered (outcome `unknown`): its retry may have
+        // been made, and made again it re-ran the job (or was refused for the state the first left).
         var waitingTurn: [JobRecord] = []
         func take(_ job: JobRecord, mayWait: Bool) {
             if withDependants {
@@ -125,7 +124,7 @@ struct BulkControl {
                     return
                 }
                 let made = retryWithDependants(job, store: store, context: context, openedBefore: openedBefore)
-                if mayWait, let first = made.first, first.outcome == "refused", !first.unconfirmed, !(job.spec.after ?? []).isEmpty {
+                if mayWait, made.first?.outcome == "refused", !(job.spec.after ?? []).isEmpty {
                     waitingTurn.append(job)
                     return
                 }
@@ -154,7 +153,7 @@ struct BulkControl {
             for start in stride(from: 0, to: jobs.count, by: Self.jobsPerTransaction) {
                 let chunk = Array(jobs[start..<min(jobs.count, start + Self.jobsPerTransaction)])
                 for (job, decision) in zip(chunk, performEach(chunk, store: store, context: context, command: command)) {
-                    if mayWait, command == .retry, decision.outcome == "refused", !decision.unconfirmed, !(job.spec.after ?? []).isEmpty {
+                    if mayWait, command == .retry, decision.outcome == "refused", !(job.spec.after ?? []).isEmpty {
                         waitingTurn.append(job)
                     } else {
                         decisions.append(decision)
@@ -180,6 +179,7 @@ struct BulkControl {
                             changed: selected.filter { $0.outcome == "changed" }.count,
                             repeats: selected.filter { $0.outcome == "repeat" }.count,
                             refused: selected.filter { $0.outcome == "refused" }.count,
+                            unknown: selected.filter { $0.outcome == "unknown" }.count,
                             no_longer_selected: selected.filter { $0.outcome == "no longer selected" }.count,
                             dependants_reopened: withDependants ? dependants.filter { $0.outcome == "changed" }.count : nil,
                             dependants_kept: withDependants ? dependants.filter { $0.outcome == "kept" }.count : nil,
@@ -190,7 +190,7 @@ struct BulkControl {
             for decision in decisions { printLine(decision, context: context) }
             emit(summary(report))
         }
-        return report.refused == 0 ? ExitCode.ok : ExitCode.failure
+        return report.refused == 0 && report.unknown == 0 ? ExitCode.ok : ExitCode.failure
     }
 
     /// The lifecycle's answer for `job`, read again by the store with the facts the command would be
@@ -236,8 +236,7 @@ struct BulkControl {
                 return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: result.record.state.rawValue,
                                 outcome: result.isRepeat ? "repeat" : "changed", events: answer.events.map(\.rawValue), reason: nil)
             case .failure(let error):
-                return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
-                                outcome: "refused", events: [], reason: "\(error)", unconfirmed: error.outcomeUnknown)
+                return failed(job, error)
             }
         }
     }
@@ -271,9 +270,20 @@ struct BulkControl {
             }
             return decisions
         } catch {
-            return [Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
-                             outcome: "refused", events: [], reason: "\(error)", unconfirmed: error.outcomeUnknown)]
+            return [failed(job, error)]
         }
+    }
+
+    /// `job`'s decision when the command's transaction failed with `error`: refused, or — its COMMIT
+    /// unanswered — of unknown outcome, saying how to tell whether the change was made (it was reported
+    /// `refused` with the state before, though the server had made it).
+    private func failed(_ job: JobRecord, _ error: StoreError) -> Decision {
+        guard case .commitUnconfirmed(let loss) = error else {
+            return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: job.state.rawValue,
+                            outcome: "refused", events: [], reason: "\(error)")
+        }
+        return Decision(id: job.id, kind: job.kind.rawValue, state_before: job.state.rawValue, state: "unknown", outcome: "unknown",
+                        events: [], reason: LostCommit.control(name, id: job.id, loss: loss, withDependants: withDependants))
     }
 
     private func printLine(_ decision: Decision, context: Context) {
@@ -290,6 +300,8 @@ struct BulkControl {
             emit("\(decision.id)  \(state)  (\(decision.reason ?? ""))")
         case ("refused", _):
             emitError("Error: \(decision.id): \(decision.reason ?? "refused")")
+        case ("unknown", _):
+            emitError("Error: \(decision.id): outcome unknown: \(decision.reason ?? "its COMMIT went unanswered")")
         case ("no longer selected", _):
             emit("\(decision.id)  \(state)  (\(decision.reason ?? "no longer selected"))")
         case ("repeat", true):
@@ -307,6 +319,7 @@ struct BulkControl {
         let prefix = report.dry_run ? "dry run: \(name) would change" : "\(name):"
         let counts = "\(report.changed) of \(plural(report.matched, "job")) changed"
         let tail = "\(report.repeats) already so, \(report.refused) refused"
+            + (report.unknown > 0 ? ", \(report.unknown) of unknown outcome (the change may have been made)" : "")
             + (report.no_longer_selected > 0 ? ", \(report.no_longer_selected) no longer \(filter?.states.map { $0.map(\.rawValue).sorted().joined(separator: "/") } ?? "selected")" : "")
             + (report.dependants_reopened.map { ", \(plural($0, "dependant")) \(report.dry_run ? "would be reopened" : "reopened")" } ?? "")
             + (report.dependants_kept.map { $0 > 0 ? ", \(plural($0, "dependant")) left cancelled" : "" } ?? "")

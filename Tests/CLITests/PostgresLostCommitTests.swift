@@ -70,4 +70,39 @@ struct PostgresLostCommitTests {
         }
         #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
     }
+
+    /// A bulk control whose transaction's COMMIT answer was lost reported every job of it `refused`, in
+    /// the state it had before (`pause --state queued --json`: `changed: 0, refused: 6`, each `queued`),
+    /// though the server had paused all six.
+    @Test("a bulk control whose COMMIT answer is lost reports each job's outcome unknown, in --json and in text, and how to tell; exit 1")
+    func bulkOutcomeIsUnknown() throws {
+        let workspace = try CLIWorkspace("pg-lost-bulk", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("jobs:\n" + (0..<6).map { "  - {kind: upload-data, data: x\($0), destination: file://b/\($0).txt, delay: 1h}\n" }.joined())
+
+        let paused = try Self.withLostCommit(workspace, ["pause", "--state", "queued", "--json"])
+        #expect(paused.status == 1, "\(paused.stdout) \(paused.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(paused.stdout.utf8)) as? [String: Any], "\(paused.stdout)")
+        #expect(report["unknown"] as? Int == 6 && report["refused"] as? Int == 0 && report["changed"] as? Int == 0, "\(report)")
+        let jobs = try #require(report["jobs"] as? [[String: Any]])
+        #expect(jobs.count == 6)
+        for job in jobs {
+            #expect(job["outcome"] as? String == "unknown" && job["state"] as? String == "unknown", "\(job)")
+            let reason = job["reason"] as? String ?? ""
+            #expect(reason.contains("the server may have committed the transaction") && reason.contains("may be paused now")
+                        && reason.contains("`jobctl show \(job["id"] as? String ?? "?")`"), "\(reason)")
+        }
+        // The server had paused them all.
+        let listed = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(listed.count == 6 && listed.allSatisfy { $0["state"] as? String == "paused" }, "\(listed)")
+
+        let cancelled = try Self.withLostCommit(workspace, ["cancel", "--state", "paused"])
+        #expect(cancelled.status == 1, "\(cancelled.stdout) \(cancelled.stderr)")
+        let lines = cancelled.stderr.split(separator: "\n")
+        for id in ids {
+            #expect(lines.contains { $0.hasPrefix("Error: \(id): outcome unknown: ") && $0.contains("may be cancelled now") }, "\(cancelled.stderr)")
+        }
+        #expect(cancelled.stdout.contains("cancel: 0 of 6 jobs changed (0 already so, 0 refused, 6 of unknown outcome"), "\(cancelled.stdout)")
+        #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+    }
 }
