@@ -150,9 +150,12 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    /// What a user does after a command's write whose COMMIT went unanswered: it may be in the log.
+    /// What a user does after a command's write whose COMMIT went unanswered: it may be in the log. Said
+    /// when the command has nothing better to say; each writing command says what to look at and what
+    /// running it again would do (submit: jobs with a `key:` are never created twice; a control: the
+    /// job's state; archive: the archives the log records; migrate --to: the target).
     public static let commitUnconfirmedAdvice = "the server may have committed the transaction before the connection went: "
-        + "check what it wrote (`jobctl list`) before running the command again (jobs with a `key:` are never created twice)"
+        + "check what it wrote (`jobctl list`, `jobctl history ID`) before running the command again"
 
     private static func abbreviate(_ sql: String) -> String {
         let flat = sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")

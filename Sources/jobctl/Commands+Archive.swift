@@ -83,7 +83,13 @@ extension Commands {
             }
         }
         if let blobsBefore {
-            let expiry = try store.expireBlobs(finishedBefore: blobsBefore, now: Clock.nowMs(), dryRun: dryRun)
+            let expiry: BlobExpiry
+            do {
+                expiry = try store.expireBlobs(finishedBefore: blobsBefore, now: Clock.nowMs(), dryRun: dryRun)
+            } catch {
+                guard case StoreError.commitUnconfirmed(let loss) = error else { throw error }
+                throw CommandFailure(LostCommit.expiredBlobs(loss: loss))
+            }
             struct View: Encodable {
                 let dry_run: Bool; let before: String; let before_ms: Int64; let blobs: Int; let bytes: Int64; let sha256: [String]
             }
@@ -133,10 +139,16 @@ extension Commands {
         var candidates = try store.leftoverCandidates(finishedSince: selection.jobs.map(\.finishedAtMs).min())
         candidates.finished.removeAll { !archivedIDs.contains($0.id) }
         let hold = context.environment[archiveHoldEnvironment]
-        let event = try store.removeArchived(selection, record: record, actor: context.actor, now: Clock.nowMs()) {
-            guard let hold, !hold.isEmpty else { return }
-            _ = FileManager.default.createFile(atPath: hold, contents: Data())
-            while true { Glibc.pause() }
+        let event: JobEvent
+        do {
+            event = try store.removeArchived(selection, record: record, actor: context.actor, now: Clock.nowMs()) {
+                guard let hold, !hold.isEmpty else { return }
+                _ = FileManager.default.createFile(atPath: hold, contents: Data())
+                while true { Glibc.pause() }
+            }
+        } catch {
+            guard case StoreError.commitUnconfirmed(let loss) = error else { throw error }
+            throw CommandFailure(LostCommit.archive(loss: loss, file: Display.escapingControls(target)))
         }
         guard case .archived(let stored) = event.payload else {
             throw CommandFailure("the log recorded a '\(event.type.rawValue)' event for the archive; run `jobctl replay --verify`")

@@ -87,8 +87,10 @@ extension Commands {
             // (a retry run twice re-ran the job, or was refused for the state the first left it in).
             var waitingTurn: [String] = []
             func take(_ given: String, mayWait: Bool) {
+                var resolved: String?
                 do {
                     let id = try store.resolveID(given)
+                    resolved = id
                     let outcome = try action(store, id, context)
                     let record = outcome.record
                     views.append(JobView(record, display: .redacting))
@@ -98,7 +100,12 @@ extension Commands {
                         emit("\(record.id)  \(context.paint(state: record.state))\(note)")
                     }
                 } catch {
-                    if mayWait && name == "retry" && (error as? StoreError)?.outcomeUnknown != true {
+                    if case StoreError.commitUnconfirmed(let loss) = error {
+                        refused += 1
+                        emitError("Error: \(given): \(LostCommit.control(name, id: resolved ?? given, loss: loss))")
+                        return
+                    }
+                    if mayWait && name == "retry" {
                         waitingTurn.append(given)
                         return
                     }
@@ -126,8 +133,10 @@ extension Commands {
         // so) or open the job it waits for. Not one whose COMMIT went unanswered: it may have been made.
         var waitingTurn: [String] = []
         func take(_ text: String, mayWait: Bool) {
+            var resolved: String?
             do {
                 let id = try store.resolveID(text)
+                resolved = id
                 if !mayWait && opened.contains(id) { return }
                 let answer = try store.retryWithDependants(id: id, actor: context.actor, now: Clock.nowMs(), ifStateIn: nil, dryRun: false)
                 guard let outcome = answer.result else { throw StoreError.notFound(text) }  // no state condition: never nil
@@ -143,7 +152,12 @@ extension Commands {
                     }
                 }
             } catch {
-                if mayWait && (error as? StoreError)?.outcomeUnknown != true {
+                if case StoreError.commitUnconfirmed(let loss) = error {
+                    refused += 1
+                    emitError("Error: \(text): \(LostCommit.control("retry", id: resolved ?? text, loss: loss, withDependants: true))")
+                    return
+                }
+                if mayWait {
                     waitingTurn.append(text)
                     return
                 }
@@ -362,15 +376,5 @@ extension Commands {
         }
         output.flush()
         return ExitCode.ok
-    }
-}
-
-extension StoreError {
-    /// Whether the write this error ended may have been made all the same: its COMMIT went unanswered
-    /// (`commitUnconfirmed`). A control whose outcome is unknown is never run again as if it had failed:
-    /// run twice, a retry re-ran its job (or its second try was refused for the state the first had left).
-    var outcomeUnknown: Bool {
-        if case .commitUnconfirmed = self { return true }
-        return false
     }
 }

@@ -358,7 +358,13 @@ extension Commands {
         }
         let destination = try PostgresStore(url: target, mode: .create)
         // Looked at again inside the copy's transaction: a job claimed since this look is refused there too.
-        let copied = try destination.importLog(from: source, allowingRunning: force)
+        let copied: LogImport
+        do {
+            copied = try destination.importLog(from: source, allowingRunning: force)
+        } catch {
+            guard case .commitUnconfirmed(let loss) = error else { throw error }
+            throw CommandFailure(LostCommit.copy(loss: loss))
+        }
         let running = copied.runningJobs
         let check = try destination.replay(verify: true)
         if json {

@@ -188,6 +188,8 @@ extension Commands {
             return unknownDependency(name)
         } catch StoreError.dependencyCycle(let indices) {
             return dependencyCycle(indices)
+        } catch StoreError.commitUnconfirmed(let loss) {
+            throw CommandFailure(LostCommit.submit(loss: loss))
         }
         if arguments[Options.json] {
             struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool; let batch: String? }

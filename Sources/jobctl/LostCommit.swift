@@ -30,4 +30,32 @@ enum LostCommit {
         }
         return loss + "; " + mayHaveCommitted + ", " + advice
     }
+
+    /// `submit`'s: what the jobs' keys guarantee.
+    static func submit(loss: String) -> String {
+        loss + "; " + mayHaveCommitted + ": check what it wrote (`jobctl list`) before running the command again "
+            + "(jobs with a `key:` are never created twice)"
+    }
+
+    /// `archive --before … --to FILE`'s, after FILE was written and read back: whether the jobs left the log
+    /// is what the log's own events say.
+    static func archive(loss: String, file: String) -> String {
+        loss + "; " + mayHaveCommitted + ", so the archived jobs may have left the log, \(file) then being their only copy: "
+            + "keep it; `jobctl history log` lists the archives the log records (its file name and sha256): if this one is "
+            + "there the archive is done, if not nothing left the log and the same command may be run again (it writes "
+            + "the file anew)"
+    }
+
+    /// `archive --blobs-before`'s.
+    static func expiredBlobs(loss: String) -> String {
+        loss + "; " + mayHaveCommitted + ", so the blobs may have been removed: running the same command again is safe "
+            + "(it removes only blobs still stored, and says how many)"
+    }
+
+    /// `migrate --to`'s: the copy's transaction, before the check of the copy.
+    static func copy(loss: String) -> String {
+        loss + "; " + mayHaveCommitted + ", so the log may have been copied, unchecked: `jobctl replay --verify --db <target>` "
+            + "checks the copy if the target holds it; running the same command again is safe: it copies only into an "
+            + "empty target, and refuses one that holds the copy, changing nothing"
+    }
 }

@@ -62,6 +62,9 @@ struct PostgresLostCommitTests {
             let said = retried.stdout + retried.stderr
             #expect(retried.status == 1, "\(arguments): \(said)")
             #expect(retried.stderr.contains("the server may have committed the transaction"), "\(arguments): \(said)")
+            // What to check is the job's history, not submit's keys.
+            #expect(retried.stderr.contains("may be retried now") && retried.stderr.contains("`jobctl history "), "\(arguments): \(said)")
+            #expect(!retried.stderr.contains("never created twice"), "\(arguments): \(said)")
             #expect(!said.contains("not failed or cancelled") && !said.contains("left alone"), "\(arguments): \(said)")
             // The server had committed the one retry: the job is queued again, retried once.
             #expect(try Self.retries(workspace, key) == 1, "\(arguments): \(said)")
@@ -104,5 +107,74 @@ struct PostgresLostCommitTests {
         }
         #expect(cancelled.stdout.contains("cancel: 0 of 6 jobs changed (0 already so, 0 refused, 6 of unknown outcome"), "\(cancelled.stdout)")
         #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+    }
+
+    /// Every lost COMMIT's advice was submit's ("check what it wrote (`jobctl list`) … (jobs with a `key:`
+    /// are never created twice)"), whatever the command: a pause, an archive, a copy to another database.
+    @Test("pause, cancel, archive and migrate --to whose COMMIT answer is lost each say what to check and what running them again does")
+    func eachCommandSaysWhatToCheck() throws {
+        let workspace = try CLIWorkspace("pg-lost-advice", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+            jobs:
+              - {kind: upload-data, data: a, destination: file://b/a.txt, delay: 1h, key: later}
+              - {kind: upload-data, data: b, destination: file://b/b.txt, key: now}
+            """)
+        for (command, said) in [("pause", "may be paused now"), ("cancel", "may be cancelled now")] {
+            let output = try Self.withLostCommit(workspace, [command, "later"])
+            #expect(output.status == 1, "\(command): \(output.stderr)")
+            #expect(output.stderr.hasPrefix("Error: later: ") && output.stderr.contains("the server may have committed the transaction")
+                        && output.stderr.contains(said) && output.stderr.contains("`jobctl show \(ids[0])` says")
+                        && output.stderr.contains("\(command == "pause" ? "pausing" : "cancelling") it again changes nothing"),
+                    "\(command): \(output.stderr)")
+            #expect(!output.stderr.contains("never created twice"), "\(command): \(output.stderr)")
+        }
+
+        // The job that ran is archived; the removal's COMMIT answer is lost.
+        let drained = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(drained.status == 0, "\(drained.stderr)")
+        let file = workspace.directory.file("finished.ndjson.gz")
+        let archived = try Self.withLostCommit(workspace, ["archive", "--before", "0s", "--to", file])
+        #expect(archived.status == 1, "\(archived.stderr)")
+        #expect(archived.stderr.contains("the server may have committed the transaction") && archived.stderr.contains(file)
+                    && archived.stderr.contains("keep it") && archived.stderr.contains("`jobctl history log`"), "\(archived.stderr)")
+        #expect(!archived.stderr.contains("never created twice") && !archived.stderr.contains("`jobctl list`"), "\(archived.stderr)")
+        // The server had removed both finished jobs (the cancelled one and the one that ran): the log records
+        // the archive, and the same command run again changes nothing.
+        let records = { try #require(try workspace.json(["history", "log", "--json", "--type", "archived"]) as? [[String: Any]]) }
+        #expect(try records().count == 1)
+        #expect(FileManager.default.fileExists(atPath: file))
+        let again = try workspace.jobctl(["archive", "--before", "0s", "--to", file])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try records().count == 1)
+
+        // An SQLite log copied to PostgreSQL: the copy's COMMIT answer is lost.
+        let source = workspace.directory.file("source.db")
+        let manifest = try workspace.write("copy.yaml", "- {kind: upload-data, data: c, destination: file://b/c.txt, key: copied}\n")
+        let submitted = try runProcess(PackagePaths.jobctlBinary, ["--db", source, "submit", manifest], environment: ["NO_COLOR": "1"],
+                                       currentDirectory: workspace.directory.path)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let server = try PostgresServer.shared()
+        let target = try server.makeSchema("pglostcopy")
+        let proxy = try TCPFaultProxy(upstreamPort: server.port, rules: [
+            TCPFaultProxy.Rule(marker: "COMMIT\u{0}", after: ["INSERT INTO events"], action: .resetAfterAnswer),
+        ])
+        defer { proxy.stop() }
+        let proxiedTarget = target.replacingOccurrences(of: "@127.0.0.1:\(server.port)/", with: "@127.0.0.1:\(proxy.port)/")
+        let copied = try runProcess(PackagePaths.jobctlBinary, ["--db", source, "migrate", "--to", proxiedTarget],
+                                    environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path, seconds: 60)
+        #expect(proxy.firedRules.count == 1, "\(copied.stderr)")
+        #expect(copied.status == 1, "\(copied.stdout) \(copied.stderr)")
+        #expect(copied.stderr.contains("the server may have committed the transaction") && copied.stderr.contains("replay --verify --db <target>")
+                    && copied.stderr.contains("copies only into an empty target"), "\(copied.stderr)")
+        #expect(!copied.stderr.contains("never created twice") && !copied.stderr.contains(server.password), "\(copied.stderr)")
+        // It had been copied; run again, the copy is refused and left as it is.
+        let onTarget = { try runProcess(PackagePaths.jobctlBinary, ["--db", target, "list", "--json"], environment: ["NO_COLOR": "1"]) }
+        let listed = try onTarget()
+        #expect(listed.stdout.contains("\"copied\""), "\(listed.stdout) \(listed.stderr)")
+        let copiedAgain = try runProcess(PackagePaths.jobctlBinary, ["--db", source, "migrate", "--to", target], environment: ["NO_COLOR": "1"],
+                                         currentDirectory: workspace.directory.path)
+        #expect(copiedAgain.status == 1 && copiedAgain.stderr.contains("is not empty"), "\(copiedAgain.stderr)")
+        #expect(try runProcess(PackagePaths.jobctlBinary, ["--db", target, "replay", "--verify"], environment: ["NO_COLOR": "1"]).status == 0)
     }
 }
