@@ -1037,7 +1037,7 @@ struct LeaseSink: TaskEventSink {
         var delayMs = Self.firstRetryDelayMs
         var attempt = 0
         var firstFailure: StoreError?
-        while let error = failure, Self.isTransient(error) {
+        while let error = failure, Self.isTransient(error, storeIsReadOnly: store.isReadOnly) {
             let now = Clock.nowMs()
             guard let expiresAt = leaseExpiresAtMs(), now + delayMs < expiresAt else { break }
             attempt += 1
@@ -1056,7 +1056,7 @@ struct LeaseSink: TaskEventSink {
         // or the lease ran out before one could be made — may be in the log all the same: a commit that
         // took longer than the lease (a download's result of hundreds of MiB) is answered, or given up,
         // only after it. Reported `abandoned`, such a job was `succeeded` in the log.
-        if let unknown = firstFailure ?? failure.flatMap({ Self.isTransient($0) ? $0 : nil }), failure != nil,
+        if let unknown = firstFailure ?? failure.flatMap({ Self.isTransient($0, storeIsReadOnly: store.isReadOnly) ? $0 : nil }), failure != nil,
            await dropLanded(&remaining, failure: unknown) {
             failure = nil
         }
@@ -1125,9 +1125,19 @@ struct LeaseSink: TaskEventSink {
     }
 
     /// Whether `error` says the store could not write (and may later), not that it refused this event.
-    static func isTransient(_ error: StoreError) -> Bool {
+    ///
+    /// A database that takes no writes for now is such a failure: a PostgreSQL server made read-only
+    /// (`default_transaction_read_only` set and reloaded, a primary demoted to a standby: SQLSTATE
+    /// 25006), an SQLite file or filesystem made read-only. Refused at once, every running job was given
+    /// up at the first write of a brief read-only spell (an attempt spent; with `max_attempts: 1`,
+    /// failed). A store opened read-only (`storeIsReadOnly`, never a worker's) is another thing: it never
+    /// writes. The server's other refusals of a session or a transaction (57P01 and 57P03, an
+    /// administrator's shutdown, a server starting or stopping; 57014, a statement cancelled) come as
+    /// `unreachable` or `io`.
+    static func isTransient(_ error: StoreError, storeIsReadOnly: Bool) -> Bool {
         switch error {
         case .io, .unreachable, .commitUnconfirmed, .busy: true
+        case .readOnly: !storeIsReadOnly
         default: false
         }
     }

@@ -233,6 +233,55 @@ import TestSupport
         #expect(worker.wait(seconds: 30) == 0, "\(worker.log)")
     }
 
+    /// The server read-only for a moment (`ALTER SYSTEM SET default_transaction_read_only = on` and a
+    /// reload, as a primary demoted to a standby refuses writes): the running job's next write failed with
+    /// SQLSTATE 25006, which the worker took for a refusal of the event itself and gave the job up at once
+    /// ("the event log refused the write") — an attempt spent, and with `max_attempts: 1` the job failed.
+    /// The write is tried again while the lease holds now, as when the server cannot be reached.
+    @Test func aRunningJobRidesOutABriefReadOnlySpell() throws {
+        let server = try PostgresServer.makePrivate()
+        defer { server.shutDown() }
+        let nginx = try startWorkerNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("pg-read-only")
+        defer { directory.remove() }
+        let database = try server.makeSchema("pgreadonly")
+        try writePatternFile("\(nginx.root)/slow/ro.bin", size: 12 << 20)
+        let job = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/ro.bin\", "
+                                              + "destination: \"\(directory.file("ro.bin"))\", max_attempts: 1}\n",
+                                          database: database, directory: directory).first)
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let worker = try JobctlProcess.worker(database: database, ["--lease", "10", "--concurrency", "1"], logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        try #require(try eventually(seconds: 20) { try store.events(jobID: job).contains { $0.type == .progress } }, "\(worker.log)")
+
+        // Every session, the worker's included, is read-only from its next statement on…
+        try server.psql(database: "postgres", "ALTER SYSTEM SET default_transaction_read_only = on")
+        try server.psql(database: "postgres", "SELECT pg_reload_conf()")
+        // …until a write of the running job (a progress event a second) has met it, and a second more.
+        let met = eventually(seconds: 5) { worker.log.split(separator: "\n").contains { $0.contains(job) && $0.contains("25006") } }
+        usleep(1_000_000)
+        // Undone from a session that is not read-only itself.
+        let writable = server.url(database: "postgres", password: server.password) + "&options=-c%20default_transaction_read_only%3Doff"
+        for sql in ["ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"] {
+            let undone = try runProcess("\(server.binaries)/psql", ["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", writable, "-c", sql])
+            try #require(undone.status == 0, "\(undone.stderr)")
+        }
+        #expect(met, "no write of the job met the read-only server: \(worker.log)")
+
+        let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
+        #expect(ended, "\(worker.log)")
+        let record = try #require(try store.job(job))
+        #expect(record.state == .succeeded && record.attempts == 1, "\(record.state) \(record.attempts): \(worker.log)")
+        #expect(!worker.log.contains("abandoned") && !worker.log.contains("refused the write"), "\(worker.log)")
+        #expect(worker.log.split(separator: "\n").contains { $0.contains(job) && $0.contains("25006") && $0.contains("retrying the write while the lease holds") },
+                "\(worker.log)")
+        worker.signal(SIGTERM)
+        #expect(worker.wait(seconds: 20) == 0, "\(worker.log)")
+        let verified = try jobctl(["replay", "--verify"], database: database)
+        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+    }
+
     /// PostgreSQL stopped (`pg_ctl stop -m fast`: every session terminated) and started again while two
     /// workers run: each reports the store error and retries, and both go on working on the same
     /// database once it is back. Nothing is lost: every job succeeds with exactly one `succeeded`
