@@ -478,16 +478,37 @@ extension JobStore {
 
     /// `landedEvent` as the job's history reads now: its newest event compared with `pending`.
     public func landedEventInHistory(_ pending: PendingEvent) throws(StoreError) -> JobEvent? {
-        guard let newest = try events(jobID: pending.jobID).last, newest.type == pending.type,
-              newest.leaseToken == pending.leaseToken, newest.actor == pending.actor else { return nil }
-        if newest.payload == pending.payload { return newest }
+        guard let newest = try events(jobID: pending.jobID).last else { return nil }
+        return try isWritten(pending, as: newest) ? newest : nil
+    }
+
+    /// The newest event of the job written under `pending`'s lease token when it is `pending` as written
+    /// (same type, token, actor and payload), or nil; read from the history as it stands, without
+    /// waiting for a transaction that holds the job's row.
+    ///
+    /// A writer asks this when a write of `pending` was refused for a stale lease after a try whose
+    /// outcome is unknown: that try may be what ended the lease (a `failed`, `succeeded` or `paused` that
+    /// committed), and the refusal's own transaction locked the job's row after it, so whatever it wrote
+    /// is there to read. Events of others (a retry, another worker's claim) may follow it: it is the
+    /// newest of its lease token that counts, not the job's newest.
+    public func landedEventUnderLease(_ pending: PendingEvent) throws(StoreError) -> JobEvent? {
+        guard let token = pending.leaseToken,
+              let newest = try events(jobID: pending.jobID).last(where: { $0.leaseToken == token }) else { return nil }
+        return try isWritten(pending, as: newest) ? newest : nil
+    }
+
+    /// Whether `stored` is `pending` as the store wrote it: same type, lease token, actor and payload (a
+    /// download-memory result compared by its stored blob's bytes).
+    private func isWritten(_ pending: PendingEvent, as stored: JobEvent) throws(StoreError) -> Bool {
+        guard stored.type == pending.type, stored.leaseToken == pending.leaseToken, stored.actor == pending.actor else { return false }
+        if stored.payload == pending.payload { return true }
         // The store moves a download's bytes into a blob and writes its hash in their place.
         guard case .succeeded(let progress, var result) = pending.payload, let bytes = result.data,
-              case .succeeded(_, let stored)? = Optional(newest.payload), let hash = stored.blob,
-              try blob(sha256: hash) == bytes else { return nil }
+              case .succeeded(_, let kept)? = Optional(stored.payload), let hash = kept.blob,
+              try blob(sha256: hash) == bytes else { return false }
         result.data = nil
         result.blob = hash
-        return newest.payload == .succeeded(progress, result: result) ? newest : nil
+        return stored.payload == .succeeded(progress, result: result)
     }
 
     /// How many jobs there are.

@@ -1060,6 +1060,15 @@ struct LeaseSink: TaskEventSink {
            await dropLanded(&remaining, failure: unknown) {
             failure = nil
         }
+        // A retry refused for a stale lease after a try whose outcome is unknown: that try may be what
+        // ended the lease (its `failed`, `succeeded` or `paused` committed). The refusal proves its
+        // transaction over, so the job's history says, without the row lock `landedEvent` waits for —
+        // whose own transaction's answer can be lost too: then the worker logged `lease_lost` and
+        // `abandoned … the lease is stale` while the log held its own outcome, and a drain exited 0 for a
+        // job that had failed.
+        if case .staleLease? = failure, let unknown = firstFailure, await dropLandedUnderLease(&remaining, failure: unknown) {
+            failure = nil
+        }
         let after = Clock.nowMs()
         let tookMs = Clock.monotonicMs() - before
         log.commitTook(tookMs, jobID: jobID, kind: kind, event: last.type, now: after)
@@ -1113,6 +1122,20 @@ struct LeaseSink: TaskEventSink {
                 remaining.removeFirst(index + 1)
                 return remaining.isEmpty
             }
+        }
+        return false
+    }
+
+    /// `dropLanded` after a write refused for a stale lease: each of `remaining` looked for as the newest
+    /// event under this sink's lease token (`JobStore.landedEventUnderLease`), read from the history.
+    private func dropLandedUnderLease(_ remaining: inout [PendingEvent], failure: StoreError) async -> Bool {
+        for index in remaining.indices.reversed() {
+            let pending = remaining[index]
+            let found = try? await store.run { store in try store.landedEventUnderLease(pending) }
+            guard let landed = found ?? nil else { continue }
+            log.writeLanded(jobID: landed.jobID, kind: kind, event: landed.type, seq: landed.seq, failure: failure, now: Clock.nowMs())
+            remaining.removeFirst(index + 1)
+            return remaining.isEmpty
         }
         return false
     }

@@ -66,6 +66,42 @@ import TestSupport
         #expect(!worker.log.contains(try PostgresServer.shared().password))
     }
 
+    /// A job's `failed` commits but its answer is lost, and so are the answers to the worker's looks for it
+    /// (each a transaction of its own that locks the job's row, `… FOR KEY SHARE`, so that a commit still
+    /// under way ends first): the worker's retry of the outcome was refused for a stale lease (the outcome
+    /// had ended it), and it logged `lease_lost` and `abandoned … the lease is stale` while the log held its
+    /// own `failed`; `worker --drain` exited 0 with failed=0 abandoned=1. The refusal is resolved from the
+    /// job's history now, and the job counts as failed (exit 2).
+    @Test func anOutcomeWhoseLooksLoseTheirAnswersIsFoundInTheHistory() throws {
+        let directory = try TemporaryDirectory("pg-lost-looks")
+        defer { directory.remove() }
+        let database = try PostgresServer.shared().makeSchema("pglostlooks")
+        let migrated = try jobctl(["migrate"], database: database)
+        try #require(migrated.status == 0, "\(migrated.stderr)")
+        let job = try #require(try submit("- {kind: download-memory, source: file://src/missing.bin, max_attempts: 1}\n",
+                                          database: database, directory: directory).first)
+        try FileManager.default.createDirectory(atPath: directory.file("buckets/src"), withIntermediateDirectories: true)
+        // The outcome's group commit names the missing object (its error); each look is a transaction
+        // whose statement is prepared anew on each new connection.
+        let look = TCPFaultProxy.Rule(marker: "COMMIT\u{0}", after: ["FOR KEY SHARE"], action: .resetAfterAnswer)
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
+            TCPFaultProxy.Rule(marker: "COMMIT\u{0}", after: ["missing.bin"], action: .resetAfterAnswer), look, look, look,
+        ])
+        defer { proxy.stop() }
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--drain", "--lease", "10"],
+                                              environment: ["JOBCTL_BUCKETS": directory.file("buckets")], logDirectory: directory.path)
+        let status = worker.wait(seconds: 60)
+        #expect(proxy.firedRules.count >= 3, "the outcome and two looks were to lose their answers: \(proxy.firedRules) \(worker.log)")
+        #expect(status == 2, "\(worker.log)")
+        #expect(worker.log.contains("write_landed \(job)") && worker.log.contains("worker_stopped claimed=1 succeeded=0 failed=1"),
+                "\(worker.log)")
+        #expect(!worker.log.contains("lease_lost") && !worker.log.contains("warning abandoned"), "\(worker.log)")
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let types = try store.events(jobID: job).map(\.type)
+        #expect(types.filter { $0 == .failed }.count == 1 && types.last == .failed, "\(types)")
+        #expect(!worker.log.contains(try PostgresServer.shared().password))
+    }
+
     /// The lease renewals' own connection goes silent (a proxy or a NAT that stopped forwarding it) while
     /// the store's connection and the transfer go on. Its renewal was given up only after the store's
     /// answer limit (the lease, at least 10 s), when the leases it renewed had already run out: another
