@@ -21,6 +21,8 @@
     X(PGconn *, PQconnectdbParams, (const char *const *keywords, const char *const *values, int expand), (keywords, values, expand)) \
     X(void, PQfinish, (PGconn *conn), (conn)) \
     X(void, PQreset, (PGconn *conn), (conn)) \
+    X(int, PQresetStart, (PGconn *conn), (conn)) \
+    X(PostgresPollingStatusType, PQresetPoll, (PGconn *conn), (conn)) \
     X(ConnStatusType, PQstatus, (const PGconn *conn), (conn)) \
     X(PGTransactionStatusType, PQtransactionStatus, (const PGconn *conn), (conn)) \
     X(char *, PQerrorMessage, (const PGconn *conn), (conn)) \

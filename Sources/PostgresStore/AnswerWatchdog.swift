@@ -26,7 +26,8 @@ import Synchronization
 ///   nothing once late (see `PostgresConnection.timingAnswersWhole`).
 ///
 /// A `cap` (a stopping worker's) always bounds the whole call: the grace it must fit in is time on the
-/// clock, not silence.
+/// clock, not silence; and its `deadline`, once set, ends any wait still under way when it passes (a
+/// call begun after it, at its first look).
 final class AnswerWatchdog: Sendable {
     /// What a wait's limit is measured on.
     enum Measure: Sendable {
@@ -44,6 +45,8 @@ final class AnswerWatchdog: Sendable {
         let wholeCall: Bool
         /// Whether some of the answer had arrived (as far as the kernel can say: false when unknown).
         let answerBegun: Bool
+        /// Whether it was the cap's deadline (a stopping worker's grace) that ended the wait.
+        var atDeadline = false
     }
 
     private struct State {
@@ -86,6 +89,11 @@ final class AnswerWatchdog: Sendable {
     private func check(_ state: inout State) {
         let now = Self.nowNs()
         let waitedNs = now - state.armedAt
+        if let deadline = cap?.deadline?.deadlineNs, now >= deadline {
+            fire(&state, Firing(limitMs: Int64(waitedNs / 1_000_000), wholeCall: true,
+                                answerBegun: Self.answerBegun(state.socket, waitedNs: waitedNs), atDeadline: true))
+            return
+        }
         if let capMs = cap?.milliseconds, capMs < timeoutMs, waitedNs >= Self.ns(capMs) {
             fire(&state, Firing(limitMs: max(1, capMs), wholeCall: true, answerBegun: Self.answerBegun(state.socket, waitedNs: waitedNs)))
             return
@@ -166,21 +174,54 @@ final class AnswerWatchdog: Sendable {
 
     private static func ns(_ milliseconds: Int64) -> UInt64 { UInt64(max(0, milliseconds)) * 1_000_000 }
 
-    private static func nowNs() -> UInt64 {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
-    }
+    private static func nowNs() -> UInt64 { StopDeadline.nowNs() }
 }
 
 /// A limit on a connection's answer waits shorter than its answer timeout, set from any thread: a
 /// stopping worker's writes must fail (and be tried on a new connection) within its grace.
 final class AnswerWaitCap: Sendable {
     private let limit = Mutex<Int64?>(nil)
+    /// The store's stop deadline (see `StopDeadline`), which ends every wait still under way when it passes.
+    let deadline: StopDeadline?
+
+    init(deadline: StopDeadline? = nil) {
+        self.deadline = deadline
+    }
 
     /// The limit in milliseconds (nil: none beyond the answer timeout).
     var milliseconds: Int64? {
         get { limit.withLock { $0 } }
         set { limit.withLock { $0 = newValue } }
+    }
+}
+
+/// When a stopping worker's grace ends, set from any thread (`JobStore.setStopDeadline`): past it no
+/// connection to the server is opened again, none is waited for longer than up to it, and no answer is
+/// waited for (see `PostgresConnection.reconnect` and `AnswerWatchdog`). A stopping worker's store work
+/// then ends with its grace, however silent the server: the worker exits on time.
+final class StopDeadline: Sendable {
+    private let at = Mutex<UInt64?>(nil)
+
+    /// The deadline on `CLOCK_MONOTONIC`, in nanoseconds (nil: none).
+    var deadlineNs: UInt64? {
+        get { at.withLock { $0 } }
+        set { at.withLock { $0 = newValue } }
+    }
+
+    /// How long until the deadline (0 once it has passed), or nil when there is none.
+    func remainingNs() -> UInt64? {
+        guard let deadline = deadlineNs else { return nil }
+        let now = Self.nowNs()
+        return deadline > now ? deadline - now : 0
+    }
+
+    /// What a connection not attempted past the deadline says.
+    static let passedMessage = "not attempted: the stopping worker's grace is over"
+
+    /// `CLOCK_MONOTONIC` in nanoseconds (as `Clock.monotonicMs`, finer).
+    static func nowNs() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 }

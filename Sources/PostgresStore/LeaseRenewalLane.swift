@@ -20,6 +20,10 @@ import Synchronization
 /// `executor` only under its lock.
 final class LeaseRenewalLane: @unchecked Sendable {
     private let url: String
+    /// The store's stop deadline: the lane's connections are opened, and waited on, no longer than it.
+    private let stopDeadline: StopDeadline
+    /// Ends the lane's answer waits at `stopDeadline`.
+    private let answerWaitCap: AnswerWaitCap
     private let executor = Mutex<StoreExecutor?>(nil)
     /// Opened on the executor's thread, used there only.
     private var connection: PostgresConnection?
@@ -29,8 +33,10 @@ final class LeaseRenewalLane: @unchecked Sendable {
     /// The thread's name (at most 15 bytes, Linux's limit).
     static let threadName = "jobctl-pg-lease"
 
-    init(url: String) {
+    init(url: String, stopDeadline: StopDeadline) {
         self.url = url
+        self.stopDeadline = stopDeadline
+        self.answerWaitCap = AnswerWaitCap(deadline: stopDeadline)
     }
 
     deinit {
@@ -82,16 +88,25 @@ final class LeaseRenewalLane: @unchecked Sendable {
             current = connection
         } else {
             // Waits for the server no longer than for an answer (libpq takes 2 s at least): a connection
-            // opened into a silent network must fail while the leases it is to renew still hold.
-            let connectSeconds = Int(max(2, (answerTimeoutMs + 999) / 1_000))
+            // opened into a silent network must fail while the leases it is to renew still hold. Nor past
+            // a stopping worker's deadline, in whole seconds (libpq's; `reconnect` polls to the deadline).
+            var waitMs = answerTimeoutMs
+            if let leftNs = stopDeadline.remainingNs() {
+                guard leftNs > 0 else {
+                    throw StoreError(PostgresError.connectionFailed(target: redactedDatabaseURL(url), message: StopDeadline.passedMessage))
+                }
+                waitMs = min(waitMs, Int64(leftNs / 1_000_000))
+            }
+            let connectSeconds = Int(max(2, (waitMs + 999) / 1_000))
             do throws(PostgresError) { current = try PostgresConnection(url, connectTimeoutSeconds: connectSeconds) } catch {
                 throw StoreError(error)
             }
+            current.stopDeadline = stopDeadline
             connection = current
             connectionTimeoutMs = nil
         }
         if connectionTimeoutMs != answerTimeoutMs {
-            do throws(ThreadStartFailure) { try current.setAnswerTimeout(milliseconds: answerTimeoutMs) } catch {
+            do throws(ThreadStartFailure) { try current.setAnswerTimeout(milliseconds: answerTimeoutMs, cap: answerWaitCap) } catch {
                 throw StoreError.io(error.description)
             }
             connectionTimeoutMs = answerTimeoutMs

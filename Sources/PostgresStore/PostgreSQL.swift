@@ -302,6 +302,11 @@ final class PostgresConnection {
     var batchRecordsUndo: [(key: UTF8Key, record: JobRecord?)] = []
     /// Gives the connection up when the server does not answer a call in time (nil: waits for ever).
     private var answerWatchdog: AnswerWatchdog?
+    /// How long a connection attempt waits for the server (unless the target says otherwise).
+    let connectTimeoutSeconds: Int
+    /// When set (a stopping worker's), no connection is opened again past it, nor waited for longer
+    /// than up to it (see `reconnect`).
+    var stopDeadline: StopDeadline?
 
     /// Connects to `target`: a `postgres://user[:password]@host:port/db?sslmode=…` URL or a libpq
     /// key/value string. libpq itself honours `PGPASSWORD`, `~/.pgpass` and the other `PG*` variables
@@ -313,6 +318,7 @@ final class PostgresConnection {
     /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQCONNECTDBPARAMS
     init(_ target: String, connectTimeoutSeconds: Int = 10) throws(PostgresError) {
         redactedTarget = redactedDatabaseURL(target)
+        self.connectTimeoutSeconds = connectTimeoutSeconds
         // libpq is loaded at the first connection (see CPostgres/shim.h); a host without it can still
         // run every SQLite command.
         if let reason = jobctl_pq_load() { throw PostgresError.libraryUnavailable(reason: String(cString: reason)) }
@@ -386,6 +392,10 @@ final class PostgresConnection {
         do throws(PostgresError) { result = .success(try body()) } catch { result = .failure(error) }
         if watchdog.disarm(), case .failure = result, let firing = watchdog.lastFiring {
             let seconds = String(format: "%.1f", Double(firing.limitMs) / 1_000).replacingOccurrences(of: ".0", with: "")
+            if firing.atDeadline {
+                throw PostgresError.connectionLost(message: "the stopping worker's grace ran out before the server had answered, "
+                                                       + "so the connection was given up", sql: sql)
+            }
             let what = !firing.answerBegun ? "the server sent no answer for \(seconds) s"
                 : firing.wholeCall ? "the server had not finished its answer within \(seconds) s"
                 : "the server sent no more of its answer for \(seconds) s"
@@ -449,14 +459,59 @@ final class PostgresConnection {
 
     /// Re-opens a connection that was lost, with the same parameters.
     ///
-    /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQRESET
+    /// Under a `stopDeadline` (a stopping worker's grace) the attempt waits for the server no longer than
+    /// what is left of it, and none is made once it has passed: a stopping worker whose server had gone
+    /// silent made one 10 s attempt after another (its connect timeout), and took 28–62 s to exit where
+    /// its grace is 8 s. libpq's own timeout counts whole seconds (2 at least), so the wait is the
+    /// caller's then: a non-blocking reset, polled until the deadline.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQRESET and
+    /// https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQCONNECTSTARTPARAMS
     func reconnect() throws(PostgresError) {
         // A new session has none of the old one's prepared statements, and nothing queued for the old one.
         preparedNames.removeAll()
         queued.removeAll()
-        jobctl_PQreset(handle)
-        guard jobctl_PQstatus(handle) == CONNECTION_OK else {
+        guard let leftNs = stopDeadline?.remainingNs() else {
+            jobctl_PQreset(handle)
+            guard jobctl_PQstatus(handle) == CONNECTION_OK else {
+                throw PostgresError.connectionFailed(target: redactedTarget, message: lastErrorMessage)
+            }
+            return
+        }
+        guard leftNs > 0 else {
+            throw PostgresError.connectionFailed(target: redactedTarget, message: StopDeadline.passedMessage)
+        }
+        let endNs = StopDeadline.nowNs() + min(leftNs, UInt64(max(1, connectTimeoutSeconds)) * 1_000_000_000)
+        guard jobctl_PQresetStart(handle) == 1 else {
             throw PostgresError.connectionFailed(target: redactedTarget, message: lastErrorMessage)
+        }
+        // Until the first poll, as if it had asked to write (libpq's protocol for the polling functions).
+        var status = PGRES_POLLING_WRITING
+        while true {
+            switch status {
+            case PGRES_POLLING_OK:
+                guard jobctl_PQstatus(handle) == CONNECTION_OK else {
+                    throw PostgresError.connectionFailed(target: redactedTarget, message: lastErrorMessage)
+                }
+                return
+            case PGRES_POLLING_FAILED:
+                throw PostgresError.connectionFailed(target: redactedTarget, message: lastErrorMessage)
+            default:
+                let now = StopDeadline.nowNs()
+                guard now < endNs else {
+                    // The half-made connection stays bad (`isConnected` false): the next use begins anew,
+                    // or, past the deadline, tries nothing.
+                    let why = leftNs <= UInt64(max(1, connectTimeoutSeconds)) * 1_000_000_000
+                        ? "timeout expired: the stopping worker's grace ran out before the server answered"
+                        : "timeout expired"
+                    throw PostgresError.connectionFailed(target: redactedTarget, message: why)
+                }
+                var descriptor = pollfd(fd: jobctl_PQsocket(handle), events: Int16(status == PGRES_POLLING_READING ? POLLIN : POLLOUT),
+                                        revents: 0)
+                let waitMs = Int32(min(1_000, max(1, (endNs - now + 999_999) / 1_000_000)))
+                if descriptor.fd >= 0 { _ = poll(&descriptor, 1, waitMs) } else { usleep(UInt32(waitMs) * 1_000) }
+                status = jobctl_PQresetPoll(handle)
+            }
         }
     }
 

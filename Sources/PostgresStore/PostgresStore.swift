@@ -48,8 +48,10 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// Where `renewLeases` runs: a connection and a thread of its own, so that a heartbeat never waits
     /// behind a commit of the executor's.
     let leaseLane: LeaseRenewalLane
-    /// Shortens the store's connection's answer waits (see `capAnswerWaits`).
-    private let answerWaitCap = AnswerWaitCap()
+    /// Ends the store's work, on both its connections, at a stopping worker's deadline (see `setStopDeadline`).
+    private let stopDeadline: StopDeadline
+    /// Shortens the store's connection's answer waits (see `capAnswerWaits`) and ends them at `stopDeadline`.
+    private let answerWaitCap: AnswerWaitCap
     /// `tailEvents`' gaps: the first seq of each gap it has seen below a later event, and the `xmax`
     /// of the snapshot it first saw it in (`Int64.min` once it is known to be for good).
     let tailGaps = Mutex<[Int64: Int64]>([:])
@@ -72,12 +74,18 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// while a large answer that keeps arriving through a slow link is read however long it takes. A worker's group commits and
     /// claims, and its lease renewals, are bounded as whole calls instead (`groupCommit`, `LeaseRenewalLane.run`). Without it, as
     /// libpq does, calls wait as long as the server takes.
+    ///
+    /// A connection attempt waits at most that long too, and never more than 10 s (libpq's least is 2 s);
+    /// a `connect_timeout` in the URL says otherwise.
     public init(url: String, mode: OpenMode, answerTimeoutMs: Int64? = nil) throws(StoreError) {
         self.location = redactedDatabaseURL(url)
         self.mode = mode
+        let stopDeadline = StopDeadline()
+        self.stopDeadline = stopDeadline
+        self.answerWaitCap = AnswerWaitCap(deadline: stopDeadline)
         let connection: PostgresConnection
         do {
-            connection = try PostgresConnection(url)
+            connection = try PostgresConnection(url, connectTimeoutSeconds: Self.connectTimeoutSeconds(answerTimeoutMs: answerTimeoutMs))
             let applied = try PostgresMigrator.appliedVersions(connection)
             try PostgresMigrator.refuseNewer(applied)
             if applied.isEmpty && mode != .create {
@@ -106,8 +114,9 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         } catch {
             throw StoreError.io(error.description)
         }
+        connection.stopDeadline = stopDeadline
         self.connection = connection
-        self.leaseLane = LeaseRenewalLane(url: url)
+        self.leaseLane = LeaseRenewalLane(url: url, stopDeadline: stopDeadline)
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
         let owner = Mutex<WeakPostgresStore>(WeakPostgresStore())
@@ -315,6 +324,19 @@ extension PostgresStore {
     /// of a lease already).
     public func capAnswerWaits(atMostMs: Int64?) {
         answerWaitCap.milliseconds = atMostMs
+    }
+
+    /// See `JobStore.setStopDeadline`: both connections, the store's own and the lease renewals'.
+    public func setStopDeadline(monotonicMs: Int64?) {
+        stopDeadline.deadlineNs = monotonicMs.map { UInt64(max(0, $0)) * 1_000_000 }
+    }
+
+    /// How long a connection attempt waits for the server: the answer timeout, when one is set, but at
+    /// most 10 s (libpq's default wait here before), at least libpq's 2 s. `JOBCTL_DB_ANSWER_TIMEOUT=2s`
+    /// waited 10 s for a server that took the connection and said nothing.
+    static func connectTimeoutSeconds(answerTimeoutMs: Int64?) -> Int {
+        guard let answerTimeoutMs else { return 10 }
+        return Int(min(10, max(2, (answerTimeoutMs + 999) / 1_000)))
     }
 }
 

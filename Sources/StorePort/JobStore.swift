@@ -37,6 +37,15 @@ public protocol JobStore: AnyObject, Sendable {
     /// new connection, within its grace. A database without a server (SQLite) has nothing to cut.
     func capAnswerWaits(atMostMs: Int64?)
 
+    /// Ends the store's waits on its database server at `monotonicMs` (`Clock.monotonicMs`; nil: no
+    /// deadline again): from then on no connection is opened again, one opened before waits for the
+    /// server at most until then, and an answer still awaited then is given up (its call fails as a lost
+    /// connection). A stopping worker sets the end of its grace: with the server's path silent, its
+    /// `released` writes and lease renewals made one 10 s connection attempt after another, and it
+    /// exited 28–62 s after SIGTERM where its grace is 8 s. A database without a server (SQLite) has
+    /// nothing to end (its lock waits are `capLockWaits`').
+    func setStopDeadline(monotonicMs: Int64?)
+
     // MARK: Migrations
 
     /// The schema migrations this open applied (empty when the schema was already current).
@@ -346,6 +355,9 @@ extension JobStore {
 
     /// No server's answers to wait for (SQLite).
     public func capAnswerWaits(atMostMs: Int64?) {}
+
+    /// No server to connect to (SQLite).
+    public func setStopDeadline(monotonicMs: Int64?) {}
 
     /// `heartbeat` on the store's executor, behind whatever is queued there (SQLite: a heartbeat needs the
     /// database's one write lock, as every commit does). Every lease not lost was extended.

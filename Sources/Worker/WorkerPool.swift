@@ -147,6 +147,8 @@ public final class WorkerPool: Sendable {
         var finishing = 0
         var summary = WorkerSummary()
         var shuttingDown = false
+        /// When the shutdown began (`beginShutdown`, the wall clock's ms): its grace counts from then.
+        var shutdownBeganAtMs: Int64?
         var slotFreed = false
         /// An error a job's write met that no retry mends (`stopsTheWorker`): the loop stops on it.
         var fatalStoreError: StoreError?
@@ -235,9 +237,15 @@ public final class WorkerPool: Sendable {
     public func beginShutdown() {
         let (runners, held): ([TaskRunner], [(String, TaskRunner)]) = state.withLock { state in
             state.shuttingDown = true
+            if state.shutdownBeganAtMs == nil { state.shutdownBeganAtMs = Clock.nowMs() }
             return (state.running.values.map(\.runner), Self.startWaiting(&state, limit: .max, now: Clock.nowMs()))
         }
         wakeup.signal()
+        // Whatever the store does for the stopping worker ends with its grace: with the server's path
+        // silent (connections stalled or reset, new ones answered by no one) the `released` writes and the
+        // lease renewals made one 10 s connection attempt after another, and the worker exited 28–62 s
+        // after SIGTERM. Past the deadline no connection is tried and no answer waited for.
+        store.setStopDeadline(monotonicMs: Clock.monotonicMs() + configuration.shutdownGraceMs)
         // A write waiting for a lock another process holds (SQLite waits up to its busy timeout, 30 s, per
         // statement) kept the loop from seeing the grace run out, and the worker from exiting: with nothing
         // to write it waited out the other process's lock, then wrote nothing; with runs to release it
@@ -356,7 +364,9 @@ public final class WorkerPool: Sendable {
             for jobID in heldTooLong where !shuttingDown { stop(jobID, .shutdown) }
             if let holdMs = config.startedHoldMs, let oldestRun, now - oldestRun >= holdMs { askForHeldEvents(now: now, holdMs: holdMs) }
             if shuttingDown {
-                if shutdownStarted == nil { shutdownStarted = now }
+                // From the signal, not from the first turn that saw it: a turn waiting on the store when it
+                // came (a statement the stopping worker's answer limit cut) saw it only seconds later.
+                if shutdownStarted == nil { shutdownStarted = state.withLock { $0.shutdownBeganAtMs } ?? now }
                 if runningCount == 0 { break }
                 if let started = shutdownStarted, now - started > config.shutdownGraceMs { break }
                 await wakeup.wait(milliseconds: config.pollIntervalMs)
@@ -518,6 +528,7 @@ public final class WorkerPool: Sendable {
         log.workerStopped(summary, now: Clock.nowMs())
         store.capLockWaits(atMostNs: nil)
         store.capAnswerWaits(atMostMs: nil)
+        store.setStopDeadline(monotonicMs: nil)
         return summary
     }
 
@@ -797,8 +808,16 @@ public final class WorkerPool: Sendable {
     }
 
     /// Until when this worker's lease on `jobID` holds, as far as it knows (claim or last heartbeat).
+    ///
+    /// Once a stopping worker's grace is over, no lease holds for its writes any more: past it the store
+    /// opens no connection (`JobStore.setStopDeadline`), and the writes retried until the lease ran out
+    /// only filled the log with refusals before the worker exited.
     private func leaseExpiry(of jobID: String) -> Int64? {
-        state.withLock { $0.running[jobID]?.leaseExpiresAtMs }
+        let graceMs = configuration.shutdownGraceMs
+        return state.withLock { state in
+            if let began = state.shutdownBeganAtMs, Clock.nowMs() - began >= graceMs { return nil }
+            return state.running[jobID]?.leaseExpiresAtMs
+        }
     }
 
     /// The entry of `runner`'s run of `jobID`: the job's current one, or one a new claim superseded.

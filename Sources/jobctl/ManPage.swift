@@ -81,7 +81,8 @@ enum ManPage {
             + "~/.config/jobctl/config.yaml); counted only when absolute. HOME also locates gcloud's "
             + "application_default_credentials.json."),
         (["JOBCTL_DB_ANSWER_TIMEOUT"], "PostgreSQL: how long a command other than worker waits without a byte of the server's "
-            + "answer, before it or part way through it (30s; 1s to 1d; 0 or off: no limit, the default of archive, replay and migrate)."),
+            + "answer, before it or part way through it (30s; 1s to 1d; 0 or off: no limit, the default of archive, replay and migrate); "
+            + "also how long it waits to connect, at most 10s."),
         (["JOBCTL_BUCKETS"], "The folder holding file://NAME buckets (else buckets/ beside the database)."),
         (["STORAGE_EMULATOR_HOST"], "The GCS JSON API endpoint (HOST:PORT or http(s)://HOST:PORT), as Google's clients read it."),
         (["GOOGLE_OAUTH_ACCESS_TOKEN", "JOBCTL_TOKEN_COMMAND"], "A bearer token for GCS, or a command printing one "

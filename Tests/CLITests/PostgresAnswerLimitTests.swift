@@ -137,6 +137,28 @@ struct PostgresAnswerLimitTests {
         #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
     }
 
+    /// A server that takes the connection and never answers it (a silent path: a black hole, a hung
+    /// host): the attempt waited libpq's 10 s whatever JOBCTL_DB_ANSWER_TIMEOUT said. It bounds
+    /// connecting too now.
+    @Test("list against a server that never answers its connection fails after JOBCTL_DB_ANSWER_TIMEOUT, not 10 s")
+    func connectingIsBoundedByTheLimit() throws {
+        let workspace = try CLIWorkspace("pg-silent-connect", engine: .postgres)
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let server = try PostgresServer.shared()
+        let proxy = try TCPFaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        proxy.goSilent()
+        let url = workspace.database.replacingOccurrences(of: "@127.0.0.1:\(server.port)/", with: "@127.0.0.1:\(proxy.port)/")
+        let listed = try Self.run(["--db", url, "list"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "2s"],
+                                  within: 40, in: workspace.directory.path)
+        #expect(proxy.acceptedConnections == 1)
+        #expect(listed.status == 1, "\(listed.stderr)")
+        #expect(listed.stderr.contains("cannot connect to PostgreSQL") && listed.stderr.contains("timeout expired"), "\(listed.stderr)")
+        #expect(listed.elapsed < 6, "took \(listed.elapsed) s")
+        #expect(!listed.stderr.contains(server.password))
+    }
+
     @Test("list whose answer is cut mid-message fails saying so, exit 1")
     func listAnswerCut() throws {
         let workspace = try CLIWorkspace("pg-cut-list", engine: .postgres)

@@ -7,7 +7,8 @@ import Synchronization
 /// can pick "the answer to this worker's claim's COMMIT". Where `StallingTCPProxy` only goes silent, this
 /// one also resets a connection before the server sees the statement, resets it once the server has
 /// answered (the server acted, the client never hears of it), cuts the answer after some bytes, or
-/// trickles it (and may then go silent part way through it).
+/// trickles it (and may then go silent part way through it). `goSilent()` silences the whole path at once:
+/// every open connection, and every new one (taken, never answered).
 ///
 /// Connections are numbered from 1 in accept order (a worker opens its store's connection first, then
 /// its lease renewals' at its first heartbeat). `stop()` closes every socket; call it in a `defer`.
@@ -66,6 +67,10 @@ public final class TCPFaultProxy: Sendable {
         var links: [Link] = []
         var accepted = 0
         var refusing = false
+        /// While true, new connections are accepted and held without a word (see `goSilent`).
+        var swallowing = false
+        /// The connections accepted while swallowing: never forwarded, closed by `stop`.
+        var swallowed: [Int32] = []
         var stopped = false
     }
 
@@ -109,6 +114,18 @@ public final class TCPFaultProxy: Sendable {
         state.withLock { $0.refusing = refusing }
     }
 
+    /// The whole path goes silent, as behind a firewall that drops every packet or a host gone without a
+    /// reset: every open connection forwards nothing more either way (its sockets stay open), and every
+    /// new one is accepted and then never answered nor passed on (a client's connect succeeds, its
+    /// start-up message waits for ever). Until `stop()`.
+    public func goSilent() {
+        let links = state.withLock { state -> [Link] in
+            state.swallowing = true
+            return state.links
+        }
+        for link in links { link.mode.withLock { $0 = .silent } }
+    }
+
     /// Closes the listener and every connection.
     ///
     /// A descriptor is closed only once no thread of the proxy can use it any more: the sockets are shut
@@ -117,13 +134,17 @@ public final class TCPFaultProxy: Sendable {
     /// test's libpq connection — while a pump trickling an answer still wrote to it: that connection's
     /// start-up read "received x" (a stopped proxy's `repeat('x', …)` answer) and both tests failed.
     public func stop() {
-        let links = state.withLock { state -> [Link] in
+        let (links, swallowed) = state.withLock { state -> ([Link], [Int32]) in
             state.stopped = true
-            defer { state.links = [] }
-            return state.links
+            defer {
+                state.links = []
+                state.swallowed = []
+            }
+            return (state.links, state.swallowed)
         }
         shutdown(listener, Int32(SHUT_RDWR))
         if acceptDone.wait(timeout: .now() + 30) == .success { close(listener) }
+        for socket in swallowed { Self.reset(socket) }
         for link in links {
             shutdown(link.client, Int32(SHUT_RDWR))
             shutdown(link.upstream, Int32(SHUT_RDWR))
@@ -174,9 +195,10 @@ public final class TCPFaultProxy: Sendable {
                 if errno == EINTR { continue }
                 return
             }
-            let (number, refusing, stopped) = state.withLock { state -> (Int, Bool, Bool) in
+            let (number, refusing, swallowing, stopped) = state.withLock { state -> (Int, Bool, Bool, Bool) in
                 if !state.refusing && !state.stopped { state.accepted += 1 }
-                return (state.accepted, state.refusing, state.stopped)
+                if state.swallowing && !state.refusing && !state.stopped { state.swallowed.append(client) }
+                return (state.accepted, state.refusing, state.swallowing, state.stopped)
             }
             if stopped {
                 close(client)
@@ -186,6 +208,7 @@ public final class TCPFaultProxy: Sendable {
                 Self.reset(client)
                 continue
             }
+            if swallowing { continue }
             let (upstream, connected) = LoopbackTCP.connect(port: upstreamPort)
             guard connected else {
                 close(upstream)

@@ -224,6 +224,38 @@ import TestSupport
         #expect(proxy.acceptedConnections >= 3, "\(proxy.acceptedConnections) connections")
         #expect(!worker.log.contains(try PostgresServer.shared().password))
     }
+
+    /// SIGTERM while the whole path to the server is silent (its connections stalled, new ones taken and
+    /// never answered): the stopping worker's `released` write and its lease renewals made one 10 s
+    /// connection attempt after another (the connect timeout), and it exited 28–62 s after the signal
+    /// where its grace is 8 s. Its store work ends with the grace now, and it exits on time.
+    @Test func aStoppingWorkerWhoseServerWentSilentExitsWithinItsGrace() throws {
+        let scene = try SlowDownload(directory: "pg-silent-stop", schema: "pgsilentstop", mebibytes: 40)
+        defer { scene.stop() }
+        let (directory, database, job) = (scene.directory, scene.database, scene.job)
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port)
+        defer { proxy.stop() }
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        // A lease of 15 s: renewals every 5 s, on their own connection from the first; the store's
+        // connection gives an answer up after 15 s, and waits 10 s to connect.
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--lease", "15", "--concurrency", "1"],
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        try #require(try eventually(seconds: 20) { try store.events(jobID: job).contains { $0.type == .progress } }, "\(worker.log)")
+        try #require(eventually(seconds: 20) { proxy.acceptedConnections >= 2 }, "no lease connection: \(worker.log)")
+        proxy.goSilent()
+        usleep(1_000_000)
+        let stopped = Date()
+        worker.signal(SIGTERM)
+        let status = worker.wait(seconds: 90)
+        let tookSeconds = Date().timeIntervalSince(stopped)
+        #expect(status == 0, "\(worker.log)")
+        #expect(tookSeconds < 11, "exited \(tookSeconds) s after SIGTERM, its grace 8 s: \(worker.log)")
+        // Nothing reached the server after the silence: the job stays running for the rescue, said so.
+        #expect(worker.log.contains("warning abandoned \(job)") && worker.log.contains("worker_stopped"), "\(worker.log)")
+        #expect(try store.job(job)?.state == .running)
+        #expect(!worker.log.contains(try PostgresServer.shared().password))
+    }
 }
 
 /// A fresh schema holding one `download-file` job (`max_attempts: 1`) of a file nginx serves at 1 MB/s:
