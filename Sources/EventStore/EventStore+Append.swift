@@ -132,7 +132,7 @@ extension SQLiteConnection: DependantsReader {
     /// or one after which SQLite rolled the transaction back. Other errors are one step's refusal.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .unreachable, .commitUnconfirmed, .busy, .readOnly, .damaged, .replaced, .syncFailed:
+        case .io, .server, .unreachable, .commitUnconfirmed, .busy, .readOnly, .damaged, .replaced, .syncFailed:
             throw error
         default:
             guard isInTransaction else { throw error }

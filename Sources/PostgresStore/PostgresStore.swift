@@ -351,8 +351,8 @@ extension StoreError {
     /// The store's error for a PostgreSQL failure: deadlocks and serialization failures are `busy` (the
     /// transaction runs again), a write in a read-only session `readOnly`, a newer schema `newerSchema`,
     /// a refusal of the rows a statement wrote (a constraint, a value, a trigger that raised:
-    /// `PostgresError.rowRefusal`) `serverRefused`, anything else `io` with the server's message (never a
-    /// password: `PostgresError` holds none).
+    /// `PostgresError.rowRefusal`) `serverRefused`, any other error the server sent `server` with its
+    /// SQLSTATE, anything else `io` with the message (never a password: `PostgresError` holds none).
     init(_ error: PostgresError) {
         if let refusal = error.rowRefusal {
             self = .serverRefused(sqlstate: refusal.sqlstate, message: refusal.message)
@@ -374,6 +374,8 @@ extension StoreError {
             self = .commitUnconfirmed(PostgresError.loss(message, sql: sql))
         case .connectionFailed, .connectionLost:
             self = .unreachable("\(error)")
+        case .server(let sqlstate, _, _, _, _):
+            self = .server(sqlstate: sqlstate, message: "\(error)")
         default:
             self = .io("\(error)")
         }
@@ -424,7 +426,7 @@ extension PostgresConnection {
     /// aborts the transaction unless the step ran in a savepoint: without one the caller must not go on.
     func throwIfTransactionLost(_ error: StoreError) throws(StoreError) {
         switch error {
-        case .io, .unreachable, .commitUnconfirmed, .busy, .readOnly, .damaged, .replaced, .syncFailed: throw error
+        case .io, .server, .unreachable, .commitUnconfirmed, .busy, .readOnly, .damaged, .replaced, .syncFailed: throw error
         default: if !isConnected { throw error }
         }
     }

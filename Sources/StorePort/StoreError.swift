@@ -33,6 +33,12 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case keyConflict(key: String, existingID: String)
     /// The file could not be opened, read or written.
     case io(String)
+    /// The database server failed a statement for a reason of the session, the transaction or the server
+    /// itself — not of the rows it wrote (`serverRefused`), not a lost connection (`unreachable`): with
+    /// SQLSTATE `sqlstate` (a statement cancelled or past its `statement_timeout`, a table or privilege
+    /// missing, a full disk, a lock not had in time, …) and `message`, which says so with the statement.
+    /// It was labelled a "database I/O error", and a stopped drain's advice was to free disk space.
+    case server(sqlstate: String, message: String)
     /// The database server could not be reached, or its connection was lost or stopped answering (a
     /// server database only); the message says which and what to check.
     case unreachable(String)
@@ -115,6 +121,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "nothing was submitted: give this job a new key, or submit the same spec to get \(existingID) back"
         case .io(let message):
             return "database I/O error: \(message)"
+        case .server(_, let message):
+            return message
         case .unreachable(let message):
             return message
         case .commitUnconfirmed(let message):

@@ -1178,7 +1178,7 @@ struct LeaseSink: TaskEventSink {
     /// `unreachable` or `io`.
     static func isTransient(_ error: StoreError, storeIsReadOnly: Bool) -> Bool {
         switch error {
-        case .io, .unreachable, .commitUnconfirmed, .busy: true
+        case .io, .server, .unreachable, .commitUnconfirmed, .busy: true
         case .readOnly: !storeIsReadOnly
         default: false
         }
@@ -1208,7 +1208,32 @@ public enum WorkerStopped: Error, Sendable, CustomStringConvertible {
         case .readOnly?: "make the database writable"
         case .busy?: "find the process that holds the database's write lock (a stopped worker, a long transaction)"
         case .io?: "free space on the database's disk or make it writable"
+        case .server(let sqlstate, _)?: serverRemedy(sqlstate)
         default: "fix what the error says"
+        }
+    }
+
+    /// What to do about a PostgreSQL server's error, by its SQLSTATE (its class when no code is named).
+    /// See https://www.postgresql.org/docs/current/errcodes-appendix.html
+    static func serverRemedy(_ sqlstate: String) -> String {
+        switch (sqlstate, String(sqlstate.prefix(2))) {
+        case ("57014", _):
+            "a statement ran past the server's statement_timeout (set for the role or the database, or in the URL's options) "
+                + "or was cancelled on the server: raise or lift the timeout for jobctl's role (`ALTER ROLE … SET statement_timeout`)"
+        case ("42P01", _), ("3F000", _):
+            "jobctl's tables are not in the database and schema the URL names (a schema dropped or renamed, another database, "
+                + "or the URL's search_path naming another schema): check the URL, or restore the schema; `jobctl migrate` makes "
+                + "new, empty tables there, without the jobs"
+        case ("42501", _):
+            "give the role in the URL what jobctl needs (`jobctl migrate --grant ROLE`, run as the role that owns the tables)"
+        case ("53100", _):
+            "free space on the database server's disk"
+        case (_, "53"):
+            "the database server is short of a resource (memory, connections): free it, or raise the server's limit"
+        case ("55P03", _):
+            "find the session that holds a lock on jobctl's tables (`pg_locks`, `pg_stat_activity`)"
+        default:
+            "fix what the server's error says (its log has more)"
         }
     }
 }

@@ -57,4 +57,76 @@ struct PostgresDrainStopTests {
         #expect(!final.contains("free space"), "\(final)")
         #expect(!text.contains(server.password))
     }
+
+    /// A drain stopped by a statement timeout (57014) or by jobctl's tables gone (42P01: the schema
+    /// dropped) said "database I/O error: PostgreSQL error …" and to "free space on the database's disk
+    /// or make it writable". Each names its own cause and remedy now.
+    @Test("a drain stopped by a statement timeout or a dropped schema names that cause and its remedy, not a disk",
+          arguments: ["57014", "42P01"])
+    func drainStopNamesTheServersError(sqlstate: String) throws {
+        let server = try PostgresServer.shared()
+        let database = try server.makeSchema("drainstop\(sqlstate)")
+        let schema = try #require(database.components(separatedBy: "search_path%3D").last)
+        let directory = try TemporaryDirectory("pg-drain-stop-\(sqlstate)")
+        defer { directory.remove() }
+        let manifest = directory.file("jobs.yaml")
+        try "- {kind: upload-data, data: later, destination: \"file://later/a.txt\", delay: 1h}\n"
+            .write(toFile: manifest, atomically: true, encoding: .utf8)
+        let environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": directory.path, "JOBCTL_BUCKETS": directory.file("buckets")]
+        let submitted = try runProcess(PackagePaths.jobctlBinary, ["--db", database, "submit", manifest],
+                                       environment: environment, currentDirectory: directory.path)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+
+        // With a statement timeout of its own for the timeout's case: its statements on a table another
+        // session holds locked wait for it, and are cancelled.
+        let url = sqlstate == "57014" ? database + "%20-c%20statement_timeout%3D300" : database
+        let logPath = directory.file("worker.log")
+        try #require(FileManager.default.createFile(atPath: logPath, contents: nil))
+        let log = try #require(FileHandle(forWritingAtPath: logPath))
+        defer { try? log.close() }
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        worker.arguments = ["--db", url, "worker", "--drain", "--lease", "1s", "--concurrency", "1"]
+        worker.environment = environment
+        worker.currentDirectoryURL = URL(fileURLWithPath: directory.path)
+        worker.standardOutput = FileHandle.nullDevice
+        worker.standardError = log
+        try worker.run()
+        defer { if worker.isRunning { worker.signalTree(SIGKILL); worker.waitForExit() } }
+        let started = Date()
+        while Date().timeIntervalSince(started) < 30,
+              !((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains("worker_started") {
+            usleep(50_000)
+        }
+        usleep(300_000)
+        #expect(worker.isRunning, "\((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")")
+
+        let locker = Process()
+        if sqlstate == "57014" {
+            // Another session holds jobctl's table of jobs locked for longer than the drain takes to stop.
+            locker.executableURL = URL(fileURLWithPath: "\(server.binaries)/psql")
+            locker.arguments = ["-X", "-q", database, "-c", "BEGIN; LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(15); COMMIT;"]
+            locker.standardOutput = FileHandle.nullDevice
+            locker.standardError = FileHandle.nullDevice
+            try locker.run()
+        } else {
+            try server.psql(database: "postgres", "DROP SCHEMA \(schema) CASCADE")
+        }
+        defer { if locker.isRunning { locker.signalTree(SIGKILL); locker.waitForExit() } }
+
+        _ = worker.ended(within: 60)
+        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        #expect(!worker.isRunning, "still running 60 s after the fault: \(text.suffix(2000))")
+        if worker.isRunning { return }
+        #expect(worker.terminationStatus == 1, "\(text.suffix(2000))")
+        let final = text.split(separator: "\n").last { $0.contains("Error: the drain stopped") }.map(String.init) ?? ""
+        #expect(final.contains("PostgreSQL error \(sqlstate)"), "\(text.suffix(2000))")
+        #expect(!final.contains("database I/O error") && !final.contains("free space"), "\(final)")
+        if sqlstate == "57014" {
+            #expect(final.contains("statement_timeout"), "\(final)")
+        } else {
+            #expect(final.contains("jobctl's tables are not in the database and schema the URL names"), "\(final)")
+        }
+        #expect(!text.contains(server.password))
+    }
 }

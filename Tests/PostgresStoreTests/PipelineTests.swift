@@ -371,8 +371,8 @@ struct PipelineTests {
         switch error {
         case .busy? where sqlstate == "40P01":
             break
-        case .io(let message)?:
-            #expect(message.contains(sqlstate), "\(message)")
+        case .server(let state, let message)?:
+            #expect(state == sqlstate && message.contains(sqlstate), "\(message)")
             #expect(message.contains("failed by the test"), "\(message)")
         default:
             Issue.record("expected the server's error for the whole group, got \(String(describing: error))")
