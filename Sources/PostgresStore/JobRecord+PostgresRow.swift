@@ -196,21 +196,21 @@ extension JobRecord {
         return .text(try StoreJSON.encode(value))
     }
 
-    /// Reads a row selected with `postgresSelectColumns`, or with `postgresLockColumns` and the job's
-    /// `spec` known.
-    init(postgresRow row: PostgresRow, spec known: JobSpec? = nil) throws(StoreError) {
+    /// Reads a row selected with `postgresSelectColumns`, its spec decoded through `specs` (the
+    /// connection's: see `PostgresSpecCache`).
+    init(postgresRow row: PostgresRow, specs: PostgresSpecCache) throws(StoreError) {
+        let id = try row.string(0)
+        try self.init(postgresRow: row, spec: try specs.spec(ofJob: id, stored: try Self.storedSpec(row, 24, jobID: id)))
+    }
+
+    /// Reads a row selected with `postgresLockColumns` (or `postgresSelectColumns`), the job's `spec` known.
+    init(postgresRow row: PostgresRow, spec: JobSpec) throws(StoreError) {
         let id = try row.string(0)
         guard let kind = JobKind(rawValue: try row.string(2)) else {
             throw StoreError.corrupt("job \(id) has unknown kind '\(try row.string(2))'")
         }
         guard let state = JobState(rawValue: try row.string(3)) else {
             throw StoreError.corrupt("job \(id) has unknown state '\(try row.string(3))'")
-        }
-        let spec: JobSpec
-        if let known {
-            spec = known
-        } else {
-            spec = try PostgresSpecCache.shared.spec(ofJob: id, stored: try Self.storedSpec(row, 24, jobID: id))
         }
         self.init(
             id: id, seq: try row.integer(1), kind: kind, state: state, queue: try row.string(4),
@@ -240,9 +240,8 @@ extension JobRecord {
 extension JobEvent {
     static let postgresSelectColumns = "seq, job_id, version, type, at_ms, actor, lease, data"
 
-    /// Reads a row selected with `postgresSelectColumns`, or with `postgresLockColumns` and the job's
-    /// `spec` known.
-    init(postgresRow row: PostgresRow, spec known: JobSpec? = nil) throws(StoreError) {
+    /// Reads a row selected with `postgresSelectColumns`.
+    init(postgresRow row: PostgresRow) throws(StoreError) {
         let seq = try row.integer(0)
         guard let type = EventType(rawValue: try row.string(3)) else {
             throw StoreError.corrupt("event \(seq) has unknown type '\(try row.string(3))'")
@@ -261,14 +260,17 @@ extension JobEvent {
 
 // MARK: - Specs already decoded
 
-/// The specs of the jobs this process read last, by job id with the stored text they were decoded
+/// The specs of the jobs a connection read last, by job id with the stored text they were decoded
 /// from. A job's spec never changes after `submitted`, but a worker reads the same job's row several
 /// times (its claim, each group commit that locks it, each control poll), and decoding the JSON was
 /// the costliest part of reading a row. A hit needs the same id and byte-for-byte the same text, so
 /// it returns exactly what decoding would.
+///
+/// Each connection has its own (`PostgresConnection.specs`): one shared by the whole process was
+/// emptied by whichever store filled it, so a group commit of jobs its worker had just claimed could
+/// find their specs gone and read them again (one more statement and round trip) because another
+/// store in the process had read 4,096 jobs.
 final class PostgresSpecCache: Sendable {
-    static let shared = PostgresSpecCache()
-
     /// At most this many specs are kept; when full, the cache starts over (a worker holds a few dozen).
     static let capacity = 4_096
 

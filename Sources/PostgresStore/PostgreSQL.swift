@@ -300,6 +300,8 @@ final class PostgresConnection {
     /// What `writeProjection` replaced in `batchRecords` during the current event, oldest first: a
     /// refused event's entries are put back from it (as SQLite's connection does; no copy of the map).
     var batchRecordsUndo: [(key: UTF8Key, record: JobRecord?)] = []
+    /// The specs of the jobs this connection read (kept across reconnects: a hit needs the same stored text).
+    let specs = PostgresSpecCache()
     /// Gives the connection up when the server does not answer a call in time (nil: waits for ever).
     private var answerWatchdog: AnswerWatchdog?
     /// How long a connection attempt waits for the server (unless the target says otherwise).

@@ -342,14 +342,14 @@ extension PostgresConnection: DependantsReader {
     /// The job's projection row, locked until the transaction ends (`FOR UPDATE`), or nil.
     func lockJob(_ id: String) throws(StoreError) -> JobRecord? {
         try row("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = $1 FOR UPDATE", [.text(id)]) {
-            (row) throws(StoreError) in try JobRecord(postgresRow: row)
+            (row) throws(StoreError) in try JobRecord(postgresRow: row, specs: self.specs)
         }
     }
 
     /// The job's projection row as of this statement, without a lock, or nil.
     func loadJob(_ id: String) throws(StoreError) -> JobRecord? {
         try row("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = $1", [.text(id)]) {
-            (row) throws(StoreError) in try JobRecord(postgresRow: row)
+            (row) throws(StoreError) in try JobRecord(postgresRow: row, specs: self.specs)
         }
     }
 
@@ -372,7 +372,7 @@ extension PostgresConnection: DependantsReader {
         let ids = Array(Set(events.map(\.jobID))).sorted()
         var current: [String: JobRecord] = [:]
         for record in try rows("SELECT \(JobRecord.postgresSelectColumns) FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
-                               [postgresTextArray(ids)], { (row) throws(StoreError) in try JobRecord(postgresRow: row) }) {
+                               [postgresTextArray(ids)], { (row) throws(StoreError) in try JobRecord(postgresRow: row, specs: self.specs) }) {
             current[record.id] = record
         }
         var outcomes: [Result<JobEvent, StoreError>] = []
@@ -428,7 +428,7 @@ extension PostgresConnection: DependantsReader {
         var unknown: [(id: String, row: PostgresRow)] = []
         for row in lockedRows {
             let id = try row.string(0)
-            guard let spec = PostgresSpecCache.shared.cached(ofJob: id) else {
+            guard let spec = self.specs.cached(ofJob: id) else {
                 unknown.append((id, row))
                 continue
             }
@@ -444,7 +444,7 @@ extension PostgresConnection: DependantsReader {
                 guard let stored else {
                     throw StoreError.corrupt("job \(id) has no submitted event with a spec at its seq: run `jobctl replay --verify`")
                 }
-                specs[id] = try PostgresSpecCache.shared.spec(ofJob: id, stored: stored)
+                specs[id] = try self.specs.spec(ofJob: id, stored: stored)
             }
             for (id, row) in unknown {
                 guard let spec = specs[id] else { throw StoreError.corrupt("job \(id) lost its spec while its row was locked") }
@@ -592,7 +592,7 @@ extension PostgresConnection: DependantsReader {
             SELECT \(JobRecord.postgresSelectColumns) FROM jobs
             WHERE id IN (SELECT job FROM job_dependencies WHERE depends_on = $1) AND state \(state)
             ORDER BY seq
-            """ + (locking ? " FOR UPDATE" : ""), [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+            """ + (locking ? " FOR UPDATE" : ""), [.text(jobID)]) { (row) throws(StoreError) in try JobRecord(postgresRow: row, specs: self.specs) }
     }
 
     /// The jobs `jobID` still waits for and their states (nil: not in the log). With `locking`, their

@@ -40,7 +40,7 @@ extension PostgresStore {
         let query = sql
         let parameters = values
         return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
-            try connection.rows(query, parameters) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+            try connection.rows(query, parameters) { (row) throws(StoreError) in try JobRecord(postgresRow: row, specs: connection.specs) }
         }
     }
 
@@ -70,7 +70,7 @@ extension PostgresStore {
             let ids = try connection.rows(Self.nextQueuedJobsSQL, parameters) { (row) throws(StoreError) in try row.string(0) }
             guard !ids.isEmpty else { return [] }
             return try connection.rows(Self.jobsInClaimOrderSQL, [postgresTextArray(ids)]) { (row) throws(StoreError) in
-                try JobRecord(postgresRow: row)
+                try JobRecord(postgresRow: row, specs: connection.specs)
             }
         }
     }
@@ -131,7 +131,7 @@ extension PostgresStore {
                 if !keys.isEmpty { query += (parameters.isEmpty ? " WHERE " : " AND ") + keys.joined(separator: " AND ") }
                 query += " ORDER BY created_at_ms, seq LIMIT \(Self.jobPageSize)"
                 let page = try readTransaction { (connection) throws(StoreError) -> [JobRecord] in
-                    try connection.rows(query, values) { (row) throws(StoreError) in try JobRecord(postgresRow: row) }
+                    try connection.rows(query, values) { (row) throws(StoreError) in try JobRecord(postgresRow: row, specs: connection.specs) }
                 }
                 for job in page { try body(pass, job) }
                 guard let last = page.last else { break }

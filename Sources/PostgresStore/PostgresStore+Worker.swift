@@ -334,7 +334,7 @@ extension PostgresConnection {
                 FROM (\(sql) LIMIT $\(values.count + 1)
                 FOR UPDATE SKIP LOCKED) AS picked ORDER BY priority DESC, run_after_ms, seq
                 """, values + [.int(limit - claimed.count)]) { (row) throws(StoreError) in
-                (try JobRecord(postgresRow: row), try row.integer(JobRecord.postgresSelectedCount),
+                (try JobRecord(postgresRow: row, specs: self.specs), try row.integer(JobRecord.postgresSelectedCount),
                  try row.integer(JobRecord.postgresSelectedCount + 1))
             }
             if picked.isEmpty { break }

@@ -125,17 +125,18 @@ struct LockColumnsTests {
             JobSpec(kind: .uploadData, destination: "file://lock/u\(k).txt", data: Data("u\(k)".utf8), queue: "q\(k)")
         }
         let ids = try store.submit(specs, actor: "cli:test", now: 1_000).map(\.id)
-        // Fresh ULIDs: no reader in this process has decoded these jobs' specs.
-        #expect(ids.allSatisfy { PostgresSpecCache.shared.cached(ofJob: $0) == nil })
+        let cache = try store.withConnection { $0.specs }
+        // Fresh ULIDs: no reader on this connection has decoded these jobs' specs.
+        #expect(ids.allSatisfy { cache.cached(ofJob: $0) == nil })
         let outcomes = try store.append(try ids.map { id in
             try PendingEvent(jobID: id, type: .paused, actor: "cli:test", data: EventData())
         }, now: 2_000)
         #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
-        #expect(ids.allSatisfy { PostgresSpecCache.shared.cached(ofJob: $0) != nil })
+        #expect(ids.allSatisfy { cache.cached(ofJob: $0) != nil })
         for (id, spec) in zip(ids, specs) {
             let record = try #require(try store.job(id))
             #expect(record.spec.destination == spec.destination && record.spec.queue == spec.queue && record.spec.data == spec.data)
-            #expect(PostgresSpecCache.shared.cached(ofJob: id)?.destination == spec.destination)
+            #expect(cache.cached(ofJob: id)?.destination == spec.destination)
             #expect(record.state == .paused)
         }
         #expect(try store.replay(verify: true).isConsistent)

@@ -173,6 +173,30 @@ struct RoundTripTests {
         #expect(try store.replay(verify: true).isConsistent)
     }
 
+    @Test("another store in the process reading more jobs than a cache keeps costs a store's group commit nothing")
+    func specsAreTheConnections() throws {
+        let fixture = try PostgresFixture("ownspecs")
+        let store = try PostgresStore(url: fixture.url, mode: .create)
+        let other = try PostgresStore(url: fixture.url, mode: .readWrite)
+        let count = 12
+        _ = try store.submit((0..<count).map { k in uploadData(k) }, actor: "cli:test", now: 1_000)
+        let claimed = try store.claim(owner: "w", queues: nil, limit: count, leaseMs: 60_000, now: 2_000)
+        #expect(claimed.count == count)
+        // The other store reads more jobs than one cache keeps (each row's spec decoded and kept).
+        _ = try other.submit((0..<(PostgresSpecCache.capacity + 8)).map { k in uploadData(100 + k) }, actor: "cli:test", now: 2_500)
+        #expect(try other.jobs(filter: JobFilter(states: [.queued])).count == PostgresSpecCache.capacity + 8)
+        // Every claimed job's spec is still known to the store that claimed it: its group commit locks
+        // the rows, reads the leases and takes the seqs in one pipeline, and writes with the COMMIT in
+        // another (with a process-wide cache, one more statement read the specs again).
+        let before = try store.withConnection { ($0.statementsSent, $0.roundTrips) }
+        let outcomes = try store.append(try claimed.map { try started($0) }, now: 3_000)
+        let after = try store.withConnection { ($0.statementsSent, $0.roundTrips) }
+        #expect(outcomes.allSatisfy { (try? $0.get()) != nil }, "\(outcomes)")
+        #expect(after.0 - before.0 == 6, "append of \(count) events: \(after.0 - before.0) statements")
+        #expect(after.1 - before.1 == 2, "append of \(count) events")
+        #expect(try store.counts() == [.running: count, .queued: PostgresSpecCache.capacity + 8])
+    }
+
     @Test("a decoded spec is reused only for the same job and byte-identical stored text; rows read back are unchanged")
     func specCache() throws {
         let cache = PostgresSpecCache()
