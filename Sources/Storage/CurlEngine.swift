@@ -17,10 +17,12 @@ import Synchronization
 ///   `curl_multi_poll` and is woken by `curl_multi_wakeup` when work is submitted.
 /// - The multi handle owns the connection cache, so consecutive requests to one host (chunks of a
 ///   resumable upload, metadata then media, a worker's thousands of small files) reuse connections.
-/// - Easy handles are reused too: a finished exchange's handle is `curl_easy_reset` (every option back
-///   to its default, nothing of the last request kept) and kept for the next exchange, so a small
-///   file costs no handle set-up and no receive buffer allocated and freed (a 256 KiB `free` also made
-///   glibc consolidate its heap every time).
+/// - Easy handles are not: each exchange gets a new one, freed when it ends. The libcurl of Debian 12
+///   (7.88) keeps a pointer to the last header a handle stored past `curl_easy_reset` and the next
+///   request's clean-up of its headers, and an answer whose first header line begins with a space or a
+///   tab (an obsolete line folding with nothing to fold onto) is then appended to that freed header: a
+///   double free that aborted the worker, every job in flight with it, on any server's word. A new
+///   handle has no such pointer, and libcurl refuses that answer (curl error 43).
 /// - Callers `await` an exchange; the engine resumes their `CheckedContinuation` when
 ///   `curl_multi_info_read` reports the exchange done. Bodies stream through callbacks in both
 ///   directions, so memory stays flat whatever the object size.
@@ -73,13 +75,9 @@ final class CurlEngine: @unchecked Sendable {
     /// with many servers at once) would lose the connection its next request meant to reuse.
     static let connectionCacheSize = 256
 
-    /// Finished easy handles kept for reuse. Each holds its 256 KiB receive buffer, so the bound keeps an
-    /// idle worker's memory flat after a burst of concurrent transfers.
-    static let idleHandleLimit = 32
-
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<[CurlExchange]>([])
-    /// Easy handles created so far (tests prove reuse with it).
+    /// Easy handles created so far (tests count them: one an exchange).
     let handlesCreated = Atomic<Int>(0)
 
     /// libcurl's receive buffer: larger means fewer write callbacks per byte (each hashes and may write to disk).
@@ -167,7 +165,6 @@ final class CurlEngine: @unchecked Sendable {
 
     private func run() {
         var active: [UnsafeMutableRawPointer: CurlExchange] = [:]
-        var idle: [UnsafeMutableRawPointer] = []
         while true {
             let submitted = pending.withLock { queue -> [CurlExchange] in
                 defer { queue.removeAll() }
@@ -175,17 +172,17 @@ final class CurlEngine: @unchecked Sendable {
             }
             for exchange in submitted {
                 do {
-                    let easy = try exchange.start { idle.popLast() ?? newHandle() }
+                    let easy = try exchange.start { newHandle() }
                     let code = jobctl_curl_multi_add_handle(multi, easy)
                     guard code == CURLM_OK else {
                         exchange.finish(code: CURLE_FAILED_INIT, cause: String(cString: jobctl_curl_multi_strerror(code)))
-                        recycle(exchange, into: &idle)
+                        release(exchange)
                         continue
                     }
                     active[easy] = exchange
                 } catch {
                     exchange.complete(.failure(error))
-                    recycle(exchange, into: &idle)
+                    release(exchange)
                 }
             }
             var running: Int32 = 0
@@ -197,7 +194,7 @@ final class CurlEngine: @unchecked Sendable {
                 jobctl_curl_multi_remove_handle(multi, easy)
                 guard let exchange = active.removeValue(forKey: easy) else { continue }
                 exchange.finish(code: code, cause: nil)
-                recycle(exchange, into: &idle)
+                release(exchange)
             }
             // Rate-limited exchanges paused in a callback continue once their buckets allow.
             var timeout: Int32 = 1000
@@ -232,7 +229,7 @@ final class CurlEngine: @unchecked Sendable {
                 jobctl_curl_multi_remove_handle(multi, easy)
                 guard let exchange = active.removeValue(forKey: easy) else { continue }
                 exchange.finish(code: code, cause: nil)
-                recycle(exchange, into: &idle)
+                release(exchange)
             }
             // Sleeps until a socket is ready, curl's own timer fires, a submission wakes us, a paused
             // exchange may continue, or 1 s.
@@ -247,18 +244,11 @@ final class CurlEngine: @unchecked Sendable {
         return easy
     }
 
-    /// Takes a finished exchange's handle back (engine thread, after the handle left the multi handle):
-    /// reset for the next exchange (https://curl.se/libcurl/c/curl_easy_reset.html: every option back to
-    /// its default, callbacks and their context pointers included; the multi handle keeps the connection),
-    /// or freed when the exchange changed the receive buffer's size or enough handles are idle already.
-    private func recycle(_ exchange: CurlExchange, into idle: inout [UnsafeMutableRawPointer]) {
-        guard let (easy, reusable) = exchange.releaseHandle() else { return }
-        guard reusable, idle.count < Self.idleHandleLimit else {
-            jobctl_curl_easy_cleanup(easy)
-            return
-        }
-        jobctl_curl_easy_reset(easy)
-        idle.append(easy)
+    /// Frees a finished exchange's handle (engine thread, after the handle left the multi handle; the
+    /// multi handle keeps the connection for the next exchange). Never reused: see the type's notes.
+    private func release(_ exchange: CurlExchange) {
+        guard let easy = exchange.releaseHandle() else { return }
+        jobctl_curl_easy_cleanup(easy)
     }
 
     /// The one place multi-interface codes are checked. They only fail on misuse or out of memory;
@@ -340,8 +330,6 @@ private final class CurlExchange: @unchecked Sendable {
     var continuation: CheckedContinuation<Result<HTTPResponse, TransferFailure>, Never>?
 
     private var easy: UnsafeMutableRawPointer?
-    /// Whether the handle may serve another exchange after a reset (see `CurlEngine.recycle`).
-    private var reusable = true
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var errorBufferPointer: UnsafeMutablePointer<CChar>
     private var status = 0
@@ -418,8 +406,8 @@ private final class CurlExchange: @unchecked Sendable {
         errorBufferPointer.deallocate()
     }
 
-    /// Configures an easy handle from `handle` (engine thread): a reset idle one or a new one, taken
-    /// only once the request passed its checks.
+    /// Configures a new easy handle from `handle` (engine thread), taken only once the request passed
+    /// its checks.
     func start(handle: () -> UnsafeMutableRawPointer?) throws(TransferFailure) -> UnsafeMutableRawPointer {
         // Refused before a handle exists: nothing of this request may reach the network.
         for line in request.headers where !HeaderValues.isSafeLine(line) {
@@ -480,9 +468,6 @@ private final class CurlExchange: @unchecked Sendable {
         // libcurl of Debian 12 reads whole socket buffers between its checks and overshoots a 2M limit by
         // half on loopback. Small buffers keep each chunk, and so the error, small.
         if let rate = [ownRate?.rate, bandwidth?.rate].compactMap({ $0 }).min() {
-            // A handle whose receive buffer was sized for a rate is not reused: libcurl may keep the
-            // buffer it allocated whatever size a later exchange asks for.
-            reusable = false
             try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, TokenBucket.chunkSize(for: rate)))
             try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, TokenBucket.chunkSize(for: rate)))
         } else {
@@ -551,8 +536,6 @@ private final class CurlExchange: @unchecked Sendable {
     /// The one place a `CURLcode` from setup is checked.
     private func check(_ code: CURLcode) throws(TransferFailure) {
         guard code != CURLE_OK else { return }
-        // A handle that refused an option would refuse it again: it is freed, not kept for the next exchange.
-        reusable = false
         throw .failed(StorageError(.internalError, "libcurl refused an option: \(String(cString: jobctl_curl_easy_strerror(code)))",
                                    url: redactedURL(request.url), cause: String(cString: jobctl_curl_easy_strerror(code))))
     }
@@ -864,11 +847,6 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// Turns the finished easy handle into a result and resumes the caller (engine thread).
     func finish(code: CURLcode, cause: String?) {
-        // A handle whose exchange failed is not kept: libcurl 7.88 keeps the receive buffer of a transfer
-        // that failed before it had a connection (a host name that does not resolve, a redirect to a
-        // scheme it refuses), even through `curl_easy_reset`, and then refuses CURLOPT_BUFFERSIZE on
-        // that handle for good — every later exchange on it failed at set-up, another job's included.
-        if code != CURLE_OK { reusable = false }
         // Bytes of request written to a connection (its headers at least); 0 when none took it.
         var requestBytes = 0
         if code != CURLE_OK, let easy {
@@ -962,13 +940,13 @@ private final class CurlExchange: @unchecked Sendable {
         continuation = nil
     }
 
-    /// Hands the easy handle back to the engine (engine thread, the exchange complete), with whether it
-    /// may be reused; nil when the exchange never got one. The caller never reads `easy`, so the engine
-    /// may do this after the caller resumed.
-    func releaseHandle() -> (UnsafeMutableRawPointer, Bool)? {
+    /// Hands the easy handle back to the engine (engine thread, the exchange complete); nil when the
+    /// exchange never got one. The caller never reads `easy`, so the engine may do this after the
+    /// caller resumed.
+    func releaseHandle() -> UnsafeMutableRawPointer? {
         guard let easy else { return nil }
         self.easy = nil
-        return (easy, reusable)
+        return easy
     }
 }
 
@@ -1170,6 +1148,12 @@ private func transportFailure(curlCode: CURLcode, name: String, text: String, ur
         // libcurl's word for a response header line past its limit (100 KiB) as well as for memory running out.
         return StorageError(.unknown, "the server's answer could not be taken in: a header is larger than libcurl accepts "
                                 + "(100 KiB), or memory ran out", url: redactedURL(url), retryable: true, cause: cause)
+    case CURLE_BAD_FUNCTION_ARGUMENT where requestSent:
+        // libcurl's word for a header line it cannot store: one that begins with a space or a tab (an
+        // obsolete folding, RFC 9112 §5.2) with no header before it to continue, first in the answer or
+        // in a chunked body's trailer.
+        return StorageError(.unknown, "the server's answer is not valid HTTP: a header line begins with a space or a tab "
+                                + "and continues no header", url: redactedURL(url), retryable: true, cause: cause)
     case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
         return StorageError(.invalidArgument, "the URL cannot be fetched: \(name)", url: redactedURL(url), cause: cause)
     case CURLE_PEER_FAILED_VERIFICATION:
