@@ -82,14 +82,15 @@ extension EventStore {
     /// The outcome events between two times (`?1`, `?2`), and of one queue (`?4`) with `byQueue`, counted
     /// by type, error code and whether they are after `?3` (the last minute), with the bytes of the
     /// `succeeded` ones (counted as `StoreStats.Window.bytes` says; summed once, as grouped: a second
-    /// sum of the expression for the minute would extract it from the JSON twice). Its
+    /// sum of the expression for the minute would extract it from the JSON twice; `total`, whose float
+    /// holds any sum, where `sum` failed the whole command on an integer overflow of hand-written sizes). Its
     /// WHERE clause is the partial index's, so SQLite searches `events_outcomes_at`; the queue is checked
     /// job by job through the primary key, never by scanning `jobs`. The condition is spelt as the
     /// index's is since migration 9 (comparisons, not an IN list: see that migration). 200,000 outcomes
     /// of the last hour: ~0.5 s, where decoding each event took ~1.0 s.
     static func recentOutcomesSQL(byQueue: Bool) -> String {
         """
-        SELECT type, code, recent, count(*), sum(bytes) FROM (
+        SELECT type, code, recent, count(*), total(bytes) FROM (
             SELECT type, at_ms > ?3 AS recent,
                    CASE WHEN type = 'succeeded' THEN NULL ELSE json_extract(data, '$.error.code') END AS code,
                    CASE WHEN type = 'succeeded' AND json_extract(data, '$.result.skipped') IS NOT 1

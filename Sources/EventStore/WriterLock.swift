@@ -178,7 +178,7 @@ final class WriterLock {
             let candidate = directory == "/" ? "/" + name : directory + "/" + name
             var info = stat()
             guard lstat(candidate, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(),
-                  now - info.st_mtim.tv_sec > abandonedAfterSeconds else { continue }
+                  Int64(now).saturatingSubtracting(Int64(info.st_mtim.tv_sec)) > abandonedAfterSeconds else { continue }
             guard kill(pid, 0) != 0, errno == ESRCH else { continue }
             unlink(candidate)
         }

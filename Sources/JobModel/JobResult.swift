@@ -222,7 +222,7 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
         switch self {
         case .upload(_, let offset, _, _): offset
         case .download(let written, _, _, _, _, _): written
-        case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0 + $1.confirmed }
+        case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0.saturatingAdding($1.confirmed) }
         case .sentUpload(let total): total
         case .sentDelete, .unanswered: 0
         }

@@ -90,18 +90,19 @@ extension PostgresStore {
 
     /// The outcome events between two times (`$first`, `$first + 1`), and of the queue `$1` with
     /// `byQueue`, counted by type, error code and whether they are after `$first + 2` (the last minute),
-    /// with the bytes of the `succeeded` ones (counted as `StoreStats.Window.bytes` says). Its WHERE clause is the partial index's
+    /// with the bytes of the `succeeded` ones (counted as `StoreStats.Window.bytes` says; as `numeric`, held
+    /// within `bigint`: a size past it, written by hand, failed the cast). Its WHERE clause is the partial index's
     /// (`events_outcomes_at`, migration 6), so the read follows the last hour's work, not the log's size;
     /// the queue is checked job by job. Each event's text is parsed once (`OFFSET 0` keeps the planner
     /// from copying the cast into every use).
     static func recentOutcomesSQL(firstTimeParameter first: Int, byQueue: Bool) -> String {
         """
-        SELECT type, code, recent, count(*), coalesce(sum(bytes), 0)::bigint
+        SELECT type, code, recent, count(*), least(greatest(coalesce(sum(bytes), 0), 0), 9223372036854775807)::bigint
         FROM (
             SELECT type, recent,
                    CASE WHEN type = 'succeeded' THEN NULL ELSE (j -> 'error' ->> 'code')::bigint END AS code,
                    CASE WHEN type = 'succeeded' AND (j -> 'result' ->> 'skipped') IS DISTINCT FROM 'true'
-                       THEN coalesce((j -> 'result' ->> 'size')::bigint, 0) ELSE 0 END AS bytes
+                       THEN coalesce((j -> 'result' ->> 'size')::numeric, 0) ELSE 0 END AS bytes
             FROM (
                 SELECT type, at_ms > $\(first + 2) AS recent, \(JobRecord.parsableJSONSQL("data"))::json AS j FROM events
                 WHERE type IN ('succeeded', 'failed', 'attempt_failed') AND at_ms > $\(first) AND at_ms <= $\(first + 1)\(

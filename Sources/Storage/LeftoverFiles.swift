@@ -134,7 +134,7 @@ public struct LeftoverFiles: Sendable {
             guard !inUse.contains(path), let entry = candidate.directory.entry(candidate.name), entry.isRegular,
                   entry.links == 1 else { continue }
             if let recorded = candidate.recorded, recorded != entry.identity { continue }
-            if let finished = job.finishedAtMs, entry.modifiedMicros / 1_000 > finished + Self.clockSlackMs { continue }
+            if let finished = job.finishedAtMs, entry.modifiedMicros / 1_000 > finished.saturatingAdding(Self.clockSlackMs) { continue }
             let leftover = LeftoverFile(jobID: job.jobID, kind: candidate.kind, path: path, size: entry.size, identity: entry.identity)
             if !found.contains(where: { $0.path == path }) { found.append(leftover) }
         }

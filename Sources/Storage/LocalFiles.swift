@@ -279,7 +279,9 @@ struct FileStatus: Equatable {
         default: kind = .other
         }
         size = Int64(info.st_size)
-        modifiedNanos = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        // Held within Int64 (years 1677…2262): anyone who can write the file sets its time, ext4 to 2446
+        // and tmpfs to any second, and a file of the year 2300 in a bucket ended the worker that read it.
+        modifiedNanos = Int64(info.st_mtim.tv_sec).saturatingMultiplied(by: 1_000_000_000).saturatingAdding(Int64(info.st_mtim.tv_nsec))
         identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
         links = UInt64(info.st_nlink)
         owner = UInt32(info.st_uid)

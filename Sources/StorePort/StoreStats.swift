@@ -148,9 +148,9 @@ public struct StoreStats: Sendable, Equatable {
             switch group.type {
             case EventType.succeeded.rawValue:
                 hour.succeeded += group.count
-                hour.bytes += group.bytes
+                hour.bytes = hour.bytes.saturatingAdding(group.bytes)
                 minute.succeeded += group.countInLastMinute
-                minute.bytes += group.bytesInLastMinute
+                minute.bytes = minute.bytes.saturatingAdding(group.bytesInLastMinute)
             case EventType.failed.rawValue, EventType.attemptFailed.rawValue:
                 guard let raw = group.code, let code = StorageErrorCode(rawValue: Int(truncatingIfNeeded: raw)) else {
                     throw StoreError.corrupt("a '\(group.type)' event holds no known error code (\(group.code.map(String.init) ?? "none"))")

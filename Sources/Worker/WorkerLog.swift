@@ -364,8 +364,11 @@ public final class WorkerLog: Sendable {
             if moved < bytes { fields.append(("moved_bytes", .integer(moved))) }
             fields.append(("duration_ms", .integer(durationMs)))
             let seconds = Double(max(1, durationMs)) / 1000
-            fields.append(("rate", .text(ByteSize.format(Int64(Double(moved) / seconds)) + "/s")))
-            fields.append(("bytes_per_second", .integer(Int64(Double(moved) / seconds))))
+            // The size may be the server's word (a transfer skipped for the object found in place): a
+            // rate past Int64 ended the worker.
+            let perSecond = (Double(moved) / seconds).clampedInt64
+            fields.append(("rate", .text(ByteSize.format(perSecond) + "/s")))
+            fields.append(("bytes_per_second", .integer(perSecond)))
             if let path = result.path { fields.append(("path", .text(path))) }
         case .failed(let error):
             event = .failed

@@ -162,7 +162,7 @@ extension Commands {
         }
         if let error = job.error {
             var text = "\(error.code.name) (\(error.code.rawValue)): \(display.message(error))"
-            if job.retryScheduled { text += "; attempt \(job.attempts + 1) of \(job.maxAttempts) at \(RFC3339.string(job.runAfterMs))" }
+            if job.retryScheduled { text += "; attempt \(job.attempts.saturatingAdding(1)) of \(job.maxAttempts) at \(RFC3339.string(job.runAfterMs))" }
             lines.append(("error", text))
             if let status = error.httpStatus { lines.append(("http status", "\(status)")) }
             if let url = error.url { lines.append(("url", display.url(url))) }

@@ -152,7 +152,8 @@ extension JobRecord {
     private func progressText(of done: Int64) -> String {
         if state == .succeeded { return "100%" }
         if let total = bytesTotal, total > 0 {
-            return "\(Int((Double(done) / Double(total) * 100).rounded(.down)))%"
+            // Of a row's values, whatever they are: more done than the total is 100 %, less than nothing 0 %.
+            return "\(min(100, max(0, (Double(done) / Double(total) * 100).clampedInt64)))%"
         }
         return done > 0 ? ByteSize.format(done) : "-"
     }

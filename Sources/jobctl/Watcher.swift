@@ -321,13 +321,14 @@ struct ProgressBar {
     /// Bytes per second over the last `rateWindowMs`, from the samples seen since the last reset.
     var rate: Double? {
         guard let first = samples.first, let last = samples.last, last.atMs > first.atMs, last.bytes >= first.bytes else { return nil }
-        return Double(last.bytes - first.bytes) / (Double(last.atMs - first.atMs) / 1000)
+        // In doubles: the samples are the log's values, whatever they are (an Int64 difference may not fit).
+        return (Double(last.bytes) - Double(first.bytes)) / ((Double(last.atMs) - Double(first.atMs)) / 1000)
     }
 
     mutating func record(done: Int64, atMs: Int64) {
         if let last = samples.last, done < last.bytes || atMs < last.atMs { samples.removeAll() }
         samples.append((atMs, done))
-        while let first = samples.first, samples.count > 2, atMs - first.atMs > Self.rateWindowMs { samples.removeFirst() }
+        while let first = samples.first, samples.count > 2, TimeText.between(first.atMs, atMs) > Self.rateWindowMs { samples.removeFirst() }
     }
 
     /// The line for `done` bytes moved (of which `confirmed` by the server, for uploads) of `total`, fitted
@@ -351,9 +352,9 @@ struct ProgressBar {
         }
         if countsConfirmedBytes, done > kept { head += " (\(ByteSize.format(kept)) confirmed)" }
         if let rate, rate > 0 {
-            tail.append("\(ByteSize.format(Int64(rate)))/s")
+            tail.append("\(ByteSize.format(rate.clampedInt64))/s")
             if let total, total > done {
-                tail.append("ETA \(TimeText.duration(seconds: Int64((Double(total - done) / rate).rounded(.up))))")
+                tail.append("ETA \(TimeText.duration(seconds: ((Double(total) - Double(done)) / rate).rounded(.up).clampedInt64))")
             }
         }
         return Self.fit(bar: bar, head: head, tail: tail, width: width)
@@ -459,21 +460,21 @@ struct BatchProgress {
         let total = tally.values.reduce(0) { $0 + $1.count }
         let ended = tally.filter { $0.key.isFinal }.values.reduce(0) { $0 + $1.count }
         let failed = (tally[.failed]?.count ?? 0) + (tally[.cancelled]?.count ?? 0)
-        let bytes = tally.values.reduce(Int64(0)) { $0 + $1.bytesDone }
+        let bytes = tally.values.reduce(Int64(0)) { $0.saturatingAdding($1.bytesDone) }
         if let last = samples.last, ended < last.ended || bytes < last.bytes || atMs < last.atMs { samples.removeAll() }
         samples.append((atMs, ended, bytes))
-        while let first = samples.first, samples.count > 2, atMs - first.atMs > ProgressBar.rateWindowMs { samples.removeFirst() }
+        while let first = samples.first, samples.count > 2, TimeText.between(first.atMs, atMs) > ProgressBar.rateWindowMs { samples.removeFirst() }
         let fraction = total == 0 ? 1 : Double(ended) / Double(total)
         var head = String(format: "%3d%% ", Int(fraction * 100)) + "\(ended)/\(total) jobs"
         if failed > 0 { head += " (\(failed) failed)" }
         if bytes > 0 { head += ", \(ByteSize.format(bytes))" }
         var tail: [String] = []
         if let first = samples.first, let last = samples.last, last.atMs > first.atMs {
-            let seconds = Double(last.atMs - first.atMs) / 1000
-            if last.bytes > first.bytes { tail.append("\(ByteSize.format(Int64(Double(last.bytes - first.bytes) / seconds)))/s") }
+            let seconds = (Double(last.atMs) - Double(first.atMs)) / 1000
+            if last.bytes > first.bytes { tail.append("\(ByteSize.format(((Double(last.bytes) - Double(first.bytes)) / seconds).clampedInt64))/s") }
             if last.ended > first.ended, ended < total {
                 let perSecond = Double(last.ended - first.ended) / seconds
-                tail.append("ETA \(TimeText.duration(seconds: Int64((Double(total - ended) / perSecond).rounded(.up))))")
+                tail.append("ETA \(TimeText.duration(seconds: (Double(total - ended) / perSecond).rounded(.up).clampedInt64))")
             }
         }
         return ProgressBar.fit(bar: (fraction, fraction), head: head, tail: tail, width: width)

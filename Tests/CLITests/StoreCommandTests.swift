@@ -404,6 +404,82 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         }
     }
 
+    /// Found by fuzzing the inspection commands over a log holding the input's values: each of these
+    /// ended its command with a trap (SIGILL, exit 132), and the sliced resume point ended the worker
+    /// that claimed the job too (again at every start: the job stayed claimable).
+    @Test("values no worker writes trap no command: bytes past the total, the top attempt count, a size past any rate, slices past Int64")
+    func extremeValuesTrapNothing() throws {
+        let workspace = try CLIWorkspace("db-extreme-values")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data: a, destination: file://b/a}
+        - {kind: upload-data, data: b, destination: gs://bucket/b}
+        - {kind: upload-data, data: c, destination: gs://bucket/c}
+        - {kind: download-file, source: gs://bucket/object, destination: out.bin, max_attempts: 1, queue: sliced}
+        """)
+        try #require(ids.count == 4)
+        let sliced = #"{"slicedDownload":{"file":{"device":1,"inode":2},"generation":"1","slices":[{"confirmed":9223372036854775807,"length":1,"start":0},{"confirmed":1,"length":1,"start":1}],"tempPath":"/nonexistent/x"}}"#
+        let edit = try runProcess("\(PackagePaths.venv)/bin/python", ["-c", """
+            import sqlite3, sys, time
+            db = sqlite3.connect(sys.argv[1])
+            a, b, c, d = sys.argv[2:6]
+            db.execute("UPDATE jobs SET state = 'running', bytes_done = 9223372036854775807, bytes_total = 1 WHERE id = ?", (a,))
+            db.execute("UPDATE jobs SET attempts = 9223372036854775807, run_after_ms = 9999999999999, "
+                       "error = '{\\"code\\":-13000,\\"message\\":\\"x\\",\\"retryable\\":true}' WHERE id = ?", (b,))
+            db.execute("INSERT INTO events (job_id, version, type, at_ms, actor, lease, data) VALUES (?, 2, 'succeeded', ?, 'x', 1, "
+                       "'{\\"attempt\\":1,\\"result\\":{\\"size\\":10000000000000000},\\"v\\":1}')", (c, int(time.time() * 1000)))
+            db.execute("UPDATE jobs SET resume_point = ? WHERE id = ?", (sys.argv[6], d))
+            db.commit()
+            """, workspace.database] + ids + [sliced])
+        #expect(edit.status == 0, "\(edit.stderr)")
+        for arguments in [["list"], ["list", "--json"], ["show", ids[0]], ["show", ids[1]], ["show", "--json", ids[1]], ["show", ids[3]],
+                          ["stats"], ["stats", "--json"], ["history", ids[2]], ["audit"]] {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 0, "\(arguments): exit \(output.status) \(output.stderr.prefix(600))")
+        }
+        let list = try workspace.jobctl(["list"])
+        #expect(list.stdout.split(separator: "\n").contains { $0.contains(ids[0]) && $0.contains("100%") }, "\(list.stdout)")
+        #expect(try workspace.jobctl(["show", ids[1]]).stdout.contains("attempt 9223372036854775807 of"))
+        let stats = try #require(try workspace.json(["stats", "--json"]) as? [String: Any])
+        let hour = try #require(stats["last_hour"] as? [String: Any], "\(stats)")
+        #expect(hour["bytes"] as? Int == 10_000_000_000_000_000, "\(hour)")
+        #expect(hour["bytes_per_second"] as? Int == 2_777_777_777_777, "\(hour)")
+        // The worker: the resume point's slices are not the plan's, so the download starts over (and
+        // fails here, its server gone), where summing them ended the worker.
+        let worker = try workspace.jobctl(["worker", "--drain", "--queue", "sliced"], environment: ["STORAGE_EMULATOR_HOST": "http://127.0.0.1:9"])
+        #expect(worker.status == 2, "exit \(worker.status): \(worker.stderr.prefix(2_000))")
+        #expect(try workspace.jobctl(["show", "--json", ids[3]]).stdout.contains("\"failed\""))
+    }
+
+    /// A file's time went into nanoseconds as `Int64(tv_sec) * 1_000_000_000`, past Int64 after 2262:
+    /// anyone who can write a file may set its time (ext4 to 2446, tmpfs to any second), and a worker
+    /// reading such a file — an object in a `file://` bucket, an upload's source — ended (exit 132).
+    @Test("files dated after 2262 are read and written like any other")
+    func filesFromTheFarFuture() throws {
+        let workspace = try CLIWorkspace("far-future-files")
+        defer { workspace.directory.remove() }
+        let buckets = workspace.directory.file("buckets")
+        let object = try workspace.write("buckets/b/f.txt", "from the future\n")
+        let source = try workspace.write("src.txt", "also from the future\n")
+        let year2300 = Date(timeIntervalSince1970: 10_413_792_000)
+        for path in [object, source] { try FileManager.default.setAttributes([.modificationDate: year2300], ofItemAtPath: path) }
+        let environment = ["JOBCTL_BUCKETS": buckets]
+        let manifest = try workspace.write("m.yaml", """
+            jobs:
+              - {kind: download-memory, source: file://b/f.txt}
+              - {kind: upload-file, source: src.txt, destination: file://b/up.txt}
+              - {kind: get-metadata, source: file://b/f.txt}
+            """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "exit \(worker.status): \(worker.stderr.prefix(2_000))")
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(jobs.count == 3 && jobs.allSatisfy { $0["state"] as? String == "succeeded" }, "\(jobs)")
+        #expect(try String(contentsOfFile: buckets + "/b/up.txt", encoding: .utf8) == "also from the future\n")
+        #expect(try workspace.jobctl(["list"], environment: environment).status == 0)
+    }
+
     /// The damage is found as the worker opens the log (the pool's own stop on a file damaged while it
     /// runs is `DamagedStoreTests` in the worker suite).
     /// `replay --verify` compared the projection with the log and nothing else: an index whose page

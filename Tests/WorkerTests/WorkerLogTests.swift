@@ -229,6 +229,23 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect((object["fields"] as? [String: Any])?["destination"] as? String == hostile)
     }
 
+    /// A skipped transfer's size (`if_exists: skip`: the object found in place) is the server's word:
+    /// 2⁶³ − 1 bytes "moved" in a millisecond made a rate past Int64, which trapped (the worker and
+    /// every job in flight with it ended).
+    @Test("a success's rate is held within Int64, whatever size the server named")
+    func rateOfAnySize() throws {
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(formatter: WorkerLogFormatter(format: .json), write: { line in lines.withLock { $0.append(line) } })
+        for size in [Int64.max, Int64.max / 2, 0] {
+            log.finished(jobID: "J\(size)", kind: .uploadFile, outcome: .succeeded(JobResult(size: size, skipped: true)),
+                        startedAtMs: 1_000, now: 1_001)
+        }
+        let (objects, other) = jsonLines(lines.withLock { $0.joined(separator: "\n") })
+        #expect(other.isEmpty, "\(other)")
+        let rates = entries(objects, "succeeded").compactMap { (($0["fields"] as? [String: Any])?["bytes_per_second"] as? NSNumber)?.int64Value }
+        #expect(rates == [Int64.max, Int64.max, 0], "\(objects)")
+    }
+
     @Test func levelsFilter() {
         let lines = Mutex<[String]>([])
         let log = WorkerLog(minimumLevel: .warning, write: { line in lines.withLock { $0.append(line) } })
