@@ -51,7 +51,7 @@ extension EventStore {
                 ORDER BY j.lease_owner, j.id
                 """, queueValues) { (row) throws(StoreError) -> StoreStats.RunningLease in
                 guard let kind = JobKind(rawValue: row.text(2)) else {
-                    throw StoreError.corrupt("job \(row.text(0)) has unknown kind '\(row.text(2))'")
+                    throw JobKind.unknownKindError(jobID: row.text(0), kind: row.text(2))
                 }
                 return StoreStats.RunningLease(jobID: row.text(0), queue: row.text(1), kind: kind, owner: row.text(3),
                                                token: row.optionalInt64(4), expiresAtMs: row.optionalInt64(5))

@@ -52,7 +52,7 @@ extension PostgresStore {
                 """, parameters) { (row) throws(StoreError) -> StoreStats.RunningLease in
                 let kindText = try row.string(2)
                 guard let kind = JobKind(rawValue: kindText) else {
-                    throw StoreError.corrupt("job \(try row.string(0)) has unknown kind '\(kindText)'")
+                    throw JobKind.unknownKindError(jobID: try row.string(0), kind: kindText)
                 }
                 return StoreStats.RunningLease(jobID: try row.string(0), queue: try row.string(1), kind: kind,
                                                owner: try row.string(3), token: try row.optionalInteger(4),

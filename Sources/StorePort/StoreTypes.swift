@@ -454,3 +454,16 @@ public struct ReplayReport: Sendable, Equatable {
         self.rewritten = rewritten
     }
 }
+
+extension JobKind {
+    /// The kinds this jobctl runs, as an SQL list (`'upload-file', 'upload-data', …`): a worker claims,
+    /// rescues and waits for these only. A job of a kind a newer jobctl added stays for a newer worker;
+    /// read, it stopped every claim of an older one (its row could not be decoded, every 5 s for ever).
+    public static let knownKindsSQL = allCases.map { "'\($0.rawValue)'" }.joined(separator: ", ")
+
+    /// The error for a row whose kind this jobctl does not know.
+    public static func unknownKindError(jobID: String, kind: String) -> StoreError {
+        StoreError.corrupt("job \(jobID) is of kind '\(kind)', which this jobctl does not know (a newer jobctl may have "
+                               + "submitted it: upgrade this one to read it)")
+    }
+}
