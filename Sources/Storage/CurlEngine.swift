@@ -203,7 +203,7 @@ final class CurlEngine: @unchecked Sendable {
             func resume(_ easy: UnsafeMutableRawPointer, _ exchange: CurlExchange) {
                 switch exchange.resumeIfAllowed(at: now) {
                 case .moving: break
-                case .paused(let wait): timeout = min(timeout, Int32(wait))
+                case .paused(let wait): timeout = min(timeout, Int32(clamping: wait))
                 case .failed(let code): failed.append((easy, code))
                 }
             }
