@@ -162,6 +162,13 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// This process's user as messages name it: "name (uid N)", or "uid N" when it has no name.
     static var currentUser: String { SystemUser.described(geteuid()) }
 
+    /// A file's permission bits as `chmod` takes them, four octal digits at least: `0644`, `04755`, `0000`
+    /// (a file of mode 000 read `mode 00`).
+    static func octalMode(_ mode: mode_t) -> String {
+        let digits = String(mode & 0o7777, radix: 8)
+        return "0" + String(repeating: "0", count: max(0, 3 - digits.count)) + digits
+    }
+
     /// Why this user cannot open the existing file at `path` for reading (and, with `writing`, writing),
     /// naming its owner and mode; nil when `access(2)` finds no lack of permission.
     static func permissionProblem(_ path: String, writing: Bool) -> String? {
@@ -170,8 +177,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         guard stat(path, &info) == 0 else { return nil }
         let owner = SystemUser.name(info.st_uid)
         let group = getgrgid(info.st_gid).flatMap { $0.pointee.gr_name.map { String(cString: $0) } } ?? "gid \(info.st_gid)"
-        let mode = String(info.st_mode & 0o7777, radix: 8)
-        return "permission denied: '\(path)' is owned by \(owner), group \(group), mode 0\(mode), and this user, "
+        return "permission denied: '\(path)' is owned by \(owner), group \(group), mode \(octalMode(info.st_mode)), and this user, "
             + "\(currentUser), may not \(writing ? "read and write" : "read") it; run jobctl as a user who may, "
             + "or change the file's owner, group or mode"
     }
@@ -380,8 +386,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
             let sidecar = sqliteSidecarPath(path, suffix)
             var info = stat()
             guard lstat(sidecar, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, access(sidecar, W_OK) != 0 else { continue }
-            let mode = String(info.st_mode & 0o777, radix: 8)
-            return "the database '\(path)' may be written, but its '\(sidecar)' may not by this user (mode 0\(mode), owner uid "
+            return "the database '\(path)' may be written, but its '\(sidecar)' may not by this user (mode \(octalMode(info.st_mode)), owner uid "
                 + "\(info.st_uid)): a command that read the database while it was read-only left it so; remove it while no jobctl "
                 + "runs on this database, or make it writable for this user"
         }

@@ -249,3 +249,14 @@ struct AppendTests {
         }
     }
 }
+
+@Suite("file modes in messages")
+struct OctalModeTests {
+    @Test("a file's mode reads as chmod takes it, four digits at least", arguments: [
+        (mode_t(0), "0000"), (mode_t(0o600), "0600"), (mode_t(0o644), "0644"), (mode_t(0o4755), "04755"),
+        (mode_t(0o100444), "0444"), (mode_t(0o7), "0007"),
+    ])
+    func octal(mode: mode_t, shown: String) {
+        #expect(EventStore.octalMode(mode) == shown)
+    }
+}
