@@ -27,8 +27,10 @@ private func rawServerMessage(_ response: HTTPResponse) -> String? {
 }
 
 /// Maps a non-success response to a storage error: 400 invalidArgument, 401 unauthenticated,
-/// 402 quotaExceeded, 403 unauthorized, 404 objectNotFound, 408/429/5xx retryable (with Retry-After).
-func httpError(_ response: HTTPResponse, what: String) -> StorageError {
+/// 402 quotaExceeded, 403 unauthorized, 404 objectNotFound, 407 the proxy's, 408/429/5xx retryable (with
+/// Retry-After). `environment` names the proxy a 407 came from (the process's variables).
+func httpError(_ response: HTTPResponse, what: String,
+               environment: [String: String] = ProcessInfo.processInfo.environment) -> StorageError {
     let status = response.status
     let message = serverMessage(response)
     let url = redactedURL(response.url)
@@ -48,6 +50,13 @@ func httpError(_ response: HTTPResponse, what: String) -> StorageError {
                             httpStatus: status, url: url, cause: message)
     case 404:
         return StorageError(.objectNotFound, "\(what) does not exist\(suffix)", httpStatus: status, url: url, cause: message)
+    case 407:
+        // Proxy Authentication Required: a plain-http proxy's answer in the server's place (an https URL's
+        // proxy refuses the tunnel instead: `curlFailure`). It read "unexpected HTTP 407", naming no proxy.
+        let proxy = ProxyEnvironment.describedProxy(for: response.url, environment: environment)?.text ?? "the proxy"
+        return StorageError(.unknown, "\(proxy) asked for credentials (HTTP 407) for \(what): give them in the variable's URL "
+                                + "(http://USER:PASSWORD@HOST:PORT), or check them\(suffix)",
+                            httpStatus: status, url: url, cause: message)
     case 408, 429, 500...599:
         let retryAfter = response.headers["retry-after"].flatMap { retryAfterSeconds($0) }
         return StorageError(.unknown, "the server answered \(status) for \(what)\(suffix)",

@@ -74,6 +74,9 @@ import TestSupport
         let shown = try workspace.jobctl(["show", id])
         #expect(shown.stdout.contains("407"), "\(shown.stdout)")
         #expect(shown.stdout.contains("bad credentials puser:REDACTED"), "\(shown.stdout)")
+        // The proxy is named, with its variable: it read "unexpected HTTP 407", as if the server had said it.
+        #expect(shown.stdout.contains("the proxy http://puser:REDACTED@127.0.0.1:\(proxy.port) (from $http_proxy) asked for credentials (HTTP 407)"),
+                "\(shown.stdout)")
         let outputs = [worker.stdout, worker.stderr, shown.stdout, try workspace.jobctl(["show", "--json", id]).stdout,
                        try workspace.jobctl(["history", id]).stdout, try workspace.jobctl(["audit", "--csv"]).stdout]
         for output in outputs {
