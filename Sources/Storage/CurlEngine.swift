@@ -1081,7 +1081,14 @@ private func transportFailure(curlCode: CURLcode, name: String, text: String, ur
     }
     if curlCode == CURLE_SSL_CONNECT_ERROR, text.contains("wrong version number") || text.contains("packet length too long") {
         // OpenSSL's words for a first answer that is not TLS at all: an https URL aimed at a plain-http port
-        // (or a proxy or portal answering in its place). Asking again gets the same answer.
+        // (or a proxy or portal answering in its place). Asking again gets the same answer. Through a proxy,
+        // the answer may as well be the proxy's: an `https://` proxy URL for a plain-http proxy, or a proxy
+        // that does not pass TLS through its tunnel. It named the server alone.
+        if let proxy = ProxyEnvironment.describedProxy(for: url, environment: environment) {
+            return StorageError(.unknown, "no TLS answer came through \(proxy.text): a proxy URL written https:// for a "
+                                    + "plain-http proxy (write http://), a proxy that does not pass TLS through, or an https "
+                                    + "URL naming the server's plain-http port", url: redactedURL(url), cause: cause)
+        }
         return StorageError(.unknown, "the server did not answer in TLS: the https URL may name a plain-http port; "
                                 + "use http:// for it, or the port the server speaks https on",
                             url: redactedURL(url), cause: cause)

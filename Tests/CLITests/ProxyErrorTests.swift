@@ -83,4 +83,28 @@ import TestSupport
             #expect(!output.contains("pPaSsW0rd") && !output.contains("cHVzZXI6cFBhU3NXMHJk"), "\(output)")
         }
     }
+
+    /// An `https_proxy` written `https://` for a proxy that speaks plain http: OpenSSL's "wrong version
+    /// number" read "the server did not answer in TLS: the https URL may name a plain-http port", blaming
+    /// the server that was never reached.
+    @Test("no TLS answer through a proxy names the proxy, not the server alone")
+    func noTLSThroughAProxyNamesIt() throws {
+        let server = ClosedLoopbackPort()
+        // nginx on a plain-http port answers a TLS hello with its 400 at once.
+        let proxy = try NginxServer.start()
+        defer { proxy.stop() }
+        let workspace = try CLIWorkspace("proxy-no-tls")
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("- {kind: download-memory, source: \"https://127.0.0.1:\(server.port)/a.txt\", max_attempts: 1}\n")
+        var environment = Dictionary(uniqueKeysWithValues: ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
+                                                            "no_proxy", "NO_PROXY"].map { ($0, "") })
+        environment["https_proxy"] = "https://puser:pPaSsW0rd@127.0.0.1:\(proxy.port)"
+        environment["HOME"] = workspace.directory.path
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 2, "\(worker.stderr)")
+        let shown = try workspace.jobctl(["show", try #require(ids.first)])
+        #expect(shown.stdout.contains("no TLS answer came through the proxy https://puser:REDACTED@127.0.0.1:\(proxy.port) (from $https_proxy)"),
+                "\(shown.stdout)")
+        #expect(!shown.stdout.contains("pPaSsW0rd") && !worker.stderr.contains("pPaSsW0rd"))
+    }
 }
