@@ -84,30 +84,16 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         self.stopDeadline = stopDeadline
         self.answerWaitCap = AnswerWaitCap(deadline: stopDeadline)
         let connection: PostgresConnection
-        do {
-            connection = try PostgresConnection(url, connectTimeoutSeconds: Self.connectTimeoutSeconds(answerTimeoutMs: answerTimeoutMs))
-            let applied = try PostgresMigrator.appliedVersions(connection)
-            try PostgresMigrator.refuseNewer(applied)
-            if applied.isEmpty && mode != .create {
-                throw StoreError.noDatabase(path: redactedDatabaseURL(url))
-            }
-            if mode == .readOnly {
-                let found = applied.max() ?? 0
-                if found < PostgresMigrator.latestVersion {
-                    throw StoreError.olderSchema(found: found, known: PostgresMigrator.latestVersion)
-                }
-                try connection.executeScript(Self.readOnlySession)
-                self.appliedMigrations = []
-            } else {
-                self.appliedMigrations = try PostgresMigrator.migrate(connection, now: Clock.nowMs())
-            }
-        } catch let error as StoreError {
-            throw error
-        } catch let error as PostgresError {
-            throw StoreError(error)
-        } catch {
-            throw StoreError.io("\(error)")
+        // A session the server ends while it is being set up (an administrator's `pg_terminate_backend`, a
+        // restart) is opened once more: nothing of the open was left half done (each migration is a
+        // transaction of its own), and a command — a `watch` — failed for a loss it rides out a moment later.
+        // A server that cannot be reached is not asked twice.
+        var session: (PostgresConnection, [Int])?
+        for attempt in 1...2 where session == nil {
+            session = try Self.openSession(url: url, mode: mode, answerTimeoutMs: answerTimeoutMs, lastTry: attempt == 2)
         }
+        guard let session else { throw StoreError.io("the database session could not be opened; this is a bug in jobctl: please report it") }
+        (connection, appliedMigrations) = session
         // Only from now on: the open's own migrations (an index built over a long log) take what they take.
         do throws(ThreadStartFailure) {
             try connection.setAnswerTimeout(milliseconds: answerTimeoutMs, cap: answerWaitCap)
@@ -299,6 +285,38 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
                 if connection.isConnected && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
                 guard case .busy = error, attempt < Self.attemptsPerTransaction else { throw error }
                 attempt += 1
+            }
+        }
+    }
+
+    /// `init`'s connection and the migrations it applied; nil (unless `lastTry`) when the server ended the
+    /// session after it connected, which `init` then opens once more.
+    private static func openSession(url: String, mode: OpenMode, answerTimeoutMs: Int64?,
+                                    lastTry: Bool) throws(StoreError) -> (PostgresConnection, [Int])? {
+        var opened: PostgresConnection?
+        do {
+            let connection = try PostgresConnection(url, connectTimeoutSeconds: connectTimeoutSeconds(answerTimeoutMs: answerTimeoutMs))
+            opened = connection
+            let applied = try PostgresMigrator.appliedVersions(connection)
+            try PostgresMigrator.refuseNewer(applied)
+            if applied.isEmpty && mode != .create {
+                throw StoreError.noDatabase(path: redactedDatabaseURL(url))
+            }
+            if mode == .readOnly {
+                let found = applied.max() ?? 0
+                if found < PostgresMigrator.latestVersion {
+                    throw StoreError.olderSchema(found: found, known: PostgresMigrator.latestVersion)
+                }
+                try connection.executeScript(readOnlySession)
+                return (connection, [])
+            }
+            return (connection, try PostgresMigrator.migrate(connection, now: Clock.nowMs()))
+        } catch {
+            if !lastTry, let opened, !opened.isConnected { return nil }
+            switch error {
+            case let error as StoreError: throw error
+            case let error as PostgresError: throw StoreError(error)
+            default: throw StoreError.io("\(error)")
             }
         }
     }
