@@ -291,6 +291,12 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
             return [DecidedEvent(.submitted(spec: spec))]
         }
         if case .submit = command { throw .invalidTransition(state: job.state, event: .submitted) }
+        // A row at the largest version (edited by hand, or damaged) can take no event: its next version
+        // trapped the worker that claimed it (exit 132, at every start) and the command that controlled it.
+        guard job.version < Int.max else {
+            throw .invalidControl("job \(job.id)'s version (\(job.version)) is at its largest, which no run leaves: the row was "
+                                      + "changed outside jobctl; `jobctl replay` rebuilds it from the log")
+        }
         if let expectedVersion, expectedVersion != job.version {
             throw .versionConflict(expected: expectedVersion, actual: job.version)
         }

@@ -66,7 +66,7 @@ public struct ReplayFold: Sendable {
             problems.append("event \(event.seq ?? 0) (\(event.type.rawValue)) precedes job \(event.jobID)'s submission")
             return
         }
-        if event.version != record.version + 1 {
+        if event.version != record.version.saturatingAdding(1) || record.version == Int.max {
             problems.append("event \(event.seq ?? 0): job \(event.jobID) jumps from version \(record.version) to \(event.version)")
         }
         record.apply(event)

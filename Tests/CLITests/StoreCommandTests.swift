@@ -451,6 +451,40 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         #expect(try workspace.jobctl(["show", "--json", ids[3]]).stdout.contains("\"failed\""))
     }
 
+    /// A row at the largest version trapped the worker that claimed it (its next event's version), at
+    /// every start, and `cancel` of it too. Workers pass over it now, controls refuse it saying why, and
+    /// `replay` rebuilds it from the log, after which it runs.
+    @Test("a row at the largest version traps nothing: left by workers, refused by controls, rebuilt by replay")
+    func largestVersionTrapsNothing() throws {
+        let workspace = try CLIWorkspace("db-largest-version")
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let ids = try workspace.submit("""
+        - {kind: upload-data, data: a, destination: file://b/a, priority: 9}
+        - {kind: upload-data, data: b, destination: file://b/b}
+        """)
+        try #require(ids.count == 2)
+        let edit = try runProcess("\(PackagePaths.venv)/bin/python", ["-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            db.execute("UPDATE jobs SET version = 9223372036854775807 WHERE id = ?", (sys.argv[2],))
+            db.commit()
+            """, workspace.database, ids[0]])
+        #expect(edit.status == 0, "\(edit.stderr)")
+        let worker = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(worker.status == 0, "exit \(worker.status): \(worker.stderr.prefix(2_000))")
+        let cancel = try workspace.jobctl(["cancel", ids[0]])
+        #expect(cancel.status == 1, "exit \(cancel.status): \(cancel.stderr)")
+        #expect(cancel.stderr.contains("is at its largest"), "\(cancel.stderr)")
+        let verify = try workspace.jobctl(["replay", "--verify"])
+        #expect(verify.status == 1, "exit \(verify.status): \(verify.stdout)\(verify.stderr)")
+        #expect(try workspace.jobctl(["replay"]).status == 0)
+        let again = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(again.status == 0, "exit \(again.status): \(again.stderr.prefix(2_000))")
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(jobs.count == 2 && jobs.allSatisfy { $0["state"] as? String == "succeeded" }, "\(jobs)")
+    }
+
     /// A job a newer jobctl submitted, of a kind this one does not know, was first in claim order: every
     /// claim of an older worker read its row, failed to decode it and logged `store_error` every 5 s,
     /// claiming nothing at all (a rolling upgrade stalled every older worker). Claims, rescues and the
