@@ -13,7 +13,7 @@ PEERS := gcp-storage-emulator==2026.7.19 google-cloud-storage==3.17.1 huey==3.5.
 DEMO_DIR := var/demo
 JOBCTL := .build/release/jobctl
 
-.PHONY: demo test deps test-deps venv build release clean bench install uninstall
+.PHONY: demo test deps test-deps venv build release clean bench install uninstall fuzz
 
 # Installs only the Debian packages that are missing (apt-get update only when something is).
 define apt_install
@@ -79,6 +79,35 @@ test: venv
 	    session=$$(ps -o sid= -p $$$$ | tr -d " "); ps -s $$session -o pid,ppid,stat,wchan:24,etime,args --forest | sed -E 's#(://[^:/@ ]+:)[^@ ]+@#\1***@#g' | cut -c1-250 | head -200; \
 	    pkill -KILL -s $$session -f jobctlPackageTests.xctest; sleep 1; pkill -KILL -s $$session -f "$(CURDIR)/.build/debug/jobctl"; fi; fi; \
 	exit $$rc
+
+## Coverage-guided fuzzing (libFuzzer, AddressSanitizer) of what jobctl reads: the manifest, the
+## configuration file, sizes, durations and times, references and URLs, redaction, terminal/CSV/JSON
+## escaping, the store's JSON, file:// sidecars, HTTP answers (headers, GCS JSON, whole answers from a
+## loopback server), archive files, the command line, requests to the metrics server and the inspection
+## commands on a log holding odd values (Tests/Fuzz/main.swift says how to run one parser by hand).
+## Built apart from the normal build (JOBCTL_FUZZ=1, in FUZZ_DIR); each parser runs FUZZ_SECONDS, its
+## corpus kept in FUZZ_DIR/corpus/NAME and any input that crashes or hangs it written to
+## FUZZ_DIR/crashes/NAME/. FUZZ_TARGETS=manifest,config runs only those. Fails when any parser crashed.
+## Run it as e.g. `make fuzz FUZZ_TARGETS=database,storejson FUZZ_SECONDS=360` (or FUZZ_DIR=/some/dir to keep
+## the build, corpus and crashes elsewhere); replay one saved input with
+## `$(FUZZ_DIR)/build/release/jobctl-fuzz --target=NAME FILE` (ASAN_OPTIONS=detect_leaks=0 SWIFT_BACKTRACE=enable=no).
+FUZZ_SECONDS ?= 60
+FUZZ_DIR ?= .build/fuzz
+FUZZ_TARGETS ?= manifest config numbers reference redaction text storejson sidecar httpheaders gcsjson archive arguments httplive metrics database
+FUZZ_BINARY := $(FUZZ_DIR)/build/release/jobctl-fuzz
+comma := ,
+fuzz: deps
+	JOBCTL_FUZZ=1 swift build -c release --product jobctl-fuzz --scratch-path $(FUZZ_DIR)/build
+	@failed=""; for target in $(subst $(comma), ,$(FUZZ_TARGETS)); do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$target $(FUZZ_DIR)/crashes/$$target; \
+	  if [ "$$target" = manifest ] && [ -z "$$(ls -A $(FUZZ_DIR)/corpus/manifest)" ]; then cp jobs/*.yaml $(FUZZ_DIR)/corpus/manifest/; fi; \
+	  echo "=== fuzzing $$target for $(FUZZ_SECONDS)s"; \
+	  ASAN_OPTIONS=detect_leaks=0 SWIFT_BACKTRACE=enable=no $(FUZZ_BINARY) --target=$$target $(FUZZ_DIR)/corpus/$$target -max_total_time=$(FUZZ_SECONDS) \
+	    -timeout=5 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/crashes/$$target/ \
+	    > $(FUZZ_DIR)/$$target.log 2>&1 || failed="$$failed $$target"; \
+	  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)|^#[0-9]+.*DONE" $(FUZZ_DIR)/$$target.log | tr '\n' ' '; echo; \
+	done; \
+	if [ -n "$$failed" ]; then echo "crashed:$$failed (inputs in $(FUZZ_DIR)/crashes/, logs in $(FUZZ_DIR)/NAME.log)"; exit 1; fi
 
 BENCH_PACKAGES := curl rclone time
 

@@ -1,6 +1,10 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+/// `JOBCTL_FUZZ=1` declares the libFuzzer harness (Tests/Fuzz, `make fuzz`) instead of the usual build:
+/// unset, the package below is exactly the normal one.
+let fuzzing = Context.environment["JOBCTL_FUZZ"] == "1"
+
 let package = Package(
     name: "jobctl",
     platforms: [.macOS(.v14)],
@@ -59,3 +63,34 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// MARK: - The fuzz build (JOBCTL_FUZZ=1 only)
+
+// The harness is one executable, `jobctl-fuzz` (see Tests/Fuzz/main.swift), that calls the parsers of
+// every module, the `jobctl` module's own (the configuration file, times, arguments) included. So that
+// it can import that module, the module is a library here, without its main.swift; every module is
+// built with libFuzzer's coverage instrumentation and AddressSanitizer, and with testing enabled so the
+// harness reaches internal parsers (`@testable import`) in a release build too. Build with
+// `JOBCTL_FUZZ=1 swift build -c release --product jobctl-fuzz` (or `make fuzz`).
+if fuzzing {
+    let instrumented: [SwiftSetting] = [.unsafeFlags(["-sanitize=fuzzer,address", "-enable-testing"])]
+    for target in package.targets where target.type == .regular || target.type == .executable {
+        guard target.name != "MigrationEmbedder" else { continue }
+        target.swiftSettings = (target.swiftSettings ?? []) + instrumented
+    }
+    if let index = package.targets.firstIndex(where: { $0.name == "jobctl" }) {
+        let cli = package.targets[index]
+        package.targets[index] = .target(name: "jobctl", dependencies: cli.dependencies, exclude: ["main.swift"],
+                                         swiftSettings: instrumented)
+    }
+    // Tests are not built here (they expect the `jobctl` executable).
+    package.targets.removeAll { $0.type == .test || $0.name == "TestSupport" }
+    package.targets.append(
+        .executableTarget(name: "jobctl-fuzz",
+                          dependencies: ["jobctl", "JobModel", "JobLifecycle", "StorePort", "Checksums", "EventStore",
+                                         "PostgresStore", "Manifest", "Storage", "Retention", "Worker", "CSQLite"],
+                          path: "Tests/Fuzz",
+                          swiftSettings: instrumented,
+                          linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address"])]))
+    package.products = [.executable(name: "jobctl-fuzz", targets: ["jobctl-fuzz"])]
+}
