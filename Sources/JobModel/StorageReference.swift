@@ -495,6 +495,13 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         }
         let pieces = name.split(separator: ":", omittingEmptySubsequences: false)
         guard pieces.count <= 2, !pieces[0].isEmpty, pieces[0].utf8.allSatisfy(isHostNameByte) else {
+            // A name in another script is taken in its ASCII form only (libcurl connects to what is written).
+            if pieces.count <= 2, !pieces[0].isEmpty, !isASCII(String(pieces[0])),
+               let ascii = Punycode.asciiHost(String(pieces[0])), ascii.utf8.allSatisfy(isHostNameByte) {
+                let port = pieces.count == 2 ? ":" + pieces[1] : ""
+                throw StorageError(.invalidArgument, "'\(text)' has a host that is not ASCII, '\(pieces[0])': write it in its ASCII "
+                                       + "(IDNA) form, '\(ascii)\(port)'")
+            }
             throw StorageError(.invalidArgument, "'\(text)' has an invalid host '\(host)'")
         }
         if pieces.count == 2 {

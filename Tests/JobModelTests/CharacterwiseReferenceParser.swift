@@ -110,6 +110,13 @@ enum CharacterwiseReferenceParser {
         }
         let pieces = name.split(separator: ":", omittingEmptySubsequences: false)
         guard pieces.count <= 2, !pieces[0].isEmpty, pieces[0].utf8.allSatisfy(isHostNameByte) else {
+            // As the parser now says it (a host in another script: its ASCII form).
+            if pieces.count <= 2, !pieces[0].isEmpty, !pieces[0].unicodeScalars.allSatisfy(\.isASCII),
+               let ascii = Punycode.asciiHost(String(pieces[0])), ascii.utf8.allSatisfy(isHostNameByte) {
+                let port = pieces.count == 2 ? ":" + pieces[1] : ""
+                throw StorageError(.invalidArgument, "'\(text)' has a host that is not ASCII, '\(pieces[0])': write it in its ASCII "
+                                       + "(IDNA) form, '\(ascii)\(port)'")
+            }
             throw StorageError(.invalidArgument, "'\(text)' has an invalid host '\(host)'")
         }
         if pieces.count == 2 {

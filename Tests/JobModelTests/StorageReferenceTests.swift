@@ -141,8 +141,8 @@ private let referenceCases: [ReferenceCase] = [
     .init("Https://h/a?next=http://x/y",
           .reference(.https, bucket: "h", path: "a", description: "https://h/a?next=http://x/y", query: "next=http://x/y")),
     .init("http://h/a b?q={1}", .reference(.http, bucket: "h", path: "a b", description: "http://h/a%20b?q=%7B1%7D", query: "q=%7B1%7D")),
-    .init("http://h\u{E9}te/x", .failure(.invalidArgument, "invalid host")),
-    .init("http://h\u{0663}/x", .failure(.invalidArgument, "invalid host")),
+    .init("http://h\u{E9}te/x", .failure(.invalidArgument, "host that is not ASCII, 'h\u{E9}te'")),
+    .init("http://h\u{0663}/x", .failure(.invalidArgument, "host that is not ASCII")),
     .init("http://a\r\nb/x", .failure(.invalidArgument, "invalid host")),
     .init("http://My-Host.example.COM:8080/x",
           .reference(.http, bucket: "My-Host.example.COM:8080", path: "x", description: "http://My-Host.example.COM:8080/x")),
@@ -342,5 +342,30 @@ private let helperInputs: [String] = [
             #expect(String(text.unicodeScalars[..<end]) == String(text[..<theirs.lowerBound]), "'\(text)'")
             #expect(String(text.unicodeScalars[start...]) == String(text[theirs.upperBound...]), "'\(text)'")
         }
+    }
+}
+
+/// A host in another script was refused as "invalid" with no word on what to write: its ASCII form is
+/// named now (RFC 3492's own samples check the encoding).
+@Suite("hosts in other scripts")
+struct InternationalHostTests {
+    @Test("Punycode as RFC 3492 §7.1 and IDNA write it", arguments: [
+        ("bücher", "bcher-kva"), ("münchen", "mnchen-3ya"), ("ü", "tda"),
+        ("\u{644}\u{64A}\u{647}\u{645}\u{627}\u{628}\u{62A}\u{643}\u{644}\u{645}\u{648}\u{634}\u{639}\u{631}\u{628}\u{64A}\u{61F}",
+         "egbpdaj6bu4bxfgehfvwxn"),
+        ("\u{4ED6}\u{4EEC}\u{4E3A}\u{4EC0}\u{4E48}\u{4E0D}\u{8BF4}\u{4E2D}\u{6587}", "ihqwcrb4cv8a8dqg056pqjye"),
+        ("\u{3072}\u{3068}\u{3064}\u{5C4B}\u{6839}\u{306E}\u{4E0B}2", "2-u9tlzr9756bt3uc0v"),
+    ])
+    func encodes(label: String, encoded: String) {
+        #expect(Punycode.encode(Array(label.unicodeScalars)) == encoded)
+    }
+
+    @Test("a URL whose host is not ASCII is refused naming the ASCII form to write")
+    func namesTheASCIIForm() throws {
+        let refused = #expect(throws: StorageError.self) { try StorageReference(parsing: "https://Bücher.example:8443/a.txt") }
+        #expect(refused?.message.contains("write it in its ASCII (IDNA) form, 'xn--bcher-kva.example:8443'") == true, "\(String(describing: refused))")
+        #expect(Punycode.asciiHost("bücher.Example") == "xn--bcher-kva.example")
+        #expect(Punycode.asciiHost("a b.example") == "a b.example")
+        #expect(Punycode.asciiHost("tab\u{9}ü.example") == nil)
     }
 }
