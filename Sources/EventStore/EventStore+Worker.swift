@@ -74,7 +74,7 @@ extension EventStore {
             let expired = try connection.query("""
                 SELECT id, lease_owner, lease_expires_at_ms FROM jobs
                 WHERE state = 'running' AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?)
-                  AND kind IN (\(JobKind.knownKindsSQL)) AND version < 9223372036854775807
+                  AND \(WorkableRows.condition())
                 ORDER BY seq
                 """, [.integer(now)]) { row in (row.text(0), row.optionalText(1), row.optionalInt64(2)) }
             var rescued: [String] = []
@@ -106,8 +106,7 @@ extension EventStore {
     /// The earliest `run_after` among queued jobs in `queues` (nil: any queue): when the next retry is due.
     public func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? {
         if let queues, queues.isEmpty { return nil }
-        var sql = "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND kind IN (\(JobKind.knownKindsSQL))"
-            + " AND version < 9223372036854775807"
+        var sql = "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND \(WorkableRows.condition())"
             + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
         if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
         let values = (queues ?? []).map(SQLiteValue.text)
@@ -164,10 +163,7 @@ extension SQLiteConnection {
     static func claimSQL(queues: [String]?) -> String {
         let index = queues == nil ? " INDEXED BY jobs_queued_claim_order" : ""
         var sql = "SELECT \(JobRecord.selectColumns) FROM jobs\(index) WHERE state = 'queued' AND run_after_ms <= ?"
-            + " AND kind IN (\(JobKind.knownKindsSQL))"
-            // A row at the largest version takes no event (the lifecycle refuses it): not claimed, where it
-            // stopped every claim.
-            + " AND version < 9223372036854775807"
+            + " AND \(WorkableRows.condition())"
             // A job waiting for a dependency has a row in job_dependencies (its primary key starts with the job).
             + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
         if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }

@@ -156,7 +156,7 @@ extension PostgresStore {
             let candidates = try connection.rows("""
                 SELECT id FROM jobs
                 WHERE state = 'running' AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1)
-                  AND kind IN (\(JobKind.knownKindsSQL)) AND version < 9223372036854775807
+                  AND \(WorkableRows.condition())
                 ORDER BY seq
                 FOR UPDATE SKIP LOCKED
                 """, [.integer(now)]) { (row) throws(StoreError) in try row.string(0) }
@@ -238,8 +238,8 @@ extension PostgresStore {
                 FROM levels WHERE levels.priority IS NOT NULL
             )
             SELECT min((SELECT j.run_after_ms FROM jobs j
-                        WHERE j.state = 'queued'\(queue) AND j.priority = levels.priority AND j.kind IN (\(JobKind.knownKindsSQL))
-                          AND j.version < 9223372036854775807
+                        WHERE j.state = 'queued'\(queue) AND j.priority = levels.priority
+                          AND \(WorkableRows.condition(alias: "j"))
                           AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = j.id)
                         ORDER BY j.priority DESC, j.run_after_ms, j.seq LIMIT 1))
             FROM levels WHERE levels.priority IS NOT NULL
@@ -310,9 +310,7 @@ extension PostgresConnection {
     func claim(_ request: ClaimRequest, writer given: PostgresBatchWriter? = nil) throws(StoreError) -> [ClaimedJob] {
         let (owner, queues, limit, leaseMs, now) = (request.owner, request.queues, request.limit, request.leaseMs, request.now)
         var sql = "SELECT \(JobRecord.postgresStoredColumns) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
-            + " AND kind IN (\(JobKind.knownKindsSQL))"
-            // A row at the largest version takes no event (the lifecycle refuses it): not claimed.
-            + " AND version < 9223372036854775807"
+            + " AND \(WorkableRows.condition())"
             // A job waiting for a dependency has a row in job_dependencies (its primary key starts with the job).
             + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
         var values: [PostgresValue] = [.integer(now)]

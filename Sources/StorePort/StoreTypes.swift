@@ -455,12 +455,23 @@ public struct ReplayReport: Sendable, Equatable {
     }
 }
 
-extension JobKind {
-    /// The kinds this jobctl runs, as an SQL list (`'upload-file', 'upload-data', …`): a worker claims,
-    /// rescues and waits for these only. A job of a kind a newer jobctl added stays for a newer worker;
-    /// read, it stopped every claim of an older one (its row could not be decoded, every 5 s for ever).
-    public static let knownKindsSQL = allCases.map { "'\($0.rawValue)'" }.joined(separator: ", ")
+/// The job rows a worker may take — claim, rescue, wait for — as one SQL condition on `jobs` (both
+/// engines): of a kind this jobctl runs, and below the largest version. A job of a kind a newer jobctl
+/// added stays for a newer worker (read, it stopped every claim of an older one: its row could not be
+/// decoded, every 5 s for ever); a row at the largest version takes no event (the lifecycle refuses it;
+/// claimed, it trapped the worker at every start).
+public enum WorkableRows {
+    /// The condition on the table's own columns, or on `alias`'s (`j`).
+    public static func condition(alias: String? = nil) -> String {
+        let prefix = alias.map { $0 + "." } ?? ""
+        return "\(prefix)kind IN (\(knownKinds)) AND \(prefix)version < \(Int64.max)"
+    }
 
+    /// The kinds this jobctl runs, as an SQL list (`'upload-file', 'upload-data', …`).
+    static let knownKinds = JobKind.allCases.map { "'\($0.rawValue)'" }.joined(separator: ", ")
+}
+
+extension JobKind {
     /// The error for a row whose kind this jobctl does not know.
     public static func unknownKindError(jobID: String, kind: String) -> StoreError {
         StoreError.corrupt("job \(jobID) is of kind '\(kind)', which this jobctl does not know (a newer jobctl may have "

@@ -15,8 +15,7 @@ enum TimeText {
     /// `to - from` in milliseconds, held to Int64's range: times read from the log are not trusted to be
     /// near each other (a row edited by hand with `created_at_ms = -2⁶³` trapped `list` and `stats`).
     static func between(_ from: Int64, _ to: Int64) -> Int64 {
-        let (difference, overflow) = to.subtractingReportingOverflow(from)
-        return overflow ? (to > from ? .max : .min) : difference
+        to.saturatingSubtracting(from)
     }
 
     /// A duration in two units at most: `45s`, `6m14s`, `1h02m`, `2d03h`.

@@ -29,21 +29,9 @@ struct PostgresCLITests {
         defer { workspace.directory.remove() }
         let server = try PostgresServer.shared()
         let ids = try workspace.submit("- {kind: upload-data, data: x, destination: file://b/x.txt, key: lost}\n")
-        let tag = "watch_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
-        let watch = Process()
-        watch.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        watch.arguments = ["--db", workspace.database + "&application_name=\(tag)", "watch", try #require(ids.first)]
-        watch.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
-        let errors = workspace.directory.file("watch.err")
-        #expect(FileManager.default.createFile(atPath: errors, contents: nil))
-        let errorFile = try #require(FileHandle(forWritingAtPath: errors))
-        watch.standardOutput = FileHandle.nullDevice
-        watch.standardError = errorFile
-        try watch.run()
-        defer {
-            if watch.isRunning { watch.signalTree(SIGKILL); watch.waitForExit(seconds: 30) }
-            try? errorFile.close()
-        }
+        let command = try TaggedCommand.start(workspace, ["watch", try #require(ids.first)], outputToo: false)
+        let (watch, tag) = (command.process, command.tag)
+        defer { command.stop() }
         // Ended by the server as an administrator would end it, once the watcher's session is past its open
         // (a session ended while it opens is opened again at once: `sessionEndedWhileOpening`).
         var ended = false
@@ -59,7 +47,7 @@ struct PostgresCLITests {
         let worker = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
         #expect(worker.status == 0, "\(worker.stderr)")
         #expect(watch.waitForExit(seconds: 60), "watch did not end")
-        let said = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+        let said = command.text
         #expect(watch.terminationStatus == 0, "\(said)")
         #expect(said.contains("trying again for up to 60 s") && said.contains("the event log answers again"), "\(said)")
     }
@@ -90,18 +78,9 @@ struct PostgresCLITests {
             if !locked { usleep(50_000) }
         }
         try #require(locked, "the ledger was never locked")
-        let tag = "open_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
-        let show = Process()
-        show.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        show.arguments = ["--db", workspace.database + "&application_name=\(tag)", "show", try #require(ids.first)]
-        show.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
-        let output = workspace.directory.file("show.out")
-        #expect(FileManager.default.createFile(atPath: output, contents: nil))
-        let outputFile = try #require(FileHandle(forWritingAtPath: output))
-        show.standardOutput = outputFile
-        show.standardError = outputFile
-        try show.run()
-        defer { if show.isRunning { show.signalTree(SIGKILL); show.waitForExit(seconds: 30) } }
+        let command = try TaggedCommand.start(workspace, ["show", try #require(ids.first)], outputToo: true)
+        let (show, tag) = (command.process, command.tag)
+        defer { command.stop() }
         var ended = false
         for _ in 0..<100 where !ended {
             ended = try server.psql(database: "postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -110,8 +89,7 @@ struct PostgresCLITests {
         }
         #expect(ended, "the command's session was never seen waiting on the ledger")
         #expect(show.waitForExit(seconds: 30), "show did not end")
-        try? outputFile.close()
-        let said = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        let said = command.text
         #expect(show.terminationStatus == 0, "\(said)")
         #expect(said.contains("queued"), "\(said)")
     }
@@ -205,5 +183,41 @@ struct PostgresCLITests {
         let again = try workspace.jobctl(["worker", "--drain", "--concurrency", "1"])
         #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
         #expect(try workspace.jobctl(["replay", "--verify"]).status == 0)
+    }
+}
+
+/// A jobctl command on a PostgreSQL workspace whose session carries a unique `application_name` (`tag`),
+/// by which the server's sessions are found and ended; its standard error (and, `outputToo`, its
+/// output) goes to a file.
+private struct TaggedCommand {
+    let process: Process
+    let tag: String
+    let outputPath: String
+    let file: FileHandle
+
+    static func start(_ workspace: CLIWorkspace, _ arguments: [String], outputToo: Bool) throws -> TaggedCommand {
+        let tag = "cmd_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        process.arguments = ["--db", workspace.database + "&application_name=\(tag)"] + arguments
+        process.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin"]
+        let outputPath = workspace.directory.file("\(tag).out")
+        try #require(FileManager.default.createFile(atPath: outputPath, contents: nil))
+        let file = try #require(FileHandle(forWritingAtPath: outputPath))
+        process.standardOutput = outputToo ? file : FileHandle.nullDevice
+        process.standardError = file
+        do { try process.run() } catch {
+            try? file.close()
+            throw error
+        }
+        return TaggedCommand(process: process, tag: tag, outputPath: outputPath, file: file)
+    }
+
+    /// What the command has written to its file so far.
+    var text: String { (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "" }
+
+    func stop() {
+        if process.isRunning { process.signalTree(SIGKILL); process.waitForExit(seconds: 30) }
+        try? file.close()
     }
 }

@@ -12,42 +12,15 @@ struct PostgresDrainStopTests {
         let database = try server.makeDatabase("drainstop")
         let directory = try TemporaryDirectory("pg-drain-stop")
         defer { directory.remove() }
-        // A job due in an hour holds the drain (queued anywhere holds it) with nothing running.
-        let manifest = directory.file("jobs.yaml")
-        try "- {kind: upload-data, data: later, destination: \"file://later/a.txt\", delay: 1h}\n"
-            .write(toFile: manifest, atomically: true, encoding: .utf8)
-        let environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": directory.path,
-                           "JOBCTL_BUCKETS": directory.file("buckets")]
-        let submitted = try runProcess(PackagePaths.jobctlBinary, ["--db", database, "submit", manifest],
-                                       environment: environment, currentDirectory: directory.path)
-        try #require(submitted.status == 0, "\(submitted.stderr)")
-
-        let logPath = directory.file("worker.log")
-        try #require(FileManager.default.createFile(atPath: logPath, contents: nil))
-        let log = try #require(FileHandle(forWritingAtPath: logPath))
-        defer { try? log.close() }
-        let worker = Process()
-        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        worker.arguments = ["--db", database, "worker", "--drain", "--lease", "1s", "--concurrency", "1"]
-        worker.environment = environment
-        worker.currentDirectoryURL = URL(fileURLWithPath: directory.path)
-        worker.standardOutput = FileHandle.nullDevice
-        worker.standardError = log
-        try worker.run()
-        defer { if worker.isRunning { worker.signalTree(SIGKILL); worker.waitForExit() } }
-        // The worker is up and waiting for the delayed job when the server goes.
-        let started = Date()
-        while Date().timeIntervalSince(started) < 30,
-              !((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains("worker_started") {
-            usleep(50_000)
-        }
-        usleep(300_000)
-        #expect(worker.isRunning, "\((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")")
+        let drain = try DrainWaiting.start(submittingTo: database, workerURL: database, in: directory)
+        let worker = drain.worker
+        defer { drain.stop() }
+        #expect(worker.isRunning, "\(drain.text)")
         try server.stop()
 
         let stopped = Date()
         _ = worker.ended(within: 60 - Date().timeIntervalSince(stopped))
-        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        let text = drain.text
         #expect(!worker.isRunning, "still running 60 s after the server stopped: \(text.suffix(2000))")
         if worker.isRunning { return }
         #expect(worker.terminationStatus == 1, "\(text.suffix(2000))")
@@ -69,37 +42,13 @@ struct PostgresDrainStopTests {
         let schema = try #require(database.components(separatedBy: "search_path%3D").last)
         let directory = try TemporaryDirectory("pg-drain-stop-\(sqlstate)")
         defer { directory.remove() }
-        let manifest = directory.file("jobs.yaml")
-        try "- {kind: upload-data, data: later, destination: \"file://later/a.txt\", delay: 1h}\n"
-            .write(toFile: manifest, atomically: true, encoding: .utf8)
-        let environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": directory.path, "JOBCTL_BUCKETS": directory.file("buckets")]
-        let submitted = try runProcess(PackagePaths.jobctlBinary, ["--db", database, "submit", manifest],
-                                       environment: environment, currentDirectory: directory.path)
-        try #require(submitted.status == 0, "\(submitted.stderr)")
-
         // With a statement timeout of its own for the timeout's case: its statements on a table another
         // session holds locked wait for it, and are cancelled.
         let url = sqlstate == "57014" ? database + "%20-c%20statement_timeout%3D300" : database
-        let logPath = directory.file("worker.log")
-        try #require(FileManager.default.createFile(atPath: logPath, contents: nil))
-        let log = try #require(FileHandle(forWritingAtPath: logPath))
-        defer { try? log.close() }
-        let worker = Process()
-        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        worker.arguments = ["--db", url, "worker", "--drain", "--lease", "1s", "--concurrency", "1"]
-        worker.environment = environment
-        worker.currentDirectoryURL = URL(fileURLWithPath: directory.path)
-        worker.standardOutput = FileHandle.nullDevice
-        worker.standardError = log
-        try worker.run()
-        defer { if worker.isRunning { worker.signalTree(SIGKILL); worker.waitForExit() } }
-        let started = Date()
-        while Date().timeIntervalSince(started) < 30,
-              !((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains("worker_started") {
-            usleep(50_000)
-        }
-        usleep(300_000)
-        #expect(worker.isRunning, "\((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")")
+        let drain = try DrainWaiting.start(submittingTo: database, workerURL: url, in: directory)
+        let worker = drain.worker
+        defer { drain.stop() }
+        #expect(worker.isRunning, "\(drain.text)")
 
         let locker = Process()
         if sqlstate == "57014" {
@@ -115,7 +64,7 @@ struct PostgresDrainStopTests {
         defer { if locker.isRunning { locker.signalTree(SIGKILL); locker.waitForExit() } }
 
         _ = worker.ended(within: 60)
-        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        let text = drain.text
         #expect(!worker.isRunning, "still running 60 s after the fault: \(text.suffix(2000))")
         if worker.isRunning { return }
         #expect(worker.terminationStatus == 1, "\(text.suffix(2000))")
@@ -128,5 +77,52 @@ struct PostgresDrainStopTests {
             #expect(final.contains("jobctl's tables are not in the database and schema the URL names"), "\(final)")
         }
         #expect(!text.contains(server.password))
+    }
+}
+
+/// A `worker --drain` held by a job due in an hour (queued anywhere holds a drain) with nothing running,
+/// its log in a file, started and seen to be up (`worker_started`).
+private struct DrainWaiting {
+    let worker: Process
+    let logPath: String
+    let log: FileHandle
+
+    static func start(submittingTo database: String, workerURL: String, in directory: TemporaryDirectory) throws -> DrainWaiting {
+        let manifest = directory.file("jobs.yaml")
+        try "- {kind: upload-data, data: later, destination: \"file://later/a.txt\", delay: 1h}\n"
+            .write(toFile: manifest, atomically: true, encoding: .utf8)
+        let environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": directory.path, "JOBCTL_BUCKETS": directory.file("buckets")]
+        let submitted = try runProcess(PackagePaths.jobctlBinary, ["--db", database, "submit", manifest],
+                                       environment: environment, currentDirectory: directory.path)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let logPath = directory.file("worker.log")
+        try #require(FileManager.default.createFile(atPath: logPath, contents: nil))
+        let log = try #require(FileHandle(forWritingAtPath: logPath))
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        worker.arguments = ["--db", workerURL, "worker", "--drain", "--lease", "1s", "--concurrency", "1"]
+        worker.environment = environment
+        worker.currentDirectoryURL = URL(fileURLWithPath: directory.path)
+        worker.standardOutput = FileHandle.nullDevice
+        worker.standardError = log
+        let drain = DrainWaiting(worker: worker, logPath: logPath, log: log)
+        do { try worker.run() } catch {
+            try? log.close()
+            throw error
+        }
+        let started = Date()
+        while Date().timeIntervalSince(started) < 30, !drain.text.contains("worker_started") {
+            usleep(50_000)
+        }
+        usleep(300_000)
+        return drain
+    }
+
+    /// What the worker has logged so far.
+    var text: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    func stop() {
+        if worker.isRunning { worker.signalTree(SIGKILL); worker.waitForExit() }
+        try? log.close()
     }
 }

@@ -128,27 +128,11 @@ import TestSupport
         _ = try submit("- {kind: upload-data, data: \"x\", destination: \"file://b/x.txt\"}\n", database: database, directory: directory)
         // The first executor calls (start-up, the first turn) work; from the fifth on, the file is damaged.
         let store = LostAnswerStore(try EventStore(path: database, mode: .readWrite), loseAnswerTo: .submitted, damagedFromRun: 5)
-        let lines = Mutex<[String]>([])
-        let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
-            lines.withLock { $0.append(line) }
-        })
-        let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
-                              configuration: WorkerConfiguration(concurrency: 1, drain: false), log: log)
         // Should the pool retry instead, it is shut down after 300 s (its retries are 250 ms to 5 s
         // apart; in a full parallel run the other suites' synchronous tests hold the cooperative threads
         // for minutes): run() then returns without the error and the test fails, never hangs.
-        let watchdog = Task {
-            try? await Task.sleep(for: .seconds(300))
-            pool.beginShutdown()
-        }
-        defer { watchdog.cancel() }
-        await #expect {
-            _ = try await pool.run()
-        } throws: { error in
-            guard case StoreError.damaged = error else { return false }
-            return true
-        }
-        let stopping = lines.withLock { $0.filter { $0.contains("\"event\":\"store_error\"") } }
+        let lines = await Self.runExpectingDamage(store, directory: directory, drain: false, shutDownAfter: .seconds(300))
+        let stopping = lines.filter { $0.contains("\"event\":\"store_error\"") }
         #expect(stopping.count == 1 && stopping[0].contains("\"action\":\"stopping\"") && stopping[0].contains("\"level\":\"error\""),
                 "\(stopping)")
     }
@@ -167,14 +151,29 @@ import TestSupport
         let ids = try submit("- {kind: upload-data, data: \"x\", destination: \"file://b/x.txt\"}\n", database: database, directory: directory)
         let store = LostAnswerStore(try EventStore(path: database, mode: .readWrite), loseAnswerTo: .submitted)
         store.damagedLeftoverReadsFrom.withLock { $0 = damagedFromSweep }
+        let lines = await Self.runExpectingDamage(store, directory: directory, drain: true, shutDownAfter: .seconds(120))
+        let text = lines.joined(separator: "\n")
+        #expect(text.contains("\"event\":\"orphan_sweep_failed\""), "\(text)")
+        let stopping = lines.filter { $0.contains("\"event\":\"store_error\"") }
+        #expect(stopping.count == 1 && stopping[0].contains("\"action\":\"stopping\""), "\(stopping)")
+        // Stopped at its start, the worker claimed nothing; at the drain's end, its job had run.
+        let state = try #require(try store.inner.job(ids[0])).state
+        #expect(state == (damagedFromSweep == 1 ? .queued : .succeeded), "\(state)")
+    }
+
+    /// Runs a one-slot pool on `store` until it fails, expecting the damaged database's error (a pool that
+    /// retries instead is shut down after `shutDownAfter`: the expectation then fails, never hangs), and
+    /// returns the JSON lines it logged.
+    static func runExpectingDamage(_ store: LostAnswerStore, directory: TemporaryDirectory, drain: Bool,
+                                   shutDownAfter limit: Duration) async -> [String] {
         let lines = Mutex<[String]>([])
         let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
             lines.withLock { $0.append(line) }
         })
         let pool = WorkerPool(store: store, backend: SmallJobTests.localRouter(directory),
-                              configuration: WorkerConfiguration(concurrency: 1, drain: true), log: log)
+                              configuration: WorkerConfiguration(concurrency: 1, drain: drain), log: log)
         let watchdog = Task {
-            try? await Task.sleep(for: .seconds(120))
+            try? await Task.sleep(for: limit)
             pool.beginShutdown()
         }
         defer { watchdog.cancel() }
@@ -184,12 +183,6 @@ import TestSupport
             guard case StoreError.damaged = error else { return false }
             return true
         }
-        let text = lines.withLock { $0.joined(separator: "\n") }
-        #expect(text.contains("\"event\":\"orphan_sweep_failed\""), "\(text)")
-        let stopping = lines.withLock { $0.filter { $0.contains("\"event\":\"store_error\"") } }
-        #expect(stopping.count == 1 && stopping[0].contains("\"action\":\"stopping\""), "\(stopping)")
-        // Stopped at its start, the worker claimed nothing; at the drain's end, its job had run.
-        let state = try #require(try store.inner.job(ids[0])).state
-        #expect(state == (damagedFromSweep == 1 ? .queued : .succeeded), "\(state)")
+        return lines.withLock { $0 }
     }
 }
