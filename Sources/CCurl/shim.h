@@ -19,7 +19,6 @@
     X(const char *, curl_multi_strerror, (CURLMcode code), (code)) \
     X(CURL *, curl_easy_init, (void), ()) \
     X(void, curl_easy_cleanup, (CURL *handle), (handle)) \
-    X(void, curl_easy_reset, (CURL *handle), (handle)) \
     X(CURLcode, curl_easy_pause, (CURL *handle, int bitmask), (handle, bitmask)) \
     X(struct curl_slist *, curl_slist_append, (struct curl_slist *list, const char *line), (list, line)) \
     X(void, curl_slist_free_all, (struct curl_slist *list), (list)) \
