@@ -1,6 +1,7 @@
 import CFileSystem
 import Foundation
 import JobModel
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -80,6 +81,9 @@ public final class MetricsServer: Sendable {
 
     public let address: MetricsAddress
     private let listener: Int32
+    /// False once the serving thread (or a failed `start`) closed the listener: `stop` then leaves the
+    /// number alone, as it may already name another of the worker's sockets (its database connection).
+    private let listenerOpen = Mutex(true)
     private let body: @Sendable () -> String
     private let probe: @Sendable (HealthProbe) -> (ok: Bool, text: String)
 
@@ -123,14 +127,23 @@ public final class MetricsServer: Sendable {
         do throws(ThreadStartFailure) {
             try StartedThread.start(name: "jobctl-metrics") { [self] in serve() }
         } catch {
-            close(listener)
+            closeListener()
             throw error
         }
     }
 
     /// Stops accepting: the serving thread closes every connection and the socket, and returns.
     public func stop() {
-        shutdown(listener, Int32(SHUT_RDWR))
+        listenerOpen.withLock { open in
+            if open { shutdown(listener, Int32(SHUT_RDWR)) }
+        }
+    }
+
+    private func closeListener() {
+        listenerOpen.withLock { open in
+            open = false
+            close(listener)
+        }
     }
 
     // MARK: - Serving
@@ -252,7 +265,7 @@ public final class MetricsServer: Sendable {
             }
         }
         for connection in connections { close(connection.fd) }
-        close(listener)
+        closeListener()
     }
 
     /// What a failed `accept` means for the loop.

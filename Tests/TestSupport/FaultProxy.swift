@@ -264,6 +264,8 @@ public final class FaultProxy: @unchecked Sendable {
     private var connectionCount = 0
     private var stopped = false
     private let running = DispatchGroup()
+    /// Signalled when the accept loop has returned (it no longer touches the listener).
+    private let acceptDone = DispatchSemaphore(value: 0)
 
     /// Starts listening on an ephemeral loopback port.
     /// - Parameters:
@@ -297,6 +299,7 @@ public final class FaultProxy: @unchecked Sendable {
         running.enter()
         let thread = Thread { [self] in
             acceptLoop()
+            acceptDone.signal()
             running.leave()
         }
         thread.start()
@@ -330,17 +333,24 @@ public final class FaultProxy: @unchecked Sendable {
     public var firedCounts: [Int] { lock.withLock { fired } }
 
     /// Stops accepting, cuts every client connection and waits (up to 5 s) for the threads to end.
+    ///
+    /// The sockets are shut down while the lock is held: a connection's thread takes its descriptor out
+    /// of `clients` under the lock before closing it, so every number in the set still names this
+    /// proxy's socket. Shut down after the lock was let go, a number closed in between could already
+    /// name another test's socket — another proxy's listener, which then refused its client.
     public func stop() {
-        let open: Set<Int32>? = lock.withLock {
-            if stopped { return nil }
+        let first: Bool = lock.withLock {
+            if stopped { return false }
             stopped = true
-            return clients
+            shutdown(listener, Int32(SHUT_RDWR))
+            for fd in clients { shutdown(fd, Int32(SHUT_RDWR)) }
+            return true
         }
-        guard let open else { return }
-        shutdown(listener, Int32(SHUT_RDWR))
-        for fd in open { shutdown(fd, Int32(SHUT_RDWR)) }
+        guard first else { return }
         _ = running.wait(timeout: .now() + 5)
-        close(listener)
+        // The accept loop may still be between two calls (a thread not yet scheduled): the listener is
+        // closed only once it has returned, or left open for ever rather than closed under it.
+        if acceptDone.wait(timeout: .now() + 30) == .success { close(listener) }
     }
 
     // MARK: Accepting

@@ -44,12 +44,15 @@ public final class StallingTCPProxy: Sendable {
     private let threads = DispatchGroup()
 
     /// Closes the listener and every connection (held bytes are dropped).
+    /// A second call does nothing: the listener's number may name another socket by then.
     public func stop() {
-        let sockets = state.withLock { state -> [Int32] in
+        let sockets = state.withLock { state -> [Int32]? in
+            guard !state.stopped else { return nil }
             state.stopped = true
             defer { state.sockets = [] }
             return state.sockets
         }
+        guard let sockets else { return }
         shutdown(listener, Int32(SHUT_RDWR))
         for socket in sockets { shutdown(socket, Int32(SHUT_RDWR)) }
         // A thread still running after that long keeps its descriptors: better leaked than reused.

@@ -133,8 +133,10 @@ public final class TCPFaultProxy: Sendable {
     /// Closed at once, a descriptor number was reused by the test process's next socket — another
     /// test's libpq connection — while a pump trickling an answer still wrote to it: that connection's
     /// start-up read "received x" (a stopped proxy's `repeat('x', …)` answer) and both tests failed.
+    /// A second call does nothing: the listener's number may name another socket by then.
     public func stop() {
-        let (links, swallowed) = state.withLock { state -> ([Link], [Int32]) in
+        let taken = state.withLock { state -> ([Link], [Int32])? in
+            guard !state.stopped else { return nil }
             state.stopped = true
             defer {
                 state.links = []
@@ -142,6 +144,7 @@ public final class TCPFaultProxy: Sendable {
             }
             return (state.links, state.swallowed)
         }
+        guard let (links, swallowed) = taken else { return }
         shutdown(listener, Int32(SHUT_RDWR))
         if acceptDone.wait(timeout: .now() + 30) == .success { close(listener) }
         for socket in swallowed { Self.reset(socket) }

@@ -53,15 +53,18 @@ public final class TrickleServer: Sendable {
     public var requests: [String] { state.withLock { $0.requests } }
 
     /// Closes the listener and every connection.
+    ///
+    /// Everything is shut down under the lock: a connection's thread takes its descriptor out of the
+    /// list under the lock before closing it, and the accept loop closes the listener only after it saw
+    /// `stopped` under the lock, so each number shut down here still names this server's socket. Shut
+    /// down after the lock was let go, a number closed in between could name another test's socket.
     public func stop() {
-        let clients: [Int32] = state.withLock { state in
-            guard !state.stopped else { return [] }
+        state.withLock { state in
+            guard !state.stopped else { return }
             state.stopped = true
-            defer { state.clients = [] }
-            return state.clients
+            for client in state.clients { shutdown(client, Int32(SHUT_RDWR)) }
+            shutdown(listener, Int32(SHUT_RDWR))
         }
-        for client in clients { shutdown(client, Int32(SHUT_RDWR)) }
-        shutdown(listener, Int32(SHUT_RDWR))
     }
 
     deinit { stop() }
