@@ -40,7 +40,7 @@ extension EventStore {
     /// is older than all of the window, so it could only come after them. Otherwise the whole condition
     /// runs as before. Without statistics SQLite answers a condition on the state through `jobs_claim`
     /// and sorts every match: with 159,000 jobs queued, 197 ms to show 5 of them (BENCHMARKS.md).
-    public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] {
+    public func jobs(filter: JobFilter, passingOver: PassedOver) throws(StoreError) -> [JobRecord] {
         let order = " ORDER BY created_at_ms DESC, seq DESC"
         let selected = filter.readsResults ? JobRecord.selectColumns : JobRecord.selectColumnsWithoutResult
         guard var (sql, values) = Self.selection("SELECT \(selected) FROM jobs", filter) else { return [] }
@@ -61,16 +61,21 @@ extension EventStore {
         let query = sql
         let parameters = values
         return try readTransaction { (connection) throws(StoreError) -> [JobRecord] in
-            let read = { (sql: String, values: [SQLiteValue]) throws(StoreError) -> [JobRecord] in
+            // The rows of the read whose jobs are returned are the ones counted as passed over.
+            let read = { (sql: String, values: [SQLiteValue], passed: PassedOver) throws(StoreError) -> [JobRecord] in
                 try connection.query(sql, values) { (row) throws(StoreError) in
-                    try JobRecord(row: row, specs: connection.decodedSpecs)
-                }
+                    try JobRecord(listedRow: row, specs: connection.decodedSpecs, passingOver: passed)
+                }.compactMap { $0 }
             }
             if let window {
-                let found = try read(window.sql, window.values)
-                if found.count == window.limit { return found }
+                let passed = PassedOver()
+                let found = try read(window.sql, window.values, passed)
+                if found.count == window.limit {
+                    passingOver.add(passed)
+                    return found
+                }
             }
-            return try read(query, parameters)
+            return try read(query, parameters, passingOver)
         }
     }
 
@@ -133,9 +138,9 @@ extension EventStore {
     /// whoever reads it pleases (a pager, a slow pipe). One transaction around every pass held its
     /// snapshot all that time, and while a reader holds a snapshot no checkpoint can copy the WAL past
     /// it or start it over: beside four draining workers the WAL grew by ~5 KiB a job, without bound.
-    public func forEachJob(filter: JobFilter, passes: Int,
+    public func forEachJob(filter: JobFilter, passes: Int, passingOver: PassedOver,
                            _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
-        guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, body) }
+        guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, passingOver: passingOver, body) }
         let specs = DecodedSpecCache.uncached()
         // In the order of `jobs_created`, so a page reads its rows and stops: SQLite picked `jobs_claim`
         // for a `--state` filter and sorted every job in that state for each page. `jobs_batch` holds
@@ -160,12 +165,17 @@ extension EventStore {
                 guard let (select, parameters) = Self.selection("SELECT \(JobRecord.selectColumns) FROM \(table)", filter, and: keys)
                 else { return }
                 let query = select + " ORDER BY created_at_ms, seq LIMIT \(Self.jobPageSize)"
-                let page = try readTransaction { (connection) throws(StoreError) -> [JobRecord] in
-                    try connection.query(query, parameters + values) { (row) throws(StoreError) in try JobRecord(row: row, specs: specs) }
+                // A page's last row, known kind or not, is where the next page starts. Passed over jobs
+                // are counted at the first pass.
+                let passed = pass == 1 ? passingOver : PassedOver()
+                let page = try readTransaction { (connection) throws(StoreError) -> [(JobRecord?, (Int64, Int64))] in
+                    try connection.query(query, parameters + values) { (row) throws(StoreError) in
+                        (try JobRecord(listedRow: row, specs: specs, passingOver: passed), (row.int64(19), row.int64(1)))
+                    }
                 }
-                for job in page { try body(pass, job) }
+                for case (let job?, _) in page { try body(pass, job) }
                 guard let last = page.last else { break }
-                after = (last.createdAtMs, last.seq)
+                after = last.1
                 if pass == 1 { end = after }
                 if page.count < Self.jobPageSize { break }
             }

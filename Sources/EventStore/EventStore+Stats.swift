@@ -50,11 +50,8 @@ extension EventStore {
                 WHERE j.state = 'running'\(queue == nil ? "" : " AND j.queue = ?")
                 ORDER BY j.lease_owner, j.id
                 """, queueValues) { (row) throws(StoreError) -> StoreStats.RunningLease in
-                guard let kind = JobKind(rawValue: row.text(2)) else {
-                    throw JobKind.unknownKindError(jobID: row.text(0), kind: row.text(2))
-                }
-                return StoreStats.RunningLease(jobID: row.text(0), queue: row.text(1), kind: kind, owner: row.text(3),
-                                               token: row.optionalInt64(4), expiresAtMs: row.optionalInt64(5))
+                StoreStats.RunningLease(jobID: row.text(0), queue: row.text(1), kind: row.text(2), owner: row.text(3),
+                                        token: row.optionalInt64(4), expiresAtMs: row.optionalInt64(5))
             }
 
             // Counted by SQLite, by type and error code: an hour of outcomes on a busy log is hundreds of

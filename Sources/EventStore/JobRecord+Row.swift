@@ -278,6 +278,15 @@ extension JobRecord {
         }
     }
 
+    /// `init(row:specs:)`, or nil for a job of a kind this jobctl does not know, which `passingOver` counts.
+    init?(listedRow row: SQLiteRow, specs: DecodedSpecCache, passingOver: PassedOver) throws(StoreError) {
+        guard JobKind(rawValue: row.text(2)) != nil else {
+            passingOver.note(kind: row.text(2))
+            return nil
+        }
+        try self.init(row: row, specs: specs)
+    }
+
     /// Reads a row selected with `selectColumns`, decoding its spec through `specs`.
     init(row: SQLiteRow, specs: DecodedSpecCache) throws(StoreError) {
         let id = row.text(0)

@@ -196,6 +196,17 @@ extension JobRecord {
         return .text(try StoreJSON.encode(value))
     }
 
+    /// `init(postgresRow:specs:)`, or nil for a job of a kind this jobctl does not know, which
+    /// `passingOver` counts.
+    init?(listedPostgresRow row: PostgresRow, specs: PostgresSpecCache, passingOver: PassedOver) throws(StoreError) {
+        let kind = try row.string(2)
+        guard JobKind(rawValue: kind) != nil else {
+            passingOver.note(kind: kind)
+            return nil
+        }
+        try self.init(postgresRow: row, specs: specs)
+    }
+
     /// Reads a row selected with `postgresSelectColumns`, its spec decoded through `specs` (the
     /// connection's: see `PostgresSpecCache`).
     init(postgresRow row: PostgresRow, specs: PostgresSpecCache) throws(StoreError) {

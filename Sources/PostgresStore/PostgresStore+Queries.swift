@@ -28,8 +28,8 @@ extension PostgresStore {
         }
     }
 
-    /// Jobs matching `filter`, newest first.
-    public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] {
+    /// Jobs matching `filter`, newest first; those of kinds this jobctl does not know counted in `passingOver`.
+    public func jobs(filter: JobFilter, passingOver: PassedOver) throws(StoreError) -> [JobRecord] {
         let selected = filter.readsResults ? JobRecord.postgresSelectColumns : JobRecord.postgresSelectColumnsWithoutResult
         guard var (sql, values) = Self.selection("SELECT \(selected) FROM jobs", filter) else { return [] }
         sql += " ORDER BY created_at_ms DESC, seq DESC"
@@ -40,7 +40,9 @@ extension PostgresStore {
         let query = sql
         let parameters = values
         return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
-            try connection.rows(query, parameters) { (row) throws(StoreError) in try JobRecord(postgresRow: row, specs: connection.specs) }
+            try connection.rows(query, parameters) { (row) throws(StoreError) in
+                try JobRecord(listedPostgresRow: row, specs: connection.specs, passingOver: passingOver)
+            }.compactMap { $0 }
         }
     }
 
@@ -107,9 +109,9 @@ extension PostgresStore {
     /// last), as they are then. One REPEATABLE READ snapshot around every pass stayed open for as long as
     /// `body` waited on a slow reader of standard output (`jobctl audit | less`), holding back vacuum's
     /// cleanup of every row the workers updated meanwhile.
-    public func forEachJob(filter: JobFilter, passes: Int,
+    public func forEachJob(filter: JobFilter, passes: Int, passingOver: PassedOver,
                            _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
-        guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, body) }
+        guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, passingOver: passingOver, body) }
         guard let (select, parameters) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return }
         // The first pass's last job (created_at_ms, seq): later passes stop there.
         var end: (Int64, Int64)?
@@ -130,12 +132,18 @@ extension PostgresStore {
                 var query = select
                 if !keys.isEmpty { query += (parameters.isEmpty ? " WHERE " : " AND ") + keys.joined(separator: " AND ") }
                 query += " ORDER BY created_at_ms, seq LIMIT \(Self.jobPageSize)"
-                let page = try readTransaction { (connection) throws(StoreError) -> [JobRecord] in
-                    try connection.rows(query, values) { (row) throws(StoreError) in try JobRecord(postgresRow: row, specs: connection.specs) }
+                // A page's last row, known kind or not, is where the next page starts. Passed over jobs
+                // are counted at the first pass.
+                let passed = pass == 1 ? passingOver : PassedOver()
+                let page = try readTransaction { (connection) throws(StoreError) -> [(JobRecord?, (Int64, Int64))] in
+                    try connection.rows(query, values) { (row) throws(StoreError) in
+                        (try JobRecord(listedPostgresRow: row, specs: connection.specs, passingOver: passed),
+                         (try row.integer(19), try row.integer(1)))
+                    }
                 }
-                for job in page { try body(pass, job) }
+                for case (let job?, _) in page { try body(pass, job) }
                 guard let last = page.last else { break }
-                after = (last.createdAtMs, last.seq)
+                after = last.1
                 if pass == 1 { end = after }
                 if page.count < Self.jobPageSize { break }
             }

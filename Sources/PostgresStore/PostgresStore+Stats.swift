@@ -50,13 +50,9 @@ extension PostgresStore {
                 WHERE j.state = 'running'\(queue == nil ? "" : " AND j.queue = $1")
                 ORDER BY j.lease_owner, j.id
                 """, parameters) { (row) throws(StoreError) -> StoreStats.RunningLease in
-                let kindText = try row.string(2)
-                guard let kind = JobKind(rawValue: kindText) else {
-                    throw JobKind.unknownKindError(jobID: try row.string(0), kind: kindText)
-                }
-                return StoreStats.RunningLease(jobID: try row.string(0), queue: try row.string(1), kind: kind,
-                                               owner: try row.string(3), token: try row.optionalInteger(4),
-                                               expiresAtMs: try row.optionalInteger(5))
+                StoreStats.RunningLease(jobID: try row.string(0), queue: try row.string(1), kind: try row.string(2),
+                                        owner: try row.string(3), token: try row.optionalInteger(4),
+                                        expiresAtMs: try row.optionalInteger(5))
             }
 
             let window = parameters.count

@@ -129,8 +129,9 @@ public protocol JobStore: AnyObject, Sendable {
     func resolveID(_ text: String) throws(StoreError) -> String
     /// The job with exactly this id, or nil.
     func job(_ id: String) throws(StoreError) -> JobRecord?
-    /// Jobs matching `filter`, newest first.
-    func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord]
+    /// Jobs matching `filter`, newest first; those of a kind this jobctl does not know are counted in
+    /// `passingOver` instead (`jobs(filter:)` drops the count).
+    func jobs(filter: JobFilter, passingOver: PassedOver) throws(StoreError) -> [JobRecord]
     /// The state and open requests of each of these jobs that exists (in no particular order), read
     /// together: a worker's control poll, which needs neither specs nor results.
     func controlStates(ids: [String]) throws(StoreError) -> [JobControlState]
@@ -146,8 +147,10 @@ public protocol JobStore: AnyObject, Sendable {
     /// columns, then prints). No snapshot is held while `body` runs: it may block on a slow reader of
     /// standard output for as long as that pleases, and an open read transaction would keep SQLite's WAL
     /// from being checkpointed (PostgreSQL's vacuum from cleaning up) all that time. A `limit` falls
-    /// back to `jobs(filter:)`.
-    func forEachJob(filter: JobFilter, passes: Int, _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError)
+    /// back to `jobs(filter:)`. Jobs of a kind this jobctl does not know are counted in `passingOver`
+    /// (once, whatever the passes), not handed to `body`.
+    func forEachJob(filter: JobFilter, passes: Int, passingOver: PassedOver,
+                    _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError)
     /// Every event of a job, oldest first.
     func events(jobID: String) throws(StoreError) -> [JobEvent]
     /// Up to `limit` events after `afterSeq`, in log order.
@@ -450,20 +453,29 @@ extension JobStore {
 
     /// Adapters without a streaming read list the jobs in memory, newest first, and hand them over
     /// oldest first.
-    public func forEachJob(filter: JobFilter, passes: Int,
+    public func forEachJob(filter: JobFilter, passes: Int, passingOver: PassedOver,
                            _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
-        try forEachListedJob(filter: filter, passes: passes, body)
+        try forEachListedJob(filter: filter, passes: passes, passingOver: passingOver, body)
     }
 
     /// `forEachJob` from a list read in memory (newest first, handed over oldest first): the default, and
     /// what streaming adapters do for a `--limit`ed selection, which is small by definition.
-    public func forEachListedJob(filter: JobFilter, passes: Int,
+    public func forEachListedJob(filter: JobFilter, passes: Int, passingOver: PassedOver,
                                  _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
-        let jobs = try jobs(filter: filter)
+        let jobs = try jobs(filter: filter, passingOver: passingOver)
         for pass in 1...max(1, passes) {
             for job in jobs.reversed() { try body(pass, job) }
         }
     }
+
+    /// `forEachJob`, not counting the jobs it passes over.
+    public func forEachJob(filter: JobFilter, passes: Int,
+                           _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
+        try forEachJob(filter: filter, passes: passes, passingOver: PassedOver(), body)
+    }
+
+    /// Jobs matching `filter`, newest first, passing over those of kinds this jobctl does not know.
+    public func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] { try jobs(filter: filter, passingOver: PassedOver()) }
 
     /// Every job, newest first.
     public func jobs() throws(StoreError) -> [JobRecord] { try jobs(filter: JobFilter()) }

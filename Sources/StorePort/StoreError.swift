@@ -17,6 +17,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidControl(String)
     /// No job with this id (or id prefix).
     case notFound(String)
+    /// Job `jobID` is of kind `kind`, which this jobctl does not know: a newer jobctl submitted it. Not
+    /// damage (`corrupt`): the log is as it should be, this binary is too old to read the job.
+    case unknownKind(jobID: String, kind: String)
     /// The id prefix matches several jobs.
     case ambiguous(prefix: String, matches: [String])
     /// SQLite returned `code` (extended result code) with `message` while running `sql`.
@@ -95,6 +98,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return message
         case .notFound(let id):
             return "no job matches '\(id)'; `jobctl list` shows the jobs there are"
+        case .unknownKind(let jobID, let kind):
+            return "job \(jobID) is of kind '\(TerminalText.printable(TerminalText.clipped(kind, limit: 100)))', which this jobctl does not know: a newer "
+                + "jobctl submitted it, and only as new a jobctl can read, run or change it; upgrade this one"
         case .ambiguous(let prefix, let matches):
             return "'\(prefix)' matches \(matches.count) jobs (\(matches.prefix(5).joined(separator: ", "))"
                 + "\(matches.count > 5 ? ", …" : "")); give more characters of the id"

@@ -38,14 +38,15 @@ public struct StoreStats: Sendable, Equatable {
     public struct RunningLease: Sendable, Equatable {
         public var jobID: String
         public var queue: String
-        public var kind: JobKind
+        /// As stored: a job a newer jobctl submitted may be of a kind this one does not know.
+        public var kind: String
         /// The worker holding the lease (`worker:<host>:<pid>`).
         public var owner: String
         public var token: Int64?
         /// When the lease runs out unless heartbeated; nil when the store keeps no live lease row.
         public var expiresAtMs: Int64?
 
-        public init(jobID: String, queue: String, kind: JobKind, owner: String, token: Int64?, expiresAtMs: Int64?) {
+        public init(jobID: String, queue: String, kind: String, owner: String, token: Int64?, expiresAtMs: Int64?) {
             self.jobID = jobID
             self.queue = queue
             self.kind = kind

@@ -2,6 +2,7 @@ import Checksums
 import Foundation
 import JobLifecycle
 import JobModel
+import Synchronization
 
 // MARK: - PendingEvent
 
@@ -474,7 +475,46 @@ public enum WorkableRows {
 extension JobKind {
     /// The error for a row whose kind this jobctl does not know.
     public static func unknownKindError(jobID: String, kind: String) -> StoreError {
-        StoreError.corrupt("job \(jobID) is of kind '\(kind)', which this jobctl does not know (a newer jobctl may have "
-                               + "submitted it: upgrade this one to read it)")
+        StoreError.unknownKind(jobID: jobID, kind: kind)
+    }
+}
+
+// MARK: - PassedOver
+
+/// The jobs a read of many (`list`, `audit`, a bulk control, `stats`' running jobs) passed over because
+/// this jobctl does not know their kind: a newer jobctl submitted them, and a log shared during a rolling
+/// upgrade holds them. One such job made every such command fail; now the others are read, and the
+/// command says what it left out.
+public final class PassedOver: Sendable {
+    private let byKind = Mutex<[String: Int]>([:])
+
+    public init() {}
+
+    /// Counts one job of `kind`, which this jobctl does not know.
+    public func note(kind: String) {
+        byKind.withLock { $0[kind, default: 0] += 1 }
+    }
+
+    /// Counts what `other` counted.
+    public func add(_ other: PassedOver) {
+        let counted = other.byKind.withLock { $0 }
+        byKind.withLock { mine in
+            for (kind, count) in counted { mine[kind, default: 0] += count }
+        }
+    }
+
+    /// How many jobs were passed over.
+    public var count: Int { byKind.withLock { $0.values.reduce(0, +) } }
+
+    /// "2 jobs of kinds this jobctl does not know (sync-folder, …) were VERB: …", or nil when none was.
+    public func sentence(_ verb: String) -> String? {
+        let counts = byKind.withLock { $0 }
+        let total = counts.values.reduce(0, +)
+        guard total > 0 else { return nil }
+        let kinds = counts.keys.sorted().prefix(5).map { "'" + TerminalText.printable(TerminalText.clipped($0, limit: 100)) + "'" }
+        let named = kinds.joined(separator: ", ") + (counts.count > 5 ? ", …" : "")
+        let subject = total == 1 ? "1 job of kind \(named), which this jobctl does not know, was"
+            : "\(total) jobs of kind\(counts.count == 1 ? "" : "s") \(named), which this jobctl does not know, were"
+        return "\(subject) \(verb): a newer jobctl submitted \(total == 1 ? "it" : "them"); upgrade this jobctl to include \(total == 1 ? "it" : "them")"
     }
 }

@@ -94,7 +94,9 @@ struct BulkControl {
         var targets: [JobRecord] = []
         var unresolved: [(String, String)] = []
         if let filter {
-            targets = try store.jobs(filter: filter).reversed()
+            let passedOver = PassedOver()
+            targets = try store.jobs(filter: filter, passingOver: passedOver).reversed()
+            if let note = passedOver.sentence("left alone") { emitError(note) }
         } else {
             for given in ids {
                 do { targets.append(try store.job(resolving: given)) } catch { unresolved.append((given, "\(error)")) }

@@ -295,6 +295,7 @@ extension Commands {
         // Jobs are handed over one at a time and printed as they come (a table reads them twice: once
         // to measure its columns), so memory stays flat whatever the number of jobs.
         let eachJob: (Int, @escaping (Int, JobRecord) throws(StoreError) -> Void) throws -> Void
+        let passedOver = PassedOver()
         if let file = try arguments.value(Options.archiveFrom) {
             let jobs = try archivedJobs(file).filter(filter.matchesArchived)
             eachJob = { (passes, body) in
@@ -302,7 +303,7 @@ extension Commands {
             }
         } else {
             let store = try context.openStore(readOnly: true)
-            eachJob = { (passes, body) in try store.forEachJob(filter: filter, passes: passes, body) }
+            eachJob = { (passes, body) in try store.forEachJob(filter: filter, passes: passes, passingOver: passedOver, body) }
         }
         let output = BufferedOutput()
         if arguments[Options.json] {
@@ -375,6 +376,8 @@ extension Commands {
             }
         }
         output.flush()
+        // After the rows, where it is seen: an audit that leaves jobs out says so.
+        if let note = passedOver.sentence("left out of this audit") { emitError(note) }
         return ExitCode.ok
     }
 }

@@ -26,7 +26,10 @@ extension Commands {
                                batch: try arguments.value(Options.batch), readsResults: json)
         let store = try context.openStore(readOnly: true)
         // The table shows no result (a succeeded job's progress is 100%): none is read.
-        let jobs = try store.jobs(filter: filter)
+        let passedOver = PassedOver()
+        let jobs = try store.jobs(filter: filter, passingOver: passedOver)
+        // Said first: it may explain a shorter page, or "no jobs".
+        if let note = passedOver.sentence("not listed") { emitError(note) }
         if limit > 0, jobs.count == limit {
             let total = try store.countJobs(filter: filter)
             if total > jobs.count {

@@ -64,7 +64,7 @@ extension Commands {
                             ? "lease expires in \(TimeText.duration(seconds: TimeText.between(stats.nowMs, expires) / 1000))"
                             : "lease expired \(TimeText.duration(seconds: TimeText.between(expires, stats.nowMs) / 1000)) ago"
                     } ?? "no live lease"
-                    lines.append("    \(lease.jobID)  \(lease.kind.rawValue)  \(lease.queue)  \(expiry)")
+                    lines.append("    \(lease.jobID)  \(TerminalText.printable(lease.kind))  \(lease.queue)  \(expiry)")
                 }
             }
         }
@@ -160,7 +160,7 @@ struct StatsView: Encodable {
         }
         running = Self.workers(stats).map { worker in
             Worker(worker: worker.owner, jobs: worker.leases.map { lease in
-                Lease(id: lease.jobID, queue: lease.queue, kind: lease.kind.rawValue, lease_token: lease.token,
+                Lease(id: lease.jobID, queue: lease.queue, kind: lease.kind, lease_token: lease.token,
                       lease_expires_at: lease.expiresAtMs.map(RFC3339.string), lease_expires_at_ms: lease.expiresAtMs)
             })
         }

@@ -103,7 +103,7 @@ final class LostAnswerStore: JobStore {
     }
     func resolveID(_ text: String) throws(StoreError) -> String { try inner.resolveID(text) }
     func job(_ id: String) throws(StoreError) -> JobRecord? { try inner.job(id) }
-    func jobs(filter: JobFilter) throws(StoreError) -> [JobRecord] { try inner.jobs(filter: filter) }
+    func jobs(filter: JobFilter, passingOver: PassedOver) throws(StoreError) -> [JobRecord] { try inner.jobs(filter: filter, passingOver: passingOver) }
     func countJobs(filter: JobFilter) throws(StoreError) -> Int { try inner.countJobs(filter: filter) }
     func events(jobID: String) throws(StoreError) -> [JobEvent] { try inner.events(jobID: jobID) }
     func events(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] { try inner.events(afterSeq: afterSeq, limit: limit) }
