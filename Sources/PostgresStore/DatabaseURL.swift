@@ -9,6 +9,37 @@ public func isPostgresURL(_ target: String) -> Bool {
     return lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://")
 }
 
+/// Whether `target` reads as a libpq key/value connection string (`host=db1 dbname=jobs …`): its first
+/// word is one of libpq's connection keywords followed by `=`. Such a target is not a PostgreSQL URL,
+/// and taken for an SQLite file name it made `submit` create a local file named after it, password and
+/// all; the CLI refuses it. A file whose name really starts so is still reached as `./host=…`.
+///
+/// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS
+public func isConnectionKeywords(_ target: String) -> Bool {
+    let text = target.drop { $0 == " " || $0 == "\t" || $0 == "\n" }
+    guard let equals = text.firstIndex(of: "=") else { return false }
+    let keyword = text[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
+    return connectionKeywords.contains(keyword)
+}
+
+/// libpq's connection keywords (PostgreSQL 16).
+private let connectionKeywords: Set<String> = [
+    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth", "channel_binding",
+    "connect_timeout", "client_encoding", "options", "application_name", "fallback_application_name", "keepalives",
+    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "replication", "gssencmode",
+    "sslmode", "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert",
+    "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version", "ssl_max_protocol_version",
+    "krbsrvname", "gsslib", "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
+]
+
+/// `target` with a `POSTGRES://` or `PostgreSQL://` scheme written in lower case: jobctl tells URLs by
+/// their scheme without case (RFC 3986 says a scheme has none), libpq only in lower case — it took an
+/// upper-case URL whole for a database name, on the default host (`PGHOST`, the local socket).
+public func normalizedDatabaseURL(_ target: String) -> String {
+    guard isPostgresURL(target), let schemeEnd = target.range(of: "://") else { return target }
+    return target[..<schemeEnd.lowerBound].lowercased() + target[schemeEnd.lowerBound...]
+}
+
 /// `target` — a `postgres://user:password@host:port/db?…` URL or a libpq key/value string
 /// (`host=… password=…`) — with every password replaced by `REDACTED`, for messages, logs and events.
 ///

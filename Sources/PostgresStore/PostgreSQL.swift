@@ -318,7 +318,8 @@ final class PostgresConnection {
     /// encoding is always UTF-8.
     ///
     /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQCONNECTDBPARAMS
-    init(_ target: String, connectTimeoutSeconds: Int = 10) throws(PostgresError) {
+    init(_ written: String, connectTimeoutSeconds: Int = 10) throws(PostgresError) {
+        let target = normalizedDatabaseURL(written)
         redactedTarget = redactedDatabaseURL(target)
         self.connectTimeoutSeconds = connectTimeoutSeconds
         // libpq is loaded at the first connection (see CPostgres/shim.h); a host without it can still
@@ -415,16 +416,35 @@ final class PostgresConnection {
         return pointers.withUnsafeBufferPointer { buffer in body(buffer.baseAddress) }
     }
 
-    /// The password as written in a URL target's user information (between the first `:` after `//`
-    /// and the last `@`), whole, percent-decoded, and in the pieces a parser may have cut it into at
-    /// `/`, `?`, `#` and `:` — longest first.
+    /// The passwords as written in a URL target — its user information (between the first `:` after
+    /// `//` and the last `@`) and every query parameter whose name ends in `password` — each whole,
+    /// percent-decoded, and in the pieces a parser may have cut it into at `/`, `?`, `#`, `:`, `@`, `&`
+    /// and `%` — longest first. libpq ends the user information at the first `@` (a password's raw `@`
+    /// made the rest its host name, quoted in "could not translate host name"), and quotes a query
+    /// value it cannot percent-decode whole ("invalid percent-encoded token").
     static func writtenPasswordPieces(_ target: String) -> [String] {
         guard let schemeEnd = target.range(of: "://") else { return [] }
         let rest = target[schemeEnd.upperBound...]
-        guard let at = rest.lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") else { return [] }
-        let written = String(rest[rest.index(after: colon)..<at])
-        var pieces = [written, written.removingPercentEncoding ?? written]
-        pieces += written.split(whereSeparator: { "/?#:".contains($0) }).map(String.init)
+        var written: [String] = []
+        let authorityEnd = rest.firstIndex(where: { $0 == "?" }) ?? rest.endIndex
+        if let at = rest[..<authorityEnd].lastIndex(of: "@") ?? rest.lastIndex(of: "@"),
+           let colon = rest[..<at].firstIndex(of: ":") {
+            written.append(String(rest[rest.index(after: colon)..<at]))
+        }
+        if let query = rest.firstIndex(of: "?") {
+            for parameter in rest[rest.index(after: query)...].split(separator: "&") {
+                guard let equals = parameter.firstIndex(of: "=") else { continue }
+                let name = parameter[..<equals]
+                if (name.removingPercentEncoding ?? String(name)).lowercased().hasSuffix("password") {
+                    written.append(String(parameter[parameter.index(after: equals)...]))
+                }
+            }
+        }
+        var pieces: [String] = []
+        for password in written {
+            pieces += [password, password.removingPercentEncoding ?? password]
+            pieces += password.split(whereSeparator: { "/?#:@&%".contains($0) }).map(String.init)
+        }
         return Array(Set(pieces)).filter { $0.count >= 4 }.sorted { $0.count > $1.count }
     }
 

@@ -146,6 +146,11 @@ struct Context: Sendable {
     /// as the variable says, and as long as the server takes when it is unset.
     func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false, wholeLog: Bool = false,
                    answerTimeoutMs: Int64? = nil) throws -> any JobStore {
+        if isConnectionKeywords(databasePath) {
+            throw UsageError("the database '\(TerminalText.printable(databaseDisplay))' is a libpq key/value connection string; jobctl "
+                                 + "takes PostgreSQL as a URL: postgresql://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=… (key/value "
+                                 + "settings go in its query: ?sslmode=require&application_name=…); an SQLite file of that name is reached as ./NAME")
+        }
         if isPostgresURL(databasePath) {
             let timeout = try worker ? answerTimeoutMs
                 : answerTimeoutMs ?? databaseAnswerTimeoutMs(default: wholeLog ? nil : Self.defaultAnswerTimeoutMs)

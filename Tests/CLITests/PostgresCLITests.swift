@@ -94,6 +94,42 @@ struct PostgresCLITests {
         #expect(said.contains("queued"), "\(said)")
     }
 
+    /// jobctl tells a PostgreSQL URL by its scheme without case, libpq only in lower case: it took
+    /// `POSTGRES://…` whole for a database name on the default host, and failed with a confusing message
+    /// (or, with `PGHOST` and a database of that name, used another database).
+    @Test("an upper-case POSTGRES:// scheme reaches the database the URL names")
+    func upperCaseScheme() throws {
+        let workspace = try CLIWorkspace("pg-upper-scheme", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        let submitted = try workspace.jobctl(["submit", path])
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let upper = "POSTGRES" + workspace.database.drop { $0 != ":" }
+        let listed = try runProcess(PackagePaths.jobctlBinary, ["--db", upper, "list"], environment: ["NO_COLOR": "1"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        #expect(listed.stdout.contains(submitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), "\(listed.stdout)")
+    }
+
+    /// A libpq key/value string given as the database was taken for an SQLite file name: `list` said
+    /// "no database at host=… password=Hunter2Secret …", `submit` created a local file of that name and
+    /// put the jobs in it, away from the PostgreSQL database meant. It is refused, its password redacted.
+    @Test("a key/value connection string as the database is refused, with its password redacted and no file made")
+    func keywordConnectionStringRefused() throws {
+        let workspace = try CLIWorkspace("pg-keywords")
+        defer { workspace.directory.remove() }
+        let path = try workspace.write("jobs.yaml", "- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        let target = "host=127.0.0.1 port=1 user=jobs password=Hunter2Secret dbname=jobs"
+        for (arguments, environment) in [(["--db", target, "submit", path], [:]), (["list"], ["JOBCTL_DB": target])] {
+            let run = try runProcess(PackagePaths.jobctlBinary, arguments, environment: environment.merging(["NO_COLOR": "1"]) { a, _ in a },
+                                     currentDirectory: workspace.directory.path)
+            #expect(run.status == 64, "\(arguments): \(run.stdout)\(run.stderr)")
+            #expect(run.stderr.contains("is a libpq key/value connection string") && run.stderr.contains("postgresql://"), "\(run.stderr)")
+            #expect(!run.stderr.contains("Hunter2Secret") && !run.stdout.contains("Hunter2Secret"), "\(run.stderr)")
+        }
+        let made = try FileManager.default.contentsOfDirectory(atPath: workspace.directory.path)
+        #expect(!made.contains { $0.hasPrefix("host=") }, "\(made)")
+    }
+
     @Test("migrate, submit, worker --drain, list, result and replay --verify; the password is never printed")
     func happyPath() throws {
         let workspace = try CLIWorkspace("pg-cli", engine: .postgres)

@@ -53,12 +53,36 @@ struct RedactionTests {
         #expect(PostgresConnection.writtenPasswordPieces(target).contains("SECRET"))
     }
 
-    @Test("postgres URLs are told apart from file paths")
+    /// libpq ends a URL's user information at the first `@`, so a password holding a raw `@` left its
+    /// tail in "could not translate host name "Tail@127.0.0.1""; and it quotes a query password it
+    /// cannot percent-decode whole ("invalid percent-encoded token"). The redaction of the target read
+    /// the password to the last `@`, and knew nothing of the query's: both pieces were printed.
+    @Test("a password libpq cuts at its first @, or cannot percent-decode in the query, shows no piece", arguments: [
+        ("postgres://u:Hunter2Prefix@SecretTail@127.0.0.1:1/db", ["Hunter2Prefix", "SecretTail"]),
+        ("postgres://u@127.0.0.1:1/db?password=Hunter2%G0secret", ["Hunter2", "G0secret"]),
+        ("postgres://u@127.0.0.1:1/db?sslmode=disable&password=Tr0ub4dor%ZZ", ["Tr0ub4dor"]),
+    ])
+    func passwordPiecesLibpqQuotes(target: String, secrets: [String]) {
+        let error = #expect(throws: PostgresError.self) { _ = try PostgresConnection(target, connectTimeoutSeconds: 1) }
+        let text = String(describing: error)
+        for secret in secrets { #expect(!text.contains(secret), "\(text)") }
+    }
+
+    @Test("postgres URLs are told apart from file paths and from key/value connection strings")
     func recognisesURLs() {
         #expect(isPostgresURL("postgres://db/jobctl"))
         #expect(isPostgresURL("PostgreSQL://db/jobctl"))
         #expect(!isPostgresURL("jobs.db"))
         #expect(!isPostgresURL("/tmp/postgres://x"))
+        #expect(normalizedDatabaseURL("POSTGRES://U:Pw@Db/Jobs") == "postgres://U:Pw@Db/Jobs")
+        #expect(normalizedDatabaseURL("PostgreSQL://db/jobctl") == "postgresql://db/jobctl")
+        #expect(normalizedDatabaseURL("jobs.db") == "jobs.db")
+        for keywords in ["host=db dbname=jobs", " dbname = jobs", "PASSWORD=x", "service=jobs", "sslmode=require host=db"] {
+            #expect(isConnectionKeywords(keywords), "\(keywords)")
+        }
+        for path in ["jobs.db", "./host=db", "/srv/host=db", "a=b.db", "postgres://db/x?host=y", ""] {
+            #expect(!isConnectionKeywords(path), "\(path)")
+        }
     }
 
     /// The regular expressions `redactedDatabaseURL` once ran (through `NSRegularExpression`), kept here
