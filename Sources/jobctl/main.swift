@@ -28,6 +28,17 @@ ShutdownSignals.block()
 // died the same way), and a `submit` died mid-transaction. The error says which file and which limit.
 signal(SIGXFSZ, SIG_IGN)
 
+// SIGQUIT (Ctrl-\) quits at once, as it does Unix programs (its default action: the process ends, with a
+// core dump where they are enabled; a worker's leases then lapse and its jobs are rescued, as after a
+// crash). Swift's runtime took it for a crash of its own: every thread was stopped while it printed a
+// "Program crashed" report of each, and then the process went on, a worker finishing its drain.
+// Unblocked too: a parent that blocks it (as a test runner does) passes its mask on through exec.
+signal(SIGQUIT, SIG_DFL)
+var quit = sigset_t()
+sigemptyset(&quit)
+sigaddset(&quit, SIGQUIT)
+sigprocmask(SIG_UNBLOCK, &quit, nil)
+
 // Last, a stack as large as the one jobctl is built for: under `ulimit -s 64` the command runs on a
 // thread with an 8 MiB stack (see StackSize); it died of SIGSEGV reading its first manifest job.
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -44,4 +44,34 @@ struct IgnoredSignalTests {
         #expect(worker.terminationReason == .exit && worker.terminationStatus == 0, "\(worker.terminationStatus): \(log())")
         #expect(log().contains("signal_received signal=15"), "\(log())")
     }
+
+    /// SIGQUIT made Swift's runtime print a crash report of every thread ("Program crashed: …", some
+    /// 600 lines) as if the worker had crashed, after which the worker went on and drained the queue.
+    @Test("SIGQUIT ends a worker at once, as Unix programs end, with no crash report")
+    func quitEndsTheWorker() throws {
+        let workspace = try CLIWorkspace("sigquit")
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit("- {kind: upload-data, data: \"x\", destination: \"file://sig/x.txt\", delay: 1h}")
+        let logPath = workspace.directory.file("worker.log")
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        worker.arguments = ["--db", workspace.database, "worker"]
+        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
+                              "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        worker.standardOutput = FileHandle.nullDevice
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        worker.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        try worker.run()
+        defer {
+            worker.signalTree(SIGKILL)
+            worker.waitForExit()
+        }
+        let log = { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+        try #require(eventuallyTrue(seconds: 20) { log().contains(" worker_started ") }, "the worker did not start: \(log())")
+        kill(worker.processIdentifier, SIGQUIT)
+        #expect(eventuallyTrue(seconds: 10) { !worker.isRunning }, "SIGQUIT did not end the worker: \(log())")
+        worker.waitForExit()
+        #expect(worker.terminationReason == .uncaughtSignal && worker.terminationStatus == SIGQUIT, "\(worker.terminationStatus): \(log())")
+        #expect(!log().contains("crashed"), "\(log())")
+    }
 }
