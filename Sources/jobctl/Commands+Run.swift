@@ -154,6 +154,7 @@ extension Commands {
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration,
                               log: log, metrics: metrics)
         do throws(ThreadStartFailure) {
+            try ThreadHeadroom.check()
             try metricsServer?.start()
         } catch { throw CommandFailure(error.description) }
         defer { metricsServer?.stop() }

@@ -136,4 +136,36 @@ import TestSupport
         let listed = try #require(try workspace.json(["list", "--limit", "0", "--json"]) as? [[String: Any]])
         #expect(listed.count == 2 && listed.allSatisfy { $0["state"] as? String == "queued" }, "\(listed)")
     }
+
+    /// A process limit with room for jobctl's own threads but not for the runtime's (`ulimit -u 6`):
+    /// libdispatch, refused a thread for the first task, sleeps and asks again for ever, so the worker
+    /// hung at its start with an empty log, deaf to SIGTERM (its handler is installed from a task).
+    /// Under each limit it now drains or stops with the thread it could not start, within moments.
+    @Test("a process limit that leaves too few threads for the runtime stops the worker, saying so, instead of hanging",
+          .enabled(if: DatabasePermissionTests.canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv; a process limit binds only other users)"))
+    func processLimitBelowThePool() throws {
+        let workspace = try CLIWorkspace("nproc-pool")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", Self.manyJobs(4))
+        #expect(try workspace.jobctl(["submit", manifest]).status == 0)
+        let nobody = try #require(getpwnam("nobody")).pointee
+        var refusedForThePool = false
+        for limit in [4, 6, 8, 10] {
+            let database = workspace.directory.file("jobs-\(limit).db")
+            try FileManager.default.copyItem(atPath: workspace.database, toPath: database)
+            for path in [workspace.directory.path, database] { chown(path, nobody.pw_uid, nobody.pw_gid) }
+            let command = [PackagePaths.jobctlBinary, "--db", database, "worker", "--drain", "--concurrency", "4"].map { "'\($0)'" }
+                .joined(separator: " ")
+            let output = try runProcess("/usr/bin/timeout", ["-k", "5", "20", "/usr/bin/setpriv", "--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)",
+                                                             "--clear-groups", "--", "/bin/bash", "-c", "ulimit -u \(limit) && exec \(command)"],
+                                        environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
+                                        currentDirectory: workspace.directory.path)
+            #expect(output.status == 0 || output.status == 1, "ulimit -u \(limit): exit \(output.status) (124: still waiting after 20 s): \(output.stderr)")
+            if output.status == 1 {
+                #expect(output.stderr.contains("cannot start the thread") && output.stderr.contains("`ulimit -u`"), "ulimit -u \(limit): \(output.stderr)")
+                refusedForThePool = refusedForThePool || output.stderr.contains("threads the worker needs at once")
+            }
+        }
+        #expect(refusedForThePool, "no limit tried left room for jobctl's threads and not the runtime's")
+    }
 }
