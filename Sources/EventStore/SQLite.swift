@@ -144,8 +144,14 @@ final class SQLiteConnection {
         var db: OpaquePointer?
         let code = sqlite3_open_v2(name, &db, flags, nil)
         guard code == SQLITE_OK, let db else {
-            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            let message = db.map { Self.message(of: $0) } ?? String(cString: sqlite3_errstr(code))
+            let number = db.map { sqlite3_system_errno($0) } ?? 0
             sqlite3_close_v2(db)
+            // Out of descriptors, the file that exists and may be read was said to be missing or unreadable.
+            if number == EMFILE || number == ENFILE {
+                throw StoreError.io("cannot open database '\(path)': \(message); the process may open no more files: raise its limit "
+                                        + "(`ulimit -n`, systemd's LimitNOFILE=)\(number == ENFILE ? " or the system's (fs.file-max)" : "")")
+            }
             if let denied = EventStore.permissionProblem(path, writing: false) { throw StoreError.io("cannot open database: \(denied)") }
             throw StoreError.io("cannot open database '\(path)': \(message); check that the file exists and is readable")
         }

@@ -168,4 +168,28 @@ import TestSupport
         }
         #expect(refusedForThePool, "no limit tried left room for jobctl's threads and not the runtime's")
     }
+
+    /// Out of file descriptors (`ulimit -n 5`), `list` and `stats` said the database could not be opened
+    /// and to "check that the file exists and is readable" — it does, and is: the limit is named now.
+    @Test("a command out of file descriptors names the limit, not a missing file")
+    func outOfDescriptorsAtOpen() throws {
+        let workspace = try CLIWorkspace("nofile-open")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["submit", try workspace.write("jobs.yaml", Self.manyJobs(1))]).status == 0)
+        var refused = 0
+        for limit in 3...8 {
+            for command in ["list", "stats"] {
+                let output = try runProcess("/bin/bash", ["-c", "ulimit -n \(limit) && exec \"$0\" --db \"$1\" \(command)",
+                                                          PackagePaths.jobctlBinary, workspace.database],
+                                            environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path)
+                #expect(!output.stderr.contains("check that the file exists"), "ulimit -n \(limit) \(command): \(output.stderr)")
+                if output.stderr.contains("cannot open database") {
+                    refused += 1
+                    #expect(output.stderr.contains("may open no more files") && output.stderr.contains("`ulimit -n`"),
+                            "ulimit -n \(limit) \(command): \(output.stderr)")
+                }
+            }
+        }
+        #expect(refused > 0, "no limit from 3 to 8 kept the database from opening")
+    }
 }
