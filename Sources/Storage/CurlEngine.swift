@@ -57,10 +57,14 @@ final class CurlEngine: @unchecked Sendable {
                         engine = started
                         return started
                     } catch {
-                        throw .failed(StorageError(.unknown, "no HTTP exchange can run: \(error)", retryable: true))
+                        let reason = "no HTTP exchange can run: \(error)"
+                        LocalFaults.report(reason)
+                        throw .failed(StorageError(.unknown, reason, retryable: true))
                     }
                 }
-            case .failure(let failure): throw failure
+            case .failure(let failure):
+                if case .failed(let error) = failure { LocalFaults.report(error.message) }
+                throw failure
             }
         }
     }
@@ -266,7 +270,8 @@ private enum CurlGlobal {
     /// Nil when libcurl is ready, else why it cannot be used.
     static let failure: String? = {
         if let reason = jobctl_curl_load() {
-            return "libcurl could not be loaded, so no HTTP or gs:// transfer can run (install libcurl4): \(String(cString: reason))"
+            return "libcurl could not be loaded, so no HTTP or gs:// transfer can run (install libcurl4; if it is installed, the "
+                + "process may be short of memory or address space: `ulimit -v`, systemd's MemoryMax=): \(String(cString: reason))"
         }
         return jobctl_curl_global_init(Int(CURL_GLOBAL_ALL)) == CURLE_OK ? nil : "curl_global_init failed"
     }()

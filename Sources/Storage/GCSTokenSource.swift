@@ -94,8 +94,9 @@ final class GCSTokenSource: Sendable {
                     }
                 }
             } catch {
-                continuation.resume(returning: .failure(StorageError(.unauthenticated, "JOBCTL_TOKEN_COMMAND was not run: \(error)",
-                                                                     retryable: true)))
+                let reason = "JOBCTL_TOKEN_COMMAND was not run: \(error)"
+                LocalFaults.report(reason)
+                continuation.resume(returning: .failure(StorageError(.unauthenticated, reason, retryable: true)))
             }
         }
         return try result.get()

@@ -147,6 +147,8 @@ public final class WorkerPool: Sendable {
         var finishing = 0
         var summary = WorkerSummary()
         var shuttingDown = false
+        /// Why the worker stopped itself: a fault of this process, not of a job (`stopForLocalFault`).
+        var localFault: String?
         /// When the shutdown began (`beginShutdown`, the wall clock's ms): its grace counts from then.
         var shutdownBeganAtMs: Int64?
         var slotFreed = false
@@ -279,6 +281,24 @@ public final class WorkerPool: Sendable {
         }
         for (jobID, runner) in held { launch(jobID, runner) }
     }
+
+    /// Stops the worker for a fault of this process rather than of the job that met it (libcurl that does
+    /// not load, a thread the system refuses; see `LocalFaults`): as a shutdown, every job it holds is
+    /// released with its attempt given back — the one that met the fault too, whose stop is requested
+    /// before its transfer returns the error — for another worker, or this one restarted. The first
+    /// fault's reason is kept (`localFault`) for the worker's exit, which says it.
+    public func stopForLocalFault(_ reason: String) {
+        let first = state.withLock { state -> Bool in
+            guard state.localFault == nil else { return false }
+            state.localFault = reason
+            return true
+        }
+        guard first else { return }
+        beginShutdown()
+    }
+
+    /// The fault of this process that stopped the worker (see `stopForLocalFault`), if one did.
+    public var localFault: String? { state.withLock { $0.localFault } }
 
     /// Why a run still going when the worker stopped was left (see the end of `run`).
     static let leftAtStopReason = "the worker stopped before this run's outcome could be written (the shutdown grace ran out); "

@@ -153,6 +153,10 @@ extension Commands {
         }
         let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration,
                               log: log, metrics: metrics)
+        // A fault of this process (libcurl that does not load, a thread refused) stops the worker and
+        // gives its jobs back, attempts uncharged, rather than failing each job it meets.
+        LocalFaults.onFault { [weak pool] reason in pool?.stopForLocalFault(reason) }
+        defer { LocalFaults.onFault(nil) }
         do throws(ThreadStartFailure) {
             try ThreadHeadroom.check()
             try metricsServer?.start()
@@ -179,6 +183,10 @@ extension Commands {
             }
         }
         log.flush()
+        if let fault = pool.localFault {
+            throw CommandFailure("the worker stopped: it cannot run transfers here (\(fault)); the jobs it held went back to the queue, "
+                                 + "their attempts given back: fix that, then start it again")
+        }
         if arguments[Options.json] {
             struct Summary: Encodable {
                 let claimed, succeeded, failed, retried, paused, cancelled, released, abandoned: Int
