@@ -1227,6 +1227,9 @@ public enum WorkerStopped: Error, Sendable, CustomStringConvertible {
         case .unreachable?, .commitUnconfirmed?: "check that the database server is running and reachable from this machine"
         case .readOnly?: "make the database writable"
         case .busy?: "find the process that holds the database's write lock (a stopped worker, a long transaction)"
+        case .io(let message)? where message.contains("file size limit"):
+            // EFBIG: the database or its -wal reached the process's limit, not a full or read-only disk.
+            "raise the worker's file size limit (`ulimit -f`, systemd's LimitFSIZE=)"
         case .io?: "free space on the database's disk or make it writable"
         case .server(let sqlstate, _)?: serverRemedy(sqlstate)
         default: "fix what the error says"

@@ -74,6 +74,9 @@ import TestSupport
         let drain = try Self.jobctl(fileSizeLimit: 262_144, workspace, ["worker", "--drain", "--lease", "2s"])
         #expect(drain.status == 1, "exit \(drain.status) (SIGXFSZ is 25): \(drain.stderr.suffix(2_000))")
         #expect(drain.stderr.contains("file size limit (262144 bytes"), "\(drain.stderr.suffix(2_000))")
+        // What to do names the limit: it said to free space on the disk or make the database writable.
+        let advice = drain.stderr.split(separator: "\n").last { $0.contains("the drain stopped") }.map(String.init) ?? ""
+        #expect(advice.contains("raise the worker's file size limit (`ulimit -f`") && !advice.contains("free space"), "\(advice)")
         // Without the limit, another worker finishes every job (the stopped one's leases expire).
         let rest = try workspace.jobctl(["worker", "--drain", "--lease", "2s"])
         #expect(rest.status == 0, "\(rest.stderr.suffix(2_000))")
