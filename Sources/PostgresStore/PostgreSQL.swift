@@ -321,6 +321,11 @@ final class PostgresConnection {
         logSchema = schema
     }
 
+    /// Notes that a statement of the caller's made `schema` the session's only one, as `keepToSchema` does.
+    func keptToSchema(_ schema: String) {
+        logSchema = schema
+    }
+
     /// Connects to `target`: a `postgres://user[:password]@host:port/db?sslmode=…` URL or a libpq
     /// key/value string. libpq itself honours `PGPASSWORD`, `~/.pgpass` and the other `PG*` variables
     /// for whatever the target leaves out.

@@ -65,12 +65,14 @@ enum PostgresMigrator {
 
     /// The schema of the ledger (`schema_migrations`) as the URL's search path finds it, else that of
     /// `jobs`, else the schema new tables would go to (`current_schema()`); no row when the search path
-    /// names no schema that exists. Every call is to pg_catalog's own functions.
+    /// names no schema that exists; with a row, the session's search_path is set to that schema alone
+    /// (`PostgresConnection.keepToSchema`, in the same round trip). Every call is to pg_catalog's own functions.
     static let findLogSchemaSQL = """
         SELECT n.nspname::text, ledger.oid IS NOT NULL,
                EXISTS (SELECT 1 FROM pg_catalog.pg_class t WHERE t.relnamespace = n.oid AND t.relname = 'jobs'::name AND t.relkind IN ('r', 'p')),
                (SELECT s.nspname::text FROM pg_catalog.pg_class j JOIN pg_catalog.pg_namespace s ON s.oid = j.relnamespace
-                WHERE j.oid = pg_catalog.to_regclass('jobs'::text))
+                WHERE j.oid = pg_catalog.to_regclass('jobs'::text)),
+               pg_catalog.set_config('search_path'::text, pg_catalog.quote_ident(n.nspname::text), false)
         FROM (SELECT pg_catalog.to_regclass('schema_migrations'::text) AS oid) AS ledger
         JOIN pg_catalog.pg_namespace n ON n.oid = coalesce(
             (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid = ledger.oid),
@@ -92,7 +94,7 @@ enum PostgresMigrator {
         let found = try connection.first(findLogSchemaSQL) { (row) throws(PostgresError) in
             LogSchema(name: try row.text(0), holdsLedger: try row.bool(1), holdsJobs: try row.bool(2), jobsFoundIn: try row.optionalText(3))
         }
-        if let found { try connection.keepToSchema(found.name) }
+        if let found { connection.keptToSchema(found.name) }
         return found
     }
 
