@@ -38,7 +38,7 @@ extension JobRecord {
     }
 
     /// JSON's escape of a NUL, `\u0000`, as an SQL literal (standard strings: the backslash is itself).
-    static let nulEscapeSQL = "'\\u0000'"
+    static let nulEscapeSQL = "E'\\\\u0000'"
 
     /// `column`, an event's JSON text, as the server's JSON functions take it apart: with each `\u0000`
     /// read as `\u0001`. They refuse a text holding that escape outright ("unsupported Unicode escape
@@ -48,7 +48,7 @@ extension JobRecord {
     /// destinations — the two are alike (a NUL is in no hash, size or path); the same six characters
     /// for six, so the text stays valid JSON.
     static func parsableJSONSQL(_ column: String) -> String {
-        "(CASE WHEN strpos(\(column), \(nulEscapeSQL)) = 0 THEN \(column) ELSE replace(\(column), \(nulEscapeSQL), '\\u0001') END)"
+        "(CASE WHEN strpos(\(column), \(nulEscapeSQL)) = 0 THEN \(column) ELSE replace(\(column), \(nulEscapeSQL), E'\\\\u0001') END)"
     }
 
     /// The spec in `stored`, a text `postgresSpecSQL` selected: the spec's JSON, or a whole `submitted`

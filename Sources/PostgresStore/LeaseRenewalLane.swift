@@ -20,6 +20,8 @@ import Synchronization
 /// `executor` only under its lock.
 final class LeaseRenewalLane: @unchecked Sendable {
     private let url: String
+    /// The schema of the log the store's session keeps to, which the lane's sessions keep to as well.
+    private let schema: String?
     /// The store's stop deadline: the lane's connections are opened, and waited on, no longer than it.
     private let stopDeadline: StopDeadline
     /// Ends the lane's answer waits at `stopDeadline`.
@@ -33,8 +35,9 @@ final class LeaseRenewalLane: @unchecked Sendable {
     /// The thread's name (at most 15 bytes, Linux's limit).
     static let threadName = "jobctl-pg-lease"
 
-    init(url: String, stopDeadline: StopDeadline) {
+    init(url: String, schema: String?, stopDeadline: StopDeadline) {
         self.url = url
+        self.schema = schema
         self.stopDeadline = stopDeadline
         self.answerWaitCap = AnswerWaitCap(deadline: stopDeadline)
     }
@@ -98,7 +101,10 @@ final class LeaseRenewalLane: @unchecked Sendable {
                 waitMs = min(waitMs, Int64(leftNs / 1_000_000))
             }
             let connectSeconds = Int(max(2, (waitMs + 999) / 1_000))
-            do throws(PostgresError) { current = try PostgresConnection(url, connectTimeoutSeconds: connectSeconds) } catch {
+            do throws(PostgresError) {
+                current = try PostgresConnection(url, connectTimeoutSeconds: connectSeconds)
+                if let schema { try current.keepToSchema(schema) }
+            } catch {
                 throw StoreError(error)
             }
             current.stopDeadline = stopDeadline

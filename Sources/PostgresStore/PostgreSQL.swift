@@ -309,6 +309,22 @@ final class PostgresConnection {
     /// When set (a stopping worker's), no connection is opened again past it, nor waited for longer
     /// than up to it (see `reconnect`).
     var stopDeadline: StopDeadline?
+    /// The schema of jobctl's log that this session keeps to (`PostgresMigrator.keepToLogSchema`): the
+    /// session's search_path names it alone, and a new session (`reconnect`) is set so again. Nil until
+    /// then, and when no schema on the search path exists.
+    private(set) var logSchema: String?
+
+    /// Makes `schema` the session's only schema on its search_path (pg_catalog, searched first when the
+    /// path does not name it, stays first), now and after every `reconnect`.
+    func keepToSchema(_ schema: String) throws(PostgresError) {
+        try execute("SELECT pg_catalog.set_config('search_path'::text, pg_catalog.quote_ident($1::text), false)", [.text(schema)])
+        logSchema = schema
+    }
+
+    /// Notes that a statement of the caller's made `schema` the session's only one, as `keepToSchema` does.
+    func keptToSchema(_ schema: String) {
+        logSchema = schema
+    }
 
     /// Connects to `target`: a `postgres://user[:password]@host:port/db?sslmode=…` URL or a libpq
     /// key/value string. libpq itself honours `PGPASSWORD`, `~/.pgpass` and the other `PG*` variables
@@ -490,6 +506,13 @@ final class PostgresConnection {
     /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQRESET and
     /// https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQCONNECTSTARTPARAMS
     func reconnect() throws(PostgresError) {
+        try resetSession()
+        // The new session's search_path is the URL's again: back to the log's schema before anything else.
+        if let logSchema { try keepToSchema(logSchema) }
+    }
+
+    /// `reconnect`'s new session, as the URL sets it up.
+    private func resetSession() throws(PostgresError) {
         // A new session has none of the old one's prepared statements, and nothing queued for the old one.
         preparedNames.removeAll()
         queued.removeAll()

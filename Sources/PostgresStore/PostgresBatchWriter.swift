@@ -111,7 +111,7 @@ final class PostgresBatchWriter: DecisionWriter {
     ///
     /// See https://www.postgresql.org/docs/current/sql-explain.html (InitPlan) and
     /// https://www.postgresql.org/docs/current/functions-info.html (`pg_get_serial_sequence`)
-    static let eventSeqSequence = "(SELECT pg_get_serial_sequence('events', 'seq')::regclass)"
+    static let eventSeqSequence = "(SELECT pg_catalog.pg_get_serial_sequence('events'::text, 'seq'::text)::regclass)"
 
     /// Notes the leases of jobs whose rows the caller locked, as those rows hold them: a running job's
     /// token, none for any other. Later fence checks of these jobs read nothing.
@@ -130,7 +130,7 @@ final class PostgresBatchWriter: DecisionWriter {
     /// Takes `count` seqs for events of jobs whose rows this transaction has locked.
     func reserveSeqs(_ count: Int) throws(StoreError) {
         guard count > 0 else { return }
-        let taken = try connection.rows("SELECT nextval(\(Self.eventSeqSequence)) FROM generate_series(1, $1)", [.int(count)]) {
+        let taken = try connection.rows("SELECT pg_catalog.nextval(\(Self.eventSeqSequence)) FROM pg_catalog.generate_series(1::bigint, $1::bigint)", [.int(count)]) {
             (row) throws(StoreError) in try row.integer(0)
         }
         addReservedSeqs(taken)

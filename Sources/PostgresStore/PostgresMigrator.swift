@@ -51,9 +51,56 @@ enum PostgresMigrator {
         )
         """
 
+    /// Where a session found jobctl's log (`keepToLogSchema`).
+    struct LogSchema: Sendable, Equatable {
+        /// The schema the session keeps to.
+        let name: String
+        /// Whether it holds a ledger (`schema_migrations`).
+        let holdsLedger: Bool
+        /// Whether it holds a `jobs` table.
+        let holdsJobs: Bool
+        /// The schema of the `jobs` table the URL's search path finds first, when there is one.
+        let jobsFoundIn: String?
+    }
+
+    /// The schema of the ledger (`schema_migrations`) as the URL's search path finds it, else that of
+    /// `jobs`, else the schema new tables would go to (`current_schema()`); no row when the search path
+    /// names no schema that exists; with a row, the session's search_path is set to that schema alone
+    /// (`PostgresConnection.keepToSchema`, in the same round trip). Every call is to pg_catalog's own functions.
+    static let findLogSchemaSQL = """
+        SELECT n.nspname::text, ledger.oid IS NOT NULL,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class t WHERE t.relnamespace = n.oid AND t.relname = 'jobs'::name AND t.relkind IN ('r', 'p')),
+               (SELECT s.nspname::text FROM pg_catalog.pg_class j JOIN pg_catalog.pg_namespace s ON s.oid = j.relnamespace
+                WHERE j.oid = pg_catalog.to_regclass('jobs'::text)),
+               pg_catalog.set_config('search_path'::text, pg_catalog.quote_ident(n.nspname::text), false)
+        FROM (SELECT pg_catalog.to_regclass('schema_migrations'::text) AS oid) AS ledger
+        JOIN pg_catalog.pg_namespace n ON n.oid = coalesce(
+            (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid = ledger.oid),
+            (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass('jobs'::text)),
+            (SELECT s.oid FROM pg_catalog.pg_namespace s WHERE s.nspname = pg_catalog.current_schema()))
+        """
+
+    /// Finds the schema of jobctl's log on the URL's search path and makes it the session's only one
+    /// (`PostgresConnection.keepToSchema`), so that the ledger jobctl reads, the tables a migration
+    /// creates or changes, the grants, the size `stats` reports and every later statement are of that
+    /// one schema. Returns nil, changing nothing, when the search path names no schema that exists.
+    ///
+    /// Why: the search path finds tables in the first schema that holds them, but new tables go to the
+    /// first schema that exists — with PostgreSQL's default path ("$user", public) a schema named after
+    /// the role, created after the log was made in `public`, got a second ledger at the next migration,
+    /// and the open after that a second, empty log that workers never looked at.
+    @discardableResult
+    static func keepToLogSchema(_ connection: PostgresConnection) throws(PostgresError) -> LogSchema? {
+        let found = try connection.first(findLogSchemaSQL) { (row) throws(PostgresError) in
+            LogSchema(name: try row.text(0), holdsLedger: try row.bool(1), holdsJobs: try row.bool(2), jobsFoundIn: try row.optionalText(3))
+        }
+        if let found { connection.keptToSchema(found.name) }
+        return found
+    }
+
     /// The versions recorded in the ledger; empty when there is no ledger yet. Reads only.
     static func appliedVersions(_ connection: PostgresConnection) throws(PostgresError) -> Set<Int> {
-        let hasLedger = try connection.first("SELECT to_regclass('schema_migrations') IS NOT NULL") { (row) throws(PostgresError) in
+        let hasLedger = try connection.first("SELECT pg_catalog.to_regclass('schema_migrations'::text) IS NOT NULL") { (row) throws(PostgresError) in
             try row.bool(0)
         } ?? false
         guard hasLedger else { return [] }
@@ -80,12 +127,14 @@ enum PostgresMigrator {
     static func migrate(_ connection: PostgresConnection, now: Int64,
                         migrations: [Migration] = all) throws(PostgresError) -> [Int] {
         let known = migrations.last?.version ?? 0
+        // The ledger read and the tables created are of the same schema (a store's open has done this already).
+        if connection.logSchema == nil { try keepToLogSchema(connection) }
         let before = try appliedVersions(connection)
         try refuseNewer(before, known: known)
         guard migrations.contains(where: { !before.contains($0.version) }) else { return [] }
-        try connection.execute("SELECT pg_advisory_lock($1)", [.integer(advisoryLockKey)])
+        try connection.execute("SELECT pg_catalog.pg_advisory_lock($1::bigint)", [.integer(advisoryLockKey)])
         // Released at once, or by the server when the connection ends.
-        defer { _ = try? connection.execute("SELECT pg_advisory_unlock($1)", [.integer(advisoryLockKey)]) }
+        defer { _ = try? connection.execute("SELECT pg_catalog.pg_advisory_unlock($1::bigint)", [.integer(advisoryLockKey)]) }
         var applied: [Int] = []
         for migration in migrations {
             do throws(PostgresError) {

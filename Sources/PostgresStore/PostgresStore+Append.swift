@@ -183,9 +183,9 @@ extension PostgresStore {
     /// `pg_advisory_unlock`).
     static func submitTurnsSQL(_ function: String) -> String {
         AdvisoryLockSpace.turnsSQL(function, tag: submitLockTag, buckets: submitLockBuckets,
-                                   bucketOf: "hashtextextended(key, \(submitLockSeed))", from: "unnest($1::text[]) AS key")
+                                   bucketOf: "pg_catalog.hashtextextended(key, \(submitLockSeed)::bigint)", from: "pg_catalog.unnest($1::text[]) AS key")
     }
-    static let submitTurnsSQL = submitTurnsSQL("pg_advisory_xact_lock")
+    static let submitTurnsSQL = submitTurnsSQL("pg_catalog.pg_advisory_xact_lock")
 }
 
 /// The advisory locks jobctl takes in a transaction (a submit's key turns, the blobs' turns) are the
@@ -199,7 +199,7 @@ extension PostgresStore {
 enum AdvisoryLockSpace {
     /// The log's schema (where `jobs` resolves on the connection's search path), as an int4: its object
     /// id with the top bit cleared (object ids above 2^31 are rare; two schemas 2^31 apart share a space).
-    static let sql = "(SELECT (relnamespace::bigint & 2147483647)::int FROM pg_class WHERE oid = 'jobs'::regclass)"
+    static let sql = "(SELECT (relnamespace::bigint & 2147483647)::int FROM pg_catalog.pg_class WHERE oid = 'jobs'::regclass)"
 
     /// `function(space, tag | bucket)` for each distinct bucket (`bucketOf` & (buckets - 1), over the rows
     /// `from` gives), in bucket order: two transactions taking overlapping sets never wait in a cycle.

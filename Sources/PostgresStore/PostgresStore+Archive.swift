@@ -59,7 +59,7 @@ extension PostgresStore {
             for job in selection.jobs {
                 if let refusal = ArchiveRemovalRules.changed(job, now: found[job.id]) { throw refusal }
             }
-            try connection.store("INSERT INTO archive_authorisations (job_id) SELECT unnest($1::text[])", [ids])
+            try connection.store("INSERT INTO archive_authorisations (job_id) SELECT pg_catalog.unnest($1::text[])", [ids])
             if let wait = try connection.row("""
                 SELECT job, depends_on FROM job_dependencies
                 WHERE depends_on IN (SELECT job_id FROM archive_authorisations)
@@ -204,8 +204,8 @@ enum BlobTurns {
 
     /// The statement that takes the turns of the digests in `$1` (`text[]`), in bucket order.
     static func sql(exclusive: Bool) -> String {
-        AdvisoryLockSpace.turnsSQL(exclusive ? "pg_advisory_xact_lock" : "pg_advisory_xact_lock_shared", tag: lockTag,
-                                   buckets: buckets, bucketOf: "hashtextextended(sha256, \(seed))", from: "unnest($1::text[]) AS sha256")
+        AdvisoryLockSpace.turnsSQL(exclusive ? "pg_catalog.pg_advisory_xact_lock" : "pg_catalog.pg_advisory_xact_lock_shared", tag: lockTag,
+                                   buckets: buckets, bucketOf: "pg_catalog.hashtextextended(sha256, \(seed)::bigint)", from: "pg_catalog.unnest($1::text[]) AS sha256")
     }
     static let sharedSQL = sql(exclusive: false)
     static let exclusiveSQL = sql(exclusive: true)

@@ -48,7 +48,7 @@ public enum WorkerRoleGrants {
 
 extension PostgresStore {
     /// Gives `role` (an existing role, not the owner) exactly what `WorkerRoleGrants` lists on every
-    /// table and sequence of the current schema, in one transaction. Whatever the role held there before
+    /// table and sequence of the log's schema, in one transaction. Whatever the role held there before
     /// is revoked first, so running it again (after an upgrade added tables) leaves exactly that set.
     ///
     /// Run by the tables' owner; any other role is refused by the server (`permission denied`, or
@@ -68,12 +68,18 @@ extension PostgresStore {
         return roles
     }
 
+    /// The schema of the log's `events` table (the one the session keeps to, `PostgresMigrator.keepToLogSchema`):
+    /// what is granted, and nothing of any other schema.
+    static let logNamespaceSQL = "(SELECT relnamespace FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass('events'::text))"
+
     /// The grants of `grantWorkerRole`, inside the caller's transaction.
     static func grant(_ role: String, on connection: PostgresConnection) throws(StoreError) {
         guard let names = try connection.row(
-            "SELECT quote_ident($1), quote_ident(current_schema()), current_user = $1, "
-                + "EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1), "
-                + "coalesce((SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = to_regclass('events')), false)",
+            "SELECT pg_catalog.quote_ident($1::text), coalesce((SELECT pg_catalog.quote_ident(n.nspname::text) FROM pg_catalog.pg_namespace n "
+                + "WHERE n.oid = \(Self.logNamespaceSQL)), ''), current_user = $1::text, "
+                + "EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1::text), "
+                + "coalesce((SELECT pg_catalog.pg_has_role(current_user, relowner, 'USAGE'::text) FROM pg_catalog.pg_class "
+                + "WHERE oid = pg_catalog.to_regclass('events'::text)), false)",
             [.text(role)], { (row) throws(StoreError) in
                 (role: try row.string(0), schema: try row.string(1), isSelf: try row.flag(2), exists: try row.flag(3),
                  isOwner: try row.flag(4))
@@ -94,8 +100,8 @@ extension PostgresStore {
                 + "grant a different role, the one the workers log in as (an owner needs no grant)")
         }
         let tables = try connection.rows(
-            "SELECT c.relname, quote_ident(c.relname), c.relkind::text FROM pg_class c "
-                + "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p', 'S') ORDER BY c.relname",
+            "SELECT c.relname::text, pg_catalog.quote_ident(c.relname::text), c.relkind::text FROM pg_catalog.pg_class c "
+                + "WHERE c.relnamespace = \(Self.logNamespaceSQL) AND c.relkind IN ('r', 'p', 'S') ORDER BY c.relname",
             [], { (row) throws(StoreError) in (name: try row.string(0), quoted: try row.string(1), kind: try row.string(2)) })
         try connection.store("GRANT USAGE ON SCHEMA \(names.schema) TO \(names.role)")
         for table in tables {
@@ -115,8 +121,9 @@ extension PostgresStore {
     /// The roles other than the owner that may INSERT into `events`: the worker roles granted before.
     static func grantedWorkerRoles(_ connection: PostgresConnection) throws(StoreError) -> [String] {
         try connection.rows(
-            "SELECT DISTINCT r.rolname FROM pg_class c, aclexplode(c.relacl) a JOIN pg_roles r ON r.oid = a.grantee "
-                + "WHERE c.oid = to_regclass('events') AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner ORDER BY 1",
+            "SELECT DISTINCT r.rolname::text FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a "
+                + "JOIN pg_catalog.pg_roles r ON r.oid = a.grantee WHERE c.oid = pg_catalog.to_regclass('events'::text) "
+                + "AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner ORDER BY 1",
             [], { (row) throws(StoreError) in try row.string(0) })
     }
 }

@@ -78,10 +78,10 @@ extension PostgresStore {
                 lastSeq = page[page.count - 1].seq
             }
             if lastSeq > 0 {
-                try connection.store("SELECT setval(pg_get_serial_sequence('events', 'seq'), $1)", [.integer(lastSeq)])
+                try connection.store("SELECT pg_catalog.setval(\(PostgresBatchWriter.eventSeqSequence), $1::bigint)", [.integer(lastSeq)])
             }
             if highestToken > 0 {
-                try connection.store("SELECT setval('lease_tokens', $1)", [.integer(highestToken)])
+                try connection.store("SELECT pg_catalog.setval('lease_tokens'::regclass, $1::bigint)", [.integer(highestToken)])
             }
 
             let digests = try source.blobDigests()

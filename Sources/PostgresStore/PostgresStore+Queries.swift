@@ -417,7 +417,7 @@ extension PostgresStore {
     /// array, whatever its length) before the `submitted` events are read, in no particular order.
     static let finishedLeftoverSkippingSQL = finishedLeftoverSelection + """
 
-          AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS skipped(id) WHERE skipped.id = jobs.id)
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest($2::text[]) AS skipped(id) WHERE skipped.id = jobs.id)
         """
 
     /// What `finishedLeftoverSQL` and `finishedLeftoverSkippingSQL` select, and the conditions they share;

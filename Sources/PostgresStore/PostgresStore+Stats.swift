@@ -72,8 +72,8 @@ extension PostgresStore {
                                    lastMinute: windows.lastMinute, lastHour: windows.lastHour)
             // The schema's own tables (a database may hold other schemas), with indexes and TOAST.
             stats.databaseBytes = try connection.row("""
-                SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
-                JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'
+                SELECT coalesce(sum(pg_catalog.pg_total_relation_size(c.oid::regclass)), 0)::bigint FROM pg_catalog.pg_class c
+                WHERE c.relnamespace = (SELECT relnamespace FROM pg_catalog.pg_class WHERE oid = 'jobs'::regclass) AND c.relkind = 'r'
                 """, []) { (row) throws(StoreError) in try row.integer(0) }
             stats.finishedJobs = queue == nil
                 ? counts.filter { $0.state.isFinal }.reduce(0) { $0 + $1.count }

@@ -333,7 +333,7 @@ extension PostgresConnection {
             // And the seq of each job's `claimed` event, taken after its row is locked (see
             // `PostgresBatchWriter`). The spec is read from the log only for the jobs picked.
             let picked = try rows("""
-                SELECT \(JobRecord.postgresSelectColumns(of: "picked")), nextval('lease_tokens'), nextval(\(PostgresBatchWriter.eventSeqSequence))
+                SELECT \(JobRecord.postgresSelectColumns(of: "picked")), pg_catalog.nextval('lease_tokens'::regclass), pg_catalog.nextval(\(PostgresBatchWriter.eventSeqSequence))
                 FROM (\(sql) LIMIT $\(values.count + 1)
                 FOR UPDATE SKIP LOCKED) AS picked ORDER BY priority DESC, run_after_ms, seq
                 """, values + [.int(limit - claimed.count)]) { (row) throws(StoreError) in

@@ -102,7 +102,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         }
         connection.stopDeadline = stopDeadline
         self.connection = connection
-        self.leaseLane = LeaseRenewalLane(url: url, stopDeadline: stopDeadline)
+        self.leaseLane = LeaseRenewalLane(url: url, schema: connection.logSchema, stopDeadline: stopDeadline)
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
         let owner = Mutex<WeakPostgresStore>(WeakPostgresStore())
@@ -297,8 +297,12 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         do {
             let connection = try PostgresConnection(url, connectTimeoutSeconds: connectTimeoutSeconds(answerTimeoutMs: answerTimeoutMs))
             opened = connection
+            let schema = try PostgresMigrator.keepToLogSchema(connection)
             let applied = try PostgresMigrator.appliedVersions(connection)
             try PostgresMigrator.refuseNewer(applied)
+            if let schema, schema.holdsLedger, !schema.holdsJobs, !applied.isEmpty {
+                throw StoreError.invalidControl(strayLedgerMessage(schema))
+            }
             if applied.isEmpty && mode != .create {
                 throw StoreError.noDatabase(path: redactedDatabaseURL(url))
             }
@@ -319,6 +323,17 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
             default: throw StoreError.io("\(error)")
             }
         }
+    }
+
+    /// Why a ledger without the log's tables is refused, not migrated into a second log: an earlier jobctl
+    /// wrote it into a schema its search path named before the log's (a schema named after the role).
+    static func strayLedgerMessage(_ schema: PostgresMigrator.LogSchema) -> String {
+        let log = schema.jobsFoundIn.map { "; the search path finds a log in schema \"\($0)\"" } ?? ""
+        return "schema \"\(schema.name)\", the first on this session's search path with jobctl's ledger (schema_migrations), "
+            + "holds none of the log's tables\(log): an earlier jobctl wrote that ledger there, in a schema the search path "
+            + "names first (one named after the role), while the log was elsewhere. Nothing was changed: drop that "
+            + "schema_migrations table (and any other table jobctl left beside it), or name the log's schema in the URL "
+            + "(options=-c search_path=SCHEMA)"
     }
 
     /// Opens a connection the server dropped again, with the session settings of the store's mode.

@@ -152,7 +152,7 @@ struct AnswerSilenceTests {
         // byte every 20 ms, without end in sight. It is given up at the store's limit and, as for any
         // session found dead by a transaction's first round trip, run again on a new session.
         let claimProxy = try TCPFaultProxy(upstreamPort: fixture.server.port, rules: [
-            TCPFaultProxy.Rule(marker: "nextval('lease_tokens')", action: .trickleAnswer(bytes: 1, intervalMs: 20)),
+            TCPFaultProxy.Rule(marker: "nextval('lease_tokens'", action: .trickleAnswer(bytes: 1, intervalMs: 20)),
         ])
         defer { claimProxy.stop() }
         let claimer = try PostgresStore(url: try Self.proxied(fixture.url, claimProxy), mode: .readWrite, answerTimeoutMs: 1_000)
