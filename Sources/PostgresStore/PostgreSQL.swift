@@ -313,6 +313,13 @@ final class PostgresConnection {
     /// session's search_path names it alone, and a new session (`reconnect`) is set so again. Nil until
     /// then, and when no schema on the search path exists.
     private(set) var logSchema: String?
+    /// Whether the last call's connection was given up after the server's silence outlasted the answer
+    /// timeout (a one-shot command's measure): a transaction does not take such a connection for one the
+    /// server had dropped while idle and run itself again on a new one — that waited the whole limit a
+    /// second time (a `stats` with `JOBCTL_DB_ANSWER_TIMEOUT=3s` behind a table lock failed after 6.3 s).
+    /// A worker's calls timed whole (claims, group commits, renewals) are still run again once: their
+    /// answer may have been trickled by a path that a new connection avoids.
+    private(set) var lastCallGivenUp = false
 
     /// Makes `schema` the session's only schema on its search_path (pg_catalog, searched first when the
     /// path does not name it, stays first), now and after every `reconnect`.
@@ -405,11 +412,13 @@ final class PostgresConnection {
     /// Runs `body`, a call that waits on the server, under the answer timeout: when it passes, the
     /// socket is shut down (the wait ends) and the call fails as a lost connection saying why.
     private func awaitingAnswer<T>(sql: String?, _ body: () throws(PostgresError) -> T) throws(PostgresError) -> T {
+        lastCallGivenUp = false
         guard let watchdog = answerWatchdog else { return try body() }
         watchdog.arm(socket: jobctl_PQsocket(handle), measure: answersTimedWhole ? .wholeCall : .silence)
         let result: Result<T, PostgresError>
         do throws(PostgresError) { result = .success(try body()) } catch { result = .failure(error) }
         if watchdog.disarm(), case .failure = result, let firing = watchdog.lastFiring {
+            lastCallGivenUp = !firing.wholeCall
             let seconds = String(format: "%.1f", Double(firing.limitMs) / 1_000).replacingOccurrences(of: ".0", with: "")
             if firing.atDeadline {
                 throw PostgresError.connectionLost(message: "the stopping worker's grace ran out before the server had answered, "

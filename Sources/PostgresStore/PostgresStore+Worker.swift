@@ -87,7 +87,7 @@ extension PostgresStore {
         ]
         let answerMs = Self.leaseAnswerTimeoutMs(leaseMs: leaseMs)
         let begin = Self.writeBeginStatements(idleTimeoutMs: answerMs)
-        let waitBegin = begin + ["SELECT set_config('lock_timeout', '\(Self.leaseWaitMs(leaseMs: leaseMs))ms', true)"]
+        let waitBegin = begin + ["SELECT pg_catalog.set_config('lock_timeout'::text, '\(Self.leaseWaitMs(leaseMs: leaseMs))ms'::text, true)"]
         do {
             return try await renewLeasesOnLane(ids: ids, leases: leases, parameters: parameters, owner: owner, leaseMs: leaseMs,
                                                now: now, answerMs: answerMs, begin: begin, waitBegin: waitBegin)

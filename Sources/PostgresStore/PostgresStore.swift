@@ -230,17 +230,31 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     /// lane sets its own, shorter one).
     static func writeBeginStatements(idleTimeoutMs: Int64) -> [String] {
         ["BEGIN ISOLATION LEVEL READ COMMITTED",
-         "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), "
-             + "set_config('idle_in_transaction_session_timeout', '\(idleTimeoutMs)ms', true)"]
+         "SELECT pg_catalog.set_config('plan_cache_mode'::text, 'force_generic_plan'::text, true), "
+             + "pg_catalog.set_config('idle_in_transaction_session_timeout'::text, '\(idleTimeoutMs)ms'::text, true)"]
     }
 
     /// See `writeBegin`.
     static let idleWriteTimeoutSeconds = 10
 
     /// Runs `body` in one REPEATABLE READ transaction, so every query in it sees the same snapshot.
+    ///
+    /// Its idle limit is its own, as a write transaction's is (`readBegin`): a role or database whose
+    /// `idle_in_transaction_session_timeout` is shorter than the time jobctl takes between two of its
+    /// statements (20 ms) ended every `replay --verify` and `audit`. A COMMIT that went unanswered
+    /// committed nothing, so it is a lost connection, not an unconfirmed commit ("check what it wrote").
     func readTransaction<T>(_ body: @escaping (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
-        try transaction(["BEGIN ISOLATION LEVEL REPEATABLE READ"], body)
+        do throws(StoreError) {
+            return try transaction(Self.readBegin, body)
+        } catch .commitUnconfirmed(let message) {
+            throw .unreachable(message)
+        }
     }
+
+    /// How a read transaction begins: a snapshot, and the server's idle limit for it set to a minute,
+    /// whatever the role's (a reader holds no row lock: a frozen one holds back vacuum's cleanup, no job).
+    static let readBegin = ["BEGIN ISOLATION LEVEL REPEATABLE READ",
+                            "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout'::text, '60000ms'::text, true)"]
 
     /// Runs `body` between `begin` and COMMIT. `begin` is held back and travels in one pipeline with
     /// the first statement `body` sends; what `body` holds back last (the group commit's final write)
@@ -276,7 +290,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
                 return result
             } catch {
                 connection.discardQueued()
-                if !connection.isConnected, !reopened, !committing, connection.roundTrips == tripsBefore + 1 {
+                if !connection.isConnected, !reopened, !committing, !connection.lastCallGivenUp, connection.roundTrips == tripsBefore + 1 {
                     // The first round trip, the one carrying BEGIN, found the connection dead.
                     reopened = true
                     try Self.reopen(connection, readOnly: readOnly)

@@ -98,6 +98,71 @@ struct PostgresAnswerLimitTests {
         #expect(list.isEmpty, "\(list)")
     }
 
+    /// A read transaction's COMMIT left unanswered was reported as a write's: "the server may have
+    /// committed the transaction … check what it wrote", for an `audit` that writes nothing.
+    @Test("audit stalled at its read transaction's COMMIT fails after the limit as a lost connection, not an unconfirmed commit")
+    func auditStalledAtCommit() throws {
+        let workspace = try CLIWorkspace("pg-stall-audit", engine: .postgres)
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        let proxy = try StallingTCPProxy(upstreamPort: try PostgresServer.shared().port, stallWhenClientSends: "COMMIT\u{0}")
+        defer { proxy.stop() }
+        let audited = try Self.run(["--db", try Self.proxied(workspace, proxy), "audit"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "2s"],
+                                   within: 40, in: workspace.directory.path)
+        #expect(proxy.stalledConnections == 1)
+        #expect(audited.status == 1, "still running after \(Int(audited.elapsed)) s (nil: killed): \(audited.stderr)")
+        #expect(audited.stderr.contains("the server sent no answer for 2 s"), "\(audited.stderr)")
+        #expect(!audited.stderr.contains("may have committed") && !audited.stderr.contains("check what it wrote"), "\(audited.stderr)")
+    }
+
+    /// A call given up at the answer limit was taken, when it was a transaction's first, for a connection
+    /// the server had dropped while idle, and the transaction ran again on a new one: the command waited
+    /// the whole limit twice (`stats` behind a table lock, with a 3 s limit, failed after 6.3 s).
+    @Test("stats behind a table lock gives up once at the answer limit, not twice")
+    func lockedOutOnce() throws {
+        let workspace = try CLIWorkspace("pg-lock-once", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let server = try PostgresServer.shared()
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        let schema = try #require(workspace.database.components(separatedBy: "search_path%3D").last)
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "\(server.binaries)/psql")
+        holder.arguments = ["-X", "-q", "-h", "127.0.0.1", "-p", "\(server.port)", "-U", server.user, "-d", "postgres", "-c",
+                            "BEGIN; LOCK TABLE \(schema).jobs IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(30); COMMIT;"]
+        holder.environment = ["PGPASSWORD": server.password, "PATH": "/usr/bin:/bin"]
+        holder.standardOutput = FileHandle.nullDevice
+        try holder.run()
+        defer { if holder.isRunning { holder.signalTree(SIGKILL); holder.waitForExit(seconds: 10) } }
+        var locked = false
+        for _ in 0..<100 where !locked {
+            locked = try server.psql(database: "postgres", "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                                         + "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = 'jobs' AND n.nspname = '\(schema)' "
+                                         + "AND l.mode = 'AccessExclusiveLock' AND l.granted") == "1"
+            if !locked { usleep(50_000) }
+        }
+        try #require(locked, "the jobs table was never locked")
+        let stats = try Self.run(["--db", workspace.database, "stats"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "4s"],
+                                 within: 40, in: workspace.directory.path)
+        #expect(stats.status == 1, "still running after \(Int(stats.elapsed)) s (nil: killed): \(stats.stderr)")
+        #expect(stats.stderr.contains("the server sent no answer for 4 s"), "\(stats.stderr)")
+        #expect(stats.elapsed < 7.5, "took \(stats.elapsed) s: the limit was waited twice")
+    }
+
+    /// A role (or database, or URL) whose `idle_in_transaction_session_timeout` is shorter than jobctl's
+    /// pause between two statements of a read ended every `replay --verify` and `audit`: read
+    /// transactions set their own idle limit, as write transactions do.
+    @Test("a session idle limit of a few milliseconds ends no read transaction")
+    func shortIdleLimitForReads() throws {
+        let workspace = try CLIWorkspace("pg-idle-reads", engine: .postgres)
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit((0..<50).map { "- {kind: upload-data, data: x\($0), destination: file://b/x\($0).txt}" }.joined(separator: "\n"))
+        let url = workspace.database + "%20-c%20idle_in_transaction_session_timeout%3D1ms"
+        for arguments in [["replay", "--verify"], ["audit"], ["stats"], ["audit", "--json"]] {
+            let read = try Self.run(["--db", url] + arguments, environment: [:], within: 40, in: workspace.directory.path)
+            #expect(read.status == 0, "\(arguments): exit \(String(describing: read.status)): \(read.stderr)")
+        }
+    }
+
     /// The group commit's last write travels with its COMMIT in one pipeline. A connection reset once
     /// the server had answered both was reported against the write ("check that the server is up and
     /// reachable, then try again"), though every job was written: a `submit` run again made them twice.

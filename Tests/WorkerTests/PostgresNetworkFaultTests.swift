@@ -34,7 +34,7 @@ import TestSupport
         // The first claim's statement is sent as text (it is prepared in that pipeline); the COMMIT after it
         // reaches the server, and its answer is held back and replaced by a reset.
         let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
-            TCPFaultProxy.Rule(marker: "COMMIT\u{0}", after: ["nextval('lease_tokens')"], action: .resetAfterAnswer),
+            TCPFaultProxy.Rule(marker: "COMMIT\u{0}", after: ["nextval('lease_tokens'::regclass)"], action: .resetAfterAnswer),
         ])
         defer { proxy.stop() }
         let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy),
