@@ -21,6 +21,7 @@ enum ThreadHeadroom {
     static func check(_ count: Int = needed) throws(ThreadStartFailure) {
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else { throw ThreadStartFailure(name: "jobctl-headroom", errorNumber: errno) }
+        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }   // never inherited by a command another thread starts
         var started: [pthread_t] = []
         var refusal: Int32 = 0
         for _ in 0..<count {
