@@ -7,6 +7,27 @@ import TestSupport
 /// script does not stop them), and `nohup` ignores SIGHUP.
 @Suite("Signals a worker was started ignoring", .onTestThreads)
 struct IgnoredSignalTests {
+    /// Starts `jobctl worker` on the workspace's log through `/bin/sh`, after `shell` (commands that set
+    /// what the worker inherits), and returns it with a reader of its log once it logged its start (its
+    /// signal handlers are in place then).
+    static func startWorker(_ workspace: CLIWorkspace, shell: String = "") throws -> (Process, () -> String) {
+        let logPath = workspace.directory.file("worker.log")
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: "/bin/sh")
+        worker.arguments = ["-c", shell + "exec \"$0\" --db \"$1\" worker 2>\"$2\"", PackagePaths.jobctlBinary, workspace.database, logPath]
+        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
+                              "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        worker.standardOutput = FileHandle.nullDevice
+        try worker.run()
+        let log = { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+        if !eventuallyTrue(seconds: 20, { log().contains(" worker_started ") }) {
+            worker.signalTree(SIGKILL)
+            worker.waitForExit()
+            throw CLITestError("the worker did not start: \(log())")
+        }
+        return (worker, log)
+    }
+
     /// A SIGINT that arrived before the worker blocked it (its first milliseconds) was discarded, as
     /// the ignoring asked, but one that arrived later stopped the worker: whether a background worker
     /// survived a Ctrl-C depended on when it came (6 of 13 start-up moments probed ran on, 7 stopped).
@@ -15,23 +36,12 @@ struct IgnoredSignalTests {
         let workspace = try CLIWorkspace("ignored-sigint")
         defer { workspace.directory.remove() }
         _ = try workspace.submit("- {kind: upload-data, data: \"x\", destination: \"file://sig/x.txt\"}")
-        let logPath = workspace.directory.file("worker.log")
-        let worker = Process()
         // `trap '' INT` ignores SIGINT in the shell, and exec passes the ignoring on, as `worker &` in a script.
-        worker.executableURL = URL(fileURLWithPath: "/bin/sh")
-        worker.arguments = ["-c", "trap '' INT; exec \"$0\" --db \"$1\" worker 2>\"$2\"",
-                            PackagePaths.jobctlBinary, workspace.database, logPath]
-        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
-                              "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
-        worker.standardOutput = FileHandle.nullDevice
-        try worker.run()
+        let (worker, log) = try Self.startWorker(workspace, shell: "trap '' INT; ")
         defer {
             worker.signalTree(SIGKILL)
             worker.waitForExit()
         }
-        let log = { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
-        // Logged once the signal handlers are in place.
-        try #require(eventuallyTrue(seconds: 20) { log().contains(" worker_started ") }, "the worker did not start: \(log())")
 
         kill(worker.processIdentifier, SIGINT)
         Thread.sleep(forTimeInterval: 1)
@@ -52,22 +62,11 @@ struct IgnoredSignalTests {
         let workspace = try CLIWorkspace("sigquit")
         defer { workspace.directory.remove() }
         _ = try workspace.submit("- {kind: upload-data, data: \"x\", destination: \"file://sig/x.txt\", delay: 1h}")
-        let logPath = workspace.directory.file("worker.log")
-        let worker = Process()
-        worker.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
-        worker.arguments = ["--db", workspace.database, "worker"]
-        worker.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path,
-                              "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
-        worker.standardOutput = FileHandle.nullDevice
-        FileManager.default.createFile(atPath: logPath, contents: nil)
-        worker.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-        try worker.run()
+        let (worker, log) = try Self.startWorker(workspace)
         defer {
             worker.signalTree(SIGKILL)
             worker.waitForExit()
         }
-        let log = { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
-        try #require(eventuallyTrue(seconds: 20) { log().contains(" worker_started ") }, "the worker did not start: \(log())")
         kill(worker.processIdentifier, SIGQUIT)
         #expect(eventuallyTrue(seconds: 10) { !worker.isRunning }, "SIGQUIT did not end the worker: \(log())")
         worker.waitForExit()

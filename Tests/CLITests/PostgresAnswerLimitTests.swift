@@ -125,22 +125,8 @@ struct PostgresAnswerLimitTests {
         let server = try PostgresServer.shared()
         _ = try workspace.submit("- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
         let schema = try #require(workspace.database.components(separatedBy: "search_path%3D").last)
-        let holder = Process()
-        holder.executableURL = URL(fileURLWithPath: "\(server.binaries)/psql")
-        holder.arguments = ["-X", "-q", "-h", "127.0.0.1", "-p", "\(server.port)", "-U", server.user, "-d", "postgres", "-c",
-                            "BEGIN; LOCK TABLE \(schema).jobs IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(30); COMMIT;"]
-        holder.environment = ["PGPASSWORD": server.password, "PATH": "/usr/bin:/bin"]
-        holder.standardOutput = FileHandle.nullDevice
-        try holder.run()
+        let holder = try server.holdingLock(on: "\(schema).jobs", seconds: 30)
         defer { if holder.isRunning { holder.signalTree(SIGKILL); holder.waitForExit(seconds: 10) } }
-        var locked = false
-        for _ in 0..<100 where !locked {
-            locked = try server.psql(database: "postgres", "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-                                         + "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = 'jobs' AND n.nspname = '\(schema)' "
-                                         + "AND l.mode = 'AccessExclusiveLock' AND l.granted") == "1"
-            if !locked { usleep(50_000) }
-        }
-        try #require(locked, "the jobs table was never locked")
         let stats = try Self.run(["--db", workspace.database, "stats"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "4s"],
                                  within: 40, in: workspace.directory.path)
         #expect(stats.status == 1, "still running after \(Int(stats.elapsed)) s (nil: killed): \(stats.stderr)")

@@ -63,21 +63,8 @@ struct PostgresCLITests {
         let ids = try workspace.submit("- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
         let schema = try #require(workspace.database.components(separatedBy: "search_path%3D").last)
         // Another session holds the migration ledger: the command's open waits on it, and is ended there.
-        let holder = Process()
-        holder.executableURL = URL(fileURLWithPath: "\(server.binaries)/psql")
-        holder.arguments = ["-X", "-q", "-h", "127.0.0.1", "-p", "\(server.port)", "-U", server.user, "-d", "postgres", "-c",
-                            "BEGIN; LOCK TABLE \(schema).schema_migrations IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(2); COMMIT;"]
-        holder.environment = ["PGPASSWORD": server.password, "PATH": "/usr/bin:/bin"]
-        holder.standardOutput = FileHandle.nullDevice
-        try holder.run()
+        let holder = try server.holdingLock(on: "\(schema).schema_migrations", seconds: 2)
         defer { if holder.isRunning { holder.signalTree(SIGKILL); holder.waitForExit(seconds: 10) } }
-        var locked = false
-        for _ in 0..<100 where !locked {
-            locked = try server.psql(database: "postgres", "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-                                         + "WHERE c.relname = 'schema_migrations' AND l.mode = 'AccessExclusiveLock' AND l.granted") == "1"
-            if !locked { usleep(50_000) }
-        }
-        try #require(locked, "the ledger was never locked")
         let command = try TaggedCommand.start(workspace, ["show", try #require(ids.first)], outputToo: true)
         let (show, tag) = (command.process, command.tag)
         defer { command.stop() }

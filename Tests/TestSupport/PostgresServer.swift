@@ -193,6 +193,31 @@ public final class PostgresServer: Sendable {
         return "\(safe.first?.isLetter == true ? safe : "t" + safe)_\(suffix)"
     }
 
+    /// Starts a session (its own `psql`) that takes an ACCESS EXCLUSIVE lock on `table` (`schema.name`)
+    /// and holds it `seconds`, and returns once the server shows the lock granted; the caller stops the
+    /// process (or lets the time run out). Whatever needs the table meanwhile waits on the lock.
+    public func holdingLock(on table: String, seconds: Int) throws -> Process {
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "\(binaries)/psql")
+        holder.arguments = ["-X", "-q", "-h", "127.0.0.1", "-p", "\(port)", "-U", user, "-d", "postgres", "-c",
+                            "BEGIN; LOCK TABLE \(table) IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(\(seconds)); COMMIT;"]
+        holder.environment = ["PGPASSWORD": password, "PATH": "/usr/bin:/bin"]
+        holder.standardOutput = FileHandle.nullDevice
+        try holder.run()
+        let (schema, name) = table.split(separator: ".").map(String.init).splitLast
+        for _ in 0..<100 {
+            let granted = try psql(database: "postgres", "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                                       + "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = '\(name)' "
+                                       + (schema.map { "AND n.nspname = '\($0)' " } ?? "")
+                                       + "AND l.mode = 'AccessExclusiveLock' AND l.granted")
+            if granted == "1" { return holder }
+            usleep(50_000)
+        }
+        holder.signalTree(SIGKILL)
+        _ = holder.waitForExit(seconds: 10)
+        throw TestServerError("the lock on \(table) was never granted")
+    }
+
     /// Runs `sql` with `psql` over the unix socket as the superuser; returns its unaligned output.
     @discardableResult
     public func psql(database: String, _ sql: String) throws -> String {
@@ -416,4 +441,9 @@ public final class PostgresServer: Sendable {
     private static func shellQuoted(_ text: String) -> String {
         "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
+}
+
+private extension Array where Element == String {
+    /// A qualified name's schema (nil without one) and last part.
+    var splitLast: (String?, String) { (count > 1 ? self[count - 2] : nil, last ?? "") }
 }
