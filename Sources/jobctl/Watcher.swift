@@ -159,7 +159,8 @@ final class Watcher {
     /// with, even if a retry opens it later.
     func waitForEnd(of ids: [String]) throws -> Int32 {
         var remaining = ids
-        var ended: [JobState: Int] = [:]
+        // Each ended job's state as last read.
+        var ended: [String: JobState] = [:]
         var lastVersion: Int64 = -1
         var lastReadMs: Int64?
         var bar = ProgressBar(enabled: context.stderrIsTerminal, countsConfirmedBytes: false, plain: context.terminalIsDumb,
@@ -174,20 +175,27 @@ final class Watcher {
                 lastReadMs = now
                 var open: [String] = []
                 var found: Set<String> = []
-                for start in stride(from: 0, to: remaining.count, by: 500) {
-                    let page = Array(remaining[start..<min(remaining.count, start + 500)])
-                    for job in try store.controlStates(ids: page) {
-                        found.insert(job.id)
-                        if job.state.isFinal { ended[job.state, default: 0] += 1 } else { open.append(job.id) }
+                func read(_ ids: [String]) throws {
+                    for start in stride(from: 0, to: ids.count, by: 500) {
+                        let page = Array(ids[start..<min(ids.count, start + 500)])
+                        for job in try store.controlStates(ids: page) {
+                            found.insert(job.id)
+                            if job.state.isFinal { ended[job.id] = job.state } else { ended[job.id] = nil; open.append(job.id) }
+                        }
+                    }
+                    if let gone = ids.first(where: { !found.contains($0) }) {
+                        bar.finish()
+                        throw archivedAway("job \(gone) is", before: "submit --wait")
                     }
                 }
-                if let gone = remaining.first(where: { !found.contains($0) }) {
-                    bar.finish()
-                    throw archivedAway("job \(gone) is", before: "submit --wait")
-                }
+                try read(remaining)
+                // Once every job has ended, those that ended failed or cancelled are read again: a `retry`
+                // may have opened one since (counted by its first end, a wait whose jobs all succeeded in
+                // the end exited 1). Their states then are the ones counted.
+                if open.isEmpty { try read(ended.filter { $0.value != .succeeded }.keys.sorted()) }
                 remaining = open
                 // The jobs as `watch --batch` counts a batch: those not ended as queued (their bytes are not read).
-                var tally = ended.mapValues { JobTally(count: $0, bytesDone: 0) }
+                var tally = Dictionary(grouping: ended.values, by: { $0 }).mapValues { JobTally(count: $0.count, bytesDone: 0) }
                 if !remaining.isEmpty { tally[.queued] = JobTally(count: remaining.count, bytesDone: 0) }
                 bar.draw(progress.line(tally, atMs: Clock.nowMs(), width: context.stderrWidth))
                 if remaining.isEmpty {

@@ -512,4 +512,39 @@ import TestSupport
         let dry = try workspace.jobctl(["submit", "--wait", "--dry-run", good])
         #expect(dry.status == 64 && dry.stderr.contains("not with --dry-run"), "\(dry.stderr)")
     }
+
+    /// `submit --wait` counted a job by its first end: one cancelled, then retried and run to success,
+    /// still counted as cancelled, and a wait whose jobs all succeeded exited 1 ("1 cancelled, 1 succeeded").
+    @Test("submit --wait counts a job retried after it ended by how it ends at last")
+    func submitWaitFollowsARetry() throws {
+        let workspace = try CLIWorkspace("submit-wait-retry")
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let manifest = try workspace.write("jobs.yaml", """
+            - {kind: upload-data, data: a, destination: file://w/a.txt}
+            - {kind: upload-data, data: b, destination: file://w/b.txt}
+
+            """)
+        let outputPath = workspace.directory.file("wait.out"), errorPath = workspace.directory.file("wait.err")
+        for path in [outputPath, errorPath] { try #require(FileManager.default.createFile(atPath: path, contents: nil)) }
+        let waiter = Process()
+        waiter.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        waiter.arguments = ["--db", workspace.database, "submit", "--wait", manifest]
+        waiter.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path]
+        waiter.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
+        waiter.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errorPath))
+        try waiter.run()
+        defer { if waiter.isRunning { waiter.signalTree(SIGKILL); waiter.waitForExit(seconds: 10) } }
+        let ids = { ((try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init) }
+        try #require(eventuallyTrue(seconds: 20) { ids().count == 2 }, "submit printed no ids")
+        #expect(try workspace.jobctl(["cancel", ids()[0]]).status == 0)
+        // The wait reads the jobs again once the log changed (at most every 200 ms): it sees the cancel.
+        Thread.sleep(forTimeInterval: 1)
+        #expect(try workspace.jobctl(["retry", ids()[0]]).status == 0)
+        let drained = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        #expect(drained.status == 0, "\(drained.stderr)")
+        #expect(waiter.waitForExit(seconds: 30), "the wait did not end")
+        let said = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
+        #expect(waiter.terminationStatus == 0 && said.contains("2 jobs: 2 succeeded"), "exit \(waiter.terminationStatus): \(said)")
+    }
 }
