@@ -66,7 +66,8 @@ extension EventStore {
     /// Rescues running jobs whose lease expired (or vanished) by `now`: each gets `lease_expired` and goes
     /// back to the queue at its resume point, or, when its attempts are used up, `failed` with
     /// `retryLimitExceeded`. A cancel pending on the job wins over both: `lease_expired`, then `cancelled`;
-    /// a pending pause is honoured after `lease_expired` (`paused`). Returns the rescued job ids. One
+    /// a pending pause is honoured after `lease_expired` (`paused`), or at once on the last attempt (see
+    /// `JobLifecycle`'s expiry). Returns the rescued job ids. One
     /// transaction. The expiries are in the job rows (schema 10): the running jobs are found through
     /// `jobs_claim`, with no other table read.
     public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] {

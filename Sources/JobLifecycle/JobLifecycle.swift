@@ -564,9 +564,18 @@ public struct JobLifecycle: Sendable, Equatable, Hashable {
     // MARK: - Rescue
 
     /// A crash keeps its attempt's charge, so a job whose attempts are used up fails instead of
-    /// returning to the queue — unless a cancel is pending, which wins (`lease_expired`, then `cancelled`).
+    /// returning to the queue — unless a cancel is pending, which wins (`lease_expired`, then `cancelled`),
+    /// or a pause: acknowledged, it is honoured as a cancel is. Its job was failed (`retryLimitExceeded`)
+    /// instead, the pause lost. It is `paused` at once, which gives the dead run's charge back as any run
+    /// stopped on request does: resumed, the job runs its last attempt again, never one beyond
+    /// `max_attempts`; and paused, it runs only when someone resumes it, so a job that kills its
+    /// workers cannot loop on that. (With attempts left the pause follows `lease_expired`, as before.)
     private static func expiry(_ job: JobRecord, holder: String, expiredAtMs: Int64?) -> DecidedEvent {
         let when = expiredAtMs.map { " at \($0)" } ?? ""
+        if job.attempts >= job.maxAttempts && job.pauseRequested && !job.cancelRequested {
+            return DecidedEvent(.paused(Self.rescued(job), reason: "its worker (\(holder)) died or lost its lease\(when) while a pause "
+                                            + "was pending; `jobctl resume \(job.id)` runs it again"))
+        }
         if job.attempts >= job.maxAttempts && !job.cancelRequested {
             let error = StorageError(
                 .retryLimitExceeded,

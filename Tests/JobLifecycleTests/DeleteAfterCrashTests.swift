@@ -131,4 +131,33 @@ struct DeleteAfterCrashTests {
             #expect(record.resumePointForAttempt == expected, "\(kind) after retry")
         }
     }
+
+    /// A pause acknowledged for a job whose last attempt then died with its worker was lost: the rescue
+    /// failed the job (`retryLimitExceeded`) where a cancel in the same place is honoured.
+    @Test("a pause pending on a last attempt that died is honoured: paused, the dead run's charge given back, resumed within max_attempts")
+    func pausePendingOnTheLastAttempt() throws {
+        var spec = JobSpec(kind: .uploadData, destination: "gs://b/x.txt", data: .init("x".utf8))
+        spec.maxAttempts = 1
+        var events = [event(1, .submitted(spec: spec))]
+        for (payload, token) in [claim(1), (EventPayload.pauseRequested(reason: nil), nil)] {
+            events.append(event(events.count + 1, payload, token: token))
+        }
+        let decided = try JobLifecycle(folding: events).decide(.expireLease(holder: "w1", expiredAtMs: 900), now: 1_000).get()
+        #expect(decided.map(\.payload.type) == [.paused], "\(decided)")
+        for decision in decided { events.append(event(events.count + 1, decision.payload)) }
+        let paused = try #require(JobRecord.folding(events))
+        #expect(paused.state == .paused && paused.attempts == 0 && !paused.pauseRequested, "\(paused)")
+        // Resumed and claimed, it runs attempt 1 of 1 again.
+        events.append(event(events.count + 1, .resumeRequested(reason: nil)))
+        events.append(event(events.count + 1, claim(1).0, token: 9))
+        let running = try #require(JobRecord.folding(events))
+        #expect(running.state == .running && running.attempts == 1, "\(running)")
+        // A cancel still wins over a pending pause; without either, the last attempt's death fails the job.
+        events = [event(1, .submitted(spec: spec))]
+        for (payload, token) in [claim(1), (EventPayload.pauseRequested(reason: nil), nil), (EventPayload.cancelRequested(reason: nil), nil)] {
+            events.append(event(events.count + 1, payload, token: token))
+        }
+        let cancelled = try JobLifecycle(folding: events).decide(.expireLease(holder: "w1", expiredAtMs: nil), now: 1_000).get()
+        #expect(cancelled.map(\.payload.type) == [.leaseExpired, .cancelled], "\(cancelled)")
+    }
 }
