@@ -50,8 +50,10 @@ struct SettlementTests {
             if outcome == .paused { return (.queued, [.paused, .resumeRequested]) }
             return (.queued, [type])
         case .leaseExpiredLastAttempt:
-            // A crash on the last attempt fails the job — unless it was being cancelled.
-            return cancel ? (.cancelled, [.leaseExpired, .cancelled]) : (.failed, [.failed])
+            // A crash on the last attempt fails the job — unless it was being cancelled, or paused: the
+            // pause, acknowledged, is honoured at once (its `paused` gives the dead run's charge back).
+            if cancel { return (.cancelled, [.leaseExpired, .cancelled]) }
+            return pause ? (.paused, [.paused]) : (.failed, [.failed])
         }
     }
 
