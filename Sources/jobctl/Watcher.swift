@@ -175,7 +175,7 @@ final class Watcher {
                 lastReadMs = now
                 var open: [String] = []
                 var found: Set<String> = []
-                func read(_ ids: [String]) throws {
+                func read(_ ids: [String], mustFind: Bool = true) throws {
                     for start in stride(from: 0, to: ids.count, by: 500) {
                         let page = Array(ids[start..<min(ids.count, start + 500)])
                         for job in try store.controlStates(ids: page) {
@@ -183,7 +183,7 @@ final class Watcher {
                             if job.state.isFinal { ended[job.id] = job.state } else { ended[job.id] = nil; open.append(job.id) }
                         }
                     }
-                    if let gone = ids.first(where: { !found.contains($0) }) {
+                    if mustFind, let gone = ids.first(where: { !found.contains($0) }) {
                         bar.finish()
                         throw archivedAway("job \(gone) is", before: "submit --wait")
                     }
@@ -191,8 +191,9 @@ final class Watcher {
                 try read(remaining)
                 // Once every job has ended, those that ended failed or cancelled are read again: a `retry`
                 // may have opened one since (counted by its first end, a wait whose jobs all succeeded in
-                // the end exited 1). Their states then are the ones counted.
-                if open.isEmpty { try read(ended.filter { $0.value != .succeeded }.keys.sorted()) }
+                // the end exited 1). Their states then are the ones counted (one archived away meanwhile, as
+                // it ended).
+                if open.isEmpty { try read(ended.filter { $0.value != .succeeded }.keys.sorted(), mustFind: false) }
                 remaining = open
                 // The jobs as `watch --batch` counts a batch: those not ended as queued (their bytes are not read).
                 var tally = Dictionary(grouping: ended.values, by: { $0 }).mapValues { JobTally(count: $0.count, bytesDone: 0) }
