@@ -291,7 +291,7 @@ extension JobRecord {
     init(row: SQLiteRow, specs: DecodedSpecCache) throws(StoreError) {
         let id = row.text(0)
         guard let kind = JobKind(rawValue: row.text(2)) else {
-            throw JobKind.unknownKindError(jobID: id, kind: row.text(2))
+            throw StoreError.unknownKind(jobID: id, kind: row.text(2))
         }
         guard let state = JobState(rawValue: row.text(3)) else {
             throw StoreError.corrupt("job \(id) has unknown state '\(row.text(3))'")

@@ -218,7 +218,7 @@ extension JobRecord {
     init(postgresRow row: PostgresRow, spec: JobSpec) throws(StoreError) {
         let id = try row.string(0)
         guard let kind = JobKind(rawValue: try row.string(2)) else {
-            throw JobKind.unknownKindError(jobID: id, kind: try row.string(2))
+            throw StoreError.unknownKind(jobID: id, kind: try row.string(2))
         }
         guard let state = JobState(rawValue: try row.string(3)) else {
             throw StoreError.corrupt("job \(id) has unknown state '\(try row.string(3))'")

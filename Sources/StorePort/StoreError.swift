@@ -99,7 +99,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notFound(let id):
             return "no job matches '\(id)'; `jobctl list` shows the jobs there are"
         case .unknownKind(let jobID, let kind):
-            return "job \(jobID) is of kind '\(TerminalText.printable(TerminalText.clipped(kind, limit: 100)))', which this jobctl does not know: a newer "
+            return "job \(jobID) is of kind '\(JobKind.shown(kind))', which this jobctl does not know: a newer "
                 + "jobctl submitted it, and only as new a jobctl can read, run or change it; upgrade this one"
         case .ambiguous(let prefix, let matches):
             return "'\(prefix)' matches \(matches.count) jobs (\(matches.prefix(5).joined(separator: ", "))"

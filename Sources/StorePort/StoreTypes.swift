@@ -473,9 +473,10 @@ public enum WorkableRows {
 }
 
 extension JobKind {
-    /// The error for a row whose kind this jobctl does not know.
-    public static func unknownKindError(jobID: String, kind: String) -> StoreError {
-        StoreError.unknownKind(jobID: jobID, kind: kind)
+    /// A kind as a row stores it — perhaps one a newer jobctl wrote, any text — as messages show it:
+    /// printable, at most 100 characters.
+    public static func shown(_ stored: String) -> String {
+        TerminalText.printable(TerminalText.clipped(stored, limit: 100))
     }
 }
 
@@ -503,15 +504,13 @@ public final class PassedOver: Sendable {
         }
     }
 
-    /// How many jobs were passed over.
-    public var count: Int { byKind.withLock { $0.values.reduce(0, +) } }
-
-    /// "2 jobs of kinds this jobctl does not know (sync-folder, …) were VERB: …", or nil when none was.
+    /// "2 jobs of kinds 'a', 'b', which this jobctl does not know, were VERB: …" (at most five kinds
+    /// named), or nil when none was passed over.
     public func sentence(_ verb: String) -> String? {
         let counts = byKind.withLock { $0 }
         let total = counts.values.reduce(0, +)
         guard total > 0 else { return nil }
-        let kinds = counts.keys.sorted().prefix(5).map { "'" + TerminalText.printable(TerminalText.clipped($0, limit: 100)) + "'" }
+        let kinds = counts.keys.sorted().prefix(5).map { "'" + JobKind.shown($0) + "'" }
         let named = kinds.joined(separator: ", ") + (counts.count > 5 ? ", …" : "")
         let subject = total == 1 ? "1 job of kind \(named), which this jobctl does not know, was"
             : "\(total) jobs of kind\(counts.count == 1 ? "" : "s") \(named), which this jobctl does not know, were"

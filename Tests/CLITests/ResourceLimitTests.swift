@@ -111,6 +111,18 @@ import TestSupport
         #expect(left.isEmpty, "\(left)")
     }
 
+    /// Runs `jobctl --db DATABASE ARGS` in the workspace as `nobody` (root is exempt from a process limit)
+    /// under `ulimit -u LIMIT`, killed by `timeout` after 20 s (status 124): a hang fails, not holds, the run.
+    static func jobctlAsNobody(processLimit limit: Int, _ workspace: CLIWorkspace, database: String,
+                               _ arguments: [String]) throws -> ProcessOutput {
+        let nobody = try #require(getpwnam("nobody")).pointee
+        let command = ([PackagePaths.jobctlBinary, "--db", database] + arguments).map { "'\($0)'" }.joined(separator: " ")
+        return try runProcess("/usr/bin/timeout", ["-k", "5", "20", "/usr/bin/setpriv", "--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)",
+                                                   "--clear-groups", "--", "/bin/bash", "-c", "ulimit -u \(limit) && exec \(command)"],
+                              environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
+                              currentDirectory: workspace.directory.path)
+    }
+
     /// A process and thread limit (`ulimit -u`, systemd's TasksMax=) that leaves jobctl no thread of its
     /// own: each command says which thread the system refused and why. Foundation's `Thread.start()`
     /// drops a failed `pthread_create`, and `list`, `submit` and the worker waited for ever for a store
@@ -125,11 +137,7 @@ import TestSupport
         let nobody = try #require(getpwnam("nobody")).pointee
         for path in [workspace.directory.path, workspace.database, manifest] { chown(path, nobody.pw_uid, nobody.pw_gid) }
         for arguments in [["list"], ["submit", manifest], ["worker", "--drain"]] {
-            let command = ([PackagePaths.jobctlBinary, "--db", workspace.database] + arguments).map { "'\($0)'" }.joined(separator: " ")
-            let output = try runProcess("/usr/bin/timeout", ["-k", "5", "20", "/usr/bin/setpriv", "--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)",
-                                                             "--clear-groups", "--", "/bin/bash", "-c", "ulimit -u 1 && exec \(command)"],
-                                        environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
-                                        currentDirectory: workspace.directory.path)
+            let output = try Self.jobctlAsNobody(processLimit: 1, workspace, database: workspace.database, arguments)
             print("\(arguments) under ulimit -u 1: exit \(output.status): \(output.stderr)")
             #expect(output.status == 1, "\(arguments): exit \(output.status) (124: still waiting after 20 s): \(output.stderr)")
             #expect(output.stderr.contains("cannot start the thread 'jobctl-") && output.stderr.contains("`ulimit -u`"),
@@ -157,12 +165,7 @@ import TestSupport
             let database = workspace.directory.file("jobs-\(limit).db")
             try FileManager.default.copyItem(atPath: workspace.database, toPath: database)
             for path in [workspace.directory.path, database] { chown(path, nobody.pw_uid, nobody.pw_gid) }
-            let command = [PackagePaths.jobctlBinary, "--db", database, "worker", "--drain", "--concurrency", "4"].map { "'\($0)'" }
-                .joined(separator: " ")
-            let output = try runProcess("/usr/bin/timeout", ["-k", "5", "20", "/usr/bin/setpriv", "--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)",
-                                                             "--clear-groups", "--", "/bin/bash", "-c", "ulimit -u \(limit) && exec \(command)"],
-                                        environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
-                                        currentDirectory: workspace.directory.path)
+            let output = try Self.jobctlAsNobody(processLimit: limit, workspace, database: database, ["worker", "--drain", "--concurrency", "4"])
             #expect(output.status == 0 || output.status == 1, "ulimit -u \(limit): exit \(output.status) (124: still waiting after 20 s): \(output.stderr)")
             if output.status == 1 {
                 #expect(output.stderr.contains("cannot start the thread") && output.stderr.contains("`ulimit -u`"), "ulimit -u \(limit): \(output.stderr)")
