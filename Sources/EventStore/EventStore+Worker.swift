@@ -67,24 +67,24 @@ extension EventStore {
     /// back to the queue at its resume point, or, when its attempts are used up, `failed` with
     /// `retryLimitExceeded`. A cancel pending on the job wins over both: `lease_expired`, then `cancelled`;
     /// a pending pause is honoured after `lease_expired` (`paused`), or at once on the last attempt (see
-    /// `JobLifecycle`'s expiry). Returns the rescued job ids. One
+    /// `JobLifecycle`'s expiry). Returns each rescued job as the rescue left it. One
     /// transaction. The expiries are in the job rows (schema 10): the running jobs are found through
     /// `jobs_claim`, with no other table read.
-    public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] {
-        try writeTransaction { (connection) throws(StoreError) -> [String] in
+    public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [RescuedJob] {
+        try writeTransaction { (connection) throws(StoreError) -> [RescuedJob] in
             let expired = try connection.query("""
                 SELECT id, lease_owner, lease_expires_at_ms FROM jobs
                 WHERE state = 'running' AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?)
                   AND \(WorkableRows.condition())
                 ORDER BY seq
                 """, [.integer(now)]) { row in (row.text(0), row.optionalText(1), row.optionalInt64(2)) }
-            var rescued: [String] = []
+            var rescued: [RescuedJob] = []
             for (id, owner, expiresAt) in expired {
                 guard let job = try connection.loadJob(id) else { continue }
                 let holder = owner ?? job.leaseOwner ?? "an unknown worker"
-                _ = try connection.perform(.expireLease(holder: holder, expiredAtMs: expiresAt), jobID: id, on: job,
-                                           actor: actor, expectedVersion: job.version, now: now)
-                rescued.append(id)
+                let after = try connection.perform(.expireLease(holder: holder, expiredAtMs: expiresAt), jobID: id, on: job,
+                                                   actor: actor, expectedVersion: job.version, now: now)
+                rescued.append(RescuedJob(record: after.record ?? job, holder: holder))
             }
             return rescued
         }

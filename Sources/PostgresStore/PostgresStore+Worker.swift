@@ -151,8 +151,8 @@ extension PostgresStore {
     /// does (the lifecycle's `expireLease`). Jobs another transaction holds are skipped (`SKIP
     /// LOCKED`); the lease is in the job row, so the lock reads it as it stands: a heartbeat that
     /// committed meanwhile wins (its row no longer matches and is not returned).
-    public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] {
-        try writeTransaction { (connection) throws(StoreError) -> [String] in
+    public func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [RescuedJob] {
+        try writeTransaction { (connection) throws(StoreError) -> [RescuedJob] in
             let candidates = try connection.rows("""
                 SELECT id FROM jobs
                 WHERE state = 'running' AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1)
@@ -160,15 +160,15 @@ extension PostgresStore {
                 ORDER BY seq
                 FOR UPDATE SKIP LOCKED
                 """, [.integer(now)]) { (row) throws(StoreError) in try row.string(0) }
-            var rescued: [String] = []
+            var rescued: [RescuedJob] = []
             for id in candidates {
                 guard let job = try connection.loadJob(id), job.state == .running else { continue }
                 let lease = try connection.leaseRow(id)
                 if let expiresAtMs = lease?.expiresAtMs, expiresAtMs > now { continue }
                 let holder = lease?.owner ?? job.leaseOwner ?? "an unknown worker"
-                _ = try connection.perform(.expireLease(holder: holder, expiredAtMs: lease?.expiresAtMs), jobID: id, on: job,
-                                           actor: actor, expectedVersion: job.version, now: now)
-                rescued.append(id)
+                let after = try connection.perform(.expireLease(holder: holder, expiredAtMs: lease?.expiresAtMs), jobID: id, on: job,
+                                                   actor: actor, expectedVersion: job.version, now: now)
+                rescued.append(RescuedJob(record: after.record ?? job, holder: holder))
             }
             return rescued
         }

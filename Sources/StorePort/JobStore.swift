@@ -80,8 +80,8 @@ public protocol JobStore: AnyObject, Sendable {
     /// row is held by a write still in progress) and keeps the expiry it had.
     func renewLeases(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) async throws -> LeaseRenewal
 
-    /// Rescues running jobs whose lease expired by `now`; returns their ids.
-    func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String]
+    /// Rescues running jobs whose lease expired by `now`; returns each as the rescue left it.
+    func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [RescuedJob]
 
     // MARK: Control
 

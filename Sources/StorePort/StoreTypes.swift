@@ -245,6 +245,25 @@ public struct ClaimedJob: Sendable, Equatable {
     }
 }
 
+// MARK: - RescuedJob
+
+/// A running job whose lease had expired, as the rescue left it: back in the queue, or ended (`failed`
+/// on its last attempt, `cancelled` or `paused` for a request pending on it). The worker that rescued it
+/// logs it, and a drain counts one the rescue failed among its failures.
+public struct RescuedJob: Sendable, Equatable {
+    /// The job after the rescue's events.
+    public var record: JobRecord
+    /// The worker whose lease expired (its owner name as the lease recorded it).
+    public var holder: String
+
+    public init(record: JobRecord, holder: String) {
+        self.record = record
+        self.holder = holder
+    }
+
+    public var id: String { record.id }
+}
+
 // MARK: - ClaimRequest
 
 /// What a worker asks of `EventStore.claim`: up to `limit` jobs from `queues` for `owner`.

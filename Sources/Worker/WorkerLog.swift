@@ -181,6 +181,7 @@ public final class WorkerLog: Sendable {
             ("failed", .integer(Int64(summary.failed))), ("retried", .integer(Int64(summary.retried))),
             ("paused", .integer(Int64(summary.paused))), ("cancelled", .integer(Int64(summary.cancelled))),
             ("released", .integer(Int64(summary.released))), ("abandoned", .integer(Int64(summary.abandoned))),
+            ("rescued", .integer(Int64(summary.rescued))), ("rescued_failed", .integer(Int64(summary.rescuedFailed))),
             ("events_written", .integer(Int64(summary.eventsWritten))), ("group_commits", .integer(Int64(summary.groupCommits))),
         ]))
     }
@@ -398,6 +399,25 @@ public final class WorkerLog: Sendable {
             fields.append(("reason", .text(reason)))
         }
         record(WorkerLogEntry(atMs: now, level: level, event: event, jobID: jobID, kind: kind, fields: fields))
+    }
+
+    /// A job whose lease had expired (its worker died or stalled), taken back by this worker's rescue:
+    /// `outcome` is where the rescue left it — `queued` for another attempt, or ended (`failed` on its last
+    /// attempt, an error line; `cancelled` or `paused` for a request pending on it).
+    func rescued(_ job: RescuedJob, now: Int64) {
+        let record = job.record
+        var fields: [(String, WorkerLogValue)] = [
+            ("holder", .text(job.holder)), ("outcome", .text(record.state.rawValue)),
+            ("attempt", .integer(Int64(record.attempts))), ("max_attempts", .integer(Int64(record.maxAttempts))),
+        ]
+        let level: WorkerLogLevel
+        if record.state == .failed {
+            level = .error
+            if let error = record.error { fields += Self.errorFields(error) }
+        } else {
+            level = .warning
+        }
+        self.record(WorkerLogEntry(atMs: now, level: level, event: .rescued, jobID: record.id, kind: record.kind, fields: fields))
     }
 
     func leaseLost(jobID: String, kind: JobKind?, token: Int64, now: Int64) {

@@ -55,6 +55,9 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case cancelled
     /// The worker's lease on the job expired or was taken; it stops working on it.
     case leaseLost = "lease_lost"
+    /// Another worker's lease on the job expired (it died or stalled) and this worker's rescue took the
+    /// job back: into the queue, or ended (failed on its last attempt; cancelled or paused on request).
+    case rescued
     /// The worker gave the job back (graceful shutdown) at its resume point.
     case released
     /// The worker could write nothing more for the job; its lease will expire and it is rescued.

@@ -91,6 +91,10 @@ public struct WorkerSummary: Sendable, Equatable {
     public var cancelled = 0
     public var released = 0
     public var abandoned = 0
+    /// Jobs of other workers (or of this one, once its lease ran out) whose expired lease this worker's
+    /// rescue took back, and of those the ones it ended `failed` (their last attempt died with its worker).
+    public var rescued = 0
+    public var rescuedFailed = 0
     public var groupCommits = 0
     public var eventsWritten = 0
 }
@@ -425,6 +429,7 @@ public final class WorkerPool: Sendable {
                     let owner = config.owner
                     let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
                     metrics.rescued(rescued.count)
+                    if !rescued.isEmpty { noteRescued(rescued, now: now) }
                 }
                 // Another writer's commit may carry a pause or cancel for a job here: read them, at most
                 // every `controlPollMs` (while other worker processes commit all the time, a read after
@@ -550,6 +555,17 @@ public final class WorkerPool: Sendable {
         store.capAnswerWaits(atMostMs: nil)
         store.setStopDeadline(monotonicMs: nil)
         return summary
+    }
+
+    /// Logs each job the rescue took back and counts them: one it failed is a failure of the drain's too
+    /// (`submit && worker --drain` exited 0 with a job that had just failed for good, and no line said so).
+    private func noteRescued(_ rescued: [RescuedJob], now: Int64) {
+        for job in rescued { log.rescued(job, now: now) }
+        let failed = rescued.count { $0.record.state == .failed }
+        state.withLock { state in
+            state.summary.rescued += rescued.count
+            state.summary.rescuedFailed += failed
+        }
     }
 
     /// Asks each runner whose transfer has run `holdMs` (`startedHoldMs`) to write the `started` it holds.

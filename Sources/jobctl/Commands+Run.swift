@@ -17,8 +17,8 @@ extension Commands {
         running transfers at their resume point, releases their leases and exits 0 within 10 seconds — also
         when the signal arrives while the worker is still starting; a second signal exits at once (130).
         With --drain the worker exits once no job is queued or running: 0 when every job it ran ended
-        well, 2 when any of them failed, so `jobctl submit jobs.yaml && jobctl worker --drain` works in
-        scripts. When the event log refuses writes (its disk full, its file read-only), a worker retries;
+        well, 2 when any of them failed — or when its rescue failed a job whose last attempt died with
+        another worker — so `jobctl submit jobs.yaml && jobctl worker --drain` works in scripts. When the event log refuses writes (its disk full, its file read-only), a worker retries;
         a drain with nothing running stops after a lease's length of refusals and exits 1 saying so (the
         jobs it held return to the queue when their leases expire). Storage settings come from the environment: STORAGE_EMULATOR_HOST,
         GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, else GOOGLE_APPLICATION_CREDENTIALS (a
@@ -44,7 +44,8 @@ extension Commands {
 
         Logs go to standard error, one line per job transition: claimed, started or resumed, paused,
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
-        cancelled, lease_lost, released, abandoned; and warnings: store_error, write_landed, slow_commit,
+        cancelled, lease_lost, released, abandoned, rescued (a dead worker's job taken back: outcome queued, or failed on its
+        last attempt, cancelled or paused); and warnings: store_error, write_landed, slow_commit,
         signal_received, clock_skew, no_credentials, tls_key_log (SSLKEYLOGFILE is set), open_files_limit (the soft open-files limit is raised to the hard one at
         start; this says when that is below what --concurrency may need, and the worker runs only the transfers that fit; below 68 it does not start),
         log_lines_dropped, orphan_sweep_failed; orphan_removed names a file the sweep of final jobs' leftovers removed, and
@@ -190,18 +191,28 @@ extension Commands {
         if arguments[Options.json] {
             struct Summary: Encodable {
                 let claimed, succeeded, failed, retried, paused, cancelled, released, abandoned: Int
+                let rescued, rescued_failed: Int
                 let events_written, group_commits: Int
             }
             emit(try jsonText(Summary(claimed: summary.claimed, succeeded: summary.succeeded, failed: summary.failed,
                                       retried: summary.retried, paused: summary.paused, cancelled: summary.cancelled,
                                       released: summary.released, abandoned: summary.abandoned,
+                                      rescued: summary.rescued, rescued_failed: summary.rescuedFailed,
                                       events_written: summary.eventsWritten, group_commits: summary.groupCommits)))
             if let failure = StandardOutput.failure {
                 throw CommandFailure("\(failure): the summary was not printed (the jobs' outcomes are in the log)")
             }
         }
-        if drain, summary.failed > 0 {
-            if textLog { emitError("jobctl worker: \(plural(summary.failed, "job")) ended failed (exit \(ExitCode.jobsFailed)); `jobctl list --state failed` shows them") }
+        // A job whose last attempt died with another worker, failed by this drain's rescue, ended failed
+        // under the drain as surely as one it ran: `submit && worker --drain` must not report success.
+        let failed = summary.failed + summary.rescuedFailed
+        if drain, failed > 0 {
+            if textLog {
+                let rescued = summary.rescuedFailed == 0 ? ""
+                    : summary.rescuedFailed == failed ? (failed == 1 ? ", its last attempt lost with its worker" : ", their last attempts lost with their workers")
+                    : " (\(summary.rescuedFailed) of them on a last attempt lost with its worker)"
+                emitError("jobctl worker: \(plural(failed, "job")) ended failed\(rescued) (exit \(ExitCode.jobsFailed)); `jobctl list --state failed` shows them")
+            }
             return ExitCode.jobsFailed
         }
         return ExitCode.ok

@@ -100,4 +100,45 @@ struct WorkerExitTests {
             #expect(worker.process.terminationStatus == 0, "\(worker.log())")
         }
     }
+
+    /// A drain whose rescue failed a job — its last attempt had died with another worker (SIGKILL) —
+    /// logged nothing for it and exited 0 (`failed=0`): `submit && worker --drain` reported success with a
+    /// job failed for good. The rescue's outcome is logged (`rescued … outcome=failed`), counted in the
+    /// summary and the drain exits 2; a job the rescue only puts back in the queue is logged too.
+    @Test("a drain whose rescue fails a dead worker's last attempt exits 2 and names the job", arguments: StoreEngine.allCases)
+    func rescueFailureFailsTheDrain(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("worker-exit-rescue-failed", engine: engine)
+        defer { workspace.directory.remove() }
+        let server = try TrickleServer(.trickle(interval: 0.05))
+        defer { server.stop() }
+        let ids = try workspace.submit("""
+            - {kind: download-file, source: "\(server.baseURL)/last.bin", destination: out/last.bin, max_attempts: 1}
+            - {kind: download-file, source: "\(server.baseURL)/again.bin", destination: out/again.bin, max_attempts: 2, queue: later}
+            """)
+        try #require(ids.count == 2)
+        // The first worker runs both (one queue each, so each has a lease of its own) and dies mid-transfer.
+        let crashed = try LoggedWorker(workspace, ["--lease", "2s", "--concurrency", "2", "--queue", "default", "--queue", "later"], logName: "crashed.log")
+        defer { crashed.kill() }
+        try #require(eventuallyTrue(seconds: 30) { crashed.log().components(separatedBy: " started ").count == 3 }, "\(crashed.log())")
+        crashed.stop(SIGKILL)
+        // The drain takes the default queue only: the job with an attempt left goes back to `later` and
+        // stays there, the other's last attempt is lost.
+        let drained = try workspace.jobctl(["worker", "--drain", "--json", "--lease", "2s", "--queue", "default"])
+        #expect(drained.status == 2, "\(drained.stdout)\(drained.stderr)")
+        let rescued = drained.stderr.split(separator: "\n").filter { $0.contains(" rescued ") }
+        #expect(rescued.contains { $0.contains("Z error ") && $0.contains(" rescued \(ids[0]) ") && $0.contains("outcome=failed")
+                    && $0.contains("error=retryLimitExceeded") && $0.contains("attempt=1 max_attempts=1") }, "\(drained.stderr)")
+        #expect(rescued.contains { $0.contains("Z warning ") && $0.contains(" rescued \(ids[1]) ") && $0.contains("outcome=queued") },
+                "\(drained.stderr)")
+        let summary = try JSONSerialization.jsonObject(with: Data(drained.stdout.utf8)) as? [String: Any]
+        #expect(summary?["rescued"] as? Int == 2 && summary?["rescued_failed"] as? Int == 1 && summary?["failed"] as? Int == 0,
+                "\(drained.stdout)")
+        #expect(drained.stderr.contains("worker_stopped claimed=0") && drained.stderr.contains("rescued=2 rescued_failed=1"),
+                "\(drained.stderr)")
+        let shown = try workspace.jobctl(["show", ids[1]])
+        #expect(shown.stdout.contains("queued"), "\(shown.stdout)")
+        // The text log's last line says why the exit status is 2.
+        #expect(drained.stderr.contains("jobctl worker: 1 job ended failed, its last attempt lost with its worker (exit 2)"),
+                "\(drained.stderr)")
+    }
 }

@@ -81,7 +81,7 @@ struct AppendTests {
         try fixture.append(PendingEvent(jobID: id, type: .progress, actor: workerName, leaseToken: first.token,
                                         data: EventData(bytesDone: 10)), now: 1_500)
         // Its lease expires and someone rescues the job; another worker claims it.
-        #expect(try store.rescueExpired(now: 2_500, actor: "worker:rescuer") == [id])
+        #expect(try store.rescueExpired(now: 2_500, actor: "worker:rescuer").map(\.id) == [id])
         let second = try #require(try store.claim(owner: "worker:two", queues: nil, limit: 1, leaseMs: 10_000, now: 3_000).first)
         #expect(second.record.id == id && second.token > first.token)
 

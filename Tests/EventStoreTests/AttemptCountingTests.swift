@@ -58,12 +58,12 @@ struct AttemptCountingTests {
         let id = try fixture.submit(uploadSpec(maxAttempts: 2))
         let last = try Self.pauseTwiceAndRelease(fixture, id, from: try Self.claim(fixture, now: 1_000))
         // The worker dies: its lease expires. One attempt charged, one left: back to the queue.
-        #expect(try fixture.store.rescueExpired(now: last.record.updatedAtMs + 5_000, actor: "w2") == [id])
+        #expect(try fixture.store.rescueExpired(now: last.record.updatedAtMs + 5_000, actor: "w2").map(\.id) == [id])
         #expect(try fixture.store.job(id)?.state == .queued)
         let retry = try Self.claim(fixture, now: 20_000)
         #expect(retry.record.attempts == 2)
         // The second crash uses the last attempt.
-        #expect(try fixture.store.rescueExpired(now: 30_000, actor: "w2") == [id])
+        #expect(try fixture.store.rescueExpired(now: 30_000, actor: "w2").map(\.id) == [id])
         let record = try #require(try fixture.store.job(id))
         #expect(record.state == .failed && record.error?.code == .retryLimitExceeded)
         #expect(record.error?.message.contains("attempt 2 of 2") == true, "\(String(describing: record.error))")
@@ -97,7 +97,7 @@ struct AttemptCountingTests {
         #expect(try fixture.store.claim(owner: workerName, queues: nil, limit: 1, leaseMs: 1_000, now: 3_500).isEmpty,
                 "no third attempt")
         // Its reporter gives up: the lease runs out, and the rescue of a last attempt fails the job.
-        #expect(try fixture.store.rescueExpired(now: 10_000, actor: "w2") == [id])
+        #expect(try fixture.store.rescueExpired(now: 10_000, actor: "w2").map(\.id) == [id])
         let record = try #require(try fixture.store.job(id))
         #expect(record.state == .failed && record.error?.code == .retryLimitExceeded && record.attempts == 2,
                 "\(record.state) \(String(describing: record.error)) attempt \(record.attempts)")

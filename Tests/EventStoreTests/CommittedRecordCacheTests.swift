@@ -57,7 +57,7 @@ struct CommittedRecordCacheTests {
         #expect(try store.withConnection { $0.committedRecords.candidate(id) }?.version == claim.record.version)
 
         let other = try EventStore(path: fixture.path)
-        #expect(try other.rescueExpired(now: 10_000, actor: "worker:other") == [id])
+        #expect(try other.rescueExpired(now: 10_000, actor: "worker:other").map(\.id) == [id])
         #expect(try other.job(id)?.state == .queued)
 
         let outcome = try store.append([started(claim)], now: 10_001)

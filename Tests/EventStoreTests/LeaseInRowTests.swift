@@ -97,7 +97,7 @@ struct SQLiteLeaseInRowTests {
         let (kept, lapsed) = (claimed[0], claimed[1])
         #expect(try store.heartbeat(owner: "w1", leases: [kept.record.id: kept.token], leaseMs: 1_000, now: 1_900).isEmpty)
         #expect(try store.rescueExpired(now: 1_999, actor: "w2").isEmpty)
-        #expect(try store.rescueExpired(now: 2_000, actor: "w2") == [lapsed.record.id])
+        #expect(try store.rescueExpired(now: 2_000, actor: "w2").map(\.id) == [lapsed.record.id])
         let requeued = try #require(try lease(store, lapsed.record.id))
         #expect(requeued.state == "queued" && requeued.owner == nil && requeued.token == nil && requeued.expiresAtMs == nil)
         guard case .leaseExpired(_, let reason)? = try store.events(jobID: lapsed.record.id).last?.payload else {
@@ -107,7 +107,7 @@ struct SQLiteLeaseInRowTests {
         // The reason names the holder and the expiry, both read from the row.
         #expect(reason == "lease held by w1 expired at 2000")
         #expect(try lease(store, kept.record.id)?.expiresAtMs == 2_900)
-        #expect(try store.rescueExpired(now: 2_900, actor: "w2") == [kept.record.id])
+        #expect(try store.rescueExpired(now: 2_900, actor: "w2").map(\.id) == [kept.record.id])
     }
 
     @Test("a group commit fences each event against its row: the one with a stale token fails, the others are written")
@@ -127,7 +127,7 @@ struct SQLiteLeaseInRowTests {
         for job in claimed where job.record.id != claimed[1].record.id {
             #expect(try store.heartbeat(owner: "w1", leases: [job.record.id: job.token], leaseMs: 10_000, now: 1_500).isEmpty)
         }
-        #expect(try other.rescueExpired(now: 2_000, actor: "w2") == [claimed[1].record.id])
+        #expect(try other.rescueExpired(now: 2_000, actor: "w2").map(\.id) == [claimed[1].record.id])
         let retaken = try #require(try other.claim(owner: "w2", queues: nil, limit: 1, leaseMs: 30_000, now: 2_001).first)
         #expect(retaken.record.id == claimed[1].record.id && retaken.token > claimed[1].token)
 
@@ -222,9 +222,9 @@ struct SQLiteLeaseInRowTests {
         #expect(report.isConsistent, "\(report.differences) \(report.problems)")
 
         // The jobs left without an expiry are rescued at once; the live lease holds until it lapses.
-        #expect(try store.rescueExpired(now: 2_000, actor: "w2") == [ids[1], ids[2]])
+        #expect(try store.rescueExpired(now: 2_000, actor: "w2").map(\.id) == [ids[1], ids[2]])
         #expect(try store.heartbeat(owner: "w1", leases: [ids[0]: tokens[0]], leaseMs: 1_000, now: 3_000).isEmpty)
         #expect(try lease(store, ids[0])?.expiresAtMs == 4_000)
-        #expect(try store.rescueExpired(now: 4_000, actor: "w2") == [ids[0]])
+        #expect(try store.rescueExpired(now: 4_000, actor: "w2").map(\.id) == [ids[0]])
     }
 }

@@ -942,7 +942,7 @@ final class StoreUnderTest: LifecycleImplementation {
             return "lost \(lost.map(names.name).sorted())"
         case .rescue:
             // Only this sequence's jobs: every job of an earlier one is final.
-            return "rescued \(try store.rescueExpired(now: now, actor: "rescuer").map(names.name))"
+            return "rescued \(try store.rescueExpired(now: now, actor: "rescuer").map(\.id).map(names.name))"
         case .control(let job, let command, let states):
             let (answer, state) = try store.control(command.command, id: names.ids[job], actor: cliActor, now: now, ifStateIn: states)
             guard let result = answer else {

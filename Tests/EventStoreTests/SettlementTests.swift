@@ -99,7 +99,7 @@ struct SettlementTests {
         case .attemptFailed:
             try worker(.attemptFailed, EventData(error: StorageError(.unknown, "HTTP 503", httpStatus: 503, retryable: true),
                                                  retryAtMs: 9_000))
-        case .leaseExpired, .leaseExpiredLastAttempt: #expect(try store.rescueExpired(now: 5_000, actor: "w2") == [id])
+        case .leaseExpired, .leaseExpiredLastAttempt: #expect(try store.rescueExpired(now: 5_000, actor: "w2").map(\.id) == [id])
         case .succeeded: try worker(.succeeded, EventData(result: JobResult(size: 1024)))
         case .failed: try worker(.failed, EventData(error: StorageError(.unauthorized, "403", httpStatus: 403)))
         case .cancelled: try worker(.cancelled, EventData(error: StorageError(.cancelled, "cancelled")))

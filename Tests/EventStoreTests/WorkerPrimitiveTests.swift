@@ -119,7 +119,7 @@ struct WorkerPrimitiveTests {
 
         // Only `kept` heartbeats; `dropped` expires and is rescued.
         #expect(try store.heartbeat(owner: "w1", leases: [kept.record.id: kept.token], leaseMs: 1_000, now: 1_800).isEmpty)
-        #expect(try store.rescueExpired(now: 2_100, actor: "w2") == [dropped.record.id])
+        #expect(try store.rescueExpired(now: 2_100, actor: "w2").map(\.id) == [dropped.record.id])
         let leases = [kept.record.id: kept.token, dropped.record.id: dropped.token]
         #expect(try store.heartbeat(owner: "w1", leases: leases, leaseMs: 1_000, now: 2_200) == [dropped.record.id])
         // Another owner's heartbeat, or a wrong token, does not hold the lease.
@@ -143,7 +143,7 @@ struct WorkerPrimitiveTests {
         try fixture.append(PendingEvent(jobID: id, type: .progress, actor: workerName, leaseToken: claim.token,
                                         data: EventData(bytesDone: 4096, bytesTotal: 8192, resumePoint: point)), now: 1_500)
         #expect(try store.rescueExpired(now: 1_999, actor: "w2").isEmpty)
-        #expect(try store.rescueExpired(now: 2_000, actor: "w2") == [id])
+        #expect(try store.rescueExpired(now: 2_000, actor: "w2").map(\.id) == [id])
         let record = try #require(try store.job(id))
         #expect(record.state == .queued && record.runAfterMs == 2_000)
         #expect(record.resumePoint == point && record.bytesDone == 4096)
@@ -164,7 +164,7 @@ struct WorkerPrimitiveTests {
             let now = Int64(attempt) * 10_000
             let claims = try store.claim(owner: "w\(attempt)", queues: nil, limit: 1, leaseMs: 1_000, now: now)
             #expect(claims.first?.record.attempts == attempt)
-            #expect(try store.rescueExpired(now: now + 1_000, actor: "rescuer") == [id])
+            #expect(try store.rescueExpired(now: now + 1_000, actor: "rescuer").map(\.id) == [id])
         }
         let record = try #require(try store.job(id))
         #expect(record.state == .failed && record.error?.code == .retryLimitExceeded)
@@ -183,7 +183,7 @@ struct WorkerPrimitiveTests {
         let cancelling = try fixture.running(now: 1_000, leaseMs: 100).record.id
         _ = try store.requestPause(id: pausing, actor: "cli:test", now: 1_050)
         _ = try store.requestCancel(id: cancelling, actor: "cli:test", now: 1_050)
-        #expect(Set(try store.rescueExpired(now: 2_000, actor: "w2")) == [pausing, cancelling])
+        #expect(Set(try store.rescueExpired(now: 2_000, actor: "w2").map(\.id)) == [pausing, cancelling])
         #expect(try store.job(pausing)?.state == .paused)
         #expect(try store.job(cancelling)?.state == .cancelled)
         #expect(try store.claim(owner: "w2", queues: nil, limit: 5, leaseMs: 100, now: 3_000).isEmpty)

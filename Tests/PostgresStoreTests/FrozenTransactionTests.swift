@@ -42,7 +42,7 @@ struct FrozenTransactionTests {
         let started = Date()
         var rescued: [String] = []
         while rescued.isEmpty, Date().timeIntervalSince(started) < Double(PostgresStore.idleWriteTimeoutSeconds + 30) {
-            rescued = try rescuer.rescueExpired(now: Clock.nowMs(), actor: "worker:rescuer")
+            rescued = try rescuer.rescueExpired(now: Clock.nowMs(), actor: "worker:rescuer").map(\.id)
             if rescued.isEmpty { usleep(200_000) }
         }
         let stillFrozen = ended.wait(timeout: .now()) == .timedOut

@@ -115,14 +115,14 @@ struct LeaseInRowTests {
         try #require(claimed.count == 2)
         #expect(try store.heartbeat(owner: "w1", leases: [claimed[0].record.id: claimed[0].token], leaseMs: 1_000, now: 2_900).isEmpty)
         #expect(try store.rescueExpired(now: 2_999, actor: "rescuer").isEmpty)
-        #expect(try store.rescueExpired(now: 3_000, actor: "rescuer") == [claimed[1].record.id])
+        #expect(try store.rescueExpired(now: 3_000, actor: "rescuer").map(\.id) == [claimed[1].record.id])
         let rescued = try #require(try lease(store, claimed[1].record.id))
         #expect(rescued.state == "queued" && rescued.expiresAtMs == nil && rescued.token == nil)
         let expired = try #require(try store.events(jobID: claimed[1].record.id).last)
         #expect(expired.type == .leaseExpired)
         #expect(try lease(store, claimed[0].record.id)?.state == "running")
         #expect(try store.rescueExpired(now: 3_899, actor: "rescuer").isEmpty)
-        #expect(try store.rescueExpired(now: 3_900, actor: "rescuer") == [claimed[0].record.id])
+        #expect(try store.rescueExpired(now: 3_900, actor: "rescuer").map(\.id) == [claimed[0].record.id])
         #expect(try store.replay(verify: true).isConsistent)
     }
 

@@ -173,7 +173,8 @@ import TestSupport
             #expect(try dead.claim(owner: "worker:died", queues: nil, limit: 1, leaseMs: 1, now: Int64(Date().timeIntervalSince1970 * 1000)).count == 1)
         }
         let rescuer = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
-        #expect(rescuer.wait(seconds: 60) == 0, "\(rescuer.log)")
+        // The drain's rescue failed the job: a failure of the drain's (exit 2).
+        #expect(rescuer.wait(seconds: 60) == 2, "\(rescuer.log)")
         let store = try EventStore(path: database, readOnly: true)
         let failed = try #require(try store.job(id))
         #expect(failed.state == .failed && failed.error?.code == .retryLimitExceeded, "\(String(describing: failed.error))")

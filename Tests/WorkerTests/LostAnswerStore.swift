@@ -83,7 +83,7 @@ final class LostAnswerStore: JobStore {
     func heartbeat(owner: String, leases: [String: Int64], leaseMs: Int64, now: Int64) throws(StoreError) -> Set<String> {
         try inner.heartbeat(owner: owner, leases: leases, leaseMs: leaseMs, now: now)
     }
-    func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [String] { try inner.rescueExpired(now: now, actor: actor) }
+    func rescueExpired(now: Int64, actor: String) throws(StoreError) -> [RescuedJob] { try inner.rescueExpired(now: now, actor: actor) }
     func control(_ command: JobCommand, id: String, actor: String, now: Int64,
                  ifStateIn states: Set<JobState>?) throws(StoreError) -> (result: ControlResult?, state: JobState) {
         try inner.control(command, id: id, actor: actor, now: now, ifStateIn: states)
