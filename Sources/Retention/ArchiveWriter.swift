@@ -13,6 +13,9 @@ public struct WrittenArchive: Sendable, Equatable {
     public var size: Int64
     public var sha256: String
     public var header: ArchiveHeader
+    /// The written file's device and inode: whoever takes it back removes only that file.
+    public var device: UInt64
+    public var inode: UInt64
 }
 
 /// Writes an archive selection to a file durably: to a temporary name beside it (created exclusively,
@@ -66,6 +69,10 @@ public enum ArchiveWriter {
             guard fsync(descriptor) == 0 else {
                 throw RetentionError.io("cannot sync '\(temporary)' to disk: \(String(cString: strerror(errno)))")
             }
+            var info = stat()
+            guard fstat(descriptor, &info) == 0 else {
+                throw RetentionError.io("cannot read back '\(temporary)': \(String(cString: strerror(errno)))")
+            }
             closed = true
             close(descriptor)
             guard rename(temporary, path) == 0 else {
@@ -73,10 +80,28 @@ public enum ArchiveWriter {
             }
             renamed = true
             try syncDirectory(directory)
-            return WrittenArchive(path: path, size: size, sha256: hex(fileDigest.finalize()), header: header)
+            return WrittenArchive(path: path, size: size, sha256: hex(fileDigest.finalize()), header: header,
+                                  device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
         } catch {
             if !closed { close(descriptor) }
             throw error
+        }
+    }
+
+    /// Removes the temporaries (`.NAME.<pid>.partial`) that runs killed while writing `path` left beside
+    /// it. Call only while holding the folder's `ArchiveFolderLock`: every writer holds it while its
+    /// temporary exists, so any found then is a dead run's.
+    public static func removeLeftTemporaries(of path: String) {
+        let url = URL(fileURLWithPath: path)
+        let directory = url.deletingLastPathComponent().path
+        let name = url.lastPathComponent
+        // A name long enough to be shortened carries a digest in place of its end: not looked for.
+        let prefix = "." + name + "."
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        for entry in entries where entry.hasPrefix(prefix) && entry.hasSuffix(".partial") {
+            let middle = entry.dropFirst(prefix.count).dropLast(".partial".count)
+            guard !middle.isEmpty, middle.allSatisfy({ ("0"..."9").contains($0) }) else { continue }
+            unlink("\(directory)/\(entry)")
         }
     }
 

@@ -7,9 +7,9 @@ import StorePort
 import Worker
 
 extension Commands {
-    /// Set to a path, `jobctl archive` creates that file and then waits (until killed) just before its
-    /// removal transaction commits: how the crash tests stop it at the worst moment. Never set it in
-    /// production.
+    /// Set to a path, `jobctl archive` creates that file and then waits just before its removal
+    /// transaction commits, until the file is removed (then it commits) or the process is killed: how the
+    /// crash and race tests stop it at the worst moment. Never set it in production.
     static let archiveHoldEnvironment = "JOBCTL_TEST_ARCHIVE_HOLD_BEFORE_COMMIT"
 
     static let archive = CommandSpec(
@@ -33,7 +33,9 @@ extension Commands {
 
         If the command is interrupted before that transaction commits, the log is unchanged; running it
         again writes FILE anew (a file left by an interrupted run is replaced, an archive the log records
-        never is). `jobctl archive verify FILE` checks a file: its gzip stream, the header, every line,
+        never is); if that transaction fails, the file is removed again. Archives writing into one folder
+        take turns (a lock on the folder), so two with one FILE never replace each other's file; FILE may
+        not be a symbolic link. `jobctl archive verify FILE` checks a file: its gzip stream, the header, every line,
         each job's events contiguous from version 1, every blob's checksum, the counts and the trailer.
         `jobctl audit --from FILE` lists the jobs in a file.
 
@@ -117,10 +119,33 @@ extension Commands {
     /// Returns the JSON view of what the log recorded (printed as text unless `json`).
     private static func moveToArchive(_ selection: ArchiveSelection, to target: String, store: any JobStore, context: Context,
                                 json: Bool) throws -> any Encodable {
+        // From the check of the name to the log's record of the file, one archive at a time in its folder
+        // (see ArchiveFolderLock): a second archive to the same name replaced the file the first had
+        // just recorded, losing jobs.
+        let lock: ArchiveFolderLock?
+        do throws(RetentionError) {
+            lock = try ArchiveFolderLock.acquire(for: target) {
+                emitError("note: waiting for another jobctl archive writing into the folder of \(Display.escapingControls(target))")
+            }
+        } catch {
+            throw CommandFailure("\(error)")
+        }
+        defer { withExtendedLifetime(lock) {} }
+        try refuseLink(target)
         try refuseToReplace(target, store: store)
+        if lock != nil { ArchiveWriter.removeLeftTemporaries(of: target) }
         let written: WrittenArchive
         do throws(RetentionError) {
             written = try ArchiveWriter.write(selection, to: target, now: Clock.nowMs())
+        } catch {
+            throw CommandFailure("\(error); nothing was removed from the log")
+        }
+        // Until the log records it, the file written is a copy of jobs that stay in the log (or that another
+        // archive took meanwhile): taken back when anything below fails, so that no second archive of the
+        // same jobs is left to be mistaken for theirs. Kept only when the commit's answer was lost.
+        var keep = false
+        defer { if !keep { takeBack(written, target: target) } }
+        do throws(RetentionError) {
             // Read it back before anything leaves the log: the file must be whole and say what was selected.
             let check = try ArchiveReader.read(target)
             guard check.fileSHA256 == written.sha256, check.events == selection.rows.count, check.blobs == selection.blobs.count else {
@@ -144,12 +169,15 @@ extension Commands {
             event = try store.removeArchived(selection, record: record, actor: context.actor, now: Clock.nowMs()) {
                 guard let hold, !hold.isEmpty else { return }
                 _ = FileManager.default.createFile(atPath: hold, contents: Data())
-                while true { Glibc.pause() }
+                // Until the test removes the file (then the commit goes on) or kills the process.
+                while FileManager.default.fileExists(atPath: hold) { usleep(10_000) }
             }
         } catch {
             guard case StoreError.commitUnconfirmed(let loss) = error else { throw error }
+            keep = true
             throw CommandFailure(LostCommit.archive(loss: loss, file: Display.escapingControls(target)))
         }
+        keep = true
         guard case .archived(let stored) = event.payload else {
             throw CommandFailure("the log recorded a '\(event.type.rawValue)' event for the archive; run `jobctl replay --verify`")
         }
@@ -221,6 +249,25 @@ extension Commands {
     private static func keptReason(_ selection: ArchiveSelection) -> String {
         (selection.keptForDependants == 1 ? "stays" : "stay") + " in the log: jobs there wait for "
             + (selection.keptForDependants == 1 ? "it" : "them") + " (after:); retry or cancel those first"
+    }
+
+    /// Removes the archive file `written` from `target` when it is still that file (same inode), saying
+    /// so: the log never recorded it.
+    private static func takeBack(_ written: WrittenArchive, target: String) {
+        var info = stat()
+        guard lstat(target, &info) == 0, UInt64(info.st_dev) == written.device, UInt64(info.st_ino) == written.inode else { return }
+        if unlink(target) == 0 {
+            emitError("note: the file written, \(Display.escapingControls(target)), was removed: the log does not record it")
+        }
+    }
+
+    /// Refuses a `--to` that is a symbolic link (dangling or not): the archive is renamed over its name,
+    /// which replaced the link with a file and left its target as it was.
+    private static func refuseLink(_ target: String) throws {
+        var info = stat()
+        guard lstat(target, &info) == 0, (info.st_mode & S_IFMT) == S_IFLNK else { return }
+        throw CommandFailure("'\(Display.escapingControls(target))' is a symbolic link; nothing was archived: give --to the path of "
+            + "the file itself (the archive is written beside its name and renamed over it, which would replace the link)")
     }
 
     /// Refuses to overwrite an existing file unless it is an archive an interrupted run left behind:

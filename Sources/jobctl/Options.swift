@@ -268,6 +268,8 @@ enum Options {
     }
     static let archiveTo = Option<String>("to", value: "file", help: "The archive file to write (gzip-compressed NDJSON).") { text in
         guard !text.isEmpty else { throw UsageError("--to expects the path of the archive file to write, not an empty text") }
+        // Not standard output: the file is read back, and the log records its name and checksum.
+        guard text != "-" else { throw UsageError("--to - would be a file named '-': archive writes a file it reads back and records; give its path (./- if you mean that name)") }
         var isFolder: ObjCBool = false
         if FileManager.default.fileExists(atPath: text, isDirectory: &isFolder), isFolder.boolValue {
             throw UsageError("--to '\(text)' is a folder; give the path of the archive file to write (in it, if you like)")
