@@ -32,6 +32,26 @@ private let connectionKeywords: Set<String> = [
     "krbsrvname", "gsslib", "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
 ]
 
+/// Why libpq would read `target`'s user information (`USER:PASSWORD@`) otherwise than jobctl does, or
+/// nil: a raw `@` or `/` before the URL's last `@` (ahead of its query). libpq ends the user information
+/// at the first `@`, and takes a `/` before any `@` for the start of the path (no user information at
+/// all); jobctl's redaction ends it at the last `@`. A password written with a raw `@` or `/` was cut
+/// there, and libpq quoted its tail as the host name it could not find (`could not translate host name
+/// "dor&3xyz@127.0.0.1"`) — pieces too short to scrub reached the terminal. Such a URL is refused,
+/// unread: it is ambiguous (the same text could put the `@` in the database's name), and the fix is to
+/// percent-encode.
+public func userInformationProblem(_ target: String) -> String? {
+    guard isPostgresURL(target), let schemeEnd = target.range(of: "://") else { return nil }
+    let rest = target[schemeEnd.upperBound...]
+    let beforeQuery = rest[..<(rest.firstIndex(of: "?") ?? rest.endIndex)]
+    guard let at = beforeQuery.lastIndex(of: "@") else { return nil }
+    let userInformation = beforeQuery[..<at]
+    guard userInformation.contains("@") || userInformation.contains("/") else { return nil }
+    return "the PostgreSQL URL holds a raw '@' or '/' before its last '@': libpq ends USER:PASSWORD at the first '@' "
+        + "(and a '/' before it starts the path), so it would read part of the password as the host; percent-encode "
+        + "them in the password (@ as %40, / as %2F), or an '@' in the database name as %40"
+}
+
 /// `target` with a `POSTGRES://` or `PostgreSQL://` scheme written in lower case: jobctl tells URLs by
 /// their scheme without case (RFC 3986 says a scheme has none), libpq only in lower case — it took an
 /// upper-case URL whole for a database name, on the default host (`PGHOST`, the local socket).

@@ -345,6 +345,9 @@ final class PostgresConnection {
         let target = normalizedDatabaseURL(written)
         redactedTarget = redactedDatabaseURL(target)
         self.connectTimeoutSeconds = connectTimeoutSeconds
+        if let problem = userInformationProblem(target) {
+            throw PostgresError.connectionFailed(target: redactedTarget, message: problem)
+        }
         // libpq is loaded at the first connection (see CPostgres/shim.h); a host without it can still
         // run every SQLite command.
         if let reason = jobctl_pq_load() { throw PostgresError.libraryUnavailable(reason: String(cString: reason)) }

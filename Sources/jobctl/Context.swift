@@ -151,6 +151,7 @@ struct Context: Sendable {
                                  + "takes PostgreSQL as a URL: postgresql://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=… (key/value "
                                  + "settings go in its query: ?sslmode=require&application_name=…); an SQLite file of that name is reached as ./NAME")
         }
+        if let problem = userInformationProblem(databasePath) { throw UsageError("--db: \(problem)") }
         if isPostgresURL(databasePath) {
             let timeout = try worker ? answerTimeoutMs
                 : answerTimeoutMs ?? databaseAnswerTimeoutMs(default: wholeLog ? nil : Self.defaultAnswerTimeoutMs)

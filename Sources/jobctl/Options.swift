@@ -237,6 +237,7 @@ enum Options {
         guard isPostgresURL(text) else {
             throw UsageError("--to expects a postgres:// URL of an empty database, not '\(TerminalText.printable(redactedDatabaseURL(text)))'")
         }
+        if let problem = userInformationProblem(text) { throw UsageError("--to: \(problem)") }
         return text
     }
     static let grant = Option<String>("grant", value: "role",

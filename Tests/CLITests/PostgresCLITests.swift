@@ -117,6 +117,37 @@ struct PostgresCLITests {
         #expect(!made.contains { $0.hasPrefix("host=") }, "\(made)")
     }
 
+    /// A password with a raw `@` (or `/`): libpq ends the user information at the first `@`, so the
+    /// password's tail became the host name it quoted in its error — `could not translate host name
+    /// "dor&REDACTED@127.0.0.1"` printed `dor&`, pieces under four characters being left unscrubbed, and
+    /// `p@ss` printed `ss@127.0.0.1`. Such a URL is refused before anything is sent, asking for
+    /// percent-encoding, as `--db`, `JOBCTL_DB` and `migrate --to`.
+    @Test("a PostgreSQL URL whose password holds a raw '@' or '/' is refused unread, printing no piece of it")
+    func rawAtInPasswordRefused() throws {
+        let workspace = try CLIWorkspace("pg-raw-at")
+        defer { workspace.directory.remove() }
+        let targets = [("postgres://jobs:Tr0ub@dor&3xyz@127.0.0.1:1/jobs", ["Tr0ub", "dor&", "3xyz"]),
+                       ("postgresql://jobs:p@ss@127.0.0.1:1/jobs", ["p@ss", "ss@"]),
+                       ("postgres://jobs:xQ7/Zk9@127.0.0.1:1/jobs", ["xQ7", "Zk9"])]
+        for (target, pieces) in targets {
+            let runs: [([String], [String: String])] = [(["--db", target, "list"], [:]), (["list", "--json"], ["JOBCTL_DB": target]),
+                                                        (["migrate", "--to", target], [:])]
+            for (arguments, environment) in runs {
+                let run = try runProcess(PackagePaths.jobctlBinary, arguments, environment: environment.merging(["NO_COLOR": "1"]) { a, _ in a },
+                                         currentDirectory: workspace.directory.path)
+                #expect(run.status == 64, "\(arguments): \(run.stdout)\(run.stderr)")
+                #expect(run.stderr.contains("percent-encode"), "\(run.stderr)")
+                for piece in pieces {
+                    #expect(!run.stderr.contains(piece) && !run.stdout.contains(piece), "\(piece) printed: \(run.stderr)")
+                }
+            }
+        }
+        // Encoded, the same password reaches the server (refused there: nothing listens on port 1).
+        let encoded = try runProcess(PackagePaths.jobctlBinary, ["--db", "postgres://jobs:Tr0ub%40dor%263xyz@127.0.0.1:1/jobs", "list"],
+                                     environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path)
+        #expect(encoded.status == 1 && !encoded.stderr.contains("percent-encode") && !encoded.stderr.contains("3xyz"), "\(encoded.stderr)")
+    }
+
     @Test("migrate, submit, worker --drain, list, result and replay --verify; the password is never printed")
     func happyPath() throws {
         let workspace = try CLIWorkspace("pg-cli", engine: .postgres)
