@@ -39,9 +39,16 @@ public enum ArchiveReader {
         var parser = LineChecker(keepsBlobBytes: blob != nil)
         var lines = LineSplitter()
         let blob = blob ?? { _ in }
+        var first = true
         while true {
             let chunk = try readChunk(descriptor, path: path)
             if chunk.isEmpty { break }
+            // Not gzip at all (a plain NDJSON file, a decompressed copy): said so, not "damaged gzip data".
+            if first, chunk.count >= 2, chunk[chunk.startIndex] != 0x1F || chunk[chunk.startIndex + 1] != 0x8B {
+                throw RetentionError.invalidArchive("the file is not gzip-compressed (it does not begin with gzip's bytes 1f 8b); "
+                    + "an archive is gzip-compressed NDJSON — was it decompressed, or is it another file?")
+            }
+            first = false
             fileDigest.update(chunk)
             // Fed to zlib a slice at a time, so one call yields at most ~1,000 times the slice (gzip's
             // best ratio): a crafted file cannot make a single call decompress gigabytes.

@@ -311,6 +311,9 @@ extension Commands {
         do throws(RetentionError) { check = try ArchiveReader.read(path) } catch {
             throw CommandFailure("\(Display.escapingControls(path)): \(error)")
         }
+        // Every event read as `audit --from` reads it, folded into its job: a file whose lines were whole
+        // but whose event data did not decode was called intact, and then refused by `audit --from`.
+        _ = try archivedJobs(path)
         if json {
             struct View: Encodable {
                 let file: String; let intact: Bool; let format_version: Int; let sha256: String; let before: String
@@ -333,16 +336,28 @@ extension Commands {
     /// The jobs of an archive file, rebuilt by replay's fold, for `jobctl audit --from FILE` (oldest first).
     static func archivedJobs(_ path: String) throws -> [JobRecord] {
         var fold = ReplayFold()
-        var failure: StoreError?
+        var failure: (row: LogRow, error: StoreError)?
         do throws(RetentionError) {
             _ = try ArchiveReader.read(path, event: { row in
                 guard failure == nil else { return }
-                do throws(StoreError) { try fold.fold(row.decoded) } catch { failure = error }
+                let decoded = row.decoded
+                // An event that does not decode ends the reading here (the fold would only note it).
+                if case .failure(let error) = decoded { failure = (row, error); return }
+                do throws(StoreError) { try fold.fold(decoded) } catch { failure = (row, error) }
             })
         } catch {
             throw CommandFailure("\(Display.escapingControls(path)): \(error)")
         }
-        if let failure { throw failure }
+        if let (row, error) = failure {
+            // Not the decoder's own words (a Swift `DecodingError` dump): which event, and what that means.
+            let why: String = switch error {
+            case .corrupt(let message) where message.contains("unknown type"): message
+            case .corrupt: "its data is not an event's as jobctl writes it"
+            default: "\(error)"
+            }
+            throw CommandFailure("\(Display.escapingControls(path)): event \(row.seq) (job \(row.jobID), version \(row.version)) "
+                + "cannot be read: \(why); the file was changed after jobctl wrote it, or by another program")
+        }
         if let problem = fold.problems.first {
             throw CommandFailure("\(Display.escapingControls(path)): \(problem)")
         }

@@ -419,9 +419,31 @@ import TestSupport
         lines.remove(at: firstJobSecondEvent)
         let gap = try verify(try gzip(Data(lines.joined(separator: "\n").utf8), in: workspace))
         #expect(gap.status == 1 && gap.stderr.contains("where 2 was expected"), "\(gap.stderr)")
-        // Not an archive at all.
+        // An event whose data is not an event's, the trailer's checksum made to match: every line whole,
+        // so verify called it intact while `audit --from` refused it with a Swift decoding dump.
+        var edited = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        let claimedLine = try #require(edited.firstIndex { $0.contains("\"type\":\"claimed\"") })
+        let dataStart = try #require(edited[claimedLine].range(of: "\"data\":\""))
+        let dataEnd = try #require(edited[claimedLine].range(of: "\",\"job_id\"", range: dataStart.upperBound..<edited[claimedLine].endIndex))
+        edited[claimedLine].replaceSubrange(dataStart.upperBound..<dataEnd.lowerBound, with: "{\\\"x\\\":1}")
+        let trailerLine = try #require(edited.lastIndex { $0.contains("\"record\":\"trailer\"") })
+        let content = workspace.directory.file("content.ndjson")
+        try Data(edited[..<trailerLine].map { $0 + "\n" }.joined().utf8).write(to: URL(fileURLWithPath: content))
+        let contentSHA = try Self.sha256sum(content)
+        edited[trailerLine] = try #require(edited[trailerLine].replacingOccurrences(
+            of: "\"sha256\":\"[0-9a-f]{64}\"", with: "\"sha256\":\"\(contentSHA)\"", options: .regularExpression) as String?)
+        let undecodable = workspace.directory.file("undecodable.ndjson.gz")
+        try gzip(Data(edited.joined(separator: "\n").utf8), in: workspace).write(to: URL(fileURLWithPath: undecodable))
+        for arguments in [["archive", "verify", undecodable], ["audit", "--from", undecodable, "--json"]] {
+            let output = try workspace.jobctl(arguments)
+            #expect(output.status == 1 && output.stderr.contains("cannot be read: its data is not an event's")
+                        && !output.stderr.contains("DecodingError"), "\(arguments): \(output.stderr)")
+        }
+        // Not an archive at all; an archive decompressed.
         let foreign = try verify(Data("hello\n".utf8))
         #expect(foreign.status == 1 && foreign.stderr.contains("not a valid jobctl archive"), "\(foreign.stderr)")
+        let plain = try verify(Data(text.utf8))
+        #expect(plain.status == 1 && plain.stderr.contains("not gzip-compressed"), "\(plain.stderr)")
         // The intact file still verifies.
         #expect(try workspace.jobctl(["archive", "verify", file]).status == 0)
     }
