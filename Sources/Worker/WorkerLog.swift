@@ -239,6 +239,20 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
+    /// Unfinished jobs (`jobs`, by id, with the type of one event of each this jobctl does not know)
+    /// that claims and rescues leave alone: a newer jobctl wrote events to them, which may mean "hold this
+    /// job", and running them as if those events were not there could do what they forbid.
+    func newerEventsLeftAlone(_ jobs: [String: String], now: Int64) {
+        let types = Set(jobs.values).sorted().prefix(5).map { "'\(NewerEvents.shown($0))'" }.joined(separator: ", ")
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .newerEvents, fields: [
+            ("jobs", .integer(Int64(jobs.count))),
+            ("types", .text(types + (Set(jobs.values).count > 5 ? ", …" : ""))),
+            ("first", .text(jobs.keys.sorted().first ?? "")),
+            ("action", .text("left alone: a newer jobctl wrote events of types this jobctl does not know to these jobs; "
+                             + "upgrade this worker to run them")),
+        ]))
+    }
+
     func storeError(_ error: any Error, consecutive: Int, stopping: Bool = false, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: stopping ? .error : .warning, event: .storeError, fields: [
             ("error", .text(Self.describe(error))), ("consecutive", .integer(Int64(consecutive))),

@@ -314,6 +314,9 @@ public final class WorkerPool: Sendable {
 
     public var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
 
+    /// The states of the jobs a worker may yet run, whose newer events it logs that it left alone.
+    static let unfinishedStates: Set<JobState> = [.queued, .running, .paused]
+
     /// Runs until shutdown (or, with `drain`, until no job is queued or running). Returns what it did.
     ///
     /// `opened` is called just after `worker_started` is logged and `closing` just before
@@ -331,6 +334,8 @@ public final class WorkerPool: Sendable {
         var lastControlPoll: Int64 = 0
         let heartbeats = HeartbeatTurns()
         var lastRescue: Int64 = 0
+        // Whether the jobs left alone for their newer events were logged (again once none is left).
+        var newerEventsLogged = false
         var nextDue: Int64? = nil
         var shutdownStarted: Int64? = nil
         var consecutiveErrors = 0
@@ -422,6 +427,11 @@ public final class WorkerPool: Sendable {
                 try await heartbeats.beatIfDue(every: heartbeatEvery) { [self] now in try await heartbeat(now: now) }
                 if Self.isDue(since: lastRescue, every: rescueEvery, now: now) {
                     lastRescue = now
+                    // Claims and rescues pass over jobs with a newer jobctl's event (`WorkableRows`); said
+                    // once when such jobs appear (an empty index read: nothing while there are none).
+                    let leftAlone = try await store.run { try $0.jobsWithNewerEvents(inStates: Self.unfinishedStates) }
+                    if !leftAlone.isEmpty && !newerEventsLogged { log.newerEventsLeftAlone(leftAlone, now: now) }
+                    newerEventsLogged = !leftAlone.isEmpty
                     let owner = config.owner
                     let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
                     metrics.rescued(rescued.count)
