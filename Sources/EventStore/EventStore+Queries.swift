@@ -20,12 +20,14 @@ extension EventStore {
             states.reserveCapacity(ids.count)
             for id in ids {
                 states += try connection.query("""
-                    SELECT state, pause_requested, cancel_requested FROM jobs WHERE id = ?
+                    SELECT state, pause_requested, cancel_requested, (\(NewerEvents.firstOfJobSQL(parameter: "jobs.id")))
+                    FROM jobs WHERE id = ?
                     """, [.text(id)]) { (row) throws(StoreError) -> JobControlState in
                     guard let state = JobState(rawValue: row.text(0)) else {
                         throw StoreError.corrupt("job \(id) has unknown state '\(row.text(0))'")
                     }
-                    return JobControlState(id: id, state: state, pauseRequested: row.bool(1), cancelRequested: row.bool(2))
+                    return JobControlState(id: id, state: state, pauseRequested: row.bool(1), cancelRequested: row.bool(2),
+                                           newerEventType: row.optionalText(3))
                 }
             }
             return states

@@ -17,13 +17,15 @@ extension PostgresStore {
         let parameter = PostgresValue.array(PostgresArray(elementType: PostgresType.text, elements: ids.map(PostgresValue.text)))
         return try withConnection { (connection) throws(StoreError) -> [JobControlState] in
             try connection.rows("""
-                SELECT id, state, pause_requested, cancel_requested FROM jobs WHERE id = ANY($1)
+                SELECT id, state, pause_requested, cancel_requested, (\(NewerEvents.firstOfJobSQL(parameter: "jobs.id")))
+                FROM jobs WHERE id = ANY($1)
                 """, [parameter]) { (row) throws(StoreError) -> JobControlState in
                 let id = try row.string(0)
                 guard let state = JobState(rawValue: try row.string(1)) else {
                     throw StoreError.corrupt("job \(id) has unknown state '\(try row.string(1))'")
                 }
-                return JobControlState(id: id, state: state, pauseRequested: try row.flag(2), cancelRequested: try row.flag(3))
+                return JobControlState(id: id, state: state, pauseRequested: try row.flag(2), cancelRequested: try row.flag(3),
+                                       newerEventType: try row.optionalString(4))
             }
         }
     }

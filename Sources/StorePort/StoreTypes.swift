@@ -214,12 +214,16 @@ public struct JobControlState: Sendable, Equatable {
     public let state: JobState
     public let pauseRequested: Bool
     public let cancelRequested: Bool
+    /// The type of an event in the job's history that this jobctl does not know (a newer jobctl wrote
+    /// it, perhaps "hold this job"), nil when there is none (`NewerEvents`).
+    public let newerEventType: String?
 
-    public init(id: String, state: JobState, pauseRequested: Bool, cancelRequested: Bool) {
+    public init(id: String, state: JobState, pauseRequested: Bool, cancelRequested: Bool, newerEventType: String? = nil) {
         self.id = id
         self.state = state
         self.pauseRequested = pauseRequested
         self.cancelRequested = cancelRequested
+        self.newerEventType = newerEventType
     }
 
     /// The control state of a whole record.
@@ -528,7 +532,7 @@ public enum NewerEvents {
     }
 
     /// The SQL that reads the type of one job's first such event; `parameter` is the job id's
-    /// placeholder (`?`, `$1`).
+    /// placeholder (`?`, `$1`), or a column (`jobs.id`) for a sub-select.
     public static func firstOfJobSQL(parameter: String) -> String {
         "SELECT ev.type FROM events ev WHERE ev.job_id = \(parameter) AND \(condition(alias: "ev")) ORDER BY ev.seq LIMIT 1"
     }

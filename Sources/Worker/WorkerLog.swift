@@ -253,6 +253,17 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
+    /// A running job got an event of a type this jobctl does not know (a newer jobctl wrote it): its run
+    /// stops without an outcome, as on a lost lease, and its lease is left to run out for a newer worker.
+    func newerEventStoppedRun(jobID: String, type: String, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .newerEvents, jobID: jobID, fields: [
+            ("jobs", .integer(1)),
+            ("types", .text("'\(NewerEvents.shown(type))'")),
+            ("action", .text("stopped without an outcome: a newer jobctl wrote an event of a type this jobctl does not know "
+                             + "to this running job; its lease is left to run out for a newer worker: upgrade this worker")),
+        ]))
+    }
+
     func storeError(_ error: any Error, consecutive: Int, stopping: Bool = false, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: stopping ? .error : .warning, event: .storeError, fields: [
             ("error", .text(Self.describe(error))), ("consecutive", .integer(Int64(consecutive))),

@@ -990,7 +990,14 @@ public final class WorkerPool: Sendable {
         guard !ids.isEmpty else { return }
         let controls = try await store.run { store in try store.controlStates(ids: ids) }
         for control in controls {
-            if control.cancelRequested || control.state == .cancelled {
+            if let type = control.newerEventType {
+                // A newer jobctl's event (a "hold", say) this run cannot fold: it stops without an outcome,
+                // as on a lost lease; the lease runs out and a newer worker's rescue takes the job.
+                if state.withLock({ $0.running[control.id]?.stopRequested == nil }) {
+                    log.newerEventStoppedRun(jobID: control.id, type: type, now: Clock.nowMs())
+                }
+                stop(control.id, .leaseLost)
+            } else if control.cancelRequested || control.state == .cancelled {
                 stop(control.id, .cancel)
             } else if control.pauseRequested || control.state == .paused {
                 stop(control.id, .pause)

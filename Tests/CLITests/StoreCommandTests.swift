@@ -642,6 +642,34 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         #expect(try workspace.jobctl(["show", ids[1]]).stdout.contains("succeeded"))
     }
 
+    /// A newer jobctl's event appended while an older worker ran the job went unseen: the run went on to
+    /// its outcome. The worker's look for control requests on its runs finds it now, and the run stops
+    /// without an outcome, as on a lost lease, leaving the job to a newer worker.
+    @Test("a run whose job gets an event of a type the worker does not know stops without an outcome", arguments: StoreEngine.allCases)
+    func unknownEventTypeStopsTheRun(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("unknown-event-stop", engine: engine)
+        defer { workspace.directory.remove() }
+        try workspace.write("buckets/src/big.bin", String(repeating: "x", count: 3 << 20))
+        // About 12 s at its rate: still running when the event comes.
+        let manifest = try workspace.write("m.yaml", "- {kind: download-file, source: file://src/big.bin, destination: out/big.bin, max_rate: 256K}\n")
+        let submitted = try workspace.jobctl(["submit", manifest])
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let id = submitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let worker = try LoggedWorker(workspace, ["--log-format", "json"])
+        defer { worker.kill() }
+        let deadline = Date().addingTimeInterval(20)
+        while !worker.log().contains("{\"event\":\"started\""), Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        try #require(worker.log().contains("{\"event\":\"started\""), "\(worker.log())")
+        try Self.appendNewerEvent(workspace, engine, jobID: id)
+        while !worker.log().contains("{\"event\":\"abandoned\""), Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        worker.stop()
+        let log = worker.log()
+        let stopped = log.split(separator: "\n").filter { $0.contains("\"newer_events\"") && $0.contains(id) && $0.contains("stopped without an outcome") }
+        #expect(stopped.count == 1, "\(log)")
+        #expect(log.contains("{\"event\":\"abandoned\"") && !log.contains("{\"event\":\"succeeded\""), "\(log)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("out/big.bin")))
+    }
+
     /// The same newer event made `history` and `replay --verify` call the log damaged ("stored data
     /// could not be read … `jobctl replay --verify` checks the log"; "problem: event 4 has unknown type",
     /// exit 1), while `list`, `show`, `audit` and `stats` showed the job as if the event were not there,
