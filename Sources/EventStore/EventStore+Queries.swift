@@ -20,12 +20,14 @@ extension EventStore {
             states.reserveCapacity(ids.count)
             for id in ids {
                 states += try connection.query("""
-                    SELECT state, pause_requested, cancel_requested FROM jobs WHERE id = ?
+                    SELECT state, pause_requested, cancel_requested, (\(NewerEvents.firstOfJobSQL(parameter: "jobs.id")))
+                    FROM jobs WHERE id = ?
                     """, [.text(id)]) { (row) throws(StoreError) -> JobControlState in
                     guard let state = JobState(rawValue: row.text(0)) else {
                         throw StoreError.corrupt("job \(id) has unknown state '\(row.text(0))'")
                     }
-                    return JobControlState(id: id, state: state, pauseRequested: row.bool(1), cancelRequested: row.bool(2))
+                    return JobControlState(id: id, state: state, pauseRequested: row.bool(1), cancelRequested: row.bool(2),
+                                           newerEventType: row.optionalText(3))
                 }
             }
             return states
@@ -61,11 +63,13 @@ extension EventStore {
         let query = sql
         let parameters = values
         return try readTransaction { (connection) throws(StoreError) -> [JobRecord] in
+            // Jobs with a newer jobctl's event (an empty index read while there are none) are passed over.
+            let newer = try connection.jobsWithNewerEvents(inStates: nil)
             // The rows of the read whose jobs are returned are the ones counted as passed over.
             let read = { (sql: String, values: [SQLiteValue], passed: PassedOver) throws(StoreError) -> [JobRecord] in
-                try connection.query(sql, values) { (row) throws(StoreError) in
+                passed.passingOver(newer, in: try connection.query(sql, values) { (row) throws(StoreError) in
                     try JobRecord(listedRow: row, specs: connection.decodedSpecs, passingOver: passed)
-                }.compactMap { $0 }
+                }.compactMap { $0 })
             }
             if let window {
                 let passed = PassedOver()
@@ -146,6 +150,8 @@ extension EventStore {
         // for a `--state` filter and sorted every job in that state for each page. `jobs_batch` holds
         // the same order after the batch, and a batch is small.
         let table = filter.batch == nil ? "jobs INDEXED BY jobs_created" : "jobs"
+        // Jobs with a newer jobctl's event are passed over (an empty index read while there are none).
+        let newer = try jobsWithNewerEvents(inStates: nil)
         // The first pass's last job (created_at_ms, seq): later passes stop there.
         var end: (Int64, Int64)?
         for pass in 1...max(1, passes) {
@@ -173,13 +179,17 @@ extension EventStore {
                         (try JobRecord(listedRow: row, specs: specs, passingOver: passed), (row.int64(19), row.int64(1)))
                     }
                 }
-                for case (let job?, _) in page { try body(pass, job) }
+                for job in passed.passingOver(newer, in: page.compactMap(\.0)) { try body(pass, job) }
                 guard let last = page.last else { break }
                 after = last.1
                 if pass == 1 { end = after }
                 if page.count < Self.jobPageSize { break }
             }
         }
+    }
+
+    public func jobsWithNewerEvents(inStates states: Set<JobState>?) throws(StoreError) -> [String: String] {
+        try withConnection { (connection) throws(StoreError) -> [String: String] in try connection.jobsWithNewerEvents(inStates: states) }
     }
 
     /// How many jobs match `filter`, ignoring its `limit` (so a listing can say "50 of N").
@@ -331,6 +341,24 @@ extension EventStore {
             try connection.query("SELECT sha256, size, expired_at_ms FROM expired_blobs ORDER BY sha256") { row in
                 ExpiredBlob(sha256: row.text(0), size: row.int64(1), expiredAtMs: row.int64(2))
             }
+        }
+    }
+}
+
+extension SQLiteConnection {
+    /// `EventStore.jobsWithNewerEvents`, on this connection.
+    func jobsWithNewerEvents(inStates states: Set<JobState>?) throws(StoreError) -> [String: String] {
+        var found: [String: String] = [:]
+        try forEach(NewerEvents.jobsSQL(inStates: states), []) { (row) throws(StoreError) in found[row.text(0)] = row.text(1) }
+        return found
+    }
+
+    /// Refuses (`unknownEventType`) to go on with job `jobID` when its history holds an event of a type
+    /// this jobctl does not know: a control folded onto the row as if it were not there (a pause, a
+    /// cancel or a retry of a job a newer jobctl had held).
+    func refuseNewerEvents(_ jobID: String) throws(StoreError) {
+        if let type = try first(NewerEvents.firstOfJobSQL(parameter: "?"), [.text(jobID)], { row in row.text(0) }) {
+            throw StoreError.unknownEventType(jobID: jobID, type: type)
         }
     }
 }

@@ -334,7 +334,7 @@ extension JobEvent {
     init(row: SQLiteRow) throws(StoreError) {
         let seq = row.int64(0)
         guard let type = EventType(rawValue: row.text(3)) else {
-            throw StoreError.corrupt("event \(seq) has unknown type '\(row.text(3))'")
+            throw StoreError.unknownEventType(jobID: row.text(1), type: row.text(3))
         }
         let wire = try StoreJSON.decode(EventData.self, row.text(7), what: "event \(seq) data")
         let payload: EventPayload

@@ -255,7 +255,7 @@ extension JobEvent {
     init(postgresRow row: PostgresRow) throws(StoreError) {
         let seq = try row.integer(0)
         guard let type = EventType(rawValue: try row.string(3)) else {
-            throw StoreError.corrupt("event \(seq) has unknown type '\(try row.string(3))'")
+            throw StoreError.unknownEventType(jobID: try row.string(1), type: try row.string(3))
         }
         let wire = try StoreJSON.decode(EventData.self, try row.string(7), what: "event \(seq) data")
         let payload: EventPayload

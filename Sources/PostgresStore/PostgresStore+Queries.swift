@@ -17,13 +17,15 @@ extension PostgresStore {
         let parameter = PostgresValue.array(PostgresArray(elementType: PostgresType.text, elements: ids.map(PostgresValue.text)))
         return try withConnection { (connection) throws(StoreError) -> [JobControlState] in
             try connection.rows("""
-                SELECT id, state, pause_requested, cancel_requested FROM jobs WHERE id = ANY($1)
+                SELECT id, state, pause_requested, cancel_requested, (\(NewerEvents.firstOfJobSQL(parameter: "jobs.id")))
+                FROM jobs WHERE id = ANY($1)
                 """, [parameter]) { (row) throws(StoreError) -> JobControlState in
                 let id = try row.string(0)
                 guard let state = JobState(rawValue: try row.string(1)) else {
                     throw StoreError.corrupt("job \(id) has unknown state '\(try row.string(1))'")
                 }
-                return JobControlState(id: id, state: state, pauseRequested: try row.flag(2), cancelRequested: try row.flag(3))
+                return JobControlState(id: id, state: state, pauseRequested: try row.flag(2), cancelRequested: try row.flag(3),
+                                       newerEventType: try row.optionalString(4))
             }
         }
     }
@@ -40,9 +42,11 @@ extension PostgresStore {
         let query = sql
         let parameters = values
         return try withConnection { (connection) throws(StoreError) -> [JobRecord] in
-            try connection.rows(query, parameters) { (row) throws(StoreError) in
+            // Jobs with a newer jobctl's event (an empty index read while there are none) are passed over.
+            let newer = try connection.jobsWithNewerEvents(inStates: nil)
+            return passingOver.passingOver(newer, in: try connection.rows(query, parameters) { (row) throws(StoreError) in
                 try JobRecord(listedPostgresRow: row, specs: connection.specs, passingOver: passingOver)
-            }.compactMap { $0 }
+            }.compactMap { $0 })
         }
     }
 
@@ -113,6 +117,8 @@ extension PostgresStore {
                            _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError) {
         guard filter.limit == nil else { return try forEachListedJob(filter: filter, passes: passes, passingOver: passingOver, body) }
         guard let (select, parameters) = Self.selection("SELECT \(JobRecord.postgresSelectColumns) FROM jobs", filter) else { return }
+        // Jobs with a newer jobctl's event are passed over (an empty index read while there are none).
+        let newer = try jobsWithNewerEvents(inStates: nil)
         // The first pass's last job (created_at_ms, seq): later passes stop there.
         var end: (Int64, Int64)?
         for pass in 1...max(1, passes) {
@@ -141,13 +147,17 @@ extension PostgresStore {
                          (try row.integer(19), try row.integer(1)))
                     }
                 }
-                for case (let job?, _) in page { try body(pass, job) }
+                for job in passed.passingOver(newer, in: page.compactMap(\.0)) { try body(pass, job) }
                 guard let last = page.last else { break }
                 after = last.1
                 if pass == 1 { end = after }
                 if page.count < Self.jobPageSize { break }
             }
         }
+    }
+
+    public func jobsWithNewerEvents(inStates states: Set<JobState>?) throws(StoreError) -> [String: String] {
+        try withConnection { (connection) throws(StoreError) -> [String: String] in try connection.jobsWithNewerEvents(inStates: states) }
     }
 
     /// How many jobs match `filter`, ignoring its `limit`.
@@ -626,5 +636,27 @@ extension PostgresStore {
                 let events = try connection.rows(eventsOfJob, [.text(id)]) { (row) throws(StoreError) in try decode(row).2 }
                 return try StreamingReplay<PostgresValue>.rebuild(jobID: id, events: events)
             })
+    }
+}
+
+extension PostgresConnection {
+    /// `PostgresStore.jobsWithNewerEvents`, on this connection.
+    func jobsWithNewerEvents(inStates states: Set<JobState>?) throws(StoreError) -> [String: String] {
+        var found: [String: String] = [:]
+        for (id, type) in try rows(NewerEvents.jobsSQL(inStates: states), []) { (row) throws(StoreError) in
+            (try row.string(0), try row.string(1))
+        } {
+            found[id] = type
+        }
+        return found
+    }
+
+    /// Refuses (`unknownEventType`) to go on with job `jobID` when its history holds an event of a type
+    /// this jobctl does not know: a control folded onto the row as if it were not there (a pause, a
+    /// cancel or a retry of a job a newer jobctl had held).
+    func refuseNewerEvents(_ jobID: String) throws(StoreError) {
+        if let type = try row(NewerEvents.firstOfJobSQL(parameter: "$1"), [.text(jobID)], { (row) throws(StoreError) in try row.string(0) }) {
+            throw StoreError.unknownEventType(jobID: jobID, type: type)
+        }
     }
 }

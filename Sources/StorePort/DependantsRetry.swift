@@ -61,6 +61,9 @@ public protocol DependantsReader: DecisionWriter {
     /// The job's projection row as this transaction reads it, or nil; never locked (a dry run's read
     /// transaction takes no locks, and reading up a chain of cancels for a message must not lock it).
     func unlockedRecord(_ jobID: String) throws(StoreError) -> JobRecord?
+    /// Throws `unknownEventType` when job `jobID`'s history holds an event of a type this jobctl does
+    /// not know (`NewerEvents`): a control decided on its row alone, as if that event were not there.
+    func refuseNewerEvents(_ jobID: String) throws(StoreError)
 }
 
 // MARK: - Control
@@ -96,6 +99,7 @@ extension DependantsReader {
     /// when it is a retry (read here, their rows held until the commit).
     public func control(_ command: JobCommand, on job: JobRecord, actor: String,
                         now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
+        try refuseNewerEvents(job.id)
         let dependencies = command == .retry ? try dependencyStanding(of: job, locking: true) : nil
         return try perform(command, jobID: job.id, on: job, actor: actor, expectedVersion: job.version,
                            dependencies: dependencies, now: now)
@@ -117,6 +121,7 @@ extension DependantsReader {
     /// lifecycle's events, or its refusal thrown. `openedBefore`: as `planDependantsRetry`.
     public func planControl(_ command: JobCommand, on job: JobRecord, now: Int64,
                             openedBefore: Set<String> = []) throws(StoreError) -> [DecidedEvent] {
+        try refuseNewerEvents(job.id)
         let dependencies = command == .retry ? try dependencyStanding(of: job, locking: false, openedBefore: openedBefore) : nil
         switch JobLifecycle(record: job).decide(command, now: now, expectedVersion: job.version, dependencies: dependencies) {
         case .success(let events): return events
@@ -198,6 +203,7 @@ extension DependantsReader {
         reopened.reserveCapacity(plan.reopened.count)
         for reopening in plan.reopened {
             let dependant = reopening.record
+            try refuseNewerEvents(dependant.id)
             let (_, after) = try perform(reopening.command, jobID: dependant.id, on: dependant, actor: actor,
                                          expectedVersion: dependant.version, now: now)
             reopened.append(after ?? dependant)

@@ -151,6 +151,10 @@ public protocol JobStore: AnyObject, Sendable {
     /// (once, whatever the passes), not handed to `body`.
     func forEachJob(filter: JobFilter, passes: Int, passingOver: PassedOver,
                     _ body: @escaping (_ pass: Int, _ job: JobRecord) throws(StoreError) -> Void) throws(StoreError)
+    /// The jobs in `states` (nil: any) whose history holds an event of a type this jobctl does not know
+    /// (a newer jobctl wrote it), by id with one such event's type (`NewerEvents`); empty, from an empty
+    /// index, while every event is of a known type.
+    func jobsWithNewerEvents(inStates states: Set<JobState>?) throws(StoreError) -> [String: String]
     /// Every event of a job, oldest first.
     func events(jobID: String) throws(StoreError) -> [JobEvent]
     /// Up to `limit` events after `afterSeq`, in log order.
@@ -559,9 +563,12 @@ extension JobStore {
     }
 
     /// The job a key, full id or unique id prefix names (`resolveID`); `notFound` otherwise.
+    /// A job whose history holds an event of a type this jobctl does not know is refused
+    /// (`unknownEventType`): its row alone does not say what a newer jobctl made of it.
     public func job(resolving text: String) throws(StoreError) -> JobRecord {
         let id = try resolveID(text)
         guard let job = try job(id) else { throw StoreError.notFound(text) }
+        if let type = try jobsWithNewerEvents(inStates: nil)[job.id] { throw StoreError.unknownEventType(jobID: job.id, type: type) }
         return job
     }
 }

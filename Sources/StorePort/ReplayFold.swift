@@ -11,6 +11,9 @@ public struct ReplayFold: Sendable {
     public private(set) var eventsRead = 0
     /// What is wrong with the log: undecodable payloads, events before their submission, version gaps.
     public private(set) var problems: [String] = []
+    /// Jobs whose history holds an event of a type this jobctl does not know (a newer jobctl's), by id
+    /// with that event's type: their events are not folded from it on, nor their rows compared.
+    public private(set) var unchecked: [String: String] = [:]
     /// The log's own `archived` events read (each records jobs moved out of the log into a file).
     public private(set) var archives: [ArchiveRecord] = []
     /// The version of the last `archived` event, to check that the log's own events stay contiguous.
@@ -24,6 +27,11 @@ public struct ReplayFold: Sendable {
     /// written by a newer one, or a damaged one — so such a rewrite would quietly undo them. The log is
     /// the truth; the projection stays as it was until a jobctl that reads every event rebuilds it.
     public func refuseRewriteWithProblems() throws(StoreError) {
+        if problems.isEmpty, let (job, type) = unchecked.min(by: { $0.key < $1.key }) {
+            throw StoreError.invalidControl("the log holds events of types this jobctl does not know (job \(job) has one of type "
+                + "'\(NewerEvents.shown(type))'\(unchecked.count > 1 ? "; \(unchecked.count) jobs in all" : "")): a newer jobctl wrote "
+                + "them, and a rewrite would undo them; nothing was rewritten: run `jobctl replay` with a jobctl as new")
+        }
         guard let first = problems.first else { return }
         let count = problems.count == 1 ? "an event" : "\(problems.count) events"
         throw StoreError.corrupt("the log holds \(count) this jobctl cannot apply (\(first)); nothing was rewritten "
@@ -37,11 +45,17 @@ public struct ReplayFold: Sendable {
         let event: JobEvent
         switch decoded {
         case .success(let value): event = value
+        case .failure(.unknownEventType(let jobID, let type)):
+            // Not damage: this jobctl cannot fold the job from here on.
+            if unchecked[jobID] == nil { unchecked[jobID] = type }
+            records[jobID] = nil
+            return
         case .failure(let error):
             guard case .corrupt(let message) = error else { throw error }
             problems.append(message)
             return
         }
+        if unchecked[event.jobID] != nil { return }
         if case .archived(let record) = event.payload {
             // The log's own event: archived jobs left the log together with their events and rows,
             // so there is nothing to fold; it only has to sit on the log's pseudo job, in order.
@@ -86,7 +100,7 @@ public struct ReplayFold: Sendable {
         stored: [String: [Value]], columns: [String], row: (JobRecord) throws(StoreError) -> [Value]
     ) throws(StoreError) -> [ReplayDifference] {
         var differences: [ReplayDifference] = []
-        for id in Set(records.keys).union(stored.keys).sorted() {
+        for id in Set(records.keys).union(stored.keys).sorted() where unchecked[id] == nil {
             switch (stored[id], records[id]) {
             case (let storedRow?, let record?):
                 let rebuiltRow = try row(record)
@@ -108,7 +122,7 @@ public struct ReplayFold: Sendable {
     /// The report of this fold.
     public func report(differences: [ReplayDifference], rewritten: Bool) -> ReplayReport {
         ReplayReport(eventsRead: eventsRead, jobsRebuilt: records.count, differences: differences,
-                     problems: problems, rewritten: rewritten)
+                     problems: problems, rewritten: rewritten, unchecked: unchecked)
     }
 
     // MARK: - Dependencies

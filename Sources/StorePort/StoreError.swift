@@ -20,6 +20,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Job `jobID` is of kind `kind`, which this jobctl does not know: a newer jobctl submitted it. Not
     /// damage (`corrupt`): the log is as it should be, this binary is too old to read the job.
     case unknownKind(jobID: String, kind: String)
+    /// Job `jobID`'s history holds an event of type `type`, which this jobctl does not know: a newer
+    /// jobctl wrote it. Not damage (`corrupt`): this binary cannot fold the job's history, so it neither
+    /// reads, runs nor changes the job.
+    case unknownEventType(jobID: String, type: String)
     /// The id prefix matches several jobs.
     case ambiguous(prefix: String, matches: [String])
     /// SQLite returned `code` (extended result code) with `message` while running `sql`.
@@ -101,6 +105,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unknownKind(let jobID, let kind):
             return "job \(jobID) is of kind '\(JobKind.shown(kind))', which this jobctl does not know: a newer "
                 + "jobctl submitted it, and only as new a jobctl can read, run or change it; upgrade this one"
+        case .unknownEventType(let jobID, let type):
+            return "job \(jobID) has an event of type '\(NewerEvents.shown(type))', which this jobctl does not "
+                + "know: a newer jobctl wrote it, and only as new a jobctl can read, run or change the job; upgrade this one"
         case .ambiguous(let prefix, let matches):
             return "'\(prefix)' matches \(matches.count) jobs (\(matches.prefix(5).joined(separator: ", "))"
                 + "\(matches.count > 5 ? ", …" : "")); give more characters of the id"

@@ -214,12 +214,16 @@ public struct JobControlState: Sendable, Equatable {
     public let state: JobState
     public let pauseRequested: Bool
     public let cancelRequested: Bool
+    /// The type of an event in the job's history that this jobctl does not know (a newer jobctl wrote
+    /// it, perhaps "hold this job"), nil when there is none (`NewerEvents`).
+    public let newerEventType: String?
 
-    public init(id: String, state: JobState, pauseRequested: Bool, cancelRequested: Bool) {
+    public init(id: String, state: JobState, pauseRequested: Bool, cancelRequested: Bool, newerEventType: String? = nil) {
         self.id = id
         self.state = state
         self.pauseRequested = pauseRequested
         self.cancelRequested = cancelRequested
+        self.newerEventType = newerEventType
     }
 
     /// The control state of a whole record.
@@ -461,30 +465,38 @@ public struct ReplayReport: Sendable, Equatable {
     public var problems: [String]
     /// Whether the `jobs` table was rewritten from the fold.
     public var rewritten: Bool
+    /// The jobs not checked, by id with the type of their first event this jobctl does not know: a newer
+    /// jobctl wrote it, and only as new a jobctl can fold their history (not a fault of the log).
+    public var unchecked: [String: String]
 
-    /// Whether the projection matched the log exactly and the log had no problems.
+    /// Whether the projection matched the log exactly and the log had no problems (jobs `unchecked` aside).
     public var isConsistent: Bool { differences.isEmpty && problems.isEmpty }
 
     /// Creates a report.
-    public init(eventsRead: Int, jobsRebuilt: Int, differences: [ReplayDifference], problems: [String], rewritten: Bool) {
+    public init(eventsRead: Int, jobsRebuilt: Int, differences: [ReplayDifference], problems: [String], rewritten: Bool,
+                unchecked: [String: String] = [:]) {
         self.eventsRead = eventsRead
         self.jobsRebuilt = jobsRebuilt
         self.differences = differences
         self.problems = problems
         self.rewritten = rewritten
+        self.unchecked = unchecked
     }
 }
 
 /// The job rows a worker may take — claim, rescue, wait for — as one SQL condition on `jobs` (both
-/// engines): of a kind this jobctl runs, and below the largest version. A job of a kind a newer jobctl
-/// added stays for a newer worker (read, it stopped every claim of an older one: its row could not be
-/// decoded, every 5 s for ever); a row at the largest version takes no event (the lifecycle refuses it;
-/// claimed, it trapped the worker at every start).
+/// engines): of a kind this jobctl runs, below the largest version, and with no event of a type this
+/// jobctl does not know. A job of a kind a newer jobctl added stays for a newer worker (read, it stopped
+/// every claim of an older one: its row could not be decoded, every 5 s for ever); a row at the largest
+/// version takes no event (the lifecycle refuses it; claimed, it trapped the worker at every start); a
+/// job whose history holds a newer jobctl's event (one that may mean "hold this job") was claimed and
+/// run as if that event were not there (see `NewerEvents`).
 public enum WorkableRows {
     /// The condition on the table's own columns, or on `alias`'s (`j`).
     public static func condition(alias: String? = nil) -> String {
-        let prefix = alias.map { $0 + "." } ?? ""
-        return "\(prefix)kind IN (\(knownKinds)) AND \(prefix)version < \(Int64.max)"
+        let table = alias ?? "jobs"
+        return "\(table).kind IN (\(knownKinds)) AND \(table).version < \(Int64.max)"
+            + " AND NOT EXISTS (SELECT 1 FROM events ev WHERE ev.job_id = \(table).id AND \(NewerEvents.condition(alias: "ev")))"
     }
 
     /// The kinds this jobctl runs, as an SQL list (`'upload-file', 'upload-data', …`).
@@ -499,14 +511,67 @@ extension JobKind {
     }
 }
 
+// MARK: - NewerEvents
+
+/// Events of a type this jobctl does not know: during a rolling upgrade a newer jobctl appends them to
+/// the log older ones share. Such an event may change what the job may do (a newer "hold this job"), so
+/// a jobctl that cannot fold it neither runs nor changes the job, and says so instead of calling the log
+/// damaged.
+///
+/// Found through a partial index of the events whose type is none of `indexedTypes` (SQLite migration
+/// 15, PostgreSQL 17), which holds no entry while every event is of a type all jobctls since then know:
+/// a claim's look for them is a probe of an empty index (~0.1 µs a job claimed, SQLite), and no append
+/// of a known type writes an entry.
+public enum NewerEvents {
+    /// The event types of the partial index's condition, word for word and in its order (a planner uses
+    /// the index only for the same condition): the types every jobctl since that migration knows. Never
+    /// changed: a type added later is excluded by a condition of its own (`condition`).
+    static let indexedTypes = ["submitted", "claimed", "started", "progress", "pause_requested", "paused", "resume_requested",
+                               "cancel_requested", "cancelled", "attempt_failed", "lease_expired", "released", "succeeded",
+                               "failed", "retried", "archived"]
+
+    /// The SQL condition on an `events` row aliased `alias` (`ev`) that its type is one this jobctl does
+    /// not know: the partial index's condition, as comparisons in its order (no IN list: see the
+    /// migration), and the types added since excluded too.
+    public static func condition(alias: String) -> String {
+        let addedSince = EventType.allCases.map(\.rawValue).filter { !indexedTypes.contains($0) }
+        return (indexedTypes + addedSince).map { "\(alias).type <> '\($0)'" }.joined(separator: " AND ")
+    }
+
+    /// The SQL that reads every job with such an event, in `states` (nil: any), as its id and one such
+    /// event's type (`jobsWithNewerEvents`).
+    ///
+    /// The index is read first and the jobs it names looked up after, by id: joined to `jobs` directly,
+    /// SQLite read every job in those states and probed the index once for each.
+    public static func jobsSQL(inStates states: Set<JobState>?) -> String {
+        let newer = "SELECT ev.job_id, min(ev.type) AS type FROM events ev WHERE \(condition(alias: "ev")) GROUP BY ev.job_id"
+        guard let states else { return newer }
+        let listed = states.map { "j.state = '\($0.rawValue)'" }.sorted().joined(separator: " OR ")
+        return "SELECT n.job_id, n.type FROM (\(newer)) AS n JOIN jobs j ON j.id = n.job_id WHERE \(listed)"
+    }
+
+    /// The SQL that reads the type of one job's first such event; `parameter` is the job id's
+    /// placeholder (`?`, `$1`), or a column (`jobs.id`) for a sub-select.
+    public static func firstOfJobSQL(parameter: String) -> String {
+        "SELECT ev.type FROM events ev WHERE ev.job_id = \(parameter) AND \(condition(alias: "ev")) ORDER BY ev.seq LIMIT 1"
+    }
+
+    /// A type as an event row stores it — any text a newer jobctl wrote — as messages show it.
+    public static func shown(_ stored: String) -> String {
+        TerminalText.printable(TerminalText.clipped(stored, limit: 100))
+    }
+}
+
 // MARK: - PassedOver
 
 /// The jobs a read of many (`list`, `audit`, a bulk control, `stats`' running jobs) passed over because
-/// this jobctl does not know their kind: a newer jobctl submitted them, and a log shared during a rolling
-/// upgrade holds them. One such job made every such command fail; now the others are read, and the
-/// command says what it left out.
+/// this jobctl does not know their kind, or the type of an event in their history: a newer jobctl
+/// submitted them or wrote that event, and a log shared during a rolling upgrade holds them. One such
+/// job made every such command fail (or, for an event, was listed and changed as if the event were not
+/// there); now the others are read, and the command says what it left out.
 public final class PassedOver: Sendable {
     private let byKind = Mutex<[String: Int]>([:])
+    private let byEventType = Mutex<[String: Int]>([:])
 
     public init() {}
 
@@ -515,24 +580,63 @@ public final class PassedOver: Sendable {
         byKind.withLock { $0[kind, default: 0] += 1 }
     }
 
+    /// Counts one job with an event of `type`, which this jobctl does not know.
+    public func note(eventType type: String) {
+        byEventType.withLock { $0[type, default: 0] += 1 }
+    }
+
+    /// `jobs` without those in `newer` (job id to the type of one of its events this jobctl does not
+    /// know, `JobStore.jobsWithNewerEvents`), each of which is counted.
+    public func passingOver(_ newer: [String: String], in jobs: [JobRecord]) -> [JobRecord] {
+        guard !newer.isEmpty else { return jobs }
+        return jobs.filter { job in
+            guard let type = newer[job.id] else { return true }
+            note(eventType: type)
+            return false
+        }
+    }
+
     /// Counts what `other` counted.
     public func add(_ other: PassedOver) {
-        let counted = other.byKind.withLock { $0 }
+        let (kinds, types) = (other.byKind.withLock { $0 }, other.byEventType.withLock { $0 })
         byKind.withLock { mine in
-            for (kind, count) in counted { mine[kind, default: 0] += count }
+            for (kind, count) in kinds { mine[kind, default: 0] += count }
+        }
+        byEventType.withLock { mine in
+            for (type, count) in types { mine[type, default: 0] += count }
         }
     }
 
     /// "2 jobs of kinds 'a', 'b', which this jobctl does not know, were VERB: …" (at most five kinds
-    /// named), or nil when none was passed over.
+    /// named), and as much for the jobs with events of types it does not know, on a line of their own;
+    /// nil when none was passed over.
     public func sentence(_ verb: String) -> String? {
+        let lines = [kindSentence(verb), eventTypeSentence(verb)].compactMap { $0 }
+        return lines.isEmpty ? nil : lines.joined(separator: "\n")
+    }
+
+    private func kindSentence(_ verb: String) -> String? {
         let counts = byKind.withLock { $0 }
         let total = counts.values.reduce(0, +)
         guard total > 0 else { return nil }
-        let kinds = counts.keys.sorted().prefix(5).map { "'" + JobKind.shown($0) + "'" }
-        let named = kinds.joined(separator: ", ") + (counts.count > 5 ? ", …" : "")
-        let subject = total == 1 ? "1 job of kind \(named), which this jobctl does not know, was"
-            : "\(total) jobs of kind\(counts.count == 1 ? "" : "s") \(named), which this jobctl does not know, were"
+        let subject = total == 1 ? "1 job of kind \(Self.named(counts, JobKind.shown)), which this jobctl does not know, was"
+            : "\(total) jobs of kind\(counts.count == 1 ? "" : "s") \(Self.named(counts, JobKind.shown)), which this jobctl does not know, were"
         return "\(subject) \(verb): a newer jobctl submitted \(total == 1 ? "it" : "them"); upgrade this jobctl to include \(total == 1 ? "it" : "them")"
+    }
+
+    private func eventTypeSentence(_ verb: String) -> String? {
+        let counts = byEventType.withLock { $0 }
+        let total = counts.values.reduce(0, +)
+        guard total > 0 else { return nil }
+        let types = "type\(counts.count == 1 ? "" : "s") \(Self.named(counts, NewerEvents.shown))"
+        let subject = total == 1 ? "1 job with an event of \(types), which this jobctl does not know, was"
+            : "\(total) jobs with events of \(types), which this jobctl does not know, were"
+        return "\(subject) \(verb): a newer jobctl wrote \(counts.count == 1 && total == 1 ? "it" : "them"); "
+            + "upgrade this jobctl to include \(total == 1 ? "that job" : "those jobs")"
+    }
+
+    /// At most five of `counts`' names, quoted and shown through `shown`.
+    private static func named(_ counts: [String: Int], _ shown: (String) -> String) -> String {
+        counts.keys.sorted().prefix(5).map { "'" + shown($0) + "'" }.joined(separator: ", ") + (counts.count > 5 ? ", …" : "")
     }
 }

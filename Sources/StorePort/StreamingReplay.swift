@@ -25,6 +25,8 @@ public struct StreamingReplay<Value: Equatable & CustomStringConvertible> {
     private var differences: [ReplayDifference] = []
     /// `job` waits for `dependsOn` unless that one succeeded: decided once every job is folded.
     private var edges: [DependencyRow] = []
+    /// Jobs not compared: their history holds an event of a type this jobctl does not know (`ReplayFold.unchecked`).
+    public private(set) var unchecked: [String: String] = [:]
     /// Events read, decodable or not.
     public private(set) var eventsRead = 0
     /// Jobs rebuilt from the log.
@@ -73,6 +75,10 @@ public struct StreamingReplay<Value: Equatable & CustomStringConvertible> {
         }
         let storedRow = try stored(job.jobID)
         if storedRow != nil { storedRowsMatched += 1 }
+        if let type = job.fold.unchecked[job.jobID] {
+            unchecked[job.jobID] = type
+            return
+        }
         if record != nil { jobsRebuilt += 1 }
         switch (storedRow, record) {
         case (let storedRow?, let record?):
@@ -136,7 +142,7 @@ public struct StreamingReplay<Value: Equatable & CustomStringConvertible> {
             lhs.element.seq != rhs.element.seq ? lhs.element.seq < rhs.element.seq : lhs.offset < rhs.offset
         }.map(\.element.text)
         return ReplayReport(eventsRead: eventsRead, jobsRebuilt: jobsRebuilt, differences: sorted + dependencyDifferences,
-                            problems: orderedProblems, rewritten: false)
+                            problems: orderedProblems, rewritten: false, unchecked: unchecked)
     }
 
     /// A job's record rebuilt from its events alone (the `rebuild` of `report`), nil when none.

@@ -240,6 +240,31 @@ public final class WorkerLog: Sendable {
         ]))
     }
 
+    /// Unfinished jobs (`jobs`, by id, with the type of one event of each this jobctl does not know)
+    /// that claims and rescues leave alone: a newer jobctl wrote events to them, which may mean "hold this
+    /// job", and running them as if those events were not there could do what they forbid.
+    func newerEventsLeftAlone(_ jobs: [String: String], now: Int64) {
+        let types = Set(jobs.values).sorted().prefix(5).map { "'\(NewerEvents.shown($0))'" }.joined(separator: ", ")
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .newerEvents, fields: [
+            ("jobs", .integer(Int64(jobs.count))),
+            ("types", .text(types + (Set(jobs.values).count > 5 ? ", …" : ""))),
+            ("first", .text(jobs.keys.sorted().first ?? "")),
+            ("action", .text("left alone: a newer jobctl wrote events of types this jobctl does not know to these jobs; "
+                             + "upgrade this worker to run them")),
+        ]))
+    }
+
+    /// A running job got an event of a type this jobctl does not know (a newer jobctl wrote it): its run
+    /// stops without an outcome, as on a lost lease, and its lease is left to run out for a newer worker.
+    func newerEventStoppedRun(jobID: String, type: String, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .newerEvents, jobID: jobID, fields: [
+            ("jobs", .integer(1)),
+            ("types", .text("'\(NewerEvents.shown(type))'")),
+            ("action", .text("stopped without an outcome: a newer jobctl wrote an event of a type this jobctl does not know "
+                             + "to this running job; its lease is left to run out for a newer worker: upgrade this worker")),
+        ]))
+    }
+
     func storeError(_ error: any Error, consecutive: Int, stopping: Bool = false, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: stopping ? .error : .warning, event: .storeError, fields: [
             ("error", .text(Self.describe(error))), ("consecutive", .integer(Int64(consecutive))),

@@ -73,6 +73,9 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case clockSkew = "clock_skew"
     /// At start: `gs://` jobs are queued and no Google credentials (nor an emulator) were found.
     case noCredentials = "no_credentials"
+    /// Jobs whose history holds an event of a type this jobctl does not know (a newer jobctl wrote it)
+    /// are waiting: this worker leaves them alone. Said when such jobs first appear.
+    case newerEvents = "newer_events"
     /// At start: the open-files limit, even raised to its hard ceiling, is below what the concurrency
     /// may need.
     case openFilesLimit = "open_files_limit"

@@ -318,6 +318,9 @@ public final class WorkerPool: Sendable {
 
     public var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
 
+    /// The states of the jobs a worker may yet run, whose newer events it logs that it left alone.
+    static let unfinishedStates: Set<JobState> = [.queued, .running, .paused]
+
     /// Runs until shutdown (or, with `drain`, until no job is queued or running). Returns what it did.
     ///
     /// `opened` is called just after `worker_started` is logged and `closing` just before
@@ -335,6 +338,8 @@ public final class WorkerPool: Sendable {
         var lastControlPoll: Int64 = 0
         let heartbeats = HeartbeatTurns()
         var lastRescue: Int64 = 0
+        // Whether the jobs left alone for their newer events were logged (again once none is left).
+        var newerEventsLogged = false
         var nextDue: Int64? = nil
         var shutdownStarted: Int64? = nil
         var consecutiveErrors = 0
@@ -426,6 +431,11 @@ public final class WorkerPool: Sendable {
                 try await heartbeats.beatIfDue(every: heartbeatEvery) { [self] now in try await heartbeat(now: now) }
                 if Self.isDue(since: lastRescue, every: rescueEvery, now: now) {
                     lastRescue = now
+                    // Claims and rescues pass over jobs with a newer jobctl's event (`WorkableRows`); said
+                    // once when such jobs appear (an empty index read: nothing while there are none).
+                    let leftAlone = try await store.run { try $0.jobsWithNewerEvents(inStates: Self.unfinishedStates) }
+                    if !leftAlone.isEmpty && !newerEventsLogged { log.newerEventsLeftAlone(leftAlone, now: now) }
+                    newerEventsLogged = !leftAlone.isEmpty
                     let owner = config.owner
                     let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
                     metrics.rescued(rescued.count)
@@ -996,7 +1006,14 @@ public final class WorkerPool: Sendable {
         guard !ids.isEmpty else { return }
         let controls = try await store.run { store in try store.controlStates(ids: ids) }
         for control in controls {
-            if control.cancelRequested || control.state == .cancelled {
+            if let type = control.newerEventType {
+                // A newer jobctl's event (a "hold", say) this run cannot fold: it stops without an outcome,
+                // as on a lost lease; the lease runs out and a newer worker's rescue takes the job.
+                if state.withLock({ $0.running[control.id]?.stopRequested == nil }) {
+                    log.newerEventStoppedRun(jobID: control.id, type: type, now: Clock.nowMs())
+                }
+                stop(control.id, .leaseLost)
+            } else if control.cancelRequested || control.state == .cancelled {
                 stop(control.id, .cancel)
             } else if control.pauseRequested || control.state == .paused {
                 stop(control.id, .pause)

@@ -258,7 +258,8 @@ extension Commands {
         transaction; with --verify it writes nothing, compares job by job (each compared, then
         forgotten, so memory does not grow with the log) and exits 1 on any difference. A log holding an
         event this jobctl cannot apply (a type a newer jobctl wrote, a damaged payload) is refused (exit
-        1) and nothing is rewritten. Run `jobctl replay --verify` after restoring a backup, after a disk
+        1) and nothing is rewritten; --verify names on standard error the jobs with an event of a type a
+        newer jobctl wrote, which it cannot check, and compares the others. Run `jobctl replay --verify` after restoring a backup, after a disk
         error, or to audit that the table says what the log says.
         """
     ) { arguments, context in
@@ -271,24 +272,32 @@ extension Commands {
             struct Difference: Encodable { let job_id: String; let column: String; let stored: String?; let rebuilt: String? }
             struct View: Encodable {
                 let events: Int; let jobs: Int; let consistent: Bool; let rewritten: Bool
-                let differences: [Difference]; let problems: [String]
+                let differences: [Difference]; let problems: [String]; let unchecked: [Unchecked]
             }
+            struct Unchecked: Encodable { let job_id: String; let event_type: String }
             emit(try jsonText(View(events: report.eventsRead, jobs: report.jobsRebuilt, consistent: report.isConsistent,
                                    rewritten: report.rewritten,
                                    differences: report.differences.map {
                                        Difference(job_id: $0.jobID, column: $0.column, stored: $0.stored.map(display.text),
                                                   rebuilt: $0.rebuilt.map(display.text))
                                    },
-                                   problems: report.problems.map(display.text))))
+                                   problems: report.problems.map(display.text),
+                                   unchecked: report.unchecked.sorted { $0.key < $1.key }.map { Unchecked(job_id: $0.key, event_type: $0.value) })))
         } else if verify {
             for difference in report.differences {
                 emit(TerminalText.printable("\(difference.jobID)  \(difference.column): stored \(difference.stored.map(display.text) ?? "null") ≠ rebuilt \(difference.rebuilt.map(display.text) ?? "null")"))
             }
             for problem in report.problems { emit("problem: \(TerminalText.printable(display.text(problem)))") }
+            // Not a fault of the log: said on standard error, and the exit status is the rest's.
+            for (id, type) in report.unchecked.sorted(by: { $0.key < $1.key }) {
+                emitError("not checked: job \(id) has an event of type '\(NewerEvents.shown(type))', which this jobctl does not know: "
+                          + "a newer jobctl wrote it; upgrade this jobctl to check that job")
+            }
             let outcome = report.isConsistent
                 ? "projection matches"
                 : "\(plural(report.differences.count, "difference")), \(plural(report.problems.count, "problem"))"
-            emit("replayed \(plural(report.eventsRead, "event")) into \(plural(report.jobsRebuilt, "job")): \(outcome)")
+            let unchecked = report.unchecked.isEmpty ? "" : " (\(plural(report.unchecked.count, "job")) not checked)"
+            emit("replayed \(plural(report.eventsRead, "event")) into \(plural(report.jobsRebuilt, "job")): \(outcome)\(unchecked)")
         } else {
             emit("replayed \(plural(report.eventsRead, "event")); rebuilt \(plural(report.jobsRebuilt, "job"))")
         }

@@ -46,7 +46,8 @@ extension Commands {
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
         cancelled, lease_lost, released, abandoned, rescued (a dead worker's job taken back: outcome queued, or failed on its
         last attempt, cancelled or paused); and warnings: store_error, write_landed, slow_commit,
-        signal_received, clock_skew, no_credentials, tls_key_log (SSLKEYLOGFILE is set), open_files_limit (the soft open-files limit is raised to the hard one at
+        signal_received, clock_skew, no_credentials, newer_events (jobs with events of types a newer jobctl wrote
+        are left alone), tls_key_log (SSLKEYLOGFILE is set), open_files_limit (the soft open-files limit is raised to the hard one at
         start; this says when that is below what --concurrency may need, and the worker runs only the transfers that fit; below 68 it does not start),
         log_lines_dropped, orphan_sweep_failed; orphan_removed names a file the sweep of final jobs' leftovers removed, and
         worker_started and worker_stopped (the summary) open and close the log. --log-format json prints one JSON object per line: time, time_ms, level, event,

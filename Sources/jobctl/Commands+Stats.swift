@@ -18,6 +18,10 @@ extension Commands {
         let queue = try arguments.value(Options.queue)
         let store = try context.openStore(readOnly: true)
         let stats = try store.stats(queue: queue, now: Clock.nowMs())
+        // Counted as their rows stand, though a newer jobctl's event may mean more (a hold) to a newer jobctl.
+        let passedOver = PassedOver()
+        for type in try store.jobsWithNewerEvents(inStates: [.queued, .running, .paused]).values { passedOver.note(eventType: type) }
+        if let note = passedOver.sentence("counted as stored, and left alone by this jobctl's workers") { emitError(note) }
         if arguments[Options.json] {
             emit(try jsonText(StatsView(stats)))
         } else {

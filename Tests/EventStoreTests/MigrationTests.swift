@@ -63,6 +63,7 @@ struct MigrationTests {
             "12 sweep_watermark 802e74f3ef6a818471984c846c17aa08f2dfd6d158b8ae0a1c61a2e7541a760b",
             "13 sweep_watermark_per_host 3b6e700680ea7bf3b6b3d7d3edc4a569ab3a3a24680b040cdbdab2d92f835ca2",
             "14 finished_seq 825ecc6ff49c0a0f0d48fb8b5b1df72121ae966ee3ae4fb3683eb175d452e76b",
+            "15 events_of_newer_types da401e792d936587a59a66b2e4d6675f08846c2d29d4ad86b4779a34869a9c0c",
         ])
     }
 

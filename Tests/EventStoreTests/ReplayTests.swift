@@ -189,8 +189,9 @@ struct ReplayTests {
                         [.text(id)])
         // A row the fold would change: a rewrite shows as the difference gone.
         try fixture.sql("UPDATE jobs SET priority = 42 WHERE id = ?", [.text(id)])
+        // Not damage: the job is named as not checked, neither a difference nor a problem of the log.
         let before = try fixture.store.replay(verify: true)
-        #expect(before.differences.count == 1 && before.problems.count == 1, "\(before)")
+        #expect(before.differences.isEmpty && before.problems.isEmpty && before.unchecked == [id: "frobnicated"], "\(before)")
 
         var message = ""
         do {
@@ -200,7 +201,7 @@ struct ReplayTests {
             message = "\(error)"
         }
         print("replay:", message)
-        #expect(message.contains("unknown type 'frobnicated'") && message.contains("nothing was rewritten"), "\(message)")
-        #expect(try fixture.store.replay(verify: true).differences.count == 1, "the projection was left as it was")
+        #expect(message.contains("type 'frobnicated'") && message.contains("nothing was rewritten"), "\(message)")
+        #expect(try fixture.store.job(id)?.priority == 42, "the projection was left as it was")
     }
 }

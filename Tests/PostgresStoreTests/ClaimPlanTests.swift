@@ -1,5 +1,6 @@
 import Foundation
 import JobModel
+import StorePort
 import Testing
 import TestSupport
 @testable import PostgresStore
@@ -19,7 +20,8 @@ struct ClaimPlanTests {
         _ = try store.submit(specs, actor: "test", now: 1_000)
         let connection = try fixture.connect()
         try connection.execute("ANALYZE jobs")
-        var sql = "SELECT id FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
+        // As the claim asks: only the rows a worker may take (`WorkableRows`: no newer jobctl's event among them).
+        var sql = "SELECT id FROM jobs WHERE state = 'queued' AND run_after_ms <= $1 AND \(WorkableRows.condition())"
         var values: [PostgresValue] = [.integer(10_000)]
         if let queues {
             sql += " AND queue = ANY($2::text[])"
@@ -34,6 +36,8 @@ struct ClaimPlanTests {
             let plan = try connection.plan("EXPLAIN /* \(mode) */ " + sql, values)
             #expect(plan.contains("Index Scan using jobs_queued_claim_order on jobs"), "\(mode): \(plan)")
             #expect(!plan.contains("Sort"), "\(mode): \(plan)")
+            // The look for a newer jobctl's events reads the index of them, empty here (schema 17).
+            #expect(plan.contains("using events_of_newer_types on events"), "\(mode): \(plan)")
         }
         // And it claims in that order.
         let claimed = try store.claim(owner: "w", queues: queues, limit: 16, leaseMs: 30_000, now: 10_000)

@@ -105,6 +105,9 @@ final class LostAnswerStore: JobStore {
     func job(_ id: String) throws(StoreError) -> JobRecord? { try inner.job(id) }
     func jobs(filter: JobFilter, passingOver: PassedOver) throws(StoreError) -> [JobRecord] { try inner.jobs(filter: filter, passingOver: passingOver) }
     func countJobs(filter: JobFilter) throws(StoreError) -> Int { try inner.countJobs(filter: filter) }
+    func jobsWithNewerEvents(inStates states: Set<JobState>?) throws(StoreError) -> [String: String] {
+        try inner.jobsWithNewerEvents(inStates: states)
+    }
     func events(jobID: String) throws(StoreError) -> [JobEvent] { try inner.events(jobID: jobID) }
     func events(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] { try inner.events(afterSeq: afterSeq, limit: limit) }
     func tailEvents(afterSeq: Int64, limit: Int) throws(StoreError) -> [JobEvent] { try inner.tailEvents(afterSeq: afterSeq, limit: limit) }
