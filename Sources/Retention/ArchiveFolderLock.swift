@@ -16,7 +16,8 @@ import Glibc
 ///
 /// `flock(2)` on the folder itself: no file is left behind, and whatever path names the folder (a link,
 /// a bind mount) locks its one inode. A filesystem that cannot lock a folder this way (some network
-/// filesystems) gives no lock: `acquire` then returns nil and the archive runs as before.
+/// filesystems), or a folder this user may write into but not read, gives no lock: `acquire` then
+/// returns nil and the archive runs as before.
 public final class ArchiveFolderLock {
     private let descriptor: Int32
 
@@ -36,6 +37,9 @@ public final class ArchiveFolderLock {
     public static func acquire(for target: String, waiting: () -> Void) throws(RetentionError) -> ArchiveFolderLock? {
         let folder = URL(fileURLWithPath: target).deletingLastPathComponent().path
         let descriptor = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        // A folder this user may write into but not read (mode 0333) cannot be opened to lock: the archive
+        // runs unlocked there, as before, rather than not at all.
+        if descriptor < 0, errno == EACCES { return nil }
         guard descriptor >= 0 else {
             throw RetentionError.io("cannot open the folder '\(folder)' of the archive file: \(String(cString: strerror(errno))); "
                 + "check that it exists and may be searched")

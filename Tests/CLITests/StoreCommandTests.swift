@@ -485,6 +485,22 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         #expect(jobs.count == 2 && jobs.allSatisfy { $0["state"] as? String == "succeeded" }, "\(jobs)")
     }
 
+    /// Submits three upload-data jobs to `file://b`: `first` (claimed first, priority 9), then `b`
+    /// (priority 5), then `a`; returns their ids in manifest order.
+    private static func threeUploads(_ workspace: CLIWorkspace, first: String, environment: [String: String]) throws -> [String] {
+        let manifest = try workspace.write("m.yaml", """
+            jobs:
+              - {kind: upload-data, data: \(first), destination: file://b/\(first).txt, priority: 9}
+              - {kind: upload-data, data: a, destination: file://b/a.txt}
+              - {kind: upload-data, data: b, destination: file://b/b.txt, priority: 5}
+            """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 3)
+        return ids
+    }
+
     /// A job a newer jobctl submitted, of a kind this one does not know, was first in claim order: every
     /// claim of an older worker read its row, failed to decode it and logged `store_error` every 5 s,
     /// claiming nothing at all (a rolling upgrade stalled every older worker). Claims, rescues and the
@@ -495,16 +511,7 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         defer { workspace.directory.remove() }
         let buckets = workspace.directory.file("buckets")
         let environment = ["JOBCTL_BUCKETS": buckets]
-        let manifest = try workspace.write("m.yaml", """
-            jobs:
-              - {kind: upload-data, data: newer, destination: file://b/newer.txt, priority: 9}
-              - {kind: upload-data, data: a, destination: file://b/a.txt}
-              - {kind: upload-data, data: b, destination: file://b/b.txt, priority: 5}
-            """)
-        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
-        try #require(submitted.status == 0, "\(submitted.stderr)")
-        let ids = submitted.stdout.split(separator: "\n").map(String.init)
-        try #require(ids.count == 3)
+        let ids = try Self.threeUploads(workspace, first: "newer", environment: environment)
         try Self.edit(workspace, engine, "UPDATE jobs SET kind = 'transcode-video' WHERE id = '\(ids[0])'")
         let worker = try workspace.jobctl(["worker", "--drain", "--log-format", "json"], environment: environment)
         #expect(worker.status == 0, "exit \(worker.status): \(worker.stderr.prefix(2_000))")
@@ -618,16 +625,7 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         defer { workspace.directory.remove() }
         let buckets = workspace.directory.file("buckets")
         let environment = ["JOBCTL_BUCKETS": buckets]
-        let manifest = try workspace.write("m.yaml", """
-            jobs:
-              - {kind: upload-data, data: held, destination: file://b/held.txt, priority: 9}
-              - {kind: upload-data, data: a, destination: file://b/a.txt}
-              - {kind: upload-data, data: b, destination: file://b/b.txt, priority: 5}
-            """)
-        let submitted = try workspace.jobctl(["submit", manifest], environment: environment)
-        try #require(submitted.status == 0, "\(submitted.stderr)")
-        let ids = submitted.stdout.split(separator: "\n").map(String.init)
-        try #require(ids.count == 3)
+        let ids = try Self.threeUploads(workspace, first: "held", environment: environment)
         try Self.appendNewerEvent(workspace, engine, jobID: ids[0])
 
         let worker = try workspace.jobctl(["worker", "--drain", "--log-format", "json"], environment: environment)
