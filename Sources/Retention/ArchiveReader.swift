@@ -131,6 +131,7 @@ struct LineChecker {
     private var header: ArchiveHeader?
     private let contentDigest = Digest(.sha256)
     private var lastSeq: Int64 = 0
+    private var firstSeq: Int64?
     private var versions: [String: Int] = [:]
     private var events = 0
     private var blobs = 0
@@ -255,6 +256,7 @@ struct LineChecker {
                 throw RetentionError.invalidArchive("line \(number): unknown event type '\(found.type)'")
             }
             versions[found.jobId] = found.version
+            if firstSeq == nil { firstSeq = found.seq }
             lastSeq = found.seq
             events += 1
             try event(found.row)
@@ -283,6 +285,11 @@ struct LineChecker {
         let counted = [("jobs", header.jobs, jobs), ("events", header.events, events), ("blobs", header.blobs, blobs)]
         for (what, promised, found) in counted where promised != found {
             throw RetentionError.invalidArchive("the header promises \(promised) \(what) but the file holds \(found)")
+        }
+        // The range the header gives (and `verify` prints, and the log's record repeats) is the events'.
+        if let firstSeq, header.firstSeq != firstSeq || header.lastSeq != lastSeq {
+            throw RetentionError.invalidArchive("the header gives seq \(header.firstSeq)–\(header.lastSeq) but the file's events "
+                + "run from seq \(firstSeq) to \(lastSeq)")
         }
         return ArchiveCheck(header: header, fileSHA256: fileSHA256, jobs: jobs, events: events, blobs: blobs)
     }

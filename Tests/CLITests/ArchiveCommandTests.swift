@@ -426,19 +426,30 @@ import TestSupport
         let dataStart = try #require(edited[claimedLine].range(of: "\"data\":\""))
         let dataEnd = try #require(edited[claimedLine].range(of: "\",\"job_id\"", range: dataStart.upperBound..<edited[claimedLine].endIndex))
         edited[claimedLine].replaceSubrange(dataStart.upperBound..<dataEnd.lowerBound, with: "{\\\"x\\\":1}")
-        let trailerLine = try #require(edited.lastIndex { $0.contains("\"record\":\"trailer\"") })
-        let content = workspace.directory.file("content.ndjson")
-        try Data(edited[..<trailerLine].map { $0 + "\n" }.joined().utf8).write(to: URL(fileURLWithPath: content))
-        let contentSHA = try Self.sha256sum(content)
-        edited[trailerLine] = try #require(edited[trailerLine].replacingOccurrences(
-            of: "\"sha256\":\"[0-9a-f]{64}\"", with: "\"sha256\":\"\(contentSHA)\"", options: .regularExpression) as String?)
+        /// `lines` with the trailer's checksum made to match what precedes it, compressed: a file whose
+        /// every check but the one under test passes.
+        func resealed(_ lines: [String]) throws -> Data {
+            var lines = lines
+            let trailerLine = try #require(lines.lastIndex { $0.contains("\"record\":\"trailer\"") })
+            let content = workspace.directory.file("content.ndjson")
+            try Data(lines[..<trailerLine].map { $0 + "\n" }.joined().utf8).write(to: URL(fileURLWithPath: content))
+            let contentSHA = try Self.sha256sum(content)
+            lines[trailerLine] = lines[trailerLine].replacingOccurrences(
+                of: "\"sha256\":\"[0-9a-f]{64}\"", with: "\"sha256\":\"\(contentSHA)\"", options: .regularExpression)
+            return try gzip(Data(lines.joined(separator: "\n").utf8), in: workspace)
+        }
         let undecodable = workspace.directory.file("undecodable.ndjson.gz")
-        try gzip(Data(edited.joined(separator: "\n").utf8), in: workspace).write(to: URL(fileURLWithPath: undecodable))
+        try resealed(edited).write(to: URL(fileURLWithPath: undecodable))
         for arguments in [["archive", "verify", undecodable], ["audit", "--from", undecodable, "--json"]] {
             let output = try workspace.jobctl(arguments)
             #expect(output.status == 1 && output.stderr.contains("cannot be read: its data is not an event's")
                         && !output.stderr.contains("DecodingError"), "\(arguments): \(output.stderr)")
         }
+        // A header whose seq range is not its events' (verify printed the header's range as the file's).
+        var header = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        header[0] = header[0].replacingOccurrences(of: "\"first_seq\":[0-9]+", with: "\"first_seq\":9999", options: .regularExpression)
+        let range = try verify(try resealed(header))
+        #expect(range.status == 1 && range.stderr.contains("the header gives seq 9999"), "\(range.stderr)")
         // Not an archive at all; an archive decompressed.
         let foreign = try verify(Data("hello\n".utf8))
         #expect(foreign.status == 1 && foreign.stderr.contains("not a valid jobctl archive"), "\(foreign.stderr)")
