@@ -166,6 +166,8 @@ final class Watcher {
         var bar = ProgressBar(enabled: context.stderrIsTerminal, countsConfirmedBytes: false, plain: context.terminalIsDumb,
                               toStandardError: true)
         var progress = BatchProgress()
+        // Jobs said to hold a newer jobctl's event: no worker as old as this runs them (said once each).
+        var newerNoted: Set<String> = []
         return try pollUntilEnd { lost in
             if lost { lastVersion = -1 }
             let now = Clock.monotonicMs()
@@ -181,6 +183,12 @@ final class Watcher {
                         for job in try store.controlStates(ids: page) {
                             found.insert(job.id)
                             if job.state.isFinal { ended[job.id] = job.state } else { ended[job.id] = nil; open.append(job.id) }
+                            if !job.state.isFinal, let type = job.newerEventType, newerNoted.insert(job.id).inserted {
+                                bar.clear()
+                                emitError("note: job \(job.id) has an event of type '\(NewerEvents.shown(type))', which this jobctl does "
+                                          + "not know: a newer jobctl wrote it, and only its workers run the job; this wait goes on until "
+                                          + "the job ends")
+                            }
                         }
                     }
                     if mustFind, let gone = ids.first(where: { !found.contains($0) }) {

@@ -640,6 +640,39 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         #expect(try workspace.jobctl(["show", ids[1]]).stdout.contains("succeeded"))
     }
 
+    /// `submit --wait` on a job that then got a newer jobctl's event waited without a word: no worker as
+    /// old as it runs the job. It says so once, and goes on waiting (a newer worker may end the job).
+    @Test("submit --wait says once that a job it waits for holds a newer jobctl's event")
+    func waitSaysWhyANewerJobDoesNotRun() async throws {
+        let workspace = try CLIWorkspace("unknown-event-wait")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("m.yaml", "- {kind: upload-data, data: held, destination: file://b/held.txt}\n")
+        let errors = workspace.directory.file("wait.err")
+        _ = FileManager.default.createFile(atPath: errors, contents: nil)
+        let waiting = Process()
+        waiting.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
+        waiting.arguments = ["--db", workspace.database, "submit", "--wait", manifest]
+        waiting.environment = ["NO_COLOR": "1", "PATH": "/usr/bin:/bin", "HOME": workspace.directory.path]
+        waiting.currentDirectoryURL = URL(fileURLWithPath: workspace.directory.path)
+        let output = workspace.directory.file("wait.out")
+        _ = FileManager.default.createFile(atPath: output, contents: nil)
+        waiting.standardOutput = FileHandle(forWritingAtPath: output)
+        waiting.standardError = FileHandle(forWritingAtPath: errors)
+        try waiting.run()
+        defer { if waiting.isRunning { waiting.signalTree(SIGKILL); waiting.waitForExit() } }
+        func read(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+        let deadline = Date().addingTimeInterval(60)
+        while read(output).isEmpty, waiting.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let id = read(output).trimmingCharacters(in: .whitespacesAndNewlines)
+        try #require(!id.isEmpty && waiting.isRunning, "\(read(errors))")
+        try Self.appendNewerEvent(workspace, .sqlite, jobID: id)
+        let noted = "note: job \(id) has an event of type 'hold_requested', which this jobctl does not know"
+        while !read(errors).contains(noted), waiting.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(read(errors).contains(noted) && waiting.isRunning, "\(read(errors))")
+        try await Task.sleep(for: .milliseconds(600))   // three more reads: said once
+        #expect(read(errors).components(separatedBy: noted).count == 2, "\(read(errors))")
+    }
+
     /// A newer jobctl's event appended while an older worker ran the job went unseen: the run went on to
     /// its outcome. The worker's look for control requests on its runs finds it now, and the run stops
     /// without an outcome, as on a lost lease, leaving the job to a newer worker.
