@@ -50,6 +50,8 @@ public final class PartialFile {
     private let destinationName: String
     private var file: LocalFile
     private var finished = false
+    /// The disk-full error that made a write remove the file (see `write(_:at:)`).
+    private var removedForLackOfSpace: StorageError?
 
     /// Whether the temporary file is on a filesystem kept in memory, whose syncs return at once.
     var onMemoryFilesystem: Bool { file.onMemoryFilesystem }
@@ -372,12 +374,20 @@ public final class PartialFile {
 
     /// Writes `bytes` at `offset` (a sliced download's slice), leaving `bytesWritten` — the file's full
     /// size, set when it was opened — as it is. Errors as `write(_:)`.
+    ///
+    /// Slices write in turns while their answers arrive: once one of them met a full disk and the file
+    /// was removed, the next slice's bytes get the same disk-full error (they trapped the whole worker,
+    /// every job it held left to lease expiry, found by a disk filled mid-download).
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(StorageError) {
+        if let removedForLackOfSpace { throw removedForLackOfSpace }
         precondition(!finished, "PartialFile used after commit or discard")
         do {
             try file.write(bytes, at: offset)
         } catch {
-            if file.failedForLackOfSpace { discard() }
+            if file.failedForLackOfSpace {
+                removedForLackOfSpace = error
+                discard()
+            }
             throw error
         }
     }

@@ -56,6 +56,31 @@ import TestSupport
         #expect(!FileManager.default.fileExists(atPath: PartialFile.tempPath(for: destination)))
     }
 
+    /// A disk that filled while four slices wrote: the first slice to meet it removed the partial file,
+    /// and the next slice's bytes hit "PartialFile used after commit or discard" — a trap that ended the
+    /// worker (exit 132) with every job it held left to lease expiry. The download fails as a single
+    /// stream does on a full disk, and nothing is left on it.
+    @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func aDiskFilledBySlicesFailsTheJobNotTheWorker() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-full")
+        defer { directory.remove() }
+        let filesystem = try SmallFilesystem(at: directory.file("small"), size: "2m")
+        defer { filesystem.unmount() }
+        let bytes = Self.payload(6 << 20)
+        let reference = "gs://\(server.bucket)/big/full.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+
+        let error = try failure(await run(backend, JobSpec(kind: .downloadFile, source: reference, destination: filesystem.path + "/full.bin")))
+        #expect(error.code == .internalError && error.message.hasPrefix("disk full"), "\(error)")
+        #expect(Self.mediaGets(proxy).count >= 2, "not sliced: \(Self.mediaGets(proxy))")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: filesystem.path).isEmpty, "a file was left on the full disk")
+    }
+
     /// Each slice's exchange had a bucket of the job's `max_rate` of its own: four slices moved at four
     /// times the rate. The attempt's exchanges now share one. Asserted as a floor on the time taken,
     /// which a loaded machine only lengthens: 4 MiB at 1 MiB/s, less the bucket's first half-second.
