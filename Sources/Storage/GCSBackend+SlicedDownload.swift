@@ -79,7 +79,7 @@ extension GCSBackend {
         for result in results {
             switch result {
             case .success(let response) where !response.isSuccess:
-                if failure == nil { failure = await objectError(response, reference: reference, what: "\(reference)") }
+                if failure == nil { failure = await mediaError(response, reference: reference, generation: generation) }
             case .success: break
             case .failure(.stopped(let reason)): if stop == nil { stop = reason }
             case .failure(.failed(let error)): if failure == nil { failure = error }

@@ -963,7 +963,7 @@ public struct GCSBackend: StorageBackend {
             do throws(TransferFailure) {
                 let response = try await send(request, control: control, sink: sink)
                 guard response.isSuccess else {
-                    throw TransferFailure.failed(await objectError(response, reference: reference, what: "\(reference)"))
+                    throw TransferFailure.failed(await mediaError(response, reference: reference, generation: generation))
                 }
                 servedHeaders = response.headers
             } catch {
@@ -1059,7 +1059,7 @@ public struct GCSBackend: StorageBackend {
         do throws(TransferFailure) {
             let response = try await send(HTTPRequest(method: "GET", url: url, headers: Self.storedBytes(of: object)), control: control, sink: sink)
             guard response.isSuccess else {
-                throw TransferFailure.failed(await objectError(response, reference: reference, what: "\(reference)"))
+                throw TransferFailure.failed(await mediaError(response, reference: reference, generation: object.generation))
             }
             servedHeaders = response.headers
         } catch {
@@ -1177,6 +1177,22 @@ public struct GCSBackend: StorageBackend {
         if response.status == 404 { return .value(nil) }
         guard response.isSuccess else { throw await objectError(response, reference: reference, what: "\(reference)") }
         return .value(try Self.objectResource(response, reference: reference))
+    }
+
+    /// Maps a failed media request for `generation`. GCS answers a generation that no longer exists with
+    /// 404: an object replaced between the metadata read that pinned its generation and this request
+    /// failed the job for good as `objectNotFound`, "does not exist; check the path", though it was there.
+    /// When the object is there under another generation, the failure is retryable instead, and the next
+    /// attempt plans on the new one (as it already did when the object changed between attempts).
+    func mediaError(_ response: HTTPResponse, reference: StorageReference, generation: String?) async -> StorageError {
+        let error = await objectError(response, reference: reference, what: "\(reference)")
+        guard error.code == .objectNotFound, let generation, !generation.isEmpty,
+              let current = try? await send(HTTPRequest(method: "GET", url: objectURL(reference)), control: nil), current.status == 200,
+              let now = try? Self.objectResource(current, reference: reference), let replacement = now.generation,
+              replacement != generation else { return error }
+        return StorageError(.unknown, "\(reference) was replaced while it was being downloaded (generation \(generation) is gone; it is "
+                                + "generation \(replacement) now): a retry downloads the new version",
+                            httpStatus: response.status, url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
     }
 
     /// Maps a failed object request; a 404 is `bucketNotFound` when the bucket itself is missing.

@@ -81,6 +81,37 @@ import TestSupport
         #expect(try FileManager.default.contentsOfDirectory(atPath: filesystem.path).isEmpty, "a file was left on the full disk")
     }
 
+    /// An object replaced between the metadata read that pinned its generation and the media request:
+    /// GCS answers the gone generation with 404, and the job failed for good as `objectNotFound`, "does
+    /// not exist; check the path", though the object was there. It is retryable now, the next attempt
+    /// planning on the new generation. The proxy replaces the object right after answering the metadata
+    /// read and answers the media requests 404, as GCS does (the emulator serves any generation).
+    @Test(arguments: [false, true]) func anObjectReplacedBeforeItsMediaRequestIsRetried(sliced: Bool) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy, slicedThreshold: sliced ? 1 << 20 : nil)
+        let directory = try TemporaryDirectory("jobctl-replaced")
+        defer { directory.remove() }
+        let reference = "gs://\(server.bucket)/big/swap.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Self.payload(3 << 20))))
+        let replacement = directory.file("v2.bin")
+        try Data(Self.payload(3 << 20).reversed()).write(to: URL(fileURLWithPath: replacement))
+        let upload = "http://127.0.0.1:\(server.port)/upload/storage/v1/b/\(server.bucket)/o?uploadType=media&name=big%2Fswap.bin"
+        proxy.add(FaultRule(RequestMatch(method: "GET", predicate: { !$0.startLine.contains("alt=media") && $0.startLine.contains("/o/big") }),
+                            .rewriteResponse({ _, _ in
+                                _ = try? runProcess("/usr/bin/curl", ["-sf", "-X", "POST", "--data-binary", "@\(replacement)", upload])
+                            })))
+        let gone = ProxyMessage.response(404, reason: "Not Found", headers: [ProxyHeader("Content-Type", "application/json")],
+                                         body: Data(#"{"error":{"code":404,"message":"No such object"}}"#.utf8))
+        proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .respond(gone), times: 8))
+
+        let error = try failure(await run(backend, JobSpec(kind: .downloadFile, source: reference, destination: directory.file("swap.bin"))))
+        #expect(error.retryable && error.code != .objectNotFound && error.message.contains("was replaced while it was being downloaded"),
+                "\(error)")
+    }
+
     /// Each slice's exchange had a bucket of the job's `max_rate` of its own: four slices moved at four
     /// times the rate. The attempt's exchanges now share one. Asserted as a floor on the time taken,
     /// which a loaded machine only lengthens: 4 MiB at 1 MiB/s, less the bucket's first half-second.
