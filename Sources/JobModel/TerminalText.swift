@@ -22,6 +22,12 @@ public enum TerminalText {
         (0x2028...0x202E).contains(scalar.value) || (0x2066...0x2069).contains(scalar.value)
     }
 
+    /// A name a row stores — a job's kind, an event's type, perhaps one a newer jobctl wrote, so any
+    /// text — as messages show it: printable, at most 100 characters.
+    public static func storedName(_ stored: String) -> String {
+        printable(clipped(stored, limit: 100))
+    }
+
     /// The most characters of an error message `clipped(_:)` keeps.
     public static let maximumMessageLength = 1_000
 

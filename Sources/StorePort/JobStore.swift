@@ -568,7 +568,7 @@ extension JobStore {
     public func job(resolving text: String) throws(StoreError) -> JobRecord {
         let id = try resolveID(text)
         guard let job = try job(id) else { throw StoreError.notFound(text) }
-        if let type = try jobsWithNewerEvents(inStates: nil)[job.id] { throw StoreError.unknownEventType(jobID: job.id, type: type) }
+        if let type = try controlStates(ids: [job.id]).first?.newerEventType { throw StoreError.unknownEventType(jobID: job.id, type: type) }
         return job
     }
 }

@@ -29,7 +29,7 @@ public struct ReplayFold: Sendable {
     public func refuseRewriteWithProblems() throws(StoreError) {
         if problems.isEmpty, let (job, type) = unchecked.min(by: { $0.key < $1.key }) {
             throw StoreError.invalidControl("the log holds events of types this jobctl does not know (job \(job) has one of type "
-                + "'\(NewerEvents.shown(type))'\(unchecked.count > 1 ? "; \(unchecked.count) jobs in all" : "")): a newer jobctl wrote "
+                + "'\(TerminalText.storedName(type))'\(unchecked.count > 1 ? "; \(unchecked.count) jobs in all" : "")): a newer jobctl wrote "
                 + "them, and a rewrite would undo them; nothing was rewritten: run `jobctl replay` with a jobctl as new")
         }
         guard let first = problems.first else { return }

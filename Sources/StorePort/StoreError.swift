@@ -103,10 +103,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notFound(let id):
             return "no job matches '\(id)'; `jobctl list` shows the jobs there are"
         case .unknownKind(let jobID, let kind):
-            return "job \(jobID) is of kind '\(JobKind.shown(kind))', which this jobctl does not know: a newer "
+            return "job \(jobID) is of kind '\(TerminalText.storedName(kind))', which this jobctl does not know: a newer "
                 + "jobctl submitted it, and only as new a jobctl can read, run or change it; upgrade this one"
         case .unknownEventType(let jobID, let type):
-            return "job \(jobID) has an event of type '\(NewerEvents.shown(type))', which this jobctl does not "
+            return "job \(jobID) has an event of type '\(TerminalText.storedName(type))', which this jobctl does not "
                 + "know: a newer jobctl wrote it, and only as new a jobctl can read, run or change the job; upgrade this one"
         case .ambiguous(let prefix, let matches):
             return "'\(prefix)' matches \(matches.count) jobs (\(matches.prefix(5).joined(separator: ", "))"

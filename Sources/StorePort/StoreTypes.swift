@@ -503,14 +503,6 @@ public enum WorkableRows {
     static let knownKinds = JobKind.allCases.map { "'\($0.rawValue)'" }.joined(separator: ", ")
 }
 
-extension JobKind {
-    /// A kind as a row stores it — perhaps one a newer jobctl wrote, any text — as messages show it:
-    /// printable, at most 100 characters.
-    public static func shown(_ stored: String) -> String {
-        TerminalText.printable(TerminalText.clipped(stored, limit: 100))
-    }
-}
-
 // MARK: - NewerEvents
 
 /// Events of a type this jobctl does not know: during a rolling upgrade a newer jobctl appends them to
@@ -554,11 +546,6 @@ public enum NewerEvents {
     /// placeholder (`?`, `$1`), or a column (`jobs.id`) for a sub-select.
     public static func firstOfJobSQL(parameter: String) -> String {
         "SELECT ev.type FROM events ev WHERE ev.job_id = \(parameter) AND \(condition(alias: "ev")) ORDER BY ev.seq LIMIT 1"
-    }
-
-    /// A type as an event row stores it — any text a newer jobctl wrote — as messages show it.
-    public static func shown(_ stored: String) -> String {
-        TerminalText.printable(TerminalText.clipped(stored, limit: 100))
     }
 }
 
@@ -619,8 +606,8 @@ public final class PassedOver: Sendable {
         let counts = byKind.withLock { $0 }
         let total = counts.values.reduce(0, +)
         guard total > 0 else { return nil }
-        let subject = total == 1 ? "1 job of kind \(Self.named(counts, JobKind.shown)), which this jobctl does not know, was"
-            : "\(total) jobs of kind\(counts.count == 1 ? "" : "s") \(Self.named(counts, JobKind.shown)), which this jobctl does not know, were"
+        let subject = total == 1 ? "1 job of kind \(Self.quotedNames(counts.keys)), which this jobctl does not know, was"
+            : "\(total) jobs of kind\(counts.count == 1 ? "" : "s") \(Self.quotedNames(counts.keys)), which this jobctl does not know, were"
         return "\(subject) \(verb): a newer jobctl submitted \(total == 1 ? "it" : "them"); upgrade this jobctl to include \(total == 1 ? "it" : "them")"
     }
 
@@ -628,15 +615,17 @@ public final class PassedOver: Sendable {
         let counts = byEventType.withLock { $0 }
         let total = counts.values.reduce(0, +)
         guard total > 0 else { return nil }
-        let types = "type\(counts.count == 1 ? "" : "s") \(Self.named(counts, NewerEvents.shown))"
+        let types = "type\(counts.count == 1 ? "" : "s") \(Self.quotedNames(counts.keys))"
         let subject = total == 1 ? "1 job with an event of \(types), which this jobctl does not know, was"
             : "\(total) jobs with events of \(types), which this jobctl does not know, were"
         return "\(subject) \(verb): a newer jobctl wrote \(counts.count == 1 && total == 1 ? "it" : "them"); "
             + "upgrade this jobctl to include \(total == 1 ? "that job" : "those jobs")"
     }
 
-    /// At most five of `counts`' names, quoted and shown through `shown`.
-    private static func named(_ counts: [String: Int], _ shown: (String) -> String) -> String {
-        counts.keys.sorted().prefix(5).map { "'" + shown($0) + "'" }.joined(separator: ", ") + (counts.count > 5 ? ", …" : "")
+    /// At most five of `names` (kinds or event types as stored), sorted, quoted and shown as stored names
+    /// are, then `…` when there are more.
+    public static func quotedNames(_ names: some Collection<String>) -> String {
+        Set(names).sorted().prefix(5).map { "'" + TerminalText.storedName($0) + "'" }.joined(separator: ", ")
+            + (Set(names).count > 5 ? ", …" : "")
     }
 }

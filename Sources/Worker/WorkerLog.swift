@@ -244,10 +244,9 @@ public final class WorkerLog: Sendable {
     /// that claims and rescues leave alone: a newer jobctl wrote events to them, which may mean "hold this
     /// job", and running them as if those events were not there could do what they forbid.
     func newerEventsLeftAlone(_ jobs: [String: String], now: Int64) {
-        let types = Set(jobs.values).sorted().prefix(5).map { "'\(NewerEvents.shown($0))'" }.joined(separator: ", ")
         record(WorkerLogEntry(atMs: now, level: .warning, event: .newerEvents, fields: [
             ("jobs", .integer(Int64(jobs.count))),
-            ("types", .text(types + (Set(jobs.values).count > 5 ? ", …" : ""))),
+            ("types", .text(PassedOver.quotedNames(jobs.values))),
             ("first", .text(jobs.keys.sorted().first ?? "")),
             ("action", .text("left alone: a newer jobctl wrote events of types this jobctl does not know to these jobs; "
                              + "upgrade this worker to run them")),
@@ -259,7 +258,7 @@ public final class WorkerLog: Sendable {
     func newerEventStoppedRun(jobID: String, type: String, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: .warning, event: .newerEvents, jobID: jobID, fields: [
             ("jobs", .integer(1)),
-            ("types", .text("'\(NewerEvents.shown(type))'")),
+            ("types", .text(PassedOver.quotedNames([type]))),
             ("action", .text("stopped without an outcome: a newer jobctl wrote an event of a type this jobctl does not know "
                              + "to this running job; its lease is left to run out for a newer worker: upgrade this worker")),
         ]))

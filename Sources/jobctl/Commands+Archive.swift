@@ -350,8 +350,8 @@ extension Commands {
         }
         if let (row, error) = failure {
             // Not the decoder's own words (a Swift `DecodingError` dump): which event, and what that means.
+            // (An event of a type this jobctl does not know is refused by the reader, at its line.)
             let why: String = switch error {
-            case .corrupt(let message) where message.contains("unknown type"): message
             case .corrupt: "its data is not an event's as jobctl writes it"
             default: "\(error)"
             }

@@ -290,7 +290,7 @@ extension Commands {
             for problem in report.problems { emit("problem: \(TerminalText.printable(display.text(problem)))") }
             // Not a fault of the log: said on standard error, and the exit status is the rest's.
             for (id, type) in report.unchecked.sorted(by: { $0.key < $1.key }) {
-                emitError("not checked: job \(id) has an event of type '\(NewerEvents.shown(type))', which this jobctl does not know: "
+                emitError("not checked: job \(id) has an event of type '\(TerminalText.storedName(type))', which this jobctl does not know: "
                           + "a newer jobctl wrote it; upgrade this jobctl to check that job")
             }
             let outcome = report.isConsistent

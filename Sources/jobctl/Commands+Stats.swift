@@ -68,7 +68,7 @@ extension Commands {
                             ? "lease expires in \(TimeText.duration(seconds: TimeText.between(stats.nowMs, expires) / 1000))"
                             : "lease expired \(TimeText.duration(seconds: TimeText.between(expires, stats.nowMs) / 1000)) ago"
                     } ?? "no live lease"
-                    lines.append("    \(lease.jobID)  \(JobKind.shown(lease.kind))  \(lease.queue)  \(expiry)")
+                    lines.append("    \(lease.jobID)  \(TerminalText.storedName(lease.kind))  \(lease.queue)  \(expiry)")
                 }
             }
         }

@@ -185,7 +185,7 @@ final class Watcher {
                             if job.state.isFinal { ended[job.id] = job.state } else { ended[job.id] = nil; open.append(job.id) }
                             if !job.state.isFinal, let type = job.newerEventType, newerNoted.insert(job.id).inserted {
                                 bar.clear()
-                                emitError("note: job \(job.id) has an event of type '\(NewerEvents.shown(type))', which this jobctl does "
+                                emitError("note: job \(job.id) has an event of type '\(TerminalText.storedName(type))', which this jobctl does "
                                           + "not know: a newer jobctl wrote it, and only its workers run the job; this wait goes on until "
                                           + "the job ends")
                             }
