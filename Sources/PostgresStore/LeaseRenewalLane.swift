@@ -101,22 +101,33 @@ final class LeaseRenewalLane: @unchecked Sendable {
                 waitMs = min(waitMs, Int64(leftNs / 1_000_000))
             }
             let connectSeconds = Int(max(2, (waitMs + 999) / 1_000))
-            do throws(PostgresError) {
-                current = try PostgresConnection(url, connectTimeoutSeconds: connectSeconds)
-                if let schema { try current.keepToSchema(schema) }
-            } catch {
-                throw StoreError(error)
+            let opened: PostgresConnection
+            do throws(PostgresError) { opened = try PostgresConnection(url, connectTimeoutSeconds: connectSeconds) } catch { throw StoreError(error) }
+            // The answer limit and the stop deadline hold from the session's first statement: set after it,
+            // a path gone silent between the connection's start-up and the statement that keeps it to the
+            // log's schema left that statement waiting for ever, and with it every later renewal (the
+            // leases ran out under a running worker) and a stopping worker's exit.
+            opened.stopDeadline = stopDeadline
+            try setAnswerTimeout(answerTimeoutMs, on: opened)
+            if let schema {
+                do throws(PostgresError) {
+                    try opened.timingAnswersWhole { () throws(PostgresError) in try opened.keepToSchema(schema) }
+                } catch {
+                    throw StoreError(error)
+                }
             }
-            current.stopDeadline = stopDeadline
+            current = opened
             connection = current
-            connectionTimeoutMs = nil
         }
-        if connectionTimeoutMs != answerTimeoutMs {
-            do throws(ThreadStartFailure) { try current.setAnswerTimeout(milliseconds: answerTimeoutMs, cap: answerWaitCap) } catch {
-                throw StoreError.io(error.description)
-            }
-            connectionTimeoutMs = answerTimeoutMs
-        }
+        if connectionTimeoutMs != answerTimeoutMs { try setAnswerTimeout(answerTimeoutMs, on: current) }
         return current
+    }
+
+    /// Sets `connection`'s answer limit (see `PostgresConnection.setAnswerTimeout`), ended at the stop deadline.
+    private func setAnswerTimeout(_ milliseconds: Int64, on connection: PostgresConnection) throws(StoreError) {
+        do throws(ThreadStartFailure) { try connection.setAnswerTimeout(milliseconds: milliseconds, cap: answerWaitCap) } catch {
+            throw StoreError.io(error.description)
+        }
+        connectionTimeoutMs = milliseconds
     }
 }

@@ -311,6 +311,10 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         do {
             let connection = try PostgresConnection(url, connectTimeoutSeconds: connectTimeoutSeconds(answerTimeoutMs: answerTimeoutMs))
             opened = connection
+            // The session's set-up statements wait for the server no longer than any later call: a server
+            // that took the connection and then went silent held a command (or a starting worker) here for
+            // ever, whatever JOBCTL_DB_ANSWER_TIMEOUT said. Only migrations still to apply are exempt (below).
+            try connection.setAnswerTimeout(milliseconds: answerTimeoutMs)
             let schema = try PostgresMigrator.keepToLogSchema(connection)
             let applied = try PostgresMigrator.appliedVersions(connection)
             try PostgresMigrator.refuseNewer(applied)
@@ -328,9 +332,13 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
                 try connection.executeScript(readOnlySession)
                 return (connection, [])
             }
+            // A migration (an index built over a long log, the wait for another process's migrations)
+            // takes what it takes; `init` sets the limit again after it.
+            if PostgresMigrator.all.contains(where: { !applied.contains($0.version) }) { try connection.setAnswerTimeout(milliseconds: nil) }
             return (connection, try PostgresMigrator.migrate(connection, now: Clock.nowMs()))
         } catch {
-            if !lastTry, let opened, !opened.isConnected { return nil }
+            // Not a server that went silent (the answer limit gave the session up): it is not asked twice.
+            if !lastTry, let opened, !opened.isConnected, !opened.lastCallGivenUp { return nil }
             switch error {
             case let error as StoreError: throw error
             case let error as PostgresError: throw StoreError(error)

@@ -132,6 +132,9 @@ public final class WorkerPool: Sendable {
         /// Whether the transfer has returned: the slot went to the next job while this one's outcome is
         /// written.
         var transferReturned = false
+        /// Whether `finished` is logging this run's outcome: the stop's sweep of the runs left leaves it
+        /// to that, and waits for it.
+        var reporting = false
     }
 
     private struct State: Sendable {
@@ -540,14 +543,19 @@ public final class WorkerPool: Sendable {
         // their entries dropped, so a run that returns later is neither logged after `worker_stopped`
         // nor counted twice.
         let now = Clock.nowMs()
-        let (left, summaryLeft): ([(String, Running)], WorkerSummary) = state.withLock { state in
+        let left: [(String, Running)] = state.withLock { state in
             // Superseded runs wrote their outcome already (see `State.superseded`): nothing of theirs is left.
-            let left = state.running.map { ($0.key, $0.value) }
-            state.running.removeAll()
+            // Nor is a run whose return `finished` is logging just now: its own outcome is logged and counted
+            // there (taken here too, the same job had two `abandoned` lines, one of them `left at stop`).
+            let left = state.running.filter { !$0.value.reporting }.map { ($0.key, $0.value) }
+            for (jobID, _) in left { state.running.removeValue(forKey: jobID) }
             state.waiting.removeAll()
             state.summary.abandoned += left.count
-            return (left, state.summary)
+            return left
         }
+        // Those runs' entries go as soon as their lines are written: the summary counts them.
+        while state.withLock({ !$0.running.isEmpty }) { try? await Task.sleep(for: .milliseconds(1)) }
+        let summaryLeft = state.withLock { $0.summary }
         for (jobID, entry) in left.sorted(by: { $0.0 < $1.0 }) {
             let startedAtMs = now - max(0, Clock.monotonicMs() - (entry.launchedAt ?? entry.claimedAt))
             let outcome = TaskRunOutcome.abandoned(reason: Self.leftAtStopReason)
@@ -875,7 +883,14 @@ public final class WorkerPool: Sendable {
     private func finished(_ jobID: String, runner: TaskRunner, outcome: TaskRunOutcome) {
         // The run is logged (and counted) while the job is still among the running ones: a draining pool
         // only stops once none is, so no outcome's log line can be lost to the process exiting first.
-        if let entry = state.withLock({ Self.entry($0, jobID, runner) }) {
+        // Marked as being logged here, so that the stop's sweep (which may come between this line and the
+        // entry's removal below) does not log it a second time as left behind.
+        let reported = state.withLock { state -> Running? in
+            guard let entry = Self.entry(state, jobID, runner) else { return nil }
+            if state.running[jobID]?.runner === runner { state.running[jobID]?.reporting = true }
+            return entry
+        }
+        if let entry = reported {
             let now = Clock.nowMs()
             // A run's duration (and the rate the log derives from it) starts when it got its slot: a job
             // claimed ahead first waits for one, and counting that wait made a 16 KiB transfer that took a

@@ -75,6 +75,27 @@ struct PostgresAnswerLimitTests {
         #expect(!listed.stderr.contains(try PostgresServer.shared().password))
     }
 
+    /// The server took the connection and answered its start-up, then went silent at the session's first
+    /// statement (the one that finds the log's schema): the limit held only from after the session's
+    /// set-up, and the command waited for ever. It fails after the limit now, and asks the server once.
+    @Test("list stalled at its session's first statement fails after the limit, naming it, exit 1; one connection")
+    func listStalledAtSessionSetUp() throws {
+        let workspace = try CLIWorkspace("pg-stall-open", engine: .postgres)
+        defer { workspace.directory.remove() }
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let proxy = try StallingTCPProxy(upstreamPort: try PostgresServer.shared().port, stallWhenClientSends: "to_regclass('schema_migrations'")
+        defer { proxy.stop() }
+        let url = try Self.proxied(workspace, proxy)
+
+        let listed = try Self.run(["--db", url, "list"], environment: ["JOBCTL_DB_ANSWER_TIMEOUT": "2s"],
+                                  within: 30, in: workspace.directory.path)
+        #expect(listed.status == 1, "still running after \(Int(listed.elapsed)) s (nil: killed): \(listed.stderr)")
+        #expect(proxy.stalledConnections == 1)
+        #expect(listed.stderr.contains("the server sent no answer for 2 s"), "\(listed.stderr)")
+        #expect(listed.elapsed < 15, "took \(listed.elapsed) s")
+        #expect(!listed.stderr.contains(try PostgresServer.shared().password))
+    }
+
     @Test("submit stalled at its COMMIT fails after the limit saying the outcome is unknown; nothing was half-written")
     func submitStalledAtCommit() throws {
         let workspace = try CLIWorkspace("pg-stall-submit", engine: .postgres)

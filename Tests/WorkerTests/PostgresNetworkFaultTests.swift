@@ -134,6 +134,37 @@ import TestSupport
         scene.stopAndVerify(worker, rescuer)
     }
 
+    /// The lease renewals' connection went silent just after it was opened, at its first statement (the
+    /// one that keeps the session to the log's schema): that statement ran before the connection had an
+    /// answer limit, and waited for ever. No lease was renewed again (another worker rescued the running
+    /// download; with `max_attempts: 1` it failed), and SIGTERM never ended the worker (seen in CI: no
+    /// exit 90 s after the signal). The statement is bounded as a renewal is now: given up, the renewal
+    /// goes on another connection.
+    @Test func aLeaseConnectionSilentAtItsFirstStatementIsGivenUp() throws {
+        let scene = try SlowDownload(directory: "pg-silent-lease-open", schema: "pgsilentleaseopen", mebibytes: 14)
+        defer { scene.stop() }
+        let (directory, database, job) = (scene.directory, scene.database, scene.job)
+        // Connection 1 is the store's, 2 the lease renewals' (opened at the first heartbeat, 2 s in).
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
+            TCPFaultProxy.Rule(marker: "set_config('search_path'", connection: 2, action: .stall),
+        ])
+        defer { proxy.stop() }
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--lease", "6", "--concurrency", "1"],
+                                              logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        try #require(try eventually(seconds: 20) { (try store.job(job)?.resumePoint?.bytesDone ?? 0) > 0 }, "\(worker.log)")
+        // Another worker, straight to the server, rescues any lease that runs out (every 3 s).
+        let rescuer = try JobctlProcess.worker(database: database, ["--lease", "6", "--concurrency", "1"], logDirectory: directory.path)
+        defer { rescuer.signal(SIGKILL) }
+
+        let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
+        #expect(ended, "\(worker.log)")
+        #expect(proxy.firedRules.count == 1, "the lease connection never went silent: \(worker.log)")
+        try scene.expectRunOnce(store: store, worker: worker, rescuer: rescuer)
+        scene.stopAndVerify(worker, rescuer)
+    }
+
     /// The lease renewals' connection cannot be opened while the store's own lives (the server or a
     /// firewall refusing a second session): the renewals failed, without a word, until the leases ran
     /// out and another worker took the running download (with `max_attempts: 1` it failed).
@@ -253,6 +284,9 @@ import TestSupport
         #expect(tookSeconds < 11, "exited \(tookSeconds) s after SIGTERM, its grace 8 s: \(worker.log)")
         // Nothing reached the server after the silence: the job stays running for the rescue, said so.
         #expect(worker.log.contains("warning abandoned \(job)") && worker.log.contains("worker_stopped"), "\(worker.log)")
+        // One line for the run: the stop's sweep of the runs left, coming as this one returned, logged it a
+        // second time (`the worker stopped before this run's outcome could be written`; one run in eight).
+        #expect(worker.log.components(separatedBy: "abandoned \(job)").count == 2, "\(worker.log)")
         #expect(try store.job(job)?.state == .running)
         #expect(!worker.log.contains(try PostgresServer.shared().password))
     }
