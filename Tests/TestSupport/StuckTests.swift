@@ -145,6 +145,19 @@ public final class StuckTests: @unchecked Sendable {
         return text
     }
 
+    /// The threads of process `pid` (one of the test's children): each one's name, state, wait channel
+    /// and the system call it is in (`/proc/PID/task/TID/syscall`: its number, then its arguments), for
+    /// the message of a test whose child did not end: which of a worker's threads waits, and on what.
+    public static func threads(of pid: Int32) -> String {
+        var text = "  threads of process \(pid):\n"
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        for task in tasks.compactMap({ Int32($0) }).sorted() {
+            let call = (read("/proc/\(pid)/task/\(task)/syscall") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            text += "    \(describe("/proc/\(pid)/task/\(task)", pid: task, ppid: pid, command: false)) syscall=\(call.isEmpty ? "-" : call)\n"
+        }
+        return text
+    }
+
     private static func describe(_ path: String, pid: Int32, ppid: Int32, command: Bool = true) -> String {
         let stat = read("\(path)/stat") ?? ""
         var state = "?"

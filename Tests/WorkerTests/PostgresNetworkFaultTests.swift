@@ -280,7 +280,7 @@ import TestSupport
         worker.signal(SIGTERM)
         let status = worker.wait(seconds: 90)
         let tookSeconds = Date().timeIntervalSince(stopped)
-        #expect(status == 0, "\(worker.log)")
+        #expect(status == 0, "\(worker.log)\(worker.threads)")
         #expect(tookSeconds < 11, "exited \(tookSeconds) s after SIGTERM, its grace 8 s: \(worker.log)")
         // Nothing reached the server after the silence: the job stays running for the rescue, said so.
         #expect(worker.log.contains("warning abandoned \(job)") && worker.log.contains("worker_stopped"), "\(worker.log)")
@@ -334,7 +334,7 @@ struct SlowDownload {
     /// Stops the workers (each must exit 0) and checks the log replays into its projection.
     func stopAndVerify(_ workers: JobctlProcess...) {
         for worker in workers { worker.signal(SIGTERM) }
-        for worker in workers { #expect(worker.wait(seconds: 20) == 0, "\(worker.log)") }
+        for worker in workers { #expect(worker.wait(seconds: 20) == 0, "\(worker.log)\(worker.threads)") }
         let verified = try? jobctl(["replay", "--verify"], database: database)
         #expect(verified?.status == 0, "\(verified?.stdout ?? "") \(verified?.stderr ?? "")")
     }

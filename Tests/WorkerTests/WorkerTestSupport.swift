@@ -1,5 +1,6 @@
 import EventStore
 import Foundation
+import Synchronization
 import Testing
 import JobModel
 import TestSupport
@@ -79,10 +80,20 @@ final class JobctlProcess: @unchecked Sendable {
         return false
     }
 
-    /// Waits for exit up to `seconds`; returns the status, or nil on timeout.
+    /// Waits for exit up to `seconds`; returns the status, or nil on timeout (then `threads` says what the
+    /// process waited on).
     func wait(seconds: Double) -> Int32? {
-        process.ended(within: seconds) ? process.terminationStatus : nil
+        guard process.ended(within: seconds) else {
+            stuck.withLock { $0 = StuckTests.threads(of: process.processIdentifier) }
+            return nil
+        }
+        return process.terminationStatus
     }
+
+    /// What the process's threads waited on when a `wait` last ran out (empty when none did): for the
+    /// message of a test whose worker did not exit.
+    var threads: String { stuck.withLock { $0 } }
+    private let stuck = Mutex("")
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
