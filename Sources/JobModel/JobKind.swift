@@ -27,6 +27,10 @@ public enum JobKind: String, Codable, Sendable, CaseIterable, Hashable {
 
     /// Whether the job acts on an object without moving its bytes.
     public var isObjectOperation: Bool { self == .getMetadata || self == .updateMetadata || self == .delete }
+
+    /// Whether the job moves none of an object's bytes: the object operations, and `fetch-url`, whose
+    /// result is a URL (its object's size is the object's, not bytes this job moved).
+    public var movesNoBytes: Bool { isObjectOperation || self == .fetchURL }
 }
 
 /// The state of a job in the projection.

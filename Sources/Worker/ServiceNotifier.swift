@@ -33,6 +33,8 @@ public final class ServiceNotifier: Sendable {
         var watchdogAtMs: Int64?
         var status: String?
         var statusAtMs: Int64?
+        /// Set by `stopping`: the stop's status stands until the process exits.
+        var stopping = false
     }
     private let sent = Mutex(Sent())
 
@@ -150,18 +152,20 @@ public final class ServiceNotifier: Sendable {
     /// The worker is stopping (its first shutdown signal): it finishes or pauses its transfers.
     public func stopping(status: String) {
         send("STOPPING=1\nSTATUS=\(Self.oneLine(status))")
-        sent.withLock { $0.status = status; $0.statusAtMs = Clock.monotonicMs() }
+        sent.withLock { $0.status = status; $0.statusAtMs = Clock.monotonicMs(); $0.stopping = true }
     }
 
     /// One turn of the worker's loop: the watchdog's ping when half its interval has passed since the
-    /// last, and `status` when it changed (at most once a second).
+    /// last, and `status` when it changed (at most once a second) — not once the worker is stopping: a
+    /// second after `STOPPING=1`, `systemctl status` read "0 of 4 transfers running" again while the
+    /// worker still held a job whose release it was writing.
     /// The loop turns at every freed slot (thousands of times a second in a drain of small jobs): the
     /// status is only made when one may be sent.
     public func turned(status: () -> String, nowMs: Int64 = Clock.monotonicMs()) {
         var lines: [String] = []
         let (ping, statusDue) = sent.withLock { sent in
             (watchdogEveryMs.map { Self.due(since: sent.watchdogAtMs, every: $0, now: nowMs) } ?? false,
-             Self.due(since: sent.statusAtMs, every: Self.statusEveryMs, now: nowMs))
+             !sent.stopping && Self.due(since: sent.statusAtMs, every: Self.statusEveryMs, now: nowMs))
         }
         if ping { lines.append("WATCHDOG=1") }
         let text = statusDue ? status() : nil

@@ -376,8 +376,9 @@ public final class WorkerLog: Sendable {
         let event: WorkerLogEvent
         var level = WorkerLogLevel.info
         switch outcome {
-        case .succeeded(let result) where kind.isObjectOperation:
-            // get-metadata, update-metadata and delete move no bytes: no size or rate to report.
+        case .succeeded(let result) where kind.movesNoBytes:
+            // get-metadata, update-metadata, delete and fetch-url move no bytes: no size or rate to report
+            // (fetch-url's "bytes=10 rate=714 B/s" were its object's size over the time a URL took).
             event = .succeeded
             fields.append(("duration_ms", .integer(durationMs)))
             if let deleted = result.deleted { fields.append(("deleted", .text(deleted))) }

@@ -56,7 +56,7 @@ public final class WorkerMetrics: Sendable {
     func finished(kind: JobKind, outcome: TaskRunOutcome, startedAtMs: Int64, now: Int64) {
         let seconds = Double(max(0, now - startedAtMs)) / 1000
         let (label, bytes): (Outcome, Int64) = switch outcome {
-        case .succeeded(let result): (.succeeded, kind.isObjectOperation ? 0 : result.size ?? result.object?.knownSize ?? 0)
+        case .succeeded(let result): (.succeeded, kind.movesNoBytes ? 0 : result.size ?? result.object?.knownSize ?? 0)
         case .failed: (.failed, 0)
         case .retryScheduled: (.retryScheduled, 0)
         case .paused(let point): (.paused, point?.bytesDone ?? 0)

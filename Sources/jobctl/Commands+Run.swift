@@ -52,8 +52,8 @@ extension Commands {
         log_lines_dropped, orphan_sweep_failed; orphan_removed names a file the sweep of final jobs' leftovers removed, and
         worker_started and worker_stopped (the summary) open and close the log. --log-format json prints one JSON object per line: time, time_ms, level, event,
         job, kind, fields; a worker that cannot start or go on then says why in one more, worker_failed (error, exit_code). -q keeps only warnings and errors, -v adds progress. Text lines are coloured
-        only on a terminal (never with NO_COLOR or --no-color) and carry no time when JOURNAL_STREAM is
-        set (run by systemd: journald stamps each line). URLs in log lines are redacted.
+        only on a terminal (never with NO_COLOR or --no-color) and carry no time when standard error is the
+        journal (JOURNAL_STREAM names it: run by systemd, journald stamps each line). URLs in log lines are redacted.
 
         --metrics 127.0.0.1:9464 serves Prometheus metrics (text format 0.0.4) at /metrics: job counts by
         queue and state, transfers and bytes by kind and outcome, durations, retries, lease losses and
@@ -263,18 +263,29 @@ extension Commands {
 }
 
 /// The worker's log as the command line asks: format, level, colour (a terminal only, never with
-/// NO_COLOR or --no-color) and timestamps (none under systemd, which sets JOURNAL_STREAM and stamps
-/// each line itself).
+/// NO_COLOR or --no-color) and timestamps (none into systemd's journal, which stamps each line itself).
 private func workerLog(_ arguments: ParsedArguments, _ context: Context) throws -> WorkerLog {
     if arguments[Options.quiet] && arguments[Options.verbose] { throw UsageError("-q and -v cannot be combined") }
     let format = try arguments.value(Options.logFormat) ?? .text
     let environment = context.environment
-    let underSystemd = !(environment["JOURNAL_STREAM"] ?? "").isEmpty
+    let underSystemd = standardErrorIsJournal(environment["JOURNAL_STREAM"])
     let noColor = !(environment["NO_COLOR"] ?? "").isEmpty || arguments[Options.noColor] || environment["TERM"] == "dumb"
     let color = format == .text && isatty(STDERR_FILENO) == 1 && !noColor && !underSystemd
     let level: WorkerLogLevel = arguments[Options.quiet] ? .warning : arguments[Options.verbose] ? .debug : .info
     return WorkerLog(minimumLevel: level, formatter: WorkerLogFormatter(format: format, timestamps: !underSystemd, color: color),
                      holdingUntilStarted: true)
+}
+
+/// Whether standard error is the journal stream systemd connected it to: `JOURNAL_STREAM` names that
+/// stream's `device:inode` (systemd.exec(5)), and is inherited by whatever the service starts. Trusted
+/// for being set, it took the times off a log a service's shell sent to a file (`2>>worker.log`), or one
+/// a terminal's shell started under a user service showed: lines no one could place in time.
+func standardErrorIsJournal(_ value: String?) -> Bool {
+    guard let value, let colon = value.firstIndex(of: ":"), let device = UInt64(value[..<colon]),
+          let inode = UInt64(value[value.index(after: colon)...]) else { return false }
+    var status = stat()
+    guard fstat(STDERR_FILENO, &status) == 0 else { return false }
+    return UInt64(status.st_dev) == device && UInt64(status.st_ino) == inode
 }
 
 /// The service manager's notification variables, taken out of the environment before any thread started

@@ -102,7 +102,7 @@ enum ManPage {
          "Proxies for http(s) and GCS requests, read as the curl tool reads them (HTTP_PROXY is not read)."),
         (["COLUMNS"], "The width tables and watch fit (10 to 10000; else the terminal's width)."),
         (["NO_COLOR"], "When set, no colours (also TERM=dumb, or --no-color)."),
-        (["JOURNAL_STREAM"], "Set by systemd: worker log lines carry no time, since journald stamps each line."),
+        (["JOURNAL_STREAM"], "Set by systemd: worker log lines written to the journal stream it names carry no time, since journald stamps each line."),
         (["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"], "Set by systemd for a Type=notify unit: the worker says READY=1 once "
             + "started, STATUS= what it is doing, STOPPING=1 at SIGTERM, and feeds the watchdog from its loop (sd_notify(3)); "
             + "set but unusable, the worker does not start."),

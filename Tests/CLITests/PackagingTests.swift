@@ -43,11 +43,36 @@ struct PackagingTests {
         let settings = unit.split(separator: "\n").filter { !$0.hasPrefix("#") && $0.contains("=") }.map(String.init)
         for expected in ["KillSignal=SIGTERM", "Restart=on-failure", "TimeoutStopSec=30s", "ProtectSystem=strict",
                          "ReadWritePaths=/var/lib/jobctl", "StateDirectory=jobctl", "NoNewPrivileges=yes", "PrivateTmp=yes",
-                         "ProtectHome=yes", "User=jobctl", "Environment=JOBCTL_DB=/var/lib/jobctl/jobctl.db",
+                         "ProtectHome=yes", "User=jobctl", "WorkingDirectory=/var/lib/jobctl",
                          "EnvironmentFile=-/etc/jobctl/worker.env", "Group=jobctl", "StateDirectoryMode=2770", "UMask=0007",
                          "Type=notify", "NotifyAccess=main", "WatchdogSec=3min"] {
             #expect(settings.contains(expected), "missing \(expected)")
         }
+    }
+
+    /// The unit set `JOBCTL_DB`, which wins over the configuration file: an operator who named the log in
+    /// /etc/jobctl/config.yaml (`db: postgres://…`, as the README shows) submitted there while the
+    /// service worker ran on a SQLite file of its own, and nothing said so. With the unit's environment,
+    /// the worker's database is the configuration file's.
+    @Test("The unit's environment leaves the database to the configuration file the operators' commands read")
+    func unitLeavesTheDatabaseToTheConfiguration() throws {
+        let unit = try String(contentsOfFile: Self.unitSource, encoding: .utf8)
+        var environment: [String: String] = [:]
+        for line in unit.split(separator: "\n") where line.hasPrefix("Environment=") {
+            for assignment in line.dropFirst("Environment=".count).split(separator: " ") {
+                let parts = assignment.split(separator: "=", maxSplits: 1)
+                if parts.count == 2 { environment[String(parts[0])] = String(parts[1]) }
+            }
+        }
+        let directory = try TemporaryDirectory("unit-config")
+        defer { directory.remove() }
+        let configuration = directory.file("config.yaml")
+        try "db: \(directory.file("operators.db"))\n".write(toFile: configuration, atomically: true, encoding: .utf8)
+        environment["JOBCTL_CONFIG"] = configuration
+        let shown = try runProcess(PackagePaths.jobctlBinary, ["config"], environment: environment, currentDirectory: directory.path)
+        try #require(shown.status == 0, "\(shown.stderr)")
+        let database = try #require(shown.stdout.split(separator: "\n").first { $0.hasPrefix("db") }, "\(shown.stdout)")
+        #expect(database.contains(directory.file("operators.db")) && database.contains("config.yaml"), "\(database)")
     }
 
     @Test("make install DESTDIR lays out every file with its mode; make uninstall removes them")

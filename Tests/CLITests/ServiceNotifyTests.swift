@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 import TestSupport
+import Worker
+import JobModel
 
 /// A worker under a `Type=notify` unit speaks the service manager's notification protocol: one datagram
 /// of `KEY=value` lines to the Unix socket `NOTIFY_SOCKET` names. The socket here is the test's own,
@@ -97,6 +99,25 @@ import TestSupport
         #expect(stopping?.contains("STATUS=stopping") == true, "\(stopping ?? "no STOPPING=1")")
         worker.process.waitForExit()
         #expect(worker.process.terminationStatus == 0, "\(worker.log())")
+    }
+
+    /// A second after `STOPPING=1` the loop's next turn replaced the stop's status with the running one
+    /// ("0 of 4 transfers running"), while the worker was still releasing a job: the stop's status
+    /// stands now, and the watchdog is still fed.
+    @Test("once stopping, the loop's turns feed the watchdog and leave the stop's status")
+    func stoppingStatusStands() throws {
+        let listener = try NotifySocket()
+        let notifier = try #require(try ServiceNotifier.fromEnvironment(["NOTIFY_SOCKET": listener.name, "WATCHDOG_USEC": "200000"]))
+        notifier.ready(status: "started")
+        notifier.turned(status: { "1 of 4 transfers running" }, nowMs: Clock.monotonicMs() + 2_000)
+        let running = listener.receiveAll(for: 0.3)
+        #expect(running.contains { $0.contains("STATUS=1 of 4 transfers running") }, "\(running)")
+        notifier.stopping(status: "stopping: releasing")
+        notifier.turned(status: { "0 of 4 transfers running" }, nowMs: Clock.monotonicMs() + 5_000)
+        let stopping = listener.receiveAll(for: 0.3)
+        #expect(stopping.first?.contains("STOPPING=1\nSTATUS=stopping: releasing") == true, "\(stopping)")
+        #expect(stopping.contains { $0.split(separator: "\n").contains("WATCHDOG=1") }, "\(stopping)")
+        #expect(!stopping.contains { $0.contains("transfers running") }, "\(stopping)")
     }
 
     @Test("a socket path works as the abstract name does; a watchdog meant for another process is not fed")

@@ -4,6 +4,7 @@ import JobModel
 import Testing
 import TestSupport
 import Synchronization
+import StorePort
 @testable import Worker
 
 /// The lines of a worker's log that parse as JSON objects, and the lines that do not.
@@ -103,8 +104,9 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect((claimed["source"] as? String)?.contains("token=REDACTED") == true, "\(claimed)")
     }
 
-    /// Text lines: `level event job kind key=value…`; no time under systemd (JOURNAL_STREAM), a time
-    /// otherwise; `-q` leaves only warnings and errors.
+    /// Text lines: `level event job kind key=value…`; no time into systemd's journal (standard error the
+    /// stream JOURNAL_STREAM names), a time otherwise — with a JOURNAL_STREAM naming another stream too
+    /// (inherited: a service's `2>>file`; the lines had no time); `-q` leaves only warnings and errors.
     @Test func textLinesTimestampsAndQuiet() throws {
         let directory = try TemporaryDirectory("worker-text-log")
         defer { directory.remove() }
@@ -114,8 +116,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         - {kind: download-memory, source: "file://nowhere/missing.txt"}
         """
         let ids = try submit(manifest, database: database, directory: directory)
-        let journald = try JobctlProcess.worker(database: database, ["--drain"], environment: ["JOURNAL_STREAM": "8:12345"],
-                                                logDirectory: directory.path)
+        let journald = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path, journaled: true)
         #expect(journald.wait(seconds: 20) == 2, "\(journald.log)")
         let lines = journald.log.split(separator: "\n").map(String.init)
         let success = try #require(lines.first { $0.contains(" succeeded \(ids[0]) ") }, "\(journald.log)")
@@ -124,12 +125,15 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(failure.hasPrefix("error   failed \(ids[1]) download-memory error=bucketNotFound"), "\(failure)")
         #expect(!journald.log.contains("\u{1B}["), "colour in a log that is not a terminal")
 
-        let more = try submit(manifest.replacingOccurrences(of: "a.txt", with: "b.txt"), database: database, directory: directory)
-        let stamped = try JobctlProcess.worker(database: database, ["--drain"], logDirectory: directory.path)
-        #expect(stamped.wait(seconds: 20) == 2, "\(stamped.log)")
-        let line = try #require(stamped.log.split(separator: "\n").first { $0.contains(" succeeded \(more[0]) ") })
-        let time = try #require(line.split(separator: " ").first)
-        #expect(ISO8601DateFormatter().date(from: String(time).replacingOccurrences(of: #"\.\d+"#, with: "", options: .regularExpression)) != nil, "\(line)")
+        for inherited in [[:], ["JOURNAL_STREAM": "8:12345"]] {
+            let more = try submit(manifest.replacingOccurrences(of: "a.txt", with: "b-\(inherited.count).txt"), database: database, directory: directory)
+            let stamped = try JobctlProcess.worker(database: database, ["--drain"], environment: inherited, logDirectory: directory.path)
+            #expect(stamped.wait(seconds: 20) == 2, "\(stamped.log)")
+            let line = try #require(stamped.log.split(separator: "\n").first { $0.contains(" succeeded \(more[0]) ") })
+            let time = try #require(line.split(separator: " ").first)
+            #expect(ISO8601DateFormatter().date(from: String(time).replacingOccurrences(of: #"\.\d+"#, with: "", options: .regularExpression)) != nil,
+                    "\(inherited): \(line)")
+        }
 
         _ = try submit(manifest.replacingOccurrences(of: "a.txt", with: "c.txt"), database: database, directory: directory)
         let quiet = try JobctlProcess.worker(database: database, ["--drain", "-q"], logDirectory: directory.path)
@@ -170,13 +174,14 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(worker.wait(seconds: 15) == 0, "\(worker.log)")
     }
 
-    /// On a terminal the level and outcome are coloured; NO_COLOR, --no-color and JOURNAL_STREAM turn it off.
+    /// On a terminal the level and outcome are coloured; NO_COLOR and --no-color turn it off. A terminal is
+    /// never the journal: a JOURNAL_STREAM inherited there (a shell a user service started) leaves colour on.
     @Test func colourOnlyOnATerminal() throws {
         let directory = try TemporaryDirectory("worker-colour-log")
         defer { directory.remove() }
         let database = directory.file("jobctl.db")
         var runs: [(environment: [String: String], flags: [String], coloured: Bool)] = [
-            ([:], [], true), (["NO_COLOR": "1"], [], false), ([:], ["--no-color"], false), (["JOURNAL_STREAM": "8:1"], [], false),
+            ([:], [], true), (["NO_COLOR": "1"], [], false), ([:], ["--no-color"], false), (["JOURNAL_STREAM": "8:1"], [], true),
         ]
         runs = runs.map { run in (run.environment.merging(["TERM": "xterm"]) { a, _ in a }, run.flags, run.coloured) }
         for run in runs {
@@ -244,6 +249,25 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(other.isEmpty, "\(other)")
         let rates = entries(objects, "succeeded").compactMap { (($0["fields"] as? [String: Any])?["bytes_per_second"] as? NSNumber)?.int64Value }
         #expect(rates == [Int64.max, Int64.max, 0], "\(objects)")
+    }
+
+    /// fetch-url's result names its object (its size among the metadata) but moves none of its bytes: its
+    /// line said `bytes=10 rate="714 B/s"`, and the metrics counted the object's size as bytes moved.
+    @Test("a fetch-url success reports no bytes and no rate, as the object operations do")
+    func fetchURLMovesNoBytes() throws {
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(formatter: WorkerLogFormatter(format: .json), write: { line in lines.withLock { $0.append(line) } })
+        let result = JobResult(object: StorageObject(bucket: "b", name: "o.txt", size: 10), url: "https://example.invalid/o.txt?token=t")
+        log.finished(jobID: "JF", kind: .fetchURL, outcome: .succeeded(result), startedAtMs: 1_000, now: 1_014)
+        let (objects, _) = jsonLines(lines.withLock { $0.joined(separator: "\n") })
+        let fields = try #require(entries(objects, "succeeded").first?["fields"] as? [String: Any], "\(objects)")
+        #expect(fields["bytes"] == nil && fields["rate"] == nil && fields["bytes_per_second"] == nil, "\(fields)")
+        #expect(fields["duration_ms"] as? Int == 14, "\(fields)")
+        let metrics = WorkerMetrics()
+        metrics.finished(kind: .fetchURL, outcome: .succeeded(result), startedAtMs: 1_000, now: 1_014)
+        let text = metrics.exposition(groupCommits: GroupCommitStats(), store: StoreReading(counts: nil, readAtMs: nil, up: true))
+        #expect(text.contains("jobctl_transfers_total{kind=\"fetch-url\",outcome=\"succeeded\"} 1"), "\(text)")
+        #expect(text.contains("jobctl_transfer_bytes_total{kind=\"fetch-url\",outcome=\"succeeded\"} 0"), "\(text)")
     }
 
     @Test func levelsFilter() {

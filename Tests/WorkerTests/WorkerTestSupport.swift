@@ -15,11 +15,19 @@ final class JobctlProcess: @unchecked Sendable {
     ///   block most signals), which would hide how jobctl itself handles an early SIGTERM.
     /// - Parameter tracer: a command (strace and its options) that runs jobctl as its child; `killTracee`
     ///   signals jobctl itself.
+    /// - Parameter journaled: set `JOURNAL_STREAM` to the log file's `device:inode`, as systemd names the
+    ///   journal stream it connects a service's standard error to.
     init(database: String, arguments: [String], environment: [String: String] = [:], logDirectory: String,
-         cleanSignalMask: Bool = false, tracer: [String]? = nil) throws {
+         cleanSignalMask: Bool = false, tracer: [String]? = nil, journaled: Bool = false) throws {
         logPath = "\(logDirectory)/jobctl-\(UUID().uuidString.prefix(6)).log"
         #expect(FileManager.default.createFile(atPath: logPath, contents: nil), "could not create a file the test needs")
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        var environment = environment
+        if journaled {
+            var status = stat()
+            #expect(fstat(log.fileDescriptor, &status) == 0)
+            environment["JOURNAL_STREAM"] = "\(status.st_dev):\(status.st_ino)"
+        }
         if cleanSignalMask {
             // Python clears the mask and execs jobctl in the same process (same pid).
             process.executableURL = URL(fileURLWithPath: "\(PackagePaths.venv)/bin/python")
@@ -43,9 +51,9 @@ final class JobctlProcess: @unchecked Sendable {
     }
 
     static func worker(database: String, _ arguments: [String] = [], environment: [String: String] = [:],
-                       logDirectory: String, cleanSignalMask: Bool = false) throws -> JobctlProcess {
+                       logDirectory: String, cleanSignalMask: Bool = false, journaled: Bool = false) throws -> JobctlProcess {
         try JobctlProcess(database: database, arguments: ["worker"] + arguments, environment: environment, logDirectory: logDirectory,
-                          cleanSignalMask: cleanSignalMask)
+                          cleanSignalMask: cleanSignalMask, journaled: journaled)
     }
 
     /// Sends `number` to the process; SIGKILL goes to everything it started too (a tracer's jobctl, a
