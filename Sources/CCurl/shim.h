@@ -134,6 +134,15 @@ static inline CURLcode jobctl_curl_easy_setopt_prereq_callback(CURL *handle, job
     (void)jobctl_curl_load();
     return jobctl_curl_table()->curl_easy_setopt(handle, CURLOPT_PREREQFUNCTION, value);
 }
+typedef int (*jobctl_curl_closesocket_callback)(void *context, curl_socket_t socket);
+static inline CURLcode jobctl_curl_easy_setopt_closesocket_callback(CURL *handle, jobctl_curl_closesocket_callback value) {
+    (void)jobctl_curl_load();
+    return jobctl_curl_table()->curl_easy_setopt(handle, CURLOPT_CLOSESOCKETFUNCTION, value);
+}
+static inline CURLcode jobctl_curl_easy_getinfo_socket(CURL *handle, CURLINFO info, curl_socket_t *value) {
+    (void)jobctl_curl_load();
+    return jobctl_curl_table()->curl_easy_getinfo(handle, info, value);
+}
 static inline CURLcode jobctl_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     (void)jobctl_curl_load();
     return jobctl_curl_table()->curl_easy_getinfo(handle, info, value);

@@ -195,8 +195,27 @@ final class CurlEngine: @unchecked Sendable {
             while let message = jobctl_curl_multi_info_read(multi, &remaining) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
                 let code = message.pointee.data.result
+                // Before the handle leaves: libcurl names the connection it kept only while the handle is in.
+                active[easy]?.noteKeptConnection()
                 jobctl_curl_multi_remove_handle(multi, easy)
                 guard let exchange = active.removeValue(forKey: easy) else { continue }
+                if exchange.mayResendOnNewConnection(code: code) {
+                    // The kept connection it was about to use was out of step (see `IdleHTTP1Connections`):
+                    // nothing of this request was sent, so it goes again, on a new connection.
+                    release(exchange)
+                    do {
+                        let easy = try exchange.restart { newHandle() }
+                        if jobctl_curl_multi_add_handle(multi, easy) == CURLM_OK {
+                            active[easy] = exchange
+                            continue
+                        }
+                        exchange.finish(code: CURLE_FAILED_INIT, cause: "curl_multi_add_handle failed")
+                    } catch {
+                        exchange.complete(.failure(error))
+                    }
+                    release(exchange)
+                    continue
+                }
                 exchange.finish(code: code, cause: nil)
                 release(exchange)
             }
@@ -529,8 +548,10 @@ private final class CurlExchange: @unchecked Sendable {
         try check(jobctl_curl_easy_setopt_long(easy, CURLOPT_NOPROGRESS, 0))
         try check(jobctl_curl_easy_setopt_xferinfo_callback(easy, curlProgress))
         try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_XFERINFODATA, context))
-        if requestSent != nil || request.followRedirects,
-           jobctl_curl_easy_setopt_prereq_callback(easy, curlPrerequest) == CURLE_OK {
+        // Every socket libcurl opens is closed through `curlCloseSocket`, which forgets it as a kept connection.
+        try check(jobctl_curl_easy_setopt_closesocket_callback(easy, curlCloseSocket))
+        // Set for every exchange: it is where a kept connection is checked before a request goes out on it.
+        if jobctl_curl_easy_setopt_prereq_callback(easy, curlPrerequest) == CURLE_OK {
             try check(jobctl_curl_easy_setopt_pointer(easy, CURLOPT_PREREQDATA, context))
             requestsStarted = 0
             countsRequests = true
@@ -573,9 +594,75 @@ private final class CurlExchange: @unchecked Sendable {
 
     private var bodyOffset = 0
 
+    /// Kept connections found out of step as this exchange was about to use them (see `requestStarting`).
+    private var outOfStepConnections = 0
+
+    /// Engine thread, at the end of the transfer and before its handle leaves the multi handle: the
+    /// connection libcurl kept for reuse (`CURLINFO_ACTIVESOCKET`; none when it closed it) is noted as an
+    /// idle HTTP/1.x one, to be checked before its next request, or forgotten when it carries HTTP/2.
+    func noteKeptConnection() {
+        guard let easy else { return }
+        var socket: curl_socket_t = -1
+        guard jobctl_curl_easy_getinfo_socket(easy, CURLINFO_ACTIVESOCKET, &socket) == CURLE_OK, socket >= 0 else { return }
+        guard overHTTP1, status >= 200 else {
+            IdleHTTP1Connections.forget(socket)
+            return
+        }
+        var localPort = 0
+        var primaryPort = 0
+        var localIP: UnsafeMutableRawPointer?
+        var primaryIP: UnsafeMutableRawPointer?
+        guard jobctl_curl_easy_getinfo_long(easy, CURLINFO_LOCAL_PORT, &localPort) == CURLE_OK,
+              jobctl_curl_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &primaryPort) == CURLE_OK,
+              jobctl_curl_easy_getinfo_pointer(easy, CURLINFO_LOCAL_IP, &localIP) == CURLE_OK,
+              jobctl_curl_easy_getinfo_pointer(easy, CURLINFO_PRIMARY_IP, &primaryIP) == CURLE_OK,
+              let localIP, let primaryIP else {
+            IdleHTTP1Connections.forget(socket)
+            return
+        }
+        IdleHTTP1Connections.kept(socket, key: IdleHTTP1Connections.key(
+            localIP: String(cString: localIP.assumingMemoryBound(to: CChar.self)), localPort: localPort,
+            primaryIP: String(cString: primaryIP.assumingMemoryBound(to: CChar.self)), primaryPort: primaryPort))
+    }
+
+    /// Whether the exchange ended only because the kept connection it was about to send its request on
+    /// was out of step, before any copy of the request was sent anywhere (not after a redirect's first
+    /// request), and for the first time: it may then be sent again, whole, on a new connection.
+    func mayResendOnNewConnection(code: CURLcode) -> Bool {
+        code == CURLE_ABORTED_BY_CALLBACK && outOfStepConnections == 1 && (requestsStarted ?? 0) == 0
+            && stopReason == nil && bodyError == nil && rewindBody(to: 0)
+    }
+
+    /// A new handle for the same request after `mayResendOnNewConnection`: the exchange as it was before
+    /// its first start (what it received, and the request's header list, are dropped).
+    func restart(handle: () -> UnsafeMutableRawPointer?) throws(TransferFailure) -> UnsafeMutableRawPointer {
+        if let headerList { jobctl_curl_slist_free_all(headerList) }
+        headerList = nil
+        errorBufferPointer.update(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+        status = 0
+        headers = [:]
+        headersEnded = false
+        bodyStarted = false
+        overHTTP1 = true
+        body = Data()
+        headerBytes = 0
+        requestsSinceAnswer = 0
+        requestsStarted = nil
+        countsRequests = false
+        return try start(handle: handle)
+    }
+
     /// https://curl.se/libcurl/c/CURLOPT_PREREQFUNCTION.html — the request is about to go out on a
-    /// connection (again, when libcurl resends it after a reused connection died).
-    func requestStarting() -> Int32 {
+    /// connection (again, when libcurl resends it after a reused connection died), named by its two ends.
+    /// A kept HTTP/1.x connection with bytes waiting that no request asked for is closed, and the request
+    /// is not sent on it (the exchange ends, and the engine sends it again on a new connection): on it,
+    /// this request would have read the waiting bytes, another request's answer, as its own.
+    func requestStarting(localIP: String, localPort: Int, primaryIP: String, primaryPort: Int) -> Int32 {
+        let key = IdleHTTP1Connections.key(localIP: localIP, localPort: localPort, primaryIP: primaryIP, primaryPort: primaryPort)
+        if IdleHTTP1Connections.closeIfOutOfStep(key: key) {
+            outOfStepConnections += 1
+            return CURL_PREREQFUNC_ABORT
+        }
         requestsStarted = (requestsStarted ?? 0) + 1
         requestsSinceAnswer += 1
         return CURL_PREREQFUNC_OK
@@ -864,6 +951,13 @@ private final class CurlExchange: @unchecked Sendable {
             complete(.failure(.stopped(stopReason)))
             return
         }
+        if code == CURLE_ABORTED_BY_CALLBACK, outOfStepConnections > 0, limitHit == nil, bodyError == nil {
+            complete(.failure(.failed(StorageError(
+                .unknown, "the server sent more than its answer on a kept connection (bytes no request asked for): the connection "
+                    + "was closed, and the request was not sent on it; a retry asks again on a new connection",
+                url: redactedURL(request.url), retryable: true))))
+            return
+        }
         if let refusedAnswer {
             complete(.failure(.failed(refusedAnswer)))
             return
@@ -989,9 +1083,18 @@ private let curlSeek: jobctl_curl_seek_callback = { context, offset, origin in
     return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().seekBody(to: Int64(offset), origin: origin)
 }
 
-private let curlPrerequest: jobctl_curl_prereq_callback = { context, _, _, _, _ in
+private let curlPrerequest: jobctl_curl_prereq_callback = { context, primaryIP, localIP, primaryPort, localPort in
     guard let context else { return CURL_PREREQFUNC_OK }
-    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().requestStarting()
+    return Unmanaged<CurlExchange>.fromOpaque(context).takeUnretainedValue().requestStarting(
+        localIP: localIP.map { String(cString: $0) } ?? "", localPort: Int(localPort),
+        primaryIP: primaryIP.map { String(cString: $0) } ?? "", primaryPort: Int(primaryPort))
+}
+
+/// https://curl.se/libcurl/c/CURLOPT_CLOSESOCKETFUNCTION.html — libcurl closes a socket (of a
+/// connection, whichever exchange's handle opened it): it is no kept connection any more.
+private let curlCloseSocket: jobctl_curl_closesocket_callback = { _, socket in
+    IdleHTTP1Connections.forget(socket)
+    return close(socket)
 }
 
 private let curlProgress: jobctl_curl_xferinfo_callback = { context, _, downloaded, _, uploaded in
