@@ -517,6 +517,7 @@ public struct HTTPBackend: StorageBackend {
                                 progress.update(done)
                             })
         headersSource = sink
+        sink.startsOver(from: resumePoint)
         sink.needsMD5 = { status, headers in servedDigests(headers, status: status).needMD5(asked: md5) }
         try await sink.hashExistingPrefixOffPool()
 
@@ -544,7 +545,7 @@ public struct HTTPBackend: StorageBackend {
             response = try await engine.perform(request, sink: sink, control: control, options: configuration.curlOptions)
         } catch {
             if sizeChanged.withLock({ $0 }), case .failed(let failure) = error {
-                sink.partial.discard()
+                await sink.drop()
                 throw failure
             }
             // The validator from this response (if any) pins the resumed range to the same version.
@@ -557,25 +558,34 @@ public struct HTTPBackend: StorageBackend {
         try await sink.settle()
         if response.status == 416 && start > 0 {
             // Asked past the end: the file shrank. Start again from zero next attempt.
-            sink.partial.discard()
+            await sink.drop()
             throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size; a retry starts the download again",
                                httpStatus: 416, url: redactedURL(url), retryable: true)
         }
         guard response.isSuccess else {
-            if response.status != 404 { try? await sink.partial.syncOffPool() } else { sink.partial.discard() }
+            if response.status != 404 { try? await sink.partial.syncOffPool() } else { await sink.drop() }
             throw httpError(response, what: redactedURL(url))
         }
         // One without a body (a 204) never reached the check above.
         if let refusal = Self.noFileAnswer(status: response.status, headers: response.headers, rangeAsked: rangeAsked, url: url) {
-            if refusal.retryable { try? await sink.partial.syncOffPool() } else { sink.partial.discard() }
+            if refusal.retryable { try? await sink.partial.syncOffPool() } else { await sink.drop() }
             throw refusal
         }
-        try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
+        let emptyAnswer: StorageError?
+        do throws(StorageError) {
+            try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
+            emptyAnswer = nil
+        } catch {
+            emptyAnswer = error
+        }
+        // A restart from zero there handed over a checkpoint of no bytes: it reports before the attempt ends.
+        try await sink.settle()
+        if let emptyAnswer { throw emptyAnswer }
         if response.status == 206, let range = response.headers["content-range"].flatMap(FileSink.rangeBounds),
            sink.offset - 1 > range.last {
             // Bytes past the end of the range the answer names: they belong nowhere it said, and a total
             // written to match would have made the file look whole.
-            sink.partial.discard()
+            await sink.drop()
             throw StorageError(.unknown, "the server sent bytes up to \(sink.offset - 1) in an answer for the range \(range.first)-\(range.last); "
                                    + "the partial file was dropped and a retry downloads it again", httpStatus: 206, url: redactedURL(url),
                                retryable: true)
@@ -592,7 +602,7 @@ public struct HTTPBackend: StorageBackend {
         }
         if response.status == 206, rangeAsked, let recordedTotal, sink.offset > recordedTotal {
             // A resumed range of unknown total (`bytes S-E/*`) ran past the size the kept bytes' answer named.
-            sink.partial.discard()
+            await sink.drop()
             throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size (\(recordedTotal) bytes when its download began, "
                                    + "\(sink.offset) bytes came now) though its validator did not; the partial file was dropped and "
                                    + "a retry starts the download again", httpStatus: 206, url: redactedURL(url), retryable: true)
@@ -610,7 +620,7 @@ public struct HTTPBackend: StorageBackend {
         }
         if let expected, sink.offset > expected {
             // More than the answer announced: nothing to resume from.
-            sink.partial.discard()
+            await sink.drop()
             throw StorageError(.unknown, "the server sent \(sink.offset) bytes of a file of \(expected); the partial file was dropped "
                                    + "and a retry downloads it again", url: redactedURL(url), retryable: true)
         }
@@ -627,7 +637,7 @@ public struct HTTPBackend: StorageBackend {
             verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file",
                                          remedy: "the copy was removed — download again", url: redactedURL(url))
         } catch {
-            sink.partial.discard()
+            await sink.drop()
             throw error
         }
         let path = try await sink.partial.commitOffPool(replacing: replacing)

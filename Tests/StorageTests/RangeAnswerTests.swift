@@ -51,14 +51,19 @@ struct RangeAnswerTests {
         let destination = directory.file("r.bin")
         guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "r.bin", into: directory, jobID: "01RANGE") else { return }
 
-        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE")))
+        let refusing = EventRecorder()
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE"), recorder: refusing))
         #expect(refused.retryable && refused.message.contains("range"), "\(refused)")
         #expect(proxy.exchanges.contains { $0.faults.contains("rewrite response") })
         #expect(!FileManager.default.fileExists(atPath: destination), "nothing was committed")
+        // The attempt that dropped the bytes says so: its last checkpoint holds none, so the log's point
+        // (the next attempt's `started`, its worker's `resumed` line and moved bytes) is not the old one.
+        let logged = try #require(refusing.checkpoints.last, "a checkpoint replaces the dropped bytes' point")
+        #expect(logged.holdsNoDownloadedBytes && logged.bytesDone == 0, "\(logged)")
 
         // The next attempt starts from the log's checkpoint, as a worker's would: the dropped partial
         // file is not resumed, and the whole file comes without a Range.
-        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE")))
+        let result = try finished(await run(backend, spec, resume: logged, control: TransferControl(jobID: "01RANGE")))
         #expect(result.size == Int64(total))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
         let last = try #require(proxy.exchanges.last { $0.request.method == "GET" })
@@ -146,12 +151,16 @@ struct RangeAnswerTests {
         defer { directory.remove() }
         let destination = directory.file("v.bin")
         guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "v.bin", into: directory, jobID: "01RANGELIE") else { return }
-        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE")))
+        let refusing = EventRecorder()
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE"), recorder: refusing))
         // (The one past its end names another total than the first answer: refused for that, before its bytes.)
         #expect(refused.retryable && (refused.message.contains("range") || answer == .longerThanItsRange && refused.message.contains("changed size")),
                 "\(answer): \(refused)")
         #expect(!FileManager.default.fileExists(atPath: destination), "\(answer): nothing may be committed")
-        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE")))
+        // The log's point after the attempt: no bytes held, as the partial file was dropped.
+        let logged = try #require(refusing.checkpoints.last, "\(answer): a checkpoint replaces the dropped bytes' point")
+        #expect(logged.bytesDone == 0, "\(answer): \(logged)")
+        let result = try finished(await run(backend, spec, resume: logged, control: TransferControl(jobID: "01RANGELIE")))
         #expect(result.size == Int64(payload.count))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(answer)")
     }
@@ -183,11 +192,14 @@ struct RangeAnswerTests {
         guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "g.bin", into: directory, jobID: "01RANGESIZE") else { return }
         guard case .download(_, _, _, _, _, let total) = point else { Issue.record("\(point)"); return }
         #expect(total == Int64(payload.count), "the size the first answer named is kept: \(point)")
-        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESIZE")))
+        let refusing = EventRecorder()
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESIZE"), recorder: refusing))
         #expect(proxy.firedCounts == [1])
         #expect(refused.retryable && refused.message.contains("again"), "\(how): \(refused)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty, "\(how): no partial file kept")
-        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESIZE")))
+        #expect(refusing.checkpoints.last?.bytesDone == 0, "\(how): the log's point holds no bytes: \(refusing.checkpoints)")
+        let result = try finished(await run(backend, spec, resume: refusing.checkpoints.last ?? point,
+                                            control: TransferControl(jobID: "01RANGESIZE")))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(how): \(result)")
     }
 
