@@ -556,11 +556,21 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         try await sink.settle()
+        var completeBefore: HTTPResponse?
         if response.status == 416 && start > 0 {
-            // Asked past the end: the file shrank. Start again from zero next attempt.
-            await sink.drop()
-            throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size; a retry starts the download again",
-                               httpStatus: 416, url: redactedURL(url), retryable: true)
+            switch Self.unsatisfiedRange(response.headers, held: start, validator: validator, recordedTotal: recordedTotal) {
+            case .complete:
+                completeBefore = response
+            case .otherFile(let why):
+                await sink.drop()
+                throw StorageError(.unknown, "the file at \(redactedURL(url)) \(why); the partial file was dropped and a retry starts "
+                                       + "the download again", httpStatus: 416, url: redactedURL(url), retryable: true)
+            }
+        }
+        if let response = completeBefore {
+            // Every byte was there already (an attempt cut after the last one, before the answer's end):
+            // the file is the held bytes, checked as a whole answer's would be.
+            return try await finishDownload(sink, response: response, reference: reference, md5: md5, replacing: replacing, url: url)
         }
         guard response.isSuccess else {
             if response.status != 404 { try? await sink.partial.syncOffPool() } else { await sink.drop() }
@@ -629,6 +639,12 @@ public struct HTTPBackend: StorageBackend {
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from the last checkpoint the log holds, if any",
                                url: redactedURL(url), retryable: true)
         }
+        return try await finishDownload(sink, response: response, reference: reference, md5: md5, replacing: replacing, url: url)
+    }
+
+    /// Verifies a whole download against the hashes the answer served and commits it to the destination.
+    private func finishDownload(_ sink: FileSink, response: HTTPResponse, reference: StorageReference, md5: Bool, replacing: Bool,
+                                url: String) async throws(StorageError) -> TransferOutcome {
         // The final response's headers: a 200 after a ranged request (the file changed) replaced the prefix.
         let served = servedDigests(response.headers, status: response.status)
         let ours = try await sink.finishHashesOffPool(md5: served.needMD5(asked: md5))
@@ -645,6 +661,33 @@ public struct HTTPBackend: StorageBackend {
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,
                                    verified: verified))
+    }
+
+    /// What a `416 Range Not Satisfiable` to a resumed range (`Range: bytes=HELD-`) says of the held bytes.
+    enum UnsatisfiedRange: Equatable {
+        /// The file is exactly the held bytes: the attempt that wrote them was cut after the last one.
+        case complete
+        /// Another file than the one the held bytes came from; why, for the error.
+        case otherFile(String)
+    }
+
+    /// Reads a 416 to a resumed range. Its `Content-Range: bytes */TOTAL` (RFC 9110 §15.5.17) names the
+    /// file's size: when that is the number of bytes held — and the size the kept bytes' answer named,
+    /// when recorded — of the version `If-Range` named (the 416 names that one or none), every byte is
+    /// there, as `wget -c` says "already fully retrieved". Such a download was thrown away as "changed
+    /// size" and failed for good on its last attempt. Any other 416 is of a file that changed.
+    static func unsatisfiedRange(_ headers: [String: String], held: Int64, validator: String?,
+                                 recordedTotal: Int64?) -> UnsatisfiedRange {
+        let answered = headers["etag"] ?? headers["last-modified"]
+        guard let total = rangeTotal(headers) else { return .otherFile("answered 416 to the range from byte \(held) without its size") }
+        if total != held || recordedTotal.map({ $0 != total }) == true {
+            let then = recordedTotal.map { "\($0) bytes" } ?? "at least the \(held) bytes held"
+            return .otherFile("changed size (\(then) when its download began, \(total) now)")
+        }
+        if let answered, answered != validator {
+            return .otherFile("changed: its validator is now '\(answered)', not the '\(validator ?? "")' its held bytes came with")
+        }
+        return .complete
     }
 
     /// The error for a successful answer to a download's GET that carries no file, nil for one that does:
