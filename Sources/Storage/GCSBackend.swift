@@ -953,6 +953,7 @@ public struct GCSBackend: StorageBackend {
         sink.checkAnswer = { _, headers throws(StorageError) in
             try GCSBackend.checkVersion(headers, generation: generation, crc32c: crc32c, what: "the download from byte \(start)")
         }
+        sink.startsOver(from: resumePoint)
         try await sink.hashExistingPrefixOffPool()
         progress.update(start)
 
@@ -975,7 +976,7 @@ public struct GCSBackend: StorageBackend {
         try await sink.settle()
         guard sink.offset <= total else {
             // More than the object holds (another version's bytes, a transformed body): nothing to resume.
-            sink.partial.discard()
+            await sink.drop()
             throw StorageError(.unknown, "the server sent \(sink.offset) bytes of an object of \(total); the partial file was dropped "
                                    + "and a retry downloads it again", url: redactedURL(mediaURL(reference, generation: generation)),
                                retryable: true)
@@ -992,7 +993,7 @@ public struct GCSBackend: StorageBackend {
             verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file",
                                          remedy: "the copy was removed — download again")
         } catch {
-            sink.partial.discard()
+            await sink.drop()
             throw error
         }
         let path = try await sink.partial.commitOffPool(replacing: replacing)

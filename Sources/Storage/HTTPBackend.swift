@@ -517,6 +517,7 @@ public struct HTTPBackend: StorageBackend {
                                 progress.update(done)
                             })
         headersSource = sink
+        sink.startsOver(from: resumePoint)
         sink.needsMD5 = { status, headers in servedDigests(headers, status: status).needMD5(asked: md5) }
         try await sink.hashExistingPrefixOffPool()
 
@@ -544,7 +545,7 @@ public struct HTTPBackend: StorageBackend {
             response = try await engine.perform(request, sink: sink, control: control, options: configuration.curlOptions)
         } catch {
             if sizeChanged.withLock({ $0 }), case .failed(let failure) = error {
-                sink.partial.discard()
+                await sink.drop()
                 throw failure
             }
             // The validator from this response (if any) pins the resumed range to the same version.
@@ -555,27 +556,46 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         try await sink.settle()
+        var completeBefore: HTTPResponse?
         if response.status == 416 && start > 0 {
-            // Asked past the end: the file shrank. Start again from zero next attempt.
-            sink.partial.discard()
-            throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size; a retry starts the download again",
-                               httpStatus: 416, url: redactedURL(url), retryable: true)
+            switch Self.unsatisfiedRange(response.headers, held: start, validator: validator, recordedTotal: recordedTotal) {
+            case .complete:
+                completeBefore = response
+            case .otherFile(let why):
+                await sink.drop()
+                throw StorageError(.unknown, "the file at \(redactedURL(url)) \(why); the partial file was dropped and a retry starts "
+                                       + "the download again", httpStatus: 416, url: redactedURL(url), retryable: true)
+            }
+        }
+        if let response = completeBefore {
+            // Every byte was there already (an attempt cut after the last one, before the answer's end):
+            // the file is the held bytes, checked as a whole answer's would be.
+            return try await finishDownload(sink, response: response, reference: reference, md5: md5, replacing: replacing, url: url)
         }
         guard response.isSuccess else {
-            if response.status != 404 { try? await sink.partial.syncOffPool() } else { sink.partial.discard() }
+            if response.status != 404 { try? await sink.partial.syncOffPool() } else { await sink.drop() }
             throw httpError(response, what: redactedURL(url))
         }
         // One without a body (a 204) never reached the check above.
         if let refusal = Self.noFileAnswer(status: response.status, headers: response.headers, rangeAsked: rangeAsked, url: url) {
-            if refusal.retryable { try? await sink.partial.syncOffPool() } else { sink.partial.discard() }
+            if refusal.retryable { try? await sink.partial.syncOffPool() } else { await sink.drop() }
             throw refusal
         }
-        try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
+        let emptyAnswer: StorageError?
+        do throws(StorageError) {
+            try sink.checkEmptyRangeAnswer(status: response.status, headers: response.headers)
+            emptyAnswer = nil
+        } catch {
+            emptyAnswer = error
+        }
+        // A restart from zero there handed over a checkpoint of no bytes: it reports before the attempt ends.
+        try await sink.settle()
+        if let emptyAnswer { throw emptyAnswer }
         if response.status == 206, let range = response.headers["content-range"].flatMap(FileSink.rangeBounds),
            sink.offset - 1 > range.last {
             // Bytes past the end of the range the answer names: they belong nowhere it said, and a total
             // written to match would have made the file look whole.
-            sink.partial.discard()
+            await sink.drop()
             throw StorageError(.unknown, "the server sent bytes up to \(sink.offset - 1) in an answer for the range \(range.first)-\(range.last); "
                                    + "the partial file was dropped and a retry downloads it again", httpStatus: 206, url: redactedURL(url),
                                retryable: true)
@@ -592,7 +612,7 @@ public struct HTTPBackend: StorageBackend {
         }
         if response.status == 206, rangeAsked, let recordedTotal, sink.offset > recordedTotal {
             // A resumed range of unknown total (`bytes S-E/*`) ran past the size the kept bytes' answer named.
-            sink.partial.discard()
+            await sink.drop()
             throw StorageError(.unknown, "the file at \(redactedURL(url)) changed size (\(recordedTotal) bytes when its download began, "
                                    + "\(sink.offset) bytes came now) though its validator did not; the partial file was dropped and "
                                    + "a retry starts the download again", httpStatus: 206, url: redactedURL(url), retryable: true)
@@ -610,7 +630,7 @@ public struct HTTPBackend: StorageBackend {
         }
         if let expected, sink.offset > expected {
             // More than the answer announced: nothing to resume from.
-            sink.partial.discard()
+            await sink.drop()
             throw StorageError(.unknown, "the server sent \(sink.offset) bytes of a file of \(expected); the partial file was dropped "
                                    + "and a retry downloads it again", url: redactedURL(url), retryable: true)
         }
@@ -619,6 +639,12 @@ public struct HTTPBackend: StorageBackend {
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from the last checkpoint the log holds, if any",
                                url: redactedURL(url), retryable: true)
         }
+        return try await finishDownload(sink, response: response, reference: reference, md5: md5, replacing: replacing, url: url)
+    }
+
+    /// Verifies a whole download against the hashes the answer served and commits it to the destination.
+    private func finishDownload(_ sink: FileSink, response: HTTPResponse, reference: StorageReference, md5: Bool, replacing: Bool,
+                                url: String) async throws(StorageError) -> TransferOutcome {
         // The final response's headers: a 200 after a ranged request (the file changed) replaced the prefix.
         let served = servedDigests(response.headers, status: response.status)
         let ours = try await sink.finishHashesOffPool(md5: served.needMD5(asked: md5))
@@ -627,7 +653,7 @@ public struct HTTPBackend: StorageBackend {
             verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file",
                                          remedy: "the copy was removed — download again", url: redactedURL(url))
         } catch {
-            sink.partial.discard()
+            await sink.drop()
             throw error
         }
         let path = try await sink.partial.commitOffPool(replacing: replacing)
@@ -635,6 +661,33 @@ public struct HTTPBackend: StorageBackend {
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,
                                    verified: verified))
+    }
+
+    /// What a `416 Range Not Satisfiable` to a resumed range (`Range: bytes=HELD-`) says of the held bytes.
+    enum UnsatisfiedRange: Equatable {
+        /// The file is exactly the held bytes: the attempt that wrote them was cut after the last one.
+        case complete
+        /// Another file than the one the held bytes came from; why, for the error.
+        case otherFile(String)
+    }
+
+    /// Reads a 416 to a resumed range. Its `Content-Range: bytes */TOTAL` (RFC 9110 §15.5.17) names the
+    /// file's size: when that is the number of bytes held — and the size the kept bytes' answer named,
+    /// when recorded — of the version `If-Range` named (the 416 names that one or none), every byte is
+    /// there, as `wget -c` says "already fully retrieved". Such a download was thrown away as "changed
+    /// size" and failed for good on its last attempt. Any other 416 is of a file that changed.
+    static func unsatisfiedRange(_ headers: [String: String], held: Int64, validator: String?,
+                                 recordedTotal: Int64?) -> UnsatisfiedRange {
+        let answered = headers["etag"] ?? headers["last-modified"]
+        guard let total = rangeTotal(headers) else { return .otherFile("answered 416 to the range from byte \(held) without its size") }
+        if total != held || recordedTotal.map({ $0 != total }) == true {
+            let then = recordedTotal.map { "\($0) bytes" } ?? "at least the \(held) bytes held"
+            return .otherFile("changed size (\(then) when its download began, \(total) now)")
+        }
+        if let answered, answered != validator {
+            return .otherFile("changed: its validator is now '\(answered)', not the '\(validator ?? "")' its held bytes came with")
+        }
+        return .complete
     }
 
     /// The error for a successful answer to a download's GET that carries no file, nil for one that does:

@@ -602,6 +602,11 @@ final class FileSink: ResponseBodySink {
     private(set) var restartedFromZero = false
     /// Whether any body byte of this response arrived (the 200-instead-of-206 check runs once).
     private var receivedAny = false
+    /// Whether the log may hold a resume point with bytes in it: the download resumed from one, or a
+    /// checkpoint was handed over since. When such bytes go (`restartFromZero`, `drop`), a checkpoint of
+    /// none says so — else the attempt failed with the old point standing, and the next was logged as
+    /// resuming from bytes it downloaded again (its `moved_bytes` and rate short by them).
+    private var logHoldsBytes: Bool
 
     /// The `If-Range` validator the request sent (the ETag, else Last-Modified of the version the prefix
     /// came from); a 206 naming another version is refused (`checkRange`).
@@ -616,6 +621,7 @@ final class FileSink: ResponseBodySink {
         self.checksums = StreamChecksums(md5: md5)
         self.offset = partial.bytesWritten
         self.lastCheckpoint = partial.bytesWritten
+        self.logHoldsBytes = partial.bytesWritten > 0
         self.requestedOffset = requestedOffset
         self.checkpoint = checkpoint
         self.report = report
@@ -647,12 +653,50 @@ final class FileSink: ResponseBodySink {
                                + "was dropped and a retry downloads the whole file", retryable: true)
     }
 
-    /// Empties the partial file and forgets its hashes and checkpoints: the download starts at byte 0.
+    /// Empties the partial file and forgets its hashes and checkpoints: the download starts at byte 0,
+    /// and a checkpoint of no bytes replaces the log's (handed over after the earlier ones, which it follows).
     private func restartFromZero() throws(StorageError) {
         try partial.restart()
         checksums.reset()
         offset = 0
         lastCheckpoint = 0
+        if logHoldsBytes {
+            try handOver(.checkpoint(partial.resumePoint(generation: nil, etag: nil), bytesTotal: nil))
+            logHoldsBytes = false
+        }
+    }
+
+    /// A download that could not resume from the log's point (`recorded`: another version, no validator,
+    /// its file gone) starts at byte 0: a checkpoint of no bytes says so before any other, else an
+    /// attempt failing before its first checkpoint left the old point standing for the next.
+    func startsOver(from recorded: ResumePoint?) {
+        guard offset == 0, case .download(let written, _, _, _, _, _)? = recorded, written > 0 else { return }
+        report(.checkpoint(partial.droppedPoint, bytesTotal: nil))
+    }
+
+    /// Removes the partial file (a download nothing can resume from) once the checkpoints handed over
+    /// reported, and reports a checkpoint of no bytes when the log may hold one with bytes: the next
+    /// attempt starts at byte 0, and the log says so.
+    func drop() async {
+        await syncs?.settle()
+        partial.discard()
+        guard logHoldsBytes, syncs?.failure == nil else { return }
+        logHoldsBytes = false
+        report(.checkpoint(partial.droppedPoint, bytesTotal: nil))
+    }
+
+    /// Hands a checkpoint's report over: made once the partial file is synced (off the engine thread
+    /// unless the file is in memory).
+    private func handOver(_ event: TransferEvent) throws(StorageError) {
+        if inMemory {
+            try partial.sync()
+            report(event)
+        } else {
+            let report = report
+            let syncs = self.syncs ?? BackgroundSyncs(path: partial.tempPath)
+            self.syncs = syncs
+            syncs.sync(try partial.duplicateDescriptor()) { report(event) }
+        }
     }
 
     /// After a successful response whose body never came, so was not checked at its first byte: a 206
@@ -716,16 +760,8 @@ final class FileSink: ResponseBodySink {
         offset += Int64(bytes.count)
         progress(offset)
         if offset - lastCheckpoint >= Self.checkpointInterval {
-            let event = checkpoint(partial, headers)
-            if inMemory {
-                try partial.sync()
-                report(event)
-            } else {
-                let report = report
-                let syncs = self.syncs ?? BackgroundSyncs(path: partial.tempPath)
-                self.syncs = syncs
-                syncs.sync(try partial.duplicateDescriptor()) { report(event) }
-            }
+            try handOver(checkpoint(partial, headers))
+            logHoldsBytes = true
             lastCheckpoint = offset
         }
     }

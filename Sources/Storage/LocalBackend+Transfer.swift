@@ -668,6 +668,10 @@ final class LocalTransfer {
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: spec.folderTail)
         if partial.bytesWritten > total { try partial.restart() }
+        if partial.bytesWritten == 0, let resumePoint, case .download = resumePoint, resumePoint.bytesDone > 0 {
+            // Starting over (the object changed, the file was gone): the log's point no longer holds its bytes.
+            report(.checkpoint(partial.droppedPoint, bytesTotal: total))
+        }
         let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         try partial.readBack { hashes.update($0) }
         try file.seek(to: partial.bytesWritten)

@@ -420,6 +420,12 @@ public final class PartialFile {
         .download(bytesWritten: bytesWritten, generation: generation, etag: etag, tempPath: tempPath, file: identity, total: total)
     }
 
+    /// The resume point of a download whose bytes were dropped: none held, no version pinned, so the next
+    /// attempt starts at byte 0 (and still knows the temporary file's name to clear up).
+    public var droppedPoint: ResumePoint {
+        .download(bytesWritten: 0, generation: nil, etag: nil, tempPath: tempPath, file: identity)
+    }
+
     /// Appends `bytes`. A full disk throws `internalError` ("disk full …", not retryable) and removes the
     /// temporary file; other failures are typed from errno (EIO → internalError, EACCES → unauthorized).
     public func write(_ bytes: UnsafeRawBufferPointer) throws(StorageError) {

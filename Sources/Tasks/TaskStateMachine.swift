@@ -284,8 +284,11 @@ public struct TaskStateMachine: Sendable {
     public mutating func checkpointReached(_ resumePoint: ResumePoint, bytesTotal: Int64?, nowMs: Int64) throws(TaskTransitionError) -> ProgressAction {
         switch state {
         case .running, .stopping(.pause), .stopping(.cancel), .stopping(.shutdown):
+            // A point holding fewer bytes than the one it replaces says they went (a download that had
+            // to start again from zero): so did the progress. Otherwise progress may be ahead of a late one.
+            let dropped = resumePoint.bytesDone < (self.resumePoint?.bytesDone ?? 0)
             self.resumePoint = resumePoint
-            bytesDone = max(bytesDone, resumePoint.bytesDone)
+            bytesDone = dropped ? resumePoint.bytesDone : max(bytesDone, resumePoint.bytesDone)
             if let bytesTotal { self.bytesTotal = bytesTotal }
             lastProgressWrittenAtMs = nowMs
             return .persist(event(.progress(progress(resumePoint)), nowMs))

@@ -350,9 +350,10 @@ public final class WorkerLog: Sendable {
         return WorkerLogEntry(atMs: now, level: .info, event: .claimed, jobID: record.id, kind: record.kind, fields: fields)
     }
 
-    /// The task's `started` event was written: `resumed` when it continues from a resume point.
+    /// The task's `started` event was written: `resumed` when it continues from a resume point (not one
+    /// of a download whose bytes were dropped: that attempt starts at byte 0).
     func started(jobID: String, kind: JobKind, progress: TransferProgress, now: Int64) {
-        let resumed = progress.resumePoint != nil || (progress.bytesDone ?? 0) > 0
+        let resumed = progress.resumePoint.map { !$0.holdsNoDownloadedBytes } ?? false || (progress.bytesDone ?? 0) > 0
         var fields: [(String, WorkerLogValue)] = []
         if let attempt = progress.attempt { fields.append(("attempt", .integer(Int64(attempt)))) }
         if resumed { fields.append(("from_bytes", .integer(progress.bytesDone ?? 0))) }

@@ -194,6 +194,8 @@ enum Describe {
         switch resume {
         case .upload(_, let offset, let total, _):
             "upload session, \(ByteSize.format(offset)) confirmed" + (total.map { " of \(ByteSize.format($0))" } ?? "")
+        case .download(0, _, _, _, _, _):
+            "none (no byte kept: the next attempt starts at byte 0)"
         case .download(let written, let generation, _, _, _, _):
             "\(ByteSize.format(written)) written" + (generation.map { " (generation \($0))" } ?? "")
         case .slicedDownload(let slices, let generation, _, _):

@@ -588,6 +588,23 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(sandbox.entries(sandbox.buckets + "/b") == [".f.bin.jobctl-meta.json", "f.bin"])
     }
 
+    /// A paused download resumed after its object changed starts at byte 0; its first report is a
+    /// checkpoint of no bytes, so an attempt failing before its next checkpoint leaves no stale point.
+    @Test func pausedDownloadOfAChangedObjectClearsItsResumePoint() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/c.bin", data: try randomData(5 << 20))))
+        let spec = JobSpec(kind: .downloadFile, source: "file://b/c.bin", destination: sandbox.directory.file("dl/c.bin"))
+        let stopped = try await run(sandbox.backend(checkpoint: 1 << 20), spec, recorder: Recorder(stopAtCheckpoint: .pause))
+        guard case .stopped(.pause, let point?) = stopped, point.bytesDone > 0 else { Issue.record("\(stopped)"); return }
+        let replaced = try randomData(5 << 20)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/c.bin", data: replaced)))
+        let resuming = Recorder()
+        _ = try finished(try await run(sandbox.backend(checkpoint: 64 << 20), spec, from: point, recorder: resuming))
+        #expect(resuming.checkpoints.first?.holdsNoDownloadedBytes == true, "\(resuming.checkpoints)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: sandbox.directory.file("dl/c.bin"))) == replaced)
+    }
+
     @Test func pausedDownloadResumesFromItsPartialFile() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }

@@ -51,14 +51,19 @@ struct RangeAnswerTests {
         let destination = directory.file("r.bin")
         guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "r.bin", into: directory, jobID: "01RANGE") else { return }
 
-        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE")))
+        let refusing = EventRecorder()
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE"), recorder: refusing))
         #expect(refused.retryable && refused.message.contains("range"), "\(refused)")
         #expect(proxy.exchanges.contains { $0.faults.contains("rewrite response") })
         #expect(!FileManager.default.fileExists(atPath: destination), "nothing was committed")
+        // The attempt that dropped the bytes says so: its last checkpoint holds none, so the log's point
+        // (the next attempt's `started`, its worker's `resumed` line and moved bytes) is not the old one.
+        let logged = try #require(refusing.checkpoints.last, "a checkpoint replaces the dropped bytes' point")
+        #expect(logged.holdsNoDownloadedBytes && logged.bytesDone == 0, "\(logged)")
 
         // The next attempt starts from the log's checkpoint, as a worker's would: the dropped partial
         // file is not resumed, and the whole file comes without a Range.
-        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGE")))
+        let result = try finished(await run(backend, spec, resume: logged, control: TransferControl(jobID: "01RANGE")))
         #expect(result.size == Int64(total))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
         let last = try #require(proxy.exchanges.last { $0.request.method == "GET" })
@@ -146,12 +151,16 @@ struct RangeAnswerTests {
         defer { directory.remove() }
         let destination = directory.file("v.bin")
         guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "v.bin", into: directory, jobID: "01RANGELIE") else { return }
-        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE")))
+        let refusing = EventRecorder()
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE"), recorder: refusing))
         // (The one past its end names another total than the first answer: refused for that, before its bytes.)
         #expect(refused.retryable && (refused.message.contains("range") || answer == .longerThanItsRange && refused.message.contains("changed size")),
                 "\(answer): \(refused)")
         #expect(!FileManager.default.fileExists(atPath: destination), "\(answer): nothing may be committed")
-        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGELIE")))
+        // The log's point after the attempt: no bytes held, as the partial file was dropped.
+        let logged = try #require(refusing.checkpoints.last, "\(answer): a checkpoint replaces the dropped bytes' point")
+        #expect(logged.bytesDone == 0, "\(answer): \(logged)")
+        let result = try finished(await run(backend, spec, resume: logged, control: TransferControl(jobID: "01RANGELIE")))
         #expect(result.size == Int64(payload.count))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(answer)")
     }
@@ -183,11 +192,14 @@ struct RangeAnswerTests {
         guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "g.bin", into: directory, jobID: "01RANGESIZE") else { return }
         guard case .download(_, _, _, _, _, let total) = point else { Issue.record("\(point)"); return }
         #expect(total == Int64(payload.count), "the size the first answer named is kept: \(point)")
-        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESIZE")))
+        let refusing = EventRecorder()
+        let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESIZE"), recorder: refusing))
         #expect(proxy.firedCounts == [1])
         #expect(refused.retryable && refused.message.contains("again"), "\(how): \(refused)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty, "\(how): no partial file kept")
-        let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESIZE")))
+        #expect(refusing.checkpoints.last?.bytesDone == 0, "\(how): the log's point holds no bytes: \(refusing.checkpoints)")
+        let result = try finished(await run(backend, spec, resume: refusing.checkpoints.last ?? point,
+                                            control: TransferControl(jobID: "01RANGESIZE")))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload, "\(how): \(result)")
     }
 
@@ -435,5 +447,80 @@ struct RangeAnswerTests {
     ])
     func rangeStart(_ header: String, _ expected: Int64?) {
         #expect(FileSink.rangeStart(header) == expected, "\(header)")
+    }
+
+    /// A resume point holding every byte of the file: the point an attempt cut after its last byte
+    /// leaves (a chunked answer without its last chunk). Made from a paused download's, with the rest of
+    /// the file appended to the very partial file.
+    private func heldWhole(_ point: ResumePoint) throws -> ResumePoint? {
+        guard case .download(let written, let generation, let etag, let tempPath?, let file, _) = point else {
+            Issue.record("\(point)"); return nil
+        }
+        let handle = try #require(FileHandle(forWritingAtPath: tempPath))
+        try handle.seek(toOffset: UInt64(written))
+        try handle.write(contentsOf: payload.suffix(from: Int(written)))
+        try handle.synchronize()
+        try handle.close()
+        return .download(bytesWritten: Int64(payload.count), generation: generation, etag: etag, tempPath: tempPath, file: file,
+                         total: Int64(payload.count))
+    }
+
+    /// Resumed with every byte held, the range from the end is answered `416` with `Content-Range: bytes
+    /// */TOTAL`. It was taken for a change of size: the whole file dropped, and a job on its last attempt
+    /// failed. The held bytes are the file (as `wget -c`'s "already fully retrieved"): committed, checked.
+    @Test("HTTP: a resumed download holding every byte answered 416 for its size is committed")
+    func completeDownloadAnswered416IsCommitted() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/c.bin"))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-complete")
+        defer { directory.remove() }
+        let destination = directory.file("c.bin")
+        guard let (backend, spec, paused) = try await Self.pausedPartWay(proxy, "c.bin", into: directory, jobID: "01RANGEDONE"),
+              let whole = try heldWhole(paused) else { return }
+        let result = try finished(await run(backend, spec, resume: whole, control: TransferControl(jobID: "01RANGEDONE")))
+        let last = try #require(proxy.exchanges.last { $0.request.method == "GET" })
+        #expect(last.request.header("Range") == "bytes=\(payload.count)-" && last.response?.status == 416, "nginx's 416 was the answer")
+        #expect(result.size == Int64(payload.count) && result.crc32c != nil)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["c.bin"], "no partial file left")
+    }
+
+    /// A 416 that does not say the held bytes are the file: another total, or the size held but another
+    /// version's validator. The partial file is dropped as before, the log's point with it; only another
+    /// total is called a change of size.
+    @Test("HTTP: a 416 naming another size or version drops the held bytes, and says which",
+          arguments: ["another total", "another version"])
+    func otherFileAnswered416Drops(_ how: String) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        try payload.write(to: URL(fileURLWithPath: server.root + "/d.bin"))
+        let total = payload.count
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.header("Range") != nil }), .rewriteResponse { _, response in
+                if how == "another total" {
+                    response.setHeader("Content-Range", "bytes */\(total + 10)")
+                } else {
+                    response.setHeader("ETag", "\"another-version\"")
+                }
+            }, times: 1),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-range-416")
+        defer { directory.remove() }
+        guard let (backend, spec, paused) = try await Self.pausedPartWay(proxy, "d.bin", into: directory, jobID: "01RANGE416"),
+              let whole = try heldWhole(paused) else { return }
+        let refusing = EventRecorder()
+        let refused = try failure(await run(backend, spec, resume: whole, control: TransferControl(jobID: "01RANGE416"), recorder: refusing))
+        #expect(proxy.firedCounts == [1])
+        #expect(refused.retryable && refused.httpStatus == 416, "\(how): \(refused)")
+        #expect(refused.message.contains("changed size") == (how == "another total"), "\(how): \(refused)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty, "\(how): no partial file kept")
+        #expect(refusing.checkpoints.last?.bytesDone == 0, "\(how): the log's point holds no bytes: \(refusing.checkpoints)")
+        let result = try finished(await run(backend, spec, resume: refusing.checkpoints.last ?? whole,
+                                            control: TransferControl(jobID: "01RANGE416")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("d.bin"))) == payload, "\(how): \(result)")
     }
 }

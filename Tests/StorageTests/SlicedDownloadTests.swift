@@ -265,6 +265,46 @@ import TestSupport
         #expect(result.verified == [.crc32c])
     }
 
+    /// A paused download resumed after the object was replaced starts the new generation at byte 0. Its
+    /// first report is a checkpoint of no bytes: an attempt failing before its first checkpoint left the
+    /// old generation's point in the log, and the next was logged as resuming from bytes it fetched again.
+    @Test func aDownloadStartingOverOnANewGenerationClearsTheLoggedPoint() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let armed = Mutex(false)
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", pathContains: "alt=media", predicate: { _ in armed.withLock { $0 } }),
+                      .resetInResponse(afterBytes: 200_000), times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy, slicedThreshold: nil)
+        let directory = try TemporaryDirectory("jobctl-new-generation")
+        defer { directory.remove() }
+        let reference = "gs://\(server.bucket)/replaced.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Self.payload(3 << 20))))
+        let destination = directory.file("replaced.bin")
+        let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let control = TransferControl(jobID: "01NEWGENERATION")
+        let pausing = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
+        }
+        let paused = try await run(backend, spec, control: control, recorder: pausing).get()
+        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
+            Issue.record("expected a paused download, got \(paused)")
+            return
+        }
+        let replacement = Data(Self.payload(3 << 20).reversed())
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: replacement)))
+        armed.withLock { $0 = true }
+        let cutting = EventRecorder()
+        let cut = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01NEWGENERATION"), recorder: cutting))
+        #expect(cut.retryable && proxy.firedCounts == [1], "\(cut)")
+        let logged = try #require(cutting.checkpoints.last, "a checkpoint replaces the old generation's point")
+        #expect(logged.holdsNoDownloadedBytes, "\(logged)")
+        _ = try finished(await run(backend, spec, resume: logged, control: TransferControl(jobID: "01NEWGENERATION")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == replacement)
+    }
+
     /// A download to memory answered from another version of the object (its own `x-goog-generation`,
     /// or a whole-object CRC32C in `x-goog-hash` other than the metadata's): the bytes were kept and only
     /// the final CRC32C caught them, failing the job for good — or, with the right bytes under another

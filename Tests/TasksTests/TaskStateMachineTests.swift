@@ -279,6 +279,24 @@ struct TaskStateMachineTests {
         #expect(next.data.resumePoint == laterPoint)
     }
 
+    /// A download that dropped its partial file reports a checkpoint of no bytes: the attempt's failure
+    /// carries it and no bytes done, so the next attempt is not logged as resuming from the bytes that went.
+    @Test func aCheckpointOfFewerBytesReplacesTheProgressOfTheBytesDropped() throws {
+        let held = ResumePoint.download(bytesWritten: 8_388_608, generation: nil, etag: "\"v1\"", tempPath: "/t/.f.partial")
+        let dropped = ResumePoint.download(bytesWritten: 0, generation: nil, etag: nil, tempPath: "/t/.f.partial")
+        var machine = TaskStateMachine(attempt: 2, maxAttempts: 3, resumePoint: held)
+        _ = try machine.attemptStarted(nowMs: 0)
+        guard case .persist(let checkpoint) = try machine.checkpointReached(dropped, bytesTotal: nil, nowMs: 10) else {
+            Issue.record("checkpoint not persisted"); return
+        }
+        #expect(checkpoint.data.resumePoint == dropped && checkpoint.data.bytesDone == 0)
+        guard case .persist(let failed) = try machine.transferFailed(serverBusy, nowMs: 20, jitter: 0) else {
+            Issue.record("failure not persisted"); return
+        }
+        #expect(failed.type == .attemptFailed && failed.data.resumePoint == dropped && failed.data.bytesDone == 0,
+                "\(String(describing: failed.data.resumePoint)) \(String(describing: failed.data.bytesDone))")
+    }
+
     @Test func customProgressInterval() throws {
         var machine = TaskStateMachine(attempt: 1, maxAttempts: 1, configuration: .init(progressIntervalMs: 100))
         _ = try machine.attemptStarted(nowMs: 0)

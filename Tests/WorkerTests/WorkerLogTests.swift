@@ -492,3 +492,22 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         }
     }
 }
+
+/// The `started` line of an attempt after one that dropped its partial download: the log's point holds
+/// no bytes, so the attempt starts at byte 0 — it was logged `resumed` (`from_bytes` of the dropped bytes
+/// when the point was stale), and its moved bytes and rate were short by them.
+@Suite("worker log: an attempt after a dropped download") struct DroppedDownloadLogTests {
+    @Test func anAttemptFromAPointHoldingNoBytesIsStartedNotResumed() throws {
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
+            lines.withLock { $0.append(line) }
+        })
+        let dropped = ResumePoint.download(bytesWritten: 0, generation: nil, etag: nil, tempPath: "/t/.f.partial")
+        let held = ResumePoint.download(bytesWritten: 8_388_608, generation: nil, etag: "\"v1\"", tempPath: "/t/.f.partial")
+        log.started(jobID: "01DROPPED", kind: .downloadFile, progress: TransferProgress(attempt: 3, bytesDone: 0, resumePoint: dropped), now: 1)
+        log.started(jobID: "01HELD", kind: .downloadFile, progress: TransferProgress(attempt: 2, bytesDone: 8_388_608, resumePoint: held), now: 2)
+        let objects = jsonLines(lines.withLock { $0.joined(separator: "\n") }).objects
+        #expect(entries(objects, "started", job: "01DROPPED").count == 1 && entries(objects, "resumed", job: "01DROPPED").isEmpty, "\(objects)")
+        #expect(entries(objects, "resumed", job: "01HELD").count == 1, "\(objects)")
+    }
+}
