@@ -107,31 +107,13 @@ import TestSupport
     /// answer limit (the lease, at least 10 s), when the leases it renewed had already run out: another
     /// worker rescued the running download (with `max_attempts: 1` it failed), the worker lost it.
     @Test func aSilentLeaseConnectionIsReplacedBeforeTheLeasesRunOut() throws {
-        let scene = try SlowDownload(directory: "pg-silent-lease", schema: "pgsilentlease", mebibytes: 18)
-        defer { scene.stop() }
-        let (directory, database, job) = (scene.directory, scene.database, scene.job)
         // Connection 1 is the store's, 2 the lease renewals' (opened at the first heartbeat, 2 s in): its
         // second renewal, 4 s in, never reaches the server, nor does anything after it on that connection.
-        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
+        let proxy = try Self.runOnceWithALeaseConnectionFault(
             TCPFaultProxy.Rule(marker: "BEGIN ISOLATION", connection: 2, nth: 2, action: .stall),
-        ])
-        defer { proxy.stop() }
-        let store = try PostgresStore(url: database, mode: .readOnly)
-        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--lease", "6", "--concurrency", "1"],
-                                              logDirectory: directory.path)
-        defer { worker.signal(SIGKILL) }
-        try #require(try eventually(seconds: 20) { (try store.job(job)?.resumePoint?.bytesDone ?? 0) > 0 }, "\(worker.log)")
-        // Another worker, straight to the server, rescues any lease that runs out (every 3 s).
-        let rescuer = try JobctlProcess.worker(database: database, ["--lease", "6", "--concurrency", "1"], logDirectory: directory.path)
-        defer { rescuer.signal(SIGKILL) }
-
-        let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
-        #expect(ended, "\(worker.log)")
-        #expect(proxy.firedRules.count == 1, "the lease connection never went silent: \(worker.log)")
-        try scene.expectRunOnce(store: store, worker: worker, rescuer: rescuer)
+            scene: SlowDownload(directory: "pg-silent-lease", schema: "pgsilentlease", mebibytes: 18))
         // The renewal was given up and ran again on a new connection (nothing of it had reached the server).
         #expect(proxy.acceptedConnections >= 3, "\(proxy.acceptedConnections) connections")
-        scene.stopAndVerify(worker, rescuer)
     }
 
     /// The lease renewals' connection went silent just after it was opened, at its first statement (the
@@ -141,28 +123,35 @@ import TestSupport
     /// exit 90 s after the signal). The statement is bounded as a renewal is now: given up, the renewal
     /// goes on another connection.
     @Test func aLeaseConnectionSilentAtItsFirstStatementIsGivenUp() throws {
-        let scene = try SlowDownload(directory: "pg-silent-lease-open", schema: "pgsilentleaseopen", mebibytes: 14)
+        // Connection 1 is the store's, 2 the lease renewals' (opened at the first heartbeat, 2 s in).
+        _ = try Self.runOnceWithALeaseConnectionFault(
+            TCPFaultProxy.Rule(marker: "set_config('search_path'", connection: 2, action: .stall),
+            scene: SlowDownload(directory: "pg-silent-lease-open", schema: "pgsilentleaseopen", mebibytes: 14))
+    }
+
+    /// Runs `scene`'s download on a worker (a 6 s lease) whose path to the server goes through a proxy
+    /// with `rule`, beside a rescuer straight to the server that takes any lease that runs out (every
+    /// 3 s); expects the fault fired and the download ran once under its one lease, and both workers
+    /// stop cleanly. Returns the proxy (stopped) for what it counted.
+    static func runOnceWithALeaseConnectionFault(_ rule: TCPFaultProxy.Rule, scene: SlowDownload) throws -> TCPFaultProxy {
         defer { scene.stop() }
         let (directory, database, job) = (scene.directory, scene.database, scene.job)
-        // Connection 1 is the store's, 2 the lease renewals' (opened at the first heartbeat, 2 s in).
-        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [
-            TCPFaultProxy.Rule(marker: "set_config('search_path'", connection: 2, action: .stall),
-        ])
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port, rules: [rule])
         defer { proxy.stop() }
         let store = try PostgresStore(url: database, mode: .readOnly)
-        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy), ["--lease", "6", "--concurrency", "1"],
+        let worker = try JobctlProcess.worker(database: try proxied(database, proxy), ["--lease", "6", "--concurrency", "1"],
                                               logDirectory: directory.path)
         defer { worker.signal(SIGKILL) }
         try #require(try eventually(seconds: 20) { (try store.job(job)?.resumePoint?.bytesDone ?? 0) > 0 }, "\(worker.log)")
-        // Another worker, straight to the server, rescues any lease that runs out (every 3 s).
         let rescuer = try JobctlProcess.worker(database: database, ["--lease", "6", "--concurrency", "1"], logDirectory: directory.path)
         defer { rescuer.signal(SIGKILL) }
 
         let ended = try eventually(seconds: 60) { try store.job(job).map { [.succeeded, .failed].contains($0.state) } ?? false }
         #expect(ended, "\(worker.log)")
-        #expect(proxy.firedRules.count == 1, "the lease connection never went silent: \(worker.log)")
+        #expect(proxy.firedRules.count == 1, "the lease connection's fault never fired: \(worker.log)")
         try scene.expectRunOnce(store: store, worker: worker, rescuer: rescuer)
         scene.stopAndVerify(worker, rescuer)
+        return proxy
     }
 
     /// The lease renewals' connection cannot be opened while the store's own lives (the server or a
