@@ -29,8 +29,21 @@ private func rawServerMessage(_ response: HTTPResponse) -> String? {
 /// Maps a non-success response to a storage error: 400 invalidArgument, 401 unauthenticated,
 /// 402 quotaExceeded, 403 unauthorized, 404 objectNotFound, 407 the proxy's, 408/429/5xx retryable (with
 /// Retry-After). `environment` names the proxy a 407 came from (the process's variables).
+///
+/// An answer from another server than the job's URL names (a redirect followed there) says so, as a
+/// transport failure there does (`curlFailure`): "the server answered 500 for http://a/x" blamed the
+/// server that had only redirected. Its origin is shown, never its path or query.
 func httpError(_ response: HTTPResponse, what: String,
                environment: [String: String] = ProcessInfo.processInfo.environment) -> StorageError {
+    var error = statusError(response, what: what, environment: environment)
+    if let elsewhere = response.redirectedTo.flatMap({ redirectTarget($0, from: response.url) }) {
+        error.message += "; the answer came from \(elsewhere.origin), where the server had redirected the request"
+    }
+    return error
+}
+
+/// `httpError` for the answer's status alone.
+private func statusError(_ response: HTTPResponse, what: String, environment: [String: String]) -> StorageError {
     let status = response.status
     let message = serverMessage(response)
     let url = redactedURL(response.url)

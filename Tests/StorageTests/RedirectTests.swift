@@ -64,6 +64,34 @@ struct RedirectTests {
         #expect(!"\(error) \(error.cause ?? "")".contains("R3DIRS3CRET"), "\(error)")
     }
 
+    /// An error status from the server a redirect led to named only the job's URL ("the server answered
+    /// 500 for http://front/…"), blaming the server that had only redirected, where a transport failure
+    /// there says where the request had gone. It names that server's origin now (not its path).
+    @Test("an error status from a redirect's target names the target's origin, not only the job's URL")
+    func statusAtRedirectTargetNamesIt() async throws {
+        let target = try NginxServer.start(extraServerConfig: """
+            location /broken { return 500; }
+            location /gone { return 404; }
+            """)
+        defer { target.stop() }
+        let front = try NginxServer.start(extraServerConfig: """
+            location /a { return 302 \(target.baseURL)/broken?sig=S3CRET; }
+            location /b { return 302 \(target.baseURL)/gone; }
+            location /same { return 302 /missing; }
+            """)
+        defer { front.stop() }
+        let origin = "http://127.0.0.1:\(target.port)"
+        let broken = try failure(await run(try backend(), JobSpec(kind: .downloadMemory, source: "\(front.baseURL)/a", maxSize: 1 << 20)))
+        #expect(broken.httpStatus == 500 && broken.retryable, "\(broken)")
+        #expect(broken.message.contains("the answer came from \(origin)"), "\(broken)")
+        #expect(!"\(broken)".contains("S3CRET") && !broken.message.contains("/broken"), "\(broken)")
+        let gone = try failure(await run(try backend(), JobSpec(kind: .downloadMemory, source: "\(front.baseURL)/b", maxSize: 1 << 20)))
+        #expect(gone.code == .objectNotFound && gone.message.contains("the answer came from \(origin)"), "\(gone)")
+        // A redirect on the job's own server is no other server's answer.
+        let same = try failure(await run(try backend(), JobSpec(kind: .downloadMemory, source: "\(front.baseURL)/same", maxSize: 1 << 20)))
+        #expect(same.code == .objectNotFound && !same.message.contains("the answer came from"), "\(same)")
+    }
+
     /// A redirect followed to a server whose answer is not HTTP (no status line: libcurl's "HTTP/0.9",
     /// the same code as a scheme it refuses to follow) is that server's fault, retryable as it is without
     /// the redirect — not "a redirect to a URL that is not followed", which failed the job for good while
