@@ -57,29 +57,31 @@ import TestSupport
         let run2 = Task { try await pool2.run() }
         defer { pool2.beginShutdown() }
 
-        // The lock, held by a session of its own for two and a half leases; worker 1's next commit waits for it. The
-        // psql that holds it runs on a thread of its own (not one of the tasks' few).
+        // The lock, held by a session of its own until the test ends it two and a half leases after worker 1's next
+        // commit began waiting for it. Held for a fixed time instead, a fully loaded CI run saw it granted only just
+        // before it ended, and the commit waited 5 ms. The psql that holds it runs on a thread of its own (not one
+        // of the tasks' few); ended by `pg_cancel_backend`, it fails, and the lock goes with its transaction.
         let lockHolder = Mutex<Result<String, Error>?>(nil)
         Thread.detachNewThread {
             let result = Result {
                 try server.psql(database: "postgres", """
-                    SET search_path TO \(schema); BEGIN; LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE; SELECT pg_sleep(\(Self.leaseMs * 5 / 2_000)); COMMIT;
+                    SET search_path TO \(schema); BEGIN; LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE; SELECT pg_sleep(600); COMMIT;
                     """)
             }
             lockHolder.withLock { $0 = result }
         }
-        let locked = try await eventually(seconds: 30) {
-            try server.psql(database: "postgres", """
-                SELECT count(*) FROM pg_locks WHERE granted AND mode = 'ShareRowExclusiveLock' AND relation = '\(schema).events'::regclass
-                """) == "1"
-        }
+        let holders = "FROM pg_locks WHERE granted AND mode = 'ShareRowExclusiveLock' AND relation = '\(schema).events'::regclass"
+        let locked = try await eventually(seconds: 30) { try server.psql(database: "postgres", "SELECT count(*) \(holders)") == "1" }
         try #require(locked, "the events table was not locked")
         let slowCommitStarted = Clock.nowMs()
+        Thread.detachNewThread {
+            usleep(UInt32(Self.leaseMs * 5 / 2) * 1_000)
+            _ = try? server.psql(database: "postgres", "SELECT pg_catalog.pg_cancel_backend(pid) \(holders)")
+        }
         let pause = try await store1.run { try $0.control(.pause, id: parked, actor: "test", now: Clock.nowMs()) }
         let slowCommitMs = Clock.nowMs() - slowCommitStarted
         let lockEnded = try await eventually(seconds: 60) { lockHolder.withLock { $0 != nil } }
         try #require(lockEnded)
-        _ = try lockHolder.withLock { $0 }?.get()
         #expect(try reader.job(parked)?.state == .paused, "\(pause)")
         #expect(slowCommitMs >= Self.leaseMs * 2, "worker 1's commit took \(slowCommitMs) ms, not longer than the lease")
 
