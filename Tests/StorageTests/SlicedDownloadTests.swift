@@ -248,21 +248,28 @@ import TestSupport
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
         let destination = directory.file("resumed.bin")
         let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
-        let control = TransferControl(jobID: "01RESUMEDVERSION")
-        let pausing = EventRecorder { event in
-            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
-        }
-        let paused = try await run(backend, spec, control: control, recorder: pausing).get()
-        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
-            Issue.record("expected a paused download, got \(paused)")
-            return
-        }
+        guard let point = try await Self.pausedPastOneMegabyte(backend, spec, jobID: "01RESUMEDVERSION") else { return }
         let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RESUMEDVERSION")))
         #expect(refused.retryable && refused.message.contains("generation 999999"), "\(refused)")
         #expect(proxy.firedCounts == [1])
         let result = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RESUMEDVERSION")))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
         #expect(result.verified == [.crc32c])
+    }
+
+    /// `spec` run on `backend` until it has moved a megabyte, then paused: its resume point (nil, with an
+    /// issue recorded, when it did not pause with one).
+    static func pausedPastOneMegabyte(_ backend: any StorageBackend, _ spec: JobSpec, jobID: String) async throws -> ResumePoint? {
+        let control = TransferControl(jobID: jobID)
+        let pausing = EventRecorder { event in
+            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
+        }
+        let paused = try await run(backend, spec, control: control, recorder: pausing).get()
+        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
+            Issue.record("expected a paused download, got \(paused)")
+            return nil
+        }
+        return point
     }
 
     /// A paused download resumed after the object was replaced starts the new generation at byte 0. Its
@@ -284,15 +291,7 @@ import TestSupport
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Self.payload(3 << 20))))
         let destination = directory.file("replaced.bin")
         let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
-        let control = TransferControl(jobID: "01NEWGENERATION")
-        let pausing = EventRecorder { event in
-            if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
-        }
-        let paused = try await run(backend, spec, control: control, recorder: pausing).get()
-        guard case .stopped(.pause, let point?) = paused, point.bytesDone > 0 else {
-            Issue.record("expected a paused download, got \(paused)")
-            return
-        }
+        guard let point = try await Self.pausedPastOneMegabyte(backend, spec, jobID: "01NEWGENERATION") else { return }
         let replacement = Data(Self.payload(3 << 20).reversed())
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: replacement)))
         armed.withLock { $0 = true }
