@@ -40,14 +40,18 @@ final class LocalTransfer {
 
     /// Holds the next step of a copy, `bytes` long, to the rate limits, and ends the attempt once the
     /// job's `timeout:` has passed (a retryable error, as for a network transfer). Returns the step to
-    /// take — under a limit at most a sixteenth of a second's worth of the lowest, so the rate holds
-    /// over short spans too — once the buckets allow it, or at once when a stop was asked for (the
-    /// loop's next turn sees it). The wait sleeps in slices of at most 100 ms, watching for a stop.
+    /// take — under a limit a sixteenth of a second's worth of the lowest (`TokenBucket.copyStep`), so
+    /// the rate holds over short spans too — once the buckets allow it, or nil at once when a stop was
+    /// asked for: the caller goes round to its loop's check of the stop without moving a byte. (It
+    /// returned a step then, unpaid for, and steps were at least 16 KiB, curl's buffer floor: each pause
+    /// or release of a copy under `max_rate: 1k` let 16 KiB through at once, and a paused upload of
+    /// 60,000 bytes stood at 32 KiB after 4 s.) The wait sleeps in slices of at most 100 ms, watching
+    /// for a stop.
     ///
     /// `keepingProgress` runs before the timeout's error is thrown: it syncs what the attempt wrote and
     /// reports it as a checkpoint, so the retry resumes there instead of starting over (local copies
     /// otherwise checkpoint every 64 MiB, which a rate-limited copy may take minutes to reach).
-    private func paced(_ bytes: Int, keepingProgress: () -> Void = {}) throws(StorageError) -> Int {
+    private func paced(_ bytes: Int, keepingProgress: () -> Void = {}) throws(StorageError) -> Int? {
         let deadline = control.deadline
         if let deadline, deadline.hasPassed() {
             keepingProgress()
@@ -55,8 +59,9 @@ final class LocalTransfer {
         }
         let lowest = min(ownRate?.rate ?? .max, sharedRate?.rate ?? .max)
         guard bytes > 0, lowest < .max else { return bytes }
-        let step = min(bytes, TokenBucket.chunkSize(for: lowest))
-        while control.stopReason == nil {
+        let step = min(bytes, TokenBucket.copyStep(for: lowest))
+        while true {
+            guard control.stopReason == nil else { return nil }
             let now = ContinuousClock.now
             let wait = max(ownRate?.millisecondsUntilReady(at: now) ?? 0, sharedRate?.millisecondsUntilReady(at: now) ?? 0)
             guard wait > 0 else { break }
@@ -203,9 +208,9 @@ final class LocalTransfer {
                 do {
                     // Larger steps than the buffer: the kernel copies without it, and each step is a
                     // system call, a read-back for the CRC and a progress report.
-                    let step = try paced(Int(min(Self.kernelCopyStep, checkpointBytes, total - done))) {
+                    guard let step = try paced(Int(min(Self.kernelCopyStep, checkpointBytes, total - done)), keepingProgress: {
                         keepUploaded(session, in: location, done: done, since: lastCheckpoint, total: total)
-                    }
+                    }) else { continue }
                     copied = try temp.copyInKernel(from: file, count: step)
                 } catch {
                     if temp.failedForLackOfSpace { session.discard(in: location) }
@@ -227,7 +232,9 @@ final class LocalTransfer {
                 }
                 kernelCopy = false
             }
-            let want = try paced(room) { keepUploaded(session, in: location, done: done, since: lastCheckpoint, total: total) }
+            guard let want = try paced(room, keepingProgress: {
+                keepUploaded(session, in: location, done: done, since: lastCheckpoint, total: total)
+            }) else { continue }
             let chunk: UnsafeRawBufferPointer
             switch source {
             case .file(let file):
@@ -693,11 +700,11 @@ final class LocalTransfer {
                 partial.close()
                 return .stopped(reason, checkpoint(partial))
             }
-            let want = try paced(Int(min(Int64(buffer.count), total - partial.bytesWritten))) {
+            guard let want = try paced(Int(min(Int64(buffer.count), total - partial.bytesWritten)), keepingProgress: {
                 // Timed out: what was written is kept for the retry to continue.
                 guard partial.bytesWritten > lastCheckpoint, (try? partial.sync()) != nil else { return }
                 report(.checkpoint(checkpoint(partial), bytesTotal: total))
-            }
+            }) else { continue }
             let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
             guard count > 0 else {
                 partial.discard()
@@ -749,7 +756,8 @@ final class LocalTransfer {
             // Bytes in memory do not survive the process, so a stopped in-memory download has no resume
             // point: it stops at once and the next attempt starts over.
             if let reason = control.stopReason { return .stopped(reason, nil) }
-            let range = filled..<(filled + (try paced(min(LocalFiles.bufferSize, data.count - filled))))
+            guard let step = try paced(min(LocalFiles.bufferSize, data.count - filled)) else { continue }
+            let range = filled..<(filled + step)
             let count = try file.read(into: &data, range)
             guard count > 0 else {
                 throw StorageError(.objectNotFound, "object '\(location.reference)' shrank while it was read: download it again",

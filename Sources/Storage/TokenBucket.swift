@@ -53,6 +53,13 @@ struct TokenBucket: Sendable {
     static func chunkSize(for rate: Int64) -> Int {
         Int(min(256 * 1024, max(16 * 1024, rate / 16)))
     }
+
+    /// A `file://` copy's step under `rate`: a sixteenth of a second's worth, at most 256 KiB. Unlike a
+    /// curl buffer it has no 16 KiB floor (64 bytes at the lowest rate, 1 KiB/s): a copy moves each step
+    /// before it waits for it, so the floor was a burst of up to 16 s at `max_rate: 1k` for every attempt.
+    static func copyStep(for rate: Int64) -> Int {
+        Int(min(256 * 1024, max(1, rate / 16)))
+    }
 }
 
 /// A token bucket several transfers draw from (the worker's `--bwlimit`), safe to share across threads.

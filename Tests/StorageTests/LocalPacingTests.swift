@@ -142,4 +142,48 @@ import TestSupport
                                                               destination: sandbox.directory.file("nine.again")), recorder: unlimited))
         #expect(unlimited.checkpoints.isEmpty)
     }
+    /// A copy under the lowest rate, `max_rate: 1k`, paused after a second and resumed, twice: each
+    /// attempt holds about a second's worth. Steps were 16 KiB (curl's buffer floor) and the step after a
+    /// pause was taken unpaid: a paused upload of 60,000 bytes stood at 32 KiB after 4 s, and every
+    /// resume began with 16 KiB at once. Uploads and downloads to a file, which both keep a resume point.
+    @Test(arguments: [JobKind.uploadFile, .downloadFile])
+    func pausesAtTheLowestRateLetNoBurstThrough(kind: JobKind) async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let size = 60_000, limit: Int64 = 1024
+        let source = try sandbox.file("buckets/b/src.bin", size: size)
+        let spec = kind == .uploadFile
+            ? JobSpec(kind: .uploadFile, source: source, destination: "file://b/up.bin", maxRate: limit)
+            : JobSpec(kind: .downloadFile, source: "file://b/src.bin", destination: sandbox.directory.file("down.bin"), maxRate: limit)
+        var resume: ResumePoint? = nil
+        var before: Int64 = 0
+        for attempt in 1...2 {
+            let control = TransferControl(jobID: "01PACEDBURSTJOB00000000000", leaseToken: Int64(attempt))
+            Task.detached {
+                try? await Task.sleep(for: .seconds(1))
+                control.stop(.pause)
+            }
+            let point = resume
+            let (result, elapsed) = await timedOffTestThreads { await run(sandbox.backend(), spec, resume: point, control: control) }
+            guard case .success(.stopped(.pause, let point?)) = result else {
+                Issue.record("attempt \(attempt): expected a pause at a resume point, got \(result)")
+                return
+            }
+            let held: Int64
+            switch point {
+            case .upload(_, let confirmed, _, _): held = confirmed
+            case .download(let written, _, _, _, _, _): held = written
+            default:
+                Issue.record("attempt \(attempt): a resume point of another kind: \(point)")
+                return
+            }
+            resume = point
+            // About 1,024 bytes a second, plus a sixteenth of a second's step; a loaded machine only slows it.
+            let moved = held - before
+            print("[LocalPacingTests] \(kind) at 1 KiB/s, attempt \(attempt): \(moved) bytes in \(Self.seconds(elapsed)) s before the pause")
+            #expect(moved <= Int64(Self.seconds(elapsed) * Double(limit)) + 256,
+                    "attempt \(attempt) moved \(moved) bytes in \(Self.seconds(elapsed)) s at 1 KiB/s")
+            before = held
+        }
+    }
 }
