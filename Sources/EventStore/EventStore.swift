@@ -133,7 +133,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// opening a FIFO blocks until a writer comes, for ever; a directory or a device is no database, and
     /// SQLite's own words for them ("disk I/O error", "no database") send the user the wrong way.
     static func refuseNonFile(_ path: String) throws(StoreError) {
-        guard !path.isEmpty else { throw StoreError.io("the database path is empty: give --db a file name (or set JOBCTL_DB)") }
+        guard !path.isEmpty else { throw StoreError.unusablePath("the database path is empty: give --db a file name (or set JOBCTL_DB)") }
         var info = stat()
         guard stat(path, &info) == 0 else {
             let number = errno
@@ -145,14 +145,14 @@ public final class EventStore: JobStore, @unchecked Sendable {
         }
         let kind = FileKind.notRegular(mode: info.st_mode)
         if let kind {
-            throw StoreError.io("'\(path)' is \(kind), not a database file: give --db the path of a jobctl database file")
+            throw StoreError.unusablePath("'\(path)' is \(kind), not a database file: give --db the path of a jobctl database file")
         }
         // SQLite keeps a database's -wal and -shm beside the name it was opened by, and takes WAL-mode locks
         // in the -shm: processes opening one file by two hard-linked names write two logs and lock nothing
         // against each other — two workers each claimed and ran every job, each seeing only its own events.
         // (A symbolic link is resolved by SQLite to the file's own name, so it is safe.)
         if info.st_nlink > 1 {
-            throw StoreError.io("'\(path)' has \(info.st_nlink) hard links: SQLite keeps the -wal and -shm files, and the locks, beside "
+            throw StoreError.unusablePath("'\(path)' has \(info.st_nlink) hard links: SQLite keeps the -wal and -shm files, and the locks, beside "
                                     + "the name a database is opened by, so processes using different names would neither see nor "
                                     + "lock out each other's writes; remove the other names (`find -samefile`) and use one, "
                                     + "or a symbolic link to it")

@@ -40,6 +40,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case keyConflict(key: String, existingID: String)
     /// The file could not be opened, read or written.
     case io(String)
+    /// The database path names what cannot be a database (nothing at all, a folder, a FIFO, a device, a
+    /// file with several hard links): the message says what and what to give instead. Not an I/O error
+    /// (it was labelled "database I/O error: 'db' is a directory…", a failing disk's words).
+    case unusablePath(String)
     /// The database server failed a statement for a reason of the session, the transaction or the server
     /// itself — not of the rows it wrote (`serverRefused`), not a lost connection (`unreachable`): with
     /// SQLSTATE `sqlstate` (a statement cancelled or past its `statement_timeout`, a table or privilege
@@ -134,6 +138,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "nothing was submitted: give this job a new key, or submit the same spec to get \(existingID) back"
         case .io(let message):
             return "database I/O error: \(message)"
+        case .unusablePath(let message):
+            return message
         case .server(_, let message):
             return message
         case .unreachable(let message):
