@@ -7,8 +7,10 @@ import Synchronization
 /// Live: the worker's loop turned within `stalledAfterMs` (it turns at least every few seconds, idle
 /// or not; the limit is longer than one store call may wait: SQLite's busy timeout of 30 s, a PostgreSQL
 /// answer timeout); a loop stuck longer is a worker to restart. Ready: live, not stopping (a first
-/// SIGTERM began the shutdown), and the store answered the last read in time — a worker whose database
-/// does not answer takes no work, though it is alive.
+/// SIGTERM began the shutdown), the store answered the last read in time — a worker whose database
+/// does not answer takes no work, though it is alive — and it takes the worker's writes (`StoreWrites`):
+/// one that answers reads but refuses every write (a full disk, a database made read-only) left the
+/// worker ready while it could claim, start or finish no job.
 public final class WorkerHealth: Sendable {
     /// A loop that has not turned for this long is reported stalled, by default.
     public static let stalledAfterMs: Int64 = 60_000
@@ -54,14 +56,17 @@ public final class WorkerHealth: Sendable {
         return (true, turnedAt == nil ? "ok: starting\n" : "ok\n")
     }
 
-    /// Whether the worker takes work: alive, not stopping, its store answering (`storeUp`).
-    public func ready(storeUp: Bool, nowMs: Int64 = Clock.monotonicMs()) -> (ok: Bool, text: String) {
+    /// Whether the worker takes work: alive, not stopping, its store answering (`storeUp`) and taking its
+    /// writes (`writesRefused` nil; see `StoreWrites.refusal`).
+    public func ready(storeUp: Bool, writesRefused: StoreWrites.Refusal? = nil,
+                      nowMs: Int64 = Clock.monotonicMs()) -> (ok: Bool, text: String) {
         let live = live(nowMs: nowMs)
         guard live.ok else { return live }
         let (stopping, turned) = state.withLock { ($0.stopping, $0.turnedAtMs != nil) }
         if stopping { return (false, "not ready: stopping (finishing or pausing its transfers)\n") }
         if !turned { return (false, "not ready: starting\n") }
         if !storeUp { return (false, "not ready: the store did not answer in time\n") }
+        if let writesRefused { return (false, "not ready: \(writesRefused.text(nowMs: nowMs))\n") }
         return (true, "ready\n")
     }
 }

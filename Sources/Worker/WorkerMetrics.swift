@@ -47,8 +47,12 @@ public final class WorkerMetrics: Sendable {
     }
 
     private let counters = Mutex(Counters())
+    /// Whether the store takes the worker's writes, as they found it (`jobctl_store_writable`, `/readyz`).
+    public let storeWrites: StoreWrites
 
-    public init() {}
+    public init(storeWrites: StoreWrites = StoreWrites()) {
+        self.storeWrites = storeWrites
+    }
 
     // MARK: - Updates (beside the log calls)
 
@@ -106,6 +110,15 @@ public final class WorkerMetrics: Sendable {
         text.family("jobctl_store_up", type: "gauge",
                     help: "1 when the store answered this scrape's job counts in time (or they were read in the last 1.5 s), 0 when it failed or did not answer within a second.")
         text.sample("jobctl_store_up", [], store.up ? 1 : 0)
+        text.family("jobctl_store_writable", type: "gauge",
+                    help: "1 while the store takes this worker's writes, 0 while they have kept failing (none succeeding) for \(StoreWrites.refusingAfterMs / 1_000) s or more: a full disk, a read-only database.")
+        text.sample("jobctl_store_writable", [], storeWrites.refusal() == nil ? 1 : 0)
+        text.family("jobctl_store_write_failures_total", type: "counter",
+                    help: "Writes of this worker (claims, job events, lease renewals, rescues) the store failed, retries included, by reason.")
+        let failures = storeWrites.failureCounts
+        for reason in StoreWriteFailure.allCases {
+            text.sample("jobctl_store_write_failures_total", [("reason", reason.rawValue)], Double(failures[reason] ?? 0))
+        }
         text.family("jobctl_jobs_read_time_seconds", type: "gauge",
                     help: "When the jobctl_jobs counts shown were read from the store, in seconds since the epoch (no sample before a first read answered).")
         if let readAtMs = store.readAtMs { text.sample("jobctl_jobs_read_time_seconds", [], Double(readAtMs) / 1000) }

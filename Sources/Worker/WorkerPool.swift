@@ -440,7 +440,15 @@ public final class WorkerPool: Sendable {
                     if !leftAlone.isEmpty && !newerEventsLogged { log.newerEventsLeftAlone(leftAlone, now: now) }
                     newerEventsLogged = !leftAlone.isEmpty
                     let owner = config.owner
-                    let rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
+                    let rescued: [RescuedJob]
+                    do {
+                        rescued = try await store.run { try $0.rescueExpired(now: now, actor: owner) }
+                    } catch {
+                        metrics.storeWrites.failed(error)
+                        throw error
+                    }
+                    // One that found no expired lease wrote nothing: it says nothing of the store's writes.
+                    if !rescued.isEmpty { metrics.storeWrites.succeeded() }
                     metrics.rescued(rescued.count)
                     if !rescued.isEmpty { noteRescued(rescued, now: now) }
                 }
@@ -714,6 +722,7 @@ public final class WorkerPool: Sendable {
             claimed = try await store.claimGrouped(
                 ClaimRequest(owner: config.owner, queues: config.queues, limit: limit, leaseMs: config.leaseMs, now: now))
         } catch {
+            metrics.storeWrites.failed(error)
             // The claim may have committed with only its answer lost (a connection reset after the
             // server's COMMIT): its jobs are leased to this worker, which knows nothing of them.
             state.withLock { state in
@@ -722,6 +731,11 @@ public final class WorkerPool: Sendable {
                 state.unansweredClaims = lost
             }
             throw error
+        }
+        if claimed.isEmpty {
+            metrics.storeWrites.claimFoundNothing(held: state.withLock { $0.running.count })
+        } else {
+            metrics.storeWrites.succeeded()
         }
         log.claimed(claimed, leaseMs: config.leaseMs, now: now)
         for job in claimed { hold(job, now: now) }
@@ -985,6 +999,7 @@ public final class WorkerPool: Sendable {
         do {
             renewal = try await store.renewLeases(owner: config.owner, leases: leases, leaseMs: config.leaseMs, now: now)
         } catch {
+            metrics.storeWrites.failed(error)
             // The lease keeper's beats throw to no one: unsaid, the leases ran out and the running jobs
             // went to the rescue with nothing in the log to say why.
             // One no retry mends (a damaged database) stops the worker, the lease keeper's beats' too.
@@ -997,6 +1012,7 @@ public final class WorkerPool: Sendable {
             throw error
         }
         renewalsFailing.withLock { $0 = false }
+        if !renewal.renewed.isEmpty { metrics.storeWrites.succeeded() }
         let lost = renewal.lost
         // A run whose transfer has returned is writing its outcome: the heartbeat's update may have come
         // just after that commit (the job no longer running), which is no lost lease. Its outcome's own
@@ -1186,15 +1202,18 @@ struct LeaseSink: TaskEventSink {
     }
 
     /// Appends `remaining` in one group commit, removes those written before the first failure and
-    /// returns that failure (nil: all written).
+    /// returns that failure (nil: all written). Each try is told to `metrics.storeWrites`.
     private func append(_ remaining: inout [PendingEvent]) async -> StoreError? {
         let results = remaining.count == 1 ? [await store.appendGrouped(remaining[0])] : await store.appendGrouped(remaining)
         for (index, result) in results.enumerated() {
             if case .failure(let error) = result {
+                if index > 0 { metrics.storeWrites.succeeded() }
+                metrics.storeWrites.failed(error)
                 remaining.removeFirst(index)
                 return error
             }
         }
+        metrics.storeWrites.succeeded()
         remaining.removeAll()
         return nil
     }

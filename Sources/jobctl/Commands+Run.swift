@@ -148,7 +148,7 @@ extension Commands {
                     guard let health else { return (true, "ok\n") }
                     switch probe {
                     case .live: return health.live()
-                    case .ready: return health.ready(storeUp: exporter.storeUp())
+                    case .ready: return health.ready(storeUp: exporter.storeUp(), writesRefused: metrics.storeWrites.refusal())
                     }
                 })
             } catch { throw CommandFailure(error.message) }

@@ -1,4 +1,5 @@
 import Foundation
+import StorePort
 import Synchronization
 import Testing
 import TestSupport
@@ -57,5 +58,63 @@ import TestSupport
         #expect(try curl(["\(base)/healthz?verbose=1"]) == "ok\n|200")
         #expect(try curl(["\(base)/metrics"]) == "up 1\n|200")
         #expect(try curl(["\(base)/other"]).hasSuffix("|404"))
+    }
+}
+
+/// Whether the store takes the worker's writes, from the failures and successes of those writes.
+@Suite("store writes for readiness") struct StoreWritesTests {
+    @Test func aStreakOfFailuresSpanningThreeSecondsRefusesUntilAWriteSucceeds() {
+        let writes = StoreWrites()
+        let full = StoreError.io("database or disk is full (SQLite code 13)")
+        // One failure, however long ago, is a blip; so are failures that end within the span.
+        writes.failed(full, nowMs: 0)
+        #expect(writes.refusal() == nil)
+        writes.failed(full, nowMs: 2_999)
+        #expect(writes.refusal() == nil)
+        writes.failed(full, nowMs: 3_000)
+        let refusal = writes.refusal()
+        #expect(refusal == StoreWrites.Refusal(reason: .diskFull, sqlstate: nil, sinceMs: 0, failures: 3))
+        let health = WorkerHealth(nowMs: 0)
+        health.loopTurned(nowMs: 4_000)
+        #expect(health.ready(storeUp: true, writesRefused: refusal, nowMs: 5_500)
+            == (false, "not ready: store refuses writes: disk_full (the database's disk is full); 3 failed in a row, none succeeded for 5 s\n"))
+        // A refusal of one event (the store took the write and said no) neither starts nor ends a streak.
+        writes.failed(StoreError.staleLease(jobID: "j", token: 1), nowMs: 3_100)
+        #expect(writes.refusal()?.failures == 3)
+        // An empty claim writes nothing: with jobs held it says nothing; with none it is the worker's write.
+        writes.claimFoundNothing(held: 2)
+        #expect(writes.refusal() != nil)
+        writes.claimFoundNothing(held: 0)
+        #expect(writes.refusal() == nil)
+        writes.failed(StoreError.server(sqlstate: "25006", message: "x"), nowMs: 10_000)
+        writes.failed(StoreError.readOnly("cannot execute UPDATE in a read-only transaction"), nowMs: 14_000)
+        #expect(writes.refusal()?.reason == .readOnly)
+        writes.succeeded()
+        #expect(writes.refusal() == nil)
+        #expect(writes.failureCounts == [.diskFull: 3, .readOnly: 2])
+    }
+
+    @Test(arguments: [
+        (StoreError.io("database or disk is full (SQLite code 13)"), StoreWriteFailure.diskFull),
+        (.io("disk I/O error: No space left on device (SQLite code 4874)"), .diskFull),
+        (.io("disk I/O error: File too large; 'x' reached this process's file size limit (SQLite code 778)"), .fileSizeLimit),
+        (.io("disk I/O error (SQLite code 10)"), .io),
+        (.server(sqlstate: "53100", message: "could not extend file"), .diskFull),
+        (.server(sqlstate: "42501", message: "permission denied for table events"), .permission),
+        (.server(sqlstate: "57014", message: "canceling statement due to statement timeout"), .server),
+        (.unreachable("the connection to PostgreSQL was lost"), .unreachable),
+        (.commitUnconfirmed("the connection was lost during COMMIT"), .unreachable),
+        (.busy(sql: nil), .busy),
+        (.syncFailed("fdatasync: EIO"), .damaged),
+    ])
+    func failuresAreNamedByKind(_ error: StoreError, _ kind: StoreWriteFailure) {
+        #expect(StoreWriteFailure(error) == kind)
+    }
+
+    @Test func refusalsOfOneWriteAreNoFailureOfTheStore() {
+        for error in [StoreError.staleLease(jobID: "j", token: 1), .versionConflict(expected: 1, actual: 2),
+                      .serverRefused(sqlstate: "23514", message: "check"), .tooLarge("1 GB")] {
+            #expect(StoreWriteFailure(error) == nil, "\(error)")
+        }
     }
 }
