@@ -133,6 +133,7 @@ public struct GCSBackend: StorageBackend {
                 throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                    httpStatus: response.status, url: redactedURL(response.url))
             }
+            guard Self.names(object, reference) else { throw Self.anotherObject(object, answering: "the metadata update of \(reference)", response) }
             return .finished(JobResult(object: object))
         }
         preconditionFailure("the last round returns or throws")
@@ -800,9 +801,11 @@ public struct GCSBackend: StorageBackend {
         return JobResult(object: object, size: object.size, md5: ours.md5, crc32c: ours.crc32c, verified: verified)
     }
 
-    /// Whether `object` is the one `reference` names (a server's answer about another is no answer).
+    /// Whether `object` is the one `reference` names (a server's answer about another is no answer). Byte
+    /// for byte: GCS names are byte strings, and `==` takes canonically equivalent text (an `é` composed
+    /// or not) for the same name.
     private static func names(_ object: StorageObject, _ reference: StorageReference) -> Bool {
-        object.bucket == reference.bucket && object.name == reference.fullPath
+        object.bucket.hasSameUTF8(as: reference.bucket) && object.name.hasSameUTF8(as: reference.fullPath)
     }
 
     /// After the server said an upload was complete before it had every byte (`ChunkOutcome.finishedEarly`):
@@ -1156,12 +1159,29 @@ public struct GCSBackend: StorageBackend {
     /// The object a successful metadata answer describes. A body that is no JSON at all was cut or garbled
     /// on the way (a truncation with nothing to mark the end, an interfering middlebox): asking again can
     /// help. JSON without the object's fields is what the server says, and stays an error.
+    ///
+    /// The resource must name the object asked for (`names`): every read of metadata — a download's plan,
+    /// a sliced download's, `get-metadata`, `fetch-url`, `update-metadata`, an upload's look first — goes
+    /// through here, and an answer about another bucket or object (a cache or proxy that mixed answers up,
+    /// a server bug) was recorded as the job's result: `show` printed `object: evil-bucket/../../etc/other.txt`
+    /// for a download of `gs://bkt/small.txt`, whose bytes were then fetched on that other object's word.
     private static func objectResource(_ response: HTTPResponse, reference: StorageReference) throws(StorageError) -> StorageObject {
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
             throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(response.url), retryable: response.json == nil)
         }
+        guard names(object, reference) else { throw anotherObject(object, answering: "\(reference)", response) }
         return object
+    }
+
+    /// The error for an answer about `object` to a request about another one (`what`): retryable, as the
+    /// upload's final answer about another object already is — nothing of it was used, and asking again
+    /// can get the right one. The other name is shown cut to 200 characters (it is the server's text).
+    private static func anotherObject(_ object: StorageObject, answering what: String, _ response: HTTPResponse) -> StorageError {
+        let named = "\(object.bucket)/\(object.name)"
+        let shown = named.count > 200 ? named.prefix(200) + "…" : Substring(named)
+        return StorageError(.unknown, "the server's metadata for \(what) describes another object ('\(shown)'); nothing of it was used, "
+                                + "and a retry asks again", httpStatus: response.status, url: redactedURL(response.url), retryable: true)
     }
 
     /// The object's metadata, nil when there is none (404), or the stop reason.
