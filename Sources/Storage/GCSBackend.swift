@@ -1103,6 +1103,10 @@ public struct GCSBackend: StorageBackend {
     /// The object's Firebase download URL, creating a download token when it has none. The token goes
     /// into the custom map as Firebase does; the whole map is sent (some servers replace `metadata`
     /// instead of merging it), so the PATCH is conditional on the version read, as `updateMetadata`'s.
+    ///
+    /// A token created is returned only once the server shows it holds it: in the PATCH's answer, or else
+    /// in the object read once more (`storedToken`). A server that answered 200 without applying the
+    /// PATCH had the job succeed with a URL no one could use.
     private func fetchURL(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
         for round in 1...Self.metadataRounds {
             var object: StorageObject
@@ -1124,13 +1128,42 @@ public struct GCSBackend: StorageBackend {
                 case .changed: continue
                 case .stopped(let reason): return .stopped(reason, nil)
                 }
-                if let json = response.json, let updated = GCSObjectJSON.object(from: json) { object = updated }
+                if let json = response.json, let updated = GCSObjectJSON.object(from: json), Self.names(updated, reference),
+                   Self.holds(updated, token: created) {
+                    object = updated
+                } else {
+                    switch try await storedToken(created, of: reference, patchStatus: response.status, control: control) {
+                    case .value(let reread): object = reread
+                    case .stopped(let reason): return .stopped(reason, nil)
+                    }
+                }
                 token = created
             }
             let url = "\(configuration.firebaseEndpoint)/v0/b/\(reference.bucket)/o/\(reference.encodedPath)?alt=media&token=\(StorageReference.percentEncode(token ?? "", keepSlash: false))"
             return .finished(JobResult(object: object, url: url))
         }
         preconditionFailure("the last round returns or throws")
+    }
+
+    /// Whether `object`'s download tokens (a comma-separated list) include `token`.
+    static func holds(_ object: StorageObject, token: String) -> Bool {
+        (object.downloadTokens ?? "").split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == token }
+    }
+
+    /// The object read again after a token PATCH whose answer did not show the token `created` (no object
+    /// resource, another object's, or one without it): the object when it holds the token now, else a
+    /// retryable failure — the server's fault, and the next attempt reads the object again (and takes a
+    /// token it holds by then, or writes one anew).
+    private func storedToken(_ created: String, of reference: StorageReference, patchStatus: Int,
+                             control: TransferControl) async throws(StorageError) -> Fetched<StorageObject> {
+        switch try await metadata(reference, control: control) {
+        case .stopped(let reason): return .stopped(reason)
+        case .value(let object) where Self.holds(object, token: created): return .value(object)
+        case .value:
+            throw StorageError(.unknown, "the server answered the download token's update with \(patchStatus) but \(reference) does not hold "
+                                   + "the token: a URL with it would not work; none is returned, and a retry reads the object again",
+                               httpStatus: patchStatus, url: redactedURL(objectURL(reference)), retryable: true)
+        }
     }
 
     // MARK: - Metadata and errors

@@ -4,7 +4,8 @@ import JobModel
 import TestSupport
 import Testing
 
-/// What a GCS metadata answer says is believed only about the object asked for.
+/// What a GCS metadata answer says is believed only about the object asked for, and a download token
+/// only once the server holds it.
 @Suite("GCS answers about the object asked for", .onTestThreads)
 struct ObjectIdentityTests {
     /// The emulator's object resources (metadata reads and PATCH answers, not media) rewritten to name
@@ -65,5 +66,51 @@ struct ObjectIdentityTests {
                 "\(sent.map { "\($0.method) \($0.target)" })")
         let after = try finished(await run(direct, JobSpec(kind: .getMetadata, source: object)))
         #expect(after.object?.generation == stored.object?.generation && after.object?.cacheControl == nil)
+    }
+
+    /// The download token's PATCH answered 200 by a server that did not apply it (here the proxy sends
+    /// it an empty PATCH): fetch-url succeeded with a URL whose token the object never held. Now the
+    /// object is read once more, and without the token the job fails retryable, returning no URL.
+    @Test("fetch-url fails retryable when the server does not hold the token it answered 200 for")
+    func tokenNotStored() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let direct = GCSBackend(configuration: emulatorConfiguration(server))
+        let object = "gs://\(server.bucket)/t.txt"
+        _ = try finished(await run(direct, JobSpec(kind: .uploadData, destination: object, data: Data("t".utf8))))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "PATCH"), .rewriteRequest { request in request.body = Data("{}".utf8) }, times: .max),
+        ])
+        defer { proxy.stop() }
+        let error = try failure(await run(GCSBackend(configuration: emulatorConfiguration(server, through: proxy)),
+                                          JobSpec(kind: .fetchURL, source: object)))
+        #expect(error.retryable && error.message.contains("does not hold the token"), "\(error)")
+        #expect(proxy.exchanges.map(\.request.method) == ["GET", "PATCH", "GET"])
+        let stored = try finished(await run(direct, JobSpec(kind: .getMetadata, source: object)))
+        #expect(stored.object?.downloadTokens == nil)
+    }
+
+    /// The PATCH applied, but its answer left the custom metadata out: the object read once more holds
+    /// the token, and that is the URL's.
+    @Test("fetch-url reads the object once more when the PATCH's answer does not show the token")
+    func tokenStoredAnswerSilent() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let direct = GCSBackend(configuration: emulatorConfiguration(server))
+        let object = "gs://\(server.bucket)/s.txt"
+        _ = try finished(await run(direct, JobSpec(kind: .uploadData, destination: object, data: Data("s".utf8))))
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "PATCH"), .rewriteResponse { _, response in
+                guard var json = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] else { return }
+                json["metadata"] = nil
+                response.body = (try? JSONSerialization.data(withJSONObject: json)) ?? response.body
+            }, times: .max),
+        ])
+        defer { proxy.stop() }
+        let fetched = try finished(await run(GCSBackend(configuration: emulatorConfiguration(server, through: proxy)),
+                                             JobSpec(kind: .fetchURL, source: object)))
+        let stored = try #require(try finished(await run(direct, JobSpec(kind: .getMetadata, source: object))).object?.downloadTokens)
+        #expect(fetched.url?.hasSuffix("&token=\(stored)") == true && fetched.object?.downloadTokens == stored, "\(fetched)")
+        #expect(proxy.exchanges.map(\.request.method) == ["GET", "PATCH", "GET"])
     }
 }
