@@ -19,7 +19,8 @@ import JobModel
 /// - MD5 and CRC32C are computed while streaming and compared with the server's — for uploads always,
 ///   from the object's metadata when the final answer lacks them; a mismatch fails with
 ///   `nonMatchingChecksum` and the bad copy (that generation of the remote object, or the local
-///   partial file) is removed.
+///   partial file) is removed. A transfer no hash can verify (the server reports neither) fails
+///   (`unverifiableUpload`, `unverifiableDownload`), its copy removed as a mismatch's.
 public struct GCSBackend: StorageBackend {
     /// Endpoint, credentials, chunk size, timeouts and trusted CAs.
     public let configuration: StorageConfiguration
@@ -769,7 +770,9 @@ public struct GCSBackend: StorageBackend {
         let storedSize = resource["size"] == nil ? nil : object.size
         guard let mismatch = Self.uploadMismatch(object, storedSize: storedSize, sourceSize: source.size,
                                                  md5: ours.md5, crc32c: ours.crc32c) else {
-            return Self.uploaded(object, ours)
+            let result = Self.uploaded(object, ours)
+            guard result.verified?.isEmpty == false else { throw await unverifiableUpload(reference, generation: object.generation) }
+            return result
         }
         // Before deleting: what is stored now?
         guard let (stored, storedSizeNow) = try await currentObject(reference) else {
@@ -791,6 +794,24 @@ public struct GCSBackend: StorageBackend {
                            "\(currentMismatch ?? mismatch); " + (deleted ? "the object was deleted — upload again"
                                                                          : "the object could not be deleted — delete \(reference) and upload again"),
                            url: redactedURL(objectURL(reference)))
+    }
+
+    /// The failure of an upload whose stored object has no hash to compare with the source's: neither the
+    /// final answer nor the object's metadata (read again for them) gave a CRC32C or an MD5. GCS reports
+    /// a CRC32C for every object, composite ones included, so this is a server (an emulator, a proxy that
+    /// rewrites answers) that cannot vouch for what it stored; the upload succeeded with `verified: []`,
+    /// an object of other bytes taken for the source. That generation is deleted as a mismatch's is — it
+    /// was never verified, and left in place it would be read as the upload — and the job fails for good
+    /// (`internalError`): the server answered the same way twice, and a retry would send every byte again
+    /// to the same end.
+    private func unverifiableUpload(_ reference: StorageReference, generation: String?) async -> StorageError {
+        let deleted = await deleteBadObject(reference, generation: generation)
+        return StorageError(.internalError,
+                            "the server reported no CRC32C or MD5 for the stored \(reference) (neither in the upload's answer nor in "
+                                + "the object's metadata): nothing could verify it against the source, so "
+                                + (deleted ? "the object was deleted" : "it could not be deleted either — delete \(reference)")
+                                + "; GCS reports a CRC32C for every object — check the endpoint and anything between it and this machine",
+                            url: redactedURL(objectURL(reference)))
     }
 
     /// The result of an upload whose stored object matched the source's hashes `ours`.
@@ -953,8 +974,13 @@ public struct GCSBackend: StorageBackend {
                             report: report,
                             progress: { progress.update($0) })
         let crc32c = object.crc32c
+        let media = mediaURL(reference, generation: generation)
         sink.checkAnswer = { _, headers throws(StorageError) in
             try GCSBackend.checkVersion(headers, generation: generation, crc32c: crc32c, what: "the download from byte \(start)")
+            // Nothing could verify the bytes: refused before the first is written, not after the last.
+            if expected.isEmpty && GCSBackend.digests(of: GCSBackend.withServedHashes(object, headers)).isEmpty {
+                throw GCSBackend.unverifiableDownload(reference, url: media, remedy: "nothing of it was kept")
+            }
         }
         sink.startsOver(from: resumePoint)
         try await sink.hashExistingPrefixOffPool()
@@ -990,6 +1016,11 @@ public struct GCSBackend: StorageBackend {
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }
         let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))
+        guard !served.isEmpty else {
+            // A partial file complete from an earlier attempt (no media request), or an empty object.
+            await sink.drop()
+            throw Self.unverifiableDownload(reference, url: media, remedy: "the copy was removed")
+        }
         let ours = try await sink.finishHashesOffPool(md5: served.needMD5(asked: md5))
         let verified: [ChecksumAlgorithm]
         do {
@@ -1002,6 +1033,21 @@ public struct GCSBackend: StorageBackend {
         let path = try await sink.partial.commitOffPool(replacing: replacing)
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
+    }
+
+    /// The failure of a download of `reference` that no hash could verify: neither the object's metadata
+    /// nor the media answer's `x-goog-hash` gave a CRC32C or an MD5. GCS reports a CRC32C for every
+    /// object, composite ones included (as gcloud storage's `check_hashes=if_fast_else_fail` relies on),
+    /// so this is a server or something in between that cannot vouch for the bytes: such a download was
+    /// committed as `succeeded`, whatever bytes came. Nothing is kept (`remedy` says what became of them),
+    /// and the job fails for good (`internalError`): the metadata and the media answer both left the
+    /// hashes out, which is how that endpoint answers, and a retry would fetch every byte again to the same end.
+    static func unverifiableDownload(_ reference: StorageReference, url: String, remedy: String) -> StorageError {
+        StorageError(.internalError,
+                     "the server reported no CRC32C or MD5 for \(reference) (neither in its metadata nor in the media answer's "
+                         + "x-goog-hash): nothing could verify the downloaded bytes, and \(remedy); GCS reports a CRC32C for every "
+                         + "object — check the endpoint and anything between it and this machine",
+                     url: redactedURL(url))
     }
 
     /// Fills hashes the metadata lacked from the media response's `x-goog-hash: crc32c=…,md5=…`, which
@@ -1055,8 +1101,13 @@ public struct GCSBackend: StorageBackend {
         // As a download to a file: an answer of another version is refused at its first byte, retryable,
         // instead of failing the final CRC32C for good.
         let generation = object.generation, crc32c = object.crc32c
+        let unhashed = Self.digests(of: object).isEmpty
         sink.checkAnswer = { _, headers throws(StorageError) in
             try GCSBackend.checkVersion(headers, generation: generation, crc32c: crc32c, what: "the download to memory")
+            // Nothing could verify the bytes: refused at the first, not after the last.
+            if unhashed && GCSBackend.digests(of: GCSBackend.withServedHashes(object, headers)).isEmpty {
+                throw GCSBackend.unverifiableDownload(reference, url: url, remedy: "nothing of it was kept")
+            }
         }
         progress.update(0)
         var servedHeaders: [String: String] = [:]
@@ -1088,6 +1139,8 @@ public struct GCSBackend: StorageBackend {
                                    + "and a retry downloads it again", url: redactedURL(url), retryable: true)
         }
         let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))
+        // An empty object: no body byte, so no `checkAnswer`.
+        guard !served.isEmpty else { throw Self.unverifiableDownload(reference, url: url, remedy: "nothing was kept") }
         let streamed = sink.checksums.finish()
         // MD5 wanted only once the media answer's headers were read, or an empty object: hash it here.
         let ours = served.needMD5(asked: md5) && streamed.md5 == nil
