@@ -19,7 +19,8 @@ import JobModel
 /// - MD5 and CRC32C are computed while streaming and compared with the server's — for uploads always,
 ///   from the object's metadata when the final answer lacks them; a mismatch fails with
 ///   `nonMatchingChecksum` and the bad copy (that generation of the remote object, or the local
-///   partial file) is removed.
+///   partial file) is removed. A transfer no hash can verify (the server reports neither) fails
+///   (`unverifiableUpload`, `unverifiableDownload`), its copy removed as a mismatch's.
 public struct GCSBackend: StorageBackend {
     /// Endpoint, credentials, chunk size, timeouts and trusted CAs.
     public let configuration: StorageConfiguration
@@ -133,6 +134,7 @@ public struct GCSBackend: StorageBackend {
                 throw StorageError(.unknown, "the server's answer to the metadata update of \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                    httpStatus: response.status, url: redactedURL(response.url))
             }
+            guard Self.names(object, reference) else { throw Self.anotherObject(object, answering: "the metadata update of \(reference)", response) }
             return .finished(JobResult(object: object))
         }
         preconditionFailure("the last round returns or throws")
@@ -768,7 +770,9 @@ public struct GCSBackend: StorageBackend {
         let storedSize = resource["size"] == nil ? nil : object.size
         guard let mismatch = Self.uploadMismatch(object, storedSize: storedSize, sourceSize: source.size,
                                                  md5: ours.md5, crc32c: ours.crc32c) else {
-            return Self.uploaded(object, ours)
+            let result = Self.uploaded(object, ours)
+            guard result.verified?.isEmpty == false else { throw await unverifiableUpload(reference, generation: object.generation) }
+            return result
         }
         // Before deleting: what is stored now?
         guard let (stored, storedSizeNow) = try await currentObject(reference) else {
@@ -792,6 +796,24 @@ public struct GCSBackend: StorageBackend {
                            url: redactedURL(objectURL(reference)))
     }
 
+    /// The failure of an upload whose stored object has no hash to compare with the source's: neither the
+    /// final answer nor the object's metadata (read again for them) gave a CRC32C or an MD5. GCS reports
+    /// a CRC32C for every object, composite ones included, so this is a server (an emulator, a proxy that
+    /// rewrites answers) that cannot vouch for what it stored; the upload succeeded with `verified: []`,
+    /// an object of other bytes taken for the source. That generation is deleted as a mismatch's is — it
+    /// was never verified, and left in place it would be read as the upload — and the job fails for good
+    /// (`internalError`): the server answered the same way twice, and a retry would send every byte again
+    /// to the same end.
+    private func unverifiableUpload(_ reference: StorageReference, generation: String?) async -> StorageError {
+        let deleted = await deleteBadObject(reference, generation: generation)
+        return StorageError(.internalError,
+                            "the server reported no CRC32C or MD5 for the stored \(reference) (neither in the upload's answer nor in "
+                                + "the object's metadata): nothing could verify it against the source, so "
+                                + (deleted ? "the object was deleted" : "it could not be deleted either — delete \(reference)")
+                                + "; GCS reports a CRC32C for every object — check the endpoint and anything between it and this machine",
+                            url: redactedURL(objectURL(reference)))
+    }
+
     /// The result of an upload whose stored object matched the source's hashes `ours`.
     private static func uploaded(_ object: StorageObject, _ ours: (md5: String?, crc32c: String)) -> JobResult {
         var verified: [ChecksumAlgorithm] = []
@@ -800,9 +822,11 @@ public struct GCSBackend: StorageBackend {
         return JobResult(object: object, size: object.size, md5: ours.md5, crc32c: ours.crc32c, verified: verified)
     }
 
-    /// Whether `object` is the one `reference` names (a server's answer about another is no answer).
+    /// Whether `object` is the one `reference` names (a server's answer about another is no answer). Byte
+    /// for byte: GCS names are byte strings, and `==` takes canonically equivalent text (an `é` composed
+    /// or not) for the same name.
     private static func names(_ object: StorageObject, _ reference: StorageReference) -> Bool {
-        object.bucket == reference.bucket && object.name == reference.fullPath
+        object.bucket.hasSameUTF8(as: reference.bucket) && object.name.hasSameUTF8(as: reference.fullPath)
     }
 
     /// After the server said an upload was complete before it had every byte (`ChunkOutcome.finishedEarly`):
@@ -950,8 +974,13 @@ public struct GCSBackend: StorageBackend {
                             report: report,
                             progress: { progress.update($0) })
         let crc32c = object.crc32c
+        let media = mediaURL(reference, generation: generation)
         sink.checkAnswer = { _, headers throws(StorageError) in
             try GCSBackend.checkVersion(headers, generation: generation, crc32c: crc32c, what: "the download from byte \(start)")
+            // Nothing could verify the bytes: refused before the first is written, not after the last.
+            if expected.isEmpty && GCSBackend.digests(of: GCSBackend.withServedHashes(object, headers)).isEmpty {
+                throw GCSBackend.unverifiableDownload(reference, url: media, remedy: "nothing of it was kept")
+            }
         }
         sink.startsOver(from: resumePoint)
         try await sink.hashExistingPrefixOffPool()
@@ -987,6 +1016,11 @@ public struct GCSBackend: StorageBackend {
                                url: redactedURL(mediaURL(reference, generation: generation)), retryable: true)
         }
         let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))
+        guard !served.isEmpty else {
+            // A partial file complete from an earlier attempt (no media request), or an empty object.
+            await sink.drop()
+            throw Self.unverifiableDownload(reference, url: media, remedy: "the copy was removed")
+        }
         let ours = try await sink.finishHashesOffPool(md5: served.needMD5(asked: md5))
         let verified: [ChecksumAlgorithm]
         do {
@@ -999,6 +1033,21 @@ public struct GCSBackend: StorageBackend {
         let path = try await sink.partial.commitOffPool(replacing: replacing)
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
+    }
+
+    /// The failure of a download of `reference` that no hash could verify: neither the object's metadata
+    /// nor the media answer's `x-goog-hash` gave a CRC32C or an MD5. GCS reports a CRC32C for every
+    /// object, composite ones included (as gcloud storage's `check_hashes=if_fast_else_fail` relies on),
+    /// so this is a server or something in between that cannot vouch for the bytes: such a download was
+    /// committed as `succeeded`, whatever bytes came. Nothing is kept (`remedy` says what became of them),
+    /// and the job fails for good (`internalError`): the metadata and the media answer both left the
+    /// hashes out, which is how that endpoint answers, and a retry would fetch every byte again to the same end.
+    static func unverifiableDownload(_ reference: StorageReference, url: String, remedy: String) -> StorageError {
+        StorageError(.internalError,
+                     "the server reported no CRC32C or MD5 for \(reference) (neither in its metadata nor in the media answer's "
+                         + "x-goog-hash): nothing could verify the downloaded bytes, and \(remedy); GCS reports a CRC32C for every "
+                         + "object — check the endpoint and anything between it and this machine",
+                     url: redactedURL(url))
     }
 
     /// Fills hashes the metadata lacked from the media response's `x-goog-hash: crc32c=…,md5=…`, which
@@ -1052,8 +1101,13 @@ public struct GCSBackend: StorageBackend {
         // As a download to a file: an answer of another version is refused at its first byte, retryable,
         // instead of failing the final CRC32C for good.
         let generation = object.generation, crc32c = object.crc32c
+        let unhashed = Self.digests(of: object).isEmpty
         sink.checkAnswer = { _, headers throws(StorageError) in
             try GCSBackend.checkVersion(headers, generation: generation, crc32c: crc32c, what: "the download to memory")
+            // Nothing could verify the bytes: refused at the first, not after the last.
+            if unhashed && GCSBackend.digests(of: GCSBackend.withServedHashes(object, headers)).isEmpty {
+                throw GCSBackend.unverifiableDownload(reference, url: url, remedy: "nothing of it was kept")
+            }
         }
         progress.update(0)
         var servedHeaders: [String: String] = [:]
@@ -1085,6 +1139,8 @@ public struct GCSBackend: StorageBackend {
                                    + "and a retry downloads it again", url: redactedURL(url), retryable: true)
         }
         let served = Self.digests(of: Self.withServedHashes(object, servedHeaders))
+        // An empty object: no body byte, so no `checkAnswer`.
+        guard !served.isEmpty else { throw Self.unverifiableDownload(reference, url: url, remedy: "nothing was kept") }
         let streamed = sink.checksums.finish()
         // MD5 wanted only once the media answer's headers were read, or an empty object: hash it here.
         let ours = served.needMD5(asked: md5) && streamed.md5 == nil
@@ -1100,6 +1156,10 @@ public struct GCSBackend: StorageBackend {
     /// The object's Firebase download URL, creating a download token when it has none. The token goes
     /// into the custom map as Firebase does; the whole map is sent (some servers replace `metadata`
     /// instead of merging it), so the PATCH is conditional on the version read, as `updateMetadata`'s.
+    ///
+    /// A token created is returned only once the server shows it holds it: in the PATCH's answer, or else
+    /// in the object read once more (`storedToken`). A server that answered 200 without applying the
+    /// PATCH had the job succeed with a URL no one could use.
     private func fetchURL(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> TransferOutcome {
         for round in 1...Self.metadataRounds {
             var object: StorageObject
@@ -1121,13 +1181,42 @@ public struct GCSBackend: StorageBackend {
                 case .changed: continue
                 case .stopped(let reason): return .stopped(reason, nil)
                 }
-                if let json = response.json, let updated = GCSObjectJSON.object(from: json) { object = updated }
+                if let json = response.json, let updated = GCSObjectJSON.object(from: json), Self.names(updated, reference),
+                   Self.holds(updated, token: created) {
+                    object = updated
+                } else {
+                    switch try await storedToken(created, of: reference, patchStatus: response.status, control: control) {
+                    case .value(let reread): object = reread
+                    case .stopped(let reason): return .stopped(reason, nil)
+                    }
+                }
                 token = created
             }
             let url = "\(configuration.firebaseEndpoint)/v0/b/\(reference.bucket)/o/\(reference.encodedPath)?alt=media&token=\(StorageReference.percentEncode(token ?? "", keepSlash: false))"
             return .finished(JobResult(object: object, url: url))
         }
         preconditionFailure("the last round returns or throws")
+    }
+
+    /// Whether `object`'s download tokens (a comma-separated list) include `token`.
+    static func holds(_ object: StorageObject, token: String) -> Bool {
+        (object.downloadTokens ?? "").split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == token }
+    }
+
+    /// The object read again after a token PATCH whose answer did not show the token `created` (no object
+    /// resource, another object's, or one without it): the object when it holds the token now, else a
+    /// retryable failure — the server's fault, and the next attempt reads the object again (and takes a
+    /// token it holds by then, or writes one anew).
+    private func storedToken(_ created: String, of reference: StorageReference, patchStatus: Int,
+                             control: TransferControl) async throws(StorageError) -> Fetched<StorageObject> {
+        switch try await metadata(reference, control: control) {
+        case .stopped(let reason): return .stopped(reason)
+        case .value(let object) where Self.holds(object, token: created): return .value(object)
+        case .value:
+            throw StorageError(.unknown, "the server answered the download token's update with \(patchStatus) but \(reference) does not hold "
+                                   + "the token: a URL with it would not work; none is returned, and a retry reads the object again",
+                               httpStatus: patchStatus, url: redactedURL(objectURL(reference)), retryable: true)
+        }
     }
 
     // MARK: - Metadata and errors
@@ -1156,12 +1245,29 @@ public struct GCSBackend: StorageBackend {
     /// The object a successful metadata answer describes. A body that is no JSON at all was cut or garbled
     /// on the way (a truncation with nothing to mark the end, an interfering middlebox): asking again can
     /// help. JSON without the object's fields is what the server says, and stays an error.
+    ///
+    /// The resource must name the object asked for (`names`): every read of metadata — a download's plan,
+    /// a sliced download's, `get-metadata`, `fetch-url`, `update-metadata`, an upload's look first — goes
+    /// through here, and an answer about another bucket or object (a cache or proxy that mixed answers up,
+    /// a server bug) was recorded as the job's result: `show` printed `object: evil-bucket/../../etc/other.txt`
+    /// for a download of `gs://bkt/small.txt`, whose bytes were then fetched on that other object's word.
     private static func objectResource(_ response: HTTPResponse, reference: StorageReference) throws(StorageError) -> StorageObject {
         guard let json = response.json, let object = GCSObjectJSON.object(from: json) else {
             throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(response.url), retryable: response.json == nil)
         }
+        guard names(object, reference) else { throw anotherObject(object, answering: "\(reference)", response) }
         return object
+    }
+
+    /// The error for an answer about `object` to a request about another one (`what`): retryable, as the
+    /// upload's final answer about another object already is — nothing of it was used, and asking again
+    /// can get the right one. The other name is shown cut to 200 characters (it is the server's text).
+    private static func anotherObject(_ object: StorageObject, answering what: String, _ response: HTTPResponse) -> StorageError {
+        let named = "\(object.bucket)/\(object.name)"
+        let shown = named.count > 200 ? named.prefix(200) + "…" : Substring(named)
+        return StorageError(.unknown, "the server's metadata for \(what) describes another object ('\(shown)'); nothing of it was used, "
+                                + "and a retry asks again", httpStatus: response.status, url: redactedURL(response.url), retryable: true)
     }
 
     /// The object's metadata, nil when there is none (404), or the stop reason.

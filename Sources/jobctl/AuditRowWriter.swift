@@ -42,6 +42,28 @@ enum AuditRowWriter {
             bytes.append(UInt8(ascii: "\""))
             return true
         }
+        /// An array of plain strings as the encoder prints it: one element a line, and an empty one as
+        /// `[`, an empty line, `]`.
+        func list(_ name: StaticString, _ values: [String]) {
+            key(name)
+            bytes.append(UInt8(ascii: "["))
+            bytes.append(UInt8(ascii: "\n"))
+            for _ in 0..<indent { bytes.append(UInt8(ascii: " ")) }
+            for (index, value) in values.enumerated() {
+                if index > 0 {
+                    bytes.append(UInt8(ascii: ","))
+                    bytes.append(UInt8(ascii: "\n"))
+                    for _ in 0..<indent { bytes.append(UInt8(ascii: " ")) }
+                }
+                for _ in 0..<4 { bytes.append(UInt8(ascii: " ")) }
+                bytes.append(UInt8(ascii: "\""))
+                bytes.append(contentsOf: value.utf8)
+                bytes.append(UInt8(ascii: "\""))
+            }
+            bytes.append(UInt8(ascii: "\n"))
+            for _ in 0..<(indent + 2) { bytes.append(UInt8(ascii: " ")) }
+            bytes.append(UInt8(ascii: "]"))
+        }
         func number(_ name: StaticString, _ value: Int64?) {
             guard let value else { return }
             key(name)
@@ -71,6 +93,7 @@ enum AuditRowWriter {
             number("started_at_ms", job.startedAtMs)
             guard text("state", job.state.rawValue), time("submitted_at", job.createdAtMs) else { return false }
             number("submitted_at_ms", job.createdAtMs)
+            if let verified = result?.verified { list("verified", verified.map(\.rawValue)) }
             bytes.append(UInt8(ascii: "\n"))
             for _ in 0..<indent { bytes.append(UInt8(ascii: " ")) }
             bytes.append(UInt8(ascii: "}"))
@@ -109,8 +132,9 @@ enum AuditRowWriter {
             && field(result?.md5 ?? result?.object?.md5Hash) && field(result?.crc32c ?? result?.object?.crc32c)
             && time(job.createdAtMs) && time(job.startedAtMs) && time(job.finishedAtMs)
         if written {
-            // No error (code, name, message) and no batch (id, source): five empty fields.
+            // No error (code, name, message) and no batch (id, source): five empty fields; then `verified`.
             bytes.append(contentsOf: [UInt8](repeating: UInt8(ascii: ","), count: 5))
+            _ = field(VerifiedHashes.csvText(result?.verified?.map(\.rawValue)))
         } else {
             bytes.removeSubrange(mark...)
         }

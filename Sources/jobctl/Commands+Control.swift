@@ -333,8 +333,12 @@ extension Commands {
         } else {
             func cells(_ job: JobRecord) -> [String] {
                 let size: String = (job.result?.size ?? job.result?.object?.knownSize ?? job.bytesTotal).map { ByteSize.format($0) } ?? "-"
-                let md5: String = job.result?.md5 ?? job.result?.object?.md5Hash ?? "-"
-                let crc32c: String = job.result?.crc32c ?? job.result?.object?.crc32c ?? "-"
+                // A hash computed but not compared with the server's is marked (`VerifiedHashes`).
+                func mark(_ algorithm: ChecksumAlgorithm) -> String {
+                    job.result.map { VerifiedHashes.isUnverified(algorithm, in: $0) } == true ? VerifiedHashes.unverifiedMark : ""
+                }
+                let md5: String = job.result?.md5.map { $0 + mark(.md5) } ?? job.result?.object?.md5Hash ?? "-"
+                let crc32c: String = job.result?.crc32c.map { $0 + mark(.crc32c) } ?? job.result?.object?.crc32c ?? "-"
                 let started: String = job.startedAtMs.map(RFC3339.string) ?? "-"
                 let finished: String = job.finishedAtMs.map(RFC3339.string) ?? "-"
                 return [job.id, job.spec.kind.rawValue, context.paint(state: job.state), "\(job.attempts)",

@@ -174,8 +174,13 @@ extension Commands {
         if let result = job.result {
             if let path = result.path { lines.append(("result path", display.location(path))) }
             if let size = result.size { lines.append(("result size", plural(size, "byte"))) }
-            if let md5 = result.md5 { lines.append(("md5", md5)) }
-            if let crc = result.crc32c { lines.append(("crc32c", crc)) }
+            // A hash computed but not compared with the server's says so: alike, it read as a verified one.
+            if let md5 = result.md5 {
+                lines.append(("md5", md5 + (VerifiedHashes.isUnverified(.md5, in: result) ? VerifiedHashes.unverifiedNote : "")))
+            }
+            if let crc = result.crc32c {
+                lines.append(("crc32c", crc + (VerifiedHashes.isUnverified(.crc32c, in: result) ? VerifiedHashes.unverifiedNote : "")))
+            }
             if let url = result.url { lines.append(("url", display.url(url))) }
             if let blob = result.bytesSHA256 {
                 // A blob `archive --blobs-before` removed is named as such: `jobctl result` would only say so.

@@ -473,6 +473,9 @@ struct AuditRow: Encodable {
     let size: Int64?
     let md5: String?
     let crc32c: String?
+    /// The hashes of `md5` and `crc32c` compared with the server's (`[]`: neither); absent when the result
+    /// does not say (no result, or one logged before it was recorded). CSV: space-separated, `none` for `[]`.
+    let verified: [String]?
     let submittedAt: String
     let submittedAtMs: Int64
     let startedAt: String?
@@ -494,6 +497,7 @@ struct AuditRow: Encodable {
         size = job.result?.size ?? job.result?.object?.knownSize ?? job.bytesTotal
         md5 = job.result?.md5 ?? job.result?.object?.md5Hash
         crc32c = job.result?.crc32c ?? job.result?.object?.crc32c
+        verified = job.result?.verified?.map(\.rawValue)
         submittedAt = RFC3339.string(job.createdAtMs)
         submittedAtMs = job.createdAtMs
         startedAt = job.startedAtMs.map(RFC3339.string)
@@ -503,17 +507,18 @@ struct AuditRow: Encodable {
         error = job.error.map { ErrorView($0, display: display) }
     }
 
-    static let csvHeader = "id,kind,state,attempts,source,destination,size,md5,crc32c,submitted_at,started_at,finished_at,error_code,error_name,error_message,batch,batch_source"
+    static let csvHeader = "id,kind,state,attempts,source,destination,size,md5,crc32c,submitted_at,started_at,finished_at,error_code,error_name,error_message,batch,batch_source,verified"
 
     var csvLine: String {
         let fields: [String?] = [id, kind, state, "\(attempts)", source, destination, size.map(String.init), md5, crc32c,
                                  submittedAt, startedAt, finishedAt, error.map { String($0.code) }, error?.name, error?.message,
-                                 batch?.id, batch?.source]
+                                 batch?.id, batch?.source,
+                                 VerifiedHashes.csvText(verified)]
         return fields.map { CSVField.text($0 ?? "") }.joined(separator: ",")
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, kind, state, attempts, source, destination, size, md5, crc32c, error, batch
+        case id, kind, state, attempts, source, destination, size, md5, crc32c, error, batch, verified
         case submittedAt = "submitted_at", submittedAtMs = "submitted_at_ms", startedAt = "started_at", startedAtMs = "started_at_ms"
         case finishedAt = "finished_at", finishedAtMs = "finished_at_ms"
     }

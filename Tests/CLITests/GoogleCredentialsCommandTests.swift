@@ -8,7 +8,7 @@ import TestSupport
     @Test func serviceAccountKeyEndToEnd() throws {
         let server = try TokenServer.start()
         defer { server.stop() }
-        try server.serve(Data("hi".utf8), metadata: #"{"bucket":"bkt","name":"a.txt","size":"2","generation":"1"}"#)
+        try server.serve(Data("hi".utf8), metadata: #"{"bucket":"bkt","name":"a.txt","size":"2","generation":"1","crc32c":"9Z3Zwg=="}"#)
         let workspace = try CLIWorkspace("credentials")
         defer { workspace.directory.remove() }
         let ids = try workspace.submit("- {kind: download-memory, source: \"gs://bkt/a.txt\", max_attempts: 1}\n")
@@ -28,7 +28,7 @@ import TestSupport
     @Test func metadataServerTokensBypassTheProxy() throws {
         let server = try TokenServer.start()
         defer { server.stop() }
-        try server.serve(Data("hi".utf8), metadata: #"{"bucket":"bkt","name":"a.txt","size":"2","generation":"1"}"#)
+        try server.serve(Data("hi".utf8), metadata: #"{"bucket":"bkt","name":"a.txt","size":"2","generation":"1","crc32c":"9Z3Zwg=="}"#)
         let deadProxy = ClosedLoopbackPort()
         let workspace = try CLIWorkspace("credentials-metadata-proxy")
         defer { workspace.directory.remove() }

@@ -238,6 +238,11 @@ import TestSupport
         let result = JobResult(object: StorageObject(bucket: "b", name: "o", size: 9, md5Hash: "server=="), size: 64, md5: "md5==",
                                crc32c: "crc==")
         let objectOnly = JobResult(object: StorageObject(bucket: "b", name: "o", size: 9, md5Hash: "server==", crc32c: "objcrc=="))
+        // `verified` recorded: nothing compared, or one of the two hashes computed.
+        var unverified = result
+        unverified.verified = []
+        var oneVerified = result
+        oneVerified.verified = [.crc32c]
         let specs = [
             JobSpec(kind: .downloadMemory, source: "file:///tmp/b/o0.bin"),
             JobSpec(kind: .uploadFile, source: "/tmp/a b", destination: "gs://bucket/dir/o?x=1"),
@@ -263,6 +268,10 @@ import TestSupport
                 record.result = result
                 records.append(record)
                 record.result = objectOnly
+                records.append(record)
+                record.result = unverified
+                records.append(record)
+                record.result = oneVerified
                 records.append(record)
                 record.result = nil
                 record.bytesTotal = 12_345
@@ -299,11 +308,11 @@ import TestSupport
                 }
             }
         }
-        // The four rows without an error of the two plain specs, both ways of display, at the three
+        // The six rows without an error (two with `verified` recorded) of the two plain specs, both ways of display, at the three
         // times TimeText computes (the fourth, past 9999, is Foundation's); JSON also writes the
         // formula's (CSV gives it a `'`), CSV also the backslash's.
-        #expect(written.json == 3 * 3 * 4 * 2, "\(written.json)")
-        #expect(written.csv == 3 * 3 * 4 * 2, "\(written.csv)")
+        #expect(written.json == 6 * 3 * 3 * 2, "\(written.json)")
+        #expect(written.csv == 6 * 3 * 3 * 2, "\(written.csv)")
     }
 
     /// Numbers and times written as bytes are `String(_:)`'s and Foundation's ISO 8601 text (what
