@@ -16,7 +16,7 @@ extension Commands {
         name: "archive",
         abstract: "Move finished jobs out of the log into a compressed, checksummed archive file; or check one.",
         arguments: [ArgumentSpec("verify", optional: true, choices: ["verify"], help: "`verify`: check the archive file given next instead of archiving."),
-                    ArgumentSpec("file", optional: true, help: "With verify: the archive file to check.")],
+                    ArgumentSpec("file", optional: true, completesFiles: true, help: "With verify: the archive file to check.")],
         options: [Options.archiveBefore, Options.archiveTo, Options.blobsBefore,
                   Options.dryRun.help("Print what would be archived; write and remove nothing."),
                   Options.json.help("Print the outcome as JSON.")],

@@ -9,7 +9,7 @@ extension Commands {
     static let submit = CommandSpec(
         name: "submit",
         abstract: "Append the jobs of one or more YAML manifests to the event log.",
-        arguments: [ArgumentSpec("manifest", variadic: true, help: "A manifest file, or - for standard input.")],
+        arguments: [ArgumentSpec("manifest", variadic: true, completesFiles: true, help: "A manifest file, or - for standard input.")],
         options: [Options.json.help("Print an array of {id, key, kind, created, batch} instead of one id per line."), Options.dryRun,
                   Options.noCheckSources, Options.at, Options.wait],
         discussion: """
