@@ -463,6 +463,52 @@ import Worker
         #expect(!FileManager.default.fileExists(atPath: workspace.database))
     }
 
+    /// README and `help submit` say `--json` prints `[{id, key, kind, created, batch}]`, but a job without
+    /// a key or a batch had no such field at all. The dry run prints the job specs instead, and says so.
+    @Test("submit --json gives every job its five keys, null when absent; --dry-run --json prints specs, as its help says",
+          arguments: StoreEngine.allCases)
+    func submitJSONHasEveryKey(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("submitjson", engine: engine)
+        defer { workspace.directory.remove() }
+        try workspace.write("photos/a.jpg", "a")
+        try workspace.write("photos/b.jpg", "b")
+        let path = try workspace.write("jobs.yaml", """
+            jobs:
+              - {kind: upload-data, data: one, destination: "file://docs/one.txt", key: first}
+              - {kind: upload-data, data: two, destination: "file://docs/two.txt"}
+              - {kind: upload-file, source: "\(workspace.directory.file("photos"))/", destination: "file://docs/photos/"}
+            """)
+        let dryRun = try #require(try workspace.json(["submit", "--dry-run", "--json", path]) as? [[String: Any]])
+        let rows = try #require(try workspace.json(["submit", "--json", path]) as? [[String: Any]])
+        try #require(rows.count == 4, "\(rows)")
+        for row in rows {
+            #expect(Set(row.keys) == ["id", "key", "kind", "created", "batch"], "\(row)")
+        }
+        #expect(rows[0]["key"] as? String == "first" && rows[0]["batch"] is NSNull, "\(rows[0])")
+        #expect(rows[1]["key"] is NSNull && rows[1]["batch"] is NSNull, "\(rows[1])")
+        let batch = try #require(rows[2]["batch"] as? String)
+        #expect(rows[2]["key"] is NSNull && rows[3]["batch"] as? String == batch, "\(rows[2...])")
+        // The dry run's objects are the specs `show --json` prints for the jobs submitted (no id, no created),
+        // but for the batch's id: each expansion draws its own.
+        func withoutBatchID(_ spec: [String: Any]) -> NSDictionary {
+            var spec = spec
+            if var batch = spec["batch"] as? [String: Any] { batch["id"] = nil; spec["batch"] = batch }
+            return NSDictionary(dictionary: spec)
+        }
+        try #require(dryRun.count == 4)
+        for (spec, row) in zip(dryRun, rows) {
+            let id = try #require(row["id"] as? String)
+            let shown = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+            let shownSpec = try #require(shown["spec"] as? [String: Any])
+            #expect(withoutBatchID(spec) == withoutBatchID(shownSpec), "\(spec) \(shown)")
+            #expect(spec["id"] == nil && spec["created"] == nil)
+        }
+        let help = try workspace.jobctl(["help", "submit"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        #expect(help.contains("(key and batch null when the job has none)")
+                && help.contains("with --dry-run, an array of the job specs as they would be submitted, each as show --json prints a job's spec"),
+                "\(help)")
+    }
+
     /// A dry run answers as the submit would: an `after:` that names no job in the manifests or the log
     /// (it said "1 job valid", exit 0, where the submit refused it, exit 65), a key whose job the log
     /// holds with another spec, a cycle; and it says which jobs a key maps to a job already there.
