@@ -82,16 +82,16 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
     public var description: String {
         switch self {
         case .connectionFailed(let target, let message):
-            return "cannot connect to PostgreSQL at \(target): \(Self.oneLine(message)); check the host, port, "
-                + "database and user in the URL, the password (in the URL, PGPASSWORD or ~/.pgpass), and that the server is running"
+            return Self.followed("cannot connect to PostgreSQL at \(target): \(Self.oneLine(message))", by: "check the host, port, "
+                + "database and user in the URL, the password (in the URL, PGPASSWORD or ~/.pgpass), and that the server is running")
         case .libraryUnavailable(let reason):
             return "a PostgreSQL database needs libpq, which could not be loaded (\(Self.oneLine(reason))); install it "
                 + "(Debian: libpq5), or use an SQLite database (a file path for --db)"
         case .connectionLost(let message, let sql):
             // Lost at COMMIT, the transaction may have been written before the session went: "try again"
             // made a rerun `submit` create its jobs a second time.
-            if let sql, Self.isCommit(sql) { return Self.loss(message, sql: sql) + "; " + StoreError.commitUnconfirmedAdvice }
-            return Self.loss(message, sql: sql) + "; check that the server is up and reachable, then try again"
+            if let sql, Self.isCommit(sql) { return Self.followed(Self.loss(message, sql: sql), by: StoreError.commitUnconfirmedAdvice) }
+            return Self.followed(Self.loss(message, sql: sql), by: "check that the server is up and reachable, then try again")
         case .server(let sqlstate, let message, let detail, let hint, let sql):
             var text = "PostgreSQL error \(sqlstate): \(Self.oneLine(message))"
             if let detail, !detail.isEmpty { text += " (\(Self.oneLine(detail)))" }
@@ -130,7 +130,10 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
 
     /// What `connectionLost` says happened, without what to do.
     static func loss(_ message: String, sql: String?) -> String {
-        "the connection to PostgreSQL was lost: \(oneLine(message))" + (sql.map { " (while running `\(abbreviate($0))`)" } ?? "")
+        var what = oneLine(message)
+        // libpq ends this message with a full stop; the statement and the advice follow it in the sentence.
+        if what.hasSuffix(".") { what.removeLast() }
+        return "the connection to PostgreSQL was lost: \(what)" + (sql.map { " (while running `\(abbreviate($0))`)" } ?? "")
     }
 
     /// Whether `sql` is a transaction's COMMIT: a connection lost while it ran may have committed.
@@ -138,9 +141,28 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
         sql.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("COMMIT")
     }
 
-    private static func oneLine(_ text: String) -> String {
-        text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
-            .filter { !$0.isEmpty }.joined(separator: " ")
+    /// libpq's message on one line. Its lines are joined as sentences: a line that starts a new sentence
+    /// (a capital letter) after one that ended without punctuation gets a full stop ("Connection refused.
+    /// Is the server running…?"; joined with a space it read "Connection refused Is the server running"),
+    /// and a sentence libpq wrapped over two lines ("terminated abnormally / before or while …") is one.
+    static func oneLine(_ text: String) -> String {
+        var joined = ""
+        for line in text.split(whereSeparator: \.isNewline).map({ $0.trimmingCharacters(in: .whitespaces) }) where !line.isEmpty {
+            if let last = joined.last {
+                let startsSentence = line.first?.isUppercase == true
+                joined += startsSentence && !".:;,!?".contains(last) ? ". " : " "
+            }
+            joined += line
+        }
+        return joined
+    }
+
+    /// `message` followed by `advice` ("check the host, …"): after a question or an exclamation (libpq's
+    /// "Is the server running …?") as a sentence of its own, else after a semicolon (a final full stop
+    /// dropped: "….; check").
+    static func followed(_ message: String, by advice: String) -> String {
+        if message.hasSuffix("?") || message.hasSuffix("!") { return message + " " + advice.prefix(1).uppercased() + advice.dropFirst() }
+        return (message.hasSuffix(".") ? String(message.dropLast()) : message) + "; " + advice
     }
 
     private static func abbreviate(_ sql: String) -> String {

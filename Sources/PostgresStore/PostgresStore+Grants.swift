@@ -38,6 +38,32 @@ public enum WorkerRoleGrants {
     /// and reading, never `setval`.
     static let sequencePrivileges = "USAGE, SELECT"
 
+    /// The grants in words, for `jobctl help migrate`, from the same table as the grants themselves:
+    /// "USAGE on the schema; SELECT and INSERT on events and blobs; SELECT on schema_migrations, …; USAGE
+    /// and SELECT on every sequence" — tables with the same privileges named together. Written by hand,
+    /// the help gave every table but the log, the blobs and the ledger all four privileges, where the
+    /// archive's tables are read-only for the role and no watermark is ever deleted.
+    public static var prose: String {
+        var groups: [(privileges: String, tables: [String])] = []
+        for (table, privileges) in tablePrivileges + [("any other table", projectionPrivileges)] {
+            if let index = groups.firstIndex(where: { $0.privileges == privileges }) {
+                groups[index].tables.append(table)
+            } else {
+                groups.append((privileges, [table]))
+            }
+        }
+        let clauses = ["USAGE on the schema"]
+            + groups.map { "\(Self.list($0.privileges.components(separatedBy: ", "))) on \(Self.list($0.tables))" }
+            + ["\(Self.list(sequencePrivileges.components(separatedBy: ", "))) on every sequence"]
+        return clauses.joined(separator: "; ")
+    }
+
+    /// `a`, `a and b`, `a, b and c`.
+    private static func list(_ items: [String]) -> String {
+        guard let last = items.last, items.count > 1 else { return items.joined() }
+        return items.dropLast().joined(separator: ", ") + " and " + last
+    }
+
     /// One line per grant, as `jobctl migrate --grant` prints them.
     public static var summary: [String] {
         ["USAGE on the schema"]

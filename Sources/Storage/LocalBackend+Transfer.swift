@@ -625,7 +625,9 @@ final class LocalTransfer {
         let reference = try reference(field == "source" ? spec.source : spec.destination, field)
         let location = try backend.locate(reference, creating: false)
         guard let file = try location.directory.openExisting(location.name, writable: false, context: .object) else {
-            throw StorageError(.objectNotFound, "object '\(location.path)' does not exist")
+            // Named by its reference, as every other backend names a missing object (and the folder
+            // case below does): the bucket folder's path on this machine is not what the job said.
+            throw StorageError(.objectNotFound, "object '\(reference)' does not exist; check the path")
         }
         let status = try file.status()
         guard status.isRegular else {

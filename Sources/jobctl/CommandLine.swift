@@ -15,13 +15,18 @@ struct OptionSpec: Sendable {
     /// The values the option takes, when they are a fixed set (states, kinds, formats): offered by shell
     /// completion.
     let choices: [String]
+    /// Whether the value names a file (`--db`, `--config`, `-o`): shell completion offers file names for
+    /// it. Any other value without `choices` (a queue, a time, a number) is offered nothing: file names
+    /// there were only ever wrong.
+    let completesFiles: Bool
     /// Checks a value while the command line is parsed, so a bad number is a usage error (exit 64)
     /// before the command does anything.
     let validate: (@Sendable (String) throws -> Void)?
 
     init(_ long: String, short: Character? = nil, value valueName: String? = nil, repeatable: Bool = false,
-         help: String, choices: [String] = [], validate: (@Sendable (String) throws -> Void)? = nil) {
+         help: String, choices: [String] = [], completesFiles: Bool = false, validate: (@Sendable (String) throws -> Void)? = nil) {
         self.choices = choices
+        self.completesFiles = completesFiles
         self.long = long
         self.short = short
         self.valueName = valueName
@@ -39,9 +44,14 @@ struct ArgumentSpec: Sendable {
     let variadic: Bool
     /// The values the argument takes, when they are a fixed set: offered by shell completion.
     let choices: [String]
+    /// Whether the argument names a file (a manifest, an archive): shell completion offers file names
+    /// for it, and for no other argument (a job id is not a file name).
+    let completesFiles: Bool
 
-    init(_ name: String, optional: Bool = false, variadic: Bool = false, choices: [String] = [], help: String) {
+    init(_ name: String, optional: Bool = false, variadic: Bool = false, choices: [String] = [], completesFiles: Bool = false,
+         help: String) {
         self.choices = choices
+        self.completesFiles = completesFiles
         self.name = name
         self.help = help
         self.optional = optional
@@ -68,7 +78,9 @@ struct CommandSpec: Sendable {
         self.run = run
     }
 
-    static let globalOptions: [any OptionDeclaration] = [Options.database, Options.noColor, Options.help, Options.config]
+    /// The options every command takes, before or after its name (`jobctl --db x.db list`), in the order
+    /// every help lists them: `-h` last, as at the top level.
+    static let globalOptions: [any OptionDeclaration] = [Options.database, Options.config, Options.noColor, Options.help]
 
     var usageLine: String {
         var parts = ["jobctl", name]
@@ -83,34 +95,25 @@ struct CommandSpec: Sendable {
         return parts.joined(separator: " ")
     }
 
-    var helpText: String {
-        var lines = ["OVERVIEW: \(abstract)", ""]
-        if let discussion { lines += [discussion, ""] }
-        lines += ["USAGE: \(usageLine)", ""]
+    /// The usage a usage error prints: the usage line and where the command's help is.
+    var usageHint: String { usageLine + "\n  See 'jobctl help \(name)'." }
+
+    /// The command's help, laid out by `layout` (`jobctl list --help`, `jobctl help list`).
+    func helpText(_ layout: HelpLayout = HelpLayout(width: HelpLayout.defaultWidth)) -> String {
+        var lines = layout.hanging("OVERVIEW: ", abstract) + [""]
+        if let discussion { lines += layout.prose(discussion) + [""] }
+        lines += layout.hanging("USAGE: ", usageLine) + [""]
         if !arguments.isEmpty {
             lines.append("ARGUMENTS:")
             for argument in arguments {
-                lines.append(Self.column("<\(argument.name)>", argument.help))
+                lines += layout.entry("<\(argument.name)>", argument.help)
             }
             lines.append("")
         }
         lines.append("OPTIONS:")
-        lines += options.map(Self.optionLine)
-        lines += ["", ExitCode.helpText]
+        lines += options.flatMap(layout.option)
+        lines += [""] + layout.table(ExitCode.helpText)
         return lines.joined(separator: "\n") + "\n"
-    }
-
-    /// One option's line in an OPTIONS list: `-c, --concurrency <n>` and its help.
-    static func optionLine(_ option: OptionSpec) -> String {
-        var flag = option.short.map { "-\($0), --\(option.long)" } ?? "--\(option.long)"
-        if let value = option.valueName { flag += " <\(value)>" }
-        return column(flag, option.help)
-    }
-
-    private static func column(_ left: String, _ right: String) -> String {
-        let padded = "  " + left
-        if padded.count < 26 { return padded.padding(toLength: 26, withPad: " ", startingAt: 0) + right }
-        return padded + "\n" + String(repeating: " ", count: 26) + right
     }
 }
 
@@ -150,8 +153,9 @@ struct ParsedArguments: Sendable {
     }
 
     /// Parses `arguments` against `spec` (swift-argument-parser conventions: `--opt value`, `--opt=value`,
-    /// `-h`, `--` ends options). Every option value is validated here.
-    static func parse(_ arguments: [String], for spec: CommandSpec) throws -> ParsedArguments {
+    /// `-h`, `--` ends options). Every option value is validated here; so is the number of positional
+    /// arguments, unless `checkingArity` is false (the caller says what is wrong in its own words).
+    static func parse(_ arguments: [String], for spec: CommandSpec, checkingArity: Bool = true) throws -> ParsedArguments {
         var parsed = ParsedArguments()
         var index = 0
         var optionsEnded = false
@@ -205,7 +209,7 @@ struct ParsedArguments: Sendable {
             try option.validate?(value)
             parsed.values[name, default: []].append(value)
         }
-        if parsed.flags.contains(Options.help.spec.long) { return parsed }
+        if parsed.flags.contains(Options.help.spec.long) || !checkingArity { return parsed }
         let required = spec.arguments.filter { !$0.optional }.count
         let variadic = spec.arguments.contains { $0.variadic }
         if parsed.positionals.count < required {

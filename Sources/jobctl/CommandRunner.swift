@@ -24,10 +24,10 @@ enum CommandRunner {
         var globals: [String] = []
         var rest = rawArguments[...]
         while let next = rest.first {
-            if next == "--db" || next == "--config", rest.count >= 2 {
+            if GlobalOptions.takingValue.contains(next), rest.count >= 2 {
                 globals += rest.prefix(2)
                 rest = rest.dropFirst(2)
-            } else if next.hasPrefix("--db=") || next.hasPrefix("--config=") || next == "--no-color" {
+            } else if GlobalOptions.takingValue.contains(where: { next.hasPrefix($0 + "=") }) || GlobalOptions.flags.contains(next) {
                 globals.append(next)
                 rest = rest.dropFirst()
             } else {
@@ -39,58 +39,45 @@ enum CommandRunner {
             ShutdownSignals.unblock()
         }
         guard let first = arguments.first else {
-            emit(overview)
+            emit(overview(.forStandardOutput()))
             return ExitCode.ok
         }
         switch first {
         case "--version", "version":
             if let extra = rest.dropFirst().first {
-                return usageFailure("'\(first)' takes no arguments (got '\(extra)')", usage: "jobctl --version")
+                return usageFailure("'\(first)' takes no arguments (got '\(extra)')", usage: "jobctl --version\n  See 'jobctl --help'.")
             }
             emit("jobctl \(jobctlVersion)")
             return ExitCode.ok
         case "help", "-h", "--help":
             // `jobctl --help list` is `jobctl help list`, as git takes it.
-            if rest.dropFirst().contains("--man") {
-                emit(ManPage.roff(commands: commands))
-                return ExitCode.ok
+            let usage = Commands.help.usageHint
+            do {
+                return try help(try ParsedArguments.parse(Array(arguments.dropFirst()), for: Commands.help, checkingArity: false),
+                                layout: .forStandardOutput())
+            } catch let error as UsageError {
+                return usageFailure(error.message, usage: usage)
+            } catch {
+                return usageFailure(String(describing: error), usage: usage)
             }
-            let topics = rest.dropFirst().filter { !$0.hasPrefix("-") }
-            guard let topic = topics.first else {
-                emit(overview)
-                return ExitCode.ok
-            }
-            if topics.count > 1 {
-                return usageFailure("help takes one topic (got '\(topics.joined(separator: "' '"))')",
-                                    usage: "jobctl help <command>")
-            }
-            if topic == "manifest" {
-                emit(ManifestReference.text)
-                return ExitCode.ok
-            }
-            guard let command = commands.first(where: { $0.name == topic }) else {
-                return usageFailure("unknown command '\(topic)'", usage: "jobctl help <command>")
-            }
-            emit(command.helpText)
-            return ExitCode.ok
         default:
             break
         }
         guard let command = commands.first(where: { $0.name == first }) else {
-            let hint = NearestName.nearest(to: first, among: commands.map(\.name), within: 2)
+            let hint = NearestName.nearest(to: first, among: documentedCommands.map(\.name), within: 2)
                 .map { " (did you mean '\($0)'?)" } ?? ""
-            return usageFailure("unknown command '\(first)'\(hint)", usage: "jobctl <command> [<options>]  (see 'jobctl --help')")
+            return usageFailure("unknown command '\(first)'\(hint)", usage: topUsage)
         }
         let parsed: ParsedArguments
         do {
             parsed = try ParsedArguments.parse(Array(arguments.dropFirst()), for: command)
         } catch let error as UsageError {
-            return usageFailure(error.message, usage: command.usageLine + "\n  See 'jobctl help \(command.name)'.")
+            return usageFailure(error.message, usage: command.usageHint)
         } catch {
-            return usageFailure(String(describing: error), usage: command.usageLine)
+            return usageFailure(String(describing: error), usage: command.usageHint)
         }
         if parsed[Options.help] {
-            emit(command.helpText)
+            emit(command.helpText(.forStandardOutput()))
             return ExitCode.ok
         }
         let processEnvironment = ProcessInfo.processInfo.environment
@@ -108,7 +95,7 @@ enum CommandRunner {
             return try command.run(filled, context)
         } catch let error as UsageError {
             if FailureReport.report(error.message, exitCode: ExitCode.usage) { return ExitCode.usage }
-            return usageFailure(error.message, usage: command.usageLine + "\n  See 'jobctl help \(command.name)'.")
+            return usageFailure(error.message, usage: command.usageHint)
         } catch let error as CommandFailure {
             if FailureReport.report(error.message, exitCode: error.exitCode) { return error.exitCode }
             emitError("Error: \(TerminalText.printable(TerminalText.clipped(error.message)))")
@@ -127,38 +114,43 @@ enum CommandRunner {
         return ExitCode.usage
     }
 
-    static var overview: String {
-        var lines = [
-            "OVERVIEW: jobctl \(jobctlVersion) — a durable, event-sourced queue of file transfers",
-            "",
-            "Jobs (upload a file or data, download to a file or to memory, fetch a download URL) are described",
-            "in YAML manifests, appended to an event log (a SQLite file, or PostgreSQL once workers span",
-            "machines), and run by worker processes under leases.",
-            "",
-            "USAGE: jobctl <command> [<options>]",
-            "",
-            "COMMANDS:",
-        ]
-        let nameWidth = (commands.map(\.name.count).max() ?? 0) + 2
-        for command in commands {
-            lines.append("  " + command.name.padding(toLength: nameWidth, withPad: " ", startingAt: 0) + command.abstract)
+    /// The usage of a command line whose command is unknown (or not yet known), with where to read more
+    /// in the form every command's usage error gives it (`See 'jobctl help list'.`).
+    static let topUsage = "jobctl <command> [<options>]\n  See 'jobctl --help'."
+
+    /// The overview: `jobctl`, `jobctl help`, `jobctl --help`.
+    static func overview(_ layout: HelpLayout) -> String {
+        var lines = layout.hanging("OVERVIEW: ", "jobctl \(jobctlVersion) — a durable, event-sourced queue of file transfers") + [""]
+        lines += layout.prose("""
+            Jobs (upload a file or data, download to a file or to memory, fetch a download URL) are described
+            in YAML manifests, appended to an event log (a SQLite file, or PostgreSQL once workers span
+            machines), and run by worker processes under leases.
+            """)
+        lines += ["", "USAGE: jobctl <command> [<options>]", "", "COMMANDS:"]
+        let nameWidth = (documentedCommands.map(\.name.count).max() ?? 0) + 2
+        for command in documentedCommands {
+            lines += layout.entry(command.name, command.abstract, column: nameWidth + 2)
         }
-        lines += [
-            "",
-            "OPTIONS:",
-        ]
-        // Every global option, from the declarations each command's help lists too: this list used to be
-        // written out by hand and had lost --config and --no-color.
-        lines += CommandSpec.globalOptions.map(\.spec).filter { $0.long != Options.help.spec.long }.map(CommandSpec.optionLine)
-        lines += [
-            CommandSpec.optionLine(OptionSpec("version", help: "Show the version.")),
-            CommandSpec.optionLine(Options.help.spec),
-            "",
-            "  See 'jobctl help <command>' for detailed help, 'jobctl help manifest' for the manifest reference,",
-            "  'jobctl help --man' for the manual page in roff.",
-            "",
-            ExitCode.helpText,
-        ]
+        lines += ["", "OPTIONS:"]
+        // Every global option, from the declarations each command's help lists too (in the same order,
+        // -h last): this list used to be written out by hand and had lost --config and --no-color.
+        let options = CommandSpec.globalOptions.map(\.spec)
+        lines += options.filter { $0.long != Options.help.spec.long }.flatMap(layout.option)
+        lines += layout.option(OptionSpec("version", help: "Show the version."))
+        lines += layout.option(Options.help.spec)
+        lines += [""] + layout.prose("See 'jobctl help <command>' for detailed help, 'jobctl help manifest' for the manifest reference, "
+                                     + "'jobctl help --man' for the manual page in roff.", indent: "  ")
+        lines += [""] + layout.table(ExitCode.helpText)
         return lines.joined(separator: "\n")
     }
+}
+
+/// The global options (`CommandSpec.globalOptions`) as the command line is read before the command's
+/// name, from the same declarations as every help and the completions.
+enum GlobalOptions {
+    /// `--db`, `--config`: each takes the word after it (or `=VALUE`).
+    static let takingValue = CommandSpec.globalOptions.map(\.spec).filter { $0.valueName != nil }.map { "--" + $0.long }
+    /// `--no-color`. (`--help` before the command is `jobctl help`.)
+    static let flags = CommandSpec.globalOptions.map(\.spec)
+        .filter { $0.valueName == nil && $0.long != Options.help.spec.long }.map { "--" + $0.long }
 }

@@ -16,7 +16,7 @@ extension Commands {
         name: "archive",
         abstract: "Move finished jobs out of the log into a compressed, checksummed archive file; or check one.",
         arguments: [ArgumentSpec("verify", optional: true, choices: ["verify"], help: "`verify`: check the archive file given next instead of archiving."),
-                    ArgumentSpec("file", optional: true, help: "With verify: the archive file to check.")],
+                    ArgumentSpec("file", optional: true, completesFiles: true, help: "With verify: the archive file to check.")],
         options: [Options.archiveBefore, Options.archiveTo, Options.blobsBefore,
                   Options.dryRun.help("Print what would be archived; write and remove nothing."),
                   Options.json.help("Print the outcome as JSON.")],
@@ -190,7 +190,41 @@ extension Commands {
             }
         }
         removeLeftovers(candidates, context: context)
-        return ArchiveView(stored)
+        return ArchivedView(stored, selection: selection)
+    }
+
+    /// What `archive --json` prints once the jobs are archived: the log's record of the file and, as the
+    /// dry run says them, the jobs' states and ids and how many finished jobs stayed for the jobs that
+    /// wait for them. Only the dry run said `kept_for_dependants`, and the note the text prints was not
+    /// printed under --json: a caller never learnt that jobs were kept back.
+    struct ArchivedView: Encodable {
+        let file: String, sha256: String, before: String, before_ms: Int64
+        let jobs: Int, events: Int, blobs: Int, blobs_removed: Int, first_seq: Int64, last_seq: Int64
+        let dry_run: Bool, states: [String: Int], job_ids: [String], kept_for_dependants: Int
+
+        init(_ record: ArchiveRecord, selection: ArchiveSelection) {
+            file = record.file
+            sha256 = record.sha256
+            before = RFC3339.string(record.beforeMs)
+            before_ms = record.beforeMs
+            jobs = record.jobs
+            events = record.events
+            blobs = record.blobs
+            blobs_removed = record.blobsRemoved
+            first_seq = record.firstSeq
+            last_seq = record.lastSeq
+            dry_run = false
+            states = Commands.stateCounts(selection)
+            job_ids = selection.jobs.map(\.id)
+            kept_for_dependants = selection.keptForDependants
+        }
+    }
+
+    /// The selected jobs by state (`{"succeeded": 2, "cancelled": 1}`).
+    static func stateCounts(_ selection: ArchiveSelection) -> [String: Int] {
+        var states: [String: Int] = [:]
+        for job in selection.jobs { states[job.state.rawValue, default: 0] += 1 }
+        return states
     }
 
     /// Removes the leftover files of archived jobs (`Orphans`), saying so on standard error; the archive
@@ -217,8 +251,7 @@ extension Commands {
 
     /// `--dry-run`, or nothing to archive: says what would be (or is not) archived.
     private static func reportSelection(_ selection: ArchiveSelection, dryRun: Bool, json: Bool) throws -> any Encodable {
-        var states: [String: Int] = [:]
-        for job in selection.jobs { states[job.state.rawValue, default: 0] += 1 }
+        let states = stateCounts(selection)
         struct View: Encodable {
             let dry_run: Bool; let before: String; let before_ms: Int64; let jobs: Int; let events: Int; let blobs: Int
             let states: [String: Int]; let first_seq: Int64; let last_seq: Int64; let job_ids: [String]

@@ -327,10 +327,8 @@ extension Commands {
         when out of attempts).
 
         With --grant ROLE (PostgreSQL, run as the role that owns the tables): after migrating, gives the
-        existing ROLE what `jobctl worker` and every other command need and nothing else: SELECT and
-        INSERT on the log (events) and the blobs, SELECT on the migration ledger, SELECT, INSERT, UPDATE
-        and DELETE on the job projection, the leases and any other table, USAGE and SELECT on the
-        sequences. It cannot change or delete events, truncate, disable the triggers, drop tables or
+        existing ROLE what `jobctl worker` and every other command need and nothing else: \(WorkerRoleGrants.prose).
+        It cannot change or delete events, truncate, disable the triggers, drop tables or
         reset the fencing-token sequence. Run it again after an upgrade; later migrations also re-grant
         the roles that hold INSERT on the log.
         """

@@ -16,7 +16,7 @@ extension Commands {
         guard let shell = ShellCompletion.Shell(rawValue: name) else {
             throw UsageError("unknown shell '\(name)'; expected bash or zsh")
         }
-        emit(ShellCompletion.script(for: shell, commands: CommandRunner.commands))
+        emit(ShellCompletion.script(for: shell, commands: CommandRunner.documentedCommands))
         return ExitCode.ok
     }
 }

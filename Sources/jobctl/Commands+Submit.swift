@@ -9,8 +9,11 @@ extension Commands {
     static let submit = CommandSpec(
         name: "submit",
         abstract: "Append the jobs of one or more YAML manifests to the event log.",
-        arguments: [ArgumentSpec("manifest", variadic: true, help: "A manifest file, or - for standard input.")],
-        options: [Options.json.help("Print an array of {id, key, kind, created, batch} instead of one id per line."), Options.dryRun,
+        arguments: [ArgumentSpec("manifest", variadic: true, completesFiles: true, help: "A manifest file, or - for standard input.")],
+        options: [Options.json.help("Print an array of {id, key, kind, created, batch} instead of one id per line "
+                                              + "(key and batch null when the job has none); with --dry-run, an array of the "
+                                              + "job specs as they would be submitted, each as show --json prints a job's spec "
+                                              + "(no id or created: nothing is)."), Options.dryRun,
                   Options.noCheckSources, Options.at, Options.wait],
         discussion: """
         Every manifest is validated before anything is stored: one bad job anywhere submits nothing and
@@ -192,9 +195,9 @@ extension Commands {
             throw CommandFailure(LostCommit.submit(loss: loss))
         }
         if arguments[Options.json] {
-            struct Row: Encodable { let id: String; let key: String?; let kind: String; let created: Bool; let batch: String? }
             emit(try jsonText(zip(outcomes, specs).map { outcome, spec in
-                Row(id: outcome.id, key: outcome.key, kind: outcome.kind.rawValue, created: outcome.created, batch: spec.batch?.id)
+                SubmittedJobView(id: outcome.id, key: outcome.key, kind: outcome.kind.rawValue, created: outcome.created,
+                                 batch: spec.batch?.id)
             }))
         } else {
             for line in batchLines(specs) { emitError(line) }
@@ -251,6 +254,28 @@ extension Commands {
             byFile[error.file, default: []].append(error)
         }
         return order.map { ManifestErrors(byFile[$0] ?? []).render() }
+    }
+
+    /// One job of `submit --json`: `{id, key, kind, created, batch}`, every key always there (`key` and
+    /// `batch` null when the job has none), as the help and README say. The synthesized encoding left
+    /// out a nil key, so a caller reading `row["key"]` of a job without one found no such field.
+    struct SubmittedJobView: Encodable {
+        let id: String
+        let key: String?
+        let kind: String
+        let created: Bool
+        let batch: String?
+
+        enum CodingKeys: String, CodingKey { case id, key, kind, created, batch }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(id, forKey: .id)
+            try container.encode(key, forKey: .key)
+            try container.encode(kind, forKey: .kind)
+            try container.encode(created, forKey: .created)
+            try container.encode(batch, forKey: .batch)
+        }
     }
 
     /// "batch ID: N jobs from SOURCE" for each batch among `specs`, in order of appearance.

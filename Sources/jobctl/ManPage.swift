@@ -4,7 +4,7 @@ import Manifest
 /// The `jobctl(1)` manual page in roff, written from the same command table and texts as `--help`, so the
 /// installed page cannot drift from the binary it describes (`make install` runs `jobctl help --man`).
 enum ManPage {
-    /// The page: every command of `commands` with its usage, arguments and options, the manifest
+    /// The page: every command of `commands` (`help` among them) with its usage, arguments and options, the manifest
     /// reference, the environment, exit codes and files.
     static func roff(commands: [CommandSpec]) -> String {
         var lines = [
@@ -14,7 +14,13 @@ enum ManPage {
             "jobctl \\- a durable, event\\-sourced queue of file transfers",
             ".SH SYNOPSIS",
             ".B jobctl",
-            "[\\fB\\-\\-db\\fR \\fIpath|url\\fR] \\fIcommand\\fR [\\fIoptions\\fR] [\\fIarguments\\fR]",
+            synopsis,
+            ".br",
+            ".B jobctl help",
+            "[\\fItopic\\fR | \\fB\\-\\-man\\fR]",
+            ".br",
+            ".B jobctl",
+            "\\fB\\-\\-version\\fR | \\fB\\-h\\fR | \\fB\\-\\-help\\fR",
             ".SH DESCRIPTION",
             text("Jobs (upload a file or data, download to a file or to memory, fetch a download URL) are described in "
                  + "YAML manifests (see MANIFEST below), appended to an event log (an SQLite file or a PostgreSQL database) "
@@ -38,11 +44,6 @@ enum ManPage {
             }
         }
         lines += [
-            ".SS help",
-            text("jobctl help COMMAND prints a command's help; jobctl help manifest prints the manifest reference "
-                 + "(also below); jobctl help --man prints this page."),
-            ".SS completion",
-            text("jobctl completion bash|zsh prints a completion script for the shell."),
             ".SH MANIFEST",
             ".nf",
         ]
@@ -71,6 +72,15 @@ enum ManPage {
             "\\fBsystemctl\\fR(1), \\fBsystemd.exec\\fR(5)",
         ]
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The command line's form with every global option (they go before the command or after it), from
+    /// their declarations: the page showed only --db.
+    static var synopsis: String {
+        let globals = CommandSpec.globalOptions.map(\.spec).filter { $0.long != Options.help.spec.long }.map { option in
+            "[\\fB\\-\\-\(escape(option.long))\\fR" + (option.valueName.map { " \\fI\(escape($0))\\fR" } ?? "") + "]"
+        }
+        return (globals + ["\\fIcommand\\fR [\\fIoptions\\fR] [\\fIarguments\\fR]"]).joined(separator: " ")
     }
 
     /// Every environment variable jobctl reads, with what it means (the README's tables in short).

@@ -32,23 +32,25 @@ struct Option<Value>: OptionDeclaration {
     let parse: @Sendable (String) throws -> Value
 
     init(_ long: String, short: Character? = nil, value valueName: String, repeatable: Bool = false, help: String,
-         choices: [String] = [], parse: @escaping @Sendable (String) throws -> Value) {
+         choices: [String] = [], completesFiles: Bool = false, parse: @escaping @Sendable (String) throws -> Value) {
         self.parse = parse
         spec = OptionSpec(long, short: short, value: valueName, repeatable: repeatable, help: help, choices: choices,
-                          validate: { text in _ = try parse(text) })
+                          completesFiles: completesFiles, validate: { text in _ = try parse(text) })
     }
 
     /// The same option with a command-specific help line.
     func help(_ text: String) -> Option {
         Option(spec.long, short: spec.short, value: spec.valueName ?? "value", repeatable: spec.repeatable, help: text,
-               choices: spec.choices, parse: parse)
+               choices: spec.choices, completesFiles: spec.completesFiles, parse: parse)
     }
 }
 
 extension Option where Value == String {
     /// A text option taken as given.
-    init(_ long: String, short: Character? = nil, value valueName: String, repeatable: Bool = false, help: String) {
-        self.init(long, short: short, value: valueName, repeatable: repeatable, help: help, parse: { $0 })
+    init(_ long: String, short: Character? = nil, value valueName: String, repeatable: Bool = false, completesFiles: Bool = false,
+         help: String) {
+        self.init(long, short: short, value: valueName, repeatable: repeatable, help: help, completesFiles: completesFiles,
+                  parse: { $0 })
     }
 }
 
@@ -56,7 +58,7 @@ extension Option where Value == String {
     /// A path (or URL) option: any text but an empty one, which names no file and was refused only once
     /// the command ran (exit 1, "the database path is empty", "cannot open ''") — a usage error, 64.
     static func path(_ long: String, short: Character? = nil, value valueName: String, what: String, help: String) -> Option {
-        Option(long, short: short, value: valueName, help: help) { text in
+        Option(long, short: short, value: valueName, help: help, completesFiles: true) { text in
             guard !text.isEmpty else { throw UsageError("--\(long) expects \(what), not an empty text") }
             return text
         }
@@ -82,7 +84,7 @@ enum Options {
     static let database = Option<String>.path("db", value: "path|url", what: "a database file's path or a postgres:// URL", help: "The event log: an SQLite file, or a postgres:// URL (default: $JOBCTL_DB, else the configuration file's db, else ./jobctl.db).")
     static let noColor = Flag("no-color", help: "Never use colours (also: NO_COLOR set, or output not a terminal).")
     static let help = Flag("help", short: "h", help: "Show help information.")
-    static let config = Option<String>("config", value: "file", help: "Read settings from this YAML file (default: $JOBCTL_CONFIG, else /etc/jobctl/config.yaml and $XDG_CONFIG_HOME/jobctl/config.yaml).")
+    static let config = Option<String>("config", value: "file", completesFiles: true, help: "Read settings from this YAML file (default: $JOBCTL_CONFIG, else /etc/jobctl/config.yaml and $XDG_CONFIG_HOME/jobctl/config.yaml).")
 
     // Output.
     static let json = Flag("json", help: "Print JSON.")
@@ -267,7 +269,8 @@ enum Options {
                                            help: "Remove download-memory result blobs whose jobs finished before this time (7d, or a date); the history keeps their hashes.") { text in
         try TimeInput.parse(text, option: "blobs-before", now: Clock.nowMs())
     }
-    static let archiveTo = Option<String>("to", value: "file", help: "The archive file to write (gzip-compressed NDJSON).") { text in
+    static let archiveTo = Option<String>("to", value: "file", help: "The archive file to write (gzip-compressed NDJSON).",
+                                          completesFiles: true) { text in
         guard !text.isEmpty else { throw UsageError("--to expects the path of the archive file to write, not an empty text") }
         // Not standard output: the file is read back, and the log records its name and checksum.
         guard text != "-" else { throw UsageError("--to - would be a file named '-': archive writes a file it reads back and records; give its path (./- if you mean that name)") }

@@ -51,7 +51,7 @@ if let bad = stride(from: 1, to: Int(CommandLine.argc), by: 1).first(where: { in
     ShutdownSignals.unblock()
     exit(CommandRunner.usageFailure("argument \(bad) ('\(CommandLine.arguments[bad])') is not valid UTF-8, and jobctl names files by "
                                         + "UTF-8 paths: rename the file or folder, or reach it by a path that is",
-                                    usage: "jobctl <command> [<options>]  (see 'jobctl --help')"))
+                                    usage: CommandRunner.topUsage))
 }
 // So is a variable naming a file or folder jobctl reads or writes.
 for name in ["JOBCTL_DB", "JOBCTL_BUCKETS", "JOBCTL_CONFIG", "JOBCTL_CA_BUNDLE", "GOOGLE_APPLICATION_CREDENTIALS", "SSL_CERT_FILE",
@@ -59,7 +59,7 @@ for name in ["JOBCTL_DB", "JOBCTL_BUCKETS", "JOBCTL_CONFIG", "JOBCTL_CA_BUNDLE",
     if let value = getenv(name), String(validatingCString: value) == nil {
         ShutdownSignals.unblock()
         exit(CommandRunner.usageFailure("$\(name) is not valid UTF-8, and jobctl names files by UTF-8 paths: rename the file or folder, "
-                                            + "or set the variable to a path that is", usage: "jobctl <command> [<options>]  (see 'jobctl --help')"))
+                                            + "or set the variable to a path that is", usage: CommandRunner.topUsage))
     }
 }
 exit(StackSize.run { CommandRunner.run(arguments) })

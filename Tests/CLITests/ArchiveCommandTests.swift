@@ -657,6 +657,38 @@ import TestSupport
         #expect(json["kept_for_dependants"] as? Int == 1 && json["jobs"] as? Int == 0, "\(json)")
     }
 
+    /// The real archive's JSON had no `kept_for_dependants` (README says it is there): only the dry run's
+    /// had, and the text's note of the jobs kept back is not printed under --json, so a caller never
+    /// learnt that jobs stayed. It now has the dry run's fields too.
+    @Test("archive --json says how many finished jobs it kept for the jobs that wait for them, as its dry run does",
+          arguments: StoreEngine.allCases)
+    func keptForDependantsInTheArchivesJSON(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("archivekeptjson", engine: engine)
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+        - {kind: download-memory, source: "file://docs/missing.bin", key: a}
+        - {kind: download-memory, source: "file://docs/missing.bin", after: [a]}
+        - {kind: download-memory, source: "file://docs/other-missing.bin"}
+        """)
+        try #require(ids.count == 3)
+        _ = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        // The dependant retried waits for its failed dependency again (written as a release before `retry`
+        // refused that did it): the dependency stays; the third job, failed on its own, is archived.
+        let store = try Self.open(workspace, engine: engine)
+        _ = try store.append(PendingEvent(jobID: ids[1], type: .retried, actor: "cli:an-earlier-release", leaseToken: nil),
+                             now: Clock.nowMs())
+        let dry = try #require(try workspace.json(["archive", "--before", "0s", "--dry-run", "--json"]) as? [String: Any])
+        #expect(dry["kept_for_dependants"] as? Int == 1 && dry["jobs"] as? Int == 1, "\(dry)")
+        let file = workspace.directory.file("kept.ndjson.gz")
+        let archived = try #require(try workspace.json(["archive", "--before", "0s", "--to", file, "--json"]) as? [String: Any])
+        #expect(archived["kept_for_dependants"] as? Int == 1, "\(archived)")
+        #expect(archived["jobs"] as? Int == 1 && archived["job_ids"] as? [String] == [ids[2]], "\(archived)")
+        #expect(archived["states"] as? [String: Int] == ["failed": 1] && archived["dry_run"] as? Bool == false, "\(archived)")
+        // Every field of the dry run is there, with the file's own.
+        #expect(Set(dry.keys).isSubset(of: Set(archived.keys)), "missing \(Set(dry.keys).subtracting(archived.keys))")
+        for key in ["file", "sha256", "blobs_removed"] { #expect(archived[key] != nil, "no \(key)") }
+        #expect(Self.ids(try workspace.json(["list", "--json"])) == Set(ids.prefix(2)))
+    }
 
     @Test("a key lasts while its job is in the log: after archive the same key makes a new job, and after: refuses it saying why",
           arguments: StoreEngine.allCases)

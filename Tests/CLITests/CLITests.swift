@@ -55,6 +55,89 @@ import Worker
         #expect(twoTopics.status == 64 && twoTopics.stderr.contains("help takes one topic (got 'list' 'show')"), "\(twoTopics.stderr)")
     }
 
+    /// Completions offered `help` after `jobctl help` and the man page had a section for it, but `jobctl
+    /// help help` said "unknown command 'help'" (exit 64); `jobctl help manifest --man` printed the man
+    /// page, the topic silently dropped.
+    @Test("jobctl help help prints help's own usage; --man takes no topic; global options may come first")
+    func helpOnHelp() throws {
+        let help = try runProcess(PackagePaths.jobctlBinary, ["help", "help"])
+        #expect(help.status == 0 && help.stdout.contains("USAGE: jobctl help [<options>] [<topic>]") && help.stdout.contains("--man"),
+                "\(help.status) \(help.stdout)\(help.stderr)")
+        for arguments in [["help", "--help"], ["--help", "help"], ["-h", "help"], ["help", "-h"]] {
+            let same = try runProcess(PackagePaths.jobctlBinary, arguments)
+            #expect(same.status == 0 && same.stdout == help.stdout, "\(arguments): \(same.stderr)")
+        }
+        let overview = try runProcess(PackagePaths.jobctlBinary, ["--help"]).stdout
+        #expect(overview.contains("\n  help  "), "the overview does not list help")
+        for arguments in [["help", "manifest", "--man"], ["help", "--man", "list"]] {
+            let refused = try runProcess(PackagePaths.jobctlBinary, arguments)
+            #expect(refused.status == 64 && refused.stdout.isEmpty
+                    && refused.stderr.contains("--man prints the whole manual page and takes no topic"), "\(arguments): \(refused.stderr)")
+        }
+        let workspace = try CLIWorkspace("helphelp")
+        defer { workspace.directory.remove() }
+        // `jobctl --db x.db help list` is `jobctl help list` (the --db value was taken for a second topic).
+        let placed = try workspace.jobctl(["--config", workspace.directory.file("none.yaml"), "help", "list"])
+        #expect(placed.status == 0 && placed.stdout.contains("USAGE: jobctl list"), "\(placed.stderr)")
+    }
+
+    /// Help lines ran to 334 columns (`help config`), option lines to 291 (`help worker`), and the --db
+    /// and --config lines to 152 and 156 in every help: prose and descriptions are wrapped to 100
+    /// columns, to the terminal's width when that is less (60 at the least).
+    @Test("every help text's every line fits 100 columns off a terminal, and the terminal's width on one")
+    func helpFitsItsWidth() throws {
+        let overview = try runProcess(PackagePaths.jobctlBinary, ["--help"])
+        let commands = try CompletionTests.commandNames()
+        #expect(commands.contains("worker") && commands.contains("help"))
+        var texts: [(String, String)] = [("--help", overview.stdout), ("(none)", try runProcess(PackagePaths.jobctlBinary, []).stdout),
+                                         ("help manifest", try runProcess(PackagePaths.jobctlBinary, ["help", "manifest"]).stdout)]
+        for command in commands {
+            for arguments in [["help", command], [command, "--help"]] {
+                let output = try runProcess(PackagePaths.jobctlBinary, arguments, environment: ["COLUMNS": "300"])
+                #expect(output.status == 0, "\(arguments): \(output.stderr)")
+                texts.append((arguments.joined(separator: " "), output.stdout))
+            }
+        }
+        for (name, text) in texts {
+            #expect(text.contains("\n"), "\(name) printed nothing")
+            for line in text.split(separator: "\n") where line.count > 100 {
+                Issue.record("jobctl \(name): a line of \(line.count) columns: \(line)")
+            }
+        }
+        // Option descriptions wrap under their column: no continuation line starts left of it.
+        let worker = try runProcess(PackagePaths.jobctlBinary, ["help", "worker"]).stdout
+        let options = try #require(worker.components(separatedBy: "OPTIONS:\n").dropFirst().first?.components(separatedBy: "\n\n").first)
+        for line in options.split(separator: "\n") where !line.hasPrefix("  -") {
+            #expect(line.hasPrefix(String(repeating: " ", count: 26)), "'\(line)'")
+        }
+        // On a terminal: its width, when less than 100 (COLUMNS or the terminal's own), but never under 60.
+        let workspace = try CLIWorkspace("helpwidth")
+        defer { workspace.directory.remove() }
+        for (columns, limit) in [(72, 72), (40, 60), (200, 100)] {
+            let screen = try workspace.jobctlOnTerminal(["help", "worker"], columns: columns)
+            let lines = terminalLines(screen.stdout)
+            #expect(lines.contains { $0.hasPrefix("USAGE: jobctl worker") }, "\(screen.stdout)")
+            let widest = lines.map(\.count).max() ?? 0
+            #expect(widest <= limit && widest > limit - 10, "\(columns) columns: lines up to \(widest)")
+        }
+    }
+
+    /// `jobctl nosuch` ended "(see 'jobctl --help')" where a command's usage error ends "See 'jobctl help
+    /// list'.": one form.
+    @Test("every usage error says where to read more in one form")
+    func usageErrorsPointToHelpAlike() throws {
+        let cases: [([String], String)] = [
+            (["nosuch"], "  See 'jobctl --help'."), (["--version", "x"], "  See 'jobctl --help'."),
+            (["list", "--nosuch"], "  See 'jobctl help list'."), (["show"], "  See 'jobctl help show'."),
+            (["help", "nosuch"], "  See 'jobctl help help'."), (["help", "list", "show"], "  See 'jobctl help help'."),
+        ]
+        for (arguments, last) in cases {
+            let output = try runProcess(PackagePaths.jobctlBinary, arguments)
+            #expect(output.status == 64, "\(arguments)")
+            #expect(output.stderr.split(separator: "\n").last.map(String.init) == last, "\(arguments): \(output.stderr)")
+        }
+    }
+
     /// `jobctl --help` lists the options every command takes before or after its name; it was written
     /// out by hand and had lost --config and --no-color, and its --db line left out the file's `db`.
     @Test("jobctl --help lists every global option, as each command's help does")
@@ -174,8 +257,14 @@ import Worker
         }
         #expect(quoted.count > 20, "\(quoted)")
         var helps: [String: ProcessOutput] = [:]
+        // Global options may come before the command (`jobctl --db x.db list`): it is the word after them.
+        let takingValue = try CompletionTests.globalOptionsTakingValue()
         for command in quoted.sorted() {
-            let words = command.split(separator: " ").map(String.init)
+            var words = command.split(separator: " ").map(String.init)
+            while words.count > 2, words[1].hasPrefix("--"), words[1] != "--help", words[1] != "--version" {
+                let option = words.remove(at: 1)
+                if takingValue.contains(option), words.count > 1 { words.remove(at: 1) }
+            }
             guard words.count > 1 else { continue }
             if words[1] == "help" {
                 let output = try runProcess(PackagePaths.jobctlBinary, Array(words.dropFirst()))
@@ -372,6 +461,52 @@ import Worker
         let specs = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
         #expect(specs.compactMap { $0["kind"] as? String } == ["upload-data", "download-memory", "fetch-url"])
         #expect(!FileManager.default.fileExists(atPath: workspace.database))
+    }
+
+    /// README and `help submit` say `--json` prints `[{id, key, kind, created, batch}]`, but a job without
+    /// a key or a batch had no such field at all. The dry run prints the job specs instead, and says so.
+    @Test("submit --json gives every job its five keys, null when absent; --dry-run --json prints specs, as its help says",
+          arguments: StoreEngine.allCases)
+    func submitJSONHasEveryKey(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("submitjson", engine: engine)
+        defer { workspace.directory.remove() }
+        try workspace.write("photos/a.jpg", "a")
+        try workspace.write("photos/b.jpg", "b")
+        let path = try workspace.write("jobs.yaml", """
+            jobs:
+              - {kind: upload-data, data: one, destination: "file://docs/one.txt", key: first}
+              - {kind: upload-data, data: two, destination: "file://docs/two.txt"}
+              - {kind: upload-file, source: "\(workspace.directory.file("photos"))/", destination: "file://docs/photos/"}
+            """)
+        let dryRun = try #require(try workspace.json(["submit", "--dry-run", "--json", path]) as? [[String: Any]])
+        let rows = try #require(try workspace.json(["submit", "--json", path]) as? [[String: Any]])
+        try #require(rows.count == 4, "\(rows)")
+        for row in rows {
+            #expect(Set(row.keys) == ["id", "key", "kind", "created", "batch"], "\(row)")
+        }
+        #expect(rows[0]["key"] as? String == "first" && rows[0]["batch"] is NSNull, "\(rows[0])")
+        #expect(rows[1]["key"] is NSNull && rows[1]["batch"] is NSNull, "\(rows[1])")
+        let batch = try #require(rows[2]["batch"] as? String)
+        #expect(rows[2]["key"] is NSNull && rows[3]["batch"] as? String == batch, "\(rows[2...])")
+        // The dry run's objects are the specs `show --json` prints for the jobs submitted (no id, no created),
+        // but for the batch's id: each expansion draws its own.
+        func withoutBatchID(_ spec: [String: Any]) -> NSDictionary {
+            var spec = spec
+            if var batch = spec["batch"] as? [String: Any] { batch["id"] = nil; spec["batch"] = batch }
+            return NSDictionary(dictionary: spec)
+        }
+        try #require(dryRun.count == 4)
+        for (spec, row) in zip(dryRun, rows) {
+            let id = try #require(row["id"] as? String)
+            let shown = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+            let shownSpec = try #require(shown["spec"] as? [String: Any])
+            #expect(withoutBatchID(spec) == withoutBatchID(shownSpec), "\(spec) \(shown)")
+            #expect(spec["id"] == nil && spec["created"] == nil)
+        }
+        let help = try workspace.jobctl(["help", "submit"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        #expect(help.contains("(key and batch null when the job has none)")
+                && help.contains("with --dry-run, an array of the job specs as they would be submitted, each as show --json prints a job's spec"),
+                "\(help)")
     }
 
     /// A dry run answers as the submit would: an `after:` that names no job in the manifests or the log

@@ -175,6 +175,24 @@ struct PackagingTests {
         #expect(rendered.stdout.contains("MANIFEST REFERENCE"))
     }
 
+    /// The page had two `.SS completion` sections (the command's and a hand-written one), a hand-written
+    /// `.SS help`, and a SYNOPSIS naming --db alone of the global options.
+    @Test("The man page has one section per command, help's among them, and its SYNOPSIS names every global option")
+    func manPageSectionsAndSynopsis() throws {
+        let page = try manPage()
+        for command in try CompletionTests.commandNames() + ["help"] {
+            #expect(page.components(separatedBy: ".SS \(command)\n").count == 2, "sections for \(command)")
+        }
+        let synopsis = try #require(page.components(separatedBy: ".SH SYNOPSIS\n").dropFirst().first?
+            .components(separatedBy: "\n.SH ").first, "no SYNOPSIS")
+        let overview = try runProcess(PackagePaths.jobctlBinary, ["--help"]).stdout
+        let globals = CompletionTests.options(inHelp: overview).map(\.long)
+        #expect(globals.contains("--config") && globals.contains("--no-color"), "\(globals)")
+        for option in globals {
+            #expect(synopsis.contains("\\fB\(option.replacingOccurrences(of: "-", with: "\\-"))\\fR"), "SYNOPSIS lacks \(option): \(synopsis)")
+        }
+    }
+
     /// The man page's ENVIRONMENT named six of the variables; the README documents every one jobctl
     /// reads (its storage settings table, and the database, configuration and output variables).
     @Test("The man page's ENVIRONMENT names every variable the README documents")

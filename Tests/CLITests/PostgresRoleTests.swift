@@ -129,6 +129,46 @@ struct PostgresRoleTests {
                 "\(notOwner.stderr)")
     }
 
+    /// `jobctl help migrate` said --grant gives "SELECT, INSERT, UPDATE and DELETE on the job projection,
+    /// the leases and any other table": the archive's tables are read-only for the role and no watermark is
+    /// ever deleted. Each table's privileges, as the server reports them after the grant, must be the ones
+    /// the help names for it (or for "any other table").
+    @Test("help migrate names, for every table, exactly the privileges --grant gives")
+    func helpSaysWhatIsGranted() throws {
+        let server = try PostgresServer.shared()
+        let roles = try server.makeRoles("helprole")
+        let directory = try TemporaryDirectory("pg-role-help")
+        defer { directory.remove() }
+        let granted = try Self.jobctl(roles.ownerURL, ["migrate", "--grant", roles.worker], in: directory)
+        try #require(granted.status == 0, "\(granted.stderr)")
+        let catalog = try server.psql(database: "postgres", """
+            SELECT table_name || ':' || string_agg(privilege_type, ',' ORDER BY privilege_type)
+            FROM information_schema.role_table_grants
+            WHERE grantee = '\(roles.worker)' AND table_schema = '\(roles.schema)' GROUP BY table_name ORDER BY table_name
+            """)
+        let help = try runProcess(PackagePaths.jobctlBinary, ["help", "migrate"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        let said = try #require(help.firstMatch(of: /what `jobctl worker` and every other command need and nothing else: (.+?)\. It cannot/)?.1,
+                                "help migrate: \(help)")
+        // "SELECT and INSERT on events and blobs; SELECT on schema_migrations, …": privileges by table.
+        func names(_ list: Substring) -> [String] {
+            list.replacingOccurrences(of: " and ", with: ", ").components(separatedBy: ", ")
+        }
+        var byTable: [String: Set<String>] = [:]
+        for clause in said.split(separator: "; ") {
+            let parts = clause.components(separatedBy: " on ")
+            guard parts.count == 2 else { continue }
+            for table in names(Substring(parts[1])) { byTable[table] = Set(names(Substring(parts[0]))) }
+        }
+        let rows = catalog.split(separator: "\n")
+        #expect(rows.count >= 9, "\(catalog)")
+        for row in rows {
+            let fields = row.split(separator: ":")
+            let table = String(fields[0]), privileges = Set(fields[1].split(separator: ",").map(String.init))
+            #expect((byTable[table] ?? byTable["any other table"]) == privileges,
+                    "\(table) has \(privileges.sorted()); help migrate says \(byTable[table].map { $0.sorted() } ?? []) (\(said))")
+        }
+    }
+
     @Test("migrate --grant names a role that exists, and only on PostgreSQL")
     func grantRefusals() throws {
         let server = try PostgresServer.shared()

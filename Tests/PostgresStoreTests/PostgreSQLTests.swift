@@ -173,6 +173,24 @@ struct PostgreSQLTests {
         #expect(before.hasSuffix("then try again"), "\(before)")
     }
 
+    /// libpq's message lines were joined with a space: "… failed: Connection refused Is the server running
+    /// on that host and accepting TCP/IP connections?; check the host, …". Joined as sentences now.
+    @Test("a refused connection's message reads as sentences: a full stop where libpq's lines meet")
+    func refusedConnectionReadsAsSentences() throws {
+        let port = freeLoopbackPort()
+        let error = try #require(postgresError { _ = try PostgresConnection("postgres://jobctl@127.0.0.1:\(port)/jobctl?connect_timeout=10") })
+        let text = error.description
+        #expect(text.contains("failed: Connection refused. Is the server running on that host and accepting TCP/IP connections? "
+                              + "Check the host, port, database and user in the URL"), "\(text)")
+        #expect(!text.contains("?;") && !text.contains("refused Is"), "\(text)")
+        // A sentence libpq wraps over two lines stays one; the next starts after a full stop.
+        let lost = PostgresError.connectionLost(message: "server closed the connection unexpectedly\n\tThis probably means the server "
+                                                + "terminated abnormally\n\tbefore or while processing the request.\n", sql: "SELECT 1").description
+        #expect(lost == "the connection to PostgreSQL was lost: server closed the connection unexpectedly. This probably means the "
+                + "server terminated abnormally before or while processing the request (while running `SELECT 1`); check that the "
+                + "server is up and reachable, then try again", "\(lost)")
+    }
+
     @Test("a unique violation says which key, in its detail")
     func uniqueViolation() throws {
         let fixture = try PostgresFixture("unique")

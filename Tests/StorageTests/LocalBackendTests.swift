@@ -385,22 +385,32 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         }
     }
 
+    /// A missing object is named by its reference, as gs:// and http(s) name theirs: the message named the
+    /// bucket folder's path on the worker's machine (`object '/…/buckets/b/absent.txt' does not exist`).
     @Test func missingObjectAndMissingBucket() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.directory.remove() }
         try FileManager.default.createDirectory(atPath: sandbox.buckets + "/b", withIntermediateDirectories: true)
-        for kind in [JobKind.downloadMemory, .fetchURL] {
-            _ = await expectError(.objectNotFound) { () throws(StorageError) in
+        let named = "object 'file://b/absent.txt' does not exist; check the path"
+        for kind in [JobKind.downloadMemory, .fetchURL, .getMetadata] {
+            let missing = await expectError(.objectNotFound) { () throws(StorageError) in
                 try await run(sandbox.backend(), JobSpec(kind: kind, source: "file://b/absent.txt"))
             }
+            #expect(missing?.message == named, "\(kind): \(missing?.message ?? "")")
             _ = await expectError(.bucketNotFound) { () throws(StorageError) in
                 try await run(sandbox.backend(), JobSpec(kind: kind, source: "file://nobucket/absent.txt"))
             }
         }
+        let update = await expectError(.objectNotFound) { () throws(StorageError) in
+            try await run(sandbox.backend(), JobSpec(kind: .updateMetadata, destination: "file://b/absent.txt",
+                                                     metadata: UploadMetadata(cacheControl: "x")))
+        }
+        #expect(update?.message == named, "\(update?.message ?? "")")
         let destination = sandbox.directory.file("dl.txt")
-        _ = await expectError(.objectNotFound) { () throws(StorageError) in
+        let download = await expectError(.objectNotFound) { () throws(StorageError) in
             try await run(sandbox.backend(), JobSpec(kind: .downloadFile, source: "file://b/absent.txt", destination: destination))
         }
+        #expect(download?.message == named, "\(download?.message ?? "")")
         #expect(!FileManager.default.fileExists(atPath: destination))
         #expect(!FileManager.default.fileExists(atPath: sandbox.buckets + "/nobucket"))
     }
