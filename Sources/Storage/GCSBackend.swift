@@ -693,8 +693,9 @@ public struct GCSBackend: StorageBackend {
         }
         guard let location = Self.sessionURI(header, startedAt: url) else {
             // Not shown: it is the session's credential, and no URL `redactedURL` would recognise.
-            throw .failed(StorageError(.unknown, "the server started the upload session at a Location that is no http(s) URL; "
-                                           + "nothing was sent to it — check the endpoint and anything between it and this machine",
+            throw .failed(StorageError(.unknown, "the server started the upload session at a Location that is no http(s) URL "
+                                           + "written as RFC 3986 has it (another scheme, no host, a control character, a space or "
+                                           + "a byte past ASCII); nothing was sent to it — check the endpoint and anything between it and this machine",
                                        httpStatus: response.status, url: redactedURL(url)))
         }
         if CurlEngine.isHTTPS(endpoint), !CurlEngine.isHTTPS(location) {
@@ -708,10 +709,11 @@ public struct GCSBackend: StorageBackend {
 
     /// The session URI a session-start answer's `Location` names: an absolute http(s) URL as it is (GCS's),
     /// a relative reference resolved against `request`, the URL that started the session (RFC 9110
-    /// §10.2.2); nil for anything else — another scheme, no host, text that is no URL — which libcurl
-    /// would refuse as a URL of the job's, after it became the job's checkpoint.
+    /// §10.2.2); nil for anything else — another scheme, no host, text that is no URL or not written as one
+    /// (`isWrittenAsURI`) — which libcurl would refuse as a URL of the job's, after it became the job's
+    /// checkpoint. The same check refuses such a URI read back from the log.
     static func sessionURI(_ location: String, startedAt request: String) -> String? {
-        guard let components = URLComponents(string: location) else { return nil }
+        guard isWrittenAsURI(location), let components = URLComponents(string: location) else { return nil }
         let resolved: String
         if components.scheme != nil {
             resolved = location
@@ -720,8 +722,40 @@ public struct GCSBackend: StorageBackend {
             resolved = url.absoluteString
         }
         guard let absolute = URLComponents(string: resolved), let scheme = absolute.scheme?.lowercased(),
-              scheme == "http" || scheme == "https", let host = absolute.host, !host.isEmpty else { return nil }
+              scheme == "http" || scheme == "https", let host = absolute.host, !host.isEmpty, isWrittenAsURI(resolved) else { return nil }
         return resolved
+    }
+
+    /// Whether `text` is written as RFC 3986 writes a URI (a `Location` is a URI reference, RFC 9110
+    /// §10.2.2): ASCII letters and digits, `-._~:/?#[]@!$&'()*+,;=`, and `%` before two hex digits. Nothing
+    /// else: no control character, space, DEL or byte past ASCII, nor a quote, `<`, `>`, a backslash, `^`, a
+    /// backtick, `{`, `|` or `}` (which parsers read differently, a backslash as a slash). URLComponents let a
+    /// Location with a control character or a space through, libcurl refused it as the job's URL (curl
+    /// error 3, `invalidArgument`, not retried), and as the job's checkpoint it failed every retry the same
+    /// way; one past ASCII went out re-encoded, another URI than the server gave.
+    static func isWrittenAsURI(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < bytes.count, isHexDigit(bytes[index + 1]), isHexDigit(bytes[index + 2]) else { return false }
+                index += 3
+                continue
+            }
+            guard uriCharacters.contains(byte) else { return false }
+            index += 1
+        }
+        return !bytes.isEmpty
+    }
+
+    /// RFC 3986's unreserved and reserved characters.
+    private static let uriCharacters = Set(("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                                            + "-._~:/?#[]@!$&'()*+,;=").utf8)
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+            || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
     }
 
     /// Best effort: tells the server a cancelled session will not be finished.
