@@ -253,6 +253,8 @@ public struct GCSBackend: StorageBackend {
         /// The most bytes the server can hold: the end of the furthest chunk this attempt sent, or the
         /// whole object for a session an earlier process started (its last chunk may still land).
         var ceiling: Int64
+        /// The offset the latest checkpoint recorded (see `confirm`).
+        var checkpointed: Int64
     }
 
     private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String,
@@ -295,7 +297,7 @@ public struct GCSBackend: StorageBackend {
                     await cancelUploadSession(uri)
                     replacedSession = true
                 } else {
-                    session = UploadSession(uri: uri, confirmed: serverOffset, ceiling: total)
+                    session = UploadSession(uri: uri, confirmed: serverOffset, ceiling: total, checkpointed: serverOffset)
                     report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: serverOffset, total: total, source: source.stamp), bytesTotal: total))
                 }
             case .finished(let object):
@@ -319,7 +321,7 @@ public struct GCSBackend: StorageBackend {
                 do throws(TransferFailure) {
                     let uri = try await startUploadSession(reference, contentType: contentType, metadata: metadata, total: total,
                                                            ifGenerationMatchZero: ifGenerationMatchZero, control: control)
-                    session = UploadSession(uri: uri, confirmed: 0, ceiling: 0)
+                    session = UploadSession(uri: uri, confirmed: 0, ceiling: 0, checkpointed: 0)
                     report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: 0, total: total, source: source.stamp), bytesTotal: total))
                 } catch {
                     switch error {
@@ -466,17 +468,29 @@ public struct GCSBackend: StorageBackend {
     /// with `Content-Range: bytes */TOTAL`) and the upload continues from the server's offset.
     /// `resyncLimit` such rounds in a row without progress end the attempt with a retryable error.
     /// Every confirmed offset is checked against what was sent (`implausibleOffset`).
+    ///
+    /// The bytes sent are bounded too: twice what the session still needed when this began, and two chunks
+    /// (resends after lost answers, chunks the server kept part of). Progress reset the rounds' count, so a
+    /// server that kept 1 KiB of each chunk it was sent had a 0.67 MiB file sent 684 times over (139 MiB),
+    /// with a checkpoint in the log each time; it ends the attempt (`keptTooLittle`), retryable.
     private func sendChunks(_ source: UploadSource, session: inout UploadSession, checksums: StreamChecksums,
                             control: TransferControl, progress: ProgressThrottle,
                             report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> ChunkOutcome {
         let total = source.size
-        let quantum: Int64 = 256 * 1024
+        let quantum = Self.chunkQuantum
         let chunkSize = max(quantum, Int64(configuration.chunkSize) / quantum * quantum)
         var withoutProgress = 0
+        let firstOffset = session.confirmed
+        let budget = 2 * (total - firstOffset) + 2 * chunkSize
+        var sent: (bytes: Int64, requests: Int) = (0, 0)
         while true {
             if let reason = control.stopReason { return .stopped(reason) }
             let start = session.confirmed
             let end = min(start + chunkSize, total)
+            guard sent.bytes + (end - start) <= budget else {
+                throw Self.keptTooLittle(session, total: total, sent: sent, from: firstOffset)
+            }
+            sent = (sent.bytes + (end - start), sent.requests + 1)
             var request = HTTPRequest(method: "PUT", url: session.uri)
             request.headers = total == 0 || start == end
                 ? ["Content-Range: bytes */\(total)"]
@@ -565,13 +579,28 @@ public struct GCSBackend: StorageBackend {
         }
     }
 
-    /// Records an offset the server confirmed: progress, a checkpoint, and hashes up to it.
+    /// Records an offset the server confirmed: progress, hashes up to it, and a checkpoint once it is a
+    /// `chunkQuantum` past the last one (or the whole object). GCS confirms whole quanta (but at the end),
+    /// so each chunk it takes is a checkpoint; a server that confirms a little at a time wrote an event to
+    /// the log for each. A later attempt asks the session where it stands anyway.
     private func confirm(_ offset: Int64, of source: UploadSource, in session: inout UploadSession, checksums: StreamChecksums,
                          progress: ProgressThrottle, report: @Sendable (TransferEvent) -> Void) throws(StorageError) {
         if checksums.hashedUpTo < offset { try source.hashPrefix(upTo: offset, into: checksums) }
         session.confirmed = offset
         progress.update(offset)
+        guard offset - session.checkpointed >= Self.chunkQuantum || offset == source.size else { return }
+        session.checkpointed = offset
         report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: offset, total: source.size, source: source.stamp), bytesTotal: source.size))
+    }
+
+    /// What a resumable upload's chunks are multiples of (but the last), and what GCS confirms whole.
+    static let chunkQuantum: Int64 = 256 * 1024
+
+    /// The failure of an attempt whose chunks the session kept too little of (see `sendChunks`).
+    private static func keptTooLittle(_ session: UploadSession, total: Int64, sent: (bytes: Int64, requests: Int), from first: Int64) -> StorageError {
+        StorageError(.unknown, "the upload session kept only \(session.confirmed - first) of the \(sent.bytes) bytes sent to it in \(sent.requests) "
+                         + "requests (it holds \(session.confirmed) of \(total) bytes): the server stores only a little of each chunk, so "
+                         + "nothing more was sent; a retry continues the session", url: redactedURL(session.uri), retryable: true)
     }
 
     private static func noProgress(_ session: UploadSession, total: Int64, cause: String) -> StorageError {
