@@ -1224,7 +1224,22 @@ public struct GCSBackend: StorageBackend {
             throw StorageError(.unknown, "the server's metadata for \(reference) is not an object resource (\(GCSObjectJSON.needs))",
                                httpStatus: response.status, url: redactedURL(response.url), retryable: response.json == nil)
         }
+        try checkSize(object, reference: reference, url: response.url)
         return object
+    }
+
+    /// The largest object Cloud Storage holds: 5 TiB (https://cloud.google.com/storage/quotas#objects).
+    static let largestObjectSize: Int64 = 5 << 40
+
+    /// Refuses metadata whose size no object can have (more than `largestObjectSize`), before anything is
+    /// planned from it: a download to a file set its partial file to 2^63-1 bytes and failed
+    /// `internalError`, "raise the file system's largest file size", and one to memory told the user to raise
+    /// max_size; the answer is the server's fault.
+    static func checkSize(_ object: StorageObject, reference: StorageReference, url: String) throws(StorageError) {
+        guard object.size > largestObjectSize else { return }
+        throw StorageError(.unknown, "the server's metadata for \(reference) gives a size of \(object.size) bytes, more than any Cloud "
+                               + "Storage object can hold (5 TiB): the answer is not to be trusted, and nothing was planned from it",
+                           url: redactedURL(url))
     }
 
     /// The object's metadata, nil when there is none (404), or the stop reason.
