@@ -694,10 +694,29 @@ private final class CurlExchange: @unchecked Sendable {
                 bodyError = error
                 return false
             }
+        } else if (200..<300).contains(status) {
+            // An answer read into memory: whole, or refused as larger than such an answer can be (before
+            // its first byte is kept when its Content-Length says so), never cut (see `answerLimit`).
+            let announced = body.isEmpty ? headers["content-length"].flatMap { Int64($0) } : nil
+            guard (announced ?? 0) <= Int64(request.answerLimit), body.count + bytes.count <= request.answerLimit else {
+                bodyError = answerTooLarge(announced: announced)
+                return false
+            }
+            body.append(contentsOf: bytes)
         } else if body.count < Self.errorBodyLimit {
             body.append(contentsOf: bytes.prefix(Self.errorBodyLimit - body.count))
         }
         return true
+    }
+
+    /// The failure of a success answer larger than the request's `answerLimit`: the server's fault (no
+    /// answer of the API is that large; an endless one is not read to its end), retryable as an answer
+    /// garbled on the way is.
+    private func answerTooLarge(announced: Int64?) -> StorageError {
+        let size = announced.map { " (\($0) bytes, its Content-Length said)" } ?? ""
+        return StorageError(.unknown, "the server's answer was larger than \(ByteSize.format(Int64(request.answerLimit)))\(size), more "
+                                + "than any answer to this request can be; it was not read further",
+                            url: redactedURL(request.url), retryable: true)
     }
 
     // MARK: Rate limits

@@ -255,6 +255,8 @@ public struct GCSBackend: StorageBackend {
         /// The most bytes the server can hold: the end of the furthest chunk this attempt sent, or the
         /// whole object for a session an earlier process started (its last chunk may still land).
         var ceiling: Int64
+        /// The offset the latest checkpoint recorded (see `confirm`).
+        var checkpointed: Int64
     }
 
     private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String,
@@ -297,7 +299,7 @@ public struct GCSBackend: StorageBackend {
                     await cancelUploadSession(uri)
                     replacedSession = true
                 } else {
-                    session = UploadSession(uri: uri, confirmed: serverOffset, ceiling: total)
+                    session = UploadSession(uri: uri, confirmed: serverOffset, ceiling: total, checkpointed: serverOffset)
                     report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: serverOffset, total: total, source: source.stamp), bytesTotal: total))
                 }
             case .finished(let object):
@@ -321,7 +323,7 @@ public struct GCSBackend: StorageBackend {
                 do throws(TransferFailure) {
                     let uri = try await startUploadSession(reference, contentType: contentType, metadata: metadata, total: total,
                                                            ifGenerationMatchZero: ifGenerationMatchZero, control: control)
-                    session = UploadSession(uri: uri, confirmed: 0, ceiling: 0)
+                    session = UploadSession(uri: uri, confirmed: 0, ceiling: 0, checkpointed: 0)
                     report(.checkpoint(.upload(sessionURI: uri, confirmedOffset: 0, total: total, source: source.stamp), bytesTotal: total))
                 } catch {
                     switch error {
@@ -468,17 +470,29 @@ public struct GCSBackend: StorageBackend {
     /// with `Content-Range: bytes */TOTAL`) and the upload continues from the server's offset.
     /// `resyncLimit` such rounds in a row without progress end the attempt with a retryable error.
     /// Every confirmed offset is checked against what was sent (`implausibleOffset`).
+    ///
+    /// The bytes sent are bounded too: twice what the session still needed when this began, and two chunks
+    /// (resends after lost answers, chunks the server kept part of). Progress reset the rounds' count, so a
+    /// server that kept 1 KiB of each chunk it was sent had a 0.67 MiB file sent 684 times over (139 MiB),
+    /// with a checkpoint in the log each time; it ends the attempt (`keptTooLittle`), retryable.
     private func sendChunks(_ source: UploadSource, session: inout UploadSession, checksums: StreamChecksums,
                             control: TransferControl, progress: ProgressThrottle,
                             report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> ChunkOutcome {
         let total = source.size
-        let quantum: Int64 = 256 * 1024
+        let quantum = Self.chunkQuantum
         let chunkSize = max(quantum, Int64(configuration.chunkSize) / quantum * quantum)
         var withoutProgress = 0
+        let firstOffset = session.confirmed
+        let budget = 2 * (total - firstOffset) + 2 * chunkSize
+        var sent: (bytes: Int64, requests: Int) = (0, 0)
         while true {
             if let reason = control.stopReason { return .stopped(reason) }
             let start = session.confirmed
             let end = min(start + chunkSize, total)
+            guard sent.bytes + (end - start) <= budget else {
+                throw Self.keptTooLittle(session, total: total, sent: sent, from: firstOffset)
+            }
+            sent = (sent.bytes + (end - start), sent.requests + 1)
             var request = HTTPRequest(method: "PUT", url: session.uri)
             request.headers = total == 0 || start == end
                 ? ["Content-Range: bytes */\(total)"]
@@ -567,13 +581,28 @@ public struct GCSBackend: StorageBackend {
         }
     }
 
-    /// Records an offset the server confirmed: progress, a checkpoint, and hashes up to it.
+    /// Records an offset the server confirmed: progress, hashes up to it, and a checkpoint once it is a
+    /// `chunkQuantum` past the last one (or the whole object). GCS confirms whole quanta (but at the end),
+    /// so each chunk it takes is a checkpoint; a server that confirms a little at a time wrote an event to
+    /// the log for each. A later attempt asks the session where it stands anyway.
     private func confirm(_ offset: Int64, of source: UploadSource, in session: inout UploadSession, checksums: StreamChecksums,
                          progress: ProgressThrottle, report: @Sendable (TransferEvent) -> Void) throws(StorageError) {
         if checksums.hashedUpTo < offset { try source.hashPrefix(upTo: offset, into: checksums) }
         session.confirmed = offset
         progress.update(offset)
+        guard offset - session.checkpointed >= Self.chunkQuantum || offset == source.size else { return }
+        session.checkpointed = offset
         report(.checkpoint(.upload(sessionURI: session.uri, confirmedOffset: offset, total: source.size, source: source.stamp), bytesTotal: source.size))
+    }
+
+    /// What a resumable upload's chunks are multiples of (but the last), and what GCS confirms whole.
+    static let chunkQuantum: Int64 = 256 * 1024
+
+    /// The failure of an attempt whose chunks the session kept too little of (see `sendChunks`).
+    private static func keptTooLittle(_ session: UploadSession, total: Int64, sent: (bytes: Int64, requests: Int), from first: Int64) -> StorageError {
+        StorageError(.unknown, "the upload session kept only \(session.confirmed - first) of the \(sent.bytes) bytes sent to it in \(sent.requests) "
+                         + "requests (it holds \(session.confirmed) of \(total) bytes): the server stores only a little of each chunk, so "
+                         + "nothing more was sent; a retry continues the session", url: redactedURL(session.uri), retryable: true)
     }
 
     private static func noProgress(_ session: UploadSession, total: Int64, cause: String) -> StorageError {
@@ -695,8 +724,9 @@ public struct GCSBackend: StorageBackend {
         }
         guard let location = Self.sessionURI(header, startedAt: url) else {
             // Not shown: it is the session's credential, and no URL `redactedURL` would recognise.
-            throw .failed(StorageError(.unknown, "the server started the upload session at a Location that is no http(s) URL; "
-                                           + "nothing was sent to it — check the endpoint and anything between it and this machine",
+            throw .failed(StorageError(.unknown, "the server started the upload session at a Location that is no http(s) URL "
+                                           + "written as RFC 3986 has it (another scheme, no host, a control character, a space or "
+                                           + "a byte past ASCII); nothing was sent to it — check the endpoint and anything between it and this machine",
                                        httpStatus: response.status, url: redactedURL(url)))
         }
         if CurlEngine.isHTTPS(endpoint), !CurlEngine.isHTTPS(location) {
@@ -710,10 +740,11 @@ public struct GCSBackend: StorageBackend {
 
     /// The session URI a session-start answer's `Location` names: an absolute http(s) URL as it is (GCS's),
     /// a relative reference resolved against `request`, the URL that started the session (RFC 9110
-    /// §10.2.2); nil for anything else — another scheme, no host, text that is no URL — which libcurl
-    /// would refuse as a URL of the job's, after it became the job's checkpoint.
+    /// §10.2.2); nil for anything else — another scheme, no host, text that is no URL or not written as one
+    /// (`isWrittenAsURI`) — which libcurl would refuse as a URL of the job's, after it became the job's
+    /// checkpoint. The same check refuses such a URI read back from the log.
     static func sessionURI(_ location: String, startedAt request: String) -> String? {
-        guard let components = URLComponents(string: location) else { return nil }
+        guard isWrittenAsURI(location), let components = URLComponents(string: location) else { return nil }
         let resolved: String
         if components.scheme != nil {
             resolved = location
@@ -722,8 +753,40 @@ public struct GCSBackend: StorageBackend {
             resolved = url.absoluteString
         }
         guard let absolute = URLComponents(string: resolved), let scheme = absolute.scheme?.lowercased(),
-              scheme == "http" || scheme == "https", let host = absolute.host, !host.isEmpty else { return nil }
+              scheme == "http" || scheme == "https", let host = absolute.host, !host.isEmpty, isWrittenAsURI(resolved) else { return nil }
         return resolved
+    }
+
+    /// Whether `text` is written as RFC 3986 writes a URI (a `Location` is a URI reference, RFC 9110
+    /// §10.2.2): ASCII letters and digits, `-._~:/?#[]@!$&'()*+,;=`, and `%` before two hex digits. Nothing
+    /// else: no control character, space, DEL or byte past ASCII, nor a quote, `<`, `>`, a backslash, `^`, a
+    /// backtick, `{`, `|` or `}` (which parsers read differently, a backslash as a slash). URLComponents let a
+    /// Location with a control character or a space through, libcurl refused it as the job's URL (curl
+    /// error 3, `invalidArgument`, not retried), and as the job's checkpoint it failed every retry the same
+    /// way; one past ASCII went out re-encoded, another URI than the server gave.
+    static func isWrittenAsURI(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < bytes.count, isHexDigit(bytes[index + 1]), isHexDigit(bytes[index + 2]) else { return false }
+                index += 3
+                continue
+            }
+            guard uriCharacters.contains(byte) else { return false }
+            index += 1
+        }
+        return !bytes.isEmpty
+    }
+
+    /// RFC 3986's unreserved and reserved characters.
+    private static let uriCharacters = Set(("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                                            + "-._~:/?#[]@!$&'()*+,;=").utf8)
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+            || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
     }
 
     /// Best effort: tells the server a cancelled session will not be finished.
@@ -1257,6 +1320,7 @@ public struct GCSBackend: StorageBackend {
                                httpStatus: response.status, url: redactedURL(response.url), retryable: response.json == nil)
         }
         guard names(object, reference) else { throw anotherObject(object, answering: "\(reference)", response) }
+        try checkSize(object, reference: reference, url: response.url)
         return object
     }
 
@@ -1268,6 +1332,20 @@ public struct GCSBackend: StorageBackend {
         let shown = named.count > 200 ? named.prefix(200) + "…" : Substring(named)
         return StorageError(.unknown, "the server's metadata for \(what) describes another object ('\(shown)'); nothing of it was used, "
                                 + "and a retry asks again", httpStatus: response.status, url: redactedURL(response.url), retryable: true)
+    }
+
+    /// The largest object Cloud Storage holds: 5 TiB (https://cloud.google.com/storage/quotas#objects).
+    static let largestObjectSize: Int64 = 5 << 40
+
+    /// Refuses metadata whose size no object can have (more than `largestObjectSize`), before anything is
+    /// planned from it: a download to a file set its partial file to 2^63-1 bytes and failed
+    /// `internalError`, "raise the file system's largest file size", and one to memory told the user to raise
+    /// max_size; the answer is the server's fault.
+    static func checkSize(_ object: StorageObject, reference: StorageReference, url: String) throws(StorageError) {
+        guard object.size > largestObjectSize else { return }
+        throw StorageError(.unknown, "the server's metadata for \(reference) gives a size of \(object.size) bytes, more than any Cloud "
+                               + "Storage object can hold (5 TiB): the answer is not to be trusted, and nothing was planned from it",
+                           url: redactedURL(url))
     }
 
     /// The object's metadata, nil when there is none (404), or the stop reason.

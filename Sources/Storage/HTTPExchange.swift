@@ -19,6 +19,15 @@ struct HTTPRequest: Sendable {
     /// The body's length when the request has one (`body.count`, or the streamed source's length).
     var bodyLength: Int64?
     var followRedirects = false
+    /// The most a success (2xx) answer's body may hold when no sink takes it (JSON read into memory): a
+    /// larger one fails the exchange as the server's fault, saying so (`CurlExchange.answerTooLarge`).
+    /// Only the first 64 KiB of any such answer were kept, and a list page of 110 objects (~70 KB) was
+    /// then "not JSON"; an endless answer was read for ever.
+    var answerLimit = HTTPRequest.jsonAnswerLimit
+
+    /// What a JSON API answer can legitimately be: a list page of 1,000 full object resources is ~1 MB
+    /// (each ~1 KB, up to ~10 KB with the most custom metadata GCS keeps), an object resource a few KiB.
+    static let jsonAnswerLimit = 16 * 1024 * 1024
 
     init(method: String, url: String, headers: [String] = [], followRedirects: Bool = false) {
         self.method = method
@@ -48,7 +57,7 @@ struct HTTPRequest: Sendable {
 }
 
 /// A complete response: status, headers (lower-cased names; repeated headers joined by `,`) and the
-/// body when no sink consumed it (JSON, error bodies; capped).
+/// body when no sink consumed it (JSON, up to the request's `answerLimit`; error bodies, cut at 64 KiB).
 struct HTTPResponse: Sendable {
     var status: Int
     var headers: [String: String]

@@ -40,6 +40,49 @@ struct ObjectResourceTests {
         let memory = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "gs://\(server.bucket)/n.bin", maxSize: 1 << 20)))
         #expect(memory.message.contains("size"), "\(memory)")
     }
+
+    /// A size past 5 TiB, the largest object GCS holds, is no object's: a download to a file (sliced, above
+    /// the threshold) set its partial file to that size and failed `internalError`, "raise the file
+    /// system's largest file size", one to memory told the user to raise max_size. Refused for every kind
+    /// as the server's fault, before a file is made or a media byte asked for.
+    @Test("a size no object can have (past 5 TiB) is the server's fault, before anything is written",
+          arguments: ["9223372036854775807", "5497558138881"])
+    func sizePastTheLargestObject(size: String) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", predicate: { $0.target.contains("/o/") && !$0.target.contains("alt=media") }),
+                      .rewriteResponse { _, response in
+                          guard var json = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] else { return }
+                          json["size"] = size
+                          response.body = (try? JSONSerialization.data(withJSONObject: json)) ?? Data()
+                          response.setHeader("Content-Length", String(response.body.count))
+                      }, times: 100),
+        ])
+        defer { proxy.stop() }
+        _ = try finished(await run(GCSBackend(configuration: emulatorConfiguration(server)),
+                                   JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/h.bin", data: patternData(120, seed: 83))))
+        let directory = try TemporaryDirectory("jobctl-huge-size")
+        defer { directory.remove() }
+        var sliced = emulatorConfiguration(server, through: proxy)
+        sliced.slicedThreshold = 1 << 20
+        var whole = sliced
+        whole.slicedThreshold = nil
+        let source = "gs://\(server.bucket)/h.bin"
+        for (kind, configuration, spec) in [
+            ("sliced download-file", sliced, JobSpec(kind: .downloadFile, source: source, destination: directory.file("s.bin"))),
+            ("download-file", whole, JobSpec(kind: .downloadFile, source: source, destination: directory.file("w.bin"))),
+            ("download-memory", whole, JobSpec(kind: .downloadMemory, source: source, maxSize: 1 << 20)),
+            ("get-metadata", whole, JobSpec(kind: .getMetadata, source: source)),
+        ] {
+            let error = try failure(await run(GCSBackend(configuration: configuration), spec))
+            #expect(error.code == .unknown && !error.retryable, "\(kind): \(error)")
+            #expect(error.message.contains("gives a size of \(size) bytes, more than any Cloud Storage object can hold (5 TiB)"),
+                    "\(kind): \(error)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty, "a file was made")
+        #expect(!proxy.exchanges.contains { $0.request.target.contains("alt=media") }, "media was asked for")
+    }
 }
 
 /// A server's generation goes back into query strings (`generation=`, `ifGenerationMatch=`) and its

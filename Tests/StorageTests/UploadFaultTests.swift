@@ -635,6 +635,43 @@ struct UploadFaultTests {
         #expect(setup.proxy.firedCounts == [GCSBackend.resyncLimit + 1])
     }
 
+    /// A session that keeps 1 KiB of every chunk, and confirms it: each round is progress, so the rounds
+    /// without progress never added up, and a 0.67 MiB file was sent 684 times over in 256 KiB chunks
+    /// (139 MiB), a checkpoint in the log each round. The bytes an attempt sends are bounded (twice the
+    /// object and two chunks), and a checkpoint waits for a quantum more to be confirmed.
+    @Test("a session that keeps only a little of each chunk ends the attempt, retryable, after about twice the object sent")
+    func sessionKeepingALittleOfEachChunk() async throws {
+        let setup = try ProxiedEmulator([
+            FaultRule(Self.chunkPut(), .rewriteRequest { request in
+                // `bytes START-END/TOTAL` becomes its first KiB, which the emulator stores and confirms.
+                guard let range = request.header("Content-Range"), request.body.count > 1024 else { return }
+                let fields = range.dropFirst(6).split(whereSeparator: { $0 == "-" || $0 == "/" })
+                guard fields.count == 3, let start = Int(fields[0]) else { return }
+                request.body = Data(request.body.prefix(1024))
+                request.setHeader("Content-Range", "bytes \(start)-\(start + 1023)/\(fields[2])")
+            }, times: .max),
+        ])
+        defer { setup.stop() }
+        let recorder = EventRecorder()
+        let total = 700_000
+        let error = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/trickle.bin",
+                                                                 data: patternData(total, seed: 35)), recorder: recorder))
+        #expect(error.retryable && error.code == .unknown, "\(error)")
+        #expect(error.message.contains("the upload session kept only") && error.message.contains("only a little of each chunk"),
+                "\(error.message)")
+        let puts = setup.proxy.exchanges.filter { $0.request.method == "PUT" }
+        let sent = puts.map { Int64($0.requestBodyBytes) }.reduce(0, +)
+        #expect(sent <= 2 * Int64(total) + 2 * Self.quantum, "\(puts.count) PUTs sent \(sent) bytes")
+        // One checkpoint when the session started; none of the rounds confirmed a quantum.
+        #expect(recorder.checkpoints.count == 1, "\(recorder.checkpoints)")
+        // The next attempt continues the session from what it holds, and is bounded the same way.
+        let resume = try #require(recorder.checkpoints.last)
+        let again = try failure(await run(setup.backend, JobSpec(kind: .uploadData, destination: "gs://\(setup.server.bucket)/trickle.bin",
+                                                                 data: patternData(total, seed: 35)), resume: resume))
+        #expect(again.message.contains("it holds \(2 * puts.count * 1024) of \(total) bytes"), "\(again.message)")
+        #expect(setup.proxy.exchanges.filter { $0.request.method == "POST" }.count == 1, "a new session was started")
+    }
+
     @Test("a 400 that is not about the offset fails at once as invalidArgument, after one status query")
     func otherBadRequestFails() async throws {
         let setup = try ProxiedEmulator([

@@ -20,6 +20,9 @@ public final class TrickleServer: Sendable {
         /// Reads nothing more and answers nothing (a request body is never read, so an upload fills the
         /// socket buffers and stops).
         case silent
+        /// Sends a JSON answer that never ends, as fast as the client reads it: `{"items": [` and then
+        /// spaces, with no length (the body would end with the connection), until the client hangs up.
+        case endless
     }
 
     /// The declared body length of every response (never reached).
@@ -31,6 +34,10 @@ public final class TrickleServer: Sendable {
     private let listener: Int32
     private let behaviour: Behaviour
     private let state = Mutex<(stopped: Bool, clients: [Int32], requests: [String])>((false, [], []))
+    private let sentBodyBytes = Atomic<Int>(0)
+
+    /// The body bytes written to clients so far (`endless`).
+    public var bodyBytesSent: Int { sentBodyBytes.load(ordering: .relaxed) }
 
     /// Starts listening on a free loopback port.
     public init(_ behaviour: Behaviour) throws {
@@ -119,6 +126,13 @@ public final class TrickleServer: Sendable {
             waitUntilClosed(client)
             return
         }
+        if case .endless = behaviour {
+            guard write(client, Array("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{\"items\": [".utf8))
+            else { return }
+            let spaces = [UInt8](repeating: UInt8(ascii: " "), count: 64 * 1024)
+            while !stopped, write(client, spaces) { sentBodyBytes.add(spaces.count, ordering: .relaxed) }
+            return
+        }
         let head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
             + "Content-Length: \(Self.declaredLength)\r\nConnection: close\r\n\r\n"
         guard write(client, Array(head.utf8)) else { return }
@@ -133,7 +147,7 @@ public final class TrickleServer: Sendable {
         case .stallAfter(let bytes):
             guard bytes == 0 || write(client, [UInt8](repeating: UInt8(ascii: "s"), count: bytes)) else { return }
             waitUntilClosed(client)
-        case .silent:
+        case .silent, .endless:
             break
         }
     }
