@@ -679,6 +679,13 @@ final class LocalTransfer {
             // Starting over (the object changed, the file was gone): the log's point no longer holds its bytes.
             report(.checkpoint(partial.droppedPoint, bytesTotal: total))
         }
+        // Whatever removes the partial file from here on (a cancel, the object shrinking, the checksum, a
+        // full disk, a refused commit) reports a checkpoint of no bytes when the log may hold one with
+        // bytes: else it kept claiming them, and the next attempt was logged as resuming from them.
+        var logHoldsBytes = partial.bytesWritten > 0
+        defer {
+            if partial.removed, logHoldsBytes { report(.checkpoint(partial.droppedPoint, bytesTotal: total)) }
+        }
         let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         try partial.readBack { hashes.update($0) }
         try file.seek(to: partial.bytesWritten)
@@ -703,6 +710,7 @@ final class LocalTransfer {
             guard let want = try paced(Int(min(Int64(buffer.count), total - partial.bytesWritten)), keepingProgress: {
                 // Timed out: what was written is kept for the retry to continue.
                 guard partial.bytesWritten > lastCheckpoint, (try? partial.sync()) != nil else { return }
+                logHoldsBytes = true
                 report(.checkpoint(checkpoint(partial), bytesTotal: total))
             }) else { continue }
             let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
@@ -718,6 +726,7 @@ final class LocalTransfer {
             if partial.bytesWritten - lastCheckpoint >= checkpointBytes && partial.bytesWritten < total {
                 try partial.sync()
                 lastCheckpoint = partial.bytesWritten
+                logHoldsBytes = true
                 report(.checkpoint(checkpoint(partial), bytesTotal: total))
             }
         }

@@ -50,6 +50,11 @@ public final class PartialFile {
     private let destinationName: String
     private var file: LocalFile
     private var finished = false
+    /// Whether the temporary file was let go before a commit put it in place (`discard()`: a cancel, a
+    /// failure no attempt continues, a full disk, a refused commit): its name removed, or found holding
+    /// another file. Its bytes are gone, and a resume point the log holds for them must follow (a
+    /// checkpoint of `droppedPoint`).
+    public private(set) var removed = false
     /// The disk-full error that made a write remove the file (see `write(_:at:)`).
     private var removedForLackOfSpace: StorageError?
 
@@ -565,7 +570,10 @@ public final class PartialFile {
     /// file that is no longer ours at the temporary name is left alone.
     public func discard() {
         // Removed before it is closed: its lock keeps a later attempt from taking it over in between.
-        if !finished { directory.remove(tempName, ifStill: identity) }
+        if !finished {
+            directory.remove(tempName, ifStill: identity)
+            removed = true
+        }
         file.close()
         finished = true
     }
