@@ -155,6 +155,8 @@ import TestSupport
             #expect(failedLine.contains("resume: none (no byte kept") && !failedLine.contains("slices"), "\(failedLine)")
             // The attempt after it starts from nothing: a start, not a resume of nothing.
             #expect(started.count == 3 && point(started[2])?["bytes_written"] as? Int == 0, "\(started)")
+            let startedLine = try #require(lines.last { $0.contains(" started ") }, "\(history.stdout)")
+            #expect(startedLine.contains("from byte 0 (no byte kept from earlier attempts)") && !startedLine.contains("resume:"), "\(startedLine)")
             let logged = log.filter { ["started", "resumed"].contains($0["event"] as? String ?? "") }.map { $0["event"] as? String }
             #expect(logged == ["resumed", "started"], "\(second.stderr)")
         } else {
